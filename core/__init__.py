@@ -1,0 +1,77 @@
+"""Memory Studio's memory engine: a Python re-implementation of Mastra's agent memory.
+
+The public API is what ``__all__`` lists; everything else is internal and may change.
+"""
+
+from __future__ import annotations
+
+from core.memory import (
+    ConfigurationError,
+    Memory,
+    RecallResult,
+    ScopeConflictError,
+    ThreadOwnershipError,
+    resolve_memory,
+)
+from core.message_list import MessageList, Provenance
+from core.messages import Message, MessageFormatError
+from core.options import (
+    DEFAULT_TEMPLATE,
+    MemoryOptions,
+    ObservationalMemoryOptions,
+    OptionsError,
+    SemanticRecallOptions,
+    WorkingMemoryOptions,
+)
+from core.processors.base import Processor, ProcessorContext, RequestContext
+from core.prompt import AssembledPrompt, Fragment
+from core.storage import (
+    AlreadyExistsError,
+    DatabaseLocationError,
+    DatabaseOpenError,
+    InvalidArgumentError,
+    NotFoundError,
+    ReadOnlyError,
+    SchemaError,
+    StorageError,
+    Store,
+    open_store,
+)
+from core.working_memory import ConcurrentUpdateError
+from core.working_memory_schema import WorkingMemoryError
+
+__all__ = [
+    "AlreadyExistsError",
+    "AssembledPrompt",
+    "ConcurrentUpdateError",
+    "ConfigurationError",
+    "DEFAULT_TEMPLATE",
+    "DatabaseLocationError",
+    "DatabaseOpenError",
+    "Fragment",
+    "InvalidArgumentError",
+    "Memory",
+    "MemoryOptions",
+    "Message",
+    "MessageFormatError",
+    "MessageList",
+    "NotFoundError",
+    "ObservationalMemoryOptions",
+    "OptionsError",
+    "Processor",
+    "ProcessorContext",
+    "Provenance",
+    "ReadOnlyError",
+    "RecallResult",
+    "RequestContext",
+    "SchemaError",
+    "ScopeConflictError",
+    "SemanticRecallOptions",
+    "StorageError",
+    "Store",
+    "ThreadOwnershipError",
+    "WorkingMemoryError",
+    "WorkingMemoryOptions",
+    "open_store",
+    "resolve_memory",
+]

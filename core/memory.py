@@ -1,0 +1,664 @@
+"""The Memory facade: threads, messages, working memory, recall, and the assembled prompt.
+
+``Memory`` builds the processors in Mastra's order (spec §2.2), runs them over a ``MessageList``
+and hands back an ``AssembledPrompt``. Assembling only reads; saving happens in output processors
+(or ``save_messages``) when an agent actually runs a turn.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from core.message_list import MessageList, Provenance
+from core.messages import Message, MessageFormatError, new_id
+from core.options import MemoryOptions, OptionsError
+from core.processors.base import Processor, ProcessorContext, RequestContext
+from core.processors.input_filter import MemoryInputFilter
+from core.processors.message_history import MessageHistory
+from core.processors.working_memory import WorkingMemory
+from core.prompt import AssembledPrompt, build_prompt
+from core.storage import Store, open_store
+from core.storage.memory_store import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    MessageQuery,
+    NotFoundError,
+    Thread,
+    ThreadPage,
+)
+from core.storage import schema as t
+from core.timeutil import SystemClock, Clock, iso_now
+from core.tokens import Tokenizer, default_tokenizer
+from core.working_memory import WorkingMemoryService, hide_working_memory
+from core.working_memory_schema import WorkingMemoryError
+
+MEMORY_TAG = "memory"
+
+
+class MemoryError_(RuntimeError):
+    """Base for errors the memory facade raises about how it was called."""
+
+
+class ThreadOwnershipError(MemoryError_, PermissionError):
+    def __init__(self, thread_id: str, owner: str, resource_id: str) -> None:
+        super().__init__(
+            f'Thread "{thread_id}" belongs to resource "{owner}", but resource "{resource_id}" was given. '
+            "A thread is owned by one resource for life; use a thread of that resource or a new thread id."
+        )
+        self.thread_id, self.owner, self.resource_id = thread_id, owner, resource_id
+
+
+class ScopeConflictError(MemoryError_, ValueError):
+    pass
+
+
+class ConfigurationError(MemoryError_, ValueError):
+    pass
+
+
+@dataclass
+class RecallResult:
+    messages: list[Message]
+    total: int
+    page: int
+    per_page: int | None
+    has_more: bool
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+def parse_scopes(
+    scopes: Sequence[str] | None, *, resource_id: str | None, thread_id: str | None
+) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """Split ``resource:``/``thread:`` scopes from the others; a disagreement is an error."""
+    others: list[str] = []
+    for scope in scopes or ():
+        if not isinstance(scope, str) or ":" not in scope or scope.startswith(":") or scope.endswith(":"):
+            raise ScopeConflictError(f"A scope looks like 'type:value' (for example 'org:acme'); got {scope!r}.")
+        kind, value = scope.split(":", 1)
+        if kind == "resource":
+            if resource_id is not None and resource_id != value:
+                raise ScopeConflictError(
+                    f"Scope 'resource:{value}' disagrees with the resource id {resource_id!r}; pass one of them."
+                )
+            resource_id = value
+        elif kind == "thread":
+            if thread_id is not None and thread_id != value:
+                raise ScopeConflictError(
+                    f"Scope 'thread:{value}' disagrees with the thread id {thread_id!r}; pass one of them."
+                )
+            thread_id = value
+        else:
+            others.append(scope)
+    return resource_id, thread_id, tuple(others)
+
+
+class Memory:
+    """Agent memory over one store. Synchronous; safe to share between threads."""
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        options: MemoryOptions | Mapping[str, Any] | None = None,
+        *,
+        embedder: Any = None,
+        processors: Sequence[Processor] = (),
+        output_processors: Sequence[Processor] = (),
+        name: str = "default",
+        tokenizer: Tokenizer | None = None,
+        clock: Clock | None = None,
+        tracer: Any = None,
+        observer_model: Any = None,
+        reflector_model: Any = None,
+    ) -> None:
+        self.store = store if store is not None else open_store()
+        if isinstance(options, Mapping):
+            options = MemoryOptions(**options)
+        self.options = options or MemoryOptions()
+        self.name = name
+        self.clock = clock or SystemClock()
+        self._tokenizer = tokenizer
+        self.tracer = tracer
+        self.user_processors = list(processors)
+        self.user_output_processors = list(output_processors)
+        self.working_memory_service = WorkingMemoryService(self.store)
+        self.embedder = embedder
+        self.observer_model = observer_model
+        self.reflector_model = reflector_model
+        self._recall_index: Any = None
+        if self.options.semantic_recall.enabled:
+            self._recall_index = self._build_recall_index()
+        if self.options.observational_memory.enabled and observer_model is None:
+            raise ConfigurationError(
+                "Observational memory needs an observer model: Memory(..., observer_model=<ChatModel>)."
+            )
+
+    # -- collaborators ---------------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = default_tokenizer()
+        return self._tokenizer
+
+    @property
+    def recall_index(self) -> Any:
+        return self._recall_index
+
+    def _build_recall_index(self) -> Any:
+        if self.embedder is None:
+            raise ConfigurationError(
+                "Semantic recall needs an embedder: Memory(..., embedder=default_embedder()) "
+                "(run `memory-studio models install` once), or turn semantic_recall off."
+            )
+        from core.vector import RecallIndex
+
+        index = RecallIndex.for_store(self.store, self.embedder)
+        index.check()
+        return index
+
+    def _recall_index_for_search(self) -> Any:
+        if self._recall_index is None:
+            self._recall_index = self._build_recall_index()
+        return self._recall_index
+
+    # -- threads ---------------------------------------------------------------------------------
+    def create_thread(
+        self, *, resource_id: str, thread_id: str | None = None, title: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        wm_opts = self.options.working_memory
+        initial = (metadata or {}).get("workingMemory") if isinstance(metadata, Mapping) else None
+        if initial is not None and wm_opts.enabled and wm_opts.schema is not None:
+            # Validate before anything is written: a bad initial value must not leave a half-made thread.
+            self.working_memory_service._serialize(wm_opts, initial)
+        thread = self.store.memory.create_thread(
+            thread_id=thread_id or new_id(), resource_id=resource_id, title=title, metadata=metadata
+        )
+        if initial is not None and wm_opts.enabled and wm_opts.scope == "resource":
+            self.working_memory_service.write(
+                wm_opts, thread_id=thread.id, resource_id=resource_id, value=initial, author="api",
+                note="initial working memory from thread metadata",
+            )
+        return thread
+
+    def get_thread(self, thread_id: str) -> Thread | None:
+        return self.store.memory.get_thread(thread_id)
+
+    def list_threads(
+        self, *, resource_id: str | None = None, page: int = 0, per_page: int | None = 100,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ThreadPage:
+        return self.store.memory.list_threads(
+            resource_id=resource_id, page=page, per_page=per_page, metadata_filter=metadata
+        )
+
+    def update_thread(
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> Thread:
+        return self.store.memory.update_thread(thread_id, title=title, metadata=metadata)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.store.memory.delete_thread(thread_id)
+        if self._recall_index is not None:
+            self._recall_index.delete_thread(thread_id)
+            return
+        # Recall may be off in this process but on in another that shares the file: vectors of a
+        # deleted thread must not survive to be recalled later (Mastra #12225).
+        import core.vector
+
+        cleanup = getattr(core.vector, "delete_thread_everywhere", None)
+        if cleanup is not None and not self.store.read_only:
+            cleanup(self.store, thread_id)
+
+    def clone_thread(
+        self, source_thread_id: str, *, new_thread_id: str | None = None, title: str | None = None,
+        resource_id: str | None = None, message_limit: int | None = None, message_ids: Sequence[str] | None = None,
+        since: datetime | None = None, until: datetime | None = None, metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[Thread, list[Message]]:
+        source = self.get_thread(source_thread_id)
+        if source is None:
+            raise NotFoundError(f"Source thread with id {source_thread_id} not found")
+        if message_limit is not None and (not isinstance(message_limit, int) or message_limit < 0):
+            raise InvalidArgumentError("message_limit must be a non-negative integer.")
+        new_id_ = new_thread_id or new_id()
+        if self.get_thread(new_id_) is not None:
+            raise AlreadyExistsError(f"Thread with id {new_id_} already exists")
+        msgs = self.store.memory.list_messages(
+            MessageQuery(thread_id=source_thread_id, since=since, until=until, ids=message_ids, last=message_limit)
+        )
+        meta = {**(source.metadata or {}), **(metadata or {}),
+                "clone": {"sourceThreadId": source_thread_id, "clonedAt": iso_now()}}
+        owner = resource_id or source.resource_id
+        thread = self.store.memory.create_thread(
+            thread_id=new_id_, resource_id=owner, title=title if title is not None else f"Clone of {source.title}",
+            metadata=meta,
+        )
+        copies = [
+            m.copy(id=new_id(), thread_id=thread.id, resource_id=owner,
+                   content={**m.content, "metadata": {**m.metadata, "clonedFrom": m.id}})
+            for m in msgs
+        ]
+        self.store.memory.save_messages(copies)
+        return thread, copies
+
+    # -- messages --------------------------------------------------------------------------------
+    def save_messages(self, messages: Sequence[Message], *, _index: bool = True) -> list[Message]:
+        """Persist messages: system rows are dropped, working-memory tool traffic is hidden,
+        a missing thread is created for the message's resource, and ownership is checked."""
+        prepared: list[Message] = []
+        last_at: dict[str, datetime] = {}
+        for msg in messages:
+            if not isinstance(msg, Message):
+                raise MessageFormatError(f"save_messages takes Message objects, got {type(msg).__name__}.")
+            if msg.role == "system":
+                continue
+            if not msg.thread_id:
+                raise MessageFormatError(f"Message {msg.id} has no thread_id; say which thread it belongs to.")
+            content = hide_working_memory(msg.content)
+            if content is None:
+                continue
+            when = msg.created_at
+            prev = last_at.get(msg.thread_id)
+            if not msg.created_at_given and prev is not None and when <= prev:
+                when = prev + timedelta(milliseconds=1)
+            last_at[msg.thread_id] = when
+            prepared.append(msg.copy(content=content, created_at=when))
+        if not prepared:
+            return []
+        self._ensure_threads(prepared)
+        saved = self.store.memory.save_messages(prepared)
+        if _index and self._recall_index is not None and not self.options.read_only:
+            self._recall_index.index_messages([m for m in saved if m.role in ("user", "assistant")])
+        return saved
+
+    def _ensure_threads(self, messages: Iterable[Message]) -> None:
+        seen: dict[str, str | None] = {}
+        for m in messages:
+            seen.setdefault(m.thread_id or "", m.resource_id)
+        for thread_id, resource_id in seen.items():
+            thread = self.get_thread(thread_id)
+            if thread is None:
+                try:
+                    self.store.memory.create_thread(
+                        thread_id=thread_id, resource_id=resource_id or thread_id, title="", metadata={}
+                    )
+                except AlreadyExistsError:
+                    pass  # another process created it a moment ago
+            elif resource_id and thread.resource_id and thread.resource_id != resource_id:
+                raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
+
+    def recall(
+        self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,
+        page: int = 0, per_page: int | bool | None = None,
+    ) -> RecallResult:
+        """Stored messages of a thread: by default the newest ``last_messages``, oldest first."""
+        thread = self.get_thread(thread_id)
+        if thread is None:
+            raise NotFoundError(f"No thread found with id {thread_id}")
+        if resource_id is not None and thread.resource_id and thread.resource_id != resource_id:
+            raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
+        total = self.store.memory.count_messages(thread_id)
+        if per_page is False:
+            msgs = self.store.memory.list_messages(MessageQuery(thread_id=thread_id))
+            return RecallResult(msgs, total, 0, None, False)
+        limit = per_page if isinstance(per_page, int) and not isinstance(per_page, bool) else None
+        if limit is None:
+            lm = self.options.last_messages if last_messages is None else last_messages
+            limit = 0 if lm is False else int(lm)
+        if limit <= 0:
+            return RecallResult([], total, page, 0, total > 0)
+        if page:
+            msgs = self.store.memory.list_messages_page(thread_id, max(total - (page + 1) * limit, 0), limit)
+        else:
+            msgs = self.store.memory.list_messages(MessageQuery(thread_id=thread_id, last=limit))
+        return RecallResult(msgs, total, page, limit, total > (page + 1) * limit)
+
+    def search(
+        self, query: str, *, resource_id: str | None, thread_id: str | None = None, top_k: int = 20,
+        mode: str = "hybrid", threshold: float | None = None,
+    ) -> list[Any]:
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgumentError("search needs a non-empty query string.")
+        if resource_id is None and thread_id is None:
+            raise InvalidArgumentError("search needs a resource_id or a thread_id, so one user's memory never leaks to another.")
+        index = self._recall_index_for_search()
+        return list(index.search(query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
+                                 threshold=threshold).hits)
+
+    # -- working memory --------------------------------------------------------------------------
+    def _wm_options(self, overrides: Mapping[str, Any] | None = None) -> Any:
+        opts = self.effective_options(overrides).working_memory
+        if not opts.enabled:
+            raise WorkingMemoryError("Working memory is not enabled for this memory instance.")
+        return opts
+
+    def get_working_memory(self, *, thread_id: str | None = None, resource_id: str | None = None) -> Any:
+        """Markdown mode: the stored text (or None). Schema mode: the stored object (or None)."""
+        opts = self._wm_options()
+        value = self.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
+        if value.text is None:
+            return None
+        return value.data if value.format == "json" else value.text
+
+    def update_working_memory(
+        self, *, thread_id: str | None = None, resource_id: str | None = None, working_memory: Any,
+        author: str = "api",
+    ) -> Any:
+        opts = self._wm_options()
+        self._check_wm_thread(opts, thread_id, resource_id)
+        value = self.working_memory_service.write(
+            opts, thread_id=thread_id, resource_id=resource_id, value=working_memory, author=author
+        )
+        return value.data
+
+    def merge_working_memory(
+        self, *, thread_id: str | None = None, resource_id: str | None = None, patch: Any, author: str = "api"
+    ) -> dict[str, Any]:
+        opts = self._wm_options()
+        if opts.schema is None:
+            raise WorkingMemoryError(
+                "merge_working_memory needs schema-based working memory; this memory uses a Markdown template "
+                "(use update_working_memory instead)."
+            )
+        self._check_wm_thread(opts, thread_id, resource_id)
+        value = self.working_memory_service.merge(
+            opts, thread_id=thread_id, resource_id=resource_id, patch=patch, author=author
+        )
+        return value.data  # type: ignore[no-any-return]
+
+    def _check_wm_thread(self, opts: Any, thread_id: str | None, resource_id: str | None) -> None:
+        if opts.scope == "thread":
+            if not thread_id:
+                raise WorkingMemoryError("Thread-scoped working memory needs a thread id.")
+            if self.get_thread(thread_id) is None:
+                raise NotFoundError(f"Thread {thread_id} not found")
+        if thread_id and resource_id:
+            thread = self.get_thread(thread_id)
+            if thread is not None and thread.resource_id and thread.resource_id != resource_id:
+                raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
+
+    def working_memory_tool(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """The update tool's definition, or None when the model may not update working memory."""
+        from core.working_memory import tool_definition
+
+        opts = self.effective_options(overrides)
+        wm = opts.working_memory
+        if not wm.enabled or opts.read_only or not wm.agent_managed:
+            return None
+        return tool_definition(wm)
+
+    def apply_working_memory_tool(
+        self, *, thread_id: str | None, resource_id: str | None, args: Any,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run an ``updateWorkingMemory`` call from the model; returns an ``UpdateResult``."""
+        opts = self.effective_options(overrides)
+        return self.working_memory_service.apply_tool_call(
+            opts.working_memory, thread_id=thread_id, resource_id=resource_id, args=args
+        )
+
+    # -- configuration ---------------------------------------------------------------------------
+    def effective_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
+        """Instance options, then the Studio's template/schema override (newest), then per-call overrides."""
+        opts = self.options
+        override = self.config_override()
+        if override is not None and opts.working_memory.enabled:
+            wm: dict[str, Any] = {}
+            if override.get("schema") is not None:
+                wm = {"schema": override["schema"], "template": None}
+            elif override.get("template") is not None:
+                wm = {"template": override["template"], "schema": None}
+            if wm:
+                base = opts.to_dict()
+                base["working_memory"].update(wm)
+                opts = MemoryOptions(**base)
+        return opts.merged(overrides) if overrides else opts
+
+    def config_override(self) -> dict[str, Any] | None:
+        import sqlalchemy as sa
+
+        try:
+            with self.store.db.read() as conn:
+                row = conn.execute(
+                    sa.select(t.memory_configs.c.template, t.memory_configs.c.schema)
+                    .where(t.memory_configs.c.name == self.name).order_by(t.memory_configs.c.id.desc()).limit(1)
+                ).first()
+        except Exception:  # noqa: BLE001 - a foreign database without our tables simply has no overrides
+            return None
+        if row is None:
+            return None
+        return {"template": row.template, "schema": json.loads(row.schema) if row.schema else None}
+
+    def describe(self) -> dict[str, Any]:
+        """The resolved configuration (what the Studio shows as "what this agent runs with")."""
+        opts = self.effective_options()
+        return {
+            "name": self.name,
+            "database": self.store.location.display,
+            "options": opts.to_dict(),
+            "embedder": getattr(self.embedder, "model_id", None),
+            "tokenizer": self.tokenizer.name,
+            "inputProcessors": [p.id for p in self.input_processors(opts)],
+            "outputProcessors": [p.id for p in self.output_processors(opts)],
+        }
+
+    # -- processors ------------------------------------------------------------------------------
+    def input_processors(self, opts: MemoryOptions | None = None) -> list[Processor]:
+        opts = opts or self.options
+        user = {p.id: p for p in self.user_processors}
+        chain: list[Processor] = []
+        om = opts.observational_memory.enabled
+        if opts.history_enabled or om:
+            chain.append(user.pop(MemoryInputFilter.id, None) or MemoryInputFilter())
+        if opts.working_memory.enabled:
+            chain.append(user.pop(WorkingMemory.id, None) or WorkingMemory())
+        if opts.history_enabled and not om:
+            chain.append(user.pop(MessageHistory.id, None) or MessageHistory())
+        if opts.semantic_recall.enabled:
+            from core.processors.semantic_recall import SemanticRecall
+
+            chain.append(user.pop(SemanticRecall.id, None) or SemanticRecall())
+        if om:
+            from core.processors.observational import ObservationalMemory
+
+            chain.append(user.pop(ObservationalMemory.id, None) or ObservationalMemory())
+        chain.extend(user.values())
+        return chain
+
+    def output_processors(self, opts: MemoryOptions | None = None) -> list[Processor]:
+        opts = opts or self.options
+        user = {p.id: p for p in [*self.user_processors, *self.user_output_processors]}
+        chain: list[Processor] = []
+        if opts.semantic_recall.enabled:
+            from core.processors.semantic_recall import SemanticRecall
+
+            chain.append(user.pop(SemanticRecall.id, None) or SemanticRecall())
+        if opts.observational_memory.enabled:
+            from core.processors.observational import ObservationalMemory
+
+            chain.append(user.pop(ObservationalMemory.id, None) or ObservationalMemory())
+        else:
+            chain.append(user.pop(MessageHistory.id, None) or MessageHistory())
+        chain.extend(p for p in user.values() if p.id not in {c.id for c in chain} and p not in self.user_processors)
+        return chain
+
+    # -- assembly --------------------------------------------------------------------------------
+    def request_context(
+        self, *, thread_id: str | None, resource_id: str | None, options: Mapping[str, Any] | None = None,
+        scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None,
+    ) -> RequestContext:
+        resource_id, thread_id, others = parse_scopes(scopes, resource_id=resource_id, thread_id=thread_id)
+        opts = self.effective_options(options)
+        thread = self.get_thread(thread_id) if thread_id else None
+        if thread is not None and resource_id and thread.resource_id and thread.resource_id != resource_id:
+            raise ThreadOwnershipError(thread_id or "", thread.resource_id, resource_id)
+        if thread is not None and resource_id is None:
+            resource_id = thread.resource_id or None
+        return RequestContext(
+            thread_id=thread_id, resource_id=resource_id, options=opts, thread=thread, scopes=others,
+            values=dict(values or {}), memory_name=self.name,
+        )
+
+    def new_context(self, request: RequestContext, messages: MessageList | None = None) -> ProcessorContext:
+        return ProcessorContext(
+            request=request,
+            messages=messages or MessageList(thread_id=request.thread_id, resource_id=request.resource_id),
+            store=self.store, tokenizer=self.tokenizer, memory=self, tracer=self.tracer,
+        )
+
+    def assemble(
+        self,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        input: Sequence[Message] | Message | str = (),
+        instructions: str | Sequence[str] | None = None,
+        context: Sequence[Message] = (),
+        options: Mapping[str, Any] | None = None,
+        scopes: Sequence[str] | None = None,
+        request_context: Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> AssembledPrompt:
+        """Build the exact prompt for a turn without writing anything."""
+        request = self.request_context(
+            thread_id=thread_id, resource_id=resource_id, options=options, scopes=scopes, values=request_context
+        )
+        ctx = self.new_context(request)
+        self.prepare_input(ctx, input=input, instructions=instructions, context=context)
+        return self.run_input(ctx, extra_tools=tools)
+
+    def prepare_input(
+        self, ctx: ProcessorContext, *, input: Sequence[Message] | Message | str = (),
+        instructions: str | Sequence[str] | None = None, context: Sequence[Message] = (),
+    ) -> list[Message]:
+        """Put instructions, call-time context and the new input into the list (context sits just
+        before the input, and is never saved)."""
+        req = ctx.request
+        for text in ([instructions] if isinstance(instructions, str) else list(instructions or [])):
+            if text:
+                ctx.messages.add_system(text, None, Provenance("instructions"))
+        now = self.clock.now()
+        ctx_msgs = [m if isinstance(m, Message) else Message.user(str(m)) for m in context]
+        for i, m in enumerate(ctx_msgs):
+            if m.role == "system":
+                ctx.messages.add_system(m.text, None, Provenance("context", (m.id,)))
+                continue
+            ctx.messages.add(m.copy(created_at=now + timedelta(microseconds=i), created_at_given=True), "context",
+                             Provenance("context"))
+        if isinstance(input, (str, Message)):
+            input = [input]  # type: ignore[list-item]
+        inputs: list[Message] = []
+        start = now + timedelta(milliseconds=1)
+        for i, m in enumerate(input):
+            msg = Message.user(m) if isinstance(m, str) else m
+            if not isinstance(msg, Message):
+                raise MessageFormatError(f"Input messages must be Message objects or strings, got {type(m).__name__}.")
+            changes: dict[str, Any] = {
+                "thread_id": msg.thread_id or req.thread_id,
+                "resource_id": msg.resource_id or req.resource_id,
+            }
+            if msg.thread_id and req.thread_id and msg.thread_id != req.thread_id:
+                raise InvalidArgumentError(
+                    f"Input message {msg.id} names thread {msg.thread_id}, but this turn is for thread {req.thread_id}."
+                )
+            if not msg.created_at_given:
+                changes["created_at"] = start + timedelta(milliseconds=i)
+                changes["created_at_given"] = True
+            msg = msg.copy(**changes)
+            inputs.append(msg)
+        if inputs:
+            ctx.messages.add(inputs, "input", Provenance("input"))
+        return inputs
+
+    def run_input(self, ctx: ProcessorContext, *, extra_tools: Sequence[Mapping[str, Any]] = ()) -> AssembledPrompt:
+        chain = self.input_processors(ctx.request.options)
+        for processor in chain:
+            self._run(processor, ctx, "input")
+        return self.record(ctx, [p.id for p in chain], extra_tools)
+
+    def record(
+        self, ctx: ProcessorContext, processors: list[str], extra_tools: Sequence[Mapping[str, Any]] = ()
+    ) -> AssembledPrompt:
+        tools = [*ctx.tools, *[dict(tl) for tl in extra_tools]]
+        return build_prompt(
+            ctx.messages, tokenizer=self.tokenizer, tools=tools, skipped=ctx.skipped, notes=ctx.notes,
+            options=ctx.request.options.to_dict(), processors=processors,
+            context_window=ctx.request.options.context_window,
+        )
+
+    def run_output(self, ctx: ProcessorContext) -> list[Message]:
+        """Run output processors (indexing, saving) after the model answered."""
+        ctx.phase = "output"
+        for processor in self.output_processors(ctx.request.options):
+            self._run(processor, ctx, "output")
+        return list(ctx.saved)
+
+    def _run(self, processor: Processor, ctx: ProcessorContext, phase: str) -> None:
+        method = processor.process_input if phase == "input" else processor.process_output
+        if self.tracer is None:
+            method(ctx)
+            return
+        with self.tracer.start_span(
+            f"processor: {processor.id} ({phase})", "processor_run",
+            attributes={"processorId": processor.id, "phase": phase},
+            thread_id=ctx.request.thread_id, resource_id=ctx.request.resource_id,
+        ) as span:
+            method(ctx)
+            reason = ctx.skipped.get(processor.id)
+            span.set_attributes({"skipped": reason} if reason else {"notes": ctx.notes.get(processor.id, {})})
+
+    # -- registry --------------------------------------------------------------------------------
+    def register(self, agent_name: str | None = None) -> None:
+        """Record this memory's resolved configuration so the Studio can show what agents run with."""
+        import os
+        import socket
+
+        from sqlalchemy.dialects.sqlite import insert
+
+        if self.store.read_only or not self.store.db.has_table("memory_studio_agents"):
+            return
+        stmt = insert(t.agent_registry).values(
+            name=agent_name or self.name, config=json.dumps(self.describe(), default=str),
+            process=f"{socket.gethostname()}:{os.getpid()}", updatedAt=iso_now(),
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[t.agent_registry.c.name],
+            set_={"config": stmt.excluded.config, "process": stmt.excluded.process, "updatedAt": stmt.excluded.updatedAt},
+        )
+        with self.store.db.write() as conn:
+            conn.execute(stmt)
+
+
+MemoryFactory = Callable[[Mapping[str, Any]], Memory]
+
+
+def resolve_memory(memory: Memory | MemoryFactory | None, request_context: Mapping[str, Any]) -> Memory | None:
+    """A memory may be given as a factory that picks one per request (e.g. by user tier)."""
+    if memory is None or isinstance(memory, Memory):
+        return memory
+    if callable(memory):
+        chosen = memory(request_context)
+        if not isinstance(chosen, Memory):
+            raise ConfigurationError(f"The memory factory returned {type(chosen).__name__}, not a Memory.")
+        return chosen
+    raise ConfigurationError(f"memory must be a Memory or a factory function, got {type(memory).__name__}.")
+
+
+__all__ = [
+    "ConfigurationError",
+    "Memory",
+    "MemoryFactory",
+    "OptionsError",
+    "RecallResult",
+    "ScopeConflictError",
+    "ThreadOwnershipError",
+    "parse_scopes",
+    "resolve_memory",
+]

@@ -1,0 +1,80 @@
+"""The processor protocol: one shape for every memory processor.
+
+A processor has a stable ``id``, reads its inputs from the ``ProcessorContext`` it is handed (never
+from globals), adds to the turn's ``MessageList`` with provenance, and — when it adds nothing — says
+why through ``ctx.skip``. The Studio shows those reasons; silent no-ops were a top complaint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+
+from core.message_list import MessageList
+from core.options import MemoryOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage import Store
+    from core.storage.memory_store import Thread
+    from core.tokens import Tokenizer
+
+
+@dataclass
+class RequestContext:
+    """Who and what this turn is for."""
+
+    thread_id: str | None
+    resource_id: str | None
+    options: MemoryOptions
+    thread: "Thread | None" = None
+    scopes: tuple[str, ...] = ()  # scopes other than resource:/thread:, handed to processors as-is
+    values: Mapping[str, Any] = field(default_factory=dict)  # the caller's request-context values
+    memory_name: str = "default"
+
+    @property
+    def read_only(self) -> bool:
+        return self.options.read_only
+
+
+@dataclass
+class ProcessorContext:
+    request: RequestContext
+    messages: MessageList
+    store: "Store"
+    tokenizer: "Tokenizer"
+    memory: Any  # the Memory facade (typed loosely to avoid an import cycle)
+    tracer: Any = None
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-processor details for the record
+    phase: str = "input"  # "input" | "output"
+    tools: list[dict[str, Any]] = field(default_factory=list)  # tool definitions processors offer the model
+    finish_reason: str | None = None  # set by the runtime before output processors run
+    saved: list[Any] = field(default_factory=list)  # messages persisted by output processors
+
+    def skip(self, processor_id: str, reason: str) -> None:
+        """Record why a processor added nothing (shown in the prompt record and the trace)."""
+        self.skipped[processor_id] = reason
+
+    def note(self, processor_id: str, **details: Any) -> None:
+        self.notes.setdefault(processor_id, {}).update(details)
+
+
+@runtime_checkable
+class Processor(Protocol):
+    id: str
+
+    def process_input(self, ctx: ProcessorContext) -> None: ...
+
+    def process_output(self, ctx: ProcessorContext) -> None: ...
+
+
+class BaseProcessor:
+    """Convenience base: both phases default to doing nothing (and say so)."""
+
+    id: str = "processor"
+
+    def process_input(self, ctx: ProcessorContext) -> None:
+        return None
+
+    def process_output(self, ctx: ProcessorContext) -> None:
+        return None

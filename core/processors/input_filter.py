@@ -1,0 +1,26 @@
+"""MemoryInputFilter: a client that re-sends the whole conversation every turn would otherwise get
+every message twice. Input messages already stored in this thread are dropped from the input; the
+history processor loads them from storage instead."""
+
+from __future__ import annotations
+
+from core.processors.base import BaseProcessor, ProcessorContext
+
+
+class MemoryInputFilter(BaseProcessor):
+    id = "memory-input-filter"
+
+    def process_input(self, ctx: ProcessorContext) -> None:
+        req = ctx.request
+        inputs = ctx.messages.messages("input")
+        if not req.thread_id or len(inputs) < 2:
+            ctx.skip(self.id, "no echoed history in the input")
+            return
+        stored = {m.id for m in ctx.store.memory.get_messages([m.id for m in inputs]) if m.thread_id == req.thread_id}
+        # Never drop the newest input: that is the question being asked now.
+        echoed = [m.id for m in inputs[:-1] if m.id in stored]
+        if not echoed:
+            ctx.skip(self.id, "no echoed history in the input")
+            return
+        ctx.messages.remove(echoed)
+        ctx.note(self.id, dropped=echoed)

@@ -1,0 +1,62 @@
+"""MessageHistory: the newest N messages of the thread, and saving the turn afterwards (spec §2.3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.message_list import Provenance
+from core.processors.base import BaseProcessor, ProcessorContext
+from core.storage.memory_store import MessageQuery
+
+
+@dataclass
+class MessageHistoryOptions:
+    """``last_messages``: how many stored messages to load (default 10; 0 or False disables loading)."""
+
+    last_messages: int | bool = 10
+
+
+class MessageHistory(BaseProcessor):
+    id = "message-history"
+
+    def __init__(self, options: MessageHistoryOptions | None = None) -> None:
+        self.options = options
+
+    def _limit(self, ctx: ProcessorContext) -> int:
+        value = self.options.last_messages if self.options else ctx.request.options.last_messages
+        return 0 if value is False else int(value)
+
+    def process_input(self, ctx: ProcessorContext) -> None:
+        req = ctx.request
+        if not req.thread_id:
+            ctx.skip(self.id, "no thread id was given, so there is no history to load")
+            return
+        limit = self._limit(ctx)
+        if limit <= 0:
+            ctx.skip(self.id, "history is disabled (last_messages is 0 or False)")
+            return
+        # Storage errors propagate: a turn without its history would silently mislead the model.
+        rows = ctx.store.memory.list_messages(
+            MessageQuery(thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True)
+        )
+        if not rows:
+            ctx.skip(self.id, f"thread {req.thread_id} has no stored messages yet")
+            return
+        for msg in rows:
+            ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,)))
+        ctx.note(self.id, loaded=len(rows), limit=limit)
+
+    def process_output(self, ctx: ProcessorContext) -> None:
+        req = ctx.request
+        if not req.thread_id:
+            ctx.skip(self.id, "no thread id, nothing saved")
+            return
+        if req.read_only:
+            ctx.skip(self.id, "read-only: the turn was not saved")
+            return
+        new = ctx.messages.new_messages()
+        responses = ctx.messages.messages("response")
+        if ctx.finish_reason == "error" and not responses:
+            ctx.skip(self.id, "the model call failed with no output; the input was not saved")
+            return
+        ctx.saved.extend(ctx.memory.save_messages(new, _index=False))

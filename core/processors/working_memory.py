@@ -1,0 +1,39 @@
+"""WorkingMemory: shows the stored working memory to the model as one system message (tag ``memory``)
+and offers the update tool. Updates happen in the tool (``core.working_memory``), not here."""
+
+from __future__ import annotations
+
+from core.message_list import Provenance
+from core.processors.base import BaseProcessor, ProcessorContext
+from core.working_memory import instruction, tool_definition
+from core.working_memory_schema import WorkingMemoryError
+
+
+class WorkingMemory(BaseProcessor):
+    id = "working-memory"
+
+    def process_input(self, ctx: ProcessorContext) -> None:
+        req = ctx.request
+        opts = req.options.working_memory
+        if not opts.enabled:
+            ctx.skip(self.id, "working memory is disabled")
+            return
+        if not req.thread_id and not req.resource_id:
+            ctx.skip(self.id, "neither a thread id nor a resource id was given")
+            return
+        service = ctx.memory.working_memory_service
+        try:
+            value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
+        except WorkingMemoryError as exc:
+            ctx.skip(self.id, str(exc))
+            return
+        text = instruction(opts, value.text, read_only=req.read_only)
+        ctx.messages.add_system(
+            text, "memory",
+            Provenance(self.id, detail={"scope": value.scope, "owner": value.owner_id, "format": value.format,
+                                        "empty": not value.text, "readOnly": req.read_only}),
+        )
+        offered = not req.read_only and opts.agent_managed
+        if offered:
+            ctx.tools.append(tool_definition(opts))
+        ctx.note(self.id, scope=value.scope, owner=value.owner_id, tools=["updateWorkingMemory"] if offered else [])

@@ -1,0 +1,255 @@
+"""The assembled prompt and its record: exactly what the model receives, and where each piece came from.
+
+This is the one code path that turns a ``MessageList`` into model messages. The agent runtime sends
+``AssembledPrompt.messages``; the Studio and the CLI render ``AssembledPrompt.fragments``. Neither
+recomputes the prompt another way (Mastra #17797: the panel showed recall the model never got).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.message_list import MessageList
+from core.messages import Message
+from core.timeutil import to_iso
+from core.tokens import REPLY_PRIMER, Tokenizer, count_message_tokens
+
+
+@dataclass
+class Fragment:
+    """One piece of the prompt: a system message, a conversation message, or the tool definitions."""
+
+    index: int  # position among fragments
+    role: str  # "system" | "user" | "assistant" | "tool" | "tools"
+    text: str  # what the model reads (for tools: the JSON definitions)
+    source: str  # processor id or "instructions" / "input" / "context" / "tools"
+    kind: str  # "instructions" | "system" | "memory" | "input" | "context" | "tools"
+    stored_ids: tuple[str, ...] = ()
+    score: float | None = None
+    tokens: int = 0
+    tag: str | None = None
+    message_indexes: tuple[int, ...] = ()  # which entries of ``messages`` this fragment became
+    created_at: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "role": self.role,
+            "text": self.text,
+            "source": self.source,
+            "kind": self.kind,
+            "storedIds": list(self.stored_ids),
+            "score": self.score,
+            "tokens": self.tokens,
+            "tag": self.tag,
+            "messageIndexes": list(self.message_indexes),
+            "createdAt": self.created_at,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class AssembledPrompt:
+    messages: list[dict[str, Any]]  # OpenAI chat format, in order
+    fragments: list[Fragment]
+    skipped: dict[str, str]  # processor id -> why it added nothing
+    tools: list[dict[str, Any]]
+    tokenizer: str
+    thread_id: str | None
+    resource_id: str | None
+    options: dict[str, Any]
+    processors: list[str]  # input processors that ran, in order
+    context_window: int
+    notes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    message_list: MessageList | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(f.tokens for f in self.fragments) + REPLY_PRIMER
+
+    def tokens_by_source(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for f in self.fragments:
+            out[f.source] = out.get(f.source, 0) + f.tokens
+        return out
+
+    def fragments_from(self, source: str) -> list[Fragment]:
+        return [f for f in self.fragments if f.source == source]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "threadId": self.thread_id,
+            "resourceId": self.resource_id,
+            "tokenizer": self.tokenizer,
+            "totalTokens": self.total_tokens,
+            "contextWindow": self.context_window,
+            "tokensBySource": self.tokens_by_source(),
+            "processors": self.processors,
+            "skipped": self.skipped,
+            "messages": self.messages,
+            "tools": self.tools,
+            "fragments": [f.to_dict() for f in self.fragments],
+            "options": self.options,
+            "notes": self.notes,
+        }
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=kw.pop("indent", 2), default=str, **kw)
+
+    def openai_messages_json(self) -> str:
+        return json.dumps(self.messages, ensure_ascii=False, indent=2)
+
+
+def build_prompt(
+    ml: MessageList,
+    *,
+    tokenizer: Tokenizer,
+    tools: list[dict[str, Any]],
+    skipped: dict[str, str],
+    notes: dict[str, dict[str, Any]],
+    options: dict[str, Any],
+    processors: list[str],
+    context_window: int,
+) -> AssembledPrompt:
+    messages: list[dict[str, Any]] = []
+    fragments: list[Fragment] = []
+
+    for entry in ml.system_entries():
+        kind = "instructions" if entry.provenance.processor_id == "instructions" else (
+            "memory" if entry.tag == "memory" or entry.provenance.processor_id not in ("system", "input", "context") else "system"
+        )
+        messages.append({"role": "system", "content": entry.text})
+        fragments.append(
+            Fragment(
+                index=len(fragments), role="system", text=entry.text, source=entry.provenance.processor_id, kind=kind,
+                stored_ids=entry.provenance.stored_ids, score=entry.provenance.score,
+                tokens=count_message_tokens(tokenizer, entry.text), tag=entry.tag,
+                message_indexes=(len(messages) - 1,), detail=dict(entry.provenance.detail),
+            )
+        )
+
+    for entry in ml.conversation():
+        wire = to_openai(entry.message)
+        if not wire:
+            continue
+        start = len(messages)
+        messages.extend(wire)
+        text = "\n".join(_wire_text(w) for w in wire)
+        tokens = sum(count_message_tokens(tokenizer, _wire_text(w)) for w in wire)
+        kind = {"memory": "memory", "input": "input", "context": "context", "response": "input"}.get(entry.source, "system")
+        fragments.append(
+            Fragment(
+                index=len(fragments), role=entry.message.role, text=text, source=entry.provenance.processor_id,
+                kind=kind, stored_ids=entry.provenance.stored_ids or ((entry.message.id,) if entry.source == "memory" else ()),
+                score=entry.provenance.score, tokens=tokens, message_indexes=tuple(range(start, len(messages))),
+                created_at=to_iso(entry.message.created_at), detail={"messageId": entry.message.id, **entry.provenance.detail},
+            )
+        )
+
+    if tools:
+        text = json.dumps(tools, ensure_ascii=False)
+        fragments.append(
+            Fragment(
+                index=len(fragments), role="tools", text=text, source=_tool_source(tools, notes), kind="tools",
+                tokens=tokenizer.count(text), detail={"names": [t["function"]["name"] for t in tools]},
+            )
+        )
+
+    return AssembledPrompt(
+        messages=messages, fragments=fragments, skipped=dict(skipped), tools=list(tools), tokenizer=tokenizer.name,
+        thread_id=ml.thread_id, resource_id=ml.resource_id, options=options, processors=processors,
+        context_window=context_window, notes=notes, message_list=ml,
+    )
+
+
+def _tool_source(tools: list[dict[str, Any]], notes: dict[str, dict[str, Any]]) -> str:
+    owners = {name for pid, n in notes.items() for name in n.get("tools", ())}
+    names = {t["function"]["name"] for t in tools}
+    if names and names <= owners:
+        return next(pid for pid, n in notes.items() if n.get("tools"))
+    return "tools"
+
+
+def _wire_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        text = " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    else:
+        text = content or ""
+    if message.get("tool_calls"):
+        calls = json.dumps(message["tool_calls"], ensure_ascii=False)
+        text = f"{text}\n{calls}" if text else calls
+    return text
+
+
+def to_openai(message: Message) -> list[dict[str, Any]]:
+    """One stored message as OpenAI chat messages.
+
+    An assistant message that called tools becomes: assistant(tool_calls) → tool(result) … →
+    assistant(text). Reasoning, step markers and data parts are UI-only and are not sent back.
+    """
+    if message.role in ("user", "signal"):
+        return [_user(message)]
+    if message.role == "system":
+        return [{"role": "system", "content": message.text}]
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal texts, calls, results
+        if calls:
+            out.append({"role": "assistant", "content": "\n".join(texts) or None, "tool_calls": calls})
+            out.extend(results)
+        elif texts:
+            out.append({"role": "assistant", "content": "\n".join(texts)})
+        texts, calls, results = [], [], []
+
+    for part in message.parts:
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str) and part["text"]:
+            if calls:
+                flush()
+            texts.append(part["text"])
+        elif kind == "tool-invocation":
+            inv = part.get("toolInvocation") or {}
+            if inv.get("state") == "partial-call":
+                continue
+            call_id = str(inv.get("toolCallId"))
+            calls.append({
+                "id": call_id, "type": "function",
+                "function": {"name": inv.get("toolName"), "arguments": json.dumps(inv.get("args") or {}, ensure_ascii=False)},
+            })
+            if inv.get("state") == "result":
+                result = inv.get("result")
+                results.append({
+                    "role": "tool", "tool_call_id": call_id,
+                    "content": result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str),
+                })
+    flush()
+    if not out and message.content.get("content"):
+        out.append({"role": "assistant", "content": message.content["content"]})
+    return out
+
+
+def _user(message: Message) -> dict[str, Any]:
+    files = [p for p in message.parts if p.get("type") == "file"]
+    text = message.text
+    if not files:
+        return {"role": "user", "content": text}
+    content: list[dict[str, Any]] = []
+    if text:
+        content.append({"type": "text", "text": text})
+    for f in files:
+        mime = str(f.get("mimeType") or f.get("mediaType") or "")
+        data = str(f.get("data") or f.get("url") or "")
+        if mime.startswith("image/"):
+            url = data if data.startswith(("http", "data:")) else f"data:{mime};base64,{data}"
+            content.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            content.append({"type": "text", "text": f"[file {f.get('filename') or ''} ({mime})]"})
+    return {"role": "user", "content": content}

@@ -1,0 +1,111 @@
+"""The composite store: the default domain (libSQL file) and the observability domain (DuckDB file).
+
+Conversations are user data that cannot be rebuilt; traces are derived data. So they live in two
+files and two engines (seed 001): deleting ``observability.duckdb`` never loses a conversation.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from core.storage.database import (
+    Database,
+    DatabaseOpenError,
+    ReadOnlyError,
+    SchemaError,
+    StorageError,
+)
+from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MemoryStore, NotFoundError
+from core.storage.paths import DatabaseLocationError, ResolvedPath, resolve_db_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage.observability import ObservabilityStore
+
+
+class Store:
+    """What the engine and the Studio hold: one database location, both domains."""
+
+    def __init__(self, db: Database, *, observability_path: os.PathLike[str] | str | None = None) -> None:
+        self.db = db
+        self.memory = MemoryStore(db)
+        self._observability: Any = None
+        self._observability_path = observability_path
+        self.extensions: dict[str, Any] = {}  # per-store singletons (vector index, caches)
+
+    @property
+    def location(self) -> ResolvedPath:
+        return self.db.location
+
+    @property
+    def read_only(self) -> bool:
+        return self.db.read_only
+
+    @property
+    def observability(self) -> "ObservabilityStore | None":
+        """The DuckDB trace store beside the database (None for in-memory databases)."""
+        if self._observability is None:
+            path = self._observability_path or self.location.observability_path
+            if path is None:
+                return None
+            from core.storage.observability import ObservabilityStore
+
+            self._observability = ObservabilityStore(path, read_only=self.read_only)
+        return self._observability  # type: ignore[no-any-return]
+
+    def pending_migrations(self) -> list[str]:
+        return self.db.pending_migrations()
+
+    def migrate(self) -> list[str]:
+        return self.db.migrate()
+
+    def close(self) -> None:
+        for ext in self.extensions.values():
+            close = getattr(ext, "close", None)
+            if callable(close):
+                close()
+        self.extensions.clear()
+        if self._observability is not None:
+            self._observability.close()
+        self.db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def open_store(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    read_only: bool = False,
+    create: bool = True,
+    observability_path: str | os.PathLike[str] | None = None,
+) -> Store:
+    """Open the memory database.
+
+    ``target`` may be a path, ``file:path`` or ``:memory:``; without it the path is resolved from
+    ``$MEMORY_STUDIO_DB``, then the project root's ``.temp/memory.db``, then the user data folder.
+    """
+    location = resolve_db_path(target)
+    db = Database(location, read_only=read_only, create=create)
+    return Store(db, observability_path=observability_path)
+
+
+__all__ = [
+    "AlreadyExistsError",
+    "Database",
+    "DatabaseLocationError",
+    "DatabaseOpenError",
+    "InvalidArgumentError",
+    "MemoryStore",
+    "NotFoundError",
+    "ReadOnlyError",
+    "ResolvedPath",
+    "SchemaError",
+    "StorageError",
+    "Store",
+    "open_store",
+    "resolve_db_path",
+]

@@ -1,0 +1,189 @@
+"""The libSQL database file behind the default storage domain.
+
+SQLAlchemy Core over ``libsql-experimental`` (SQLite 3.45 inside, so ``json()`` reads Mastra's JSONB
+blobs). Every connection gets a busy timeout; files we own run in WAL mode so one process can write
+while another reads. Opening a database never changes it unless it is ours (or empty) — a Mastra
+database is migrated only by an explicit ``migrate()`` call.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.pool import StaticPool
+
+from core.storage import migrations
+from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_parent
+
+BUSY_TIMEOUT_MS = 10_000
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class StorageError(RuntimeError):
+    """Base class for storage problems a user can act on."""
+
+
+class DatabaseOpenError(StorageError):
+    """The file exists but cannot be used as a memory database."""
+
+
+class ReadOnlyError(StorageError):
+    """A write was attempted on a database opened read-only."""
+
+
+class SchemaError(StorageError):
+    """The schema is missing, foreign, or newer than this version understands."""
+
+
+class Database:
+    """One database file: an engine, its ownership and its migrations."""
+
+    def __init__(self, location: ResolvedPath, *, read_only: bool = False, create: bool = True) -> None:
+        self.location = location
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        path = location.path
+        if path is not None:
+            _check_file(path, create=create and not read_only)
+            if not path.exists():
+                ensure_parent(path)
+            url = f"sqlite+libsql:///{path}"
+            self.engine = sa.create_engine(url, pool_size=4, max_overflow=8)
+        else:
+            self.engine = sa.create_engine(
+                "sqlite+libsql:///:memory:", poolclass=StaticPool, connect_args={"check_same_thread": False}
+            )
+        sa.event.listen(self.engine, "connect", self._on_connect)
+        try:
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+                self.is_empty = not _has_user_tables(conn)
+                self.owned = self.is_empty or migrations.has_table(conn, migrations.MIGRATIONS_TABLE)
+                self.is_mastra = migrations.has_table(conn, "mastra_threads")
+        except sa.exc.DBAPIError as exc:
+            self.engine.dispose()
+            raise DatabaseOpenError(_explain_open_error(location.display, exc)) from exc
+        if self.owned and not self.read_only:
+            self._enable_wal()
+            self.migrate()
+        elif self.unknown_migrations():
+            # Written by a newer version: reading may still work, but we never write to it.
+            pass
+
+    # -- connections -------------------------------------------------------------------------
+    def _on_connect(self, dbapi_conn: object, _record: object) -> None:
+        cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if self.read_only:
+            # Enforced by SQLite itself, so no code path of ours can write by mistake.
+            cursor.execute("PRAGMA query_only = 1")
+
+    def _enable_wal(self) -> None:
+        if self.location.path is None:
+            return
+        with self.engine.connect() as conn:
+            mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+            if str(mode).lower() != "wal":
+                conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+                conn.commit()
+
+    @contextmanager
+    def read(self) -> Iterator[sa.Connection]:
+        with self.engine.connect() as conn:
+            try:
+                yield conn
+            finally:
+                conn.rollback()
+
+    @contextmanager
+    def write(self) -> Iterator[sa.Connection]:
+        """A write transaction. Refused on read-only or newer-schema databases."""
+        if self.read_only:
+            raise ReadOnlyError(
+                f"{self.location.display} is open read-only. Allow writes first (Studio: File > Allow Writes)."
+            )
+        newer = self.unknown_migrations()
+        if newer:
+            raise SchemaError(
+                f"{self.location.display} was written by a newer Memory Studio (migrations {', '.join(newer)}). "
+                "Upgrade Memory Studio before writing to it."
+            )
+        with self.engine.begin() as conn:
+            yield conn
+
+    # -- schema ------------------------------------------------------------------------------
+    def pending_migrations(self) -> list[str]:
+        with self.read() as conn:
+            return migrations.pending(conn)
+
+    def applied_migrations(self) -> list[str]:
+        with self.read() as conn:
+            return migrations.applied(conn)
+
+    def unknown_migrations(self) -> list[str]:
+        with self.read() as conn:
+            return migrations.unknown(conn)
+
+    def has_table(self, name: str) -> bool:
+        with self.read() as conn:
+            return migrations.has_table(conn, name)
+
+    def migrate(self, names: Sequence[str] | None = None) -> list[str]:
+        """Apply pending migrations. This is the explicit call a foreign (Mastra) database needs."""
+        if self.read_only:
+            raise ReadOnlyError(f"{self.location.display} is open read-only; it cannot be migrated.")
+        with self._lock:
+            done = migrations.apply(self.engine.connect, names)
+        self.owned = True
+        return done
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _has_user_tables(conn: sa.Connection) -> bool:
+    row = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' LIMIT 1"
+    ).first()
+    return row is not None
+
+
+def _check_file(path: Path, *, create: bool) -> None:
+    if path.exists():
+        if path.is_dir():
+            raise DatabaseOpenError(f"{path} is a folder, not a database file. Choose a file inside it.")
+        if not os.access(path, os.R_OK):
+            raise DatabaseOpenError(f"{path} cannot be read (permission denied). Fix its permissions.")
+        size = path.stat().st_size
+        if size:
+            with path.open("rb") as fh:
+                header = fh.read(len(SQLITE_HEADER))
+            if header != SQLITE_HEADER:
+                raise DatabaseOpenError(
+                    f"{path} is not a SQLite/libSQL database (its header does not match). "
+                    "Open a .db file written by Memory Studio or Mastra."
+                )
+        return
+    if not create:
+        raise DatabaseOpenError(f"{path} does not exist. Check the path, or open it with writes allowed to create it.")
+    try:
+        ensure_parent(path)
+    except DatabaseLocationError:
+        raise
+
+
+def _explain_open_error(display: str, exc: Exception) -> str:
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return (
+            f"{display} is locked by another process that is holding a long write. "
+            "Wait for it to finish, or close the other program, then try again."
+        )
+    if "not a database" in text or "malformed" in text:
+        return f"{display} is not a usable database ({exc.__class__.__name__}: {exc}). It was left unchanged."
+    return f"Cannot open {display}: {exc}"

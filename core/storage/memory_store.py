@@ -1,0 +1,484 @@
+"""Threads, messages and resources on the libSQL file, with Mastra's semantics (spec §1.3).
+
+Plain data in, plain data out: no knowledge of processors or prompts. Metadata is written as JSON
+text; reads accept JSON text and the SQLite JSONB blobs Mastra writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from core.messages import Message
+from core.storage import schema as t
+from core.storage.database import Database, StorageError
+from core.timeutil import iso_now, parse_iso, to_iso
+
+
+class NotFoundError(StorageError, LookupError):
+    pass
+
+
+class AlreadyExistsError(StorageError):
+    pass
+
+
+class InvalidArgumentError(StorageError, ValueError):
+    pass
+
+
+@dataclass
+class Thread:
+    id: str
+    resource_id: str
+    title: str
+    metadata: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "resourceId": self.resource_id,
+            "title": self.title,
+            "metadata": self.metadata,
+            "createdAt": to_iso(self.created_at),
+            "updatedAt": to_iso(self.updated_at),
+        }
+
+
+@dataclass
+class ThreadSummary:
+    thread: Thread
+    message_count: int
+    last_activity: datetime | None
+
+
+@dataclass
+class Resource:
+    id: str
+    working_memory: str | None
+    metadata: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass
+class ResourceSummary:
+    id: str
+    thread_count: int
+    message_count: int
+    last_activity: datetime | None
+    has_working_memory: bool
+
+
+@dataclass
+class ThreadPage:
+    threads: list[Thread]
+    total: int
+    page: int
+    per_page: int
+    has_more: bool
+
+    def __iter__(self) -> Iterator[Thread]:
+        return iter(self.threads)
+
+    def __len__(self) -> int:
+        return len(self.threads)
+
+    def __getitem__(self, index: int) -> Thread:
+        return self.threads[index]
+
+
+@dataclass
+class Include:
+    """A stored message plus ``before``/``after`` neighbours in its own thread (recall context)."""
+
+    id: str
+    thread_id: str | None = None
+    before: int = 0
+    after: int = 0
+
+
+@dataclass
+class MessageQuery:
+    thread_id: str
+    resource_id: str | None = None
+    last: int | None = None  # newest N, returned oldest-first
+    since: datetime | None = None
+    until: datetime | None = None
+    ids: Sequence[str] | None = None
+    exclude_system: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def json_col(col: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """Read a JSON column whether it holds text or a JSONB blob."""
+    return sa.case((sa.func.typeof(col) == "blob", sa.func.json(col)), else_=col)
+
+
+def load_json(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def dump_json(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+_THREAD_COLS = (
+    t.threads.c.id,
+    t.threads.c.resourceId,
+    t.threads.c.title,
+    json_col(t.threads.c.metadata).label("metadata"),
+    t.threads.c.createdAt,
+    t.threads.c.updatedAt,
+)
+
+
+def _thread(row: Any) -> Thread:
+    meta = load_json(row.metadata)
+    return Thread(
+        id=row.id,
+        resource_id=row.resourceId,
+        title=row.title or "",
+        metadata=meta if isinstance(meta, dict) else ({} if meta is not None else None),
+        created_at=parse_iso(row.createdAt),
+        updated_at=parse_iso(row.updatedAt),
+    )
+
+
+class MemoryStore:
+    """CRUD for the memory tables. Every method opens its own short transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # -- threads ---------------------------------------------------------------------------------
+    def create_thread(
+        self, *, thread_id: str, resource_id: str, title: str = "", metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+    ) -> Thread:
+        if not thread_id or not isinstance(thread_id, str):
+            raise InvalidArgumentError("A thread needs a non-empty string id.")
+        if not isinstance(resource_id, str):
+            raise InvalidArgumentError("A thread needs a resource id (a string).")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
+        now = to_iso(created_at) if created_at else iso_now()
+        with self.db.write() as conn:
+            if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first():
+                raise AlreadyExistsError(f"Thread with id {thread_id} already exists")
+            conn.execute(
+                t.threads.insert().values(
+                    id=thread_id, resourceId=resource_id, title=title or "",
+                    metadata=dump_json(dict(metadata)) if metadata is not None else None,
+                    createdAt=now, updatedAt=now,
+                )
+            )
+        thread = self.get_thread(thread_id)
+        assert thread is not None
+        return thread
+
+    def get_thread(self, thread_id: str) -> Thread | None:
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
+        return _thread(row) if row else None
+
+    def list_threads(
+        self, *, resource_id: str | None = None, page: int = 0, per_page: int | None = 100,
+        metadata_filter: Mapping[str, Any] | None = None, order_desc: bool = True,
+    ) -> ThreadPage:
+        if page < 0 or (per_page is not None and per_page < 0):
+            raise InvalidArgumentError("page and per_page must be non-negative.")
+        query = sa.select(*_THREAD_COLS)
+        count = sa.select(sa.func.count()).select_from(t.threads)
+        conds = []
+        if resource_id is not None:
+            conds.append(t.threads.c.resourceId == resource_id)
+        for key, value in (metadata_filter or {}).items():
+            if isinstance(value, (dict, list)):
+                raise InvalidArgumentError(
+                    f"Metadata filter values must be plain values; {key!r} is a {type(value).__name__}."
+                )
+            path = "$." + json.dumps(str(key))
+            conds.append(sa.func.json_extract(json_col(t.threads.c.metadata), path) == _sql_value(value))
+        if conds:
+            query = query.where(*conds)
+            count = count.where(*conds)
+        order = t.threads.c.createdAt.desc() if order_desc else t.threads.c.createdAt.asc()
+        query = query.order_by(order, t.threads.c.id)
+        if per_page:
+            query = query.limit(per_page).offset(page * per_page)
+        with self.db.read() as conn:
+            total = int(conn.execute(count).scalar() or 0)
+            rows = conn.execute(query).all()
+        size = per_page or total
+        return ThreadPage([_thread(r) for r in rows], total, page, size, bool(per_page) and (page + 1) * size < total)
+
+    def update_thread(
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None,
+        replace_metadata: bool = False,
+    ) -> Thread:
+        """Mastra semantics: metadata merges shallowly, an omitted title is kept."""
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
+        with self.db.write() as conn:
+            row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
+            if row is None:
+                raise NotFoundError(f"Thread {thread_id} not found")
+            current = _thread(row)
+            values: dict[str, Any] = {"updatedAt": iso_now()}
+            if title is not None:
+                values["title"] = title
+            if metadata is not None:
+                merged = dict(metadata) if replace_metadata else {**(current.metadata or {}), **metadata}
+                values["metadata"] = dump_json(merged)
+            conn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(**values))
+        updated = self.get_thread(thread_id)
+        assert updated is not None
+        return updated
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Delete the messages, then the thread (no FK cascade in Mastra's schema). Returns messages removed."""
+        with self.db.write() as conn:
+            removed = conn.execute(t.messages.delete().where(t.messages.c.thread_id == thread_id)).rowcount
+            conn.execute(t.threads.delete().where(t.threads.c.id == thread_id))
+        return int(removed or 0)
+
+    # -- messages --------------------------------------------------------------------------------
+    def save_messages(self, messages: Sequence[Message]) -> list[Message]:
+        """Upsert by id (newer content wins); bumps each touched thread's ``updatedAt``."""
+        if not messages:
+            return []
+        latest: dict[str, Message] = {}
+        for m in messages:  # a repeated id inside one batch: the later copy wins, O(n)
+            latest[m.id] = m
+        rows = [m.to_row() for m in latest.values()]
+        stmt = sqlite_insert(t.messages)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[t.messages.c.id],
+            set_={
+                "thread_id": stmt.excluded.thread_id,
+                "content": stmt.excluded.content,
+                "role": stmt.excluded.role,
+                "type": stmt.excluded.type,
+                "createdAt": stmt.excluded.createdAt,
+                "resourceId": stmt.excluded.resourceId,
+            },
+        )
+        now = iso_now()
+        with self.db.write() as conn:
+            conn.execute(stmt, rows)
+            for thread_id in {r["thread_id"] for r in rows}:
+                conn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(updatedAt=now))
+        return list(latest.values())
+
+    def list_messages(self, query: MessageQuery) -> list[Message]:
+        msg = t.messages.c
+        stmt = sa.select(t.messages).where(msg.thread_id == query.thread_id)
+        if query.resource_id is not None:
+            # Rows written before messages carried resourceId have NULL there; they still belong.
+            stmt = stmt.where(sa.or_(msg.resourceId == query.resource_id, msg.resourceId.is_(None)))
+        if query.exclude_system:
+            stmt = stmt.where(msg.role != "system")
+        if query.since is not None:
+            stmt = stmt.where(msg.createdAt >= to_iso(query.since))
+        if query.until is not None:
+            stmt = stmt.where(msg.createdAt <= to_iso(query.until))
+        if query.ids is not None:
+            stmt = stmt.where(msg.id.in_(list(query.ids)))
+        if query.last is not None:
+            stmt = stmt.order_by(msg.createdAt.desc(), msg.id.desc()).limit(query.last)
+        else:
+            stmt = stmt.order_by(msg.createdAt.asc(), msg.id.asc())
+        with self.db.read() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        result = [Message.from_row(r) for r in rows]
+        if query.last is not None:
+            result.reverse()
+        return result
+
+    def list_messages_page(self, thread_id: str, offset: int, limit: int) -> list[Message]:
+        """Chronological slice for large-thread viewers (index-backed; no full scan per page)."""
+        msg = t.messages.c
+        stmt = (
+            sa.select(t.messages).where(msg.thread_id == thread_id)
+            .order_by(msg.createdAt.asc(), msg.id.asc()).limit(limit).offset(offset)
+        )
+        with self.db.read() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [Message.from_row(r) for r in rows]
+
+    def count_messages(self, thread_id: str) -> int:
+        with self.db.read() as conn:
+            return int(
+                conn.execute(
+                    sa.select(sa.func.count()).select_from(t.messages).where(t.messages.c.thread_id == thread_id)
+                ).scalar() or 0
+            )
+
+    def get_messages(self, ids: Iterable[str]) -> list[Message]:
+        wanted = list(ids)
+        if not wanted:
+            return []
+        with self.db.read() as conn:
+            rows = conn.execute(sa.select(t.messages).where(t.messages.c.id.in_(wanted))).mappings().all()
+        return sorted((Message.from_row(r) for r in rows), key=lambda m: (m.created_at, m.id))
+
+    def messages_with_context(self, includes: Sequence[Include], resource_id: str | None = None) -> list[Message]:
+        """Each target plus its neighbours in the target's own thread, de-duplicated, oldest first."""
+        found: dict[str, Message] = {}
+        msg = t.messages.c
+        with self.db.read() as conn:
+            for inc in includes:
+                target = conn.execute(sa.select(t.messages).where(msg.id == inc.id)).mappings().first()
+                if target is None:
+                    continue
+                if resource_id is not None and target["resourceId"] not in (None, resource_id):
+                    continue
+                found[target["id"]] = Message.from_row(target)
+                base = sa.select(t.messages).where(msg.thread_id == target["thread_id"], msg.role != "system")
+                key = (target["createdAt"], target["id"])
+                if inc.before:
+                    rows = conn.execute(
+                        base.where(sa.tuple_(msg.createdAt, msg.id) < key)
+                        .order_by(msg.createdAt.desc(), msg.id.desc()).limit(inc.before)
+                    ).mappings().all()
+                    found.update((r["id"], Message.from_row(r)) for r in rows)
+                if inc.after:
+                    rows = conn.execute(
+                        base.where(sa.tuple_(msg.createdAt, msg.id) > key)
+                        .order_by(msg.createdAt.asc(), msg.id.asc()).limit(inc.after)
+                    ).mappings().all()
+                    found.update((r["id"], Message.from_row(r)) for r in rows)
+        return sorted(found.values(), key=lambda m: (m.created_at, m.id))
+
+    def delete_messages(self, ids: Iterable[str]) -> int:
+        wanted = list(ids)
+        if not wanted:
+            return 0
+        with self.db.write() as conn:
+            return int(conn.execute(t.messages.delete().where(t.messages.c.id.in_(wanted))).rowcount or 0)
+
+    def search_text(self, text: str, *, resource_id: str | None = None, limit: int = 50) -> list[Message]:
+        """Plain substring search (case-insensitive for ASCII). Full-text ranking lives in the recall index."""
+        if not text.strip():
+            return []
+        msg = t.messages.c
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        stmt = sa.select(t.messages).where(msg.content.like(pattern, escape="\\"), msg.role != "system")
+        if resource_id is not None:
+            stmt = stmt.join(t.threads, t.threads.c.id == msg.thread_id).where(t.threads.c.resourceId == resource_id)
+        stmt = stmt.order_by(msg.createdAt.desc()).limit(limit)
+        with self.db.read() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        out = []
+        for r in rows:
+            try:
+                out.append(Message.from_row(r))
+            except ValueError:
+                continue  # a corrupt row must not hide the other hits
+        return out
+
+    # -- resources -------------------------------------------------------------------------------
+    def get_resource(self, resource_id: str) -> Resource | None:
+        cols = (
+            t.resources.c.id, t.resources.c.workingMemory, json_col(t.resources.c.metadata).label("metadata"),
+            t.resources.c.createdAt, t.resources.c.updatedAt,
+        )
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(*cols).where(t.resources.c.id == resource_id)).first()
+        if row is None:
+            return None
+        meta = load_json(row.metadata)
+        return Resource(
+            row.id, row.workingMemory, meta if isinstance(meta, dict) else None,
+            parse_iso(row.createdAt), parse_iso(row.updatedAt),
+        )
+
+    def update_resource(
+        self, resource_id: str, *, working_memory: str | None = None, metadata: Mapping[str, Any] | None = None,
+        conn: sa.Connection | None = None,
+    ) -> None:
+        """Create the row if missing; merge metadata shallowly; replace working memory only when given."""
+        if conn is None:
+            with self.db.write() as own:
+                self.update_resource(resource_id, working_memory=working_memory, metadata=metadata, conn=own)
+            return
+        now = iso_now()
+        row = conn.execute(
+            sa.select(json_col(t.resources.c.metadata).label("metadata")).where(t.resources.c.id == resource_id)
+        ).first()
+        if row is None:
+            conn.execute(
+                t.resources.insert().values(
+                    id=resource_id, workingMemory=working_memory,
+                    metadata=dump_json(dict(metadata)) if metadata is not None else None,
+                    createdAt=now, updatedAt=now,
+                )
+            )
+            return
+        values: dict[str, Any] = {"updatedAt": now}
+        if working_memory is not None:
+            values["workingMemory"] = working_memory
+        if metadata is not None:
+            current = load_json(row.metadata)
+            values["metadata"] = dump_json({**(current if isinstance(current, dict) else {}), **metadata})
+        conn.execute(t.resources.update().where(t.resources.c.id == resource_id).values(**values))
+
+    def list_resources(self) -> list[ResourceSummary]:
+        """Every resource that owns a thread or a resource row, with counts for the Studio tree."""
+        sql = """
+        WITH ids AS (SELECT "resourceId" AS id FROM mastra_threads UNION SELECT id FROM mastra_resources),
+        th AS (SELECT "resourceId" AS id, count(*) AS n, max("updatedAt") AS last FROM mastra_threads GROUP BY 1),
+        ms AS (SELECT t."resourceId" AS id, count(m.id) AS n, max(m."createdAt") AS last
+               FROM mastra_messages m JOIN mastra_threads t ON t.id = m.thread_id GROUP BY 1)
+        SELECT ids.id, coalesce(th.n, 0), coalesce(ms.n, 0), coalesce(ms.last, th.last),
+               r."workingMemory" IS NOT NULL AND r."workingMemory" != ''
+        FROM ids LEFT JOIN th ON th.id = ids.id LEFT JOIN ms ON ms.id = ids.id
+        LEFT JOIN mastra_resources r ON r.id = ids.id
+        ORDER BY coalesce(ms.last, th.last) DESC, ids.id
+        """
+        with self.db.read() as conn:
+            rows = conn.exec_driver_sql(sql).all()
+        return [
+            ResourceSummary(r[0], int(r[1]), int(r[2]), parse_iso(r[3]) if r[3] else None, bool(r[4])) for r in rows
+        ]
+
+    def thread_summaries(self, resource_id: str | None = None) -> list[ThreadSummary]:
+        counts = (
+            sa.select(
+                t.messages.c.thread_id, sa.func.count().label("n"), sa.func.max(t.messages.c.createdAt).label("last")
+            ).group_by(t.messages.c.thread_id).subquery()
+        )
+        stmt = sa.select(*_THREAD_COLS, counts.c.n, counts.c.last).select_from(
+            t.threads.outerjoin(counts, counts.c.thread_id == t.threads.c.id)
+        )
+        if resource_id is not None:
+            stmt = stmt.where(t.threads.c.resourceId == resource_id)
+        stmt = stmt.order_by(sa.func.coalesce(counts.c.last, t.threads.c.updatedAt).desc(), t.threads.c.id)
+        with self.db.read() as conn:
+            rows = conn.execute(stmt).all()
+        return [ThreadSummary(_thread(r), int(r.n or 0), parse_iso(r.last) if r.last else None) for r in rows]
+
+
+def _sql_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return 1 if value else 0  # json_extract returns 1/0 for JSON true/false
+    return value

@@ -1,0 +1,111 @@
+"""Named, transactional schema migrations.
+
+Each migration has a stable name and runs inside one transaction together with the row that records
+it, so a crash leaves either all of it or none. ``pending()`` only reads. Databases we did not create
+(Mastra's) are never migrated implicitly: ``Database`` decides when ``apply`` may run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import sqlalchemy as sa
+
+from core.storage import schema
+from core.timeutil import iso_now
+
+MIGRATIONS_TABLE = "memory_studio_migrations"
+
+
+@dataclass(frozen=True)
+class Migration:
+    name: str
+    description: str
+    statements: Sequence[str] = ()
+    # For steps that need Python (data rewrites); runs in the same transaction as the statements.
+    run: Callable[[sa.Connection], None] | None = None
+
+
+MIGRATIONS: list[Migration] = [
+    Migration(
+        "0001_mastra_memory_tables",
+        "Threads, messages and resources in Mastra's layout",
+        schema.MASTRA_MEMORY_DDL,
+    ),
+    Migration(
+        "0002_mastra_observational_memory",
+        "Mastra's observational-memory table (one row per generation)",
+        schema.OBSERVATIONAL_MEMORY_DDL,
+    ),
+    Migration(
+        "0003_studio_tables",
+        "Working-memory versions, template/schema overrides and the agent registry",
+        schema.STUDIO_DDL,
+    ),
+]
+
+
+def register(migration: Migration) -> None:
+    """Add a migration from another module (vector index, full-text search). Names must be unique."""
+    if any(m.name == migration.name for m in MIGRATIONS):
+        return
+    MIGRATIONS.append(migration)
+    MIGRATIONS.sort(key=lambda m: m.name)
+
+
+def _ensure_table(conn: sa.Connection) -> None:
+    conn.exec_driver_sql(
+        f'CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (name TEXT NOT NULL PRIMARY KEY, "appliedAt" TEXT NOT NULL)'
+    )
+
+
+def has_table(conn: sa.Connection, name: str) -> bool:
+    row = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type IN ('table','view') AND name = ?", (name,)
+    ).first()
+    return row is not None
+
+
+def applied(conn: sa.Connection) -> list[str]:
+    if not has_table(conn, MIGRATIONS_TABLE):
+        return []
+    return [r[0] for r in conn.exec_driver_sql(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY name")]
+
+
+def pending(conn: sa.Connection) -> list[str]:
+    """Names of migrations not yet applied, in order. Reads only."""
+    done = set(applied(conn))
+    return [m.name for m in MIGRATIONS if m.name not in done]
+
+
+def unknown(conn: sa.Connection) -> list[str]:
+    """Applied migrations this version does not know: the file was written by a newer Memory Studio."""
+    known = {m.name for m in MIGRATIONS}
+    return [name for name in applied(conn) if name not in known]
+
+
+def apply(conn_factory: Callable[[], sa.Connection], names: Sequence[str] | None = None) -> list[str]:
+    """Apply pending migrations (or the given subset), each in its own transaction."""
+    done: list[str] = []
+    with conn_factory() as conn:
+        with conn.begin():
+            _ensure_table(conn)
+        todo = pending(conn)
+    wanted = [n for n in todo if names is None or n in names]
+    for migration in (m for m in MIGRATIONS if m.name in wanted):
+        with conn_factory() as conn, conn.begin():
+            # Re-check inside the transaction: another process may have applied it meanwhile.
+            if conn.exec_driver_sql(
+                f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = ?", (migration.name,)
+            ).first():
+                continue
+            for statement in migration.statements:
+                conn.exec_driver_sql(statement)
+            if migration.run is not None:
+                migration.run(conn)
+            conn.exec_driver_sql(
+                f'INSERT INTO {MIGRATIONS_TABLE} (name, "appliedAt") VALUES (?, ?)', (migration.name, iso_now())
+            )
+        done.append(migration.name)
+    return done

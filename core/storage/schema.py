@@ -1,0 +1,160 @@
+"""Table definitions in Mastra's layout (spec §1.2), plus the few tables only Memory Studio uses.
+
+The DDL strings are kept verbatim in Mastra's shape (names, camelCase quoting, types) so a database
+written by either side opens in the other. The SQLAlchemy ``Table`` objects are used for queries only;
+the DDL itself always goes through named migrations (see ``migrations.py``).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+threads = sa.Table(
+    "mastra_threads",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("resourceId", sa.Text, nullable=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("metadata", sa.Text),
+    sa.Column("createdAt", sa.Text, nullable=False),
+    sa.Column("updatedAt", sa.Text, nullable=False),
+)
+
+messages = sa.Table(
+    "mastra_messages",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("type", sa.Text, nullable=False),
+    sa.Column("createdAt", sa.Text, nullable=False),
+    sa.Column("resourceId", sa.Text),
+)
+
+resources = sa.Table(
+    "mastra_resources",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("workingMemory", sa.Text),
+    sa.Column("metadata", sa.Text),
+    sa.Column("createdAt", sa.Text, nullable=False),
+    sa.Column("updatedAt", sa.Text, nullable=False),
+)
+
+observational_memory = sa.Table(
+    "mastra_observational_memory",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("lookupKey", sa.Text, nullable=False),
+    sa.Column("scope", sa.Text, nullable=False),
+    sa.Column("resourceId", sa.Text),
+    sa.Column("threadId", sa.Text),
+    sa.Column("activeObservations", sa.Text, nullable=False),
+    sa.Column("activeObservationsPendingUpdate", sa.Text),
+    sa.Column("originType", sa.Text, nullable=False),
+    sa.Column("config", sa.Text, nullable=False),
+    sa.Column("generationCount", sa.Integer, nullable=False),
+    sa.Column("lastObservedAt", sa.Text),
+    sa.Column("lastReflectionAt", sa.Text),
+    sa.Column("pendingMessageTokens", sa.Integer, nullable=False),
+    sa.Column("totalTokensObserved", sa.Integer, nullable=False),
+    sa.Column("observationTokenCount", sa.Integer, nullable=False),
+    sa.Column("isObserving", sa.Integer, nullable=False),
+    sa.Column("isReflecting", sa.Integer, nullable=False),
+    sa.Column("observedMessageIds", sa.Text),
+    sa.Column("observedTimezone", sa.Text),
+    sa.Column("bufferedObservations", sa.Text),
+    sa.Column("bufferedObservationTokens", sa.Integer),
+    sa.Column("bufferedMessageIds", sa.Text),
+    sa.Column("bufferedReflection", sa.Text),
+    sa.Column("bufferedReflectionTokens", sa.Integer),
+    sa.Column("bufferedReflectionInputTokens", sa.Integer),
+    sa.Column("reflectedObservationLineCount", sa.Integer),
+    sa.Column("bufferedObservationChunks", sa.Text),
+    sa.Column("isBufferingObservation", sa.Integer, nullable=False),
+    sa.Column("isBufferingReflection", sa.Integer, nullable=False),
+    sa.Column("lastBufferedAtTokens", sa.Integer, nullable=False),
+    sa.Column("lastBufferedAtTime", sa.Text),
+    sa.Column("metadata", sa.Text),
+    sa.Column("createdAt", sa.Text, nullable=False),
+    sa.Column("updatedAt", sa.Text, nullable=False),
+)
+
+# Memory Studio's own tables. Mastra ignores tables it does not know, so they can share the file.
+wm_versions = sa.Table(
+    "memory_studio_wm_versions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("scope", sa.Text, nullable=False),  # "resource" | "thread"
+    sa.Column("owner_id", sa.Text, nullable=False),  # resource id or thread id
+    sa.Column("working_memory", sa.Text),
+    sa.Column("format", sa.Text, nullable=False),  # "markdown" | "json"
+    sa.Column("author", sa.Text, nullable=False),  # "agent" | "studio" | "api" | "restore"
+    sa.Column("note", sa.Text),
+    sa.Column("createdAt", sa.Text, nullable=False),
+)
+
+memory_configs = sa.Table(
+    "memory_studio_configs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.Text, nullable=False),  # the memory (agent) name the override applies to
+    sa.Column("template", sa.Text),
+    sa.Column("schema", sa.Text),
+    sa.Column("author", sa.Text, nullable=False),
+    sa.Column("createdAt", sa.Text, nullable=False),
+)
+
+agent_registry = sa.Table(
+    "memory_studio_agents",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("config", sa.Text, nullable=False),  # resolved memory configuration, JSON
+    sa.Column("process", sa.Text),
+    sa.Column("updatedAt", sa.Text, nullable=False),
+)
+
+MASTRA_MEMORY_DDL = [
+    'CREATE TABLE IF NOT EXISTS mastra_threads ("id" TEXT NOT NULL PRIMARY KEY, "resourceId" TEXT NOT NULL, '
+    '"title" TEXT NOT NULL, "metadata" TEXT, "createdAt" TEXT NOT NULL, "updatedAt" TEXT NOT NULL)',
+    'CREATE TABLE IF NOT EXISTS mastra_messages ("id" TEXT NOT NULL PRIMARY KEY, "thread_id" TEXT NOT NULL, '
+    '"content" TEXT NOT NULL, "role" TEXT NOT NULL, "type" TEXT NOT NULL, "createdAt" TEXT NOT NULL, '
+    '"resourceId" TEXT)',
+    'CREATE TABLE IF NOT EXISTS mastra_resources ("id" TEXT NOT NULL PRIMARY KEY, "workingMemory" TEXT, '
+    '"metadata" TEXT, "createdAt" TEXT NOT NULL, "updatedAt" TEXT NOT NULL)',
+    'CREATE INDEX IF NOT EXISTS idx_messages_thread_created_at ON mastra_messages (thread_id, "createdAt")',
+    "CREATE INDEX IF NOT EXISTS idx_messages_thread_resource_created_at "
+    'ON mastra_messages (thread_id, "resourceId", "createdAt")',
+]
+
+OBSERVATIONAL_MEMORY_DDL = [
+    'CREATE TABLE IF NOT EXISTS mastra_observational_memory ("id" TEXT NOT NULL PRIMARY KEY, '
+    '"lookupKey" TEXT NOT NULL, "scope" TEXT NOT NULL, "resourceId" TEXT, "threadId" TEXT, '
+    '"activeObservations" TEXT NOT NULL, "activeObservationsPendingUpdate" TEXT, "originType" TEXT NOT NULL, '
+    '"config" TEXT NOT NULL, "generationCount" INTEGER NOT NULL, "lastObservedAt" TEXT, '
+    '"lastReflectionAt" TEXT, "pendingMessageTokens" INTEGER NOT NULL, "totalTokensObserved" INTEGER NOT NULL, '
+    '"observationTokenCount" INTEGER NOT NULL, "isObserving" INTEGER NOT NULL, "isReflecting" INTEGER NOT NULL, '
+    '"observedMessageIds" TEXT, "observedTimezone" TEXT, "bufferedObservations" TEXT, '
+    '"bufferedObservationTokens" INTEGER, "bufferedMessageIds" TEXT, "bufferedReflection" TEXT, '
+    '"bufferedReflectionTokens" INTEGER, "bufferedReflectionInputTokens" INTEGER, '
+    '"reflectedObservationLineCount" INTEGER, "bufferedObservationChunks" TEXT, '
+    '"isBufferingObservation" INTEGER NOT NULL, "isBufferingReflection" INTEGER NOT NULL, '
+    '"lastBufferedAtTokens" INTEGER NOT NULL, "lastBufferedAtTime" TEXT, "metadata" TEXT, '
+    '"createdAt" TEXT NOT NULL, "updatedAt" TEXT NOT NULL)',
+    'CREATE INDEX IF NOT EXISTS idx_om_lookup_key ON "mastra_observational_memory" ("lookupKey")',
+]
+
+STUDIO_DDL = [
+    "CREATE TABLE IF NOT EXISTS memory_studio_wm_versions (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+    'scope TEXT NOT NULL, owner_id TEXT NOT NULL, working_memory TEXT, format TEXT NOT NULL, '
+    'author TEXT NOT NULL, note TEXT, "createdAt" TEXT NOT NULL)',
+    "CREATE INDEX IF NOT EXISTS idx_wm_versions_owner ON memory_studio_wm_versions (scope, owner_id, id)",
+    "CREATE TABLE IF NOT EXISTS memory_studio_configs (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+    'name TEXT NOT NULL, template TEXT, schema TEXT, author TEXT NOT NULL, "createdAt" TEXT NOT NULL)',
+    "CREATE INDEX IF NOT EXISTS idx_configs_name ON memory_studio_configs (name, id)",
+    'CREATE TABLE IF NOT EXISTS memory_studio_agents (name TEXT NOT NULL PRIMARY KEY, config TEXT NOT NULL, '
+    'process TEXT, "updatedAt" TEXT NOT NULL)',
+]

@@ -1,0 +1,429 @@
+"""Working memory: where it is stored, how updates apply, what the model is told, the update tool.
+
+Storage (spec §1.3): resource scope in ``mastra_resources.workingMemory``; thread scope in the
+thread's metadata under ``workingMemory``. Every write is also kept as a version in
+``memory_studio_wm_versions`` (when that table exists) so the Studio can diff and restore.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import sqlalchemy as sa
+
+from core.options import OptionsError, WorkingMemoryOptions
+from core.storage import Store
+from core.storage import schema as t
+from core.storage.memory_store import NotFoundError, dump_json, json_col, load_json
+from core.timeutil import iso_now, parse_iso
+from core.working_memory_schema import (
+    WorkingMemoryError,
+    deep_merge,
+    empty_object,
+    load_stored,
+    parse_patch,
+    strip_nulls_from_optional,
+    validate,
+)
+
+TOOL_NAME = "updateWorkingMemory"
+TOOL_ID = "update-working-memory"
+WM_TAG_RE = re.compile(r"<working_memory>.*?</working_memory>", re.DOTALL)
+
+RESOURCE_ID_REQUIRED = (
+    "Memory error: working memory is resource-scoped but no resource id was given. "
+    "Pass a resource id, or set working_memory.scope to 'thread'."
+)
+
+
+@dataclass(frozen=True)
+class WorkingMemoryValue:
+    scope: Literal["resource", "thread"]
+    owner_id: str
+    text: str | None  # what is stored (Markdown, or JSON text in schema mode)
+    format: Literal["markdown", "json"]
+
+    @property
+    def data(self) -> Any:
+        """Schema mode: the parsed object (``{}`` when empty)."""
+        return load_stored(self.text) if self.format == "json" else self.text
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    success: bool
+    message: str
+    value: str | None = None
+
+
+@dataclass(frozen=True)
+class Version:
+    id: int
+    scope: str
+    owner_id: str
+    text: str | None
+    format: str
+    author: str
+    note: str | None
+    created_at: Any
+
+
+_key_locks: dict[str, threading.Lock] = {}
+_key_locks_guard = threading.Lock()
+
+
+def _lock_for(key: str) -> threading.Lock:
+    with _key_locks_guard:
+        return _key_locks.setdefault(key, threading.Lock())
+
+
+def normalize_ws(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+class WorkingMemoryService:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- reading ---------------------------------------------------------------------------------
+    def owner(self, opts: WorkingMemoryOptions, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:
+        if opts.scope == "resource":
+            if not resource_id:
+                raise WorkingMemoryError(RESOURCE_ID_REQUIRED)
+            return "resource", resource_id
+        if not thread_id:
+            raise WorkingMemoryError("Thread-scoped working memory needs a thread id.")
+        return "thread", thread_id
+
+    def get(self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None) -> WorkingMemoryValue:
+        scope, owner = self.owner(opts, thread_id, resource_id)
+        with self.store.db.read() as conn:
+            text = self._read(conn, scope, owner)
+        return WorkingMemoryValue(scope, owner, text, opts.mode)  # type: ignore[arg-type]
+
+    def _read(self, conn: sa.Connection, scope: str, owner: str) -> str | None:
+        if scope == "resource":
+            row = conn.execute(sa.select(t.resources.c.workingMemory).where(t.resources.c.id == owner)).first()
+            return row[0] if row else None
+        row = conn.execute(
+            sa.select(json_col(t.threads.c.metadata).label("m")).where(t.threads.c.id == owner)
+        ).first()
+        meta = load_json(row.m) if row else None
+        value = meta.get("workingMemory") if isinstance(meta, dict) else None
+        if value is None:
+            return None
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def write(
+        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, value: Any,
+        author: str = "api", note: str | None = None, expected: str | None | object = ...,
+    ) -> WorkingMemoryValue:
+        """Replace the stored value (Markdown), or set the whole object (schema mode, validated).
+
+        ``expected``: when given, the write happens only if the stored value still equals it —
+        the Studio's guard against silently overwriting an agent's concurrent change.
+        """
+        scope, owner = self.owner(opts, thread_id, resource_id)
+        text = self._serialize(opts, value)
+        with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
+            self._reserve(conn, scope, owner)
+            current = self._read(conn, scope, owner)
+            if expected is not ... and current != expected:
+                raise ConcurrentUpdateError(current)
+            self._store(conn, scope, owner, text, opts, thread_id, resource_id)
+            self._version(conn, scope, owner, text, opts.mode, author, note)
+        return WorkingMemoryValue(scope, owner, text, opts.mode)  # type: ignore[arg-type]
+
+    def merge(
+        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, patch: Any,
+        author: str = "api", strip_optional_nulls: bool = False,
+    ) -> WorkingMemoryValue:
+        """Schema mode: read, deep-merge, validate, write — atomically, across threads and processes."""
+        if opts.schema is None:
+            raise WorkingMemoryError("merge_working_memory needs schema-based working memory (working_memory.schema).")
+        update = parse_patch(patch)
+        if strip_optional_nulls:
+            update = strip_nulls_from_optional(opts.schema, update)
+        scope, owner = self.owner(opts, thread_id, resource_id)
+        with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
+            self._reserve(conn, scope, owner)
+            merged = deep_merge(load_stored(self._read(conn, scope, owner)), update)
+            problems = validate(opts.schema, merged)
+            if problems:
+                raise WorkingMemoryError("The merged working memory does not match the schema: " + "; ".join(problems))
+            text = json.dumps(merged, ensure_ascii=False)
+            self._store(conn, scope, owner, text, opts, thread_id, resource_id)
+            self._version(conn, scope, owner, text, "json", author, None)
+        return WorkingMemoryValue(scope, owner, text, "json")  # type: ignore[arg-type]
+
+    def _serialize(self, opts: WorkingMemoryOptions, value: Any) -> str:
+        if opts.schema is not None:
+            data = parse_patch(value)
+            problems = validate(opts.schema, data)
+            if problems:
+                raise WorkingMemoryError("The working memory does not match the schema: " + "; ".join(problems))
+            return json.dumps(data, ensure_ascii=False)
+        if not isinstance(value, str):
+            raise WorkingMemoryError(
+                f"Markdown working memory must be a string, got {type(value).__name__}. "
+                "Configure working_memory.schema to store objects."
+            )
+        return value
+
+    def _reserve(self, conn: sa.Connection, scope: str, owner: str) -> None:
+        # A no-op write first takes SQLite's write lock, so the read below cannot go stale before
+        # our write (another process waiting on the busy timeout instead of racing us).
+        table = t.resources if scope == "resource" else t.threads
+        conn.execute(table.update().where(table.c.id == owner).values(updatedAt=table.c.updatedAt))
+
+    def _store(
+        self, conn: sa.Connection, scope: str, owner: str, text: str, opts: WorkingMemoryOptions,
+        thread_id: str | None, resource_id: str | None,
+    ) -> None:
+        if scope == "resource":
+            if thread_id and resource_id:
+                self._check_thread_owner(conn, thread_id, resource_id)
+            self.store.memory.update_resource(owner, working_memory=text, conn=conn)
+            return
+        row = conn.execute(
+            sa.select(t.threads.c.resourceId, json_col(t.threads.c.metadata).label("m")).where(t.threads.c.id == owner)
+        ).first()
+        if row is None:
+            raise NotFoundError(f"Thread {owner} not found")
+        if resource_id and row.resourceId and row.resourceId != resource_id:
+            raise WorkingMemoryError(
+                f"Thread with id {owner} belongs to resource {row.resourceId}, not {resource_id}; nothing was written."
+            )
+        meta = load_json(row.m)
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        meta["workingMemory"] = text
+        conn.execute(
+            t.threads.update().where(t.threads.c.id == owner).values(metadata=dump_json(meta), updatedAt=iso_now())
+        )
+
+    def _check_thread_owner(self, conn: sa.Connection, thread_id: str, resource_id: str) -> None:
+        row = conn.execute(sa.select(t.threads.c.resourceId).where(t.threads.c.id == thread_id)).first()
+        if row is not None and row.resourceId and row.resourceId != resource_id:
+            raise WorkingMemoryError(
+                f"Thread with id {thread_id} belongs to resource {row.resourceId}, not {resource_id}; nothing was written."
+            )
+
+    def _version(
+        self, conn: sa.Connection, scope: str, owner: str, text: str | None, fmt: str, author: str, note: str | None
+    ) -> None:
+        if not self._has_versions(conn):
+            return
+        last = conn.execute(
+            sa.select(t.wm_versions.c.working_memory)
+            .where(t.wm_versions.c.scope == scope, t.wm_versions.c.owner_id == owner)
+            .order_by(t.wm_versions.c.id.desc()).limit(1)
+        ).first()
+        if last is not None and last[0] == text:
+            return  # an unchanged write is not a new version
+        conn.execute(
+            t.wm_versions.insert().values(
+                scope=scope, owner_id=owner, working_memory=text, format=fmt, author=author, note=note,
+                createdAt=iso_now(),
+            )
+        )
+
+    def _has_versions(self, conn: sa.Connection) -> bool:
+        cached = self.store.extensions.get("wm_versions_table")
+        if cached is None:
+            cached = conn.execute(
+                sa.text("SELECT 1 FROM sqlite_master WHERE type='table' AND name='memory_studio_wm_versions'")
+            ).first() is not None
+            self.store.extensions["wm_versions_table"] = cached
+        return bool(cached)
+
+    def versions(self, scope: str, owner_id: str) -> list[Version]:
+        with self.store.db.read() as conn:
+            if not self._has_versions(conn):
+                return []
+            rows = conn.execute(
+                sa.select(t.wm_versions).where(t.wm_versions.c.scope == scope, t.wm_versions.c.owner_id == owner_id)
+                .order_by(t.wm_versions.c.id.desc())
+            ).all()
+        return [
+            Version(r.id, r.scope, r.owner_id, r.working_memory, r.format, r.author, r.note, parse_iso(r.createdAt))
+            for r in rows
+        ]
+
+    # -- the update tool -------------------------------------------------------------------------
+    def apply_tool_call(
+        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, args: Any
+    ) -> UpdateResult:
+        """Run the model's ``updateWorkingMemory`` call. Refusals come back as results, not exceptions,
+        so the model can read them and correct itself."""
+        try:
+            if opts.schema is not None:
+                payload = args.get("memory", args) if isinstance(args, Mapping) else args
+                if payload is None:
+                    return UpdateResult(True, "No memory data was given; working memory is unchanged.")
+                value = self.merge(
+                    opts, thread_id=thread_id, resource_id=resource_id, patch=payload, author="agent",
+                    strip_optional_nulls=True,
+                )
+                return UpdateResult(True, "Working memory updated (merged).", value.text)
+            memory_text = args.get("memory") if isinstance(args, Mapping) else None
+            if not isinstance(memory_text, str):
+                return UpdateResult(False, "The 'memory' argument must be a Markdown string.")
+            current = self.get(opts, thread_id=thread_id, resource_id=resource_id).text
+            template = opts.effective_template
+            if (
+                normalize_ws(memory_text) == normalize_ws(template)
+                and current is not None
+                and normalize_ws(current) not in ("", normalize_ws(template))
+            ):
+                return UpdateResult(
+                    False, "Refused: that is the empty template and would erase the stored memory. Nothing changed."
+                )
+            value = self.write(opts, thread_id=thread_id, resource_id=resource_id, value=memory_text, author="agent")
+            return UpdateResult(True, "Working memory updated.", value.text)
+        except (WorkingMemoryError, OptionsError, NotFoundError) as exc:
+            return UpdateResult(False, str(exc))
+
+
+class ConcurrentUpdateError(WorkingMemoryError):
+    """The stored value changed since it was read; carries the current value so both can be shown."""
+
+    def __init__(self, current: str | None) -> None:
+        super().__init__("Working memory was changed by someone else since it was loaded; nothing was written.")
+        self.current = current
+
+
+def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:
+    """The update tool in OpenAI function format."""
+    if opts.schema is not None:
+        parameters: dict[str, Any] = {
+            "type": "object",
+            "description": "The working memory fields to add or change, as JSON.",
+            "properties": {"memory": dict(opts.schema)},
+            "required": ["memory"],
+        }
+        description = (
+            "Update working memory. Fields you pass are merged into what is stored: include only the "
+            "fields to add or change and leave out the rest to keep them. Set a field to null to delete it. "
+            "Arrays replace the stored array entirely, so pass the full array."
+        )
+    else:
+        parameters = {
+            "type": "object",
+            "properties": {
+                "memory": {
+                    "type": "string",
+                    "description": "The complete working memory as Markdown text. Always a string, never an object.",
+                }
+            },
+            "required": ["memory"],
+            "additionalProperties": False,
+        }
+        description = (
+            "Replace working memory with new Markdown content. Anything left out is dropped, so send the "
+            "whole memory each time. The value of 'memory' is always a string."
+        )
+    return {"type": "function", "function": {"name": TOOL_NAME, "description": description, "parameters": parameters}}
+
+
+def instruction(opts: WorkingMemoryOptions, data: str | None, *, read_only: bool) -> str:
+    """The system message that shows working memory to the model (our wording, Mastra's structure)."""
+    shown = data if data else None
+    if read_only:
+        return (
+            "WORKING MEMORY (READ-ONLY)\n"
+            "Below is what is known about the user and this conversation. Use it to answer well.\n\n"
+            f"<working_memory_data>\n{shown or 'No working memory has been stored yet.'}\n</working_memory_data>\n\n"
+            "Guidelines:\n"
+            "1. Draw on this information whenever it helps the user.\n"
+            "2. Use it naturally; do not talk about having a memory.\n"
+            "3. It cannot be changed in this session.\n\n"
+            "Notes:\n"
+            "- If the user says something that contradicts it, trust the user for this reply.\n"
+            "- Do not invent details that are not stored here."
+        )
+    fmt = "JSON" if opts.schema is not None else "Markdown"
+    lines = [
+        "WORKING MEMORY",
+        f"You keep notes about the user and this conversation. Save facts worth remembering by calling the {TOOL_NAME} tool.",
+        "",
+        "Guidelines:",
+        "1. Save anything that could matter in a later message: names, preferences, goals, decisions, deadlines.",
+        "2. Save new information as soon as you learn it, without waiting to be asked.",
+        f"3. The memory is {fmt}; keep to that format.",
+        "4. Answer naturally and do not mention that you keep notes.",
+    ]
+    if opts.schema is None:
+        lines += [
+            f"5. The {TOOL_NAME} tool takes one argument, `memory`.",
+            "6. `memory` is always a string of Markdown, never an object.",
+            "7. Follow the template below; fill in its fields rather than inventing new layouts.",
+        ]
+        if opts.version == "vnext":
+            lines += [
+                f"8. When nothing new was learned, do not call {TOOL_NAME}.",
+                "9. Information that is off-topic right now is still worth keeping; do not delete it for that reason.",
+            ]
+        lines += ["", "<working_memory_template>", opts.effective_template, "</working_memory_template>"]
+    else:
+        assert opts.schema is not None
+        shape = json.dumps(empty_object(opts.schema), ensure_ascii=False, separators=(",", ":"))
+        lines += ["", "", "", "In JSON mode the memory has this shape (empty values shown):", shape]
+    lines += [
+        "",
+        f"<working_memory_data>\n{shown if shown is not None else 'null'}\n</working_memory_data>",
+        "",
+        "Notes:",
+        "- When something stored changes, update it.",
+        "- If unsure whether a detail matters, save it.",
+        "- Keep sections that are still empty; they show what to look for.",
+    ]
+    if opts.schema is None:
+        lines += [
+            "- Every update sends the entire memory, including what has not changed.",
+            f"- Call {TOOL_NAME} whenever relevant information arrives.",
+            "- Keep the Markdown structure of the template.",
+        ]
+    else:
+        lines += [
+            "- Send only the fields that changed; the rest is kept.",
+            f"- Call {TOOL_NAME} whenever relevant information arrives.",
+            "- Keep the JSON structure of the schema.",
+        ]
+    return "\n".join(lines)
+
+
+def hide_working_memory(message_content: dict[str, Any]) -> dict[str, Any] | None:
+    """Remove update-tool parts and ``<working_memory>`` tags before a message is saved.
+
+    Returns None when nothing is left (the message is then not saved at all).
+    """
+    parts = []
+    changed = False
+    for part in message_content.get("parts") or []:
+        if part.get("type") == "tool-invocation":
+            inv = part.get("toolInvocation") or {}
+            if inv.get("toolName") in (TOOL_NAME, "setWorkingMemory") or inv.get("state") == "partial-call":
+                changed = True
+                continue
+        if part.get("type") == "text" and isinstance(part.get("text"), str) and "<working_memory>" in part["text"]:
+            part = {**part, "text": WM_TAG_RE.sub("", part["text"]).strip()}
+            changed = True
+            if not part["text"]:
+                continue
+        parts.append(part)
+    if not changed:
+        return message_content
+    if not parts:
+        return None
+    out = {**message_content, "parts": parts}
+    if isinstance(out.get("content"), str):
+        out["content"] = WM_TAG_RE.sub("", out["content"]).strip()
+    inv_list = out.get("toolInvocations")
+    if isinstance(inv_list, list):
+        out["toolInvocations"] = [i for i in inv_list if i.get("toolName") not in (TOOL_NAME, "setWorkingMemory")]
+    return out
