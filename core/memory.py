@@ -135,10 +135,6 @@ class Memory:
         self._recall_index: Any = None
         if self.options.semantic_recall.enabled:
             self._recall_index = self._build_recall_index()
-        if self.options.observational_memory.enabled and observer_model is None:
-            raise ConfigurationError(
-                "Observational memory needs an observer model: Memory(..., observer_model=<ChatModel>)."
-            )
 
     # -- collaborators ---------------------------------------------------------------------------
     @property
@@ -254,6 +250,9 @@ class Memory:
         a missing thread is created for the message's resource, and ownership is checked."""
         prepared: list[Message] = []
         last_at: dict[str, datetime] = {}
+        newest_stored = self.store.memory.newest_message_times(
+            {m.thread_id for m in messages if isinstance(m, Message) and m.thread_id and not m.created_at_given}
+        )
         for msg in messages:
             if not isinstance(msg, Message):
                 raise MessageFormatError(f"save_messages takes Message objects, got {type(msg).__name__}.")
@@ -265,7 +264,7 @@ class Memory:
             if content is None:
                 continue
             when = msg.created_at
-            prev = last_at.get(msg.thread_id)
+            prev = last_at.get(msg.thread_id) or newest_stored.get(msg.thread_id)
             if not msg.created_at_given and prev is not None and when <= prev:
                 when = prev + timedelta(milliseconds=1)
             last_at[msg.thread_id] = when
@@ -525,11 +524,27 @@ class Memory:
         scopes: Sequence[str] | None = None,
         request_context: Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
+        as_of: str | None = None,
     ) -> AssembledPrompt:
-        """Build the exact prompt for a turn without writing anything."""
+        """Build the exact prompt for a turn without writing anything.
+
+        ``as_of``: the id of a stored user message; the prompt is rebuilt as the engine would have
+        built it for that turn (history before it, the message itself as input).
+        """
+        if as_of is not None:
+            stored = self.store.memory.get_messages([as_of])
+            if not stored:
+                raise NotFoundError(f"Message {as_of} not found")
+            turn = stored[0]
+            if thread_id is not None and turn.thread_id != thread_id:
+                raise InvalidArgumentError(f"Message {as_of} belongs to thread {turn.thread_id}, not {thread_id}.")
+            thread_id = turn.thread_id
+            input = [turn]
         request = self.request_context(
             thread_id=thread_id, resource_id=resource_id, options=options, scopes=scopes, values=request_context
         )
+        if as_of is not None:
+            request.as_of = turn
         ctx = self.new_context(request)
         self.prepare_input(ctx, input=input, instructions=instructions, context=context)
         return self.run_input(ctx, extra_tools=tools)

@@ -105,6 +105,8 @@ class Message:
             content["metadata"] = dict(metadata)
         given = created_at is not None
         when = parse_iso(created_at) if created_at is not None else SystemClock().now()
+        # Storage keeps milliseconds; ordering decisions must be made at that precision too.
+        when = when.replace(microsecond=(when.microsecond // 1000) * 1000)
         return cls(
             id=id or new_id(),
             role=role,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 
 from core.message_list import MessageList
+from core.messages import Message
 from core.options import MemoryOptions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +31,8 @@ class RequestContext:
     scopes: tuple[str, ...] = ()  # scopes other than resource:/thread:, handed to processors as-is
     values: Mapping[str, Any] = field(default_factory=dict)  # the caller's request-context values
     memory_name: str = "default"
+    # Replaying a stored turn: only what was stored before this message is "memory".
+    as_of: "Message | None" = None
 
     @property
     def read_only(self) -> bool:
@@ -50,6 +53,9 @@ class ProcessorContext:
     tools: list[dict[str, Any]] = field(default_factory=list)  # tool definitions processors offer the model
     finish_reason: str | None = None  # set by the runtime before output processors run
     saved: list[Any] = field(default_factory=list)  # messages persisted by output processors
+    # False while previewing (``Memory.assemble``): processors must not write or call models then.
+    # The agent runtime sets it for real turns.
+    live: bool = False
 
     def skip(self, processor_id: str, reason: str) -> None:
         """Record why a processor added nothing (shown in the prompt record and the trace)."""

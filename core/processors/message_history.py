@@ -37,7 +37,10 @@ class MessageHistory(BaseProcessor):
             return
         # Storage errors propagate: a turn without its history would silently mislead the model.
         rows = ctx.store.memory.list_messages(
-            MessageQuery(thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True)
+            MessageQuery(
+                thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True,
+                before=(req.as_of.created_at, req.as_of.id) if req.as_of is not None else None,
+            )
         )
         if not rows:
             ctx.skip(self.id, f"thread {req.thread_id} has no stored messages yet")

@@ -113,6 +113,7 @@ class MessageQuery:
     since: datetime | None = None
     until: datetime | None = None
     ids: Sequence[str] | None = None
+    before: tuple[datetime, str] | None = None  # strictly older than (createdAt, id): history "as of" a turn
     exclude_system: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -303,6 +304,8 @@ class MemoryStore:
             stmt = stmt.where(msg.createdAt <= to_iso(query.until))
         if query.ids is not None:
             stmt = stmt.where(msg.id.in_(list(query.ids)))
+        if query.before is not None:
+            stmt = stmt.where(sa.tuple_(msg.createdAt, msg.id) < (to_iso(query.before[0]), query.before[1]))
         if query.last is not None:
             stmt = stmt.order_by(msg.createdAt.desc(), msg.id.desc()).limit(query.last)
         else:
@@ -313,6 +316,21 @@ class MemoryStore:
         if query.last is not None:
             result.reverse()
         return result
+
+    def newest_message_times(self, thread_ids: Iterable[str]) -> dict[str, datetime]:
+        """Newest stored createdAt per thread (so unstamped new messages sort after what is stored)."""
+        wanted = [tid for tid in thread_ids if tid]
+        if not wanted:
+            return {}
+        out: dict[str, datetime] = {}
+        with self.db.read() as conn:
+            for tid in wanted:
+                value = conn.execute(
+                    sa.select(sa.func.max(t.messages.c.createdAt)).where(t.messages.c.thread_id == tid)
+                ).scalar()
+                if value:
+                    out[tid] = parse_iso(value)
+        return out
 
     def list_messages_page(self, thread_id: str, offset: int, limit: int) -> list[Message]:
         """Chronological slice for large-thread viewers (index-backed; no full scan per page)."""

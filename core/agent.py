@@ -1,0 +1,402 @@
+"""The agent runtime: input processors → model → tool loop → output processors, traced.
+
+One turn = one ``Agent.generate`` call. The prompt each model call receives is the engine's own
+``AssembledPrompt`` (kept in ``result.prompts``), so what a trace or the Studio shows is exactly
+what was sent. Working-memory updates run as a tool inside the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
+from core.message_list import MessageList, Provenance
+from core.messages import Message, new_id, tool_invocation_part, text_part
+from core.models.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
+from core.prompt import AssembledPrompt
+from core.working_memory import TOOL_NAME as WM_TOOL_NAME
+
+ToolFn = Callable[[dict[str, Any], "ToolContext"], Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call. ``parameters`` is a JSON Schema for its arguments."""
+
+    name: str
+    description: str
+    fn: ToolFn
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def spec(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": dict(self.parameters)}}
+
+
+@dataclass
+class ToolContext:
+    agent: "Agent"
+    thread_id: str | None
+    resource_id: str | None
+    scopes: tuple[str, ...]  # scopes other than resource:/thread:
+    request_context: Mapping[str, Any]
+    conversation: list[Message]
+
+
+@dataclass
+class AgentResult:
+    text: str
+    messages: list[Message]  # this turn's new messages (input + response), as they would be stored
+    prompts: list[AssembledPrompt]  # one per model call
+    usage: Usage
+    trace_id: str | None
+    finish_reason: str
+    thread_id: str | None
+    resource_id: str | None
+    saved: list[Message] = field(default_factory=list)
+    tool_results: list[dict[str, Any]] = field(default_factory=list)
+
+
+class AgentError(RuntimeError):
+    pass
+
+
+class Agent:
+    def __init__(
+        self,
+        name: str,
+        *,
+        instructions: str,
+        model: ChatModel,
+        memory: Memory | MemoryFactory | None = None,
+        tools: Sequence[Tool] = (),
+        agents: Sequence["Agent"] = (),
+        tracer: Any = None,
+        max_steps: int = 8,
+        temperature: float | None = None,
+    ) -> None:
+        if not name or not isinstance(name, str):
+            raise AgentError("An agent needs a name.")
+        self.name = name
+        self.instructions = instructions
+        self.model = model
+        self.memory = memory
+        self.tools = {t.name: t for t in tools}
+        self.sub_agents = {a.name: a for a in agents}
+        self.tracer = tracer
+        self.max_steps = max_steps
+        self.temperature = temperature
+        if isinstance(memory, Memory):
+            if memory.options.observational_memory.enabled and memory.observer_model is None:
+                raise AgentError(
+                    "Observational memory needs an observer model: Memory(..., observer_model=<ChatModel>)."
+                )
+            memory.register(name)
+
+    # -- public ----------------------------------------------------------------------------------
+    def generate(
+        self,
+        message: str | Message | Sequence[Message],
+        *,
+        memory: Mapping[str, Any] | None = None,
+        scopes: Sequence[str] | None = None,
+        context: Sequence[Message] = (),
+        options: Mapping[str, Any] | None = None,
+        request_context: Mapping[str, Any] | None = None,
+        _parent_span: Any = None,
+    ) -> AgentResult:
+        values = dict(request_context or {})
+        mem = resolve_memory(self.memory, values)
+        mem_arg = dict(memory or {})
+        resource_id, thread_id, other_scopes = parse_scopes(
+            scopes, resource_id=mem_arg.get("resource"), thread_id=mem_arg.get("thread")
+        )
+        overrides = _merge_dicts(mem_arg.get("options") or {}, options or {})
+        if mem is not None and thread_id is None and resource_id is not None:
+            thread_id = f"thread_{uuid.uuid4().hex[:16]}"  # Mastra gives every call without a thread a new one
+        tracer = self.tracer if self.tracer is not None else (mem.tracer if mem is not None else None)
+        run_span = None
+        if tracer is not None:
+            run_span = tracer.start_span(
+                f"agent run: '{self.name}'", "agent_run", parent=_parent_span, new_trace=_parent_span is None,
+                input={"message": _describe_input(message)}, thread_id=thread_id, resource_id=resource_id,
+                entity_type="agent", entity_id=self.name, entity_name=self.name,
+                attributes={"model": self.model.describe() if hasattr(self.model, "describe") else str(self.model)},
+            )
+            run_span.__enter__()
+        try:
+            result = self._run(mem, message, thread_id, resource_id, other_scopes, overrides, context, values, tracer)
+        except BaseException as exc:
+            if run_span is not None:
+                run_span.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        if run_span is not None:
+            run_span.set_output({"text": result.text, "finishReason": result.finish_reason})
+            run_span.set_attributes({"usage": result.usage.__dict__})
+            result.trace_id = run_span.trace_id
+            run_span.__exit__(None, None, None)
+            exporter = getattr(tracer, "exporter", None)
+            flush = getattr(exporter, "flush", None)
+            if callable(flush):
+                try:
+                    flush()
+                except Exception:  # noqa: BLE001 - a busy trace store never fails a turn; spans stay queued
+                    pass
+        return result
+
+    # -- the turn --------------------------------------------------------------------------------
+    def _run(
+        self, mem: Memory | None, message: Any, thread_id: str | None, resource_id: str | None,
+        scopes: tuple[str, ...], overrides: Mapping[str, Any], context: Sequence[Message],
+        values: Mapping[str, Any], tracer: Any,
+    ) -> AgentResult:
+        if mem is not None:
+            # Ownership is checked here, before any model call (and before anything is written).
+            request = mem.request_context(
+                thread_id=thread_id, resource_id=resource_id, options=overrides or None,
+                scopes=[*scopes], values=values,
+            )
+            ctx = mem.new_context(request)
+            ctx.live = True
+            ctx.tracer = tracer
+            inputs = mem.prepare_input(ctx, input=_as_messages(message), instructions=self.instructions,
+                                       context=context)
+            prompt = self._span(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},
+                                lambda: mem.run_input(ctx, extra_tools=self._tool_specs()), thread_id, resource_id)
+            processors = list(prompt.processors)
+        else:
+            ml = MessageList()
+            for text in [self.instructions] if self.instructions else []:
+                ml.add_system(text, None, Provenance("instructions"))
+            inputs = [m if isinstance(m, Message) else Message.user(str(m)) for m in _as_messages(message)]
+            for c in context:
+                ml.add(c, "context", Provenance("context"))
+            ml.add(inputs, "input", Provenance("input"))
+            ctx = None
+            from core.prompt import build_prompt
+            from core.tokens import default_tokenizer
+
+            processors = []
+            prompt = build_prompt(ml, tokenizer=default_tokenizer(), tools=self._tool_specs(), skipped={}, notes={},
+                                  options={}, processors=[], context_window=128_000)
+
+        messages_list = prompt.message_list
+        assert messages_list is not None
+        latest_input = max((m.created_at for m in inputs), default=None) if inputs else None
+        answered_at = mem.clock.now() if mem is not None else None
+        if answered_at is not None and latest_input is not None and answered_at <= latest_input:
+            answered_at = latest_input + timedelta(milliseconds=1)
+        response = Message.create("assistant", [], thread_id=thread_id, resource_id=resource_id,
+                                  created_at=answered_at,
+                                  metadata={"agent": self.name, "modelId": self.model.model_id})
+        prompts: list[AssembledPrompt] = [prompt]
+        usage = Usage(0, 0, 0)
+        finish_reason = "stop"
+        tool_results: list[dict[str, Any]] = []
+        text_out: list[str] = []
+        error: BaseException | None = None
+        for step in range(self.max_steps):
+            try:
+                result = self._call_model(tracer, prompt, thread_id, resource_id)
+            except ModelError as exc:
+                error, finish_reason = exc, "error"
+                break
+            if result.usage:
+                usage = Usage(usage.prompt_tokens + result.usage.prompt_tokens,
+                              usage.completion_tokens + result.usage.completion_tokens,
+                              usage.total_tokens + result.usage.total_tokens)
+            parts = list(response.parts)
+            parts.append({"type": "step-start", "model": result.model_id or self.model.model_id})
+            for call in result.tool_calls:
+                outcome = self._execute(call, mem, thread_id, resource_id, scopes, values, messages_list, overrides,
+                                        tracer, ctx)
+                tool_results.append({"tool": call.name, "args": call.arguments, "result": outcome})
+                parts.append(tool_invocation_part(call.id, call.name, call.arguments, _jsonable(outcome)))
+            if result.text:
+                parts.append(text_part(result.text))
+                text_out.append(result.text)
+            response = response.copy(content={**response.content, "parts": parts,
+                                               "content": " ".join(text_out) if text_out else ""})
+            messages_list.add(response, "response", Provenance("response"))
+            finish_reason = result.finish_reason or "stop"
+            if not result.tool_calls:
+                break
+            prompt = mem.record(ctx, processors, self._tool_specs()) if (mem is not None and ctx is not None) else \
+                _rebuild_without_memory(messages_list, self._tool_specs())
+            prompts.append(prompt)
+        else:
+            finish_reason = "max-steps"
+
+        saved: list[Message] = []
+        if mem is not None and ctx is not None:
+            ctx.finish_reason = finish_reason
+            saved = self._span(tracer, "memory: save", "memory_operation", {"operationType": "save"},
+                               lambda: mem.run_output(ctx), thread_id, resource_id)
+        if error is not None:
+            raise error
+        new_messages = [*inputs, response] if response.parts else list(inputs)
+        return AgentResult(
+            text=" ".join(text_out), messages=new_messages, prompts=prompts, usage=usage, trace_id=None,
+            finish_reason=finish_reason, thread_id=thread_id, resource_id=resource_id, saved=saved,
+            tool_results=tool_results,
+        )
+
+    def _call_model(self, tracer: Any, prompt: AssembledPrompt, thread_id: str | None,
+                    resource_id: str | None) -> ChatResult:
+        kwargs: dict[str, Any] = {"tools": prompt.tools or None}
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        if tracer is None:
+            return self.model.generate(prompt.messages, **kwargs)
+        with tracer.start_span(
+            f"llm: '{self.model.model_id}'", "model_generation", input={"messages": prompt.messages,
+                                                                        "tools": prompt.tools},
+            thread_id=thread_id, resource_id=resource_id,
+            attributes={"model": self.model.model_id, "provider": getattr(self.model, "provider", None),
+                        "promptTokensEstimated": prompt.total_tokens, "tokenizer": prompt.tokenizer},
+        ) as span:
+            result = self.model.generate(prompt.messages, **kwargs)
+            span.set_output({"text": result.text, "toolCalls": [c.to_message_dict() for c in result.tool_calls]})
+            span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
+                                 "finishReason": result.finish_reason})
+            return result
+
+    def _execute(
+        self, call: ToolCall, mem: Memory | None, thread_id: str | None, resource_id: str | None,
+        scopes: tuple[str, ...], values: Mapping[str, Any], ml: MessageList, overrides: Mapping[str, Any],
+        tracer: Any, ctx: Any,
+    ) -> Any:
+        if call.arguments_error:
+            return {"error": f"Your arguments for {call.name} were not valid JSON ({call.arguments_error}). "
+                             "Send them again as a JSON object."}
+        if call.name == WM_TOOL_NAME and mem is not None:
+            if ctx is not None and ctx.request.read_only:
+                return {"success": False, "message": "Working memory is read-only in this session."}
+            outcome = self._span(
+                tracer, "memory: working-memory update", "memory_operation", {"operationType": "update-working-memory"},
+                lambda: mem.apply_working_memory_tool(thread_id=thread_id, resource_id=resource_id, args=call.arguments,
+                                                      overrides=overrides or None),
+                thread_id, resource_id,
+            )
+            return {"success": outcome.success, "message": outcome.message}
+        if call.name.startswith("agent-") and call.name[6:] in self.sub_agents:
+            return self._delegate(self.sub_agents[call.name[6:]], call, mem, resource_id, ml, tracer)
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return {"error": f"There is no tool named {call.name!r}. Available: {', '.join(self._tool_names())}."}
+        tctx = ToolContext(self, thread_id, resource_id, scopes, values, ml.messages())
+
+        def run() -> Any:
+            try:
+                return tool.fn(dict(call.arguments), tctx)
+            except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model, not fatal
+                return {"error": f"{type(exc).__name__}: {exc}"}
+
+        if tracer is None:
+            return run()
+        with tracer.start_span(f"tool: '{call.name}'", "tool_call", input=call.arguments,
+                               thread_id=thread_id, resource_id=resource_id,
+                               attributes={"toolCallId": call.id}) as span:
+            out = run()
+            span.set_output(_jsonable(out))
+            return out
+
+    def _delegate(self, sub: "Agent", call: ToolCall, mem: Memory | None, resource_id: str | None,
+                  ml: MessageList, tracer: Any) -> Any:
+        """A delegation: a fresh thread, resource ``{parent}-{agent}``, the supervisor's memory
+        unless the sub-agent has its own; only the delegation prompt and the reply are saved."""
+        prompt_text = str(call.arguments.get("prompt") or call.arguments.get("task") or "")
+        if not prompt_text:
+            return {"error": "Delegation needs a 'prompt' argument."}
+        child_resource = f"{resource_id}-{sub.name}" if resource_id else sub.name
+        child_thread = f"{sub.name}-{new_id()}"
+        inherited = sub.memory is None and mem is not None
+        if inherited:
+            sub.memory = mem
+        try:
+            forwarded = [m.copy(id=f"ctx-{m.id}", thread_id=None, resource_id=None) for m in ml.messages("memory", "input")]
+            from core.tracing import current_span
+
+            result = sub.generate(prompt_text, memory={"resource": child_resource, "thread": child_thread},
+                                  context=forwarded, _parent_span=current_span() if tracer is not None else None)
+        finally:
+            if inherited:
+                sub.memory = None
+        return {"agent": sub.name, "thread": child_thread, "resource": child_resource, "text": result.text}
+
+    def _span(self, tracer: Any, name: str, kind: str, attrs: dict[str, Any], fn: Callable[[], Any],
+              thread_id: str | None, resource_id: str | None) -> Any:
+        if tracer is None:
+            return fn()
+        with tracer.start_span(name, kind, attributes=attrs, thread_id=thread_id, resource_id=resource_id) as span:
+            out = fn()
+            if isinstance(out, AssembledPrompt):
+                span.set_output({"fragments": len(out.fragments), "skipped": out.skipped,
+                                 "tokens": out.total_tokens})
+            elif isinstance(out, list):
+                span.set_output({"saved": [getattr(m, "id", None) for m in out]})
+            elif hasattr(out, "success"):
+                span.set_output({"success": out.success, "message": out.message})
+            return out
+
+    def _tool_specs(self) -> list[dict[str, Any]]:
+        specs = [t.spec() for t in self.tools.values()]
+        for sub in self.sub_agents.values():
+            specs.append({"type": "function", "function": {
+                "name": f"agent-{sub.name}",
+                "description": f"Delegate a task to the {sub.name} agent and get its answer.",
+                "parameters": {"type": "object", "properties": {"prompt": {"type": "string",
+                               "description": "What the agent should do, with the context it needs."}},
+                               "required": ["prompt"]},
+            }})
+        return specs
+
+    def _tool_names(self) -> list[str]:
+        return [s["function"]["name"] for s in self._tool_specs()] + [WM_TOOL_NAME]
+
+
+def _rebuild_without_memory(ml: MessageList, tools: list[dict[str, Any]]) -> AssembledPrompt:
+    from core.prompt import build_prompt
+    from core.tokens import default_tokenizer
+
+    return build_prompt(ml, tokenizer=default_tokenizer(), tools=tools, skipped={}, notes={}, options={},
+                        processors=[], context_window=128_000)
+
+
+def _as_messages(message: Any) -> list[Any]:
+    if isinstance(message, (str, Message)):
+        return [message]
+    return list(message)
+
+
+def _describe_input(message: Any) -> Any:
+    if isinstance(message, str):
+        return message
+    if isinstance(message, Message):
+        return message.text
+    return [m.text if isinstance(m, Message) else str(m) for m in message]
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _merge_dicts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge_dicts(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+__all__ = ["Agent", "AgentError", "AgentResult", "Tool", "ToolContext", "ThreadOwnershipError"]

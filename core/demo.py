@@ -1,0 +1,230 @@
+"""Demo data, made by running the real engine: agents, processors and storage, with scripted models.
+
+Nothing here inserts rows by hand. Each conversation is an ``Agent.generate`` call per user turn, so
+the stored messages, working memory (template and schema mode), recall index and traces are exactly
+what a real agent would leave behind. The scripted models are labelled ``scripted/…`` everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Sequence
+
+from core.agent import Agent, Tool
+from core.memory import Memory
+from core.models.scripted import ScriptedModel, ScriptedReply, ScriptStep, tool_call
+from core.options import MemoryOptions
+from core.storage import Store
+
+DEMO_START = datetime(2026, 9, 14, 9, 0, tzinfo=timezone.utc)
+
+CHEF_TEMPLATE = """# Diner profile
+- **Name**:
+- **Allergies**:
+- **Diet**:
+- **Favourite cuisines**:
+- **City**:
+"""
+
+TRAVEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "home_city": {"type": "string"},
+        "preferences": {
+            "type": "object",
+            "properties": {"food": {"type": "string"}, "seat": {"type": "string"}, "language": {"type": "string"}},
+        },
+        "upcoming_trips": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+@dataclass
+class DemoReport:
+    resources: list[str] = field(default_factory=list)
+    threads: list[str] = field(default_factory=list)
+    turns: int = 0
+    recall: str = "off"
+    traces: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"demo data: {len(self.resources)} resources, {len(self.threads)} threads, {self.turns} turns "
+            f"(scripted models); semantic recall: {self.recall}"
+        )
+
+
+@dataclass
+class _Turn:
+    user: str
+    replies: Sequence[ScriptStep]
+
+
+def _recall_embedder() -> tuple[Any, str]:
+    """The real multilingual model when it is installed (``make run`` provisions it)."""
+    try:
+        from core.embedding import default_embedder
+
+        return default_embedder(), "use-multilingual-v3"
+    except Exception:  # noqa: BLE001 - the demo still runs; it says which embedder it used
+        from core.embedding import HashingEmbedder
+
+        return HashingEmbedder(dim=256), "hashing (model not installed: run `memory-studio models install`)"
+
+
+def _weather(args: dict[str, Any], _ctx: Any) -> dict[str, Any]:
+    city = str(args.get("city", "?"))
+    table = {"Oslo": ("4°C", "light rain"), "Lisbon": ("19°C", "sunny"), "上海": ("24°C", "多云")}
+    temp, sky = table.get(city, ("15°C", "cloudy"))
+    return {"city": city, "temperature": temp, "conditions": sky}
+
+
+WEATHER = Tool(
+    name="getWeather",
+    description="Current weather for a city.",
+    fn=_weather,
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+
+def seed_demo(store: Store, *, tracer: Any = None, progress: Callable[[int, int], None] | None = None) -> DemoReport:
+    report = DemoReport()
+    embedder, recall_name = _recall_embedder()
+    report.recall = recall_name
+    clock = _StepClock(DEMO_START)
+
+    chef_memory = Memory(
+        store,
+        MemoryOptions(
+            last_messages=10,
+            working_memory={"enabled": True, "scope": "resource", "template": CHEF_TEMPLATE},
+            semantic_recall={"top_k": 3, "message_range": 1, "scope": "resource"},
+        ),
+        embedder=embedder, name="chef", clock=clock, tracer=tracer,
+    )
+    travel_memory = Memory(
+        store,
+        MemoryOptions(
+            last_messages=8,
+            working_memory={"enabled": True, "scope": "resource", "schema": TRAVEL_SCHEMA},
+            semantic_recall={"top_k": 3, "message_range": 1, "scope": "resource"},
+        ),
+        embedder=embedder, name="travel", clock=clock, tracer=tracer,
+    )
+    notes_memory = Memory(
+        store,
+        MemoryOptions(last_messages=6, working_memory={"enabled": True, "scope": "thread",
+                                                        "template": "# Session notes\n- Goal:\n- Decisions:\n"}),
+        name="notes", clock=clock, tracer=tracer,
+    )
+
+    conversations: list[tuple[Memory, str, str, str, str, list[_Turn], Sequence[Tool]]] = [
+        (chef_memory, "chef", "ada", "ada-groceries", "Weekly groceries", [
+            _Turn("Hi! I'm Ada. Quick heads-up: I'm allergic to peanuts, so please keep them out of any recipe.", [
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": CHEF_TEMPLATE.replace(
+                    "- **Name**:", "- **Name**: Ada").replace("- **Allergies**:", "- **Allergies**: peanuts")}),)),
+                "Thanks Ada, noted: no peanuts, ever. What would you like to cook this week?",
+            ]),
+            _Turn("Something vegetarian and quick. I love Thai food.", [
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": CHEF_TEMPLATE.replace(
+                    "- **Name**:", "- **Name**: Ada").replace("- **Allergies**:", "- **Allergies**: peanuts").replace(
+                    "- **Diet**:", "- **Diet**: vegetarian").replace("- **Favourite cuisines**:",
+                                                                      "- **Favourite cuisines**: Thai")}),)),
+                "A green curry with tofu and vegetables takes 25 minutes; I'll use cashew-free coconut sauce.",
+            ]),
+            _Turn("Great, add rice noodles and limes to the list.", [
+                "Added: rice noodles, limes, tofu, green curry paste, coconut milk, Thai basil.",
+            ]),
+        ], ()),
+        (chef_memory, "chef", "ada", "ada-weekend", "Weekend plans", [
+            _Turn("What's the weather in Oslo this weekend? I might grill outside.", [
+                ScriptedReply(tool_calls=(tool_call("getWeather", {"city": "Oslo"}),)),
+                "Oslo looks cold and wet (4°C, light rain), so an indoor dinner is the safer plan.",
+            ]),
+            _Turn("Can you suggest a Thai place for Saturday instead?", [
+                "Try a restaurant with a clear allergen menu and ask them to skip peanuts in the satay "
+                "and pad thai — both usually contain them.",
+            ]),
+        ], (WEATHER,)),
+        (chef_memory, "chef", "ada", "ada-party", "Birthday party", [
+            _Turn("I'm hosting a birthday dinner. Which dishes should I avoid because of my allergy?", [
+                "Skip satay sauce, pad thai toppings and most praline desserts; they are the usual peanut traps.",
+            ]),
+        ], ()),
+        (travel_memory, "travel", "li-wei", "liwei-shanghai", "上海出差", [
+            _Turn("你好，我叫李伟，住在上海。下个月要去里斯本出差。", [
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": {
+                    "name": "李伟", "home_city": "上海", "upcoming_trips": ["里斯本（下个月）"]}}),)),
+                "你好李伟！里斯本出差的行程我记下了。需要我帮你查航班吗？",
+            ]),
+            _Turn("我不吃辣，飞机上喜欢靠窗的座位。", [
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": {
+                    "preferences": {"food": "不吃辣", "seat": "靠窗"}}}),)),
+                "明白：不吃辣、靠窗座位。我会按这个偏好帮你挑选航班和餐厅。",
+            ]),
+            _Turn("里斯本现在天气怎么样？", [
+                ScriptedReply(tool_calls=(tool_call("getWeather", {"city": "Lisbon"}),)),
+                "里斯本现在 19°C，晴天，很适合步行。",
+            ]),
+        ], (WEATHER,)),
+        (travel_memory, "travel", "li-wei", "liwei-lisbon", "Lisbon restaurants", [
+            _Turn("I'll be in Lisbon for work. Any restaurant tips? Please reply in English.", [
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": {
+                    "preferences": {"language": "English for restaurant tips"}}}),)),
+                "Try grilled fish in Alfama; the dishes there are mild, which suits your no-spice preference.",
+            ]),
+        ], ()),
+        (notes_memory, "notes", "sam", "sam-retro", "Sprint retro", [
+            _Turn("Let's plan the sprint retro. Goal: decide whether to keep weekly releases.", [
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory":
+                    "# Session notes\n- Goal: decide whether to keep weekly releases\n- Decisions:\n"}),)),
+                "Good goal. Shall we list what went well with weekly releases first?",
+            ]),
+            _Turn("Decision: we keep weekly releases but freeze on Thursdays.", [
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory":
+                    "# Session notes\n- Goal: decide whether to keep weekly releases\n"
+                    "- Decisions: keep weekly releases; code freeze on Thursdays\n"}),)),
+                "Recorded: weekly releases stay, with a Thursday code freeze.",
+            ]),
+        ], ()),
+    ]
+
+    total = sum(len(turns) for *_, turns, _tools in conversations)
+    done = 0
+    for memory, agent_name, resource, thread, title, turns, tools in conversations:
+        script: list[ScriptStep] = [step for turn in turns for step in turn.replies]
+        agent = Agent(agent_name, instructions=_INSTRUCTIONS[agent_name],
+                      model=ScriptedModel(script, name=f"{agent_name}-demo"), memory=memory, tools=tools,
+                      tracer=tracer)
+        if memory.get_thread(thread) is None:
+            memory.create_thread(resource_id=resource, thread_id=thread, title=title)
+        for turn in turns:
+            agent.generate(turn.user, memory={"resource": resource, "thread": thread})
+            report.turns += 1
+            done += 1
+            if progress:
+                progress(done, total)
+        if resource not in report.resources:
+            report.resources.append(resource)
+        report.threads.append(thread)
+    return report
+
+
+_INSTRUCTIONS = {
+    "chef": "You are a friendly cooking assistant. Respect the user's allergies and diet at all times.",
+    "travel": "You are a travel assistant. Answer in the language the user writes in unless asked otherwise.",
+    "notes": "You are a meeting facilitator. Keep short notes of goals and decisions.",
+}
+
+
+class _StepClock:
+    """Demo conversations get plausible, spaced-out times instead of all landing in one second."""
+
+    def __init__(self, start: datetime) -> None:
+        self._t = start
+
+    def now(self) -> datetime:
+        self._t = self._t + timedelta(minutes=7)
+        return self._t

@@ -1,0 +1,225 @@
+"""SemanticRecall: similar stored messages join the prompt, and new messages are indexed (spec §2.4).
+
+Input: the last user message is the query; hits (and ``message_range`` neighbours) from the current
+thread join the conversation as ``memory`` messages, hits from other threads of the resource arrive as
+one system message tagged ``memory``. Output: new user and assistant messages are embedded.
+Unlike Mastra, nothing fails silently: every empty result or error is recorded with ``ctx.skip``, and
+every recalled fragment carries its score in its provenance.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from core.message_list import Provenance
+from core.messages import Message
+from core.options import SemanticRecallOptions
+from core.processors.base import BaseProcessor, ProcessorContext
+from core.storage.memory_store import Include
+from core.vector.text import message_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.embedding import Embedder
+    from core.storage import Store
+    from core.vector import RecallIndex, SearchHit
+
+_ROLE_ORDER = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
+BLOCK_INTRO = "Messages recalled from this user's other conversations, because they resemble the current request:"
+BLOCK_OPEN = "<recalled_from_other_threads>"
+BLOCK_CLOSE = "</recalled_from_other_threads>"
+
+
+class SemanticRecall(BaseProcessor):
+    """``options`` override the turn's ``semantic_recall`` options when given (top_k 4, range 1/1, resource scope)."""
+
+    id = "semantic-recall"
+
+    def __init__(
+        self,
+        index: "RecallIndex | None" = None,
+        *,
+        store: "Store | None" = None,
+        embedder: "Embedder | None" = None,
+        options: SemanticRecallOptions | None = None,
+    ) -> None:
+        self.options = options
+        if index is None and (store is not None or embedder is not None):
+            from core.vector import RecallError, RecallIndex
+
+            if store is None or embedder is None:
+                missing = "a store" if store is None else "an embedder"
+                raise RecallError(f"SemanticRecall needs {missing} (or a RecallIndex); recall cannot run without it.")
+            index = RecallIndex.for_store(store, embedder)
+            index.check()  # a missing model or vector table fails here, not at the first turn
+        self.index = index
+
+    def _index(self, ctx: ProcessorContext) -> "RecallIndex | None":
+        if self.index is not None:
+            return self.index
+        return getattr(ctx.memory, "recall_index", None)
+
+    def _options(self, ctx: ProcessorContext) -> SemanticRecallOptions:
+        return self.options or ctx.request.options.semantic_recall
+
+    # -- input -----------------------------------------------------------------------------------
+    def process_input(self, ctx: ProcessorContext) -> None:
+        try:
+            self._recall(ctx)
+        except Exception as exc:  # recall is an enhancement: the turn proceeds without it, visibly
+            ctx.skip(self.id, f"recall failed: {type(exc).__name__}: {exc}")
+
+    def _recall(self, ctx: ProcessorContext) -> None:
+        req = ctx.request
+        opts = self._options(ctx)
+        index = self._index(ctx)
+        if index is None:
+            ctx.skip(self.id, "no recall index: Memory was built without an embedder")
+            return
+        if not req.thread_id:
+            ctx.skip(self.id, "no thread id was given, so there is nothing to recall into")
+            return
+        last = ctx.messages.last_user_message()
+        if last is None:
+            ctx.skip(self.id, "no user message in the input to search with")
+            return
+        query = message_text(last)
+        if not query.strip():
+            ctx.skip(self.id, "the last user message has no text to search with")
+            return
+        resource_scope = opts.scope == "resource" and bool(req.resource_id)
+        result = index.search(
+            query,
+            resource_id=req.resource_id if resource_scope else None,
+            thread_id=None if resource_scope else req.thread_id,
+            top_k=opts.top_k,
+            mode=opts.mode,
+            threshold=opts.threshold,
+        )
+        hits = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id]
+        ctx.note(
+            self.id, query=query, scope="resource" if resource_scope else "thread", mode=opts.mode,
+            hits=[_hit_detail(h) for h in hits], reason=result.reason,
+        )
+        if not hits:
+            ctx.skip(self.id, result.reason or "no similar messages found")
+            return
+        windows = self._windows(ctx, hits, opts, req.resource_id if resource_scope else None)
+        present = ctx.messages.ids()
+        fresh = {mid: pair for mid, pair in windows.items() if mid not in present}
+        if req.as_of is not None:  # replay: only what existed before the replayed turn is memory
+            cutoff = (req.as_of.created_at, req.as_of.id)
+            fresh = {mid: p for mid, p in fresh.items() if (p[0].created_at, p[0].id) < cutoff}
+        if not fresh:
+            ctx.skip(self.id, f"all {len(windows)} recalled message(s) are already in the context")
+            return
+        same = [p for p in fresh.values() if p[0].thread_id in (None, req.thread_id)]
+        other = [p for p in fresh.values() if p[0].thread_id not in (None, req.thread_id)]
+        for msg, hit in sorted(same, key=lambda p: _order_key(p[0])):
+            ctx.messages.add(msg, "memory", _provenance(msg, hit))
+        if other and resource_scope:
+            other.sort(key=lambda p: _order_key(p[0]))
+            ctx.messages.add_system(
+                format_other_threads([m for m, _ in other]),
+                "memory",
+                Provenance(
+                    self.id,
+                    stored_ids=tuple(m.id for m, _ in other),
+                    score=max(h.score for _, h in other),
+                    detail={
+                        "scores": {m.id: _score(h) for m, h in other},
+                        "hit_ids": sorted({h.message_id for _, h in other}),
+                        "threads": sorted({m.thread_id or "" for m, _ in other}),
+                    },
+                ),
+            )
+        ctx.note(self.id, added_same_thread=len(same), added_other_threads=len(other) if resource_scope else 0)
+
+    def _windows(
+        self, ctx: ProcessorContext, hits: list["SearchHit"], opts: SemanticRecallOptions, resource_id: str | None
+    ) -> dict[str, tuple[Message, "SearchHit"]]:
+        """Each hit with its neighbours, attributed to the best-scoring hit whose window holds it."""
+        out: dict[str, tuple[Message, SearchHit]] = {}
+        rng = opts.message_range
+        for hit in hits:  # best first, so a shared neighbour keeps the better hit's score
+            msgs = ctx.store.memory.messages_with_context(
+                [Include(hit.message_id, hit.thread_id, rng.before, rng.after)], resource_id=resource_id
+            )
+            for m in msgs:
+                if m.role != "system" and m.id not in out:
+                    out[m.id] = (m, hit)
+        return out
+
+    # -- output ----------------------------------------------------------------------------------
+    def process_output(self, ctx: ProcessorContext) -> None:
+        req = ctx.request
+        if req.read_only:
+            ctx.note(self.id, indexed=0, index_skipped="read-only: new messages were not indexed")
+            return
+        if not getattr(ctx, "live", True):
+            return  # a preview (Memory.assemble) must not write
+        index = self._index(ctx)
+        if index is None:
+            ctx.note(self.id, index_skipped="no recall index: Memory was built without an embedder")
+            return
+        try:
+            new = [m for m in ctx.messages.new_messages() if m.role in ("user", "assistant")]
+            if req.resource_id:
+                new = [m if m.resource_id else m.copy(resource_id=req.resource_id) for m in new]
+            todo = index.unindexed(new)  # the facade's save path may have indexed them already
+            report = index.index_messages(todo)
+        except Exception as exc:  # indexing must never fail the turn
+            ctx.note(self.id, index_failed={"*": f"{type(exc).__name__}: {exc}"})
+            return
+        ctx.note(self.id, indexed=len(report.indexed), index_failed=dict(report.failed))
+        if report.failed and not report.indexed:
+            first = next(iter(report.failed.values()))
+            ctx.note(self.id, index_error=f"{len(report.failed)} new message(s) not indexed: {first}")
+
+
+def format_other_threads(messages: list[Message]) -> str:
+    """One system message: intro, opening tag, a date header whenever the day changes, one line per message."""
+    lines = [BLOCK_INTRO, BLOCK_OPEN]
+    current_day = None
+    for m in messages:
+        when = m.created_at if m.created_at.tzinfo else m.created_at.replace(tzinfo=timezone.utc)
+        when = when.astimezone(timezone.utc)
+        day = when.date()
+        if day != current_day:
+            lines.append(f"-- {when.strftime('%a %d %b %Y')} (UTC) --")
+            current_day = day
+        text = " ".join(message_text(m).split())
+        lines.append(f"[{_clock(when)}] {m.role.capitalize()}: {text}")
+    lines.append(BLOCK_CLOSE)
+    return "\n".join(lines)
+
+
+def _clock(when: datetime) -> str:
+    hour = when.hour % 12 or 12
+    return f"{hour}:{when.minute:02d} {'AM' if when.hour < 12 else 'PM'}"
+
+
+def _order_key(m: Message) -> tuple[Any, ...]:
+    return (m.created_at, m.thread_id or "", _ROLE_ORDER.get(m.role, 9), m.id)
+
+
+def _score(hit: "SearchHit") -> float:
+    return float(hit.vector_score if hit.vector_score is not None else hit.score)
+
+
+def _provenance(msg: Message, hit: "SearchHit") -> Provenance:
+    detail: dict[str, Any] = {"source": hit.source, "rank_score": hit.score}
+    if hit.vector_score is not None:
+        detail["similarity"] = hit.vector_score
+    if hit.keyword_score is not None:
+        detail["keyword_score"] = hit.keyword_score
+    if msg.id != hit.message_id:
+        detail["context_of"] = hit.message_id  # a message_range neighbour of the hit
+    return Provenance("semantic-recall", stored_ids=(msg.id,), score=hit.score, detail=detail)
+
+
+def _hit_detail(hit: "SearchHit") -> dict[str, Any]:
+    return {
+        "message_id": hit.message_id, "thread_id": hit.thread_id, "score": hit.score, "source": hit.source,
+        "vector_score": hit.vector_score, "keyword_score": hit.keyword_score,
+    }

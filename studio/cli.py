@@ -1,0 +1,38 @@
+"""The ``memory-studio`` entry point.
+
+With a subcommand (``prompt``, ``threads``, ``reindex``, ``models``, ``traces``, ``migrate``,
+``demo``) it runs the engine's command line and never imports Qt, so it works on machines without a
+display. Without one it opens the Studio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    from core.cli import COMMANDS
+
+    if args and args[0] in COMMANDS:
+        from core.cli import main as core_main
+
+        return core_main(args)
+    parser = argparse.ArgumentParser(
+        prog="memory-studio",
+        description="Open the Memory Studio desktop app. Subcommands: " + ", ".join(COMMANDS) + ".",
+    )
+    parser.add_argument("--db", help="database to open (default: the project's .temp/memory.db)")
+    parser.add_argument("--allow-writes", action="store_true",
+                        help="open a database the Studio did not create with writes allowed")
+    parser.add_argument("--no-demo", action="store_true", help="do not seed demo data into an empty database")
+    opts = parser.parse_args(args)
+    from studio.app import main as app_main
+
+    return app_main(db=opts.db, allow_writes=opts.allow_writes, seed_demo=not opts.no_demo)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""One open database in the Studio: the store, the worker pool, and change detection.
+
+Panes get a ``StudioSession`` and never open their own connections. All I/O goes through
+``session.pool``. ``changed`` fires when the file changed on disk (another process, or our own
+save), detected by a cheap fingerprint query polled every second in a worker — so writes by an agent
+process show up within two seconds without a manual refresh.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from core import Memory, MemoryOptions, Store, open_store
+from studio.workers import WorkerPool
+
+POLL_MS = 1000
+
+FINGERPRINT_SQL = """
+SELECT (SELECT max("updatedAt") FROM mastra_threads),
+       (SELECT max("updatedAt") FROM mastra_resources),
+       (SELECT count(*) FROM mastra_messages),
+       (SELECT max(rowid) FROM mastra_messages),
+       (SELECT count(*) FROM mastra_threads)
+"""
+
+
+def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None) -> Store:
+    """Open a database the way the Studio does: ours read-write, anything else read-only.
+
+    The decision needs a look at the file first; that look uses a read-only connection, so a
+    foreign database is never touched unless the user allows writes.
+    """
+    if allow_writes is None:
+        probe = open_store(path, read_only=True, create=False) if _exists(path) else None
+        if probe is None:
+            return open_store(path)  # a new file is ours
+        owned = probe.db.owned
+        newer = probe.db.unknown_migrations()
+        if owned and not newer:
+            probe.close()
+            return open_store(path)
+        return probe
+    return open_store(path, read_only=not allow_writes, create=allow_writes)
+
+
+def _exists(path: str | Path | None) -> bool:
+    from core.storage.paths import resolve_db_path
+
+    resolved = resolve_db_path(path)
+    return resolved.path is not None and resolved.path.exists() and resolved.path.stat().st_size > 0
+
+
+class StudioSession(QObject):
+    changed = Signal()
+    read_only_changed = Signal(bool)
+    error = Signal(str)
+
+    def __init__(self, store: Store, pool: WorkerPool | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.pool = pool or WorkerPool(self)
+        self._fingerprint: Any = None
+        self._memories: dict[str, Memory] = {}
+        self._timer = QTimer(self)
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self.poll)
+        self._polling = False
+
+    # -- identity --------------------------------------------------------------------------------
+    @property
+    def display_path(self) -> str:
+        return self.store.location.display
+
+    @property
+    def read_only(self) -> bool:
+        return self.store.read_only
+
+    @property
+    def owned(self) -> bool:
+        return self.store.db.owned
+
+    def start(self) -> None:
+        self._timer.start()
+        self.poll()
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    # -- change detection ------------------------------------------------------------------------
+    def poll(self) -> None:
+        if self._polling:
+            return
+        self._polling = True
+        self.pool.submit(self._read_fingerprint, on_result=self._on_fingerprint, on_error=self._on_poll_error)
+
+    def _read_fingerprint(self) -> Any:
+        with self.store.db.read() as conn:
+            return tuple(conn.exec_driver_sql(FINGERPRINT_SQL).first() or ())
+
+    def _on_fingerprint(self, value: Any) -> None:
+        self._polling = False
+        if self._fingerprint is not None and value != self._fingerprint:
+            self._fingerprint = value
+            self.changed.emit()
+            return
+        self._fingerprint = value
+
+    def _on_poll_error(self, exc: BaseException) -> None:
+        self._polling = False  # a busy file or a passing lock: try again on the next tick
+
+    def notify_local_write(self) -> None:
+        """Our own save: refresh now rather than on the next poll."""
+        self._fingerprint = None
+        self.poll()
+        self.changed.emit()
+
+    # -- engine access ---------------------------------------------------------------------------
+    def memory(self, options: MemoryOptions | Mapping[str, Any] | None = None, *, name: str = "default",
+               embedder: Any = None) -> Memory:
+        """A Memory over this store (for previews and edits). Build it on a worker thread: semantic
+        recall loads the embedding model."""
+        opts = options if isinstance(options, MemoryOptions) else MemoryOptions(**dict(options or {}))
+        key = f"{name}|{opts.to_dict()}|{id(embedder)}"
+        mem = self._memories.get(key)
+        if mem is None:
+            mem = Memory(self.store, opts, name=name, embedder=embedder)
+            self._memories[key] = mem
+        return mem
+
+    def run(self, fn: Callable[..., Any], on_result: Callable[[Any], None] | None = None,
+            on_error: Callable[[BaseException], None] | None = None, key: str | None = None,
+            on_progress: Callable[[int, int], None] | None = None) -> int:
+        return self.pool.submit(fn, on_result=on_result, on_error=on_error or self._report, key=key,
+                                on_progress=on_progress)
+
+    def _report(self, exc: BaseException) -> None:
+        self.error.emit(str(exc) or type(exc).__name__)
+
+    def close(self) -> None:
+        self.stop()
+        self.pool.wait(10_000)
+        self._memories.clear()
+        self.store.close()

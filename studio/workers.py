@@ -1,0 +1,111 @@
+"""Run database, embedding and model work off the UI thread.
+
+``WorkerPool.submit(fn, on_result=..., on_error=..., key=...)`` runs ``fn`` on a pool thread and
+delivers the outcome on the UI thread through a queued signal. A ``key`` makes requests supersede each
+other: when a newer request with the same key was submitted, an older result is dropped, so a slow
+query can never overwrite a fresher view (the request-token idea of DB4S's RowLoader).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import traceback
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+
+
+class _Signals(QObject):
+    done = Signal(object, object, object)  # (job id, result, error)
+    progress = Signal(object, int, int)  # (job id, done, total)
+
+
+class _Job(QRunnable):
+    def __init__(self, job_id: int, fn: Callable[..., Any], signals: _Signals, with_progress: bool) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.fn = fn
+        self.signals = signals
+        self.with_progress = with_progress
+        self.setAutoDelete(True)
+
+    def run(self) -> None:  # runs on a pool thread
+        try:
+            if self.with_progress:
+                result = self.fn(lambda done, total: self.signals.progress.emit(self.job_id, done, total))
+            else:
+                result = self.fn()
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the UI as a message
+            exc.__traceback_text__ = traceback.format_exc()  # type: ignore[attr-defined]
+            self.signals.done.emit(self.job_id, None, exc)
+            return
+        self.signals.done.emit(self.job_id, result, None)
+
+
+class WorkerPool(QObject):
+    """A small pool bound to the UI thread's event loop. Create it on the UI thread."""
+
+    busy_changed = Signal(int)  # number of jobs running
+
+    def __init__(self, parent: QObject | None = None, max_threads: int = 3) -> None:
+        super().__init__(parent)
+        self._pool = QThreadPool()
+        self._pool.setMaxThreadCount(max_threads)
+        self._signals = _Signals()
+        self._signals.done.connect(self._on_done)
+        self._signals.progress.connect(self._on_progress)
+        self._ids = itertools.count(1)
+        self._callbacks: dict[int, tuple[Any, Any, Any, str | None]] = {}
+        self._latest: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *,
+        on_result: Callable[[Any], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+        key: str | None = None,
+    ) -> int:
+        job_id = next(self._ids)
+        with self._lock:
+            self._callbacks[job_id] = (on_result, on_error, on_progress, key)
+            if key is not None:
+                self._latest[key] = job_id
+        self._pool.start(_Job(job_id, fn, self._signals, on_progress is not None))
+        self.busy_changed.emit(len(self._callbacks))
+        return job_id
+
+    def is_current(self, job_id: int, key: str) -> bool:
+        return self._latest.get(key) == job_id
+
+    @Slot(object, object, object)
+    def _on_done(self, job_id: int, result: Any, error: BaseException | None) -> None:
+        with self._lock:
+            on_result, on_error, _progress, key = self._callbacks.pop(job_id, (None, None, None, None))
+            stale = key is not None and self._latest.get(key) != job_id
+        self.busy_changed.emit(len(self._callbacks))
+        if stale:
+            return
+        if error is not None:
+            if on_error is not None:
+                on_error(error)
+            return
+        if on_result is not None:
+            on_result(result)
+
+    @Slot(object, int, int)
+    def _on_progress(self, job_id: int, done: int, total: int) -> None:
+        entry = self._callbacks.get(job_id)
+        if entry and entry[2] is not None:
+            entry[2](done, total)
+
+    @property
+    def running(self) -> int:
+        return len(self._callbacks)
+
+    def wait(self, msecs: int = 30_000) -> bool:
+        """Block until idle (tests and shutdown only; never from a UI event handler)."""
+        return bool(self._pool.waitForDone(msecs))
