@@ -248,6 +248,15 @@ class Memory:
     def save_messages(self, messages: Sequence[Message], *, _index: bool = True) -> list[Message]:
         """Persist messages: system rows are dropped, working-memory tool traffic is hidden,
         a missing thread is created for the message's resource, and ownership is checked."""
+        # A repeated id inside one call: the last content wins, at the first copy's place in time.
+        unique: dict[str, Message] = {}
+        for msg in messages:
+            if isinstance(msg, Message) and msg.id in unique:
+                first = unique[msg.id]
+                unique[msg.id] = msg.copy(created_at=first.created_at, created_at_given=first.created_at_given)
+            else:
+                unique[getattr(msg, "id", str(id(msg)))] = msg
+        messages = list(unique.values())
         prepared: list[Message] = []
         last_at: dict[str, datetime] = {}
         newest_stored = self.store.memory.newest_message_times(

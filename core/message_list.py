@@ -73,7 +73,10 @@ class MessageList:
                 if existing.message.content_key() == msg.content_key():
                     continue
                 if source == "memory":
-                    continue  # live content already layered on top of the stored copy wins
+                    # Live content layered on the stored copy: keep the live text, take the stored
+                    # time so the message stays where it was in the conversation.
+                    existing.message = existing.message.copy(created_at=msg.created_at)
+                    continue
                 # Newer content replaces the older copy; it keeps the original place in time.
                 self._entries[msg.id] = Entry(
                     msg.copy(created_at=existing.message.created_at), existing.source, existing.provenance, existing.seq

@@ -1,0 +1,263 @@
+"""Storage speaks Mastra's layout, is path-anchored, and never migrates a foreign database silently."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import libsql_experimental as libsql
+import pytest
+
+from core import Memory, MemoryOptions, Message, open_store
+from core.storage import DatabaseOpenError, ReadOnlyError
+from core.storage.paths import DatabaseLocationError, resolve_db_path
+
+MASTRA_DDL = [
+    'CREATE TABLE mastra_threads ("id" TEXT NOT NULL PRIMARY KEY, "resourceId" TEXT NOT NULL, "title" TEXT NOT NULL, '
+    '"metadata" TEXT, "createdAt" TEXT NOT NULL, "updatedAt" TEXT NOT NULL)',
+    'CREATE TABLE mastra_messages ("id" TEXT NOT NULL PRIMARY KEY, "thread_id" TEXT NOT NULL, "content" TEXT NOT NULL, '
+    '"role" TEXT NOT NULL, "type" TEXT NOT NULL, "createdAt" TEXT NOT NULL, "resourceId" TEXT)',
+    'CREATE TABLE mastra_resources ("id" TEXT NOT NULL PRIMARY KEY, "workingMemory" TEXT, "metadata" TEXT, '
+    '"createdAt" TEXT NOT NULL, "updatedAt" TEXT NOT NULL)',
+]
+
+
+def make_mastra_db(path: Path) -> None:
+    """A database shaped exactly as Mastra's LibSQLStore writes it, metadata as JSONB blobs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = libsql.connect(str(path))
+    for ddl in MASTRA_DDL:
+        conn.execute(ddl)
+    conn.execute(
+        "INSERT INTO mastra_threads VALUES (?, ?, ?, jsonb(?), ?, ?)",
+        ("mt1", "user-1", "From Mastra", json.dumps({"workingMemory": "# Notes\n- a", "custom": True}),
+         "2025-01-02T03:04:05.000Z", "2025-01-02T03:04:06.000Z"),
+    )
+    rows = [
+        ("m1", "mt1", json.dumps({"format": 2, "parts": [{"type": "text", "text": "My name is Ada",
+                                                          "createdAt": 1795973922787}], "content": "My name is Ada"}),
+         "user", "v2", "2025-01-02T03:04:05.100Z", "user-1"),
+        ("m2", "mt1", json.dumps({"format": 2, "parts": [{"type": "step-start", "model": "mock/mock-model"},
+                                                         {"type": "text", "text": "Got it"}],
+                                  "metadata": {"modelId": "mock-model"}, "content": "Got it"}),
+         "assistant", "v2", "2025-01-02T03:04:05.200Z", "user-1"),
+        ("m3", "mt1", "plain legacy text", "user", "v1", "2025-01-02T03:04:05.300Z", None),
+    ]
+    conn.executemany("INSERT INTO mastra_messages VALUES (?,?,?,?,?,?,?)", rows)
+    conn.execute(
+        "INSERT INTO mastra_resources VALUES (?, ?, jsonb(?), ?, ?)",
+        ("user-1", "# User\n- Name: Ada", json.dumps({"plan": "pro"}), "2025-01-02T03:04:05.000Z",
+         "2025-01-02T03:04:05.000Z"),
+    )
+    conn.commit()
+
+
+def table_sql(path: Path) -> dict[str, str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {name: sql for name, sql in conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table'")}
+    finally:
+        conn.close()
+
+
+def test_tables_follow_mastra_layout(store, db_path):
+    sql = table_sql(db_path)
+    for name in ("mastra_threads", "mastra_messages", "mastra_resources", "mastra_observational_memory"):
+        assert name in sql
+    assert '"resourceId" TEXT NOT NULL' in sql["mastra_threads"]
+    assert '"thread_id" TEXT NOT NULL' in sql["mastra_messages"]
+    assert '"workingMemory" TEXT' in sql["mastra_resources"]
+
+
+def test_written_rows_use_mastra_encodings(store, db_path):
+    mem = Memory(store)
+    mem.create_thread(resource_id="u1", thread_id="t1", metadata={"k": 1})
+    mem.save_messages([Message.user("hello", thread_id="t1", resource_id="u1")])
+    conn = sqlite3.connect(db_path)
+    thread = conn.execute('SELECT title, metadata, typeof(metadata), "createdAt" FROM mastra_threads').fetchone()
+    msg = conn.execute('SELECT content, type, role, "createdAt", "resourceId" FROM mastra_messages').fetchone()
+    conn.close()
+    assert thread[0] == "" and json.loads(thread[1]) == {"k": 1} and thread[2] == "text"
+    assert len(thread[3]) == 24 and thread[3].endswith("Z") and thread[3][19] == "."
+    content = json.loads(msg[0])
+    assert content["format"] == 2 and content["parts"] == [{"type": "text", "text": "hello"}]
+    assert content["content"] == "hello"
+    assert msg[1] == "v2" and msg[2] == "user" and msg[4] == "u1" and msg[3].endswith("Z")
+
+
+def test_thread_without_metadata_stores_null(store, db_path):
+    Memory(store).create_thread(resource_id="u1", thread_id="t1")
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT metadata FROM mastra_threads").fetchone()[0] is None
+    conn.close()
+
+
+def test_mastra_written_database_reads_correctly_and_is_not_migrated(tmp_path):
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    before = table_sql(path)
+    store = open_store(path)
+    try:
+        assert not store.db.owned
+        assert "0003_studio_tables" in store.pending_migrations()
+        assert table_sql(path) == before  # opening changed no schema
+        mem = Memory(store, MemoryOptions(working_memory={"enabled": True}))
+        thread = mem.get_thread("mt1")
+        assert thread is not None and thread.metadata == {"workingMemory": "# Notes\n- a", "custom": True}
+        msgs = mem.recall(thread_id="mt1", resource_id="user-1").messages
+        assert [m.text for m in msgs] == ["My name is Ada", "Got it", "plain legacy text"]
+        assert msgs[1].parts[0]["type"] == "step-start"
+        assert store.memory.get_resource("user-1").metadata == {"plan": "pro"}
+        assert mem.get_working_memory(resource_id="user-1") == "# User\n- Name: Ada"
+        # Writing our rows into Mastra's tables works without our extra tables.
+        mem.save_messages([Message.user("still here", thread_id="mt1", resource_id="user-1")])
+        assert "memory_studio_migrations" not in table_sql(path)
+        # Migration only on an explicit call.
+        applied = store.migrate()
+        assert "0003_studio_tables" in applied and store.pending_migrations() == []
+    finally:
+        store.close()
+
+
+def test_malformed_content_json_is_a_clear_error(store, db_path):
+    Memory(store).create_thread(resource_id="u1", thread_id="t1")
+    conn = sqlite3.connect(db_path)
+    conn.execute(
+        "INSERT INTO mastra_messages VALUES ('bad', 't1', '{\"format\": 2, \"parts\": [', 'user', 'v2', "
+        "'2025-01-01T00:00:00.000Z', 'u1')"
+    )
+    conn.commit()
+    conn.close()
+    from core import MessageFormatError
+
+    with pytest.raises(MessageFormatError, match="bad.*malformed content JSON"):
+        Memory(store).recall(thread_id="t1", resource_id="u1")
+
+
+def test_resolution_order(tmp_path):
+    project = tmp_path / "proj"
+    (project / "src" / "deep").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname='x'\n")
+    deep = project / "src" / "deep"
+    explicit = resolve_db_path(str(tmp_path / "x.db"), env={"MEMORY_STUDIO_DB": "/nowhere/y.db"}, cwd=deep)
+    assert explicit.path == tmp_path / "x.db" and explicit.how == "explicit"
+    assert resolve_db_path("file:rel.db", env={}, cwd=deep).path == deep / "rel.db"
+    from_env = resolve_db_path(None, env={"MEMORY_STUDIO_DB": str(tmp_path / "env.db")}, cwd=deep)
+    assert from_env.path == tmp_path / "env.db" and from_env.how == "environment"
+    anchored = resolve_db_path(None, env={}, cwd=deep)
+    assert anchored.path == project / ".temp" / "memory.db" and anchored.how == "project"
+    # Two processes started in different folders of one project resolve the same file.
+    assert resolve_db_path(None, env={}, cwd=project).path == anchored.path
+    git_root = tmp_path / "repo"
+    (git_root / ".git").mkdir(parents=True)
+    assert resolve_db_path(None, env={}, cwd=git_root).path == git_root / ".temp" / "memory.db"
+    loose = Path("/")
+    assert resolve_db_path(None, env={}, cwd=loose).how == "user-data"
+
+
+def test_parent_folder_is_created(tmp_path):
+    target = tmp_path / "a" / "b" / "memory.db"
+    with open_store(target) as s:
+        assert s.location.path == target
+    assert target.exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere; permissions cannot be tested")
+def test_unwritable_folder_names_the_path(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    with pytest.raises(DatabaseLocationError, match=str(locked)):
+        open_store(locked / "sub" / "memory.db")
+
+
+def test_unwritable_parent_names_the_path(tmp_path):
+    # A parent that is a file cannot be created as a folder, even for root.
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder")
+    with pytest.raises(DatabaseLocationError, match="blocker"):
+        open_store(blocker / "memory.db")
+
+
+def test_not_a_database_is_refused_and_untouched(tmp_path):
+    path = tmp_path / "notes.db"
+    path.write_text("hello, I am a text file")
+    before = path.read_bytes()
+    with pytest.raises(DatabaseOpenError, match="not a SQLite"):
+        open_store(path)
+    assert path.read_bytes() == before
+
+
+def test_wal_mode_and_busy_timeout(store, db_path):
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    with store.db.read() as c:
+        assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 5000
+
+
+def test_read_only_store_refuses_writes(db_path):
+    with open_store(db_path) as s:
+        Memory(s).create_thread(resource_id="u", thread_id="t")
+    with open_store(db_path, read_only=True) as ro:
+        with pytest.raises(ReadOnlyError):
+            Memory(ro).create_thread(resource_id="u", thread_id="t2")
+        assert Memory(ro).get_thread("t") is not None
+
+
+def test_pending_is_read_only_and_migrations_are_named(tmp_path):
+    path = tmp_path / "m.db"
+    make_mastra_db(path)
+    with open_store(path, read_only=True) as s:
+        pending = s.pending_migrations()
+    assert pending == sorted(pending) and all(p[:4].isdigit() for p in pending)
+    assert "memory_studio_migrations" not in table_sql(path)
+
+
+def test_newer_schema_is_never_written(db_path):
+    with open_store(db_path) as s:
+        with s.db.write() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO memory_studio_migrations (name, \"appliedAt\") VALUES ('9999_future', 'x')"
+            )
+    from core.storage import SchemaError
+
+    with open_store(db_path) as s:
+        assert s.db.unknown_migrations() == ["9999_future"]
+        with pytest.raises(SchemaError, match="newer"):
+            Memory(s).create_thread(resource_id="u", thread_id="t")
+
+
+def test_concurrent_writer_and_reader_processes(db_path):
+    """One process writes while another reads: "database is locked" never reaches either side."""
+    import subprocess
+    import sys
+    import textwrap
+
+    with open_store(db_path) as s:
+        Memory(s).create_thread(resource_id="u", thread_id="t")
+    writer = textwrap.dedent(f"""
+        from core import Memory, Message, open_store
+        m = Memory(open_store({str(db_path)!r}))
+        for i in range(200):
+            m.save_messages([Message.user(f"w{{i}}", thread_id="t", resource_id="u")])
+    """)
+    reader = textwrap.dedent(f"""
+        from core import Memory, open_store
+        m = Memory(open_store({str(db_path)!r}))
+        seen = 0
+        for i in range(400):
+            seen = max(seen, len(m.recall(thread_id="t", per_page=False).messages))
+        print(seen)
+    """)
+    pw = subprocess.Popen([sys.executable, "-c", writer], stderr=subprocess.PIPE, text=True)
+    pr = subprocess.Popen([sys.executable, "-c", reader], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, werr = pw.communicate(timeout=120)
+    rout, rerr = pr.communicate(timeout=120)
+    assert pw.returncode == 0, werr
+    assert pr.returncode == 0, rerr
+    assert "locked" not in werr + rerr
+    with open_store(db_path) as s:
+        assert s.memory.count_messages("t") == 200

@@ -1,0 +1,178 @@
+"""Threads (spec §4 items 48–53), the command line, and the public API list."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import core
+from core import AlreadyExistsError, InvalidArgumentError, Memory, MemoryOptions, Message, NotFoundError
+from core.cli import main as cli_main
+
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+
+def test_create_thread_defaults_and_listing_order(store):
+    m = Memory(store)
+    a = m.create_thread(resource_id="u1", thread_id="a")
+    b = m.create_thread(resource_id="u1", thread_id="b", title="Second", metadata={"custom": True})
+    m.create_thread(resource_id="u2", thread_id="c")
+    assert a.title == "" and a.metadata is None and b.metadata == {"custom": True}
+    page = m.list_threads(resource_id="u1")
+    assert [t.id for t in page] == ["b", "a"] and page.per_page == 100 and page.total == 2 and not page.has_more
+    with pytest.raises(AlreadyExistsError):
+        m.create_thread(resource_id="u1", thread_id="a")
+
+
+def test_list_threads_metadata_filter(store):
+    m = Memory(store)
+    m.create_thread(resource_id="u", thread_id="x", metadata={"custom": True, "team": "a"})
+    m.create_thread(resource_id="u", thread_id="y", metadata={"custom": True, "team": "b"})
+    m.create_thread(resource_id="u", thread_id="z")
+    assert [t.id for t in m.list_threads(metadata={"custom": True})] == ["y", "x"]
+    assert [t.id for t in m.list_threads(metadata={"custom": True, "team": "a"})] == ["x"]
+    with pytest.raises(InvalidArgumentError):
+        m.list_threads(metadata={"team": {"nested": 1}})
+
+
+def test_paging(store):
+    m = Memory(store)
+    for i in range(5):
+        m.create_thread(resource_id="u", thread_id=f"t{i}")
+    p0 = m.list_threads(resource_id="u", page=0, per_page=2)
+    p2 = m.list_threads(resource_id="u", page=2, per_page=2)
+    assert len(p0) == 2 and p0.has_more and len(p2) == 1 and not p2.has_more
+
+
+def test_update_thread_merges_metadata_and_keeps_title(store):
+    m = Memory(store)
+    m.create_thread(resource_id="u", thread_id="t", title="Keep", metadata={"a": 1})
+    updated = m.update_thread("t", metadata={"b": 2})
+    assert updated.metadata == {"a": 1, "b": 2} and updated.title == "Keep"
+    assert m.update_thread("t", title="Food").title == "Food"
+    with pytest.raises(NotFoundError, match="Thread nope not found"):
+        m.update_thread("nope", title="x")
+
+
+def test_clone_thread(store):
+    m = Memory(store)
+    m.create_thread(resource_id="u", thread_id="src", title="Trip", metadata={"k": 1})
+    msgs = [Message.user(f"m{i}", thread_id="src", resource_id="u", created_at=T0 + timedelta(minutes=i))
+            for i in range(4)]
+    m.save_messages(msgs)
+    thread, copies = m.clone_thread("src")
+    assert thread.id != "src" and thread.resource_id == "u" and thread.title == "Clone of Trip"
+    assert thread.metadata["clone"]["sourceThreadId"] == "src" and thread.metadata["k"] == 1
+    assert [c.text for c in copies] == ["m0", "m1", "m2", "m3"] and not {c.id for c in copies} & {x.id for x in msgs}
+    _, last2 = m.clone_thread("src", message_limit=2)
+    assert [c.text for c in last2] == ["m2", "m3"]
+    _, dated = m.clone_thread("src", since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=2))
+    assert [c.text for c in dated] == ["m1", "m2"]
+    _, picked = m.clone_thread("src", message_ids=[msgs[0].id])
+    assert [c.text for c in picked] == ["m0"]
+    with pytest.raises(NotFoundError, match="Source thread with id nope not found"):
+        m.clone_thread("nope")
+    with pytest.raises(AlreadyExistsError, match="Thread with id src already exists"):
+        m.clone_thread("src", new_thread_id="src")
+    assert store.memory.count_messages("src") == 4
+
+
+def test_delete_thread_removes_messages_and_vectors(store):
+    from core.embedding import HashingEmbedder
+
+    m = Memory(store, MemoryOptions(semantic_recall=True), embedder=HashingEmbedder())
+    m.save_messages([Message.user("peanut allergy", thread_id="t", resource_id="u"),
+                     Message.user("other", thread_id="keep", resource_id="u")])
+    assert any(h.thread_id == "t" for h in m.search("peanut", resource_id="u", mode="vector"))
+    m.delete_thread("t")
+    assert m.get_thread("t") is None and store.memory.count_messages("t") == 0
+    assert store.memory.count_messages("keep") == 1
+    assert not any(h.thread_id == "t" for h in m.search("peanut allergy", resource_id="u", mode="hybrid"))
+
+
+def test_caller_given_ids_are_kept(store):
+    m = Memory(store)
+    m.save_messages([Message.user("hello", id="D1:3", thread_id="t", resource_id="u")])
+    assert m.recall(thread_id="t").messages[0].id == "D1:3"
+
+
+# -- command line --------------------------------------------------------------------------------
+def run_cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(list(args), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def demo_db(db_path):
+    with core.open_store(db_path) as s:
+        m = Memory(s, MemoryOptions(working_memory={"enabled": True}), name="demo")
+        m.register("demo")
+        m.create_thread(resource_id="u1", thread_id="t1", title="Food")
+        m.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="u1"),
+                         Message.assistant("Noted.", thread_id="t1", resource_id="u1",
+                                           metadata={"agent": "demo"})])
+    return db_path
+
+
+def test_cli_prompt_readable_and_json(demo_db):
+    code, out, err = run_cli("prompt", "--db", str(demo_db), "--resource", "u1", "--thread", "t1", "What can I eat?")
+    assert code == 0, err
+    assert "What can I eat?" in out and "message-history" in out and "working-memory" in out
+    code, out, _ = run_cli("prompt", "--db", str(demo_db), "--resource", "u1", "--thread", "t1", "--json", "Hi")
+    data = json.loads(out)
+    assert data["messages"][-1] == {"role": "user", "content": "Hi"} and data["tokenizer"]
+
+
+def test_cli_threads(demo_db):
+    code, out, _ = run_cli("threads", "--db", str(demo_db))
+    assert code == 0 and "t1" in out and "Food" in out
+    code, out, _ = run_cli("threads", "--db", str(demo_db), "--resource", "u1", "--json")
+    assert json.loads(out)[0]["messageCount"] == 2
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["prompt", "--resource", "u1", "--thread", "missing", "x"], "not found"),
+        (["prompt", "--resource", "u9", "--thread", "t1", "x"], "belongs to resource"),
+        (["prompt", "--resource", "u1", "x"], "required"),
+        (["prompt", "--resource", "u1", "--thread", "t1", "--last-messages", "-3", "x"], "last-messages"),
+        (["nonsense"], "invalid choice"),
+    ],
+)
+def test_cli_errors_are_one_line_and_nonzero(demo_db, args, needle):
+    if args[0] == "prompt":
+        args = [args[0], "--db", str(demo_db), *args[1:]]
+    code, out, err = run_cli(*args)
+    assert code != 0 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_missing_database(tmp_path):
+    code, _, err = run_cli("threads", "--db", str(tmp_path / "nope.db"))
+    assert code == 1 and "does not exist" in err
+    assert not (tmp_path / "nope.db").exists()
+
+
+def test_entry_point_runs_subcommands_without_qt(demo_db):
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from studio.cli import main; rc = main(sys.argv[1:]); "
+                               "assert 'PySide6' not in sys.modules; sys.exit(rc)",
+         "threads", "--db", str(demo_db)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "t1" in proc.stdout
+
+
+def test_public_api_is_honest():
+    for name in core.__all__:
+        assert hasattr(core, name), name
+    public = {n for n in dir(core) if not n.startswith("_") and not isinstance(getattr(core, n), type(core))}
+    missing = {n for n in public if n not in core.__all__} - {"annotations"}
+    assert not missing, f"exported but not in __all__: {missing}"

@@ -1,0 +1,312 @@
+"""Working memory: merge rules, template guard, scopes, tool, instruction text (spec §4 items 28–47)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from core import ConcurrentUpdateError, Memory, MemoryOptions, Message, OptionsError, WorkingMemoryError
+from core.working_memory import hide_working_memory, instruction, tool_definition
+from core.working_memory_schema import deep_merge, empty_object, strip_nulls_from_optional
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "city": {"type": "string"},
+        "tone": {"type": "string"},
+        "prefs": {"type": "object", "properties": {"food": {"type": "string"}, "color": {"type": "string"}}},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+# -- merge rules ------------------------------------------------------------------------------------
+def test_merge_with_null_update_returns_equal_new_object():
+    existing = {"name": "Alice", "age": 30}
+    merged = deep_merge(existing, None)
+    assert merged == existing and merged is not existing
+    assert deep_merge(None, None) == {} and deep_merge(None, {}) == {}
+
+
+def test_null_deletes_and_nested_objects_merge():
+    assert deep_merge({"name": "Alice", "location": "Seattle", "age": 30}, {"location": None}) == {
+        "name": "Alice", "age": 30}
+    merged = deep_merge({"about": {"name": "A", "location": "NYC"}, "work": "x"}, {"about": {"age": 30}})
+    assert merged == {"about": {"name": "A", "location": "NYC", "age": 30}, "work": "x"}
+    merged = deep_merge({"about": {"location": "NYC", "timezone": "EST"}}, {"about": {"location": None}})
+    assert merged == {"about": {"timezone": "EST"}}
+
+
+def test_arrays_replace_and_type_swaps_take_update():
+    assert deep_merge({"people": ["A", "B"]}, {"people": ["C"]}) == {"people": ["C"]}
+    assert deep_merge({"items": [1, 2, 3]}, {"items": []}) == {"items": []}
+    assert deep_merge({"x": {"a": 1}}, {"x": "s"}) == {"x": "s"}
+    assert deep_merge({"x": "s"}, {"x": {"a": 1}}) == {"x": {"a": 1}}
+    assert deep_merge({"x": [1]}, {"x": {"a": 1}}) == {"x": {"a": 1}}
+    assert deep_merge({"x": {"a": 1}}, {"x": [1]}) == {"x": [1]}
+
+
+def test_inputs_never_mutated_and_null_in_new_branch_dropped():
+    existing = {"a": {"b": 1}}
+    update = {"a": {"c": [1, 2]}, "d": None}
+    merged = deep_merge(existing, update)
+    assert existing == {"a": {"b": 1}} and update == {"a": {"c": [1, 2]}, "d": None}
+    merged["a"]["c"].append(3)
+    assert update["a"]["c"] == [1, 2]
+    assert deep_merge(None, {"name": "Ada", "role": None}) == {"name": "Ada"}
+
+
+def test_optional_nulls_are_stripped_for_tool_calls():
+    assert strip_nulls_from_optional(SCHEMA, {"prefs": {"color": None}, "tags": ["c"]}) == {"prefs": {}, "tags": ["c"]}
+
+
+# -- facade ------------------------------------------------------------------------------------------
+@pytest.fixture
+def schema_memory(store):
+    return Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": SCHEMA}))
+
+
+@pytest.fixture
+def md_memory(store):
+    return Memory(store, MemoryOptions(working_memory={"enabled": True, "template": "# User\n- Name:\n- City:\n"}))
+
+
+def test_schema_tool_call_merges_with_and_without_wrapper(schema_memory):
+    m = schema_memory
+    m.update_working_memory(resource_id="u", working_memory={"name": "A"})
+    result = m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": {"tone": "warm"}})
+    assert result.success
+    assert m.get_working_memory(resource_id="u") == {"name": "A", "tone": "warm"}
+    assert m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"name": "Grace", "age": 42}).success
+    assert m.get_working_memory(resource_id="u") == {"name": "Grace", "tone": "warm", "age": 42}
+
+
+def test_schema_tool_wrong_type_is_refused_and_nothing_written(schema_memory):
+    m = schema_memory
+    m.update_working_memory(resource_id="u", working_memory={"name": "A"})
+    result = m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": {"age": "old"}})
+    assert not result.success and "age" in result.message
+    assert m.get_working_memory(resource_id="u") == {"name": "A"}
+
+
+def test_optional_null_from_tool_does_not_delete(schema_memory):
+    m = schema_memory
+    m.update_working_memory(resource_id="u", working_memory={"prefs": {"food": "rice", "color": "blue"}, "tags": ["a", "b"]})
+    m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": {"prefs": {"color": None}, "tags": ["c"]}})
+    assert m.get_working_memory(resource_id="u") == {"prefs": {"food": "rice", "color": "blue"}, "tags": ["c"]}
+
+
+def test_merge_working_memory_api(schema_memory):
+    m = schema_memory
+    m.update_working_memory(resource_id="u", working_memory={"name": "A", "tone": "calm"})
+    assert m.merge_working_memory(resource_id="u", patch='{"city":"Oslo","tone":null}') == {"name": "A", "city": "Oslo"}
+    assert m.merge_working_memory(resource_id="u", patch={"city": "Bergen"})["city"] == "Bergen"
+
+
+@pytest.mark.parametrize("bad", [[1, 2], "not json", 42, '"a string"'])
+def test_non_object_patch_is_refused(schema_memory, bad):
+    schema_memory.update_working_memory(resource_id="u", working_memory={"name": "A"})
+    with pytest.raises(WorkingMemoryError):
+        schema_memory.merge_working_memory(resource_id="u", patch=bad)
+    assert schema_memory.get_working_memory(resource_id="u") == {"name": "A"}
+
+
+def test_merge_requires_schema_mode(md_memory):
+    with pytest.raises(WorkingMemoryError, match="schema"):
+        md_memory.merge_working_memory(resource_id="u", patch={"a": 1})
+
+
+def test_schema_violation_rejected_with_clear_message(schema_memory):
+    with pytest.raises(WorkingMemoryError, match="age"):
+        schema_memory.update_working_memory(resource_id="u", working_memory={"age": "thirty"})
+    assert schema_memory.get_working_memory(resource_id="u") is None
+
+
+def test_template_and_schema_never_both():
+    with pytest.raises(OptionsError, match="not both"):
+        MemoryOptions(working_memory={"enabled": True, "template": "# x", "schema": SCHEMA})
+
+
+@pytest.mark.parametrize("bad", [{"type": "array"}, {"type": "object", "properties": 5}, "not a schema"])
+def test_invalid_schema_rejected(bad):
+    with pytest.raises((OptionsError, WorkingMemoryError)):
+        MemoryOptions(working_memory={"enabled": True, "schema": bad})
+
+
+def test_resource_scope_is_shared_across_threads(md_memory):
+    m = md_memory
+    m.create_thread(resource_id="u", thread_id="t1")
+    m.create_thread(resource_id="u", thread_id="t2")
+    m.update_working_memory(thread_id="t1", resource_id="u", working_memory="# User\n- Name: Ada\n")
+    assert m.get_working_memory(thread_id="t2", resource_id="u") == "# User\n- Name: Ada\n"
+    prompt = m.assemble(thread_id="t2", resource_id="u", input="hi")
+    assert "- Name: Ada" in prompt.fragments_from("working-memory")[0].text
+
+
+def test_markdown_template_guard(md_memory):
+    m = md_memory
+    m.update_working_memory(resource_id="u", working_memory="# User\n- Name: Ada\n- City:\n")
+    result = m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": "# User\n- Name:\n  - City:"})
+    assert not result.success and "template" in result.message
+    assert m.get_working_memory(resource_id="u") == "# User\n- Name: Ada\n- City:\n"
+    assert m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": "# User\n- Name: Bo\n"}).success
+    assert m.get_working_memory(resource_id="u") == "# User\n- Name: Bo\n"
+    assert not m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": {"x": 1}}).success
+
+
+def test_concurrent_updates_never_corrupt(md_memory):
+    m = md_memory
+    values = ["# User\n- Name: Bob\n", "# User\n- Name: Charlie\n"]
+    errors: list[BaseException] = []
+
+    def write(v: str) -> None:
+        try:
+            for _ in range(10):
+                m.update_working_memory(resource_id="u", working_memory=v)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(v,)) for v in values]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert m.get_working_memory(resource_id="u") in values
+
+
+def test_concurrent_merges_lose_no_field(schema_memory):
+    m = schema_memory
+    fields = [f"f{i}" for i in range(8)]
+    schema_less = Memory(m.store, MemoryOptions(working_memory={"enabled": True, "schema": {
+        "type": "object", "properties": {f: {"type": "string"} for f in fields}}}))
+
+    def merge(f: str) -> None:
+        schema_less.merge_working_memory(resource_id="u", patch={f: "x"})
+
+    threads = [threading.Thread(target=merge, args=(f,)) for f in fields]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert schema_less.get_working_memory(resource_id="u") == {f: "x" for f in fields}
+
+
+def test_thread_scope_stored_in_thread_metadata(store):
+    m = Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "thread"}))
+    m.create_thread(resource_id="u", thread_id="t", metadata={"custom": True})
+    m.update_working_memory(thread_id="t", resource_id="u", working_memory="# notes")
+    assert m.get_thread("t").metadata == {"custom": True, "workingMemory": "# notes"}
+    with pytest.raises(LookupError, match="Thread missing not found"):
+        m.update_working_memory(thread_id="missing", resource_id="u", working_memory="x")
+
+
+def test_resource_scope_without_resource_id_is_refused(md_memory):
+    with pytest.raises(WorkingMemoryError, match="no resource id"):
+        md_memory.get_working_memory(thread_id="t")
+
+
+def test_disabled_working_memory_is_refused(store):
+    with pytest.raises(WorkingMemoryError, match="not enabled"):
+        Memory(store).update_working_memory(resource_id="u", working_memory="x")
+
+
+def test_initial_working_memory_from_thread_metadata(store):
+    m = Memory(store, MemoryOptions(working_memory={"enabled": True}))
+    m.create_thread(resource_id="u", thread_id="t", metadata={"workingMemory": "# Patient\n- Blood type: O+"})
+    assert m.get_working_memory(thread_id="t", resource_id="u") == "# Patient\n- Blood type: O+"
+    thread_scope = Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "thread"}))
+    thread_scope.create_thread(resource_id="u", thread_id="t2", metadata={"workingMemory": "# T2"})
+    assert thread_scope.get_working_memory(thread_id="t2", resource_id="u") == "# T2"
+
+
+def test_invalid_initial_schema_memory_writes_nothing(schema_memory):
+    with pytest.raises(WorkingMemoryError):
+        schema_memory.create_thread(resource_id="u", thread_id="t", metadata={"workingMemory": {"age": "x"}})
+    assert schema_memory.get_thread("t") is None
+
+
+def test_read_only_shows_data_without_tool(md_memory):
+    m = md_memory
+    m.update_working_memory(resource_id="u", working_memory="# User\n- Name: Ada\n")
+    prompt = m.assemble(thread_id="t", resource_id="u", input="hi", options={"read_only": True})
+    text = prompt.fragments_from("working-memory")[0].text
+    assert "READ-ONLY" in text and "- Name: Ada" in text
+    assert prompt.tools == []
+    assert m.working_memory_tool({"read_only": True}) is None
+
+
+def test_instruction_structure_markdown_and_json():
+    from core.options import WorkingMemoryOptions
+
+    md = instruction(WorkingMemoryOptions(enabled=True, template="# T\n- a:"), None, read_only=False)
+    assert "<working_memory_template>\n# T\n- a:\n</working_memory_template>" in md
+    assert "<working_memory_data>\nnull\n</working_memory_data>" in md
+    js = instruction(WorkingMemoryOptions(enabled=True, schema={
+        "type": "object", "properties": {"name": {"type": "string"},
+                                         "prefs": {"type": "object", "properties": {"food": {"type": "string"},
+                                                                                    "color": {"type": "string"}}},
+                                         "tags": {"type": "array"}}}), None, read_only=False)
+    assert '{"name":"","prefs":{"food":"","color":""},"tags":[]}' in js
+    assert "<working_memory_template>" not in js and "JSON" in js
+
+
+def test_tool_definitions():
+    from core.options import WorkingMemoryOptions
+
+    md = tool_definition(WorkingMemoryOptions(enabled=True))
+    assert md["function"]["name"] == "updateWorkingMemory"
+    assert md["function"]["parameters"]["properties"]["memory"]["type"] == "string"
+    assert md["function"]["parameters"]["required"] == ["memory"]
+    js = tool_definition(WorkingMemoryOptions(enabled=True, schema=SCHEMA))
+    assert js["function"]["parameters"]["properties"]["memory"] == SCHEMA
+    assert empty_object(SCHEMA)["tags"] == []
+
+
+def test_persisted_messages_hide_working_memory(store):
+    m = Memory(store, MemoryOptions(working_memory={"enabled": True}))
+    from core.messages import tool_invocation_part
+
+    assistant = Message.assistant("Hello <working_memory>secret</working_memory> world", parts=[
+        tool_invocation_part("c1", "updateWorkingMemory", {"memory": "x"}, {"success": True})],
+        thread_id="t", resource_id="u")
+    only_tool = Message.assistant("", parts=[tool_invocation_part("c2", "updateWorkingMemory", {"memory": "y"})],
+                                  thread_id="t", resource_id="u")
+    saved = m.save_messages([Message.user("hi", thread_id="t", resource_id="u"), assistant, only_tool])
+    assert [s.text for s in saved] == ["hi", "Hello  world"]
+    stored = m.recall(thread_id="t").messages[-1]
+    assert [p["type"] for p in stored.parts] == ["text"]
+    assert "working_memory" not in json.dumps(stored.content)
+    assert hide_working_memory({"parts": [{"type": "text", "text": "plain"}]}) == {"parts": [{"type": "text", "text": "plain"}]}
+
+
+def test_versions_are_kept_and_concurrent_studio_write_is_detected(md_memory):
+    m = md_memory
+    svc = m.working_memory_service
+    opts = m.effective_options().working_memory
+    m.update_working_memory(resource_id="u", working_memory="v1")
+    m.update_working_memory(resource_id="u", working_memory="v2")
+    versions = svc.versions("resource", "u")
+    assert [v.text for v in versions] == ["v2", "v1"]
+    with pytest.raises(ConcurrentUpdateError) as info:
+        svc.write(opts, thread_id=None, resource_id="u", value="studio edit", author="studio", expected="v1")
+    assert info.value.current == "v2"
+    assert m.get_working_memory(resource_id="u") == "v2"
+
+
+def test_template_override_takes_effect_next_turn(store):
+    import sqlalchemy as sa
+
+    from core.storage import schema as t
+    from core.timeutil import iso_now
+
+    m = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": "# Old"}), name="agent-x")
+    assert "# Old" in m.assemble(resource_id="u", input="hi").fragments_from("working-memory")[0].text
+    with store.db.write() as conn:
+        conn.execute(sa.insert(t.memory_configs).values(name="agent-x", template="# New template", author="studio",
+                                                        createdAt=iso_now()))
+    assert "# New template" in m.assemble(resource_id="u", input="hi").fragments_from("working-memory")[0].text
