@@ -258,10 +258,6 @@ class Memory:
                 unique[getattr(msg, "id", str(id(msg)))] = msg
         messages = list(unique.values())
         prepared: list[Message] = []
-        last_at: dict[str, datetime] = {}
-        newest_stored = self.store.memory.newest_message_times(
-            {m.thread_id for m in messages if isinstance(m, Message) and m.thread_id and not m.created_at_given}
-        )
         for msg in messages:
             if not isinstance(msg, Message):
                 raise MessageFormatError(f"save_messages takes Message objects, got {type(msg).__name__}.")
@@ -272,33 +268,37 @@ class Memory:
             content = hide_working_memory(msg.content)
             if content is None:
                 continue
-            when = msg.created_at
-            prev = last_at.get(msg.thread_id) or newest_stored.get(msg.thread_id)
-            if not msg.created_at_given and prev is not None and when <= prev:
-                when = prev + timedelta(milliseconds=1)
-            last_at[msg.thread_id] = when
-            prepared.append(msg.copy(content=content, created_at=when))
+            prepared.append(msg if content is msg.content else msg.copy(content=content))
         if not prepared:
             return []
-        self._ensure_threads(prepared)
-        saved = self.store.memory.save_messages(prepared)
+        # One write transaction: ownership check, thread creation, ordering and the upsert are atomic.
+        with self.store.db.write() as conn:
+            self._ensure_threads(prepared, conn)
+            newest = self.store.memory.newest_message_times(
+                {m.thread_id for m in prepared if not m.created_at_given and m.thread_id}, conn
+            )
+            last_at: dict[str, datetime] = {}
+            for i, msg in enumerate(prepared):
+                tid = msg.thread_id or ""
+                prev = last_at.get(tid) or newest.get(tid)
+                if not msg.created_at_given and prev is not None and msg.created_at <= prev:
+                    msg = prepared[i] = msg.copy(content=msg.content, created_at=prev + timedelta(milliseconds=1))
+                last_at[tid] = msg.created_at
+            saved = self.store.memory.save_messages(prepared, conn=conn)
         if _index and self._recall_index is not None and not self.options.read_only:
             self._recall_index.index_messages([m for m in saved if m.role in ("user", "assistant")])
         return saved
 
-    def _ensure_threads(self, messages: Iterable[Message]) -> None:
+    def _ensure_threads(self, messages: Iterable[Message], conn: Any) -> None:
         seen: dict[str, str | None] = {}
         for m in messages:
             seen.setdefault(m.thread_id or "", m.resource_id)
         for thread_id, resource_id in seen.items():
-            thread = self.get_thread(thread_id)
+            thread = self.store.memory.get_thread(thread_id, conn=conn)
             if thread is None:
-                try:
-                    self.store.memory.create_thread(
-                        thread_id=thread_id, resource_id=resource_id or thread_id, title="", metadata={}
-                    )
-                except AlreadyExistsError:
-                    pass  # another process created it a moment ago
+                self.store.memory.create_thread(
+                    thread_id=thread_id, resource_id=resource_id or thread_id, title="", metadata={}, conn=conn
+                )
             elif resource_id and thread.resource_id and thread.resource_id != resource_id:
                 raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
 

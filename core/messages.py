@@ -166,7 +166,8 @@ class Message:
         data = {
             "id": self.id,
             "role": self.role,
-            "content": copy.deepcopy(self.content),
+            # Deep-copying content is the expensive part of a copy; skip it when it is replaced anyway.
+            "content": changes["content"] if "content" in changes else copy.deepcopy(self.content),
             "created_at": self.created_at,
             "thread_id": self.thread_id,
             "resource_id": self.resource_id,

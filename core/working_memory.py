@@ -131,7 +131,6 @@ class WorkingMemoryService:
         scope, owner = self.owner(opts, thread_id, resource_id)
         text = self._serialize(opts, value)
         with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
-            self._reserve(conn, scope, owner)
             current = self._read(conn, scope, owner)
             if expected is not ... and current != expected:
                 raise ConcurrentUpdateError(current)
@@ -151,7 +150,6 @@ class WorkingMemoryService:
             update = strip_nulls_from_optional(opts.schema, update)
         scope, owner = self.owner(opts, thread_id, resource_id)
         with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
-            self._reserve(conn, scope, owner)
             merged = deep_merge(load_stored(self._read(conn, scope, owner)), update)
             problems = validate(opts.schema, merged)
             if problems:
@@ -174,12 +172,6 @@ class WorkingMemoryService:
                 "Configure working_memory.schema to store objects."
             )
         return value
-
-    def _reserve(self, conn: sa.Connection, scope: str, owner: str) -> None:
-        # A no-op write first takes SQLite's write lock, so the read below cannot go stale before
-        # our write (another process waiting on the busy timeout instead of racing us).
-        table = t.resources if scope == "resource" else t.threads
-        conn.execute(table.update().where(table.c.id == owner).values(updatedAt=table.c.updatedAt))
 
     def _store(
         self, conn: sa.Connection, scope: str, owner: str, text: str, opts: WorkingMemoryOptions,

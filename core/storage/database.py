@@ -53,10 +53,15 @@ class Database:
             if not path.exists():
                 ensure_parent(path)
             url = f"sqlite+libsql:///{path}"
-            self.engine = sa.create_engine(url, pool_size=4, max_overflow=8)
+            # Autocommit at the driver: we issue BEGIN ourselves, so a write can start with
+            # BEGIN IMMEDIATE (see ``write``) instead of upgrading a read snapshot mid-transaction.
+            self.engine = sa.create_engine(
+                url, pool_size=4, max_overflow=8, connect_args={"isolation_level": None}
+            )
         else:
             self.engine = sa.create_engine(
-                "sqlite+libsql:///:memory:", poolclass=StaticPool, connect_args={"check_same_thread": False}
+                "sqlite+libsql:///:memory:", poolclass=StaticPool,
+                connect_args={"check_same_thread": False, "isolation_level": None},
             )
         sa.event.listen(self.engine, "connect", self._on_connect)
         try:
@@ -70,7 +75,8 @@ class Database:
             raise DatabaseOpenError(_explain_open_error(location.display, exc)) from exc
         if self.owned and not self.read_only:
             self._enable_wal()
-            self.migrate()
+            if self.pending_migrations():  # checked read-only: opening an up-to-date file writes nothing
+                self.migrate()
         elif self.unknown_migrations():
             # Written by a newer version: reading may still work, but we never write to it.
             pass
@@ -79,6 +85,8 @@ class Database:
     def _on_connect(self, dbapi_conn: object, _record: object) -> None:
         cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # In WAL mode NORMAL keeps the database consistent after a crash and avoids an fsync per commit.
+        cursor.execute("PRAGMA synchronous = NORMAL")
         if self.read_only:
             # Enforced by SQLite itself, so no code path of ours can write by mistake.
             cursor.execute("PRAGMA query_only = 1")
@@ -90,7 +98,6 @@ class Database:
             mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
             if str(mode).lower() != "wal":
                 conn.exec_driver_sql("PRAGMA journal_mode = WAL")
-                conn.commit()
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
@@ -102,7 +109,12 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
-        """A write transaction. Refused on read-only or newer-schema databases."""
+        """A write transaction. Refused on read-only or newer-schema databases.
+
+        ``BEGIN IMMEDIATE`` takes the write lock up front (waiting on the busy timeout). A deferred
+        transaction that reads first and writes later would fail with SQLITE_BUSY_SNAPSHOT whenever
+        another process committed in between — and no busy timeout helps with that.
+        """
         if self.read_only:
             raise ReadOnlyError(
                 f"{self.location.display} is open read-only. Allow writes first (Studio: File > Allow Writes)."
@@ -113,8 +125,19 @@ class Database:
                 f"{self.location.display} was written by a newer Memory Studio (migrations {', '.join(newer)}). "
                 "Upgrade Memory Studio before writing to it."
             )
-        with self.engine.begin() as conn:
+        with self.transaction() as conn:
             yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sa.Connection]:
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
+            conn.exec_driver_sql("COMMIT")
 
     # -- schema ------------------------------------------------------------------------------
     def pending_migrations(self) -> list[str]:
@@ -138,7 +161,7 @@ class Database:
         if self.read_only:
             raise ReadOnlyError(f"{self.location.display} is open read-only; it cannot be migrated.")
         with self._lock:
-            done = migrations.apply(self.engine.connect, names)
+            done = migrations.apply(self.read, self.transaction, names)
         self.owned = True
         return done
 

@@ -7,12 +7,12 @@ text; reads accept JSON text and the SQLite JSONB blobs Mastra writes.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from core.messages import Message
 from core.storage import schema as t
@@ -142,6 +142,14 @@ def dump_json(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+_MESSAGE_COLS = ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")
+_UPSERT_MESSAGE = (
+    'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId") '
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, "
+    'content = excluded.content, role = excluded.role, type = excluded.type, "createdAt" = excluded."createdAt", '
+    '"resourceId" = excluded."resourceId"'
+)
+
 _THREAD_COLS = (
     t.threads.c.id,
     t.threads.c.resourceId,
@@ -173,7 +181,7 @@ class MemoryStore:
     # -- threads ---------------------------------------------------------------------------------
     def create_thread(
         self, *, thread_id: str, resource_id: str, title: str = "", metadata: Mapping[str, Any] | None = None,
-        created_at: datetime | None = None,
+        created_at: datetime | None = None, conn: sa.Connection | None = None,
     ) -> Thread:
         if not thread_id or not isinstance(thread_id, str):
             raise InvalidArgumentError("A thread needs a non-empty string id.")
@@ -182,23 +190,25 @@ class MemoryStore:
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
         now = to_iso(created_at) if created_at else iso_now()
-        with self.db.write() as conn:
-            if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first():
+        with self.db.write() if conn is None else _nullcontext(conn) as wconn:
+            if wconn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first():
                 raise AlreadyExistsError(f"Thread with id {thread_id} already exists")
-            conn.execute(
+            wconn.execute(
                 t.threads.insert().values(
                     id=thread_id, resourceId=resource_id, title=title or "",
                     metadata=dump_json(dict(metadata)) if metadata is not None else None,
                     createdAt=now, updatedAt=now,
                 )
             )
-        thread = self.get_thread(thread_id)
+        thread = self.get_thread(thread_id, conn=conn) if conn is not None else self.get_thread(thread_id)
         assert thread is not None
         return thread
 
-    def get_thread(self, thread_id: str) -> Thread | None:
-        with self.db.read() as conn:
-            row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
+    def get_thread(self, thread_id: str, *, conn: sa.Connection | None = None) -> Thread | None:
+        if conn is None:
+            with self.db.read() as own:
+                return self.get_thread(thread_id, conn=own)
+        row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
         return _thread(row) if row else None
 
     def list_threads(
@@ -263,31 +273,23 @@ class MemoryStore:
         return int(removed or 0)
 
     # -- messages --------------------------------------------------------------------------------
-    def save_messages(self, messages: Sequence[Message]) -> list[Message]:
+    def save_messages(self, messages: Sequence[Message], *, conn: sa.Connection | None = None) -> list[Message]:
         """Upsert by id (newer content wins); bumps each touched thread's ``updatedAt``."""
         if not messages:
             return []
+        if conn is None:
+            with self.db.write() as own:
+                return self.save_messages(messages, conn=own)
         latest: dict[str, Message] = {}
         for m in messages:  # a repeated id inside one batch: the later copy wins, O(n)
             latest[m.id] = m
         rows = [m.to_row() for m in latest.values()]
-        stmt = sqlite_insert(t.messages)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[t.messages.c.id],
-            set_={
-                "thread_id": stmt.excluded.thread_id,
-                "content": stmt.excluded.content,
-                "role": stmt.excluded.role,
-                "type": stmt.excluded.type,
-                "createdAt": stmt.excluded.createdAt,
-                "resourceId": stmt.excluded.resourceId,
-            },
-        )
+        # Straight to the driver's executemany: building SQLAlchemy parameters per row cost more than
+        # the insert itself.
+        conn.exec_driver_sql(_UPSERT_MESSAGE, [tuple(r[c] for c in _MESSAGE_COLS) for r in rows])
         now = iso_now()
-        with self.db.write() as conn:
-            conn.execute(stmt, rows)
-            for thread_id in {r["thread_id"] for r in rows}:
-                conn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(updatedAt=now))
+        for thread_id in {r["thread_id"] for r in rows}:
+            conn.exec_driver_sql('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', (now, thread_id))
         return list(latest.values())
 
     def list_messages(self, query: MessageQuery) -> list[Message]:
@@ -317,13 +319,11 @@ class MemoryStore:
             result.reverse()
         return result
 
-    def newest_message_times(self, thread_ids: Iterable[str]) -> dict[str, datetime]:
+    def newest_message_times(self, thread_ids: Iterable[str], conn: sa.Connection) -> dict[str, datetime]:
         """Newest stored createdAt per thread (so unstamped new messages sort after what is stored)."""
         wanted = [tid for tid in thread_ids if tid]
-        if not wanted:
-            return {}
         out: dict[str, datetime] = {}
-        with self.db.read() as conn:
+        if wanted:
             for tid in wanted:
                 value = conn.execute(
                     sa.select(sa.func.max(t.messages.c.createdAt)).where(t.messages.c.thread_id == tid)
@@ -494,6 +494,11 @@ class MemoryStore:
         with self.db.read() as conn:
             rows = conn.execute(stmt).all()
         return [ThreadSummary(_thread(r), int(r.n or 0), parse_iso(r.last) if r.last else None) for r in rows]
+
+
+@contextmanager
+def _nullcontext(conn: sa.Connection) -> Iterator[sa.Connection]:
+    yield conn
 
 
 def _sql_value(value: Any) -> Any:

@@ -8,7 +8,7 @@ it, so a crash leaves either all of it or none. ``pending()`` only reads. Databa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 import sqlalchemy as sa
 
@@ -46,6 +46,24 @@ MIGRATIONS: list[Migration] = [
 ]
 
 
+# Modules that contribute migrations. They are imported before any pending/unknown check, so every
+# process sees the same list whatever it happened to import (otherwise a process that never loaded
+# the recall index would think the file came from a newer version).
+PROVIDERS = ("core.vector.schema",)
+_providers_loaded = False
+
+
+def _load_providers() -> None:
+    global _providers_loaded
+    if _providers_loaded:
+        return
+    _providers_loaded = True
+    import importlib
+
+    for name in PROVIDERS:
+        importlib.import_module(name)
+
+
 def register(migration: Migration) -> None:
     """Add a migration from another module (vector index, full-text search). Names must be unique."""
     if any(m.name == migration.name for m in MIGRATIONS):
@@ -75,26 +93,33 @@ def applied(conn: sa.Connection) -> list[str]:
 
 def pending(conn: sa.Connection) -> list[str]:
     """Names of migrations not yet applied, in order. Reads only."""
+    _load_providers()
     done = set(applied(conn))
     return [m.name for m in MIGRATIONS if m.name not in done]
 
 
 def unknown(conn: sa.Connection) -> list[str]:
     """Applied migrations this version does not know: the file was written by a newer Memory Studio."""
+    _load_providers()
     known = {m.name for m in MIGRATIONS}
     return [name for name in applied(conn) if name not in known]
 
 
-def apply(conn_factory: Callable[[], sa.Connection], names: Sequence[str] | None = None) -> list[str]:
+def apply(
+    reader: Callable[[], ContextManager[sa.Connection]],
+    transaction: Callable[[], ContextManager[sa.Connection]],
+    names: Sequence[str] | None = None,
+) -> list[str]:
     """Apply pending migrations (or the given subset), each in its own transaction."""
     done: list[str] = []
-    with conn_factory() as conn:
-        with conn.begin():
-            _ensure_table(conn)
+    with reader() as conn:
         todo = pending(conn)
     wanted = [n for n in todo if names is None or n in names]
+    if wanted:
+        with transaction() as conn:
+            _ensure_table(conn)
     for migration in (m for m in MIGRATIONS if m.name in wanted):
-        with conn_factory() as conn, conn.begin():
+        with transaction() as conn:
             # Re-check inside the transaction: another process may have applied it meanwhile.
             if conn.exec_driver_sql(
                 f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = ?", (migration.name,)

@@ -1,0 +1,205 @@
+"""Short-lived DuckDB connections that wait politely for another process's lock.
+
+DuckDB lets one process open a file for writing, and while it does no other process can open the
+file at all, not even read-only (checked with DuckDB 2.0: "Conflicting lock is held"). The agent
+process writes spans and the Studio reads them, so both sides open a connection only for one
+batch or one query, close it at once, and retry with backoff when the other side holds it.
+
+Two extra locks sit in front of DuckDB's own:
+
+* an in-process lock per file, because DuckDB refuses a read-only and a read-write connection to
+  the same file inside one process ("different configuration"), and because threads of one process
+  would otherwise spin against each other;
+* a sidecar ``<file>.lock`` taken shared by every open and exclusively by compaction, which
+  replaces the file by a rewritten copy: without it a writer could slip in between the copy and
+  the rename and lose its batch;
+* a write-intent flag ``<file>.write-intent`` that a waiting writer raises so readers step aside
+  (see ``open_duckdb``).
+
+The sidecars are POSIX only (``fcntl``); elsewhere compaction has a small race and a busy reader
+can delay the writer longer (spans then wait in the exporter's queue or spill file).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import duckdb
+
+try:
+    import fcntl
+except ImportError:  # Windows: no sidecar gate, see the module docstring
+    fcntl = None  # type: ignore[assignment]
+
+
+class StoreBusy(Exception):
+    """The trace file stayed locked by someone else for the whole retry budget."""
+
+    def __init__(self, path: Path, waited_s: float) -> None:
+        super().__init__(f"{path} is locked by another process (waited {waited_s:.3f}s)")
+        self.path = path
+        self.waited_s = waited_s
+
+
+class StoreMissing(Exception):
+    """A read-only open found no file: there is no trace store yet."""
+
+
+@dataclass
+class WaitStats:
+    """How long opens had to wait; filled in for reports and benchmarks, never asserted on."""
+
+    opens: int = 0
+    conflicts: int = 0
+    busy_failures: int = 0
+    max_wait_s: float = 0.0
+
+    def record(self, waited_s: float) -> None:
+        self.opens += 1
+        self.max_wait_s = max(self.max_wait_s, waited_s)
+
+
+_registry_lock = threading.Lock()
+_process_locks: dict[str, threading.Lock] = {}
+
+
+def _process_lock(path: Path) -> threading.Lock:
+    key = str(path.resolve())
+    with _registry_lock:
+        return _process_locks.setdefault(key, threading.Lock())
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    message = str(exc).lower()
+    return "lock" in message and ("conflict" in message or "could not set" in message)
+
+
+_GATE = ".lock"
+_WRITE_INTENT = ".write-intent"
+
+
+def _try_flock(path: Path, suffix: str, exclusive: bool) -> tuple[bool, IO[bytes] | None]:
+    """Take a sidecar flock without blocking: (acquired, handle to close when done)."""
+    if fcntl is None:
+        return True, None
+    try:
+        handle = open(path.with_name(path.name + suffix), "ab")
+    except OSError:
+        return True, None  # read-only directory: fall back to DuckDB's own lock alone
+    try:
+        fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return False, None
+    return True, handle
+
+
+def _release(handle: IO[bytes] | None) -> None:
+    if handle is not None:
+        handle.close()  # closing drops the flock
+
+
+def _writer_waiting(path: Path) -> bool:
+    free, probe = _try_flock(path, _WRITE_INTENT, exclusive=False)
+    _release(probe)
+    return not free
+
+
+@contextmanager
+def gated(path: Path, *, exclusive: bool, budget_s: float) -> Iterator[None]:
+    """Hold only the sidecar lock (used by compaction around close-and-rename)."""
+    start = time.monotonic()
+    delay = 0.002
+    while True:
+        acquired, handle = _try_flock(path, _GATE, exclusive)
+        if acquired:
+            break
+        if time.monotonic() - start >= budget_s:
+            raise StoreBusy(path, time.monotonic() - start)
+        time.sleep(delay * random.uniform(0.5, 1.5))
+        delay = min(delay * 2, 0.05)
+    try:
+        yield
+    finally:
+        _release(handle)
+
+
+@contextmanager
+def open_duckdb(
+    path: Path,
+    *,
+    read_only: bool,
+    budget_s: float,
+    stats: WaitStats | None = None,
+    hold_gate: bool = True,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open ``path``, retrying lock conflicts until ``budget_s``; closes on exit.
+
+    Writers go first: a writer that finds the file busy raises a write-intent flag (an exclusive
+    flock on ``<file>.write-intent``) and readers start no new query while it is up. Without it a
+    Studio polling back to back can starve the agent's flusher indefinitely, because each open
+    costs DuckDB tens of milliseconds and the gaps between a reader's queries are tiny.
+
+    ``hold_gate=False`` is for compaction, which already holds the sidecar lock exclusively.
+    Raises ``StoreBusy`` when the budget runs out, ``StoreMissing`` for a read-only open of a file
+    that does not exist.
+    """
+    start = time.monotonic()
+    delay = 0.002
+    max_delay = 0.05 if read_only else 0.01  # a waiting writer grabs the first gap
+    plock = _process_lock(path)
+    intent: IO[bytes] | None = None
+    try:
+        while True:
+            remaining = budget_s - (time.monotonic() - start)
+            if not plock.acquire(timeout=max(remaining, 0.0)):
+                break
+            gate: IO[bytes] | None = None
+            try:
+                acquired, gate = _try_flock(path, _GATE, exclusive=False) if hold_gate else (True, None)
+                if acquired and read_only and _writer_waiting(path):
+                    acquired = False
+                if acquired:
+                    if read_only and not path.exists():
+                        raise StoreMissing(str(path))
+                    try:
+                        con = duckdb.connect(str(path), read_only=read_only)
+                    except duckdb.IOException as exc:
+                        if not is_lock_conflict(exc):
+                            raise
+                    else:
+                        _release(intent)  # we hold DuckDB's lock now; readers wait on that
+                        intent = None
+                        if stats is not None:
+                            stats.record(time.monotonic() - start)
+                        try:
+                            yield con
+                        finally:
+                            con.close()
+                        return
+            finally:
+                _release(gate)
+                plock.release()
+            if not read_only and intent is None:
+                # A second writer may hold the flag already; then we just keep trying.
+                _, intent = _try_flock(path, _WRITE_INTENT, exclusive=True)
+            if stats is not None:
+                stats.conflicts += 1
+            if time.monotonic() - start >= budget_s:
+                break
+            # Jitter keeps two pollers from retrying in lockstep forever.
+            pause = delay * random.uniform(0.5, 1.5)
+            time.sleep(min(pause, max(budget_s - (time.monotonic() - start), 0)))
+            delay = min(delay * 2, max_delay)
+    finally:
+        _release(intent)
+    if stats is not None:
+        stats.busy_failures += 1
+    raise StoreBusy(path, time.monotonic() - start)
