@@ -93,6 +93,11 @@ class ObservationalMemoryOptions:
     observation_tokens: int = 40_000
     observer_model: str | None = None
     reflector_model: str | None = None
+    previous_observer_tokens: int | None = 2000  # tail of the log shown to the observer; 0 none, None all
+    instruction: str | None = None  # extra guidance appended to the observer's instructions
+    reflection_guidance: str | None = None
+    max_output_tokens: int | None = None
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         _check_scope("observational_memory.scope", self.scope)

@@ -47,6 +47,7 @@ class Database:
         self.location = location
         self.read_only = read_only
         self._lock = threading.Lock()
+        self._newer: list[str] | None = None
         path = location.path
         if path is not None:
             _check_file(path, create=create and not read_only)
@@ -119,7 +120,7 @@ class Database:
             raise ReadOnlyError(
                 f"{self.location.display} is open read-only. Allow writes first (Studio: File > Allow Writes)."
             )
-        newer = self.unknown_migrations()
+        newer = self._newer_schema()
         if newer:
             raise SchemaError(
                 f"{self.location.display} was written by a newer Memory Studio (migrations {', '.join(newer)}). "
@@ -152,6 +153,13 @@ class Database:
         with self.read() as conn:
             return migrations.unknown(conn)
 
+    def _newer_schema(self) -> list[str]:
+        # Checked once per open (and after a migration), not on every write: a newer version
+        # migrating this file while we run is not a case worth a query per transaction.
+        if self._newer is None:
+            self._newer = self.unknown_migrations()
+        return self._newer
+
     def has_table(self, name: str) -> bool:
         with self.read() as conn:
             return migrations.has_table(conn, name)
@@ -163,6 +171,7 @@ class Database:
         with self._lock:
             done = migrations.apply(self.read, self.transaction, names)
         self.owned = True
+        self._newer = None
         return done
 
     def close(self) -> None:

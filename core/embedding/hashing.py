@@ -1,0 +1,89 @@
+"""A deterministic, offline, *lexical* embedder: the feature-hashing trick, no model.
+
+For tests and as a labelled fallback when no real model is installed. Texts that share words or
+character n-grams get similar vectors; paraphrases and translations do not (it has no idea that
+"peanut" and "花生" mean the same). Its model_id starts with ``hashing-`` so nobody mistakes its
+vectors, or the recall they produce, for semantic ones.
+
+Features, each hashed to a signed bucket with blake2b (stable across processes, unlike ``hash()``):
+- word unigrams (weight 1.0), after NFKC and case folding;
+- character trigrams of each word padded with spaces (weight 0.5), which tolerate plurals and typos;
+- for CJK text, which has no spaces, character unigrams and bigrams instead of whole runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from core.embedding.base import Kind, Vectors, check_kind, empty, l2_normalise
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+# Han, Hiragana/Katakana, Hangul: scripts written without spaces between words.
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_WORD_WEIGHT = 1.0
+_NGRAM_WEIGHT = 0.5
+# Gives the empty text a fixed unit vector, so every row the embedder returns has length 1.
+_EMPTY_FEATURE = "\x00empty"
+
+
+class HashingEmbedder:
+    """Hashed word and character n-gram features, L2-normalised. Crude, fast, deterministic."""
+
+    semantic = False  # lexical only; the Studio shows this so fallback recall is not over-trusted
+    kind_sensitive = False
+
+    def __init__(self, dim: int = 64) -> None:
+        if dim < 8:
+            raise ValueError(f"dim must be at least 8, not {dim}")
+        self.dim: int = dim
+        self.model_id: str = f"hashing-ngram-v1@d{dim}"
+
+    def embed(self, texts: Sequence[str], kind: Kind = "passage") -> Vectors:
+        check_kind(kind)  # no prefixes: queries and passages share one feature space
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single str")
+        if not texts:
+            return empty(self.dim)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for feature, weight in _features(text):
+                index, sign = _bucket(feature, self.dim)
+                out[row, index] += sign * weight
+        return l2_normalise(out)
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder(dim={self.dim})"
+
+
+def _features(text: str) -> Iterator[tuple[str, float]]:
+    normalised = unicodedata.normalize("NFKC", text).casefold()
+    found = False
+    for word in _WORD.findall(normalised):
+        found = True
+        if _CJK.search(word):
+            chars = list(word)
+            for ch in chars:
+                yield "u:" + ch, _WORD_WEIGHT
+            for a, b in zip(chars, chars[1:]):
+                yield "b:" + a + b, _WORD_WEIGHT
+            continue
+        yield "w:" + word, _WORD_WEIGHT
+        padded = f" {word} "
+        for i in range(len(padded) - 2):
+            yield "c:" + padded[i : i + 3], _NGRAM_WEIGHT
+    if not found:
+        yield _EMPTY_FEATURE, 1.0
+
+
+@lru_cache(maxsize=65536)
+def _bucket(feature: str, dim: int) -> tuple[int, float]:
+    digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+    value = int.from_bytes(digest, "little")
+    # The low bit picks the sign so colliding features cancel on average instead of piling up.
+    return (value >> 1) % dim, (1.0 if value & 1 else -1.0)

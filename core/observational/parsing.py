@@ -1,0 +1,123 @@
+"""Reading what the observer (or reflector) wrote, without trusting it to follow the format.
+
+The reply should hold ``<observations>``, ``<current-task>`` and ``<suggested-response>`` sections.
+Models drop closing tags, wrap everything in a code fence, forget the tags entirely, or get stuck
+repeating one line thousands of times. The parser accepts the first three when the content still
+looks like observation lines and refuses the last: a refused reply is reported and the messages
+stay unobserved, so a bad reply can cost a retry but never memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+MAX_LINE_CHARS = 10_000
+SECTIONS = ("observations", "current-task", "suggested-response", "thread-title")
+
+_FENCE_RE = re.compile(r"^\s*```[\w-]*\s*\n(.*?)\n\s*```\s*$", re.S)
+_DATE_RE = re.compile(r"^\s*Date:\s*[A-Z][a-z]{2,8}\s+\d{1,2},\s*\d{4}")
+_BULLET_RE = re.compile(r"^\s*[*-]\s+(?:🔴|🟡|🟢|✅|->)")
+_OBS_LINE_RE = re.compile(r"^\s*(?:[*-]\s+)?(?:🔴|🟡|🟢|✅)")
+
+
+@dataclass(frozen=True)
+class ObserverOutput:
+    observations: str
+    current_task: str | None = None
+    suggested_response: str | None = None
+    thread_title: str | None = None
+    problem: str | None = None  # why the reply was refused (then ``observations`` is empty)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and bool(self.observations.strip())
+
+
+def _section(text: str, name: str) -> list[str]:
+    """Every ``<name>…</name>`` block; an unclosed one runs to the next known tag or the end."""
+    blocks: list[str] = []
+    others = "|".join(re.escape(s) for s in SECTIONS if s != name)
+    pattern = re.compile(
+        rf"<{re.escape(name)}>\s*(.*?)\s*(?:</{re.escape(name)}>|(?=<(?:{others})>)|(?=<{re.escape(name)}>)|\Z)", re.S
+    )
+    for match in pattern.finditer(text):
+        blocks.append(match.group(1).strip())
+    return blocks
+
+
+def looks_like_observations(text: str) -> bool:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return False
+    marked = sum(1 for ln in lines if _DATE_RE.match(ln) or _BULLET_RE.match(ln) or _OBS_LINE_RE.match(ln))
+    return marked >= max(1, len(lines) // 2)
+
+
+def is_degenerate(text: str) -> bool:
+    """A reply stuck in a loop: few distinct lines repeated many times, or one phrase over and over."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) >= 20:
+        # Short lines ("* -> done") legitimately repeat in long tool runs; only long ones count as looping.
+        long_lines = [ln for ln in lines if len(ln) >= 20]
+        top = Counter(long_lines).most_common(1)[0][1] if long_lines else 0
+        if len(set(lines)) / len(lines) < 0.2 or top >= max(10, len(lines) // 3):
+            return True
+    words = text.split()
+    if len(words) >= 300:
+        grams = [" ".join(words[i:i + 6]) for i in range(0, len(words) - 5)]
+        if len(set(grams)) / len(grams) < 0.15:
+            return True
+    return False
+
+
+def sanitize_lines(text: str) -> str:
+    """Cap line length and drop repeated observation lines (date headers may repeat)."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for line in text.splitlines():
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + " …"
+        key = line.strip()
+        if key and not _DATE_RE.match(key) and key in seen:
+            continue
+        if key:
+            seen.add(key)
+        out.append(line.rstrip())
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
+
+
+def parse_observer_output(text: str | None) -> ObserverOutput:
+    if not text or not text.strip():
+        return ObserverOutput("", problem="the reply was empty")
+    body = text.strip()
+    fenced = _FENCE_RE.match(body)
+    if fenced:
+        body = fenced.group(1).strip()
+    if is_degenerate(body):
+        return ObserverOutput("", problem="the reply repeats itself (degenerate output); it was discarded")
+
+    def first(name: str) -> str | None:
+        found = [b for b in _section(body, name) if b]
+        return found[0] if found else None
+
+    obs_blocks = [b for b in _section(body, "observations") if b]
+    if obs_blocks:
+        observations = "\n\n".join(obs_blocks)
+    elif "<observations>" in body:
+        return ObserverOutput("", first("current-task"), first("suggested-response"), first("thread-title"),
+                              problem="the <observations> section was empty")
+    else:
+        # No tags at all: accept the text only if it reads as observation lines.
+        bare = re.sub(r"<(%s)>.*?(</\1>|\Z)" % "|".join(SECTIONS), "", body, flags=re.S).strip()
+        if not looks_like_observations(bare):
+            return ObserverOutput("", problem="the reply has no <observations> section and no observation lines")
+        observations = bare
+    observations = sanitize_lines(observations)
+    if not observations:
+        return ObserverOutput("", problem="the <observations> section was empty")
+    return ObserverOutput(observations, first("current-task"), first("suggested-response"), first("thread-title"))
+
+
+__all__ = ["ObserverOutput", "is_degenerate", "looks_like_observations", "parse_observer_output", "sanitize_lines"]

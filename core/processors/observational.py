@@ -1,0 +1,337 @@
+"""ObservationalMemory: replaces message history with a dated observation log (spec §3).
+
+Input: load the thread's *unobserved* messages. When they (plus the new input) reach
+``message_tokens``, the observer model turns the stored ones into observation lines, and they leave
+the raw context. When the log reaches ``observation_tokens``, the reflector rewrites it into a new
+generation. The actor then gets the log as system messages (tag ``observational-memory``), a
+continuation reminder, the still-unobserved messages and the input. Output: the turn is saved and
+the row's ``pendingMessageTokens`` brought up to date.
+
+Everything runs synchronously inside the turn; Mastra's background buffering is not reproduced.
+A failed or unreadable observer reply changes nothing: the messages stay raw and the next turn tries
+again. While previewing (``ctx.live`` False) nothing is written and no model is called; the record
+says what would have happened.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from core.message_list import Provenance
+from core.messages import Message
+from core.observational import store as om_store
+from core.observational.context import TAG, context_blocks, continuation_message
+from core.observational.observer import build_observer_messages
+from core.observational.parsing import parse_observer_output
+from core.observational.records import OMRecord, append_chunk, lookup_key
+from core.observational.reflector import COMPRESSION_GUIDANCE, reflect
+from core.observational.tokens import count_text, messages_tokens
+from core.processors.base import BaseProcessor, ProcessorContext
+from core.timeutil import to_iso
+
+
+@dataclass(frozen=True)
+class ObservationalMemorySettings:
+    """Tuning beyond the thresholds in ``MemoryOptions.observational_memory`` (which, when they carry
+    a field of the same name, win over these).
+
+    ``previous_observer_tokens``: tail of the log shown to the observer (default 2000; 0 = none,
+    None = all). ``observer_temperature`` 0.3 and ``reflector_temperature`` 0.0, as Mastra uses.
+    ``max_output_tokens`` / ``timeout``: per observer or reflector call (default: the model's own).
+    ``max_compression_level``: reflector retries with stronger guidance, 0-4 (default 4).
+    ``instruction``: extra text for the observer; ``reflection_guidance``: extra text for the reflector.
+    """
+
+    previous_observer_tokens: int | None = 2000
+    observer_temperature: float = 0.3
+    reflector_temperature: float = 0.0
+    max_output_tokens: int | None = None
+    timeout: float | None = None
+    max_compression_level: int = len(COMPRESSION_GUIDANCE) - 1
+    instruction: str | None = None
+    reflection_guidance: str | None = None
+
+
+class _NullSpan:
+    def set_attributes(self, attributes: Any) -> "_NullSpan":
+        return self
+
+    def set_output(self, value: Any) -> "_NullSpan":
+        return self
+
+    def record_error(self, error: Any) -> "_NullSpan":
+        return self
+
+
+@dataclass
+class _Turn:
+    """What the input phase works on; rebuilt from storage whenever a write loses a race."""
+
+    key: str
+    record: OMRecord | None
+    hints: om_store.ThreadHints
+    unobserved: list[Message]
+
+
+class ObservationalMemory(BaseProcessor):
+    id = "observational-memory"
+
+    def __init__(self, settings: ObservationalMemorySettings | None = None) -> None:
+        self.settings = settings or ObservationalMemorySettings()
+
+    # -- settings ----------------------------------------------------------------------------------
+    def _setting(self, ctx: ProcessorContext, name: str) -> Any:
+        return getattr(ctx.request.options.observational_memory, name, getattr(self.settings, name))
+
+    def _config(self, ctx: ProcessorContext) -> dict[str, Any]:
+        """What the row's ``config`` column records (Mastra's nesting, our values)."""
+        opts = ctx.request.options.observational_memory
+        observer = getattr(ctx.memory, "observer_model", None)
+        reflector = getattr(ctx.memory, "reflector_model", None) or observer
+        return {
+            "scope": opts.scope,
+            "observation": {"messageTokens": opts.message_tokens, "model": getattr(observer, "model_id", None),
+                            "previousObserverTokens": self._setting(ctx, "previous_observer_tokens"),
+                            "bufferTokens": False},
+            "reflection": {"observationTokens": opts.observation_tokens, "model": getattr(reflector, "model_id", None)},
+        }
+
+    # -- loading ---------------------------------------------------------------------------------
+    def _load(self, ctx: ProcessorContext, key: str) -> _Turn:
+        req = ctx.request
+        assert req.thread_id is not None
+        record = om_store.current_record(ctx.store, key)
+        thread = ctx.store.memory.get_thread(req.thread_id)
+        hints = om_store.thread_hints(thread.metadata if thread is not None else None)
+        before = (req.as_of.created_at, req.as_of.id) if req.as_of is not None else None
+        unobserved = om_store.unobserved_messages(
+            ctx.store, thread_id=req.thread_id, resource_id=req.resource_id, record=record, hints=hints, before=before)
+        return _Turn(key, record, hints, unobserved)
+
+    # -- input -----------------------------------------------------------------------------------
+    def process_input(self, ctx: ProcessorContext) -> None:
+        req = ctx.request
+        opts = req.options.observational_memory
+        if not req.thread_id:
+            ctx.skip(self.id, "no thread id was given, so there is no memory to load")
+            return
+        if opts.scope == "resource" and not req.resource_id:
+            ctx.skip(self.id, "resource-scoped observational memory needs a resource id")
+            return
+        key = lookup_key(opts.scope, thread_id=req.thread_id, resource_id=req.resource_id)
+        turn = self._load(ctx, key)
+        may_write = ctx.live and not req.read_only
+
+        stored_ids = {m.id for m in turn.unobserved}
+        all_inputs = ctx.messages.messages("input")
+        inputs = [m for m in all_inputs if m.id not in stored_ids]
+        if len(inputs) != len(all_inputs):  # a client re-sent stored messages; don't count them twice later
+            ctx.note(self.id, inputAlreadyStored=[m.id for m in all_inputs if m.id in stored_ids])
+        input_tokens = messages_tokens(ctx.tokenizer, inputs)
+        pending = messages_tokens(ctx.tokenizer, turn.unobserved) + input_tokens
+        ctx.note(self.id, scope=opts.scope, lookupKey=key, unobservedTokens=pending,
+                 messageTokens=opts.message_tokens, observationTokens=opts.observation_tokens)
+
+        if pending >= opts.message_tokens:
+            if not turn.unobserved:
+                ctx.note(self.id, observation="the new input alone reaches the threshold; it is observed "
+                         "once it has been saved (next turn)")
+            elif not may_write:
+                why = "read-only turn" if req.read_only else "preview"
+                ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
+                         f"tokens ≥ {opts.message_tokens:,}")
+            else:
+                turn = self._observe(ctx, turn, input_tokens)
+
+        record = turn.record
+        if record is not None and record.observation_token_count >= opts.observation_tokens:
+            if not may_write:
+                ctx.note(self.id, reflection=f"a reflection would run now: {record.observation_token_count:,} "
+                         f"observation tokens ≥ {opts.observation_tokens:,}")
+            else:
+                turn = self._reflect(ctx, turn)
+        self._inject(ctx, turn)
+
+    def _inject(self, ctx: ProcessorContext, turn: _Turn) -> None:
+        req = ctx.request
+        record = turn.record
+        for msg in turn.unobserved:
+            ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,), detail={"unobserved": True}))
+        ctx.messages.clear_system(TAG)
+        now = getattr(getattr(ctx.memory, "clock", None), "now", lambda: datetime.now(timezone.utc))()
+        blocks = context_blocks(record, turn.hints, now)
+        stored = (record.id,) if record is not None else ()
+        generation = record.generation_count if record is not None else None
+        for block in blocks:
+            detail: dict[str, Any] = {"part": block.part, "generation": generation}
+            if block.chunk_index is not None:
+                detail["chunk"] = block.chunk_index
+            ctx.messages.add_system(block.text, TAG, Provenance(self.id, stored, detail=detail))
+        if blocks:
+            reminder = continuation_message(req.thread_id, req.resource_id)
+            ctx.messages.add(reminder, "memory", Provenance(self.id, stored, detail={"part": "continuation"}))
+        ctx.note(self.id, recordId=record.id if record else None, generation=generation,
+                 observationTokenCount=record.observation_token_count if record else 0,
+                 rawMessages=len(turn.unobserved), chunks=sum(b.part == "chunk" for b in blocks),
+                 storedUnobservedTokens=messages_tokens(ctx.tokenizer, turn.unobserved))
+        if not blocks and not turn.unobserved:
+            ctx.skip(self.id, f"thread {req.thread_id} has nothing stored or observed yet")
+        if req.as_of is not None and record is not None:
+            ctx.note(self.id, replay="observations are shown as they are now, not as they were at that turn")
+
+    # -- observing ---------------------------------------------------------------------------------
+    @contextmanager
+    def _span(self, ctx: ProcessorContext, name: str, span_type: str, **kw: Any) -> Iterator[Any]:
+        if ctx.tracer is None:
+            yield _NullSpan()
+            return
+        with ctx.tracer.start_span(name, span_type, thread_id=ctx.request.thread_id,
+                                   resource_id=ctx.request.resource_id, **kw) as span:
+            yield span
+
+    def _generate(self, ctx: ProcessorContext, model: Any, messages: list[dict[str, Any]], *, role: str,
+                  temperature: float) -> str:
+        model_id = getattr(model, "model_id", type(model).__name__)
+        with self._span(ctx, f"{role}: {model_id}", "model_generation", input=messages,
+                        attributes={"model": model_id, "role": role}) as span:
+            result = model.generate(messages, temperature=temperature,
+                                    max_tokens=self._setting(ctx, "max_output_tokens"),
+                                    timeout=self._setting(ctx, "timeout"))
+            usage_dict = getattr(getattr(result, "usage", None), "to_dict", None)
+            span.set_attributes({"usage": usage_dict() if callable(usage_dict) else None,
+                                 "finishReason": getattr(result, "finish_reason", None)})
+            span.set_output(result.text)
+            return str(result.text or "")
+
+    def _observe(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int) -> _Turn:
+        req = ctx.request
+        assert req.thread_id is not None
+        model = getattr(ctx.memory, "observer_model", None)
+        if model is None:
+            ctx.note(self.id, observationError="no observer model is configured; messages stay raw")
+            return turn
+        record, batch = turn.record, list(turn.unobserved)
+        batch_tokens = messages_tokens(ctx.tokenizer, batch)
+        messages = build_observer_messages(
+            batch, previous_observations=record.active_observations if record else "",
+            current_task=turn.hints.current_task, suggested_response=turn.hints.suggested_response,
+            tokenizer=ctx.tokenizer, previous_tokens=self._setting(ctx, "previous_observer_tokens"),
+            instruction=self._setting(ctx, "instruction"),
+        )
+        with self._span(ctx, "memory: observe", "memory_operation",
+                        attributes={"operationType": "observe", "messages": len(batch), "tokens": batch_tokens}) as span:
+            try:
+                text = self._generate(ctx, model, messages, role="observer",
+                                      temperature=self._setting(ctx, "observer_temperature"))
+            except Exception as exc:  # noqa: BLE001 - a provider failure must not lose the messages
+                return self._observe_failed(ctx, span, turn, f"observer call failed: {type(exc).__name__}: {exc}")
+            parsed = parse_observer_output(text)
+            if not parsed.ok:
+                return self._observe_failed(ctx, span, turn, f"observer reply unusable: {parsed.problem}")
+            last = batch[-1]
+            cursor = om_store.Cursor(to_iso(last.created_at), last.id)
+            active = append_chunk(record.active_observations if record else "", parsed.observations, cursor.created_at)
+            obs = om_store.Observation(
+                active_observations=active, observation_tokens=count_text(ctx.tokenizer, active),
+                observed_ids=[m.id for m in batch], tokens_observed=batch_tokens, pending_after=input_tokens,
+                cursor=cursor, current_task=parsed.current_task, suggested_response=parsed.suggested_response,
+                thread_title=parsed.thread_title,
+            )
+            committed = om_store.commit_observation(
+                ctx.store, record=record, key=turn.key, scope=req.options.observational_memory.scope,
+                thread_id=req.thread_id, resource_id=req.resource_id, config=self._config(ctx), obs=obs)
+            if committed is None:
+                # Another process observed this thread meanwhile; its result stands, ours is dropped.
+                span.set_attributes({"conflict": True})
+                ctx.note(self.id, observation="another writer observed this thread first; reloaded its result")
+                return self._load(ctx, turn.key)
+            span.set_output({"observedMessages": len(batch), "observationTokens": obs.observation_tokens})
+            ctx.note(self.id, observed={"messages": len(batch), "tokens": batch_tokens,
+                                        "observationTokens": obs.observation_tokens})
+        fresh = self._load(ctx, turn.key)
+        # The hints were just written; re-reading keeps this turn's context identical to the next one's.
+        return _Turn(turn.key, committed, fresh.hints, fresh.unobserved)
+
+    def _observe_failed(self, ctx: ProcessorContext, span: Any, turn: _Turn, reason: str) -> _Turn:
+        span.record_error(reason)
+        ctx.note(self.id, observationError=f"{reason}; the messages stay raw and the next turn retries")
+        return turn
+
+    # -- reflecting --------------------------------------------------------------------------------
+    def _reflect(self, ctx: ProcessorContext, turn: _Turn) -> _Turn:
+        record = turn.record
+        assert record is not None
+        model = getattr(ctx.memory, "reflector_model", None) or getattr(ctx.memory, "observer_model", None)
+        if model is None:
+            ctx.note(self.id, reflectionError="no reflector model is configured")
+            return turn
+        threshold = ctx.request.options.observational_memory.observation_tokens
+        temperature = self._setting(ctx, "reflector_temperature")
+
+        def generate(messages: list[dict[str, Any]], level: int) -> str:
+            return self._generate(ctx, model, messages, role=f"reflector (level {level})", temperature=temperature)
+
+        with self._span(ctx, "memory: reflect", "memory_operation",
+                        attributes={"operationType": "reflect", "generation": record.generation_count,
+                                    "tokens": record.observation_token_count}) as span:
+            result = reflect(record.active_observations, generate=generate, tokenizer=ctx.tokenizer,
+                             threshold=threshold, max_level=self._setting(ctx, "max_compression_level"),
+                             guidance=self._setting(ctx, "reflection_guidance"))
+            attempts = [{"level": a.level, "tokens": a.tokens, "problem": a.problem} for a in result.attempts]
+            if result.observations is None:
+                span.record_error(result.problem or "reflection failed")
+                ctx.note(self.id, reflectionError=f"{result.problem}; the log is kept and the next turn retries",
+                         reflectionAttempts=attempts)
+                return turn
+            committed = om_store.commit_reflection(ctx.store, record=record, reflection=result.observations,
+                                                   tokens=result.tokens)
+            if committed is None:
+                span.set_attributes({"conflict": True})
+                ctx.note(self.id, reflection="another writer changed the log first; reloaded its result")
+                return self._load(ctx, turn.key)
+            span.set_output({"generation": committed.generation_count, "tokens": result.tokens})
+            ctx.note(self.id, reflected={"generation": committed.generation_count, "from": record.observation_token_count,
+                                         "to": result.tokens, "attempts": attempts, "warning": result.problem})
+        return _Turn(turn.key, committed, turn.hints, turn.unobserved)
+
+    # -- output ----------------------------------------------------------------------------------
+    def process_output(self, ctx: ProcessorContext) -> None:
+        req = ctx.request
+        if not req.thread_id:
+            ctx.skip(self.id, "no thread id, nothing saved")
+            return
+        if req.read_only:
+            ctx.skip(self.id, "read-only: the turn was not saved")
+            return
+        if not ctx.live:
+            ctx.skip(self.id, "preview: nothing saved")
+            return
+        new = ctx.messages.new_messages()
+        if ctx.finish_reason == "error" and not ctx.messages.messages("response"):
+            ctx.skip(self.id, "the model call failed with no output; the input was not saved")
+            return
+        saved = ctx.memory.save_messages(new, _index=False)
+        ctx.saved.extend(saved)
+        opts = req.options.observational_memory
+        key = lookup_key(opts.scope, thread_id=req.thread_id, resource_id=req.resource_id)
+        state = ctx.notes.get(self.id, {})
+        if "storedUnobservedTokens" in state:
+            # The input phase already measured what stays unobserved; re-reading the thread would
+            # double this processor's storage work per turn for a number that only feeds a progress bar.
+            already = set(state.get("inputAlreadyStored", ()))
+            pending = int(state["storedUnobservedTokens"]) + messages_tokens(
+                ctx.tokenizer, [m for m in saved if m.id not in already])
+            record_id = state.get("recordId")
+        else:
+            turn = self._load(ctx, key)
+            pending = messages_tokens(ctx.tokenizer, turn.unobserved)
+            record_id = turn.record.id if turn.record else None
+        om_store.update_pending(ctx.store, record_id=record_id, key=key, scope=opts.scope, thread_id=req.thread_id,
+                                resource_id=req.resource_id, config=self._config(ctx), pending=pending)
+        ctx.note(self.id, saved=len(saved), pendingMessageTokens=pending)
+
+
+__all__ = ["ObservationalMemory", "ObservationalMemorySettings"]

@@ -1,0 +1,148 @@
+"""One search over a ``RecallIndex``: vector list, keyword list, fusion, threshold, and the reason."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from core.vector import hybrid, keyword
+from core.vector.index import CANDIDATES, MIGRATE_HINT, MODES, SearchHit, SearchResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.vector.index import Mode, RecallIndex
+    from core.vector.matrix import VectorSet
+
+
+def run_search(
+    index: "RecallIndex",
+    query: str,
+    *,
+    resource_id: str | None,
+    thread_id: str | None,
+    top_k: int,
+    mode: "Mode",
+    threshold: float | None,
+) -> SearchResult:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be a positive integer, not {top_k!r}")
+    scope = f"resource {resource_id}" if resource_id is not None else f"thread {thread_id}"
+    if resource_id is None and thread_id is None:
+        return SearchResult([], "no resource or thread given: recall needs a scope", mode)
+    if not query or not query.strip():
+        return SearchResult([], "the query has no text", mode)
+    notes: list[str] = []
+    depth = max(top_k, CANDIDATES) if mode == "hybrid" else top_k
+    vec_ranked: list[hybrid.Ranked] = []
+    kw_ranked: list[hybrid.Ranked] = []
+    qvec: np.ndarray | None = None
+    vset: VectorSet | None = None
+
+    if mode in ("keyword", "hybrid"):
+        pending = index.sync_keywords()
+        if pending:
+            notes.append(pending)
+        if not index.has_fts:
+            notes.append(f"keyword index missing; {MIGRATE_HINT}")
+        else:
+            with index.store.db.read() as conn:
+                kw = keyword.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth)
+            kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
+
+    if mode in ("vector", "hybrid"):
+        try:
+            qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
+        except Exception as exc:  # the embedder failing must not take keyword results down with it
+            notes.append(f"query embedding failed ({exc}); vector results missing")
+        if qvec is not None:
+            with index.store.db.read() as conn:
+                vset = index.vector_set(conn, resource_id, thread_id)
+            if vset is None:
+                notes.append(f"no vector table {index.table}; {MIGRATE_HINT}")
+            else:
+                notes.extend(vset.skips.reasons())
+                vec_ranked = _vector_ranked(vset, qvec, depth, thread_id if resource_id is not None else None)
+
+    if mode == "vector":
+        hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "vector", r.score, None) for r in vec_ranked]
+    elif mode == "keyword":
+        hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "keyword", None, r.score) for r in kw_ranked]
+    else:
+        fused = hybrid.fuse(vec_ranked, kw_ranked)
+        hits = [
+            SearchHit(
+                f.message_id, f.thread_id, f.resource_id, f.score,
+                "hybrid" if f.vector_rank and f.keyword_rank else "vector" if f.vector_rank else "keyword",
+                f.vector_score, f.keyword_score,
+            )
+            for f in fused
+        ]
+        if vset is not None and qvec is not None:
+            hits = _fill_vector_scores(hits, vset, qvec)
+
+    if threshold is not None:
+        if mode == "keyword":
+            notes.append("threshold applies to vector similarity; ignored in keyword mode")
+        else:
+            kept = [h for h in hits if h.vector_score is not None and h.vector_score >= threshold]
+            dropped = len(hits) - len(kept)
+            if dropped and not kept:
+                notes.append(f"{dropped} hit(s) below threshold {threshold}")
+            elif dropped:
+                notes.append(f"{dropped} candidate(s) below threshold {threshold} dropped")
+            hits = kept
+    hits = hits[:top_k]
+    if not hits:
+        notes.insert(0, _empty_reason(index, vset, kw_ranked, mode, scope))
+    reason = "; ".join(n for n in notes if n) or None
+    details = {
+        "vector_candidates": len(vec_ranked), "keyword_candidates": len(kw_ranked),
+        "vectors_in_scope": vset.n if vset is not None else 0, "model_id": index.model_id,
+    }
+    return SearchResult(hits, reason, mode, details)
+
+
+def _vector_ranked(vset: "VectorSet", qvec: np.ndarray, depth: int, thread_id: str | None) -> list[hybrid.Ranked]:
+    # Mastra's saveMessages may store several chunk vectors per message: ask for more, keep each message's best.
+    pos, scores = vset.search(qvec, depth * 2, thread_id=thread_id)
+    out: list[hybrid.Ranked] = []
+    seen: set[str] = set()
+    for p, s in zip(pos.tolist(), scores.tolist()):
+        mid = vset.message_ids[p]
+        if mid in seen:
+            continue
+        seen.add(mid)
+        out.append(hybrid.Ranked(mid, vset.thread_ids[p], vset.resource_ids[p], float(s)))
+        if len(out) == depth:
+            break
+    return out
+
+
+def _fill_vector_scores(hits: list[SearchHit], vset: "VectorSet", qvec: np.ndarray) -> list[SearchHit]:
+    """Keyword-only hits get their cosine too, so every recalled fragment shows a similarity."""
+    missing = {h.message_id for h in hits if h.vector_score is None}
+    if not missing:
+        return hits
+    best: dict[str, float] = {}
+    for mid in missing:
+        rows = vset.positions_of(mid)
+        if rows:
+            best[mid] = float(np.max(vset.matrix[rows] @ qvec))
+    return [
+        SearchHit(h.message_id, h.thread_id, h.resource_id, h.score, h.source, best.get(h.message_id), h.keyword_score)
+        if h.vector_score is None else h
+        for h in hits
+    ]
+
+
+def _empty_reason(index: "RecallIndex", vset: "VectorSet | None", kw: list[hybrid.Ranked], mode: str, scope: str) -> str:
+    if mode != "keyword" and vset is not None and vset.n == 0 and not kw:
+        foreign = sum(vset.skips.other_model.values())
+        if foreign:
+            return f"no messages indexed for {scope} with model {index.model_id}"
+        return f"no messages indexed for {scope}"
+    if mode == "keyword" and not kw:
+        return f"no keyword matches in {scope}"
+    return f"nothing found in {scope}"

@@ -1,0 +1,84 @@
+"""HashingEmbedder: the offline lexical stand-in must be deterministic and rank by shared words."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from core.embedding import Embedder, HashingEmbedder
+
+
+def test_satisfies_the_embedder_protocol_and_names_itself_as_hashing() -> None:
+    emb = HashingEmbedder(dim=64)
+    assert isinstance(emb, Embedder)
+    assert emb.model_id.startswith("hashing-")
+    assert "64" in emb.model_id
+    assert HashingEmbedder(dim=128).model_id != emb.model_id
+    assert emb.semantic is False
+
+
+def test_shape_dtype_and_unit_length_even_for_empty_and_punctuation() -> None:
+    emb = HashingEmbedder(dim=32)
+    vecs = emb.embed(["hello world", "", "!!!", "我对花生过敏", "🙂 emoji only"])
+    assert vecs.shape == (5, 32)
+    assert vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-6)
+    assert emb.embed([]).shape == (0, 32)
+
+
+def test_identical_text_gives_identical_vector_across_instances_and_kinds() -> None:
+    a = HashingEmbedder().embed(["The cat sat on the mat"], "passage")
+    b = HashingEmbedder().embed(["The cat sat on the mat"], "query")
+    assert np.array_equal(a, b)
+
+
+def test_vectors_do_not_depend_on_the_process_hash_seed() -> None:
+    # Python's hash() is salted per process; vectors stored yesterday must match today's queries.
+    code = (
+        "from core.embedding import HashingEmbedder; "
+        "print(HashingEmbedder().embed(['stable words'])[0].tobytes().hex())"
+    )
+    outputs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        outputs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                   check=True).stdout)
+    assert len(outputs) == 1
+    assert HashingEmbedder().embed(["stable words"])[0].tobytes().hex() + "\n" in outputs
+
+
+def test_shared_words_rank_first_among_distractors() -> None:
+    emb = HashingEmbedder(dim=256)
+    passages = [
+        "The weather is lovely today",
+        "I am allergic to peanuts",
+        "Let's meet at the station at 3pm",
+        "My favourite colour is green",
+    ]
+    scores = emb.embed(passages) @ emb.embed(["what is she allergic to? peanuts?"], "query")[0]
+    assert int(np.argmax(scores)) == 1
+
+
+def test_character_ngrams_tolerate_inflection() -> None:
+    emb = HashingEmbedder(dim=256)
+    base, inflected, other = emb.embed(["allergies", "allergy", "railway"])
+    assert float(base @ inflected) > float(base @ other)
+
+
+def test_chinese_shares_characters() -> None:
+    emb = HashingEmbedder(dim=256)
+    passages = ["我对花生过敏", "今天天气很好", "明天下午三点开会"]
+    scores = emb.embed(passages) @ emb.embed(["她对什么过敏?"], "query")[0]
+    assert int(np.argmax(scores)) == 0
+
+
+def test_rejects_a_bare_string_and_an_unknown_kind() -> None:
+    emb = HashingEmbedder()
+    with pytest.raises(TypeError):
+        emb.embed("not a list")
+    with pytest.raises(ValueError, match="kind"):
+        emb.embed(["x"], "document")  # type: ignore[arg-type]

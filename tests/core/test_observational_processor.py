@@ -1,0 +1,290 @@
+"""Observational memory driven end to end: Memory + scripted observer + a real libSQL file."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+import sqlalchemy as sa
+
+from core import Memory, MemoryOptions, Message
+from core.models import ModelError, ScriptedModel
+from core.observational import CONTINUATION_TEXT, TAG, load_current, load_history, messages_tokens
+from core.observational.context import CONTEXT_PROMPT
+from core.observational.tokens import count_text
+from core.observational.reflector import COMPRESSION_GUIDANCE, REFLECTOR_SYSTEM_PROMPT
+from core.storage import Store, open_store
+from core.storage import schema as t
+from core.timeutil import FixedClock
+from core.tokens import EstimatingTokenizer
+from core.tracing import InMemorySpanExporter, Tracer
+
+START = datetime(2025, 1, 2, 9, 0, tzinfo=timezone.utc)
+TOKENIZER = EstimatingTokenizer()
+
+OBSERVED = """<observations>
+Date: Jan 2, 2025
+* 🔴 (09:00) User is planning a garden with raised beds [garden].
+* 🟡 (09:01) Assistant suggested cedar planks for the beds.
+* 🟢 (09:02) User likes the smell of cedar.
+</observations>
+
+<current-task>
+Primary: choosing materials for raised beds.
+</current-task>
+
+<suggested-response>
+Offer a shopping list for three beds.
+</suggested-response>"""
+
+
+def long_text(word: str, chars: int = 200) -> str:
+    return (word + " ") * (chars // (len(word) + 1))
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, script: Sequence[Any], *, tracer: Any = None, **om: Any) -> None:
+        self.store: Store = open_store(tmp_path / "memory.db")
+        self.observer = ScriptedModel(list(script), name="observer")
+        settings = {"enabled": True, "message_tokens": 200, "observation_tokens": 300, **om}
+        self.clock = FixedClock(START, step_ms=60_000)
+        self.memory = Memory(self.store, MemoryOptions(last_messages=10, observational_memory=settings),
+                             observer_model=self.observer, tokenizer=TOKENIZER, clock=self.clock, tracer=tracer)
+
+    def turn(self, text: str, reply: str | None = "ok", *, live: bool = True, thread: str = "t1") -> Any:
+        req = self.memory.request_context(thread_id=thread, resource_id="u1")
+        ctx = self.memory.new_context(req)
+        ctx.live = live
+        self.memory.prepare_input(ctx, input=text, instructions="You are a gardening helper.")
+        prompt = self.memory.run_input(ctx)
+        if live and reply is not None:
+            ctx.messages.add(Message.assistant(reply, created_at=self.clock.now()), "response")
+            ctx.finish_reason = "stop"
+            self.memory.run_output(ctx)
+        return prompt, ctx
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self.store.db.read() as conn:
+            return [dict(r) for r in conn.execute(sa.select(t.observational_memory)).mappings().all()]
+
+    def stored(self, thread: str = "t1") -> list[Message]:
+        return self.memory.recall(thread_id=thread, per_page=False).messages
+
+    def metadata(self, thread: str = "t1") -> dict[str, Any]:
+        thread_obj = self.memory.get_thread(thread)
+        assert thread_obj is not None
+        return thread_obj.metadata or {}
+
+
+def prompt_ids(prompt: Any) -> list[str]:
+    return [f.detail.get("messageId") for f in prompt.fragments if f.detail.get("messageId")]
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Harness:
+    return Harness(tmp_path, [OBSERVED])
+
+
+def test_threshold_crossed_only_when_unobserved_tokens_reach_it(harness: Harness) -> None:
+    harness.turn(long_text("alpha"), long_text("beta"))  # ~53 + ~53 tokens stored
+    assert harness.observer.requests == []
+    prompt, _ = harness.turn(long_text("gamma"), long_text("delta"))
+    pending_turn2 = prompt.notes["observational-memory"]["unobservedTokens"]
+    assert pending_turn2 < 200  # 2 stored + input: under the threshold, so no observer call
+    assert harness.observer.requests == []
+    stored = harness.stored()
+    assert harness.rows()[0]["pendingMessageTokens"] == messages_tokens(TOKENIZER, stored)
+
+    prompt, _ = harness.turn(long_text("epsilon"))
+    assert messages_tokens(TOKENIZER, stored) + 53 >= 200
+    assert len(harness.observer.requests) == 1
+    # The four observed messages left the raw context; the current input stayed.
+    ids = prompt_ids(prompt)
+    assert not set(ids) & {m.id for m in stored}
+    assert prompt.messages[-1] == {"role": "user", "content": long_text("epsilon")}
+
+
+def test_actor_prompt_order_after_observation(harness: Harness) -> None:
+    harness.turn(long_text("alpha"), long_text("beta"))
+    harness.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = harness.turn("What wood should I buy?")
+    msgs = prompt.messages
+    assert [m["role"] for m in msgs] == ["system"] * 6 + ["user", "user"]
+    assert msgs[0]["content"] == "You are a gardening helper."
+    assert msgs[1]["content"].startswith(CONTEXT_PROMPT)
+    assert msgs[2]["content"] == "<observations>"
+    chunk = msgs[3]["content"]
+    assert chunk.startswith("Date: Jan 2, 2025 (today)")
+    assert "🔴 (09:00) User is planning a garden with raised beds." in chunk
+    assert "🟡" not in chunk and "🟢" not in chunk and "[garden]" not in chunk
+    assert msgs[4]["content"] == "<current-task>\nPrimary: choosing materials for raised beds.\n</current-task>"
+    assert msgs[5]["content"] == "<suggested-response>\nOffer a shopping list for three beds.\n</suggested-response>"
+    assert msgs[6]["content"] == CONTINUATION_TEXT
+    assert msgs[7]["content"] == "What wood should I buy?"
+    om_fragments = [f for f in prompt.fragments if f.source == "observational-memory"]
+    assert all(f.tag == TAG for f in om_fragments if f.role == "system")
+    assert om_fragments[-1].detail["part"] == "continuation"
+
+    # Next turn (under the threshold): the last turn stays raw after the reminder, then the new input.
+    prompt, _ = harness.turn("And for the soil?")
+    roles = [m["role"] for m in prompt.messages]
+    assert roles == ["system"] * 6 + ["user", "user", "assistant", "user"]
+    assert prompt.messages[6]["content"] == CONTINUATION_TEXT
+    assert prompt.messages[7]["content"] == "What wood should I buy?"
+    assert len(harness.observer.requests) == 1
+
+
+def test_observer_call_shape(tmp_path: Path) -> None:
+    h = Harness(tmp_path, [OBSERVED, OBSERVED.replace("cedar planks", "larch planks")])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    h.turn("What wood should I buy?", long_text("answer", 600))
+    first = h.observer.requests[0]
+    assert [m["role"] for m in first.messages] == ["system", "user", "user"]
+    assert first.temperature == pytest.approx(0.3)
+    assert first.messages[1]["content"].startswith("## Your Task")
+    history = first.messages[2]["content"]
+    assert history.startswith("## New Message History to Observe\n\nJan 2 2025:\nUser (9:00 AM): alpha")
+    assert "\nAssistant (9:02 AM): beta" in history and "\nUser (9:03 AM): gamma" in history
+
+    h.turn(long_text("zeta"), "fine")  # crosses again: 2 stored (input+answer) + this input
+    second = h.observer.requests[1].messages[1]["content"]
+    order = [second.index("## Previous Observations"), second.index("## Prior Thread Metadata"),
+             second.index("## Your Task")]
+    assert order == sorted(order)
+    assert "* 🔴 (09:00) User is planning a garden" in second
+    assert "- prior current-task: Primary: choosing materials for raised beds." in second
+    assert "- prior suggested-response: Offer a shopping list for three beds." in second
+    assert "What wood should I buy?" in h.observer.requests[1].messages[2]["content"]
+
+
+def test_row_and_thread_metadata_after_observation(harness: Harness) -> None:
+    harness.memory.create_thread(resource_id="u1", thread_id="t1",
+                                 metadata={"workingMemory": "# Notes\n- likes cedar", "custom": True,
+                                           "mastra": {"keep": 1}})
+    harness.turn(long_text("alpha"), long_text("beta"))
+    harness.turn(long_text("gamma"), long_text("delta"))
+    observed = harness.stored()
+    _, ctx = harness.turn("What wood should I buy?", "Cedar.")
+    rows = harness.rows()
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["lookupKey"] == "thread:t1" and row["scope"] == "thread" and row["threadId"] == "t1"
+    assert row["originType"] == "initial" and row["generationCount"] == 0
+    assert json.loads(row["observedMessageIds"]) == [m.id for m in observed]
+    last = observed[-1]
+    assert row["lastObservedAt"] == last.to_dict()["createdAt"]
+    assert row["totalTokensObserved"] == messages_tokens(TOKENIZER, observed)
+    assert row["observationTokenCount"] == count_text(TOKENIZER, row["activeObservations"])
+    assert "(09:00) User is planning a garden with raised beds [garden]." in row["activeObservations"]  # raw kept
+    # After saving the turn, only the new question and answer are pending.
+    new = [m for m in harness.stored() if m.id not in {o.id for o in observed}]
+    assert row["pendingMessageTokens"] == messages_tokens(TOKENIZER, new)
+
+    meta = harness.metadata()
+    assert meta["workingMemory"] == "# Notes\n- likes cedar" and meta["custom"] is True
+    assert meta["mastra"]["keep"] == 1
+    om = meta["mastra"]["om"]
+    assert om["currentTask"] == "Primary: choosing materials for raised beds."
+    assert om["suggestedResponse"] == "Offer a shopping list for three beds."
+    assert om["lastObservedMessageCursor"] == {"createdAt": row["lastObservedAt"], "id": last.id}
+    current = load_current(harness.store, thread_id="t1")
+    assert current is not None and current.id == row["id"]
+
+
+def test_reflection_compresses_into_a_new_generation(tmp_path: Path) -> None:
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    not_smaller = big  # the first rewrite fails to shrink: a stronger level is asked for
+    small = ("<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds; "
+             "soil notes recorded per bed.\n</observations>")
+    h = Harness(tmp_path, [big, not_smaller, small])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Summarise my beds.", "Done.")
+    assert len(h.observer.requests) == 3  # observer, reflector level 0, reflector level 1
+    level0, level1 = h.observer.requests[1], h.observer.requests[2]
+    assert level0.messages[0]["content"] == REFLECTOR_SYSTEM_PROMPT
+    assert level0.temperature == 0.0
+    assert level0.messages[1]["content"].startswith("## OBSERVATIONS TO REFLECT ON")
+    assert COMPRESSION_GUIDANCE[1] in level1.messages[1]["content"]
+
+    history = load_history(h.store, thread_id="t1")
+    assert [r.generation_count for r in history] == [1, 0]
+    newest, first = history
+    assert newest.origin_type == "reflection" and first.origin_type == "initial"
+    assert newest.active_observations.startswith("Date: Jan 2, 2025\n* 🔴 (09:00) User is building 40")
+    assert newest.observation_token_count < first.observation_token_count
+    assert newest.observation_token_count < 300
+    assert newest.observed_message_ids == first.observed_message_ids
+    assert newest.last_reflection_at is not None
+    chunk = [m["content"] for m in prompt.messages if m["content"].startswith("Date:")]
+    assert chunk == ["Date: Jan 2, 2025 (today)\n* 🔴 (09:00) User is building 40 garden beds; soil notes recorded per bed."]
+
+
+@pytest.mark.parametrize("failure", [ModelError("provider down", model_id="scripted/observer", status=503),
+                                     "I'm sorry, I can't summarise this conversation.",
+                                     "",
+                                     "* 🔴 (09:00) loop\n" * 60])
+def test_failed_observer_call_loses_nothing_and_retries(tmp_path: Path, failure: Any) -> None:
+    exporter = InMemorySpanExporter()
+    h = Harness(tmp_path, [failure, OBSERVED], tracer=Tracer(exporter))
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    before_rows, before_meta, stored = h.rows(), h.metadata(), h.stored()
+
+    prompt, ctx = h.turn("What wood should I buy?", reply=None)  # input phase only
+    assert len(h.observer.requests) == 1
+    assert h.rows() == before_rows and h.metadata() == before_meta
+    assert {m.id for m in stored} <= set(prompt_ids(prompt))  # all still raw in the prompt
+    assert CONTINUATION_TEXT not in [m["content"] for m in prompt.messages]
+    assert "next turn retries" in prompt.notes["observational-memory"]["observationError"]
+    span = exporter.by_name("memory: observe")[-1]
+    assert span.error is not None
+
+    prompt, _ = h.turn("What wood should I buy?", "Cedar.")  # the retry succeeds
+    assert len(h.observer.requests) == 2
+    row = load_current(h.store, thread_id="t1")
+    assert row is not None and set(row.observed_message_ids) == {m.id for m in stored}
+    assert prompt.messages[6]["content"] == CONTINUATION_TEXT
+
+
+def test_preview_never_writes_or_calls_the_model(harness: Harness) -> None:
+    harness.turn(long_text("alpha"), long_text("beta"))
+    harness.turn(long_text("gamma"), long_text("delta"))
+    rows, meta, count = harness.rows(), harness.metadata(), len(harness.stored())
+    prompt = harness.memory.assemble(thread_id="t1", resource_id="u1", input=long_text("epsilon"))
+    assert harness.observer.requests == []
+    assert harness.rows() == rows and harness.metadata() == meta and len(harness.stored()) == count
+    note = prompt.notes["observational-memory"]["observation"]
+    assert note.startswith("preview: an observation would run now:") and "≥ 200" in note
+    assert len(prompt_ids(prompt)) == 5  # four raw stored messages and the input
+
+
+def test_read_only_turn_defers_observation(harness: Harness) -> None:
+    harness.turn(long_text("alpha"), long_text("beta"))
+    harness.turn(long_text("gamma"), long_text("delta"))
+    req = harness.memory.request_context(thread_id="t1", resource_id="u1", options={"read_only": True})
+    ctx = harness.memory.new_context(req)
+    ctx.live = True
+    harness.memory.prepare_input(ctx, input=long_text("epsilon"))
+    prompt = harness.memory.run_input(ctx)
+    assert harness.observer.requests == []
+    assert prompt.notes["observational-memory"]["observation"].startswith("read-only turn:")
+
+
+def test_resource_scope_uses_resource_key(tmp_path: Path) -> None:
+    h = Harness(tmp_path, [OBSERVED], scope="resource")
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    h.turn("Next?", "Sure.")
+    (row,) = h.rows()
+    assert row["lookupKey"] == "resource:u1" and row["threadId"] is None and row["resourceId"] == "u1"
+    # A second thread of the same user sees the observations, and none of t1's raw messages.
+    prompt, _ = h.turn("Hello from another thread", thread="t2")
+    assert any(m["content"] == "<observations>" for m in prompt.messages)
+    assert prompt_ids(prompt)[-1] and len(prompt_ids(prompt)) == 2  # reminder + input

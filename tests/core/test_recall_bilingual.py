@@ -1,0 +1,50 @@
+"""A Chinese question finds a Chinese and an English fact (real USE model, hybrid search)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from core.messages import Message
+from core.vector import RecallIndex
+
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def use_embedder():
+    from core.embedding import EmbedderError, default_embedder
+
+    try:
+        return default_embedder()
+    except EmbedderError as exc:  # the model is provisioned by `make test`; say so rather than fail obscurely
+        pytest.skip(f"USE model not installed: {exc}")
+
+
+@pytest.mark.slow
+def test_chinese_query_finds_chinese_and_english_facts(store, use_embedder):
+    facts = {
+        "zh-fact": ("t-zh", "我对花生过敏，吃了会很危险。"),
+        "en-fact": ("t-en", "My sister lives in Lyon and works as a nurse."),
+    }
+    fillers = ["The weather is nice today.", "I watched a movie last night.", "Let's meet for coffee tomorrow.",
+               "明天我们去公园散步吧。", "我喜欢听古典音乐。", "The train was late again this morning."]
+    index = RecallIndex.for_store(store, use_embedder)
+    clock = 0
+    for thread in ("t-zh", "t-en", "t-fill"):
+        store.memory.create_thread(thread_id=thread, resource_id="u")
+    msgs = []
+    for mid, (thread, text) in facts.items():
+        msgs.append(Message.user(text, id=mid, thread_id=thread, resource_id="u", created_at=T0 + timedelta(seconds=clock)))
+        clock += 1
+    for i, text in enumerate(fillers):
+        msgs.append(Message.user(text, id=f"fill-{i}", thread_id="t-fill", resource_id="u",
+                                 created_at=T0 + timedelta(seconds=100 + i)))
+    store.memory.save_messages(msgs)
+    # One message per thread for the facts, so each passage is the fact alone.
+    assert index.index_messages(msgs).ok
+    zh = index.search("我对什么过敏？", resource_id="u", mode="hybrid", top_k=3).hits
+    assert "zh-fact" in [h.message_id for h in zh]
+    en = index.search("我的姐姐住在哪里？", resource_id="u", mode="hybrid", top_k=3).hits
+    assert "en-fact" in [h.message_id for h in en]

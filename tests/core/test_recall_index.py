@@ -1,0 +1,215 @@
+"""The recall index on real libSQL files: vectors, keywords, hybrid ranking, isolation, corruption."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.embedding import HashingEmbedder
+from core.messages import Message
+from core.storage import open_store
+from core.vector import RecallIndex, message_text, segment, keyword_query, vector_table_name
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: int) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def seed(store, thread: str, resource: str, texts: list[str], prefix: str | None = None, start: int = 0) -> list[Message]:
+    if store.memory.get_thread(thread) is None:
+        store.memory.create_thread(thread_id=thread, resource_id=resource)
+    msgs = [
+        (Message.user if i % 2 == 0 else Message.assistant)(
+            text, id=f"{prefix or thread}-{i}", thread_id=thread, resource_id=resource, created_at=at(start + i)
+        )
+        for i, text in enumerate(texts)
+    ]
+    store.memory.save_messages(msgs)
+    return msgs
+
+
+def count(store, sql: str) -> int:
+    with store.db.read() as conn:
+        return int(conn.exec_driver_sql(sql).scalar() or 0)
+
+
+def test_index_and_search_in_every_mode(store):
+    msgs = seed(store, "t1", "u1", ["I am allergic to peanuts", "Noted: no peanuts for you", "My cat is called Miso"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.check()
+    report = index.index_messages(msgs)
+    assert sorted(report.indexed) == ["t1-0", "t1-1", "t1-2"] and report.ok
+    for mode in ("vector", "keyword", "hybrid"):
+        result = index.search("what is she allergic to? peanuts", resource_id="u1", mode=mode, top_k=2)
+        assert result.hits, (mode, result.reason)
+        assert result.hits[0].message_id in {"t1-0", "t1-1"}
+        assert all(h.thread_id == "t1" and h.resource_id == "u1" for h in result.hits)
+    hybrid = index.search("allergic peanuts", resource_id="u1", mode="hybrid").hits
+    top = hybrid[0]
+    assert top.source == "hybrid" and top.vector_score is not None and top.keyword_score is not None
+    # Keyword-only hits still carry their cosine, so every recalled fragment shows a similarity.
+    assert all(h.vector_score is not None for h in hybrid)
+
+
+def test_caller_ids_are_kept_and_index_is_one_per_model(store):
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    msg = Message.user("We met on Tuesday", id="D1:3", thread_id="t", resource_id="u", created_at=T0)
+    store.memory.save_messages([msg])
+    emb = HashingEmbedder(64)
+    index = RecallIndex.for_store(store, emb)
+    assert RecallIndex.for_store(store, emb) is index
+    index.index_messages([msg])
+    assert [h.message_id for h in index.search("Tuesday", resource_id="u").hits] == ["D1:3"]
+
+
+def test_system_and_empty_messages_are_skipped_and_failures_reported(store):
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    sys_msg = Message.system("be nice", id="s", thread_id="t")
+    empty = Message.assistant("", id="e", thread_id="t")
+
+    class Broken(HashingEmbedder):
+        def embed(self, texts, kind="passage"):  # type: ignore[override]
+            raise RuntimeError("model crashed")
+
+    index = RecallIndex.for_store(store, Broken(64))
+    report = index.index_messages([sys_msg, empty, Message.user("hello", id="u1", thread_id="t", resource_id="u")])
+    assert set(report.skipped) == {"s", "e"}
+    assert "model crashed" in report.failed["u1"]
+    # Keyword indexing does not depend on the embedder.
+    assert report.keyword_indexed == ["u1"]
+
+
+def test_threshold_excludes_low_scores_and_says_so(store):
+    # Separate threads: a passage also embeds the previous message of its thread.
+    msgs = seed(store, "t", "u", ["peanut allergy is serious"]) + seed(store, "t2", "u", ["the weather is sunny today"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(msgs)
+    result = index.search("peanut allergy", resource_id="u", mode="vector", threshold=0.5)
+    assert [h.message_id for h in result.hits] == ["t-0"]
+    assert all(h.score >= 0.5 for h in result.hits)
+    none = index.search("zebra crossing", resource_id="u", mode="vector", threshold=0.99)
+    assert none.hits == [] and "below threshold 0.99" in (none.reason or "")
+
+
+def test_empty_resource_says_why(store):
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    result = index.search("anything", resource_id="nobody")
+    assert result.hits == [] and "no messages indexed for resource nobody" in (result.reason or "")
+
+
+def test_wrong_dimension_and_corrupt_rows_are_skipped_with_reason(store):
+    msgs = seed(store, "t", "u", ["peanut allergy", "peanut butter"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(msgs)
+    table = vector_table_name(64)
+    meta = '{"message_id": "%s", "thread_id": "t", "resource_id": "u"}'
+    with store.db.write() as conn:
+        conn.exec_driver_sql(
+            f"INSERT INTO {table} (vector_id, embedding, metadata) VALUES ('bad-dim', ?, ?)",
+            (np.ones(32, dtype="<f4").tobytes(), meta % "bad-dim"),
+        )
+        nan = np.full(64, np.nan, dtype="<f4").tobytes()
+        conn.exec_driver_sql(
+            f"INSERT INTO {table} (vector_id, embedding, metadata) VALUES ('bad-nan', ?, ?)", (nan, meta % "bad-nan")
+        )
+    result = index.search("peanut", resource_id="u", mode="vector")
+    assert {h.message_id for h in result.hits} == {"t-0", "t-1"}
+    assert "1 vector row(s) skipped: wrong dimension" in (result.reason or "")
+    assert "1 vector row(s) skipped: corrupt" in (result.reason or "")
+
+
+def test_delete_thread_removes_vectors_and_keyword_rows(store):
+    a = seed(store, "t1", "u", ["peanut allergy", "peanut butter"])
+    b = seed(store, "t2", "u", ["peanut farm visit"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(a + b)
+    assert index.search("peanut", resource_id="u").hits  # loads the cache before the delete
+    index.delete_thread("t1")
+    table = vector_table_name(64)
+    assert count(store, f"SELECT count(*) FROM {table} WHERE json_extract(metadata, '$.thread_id') = 't1'") == 0
+    assert count(store, "SELECT count(*) FROM memory_studio_fts_docs WHERE thread_id = 't1'") == 0
+    for mode in ("vector", "keyword", "hybrid"):
+        assert {h.thread_id for h in index.search("peanut", resource_id="u", mode=mode).hits} == {"t2"}
+
+
+def test_messages_deleted_through_storage_lose_their_vectors(store):
+    msgs = seed(store, "t1", "u", ["peanut allergy", "peanut butter"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(msgs)
+    store.memory.delete_thread("t1")  # not through the index: the triggers queue the deletion
+    assert index.search("peanut", resource_id="u", mode="hybrid").hits == []
+    assert count(store, f"SELECT count(*) FROM {vector_table_name(64)}") == 0
+
+
+def test_rows_written_by_another_process_appear(db_path: Path):
+    first = open_store(db_path)
+    other = open_store(db_path)
+    try:
+        a = seed(first, "t", "u", ["peanut allergy"])
+        index = RecallIndex.for_store(first, HashingEmbedder(64))
+        index.index_messages(a)
+        assert [h.message_id for h in index.search("peanut", resource_id="u", mode="vector").hits] == ["t-0"]
+        b = seed(other, "t", "u", ["peanut farm"], prefix="late", start=10)
+        RecallIndex.for_store(other, HashingEmbedder(64)).index_messages(b)
+        ids = {h.message_id for h in index.search("peanut", resource_id="u", mode="vector").hits}
+        assert ids == {"t-0", "late-0"}
+    finally:
+        other.close()
+        first.close()
+
+
+def test_model_change_is_detected(store):
+    msgs = seed(store, "t", "u", ["peanut allergy"])
+    RecallIndex.for_store(store, HashingEmbedder(64)).index_messages(msgs)
+
+    class Other(HashingEmbedder):
+        def __init__(self) -> None:
+            super().__init__(64)
+            self.model_id = "another-model@d64"
+
+    result = RecallIndex.for_store(store, Other()).search("peanut", resource_id="u", mode="vector")
+    assert result.hits == []
+    assert "hashing-ngram-v1@d64" in (result.reason or "") and "reindex" in (result.reason or "")
+
+
+def test_chinese_text_is_segmented_for_keywords(store):
+    msgs = seed(store, "t", "u", ["我对花生过敏", "今天天气很好"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(msgs)
+    hits = index.search("花生", resource_id="u", mode="keyword").hits
+    # t-1 matches through its context column (the previous message), ranked below the message itself.
+    assert [h.message_id for h in hits] == ["t-0", "t-1"]
+    assert segment("我对花生") == " 我 对 花 生 "
+    assert keyword_query('say "NEAR" 花生 -x') == '"say" OR "near" OR "花 生" OR "x"'
+
+
+def test_message_text_prefers_content_then_parts():
+    m = Message.create("user", [{"type": "text", "text": "Part 1"}, {"type": "text", "text": "Part 2"}])
+    m.content.pop("content", None)
+    assert message_text(m) == "Part 1 Part 2"
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    words=st.lists(st.sampled_from(["peanut", "cat", "tuesday", "paris", "allergy", "guitar"]), min_size=2, max_size=6),
+    query=st.sampled_from(["peanut", "cat tuesday", "paris guitar", "allergy"]),
+    mode=st.sampled_from(["vector", "keyword", "hybrid"]),
+)
+def test_a_resource_never_recalls_another_resources_messages(tmp_path_factory, words, query, mode):
+    store = open_store(tmp_path_factory.mktemp("iso") / "m.db")
+    try:
+        index = RecallIndex.for_store(store, HashingEmbedder(64))
+        for resource in ("u1", "u2"):
+            msgs = seed(store, f"{resource}-t", resource, [f"{w} {resource}" for w in words])
+            index.index_messages(msgs)
+        for resource in ("u1", "u2"):
+            hits = index.search(query, resource_id=resource, mode=mode, top_k=20).hits
+            assert all(h.resource_id == resource and h.message_id.startswith(resource) for h in hits)
+    finally:
+        store.close()

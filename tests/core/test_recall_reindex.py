@@ -1,0 +1,70 @@
+"""``reindex``: resumable after an interruption, nothing embedded twice."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from core.embedding import HashingEmbedder
+from core.messages import Message
+from core.vector import RecallIndex, reindex, vector_table_name
+
+T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.passages: Counter[str] = Counter()
+
+    def embed(self, texts, kind="passage"):  # type: ignore[override]
+        if kind == "passage":
+            self.passages.update(texts)
+        return super().embed(texts, kind)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_interrupted_reindex_resumes_and_indexes_each_message_once(store):
+    for t in range(3):
+        store.memory.create_thread(thread_id=f"t{t}", resource_id="u")
+        store.memory.save_messages([
+            Message.user(f"fact number {t}-{i}", id=f"m{t}-{i}", thread_id=f"t{t}", resource_id="u",
+                         created_at=T0 + timedelta(seconds=10 * t + i))
+            for i in range(10)
+        ])
+    emb = CountingEmbedder()
+
+    def stop_half_way(done: int, total: int) -> None:
+        if done >= total // 2 and done > 0:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        reindex(store, emb, progress=stop_half_way, batch_size=4)
+    first_run = sum(emb.passages.values())
+    assert 0 < first_run < 30
+    seen: list[tuple[int, int]] = []
+    report = reindex(store, emb, progress=lambda d, t: seen.append((d, t)), batch_size=4)
+    assert report.total == 30 - first_run and report.already_indexed == first_run
+    assert seen[0] == (0, report.total) and seen[-1] == (report.total, report.total)
+    # Every message was embedded exactly once across both runs, and has exactly one vector.
+    assert sum(emb.passages.values()) == 30 and max(emb.passages.values()) == 1
+    with store.db.read() as conn:
+        rows = conn.exec_driver_sql(f"SELECT vector_id, count(*) FROM {vector_table_name(64)} GROUP BY vector_id").all()
+    assert len(rows) == 30 and all(n == 1 for _, n in rows)
+    assert reindex(store, emb).total == 0
+
+
+def test_reindex_can_be_limited_to_one_resource(store):
+    for r in ("u1", "u2"):
+        store.memory.create_thread(thread_id=f"{r}-t", resource_id=r)
+        store.memory.save_messages([Message.user(f"hello {r}", id=f"{r}-m", thread_id=f"{r}-t", resource_id=r)])
+    report = reindex(store, HashingEmbedder(64), resource_id="u1")
+    assert report.indexed == 1
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.search("hello", resource_id="u2", mode="vector").hits == []
+    assert [h.message_id for h in index.search("hello", resource_id="u1", mode="vector").hits] == ["u1-m"]

@@ -1,0 +1,159 @@
+"""The prompt inspector's pure logic, on a real libSQL file (no Qt)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from core import Memory, MemoryOptions, Message, open_store
+from studio.logic.memory_config import AgentConfig, agent_for_thread, list_agents
+from studio.logic.prompt_layout import (
+    EmbedderHolder,
+    InspectorOptions,
+    PreviewRequest,
+    assemble_preview,
+    context_usage,
+    fragment_rows,
+    resolve_turn,
+    skipped_rows,
+    source_color,
+    starting_point,
+)
+
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture()
+def store(tmp_path):
+    s = open_store(tmp_path / "memory.db")
+    mem = Memory(s, MemoryOptions(last_messages=6, working_memory={"enabled": True}), name="assistant")
+    mem.create_thread(resource_id="alice", thread_id="t1", title="Trip to Lisbon")
+    msgs = []
+    for i, (role, text) in enumerate([
+        ("user", "I'm Alice, I live in Berlin."), ("assistant", "Nice to meet you, Alice."),
+        ("user", "Plan a trip to Lisbon in May."), ("assistant", "Here is a 3-day plan for Lisbon."),
+        ("user", "Add a day trip to Sintra."), ("assistant", "Day 4: Sintra, Pena Palace."),
+    ]):
+        make = Message.user if role == "user" else Message.assistant
+        msgs.append(make(text, thread_id="t1", resource_id="alice", created_at=T0 + timedelta(minutes=i),
+                         id=f"m{i}"))
+    mem.save_messages(msgs)
+    mem.update_working_memory(thread_id="t1", resource_id="alice", working_memory="# User\n- Name: Alice\n- Location: Berlin")
+    mem.register("travel-agent")
+    yield s
+    s.close()
+
+
+def factory(store):
+    return lambda opts, name, emb: Memory(store, opts, name=name, embedder=emb)
+
+
+def no_embedder():
+    raise AssertionError("recall is off; the embedding model must not be loaded")
+
+
+def test_options_round_trip_into_engine_overrides():
+    opts = InspectorOptions(last_messages=0, recall=True, top_k=3, scope="thread", read_only=True)
+    over = opts.to_overrides()
+    assert over == {"last_messages": False, "semantic_recall": {"enabled": True, "top_k": 3, "scope": "thread"},
+                    "read_only": True}
+    merged = MemoryOptions().merged(over)
+    assert InspectorOptions.from_memory_options(merged) == opts
+
+
+def test_starting_point_uses_the_registered_agent(store):
+    agents = list_agents(store)
+    assert [a.name for a in agents] == ["travel-agent"]
+    thread = store.memory.get_thread("t1")
+    agent, reason = agent_for_thread(agents, thread)
+    start = starting_point(agent, reason)
+    assert start.options.last_messages == 6
+    assert "travel-agent" in start.origin
+    assert start.agent is not None and start.agent.memory_name == "assistant"
+    default = starting_point(None, "no agent has registered")
+    assert default.origin.startswith("Defaults") and default.options.last_messages == 10
+
+
+def test_agent_for_thread_prefers_metadata_then_resource_name():
+    a = AgentConfig("a", {}, None, None)
+    b = AgentConfig("alice", {}, None, None)
+    from core.storage.memory_store import Thread
+
+    th = Thread("t", "alice", "", {"agent": "a"}, T0, T0)
+    assert agent_for_thread([a, b], th)[0] is a
+    th2 = Thread("t", "alice", "", {}, T0, T0)
+    assert agent_for_thread([a, b], th2)[0] is b
+    assert agent_for_thread([a], None)[0] is a
+    chosen, why = agent_for_thread([a, AgentConfig("c", {}, None, None)], th2)
+    assert chosen is None and "none is linked" in why
+
+
+def test_preview_renders_the_engine_record(store):
+    start = starting_point(list_agents(store)[0], "test")
+    req = PreviewRequest("t1", "alice", start.base, start.options, "assistant", text="Which city do I live in?",
+                         instructions="You are a travel agent.")
+    preview = assemble_preview(store, req, factory(store), EmbedderHolder(no_embedder))
+    prompt = preview.prompt
+    rows = fragment_rows(prompt)
+    assert [r.source for r in rows][:2] == ["instructions", "working-memory"]
+    assert rows[-1].source in ("tools", "working-memory") and rows[-1].role == "tool defs"
+    history = [r for r in rows if r.source == "message-history"]
+    assert [r.stored_ids for r in history] == [(f"m{i}",) for i in range(6)]
+    assert sum(r.tokens for r in rows) + 3 == prompt.total_tokens
+    usage = context_usage(prompt)
+    assert usage.total == prompt.total_tokens and usage.window == 128_000
+    assert {s.source: s.tokens for s in usage.segments} == prompt.tokens_by_source()
+    assert usage.segments[0].color == source_color("instructions")
+    assert [s.processor for s in skipped_rows(prompt)] == ["memory-input-filter"]
+    # Copy payloads are the engine's own serialisations.
+    assert json.loads(prompt.openai_messages_json())[-1] == {"role": "user", "content": "Which city do I live in?"}
+
+
+def test_option_change_changes_the_prompt(store):
+    start = starting_point(None, "none")
+    req = PreviewRequest("t1", "alice", start.base, InspectorOptions(last_messages=2), "assistant", text="hi")
+    two = assemble_preview(store, req, factory(store), EmbedderHolder(no_embedder)).prompt
+    assert len(two.fragments_from("message-history")) == 2
+    off = assemble_preview(store, PreviewRequest("t1", "alice", start.base, InspectorOptions(last_messages=0),
+                                                 "assistant", text="hi"), factory(store), EmbedderHolder(no_embedder))
+    assert off.prompt.fragments_from("message-history") == []
+    assert "message-history" not in off.prompt.processors or "message-history" in off.prompt.skipped
+
+
+def test_read_only_drops_the_update_tool(store):
+    base = MemoryOptions(working_memory={"enabled": True})
+    req = PreviewRequest("t1", "alice", base, InspectorOptions(read_only=True), "assistant", text="hi")
+    prompt = assemble_preview(store, req, factory(store), EmbedderHolder(no_embedder)).prompt
+    assert prompt.tools == []
+    assert "READ-ONLY" in prompt.fragments_from("working-memory")[0].text
+
+
+def test_stored_turn_sees_only_earlier_history(store):
+    turn = resolve_turn(store, "t1", "m3")  # an assistant reply: its turn starts at user message m2
+    assert turn is not None and turn.input is not None and turn.input.id == "m2"
+    req = PreviewRequest("t1", "alice", MemoryOptions(), InspectorOptions(), "assistant", message_id="m3")
+    preview = assemble_preview(store, req, factory(store), EmbedderHolder(no_embedder))
+    history = [f.stored_ids[0] for f in preview.prompt.fragments_from("message-history")]
+    assert history == ["m0", "m1"]
+    assert preview.prompt.messages[-1] == {"role": "user", "content": "Plan a trip to Lisbon in May."}
+
+
+def test_recall_without_model_reports_the_install_hint(store):
+    def missing():
+        raise RuntimeError("The embedding model is not installed. Run: memory-studio models install")
+
+    req = PreviewRequest("t1", "alice", MemoryOptions(), InspectorOptions(recall=True), "assistant", text="hi")
+    with pytest.raises(RuntimeError, match="models install"):
+        assemble_preview(store, req, factory(store), EmbedderHolder(missing))
+
+
+def test_pure_logic_imports_no_qt():
+    code = (
+        "import sys, studio.logic.prompt_layout, studio.logic.wm_editing, studio.logic.memory_config, "
+        "studio.logic.diffing; sys.exit(1 if any(m.startswith('PySide6') for m in sys.modules) else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
