@@ -434,11 +434,11 @@ class Memory:
 
         try:
             with self.store.db.read() as conn:
-                row = conn.execute(
-                    sa.select(t.memory_configs.c.template, t.memory_configs.c.schema)
-                    .where(t.memory_configs.c.name == self.name).order_by(t.memory_configs.c.id.desc()).limit(1)
+                row = conn.exec_driver_sql(
+                    "SELECT template, schema FROM memory_studio_configs WHERE name = ? ORDER BY id DESC LIMIT 1",
+                    (self.name,),
                 ).first()
-        except Exception:  # noqa: BLE001 - a foreign database without our tables simply has no overrides
+        except sa.exc.DBAPIError:  # a foreign database without our tables simply has no overrides
             return None
         if row is None:
             return None

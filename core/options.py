@@ -151,8 +151,12 @@ class MemoryOptions:
         return MemoryOptions(**merged)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return json.loads(json.dumps(data, default=str))
+        """A JSON-ready copy (cached: options are frozen, and this runs on every turn)."""
+        cached = self.__dict__.get("_dict_cache")
+        if cached is None:
+            cached = json.dumps(asdict(self), default=str)
+            object.__setattr__(self, "_dict_cache", cached)
+        return json.loads(cached)  # type: ignore[no-any-return]
 
     def with_(self, **changes: Any) -> "MemoryOptions":
         return replace(self, **changes)

@@ -150,6 +150,11 @@ _UPSERT_MESSAGE = (
     '"resourceId" = excluded."resourceId"'
 )
 
+_GET_THREAD = (
+    'SELECT id, "resourceId", title, CASE WHEN typeof(metadata) = \'blob\' THEN json(metadata) ELSE metadata END '
+    'AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
+)
+
 _THREAD_COLS = (
     t.threads.c.id,
     t.threads.c.resourceId,
@@ -208,7 +213,7 @@ class MemoryStore:
         if conn is None:
             with self.db.read() as own:
                 return self.get_thread(thread_id, conn=own)
-        row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
+        row = conn.exec_driver_sql(_GET_THREAD, (thread_id,)).first()
         return _thread(row) if row else None
 
     def list_threads(
