@@ -438,7 +438,7 @@ class Memory:
                     "SELECT template, schema FROM memory_studio_configs WHERE name = ? ORDER BY id DESC LIMIT 1",
                     (self.name,),
                 ).first()
-        except sa.exc.DBAPIError:  # a foreign database without our tables simply has no overrides
+        except (sa.exc.DBAPIError, ValueError):  # a foreign database without our tables has no overrides
             return None
         if row is None:
             return None
