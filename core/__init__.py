@@ -37,7 +37,8 @@ from core.storage import (
     Store,
     open_store,
 )
-from core.working_memory import ConcurrentUpdateError
+from core.storage.memory_store import Thread
+from core.working_memory import ConcurrentUpdateError, Version
 from core.working_memory_schema import WorkingMemoryError
 
 __all__ = [
@@ -67,9 +68,11 @@ __all__ = [
     "SchemaError",
     "ScopeConflictError",
     "SemanticRecallOptions",
+    "Thread",
     "StorageError",
     "Store",
     "ThreadOwnershipError",
+    "Version",
     "WorkingMemoryError",
     "WorkingMemoryOptions",
     "open_store",

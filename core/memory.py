@@ -128,7 +128,7 @@ class Memory:
         self.tracer = tracer
         self.user_processors = list(processors)
         self.user_output_processors = list(output_processors)
-        self.working_memory_service = WorkingMemoryService(self.store)
+        self.working_memory_service = WorkingMemoryService(self.store, self.clock)
         self.embedder = embedder
         self.observer_model = observer_model
         self.reflector_model = reflector_model

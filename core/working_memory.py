@@ -86,8 +86,9 @@ def normalize_ws(text: str) -> str:
 
 
 class WorkingMemoryService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, clock: Any = None) -> None:
         self.store = store
+        self.clock = clock  # versions are stamped with the memory's clock, like its messages
 
     # -- reading ---------------------------------------------------------------------------------
     def owner(self, opts: WorkingMemoryOptions, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:
@@ -220,7 +221,7 @@ class WorkingMemoryService:
         conn.execute(
             t.wm_versions.insert().values(
                 scope=scope, owner_id=owner, working_memory=text, format=fmt, author=author, note=note,
-                createdAt=iso_now(),
+                createdAt=iso_now(self.clock),
             )
         )
 
@@ -245,6 +246,25 @@ class WorkingMemoryService:
             Version(r.id, r.scope, r.owner_id, r.working_memory, r.format, r.author, r.note, parse_iso(r.createdAt))
             for r in rows
         ]
+
+    def value_as_of(
+        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, when: Any
+    ) -> WorkingMemoryValue | None:
+        """What working memory held at ``when`` (from the version history); None when there is no
+        history to answer from (a database without Memory Studio's tables)."""
+        scope, owner = self.owner(opts, thread_id, resource_id)
+        from core.timeutil import to_iso
+
+        with self.store.db.read() as conn:
+            if not self._has_versions(conn):
+                return None
+            row = conn.execute(
+                sa.select(t.wm_versions.c.working_memory)
+                .where(t.wm_versions.c.scope == scope, t.wm_versions.c.owner_id == owner,
+                       t.wm_versions.c.createdAt <= to_iso(when))
+                .order_by(t.wm_versions.c.id.desc()).limit(1)
+            ).first()
+        return WorkingMemoryValue(scope, owner, row[0] if row else None, opts.mode)  # type: ignore[arg-type]
 
     # -- the update tool -------------------------------------------------------------------------
     def apply_tool_call(

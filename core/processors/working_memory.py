@@ -22,8 +22,18 @@ class WorkingMemory(BaseProcessor):
             ctx.skip(self.id, "neither a thread id nor a resource id was given")
             return
         service = ctx.memory.working_memory_service
+        as_of_note = None
         try:
             value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
+            if req.as_of is not None:
+                # Replaying a stored turn: show the memory as it was then, not as it is now.
+                historic = service.value_as_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
+                                               when=req.as_of.created_at)
+                if historic is not None:
+                    value = historic
+                    as_of_note = "as of the replayed turn (from the version history)"
+                else:
+                    as_of_note = "current value: this database keeps no working-memory history"
         except WorkingMemoryError as exc:
             ctx.skip(self.id, str(exc))
             return
@@ -36,4 +46,5 @@ class WorkingMemory(BaseProcessor):
         offered = not req.read_only and opts.agent_managed
         if offered:
             ctx.tools.append(tool_definition(opts))
-        ctx.note(self.id, scope=value.scope, owner=value.owner_id, tools=["updateWorkingMemory"] if offered else [])
+        ctx.note(self.id, scope=value.scope, owner=value.owner_id, tools=["updateWorkingMemory"] if offered else [],
+                 **({"asOf": as_of_note} if as_of_note else {}))

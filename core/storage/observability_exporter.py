@@ -100,9 +100,14 @@ class DuckDBSpanExporter:
         if overflow:
             self._spill(overflow)
 
-    def flush(self, timeout: float | None = 5.0) -> bool:
-        """Write everything queued or spilled; True when nothing is left. Bounded by ``timeout``."""
-        deadline = time.monotonic() + (timeout if timeout is not None else 5.0)
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write everything queued or spilled; True when nothing is left.
+
+        Bounded by ``timeout``; without one it is a best-effort attempt of ``write_budget_s``,
+        because the agent runtime calls ``flush()`` at the end of every run and a busy trace file
+        must not hold up the reply. Whatever is left is written by the background thread.
+        """
+        deadline = time.monotonic() + (timeout if timeout is not None else self.write_budget_s)
         delay = 0.005
         while True:
             remaining = deadline - time.monotonic()

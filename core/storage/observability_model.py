@@ -309,22 +309,27 @@ class TokenTotals:
     total_tokens: int = 0
 
     def add_usage(self, attributes: object) -> None:
-        """Add a model_generation span's ``attributes.usage``; accepts old and new key names."""
+        """Add a model_generation span's ``attributes.usage``, whichever key spelling it uses."""
         if not isinstance(attributes, Mapping):
             return
         usage = attributes.get("usage")
         if not isinstance(usage, Mapping):
             return
-        inp = _int(usage.get("inputTokens", usage.get("promptTokens")))
-        out = _int(usage.get("outputTokens", usage.get("completionTokens")))
-        total = _int(usage.get("totalTokens")) or inp + out
+        inp = _first_int(usage, "inputTokens", "promptTokens", "input_tokens", "prompt_tokens")
+        out = _first_int(usage, "outputTokens", "completionTokens", "output_tokens", "completion_tokens")
+        total = _first_int(usage, "totalTokens", "total_tokens") or inp + out
         self.input_tokens += inp
         self.output_tokens += out
         self.total_tokens += total
 
 
-def _int(value: object) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+def _first_int(usage: Mapping[str, Any], *keys: str) -> int:
+    """Mastra writes camelCase usage; OpenAI-shaped usage (our models) is snake_case."""
+    for key in keys:
+        value = usage.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value)
+    return 0
 
 
 def order_for_tree(spans: Iterable[SpanRecord]) -> list[SpanRecord]:

@@ -9,6 +9,7 @@ computed in Python over the page's traces only, so they cost the same on both ba
 from __future__ import annotations
 
 import json
+import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -40,6 +41,7 @@ class SpanReader(ABC):
     def __init__(self, read_budget_s: float = DEFAULT_READ_BUDGET_S) -> None:
         self.read_budget_s = read_budget_s
         self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._cache_lock = threading.Lock()  # Studio workers read from several threads
 
     # -- backend hooks -------------------------------------------------------------------------
 
@@ -96,15 +98,17 @@ class SpanReader(ABC):
         except StoreMissing:
             return ReadResult(missing=True)
         except StoreBusy as busy:
-            cached = self._cache.get(key)
+            with self._cache_lock:
+                cached = self._cache.get(key)
             # The last good answer beats an empty screen while the agent is writing.
             return ReadResult(
                 cached or [], busy=True, stale=cached is not None, waited_s=busy.waited_s
             )
-        self._cache[key] = rows
-        self._cache.move_to_end(key)
-        while len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[key] = rows
+            self._cache.move_to_end(key)
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
         return ReadResult(rows)
 
     def _select_list(self, alias: str) -> str:

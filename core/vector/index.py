@@ -27,7 +27,7 @@ from core.vector.schema import (
     ensure_vector_table,
     has_table,
     previous_text,
-    upsert_doc,
+    upsert_docs,
     vector_table_name,
 )
 from core.vector.text import message_text
@@ -222,11 +222,14 @@ class RecallIndex:
         resources = self._resources_of(m for m, _ in todo)
         rows = []
         with self.store.db.write() as conn:
+            if self.has_fts:
+                upsert_docs(conn, [
+                    (m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
+                    for i, (m, text) in enumerate(todo)
+                ])
+                report.keyword_indexed.extend(m.id for m, _ in todo)
             for i, (m, text) in enumerate(todo):
                 resource = m.resource_id or resources.get(m.thread_id or "")
-                if self.has_fts:
-                    upsert_doc(conn, m.id, m.thread_id, resource, text, contexts[i])
-                    report.keyword_indexed.append(m.id)
                 if vectors is None:
                     continue
                 vec = vectors[i]

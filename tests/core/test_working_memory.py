@@ -310,3 +310,20 @@ def test_template_override_takes_effect_next_turn(store):
         conn.execute(sa.insert(t.memory_configs).values(name="agent-x", template="# New template", author="studio",
                                                         createdAt=iso_now()))
     assert "# New template" in m.assemble(resource_id="u", input="hi").fragments_from("working-memory")[0].text
+
+
+def test_replayed_turn_shows_working_memory_as_it_was(store):
+    from datetime import datetime, timezone
+
+    from core.timeutil import FixedClock
+
+    clock = FixedClock(datetime(2026, 5, 1, tzinfo=timezone.utc), step_ms=60_000)
+    m = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": "# U\n- Name:\n"}), clock=clock)
+    m.update_working_memory(resource_id="u", working_memory="# U\n- Name: Old\n")
+    first = Message.user("first", thread_id="t", resource_id="u", created_at=clock.now())
+    m.save_messages([first])
+    m.update_working_memory(resource_id="u", working_memory="# U\n- Name: New\n")
+    replay = m.assemble(thread_id="t", resource_id="u", as_of=first.id)
+    text = replay.fragments_from("working-memory")[0].text
+    assert "- Name: Old" in text and "New" not in text
+    assert "New" in m.assemble(thread_id="t", resource_id="u", input="now").fragments_from("working-memory")[0].text
