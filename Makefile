@@ -32,6 +32,7 @@ test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 
 screenshots: $(STAMP)
+	@fc-list :lang=zh 2>/dev/null | grep -q . || echo "note: no CJK font found (Debian: apt-get install fonts-noto-cjk); Chinese text will render as boxes"
 	QT_QPA_PLATFORM=offscreen $(PY) -m studio.screenshots docs/screenshots
 
 clean:
