@@ -138,14 +138,9 @@ class Agent:
             run_span.set_output({"text": result.text, "finishReason": result.finish_reason})
             run_span.set_attributes({"usage": result.usage.__dict__})
             result.trace_id = run_span.trace_id
+            # Ending the root span wakes the exporter's background writer; the turn never waits on
+            # the trace store (a busy DuckDB file only delays when the trace becomes visible).
             run_span.__exit__(None, None, None)
-            exporter = getattr(tracer, "exporter", None)
-            flush = getattr(exporter, "flush", None)
-            if callable(flush):
-                try:
-                    flush()
-                except Exception:  # noqa: BLE001 - a busy trace store never fails a turn; spans stay queued
-                    pass
         return result
 
     # -- the turn --------------------------------------------------------------------------------

@@ -91,6 +91,8 @@ WEATHER = Tool(
 
 def seed_demo(store: Store, *, tracer: Any = None, progress: Callable[[int, int], None] | None = None) -> DemoReport:
     report = DemoReport()
+    if tracer is None:
+        tracer = store.tracer()  # the demo leaves real traces in the DuckDB file beside the database
     embedder, recall_name = _recall_embedder()
     report.recall = recall_name
     clock = _StepClock(DEMO_START)
@@ -209,6 +211,9 @@ def seed_demo(store: Store, *, tracer: Any = None, progress: Callable[[int, int]
         if resource not in report.resources:
             report.resources.append(resource)
         report.threads.append(thread)
+    flush = getattr(tracer, "flush", None)
+    if callable(flush):
+        flush(5.0)
     return report
 
 

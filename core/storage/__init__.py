@@ -53,6 +53,26 @@ class Store:
             self._observability = ObservabilityStore(path, read_only=self.read_only)
         return self._observability  # type: ignore[no-any-return]
 
+    def tracer(self, **kwargs: Any) -> Any:
+        """A tracer whose spans go to this store's DuckDB file (one per store, created on first use).
+
+        In-memory databases have no trace file; their tracer keeps spans in memory.
+        """
+        existing = self.extensions.get("tracer")
+        if existing is not None:
+            return existing.tracer
+        from core.tracing import InMemorySpanExporter, Tracer
+
+        obs = self.observability
+        if obs is None or self.read_only:
+            tracer = Tracer(InMemorySpanExporter(), **kwargs)
+        else:
+            from core.storage.observability_exporter import DuckDBSpanExporter
+
+            tracer = Tracer(DuckDBSpanExporter(obs), **kwargs)
+        self.extensions["tracer"] = _TracerHandle(tracer)
+        return tracer
+
     def pending_migrations(self) -> list[str]:
         return self.db.pending_migrations()
 
@@ -74,6 +94,18 @@ class Store:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+class _TracerHandle:
+    """Lets ``Store.close`` shut the exporter down (writing what is queued) like any extension."""
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = tracer
+
+    def close(self) -> None:
+        shutdown = getattr(self.tracer, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
 
 
 def open_store(

@@ -57,12 +57,12 @@ def fuse(
         e["keyword"] = (rank, hit.score)
     out = []
     for mid, e in entries.items():
-        hit: Ranked = e["hit"]  # type: ignore[assignment]
+        first: Ranked = e["hit"]  # type: ignore[assignment]
         v = e.get("vector")
         kw = e.get("keyword")
         out.append(
             Fused(
-                mid, hit.thread_id, hit.resource_id, float(e["score"]),  # type: ignore[arg-type]
+                mid, first.thread_id, first.resource_id, float(e["score"]),  # type: ignore[arg-type]
                 v[1] if v else None, kw[1] if kw else None,  # type: ignore[index]
                 v[0] if v else None, kw[0] if kw else None,  # type: ignore[index]
             )

@@ -22,7 +22,7 @@ IVF_REBUILD_TAIL = 0.25  # rebuild once rows added after the build exceed this s
 DEFAULT_NPROBE_SHARE = 1 / 16
 
 try:  # OpenBLAS threads fight over 2 busy cores: one thread is 3-6x faster for a matrix-vector product
-    from threadpoolctl import ThreadpoolController
+    from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
     _CONTROLLER: Any = ThreadpoolController()
 except Exception:  # pragma: no cover - optional dependency

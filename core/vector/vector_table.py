@@ -98,7 +98,7 @@ def upsert(conn: sa.Connection, info: TableInfo, rows: Sequence[tuple[str, np.nd
             "model_id = excluded.model_id WHERE embedding IS NOT excluded.embedding "
             "OR metadata IS NOT excluded.metadata OR model_id IS NOT excluded.model_id"
         )  # an identical re-write is a no-op, so it does not fire the rewrite trigger (a cache reload)
-        params = [
+        params: list[tuple[Any, ...]] = [
             (vid, np.asarray(vec, dtype="<f4").tobytes(), json.dumps(meta, ensure_ascii=False), model)
             for vid, vec, meta, model in rows
         ]
@@ -135,11 +135,11 @@ def delete_where(conn: sa.Connection, info: TableInfo, key: str, values: Iterabl
 def change_counters(conn: sa.Connection, info: TableInfo) -> tuple[int, int]:
     """(appends, rewrites) as bumped by the table's triggers; a Mastra table without them is scanned."""
     if info.has_our_indexes and has_table(conn, STATE_TABLE):
-        rows = dict(
+        rows: dict[str, int] = dict(
             conn.exec_driver_sql(
                 f"SELECT key, value FROM {STATE_TABLE} WHERE key IN (?, ?)",
                 (f"{info.name}:appends", f"{info.name}:rewrites"),
-            ).all()
+            ).all()  # type: ignore[arg-type]
         )
         return int(rows.get(f"{info.name}:appends", 0)), int(rows.get(f"{info.name}:rewrites", 0))
     # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.

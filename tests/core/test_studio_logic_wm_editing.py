@@ -9,7 +9,15 @@ import pytest
 from core import ConcurrentUpdateError, Memory, MemoryOptions, Message, WorkingMemoryError, open_store
 from studio.logic.diffing import line_diff, normalize_for_diff, stats, unified
 from studio.logic.memory_config import config_state, parse_schema, save_override, validate_template
-from studio.logic.wm_editing import WmDraft, WmTarget, load_wm, parse_json_object, save_wm, target_for
+from studio.logic.wm_editing import (
+    WmDraft,
+    WmTarget,
+    changed_paths,
+    load_wm,
+    parse_json_object,
+    save_wm,
+    target_for,
+)
 from studio.selection import Selection
 
 SCHEMA = {
@@ -50,6 +58,7 @@ def test_json_draft_validates_as_you_type_and_previews_the_merge():
     assert good.preview is not None
     assert good.preview.result == {"name": "Sam", "prefs": {"food": "ramen"}, "tags": ["c"]}
     assert json.loads(good.value or "") == good.preview.result
+    assert changed_paths(good.preview.current, good.preview.result) == ["prefs.color (deleted)", "tags"]
     gone = draft.check('{"name": null}')
     assert gone.preview is not None and gone.preview.deleted == ("name",)
 

@@ -161,7 +161,8 @@ def test_duckdb_exporter_writes_an_agent_run(tmp_path: Path) -> None:
                 pass
         with tracer.start_span("llm: m", SpanType.MODEL_GENERATION,
                                input={"messages": [{"role": "user", "content": "hi"}]}) as gen:
-            gen.end(output={"text": "hey"}, attributes={"usage": {"inputTokens": 7, "outputTokens": 2}})
+            gen.end(output={"text": "hey"},  # OpenAI-shaped usage, as core.models reports it
+                    attributes={"usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}})
         with tracer.memory_operation("working-memory update", attributes={"scope": "resource"}):
             pass
     assert exporter.queued == 5

@@ -1,0 +1,119 @@
+"""Embedder throughput in messages per second, EN and ZH, batched and one at a time; model load time.
+
+    .venv/bin/python bench/embedder_speed.py [--messages 512] [--threads 2] [--repeats 3]
+
+Messages are synthetic chat turns built from a fixed seed (EN 20-57 words, ZH about 60 characters),
+the same shape as the research note's set. Best of ``--repeats`` runs is printed, because other
+processes on a 2-core machine only ever make a run slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.embedding import HashingEmbedder, ModelNotInstalledError  # noqa: E402
+from core.embedding.use_onnx import UseOnnxEmbedder  # noqa: E402
+
+EN_PARTS = [
+    "I think we should move the team meeting to Thursday afternoon",
+    "my sister is allergic to peanuts so please check the menu",
+    "the deploy failed again because the database migration timed out",
+    "can you remind me what we decided about the budget last week",
+    "I booked a hotel near the river in Lisbon for the second weekend of May",
+    "the new laptop arrived but the charger does not fit the European socket",
+    "let's keep the tone friendly and short when we answer the customer",
+    "I prefer green tea in the morning and no coffee after lunch",
+    "the quarterly report needs two more charts and a summary of the risks",
+    "my flight lands at seven so I will join the call from the airport",
+]
+ZH_PARTS = [
+    "我觉得我们应该把团队会议改到周四下午",
+    "我妹妹对花生过敏所以请检查一下菜单",
+    "部署又失败了因为数据库迁移超时",
+    "你能提醒我上周我们对预算做了什么决定吗",
+    "我在里斯本河边订了一家酒店是五月的第二个周末",
+    "新电脑到了但是充电器插不进欧洲的插座",
+    "回复客户的时候语气要友好而且简短",
+    "我早上喜欢喝绿茶午饭后不喝咖啡",
+    "季度报告还需要两张图表和一份风险总结",
+    "我的航班七点落地所以我会在机场参加电话会议",
+]
+
+
+def english_messages(n: int, rng: random.Random) -> list[str]:
+    out = []
+    for _ in range(n):
+        words: list[str] = []
+        target = rng.randint(20, 57)
+        while len(words) < target:
+            words.extend(rng.choice(EN_PARTS).split())
+        out.append(" ".join(words[:target]) + ".")
+    return out
+
+
+def chinese_messages(n: int, rng: random.Random) -> list[str]:
+    out = []
+    for _ in range(n):
+        text = ""
+        while len(text) < rng.randint(50, 70):
+            text += rng.choice(ZH_PARTS) + "，"
+        out.append(text.rstrip("，") + "。")
+    return out
+
+
+def best_rate(run: Callable[[], object], count: int, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return count / best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    rng = random.Random(20240501)
+    sets = {"EN": english_messages(args.messages, rng), "ZH": chinese_messages(args.messages, rng)}
+
+    exact = UseOnnxEmbedder(threads=args.threads)
+    try:
+        exact.check()
+    except ModelNotInstalledError as exc:
+        print(exc)
+        return 1
+    started = time.perf_counter()
+    exact.embed(["warm-up"])
+    first = time.perf_counter() - started
+    print(f"model {exact.model_id}  threads={args.threads}  messages={args.messages}  best of {args.repeats}")
+    print(f"load: session {exact.load_seconds:.2f} s, first embed including load {first:.2f} s")
+
+    batched = {bs: UseOnnxEmbedder(threads=args.threads, batch_size=bs) for bs in (32, 64)}
+    for e in batched.values():
+        e.embed(["warm-up"])
+    hashing = HashingEmbedder()
+
+    print(f"{'set':<4}{'one-at-a-time':>15}{'batch 32':>11}{'batch 64':>11}{'hashing(64d)':>14}   messages/s")
+    for name, texts in sets.items():
+        one = best_rate(lambda: [exact.embed([t]) for t in texts], len(texts), args.repeats)
+        b32 = best_rate(lambda: batched[32].embed(texts), len(texts), args.repeats)
+        b64 = best_rate(lambda: batched[64].embed(texts), len(texts), args.repeats)
+        hsh = best_rate(lambda: hashing.embed(texts), len(texts), args.repeats)
+        print(f"{name:<4}{one:>15.0f}{b32:>11.0f}{b64:>11.0f}{hsh:>14.0f}")
+    print("one-at-a-time is the default (batch_size=1): vectors then do not depend on batch-mates.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

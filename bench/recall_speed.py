@@ -1,0 +1,221 @@
+"""Recall speed: query latency at 10k and 1M vectors, ingest throughput, bytes per message, embedder speed.
+
+    .venv/bin/python bench/recall_speed.py                # everything (about 2 GB RAM for the 1M part)
+    .venv/bin/python bench/recall_speed.py --skip-1m      # libSQL-backed 10k figures only
+    .venv/bin/python bench/recall_speed.py --no-model     # without the USE model (synthetic vectors only)
+
+Latency excludes query embedding (queries are embedded beforehand). The 10k figures go through the
+real path (libSQL file, change-counter check, in-process matrix); the 1M figures use synthetic
+clustered 512-d vectors held in a ``VectorSet`` directly, exact scan vs IVF, with recall@10 of the
+IVF answer against the exact one. Targets (issue 3): ≤ 2 ms at 10k, ≤ 20 ms at 1M; Mastra: 8.5 ms
+at 10k, 85 KB/message, 150 vectors/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from core.messages import Message  # noqa: E402
+from core.storage import open_store  # noqa: E402
+from core.vector import RecallIndex, vector_table_name  # noqa: E402
+from core.vector.matrix import VectorSet  # noqa: E402
+
+DIM = 512
+# A Zipf-distributed synthetic vocabulary: a few very common words, a long tail of rare ones, as in chat.
+VOCAB = np.array([f"w{i}" for i in range(5000)])
+ZIPF = 1.0 / np.arange(1, 5001) ** 1.1
+ZIPF /= ZIPF.sum()
+
+
+def words(rng: np.random.Generator, n: int) -> str:
+    return " ".join(rng.choice(VOCAB, n, p=ZIPF))
+
+
+class TableEmbedder:
+    """Vectors looked up, not computed: isolates the index's own cost from the model's."""
+
+    dim = DIM
+
+    def __init__(self, model_id: str = "synthetic@d512", seed: int = 0) -> None:
+        self.model_id = model_id
+        self.rng = np.random.default_rng(seed)
+        self.fixed: dict[str, np.ndarray] = {}
+
+    def embed(self, texts, kind="passage"):
+        out = np.empty((len(texts), DIM), dtype=np.float32)
+        for i, t in enumerate(texts):
+            v = self.fixed.get(t)
+            if v is None:
+                v = self.rng.standard_normal(DIM).astype(np.float32)
+                v /= np.linalg.norm(v)
+            out[i] = v
+        return out
+
+
+def clustered(n: int, rng: np.random.Generator, centers: np.ndarray, chunk: int = 100_000) -> np.ndarray:
+    """Unit vectors around random topic centres: closer to real embeddings than isotropic noise."""
+    out = np.empty((n, DIM), dtype=np.float32)
+    for start in range(0, n, chunk):
+        m = min(chunk, n - start)
+        # Noise of about the centre's own length: neighbours share a topic but are not near-duplicates.
+        v = centers[rng.integers(0, len(centers), m)] + 0.045 * rng.standard_normal((m, DIM)).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        out[start : start + m] = v
+    return out
+
+
+def synthetic_messages(n: int, thread: str, resource: str, rng: np.random.Generator) -> list[Message]:
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return [
+        (Message.user if i % 2 == 0 else Message.assistant)(
+            words(rng, 12), id=f"m{i}", thread_id=thread, resource_id=resource,
+            created_at=t0 + timedelta(seconds=i),
+        )
+        for i in range(n)
+    ]
+
+
+def percentiles(samples: list[float]) -> str:
+    s = sorted(samples)
+    return f"p50 {statistics.median(s):.2f} ms  p95 {s[int(0.95 * (len(s) - 1))]:.2f} ms  (n={len(s)})"
+
+
+def file_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def bench_10k(n: int, with_model: bool) -> None:
+    rng = np.random.default_rng(1)
+    tmp = Path(tempfile.mkdtemp(prefix="recall-speed-"))
+    path = tmp / "m.db"
+    store = open_store(path)
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    msgs = synthetic_messages(n, "t", "u", rng)
+    for start in range(0, n, 1000):
+        store.memory.save_messages(msgs[start : start + 1000])
+    with store.db.write() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = file_bytes(path)
+    emb = TableEmbedder()
+    index = RecallIndex.for_store(store, emb)
+    t0 = time.perf_counter()
+    for start in range(0, n, 256):
+        index.index_messages(msgs[start : start + 256])
+    dt = time.perf_counter() - t0
+    print(f"ingest without embedding: {n / dt:,.0f} messages/s (vector row + keyword row, batches of 256)")
+    with store.db.write() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    per_msg = (file_bytes(path) - before) / n
+    with store.db.read() as conn:
+        vec_bytes = conn.exec_driver_sql(
+            f"SELECT sum(length(embedding)) + sum(length(metadata)) FROM {vector_table_name(DIM)}"
+        ).scalar()
+    print(f"disk: {per_msg / 1024:.2f} KB per message for the recall index (vectors, metadata, FTS, indexes); "
+          f"raw vector+metadata payload {vec_bytes / n / 1024:.2f} KB")
+
+    queries = [words(rng, 6) for _ in range(200)]
+    qv = emb.embed(queries, "query")
+    emb.fixed.update(zip(queries, qv))  # embedding excluded from the timed path
+    index.search(queries[0], resource_id="u", mode="vector")  # loads the matrix once
+    for mode in ("vector", "keyword", "hybrid"):
+        times = []
+        for q in queries:
+            t = time.perf_counter()
+            index.search(q, resource_id="u", mode=mode, top_k=10)
+            times.append((time.perf_counter() - t) * 1000)
+        print(f"{n:,} msgs, index.search mode={mode:<7} {percentiles(times)}")
+    with store.db.read() as conn:
+        vset = index.vector_set(conn, "u", None)
+    times = []
+    for v in qv:
+        t = time.perf_counter()
+        vset.search(v, 10)
+        times.append((time.perf_counter() - t) * 1000)
+    print(f"{n:,} msgs, matrix top-10 only          {percentiles(times)}")
+
+    if with_model:
+        from core.embedding import default_embedder
+
+        model = default_embedder()
+        sample = msgs[:500]
+        texts = [m.text for m in sample]
+        model.inner.embed(texts[:5])
+        t = time.perf_counter()
+        model.inner.embed(texts)
+        dt = time.perf_counter() - t
+        print(f"embedder {model.model_id}: {len(texts) / dt:,.0f} messages/s (one text per call, 2 threads)")
+        store.memory.create_thread(thread_id="t2", resource_id="u2")
+        sample2 = [m.copy(id="e" + m.id, thread_id="t2", resource_id="u2") for m in sample]
+        store.memory.save_messages(sample2)
+        real = RecallIndex.for_store(store, model)
+        t = time.perf_counter()
+        for start in range(0, len(sample2), 64):
+            real.index_messages(sample2[start : start + 64])
+        dt = time.perf_counter() - t
+        print(f"ingest with embedding (USE, passage = previous + message): {len(sample2) / dt:,.0f} messages/s")
+    store.close()
+
+
+def bench_1m(n: int, queries: int) -> None:
+    rng = np.random.default_rng(2)
+    centers = rng.standard_normal((2000, DIM)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    t = time.perf_counter()
+    vset = VectorSet(DIM, "synthetic@d512")
+    vset.message_ids = [f"m{i}" for i in range(n)]
+    vset.thread_ids = ["t"] * n
+    vset.resource_ids = ["u"] * n
+    vset.append_vectors(clustered(n, rng, centers), ["t"] * n)
+    print(f"\n1M part: {n:,} synthetic clustered vectors generated in {time.perf_counter() - t:.1f} s "
+          f"({vset.nbytes() / 2**30:.2f} GiB float32)")
+    qs = clustered(queries, rng, centers)
+    exact_ids = []
+    times = []
+    from core.vector.matrix import _top, single_blas_thread
+
+    for q in qs:
+        t = time.perf_counter()
+        with single_blas_thread():
+            pos, _ = _top(None, vset.matrix @ q, 10)
+        times.append((time.perf_counter() - t) * 1000)
+        exact_ids.append({vset.message_ids[p] for p in pos})
+    print(f"{n:,} exact scan top-10      {percentiles(times)}")
+    t = time.perf_counter()
+    part = vset.build_partition()
+    print(f"IVF build: {len(part.centroids)} lists in {time.perf_counter() - t:.1f} s")
+    for nprobe in (16, 32, 64):
+        times, rec = [], []
+        for q, exact in zip(qs, exact_ids):
+            t = time.perf_counter()
+            pos, _ = vset.search(q, 10, nprobe=nprobe)
+            times.append((time.perf_counter() - t) * 1000)
+            rec.append(len({vset.message_ids[p] for p in pos} & exact) / 10)
+        print(f"{n:,} IVF nprobe={nprobe:<3} top-10   {percentiles(times)}  recall@10 vs exact {np.mean(rec):.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--big", type=int, default=1_000_000)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--skip-1m", action="store_true")
+    ap.add_argument("--no-model", action="store_true")
+    args = ap.parse_args()
+    bench_10k(args.n, not args.no_model)
+    if not args.skip_1m:
+        bench_1m(args.big, args.queries)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Studio figures: cold start to first paint on the demo database, time to first rows of a
+100,000-message thread, and peak memory.
+
+    .venv/bin/python bench/studio.py            # offscreen unless a display is set
+
+Aims: first paint under 1.5 s, first rows under 200 ms, peak memory under 400 MB. Each measurement
+runs in a fresh process (cold imports, cold caches of this process; the OS file cache stays warm).
+The databases are built once under .temp/bench/ (the demo one by ``core.demo.seed_demo``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".temp" / "bench"
+BIG = 100_000
+
+COLD_START = r"""
+import json, resource, sys, time
+t_proc = float(sys.argv[2])
+from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
+from studio.app import make_app
+from studio.dialogs import DialogPresenter
+from studio.main_window import MainWindow
+from studio.theme import apply_theme
+marks = {}
+class Paint(QObject):
+    def eventFilter(self, obj, event):
+        if event.type() == QEvent.Type.Paint and "paint" not in marks:
+            marks["paint"] = time.time() - t_proc
+        return False
+app = make_app()
+apply_theme(app, "dark")
+window = MainWindow(QSettings(sys.argv[3], QSettings.Format.IniFormat), DialogPresenter())
+f = Paint(); window.installEventFilter(f)
+window.resize(1440, 900); window.show()
+window.open_database(sys.argv[1])
+def check():
+    m = window.messages_pane.model if window.panes else None
+    if window.resources is not None and window.resources.thread_rows() and "tree" not in marks:
+        marks["tree"] = time.time() - t_proc
+    if m is not None and m.rowCount() and "messages" not in marks:
+        marks["messages"] = time.time() - t_proc
+    if len(marks) == 3 or time.time() - t_proc > 60:
+        marks["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(marks), flush=True); window.close(); app.quit()
+t = QTimer(); t.timeout.connect(check); t.start(5)
+app.exec()
+import os; os._exit(0)  # skip interpreter teardown: only the figures matter here
+"""
+
+BIG_THREAD = r"""
+import json, resource, sys, time
+from PySide6.QtCore import QEventLoop, QTimer
+from PySide6.QtWidgets import QApplication
+from studio.app import make_app
+from studio.models.messages_model import MessageRoles
+from studio.panes.messages import MessagesPane
+from studio.selection import Selection
+from studio.session import StudioSession, open_for_studio
+from studio.theme import apply_theme
+app = make_app(); apply_theme(app, "dark")
+session = StudioSession(open_for_studio(sys.argv[1]))
+pane = MessagesPane(session); pane.resize(1000, 800); pane.show()
+app.processEvents()
+def wait(cond, limit=30.0):
+    end = time.perf_counter() + limit
+    while not cond() and time.perf_counter() < end:
+        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 5)
+model = pane.model
+out = {"open_ms": [], "jump_ms": []}
+for run in range(5):
+    pane.set_selection(Selection())
+    app.processEvents()
+    t0 = time.perf_counter()
+    pane.set_selection(Selection("bench", "big"))
+    wait(lambda: model.rowCount() > 0 and model.index(model.rowCount() - 1).data(MessageRoles.LOADED))
+    pane.view.viewport().repaint()
+    out["open_ms"].append((time.perf_counter() - t0) * 1000)
+    target = (run + 1) * 15_000 + 123
+    t0 = time.perf_counter()
+    pane.view.scrollTo(model.index(target))
+    pane.view.viewport().repaint()
+    wait(lambda: model.index(target).data(MessageRoles.LOADED))
+    pane.view.viewport().repaint()
+    out["jump_ms"].append((time.perf_counter() - t0) * 1000)
+# drag the scroll bar from top to bottom in 200 steps, painting each step
+bar = pane.view.verticalScrollBar()
+t0 = time.perf_counter()
+for i in range(201):
+    bar.setValue(bar.maximum() * i // 200)
+    pane.view.viewport().repaint()
+    app.processEvents()
+out["drag_paint_ms_per_step"] = (time.perf_counter() - t0) * 1000 / 201
+out["rows"] = model.rowCount()
+out["cached_pages"] = len(model._cache)
+out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out), flush=True)
+session.close()
+import os; os._exit(0)
+"""
+
+
+def build_demo(path: Path) -> None:
+    if path.exists():
+        return
+    from core import open_store
+    from core.demo import seed_demo
+
+    store = open_store(path)
+    seed_demo(store)
+    store.close()
+
+
+def build_big(path: Path) -> None:
+    if path.exists():
+        return
+    from core import Message, open_store
+    from core.messages import text_part, tool_invocation_part
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    tmp = path.with_suffix(".partial")
+    tmp.unlink(missing_ok=True)
+    store = open_store(tmp)
+    store.memory.create_thread(thread_id="big", resource_id="bench", title=f"{BIG:,} messages")
+    batch = []
+    for i in range(BIG):
+        if i % 10 == 9:
+            parts = [tool_invocation_part(f"c{i}", "lookup", {"n": i}, {"ok": True, "value": i * 2}),
+                     text_part(f"Answer {i}")]
+            role = "assistant"
+        else:
+            role = "user" if i % 2 == 0 else "assistant"
+            parts = [text_part(f"Message {i}: " + "lorem ipsum dolor sit amet " * (1 + i % 5))]
+        batch.append(Message.create(role, parts, id=f"b{i:07d}", thread_id="big", resource_id="bench",
+                                    created_at=t0 + timedelta(seconds=i)))
+        if len(batch) == 10_000:
+            store.memory.save_messages(batch)
+            batch = []
+    if batch:
+        store.memory.save_messages(batch)
+    store.close()
+    tmp.rename(path)
+
+
+def child(script: str, *args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.setdefault("QT_QPA_PLATFORM", "offscreen")
+    t_proc = time.time()
+    proc = subprocess.run([sys.executable, "-c", script, *args[:1], str(t_proc), *args[1:]], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"bench child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> int:
+    WORK.mkdir(parents=True, exist_ok=True)
+    demo, big = WORK / "demo.db", WORK / "big-100k.db"
+    t = time.perf_counter()
+    build_demo(demo)
+    build_big(big)
+    print(f"databases ready in {time.perf_counter() - t:.1f} s ({demo}, {big})")
+
+    cold = [child(COLD_START, str(demo), str(WORK / "studio.ini")) for _ in range(3)]
+    paint = statistics.median(c["paint"] for c in cold)
+    tree = statistics.median(c["tree"] for c in cold)
+    msgs = statistics.median(c.get("messages", float("nan")) for c in cold)
+    print(f"cold start → first paint (demo db):      {paint * 1000:7.0f} ms   (aim < 1500 ms; median of 3)")
+    print(f"cold start → resources tree filled:      {tree * 1000:7.0f} ms")
+    print(f"cold start → first messages shown:       {msgs * 1000:7.0f} ms")
+    print(f"peak memory, demo db:                    {max(c['rss_mb'] for c in cold):7.0f} MB")
+
+    b = child(BIG_THREAD.replace("t_proc = float(sys.argv[2])", ""), str(big))
+    print(f"100,000-message thread → first rows:     {statistics.median(b['open_ms']):7.0f} ms   (aim < 200 ms; "
+          f"median of 5, worst {max(b['open_ms']):.0f} ms)")
+    print(f"jump into the middle → rows:             {statistics.median(b['jump_ms']):7.0f} ms   (median of 5)")
+    print(f"scroll-bar drag, paint per step:         {b['drag_paint_ms_per_step']:7.1f} ms   (201 steps)")
+    print(f"rows in model / pages held:              {b['rows']:,} / {b['cached_pages']}")
+    print(f"peak memory, 100k thread:                {b['rss_mb']:7.0f} MB   (aim < 400 MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
