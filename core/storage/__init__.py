@@ -50,7 +50,7 @@ class Store:
                 return None
             from core.storage.observability import ObservabilityStore
 
-            self._observability = ObservabilityStore(path, read_only=self.read_only)
+            self._observability = ObservabilityStore(path, read_only=self.read_only, retention=retention_from_env())
         return self._observability  # type: ignore[no-any-return]
 
     def tracer(self, **kwargs: Any) -> Any:
@@ -94,6 +94,40 @@ class Store:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+RETENTION_DAYS_ENV = "MEMORY_STUDIO_TRACES_KEEP_DAYS"
+RETENTION_MB_ENV = "MEMORY_STUDIO_TRACES_KEEP_MB"
+DEFAULT_KEEP_DAYS = 30.0
+DEFAULT_KEEP_MB = 1024.0
+
+
+def retention_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -> Any:
+    """Trace retention: keep 30 days and at most 1 GB unless the environment says otherwise.
+
+    Unbounded span tables were a real complaint against Mastra (23 GB, no pruning); a value of
+    ``0`` or ``off`` disables that limit.
+    """
+    from core.storage.observability import RetentionSettings
+
+    env = os.environ if env is None else env
+
+    def read(name: str, default: float) -> float | None:
+        raw = str(env.get(name, "")).strip().lower()
+        if not raw:
+            return default
+        if raw in ("0", "off", "none"):
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            raise StorageError(f"{name} must be a number (or 'off'), got {raw!r}.") from None
+        if value < 0:
+            raise StorageError(f"{name} must not be negative, got {raw!r}.")
+        return value
+
+    return RetentionSettings(keep_days=read(RETENTION_DAYS_ENV, DEFAULT_KEEP_DAYS),
+                             keep_mb=read(RETENTION_MB_ENV, DEFAULT_KEEP_MB))
 
 
 class _TracerHandle:

@@ -261,3 +261,30 @@ def test_concurrent_writer_and_reader_processes(db_path):
     assert "locked" not in werr + rerr
     with open_store(db_path) as s:
         assert s.memory.count_messages("t") == 200
+
+
+def test_trace_retention_setting_from_environment():
+    from core.storage import StorageError, retention_from_env
+
+    default = retention_from_env({})
+    assert default.keep_days == 30 and default.keep_mb == 1024
+    custom = retention_from_env({"MEMORY_STUDIO_TRACES_KEEP_DAYS": "7", "MEMORY_STUDIO_TRACES_KEEP_MB": "off"})
+    assert custom.keep_days == 7 and custom.keep_mb is None
+    with pytest.raises(StorageError, match="KEEP_DAYS"):
+        retention_from_env({"MEMORY_STUDIO_TRACES_KEEP_DAYS": "soon"})
+
+
+def test_deleting_the_trace_file_loses_no_conversation(db_path):
+    from core.agent import Agent
+    from core.models import ScriptedModel
+
+    with open_store(db_path) as s:
+        m = Memory(s, tracer=s.tracer())
+        Agent("a", instructions="I", model=ScriptedModel(["hello"]), memory=m).generate(
+            "hi", memory={"resource": "u", "thread": "t"})
+        s.tracer().flush(5.0)
+    obs = db_path.with_name("observability.duckdb")
+    assert obs.exists()
+    obs.unlink()
+    with open_store(db_path) as s:
+        assert [x.text for x in Memory(s).recall(thread_id="t").messages] == ["hi", "hello"]
