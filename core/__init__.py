@@ -5,7 +5,9 @@ The public API is what ``__all__`` lists; everything else is internal and may ch
 
 from __future__ import annotations
 
+from core.agent import Agent, AgentError, AgentResult, Tool
 from core.memory import (
+    CloneResult,
     ConfigurationError,
     Memory,
     RecallResult,
@@ -42,6 +44,11 @@ from core.working_memory import ConcurrentUpdateError, Version
 from core.working_memory_schema import WorkingMemoryError
 
 __all__ = [
+    "Agent",
+    "AgentError",
+    "AgentResult",
+    "CloneResult",
+    "Tool",
     "AlreadyExistsError",
     "AssembledPrompt",
     "ConcurrentUpdateError",

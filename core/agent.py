@@ -7,6 +7,7 @@ what was sent. Working-memory updates run as a tool inside the loop.
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 from datetime import timedelta
@@ -35,6 +36,42 @@ class Tool:
     def spec(self) -> dict[str, Any]:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": dict(self.parameters)}}
+
+    @classmethod
+    def from_function(cls, fn: Callable[..., Any]) -> "Tool":
+        """A plain Python function as a tool: name, docstring and typed keyword parameters.
+
+        The function is called with the model's arguments as keyword arguments.
+        """
+        sig = inspect.signature(fn)
+        props: dict[str, Any] = {}
+        required: list[str] = []
+        for pname, param in sig.parameters.items():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            props[pname] = {"type": _JSON_TYPES.get(param.annotation, "string")}
+            if param.default is param.empty:
+                required.append(pname)
+        doc = inspect.getdoc(fn) or f"Call {fn.__name__}."
+
+        def call(args: dict[str, Any], _ctx: "ToolContext") -> Any:
+            return fn(**args)
+
+        return cls(fn.__name__, doc, call, {"type": "object", "properties": props, "required": required})
+
+
+_JSON_TYPES: dict[Any, str] = {
+    int: "integer", float: "number", bool: "boolean", str: "string", dict: "object", list: "array",
+    "int": "integer", "float": "number", "bool": "boolean", "str": "string", "dict": "object", "list": "array",
+}
+
+
+def as_tool(tool: Any) -> "Tool":
+    if isinstance(tool, Tool):
+        return tool
+    if callable(tool):
+        return Tool.from_function(tool)
+    raise AgentError(f"A tool must be a Tool or a function, got {type(tool).__name__}.")
 
 
 @dataclass
@@ -73,7 +110,7 @@ class Agent:
         instructions: str,
         model: ChatModel,
         memory: Memory | MemoryFactory | None = None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[Tool | Callable[..., Any]] = (),
         agents: Sequence["Agent"] = (),
         tracer: Any = None,
         max_steps: int = 8,
@@ -85,7 +122,7 @@ class Agent:
         self.instructions = instructions
         self.model = model
         self.memory = memory
-        self.tools = {t.name: t for t in tools}
+        self.tools = {t.name: t for t in map(as_tool, tools)}
         self.sub_agents = {a.name: a for a in agents}
         self.tracer = tracer
         self.max_steps = max_steps
@@ -394,4 +431,4 @@ def _merge_dicts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Agent", "AgentError", "AgentResult", "Tool", "ToolContext", "ThreadOwnershipError"]
+__all__ = ["Agent", "AgentError", "AgentResult", "Tool", "ToolContext", "ThreadOwnershipError", "as_tool"]

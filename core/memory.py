@@ -74,6 +74,27 @@ class RecallResult:
         return len(self.messages)
 
 
+@dataclass
+class CloneResult:
+    """The new thread and the copied messages. Unpacks as ``thread, messages``; attribute access
+    falls through to the thread (``result.id``, ``result.title``)."""
+
+    thread: Thread
+    messages: list[Message]
+
+    @property
+    def cloned_messages(self) -> list[Message]:
+        return self.messages
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.thread, self.messages))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.thread, name)
+
+
 def parse_scopes(
     scopes: Sequence[str] | None, *, resource_id: str | None, thread_id: str | None
 ) -> tuple[str | None, str | None, tuple[str, ...]]:
@@ -217,7 +238,7 @@ class Memory:
         self, source_thread_id: str, *, new_thread_id: str | None = None, title: str | None = None,
         resource_id: str | None = None, message_limit: int | None = None, message_ids: Sequence[str] | None = None,
         since: datetime | None = None, until: datetime | None = None, metadata: Mapping[str, Any] | None = None,
-    ) -> tuple[Thread, list[Message]]:
+    ) -> CloneResult:
         source = self.get_thread(source_thread_id)
         if source is None:
             raise NotFoundError(f"Source thread with id {source_thread_id} not found")
@@ -242,7 +263,7 @@ class Memory:
             for m in msgs
         ]
         self.store.memory.save_messages(copies)
-        return thread, copies
+        return CloneResult(thread, copies)
 
     # -- messages --------------------------------------------------------------------------------
     def save_messages(self, messages: Sequence[Message], *, _index: bool = True) -> list[Message]:

@@ -178,3 +178,19 @@ def test_real_openai_client_end_to_end_via_loopback(memory, monkeypatch):
     assert body["messages"] == result.prompts[0].messages
     assert "sk-secret-value" not in json.dumps(model.describe())
     assert [m.text for m in memory.recall(thread_id="t").messages] == ["Hi", "Hello from the loopback server."]
+
+
+def test_plain_functions_are_tools(memory):
+    from core import Agent as ExportedAgent
+
+    def get_weather(city: str, days: int = 1) -> dict:
+        """Weather for a city."""
+        return {"city": city, "days": days}
+
+    model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("get_weather", {"city": "Oslo"}),)), "done"])
+    agent = ExportedAgent(name="chat", instructions="I", model=model, memory=memory, tools=[get_weather])
+    result = agent.generate("weather?", memory={"resource": "u", "thread": "t"})
+    spec = next(t["function"] for t in model.requests[0].tools if t["function"]["name"] == "get_weather")
+    assert spec["name"] == "get_weather" and spec["parameters"]["required"] == ["city"]
+    assert spec["parameters"]["properties"]["days"] == {"type": "integer"}
+    assert result.tool_results[0]["result"] == {"city": "Oslo", "days": 1}
