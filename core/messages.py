@@ -178,6 +178,15 @@ class Message:
         return Message(**data)
 
     # -- disk form -----------------------------------------------------------------------------
+    def to_row_tuple(self) -> tuple[Any, ...]:
+        """The row in ``mastra_messages`` column order (the save path's hot loop uses this)."""
+        if not self.thread_id:
+            raise MessageFormatError(f"Message {self.id} has no thread_id; it cannot be stored.")
+        return (
+            self.id, self.thread_id, _dumps(self.content), self.role, self.type or "v2",
+            to_iso(self.created_at), self.resource_id,
+        )
+
     def to_row(self) -> dict[str, Any]:
         if not self.thread_id:
             raise MessageFormatError(f"Message {self.id} has no thread_id; it cannot be stored.")
@@ -216,6 +225,9 @@ class Message:
             "resourceId": self.resource_id,
             "content": self.content,
         }
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _require_text(text: str) -> None:

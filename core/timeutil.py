@@ -36,8 +36,10 @@ class FixedClock:
 def to_iso(dt: datetime) -> str:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    dt = dt.astimezone(timezone.utc)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    elif dt.utcoffset():
+        dt = dt.astimezone(timezone.utc)
+    # isoformat is several times cheaper than strftime, and this runs for every stored message.
+    return dt.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def parse_iso(value: str | datetime | int | float) -> datetime:

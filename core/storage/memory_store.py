@@ -142,7 +142,6 @@ def dump_json(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-_MESSAGE_COLS = ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")
 _UPSERT_MESSAGE = (
     'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId") '
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, "
@@ -288,12 +287,12 @@ class MemoryStore:
         latest: dict[str, Message] = {}
         for m in messages:  # a repeated id inside one batch: the later copy wins, O(n)
             latest[m.id] = m
-        rows = [m.to_row() for m in latest.values()]
+        rows = [m.to_row_tuple() for m in latest.values()]
         # Straight to the driver's executemany: building SQLAlchemy parameters per row cost more than
         # the insert itself.
-        conn.exec_driver_sql(_UPSERT_MESSAGE, [tuple(r[c] for c in _MESSAGE_COLS) for r in rows])
+        conn.exec_driver_sql(_UPSERT_MESSAGE, rows)
         now = iso_now()
-        for thread_id in {r["thread_id"] for r in rows}:
+        for thread_id in {r[1] for r in rows}:
             conn.exec_driver_sql('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', (now, thread_id))
         return list(latest.values())
 

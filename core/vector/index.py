@@ -22,7 +22,6 @@ from core.vector import hybrid, keyword, vector_table
 from core.vector.matrix import VectorSet
 from core.vector.schema import (
     DOCS_TABLE,
-    QUEUE_TABLE,
     RECALL_MIGRATIONS,
     ensure_vector_table,
     has_table,
@@ -289,16 +288,19 @@ class RecallIndex:
         if not self.has_fts:
             return None
         with self.store.db.read() as conn:
-            if conn.exec_driver_sql(f"SELECT 1 FROM {QUEUE_TABLE} LIMIT 1").first() is None:
+            if not keyword.has_pending(conn):
                 return None
         if not self.writable:
             return "some recent messages are not keyword-indexed yet (database open read-only)"
         done = 0
         while done < limit:
-            with self.store.db.write() as conn:
-                applied, gone = keyword.drain_queue(conn)
-                if gone and self.info is not None:
-                    vector_table.delete_where(conn, self.info, "message_id", gone)
+            try:
+                with self.store.db.write() as conn:
+                    applied, gone = keyword.drain_queue(conn)
+                    if gone and self.info is not None:
+                        vector_table.delete_where(conn, self.info, "message_id", gone)
+            except sa.exc.DBAPIError as exc:  # e.g. another process draining at the same moment
+                return f"keyword index not brought up to date ({exc.__class__.__name__}); retried on the next search"
             if not applied:
                 return None
             done += applied

@@ -6,7 +6,17 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from core.vector.schema import DOCS_TABLE, FTS_TABLE, QUEUE_TABLE, delete_docs, previous_text, text_of_raw, upsert_doc
+from core.vector.schema import (
+    DOCS_TABLE,
+    FTS_TABLE,
+    FTS_WATERMARK,
+    QUEUE_TABLE,
+    STATE_TABLE,
+    delete_docs,
+    previous_text,
+    text_of_raw,
+    upsert_doc,
+)
 from core.vector.text import keyword_query
 
 DRAIN_BATCH = 2000
@@ -22,29 +32,58 @@ class KeywordHit:
     score: float  # -bm25: higher is better, unbounded, comparable only within one query
 
 
+def _watermark(conn: sa.Connection) -> int:
+    row = conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?", (FTS_WATERMARK,)).first()
+    return int(row[0]) if row else 0
+
+
 def pending_count(conn: sa.Connection) -> int:
-    return int(conn.exec_driver_sql(f"SELECT count(*) FROM {QUEUE_TABLE}").scalar() or 0)
+    """Message changes not yet applied: queued updates/deletes plus rows inserted above the watermark."""
+    queued = int(conn.exec_driver_sql(f"SELECT count(*) FROM {QUEUE_TABLE}").scalar() or 0)
+    fresh = int(conn.exec_driver_sql(
+        "SELECT count(*) FROM mastra_messages WHERE rowid > ?", (_watermark(conn),)
+    ).scalar() or 0)
+    return queued + fresh
+
+
+def has_pending(conn: sa.Connection) -> bool:
+    if conn.exec_driver_sql(f"SELECT 1 FROM {QUEUE_TABLE} LIMIT 1").first() is not None:
+        return True
+    return conn.exec_driver_sql(
+        "SELECT 1 FROM mastra_messages WHERE rowid > ? LIMIT 1", (_watermark(conn),)
+    ).first() is not None
 
 
 def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, list[str]]:
-    """Apply up to ``limit`` queued message changes to the keyword index.
+    """Apply up to ``limit`` message changes to the keyword index: rows inserted since the watermark
+    (from any process, Mastra included) and queued updates and deletes.
 
     Returns (changes applied, ids of messages that no longer exist), so the caller can drop their
     vectors too: a thread deleted by any process loses its vectors at the next drain.
+    Runs inside the caller's write transaction, so nothing is inserted while it reads the rowids.
     """
-    rows = conn.exec_driver_sql(
-        f"SELECT seq, message_id, op FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?", (limit,)
+    mark = _watermark(conn)
+    queued = conn.exec_driver_sql(
+        f"SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?", (limit,)
     ).all()
-    if not rows:
+    # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
+    # from just below it (re-indexing is idempotent).
+    reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]
+    if reused:
+        mark = min(mark, min(reused) - 1)
+    fresh = conn.exec_driver_sql(
+        "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?", (mark, limit)
+    ).all()
+    if not queued and not fresh:
         return 0, []
     last_op: dict[str, str] = {}
-    for _seq, mid, op in rows:
+    for _seq, mid, op, _row in queued:
         last_op[mid] = op  # only the newest change of a message matters
-    upserts = [m for m, op in last_op.items() if op == "upsert"]
-    gone = [m for m, op in last_op.items() if op == "delete"]
+    candidates = {m for m, op in last_op.items() if op == "upsert"} | {mid for _rowid, mid in fresh}
     found: set[str] = set()
-    for start in range(0, len(upserts), 500):
-        chunk = upserts[start : start + 500]
+    ordered = sorted(candidates)
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start : start + 500]
         marks = ",".join("?" * len(chunk))
         stored = conn.exec_driver_sql(
             'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), m.content, m.role, m."createdAt" '
@@ -56,11 +95,17 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
             text = "" if role == "system" else text_of_raw(raw)
             context = previous_text(conn, thread_id, created, mid) if text else ""
             upsert_doc(conn, mid, thread_id, resource_id, text, context)
-    # An upsert whose row has vanished since (deleted in a later, not yet drained change) is a delete.
-    gone.extend(m for m in upserts if m not in found)
+    # Deleted (or deleted again after a queued upsert): whatever no longer exists.
+    gone = sorted(({m for m, op in last_op.items() if op == "delete"} | candidates) - found)
     delete_docs(conn, gone)
-    conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq <= ?", (rows[-1][0],))
-    return len(rows), gone
+    if queued:
+        conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq <= ?", (queued[-1][0],))
+    if fresh:
+        mark = fresh[-1][0]
+    conn.exec_driver_sql(
+        f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(mark))
+    )
+    return len(queued) + len(fresh), gone
 
 
 def search(

@@ -19,7 +19,8 @@ from core.vector.vector_table import RawRow, decode
 
 IVF_MIN_ROWS = 100_000  # below this an exact scan is within the 2 ms budget class
 IVF_REBUILD_TAIL = 0.25  # rebuild once rows added after the build exceed this share
-DEFAULT_NPROBE_SHARE = 1 / 16
+# 1M synthetic clustered 512-d vectors, 1000 lists: 32 probes gave recall@10 .998 vs exact, p50 8.9 ms.
+DEFAULT_NPROBE_SHARE = 1 / 32
 
 try:  # OpenBLAS threads fight over 2 busy cores: one thread is 3-6x faster for a matrix-vector product
     from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]

@@ -213,3 +213,33 @@ def test_a_resource_never_recalls_another_resources_messages(tmp_path_factory, w
             assert all(h.resource_id == resource and h.message_id.startswith(resource) for h in hits)
     finally:
         store.close()
+
+
+def test_keyword_index_catches_rows_written_by_other_writers_and_rowid_reuse(tmp_path):
+    """Rows written with plain SQL (as Mastra would) are found by rowid; a deleted top row whose
+    rowid is reused by the next insert is still indexed correctly."""
+    import json as _json
+
+    from core import Memory, MemoryOptions, Message, open_store
+    from core.embedding import HashingEmbedder
+
+    store = open_store(tmp_path / "kw.db")
+    memory = Memory(store, MemoryOptions(semantic_recall=True), embedder=HashingEmbedder())
+    memory.save_messages([Message.user("the zebra crossing", thread_id="t", resource_id="u")])
+
+    def raw_insert(mid: str, text: str) -> None:
+        content = _json.dumps({"format": 2, "parts": [{"type": "text", "text": text}], "content": text})
+        with store.db.write() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO mastra_messages VALUES (?, 't', ?, 'user', 'v2', '2030-01-01T00:00:00.000Z', 'u')",
+                (mid, content),
+            )
+
+    raw_insert("m-a", "a platypus in the river")
+    assert [h.message_id for h in memory.search("platypus", resource_id="u", mode="keyword")] == ["m-a"]
+    with store.db.write() as conn:
+        conn.exec_driver_sql("DELETE FROM mastra_messages WHERE id = 'm-a'")
+    raw_insert("m-b", "an axolotl in the lake")  # gets the rowid m-a had
+    assert memory.search("platypus", resource_id="u", mode="keyword") == []
+    assert [h.message_id for h in memory.search("axolotl", resource_id="u", mode="keyword")] == ["m-b"]
+    store.close()
