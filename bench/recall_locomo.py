@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/recall_locomo.py                     # USE model, prints three tables
     .venv/bin/python bench/recall_locomo.py --embedder hashing  # offline lexical embedder
-    .venv/bin/python bench/recall_locomo.py --sweep             # tune RRF k / weights / depth (public split only)
+    .venv/bin/python bench/recall_locomo.py --sweep             # tune fusion settings (public split only)
 
 Each conversation goes into its own database file and resource (LoCoMo's dia_ids such as ``D1:3``
 repeat across conversations and are kept as message ids), one thread per session, through
@@ -45,10 +45,69 @@ def load_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def make_embedder(name: str) -> Any:
+class DiskCachedEmbedder:
+    """Bench-only: vectors kept in an SQLite file keyed by (model id, kind if it matters, text).
+
+    USE runs one text per call, so a vector is a pure function of its text (core/embedding/use_onnx.py)
+    and a cached vector is bit-identical to a fresh one: later runs skip the minute of embedding.
+    """
+
+    def __init__(self, inner: Any, path: Path) -> None:
+        import sqlite3
+
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.kind_sensitive = bool(getattr(inner, "kind_sensitive", True))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False)
+        self._db.execute("CREATE TABLE IF NOT EXISTS v (key TEXT PRIMARY KEY, vec BLOB)")
+
+    def check(self) -> None:
+        check = getattr(self.inner, "check", None)
+        if callable(check):
+            check()
+
+    def _key(self, text: str, kind: str) -> str:
+        import hashlib
+
+        tag = kind if self.kind_sensitive else ""
+        return hashlib.sha256(f"{self.model_id}\0{tag}\0{text}".encode()).hexdigest()
+
+    def embed(self, texts: Any, kind: str = "passage") -> Any:
+        import numpy as np
+
+        keys = [self._key(t, kind) for t in texts]
+        found: dict[str, Any] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            rows = self._db.execute(f"SELECT key, vec FROM v WHERE key IN ({','.join('?' * len(chunk))})", chunk)
+            found.update((k, np.frombuffer(b, dtype=np.float32)) for k, b in rows)
+        todo = [i for i, k in enumerate(keys) if k not in found]
+        if todo:
+            fresh = np.asarray(self.inner.embed([texts[i] for i in todo], kind=kind), dtype=np.float32)
+            self._db.executemany(
+                "INSERT OR REPLACE INTO v (key, vec) VALUES (?, ?)",
+                [(keys[i], fresh[j].tobytes()) for j, i in enumerate(todo)],
+            )
+            self._db.commit()
+            found.update((keys[i], fresh[j]) for j, i in enumerate(todo))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, k in enumerate(keys):
+            out[i] = found[k]
+        return out
+
+
+def make_embedder(name: str, cache_dir: Path | None = None) -> Any:
     from core.embedding import HashingEmbedder, default_embedder
 
-    return HashingEmbedder(256) if name == "hashing" else default_embedder()
+    if name == "hashing":
+        return HashingEmbedder(256)
+    embedder = default_embedder()
+    if cache_dir is None:
+        return embedder
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in embedder.model_id)
+    return DiskCachedEmbedder(embedder.inner, cache_dir / f"{safe}.sqlite")
 
 
 def stored_text(m: dict[str, Any]) -> str:
@@ -85,7 +144,7 @@ def run(args: argparse.Namespace) -> None:
         keep = sorted({m["conv_id"] for m in messages})[: args.limit_convs]
         messages = [m for m in messages if m["conv_id"] in keep]
         queries = [q for q in queries if q["conv_id"] in keep]
-    embedder = make_embedder(args.embedder)
+    embedder = make_embedder(args.embedder, None if args.no_cache else args.cache_dir)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     db_dir = Path(tempfile.mkdtemp(prefix="locomo-"))
@@ -119,23 +178,47 @@ def run(args: argparse.Namespace) -> None:
              str(data / "locomo_public_queries.jsonl"), "--by-category"],
             check=True,
         )
+        conv = per_conversation({p["query_id"]: p["ranked_ids"] for p in preds}, queries)
+        print("recall@10 by conversation: " + "  ".join(f"{c} {r:.3f}" for c, r in conv.items()), flush=True)
     for memory in memories.values():
         memory.store.close()
 
 
+def recall_at(ranked: list[str], gold: list[str], at: int) -> float:
+    return len(set(gold) & set(ranked[:at])) / len(set(gold))
+
+
+def ndcg10(ranked: list[str], gold: list[str]) -> float:
+    import math
+
+    g = set(gold)
+    dcg = sum(1 / math.log2(i + 2) for i, m in enumerate(ranked[:10]) if m in g)
+    return dcg / sum(1 / math.log2(i + 2) for i in range(min(len(g), 10)))
+
+
+def per_conversation(preds: dict[str, list[str]], queries: list[dict[str, Any]], at: int = 10) -> dict[str, float]:
+    by_conv: dict[str, list[float]] = defaultdict(list)
+    for q in queries:
+        if not q.get("adversarial"):
+            by_conv[q["conv_id"]].append(recall_at(preds.get(q["query_id"], []), q["gold"], at))
+    return {c: sum(v) / len(v) for c, v in sorted(by_conv.items())}
+
+
 def sweep(memories: dict[str, Memory], queries: list[dict[str, Any]], data: Path) -> None:
-    """Fuse cached vector and keyword lists with different RRF settings; report recall@10 (public split)."""
+    """Fuse cached vector and keyword lists with different settings (public split only): RRF against
+    the normalised-score combination, with recall@1/@10, nDCG@10 and the worst conversation's @10."""
     from core.vector import keyword
 
     to_ranked = lambda hs: [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in hs]  # noqa: E731
     scored = [q for q in queries if not q.get("adversarial")]
+    # Deep enough to hold every message of a conversation: gives the exact cosine of any keyword hit.
     vectors = {
         q["query_id"]: to_ranked(memories[q["conv_id"]].recall_index.search(
-            q["query"], resource_id=q["conv_id"], top_k=200, mode="vector").hits)
+            q["query"], resource_id=q["conv_id"], top_k=5000, mode="vector").hits)
         for q in scored
     }
     default_weight = keyword.CONTEXT_WEIGHT
-    best_weight, best_kw = default_weight, -1.0
+    best_weight, best_kw, best_lists = default_weight, -1.0, {}
     for weight in (0.0, 0.25, 0.5, 0.75, 1.0):
         keyword.CONTEXT_WEIGHT = weight
         kw_lists = {
@@ -143,34 +226,45 @@ def sweep(memories: dict[str, Memory], queries: list[dict[str, Any]], data: Path
                 q["query"], resource_id=q["conv_id"], top_k=200, mode="keyword").hits)
             for q in scored
         }
-        r = sum(len(set(q["gold"]) & {h.message_id for h in kw_lists[q["query_id"]][:10]}) / len(q["gold"]) for q in scored) / len(scored)
+        r = sum(recall_at([h.message_id for h in kw_lists[q["query_id"]]], q["gold"], 10) for q in scored) / len(scored)
         print(f"keyword only, context column weight {weight}: recall@10 {r:.3f}")
         if r > best_kw:
             best_weight, best_kw, best_lists = weight, r, kw_lists
     keyword.CONTEXT_WEIGHT = default_weight
     print(f"using context weight {best_weight} for the fusion sweep")
-    lists = [(set(q["gold"]), vectors[q["query_id"]], best_lists[q["query_id"]]) for q in scored]
 
-    def recall_at(k_rrf: float, wv: float, wk: float, depth: int, at: int = 10) -> float:
-        total = 0.0
-        for gold, vec, kw in lists:
-            fused = hybrid.fuse(vec[:depth], kw[:depth], k=k_rrf, vector_weight=wv, keyword_weight=wk)
-            top = {f.message_id for f in fused[:at]}
-            total += len(gold & top) / len(gold)
-        return total / len(lists)
+    def evaluate(method: str, depth: int, **kw: float) -> tuple[float, float, float, float]:
+        preds: dict[str, list[str]] = {}
+        for q in scored:
+            vec, kwl = vectors[q["query_id"]], best_lists[q["query_id"]]
+            if method == "rrf":
+                fused = hybrid.fuse(vec[:depth], kwl[:depth], **kw)
+            else:
+                cos = {h.message_id: h.score for h in vec}
+                fused = hybrid.combine(vec[:depth], kwl[:depth], cos, **kw)
+            preds[q["query_id"]] = [f.message_id for f in fused[:20]]
+        n = len(scored)
+        r1 = sum(recall_at(preds[q["query_id"]], q["gold"], 1) for q in scored) / n
+        r10 = sum(recall_at(preds[q["query_id"]], q["gold"], 10) for q in scored) / n
+        nd = sum(ndcg10(preds[q["query_id"]], q["gold"]) for q in scored) / n
+        return r10, r1, nd, min(per_conversation(preds, scored).values())
 
-    print(f"vector only r@10 {recall_at(60, 1, 0, 200):.3f}   keyword only r@10 {recall_at(60, 0, 1, 200):.3f}")
     rows = []
-    for k_rrf in (1, 5, 10, 20, 40, 60, 100):
-        for wk in (0.5, 0.75, 1.0, 1.5):
-            for depth in (20, 50, 100):
-                rows.append((recall_at(k_rrf, 1.0, wk, depth), k_rrf, wk, depth))
+    for k_rrf in (1, 5, 20, 60):
+        for wk in (0.75, 1.0, 1.5):
+            for depth in (20, 50):
+                rows.append((*evaluate("rrf", depth, k=k_rrf, keyword_weight=wk), f"rrf k={k_rrf} wk={wk} depth={depth}"))
+    for share in (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0):
+        for depth in (20, 50, 100):
+            rows.append((*evaluate("combine", depth, keyword_share=share), f"combine a={share} depth={depth}"))
     rows.sort(reverse=True)
-    print("best hybrid settings (recall@10, k, keyword weight, depth):")
-    for r in rows[:10]:
-        print(f"  {r[0]:.3f}  k={r[1]:<4} wk={r[2]:<5} depth={r[3]}")
-    print(f"current defaults k={hybrid.RRF_K} wk={hybrid.KEYWORD_WEIGHT}: "
-          f"{recall_at(hybrid.RRF_K, hybrid.VECTOR_WEIGHT, hybrid.KEYWORD_WEIGHT, 50):.3f}")
+    print("fusion settings by recall@10 (r@10, r@1, nDCG@10, worst conversation's r@10):")
+    for r in rows[:15]:
+        print(f"  {r[0]:.3f}  {r[1]:.3f}  {r[2]:.3f}  {r[3]:.3f}  {r[4]}")
+    r = evaluate("rrf", 50, k=hybrid.RRF_K, keyword_weight=hybrid.KEYWORD_WEIGHT)
+    print(f"RRF k={hybrid.RRF_K} wk={hybrid.KEYWORD_WEIGHT} depth 50: {r[0]:.3f} {r[1]:.3f} {r[2]:.3f} {r[3]:.3f}")
+    r = evaluate("combine", 50, keyword_share=hybrid.KEYWORD_SHARE)
+    print(f"current default combine a={hybrid.KEYWORD_SHARE} depth 50: {r[0]:.3f} {r[1]:.3f} {r[2]:.3f} {r[3]:.3f}")
 
 
 def main() -> None:
@@ -179,7 +273,10 @@ def main() -> None:
     ap.add_argument("--embedder", choices=["use", "hashing"], default="use")
     ap.add_argument("--modes", default="vector,keyword,hybrid")
     ap.add_argument("--out", type=Path, default=REPO / ".temp/bench/locomo")
-    ap.add_argument("--sweep", action="store_true", help="tune RRF settings on this split")
+    ap.add_argument("--sweep", action="store_true", help="compare fusion settings on this split")
+    ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache",
+                    help="on-disk embedding cache (keyed by model id and text)")
+    ap.add_argument("--no-cache", action="store_true", help="embed everything afresh")
     ap.add_argument("--limit-convs", type=int, default=0, help="only the first N conversations (quick runs)")
     run(ap.parse_args())
 

@@ -8,12 +8,13 @@ process show up within two seconds without a manual refresh.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from core import Memory, MemoryOptions, Store, open_store
+from core import DatabaseOpenError, Memory, MemoryOptions, SchemaError, Store, open_store
 from studio.workers import WorkerPool
 
 POLL_MS = 1000
@@ -27,12 +28,20 @@ SELECT (SELECT max("updatedAt") FROM mastra_threads),
 """
 
 
-def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None) -> Store:
+def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None,
+                    create_missing: bool = True) -> Store:
     """Open a database the way the Studio does: ours read-write, anything else read-only.
 
     The decision needs a look at the file first; that look uses a read-only connection, so a
-    foreign database is never touched unless the user allows writes.
+    foreign database is never touched unless the user allows writes. ``create_missing=False`` (a
+    path the user typed) reports a missing file instead of creating an empty database there.
     """
+    if not create_missing:
+        from core.storage.paths import resolve_db_path
+
+        resolved = resolve_db_path(path)
+        if resolved.path is not None and not resolved.path.exists():
+            raise DatabaseOpenError(f"{resolved.path} does not exist. Check the path, or pick a file with File > Open.")
     if allow_writes is None:
         probe = open_store(path, read_only=True, create=False) if _exists(path) else None
         if probe is None:
@@ -44,6 +53,33 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
             return open_store(path)
         return probe
     return open_store(path, read_only=not allow_writes, create=allow_writes)
+
+
+@dataclass
+class OpenedDatabase:
+    """What the Studio learns when it opens a file (on a worker thread)."""
+
+    store: Store
+    newer_migrations: list[str]  # non-empty: written by a newer version, so open read-only
+    has_data: bool  # any resource or thread (an empty default database gets demo data)
+
+
+def open_studio_database(path: str | Path | None, *, allow_writes: bool | None = None,
+                         create_missing: bool = True) -> OpenedDatabase:
+    """Open, then check the file really is a memory database. Never changes a file it rejects."""
+    store = open_for_studio(path, allow_writes=allow_writes, create_missing=create_missing)
+    try:
+        if not store.db.is_mastra and not store.db.is_empty:
+            raise SchemaError(
+                f"{store.location.display} is a SQLite database, but it has no memory tables (mastra_threads, "
+                "mastra_messages). It was not written by Memory Studio or Mastra."
+            )
+        newer = store.db.unknown_migrations() if store.db.has_table("memory_studio_migrations") else []
+        has_data = bool(store.db.is_mastra and store.memory.list_resources())
+    except BaseException:
+        store.close()
+        raise
+    return OpenedDatabase(store, newer, has_data)
 
 
 def _exists(path: str | Path | None) -> bool:
@@ -141,6 +177,7 @@ class StudioSession(QObject):
 
     def close(self) -> None:
         self.stop()
+        self.pool.shutdown()
         self.pool.wait(10_000)
         self._memories.clear()
         self.store.close()

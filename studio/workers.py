@@ -102,6 +102,14 @@ class WorkerPool(QObject):
         if entry and entry[2] is not None:
             entry[2](done, total)
 
+    def shutdown(self) -> None:
+        """Forget every pending callback: results that arrive after this are dropped, so a closed
+        session's late answers never reach panes that are gone."""
+        with self._lock:
+            self._callbacks.clear()
+            self._latest.clear()
+        self.busy_changed.emit(0)
+
     @property
     def running(self) -> int:
         return len(self._callbacks)

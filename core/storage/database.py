@@ -71,7 +71,7 @@ class Database:
                 self.is_empty = not _has_user_tables(conn)
                 self.owned = self.is_empty or migrations.has_table(conn, migrations.MIGRATIONS_TABLE)
                 self.is_mastra = migrations.has_table(conn, "mastra_threads")
-        except sa.exc.DBAPIError as exc:
+        except (sa.exc.DBAPIError, ValueError) as exc:  # libsql raises bare ValueErrors for some errors
             self.engine.dispose()
             raise DatabaseOpenError(_explain_open_error(location.display, exc)) from exc
         if self.owned and not self.read_only:
@@ -87,7 +87,11 @@ class Database:
         cursor = dbapi_conn.cursor()  # type: ignore[attr-defined]
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # In WAL mode NORMAL keeps the database consistent after a crash and avoids an fsync per commit.
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        # It is an optimisation: if another process holds the file at this instant, keep the default.
+        try:
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        except ValueError:
+            pass
         if self.read_only:
             # Enforced by SQLite itself, so no code path of ours can write by mistake.
             cursor.execute("PRAGMA query_only = 1")

@@ -3,7 +3,7 @@ over FTS5, and hybrid ranking.
 
 Vocabulary: a *vector set* is the in-process matrix of one resource's (or thread's) vectors; the
 *store of record* is the libSQL table it is loaded from; *hybrid* means vector and keyword rankings
-fused by reciprocal rank.
+fused by normalised scores (``hybrid.combine``).
 """
 
 from __future__ import annotations

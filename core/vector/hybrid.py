@@ -1,17 +1,30 @@
-"""Reciprocal rank fusion (RRF) of the vector and keyword rankings.
+"""Fusing the vector and keyword rankings into one.
 
-RRF uses ranks, not scores, because cosine similarities and BM25 scores live on unrelated scales (and
-cosine scales differ by model, spec/embedder.md). A message's fused score is
-``w_v / (k + rank_v) + w_k / (k + rank_k)`` with 1-based ranks; a list it is absent from adds nothing.
-``k`` and the weights were tuned on LoCoMo's public split only (``bench/recall_locomo.py --sweep``):
-k=5 with keyword weight 1.5 gave recall@10 .710 at depth 50 (k=60, equal weights: .643).
+``combine`` (used by hybrid search) is a convex combination of normalised scores: each candidate gets
+``a * bm25 / best_bm25 + (1 - a) * (cos - min_cos) / (max_cos - min_cos)``, the cosine range taken over
+the vector candidates of the query. Candidates found by keywords alone get their exact cosine (the
+vectors are in memory), so both signals are known for every candidate except BM25 below the keyword
+list, which counts as 0. Normalising within the query makes the two scales comparable without
+hard-coding a cosine range, which differs by model (spec/embedder.md).
+
+Why not reciprocal rank fusion (``fuse``, kept for comparison): ranks throw away how *far* apart two
+candidates are. With the USE model, keyword search alone is much stronger than vectors on LoCoMo, and
+RRF let a mid-ranked vector hit push a clear keyword winner out of first place. Measured on the public
+split (``bench/recall_locomo.py --sweep``; recall@1 / recall@10 / nDCG@10 / worst conversation's @10):
+RRF at its best settings (k=5, keyword weight 1.5, depth 50) .287 / .711 / .518 / .672; this
+combination with a=0.85 .352 / .717 / .549 / .691. Every a from .7 to .95 at depths 20-100 landed
+within .715-.722 at @10, so a sits in the middle of a plateau rather than on a tuned peak.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
+# Share of the keyword score in ``combine``; tuned on LoCoMo's public split only (a plateau, see above).
+KEYWORD_SHARE = 0.85
+
+# Reciprocal rank fusion settings (``fuse``): k=5 with keyword weight 1.5 was RRF's best on the split.
 RRF_K = 5.0
 VECTOR_WEIGHT = 1.0
 KEYWORD_WEIGHT = 1.5
@@ -37,6 +50,62 @@ class Fused:
     keyword_rank: int | None
 
 
+def combine(
+    vector: Sequence[Ranked],
+    keyword: Sequence[Ranked],
+    cosines: Mapping[str, float] | None = None,
+    *,
+    keyword_share: float = KEYWORD_SHARE,
+    limit: int | None = None,
+) -> list[Fused]:
+    """Score-aware fusion, best first; ties broken by cosine, then message id, so the order is stable.
+
+    ``vector`` holds cosines, ``keyword`` -BM25 scores (higher is better), both best first. ``cosines``
+    gives the exact cosine of keyword candidates that are not in ``vector`` (missing ones count as the
+    lowest vector candidate's). A fused score lies in [0, 1] for the candidates of both lists.
+    ``limit`` keeps only the best ones (the ranking above them is the same).
+    """
+    if not 0.0 <= keyword_share <= 1.0:
+        raise ValueError(f"keyword_share must be between 0 and 1, not {keyword_share}")
+    cosines = cosines or {}
+    vec_at = {h.message_id: (rank, h) for rank, h in enumerate(vector, start=1)}
+    kw_at = {h.message_id: (rank, h) for rank, h in enumerate(keyword, start=1)}
+    best_kw = max((h.score for h in keyword), default=0.0)
+    kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
+    vec_share = 1.0 - keyword_share
+    if vector:
+        lo = min(h.score for h in vector)
+        span = max(h.score for h in vector) - lo
+    else:
+        lo, span = 0.0, 0.0
+
+    scored: list[tuple[float, float, str]] = []
+    for mid in list(vec_at) + [m for m in kw_at if m not in vec_at]:
+        v = vec_at.get(mid)
+        k = kw_at.get(mid)
+        cos = v[1].score if v else cosines.get(mid)
+        if cos is None or not vector:
+            vec_part = 0.0
+        elif span <= 1e-12:
+            vec_part = 1.0 if cos >= lo else 0.0
+        else:
+            vec_part = (cos - lo) / span
+        score = (k[1].score * kw_scale if k else 0.0) + vec_share * vec_part
+        scored.append((-score, -(cos if cos is not None else -2.0), mid))
+    scored.sort()
+    out: list[Fused] = []
+    for neg_score, _, mid in scored[:limit] if limit is not None else scored:
+        v = vec_at.get(mid)
+        k = kw_at.get(mid)
+        first = v[1] if v else k[1]  # type: ignore[index]
+        cos = v[1].score if v else cosines.get(mid)
+        out.append(
+            Fused(mid, first.thread_id, first.resource_id, float(-neg_score), cos, k[1].score if k else None,
+                  v[0] if v else None, k[0] if k else None)
+        )
+    return out
+
+
 def fuse(
     vector: Sequence[Ranked],
     keyword: Sequence[Ranked],
@@ -45,7 +114,8 @@ def fuse(
     vector_weight: float = VECTOR_WEIGHT,
     keyword_weight: float = KEYWORD_WEIGHT,
 ) -> list[Fused]:
-    """Fused list, best first; ties broken by vector score, then message id, so the order is stable."""
+    """Reciprocal rank fusion: ``w_v / (k + rank_v) + w_k / (k + rank_k)`` with 1-based ranks; a list
+    a message is absent from adds nothing. Best first; ties broken by vector score, then message id."""
     entries: dict[str, dict[str, object]] = {}
     for rank, hit in enumerate(vector, start=1):
         e = entries.setdefault(hit.message_id, {"hit": hit, "score": 0.0})

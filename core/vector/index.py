@@ -1,7 +1,8 @@
 """``RecallIndex``: vectors and keywords of one store, for one embedder model.
 
 Writes go to libSQL (vectors in ``memory_messages_<dim>``, keywords in FTS5); queries are answered by
-an in-process ``VectorSet`` per resource (exact dot product) plus FTS5 BM25, fused by RRF. Every empty
+an in-process ``VectorSet`` per resource (exact dot product) plus FTS5 BM25, fused by normalised
+scores (``hybrid.combine``). Every empty
 or degraded answer carries a ``reason`` a person can act on.
 """
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES = ("vector", "keyword", "hybrid")
 INDEXED_ROLES = ("user", "assistant")
-CANDIDATES = 50  # depth of each list fed to RRF; more than top_k so fusion can promote
+CANDIDATES = 50  # depth of each list fed to the fusion; more than top_k so fusion can promote
 MAX_CACHED_SETS = 64
 DRAIN_PER_SEARCH = 20_000
 MIGRATE_HINT = "run `memory-studio migrate` on this database"
@@ -53,7 +54,7 @@ class SearchHit:
     message_id: str
     thread_id: str | None
     resource_id: str | None
-    score: float  # cosine (vector mode), -BM25 (keyword mode) or RRF (hybrid mode)
+    score: float  # cosine (vector mode), -BM25 (keyword mode) or fused score in [0, 1] (hybrid mode)
     source: Literal["vector", "keyword", "hybrid"]  # which ranking(s) found it
     vector_score: float | None = None
     keyword_score: float | None = None
@@ -90,6 +91,7 @@ class RecallIndex:
         self._sets: OrderedDict[tuple[str, str], VectorSet] = OrderedDict()
         self._counters: tuple[int, int] | None = None
         self._stale: set[tuple[str, str]] = set()
+        self.term_stats = keyword.TermStats()  # document frequencies for dropping very common query words
         self._prepare()
 
     @classmethod

@@ -1,4 +1,8 @@
-"""One search over a ``RecallIndex``: vector list, keyword list, fusion, threshold, and the reason."""
+"""One search over a ``RecallIndex``: vector list, keyword list, fusion, threshold, and the reason.
+
+Hybrid fuses by normalised scores (``hybrid.combine``); every keyword candidate gets its exact cosine
+from the in-memory vectors first, so the fusion sees both signals and every hit shows a similarity.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +52,10 @@ def run_search(
             notes.append(f"keyword index missing; {MIGRATE_HINT}")
         else:
             with index.store.db.read() as conn:
-                kw = keyword.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth)
+                kw = keyword.search(
+                    conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
+                    stats=getattr(index, "term_stats", None),
+                )
             kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
 
     if mode in ("vector", "hybrid"):
@@ -70,7 +77,12 @@ def run_search(
     elif mode == "keyword":
         hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "keyword", None, r.score) for r in kw_ranked]
     else:
-        fused = hybrid.fuse(vec_ranked, kw_ranked)
+        cosines: dict[str, float] = {}
+        if vset is not None and qvec is not None:
+            seen = {r.message_id for r in vec_ranked}
+            cosines = _cosines(vset, qvec, [r.message_id for r in kw_ranked if r.message_id not in seen])
+        # Without a threshold only the top_k are needed; with one, every candidate may be.
+        fused = hybrid.combine(vec_ranked, kw_ranked, cosines, limit=top_k if threshold is None else None)
         hits = [
             SearchHit(
                 f.message_id, f.thread_id, f.resource_id, f.score,
@@ -79,8 +91,6 @@ def run_search(
             )
             for f in fused
         ]
-        if vset is not None and qvec is not None:
-            hits = _fill_vector_scores(hits, vset, qvec)
 
     if threshold is not None:
         if mode == "keyword":
@@ -120,21 +130,22 @@ def _vector_ranked(vset: "VectorSet", qvec: np.ndarray, depth: int, thread_id: s
     return out
 
 
-def _fill_vector_scores(hits: list[SearchHit], vset: "VectorSet", qvec: np.ndarray) -> list[SearchHit]:
-    """Keyword-only hits get their cosine too, so every recalled fragment shows a similarity."""
-    missing = {h.message_id for h in hits if h.vector_score is None}
-    if not missing:
-        return hits
+def _cosines(vset: "VectorSet", qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
+    """Exact cosine of each message that has a vector (its best chunk's, if it has several)."""
+    rows: list[int] = []
+    owners: list[str] = []
+    for mid in message_ids:
+        for p in vset.positions_of(mid):
+            rows.append(p)
+            owners.append(mid)
+    if not rows:
+        return {}
+    scores = (vset.matrix[rows] @ qvec).tolist()
     best: dict[str, float] = {}
-    for mid in missing:
-        rows = vset.positions_of(mid)
-        if rows:
-            best[mid] = float(np.max(vset.matrix[rows] @ qvec))
-    return [
-        SearchHit(h.message_id, h.thread_id, h.resource_id, h.score, h.source, best.get(h.message_id), h.keyword_score)
-        if h.vector_score is None else h
-        for h in hits
-    ]
+    for mid, sc in zip(owners, scores):
+        if mid not in best or sc > best[mid]:
+            best[mid] = float(sc)
+    return best
 
 
 def _empty_reason(index: "RecallIndex", vset: "VectorSet | None", kw: list[hybrid.Ranked], mode: str, scope: str) -> str:

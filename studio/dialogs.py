@@ -1,0 +1,152 @@
+"""Error and confirmation dialogs that say what happened and what to do.
+
+``explain`` turns an exception into a ``Problem`` (pure, tested without Qt). ``DialogPresenter``
+shows dialogs window-modally but without a nested event loop (``QDialog.open`` plus a callback), so
+nothing ever blocks: not the UI, not a test. Tests reach the open dialogs through ``presenter.open``.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QWidget
+
+from core import DatabaseLocationError, DatabaseOpenError, ReadOnlyError, SchemaError
+
+DB_FILTER = "Databases (*.db *.sqlite *.sqlite3 *.libsql);;All files (*)"
+
+
+@dataclass(frozen=True)
+class Problem:
+    title: str
+    text: str  # what happened, naming the file
+    advice: str  # what the user can do about it
+    details: str = ""
+    warning_only: bool = False  # e.g. "opened read-only because…": not an error
+
+
+def explain(exc: BaseException, path: str | None = None) -> Problem:
+    where = path or "the database"
+    message = str(exc) or type(exc).__name__
+    low = message.lower()
+    details = getattr(exc, "__traceback_text__", "") or "".join(
+        traceback.format_exception(type(exc), exc, exc.__traceback__)
+    )
+    if isinstance(exc, SchemaError) and ("newer" in low or "upgrade" in low):
+        return Problem("Newer database", message,
+                       "Upgrade Memory Studio to work with this file. It was not changed.", details)
+    if isinstance(exc, SchemaError):
+        return Problem("Not a memory database", message,
+                       "Open a database written by Memory Studio or by Mastra (LibSQLStore). It was not changed.",
+                       details)
+    if isinstance(exc, DatabaseOpenError):
+        if "does not exist" in low:
+            return Problem("Database not found", message,
+                           "Check the path, or choose File > Open to pick an existing database.", details)
+        if "locked" in low or "busy" in low:
+            return Problem("Database is locked", message,
+                           "Wait for the other program to finish its write (or close it), then File > Reload.",
+                           details)
+        if "permission" in low or "cannot be read" in low:
+            return Problem("Cannot read the database", message,
+                           "Fix the file's permissions (it must be readable by you), then File > Reload.", details)
+        if "folder" in low:
+            return Problem("That is a folder", message, "Choose a database file inside it with File > Open.", details)
+        return Problem("Not a database", message,
+                       "Pick another file with File > Open. This one was left unchanged.", details)
+    if isinstance(exc, DatabaseLocationError):
+        return Problem("Cannot use this location", message,
+                       "Choose another file with File > Open or --db PATH.", details)
+    if isinstance(exc, ReadOnlyError):
+        return Problem("Read-only", message, "Choose File > Allow Writes first.", details)
+    if "database is locked" in low or "database is busy" in low:
+        # the libSQL driver raises a bare ValueError for a lock met while connecting
+        return Problem("Database is locked", f"{where} is locked by another process ({message}).",
+                       "Wait for the other program to finish its write (or close it), then File > Reload.", details)
+    if isinstance(exc, (PermissionError, IsADirectoryError, FileNotFoundError)):
+        return Problem("Cannot open the file", f"{where}: {message}", "Check the path and its permissions.", details)
+    return Problem("Something went wrong", f"{type(exc).__name__}: {message}",
+                   "The database was not changed. If this keeps happening, report it with the details below.",
+                   details)
+
+
+def newer_schema_notice(path: str, migrations: list[str]) -> Problem:
+    return Problem(
+        "Opened read-only: newer database",
+        f"{path} was written by a newer Memory Studio (unknown migrations: {', '.join(migrations)}).",
+        "You can browse it; to edit it, upgrade Memory Studio. Nothing in the file was changed.",
+        warning_only=True,
+    )
+
+
+def build_error_box(parent: QWidget | None, problem: Problem) -> QMessageBox:
+    box = QMessageBox(parent)
+    box.setObjectName("problemDialog")
+    box.setIcon(QMessageBox.Icon.Warning if problem.warning_only else QMessageBox.Icon.Critical)
+    box.setWindowTitle(problem.title)
+    box.setText(problem.text)
+    box.setInformativeText(problem.advice)
+    if problem.details:
+        box.setDetailedText(problem.details)
+    box.setStandardButtons(QMessageBox.StandardButton.Ok)
+    return box
+
+
+def build_confirm_box(parent: QWidget | None, title: str, text: str, advice: str, yes_text: str) -> QMessageBox:
+    box = QMessageBox(parent)
+    box.setObjectName("confirmDialog")
+    box.setIcon(QMessageBox.Icon.Question)
+    box.setWindowTitle(title)
+    box.setText(text)
+    box.setInformativeText(advice)
+    yes = box.addButton(yes_text, QMessageBox.ButtonRole.AcceptRole)
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.setProperty("yesButton", yes)
+    return box
+
+
+class DialogPresenter:
+    """Shows dialogs without blocking. Keeps the ones still open in ``open`` (newest last)."""
+
+    def __init__(self) -> None:
+        self.open: list[QDialog] = []
+
+    def _track(self, dialog: QDialog) -> None:
+        self.open.append(dialog)
+
+        def gone(_result: int = 0) -> None:
+            if dialog in self.open:
+                self.open.remove(dialog)
+            dialog.deleteLater()
+
+        dialog.finished.connect(gone)
+        dialog.open()
+
+    def error(self, parent: QWidget | None, problem: Problem) -> QMessageBox:
+        box = build_error_box(parent, problem)
+        self._track(box)
+        return box
+
+    def confirm(self, parent: QWidget | None, title: str, text: str, advice: str, yes_text: str,
+                on_yes: Callable[[], None]) -> QMessageBox:
+        box = build_confirm_box(parent, title, text, advice, yes_text)
+        yes = box.property("yesButton")
+        box.finished.connect(lambda _r: on_yes() if box.clickedButton() is yes else None)
+        self._track(box)
+        return box
+
+    def choose_database(self, parent: QWidget | None, start: str, on_chosen: Callable[[str], None]) -> QFileDialog:
+        dialog = QFileDialog(parent, "Open memory database", start or os.getcwd(), DB_FILTER)
+        dialog.setObjectName("openDatabaseDialog")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.fileSelected.connect(on_chosen)
+        self._track(dialog)
+        return dialog
+
+    def close_all(self) -> None:
+        for dialog in list(self.open):
+            dialog.reject()

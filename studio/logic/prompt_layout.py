@@ -1,0 +1,332 @@
+"""The prompt inspector's logic (no Qt): options, what to assemble, and how the record is laid out.
+
+The inspector never computes a prompt itself. ``assemble_preview`` calls ``Memory.assemble`` (the one
+code path the agent uses) and the layout functions only reshape its ``AssembledPrompt`` record into
+rows, bar segments and skip reasons for display.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Callable, Literal, Mapping
+
+from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message, Store
+from core.storage.memory_store import MessageQuery
+from core.timeutil import to_iso
+from studio.logic.memory_config import AgentConfig
+
+# Stable colours per source so the bar, the table and the legend agree (colour-blind-safe-ish hues).
+SOURCE_COLORS: dict[str, str] = {
+    "instructions": "#5B7DB1",
+    "working-memory": "#D9A441",
+    "message-history": "#3E9C8F",
+    "semantic-recall": "#8E6BBF",
+    "observational-memory": "#C65D7B",
+    "input": "#6BA539",
+    "context": "#8A8F98",
+    "tools": "#A7785A",
+}
+_EXTRA = ["#4C9BD6", "#D4774A", "#7F9C3A", "#B55FA8", "#56A3A6", "#C9A227"]
+FREE_COLOR = "#2B2F36"
+
+ROLE_LABELS = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool", "tools": "tool defs"}
+
+
+def source_color(source: str) -> str:
+    if source in SOURCE_COLORS:
+        return SOURCE_COLORS[source]
+    digest = int(hashlib.sha1(source.encode()).hexdigest()[:6], 16)
+    return _EXTRA[digest % len(_EXTRA)]
+
+
+# -- options ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InspectorOptions:
+    """The memory settings the user can vary live. ``last_messages == 0`` means history is off."""
+
+    last_messages: int = 10
+    recall: bool = False
+    top_k: int = 4
+    scope: Literal["resource", "thread"] = "resource"
+    read_only: bool = False
+
+    @classmethod
+    def from_memory_options(cls, opts: MemoryOptions) -> "InspectorOptions":
+        sr = opts.semantic_recall
+        lm = opts.last_messages
+        return cls(
+            last_messages=0 if lm is False else int(lm), recall=bool(sr.enabled), top_k=int(sr.top_k),
+            scope=sr.scope, read_only=bool(opts.read_only),
+        )
+
+    def to_overrides(self) -> dict[str, Any]:
+        """The per-call override dict handed to ``Memory.assemble(options=...)``."""
+        return {
+            "last_messages": self.last_messages if self.last_messages > 0 else False,
+            "semantic_recall": {"enabled": self.recall, "top_k": self.top_k, "scope": self.scope},
+            "read_only": self.read_only,
+        }
+
+
+@dataclass(frozen=True)
+class StartingPoint:
+    """Where the inspector's options came from, said in words the user sees."""
+
+    base: MemoryOptions
+    options: InspectorOptions
+    agent: AgentConfig | None
+    origin: str
+
+
+def starting_point(agent: AgentConfig | None, reason: str) -> StartingPoint:
+    if agent is None:
+        base = MemoryOptions()
+        return StartingPoint(base, InspectorOptions.from_memory_options(base), None,
+                             f"Defaults ({reason})")
+    base = agent.memory_options()
+    when = agent.updated_at.strftime("%Y-%m-%d %H:%M") if agent.updated_at else "?"
+    by = f" by {agent.process}" if agent.process else ""
+    return StartingPoint(base, InspectorOptions.from_memory_options(base), agent,
+                         f"{reason}; registered {when}{by}")
+
+
+# -- what to assemble ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TurnRef:
+    """A stored turn to re-assemble: its user message is the input; history ends just before it."""
+
+    picked_id: str
+    input: Message | None
+    before: tuple[datetime, str]  # history strictly older than (createdAt, id)
+    created_at: str | None
+
+    @property
+    def as_of(self) -> str:
+        return self.input.id if self.input is not None else self.picked_id
+
+
+def resolve_turn(store: Store, thread_id: str, message_id: str) -> TurnRef | None:
+    """The turn a picked message belongs to: itself if it is a user message, else the user message
+    that started it (the newest user message before it)."""
+    found = store.memory.get_messages([message_id])
+    if not found or found[0].thread_id != thread_id:
+        return None
+    picked = found[0]
+    if picked.role in ("user", "signal"):
+        return TurnRef(picked.id, picked, (picked.created_at, picked.id), to_iso(picked.created_at))
+    earlier = store.memory.list_messages(
+        MessageQuery(thread_id=thread_id, before=(picked.created_at, picked.id), last=200)
+    )
+    for msg in reversed(earlier):
+        if msg.role in ("user", "signal"):
+            return TurnRef(picked.id, msg, (msg.created_at, msg.id), to_iso(msg.created_at))
+    return TurnRef(picked.id, None, (picked.created_at, picked.id), to_iso(picked.created_at))
+
+
+@dataclass(frozen=True)
+class PreviewRequest:
+    thread_id: str | None
+    resource_id: str | None
+    base: MemoryOptions
+    options: InspectorOptions
+    memory_name: str = "default"
+    text: str = ""  # the new user message (ignored for a stored turn)
+    instructions: str = ""
+    message_id: str | None = None  # set: re-assemble the stored turn this message belongs to
+
+
+@dataclass
+class Preview:
+    request: PreviewRequest
+    prompt: AssembledPrompt
+    turn: TurnRef | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+MemoryFactory = Callable[[MemoryOptions, str, Any], Memory]
+
+
+class EmbedderHolder:
+    """Loads the embedding model once, on first need, on whichever worker asks (thread-safe)."""
+
+    def __init__(self, loader: Callable[[], Any] | None = None) -> None:
+        self._loader = loader
+        self._value: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._value is None:
+                if self._loader is None:
+                    from core.embedding import default_embedder
+
+                    self._value = default_embedder()
+                else:
+                    self._value = self._loader()
+            return self._value
+
+
+def memory_options_for(req: PreviewRequest) -> MemoryOptions:
+    """The Memory's own options: the agent's, with recall on/off as asked, and without OM (which
+    needs the agent's observer model to construct)."""
+    base = req.base
+    sr = base.semantic_recall
+    return base.with_(
+        semantic_recall=replace(sr, enabled=req.options.recall, top_k=req.options.top_k, scope=req.options.scope),
+        observational_memory=False,
+    )
+
+
+def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFactory,
+                     embedders: EmbedderHolder) -> Preview:
+    """Worker job: build the Memory the agent would run with and ask it for the prompt."""
+    notes: list[str] = []
+    if req.base.observational_memory.enabled:
+        notes.append("Observational memory is configured but not previewed: it needs the agent's observer model.")
+    embedder = embedders.get() if req.options.recall else None
+    memory = memory_factory(memory_options_for(req), req.memory_name, embedder)
+    overrides = req.options.to_overrides()
+    turn = None
+    if req.message_id and req.thread_id:
+        turn = resolve_turn(store, req.thread_id, req.message_id)
+        if turn is None:
+            raise LookupError(f"Message {req.message_id} is not in thread {req.thread_id} any more.")
+        prompt = assemble_as_of(memory, req, turn, overrides)
+        if prompt.fragments_from("working-memory"):
+            notes.append("History and recall end at this turn; working memory is shown as it is stored now.")
+    else:
+        inputs = [Message.user(req.text)] if req.text.strip() else []
+        prompt = memory.assemble(
+            thread_id=req.thread_id, resource_id=req.resource_id, input=inputs,
+            instructions=req.instructions or None, options=overrides,
+        )
+    return Preview(req, prompt, turn, notes)
+
+
+def assemble_as_of(memory: Memory, req: PreviewRequest, turn: TurnRef, overrides: Mapping[str, Any]) -> AssembledPrompt:
+    """The engine rebuilds the turn itself (``as_of``): history and recall end before that message."""
+    return memory.assemble(
+        thread_id=req.thread_id, resource_id=req.resource_id, instructions=req.instructions or None,
+        options=overrides, as_of=turn.as_of,
+    )
+
+
+# -- layout ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FragmentRow:
+    index: int
+    role: str
+    source: str
+    kind: str
+    stored_ids: tuple[str, ...]
+    score: float | None
+    tokens: int
+    share: float  # of the prompt's total tokens
+    preview: str
+    text: str
+    created_at: str | None
+    color: str
+    detail: Mapping[str, Any]
+
+    @property
+    def stored_label(self) -> str:
+        if not self.stored_ids:
+            return ""
+        if len(self.stored_ids) == 1:
+            return _short(self.stored_ids[0])
+        return f"{len(self.stored_ids)} messages"
+
+    @property
+    def score_label(self) -> str:
+        return "" if self.score is None else f"{self.score:.3f}"
+
+
+def _short(message_id: str) -> str:
+    return message_id if len(message_id) <= 10 else message_id[:8] + "…"
+
+
+def _preview(text: str, limit: int = 140) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def fragment_rows(prompt: AssembledPrompt) -> list[FragmentRow]:
+    total = max(prompt.total_tokens, 1)
+    return [_row(f, total) for f in prompt.fragments]
+
+
+def _row(f: Fragment, total: int) -> FragmentRow:
+    return FragmentRow(
+        index=f.index, role=ROLE_LABELS.get(f.role, f.role), source=f.source, kind=f.kind,
+        stored_ids=tuple(f.stored_ids), score=f.score, tokens=f.tokens, share=f.tokens / total,
+        preview=_preview(f.text), text=f.text, created_at=f.created_at, color=source_color(f.source),
+        detail=dict(f.detail),
+    )
+
+
+@dataclass(frozen=True)
+class BarSegment:
+    source: str
+    tokens: int
+    fraction: float  # of the context window
+    color: str
+
+
+@dataclass(frozen=True)
+class ContextUsage:
+    segments: tuple[BarSegment, ...]
+    total: int
+    window: int
+    tokenizer: str
+
+    @property
+    def free(self) -> int:
+        return max(self.window - self.total, 0)
+
+    @property
+    def over(self) -> bool:
+        return self.total > self.window
+
+    @property
+    def summary(self) -> str:
+        pct = 100.0 * self.total / self.window if self.window else 0.0
+        return f"{self.total:,} / {self.window:,} tokens ({pct:.1f}%)"
+
+
+def context_usage(prompt: AssembledPrompt) -> ContextUsage:
+    """Tokens by source in prompt order (first appearance), against the context window."""
+    window = max(int(prompt.context_window or 0), 1)
+    by_source = prompt.tokens_by_source()
+    order: list[str] = []
+    for f in prompt.fragments:
+        if f.source not in order:
+            order.append(f.source)
+    segs = tuple(BarSegment(s, by_source[s], by_source[s] / window, source_color(s)) for s in order)
+    return ContextUsage(segs, prompt.total_tokens, window, prompt.tokenizer)
+
+
+@dataclass(frozen=True)
+class SkipRow:
+    processor: str
+    reason: str
+
+
+def skipped_rows(prompt: AssembledPrompt) -> list[SkipRow]:
+    """Processors that added nothing, with the engine's reason, in the order the processors ran."""
+    ran = list(prompt.processors)
+    order = {pid: i for i, pid in enumerate(ran)}
+    rows = [SkipRow(pid, why) for pid, why in prompt.skipped.items()]
+    return sorted(rows, key=lambda r: order.get(r.processor, len(ran)))
+
+
+def fragment_header(row: FragmentRow) -> str:
+    """The provenance line above a fragment's full text in the detail view."""
+    bits = [f"#{row.index}", row.role, f"from {row.source}", f"{row.tokens} tokens"]
+    if row.score is not None:
+        bits.append(f"score {row.score:.3f}")
+    if row.created_at:
+        bits.append(row.created_at)
+    return " · ".join(bits)

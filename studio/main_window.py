@@ -1,0 +1,472 @@
+"""The main window: resources tree on the left, the panes as tabs on the right, one registry of
+commands behind the menus, the shortcuts and the palette.
+
+Opening a database runs in a worker; until it succeeds the previous one stays open. Each open file
+gets a fresh ``StudioSession`` and fresh panes (they are built over one session), so nothing from
+the previous file can leak into the next. When the file changes on disk, the tree and the message
+list update in place.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Callable
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent, QGuiApplication
+from PySide6.QtWidgets import (
+    QApplication,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QProgressBar,
+    QSplitter,
+    QStackedWidget,
+    QTabWidget,
+    QWidget,
+)
+
+from core.storage.paths import resolve_db_path
+from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
+from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notice
+from studio.panes.messages import MessagesPane
+from studio.panes.resources import ResourcesPane
+from studio.selection import Selection
+from studio.session import OpenedDatabase, StudioSession, open_studio_database
+from studio.theme import apply_theme, current_theme
+from studio.workers import WorkerPool
+
+APP_NAME = "Memory Studio"
+BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
+
+# (object name, tab title, "module:Class"): every pane takes (session, parent) and has set_selection.
+TABS: list[tuple[str, str, str]] = [
+    ("messages", "Messages", "studio.panes.messages:MessagesPane"),
+    ("prompt", "Prompt inspector", "studio.panes.prompt_inspector:PromptInspectorPane"),
+    ("working_memory", "Working memory", "studio.panes.working_memory:WorkingMemoryPane"),
+]
+
+Seeder = Callable[..., Any]
+
+
+def _load(spec: str) -> Any:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def default_seeder(store: Any, progress: Callable[[int, int], None]) -> Any:
+    from core.demo import seed_demo
+
+    return seed_demo(store, progress=progress)
+
+
+class MainWindow(QMainWindow):
+    session_opened = Signal(object)  # StudioSession
+    open_failed = Signal(object)  # Problem
+    seeding_finished = Signal(object)  # the seeder's report, or an exception
+
+    def __init__(self, settings: QSettings, presenter: DialogPresenter | None = None,
+                 seeder: Seeder = default_seeder, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("mainWindow")
+        self.settings = settings
+        self.presenter = presenter or DialogPresenter()
+        self.seeder = seeder
+        self.pool = WorkerPool(self, max_threads=2)
+        self.session: StudioSession | None = None
+        self.panes: dict[str, QWidget] = {}
+        self.resources: ResourcesPane | None = None
+        self.selection = Selection()
+        self.newer_migrations: list[str] = []
+        self.seeding = False
+        self._open_token = 0
+        self._busy = {"pool": 0, "session": 0}
+        self.recent = RecentFiles([str(p) for p in (settings.value("recentFiles") or []) if p])
+
+        self._build_shell()
+        self.commands = CommandRegistry(self)
+        self._register_commands()
+        self.menus = self.commands.build_menus(self.menuBar(), ["File", "View", "Help"])
+        self._build_recent_menu()
+        self.commands.add_provider(self._recent_commands)
+        self.commands.add_provider(self._pane_commands)
+        self._update_title()
+        geometry = settings.value("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1360, 860)
+
+    # -- shell -----------------------------------------------------------------------------------
+    def _build_shell(self) -> None:
+        self.placeholder = QLabel("No database open.\nFile > Open… (Ctrl+O)", self)
+        self.placeholder.setObjectName("emptyState")
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.split = QSplitter(Qt.Orientation.Horizontal, self)
+        self.split.setChildrenCollapsible(False)
+        self.tabs = QTabWidget(self)
+        self.tabs.setObjectName("paneTabs")
+        self.tabs.setDocumentMode(True)
+        self.left = QStackedWidget(self)
+        self.split.addWidget(self.left)
+        self.split.addWidget(self.tabs)
+        self.split.setStretchFactor(0, 0)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([380, 980])
+        self.center = QStackedWidget(self)
+        self.center.addWidget(self.placeholder)
+        self.center.addWidget(self.split)
+        self.setCentralWidget(self.center)
+
+        bar = self.statusBar()
+        self.status_text = QLabel("", self)
+        self.busy_bar = QProgressBar(self)
+        self.busy_bar.setObjectName("busyBar")
+        self.busy_bar.setFixedWidth(140)
+        self.busy_bar.setTextVisible(False)
+        self.busy_bar.setRange(0, 0)
+        self.busy_bar.hide()
+        self.badge = QLabel("", self)
+        self.badge.setObjectName("readOnlyBadge")
+        self.badge.hide()
+        self.path_label = QLabel("", self)
+        self.path_label.setObjectName("pathLabel")
+        self.path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        bar.addWidget(self.status_text, 1)
+        bar.addPermanentWidget(self.busy_bar)
+        bar.addPermanentWidget(self.path_label)
+        bar.addPermanentWidget(self.badge)
+        self._busy_timer = QTimer(self)
+        self._busy_timer.setSingleShot(True)
+        self._busy_timer.setInterval(BUSY_DELAY_MS)
+        self._busy_timer.timeout.connect(self._show_busy)
+        self.pool.busy_changed.connect(lambda n: self._set_busy("pool", n))
+
+    def _set_busy(self, source: str, count: int) -> None:
+        self._busy[source] = count
+        if sum(self._busy.values()) or self.seeding:
+            if not self.busy_bar.isVisible() and not self._busy_timer.isActive():
+                self._busy_timer.start()
+        else:
+            self._busy_timer.stop()
+            self.busy_bar.hide()
+
+    def _show_busy(self) -> None:
+        if sum(self._busy.values()) or self.seeding:
+            self.busy_bar.show()
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_bar.isVisible()
+
+    def show_status(self, text: str) -> None:
+        self.status_text.setText(text)
+
+    def _register_commands(self) -> None:
+        c = self.commands
+        has_db = lambda: self.session is not None  # noqa: E731
+        c.add("file.open", "Open Database…", self.choose_database, shortcut="Ctrl+O", menu="File", group="open",
+              keywords="file libsql mastra")
+        c.add("file.reload", "Reload", self.reload, shortcut="Ctrl+R", menu="File", group="open",
+              enabled=has_db)
+        c.add("file.allow_writes", "Allow Writes…", self.request_allow_writes, menu="File", group="access",
+              enabled=lambda: self.session is not None and self.session.read_only, keywords="read-only edit")
+        c.add("file.copy_path", "Copy Database Path", self.copy_path, menu="File", group="access", enabled=has_db)
+        c.add("app.quit", "Quit", self.close, shortcut="Ctrl+Q", menu="File", group="quit")
+        c.add("view.palette", "Command Palette…", self.show_palette, shortcut="Ctrl+K", menu="View", group="palette")
+        c.add("view.filter", "Filter Threads", self.focus_filter, shortcut="Ctrl+F", menu="View", group="find",
+              enabled=has_db)
+        c.add("view.search", "Search All Messages…", self.focus_search, shortcut="Ctrl+Shift+F", menu="View",
+              group="find", enabled=has_db, keywords="full text find")
+        for n, (name, title, _spec) in enumerate(TABS, start=1):
+            c.add(f"view.tab.{name}", f"Show {title}", lambda name=name: self.show_tab(name), shortcut=f"Ctrl+{n}",
+                  menu="View", group="tabs", enabled=has_db)
+        c.add("view.theme", "Toggle Dark Mode", self.toggle_theme, shortcut="Ctrl+Shift+L", menu="View",
+              group="theme", keywords="light dark colours")
+        c.add("help.about", "About Memory Studio", self.show_about, menu="Help")
+
+    def _build_recent_menu(self) -> None:
+        file_menu = self.menus["File"]
+        self.recent_menu = QMenu("Open Recent", self)
+        self.recent_menu.setObjectName("recentMenu")
+        file_menu.insertMenu(self.commands.action("file.reload"), self.recent_menu)
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        self._fill_recent_menu()
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        for path in self.recent.paths:
+            self.recent_menu.addAction(path, lambda p=path: self.open_recent(p))
+        if not self.recent.paths:
+            self.recent_menu.addAction("(none yet)").setEnabled(False)
+
+    def _recent_commands(self) -> list[Command]:
+        return [Command(f"file.recent:{p}", f"Open Recent: {p}", lambda p=p: self.open_recent(p), menu="File")
+                for p in self.recent.paths]
+
+    def _pane_commands(self) -> list[Command]:
+        """Panes with their own commands (``palette_commands``) show them in the palette too."""
+        out: list[Command] = []
+        for pane in self.panes.values():
+            provider = getattr(pane, "palette_commands", None)
+            if callable(provider):
+                out.extend(provider())
+        return out
+
+    # -- opening ---------------------------------------------------------------------------------
+    def open_database(self, path: str | None, *, allow_writes: bool | None = None, create_missing: bool = False,
+                      seed_if_empty: bool = False, keep: Selection | None = None) -> None:
+        """Open ``path`` (None: the project's anchored database) in a worker; errors become dialogs."""
+        if self.seeding:  # the seeder is writing through the current store; let it finish
+            self.show_status("Creating demo data — open another database when it is done")
+            return
+        self._open_token += 1
+        token = self._open_token
+        try:
+            display = resolve_db_path(path).display
+        except Exception as exc:  # noqa: BLE001 - a bad URL is a user error, shown as a dialog
+            self._open_failed(token, exc, str(path))
+            return
+        self.show_status(f"Opening {display}…")
+
+        def job() -> OpenedDatabase:
+            return open_studio_database(path, allow_writes=allow_writes, create_missing=create_missing)
+
+        self.pool.submit(job, on_result=lambda r: self._opened(token, r, seed_if_empty, keep),
+                         on_error=lambda e: self._open_failed(token, e, display))
+
+    def _opened(self, token: int, opened: OpenedDatabase, seed_if_empty: bool, keep: Selection | None) -> None:
+        if token != self._open_token:
+            opened.store.close()  # a newer open superseded this one
+            return
+        self._install(StudioSession(opened.store), keep)
+        self.newer_migrations = opened.newer_migrations
+        display = opened.store.location.display
+        if opened.store.location.path is not None:
+            self.recent.push(display)
+            self.settings.setValue("recentFiles", self.recent.paths)
+        self.show_status(f"Opened {display}")
+        if opened.newer_migrations:
+            self.presenter.error(self, newer_schema_notice(display, opened.newer_migrations))
+        if seed_if_empty and not opened.has_data and not opened.store.read_only:
+            self.seed_demo()
+        self.session_opened.emit(self.session)
+
+    def _open_failed(self, token: int, exc: BaseException, display: str) -> None:
+        if token != self._open_token:
+            return
+        problem = explain(exc, display)
+        self.show_status(f"Could not open {display}")
+        self.presenter.error(self, problem)
+        self.open_failed.emit(problem)
+
+    def _install(self, session: StudioSession, keep: Selection | None) -> None:
+        self._close_session()
+        self.session = session
+        session.pool.busy_changed.connect(lambda n: self._set_busy("session", n))
+        session.error.connect(lambda text: self.show_status(f"⚠ {text}"))
+        self.resources = ResourcesPane(session, self)
+        self.left.addWidget(self.resources)
+        for name, title, spec in TABS:
+            pane = _load(spec)(session, self)
+            pane.setObjectName(pane.objectName() or f"{name}Pane")
+            self.panes[name] = pane
+            self.tabs.addTab(pane, title)
+        messages = self.messages_pane
+        self.resources.selection_changed.connect(self.set_selection)
+        self.resources.hit_activated.connect(self.set_selection)
+        messages.message_selected.connect(self._on_message_selected)
+        for pane in self.panes.values():
+            wants = getattr(pane, "open_message", None)  # "show me this stored message"
+            if wants is not None and pane is not messages:
+                wants.connect(self.show_message)
+        session.changed.connect(self._on_changed)
+        session.read_only_changed.connect(lambda _ro: self._update_title())
+        self.center.setCurrentIndex(1)
+        self.selection = Selection()
+        if keep is not None and not keep.empty:
+            self.resources.set_selection(keep)
+        self._update_title()
+        session.start()
+        self.resources.refresh()
+
+    def _close_session(self) -> None:
+        old, self.session = self.session, None
+        if self.resources is not None:
+            self.left.removeWidget(self.resources)
+            self.resources.deleteLater()
+            self.resources = None
+        while self.tabs.count():
+            widget = self.tabs.widget(0)
+            self.tabs.removeTab(0)
+            widget.deleteLater()
+        self.panes.clear()
+        self._busy["session"] = 0
+        if old is not None:
+            old.close()
+            old.deleteLater()
+
+    @property
+    def messages_pane(self) -> MessagesPane:
+        pane = self.panes["messages"]
+        assert isinstance(pane, MessagesPane)
+        return pane
+
+    # -- selection and live updates --------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        self.selection = selection
+        for pane in self.panes.values():
+            pane.set_selection(selection)  # type: ignore[attr-defined]
+
+    def show_message(self, message_id: str) -> None:
+        sel = self.selection
+        self.show_tab("messages")
+        self.set_selection(Selection(sel.resource_id, sel.thread_id, message_id))
+
+    def _on_message_selected(self, message_id: str | None) -> None:
+        sel = self.selection
+        if message_id == sel.message_id:
+            return
+        self.set_selection(Selection(sel.resource_id, sel.thread_id, message_id))
+
+    def _on_changed(self) -> None:
+        if self.resources is not None:
+            self.resources.refresh()
+        if "messages" in self.panes:
+            self.messages_pane.refresh()
+
+    # -- demo data -------------------------------------------------------------------------------
+    def seed_demo(self) -> None:
+        session = self.session
+        if session is None or self.seeding:
+            return
+        self.seeding = True
+        store = session.store
+        self.show_status("Creating demo data by running the engine (scripted models)…")
+        self.busy_bar.setRange(0, 0)
+        self._set_busy("pool", self.pool.running)
+
+        def progress(done: int, total: int) -> None:
+            self.busy_bar.setRange(0, max(total, 1))
+            self.busy_bar.setValue(done)
+            self.busy_bar.show()
+            self.show_status(f"Creating demo data: turn {done} of {total}…")
+
+        def finished(report: Any) -> None:
+            self.seeding = False
+            self.busy_bar.setRange(0, 0)
+            summary = report.summary() if hasattr(report, "summary") else "demo data created"
+            self.show_status(f"Created {summary}")
+            if self.session is session:
+                session.notify_local_write()
+            self._set_busy("pool", self.pool.running)
+            self.seeding_finished.emit(report)
+
+        def failed(exc: BaseException) -> None:
+            self.seeding = False
+            self.busy_bar.setRange(0, 0)
+            self._set_busy("pool", self.pool.running)
+            self.presenter.error(self, Problem("Demo data could not be created", f"{type(exc).__name__}: {exc}",
+                                               "The database stays usable; you can add data with your own agent.",
+                                               getattr(exc, "__traceback_text__", "")))
+            self.seeding_finished.emit(exc)
+
+        self.pool.submit(lambda report: self.seeder(store, report), on_result=finished, on_error=failed,
+                         on_progress=progress)
+
+    # -- commands --------------------------------------------------------------------------------
+    def choose_database(self) -> None:
+        start = str(Path(self.recent.paths[0]).parent) if self.recent.paths else ""
+        self.presenter.choose_database(self, start, lambda path: self.open_database(path))
+
+    def open_recent(self, path: str) -> None:
+        self.open_database(path)
+
+    def reload(self) -> None:
+        if self.session is not None:
+            self.open_database(self.session.display_path, allow_writes=not self.session.read_only or None,
+                               keep=self.selection)
+
+    def request_allow_writes(self) -> None:
+        session = self.session
+        if session is None or not session.read_only:
+            return
+        if self.newer_migrations:
+            self.presenter.error(self, newer_schema_notice(session.display_path, self.newer_migrations))
+            return
+        self.presenter.confirm(
+            self, "Allow writes?",
+            f"{session.display_path} was not created by Memory Studio, so it is open read-only.",
+            "Allowing writes lets editors (working memory, templates) save into this file. Browsing never "
+            "writes. Memory Studio will not migrate the file; another program (your Mastra app) may still be "
+            "using it.",
+            "Allow Writes",
+            lambda: self.open_database(session.display_path, allow_writes=True, keep=self.selection),
+        )
+
+    def copy_path(self) -> None:
+        if self.session is not None:
+            QGuiApplication.clipboard().setText(self.session.display_path)
+            self.show_status("Copied the database path")
+
+    def show_palette(self) -> None:
+        palette = CommandPalette(self.commands, self)
+        palette.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        palette.show()
+        palette.input.setFocus()
+        self.palette = palette
+
+    def focus_filter(self) -> None:
+        if self.resources is not None:
+            self.resources.focus_filter()
+
+    def focus_search(self) -> None:
+        if self.resources is not None:
+            self.resources.focus_filter()
+            self.show_status("Type words and press Enter to search every message")
+
+    def show_tab(self, name: str) -> None:
+        pane = self.panes.get(name)
+        if pane is not None:
+            self.tabs.setCurrentWidget(pane)
+
+    def toggle_theme(self) -> None:
+        app = QApplication.instance()
+        assert isinstance(app, QApplication)
+        name = apply_theme(app, "light" if current_theme(app) == "dark" else "dark")
+        self.settings.setValue("theme", name)
+
+    def show_about(self) -> None:
+        self.presenter.error(self, Problem(
+            "About Memory Studio",
+            "Memory Studio: an inspector for agent memory stored in Mastra's libSQL layout.",
+            "Ctrl+K opens the command palette.", warning_only=True))
+
+    # -- identity --------------------------------------------------------------------------------
+    def _update_title(self) -> None:
+        if self.session is None:
+            self.setWindowTitle(APP_NAME)
+            self.badge.hide()
+            self.path_label.setText("")
+            return
+        path = self.session.display_path
+        name = Path(path).name if path != ":memory:" else path
+        ro = self.session.read_only
+        self.setWindowTitle(f"{name} — {path}{' [read-only]' if ro else ''} — {APP_NAME}")
+        self.path_label.setText(path)
+        self.badge.setObjectName("readOnlyBadge" if ro else "writableBadge")
+        self.badge.setText("READ-ONLY" if ro else "WRITABLE")
+        self.badge.setToolTip("File > Allow Writes… to edit this database" if ro else "Editors can save to this file")
+        self.badge.style().unpolish(self.badge)
+        self.badge.style().polish(self.badge)
+        self.badge.show()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.settings.setValue("geometry", self.saveGeometry())
+        self.presenter.close_all()
+        self._open_token += 1
+        self.pool.shutdown()
+        self.pool.wait(30_000)  # an open or the demo seeder may still be using the store
+        self._close_session()
+        super().closeEvent(event)

@@ -1,0 +1,196 @@
+"""How a stored message reads in the Studio: a one-line summary for the list, HTML for the detail.
+
+Pure functions over ``core.messages.Message``; no Qt. The list view shows ``MessageRow`` values built
+on a worker thread, so painting never parses JSON.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from core.messages import Message
+
+PREVIEW_CHARS = 400  # the list shows two lines; the rest is in the detail view
+MAX_DETAIL_CHARS = 200_000  # a multi-megabyte tool result must not stall the UI thread
+
+ROLE_COLOURS = {
+    "user": "#4f9cf7",
+    "assistant": "#3fb27f",
+    "system": "#9aa0a6",
+    "signal": "#e8a33d",
+    "tool": "#b48ead",
+}
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """What one list row shows. ``kinds`` lists the part types in order (for the part badges)."""
+
+    id: str
+    role: str
+    created_at: datetime
+    preview: str
+    kinds: tuple[str, ...]
+    message: Message | None  # None when the stored row could not be read
+    error: str | None = None
+
+
+def part_kind(part: dict[str, Any]) -> str:
+    kind = str(part.get("type", "?"))
+    return "data" if kind.startswith("data-") else kind
+
+
+def summarize_part(part: dict[str, Any]) -> str:
+    kind = str(part.get("type", "?"))
+    if kind == "text":
+        return str(part.get("text", ""))
+    if kind == "reasoning":
+        return "(thinking) " + str(part.get("reasoning") or _details_text(part))
+    if kind == "tool-invocation":
+        inv = part.get("toolInvocation") or {}
+        call = f"{inv.get('toolName', '?')}({_compact(inv.get('args', {}), 80)})"
+        if "result" in inv:
+            return f"{call} → {_compact(inv.get('result'), 120)}"
+        return f"{call} …"
+    if kind == "file":
+        return f"[{part.get('filename') or 'file'} · {part.get('mimeType') or part.get('mediaType') or '?'}]"
+    if kind.startswith("data-"):
+        return f"{{{kind}}} {_compact(part.get('data'), 120)}"
+    if kind == "step-start":
+        return ""
+    if kind in ("source", "source-url", "source-document"):
+        src = part.get("source") if isinstance(part.get("source"), dict) else part
+        return f"[source: {src.get('title') or src.get('url') or kind}]"
+    if kind == "error":
+        return f"[error] {_compact(part.get('error') or part.get('text'), 120)}"
+    return f"[{kind}]"
+
+
+def summarize(message: Message) -> MessageRow:
+    pieces = [s for s in (summarize_part(p) for p in message.parts) if s]
+    if not pieces and message.text:
+        pieces = [message.text]
+    preview = " · ".join(" ".join(p.split()) for p in pieces)[:PREVIEW_CHARS]
+    kinds = tuple(part_kind(p) for p in message.parts if p.get("type") != "step-start")
+    return MessageRow(message.id, message.role, message.created_at, preview, kinds, message)
+
+
+def unreadable_row(row_id: str, role: str, created_at: datetime, error: str) -> MessageRow:
+    return MessageRow(row_id, role, created_at, f"[unreadable message] {error}", ("error",), None, error)
+
+
+def _details_text(part: dict[str, Any]) -> str:
+    details = part.get("details")
+    if isinstance(details, list):
+        return " ".join(str(d.get("text", "")) for d in details if isinstance(d, dict))
+    return ""
+
+
+def _compact(value: Any, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pretty_json(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, indent=2, default=str)
+    if len(text) > MAX_DETAIL_CHARS:
+        return text[:MAX_DETAIL_CHARS] + f"\n… ({len(text) - MAX_DETAIL_CHARS:,} more characters)"
+    return text
+
+
+def format_time(when: datetime) -> str:
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def snippet(text: str, query: str, width: int = 90) -> str:
+    """The part of ``text`` around the first case-insensitive hit of ``query``, on one line."""
+    flat = " ".join(text.split())
+    at = flat.lower().find(query.lower().strip()) if query.strip() else -1
+    if at < 0:
+        return flat[:width] + ("…" if len(flat) > width else "")
+    start = max(0, at - width // 3)
+    end = min(len(flat), start + width)
+    return ("…" if start else "") + flat[start:end] + ("…" if end < len(flat) else "")
+
+
+# -- detail HTML -----------------------------------------------------------------------------------
+
+def _pre(text: str, cls: str = "code") -> str:
+    return f'<pre class="{cls}">{html.escape(text)}</pre>'
+
+
+def _block(label: str, colour: str, body: str) -> str:
+    return (
+        f'<div class="part"><div class="label" style="color:{colour}">{html.escape(label)}</div>{body}</div>'
+    )
+
+
+def _text_html(text: str) -> str:
+    if len(text) > MAX_DETAIL_CHARS:
+        text = text[:MAX_DETAIL_CHARS] + f"\n… ({len(text) - MAX_DETAIL_CHARS:,} more characters)"
+    return '<div class="text">' + html.escape(text).replace("\n", "<br>") + "</div>"
+
+
+def part_html(part: dict[str, Any]) -> str:
+    kind = str(part.get("type", "?"))
+    if kind == "text":
+        return _text_html(str(part.get("text", "")))
+    if kind == "reasoning":
+        body = '<div class="reasoning">' + html.escape(str(part.get("reasoning") or _details_text(part))).replace(
+            "\n", "<br>") + "</div>"
+        return _block("REASONING", "#a78bfa", body)
+    if kind == "tool-invocation":
+        inv = part.get("toolInvocation") or {}
+        state = inv.get("state", "?")
+        head = f"TOOL {inv.get('toolName', '?')}  ·  {state}  ·  {inv.get('toolCallId', '')}"
+        body = '<div class="sub">args</div>' + _pre(pretty_json(inv.get("args", {})))
+        if "result" in inv:
+            body += '<div class="sub">result</div>' + _pre(pretty_json(inv.get("result")))
+        return _block(head, ROLE_COLOURS["tool"], body)
+    if kind == "file":
+        data = part.get("data")
+        size = f"{len(data):,} characters of data" if isinstance(data, str) else "no inline data"
+        name = part.get("filename") or "(unnamed)"
+        mime = part.get("mimeType") or part.get("mediaType") or "?"
+        return _block(f"FILE {name}", "#d08770", f'<div class="sub">{html.escape(str(mime))} · {size}</div>')
+    if kind.startswith("data-"):
+        return _block(kind.upper(), "#e8a33d", _pre(pretty_json(part.get("data"))))
+    if kind == "step-start":
+        return '<div class="step">— step —</div>'
+    return _block(kind.upper(), "#9aa0a6", _pre(pretty_json(part)))
+
+
+def message_html(row: MessageRow) -> str:
+    colour = ROLE_COLOURS.get(row.role, "#9aa0a6")
+    head = (
+        f'<div class="head"><span class="role" style="color:{colour}">{html.escape(row.role.upper())}</span>'
+        f'&nbsp;&nbsp;<span class="meta">{html.escape(format_time(row.created_at))}'
+        f"&nbsp;&nbsp;·&nbsp;&nbsp;{html.escape(row.id)}</span></div>"
+    )
+    if row.message is None:
+        return head + _block("UNREADABLE", "#e06c75", _text_html(row.error or "?"))
+    body = "".join(part_html(p) for p in row.message.parts) or _text_html(row.message.text)
+    meta = row.message.metadata
+    if meta:
+        body += _block("METADATA", "#9aa0a6", _pre(pretty_json(meta)))
+    return head + body
+
+
+DETAIL_CSS = """
+body { font-size: 10.5pt; }
+.head { margin-bottom: 8px; }
+.role { font-weight: 700; letter-spacing: 1px; }
+.meta { color: #8b949e; font-family: monospace; font-size: 9pt; }
+.part { margin: 8px 0 8px 0; }
+.label { font-weight: 700; font-size: 8.5pt; letter-spacing: 1px; margin-bottom: 2px; }
+.sub { color: #8b949e; font-size: 8.5pt; margin-top: 4px; }
+.reasoning { font-style: italic; color: #a0a8b4; }
+.step { color: #6e7681; font-size: 8pt; }
+pre.code { font-family: "DejaVu Sans Mono", "Menlo", "Consolas", monospace; font-size: 9pt;
+           background: rgba(127,127,127,0.12); padding: 6px; margin: 2px 0 4px 0; }
+"""

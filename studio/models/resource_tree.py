@@ -1,0 +1,241 @@
+"""Resources and their threads as a two-level Qt tree model, updated in place.
+
+The model keeps rows in first-seen order and applies a fresh ``TreeData`` as inserts, removals and
+``dataChanged`` — never a reset — so a refresh after another process wrote keeps the view's
+selection, expanded rows and scroll position. Ordering (most recent activity first) and the text
+filter are the proxy's job (``make_tree_proxy``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+)
+from PySide6.QtGui import QFont
+
+from core.storage.memory_store import ResourceSummary, ThreadSummary
+from studio.models.queries import TreeData
+
+COLUMNS = ("Thread", "Msgs", "Last activity")
+
+
+class TreeRoles:
+    KIND = Qt.ItemDataRole.UserRole + 1  # "resource" | "thread"
+    RESOURCE_ID = Qt.ItemDataRole.UserRole + 2
+    THREAD_ID = Qt.ItemDataRole.UserRole + 3
+    SORT = Qt.ItemDataRole.UserRole + 4  # last activity as epoch seconds
+    FILTER = Qt.ItemDataRole.UserRole + 5  # what the text filter matches
+
+
+def plan_update(old: Sequence[str], new: Sequence[str]) -> tuple[list[int], list[str]]:
+    """Rows to remove (highest first, so earlier rows keep their numbers) and ids to append."""
+    keep = set(new)
+    removed = [i for i in range(len(old) - 1, -1, -1) if old[i] not in keep]
+    present = set(old)
+    added = [k for k in new if k not in present]
+    return removed, added
+
+
+@dataclass
+class _ResourceNode:
+    key: int
+    summary: ResourceSummary
+    threads: list[ThreadSummary] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.summary.id
+
+
+def _epoch(when: Any) -> float:
+    return when.timestamp() if when is not None else 0.0
+
+
+def _short_time(when: Any) -> str:
+    return when.astimezone().strftime("%b %d %H:%M") if when is not None else "—"
+
+
+class ResourceTreeModel(QAbstractItemModel):
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._nodes: list[_ResourceNode] = []
+        self._by_key: dict[int, _ResourceNode] = {}
+        self._row_of: dict[int, int] = {}  # node key -> row, so parent() is O(1)
+        self._keys = itertools.count(1)
+        self._bold = QFont()
+        self._bold.setBold(True)
+
+    # -- plain state ---------------------------------------------------------------------------
+    def resource_ids(self) -> list[str]:
+        return [n.id for n in self._nodes]
+
+    def thread_ids(self, resource_id: str) -> list[str]:
+        node = self._node(resource_id)
+        return [s.thread.id for s in node.threads] if node else []
+
+    def _node(self, resource_id: str) -> _ResourceNode | None:
+        return next((n for n in self._nodes if n.id == resource_id), None)
+
+    def index_of(self, resource_id: str, thread_id: str | None = None) -> QModelIndex:
+        for r, node in enumerate(self._nodes):
+            if node.id != resource_id:
+                continue
+            parent = self.createIndex(r, 0, 0)
+            if thread_id is None:
+                return parent
+            for t, s in enumerate(node.threads):
+                if s.thread.id == thread_id:
+                    return self.createIndex(t, 0, node.key)
+        return QModelIndex()
+
+    def apply(self, data: TreeData) -> None:
+        """Bring the model to ``data`` with the smallest set of row changes."""
+        fresh = {r.id: r for r in data.resources}
+        removed, added = plan_update(self.resource_ids(), [r.id for r in data.resources])
+        for row in removed:
+            self.beginRemoveRows(QModelIndex(), row, row)
+            node = self._nodes.pop(row)
+            del self._by_key[node.key]
+            self._reindex()
+            self.endRemoveRows()
+        for r, node in enumerate(self._nodes):
+            node.summary = fresh[node.id]
+            self._apply_threads(r, node, data.threads.get(node.id, []))
+        if self._nodes:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self._nodes) - 1, len(COLUMNS) - 1))
+        if added:
+            start = len(self._nodes)
+            self.beginInsertRows(QModelIndex(), start, start + len(added) - 1)
+            for rid in added:
+                node = _ResourceNode(next(self._keys), fresh[rid], list(data.threads.get(rid, [])))
+                self._nodes.append(node)
+                self._by_key[node.key] = node
+            self._reindex()
+            self.endInsertRows()
+
+    def _reindex(self) -> None:
+        self._row_of = {n.key: r for r, n in enumerate(self._nodes)}
+
+    def _apply_threads(self, row: int, node: _ResourceNode, threads: list[ThreadSummary]) -> None:
+        parent = self.index(row, 0)
+        fresh = {s.thread.id: s for s in threads}
+        removed, added = plan_update([s.thread.id for s in node.threads], [s.thread.id for s in threads])
+        for t in removed:
+            self.beginRemoveRows(parent, t, t)
+            node.threads.pop(t)
+            self.endRemoveRows()
+        node.threads = [fresh[s.thread.id] for s in node.threads]
+        if node.threads:
+            self.dataChanged.emit(self.index(0, 0, parent), self.index(len(node.threads) - 1, len(COLUMNS) - 1, parent))
+        if added:
+            start = len(node.threads)
+            self.beginInsertRows(parent, start, start + len(added) - 1)
+            node.threads.extend(fresh[tid] for tid in added)
+            self.endInsertRows()
+
+    # -- Qt model ------------------------------------------------------------------------------
+    def index(self, row: int, column: int, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> QModelIndex:  # noqa: B008
+        if not self.hasIndex(row, column, parent):
+            return QModelIndex()
+        if not parent.isValid():
+            return self.createIndex(row, column, 0)
+        node = self._nodes[parent.row()]
+        return self.createIndex(row, column, node.key)
+
+    def parent(self, index: QModelIndex | QPersistentModelIndex = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
+        if not index.isValid() or index.internalId() == 0:
+            return QModelIndex()
+        row = self._row_of.get(index.internalId())
+        return QModelIndex() if row is None else self.createIndex(row, 0, 0)
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        if not parent.isValid():
+            return len(self._nodes)
+        if parent.internalId() == 0 and parent.column() == 0:
+            return len(self._nodes[parent.row()].threads)
+        return 0
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        col = index.column()
+        if index.internalId() == 0:
+            node = self._nodes[index.row()]
+            return self._resource_data(node, col, role)
+        owner = self._by_key.get(index.internalId())
+        if owner is None or index.row() >= len(owner.threads):
+            return None
+        return self._thread_data(owner, owner.threads[index.row()], col, role)
+
+    def _resource_data(self, node: _ResourceNode, col: int, role: int) -> Any:
+        s = node.summary
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (s.id, f"{s.message_count:,}", _short_time(s.last_activity))[col]
+        if role == TreeRoles.KIND:
+            return "resource"
+        if role == TreeRoles.RESOURCE_ID:
+            return s.id
+        if role == TreeRoles.SORT:
+            return _epoch(s.last_activity)
+        if role == TreeRoles.FILTER:
+            return s.id
+        if role == Qt.ItemDataRole.FontRole and col == 0:
+            return self._bold
+        if role == Qt.ItemDataRole.ToolTipRole:
+            wm = "has working memory" if s.has_working_memory else "no working memory"
+            return f"Resource {s.id}\n{s.thread_count} threads · {s.message_count:,} messages · {wm}"
+        if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def _thread_data(self, node: _ResourceNode, s: ThreadSummary, col: int, role: int) -> Any:
+        title = s.thread.title or "(untitled)"
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (title, f"{s.message_count:,}", _short_time(s.last_activity or s.thread.updated_at))[col]
+        if role == TreeRoles.KIND:
+            return "thread"
+        if role == TreeRoles.RESOURCE_ID:
+            return node.id
+        if role == TreeRoles.THREAD_ID:
+            return s.thread.id
+        if role == TreeRoles.SORT:
+            return _epoch(s.last_activity or s.thread.updated_at)
+        if role == TreeRoles.FILTER:
+            return f"{title} {s.thread.id}"
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages"
+        if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+def make_tree_proxy(source: ResourceTreeModel, parent: QObject | None = None) -> QSortFilterProxyModel:
+    """Most recent activity first; the filter keeps a resource when it or any thread matches."""
+    proxy = QSortFilterProxyModel(parent)
+    proxy.setSourceModel(source)
+    proxy.setRecursiveFilteringEnabled(True)
+    proxy.setAutoAcceptChildRows(True)
+    proxy.setFilterRole(TreeRoles.FILTER)
+    proxy.setFilterKeyColumn(0)
+    proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+    proxy.setSortRole(TreeRoles.SORT)
+    proxy.setDynamicSortFilter(True)
+    proxy.sort(0, Qt.SortOrder.DescendingOrder)
+    return proxy

@@ -1,0 +1,285 @@
+"""The messages of one thread: a virtualized list (role, time, parts, preview) over a lazily loaded
+model, and the selected message rendered in full (text, tool calls and results, reasoning, data
+parts, files) below it.
+
+Every row has the same height and the view is a one-column QTableView with fixed-size rows, so
+it asks the model only for the rows on screen (a QListView lays out every row, calling back into
+Python millions of times for 100,000 rows): a 100,000-message thread opens as fast as a short one. When the file changes the list grows in place;
+if the user was at the end it follows the new messages, otherwise it stays where it was.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QStackedWidget,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTableView,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.models import queries
+from studio.models.message_format import DETAIL_CSS, ROLE_COLOURS, MessageRow, format_time, message_html
+from studio.models.messages_model import MessageListModel, MessageRoles
+from studio.selection import Selection
+from studio.session import StudioSession
+
+KIND_LABELS = {"text": "", "tool-invocation": "tool", "reasoning": "reasoning", "file": "file", "data": "data",
+               "error": "error", "source": "source", "source-url": "source", "source-document": "source"}
+
+
+class MessageDelegate(QStyledItemDelegate):
+    """Paints one row: a role chip, the time, part badges, and two lines of preview."""
+
+    PAD = 8
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.mono = QFont("DejaVu Sans Mono")
+        self.mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.mono.setPointSizeF(8.5)
+
+    def row_height(self, font: QFont) -> int:
+        return self.PAD * 2 + QFontMetrics(font).lineSpacing() * 3 + 4
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
+        return QSize(200, self.row_height(option.font))
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
+        painter.save()
+        pal = option.palette
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        if selected:
+            painter.fillRect(option.rect, pal.highlight())
+        elif option.state & QStyle.StateFlag.State_MouseOver:
+            painter.fillRect(option.rect, pal.alternateBase())
+        text_colour = pal.highlightedText().color() if selected else pal.text().color()
+        dim = QColor(text_colour)
+        dim.setAlpha(150)
+        r = option.rect.adjusted(self.PAD, self.PAD, -self.PAD, -self.PAD)
+        fm = QFontMetrics(option.font)
+        line = fm.lineSpacing()
+        row: MessageRow | None = index.data(MessageRoles.ROW)
+        painter.setPen(QPen(QColor(127, 127, 127, 50)))
+        painter.drawLine(option.rect.bottomLeft(), option.rect.bottomRight())
+        if row is None:
+            painter.setPen(dim)
+            painter.drawText(r, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop), "loading…")
+            painter.restore()
+            return
+        # role chip
+        colour = QColor(ROLE_COLOURS.get(row.role, "#9aa0a6"))
+        chip_font = QFont(option.font)
+        chip_font.setBold(True)
+        chip_font.setPointSizeF(max(7.0, option.font.pointSizeF() - 1.5))
+        cfm = QFontMetrics(chip_font)
+        label = row.role.upper()
+        chip = QRect(r.left(), r.top() + 1, cfm.horizontalAdvance(label) + 12, line - 2)
+        fill = QColor(colour)
+        fill.setAlpha(60)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(fill)
+        painter.drawRoundedRect(chip, 4, 4)
+        painter.setFont(chip_font)
+        light_theme = pal.base().color().lightness() > 128
+        painter.setPen(text_colour if selected else colour.darker(150) if light_theme else colour.lighter(130))
+        painter.drawText(chip, int(Qt.AlignmentFlag.AlignCenter), label)
+        # time and row number
+        painter.setFont(self.mono)
+        painter.setPen(dim)
+        x = chip.right() + 10
+        stamp = f"{format_time(row.created_at)}   #{index.row() + 1:,}"
+        painter.drawText(QRect(x, r.top(), r.width(), line), int(Qt.AlignmentFlag.AlignVCenter), stamp)
+        x += QFontMetrics(self.mono).horizontalAdvance(stamp) + 12
+        # part badges
+        painter.setFont(chip_font)
+        for kind in dict.fromkeys(row.kinds):
+            text = KIND_LABELS.get(kind, kind)
+            if not text:
+                continue
+            w = cfm.horizontalAdvance(text) + 10
+            badge = QRect(x, r.top() + 1, w, line - 2)
+            painter.setPen(QPen(dim, 1))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(badge, 4, 4)
+            painter.drawText(badge, int(Qt.AlignmentFlag.AlignCenter), text)
+            x += w + 6
+        # preview
+        painter.setFont(option.font)
+        painter.setPen(text_colour)
+        body = QRect(r.left(), r.top() + line + 4, r.width(), line * 2)
+        painter.drawText(body, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap),
+                         row.preview or "(no text)")
+        painter.restore()
+
+
+class MessagesPane(QWidget):
+    message_selected = Signal(object)  # message id, or None
+
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("messagesPane")
+        self.session = session
+        self._selection = Selection()
+        self._follow = True
+        self._jump_to: str | None = None
+
+        self.header = QLabel("Pick a thread on the left.", self)
+        self.header.setObjectName("paneHeader")
+        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.model = MessageListModel(session.run, session.store, parent=self)
+        self.view = QTableView(self)
+        self.view.setObjectName("messageList")
+        self.view.setModel(self.model)
+        delegate = MessageDelegate(self.view)
+        self.view.setItemDelegate(delegate)
+        self.view.setShowGrid(False)
+        self.view.setWordWrap(False)
+        self.view.horizontalHeader().hide()
+        self.view.horizontalHeader().setStretchLastSection(True)
+        rows = self.view.verticalHeader()
+        rows.hide()
+        rows.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        rows.setDefaultSectionSize(delegate.row_height(self.view.font()))
+        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.view.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.view.setMouseTracking(True)
+
+        self.detail = QTextBrowser(self)
+        self.detail.setObjectName("messageDetail")
+        self.detail.document().setDefaultStyleSheet(DETAIL_CSS)
+        self.detail.setOpenLinks(False)
+        self.detail.setPlaceholderText("Select a message to see all of its parts.")
+
+        self.empty = QLabel("No thread selected.\nPick one in the tree, or press Ctrl+K.", self)
+        self.empty.setObjectName("emptyState")
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+
+        split = QSplitter(Qt.Orientation.Vertical, self)
+        split.addWidget(self.view)
+        split.addWidget(self.detail)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        self.stack = QStackedWidget(self)
+        self.stack.addWidget(self.empty)
+        self.stack.addWidget(split)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.setSpacing(6)
+        layout.addWidget(self.header)
+        layout.addWidget(self.stack)
+
+        self.model.loaded.connect(self._on_loaded)
+        self.model.rowsAboutToBeInserted.connect(self._remember_follow)
+        self.model.rowsInserted.connect(self._after_grow)
+        self.model.dataChanged.connect(self._on_data_changed)
+        self.view.selectionModel().currentChanged.connect(self._on_current)
+        self.view.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+
+    # -- selection from the window -------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        previous, self._selection = self._selection, selection
+        if selection.thread_id != previous.thread_id:
+            self._jump_to = selection.message_id
+            self.detail.clear()
+            self.stack.setCurrentIndex(1 if selection.thread_id else 0)
+            self.header.setText("Loading…" if selection.thread_id else "Pick a thread on the left.")
+            self.model.open_thread(selection.thread_id)
+        elif selection.message_id and selection.message_id != self.current_message_id():
+            self.jump_to(selection.message_id)
+
+    def refresh(self) -> None:
+        self.model.refresh()
+        self._update_header()
+
+    def current_message_id(self) -> str | None:
+        row = self.model.row_at(self.view.currentIndex().row()) if self.view.currentIndex().isValid() else None
+        return row.id if row else None
+
+    # -- loading -------------------------------------------------------------------------------
+    def _on_loaded(self, total: int) -> None:
+        self._update_header()
+        if self._jump_to:
+            target, self._jump_to = self._jump_to, None
+            self.jump_to(target)
+        else:
+            self.view.scrollToBottom()
+            self._follow = True
+
+    def _update_header(self) -> None:
+        tid = self._selection.thread_id
+        if not tid:
+            return
+        n = self.model.rowCount()
+        self.header.setText(f"<b>{n:,}</b> message{'s' if n != 1 else ''}  ·  thread <code>{tid}</code>  ·  "
+                            f"resource <code>{self._selection.resource_id}</code>")
+
+    def jump_to(self, message_id: str) -> None:
+        row = self.model.find_loaded(message_id)
+        if row is not None:
+            self._select_row(row)
+            return
+        store, thread_id = self.session.store, self.model.thread_id
+        if thread_id is None:
+            return
+        self.session.run(lambda: queries.message_position(store, thread_id, message_id),
+                         on_result=lambda pos: self._select_row(pos) if pos is not None else None,
+                         key=f"jump:{id(self)}")
+
+    def _select_row(self, row: int) -> None:
+        if not 0 <= row < self.model.rowCount():
+            return
+        index = self.model.index(row)
+        self.view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        self.view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+
+    def _on_scrolled(self, value: int) -> None:
+        bar = self.view.verticalScrollBar()
+        self._follow = value >= bar.maximum() - 4
+
+    def _remember_follow(self, *_args: object) -> None:
+        bar = self.view.verticalScrollBar()
+        self._follow = bar.value() >= bar.maximum() - 4
+
+    def _after_grow(self, *_args: object) -> None:
+        self._update_header()
+        if self._follow:
+            self.view.scrollToBottom()
+
+    # -- detail --------------------------------------------------------------------------------
+    def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        self._render_detail()
+        self.message_selected.emit(self.current_message_id())
+
+    def _on_data_changed(self, top: QModelIndex, bottom: QModelIndex, *_roles: object) -> None:
+        cur = self.view.currentIndex()
+        if cur.isValid() and top.row() <= cur.row() <= bottom.row():
+            self._render_detail()
+
+    def _render_detail(self) -> None:
+        cur = self.view.currentIndex()
+        row = self.model.row_at(cur.row()) if cur.isValid() else None
+        if row is None:
+            self.detail.clear()
+            return
+        html = message_html(row)
+        if html == self.detail.property("shownHtml"):
+            return
+        same = row.id == self.detail.property("shownId")
+        scroll = self.detail.verticalScrollBar().value() if same else 0
+        self.detail.setHtml(html)
+        self.detail.setProperty("shownHtml", html)
+        self.detail.setProperty("shownId", row.id)
+        self.detail.verticalScrollBar().setValue(scroll)

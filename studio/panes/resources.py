@@ -1,0 +1,229 @@
+"""Resources and their threads (title, message count, last activity), a filter and full-text search.
+
+Typing filters the tree at once (no I/O: the proxy filters what is loaded). Enter searches the text
+of every message across all threads in a worker and lists the hits; picking one opens its thread at
+that message. A refresh (the file changed) updates rows in place, so selection and scroll stay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QAbstractListModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListView,
+    QStackedWidget,
+    QToolButton,
+    QTreeView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.models import queries
+from studio.models.message_format import format_time, snippet
+from studio.models.queries import SearchHit, TreeData
+from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
+from studio.selection import Selection
+from studio.session import StudioSession
+
+AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
+
+
+class SearchResultsModel(QAbstractListModel):
+    HIT = Qt.ItemDataRole.UserRole + 1
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.hits: list[SearchHit] = []
+        self.query = ""
+
+    def set_hits(self, query: str, hits: list[SearchHit]) -> None:
+        self.beginResetModel()
+        self.query, self.hits = query, hits
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.hits)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        hit = self.hits[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            title = hit.thread_title or "(untitled)"
+            return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
+        if role == self.HIT:
+            return hit
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"resource {hit.resource_id}\nthread {hit.thread_id}\nmessage {hit.message_id}"
+        return None
+
+
+class ResourcesPane(QWidget):
+    selection_changed = Signal(object)  # Selection (resource, thread) picked in the tree
+    hit_activated = Signal(object)  # Selection with message_id: a search hit to open
+
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("resourcesPane")
+        self.setMinimumWidth(300)
+        self.session = session
+        self._loaded_once = False
+        self._pending: Selection | None = None
+
+        self.filter = QLineEdit(self)
+        self.filter.setObjectName("treeFilter")
+        self.filter.setPlaceholderText("Filter threads…   ⏎ searches all messages")
+        self.filter.setClearButtonEnabled(True)
+
+        self.model = ResourceTreeModel(self)
+        self.proxy = make_tree_proxy(self.model, self)
+        self.tree = QTreeView(self)
+        self.tree.setObjectName("resourceTree")
+        self.tree.setModel(self.proxy)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(False)
+        self.tree.setSortingEnabled(False)
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+
+        self.results = SearchResultsModel(self)
+        self.results_view = QListView(self)
+        self.results_view.setObjectName("searchResults")
+        self.results_view.setModel(self.results)
+        self.results_view.setWordWrap(False)
+        self.results_view.setUniformItemSizes(True)
+        self.results_label = QLabel(self)
+        self.results_label.setObjectName("searchSummary")
+        back = QToolButton(self)
+        back.setText("✕ Back to threads")
+        back.clicked.connect(self.show_tree)
+        results_page = QWidget(self)
+        rl = QVBoxLayout(results_page)
+        rl.setContentsMargins(0, 0, 0, 0)
+        top = QHBoxLayout()
+        top.addWidget(self.results_label, 1)
+        top.addWidget(back)
+        rl.addLayout(top)
+        rl.addWidget(self.results_view)
+
+        self.stack = QStackedWidget(self)
+        self.stack.addWidget(self.tree)
+        self.stack.addWidget(results_page)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.setSpacing(6)
+        layout.addWidget(self.filter)
+        layout.addWidget(self.stack)
+
+        self.filter.textChanged.connect(self._on_filter)
+        self.filter.returnPressed.connect(self.search)
+        self.tree.selectionModel().currentChanged.connect(self._on_current)
+        self.results_view.activated.connect(self._on_hit)
+        self.results_view.clicked.connect(self._on_hit)
+
+    # -- data --------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        store = self.session.store
+        self.session.run(lambda: queries.load_tree(store), on_result=self._apply, key=f"tree:{id(self)}")
+
+    def _apply(self, data: TreeData) -> None:
+        self.model.apply(data)
+        if not self._loaded_once and data.resources:  # the first load with data (not an empty file)
+            self._loaded_once = True
+            if len(data.resources) <= AUTO_EXPAND_LIMIT:
+                self.tree.expandAll()
+            if self._pending is None and self.proxy.rowCount():
+                first = self.proxy.index(0, 0)
+                if self.proxy.rowCount(first):
+                    self._pending = Selection(first.data(TreeRoles.RESOURCE_ID),
+                                              self.proxy.index(0, 0, first).data(TreeRoles.THREAD_ID))
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.set_selection(pending)
+
+    def thread_rows(self) -> list[tuple[str, str, int]]:
+        """(resource id, thread title, message count) of every visible thread (tests, screenshots)."""
+        out = []
+        for r in range(self.proxy.rowCount()):
+            parent = self.proxy.index(r, 0)
+            for t in range(self.proxy.rowCount(parent)):
+                idx = self.proxy.index(t, 0, parent)
+                count = self.proxy.index(t, 1, parent).data()
+                out.append((idx.data(TreeRoles.RESOURCE_ID), idx.data(), int(count.replace(",", ""))))
+        return out
+
+    # -- selection ---------------------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        if selection.resource_id is None:
+            return
+        source = self.model.index_of(selection.resource_id, selection.thread_id)
+        if not source.isValid():
+            self._pending = selection  # not loaded yet: apply when it is
+            return
+        index = self.proxy.mapFromSource(source)
+        if not index.isValid():  # hidden by the filter
+            self.filter.clear()
+            index = self.proxy.mapFromSource(source)
+        if index.parent().isValid():
+            self.tree.expand(index.parent())
+        if self.tree.currentIndex() != index:
+            self.tree.selectionModel().setCurrentIndex(
+                index, QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+            )
+        self.tree.scrollTo(index)
+
+    def current_selection(self) -> Selection:
+        index = self.tree.currentIndex()
+        if not index.isValid():
+            return Selection()
+        return Selection(index.data(TreeRoles.RESOURCE_ID), index.data(TreeRoles.THREAD_ID))
+
+    def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        if current.isValid():
+            self.selection_changed.emit(self.current_selection())
+
+    def _on_filter(self, text: str) -> None:
+        self.proxy.setFilterFixedString(text.strip())
+        if text.strip():
+            self.tree.expandAll()
+        if self.stack.currentIndex() != 0 and not text.strip():
+            self.show_tree()
+
+    # -- search ------------------------------------------------------------------------------
+    def search(self, text: str | None = None) -> None:
+        query = (self.filter.text() if text is None else text).strip()
+        if not query:
+            return
+        store = self.session.store
+        self.results_label.setText(f"Searching for “{query}”…")
+        self.stack.setCurrentIndex(1)
+        self.session.run(lambda: queries.search_messages(store, query), key=f"search:{id(self)}",
+                         on_result=lambda hits: self._show_hits(query, hits))
+
+    def _show_hits(self, query: str, hits: list[SearchHit]) -> None:
+        self.results.set_hits(query, hits)
+        n = len(hits)
+        self.results_label.setText(f"{n} message{'s' if n != 1 else ''} match “{query}”" if n else
+                                   f"No message contains “{query}”")
+
+    def show_tree(self) -> None:
+        self.stack.setCurrentIndex(0)
+
+    def _on_hit(self, index: QModelIndex) -> None:
+        hit: SearchHit = index.data(SearchResultsModel.HIT)
+        self.set_selection(Selection(hit.resource_id, hit.thread_id))
+        self.hit_activated.emit(Selection(hit.resource_id, hit.thread_id, hit.message_id))
+
+    def focus_filter(self) -> None:
+        self.show_tree()
+        self.filter.setFocus()
+        self.filter.selectAll()

@@ -1,0 +1,678 @@
+"""Working-memory editor: the value (Markdown or JSON), its saved versions, the template/schema, and
+what each agent runs with.
+
+Looking never writes. Edits are staged in the editor (its document is the undo stack) and written
+only by Save, in a worker, with the loaded text as ``expected``: if the agent changed the memory in
+the meantime the write is refused and both sides are shown. A read-only session disables every
+write action and says why.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import shiboken6
+from PySide6.QtCore import QItemSelection, Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QTableView,
+    QTabWidget,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import ConcurrentUpdateError
+from core.working_memory import Version
+from studio.commands import CommandRegistry
+from studio.logic.diffing import line_diff, normalize_for_diff
+from studio.logic.memory_config import AgentConfig, save_override
+from studio.logic.wm_editing import DraftCheck, WmDraft, WmSnapshot, changed_paths, load_wm, pretty_json, save_wm
+from studio.selection import Selection
+from studio.widgets.banner import Banner
+from studio.widgets.code_editor import CodeEditor, error_line
+from studio.widgets.conflict_view import ConflictView
+from studio.widgets.diff_view import DiffView
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.template_editor import TemplateEditor
+
+AUTO = "__auto__"
+
+VERSION_COLUMNS: list[Column[Version]] = [
+    Column("#", lambda v: v.id, RIGHT),
+    Column("Saved", lambda v: v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"),
+    Column("Author", lambda v: v.author, foreground=lambda v: {"agent": "#D9A441", "studio": "#4FA3D9"}.get(v.author)),
+    Column("Size", lambda v: f"{len(v.text or '')} chars", RIGHT),
+    Column("Note", lambda v: v.note or ""),
+]
+
+AGENT_COLUMNS: list[Column[AgentConfig]] = [
+    Column("Agent", lambda a: a.name),
+    Column("Memory", lambda a: a.memory_name),
+    Column("Working memory", lambda a: _wm_summary(a)),
+    Column("Last messages", lambda a: a.options.get("last_messages"), RIGHT),
+    Column("Recall", lambda a: "on" if (a.options.get("semantic_recall") or {}).get("enabled") else "off"),
+    Column("Process", lambda a: a.process or ""),
+    Column("Registered", lambda a: a.updated_at.strftime("%Y-%m-%d %H:%M") if a.updated_at else "?"),
+]
+
+
+def _wm_summary(agent: AgentConfig) -> str:
+    wm = agent.options.get("working_memory") or {}
+    if not wm.get("enabled"):
+        return "off"
+    mode = "schema" if wm.get("schema") else "template"
+    return f"{mode}, {wm.get('scope', 'resource')} scope"
+
+
+def _bold(text: str) -> QLabel:
+    label = QLabel(text)
+    f = label.font()
+    f.setBold(True)
+    label.setFont(f)
+    return label
+
+
+def _table(model: RecordTableModel[Any]) -> QTableView:
+    t = QTableView()
+    t.setModel(model)
+    t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    t.verticalHeader().hide()
+    t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 8)
+    t.setShowGrid(False)
+    t.setAlternatingRowColors(True)
+    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    t.horizontalHeader().setStretchLastSection(True)
+    return t
+
+
+class WorkingMemoryPane(QWidget):
+    loaded = Signal(object)  # WmSnapshot
+    saved = Signal(object)  # stored text
+    conflict = Signal(object)  # the stored text found instead of the expected one
+    failed = Signal(str)
+    config_saved = Signal(object)
+
+    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("workingMemory")
+        self.session = session
+        self.selection = Selection()
+        self.snapshot: WmSnapshot | None = None
+        self.draft: WmDraft | None = None
+        self._check: DraftCheck | None = None
+        self._key = f"working-memory-{id(self)}"
+        self._saving = False
+        self._pending_note: str | None = None
+        self._in_conflict = False
+        self._conflict_current: str | None = None
+        self._build()
+        self._register_commands()
+        session.changed.connect(self.reload)
+        if hasattr(session, "read_only_changed"):
+            session.read_only_changed.connect(lambda _ro: self._update_actions())
+        self._show_empty("Pick a resource or a thread to see its working memory.")
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        root = QVBoxLayout(self)
+        root.setContentsMargins(10, 8, 10, 8)
+        root.setSpacing(6)
+        head = QHBoxLayout()
+        self.title = QLabel("Working memory")
+        f = self.title.font()
+        f.setPointSize(f.pointSize() + 2)
+        f.setBold(True)
+        self.title.setFont(f)
+        self.badges = QLabel("")
+        self.badges.setTextFormat(Qt.TextFormat.RichText)
+        head.addWidget(self.title)
+        head.addWidget(self.badges, 1)
+        head.addWidget(QLabel("Agent config"))
+        self.agent_combo = QComboBox()
+        self.agent_combo.setMinimumWidth(170)
+        self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        head.addWidget(self.agent_combo)
+        root.addLayout(head)
+        self.agent_reason = QLabel("")
+        self.agent_reason.setStyleSheet("color: palette(placeholder-text);")
+        root.addWidget(self.agent_reason)
+        self.readonly_banner = Banner()
+        self.info_banner = Banner()
+        root.addWidget(self.readonly_banner)
+        root.addWidget(self.info_banner)
+
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self._build_memory_tab(), "Memory")
+        self.tabs.addTab(self._build_history_tab(), "History")
+        self.template_editor = TemplateEditor()
+        self.tabs.addTab(self.template_editor, "Template / schema")
+        self.tabs.addTab(self._build_agents_tab(), "Agents")
+        root.addWidget(self.tabs, 1)
+        self.status = QLabel("")
+        self.status.setStyleSheet("color: palette(placeholder-text);")
+        root.addWidget(self.status)
+
+        self.agent_combo.currentIndexChanged.connect(self._agent_chosen)
+        self.template_editor.save_requested.connect(self._save_config)
+        self.template_editor.reset_requested.connect(lambda: self._save_config("reset", None))
+
+    def _build_memory_tab(self) -> QWidget:
+        tab = QWidget()
+        layout = QVBoxLayout(tab)
+        layout.setContentsMargins(0, 6, 0, 0)
+        bar = QHBoxLayout()
+        self.save_btn, self.revert_btn, self.undo_btn, self.redo_btn = (QToolButton() for _ in range(4))
+        for b in (self.save_btn, self.revert_btn, self.undo_btn, self.redo_btn):
+            bar.addWidget(b)
+        self.json_mode_label = QLabel("Apply as")
+        self.json_mode = QComboBox()
+        self.json_mode.addItem("Whole value (replace)", "replace")
+        self.json_mode.addItem("Patch (merge rules)", "merge")
+        bar.addSpacing(12)
+        bar.addWidget(self.json_mode_label)
+        bar.addWidget(self.json_mode)
+        bar.addStretch(1)
+        self.dirty_label = QLabel("")
+        bar.addWidget(self.dirty_label)
+        layout.addLayout(bar)
+
+        self.editor = CodeEditor("markdown")
+        self.problem_label = QLabel("")
+        self.problem_label.setWordWrap(True)
+        self.problem_label.setObjectName("problems")
+        self.problem_label.setStyleSheet("color: #E5534B;")
+        self.warning_label = QLabel("")
+        self.warning_label.setWordWrap(True)
+        self.warning_label.setStyleSheet("color: #D9A441;")
+
+        # Markdown side panels: rendered preview and the template.
+        self.preview = QTextBrowser()
+        self.preview.setOpenLinks(False)
+        self.template_view = CodeEditor("markdown", read_only=True)
+        md_side = QSplitter(Qt.Orientation.Horizontal)
+        md_side.addWidget(self._titled("Rendered", self.preview))
+        md_side.addWidget(self._titled("Template the agent fills in", self.template_view))
+        # JSON side panels: current + patch = result.
+        self.current_view = CodeEditor("json", read_only=True)
+        self.result_view = CodeEditor("json", read_only=True)
+        self.merge_caption = QLabel("")
+        self.merge_caption.setStyleSheet("color: palette(placeholder-text);")
+        js_side = QSplitter(Qt.Orientation.Vertical)
+        js_side.addWidget(self._titled("Stored now", self.current_view))
+        js_side.addWidget(self._titled("Result after save (merge preview)", self.result_view, self.merge_caption))
+        self.side = QStackedWidget()
+        self.side.addWidget(md_side)
+        self.side.addWidget(js_side)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self._titled("Editor", self.editor, self.problem_label, self.warning_label))
+        split.addWidget(self.side)
+        split.setSizes([520, 640])
+        self.conflict_view = ConflictView()
+        stack = QSplitter(Qt.Orientation.Vertical)
+        stack.addWidget(split)
+        stack.addWidget(self.conflict_view)
+        layout.addWidget(stack, 1)
+
+        self.editor.textChanged.connect(self._on_edit)
+        self.editor.undoAvailable.connect(lambda _a: self._update_actions())
+        self.editor.redoAvailable.connect(lambda _a: self._update_actions())
+        self.json_mode.currentIndexChanged.connect(self._json_mode_changed)
+        self.conflict_view.overwrite.connect(self.overwrite_with_mine)
+        self.conflict_view.take_theirs.connect(self.take_theirs)
+        self.conflict_view.keep_editing.connect(self.keep_editing)
+        return tab
+
+    def _titled(self, title: str, widget: QWidget, *below: QWidget) -> QWidget:
+        box = QWidget()
+        bl = QVBoxLayout(box)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.setSpacing(3)
+        bl.addWidget(_bold(title))
+        bl.addWidget(widget, 1)
+        for w in below:
+            bl.addWidget(w)
+        return box
+
+    def _build_history_tab(self) -> QWidget:
+        tab = QWidget()
+        layout = QHBoxLayout(tab)
+        layout.setContentsMargins(0, 6, 0, 0)
+        self.version_model: RecordTableModel[Version] = RecordTableModel(VERSION_COLUMNS, self)
+        self.version_table = _table(self.version_model)
+        self.version_diff = DiffView()
+        self.version_diff_label = QLabel("Select a version to see what it changed.")
+        self.restore_btn = QToolButton()
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(self.version_diff_label, 1)
+        row.addWidget(self.restore_btn)
+        rl.addLayout(row)
+        rl.addWidget(self.version_diff, 1)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self._titled("Every saved version, newest first", self.version_table))
+        split.addWidget(right)
+        split.setSizes([520, 640])
+        layout.addWidget(split)
+        self.version_table.selectionModel().selectionChanged.connect(self._version_selected)
+        return tab
+
+    def _build_agents_tab(self) -> QWidget:
+        tab = QWidget()
+        layout = QVBoxLayout(tab)
+        layout.setContentsMargins(0, 6, 0, 0)
+        self.agent_model: RecordTableModel[AgentConfig] = RecordTableModel(AGENT_COLUMNS, self)
+        self.agent_table = _table(self.agent_model)
+        self.agent_config_view = CodeEditor("json", read_only=True)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self._titled("Registered agents and the memory configuration each runs with",
+                                     self.agent_table))
+        split.addWidget(self._titled("Resolved configuration (as the agent registered it)", self.agent_config_view))
+        split.setSizes([200, 400])
+        layout.addWidget(split)
+        self.agent_table.selectionModel().selectionChanged.connect(self._agent_row_selected)
+        return tab
+
+    def _register_commands(self) -> None:
+        self.commands = CommandRegistry(self)
+        add = self.commands.add
+        specs = [
+            ("wm.save", "Save working memory", self.save, "Ctrl+S", self._can_save, self.save_btn, "Save"),
+            ("wm.revert", "Revert working memory edits", self.revert, None, self._is_dirty, self.revert_btn, "Revert"),
+            ("wm.undo", "Undo working memory edit", self.editor.undo, None,
+             lambda: self.editor.document().isUndoAvailable(), self.undo_btn, "Undo"),
+            ("wm.redo", "Redo working memory edit", self.editor.redo, None,
+             lambda: self.editor.document().isRedoAvailable(), self.redo_btn, "Redo"),
+            ("wm.restore_version", "Restore the selected working memory version into the editor",
+             self.restore_selected_version, None, self._can_restore, self.restore_btn, "Restore into editor"),
+        ]
+        for cid, title, handler, shortcut, enabled, button, short in specs:
+            action = add(cid, title, handler, shortcut=shortcut, enabled=enabled)
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            action.setIconText(short)
+            button.setDefaultAction(action)
+        add("wm.overwrite_mine", "Resolve conflict: overwrite with my version", self.overwrite_with_mine,
+            enabled=lambda: self._in_conflict and self._writable())
+        add("wm.take_theirs", "Resolve conflict: take the stored version", self.take_theirs,
+            enabled=lambda: self._in_conflict)
+        add("wm.reload", "Reload working memory", self.reload)
+        self._update_actions()
+
+    def _guard(self, fn: Any) -> Any:
+        """Worker results can arrive after the pane was closed; then they are dropped."""
+        def call(*args: Any) -> None:
+            if shiboken6.isValid(self):
+                fn(*args)
+        return call
+
+    def palette_commands(self) -> list[Any]:
+        """For the main window's registry: ``registry.add_provider(pane.palette_commands)``."""
+        return self.commands.commands()
+
+    # -- selection and loading -------------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        if selection.resource_id is None and selection.thread_id is None:
+            self.selection = selection
+            self._show_empty("Pick a resource or a thread to see its working memory.")
+            return
+        same_owner = (selection.resource_id, selection.thread_id) == (self.selection.resource_id,
+                                                                      self.selection.thread_id)
+        self.selection = selection
+        if not same_owner or self.snapshot is None:
+            self.reload()
+
+    def _chosen_agent(self) -> str | None:
+        data = self.agent_combo.currentData()
+        return None if data in (None, AUTO) else str(data)
+
+    def reload(self) -> None:
+        if self.selection.resource_id is None and self.selection.thread_id is None:
+            return
+        selection, agent = self.selection, self._chosen_agent()
+        store = self.session.store
+        self.status.setText("Loading…")
+        self.session.run(lambda: load_wm(store, selection, agent), on_result=self._guard(self._on_loaded),
+                         on_error=self._guard(self._on_error), key=self._key + "-load")
+
+    def _on_loaded(self, snap: WmSnapshot) -> None:
+        previous = self.snapshot
+        self.snapshot = snap
+        self._fill_agents(snap)
+        fmt = snap.fmt
+        scope = snap.target.scope if snap.target else snap.options.scope
+        mode_badge = "JSON · schema" if fmt == "json" else "Markdown · template"
+        self.title.setText(snap.target.label if snap.target else "Working memory")
+        self.badges.setText(
+            f'&nbsp;<span style="background:#2F4A66;color:#DDE;">&nbsp;{scope} scope&nbsp;</span>'
+            f'&nbsp;<span style="background:#4A3A12;color:#EED;">&nbsp;{mode_badge}&nbsp;</span>'
+        )
+        self.agent_reason.setText(f"Configuration: {snap.agent_reason}; memory name '{snap.memory_name}'.")
+        self.info_banner.hide()
+        if not snap.declared_enabled:
+            self.info_banner.show_message(
+                f"Working memory is not enabled for {('agent ' + repr(snap.agent.name)) if snap.agent else 'the defaults'}: "
+                "the agent does not see or update it. Shown here as stored.", "info")
+        same_target = previous is not None and previous.target == snap.target and previous.fmt == snap.fmt
+        dirty = self._is_dirty()
+        if snap.target is None:
+            self.draft = None
+            self.editor.load("")
+            self.editor.setReadOnly(True)
+            self.status.setText(snap.target_reason)
+        elif same_target and dirty and self.draft is not None:
+            if snap.text != self.draft.baseline:
+                self.info_banner.show_message(
+                    "The stored working memory changed while you were editing (another process). "
+                    "Your edit is kept; Save will show both versions before anything is overwritten.", "warning")
+        else:
+            self._start_draft(snap)
+        self.version_model.set_rows(snap.versions)
+        self._fill_template_tab(snap)
+        self.tabs.setTabText(1, f"History ({len(snap.versions)})")
+        self._apply_read_only()
+        self._update_actions()
+        if snap.target is not None:
+            self.status.setText(f"{len(snap.versions)} saved version(s) · "
+                                f"{'nothing stored yet' if snap.text is None else f'{len(snap.text)} characters stored'}")
+        self.loaded.emit(snap)
+
+    def _start_draft(self, snap: WmSnapshot) -> None:
+        mode = str(self.json_mode.currentData() or "replace")
+        self.draft = WmDraft(snap.text, snap.fmt, snap.options.schema, snap.options.effective_template, mode)  # type: ignore[arg-type]
+        is_json = snap.fmt == "json"
+        self.editor.set_language("json" if is_json else "markdown")
+        self.conflict_view.set_language("json" if is_json else "markdown")
+        self.side.setCurrentIndex(1 if is_json else 0)
+        self.json_mode.setVisible(is_json)
+        self.json_mode_label.setVisible(is_json)
+        self.template_view.load(snap.options.effective_template)
+        self.current_view.load(pretty_json(json.loads(snap.text)) if is_json and snap.text else "{}")
+        self._end_conflict()
+        self.editor.load(self.draft.initial_text())
+        self._on_edit()
+
+    def _fill_agents(self, snap: WmSnapshot) -> None:
+        chosen = self._chosen_agent()
+        self.agent_combo.blockSignals(True)
+        self.agent_combo.clear()
+        self.agent_combo.addItem(f"Automatic ({snap.agent.name})" if snap.agent and not chosen
+                                 else "Automatic", AUTO)
+        for a in snap.agents:
+            self.agent_combo.addItem(f"Agent '{a.name}'", a.name)
+        self.agent_combo.setCurrentIndex(max(self.agent_combo.findData(chosen), 0) if chosen else 0)
+        self.agent_combo.blockSignals(False)
+        self.agent_model.set_rows(snap.agents)
+        if snap.agent is not None and snap.agent in snap.agents:
+            self.agent_table.selectRow(snap.agents.index(snap.agent))
+
+    def _fill_template_tab(self, snap: WmSnapshot) -> None:
+        opts = snap.options
+        kind = "schema" if opts.schema is not None else "template"
+        text = json.dumps(opts.schema, ensure_ascii=False, indent=2) if opts.schema is not None else opts.effective_template
+        current = snap.config.current if snap.config else None
+        if snap.config is not None and not snap.config.available:
+            effect = "This database has no Studio tables, so the template cannot be overridden here."
+        elif current is not None and current.kind != "code default":
+            effect = (f"In effect: Studio version #{current.id} ({current.kind}, {current.author}). "
+                      f"Agents using memory '{snap.memory_name}' pick up a new version on their next turn — no restart.")
+        else:
+            effect = (f"In effect: the agent's own {kind}. Saving here overrides it for memory "
+                      f"'{snap.memory_name}' from the agent's next turn — no restart.")
+        self.template_editor.set_state(kind, text, snap.config.versions if snap.config else [], effect)
+
+    def _agent_chosen(self, _i: int) -> None:
+        self.snapshot = None  # a different agent may mean another scope, mode or template
+        self.reload()
+
+    def _agent_row_selected(self, sel: QItemSelection, _d: QItemSelection) -> None:
+        idx = sel.indexes()
+        agent = self.agent_model.row_at(idx[0].row()) if idx else None
+        if agent is not None:
+            self.agent_config_view.load(json.dumps(agent.config, ensure_ascii=False, indent=2))
+
+    # -- editing ---------------------------------------------------------------------------------
+    def _is_dirty(self) -> bool:
+        return self.draft is not None and self.draft.is_dirty(self.editor.toPlainText())
+
+    def _writable(self) -> bool:
+        return not self.session.read_only and self.snapshot is not None and self.snapshot.target is not None
+
+    def _can_save(self) -> bool:
+        return (self._writable() and not self._saving and self._is_dirty()
+                and self._check is not None and self._check.ok)
+
+    def _can_restore(self) -> bool:
+        return self._writable() and self._selected_version() is not None
+
+    def _on_edit(self) -> None:
+        if self.draft is None:
+            return
+        text = self.editor.toPlainText()
+        check = self.draft.check(text)
+        self._check = check
+        self.problem_label.setText("✖ " + check.problems[0] if check.problems else "")
+        self.problem_label.setVisible(bool(check.problems))
+        self.warning_label.setText("⚠ " + " ".join(check.warnings) if check.warnings else "")
+        self.warning_label.setVisible(bool(check.warnings))
+        self.editor.mark_error_line(error_line(check.problems[0]) if check.problems else None)
+        if self.draft.fmt == "markdown":
+            self.preview.document().setMarkdown(text)
+        else:
+            p = check.preview
+            self.result_view.load(pretty_json(p.result) if p is not None and p.result is not None
+                                  else "(fix the problems above to see the result)")
+            rule = ("Merge rules: objects merge deeply, null deletes a field, arrays are replaced."
+                    if self.draft.json_mode == "merge" else "The editor's object replaces the stored one.")
+            changes = changed_paths(p.current, p.result) if p is not None and p.result is not None else []
+            self.merge_caption.setText(rule + ("  Changes: " + ", ".join(changes) if changes else "  No changes."))
+        self._update_actions()
+
+    def _json_mode_changed(self, _i: int) -> None:
+        if self.draft is None or self.draft.fmt != "json":
+            return
+        self.draft.json_mode = str(self.json_mode.currentData())  # type: ignore[assignment]
+        self.editor.replace_all(self.draft.initial_text())
+        self._on_edit()
+
+    def _update_actions(self) -> None:
+        if not hasattr(self, "commands"):
+            return
+        self.commands.refresh_enabled()
+        dirty = self._is_dirty()
+        self.dirty_label.setText("● unsaved changes" if dirty else ("saved" if self.draft is not None else ""))
+        self.dirty_label.setStyleSheet("color: #D9A441;" if dirty else "color: palette(placeholder-text);")
+        reason = self._read_only_reason()
+        self.save_btn.setToolTip(reason or (self._check.problems[0] if self._check and self._check.problems
+                                            else "Save working memory (Ctrl+S)"))
+
+    def revert(self) -> None:
+        if self.draft is not None:
+            self.editor.replace_all(self.draft.initial_text())  # undoable: Ctrl+Z brings the edit back
+            self._pending_note = None
+            self._end_conflict()
+
+    # -- saving ----------------------------------------------------------------------------------
+    def save(self, *, expected: Any = ...) -> None:
+        if not self._can_save() or self.snapshot is None or self.draft is None or self._check is None:
+            return
+        snap, value = self.snapshot, self._check.value
+        assert snap.target is not None and value is not None
+        baseline = self.draft.baseline if expected is ... else expected
+        note = self._pending_note
+        store = self.session.store
+        self._saving = True
+        self.status.setText("Saving…")
+        self._update_actions()
+        self.session.run(
+            lambda: save_wm(store, snap.options, snap.target, value, expected=baseline, note=note),  # type: ignore[arg-type]
+            on_result=self._guard(self._on_saved), on_error=self._guard(self._on_save_error), key=self._key + "-save",
+        )
+
+    def _on_saved(self, text: str | None) -> None:
+        self._saving = False
+        self._pending_note = None
+        self._end_conflict()
+        if self.draft is not None:
+            self.draft.baseline = text
+        self.snapshot = None  # reload as a fresh view of what is stored now
+        self.status.setText("Saved. A new version was recorded.")
+        self.saved.emit(text)
+        self.session.notify_local_write()
+        self.reload()
+
+    def _on_save_error(self, exc: BaseException) -> None:
+        self._saving = False
+        if isinstance(exc, ConcurrentUpdateError):
+            mine = self.editor.toPlainText()
+            theirs = exc.current
+            if self.draft is not None and self.draft.fmt == "json" and theirs:
+                try:
+                    theirs = pretty_json(json.loads(theirs))
+                    mine = pretty_json(json.loads(self._check.value)) if self._check and self._check.value else mine
+                except json.JSONDecodeError:
+                    pass
+            self._conflict_current = exc.current
+            self._in_conflict = True
+            self.conflict_view.show_conflict(mine, theirs, who="the agent (or another process)")
+            self.status.setText("Not saved: the stored working memory changed since you loaded it.")
+            self._update_actions()
+            self.conflict.emit(exc.current)
+            return
+        self._on_error(exc)
+
+    def overwrite_with_mine(self) -> None:
+        """The user saw both and chose theirs to be replaced: save against what is stored now."""
+        if not self._in_conflict:
+            return
+        self.save(expected=self._conflict_current)
+
+    def take_theirs(self) -> None:
+        if self.draft is None or not self._in_conflict:
+            return
+        current = self._conflict_current
+        self.draft.baseline = current
+        self.editor.replace_all(self.draft.initial_text())  # undoable: Ctrl+Z brings mine back
+        if self.draft.fmt == "json":
+            self.current_view.load(pretty_json(json.loads(current)) if current else "{}")
+        self._end_conflict()
+        self._on_edit()
+
+    def _end_conflict(self) -> None:
+        self._in_conflict = False
+        self.conflict_view.hide()
+
+    def keep_editing(self) -> None:
+        """Carry on from the stored value as the new base; the next Save replaces it knowingly."""
+        if self.draft is not None:
+            self.draft.baseline = self._conflict_current
+        self._end_conflict()
+        self._on_edit()
+
+    # -- history ---------------------------------------------------------------------------------
+    def _selected_version(self) -> Version | None:
+        rows = self.version_table.selectionModel().selectedRows()
+        return self.version_model.row_at(rows[0].row()) if rows else None
+
+    def _version_selected(self, _s: QItemSelection, _d: QItemSelection) -> None:
+        v = self._selected_version()
+        self._update_actions()
+        if v is None:
+            return
+        versions = self.version_model.rows()
+        i = versions.index(v)
+        prev = versions[i + 1] if i + 1 < len(versions) else None
+        fmt = v.format
+        self.version_diff.set_diff(line_diff(normalize_for_diff(prev.text if prev else "", fmt),
+                                             normalize_for_diff(v.text, fmt)))
+        self.version_diff_label.setText(
+            f"Version #{v.id} by {v.author} vs {'#' + str(prev.id) if prev else 'empty'}: {self.version_diff.summary()}")
+
+    def restore_selected_version(self) -> None:
+        """Stage an old version in the editor (undoable); Save writes it as a new version."""
+        v = self._selected_version()
+        if v is None or self.draft is None or not self._writable():
+            return
+        if self.draft.fmt == "json":
+            if self.draft.json_mode != "replace":
+                self.json_mode.setCurrentIndex(self.json_mode.findData("replace"))
+            text = pretty_json(json.loads(v.text)) if v.text else "{}"
+        else:
+            text = v.text or ""
+        self.editor.replace_all(text)
+        self._pending_note = f"restored version #{v.id}"
+        self.tabs.setCurrentIndex(0)
+        self.status.setText(f"Version #{v.id} is staged in the editor. Save to make it current.")
+
+    # -- template / schema -----------------------------------------------------------------------
+    def _save_config(self, kind: str, value: Any) -> None:
+        snap = self.snapshot
+        if snap is None or self.session.read_only:
+            return
+        name, store = snap.memory_name, self.session.store
+        template = value if kind == "template" else None
+        schema = value if kind == "schema" else None
+        self.status.setText("Saving the template…")
+        self.session.run(lambda: save_override(store, name, template=template, schema=schema),
+                         on_result=self._guard(self._on_config_saved), on_error=self._guard(self._on_error), key=self._key + "-config")
+
+    def _on_config_saved(self, version: Any) -> None:
+        self.status.setText(f"Saved {version.kind} version #{version.id}; agents use it from their next turn.")
+        self.snapshot = None
+        self.template_editor.editor.document().setModified(False)
+        self.template_editor._baseline = self.template_editor.editor.toPlainText()  # noqa: SLF001
+        self.template_editor._baseline_kind = self.template_editor.kind  # noqa: SLF001
+        self.config_saved.emit(version)
+        self.session.notify_local_write()
+        self.reload()
+
+    # -- read-only and errors --------------------------------------------------------------------
+    def _read_only_reason(self) -> str:
+        if self.session.read_only:
+            return (f"Read-only: {self.session.display_path} was opened read-only, so nothing can be saved. "
+                    "Use File > Allow Writes to edit.")
+        return ""
+
+    def _apply_read_only(self) -> None:
+        reason = self._read_only_reason()
+        if reason:
+            self.readonly_banner.show_message(reason, "info")
+        else:
+            self.readonly_banner.hide()
+        self.editor.setReadOnly(bool(reason) or self.snapshot is None or self.snapshot.target is None)
+        self.json_mode.setEnabled(not reason)
+        self.template_editor.set_writable(not reason and (self.snapshot is None or self.snapshot.config is None
+                                                          or self.snapshot.config.available), reason)
+
+    def _on_error(self, exc: BaseException) -> None:
+        self._saving = False
+        message = str(exc) or type(exc).__name__
+        self.info_banner.show_message(message, "error")
+        self.status.setText("Something went wrong; nothing was written unless it says so above.")
+        self._update_actions()
+        self.failed.emit(message)
+
+    def _show_empty(self, text: str) -> None:
+        self.snapshot = None
+        self.draft = None
+        self.title.setText("Working memory")
+        self.badges.setText("")
+        self.editor.load("")
+        self.editor.setReadOnly(True)
+        self.version_model.set_rows([])
+        self.status.setText(text)
+        self._apply_read_only()
+        self._update_actions()

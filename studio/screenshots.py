@@ -1,0 +1,149 @@
+"""Render every pane on the demo data: ``python -m studio.screenshots docs/screenshots``.
+
+Runs offscreen. The demo database is made by ``core.demo.seed_demo`` (the real engine with scripted
+models) in a temporary folder, so the project's own database is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+WIDTH, HEIGHT = 1440, 900
+
+
+def _wait(app: Any, cond: Callable[[], bool], timeout: float = 60.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        app.processEvents()
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()
+
+
+def _settle(app: Any, seconds: float = 0.4) -> None:
+    _wait(app, lambda: False, seconds)
+
+
+def render(out_dir: Path) -> list[Path]:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QSettings
+
+    from core import DatabaseOpenError, open_store
+    from core.demo import seed_demo
+    from studio.app import make_app
+    from studio.commands import CommandPalette
+    from studio.dialogs import DialogPresenter, build_error_box, explain
+    from studio.main_window import MainWindow
+    from studio.models.messages_model import MessageRoles
+    from studio.selection import Selection
+    from studio.theme import apply_theme
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    app = make_app()
+    apply_theme(app, "dark")
+    tmp = Path(tempfile.mkdtemp(prefix="studio-shots-"))
+    db = tmp / "memory.db"
+    store = open_store(db)
+    seed_demo(store)
+    store.close()
+
+    written: list[Path] = []
+
+    def save(widget: Any, name: str) -> None:
+        _settle(app)
+        path = out_dir / f"{name}.png"
+        widget.grab().save(str(path))
+        written.append(path)
+
+    window = MainWindow(QSettings(str(tmp / "studio.ini"), QSettings.Format.IniFormat), DialogPresenter())
+    window.resize(WIDTH, HEIGHT)
+    window.show()
+    window.open_database(str(db))
+    _wait(app, lambda: window.resources is not None and len(window.resources.thread_rows()) >= 6)
+    window.resources.tree.expandAll()
+
+    # messages: the Chinese travel thread has tool calls and working-memory updates
+    window.resources.set_selection(Selection("li-wei", "liwei-shanghai"))
+    model = window.messages_pane.model
+    _wait(app, lambda: model.thread_id == "liwei-shanghai" and model.rowCount() > 0
+          and model.index(model.rowCount() - 1).data(MessageRoles.LOADED))
+    tool_row = next((i for i in range(model.rowCount())
+                     if "tool-invocation" in (model.index(i).data(MessageRoles.ROW).kinds or ())), 0)
+    window.messages_pane._select_row(tool_row)
+    save(window, "main-window")
+    save(window.resources, "resources")
+    save(window.messages_pane, "messages")
+
+    # prompt inspector on the same thread
+    window.show_tab("prompt")
+    prompt = window.panes["prompt"]
+    if hasattr(prompt, "assembled"):
+        done: list[Any] = []
+        prompt.assembled.connect(done.append)
+        prompt.set_selection(Selection("li-wei", "liwei-shanghai"))
+        _wait(app, lambda: bool(done), 60)
+    save(window, "prompt-inspector")
+
+    # working memory: schema mode (li-wei), then template mode (ada)
+    window.show_tab("working_memory")
+    wm = window.panes["working_memory"]
+    _wait(app, lambda: getattr(wm, "snapshot", None) is not None, 30)
+    save(window, "working-memory-schema")
+    window.resources.set_selection(Selection("ada", "ada-groceries"))
+    _wait(app, lambda: getattr(getattr(wm, "snapshot", None), "text", None) is not None
+          and "Ada" in (wm.snapshot.text or ""), 30)
+    save(window, "working-memory-template")
+
+    # full-text search across threads
+    window.show_tab("messages")
+    window.resources.filter.setText("peanut")
+    window.resources.search()
+    _wait(app, lambda: window.resources.results.rowCount() > 0)
+    save(window, "search")
+    window.resources.filter.clear()
+
+    # command palette
+    window.show_palette()
+    palette = window.findChild(CommandPalette)
+    palette.input.setText("open")
+    save(palette, "command-palette")
+    palette.close()
+
+    # an error dialog
+    box = build_error_box(window, explain(DatabaseOpenError(
+        f"{tmp / 'notes.txt'} is not a SQLite/libSQL database (its header does not match). "
+        "Open a .db file written by Memory Studio or Mastra."), str(tmp / "notes.txt")))
+    box.show()
+    save(box, "error-dialog")
+    box.close()
+
+    # light theme
+    apply_theme(app, "light")
+    window.resources.set_selection(Selection("ada", "ada-weekend"))
+    _wait(app, lambda: model.thread_id == "ada-weekend" and model.rowCount() > 0
+          and model.index(model.rowCount() - 1).data(MessageRoles.LOADED))
+    window.messages_pane._select_row(1)
+    save(window, "main-window-light")
+    apply_theme(app, "dark")
+
+    window.close()
+    app.processEvents()
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0] if args else "docs/screenshots")
+    for path in render(out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

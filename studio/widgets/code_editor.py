@@ -1,0 +1,158 @@
+"""Plain-text editors for JSON and Markdown: monospace, syntax colours, an error-line marker.
+
+The document's own undo stack is the edit history: programmatic changes (revert, restore a version)
+go through ``replace_all``, which is one undoable step, so Ctrl+Z after "Revert" brings the edit back.
+"""
+
+from __future__ import annotations
+
+import re
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QSyntaxHighlighter,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextFormat,
+)
+from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QWidget
+
+
+def mono_font(point_delta: int = 0) -> QFont:
+    font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+    font.setStyleHint(QFont.StyleHint.Monospace)
+    if point_delta:
+        font.setPointSize(max(font.pointSize() + point_delta, 7))
+    return font
+
+
+def _fmt(colour: str, *, bold: bool = False, italic: bool = False) -> QTextCharFormat:
+    f = QTextCharFormat()
+    f.setForeground(QColor(colour))
+    if bold:
+        f.setFontWeight(QFont.Weight.Bold)
+    f.setFontItalic(italic)
+    return f
+
+
+class JsonHighlighter(QSyntaxHighlighter):
+    KEY = re.compile(r'"(?:[^"\\]|\\.)*"(?=\s*:)')
+    STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+    NUMBER = re.compile(r"-?\b\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\b")
+    LITERAL = re.compile(r"\b(?:true|false|null)\b")
+
+    def __init__(self, document: QTextDocument) -> None:
+        super().__init__(document)
+        self.formats = {
+            "key": _fmt("#4FA3D9"),
+            "string": _fmt("#7DB46C"),
+            "number": _fmt("#D19A66"),
+            "literal": _fmt("#C678DD", bold=True),
+        }
+
+    def highlightBlock(self, text: str) -> None:
+        for m in self.NUMBER.finditer(text):
+            self.setFormat(m.start(), m.end() - m.start(), self.formats["number"])
+        for m in self.LITERAL.finditer(text):
+            self.setFormat(m.start(), m.end() - m.start(), self.formats["literal"])
+        for m in self.STRING.finditer(text):
+            self.setFormat(m.start(), m.end() - m.start(), self.formats["string"])
+        for m in self.KEY.finditer(text):
+            self.setFormat(m.start(), m.end() - m.start(), self.formats["key"])
+
+
+class MarkdownHighlighter(QSyntaxHighlighter):
+    HEADING = re.compile(r"^\s{0,3}#{1,6}\s.*$")
+    BULLET = re.compile(r"^\s*(?:[-*+]|\d+\.)\s")
+    BOLD = re.compile(r"\*\*[^*]+\*\*|__[^_]+__")
+    LABEL = re.compile(r"^\s*(?:[-*+]\s+)?([^:\n]{1,40}):")
+    PLACEHOLDER = re.compile(r"\[[^\]]*\]")
+
+    def __init__(self, document: QTextDocument) -> None:
+        super().__init__(document)
+        self.heading = _fmt("#E0B050", bold=True)
+        self.bullet = _fmt("#8A8F98")
+        self.bold = _fmt("#4FA3D9", bold=True)
+        self.label = _fmt("#4FA3D9")
+        self.placeholder = _fmt("#8A8F98", italic=True)
+
+    def highlightBlock(self, text: str) -> None:
+        if self.HEADING.match(text):
+            self.setFormat(0, len(text), self.heading)
+            return
+        m = self.BULLET.match(text)
+        if m:
+            self.setFormat(0, m.end(), self.bullet)
+        lab = self.LABEL.match(text)
+        if lab:
+            self.setFormat(lab.start(1), lab.end(1) - lab.start(1) + 1, self.label)
+        for b in self.BOLD.finditer(text):
+            self.setFormat(b.start(), b.end() - b.start(), self.bold)
+        for ph in self.PLACEHOLDER.finditer(text):
+            self.setFormat(ph.start(), ph.end() - ph.start(), self.placeholder)
+
+
+class CodeEditor(QPlainTextEdit):
+    """A monospace editor; ``language`` is "json", "markdown" or "" (plain)."""
+
+    def __init__(self, language: str = "", parent: QWidget | None = None, *, read_only: bool = False) -> None:
+        super().__init__(parent)
+        self.setFont(mono_font())
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth if language == "markdown"
+                             else QPlainTextEdit.LineWrapMode.NoWrap)
+        self.setTabStopDistance(self.fontMetrics().horizontalAdvance(" ") * 2)
+        self.setReadOnly(read_only)
+        self.highlighter: QSyntaxHighlighter | None = None
+        self.set_language(language)
+
+    def set_language(self, language: str) -> None:
+        if self.highlighter is not None:
+            self.highlighter.setDocument(None)
+        self.highlighter = {
+            "json": JsonHighlighter, "markdown": MarkdownHighlighter,
+        }.get(language, lambda _d: None)(self.document())  # type: ignore[operator]
+
+    def replace_all(self, text: str) -> None:
+        """Replace the whole text as one undoable edit (unlike ``setPlainText``, which wipes undo)."""
+        if text == self.toPlainText():
+            return
+        cursor = QTextCursor(self.document())
+        cursor.beginEditBlock()
+        cursor.select(QTextCursor.SelectionType.Document)
+        cursor.insertText(text)
+        cursor.endEditBlock()
+
+    def load(self, text: str) -> None:
+        """Show freshly loaded data: not undoable (there is nothing of the user's to bring back)."""
+        self.setPlainText(text)
+        self.document().setModified(False)
+
+    def mark_error_line(self, line: int | None) -> None:
+        """Underline a 1-based line in red (a JSON syntax error), or clear the mark."""
+        if line is None:
+            self.setExtraSelections([])
+            return
+        block = self.document().findBlockByNumber(max(line - 1, 0))
+        sel = QTextEdit.ExtraSelection()
+        fmt = QTextCharFormat()
+        fmt.setBackground(QColor(229, 83, 75, 40))
+        fmt.setProperty(QTextFormat.Property.FullWidthSelection, True)
+        sel.format = fmt  # type: ignore[attr-defined]
+        cur = QTextCursor(block)
+        sel.cursor = cur  # type: ignore[attr-defined]
+        self.setExtraSelections([sel])
+
+
+def error_line(problem: str | None) -> int | None:
+    """The line number in a "JSON syntax: line N, column M" problem, if any."""
+    if not problem:
+        return None
+    m = re.search(r"line (\d+)", problem)
+    return int(m.group(1)) if m and problem.startswith("JSON syntax") else None
+
+
+ALIGN_TOP = Qt.AlignmentFlag.AlignTop

@@ -1,0 +1,137 @@
+"""The context-window bar: how full the window is, and what the prompt is made of, by source.
+
+Two strips, because a 500-token prompt in a 128k window is an invisible sliver: the top strip is the
+window (to scale), the bottom strip is the prompt itself (100% = this prompt), both in source colours.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPaintEvent, QMouseEvent
+from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+
+from studio.logic.prompt_layout import FREE_COLOR, ContextUsage
+
+STRIP = 10
+GAP = 6
+LEGEND_H = 18
+
+
+class ContextBar(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("contextBar")
+        self._usage: ContextUsage | None = None
+        self._hits: list[tuple[QRectF, str]] = []
+        self.setMouseTracking(True)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(480, 18 + STRIP * 2 + GAP * 2 + LEGEND_H * self._legend_rows(480) + 4)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(200, self.sizeHint().height())
+
+    @property
+    def usage(self) -> ContextUsage | None:
+        return self._usage
+
+    def set_usage(self, usage: ContextUsage | None) -> None:
+        self._usage = usage
+        self.setToolTip(usage.summary if usage else "")
+        self.updateGeometry()
+        self.update()
+
+    def legend_items(self) -> list[str]:
+        if self._usage is None:
+            return []
+        total = max(sum(s.tokens for s in self._usage.segments), 1)
+        return [f"{s.source}  {s.tokens:,}  ({100 * s.tokens / total:.0f}%)" for s in self._usage.segments]
+
+    def _legend_rows(self, width: int) -> int:
+        items = self.legend_items()
+        if not items:
+            return 1
+        fm = self.fontMetrics()
+        rows, x = 1, 0
+        for text in items:
+            w = 14 + fm.horizontalAdvance(text) + 18
+            if x and x + w > width:
+                rows, x = rows + 1, 0
+            x += w
+        return rows
+
+    def resizeEvent(self, event: object) -> None:  # legend may wrap differently
+        self.setFixedHeight(18 + STRIP * 2 + GAP * 2 + LEGEND_H * self._legend_rows(self.width()) + 4)
+        super().resizeEvent(event)  # type: ignore[arg-type]
+
+    def paintEvent(self, _event: QPaintEvent) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pal = self.palette()
+        text_col = pal.windowText().color()
+        dim = pal.placeholderText().color()
+        w = self.width()
+        self._hits = []
+        u = self._usage
+        fm = self.fontMetrics()
+        y = 0
+        if u is None:
+            p.setPen(dim)
+            p.drawText(0, fm.ascent() + 2, "No prompt assembled yet.")
+            return
+        # Header: totals left, tokenizer right.
+        p.setPen(text_col if not u.over else QColor("#E5534B"))
+        head = f"Context window  {u.summary}" + ("  — OVER THE WINDOW" if u.over else "")
+        p.drawText(0, fm.ascent() + 1, head)
+        p.setPen(dim)
+        tok = f"tokenizer: {u.tokenizer}"
+        p.drawText(w - fm.horizontalAdvance(tok), fm.ascent() + 1, tok)
+        y = 18
+        # Strip 1: the window, to scale.
+        self._strip(p, QRectF(0, y, w, STRIP), [(s.source, s.tokens / u.window, s.color) for s in u.segments],
+                    free=True)
+        y += STRIP + GAP
+        # Strip 2: the prompt's composition.
+        total = max(sum(s.tokens for s in u.segments), 1)
+        self._strip(p, QRectF(0, y, w, STRIP), [(s.source, s.tokens / total, s.color) for s in u.segments],
+                    free=False)
+        y += STRIP + GAP
+        # Legend chips.
+        x = 0.0
+        for seg, text in zip(u.segments, self.legend_items()):
+            cw = 14 + fm.horizontalAdvance(text) + 18
+            if x and x + cw > w:
+                x, y = 0.0, y + LEGEND_H
+            p.setPen(Qt.PenStyle.NoPen)
+            p.setBrush(QColor(seg.color))
+            p.drawRoundedRect(QRectF(x, y + 4, 10, 10), 2, 2)
+            p.setPen(text_col)
+            p.drawText(int(x + 14), int(y + 4 + fm.ascent() - 1), text)
+            self._hits.append((QRectF(x, y, cw, LEGEND_H), f"{seg.source}: {seg.tokens:,} tokens"))
+            x += cw
+
+    def _strip(self, p: QPainter, rect: QRectF, parts: list[tuple[str, float, str]], *, free: bool) -> None:
+        path = QPainterPath()
+        path.addRoundedRect(rect, 3, 3)
+        p.save()
+        p.setClipPath(path)
+        p.fillRect(rect, QColor(FREE_COLOR) if free else self.palette().base().color())
+        x = rect.left()
+        for source, frac, colour in parts:
+            seg_w = max(rect.width() * min(frac, 1.0), 2.0 if frac > 0 else 0.0)
+            r = QRectF(x, rect.top(), seg_w, rect.height())
+            p.fillRect(r, QColor(colour))
+            self._hits.append((r, f"{source}: {frac * 100:.1f}%"))
+            x += seg_w
+            if x >= rect.right():
+                break
+        p.restore()
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        pos = event.position()
+        for rect, text in self._hits:
+            if rect.contains(pos):
+                QToolTip.showText(event.globalPosition().toPoint(), text, self)
+                return
+        QToolTip.hideText()

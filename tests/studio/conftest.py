@@ -1,0 +1,185 @@
+"""Studio test ring: Qt adapters and windows (pytest-qt, offscreen).
+
+``no_leaked_widgets`` fails a test that leaves a top-level widget alive after pytest-qt closed the
+widgets it was given (napari's ``make_napari_viewer`` check). Window and pane fixtures use it; QSettings
+always point into the test's temp folder, never at the user's real settings.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import shiboken6
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings
+from PySide6.QtWidgets import QApplication, QWidget
+
+from core import Memory, Message, open_store
+from core.messages import data_part, file_part, reasoning_part, text_part, tool_invocation_part
+from core.storage import schema
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+IGNORED_TOP_LEVELS = {"QTipLabel"}  # Qt's shared tooltip window lives for the whole process
+
+
+def _flush_deletes() -> None:
+    for _ in range(3):
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        QApplication.processEvents()
+
+
+def _key(widget: QWidget) -> int:
+    return int(shiboken6.getCppPointer(widget)[0])
+
+
+def leaked_top_levels(before: set[int]) -> list[QWidget]:
+    _flush_deletes()
+    return [
+        w for w in QApplication.topLevelWidgets()
+        if _key(w) not in before and shiboken6.isValid(w) and type(w).__name__ not in IGNORED_TOP_LEVELS
+        and w.metaObject().className() not in IGNORED_TOP_LEVELS
+    ]
+
+
+@pytest.fixture
+def no_leaked_widgets(qapp: QApplication) -> Iterator[None]:
+    _flush_deletes()
+    before = {_key(w) for w in QApplication.topLevelWidgets()}
+    yield
+    leaked = leaked_top_levels(before)
+    if leaked:
+        names = ", ".join(f"{w.metaObject().className()}({w.objectName() or w.windowTitle()!r})" for w in leaked)
+        for w in leaked:
+            w.close()
+            w.deleteLater()
+        _flush_deletes()
+        pytest.fail(f"Top-level widgets leaked by this test: {names}")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = tmp_path_factory.mktemp("qsettings")
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder))
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> QSettings:
+    return QSettings(str(tmp_path / "studio.ini"), QSettings.Format.IniFormat)
+
+
+# -- data -------------------------------------------------------------------------------------------
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def seed_small(path: Path) -> dict[str, Any]:
+    """Two resources, three threads, every part type; written through the engine."""
+    store = open_store(path)
+    mem = Memory(store)
+    ids: dict[str, Any] = {}
+    for tid, rid, title in (("t-groceries", "ada", "Weekly groceries"), ("t-party", "ada", "Birthday party"),
+                            ("t-trip", "li", "上海出差")):
+        mem.create_thread(thread_id=tid, resource_id=rid, title=title)
+    msgs = [
+        Message.user("I am allergic to peanuts. Plan dinner.", thread_id="t-groceries", resource_id="ada",
+                     created_at=at(0)),
+        Message.create("assistant", [
+            {"type": "step-start"},
+            reasoning_part("She is allergic; avoid satay."),
+            tool_invocation_part("call-1", "searchRecipes", {"query": "green curry"}, {"hits": ["Thai green curry"]}),
+            text_part("Try a Thai green curry."),
+        ], thread_id="t-groceries", resource_id="ada", created_at=at(1)),
+        Message.create("assistant", [data_part("shopping-list", {"items": ["tofu", "limes"]}),
+                                     file_part("aGVsbG8=", "text/plain", "list.txt")],
+                       thread_id="t-groceries", resource_id="ada", created_at=at(2)),
+        Message.user("Party for 12 on Saturday", thread_id="t-party", resource_id="ada", created_at=at(3)),
+        Message.user("下周去上海出差，帮我订酒店", thread_id="t-trip", resource_id="li", created_at=at(4)),
+        Message.assistant("好的，我来查一下浦东的酒店。", thread_id="t-trip", resource_id="li", created_at=at(5)),
+    ]
+    mem.save_messages(msgs)
+    ids["messages"] = [m.id for m in msgs]
+    store.close()
+    return ids
+
+
+def seed_many(path: Path, thread_id: str, count: int, resource_id: str = "bulk") -> None:
+    store = open_store(path)
+    store.memory.create_thread(thread_id=thread_id, resource_id=resource_id, title=f"{count:,} messages")
+    batch = []
+    for i in range(count):
+        role = "user" if i % 2 == 0 else "assistant"
+        batch.append(Message.create(role, [text_part(f"message number {i}")], id=f"m{i:07d}", thread_id=thread_id,
+                                    resource_id=resource_id, created_at=T0 + timedelta(seconds=i)))
+        if len(batch) == 5000:
+            store.memory.save_messages(batch)
+            batch = []
+    if batch:
+        store.memory.save_messages(batch)
+    store.close()
+
+
+def make_mastra_db(path: Path) -> None:
+    """A database as Mastra's LibSQLStore writes it: its tables, no Memory Studio migrations table,
+    rollback journal (not WAL), content as JSON text."""
+    con = sqlite3.connect(path)
+    for ddl in schema.MASTRA_MEMORY_DDL:
+        con.execute(ddl)
+    con.execute('INSERT INTO mastra_threads VALUES (?,?,?,?,?,?)',
+                ("mastra-thread", "user-42", "From Mastra", "{}", "2026-01-01T10:00:00.000Z",
+                 "2026-01-01T10:05:00.000Z"))
+    for i, (role, text) in enumerate((("user", "hello from mastra"), ("assistant", "hi, I remember you"))):
+        content = json.dumps({"format": 2, "parts": [{"type": "text", "text": text}], "content": text})
+        con.execute('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+                    "VALUES (?,?,?,?,?,?,?)", (f"mm{i}", "mastra-thread", content, role, "v2",
+                                               f"2026-01-01T10:0{i}:00.000Z", "user-42"))
+    con.commit()
+    con.close()
+
+
+def file_state(path: Path) -> tuple[bytes, int] | None:
+    return (path.read_bytes(), path.stat().st_mtime_ns) if path.exists() and path.is_file() else None
+
+
+@pytest.fixture
+def small_db(tmp_path: Path) -> Path:
+    path = tmp_path / "small.db"
+    seed_small(path)
+    return path
+
+
+@pytest.fixture
+def make_session(qapp: QApplication) -> Iterator[Callable[..., Any]]:
+    from studio.session import StudioSession, open_for_studio
+
+    sessions: list[Any] = []
+
+    def make(path: Path, **kw: Any) -> Any:
+        session = StudioSession(open_for_studio(path, **kw))
+        sessions.append(session)
+        return session
+
+    yield make
+    for s in sessions:
+        s.close()
+        s.deleteLater()
+
+
+@pytest.fixture
+def make_window(no_leaked_widgets: None, qtbot: Any, settings: QSettings) -> Callable[..., Any]:
+    from studio.dialogs import DialogPresenter
+    from studio.main_window import MainWindow
+
+    def make(**kw: Any) -> MainWindow:
+        kw.setdefault("presenter", DialogPresenter())
+        window = MainWindow(settings, **kw)
+        qtbot.addWidget(window)
+        window.show()
+        return window
+
+    return make

@@ -1,0 +1,292 @@
+"""The main window: opening files (ours, Mastra's), read-only until allowed, recent files, the
+command registry and palette, first-launch demo data, and a dialog for every file that cannot be
+opened — with the file's bytes and mtime unchanged afterwards."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtWidgets import QMessageBox
+
+import core.storage.database as database
+from core import Memory, Message, open_store
+from studio.app import start
+from studio.commands import CommandPalette
+from studio.dialogs import DialogPresenter
+from studio.selection import Selection
+
+from .conftest import at, file_state, make_mastra_db, seed_small
+
+
+def _wait_open(qtbot: Any, window: Any, threads: int = 1) -> None:
+    qtbot.waitUntil(lambda: window.session is not None and window.resources is not None
+                    and len(window.resources.thread_rows()) >= threads, timeout=15_000)
+
+
+def _dialog(qtbot: Any, window: Any) -> QMessageBox:
+    qtbot.waitUntil(lambda: bool(window.presenter.open), timeout=15_000)
+    box = window.presenter.open[-1]
+    assert isinstance(box, QMessageBox) and box.isVisible()
+    return box
+
+
+def test_opens_our_database_writable_with_its_path_in_the_title(qtbot: Any, make_window: Any, small_db: Path) -> None:
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    assert str(small_db) in window.windowTitle() and "read-only" not in window.windowTitle()
+    assert window.badge.text() == "WRITABLE"
+    assert not window.commands.action("file.allow_writes").isEnabled() or not window.commands.command(
+        "file.allow_writes").is_enabled
+
+
+def test_mastra_file_opens_read_only_until_writes_are_allowed(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    before = file_state(path)
+    window = make_window()
+    window.open_database(str(path))
+    _wait_open(qtbot, window)
+    assert window.session.read_only and "[read-only]" in window.windowTitle()
+    assert window.badge.text() == "READ-ONLY" and window.badge.isVisible()
+    assert window.resources.thread_rows() == [("user-42", "From Mastra", 2)]
+    window.set_selection(Selection("user-42", "mastra-thread"))
+    qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() == 2, timeout=10_000)
+    assert file_state(path) == before  # looking never writes
+
+    window.commands.run("file.allow_writes")
+    box = _dialog(qtbot, window)
+    assert "not created by Memory Studio" in box.text()
+    box.property("yesButton").click()
+    qtbot.waitUntil(lambda: window.session is not None and not window.session.read_only, timeout=15_000)
+    assert window.badge.text() == "WRITABLE" and "[read-only]" not in window.windowTitle()
+    qtbot.waitUntil(lambda: window.resources.current_selection().thread_id == "mastra-thread", timeout=10_000)
+
+
+def test_allow_writes_cancelled_keeps_read_only(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    window = make_window()
+    window.open_database(str(path))
+    _wait_open(qtbot, window)
+    window.commands.run("file.allow_writes")
+    box = _dialog(qtbot, window)
+    box.reject()
+    qtbot.waitUntil(lambda: not window.presenter.open)
+    assert window.session.read_only
+
+
+class _PickingPresenter(DialogPresenter):
+    def __init__(self, pick: str) -> None:
+        super().__init__()
+        self.pick = pick
+
+    def choose_database(self, parent: Any, start: str, on_chosen: Any) -> None:  # type: ignore[override]
+        on_chosen(self.pick)
+
+
+def test_file_open_and_recent_list(qtbot: Any, make_window: Any, small_db: Path, tmp_path: Path,
+                                   settings: Any) -> None:
+    other = tmp_path / "other.db"
+    make_mastra_db(other)
+    window = make_window(presenter=_PickingPresenter(str(other)))
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.commands.run("file.open")
+    qtbot.waitUntil(lambda: window.session is not None and window.session.display_path == str(other), timeout=10_000)
+    assert settings.value("recentFiles") == [str(other), str(small_db)]
+    window._fill_recent_menu()
+    assert [a.text() for a in window.recent_menu.actions()] == [str(other), str(small_db)]
+    titles = [c.title for c in window.commands.commands()]
+    assert f"Open Recent: {small_db}" in titles
+    window.open_recent(str(small_db))
+    qtbot.waitUntil(lambda: window.session.display_path == str(small_db), timeout=10_000)
+
+
+def test_menus_shortcuts_and_palette_come_from_the_registry(qtbot: Any, make_window: Any, small_db: Path) -> None:
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    menu_actions = {a.objectName() for m in window.menus.values() for a in m.actions()}
+    for cmd in window.commands.commands():
+        if cmd.menu and not cmd.id.startswith("file.recent:") and "." in cmd.id and cmd.id.split(".")[0] in (
+                "file", "view", "app", "help"):
+            assert cmd.id in menu_actions, cmd.id
+    assert window.commands.action("view.palette").shortcut().toString() == "Ctrl+K"
+    window.commands.run("view.palette")
+    palette = window.findChild(CommandPalette)
+    assert palette is not None and palette.isVisible()
+    qtbot.keyClicks(palette.input, "dark mode")
+    assert palette.visible_titles()[0] == "Toggle Dark Mode"
+    from PySide6.QtWidgets import QApplication
+    from studio.theme import current_theme
+
+    before = current_theme(QApplication.instance())
+    qtbot.keyClick(palette.input, "\r")
+    qtbot.waitUntil(lambda: not palette.isVisible())
+    assert current_theme(QApplication.instance()) != before
+    window.toggle_theme()
+
+
+def test_busy_indicator_only_for_slow_work(qtbot: Any, make_window: Any) -> None:
+    window = make_window()
+    window._set_busy("pool", 1)
+    assert not window.busy_bar.isVisible()  # not for a moment's work
+    qtbot.waitUntil(lambda: window.busy_bar.isVisible(), timeout=5_000)
+    window._set_busy("pool", 0)
+    assert not window.busy_bar.isVisible()
+
+
+# -- first launch ---------------------------------------------------------------------------------
+
+def _fake_seeder(store: Any, progress: Any) -> str:
+    mem = Memory(store)
+    for i in range(3):
+        mem.save_messages([Message.user(f"demo {i}", thread_id=f"demo-{i}", resource_id="demo", created_at=at(i))])
+        progress(i + 1, 3)
+    return "seeded"
+
+
+def test_empty_anchored_database_gets_demo_data(qtbot: Any, make_window: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEMORY_STUDIO_DB", raising=False)
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    window = make_window(seeder=_fake_seeder)
+    with qtbot.waitSignal(window.seeding_finished, timeout=20_000) as sig:
+        start(window, None)
+    assert sig.args == ["seeded"]
+    assert window.session.display_path == str(tmp_path / ".temp" / "memory.db")
+    qtbot.waitUntil(lambda: len(window.resources.thread_rows()) == 3, timeout=10_000)
+
+
+def test_non_empty_or_explicit_database_is_never_seeded(qtbot: Any, make_window: Any, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch, small_db: Path) -> None:
+    calls: list[int] = []
+    window = make_window(seeder=lambda store, progress: calls.append(1))
+    start(window, str(small_db))
+    _wait_open(qtbot, window, 3)
+    monkeypatch.setenv("MEMORY_STUDIO_DB", str(tmp_path / "env.db"))  # chosen by the user: not "anchored"
+    start(window, None)
+    qtbot.waitUntil(lambda: window.session.display_path == str(tmp_path / "env.db"), timeout=10_000)
+    assert calls == []
+
+
+@pytest.mark.slow
+def test_real_demo_data_is_made_by_the_engine(qtbot: Any, make_window: Any, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEMORY_STUDIO_DB", raising=False)
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    window = make_window()
+    with qtbot.waitSignal(window.seeding_finished, timeout=120_000) as sig:
+        start(window, None)
+    outcome = sig.args[0]
+    assert not isinstance(outcome, BaseException), getattr(outcome, "__traceback_text__", repr(outcome))
+    qtbot.waitUntil(lambda: len(window.resources.thread_rows()) >= 4, timeout=10_000)
+    titles = [r[1] for r in window.resources.thread_rows()]
+    assert any(any("\u4e00" <= ch <= "\u9fff" for ch in t) for t in titles)  # Chinese threads too
+
+
+# -- files that cannot be opened ---------------------------------------------------------------------
+
+def _expect_problem(qtbot: Any, window: Any, path: Path, title: str, advice: str) -> None:
+    before = file_state(path)
+    existed = path.exists()
+    with qtbot.waitSignal(window.open_failed, timeout=20_000) as sig:
+        window.open_database(str(path))
+    assert sig.args[0].title == title
+    box = _dialog(qtbot, window)
+    assert box.windowTitle() == title and advice in box.informativeText()
+    assert str(path) in box.text()
+    assert window.session is None and "Could not open" in window.status_text.text()
+    assert file_state(path) == before and path.exists() == existed
+    box.accept()
+    qtbot.waitUntil(lambda: not window.presenter.open)
+
+
+def test_missing_file(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    _expect_problem(qtbot, make_window(), tmp_path / "nope.db", "Database not found", "File > Open")
+
+
+def test_file_that_is_not_a_database(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("just some notes, not SQLite\n" * 50)
+    _expect_problem(qtbot, make_window(), path, "Not a database", "left unchanged")
+
+
+def test_sqlite_file_without_memory_tables(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "other-app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    con.commit()
+    con.close()
+    _expect_problem(qtbot, make_window(), path, "Not a memory database", "Mastra")
+
+
+def test_a_folder(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "folder.db"
+    path.mkdir()
+    _expect_problem(qtbot, make_window(), path, "That is a folder", "File > Open")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file(qtbot: Any, make_window: Any, small_db: Path) -> None:
+    small_db.chmod(0)
+    try:
+        _expect_problem(qtbot, make_window(), small_db, "Cannot read the database", "permissions")
+    finally:
+        small_db.chmod(0o644)
+
+
+LOCKER = """
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()
+con.execute("ROLLBACK")
+"""
+
+
+def test_locked_file(qtbot: Any, make_window: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "mastra-locked.db"
+    make_mastra_db(path)  # rollback journal, as Mastra writes it: an exclusive lock blocks readers
+    monkeypatch.setattr(database, "BUSY_TIMEOUT_MS", 200)
+    locker = subprocess.Popen([sys.executable, "-c", LOCKER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert locker.stdout is not None and locker.stdout.readline().strip() == "locked"
+        _expect_problem(qtbot, make_window(), path, "Database is locked", "Wait")
+    finally:
+        locker.communicate("", timeout=30)
+
+
+def test_newer_schema_opens_read_only_with_a_notice(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    seed_small(path)
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO memory_studio_migrations VALUES ('9999_from_the_future', '2030-01-01T00:00:00.000Z')")
+    con.commit()
+    con.close()
+    before = file_state(path)
+    window = make_window()
+    window.open_database(str(path))
+    box = _dialog(qtbot, window)
+    assert box.windowTitle() == "Opened read-only: newer database"
+    assert "9999_from_the_future" in box.text() and "upgrade Memory Studio" in box.informativeText()
+    box.accept()
+    _wait_open(qtbot, window, 3)
+    assert window.session.read_only and window.badge.text() == "READ-ONLY"
+    window.commands.run("file.allow_writes")  # refused: explains again instead of offering to write
+    box = _dialog(qtbot, window)
+    assert box.windowTitle() == "Opened read-only: newer database"
+    box.accept()
+    window.close()
+    assert file_state(path) == before

@@ -1,0 +1,158 @@
+"""The resources tree and the message view, each on a real session over a temp database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import Message, open_store
+from studio.models.messages_model import MessageRoles
+from studio.panes.messages import MessagesPane
+from studio.panes.resources import ResourcesPane
+from studio.selection import Selection
+
+from .conftest import at, seed_many
+
+pytestmark = pytest.mark.usefixtures("no_leaked_widgets")
+
+
+def _resources(qtbot: Any, session: Any) -> ResourcesPane:
+    pane = ResourcesPane(session)
+    qtbot.addWidget(pane)
+    pane.resize(420, 500)
+    pane.show()
+    pane.refresh()
+    qtbot.waitUntil(lambda: len(pane.thread_rows()) >= 3, timeout=10_000)
+    return pane
+
+
+def test_tree_lists_threads_with_counts_and_picks_one(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    session = make_session(small_db)
+    pane = _resources(qtbot, session)
+    rows = pane.thread_rows()
+    assert ("ada", "Weekly groceries", 3) in rows and ("li", "上海出差", 2) in rows and ("ada", "Birthday party", 1) in rows
+    # most recent activity first
+    assert rows[0][0] == "li"
+    with qtbot.waitSignal(pane.selection_changed) as sig:
+        pane.set_selection(Selection("ada", "t-party"))
+    assert sig.args[0] == Selection("ada", "t-party")
+
+
+def test_filter_narrows_the_tree_without_io(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    pane = _resources(qtbot, make_session(small_db))
+    pane.filter.setText("party")
+    assert [r[1] for r in pane.thread_rows()] == ["Birthday party"]
+    pane.filter.setText("上海")
+    assert [r[1] for r in pane.thread_rows()] == ["上海出差"]
+    pane.filter.setText("li")  # a resource id matches: all its threads stay
+    assert ("li", "上海出差", 2) in pane.thread_rows()
+    pane.filter.clear()
+    assert len(pane.thread_rows()) == 3
+
+
+def test_full_text_search_across_threads_opens_the_hit(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    pane = _resources(qtbot, make_session(small_db))
+    pane.filter.setText("peanuts")
+    pane.search()
+    qtbot.waitUntil(lambda: pane.results.rowCount() == 1, timeout=10_000)
+    assert "1 message" in pane.results_label.text()
+    text = pane.results.index(0).data()
+    assert "Weekly groceries" in text and "peanuts" in text
+    with qtbot.waitSignal(pane.hit_activated) as sig:
+        pane.results_view.clicked.emit(pane.results.index(0))
+    hit = sig.args[0]
+    assert (hit.resource_id, hit.thread_id) == ("ada", "t-groceries") and hit.message_id
+    # Chinese text is searchable too
+    pane.search("酒店")
+    qtbot.waitUntil(lambda: pane.results.rowCount() == 2, timeout=10_000)
+    assert all("上海出差" in pane.results.index(i).data() for i in range(2))
+
+
+def test_tree_refresh_keeps_selection(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    session = make_session(small_db)
+    pane = _resources(qtbot, session)
+    pane.set_selection(Selection("ada", "t-party"))
+    writer = open_store(small_db)
+    writer.memory.save_messages([Message.user("more", thread_id="t-party", resource_id="ada", created_at=at(30))])
+    writer.memory.create_thread(thread_id="t-extra", resource_id="ada", title="Extra")
+    writer.close()
+    pane.refresh()
+    qtbot.waitUntil(lambda: ("ada", "Extra", 0) in pane.thread_rows(), timeout=10_000)
+    assert ("ada", "Birthday party", 2) in pane.thread_rows()
+    assert pane.current_selection() == Selection("ada", "t-party")
+
+
+def _messages(qtbot: Any, session: Any) -> MessagesPane:
+    pane = MessagesPane(session)
+    qtbot.addWidget(pane)
+    pane.resize(900, 700)
+    pane.show()
+    return pane
+
+
+def test_message_view_renders_parts_role_and_time(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    pane = _messages(qtbot, make_session(small_db))
+    with qtbot.waitSignal(pane.model.loaded):
+        pane.set_selection(Selection("ada", "t-groceries"))
+    model = pane.model
+    qtbot.waitUntil(lambda: model.index(0).data(MessageRoles.LOADED), timeout=10_000)
+    assert [model.index(i).data(MessageRoles.ROLE) for i in range(3)] == ["user", "assistant", "assistant"]
+    assert model.index(0).data(MessageRoles.TIME).startswith("2026-03-01")
+    assert "3 messages" in pane.header.text().replace("<b>", "").replace("</b>", "")
+    pane._select_row(1)
+    html = pane.detail.toHtml()
+    for needle in ("REASONING", "searchRecipes", "green curry", "Try a Thai green curry."):
+        assert needle in html, needle
+    pane._select_row(2)
+    assert "DATA-SHOPPING-LIST" in pane.detail.toHtml() and "list.txt" in pane.detail.toHtml()
+
+
+def test_large_thread_opens_at_the_end_and_loads_pages_on_scroll(qtbot: Any, make_session: Any,
+                                                                  tmp_path: Path) -> None:
+    path = tmp_path / "large.db"
+    seed_many(path, "large", 20_000)
+    pane = _messages(qtbot, make_session(path))
+    with qtbot.waitSignal(pane.model.loaded, timeout=20_000):
+        pane.set_selection(Selection("bulk", "large"))
+    model = pane.model
+    assert model.rowCount() == 20_000
+    qtbot.waitUntil(lambda: model.index(19_999).data(MessageRoles.LOADED), timeout=10_000)
+    assert len(model._cache) <= 2  # only what is on screen was read
+    middle = model.index(10_000)
+    pane.view.scrollTo(middle)
+    qtbot.waitUntil(lambda: model.index(10_000).data(MessageRoles.PREVIEW) == "message number 10000", timeout=10_000)
+    assert len(model._cache) <= 4
+
+
+def test_new_messages_appear_and_the_view_follows_the_end(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    seed_many(path, "live", 300)
+    session = make_session(path)
+    pane = _messages(qtbot, session)
+    session.changed.connect(pane.refresh)
+    session.start()
+    with qtbot.waitSignal(pane.model.loaded, timeout=10_000):
+        pane.set_selection(Selection("bulk", "live"))
+    pane._select_row(299)
+    writer = open_store(path)
+    writer.memory.save_messages([Message.user(f"new {i}", id=f"new{i}", thread_id="live", resource_id="bulk",
+                                              created_at=at(600 + i)) for i in range(3)])
+    writer.close()
+    qtbot.waitUntil(lambda: pane.model.rowCount() == 303, timeout=10_000)
+    qtbot.waitUntil(lambda: pane.model.index(302).data(MessageRoles.ID) == "new2", timeout=10_000)
+    bar = pane.view.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=5_000)
+    assert pane.current_message_id() == "m0000299"  # the selection stayed on its message
+
+
+def test_jump_to_a_message_far_from_the_loaded_pages(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
+    path = tmp_path / "jump.db"
+    seed_many(path, "j", 5_000)
+    pane = _messages(qtbot, make_session(path))
+    with qtbot.waitSignal(pane.message_selected, timeout=10_000) as sig:
+        pane.set_selection(Selection("bulk", "j", "m0000123"))
+    qtbot.waitUntil(lambda: pane.current_message_id() == "m0000123", timeout=10_000)
+    assert pane.view.currentIndex().row() == 123
+    assert sig.args is not None

@@ -1,0 +1,215 @@
+"""Prompt inspector pane: renders the engine's assembly record, re-assembles on option changes,
+copies JSON / OpenAI messages, and never writes (pytest-qt, offscreen, real libSQL file)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+from PySide6.QtGui import QGuiApplication
+
+from core import Memory, MemoryOptions, Message, open_store
+from studio.panes.prompt_inspector import PromptInspectorPane
+from studio.selection import Selection
+from studio.session import StudioSession
+
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
+TURNS = [
+    ("user", "Hi! I'm Alice, I live in Berlin and I work as a data engineer."),
+    ("assistant", "Nice to meet you, Alice! How can I help?"),
+    ("user", "Plan a 3-day trip to Lisbon in May, I love food markets."),
+    ("assistant", "Day 1: Alfama and Time Out Market. Day 2: Belém. Day 3: LX Factory."),
+    ("user", "Add a day trip to Sintra."),
+    ("assistant", "Day 4: Sintra — Pena Palace in the morning, Quinta da Regaleira after lunch."),
+]
+
+
+def build_db(path):
+    store = open_store(path)
+    mem = Memory(store, MemoryOptions(last_messages=4, working_memory={"enabled": True}), name="assistant")
+    mem.create_thread(resource_id="alice", thread_id="t-lisbon", title="Trip to Lisbon")
+    mem.save_messages([
+        (Message.user if role == "user" else Message.assistant)(
+            text, thread_id="t-lisbon", resource_id="alice", created_at=T0 + timedelta(minutes=i), id=f"m{i}")
+        for i, (role, text) in enumerate(TURNS)
+    ])
+    mem.update_working_memory(
+        thread_id="t-lisbon", resource_id="alice",
+        working_memory="# User Information\n- **First Name**: Alice\n- **Location**: Berlin\n- **Occupation**: data engineer",
+    )
+    mem.register("travel-agent")
+    return store
+
+
+def checksum(store) -> str:
+    """Every row of every table, hashed: "looking never writes" means this does not change."""
+    h = hashlib.sha256()
+    with store.db.read() as conn:
+        tables = [r[0] for r in conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name").all()]
+        for name in tables:
+            h.update(name.encode())
+            for row in conn.execute(sa.text(f'SELECT * FROM "{name}" ORDER BY 1')).all():
+                h.update(repr(tuple(row)).encode())
+    return h.hexdigest()
+
+
+@pytest.fixture()
+def session(qtbot, tmp_path):
+    store = build_db(tmp_path / "memory.db")
+    s = StudioSession(store)
+    yield s
+    s.close()
+
+
+@pytest.fixture()
+def pane(no_leaked_widgets, qtbot, session):
+    p = PromptInspectorPane(session)
+    qtbot.addWidget(p)
+    p.resize(1200, 800)
+    return p
+
+
+def select(qtbot, pane, selection):
+    with qtbot.waitSignal(pane.assembled, timeout=15_000) as blocker:
+        pane.set_selection(selection)
+    return blocker.args[0]
+
+
+def test_renders_fragments_sources_skips_and_tokens(qtbot, pane):
+    preview = select(qtbot, pane, Selection("alice", "t-lisbon"))
+    prompt = preview.prompt
+    model = pane.fragment_model
+    assert model.rowCount() == len(prompt.fragments)
+    sources = [model.index(r, 2).data() for r in range(model.rowCount())]
+    assert sources == [f.source for f in prompt.fragments]
+    assert "working-memory" in sources and sources.count("message-history") == 4  # agent config: last 4
+    history_ids = [model.index(r, 3).data() for r in range(model.rowCount()) if sources[r] == "message-history"]
+    assert history_ids == ["m2", "m3", "m4", "m5"]
+    assert [model.index(r, 5).data() for r in range(model.rowCount())] == [f"{f.tokens:,}" for f in prompt.fragments]
+    assert pane.skip_model.rowCount() == len(prompt.skipped) >= 1
+    assert pane.skip_model.index(0, 1).data() == prompt.skipped[pane.skip_model.index(0, 0).data()]
+    usage = pane.bar.usage
+    assert usage is not None and usage.total == prompt.total_tokens
+    assert {s.source: s.tokens for s in usage.segments} == prompt.tokens_by_source()
+    assert "travel-agent" in pane.origin_label.text()
+    assert pane.last_spin.value() == 4
+
+
+def test_typed_message_and_option_change_reassemble(qtbot, pane):
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    with qtbot.waitSignal(pane.assembled, timeout=15_000) as blocker:
+        pane.message_edit.setText("What should I eat in Lisbon?")
+    assert blocker.args[0].prompt.messages[-1] == {"role": "user", "content": "What should I eat in Lisbon?"}
+    with qtbot.waitSignal(pane.assembled, timeout=15_000) as blocker:
+        pane.last_spin.setValue(2)
+    prompt = blocker.args[0].prompt
+    assert len(prompt.fragments_from("message-history")) == 2
+    assert "modified" in pane.origin_label.text()
+    with qtbot.waitSignal(pane.assembled, timeout=15_000) as blocker:
+        pane.readonly_check.setChecked(True)
+    prompt = blocker.args[0].prompt
+    assert prompt.tools == [] and "READ-ONLY" in prompt.fragments_from("working-memory")[0].text
+    with qtbot.waitSignal(pane.assembled, timeout=15_000) as blocker:
+        pane.last_spin.setValue(0)
+    assert blocker.args[0].prompt.fragments_from("message-history") == []
+    assert any(pane.skip_model.index(r, 0).data() == "message-history" for r in range(pane.skip_model.rowCount())) \
+        or "message-history" not in blocker.args[0].prompt.processors
+
+
+def test_rapid_changes_are_debounced_and_only_the_last_is_shown(qtbot, pane):
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    seen = []
+    pane.assembled.connect(seen.append)
+    for n in (3, 2, 1):
+        pane.last_spin.setValue(n)
+    qtbot.waitUntil(lambda: not pane.busy and bool(seen), timeout=15_000)
+    # Not busy: the debounce timer is idle and no job is outstanding, so nothing else can arrive.
+    assert len(seen) == 1
+    assert len(pane.preview.prompt.fragments_from("message-history")) == 1
+
+
+def test_copy_json_and_openai_put_the_engine_serialisation_on_the_clipboard(qtbot, pane):
+    preview = select(qtbot, pane, Selection("alice", "t-lisbon"))
+    pane.commands.run("prompt.copy_json")
+    copied = QGuiApplication.clipboard().text()
+    assert copied == preview.prompt.to_json()
+    assert json.loads(copied)["fragments"][0]["source"] == "working-memory"
+    pane.commands.run("prompt.copy_openai")
+    assert json.loads(QGuiApplication.clipboard().text()) == preview.prompt.messages
+
+
+def test_stored_turn_is_reassembled_as_of_that_turn(qtbot, pane):
+    preview = select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))
+    assert pane.turn_radio.isChecked()
+    assert preview.turn is not None and preview.turn.input.id == "m2"
+    history = [f.stored_ids[0] for f in preview.prompt.fragments_from("message-history")]
+    assert history == ["m0", "m1"]
+    assert preview.prompt.messages[-1]["content"] == TURNS[2][1]
+    assert pane.message_edit.text() == TURNS[2][1] and not pane.message_edit.isEnabled()
+
+
+def test_fragment_detail_links_to_stored_messages(qtbot, pane):
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    rows = pane.fragment_model.rows()
+    hist = next(i for i, r in enumerate(rows) if r.source == "message-history")
+    pane.fragment_table.selectRow(hist)
+    assert rows[hist].stored_ids[0] in pane.detail_sources.text()
+    assert pane.detail_text.toPlainText() == rows[hist].text
+    with qtbot.waitSignal(pane.open_message) as blocker:
+        pane.detail_sources.linkActivated.emit(rows[hist].stored_ids[0])
+    assert blocker.args == [rows[hist].stored_ids[0]]
+
+
+def test_defaults_when_no_agent_is_registered(qtbot, tmp_path):
+    store = open_store(tmp_path / "bare.db")
+    Memory(store).save_messages([Message.user("hello", thread_id="t", resource_id="r")])
+    session = StudioSession(store)
+    pane = PromptInspectorPane(session)
+    qtbot.addWidget(pane)
+    select(qtbot, pane, Selection("r", "t"))
+    assert pane.origin_label.text().startswith("Defaults")
+    assert pane.last_spin.value() == 10
+    assert "working-memory" not in [f.source for f in pane.preview.prompt.fragments]
+    session.close()
+
+
+def test_recall_without_the_model_shows_the_install_hint(qtbot, pane, monkeypatch):
+    from studio.panes import prompt_inspector
+
+    def missing():
+        raise RuntimeError("The embedding model is not installed. Run: memory-studio models install")
+
+    monkeypatch.setattr(prompt_inspector, "EMBEDDERS", prompt_inspector.EmbedderHolder(missing))
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    with qtbot.waitSignal(pane.failed, timeout=15_000) as blocker:
+        pane.recall_check.setChecked(True)
+    assert "models install" in blocker.args[0]
+    assert pane.banner.isVisible() or "models install" in pane.banner.text()
+
+
+def test_looking_never_writes(qtbot, pane, session):
+    before = checksum(session.store)
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    for value in (1, 3):
+        with qtbot.waitSignal(pane.assembled, timeout=15_000):
+            pane.last_spin.setValue(value)
+    with qtbot.waitSignal(pane.assembled, timeout=15_000):
+        pane.set_selection(Selection("alice", "t-lisbon", "m5"))
+    pane.commands.run("prompt.copy_json")
+    session.pool.wait()
+    assert checksum(session.store) == before
+
+
+def test_new_turns_written_by_the_agent_are_picked_up(qtbot, pane, session):
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    agent = Memory(session.store, MemoryOptions(last_messages=4, working_memory={"enabled": True}), name="assistant")
+    agent.save_messages([Message.user("Also book a fado show.", thread_id="t-lisbon", resource_id="alice",
+                                      created_at=T0 + timedelta(minutes=10), id="m-new")])
+    with qtbot.waitSignal(pane.assembled, timeout=15_000) as blocker:
+        session.changed.emit()  # what the session's file poll emits when another process wrote
+    history = [f.stored_ids[0] for f in blocker.args[0].prompt.fragments_from("message-history")]
+    assert history[-1] == "m-new" and pane.last_spin.value() == 4

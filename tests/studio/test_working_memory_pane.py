@@ -1,0 +1,249 @@
+"""Working-memory pane: staged edits with Save / Revert / undo, conflicts shown (never overwritten),
+versions with diff and restore, schema validation as you type, merge preview, template overrides that a
+fresh Memory uses on its next turn, read-only sessions, and looking never writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from core import Memory, MemoryOptions, Message, open_store
+from studio.panes.working_memory import WorkingMemoryPane
+from studio.selection import Selection
+from studio.session import StudioSession
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "city": {"type": "string"},
+        "prefs": {"type": "object", "properties": {"food": {"type": "string"}, "color": {"type": "string"}}},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+def build_db(path):
+    store = open_store(path)
+    md = Memory(store, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+    md.create_thread(resource_id="alice", thread_id="t1", title="Lisbon", metadata={"agent": "travel-agent"})
+    md.update_working_memory(thread_id="t1", resource_id="alice", working_memory="# User\n- Name: Alice")
+    md.register("travel-agent")
+    js = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": SCHEMA, "scope": "thread"}),
+                name="profiler")
+    js.create_thread(resource_id="bob", thread_id="t2", title="Profile", metadata={"agent": "profile-agent"})
+    js.merge_working_memory(thread_id="t2", resource_id="bob",
+                            patch={"name": "Bob", "prefs": {"food": "ramen", "color": "blue"}, "tags": ["a"]})
+    js.register("profile-agent")
+    return store
+
+
+def checksum(store) -> str:
+    h = hashlib.sha256()
+    with store.db.read() as conn:
+        for (name,) in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name").all():
+            for row in conn.execute(sa.text(f'SELECT * FROM "{name}" ORDER BY 1')).all():
+                h.update(repr((name, tuple(row))).encode())
+    return h.hexdigest()
+
+
+@pytest.fixture()
+def session(qtbot, tmp_path):
+    s = StudioSession(build_db(tmp_path / "memory.db"))
+    yield s
+    s.close()
+
+
+@pytest.fixture()
+def pane(no_leaked_widgets, qtbot, session):
+    p = WorkingMemoryPane(session)
+    qtbot.addWidget(p)
+    p.resize(1200, 760)
+    p.show()
+    return p
+
+
+def load(qtbot, pane, selection):
+    with qtbot.waitSignal(pane.loaded, timeout=10_000) as blocker:
+        pane.set_selection(selection)
+    return blocker.args[0]
+
+
+def save_and_wait(qtbot, pane, signal):
+    with qtbot.waitSignal(signal, timeout=10_000) as blocker:
+        pane.commands.run("wm.save")
+    return blocker.args[0]
+
+
+def stored(session, thread_id, resource_id, name="assistant"):
+    opts = (MemoryOptions(working_memory={"enabled": True}) if name == "assistant"
+            else MemoryOptions(working_memory={"enabled": True, "schema": SCHEMA, "scope": "thread"}))
+    return Memory(session.store, opts, name=name).get_working_memory(thread_id=thread_id, resource_id=resource_id)
+
+
+def test_markdown_edit_save_revert_and_undo(qtbot, pane, session):
+    snap = load(qtbot, pane, Selection("alice", "t1"))
+    assert snap.fmt == "markdown" and pane.editor.toPlainText() == "# User\n- Name: Alice"
+    assert "Location" in pane.template_view.toPlainText()  # the default template beside the editor
+    assert not pane.commands.action("wm.save").isEnabled()
+    pane.editor.replace_all("# User\n- Name: Alice\n- City: Berlin")
+    assert "Berlin" in pane.preview.toPlainText()  # rendered preview follows the editor
+    assert pane.commands.action("wm.save").isEnabled()
+    pane.commands.run("wm.revert")
+    assert pane.editor.toPlainText() == "# User\n- Name: Alice"
+    pane.commands.run("wm.undo")  # revert is undoable
+    assert pane.editor.toPlainText().endswith("City: Berlin")
+    save_and_wait(qtbot, pane, pane.saved)
+    qtbot.waitUntil(lambda: pane.version_model.rowCount() == 2, timeout=10_000)
+    assert stored(session, "t1", "alice").endswith("City: Berlin")
+    assert pane.version_model.rows()[0].author == "studio"
+    assert not pane.commands.action("wm.save").isEnabled()
+
+
+def test_concurrent_change_shows_both_and_overwrites_nothing(qtbot, pane, session):
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.replace_all("# User\n- Name: Alice (studio)")
+    agent = Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+    agent.apply_working_memory_tool(thread_id="t1", resource_id="alice", args={"memory": "# User\n- Name: Alice\n- Pet: cat"})
+    theirs = save_and_wait(qtbot, pane, pane.conflict)
+    assert theirs == "# User\n- Name: Alice\n- Pet: cat"
+    assert stored(session, "t1", "alice") == theirs  # nothing overwritten
+    assert pane.conflict_view.isVisible()
+    assert pane.conflict_view.mine.toPlainText() == "# User\n- Name: Alice (studio)"
+    assert pane.conflict_view.theirs_text == theirs
+    assert any(ln.kind == "insert" for ln in pane.conflict_view.diff.lines)
+    # Only an explicit choice writes.
+    with qtbot.waitSignal(pane.saved, timeout=10_000):
+        pane.commands.run("wm.overwrite_mine")
+    assert stored(session, "t1", "alice") == "# User\n- Name: Alice (studio)"
+
+
+def test_take_theirs_is_undoable(qtbot, pane, session):
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.replace_all("mine")
+    Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant").update_working_memory(
+        thread_id="t1", resource_id="alice", working_memory="theirs")
+    save_and_wait(qtbot, pane, pane.conflict)
+    pane.commands.run("wm.take_theirs")
+    assert pane.editor.toPlainText() == "theirs" and not pane.conflict_view.isVisible()
+    assert not pane.commands.action("wm.save").isEnabled()
+    pane.commands.run("wm.undo")
+    assert pane.editor.toPlainText() == "mine"
+
+
+def test_versions_diff_and_restore(qtbot, pane, session):
+    agent = Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+    agent.update_working_memory(thread_id="t1", resource_id="alice", working_memory="# User\n- Name: Alice\n- Job: chef")
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert pane.version_model.rowCount() == 2
+    pane.tabs.setCurrentIndex(1)
+    pane.version_table.selectRow(0)
+    assert [(ln.kind, ln.text) for ln in pane.version_diff.lines if ln.kind != "equal"] == [("insert", "- Job: chef")]
+    pane.version_table.selectRow(1)
+    pane.commands.run("wm.restore_version")
+    assert pane.tabs.currentIndex() == 0 and pane.editor.toPlainText() == "# User\n- Name: Alice"
+    save_and_wait(qtbot, pane, pane.saved)
+    qtbot.waitUntil(lambda: pane.version_model.rowCount() == 3, timeout=10_000)
+    newest = pane.version_model.rows()[0]
+    assert newest.text == "# User\n- Name: Alice" and newest.note and "restored" in newest.note
+
+
+def test_schema_validation_blocks_save_and_merge_preview(qtbot, pane, session):
+    snap = load(qtbot, pane, Selection("bob", "t2"))
+    assert snap.fmt == "json" and snap.target.scope == "thread" and snap.agent.name == "profile-agent"
+    assert json.loads(pane.editor.toPlainText())["name"] == "Bob"
+    pane.editor.replace_all('{"name": 42}')
+    assert "name" in pane.problem_label.text() and "string" in pane.problem_label.text()
+    assert pane.problem_label.isVisible()
+    assert not pane.commands.action("wm.save").isEnabled()
+    pane.editor.replace_all('{"name": ')
+    assert "JSON syntax: line 1" in pane.problem_label.text()
+    assert not pane.commands.action("wm.save").isEnabled()
+    # Patch mode: current + patch = result under the merge rules.
+    pane.json_mode.setCurrentIndex(pane.json_mode.findData("merge"))
+    pane.editor.replace_all('{"prefs": {"color": null}, "tags": ["x", "y"], "city": "Osaka"}')
+    result = json.loads(pane.result_view.toPlainText())
+    assert result == {"name": "Bob", "prefs": {"food": "ramen"}, "tags": ["x", "y"], "city": "Osaka"}
+    assert pane.problem_label.text() == "" and not pane.problem_label.isVisible()
+    assert "prefs.color (deleted)" in pane.merge_caption.text()
+    save_and_wait(qtbot, pane, pane.saved)
+    assert stored(session, "t2", "bob", name="profiler") == result
+
+
+def test_template_override_reaches_a_fresh_memory_on_its_next_turn(qtbot, pane, session):
+    load(qtbot, pane, Selection("alice", "t1"))
+    ed = pane.template_editor
+    ed.editor.replace_all("")
+    assert not ed.save_btn.isEnabled() and "empty" in ed.problem.text()
+    ed.editor.replace_all("# Traveller\n- Home city:\n- Next trip:")
+    assert ed.save_btn.isEnabled()
+    with qtbot.waitSignal(pane.config_saved, timeout=10_000):
+        ed.save_btn.click()
+    fresh = Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+    prompt = fresh.assemble(thread_id="t1", resource_id="alice", input=[Message.user("hi")])
+    assert "- Next trip:" in prompt.fragments_from("working-memory")[0].text
+    qtbot.waitUntil(lambda: ed.version_model.rowCount() == 1, timeout=10_000)
+    assert "Next trip" in pane.template_view.toPlainText()
+    # Schema edits are validated too, and versioned.
+    ed.kind_combo.setCurrentIndex(ed.kind_combo.findData("schema"))
+    ed.editor.replace_all('{"type": "string"}')
+    assert not ed.save_btn.isEnabled() and "object" in ed.problem.text()
+
+
+def test_agents_tab_shows_resolved_configuration(qtbot, pane):
+    load(qtbot, pane, Selection("alice", "t1"))
+    names = [a.name for a in pane.agent_model.rows()]
+    assert names == ["profile-agent", "travel-agent"]
+    pane.agent_table.selectRow(names.index("profile-agent"))
+    config = json.loads(pane.agent_config_view.toPlainText())
+    assert config["name"] == "profiler" and config["options"]["working_memory"]["scope"] == "thread"
+
+
+def test_read_only_session_disables_every_write_with_a_reason(qtbot, tmp_path):
+    build_db(tmp_path / "m.db").close()
+    store = open_store(tmp_path / "m.db", read_only=True)
+    session = StudioSession(store)
+    pane = WorkingMemoryPane(session)
+    qtbot.addWidget(pane)
+    pane.show()
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert pane.readonly_banner.isVisible() and "read-only" in pane.readonly_banner.text()
+    assert pane.editor.isReadOnly()
+    for cid in ("wm.save", "wm.restore_version", "wm.overwrite_mine"):
+        assert not pane.commands.action(cid).isEnabled()
+    assert not pane.template_editor.save_btn.isEnabled() and not pane.template_editor.reset_btn.isEnabled()
+    assert "read-only" in pane.save_btn.toolTip()
+    session.close()
+
+
+def test_looking_never_writes(qtbot, pane, session):
+    before = checksum(session.store)
+    load(qtbot, pane, Selection("alice", "t1"))
+    load(qtbot, pane, Selection("bob", "t2"))
+    pane.tabs.setCurrentIndex(1)
+    pane.version_table.selectRow(0)
+    pane.tabs.setCurrentIndex(2)
+    pane.tabs.setCurrentIndex(3)
+    pane.agent_table.selectRow(0)
+    with qtbot.waitSignal(pane.loaded, timeout=10_000):
+        pane.agent_combo.setCurrentIndex(1)
+    session.pool.wait()
+    assert checksum(session.store) == before
+
+
+def test_agent_writes_show_up_and_never_clobber_an_edit(qtbot, pane, session):
+    load(qtbot, pane, Selection("alice", "t1"))
+    agent = Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+    agent.update_working_memory(thread_id="t1", resource_id="alice", working_memory="# User\n- Name: Alice B.")
+    with qtbot.waitSignal(pane.loaded, timeout=10_000):
+        session.changed.emit()  # what the session's file poll emits when another process wrote
+    assert pane.editor.toPlainText() == "# User\n- Name: Alice B." and pane.version_model.rowCount() == 2
+    pane.editor.replace_all("my edit")
+    agent.update_working_memory(thread_id="t1", resource_id="alice", working_memory="agent again")
+    with qtbot.waitSignal(pane.loaded, timeout=10_000):
+        session.changed.emit()
+    assert pane.editor.toPlainText() == "my edit"
+    assert pane.info_banner.isVisible() and "changed while you were editing" in pane.info_banner.text()
