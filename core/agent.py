@@ -19,6 +19,7 @@ from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
 from core.models.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
 from core.prompt import AssembledPrompt
+from core.timeutil import to_ms
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
 
 ToolFn = Callable[[dict[str, Any], "ToolContext"], Any]
@@ -219,7 +220,7 @@ class Agent:
         messages_list = prompt.message_list
         assert messages_list is not None
         latest_input = max((m.created_at for m in inputs), default=None) if inputs else None
-        answered_at = mem.clock.now() if mem is not None else None
+        answered_at = to_ms(mem.clock.now()) if mem is not None else None
         if answered_at is not None and latest_input is not None and answered_at <= latest_input:
             answered_at = latest_input + timedelta(milliseconds=1)
         response = Message.create("assistant", [], thread_id=thread_id, resource_id=resource_id,

@@ -30,7 +30,7 @@ from core.storage.memory_store import (
     ThreadPage,
 )
 from core.storage import schema as t
-from core.timeutil import SystemClock, Clock, iso_now
+from core.timeutil import Clock, SystemClock, iso_now, to_ms
 from core.tokens import Tokenizer, default_tokenizer
 from core.working_memory import WorkingMemoryService, hide_working_memory
 from core.working_memory_schema import WorkingMemoryError
@@ -589,7 +589,7 @@ class Memory:
         for text in ([instructions] if isinstance(instructions, str) else list(instructions or [])):
             if text:
                 ctx.messages.add_system(text, None, Provenance("instructions"))
-        now = self.clock.now()
+        now = to_ms(self.clock.now())
         ctx_msgs = [m if isinstance(m, Message) else Message.user(str(m)) for m in context]
         for i, m in enumerate(ctx_msgs):
             if m.role == "system":
@@ -601,6 +601,13 @@ class Memory:
             input = [input]  # type: ignore[list-item]
         inputs: list[Message] = []
         start = now + timedelta(milliseconds=1)
+        if req.thread_id and req.as_of is None:
+            # A new turn sorts after everything already stored, even when turns follow each other
+            # within a millisecond (or the clock is behind another writer's).
+            with self.store.db.read() as conn:
+                newest = self.store.memory.newest_message_times([req.thread_id], conn).get(req.thread_id)
+            if newest is not None and newest >= start:
+                start = newest + timedelta(milliseconds=1)
         for i, m in enumerate(input):
             msg = Message.user(m) if isinstance(m, str) else m
             if not isinstance(msg, Message):

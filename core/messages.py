@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Literal, Mapping
 
-from core.timeutil import parse_iso, to_iso, SystemClock
+from core.timeutil import SystemClock, parse_iso, to_iso, to_ms
 
 Role = Literal["user", "assistant", "system", "signal"]
 ROLES = ("user", "assistant", "system", "signal")
@@ -104,9 +104,7 @@ class Message:
         if metadata:
             content["metadata"] = dict(metadata)
         given = created_at is not None
-        when = parse_iso(created_at) if created_at is not None else SystemClock().now()
-        # Storage keeps milliseconds; ordering decisions must be made at that precision too.
-        when = when.replace(microsecond=(when.microsecond // 1000) * 1000)
+        when = to_ms(parse_iso(created_at) if created_at is not None else SystemClock().now())
         return cls(
             id=id or new_id(),
             role=role,

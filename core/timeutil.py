@@ -55,6 +55,11 @@ def parse_iso(value: str | datetime | int | float) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
+def to_ms(dt: datetime) -> datetime:
+    """Truncate to the millisecond: storage keeps milliseconds, so ordering decisions must too."""
+    return dt.replace(microsecond=(dt.microsecond // 1000) * 1000)
+
+
 def iso_now(clock: Clock | None = None) -> str:
     return to_iso((clock or SystemClock()).now())
 

@@ -109,6 +109,8 @@ class MainWindow(QMainWindow):
         self.tabs.setObjectName("paneTabs")
         self.tabs.setDocumentMode(True)
         self.left = QStackedWidget(self)
+        # Thread titles are what users scan; the panes on the right are wide and would squeeze them.
+        self.left.setMinimumWidth(340)
         self.split.addWidget(self.left)
         self.split.addWidget(self.tabs)
         self.split.setStretchFactor(0, 0)
