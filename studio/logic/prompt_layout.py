@@ -170,13 +170,12 @@ class EmbedderHolder:
 
 
 def memory_options_for(req: PreviewRequest) -> MemoryOptions:
-    """The Memory's own options: the agent's, with recall on/off as asked, and without OM (which
-    needs the agent's observer model to construct)."""
+    """The Memory's own options: the agent's, with recall on/off as asked. Observational memory
+    stays as configured: previews never call its observer, they only show what the model gets."""
     base = req.base
     sr = base.semantic_recall
     return base.with_(
         semantic_recall=replace(sr, enabled=req.options.recall, top_k=req.options.top_k, scope=req.options.scope),
-        observational_memory=False,
     )
 
 
@@ -184,8 +183,6 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
                      embedders: EmbedderHolder) -> Preview:
     """Worker job: build the Memory the agent would run with and ask it for the prompt."""
     notes: list[str] = []
-    if req.base.observational_memory.enabled:
-        notes.append("Observational memory is configured but not previewed: it needs the agent's observer model.")
     embedder = embedders.get() if req.options.recall else None
     memory = memory_factory(memory_options_for(req), req.memory_name, embedder)
     overrides = req.options.to_overrides()
@@ -195,8 +192,9 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
         if turn is None:
             raise LookupError(f"Message {req.message_id} is not in thread {req.thread_id} any more.")
         prompt = assemble_as_of(memory, req, turn, overrides)
-        if prompt.fragments_from("working-memory"):
-            notes.append("History and recall end at this turn; working memory is shown as it is stored now.")
+        as_of = prompt.notes.get("working-memory", {}).get("asOf")
+        if as_of:
+            notes.append(f"History and recall end at this turn; working memory: {as_of}.")
     else:
         inputs = [Message.user(req.text)] if req.text.strip() else []
         prompt = memory.assemble(
