@@ -176,3 +176,25 @@ def test_public_api_is_honest():
     public = {n for n in dir(core) if not n.startswith("_") and not isinstance(getattr(core, n), type(core))}
     missing = {n for n in public if n not in core.__all__} - {"annotations"}
     assert not missing, f"exported but not in __all__: {missing}"
+
+
+def test_cli_reindex_embeds_what_recall_missed(db_path):
+    with core.open_store(db_path) as s:
+        Memory(s).save_messages([Message.user("I am allergic to peanuts", thread_id="t", resource_id="u"),
+                                 Message.user("Remind me to call mom", thread_id="t2", resource_id="u")])
+    code, out, err = run_cli("reindex", "--db", str(db_path))
+    assert code == 0, err
+    assert "2/2" in err  # the progress bar reached the end
+    from core.embedding import default_embedder
+
+    with core.open_store(db_path) as s:
+        m = Memory(s, MemoryOptions(semantic_recall=True), embedder=default_embedder())
+        hits = m.search("peanut allergy", resource_id="u", mode="vector", top_k=1)
+        assert hits and hits[0].thread_id == "t"
+    code, out, err = run_cli("reindex", "--db", str(db_path))  # nothing left to do, nothing twice
+    assert code == 0 and "indexed=0" in out.replace(" ", "") or "0 indexed" in out
+
+
+def test_cli_models_status():
+    code, out, err = run_cli("models", "status")
+    assert code == 0, out + err

@@ -1,0 +1,206 @@
+"""Recall ranking details: query terms (stop words, clitics, names, numbers, CJK), dropping very common
+terms in large indexes, and the score-aware fusion of hybrid search."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.embedding import HashingEmbedder
+from core.messages import Message
+from core.vector import RecallIndex, keyword_query
+from core.vector import hybrid, keyword
+from core.vector.text import keyword_terms
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def seed(store, thread: str, resource: str, texts: list[str]) -> list[Message]:
+    if store.memory.get_thread(thread) is None:
+        store.memory.create_thread(thread_id=thread, resource_id=resource)
+    msgs = [
+        (Message.user if i % 2 == 0 else Message.assistant)(
+            text, id=f"{thread}-{i}", thread_id=thread, resource_id=resource, created_at=T0 + timedelta(seconds=i)
+        )
+        for i, text in enumerate(texts)
+    ]
+    for start in range(0, len(msgs), 200):
+        store.memory.save_messages(msgs[start : start + 200])
+    return msgs
+
+
+# -- query terms ---------------------------------------------------------------------------------
+
+
+def test_stop_words_go_but_names_numbers_and_dates_stay():
+    terms = keyword_terms("When did Caroline go to the LGBTQ support group on 9 October 2022?")
+    assert terms == ['"caroline"', '"go"', '"lgbtq"', '"support"', '"group"', '"9"', '"october"', '"2022"']
+
+
+def test_clitic_fragments_are_not_terms():
+    # "\w+" cuts "Caroline's" into "caroline" + "s", "hadn't" into "hadn" + "t": only the name is kept.
+    assert keyword_terms("What is Caroline's plan? I hadn't heard, I'm sure you've said") == [
+        '"caroline"', '"plan"', '"heard"', '"sure"', '"said"'
+    ]
+    assert '"won"' in keyword_terms("She won't go, but she won the race")  # "won" is also a verb
+
+
+def test_a_query_of_stop_words_only_still_searches_them():
+    assert keyword_query("what is it?") == '"what" OR "is" OR "it"'
+    assert keyword_query("   ?! ") is None
+
+
+def test_chinese_queries_become_character_bigrams():
+    assert keyword_terms("我对什么过敏？") == ['"我 对"', '"对 什"', '"什 么"', '"么 过"', '"过 敏"']
+    assert keyword_terms("iphone手机 and 花") == ['"iphone"', '"手 机"', '"花"']
+
+
+# -- dropping very common terms ----------------------------------------------------------------------
+
+
+def _big_store(store, n: int = 300) -> RecallIndex:
+    """n messages that all say "hello"; a few rarer words; one Chinese fact."""
+    texts = [f"hello there friend number {i}" for i in range(n)]
+    texts[10] = "hello, my zebra is called Stripes"
+    texts[20] = "hello, the zebra crossing near the school"
+    texts[30] = "hello 我对花生过敏"
+    msgs = seed(store, "t", "u", texts)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(msgs).ok
+    return index
+
+
+def test_terms_found_in_most_rows_are_dropped_in_a_large_index(store):
+    index = _big_store(store)
+    assert keyword.PRUNE_MIN_DOCS <= 300
+    with store.db.read() as conn:
+        assert index.term_stats.select(conn, ['"hello"', '"zebra"']) == ['"zebra"']
+        # Every term common: the rarest one is kept rather than nothing.
+        assert index.term_stats.select(conn, ['"hello"', '"there"']) in (['"hello"'], ['"there"'])
+        assert index.term_stats.select(conn, ['"hello"']) == ['"hello"']  # a lone term is never dropped
+    hits = index.search("hello zebra", resource_id="u", mode="keyword", top_k=10).hits
+    assert [h.message_id for h in hits][:2] in (["t-10", "t-20"], ["t-20", "t-10"])
+    # The messages matching only "hello" are no longer scored: the context column (previous
+    # message) is what brings the zebra messages' successors in, nothing else.
+    assert {h.message_id for h in hits} <= {"t-10", "t-11", "t-20", "t-21"}
+    only_common = index.search("hello there", resource_id="u", mode="keyword", top_k=5).hits
+    assert len(only_common) == 5
+
+
+def test_a_chinese_query_still_finds_its_message_in_a_large_index(store):
+    index = _big_store(store)
+    for mode in ("keyword", "hybrid"):
+        hits = index.search("我对什么过敏？", resource_id="u", mode=mode, top_k=3).hits
+        assert hits and hits[0].message_id == "t-30", mode
+
+
+def test_small_indexes_keep_every_term(store):
+    msgs = seed(store, "t", "u", ["hello zebra", "hello there", "hello again"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(msgs)
+    with store.db.read() as conn:
+        assert index.term_stats.select(conn, ['"hello"', '"zebra"']) == ['"hello"', '"zebra"']
+    hits = index.search("hello zebra", resource_id="u", mode="keyword").hits
+    assert {h.message_id for h in hits} == {"t-0", "t-1", "t-2"}
+
+
+def test_term_statistics_follow_the_index_as_it_grows(store, monkeypatch):
+    monkeypatch.setattr(keyword, "STATS_CHECK_S", 0.0)
+    msgs = seed(store, "t", "u", [f"apple {i}" for i in range(50)])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(msgs)
+    with store.db.read() as conn:
+        assert index.term_stats.select(conn, ['"apple"', '"pear"']) == ['"apple"', '"pear"']
+        assert index.term_stats.rows == 50
+    more = seed(store, "t2", "u", [f"apple pie {i}" for i in range(250)])
+    index.index_messages(more)
+    with store.db.read() as conn:
+        assert index.term_stats.select(conn, ['"apple"', '"pie"', '"pear"']) == ['"pear"']
+        assert index.term_stats.rows == 300
+
+
+# -- fusion ------------------------------------------------------------------------------------------
+
+
+def R(mid: str, score: float) -> hybrid.Ranked:
+    return hybrid.Ranked(mid, "t", "u", score)
+
+
+def test_a_clear_keyword_winner_is_not_pushed_down_by_vector_ranks():
+    vector = [R("a", 0.61), R("b", 0.60), R("c", 0.59), R("kw", 0.58), R("z", 0.10)]
+    keyword_list = [R("kw", 12.0), R("a", 1.0)]
+    fused = hybrid.combine(vector, keyword_list)
+    assert fused[0].message_id == "kw"
+    # RRF, for comparison, ranks "a" first: a high vector rank outweighs a small keyword score.
+    assert hybrid.fuse(vector, keyword_list)[0].message_id == "a"
+
+
+def test_keyword_only_candidates_get_their_exact_cosine():
+    vector = [R("a", 0.9), R("b", 0.2)]
+    keyword_list = [R("k", 5.0), R("a", 1.0)]
+    fused = {f.message_id: f for f in hybrid.combine(vector, keyword_list, {"k": 0.5})}
+    assert fused["k"].vector_score == 0.5 and fused["k"].vector_rank is None and fused["k"].keyword_rank == 1
+    assert fused["b"].keyword_score is None
+    # k: 0.85 * 1 + 0.15 * (0.5 - 0.2) / 0.7
+    assert fused["k"].score == pytest.approx(0.85 + 0.15 * 0.3 / 0.7)
+
+
+def test_extreme_shares_reproduce_each_list():
+    vector = [R("a", 0.9), R("b", 0.5), R("c", 0.1)]
+    keyword_list = [R("c", 3.0), R("b", 2.0), R("d", 1.0)]
+    cos = {"d": 0.0}
+    assert [f.message_id for f in hybrid.combine(vector, keyword_list, cos, keyword_share=1.0)][:3] == ["c", "b", "d"]
+    assert [f.message_id for f in hybrid.combine(vector, keyword_list, cos, keyword_share=0.0)] == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError):
+        hybrid.combine(vector, keyword_list, keyword_share=1.5)
+
+
+def test_one_empty_list_leaves_the_other_order():
+    vector = [R("a", 0.9), R("b", 0.5)]
+    keyword_list = [R("c", 3.0), R("d", 1.0)]
+    assert [f.message_id for f in hybrid.combine(vector, [])] == ["a", "b"]
+    assert [f.message_id for f in hybrid.combine([], keyword_list)] == ["c", "d"]
+    assert hybrid.combine([], []) == []
+    assert [f.message_id for f in hybrid.combine([R("x", 0.3)], [])] == ["x"]  # one candidate: no range
+
+
+scores = st.floats(min_value=-1.0, max_value=1.0, allow_nan=False)
+bm25s = st.floats(min_value=0.0, max_value=50.0, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefgh"), scores, max_size=8),
+    kw=st.dictionaries(st.sampled_from("efghijkl"), bm25s, max_size=8),
+    share=st.floats(min_value=0.0, max_value=1.0),
+    limit=st.integers(min_value=1, max_value=20),
+)
+def test_fusion_is_bounded_sorted_stable_and_limit_is_a_prefix(vec, kw, share, limit):
+    vector = [R(m, s) for m, s in sorted(vec.items(), key=lambda x: -x[1])]
+    keyword_list = [R(m, s) for m, s in sorted(kw.items(), key=lambda x: -x[1])]
+    cos = {m: 0.0 for m in kw}
+    full = hybrid.combine(vector, keyword_list, cos, keyword_share=share)
+    assert {f.message_id for f in full} == set(vec) | set(kw)
+    assert all(f.score <= 1 + 1e-9 for f in full)
+    assert all(f.score >= -1e-9 for f in full if f.vector_rank is not None)
+    assert [f.score for f in full] == sorted((f.score for f in full), reverse=True)
+    assert hybrid.combine(vector, keyword_list, cos, keyword_share=share, limit=limit) == full[:limit]
+    assert hybrid.combine(list(vector), list(keyword_list), dict(cos), keyword_share=share) == full
+
+
+def test_hybrid_hits_carry_both_scores_and_a_bounded_fused_score(store):
+    texts = ["I am allergic to peanuts", "Noted: no peanuts for you", "My cat is called Miso",
+             "We went to Lyon in May", "The zebra crossing is new"]
+    msgs = seed(store, "t", "u", texts)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(msgs)
+    result = index.search("zebra Lyon", resource_id="u", mode="hybrid", top_k=5)
+    assert result.hits
+    assert all(h.vector_score is not None for h in result.hits)  # keyword-only hits get their cosine
+    assert all(h.score <= 1.0 + 1e-9 for h in result.hits)
+    assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
+    assert {result.hits[0].message_id, result.hits[1].message_id} == {"t-3", "t-4"}
+    assert index.search("zebra Lyon", resource_id="u", mode="hybrid", top_k=2).hits == result.hits[:2]
