@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.message_list import Provenance
+from core.messages import Message
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.storage.memory_store import MessageQuery
 
@@ -50,16 +51,25 @@ class MessageHistory(BaseProcessor):
         ctx.note(self.id, loaded=len(rows), limit=limit)
 
     def process_output(self, ctx: ProcessorContext) -> None:
-        req = ctx.request
-        if not req.thread_id:
-            ctx.skip(self.id, "no thread id, nothing saved")
-            return
-        if req.read_only:
-            ctx.skip(self.id, "read-only: the turn was not saved")
-            return
-        new = ctx.messages.new_messages()
-        responses = ctx.messages.messages("response")
-        if ctx.finish_reason == "error" and not responses:
-            ctx.skip(self.id, "the model call failed with no output; the input was not saved")
-            return
-        ctx.saved.extend(ctx.memory.save_messages(new, _index=False))
+        save_turn(ctx, self.id)
+
+
+def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
+    """Persist this turn's input and response (the output side of history and of observational
+    memory). Returns what was saved, or None when nothing may be saved (and says why)."""
+    req = ctx.request
+    if not req.thread_id:
+        ctx.skip(processor_id, "no thread id, nothing saved")
+        return None
+    if req.read_only:
+        ctx.skip(processor_id, "read-only: the turn was not saved")
+        return None
+    if not ctx.live:
+        ctx.skip(processor_id, "preview: nothing saved")
+        return None
+    if ctx.finish_reason == "error" and not ctx.messages.messages("response"):
+        ctx.skip(processor_id, "the model call failed with no output; the input was not saved")
+        return None
+    saved: list[Message] = ctx.memory.save_messages(ctx.messages.new_messages(), _index=False)
+    ctx.saved.extend(saved)
+    return saved

@@ -30,6 +30,7 @@ from core.observational.records import OMRecord, append_chunk, lookup_key
 from core.observational.reflector import COMPRESSION_GUIDANCE, reflect
 from core.observational.tokens import count_text, messages_tokens
 from core.processors.base import BaseProcessor, ProcessorContext
+from core.processors.message_history import save_turn
 from core.timeutil import to_iso
 
 
@@ -299,22 +300,10 @@ class ObservationalMemory(BaseProcessor):
 
     # -- output ----------------------------------------------------------------------------------
     def process_output(self, ctx: ProcessorContext) -> None:
+        saved = save_turn(ctx, self.id)
+        if saved is None:
+            return
         req = ctx.request
-        if not req.thread_id:
-            ctx.skip(self.id, "no thread id, nothing saved")
-            return
-        if req.read_only:
-            ctx.skip(self.id, "read-only: the turn was not saved")
-            return
-        if not ctx.live:
-            ctx.skip(self.id, "preview: nothing saved")
-            return
-        new = ctx.messages.new_messages()
-        if ctx.finish_reason == "error" and not ctx.messages.messages("response"):
-            ctx.skip(self.id, "the model call failed with no output; the input was not saved")
-            return
-        saved = ctx.memory.save_messages(new, _index=False)
-        ctx.saved.extend(saved)
         opts = req.options.observational_memory
         key = lookup_key(opts.scope, thread_id=req.thread_id, resource_id=req.resource_id)
         state = ctx.notes.get(self.id, {})
