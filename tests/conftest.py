@@ -7,8 +7,13 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Property tests draw the same examples on every run: the suite must be deterministic.
+settings.register_profile("deterministic", derandomize=True, print_blob=True)
+settings.load_profile("deterministic")
 
 
 @pytest.fixture(autouse=True)

@@ -142,6 +142,8 @@ def dump_json(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+_MESSAGE_FIELDS = ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")
+_MESSAGE_SELECT = ", ".join(f'"{c}"' for c in _MESSAGE_FIELDS)
 _UPSERT_MESSAGE = (
     'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId") '
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, "
@@ -297,28 +299,40 @@ class MemoryStore:
         return list(latest.values())
 
     def list_messages(self, query: MessageQuery) -> list[Message]:
-        msg = t.messages.c
-        stmt = sa.select(t.messages).where(msg.thread_id == query.thread_id)
+        # Plain SQL: this runs on every turn, and building a SQLAlchemy statement each time cost more
+        # than the indexed lookup itself.
+        where = ["thread_id = ?"]
+        params: list[Any] = [query.thread_id]
         if query.resource_id is not None:
             # Rows written before messages carried resourceId have NULL there; they still belong.
-            stmt = stmt.where(sa.or_(msg.resourceId == query.resource_id, msg.resourceId.is_(None)))
+            where.append('("resourceId" = ? OR "resourceId" IS NULL)')
+            params.append(query.resource_id)
         if query.exclude_system:
-            stmt = stmt.where(msg.role != "system")
+            where.append("role != 'system'")
         if query.since is not None:
-            stmt = stmt.where(msg.createdAt >= to_iso(query.since))
+            where.append('"createdAt" >= ?')
+            params.append(to_iso(query.since))
         if query.until is not None:
-            stmt = stmt.where(msg.createdAt <= to_iso(query.until))
+            where.append('"createdAt" <= ?')
+            params.append(to_iso(query.until))
         if query.ids is not None:
-            stmt = stmt.where(msg.id.in_(list(query.ids)))
+            ids = list(query.ids)
+            if not ids:
+                return []
+            where.append(f"id IN ({','.join('?' * len(ids))})")
+            params.extend(ids)
         if query.before is not None:
-            stmt = stmt.where(sa.tuple_(msg.createdAt, msg.id) < (to_iso(query.before[0]), query.before[1]))
+            where.append('("createdAt", id) < (?, ?)')
+            params.extend((to_iso(query.before[0]), query.before[1]))
+        sql = f'SELECT {_MESSAGE_SELECT} FROM mastra_messages WHERE {" AND ".join(where)}'
         if query.last is not None:
-            stmt = stmt.order_by(msg.createdAt.desc(), msg.id.desc()).limit(query.last)
+            sql += ' ORDER BY "createdAt" DESC, id DESC LIMIT ?'
+            params.append(int(query.last))
         else:
-            stmt = stmt.order_by(msg.createdAt.asc(), msg.id.asc())
+            sql += ' ORDER BY "createdAt" ASC, id ASC'
         with self.db.read() as conn:
-            rows = conn.execute(stmt).mappings().all()
-        result = [Message.from_row(r) for r in rows]
+            rows = conn.exec_driver_sql(sql, tuple(params)).all()
+        result = [Message.from_row(dict(zip(_MESSAGE_FIELDS, r))) for r in rows]
         if query.last is not None:
             result.reverse()
         return result

@@ -92,7 +92,9 @@ def combine(
         else:
             # Not clamped: a keyword hit whose cosine is below every vector candidate's counts against it
             # (clamping at 0 cost .009 recall@20 and .006 recall@5 on LoCoMo public).
-            vec_part = (cos - lo) / span
+            # Capped at 1: a keyword candidate more similar than every vector candidate (possible when
+            # the vector list was cut by a filter) must not outrank the best of both lists.
+            vec_part = min((cos - lo) / span, 1.0)
         score = (k[1].score * kw_scale if k else 0.0) + vec_share * vec_part
         scored.append((-score, -(cos if cos is not None else -2.0), mid))
     scored.sort()
