@@ -115,11 +115,14 @@ class RecallIndex:
             self.migrated = not [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]
             self.has_fts = has_table(conn, DOCS_TABLE)
         self.writable = bool(self.migrated and not db.read_only)
-        if self.writable:
-            with db.write() as conn:
-                ensure_vector_table(conn, self.dim)
         with db.read() as conn:
             self.info = vector_table.inspect(conn, self.table, self.dim)
+        # Only take the write lock when the table is missing or not yet in our shape: an index built
+        # for a preview or a search of an existing table must not write (nor wait on a busy writer).
+        if self.writable and (self.info is None or not (self.info.has_model_id and self.info.has_our_indexes)):
+            with db.write() as conn:
+                ensure_vector_table(conn, self.dim)
+                self.info = vector_table.inspect(conn, self.table, self.dim)
 
     def check(self) -> None:
         """Raise ``RecallError`` now if recall could not work (called when Memory is constructed)."""
