@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence, TextIO
+from typing import Sequence, TextIO
 
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message

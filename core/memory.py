@@ -12,14 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from core.message_list import MessageList, Provenance
 from core.messages import Message, MessageFormatError, new_id
 from core.options import MemoryOptions, OptionsError
-from core.processors.base import Processor, ProcessorContext, RequestContext
-from core.processors.input_filter import MemoryInputFilter
-from core.processors.message_history import MessageHistory
-from core.processors.working_memory import WorkingMemory
-from core.prompt import AssembledPrompt, build_prompt
+from core.processors.base import Processor
+from core.assembly import TurnAssembly
+from core.scopes import MemoryError_, ScopeConflictError, ThreadOwnershipError, parse_scopes
 from core.storage import Store, open_store
 from core.storage.memory_store import (
     AlreadyExistsError,
@@ -30,29 +27,12 @@ from core.storage.memory_store import (
     ThreadPage,
 )
 from core.storage import schema as t
-from core.timeutil import Clock, SystemClock, iso_now, to_ms
+from core.timeutil import Clock, SystemClock, iso_now
 from core.tokens import Tokenizer, default_tokenizer
 from core.working_memory import WorkingMemoryService, hide_working_memory
 from core.working_memory_schema import WorkingMemoryError
 
 MEMORY_TAG = "memory"
-
-
-class MemoryError_(RuntimeError):
-    """Base for errors the memory facade raises about how it was called."""
-
-
-class ThreadOwnershipError(MemoryError_, PermissionError):
-    def __init__(self, thread_id: str, owner: str, resource_id: str) -> None:
-        super().__init__(
-            f'Thread "{thread_id}" belongs to resource "{owner}", but resource "{resource_id}" was given. '
-            "A thread is owned by one resource for life; use a thread of that resource or a new thread id."
-        )
-        self.thread_id, self.owner, self.resource_id = thread_id, owner, resource_id
-
-
-class ScopeConflictError(MemoryError_, ValueError):
-    pass
 
 
 class ConfigurationError(MemoryError_, ValueError):
@@ -95,33 +75,7 @@ class CloneResult:
         return getattr(self.thread, name)
 
 
-def parse_scopes(
-    scopes: Sequence[str] | None, *, resource_id: str | None, thread_id: str | None
-) -> tuple[str | None, str | None, tuple[str, ...]]:
-    """Split ``resource:``/``thread:`` scopes from the others; a disagreement is an error."""
-    others: list[str] = []
-    for scope in scopes or ():
-        if not isinstance(scope, str) or ":" not in scope or scope.startswith(":") or scope.endswith(":"):
-            raise ScopeConflictError(f"A scope looks like 'type:value' (for example 'org:acme'); got {scope!r}.")
-        kind, value = scope.split(":", 1)
-        if kind == "resource":
-            if resource_id is not None and resource_id != value:
-                raise ScopeConflictError(
-                    f"Scope 'resource:{value}' disagrees with the resource id {resource_id!r}; pass one of them."
-                )
-            resource_id = value
-        elif kind == "thread":
-            if thread_id is not None and thread_id != value:
-                raise ScopeConflictError(
-                    f"Scope 'thread:{value}' disagrees with the thread id {thread_id!r}; pass one of them."
-                )
-            thread_id = value
-        else:
-            others.append(scope)
-    return resource_id, thread_id, tuple(others)
-
-
-class Memory:
+class Memory(TurnAssembly):
     """Agent memory over one store. Synchronous; safe to share between threads."""
 
     def __init__(
@@ -477,194 +431,6 @@ class Memory:
             "inputProcessors": [p.id for p in self.input_processors(opts)],
             "outputProcessors": [p.id for p in self.output_processors(opts)],
         }
-
-    # -- processors ------------------------------------------------------------------------------
-    def input_processors(self, opts: MemoryOptions | None = None) -> list[Processor]:
-        opts = opts or self.options
-        user = {p.id: p for p in self.user_processors}
-        chain: list[Processor] = []
-        om = opts.observational_memory.enabled
-        if opts.history_enabled or om:
-            chain.append(user.pop(MemoryInputFilter.id, None) or MemoryInputFilter())
-        if opts.working_memory.enabled:
-            chain.append(user.pop(WorkingMemory.id, None) or WorkingMemory())
-        if opts.history_enabled and not om:
-            chain.append(user.pop(MessageHistory.id, None) or MessageHistory())
-        if opts.semantic_recall.enabled:
-            from core.processors.semantic_recall import SemanticRecall
-
-            chain.append(user.pop(SemanticRecall.id, None) or SemanticRecall())
-        if om:
-            from core.processors.observational import ObservationalMemory
-
-            chain.append(user.pop(ObservationalMemory.id, None) or ObservationalMemory())
-        chain.extend(user.values())
-        return chain
-
-    def output_processors(self, opts: MemoryOptions | None = None) -> list[Processor]:
-        opts = opts or self.options
-        user = {p.id: p for p in [*self.user_processors, *self.user_output_processors]}
-        chain: list[Processor] = []
-        if opts.semantic_recall.enabled:
-            from core.processors.semantic_recall import SemanticRecall
-
-            chain.append(user.pop(SemanticRecall.id, None) or SemanticRecall())
-        if opts.observational_memory.enabled:
-            from core.processors.observational import ObservationalMemory
-
-            chain.append(user.pop(ObservationalMemory.id, None) or ObservationalMemory())
-        else:
-            chain.append(user.pop(MessageHistory.id, None) or MessageHistory())
-        chain.extend(p for p in user.values() if p.id not in {c.id for c in chain} and p not in self.user_processors)
-        return chain
-
-    # -- assembly --------------------------------------------------------------------------------
-    def request_context(
-        self, *, thread_id: str | None, resource_id: str | None, options: Mapping[str, Any] | None = None,
-        scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None,
-    ) -> RequestContext:
-        resource_id, thread_id, others = parse_scopes(scopes, resource_id=resource_id, thread_id=thread_id)
-        opts = self.effective_options(options)
-        thread = self.get_thread(thread_id) if thread_id else None
-        if thread is not None and resource_id and thread.resource_id and thread.resource_id != resource_id:
-            raise ThreadOwnershipError(thread_id or "", thread.resource_id, resource_id)
-        if thread is not None and resource_id is None:
-            resource_id = thread.resource_id or None
-        return RequestContext(
-            thread_id=thread_id, resource_id=resource_id, options=opts, thread=thread, scopes=others,
-            values=dict(values or {}), memory_name=self.name,
-        )
-
-    def new_context(self, request: RequestContext, messages: MessageList | None = None) -> ProcessorContext:
-        return ProcessorContext(
-            request=request,
-            messages=messages or MessageList(thread_id=request.thread_id, resource_id=request.resource_id),
-            store=self.store, tokenizer=self.tokenizer, memory=self, tracer=self.tracer,
-        )
-
-    def assemble(
-        self,
-        *,
-        thread_id: str | None = None,
-        resource_id: str | None = None,
-        input: Sequence[Message] | Message | str = (),
-        instructions: str | Sequence[str] | None = None,
-        context: Sequence[Message] = (),
-        options: Mapping[str, Any] | None = None,
-        scopes: Sequence[str] | None = None,
-        request_context: Mapping[str, Any] | None = None,
-        tools: Sequence[Mapping[str, Any]] = (),
-        as_of: str | None = None,
-    ) -> AssembledPrompt:
-        """Build the exact prompt for a turn without writing anything.
-
-        ``as_of``: the id of a stored user message; the prompt is rebuilt as the engine would have
-        built it for that turn (history before it, the message itself as input).
-        """
-        if as_of is not None:
-            stored = self.store.memory.get_messages([as_of])
-            if not stored:
-                raise NotFoundError(f"Message {as_of} not found")
-            turn = stored[0]
-            if thread_id is not None and turn.thread_id != thread_id:
-                raise InvalidArgumentError(f"Message {as_of} belongs to thread {turn.thread_id}, not {thread_id}.")
-            thread_id = turn.thread_id
-            input = [turn]
-        request = self.request_context(
-            thread_id=thread_id, resource_id=resource_id, options=options, scopes=scopes, values=request_context
-        )
-        if as_of is not None:
-            request.as_of = turn
-        ctx = self.new_context(request)
-        self.prepare_input(ctx, input=input, instructions=instructions, context=context)
-        return self.run_input(ctx, extra_tools=tools)
-
-    def prepare_input(
-        self, ctx: ProcessorContext, *, input: Sequence[Message] | Message | str = (),
-        instructions: str | Sequence[str] | None = None, context: Sequence[Message] = (),
-    ) -> list[Message]:
-        """Put instructions, call-time context and the new input into the list (context sits just
-        before the input, and is never saved)."""
-        req = ctx.request
-        for text in ([instructions] if isinstance(instructions, str) else list(instructions or [])):
-            if text:
-                ctx.messages.add_system(text, None, Provenance("instructions"))
-        now = to_ms(self.clock.now())
-        ctx_msgs = [m if isinstance(m, Message) else Message.user(str(m)) for m in context]
-        for i, m in enumerate(ctx_msgs):
-            if m.role == "system":
-                ctx.messages.add_system(m.text, None, Provenance("context", (m.id,)))
-                continue
-            ctx.messages.add(m.copy(created_at=now + timedelta(microseconds=i), created_at_given=True), "context",
-                             Provenance("context"))
-        if isinstance(input, (str, Message)):
-            input = [input]  # type: ignore[list-item]
-        inputs: list[Message] = []
-        start = now + timedelta(milliseconds=1)
-        if req.thread_id and req.as_of is None:
-            # A new turn sorts after everything already stored, even when turns follow each other
-            # within a millisecond (or the clock is behind another writer's).
-            with self.store.db.read() as conn:
-                newest = self.store.memory.newest_message_times([req.thread_id], conn).get(req.thread_id)
-            if newest is not None and newest >= start:
-                start = newest + timedelta(milliseconds=1)
-        for i, m in enumerate(input):
-            msg = Message.user(m) if isinstance(m, str) else m
-            if not isinstance(msg, Message):
-                raise MessageFormatError(f"Input messages must be Message objects or strings, got {type(m).__name__}.")
-            changes: dict[str, Any] = {
-                "thread_id": msg.thread_id or req.thread_id,
-                "resource_id": msg.resource_id or req.resource_id,
-            }
-            if msg.thread_id and req.thread_id and msg.thread_id != req.thread_id:
-                raise InvalidArgumentError(
-                    f"Input message {msg.id} names thread {msg.thread_id}, but this turn is for thread {req.thread_id}."
-                )
-            if not msg.created_at_given:
-                changes["created_at"] = start + timedelta(milliseconds=i)
-                changes["created_at_given"] = True
-            msg = msg.copy(**changes)
-            inputs.append(msg)
-        if inputs:
-            ctx.messages.add(inputs, "input", Provenance("input"))
-        return inputs
-
-    def run_input(self, ctx: ProcessorContext, *, extra_tools: Sequence[Mapping[str, Any]] = ()) -> AssembledPrompt:
-        chain = self.input_processors(ctx.request.options)
-        for processor in chain:
-            self._run(processor, ctx, "input")
-        return self.record(ctx, [p.id for p in chain], extra_tools)
-
-    def record(
-        self, ctx: ProcessorContext, processors: list[str], extra_tools: Sequence[Mapping[str, Any]] = ()
-    ) -> AssembledPrompt:
-        tools = [*ctx.tools, *[dict(tl) for tl in extra_tools]]
-        return build_prompt(
-            ctx.messages, tokenizer=self.tokenizer, tools=tools, skipped=ctx.skipped, notes=ctx.notes,
-            options=ctx.request.options.to_dict(), processors=processors,
-            context_window=ctx.request.options.context_window,
-        )
-
-    def run_output(self, ctx: ProcessorContext) -> list[Message]:
-        """Run output processors (indexing, saving) after the model answered."""
-        ctx.phase = "output"
-        for processor in self.output_processors(ctx.request.options):
-            self._run(processor, ctx, "output")
-        return list(ctx.saved)
-
-    def _run(self, processor: Processor, ctx: ProcessorContext, phase: str) -> None:
-        method = processor.process_input if phase == "input" else processor.process_output
-        if self.tracer is None:
-            method(ctx)
-            return
-        with self.tracer.start_span(
-            f"processor: {processor.id} ({phase})", "processor_run",
-            attributes={"processorId": processor.id, "phase": phase},
-            thread_id=ctx.request.thread_id, resource_id=ctx.request.resource_id,
-        ) as span:
-            method(ctx)
-            reason = ctx.skipped.get(processor.id)
-            span.set_attributes({"skipped": reason} if reason else {"notes": ctx.notes.get(processor.id, {})})
 
     # -- registry --------------------------------------------------------------------------------
     def register(self, agent_name: str | None = None) -> None:

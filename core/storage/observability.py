@@ -299,7 +299,7 @@ class DuckDBObservabilityStore(SpanReader):
         ) as con:
             self._migrate(con)
             per_trace = con.execute(
-                f'SELECT "traceId", min("startedAt") AS s, '
+                'SELECT "traceId", min("startedAt") AS s, '
                 "sum(256 + " + " + ".join(
                     f'coalesce(strlen(CAST("{c}" AS VARCHAR)), 0)' for c, _, k in COLUMNS if k == "json"
                 ) + f') FROM {SPANS_TABLE} GROUP BY 1 ORDER BY s DESC, 1'

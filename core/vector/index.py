@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from core.messages import Message
 from core.storage import migrations as storage_migrations
 from core.timeutil import to_iso
-from core.vector import hybrid, keyword, vector_table
+from core.vector import keyword, vector_table
 from core.vector.matrix import VectorSet
 from core.vector.schema import (
     DOCS_TABLE,
