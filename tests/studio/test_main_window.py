@@ -15,7 +15,7 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 
 import core.storage.database as database
-from core import Memory, Message, open_store
+from core import Memory, Message
 from studio.app import start
 from studio.commands import CommandPalette
 from studio.dialogs import DialogPresenter
