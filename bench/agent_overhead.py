@@ -42,12 +42,14 @@ class TimedModel:
         return self.inner.describe()
 
 
-def run(name: str, options: MemoryOptions, turns: int, *, embedder=None, tracer=None, observer=None) -> None:  # type: ignore[no-untyped-def]
+def run(name: str, options: MemoryOptions, turns: int, *, embedder=None, tracer=False, observer=None) -> None:  # type: ignore[no-untyped-def]
+    """``tracer``: False = untraced, None = the default (spans queued for the DuckDB file)."""
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(Path(tmp) / "bench.db")
-        memory = Memory(store, options, embedder=embedder, tracer=tracer, observer_model=observer)
+        memory = Memory(store, options, embedder=embedder, observer_model=observer)
         model = TimedModel(ScriptedModel(lambda msgs, tools: f"reply to {len(msgs)} messages", name="bench"))
-        agent = Agent("bench", instructions="You are a benchmark.", model=model, memory=memory)  # type: ignore[arg-type]
+        agent = Agent("bench", instructions="You are a benchmark.", model=model, memory=memory,  # type: ignore[arg-type]
+                      tracer=tracer)
         for i in range(5):  # warm-up: tokenizer, model session, caches
             agent.generate(f"warm-up {i}", memory={"resource": "u", "thread": "warm"})
         overheads = []
@@ -86,26 +88,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
     args = parser.parse_args()
-    run("history only", MemoryOptions(last_messages=10), args.turns)
-    run("history, traced (in-memory exporter)", MemoryOptions(last_messages=10), args.turns, tracer=_tracer())
-    run("history + working memory", MemoryOptions(last_messages=10, working_memory={"enabled": True}), args.turns)
+    run("history only, untraced", MemoryOptions(last_messages=10), args.turns)
+    run("history only, traced to DuckDB (default)", MemoryOptions(last_messages=10), args.turns, tracer=None)
+    run("history + working memory, untraced", MemoryOptions(last_messages=10, working_memory={"enabled": True}),
+        args.turns)
+    run("history + working memory, traced (default)",
+        MemoryOptions(last_messages=10, working_memory={"enabled": True}), args.turns, tracer=None)
     try:
         from core.embedding import default_embedder
 
         embedder = default_embedder()
-        run("history + working memory + recall", MemoryOptions(
+        run("history + working memory + recall, untraced", MemoryOptions(
             last_messages=10, working_memory={"enabled": True}, semantic_recall=True), args.turns, embedder=embedder)
     except Exception as exc:  # noqa: BLE001
         print(f"history + working memory + recall: skipped ({exc})")
-    run("observational memory", MemoryOptions(observational_memory={"enabled": True, "message_tokens": 10**9}),
+    run("observational memory, untraced", MemoryOptions(observational_memory={"enabled": True, "message_tokens": 10**9}),
         args.turns, observer=ScriptedModel(lambda m, t: "<observations>\n</observations>", name="observer"))
     span_throughput()
-
-
-def _tracer():  # type: ignore[no-untyped-def]
-    from core.tracing import InMemorySpanExporter, Tracer
-
-    return Tracer(InMemorySpanExporter())
 
 
 if __name__ == "__main__":

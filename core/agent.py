@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import uuid
 from datetime import timedelta
 from dataclasses import dataclass, field
@@ -156,7 +157,7 @@ class Agent:
         overrides = _merge_dicts(mem_arg.get("options") or {}, options or {})
         if mem is not None and thread_id is None and resource_id is not None:
             thread_id = f"thread_{uuid.uuid4().hex[:16]}"  # Mastra gives every call without a thread a new one
-        tracer = self.tracer if self.tracer is not None else (mem.tracer if mem is not None else None)
+        tracer = self._tracer_for(mem)
         run_span = None
         if tracer is not None:
             run_span = tracer.start_span(
@@ -180,6 +181,17 @@ class Agent:
             # the trace store (a busy DuckDB file only delays when the trace becomes visible).
             run_span.__exit__(None, None, None)
         return result
+
+    def _tracer_for(self, mem: Memory | None) -> Any:
+        """Every run is traced unless tracing was turned off (``tracer=False`` or
+        ``$MEMORY_STUDIO_TRACING=off``): by default into the DuckDB file beside the memory database."""
+        if self.tracer is False or os.environ.get("MEMORY_STUDIO_TRACING", "").lower() in ("off", "0", "false"):
+            return None
+        if self.tracer is not None:
+            return self.tracer
+        if mem is None:
+            return None
+        return mem.tracer if mem.tracer is not None else mem.store.tracer()
 
     # -- the turn --------------------------------------------------------------------------------
     def _run(

@@ -221,10 +221,11 @@ class TurnAssembly:
 
     def _run(self, processor: Processor, ctx: ProcessorContext, phase: str) -> None:
         method = processor.process_input if phase == "input" else processor.process_output
-        if self.tracer is None:
+        tracer = ctx.tracer
+        if tracer is None:
             method(ctx)
             return
-        with self.tracer.start_span(
+        with tracer.start_span(
             f"processor: {processor.id} ({phase})", "processor_run",
             attributes={"processorId": processor.id, "phase": phase},
             thread_id=ctx.request.thread_id, resource_id=ctx.request.resource_id,

@@ -20,6 +20,7 @@ from typing import Protocol
 # Per-message framing overhead of the chat format (role + separators), as OpenAI documents it.
 MESSAGE_OVERHEAD = 3
 REPLY_PRIMER = 3
+CACHE_ENTRIES = 8192
 
 O200K_PATTERN = "|".join(
     [
@@ -52,11 +53,22 @@ class TiktokenTokenizer:
             special_tokens={"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
         )
         self.name = "o200k_base (tiktoken, offline)"
+        self._cache: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return len(self._enc.encode(text, disallowed_special=()))
+        # Most of a prompt repeats from turn to turn (instructions, working memory, tool schemas,
+        # history), so counts are cached by text.
+        cached = self._cache.get(text)
+        if cached is None:
+            cached = len(self._enc.encode(text, disallowed_special=()))
+            with self._lock:
+                if len(self._cache) >= CACHE_ENTRIES:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[text] = cached
+        return cached
 
 
 class EstimatingTokenizer:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
@@ -57,6 +58,7 @@ _SECRET_KEY_PARTS = ("apikey", "authorization", "password", "passwd", "secret", 
 _SECRET_VALUE = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}|\bsk-[A-Za-z0-9_-]{16,}")
 
 
+@lru_cache(maxsize=4096)  # the same few dozen keys recur in every span
 def is_secret_key(key: str) -> bool:
     """``api_key``, ``Authorization``, ``x-auth-token``, ``clientSecret``... but not token counts.
 

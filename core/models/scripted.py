@@ -43,7 +43,7 @@ class ScriptedReply:
 
 #: A script entry: a plain text reply, a ``ScriptedReply``, a finished ``ChatResult``, or an
 #: exception instance to raise (to script a provider failure).
-ScriptStep = Union[str, ScriptedReply, ChatResult, BaseException]  # noqa: UP007 (runtime alias)
+ScriptStep = Union[str, dict, ScriptedReply, ChatResult, BaseException]  # noqa: UP007 (runtime alias)
 #: Computes a reply from the request, for demo scripts that react to what they are sent.
 Responder = Callable[[list[Message], Union[list[ToolSpec], None]], ScriptStep]
 
@@ -55,6 +55,24 @@ def tool_call(name: str, arguments: dict[str, Any] | str | None = None, *, id: s
     """
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
     return ToolCall.from_raw(id, name, raw)
+
+
+def reply_from_dict(step: dict[str, Any], number: int = 0, model_id: str = "scripted") -> ScriptedReply:
+    """A script entry written as plain data (handy in JSON demo scripts):
+    ``{"text": "...", "tool_calls": [{"name": "...", "arguments": {...}, "id": "..."}]}``."""
+    unknown = set(step) - {"text", "content", "tool_calls", "finish_reason"}
+    if unknown:
+        raise ModelError(f"script entry #{number} has unknown keys {sorted(unknown)}", model_id=model_id,
+                         hint="use text, tool_calls and finish_reason")
+    calls = []
+    for raw in step.get("tool_calls") or ():
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise ModelError(f"script entry #{number} has a tool call without a name", model_id=model_id,
+                             hint='write tool calls as {"name": ..., "arguments": {...}}')
+        args = raw.get("arguments", raw.get("args"))
+        calls.append(tool_call(raw["name"], args, id=str(raw.get("id") or "")))
+    text = step.get("text", step.get("content")) or ""
+    return ScriptedReply(text=str(text), tool_calls=tuple(calls), finish_reason=step.get("finish_reason"))
 
 
 @dataclass(frozen=True)
@@ -166,11 +184,16 @@ class ScriptedModel:
             raise step
         if isinstance(step, ChatResult):
             return step
-        reply = ScriptedReply(text=step) if isinstance(step, str) else step
+        if isinstance(step, str):
+            reply: Any = ScriptedReply(text=step)
+        elif isinstance(step, dict):
+            reply = reply_from_dict(step, number, self.model_id)
+        else:
+            reply = step
         if not isinstance(reply, ScriptedReply):
             raise ModelError(f"script entry #{number} is a {type(step).__name__}",
                              model_id=self.model_id,
-                             hint="script entries must be str, ScriptedReply, ChatResult or an exception")
+                             hint="script entries must be str, dict, ScriptedReply, ChatResult or an exception")
         calls = tuple(
             call if call.id else ToolCall(f"call_{number}_{i}", call.name, call.arguments,
                                           call.raw_arguments, call.arguments_error)

@@ -74,7 +74,10 @@ class Store:
         return tracer
 
     def pending_migrations(self) -> list[str]:
+        """Migrations not yet applied (read-only)."""
         return self.db.pending_migrations()
+
+    pending = pending_migrations
 
     def migrate(self) -> list[str]:
         return self.db.migrate()

@@ -149,6 +149,8 @@ class Database:
         with self.read() as conn:
             return migrations.pending(conn)
 
+    pending = pending_migrations
+
     def applied_migrations(self) -> list[str]:
         with self.read() as conn:
             return migrations.applied(conn)

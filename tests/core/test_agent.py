@@ -194,3 +194,31 @@ def test_plain_functions_are_tools(memory):
     assert spec["name"] == "get_weather" and spec["parameters"]["required"] == ["city"]
     assert spec["parameters"]["properties"]["days"] == {"type": "integer"}
     assert result.tool_results[0]["result"] == {"city": "Oslo", "days": 1}
+
+
+def test_runs_are_traced_into_duckdb_by_default(db_path):
+    from core import open_store
+    from core.storage.observability import DuckDBObservabilityStore
+
+    with open_store(db_path) as s:
+        agent = Agent("chat", instructions="I", model=ScriptedModel(["hello"]), memory=Memory(s))
+        result = agent.generate("hi", memory={"resource": "u", "thread": "t"})
+        assert s.tracer().flush(10.0)
+    traces = DuckDBObservabilityStore(db_path.with_name("observability.duckdb"), read_only=True)
+    spans = traces.get_trace(result.trace_id)
+    assert {sp.span_type for sp in spans} >= {"agent_run", "model_generation", "memory_operation", "processor_run"}
+
+
+def test_tracing_can_be_turned_off(store):
+    agent = Agent("chat", instructions="I", model=ScriptedModel(["hello"]), memory=Memory(store), tracer=False)
+    assert agent.generate("hi", memory={"resource": "u", "thread": "t"}).trace_id is None
+
+
+def test_script_entries_as_plain_data(memory):
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "updateWorkingMemory", "arguments": {"memory": "# User\n- Name: Kim\n"}}]},
+        {"text": "Hi Kim."},
+    ])
+    agent = Agent("chat", instructions="I", model=model, memory=memory)
+    assert agent.generate("I'm Kim", memory={"resource": "u", "thread": "t"}).text == "Hi Kim."
+    assert memory.get_working_memory(resource_id="u") == "# User\n- Name: Kim\n"
