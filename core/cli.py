@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from typing import Sequence, TextIO
 
 from core.memory import Memory, ThreadOwnershipError
@@ -106,7 +107,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd == "models":
         from core.embedding.provision import main as provision_main
 
-        return provision_main([args.action, *(["--force"] if args.force else [])])
+        with redirect_stdout(out), redirect_stderr(err):
+            return int(provision_main([args.action, *(["--force"] if args.force else [])]))
     if cmd == "prompt":
         return _prompt(args, out)
     if cmd == "threads":
@@ -118,12 +120,24 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd == "traces":
         from core.storage.observability import prune_main
 
-        store = open_store(args.db, create=False)
-        path = store.location.observability_path
-        store.close()
-        extra = ["--keep-days", str(args.keep_days)] if args.keep_days is not None else []
-        extra += ["--keep-mb", str(args.keep_mb)] if args.keep_mb is not None else []
-        return prune_main([str(path), *extra])
+        from core.storage import retention_from_env
+
+        with open_store(args.db, read_only=True, create=False) as store:
+            path = store.location.observability_path
+        if path is None or not path.exists():
+            out.write(f"no trace file yet ({path}); nothing to prune\n")
+            return 0
+        keep_days, keep_mb = args.keep_days, args.keep_mb
+        if keep_days is None and keep_mb is None:  # the configured retention (30 days / 1 GB by default)
+            settings = retention_from_env()
+            keep_days, keep_mb = settings.keep_days, settings.keep_mb
+        extra = ["--keep-days", str(keep_days)] if keep_days is not None else []
+        extra += ["--keep-mb", str(keep_mb)] if keep_mb is not None else []
+        if not extra:
+            out.write("retention is off (MEMORY_STUDIO_TRACES_KEEP_DAYS/MB); give --keep-days or --keep-mb\n")
+            return 0
+        with redirect_stdout(out), redirect_stderr(err):
+            return int(prune_main(["--db", str(path), *extra]))
     if cmd == "demo":
         from core.demo import seed_demo
 

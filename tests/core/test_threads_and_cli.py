@@ -198,3 +198,22 @@ def test_cli_reindex_embeds_what_recall_missed(db_path):
 def test_cli_models_status():
     code, out, err = run_cli("models", "status")
     assert code == 0, out + err
+
+
+def test_cli_traces_prune(db_path):
+    from core.agent import Agent
+    from core.models import ScriptedModel
+
+    with core.open_store(db_path):
+        pass
+    code, out, _ = run_cli("traces", "--db", str(db_path), "prune", "--keep-days", "1")
+    assert code == 0 and "nothing to prune" in out
+    with core.open_store(db_path) as s:
+        Agent("a", instructions="I", model=ScriptedModel(["x", "y"]), memory=Memory(s)).generate(
+            "hi", memory={"resource": "u", "thread": "t"})
+        assert s.tracer().flush(10.0)
+    code, out, err = run_cli("traces", "--db", str(db_path), "prune", "--keep-days", "30")
+    assert code == 0, err
+    assert "deleted 0 traces" in out
+    code, out, err = run_cli("traces", "--db", str(db_path), "prune", "--keep-mb", "0.01")
+    assert code == 0 and "deleted 1 traces" in out
