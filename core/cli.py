@@ -94,7 +94,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except CliError as exc:
         print(str(exc), file=err)
         return 2
-    except (StorageError, DatabaseLocationError, OptionsError, ThreadOwnershipError, LookupError, ValueError) as exc:
+    except (StorageError, DatabaseLocationError, OptionsError, ThreadOwnershipError, LookupError, ValueError,
+            RuntimeError) as exc:  # our errors carry a message that says what to do; no traceback
         print(f"error: {exc}", file=err)
         return 1
     except KeyboardInterrupt:

@@ -208,7 +208,7 @@ def _check_file(path: Path, *, create: bool) -> None:
                 )
         return
     if not create:
-        raise DatabaseOpenError(f"{path} does not exist. Check the path, or open it with writes allowed to create it.")
+        raise DatabaseOpenError(f"{path} does not exist. Check the path (only commands that write create a new database).")
     try:
         ensure_parent(path)
     except DatabaseLocationError:
