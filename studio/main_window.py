@@ -45,6 +45,7 @@ TABS: list[tuple[str, str, str]] = [
     ("messages", "Messages", "studio.panes.messages:MessagesPane"),
     ("prompt", "Prompt inspector", "studio.panes.prompt_inspector:PromptInspectorPane"),
     ("working_memory", "Working memory", "studio.panes.working_memory:WorkingMemoryPane"),
+    ("traces", "Traces", "studio.panes.traces:TracesPane"),
 ]
 
 Seeder = Callable[..., Any]

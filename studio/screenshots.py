@@ -100,6 +100,8 @@ def render(out_dir: Path) -> list[Path]:
           and "Ada" in (wm.snapshot.text or ""), 30)
     save(window, "working-memory-template")
 
+    _shoot_traces(app, window, save)
+
     # full-text search across threads
     window.show_tab("messages")
     window.resources.filter.setText("peanut")
@@ -135,6 +137,21 @@ def render(out_dir: Path) -> list[Path]:
     window.close()
     app.processEvents()
     return written
+
+
+def _shoot_traces(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
+    """The travel thread's latest run, with its LLM span's messages open."""
+    from studio.selection import Selection
+
+    window.show_tab("traces")
+    pane = window.panes["traces"]
+    window.resources.set_selection(Selection("li-wei", "liwei-shanghai"))
+    _wait(app, lambda: bool(pane.traces) and pane.traces[0].thread_id == "liwei-shanghai"
+          and bool(pane.spans) and pane.spans[0].trace_id == pane.traces[0].trace_id, 30)
+    gen = next((r.span.span_id for r in pane.layout_model.rows if r.span.span_type == "model_generation"), None)
+    if gen is not None:
+        pane.select_span(gen)
+    save(window, "traces")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,693 @@
+"""Traces: the agent runs recorded as spans, a span tree with a waterfall, and each span's detail.
+
+Reads only. Traces normally live in the DuckDB file beside the memory database; a Mastra database
+keeps them in its own ``mastra_ai_spans`` table instead, read through ``LibSQLSpanReader``. An agent
+process may hold the DuckDB file while it writes, so every read can come back busy (or stale, from
+the reader's last good answer): the banner says so and the next poll retries. Traces sit in another
+file than the memory database, so while the pane is visible a worker compares the trace files'
+``stat()`` every two seconds (no lock taken, the writer is never delayed) and reloads on change.
+The list is paged: only ``PAGE`` traces are read at a time.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import shiboken6
+from PySide6.QtCore import QItemSelection, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QSplitter,
+    QTableView,
+    QTabWidget,
+    QTextBrowser,
+    QToolButton,
+    QTreeView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.storage.observability_model import (
+    SPANS_TABLE,
+    ReadCount,
+    ReadResult,
+    SpanRecord,
+    TraceFilters,
+    TraceSummary,
+)
+from core.storage.observability_reader import SpanReader
+from studio.commands import CommandRegistry
+from studio.logic.traces_layout import (
+    ERROR_COLOR,
+    SPAN_COLORS,
+    STATUS_COLORS,
+    Status,
+    TraceLayout,
+    chat_transcript,
+    error_parts,
+    filters_for,
+    format_duration,
+    format_spans,
+    format_started,
+    format_tokens,
+    layout_trace,
+    pretty_json,
+    span_facts,
+    store_notice,
+    tokens_tooltip,
+    transcript_html,
+)
+from studio.selection import Selection
+from studio.widgets.banner import Banner
+from studio.widgets.code_editor import CodeEditor, mono_font
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.timeline import (
+    COL_DURATION,
+    COL_NAME,
+    COL_TYPE,
+    ROW_ROLE,
+    SpanTreeModel,
+    TimelineDelegate,
+    TimelineLegend,
+)
+
+PAGE = 50
+POLL_MS = 2000
+FILTER_DEBOUNCE_MS = 250
+STATUS_CHOICES: list[tuple[str, Status | None]] = [
+    ("Any status", None), ("ok", "ok"), ("error", "error"), ("running", "running")]
+TAB_MESSAGES, TAB_INPUT, TAB_OUTPUT, TAB_ATTRIBUTES, TAB_ERROR, TAB_SPAN = range(6)
+
+SourceKind = Literal["duckdb", "libsql", "memory"]
+
+
+# -- where the traces are (runs on workers) ----------------------------------------------------------
+@dataclass(frozen=True)
+class TraceSource:
+    kind: SourceKind
+    location: str
+    reader: SpanReader | None
+    watch: tuple[Path, ...]  # files whose stat() changing means "read again"
+
+
+class SourceResolver:
+    """Finds the trace store for a session's database; keeps one reader per file so a reader's
+    last good answer (what it returns while the file is busy) survives between polls."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._readers: dict[tuple[str, str], SpanReader] = {}
+        self._lock = threading.Lock()
+
+    def _reader(self, kind: str, path: Path) -> SpanReader:
+        with self._lock:
+            reader = self._readers.get((kind, str(path)))
+            if reader is None:
+                if kind == "duckdb":
+                    from core.storage.observability import DuckDBObservabilityStore
+
+                    reader = DuckDBObservabilityStore(path, read_only=True)
+                else:
+                    from core.storage.observability_libsql import LibSQLSpanReader
+
+                    reader = LibSQLSpanReader(path)
+                self._readers[(kind, str(path))] = reader
+            return reader
+
+    def resolve(self) -> TraceSource:
+        location = self.store.location
+        duck = location.observability_path
+        if duck is None or location.path is None:
+            return TraceSource("memory", ":memory:", None, ())
+        watch = (duck, duck.with_name(duck.name + ".wal"))
+        if not duck.exists() and self.store.db.has_table(SPANS_TABLE):
+            db = Path(location.path)
+            return TraceSource("libsql", f"{db} (mastra_ai_spans)", self._reader("libsql", db),
+                               (*watch, db, db.with_name(db.name + "-wal")))
+        return TraceSource("duckdb", str(duck), self._reader("duckdb", duck), watch)
+
+
+def fingerprint(paths: tuple[Path, ...]) -> tuple[Any, ...]:
+    """Cheap change detection without opening (or locking) anything."""
+    out: list[Any] = []
+    for path in paths:
+        try:
+            st = path.stat()
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+@dataclass
+class Page:
+    source: TraceSource
+    rows: ReadResult[TraceSummary]
+    total: ReadCount | None
+    offset: int
+    fingerprint: tuple[Any, ...]
+
+
+def load_page(resolver: SourceResolver, filters: TraceFilters, offset: int, limit: int) -> Page:
+    source = resolver.resolve()
+    stamp = fingerprint(source.watch)  # taken before reading: a write during the read shows next poll
+    if source.reader is None:
+        return Page(source, ReadResult(missing=True), None, offset, stamp)
+    rows = source.reader.list_traces(limit=limit, offset=offset, filters=filters)
+    total = source.reader.count_traces(filters) if not rows.missing else None
+    return Page(source, rows, total, offset, stamp)
+
+
+# -- the pane ---------------------------------------------------------------------------------------
+TRACE_COLUMNS: list[Column[TraceSummary]] = [
+    Column("Status", lambda t: t.status, color=lambda t: STATUS_COLORS.get(t.status),
+           foreground=lambda t: ERROR_COLOR if t.status == "error" else None),
+    Column("Trace", lambda t: t.name, tooltip=lambda t: f"{t.name}\ntrace {t.trace_id}"),
+    Column("Agent", lambda t: t.entity_name or ""),
+    Column("Started (UTC)", lambda t: format_started(t.started_at), tooltip=lambda t: t.started_at.isoformat()),
+    Column("Duration", lambda t: format_duration(t.duration_ms), RIGHT),
+    Column("Spans", format_spans, RIGHT),
+    Column("Tokens", format_tokens, RIGHT, tooltip=tokens_tooltip),
+    Column("Thread", lambda t: t.thread_id or "", tooltip=lambda t: f"resource {t.resource_id or '?'}"),
+]
+
+
+def _caption(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setObjectName("caption")
+    font = label.font()
+    font.setBold(True)
+    label.setFont(font)
+    return label
+
+
+class TracesPane(QWidget):
+    traces_loaded = Signal()  # a page (first or further) was applied
+    trace_loaded = Signal(str)  # trace id whose spans are now shown
+
+    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("tracesPane")
+        self.session = session
+        self.selection = Selection()
+        self.resolver = SourceResolver(session.store)
+        self.source: TraceSource | None = None
+        self.traces: list[TraceSummary] = []
+        self.total: int | None = None
+        self.flags = {"busy": False, "stale": False, "missing": False}
+        self.trace_id: str | None = None
+        self.all_threads = False
+        self.spans: list[SpanRecord] = []
+        self.layout_model = TraceLayout((), (), None, 0.0)
+        self._trace_busy = False
+        self._gen = 0
+        self._loading = False
+        self._polling = False
+        self._dirty = True
+        self._fingerprint: tuple[Any, ...] | None = None
+        self._fresh_at: dict[TraceFilters, float] = {}
+        self._key = f"traces-{id(self)}"
+        self._poll_timer = QTimer(self)
+        self._poll_timer.setInterval(POLL_MS)
+        self._poll_timer.timeout.connect(self.poll)
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(FILTER_DEBOUNCE_MS)
+        self._debounce.timeout.connect(self.refresh)
+        self._build()
+        self._register_commands()
+        session.changed.connect(self.poll)
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        root = QVBoxLayout(self)
+        root.setContentsMargins(10, 8, 10, 8)
+        root.setSpacing(6)
+
+        head = QHBoxLayout()
+        self.title = QLabel("Traces")
+        font = self.title.font()
+        font.setPointSize(font.pointSize() + 2)
+        font.setBold(True)
+        self.title.setFont(font)
+        self.subtitle = QLabel("")
+        self.subtitle.setStyleSheet("color: palette(placeholder-text);")
+        head.addWidget(self.title)
+        head.addWidget(self.subtitle, 1)
+        self.refresh_btn = QToolButton(self)
+        head.addWidget(self.refresh_btn)
+        root.addLayout(head)
+
+        bar = QHBoxLayout()
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter by trace or agent name…")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.status_combo = QComboBox()
+        for text, value in STATUS_CHOICES:
+            self.status_combo.addItem(text, value)
+        self.all_threads_btn = QToolButton(self)
+        bar.addWidget(self.filter_edit, 1)
+        bar.addWidget(self.status_combo)
+        bar.addWidget(self.all_threads_btn)
+        root.addLayout(bar)
+
+        self.banner = Banner()
+        root.addWidget(self.banner)
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        upper = QWidget()
+        ul = QVBoxLayout(upper)
+        ul.setContentsMargins(0, 0, 0, 0)
+        self.trace_model: RecordTableModel[TraceSummary] = RecordTableModel(TRACE_COLUMNS, self)
+        self.trace_table = QTableView(self)
+        self.trace_table.setModel(self.trace_model)
+        self.trace_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.trace_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.trace_table.verticalHeader().hide()
+        self.trace_table.verticalHeader().setDefaultSectionSize(self.trace_table.fontMetrics().height() + 8)
+        self.trace_table.setAlternatingRowColors(True)
+        self.trace_table.setShowGrid(False)
+        self.trace_table.setWordWrap(False)
+        header = self.trace_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        ul.addWidget(self.trace_table)
+        more = QHBoxLayout()
+        self.count_label = QLabel("")
+        self.count_label.setStyleSheet("color: palette(placeholder-text);")
+        self.more_btn = QToolButton(self)
+        more.addWidget(self.count_label, 1)
+        more.addWidget(self.more_btn)
+        ul.addLayout(more)
+        split.addWidget(upper)
+
+        lower = QSplitter(Qt.Orientation.Horizontal)
+        tree_box = QWidget()
+        tl = QVBoxLayout(tree_box)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tree_head = QHBoxLayout()
+        self.tree_caption = _caption("Spans")
+        tree_head.addWidget(self.tree_caption)
+        tree_head.addStretch(1)
+        tree_head.addWidget(TimelineLegend(tuple(t for t in SPAN_COLORS if t not in ("model_step", "generic"))))
+        tl.addLayout(tree_head)
+        self.span_model = SpanTreeModel(self)
+        self.tree = QTreeView(self)
+        self.tree.setModel(self.span_model)
+        self.tree.setItemDelegate(TimelineDelegate(self.tree))
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.tree.setIndentation(14)
+        th = self.tree.header()
+        th.setStretchLastSection(True)
+        th.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Interactive)
+        th.setSectionResizeMode(COL_TYPE, QHeaderView.ResizeMode.ResizeToContents)
+        th.setSectionResizeMode(COL_DURATION, QHeaderView.ResizeMode.ResizeToContents)
+        th.resizeSection(COL_NAME, 230)
+        th.setMinimumSectionSize(40)
+        tl.addWidget(self.tree)
+        lower.addWidget(tree_box)
+
+        detail = QWidget()
+        dl = QVBoxLayout(detail)
+        dl.setContentsMargins(0, 0, 0, 0)
+        self.span_title = _caption("Span")
+        self.span_facts = QLabel("")
+        self.span_facts.setTextFormat(Qt.TextFormat.RichText)
+        self.span_facts.setWordWrap(True)
+        self.span_facts.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.tabs = QTabWidget(self)
+        self.tabs.setDocumentMode(True)
+        self.chat_view = QTextBrowser(self)
+        self.chat_view.setOpenLinks(False)
+        self.input_view = CodeEditor("json", read_only=True)
+        self.output_view = CodeEditor("json", read_only=True)
+        self.attributes_view = CodeEditor("json", read_only=True)
+        self.error_view = QTextBrowser(self)
+        self.error_view.setFont(mono_font())
+        self.span_json_view = CodeEditor("json", read_only=True)
+        for widget, title in ((self.chat_view, "Messages"), (self.input_view, "Input"),
+                              (self.output_view, "Output"), (self.attributes_view, "Attributes"),
+                              (self.error_view, "Error"), (self.span_json_view, "Span JSON")):
+            self.tabs.addTab(widget, title)
+        dl.addWidget(self.span_title)
+        dl.addWidget(self.span_facts)
+        dl.addWidget(self.tabs, 1)
+        lower.addWidget(detail)
+        lower.setStretchFactor(0, 3)
+        lower.setStretchFactor(1, 2)
+        lower.setSizes([600, 420])
+        split.addWidget(lower)
+        split.setSizes([210, 530])
+        root.addWidget(split, 1)
+
+        self.status = QLabel("")
+        self.status.setStyleSheet("color: palette(placeholder-text);")
+        root.addWidget(self.status)
+
+        self.filter_edit.textChanged.connect(lambda _t: self._debounce.start())
+        self.status_combo.currentIndexChanged.connect(lambda _i: self.refresh())
+        self.trace_table.selectionModel().selectionChanged.connect(self._trace_selected)
+        self.tree.selectionModel().selectionChanged.connect(self._span_selected)
+        self._show_span(None)
+
+    def _register_commands(self) -> None:
+        self.commands = CommandRegistry(self)
+        add = self.commands.add
+        has_span = lambda: self.current_span() is not None  # noqa: E731
+        actions = (
+            add("traces.refresh", "Reload traces", self.refresh, shortcut="F5", keywords="spans observability"),
+            add("traces.load_more", f"Load {PAGE} more traces", self.load_more,
+                enabled=lambda: self.total is not None and len(self.traces) < self.total),
+            add("traces.all_threads", "Traces of all threads (not only the selected one)", self.toggle_all_threads,
+                checkable=True, keywords="filter thread"),
+            add("traces.filter", "Filter traces by name", self.filter_edit.setFocus, shortcut="Ctrl+F"),
+            add("traces.copy_span", "Copy span as JSON", self.copy_span, shortcut="Ctrl+Shift+C",
+                enabled=has_span, keywords="clipboard"),
+            add("traces.raw_input", "Show the raw JSON of the span input", lambda: self.tabs.setCurrentIndex(TAB_INPUT),
+                enabled=has_span, keywords="model_generation prompt messages"),
+        )
+        for action in actions:
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        for button, cid, short in ((self.refresh_btn, "traces.refresh", "Reload"),
+                                   (self.more_btn, "traces.load_more", f"Load {PAGE} more"),
+                                   (self.all_threads_btn, "traces.all_threads", "All threads")):
+            action = self.commands.action(cid)
+            action.setIconText(short)
+            action.setToolTip(action.text())
+            button.setDefaultAction(action)
+        self.commands.refresh_enabled()
+
+    @property
+    def all_threads_action(self) -> QAction:
+        return self.commands.action("traces.all_threads")
+
+    def palette_commands(self) -> list[Any]:
+        return self.commands.commands()
+
+    def _guard(self, fn: Any) -> Any:
+        def call(*args: Any) -> None:
+            if shiboken6.isValid(self):
+                fn(*args)
+        return call
+
+    # -- visibility-driven polling -----------------------------------------------------------------
+    def showEvent(self, event: Any) -> None:  # noqa: N802
+        super().showEvent(event)
+        self._poll_timer.start()
+        if self._dirty:
+            self.refresh()
+        else:
+            self.poll()
+
+    def hideEvent(self, event: Any) -> None:  # noqa: N802
+        super().hideEvent(event)
+        self._poll_timer.stop()
+
+    def poll(self) -> None:
+        """Stat the trace files in a worker; reload when they changed or the last read was busy."""
+        if not self.isVisible():
+            self._dirty = True
+            return
+        if self._polling or self._loading or self.source is None:
+            return
+        self._polling = True
+        watch = self.source.watch
+        self.session.run(lambda: fingerprint(watch), on_result=self._guard(self._on_fingerprint),
+                         on_error=self._guard(lambda _e: setattr(self, "_polling", False)), key=self._key + "-poll")
+
+    def _on_fingerprint(self, stamp: tuple[Any, ...]) -> None:
+        self._polling = False
+        if stamp != self._fingerprint or self.flags["busy"] or self._trace_busy:
+            self.refresh(keep=True)
+
+    # -- selection and filters -----------------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        if selection == self.selection and not self._dirty:
+            return
+        scope_changed = (selection.thread_id, selection.resource_id) != (
+            self.selection.thread_id, self.selection.resource_id)
+        self.selection = selection
+        self.all_threads_action.setEnabled(not selection.empty)
+        if scope_changed:
+            self.refresh()
+
+    def toggle_all_threads(self) -> None:
+        # The state lives here, not in the action: the palette runs the handler without toggling it.
+        self.all_threads = not self.all_threads
+        self.all_threads_action.setChecked(self.all_threads)
+        self.refresh()
+
+    def filters(self) -> TraceFilters:
+        all_threads = self.all_threads or self.selection.empty
+        return filters_for(self.selection, all_threads=all_threads, name=self.filter_edit.text(),
+                           status=self.status_combo.currentData())
+
+    def _scope_text(self) -> str:
+        f = self.filters()
+        if f.thread_id:
+            return f"thread {f.thread_id}"
+        if f.resource_id:
+            return f"resource {f.resource_id}"
+        return "all threads"
+
+    # -- loading ---------------------------------------------------------------------------------
+    def refresh(self, *, keep: bool = False) -> None:
+        """Read the first page again; ``keep`` re-reads as many rows as are shown (a poll)."""
+        if not self.isVisible():
+            self._dirty = True
+            return
+        self._dirty = False
+        self._debounce.stop()
+        self._gen += 1
+        gen = self._gen
+        filters = self.filters()
+        limit = max(PAGE, len(self.traces)) if keep else PAGE
+        self._loading = True
+        self.status.setText("Reading traces…")
+        resolver = self.resolver
+        self.session.run(lambda: load_page(resolver, filters, 0, limit),
+                         on_result=self._guard(lambda page: self._on_page(page, gen, filters, keep)),
+                         on_error=self._guard(self._on_error), key=self._key + "-list")
+
+    def load_more(self) -> None:
+        if self.total is None or len(self.traces) >= self.total:
+            return
+        gen, offset, filters = self._gen, len(self.traces), self.filters()
+        resolver = self.resolver
+        self.status.setText("Reading more traces…")
+        self.session.run(lambda: load_page(resolver, filters, offset, PAGE),
+                         on_result=self._guard(lambda page: self._on_page(page, gen, filters, True)),
+                         on_error=self._guard(self._on_error), key=self._key + "-more")
+
+    def _on_page(self, page: Page, gen: int, filters: TraceFilters, keep: bool) -> None:
+        if gen != self._gen:
+            return  # filters changed or a newer reload started: this answer is out of date
+        if page.offset == 0:
+            self._loading = False
+        elif page.offset != len(self.traces):
+            return
+        self.source = page.source
+        self._fingerprint = page.fingerprint
+        rows = page.rows
+        self.flags = {"busy": rows.busy, "stale": rows.stale, "missing": rows.missing}
+        if not rows.busy and not rows.missing:
+            self._fresh_at[filters] = time.monotonic()
+        if rows.busy and not rows.stale and page.offset == 0 and keep and self.traces:
+            pass  # nothing new could be read: keep showing what is on screen
+        else:
+            new = list(rows) if page.offset == 0 else [*self.traces, *rows]
+            self._set_traces(new)
+        if page.total is not None and not page.total.busy:
+            self.total = int(page.total)
+        elif page.total is None:
+            self.total = 0 if rows.missing else None
+        self._update_banner(filters)
+        self._update_counts()
+        self.traces_loaded.emit()
+
+    def _set_traces(self, traces: list[TraceSummary]) -> None:
+        selected = self.trace_id
+        before = {t.trace_id: t for t in self.traces}
+        self.traces = traces
+        self.trace_model.set_rows(traces)
+        row = next((i for i, t in enumerate(traces) if t.trace_id == selected), None)
+        if row is not None:
+            self.trace_table.selectRow(row)  # re-selecting the same id keeps the span view as it is
+            fresh = traces[row]
+            if before.get(fresh.trace_id) != fresh or self._trace_busy:
+                self.open_trace(fresh.trace_id, keep_span=True)
+            return
+        if selected is not None and not self.flags["busy"]:
+            self._clear_trace("The trace shown before is not in this list any more.")
+        if self.trace_id is None and traces:
+            self.trace_table.selectRow(0)
+
+    def _update_banner(self, filters: TraceFilters) -> None:
+        source = self.source
+        fresh = self._fresh_at.get(filters)
+        notice = store_notice(
+            busy=self.flags["busy"], stale=self.flags["stale"], missing=self.flags["missing"],
+            location=source.location if source else "?", kind=source.kind if source else "duckdb",
+            age_s=time.monotonic() - fresh if fresh is not None else None, empty=not self.traces,
+            filtered=filters != TraceFilters(),
+        )
+        if notice is None:
+            self.banner.hide()
+        else:
+            self.banner.show_message(notice.text, notice.level)
+
+    def _update_counts(self) -> None:
+        shown = len(self.traces)
+        total = "?" if self.total is None else f"{self.total:,}"
+        self.count_label.setText(f"{shown:,} of {total} traces · newest first")
+        source = self.source
+        where = {"duckdb": "trace file", "libsql": "Mastra spans table", "memory": "no trace file"}.get(
+            source.kind if source else "", "")
+        self.subtitle.setText(f"{self._scope_text()} · {where} {source.location if source else ''}".rstrip())
+        self.subtitle.setToolTip(source.location if source else "")
+        self.status.setText(f"Read at {time.strftime('%H:%M:%S')} · reloads when the trace file changes")
+        self.commands.refresh_enabled()
+
+    def _on_error(self, exc: BaseException) -> None:
+        self._loading = False
+        self.banner.show_message(f"Traces could not be read: {exc or type(exc).__name__}", "error")
+        self.status.setText("")
+
+    # -- one trace ---------------------------------------------------------------------------------
+    def _trace_selected(self, selected: QItemSelection, _deselected: QItemSelection) -> None:
+        indexes = selected.indexes()
+        summary = self.trace_model.row_at(indexes[0].row()) if indexes else None
+        if summary is not None and summary.trace_id != self.trace_id:
+            self.open_trace(summary.trace_id)
+
+    def select_trace(self, row: int) -> None:
+        self.trace_table.selectRow(row)
+
+    def open_trace(self, trace_id: str, *, keep_span: bool = False) -> None:
+        span_id = self._selected_span_id() if keep_span else None
+        self.trace_id = trace_id
+        reader = self.source.reader if self.source else None
+        if reader is None:
+            return
+        self.tree_caption.setText("Spans · reading…")
+        self.session.run(lambda: reader.get_trace(trace_id),
+                         on_result=self._guard(lambda spans: self._on_trace(trace_id, spans, span_id)),
+                         on_error=self._guard(self._on_error), key=self._key + "-trace")
+
+    def _on_trace(self, trace_id: str, spans: ReadResult[SpanRecord], span_id: str | None) -> None:
+        if trace_id != self.trace_id:
+            return
+        self._trace_busy = spans.busy
+        if spans.busy and not spans:
+            self.tree_caption.setText("Spans · the trace file is busy; retrying…")
+            return
+        self.spans = list(spans)
+        self.layout_model = layout_trace(self.spans)
+        self.span_model.set_layout(self.layout_model)
+        self.tree.expandAll()
+        n = len(self.spans)
+        errors = sum(1 for r in self.layout_model.rows if r.error)
+        self.tree_caption.setText(f"Spans · {n} · {format_duration(self.layout_model.total_ms)}"
+                                  + (f" · {errors} with errors" if errors else "")
+                                  + (" · stale" if spans.stale else ""))
+        index = self.span_model.index_of(span_id) if span_id else QModelIndex()
+        if not index.isValid() and self.span_model.rowCount():
+            index = self.span_model.index(0, 0)
+        if index.isValid():
+            self.tree.setCurrentIndex(index)
+        self.trace_loaded.emit(trace_id)
+
+    def _clear_trace(self, text: str) -> None:
+        self.trace_id = None
+        self.spans = []
+        self.layout_model = layout_trace([])
+        self.span_model.set_layout(self.layout_model)
+        self.tree_caption.setText("Spans")
+        self._show_span(None, text)
+
+    def select_span(self, span_id: str) -> bool:
+        index = self.span_model.index_of(span_id)
+        if index.isValid():
+            self.tree.setCurrentIndex(index)
+        return index.isValid()
+
+    def _selected_span_id(self) -> str | None:
+        span = self.current_span()
+        return span.span_id if span else None
+
+    def current_span(self) -> SpanRecord | None:
+        node = self.tree.currentIndex().data(ROW_ROLE) if self.tree.currentIndex().isValid() else None
+        return node.span if node is not None else None
+
+    def _span_selected(self, _selected: QItemSelection, _deselected: QItemSelection) -> None:
+        self._show_span(self.current_span())
+
+    # -- span detail -------------------------------------------------------------------------------
+    def _show_span(self, span: SpanRecord | None, empty_text: str = "Pick a trace, then a span.") -> None:
+        if hasattr(self, "commands"):
+            self.commands.refresh_enabled()
+        if span is None:
+            self.span_title.setText("Span")
+            self.span_facts.setText(f"<span style='color:#7d8590'>{empty_text}</span>")
+            for view in (self.input_view, self.output_view, self.attributes_view, self.span_json_view):
+                view.load("")
+            self.chat_view.setHtml("")
+            self.error_view.setHtml("")
+            self.tabs.setTabVisible(TAB_MESSAGES, False)
+            self.tabs.setTabVisible(TAB_ERROR, False)
+            return
+        self.span_title.setText(("⚠ " if span.error is not None else "") + span.name)
+        facts = span_facts(span, self.layout_model.start)
+        cells = "".join(f"<tr><td style='color:#7d8590; padding-right:10px'>{label}</td><td>{_esc(value)}</td></tr>"
+                        for label, value in facts)
+        self.span_facts.setText(f"<table cellspacing='0' cellpadding='1'>{cells}</table>")
+        transcript = chat_transcript(span)
+        self.tabs.setTabVisible(TAB_MESSAGES, transcript is not None)
+        self.chat_view.setHtml(transcript_html(transcript) if transcript is not None else "")
+        self.input_view.load(pretty_json(span.input))
+        self.output_view.load(pretty_json(span.output))
+        self.attributes_view.load(pretty_json(span.attributes))
+        self.span_json_view.load(pretty_json(span.to_json_dict()))
+        headline, stack = error_parts(span.error)
+        self.tabs.setTabVisible(TAB_ERROR, bool(headline))
+        self.error_view.setHtml(
+            f"<div style='color:{ERROR_COLOR}; font-weight:600'>{_esc(headline)}</div>"
+            f"<pre style='white-space:pre-wrap'>{_esc(stack)}</pre>" if headline else "")
+        for tab, has in ((TAB_INPUT, span.input is not None), (TAB_OUTPUT, span.output is not None),
+                         (TAB_ATTRIBUTES, span.attributes is not None)):
+            self.tabs.setTabEnabled(tab, has)
+        if headline:
+            self.tabs.setCurrentIndex(TAB_ERROR)
+        elif transcript is not None:
+            self.tabs.setCurrentIndex(TAB_MESSAGES)
+        elif not self.tabs.isTabEnabled(self.tabs.currentIndex()) or not self.tabs.isTabVisible(
+                self.tabs.currentIndex()):
+            first = next((t for t in (TAB_INPUT, TAB_OUTPUT, TAB_ATTRIBUTES) if self.tabs.isTabEnabled(t)), TAB_SPAN)
+            self.tabs.setCurrentIndex(first)
+
+    def copy_span(self) -> None:
+        span = self.current_span()
+        if span is not None:
+            text = pretty_json(span.to_json_dict())
+            QGuiApplication.clipboard().setText(text)
+            self.status.setText(f"Copied span '{span.name}' as JSON ({len(text):,} characters).")
+
+
+def _esc(text: str) -> str:
+    return html.escape(text)
+
+
+__all__ = ["PAGE", "SourceResolver", "TraceSource", "TracesPane", "fingerprint", "load_page"]

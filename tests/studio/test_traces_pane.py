@@ -1,0 +1,305 @@
+"""Traces pane: the runs of a real trace file, the span tree with the model's input, filters, paging,
+busy / missing states, a Mastra database, and no writes (pytest-qt, offscreen, files in tmp_path)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import libsql_experimental as libsql
+import pytest
+
+from core import open_store
+from core.storage.observability import DuckDBObservabilityStore
+from core.storage.observability_model import SpanRecord
+from studio.main_window import TABS
+from studio.panes.traces import PAGE, TAB_ERROR, TAB_MESSAGES, TracesPane
+from studio.selection import Selection
+
+from .conftest import file_state, make_mastra_db
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+WAIT = 20_000
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's real agent runs, seeded once; each test browses its own copy."""
+    from core.demo import seed_demo
+
+    folder = tmp_path_factory.mktemp("demo")
+    store = open_store(folder / "memory.db")
+    seed_demo(store)
+    assert store.tracer().flush(10)
+    store.close()
+    return folder
+
+
+@pytest.fixture
+def demo_db(tmp_path: Path, demo_dir: Path) -> Path:
+    shutil.copytree(demo_dir, tmp_path / "demo")
+    return tmp_path / "demo" / "memory.db"
+
+
+def open_pane(qtbot: Any, make_session: Any, db: Path) -> TracesPane:
+    pane = TracesPane(make_session(db))
+    qtbot.addWidget(pane)
+    pane.resize(1200, 800)
+    with qtbot.waitSignal(pane.traces_loaded, timeout=WAIT):
+        pane.show()
+    if pane.traces:
+        qtbot.waitUntil(lambda: pane.trace_id is not None and bool(pane.spans)
+                        and pane.spans[0].trace_id == pane.trace_id, timeout=WAIT)
+    return pane
+
+
+def reload(qtbot: Any, pane: TracesPane, action: Any) -> None:
+    with qtbot.waitSignal(pane.traces_loaded, timeout=WAIT):
+        action()
+
+
+def span(trace: str, sid: str, start_s: float, end_s: float | None, parent: str | None = None,
+         span_type: str = "agent_run", **kw: Any) -> SpanRecord:
+    return SpanRecord(trace_id=trace, span_id=sid, name=kw.pop("name", sid), span_type=span_type,
+                      parent_span_id=parent, started_at=T0 + timedelta(seconds=start_s),
+                      ended_at=None if end_s is None else T0 + timedelta(seconds=end_s), **kw)
+
+
+def test_lists_the_runs_and_shows_the_tree_and_the_prompt_sent(no_leaked_widgets, qtbot, make_session, demo_db):
+    pane = open_pane(qtbot, make_session, demo_db)
+    assert pane.total == 12 and len(pane.traces) == 12
+    assert {t.entity_name for t in pane.traces} == {"chef", "travel", "notes"}
+    assert [t.started_at for t in pane.traces] == sorted((t.started_at for t in pane.traces), reverse=True)
+    assert all(t.status == "ok" and t.total_tokens > 0 for t in pane.traces)
+    assert not pane.banner.isVisible()
+    assert pane.trace_model.rowCount() == 12 and pane.trace_id == pane.traces[0].trace_id
+
+    types = {r.span.span_type for r in pane.layout_model.rows}
+    assert {"agent_run", "memory_operation", "processor_run", "model_generation"} <= types
+    names = {r.span.name for r in pane.layout_model.rows}
+    assert {"memory: recall", "memory: save"} <= names
+    assert pane.span_model.rowCount() == 1  # one root, the rest nested under it
+    root = pane.span_model.index(0, 0)
+    assert pane.span_model.rowCount(root) == len([r for r in pane.layout_model.rows if r.depth == 1])
+
+    gen = next(r.span for r in pane.layout_model.rows if r.span.span_type == "model_generation")
+    assert pane.select_span(gen.span_id) and pane.current_span() == gen
+    assert pane.tabs.isTabVisible(TAB_MESSAGES) and pane.tabs.currentIndex() == TAB_MESSAGES
+    chat = pane.chat_view.toPlainText()
+    sent = gen.input["messages"]
+    assert sent[-1]["content"] in chat and sent[0]["content"].splitlines()[0] in chat
+    assert json.loads(pane.input_view.toPlainText()) == gen.input  # the raw JSON, on its own tab
+    assert "tokens" in pane.span_facts.text()
+
+    recall = next(r.span for r in pane.layout_model.rows if r.span.name == "memory: recall")
+    pane.select_span(recall.span_id)
+    assert not pane.tabs.isTabVisible(TAB_MESSAGES)
+    assert json.loads(pane.span_json_view.toPlainText())["spanId"] == recall.span_id
+
+
+def test_thread_filter_follows_the_selection_and_all_threads_widens_it(no_leaked_widgets, qtbot, make_session,
+                                                                       demo_db):
+    pane = open_pane(qtbot, make_session, demo_db)
+    reload(qtbot, pane, lambda: pane.set_selection(Selection("li-wei", "liwei-shanghai")))
+    assert len(pane.traces) == 3 and {t.thread_id for t in pane.traces} == {"liwei-shanghai"}
+    assert pane.total == 3 and "thread liwei-shanghai" in pane.subtitle.text()
+    qtbot.waitUntil(lambda: pane.trace_id == pane.traces[0].trace_id and bool(pane.spans)
+                    and pane.spans[0].trace_id == pane.trace_id, timeout=WAIT)
+    tool = [r.span for r in pane.layout_model.rows if r.span.span_type == "tool_call"]
+    assert tool and tool[0].name == "tool: 'getWeather'"
+
+    reload(qtbot, pane, lambda: pane.commands.run("traces.all_threads"))
+    assert pane.all_threads_action.isChecked() and len(pane.traces) == 12
+    of_li = [t.trace_id for t in pane.traces if t.resource_id == "li-wei"]
+    reload(qtbot, pane, lambda: pane.commands.run("traces.all_threads"))
+    reload(qtbot, pane, lambda: pane.set_selection(Selection("li-wei")))
+    assert not pane.all_threads_action.isChecked() and len(of_li) > 3
+    assert [t.trace_id for t in pane.traces] == of_li
+
+    reload(qtbot, pane, lambda: pane.set_selection(Selection()))
+    reload(qtbot, pane, lambda: pane.filter_edit.setText("chef"))
+    assert pane.traces and {t.entity_name for t in pane.traces} == {"chef"}
+    reload(qtbot, pane, lambda: pane.status_combo.setCurrentIndex(pane.status_combo.findData("error")))
+    assert pane.traces == [] and pane.total == 0
+    assert not pane.banner.isVisible()  # a filter that matches nothing is not "no traces yet"
+
+
+def test_error_spans_are_marked_and_their_stack_is_shown(no_leaked_widgets, qtbot, make_session, tmp_path):
+    db = tmp_path / "memory.db"
+    open_store(db).close()
+    stack = "Traceback (most recent call last):\n  File \"agent.py\", line 3\nRuntimeError: weather API down"
+    DuckDBObservabilityStore(tmp_path / "observability.duckdb").write_spans([
+        span("T1", "root", 0, 2, thread_id="t1", resource_id="r1", name="agent run: 'travel'", entity_name="travel"),
+        span("T1", "tool", 0.5, 1.0, "root", "tool_call", name="tool: 'getWeather'", input={"city": "Lisbon"},
+             error={"message": "weather API down", "name": "RuntimeError", "details": {"stack": stack}}),
+        span("T0", "older", -10, -9, name="agent run: 'chef'"),
+    ])
+    pane = open_pane(qtbot, make_session, db)
+    assert [t.status for t in pane.traces] == ["error", "ok"]
+    assert pane.trace_model.index(0, 5).data() == "2 (1 err)"
+    row = next(r for r in pane.layout_model.rows if r.span.span_id == "tool")
+    assert row.error and row.depth == 1 and 0 < row.offset < 1
+    pane.select_span("tool")
+    assert pane.tabs.isTabVisible(TAB_ERROR) and pane.tabs.currentIndex() == TAB_ERROR
+    text = pane.error_view.toPlainText()
+    assert "RuntimeError: weather API down" in text and 'File "agent.py", line 3' in text
+    assert pane.span_title.text().startswith("⚠")
+
+
+def test_paged_list_loads_more_on_request(no_leaked_widgets, qtbot, make_session, tmp_path):
+    db = tmp_path / "memory.db"
+    open_store(db).close()
+    DuckDBObservabilityStore(tmp_path / "observability.duckdb").write_spans(
+        [span(f"T{i:03d}", f"s{i}", i, i + 0.5, name=f"run {i:03d}") for i in range(120)])
+    pane = open_pane(qtbot, make_session, db)
+    assert len(pane.traces) == PAGE and pane.total == 120
+    assert pane.traces[0].name == "run 119"  # newest first
+    assert pane.commands.command("traces.load_more").is_enabled
+    reload(qtbot, pane, lambda: pane.commands.run("traces.load_more"))
+    reload(qtbot, pane, lambda: pane.more_btn.click())
+    assert len(pane.traces) == 120 and pane.traces[-1].name == "run 000"
+    assert len({t.trace_id for t in pane.traces}) == 120
+    assert not pane.commands.command("traces.load_more").is_enabled
+    assert pane.count_label.text().startswith("120 of 120")
+
+
+HOLD_LOCK = textwrap.dedent(
+    """
+    import sys, duckdb
+    con = duckdb.connect(sys.argv[1])  # read-write: nobody else may open the file now
+    print("locked", flush=True)
+    sys.stdin.readline()
+    con.close()
+    """
+)
+
+
+def test_busy_trace_file_shows_the_last_good_list_and_recovers(no_leaked_widgets, qtbot, make_session, demo_db):
+    pane = open_pane(qtbot, make_session, demo_db)
+    duck = demo_db.with_name("observability.duckdb")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(duck)], cwd=REPO, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        reload(qtbot, pane, pane.refresh)
+        assert pane.flags["busy"] and pane.flags["stale"]
+        assert pane.banner.isVisible() and pane.banner.level == "warning"
+        assert "being written by another process" in pane.banner.text()
+        assert "showing results from" in pane.banner.text()
+        assert len(pane.traces) == 12  # the last good answer stays on screen
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    reload(qtbot, pane, pane.refresh)
+    assert not pane.flags["busy"] and not pane.banner.isVisible()
+
+
+def test_no_traces_yet_then_the_first_run_appears(no_leaked_widgets, qtbot, make_session, tmp_path):
+    db = tmp_path / "memory.db"
+    open_store(db).close()
+    duck = tmp_path / "observability.duckdb"
+    pane = open_pane(qtbot, make_session, db)
+    assert pane.traces == [] and pane.flags["missing"]
+    assert pane.banner.isVisible() and "No traces yet" in pane.banner.text() and str(duck) in pane.banner.text()
+    assert not duck.exists()  # looking did not create the trace file
+
+    DuckDBObservabilityStore(duck).write_spans([span("T1", "root", 0, 1, name="agent run: 'first'")])
+    reload(qtbot, pane, pane.poll)  # what the 2 s timer does: stat the file, reload when it changed
+    assert [t.name for t in pane.traces] == ["agent run: 'first'"] and not pane.banner.isVisible()
+
+
+JSONB = ("attributes", "input", "output", "error")
+
+
+def _insert(con: Any, **row: Any) -> None:
+    cols = list(row)
+    values = ", ".join("jsonb(?)" if c in JSONB else "?" for c in cols)
+    params = tuple(json.dumps(row[c]) if c in JSONB else row[c] for c in cols)
+    quoted = ", ".join(f'"{c}"' for c in cols)
+    con.execute(f"INSERT INTO mastra_ai_spans ({quoted}) VALUES ({values})", params)
+
+
+def test_reads_a_mastra_database_spans_table(no_leaked_widgets, qtbot, make_session, tmp_path):
+    db = tmp_path / "mastra.db"
+    make_mastra_db(db)
+    con = libsql.connect(str(db))
+    con.execute('CREATE TABLE mastra_ai_spans ("traceId" TEXT NOT NULL, "spanId" TEXT NOT NULL, '
+                '"name" TEXT NOT NULL, "spanType" TEXT NOT NULL, "isEvent" INTEGER NOT NULL, '
+                '"startedAt" TEXT NOT NULL, "parentSpanId" TEXT, "entityType" TEXT, "entityId" TEXT, '
+                '"entityName" TEXT, "parentEntityType" TEXT, "parentEntityId" TEXT, "parentEntityName" TEXT, '
+                '"rootEntityType" TEXT, "rootEntityId" TEXT, "rootEntityName" TEXT, "userId" TEXT, '
+                '"organizationId" TEXT, "resourceId" TEXT, "runId" TEXT, "sessionId" TEXT, "threadId" TEXT, '
+                '"requestId" TEXT, "environment" TEXT, "serviceName" TEXT, "scope" TEXT, '
+                '"entityVersionId" TEXT, "parentEntityVersionId" TEXT, "rootEntityVersionId" TEXT, '
+                '"experimentId" TEXT, "source" TEXT, "metadata" TEXT, "tags" TEXT, "attributes" TEXT, '
+                '"links" TEXT, "input" TEXT, "output" TEXT, "error" TEXT, "endedAt" TEXT, '
+                '"requestContext" TEXT, "createdAt" TEXT NOT NULL, "updatedAt" TEXT, UNIQUE (spanId, traceId))')
+    common = {"isEvent": 0, "threadId": "mastra-thread", "resourceId": "user-42"}
+    _insert(con, traceId="T1", spanId="root", name="agent run: 'chef'", spanType="agent_run",
+            startedAt="2026-01-01T10:00:00.000Z", endedAt="2026-01-01T10:00:02.000Z",
+            createdAt="2026-01-01T10:00:00.000Z", entityName="chef", **common)
+    _insert(con, traceId="T1", spanId="gen", parentSpanId="root", name="llm: 'gpt-4o'",
+            spanType="model_generation", startedAt="2026-01-01T10:00:00.500Z",
+            endedAt="2026-01-01T10:00:01.800Z", createdAt="2026-01-01T10:00:00.500Z",
+            input={"messages": [{"role": "user", "content": [{"type": "text", "text": "hello from mastra"}]}]},
+            output={"text": "hi, I remember you"},
+            attributes={"usage": {"inputTokens": 11, "outputTokens": 4, "totalTokens": 15}}, **common)
+    _insert(con, traceId="T2", spanId="r2", name="agent run: 'chef'", spanType="agent_run",
+            startedAt="2026-01-01T09:00:00.000Z", endedAt="2026-01-01T09:00:01.000Z",
+            createdAt="2026-01-01T09:00:00.000Z", error={"message": "model refused"}, **common)
+    con.commit()
+    con.close()
+    before = file_state(db)
+
+    pane = open_pane(qtbot, make_session, db)
+    assert pane.source is not None and pane.source.kind == "libsql"
+    assert "Mastra spans table" in pane.subtitle.text()
+    assert [(t.trace_id, t.status, t.total_tokens) for t in pane.traces] == [("T1", "ok", 15), ("T2", "error", 0)]
+    pane.select_span("gen")
+    assert "hello from mastra" in pane.chat_view.toPlainText()
+    assert "hi, I remember you" in pane.chat_view.toPlainText()
+    pane.select_trace(1)
+    qtbot.waitUntil(lambda: pane.trace_id == "T2" and bool(pane.spans) and pane.spans[0].trace_id == "T2",
+                    timeout=WAIT)
+    assert pane.tabs.currentIndex() == TAB_ERROR and "model refused" in pane.error_view.toPlainText()
+    assert file_state(db) == before
+    assert not db.with_name("observability.duckdb").exists()
+
+
+def test_browsing_never_writes_the_trace_file(no_leaked_widgets, qtbot, make_session, demo_db):
+    duck = demo_db.with_name("observability.duckdb")
+    before = file_state(duck)
+    pane = open_pane(qtbot, make_session, demo_db)
+    for row in range(len(pane.traces)):
+        trace_id = pane.traces[row].trace_id
+        pane.select_trace(row)
+        qtbot.waitUntil(lambda: pane.trace_id == trace_id and bool(pane.spans)
+                        and pane.spans[0].trace_id == trace_id, timeout=WAIT)
+        for r in pane.layout_model.rows:
+            pane.select_span(r.span.span_id)
+    reload(qtbot, pane, lambda: pane.set_selection(Selection("ada", "ada-groceries")))
+    reload(qtbot, pane, lambda: pane.filter_edit.setText("chef"))
+    pane.poll()
+    qtbot.waitUntil(lambda: not pane._polling and not pane._loading, timeout=WAIT)
+    reload(qtbot, pane, pane.refresh)
+    assert file_state(duck) == before
+
+
+def test_registered_in_the_main_window_and_the_palette(no_leaked_widgets, qtbot, make_session, demo_db):
+    assert ("traces", "Traces", "studio.panes.traces:TracesPane") in TABS
+    pane = open_pane(qtbot, make_session, demo_db)
+    ids = {c.id for c in pane.palette_commands()}
+    assert {"traces.refresh", "traces.load_more", "traces.all_threads", "traces.copy_span"} <= ids
+    pane.commands.run("traces.copy_span")
+    from PySide6.QtGui import QGuiApplication
+
+    assert json.loads(QGuiApplication.clipboard().text())["traceId"] == pane.trace_id
