@@ -3,6 +3,7 @@
     .venv/bin/python bench/recall_locomo.py                     # USE model, prints three tables
     .venv/bin/python bench/recall_locomo.py --embedder hashing  # offline lexical embedder
     .venv/bin/python bench/recall_locomo.py --sweep             # tune fusion settings (public split only)
+    .venv/bin/python bench/recall_locomo.py --sweep-rerank      # next-message share and date boost
 
 Each conversation goes into its own database file and resource (LoCoMo's dia_ids such as ``D1:3``
 repeat across conversations and are kept as message ids), one thread per session, through
@@ -162,6 +163,9 @@ def run(args: argparse.Namespace) -> None:
     if args.sweep:
         sweep(memories, queries, data)
         return
+    if args.sweep_rerank:
+        sweep_rerank(memories, queries)
+        return
     for mode in args.modes.split(","):
         preds = []
         for q in queries:
@@ -267,6 +271,31 @@ def sweep(memories: dict[str, Memory], queries: list[dict[str, Any]], data: Path
     print(f"current default combine a={hybrid.KEYWORD_SHARE} depth 50: {r[0]:.3f} {r[1]:.3f} {r[2]:.3f} {r[3]:.3f}")
 
 
+def sweep_rerank(memories: dict[str, Memory], queries: list[dict[str, Any]]) -> None:
+    """Hybrid search through ``Memory.search`` with other ``hybrid.rerank`` settings (public split only):
+    recall@1/@10, nDCG@10 and recall@10 of each conversation."""
+    scored = [q for q in queries if not q.get("adversarial")]
+    defaults = hybrid.NEXT_SHARE, hybrid.DATE_BOOST
+    settings = [(n, defaults[1]) for n in (0.0, 0.1, 0.15, 0.2, 0.25, 0.3)]
+    settings += [(defaults[0], d) for d in (0.0, 0.1, 0.2, 0.5, 1.0)] + [(0.0, 0.0)]
+    try:
+        for next_share, date_boost in settings:
+            hybrid.NEXT_SHARE, hybrid.DATE_BOOST = next_share, date_boost
+            preds = {
+                q["query_id"]: [h.message_id for h in memories[q["conv_id"]].search(
+                    q["query"], resource_id=q["conv_id"], top_k=20, mode="hybrid")]
+                for q in scored
+            }
+            n = len(scored)
+            r1 = sum(recall_at(preds[q["query_id"]], q["gold"], 1) for q in scored) / n
+            r10 = sum(recall_at(preds[q["query_id"]], q["gold"], 10) for q in scored) / n
+            nd = sum(ndcg10(preds[q["query_id"]], q["gold"]) for q in scored) / n
+            conv = "  ".join(f"{c} {r:.3f}" for c, r in per_conversation(preds, scored).items())
+            print(f"next {next_share:.2f} date {date_boost:.2f}: r@1 {r1:.3f} r@10 {r10:.3f} nDCG@10 {nd:.3f} | {conv}", flush=True)
+    finally:
+        hybrid.NEXT_SHARE, hybrid.DATE_BOOST = defaults
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=default_data(), help="folder with locomo_public_*.jsonl")
@@ -274,6 +303,7 @@ def main() -> None:
     ap.add_argument("--modes", default="vector,keyword,hybrid")
     ap.add_argument("--out", type=Path, default=REPO / ".temp/bench/locomo")
     ap.add_argument("--sweep", action="store_true", help="compare fusion settings on this split")
+    ap.add_argument("--sweep-rerank", action="store_true", help="compare next-message shares and date boosts")
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache",
                     help="on-disk embedding cache (keyed by model id and text)")
     ap.add_argument("--no-cache", action="store_true", help="embed everything afresh")

@@ -204,3 +204,136 @@ def test_hybrid_hits_carry_both_scores_and_a_bounded_fused_score(store):
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
     assert {result.hits[0].message_id, result.hits[1].message_id} == {"t-3", "t-4"}
     assert index.search("zebra Lyon", resource_id="u", mode="hybrid", top_k=2).hits == result.hits[:2]
+
+
+# -- reranking by thread order and the period a query names ----------------------------------------
+
+
+def F(mid: str, score: float, cos: float = 0.5) -> hybrid.Fused:
+    return hybrid.Fused(mid, "t", "u", score, cos, None, 1, None)
+
+
+def test_rerank_lifts_the_message_whose_reply_also_matches():
+    fused = [F("other", 0.80), F("question", 0.78), F("answer", 0.70), F("noise", 0.10)]
+    out = hybrid.rerank(fused, {"question": "answer", "other": "not-a-candidate", "answer": "noise"})
+    assert [f.message_id for f in out][:2] == ["question", "other"]
+    # Unchanged without neighbours (only rescaled): the order of combine stays.
+    assert [f.message_id for f in hybrid.rerank(fused, {})] == ["other", "question", "answer", "noise"]
+    assert hybrid.rerank(fused, {"question": "answer"}, limit=2) == out[:2]
+
+
+def test_rerank_prefers_candidates_from_the_named_period_and_stays_bounded():
+    fused = [F("may", 0.60), F("june", 0.55), F("none", 0.50)]
+    out = hybrid.rerank(fused, {}, {"june"})
+    assert out[0].message_id == "june"
+    assert hybrid.rerank(fused, {}, set())[0].message_id == "may"  # a period no candidate is from
+    top = hybrid.rerank([F("a", 1.0), F("b", 1.0)], {"a": "b", "b": "a"}, {"a", "b"})
+    assert all(f.score == pytest.approx(1.0) for f in top)
+    with pytest.raises(ValueError):
+        hybrid.rerank(fused, {}, next_share=-0.1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    raw=st.dictionaries(st.sampled_from("abcdefgh"), st.floats(min_value=-0.2, max_value=1.0), min_size=1),
+    links=st.dictionaries(st.sampled_from("abcdefgh"), st.sampled_from("abcdefghxy")),
+    dated=st.one_of(st.none(), st.sets(st.sampled_from("abcdefgh"))),
+    limit=st.integers(min_value=1, max_value=10),
+)
+def test_rerank_is_bounded_sorted_and_limit_is_a_prefix(raw, links, dated, limit):
+    fused = [F(m, s) for m, s in sorted(raw.items(), key=lambda x: -x[1])]
+    full = hybrid.rerank(fused, links, dated)
+    assert sorted(f.message_id for f in full) == sorted(raw)
+    assert all(f.score <= 1 + 1e-9 for f in full)
+    assert [f.score for f in full] == sorted((f.score for f in full), reverse=True)
+    assert hybrid.rerank(fused, links, dated, limit=limit) == full[:limit]
+
+
+def test_query_dates_reads_calendar_dates_months_years_and_relative_periods():
+    from datetime import date
+
+    from core.vector.text import DAY_AFTER, DAY_BEFORE, DateSpan, query_dates
+
+    day = query_dates("What did Nate do for Joanna on 25 May, 2022?")
+    assert day == [DateSpan(date(2022, 5, 25) - timedelta(days=DAY_BEFORE), date(2022, 5, 25) + timedelta(days=DAY_AFTER))]
+    assert query_dates("on October 13, 2023") == query_dates("on 13th October 2023") == query_dates("2023-10-13")
+    assert query_dates("in May 2022") == [DateSpan(date(2022, 5, 1), date(2022, 5, 31))]
+    assert query_dates("Which spot did she visit in May?") == [DateSpan(month=5)]
+    assert query_dates("How often in 2023?") == [DateSpan(date(2023, 1, 1), date(2023, 12, 31))]
+    # "may" the verb, a bare number, an impossible date and Chinese text name no period.
+    assert query_dates("I may go with 2000 people") == []
+    assert query_dates("on 31 February 2023") == []
+    assert query_dates("我五月做了什么？") == []
+    today = date(2026, 3, 4)  # a Wednesday
+    assert query_dates("what did I say yesterday", today) == [DateSpan(date(2026, 3, 2), date(2026, 3, 3))]
+    assert query_dates("last week", today) == [DateSpan(date(2026, 2, 23), date(2026, 3, 1))]
+    assert query_dates("last month", today) == [DateSpan(date(2026, 2, 1), date(2026, 2, 28))]
+    assert query_dates("two months ago", today) == [DateSpan(date(2026, 1, 1), date(2026, 1, 31))]
+    assert query_dates("last week") == []  # relative periods need a day to count from
+    assert DateSpan(month=5).contains(date(2019, 5, 31)) and not DateSpan(month=5).contains(date(2019, 6, 1))
+
+
+def _dated(store, thread: str, day: datetime, texts: list[str]) -> list[Message]:
+    store.memory.create_thread(thread_id=thread, resource_id="u")
+    msgs = [
+        (Message.user if i % 2 == 0 else Message.assistant)(
+            text, id=f"{thread}-{i}", thread_id=thread, resource_id="u", created_at=day + timedelta(minutes=i)
+        )
+        for i, text in enumerate(texts)
+    ]
+    store.memory.save_messages(msgs)
+    return msgs
+
+
+def test_a_date_in_the_query_prefers_messages_from_that_date(store):
+    may = _dated(store, "a-may", datetime(2023, 5, 8, 10, tzinfo=timezone.utc), ["We went hiking by the lake", "Sounds lovely"])
+    june = _dated(store, "b-june", datetime(2023, 6, 20, 10, tzinfo=timezone.utc), ["We went hiking by the lake", "Sounds lovely"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(may + june).ok
+    plain = index.search("Where did we go hiking?", resource_id="u", mode="hybrid", top_k=2)
+    assert plain.hits[0].message_id == "a-may-0"  # a tie, broken by id
+    for query in ("Where did we go hiking in June 2023?", "Where did we go hiking on 20 June, 2023?", "hiking in June?"):
+        result = index.search(query, resource_id="u", mode="hybrid", top_k=2)
+        assert result.hits[0].message_id == "b-june-0", query
+        assert result.details["date_spans"] == 1
+        assert all(h.score <= 1 + 1e-9 for h in result.hits)
+    may_hits = index.search("hiking in May 2023", resource_id="u", mode="hybrid", top_k=2).hits
+    assert may_hits[0].message_id == "a-may-0"
+
+
+def test_relative_periods_count_from_today(store, monkeypatch):
+    from core.vector import search as search_module
+
+    _dated(store, "a-old", datetime(2023, 5, 8, 10, tzinfo=timezone.utc), ["I booked the dentist"])
+    recent = _dated(store, "b-new", datetime(2026, 3, 3, 10, tzinfo=timezone.utc), ["I booked the dentist"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(store.memory.get_messages("a-old") + recent)
+    monkeypatch.setattr(search_module, "today", lambda: datetime(2026, 3, 4).date())
+    hits = index.search("what did I book yesterday? dentist", resource_id="u", mode="hybrid", top_k=2).hits
+    assert hits[0].message_id == "b-new-0"
+
+
+def test_a_message_whose_reply_matches_rises_above_an_equal_one(store, monkeypatch):
+    # Same first message in two threads; only in the second does the reply also talk about it.
+    a = _dated(store, "a", T0, ["Tell me about the zebra", "The weather is grey today"])
+    b = _dated(store, "b", T0 + timedelta(days=1), ["Tell me about the zebra", "A zebra has black and white stripes"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(a + b).ok
+    ranked = [h.message_id for h in index.search("zebra", resource_id="u", mode="hybrid", top_k=3).hits]
+    assert ranked.index("b-0") < ranked.index("a-0")
+    monkeypatch.setattr(hybrid, "NEXT_SHARE", 0.0)
+    ranked = [h.message_id for h in index.search("zebra", resource_id="u", mode="hybrid", top_k=3).hits]
+    assert ranked.index("a-0") < ranked.index("b-0")  # without the neighbour: a tie, broken by id
+    # The same holds inside one thread, and with a threshold (every candidate reranked).
+    monkeypatch.undo()
+    hits = index.search("zebra", resource_id="u", thread_id="b", mode="hybrid", top_k=2, threshold=-1.0).hits
+    assert {h.message_id for h in hits} == {"b-0", "b-1"}
+
+
+def test_a_chinese_query_with_a_date_still_finds_its_message(store):
+    msgs = _dated(store, "zh", datetime(2023, 5, 8, 10, tzinfo=timezone.utc), ["我对花生过敏", "好的，我记住了"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    index.index_messages(msgs)
+    for query in ("我对什么过敏？", "May 2023 我对什么过敏？"):
+        hits = index.search(query, resource_id="u", mode="hybrid", top_k=2).hits
+        assert hits and hits[0].message_id == "zh-0", query
