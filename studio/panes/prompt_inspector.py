@@ -55,6 +55,7 @@ from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
+from studio.widgets.pane_header import pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 DEBOUNCE_MS = 250
@@ -134,20 +135,8 @@ class PromptInspectorPane(QWidget):
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
-        root = QVBoxLayout(self)
-        root.setContentsMargins(10, 8, 10, 8)
-        root.setSpacing(6)
-
-        head = QHBoxLayout()
-        self.title = QLabel("No thread selected")
-        font = self.title.font()
-        font.setPointSize(font.pointSize() + 2)
-        font.setBold(True)
-        self.title.setFont(font)
-        self.subtitle = QLabel("")
-        self.subtitle.setStyleSheet("color: palette(placeholder-text);")
-        head.addWidget(self.title)
-        head.addWidget(self.subtitle, 1)
+        root = pane_layout(self)
+        head, self.title, self.subtitle = pane_header("No thread selected")
         self.copy_json_btn = QToolButton(self)
         self.copy_openai_btn = QToolButton(self)
         head.addWidget(self.copy_json_btn)

@@ -71,6 +71,7 @@ from studio.logic.traces_layout import (
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
+from studio.widgets.pane_header import pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.timeline import (
     COL_DURATION,
@@ -231,20 +232,8 @@ class TracesPane(QWidget):
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
-        root = QVBoxLayout(self)
-        root.setContentsMargins(10, 8, 10, 8)
-        root.setSpacing(6)
-
-        head = QHBoxLayout()
-        self.title = QLabel("Traces")
-        font = self.title.font()
-        font.setPointSize(font.pointSize() + 2)
-        font.setBold(True)
-        self.title.setFont(font)
-        self.subtitle = QLabel("")
-        self.subtitle.setStyleSheet("color: palette(placeholder-text);")
-        head.addWidget(self.title)
-        head.addWidget(self.subtitle, 1)
+        root = pane_layout(self)
+        head, self.title, self.subtitle = pane_header("Traces")
         self.refresh_btn = QToolButton(self)
         head.addWidget(self.refresh_btn)
         root.addLayout(head)

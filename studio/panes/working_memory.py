@@ -41,6 +41,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
 from studio.widgets.diff_view import DiffView
+from studio.widgets.pane_header import pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.template_editor import TemplateEditor
 
@@ -124,19 +125,10 @@ class WorkingMemoryPane(QWidget):
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
-        root = QVBoxLayout(self)
-        root.setContentsMargins(10, 8, 10, 8)
-        root.setSpacing(6)
-        head = QHBoxLayout()
-        self.title = QLabel("Working memory")
-        f = self.title.font()
-        f.setPointSize(f.pointSize() + 2)
-        f.setBold(True)
-        self.title.setFont(f)
+        root = pane_layout(self)
         self.badges = QLabel("")
         self.badges.setTextFormat(Qt.TextFormat.RichText)
-        head.addWidget(self.title)
-        head.addWidget(self.badges, 1)
+        head, self.title, _ = pane_header("Working memory", self.badges)
         head.addWidget(QLabel("Agent config"))
         self.agent_combo = QComboBox()
         self.agent_combo.setMinimumWidth(170)
