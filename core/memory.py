@@ -124,10 +124,11 @@ class Memory(TurnAssembly):
 
     def _build_recall_index(self) -> Any:
         if self.embedder is None:
-            raise ConfigurationError(
-                "Semantic recall needs an embedder: Memory(..., embedder=default_embedder()) "
-                "(run `memory-studio models install` once), or turn semantic_recall off."
-            )
+            # The local multilingual model is the default. If it is not installed, this raises now,
+            # at construction, with the command that installs it.
+            from core.embedding import shared_default_embedder
+
+            self.embedder = shared_default_embedder()
         from core.vector import RecallIndex
 
         index = RecallIndex.for_store(self.store, self.embedder)

@@ -12,6 +12,7 @@ package import has already loaded it).
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import TYPE_CHECKING, Any
 
 from core.embedding.base import (
@@ -71,6 +72,7 @@ __all__ = [
     "UseOnnxEmbedder",
     "Vectors",
     "default_embedder",
+    "shared_default_embedder",
     "l2_normalise",
     "models_dir",
 ]
@@ -87,6 +89,20 @@ def default_embedder(*, cache_entries: int = 10_000) -> CachedEmbedder:
     inner = UseOnnxEmbedder()
     inner.check()
     return CachedEmbedder(inner, max_entries=cache_entries)
+
+
+_shared: CachedEmbedder | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_default_embedder() -> CachedEmbedder:
+    """One default embedder per process (the ONNX session and its cache are shared by every Memory
+    that did not bring its own embedder)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = default_embedder()
+        return _shared
 
 
 def __getattr__(name: str) -> Any:

@@ -217,3 +217,19 @@ def test_cli_traces_prune(db_path):
     assert "deleted 0 traces" in out
     code, out, err = run_cli("traces", "--db", str(db_path), "prune", "--keep-mb", "0.01")
     assert code == 0 and "deleted 1 traces" in out
+
+
+def test_semantic_recall_uses_the_local_model_by_default(store):
+    m = Memory(store, MemoryOptions(semantic_recall=True))
+    assert m.embedder is not None and m.embedder.model_id.startswith("use-multilingual-v3")
+    m.save_messages([Message.user("I am allergic to peanuts", thread_id="t", resource_id="u")])
+    assert m.search("what allergy?", resource_id="u")[0].thread_id == "t"
+
+
+def test_missing_model_fails_at_construction_with_the_install_command(store, monkeypatch, tmp_path):
+    import core.embedding as embedding
+
+    monkeypatch.setenv("MEMORY_STUDIO_MODELS", str(tmp_path / "no-models-here"))
+    monkeypatch.setattr(embedding, "_shared", None)
+    with pytest.raises(Exception, match="memory-studio models install"):
+        Memory(store, MemoryOptions(semantic_recall=True))
