@@ -113,7 +113,7 @@ class Agent:
         model: ChatModel,
         memory: Memory | MemoryFactory | None = None,
         tools: Sequence[Tool | Callable[..., Any]] = (),
-        agents: Sequence["Agent"] = (),
+        agents: Sequence["Agent"] | Mapping[str, "Agent"] = (),
         tracer: Any = None,
         max_steps: int = 8,
         temperature: float | None = None,
@@ -125,7 +125,8 @@ class Agent:
         self.model = model
         self.memory = memory
         self.tools = {t.name: t for t in map(as_tool, tools)}
-        self.sub_agents = {a.name: a for a in agents}
+        # Sub-agents as a list, or as Mastra's {name: agent} mapping.
+        self.sub_agents = dict(agents) if isinstance(agents, Mapping) else {a.name: a for a in agents}
         self.tracer = tracer
         self.max_steps = max_steps
         self.temperature = temperature

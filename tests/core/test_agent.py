@@ -222,3 +222,11 @@ def test_script_entries_as_plain_data(memory):
     agent = Agent("chat", instructions="I", model=model, memory=memory)
     assert agent.generate("I'm Kim", memory={"resource": "u", "thread": "t"}).text == "Hi Kim."
     assert memory.get_working_memory(resource_id="u") == "# User\n- Name: Kim\n"
+
+
+def test_sub_agents_may_be_given_as_a_mapping(memory):
+    helper = Agent("helper", instructions="Help.", model=ScriptedModel(["done"]))
+    boss = Agent("boss", instructions="Delegate.", memory=memory, agents={"helper": helper}, model=ScriptedModel([
+        ScriptedReply(tool_calls=(tool_call("agent-helper", {"prompt": "do it"}),)), "ok"]))
+    boss.generate("go", memory={"resource": "u", "thread": "t"})
+    assert [t.id for t in memory.list_threads(resource_id="u-helper")]
