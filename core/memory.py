@@ -53,6 +53,9 @@ class RecallResult:
     def __len__(self) -> int:
         return len(self.messages)
 
+    def __getitem__(self, index: int) -> Message:
+        return self.messages[index]
+
 
 @dataclass
 class CloneResult:
