@@ -122,6 +122,14 @@ def seed_demo(store: Store, *, tracer: Any = None, progress: Callable[[int, int]
         name="notes", clock=clock, tracer=tracer,
     )
 
+    # Observational memory with a low message threshold, so a few turns are enough for the observer
+    # to turn the stand-up into dated observation lines (and leave hints on the thread).
+    standup_memory = Memory(
+        store,
+        MemoryOptions(observational_memory={"enabled": True, "message_tokens": 120, "observation_tokens": 100_000}),
+        name="notes-om", clock=clock, tracer=tracer, observer_model=ScriptedModel(STANDUP_OBSERVER, name="observer-demo"),
+    )
+
     conversations: list[tuple[Memory, str, str, str, str, list[_Turn], Sequence[Tool]]] = [
         (chef_memory, "chef", "ada", "ada-groceries", "Weekly groceries", [
             _Turn("Hi! I'm Ada. Quick heads-up: I'm allergic to peanuts, so please keep them out of any recipe.", [
@@ -191,6 +199,31 @@ def seed_demo(store: Store, *, tracer: Any = None, progress: Callable[[int, int]
                 "Recorded: weekly releases stay, with a Thursday code freeze.",
             ]),
         ], ()),
+        (standup_memory, "notes-om", "sam", "sam-standup", "Daily stand-up", [
+            _Turn("Morning! Stand-up time. Yesterday I finished the login page redesign, got two approvals "
+                  "and merged it into main before lunch.", [
+                "Nice work on the login page redesign, and good to have it merged early. "
+                "What are you picking up today?",
+            ]),
+            _Turn("Today I'm starting on the password reset email. It has to ship before Thursday's code "
+                  "freeze, so I want it in review by Wednesday.", [
+                "Got it: the password reset email, in review by Wednesday and shipped before the Thursday "
+                "freeze. Anything blocking you?",
+            ]),
+            _Turn("One blocker: I still don't have access to the staging mail server, so I can't test the "
+                  "email end to end. Priya can grant it.", [
+                "Noted. I suggest pinging Priya right after the stand-up so the staging access is sorted "
+                "today and testing isn't delayed.",
+            ]),
+            _Turn("Also, Jonas is on holiday until Monday, so I'm covering his on-call shift on Wednesday "
+                  "and may be slower on the email that day.", [
+                "Understood: you cover Jonas's on-call shift on Wednesday. Plan the review of the reset "
+                "email for Tuesday evening to keep the deadline.",
+            ]),
+            _Turn("That's all from me. Can you remind me what I said my blocker was, so I can message Priya?", [
+                "Your blocker is access to the staging mail server; Priya can grant it.",
+            ]),
+        ], ()),
     ]
 
     total = sum(len(turns) for *_, turns, _tools in conversations)
@@ -217,10 +250,53 @@ def seed_demo(store: Store, *, tracer: Any = None, progress: Callable[[int, int]
     return report
 
 
+# The observer's replies, in the format it is asked for (``core.observational.observer``). One per
+# observation; the demo's five turns use the first two, the third is spare.
+STANDUP_OBSERVER: list[ScriptStep] = [
+    """<observations>
+Date: Sep 14, 2026
+* 🔴 (12:44) Sam finished the login page redesign yesterday and merged it into main.
+* 🔴 (13:05) Sam starts on the password reset email today; in review by Wednesday, shipped before Thursday's code freeze.
+* 🟡 (13:19) Assistant asked whether anything blocks the work.
+</observations>
+
+<current-task>
+Primary: daily stand-up with Sam; collecting today's plan and blockers.
+</current-task>
+
+<suggested-response>
+Ask whether anything blocks the password reset email.
+</suggested-response>""",
+    """<observations>
+Date: Sep 14, 2026
+* 🔴 (13:26) Sam is blocked: no access to the staging mail server, so no end-to-end email test; Priya can grant it.
+* 🟡 (13:40) Assistant suggested pinging Priya right after the stand-up.
+* 🔴 (13:47) Jonas is on holiday until Monday; Sam covers his on-call shift on Wednesday.
+* 🟢 (14:01) Assistant advised putting the reset email in review on Tuesday evening to keep the deadline.
+</observations>
+
+<current-task>
+Primary: wrapping up Sam's stand-up; the open blocker is staging mail server access (Priya).
+</current-task>
+
+<suggested-response>
+Remind Sam that the blocker is staging mail server access, which Priya can grant.
+</suggested-response>""",
+    """<observations>
+Date: Sep 14, 2026
+* 🟢 (14:08) Sam closed the stand-up and asked for a reminder of the blocker.
+</observations>
+
+<current-task>
+Primary: stand-up finished; follow up on the staging mail server access.
+</current-task>""",
+]
+
 _INSTRUCTIONS = {
     "chef": "You are a friendly cooking assistant. Respect the user's allergies and diet at all times.",
     "travel": "You are a travel assistant. Answer in the language the user writes in unless asked otherwise.",
     "notes": "You are a meeting facilitator. Keep short notes of goals and decisions.",
+    "notes-om": "You are a stand-up facilitator. Keep track of each person's plan and blockers.",
 }
 
 

@@ -46,6 +46,7 @@ TABS: list[tuple[str, str, str]] = [
     ("prompt", "Prompt inspector", "studio.panes.prompt_inspector:PromptInspectorPane"),
     ("working_memory", "Working memory", "studio.panes.working_memory:WorkingMemoryPane"),
     ("traces", "Traces", "studio.panes.traces:TracesPane"),
+    ("observations", "Observations", "studio.panes.observations:ObservationsPane"),
 ]
 
 Seeder = Callable[..., Any]

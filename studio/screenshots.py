@@ -101,6 +101,7 @@ def render(out_dir: Path) -> list[Path]:
     save(window, "working-memory-template")
 
     _shoot_traces(app, window, save)
+    _shoot_observations(app, window, save)
 
     # full-text search across threads
     window.show_tab("messages")
@@ -152,6 +153,17 @@ def _shoot_traces(app: Any, window: Any, save: Callable[[Any, str], None]) -> No
     if gen is not None:
         pane.select_span(gen)
     save(window, "traces")
+
+
+def _shoot_observations(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
+    """The stand-up thread's observation log, hints and token bars."""
+    from studio.selection import Selection
+
+    window.show_tab("observations")
+    pane = window.panes["observations"]
+    window.resources.set_selection(Selection("sam", "sam-standup"))
+    _wait(app, lambda: bool(pane.view.history) and pane.view.selection.thread_id == "sam-standup", 30)
+    save(window, "observations")
 
 
 def main(argv: list[str] | None = None) -> int:

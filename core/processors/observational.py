@@ -196,7 +196,7 @@ class ObservationalMemory(BaseProcessor):
     def _generate(self, ctx: ProcessorContext, model: Any, messages: list[dict[str, Any]], *, role: str,
                   temperature: float) -> str:
         model_id = getattr(model, "model_id", type(model).__name__)
-        with self._span(ctx, f"{role}: {model_id}", "model_generation", input=messages,
+        with self._span(ctx, f"{role}: {model_id}", "model_generation", input={"messages": messages},
                         attributes={"model": model_id, "role": role}) as span:
             result = model.generate(messages, temperature=temperature,
                                     max_tokens=self._setting(ctx, "max_output_tokens"),

@@ -74,12 +74,12 @@ def span(trace: str, sid: str, start_s: float, end_s: float | None, parent: str 
 
 def test_lists_the_runs_and_shows_the_tree_and_the_prompt_sent(no_leaked_widgets, qtbot, make_session, demo_db):
     pane = open_pane(qtbot, make_session, demo_db)
-    assert pane.total == 12 and len(pane.traces) == 12
-    assert {t.entity_name for t in pane.traces} == {"chef", "travel", "notes"}
+    assert pane.total == 17 and len(pane.traces) == 17
+    assert {t.entity_name for t in pane.traces} == {"chef", "travel", "notes", "notes-om"}
     assert [t.started_at for t in pane.traces] == sorted((t.started_at for t in pane.traces), reverse=True)
     assert all(t.status == "ok" and t.total_tokens > 0 for t in pane.traces)
     assert not pane.banner.isVisible()
-    assert pane.trace_model.rowCount() == 12 and pane.trace_id == pane.traces[0].trace_id
+    assert pane.trace_model.rowCount() == 17 and pane.trace_id == pane.traces[0].trace_id
 
     types = {r.span.span_type for r in pane.layout_model.rows}
     assert {"agent_run", "memory_operation", "processor_run", "model_generation"} <= types
@@ -89,7 +89,7 @@ def test_lists_the_runs_and_shows_the_tree_and_the_prompt_sent(no_leaked_widgets
     root = pane.span_model.index(0, 0)
     assert pane.span_model.rowCount(root) == len([r for r in pane.layout_model.rows if r.depth == 1])
 
-    gen = next(r.span for r in pane.layout_model.rows if r.span.span_type == "model_generation")
+    gen = next(r.span for r in pane.layout_model.rows if r.span.span_type == "model_generation" and r.depth == 1)
     assert pane.select_span(gen.span_id) and pane.current_span() == gen
     assert pane.tabs.isTabVisible(TAB_MESSAGES) and pane.tabs.currentIndex() == TAB_MESSAGES
     chat = pane.chat_view.toPlainText()
@@ -116,7 +116,7 @@ def test_thread_filter_follows_the_selection_and_all_threads_widens_it(no_leaked
     assert tool and tool[0].name == "tool: 'getWeather'"
 
     reload(qtbot, pane, lambda: pane.commands.run("traces.all_threads"))
-    assert pane.all_threads_action.isChecked() and len(pane.traces) == 12
+    assert pane.all_threads_action.isChecked() and len(pane.traces) == 17
     of_li = [t.trace_id for t in pane.traces if t.resource_id == "li-wei"]
     reload(qtbot, pane, lambda: pane.commands.run("traces.all_threads"))
     reload(qtbot, pane, lambda: pane.set_selection(Selection("li-wei")))
@@ -193,7 +193,7 @@ def test_busy_trace_file_shows_the_last_good_list_and_recovers(no_leaked_widgets
         assert pane.banner.isVisible() and pane.banner.level == "warning"
         assert "being written by another process" in pane.banner.text()
         assert "showing results from" in pane.banner.text()
-        assert len(pane.traces) == 12  # the last good answer stays on screen
+        assert len(pane.traces) == 17  # the last good answer stays on screen
     finally:
         assert holder.stdin is not None
         holder.stdin.write("\n")

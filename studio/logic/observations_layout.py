@@ -1,0 +1,233 @@
+"""What the Observations pane shows, as plain data: which rows to look up for a selection, the
+observation log as readable HTML (chunks apart, date headers bold, priority emojis kept), the two
+token bars against the record's thresholds, and one row per generation. No Qt here.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
+
+from core.observational import OMRecord, ThreadHints
+from core.observational.records import split_chunks
+from studio.selection import Selection
+
+EMPTY_TEXT = ("No observational memory for this thread: the agent that writes it runs with observational memory "
+              "off, or has not observed yet.")
+EMPTY_RESOURCE_TEXT = ("No observational memory for this resource: no agent observes it with resource scope, "
+                       "or none has observed yet.")
+NO_SELECTION_TEXT = "Select a thread (or a resource) to see its observational memory."
+EMPTY_LOG_TEXT = "Nothing observed yet: the messages are still below the threshold."
+
+_DATE_RE = re.compile(r"^\s*Date:\s*\S")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    scope: str  # "thread" or "resource"
+    thread_id: str | None
+    resource_id: str | None
+
+
+def lookups_for(selection: Selection) -> list[Lookup]:
+    """Rows to try, in order: a thread's own record first, then its resource's (resource scope)."""
+    out: list[Lookup] = []
+    if selection.thread_id:
+        out.append(Lookup("thread", selection.thread_id, selection.resource_id))
+    if selection.resource_id:
+        out.append(Lookup("resource", None, selection.resource_id))
+    return out
+
+
+def empty_text(selection: Selection) -> str:
+    if selection.empty:
+        return NO_SELECTION_TEXT
+    return EMPTY_TEXT if selection.thread_id else EMPTY_RESOURCE_TEXT
+
+
+# -- dates ------------------------------------------------------------------------------------------
+def _parse(iso: str | None) -> datetime | None:
+    if not iso:
+        return None
+    try:
+        value = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def format_short(iso: str | None) -> str:
+    """``Sep 14 14:01`` (UTC), for table cells whose header names the zone."""
+    value = _parse(iso)
+    if value is None:
+        return iso or "—"
+    value = value.astimezone(timezone.utc)
+    return f"{value:%b} {value.day} {value.year} {value:%H:%M}"
+
+
+def format_when(iso: str | None) -> str:
+    """``Sep 14, 2026 14:01 UTC``; unreadable values are shown as they are, missing ones as ``—``."""
+    value = _parse(iso)
+    if value is None:
+        return iso or "—"
+    value = value.astimezone(timezone.utc)
+    return f"{value:%b} {value.day}, {value.year} {value:%H:%M} UTC"
+
+
+# -- thresholds and bars ----------------------------------------------------------------------------
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and value > 0:
+        return int(value)
+    return None
+
+
+def thresholds(config: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(message_tokens, observation_tokens) from a record's ``config``: Mastra's nested layout
+    (``observation.messageTokens``, ``reflection.observationTokens``) or flat keys."""
+    obs = config.get("observation") if isinstance(config.get("observation"), Mapping) else {}
+    refl = config.get("reflection") if isinstance(config.get("reflection"), Mapping) else {}
+    messages = _positive_int(obs.get("messageTokens")) or _positive_int(config.get("messageTokens")) \
+        or _positive_int(config.get("message_tokens"))
+    observations = _positive_int(refl.get("observationTokens")) or _positive_int(config.get("observationTokens")) \
+        or _positive_int(config.get("observation_tokens"))
+    return messages, observations
+
+
+def _model(section: Any) -> str | None:
+    return str(section["model"]) if isinstance(section, Mapping) and section.get("model") else None
+
+
+@dataclass(frozen=True)
+class TokenBar:
+    label: str
+    value: int
+    limit: int | None
+    tooltip: str
+
+    @property
+    def percent(self) -> int:
+        """0-100 for the progress bar; a value past the limit shows as full."""
+        if not self.limit:
+            return 0
+        return max(0, min(100, round(100 * self.value / self.limit)))
+
+    @property
+    def text(self) -> str:
+        if self.limit is None:
+            return f"{self.value:,} tokens (no threshold recorded)"
+        return f"{self.value:,} / {self.limit:,} tokens ({self.percent}%)"
+
+
+def token_bars(record: OMRecord) -> tuple[TokenBar, TokenBar]:
+    """Unobserved messages vs the observer's threshold; the log vs the reflector's threshold."""
+    messages, observations = thresholds(record.config)
+    obs_model = _model(record.config.get("observation")) or "unknown model"
+    refl_model = _model(record.config.get("reflection")) or "unknown model"
+    return (
+        TokenBar("Messages", record.pending_message_tokens, messages,
+                 f"Unobserved message tokens; the observer ({obs_model}) runs at "
+                 f"{messages:,} tokens." if messages else f"Unobserved message tokens (observer: {obs_model})."),
+        TokenBar("Observations", record.observation_token_count, observations,
+                 f"Tokens of the observation log; the reflector ({refl_model}) rewrites it at "
+                 f"{observations:,} tokens." if observations else f"Tokens of the observation log (reflector: "
+                 f"{refl_model})."),
+    )
+
+
+# -- the log ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LogSection:
+    heading: str
+    lines: tuple[str, ...]
+
+
+def log_sections(active_observations: str) -> list[LogSection]:
+    """One section per chunk; the heading says when the chunk was observed (the boundary time)."""
+    out: list[LogSection] = []
+    for n, chunk in enumerate(split_chunks(active_observations), start=1):
+        when = f" · after {format_when(chunk.boundary)}" if chunk.boundary else ""
+        out.append(LogSection(f"Chunk {n}{when}", tuple(ln.rstrip() for ln in chunk.text.splitlines())))
+    return out
+
+
+def log_html(active_observations: str) -> str:
+    sections = log_sections(active_observations)
+    if not sections:
+        return f"<p><i>{html.escape(EMPTY_LOG_TEXT)}</i></p>"
+    parts: list[str] = []
+    for i, section in enumerate(sections):
+        if i:
+            parts.append("<hr/>")
+        parts.append(f"<p style='color: gray; font-size: small;'>{html.escape(section.heading)}</p>")
+        for line in section.lines:
+            if not line.strip():
+                continue
+            text = html.escape(line.strip())
+            if _DATE_RE.match(line):
+                parts.append(f"<p style='margin-top: 6px;'><b>{text}</b></p>")
+            else:
+                indent = 16 + 12 * ((len(line) - len(line.lstrip())) // 2)
+                parts.append(f"<p style='margin: 1px 0 1px {indent}px;'>{text}</p>")
+    return "\n".join(parts)
+
+
+# -- hints --------------------------------------------------------------------------------------------
+def hint_rows(hints: ThreadHints) -> list[tuple[str, str]]:
+    """(label, text) for the hints the observer left; missing ones say so."""
+    return [
+        ("Current task", hints.current_task or "—"),
+        ("Suggested response", hints.suggested_response or "—"),
+        ("Last observed", format_when(hints.last_observed_at) if hints.last_observed_at else "—"),
+    ]
+
+
+# -- generations --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GenerationRow:
+    record_id: str
+    number: int
+    origin: str
+    created: str
+    updated: str
+    tokens: int
+    current: bool
+
+
+def generation_rows(history: Sequence[OMRecord]) -> list[GenerationRow]:
+    """Newest first, as ``load_history`` returns them; the first row is the current generation."""
+    return [GenerationRow(r.id, r.generation_count, r.origin_type, format_short(r.created_at),
+                          format_short(r.updated_at), r.observation_token_count, i == 0)
+            for i, r in enumerate(history)]
+
+
+def subtitle(lookup: Lookup | None, history: Sequence[OMRecord]) -> str:
+    if lookup is None or not history:
+        return ""
+    what = f"thread {lookup.thread_id}" if lookup.scope == "thread" else f"resource {lookup.resource_id}"
+    n = len(history)
+    return f"{what} · {lookup.scope} scope · {n} generation{'s' if n != 1 else ''}"
+
+
+__all__ = [
+    "EMPTY_TEXT",
+    "GenerationRow",
+    "LogSection",
+    "Lookup",
+    "TokenBar",
+    "empty_text",
+    "format_short",
+    "format_when",
+    "generation_rows",
+    "hint_rows",
+    "log_html",
+    "log_sections",
+    "lookups_for",
+    "subtitle",
+    "thresholds",
+    "token_bars",
+]

@@ -1,0 +1,287 @@
+"""Observations: the observational memory of the selected thread (or resource).
+
+The current observation log, the hints the observer left on the thread, how close the unobserved
+messages and the log are to their thresholds, and every generation (reflections start a new one).
+Reads only, in a worker; reloads when the session sees the database change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import shiboken6
+from PySide6.QtCore import QItemSelection, Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFormLayout,
+    QGridLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QSplitter,
+    QStackedWidget,
+    QTableView,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.observational import OMRecord, ThreadHints, load_history, thread_hints
+from studio.commands import CommandRegistry
+from studio.logic.observations_layout import (
+    GenerationRow,
+    Lookup,
+    TokenBar,
+    empty_text,
+    generation_rows,
+    hint_rows,
+    log_html,
+    lookups_for,
+    subtitle,
+    token_bars,
+)
+from studio.selection import Selection
+from studio.widgets.pane_header import pane_header, pane_layout
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+
+PAGE_EMPTY, PAGE_CONTENT = range(2)
+
+
+# -- reading (runs on a worker) -------------------------------------------------------------------------
+@dataclass
+class OMView:
+    selection: Selection
+    lookup: Lookup | None = None
+    history: list[OMRecord] = field(default_factory=list)
+    hints: ThreadHints = field(default_factory=ThreadHints)
+
+
+def load_view(store: Any, selection: Selection) -> OMView:
+    """The first lookup with a record wins (a thread's own record, else its resource's)."""
+    view = OMView(selection)
+    if selection.thread_id:
+        thread = store.memory.get_thread(selection.thread_id)
+        if thread is not None:
+            view.hints = thread_hints(thread.metadata)
+    for lookup in lookups_for(selection):
+        history = load_history(store, thread_id=lookup.thread_id, resource_id=lookup.resource_id,
+                               scope=lookup.scope)
+        if history:
+            view.lookup, view.history = lookup, history
+            break
+    return view
+
+
+GENERATION_COLUMNS: list[Column[GenerationRow]] = [
+    Column("Gen", lambda g: str(g.number), RIGHT,
+           tooltip=lambda g: "current generation" if g.current else "an earlier generation"),
+    Column("Origin", lambda g: g.origin),
+    Column("Created (UTC)", lambda g: g.created),
+    Column("Updated (UTC)", lambda g: g.updated),
+    Column("Tokens", lambda g: f"{g.tokens:,}", RIGHT),
+]
+
+
+def _caption(text: str) -> QLabel:
+    label = QLabel(text)
+    font = label.font()
+    font.setBold(True)
+    label.setFont(font)
+    return label
+
+
+class ObservationsPane(QWidget):
+    loaded = Signal()  # a read finished and its result is on screen
+
+    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("observationsPane")
+        self.session = session
+        self.selection = Selection()
+        self.view = OMView(Selection())
+        self._gen = 0
+        self._key = f"observations-{id(self)}"
+        self._build()
+        self._register_commands()
+        session.changed.connect(self.refresh)
+        self._apply(self.view)
+
+    def _build(self) -> None:
+        root = pane_layout(self)
+        head, self.title, self.subtitle = pane_header("Observations")
+        self.refresh_btn = QToolButton(self)
+        head.addWidget(self.refresh_btn)
+        root.addLayout(head)
+
+        self.stack = QStackedWidget(self)
+        self.empty_label = QLabel("")
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setStyleSheet("color: palette(placeholder-text); padding: 24px;")
+        self.stack.addWidget(self.empty_label)
+
+        content = QWidget()
+        cl = QVBoxLayout(content)
+        cl.setContentsMargins(0, 0, 0, 0)
+        hints = QFormLayout()
+        hints.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.hint_labels: dict[str, QLabel] = {}
+        for label, _ in hint_rows(ThreadHints()):
+            value = QLabel("—")
+            value.setWordWrap(True)
+            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.hint_labels[label] = value
+            hints.addRow(_caption(label + ":"), value)
+        cl.addLayout(hints)
+
+        bars = QGridLayout()
+        self.bars: list[tuple[QLabel, QProgressBar]] = []
+        self.bar_texts: list[QLabel] = []
+        for row in range(2):
+            name = QLabel("")
+            bar = QProgressBar(self)
+            bar.setRange(0, 100)
+            bar.setTextVisible(False)  # themes draw thin bars; the figures sit in a label beside it
+            figures = QLabel("")
+            bars.addWidget(name, row, 0)
+            bars.addWidget(bar, row, 1)
+            bars.addWidget(figures, row, 2)
+            self.bars.append((name, bar))
+            self.bar_texts.append(figures)
+        bars.setColumnStretch(1, 1)
+        cl.addLayout(bars)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(_caption("Generations"))
+        self.gen_model: RecordTableModel[GenerationRow] = RecordTableModel(GENERATION_COLUMNS, self)
+        self.gen_table = QTableView(self)
+        self.gen_table.setModel(self.gen_model)
+        self.gen_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.gen_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.gen_table.verticalHeader().hide()
+        self.gen_table.setShowGrid(False)
+        self.gen_table.setAlternatingRowColors(True)
+        self.gen_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.gen_table.horizontalHeader().setStretchLastSection(True)
+        ll.addWidget(self.gen_table)
+        split.addWidget(left)
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        self.log_caption = _caption("Observation log")
+        rl.addWidget(self.log_caption)
+        self.log_view = QTextBrowser(self)
+        self.log_view.setOpenLinks(False)
+        rl.addWidget(self.log_view)
+        split.addWidget(right)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        split.setSizes([480, 600])
+        cl.addWidget(split, 1)
+        self.stack.addWidget(content)
+        root.addWidget(self.stack, 1)
+
+        self.status = QLabel("")
+        self.status.setStyleSheet("color: palette(placeholder-text);")
+        root.addWidget(self.status)
+        self.gen_table.selectionModel().selectionChanged.connect(self._generation_selected)
+
+    def _register_commands(self) -> None:
+        self.commands = CommandRegistry(self)
+        action = self.commands.add("observations.refresh", "Reload observational memory", self.refresh,
+                                   shortcut="F5", keywords="om observer reflection generations")
+        action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        action.setIconText("Reload")
+        action.setToolTip(action.text())
+        self.refresh_btn.setDefaultAction(action)
+        self.commands.refresh_enabled()
+
+    def palette_commands(self) -> list[Any]:
+        return self.commands.commands()
+
+    def _guard(self, fn: Any) -> Any:
+        def call(*args: Any) -> None:
+            if shiboken6.isValid(self):
+                fn(*args)
+        return call
+
+    # -- loading ---------------------------------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        if (selection.resource_id, selection.thread_id) == (self.selection.resource_id, self.selection.thread_id):
+            self.selection = selection
+            return
+        self.selection = selection
+        self.refresh()
+
+    def refresh(self) -> None:
+        self._gen += 1
+        gen, selection, store = self._gen, self.selection, self.session.store
+        if selection.empty:
+            self._apply(OMView(selection))
+            return
+        self.status.setText("Reading observational memory…")
+        self.session.run(lambda: load_view(store, selection),
+                         on_result=self._guard(lambda view: self._on_view(view, gen)),
+                         on_error=self._guard(lambda exc: self._on_error(exc, gen)), key=self._key)
+
+    def _on_view(self, view: OMView, gen: int) -> None:
+        if gen != self._gen:
+            return  # the selection moved on while this was read
+        self._apply(view)
+
+    def _on_error(self, exc: BaseException, gen: int) -> None:
+        if gen != self._gen:
+            return
+        self.status.setText(f"Could not read observational memory: {exc}")
+        self.loaded.emit()
+
+    def _apply(self, view: OMView) -> None:
+        self.view = view
+        self.status.setText("")
+        self.subtitle.setText(subtitle(view.lookup, view.history))
+        if not view.history:
+            self.empty_label.setText(empty_text(view.selection))
+            self.stack.setCurrentIndex(PAGE_EMPTY)
+            self.gen_model.set_rows([])
+            self.log_view.clear()
+            self.loaded.emit()
+            return
+        self.stack.setCurrentIndex(PAGE_CONTENT)
+        for label, text in hint_rows(view.hints):
+            self.hint_labels[label].setText(text)
+        for (name, bar), figures, info in zip(self.bars, self.bar_texts, token_bars(view.history[0])):
+            self._set_bar(name, bar, figures, info)
+        self.gen_model.set_rows(generation_rows(view.history))
+        self.gen_table.selectRow(0)
+        self.show_generation(0)
+        self.loaded.emit()
+
+    @staticmethod
+    def _set_bar(name: QLabel, bar: QProgressBar, figures: QLabel, info: TokenBar) -> None:
+        name.setText(info.label)
+        bar.setValue(info.percent)
+        bar.setFormat(info.text)
+        figures.setText(info.text)
+        for widget in (name, bar, figures):
+            widget.setToolTip(info.tooltip)
+
+    # -- generations -----------------------------------------------------------------------------------
+    def _generation_selected(self, selected: QItemSelection, _deselected: QItemSelection) -> None:
+        rows = self.gen_table.selectionModel().selectedRows()
+        if rows:
+            self.show_generation(rows[0].row())
+
+    def show_generation(self, row: int) -> None:
+        if not 0 <= row < len(self.view.history):
+            return
+        record = self.view.history[row]
+        which = "current" if row == 0 else "earlier"
+        self.log_caption.setText(f"Observation log · generation {record.generation_count} ({which}, "
+                                 f"{record.origin_type})")
+        self.log_view.setHtml(log_html(record.active_observations))

@@ -1,0 +1,100 @@
+"""Observations pane logic without Qt: lookups, dates, thresholds and bars, the log, generations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.observational import OMRecord, ThreadHints
+from core.observational.records import append_chunk
+from studio.logic.observations_layout import (
+    EMPTY_TEXT,
+    Lookup,
+    empty_text,
+    format_when,
+    generation_rows,
+    hint_rows,
+    log_html,
+    log_sections,
+    lookups_for,
+    subtitle,
+    thresholds,
+    token_bars,
+)
+from studio.selection import Selection
+
+FIRST = "Date: Sep 14, 2026\n* 🔴 (09:05) Sam is blocked on <staging> access.\n  * -> Priya can grant it"
+SECOND = "Date: Sep 15, 2026\n* 🟢 (10:00) Access granted."
+MASTRA_CONFIG = {"scope": "thread", "observation": {"messageTokens": 120, "model": "scripted/observer"},
+                 "reflection": {"observationTokens": 100_000, "model": "scripted/reflector"}}
+
+
+def record(**kw: Any) -> OMRecord:
+    row = {"id": "r1", "lookupKey": "thread:t1", "scope": "thread", "threadId": "t1", "resourceId": "u1",
+           "activeObservations": FIRST, "originType": "initial", "config": MASTRA_CONFIG, "generationCount": 0,
+           "pendingMessageTokens": 90, "observationTokenCount": 40, "createdAt": "2026-09-14T09:00:00.000Z",
+           "updatedAt": "2026-09-14T10:30:00.000Z"}
+    row.update(kw)
+    return OMRecord.from_row(row)
+
+
+def test_a_thread_looks_up_its_own_record_then_its_resources() -> None:
+    assert lookups_for(Selection("u1", "t1")) == [Lookup("thread", "t1", "u1"), Lookup("resource", None, "u1")]
+    assert lookups_for(Selection("u1")) == [Lookup("resource", None, "u1")]
+    assert lookups_for(Selection()) == []
+    assert empty_text(Selection("u1", "t1")) == EMPTY_TEXT
+    assert "resource" in empty_text(Selection("u1")) and "Select" in empty_text(Selection())
+
+
+def test_dates_read_as_utc_and_bad_values_pass_through() -> None:
+    assert format_when("2026-09-14T14:01:00.000Z") == "Sep 14, 2026 14:01 UTC"
+    assert format_when("2026-09-14T16:01:00+02:00") == "Sep 14, 2026 14:01 UTC"
+    assert format_when(None) == "—" and format_when("yesterday") == "yesterday"
+
+
+def test_thresholds_come_from_mastra_nested_or_flat_config() -> None:
+    assert thresholds(MASTRA_CONFIG) == (120, 100_000)
+    assert thresholds({"messageTokens": 500, "observation_tokens": 900}) == (500, 900)
+    assert thresholds({}) == (None, None)
+    assert thresholds({"observation": {"messageTokens": True}}) == (None, None)
+
+
+def test_token_bars_compare_against_the_thresholds_and_name_the_models() -> None:
+    messages, observations = token_bars(record())
+    assert (messages.value, messages.limit, messages.percent) == (90, 120, 75)
+    assert messages.text == "90 / 120 tokens (75%)" and "scripted/observer" in messages.tooltip
+    assert "120" in messages.tooltip
+    assert (observations.value, observations.limit, observations.percent) == (40, 100_000, 0)
+    assert "scripted/reflector" in observations.tooltip
+    over, _ = token_bars(record(pendingMessageTokens=300))
+    assert over.percent == 100 and "300 / 120" in over.text  # past the threshold: full, true figure
+    bare, _ = token_bars(record(config={}))
+    assert bare.limit is None and bare.percent == 0 and "no threshold" in bare.text
+
+
+def test_log_keeps_chunks_apart_with_dates_and_emojis() -> None:
+    active = append_chunk(FIRST, SECOND, "2026-09-15T10:05:00.000Z")
+    sections = log_sections(active)
+    assert [s.heading for s in sections] == ["Chunk 1", "Chunk 2 · after Sep 15, 2026 10:05 UTC"]
+    assert sections[1].lines == ("Date: Sep 15, 2026", "* 🟢 (10:00) Access granted.")
+    page = log_html(active)
+    assert page.count("<hr/>") == 1
+    assert "<b>Date: Sep 14, 2026</b>" in page and "<b>Date: Sep 15, 2026</b>" in page
+    assert "🔴 (09:05)" in page and "🟢 (10:00)" in page
+    assert "&lt;staging&gt;" in page and "<staging>" not in page  # observer text is escaped
+    assert "-&gt; Priya can grant it" in page
+    assert "Nothing observed yet" in log_html("")
+
+
+def test_hints_and_generations() -> None:
+    rows = dict(hint_rows(ThreadHints(current_task="Plan the stand-up", last_observed_at="2026-09-14T14:01:00Z")))
+    assert rows == {"Current task": "Plan the stand-up", "Suggested response": "—",
+                    "Last observed": "Sep 14, 2026 14:01 UTC"}
+    history = [record(id="r2", generationCount=1, originType="reflection", observationTokenCount=12),
+               record()]
+    gens = generation_rows(history)
+    assert [(g.number, g.origin, g.tokens, g.current) for g in gens] == [
+        (1, "reflection", 12, True), (0, "initial", 40, False)]
+    assert gens[1].created == "Sep 14 2026 09:00" and gens[1].updated == "Sep 14 2026 10:30"
+    assert subtitle(Lookup("thread", "t1", "u1"), history) == "thread t1 · thread scope · 2 generations"
+    assert subtitle(Lookup("resource", None, "u1"), history[:1]) == "resource u1 · resource scope · 1 generation"
+    assert subtitle(None, []) == ""

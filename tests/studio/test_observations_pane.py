@@ -1,0 +1,125 @@
+"""Observations pane: the demo's stand-up thread (log, hints, bars, generations), a reflected
+generation, the empty state, and no writes (pytest-qt, offscreen, files in tmp_path)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import open_store
+from core.observational import load_current
+from core.observational.store import commit_reflection
+from studio.logic.observations_layout import EMPTY_TEXT
+from studio.main_window import TABS
+from studio.panes.observations import PAGE_CONTENT, PAGE_EMPTY, ObservationsPane
+from studio.selection import Selection
+
+from .conftest import file_state
+
+WAIT = 20_000
+STANDUP = Selection("sam", "sam-standup")
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from core.demo import seed_demo
+
+    folder = tmp_path_factory.mktemp("demo-om")
+    store = open_store(folder / "memory.db")
+    seed_demo(store)
+    store.tracer().flush(10)
+    store.close()
+    return folder
+
+
+@pytest.fixture
+def demo_db(tmp_path: Path, demo_dir: Path) -> Path:
+    shutil.copytree(demo_dir, tmp_path / "demo")
+    return tmp_path / "demo" / "memory.db"
+
+
+def open_pane(qtbot: Any, make_session: Any, db: Path, selection: Selection = STANDUP) -> ObservationsPane:
+    pane = ObservationsPane(make_session(db))
+    qtbot.addWidget(pane)
+    pane.resize(1100, 700)
+    pane.show()
+    select(qtbot, pane, selection)
+    return pane
+
+
+def select(qtbot: Any, pane: ObservationsPane, selection: Selection) -> None:
+    with qtbot.waitSignal(pane.loaded, timeout=WAIT):
+        pane.set_selection(selection)
+
+
+def test_shows_the_log_hints_bars_and_generation(no_leaked_widgets, qtbot, make_session, demo_db):
+    pane = open_pane(qtbot, make_session, demo_db)
+    assert pane.stack.currentIndex() == PAGE_CONTENT
+    assert "thread sam-standup" in pane.subtitle.text() and "1 generation" in pane.subtitle.text()
+    log = pane.log_view.toPlainText()
+    assert "Date: Sep 14, 2026" in log and "🔴" in log and "staging mail server" in log
+    assert "Chunk 1" in log and "Chunk 2" in log  # two observations, kept apart
+    assert "Priya" in pane.hint_labels["Current task"].text()
+    assert "Remind Sam" in pane.hint_labels["Suggested response"].text()
+    assert "Sep 14, 2026" in pane.hint_labels["Last observed"].text()
+
+    record = pane.view.history[0]
+    (_, messages), (_, observations) = pane.bars
+    assert record.pending_message_tokens > 0
+    assert messages.format() == f"{record.pending_message_tokens:,} / 120 tokens ({messages.value()}%)"
+    assert messages.value() == round(100 * record.pending_message_tokens / 120)
+    assert pane.bar_texts[0].text() == messages.format()
+    assert "/ 100,000 tokens" in observations.format() and "scripted/observer-demo" in messages.toolTip()
+
+    assert pane.gen_model.rowCount() == 1
+    row = pane.gen_model.row_at(0)
+    assert row is not None and (row.number, row.origin, row.tokens) == (0, "initial", record.observation_token_count)
+
+
+def test_a_reflection_shows_as_a_new_generation_and_the_old_log_stays_readable(
+        no_leaked_widgets, qtbot, make_session, demo_db):
+    store = open_store(demo_db)
+    first = load_current(store, thread_id="sam-standup")
+    assert first is not None
+    commit_reflection(store, record=first, tokens=21,
+                      reflection="Date: Sep 14, 2026\n* 🔴 (14:01) Sam: reset email due Wednesday; blocked on staging.")
+    store.close()
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    assert [(g.number, g.origin, g.current) for g in pane.gen_model.rows()] == [
+        (1, "reflection", True), (0, "initial", False)]
+    assert "blocked on staging" in pane.log_view.toPlainText()
+    assert "generation 1" in pane.log_caption.text()
+    pane.gen_table.selectRow(1)
+    assert "generation 0" in pane.log_caption.text() and "earlier" in pane.log_caption.text()
+    assert "Jonas is on holiday" in pane.log_view.toPlainText()
+
+
+def test_empty_state_for_a_thread_without_observational_memory(no_leaked_widgets, qtbot, make_session, demo_db):
+    pane = open_pane(qtbot, make_session, demo_db, Selection("ada", "ada-groceries"))
+    assert pane.stack.currentIndex() == PAGE_EMPTY and pane.empty_label.text() == EMPTY_TEXT
+    assert pane.gen_model.rowCount() == 0 and pane.subtitle.text() == ""
+    select(qtbot, pane, STANDUP)
+    assert pane.stack.currentIndex() == PAGE_CONTENT
+    select(qtbot, pane, Selection())
+    assert pane.stack.currentIndex() == PAGE_EMPTY and "Select a thread" in pane.empty_label.text()
+
+
+def test_browsing_never_writes(no_leaked_widgets, qtbot, make_session, demo_db):
+    before = file_state(demo_db)
+    pane = open_pane(qtbot, make_session, demo_db)
+    for selection in (Selection("sam"), Selection("ada", "ada-weekend"), Selection("sam", "sam-retro"), STANDUP):
+        select(qtbot, pane, selection)
+    with qtbot.waitSignal(pane.loaded, timeout=WAIT):
+        pane.commands.run("observations.refresh")
+    pane.gen_table.selectRow(0)
+    assert file_state(demo_db) == before
+
+
+def test_registered_in_the_main_window_and_the_palette(no_leaked_widgets, qtbot, make_session, demo_db):
+    assert ("observations", "Observations", "studio.panes.observations:ObservationsPane") in TABS
+    pane = open_pane(qtbot, make_session, demo_db)
+    assert "observations.refresh" in {c.id for c in pane.palette_commands()}
