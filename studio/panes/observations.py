@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import shiboken6
 from PySide6.QtCore import QItemSelection, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -43,7 +42,7 @@ from studio.logic.observations_layout import (
     token_bars,
 )
 from studio.selection import Selection
-from studio.widgets.pane_header import pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
@@ -83,13 +82,6 @@ GENERATION_COLUMNS: list[Column[GenerationRow]] = [
     Column("Tokens", lambda g: f"{g.tokens:,}", RIGHT),
 ]
 
-
-def _caption(text: str) -> QLabel:
-    label = QLabel(text)
-    font = label.font()
-    font.setBold(True)
-    label.setFont(font)
-    return label
 
 
 class ObservationsPane(QWidget):
@@ -133,7 +125,7 @@ class ObservationsPane(QWidget):
             value.setWordWrap(True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.hint_labels[label] = value
-            hints.addRow(_caption(label + ":"), value)
+            hints.addRow(caption(label + ":"), value)
         cl.addLayout(hints)
 
         bars = QGridLayout()
@@ -157,7 +149,7 @@ class ObservationsPane(QWidget):
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
-        ll.addWidget(_caption("Generations"))
+        ll.addWidget(caption("Generations"))
         self.gen_model: RecordTableModel[GenerationRow] = RecordTableModel(GENERATION_COLUMNS, self)
         self.gen_table = QTableView(self)
         self.gen_table.setModel(self.gen_model)
@@ -174,7 +166,7 @@ class ObservationsPane(QWidget):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
-        self.log_caption = _caption("Observation log")
+        self.log_caption = caption("Observation log")
         rl.addWidget(self.log_caption)
         self.log_view = QTextBrowser(self)
         self.log_view.setOpenLinks(False)
@@ -205,11 +197,6 @@ class ObservationsPane(QWidget):
     def palette_commands(self) -> list[Any]:
         return self.commands.commands()
 
-    def _guard(self, fn: Any) -> Any:
-        def call(*args: Any) -> None:
-            if shiboken6.isValid(self):
-                fn(*args)
-        return call
 
     # -- loading ---------------------------------------------------------------------------------------
     def set_selection(self, selection: Selection) -> None:
@@ -227,8 +214,8 @@ class ObservationsPane(QWidget):
             return
         self.status.setText("Reading observational memory…")
         self.session.run(lambda: load_view(store, selection),
-                         on_result=self._guard(lambda view: self._on_view(view, gen)),
-                         on_error=self._guard(lambda exc: self._on_error(exc, gen)), key=self._key)
+                         on_result=alive_only(self, lambda view: self._on_view(view, gen)),
+                         on_error=alive_only(self, lambda exc: self._on_error(exc, gen)), key=self._key)
 
     def _on_view(self, view: OMView, gen: int) -> None:
         if gen != self._gen:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import shiboken6
 from PySide6.QtCore import QItemSelection, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
@@ -55,7 +54,7 @@ from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
-from studio.widgets.pane_header import pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 DEBOUNCE_MS = 250
@@ -98,14 +97,6 @@ SKIP_COLUMNS: list[Column[SkipRow]] = [
     Column("Why it added nothing", lambda r: r.reason, tooltip=lambda r: r.reason),
 ]
 
-
-def _caption(text: str) -> QLabel:
-    label = QLabel(text)
-    label.setObjectName("caption")
-    font = label.font()
-    font.setBold(True)
-    label.setFont(font)
-    return label
 
 
 class PromptInspectorPane(QWidget):
@@ -217,7 +208,7 @@ class PromptInspectorPane(QWidget):
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
-        ul.addWidget(_caption("Prompt, in the order the model reads it"))
+        ul.addWidget(caption("Prompt, in the order the model reads it"))
         self.fragment_model: RecordTableModel[FragmentRow] = RecordTableModel(FRAGMENT_COLUMNS, self)
         self.fragment_table = self._table(self.fragment_model)
         ul.addWidget(self.fragment_table)
@@ -227,7 +218,7 @@ class PromptInspectorPane(QWidget):
         detail = QWidget()
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
-        self.detail_header = _caption("Fragment")
+        self.detail_header = caption("Fragment")
         self.detail_sources = QLabel("")
         self.detail_sources.setTextFormat(Qt.TextFormat.RichText)
         self.detail_sources.linkActivated.connect(self.open_message.emit)
@@ -239,7 +230,7 @@ class PromptInspectorPane(QWidget):
         skip = QWidget()
         sl = QVBoxLayout(skip)
         sl.setContentsMargins(0, 0, 0, 0)
-        sl.addWidget(_caption("Processors that added nothing"))
+        sl.addWidget(caption("Processors that added nothing"))
         self.skip_model: RecordTableModel[SkipRow] = RecordTableModel(SKIP_COLUMNS, self)
         self.skip_table = self._table(self.skip_model)
         self.skip_table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
@@ -311,12 +302,6 @@ class PromptInspectorPane(QWidget):
             button.setDefaultAction(action)
         self.commands.refresh_enabled()
 
-    def _guard(self, fn: Any) -> Any:
-        """Worker results can arrive after the pane was closed; then they are dropped."""
-        def call(*args: Any) -> None:
-            if shiboken6.isValid(self):
-                fn(*args)
-        return call
 
     def palette_commands(self) -> list[Any]:
         """For the main window's registry: ``registry.add_provider(pane.palette_commands)``."""
@@ -351,8 +336,8 @@ class PromptInspectorPane(QWidget):
         self.status.setText("Loading thread…")
         self.session.run(
             lambda: _load_context(self.session.store, thread_id),
-            on_result=self._guard(lambda ctx: self._on_context(ctx, thread_id, reset_options)),
-            on_error=self._guard(self._on_error), key=self._key + "-ctx",
+            on_result=alive_only(self, lambda ctx: self._on_context(ctx, thread_id, reset_options)),
+            on_error=alive_only(self, self._on_error), key=self._key + "-ctx",
         )
 
     def _on_context(self, ctx: _ThreadContext, thread_id: str | None, reset_options: bool) -> None:
@@ -479,7 +464,7 @@ class PromptInspectorPane(QWidget):
         factory = lambda o, n, e: self.session.memory(o, name=n, embedder=e)  # noqa: E731
         self.session.run(
             lambda: assemble_preview(store, req, factory, EMBEDDERS),
-            on_result=self._guard(self._on_preview), on_error=self._guard(self._on_error), key=self._key,
+            on_result=alive_only(self, self._on_preview), on_error=alive_only(self, self._on_error), key=self._key,
         )
 
     @property

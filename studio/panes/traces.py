@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import shiboken6
 from PySide6.QtCore import QItemSelection, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import (
@@ -71,7 +70,7 @@ from studio.logic.traces_layout import (
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
-from studio.widgets.pane_header import pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.timeline import (
     COL_DURATION,
@@ -184,14 +183,6 @@ TRACE_COLUMNS: list[Column[TraceSummary]] = [
 ]
 
 
-def _caption(text: str) -> QLabel:
-    label = QLabel(text)
-    label.setObjectName("caption")
-    font = label.font()
-    font.setBold(True)
-    label.setFont(font)
-    return label
-
 
 class TracesPane(QWidget):
     traces_loaded = Signal()  # a page (first or further) was applied
@@ -286,7 +277,7 @@ class TracesPane(QWidget):
         tl = QVBoxLayout(tree_box)
         tl.setContentsMargins(0, 0, 0, 0)
         tree_head = QHBoxLayout()
-        self.tree_caption = _caption("Spans")
+        self.tree_caption = caption("Spans")
         tree_head.addWidget(self.tree_caption)
         tree_head.addStretch(1)
         tree_head.addWidget(TimelineLegend(tuple(t for t in SPAN_COLORS if t not in ("model_step", "generic"))))
@@ -312,7 +303,7 @@ class TracesPane(QWidget):
         detail = QWidget()
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
-        self.span_title = _caption("Span")
+        self.span_title = caption("Span")
         self.span_facts = QLabel("")
         self.span_facts.setTextFormat(Qt.TextFormat.RichText)
         self.span_facts.setWordWrap(True)
@@ -386,11 +377,6 @@ class TracesPane(QWidget):
     def palette_commands(self) -> list[Any]:
         return self.commands.commands()
 
-    def _guard(self, fn: Any) -> Any:
-        def call(*args: Any) -> None:
-            if shiboken6.isValid(self):
-                fn(*args)
-        return call
 
     # -- visibility-driven polling -----------------------------------------------------------------
     def showEvent(self, event: Any) -> None:  # noqa: N802
@@ -414,8 +400,8 @@ class TracesPane(QWidget):
             return
         self._polling = True
         watch = self.source.watch
-        self.session.run(lambda: fingerprint(watch), on_result=self._guard(self._on_fingerprint),
-                         on_error=self._guard(lambda _e: setattr(self, "_polling", False)), key=self._key + "-poll")
+        self.session.run(lambda: fingerprint(watch), on_result=alive_only(self, self._on_fingerprint),
+                         on_error=alive_only(self, lambda _e: setattr(self, "_polling", False)), key=self._key + "-poll")
 
     def _on_fingerprint(self, stamp: tuple[Any, ...]) -> None:
         self._polling = False
@@ -468,8 +454,8 @@ class TracesPane(QWidget):
         self.status.setText("Reading traces…")
         resolver = self.resolver
         self.session.run(lambda: load_page(resolver, filters, 0, limit),
-                         on_result=self._guard(lambda page: self._on_page(page, gen, filters, keep)),
-                         on_error=self._guard(self._on_error), key=self._key + "-list")
+                         on_result=alive_only(self, lambda page: self._on_page(page, gen, filters, keep)),
+                         on_error=alive_only(self, self._on_error), key=self._key + "-list")
 
     def load_more(self) -> None:
         if self.total is None or len(self.traces) >= self.total:
@@ -478,8 +464,8 @@ class TracesPane(QWidget):
         resolver = self.resolver
         self.status.setText("Reading more traces…")
         self.session.run(lambda: load_page(resolver, filters, offset, PAGE),
-                         on_result=self._guard(lambda page: self._on_page(page, gen, filters, True)),
-                         on_error=self._guard(self._on_error), key=self._key + "-more")
+                         on_result=alive_only(self, lambda page: self._on_page(page, gen, filters, True)),
+                         on_error=alive_only(self, self._on_error), key=self._key + "-more")
 
     def _on_page(self, page: Page, gen: int, filters: TraceFilters, keep: bool) -> None:
         if gen != self._gen:
@@ -573,8 +559,8 @@ class TracesPane(QWidget):
             return
         self.tree_caption.setText("Spans · reading…")
         self.session.run(lambda: reader.get_trace(trace_id),
-                         on_result=self._guard(lambda spans: self._on_trace(trace_id, spans, span_id)),
-                         on_error=self._guard(self._on_error), key=self._key + "-trace")
+                         on_result=alive_only(self, lambda spans: self._on_trace(trace_id, spans, span_id)),
+                         on_error=alive_only(self, self._on_error), key=self._key + "-trace")
 
     def _on_trace(self, trace_id: str, spans: ReadResult[SpanRecord], span_id: str | None) -> None:
         if trace_id != self.trace_id:

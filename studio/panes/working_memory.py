@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import shiboken6
 from PySide6.QtCore import QItemSelection, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -41,7 +40,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
 from studio.widgets.diff_view import DiffView
-from studio.widgets.pane_header import pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.template_editor import TemplateEditor
 
@@ -303,12 +302,6 @@ class WorkingMemoryPane(QWidget):
         add("wm.reload", "Reload working memory", self.reload)
         self._update_actions()
 
-    def _guard(self, fn: Any) -> Any:
-        """Worker results can arrive after the pane was closed; then they are dropped."""
-        def call(*args: Any) -> None:
-            if shiboken6.isValid(self):
-                fn(*args)
-        return call
 
     def palette_commands(self) -> list[Any]:
         """For the main window's registry: ``registry.add_provider(pane.palette_commands)``."""
@@ -336,8 +329,8 @@ class WorkingMemoryPane(QWidget):
         selection, agent = self.selection, self._chosen_agent()
         store = self.session.store
         self.status.setText("Loading…")
-        self.session.run(lambda: load_wm(store, selection, agent), on_result=self._guard(self._on_loaded),
-                         on_error=self._guard(self._on_error), key=self._key + "-load")
+        self.session.run(lambda: load_wm(store, selection, agent), on_result=alive_only(self, self._on_loaded),
+                         on_error=alive_only(self, self._on_error), key=self._key + "-load")
 
     def _on_loaded(self, snap: WmSnapshot) -> None:
         previous = self.snapshot
@@ -510,7 +503,7 @@ class WorkingMemoryPane(QWidget):
         self._update_actions()
         self.session.run(
             lambda: save_wm(store, snap.options, snap.target, value, expected=baseline, note=note),  # type: ignore[arg-type]
-            on_result=self._guard(self._on_saved), on_error=self._guard(self._on_save_error), key=self._key + "-save",
+            on_result=alive_only(self, self._on_saved), on_error=alive_only(self, self._on_save_error), key=self._key + "-save",
         )
 
     def _on_saved(self, text: str | None) -> None:
@@ -618,7 +611,7 @@ class WorkingMemoryPane(QWidget):
         schema = value if kind == "schema" else None
         self.status.setText("Saving the template…")
         self.session.run(lambda: save_override(store, name, template=template, schema=schema),
-                         on_result=self._guard(self._on_config_saved), on_error=self._guard(self._on_error), key=self._key + "-config")
+                         on_result=alive_only(self, self._on_config_saved), on_error=alive_only(self, self._on_error), key=self._key + "-config")
 
     def _on_config_saved(self, version: Any) -> None:
         self.status.setText(f"Saved {version.kind} version #{version.id}; agents use it from their next turn.")

@@ -1,7 +1,11 @@
-"""The header row every pane starts with: a bold title and a dimmer line beside it."""
+"""What every pane is built from: its layout, header row and captions, and the guard that drops
+worker results arriving after the pane was closed."""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+import shiboken6
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 
@@ -27,3 +31,21 @@ def pane_header(title: str, subtitle: QLabel | None = None) -> tuple[QHBoxLayout
     row.addWidget(title_label)
     row.addWidget(subtitle, 1)
     return row, title_label, subtitle
+
+
+def caption(text: str) -> QLabel:
+    """A bold section caption."""
+    label = QLabel(text)
+    label.setObjectName("caption")
+    font = label.font()
+    font.setBold(True)
+    label.setFont(font)
+    return label
+
+
+def alive_only(widget: QWidget, fn: Callable[..., Any]) -> Callable[..., None]:
+    """Wrap a worker callback: results can arrive after the widget was closed; then they are dropped."""
+    def call(*args: Any) -> None:
+        if shiboken6.isValid(widget):
+            fn(*args)
+    return call
