@@ -67,6 +67,14 @@ def check_kind(kind: str) -> Kind:
     return kind
 
 
+def check_call(texts: Sequence[str], kind: str) -> Kind:
+    """The argument checks every ``embed`` makes: a known kind, and a sequence rather than one str
+    (iterating a str would embed it character by character)."""
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a sequence of texts, not a single str")
+    return check_kind(kind)
+
+
 def empty(dim: int) -> Vectors:
     return np.zeros((0, dim), dtype=np.float32)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.embedding.base import Embedder, EmbedderError, Kind, Vectors, check_kind, empty
+from core.embedding.base import Embedder, EmbedderError, Kind, Vectors, check_call, empty
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,7 @@ class CachedEmbedder:
             check()
 
     def embed(self, texts: Sequence[str], kind: Kind = "passage") -> Vectors:
-        check_kind(kind)
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a sequence of texts, not a single str")
+        check_call(texts, kind)
         if not texts:
             return empty(self.dim)
         model_id = self.inner.model_id

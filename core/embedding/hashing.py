@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from core.embedding.base import Kind, Vectors, check_kind, empty, l2_normalise
+from core.embedding.base import Kind, Vectors, check_call, empty, l2_normalise
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Han, Hiragana/Katakana, Hangul: scripts written without spaces between words.
@@ -45,9 +45,7 @@ class HashingEmbedder:
         self.model_id: str = f"hashing-ngram-v1@d{dim}"
 
     def embed(self, texts: Sequence[str], kind: Kind = "passage") -> Vectors:
-        check_kind(kind)  # no prefixes: queries and passages share one feature space
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a sequence of texts, not a single str")
+        check_call(texts, kind)  # no prefixes: queries and passages share one feature space
         if not texts:
             return empty(self.dim)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

@@ -21,7 +21,7 @@ from core.embedding.base import (
     EmbeddingServiceError,
     Kind,
     Vectors,
-    check_kind,
+    check_call,
     embed_in_batches,
     empty,
     l2_normalise,
@@ -90,9 +90,7 @@ class OpenAIEmbedder:
         self._request([_PROBE_TEXT])
 
     def embed(self, texts: Sequence[str], kind: Kind = "passage") -> Vectors:
-        check_kind(kind)
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a sequence of texts, not a single str")
+        check_call(texts, kind)
         if not texts:
             return empty(self.dim)
         prefix = self._prefixes[kind]

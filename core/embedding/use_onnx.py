@@ -29,7 +29,7 @@ from core.embedding.base import (
     EmbedderError,
     Kind,
     Vectors,
-    check_kind,
+    check_call,
     embed_in_batches,
     empty,
     l2_normalise,
@@ -84,9 +84,7 @@ class UseOnnxEmbedder:
         _runtime()
 
     def embed(self, texts: Sequence[str], kind: Kind = "passage") -> Vectors:
-        check_kind(kind)  # USE has no query/passage prefixes; both kinds embed identically
-        if isinstance(texts, str):
-            raise TypeError("embed() takes a sequence of texts, not a single str")
+        check_call(texts, kind)  # USE has no query/passage prefixes; both kinds embed identically
         for t in texts:
             if not isinstance(t, str):
                 raise TypeError(f"embed() texts must be str, got {type(t).__name__}")
