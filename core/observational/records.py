@@ -9,10 +9,11 @@ message-boundary line so the chunks can be told apart later.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
+
+from core.storage.memory_store import load_json
 
 OriginType = Literal["initial", "reflection"]
 OMScope = Literal["thread", "resource"]
@@ -72,28 +73,12 @@ def append_chunk(active: str, new: str, boundary_iso: str) -> str:
 
 
 def _json_list(value: Any) -> list[str]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, (bytes, bytearray)):
-        value = value.decode("utf-8", errors="replace")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return []
+    value = load_json(value) if value != "" else None  # text or JSONB; unparseable counts as empty
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _json_obj(value: Any) -> dict[str, Any]:
-    if value is None or value == "":
-        return {}
-    if isinstance(value, (bytes, bytearray)):
-        value = value.decode("utf-8", errors="replace")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return {}
+    value = load_json(value) if value != "" else None
     return dict(value) if isinstance(value, Mapping) else {}
 
 
