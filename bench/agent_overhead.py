@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core import Memory, MemoryOptions, open_store  # noqa: E402
 from core.agent import Agent  # noqa: E402
-from core.models import ScriptedModel  # noqa: E402
+from core.llm import ScriptedModel  # noqa: E402
 
 
 class TimedModel:
@@ -65,8 +65,8 @@ def run(name: str, options: MemoryOptions, turns: int, *, embedder=None, tracer=
 
 
 def span_throughput() -> None:
-    from core.storage.observability import DuckDBObservabilityStore
-    from core.tracing import InMemorySpanExporter, Tracer
+    from core.traces.store import DuckDBObservabilityStore
+    from core.traces.tracer import InMemorySpanExporter, Tracer
 
     exporter = InMemorySpanExporter()
     tracer = Tracer(exporter)

@@ -32,7 +32,7 @@ from core.memory import Memory  # noqa: E402
 from core.messages import Message  # noqa: E402
 from core.options import MemoryOptions  # noqa: E402
 from core.storage import open_store  # noqa: E402
-from core.vector import hybrid  # noqa: E402
+from core.recall import hybrid  # noqa: E402
 
 
 def default_data() -> Path:
@@ -211,7 +211,7 @@ def per_conversation(preds: dict[str, list[str]], queries: list[dict[str, Any]],
 def sweep(memories: dict[str, Memory], queries: list[dict[str, Any]], data: Path) -> None:
     """Fuse cached vector and keyword lists with different settings (public split only): RRF against
     the normalised-score combination, with recall@1/@10, nDCG@10 and the worst conversation's @10."""
-    from core.vector import keyword
+    from core.recall import keyword
 
     to_ranked = lambda hs: [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in hs]  # noqa: E731
     scored = [q for q in queries if not q.get("adversarial")]

@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO))
 
 from core.messages import Message  # noqa: E402
 from core.storage import open_store  # noqa: E402
-from core.vector import RecallIndex, vector_table_name  # noqa: E402
-from core.vector.matrix import VectorSet  # noqa: E402
+from core.recall import RecallIndex, vector_table_name  # noqa: E402
+from core.recall.matrix import VectorSet  # noqa: E402
 
 DIM = 512
 # A Zipf-distributed synthetic vocabulary: a few very common words, a long tail of rare ones, as in chat.
@@ -182,7 +182,7 @@ def bench_1m(n: int, queries: int) -> None:
     qs = clustered(queries, rng, centers)
     exact_ids = []
     times = []
-    from core.vector.matrix import _top, single_blas_thread
+    from core.recall.matrix import _top, single_blas_thread
 
     for q in qs:
         t = time.perf_counter()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.storage.observability import DuckDBObservabilityStore  # noqa: E402
-from core.storage.observability_model import SpanRecord, TraceFilters  # noqa: E402
+from core.traces.store import DuckDBObservabilityStore  # noqa: E402
+from core.traces.spans import SpanRecord, TraceFilters  # noqa: E402
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 

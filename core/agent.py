@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
-from core.models.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
+from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
 from core.prompt import AssembledPrompt
 from core.timeutil import to_ms
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
@@ -365,7 +365,7 @@ class Agent:
             sub.memory = mem
         try:
             forwarded = [m.copy(id=f"ctx-{m.id}", thread_id=None, resource_id=None) for m in ml.messages("memory", "input")]
-            from core.tracing import current_span
+            from core.traces.tracer import current_span
 
             result = sub.generate(prompt_text, memory={"resource": child_resource, "thread": child_thread},
                                   context=forwarded, _parent_span=current_span() if tracer is not None else None)

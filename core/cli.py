@@ -119,7 +119,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd == "reindex":
         return _reindex(args, out, err)
     if cmd == "traces":
-        from core.storage.observability import prune_main
+        from core.traces.store import prune_main
 
         from core.storage import retention_from_env
 
@@ -245,7 +245,7 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
 
 def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from core.embedding import default_embedder
-    from core.vector import reindex
+    from core.recall import reindex
 
     with open_store(args.db, create=False) as store:
         embedder = default_embedder()

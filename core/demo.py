@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 from core.agent import Agent, Tool
 from core.memory import Memory
-from core.models.scripted import ScriptedModel, ScriptedReply, ScriptStep, tool_call
+from core.llm.scripted import ScriptedModel, ScriptedReply, ScriptStep, tool_call
 from core.options import MemoryOptions
 from core.storage import Store
 

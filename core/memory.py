@@ -132,7 +132,7 @@ class Memory(TurnAssembly):
             from core.embedding import shared_default_embedder
 
             self.embedder = shared_default_embedder()
-        from core.vector import RecallIndex
+        from core.recall import RecallIndex
 
         index = RecallIndex.for_store(self.store, self.embedder)
         index.check()
@@ -186,9 +186,9 @@ class Memory(TurnAssembly):
             return
         # Recall may be off in this process but on in another that shares the file: vectors of a
         # deleted thread must not survive to be recalled later (Mastra #12225).
-        import core.vector
+        import core.recall
 
-        cleanup = getattr(core.vector, "delete_thread_everywhere", None)
+        cleanup = getattr(core.recall, "delete_thread_everywhere", None)
         if cleanup is not None and not self.store.read_only:
             cleanup(self.store, thread_id)
 

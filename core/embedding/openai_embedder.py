@@ -2,7 +2,7 @@
 
 Every failure is re-raised as ``EmbeddingServiceError`` naming the endpoint and model, because the
 user needs to know *which* server to fix, not which Python class failed. The API key is looked up on
-first use (explicit, then the environment variable, then the OS keyring, via ``core.models.keys``);
+first use (explicit, then the environment variable, then the OS keyring, via ``core.llm.keys``);
 local servers need none, so a missing key is not an error until the server says 401.
 """
 
@@ -26,7 +26,7 @@ from core.embedding.base import (
     empty,
     l2_normalise,
 )
-from core.models.keys import resolve_api_key, where_to_put_key
+from core.llm.keys import resolve_api_key, where_to_put_key
 
 if TYPE_CHECKING:
     import openai

@@ -17,12 +17,12 @@ from core.messages import Message
 from core.options import SemanticRecallOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.storage.memory_store import Include
-from core.vector.text import message_text
+from core.recall.text import message_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
     from core.storage import Store
-    from core.vector import RecallIndex, SearchHit
+    from core.recall import RecallIndex, SearchHit
 
 _ROLE_ORDER = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
 BLOCK_INTRO = "Messages recalled from this user's other conversations, because they resemble the current request:"
@@ -45,7 +45,7 @@ class SemanticRecall(BaseProcessor):
     ) -> None:
         self.options = options
         if index is None and (store is not None or embedder is not None):
-            from core.vector import RecallError, RecallIndex
+            from core.recall import RecallError, RecallIndex
 
             if store is None or embedder is None:
                 missing = "a store" if store is None else "an embedder"

@@ -20,7 +20,7 @@ from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, 
 from core.storage.paths import DatabaseLocationError, ResolvedPath, resolve_db_path
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.storage.observability import ObservabilityStore
+    from core.traces.store import ObservabilityStore
 
 
 class Store:
@@ -48,7 +48,7 @@ class Store:
             path = self._observability_path or self.location.observability_path
             if path is None:
                 return None
-            from core.storage.observability import ObservabilityStore
+            from core.traces.store import ObservabilityStore
 
             self._observability = ObservabilityStore(path, read_only=self.read_only, retention=retention_from_env())
         return self._observability  # type: ignore[no-any-return]
@@ -61,13 +61,13 @@ class Store:
         existing = self.extensions.get("tracer")
         if existing is not None:
             return existing.tracer
-        from core.tracing import InMemorySpanExporter, Tracer
+        from core.traces.tracer import InMemorySpanExporter, Tracer
 
         obs = self.observability
         if obs is None or self.read_only:
             tracer = Tracer(InMemorySpanExporter(), **kwargs)
         else:
-            from core.storage.observability_exporter import DuckDBSpanExporter
+            from core.traces.exporter import DuckDBSpanExporter
 
             tracer = Tracer(DuckDBSpanExporter(obs), **kwargs)
         self.extensions["tracer"] = _TracerHandle(tracer)
@@ -111,7 +111,7 @@ def retention_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -
     Unbounded span tables were a real complaint against Mastra (23 GB, no pruning); a value of
     ``0`` or ``off`` disables that limit.
     """
-    from core.storage.observability import RetentionSettings
+    from core.traces.store import RetentionSettings
 
     env = os.environ if env is None else env
 

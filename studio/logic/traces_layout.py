@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from core.storage.observability_model import (
+from core.traces.spans import (
     SpanRecord,
     TokenTotals,
     TraceFilters,

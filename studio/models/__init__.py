@@ -1,1 +1,1 @@
-"""Qt item models (thin adapters) and the plain-Python state and formatting they adapt."""
+"""Qt item models: thin adapters over plain-Python state (no SQL, no formatting rules of their own)."""

@@ -14,9 +14,9 @@ from typing import Any, Callable
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
 
 from core import Store
-from studio.models import queries
-from studio.models.message_format import MessageRow, format_time
-from studio.models.row_cache import PageCache
+from studio import reads as queries
+from studio.logic.message_format import MessageRow, format_time
+from studio.logic.row_cache import PageCache
 
 # runner(fn, on_result, on_error, key) -> job id: StudioSession.run, or a synchronous stand-in in tests
 Runner = Callable[..., Any]

@@ -23,7 +23,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont
 
 from core.storage.memory_store import ResourceSummary, ThreadSummary
-from studio.models.queries import TreeData
+from studio.reads import TreeData
 
 COLUMNS = ("Thread", "Msgs", "Last activity")
 

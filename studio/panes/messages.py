@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.models import queries
-from studio.models.message_format import DETAIL_CSS, ROLE_COLOURS, MessageRow, format_time, message_html
+from studio import reads as queries
+from studio.logic.message_format import DETAIL_CSS, ROLE_COLOURS, MessageRow, format_time, message_html
 from studio.models.messages_model import MessageListModel, MessageRoles
 from studio.selection import Selection
 from studio.session import StudioSession

@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.models import queries
-from studio.models.message_format import format_time, snippet
-from studio.models.queries import SearchHit, TreeData
+from studio import reads as queries
+from studio.logic.message_format import format_time, snippet
+from studio.reads import SearchHit, TreeData
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
 from studio.selection import Selection
 from studio.session import StudioSession

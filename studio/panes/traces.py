@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.storage.observability_model import (
+from core.traces.spans import (
     SPANS_TABLE,
     ReadCount,
     ReadResult,
@@ -45,7 +45,7 @@ from core.storage.observability_model import (
     TraceFilters,
     TraceSummary,
 )
-from core.storage.observability_reader import SpanReader
+from core.traces.reader import SpanReader
 from studio.commands import CommandRegistry
 from studio.logic.traces_layout import (
     ERROR_COLOR,
@@ -115,11 +115,11 @@ class SourceResolver:
             reader = self._readers.get((kind, str(path)))
             if reader is None:
                 if kind == "duckdb":
-                    from core.storage.observability import DuckDBObservabilityStore
+                    from core.traces.store import DuckDBObservabilityStore
 
                     reader = DuckDBObservabilityStore(path, read_only=True)
                 else:
-                    from core.storage.observability_libsql import LibSQLSpanReader
+                    from core.traces.libsql_reader import LibSQLSpanReader
 
                     reader = LibSQLSpanReader(path)
                 self._readers[(kind, str(path))] = reader

@@ -8,8 +8,8 @@ import pytest
 
 from core import Memory, MemoryOptions, Message, ThreadOwnershipError
 from core.agent import Agent, Tool
-from core.models import LoopbackServer, ModelError, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
-from core.tracing import InMemorySpanExporter, Tracer
+from core.llm import LoopbackServer, ModelError, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
+from core.traces.tracer import InMemorySpanExporter, Tracer
 
 TEMPLATE = "# User\n- Name:\n- Allergies:\n"
 
@@ -198,7 +198,7 @@ def test_plain_functions_are_tools(memory):
 
 def test_runs_are_traced_into_duckdb_by_default(db_path):
     from core import open_store
-    from core.storage.observability import DuckDBObservabilityStore
+    from core.traces.store import DuckDBObservabilityStore
 
     with open_store(db_path) as s:
         agent = Agent("chat", instructions="I", model=ScriptedModel(["hello"]), memory=Memory(s))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from core.embedding import CachedEmbedder, Embedder, EmbeddingServiceError, OpenAIEmbedder
-from core.models.loopback import LoopbackServer, hash_embedding
+from core.llm.loopback import LoopbackServer, hash_embedding
 
 
 @pytest.fixture()

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import Memory, MemoryOptions, Message
-from core.models import ModelError, ScriptedModel
+from core.llm import ModelError, ScriptedModel
 from core.observational import CONTINUATION_TEXT, TAG, load_current, load_history, messages_tokens
 from core.observational.context import CONTEXT_PROMPT
 from core.observational.tokens import count_text
@@ -20,7 +20,7 @@ from core.storage import Store, open_store
 from core.storage import schema as t
 from core.timeutil import FixedClock
 from core.tokens import EstimatingTokenizer
-from core.tracing import InMemorySpanExporter, Tracer
+from core.traces.tracer import InMemorySpanExporter, Tracer
 
 START = datetime(2025, 1, 2, 9, 0, tzinfo=timezone.utc)
 TOKENIZER = EstimatingTokenizer()

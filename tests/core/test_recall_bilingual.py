@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from core.messages import Message
-from core.vector import RecallIndex
+from core.recall import RecallIndex
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.storage import open_store
-from core.vector import RecallIndex, message_text, segment, keyword_query, vector_table_name
+from core.recall import RecallIndex, message_text, segment, keyword_query, vector_table_name
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 

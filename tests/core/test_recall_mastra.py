@@ -11,7 +11,7 @@ import pytest
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.storage import open_store, schema
-from core.vector import RecallError, RecallIndex, reindex
+from core.recall import RecallError, RecallIndex, reindex
 
 CONTENT = '{"format":2,"parts":[{"type":"text","text":"%s"}],"content":"%s"}'
 ROWS = [("m1", "t1", "user", "I am allergic to peanuts"), ("m2", "t1", "assistant", "Got it, no peanuts"),

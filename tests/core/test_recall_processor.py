@@ -14,7 +14,7 @@ from core.messages import Message, text_part
 from core.options import MemoryOptions
 from core.processors.base import ProcessorContext, RequestContext
 from core.processors.semantic_recall import BLOCK_CLOSE, BLOCK_OPEN, SemanticRecall, format_other_threads
-from core.vector import RecallError, RecallIndex, vector_table_name
+from core.recall import RecallError, RecallIndex, vector_table_name
 
 T0 = datetime(2026, 11, 29, 17, 38, tzinfo=timezone.utc)
 DIM = 8

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from core.embedding import HashingEmbedder
 from core.messages import Message
-from core.vector import RecallIndex, keyword_query
-from core.vector import hybrid, keyword
-from core.vector.text import keyword_terms
+from core.recall import RecallIndex, keyword_query
+from core.recall import hybrid, keyword
+from core.recall.text import keyword_terms
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 
@@ -252,7 +252,7 @@ def test_rerank_is_bounded_sorted_and_limit_is_a_prefix(raw, links, dated, limit
 def test_query_dates_reads_calendar_dates_months_years_and_relative_periods():
     from datetime import date
 
-    from core.vector.text import DAY_AFTER, DAY_BEFORE, DateSpan, query_dates
+    from core.recall.text import DAY_AFTER, DAY_BEFORE, DateSpan, query_dates
 
     day = query_dates("What did Nate do for Joanna on 25 May, 2022?")
     assert day == [DateSpan(date(2022, 5, 25) - timedelta(days=DAY_BEFORE), date(2022, 5, 25) + timedelta(days=DAY_AFTER))]
@@ -302,7 +302,7 @@ def test_a_date_in_the_query_prefers_messages_from_that_date(store):
 
 
 def test_relative_periods_count_from_today(store, monkeypatch):
-    from core.vector import search as search_module
+    from core.recall import search as search_module
 
     _dated(store, "a-old", datetime(2023, 5, 8, 10, tzinfo=timezone.utc), ["I booked the dentist"])
     recent = _dated(store, "b-new", datetime(2026, 3, 3, 10, tzinfo=timezone.utc), ["I booked the dentist"])

@@ -9,7 +9,7 @@ import pytest
 
 from core.embedding import HashingEmbedder
 from core.messages import Message
-from core.vector import RecallIndex, reindex, vector_table_name
+from core.recall import RecallIndex, reindex, vector_table_name
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 

@@ -276,7 +276,7 @@ def test_trace_retention_setting_from_environment():
 
 def test_deleting_the_trace_file_loses_no_conversation(db_path):
     from core.agent import Agent
-    from core.models import ScriptedModel
+    from core.llm import ScriptedModel
 
     with open_store(db_path) as s:
         m = Memory(s, tracer=s.tracer())

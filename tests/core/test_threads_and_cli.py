@@ -202,7 +202,7 @@ def test_cli_models_status():
 
 def test_cli_traces_prune(db_path):
     from core.agent import Agent
-    from core.models import ScriptedModel
+    from core.llm import ScriptedModel
 
     with core.open_store(db_path):
         pass

@@ -20,7 +20,7 @@ AGENT = r"""
 import sys
 from core import Memory, MemoryOptions, open_store
 from core.agent import Agent
-from core.models.scripted import ScriptedModel, ScriptedReply, tool_call
+from core.llm.scripted import ScriptedModel, ScriptedReply, tool_call
 
 TEMPLATE = "# Traveller\n- City:\n"
 store = open_store(sys.argv[1])

@@ -13,11 +13,11 @@ from core import DatabaseOpenError, Message, SchemaError, open_store
 from core.messages import data_part, file_part, reasoning_part, text_part, tool_invocation_part
 from studio.commands import Command, RecentFiles, rank, score
 from studio.dialogs import explain
-from studio.models import queries
-from studio.models.message_format import message_html, snippet, summarize
+from studio import reads as queries
+from studio.logic.message_format import message_html, snippet, summarize
 from studio.models.messages_model import MessageListModel, MessageRoles
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, plan_update
-from studio.models.row_cache import PageCache
+from studio.logic.row_cache import PageCache
 
 from .conftest import at, seed_many
 

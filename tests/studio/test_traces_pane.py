@@ -16,8 +16,8 @@ import libsql_experimental as libsql
 import pytest
 
 from core import open_store
-from core.storage.observability import DuckDBObservabilityStore
-from core.storage.observability_model import SpanRecord
+from core.traces.store import DuckDBObservabilityStore
+from core.traces.spans import SpanRecord
 from studio.main_window import TABS
 from studio.panes.traces import PAGE, TAB_ERROR, TAB_MESSAGES, TracesPane
 from studio.selection import Selection

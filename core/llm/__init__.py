@@ -1,0 +1,54 @@
+"""Chat models: the interface the engine calls, a real OpenAI-compatible client, and
+offline stand-ins (a scripted model and a loopback OpenAI server) for tests and the demo."""
+
+from __future__ import annotations
+
+from core.llm.base import (
+    ChatChunk,
+    ChatModel,
+    ChatResult,
+    Message,
+    ModelError,
+    ScriptExhaustedError,
+    ToolCall,
+    ToolCallAssembler,
+    ToolCallDelta,
+    ToolSpec,
+    Usage,
+    parse_tool_arguments,
+)
+from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, store_api_key
+from core.llm.loopback import LoopbackServer, RecordedRequest, hash_embedding
+from core.llm.openai_compatible import OpenAICompatibleModel, RetryPolicy
+from core.llm.scripted import Responder, ScriptedModel, ScriptedReply, ScriptedRequest, ScriptStep, tool_call
+
+__all__ = [
+    "DEFAULT_KEYRING_SERVICE",
+    "ChatChunk",
+    "ChatModel",
+    "ChatResult",
+    "LoopbackServer",
+    "Message",
+    "ModelError",
+    "OpenAICompatibleModel",
+    "RecordedRequest",
+    "ResolvedKey",
+    "Responder",
+    "RetryPolicy",
+    "ScriptExhaustedError",
+    "ScriptStep",
+    "ScriptedModel",
+    "ScriptedReply",
+    "ScriptedRequest",
+    "Secret",
+    "ToolCall",
+    "ToolCallAssembler",
+    "ToolCallDelta",
+    "ToolSpec",
+    "Usage",
+    "hash_embedding",
+    "parse_tool_arguments",
+    "resolve_api_key",
+    "store_api_key",
+    "tool_call",
+]

@@ -1,0 +1,335 @@
+"""A chat model reached over the OpenAI chat-completions protocol at any base URL.
+
+One client serves OpenAI itself and the local servers that copy its protocol (Ollama at
+``http://localhost:11434/v1``, LM Studio at ``http://localhost:1234/v1``, vLLM, llama.cpp's
+``llama-server``). It uses the official ``openai`` package for the wire, but does its own
+retrying (the SDK's is switched off) so the policy is visible, configurable and counted in
+the error the user finally sees.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from core.llm.base import ChatChunk, ChatResult, Message, ModelError, ToolSpec
+from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
+from core.llm.wire import StreamAssembler, result_from_completion
+
+if TYPE_CHECKING:
+    import openai
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: Sent when no key is configured: local servers ignore it, and the SDK insists on one.
+_NO_KEY_PLACEHOLDER = "no-key-configured"
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how long to wait before trying a failed request again.
+
+    Retries cover 408, 409, 429 and 5xx answers and refused connections, with exponential
+    backoff (``initial_delay * 2**n``, capped at ``max_delay``, shortened by up to
+    ``jitter`` so clients that failed together don't retry together). A ``Retry-After``
+    header is obeyed up to ``max_retry_after`` seconds; longer than that, we give up at once
+    rather than freeze the caller. Timeouts are not retried by default: a model too slow once
+    (typically a local one loading its weights) is usually too slow again, and retrying
+    would multiply the wait.
+    """
+
+    max_retries: int = 2
+    initial_delay: float = 0.5
+    max_delay: float = 8.0
+    jitter: float = 0.25
+    max_retry_after: float = 60.0
+    retry_timeouts: bool = False
+
+    def delay(self, retry_number: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return max(0.0, retry_after)
+        base = min(self.initial_delay * (2.0 ** retry_number), self.max_delay)
+        return base * (1.0 - self.jitter * random.random())
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None  # an HTTP date; rare from these servers, fall back to backoff
+
+
+def _is_retryable_status(status: int, headers: Mapping[str, str]) -> bool:
+    # The same non-standard header the OpenAI SDK honours: lets a server veto retries.
+    verdict = headers.get("x-should-retry")
+    if verdict in ("true", "false"):
+        return verdict == "true"
+    return status in (408, 409, 429) or status >= 500
+
+
+def safe_url(url: str) -> str:
+    """``url`` without credentials or query string, fit for display and traces."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+class OpenAICompatibleModel:
+    """A ``ChatModel`` backed by an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    The API key comes from ``api_key`` (for programmatic use), else the environment
+    variable ``api_key_env``, else the OS keyring (``keyring_service`` / ``keyring_username``,
+    the user defaulting to ``api_key_env``). It is never shown by ``repr``, ``describe()``
+    or error messages. ``environ`` and ``sleep`` exist so tests can supply their own.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = OPENAI_BASE_URL,
+        api_key: str | Secret | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        keyring_service: str | None = DEFAULT_KEYRING_SERVICE,
+        keyring_username: str | None = None,
+        provider: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        stream_usage: bool = True,
+        default_headers: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.model = model
+        self.base_url = safe_url(base_url)
+        self.provider = provider or ("openai" if self.base_url == OPENAI_BASE_URL else "openai-compatible")
+        self.model_id = f"{self.provider}/{model}"
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.stream_usage = stream_usage
+        self._sleep = sleep
+        self._key_places = where_to_put_key(api_key_env, keyring_service, keyring_username)
+        self._key: ResolvedKey = resolve_api_key(
+            explicit=api_key, env_var=api_key_env, keyring_service=keyring_service,
+            keyring_username=keyring_username, environ=environ)
+        # Deferred import: the SDK takes about a second to load, and the Studio should not pay
+        # that at start-up when no real model is configured.
+        import openai
+
+        self._client = openai.OpenAI(
+            api_key=self._key.secret.reveal() if self._key.secret else _NO_KEY_PLACEHOLDER,
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            max_retries=0,
+            default_headers=dict(default_headers or {}),
+        )
+
+    # -- identity -------------------------------------------------------------------------
+
+    @property
+    def api_key_source(self) -> str:
+        return self._key.source
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "provider": self.provider, "model": self.model, "model_id": self.model_id,
+            "base_url": self.base_url, "api_key_source": self._key.source,
+            "timeout": self.timeout, "max_retries": self.retry.max_retries, "scripted": False,
+        }
+        if self._key.note:
+            info["api_key_note"] = self._key.note
+        return info
+
+    def trace_info(self) -> dict[str, Any]:
+        return self.describe()
+
+    def __repr__(self) -> str:
+        return (f"OpenAICompatibleModel(model_id={self.model_id!r}, base_url={self.base_url!r}, "
+                f"api_key_source={self._key.source!r})")
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> OpenAICompatibleModel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def generate(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout: float | None = None,
+    ) -> ChatResult:
+        body = self._body(messages, tools, temperature, max_tokens)
+        wait = self.timeout if timeout is None else timeout
+        response = self._with_retries(
+            lambda: self._client.chat.completions.create(**body, timeout=wait),
+            endpoint=f"{self.base_url}/chat/completions", timeout=wait)
+        return result_from_completion(response.to_dict(mode="json", warnings=False),
+                                      model_id=self.model_id)
+
+    def stream(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[ChatChunk]:
+        """Open the stream now (retrying as ``generate`` does), then yield as chunks arrive.
+
+        Once the first byte has arrived a failure is not retried: text already shown to the
+        user cannot be taken back.
+        """
+        body = self._body(messages, tools, temperature, max_tokens)
+        body["stream"] = True
+        if self.stream_usage:
+            body["stream_options"] = {"include_usage": True}
+        wait = self.timeout if timeout is None else timeout
+        endpoint = f"{self.base_url}/chat/completions"
+        sdk_stream = self._with_retries(
+            lambda: self._client.chat.completions.create(**body, timeout=wait),
+            endpoint=endpoint, timeout=wait)
+        return self._iterate(sdk_stream, endpoint, wait)
+
+    def _iterate(self, sdk_stream: Any, endpoint: str, wait: float) -> Iterator[ChatChunk]:
+        import openai
+
+        assembler = StreamAssembler(model_id=self.model_id)
+        try:
+            for event in sdk_stream:
+                chunk = assembler.feed(event.to_dict(mode="json", warnings=False))
+                if chunk is not None:
+                    yield chunk
+        except openai.OpenAIError as exc:
+            raise self._error(exc, endpoint=endpoint, attempts=1, timeout=wait) from exc
+        finally:
+            sdk_stream.close()
+        yield ChatChunk(result=assembler.result())
+
+    def list_models(self, *, timeout: float | None = None) -> list[str]:
+        """The model names the server offers (``GET /models``)."""
+        wait = self.timeout if timeout is None else timeout
+        page = self._with_retries(lambda: self._client.models.list(timeout=wait),
+                                  endpoint=f"{self.base_url}/models", timeout=wait, method="GET")
+        return [item.id for item in page.data]
+
+    def _body(self, messages: list[Message], tools: list[ToolSpec] | None,
+              temperature: float | None, max_tokens: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        if temperature is not None:
+            body["temperature"] = temperature
+        if max_tokens is not None:
+            # ``max_tokens`` rather than ``max_completion_tokens``: every local server knows it.
+            body["max_tokens"] = max_tokens
+        return body
+
+    def _with_retries(self, call: Callable[[], _T], *, endpoint: str, timeout: float,
+                      method: str = "POST") -> _T:
+        import openai
+
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return call()
+            except openai.OpenAIError as exc:
+                error = self._error(exc, endpoint=endpoint, attempts=attempt, timeout=timeout,
+                                    method=method)
+                if not error.retryable or attempt > self.retry.max_retries:
+                    raise error from exc
+                retry_after = None
+                if isinstance(exc, openai.APIStatusError):
+                    retry_after = _retry_after(exc.response.headers)
+                if retry_after is not None and retry_after > self.retry.max_retry_after:
+                    raise ModelError(
+                        error.detail, model_id=self.model_id, endpoint=endpoint,
+                        status=error.status, attempts=attempt, method=method,
+                        hint=(f"the server asked to wait {retry_after:g}s, longer than the "
+                              f"{self.retry.max_retry_after:g}s we wait; try again later"),
+                    ) from exc
+                self._sleep(self.retry.delay(attempt - 1, retry_after))
+
+    def _error(self, exc: Exception, *, endpoint: str, attempts: int, timeout: float,
+               method: str = "POST") -> ModelError:
+        """Translate an SDK exception into a ``ModelError`` that says what to do."""
+        import openai
+
+        status: int | None = None
+        retryable = False
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            retryable = _is_retryable_status(status, exc.response.headers)
+            detail = self._scrub(_error_detail(exc))
+            hint = self._status_hint(status)
+        elif isinstance(exc, openai.APITimeoutError):
+            retryable = self.retry.retry_timeouts
+            detail = f"no response within {timeout:g}s"
+            hint = ("raise the timeout (a local server may still be loading the model) "
+                    "or check that the server is responding")
+        elif isinstance(exc, openai.APIConnectionError):
+            retryable = True
+            detail = f"could not connect ({self._scrub(str(exc.__cause__ or exc))})"
+            hint = f"check that the server at {self.base_url} is running and the base URL is right"
+        else:
+            detail = self._scrub(str(exc))
+            hint = "the server's reply did not follow the OpenAI protocol"
+        return ModelError(detail, model_id=self.model_id, endpoint=endpoint, status=status,
+                          hint=hint, attempts=attempts, retryable=retryable, method=method)
+
+    def _status_hint(self, status: int) -> str:
+        if status in (401, 403):
+            return (f"the server rejected the API key (source: {self._key.source}); "
+                    f"to use another, {self._key_places}")
+        if status == 404:
+            return (f"check the model name {self.model!r} and the base URL; "
+                    f"GET {self.base_url}/models lists what this server offers")
+        if status in (400, 422):
+            return "the server rejected the request; check the model supports these parameters and tools"
+        if status == 429:
+            return "rate limited: wait and try again, or lower the request rate"
+        if status >= 500:
+            return "the server failed; check its logs, or try again later"
+        return ""
+
+    def _scrub(self, text: str) -> str:
+        # Some providers echo the key back in auth errors; never let it reach a message.
+        secret = self._key.secret.reveal() if self._key.secret else ""
+        if secret:
+            text = text.replace(secret, "***")
+        return text if len(text) <= 400 else text[:400] + "…"
+
+
+def _error_detail(exc: openai.APIStatusError) -> str:
+    # The SDK has already unwrapped {"error": {...}}; servers that don't nest still vary.
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error")
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if body.get("message"):
+            return str(body["message"])
+        if isinstance(inner, str) and inner:
+            return inner
+    if isinstance(body, str) and body:
+        return body
+    return exc.message

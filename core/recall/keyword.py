@@ -1,0 +1,253 @@
+"""Keyword search: BM25 over the FTS5 table, and draining the trigger-fed change queue into it.
+
+Cost of a search is about one microsecond per *matching* row: FTS5 computes bm25() for every row the
+MATCH expression selects before it can sort them, and a query word found in most messages ("like",
+"time", a speaker's name) selects most of the table. ``TermStats`` therefore drops query terms found
+in more than ``COMMON_SHARE`` of the rows. BM25 gives such terms almost no weight anyway (FTS5's IDF
+is ``ln((N - n + 0.5) / (n + 0.5))``, clamped to ~0 above half the rows), so rankings barely move while
+the rows to score shrink by an order of magnitude (bench/recall_speed.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from core.recall.schema import (
+    DOCS_TABLE,
+    FTS_TABLE,
+    FTS_WATERMARK,
+    QUEUE_TABLE,
+    STATE_TABLE,
+    delete_docs,
+    previous_text,
+    text_of_raw,
+    upsert_doc,
+)
+from core.recall.text import keyword_terms
+
+DRAIN_BATCH = 2000
+# BM25 weight of the previous-message column against the message's own (1.0); tuned on LoCoMo public.
+CONTEXT_WEIGHT = 0.5
+# Query terms found in more rows than this share are dropped (unless every term is that common).
+# LoCoMo public split, keyword / hybrid recall@10: all terms .710 / .717; share .3 .710 / .717;
+# .2 .708 / .717; .1 .702 / .710. Synthetic 10k messages (bench/recall_speed.py), keyword p50:
+# all terms 8.8 ms, .5 3.1 ms, .3 2.0 ms, .2 1.4 ms, .1 0.9 ms. Below PRUNE_MIN_DOCS rows every term
+# is kept (scoring is cheap there, and document frequencies are noisy). Frequencies are counted over
+# the whole table, like FTS5's own IDF: in a database shared by many resources, a word common
+# elsewhere is dropped for a small resource too (its vectors still find such messages).
+COMMON_SHARE = 0.2
+PRUNE_MIN_DOCS = 200
+STATS_GROWTH = 0.1  # recount the rows (and forget frequencies) once the index grew by this share
+STATS_MAX_AGE_S = 60.0  # ... or after this long, so deletions are noticed too
+STATS_MAX_TERMS = 50_000
+STATS_CHECK_S = 1.0  # how often a search looks at the index size at all
+
+
+@dataclass(frozen=True)
+class KeywordHit:
+    message_id: str
+    thread_id: str | None
+    resource_id: str | None
+    score: float  # -bm25: higher is better, unbounded, comparable only within one query
+
+
+class TermStats:
+    """Document frequencies of query terms in one database's keyword index, cached between searches.
+
+    Counted per term with an FTS5 count (a posting-list scan, no scoring), once per term until the
+    index has grown by ``STATS_GROWTH`` or ``STATS_MAX_AGE_S`` has passed. Staleness only decides
+    whether a very common word is searched, never which messages exist. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._df: OrderedDict[str, int] = OrderedDict()
+        self.rows = 0
+        self._mark = -1
+        self._at = 0.0
+        self._checked = 0.0
+
+    def _refresh(self, conn: sa.Connection) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._mark >= 0 and now - self._checked < STATS_CHECK_S:
+                return
+            self._checked = now
+        mark = int(conn.exec_driver_sql(f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}").scalar() or 0)
+        with self._lock:
+            fresh = (
+                self._mark >= 0 and self._mark <= mark <= self._mark * (1 + STATS_GROWTH) + 10
+                and now - self._at < STATS_MAX_AGE_S
+            )
+            if fresh:
+                return
+        rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {DOCS_TABLE}").scalar() or 0)
+        with self._lock:
+            self._df.clear()
+            self.rows, self._mark, self._at = rows, mark, now
+
+    def frequencies(self, conn: sa.Connection, terms: list[str]) -> list[int]:
+        out: list[int] = []
+        for term in terms:
+            with self._lock:
+                df = self._df.get(term)
+                if df is not None:
+                    self._df.move_to_end(term)
+            if df is None:
+                df = int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?", (term,)).scalar() or 0)
+                with self._lock:
+                    self._df[term] = df
+                    while len(self._df) > STATS_MAX_TERMS:
+                        self._df.popitem(last=False)
+            out.append(df)
+        return out
+
+    def select(self, conn: sa.Connection, terms: list[str], share: float | None = None) -> list[str]:
+        """The terms worth matching: all of them in a small index, else those in at most ``share``
+        (default ``COMMON_SHARE``) of the rows; if every term is that common, the rarest one."""
+        share = COMMON_SHARE if share is None else share
+        if len(terms) < 2 or share >= 1.0:
+            return terms
+        self._refresh(conn)
+        if self.rows < PRUNE_MIN_DOCS:
+            return terms
+        dfs = self.frequencies(conn, terms)
+        cap = share * self.rows
+        kept = [t for t, df in zip(terms, dfs) if df <= cap]
+        if kept:
+            return kept
+        return [terms[min(range(len(terms)), key=dfs.__getitem__)]]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._df.clear()
+            self._mark = -1
+
+
+def _watermark(conn: sa.Connection) -> int:
+    row = conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?", (FTS_WATERMARK,)).first()
+    return int(row[0]) if row else 0
+
+
+def pending_count(conn: sa.Connection) -> int:
+    """Message changes not yet applied: queued updates/deletes plus rows inserted above the watermark."""
+    queued = int(conn.exec_driver_sql(f"SELECT count(*) FROM {QUEUE_TABLE}").scalar() or 0)
+    fresh = int(conn.exec_driver_sql(
+        "SELECT count(*) FROM mastra_messages WHERE rowid > ?", (_watermark(conn),)
+    ).scalar() or 0)
+    return queued + fresh
+
+
+def has_pending(conn: sa.Connection) -> bool:
+    """Whether any message change waits for the keyword index: one statement, run before every search."""
+    return bool(conn.exec_driver_sql(
+        f"SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}) OR EXISTS (SELECT 1 FROM mastra_messages WHERE rowid > "
+        f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0))",
+        (FTS_WATERMARK,),
+    ).scalar())
+
+
+def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, list[str]]:
+    """Apply up to ``limit`` message changes to the keyword index: rows inserted since the watermark
+    (from any process, Mastra included) and queued updates and deletes.
+
+    Returns (changes applied, ids of messages that no longer exist), so the caller can drop their
+    vectors too: a thread deleted by any process loses its vectors at the next drain.
+    Runs inside the caller's write transaction, so nothing is inserted while it reads the rowids.
+    """
+    mark = _watermark(conn)
+    queued = conn.exec_driver_sql(
+        f"SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?", (limit,)
+    ).all()
+    # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
+    # from just below it (re-indexing is idempotent).
+    reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]
+    if reused:
+        mark = min(mark, min(reused) - 1)
+    fresh = conn.exec_driver_sql(
+        "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?", (mark, limit)
+    ).all()
+    if not queued and not fresh:
+        return 0, []
+    last_op: dict[str, str] = {}
+    for _seq, mid, op, _row in queued:
+        last_op[mid] = op  # only the newest change of a message matters
+    candidates = {m for m, op in last_op.items() if op == "upsert"} | {mid for _rowid, mid in fresh}
+    found: set[str] = set()
+    ordered = sorted(candidates)
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        stored = conn.exec_driver_sql(
+            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), m.content, m.role, m."createdAt" '
+            f"FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.id IN ({marks})",
+            tuple(chunk),
+        ).all()
+        for mid, thread_id, resource_id, raw, role, created in stored:
+            found.add(mid)
+            text = "" if role == "system" else text_of_raw(raw)
+            context = previous_text(conn, thread_id, created, mid) if text else ""
+            upsert_doc(conn, mid, thread_id, resource_id, text, context)
+    # Deleted (or deleted again after a queued upsert): whatever no longer exists.
+    gone = sorted(({m for m, op in last_op.items() if op == "delete"} | candidates) - found)
+    delete_docs(conn, gone)
+    if queued:
+        conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq <= ?", (queued[-1][0],))
+    if fresh:
+        mark = fresh[-1][0]
+    conn.exec_driver_sql(
+        f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(mark))
+    )
+    return len(queued) + len(fresh), gone
+
+
+def search(
+    conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
+    context_weight: float | None = None, stats: TermStats | None = None,
+) -> list[KeywordHit]:
+    """Best ``limit`` messages of the scope by BM25. With ``stats``, very common terms are dropped first."""
+    weight = CONTEXT_WEIGHT if context_weight is None else context_weight
+    terms = keyword_terms(query)
+    if not terms:
+        return []
+    if stats is not None:
+        terms = stats.select(conn, terms)
+    expr = " OR ".join(terms)
+    where = [f"{FTS_TABLE} MATCH ?"]
+    params: list[object] = [expr]
+    if resource_id is not None:
+        where.append("d.resource_id = ?")
+        params.append(resource_id)
+    if thread_id is not None:
+        where.append("d.thread_id = ?")
+        params.append(thread_id)
+    params.append(limit)
+    rows = conn.exec_driver_sql(
+        f"SELECT d.message_id, d.thread_id, d.resource_id, bm25({FTS_TABLE}, 1.0, {float(weight)}) AS s "
+        f"FROM {FTS_TABLE} "
+        f"JOIN {DOCS_TABLE} d ON d.doc_id = {FTS_TABLE}.rowid WHERE {' AND '.join(where)} "
+        "ORDER BY s, d.message_id LIMIT ?",
+        tuple(params),
+    ).all()
+    return [KeywordHit(r[0], r[1], r[2], -float(r[3])) for r in rows]
+
+
+def indexed_ids(conn: sa.Connection, message_ids: list[str]) -> set[str]:
+    out: set[str] = set()
+    for start in range(0, len(message_ids), 500):
+        chunk = message_ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        out.update(
+            r[0] for r in conn.exec_driver_sql(f"SELECT message_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", tuple(chunk))
+        )
+    return out
+
+
+def delete_thread(conn: sa.Connection, thread_id: str) -> int:
+    ids = [r[0] for r in conn.exec_driver_sql(f"SELECT message_id FROM {DOCS_TABLE} WHERE thread_id = ?", (thread_id,))]
+    return delete_docs(conn, ids)

@@ -1,0 +1,102 @@
+"""Embed every stored message that has no vector from the current model (``memory-studio reindex``).
+
+Resumable by construction: each batch commits on its own, and the work list is "messages without a
+vector from this model", recomputed on every run. An interrupted run loses at most the batch in flight
+and nothing is embedded twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from core.messages import Message, MessageFormatError
+from core.recall.index import INDEXED_ROLES, RecallError, RecallIndex
+from core.recall.schema import quoted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.embedding import Embedder
+    from core.storage import Store
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class ReindexReport:
+    total: int = 0  # messages that needed a vector when the run started
+    indexed: int = 0
+    skipped: dict[str, str] = field(default_factory=dict)  # e.g. empty text
+    failed: dict[str, str] = field(default_factory=dict)
+    already_indexed: int = 0
+    model_id: str = ""
+
+
+def reindex(
+    store: "Store",
+    embedder: "Embedder",
+    resource_id: str | None = None,
+    progress: Progress | None = None,
+    batch_size: int = 64,
+) -> ReindexReport:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    index = RecallIndex.for_store(store, embedder)
+    index.check()
+    if not index.writable:
+        raise RecallError(f"{store.location.display} is open read-only; reindexing needs writes.")
+    index.sync_keywords(limit=10**9)
+    todo, already = _work_list(index, resource_id)
+    report = ReindexReport(total=len(todo), already_indexed=already, model_id=index.model_id)
+    done = 0
+    if progress is not None:
+        progress(0, len(todo))
+    for start in range(0, len(todo), batch_size):
+        ids = todo[start : start + batch_size]
+        messages = _load(store, ids, report)
+        result = index.index_messages(messages)
+        report.indexed += len(result.indexed)
+        report.skipped.update(result.skipped)
+        report.failed.update(result.failed)
+        done += len(ids)
+        if progress is not None:
+            progress(done, len(todo))
+    return report
+
+
+def _work_list(index: RecallIndex, resource_id: str | None) -> tuple[list[str], int]:
+    assert index.info is not None
+    table = quoted(index.info.name)
+    roles = ",".join(f"'{r}'" for r in INDEXED_ROLES)
+    scope = ""
+    params: list[object] = []
+    if resource_id is not None:
+        scope = 'AND coalesce(m."resourceId", t."resourceId") = ?'
+        params.append(resource_id)
+    base = (
+        f"FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id "
+        f"WHERE m.role IN ({roles}) {scope}"
+    )
+    have = f"EXISTS (SELECT 1 FROM {table} v WHERE v.vector_id = m.id AND v.model_id = ?)"
+    with index.store.db.read() as conn:
+        todo = [
+            r[0]
+            for r in conn.exec_driver_sql(
+                f'SELECT m.id {base} AND NOT {have} ORDER BY m."createdAt", m.id', (*params, index.model_id)
+            )
+        ]
+        already = int(conn.exec_driver_sql(f"SELECT count(*) {base} AND {have}", (*params, index.model_id)).scalar() or 0)
+    return todo, already
+
+
+def _load(store: "Store", ids: list[str], report: ReindexReport) -> list[Message]:
+    try:
+        return store.memory.get_messages(ids)
+    except MessageFormatError:
+        pass  # one malformed row: load the batch one by one so the others still get indexed
+    out = []
+    for mid in ids:
+        try:
+            out.extend(store.memory.get_messages([mid]))
+        except MessageFormatError as exc:
+            report.failed[mid] = str(exc)
+    return out

@@ -1,0 +1,270 @@
+"""What text of a message is indexed, and how it is cut into keyword tokens.
+
+FTS5's ``unicode61`` tokenizer treats a run of Chinese characters as one token (there are no spaces),
+so "我对花生过敏" would only match itself. We therefore store CJK text pre-segmented: every CJK
+character becomes its own token, and a query matches consecutive characters as FTS5 phrases
+(bigrams), which is the usual character-bigram approach without needing a custom tokenizer. The same
+function segments stored text and queries, so both sides always agree.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import unicodedata
+from dataclasses import dataclass
+from datetime import date, timedelta
+from typing import Any, Mapping
+
+from core.messages import Message
+
+# Han, Hiragana/Katakana, Hangul: scripts written without spaces between words.
+_CJK_CHAR = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK = re.compile(f"[{_CJK_CHAR}]")
+_CJK_RUN = re.compile(f"[{_CJK_CHAR}]+")
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+# Query-side only: words that match nearly every message add cost and noise to an OR query.
+# Stored text keeps them (phrases and other users' queries may still need them). The list is small on
+# purpose: measured on LoCoMo (public split), NLTK's 179-word list lost .007 keyword recall@10 against
+# this one (it drops "after", "both", "during", "before"...), and no list at all lost .029.
+# The last line is what ``\w+`` leaves of clitics ("Caroline's", "hadn't", "I'm", "we'll", "you're",
+# "I've", "I'd"): alone they carry nothing and match a large share of any English text. ("won", as in
+# "won't", stays: it is also a verb.)
+STOP_WORDS = frozenset(
+    """a an and are as at be been but by can could did do does doing for from had has have he her hers him
+    his how i if in into is it its me my of on or our she so than that the their them then there they this
+    to was we were what when where which who whom why will with would you your yours
+    s t m d ll re ve don didn doesn isn aren wasn weren hasn haven hadn couldn wouldn shouldn""".split()
+)
+
+
+def message_text(message: Message) -> str:
+    """The text recall indexes and matches: ``content.content`` if non-empty, else text parts joined.
+
+    Same rule as the query side (spec §2.4), so a message and the same words asked as a query agree.
+    """
+    return content_text(message.content)
+
+
+def content_text(content: Mapping[str, Any] | Any) -> str:
+    if not isinstance(content, Mapping):
+        return content if isinstance(content, str) else ""
+    direct = content.get("content")
+    if isinstance(direct, str) and direct.strip():
+        return direct
+    parts = content.get("parts")
+    if not isinstance(parts, list):
+        return ""
+    texts = [p["text"] for p in parts if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)]
+    return " ".join(t for t in texts if t)
+
+
+def segment(text: str) -> str:
+    """Text as stored in the keyword index: NFKC-normalised, CJK characters spaced apart."""
+    normalised = unicodedata.normalize("NFKC", text)
+    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", normalised)
+
+
+def keyword_terms(text: str) -> list[str]:
+    """The quoted FTS5 terms of free text, in query order, without repeats.
+
+    Latin words become terms unless they are stop words (names, numbers and dates always stay); each
+    CJK run contributes its character bigrams as quoted phrases (a lone character stands for itself).
+    Every term is quoted, so user text can never be parsed as FTS5 syntax (``NEAR``, ``-``, ``*``,
+    column filters). A query of stop words only ("what is it?") keeps them rather than return nothing.
+    """
+    normalised = unicodedata.normalize("NFKC", text).casefold()
+    terms: list[str] = []
+    seen: set[str] = set()
+
+    def add(term: str) -> None:
+        if term not in seen:
+            seen.add(term)
+            terms.append('"' + term.replace('"', '""') + '"')
+
+    for word in _WORD.findall(normalised):
+        if not _CJK.search(word):
+            if word not in STOP_WORDS:
+                add(word)
+            continue
+        # A word may mix scripts ("iphone手机"): Latin pieces stay words, CJK runs become bigrams.
+        for piece in re.split(f"([{_CJK_CHAR}]+)", word):
+            if not piece:
+                continue
+            if _CJK.match(piece):
+                chars = list(piece)
+                if len(chars) == 1:
+                    add(chars[0])
+                for a, b in zip(chars, chars[1:]):
+                    add(f"{a} {b}")
+            elif piece not in STOP_WORDS:
+                add(piece)
+    if not terms:
+        for w in _WORD.findall(normalised):
+            if not _CJK.search(w):
+                add(w)
+    return terms
+
+
+def keyword_query(text: str) -> str | None:
+    """An FTS5 MATCH expression for free text (its ``keyword_terms`` OR-ed; BM25 does the ranking),
+    or None when nothing searchable is left."""
+    terms = keyword_terms(text)
+    return " OR ".join(terms) if terms else None
+
+
+# -- periods a query names ---------------------------------------------------------------------------
+
+# A named day also covers the days just before it: "on 25 May" may be asked about a message written a
+# little later ("last weekend, before April 10"), and message times are UTC while the asker's day is
+# local. Measured on LoCoMo's public split (DATE_BOOST in core/recall/search.py).
+DAY_BEFORE = 7
+DAY_AFTER = 1
+
+_MONTH_NAMES = (
+    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+    ("july", "jul"), ("august", "aug"), ("september", "sept", "sep"), ("october", "oct"),
+    ("november", "nov"), ("december", "dec"),
+)
+_MONTHS = {name: i for i, names in enumerate(_MONTH_NAMES, start=1) for name in names}
+_M = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_D = r"(\d{1,2})(?:st|nd|rd|th)?"
+_Y = r"((?:19|20)\d\d)"
+_SEP = r"[\s,]*"
+_PREP = r"(?:in|during|since|of|from|by|until|till|before|after|around|early|mid|late|summer|winter|spring|fall|autumn)"
+_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                 "eight": 8, "nine": 9, "ten": 10, "couple": 2, "few": 3}
+# Most specific first; a match blanks its span, so "May 2023" is not read again as "2023".
+# A month alone ("May" is also a verb) or a year alone ("2000 people") needs a preposition before it.
+_ABSOLUTE = (
+    (re.compile(rf"\b{_Y}-(\d\d)-(\d\d)\b"), "ymd"),
+    (re.compile(rf"\b{_D}(?:\s+of)?\s+{_M}{_SEP}{_Y}\b"), "dmy"),
+    (re.compile(rf"\b{_M}\s+{_D}{_SEP}{_Y}\b"), "mdy"),
+    (re.compile(rf"\b{_M}{_SEP}(?:of\s+)?{_Y}\b"), "my"),
+    (re.compile(rf"\b{_D}(?:\s+of)?\s+{_M}(?!\w)"), "dm"),
+    (re.compile(rf"\b{_M}\s+{_D}\b(?!\s*(?:am|pm|:|%|percent))"), "md"),
+    (re.compile(rf"\b{_PREP}\s+{_M}(?!\w)"), "m"),
+    (re.compile(rf"\b{_PREP}\s+{_Y}\b"), "y"),
+)
+_RELATIVE = re.compile(
+    r"\b(?:(today|tonight|this morning|this afternoon|this evening)|(yesterday)"
+    r"|(?:(last|this|past)\s+(week(?:end)?|month|year))"
+    r"|(?:(\d{1,3}|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|a few)\s+"
+    r"(day|week|month|year)s?\s+ago))\b"
+)
+
+
+@dataclass(frozen=True)
+class DateSpan:
+    """A period a query names: the days ``first``..``last`` (inclusive), or, when the query gave no
+    year, a month (and day) of any year."""
+
+    first: date | None = None
+    last: date | None = None
+    month: int | None = None
+    day: int | None = None
+
+    def contains(self, day: date) -> bool:
+        if self.first is not None and self.last is not None:
+            return self.first <= day <= self.last
+        if self.month is None or day.month != self.month:
+            return False
+        if self.day is None:
+            return True
+        named = date(day.year, self.month, min(self.day, calendar.monthrange(day.year, self.month)[1]))
+        return -DAY_AFTER <= (named - day).days <= DAY_BEFORE  # (only within the named month: kept simple)
+
+
+def _day_span(d: date) -> DateSpan:
+    return DateSpan(d - timedelta(days=DAY_BEFORE), d + timedelta(days=DAY_AFTER))
+
+
+def _month_span(year: int, month: int) -> DateSpan:
+    return DateSpan(date(year, month, 1), date(year, month, calendar.monthrange(year, month)[1]))
+
+
+def _months_back(today: date, n: int) -> tuple[int, int]:
+    index = today.year * 12 + today.month - 1 - n
+    return index // 12, index % 12 + 1
+
+
+def query_dates(text: str, today: date | None = None) -> list[DateSpan]:
+    """The periods an English query names: calendar dates ("25 May, 2022", "May 23, 2023",
+    "2023-05-08"), months ("in May 2022", "in June"), years ("in 2023"), and, when ``today`` is given,
+    periods relative to it ("yesterday", "last week", "this month", "3 days ago").
+
+    A named day covers ``DAY_BEFORE`` days before it and ``DAY_AFTER`` after. Impossible dates
+    ("31 February") are skipped. Anything else (Chinese dates, weekdays, seasons alone) names nothing.
+    """
+    lowered = unicodedata.normalize("NFKC", text).casefold()
+    spans: list[DateSpan] = []
+    for pattern, kind in _ABSOLUTE:
+        def take(m: re.Match[str], kind: str = kind) -> str:
+            g = m.groups()
+            try:
+                if kind == "ymd":
+                    spans.append(_day_span(date(int(g[0]), int(g[1]), int(g[2]))))
+                elif kind == "dmy":
+                    spans.append(_day_span(date(int(g[2]), _MONTHS[g[1]], int(g[0]))))
+                elif kind == "mdy":
+                    spans.append(_day_span(date(int(g[2]), _MONTHS[g[0]], int(g[1]))))
+                elif kind == "my":
+                    spans.append(_month_span(int(g[1]), _MONTHS[g[0]]))
+                elif kind == "dm":
+                    date(2000, _MONTHS[g[1]], int(g[0]))  # validates the day (2000 is a leap year)
+                    spans.append(DateSpan(month=_MONTHS[g[1]], day=int(g[0])))
+                elif kind == "md":
+                    date(2000, _MONTHS[g[0]], int(g[1]))
+                    spans.append(DateSpan(month=_MONTHS[g[0]], day=int(g[1])))
+                elif kind == "m":
+                    spans.append(DateSpan(month=_MONTHS[g[0]]))
+                else:
+                    spans.append(DateSpan(date(int(g[0]), 1, 1), date(int(g[0]), 12, 31)))
+            except ValueError:
+                pass
+            return " " * len(m.group(0))
+
+        lowered = pattern.sub(take, lowered)
+    if today is None:
+        return spans
+    for m in _RELATIVE.finditer(lowered):
+        now_word, yesterday, which, unit, count, ago_unit = m.groups()
+        if now_word:
+            spans.append(DateSpan(today, today))
+        elif yesterday:
+            spans.append(DateSpan(today - timedelta(days=2), today - timedelta(days=1)))
+        elif which:
+            spans.append(_relative(today, which, unit))
+        else:
+            n = int(count) if count.isdigit() else _NUMBER_WORDS[count.removesuffix(" of").split()[-1]]
+            spans.append(_ago(today, n, ago_unit))
+    return spans
+
+
+def _relative(today: date, which: str, unit: str) -> DateSpan:
+    if unit == "weekend":  # the last Saturday and Sunday before today (or this one, if it is under way)
+        sunday = today - timedelta(days=(today.weekday() + 1) % 7)
+        return DateSpan(sunday - timedelta(days=1), sunday + timedelta(days=1))
+    if which == "past":  # "the past week/month/year": the trailing period up to today
+        days = {"week": 7, "month": 31, "year": 366}[unit]
+        return DateSpan(today - timedelta(days=days), today)
+    back = 1 if which == "last" else 0
+    if unit == "week":
+        monday = today - timedelta(days=today.weekday() + 7 * back)
+        return DateSpan(monday, monday + timedelta(days=6))
+    if unit == "month":
+        return _month_span(*_months_back(today, back))
+    return DateSpan(date(today.year - back, 1, 1), date(today.year - back, 12, 31))
+
+
+def _ago(today: date, n: int, unit: str) -> DateSpan:
+    if unit == "day":
+        d = today - timedelta(days=n)
+        return DateSpan(d - timedelta(days=1), d + timedelta(days=1))
+    if unit == "week":
+        d = today - timedelta(weeks=n)
+        return DateSpan(d - timedelta(days=4), d + timedelta(days=4))
+    if unit == "month":
+        return _month_span(*_months_back(today, n))
+    return DateSpan(date(today.year - n, 1, 1), date(today.year - n, 12, 31))

@@ -1,0 +1,161 @@
+"""Reading and writing ``memory_messages_<dim>`` rows: the vectors' store of record.
+
+Works on tables we created (with ``model_id`` and expression indexes) and on tables Mastra created
+(DiskANN index, no ``model_id``). On the latter the planner would pick the DiskANN b-tree, which plain
+SQLite sees as empty, so scans there say ``NOT INDEXED`` (spec §1.5 gotchas).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from core.recall.schema import STATE_TABLE, columns, has_table, quoted
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: str
+    dim: int
+    has_model_id: bool  # False: written by Mastra; the model is unknown
+    has_our_indexes: bool
+
+
+@dataclass
+class RawRow:
+    rowid: int
+    blob: Any
+    message_id: str | None
+    thread_id: str | None
+    resource_id: str | None
+    model_id: str | None
+
+
+def inspect(conn: sa.Connection, name: str, dim: int) -> TableInfo | None:
+    if not has_table(conn, name):
+        return None
+    cols = columns(conn, name)
+    indexes = {r[1] for r in conn.exec_driver_sql(f"PRAGMA index_list({quoted(name)})")}
+    return TableInfo(name, dim, "model_id" in cols, f"{name}_resource_id" in indexes)
+
+
+def _scan_hint(info: TableInfo, key: str | None) -> str:
+    if info.has_our_indexes and key is not None:
+        return f"INDEXED BY {quoted(info.name + '_' + key)}"
+    return "NOT INDEXED"
+
+
+def load_rows(
+    conn: sa.Connection, info: TableInfo, *, resource_id: str | None, thread_id: str | None, after_rowid: int = 0
+) -> list[RawRow]:
+    """Rows for one resource (or one thread when no resource is given), newer than ``after_rowid``."""
+    where = ["rowid > ?"]
+    params: list[object] = [after_rowid]
+    key = None
+    if resource_id is not None:
+        where.append("json_extract(metadata, '$.resource_id') = ?")
+        params.append(resource_id)
+        key = "resource_id"
+    elif thread_id is not None:
+        where.append("json_extract(metadata, '$.thread_id') = ?")
+        params.append(thread_id)
+        key = "thread_id"
+    model = "model_id" if info.has_model_id else "NULL"
+    hint = _scan_hint(info, key) if after_rowid == 0 else "NOT INDEXED" if not info.has_our_indexes else ""
+    sql = (
+        f"SELECT rowid, embedding, json_extract(metadata, '$.message_id'), json_extract(metadata, '$.thread_id'), "
+        f"json_extract(metadata, '$.resource_id'), {model}, vector_id FROM {quoted(info.name)} {hint} "
+        f"WHERE {' AND '.join(where)} ORDER BY rowid"
+    )
+    out = []
+    for r in conn.exec_driver_sql(sql, tuple(params)):
+        # Rows written by Mastra's SemanticRecall processor use vector_id = message id.
+        out.append(RawRow(int(r[0]), r[1], r[2] or r[6], r[3], r[4], r[5]))
+    return out
+
+
+def decode(blob: Any, dim: int) -> np.ndarray | None:
+    """A float32 vector from an F32_BLOB, or None if it is the wrong size or not finite."""
+    if not isinstance(blob, (bytes, bytearray, memoryview)) or len(blob) != dim * 4:
+        return None
+    vec = np.frombuffer(bytes(blob), dtype="<f4")
+    if not np.all(np.isfinite(vec)):
+        return None
+    return vec
+
+
+def upsert(conn: sa.Connection, info: TableInfo, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
+    """Write (vector_id, vector, metadata, model_id) rows; an existing vector_id is replaced."""
+    q = quoted(info.name)
+    if info.has_model_id:
+        sql = (
+            f"INSERT INTO {q} (vector_id, embedding, metadata, model_id) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(vector_id) DO UPDATE SET embedding = excluded.embedding, metadata = excluded.metadata, "
+            "model_id = excluded.model_id WHERE embedding IS NOT excluded.embedding "
+            "OR metadata IS NOT excluded.metadata OR model_id IS NOT excluded.model_id"
+        )  # an identical re-write is a no-op, so it does not fire the rewrite trigger (a cache reload)
+        params: list[tuple[Any, ...]] = [
+            (vid, np.asarray(vec, dtype="<f4").tobytes(), json.dumps(meta, ensure_ascii=False), model)
+            for vid, vec, meta, model in rows
+        ]
+    else:
+        sql = (
+            f"INSERT INTO {q} (vector_id, embedding, metadata) VALUES (?, ?, ?) "
+            "ON CONFLICT(vector_id) DO UPDATE SET embedding = excluded.embedding, metadata = excluded.metadata"
+        )
+        params = [(vid, np.asarray(vec, dtype="<f4").tobytes(), json.dumps(meta, ensure_ascii=False)) for vid, vec, meta, _ in rows]
+    conn.exec_driver_sql(sql, params)  # type: ignore[arg-type]  # executemany
+
+
+def delete_where(conn: sa.Connection, info: TableInfo, key: str, values: Iterable[str]) -> int:
+    """Delete rows whose metadata ``key`` (message_id / thread_id) is one of ``values``."""
+    wanted = list(values)
+    removed = 0
+    q = quoted(info.name)
+    for start in range(0, len(wanted), 500):
+        chunk = tuple(wanted[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        hint = _scan_hint(info, key)
+        removed += int(
+            conn.exec_driver_sql(
+                f"DELETE FROM {q} WHERE rowid IN (SELECT rowid FROM {q} {hint} "
+                f"WHERE json_extract(metadata, '$.{key}') IN ({marks}))",
+                chunk,
+            ).rowcount or 0
+        )
+        if key == "message_id":  # rows with no message_id in metadata: vector_id is the message id
+            removed += int(conn.exec_driver_sql(f"DELETE FROM {q} WHERE vector_id IN ({marks})", chunk).rowcount or 0)
+    return removed
+
+
+def change_counters(conn: sa.Connection, info: TableInfo) -> tuple[int, int]:
+    """(appends, rewrites) as bumped by the table's triggers; a Mastra table without them is scanned."""
+    if info.has_our_indexes and has_table(conn, STATE_TABLE):
+        rows: dict[str, int] = dict(
+            conn.exec_driver_sql(
+                f"SELECT key, value FROM {STATE_TABLE} WHERE key IN (?, ?)",
+                (f"{info.name}:appends", f"{info.name}:rewrites"),
+            ).all()  # type: ignore[arg-type]
+        )
+        return int(rows.get(f"{info.name}:appends", 0)), int(rows.get(f"{info.name}:rewrites", 0))
+    # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.
+    row = conn.exec_driver_sql(f"SELECT max(rowid), count(vector_id) FROM {quoted(info.name)} NOT INDEXED").first()
+    return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+
+
+def indexed_message_ids(conn: sa.Connection, info: TableInfo, model_id: str, message_ids: Sequence[str]) -> set[str]:
+    """Which of these messages already have a vector from ``model_id`` (so reindex skips them)."""
+    out: set[str] = set()
+    q = quoted(info.name)
+    cond = "model_id = ?" if info.has_model_id else "0"
+    for start in range(0, len(message_ids), 500):
+        chunk = tuple(message_ids[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        out.update(
+            r[0] for r in conn.exec_driver_sql(f"SELECT vector_id FROM {q} WHERE vector_id IN ({marks}) AND {cond}", (*chunk, model_id) if info.has_model_id else chunk)
+        )
+    return out

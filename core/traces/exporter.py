@@ -1,0 +1,299 @@
+"""Buffered span export into the DuckDB store, so tracing never slows or fails an agent run.
+
+``export`` only appends to an in-memory queue. A background thread writes the queue in batches;
+the end of an agent run (a root span arriving) wakes it at once. When the file is busy (the Studio
+is reading it, or another agent process is writing) the spans simply stay queued.
+
+If the queue outgrows ``max_queue`` the oldest spans are spilled to a JSONL side file next to the
+database rather than dropped: a trace is how a user finds out what the model actually received, so
+losing one to a busy file is worse than a few extra kilobytes on disk, and appending a local file
+needs no lock. Every flush, in any process, imports the spill files it finds (claimed by rename,
+so two importers never take the same file; re-importing is harmless because a stored span is
+never overwritten). Only a failure to write the spill file itself drops spans, and those are
+counted in ``stats.dropped`` and logged.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.traces.store import DuckDBObservabilityStore
+from core.traces.locking import StoreBusy
+from core.traces.spans import SpanRecord
+
+log = logging.getLogger(__name__)
+
+_SPILL_INFIX = ".spill-"
+_CLAIM_INFIX = ".importing-"
+
+
+@dataclass
+class ExporterStats:
+    exported: int = 0  # handed to export()
+    written: int = 0  # committed to DuckDB (including imported spill spans)
+    spilled: int = 0  # moved from the queue to a side file because the queue was full
+    imported: int = 0  # read back from side files and committed
+    dropped: int = 0  # lost: the side file could not be written either
+    busy: int = 0  # flush attempts that found the file locked
+    failures: int = 0  # flush attempts that failed for another reason
+    last_error: str | None = None
+
+
+class DuckDBSpanExporter:
+    """A ``SpanExporter`` that batches spans into a ``DuckDBObservabilityStore``."""
+
+    def __init__(
+        self,
+        store: DuckDBObservabilityStore | str | os.PathLike[str],
+        *,
+        max_queue: int = 10_000,
+        batch_size: int = 500,
+        flush_interval_s: float = 1.0,
+        write_budget_s: float = 0.25,
+        prune_interval_s: float | None = 3600.0,
+        background: bool = True,
+    ) -> None:
+        self.store = store if isinstance(store, DuckDBObservabilityStore) else DuckDBObservabilityStore(store)
+        self.max_queue = max_queue
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.write_budget_s = write_budget_s
+        self.prune_interval_s = prune_interval_s
+        self.stats = ExporterStats()
+        self._queue: deque[SpanRecord] = deque()
+        self._cond = threading.Condition()
+        self._flush_lock = threading.Lock()
+        self._wake = False
+        self._stopped = False
+        self._next_prune = time.monotonic()
+        self._release_orphan_claims()
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="span-flusher", daemon=True)
+            self._thread.start()
+        atexit.register(self._at_exit)
+
+    # -- SpanExporter --------------------------------------------------------------------------
+
+    def export(self, spans: Sequence[SpanRecord]) -> None:
+        overflow: list[SpanRecord] = []
+        with self._cond:
+            self._queue.extend(spans)
+            self.stats.exported += len(spans)
+            if len(self._queue) > self.max_queue:
+                # Spill a quarter more than needed so a steady overflow spills in chunks.
+                n = len(self._queue) - self.max_queue + self.max_queue // 4
+                overflow = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
+            if any(s.parent_span_id is None for s in spans) or len(self._queue) >= self.batch_size:
+                self._wake = True
+                self._cond.notify()
+        if overflow:
+            self._spill(overflow)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write everything queued or spilled; True when nothing is left.
+
+        Bounded by ``timeout``; without one it is a best-effort attempt of ``write_budget_s``,
+        because the agent runtime calls ``flush()`` at the end of every run and a busy trace file
+        must not hold up the reply. Whatever is left is written by the background thread.
+        """
+        deadline = time.monotonic() + (timeout if timeout is not None else self.write_budget_s)
+        delay = 0.005
+        while True:
+            remaining = deadline - time.monotonic()
+            if self._flush_once(min(self.write_budget_s, max(remaining, 0.0))) and self._idle():
+                return True
+            if time.monotonic() >= deadline:
+                return self._idle()
+            if self._pending():
+                time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+                delay = min(delay * 2, 0.1)
+
+    def shutdown(self, timeout: float | None = 2.0) -> None:
+        """Stop the flusher, write what it can within ``timeout``, spill the rest to disk."""
+        with self._cond:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.flush(timeout)
+        with self._cond:
+            rest = list(self._queue)
+            self._queue.clear()
+        if rest:
+            self._spill(rest)
+        atexit.unregister(self._at_exit)
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _at_exit(self) -> None:
+        self.shutdown(1.0)
+
+    def _run(self) -> None:
+        backoff = self.flush_interval_s
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._wake or self._stopped, timeout=backoff)
+                self._wake = False
+                if self._stopped:
+                    return
+            try:
+                ok = self._flush_once(self.write_budget_s)
+                while ok and len(self._queue) >= self.batch_size and not self._stopped:
+                    ok = self._flush_once(self.write_budget_s)
+                self._maybe_prune()
+            except Exception:  # noqa: BLE001 - the flusher must outlive any single bad batch
+                log.exception("span flusher iteration failed")
+                ok = False
+            # Back off while the file is busy so a long reader is not hammered; reset on success.
+            backoff = self.flush_interval_s if ok else min(backoff * 2, 5.0)
+
+    def _pending(self) -> bool:
+        return bool(self._queue) or bool(self._spill_files())
+
+    def _idle(self) -> bool:
+        return not self._pending()
+
+    def _flush_once(self, budget_s: float) -> bool:
+        """One batch (plus any spill files); True unless the store was busy or failed."""
+        with self._flush_lock:
+            claimed: list[Path] = []
+            spilled: list[SpanRecord] = []
+            for path in self._claim_spill_files():
+                try:
+                    spilled.extend(_read_spill(path))
+                except (OSError, ValueError, TypeError) as exc:
+                    # Set aside, not deleted: a person may still want to look at it.
+                    log.error("unreadable span spill file %s: %s", path.name, exc)
+                    path.rename(path.with_name(path.name + ".corrupt"))
+                    continue
+                claimed.append(path)
+            with self._cond:
+                batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
+            if not batch and not spilled:
+                return True
+            try:
+                self.store.write_spans(spilled + batch, budget_s=budget_s)
+            except StoreBusy:
+                self.stats.busy += 1
+                self._requeue(batch, claimed)
+                return False
+            except Exception as exc:  # noqa: BLE001 - keep the spans; report, never raise
+                self.stats.failures += 1
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("span flush failed, will retry: %s", self.stats.last_error)
+                self._requeue(batch, claimed)
+                return False
+            for path in claimed:
+                path.unlink(missing_ok=True)
+            self.stats.written += len(batch) + len(spilled)
+            self.stats.imported += len(spilled)
+            return True
+
+    def _requeue(self, batch: list[SpanRecord], claimed: list[Path]) -> None:
+        with self._cond:
+            self._queue.extendleft(reversed(batch))
+        for path in claimed:  # give the file back so any process may import it later
+            path.rename(_unclaimed_name(path))
+
+    def _maybe_prune(self) -> None:
+        retention = self.store.retention
+        if self.prune_interval_s is None or (retention.keep_days is None and retention.keep_mb is None):
+            return
+        if time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + self.prune_interval_s
+        # Delete only: rewriting the file is a job for the CLI; freed blocks get reused anyway.
+        self.store.prune(compact=False, budget_s=self.write_budget_s)
+
+    # -- spill files ---------------------------------------------------------------------------
+
+    def _spill_files(self) -> list[Path]:
+        db = self.store.path
+        if not db.parent.exists():
+            return []
+        return sorted(db.parent.glob(f"{db.name}{_SPILL_INFIX}*.jsonl"))
+
+    def _spill(self, spans: list[SpanRecord]) -> None:
+        db = self.store.path
+        final = db.with_name(f"{db.name}{_SPILL_INFIX}{os.getpid()}-{uuid.uuid4().hex}.jsonl")
+        tmp = final.with_suffix(".tmp")
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for span in spans:
+                    fh.write(json.dumps(span.to_json_dict(), ensure_ascii=False, default=str) + "\n")
+            os.replace(tmp, final)  # importers only ever see complete files
+        except OSError as exc:
+            self.stats.dropped += len(spans)
+            self.stats.last_error = f"spill failed: {exc}"
+            log.error("dropped %d spans: trace store busy and spill file failed: %s", len(spans), exc)
+            return
+        self.stats.spilled += len(spans)
+        log.warning("span queue full (trace store slow or busy): spilled %d spans to %s",
+                    len(spans), final.name)
+
+    def _claim_spill_files(self) -> list[Path]:
+        claimed: list[Path] = []
+        for path in self._spill_files():
+            target = path.with_name(f"{path.name}{_CLAIM_INFIX}{os.getpid()}")
+            try:
+                path.rename(target)
+            except OSError:
+                continue  # another process claimed it first
+            claimed.append(target)
+        return claimed
+
+    def _release_orphan_claims(self) -> None:
+        """Give back files claimed by a process that died mid-import."""
+        db = self.store.path
+        if not db.parent.exists():
+            return
+        for path in db.parent.glob(f"{db.name}{_SPILL_INFIX}*.jsonl{_CLAIM_INFIX}*"):
+            pid = path.name.rsplit(_CLAIM_INFIX, 1)[1]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                try:
+                    path.rename(_unclaimed_name(path))
+                except OSError:
+                    pass
+
+
+def _unclaimed_name(path: Path) -> Path:
+    return path.with_name(path.name.rsplit(_CLAIM_INFIX, 1)[0])
+
+
+def _read_spill(path: Path) -> list[SpanRecord]:
+    spans: list[SpanRecord] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                spans.append(SpanRecord.from_json_dict(json.loads(line)))
+    return spans
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists but not ours
+    return True

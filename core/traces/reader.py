@@ -1,0 +1,232 @@
+"""The read API the Studio uses, shared by the DuckDB store and the Mastra libSQL reader.
+
+The SQL is written once, in the subset both DuckDB and SQLite understand (quoted camelCase
+identifiers, ``?`` parameters, ``instr``); each backend supplies how to connect, how a jsonb column
+is selected, and how a timestamp parameter is spelled. Aggregates that need JSON (token usage) are
+computed in Python over the page's traces only, so they cost the same on both backends.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from core.traces.locking import StoreBusy, StoreMissing
+from core.traces.spans import (
+    COLUMNS,
+    SPANS_TABLE,
+    ReadCount,
+    ReadResult,
+    SpanRecord,
+    TokenTotals,
+    TraceFilters,
+    TraceSummary,
+    order_for_tree,
+)
+
+# Readers wait at most this long for a writer before answering from their cache.
+DEFAULT_READ_BUDGET_S = 0.5
+_CACHE_SIZE = 64
+
+
+class SpanReader(ABC):
+    """``list_traces`` / ``get_trace`` / ``count_traces`` over a ``mastra_ai_spans`` table."""
+
+    def __init__(self, read_budget_s: float = DEFAULT_READ_BUDGET_S) -> None:
+        self.read_budget_s = read_budget_s
+        self._cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._cache_lock = threading.Lock()  # Studio workers read from several threads
+
+    # -- backend hooks -------------------------------------------------------------------------
+
+    @abstractmethod
+    def _read_connection(self) -> AbstractContextManager[Any]:
+        """A connection for one query; raises StoreBusy / StoreMissing."""
+
+    @abstractmethod
+    def _ts_param(self, value: datetime) -> object:
+        """How a timestamp is compared against the ``startedAt`` column."""
+
+    def _select_column(self, column: str, kind: str, alias: str = "") -> str:
+        return f'{alias + "." if alias else ""}"{column}"'
+
+    def _error_present(self, alias: str) -> str:
+        return f'{alias}."error" IS NOT NULL'
+
+    def _table_exists(self, con: Any) -> bool:
+        return True
+
+    # -- public API ----------------------------------------------------------------------------
+
+    def list_traces(
+        self, limit: int = 50, offset: int = 0, filters: TraceFilters | None = None
+    ) -> ReadResult[TraceSummary]:
+        filters = filters or TraceFilters()
+        key = ("list", limit, offset, filters)
+        return self._cached_read(key, lambda con: self._list_traces(con, limit, offset, filters))
+
+    def get_trace(self, trace_id: str) -> ReadResult[SpanRecord]:
+        """All spans of a trace in tree order (depth-first, siblings by start time)."""
+        return self._cached_read(("trace", trace_id), lambda con: self._get_trace(con, trace_id))
+
+    def count_traces(self, filters: TraceFilters | None = None) -> ReadCount:
+        filters = filters or TraceFilters()
+        result = self._cached_read(("count", filters), lambda con: [self._count(con, filters)])
+        value = result[0] if result else 0
+        return ReadCount(
+            value,
+            busy=result.busy,
+            stale=result.stale,
+            missing=result.missing,
+            waited_s=result.waited_s,
+        )
+
+    # -- implementation ------------------------------------------------------------------------
+
+    def _cached_read(self, key: tuple[Any, ...], query: Any) -> ReadResult[Any]:
+        try:
+            with self._read_connection() as con:
+                if not self._table_exists(con):
+                    return ReadResult(missing=True)
+                rows = list(query(con))
+        except StoreMissing:
+            return ReadResult(missing=True)
+        except StoreBusy as busy:
+            with self._cache_lock:
+                cached = self._cache.get(key)
+            # The last good answer beats an empty screen while the agent is writing.
+            return ReadResult(
+                cached or [], busy=True, stale=cached is not None, waited_s=busy.waited_s
+            )
+        with self._cache_lock:
+            self._cache[key] = rows
+            self._cache.move_to_end(key)
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return ReadResult(rows)
+
+    def _select_list(self, alias: str) -> str:
+        return ", ".join(self._select_column(c, k, alias) for c, _, k in COLUMNS)
+
+    def _where(self, filters: TraceFilters) -> tuple[str, list[object]]:
+        clauses = ['r."parentSpanId" IS NULL']
+        params: list[object] = []
+        table = SPANS_TABLE
+        if filters.resource_id is not None:
+            clauses.append(
+                f'(r."resourceId" = ? OR r."traceId" IN '
+                f'(SELECT "traceId" FROM {table} WHERE "resourceId" = ?))'
+            )
+            params += [filters.resource_id, filters.resource_id]
+        if filters.thread_id is not None:
+            clauses.append(
+                f'(r."threadId" = ? OR r."traceId" IN '
+                f'(SELECT "traceId" FROM {table} WHERE "threadId" = ?))'
+            )
+            params += [filters.thread_id, filters.thread_id]
+        if filters.name:
+            clauses.append(
+                '(instr(lower(r."name"), lower(?)) > 0 '
+                'OR instr(lower(coalesce(r."entityName", \'\')), lower(?)) > 0)'
+            )
+            params += [filters.name, filters.name]
+        if filters.since is not None:
+            clauses.append('r."startedAt" >= ?')
+            params.append(self._ts_param(filters.since))
+        errored = (
+            f'(r."traceId" IN (SELECT e."traceId" FROM {table} e WHERE {self._error_present("e")}))'
+        )
+        if filters.status == "error":
+            clauses.append(errored)
+        elif filters.status == "ok":
+            clauses.append(f'r."endedAt" IS NOT NULL AND NOT {errored}')
+        elif filters.status == "running":
+            clauses.append(f'r."endedAt" IS NULL AND NOT {errored}')
+        return " AND ".join(clauses), params
+
+    def _count(self, con: Any, filters: TraceFilters) -> int:
+        where, params = self._where(filters)
+        row = con.execute(f"SELECT count(*) FROM {SPANS_TABLE} r WHERE {where}", tuple(params)).fetchone()
+        return int(row[0]) if row else 0
+
+    def _list_traces(
+        self, con: Any, limit: int, offset: int, filters: TraceFilters
+    ) -> list[TraceSummary]:
+        where, params = self._where(filters)
+        sql = (
+            f"SELECT {self._select_list('r')} FROM {SPANS_TABLE} r WHERE {where} "
+            'ORDER BY r."startedAt" DESC, r."traceId" LIMIT ? OFFSET ?'
+        )
+        roots = [SpanRecord.from_row(row) for row in con.execute(sql, (*params, limit, offset)).fetchall()]
+        if not roots:
+            return []
+        ids = [r.trace_id for r in roots]
+        marks = ", ".join("?" for _ in ids)
+        counts: dict[str, tuple[int, int, str | None, str | None]] = {}
+        agg_sql = (
+            f'SELECT "traceId", count(*), '
+            f'sum(CASE WHEN {self._error_present(SPANS_TABLE)} THEN 1 ELSE 0 END), '
+            f'max("threadId"), max("resourceId") '
+            f'FROM {SPANS_TABLE} WHERE "traceId" IN ({marks}) GROUP BY "traceId"'
+        )
+        for trace_id, n, errors, thread_id, resource_id in con.execute(agg_sql, tuple(ids)).fetchall():
+            counts[trace_id] = (int(n), int(errors or 0), thread_id, resource_id)
+        tokens: dict[str, TokenTotals] = {t: TokenTotals() for t in ids}
+        usage_sql = (
+            f'SELECT "traceId", {self._select_column("attributes", "json")} FROM {SPANS_TABLE} '
+            f"WHERE \"spanType\" = 'model_generation' AND \"traceId\" IN ({marks})"
+        )
+        for trace_id, attributes in con.execute(usage_sql, tuple(ids)).fetchall():
+            tokens[trace_id].add_usage(_loads(attributes))
+        return [_summary(root, counts.get(root.trace_id), tokens[root.trace_id]) for root in roots]
+
+    def _get_trace(self, con: Any, trace_id: str) -> list[SpanRecord]:
+        sql = f'SELECT {self._select_list("s")} FROM {SPANS_TABLE} s WHERE s."traceId" = ?'
+        return order_for_tree(SpanRecord.from_row(row) for row in con.execute(sql, (trace_id,)).fetchall())
+
+
+def _loads(value: object) -> object:
+    if isinstance(value, (str, bytes, bytearray)):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def _summary(
+    root: SpanRecord,
+    agg: tuple[int, int, str | None, str | None] | None,
+    tokens: TokenTotals,
+) -> TraceSummary:
+    span_count, error_count, thread_id, resource_id = agg or (1, 0, None, None)
+    has_error = error_count > 0 or root.error is not None
+    status = "error" if has_error else ("running" if root.ended_at is None else "ok")
+    return TraceSummary(
+        trace_id=root.trace_id,
+        name=root.name,
+        span_type=root.span_type,
+        entity_name=root.entity_name,
+        started_at=root.started_at,
+        ended_at=root.ended_at,
+        duration_ms=root.duration_ms,
+        status=status,
+        span_count=span_count,
+        error_count=error_count,
+        input_tokens=tokens.input_tokens,
+        output_tokens=tokens.output_tokens,
+        total_tokens=tokens.total_tokens,
+        thread_id=root.thread_id or thread_id,
+        resource_id=root.resource_id or resource_id,
+    )
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

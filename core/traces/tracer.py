@@ -1,0 +1,436 @@
+"""Tracing for agent runs: spans with parents, timings, errors, exported as ``mastra_ai_spans`` rows.
+
+Usage::
+
+    tracer = Tracer(DuckDBSpanExporter(".temp/observability.duckdb"))
+    with tracer.start_span("agent run: support", SpanType.AGENT_RUN, thread_id=t, resource_id=r):
+        with tracer.start_span("memory: recall", SpanType.MEMORY_OPERATION,
+                               attributes={"operationType": "recall"}) as span:
+            span.end(output={"messages": 12})
+
+A span opened with ``with`` becomes the current span (a ``ContextVar``, so threads and asyncio
+tasks each see their own), and spans started inside it get it as parent, inheriting trace, thread,
+resource and run ids. A span is exported once, when it ends; secrets are redacted first.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar, Token
+from dataclasses import fields, replace
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+from core.traces.exporter import DuckDBSpanExporter, ExporterStats
+from core.traces.spans import COLUMNS, SpanRecord, SpanType
+
+__all__ = [
+    "DuckDBSpanExporter",
+    "ExporterStats",
+    "InMemorySpanExporter",
+    "NoopSpan",
+    "NoopTracer",
+    "REDACTED",
+    "Span",
+    "SpanExporter",
+    "SpanRecord",
+    "SpanType",
+    "StrictClock",
+    "Tracer",
+    "current_span",
+    "redact_secrets",
+]
+
+REDACTED = "[REDACTED]"
+
+# ----------------------------------------------------------------------------------------------
+# Redaction
+
+
+_SECRET_KEY_PARTS = ("apikey", "authorization", "password", "passwd", "secret", "cookie", "privatekey")
+# Literal secrets that end up in free text (a pasted key, a logged header), whatever the key.
+_SECRET_VALUE = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}|\bsk-[A-Za-z0-9_-]{16,}")
+
+
+@lru_cache(maxsize=4096)  # the same few dozen keys recur in every span
+def is_secret_key(key: str) -> bool:
+    """``api_key``, ``Authorization``, ``x-auth-token``, ``clientSecret``... but not token counts.
+
+    A key is a credential when it names a token in the singular (``access_token``, ``token``);
+    counts are plural or qualified (``prompt_tokens``, ``maxTokens``, ``token_count``, ``usage``).
+    """
+    norm = re.sub(r"[^a-z0-9]", "", key.lower())
+    return any(part in norm for part in _SECRET_KEY_PARTS) or norm.endswith("token")
+
+
+def redact_secrets(value: Any) -> Any:
+    """A copy of ``value`` with secret-named keys and secret-looking strings replaced."""
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED if isinstance(k, str) and is_secret_key(k) else redact_secrets(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [redact_secrets(v) for v in value]
+    if isinstance(value, str):
+        return _SECRET_VALUE.sub(REDACTED, value)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------
+# Exporters
+
+
+class SpanExporter(Protocol):
+    """Where ended spans go. ``export`` must not block on I/O: agent runs call it inline."""
+
+    def export(self, spans: Sequence[SpanRecord]) -> None: ...
+
+    def flush(self, timeout: float | None = None) -> bool: ...
+
+    def shutdown(self, timeout: float | None = None) -> None: ...
+
+
+class InMemorySpanExporter:
+    """Keeps every exported span in a list; for tests and for in-process inspection."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.spans: list[SpanRecord] = []
+
+    def export(self, spans: Sequence[SpanRecord]) -> None:
+        with self._lock:
+            self.spans.extend(spans)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self.spans.clear()
+
+    def by_name(self, name: str) -> list[SpanRecord]:
+        return [s for s in self.spans if s.name == name]
+
+
+# ----------------------------------------------------------------------------------------------
+# Spans
+
+_current: ContextVar[Span | None] = ContextVar("memory_studio_current_span", default=None)
+_UNSET: Any = object()
+
+
+def current_span() -> Span | None:
+    return _current.get()
+
+
+class Span:
+    """A span being recorded. Use as a context manager, or call ``end()`` yourself."""
+
+    def __init__(self, tracer: Tracer, record: SpanRecord) -> None:
+        self._tracer = tracer
+        self._lock = threading.Lock()
+        self._fields: dict[str, Any] = {f.name: getattr(record, f.name) for f in fields(record)}
+        self._ended = False
+        self._tokens: list[Token[Span | None]] = []
+
+    # identity, read by children
+    @property
+    def trace_id(self) -> str:
+        return str(self._fields["trace_id"])
+
+    @property
+    def span_id(self) -> str:
+        return str(self._fields["span_id"])
+
+    @property
+    def parent_span_id(self) -> str | None:
+        return self._fields["parent_span_id"]  # type: ignore[no-any-return]
+
+    @property
+    def name(self) -> str:
+        return str(self._fields["name"])
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def field(self, attr: str) -> Any:
+        return self._fields[attr]
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> Span:
+        with self._lock:
+            merged = dict(self._fields["attributes"] or {})
+            merged.update(attributes)
+            self._fields["attributes"] = merged
+        return self
+
+    def set_input(self, value: Any) -> Span:
+        self._fields["input"] = value
+        return self
+
+    def set_output(self, value: Any) -> Span:
+        self._fields["output"] = value
+        return self
+
+    def record_error(self, error: BaseException | str) -> Span:
+        if isinstance(error, BaseException):
+            stack = "".join(traceback.format_exception(error))[-4000:]
+            info = {"message": str(error), "name": type(error).__name__, "details": {"stack": stack}}
+        else:
+            info = {"message": error}
+        self._fields["error"] = info
+        return self
+
+    def end(
+        self,
+        output: Any = _UNSET,
+        attributes: Mapping[str, Any] | None = None,
+        error: BaseException | str | None = None,
+    ) -> SpanRecord | None:
+        """Finish and export; a second call does nothing and returns None."""
+        with self._lock:
+            if self._ended:
+                return None
+            self._ended = True
+        if output is not _UNSET:
+            self._fields["output"] = output
+        if attributes:
+            merged = dict(self._fields["attributes"] or {})
+            merged.update(attributes)
+            self._fields["attributes"] = merged
+        if error is not None:
+            self.record_error(error)
+        now = self._tracer.clock()
+        self._fields["ended_at"] = now
+        self._fields["updated_at"] = now
+        return self._tracer._finish(self)
+
+    def to_record(self) -> SpanRecord:
+        return SpanRecord(**self._fields)
+
+    def __enter__(self) -> Span:
+        self._tokens.append(_current.set(self))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        try:
+            if exc is not None and not self._ended:
+                self.record_error(exc)
+            self.end()
+        finally:
+            if self._tokens:
+                _current.reset(self._tokens.pop())
+        return False  # never swallow the error: tracing observes, it does not decide
+
+
+class Tracer:
+    """Creates spans and hands ended ones, redacted, to an exporter."""
+
+    def __init__(
+        self,
+        exporter: SpanExporter | None = None,
+        *,
+        service_name: str | None = "memory-studio",
+        environment: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+        id_factory: Callable[[Literal["trace", "span"]], str] | None = None,
+        redactor: Callable[[Any], Any] = redact_secrets,
+    ) -> None:
+        self.exporter: SpanExporter = exporter or InMemorySpanExporter()
+        self.service_name = service_name
+        self.environment = environment
+        self.clock: Callable[[], datetime] = clock or StrictClock()
+        self._new_id = id_factory or _random_id
+        self._redact = redactor
+
+    def start_span(
+        self,
+        name: str,
+        span_type: SpanType | str,
+        parent: Span | None = None,
+        *,
+        new_trace: bool = False,
+        attributes: Mapping[str, Any] | None = None,
+        input: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        run_id: str | None = None,
+        entity_type: str | None = None,
+        entity_id: str | None = None,
+        entity_name: str | None = None,
+        is_event: bool = False,
+    ) -> Span:
+        """Start a span; its parent is ``parent``, else the current span, unless ``new_trace``."""
+        if parent is None and not new_trace:
+            parent = _current.get()
+        if isinstance(parent, NoopSpan):
+            parent = None
+        now = self.clock()
+        inherited: dict[str, Any] = {}
+        if parent is not None:
+            inherited = {
+                "trace_id": parent.trace_id,
+                "parent_span_id": parent.span_id,
+                "parent_entity_type": parent.field("entity_type"),
+                "parent_entity_id": parent.field("entity_id"),
+                "parent_entity_name": parent.field("entity_name"),
+                "root_entity_type": parent.field("root_entity_type"),
+                "root_entity_id": parent.field("root_entity_id"),
+                "root_entity_name": parent.field("root_entity_name"),
+            }
+            for attr in ("thread_id", "resource_id", "run_id", "session_id", "user_id"):
+                inherited[attr] = parent.field(attr)
+        record = SpanRecord(
+            trace_id=inherited.get("trace_id") or self._new_id("trace"),
+            span_id=self._new_id("span"),
+            name=name,
+            span_type=span_type.value if isinstance(span_type, SpanType) else str(span_type),
+            started_at=now,
+            is_event=is_event,
+            parent_span_id=inherited.get("parent_span_id"),
+            entity_type=entity_type,
+            entity_id=entity_id,
+            entity_name=entity_name,
+            parent_entity_type=inherited.get("parent_entity_type"),
+            parent_entity_id=inherited.get("parent_entity_id"),
+            parent_entity_name=inherited.get("parent_entity_name"),
+            root_entity_type=inherited.get("root_entity_type", entity_type) if parent else entity_type,
+            root_entity_id=inherited.get("root_entity_id", entity_id) if parent else entity_id,
+            root_entity_name=inherited.get("root_entity_name", entity_name) if parent else entity_name,
+            user_id=inherited.get("user_id"),
+            resource_id=resource_id or inherited.get("resource_id"),
+            run_id=run_id or inherited.get("run_id"),
+            session_id=inherited.get("session_id"),
+            thread_id=thread_id or inherited.get("thread_id"),
+            environment=self.environment,
+            service_name=self.service_name,
+            metadata=dict(metadata) if metadata else None,
+            attributes=dict(attributes) if attributes else None,
+            input=input,
+            created_at=now,
+        )
+        return Span(self, record)
+
+    def memory_operation(self, operation_type: str, **kwargs: Any) -> Span:
+        """``memory: <operation>`` span with ``attributes.operationType``, as Mastra names them."""
+        attributes = {"operationType": operation_type, **dict(kwargs.pop("attributes", None) or {})}
+        return self.start_span(
+            f"memory: {operation_type}", SpanType.MEMORY_OPERATION, attributes=attributes, **kwargs
+        )
+
+    def current_span(self) -> Span | None:
+        return _current.get()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self.exporter.flush(timeout)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        self.exporter.shutdown(timeout)
+
+    def _finish(self, span: Span) -> SpanRecord:
+        record = span.to_record()
+        record = replace(record, **{a: self._redact(getattr(record, a)) for a in _JSON_ATTRS})
+        try:
+            self.exporter.export([record])
+        except Exception:  # noqa: BLE001 - a broken exporter must never fail an agent run
+            pass
+        return record
+
+
+class StrictClock:
+    """UTC now, microseconds, never repeating: siblings started in the same tick keep their order.
+
+    The tree view sorts siblings by start time, and a coarse clock (or a fast loop) would give
+    equal stamps; bumping by one microsecond is far below anything a person reads off a timeline.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = datetime.min.replace(tzinfo=timezone.utc)
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            now = datetime.now(timezone.utc)
+            if now <= self._last:
+                now = self._last + timedelta(microseconds=1)
+            self._last = now
+            return now
+
+
+_JSON_ATTRS = tuple(attr for _, attr, kind in COLUMNS if kind == "json")
+
+
+def _random_id(kind: Literal["trace", "span"]) -> str:
+    # OpenTelemetry-sized ids, as Mastra uses: 32 hex for a trace, 16 for a span.
+    return secrets.token_hex(16 if kind == "trace" else 8)
+
+
+class NoopSpan:
+    """Accepts every Span call and records nothing; what ``NoopTracer`` hands out."""
+
+    trace_id = ""
+    span_id = ""
+    parent_span_id: str | None = None
+    name = ""
+    ended = True
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> NoopSpan:
+        return self
+
+    def set_input(self, value: Any) -> NoopSpan:
+        return self
+
+    def set_output(self, value: Any) -> NoopSpan:
+        return self
+
+    def record_error(self, error: BaseException | str) -> NoopSpan:
+        return self
+
+    def end(self, output: Any = None, attributes: Any = None, error: Any = None) -> None:
+        return None
+
+    def field(self, attr: str) -> Any:
+        return None
+
+    def __enter__(self) -> NoopSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        return False
+
+
+class NoopTracer:
+    """Tracing switched off: same calls as ``Tracer``, no spans, no exporter, no cost."""
+
+    _SPAN = NoopSpan()
+
+    def start_span(self, name: str, span_type: SpanType | str, parent: Any = None, **_: Any) -> NoopSpan:
+        return self._SPAN
+
+    def memory_operation(self, operation_type: str, **_: Any) -> NoopSpan:
+        return self._SPAN
+
+    def current_span(self) -> None:
+        return None
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        return None

@@ -1,0 +1,110 @@
+"""Reading spans Mastra wrote: the exact libSQL DDL, jsonb blobs, ISO text timestamps."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import libsql_experimental as libsql
+
+from core.traces.libsql_reader import LibSQLSpanReader
+from core.traces.spans import TraceFilters
+
+# Verbatim from the spec (§1.2), as LibSQLStore.init() creates it.
+MASTRA_SPANS_DDL = """CREATE TABLE mastra_ai_spans ("traceId" TEXT NOT NULL, "spanId" TEXT NOT NULL, "name" TEXT NOT NULL,
+  "spanType" TEXT NOT NULL, "isEvent" INTEGER NOT NULL, "startedAt" TEXT NOT NULL,
+  "parentSpanId" TEXT, "entityType" TEXT, "entityId" TEXT, "entityName" TEXT,
+  "parentEntityType" TEXT, "parentEntityId" TEXT, "parentEntityName" TEXT, "rootEntityType" TEXT,
+  "rootEntityId" TEXT, "rootEntityName" TEXT, "userId" TEXT, "organizationId" TEXT,
+  "resourceId" TEXT, "runId" TEXT, "sessionId" TEXT, "threadId" TEXT, "requestId" TEXT,
+  "environment" TEXT, "serviceName" TEXT, "scope" TEXT, "entityVersionId" TEXT,
+  "parentEntityVersionId" TEXT, "rootEntityVersionId" TEXT, "experimentId" TEXT, "source" TEXT,
+  "metadata" TEXT, "tags" TEXT, "attributes" TEXT, "links" TEXT, "input" TEXT, "output" TEXT,
+  "error" TEXT, "endedAt" TEXT, "requestContext" TEXT, "createdAt" TEXT NOT NULL,
+  "updatedAt" TEXT, UNIQUE (spanId, traceId))"""
+MASTRA_SPANS_INDEXES = (
+    'CREATE UNIQUE INDEX mastra_ai_spans_spanid_traceid_idx ON mastra_ai_spans ("spanId", "traceId")',
+    'CREATE INDEX mastra_ai_spans_trace_started_at_idx ON mastra_ai_spans ("traceId", "startedAt")',
+    'CREATE INDEX mastra_ai_spans_roots_started_at_idx ON mastra_ai_spans ("startedAt" DESC) '
+    'WHERE "parentSpanId" IS NULL',
+)
+JSONB = ("attributes", "input", "output", "error", "metadata")
+
+
+def insert(con: object, **row: object) -> None:
+    cols = list(row)
+    values = ", ".join("jsonb(?)" if c in JSONB else "?" for c in cols)
+    params = tuple(json.dumps(row[c]) if c in JSONB and row[c] is not None else row[c] for c in cols)
+    con.execute(  # type: ignore[attr-defined]
+        f"INSERT INTO mastra_ai_spans ({', '.join(chr(34) + c + chr(34) for c in cols)}) VALUES ({values})",
+        params,
+    )
+
+
+def mastra_db(path: Path) -> None:
+    con = libsql.connect(str(path))
+    con.execute(MASTRA_SPANS_DDL)
+    for statement in MASTRA_SPANS_INDEXES:
+        con.execute(statement)
+    common = {"isEvent": 0, "threadId": "th-1", "resourceId": "user-1"}
+    insert(con, traceId="T1", spanId="s-root", name="agent run: 'chef'", spanType="agent_run",
+           startedAt="2025-01-02T03:04:05.000Z", endedAt="2025-01-02T03:04:07.500Z",
+           createdAt="2025-01-02T03:04:05.000Z", entityName="chef", input={"messages": ["hi"]},
+           metadata={"a": 1}, **common)
+    insert(con, traceId="T1", spanId="s-recall", parentSpanId="s-root", name="memory: recall",
+           spanType="memory_operation", startedAt="2025-01-02T03:04:05.100Z",
+           endedAt="2025-01-02T03:04:05.200Z", createdAt="2025-01-02T03:04:05.100Z",
+           attributes={"operationType": "recall"}, **common)
+    insert(con, traceId="T1", spanId="s-gen", parentSpanId="s-root", name="llm: 'gpt-4o'",
+           spanType="model_generation", startedAt="2025-01-02T03:04:05.300Z",
+           endedAt="2025-01-02T03:04:07.000Z", createdAt="2025-01-02T03:04:05.300Z",
+           input={"messages": [{"role": "user", "content": "hi"}]}, output={"text": "hello"},
+           attributes={"usage": {"inputTokens": 11, "outputTokens": 4, "totalTokens": 15}},
+           **common)
+    insert(con, traceId="T2", spanId="r2", name="agent run: 'chef'", spanType="agent_run",
+           startedAt="2025-01-03T00:00:00.000Z", endedAt="2025-01-03T00:00:01.000Z",
+           createdAt="2025-01-03T00:00:00.000Z", error={"message": "model refused"},
+           isEvent=0, threadId="th-2", resourceId="user-2")
+    con.commit()
+    kind = con.execute('SELECT typeof("attributes") FROM mastra_ai_spans WHERE "spanId" = ?',
+                       ("s-gen",)).fetchone()
+    assert kind == ("blob",), "the fixture must store jsonb blobs like Mastra does"
+    con.close()
+
+
+def test_reads_mastra_spans_through_the_same_api(tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    mastra_db(path)
+    reader = LibSQLSpanReader(path)
+
+    traces = reader.list_traces()
+    assert [t.trace_id for t in traces] == ["T2", "T1"]
+    t1 = traces[1]
+    assert (t1.span_count, t1.status, t1.duration_ms) == (3, "ok", 2500.0)
+    assert (t1.input_tokens, t1.output_tokens, t1.total_tokens) == (11, 4, 15)
+    assert (t1.thread_id, t1.resource_id) == ("th-1", "user-1")
+    assert traces[0].status == "error"
+
+    spans = reader.get_trace("T1")
+    assert [s.span_id for s in spans] == ["s-root", "s-recall", "s-gen"]
+    root, recall, gen = spans
+    assert root.started_at == datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert root.metadata == {"a": 1} and root.is_event is False
+    assert recall.attributes == {"operationType": "recall"}
+    assert gen.input == {"messages": [{"role": "user", "content": "hi"}]}
+    assert gen.error is None
+
+    assert reader.count_traces() == 2
+    assert [t.trace_id for t in reader.list_traces(filters=TraceFilters(status="error"))] == ["T2"]
+    assert [t.trace_id for t in reader.list_traces(filters=TraceFilters(thread_id="th-1"))] == ["T1"]
+    since = datetime(2025, 1, 2, 12, tzinfo=timezone.utc)
+    assert [t.trace_id for t in reader.list_traces(filters=TraceFilters(since=since))] == ["T2"]
+
+
+def test_missing_file_or_table_reads_as_missing_and_creates_nothing(tmp_path: Path) -> None:
+    missing = LibSQLSpanReader(tmp_path / "nope.db")
+    assert missing.list_traces().missing and not (tmp_path / "nope.db").exists()
+    empty = tmp_path / "empty.db"
+    libsql.connect(str(empty)).close()
+    assert LibSQLSpanReader(empty).count_traces().missing

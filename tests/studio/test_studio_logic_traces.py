@@ -1,0 +1,221 @@
+"""The traces pane's pure logic: waterfall layout, chat transcripts, filters, notices (no Qt)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from core import open_store
+from core.traces.spans import SpanRecord, TraceFilters
+from studio.logic.traces_layout import (
+    ERROR_COLOR,
+    chat_transcript,
+    error_parts,
+    filters_for,
+    format_duration,
+    layout_trace,
+    messages_from_input,
+    response_from_output,
+    span_color,
+    span_facts,
+    store_notice,
+    time_ticks,
+    transcript_html,
+)
+from studio.selection import Selection
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def span(span_id: str, start_ms: float, end_ms: float | None, parent: str | None = None,
+         span_type: str = "generic", **kw: object) -> SpanRecord:
+    return SpanRecord(
+        trace_id="T", span_id=span_id, name=span_id, span_type=span_type, parent_span_id=parent,
+        started_at=T0 + timedelta(milliseconds=start_ms),
+        ended_at=None if end_ms is None else T0 + timedelta(milliseconds=end_ms), **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_layout_places_spans_on_the_trace_axis_with_depth_and_children() -> None:
+    spans = [
+        span("gen", 20, 80, "root", "model_generation"),
+        span("root", 0, 100, None, "agent_run"),
+        span("recall", 0, 20, "root", "memory_operation"),
+        span("proc", 5, 15, "recall", "processor_run"),
+        span("tool", 80, 90, "root", "tool_call", error={"message": "boom"}),
+    ]
+    layout = layout_trace(spans)
+    names = [r.span.span_id for r in layout.rows]
+    assert names == ["root", "recall", "proc", "gen", "tool"]  # tree order, siblings by start
+    by = {r.span.span_id: r for r in layout.rows}
+    assert layout.total_ms == pytest.approx(100)
+    assert (by["root"].offset, by["root"].width, by["root"].depth) == (0.0, 1.0, 0)
+    assert by["gen"].offset == pytest.approx(0.2) and by["gen"].width == pytest.approx(0.6)
+    assert by["proc"].depth == 2 and by["proc"].parent == by["recall"].index
+    assert by["root"].children == (by["recall"].index, by["gen"].index, by["tool"].index)
+    assert layout.roots == (0,)
+    assert by["tool"].error and by["tool"].color == ERROR_COLOR
+    assert by["gen"].color == span_color("model_generation") != span_color("tool_call")
+    for row in layout.rows:
+        assert 0.0 <= row.offset <= 1.0 and 0.0 <= row.width and row.offset + row.width <= 1.0 + 1e-9
+
+
+def test_running_spans_reach_now_and_skewed_clocks_stay_inside_the_axis() -> None:
+    spans = [span("root", 0, None, None, "agent_run"), span("early", -50, 10, "root"),
+             span("late", 40, 500, "root")]
+    layout = layout_trace(spans, now=T0 + timedelta(milliseconds=200))
+    by = {r.span.span_id: r for r in layout.rows}
+    assert by["root"].running and by["root"].duration_ms is None
+    assert layout.start == T0 - timedelta(milliseconds=50)
+    assert layout.total_ms == pytest.approx(550)  # the latest end wins over "now"
+    assert by["root"].offset + by["root"].width == pytest.approx(1.0)
+    for row in layout.rows:
+        assert 0.0 <= row.offset <= 1.0 and row.offset + row.width <= 1.0 + 1e-9
+    assert layout_trace([]).rows == ()
+    instant = layout_trace([span("only", 0, 0)])
+    assert instant.total_ms == 0 and instant.rows[0].width == 0.0
+
+
+def test_orphans_and_parent_cycles_still_show() -> None:
+    spans = [span("a", 0, 10, "b"), span("b", 1, 9, "a"), span("orphan", 2, 3, "missing")]
+    layout = layout_trace(spans)
+    assert {r.span.span_id for r in layout.rows} == {"a", "b", "orphan"}
+    assert all(r.parent is None or r.parent < r.index for r in layout.rows)
+
+
+def test_time_ticks_and_durations() -> None:
+    ticks = time_ticks(95.3)
+    assert ticks[0] == (0.0, "0 ms") and all(0 <= f <= 1 for f, _ in ticks) and 3 <= len(ticks) <= 5
+    assert [label for _, label in time_ticks(2000)] == ["0 ms", "500 ms", "1.00 s", "1.50 s", "2.00 s"]
+    assert format_duration(None) == "running"
+    assert format_duration(0.172) == "0.17 ms"
+    assert format_duration(23.64) == "23.6 ms"
+    assert format_duration(1520) == "1.52 s"
+    assert format_duration(123_000) == "2m 03s"
+
+
+def test_transcript_from_openai_messages_with_tool_calls() -> None:
+    gen = span("gen", 0, 5, None, "model_generation", input={
+        "messages": [
+            {"role": "system", "content": "You are a chef."},
+            {"role": "user", "content": "Weather in Lisbon?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "getWeather", "arguments": "{\"city\": \"Lisbon\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "{\"temp\": 19}"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "getWeather"}}],
+    }, output={"text": "Sunny, 19°C.", "toolCalls": []},
+        attributes={"usage": {"prompt_tokens": 40, "completion_tokens": 6, "total_tokens": 46}})
+    t = chat_transcript(gen)
+    assert t is not None
+    assert [m.role for m in t.messages] == ["system", "user", "assistant", "tool"]
+    assert t.messages[2].tool_calls[0].name == "getWeather"
+    assert '"city": "Lisbon"' in t.messages[2].tool_calls[0].arguments  # pretty-printed arguments
+    assert t.messages[3].tool_call_id == "c1"
+    assert t.response is not None and t.response.text == "Sunny, 19°C."
+    assert t.tools == ("getWeather",)
+    assert t.usage is not None and (t.usage.input_tokens, t.usage.output_tokens) == (40, 6)
+    assert chat_transcript(span("x", 0, 1, None, "tool_call", input={"messages": []})) is None
+
+
+def test_transcript_from_ai_sdk_parts_and_other_shapes() -> None:
+    turns = messages_from_input({"system": "Be brief.", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image", "mimeType": "image/png"}]},
+        {"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "t1", "toolName": "search",
+                                           "args": {"q": "x"}}]},
+        {"role": "tool", "content": [{"type": "tool-result", "toolName": "search", "result": {"hits": 2}}]},
+    ]})
+    assert [t.role for t in turns] == ["system", "user", "assistant", "tool"]
+    assert turns[1].text == "hi\n[image: image/png]"
+    assert turns[2].tool_calls[0].name == "search" and turns[2].tool_calls[0].id == "t1"
+    assert "search →" in turns[3].text and '"hits": 2' in turns[3].text
+    assert [t.text for t in messages_from_input({"prompt": "hello"})] == ["hello"]
+    assert [t.text for t in messages_from_input([{"role": "user", "content": "bare"}])] == ["bare"]
+    assert messages_from_input("not messages") == [] and messages_from_input(None) == []
+    assert response_from_output("plain").text == "plain"  # type: ignore[union-attr]
+    choice = response_from_output({"choices": [{"message": {"role": "assistant", "content": "c"}}]})
+    assert choice is not None and choice.text == "c"
+    assert response_from_output({"unrelated": 1}) is None
+
+
+def test_transcript_html_escapes_everything() -> None:
+    gen = span("gen", 0, 1, None, "model_generation",
+               input={"messages": [{"role": "user", "content": "<script>alert(1)</script>"}]},
+               output={"text": "a & b"})
+    html = transcript_html(chat_transcript(gen))  # type: ignore[arg-type]
+    assert "<script>" not in html and "&lt;script&gt;" in html and "a &amp; b" in html
+    assert "assistant (response)" in html
+
+
+def test_filters_follow_the_selection_unless_all_threads() -> None:
+    sel = Selection("li-wei", "liwei-shanghai")
+    assert filters_for(sel, all_threads=False) == TraceFilters(thread_id="liwei-shanghai")
+    assert filters_for(Selection("li-wei"), all_threads=False) == TraceFilters(resource_id="li-wei")
+    assert filters_for(sel, all_threads=True, name="  chef ", status="error") == TraceFilters(
+        status="error", name="chef")
+    assert filters_for(Selection(), all_threads=False) == TraceFilters()
+
+
+def test_store_notices_say_what_state_the_trace_store_is_in() -> None:
+    common = {"location": "/x/observability.duckdb", "kind": "duckdb"}
+    missing = store_notice(busy=False, stale=False, missing=True, **common)
+    assert missing is not None and "No traces yet" in missing.text and "/x/observability.duckdb" in missing.text
+    stale = store_notice(busy=True, stale=True, missing=False, age_s=3.2, **common)
+    assert stale is not None and stale.level == "warning"
+    assert "being written by another process" in stale.text and "3 s ago" in stale.text
+    busy = store_notice(busy=True, stale=False, missing=False, **common)
+    assert busy is not None and "nothing could be read" in busy.text
+    assert store_notice(busy=False, stale=False, missing=False, **common) is None
+    assert store_notice(busy=False, stale=False, missing=False, empty=True, filtered=True, **common) is None
+    memory = store_notice(busy=False, stale=False, missing=True, location=":memory:", kind="memory")
+    assert memory is not None and "in memory" in memory.text
+    mastra = store_notice(busy=False, stale=False, missing=True, location="m.db", kind="libsql")
+    assert mastra is not None and "mastra_ai_spans" in mastra.text
+
+
+def test_error_parts_read_our_shape_and_mastras() -> None:
+    ours = {"message": "boom", "name": "RuntimeError", "details": {"stack": "Traceback…\nRuntimeError: boom"}}
+    assert error_parts(ours) == ("RuntimeError: boom", "Traceback…\nRuntimeError: boom")
+    assert error_parts({"message": "model refused", "id": "LLM_ERR", "domain": "AGENT"})[0] == "LLM_ERR: model refused"
+    assert "AGENT" in error_parts({"message": "model refused", "domain": "AGENT"})[1]
+    assert error_parts("plain") == ("plain", "") and error_parts(None) == ("", "")
+
+
+def test_span_facts_include_timing_scope_and_tokens() -> None:
+    gen = span("gen", 30, 45, None, "model_generation", thread_id="t1", resource_id="r1",
+               attributes={"usage": {"inputTokens": 11, "outputTokens": 4}})
+    facts = dict(span_facts(gen, T0))
+    assert facts["duration"] == "15.0 ms" and "(+30.0 ms)" in facts["started"]
+    assert facts["thread"] == "t1" and facts["resource"] == "r1"
+    assert facts["tokens"] == "11 in · 4 out · 15 total"
+
+
+@pytest.mark.slow
+def test_demo_traces_lay_out_and_carry_the_prompt(tmp_path: Path) -> None:
+    """On real spans from the engine: every bar inside the axis, the LLM input as a transcript."""
+    from core.demo import seed_demo
+    from core.traces.store import DuckDBObservabilityStore
+
+    store = open_store(tmp_path / "memory.db")
+    seed_demo(store)
+    assert store.tracer().flush(10)
+    store.close()
+    reader = DuckDBObservabilityStore(tmp_path / "observability.duckdb", read_only=True)
+    traces = reader.list_traces(limit=5)
+    assert traces
+    for summary in traces:
+        layout = layout_trace(reader.get_trace(summary.trace_id))
+        assert layout.rows[0].span.span_type == "agent_run" and layout.rows[0].depth == 0
+        assert layout.rows[0].offset == 0.0 and layout.rows[0].width == pytest.approx(1.0)
+        assert all(0 <= r.offset <= 1 and r.offset + r.width <= 1 + 1e-9 for r in layout.rows)
+        gens = [r.span for r in layout.rows if r.span.span_type == "model_generation" and r.depth == 1]
+        # The actor's calls hang off the run; only the observer's (observational memory) nest deeper.
+        assert gens and all(r.depth > 1 and r.span.name.startswith("observer") for r in layout.rows
+                            if r.span.span_type == "model_generation" and r.depth != 1)
+        transcript = chat_transcript(gens[0])
+        assert transcript is not None
+        sent = gens[0].input["messages"]
+        assert [m.role for m in transcript.messages] == [m["role"] for m in sent]
+        assert transcript.messages[-1].text == sent[-1]["content"]
