@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.storage import open_store
-from core.recall import RecallIndex, message_text, segment, keyword_query, vector_table_name
+from core.recall import RecallIndex, recall_text, segment, keyword_query, vector_table_name
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 
@@ -189,10 +189,10 @@ def test_chinese_text_is_segmented_for_keywords(store):
     assert keyword_query('say "NEAR" 花生 -x') == '"say" OR "near" OR "花 生" OR "x"'
 
 
-def test_message_text_prefers_content_then_parts():
+def test_recall_text_prefers_content_then_parts():
     m = Message.create("user", [{"type": "text", "text": "Part 1"}, {"type": "text", "text": "Part 2"}])
     m.content.pop("content", None)
-    assert message_text(m) == "Part 1 Part 2"
+    assert recall_text(m) == "Part 1 Part 2"
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
