@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping
 
 from core import Memory, MemoryOptions, Store, WorkingMemoryOptions
 from core.working_memory import Version, WorkingMemoryService, normalize_ws
-from core.working_memory_schema import deep_merge, load_stored, validate
+from core.working_memory_schema import load_stored, validate, working_memory_merge
 from studio.logic.memory_config import AgentConfig, ConfigState, agent_for_thread, config_state, list_agents
 from studio.selection import Selection
 
@@ -201,7 +201,7 @@ class WmDraft:
         if problem is not None or parsed is None:
             return DraftCheck((problem or "Not a JSON object.",), (), MergePreview(current, None, None))
         if self.json_mode == "merge":
-            result = deep_merge(current, parsed)
+            result = working_memory_merge(current, parsed)
             deleted = tuple(k for k, v in parsed.items() if v is None and k in current)
             preview = MergePreview(current, parsed, result, deleted)
         else:
