@@ -1,11 +1,8 @@
 """The reads the browsing panes run on worker threads. Plain functions: store in, plain data out.
 
-They read only (browsing never writes). Two reads are not in ``MemoryStore`` yet and are done here
-with SQLAlchemy Core over the engine's own table definitions: a page reader that survives a corrupt
-row (``list_messages_page`` raises for the whole page) and stays fast deep into a long thread, and a
-message's position in its thread (to jump to a search hit in a 100,000-message thread without
-loading the rows before it). Both order by (createdAt, rowid): the same order as the engine's
-(createdAt, id) except between messages stored in the same millisecond.
+They read only (browsing never writes), through the engine's stores; no SQL here. The message view
+pages with ``MemoryStore.browse_messages`` (fast deep in a long thread, a corrupt row shown in its
+place) and jumps to a search hit with ``MemoryStore.message_position``.
 """
 
 from __future__ import annotations
@@ -13,13 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from core import Store
 from core.messages import Message
-from core.storage import schema as t
 from core.storage.memory_store import ResourceSummary, ThreadSummary
-from core.timeutil import parse_iso
+from core.storage.message_pages import UnreadableMessage
 from studio.logic.message_format import MessageRow, summarize, unreadable_row
 
 
@@ -38,34 +32,14 @@ def load_tree(store: Store) -> TreeData:
 
 
 def load_page(store: Store, thread_id: str, offset: int, limit: int) -> list[MessageRow]:
-    """Rows ``offset``..``offset+limit`` in (createdAt, rowid) order.
-
-    The rowid tie-break keeps the whole ORDER BY inside the (thread_id, createdAt) index (an index
-    entry ends with the rowid), so skipping 99,800 rows is an index walk of a few milliseconds; with
-    ``id`` as the tie-break SQLite sorts in a temporary B-tree and a deep page takes ~10x longer.
-    The inner select finds the page's rowids from the index alone; only those rows are read.
-    """
-    msg = t.messages.c
-    rowid = sa.literal_column("rowid")
-    page = (
-        sa.select(rowid).select_from(t.messages).where(msg.thread_id == thread_id)
-        .order_by(msg.createdAt.asc(), rowid.asc()).limit(limit).offset(offset)
-    )
-    stmt = sa.select(t.messages).where(rowid.in_(page)).order_by(msg.createdAt.asc(), rowid.asc())
-    with store.db.read() as conn:
-        rows = conn.execute(stmt).mappings().all()
-    return [_row(r) for r in rows]
+    """Rows ``offset``..``offset+limit`` of the message view (the store's viewer order)."""
+    return [_row(m) for m in store.memory.browse_messages(thread_id, offset, limit)]
 
 
-def _row(r: Any) -> MessageRow:
-    try:
-        return summarize(Message.from_row(r))
-    except (ValueError, TypeError) as exc:  # a corrupt row must not hide its neighbours
-        try:
-            when = parse_iso(r["createdAt"])
-        except (ValueError, TypeError, AttributeError):
-            when = parse_iso("1970-01-01T00:00:00.000Z")
-        return unreadable_row(str(r["id"]), str(r["role"]), when, str(exc))
+def _row(m: Message | UnreadableMessage) -> MessageRow:
+    if isinstance(m, UnreadableMessage):  # shown in its place, so it never hides its neighbours
+        return unreadable_row(m.id, m.role, m.created_at, m.error)
+    return summarize(m)
 
 
 def count_messages(store: Store, thread_id: str) -> int:
@@ -73,23 +47,8 @@ def count_messages(store: Store, thread_id: str) -> int:
 
 
 def message_position(store: Store, thread_id: str, message_id: str) -> int | None:
-    """The row index of a message in its thread's chronological order, or None if it is gone."""
-    msg = t.messages.c
-    rowid = sa.literal_column("rowid")
-    with store.db.read() as conn:
-        target = conn.execute(
-            sa.select(msg.createdAt, rowid.label("rid")).where(msg.id == message_id, msg.thread_id == thread_id)
-        ).first()
-        if target is None:
-            return None
-        before = conn.execute(
-            sa.select(sa.func.count()).select_from(t.messages).where(
-                msg.thread_id == thread_id,
-                sa.or_(msg.createdAt < target.createdAt,
-                       sa.and_(msg.createdAt == target.createdAt, rowid < target.rid)),
-            )
-        ).scalar()
-    return int(before or 0)
+    """The row index of a message in the message view, or None if it is gone."""
+    return store.memory.message_position(thread_id, message_id)
 
 
 @dataclass(frozen=True)

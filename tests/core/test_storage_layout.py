@@ -288,3 +288,31 @@ def test_deleting_the_trace_file_loses_no_conversation(db_path):
     obs.unlink()
     with open_store(db_path) as s:
         assert [x.text for x in Memory(s).recall(thread_id="t").messages] == ["hi", "hello"]
+
+
+def test_browsing_pages_keep_a_corrupt_row_in_place_and_find_positions(store, db_path):
+    """The viewer's pager: (createdAt, rowid) order, a corrupt row returned in its place, positions."""
+    from datetime import datetime, timedelta, timezone
+
+    from core.storage.message_pages import UnreadableMessage
+
+    t0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    Memory(store).create_thread(resource_id="u1", thread_id="t1")
+    # Two messages in the same millisecond, "z" stored first: rowid order keeps them as stored.
+    store.memory.save_messages([
+        Message.user(f"m{i}", id=mid, thread_id="t1", resource_id="u1", created_at=t0 + timedelta(seconds=s))
+        for i, (mid, s) in enumerate([("a", 0), ("z", 1), ("b", 1), ("c", 2), ("d", 3)])
+    ])
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE mastra_messages SET content = '{broken' WHERE id = 'c'")
+    conn.commit()
+    conn.close()
+
+    page = store.memory.browse_messages("t1", 1, 3)
+    assert [m.id for m in page] == ["z", "b", "c"]
+    assert isinstance(page[2], UnreadableMessage) and page[2].role == "user"
+    assert page[2].created_at == t0 + timedelta(seconds=2) and "malformed" in page[2].error
+    assert [m.id for m in store.memory.browse_messages("t1", 4, 10)] == ["d"]
+    assert [store.memory.message_position("t1", mid) for mid in ("a", "z", "b", "c", "d")] == [0, 1, 2, 3, 4]
+    assert store.memory.message_position("t1", "missing") is None
+    assert store.memory.message_position("other-thread", "a") is None
