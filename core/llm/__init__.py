@@ -26,7 +26,8 @@ from core.llm.keys import (
     store_api_key,
 )
 from core.llm.loopback import LoopbackServer, RecordedRequest, hash_embedding
-from core.llm.openai_compatible import OpenAICompatibleModel, RetryPolicy
+from core.llm.http import RetryPolicy
+from core.llm.openai_compatible import OpenAICompatibleModel
 from core.llm.scripted import Responder, ScriptedModel, ScriptedReply, ScriptedRequest, ScriptStep, tool_call
 
 __all__ = [

@@ -43,7 +43,7 @@ def read_page(db: Database, thread_id: str, offset: int, limit: int) -> list[Mes
     The inner select finds the page's rowids from the index alone; only those rows are read.
     """
     msg = t.messages.c
-    rowid = sa.literal_column("rowid")
+    rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
     page = (
         sa.select(rowid).select_from(t.messages).where(msg.thread_id == thread_id)
         .order_by(msg.createdAt.asc(), rowid.asc()).limit(limit).offset(offset)
@@ -72,7 +72,7 @@ def position(db: Database, thread_id: str, message_id: str) -> int | None:
     before it.
     """
     msg = t.messages.c
-    rowid = sa.literal_column("rowid")
+    rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
     with db.read() as conn:
         target = conn.execute(
             sa.select(msg.createdAt, rowid.label("rid")).where(msg.id == message_id, msg.thread_id == thread_id)
