@@ -195,6 +195,20 @@ def test_recall_text_prefers_content_then_parts():
     assert recall_text(m) == "Part 1 Part 2"
 
 
+def test_the_three_text_rules_differ_where_a_mastra_row_says_so():
+    """A Mastra row whose ``content`` is not its text parts: each rule reads what its user needs."""
+    from core.messages import tool_invocation_part
+    from core.observational.tokens import observer_text
+
+    m = Message.create("assistant", [tool_invocation_part("c1", "getWeather", {"city": "Oslo"}, {"temp": 4}),
+                                     {"type": "text", "text": "Cold in Oslo."}])
+    m.content["content"] = "It is 4 degrees in Oslo."
+    assert m.text == "Cold in Oslo."  # what the chat model reads: the text parts
+    assert recall_text(m) == "It is 4 degrees in Oslo."  # Mastra's query rule: content first
+    assert observer_text(m).splitlines() == [  # the observer also sees what the tool did
+        '[called getWeather with {"city": "Oslo"}]', '[getWeather returned {"temp": 4}]', "Cold in Oslo."]
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     words=st.lists(st.sampled_from(["peanut", "cat", "tuesday", "paris", "allergy", "guitar"]), min_size=2, max_size=6),
