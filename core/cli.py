@@ -10,8 +10,9 @@ import argparse
 import json
 import sys
 from contextlib import redirect_stderr, redirect_stdout
-from typing import Sequence, TextIO
+from typing import Any, NoReturn, Sequence, TextIO
 
+from core.agent_configs import DEFAULT_MEMORY_NAME
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message
 from core.options import MemoryOptions, OptionsError
@@ -27,7 +28,7 @@ class CliError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too; keep it short)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too; keep it short)
         raise CliError(f"{self.prog}: {message}")
 
 
@@ -49,7 +50,8 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
                    help="show working memory in this scope (default: the registered agent's setting, else off)")
     p.add_argument("--read-only", action="store_true", help="assemble as a read-only turn")
     p.add_argument("--agent", default=None,
-                   help="use the memory configuration this agent registered (default: the thread's last agent)")
+                   help="use the memory configuration this agent registered (default: the thread's agent, "
+                        "chosen as the Studio's prompt inspector does)")
     p.add_argument("--no-recall", action="store_true", help="leave semantic recall out (skips loading the model)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -111,7 +113,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         with redirect_stdout(out), redirect_stderr(err):
             return int(provision_main([args.action, *(["--force"] if args.force else [])]))
     if cmd == "prompt":
-        return _prompt(args, out)
+        return _prompt(args, out, err)
     if cmd == "threads":
         return _threads(args, out)
     if cmd == "migrate":
@@ -149,53 +151,59 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     raise CliError(f"unknown command {cmd}")
 
 
-def _prompt(args: argparse.Namespace, out: TextIO) -> int:
+def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from core.agent_configs import agent_for_thread, named_agent
+
+    if args.last_messages is not None and args.last_messages < 0:
+        raise CliError("--last-messages must be 0 or more")
     with open_store(args.db, read_only=True, create=False) as store:
         thread = store.memory.get_thread(args.thread)
         if thread is None:
             raise LookupError(f"Thread {args.thread!r} not found in {store.location.display}.")
-        from core.registry import options_for_thread
-
-        options, agent_name = options_for_thread(store, args.thread, args.agent)
+        # The same rule as the Studio's prompt inspector, so both show the same prompt.
+        choice = agent_for_thread(store, args.thread)
+        agent, origin = choice.agent, choice.reason
+        if args.agent:
+            agent, origin = named_agent(store, args.agent), "chosen with --agent"
+        options = agent.memory_options() if agent is not None else MemoryOptions()
+        changes: dict[str, Any] = {}
         embedder = None
-        recall = options.get("semantic_recall")
-        if isinstance(recall, dict) and recall.get("enabled") and not args.no_recall:
+        if options.semantic_recall.enabled and not args.no_recall:
             from core.embedding import EmbedderError, default_embedder
 
             try:
                 embedder = default_embedder()
             except EmbedderError as exc:
-                options["semantic_recall"] = False
-                print(f"note: semantic recall left out of this preview: {exc}", file=sys.stderr)
+                changes["semantic_recall"] = False
+                print(f"note: semantic recall left out of this preview: {exc}", file=err)
         elif args.no_recall:
-            options["semantic_recall"] = False
+            changes["semantic_recall"] = False
         if args.last_messages is not None:
-            if args.last_messages < 0:
-                raise CliError("--last-messages must be 0 or more")
-            options["last_messages"] = args.last_messages
+            changes["last_messages"] = args.last_messages
         if args.working_memory == "off":
-            options["working_memory"] = {"enabled": False}
+            changes["working_memory"] = {"enabled": False}
         elif args.working_memory:
-            wm = dict(options.get("working_memory") or {})
-            wm.update({"enabled": True, "scope": args.working_memory})
-            options["working_memory"] = wm
+            changes["working_memory"] = {"enabled": True, "scope": args.working_memory}
         if args.read_only:
-            options["read_only"] = True
-        memory = Memory(store, MemoryOptions(**options), name=agent_name or "default", embedder=embedder)
+            changes["read_only"] = True
+        name = agent.memory_name if agent is not None else DEFAULT_MEMORY_NAME
+        memory = Memory(store, options.merged(changes), name=name, embedder=embedder)
         prompt = memory.assemble(thread_id=args.thread, resource_id=args.resource,
                                  input=[Message.user(args.message)], instructions=args.instructions or None)
     if args.json:
         out.write(prompt.to_json() + "\n")
     else:
-        out.write(render_prompt(prompt) + "\n")
+        where = f"agent '{agent.name}'" if agent is not None else "engine defaults"
+        out.write(render_prompt(prompt, origin=f"{where} ({origin})") + "\n")
     return 0
 
 
-def render_prompt(prompt: AssembledPrompt) -> str:
+def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
     lines = [
         f"Prompt for thread {prompt.thread_id} (resource {prompt.resource_id})",
         f"{len(prompt.messages)} messages, {prompt.total_tokens} tokens ({prompt.tokenizer}) "
         f"of a {prompt.context_window:,}-token window",
+        *([f"Options from {origin}"] if origin else []),
         "",
     ]
     for f in prompt.fragments:

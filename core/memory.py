@@ -394,34 +394,17 @@ class Memory(TurnAssembly):
     # -- configuration ---------------------------------------------------------------------------
     def effective_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
         """Instance options, then the Studio's template/schema override (newest), then per-call overrides."""
-        opts = self.options
-        override = self.config_override()
-        if override is not None and opts.working_memory.enabled:
-            wm: dict[str, Any] = {}
-            if override.get("schema") is not None:
-                wm = {"schema": override["schema"], "template": None}
-            elif override.get("template") is not None:
-                wm = {"template": override["template"], "schema": None}
-            if wm:
-                base = opts.to_dict()
-                base["working_memory"].update(wm)
-                opts = MemoryOptions(**base)
-        return opts.merged(overrides) if overrides else opts
+        from core.agent_configs import effective_options
+
+        return effective_options(self.options, self.config_override(), overrides)
 
     def config_override(self) -> dict[str, Any] | None:
-        import sqlalchemy as sa
+        from core.agent_configs import latest_override
 
-        try:
-            with self.store.db.read() as conn:
-                row = conn.exec_driver_sql(
-                    "SELECT template, schema FROM memory_studio_configs WHERE name = ? ORDER BY id DESC LIMIT 1",
-                    (self.name,),
-                ).first()
-        except (sa.exc.DBAPIError, ValueError):  # a foreign database without our tables has no overrides
+        version = latest_override(self.store, self.name)
+        if version is None:
             return None
-        if row is None:
-            return None
-        return {"template": row.template, "schema": json.loads(row.schema) if row.schema else None}
+        return {"template": version.template, "schema": version.schema}
 
     def describe(self) -> dict[str, Any]:
         """The resolved configuration (what the Studio shows as "what this agent runs with")."""
@@ -439,23 +422,9 @@ class Memory(TurnAssembly):
     # -- registry --------------------------------------------------------------------------------
     def register(self, agent_name: str | None = None) -> None:
         """Record this memory's resolved configuration so the Studio can show what agents run with."""
-        import os
-        import socket
+        from core.agent_configs import register_agent
 
-        from sqlalchemy.dialects.sqlite import insert
-
-        if self.store.read_only or not self.store.db.has_table("memory_studio_agents"):
-            return
-        stmt = insert(t.agent_registry).values(
-            name=agent_name or self.name, config=json.dumps(self.describe(), default=str),
-            process=f"{socket.gethostname()}:{os.getpid()}", updatedAt=iso_now(),
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[t.agent_registry.c.name],
-            set_={"config": stmt.excluded.config, "process": stmt.excluded.process, "updatedAt": stmt.excluded.updatedAt},
-        )
-        with self.store.db.write() as conn:
-            conn.execute(stmt)
+        register_agent(self.store, agent_name or self.name, self.describe())
 
 
 MemoryFactory = Callable[[Mapping[str, Any]], Memory]

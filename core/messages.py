@@ -140,7 +140,12 @@ class Message:
 
     @property
     def text(self) -> str:
-        """Text parts joined by a space (Mastra's query/recall convention); falls back to ``content``."""
+        """What the chat model reads and people see: text parts joined by a space, else ``content``.
+
+        Recall uses another rule (``core.recall.text.recall_text``: ``content`` first, Mastra's query
+        rule), and the observer another again (``core.observational.tokens.observer_text``: tool
+        calls and files too); they agree only when ``content`` repeats the text parts.
+        """
         texts = [p["text"] for p in self.parts if p.get("type") == "text" and isinstance(p.get("text"), str)]
         if texts:
             return " ".join(texts)

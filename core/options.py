@@ -140,7 +140,7 @@ class MemoryOptions:
         if unknown:
             raise OptionsError(f"Unknown memory option(s): {', '.join(sorted(unknown))}.")
         base = self.to_dict()
-        merged = _deep_merge(base, dict(overrides))
+        merged = options_merge(base, dict(overrides))
         wm_over = overrides.get("working_memory")
         if isinstance(wm_over, Mapping) and "schema" in wm_over:
             merged["working_memory"]["schema"] = wm_over["schema"]
@@ -162,11 +162,17 @@ class MemoryOptions:
         return replace(self, **changes)
 
 
-def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
+def options_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Option dicts ``base`` + ``over``: objects merge, any other value replaces (``None`` included).
+
+    ``semantic_recall: True`` / ``observational_memory: False`` over a settings object switch it on or
+    off and keep its other settings. Not the working-memory merge (``working_memory_merge``), where
+    ``null`` deletes. Inputs are never mutated.
+    """
+    out = copy.deepcopy(dict(base))
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = options_merge(out[key], value)
         elif isinstance(value, bool) and key in ("semantic_recall", "observational_memory") and isinstance(out.get(key), dict):
             out[key] = {**out[key], "enabled": value}
         else:

@@ -154,8 +154,8 @@ def build_prompt(
             continue
         start = len(messages)
         messages.extend(wire)
-        text = "\n".join(_wire_text(w) for w in wire)
-        tokens = sum(count_message_tokens(tokenizer, _wire_text(w)) for w in wire)
+        text = "\n".join(_counted_text(w) for w in wire)
+        tokens = sum(count_message_tokens(tokenizer, _counted_text(w)) for w in wire)
         kind = {"memory": "memory", "input": "input", "context": "context", "response": "input"}.get(entry.source, "system")
         fragments.append(
             Fragment(
@@ -190,7 +190,8 @@ def _tool_source(tools: list[dict[str, Any]], notes: dict[str, dict[str, Any]]) 
     return "tools"
 
 
-def _wire_text(message: dict[str, Any]) -> str:
+def _counted_text(message: dict[str, Any]) -> str:
+    """An outgoing chat message as plain text (fragment text, token count): text parts, tool calls."""
     content = message.get("content")
     if isinstance(content, list):
         text = " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")

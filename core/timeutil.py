@@ -1,12 +1,14 @@
 """Timestamps in Mastra's on-disk form: ISO-8601, millisecond precision, UTC, ``Z`` suffix.
 
-Sorting these strings as text equals sorting by time, which the storage queries rely on.
+Sorting these strings as text equals sorting by time, which the storage queries rely on. This is the
+one module that formats and parses timestamps: the memory store, the trace store and the Studio all
+use it, so a value written by one reads back the same in the others.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Callable, Protocol
+from typing import Protocol
 
 
 class Clock(Protocol):
@@ -33,7 +35,13 @@ class FixedClock:
         return current
 
 
+def as_utc(dt: datetime) -> datetime:
+    """``dt`` in UTC; a naive value is taken to be UTC already (what we and Mastra store)."""
+    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+
+
 def to_iso(dt: datetime) -> str:
+    """``2025-01-02T03:04:05.000Z``, as JavaScript's ``toISOString()`` writes it (truncated to ms)."""
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     elif dt.utcoffset():
@@ -43,16 +51,28 @@ def to_iso(dt: datetime) -> str:
 
 
 def parse_iso(value: str | datetime | int | float) -> datetime:
-    """Parse what Mastra and we write (and epoch milliseconds, which parts carry)."""
+    """Parse what Mastra and we write (and epoch milliseconds, which parts carry).
+
+    A naive result is taken to be UTC. Text that is not ISO-8601 raises ``ValueError``.
+    """
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     if isinstance(value, (int, float)):
         return datetime.fromtimestamp(value / 1000.0, tz=timezone.utc)
-    text = value.strip()
+    text = str(value).strip()
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
     dt = datetime.fromisoformat(text)
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def parse_optional_iso(value: object) -> datetime | None:
+    """``parse_iso`` for a nullable column: ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, (str, datetime, int, float)):
+        return parse_iso(value)
+    return parse_iso(str(value))
 
 
 def to_ms(dt: datetime) -> datetime:
@@ -60,20 +80,10 @@ def to_ms(dt: datetime) -> datetime:
     return dt.replace(microsecond=(dt.microsecond // 1000) * 1000)
 
 
+def utc_now_ms() -> datetime:
+    """Now in UTC, truncated to milliseconds: what ISO-ms text can hold."""
+    return to_ms(datetime.now(timezone.utc))
+
+
 def iso_now(clock: Clock | None = None) -> str:
     return to_iso((clock or SystemClock()).now())
-
-
-def monotonic_iso(previous: str | None, candidate: datetime) -> datetime:
-    """Keep messages added in one call at least 1 ms apart so their order survives a round trip."""
-    if previous is None:
-        return candidate
-    prev = parse_iso(previous)
-    if candidate <= prev:
-        from datetime import timedelta
-
-        return prev + timedelta(milliseconds=1)
-    return candidate
-
-
-NowFn = Callable[[], datetime]

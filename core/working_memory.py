@@ -22,12 +22,12 @@ from core.storage.memory_store import NotFoundError, dump_json, json_col, load_j
 from core.timeutil import iso_now, parse_iso
 from core.working_memory_schema import (
     WorkingMemoryError,
-    deep_merge,
     empty_object,
     load_stored,
     parse_patch,
     strip_nulls_from_optional,
     validate,
+    working_memory_merge,
 )
 
 TOOL_NAME = "updateWorkingMemory"
@@ -151,7 +151,7 @@ class WorkingMemoryService:
             update = strip_nulls_from_optional(opts.schema, update)
         scope, owner = self.owner(opts, thread_id, resource_id)
         with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
-            merged = deep_merge(load_stored(self._read(conn, scope, owner)), update)
+            merged = working_memory_merge(load_stored(self._read(conn, scope, owner)), update)
             problems = validate(opts.schema, merged)
             if problems:
                 raise WorkingMemoryError("The merged working memory does not match the schema: " + "; ".join(problems))

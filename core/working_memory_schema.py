@@ -31,7 +31,12 @@ def check_schema(schema: Any) -> None:
         raise WorkingMemoryError("working_memory.schema must describe an object (type: object with properties).")
 
 
-def deep_merge(existing: Mapping[str, Any] | None, update: Mapping[str, Any] | None) -> dict[str, Any]:
+def working_memory_merge(existing: Mapping[str, Any] | None, update: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Schema-mode working memory ``existing`` + ``update``: objects merge, ``null`` deletes, arrays replace.
+
+    Not the options merge (``core.options.options_merge``), where ``null`` is a value and ``True``/``False``
+    switch a feature on or off.
+    """
     base: dict[str, Any] = copy.deepcopy(dict(existing)) if isinstance(existing, Mapping) else {}
     if not update:
         return base
@@ -40,7 +45,7 @@ def deep_merge(existing: Mapping[str, Any] | None, update: Mapping[str, Any] | N
             base.pop(key, None)
         elif isinstance(value, Mapping):
             current = base.get(key)
-            base[key] = deep_merge(current if isinstance(current, Mapping) else {}, value)
+            base[key] = working_memory_merge(current if isinstance(current, Mapping) else {}, value)
         else:
             base[key] = copy.deepcopy(value)
     return base

@@ -1,26 +1,44 @@
-"""The reads the browsing panes run on worker threads. Plain functions: store in, plain data out.
+"""Every read the Studio runs on worker threads, one section per pane. Store in, plain data out.
 
-They read only (browsing never writes). Two reads are not in ``MemoryStore`` yet and are done here
-with SQLAlchemy Core over the engine's own table definitions: a page reader that survives a corrupt
-row (``list_messages_page`` raises for the whole page) and stays fast deep into a long thread, and a
-message's position in its thread (to jump to a search hit in a 100,000-message thread without
-loading the rows before it). Both order by (createdAt, rowid): the same order as the engine's
-(createdAt, id) except between messages stored in the same millisecond.
+Panes hold widgets only: they hand these functions to ``session.run`` and paint the result on the UI
+thread. Everything here reads (looking never writes) through the engine's own stores and services;
+there is no SQL here. Pure shaping of the results lives in ``studio/logic``; the Qt item models in
+``studio/models``. No Qt import (checked by a test).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
 
-import sqlalchemy as sa
-
-from core import Store
+from core import AssembledPrompt, Memory, MemoryOptions, Store
+from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, config_versions, effective_options_for
 from core.messages import Message
-from core.storage import schema as t
-from core.storage.memory_store import ResourceSummary, ThreadSummary
-from core.timeutil import parse_iso
+from core.observational import OMRecord, ThreadHints, load_history, thread_hints
+from core.storage.memory_store import MessageQuery, ResourceSummary, ThreadSummary
+from core.storage.message_pages import UnreadableMessage
+from core.timeutil import to_iso
+from core.traces.reader import SpanReader
+from core.traces.spans import SPANS_TABLE, ReadCount, ReadResult, TraceFilters, TraceSummary
+from core.working_memory import WorkingMemoryService
+from studio.logic.memory_config import ConfigState
 from studio.logic.message_format import MessageRow, summarize, unreadable_row
+from studio.logic.observations_layout import Lookup, lookups_for
+from studio.logic.prompt_layout import (
+    EmbedderHolder,
+    MemoryFactory,
+    Preview,
+    PreviewRequest,
+    TurnRef,
+    memory_options_for,
+)
+from studio.logic.wm_editing import WmSnapshot, target_for
+from studio.selection import Selection
+
+
+# -- resources and threads (tree) -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -37,35 +55,16 @@ def load_tree(store: Store) -> TreeData:
     return TreeData(resources, threads)
 
 
+# -- messages ---------------------------------------------------------------------------------------
 def load_page(store: Store, thread_id: str, offset: int, limit: int) -> list[MessageRow]:
-    """Rows ``offset``..``offset+limit`` in (createdAt, rowid) order.
-
-    The rowid tie-break keeps the whole ORDER BY inside the (thread_id, createdAt) index (an index
-    entry ends with the rowid), so skipping 99,800 rows is an index walk of a few milliseconds; with
-    ``id`` as the tie-break SQLite sorts in a temporary B-tree and a deep page takes ~10x longer.
-    The inner select finds the page's rowids from the index alone; only those rows are read.
-    """
-    msg = t.messages.c
-    rowid = sa.literal_column("rowid")
-    page = (
-        sa.select(rowid).select_from(t.messages).where(msg.thread_id == thread_id)
-        .order_by(msg.createdAt.asc(), rowid.asc()).limit(limit).offset(offset)
-    )
-    stmt = sa.select(t.messages).where(rowid.in_(page)).order_by(msg.createdAt.asc(), rowid.asc())
-    with store.db.read() as conn:
-        rows = conn.execute(stmt).mappings().all()
-    return [_row(r) for r in rows]
+    """Rows ``offset``..``offset+limit`` of the message view (the store's viewer order)."""
+    return [_row(m) for m in store.memory.browse_messages(thread_id, offset, limit)]
 
 
-def _row(r: Any) -> MessageRow:
-    try:
-        return summarize(Message.from_row(r))
-    except (ValueError, TypeError) as exc:  # a corrupt row must not hide its neighbours
-        try:
-            when = parse_iso(r["createdAt"])
-        except (ValueError, TypeError, AttributeError):
-            when = parse_iso("1970-01-01T00:00:00.000Z")
-        return unreadable_row(str(r["id"]), str(r["role"]), when, str(exc))
+def _row(m: Message | UnreadableMessage) -> MessageRow:
+    if isinstance(m, UnreadableMessage):  # shown in its place, so it never hides its neighbours
+        return unreadable_row(m.id, m.role, m.created_at, m.error)
+    return summarize(m)
 
 
 def count_messages(store: Store, thread_id: str) -> int:
@@ -73,25 +72,11 @@ def count_messages(store: Store, thread_id: str) -> int:
 
 
 def message_position(store: Store, thread_id: str, message_id: str) -> int | None:
-    """The row index of a message in its thread's chronological order, or None if it is gone."""
-    msg = t.messages.c
-    rowid = sa.literal_column("rowid")
-    with store.db.read() as conn:
-        target = conn.execute(
-            sa.select(msg.createdAt, rowid.label("rid")).where(msg.id == message_id, msg.thread_id == thread_id)
-        ).first()
-        if target is None:
-            return None
-        before = conn.execute(
-            sa.select(sa.func.count()).select_from(t.messages).where(
-                msg.thread_id == thread_id,
-                sa.or_(msg.createdAt < target.createdAt,
-                       sa.and_(msg.createdAt == target.createdAt, rowid < target.rid)),
-            )
-        ).scalar()
-    return int(before or 0)
+    """The row index of a message in the message view, or None if it is gone."""
+    return store.memory.message_position(thread_id, message_id)
 
 
+# -- search (resources pane) ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SearchHit:
     message_id: str
@@ -116,3 +101,199 @@ def search_messages(store: Store, text: str, limit: int = 200) -> list[SearchHit
         body = summarize(m).preview
         out.append(SearchHit(m.id, tid, resource, title, m.role, body, m.created_at))
     return out
+
+
+# -- prompt inspector -------------------------------------------------------------------------------
+# Which agent's options a thread starts from: ``core.agent_configs.agent_for_thread`` (the CLI's rule too).
+
+def resolve_turn(store: Store, thread_id: str, message_id: str) -> TurnRef | None:
+    """The turn a picked message belongs to: itself if it is a user message, else the user message
+    that started it (the newest user message before it)."""
+    found = store.memory.get_messages([message_id])
+    if not found or found[0].thread_id != thread_id:
+        return None
+    picked = found[0]
+    if picked.role in ("user", "signal"):
+        return TurnRef(picked.id, picked, (picked.created_at, picked.id), to_iso(picked.created_at))
+    earlier = store.memory.list_messages(
+        MessageQuery(thread_id=thread_id, before=(picked.created_at, picked.id), last=200)
+    )
+    for msg in reversed(earlier):
+        if msg.role in ("user", "signal"):
+            return TurnRef(picked.id, msg, (msg.created_at, msg.id), to_iso(msg.created_at))
+    return TurnRef(picked.id, None, (picked.created_at, picked.id), to_iso(picked.created_at))
+
+
+def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFactory,
+                     embedders: EmbedderHolder) -> Preview:
+    """Build the Memory the agent would run with and ask it for the prompt (reads only: a preview)."""
+    notes: list[str] = []
+    embedder = embedders.get() if req.options.recall else None
+    memory = memory_factory(memory_options_for(req), req.memory_name, embedder)
+    overrides = req.options.to_overrides()
+    turn = None
+    if req.message_id and req.thread_id:
+        turn = resolve_turn(store, req.thread_id, req.message_id)
+        if turn is None:
+            raise LookupError(f"Message {req.message_id} is not in thread {req.thread_id} any more.")
+        prompt = assemble_as_of(memory, req, turn, overrides)
+        as_of = prompt.notes.get("working-memory", {}).get("asOf")
+        if as_of:
+            notes.append(f"History and recall end at this turn; working memory: {as_of}.")
+    else:
+        inputs = [Message.user(req.text)] if req.text.strip() else []
+        prompt = memory.assemble(
+            thread_id=req.thread_id, resource_id=req.resource_id, input=inputs,
+            instructions=req.instructions or None, options=overrides,
+        )
+    return Preview(req, prompt, turn, notes)
+
+
+def assemble_as_of(memory: Memory, req: PreviewRequest, turn: TurnRef, overrides: Mapping[str, Any]) -> AssembledPrompt:
+    """The engine rebuilds the turn itself (``as_of``): history and recall end before that message."""
+    return memory.assemble(
+        thread_id=req.thread_id, resource_id=req.resource_id, instructions=req.instructions or None,
+        options=overrides, as_of=turn.as_of,
+    )
+
+
+# -- working memory ---------------------------------------------------------------------------------
+def load_wm(store: Store, selection: Selection, agent_name: str | None = None) -> WmSnapshot:
+    """The agent configs, the effective template/schema, the stored value and its versions.
+
+    The effective options come from ``core.agent_configs.effective_options_for``: the newest Studio
+    override applied exactly as the agent applies it, without building a ``Memory``.
+    """
+    choice = agent_for_thread(store, selection.thread_id)
+    thread = choice.thread
+    if selection.resource_id is None and thread is not None:
+        selection = Selection(thread.resource_id, selection.thread_id, selection.message_id)
+    agent, reason = choice.agent, choice.reason
+    if agent_name is not None:
+        agent = next((a for a in choice.agents if a.name == agent_name), None)
+        reason = f"chosen: agent '{agent_name}'" if agent else "chosen: defaults"
+    base = agent.memory_options() if agent is not None else MemoryOptions(working_memory={"enabled": True})
+    declared = bool(base.working_memory.enabled)
+    if not declared:  # shown (and editable) even when this agent keeps none
+        base = base.merged({"working_memory": {"enabled": True}})
+    memory_name = agent.memory_name if agent is not None else DEFAULT_MEMORY_NAME
+    opts = effective_options_for(store, memory_name, base).working_memory
+    target, why = target_for(selection, opts)
+    snap = WmSnapshot(choice.agents, agent, reason, memory_name, declared, opts, target, why,
+                      config=config_state(store, memory_name))
+    if target is not None:
+        service = WorkingMemoryService(store)
+        snap.text = service.get(opts, thread_id=target.thread_id, resource_id=target.resource_id).text
+        snap.versions = service.versions(target.scope, target.owner_id)
+    return snap
+
+
+def config_state(store: Store, name: str) -> ConfigState:
+    """The template/schema override history of memory ``name`` for the override editor."""
+    versions = config_versions(store, name)
+    return ConfigState(name, versions or [], available=versions is not None)
+
+
+# -- observations -----------------------------------------------------------------------------------
+@dataclass
+class OMView:
+    selection: Selection
+    lookup: Lookup | None = None
+    history: list[OMRecord] = field(default_factory=list)
+    hints: ThreadHints = field(default_factory=ThreadHints)
+
+
+def load_observations(store: Store, selection: Selection) -> OMView:
+    """The first lookup with a record wins (a thread's own record, else its resource's)."""
+    view = OMView(selection)
+    if selection.thread_id:
+        thread = store.memory.get_thread(selection.thread_id)
+        if thread is not None:
+            view.hints = thread_hints(thread.metadata)
+    for lookup in lookups_for(selection):
+        history = load_history(store, thread_id=lookup.thread_id, resource_id=lookup.resource_id,
+                               scope=lookup.scope)
+        if history:
+            view.lookup, view.history = lookup, history
+            break
+    return view
+
+
+# -- traces -----------------------------------------------------------------------------------------
+TraceSourceKind = Literal["duckdb", "libsql", "memory"]
+
+
+@dataclass(frozen=True)
+class TraceSource:
+    kind: TraceSourceKind
+    location: str
+    reader: SpanReader | None
+    watch: tuple[Path, ...]  # files whose stat() changing means "read again"
+
+
+class SourceResolver:
+    """Finds the trace store for a session's database; keeps one reader per file so a reader's
+    last good answer (what it returns while the file is busy) survives between polls."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._readers: dict[tuple[str, str], SpanReader] = {}
+        self._lock = threading.Lock()
+
+    def _reader(self, kind: str, path: Path) -> SpanReader:
+        with self._lock:
+            reader = self._readers.get((kind, str(path)))
+            if reader is None:
+                if kind == "duckdb":
+                    from core.traces.store import DuckDBObservabilityStore
+
+                    reader = DuckDBObservabilityStore(path, read_only=True)
+                else:
+                    from core.traces.libsql_reader import LibSQLSpanReader
+
+                    reader = LibSQLSpanReader(path)
+                self._readers[(kind, str(path))] = reader
+            return reader
+
+    def resolve(self) -> TraceSource:
+        location = self.store.location
+        duck = location.observability_path
+        if duck is None or location.path is None:
+            return TraceSource("memory", ":memory:", None, ())
+        watch = (duck, duck.with_name(duck.name + ".wal"))
+        if not duck.exists() and self.store.db.has_table(SPANS_TABLE):
+            db = Path(location.path)
+            return TraceSource("libsql", f"{db} (mastra_ai_spans)", self._reader("libsql", db),
+                               (*watch, db, db.with_name(db.name + "-wal")))
+        return TraceSource("duckdb", str(duck), self._reader("duckdb", duck), watch)
+
+
+def traces_fingerprint(paths: tuple[Path, ...]) -> tuple[Any, ...]:
+    """Cheap change detection without opening (or locking) anything."""
+    out: list[Any] = []
+    for path in paths:
+        try:
+            st = path.stat()
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+@dataclass
+class TracePage:
+    source: TraceSource
+    rows: ReadResult[TraceSummary]
+    total: ReadCount | None
+    offset: int
+    fingerprint: tuple[Any, ...]
+
+
+def load_traces_page(resolver: SourceResolver, filters: TraceFilters, offset: int, limit: int) -> TracePage:
+    source = resolver.resolve()
+    stamp = traces_fingerprint(source.watch)  # taken before reading: a write during the read shows next poll
+    if source.reader is None:
+        return TracePage(source, ReadResult(missing=True), None, offset, stamp)
+    rows = source.reader.list_traces(limit=limit, offset=offset, filters=filters)
+    total = source.reader.count_traces(filters) if not rows.missing else None
+    return TracePage(source, rows, total, offset, stamp)

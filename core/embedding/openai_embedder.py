@@ -3,14 +3,17 @@
 Every failure is re-raised as ``EmbeddingServiceError`` naming the endpoint and model, because the
 user needs to know *which* server to fix, not which Python class failed. The API key is looked up on
 first use (explicit, then the environment variable, then the OS keyring, via ``core.llm.keys``);
-local servers need none, so a missing key is not an error until the server says 401.
+local servers need none, so a missing key is not an error until the server says 401. The client and
+the retry policy are the chat model's (``core.llm.http``), except that a timeout is retried: one
+embedding request is small, so a slow answer is more likely a passing hiccup than a model loading.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -26,13 +29,12 @@ from core.embedding.base import (
     empty,
     l2_normalise,
 )
+from core.llm.http import RetryPolicy, openai_client
 from core.llm.keys import resolve_api_key, where_to_put_key
 
 if TYPE_CHECKING:
     import openai
 
-# openai requires *some* key; local servers ignore it.
-_NO_KEY = "no-key"
 _PROBE_TEXT = "dimension probe"
 
 
@@ -42,7 +44,8 @@ class OpenAIEmbedder:
     ``dim`` may be given (then every response is checked against it) or left ``None``; it is then
     learned from the first response, and reading ``dim`` before any embedding costs one small request.
     ``query_prefix``/``passage_prefix`` serve instruction-trained models (e5: ``"query: "``,
-    ``"passage: "``); with neither set, queries and passages embed identically.
+    ``"passage: "``); with neither set, queries and passages embed identically. ``retry`` replaces the
+    default policy (``max_retries`` retries, timeouts included); ``sleep`` exists for tests.
     """
 
     semantic = True
@@ -60,6 +63,8 @@ class OpenAIEmbedder:
         max_retries: int = 2,
         query_prefix: str = "",
         passage_prefix: str = "",
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
@@ -68,7 +73,9 @@ class OpenAIEmbedder:
         self.endpoint = f"{self.base_url}/embeddings"
         self.batch_size = batch_size
         self.timeout = timeout
-        self.max_retries = max_retries
+        self.retry = retry or RetryPolicy(max_retries=max_retries, retry_timeouts=True)
+        self.max_retries = self.retry.max_retries
+        self._sleep = sleep
         self._api_key = api_key
         self._api_key_env = api_key_env
         self._prefixes: dict[Kind, str] = {"query": query_prefix, "passage": passage_prefix}
@@ -110,21 +117,28 @@ class OpenAIEmbedder:
 
         client = self._get_client()
         where = f"{self.endpoint} (model {self.model!r})"
-        try:
-            response = client.embeddings.create(model=self.model, input=batch, encoding_format="float")
-        except openai.APIStatusError as exc:
-            hint = ""
-            if exc.status_code in (401, 403):
-                hint = f" Check the API key: {where_to_put_key(self._api_key_env, 'memory-studio', None)}."
-            raise EmbeddingServiceError(
-                f"Embedding request to {where} failed: HTTP {exc.status_code}: {exc.message}.{hint}"
-            ) from exc
-        except openai.APITimeoutError as exc:
-            raise EmbeddingServiceError(f"Embedding request to {where} timed out after {self.timeout:g} s") from exc
-        except openai.APIConnectionError as exc:
-            raise EmbeddingServiceError(f"Cannot reach the embeddings endpoint {where}: {exc}") from exc
-        except openai.OpenAIError as exc:
-            raise EmbeddingServiceError(f"Embedding request to {where} failed: {exc}") from exc
+
+        def error(exc: openai.OpenAIError, _attempts: int) -> EmbeddingServiceError:
+            if isinstance(exc, openai.APIStatusError):
+                hint = ""
+                if exc.status_code in (401, 403):
+                    hint = f" Check the API key: {where_to_put_key(self._api_key_env, 'memory-studio', None)}."
+                return EmbeddingServiceError(
+                    f"Embedding request to {where} failed: HTTP {exc.status_code}: {exc.message}.{hint}")
+            if isinstance(exc, openai.APITimeoutError):
+                return EmbeddingServiceError(f"Embedding request to {where} timed out after {self.timeout:g} s")
+            if isinstance(exc, openai.APIConnectionError):
+                return EmbeddingServiceError(f"Cannot reach the embeddings endpoint {where}: {exc}")
+            return EmbeddingServiceError(f"Embedding request to {where} failed: {exc}")
+
+        def wait_too_long(exc: openai.OpenAIError, attempts: int, seconds: float) -> EmbeddingServiceError:
+            return EmbeddingServiceError(
+                f"{error(exc, attempts)} The server asked to wait {seconds:g} s, longer than the "
+                f"{self.retry.max_retry_after:g} s we wait; try again later.")
+
+        response = self.retry.call(
+            lambda: client.embeddings.create(model=self.model, input=batch, encoding_format="float"),
+            error=error, wait_too_long=wait_too_long, sleep=self._sleep)
         return self._rows(response, len(batch), where)
 
     def _rows(self, response: object, expected: int, where: str) -> Vectors:
@@ -153,17 +167,10 @@ class OpenAIEmbedder:
 
     def _get_client(self) -> openai.OpenAI:
         if self._client is None:
-            import openai
-
             with self._lock:
                 if self._client is None:
                     key = resolve_api_key(explicit=self._api_key, env_var=self._api_key_env)
-                    self._client = openai.OpenAI(
-                        base_url=self.base_url,
-                        api_key=key.secret.reveal() if key.secret else _NO_KEY,
-                        timeout=self.timeout,
-                        max_retries=self.max_retries,
-                    )
+                    self._client = openai_client(self.base_url, key, timeout=self.timeout)
         return self._client
 
     def __repr__(self) -> str:

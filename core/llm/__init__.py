@@ -17,9 +17,17 @@ from core.llm.base import (
     Usage,
     parse_tool_arguments,
 )
-from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, store_api_key
+from core.llm.keys import (
+    DEFAULT_KEYRING_SERVICE,
+    KeyringMissingError,
+    ResolvedKey,
+    Secret,
+    resolve_api_key,
+    store_api_key,
+)
 from core.llm.loopback import LoopbackServer, RecordedRequest, hash_embedding
-from core.llm.openai_compatible import OpenAICompatibleModel, RetryPolicy
+from core.llm.http import RetryPolicy
+from core.llm.openai_compatible import OpenAICompatibleModel
 from core.llm.scripted import Responder, ScriptedModel, ScriptedReply, ScriptedRequest, ScriptStep, tool_call
 
 __all__ = [
@@ -27,6 +35,7 @@ __all__ = [
     "ChatChunk",
     "ChatModel",
     "ChatResult",
+    "KeyringMissingError",
     "LoopbackServer",
     "Message",
     "ModelError",

@@ -3,6 +3,11 @@
 A key is wrapped in ``Secret`` as soon as it is read so that an accidental ``repr``,
 f-string, log line or trace attribute shows ``***`` instead of the key. Only the code that
 builds the HTTP client calls ``reveal()``.
+
+The OS keyring is optional (``pip install 'memory-studio[keyring]'``): it pulls in ``cryptography``
+for what is the third place a key is looked for. Without it the lookup is skipped and says so in
+``ResolvedKey.note``; asking for it by name (an explicit keyring user, or storing a key) raises
+``KeyringMissingError`` with the install command.
 """
 
 from __future__ import annotations
@@ -10,12 +15,28 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import keyring
-import keyring.errors
+from types import ModuleType
 
 #: The keyring "service" under which Memory Studio stores provider keys.
 DEFAULT_KEYRING_SERVICE = "memory-studio"
+KEYRING_INSTALL = "pip install 'memory-studio[keyring]'"
+
+
+class KeyringMissingError(RuntimeError):
+    """The OS keyring was asked for by name, but the optional ``keyring`` package is not installed."""
+
+
+def _keyring() -> ModuleType | None:
+    try:
+        import keyring
+        import keyring.errors  # noqa: F401 - the submodule resolve_api_key catches from
+    except ImportError:
+        return None
+    return keyring
+
+
+def keyring_available() -> bool:
+    return _keyring() is not None
 
 
 class Secret:
@@ -70,7 +91,9 @@ def resolve_api_key(
     The keyring entry is looked up under ``keyring_service`` with ``keyring_username``
     (defaulting to ``env_var``, so one name identifies a key in both places). A keyring
     that is missing or locked is not an error here: local servers need no key, and a
-    remote one will answer 401 with a hint that names both places to put it.
+    remote one will answer 401 with a hint that names both places to put it. Only an explicit
+    ``keyring_username`` without the ``keyring`` package installed raises ``KeyringMissingError``:
+    the caller asked for a keyring entry that cannot be read.
     """
     if explicit is not None:
         secret = explicit if isinstance(explicit, Secret) else Secret(explicit)
@@ -81,6 +104,15 @@ def resolve_api_key(
         return ResolvedKey(Secret(env[env_var]), f"env:{env_var}")
     username = keyring_username or env_var
     if keyring_service and username:
+        keyring = _keyring()
+        if keyring is None:
+            if keyring_username:
+                raise KeyringMissingError(
+                    f"The API key is to come from the OS keyring (service {keyring_service!r}, user "
+                    f"{keyring_username!r}), but the keyring package is not installed: run {KEYRING_INSTALL}"
+                    + (f", or set the environment variable {env_var} instead." if env_var else ".")
+                )
+            return ResolvedKey(None, "none", note=f"keyring not installed ({KEYRING_INSTALL})")
         try:
             value = keyring.get_password(keyring_service, username)
         except keyring.errors.KeyringError as exc:
@@ -91,7 +123,13 @@ def resolve_api_key(
 
 
 def store_api_key(value: str, *, username: str, service: str = DEFAULT_KEYRING_SERVICE) -> None:
-    """Save a key in the OS keyring (the Studio's settings dialog uses this)."""
+    """Save a key in the OS keyring (needs the optional ``keyring`` package)."""
+    keyring = _keyring()
+    if keyring is None:
+        raise KeyringMissingError(
+            f"Storing an API key in the OS keyring needs the keyring package: run {KEYRING_INSTALL}, "
+            f"or set the environment variable {username} instead."
+        )
     keyring.set_password(service, username, value)
 
 
@@ -103,5 +141,6 @@ def where_to_put_key(env_var: str | None, keyring_service: str | None,
         places.append(f"set the environment variable {env_var}")
     username = keyring_username or env_var
     if keyring_service and username:
-        places.append(f"store it in the OS keyring (service {keyring_service!r}, user {username!r})")
+        where = f"store it in the OS keyring (service {keyring_service!r}, user {username!r})"
+        places.append(where if keyring_available() else f"{where} after {KEYRING_INSTALL}")
     return " or ".join(places) if places else "pass api_key explicitly"

@@ -3,85 +3,25 @@
 One client serves OpenAI itself and the local servers that copy its protocol (Ollama at
 ``http://localhost:11434/v1``, LM Studio at ``http://localhost:1234/v1``, vLLM, llama.cpp's
 ``llama-server``). It uses the official ``openai`` package for the wire, but does its own
-retrying (the SDK's is switched off) so the policy is visible, configurable and counted in
-the error the user finally sees.
+retrying (the SDK's is switched off; ``core.llm.http.RetryPolicy``, shared with the remote embedder) so
+the policy is visible, configurable and counted in the error the user finally sees.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from core.llm.base import ChatChunk, ChatResult, Message, ModelError, ToolSpec
+from core.llm.http import OPENAI_BASE_URL, RetryPolicy, openai_client, safe_url
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
 from core.llm.wire import StreamAssembler, result_from_completion
 
 if TYPE_CHECKING:
     import openai
 
-OPENAI_BASE_URL = "https://api.openai.com/v1"
-#: Sent when no key is configured: local servers ignore it, and the SDK insists on one.
-_NO_KEY_PLACEHOLDER = "no-key-configured"
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When and how long to wait before trying a failed request again.
-
-    Retries cover 408, 409, 429 and 5xx answers and refused connections, with exponential
-    backoff (``initial_delay * 2**n``, capped at ``max_delay``, shortened by up to
-    ``jitter`` so clients that failed together don't retry together). A ``Retry-After``
-    header is obeyed up to ``max_retry_after`` seconds; longer than that, we give up at once
-    rather than freeze the caller. Timeouts are not retried by default: a model too slow once
-    (typically a local one loading its weights) is usually too slow again, and retrying
-    would multiply the wait.
-    """
-
-    max_retries: int = 2
-    initial_delay: float = 0.5
-    max_delay: float = 8.0
-    jitter: float = 0.25
-    max_retry_after: float = 60.0
-    retry_timeouts: bool = False
-
-    def delay(self, retry_number: int, retry_after: float | None = None) -> float:
-        if retry_after is not None:
-            return max(0.0, retry_after)
-        base = min(self.initial_delay * (2.0 ** retry_number), self.max_delay)
-        return base * (1.0 - self.jitter * random.random())
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None  # an HTTP date; rare from these servers, fall back to backoff
-
-
-def _is_retryable_status(status: int, headers: Mapping[str, str]) -> bool:
-    # The same non-standard header the OpenAI SDK honours: lets a server veto retries.
-    verdict = headers.get("x-should-retry")
-    if verdict in ("true", "false"):
-        return verdict == "true"
-    return status in (408, 409, 429) or status >= 500
-
-
-def safe_url(url: str) -> str:
-    """``url`` without credentials or query string, fit for display and traces."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
-
 
 class OpenAICompatibleModel:
     """A ``ChatModel`` backed by an OpenAI-compatible ``/chat/completions`` endpoint.
@@ -121,17 +61,7 @@ class OpenAICompatibleModel:
         self._key: ResolvedKey = resolve_api_key(
             explicit=api_key, env_var=api_key_env, keyring_service=keyring_service,
             keyring_username=keyring_username, environ=environ)
-        # Deferred import: the SDK takes about a second to load, and the Studio should not pay
-        # that at start-up when no real model is configured.
-        import openai
-
-        self._client = openai.OpenAI(
-            api_key=self._key.secret.reveal() if self._key.secret else _NO_KEY_PLACEHOLDER,
-            base_url=base_url.rstrip("/"),
-            timeout=timeout,
-            max_retries=0,
-            default_headers=dict(default_headers or {}),
-        )
+        self._client = openai_client(base_url, self._key, timeout=timeout, default_headers=default_headers)
 
     # -- identity -------------------------------------------------------------------------
 
@@ -245,29 +175,19 @@ class OpenAICompatibleModel:
 
     def _with_retries(self, call: Callable[[], _T], *, endpoint: str, timeout: float,
                       method: str = "POST") -> _T:
-        import openai
+        def error(exc: openai.OpenAIError, attempts: int) -> ModelError:
+            return self._error(exc, endpoint=endpoint, attempts=attempts, timeout=timeout, method=method)
 
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return call()
-            except openai.OpenAIError as exc:
-                error = self._error(exc, endpoint=endpoint, attempts=attempt, timeout=timeout,
-                                    method=method)
-                if not error.retryable or attempt > self.retry.max_retries:
-                    raise error from exc
-                retry_after = None
-                if isinstance(exc, openai.APIStatusError):
-                    retry_after = _retry_after(exc.response.headers)
-                if retry_after is not None and retry_after > self.retry.max_retry_after:
-                    raise ModelError(
-                        error.detail, model_id=self.model_id, endpoint=endpoint,
-                        status=error.status, attempts=attempt, method=method,
-                        hint=(f"the server asked to wait {retry_after:g}s, longer than the "
-                              f"{self.retry.max_retry_after:g}s we wait; try again later"),
-                    ) from exc
-                self._sleep(self.retry.delay(attempt - 1, retry_after))
+        def wait_too_long(exc: openai.OpenAIError, attempts: int, seconds: float) -> ModelError:
+            failed = error(exc, attempts)
+            return ModelError(
+                failed.detail, model_id=self.model_id, endpoint=endpoint, status=failed.status,
+                attempts=attempts, method=method,
+                hint=(f"the server asked to wait {seconds:g}s, longer than the "
+                      f"{self.retry.max_retry_after:g}s we wait; try again later"),
+            )
+
+        return self.retry.call(call, error=error, wait_too_long=wait_too_long, sleep=self._sleep)
 
     def _error(self, exc: Exception, *, endpoint: str, attempts: int, timeout: float,
                method: str = "POST") -> ModelError:
@@ -275,19 +195,16 @@ class OpenAICompatibleModel:
         import openai
 
         status: int | None = None
-        retryable = False
+        retryable = self.retry.is_retryable(exc)
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
-            retryable = _is_retryable_status(status, exc.response.headers)
             detail = self._scrub(_error_detail(exc))
             hint = self._status_hint(status)
         elif isinstance(exc, openai.APITimeoutError):
-            retryable = self.retry.retry_timeouts
             detail = f"no response within {timeout:g}s"
             hint = ("raise the timeout (a local server may still be loading the model) "
                     "or check that the server is responding")
         elif isinstance(exc, openai.APIConnectionError):
-            retryable = True
             detail = f"could not connect ({self._scrub(str(exc.__cause__ or exc))})"
             hint = f"check that the server at {self.base_url} is running and the base URL is right"
         else:

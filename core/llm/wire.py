@@ -21,8 +21,8 @@ from core.llm.base import (
 )
 
 
-def _text_of(content: Any) -> str:
-    # Some servers return content as a list of parts instead of a string.
+def completion_text(content: Any) -> str:
+    """The text of a reply's ``content``: a string, or (some servers) a list of parts, concatenated."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -47,7 +47,7 @@ def result_from_completion(data: dict[str, Any], *, model_id: str) -> ChatResult
         calls.append(ToolCall.from_raw(call.get("id") or f"call_{index}",
                                        function.get("name") or "", raw))
     finish = choice.get("finish_reason") or ("tool_calls" if calls else "stop")
-    return ChatResult(text=_text_of(message.get("content")), tool_calls=tuple(calls),
+    return ChatResult(text=completion_text(message.get("content")), tool_calls=tuple(calls),
                       usage=Usage.from_dict(data.get("usage")), finish_reason=finish,
                       model_id=model_id, raw=data)
 
@@ -79,7 +79,7 @@ class StreamAssembler:
         deltas: list[ToolCallDelta] = []
         for choice in data.get("choices") or []:
             delta = choice.get("delta") or {}
-            text += _text_of(delta.get("content"))
+            text += completion_text(delta.get("content"))
             for position, call in enumerate(delta.get("tool_calls") or []):
                 function = call.get("function") or {}
                 arguments = function.get("arguments")

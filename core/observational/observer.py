@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
-from core.observational.tokens import count_text, message_lines
+from core.observational.tokens import count_text, observer_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.messages import Message
@@ -162,7 +162,7 @@ def format_history(messages: Sequence["Message"]) -> str:
         role = _ROLE_NAMES.get(msg.role, msg.role.title())
         prefix = f"{role} ({label}):" if label != last_time else f"{role}:"
         last_time = label
-        body = "\n".join(message_lines(msg)).splitlines() or ["[empty message]"]
+        body = "\n".join(observer_lines(msg)).splitlines() or ["[empty message]"]
         out.append(f"{prefix} {body[0]}")
         out.extend(f"  {ln}" for ln in body[1:])
     return "\n".join(out).rstrip() + "\n"

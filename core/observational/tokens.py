@@ -30,8 +30,12 @@ def _dump(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-def message_lines(msg: "Message") -> list[str]:
-    """A message as the observer reads it: text, tool calls and results (clipped), file placeholders."""
+def observer_lines(msg: "Message") -> list[str]:
+    """A message as the observer reads it: text, tool calls and results (clipped), file placeholders.
+
+    Not ``Message.text`` (text parts only, what the chat model reads) nor ``recall_text`` (what
+    recall embeds): the observer must also see what tools did, and its token counts follow from this.
+    """
     lines: list[str] = []
     images = 0
     for part in msg.parts:
@@ -59,8 +63,9 @@ def message_lines(msg: "Message") -> list[str]:
     return lines
 
 
-def message_text(msg: "Message") -> str:
-    return "\n".join(message_lines(msg))
+def observer_text(msg: "Message") -> str:
+    """``observer_lines`` as one text: what a message costs toward the observation threshold."""
+    return "\n".join(observer_lines(msg))
 
 
 @lru_cache(maxsize=8192)
@@ -79,11 +84,11 @@ def count_text(tokenizer: "Tokenizer", text: str) -> int:
 
 def message_tokens(tokenizer: "Tokenizer", msg: "Message") -> int:
     """Tokens one message adds to the unobserved pile (text plus chat framing)."""
-    return count_text(tokenizer, message_text(msg)) + MESSAGE_OVERHEAD
+    return count_text(tokenizer, observer_text(msg)) + MESSAGE_OVERHEAD
 
 
 def messages_tokens(tokenizer: "Tokenizer", messages: Iterable["Message"]) -> int:
     return sum(message_tokens(tokenizer, m) for m in messages)
 
 
-__all__ = ["count_text", "message_lines", "message_text", "message_tokens", "messages_tokens"]
+__all__ = ["count_text", "message_tokens", "messages_tokens", "observer_lines", "observer_text"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from core.recall.index import IndexReport, RecallError, RecallIndex, SearchHit, SearchResult, delete_thread_everywhere
 from core.recall.reindex import ReindexReport, reindex
 from core.recall.schema import RECALL_MIGRATIONS, vector_table_name
-from core.recall.text import keyword_query, message_text, segment
+from core.recall.text import keyword_query, recall_text, segment
 
 __all__ = [
     "RECALL_MIGRATIONS",
@@ -22,7 +22,7 @@ __all__ = [
     "SearchHit",
     "SearchResult",
     "keyword_query",
-    "message_text",
+    "recall_text",
     "reindex",
     "delete_thread_everywhere",
     "segment",

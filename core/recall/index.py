@@ -30,7 +30,7 @@ from core.recall.schema import (
     upsert_docs,
     vector_table_name,
 )
-from core.recall.text import message_text
+from core.recall.text import recall_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
@@ -154,7 +154,7 @@ class RecallIndex:
         report = IndexReport()
         todo: list[tuple[Message, str]] = []
         for m in messages:
-            text = message_text(m)
+            text = recall_text(m)
             if m.role not in INDEXED_ROLES:
                 report.skipped[m.id] = f"{m.role} messages are not indexed"
             elif not text.strip():

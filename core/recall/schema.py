@@ -24,7 +24,7 @@ import re
 import sqlalchemy as sa
 
 from core.storage import migrations
-from core.recall.text import content_text, segment
+from core.recall.text import recall_content_text, segment
 
 FTS_TABLE = "memory_studio_message_fts"
 DOCS_TABLE = "memory_studio_fts_docs"
@@ -149,7 +149,7 @@ def text_of_raw(raw: object) -> str:
         stripped = raw.lstrip()
         if stripped.startswith("{"):
             try:
-                return content_text(json.loads(raw))
+                return recall_content_text(json.loads(raw))
             except json.JSONDecodeError:
                 return ""  # a malformed row is not indexed; the message store reports it when read
         return raw

@@ -39,15 +39,23 @@ STOP_WORDS = frozenset(
 )
 
 
-def message_text(message: Message) -> str:
-    """The text recall indexes and matches: ``content.content`` if non-empty, else text parts joined.
+def recall_text(message: Message) -> str:
+    """The text recall embeds and matches: ``content.content`` if non-empty, else text parts joined.
 
-    Same rule as the query side (spec §2.4), so a message and the same words asked as a query agree.
+    Mastra's query rule (spec §2.4), used for stored messages too, so a message and the same words
+    asked as a query agree. It differs from ``Message.text`` (text parts first, what the model reads)
+    when a Mastra row's ``content.content`` says something else than its parts.
     """
-    return content_text(message.content)
+    return recall_content_text(message.content)
 
 
-def content_text(content: Mapping[str, Any] | Any) -> str:
+# The old name, still imported by core/processors/semantic_recall.py (owned by another change in
+# flight); remove once that import reads ``recall_text``.
+message_text = recall_text
+
+
+def recall_content_text(content: Mapping[str, Any] | Any) -> str:
+    """``recall_text`` of a stored row's content dict (the index reads raw rows in SQL)."""
     if not isinstance(content, Mapping):
         return content if isinstance(content, str) else ""
     direct = content.get("content")

@@ -15,8 +15,10 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import sqlalchemy as sa
 
 from core.messages import Message
+from core.storage import message_pages
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
+from core.storage.message_pages import UnreadableMessage
 from core.timeutil import iso_now, parse_iso, to_iso
 
 
@@ -351,7 +353,10 @@ class MemoryStore:
         return out
 
     def list_messages_page(self, thread_id: str, offset: int, limit: int) -> list[Message]:
-        """Chronological slice for large-thread viewers (index-backed; no full scan per page)."""
+        """Chronological slice in the engine's (createdAt, id) order (``Memory.recall`` pages).
+
+        Viewers page with ``browse_messages`` instead: faster deep in a thread, and corrupt-row tolerant.
+        """
         msg = t.messages.c
         stmt = (
             sa.select(t.messages).where(msg.thread_id == thread_id)
@@ -360,6 +365,14 @@ class MemoryStore:
         with self.db.read() as conn:
             rows = conn.execute(stmt).mappings().all()
         return [Message.from_row(r) for r in rows]
+
+    def browse_messages(self, thread_id: str, offset: int, limit: int) -> list[Message | UnreadableMessage]:
+        """A viewer's page of a thread, in (createdAt, rowid) order; corrupt rows come back in place."""
+        return message_pages.read_page(self.db, thread_id, offset, limit)
+
+    def message_position(self, thread_id: str, message_id: str) -> int | None:
+        """A message's index in ``browse_messages`` order, or None if it is not in the thread."""
+        return message_pages.position(self.db, thread_id, message_id)
 
     def count_messages(self, thread_id: str) -> int:
         with self.db.read() as conn:

@@ -19,7 +19,8 @@ from typing import Any
 import libsql_experimental as libsql
 
 from core.traces.locking import StoreBusy, StoreMissing
-from core.traces.spans import SPANS_TABLE, to_iso_ms
+from core.timeutil import to_iso
+from core.traces.spans import SPANS_TABLE
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader
 
 
@@ -57,7 +58,7 @@ class LibSQLSpanReader(SpanReader):
             con.close()
 
     def _ts_param(self, value: datetime) -> object:
-        return to_iso_ms(value)  # ISO-ms-Z text sorts the same way as the instants
+        return to_iso(value)  # ISO-ms-Z text sorts the same way as the instants
 
     def _select_column(self, column: str, kind: str, alias: str = "") -> str:
         ref = f'{alias + "." if alias else ""}"{column}"'

@@ -11,8 +11,10 @@ import enum
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
+
+from core.timeutil import as_utc, parse_optional_iso
 
 SPANS_TABLE = "mastra_ai_spans"
 
@@ -78,39 +80,6 @@ COLUMNS: tuple[tuple[str, str, ColumnKind], ...] = (
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(c for c, _, _ in COLUMNS)
 JSON_COLUMNS: frozenset[str] = frozenset(c for c, _, k in COLUMNS if k == "json")
-
-
-def utc_now_ms() -> datetime:
-    """Now, truncated to milliseconds: what Mastra's ISO text can hold."""
-    return truncate_ms(datetime.now(timezone.utc))
-
-
-def as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-
-
-def truncate_ms(value: datetime) -> datetime:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    value = value.astimezone(timezone.utc)
-    return value.replace(microsecond=value.microsecond // 1000 * 1000)
-
-
-def to_iso_ms(value: datetime) -> str:
-    """``2025-01-02T03:04:05.000Z``: JS ``toISOString()``; sorting this text sorts by time."""
-    return truncate_ms(value).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def parse_timestamp(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-    text = str(value)
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    parsed = datetime.fromisoformat(text)
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed
 
 
 def _decode_json(value: object) -> Any:
@@ -200,7 +169,7 @@ class SpanRecord:
         kwargs: dict[str, Any] = {}
         for (_, attr, kind), value in zip(COLUMNS, row, strict=True):
             if kind == "ts":
-                value = parse_timestamp(value)
+                value = parse_optional_iso(value)
             elif kind == "bool":
                 value = bool(value)
             elif kind == "json" and not json_decoded:

@@ -41,10 +41,9 @@ from core.traces.spans import (
     SpanType,
     TraceFilters,
     TraceSummary,
-    as_utc,
-    utc_now_ms,
 )
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
+from core.timeutil import as_utc, utc_now_ms
 
 DEFAULT_OBSERVABILITY_PATH = Path(".temp") / "observability.duckdb"
 SCHEMA_VERSION_TABLE = "observability_schema_version"

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from core.observational import OMRecord, ThreadHints
 from core.observational.records import split_chunks
+from core.timeutil import parse_iso
 from studio.selection import Selection
 
 EMPTY_TEXT = ("No observational memory for this thread: the agent that writes it runs with observational memory "
@@ -53,10 +54,9 @@ def _parse(iso: str | None) -> datetime | None:
     if not iso:
         return None
     try:
-        value = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    except ValueError:
+        return parse_iso(iso)
+    except ValueError:  # a hand-edited or foreign row: the cell shows the raw text
         return None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def format_short(iso: str | None) -> str:

@@ -1,8 +1,8 @@
 """The prompt inspector's logic (no Qt): options, what to assemble, and how the record is laid out.
 
-The inspector never computes a prompt itself. ``assemble_preview`` calls ``Memory.assemble`` (the one
-code path the agent uses) and the layout functions only reshape its ``AssembledPrompt`` record into
-rows, bar segments and skip reasons for display.
+The inspector never computes a prompt itself. ``studio.reads.assemble_preview`` (run in a worker)
+calls ``Memory.assemble`` (the one code path the agent uses) and the layout functions here only
+reshape its ``AssembledPrompt`` record into rows, bar segments and skip reasons for display.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Callable, Literal, Mapping
 
-from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message, Store
-from core.storage.memory_store import MessageQuery
-from core.timeutil import to_iso
-from studio.logic.memory_config import AgentConfig
+from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
+from core.agent_configs import AgentConfig
 
 # Stable colours per source so the bar, the table and the legend agree (colour-blind-safe-ish hues).
 SOURCE_COLORS: dict[str, str] = {
@@ -108,24 +106,6 @@ class TurnRef:
         return self.input.id if self.input is not None else self.picked_id
 
 
-def resolve_turn(store: Store, thread_id: str, message_id: str) -> TurnRef | None:
-    """The turn a picked message belongs to: itself if it is a user message, else the user message
-    that started it (the newest user message before it)."""
-    found = store.memory.get_messages([message_id])
-    if not found or found[0].thread_id != thread_id:
-        return None
-    picked = found[0]
-    if picked.role in ("user", "signal"):
-        return TurnRef(picked.id, picked, (picked.created_at, picked.id), to_iso(picked.created_at))
-    earlier = store.memory.list_messages(
-        MessageQuery(thread_id=thread_id, before=(picked.created_at, picked.id), last=200)
-    )
-    for msg in reversed(earlier):
-        if msg.role in ("user", "signal"):
-            return TurnRef(picked.id, msg, (msg.created_at, msg.id), to_iso(msg.created_at))
-    return TurnRef(picked.id, None, (picked.created_at, picked.id), to_iso(picked.created_at))
-
-
 @dataclass(frozen=True)
 class PreviewRequest:
     thread_id: str | None
@@ -176,39 +156,6 @@ def memory_options_for(req: PreviewRequest) -> MemoryOptions:
     sr = base.semantic_recall
     return base.with_(
         semantic_recall=replace(sr, enabled=req.options.recall, top_k=req.options.top_k, scope=req.options.scope),
-    )
-
-
-def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFactory,
-                     embedders: EmbedderHolder) -> Preview:
-    """Worker job: build the Memory the agent would run with and ask it for the prompt."""
-    notes: list[str] = []
-    embedder = embedders.get() if req.options.recall else None
-    memory = memory_factory(memory_options_for(req), req.memory_name, embedder)
-    overrides = req.options.to_overrides()
-    turn = None
-    if req.message_id and req.thread_id:
-        turn = resolve_turn(store, req.thread_id, req.message_id)
-        if turn is None:
-            raise LookupError(f"Message {req.message_id} is not in thread {req.thread_id} any more.")
-        prompt = assemble_as_of(memory, req, turn, overrides)
-        as_of = prompt.notes.get("working-memory", {}).get("asOf")
-        if as_of:
-            notes.append(f"History and recall end at this turn; working memory: {as_of}.")
-    else:
-        inputs = [Message.user(req.text)] if req.text.strip() else []
-        prompt = memory.assemble(
-            thread_id=req.thread_id, resource_id=req.resource_id, input=inputs,
-            instructions=req.instructions or None, options=overrides,
-        )
-    return Preview(req, prompt, turn, notes)
-
-
-def assemble_as_of(memory: Memory, req: PreviewRequest, turn: TurnRef, overrides: Mapping[str, Any]) -> AssembledPrompt:
-    """The engine rebuilds the turn itself (``as_of``): history and recall end before that message."""
-    return memory.assemble(
-        thread_id=req.thread_id, resource_id=req.resource_id, instructions=req.instructions or None,
-        options=overrides, as_of=turn.as_of,
     )
 
 

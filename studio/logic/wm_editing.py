@@ -6,7 +6,7 @@ seed-004 rules: objects deep-merge, ``null`` deletes, arrays are replaced). Savi
 editor loaded as ``expected``, so an agent's change in the meantime raises ``ConcurrentUpdateError``
 instead of being overwritten.
 
-``load_wm`` and ``save_wm`` do I/O and run in a worker.
+``save_wm`` writes and runs in a worker; the pane's read, ``studio.reads.load_wm``, fills a ``WmSnapshot``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from core import Memory, MemoryOptions, Store, WorkingMemoryOptions
+from core import Store, WorkingMemoryOptions
+from core.agent_configs import AgentConfig
 from core.working_memory import Version, WorkingMemoryService, normalize_ws
-from core.working_memory_schema import deep_merge, load_stored, validate
-from studio.logic.memory_config import AgentConfig, ConfigState, agent_for_thread, config_state, list_agents
+from core.working_memory_schema import load_stored, validate, working_memory_merge
+from studio.logic.memory_config import ConfigState
 from studio.selection import Selection
 
 JsonMode = Literal["merge", "replace"]
@@ -68,38 +69,6 @@ class WmSnapshot:
     @property
     def fmt(self) -> str:
         return self.options.mode
-
-
-def load_wm(store: Store, selection: Selection, agent_name: str | None = None) -> WmSnapshot:
-    """Read the agent configs, the effective template/schema, the stored value and its versions."""
-    agents = list_agents(store)
-    thread = store.memory.get_thread(selection.thread_id) if selection.thread_id else None
-    if selection.resource_id is None and thread is not None:
-        selection = Selection(thread.resource_id, selection.thread_id, selection.message_id)
-    if agent_name is not None:
-        agent = next((a for a in agents if a.name == agent_name), None)
-        reason = f"chosen: agent '{agent_name}'" if agent else "chosen: defaults"
-    else:
-        from core.registry import agent_for_thread as last_agent
-
-        agent, reason = agent_for_thread(agents, thread, last_agent(store, thread.id) if thread else None)
-    base = agent.memory_options() if agent is not None else MemoryOptions(working_memory={"enabled": True})
-    # Only working memory matters here; recall and OM would need an embedder or a model to construct.
-    base = base.with_(semantic_recall=False, observational_memory=False)
-    declared = bool(base.working_memory.enabled)
-    if not declared:
-        base = base.merged({"working_memory": {"enabled": True}})
-    memory_name = agent.memory_name if agent is not None else "default"
-    # Memory.effective_options applies the newest Studio override exactly as the agent will.
-    opts = Memory(store, base, name=memory_name).effective_options().working_memory
-    target, why = target_for(selection, opts)
-    snap = WmSnapshot(agents, agent, reason, memory_name, declared, opts, target, why,
-                      config=config_state(store, memory_name))
-    if target is not None:
-        service = WorkingMemoryService(store)
-        snap.text = service.get(opts, thread_id=target.thread_id, resource_id=target.resource_id).text
-        snap.versions = service.versions(target.scope, target.owner_id)
-    return snap
 
 
 # -- the staged draft ----------------------------------------------------------------------------
@@ -201,7 +170,7 @@ class WmDraft:
         if problem is not None or parsed is None:
             return DraftCheck((problem or "Not a JSON object.",), (), MergePreview(current, None, None))
         if self.json_mode == "merge":
-            result = deep_merge(current, parsed)
+            result = working_memory_merge(current, parsed)
             deleted = tuple(k for k, v in parsed.items() if v is None and k in current)
             preview = MergePreview(current, parsed, result, deleted)
         else:

@@ -2,12 +2,12 @@
 
 The current observation log, the hints the observer left on the thread, how close the unobserved
 messages and the log are to their thresholds, and every generation (reflections start a new one).
-Reads only, in a worker; reloads when the session sees the database change.
+Reads only, in a worker (``studio.reads.load_observations``); reloads when the session sees the
+database change.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QItemSelection, Qt, Signal
@@ -27,50 +27,24 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.observational import OMRecord, ThreadHints, load_history, thread_hints
+from core.observational import ThreadHints
 from studio.commands import CommandRegistry
 from studio.logic.observations_layout import (
     GenerationRow,
-    Lookup,
     TokenBar,
     empty_text,
     generation_rows,
     hint_rows,
     log_html,
-    lookups_for,
     subtitle,
     token_bars,
 )
+from studio.reads import OMView, load_observations
 from studio.selection import Selection
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
-
-
-# -- reading (runs on a worker) -------------------------------------------------------------------------
-@dataclass
-class OMView:
-    selection: Selection
-    lookup: Lookup | None = None
-    history: list[OMRecord] = field(default_factory=list)
-    hints: ThreadHints = field(default_factory=ThreadHints)
-
-
-def load_view(store: Any, selection: Selection) -> OMView:
-    """The first lookup with a record wins (a thread's own record, else its resource's)."""
-    view = OMView(selection)
-    if selection.thread_id:
-        thread = store.memory.get_thread(selection.thread_id)
-        if thread is not None:
-            view.hints = thread_hints(thread.metadata)
-    for lookup in lookups_for(selection):
-        history = load_history(store, thread_id=lookup.thread_id, resource_id=lookup.resource_id,
-                               scope=lookup.scope)
-        if history:
-            view.lookup, view.history = lookup, history
-            break
-    return view
 
 
 GENERATION_COLUMNS: list[Column[GenerationRow]] = [
@@ -213,7 +187,7 @@ class ObservationsPane(QWidget):
             self._apply(OMView(selection))
             return
         self.status.setText("Reading observational memory…")
-        self.session.run(lambda: load_view(store, selection),
+        self.session.run(lambda: load_observations(store, selection),
                          on_result=alive_only(self, lambda view: self._on_view(view, gen)),
                          on_error=alive_only(self, lambda exc: self._on_error(exc, gen)), key=self._key)
 

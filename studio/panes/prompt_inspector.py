@@ -1,13 +1,14 @@
 """Prompt inspector: the exact prompt the engine would send for a thread, with where each part came from.
 
-Everything shown comes from ``Memory.assemble``'s record (``AssembledPrompt``), built in a worker.
+Everything shown comes from ``Memory.assemble``'s record (``AssembledPrompt``), built in a worker
+(``studio.reads.assemble_preview``). The options start from the thread's agent, chosen by
+``core.agent_configs.agent_for_thread``: the rule ``memory-studio prompt`` uses too.
 Option changes are debounced, and each assembly is submitted under one key so a slower, older result
 is dropped rather than painted over a newer one. Nothing here writes to the database.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QItemSelection, Qt, QTimer, Signal
@@ -33,8 +34,8 @@ from PySide6.QtWidgets import (
 )
 
 from core import MemoryOptions
+from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
 from studio.commands import CommandRegistry
-from studio.logic.memory_config import AgentConfig, agent_for_thread, list_agents
 from studio.logic.prompt_layout import (
     EmbedderHolder,
     FragmentRow,
@@ -43,13 +44,13 @@ from studio.logic.prompt_layout import (
     PreviewRequest,
     SkipRow,
     StartingPoint,
-    assemble_preview,
     context_usage,
     fragment_header,
     fragment_rows,
     skipped_rows,
     starting_point,
 )
+from studio.reads import assemble_preview
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor
@@ -60,25 +61,6 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 DEBOUNCE_MS = 250
 EMBEDDERS = EmbedderHolder()  # one embedding model per process, loaded on the first recall preview
 DEFAULTS_LABEL = "Defaults (no agent)"
-
-
-@dataclass
-class _ThreadContext:
-    agents: list[AgentConfig]
-    title: str
-    resource_id: str | None
-    agent: AgentConfig | None
-    reason: str
-
-
-def _load_context(store: Any, thread_id: str | None) -> _ThreadContext:
-    agents = list_agents(store)
-    thread = store.memory.get_thread(thread_id) if thread_id else None
-    from core.registry import agent_for_thread as last_agent
-
-    agent, reason = agent_for_thread(agents, thread, last_agent(store, thread_id) if thread else None)
-    return _ThreadContext(agents, thread.title if thread else "", thread.resource_id if thread else None,
-                          agent, reason)
 
 
 FRAGMENT_COLUMNS: list[Column[FragmentRow]] = [
@@ -110,7 +92,7 @@ class PromptInspectorPane(QWidget):
         self.session = session
         self.selection = Selection()
         self.preview: Preview | None = None
-        self._context: _ThreadContext | None = None
+        self._context: AgentChoice | None = None
         self._start: StartingPoint | None = None
         self._key = f"prompt-inspector-{id(self)}"
         self._busy = False
@@ -335,18 +317,20 @@ class PromptInspectorPane(QWidget):
         thread_id = self.selection.thread_id
         self.status.setText("Loading thread…")
         self.session.run(
-            lambda: _load_context(self.session.store, thread_id),
+            lambda: agent_for_thread(self.session.store, thread_id),
             on_result=alive_only(self, lambda ctx: self._on_context(ctx, thread_id, reset_options)),
             on_error=alive_only(self, self._on_error), key=self._key + "-ctx",
         )
 
-    def _on_context(self, ctx: _ThreadContext, thread_id: str | None, reset_options: bool) -> None:
+    def _on_context(self, ctx: AgentChoice, thread_id: str | None, reset_options: bool) -> None:
         if thread_id != self.selection.thread_id:
             return
         previous_agent = self.agent_combo.currentData() if not reset_options else None
         self._context = ctx
-        self.title.setText(ctx.title or thread_id or "")
-        self.subtitle.setText(f"thread {thread_id} · resource {ctx.resource_id or self.selection.resource_id or '?'}")
+        thread = ctx.thread
+        self.title.setText((thread.title if thread else "") or thread_id or "")
+        resource = thread.resource_id if thread else self.selection.resource_id
+        self.subtitle.setText(f"thread {thread_id} · resource {resource or '?'}")
         self._syncing = True
         self.agent_combo.clear()
         for agent in ctx.agents:
@@ -444,7 +428,7 @@ class PromptInspectorPane(QWidget):
         turn = self.turn_radio.isChecked() and self.selection.message_id is not None
         return PreviewRequest(
             thread_id=self.selection.thread_id,
-            resource_id=self._context.resource_id or self.selection.resource_id,
+            resource_id=self._context.thread.resource_id if self._context.thread else self.selection.resource_id,
             base=start.base if start.base is not None else MemoryOptions(),
             options=self.options(),
             memory_name=agent.memory_name if agent else "default",

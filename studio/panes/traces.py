@@ -6,17 +6,14 @@ process may hold the DuckDB file while it writes, so every read can come back bu
 the reader's last good answer): the banner says so and the next poll retries. Traces sit in another
 file than the memory database, so while the pane is visible a worker compares the trace files'
 ``stat()`` every two seconds (no lock taken, the writer is never delayed) and reloads on change.
-The list is paged: only ``PAGE`` traces are read at a time.
+The list is paged: only ``PAGE`` traces are read at a time. The reads are ``studio.reads``' traces section.
 """
 
 from __future__ import annotations
 
 import html
-import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from PySide6.QtCore import QItemSelection, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
@@ -37,15 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.traces.spans import (
-    SPANS_TABLE,
-    ReadCount,
-    ReadResult,
-    SpanRecord,
-    TraceFilters,
-    TraceSummary,
-)
-from core.traces.reader import SpanReader
+from core.traces.spans import ReadResult, SpanRecord, TraceFilters, TraceSummary
 from studio.commands import CommandRegistry
 from studio.logic.traces_layout import (
     ERROR_COLOR,
@@ -67,6 +56,7 @@ from studio.logic.traces_layout import (
     tokens_tooltip,
     transcript_html,
 )
+from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, traces_fingerprint
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
@@ -88,86 +78,6 @@ FILTER_DEBOUNCE_MS = 250
 STATUS_CHOICES: list[tuple[str, Status | None]] = [
     ("Any status", None), ("ok", "ok"), ("error", "error"), ("running", "running")]
 TAB_MESSAGES, TAB_INPUT, TAB_OUTPUT, TAB_ATTRIBUTES, TAB_ERROR, TAB_SPAN = range(6)
-
-SourceKind = Literal["duckdb", "libsql", "memory"]
-
-
-# -- where the traces are (runs on workers) ----------------------------------------------------------
-@dataclass(frozen=True)
-class TraceSource:
-    kind: SourceKind
-    location: str
-    reader: SpanReader | None
-    watch: tuple[Path, ...]  # files whose stat() changing means "read again"
-
-
-class SourceResolver:
-    """Finds the trace store for a session's database; keeps one reader per file so a reader's
-    last good answer (what it returns while the file is busy) survives between polls."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self._readers: dict[tuple[str, str], SpanReader] = {}
-        self._lock = threading.Lock()
-
-    def _reader(self, kind: str, path: Path) -> SpanReader:
-        with self._lock:
-            reader = self._readers.get((kind, str(path)))
-            if reader is None:
-                if kind == "duckdb":
-                    from core.traces.store import DuckDBObservabilityStore
-
-                    reader = DuckDBObservabilityStore(path, read_only=True)
-                else:
-                    from core.traces.libsql_reader import LibSQLSpanReader
-
-                    reader = LibSQLSpanReader(path)
-                self._readers[(kind, str(path))] = reader
-            return reader
-
-    def resolve(self) -> TraceSource:
-        location = self.store.location
-        duck = location.observability_path
-        if duck is None or location.path is None:
-            return TraceSource("memory", ":memory:", None, ())
-        watch = (duck, duck.with_name(duck.name + ".wal"))
-        if not duck.exists() and self.store.db.has_table(SPANS_TABLE):
-            db = Path(location.path)
-            return TraceSource("libsql", f"{db} (mastra_ai_spans)", self._reader("libsql", db),
-                               (*watch, db, db.with_name(db.name + "-wal")))
-        return TraceSource("duckdb", str(duck), self._reader("duckdb", duck), watch)
-
-
-def fingerprint(paths: tuple[Path, ...]) -> tuple[Any, ...]:
-    """Cheap change detection without opening (or locking) anything."""
-    out: list[Any] = []
-    for path in paths:
-        try:
-            st = path.stat()
-            out.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
-
-
-@dataclass
-class Page:
-    source: TraceSource
-    rows: ReadResult[TraceSummary]
-    total: ReadCount | None
-    offset: int
-    fingerprint: tuple[Any, ...]
-
-
-def load_page(resolver: SourceResolver, filters: TraceFilters, offset: int, limit: int) -> Page:
-    source = resolver.resolve()
-    stamp = fingerprint(source.watch)  # taken before reading: a write during the read shows next poll
-    if source.reader is None:
-        return Page(source, ReadResult(missing=True), None, offset, stamp)
-    rows = source.reader.list_traces(limit=limit, offset=offset, filters=filters)
-    total = source.reader.count_traces(filters) if not rows.missing else None
-    return Page(source, rows, total, offset, stamp)
-
 
 # -- the pane ---------------------------------------------------------------------------------------
 TRACE_COLUMNS: list[Column[TraceSummary]] = [
@@ -400,7 +310,7 @@ class TracesPane(QWidget):
             return
         self._polling = True
         watch = self.source.watch
-        self.session.run(lambda: fingerprint(watch), on_result=alive_only(self, self._on_fingerprint),
+        self.session.run(lambda: traces_fingerprint(watch), on_result=alive_only(self, self._on_fingerprint),
                          on_error=alive_only(self, lambda _e: setattr(self, "_polling", False)), key=self._key + "-poll")
 
     def _on_fingerprint(self, stamp: tuple[Any, ...]) -> None:
@@ -453,7 +363,7 @@ class TracesPane(QWidget):
         self._loading = True
         self.status.setText("Reading traces…")
         resolver = self.resolver
-        self.session.run(lambda: load_page(resolver, filters, 0, limit),
+        self.session.run(lambda: load_traces_page(resolver, filters, 0, limit),
                          on_result=alive_only(self, lambda page: self._on_page(page, gen, filters, keep)),
                          on_error=alive_only(self, self._on_error), key=self._key + "-list")
 
@@ -463,11 +373,11 @@ class TracesPane(QWidget):
         gen, offset, filters = self._gen, len(self.traces), self.filters()
         resolver = self.resolver
         self.status.setText("Reading more traces…")
-        self.session.run(lambda: load_page(resolver, filters, offset, PAGE),
+        self.session.run(lambda: load_traces_page(resolver, filters, offset, PAGE),
                          on_result=alive_only(self, lambda page: self._on_page(page, gen, filters, True)),
                          on_error=alive_only(self, self._on_error), key=self._key + "-more")
 
-    def _on_page(self, page: Page, gen: int, filters: TraceFilters, keep: bool) -> None:
+    def _on_page(self, page: TracePage, gen: int, filters: TraceFilters, keep: bool) -> None:
         if gen != self._gen:
             return  # filters changed or a newer reload started: this answer is out of date
         if page.offset == 0:
@@ -665,4 +575,4 @@ def _esc(text: str) -> str:
     return html.escape(text)
 
 
-__all__ = ["PAGE", "SourceResolver", "TraceSource", "TracesPane", "fingerprint", "load_page"]
+__all__ = ["PAGE", "TracesPane"]

@@ -30,11 +30,12 @@ from PySide6.QtWidgets import (
 )
 
 from core import ConcurrentUpdateError
+from core.agent_configs import AgentConfig, save_override
 from core.working_memory import Version
 from studio.commands import CommandRegistry
 from studio.logic.diffing import line_diff, normalize_for_diff
-from studio.logic.memory_config import AgentConfig, save_override
-from studio.logic.wm_editing import DraftCheck, WmDraft, WmSnapshot, changed_paths, load_wm, pretty_json, save_wm
+from studio.logic.wm_editing import DraftCheck, WmDraft, WmSnapshot, changed_paths, pretty_json, save_wm
+from studio.reads import load_wm
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line

@@ -24,7 +24,8 @@ from PySide6.QtWidgets import (
 )
 
 from studio.logic.diffing import line_diff, normalize_for_diff
-from studio.logic.memory_config import ConfigVersion, parse_schema, validate_template
+from core.agent_configs import ConfigVersion, validate_template
+from studio.logic.memory_config import parse_schema
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.diff_view import DiffView
 from studio.widgets.record_table import Column, RecordTableModel

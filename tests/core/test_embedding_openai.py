@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from core.embedding import CachedEmbedder, Embedder, EmbeddingServiceError, OpenAIEmbedder
+from core.llm.http import RetryPolicy
 from core.llm.loopback import LoopbackServer, hash_embedding
 
 
@@ -151,3 +152,43 @@ def test_a_dimension_mismatch_is_reported(server: LoopbackServer) -> None:
     emb = embedder(server, dim=32)
     with pytest.raises(EmbeddingServiceError, match="24-d embeddings; this embedder expects 32-d"):
         emb.embed(["hello"])
+
+
+def test_a_server_hiccup_is_retried_under_the_chat_models_policy(server: LoopbackServer) -> None:
+    sleeps: list[float] = []
+    emb = embedder(server, retry=RetryPolicy(max_retries=2, initial_delay=0.001), sleep=sleeps.append)
+    server.fail_next(1, 503)
+    vecs = emb.embed(["peanut allergy"])
+    np.testing.assert_allclose(vecs[0], hash_embedding("peanut allergy", 24), atol=1e-6)
+    assert len(embedding_bodies(server)) == 2 and len(sleeps) == 1
+
+    server.fail_next(1, 429, retry_after=0.01)
+    emb.embed(["again"])
+    assert sleeps[-1] == 0.01  # the server's Retry-After was obeyed, as for chat models
+
+
+def test_retries_are_counted_and_then_the_error_names_the_endpoint(server: LoopbackServer) -> None:
+    sleeps: list[float] = []
+    emb = embedder(server, retry=RetryPolicy(max_retries=1, initial_delay=0.0), sleep=sleeps.append, dim=24)
+    server.fail_next(2, 500)
+    with pytest.raises(EmbeddingServiceError, match="HTTP 500") as info:
+        emb.embed(["hello"])
+    assert server.base_url in str(info.value)
+    assert len(embedding_bodies(server)) == 2 and len(sleeps) == 1
+
+
+def test_a_refused_answer_is_not_retried(server: LoopbackServer) -> None:
+    sleeps: list[float] = []
+    emb = OpenAIEmbedder(server.base_url, "loopback-embed", api_key="wrong", sleep=sleeps.append)
+    with pytest.raises(EmbeddingServiceError, match="HTTP 401.*Check the API key"):
+        emb.embed(["hello"])
+    assert sleeps == [] and len(embedding_bodies(server)) == 1
+
+
+def test_a_retry_after_beyond_the_limit_gives_up_at_once(server: LoopbackServer) -> None:
+    sleeps: list[float] = []
+    emb = embedder(server, retry=RetryPolicy(max_retries=3, max_retry_after=5), sleep=sleeps.append, dim=24)
+    server.fail_next(1, 429, retry_after=120)
+    with pytest.raises(EmbeddingServiceError, match="asked to wait 120 s, longer than the 5 s we wait"):
+        emb.embed(["hello"])
+    assert sleeps == []

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.storage import open_store
-from core.recall import RecallIndex, message_text, segment, keyword_query, vector_table_name
+from core.recall import RecallIndex, recall_text, segment, keyword_query, vector_table_name
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 
@@ -189,10 +189,24 @@ def test_chinese_text_is_segmented_for_keywords(store):
     assert keyword_query('say "NEAR" 花生 -x') == '"say" OR "near" OR "花 生" OR "x"'
 
 
-def test_message_text_prefers_content_then_parts():
+def test_recall_text_prefers_content_then_parts():
     m = Message.create("user", [{"type": "text", "text": "Part 1"}, {"type": "text", "text": "Part 2"}])
     m.content.pop("content", None)
-    assert message_text(m) == "Part 1 Part 2"
+    assert recall_text(m) == "Part 1 Part 2"
+
+
+def test_the_three_text_rules_differ_where_a_mastra_row_says_so():
+    """A Mastra row whose ``content`` is not its text parts: each rule reads what its user needs."""
+    from core.messages import tool_invocation_part
+    from core.observational.tokens import observer_text
+
+    m = Message.create("assistant", [tool_invocation_part("c1", "getWeather", {"city": "Oslo"}, {"temp": 4}),
+                                     {"type": "text", "text": "Cold in Oslo."}])
+    m.content["content"] = "It is 4 degrees in Oslo."
+    assert m.text == "Cold in Oslo."  # what the chat model reads: the text parts
+    assert recall_text(m) == "It is 4 degrees in Oslo."  # Mastra's query rule: content first
+    assert observer_text(m).splitlines() == [  # the observer also sees what the tool did
+        '[called getWeather with {"city": "Oslo"}]', '[getWeather returned {"temp": 4}]', "Cold in Oslo."]
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -231,34 +231,62 @@ def test_newer_schema_is_never_written(db_path):
 
 
 def test_concurrent_writer_and_reader_processes(db_path):
-    """One process writes while another reads: "database is locked" never reaches either side."""
+    """One process writes while another reads: "database is locked" never reaches either side.
+
+    They overlap by construction: halfway, the writer waits (marker files) until the reader has read
+    a half-written thread, and the reader keeps reading until it has seen all 200 messages.
+    """
+    import json
     import subprocess
     import sys
     import textwrap
 
+    half, reader_saw = db_path.parent / "writer-half", db_path.parent / "reader-saw"
     with open_store(db_path) as s:
         Memory(s).create_thread(resource_id="u", thread_id="t")
     writer = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
         from core import Memory, Message, open_store
         m = Memory(open_store({str(db_path)!r}))
+        waited = False
         for i in range(200):
+            if i == 100:
+                Path({str(half)!r}).touch()
+                deadline = time.monotonic() + 120
+                while not Path({str(reader_saw)!r}).exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                waited = Path({str(reader_saw)!r}).exists()
             m.save_messages([Message.user(f"w{{i}}", thread_id="t", resource_id="u")])
+        print(waited)
     """)
     reader = textwrap.dedent(f"""
+        import json, time
+        from pathlib import Path
         from core import Memory, open_store
         m = Memory(open_store({str(db_path)!r}))
-        seen = 0
-        for i in range(400):
-            seen = max(seen, len(m.recall(thread_id="t", per_page=False).messages))
-        print(seen)
+        seen, partial, reads = 0, [], 0
+        deadline = time.monotonic() + 120
+        while seen < 200 and time.monotonic() < deadline:
+            n = len(m.recall(thread_id="t", per_page=False).messages)
+            reads += 1
+            seen = max(seen, n)
+            if 0 < n < 200:
+                partial.append(n)
+                if Path({str(half)!r}).exists():
+                    Path({str(reader_saw)!r}).touch()
+        print(json.dumps({{"seen": seen, "partial": partial[:5], "reads": reads}}))
     """)
-    pw = subprocess.Popen([sys.executable, "-c", writer], stderr=subprocess.PIPE, text=True)
+    pw = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pr = subprocess.Popen([sys.executable, "-c", reader], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _, werr = pw.communicate(timeout=120)
-    rout, rerr = pr.communicate(timeout=120)
+    wout, werr = pw.communicate(timeout=300)
+    rout, rerr = pr.communicate(timeout=300)
     assert pw.returncode == 0, werr
     assert pr.returncode == 0, rerr
     assert "locked" not in werr + rerr
+    r = json.loads(rout)
+    assert wout.strip() == "True"  # the writer paused until the reader had read a half-written thread
+    assert r["partial"] and r["seen"] == 200  # reads overlapped the writes, then saw every message
     with open_store(db_path) as s:
         assert s.memory.count_messages("t") == 200
 
@@ -288,3 +316,31 @@ def test_deleting_the_trace_file_loses_no_conversation(db_path):
     obs.unlink()
     with open_store(db_path) as s:
         assert [x.text for x in Memory(s).recall(thread_id="t").messages] == ["hi", "hello"]
+
+
+def test_browsing_pages_keep_a_corrupt_row_in_place_and_find_positions(store, db_path):
+    """The viewer's pager: (createdAt, rowid) order, a corrupt row returned in its place, positions."""
+    from datetime import datetime, timedelta, timezone
+
+    from core.storage.message_pages import UnreadableMessage
+
+    t0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    Memory(store).create_thread(resource_id="u1", thread_id="t1")
+    # Two messages in the same millisecond, "z" stored first: rowid order keeps them as stored.
+    store.memory.save_messages([
+        Message.user(f"m{i}", id=mid, thread_id="t1", resource_id="u1", created_at=t0 + timedelta(seconds=s))
+        for i, (mid, s) in enumerate([("a", 0), ("z", 1), ("b", 1), ("c", 2), ("d", 3)])
+    ])
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE mastra_messages SET content = '{broken' WHERE id = 'c'")
+    conn.commit()
+    conn.close()
+
+    page = store.memory.browse_messages("t1", 1, 3)
+    assert [m.id for m in page] == ["z", "b", "c"]
+    assert isinstance(page[2], UnreadableMessage) and page[2].role == "user"
+    assert page[2].created_at == t0 + timedelta(seconds=2) and "malformed" in page[2].error
+    assert [m.id for m in store.memory.browse_messages("t1", 4, 10)] == ["d"]
+    assert [store.memory.message_position("t1", mid) for mid in ("a", "z", "b", "c", "d")] == [0, 1, 2, 3, 4]
+    assert store.memory.message_position("t1", "missing") is None
+    assert store.memory.message_position("other-thread", "a") is None

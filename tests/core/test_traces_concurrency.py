@@ -2,6 +2,8 @@
 
 DuckDB lets no other process open a file while one holds it for writing, so these tests use real
 processes, not threads. They assert on counts and errors only; waits are reported, not asserted.
+The reader and the writer overlap by construction, not by luck: halfway through, the writer waits
+(through a marker file) until the reader has read spans it wrote, and only then writes the rest.
 """
 
 from __future__ import annotations
@@ -32,12 +34,22 @@ HOLD_LOCK = textwrap.dedent(
 WRITER = textwrap.dedent(
     """
     import json, sys, time
+    from pathlib import Path
     from core.traces.tracer import DuckDBSpanExporter, SpanType, Tracer
     path, traces, per_trace = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    half, reader_saw, done = (Path(a) for a in sys.argv[4:7])
     exporter = DuckDBSpanExporter(path, batch_size=7, flush_interval_s=0.02, max_queue=40)
     tracer = Tracer(exporter)
     span_ids, errors, slowest_export = [], [], 0.0
+    waited_for_reader = False
     for t in range(traces):
+        if t == traces // 2:  # halfway: wait until the reader has read what is written so far
+            exporter.flush(timeout=60)
+            half.touch()
+            deadline = time.monotonic() + 240
+            while not reader_saw.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            waited_for_reader = reader_saw.exists()
         try:
             with tracer.start_span(f"agent run {t}", SpanType.AGENT_RUN, thread_id="th",
                                    resource_id="u") as root:
@@ -51,8 +63,10 @@ WRITER = textwrap.dedent(
             errors.append(repr(exc))
         time.sleep(0.03)  # pacing only: lets the reader interleave
     exporter.shutdown(timeout=60)
+    done.touch()
     s = exporter.stats
     print(json.dumps({"span_ids": span_ids, "errors": errors, "written": s.written,
+                      "waited_for_reader": waited_for_reader,
                       "spilled": s.spilled, "imported": s.imported, "dropped": s.dropped,
                       "busy": s.busy, "queued": exporter.queued,
                       "max_open_wait_s": exporter.store.wait_stats.max_wait_s,
@@ -63,13 +77,17 @@ WRITER = textwrap.dedent(
 READER = textwrap.dedent(
     """
     import json, sys, time
+    from pathlib import Path
     from core.traces.store import DuckDBObservabilityStore
-    path, expected, max_polls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    path, expected = sys.argv[1], int(sys.argv[2])
+    half, reader_saw, done = (Path(a) for a in sys.argv[3:6])
     store = DuckDBObservabilityStore(path, read_only=True, read_budget_s=0.2)
     seen, complete, errors = set(), set(), []
     busy = stale = polls = 0
     slowest_read = 0.0
-    while len(seen) < expected and polls < max_polls:
+    seen_while_writer_ran = 0  # spans read before the writer finished
+    deadline = time.monotonic() + 240  # only reached when the writer failed; the test then fails
+    while len(seen) < expected and time.monotonic() < deadline:
         polls += 1
         try:
             began = time.monotonic()
@@ -89,8 +107,13 @@ READER = textwrap.dedent(
                     complete.add(summary.trace_id)
         except Exception as exc:
             errors.append(repr(exc))
+        if not done.exists():
+            seen_while_writer_ran = len(seen)
+            if seen and half.exists():
+                reader_saw.touch()  # lets the writer write its second half
         time.sleep(0.01)
     print(json.dumps({"seen": sorted(seen), "errors": errors, "busy": busy, "stale": stale,
+                      "seen_while_writer_ran": seen_while_writer_ran,
                       "polls": polls, "max_open_wait_s": store.wait_stats.max_wait_s,
                       "slowest_read_s": slowest_read}))
     """
@@ -113,8 +136,9 @@ def run_python(code: str, *args: str, stdin: int | None = None) -> subprocess.Po
 def test_agent_writes_while_studio_reads_and_every_span_arrives(tmp_path: Path) -> None:
     path = tmp_path / "observability.duckdb"
     traces, per_trace = 30, 10
-    reader = run_python(READER, str(path), str(traces * per_trace), "400")
-    writer = run_python(WRITER, str(path), str(traces), str(per_trace))
+    markers = [str(tmp_path / name) for name in ("writer-half", "reader-saw", "writer-done")]
+    reader = run_python(READER, str(path), str(traces * per_trace), *markers)
+    writer = run_python(WRITER, str(path), str(traces), str(per_trace), *markers)
     w_out, w_err = writer.communicate(timeout=300)
     r_out, r_err = reader.communicate(timeout=300)
     assert writer.returncode == 0, w_err
@@ -124,6 +148,9 @@ def test_agent_writes_while_studio_reads_and_every_span_arrives(tmp_path: Path) 
     print("reader:", {k: v for k, v in r.items() if k != "seen"})
 
     assert w["errors"] == [] and r["errors"] == []
+    # The reader read spans while the writer was still running (and still had half its runs to write).
+    assert w["waited_for_reader"] is True
+    assert 0 < r["seen_while_writer_ran"]
     assert len(w["span_ids"]) == traces * per_trace
     assert (w["dropped"], w["queued"]) == (0, 0)
     assert set(r["seen"]) == set(w["span_ids"])  # every span written was read live

@@ -142,13 +142,22 @@ def test_noop_tracer_accepts_the_same_calls() -> None:
 
 
 def test_a_broken_exporter_never_fails_the_run() -> None:
+    attempts: list[int] = []
+
     class Broken(InMemorySpanExporter):
         def export(self, spans: object) -> None:
+            attempts.append(len(spans))  # type: ignore[arg-type]
             raise OSError("disk on fire")
 
     tracer = Tracer(Broken())
+    finished = []
     with tracer.start_span("run", SpanType.AGENT_RUN):
-        pass
+        with tracer.memory_operation("recall"):
+            pass
+        finished.append("run body")
+    # Both spans were handed to the exporter, which failed each time; the run went on to the end.
+    assert finished == ["run body"] and attempts == [1, 1]
+    assert tracer.current_span() is None  # the failed export left no span open behind it
 
 
 def test_duckdb_exporter_writes_an_agent_run(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from core import ConcurrentUpdateError, Memory, MemoryOptions, Message, OptionsError, WorkingMemoryError
 from core.working_memory import hide_working_memory, instruction, tool_definition
-from core.working_memory_schema import deep_merge, empty_object, strip_nulls_from_optional
+from core.working_memory_schema import empty_object, strip_nulls_from_optional, working_memory_merge
 
 SCHEMA = {
     "type": "object",
@@ -27,37 +27,37 @@ SCHEMA = {
 # -- merge rules ------------------------------------------------------------------------------------
 def test_merge_with_null_update_returns_equal_new_object():
     existing = {"name": "Alice", "age": 30}
-    merged = deep_merge(existing, None)
+    merged = working_memory_merge(existing, None)
     assert merged == existing and merged is not existing
-    assert deep_merge(None, None) == {} and deep_merge(None, {}) == {}
+    assert working_memory_merge(None, None) == {} and working_memory_merge(None, {}) == {}
 
 
 def test_null_deletes_and_nested_objects_merge():
-    assert deep_merge({"name": "Alice", "location": "Seattle", "age": 30}, {"location": None}) == {
+    assert working_memory_merge({"name": "Alice", "location": "Seattle", "age": 30}, {"location": None}) == {
         "name": "Alice", "age": 30}
-    merged = deep_merge({"about": {"name": "A", "location": "NYC"}, "work": "x"}, {"about": {"age": 30}})
+    merged = working_memory_merge({"about": {"name": "A", "location": "NYC"}, "work": "x"}, {"about": {"age": 30}})
     assert merged == {"about": {"name": "A", "location": "NYC", "age": 30}, "work": "x"}
-    merged = deep_merge({"about": {"location": "NYC", "timezone": "EST"}}, {"about": {"location": None}})
+    merged = working_memory_merge({"about": {"location": "NYC", "timezone": "EST"}}, {"about": {"location": None}})
     assert merged == {"about": {"timezone": "EST"}}
 
 
 def test_arrays_replace_and_type_swaps_take_update():
-    assert deep_merge({"people": ["A", "B"]}, {"people": ["C"]}) == {"people": ["C"]}
-    assert deep_merge({"items": [1, 2, 3]}, {"items": []}) == {"items": []}
-    assert deep_merge({"x": {"a": 1}}, {"x": "s"}) == {"x": "s"}
-    assert deep_merge({"x": "s"}, {"x": {"a": 1}}) == {"x": {"a": 1}}
-    assert deep_merge({"x": [1]}, {"x": {"a": 1}}) == {"x": {"a": 1}}
-    assert deep_merge({"x": {"a": 1}}, {"x": [1]}) == {"x": [1]}
+    assert working_memory_merge({"people": ["A", "B"]}, {"people": ["C"]}) == {"people": ["C"]}
+    assert working_memory_merge({"items": [1, 2, 3]}, {"items": []}) == {"items": []}
+    assert working_memory_merge({"x": {"a": 1}}, {"x": "s"}) == {"x": "s"}
+    assert working_memory_merge({"x": "s"}, {"x": {"a": 1}}) == {"x": {"a": 1}}
+    assert working_memory_merge({"x": [1]}, {"x": {"a": 1}}) == {"x": {"a": 1}}
+    assert working_memory_merge({"x": {"a": 1}}, {"x": [1]}) == {"x": [1]}
 
 
 def test_inputs_never_mutated_and_null_in_new_branch_dropped():
     existing = {"a": {"b": 1}}
     update = {"a": {"c": [1, 2]}, "d": None}
-    merged = deep_merge(existing, update)
+    merged = working_memory_merge(existing, update)
     assert existing == {"a": {"b": 1}} and update == {"a": {"c": [1, 2]}, "d": None}
     merged["a"]["c"].append(3)
     assert update["a"]["c"] == [1, 2]
-    assert deep_merge(None, {"name": "Ada", "role": None}) == {"name": "Ada"}
+    assert working_memory_merge(None, {"name": "Ada", "role": None}) == {"name": "Ada"}
 
 
 def test_optional_nulls_are_stripped_for_tool_calls():

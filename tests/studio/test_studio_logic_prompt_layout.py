@@ -10,19 +10,18 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from core import Memory, MemoryOptions, Message, open_store
-from studio.logic.memory_config import AgentConfig, agent_for_thread, list_agents
+from core.agent_configs import choose_agent, list_agents
 from studio.logic.prompt_layout import (
     EmbedderHolder,
     InspectorOptions,
     PreviewRequest,
-    assemble_preview,
     context_usage,
     fragment_rows,
-    resolve_turn,
     skipped_rows,
     source_color,
     starting_point,
 )
+from studio.reads import assemble_preview, resolve_turn
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 
@@ -69,27 +68,13 @@ def test_starting_point_uses_the_registered_agent(store):
     agents = list_agents(store)
     assert [a.name for a in agents] == ["travel-agent"]
     thread = store.memory.get_thread("t1")
-    agent, reason = agent_for_thread(agents, thread)
+    agent, reason = choose_agent(agents, thread)
     start = starting_point(agent, reason)
     assert start.options.last_messages == 6
     assert "travel-agent" in start.origin
     assert start.agent is not None and start.agent.memory_name == "assistant"
     default = starting_point(None, "no agent has registered")
     assert default.origin.startswith("Defaults") and default.options.last_messages == 10
-
-
-def test_agent_for_thread_prefers_metadata_then_resource_name():
-    a = AgentConfig("a", {}, None, None)
-    b = AgentConfig("alice", {}, None, None)
-    from core.storage.memory_store import Thread
-
-    th = Thread("t", "alice", "", {"agent": "a"}, T0, T0)
-    assert agent_for_thread([a, b], th)[0] is a
-    th2 = Thread("t", "alice", "", {}, T0, T0)
-    assert agent_for_thread([a, b], th2)[0] is b
-    assert agent_for_thread([a], None)[0] is a
-    chosen, why = agent_for_thread([a, AgentConfig("c", {}, None, None)], th2)
-    assert chosen is None and "none is linked" in why
 
 
 def test_preview_renders_the_engine_record(store):
@@ -154,6 +139,6 @@ def test_recall_without_model_reports_the_install_hint(store):
 def test_pure_logic_imports_no_qt():
     code = (
         "import sys, studio.logic.prompt_layout, studio.logic.wm_editing, studio.logic.memory_config, "
-        "studio.logic.diffing; sys.exit(1 if any(m.startswith('PySide6') for m in sys.modules) else 0)"
+        "studio.logic.diffing, studio.reads; sys.exit(1 if any(m.startswith('PySide6') for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

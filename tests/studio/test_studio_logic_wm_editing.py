@@ -8,16 +8,17 @@ import pytest
 
 from core import ConcurrentUpdateError, Memory, MemoryOptions, Message, WorkingMemoryError, open_store
 from studio.logic.diffing import line_diff, normalize_for_diff, stats, unified
-from studio.logic.memory_config import config_state, parse_schema, save_override, validate_template
+from core.agent_configs import save_override, validate_template
+from studio.logic.memory_config import parse_schema
 from studio.logic.wm_editing import (
     WmDraft,
     WmTarget,
     changed_paths,
-    load_wm,
     parse_json_object,
     save_wm,
     target_for,
 )
+from studio.reads import config_state, load_wm
 from studio.selection import Selection
 
 SCHEMA = {

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import keyring
@@ -7,7 +8,17 @@ import keyring.errors
 import pytest
 from keyring.backend import KeyringBackend
 
-from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel, Secret, resolve_api_key, store_api_key
+from core.llm import (
+    KeyringMissingError,
+    LoopbackServer,
+    ModelError,
+    OpenAICompatibleModel,
+    ScriptedModel,
+    Secret,
+    resolve_api_key,
+    store_api_key,
+)
+from core.llm.keys import keyring_available
 
 
 class MemoryKeyring(KeyringBackend):
@@ -94,3 +105,37 @@ def test_model_uses_keyring_key_as_bearer_token(memory_keyring: MemoryKeyring) -
     assert server.requests[0].headers["authorization"] == f"Bearer {secret}"
     assert model.describe()["api_key_source"] == "keyring:memory-studio/LOCAL_LLM_KEY"
     assert secret not in repr(model) and secret not in str(model.describe())
+
+
+# -- without the optional keyring package ------------------------------------------------------------
+
+@pytest.fixture
+def no_keyring_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import keyring`` fails, as on an install without the ``keyring`` extra."""
+    monkeypatch.setitem(sys.modules, "keyring", None)
+    monkeypatch.setitem(sys.modules, "keyring.errors", None)
+
+
+def test_without_keyring_env_and_explicit_keys_still_work(no_keyring_package: None) -> None:
+    assert not keyring_available()
+    assert resolve_api_key(explicit="sk-x", environ={}).source == "explicit"
+    assert resolve_api_key(env_var="MY_KEY", environ={"MY_KEY": "k"}).source == "env:MY_KEY"
+    missing = resolve_api_key(env_var="MY_KEY", environ={})
+    assert missing.secret is None and missing.source == "none"
+    assert "memory-studio[keyring]" in missing.note
+
+
+def test_without_keyring_asking_for_it_by_name_says_what_to_install(no_keyring_package: None) -> None:
+    with pytest.raises(KeyringMissingError, match=r"pip install 'memory-studio\[keyring\]'.*MY_KEY"):
+        resolve_api_key(env_var="MY_KEY", keyring_username="me", environ={})
+    with pytest.raises(KeyringMissingError, match=r"memory-studio\[keyring\]"):
+        store_api_key("sk-x", username="MY_KEY")
+
+
+def test_without_keyring_a_local_model_runs_and_a_401_names_the_install(no_keyring_package: None) -> None:
+    with LoopbackServer(ScriptedModel(["hi"]), require_api_key="sk-right") as server:
+        with OpenAICompatibleModel("m", base_url=server.base_url, environ={}) as model:
+            assert model.describe()["api_key_source"] == "none"
+            assert "keyring not installed" in model.describe()["api_key_note"]
+            with pytest.raises(ModelError, match=r"memory-studio\[keyring\]"):
+                model.generate([{"role": "user", "content": "hi"}])

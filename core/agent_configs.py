@@ -1,0 +1,349 @@
+"""Which memory configuration an agent runs with, and which one applies to a thread.
+
+Memory Studio keeps two tables of its own for this (``core/storage/schema.py``); this module is the
+only code that reads or writes them:
+
+* ``memory_studio_agents``: every agent process registers the resolved memory configuration it runs
+  with (``Memory.register`` calls ``register_agent``), one row per agent name.
+* ``memory_studio_configs``: an insert-only history of working-memory template/schema overrides per
+  memory name, written from the Studio. The newest row wins and the engine reads it on every turn
+  (``Memory.effective_options`` calls ``effective_options``), so a running agent picks an edit up on
+  its next turn. Restoring an old version inserts it again; a row with neither template nor schema
+  means "back to what the agent's code declares".
+
+(The third, ``memory_studio_wm_versions``, belongs to the working-memory service, its only reader and
+writer: ``core/working_memory.py``.)
+
+Each assistant message records the agent that wrote it (``content.metadata.agent``). With the
+registered configurations this answers "which configuration does this thread run with?"
+(``agent_for_thread``); the CLI's ``memory-studio prompt`` and the Studio's prompt inspector both
+ask it, so both preview a turn exactly as that agent would assemble it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping, Sequence, Union
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert
+
+from core.options import MemoryOptions
+from core.storage import Store
+from core.storage import schema as t
+from core.storage.memory_store import Thread
+from core.timeutil import iso_now, parse_iso
+from core.working_memory_schema import WorkingMemoryError, check_schema
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MEMORY_NAME = "default"
+_AGENT_KEYS = ("agent", "agentName", "agentId")  # thread metadata naming its agent (Mastra playground style)
+
+
+# -- records ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AgentConfig:
+    """One row of ``memory_studio_agents``: the resolved configuration an agent registered."""
+
+    name: str  # agent name
+    config: dict[str, Any]  # ``Memory.describe()`` as the agent saw it
+    process: str | None
+    updated_at: datetime | None
+
+    @property
+    def memory_name(self) -> str:
+        """The name its memory's overrides are kept under (``Memory(name=...)``), not the agent's."""
+        return str(self.config.get("name") or self.name)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        opts = self.config.get("options")
+        return dict(opts) if isinstance(opts, Mapping) else {}
+
+    def memory_options(self) -> MemoryOptions:
+        """The agent's options as a ``MemoryOptions`` (unknown keys from a newer engine are dropped)."""
+        known = MemoryOptions.__dataclass_fields__
+        return MemoryOptions(**{k: v for k, v in self.options.items() if k in known})
+
+
+@dataclass(frozen=True)
+class ConfigVersion:
+    """One row of ``memory_studio_configs``: a template or schema override (or neither: code default)."""
+
+    id: int
+    name: str
+    template: str | None
+    schema: dict[str, Any] | None
+    author: str
+    created_at: datetime | None
+
+    @property
+    def kind(self) -> str:
+        if self.schema is not None:
+            return "schema"
+        if self.template is not None:
+            return "template"
+        return "code default"
+
+    @property
+    def text(self) -> str:
+        """What an editor shows for this version."""
+        if self.schema is not None:
+            return json.dumps(self.schema, ensure_ascii=False, indent=2)
+        return self.template or ""
+
+
+@dataclass(frozen=True)
+class AgentChoice:
+    """The registered agent whose configuration applies to a thread, and why (said to the user)."""
+
+    agent: AgentConfig | None
+    reason: str
+    agents: list[AgentConfig] = field(default_factory=list)  # every registered agent, by name
+    thread: Thread | None = None
+
+    @property
+    def memory_name(self) -> str:
+        return self.agent.memory_name if self.agent is not None else DEFAULT_MEMORY_NAME
+
+    def options(self) -> MemoryOptions:
+        """The chosen agent's options, or the engine's defaults when none applies."""
+        return self.agent.memory_options() if self.agent is not None else MemoryOptions()
+
+
+# -- which agent -----------------------------------------------------------------------------------
+def _has_table(store: Store, name: str) -> bool:
+    try:
+        return store.db.has_table(name)
+    except Exception:  # noqa: BLE001 - an unreadable schema simply has no Studio tables
+        logger.debug("cannot list tables of %s", store.location.display, exc_info=True)
+        return False
+
+
+def list_agents(store: Store) -> list[AgentConfig]:
+    """Every registered agent, by name; [] for a database without the table (a Mastra one)."""
+    if not _has_table(store, t.agent_registry.name):
+        return []
+    with store.db.read() as conn:
+        rows = conn.execute(sa.select(t.agent_registry).order_by(t.agent_registry.c.name)).all()
+    out = []
+    for r in rows:
+        try:
+            config = json.loads(r.config)
+        except (TypeError, json.JSONDecodeError):
+            logger.warning("agent %r registered an unreadable configuration; showing it as empty", r.name)
+            config = {}
+        out.append(AgentConfig(r.name, config if isinstance(config, dict) else {}, r.process,
+                               parse_iso(r.updatedAt) if r.updatedAt else None))
+    return out
+
+
+def named_agent(store: Store, name: str) -> AgentConfig:
+    """The agent registered as ``name``; ``LookupError`` (naming the registered ones) if there is none."""
+    agents = list_agents(store)
+    for agent in agents:
+        if agent.name == name:
+            return agent
+    known = ", ".join(repr(a.name) for a in agents) or "none"
+    raise LookupError(f"No agent named {name!r} has registered with this database (registered: {known}).")
+
+
+def last_agent(store: Store, thread_id: str) -> str | None:
+    """The agent that last answered in this thread, if it said who it was."""
+    with store.db.read() as conn:
+        row = conn.execute(
+            sa.select(sa.func.json_extract(t.messages.c.content, "$.metadata.agent"))
+            .where(t.messages.c.thread_id == thread_id, t.messages.c.role == "assistant")
+            .order_by(t.messages.c.createdAt.desc()).limit(1)
+        ).first()
+    return str(row[0]) if row and row[0] else None
+
+
+def choose_agent(
+    agents: Sequence[AgentConfig], thread: Thread | None, last: str | None = None
+) -> tuple[AgentConfig | None, str]:
+    """The rule: which registered agent a thread belongs to, and how that was decided.
+
+    First the agent that last answered in the thread (``last``: the engine records it on every
+    assistant message), then an agent named in the thread's metadata (``agent``, ``agentName``,
+    ``agentId``), then an agent named like the resource (Mastra's playground uses
+    ``resourceId = agentId``), then the only agent registered.
+    """
+    by_name = {a.name: a for a in agents}
+    if last and last in by_name:
+        return by_name[last], f"agent '{last}' answered last in this thread"
+    meta = (thread.metadata or {}) if thread is not None else {}
+    for key in _AGENT_KEYS:
+        value = meta.get(key) if isinstance(meta, Mapping) else None
+        if isinstance(value, str) and value in by_name:
+            return by_name[value], f"thread metadata names agent '{value}'"
+    if thread is not None and thread.resource_id in by_name:
+        return by_name[thread.resource_id], f"agent named like resource '{thread.resource_id}'"
+    if len(agents) == 1:
+        return agents[0], f"the only registered agent, '{agents[0].name}'"
+    if not agents:
+        return None, "no agent has registered with this database"
+    return None, f"{len(agents)} agents registered; none is linked to this thread"
+
+
+def agent_for_thread(store: Store, thread_id: str | None) -> AgentChoice:
+    """Which registered configuration applies to a thread (``choose_agent`` over what is stored)."""
+    agents = list_agents(store)
+    thread = store.memory.get_thread(thread_id) if thread_id else None
+    agent, reason = choose_agent(agents, thread, last_agent(store, thread.id) if thread is not None else None)
+    return AgentChoice(agent, reason, agents, thread)
+
+
+def register_agent(store: Store, name: str, config: Mapping[str, Any]) -> bool:
+    """Record (or refresh) the configuration agent ``name`` runs with. False when the store cannot
+    take it: read-only, or a database without the Studio's tables (never migrated silently)."""
+    if store.read_only or not _has_table(store, t.agent_registry.name):
+        return False
+    stmt = insert(t.agent_registry).values(
+        name=name, config=json.dumps(dict(config), default=str),
+        process=f"{socket.gethostname()}:{os.getpid()}", updatedAt=iso_now(),
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[t.agent_registry.c.name],
+        set_={"config": stmt.excluded.config, "process": stmt.excluded.process, "updatedAt": stmt.excluded.updatedAt},
+    )
+    with store.db.write() as conn:
+        conn.execute(stmt)
+    return True
+
+
+# -- overrides -------------------------------------------------------------------------------------
+Override = Union[ConfigVersion, Mapping[str, Any], None]
+_LATEST_OVERRIDE_SQL = (
+    'SELECT id, name, template, schema, author, "createdAt" FROM memory_studio_configs '
+    "WHERE name = ? ORDER BY id DESC LIMIT 1"
+)
+
+
+def _version(r: Any) -> ConfigVersion:
+    schema = None
+    if r.schema:
+        try:
+            schema = json.loads(r.schema)
+        except json.JSONDecodeError:
+            logger.warning("override #%s for %r holds unreadable JSON; ignored", r.id, r.name)
+    return ConfigVersion(int(r.id), r.name, r.template, schema, r.author,
+                         parse_iso(r.createdAt) if r.createdAt else None)
+
+
+def config_versions(store: Store, name: str) -> list[ConfigVersion] | None:
+    """Every override of memory ``name``, newest first; None when the database has no such table."""
+    if not _has_table(store, t.memory_configs.name):
+        return None
+    with store.db.read() as conn:
+        rows = conn.execute(
+            sa.select(t.memory_configs).where(t.memory_configs.c.name == name).order_by(t.memory_configs.c.id.desc())
+        ).all()
+    return [_version(r) for r in rows]
+
+
+def latest_override(store: Store, name: str) -> ConfigVersion | None:
+    """The newest override of memory ``name`` (None: none, or no table). Runs on every agent turn, so
+    it is one indexed query and does not look the table up first."""
+    try:
+        with store.db.read() as conn:
+            row = conn.exec_driver_sql(_LATEST_OVERRIDE_SQL, (name,)).first()
+    except (sa.exc.DBAPIError, ValueError):  # a foreign database without our tables has no overrides
+        return None
+    return _version(row) if row is not None else None
+
+
+def validate_template(text: str) -> list[str]:
+    """A template must be non-empty Markdown; the model is told to fill it in, so empty helps nobody."""
+    if not text.strip():
+        return ["The template is empty. Write the Markdown outline the agent should fill in."]
+    if text.lstrip().startswith("{"):
+        return ["This looks like JSON. A template is Markdown; to store JSON, switch to a schema."]
+    return []
+
+
+def save_override(
+    store: Store, name: str, *, template: str | None = None, schema: Mapping[str, Any] | None = None,
+    author: str = "studio",
+) -> ConfigVersion:
+    """Insert a new newest override for ``name`` after validating it. Nothing is ever updated in place."""
+    if template is not None and schema is not None:
+        raise WorkingMemoryError("An override holds a template or a schema, not both.")
+    if template is not None:
+        problems = validate_template(template)
+        if problems:
+            raise WorkingMemoryError(problems[0])
+    if schema is not None:
+        check_schema(schema)
+    now = iso_now()
+    with store.db.write() as conn:
+        key = conn.execute(
+            t.memory_configs.insert().values(
+                name=name, template=template,
+                schema=json.dumps(dict(schema), ensure_ascii=False) if schema is not None else None,
+                author=author, createdAt=now,
+            )
+        ).inserted_primary_key
+        new_id = key[0] if key is not None else 0
+    return ConfigVersion(int(new_id), name, template, dict(schema) if schema is not None else None, author,
+                         parse_iso(now))
+
+
+# -- effective options -----------------------------------------------------------------------------
+def effective_options(
+    registered: MemoryOptions, override: Override = None, per_call: Mapping[str, Any] | None = None,
+) -> MemoryOptions:
+    """What a turn runs with: the agent's options, then the newest Studio override, then per-call options.
+
+    An override only replaces the working-memory template or schema (the other one is cleared), and
+    only when working memory is on; per-call options merge last (``MemoryOptions.merged``).
+    """
+    opts = registered
+    if override is not None and opts.working_memory.enabled:
+        if isinstance(override, ConfigVersion):
+            template, schema = override.template, override.schema
+        else:
+            template, schema = override.get("template"), override.get("schema")
+        wm: dict[str, Any] = {}
+        if schema is not None:
+            wm = {"schema": schema, "template": None}
+        elif template is not None:
+            wm = {"template": template, "schema": None}
+        if wm:
+            base = opts.to_dict()
+            base["working_memory"].update(wm)
+            opts = MemoryOptions(**base)
+    return opts.merged(per_call) if per_call else opts
+
+
+def effective_options_for(
+    store: Store, name: str, registered: MemoryOptions, per_call: Mapping[str, Any] | None = None,
+) -> MemoryOptions:
+    """``effective_options`` with the newest override of memory ``name`` read from ``store``."""
+    return effective_options(registered, latest_override(store, name), per_call)
+
+
+__all__ = [
+    "DEFAULT_MEMORY_NAME",
+    "AgentChoice",
+    "AgentConfig",
+    "ConfigVersion",
+    "agent_for_thread",
+    "choose_agent",
+    "config_versions",
+    "effective_options",
+    "effective_options_for",
+    "last_agent",
+    "latest_override",
+    "list_agents",
+    "named_agent",
+    "register_agent",
+    "save_override",
+    "validate_template",
+]

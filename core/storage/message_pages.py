@@ -1,0 +1,89 @@
+"""Paging through a long thread for a viewer: a page by position, and a message's position.
+
+``MemoryStore.browse_messages`` / ``message_position`` call these. Two differences from the engine's
+reads, both for a person scrolling a 100,000-message thread:
+
+* Order is (createdAt, rowid), not (createdAt, id). The rowid tie-break keeps the whole ORDER BY
+  inside the (thread_id, createdAt) index (an index entry ends with the rowid), so skipping 99,800
+  rows is an index walk of a few milliseconds; with ``id`` SQLite sorts in a temporary B-tree and a
+  deep page takes ~10x longer. The two orders differ only between messages stored in the same ms.
+* A row that does not parse comes back as an ``UnreadableMessage`` in its place, so one corrupt row
+  never hides its neighbours (the engine's reads raise: a prompt must not silently lose a message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from core.messages import Message
+from core.storage import schema as t
+from core.storage.database import Database
+from core.timeutil import parse_iso
+
+_EPOCH = "1970-01-01T00:00:00.000Z"
+
+
+@dataclass(frozen=True)
+class UnreadableMessage:
+    """A stored row that is not a readable message: what is known of it, and why it failed."""
+
+    id: str
+    role: str
+    created_at: datetime
+    error: str
+
+
+def read_page(db: Database, thread_id: str, offset: int, limit: int) -> list[Message | UnreadableMessage]:
+    """Rows ``offset``..``offset+limit`` of a thread in (createdAt, rowid) order.
+
+    The inner select finds the page's rowids from the index alone; only those rows are read.
+    """
+    msg = t.messages.c
+    rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
+    page = (
+        sa.select(rowid).select_from(t.messages).where(msg.thread_id == thread_id)
+        .order_by(msg.createdAt.asc(), rowid.asc()).limit(limit).offset(offset)
+    )
+    stmt = sa.select(t.messages).where(rowid.in_(page)).order_by(msg.createdAt.asc(), rowid.asc())
+    with db.read() as conn:
+        rows = conn.execute(stmt).mappings().all()
+    return [_message_or_unreadable(r) for r in rows]
+
+
+def _message_or_unreadable(row: Any) -> Message | UnreadableMessage:
+    try:
+        return Message.from_row(row)
+    except (ValueError, TypeError) as exc:
+        try:
+            when = parse_iso(row["createdAt"])
+        except (ValueError, TypeError, AttributeError):
+            when = parse_iso(_EPOCH)
+        return UnreadableMessage(str(row["id"]), str(row["role"]), when, str(exc))
+
+
+def position(db: Database, thread_id: str, message_id: str) -> int | None:
+    """How many messages of the thread come before ``message_id`` in page order; None if it is gone.
+
+    Two indexed queries, so a search hit deep in a long thread is found without reading the rows
+    before it.
+    """
+    msg = t.messages.c
+    rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
+    with db.read() as conn:
+        target = conn.execute(
+            sa.select(msg.createdAt, rowid.label("rid")).where(msg.id == message_id, msg.thread_id == thread_id)
+        ).first()
+        if target is None:
+            return None
+        before = conn.execute(
+            sa.select(sa.func.count()).select_from(t.messages).where(
+                msg.thread_id == thread_id,
+                sa.or_(msg.createdAt < target.createdAt,
+                       sa.and_(msg.createdAt == target.createdAt, rowid < target.rid)),
+            )
+        ).scalar()
+    return int(before or 0)

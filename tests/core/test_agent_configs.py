@@ -1,0 +1,133 @@
+"""Which configuration an agent runs with (core/agent_configs.py): registry, overrides, the thread rule."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from core import Memory, MemoryOptions, Message, open_store
+from core.agent_configs import (
+    AgentConfig,
+    agent_for_thread,
+    choose_agent,
+    config_versions,
+    effective_options,
+    effective_options_for,
+    latest_override,
+    list_agents,
+    named_agent,
+    register_agent,
+    save_override,
+)
+from core.cli import main as cli_main
+from core.storage.memory_store import Thread
+
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+
+
+def cli_prompt(db_path, *args: str) -> dict:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["prompt", "--db", str(db_path), *args, "--json"], out=out, err=err)
+    assert code == 0, err.getvalue()
+    return json.loads(out.getvalue())
+
+
+def test_choose_agent_prefers_metadata_then_resource_name():
+    a = AgentConfig("a", {}, None, None)
+    b = AgentConfig("alice", {}, None, None)
+
+    th = Thread("t", "alice", "", {"agent": "a"}, T0, T0)
+    assert choose_agent([a, b], th)[0] is a
+    th2 = Thread("t", "alice", "", {}, T0, T0)
+    assert choose_agent([a, b], th2)[0] is b
+    assert choose_agent([a], None)[0] is a
+    chosen, why = choose_agent([a, AgentConfig("c", {}, None, None)], th2)
+    assert chosen is None and "none is linked" in why
+
+
+def test_the_agent_that_answered_last_wins(store):
+    for name in ("chef", "travel"):
+        Memory(store, name=name).register(name)
+    Memory(store).create_thread(resource_id="u", thread_id="t", metadata={"agent": "travel"})
+    store.memory.save_messages([Message.assistant("hi", thread_id="t", resource_id="u", metadata={"agent": "chef"})])
+    choice = agent_for_thread(store, "t")
+    assert choice.agent is not None and choice.agent.name == "chef" and "answered last" in choice.reason
+    assert [a.name for a in choice.agents] == ["chef", "travel"] and choice.thread is not None
+
+
+def test_effective_options_without_a_memory_match_what_the_agent_runs_with(store):
+    registered = MemoryOptions(last_messages=5, working_memory={"enabled": True, "template": "# Old"})
+    agent = Memory(store, registered, name="assistant")
+    assert effective_options_for(store, "assistant", registered) == agent.effective_options()
+    save_override(store, "assistant", template="# New\n- City:")
+    per_call = {"last_messages": 2}
+    assert effective_options_for(store, "assistant", registered, per_call) == agent.effective_options(per_call)
+    assert effective_options_for(store, "assistant", registered).working_memory.template == "# New\n- City:"
+    save_override(store, "assistant", schema=SCHEMA)
+    opts = effective_options(registered, latest_override(store, "assistant"))
+    assert opts.working_memory.schema == SCHEMA and opts.working_memory.template is None
+    assert opts == agent.effective_options()
+    # Working memory off: an override changes nothing.
+    off = MemoryOptions(working_memory={"enabled": False})
+    assert effective_options_for(store, "assistant", off) == off
+    assert [v.kind for v in config_versions(store, "assistant") or []] == ["schema", "template"]
+
+
+def test_a_database_without_the_studio_tables_has_no_agents_and_no_overrides(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "mastra.db"
+    con = sqlite3.connect(path)
+    con.execute('CREATE TABLE mastra_threads ("id" TEXT PRIMARY KEY, "resourceId" TEXT NOT NULL, '
+                '"title" TEXT NOT NULL, "metadata" TEXT, "createdAt" TEXT NOT NULL, "updatedAt" TEXT NOT NULL)')
+    con.commit()
+    con.close()
+    with open_store(path, read_only=True, create=False) as store:
+        assert list_agents(store) == [] and latest_override(store, "x") is None
+        assert config_versions(store, "x") is None
+        assert register_agent(store, "a", {"name": "a"}) is False
+
+
+def test_an_unregistered_agent_by_name_lists_the_registered_ones(store):
+    Memory(store, name="chef").register("chef")
+    with pytest.raises(LookupError, match="No agent named 'cook'.*'chef'"):
+        named_agent(store, "cook")
+
+
+# -- the CLI uses the same rule as the Studio (these failed while the CLI had its own) -------------------
+
+def test_cli_uses_the_only_registered_agent_for_a_thread_without_agent_metadata(db_path):
+    with open_store(db_path) as s:
+        m = Memory(s, MemoryOptions(last_messages=1, working_memory={"enabled": True}), name="notes")
+        m.register("notes")
+        m.create_thread(resource_id="u1", thread_id="t1")
+        m.save_messages([Message.user("one", thread_id="t1", resource_id="u1"),
+                         Message.assistant("two", thread_id="t1", resource_id="u1")])  # no metadata.agent
+    data = cli_prompt(db_path, "--resource", "u1", "--thread", "t1", "three")
+    assert "working-memory" in data["processors"]
+    assert [m["content"] for m in data["messages"] if m["role"] != "system"] == ["two", "three"]
+
+
+def test_cli_picks_the_agent_the_thread_metadata_names(db_path):
+    with open_store(db_path) as s:
+        Memory(s, MemoryOptions(last_messages=0), name="quiet").register("quiet")
+        Memory(s, MemoryOptions(last_messages=3), name="chatty").register("chatty")
+        Memory(s).create_thread(resource_id="u1", thread_id="t1", metadata={"agentId": "quiet"})
+        Memory(s).save_messages([Message.user("earlier", thread_id="t1", resource_id="u1")])
+    data = cli_prompt(db_path, "--resource", "u1", "--thread", "t1", "now")
+    assert [m["content"] for m in data["messages"]] == ["now"]  # quiet: no history
+
+
+def test_cli_applies_the_override_kept_under_the_memory_name_not_the_agent_name(db_path):
+    with open_store(db_path) as s:
+        m = Memory(s, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+        m.register("travel-agent")
+        m.create_thread(resource_id="u1", thread_id="t1")
+        save_override(s, "assistant", template="# Trip\n- Destination:")
+    data = cli_prompt(db_path, "--resource", "u1", "--thread", "t1", "hi")
+    system = "\n".join(m["content"] for m in data["messages"] if m["role"] == "system")
+    assert "- Destination:" in system
