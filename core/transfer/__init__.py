@@ -8,10 +8,22 @@ one transaction, ids kept, idempotent, conflicts reported. The format is describ
 from __future__ import annotations
 
 from core.transfer.export import ExportOptions, export_data, export_resource, export_thread
-from core.transfer.format import FORMAT, VERSION, ExportFormatError, TransferError, dumps, load, loads, validate
-from core.transfer.importer import Conflict, ImportReport, import_data, preview_import
+from core.transfer.format import (
+    FORMAT,
+    VERSION,
+    ExportFormatError,
+    TransferError,
+    dumps,
+    load,
+    loads,
+    render,
+    validate,
+    write_atomically,
+)
+from core.transfer.importer import import_data, preview_import
 from core.transfer.markdown import to_markdown
 from core.transfer.recall import RecallIndexing, index_for_recall, recall_after_import, recall_in_use
+from core.transfer.report import Conflict, ImportReport
 
 __all__ = [
     "FORMAT",
@@ -33,6 +45,8 @@ __all__ = [
     "preview_import",
     "recall_after_import",
     "recall_in_use",
+    "render",
     "to_markdown",
     "validate",
+    "write_atomically",
 ]

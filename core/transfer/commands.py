@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from core.storage import open_store
 from core.transfer.export import ExportOptions, export_data
-from core.transfer.format import dumps, load
-from core.transfer.importer import ImportReport, import_data, preview_import
+from core.transfer.format import load, render, write_atomically
+from core.transfer.importer import import_data, preview_import
+from core.transfer.report import ImportReport
 from core.transfer.recall import recall_after_import
-from core.transfer.markdown import to_markdown
 
 COMMANDS = ("export", "import")
 
@@ -50,7 +48,7 @@ def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Read-only and never created: exporting a Mastra database leaves it exactly as it was.
     with open_store(args.db, read_only=True, create=False) as store:
         data = export_data(store, thread_id=args.thread, resource_id=args.resource, options=options)
-    text = dumps(data) if args.format == "json" else to_markdown(data)
+    text = render(data, args.format)
     if not args.output:
         out.write(text)
         return 0
@@ -63,23 +61,6 @@ def describe_counts(counts: dict[str, int]) -> str:
     names = (("threads", "thread"), ("messages", "message"), ("workingMemoryVersions", "working-memory version"),
              ("observations", "observation row"), ("turns", "turn record"))
     return ", ".join(f"{counts.get(k, 0)} {label}{'' if counts.get(k, 0) == 1 else 's'}" for k, label in names)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write beside the target, then rename: a failed export never leaves half a file behind."""
-    path = path.expanduser()
-    if path.is_dir():
-        raise ValueError(f"{path} is a folder; give a file name for the export.")
-    if not path.parent.exists():
-        raise ValueError(f"The folder {path.parent} does not exist; create it or choose another path.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -18,6 +18,8 @@ Version 1 (``{"format": "memory-studio-export", "version": 1, ...}``):
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,6 +40,34 @@ class ExportFormatError(TransferError):
 
 def dumps(data: Mapping[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def render(data: Mapping[str, Any], fmt: str) -> str:
+    """The export as text: ``json`` (for import) or ``markdown`` (a transcript to read)."""
+    if fmt == "json":
+        return dumps(data)
+    if fmt == "markdown":
+        from core.transfer.markdown import to_markdown
+
+        return to_markdown(data)
+    raise ValueError(f"Unknown export format {fmt!r}; use json or markdown.")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write beside the target, then rename: a failed export never leaves half a file behind."""
+    path = path.expanduser()
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; give a file name for the export.")
+    if not path.parent.exists():
+        raise ValueError(f"The folder {path.parent} does not exist; create it or choose another path.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import sqlalchemy as sa
@@ -28,10 +27,10 @@ from core.storage.memory_store import dump_json, load_json
 from core.transfer import rows as R
 from core.transfer.export import OM_TABLE, WM_VERSIONS_TABLE
 from core.transfer.format import TransferError, validate
+from core.transfer.report import Conflict, ImportReport
 
 log = logging.getLogger(__name__)
 
-KINDS = ("resources", "threads", "messages", "workingMemoryVersions", "observations", "turns")
 _CHUNK = 500
 _MESSAGE_COLUMNS = ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")
 _INSERT_MESSAGE = (
@@ -43,58 +42,6 @@ _REPLACE_MESSAGE = _INSERT_MESSAGE + (
     'role = excluded.role, type = excluded.type, "createdAt" = excluded."createdAt", '
     '"resourceId" = excluded."resourceId"'
 )
-
-
-@dataclass(frozen=True)
-class Conflict:
-    kind: str  # one of KINDS
-    id: str
-    reason: str
-    overwritten: bool = False
-
-    def __str__(self) -> str:
-        what = "replaced (--overwrite)" if self.overwritten else "kept as it is"
-        return f"{self.kind[:-1] if self.kind.endswith('s') else self.kind} {self.id}: {self.reason}; {what}"
-
-
-@dataclass
-class ImportReport:
-    target: str
-    dry_run: bool = False
-    written: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    unchanged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    conflicts: list[Conflict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    message_ids: list[str] = field(default_factory=list)  # messages inserted or replaced
-
-    @property
-    def changed(self) -> bool:
-        return any(self.written.values())
-
-    def summary(self) -> str:
-        verb = "would write" if self.dry_run else "wrote"
-        parts = [f"{n} {_label(k, n)}" for k, n in self.written.items() if n]
-        same = sum(self.unchanged.values())
-        line = f"{verb} {', '.join(parts) if parts else 'nothing'}"
-        if same:
-            line += f"; {same} row{'s' if same != 1 else ''} already there, unchanged"
-        kept = sum(1 for c in self.conflicts if not c.overwritten)
-        if kept:
-            line += f"; {kept} conflict{'s' if kept != 1 else ''} kept as they are (use overwrite to replace)"
-        replaced = sum(1 for c in self.conflicts if c.overwritten)
-        if replaced:
-            line += f"; {replaced} conflicting row{'s' if replaced != 1 else ''} replaced"
-        return line
-
-    def details(self) -> list[str]:
-        return [*(str(c) for c in self.conflicts), *self.notes]
-
-
-def _label(kind: str, n: int) -> str:
-    names = {"resources": "resource", "threads": "thread", "messages": "message",
-             "workingMemoryVersions": "working-memory version", "observations": "observation row",
-             "turns": "turn record"}
-    return names[kind] + ("s" if n != 1 else "")
 
 
 def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False) -> ImportReport:
@@ -161,7 +108,7 @@ class _Importer:
     def _conflict(self, kind: str, row_id: str, reason: str, *, may_overwrite: bool = True) -> bool:
         """Record a conflict; True when the caller should replace the row."""
         replace = self.overwrite and may_overwrite
-        self.report.conflicts.append(Conflict(kind, row_id, reason, replace))
+        self.report.conflicts.append(Conflict(kind, row_id, reason, replace, may_overwrite))
         return replace
 
     def _exec(self, sql: str, params: Any = ()) -> None:

@@ -138,7 +138,8 @@ def test_conflicts_are_reported_and_kept_unless_overwritten(source: Path, tmp_pa
     assert "title" in by_id[("threads", "t-groceries")].reason
     assert "content" in by_id[("messages", "g1")].reason
     assert not any(c.overwritten for c in report.conflicts)
-    assert "3 conflicts kept as they are" in report.summary()
+    assert "2 rows that differ kept as they are (overwrite replaces them)" in report.summary()
+    assert "1 thread owned by another resource here left out" in report.summary()
     assert report.written["messages"] == 3  # g0, g2, g3; g1 kept, p1 left out with its thread
     rows = {r[0]: r for r in table_rows(target, "mastra_messages")}
     assert "edited" in rows["g1"][4] and "p1" not in rows
