@@ -1,4 +1,4 @@
-"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|demo``.
+"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|demo|export|import``.
 
 Every command takes ``--db``. Bad arguments and missing threads give one line on stderr and a
 non-zero exit; nothing here opens a window (the Studio's entry point dispatches to this module).
@@ -19,8 +19,10 @@ from core.options import MemoryOptions, OptionsError
 from core.prompt import AssembledPrompt
 from core.storage import StorageError, open_store
 from core.storage.paths import DatabaseLocationError
+from core.transfer.commands import COMMANDS as TRANSFER_COMMANDS
+from core.transfer.commands import add_parsers as add_transfer_parsers
 
-COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "demo")
+COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "demo", *TRANSFER_COMMANDS)
 
 
 class CliError(Exception):
@@ -80,6 +82,7 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="seed demo data by running the engine with a scripted model")
     db_arg(p)
+    add_transfer_parsers(sub, db_arg)
     return parser
 
 
@@ -114,6 +117,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return int(provision_main([args.action, *(["--force"] if args.force else [])]))
     if cmd == "prompt":
         return _prompt(args, out, err)
+    if cmd in TRANSFER_COMMANDS:
+        from core.transfer.commands import run as run_transfer
+
+        return run_transfer(args, out, err)
     if cmd == "threads":
         return _threads(args, out)
     if cmd == "migrate":

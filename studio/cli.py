@@ -1,7 +1,7 @@
 """The ``memory-studio`` entry point.
 
 With a subcommand (``prompt``, ``threads``, ``reindex``, ``models``, ``traces``, ``migrate``,
-``demo``) it runs the engine's command line and never imports Qt, so it works on machines without a
+``demo``, ``export``, ``import``) it runs the engine's command line and never imports Qt, so it works on machines without a
 display. Without one it opens the Studio.
 """
 

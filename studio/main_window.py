@@ -35,6 +35,7 @@ from studio.panes.resources import ResourcesPane
 from studio.selection import Selection
 from studio.session import OpenedDatabase, StudioSession, open_studio_database
 from studio.theme import apply_theme, current_theme
+from studio.transfer import TransferActions
 from studio.workers import WorkerPool
 
 APP_NAME = "Memory Studio"
@@ -177,6 +178,8 @@ class MainWindow(QMainWindow):
         c.add("file.allow_writes", "Allow Writes…", self.request_allow_writes, menu="File", group="access",
               enabled=lambda: self.session is not None and self.session.read_only, keywords="read-only edit")
         c.add("file.copy_path", "Copy Database Path", self.copy_path, menu="File", group="access", enabled=has_db)
+        self.transfer = TransferActions(self)
+        self.transfer.register(c)
         c.add("app.quit", "Quit", self.close, shortcut="Ctrl+Q", menu="File", group="quit")
         c.add("view.palette", "Command Palette…", self.show_palette, shortcut="Ctrl+K", menu="View", group="palette")
         c.add("view.filter", "Filter Threads", self.focus_filter, shortcut="Ctrl+F", menu="View", group="find",

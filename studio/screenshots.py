@@ -102,6 +102,7 @@ def render(out_dir: Path) -> list[Path]:
 
     _shoot_traces(app, window, save)
     _shoot_observations(app, window, save)
+    _shoot_export(app, window, save)
 
     # full-text search across threads
     window.show_tab("messages")
@@ -164,6 +165,18 @@ def _shoot_observations(app: Any, window: Any, save: Callable[[Any, str], None])
     window.resources.set_selection(Selection("sam", "sam-standup"))
     _wait(app, lambda: bool(pane.view.history) and pane.view.selection.thread_id == "sam-standup", 30)
     save(window, "observations")
+
+
+def _shoot_export(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
+    """File > Export Thread… on the groceries thread, details read, before choosing a file."""
+    from studio.selection import Selection
+
+    window.show_tab("messages")
+    window.set_selection(Selection("ada", "ada-groceries"))
+    dialog = window.transfer.open_export_dialog("thread", "ada-groceries")
+    _wait(app, lambda: "message" in dialog.details.text(), 30)
+    save(dialog, "export-dialog")
+    dialog.reject()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,83 @@
+"""``memory-studio export`` and ``memory-studio import`` (registered by ``core.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from core.storage import open_store
+from core.transfer.export import ExportOptions, export_data
+from core.transfer.format import load, render, write_atomically
+from core.transfer.importer import import_data, preview_import
+from core.transfer.report import ImportReport
+from core.transfer.recall import recall_after_import
+
+COMMANDS = ("export", "import")
+
+
+def add_parsers(sub: Any, db_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add both subcommands to ``core.cli``'s subparsers (``sub``)."""
+    p = sub.add_parser("export", help="export a thread or a resource as JSON (for import) or a Markdown transcript")
+    db_arg(p)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--thread", help="thread id")
+    which.add_argument("--resource", help="resource id (all of its threads)")
+    p.add_argument("--format", choices=("json", "markdown"), default="json")
+    p.add_argument("-o", "--output", help="file to write (default: standard output)")
+    p.add_argument("--no-versions", action="store_true", help="leave out the working-memory history")
+    p.add_argument("--no-observations", action="store_true", help="leave out observational memory")
+    p.add_argument("--no-turns", action="store_true", help="leave out the turn records")
+
+    p = sub.add_parser("import", help="import a JSON export (ids kept; importing twice changes nothing)")
+    db_arg(p)
+    p.add_argument("file", help="a file written by 'memory-studio export --format json'")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace rows that exist with different content (default: keep them and report)")
+    p.add_argument("--dry-run", action="store_true", help="only report what would be written")
+    p.add_argument("--no-index", action="store_true", help="do not embed the imported messages for recall now")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _export(args, out, err) if args.command == "export" else _import(args, out, err)
+
+
+def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    options = ExportOptions(working_memory_versions=not args.no_versions, observations=not args.no_observations,
+                            turns=not args.no_turns)
+    # Read-only and never created: exporting a Mastra database leaves it exactly as it was.
+    with open_store(args.db, read_only=True, create=False) as store:
+        data = export_data(store, thread_id=args.thread, resource_id=args.resource, options=options)
+    text = render(data, args.format)
+    if not args.output:
+        out.write(text)
+        return 0
+    write_atomically(Path(args.output), text)
+    err.write(f"exported {describe_counts(data['counts'])} to {args.output}\n")
+    return 0
+
+
+def describe_counts(counts: dict[str, int]) -> str:
+    names = (("threads", "thread"), ("messages", "message"), ("workingMemoryVersions", "working-memory version"),
+             ("observations", "observation row"), ("turns", "turn record"))
+    return ", ".join(f"{counts.get(k, 0)} {label}{'' if counts.get(k, 0) == 1 else 's'}" for k, label in names)
+
+
+def _import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    data = load(args.file)
+    with open_store(args.db) as store:
+        if args.dry_run:
+            report = preview_import(store, data, overwrite=args.overwrite)
+            _print_report(report, out, err)
+            return 0
+        report = import_data(store, data, overwrite=args.overwrite)
+        _print_report(report, out, err)
+        if report.message_ids:
+            out.write("note: " + recall_after_import(store, report.message_ids, embed=not args.no_index) + "\n")
+    return 0
+
+
+def _print_report(report: ImportReport, out: TextIO, err: TextIO) -> None:
+    out.write(f"{report.target}: {report.summary()}\n")
+    for line in report.details():
+        err.write(f"  {line}\n")

@@ -1,0 +1,189 @@
+"""Export a thread or a whole resource: every stored row that makes up its memory, as one JSON document.
+
+Reads only, inside one read transaction (a consistent snapshot even while an agent writes), so a
+database opened read-only — a Mastra database included — can be exported and is left byte-identical.
+A thread export carries its resource's row too: resource-scoped working memory and observations are
+part of what the thread's prompts were built from.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata as importlib_metadata
+from typing import Any, Iterator
+
+import sqlalchemy as sa
+
+from core.storage import Store
+from core.storage.memory_store import NotFoundError, load_json
+from core.timeutil import Clock, iso_now
+from core.transfer import rows as R
+from core.transfer.format import FORMAT, VERSION
+
+log = logging.getLogger(__name__)
+
+OM_TABLE = "mastra_observational_memory"
+WM_VERSIONS_TABLE = "memory_studio_wm_versions"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What goes into an export besides threads, messages and current working memory (always in)."""
+
+    working_memory_versions: bool = True  # the history of working-memory values
+    observations: bool = True  # observational-memory generations
+    turns: bool = True  # per-turn records, when the database keeps them
+
+
+def tool_version() -> str:
+    try:
+        return importlib_metadata.version("memory-studio")
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def export_thread(store: Store, thread_id: str, options: ExportOptions | None = None,
+                  *, clock: Clock | None = None) -> dict[str, Any]:
+    return export_data(store, thread_id=thread_id, options=options, clock=clock)
+
+
+def export_resource(store: Store, resource_id: str, options: ExportOptions | None = None,
+                    *, clock: Clock | None = None) -> dict[str, Any]:
+    return export_data(store, resource_id=resource_id, options=options, clock=clock)
+
+
+def export_data(
+    store: Store, *, thread_id: str | None = None, resource_id: str | None = None,
+    options: ExportOptions | None = None, clock: Clock | None = None,
+) -> dict[str, Any]:
+    """The export document of one thread (``thread_id``) or one resource (``resource_id``)."""
+    if (thread_id is None) == (resource_id is None):
+        raise ValueError("Export needs exactly one of a thread id or a resource id.")
+    opts = options or ExportOptions()
+    where = store.location.display
+    with _snapshot(store) as conn:
+        if thread_id is not None:
+            threads = _threads(conn, "id = ?", [thread_id])
+            if not threads:
+                raise NotFoundError(f"Thread {thread_id!r} not found in {where}. "
+                                    "List the threads with 'memory-studio threads'.")
+            owner = threads[0]["resourceId"]
+            scope = {"kind": "thread", "id": thread_id}
+        else:
+            assert resource_id is not None
+            owner = resource_id
+            threads = _threads(conn, '"resourceId" = ?', [resource_id])
+            scope = {"kind": "resource", "id": resource_id}
+        resources = _resources(conn, owner)
+        if not threads and not resources:
+            raise NotFoundError(f"Resource {resource_id!r} not found in {where} (no threads, no working memory). "
+                                "List the threads and their resources with 'memory-studio threads'.")
+        thread_ids = [t["id"] for t in threads]
+        turn_table = R.turn_table(conn) if opts.turns else None
+        data: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "exportedAt": iso_now(clock),
+            "source": {
+                "database": where,
+                "kind": "memory-studio" if R.has_table(conn, "memory_studio_migrations") else "mastra",
+                "tool": {"name": "memory-studio", "version": tool_version()},
+            },
+            "scope": scope,
+            "includes": {"workingMemoryVersions": opts.working_memory_versions,
+                         "observations": opts.observations, "turns": opts.turns},
+            "resources": resources,
+            "threads": threads,
+            "messages": _messages(conn, thread_ids),
+            "workingMemory": _working_memory(conn, resources, threads, opts.working_memory_versions),
+            "observations": _observations(conn, owner, thread_ids) if opts.observations else [],
+            "turnsTable": turn_table,
+            "turns": _turns(conn, turn_table, thread_ids) if turn_table else [],
+        }
+    data["counts"] = {k: len(data[k]) for k in ("resources", "threads", "messages", "observations", "turns")}
+    data["counts"]["workingMemoryVersions"] = sum(len(e["versions"]) for e in data["workingMemory"])
+    log.info("exported %s %s: %s", scope["kind"], scope["id"], data["counts"])
+    return data
+
+
+@contextmanager
+def _snapshot(store: Store) -> Iterator[sa.Connection]:
+    """One deferred read transaction: every table is read as of the same moment, and nothing is written."""
+    with store.db.read() as conn:
+        conn.exec_driver_sql("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.exec_driver_sql("ROLLBACK")
+
+
+def _meta(value: Any) -> Any:
+    return load_json(value)
+
+
+def _threads(conn: sa.Connection, where: str, params: list[Any]) -> list[dict[str, Any]]:
+    rows = R.select_rows(conn, "mastra_threads", where, params, order='"createdAt", id')
+    return [{"id": r["id"], "resourceId": r["resourceId"], "title": r.get("title") or "",
+             "metadata": _meta(r.get("metadata")), "createdAt": r["createdAt"], "updatedAt": r["updatedAt"]}
+            for r in rows]
+
+
+def _resources(conn: sa.Connection, resource_id: str) -> list[dict[str, Any]]:
+    rows = R.select_rows(conn, "mastra_resources", "id = ?", [resource_id], order="id")
+    return [{"id": r["id"], "workingMemory": r.get("workingMemory"), "metadata": _meta(r.get("metadata")),
+             "createdAt": r["createdAt"], "updatedAt": r["updatedAt"]} for r in rows]
+
+
+def _messages(conn: sa.Connection, thread_ids: list[str]) -> list[dict[str, Any]]:
+    if not thread_ids:
+        return []
+    clause, params = R.in_clause(thread_ids)
+    rows = R.select_rows(conn, "mastra_messages", f"thread_id IN {clause}", params, order='"createdAt", id')
+    out = []
+    for r in rows:
+        content = R.from_json_value(r["content"])
+        if isinstance(content, bytes):  # not JSON, not text: keep what can be read rather than fail the export
+            content = content.decode("utf-8", errors="replace")
+        out.append({"id": r["id"], "threadId": r["thread_id"], "resourceId": r.get("resourceId"),
+                    "role": r["role"], "type": r["type"], "createdAt": r["createdAt"], "content": content})
+    return out
+
+
+def _working_memory(conn: sa.Connection, resources: list[dict[str, Any]], threads: list[dict[str, Any]],
+                    with_versions: bool) -> list[dict[str, Any]]:
+    has_versions = with_versions and R.has_table(conn, WM_VERSIONS_TABLE)
+    out = []
+    owners: list[tuple[str, str, Any]] = [("resource", r["id"], r.get("workingMemory")) for r in resources]
+    for t in threads:
+        meta = t.get("metadata")
+        owners.append(("thread", t["id"], meta.get("workingMemory") if isinstance(meta, dict) else None))
+    for scope, owner, value in owners:
+        versions = (R.select_rows(conn, WM_VERSIONS_TABLE, "scope = ? AND owner_id = ?", [scope, owner], order="id")
+                    if has_versions else [])
+        if value is None and not versions:
+            continue
+        out.append({"scope": scope, "ownerId": owner, "value": value, "versions": versions})
+    return out
+
+
+def _observations(conn: sa.Connection, resource_id: str, thread_ids: list[str]) -> list[dict[str, Any]]:
+    if not R.has_table(conn, OM_TABLE):
+        return []
+    clause, params = R.in_clause(thread_ids)
+    where = f"(scope = 'resource' AND \"resourceId\" = ?)"
+    if thread_ids:
+        where += f' OR "threadId" IN {clause}'
+    return R.select_rows(conn, OM_TABLE, where, [resource_id, *(params if thread_ids else [])],
+                         order='"lookupKey", "generationCount", "createdAt", id')
+
+
+def _turns(conn: sa.Connection, table: str, thread_ids: list[str]) -> list[dict[str, Any]]:
+    column = R.thread_column(conn, table)
+    if column is None or not thread_ids:
+        if column is None:
+            log.warning("turn-record table %s has no thread column; its rows are not exported", table)
+        return []
+    clause, params = R.in_clause(thread_ids)
+    return R.select_rows(conn, table, f"{R.quote(column)} IN {clause}", params)

@@ -1,0 +1,152 @@
+"""The export file: its name, version, shape, and the checks a file must pass before it is imported.
+
+Version 1 (``{"format": "memory-studio-export", "version": 1, ...}``):
+
+- ``exportedAt``; ``source`` (database, kind ``memory-studio`` | ``mastra``, tool version);
+  ``scope`` (``{"kind": "thread" | "resource", "id": ...}``); ``includes`` (which optional parts are in).
+- ``resources``: ``{id, workingMemory, metadata, createdAt, updatedAt}``; ``threads``:
+  ``{id, resourceId, title, metadata, createdAt, updatedAt}`` (metadata as JSON values).
+- ``messages``: ``{id, threadId, resourceId, role, type, createdAt, content}``, ``content`` being the
+  stored text exactly (Mastra format 2 as JSON text, or a legacy plain string).
+- ``workingMemory``: one entry per owner, ``{scope, ownerId, value, versions: [rows of
+  memory_studio_wm_versions]}``. ``value`` repeats the current value for readers; import takes the
+  current value from the resource row or the thread's metadata, where it is stored.
+- ``observations``: rows of ``mastra_observational_memory``; ``turns``: rows of the turn-record
+  table named by ``turnsTable`` (empty when the database has none).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from core.storage import StorageError
+
+FORMAT = "memory-studio-export"
+VERSION = 1
+LIST_KEYS = ("resources", "threads", "messages", "workingMemory", "observations", "turns")
+
+
+class TransferError(StorageError, ValueError):
+    """Export or import could not be done; the message says why and what to do."""
+
+
+class ExportFormatError(TransferError):
+    """The file is not a Memory Studio export this version can read."""
+
+
+def dumps(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def render(data: Mapping[str, Any], fmt: str) -> str:
+    """The export as text: ``json`` (for import) or ``markdown`` (a transcript to read)."""
+    if fmt == "json":
+        return dumps(data)
+    if fmt == "markdown":
+        from core.transfer.markdown import to_markdown
+
+        return to_markdown(data)
+    raise ValueError(f"Unknown export format {fmt!r}; use json or markdown.")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write beside the target, then rename: a failed export never leaves half a file behind."""
+    path = path.expanduser()
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; give a file name for the export.")
+    if not path.parent.exists():
+        raise ValueError(f"The folder {path.parent} does not exist; create it or choose another path.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and check an export file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ExportFormatError(f"{p} does not exist. Check the path of the export file.") from None
+    except IsADirectoryError:
+        raise ExportFormatError(f"{p} is a folder. Choose the .json file written by 'memory-studio export'.") from None
+    except UnicodeDecodeError:
+        raise ExportFormatError(f"{p} is not a text file. Choose the .json file written by 'memory-studio export'.") from None
+    return loads(text, name=str(p))
+
+
+def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ExportFormatError(
+            f"{name} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}). "
+            "Import reads the JSON export; a Markdown transcript cannot be imported."
+        ) from None
+    validate(data, name=name)
+    return data  # type: ignore[no-any-return]
+
+
+def validate(data: Any, *, name: str = "the file") -> None:
+    """Raise ``ExportFormatError`` naming the first problem; nothing is read from a database."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ExportFormatError(
+            f"{name} is not a Memory Studio export (expected \"format\": \"{FORMAT}\"). "
+            "Export a thread or resource with 'memory-studio export' first."
+        )
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ExportFormatError(f"{name} has no valid \"version\"; it was not written by 'memory-studio export'.")
+    if version > VERSION:
+        raise ExportFormatError(
+            f"{name} is export format version {version}; this Memory Studio reads version {VERSION}. "
+            "Upgrade Memory Studio to import it."
+        )
+    if version < 1:
+        raise ExportFormatError(f"{name} has an unknown export format version {version}.")
+    for key in LIST_KEYS:
+        if not isinstance(data.get(key, []), list):
+            raise ExportFormatError(f"{name}: \"{key}\" must be a list.")
+    _require(data, "resources", ("id", "createdAt"), name)
+    _require(data, "threads", ("id", "resourceId", "createdAt"), name)
+    _require(data, "messages", ("id", "threadId", "role", "type", "createdAt", "content"), name)
+    for key in ("resources", "threads", "messages", "observations"):
+        seen: set[str] = set()
+        for item in data.get(key, []):
+            item_id = item.get("id") if isinstance(item, dict) else None
+            if item_id in seen:
+                raise ExportFormatError(f"{name}: {key} lists id {item_id} twice.")
+            if isinstance(item_id, str):
+                seen.add(item_id)
+    thread_ids = {t["id"] for t in data.get("threads", [])}
+    for m in data.get("messages", []):
+        if m["threadId"] not in thread_ids:
+            raise ExportFormatError(f"{name}: message {m['id']} belongs to thread {m['threadId']}, "
+                                    "which is not in the file.")
+    for entry in data.get("workingMemory", []):
+        if not isinstance(entry, dict) or entry.get("scope") not in ("resource", "thread") \
+                or not isinstance(entry.get("ownerId"), str) or not isinstance(entry.get("versions", []), list):
+            raise ExportFormatError(f"{name}: a \"workingMemory\" entry needs scope, ownerId and a versions list.")
+    for row in data.get("observations", []):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            raise ExportFormatError(f"{name}: every observation row needs a string \"id\".")
+    if data.get("turns") and not isinstance(data.get("turnsTable"), str):
+        raise ExportFormatError(f"{name}: \"turns\" rows need \"turnsTable\" (the table they came from).")
+
+
+def _require(data: Mapping[str, Any], key: str, fields: tuple[str, ...], name: str) -> None:
+    for i, item in enumerate(data.get(key, [])):
+        if not isinstance(item, dict):
+            raise ExportFormatError(f"{name}: {key}[{i}] is not an object.")
+        for f in fields:
+            if not isinstance(item.get(f), str) or (f == "id" and not item[f]):
+                raise ExportFormatError(f"{name}: {key}[{i}] needs a string \"{f}\".")

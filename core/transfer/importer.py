@@ -1,0 +1,350 @@
+"""Import an export file into a database: ids kept, identical rows skipped, conflicts reported.
+
+Every row is matched by its id. A row that is not there is inserted; an identical one is left alone
+(so a second import writes nothing); one that differs is a *conflict*: reported and kept as it is,
+unless ``overwrite=True`` replaces it. A thread that belongs to another resource in the target is
+never moved (a thread's resource never changes), overwrite or not; its messages and records are
+left out and reported.
+
+Working-memory versions have database-wide integer ids, so they are matched by content; an imported
+version keeps its id when that id is free in the target, and turn records that point at a version
+follow it when it gets a new one. Tables only Memory Studio has (versions, turn records) may be
+missing from a target Mastra wrote: their rows are then skipped with a note saying how to keep them.
+
+The whole import is one write transaction: if anything fails, nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Iterable, Mapping
+
+import sqlalchemy as sa
+
+from core.storage import Store
+from core.storage.memory_store import dump_json, load_json
+from core.transfer import rows as R
+from core.transfer.export import OM_TABLE, WM_VERSIONS_TABLE
+from core.transfer.format import TransferError, validate
+from core.transfer.report import Conflict, ImportReport
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 500
+_MESSAGE_COLUMNS = ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")
+_INSERT_MESSAGE = (
+    'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId") '
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_REPLACE_MESSAGE = _INSERT_MESSAGE + (
+    " ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, content = excluded.content, "
+    'role = excluded.role, type = excluded.type, "createdAt" = excluded."createdAt", '
+    '"resourceId" = excluded."resourceId"'
+)
+
+
+def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False) -> ImportReport:
+    """What ``import_data`` would do, without writing (works on a read-only database)."""
+    validate(data)
+    with store.db.read() as conn:
+        return _Importer(conn, data, overwrite, store.location.display, dry_run=True).run()
+
+
+def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False) -> ImportReport:
+    """Import a checked export document in one transaction. Raises ``ReadOnlyError`` on a read-only
+    store and ``TransferError`` when the import failed (then nothing was written)."""
+    validate(data)
+    try:
+        with store.db.write() as conn:
+            report = _Importer(conn, data, overwrite, store.location.display, dry_run=False).run()
+    except (sa.exc.DBAPIError, ValueError) as exc:
+        if isinstance(exc, TransferError):
+            raise
+        raise TransferError(
+            f"Import into {store.location.display} failed and nothing was written: {_db_message(exc)}"
+        ) from exc
+    log.info("import into %s: %s", store.location.display, report.summary())
+    return report
+
+
+def _db_message(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    return str(orig or exc).strip()
+
+
+class _Importer:
+    def __init__(self, conn: sa.Connection, data: Mapping[str, Any], overwrite: bool, target: str,
+                 *, dry_run: bool) -> None:
+        self.conn = conn
+        self.data = data
+        self.overwrite = overwrite
+        self.report = ImportReport(target, dry_run=dry_run)
+        self.blocked: set[str] = set()  # threads owned by another resource in the target
+        self.version_ids: dict[int, int] = {}  # exported version id -> id in the target
+
+    def run(self) -> ImportReport:
+        for name in ("mastra_threads", "mastra_messages", "mastra_resources"):
+            if not R.has_table(self.conn, name):
+                raise TransferError(f"{self.report.target} has no {name} table; it is not a memory database. "
+                                    "Import into a database written by Memory Studio or Mastra, or a new file.")
+        for row in self.data.get("resources", []):
+            self._resource(row)
+        for row in self.data.get("threads", []):
+            self._thread(row)
+        self._messages(self.data.get("messages", []))
+        self._versions(self.data.get("workingMemory", []))
+        self._observations(self.data.get("observations", []))
+        self._turns(self.data.get("turnsTable"), self.data.get("turns", []))
+        return self.report
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _wrote(self, kind: str, n: int = 1) -> None:
+        self.report.written[kind] += n
+
+    def _same(self, kind: str, n: int = 1) -> None:
+        self.report.unchanged[kind] += n
+
+    def _conflict(self, kind: str, row_id: str, reason: str, *, may_overwrite: bool = True) -> bool:
+        """Record a conflict; True when the caller should replace the row."""
+        replace = self.overwrite and may_overwrite
+        self.report.conflicts.append(Conflict(kind, row_id, reason, replace, may_overwrite))
+        return replace
+
+    def _exec(self, sql: str, params: Any = ()) -> None:
+        if not self.report.dry_run:
+            self.conn.exec_driver_sql(sql, params)
+
+    # -- resources and threads -----------------------------------------------------------------
+    def _resource(self, row: Mapping[str, Any]) -> None:
+        rid = row["id"]
+        values = (row.get("workingMemory"), _meta_text(row.get("metadata")),
+                  row.get("createdAt") or row.get("updatedAt"), row.get("updatedAt") or row.get("createdAt"))
+        existing = R.select_rows(self.conn, "mastra_resources", "id = ?", [rid])
+        if not existing:
+            self._exec('INSERT INTO mastra_resources (id, "workingMemory", metadata, "createdAt", "updatedAt") '
+                       "VALUES (?, ?, ?, ?, ?)", (rid, *values))
+            self._wrote("resources")
+            return
+        old = existing[0]
+        differs = [label for label, same in (
+            ("working memory", old.get("workingMemory") == row.get("workingMemory")),
+            ("metadata", load_json(old.get("metadata")) == row.get("metadata")),
+        ) if not same]
+        if not differs:
+            self._same("resources")
+        elif self._conflict("resources", rid, f"differs here ({', '.join(differs)})"):
+            self._exec('UPDATE mastra_resources SET "workingMemory" = ?, metadata = ?, "createdAt" = ?, '
+                       '"updatedAt" = ? WHERE id = ?', (*values, rid))
+            self._wrote("resources")
+
+    def _thread(self, row: Mapping[str, Any]) -> None:
+        tid = row["id"]
+        values = (row.get("title") or "", _meta_text(row.get("metadata")), row["createdAt"],
+                  row.get("updatedAt") or row["createdAt"])
+        existing = R.select_rows(self.conn, "mastra_threads", "id = ?", [tid])
+        if not existing:
+            self._exec('INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "updatedAt") '
+                       "VALUES (?, ?, ?, ?, ?, ?)", (tid, row["resourceId"], *values))
+            self._wrote("threads")
+            return
+        old = existing[0]
+        if old["resourceId"] != row["resourceId"]:
+            self.blocked.add(tid)
+            n = sum(1 for m in self.data.get("messages", []) if m["threadId"] == tid)
+            self._conflict(
+                "threads", tid,
+                f"belongs to resource {old['resourceId']} here but to {row['resourceId']} in the file; a thread "
+                f"never changes resource, so it and its {n} message{'s' if n != 1 else ''} were not imported "
+                "(not even with overwrite)", may_overwrite=False)
+            return
+        differs = [label for label, same in (
+            ("title", (old.get("title") or "") == values[0]),
+            ("metadata", load_json(old.get("metadata")) == row.get("metadata")),
+            ("createdAt", old["createdAt"] == row["createdAt"]),
+        ) if not same]
+        if not differs:
+            self._same("threads")
+        elif self._conflict("threads", tid, f"differs here ({', '.join(differs)})"):
+            self._exec('UPDATE mastra_threads SET title = ?, metadata = ?, "createdAt" = ?, "updatedAt" = ? '
+                       "WHERE id = ?", (*values, tid))
+            self._wrote("threads")
+
+    # -- messages ------------------------------------------------------------------------------
+    def _messages(self, messages: list[Mapping[str, Any]]) -> None:
+        wanted = [m for m in messages if m["threadId"] not in self.blocked]
+        inserts: list[tuple[Any, ...]] = []
+        replaces: list[tuple[Any, ...]] = []
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start:start + _CHUNK]
+            clause, params = R.in_clause(m["id"] for m in chunk)
+            existing = {r["id"]: r for r in R.select_rows(self.conn, "mastra_messages", f"id IN {clause}", params)}
+            for m in chunk:
+                values = (m["id"], m["threadId"], m["content"], m["role"], m["type"], m["createdAt"],
+                          m.get("resourceId"))
+                old = existing.get(m["id"])
+                if old is None:
+                    inserts.append(values)
+                    continue
+                differs = _message_differences(old, m)
+                if not differs:
+                    self._same("messages")
+                elif self._conflict("messages", m["id"], f"differs here ({', '.join(differs)})"):
+                    replaces.append(values)
+        if not self.report.dry_run:
+            if inserts:
+                self.conn.exec_driver_sql(_INSERT_MESSAGE, inserts)
+            if replaces:
+                self.conn.exec_driver_sql(_REPLACE_MESSAGE, replaces)
+        self._wrote("messages", len(inserts) + len(replaces))
+        self.report.message_ids.extend(v[0] for v in [*inserts, *replaces])
+
+    # -- working-memory versions ---------------------------------------------------------------
+    def _versions(self, entries: list[Mapping[str, Any]]) -> None:
+        rows = [v for e in entries if not (e["scope"] == "thread" and e["ownerId"] in self.blocked)
+                for v in e.get("versions", [])]
+        if not rows:
+            return
+        if not R.has_table(self.conn, WM_VERSIONS_TABLE):
+            self.report.notes.append(
+                f"{len(rows)} working-memory version{'s' if len(rows) != 1 else ''} not imported: "
+                f"{self.report.target} has no {WM_VERSIONS_TABLE} table (a database Mastra wrote). Run "
+                "'memory-studio migrate' on it first to keep the history; the current values were imported.")
+            return
+        cols = self._check_columns(WM_VERSIONS_TABLE, rows, "working-memory versions")
+        for row in sorted(rows, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
+            src_id = row.get("id")
+            content = {k: v for k, v in row.items() if k != "id" and k in cols}
+            found = self._find_by_content(WM_VERSIONS_TABLE, content)
+            if found is not None:
+                self._map_version(src_id, found)
+                self._same("workingMemoryVersions")
+                continue
+            new_id = self._insert_keeping_id(WM_VERSIONS_TABLE, "id", src_id, content)
+            self._map_version(src_id, new_id)
+            self._wrote("workingMemoryVersions")
+
+    def _map_version(self, src_id: Any, target_id: int | None) -> None:
+        if isinstance(src_id, int) and target_id is not None:
+            self.version_ids[src_id] = target_id
+
+    def _find_by_content(self, table: str, content: Mapping[str, Any]) -> int | None:
+        where = " AND ".join(f"{R.quote(k)} IS ?" for k in content)
+        row = self.conn.exec_driver_sql(
+            f"SELECT rowid FROM {R.quote(table)} WHERE {where} ORDER BY rowid LIMIT 1",
+            tuple(R.from_json_value(v) for v in content.values()),
+        ).first()
+        return int(row[0]) if row else None
+
+    def _insert_keeping_id(self, table: str, key: str, src_id: Any, content: Mapping[str, Any]) -> int | None:
+        """Insert with the exported integer id when the target has it free, else with a new one."""
+        free = isinstance(src_id, int) and self.conn.exec_driver_sql(
+            f"SELECT 1 FROM {R.quote(table)} WHERE {R.quote(key)} = ?", (src_id,)).first() is None
+        if self.report.dry_run:
+            return src_id if free else None
+        R.insert_row(self.conn, table, {key: src_id, **content} if free else dict(content))
+        return int(self.conn.exec_driver_sql("SELECT last_insert_rowid()").scalar() or 0)
+
+    # -- observations and turn records ---------------------------------------------------------
+    def _observations(self, rows: list[Mapping[str, Any]]) -> None:
+        wanted = [r for r in rows if r.get("threadId") not in self.blocked]
+        if not wanted:
+            return
+        if not R.has_table(self.conn, OM_TABLE):
+            self.report.notes.append(
+                f"{len(wanted)} observational-memory row{'s' if len(wanted) != 1 else ''} not imported: "
+                f"{self.report.target} has no {OM_TABLE} table. Run 'memory-studio migrate' on it first.")
+            return
+        self._check_columns(OM_TABLE, wanted, "observations")
+        for row in wanted:
+            self._upsert_by_key(OM_TABLE, ["id"], row, "observations", ignore=("updatedAt",))
+
+    def _turns(self, table: Any, rows: list[Mapping[str, Any]]) -> None:
+        wanted = [r for r in rows if not ({r.get(c) for c in R.THREAD_COLUMNS} & self.blocked)]
+        if not wanted:
+            return
+        if not isinstance(table, str) or not R.has_table(self.conn, table):
+            self.report.notes.append(
+                f"{len(wanted)} turn record{'s' if len(wanted) != 1 else ''} not imported: {self.report.target} "
+                f"has no {table} table. Run 'memory-studio migrate' on it (or upgrade Memory Studio) first.")
+            return
+        cols = self._check_columns(table, wanted, "turn records")
+        pk = R.primary_key(self.conn, table)
+        integer_key = len(pk) == 1 and "INT" in next(t for n, t, _p in R.columns(self.conn, table) if n == pk[0])
+        dangling = 0
+        for raw in wanted:
+            row = dict(raw)
+            if "wm_version_id" in row and row["wm_version_id"] is not None:
+                mapped = self.version_ids.get(row["wm_version_id"])
+                if mapped is None:
+                    dangling += 1
+                row["wm_version_id"] = mapped
+            if integer_key or not pk:
+                key = pk[0] if pk else "rowid"
+                content = {k: v for k, v in row.items() if k != key and k in cols}
+                if self._find_by_content(table, content) is not None:
+                    self._same("turns")
+                    continue
+                self._insert_keeping_id(table, key, row.get(key), content)
+                self._wrote("turns")
+            else:
+                self._upsert_by_key(table, pk, row, "turns")
+        if dangling:
+            self.report.notes.append(
+                f"{dangling} turn record{'s' if dangling != 1 else ''} named a working-memory version that is not "
+                "in the file (exported without versions); that link was left empty.")
+
+    def _upsert_by_key(self, table: str, key: list[str], row: Mapping[str, Any], kind: str,
+                       ignore: Iterable[str] = ()) -> None:
+        where = " AND ".join(f"{R.quote(k)} = ?" for k in key)
+        existing = R.select_rows(self.conn, table, where, [row.get(k) for k in key])
+        row_id = "/".join(str(row.get(k)) for k in key)
+        if not existing:
+            if not self.report.dry_run:
+                R.insert_row(self.conn, table, row)
+            self._wrote(kind)
+            return
+        skip = set(ignore)
+        old = existing[0]
+        differs = [k for k in row if k not in skip and old.get(k) != row[k]]
+        if not differs:
+            self._same(kind)
+        elif self._conflict(kind, row_id, f"differs here ({', '.join(differs[:4])}{'…' if len(differs) > 4 else ''})"):
+            if not self.report.dry_run:
+                R.insert_row(self.conn, table, row, replace=True)
+            self._wrote(kind)
+
+    def _check_columns(self, table: str, rows: list[Mapping[str, Any]], what: str) -> set[str]:
+        have = {c[0] for c in R.columns(self.conn, table)}
+        unknown = sorted({k for r in rows for k in r} - have)
+        if unknown:
+            raise TransferError(
+                f"The file's {what} have columns that {self.report.target}'s {table} table lacks "
+                f"({', '.join(unknown)}): the file comes from a newer schema. Run 'memory-studio migrate' on the "
+                "target or upgrade Memory Studio, then import again. Nothing was written.")
+        return have
+
+
+def _meta_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else dump_json(value)
+
+
+def _message_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    pairs = (("thread", old["thread_id"], new["threadId"]), ("role", old["role"], new["role"]),
+             ("type", old["type"], new["type"]), ("createdAt", old["createdAt"], new["createdAt"]),
+             ("resourceId", old.get("resourceId"), new.get("resourceId")))
+    out = [label for label, a, b in pairs if a != b]
+    if not _same_content(old["content"], new["content"]):
+        out.append("content")
+    return out
+
+
+def _same_content(a: Any, b: Any) -> bool:
+    if a == b:
+        return True
+    try:  # the same JSON written by another serializer (key order, spacing) is the same message
+        return bool(json.loads(a) == json.loads(b))
+    except (TypeError, ValueError):
+        return False

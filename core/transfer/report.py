@@ -1,0 +1,69 @@
+"""What an import did (or, for a preview, would do): rows written and unchanged per kind, conflicts,
+notes, and the ids of the messages written (for the recall index)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("resources", "threads", "messages", "workingMemoryVersions", "observations", "turns")
+
+
+@dataclass(frozen=True)
+class Conflict:
+    kind: str  # one of KINDS
+    id: str
+    reason: str
+    overwritten: bool = False
+    replaceable: bool = True  # False: overwrite cannot resolve it (a thread owned by another resource)
+
+    def __str__(self) -> str:
+        kind = {"workingMemoryVersions": "working-memory version"}.get(self.kind, self.kind.rstrip("s"))
+        return f"{kind} {self.id}: {self.reason}" + ("; replaced" if self.overwritten else "")
+
+
+@dataclass
+class ImportReport:
+    target: str
+    dry_run: bool = False
+    written: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    unchanged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    conflicts: list[Conflict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)  # messages inserted or replaced
+
+    @property
+    def changed(self) -> bool:
+        return any(self.written.values())
+
+    def summary(self) -> str:
+        verb = "would write" if self.dry_run else "wrote"
+        parts = [f"{n} {_label(k, n)}" for k, n in self.written.items() if n]
+        same = sum(self.unchanged.values())
+        line = f"{verb} {', '.join(parts) if parts else 'nothing'}"
+        if same:
+            line += f"; {same} row{'s' if same != 1 else ''} already there, unchanged"
+        kept = sum(1 for c in self.conflicts if not c.overwritten and c.replaceable)
+        if kept:
+            one = kept == 1
+            line += (f"; {kept} row{'' if one else 's'} that differ{'s' if one else ''} "
+                     f"{'would be kept' if self.dry_run else 'kept'} as {'it is' if one else 'they are'} "
+                     f"(overwrite replaces {'it' if one else 'them'})")
+        owned = sum(1 for c in self.conflicts if not c.replaceable)
+        if owned:
+            line += (f"; {owned} thread{'s' if owned != 1 else ''} owned by another resource here "
+                     f"{'would be ' if self.dry_run else ''}left out")
+        replaced = sum(1 for c in self.conflicts if c.overwritten)
+        if replaced:
+            line += (f"; {replaced} row{'s' if replaced != 1 else ''} that differed "
+                     f"{'would be ' if self.dry_run else ''}replaced")
+        return line
+
+    def details(self) -> list[str]:
+        return [*(str(c) for c in self.conflicts), *self.notes]
+
+
+def _label(kind: str, n: int) -> str:
+    names = {"resources": "resource", "threads": "thread", "messages": "message",
+             "workingMemoryVersions": "working-memory version", "observations": "observation row",
+             "turns": "turn record"}
+    return names[kind] + ("s" if n != 1 else "")

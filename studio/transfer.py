@@ -1,0 +1,288 @@
+"""File > Export Thread…, Export Resource… and Import…: commands over ``core.transfer``.
+
+Export and import run in workers (``session.run``). Import first previews what it would write (read
+only), asks for confirmation with that summary, then imports in one transaction and refreshes the
+tree. A read-only database is refused up front with the way out (File > Allow Writes…). File paths
+come from ``choose_save_path`` / ``choose_open_path``, replaceable so tests never open a native dialog.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import shiboken6
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QCheckBox, QDialog, QFileDialog, QWidget
+
+from core.storage import Store
+from core.transfer import (
+    ImportReport,
+    TransferError,
+    export_data,
+    import_data,
+    load,
+    preview_import,
+    recall_after_import,
+    render,
+    write_atomically,
+)
+from core.transfer.rows import turn_table
+from studio.commands import CommandRegistry
+from studio.dialogs import Problem, explain
+from studio.widgets.export_dialog import ExportDialog, ExportRequest, PathChooser
+from studio.widgets.pane_header import alive_only
+
+if TYPE_CHECKING:  # pragma: no cover
+    from studio.main_window import MainWindow
+
+log = logging.getLogger(__name__)
+IMPORT_FILTER = "Memory Studio export (*.json);;All files (*)"
+FOLDER_KEY = "transfer/folder"
+MAX_LISTED = 8  # conflicts listed in a dialog; the rest are counted
+
+
+@dataclass(frozen=True)
+class Imported:
+    report: ImportReport
+    recall_note: str
+
+
+@dataclass(frozen=True)
+class ExportDetails:
+    text: str  # one line: what will be exported
+    has_turns: bool  # the database keeps turn records
+
+
+def describe(store: Store, kind: str, item_id: str) -> ExportDetails:
+    """What the export dialog shows about its subject (a small read, run in a worker)."""
+    with store.db.read() as conn:
+        has_turns = turn_table(conn) is not None
+    if kind == "thread":
+        thread = store.memory.get_thread(item_id)
+        if thread is None:
+            return ExportDetails("This thread no longer exists.", has_turns)
+        n = store.memory.count_messages(item_id)
+        title = f"“{thread.title}” · " if thread.title else ""
+        return ExportDetails(f"{title}resource {thread.resource_id} · {n} message{'s' if n != 1 else ''}", has_turns)
+    summaries = store.memory.thread_summaries(item_id)
+    messages = sum(s.message_count for s in summaries)
+    return ExportDetails(f"{len(summaries)} thread{'s' if len(summaries) != 1 else ''} · {messages} messages",
+                         has_turns)
+
+
+def run_export(store: Store, request: ExportRequest) -> Path:
+    data = export_data(store, thread_id=request.id if request.kind == "thread" else None,
+                       resource_id=request.id if request.kind == "resource" else None, options=request.options)
+    write_atomically(request.path, render(data, request.format))
+    return request.path
+
+
+def run_import(store: Store, data: dict[str, Any], overwrite: bool) -> Imported:
+    report = import_data(store, data, overwrite=overwrite)
+    note = recall_after_import(store, report.message_ids) if report.message_ids else ""
+    return Imported(report, note)
+
+
+class TransferActions(QObject):
+    exported = Signal(object)  # Path
+    imported = Signal(object)  # Imported
+
+    def __init__(self, window: "MainWindow") -> None:
+        super().__init__(window)
+        self.window = window
+        self.dialog: ExportDialog | None = None
+        self.choose_save_path: PathChooser = self._native_save
+        self.choose_open_path: Callable[[QWidget, str, Callable[[str], None]], None] = self._native_open
+
+    def register(self, registry: CommandRegistry) -> None:
+        w = self.window
+        registry.add("file.export_thread", "Export Thread…", self.export_thread, menu="File", group="transfer",
+                     enabled=lambda: w.session is not None and bool(w.selection.thread_id),
+                     keywords="save json markdown transcript backup")
+        registry.add("file.export_resource", "Export Resource…", self.export_resource, menu="File",
+                     group="transfer", enabled=lambda: w.session is not None and bool(w.selection.resource_id),
+                     keywords="save json markdown transcript backup user")
+        registry.add("file.import", "Import…", self.import_file, menu="File", group="transfer",
+                     enabled=lambda: w.session is not None, keywords="load json restore")
+
+    # -- export ----------------------------------------------------------------------------------
+    def export_thread(self) -> None:
+        sel = self.window.selection
+        if self.window.session is not None and sel.thread_id:
+            self.open_export_dialog("thread", sel.thread_id)
+
+    def export_resource(self) -> None:
+        sel = self.window.selection
+        if self.window.session is not None and sel.resource_id:
+            self.open_export_dialog("resource", sel.resource_id)
+
+    def open_export_dialog(self, kind: str, item_id: str) -> ExportDialog:
+        session = self.window.session
+        assert session is not None
+        if self.dialog is not None:
+            self.dialog.reject()
+        dialog = ExportDialog(kind, item_id, self._folder(), self.choose_save_path, self.window)
+        dialog.export_requested.connect(lambda request: self._export(dialog, request))
+        self.dialog = dialog
+        self._show(dialog)
+        session.run(lambda: describe(session.store, kind, item_id),
+                    on_result=alive_only(dialog, lambda d: dialog.set_details(d.text, has_turns=d.has_turns)),
+                    on_error=alive_only(dialog, lambda exc: dialog.set_details(str(exc))))
+        return dialog
+
+    def _export(self, dialog: ExportDialog, request: ExportRequest) -> None:
+        session = self.window.session
+        if session is None:
+            dialog.failed("No database is open.")
+            return
+
+        def done(path: Path) -> None:
+            self._remember_folder(path)
+            self.window.show_status(f"Exported {request.kind} {request.id} to {path}")
+            if _alive(dialog):
+                dialog.succeeded()
+            self.exported.emit(path)
+
+        def failed(exc: BaseException) -> None:
+            log.info("export failed: %s", exc)
+            if _alive(dialog):
+                dialog.failed(str(exc) or type(exc).__name__)
+
+        session.run(lambda: run_export(session.store, request), on_result=done, on_error=failed)
+
+    # -- import ----------------------------------------------------------------------------------
+    def import_file(self) -> None:
+        session = self.window.session
+        if session is None:
+            return
+        if session.read_only:
+            self.window.presenter.error(self.window, Problem(
+                "Read-only database", f"{session.display_path} is open read-only, so nothing can be imported into it.",
+                "Choose File > Allow Writes… first, then File > Import… again."))
+            return
+        self.choose_open_path(self.window, self._folder(), self.preview)
+
+    def preview(self, path: str) -> None:
+        """Read and check the file, and compute what importing it would write (nothing is written)."""
+        session = self.window.session
+        if session is None or not path:
+            return
+        self._remember_folder(Path(path))
+
+        def job() -> tuple[dict[str, Any], ImportReport]:
+            data = load(path)
+            return data, preview_import(session.store, data)
+
+        session.run(job, on_result=lambda r: self._confirm(path, r[0], r[1]),
+                    on_error=lambda exc: self._import_failed(path, exc))
+
+    def _confirm(self, path: str, data: dict[str, Any], preview: ImportReport) -> None:
+        session = self.window.session
+        if session is None:
+            return
+        if not preview.changed and not preview.conflicts and not preview.notes:
+            self.window.presenter.error(self.window, Problem(
+                "Nothing to import", f"Everything in {Path(path).name} is already in {session.display_path}.",
+                "Importing it again would change nothing.", warning_only=True))
+            return
+        scope = data.get("scope") or {}
+        source = (data.get("source") or {}).get("database", "?")
+        text = (f"Import {scope.get('kind', '?')} {scope.get('id', '?')} from {Path(path).name} "
+                f"(exported from {source}) into {session.display_path}?")
+        needs_choice = any(c.replaceable for c in preview.conflicts)
+        check = QCheckBox("Replace the rows that differ (overwrite)") if needs_choice else None
+        box = self.window.presenter.confirm(
+            self.window, "Import?", text, _advice(preview), "Import",
+            lambda: self._import(data, overwrite=check is not None and check.isChecked()))
+        if check is not None:
+            box.setCheckBox(check)
+
+    def _import(self, data: dict[str, Any], *, overwrite: bool) -> None:
+        session = self.window.session
+        if session is None:
+            return
+        self.window.show_status("Importing…")
+
+        def done(result: Imported) -> None:
+            report = result.report
+            self.window.show_status(f"Imported: {report.summary()}")
+            if self.window.session is session:
+                session.notify_local_write()  # the tree and the message list re-query now
+            lines = report.details()
+            if lines or result.recall_note:
+                self.window.presenter.error(self.window, Problem(
+                    "Import finished", report.summary().capitalize() + ".",
+                    _listed(lines) + (("\n\nRecall: " + result.recall_note) if result.recall_note else ""),
+                    warning_only=True))
+            self.imported.emit(result)
+
+        session.run(lambda: run_import(session.store, data, overwrite), on_result=done,
+                    on_error=lambda exc: self._import_failed(None, exc))
+
+    def _import_failed(self, path: str | None, exc: BaseException) -> None:
+        self.window.show_status("Import failed")
+        if isinstance(exc, TransferError):
+            problem = Problem("Cannot import", str(exc), "Nothing was written to the database.",
+                              getattr(exc, "__traceback_text__", ""))
+        else:
+            problem = explain(exc, path)
+        self.window.presenter.error(self.window, problem)
+
+    # -- files -----------------------------------------------------------------------------------
+    def _folder(self) -> str:
+        value = self.window.settings.value(FOLDER_KEY)
+        return str(value) if value and Path(str(value)).is_dir() else str(Path.home())
+
+    def _remember_folder(self, path: Path) -> None:
+        self.window.settings.setValue(FOLDER_KEY, str(path.expanduser().parent))
+
+    def _show(self, dialog: QDialog) -> None:
+        """Window-modal without a nested event loop, closed with the window (like the presenter's)."""
+        presenter = self.window.presenter
+        presenter.open.append(dialog)
+
+        def gone(_result: int = 0) -> None:
+            if dialog in presenter.open:
+                presenter.open.remove(dialog)
+            if self.dialog is dialog:
+                self.dialog = None
+            dialog.deleteLater()
+
+        dialog.finished.connect(gone)
+        dialog.open()
+
+    def _native_save(self, parent: QWidget, title: str, start: str, filters: str,
+                     on_chosen: Callable[[str], None]) -> None:
+        dialog = QFileDialog(parent, title, start, filters)
+        dialog.setObjectName("exportFileDialog")
+        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dialog.fileSelected.connect(on_chosen)
+        self._show(dialog)
+
+    def _native_open(self, parent: QWidget, start: str, on_chosen: Callable[[str], None]) -> None:
+        dialog = QFileDialog(parent, "Import a Memory Studio export", start, IMPORT_FILTER)
+        dialog.setObjectName("importFileDialog")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.fileSelected.connect(on_chosen)
+        self._show(dialog)
+
+
+def _alive(widget: QWidget) -> bool:
+    return bool(shiboken6.isValid(widget))
+
+
+def _advice(preview: ImportReport) -> str:
+    text = f"It {preview.summary()}."
+    if preview.details():
+        text += "\n\n" + _listed(preview.details())
+    return text + "\n\nThe import runs as one transaction: if anything fails, nothing is written."
+
+
+def _listed(lines: list[str]) -> str:
+    shown = [f"• {line}" for line in lines[:MAX_LISTED]]
+    if len(lines) > MAX_LISTED:
+        shown.append(f"… and {len(lines) - MAX_LISTED} more")
+    return "\n".join(shown)

@@ -1,0 +1,263 @@
+"""Export and import: a round trip gives identical rows, a second import writes nothing, conflicts are
+reported and kept (or replaced on request), a failure writes nothing, bad files get clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import Memory, ReadOnlyError, open_store
+from core.embedding.hashing import HashingEmbedder
+from core.recall import RecallIndex
+from core.transfer import (
+    ExportFormatError,
+    ExportOptions,
+    TransferError,
+    dumps,
+    export_resource,
+    export_thread,
+    import_data,
+    loads,
+    preview_import,
+    recall_after_import,
+    to_markdown,
+)
+
+from .transfer_data import TABLES, add_turn_table, seed_source, snapshot, table_rows
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "source.db"
+    seed_source(path)
+    return path
+
+
+def _export(path: Path, *, resource: str | None = None, thread: str | None = None, **opts: Any) -> dict[str, Any]:
+    with open_store(path, read_only=True, create=False) as store:
+        if thread is not None:
+            return export_thread(store, thread, ExportOptions(**opts))
+        assert resource is not None
+        return export_resource(store, resource, ExportOptions(**opts))
+
+
+def _import(path: Path, data: dict[str, Any], **kw: Any) -> Any:
+    with open_store(path) as store:
+        return import_data(store, data, **kw)
+
+
+def _fresh(tmp_path: Path, name: str = "target.db") -> Path:
+    path = tmp_path / name
+    open_store(path).close()
+    add_turn_table(path)
+    return path
+
+
+def test_resource_round_trip_gives_identical_rows(source: Path, tmp_path: Path) -> None:
+    data = loads(dumps(_export(source, resource="ada")))  # through the text form, as a file would go
+    assert data["format"] == "memory-studio-export" and data["version"] == 1
+    assert data["source"]["kind"] == "memory-studio" and data["scope"] == {"kind": "resource", "id": "ada"}
+    assert {t["id"] for t in data["threads"]} == {"t-groceries", "t-party"}
+    assert data["counts"] == {"resources": 1, "threads": 2, "messages": 5, "observations": 1, "turns": 1,
+                              "workingMemoryVersions": 2}
+    legacy = next(m for m in data["messages"] if m["id"] == "g0")
+    assert legacy["content"] == "plain legacy text" and legacy["type"] == "v1"
+    target = _fresh(tmp_path)
+    report = _import(target, data)
+    assert report.written == {"resources": 1, "threads": 2, "messages": 5, "workingMemoryVersions": 2,
+                              "observations": 1, "turns": 1}
+    assert not report.conflicts and not report.notes
+    src, dst = snapshot(source), snapshot(target)
+    ada_threads = "WHERE \"resourceId\" = 'ada'"
+    assert table_rows(target, "mastra_threads") == table_rows(source, "mastra_threads", ada_threads)
+    assert table_rows(target, "mastra_resources") == table_rows(source, "mastra_resources", "WHERE id = 'ada'")
+    assert dst["mastra_messages"] == table_rows(source, "mastra_messages", "WHERE thread_id != 't-bob'")
+    # version ids are kept (free in a fresh database), so the turn record still points at its version
+    assert dst["memory_studio_wm_versions"] == table_rows(source, "memory_studio_wm_versions", "WHERE owner_id = 'ada'")
+    assert dst["mastra_observational_memory"] == src["mastra_observational_memory"]
+    assert dst["memory_studio_turns"] == table_rows(source, "memory_studio_turns", "WHERE thread_id != 't-bob'")
+
+
+def test_thread_export_carries_its_resource_and_thread_scoped_working_memory(source: Path, tmp_path: Path) -> None:
+    data = _export(source, thread="t-bob")
+    assert [t["id"] for t in data["threads"]] == ["t-bob"] and [m["id"] for m in data["messages"]] == ["b1"]
+    wm = {(e["scope"], e["ownerId"]): e for e in data["workingMemory"]}
+    assert wm[("thread", "t-bob")]["value"] == "# Notes\n- standup 10am\n"
+    assert len(wm[("thread", "t-bob")]["versions"]) == 1
+    target = _fresh(tmp_path)
+    _import(target, data)
+    with open_store(target) as store:
+        mem = Memory(store, {"working_memory": {"enabled": True, "scope": "thread"}})
+        assert mem.get_working_memory(thread_id="t-bob", resource_id="bob") == "# Notes\n- standup 10am\n"
+        assert [v.text for v in mem.working_memory_service.versions("thread", "t-bob")] == ["# Notes\n- standup 10am\n"]
+    assert table_rows(target, "memory_studio_turns") == table_rows(source, "memory_studio_turns",
+                                                                   "WHERE thread_id = 't-bob'")
+
+
+def test_second_import_writes_nothing(source: Path, tmp_path: Path) -> None:
+    data = _export(source, resource="ada")
+    target = _fresh(tmp_path)
+    _import(target, data)
+    before = snapshot(target)
+    again = _import(target, data)
+    assert not again.changed and not again.conflicts and again.message_ids == []
+    assert again.unchanged == {"resources": 1, "threads": 2, "messages": 5, "workingMemoryVersions": 2,
+                               "observations": 1, "turns": 1}
+    assert "wrote nothing" in again.summary()
+    assert snapshot(target) == before
+    # importing into the database it came from is the same: nothing to do
+    into_source = _import(source, data)
+    assert not into_source.changed and not into_source.conflicts
+
+
+def test_conflicts_are_reported_and_kept_unless_overwritten(source: Path, tmp_path: Path) -> None:
+    data = _export(source, resource="ada")
+    target = _fresh(tmp_path)
+    with open_store(target) as store:  # the target already has its own versions of some rows
+        store.memory.create_thread(thread_id="t-party", resource_id="mallory", title="Not Ada's party")
+        store.memory.create_thread(thread_id="t-groceries", resource_id="ada", title="Groceries (renamed)")
+        with store.db.write() as conn:
+            conn.exec_driver_sql(
+                'INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+                "VALUES ('g1', 't-groceries', '{\"format\":2,\"parts\":[{\"type\":\"text\",\"text\":\"edited\"}]}', "
+                "'user', 'v2', '2026-03-01T09:00:00.000Z', 'ada')")
+    preview = None
+    with open_store(target) as store:
+        preview = preview_import(store, data)
+    assert preview.dry_run and preview.written["messages"] == 3
+    assert snapshot(target)["mastra_messages"] == table_rows(target, "mastra_messages")  # preview wrote nothing
+
+    report = _import(target, data)
+    by_id = {(c.kind, c.id): c for c in report.conflicts}
+    assert set(by_id) == {("threads", "t-party"), ("threads", "t-groceries"), ("messages", "g1")}
+    assert "belongs to resource mallory here but to ada" in by_id[("threads", "t-party")].reason
+    assert "1 message were not imported" in by_id[("threads", "t-party")].reason
+    assert "title" in by_id[("threads", "t-groceries")].reason
+    assert "content" in by_id[("messages", "g1")].reason
+    assert not any(c.overwritten for c in report.conflicts)
+    assert "2 rows that differ kept as they are (overwrite replaces them)" in report.summary()
+    assert "1 thread owned by another resource here left out" in report.summary()
+    assert report.written["messages"] == 3  # g0, g2, g3; g1 kept, p1 left out with its thread
+    rows = {r[0]: r for r in table_rows(target, "mastra_messages")}
+    assert "edited" in rows["g1"][4] and "p1" not in rows
+    titles = {r[0]: r[4] for r in table_rows(target, "mastra_threads")}
+    assert titles == {"t-party": "Not Ada's party", "t-groceries": "Groceries (renamed)"}
+
+    replaced = _import(target, data, overwrite=True)
+    assert {(c.kind, c.id) for c in replaced.conflicts if c.overwritten} == {("threads", "t-groceries"),
+                                                                            ("messages", "g1")}
+    assert not next(c for c in replaced.conflicts if c.id == "t-party").overwritten  # a thread never moves
+    rows = {r[0]: r for r in table_rows(target, "mastra_messages")}
+    src = {r[0]: r for r in table_rows(source, "mastra_messages")}
+    assert rows["g1"] == src["g1"] and "p1" not in rows
+    titles = {r[0]: r[4] for r in table_rows(target, "mastra_threads")}
+    assert titles == {"t-party": "Not Ada's party", "t-groceries": "Weekly groceries"}
+
+
+def test_versions_get_new_ids_when_taken_and_turn_records_follow(source: Path, tmp_path: Path) -> None:
+    target = _fresh(tmp_path)
+    with open_store(target) as store:  # fill the ids the source used with other owners' versions
+        mem = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+        for i in range(4):
+            mem.update_working_memory(resource_id="zed", working_memory=f"# Zed {i}")
+    data = _export(source, resource="ada")
+    _import(target, data)
+    ada_ids = [r[0] for r in table_rows(target, "memory_studio_wm_versions") if r[4] == "ada"]  # (value, type)…
+    assert len(ada_ids) == 2 and min(ada_ids) > 4  # 1..4 were taken, so both got new ids
+    newest = max(ada_ids)
+    turns = table_rows(target, "memory_studio_turns")
+    assert turns[0][0] == "g1" and turns[0][6] == newest  # the record points at its version's new id
+    assert not _import(target, data).changed  # matched by content the second time
+
+
+def test_a_failure_writes_nothing(source: Path, tmp_path: Path) -> None:
+    data = _export(source, resource="ada")
+    del data["observations"][0]["lookupKey"]  # NOT NULL in the table: the insert fails late in the import
+    target = _fresh(tmp_path)
+    before = snapshot(target)
+    with pytest.raises(TransferError, match="failed and nothing was written"):
+        _import(target, data)
+    assert snapshot(target) == before
+
+
+def test_read_only_target_is_refused_with_advice(source: Path, tmp_path: Path) -> None:
+    data = _export(source, resource="ada")
+    target = _fresh(tmp_path)
+    with open_store(target, read_only=True) as store:
+        assert preview_import(store, data).written["threads"] == 2
+        with pytest.raises(ReadOnlyError, match="Allow writes first"):
+            import_data(store, data)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("# A Markdown transcript", "is not JSON"),
+    ('{"hello": 1}', "not a Memory Studio export"),
+    ('{"format": "memory-studio-export", "version": 2}', "version 2; this Memory Studio reads version 1"),
+    ('{"format": "memory-studio-export", "version": 1, "threads": {}}', '"threads" must be a list'),
+    ('{"format": "memory-studio-export", "version": 1, "threads": [], "messages": [{"id": "m", "threadId": "x", '
+     '"role": "user", "type": "v2", "createdAt": "2026-01-01T00:00:00.000Z", "content": "hi"}]}',
+     "belongs to thread x, which is not in the file"),
+])
+def test_bad_files_get_clear_errors(text: str, message: str) -> None:
+    with pytest.raises(ExportFormatError, match=message):
+        loads(text, name="bad.json")
+
+
+def test_export_of_a_missing_thread_or_resource_names_it(source: Path) -> None:
+    with pytest.raises(LookupError, match="Thread 'nope' not found"):
+        _export(source, thread="nope")
+    with pytest.raises(LookupError, match="Resource 'nobody' not found"):
+        _export(source, resource="nobody")
+
+
+def test_optional_parts_can_be_left_out(source: Path) -> None:
+    data = _export(source, resource="ada", working_memory_versions=False, observations=False, turns=False)
+    assert data["observations"] == [] and data["turns"] == [] and data["turnsTable"] is None
+    assert [e["versions"] for e in data["workingMemory"]] == [[]]
+    assert data["workingMemory"][0]["value"].endswith("- Allergy: peanuts\n")  # the current value is always in
+    assert data["includes"] == {"workingMemoryVersions": False, "observations": False, "turns": False}
+
+
+def test_markdown_transcript(source: Path) -> None:
+    text = to_markdown(_export(source, thread="t-groceries"))
+    assert text.startswith("# Weekly groceries\n")
+    assert "- Thread: `t-groceries`" in text and "- Resource: `ada`" in text
+    assert "**User** · 2026-03-01 09:00:00 UTC\n\nI am allergic to peanuts. Plan dinner." in text
+    assert "**Assistant** · 2026-03-01 09:01:00 UTC" in text
+    assert '> Tool call `searchRecipes`({"query": "green curry"}) → {"hits": ["Thai green curry"]}' in text
+    assert "> File: list.txt (text/plain)" in text and "plain legacy text" in text
+    wm = text.index("## Working memory")
+    assert text.index("Try a Thai green curry.") < wm
+    assert "### Resource `ada` (2 versions)\n\n```markdown\n# User\n- Name: Ada\n- Allergy: peanuts\n```" in text
+    assert "## Observations" in text and "Ada is allergic to peanuts" in text
+    resource_text = to_markdown(_export(source, resource="ada"))
+    assert resource_text.startswith("# Resource ada\n") and "## Weekly groceries" in resource_text
+    assert "## Birthday party" in resource_text and "Party for 12 on Saturday" in resource_text
+
+
+def test_imported_messages_are_indexed_for_recall_when_the_target_uses_it(source: Path, tmp_path: Path) -> None:
+    data = _export(source, resource="ada")
+    embedder = HashingEmbedder(dim=64)
+    plain = _fresh(tmp_path, "plain.db")
+    report = _import(plain, data)
+    with open_store(plain) as store:
+        assert "is not used in this database" in recall_after_import(store, report.message_ids, embedder=embedder)
+        assert "'memory-studio reindex'" in recall_after_import(store, report.message_ids, embed=False)
+    with_recall = _fresh(tmp_path, "recall.db")
+    with open_store(with_recall) as store:
+        RecallIndex.for_store(store, embedder)  # this database's memory uses recall: it has a vector table
+    report = _import(with_recall, data)
+    with open_store(with_recall) as store:
+        note = recall_after_import(store, report.message_ids, embedder=embedder)
+        assert note.startswith("indexed 4 imported messages")  # g3 has no text to index
+        hits = RecallIndex.for_store(store, embedder).search("peanuts allergic", resource_id="ada", mode="vector")
+        assert "g1" in [h.message_id for h in hits.hits]
+
+
+def test_every_table_is_covered() -> None:
+    assert set(TABLES) >= {"mastra_threads", "mastra_messages", "mastra_resources", "mastra_observational_memory",
+                           "memory_studio_wm_versions"}
+    assert json.loads(dumps({"a": "é"})) == {"a": "é"}

@@ -1,0 +1,131 @@
+"""``memory-studio export`` / ``import`` end to end, and exporting a Mastra database without touching it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+from core import open_store
+from core.cli import main
+from core.transfer import export_thread, import_data, to_markdown
+
+from .transfer_data import make_mastra_db, seed_source, snapshot, table_rows
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def folder_state(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_export_import_end_to_end(tmp_path: Path) -> None:
+    source, target = tmp_path / "source.db", tmp_path / "target.db"
+    seed_source(source)
+    dump = tmp_path / "ada.json"
+    code, out, err = run("export", "--db", str(source), "--resource", "ada", "-o", str(dump))
+    assert code == 0 and out == "", err
+    assert err.startswith("exported 2 threads, 5 messages, 2 working-memory versions, 1 observation row, 1 turn record")
+    assert json.loads(dump.read_text())["scope"] == {"kind": "resource", "id": "ada"}
+
+    code, out, err = run("import", "--db", str(target), str(dump), "--dry-run")
+    assert code == 0 and "would write 1 resource, 2 threads, 5 messages" in out
+    code, out, err = run("import", "--db", str(target), str(dump))
+    assert code == 0, err
+    assert "wrote 1 resource, 2 threads, 5 messages, 2 working-memory versions, 1 observation row" in out
+    assert "1 turn record not imported" in err and "has no memory_studio_turns table" in err
+    assert "'memory-studio reindex' embeds the 5 imported messages" in out  # recall is not used there
+    assert table_rows(target, "mastra_messages") == table_rows(source, "mastra_messages", "WHERE thread_id != 't-bob'")
+
+    before = snapshot(target)
+    code, out, _err = run("import", "--db", str(target), str(dump))
+    assert code == 0 and "wrote nothing; 11 rows already there, unchanged" in out
+    assert snapshot(target) == before
+
+
+def test_export_to_stdout_as_json_and_markdown(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    seed_source(source)
+    code, out, _ = run("export", "--db", str(source), "--thread", "t-bob")
+    assert code == 0 and json.loads(out)["threads"][0]["id"] == "t-bob"
+    code, out, _ = run("export", "--db", str(source), "--thread", "t-bob", "--format", "markdown")
+    assert code == 0 and out.startswith("# Bob's notes\n") and "Remember: standup moved to 10am" in out
+
+
+def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    seed_source(source)
+    code, _, err = run("export", "--db", str(source))
+    assert code == 2 and "one of the arguments --thread --resource is required" in err
+    code, _, err = run("export", "--db", str(source), "--thread", "nope")
+    assert code == 1 and err.startswith("error: Thread 'nope' not found")
+    bad = tmp_path / "notes.md"
+    bad.write_text("# not an export\n")
+    code, _, err = run("import", "--db", str(tmp_path / "t.db"), str(bad))
+    assert code == 1 and "is not JSON" in err and "Markdown transcript cannot be imported" in err
+    assert not (tmp_path / "t.db").exists()  # a bad file is refused before any database is created
+    code, _, err = run("import", "--db", str(tmp_path / "t.db"), str(tmp_path / "missing.json"))
+    assert code == 1 and "does not exist" in err
+    code, _, err = run("export", "--db", str(source), "--thread", "t-bob", "-o", str(tmp_path / "no" / "x.json"))
+    assert code == 1 and "does not exist; create it" in err
+
+
+def test_mastra_database_exports_read_only_and_stays_byte_identical(tmp_path: Path) -> None:
+    folder = tmp_path / "mastra"
+    path = folder / "mastra.db"
+    make_mastra_db(path)
+    before = folder_state(folder)
+    out_file = tmp_path / "mastra.json"
+    code, _out, err = run("export", "--db", str(path), "--thread", "mt1", "-o", str(out_file))
+    assert code == 0, err
+    code, md, err = run("export", "--db", str(path), "--resource", "user-1", "--format", "markdown")
+    assert code == 0, err
+    assert folder_state(folder) == before  # same files, same bytes: no migration, no journal left behind
+
+    data = json.loads(out_file.read_text())
+    assert data["source"]["kind"] == "mastra"
+    assert data["threads"][0]["metadata"] == {"workingMemory": "# Notes\n- a", "custom": True}  # JSONB read
+    assert data["resources"][0]["metadata"] == {"plan": "pro"}
+    assert json.loads(data["observations"][0]["config"]) == {"scope": "thread"}
+    assert [m["id"] for m in data["messages"]] == ["m1", "m2", "m3"]
+    assert "# Notes\n- a" in md and "plain legacy text" in md and "My name is Ada" in md
+
+    target = tmp_path / "ours.db"
+    code, out, err = run("import", "--db", str(target), str(out_file))
+    assert code == 0, err
+    src = {r[0]: r for r in table_rows(path, "mastra_messages")}
+    dst = {r[0]: r for r in table_rows(target, "mastra_messages")}
+    assert dst == src  # content byte-equal, legacy row included
+    with open_store(target) as store:
+        thread = store.memory.get_thread("mt1")
+        assert thread is not None and thread.metadata == {"workingMemory": "# Notes\n- a", "custom": True}
+
+
+def test_import_into_a_mastra_database_keeps_what_it_can_and_says_what_it_skipped(tmp_path: Path) -> None:
+    source, mastra = tmp_path / "source.db", tmp_path / "mastra.db"
+    seed_source(source)
+    make_mastra_db(mastra)
+    with open_store(source, read_only=True) as store:
+        data = export_thread(store, "t-bob")
+    with open_store(mastra) as store:  # writes allowed, never migrated
+        report = import_data(store, data)
+    assert report.written["threads"] == 1 and report.written["messages"] == 1
+    assert any("working-memory version not imported" in n and "memory-studio migrate" in n for n in report.notes)
+    assert table_rows(mastra, "memory_studio_migrations") == []  # still Mastra's file, not migrated
+    assert "Bob's notes" in to_markdown(data)
+
+
+def test_export_writes_the_file_whole_or_not_at_all(tmp_path: Path) -> None:
+    source = tmp_path / "source.db"
+    seed_source(source)
+    target = tmp_path / "out.json"
+    target.write_text("previous export\n")
+    code, _, _ = run("export", "--db", str(source), "--thread", "nope", "-o", str(target))
+    assert code == 1 and target.read_text() == "previous export\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.json")] == []
+    assert os.access(target, os.R_OK)

@@ -1,0 +1,264 @@
+"""File > Export Thread…, Export Resource…, Import…: the export dialog (driven without a native file
+dialog), exports written by a worker, import with a preview and confirmation, read-only refusal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from PySide6.QtWidgets import QMessageBox
+
+from core import open_store
+from studio.selection import Selection
+from studio.widgets.export_dialog import ExportDialog, ExportRequest
+
+from .conftest import file_state, make_mastra_db
+
+
+class Chooser:
+    """Stands in for the native file dialog: records the call, answers with ``answer``."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.calls: list[tuple[Any, ...]] = []
+
+    def save(self, parent: Any, title: str, start: str, filters: str, on_chosen: Callable[[str], None]) -> None:
+        self.calls.append((title, start, filters))
+        on_chosen(self.answer)
+
+    def open(self, parent: Any, start: str, on_chosen: Callable[[str], None]) -> None:
+        self.calls.append((start,))
+        on_chosen(self.answer)
+
+
+def _wait_open(qtbot: Any, window: Any, threads: int = 1) -> None:
+    qtbot.waitUntil(lambda: window.session is not None and window.resources is not None
+                    and len(window.resources.thread_rows()) >= threads, timeout=15_000)
+
+
+def _box(qtbot: Any, window: Any, title: str) -> QMessageBox:
+    qtbot.waitUntil(lambda: any(isinstance(d, QMessageBox) and d.windowTitle() == title
+                                for d in window.presenter.open), timeout=15_000)
+    return next(d for d in window.presenter.open if isinstance(d, QMessageBox) and d.windowTitle() == title)
+
+
+def test_export_dialog_format_options_and_path(qtbot: Any, no_leaked_widgets: None, tmp_path: Path) -> None:
+    chooser = Chooser(str(tmp_path / "picked.json"))
+    dialog = ExportDialog("thread", "t/groceries 1", str(tmp_path), chooser.save)
+    qtbot.addWidget(dialog)
+    assert dialog.windowTitle() == "Export Thread"
+    assert dialog.path_edit.text() == str(tmp_path / "t-groceries-1.json")
+    dialog.browse.click()
+    assert chooser.calls == [("Export thread as Json", str(tmp_path / "t-groceries-1.json"),
+                              "Memory Studio export (*.json);;All files (*)")]
+    assert dialog.path_edit.text() == str(tmp_path / "picked.json")
+    dialog.markdown_button.click()
+    assert dialog.format == "markdown" and dialog.path_edit.text() == str(tmp_path / "picked.md")
+    assert not dialog.versions.isEnabled() and not dialog.turns.isEnabled() and dialog.observations.isEnabled()
+    dialog.json_button.click()
+    assert dialog.path_edit.text() == str(tmp_path / "picked.json") and dialog.versions.isEnabled()
+    dialog.observations.setChecked(False)
+    with qtbot.waitSignal(dialog.export_requested) as sig:
+        dialog.export_button.click()
+    request = sig.args[0]
+    assert isinstance(request, ExportRequest)
+    assert (request.kind, request.id, request.format, request.path) == ("thread", "t/groceries 1", "json",
+                                                                         tmp_path / "picked.json")
+    assert not request.options.observations and request.options.working_memory_versions
+    assert not dialog.export_button.isEnabled()
+    dialog.failed("The folder /nope does not exist")
+    assert dialog.export_button.isEnabled() and dialog.error.text() == "The folder /nope does not exist"
+    dialog.path_edit.clear()
+    dialog.export_button.click()
+    assert dialog.error.text() == "Choose a file to export to."
+
+
+def test_export_thread_and_resource_from_the_file_menu(qtbot: Any, make_window: Any, small_db: Path,
+                                                       tmp_path: Path) -> None:
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.set_selection(Selection())
+    assert not window.commands.command("file.export_thread").is_enabled  # nothing selected
+    assert not window.commands.command("file.export_resource").is_enabled
+    menu_titles = [a.text() for a in window.menus["File"].actions()]
+    assert {"Export Thread…", "Export Resource…", "Import…"} <= set(menu_titles)
+
+    window.set_selection(Selection("ada", "t-groceries"))
+    assert window.commands.command("file.export_thread").is_enabled
+    window.commands.run("file.export_thread")
+    dialog = window.transfer.dialog
+    assert dialog is not None and dialog.isVisible() and dialog in window.presenter.open
+    qtbot.waitUntil(lambda: "3 messages" in dialog.details.text(), timeout=10_000)
+    assert "“Weekly groceries”" in dialog.details.text()
+    assert not dialog.turns.isEnabled() and not dialog.turns.isChecked()  # this database keeps no turn records
+    out = tmp_path / "exports" / "groceries.md"
+    out.parent.mkdir()
+    dialog.markdown_button.click()
+    dialog.path_edit.setText(str(out))
+    with qtbot.waitSignal(window.transfer.exported, timeout=15_000):
+        dialog.export_button.click()
+    qtbot.waitUntil(lambda: window.transfer.dialog is None, timeout=5_000)
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Weekly groceries") and "I am allergic to peanuts" in text
+    assert "Exported thread t-groceries" in window.status_text.text()
+
+    window.set_selection(Selection("ada", None))
+    assert not window.commands.command("file.export_thread").is_enabled
+    window.commands.run("file.export_resource")
+    dialog = window.transfer.dialog
+    assert dialog.path_edit.text() == str(out.parent / "ada.json")  # the last folder is remembered
+    with qtbot.waitSignal(window.transfer.exported, timeout=15_000):
+        dialog.export_button.click()
+    data = json.loads((out.parent / "ada.json").read_text(encoding="utf-8"))
+    assert data["scope"] == {"kind": "resource", "id": "ada"} and len(data["threads"]) == 2
+
+
+def test_export_error_is_shown_in_the_dialog(qtbot: Any, make_window: Any, small_db: Path, tmp_path: Path) -> None:
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.set_selection(Selection("li", "t-trip"))
+    window.commands.run("file.export_thread")
+    dialog = window.transfer.dialog
+    dialog.path_edit.setText(str(tmp_path / "missing-folder" / "x.json"))
+    dialog.export_button.click()
+    qtbot.waitUntil(lambda: dialog.error.isVisible(), timeout=15_000)
+    assert "does not exist" in dialog.error.text() and dialog.export_button.isEnabled()
+    dialog.reject()
+    qtbot.waitUntil(lambda: not window.presenter.open)
+
+
+def test_mastra_database_exports_while_read_only_and_is_not_changed(qtbot: Any, make_window: Any,
+                                                                    tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    before = file_state(path)
+    window = make_window()
+    window.open_database(str(path))
+    _wait_open(qtbot, window)
+    assert window.session.read_only
+    window.set_selection(Selection("user-42", "mastra-thread"))
+    window.commands.run("file.export_resource")
+    dialog = window.transfer.dialog
+    out = tmp_path / "user-42.json"
+    dialog.path_edit.setText(str(out))
+    with qtbot.waitSignal(window.transfer.exported, timeout=15_000):
+        dialog.export_button.click()
+    assert json.loads(out.read_text())["source"]["kind"] == "mastra"
+    assert file_state(path) == before
+
+
+def test_import_previews_asks_then_imports_and_refreshes_the_tree(qtbot: Any, make_window: Any, small_db: Path,
+                                                                  tmp_path: Path) -> None:
+    from core.transfer import dumps, export_resource
+
+    with open_store(small_db, read_only=True) as store:
+        export = tmp_path / "ada.json"
+        export.write_text(dumps(export_resource(store, "ada")), encoding="utf-8")
+    target = tmp_path / "target.db"
+    seed_small_other(target)
+    window = make_window()
+    window.open_database(str(target))
+    _wait_open(qtbot, window, 1)
+    chooser = Chooser(str(export))
+    window.transfer.choose_open_path = chooser.open
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Import?")
+    assert "Import resource ada from ada.json" in box.text()
+    assert "It would write 2 threads, 4 messages" in box.informativeText()
+    assert box.checkBox() is None  # no conflicts: nothing to overwrite
+    with qtbot.waitSignal(window.transfer.imported, timeout=15_000) as sig:
+        box.property("yesButton").click()
+    assert sig.args[0].report.written["threads"] == 2
+    qtbot.waitUntil(lambda: len(window.resources.thread_rows()) == 3, timeout=15_000)
+    assert ("ada", "Weekly groceries", 3) in window.resources.thread_rows()
+    assert "Imported: wrote 2 threads, 4 messages" in window.status_text.text()
+    done = _box(qtbot, window, "Import finished")  # says what happened to recall
+    assert "memory-studio reindex" in done.informativeText()
+    done.accept()
+
+    window.commands.run("file.import")  # the same file again: nothing to do, and it says so
+    box = _box(qtbot, window, "Nothing to import")
+    assert "already in" in box.text()
+    box.accept()
+
+
+def seed_small_other(path: Path) -> None:
+    with open_store(path) as store:
+        store.memory.create_thread(thread_id="t-other", resource_id="zed", title="Zed's thread")
+
+
+def test_import_with_conflicts_offers_overwrite(qtbot: Any, make_window: Any, small_db: Path, tmp_path: Path) -> None:
+    from core.transfer import dumps, export_thread
+
+    with open_store(small_db, read_only=True) as store:
+        data = export_thread(store, "t-party")
+    data["threads"][0]["title"] = "Party (edited elsewhere)"
+    export = tmp_path / "party.json"
+    export.write_text(dumps(data), encoding="utf-8")
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.transfer.choose_open_path = Chooser(str(export)).open
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Import?")
+    assert "thread t-party: differs here (title)" in box.informativeText()
+    assert box.checkBox() is not None and not box.checkBox().isChecked()
+    box.checkBox().setChecked(True)
+    with qtbot.waitSignal(window.transfer.imported, timeout=15_000) as sig:
+        box.property("yesButton").click()
+    assert sig.args[0].report.conflicts[0].overwritten
+    qtbot.waitUntil(lambda: ("ada", "Party (edited elsewhere)", 1) in window.resources.thread_rows(), timeout=15_000)
+    _box(qtbot, window, "Import finished").accept()
+
+
+def test_import_into_a_read_only_database_says_to_allow_writes(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    before = file_state(path)
+    window = make_window()
+    window.open_database(str(path))
+    _wait_open(qtbot, window)
+    chooser = Chooser(str(tmp_path / "whatever.json"))
+    window.transfer.choose_open_path = chooser.open
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Read-only database")
+    assert "Allow Writes" in box.informativeText() and chooser.calls == []  # refused before picking a file
+    box.accept()
+    assert file_state(path) == before
+
+
+def test_a_bad_file_is_refused_with_a_clear_message(qtbot: Any, make_window: Any, small_db: Path,
+                                                    tmp_path: Path) -> None:
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"format": "something-else"}', encoding="utf-8")
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.transfer.choose_open_path = Chooser(str(bad)).open
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Cannot import")
+    assert "not a Memory Studio export" in box.text() and "Nothing was written" in box.informativeText()
+    box.accept()
+
+
+def test_default_file_choosers_are_tracked_and_answer(qtbot: Any, make_window: Any, small_db: Path,
+                                                      tmp_path: Path) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    chosen: list[str] = []
+    window.transfer.choose_open_path(window, str(tmp_path), chosen.append)
+    window.transfer.choose_save_path(window, "Export", str(tmp_path / "x.json"), "JSON (*.json)", chosen.append)
+    dialogs = [d for d in window.presenter.open if isinstance(d, QFileDialog)]
+    assert [d.objectName() for d in dialogs] == ["importFileDialog", "exportFileDialog"]
+    assert dialogs[1].acceptMode() == QFileDialog.AcceptMode.AcceptSave
+    dialogs[0].fileSelected.emit(str(tmp_path / "a.json"))
+    assert chosen == [str(tmp_path / "a.json")]
+    for d in dialogs:
+        d.reject()
+    qtbot.waitUntil(lambda: not window.presenter.open)
