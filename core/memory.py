@@ -17,7 +17,7 @@ from core.options import MemoryOptions, OptionsError
 from core.processors.base import Processor
 from core.assembly import TurnAssembly
 from core.scopes import MemoryError_, ScopeConflictError, ThreadOwnershipError, parse_scopes
-from core.storage import Store, open_store
+from core.storage import locks, Store, open_store
 from core.storage.memory_store import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -272,6 +272,8 @@ class Memory(TurnAssembly):
         seen: dict[str, str | None] = {}
         for m in messages:
             seen.setdefault(m.thread_id or "", m.resource_id)
+        # Two processes saving to a new thread at once: the second waits, then sees the first's thread.
+        self.store.db.lock(conn, *(locks.thread_key(tid) for tid in seen))
         for thread_id, resource_id in seen.items():
             thread = self.store.memory.get_thread(thread_id, conn=conn)
             if thread is None:
@@ -442,20 +444,16 @@ class Memory(TurnAssembly):
         import os
         import socket
 
-        from sqlalchemy.dialects.sqlite import insert
+        from core.storage.dialect import upsert
 
         if self.store.read_only or not self.store.db.has_table("memory_studio_agents"):
             return
-        stmt = insert(t.agent_registry).values(
-            name=agent_name or self.name, config=json.dumps(self.describe(), default=str),
-            process=f"{socket.gethostname()}:{os.getpid()}", updatedAt=iso_now(),
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[t.agent_registry.c.name],
-            set_={"config": stmt.excluded.config, "process": stmt.excluded.process, "updatedAt": stmt.excluded.updatedAt},
-        )
+        values = {
+            "name": agent_name or self.name, "config": json.dumps(self.describe(), default=str),
+            "process": f"{socket.gethostname()}:{os.getpid()}", "updatedAt": iso_now(),
+        }
         with self.store.db.write() as conn:
-            conn.execute(stmt)
+            conn.execute(upsert(conn, t.agent_registry, values, key="name"))
 
 
 MemoryFactory = Callable[[Mapping[str, Any]], Memory]

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from core.options import MemoryOptions
 from core.storage import Store
+from core.storage import dialect
 from core.storage import schema as t
 
 
@@ -41,7 +42,7 @@ def agent_for_thread(store: Store, thread_id: str) -> str | None:
     """The agent that last answered in this thread, if it said who it was."""
     with store.db.read() as conn:
         row = conn.execute(
-            sa.select(sa.func.json_extract(t.messages.c.content, "$.metadata.agent"))
+            sa.select(dialect.json_path(t.messages.c.content, "metadata", "agent"))
             .where(t.messages.c.thread_id == thread_id, t.messages.c.role == "assistant")
             .order_by(t.messages.c.createdAt.desc()).limit(1)
         ).first()

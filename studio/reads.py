@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from core import Store
 from core.messages import Message
+from core.storage import dialect
 from core.storage import schema as t
 from core.storage.memory_store import ResourceSummary, ThreadSummary
 from core.timeutil import parse_iso
@@ -46,7 +47,7 @@ def load_page(store: Store, thread_id: str, offset: int, limit: int) -> list[Mes
     The inner select finds the page's rowids from the index alone; only those rows are read.
     """
     msg = t.messages.c
-    rowid = sa.literal_column("rowid")
+    rowid = dialect.row_key()
     page = (
         sa.select(rowid).select_from(t.messages).where(msg.thread_id == thread_id)
         .order_by(msg.createdAt.asc(), rowid.asc()).limit(limit).offset(offset)
@@ -75,7 +76,7 @@ def count_messages(store: Store, thread_id: str) -> int:
 def message_position(store: Store, thread_id: str, message_id: str) -> int | None:
     """The row index of a message in its thread's chronological order, or None if it is gone."""
     msg = t.messages.c
-    rowid = sa.literal_column("rowid")
+    rowid = dialect.row_key()
     with store.db.read() as conn:
         target = conn.execute(
             sa.select(msg.createdAt, rowid.label("rid")).where(msg.id == message_id, msg.thread_id == thread_id)
