@@ -16,7 +16,8 @@ import sqlalchemy as sa
 
 from core.messages import Message
 from core.recall import pg_keywords, pg_vectors
-from core.recall.index import DRAIN_PER_SEARCH, RecallIndex, keyword
+from core.recall import keyword
+from core.recall.index import DRAIN_PER_SEARCH, RecallIndex
 from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, has_table
 from core.storage import migrations as storage_migrations
 from core.timeutil import to_iso

@@ -30,7 +30,7 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
         f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, terms) VALUES (?, ?, ?, {_DOC}) "
         "ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, "
         "resource_id = EXCLUDED.resource_id, terms = EXCLUDED.terms",
-        [(mid, tid, rid, segment(text), segment(ctx)) for mid, tid, rid, text, ctx in keep],  # type: ignore[arg-type]
+        [(mid, tid, rid, segment(text), segment(ctx)) for mid, tid, rid, text, ctx in keep],
     )
 
 

@@ -66,7 +66,7 @@ def upsert(conn: sa.Connection, table: str, rows: Sequence[tuple[str, np.ndarray
         f"INSERT INTO {quoted(table)} (vector_id, embedding, metadata, namespace, model_id) "
         "VALUES (?, CAST(? AS vector), CAST(? AS jsonb), ?, ?) ON CONFLICT (namespace, vector_id) DO UPDATE SET "
         "embedding = EXCLUDED.embedding, metadata = EXCLUDED.metadata, model_id = EXCLUDED.model_id",
-        [(vid, literal(vec), json.dumps(meta, ensure_ascii=False), NAMESPACE, model) for vid, vec, meta, model in rows],  # type: ignore[arg-type]
+        [(vid, literal(vec), json.dumps(meta, ensure_ascii=False), NAMESPACE, model) for vid, vec, meta, model in rows],
     )
 
 
@@ -100,7 +100,8 @@ class PgVectorSet:
         self._n: int | None = None
 
     def _scope(self, thread_id: str | None) -> tuple[str, list[Any]]:
-        where, params = ["model_id = ?"], [self.model_id]
+        where: list[str] = ["model_id = ?"]
+        params: list[Any] = [self.model_id]
         if self.resource_id is not None:
             where.append("metadata->>'resource_id' = ?")
             params.append(self.resource_id)

@@ -92,7 +92,7 @@ class _JsonEquals(ColumnElement[bool]):
     type = sa.Boolean()
 
     def __init__(self, column: ColumnElement[Any], key: str, value: Any) -> None:
-        self.column, self.key, self.value = column, key, value
+        self.column, self.json_key, self.value = column, key, value
 
 
 @compiles(_JsonEquals)
@@ -100,7 +100,7 @@ def _json_equals_sqlite(element: _JsonEquals, compiler: Any, **kw: Any) -> str:
     value = element.value
     if isinstance(value, bool):
         value = 1 if value else 0  # json_extract returns 1/0 for JSON true/false
-    expr = json_path(element.column, element.key) == sa.literal(value)
+    expr = json_path(element.column, element.json_key) == sa.literal(value)
     return str(compiler.process(expr, **kw))
 
 
@@ -108,7 +108,7 @@ def _json_equals_sqlite(element: _JsonEquals, compiler: Any, **kw: Any) -> str:
 def _json_equals_pg(element: _JsonEquals, compiler: Any, **kw: Any) -> str:
     col = compiler.process(element.column, **kw)
     doc = compiler.process(sa.literal(json.dumps(element.value)), **kw)
-    key = compiler.process(sa.literal(element.key), **kw)
+    key = compiler.process(sa.literal(element.json_key), **kw)
     return f"(CAST({col} AS TEXT)::jsonb -> CAST({key} AS TEXT)) = CAST({doc} AS TEXT)::jsonb"
 
 

@@ -67,7 +67,7 @@ class JsonTextLoader(Loader):
         return bytes(data).decode("utf-8")
 
 
-class UnknownStrDumper(psycopg.types.string.StrDumperUnknown):  # type: ignore[misc]
+class UnknownStrDumper(psycopg.types.string.StrDumperUnknown):
     """Strings go untyped in the text format, so the server casts them to the column's type."""
 
 

@@ -39,6 +39,8 @@ MIGRATION_LOCK = "memory-studio:migrations"
 class PgDatabase(Database):
     """One Postgres database (the schema on its ``search_path``)."""
 
+    location: PgLocation
+
     def __init__(self, location: PgLocation, *, read_only: bool = False, create: bool = True) -> None:
         self.location = location
         self.read_only = read_only
