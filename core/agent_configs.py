@@ -31,10 +31,9 @@ from datetime import datetime
 from typing import Any, Mapping, Sequence, Union
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.sqlite import insert
 
 from core.options import MemoryOptions
-from core.storage import Store
+from core.storage import Store, dialect
 from core.storage import schema as t
 from core.storage.memory_store import Thread
 from core.timeutil import iso_now, parse_iso
@@ -158,7 +157,7 @@ def last_agent(store: Store, thread_id: str) -> str | None:
     """The agent that last answered in this thread, if it said who it was."""
     with store.db.read() as conn:
         row = conn.execute(
-            sa.select(sa.func.json_extract(t.messages.c.content, "$.metadata.agent"))
+            sa.select(dialect.json_path(t.messages.c.content, "metadata", "agent"))
             .where(t.messages.c.thread_id == thread_id, t.messages.c.role == "assistant")
             .order_by(t.messages.c.createdAt.desc()).limit(1)
         ).first()
@@ -205,24 +204,20 @@ def register_agent(store: Store, name: str, config: Mapping[str, Any]) -> bool:
     take it: read-only, or a database without the Studio's tables (never migrated silently)."""
     if store.read_only or not _has_table(store, t.agent_registry.name):
         return False
-    stmt = insert(t.agent_registry).values(
-        name=name, config=json.dumps(dict(config), default=str),
-        process=f"{socket.gethostname()}:{os.getpid()}", updatedAt=iso_now(),
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[t.agent_registry.c.name],
-        set_={"config": stmt.excluded.config, "process": stmt.excluded.process, "updatedAt": stmt.excluded.updatedAt},
-    )
+    values = {
+        "name": name, "config": json.dumps(dict(config), default=str),
+        "process": f"{socket.gethostname()}:{os.getpid()}", "updatedAt": iso_now(),
+    }
     with store.db.write() as conn:
-        conn.execute(stmt)
+        conn.execute(dialect.upsert(conn, t.agent_registry, values, key="name"))
     return True
 
 
 # -- overrides -------------------------------------------------------------------------------------
 Override = Union[ConfigVersion, Mapping[str, Any], None]
-_LATEST_OVERRIDE_SQL = (
+_LATEST_OVERRIDE_SQL = sa.text(
     'SELECT id, name, template, schema, author, "createdAt" FROM memory_studio_configs '
-    "WHERE name = ? ORDER BY id DESC LIMIT 1"
+    "WHERE name = :name ORDER BY id DESC LIMIT 1"
 )
 
 
@@ -253,7 +248,7 @@ def latest_override(store: Store, name: str) -> ConfigVersion | None:
     it is one indexed query and does not look the table up first."""
     try:
         with store.db.read() as conn:
-            row = conn.exec_driver_sql(_LATEST_OVERRIDE_SQL, (name,)).first()
+            row = conn.execute(_LATEST_OVERRIDE_SQL, {"name": name}).first()
     except (sa.exc.DBAPIError, ValueError):  # a foreign database without our tables has no overrides
         return None
     return _version(row) if row is not None else None

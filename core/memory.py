@@ -17,7 +17,7 @@ from core.options import MemoryOptions, OptionsError
 from core.processors.base import Processor
 from core.assembly import TurnAssembly
 from core.scopes import MemoryError_, ScopeConflictError, ThreadOwnershipError, parse_scopes
-from core.storage import Store, open_store
+from core.storage import locks, Store, open_store
 from core.storage.memory_store import (
     AlreadyExistsError,
     InvalidArgumentError,
@@ -272,6 +272,8 @@ class Memory(TurnAssembly):
         seen: dict[str, str | None] = {}
         for m in messages:
             seen.setdefault(m.thread_id or "", m.resource_id)
+        # Two processes saving to a new thread at once: the second waits, then sees the first's thread.
+        self.store.db.lock(conn, *(locks.thread_key(tid) for tid in seen))
         for thread_id, resource_id in seen.items():
             thread = self.store.memory.get_thread(thread_id, conn=conn)
             if thread is None:

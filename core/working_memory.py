@@ -16,7 +16,7 @@ from typing import Any, Literal, Mapping
 import sqlalchemy as sa
 
 from core.options import OptionsError, WorkingMemoryOptions
-from core.storage import Store
+from core.storage import Store, locks, migrations
 from core.storage import schema as t
 from core.storage.memory_store import NotFoundError, dump_json, json_col, load_json
 from core.timeutil import iso_now, parse_iso
@@ -132,6 +132,7 @@ class WorkingMemoryService:
         scope, owner = self.owner(opts, thread_id, resource_id)
         text = self._serialize(opts, value)
         with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
+            self.store.db.lock(conn, locks.owner_key(scope, owner))
             current = self._read(conn, scope, owner)
             if expected is not ... and current != expected:
                 raise ConcurrentUpdateError(current)
@@ -151,6 +152,7 @@ class WorkingMemoryService:
             update = strip_nulls_from_optional(opts.schema, update)
         scope, owner = self.owner(opts, thread_id, resource_id)
         with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
+            self.store.db.lock(conn, locks.owner_key(scope, owner))
             merged = working_memory_merge(load_stored(self._read(conn, scope, owner)), update)
             problems = validate(opts.schema, merged)
             if problems:
@@ -228,9 +230,7 @@ class WorkingMemoryService:
     def _has_versions(self, conn: sa.Connection) -> bool:
         cached = self.store.extensions.get("wm_versions_table")
         if cached is None:
-            cached = conn.execute(
-                sa.text("SELECT 1 FROM sqlite_master WHERE type='table' AND name='memory_studio_wm_versions'")
-            ).first() is not None
+            cached = migrations.has_table(conn, "memory_studio_wm_versions")
             self.store.extensions["wm_versions_table"] = cached
         return bool(cached)
 

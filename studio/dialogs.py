@@ -126,6 +126,11 @@ class DialogPresenter:
         dialog.finished.connect(gone)
         dialog.open()
 
+    def show(self, dialog: QDialog) -> QDialog:
+        """Open any dialog window-modally, tracked like the others."""
+        self._track(dialog)
+        return dialog
+
     def error(self, parent: QWidget | None, problem: Problem) -> QMessageBox:
         box = build_error_box(parent, problem)
         self._track(box)

@@ -173,6 +173,8 @@ class MainWindow(QMainWindow):
         has_db = lambda: self.session is not None  # noqa: E731
         c.add("file.open", "Open Database…", self.choose_database, shortcut="Ctrl+O", menu="File", group="open",
               keywords="file libsql mastra")
+        c.add("file.connect_postgres", "Connect to Postgres…", self.connect_postgres, menu="File", group="open",
+              keywords="postgresql server database url")
         c.add("file.reload", "Reload", self.reload, shortcut="Ctrl+R", menu="File", group="open",
               enabled=has_db)
         c.add("file.allow_writes", "Allow Writes…", self.request_allow_writes, menu="File", group="access",
@@ -250,8 +252,8 @@ class MainWindow(QMainWindow):
         self._install(StudioSession(opened.store), keep)
         self.newer_migrations = opened.newer_migrations
         display = opened.store.location.display
-        if opened.store.location.path is not None:
-            self.recent.push(display)
+        if opened.store.location.path is not None or getattr(opened.store.location, "is_postgres", False):
+            self.recent.push(display)  # a Postgres URL is kept without its password
             self.settings.setValue("recentFiles", self.recent.paths)
         self.show_status(f"Opened {display}")
         if opened.newer_migrations:
@@ -387,12 +389,18 @@ class MainWindow(QMainWindow):
         start = str(Path(self.recent.paths[0]).parent) if self.recent.paths else ""
         self.presenter.choose_database(self, start, lambda path: self.open_database(path))
 
+    def connect_postgres(self) -> None:
+        from studio.pg_connect import ConnectPostgresDialog
+
+        dialog = ConnectPostgresDialog(self, lambda url: self.open_database(url))
+        self.presenter.show(dialog)
+
     def open_recent(self, path: str) -> None:
         self.open_database(path)
 
     def reload(self) -> None:
         if self.session is not None:
-            self.open_database(self.session.display_path, allow_writes=not self.session.read_only or None,
+            self.open_database(self.session.target, allow_writes=not self.session.read_only or None,
                                keep=self.selection)
 
     def request_allow_writes(self) -> None:
@@ -409,7 +417,7 @@ class MainWindow(QMainWindow):
             "writes. Memory Studio will not migrate the file; another program (your Mastra app) may still be "
             "using it.",
             "Allow Writes",
-            lambda: self.open_database(session.display_path, allow_writes=True, keep=self.selection),
+            lambda: self.open_database(session.target, allow_writes=True, keep=self.selection),
         )
 
     def copy_path(self) -> None:

@@ -27,6 +27,19 @@ SELECT (SELECT max("updatedAt") FROM mastra_threads),
        (SELECT count(*) FROM mastra_threads)
 """
 
+# Postgres: counting a large messages table every second would cost a scan. The recall queue's
+# sequence moves with every message write of any process (a trigger), at once; the server's change
+# counters (reported some seconds after each writer's commit) also cover databases without our tables.
+PG_FINGERPRINT_SQL = """
+SELECT (SELECT max("updatedAt") FROM mastra_threads),
+       (SELECT max("updatedAt") FROM mastra_resources),
+       pg_sequence_last_value(to_regclass('memory_studio_recall_queue_seq_seq')),
+       (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_all_tables
+         WHERE relid = to_regclass('mastra_messages')),
+       (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_all_tables
+         WHERE relid = to_regclass('mastra_threads'))
+"""
+
 
 def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None,
                     create_missing: bool = True) -> Store:
@@ -36,9 +49,12 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
     foreign database is never touched unless the user allows writes. ``create_missing=False`` (a
     path the user typed) reports a missing file instead of creating an empty database there.
     """
-    if not create_missing:
-        from core.storage.paths import resolve_db_path
+    from core.storage.paths import resolve_db_path
 
+    if getattr(resolve_db_path(path), "is_postgres", False):
+        # A server database is shared with other programs: look first, write only when allowed.
+        return open_store(path, read_only=not allow_writes, create=False)
+    if not create_missing:
         resolved = resolve_db_path(path)
         if resolved.path is not None and not resolved.path.exists():
             raise DatabaseOpenError(f"{resolved.path} does not exist. Check the path, or pick a file with File > Open.")
@@ -111,6 +127,11 @@ class StudioSession(QObject):
         return self.store.location.display
 
     @property
+    def target(self) -> str:
+        """What to reopen this database with: the path, or the full Postgres URL (never shown)."""
+        return getattr(self.store.location, "url", None) or self.store.location.display
+
+    @property
     def read_only(self) -> bool:
         return self.store.read_only
 
@@ -134,7 +155,8 @@ class StudioSession(QObject):
 
     def _read_fingerprint(self) -> Any:
         with self.store.db.read() as conn:
-            return tuple(conn.exec_driver_sql(FINGERPRINT_SQL).first() or ())
+            sql = PG_FINGERPRINT_SQL if conn.dialect.name == "postgresql" else FINGERPRINT_SQL
+            return tuple(conn.exec_driver_sql(sql).first() or ())
 
     def _on_fingerprint(self, value: Any) -> None:
         self._polling = False

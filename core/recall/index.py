@@ -100,7 +100,12 @@ class RecallIndex:
         key = f"recall-index:{embedder.model_id}"
         index = store.extensions.get(key)
         if index is None:
-            index = cls(store, embedder)
+            if cls is RecallIndex and store.db.engine.dialect.name == "postgresql":
+                from core.recall.pg_index import PgRecallIndex
+
+                index = PgRecallIndex(store, embedder)
+            else:
+                index = cls(store, embedder)
             store.extensions[key] = index
         return index  # type: ignore[no-any-return]
 
@@ -312,6 +317,12 @@ class RecallIndex:
         return f"more than {limit} message changes waited for keyword indexing; the rest are applied on later searches"
 
     # -- reading -------------------------------------------------------------------------------
+    def keyword_search(
+        self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int
+    ) -> list[keyword.KeywordHit]:
+        return keyword.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                              stats=self.term_stats)
+
     def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> VectorSet | None:
         """The cached vectors of a scope, refreshed against the table's change counters."""
         if self.info is None:
@@ -371,6 +382,11 @@ def delete_thread_everywhere(store: "Store", thread_id: str) -> None:
     """
     db = store.db
     if db.read_only:
+        return
+    if db.engine.dialect.name == "postgresql":
+        from core.recall.pg_index import delete_thread_everywhere as on_postgres
+
+        on_postgres(store, thread_id)
         return
     with db.read() as conn:
         if [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]:

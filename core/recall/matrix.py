@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
 from core.recall import ivf
+from core.recall.hybrid import Ranked
 from core.recall.vector_table import RawRow, decode
 
 IVF_MIN_ROWS = 100_000  # below this an exact scan is within the 2 ms budget class
@@ -60,6 +61,20 @@ class SkipCounts:
         if self.unknown_model:
             out.append(f"{self.unknown_model} vector(s) have no model id (written by Mastra); used as-is")
         return out
+
+
+class ScopeVectors(Protocol):
+    """What a search reads of one scope's vectors: an in-process ``VectorSet`` (libSQL) or a view
+    that asks the server (``core.recall.pg_vectors.PgVectorSet``)."""
+
+    skips: SkipCounts
+
+    @property
+    def n(self) -> int: ...
+
+    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None) -> list[Ranked]: ...
+
+    def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]: ...
 
 
 class VectorSet:
@@ -134,6 +149,39 @@ class VectorSet:
         self.n = need
 
     # -- search --------------------------------------------------------------------------------
+    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None) -> list[Ranked]:
+        """The best ``depth`` messages (Mastra's saveMessages may store several chunk vectors per
+        message: ask for more, keep each message's best)."""
+        pos, scores = self.search(qvec, depth * 2, thread_id=thread_id)
+        out: list[Ranked] = []
+        seen: set[str] = set()
+        for p, s in zip(pos.tolist(), scores.tolist()):
+            mid = self.message_ids[p]
+            if mid in seen:
+                continue
+            seen.add(mid)
+            out.append(Ranked(mid, self.thread_ids[p], self.resource_ids[p], float(s)))
+            if len(out) == depth:
+                break
+        return out
+
+    def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
+        """Exact cosine of each message that has a vector (its best chunk's, if it has several)."""
+        rows: list[int] = []
+        owners: list[str] = []
+        for mid in message_ids:
+            for p in self.positions_of(mid):
+                rows.append(p)
+                owners.append(mid)
+        if not rows:
+            return {}
+        scores = (self.matrix[rows] @ qvec).tolist()
+        best: dict[str, float] = {}
+        for mid, sc in zip(owners, scores):
+            if mid not in best or sc > best[mid]:
+                best[mid] = float(sc)
+        return best
+
     def search(self, query: np.ndarray, k: int, *, thread_id: str | None = None, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Positions and scores of the best rows, best first (at most ``k``)."""
         if self.n == 0 or k <= 0:

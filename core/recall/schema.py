@@ -74,14 +74,24 @@ def _backfill_fts(conn: sa.Connection) -> None:
     )
 
 
-migrations.register(
-    migrations.Migration(
-        FTS_MIGRATION, "Keyword index (FTS5) over message text, kept in sync by triggers", _FTS_DDL, _backfill_fts
+def _register() -> None:
+    from core.recall import pg_schema  # the same steps on Postgres
+
+    migrations.register(
+        migrations.Migration(
+            FTS_MIGRATION, "Keyword index (FTS5) over message text, kept in sync by triggers", _FTS_DDL, _backfill_fts,
+            postgres=pg_schema.FTS_DDL,
+        )
     )
-)
-migrations.register(
-    migrations.Migration(VECTOR_MIGRATION, "Change counters for the vector tables (memory_messages_<dim>)", _STATE_DDL)
-)
+    migrations.register(
+        migrations.Migration(
+            VECTOR_MIGRATION, "Change counters for the vector tables (memory_messages_<dim>)", _STATE_DDL,
+            postgres=pg_schema.VECTOR_DDL,
+        )
+    )
+
+
+_register()
 
 
 def vector_table_name(dim: int) -> str:

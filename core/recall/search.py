@@ -15,13 +15,13 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.timeutil import parse_iso
-from core.recall import hybrid, keyword
+from core.recall import hybrid
 from core.recall.text import query_dates
 from core.recall.index import CANDIDATES, MIGRATE_HINT, MODES, SearchHit, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.recall.index import Mode, RecallIndex
-    from core.recall.matrix import VectorSet
+    from core.recall.matrix import ScopeVectors
 
 
 def run_search(
@@ -49,7 +49,7 @@ def run_search(
     vec_ranked: list[hybrid.Ranked] = []
     kw_ranked: list[hybrid.Ranked] = []
     qvec: np.ndarray | None = None
-    vset: VectorSet | None = None
+    vset: ScopeVectors | None = None
 
     if mode in ("keyword", "hybrid"):
         pending = index.sync_keywords()
@@ -59,10 +59,7 @@ def run_search(
             notes.append(f"keyword index missing; {MIGRATE_HINT}")
         else:
             with index.store.db.read() as conn:
-                kw = keyword.search(
-                    conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
-                    stats=getattr(index, "term_stats", None),
-                )
+                kw = index.keyword_search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth)
             kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
 
     if mode in ("vector", "hybrid"):
@@ -77,7 +74,7 @@ def run_search(
                 notes.append(f"no vector table {index.table}; {MIGRATE_HINT}")
             else:
                 notes.extend(vset.skips.reasons())
-                vec_ranked = _vector_ranked(vset, qvec, depth, thread_id if resource_id is not None else None)
+                vec_ranked = vset.ranked(qvec, depth, thread_id if resource_id is not None else None)
 
     if mode == "vector":
         hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "vector", r.score, None) for r in vec_ranked]
@@ -87,7 +84,7 @@ def run_search(
         cosines: dict[str, float] = {}
         if vset is not None and qvec is not None:
             seen = {r.message_id for r in vec_ranked}
-            cosines = _cosines(vset, qvec, [r.message_id for r in kw_ranked if r.message_id not in seen])
+            cosines = vset.cosines(qvec, [r.message_id for r in kw_ranked if r.message_id not in seen])
         fused = hybrid.combine(vec_ranked, kw_ranked, cosines)
         spans = query_dates(query, today())
         if spans:
@@ -191,41 +188,7 @@ def _day(created: object) -> date | None:
         return None
 
 
-def _vector_ranked(vset: "VectorSet", qvec: np.ndarray, depth: int, thread_id: str | None) -> list[hybrid.Ranked]:
-    # Mastra's saveMessages may store several chunk vectors per message: ask for more, keep each message's best.
-    pos, scores = vset.search(qvec, depth * 2, thread_id=thread_id)
-    out: list[hybrid.Ranked] = []
-    seen: set[str] = set()
-    for p, s in zip(pos.tolist(), scores.tolist()):
-        mid = vset.message_ids[p]
-        if mid in seen:
-            continue
-        seen.add(mid)
-        out.append(hybrid.Ranked(mid, vset.thread_ids[p], vset.resource_ids[p], float(s)))
-        if len(out) == depth:
-            break
-    return out
-
-
-def _cosines(vset: "VectorSet", qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
-    """Exact cosine of each message that has a vector (its best chunk's, if it has several)."""
-    rows: list[int] = []
-    owners: list[str] = []
-    for mid in message_ids:
-        for p in vset.positions_of(mid):
-            rows.append(p)
-            owners.append(mid)
-    if not rows:
-        return {}
-    scores = (vset.matrix[rows] @ qvec).tolist()
-    best: dict[str, float] = {}
-    for mid, sc in zip(owners, scores):
-        if mid not in best or sc > best[mid]:
-            best[mid] = float(sc)
-    return best
-
-
-def _empty_reason(index: "RecallIndex", vset: "VectorSet | None", kw: list[hybrid.Ranked], mode: str, scope: str) -> str:
+def _empty_reason(index: "RecallIndex", vset: "ScopeVectors | None", kw: list[hybrid.Ranked], mode: str, scope: str) -> str:
     if mode != "keyword" and vset is not None and vset.n == 0 and not kw:
         foreign = sum(vset.skips.other_model.values())
         if foreign:

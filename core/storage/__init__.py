@@ -154,11 +154,18 @@ def open_store(
 ) -> Store:
     """Open the memory database.
 
-    ``target`` may be a path, ``file:path`` or ``:memory:``; without it the path is resolved from
-    ``$MEMORY_STUDIO_DB``, then the project root's ``.temp/memory.db``, then the user data folder.
+    ``target`` may be a path, ``file:path``, ``:memory:`` or a ``postgresql://`` URL; without it the
+    location is resolved from ``$MEMORY_STUDIO_DB``, then the project root's ``.temp/memory.db``, then
+    the user data folder.
     """
     location = resolve_db_path(target)
-    db = Database(location, read_only=read_only, create=create)
+    db: Database
+    if getattr(location, "is_postgres", False):
+        from core.storage.pg.database import PgDatabase
+
+        db = PgDatabase(location, read_only=read_only, create=create)  # type: ignore[arg-type]
+    else:
+        db = Database(location, read_only=read_only, create=create)
     return Store(db, observability_path=observability_path)
 
 

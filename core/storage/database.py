@@ -144,6 +144,13 @@ class Database:
                 raise
             conn.exec_driver_sql("COMMIT")
 
+    def lock(self, conn: sa.Connection, *keys: str) -> None:
+        """Serialise read-modify-writes of the named things until the transaction ends.
+
+        Nothing to do here: ``BEGIN IMMEDIATE`` already holds the file's one write lock. Postgres
+        (``core.storage.pg.database``) takes an advisory lock per key.
+        """
+
     # -- schema ------------------------------------------------------------------------------
     def pending_migrations(self) -> list[str]:
         with self.read() as conn:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from core.messages import Message
 from core.storage import message_pages
+from core.storage import dialect, locks
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.storage.message_pages import UnreadableMessage
@@ -121,8 +122,8 @@ class MessageQuery:
 
 
 def json_col(col: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-    """Read a JSON column whether it holds text or a JSONB blob."""
-    return sa.case((sa.func.typeof(col) == "blob", sa.func.json(col)), else_=col)
+    """Read a JSON column as JSON text, whether it holds text, a JSONB blob (libSQL) or ``jsonb``."""
+    return dialect.json_text(col)
 
 
 def load_json(value: Any) -> Any:
@@ -153,10 +154,7 @@ _UPSERT_MESSAGE = (
     '"resourceId" = excluded."resourceId"'
 )
 
-_GET_THREAD = (
-    'SELECT id, "resourceId", title, CASE WHEN typeof(metadata) = \'blob\' THEN json(metadata) ELSE metadata END '
-    'AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
-)
+_GET_THREAD = 'SELECT id, "resourceId", title, {metadata} AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
 
 _THREAD_COLS = (
     t.threads.c.id,
@@ -199,6 +197,7 @@ class MemoryStore:
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
         now = to_iso(created_at) if created_at else iso_now()
         with self.db.write() if conn is None else _nullcontext(conn) as wconn:
+            self.db.lock(wconn, locks.thread_key(thread_id))
             if wconn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first():
                 raise AlreadyExistsError(f"Thread with id {thread_id} already exists")
             wconn.execute(
@@ -216,7 +215,8 @@ class MemoryStore:
         if conn is None:
             with self.db.read() as own:
                 return self.get_thread(thread_id, conn=own)
-        row = conn.exec_driver_sql(_GET_THREAD, (thread_id,)).first()
+        sql = _GET_THREAD.format(metadata=dialect.json_text_sql(conn, "metadata"))
+        row = conn.exec_driver_sql(sql, (thread_id,)).first()
         return _thread(row) if row else None
 
     def list_threads(
@@ -235,8 +235,7 @@ class MemoryStore:
                 raise InvalidArgumentError(
                     f"Metadata filter values must be plain values; {key!r} is a {type(value).__name__}."
                 )
-            path = "$." + json.dumps(str(key))
-            conds.append(sa.func.json_extract(json_col(t.threads.c.metadata), path) == _sql_value(value))
+            conds.append(dialect.json_value_equals(t.threads.c.metadata, str(key), value))
         if conds:
             query = query.where(*conds)
             count = count.where(*conds)
@@ -258,6 +257,7 @@ class MemoryStore:
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
         with self.db.write() as conn:
+            self.db.lock(conn, locks.thread_key(thread_id))
             row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
             if row is None:
                 raise NotFoundError(f"Thread {thread_id} not found")
@@ -471,6 +471,7 @@ class MemoryStore:
                 self.update_resource(resource_id, working_memory=working_memory, metadata=metadata, conn=own)
             return
         now = iso_now()
+        self.db.lock(conn, locks.resource_key(resource_id))
         row = conn.execute(
             sa.select(json_col(t.resources.c.metadata).label("metadata")).where(t.resources.c.id == resource_id)
         ).first()
@@ -531,8 +532,3 @@ class MemoryStore:
 def _nullcontext(conn: sa.Connection) -> Iterator[sa.Connection]:
     yield conn
 
-
-def _sql_value(value: Any) -> Any:
-    if isinstance(value, bool):
-        return 1 if value else 0  # json_extract returns 1/0 for JSON true/false
-    return value

@@ -20,6 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from core.messages import Message
+from core.storage import dialect
 from core.storage import schema as t
 from core.storage.database import Database
 from core.timeutil import parse_iso
@@ -43,7 +44,7 @@ def read_page(db: Database, thread_id: str, offset: int, limit: int) -> list[Mes
     The inner select finds the page's rowids from the index alone; only those rows are read.
     """
     msg = t.messages.c
-    rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
+    rowid = dialect.row_key()  # rowid on libSQL, the message id on Postgres
     page = (
         sa.select(rowid).select_from(t.messages).where(msg.thread_id == thread_id)
         .order_by(msg.createdAt.asc(), rowid.asc()).limit(limit).offset(offset)
@@ -72,7 +73,7 @@ def position(db: Database, thread_id: str, message_id: str) -> int | None:
     before it.
     """
     msg = t.messages.c
-    rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
+    rowid = dialect.row_key()  # rowid on libSQL, the message id on Postgres
     with db.read() as conn:
         target = conn.execute(
             sa.select(msg.createdAt, rowid.label("rid")).where(msg.id == message_id, msg.thread_id == thread_id)

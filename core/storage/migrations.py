@@ -12,7 +12,8 @@ from typing import Callable, ContextManager, Sequence
 
 import sqlalchemy as sa
 
-from core.storage import schema
+from core.storage import dialect, schema
+from core.storage.pg import ddl as pg_ddl
 from core.timeutil import iso_now
 
 MIGRATIONS_TABLE = "memory_studio_migrations"
@@ -25,6 +26,10 @@ class Migration:
     statements: Sequence[str] = ()
     # For steps that need Python (data rewrites); runs in the same transaction as the statements.
     run: Callable[[sa.Connection], None] | None = None
+    # The same step on Postgres (core/storage/pg). None: this migration has no Postgres form yet,
+    # and a Postgres database refuses it rather than recording a step it did not take.
+    postgres: Sequence[str] | None = None
+    postgres_run: Callable[[sa.Connection], None] | None = None
 
 
 MIGRATIONS: list[Migration] = [
@@ -32,16 +37,19 @@ MIGRATIONS: list[Migration] = [
         "0001_mastra_memory_tables",
         "Threads, messages and resources in Mastra's layout",
         schema.MASTRA_MEMORY_DDL,
+        postgres=pg_ddl.MASTRA_MEMORY_DDL,
     ),
     Migration(
         "0002_mastra_observational_memory",
         "Mastra's observational-memory table (one row per generation)",
         schema.OBSERVATIONAL_MEMORY_DDL,
+        postgres=pg_ddl.OBSERVATIONAL_MEMORY_DDL,
     ),
     Migration(
         "0003_studio_tables",
         "Working-memory versions, template/schema overrides and the agent registry",
         schema.STUDIO_DDL,
+        postgres=pg_ddl.STUDIO_DDL,
     ),
 ]
 
@@ -79,10 +87,7 @@ def _ensure_table(conn: sa.Connection) -> None:
 
 
 def has_table(conn: sa.Connection, name: str) -> bool:
-    row = conn.exec_driver_sql(
-        "SELECT 1 FROM sqlite_master WHERE type IN ('table','view') AND name = ?", (name,)
-    ).first()
-    return row is not None
+    return dialect.has_table(conn, name)
 
 
 def applied(conn: sa.Connection) -> list[str]:
@@ -125,10 +130,20 @@ def apply(
                 f"SELECT 1 FROM {MIGRATIONS_TABLE} WHERE name = ?", (migration.name,)
             ).first():
                 continue
-            for statement in migration.statements:
+            statements, run = migration.statements, migration.run
+            if dialect.is_postgres(conn):
+                if migration.postgres is None:
+                    from core.storage.database import SchemaError
+
+                    raise SchemaError(
+                        f"Migration {migration.name} has no Postgres form in this version; "
+                        "this database cannot be brought up to date on Postgres."
+                    )
+                statements, run = migration.postgres, migration.postgres_run
+            for statement in statements:
                 conn.exec_driver_sql(statement)
-            if migration.run is not None:
-                migration.run(conn)
+            if run is not None:
+                run(conn)
             conn.exec_driver_sql(
                 f'INSERT INTO {MIGRATIONS_TABLE} (name, "appliedAt") VALUES (?, ?)', (migration.name, iso_now())
             )

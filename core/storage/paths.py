@@ -72,11 +72,15 @@ def resolve_db_path(
     """Resolve the database path: explicit, then ``$MEMORY_STUDIO_DB``, then project, then user data."""
     env = os.environ if env is None else env
     if explicit is not None and str(explicit) != "":
+        if _is_postgres(os.fspath(explicit)):
+            return _postgres(os.fspath(explicit), "explicit")
         raw = strip_url(os.fspath(explicit))
         if raw == MEMORY_URL:
             return ResolvedPath(None, "memory")
         return ResolvedPath(_absolute(raw, cwd), "explicit")
     if env.get(ENV_VAR):
+        if _is_postgres(env[ENV_VAR]):
+            return _postgres(env[ENV_VAR], "environment")
         raw = strip_url(env[ENV_VAR])
         if raw == MEMORY_URL:
             return ResolvedPath(None, "memory")
@@ -86,6 +90,19 @@ def resolve_db_path(
     if root is not None:
         return ResolvedPath(root / DEFAULT_DIR / DEFAULT_FILE, "project")
     return ResolvedPath(Path(platformdirs.user_data_dir("memory-studio")) / DEFAULT_FILE, "user-data")
+
+
+def _is_postgres(target: str) -> bool:
+    from core.storage.pg.location import is_postgres_url
+
+    return is_postgres_url(target)
+
+
+def _postgres(url: str, how: str) -> ResolvedPath:
+    """A Postgres server database (``core.storage.pg``): a location without a file."""
+    from core.storage.pg.location import PgLocation
+
+    return PgLocation.parse(url, how)
 
 
 def _absolute(raw: str, cwd: Path | None) -> Path:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from core.storage.dialect import Flag
+
 metadata = sa.MetaData()
 
 threads = sa.Table(
@@ -62,8 +64,8 @@ observational_memory = sa.Table(
     sa.Column("pendingMessageTokens", sa.Integer, nullable=False),
     sa.Column("totalTokensObserved", sa.Integer, nullable=False),
     sa.Column("observationTokenCount", sa.Integer, nullable=False),
-    sa.Column("isObserving", sa.Integer, nullable=False),
-    sa.Column("isReflecting", sa.Integer, nullable=False),
+    sa.Column("isObserving", Flag, nullable=False),
+    sa.Column("isReflecting", Flag, nullable=False),
     sa.Column("observedMessageIds", sa.Text),
     sa.Column("observedTimezone", sa.Text),
     sa.Column("bufferedObservations", sa.Text),
@@ -74,8 +76,8 @@ observational_memory = sa.Table(
     sa.Column("bufferedReflectionInputTokens", sa.Integer),
     sa.Column("reflectedObservationLineCount", sa.Integer),
     sa.Column("bufferedObservationChunks", sa.Text),
-    sa.Column("isBufferingObservation", sa.Integer, nullable=False),
-    sa.Column("isBufferingReflection", sa.Integer, nullable=False),
+    sa.Column("isBufferingObservation", Flag, nullable=False),
+    sa.Column("isBufferingReflection", Flag, nullable=False),
     sa.Column("lastBufferedAtTokens", sa.Integer, nullable=False),
     sa.Column("lastBufferedAtTime", sa.Text),
     sa.Column("metadata", sa.Text),

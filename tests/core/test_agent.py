@@ -11,6 +11,9 @@ from core.agent import Agent, Tool
 from core.llm import LoopbackServer, ModelError, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
 from core.traces.tracer import InMemorySpanExporter, Tracer
 
+# Engine behaviour: every test here runs on libSQL and on Postgres.
+pytestmark = pytest.mark.backends
+
 TEMPLATE = "# User\n- Name:\n- Allergies:\n"
 
 
@@ -196,6 +199,7 @@ def test_plain_functions_are_tools(memory):
     assert result.tool_results[0]["result"] == {"city": "Oslo", "days": 1}
 
 
+@pytest.mark.libsql_only  # Postgres: tests/core/test_postgres_traces.py
 def test_runs_are_traced_into_duckdb_by_default(db_path):
     from core import open_store
     from core.traces.store import DuckDBObservabilityStore

@@ -19,6 +19,9 @@ from core import (
 from core.messages import tool_invocation_part, text_part
 from core.processors.base import BaseProcessor
 
+# Engine behaviour: every test here runs on libSQL and on Postgres.
+pytestmark = pytest.mark.backends
+
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 
 
@@ -102,19 +105,17 @@ def test_tool_invocation_history_is_loaded_intact(store):
     assert prompt.messages[2]["tool_call_id"] == "c1"
 
 
-def test_system_messages_are_never_saved_or_loaded(store, db_path):
+def test_system_messages_are_never_saved_or_loaded(store):
     mem = Memory(store)
     mem.create_thread(resource_id="r", thread_id="t")
     saved = mem.save_messages([Message.system("secret system", thread_id="t"), Message.user("hi", thread_id="t")])
     assert [m.role for m in saved] == ["user"]
     # An old database that stored a system row: memory never loads it.
-    import sqlite3
-
-    conn = sqlite3.connect(db_path)
-    conn.execute("INSERT INTO mastra_messages VALUES ('sys1','t','\"old system\"','system','v2',"
-                 "'2020-01-01T00:00:00.000Z','r')")
-    conn.commit()
-    conn.close()
+    with store.db.write() as conn:
+        conn.exec_driver_sql(
+            'INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+            "VALUES ('sys1','t','\"old system\"','system','v2','2020-01-01T00:00:00.000Z','r')"
+        )
     prompt = mem.assemble(thread_id="t", resource_id="r", input="next")
     assert all("old system" not in str(m["content"]) for m in prompt.messages)
 
@@ -205,6 +206,7 @@ def test_context_messages_are_sent_once_before_input_and_never_saved(store):
     assert store.memory.count_messages("thread-1") == 3  # assembling wrote nothing
 
 
+@pytest.mark.libsql_only  # compares the file's bytes; test_postgres_backend covers Postgres
 def test_assemble_writes_nothing(store, db_path):
     mem = Memory(store, MemoryOptions(working_memory={"enabled": True}))
     before = db_path.read_bytes()

@@ -22,6 +22,9 @@ from core.timeutil import FixedClock
 from core.tokens import EstimatingTokenizer
 from core.traces.tracer import InMemorySpanExporter, Tracer
 
+# Engine behaviour: every test here runs on libSQL and on Postgres.
+pytestmark = pytest.mark.backends
+
 START = datetime(2025, 1, 2, 9, 0, tzinfo=timezone.utc)
 TOKENIZER = EstimatingTokenizer()
 
@@ -46,8 +49,8 @@ def long_text(word: str, chars: int = 200) -> str:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, script: Sequence[Any], *, tracer: Any = None, **om: Any) -> None:
-        self.store: Store = open_store(tmp_path / "memory.db")
+    def __init__(self, db_path: Path | str, script: Sequence[Any], *, tracer: Any = None, **om: Any) -> None:
+        self.store: Store = open_store(db_path)
         self.observer = ScriptedModel(list(script), name="observer")
         settings = {"enabled": True, "message_tokens": 200, "observation_tokens": 300, **om}
         self.clock = FixedClock(START, step_ms=60_000)
@@ -84,8 +87,8 @@ def prompt_ids(prompt: Any) -> list[str]:
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Harness:
-    return Harness(tmp_path, [OBSERVED])
+def harness(db_path: Path | str) -> Harness:
+    return Harness(db_path, [OBSERVED])
 
 
 def test_threshold_crossed_only_when_unobserved_tokens_reach_it(harness: Harness) -> None:
@@ -137,8 +140,8 @@ def test_actor_prompt_order_after_observation(harness: Harness) -> None:
     assert len(harness.observer.requests) == 1
 
 
-def test_observer_call_shape(tmp_path: Path) -> None:
-    h = Harness(tmp_path, [OBSERVED, OBSERVED.replace("cedar planks", "larch planks")])
+def test_observer_call_shape(db_path: Path | str) -> None:
+    h = Harness(db_path, [OBSERVED, OBSERVED.replace("cedar planks", "larch planks")])
     h.turn(long_text("alpha"), long_text("beta"))
     h.turn(long_text("gamma"), long_text("delta"))
     h.turn("What wood should I buy?", long_text("answer", 600))
@@ -195,14 +198,14 @@ def test_row_and_thread_metadata_after_observation(harness: Harness) -> None:
     assert current is not None and current.id == row["id"]
 
 
-def test_reflection_compresses_into_a_new_generation(tmp_path: Path) -> None:
+def test_reflection_compresses_into_a_new_generation(db_path: Path | str) -> None:
     big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
                           for i in range(40))
     big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
     not_smaller = big  # the first rewrite fails to shrink: a stronger level is asked for
     small = ("<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds; "
              "soil notes recorded per bed.\n</observations>")
-    h = Harness(tmp_path, [big, not_smaller, small])
+    h = Harness(db_path, [big, not_smaller, small])
     h.turn(long_text("alpha"), long_text("beta"))
     h.turn(long_text("gamma"), long_text("delta"))
     prompt, _ = h.turn("Summarise my beds.", "Done.")
@@ -230,9 +233,9 @@ def test_reflection_compresses_into_a_new_generation(tmp_path: Path) -> None:
                                      "I'm sorry, I can't summarise this conversation.",
                                      "",
                                      "* 🔴 (09:00) loop\n" * 60])
-def test_failed_observer_call_loses_nothing_and_retries(tmp_path: Path, failure: Any) -> None:
+def test_failed_observer_call_loses_nothing_and_retries(db_path: Path | str, failure: Any) -> None:
     exporter = InMemorySpanExporter()
-    h = Harness(tmp_path, [failure, OBSERVED], tracer=Tracer(exporter))
+    h = Harness(db_path, [failure, OBSERVED], tracer=Tracer(exporter))
     h.turn(long_text("alpha"), long_text("beta"))
     h.turn(long_text("gamma"), long_text("delta"))
     before_rows, before_meta, stored = h.rows(), h.metadata(), h.stored()
@@ -277,8 +280,8 @@ def test_read_only_turn_defers_observation(harness: Harness) -> None:
     assert prompt.notes["observational-memory"]["observation"].startswith("read-only turn:")
 
 
-def test_resource_scope_uses_resource_key(tmp_path: Path) -> None:
-    h = Harness(tmp_path, [OBSERVED], scope="resource")
+def test_resource_scope_uses_resource_key(db_path: Path | str) -> None:
+    h = Harness(db_path, [OBSERVED], scope="resource")
     h.turn(long_text("alpha"), long_text("beta"))
     h.turn(long_text("gamma"), long_text("delta"))
     h.turn("Next?", "Sure.")

@@ -9,6 +9,9 @@ import pytest
 from core.messages import Message
 from core.recall import RecallIndex
 
+# Engine behaviour: every test here runs on libSQL and on Postgres.
+pytestmark = pytest.mark.backends
+
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 
 

@@ -16,6 +16,9 @@ from core.processors.base import ProcessorContext, RequestContext
 from core.processors.semantic_recall import BLOCK_CLOSE, BLOCK_OPEN, SemanticRecall, format_other_threads
 from core.recall import RecallError, RecallIndex, vector_table_name
 
+# Engine behaviour: every test here runs on libSQL and on Postgres.
+pytestmark = pytest.mark.backends
+
 T0 = datetime(2026, 11, 29, 17, 38, tzinfo=timezone.utc)
 DIM = 8
 

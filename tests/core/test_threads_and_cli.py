@@ -12,6 +12,9 @@ import core
 from core import AlreadyExistsError, InvalidArgumentError, Memory, MemoryOptions, Message, NotFoundError
 from core.cli import main as cli_main
 
+# Engine behaviour: every test here runs on libSQL and on Postgres.
+pytestmark = pytest.mark.backends
+
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 
 
@@ -151,6 +154,7 @@ def test_cli_errors_are_one_line_and_nonzero(demo_db, args, needle):
     assert code != 0 and needle in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.libsql_only
 def test_cli_missing_database(tmp_path):
     code, _, err = run_cli("threads", "--db", str(tmp_path / "nope.db"))
     assert code == 1 and "does not exist" in err
@@ -190,6 +194,7 @@ def test_cli_models_status():
     assert out.startswith(f"{USE_M3_Q.model_id}: installed")  # the status line reached our stream
 
 
+@pytest.mark.libsql_only  # the DuckDB trace file beside a database file
 def test_cli_traces_prune(db_path):
     from core.agent import Agent
     from core.llm import ScriptedModel

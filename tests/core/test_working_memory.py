@@ -11,6 +11,9 @@ from core import ConcurrentUpdateError, Memory, MemoryOptions, Message, OptionsE
 from core.working_memory import hide_working_memory, instruction, tool_definition
 from core.working_memory_schema import empty_object, strip_nulls_from_optional, working_memory_merge
 
+# Engine behaviour: every test here runs on libSQL and on Postgres.
+pytestmark = pytest.mark.backends
+
 SCHEMA = {
     "type": "object",
     "properties": {

@@ -1,0 +1,162 @@
+"""Vectors in pgvector, in Mastra's PgVector layout, and the scope view a search reads.
+
+``memory_messages_<dim>`` as ``@mastra/pg``'s ``PgVector.createIndex`` makes it: ``id SERIAL``,
+``vector_id TEXT``, ``embedding vector(<dim>)``, ``metadata JSONB``, ``namespace`` with a unique
+``(namespace, vector_id)`` index, and an HNSW index ``<table>_vector_idx`` with ``vector_cosine_ops``
+(m 8, ef_construction 32, Mastra's defaults). We add ``model_id`` (as on libSQL) and expression
+indexes on the metadata keys a scope filters by.
+
+Unlike libSQL, nothing is cached in the process: Postgres answers the nearest-neighbour query itself,
+so every process of a fleet sees every other's vectors at once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from core.recall import hybrid
+from core.recall.matrix import SkipCounts
+from core.recall.schema import quoted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage import Store
+
+NAMESPACE = "default"  # Mastra's DEFAULT_NAMESPACE
+HNSW_M, HNSW_EF_CONSTRUCTION = 8, 32
+EF_SEARCH_MIN = 40
+META_KEYS = ("resource_id", "thread_id", "message_id")
+
+
+def ensure_table(conn: sa.Connection, table: str, dim: int) -> None:
+    q = quoted(table)
+    conn.exec_driver_sql(
+        f"CREATE TABLE IF NOT EXISTS {q} (id SERIAL PRIMARY KEY, vector_id TEXT NOT NULL, "
+        f"embedding vector({int(dim)}), metadata JSONB DEFAULT '{{}}'::jsonb, "
+        f"namespace VARCHAR(255) NOT NULL DEFAULT '{NAMESPACE}')"
+    )
+    conn.exec_driver_sql(f"ALTER TABLE {q} ADD COLUMN IF NOT EXISTS model_id TEXT")
+    conn.exec_driver_sql(
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {quoted(table + '_namespace_vector_id_idx')} ON {q} (namespace, vector_id)"
+    )
+    conn.exec_driver_sql(
+        f"CREATE INDEX IF NOT EXISTS {quoted(table + '_vector_idx')} ON {q} USING hnsw (embedding vector_cosine_ops) "
+        f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
+    )
+    for key in META_KEYS:
+        conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {quoted(table + '_' + key)} ON {q} ((metadata->>'{key}'))")
+
+
+def table_exists(conn: sa.Connection, table: str) -> bool:
+    from core.storage import dialect
+
+    return dialect.has_table(conn, table)
+
+
+def literal(vec: np.ndarray) -> str:
+    """pgvector's text form of one vector (sent untyped and cast with ``::vector``)."""
+    return "[" + ",".join(repr(float(x)) for x in vec) + "]"
+
+
+def upsert(conn: sa.Connection, table: str, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
+    conn.exec_driver_sql(
+        f"INSERT INTO {quoted(table)} (vector_id, embedding, metadata, namespace, model_id) "
+        "VALUES (?, CAST(? AS vector), CAST(? AS jsonb), ?, ?) ON CONFLICT (namespace, vector_id) DO UPDATE SET "
+        "embedding = EXCLUDED.embedding, metadata = EXCLUDED.metadata, model_id = EXCLUDED.model_id",
+        [(vid, literal(vec), json.dumps(meta, ensure_ascii=False), NAMESPACE, model) for vid, vec, meta, model in rows],
+    )
+
+
+def delete_where(conn: sa.Connection, table: str, key: str, values: list[str]) -> int:
+    if key not in META_KEYS or not values:
+        return 0
+    return int(conn.exec_driver_sql(
+        f"DELETE FROM {quoted(table)} WHERE metadata->>'{key}' = ANY(CAST(? AS text[]))", (values,)
+    ).rowcount or 0)
+
+
+def indexed_ids(conn: sa.Connection, table: str, model_id: str, message_ids: list[str]) -> set[str]:
+    rows = conn.exec_driver_sql(
+        f"SELECT metadata->>'message_id' FROM {quoted(table)} WHERE metadata->>'message_id' = ANY(CAST(? AS text[])) "
+        "AND model_id = ?", (message_ids, model_id),
+    )
+    return {r[0] for r in rows}
+
+
+class PgVectorSet:
+    """The vectors of one scope as ``core.recall.search`` reads them (the ``VectorSet`` interface).
+
+    ``ranked`` asks Postgres (HNSW, iterative scan for filtered queries); ``cosines`` computes exact
+    similarities of named messages in the server. ``n`` is counted only when a search needs it.
+    """
+
+    def __init__(self, store: "Store", table: str, model_id: str, resource_id: str | None, thread_id: str | None) -> None:
+        self.store, self.table, self.model_id = store, table, model_id
+        self.resource_id, self.thread_id = resource_id, thread_id
+        self.skips = SkipCounts()
+        self._n: int | None = None
+
+    def _scope(self, thread_id: str | None) -> tuple[str, list[Any]]:
+        where: list[str] = ["model_id = ?"]
+        params: list[Any] = [self.model_id]
+        if self.resource_id is not None:
+            where.append("metadata->>'resource_id' = ?")
+            params.append(self.resource_id)
+        if self.thread_id is not None or thread_id is not None:
+            where.append("metadata->>'thread_id' = ?")
+            params.append(thread_id if thread_id is not None else self.thread_id)
+        return " AND ".join(where), params
+
+    @property
+    def n(self) -> int:
+        if self._n is None:
+            where, params = self._scope(None)
+            with self.store.db.read() as conn:
+                self._n = int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted(self.table)} WHERE {where}", tuple(params)).scalar() or 0)
+                other = conn.exec_driver_sql(
+                    f"SELECT model_id, count(*) FROM {quoted(self.table)} WHERE {where.replace('model_id = ?', 'model_id IS DISTINCT FROM ?')} "
+                    "GROUP BY model_id", tuple(params),
+                ).all()
+            for model, count in other:
+                self.skips.other_model[str(model)] += int(count)
+        return self._n
+
+    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None) -> list[hybrid.Ranked]:
+        where, params = self._scope(thread_id)
+        q = literal(qvec)
+        with self.store.db.read() as conn:
+            # A filtered HNSW scan keeps going until it has enough rows of the scope (pgvector 0.8).
+            conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH_MIN, 2 * depth)}")
+            conn.exec_driver_sql("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            rows = conn.exec_driver_sql(
+                f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "
+                f"1 - (embedding <=> CAST(? AS vector)) AS score FROM {quoted(self.table)} WHERE {where} "
+                "ORDER BY embedding <=> CAST(? AS vector) LIMIT ?",
+                (q, *params, q, depth * 2),
+            ).all()
+        out: list[hybrid.Ranked] = []
+        seen: set[str] = set()
+        for mid, tid, rid, score in sorted(rows, key=lambda r: -float(r[3])):
+            if mid in seen:  # Mastra may store several chunk vectors per message: keep the best
+                continue
+            seen.add(mid)
+            out.append(hybrid.Ranked(mid, tid, rid, float(score)))
+            if len(out) == depth:
+                break
+        if out and self._n is None:
+            self._n = len(out)  # a lower bound is enough to say the scope is not empty
+        return out
+
+    def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
+        if not message_ids:
+            return {}
+        with self.store.db.read() as conn:
+            rows = conn.exec_driver_sql(
+                f"SELECT metadata->>'message_id', max(1 - (embedding <=> CAST(? AS vector))) FROM {quoted(self.table)} "
+                "WHERE metadata->>'message_id' = ANY(CAST(? AS text[])) AND model_id = ? GROUP BY 1",
+                (literal(qvec), message_ids, self.model_id),
+            ).all()
+        return {r[0]: float(r[1]) for r in rows}

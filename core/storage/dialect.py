@@ -1,0 +1,189 @@
+"""The few SQL pieces that differ between libSQL and Postgres, each with one home.
+
+SQLAlchemy compiles these constructs for whichever engine runs the statement, so a query written
+once with them is right on both. Raw driver SQL asks ``name(conn)`` and picks its fragment here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement, FunctionElement
+
+POSTGRES = "postgresql"
+SQLITE = "sqlite"
+
+
+def name(conn: sa.Connection) -> str:
+    return str(conn.dialect.name)
+
+
+def is_postgres(conn: sa.Connection) -> bool:
+    return name(conn) == POSTGRES
+
+
+class json_text(FunctionElement[Any]):
+    """A JSON column as JSON text: Mastra's libSQL writes JSONB blobs; Postgres has ``jsonb``."""
+
+    type = sa.Text()
+    inherit_cache = True
+    name = "json_text"
+
+
+@compiles(json_text)
+def _json_text_sqlite(element: json_text, compiler: Any, **kw: Any) -> str:
+    col = compiler.process(list(element.clauses)[0], **kw)
+    return f"CASE WHEN typeof({col}) = 'blob' THEN json({col}) ELSE {col} END"
+
+
+@compiles(json_text, POSTGRES)
+def _json_text_pg(element: json_text, compiler: Any, **kw: Any) -> str:
+    return f"CAST({compiler.process(list(element.clauses)[0], **kw)} AS TEXT)"
+
+
+def json_text_sql(conn: sa.Connection, column: str) -> str:
+    """The same as ``json_text`` for hand-written driver SQL."""
+    if is_postgres(conn):
+        return f"CAST({column} AS TEXT)"
+    return f"CASE WHEN typeof({column}) = 'blob' THEN json({column}) ELSE {column} END"
+
+
+class json_path(FunctionElement[Any]):
+    """The value at a path of keys in a JSON document (text or JSONB), or NULL.
+
+    On Postgres a text column that does not hold JSON yields NULL instead of failing the query, as
+    SQLite's ``json_extract`` does for a row it cannot read.
+    """
+
+    inherit_cache = True
+    name = "json_path"
+
+    def __init__(self, column: ColumnElement[Any], *keys: str) -> None:
+        self.keys = tuple(keys)
+        super().__init__(column)
+
+
+@compiles(json_path)
+def _json_path_sqlite(element: json_path, compiler: Any, **kw: Any) -> str:
+    path = "$" + "".join("." + json.dumps(k) for k in element.keys)
+    col = compiler.process(list(element.clauses)[0], **kw)
+    return f"json_extract(CASE WHEN typeof({col}) = 'blob' THEN json({col}) ELSE {col} END, '{path}')"
+
+
+@compiles(json_path, POSTGRES)
+def _json_path_pg(element: json_path, compiler: Any, **kw: Any) -> str:
+    col = compiler.process(list(element.clauses)[0], **kw)
+    keys = ",".join('"' + k.replace("\\", "\\\\").replace('"', '\\"') + '"' for k in element.keys)
+    path = "'{" + keys.replace("'", "''") + "}'"
+    return (f"(CASE WHEN pg_input_is_valid(CAST({col} AS TEXT), 'jsonb') "
+            f"THEN CAST({col} AS TEXT)::jsonb #>> {path} END)")
+
+
+def json_value_equals(column: ColumnElement[Any], key: str, value: Any) -> ColumnElement[bool]:
+    """``document[key] == value`` for a plain JSON value, compared the way each engine stores it."""
+    return _JsonEquals(column, key, value)
+
+
+class _JsonEquals(ColumnElement[bool]):
+    inherit_cache = False
+    type = sa.Boolean()
+
+    def __init__(self, column: ColumnElement[Any], key: str, value: Any) -> None:
+        self.column, self.json_key, self.value = column, key, value
+
+
+@compiles(_JsonEquals)
+def _json_equals_sqlite(element: _JsonEquals, compiler: Any, **kw: Any) -> str:
+    value = element.value
+    if isinstance(value, bool):
+        value = 1 if value else 0  # json_extract returns 1/0 for JSON true/false
+    expr = json_path(element.column, element.json_key) == sa.literal(value)
+    return str(compiler.process(expr, **kw))
+
+
+@compiles(_JsonEquals, POSTGRES)
+def _json_equals_pg(element: _JsonEquals, compiler: Any, **kw: Any) -> str:
+    col = compiler.process(element.column, **kw)
+    doc = compiler.process(sa.literal(json.dumps(element.value)), **kw)
+    key = compiler.process(sa.literal(element.json_key), **kw)
+    return f"(CAST({col} AS TEXT)::jsonb -> CAST({key} AS TEXT)) = CAST({doc} AS TEXT)::jsonb"
+
+
+class Flag(sa.types.TypeDecorator[int]):
+    """A 0/1 flag: ``INTEGER`` in Mastra's libSQL layout, ``BOOLEAN`` in its PgStore layout."""
+
+    impl = sa.Integer
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if value is None:
+            return None
+        return bool(value) if dialect.name == POSTGRES else int(bool(value))
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        return None if value is None else int(bool(value))
+
+
+def has_table(conn: sa.Connection, table: str) -> bool:
+    if is_postgres(conn):
+        sql = "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = ?"
+        return conn.exec_driver_sql(sql, (table,)).first() is not None
+    row = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type IN ('table','view') AND name = ?", (table,)
+    ).first()
+    return row is not None
+
+
+def table_names(conn: sa.Connection, prefix: str) -> list[str]:
+    """Tables whose name is ``prefix`` or starts with ``prefix_``."""
+    like = prefix.replace("_", "\\_") + "\\_%"
+    if is_postgres(conn):
+        sql = ("SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
+               "AND (tablename = ? OR tablename LIKE ? ESCAPE '\\')")
+    else:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = ? OR name LIKE ? ESCAPE '\\')"
+    return [r[0] for r in conn.exec_driver_sql(sql, (prefix, like))]
+
+
+def has_user_tables(conn: sa.Connection) -> bool:
+    if is_postgres(conn):
+        sql = "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() LIMIT 1"
+    else:
+        sql = "SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' LIMIT 1"
+    return conn.exec_driver_sql(sql).first() is not None
+
+
+def upsert(conn: sa.Connection, table: sa.Table, values: dict[str, Any], *, key: str) -> Any:
+    """``INSERT ... ON CONFLICT (key) DO UPDATE`` of every other column, in this engine's dialect."""
+    if is_postgres(conn):
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        stmt: Any = pg_insert(table).values(**values)
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        stmt = sqlite_insert(table).values(**values)
+    return stmt.on_conflict_do_update(
+        index_elements=[table.c[key]], set_={c: stmt.excluded[c] for c in values if c != key}
+    )
+
+
+class row_key(ColumnElement[Any]):
+    """The tie-break after ``createdAt`` when paging a thread: SQLite's ``rowid`` (the end of every
+    index entry, so a deep page stays an index walk), the message ``id`` on Postgres (no rowid)."""
+
+    inherit_cache = True
+    type = sa.Text()
+
+
+@compiles(row_key)
+def _row_key_sqlite(element: row_key, compiler: Any, **kw: Any) -> str:
+    return "rowid"
+
+
+@compiles(row_key, POSTGRES)
+def _row_key_pg(element: row_key, compiler: Any, **kw: Any) -> str:
+    return "id"

@@ -1,0 +1,147 @@
+"""A Postgres database behind the default storage domain: a pooled engine with libSQL's contract.
+
+``PgDatabase`` is a ``Database``: the same ``read()`` / ``write()`` / migrations API, the same
+ownership rules (a database we did not create is never migrated implicitly, one with migrations we
+do not know is never written). What differs is how a write is made safe. libSQL serialises every
+write transaction (``BEGIN IMMEDIATE``); Postgres runs them concurrently, so each read-modify-write
+names what it changes with ``lock(conn, key)`` — a transaction-scoped advisory lock — and writers
+of the same thread, resource or working memory queue while everyone else proceeds.
+
+Connections come from SQLAlchemy's ``QueuePool`` over psycopg 3 (``pool_pre_ping``, so a connection
+a managed server closed while idle is replaced instead of failing a turn).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import BindTyping
+
+from core.storage import dialect, migrations
+from core.storage.database import Database, DatabaseOpenError, ReadOnlyError
+from core.storage.pg import adapt
+from core.storage.pg.location import PgLocation
+
+log = logging.getLogger(__name__)
+
+POOL_SIZE_ENV = "MEMORY_STUDIO_PG_POOL_SIZE"
+DEFAULT_POOL_SIZE = 5
+CONNECT_TIMEOUT_S = 10
+MIGRATION_LOCK = "memory-studio:migrations"
+
+
+class PgDatabase(Database):
+    """One Postgres database (the schema on its ``search_path``)."""
+
+    location: PgLocation
+
+    def __init__(self, location: PgLocation, *, read_only: bool = False, create: bool = True) -> None:
+        self.location = location
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._newer: list[str] | None = None
+        self._password = location.password_from_keyring()
+        size = _pool_size()
+        self.engine = sa.create_engine(
+            "postgresql+psycopg://", creator=self._connect, pool_size=size, max_overflow=size,
+            pool_pre_ping=True, pool_recycle=1800,
+        )
+        # Parameters go untyped (no ``::VARCHAR`` casts), so an ISO string binds to a TIMESTAMP column
+        # and JSON text to JSONB, as they do on libSQL.
+        self.engine.dialect.bind_typing = BindTyping.NONE
+        sa.event.listen(self.engine, "before_cursor_execute", _translate, retval=True)
+        try:
+            with self.engine.connect() as conn:
+                self.is_empty = not dialect.has_user_tables(conn)
+                self.owned = self.is_empty or migrations.has_table(conn, migrations.MIGRATIONS_TABLE)
+                self.is_mastra = migrations.has_table(conn, "mastra_threads")
+        except (sa.exc.DBAPIError, psycopg.Error) as exc:
+            self.engine.dispose()
+            raise DatabaseOpenError(explain_connect_error(location.display, exc)) from exc
+        if self.owned and not self.read_only and self.pending_migrations():
+            self.migrate()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        options = adapt.SESSION_OPTIONS
+        if self.read_only:
+            # Enforced by the server, like SQLite's query_only: no code path of ours can write by mistake.
+            options += " -c default_transaction_read_only=on"
+        kwargs: dict[str, Any] = {"options": options, "connect_timeout": CONNECT_TIMEOUT_S,
+                                  "application_name": "memory-studio"}
+        if self._password is not None:
+            kwargs["password"] = self._password
+        conn = psycopg.connect(self.location.url, **kwargs)
+        adapt.configure(conn)
+        return conn
+
+    def _enable_wal(self) -> None:  # a file-only concern
+        return None
+
+    @contextmanager
+    def transaction(self) -> Iterator[sa.Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    def lock(self, conn: sa.Connection, *keys: str) -> None:
+        """Hold these names until the transaction ends (sorted, so two writers never deadlock)."""
+        for key in sorted(set(keys)):
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (key,))
+
+    def migrate(self, names: Sequence[str] | None = None) -> list[str]:
+        if self.read_only:
+            raise ReadOnlyError(f"{self.location.display} is open read-only; it cannot be migrated.")
+
+        @contextmanager
+        def serialized() -> Iterator[sa.Connection]:
+            # Several processes starting at once must not race on CREATE TABLE IF NOT EXISTS.
+            with self.transaction() as conn:
+                self.lock(conn, MIGRATION_LOCK)
+                yield conn
+
+        with self._lock:
+            done = migrations.apply(self.read, serialized, names)
+        self.owned = True
+        self._newer = None
+        return done
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _translate(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> Any:
+    if context is not None and getattr(context, "compiled", None) is None:
+        statement = adapt.qmark_to_format(statement)
+    return statement, parameters
+
+
+def _pool_size() -> int:
+    raw = os.environ.get(POOL_SIZE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_POOL_SIZE
+    try:
+        value = int(raw)
+    except ValueError:
+        raise DatabaseOpenError(f"{POOL_SIZE_ENV} must be a whole number, got {raw!r}.") from None
+    if value < 1:
+        raise DatabaseOpenError(f"{POOL_SIZE_ENV} must be at least 1, got {raw!r}.")
+    return value
+
+
+def explain_connect_error(display: str, exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    low = text.lower()
+    if "password authentication failed" in low or "no password supplied" in low:
+        return (f"Cannot sign in to {display}: {text.splitlines()[0]}. Set PGPASSWORD, add the password to "
+                "~/.pgpass, or keep it in the system keyring (memory-studio never stores it).")
+    if "does not exist" in low and "database" in low:
+        return f"{display}: {text.splitlines()[0]}. Create the database first (createdb), then try again."
+    if "connection refused" in low or "could not connect" in low or "timeout" in low or "no such file" in low:
+        return (f"Cannot reach the Postgres server for {display}: {text.splitlines()[0]}. "
+                "Check that it is running and that host and port are right.")
+    return f"Cannot open {display}: {text.splitlines()[0] if text else type(exc).__name__}"

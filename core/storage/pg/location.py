@@ -1,0 +1,94 @@
+"""A Postgres database location: the URL, and the form of it that may be shown or stored.
+
+Passwords never leave this module: ``display`` and ``safe_url`` drop them, and the Studio keeps only
+``safe_url`` in its recent list. libpq itself reads ``$PGPASSWORD`` and ``~/.pgpass``; a password kept
+in the system keyring is looked up at connect time (``password_from_keyring``) and passed to the
+driver, never written into a URL.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+
+from core.storage.paths import ResolvedPath
+
+log = logging.getLogger(__name__)
+
+SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+KEYRING_SERVICE = "memory-studio-postgres"
+
+
+def is_postgres_url(target: object) -> bool:
+    return isinstance(target, str) and target.strip().lower().startswith(SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (and without a ``password=`` query parameter)."""
+    parts = urlsplit(url.strip())
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}@{host}" if user else host
+    query = "&".join(p for p in parts.query.split("&") if p and not p.lower().startswith("password="))
+    scheme = "postgresql" if parts.scheme.startswith("postgres") else parts.scheme
+    return urlunsplit((scheme, netloc, parts.path, query, parts.fragment))
+
+
+def make_url(*, host: str, port: int | None, database: str, user: str) -> str:
+    """A password-less URL from the fields of the Studio's Connect dialog."""
+    auth = quote(user, safe="") + "@" if user else ""
+    if host.startswith("/"):  # a Unix socket folder goes in the query, as libpq expects
+        return f"postgresql://{auth}/{quote(database, safe='')}?host={quote(host, safe='/')}" + (
+            f"&port={port}" if port else "")
+    where = host or "localhost"
+    return f"postgresql://{auth}{where}{f':{port}' if port else ''}/{quote(database, safe='')}"
+
+
+@dataclass(frozen=True)
+class PgLocation(ResolvedPath):
+    """A ``ResolvedPath`` for a server database: no file, so no trace file beside it either."""
+
+    url: str = field(default="", repr=False)  # may hold a password: never shown, logged or stored
+
+    @classmethod
+    def parse(cls, url: str, how: str) -> "PgLocation":
+        url = url.strip()
+        if url.lower().startswith("postgresql+psycopg://"):
+            url = "postgresql://" + url[len("postgresql+psycopg://"):]
+        return cls(None, how, url)
+
+    @property
+    def display(self) -> str:
+        return self.safe_url
+
+    @property
+    def safe_url(self) -> str:
+        return redact_url(self.url)
+
+    @property
+    def observability_path(self) -> None:
+        return None
+
+    @property
+    def is_postgres(self) -> bool:
+        return True
+
+    def keyring_key(self) -> str:
+        parts = urlsplit(self.url)
+        host = parts.hostname or dict(parse_qsl(parts.query)).get("host", "localhost")
+        return f"{unquote(parts.username or '')}@{host}:{parts.port or 5432}/{parts.path.lstrip('/')}"
+
+    def password_from_keyring(self) -> str | None:
+        """The password kept for this server in the system keyring, if any (never logged)."""
+        if urlsplit(self.url).password:
+            return None  # the URL already carries one
+        try:
+            import keyring
+
+            return keyring.get_password(KEYRING_SERVICE, self.keyring_key())
+        except Exception as exc:  # no keyring backend on this machine: libpq's own sources still apply
+            log.debug("no keyring password for %s (%s)", self.safe_url, type(exc).__name__)
+            return None
