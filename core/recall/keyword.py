@@ -184,7 +184,7 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
         chunk = ordered[start : start + 500]
         marks = ",".join("?" * len(chunk))
         stored = conn.exec_driver_sql(
-            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), m.content, m.role, m."createdAt" '
+            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), CAST(m.content AS BLOB), m.role, m."createdAt" '
             f"FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.id IN ({marks})",
             tuple(chunk),
         ).all()

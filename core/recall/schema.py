@@ -62,7 +62,7 @@ FTS_WATERMARK = "fts:rowid"  # highest mastra_messages rowid whose keyword doc i
 def _backfill_fts(conn: sa.Connection) -> None:
     """Index messages that existed before the migration (the triggers only see later writes)."""
     rows = conn.exec_driver_sql(
-        'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), m.content, m."createdAt" '
+        'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), CAST(m.content AS BLOB), m."createdAt" '
         "FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.role != 'system'"
     ).all()
     for mid, thread_id, resource_id, raw, created in rows:
@@ -165,7 +165,7 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
     if not thread_id:
         return ""
     row = conn.exec_driver_sql(
-        "SELECT content FROM mastra_messages WHERE thread_id = ? AND role IN ('user', 'assistant') "
+        "SELECT CAST(content AS BLOB) FROM mastra_messages WHERE thread_id = ? AND role IN ('user', 'assistant') "
         'AND ("createdAt" < ? OR ("createdAt" = ? AND id < ?)) ORDER BY "createdAt" DESC, id DESC LIMIT 1',
         (thread_id, created_at, created_at, message_id),
     ).first()

@@ -40,6 +40,26 @@ class SchemaError(StorageError):
     """The schema is missing, foreign, or newer than this version understands."""
 
 
+class UnreadableValueError(StorageError):
+    """A stored value the driver cannot read (text that is not valid UTF-8 in a column read as text)."""
+
+
+def _is_driver_panic(exc: BaseException) -> bool:
+    # libsql-experimental raises pyo3's PanicException, a BaseException the driver does not export.
+    return type(exc).__name__ == "PanicException"
+
+
+def _unreadable(display: str, exc: BaseException) -> UnreadableValueError:
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    why = "holds text that is not valid UTF-8" if "utf8" in detail.lower() else "holds a value the driver cannot read"
+    return UnreadableValueError(
+        f"{display} {why} in a column Memory Studio reads as plain text ({detail}). Message text, titles, "
+        "metadata and working memory are read safely, so the bad value is in another column (an id, role "
+        "or timestamp). Find it with the sqlite3 shell (e.g. SELECT rowid, hex(role) FROM mastra_messages) "
+        "and repair or delete that row; a backup of the file first is wise."
+    )
+
+
 class Database:
     """One database file: an engine, its ownership and its migrations."""
 
@@ -109,6 +129,10 @@ class Database:
         with self.engine.connect() as conn:
             try:
                 yield conn
+            except BaseException as exc:
+                if _is_driver_panic(exc):
+                    raise _unreadable(self.location.display, exc) from None
+                raise
             finally:
                 conn.rollback()
 
@@ -139,8 +163,10 @@ class Database:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
             try:
                 yield conn
-            except BaseException:
+            except BaseException as exc:
                 conn.exec_driver_sql("ROLLBACK")
+                if _is_driver_panic(exc):
+                    raise _unreadable(self.location.display, exc) from None
                 raise
             conn.exec_driver_sql("COMMIT")
 

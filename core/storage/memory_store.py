@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from core.messages import Message
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
+from core.stored_text import decode_stored_text
 from core.timeutil import iso_now, parse_iso, to_iso
 
 
@@ -143,7 +144,8 @@ def dump_json(value: Any) -> str | None:
 
 
 _MESSAGE_FIELDS = ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")
-_MESSAGE_SELECT = ", ".join(f'"{c}"' for c in _MESSAGE_FIELDS)
+# Content is read as a blob: libSQL panics on a TEXT value that is not valid UTF-8 (core.stored_text).
+_MESSAGE_SELECT = ", ".join(f'CAST("{c}" AS BLOB)' if c == "content" else f'"{c}"' for c in _MESSAGE_FIELDS)
 _UPSERT_MESSAGE = (
     'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId") '
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, "
@@ -152,7 +154,8 @@ _UPSERT_MESSAGE = (
 )
 
 _GET_THREAD = (
-    'SELECT id, "resourceId", title, CASE WHEN typeof(metadata) = \'blob\' THEN json(metadata) ELSE metadata END '
+    'SELECT id, "resourceId", CAST(title AS BLOB) AS title, '
+    'CAST(CASE WHEN typeof(metadata) = \'blob\' THEN json(metadata) ELSE metadata END AS BLOB) '
     'AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
 )
 
@@ -167,11 +170,11 @@ _THREAD_COLS = (
 
 
 def _thread(row: Any) -> Thread:
-    meta = load_json(row.metadata)
+    meta = load_json(decode_stored_text(row.metadata))
     return Thread(
         id=row.id,
         resource_id=row.resourceId,
-        title=row.title or "",
+        title=decode_stored_text(row.title) or "",
         metadata=meta if isinstance(meta, dict) else ({} if meta is not None else None),
         created_at=parse_iso(row.createdAt),
         updated_at=parse_iso(row.updatedAt),
