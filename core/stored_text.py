@@ -38,3 +38,12 @@ def decode_stored_text(value: Any) -> Any:
 
 def is_invalid_utf8(value: Any) -> bool:
     return bool(getattr(value, "invalid_utf8", False))
+
+
+def utf8_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as UTF-8 (a lone surrogate, from broken decoding), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate (U+{ord(text[exc.start]):04X} at character {exc.start})"
+    return None

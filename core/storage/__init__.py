@@ -10,11 +10,16 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from core.storage.database import (
+    CorruptDatabaseError,
     Database,
     DatabaseOpenError,
+    DiskFullError,
+    InvalidValueError,
     ReadOnlyError,
+    ReadOnlyFileError,
     SchemaError,
     StorageError,
+    UnreadableValueError,
 )
 from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MemoryStore, NotFoundError
 from core.storage.paths import DatabaseLocationError, ResolvedPath, resolve_db_path
@@ -164,17 +169,22 @@ def open_store(
 
 __all__ = [
     "AlreadyExistsError",
+    "CorruptDatabaseError",
     "Database",
     "DatabaseLocationError",
     "DatabaseOpenError",
+    "DiskFullError",
     "InvalidArgumentError",
+    "InvalidValueError",
     "MemoryStore",
     "NotFoundError",
     "ReadOnlyError",
+    "ReadOnlyFileError",
     "ResolvedPath",
     "SchemaError",
     "StorageError",
     "Store",
+    "UnreadableValueError",
     "open_store",
     "resolve_db_path",
 ]

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from core.messages import Message
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
-from core.stored_text import decode_stored_text
+from core.stored_text import decode_stored_text, utf8_problem
 from core.timeutil import iso_now, parse_iso, to_iso
 
 
@@ -137,6 +137,28 @@ def load_json(value: Any) -> Any:
     return value
 
 
+def check_text(value: Any, what: str) -> None:
+    """Refuse text the driver cannot store (it would fail with "Unsupported parameter type")."""
+    if isinstance(value, str):
+        problem = utf8_problem(value)
+        if problem is not None:
+            raise InvalidArgumentError(
+                f"{what} contains {problem}, which cannot be stored as UTF-8 text. Nothing was written. Fix the "
+                "text where it was decoded (e.g. bytes.decode('utf-8', errors='replace')) and try again."
+            )
+
+
+def _check_rows(rows: list[tuple[Any, ...]]) -> None:
+    """``check_text`` for every text column of message rows; the common case is one encode per row."""
+    try:
+        for row in rows:
+            (row[0] + row[1] + row[2] + (row[6] or "")).encode("utf-8")
+    except (UnicodeEncodeError, TypeError):
+        for row in rows:
+            for index, what in ((2, "The content"), (0, "The id"), (1, "The thread id"), (6, "The resource id")):
+                check_text(row[index], f"{what} of message {row[0]!r}")
+
+
 def dump_json(value: Any) -> str | None:
     if value is None:
         return None
@@ -198,14 +220,18 @@ class MemoryStore:
             raise InvalidArgumentError("A thread needs a resource id (a string).")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
+        meta_text = dump_json(dict(metadata)) if metadata is not None else None
+        check_text(thread_id, "The thread id")
+        check_text(resource_id, f"The resource id of thread {thread_id!r}")
+        check_text(title, f"The title of thread {thread_id!r}")
+        check_text(meta_text, f"The metadata of thread {thread_id!r}")
         now = to_iso(created_at) if created_at else iso_now()
         with self.db.write() if conn is None else _nullcontext(conn) as wconn:
             if wconn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first():
                 raise AlreadyExistsError(f"Thread with id {thread_id} already exists")
             wconn.execute(
                 t.threads.insert().values(
-                    id=thread_id, resourceId=resource_id, title=title or "",
-                    metadata=dump_json(dict(metadata)) if metadata is not None else None,
+                    id=thread_id, resourceId=resource_id, title=title or "", metadata=meta_text,
                     createdAt=now, updatedAt=now,
                 )
             )
@@ -265,10 +291,12 @@ class MemoryStore:
             current = _thread(row)
             values: dict[str, Any] = {"updatedAt": iso_now()}
             if title is not None:
+                check_text(title, f"The title of thread {thread_id!r}")
                 values["title"] = title
             if metadata is not None:
                 merged = dict(metadata) if replace_metadata else {**(current.metadata or {}), **metadata}
                 values["metadata"] = dump_json(merged)
+                check_text(values["metadata"], f"The metadata of thread {thread_id!r}")
             conn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(**values))
         updated = self.get_thread(thread_id)
         assert updated is not None
@@ -293,6 +321,7 @@ class MemoryStore:
         for m in messages:  # a repeated id inside one batch: the later copy wins, O(n)
             latest[m.id] = m
         rows = [m.to_row_tuple() for m in latest.values()]
+        _check_rows(rows)
         # Straight to the driver's executemany: building SQLAlchemy parameters per row cost more than
         # the insert itself.
         conn.exec_driver_sql(_UPSERT_MESSAGE, rows)

@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import QPersistentModelIndex
 
 from core import DatabaseOpenError, Message, SchemaError, open_store
+from core.storage import CorruptDatabaseError, DiskFullError, ReadOnlyFileError
 from core.messages import data_part, file_part, reasoning_part, text_part, tool_invocation_part
 from studio.commands import Command, RecentFiles, rank, score
 from studio.dialogs import explain
@@ -126,6 +127,9 @@ def test_recent_files_are_unique_and_bounded() -> None:
     (DatabaseOpenError("/x.db cannot be read (permission denied)"), "Cannot read the database", "permissions"),
     (SchemaError("/x.db was written by a newer Memory Studio"), "Newer database", "Upgrade"),
     (SchemaError("/x.db has no memory tables"), "Not a memory database", "Mastra"),
+    (CorruptDatabaseError("/x.db is damaged"), "Damaged database", "backup"),
+    (ReadOnlyFileError("/x.db is read-only for this user"), "Cannot write this file", "permissions"),
+    (DiskFullError("/x.db: the disk is full"), "Disk full", "Free"),
 ])
 def test_explain_says_what_to_do(exc: Exception, title: str, advice: str) -> None:
     problem = explain(exc, "/x.db")
