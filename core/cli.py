@@ -1,4 +1,4 @@
-"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|demo``.
+"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|demo``.
 
 Every command takes ``--db``. Bad arguments and missing threads give one line on stderr and a
 non-zero exit; nothing here opens a window (the Studio's entry point dispatches to this module).
@@ -19,7 +19,7 @@ from core.prompt import AssembledPrompt
 from core.storage import StorageError, open_store
 from core.storage.paths import DatabaseLocationError
 
-COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "demo")
+COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "demo")
 
 
 class CliError(Exception):
@@ -75,6 +75,9 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", help="apply pending schema migrations (needed once for a Mastra database)")
     db_arg(p)
     p.add_argument("--list", action="store_true", help="only list what is pending")
+
+    p = sub.add_parser("vacuum", help="give the space freed by deleted threads and messages back to the disk")
+    db_arg(p)
 
     p = sub.add_parser("demo", help="seed demo data by running the engine with a scripted model")
     db_arg(p)
@@ -139,6 +142,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return 0
         with redirect_stdout(out), redirect_stderr(err):
             return int(prune_main(["--db", str(path), *extra]))
+    if cmd == "vacuum":
+        with open_store(args.db, create=False) as store:
+            reclaimed = store.vacuum()
+            out.write(f"{store.location.display}: reclaimed {reclaimed / 1e6:.2f} MB\n")
+        return 0
     if cmd == "demo":
         from core.demo import seed_demo
 

@@ -87,6 +87,10 @@ class Store:
     def migrate(self) -> list[str]:
         return self.db.migrate()
 
+    def vacuum(self) -> int:
+        """Give the space freed by deletes back to the disk; returns the bytes reclaimed."""
+        return self.db.vacuum()
+
     def close(self) -> None:
         for ext in self.extensions.values():
             close = getattr(ext, "close", None)

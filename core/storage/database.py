@@ -302,8 +302,49 @@ class Database:
         self._newer = None
         return done
 
+    def vacuum(self) -> int:
+        """Rewrite the file without its free pages; returns the bytes given back to the disk.
+
+        Deleting rows only marks pages free inside the file (SQLite reuses them, never returns them).
+        VACUUM needs about the file's size again in free disk space while it runs; the WAL is
+        checkpointed and truncated afterwards so the space really leaves the folder.
+        """
+        if self.read_only:
+            raise ReadOnlyError(f"{self.location.display} is open read-only; it cannot be vacuumed.")
+        newer = self._newer_schema()
+        if newer:
+            raise SchemaError(
+                f"{self.location.display} was written by a newer Memory Studio (migrations {', '.join(newer)}). "
+                "Upgrade Memory Studio before vacuuming it."
+            )
+        path = self.location.path
+        if path is None:
+            return 0
+        before = _disk_bytes(path)
+        try:
+            with self._lock, self.engine.connect() as conn:
+                conn.exec_driver_sql("VACUUM")
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        except (sa.exc.DBAPIError, ValueError) as exc:
+            ours = translate_driver_error(self.location, exc)
+            if ours is None:
+                raise
+            raise ours from exc
+        return max(before - _disk_bytes(path), 0)
+
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _disk_bytes(path: Path) -> int:
+    """The database and its WAL: what the file costs on disk."""
+    total = 0
+    for candidate in (path, path.with_name(path.name + "-wal")):
+        try:
+            total += candidate.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def _rollback(conn: sa.Connection) -> None:

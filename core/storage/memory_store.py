@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import sqlalchemy as sa
 
 from core.messages import Message
+from core.storage import migrations
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.stored_text import decode_stored_text, utf8_problem
@@ -303,9 +304,13 @@ class MemoryStore:
         return updated
 
     def delete_thread(self, thread_id: str) -> int:
-        """Delete the messages, then the thread (no FK cascade in Mastra's schema). Returns messages removed."""
+        """Delete the messages, the thread-scoped working-memory history, then the thread (no FK cascade
+        in Mastra's schema). Returns messages removed."""
         with self.db.write() as conn:
             removed = conn.execute(t.messages.delete().where(t.messages.c.thread_id == thread_id)).rowcount
+            if migrations.has_table(conn, t.wm_versions.name):  # absent from a Mastra database
+                conn.execute(t.wm_versions.delete().where(
+                    t.wm_versions.c.scope == "thread", t.wm_versions.c.owner_id == thread_id))
             conn.execute(t.threads.delete().where(t.threads.c.id == thread_id))
         return int(removed or 0)
 
