@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
+from core.message_size import check_rows
 from core.messages import Message
 from core.storage import migrations
 from core.storage import schema as t
@@ -315,18 +316,24 @@ class MemoryStore:
         return int(removed or 0)
 
     # -- messages --------------------------------------------------------------------------------
-    def save_messages(self, messages: Sequence[Message], *, conn: sa.Connection | None = None) -> list[Message]:
-        """Upsert by id (newer content wins); bumps each touched thread's ``updatedAt``."""
+    def save_messages(
+        self, messages: Sequence[Message], *, conn: sa.Connection | None = None, max_bytes: int | None = None,
+    ) -> list[Message]:
+        """Upsert by id (newer content wins); bumps each touched thread's ``updatedAt``.
+
+        ``max_bytes``: refuse the whole batch if a message's stored content is larger (before any row).
+        """
         if not messages:
             return []
         if conn is None:
             with self.db.write() as own:
-                return self.save_messages(messages, conn=own)
+                return self.save_messages(messages, conn=own, max_bytes=max_bytes)
         latest: dict[str, Message] = {}
         for m in messages:  # a repeated id inside one batch: the later copy wins, O(n)
             latest[m.id] = m
         rows = [m.to_row_tuple() for m in latest.values()]
         _check_rows(rows)
+        check_rows(rows, max_bytes)
         # Straight to the driver's executemany: building SQLAlchemy parameters per row cost more than
         # the insert itself.
         conn.exec_driver_sql(_UPSERT_MESSAGE, rows)
