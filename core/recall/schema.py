@@ -5,7 +5,8 @@ Two named migrations (registered on import):
 - ``0004_message_fts``: an FTS5 table over message text, a docs table mapping FTS rows to messages,
   and a queue fed by triggers on ``mastra_messages``. Triggers live in the database, so rows saved by
   *any* process — Mastra included — are queued; the index drains the queue (segmenting CJK text in
-  Python, which SQL cannot do) before it answers a keyword search.
+  Python, which SQL cannot do) in its next write. Searches never write: they leave out messages
+  deleted since they were indexed and say that changes wait.
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
   ``<table>:appends`` / ``<table>:rewrites``; an in-process matrix compares them with what it loaded, so
   vectors written by another process appear without polling the whole table.

@@ -133,6 +133,7 @@ class Database:
         self.read_only = read_only
         self._lock = threading.Lock()
         self._newer: list[str] | None = None
+        self.write_transactions = 0  # BEGIN IMMEDIATE issued by this process (tests: looking never writes)
         path = location.path
         if path is not None:
             _check_file(path, create=create and not read_only)
@@ -248,6 +249,7 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
+                self.write_transactions += 1
                 try:
                     yield conn
                 except BaseException:
