@@ -69,8 +69,8 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p = sub.add_parser("traces", help="manage the trace store")
     db_arg(p)
     p.add_argument("action", choices=("prune",))
-    p.add_argument("--keep-days", type=float, default=None)
-    p.add_argument("--keep-mb", type=float, default=None)
+    p.add_argument("--keep-days", type=float, default=None, help="delete traces older than this (0: no age limit)")
+    p.add_argument("--keep-mb", type=float, default=None, help="shrink the file to about this size (0: no size limit)")
 
     p = sub.add_parser("migrate", help="apply pending schema migrations (needed once for a Mastra database)")
     db_arg(p)
@@ -122,7 +122,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd == "reindex":
         return _reindex(args, out, err)
     if cmd == "traces":
-        from core.traces.store import prune_main
+        from core.traces.store import prune_main, retention_limit
 
         from core.storage import retention_from_env
 
@@ -135,10 +135,17 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if keep_days is None and keep_mb is None:  # the configured retention (30 days / 1 GB by default)
             settings = retention_from_env()
             keep_days, keep_mb = settings.keep_days, settings.keep_mb
+        else:  # 0 means no limit, as in MEMORY_STUDIO_TRACES_KEEP_DAYS; a negative value would delete all
+            try:
+                keep_days = retention_limit(keep_days, "--keep-days")
+                keep_mb = retention_limit(keep_mb, "--keep-mb")
+            except ValueError as exc:
+                raise CliError(f"memory-studio traces prune: {exc}") from None
         extra = ["--keep-days", str(keep_days)] if keep_days is not None else []
         extra += ["--keep-mb", str(keep_mb)] if keep_mb is not None else []
         if not extra:
-            out.write("retention is off (MEMORY_STUDIO_TRACES_KEEP_DAYS/MB); give --keep-days or --keep-mb\n")
+            out.write("no limit to prune by (0 means no limit; retention may be off in "
+                      "MEMORY_STUDIO_TRACES_KEEP_DAYS/MB); give --keep-days or --keep-mb\n")
             return 0
         with redirect_stdout(out), redirect_stderr(err):
             return int(prune_main(["--db", str(path), *extra]))

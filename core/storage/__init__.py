@@ -134,9 +134,12 @@ def retention_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -
             value = float(raw)
         except ValueError:
             raise StorageError(f"{name} must be a number (or 'off'), got {raw!r}.") from None
-        if value < 0:
-            raise StorageError(f"{name} must not be negative, got {raw!r}.")
-        return value
+        from core.traces.store import retention_limit
+
+        try:  # the same rule as `memory-studio traces prune`: 0 is no limit, negative is refused
+            return retention_limit(value, name)
+        except ValueError as exc:
+            raise StorageError(str(exc)) from None
 
     return RetentionSettings(keep_days=read(RETENTION_DAYS_ENV, DEFAULT_KEEP_DAYS),
                              keep_mb=read(RETENTION_MB_ENV, DEFAULT_KEEP_MB))
