@@ -46,6 +46,7 @@ from core.traces.spans import (
     utc_now_ms,
 )
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
+from core.traces.recovery import is_broken_file_error, set_aside_if_broken
 
 DEFAULT_OBSERVABILITY_PATH = Path(".temp") / "observability.duckdb"
 SCHEMA_VERSION_TABLE = "observability_schema_version"
@@ -225,9 +226,19 @@ class DuckDBObservabilityStore(SpanReader):
         if not spans:
             return 0
         unique = list({(s.trace_id, s.span_id): s for s in spans}.values())
-        now = utc_now_ms()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         budget = self.write_budget_s if budget_s is None else budget_s
+        try:
+            self._insert(unique, budget)
+        except duckdb.Error as exc:
+            # A broken file (left by a full disk) would fail every write forever: start a new one.
+            if not is_broken_file_error(exc) or not set_aside_if_broken(self.path, budget):
+                raise
+            self._insert(unique, budget)
+        return len(spans)
+
+    def _insert(self, unique: list[SpanRecord], budget: float) -> None:
+        now = utc_now_ms()
         with open_duckdb(self.path, read_only=False, budget_s=budget, stats=self.wait_stats) as con:
             self._migrate(con)
             con.execute("BEGIN TRANSACTION")
@@ -252,7 +263,6 @@ class DuckDBObservabilityStore(SpanReader):
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-        return len(spans)
 
     # -- retention -----------------------------------------------------------------------------
 
