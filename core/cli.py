@@ -1,4 +1,4 @@
-"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|demo``.
+"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|where|demo``.
 
 Every command takes ``--db``. Bad arguments and missing threads give one line on stderr and a
 non-zero exit; nothing here opens a window (the Studio's entry point dispatches to this module).
@@ -17,9 +17,9 @@ from core.messages import Message
 from core.options import MemoryOptions, OptionsError
 from core.prompt import AssembledPrompt
 from core.storage import StorageError, open_store
-from core.storage.paths import DatabaseLocationError
+from core.storage.paths import DatabaseLocationError, caller_file, resolve_db_path
 
-COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "demo")
+COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo")
 
 
 class CliError(Exception):
@@ -36,7 +36,8 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     def db_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--db", help="database path (default: $MEMORY_STUDIO_DB, else <project>/.temp/memory.db)")
+        p.add_argument("--db", help="database path (default: $MEMORY_STUDIO_DB, else <project>/.temp/memory.db; "
+                                    "`memory-studio where` shows which)")
 
     p = sub.add_parser("prompt", help="print the prompt the engine would send for a new user message")
     db_arg(p)
@@ -77,6 +78,9 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="only list what is pending")
 
     p = sub.add_parser("vacuum", help="give the space freed by deleted threads and messages back to the disk")
+    db_arg(p)
+
+    p = sub.add_parser("where", help="print which database file would be used, and why")
     db_arg(p)
 
     p = sub.add_parser("demo", help="seed demo data by running the engine with a scripted model")
@@ -154,6 +158,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             reclaimed = store.vacuum()
             out.write(f"{store.location.display}: reclaimed {reclaimed / 1e6:.2f} MB\n")
         return 0
+    if cmd == "where":
+        return _where(args, out)
     if cmd == "demo":
         from core.demo import seed_demo
 
@@ -244,6 +250,18 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
     for s in rows:
         last = s.last_activity.strftime("%Y-%m-%d %H:%M") if s.last_activity else "-"
         out.write(f"{s.thread.id:<28} {s.thread.resource_id:<20} {s.message_count:>6}  {last:<20} {s.thread.title}\n")
+    return 0
+
+
+def _where(args: argparse.Namespace, out: TextIO) -> int:
+    """The file ``open_store`` resolves from here (the same rules, without opening it)."""
+    location = resolve_db_path(args.db, caller=caller_file() if not args.db else None)
+    out.write(f"{location.display}\n")
+    out.write(f"  why: {location.reason} ({location.how})\n")
+    path = location.path
+    if path is not None:
+        out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
+        out.write(f"  traces: {location.observability_path}\n")
     return 0
 
 

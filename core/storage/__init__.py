@@ -22,7 +22,7 @@ from core.storage.database import (
     UnreadableValueError,
 )
 from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MemoryStore, NotFoundError
-from core.storage.paths import DatabaseLocationError, ResolvedPath, resolve_db_path
+from core.storage.paths import DatabaseLocationError, ResolvedPath, caller_file, resolve_db_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.traces.store import ObservabilityStore
@@ -167,9 +167,10 @@ def open_store(
     """Open the memory database.
 
     ``target`` may be a path, ``file:path`` or ``:memory:``; without it the path is resolved from
-    ``$MEMORY_STUDIO_DB``, then the project root's ``.temp/memory.db``, then the user data folder.
+    ``$MEMORY_STUDIO_DB``, then the ``.temp/memory.db`` of the project holding the calling code's file,
+    then of the working directory's project, then the user data folder (``location.reason`` says which).
     """
-    location = resolve_db_path(target)
+    location = resolve_db_path(target, caller=caller_file() if target is None or str(target) == "" else None)
     db = Database(location, read_only=read_only, create=create)
     return Store(db, observability_path=observability_path)
 
