@@ -16,6 +16,7 @@ from core.memory import (
     resolve_memory,
 )
 from core.message_list import MessageList, Provenance
+from core.message_size import MessageTooLargeError
 from core.messages import Message, MessageFormatError
 from core.options import (
     DEFAULT_TEMPLATE,
@@ -63,6 +64,7 @@ __all__ = [
     "Message",
     "MessageFormatError",
     "MessageList",
+    "MessageTooLargeError",
     "NotFoundError",
     "ObservationalMemoryOptions",
     "OptionsError",

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from core.message_list import MessageList, Provenance
+from core.message_size import check_messages
 from core.messages import Message, MessageFormatError
 from core.options import MemoryOptions
 from core.processors.base import Processor, ProcessorContext, RequestContext
@@ -192,6 +193,7 @@ class TurnAssembly:
                 changes["created_at_given"] = True
             msg = msg.copy(**changes)
             inputs.append(msg)
+        check_messages(inputs, req.options.max_message_bytes)  # before any model call or write
         if inputs:
             ctx.messages.add(inputs, "input", Provenance("input"))
         return inputs

@@ -1,4 +1,4 @@
-"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|demo|export|import``.
+"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|where|demo|export|import``.
 
 Every command takes ``--db``. Bad arguments and missing threads give one line on stderr and a
 non-zero exit; nothing here opens a window (the Studio's entry point dispatches to this module).
@@ -18,11 +18,11 @@ from core.messages import Message
 from core.options import MemoryOptions, OptionsError
 from core.prompt import AssembledPrompt
 from core.storage import StorageError, open_store
-from core.storage.paths import DatabaseLocationError
+from core.storage.paths import DatabaseLocationError, caller_file, resolve_db_path
 from core.transfer.commands import COMMANDS as TRANSFER_COMMANDS
 from core.transfer.commands import add_parsers as add_transfer_parsers
 
-COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "demo", *TRANSFER_COMMANDS)
+COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo", *TRANSFER_COMMANDS)
 
 
 class CliError(Exception):
@@ -39,7 +39,8 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     def db_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--db", help="database path (default: $MEMORY_STUDIO_DB, else <project>/.temp/memory.db)")
+        p.add_argument("--db", help="database path (default: $MEMORY_STUDIO_DB, else <project>/.temp/memory.db; "
+                                    "`memory-studio where` shows which)")
 
     p = sub.add_parser("prompt", help="print the prompt the engine would send for a new user message")
     db_arg(p)
@@ -73,12 +74,18 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p = sub.add_parser("traces", help="manage the trace store")
     db_arg(p)
     p.add_argument("action", choices=("prune",))
-    p.add_argument("--keep-days", type=float, default=None)
-    p.add_argument("--keep-mb", type=float, default=None)
+    p.add_argument("--keep-days", type=float, default=None, help="delete traces older than this (0: no age limit)")
+    p.add_argument("--keep-mb", type=float, default=None, help="shrink the file to about this size (0: no size limit)")
 
     p = sub.add_parser("migrate", help="apply pending schema migrations (needed once for a Mastra database)")
     db_arg(p)
     p.add_argument("--list", action="store_true", help="only list what is pending")
+
+    p = sub.add_parser("vacuum", help="give the space freed by deleted threads and messages back to the disk")
+    db_arg(p)
+
+    p = sub.add_parser("where", help="print which database file would be used, and why")
+    db_arg(p)
 
     p = sub.add_parser("demo", help="seed demo data by running the engine with a scripted model")
     db_arg(p)
@@ -128,7 +135,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd == "reindex":
         return _reindex(args, out, err)
     if cmd == "traces":
-        from core.traces.store import prune_main
+        from core.traces.store import prune_main, retention_limit
 
         from core.storage import retention_from_env
 
@@ -141,13 +148,27 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if keep_days is None and keep_mb is None:  # the configured retention (30 days / 1 GB by default)
             settings = retention_from_env()
             keep_days, keep_mb = settings.keep_days, settings.keep_mb
+        else:  # 0 means no limit, as in MEMORY_STUDIO_TRACES_KEEP_DAYS; a negative value would delete all
+            try:
+                keep_days = retention_limit(keep_days, "--keep-days")
+                keep_mb = retention_limit(keep_mb, "--keep-mb")
+            except ValueError as exc:
+                raise CliError(f"memory-studio traces prune: {exc}") from None
         extra = ["--keep-days", str(keep_days)] if keep_days is not None else []
         extra += ["--keep-mb", str(keep_mb)] if keep_mb is not None else []
         if not extra:
-            out.write("retention is off (MEMORY_STUDIO_TRACES_KEEP_DAYS/MB); give --keep-days or --keep-mb\n")
+            out.write("no limit to prune by (0 means no limit; retention may be off in "
+                      "MEMORY_STUDIO_TRACES_KEEP_DAYS/MB); give --keep-days or --keep-mb\n")
             return 0
         with redirect_stdout(out), redirect_stderr(err):
             return int(prune_main(["--db", str(path), *extra]))
+    if cmd == "vacuum":
+        with open_store(args.db, create=False) as store:
+            reclaimed = store.vacuum()
+            out.write(f"{store.location.display}: reclaimed {reclaimed / 1e6:.2f} MB\n")
+        return 0
+    if cmd == "where":
+        return _where(args, out)
     if cmd == "demo":
         from core.demo import seed_demo
 
@@ -244,6 +265,18 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
     for s in rows:
         last = s.last_activity.strftime("%Y-%m-%d %H:%M") if s.last_activity else "-"
         out.write(f"{s.thread.id:<28} {s.thread.resource_id:<20} {s.message_count:>6}  {last:<20} {s.thread.title}\n")
+    return 0
+
+
+def _where(args: argparse.Namespace, out: TextIO) -> int:
+    """The file ``open_store`` resolves from here (the same rules, without opening it)."""
+    location = resolve_db_path(args.db, caller=caller_file() if not args.db else None)
+    out.write(f"{location.display}\n")
+    out.write(f"  why: {location.reason} ({location.how})\n")
+    path = location.path
+    if path is not None:
+        out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
+        out.write(f"  traces: {location.observability_path}\n")
     return 0
 
 

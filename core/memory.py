@@ -263,7 +263,7 @@ class Memory(TurnAssembly):
                 if not msg.created_at_given and prev is not None and msg.created_at <= prev:
                     msg = prepared[i] = msg.copy(content=msg.content, created_at=prev + timedelta(milliseconds=1))
                 last_at[tid] = msg.created_at
-            saved = self.store.memory.save_messages(prepared, conn=conn)
+            saved = self.store.memory.save_messages(prepared, conn=conn, max_bytes=self.options.max_message_bytes)
         if _index and self._recall_index is not None and not self.options.read_only:
             self._recall_index.index_messages([m for m in saved if m.role in ("user", "assistant")])
         return saved

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Literal, Mapping
 
+from core.stored_text import decode_stored_text, is_invalid_utf8
 from core.timeutil import SystemClock, parse_iso, to_iso, to_ms
 
 Role = Literal["user", "assistant", "system", "signal"]
@@ -77,6 +78,8 @@ class Message:
     type: str = "v2"
     # True when the caller did not give a time; MessageList may then adjust it to keep order.
     created_at_given: bool = field(default=True, compare=False, repr=False)
+    # True when the stored content held bytes that are not valid UTF-8 (shown as U+FFFD).
+    invalid_utf8: bool = field(default=False, compare=False, repr=False)
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
@@ -205,7 +208,7 @@ class Message:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Message":
-        raw = row["content"]
+        raw = decode_stored_text(row["content"])
         content = normalize_content(raw, message_id=row["id"])
         role = row["role"] if row["role"] in ROLES else "assistant" if row["role"] == "tool" else "user"
         return cls(
@@ -216,11 +219,12 @@ class Message:
             thread_id=row["thread_id"],
             resource_id=row.get("resourceId"),
             type=row.get("type") or "v2",
+            invalid_utf8=is_invalid_utf8(raw),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (used by the CLI and the Studio's copy-as-JSON)."""
-        return {
+        out = {
             "id": self.id,
             "role": self.role,
             "createdAt": to_iso(self.created_at),
@@ -228,6 +232,9 @@ class Message:
             "resourceId": self.resource_id,
             "content": self.content,
         }
+        if self.invalid_utf8:
+            out["invalidUtf8"] = True
+        return out
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

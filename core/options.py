@@ -115,6 +115,8 @@ class MemoryOptions:
     observational_memory: Any = False  # bool | dict | ObservationalMemoryOptions
     read_only: bool = False
     context_window: int = 128_000  # tokens; only used to draw the context bar
+    # Largest message accepted, in bytes of stored content (UTF-8 JSON); None for no limit.
+    max_message_bytes: int | None = 1_000_000
 
     def __post_init__(self) -> None:
         lm = self.last_messages
@@ -127,6 +129,9 @@ class MemoryOptions:
         object.__setattr__(self, "observational_memory", _observational(self.observational_memory))
         if not isinstance(self.read_only, bool):
             raise OptionsError("read_only must be True or False.")
+        mb = self.max_message_bytes
+        if mb is not None and (not isinstance(mb, int) or isinstance(mb, bool) or mb < 1):
+            raise OptionsError(f"max_message_bytes must be a positive integer (bytes) or None, got {mb!r}.")
 
     @property
     def history_enabled(self) -> bool:

@@ -17,7 +17,7 @@ from studio.main_window import APP_NAME, MainWindow
 from studio.theme import apply_theme
 
 ORGANIZATION = "memory-studio"
-ANCHORED = ("project", "user-data")  # default locations; an explicit --db or $MEMORY_STUDIO_DB is never seeded
+ANCHORED = ("caller", "project", "user-data")  # default locations; an explicit --db or $MEMORY_STUDIO_DB is never seeded
 
 
 def make_app() -> QApplication:

@@ -15,6 +15,7 @@ from typing import Callable
 from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QWidget
 
 from core import DatabaseLocationError, DatabaseOpenError, ReadOnlyError, SchemaError
+from core.storage import CorruptDatabaseError, DiskFullError, ReadOnlyFileError
 
 DB_FILTER = "Databases (*.db *.sqlite *.sqlite3 *.libsql);;All files (*)"
 
@@ -42,6 +43,14 @@ def explain(exc: BaseException, path: str | None = None) -> Problem:
         return Problem("Not a memory database", message,
                        "Open a database written by Memory Studio or by Mastra (LibSQLStore). It was not changed.",
                        details)
+    if isinstance(exc, CorruptDatabaseError):
+        return Problem("Damaged database", message,
+                       "Keep a copy of the file, then restore a backup or recover it as the message says.", details)
+    if isinstance(exc, ReadOnlyFileError):
+        return Problem("Cannot write this file", message,
+                       "Fix the permissions of the file and its folder, or copy it to a writable folder.", details)
+    if isinstance(exc, DiskFullError):
+        return Problem("Disk full", message, "Free some disk space, then repeat what you were doing.", details)
     if isinstance(exc, DatabaseOpenError):
         if "does not exist" in low:
             return Problem("Database not found", message,

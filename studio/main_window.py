@@ -64,6 +64,13 @@ def default_seeder(store: Any, progress: Callable[[int, int], None]) -> Any:
     return seed_demo(store, progress=progress)
 
 
+# How the status bar names the rule that chose the file (core.storage.paths.ResolvedPath.how).
+SOURCE_LABELS = {
+    "explicit": "opened by path", "environment": "from $MEMORY_STUDIO_DB", "caller": "project of the calling code",
+    "project": "project of the working folder", "user-data": "user data folder", "memory": "in memory",
+}
+
+
 class MainWindow(QMainWindow):
     session_opened = Signal(object)  # StudioSession
     open_failed = Signal(object)  # Problem
@@ -469,7 +476,10 @@ class MainWindow(QMainWindow):
         name = Path(path).name if path != ":memory:" else path
         ro = self.session.read_only
         self.setWindowTitle(f"{name} — {path}{' [read-only]' if ro else ''} — {APP_NAME}")
-        self.path_label.setText(path)
+        location = self.session.store.location
+        source = SOURCE_LABELS.get(location.how, location.how)
+        self.path_label.setText(f"{path} · {source}")  # which rule chose the file (issue 9, item 22)
+        self.path_label.setToolTip(f"Why this file: {location.reason}" if location.reason else "")
         self.badge.setObjectName("readOnlyBadge" if ro else "writableBadge")
         self.badge.setText("READ-ONLY" if ro else "WRITABLE")
         self.badge.setToolTip("File > Allow Writes… to edit this database" if ro else "Editors can save to this file")

@@ -237,6 +237,11 @@ class RecallIndex:
                     for i, (m, text) in enumerate(todo)
                 ])
                 report.keyword_indexed.extend(m.id for m, _ in todo)
+                # Writers apply the change queue (searches never write): the rows just saved, plus
+                # whatever other processes changed since, up to one batch per save.
+                _applied, gone = keyword.drain_queue(conn, indexed={m.id for m, _ in todo})
+                if gone:
+                    vector_table.delete_where(conn, self.info, "message_id", gone)
             for i, (m, text) in enumerate(todo):
                 resource = m.resource_id or resources.get(m.thread_id or "")
                 if vectors is None:
@@ -293,6 +298,7 @@ class RecallIndex:
     def sync_keywords(self, limit: int = DRAIN_PER_SEARCH) -> str | None:
         """Apply queued message changes (from any process) to the keyword index; drop deleted messages' vectors.
 
+        A writer's job (``reindex``; every ``index_messages`` drains one batch too), never a search's.
         Returns a reason when changes remain unapplied (read-only database, or a backlog over ``limit``).
         """
         if not self.has_fts:
@@ -315,6 +321,22 @@ class RecallIndex:
                 return None
             done += applied
         return f"more than {limit} message changes waited for keyword indexing; the rest are applied on later searches"
+
+    def backlog(self) -> tuple[str | None, set[str]]:
+        """What a search must know about changes not yet applied to the index, without applying them.
+
+        Returns (a note for the search's reason, or None; ids of messages deleted since they were
+        indexed, which the search leaves out). Read-only: looking never writes.
+        """
+        if not self.has_fts:
+            return None, set()
+        with self.store.db.read() as conn:
+            if not keyword.has_pending(conn):
+                return None, set()
+            gone = keyword.pending_deletes(conn)
+        how = ("open this database with writes allowed to index them" if not self.writable
+               else "the next save with recall indexes them (or run `memory-studio reindex`)")
+        return f"some recent message changes are not keyword-indexed yet; {how}", gone
 
     # -- reading -------------------------------------------------------------------------------
     def keyword_search(

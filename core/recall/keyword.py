@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -152,13 +153,31 @@ def has_pending(conn: sa.Connection) -> bool:
     ).scalar())
 
 
-def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, list[str]]:
+def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
+    """Messages whose newest queued change is a delete: still in the index, gone from the store.
+
+    Read-only, so a search can leave them out without applying the queue (only writers apply it).
+    """
+    rows = conn.exec_driver_sql(
+        f"SELECT message_id, op FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?", (limit,)
+    ).all()
+    last: dict[str, str] = {}
+    for mid, op in rows:
+        last[mid] = op
+    return {mid for mid, op in last.items() if op == "delete"}
+
+
+def drain_queue(
+    conn: sa.Connection, limit: int = DRAIN_BATCH, indexed: Collection[str] = ()
+) -> tuple[int, list[str]]:
     """Apply up to ``limit`` message changes to the keyword index: rows inserted since the watermark
     (from any process, Mastra included) and queued updates and deletes.
 
     Returns (changes applied, ids of messages that no longer exist), so the caller can drop their
     vectors too: a thread deleted by any process loses its vectors at the next drain.
     Runs inside the caller's write transaction, so nothing is inserted while it reads the rowids.
+    ``indexed``: messages whose keyword rows the caller has just written in this transaction (the
+    save that triggered the drain); they are counted as applied without being read again.
     """
     mark = _watermark(conn)
     queued = conn.exec_driver_sql(
@@ -178,13 +197,13 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
     for _seq, mid, op, _row in queued:
         last_op[mid] = op  # only the newest change of a message matters
     candidates = {m for m, op in last_op.items() if op == "upsert"} | {mid for _rowid, mid in fresh}
-    found: set[str] = set()
-    ordered = sorted(candidates)
+    found: set[str] = candidates & set(indexed)
+    ordered = sorted(candidates - found)
     for start in range(0, len(ordered), 500):
         chunk = ordered[start : start + 500]
         marks = ",".join("?" * len(chunk))
         stored = conn.exec_driver_sql(
-            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), m.content, m.role, m."createdAt" '
+            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), CAST(m.content AS BLOB), m.role, m."createdAt" '
             f"FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.id IN ({marks})",
             tuple(chunk),
         ).all()

@@ -77,6 +77,10 @@ class PgRecallIndex(RecallIndex):
                     for i, (m, text) in enumerate(todo)
                 ])
                 report.keyword_indexed.extend(m.id for m, _ in todo)
+                # Writers apply the change queue (searches never write), one batch per save.
+                _applied, gone = pg_keywords.drain_queue(conn)
+                if gone:
+                    pg_vectors.delete_where(conn, self.table, "message_id", gone)
             if rows:
                 pg_vectors.upsert(conn, self.table, rows)
         report.indexed.extend(r[0] for r in rows)
@@ -104,6 +108,18 @@ class PgRecallIndex(RecallIndex):
             pg_vectors.delete_where(conn, self.table, "message_id", wanted)
             if self.has_fts:
                 pg_keywords.delete_docs(conn, wanted)
+
+    def backlog(self) -> tuple[str | None, set[str]]:
+        """Changes not yet applied to the keyword index, read without applying them (see RecallIndex)."""
+        if not self.has_fts:
+            return None, set()
+        with self.store.db.read() as conn:
+            if not pg_keywords.has_pending(conn):
+                return None, set()
+            gone = pg_keywords.pending_deletes(conn)
+        how = ("open this database with writes allowed to index them" if not self.writable
+               else "the next save with recall indexes them (or run `memory-studio reindex`)")
+        return f"some recent message changes are not keyword-indexed yet; {how}", gone
 
     def sync_keywords(self, limit: int = DRAIN_PER_SEARCH) -> str | None:
         if not self.has_fts:

@@ -50,6 +50,15 @@ def has_pending(conn: sa.Connection) -> bool:
     return conn.exec_driver_sql(f"SELECT 1 FROM {QUEUE_TABLE} LIMIT 1").first() is not None
 
 
+def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
+    """Queued messages that no longer exist: still in the index, gone from the store (read-only)."""
+    rows = conn.exec_driver_sql(
+        f"SELECT DISTINCT q.message_id FROM (SELECT message_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
+        "WHERE NOT EXISTS (SELECT 1 FROM mastra_messages m WHERE m.id = q.message_id)", (limit,)
+    ).all()
+    return {r[0] for r in rows}
+
+
 def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, list[str]]:
     """Apply queued message changes (from any process). Returns (entries applied, ids deleted).
 

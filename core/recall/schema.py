@@ -5,7 +5,8 @@ Two named migrations (registered on import):
 - ``0004_message_fts``: an FTS5 table over message text, a docs table mapping FTS rows to messages,
   and a queue fed by triggers on ``mastra_messages``. Triggers live in the database, so rows saved by
   *any* process — Mastra included — are queued; the index drains the queue (segmenting CJK text in
-  Python, which SQL cannot do) before it answers a keyword search.
+  Python, which SQL cannot do) in its next write. Searches never write: they leave out messages
+  deleted since they were indexed and say that changes wait.
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
   ``<table>:appends`` / ``<table>:rewrites``; an in-process matrix compares them with what it loaded, so
   vectors written by another process appear without polling the whole table.
@@ -22,6 +23,8 @@ import json
 import re
 
 import sqlalchemy as sa
+
+from core.storage import dialect
 
 from core.storage import migrations
 from core.recall.text import recall_content_text, segment
@@ -62,7 +65,7 @@ FTS_WATERMARK = "fts:rowid"  # highest mastra_messages rowid whose keyword doc i
 def _backfill_fts(conn: sa.Connection) -> None:
     """Index messages that existed before the migration (the triggers only see later writes)."""
     rows = conn.exec_driver_sql(
-        'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), m.content, m."createdAt" '
+        'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), CAST(m.content AS BLOB), m."createdAt" '
         "FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.role != 'system'"
     ).all()
     for mid, thread_id, resource_id, raw, created in rows:
@@ -175,7 +178,8 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
     if not thread_id:
         return ""
     row = conn.exec_driver_sql(
-        "SELECT content FROM mastra_messages WHERE thread_id = ? AND role IN ('user', 'assistant') "
+        f"SELECT {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages "
+        "WHERE thread_id = ? AND role IN ('user', 'assistant') "
         'AND ("createdAt" < ? OR ("createdAt" = ? AND id < ?)) ORDER BY "createdAt" DESC, id DESC LIMIT 1',
         (thread_id, created_at, created_at, message_id),
     ).first()

@@ -51,16 +51,19 @@ def run_search(
     qvec: np.ndarray | None = None
     vset: ScopeVectors | None = None
 
+    # Changes since the last write are left to the next writer (a search never writes); messages
+    # deleted since they were indexed are left out here.
+    pending, gone = index.backlog()
+    if pending and mode != "vector":
+        notes.append(pending)
     if mode in ("keyword", "hybrid"):
-        pending = index.sync_keywords()
-        if pending:
-            notes.append(pending)
         if not index.has_fts:
             notes.append(f"keyword index missing; {MIGRATE_HINT}")
         else:
             with index.store.db.read() as conn:
                 kw = index.keyword_search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth)
-            kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
+            kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw
+                         if h.message_id not in gone]
 
     if mode in ("vector", "hybrid"):
         try:
@@ -74,7 +77,8 @@ def run_search(
                 notes.append(f"no vector table {index.table}; {MIGRATE_HINT}")
             else:
                 notes.extend(vset.skips.reasons())
-                vec_ranked = vset.ranked(qvec, depth, thread_id if resource_id is not None else None)
+                vec_ranked = [r for r in vset.ranked(qvec, depth, thread_id if resource_id is not None else None)
+                              if r.message_id not in gone]
 
     if mode == "vector":
         hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "vector", r.score, None) for r in vec_ranked]

@@ -10,14 +10,19 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from core.storage.database import (
+    CorruptDatabaseError,
     Database,
     DatabaseOpenError,
+    DiskFullError,
+    InvalidValueError,
     ReadOnlyError,
+    ReadOnlyFileError,
     SchemaError,
     StorageError,
+    UnreadableValueError,
 )
 from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MemoryStore, NotFoundError
-from core.storage.paths import DatabaseLocationError, ResolvedPath, resolve_db_path
+from core.storage.paths import DatabaseLocationError, ResolvedPath, caller_file, resolve_db_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.traces.store import ObservabilityStore
@@ -82,6 +87,10 @@ class Store:
     def migrate(self) -> list[str]:
         return self.db.migrate()
 
+    def vacuum(self) -> int:
+        """Give the space freed by deletes back to the disk; returns the bytes reclaimed."""
+        return self.db.vacuum()
+
     def close(self) -> None:
         for ext in self.extensions.values():
             close = getattr(ext, "close", None)
@@ -125,9 +134,12 @@ def retention_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -
             value = float(raw)
         except ValueError:
             raise StorageError(f"{name} must be a number (or 'off'), got {raw!r}.") from None
-        if value < 0:
-            raise StorageError(f"{name} must not be negative, got {raw!r}.")
-        return value
+        from core.traces.store import retention_limit
+
+        try:  # the same rule as `memory-studio traces prune`: 0 is no limit, negative is refused
+            return retention_limit(value, name)
+        except ValueError as exc:
+            raise StorageError(str(exc)) from None
 
     return RetentionSettings(keep_days=read(RETENTION_DAYS_ENV, DEFAULT_KEEP_DAYS),
                              keep_mb=read(RETENTION_MB_ENV, DEFAULT_KEEP_MB))
@@ -155,10 +167,11 @@ def open_store(
     """Open the memory database.
 
     ``target`` may be a path, ``file:path``, ``:memory:`` or a ``postgresql://`` URL; without it the
-    location is resolved from ``$MEMORY_STUDIO_DB``, then the project root's ``.temp/memory.db``, then
-    the user data folder.
+    location is resolved from ``$MEMORY_STUDIO_DB``, then the ``.temp/memory.db`` of the project holding
+    the calling code's file, then of the working directory's project, then the user data folder
+    (``location.reason`` says which).
     """
-    location = resolve_db_path(target)
+    location = resolve_db_path(target, caller=caller_file() if target is None or str(target) == "" else None)
     db: Database
     if getattr(location, "is_postgres", False):
         from core.storage.pg.database import PgDatabase
@@ -171,17 +184,22 @@ def open_store(
 
 __all__ = [
     "AlreadyExistsError",
+    "CorruptDatabaseError",
     "Database",
     "DatabaseLocationError",
     "DatabaseOpenError",
+    "DiskFullError",
     "InvalidArgumentError",
+    "InvalidValueError",
     "MemoryStore",
     "NotFoundError",
     "ReadOnlyError",
+    "ReadOnlyFileError",
     "ResolvedPath",
     "SchemaError",
     "StorageError",
     "Store",
+    "UnreadableValueError",
     "open_store",
     "resolve_db_path",
 ]

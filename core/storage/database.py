@@ -40,6 +40,91 @@ class SchemaError(StorageError):
     """The schema is missing, foreign, or newer than this version understands."""
 
 
+class ReadOnlyFileError(ReadOnlyError):
+    """The file, or the folder it sits in, cannot be written by this user."""
+
+
+class DiskFullError(StorageError):
+    """A write failed because the disk (or the database's page limit) is full; it was rolled back."""
+
+
+class CorruptDatabaseError(DatabaseOpenError):
+    """A page of the file is damaged."""
+
+
+class InvalidValueError(StorageError, ValueError):
+    """The driver refused a value (for example text that cannot be encoded as UTF-8)."""
+
+
+class UnreadableValueError(StorageError):
+    """A stored value the driver cannot read (text that is not valid UTF-8 in a column read as text)."""
+
+
+def translate_driver_error(location: ResolvedPath, exc: BaseException) -> StorageError | None:
+    """Our error, naming the file and what to do, for a driver error we recognise (else None).
+
+    libsql-experimental raises bare ``ValueError``s carrying SQLite's message; SQLAlchemy may wrap
+    them. Only those two shapes are looked at, so a ``ValueError`` of our own passes through.
+    """
+    if type(exc) is not ValueError and not isinstance(exc, sa.exc.DBAPIError):
+        return None
+    text = str(getattr(exc, "orig", None) or exc)
+    low = text.lower()
+    display = location.display
+    folder = location.path.parent if location.path is not None else None
+    name = location.path.name if location.path is not None else display
+    if "readonly database" in low or "read-only" in low or "unable to open database file" in low:
+        if folder is not None and not os.access(folder, os.W_OK):
+            return ReadOnlyFileError(
+                f"{display} cannot be used: its folder {folder} is not writable, and SQLite must create "
+                f"{name}-wal and {name}-shm beside the file (even to read a file in WAL mode). Nothing was "
+                "changed. Make the folder writable, or copy the file to a writable folder and open the copy."
+            )
+        return ReadOnlyFileError(
+            f"{display} is read-only for this user (permission denied), so nothing was written. Fix its "
+            "permissions (e.g. chmod u+w), or open it read-only (the Studio opens files it cannot write "
+            "read-only)."
+        )
+    if "disk is full" in low or "database or disk is full" in low or "no space left" in low:
+        return DiskFullError(
+            f"{display}: the disk is full (or the database reached its size limit), so this write was rolled "
+            f"back and nothing from it was saved; what was saved before is intact. Free space on the disk "
+            f"holding {folder or display} and try again."
+        )
+    if "malformed" in low or "not a database" in low or "corrupt" in low:
+        return CorruptDatabaseError(
+            f"{display} is damaged ({text}). Nothing was written. Keep a copy of the file, then restore it from a "
+            f"backup, or salvage what is readable with: sqlite3 {display} .recover | sqlite3 {display}.recovered"
+        )
+    if "disk i/o error" in low:
+        return StorageError(
+            f"Reading or writing {display} failed with a disk I/O error ({text}). Check the disk and the "
+            "free space, then try again."
+        )
+    if "unsupported parameter type" in low:
+        return InvalidValueError(
+            f"A value could not be stored in {display}: the driver accepts only text, bytes, numbers and None, "
+            "and text must be encodable as UTF-8 (a lone surrogate such as \\ud800 is not). Nothing was written."
+        )
+    return None
+
+
+def _is_driver_panic(exc: BaseException) -> bool:
+    # libsql-experimental raises pyo3's PanicException, a BaseException the driver does not export.
+    return type(exc).__name__ == "PanicException"
+
+
+def _unreadable(display: str, exc: BaseException) -> UnreadableValueError:
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    why = "holds text that is not valid UTF-8" if "utf8" in detail.lower() else "holds a value the driver cannot read"
+    return UnreadableValueError(
+        f"{display} {why} in a column Memory Studio reads as plain text ({detail}). Message text, titles, "
+        "metadata and working memory are read safely, so the bad value is in another column (an id, role "
+        "or timestamp). Find it with the sqlite3 shell (e.g. SELECT rowid, hex(role) FROM mastra_messages) "
+        "and repair or delete that row; a backup of the file first is wise."
+    )
+
+
 class Database:
     """One database file: an engine, its ownership and its migrations."""
 
@@ -48,6 +133,7 @@ class Database:
         self.read_only = read_only
         self._lock = threading.Lock()
         self._newer: list[str] | None = None
+        self.write_transactions = 0  # BEGIN IMMEDIATE issued by this process (tests: looking never writes)
         path = location.path
         if path is not None:
             _check_file(path, create=create and not read_only)
@@ -73,14 +159,32 @@ class Database:
                 self.is_mastra = migrations.has_table(conn, "mastra_threads")
         except (sa.exc.DBAPIError, ValueError) as exc:  # libsql raises bare ValueErrors for some errors
             self.engine.dispose()
-            raise DatabaseOpenError(_explain_open_error(location.display, exc)) from exc
-        if self.owned and not self.read_only:
+            ours = translate_driver_error(location, exc)
+            if isinstance(ours, CorruptDatabaseError) or ours is None:
+                raise DatabaseOpenError(_explain_open_error(location.display, exc)) from exc
+            raise ours from exc
+        try:
+            self._prepare()
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def _prepare(self) -> None:
+        if not self.owned or self.read_only:
+            return
+        if self._newer_schema():
+            # Written by a newer version: reading may still work, but the file is never written, not
+            # even to switch its journal mode.
+            return
+        try:
             self._enable_wal()
-            if self.pending_migrations():  # checked read-only: opening an up-to-date file writes nothing
-                self.migrate()
-        elif self.unknown_migrations():
-            # Written by a newer version: reading may still work, but we never write to it.
-            pass
+        except (sa.exc.DBAPIError, ValueError) as exc:
+            ours = translate_driver_error(self.location, exc)
+            if ours is None:
+                raise
+            raise ours from exc
+        if self.pending_migrations():  # checked read-only: opening an up-to-date file writes nothing
+            self.migrate()
 
     # -- connections -------------------------------------------------------------------------
     def _on_connect(self, dbapi_conn: object, _record: object) -> None:
@@ -109,6 +213,13 @@ class Database:
         with self.engine.connect() as conn:
             try:
                 yield conn
+            except BaseException as exc:
+                if _is_driver_panic(exc):
+                    raise _unreadable(self.location.display, exc) from None
+                ours = translate_driver_error(self.location, exc)
+                if ours is not None:
+                    raise ours from exc
+                raise
             finally:
                 conn.rollback()
 
@@ -135,14 +246,27 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[sa.Connection]:
-        with self.engine.connect() as conn:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.exec_driver_sql("ROLLBACK")
-                raise
-            conn.exec_driver_sql("COMMIT")
+        try:
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                self.write_transactions += 1
+                try:
+                    yield conn
+                except BaseException:
+                    _rollback(conn)
+                    raise
+                try:
+                    conn.exec_driver_sql("COMMIT")
+                except BaseException:
+                    _rollback(conn)  # a failed COMMIT (disk full) leaves the transaction open
+                    raise
+        except BaseException as exc:
+            if _is_driver_panic(exc):
+                raise _unreadable(self.location.display, exc) from None
+            ours = translate_driver_error(self.location, exc)
+            if ours is not None:
+                raise ours from exc
+            raise
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:
         """Serialise read-modify-writes of the named things until the transaction ends.
@@ -187,8 +311,56 @@ class Database:
         self._newer = None
         return done
 
+    def vacuum(self) -> int:
+        """Rewrite the file without its free pages; returns the bytes given back to the disk.
+
+        Deleting rows only marks pages free inside the file (SQLite reuses them, never returns them).
+        VACUUM needs about the file's size again in free disk space while it runs; the WAL is
+        checkpointed and truncated afterwards so the space really leaves the folder.
+        """
+        if self.read_only:
+            raise ReadOnlyError(f"{self.location.display} is open read-only; it cannot be vacuumed.")
+        newer = self._newer_schema()
+        if newer:
+            raise SchemaError(
+                f"{self.location.display} was written by a newer Memory Studio (migrations {', '.join(newer)}). "
+                "Upgrade Memory Studio before vacuuming it."
+            )
+        path = self.location.path
+        if path is None:
+            return 0
+        before = _disk_bytes(path)
+        try:
+            with self._lock, self.engine.connect() as conn:
+                conn.exec_driver_sql("VACUUM")
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        except (sa.exc.DBAPIError, ValueError) as exc:
+            ours = translate_driver_error(self.location, exc)
+            if ours is None:
+                raise
+            raise ours from exc
+        return max(before - _disk_bytes(path), 0)
+
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _disk_bytes(path: Path) -> int:
+    """The database and its WAL: what the file costs on disk."""
+    total = 0
+    for candidate in (path, path.with_name(path.name + "-wal")):
+        try:
+            total += candidate.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def _rollback(conn: sa.Connection) -> None:
+    try:
+        conn.exec_driver_sql("ROLLBACK")
+    except (ValueError, sa.exc.DBAPIError):
+        pass  # SQLite already rolled back (e.g. after SQLITE_FULL); nothing is left to undo
 
 
 def _has_user_tables(conn: sa.Connection) -> bool:

@@ -44,6 +44,39 @@ def _json_text_pg(element: json_text, compiler: Any, **kw: Any) -> str:
     return f"CAST({compiler.process(list(element.clauses)[0], **kw)} AS TEXT)"
 
 
+class stored_text(FunctionElement[Any]):
+    """A free-text column read so that invalid UTF-8 cannot break the result set.
+
+    libSQL's driver panics on a TEXT value that is not valid UTF-8 (see ``core.stored_text``), so on
+    libSQL the value is selected as a blob and decoded in Python. Postgres never stores invalid
+    UTF-8 in a text column, so there the column is read as it is.
+    """
+
+    inherit_cache = True
+    name = "stored_text"
+
+    def __init__(self, column: ColumnElement[Any]) -> None:
+        from core.storage.schema import DecodedText  # the result side: bytes decoded to text
+
+        super().__init__(column)
+        self.type = DecodedText()
+
+
+@compiles(stored_text)
+def _stored_text_sqlite(element: stored_text, compiler: Any, **kw: Any) -> str:
+    return f"CAST({compiler.process(list(element.clauses)[0], **kw)} AS BLOB)"
+
+
+@compiles(stored_text, POSTGRES)
+def _stored_text_pg(element: stored_text, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(list(element.clauses)[0], **kw))
+
+
+def stored_text_sql(conn: sa.Connection, expr: str) -> str:
+    """The same as ``stored_text`` for hand-written driver SQL."""
+    return expr if is_postgres(conn) else f"CAST({expr} AS BLOB)"
+
+
 def json_text_sql(conn: sa.Connection, column: str) -> str:
     """The same as ``json_text`` for hand-written driver SQL."""
     if is_postgres(conn):

@@ -14,12 +14,13 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
+from core.message_size import check_rows
 from core.messages import Message
-from core.storage import message_pages
-from core.storage import dialect, locks
+from core.storage import dialect, locks, message_pages, migrations
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.storage.message_pages import UnreadableMessage
+from core.stored_text import decode_stored_text, utf8_problem
 from core.timeutil import iso_now, parse_iso, to_iso
 
 
@@ -139,6 +140,28 @@ def load_json(value: Any) -> Any:
     return value
 
 
+def check_text(value: Any, what: str) -> None:
+    """Refuse text the driver cannot store (it would fail with "Unsupported parameter type")."""
+    if isinstance(value, str):
+        problem = utf8_problem(value)
+        if problem is not None:
+            raise InvalidArgumentError(
+                f"{what} contains {problem}, which cannot be stored as UTF-8 text. Nothing was written. Fix the "
+                "text where it was decoded (e.g. bytes.decode('utf-8', errors='replace')) and try again."
+            )
+
+
+def _check_rows(rows: list[tuple[Any, ...]]) -> None:
+    """``check_text`` for every text column of message rows; the common case is one encode per row."""
+    try:
+        for row in rows:
+            (row[0] + row[1] + row[2] + (row[6] or "")).encode("utf-8")
+    except (UnicodeEncodeError, TypeError):
+        for row in rows:
+            for index, what in ((2, "The content"), (0, "The id"), (1, "The thread id"), (6, "The resource id")):
+                check_text(row[index], f"{what} of message {row[0]!r}")
+
+
 def dump_json(value: Any) -> str | None:
     if value is None:
         return None
@@ -146,7 +169,9 @@ def dump_json(value: Any) -> str | None:
 
 
 _MESSAGE_FIELDS = ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")
-_MESSAGE_SELECT = ", ".join(f'"{c}"' for c in _MESSAGE_FIELDS)
+# Content is read as a blob on libSQL, which panics on a TEXT value that is not valid UTF-8
+# (core.stored_text); ``{content}`` is filled in per dialect (``dialect.stored_text_sql``).
+_MESSAGE_SELECT = ", ".join("{content}" if c == "content" else f'"{c}"' for c in _MESSAGE_FIELDS)
 _UPSERT_MESSAGE = (
     'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId") '
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, "
@@ -154,7 +179,8 @@ _UPSERT_MESSAGE = (
     '"resourceId" = excluded."resourceId"'
 )
 
-_GET_THREAD = 'SELECT id, "resourceId", title, {metadata} AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
+# Title and metadata are read as blobs on libSQL (see _MESSAGE_SELECT); filled in per dialect.
+_GET_THREAD = 'SELECT id, "resourceId", {title} AS title, {metadata} AS metadata, "createdAt", "updatedAt" FROM mastra_threads WHERE id = ?'
 
 _THREAD_COLS = (
     t.threads.c.id,
@@ -167,11 +193,11 @@ _THREAD_COLS = (
 
 
 def _thread(row: Any) -> Thread:
-    meta = load_json(row.metadata)
+    meta = load_json(decode_stored_text(row.metadata))
     return Thread(
         id=row.id,
         resource_id=row.resourceId,
-        title=row.title or "",
+        title=decode_stored_text(row.title) or "",
         metadata=meta if isinstance(meta, dict) else ({} if meta is not None else None),
         created_at=parse_iso(row.createdAt),
         updated_at=parse_iso(row.updatedAt),
@@ -195,6 +221,11 @@ class MemoryStore:
             raise InvalidArgumentError("A thread needs a resource id (a string).")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
+        meta_text = dump_json(dict(metadata)) if metadata is not None else None
+        check_text(thread_id, "The thread id")
+        check_text(resource_id, f"The resource id of thread {thread_id!r}")
+        check_text(title, f"The title of thread {thread_id!r}")
+        check_text(meta_text, f"The metadata of thread {thread_id!r}")
         now = to_iso(created_at) if created_at else iso_now()
         with self.db.write() if conn is None else _nullcontext(conn) as wconn:
             self.db.lock(wconn, locks.thread_key(thread_id))
@@ -202,8 +233,7 @@ class MemoryStore:
                 raise AlreadyExistsError(f"Thread with id {thread_id} already exists")
             wconn.execute(
                 t.threads.insert().values(
-                    id=thread_id, resourceId=resource_id, title=title or "",
-                    metadata=dump_json(dict(metadata)) if metadata is not None else None,
+                    id=thread_id, resourceId=resource_id, title=title or "", metadata=meta_text,
                     createdAt=now, updatedAt=now,
                 )
             )
@@ -215,7 +245,10 @@ class MemoryStore:
         if conn is None:
             with self.db.read() as own:
                 return self.get_thread(thread_id, conn=own)
-        sql = _GET_THREAD.format(metadata=dialect.json_text_sql(conn, "metadata"))
+        sql = _GET_THREAD.format(
+            title=dialect.stored_text_sql(conn, "title"),
+            metadata=dialect.stored_text_sql(conn, dialect.json_text_sql(conn, "metadata")),
+        )
         row = conn.exec_driver_sql(sql, (thread_id,)).first()
         return _thread(row) if row else None
 
@@ -264,34 +297,47 @@ class MemoryStore:
             current = _thread(row)
             values: dict[str, Any] = {"updatedAt": iso_now()}
             if title is not None:
+                check_text(title, f"The title of thread {thread_id!r}")
                 values["title"] = title
             if metadata is not None:
                 merged = dict(metadata) if replace_metadata else {**(current.metadata or {}), **metadata}
                 values["metadata"] = dump_json(merged)
+                check_text(values["metadata"], f"The metadata of thread {thread_id!r}")
             conn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(**values))
         updated = self.get_thread(thread_id)
         assert updated is not None
         return updated
 
     def delete_thread(self, thread_id: str) -> int:
-        """Delete the messages, then the thread (no FK cascade in Mastra's schema). Returns messages removed."""
+        """Delete the messages, the thread-scoped working-memory history, then the thread (no FK cascade
+        in Mastra's schema). Returns messages removed."""
         with self.db.write() as conn:
             removed = conn.execute(t.messages.delete().where(t.messages.c.thread_id == thread_id)).rowcount
+            if migrations.has_table(conn, t.wm_versions.name):  # absent from a Mastra database
+                conn.execute(t.wm_versions.delete().where(
+                    t.wm_versions.c.scope == "thread", t.wm_versions.c.owner_id == thread_id))
             conn.execute(t.threads.delete().where(t.threads.c.id == thread_id))
         return int(removed or 0)
 
     # -- messages --------------------------------------------------------------------------------
-    def save_messages(self, messages: Sequence[Message], *, conn: sa.Connection | None = None) -> list[Message]:
-        """Upsert by id (newer content wins); bumps each touched thread's ``updatedAt``."""
+    def save_messages(
+        self, messages: Sequence[Message], *, conn: sa.Connection | None = None, max_bytes: int | None = None,
+    ) -> list[Message]:
+        """Upsert by id (newer content wins); bumps each touched thread's ``updatedAt``.
+
+        ``max_bytes``: refuse the whole batch if a message's stored content is larger (before any row).
+        """
         if not messages:
             return []
         if conn is None:
             with self.db.write() as own:
-                return self.save_messages(messages, conn=own)
+                return self.save_messages(messages, conn=own, max_bytes=max_bytes)
         latest: dict[str, Message] = {}
         for m in messages:  # a repeated id inside one batch: the later copy wins, O(n)
             latest[m.id] = m
         rows = [m.to_row_tuple() for m in latest.values()]
+        _check_rows(rows)
+        check_rows(rows, max_bytes)
         # Straight to the driver's executemany: building SQLAlchemy parameters per row cost more than
         # the insert itself.
         conn.exec_driver_sql(_UPSERT_MESSAGE, rows)
@@ -326,13 +372,12 @@ class MemoryStore:
         if query.before is not None:
             where.append('("createdAt", id) < (?, ?)')
             params.extend((to_iso(query.before[0]), query.before[1]))
-        sql = f'SELECT {_MESSAGE_SELECT} FROM mastra_messages WHERE {" AND ".join(where)}'
+        order = ' ORDER BY "createdAt" DESC, id DESC LIMIT ?' if query.last is not None else ' ORDER BY "createdAt" ASC, id ASC'
         if query.last is not None:
-            sql += ' ORDER BY "createdAt" DESC, id DESC LIMIT ?'
             params.append(int(query.last))
-        else:
-            sql += ' ORDER BY "createdAt" ASC, id ASC'
         with self.db.read() as conn:
+            select = _MESSAGE_SELECT.format(content=dialect.stored_text_sql(conn, '"content"'))
+            sql = f'SELECT {select} FROM mastra_messages WHERE {" AND ".join(where)}{order}'
             rows = conn.exec_driver_sql(sql, tuple(params)).all()
         result = [Message.from_row(dict(zip(_MESSAGE_FIELDS, r))) for r in rows]
         if query.last is not None:

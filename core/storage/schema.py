@@ -7,19 +7,47 @@ the DDL itself always goes through named migrations (see ``migrations.py``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
-from core.storage.dialect import Flag
+from core.storage.dialect import Flag, stored_text
+from core.stored_text import decode_stored_text
 
 metadata = sa.MetaData()
+
+
+class DecodedText(sa.types.TypeDecorator[Any]):
+    """The result side of ``SafeText``: a blob decoded to text (SQLAlchemy types a CAST by its target)."""
+
+    impl = sa.LargeBinary
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        return decode_stored_text(value)
+
+
+class SafeText(sa.types.TypeDecorator[Any]):
+    """Free text that may hold invalid UTF-8: selected as a blob and decoded in Python.
+
+    libSQL panics on such a value and loses the whole result set (see ``core.stored_text``). Only
+    the SELECT list changes; comparisons and writes are plain TEXT.
+    """
+
+    impl = sa.Text
+    cache_ok = True
+
+    def column_expression(self, colexpr: Any) -> Any:
+        return stored_text(colexpr)
+
 
 threads = sa.Table(
     "mastra_threads",
     metadata,
     sa.Column("id", sa.Text, primary_key=True),
     sa.Column("resourceId", sa.Text, nullable=False),
-    sa.Column("title", sa.Text, nullable=False),
-    sa.Column("metadata", sa.Text),
+    sa.Column("title", SafeText, nullable=False),
+    sa.Column("metadata", SafeText),
     sa.Column("createdAt", sa.Text, nullable=False),
     sa.Column("updatedAt", sa.Text, nullable=False),
 )
@@ -29,7 +57,7 @@ messages = sa.Table(
     metadata,
     sa.Column("id", sa.Text, primary_key=True),
     sa.Column("thread_id", sa.Text, nullable=False),
-    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("content", SafeText, nullable=False),
     sa.Column("role", sa.Text, nullable=False),
     sa.Column("type", sa.Text, nullable=False),
     sa.Column("createdAt", sa.Text, nullable=False),
@@ -40,8 +68,8 @@ resources = sa.Table(
     "mastra_resources",
     metadata,
     sa.Column("id", sa.Text, primary_key=True),
-    sa.Column("workingMemory", sa.Text),
-    sa.Column("metadata", sa.Text),
+    sa.Column("workingMemory", SafeText),
+    sa.Column("metadata", SafeText),
     sa.Column("createdAt", sa.Text, nullable=False),
     sa.Column("updatedAt", sa.Text, nullable=False),
 )
@@ -54,7 +82,7 @@ observational_memory = sa.Table(
     sa.Column("scope", sa.Text, nullable=False),
     sa.Column("resourceId", sa.Text),
     sa.Column("threadId", sa.Text),
-    sa.Column("activeObservations", sa.Text, nullable=False),
+    sa.Column("activeObservations", SafeText, nullable=False),
     sa.Column("activeObservationsPendingUpdate", sa.Text),
     sa.Column("originType", sa.Text, nullable=False),
     sa.Column("config", sa.Text, nullable=False),
@@ -92,7 +120,7 @@ wm_versions = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("scope", sa.Text, nullable=False),  # "resource" | "thread"
     sa.Column("owner_id", sa.Text, nullable=False),  # resource id or thread id
-    sa.Column("working_memory", sa.Text),
+    sa.Column("working_memory", SafeText),
     sa.Column("format", sa.Text, nullable=False),  # "markdown" | "json"
     sa.Column("author", sa.Text, nullable=False),  # "agent" | "studio" | "api" | "restore"
     sa.Column("note", sa.Text),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ from core.traces.spans import (
 )
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
 from core.timeutil import as_utc, utc_now_ms
+from core.traces.recovery import is_broken_file_error, set_aside_if_broken
 
 DEFAULT_OBSERVABILITY_PATH = Path(".temp") / "observability.duckdb"
 SCHEMA_VERSION_TABLE = "observability_schema_version"
@@ -78,6 +80,17 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create_mastra_ai_spans", (_spans_ddl(),)),
 )
+
+
+def retention_limit(value: float | None, name: str) -> float | None:
+    """A retention limit as given by a person: ``None`` or ``0`` mean no limit on that axis (as in
+    ``MEMORY_STUDIO_TRACES_KEEP_DAYS``/``_MB``); a negative or non-finite number is refused, because
+    as a cutoff it would delete every trace."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must not be negative: give a positive number, or 0 (0 means no limit); got {value!r}.")
+    return None if value == 0 else float(value)
 
 
 @dataclass(frozen=True)
@@ -212,9 +225,19 @@ class DuckDBObservabilityStore(SpanReader):
         if not spans:
             return 0
         unique = list({(s.trace_id, s.span_id): s for s in spans}.values())
-        now = utc_now_ms()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         budget = self.write_budget_s if budget_s is None else budget_s
+        try:
+            self._insert(unique, budget)
+        except duckdb.Error as exc:
+            # A broken file (left by a full disk) would fail every write forever: start a new one.
+            if not is_broken_file_error(exc) or not set_aside_if_broken(self.path, budget):
+                raise
+            self._insert(unique, budget)
+        return len(spans)
+
+    def _insert(self, unique: list[SpanRecord], budget: float) -> None:
+        now = utc_now_ms()
         with open_duckdb(self.path, read_only=False, budget_s=budget, stats=self.wait_stats) as con:
             self._migrate(con)
             con.execute("BEGIN TRANSACTION")
@@ -239,7 +262,6 @@ class DuckDBObservabilityStore(SpanReader):
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-        return len(spans)
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -257,12 +279,15 @@ class DuckDBObservabilityStore(SpanReader):
     ) -> PruneResult:
         """Delete whole traces, oldest first, until both limits hold; then shrink the file.
 
-        With no limits given, the store's ``retention`` settings apply. ``compact`` rewrites the
+        With no limits given, the store's ``retention`` settings apply; ``0`` means no limit on that
+        axis and a negative limit raises ``ValueError``. ``compact`` rewrites the
         file so it actually shrinks (DuckDB only reuses freed blocks; it does not give them back).
         """
         self._check_writable()
         if keep_days is None and keep_mb is None:
             keep_days, keep_mb = self.retention.keep_days, self.retention.keep_mb
+        else:
+            keep_days, keep_mb = retention_limit(keep_days, "keep_days"), retention_limit(keep_mb, "keep_mb")
         before = self.file_size()
         if (keep_days is None and keep_mb is None) or not self.path.exists():
             return PruneResult(bytes_before=before, bytes_after=before)
@@ -390,8 +415,17 @@ def prune_main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print("give --keep-days and/or --keep-mb", file=sys.stderr)
         return 2
+    try:
+        keep_days = retention_limit(args.keep_days, "--keep-days")
+        keep_mb = retention_limit(args.keep_mb, "--keep-mb")
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if keep_days is None and keep_mb is None:
+        print(f"{args.db}: no limit given (0 means no limit); nothing pruned")
+        return 0
     store = DuckDBObservabilityStore(args.db)
-    result = store.prune(args.keep_days, args.keep_mb, compact=not args.no_compact)
+    result = store.prune(keep_days, keep_mb, compact=not args.no_compact)
     if result.busy:
         print(f"{args.db}: busy (another process holds it); try again", file=sys.stderr)
         return 1
@@ -418,4 +452,5 @@ __all__ = [
     "TraceFilters",
     "TraceSummary",
     "prune_main",
+    "retention_limit",
 ]

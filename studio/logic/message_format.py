@@ -70,12 +70,18 @@ def summarize_part(part: dict[str, Any]) -> str:
     return f"[{kind}]"
 
 
+INVALID_UTF8_NOTE = "stored text is not valid UTF-8; the unreadable bytes are shown as \ufffd"
+
+
 def summarize(message: Message) -> MessageRow:
     pieces = [s for s in (summarize_part(p) for p in message.parts) if s]
     if not pieces and message.text:
         pieces = [message.text]
     preview = " · ".join(" ".join(p.split()) for p in pieces)[:PREVIEW_CHARS]
     kinds = tuple(part_kind(p) for p in message.parts if p.get("type") != "step-start")
+    if message.invalid_utf8:  # readable, but not as stored: say so in the list and the detail
+        return MessageRow(message.id, message.role, message.created_at, f"[partly unreadable] {preview}",
+                          ("error", *kinds), message, INVALID_UTF8_NOTE)
     return MessageRow(message.id, message.role, message.created_at, preview, kinds, message)
 
 
@@ -175,6 +181,8 @@ def message_html(row: MessageRow) -> str:
     if row.message is None:
         return head + _block("UNREADABLE", "#e06c75", _text_html(row.error or "?"))
     body = "".join(part_html(p) for p in row.message.parts) or _text_html(row.message.text)
+    if row.error:
+        body = _block("PARTLY UNREADABLE", "#e06c75", _text_html(row.error)) + body
     meta = row.message.metadata
     if meta:
         body += _block("METADATA", "#9aa0a6", _pre(pretty_json(meta)))

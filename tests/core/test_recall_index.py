@@ -144,7 +144,10 @@ def test_messages_deleted_through_storage_lose_their_vectors(store):
     index.index_messages(msgs)
     store.memory.delete_thread("t1")  # not through the index: the triggers queue the deletion
     assert index.search("peanut", resource_id="u", mode="hybrid").hits == []
-    assert count(store, f"SELECT count(*) FROM {vector_table_name(64)}") == 0
+    # A search never writes (issue 9, item 18): the next write through the index applies the queue.
+    later = seed(store, "t2", "u", ["weather report"])
+    index.index_messages(later)
+    assert count(store, f"SELECT count(*) FROM {vector_table_name(64)}") == len(later)
 
 
 def test_rows_written_by_another_process_appear(db_path: Path):
@@ -249,11 +252,16 @@ def test_keyword_index_catches_rows_written_by_other_writers_and_rowid_reuse(tmp
                 (mid, content),
             )
 
+    # Searches never write (issue 9, item 18): the queue is applied by the next writer, here the
+    # index's own sync (a save through a Memory with recall does the same).
     raw_insert("m-a", "a platypus in the river")
+    memory.recall_index.sync_keywords()
     assert [h.message_id for h in memory.search("platypus", resource_id="u", mode="keyword")] == ["m-a"]
     with store.db.write() as conn:
         conn.exec_driver_sql("DELETE FROM mastra_messages WHERE id = 'm-a'")
     raw_insert("m-b", "an axolotl in the lake")  # gets the rowid m-a had
+    assert memory.search("platypus", resource_id="u", mode="keyword") == []  # left out before the sync
+    memory.recall_index.sync_keywords()
     assert memory.search("platypus", resource_id="u", mode="keyword") == []
     assert [h.message_id for h in memory.search("axolotl", resource_id="u", mode="keyword")] == ["m-b"]
     store.close()

@@ -228,3 +228,28 @@ def test_missing_model_fails_at_construction_with_the_install_command(store, mon
     monkeypatch.setattr(embedding, "_shared", None)
     with pytest.raises(Exception, match="memory-studio models install"):
         Memory(store, MemoryOptions(semantic_recall=True))
+
+
+@pytest.mark.libsql_only  # the DuckDB trace file beside a database file
+def test_cli_traces_prune_refuses_negative_and_zero_means_no_limit(db_path):
+    """``--keep-days -5`` and ``--keep-days 0`` used to delete every trace (issue 9, item 17)."""
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+
+    with core.open_store(db_path) as s:
+        Agent("a", instructions="I", model=ScriptedModel(["x"]), memory=Memory(s)).generate(
+            "hi", memory={"resource": "u", "thread": "t"})
+        assert s.tracer().flush(10.0)
+        obs = s.observability
+    assert obs.count_traces() == 1
+    for bad in ("-5", "-0.5", "nan", "inf"):
+        code, out, err = run_cli("traces", "--db", str(db_path), "prune", "--keep-days", bad)
+        assert code == 2 and "--keep-days" in err and "0 means no limit" in err, (bad, err)
+    code, _, err = run_cli("traces", "--db", str(db_path), "prune", "--keep-mb", "-1")
+    assert code == 2 and "--keep-mb" in err
+    code, out, err = run_cli("traces", "--db", str(db_path), "prune", "--keep-days", "0")
+    assert code == 0 and "no limit" in out, err
+    assert obs.count_traces() == 1
+    code, out, err = run_cli("traces", "--db", str(db_path), "prune", "--keep-days", "0", "--keep-mb", "100")
+    assert code == 0 and "deleted 0 traces" in out, err
+    assert obs.count_traces() == 1

@@ -252,3 +252,16 @@ def test_read_only_store_refuses_to_write(tmp_path: Path) -> None:
         reader.prune(keep_days=1)
     assert reader.count_traces() == 1
     assert os.path.exists(tmp_path / "o.duckdb")
+
+
+def test_prune_refuses_negative_limits_and_zero_means_no_limit(store: DuckDBObservabilityStore,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    store.write_spans(agent_trace("old", base=datetime(2001, 1, 1, tzinfo=timezone.utc)))
+    for kwargs in ({"keep_days": -5}, {"keep_mb": -1}, {"keep_days": float("nan")}):
+        with pytest.raises(ValueError, match="0 means no limit"):
+            store.prune(**kwargs)
+    assert store.prune(keep_days=0).traces_deleted == 0
+    assert prune_main(["--db", str(store.path), "--keep-days", "-5"]) == 2
+    assert "must not be negative" in capsys.readouterr().err
+    assert prune_main(["--db", str(store.path), "--keep-days", "0"]) == 0
+    assert store.count_traces() == 1

@@ -290,3 +290,16 @@ def test_newer_schema_opens_read_only_with_a_notice(qtbot: Any, make_window: Any
     box.accept()
     window.close()
     assert file_state(path) == before
+
+
+def test_status_bar_says_where_the_file_came_from(qtbot: Any, make_window: Any, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, small_db: Path) -> None:
+    window = make_window()
+    start(window, str(small_db))
+    _wait_open(qtbot, window, 3)
+    assert window.path_label.text() == f"{small_db} · opened by path"
+    monkeypatch.setenv("MEMORY_STUDIO_DB", str(tmp_path / "env.db"))
+    start(window, None)
+    qtbot.waitUntil(lambda: window.session.display_path == str(tmp_path / "env.db"), timeout=10_000)
+    assert window.path_label.text().endswith("· from $MEMORY_STUDIO_DB")
+    assert "MEMORY_STUDIO_DB is set" in window.path_label.toolTip()

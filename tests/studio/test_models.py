@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import QPersistentModelIndex
 
 from core import DatabaseOpenError, Message, SchemaError, open_store
+from core.storage import CorruptDatabaseError, DiskFullError, ReadOnlyFileError
 from core.messages import data_part, file_part, reasoning_part, text_part, tool_invocation_part
 from studio.commands import Command, RecentFiles, rank, score
 from studio.dialogs import explain
@@ -126,6 +127,9 @@ def test_recent_files_are_unique_and_bounded() -> None:
     (DatabaseOpenError("/x.db cannot be read (permission denied)"), "Cannot read the database", "permissions"),
     (SchemaError("/x.db was written by a newer Memory Studio"), "Newer database", "Upgrade"),
     (SchemaError("/x.db has no memory tables"), "Not a memory database", "Mastra"),
+    (CorruptDatabaseError("/x.db is damaged"), "Damaged database", "backup"),
+    (ReadOnlyFileError("/x.db is read-only for this user"), "Cannot write this file", "permissions"),
+    (DiskFullError("/x.db: the disk is full"), "Disk full", "Free"),
 ])
 def test_explain_says_what_to_do(exc: Exception, title: str, advice: str) -> None:
     problem = explain(exc, "/x.db")
@@ -223,3 +227,19 @@ def test_leak_check_catches_a_window_left_open(qapp: Any) -> None:
     stray.close()
     stray.deleteLater()
     assert leaked_top_levels(before) == []
+
+
+def test_invalid_utf8_row_is_shown_and_marked(tmp_path: Path) -> None:
+    path = tmp_path / "bytes.db"
+    seed_many(path, "t", 3)
+    store = open_store(path)
+    bad = '{"format":2,"parts":[{"type":"text","text":"caf'.encode().hex() + "c3" + '"}]}'.encode().hex()
+    with store.db.write() as conn:
+        conn.exec_driver_sql(f"UPDATE mastra_messages SET content = CAST(X'{bad}' AS TEXT) WHERE id = 'm0000001'")
+    rows = queries.load_page(store, "t", 0, 10)
+    assert [r.message is not None for r in rows] == [True, True, True]
+    assert rows[1].preview.startswith("[partly unreadable] caf\ufffd") and "error" in rows[1].kinds
+    assert rows[0].error is None and "not valid UTF-8" in (rows[1].error or "")
+    html = message_html(rows[1])
+    assert "PARTLY UNREADABLE" in html and "caf\ufffd" in html
+    store.close()

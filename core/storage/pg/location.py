@@ -58,7 +58,8 @@ class PgLocation(ResolvedPath):
         url = url.strip()
         if url.lower().startswith("postgresql+psycopg://"):
             url = "postgresql://" + url[len("postgresql+psycopg://"):]
-        return cls(None, how, url)
+        why = "the URL was given explicitly (--db or open_store(url))" if how == "explicit" else "$MEMORY_STUDIO_DB is set"
+        return cls(None, how, why, url=url)
 
     @property
     def display(self) -> str:
