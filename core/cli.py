@@ -12,6 +12,7 @@ import sys
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Sequence, TextIO
 
+from core.errors import MemoryStudioError
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message
 from core.options import MemoryOptions, OptionsError
@@ -22,7 +23,7 @@ from core.storage.paths import DatabaseLocationError
 COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "demo")
 
 
-class CliError(Exception):
+class CliError(MemoryStudioError):
     pass
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 import numpy as np
 import sqlalchemy as sa
 
+from core.errors import MemoryStudioError
 from core.messages import Message
 from core.storage import migrations as storage_migrations
 from core.timeutil import to_iso
@@ -45,7 +46,7 @@ DRAIN_PER_SEARCH = 20_000
 MIGRATE_HINT = "run `memory-studio migrate` on this database"
 
 
-class RecallError(RuntimeError):
+class RecallError(MemoryStudioError, RuntimeError):
     """Recall cannot work on this store with this embedder; the message says what to do."""
 
 
