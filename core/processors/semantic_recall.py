@@ -3,8 +3,9 @@
 Input: the last user message is the query; hits (and ``message_range`` neighbours) from the current
 thread join the conversation as ``memory`` messages, hits from other threads of the resource arrive as
 one system message tagged ``memory``. Output: new user and assistant messages are embedded.
-Unlike Mastra, nothing fails silently: every empty result or error is recorded with ``ctx.skip``, and
-every recalled fragment carries its score in its provenance.
+Unlike Mastra, nothing fails silently: an empty result or an error is recorded in the prompt record
+(``ctx.skip`` on input, ``ctx.note`` on output) and logged, and every recalled fragment carries its
+score in its provenance.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class SemanticRecall(BaseProcessor):
         opts = self._options(ctx)
         index = self._index(ctx)
         if index is None:
-            ctx.skip(self.id, "no recall index: Memory was built without an embedder")
+            ctx.skip(self.id, "no recall index: this Memory was built with semantic recall off")
             return
         if not req.thread_id:
             ctx.skip(self.id, "no thread id was given, so there is nothing to recall into")
@@ -163,7 +164,7 @@ class SemanticRecall(BaseProcessor):
             return  # a preview (Memory.assemble) must not write
         index = self._index(ctx)
         if index is None:
-            ctx.note(self.id, index_skipped="no recall index: Memory was built without an embedder")
+            ctx.note(self.id, index_skipped="no recall index: this Memory was built with semantic recall off")
             return
         try:
             new = [m for m in ctx.messages.new_messages() if m.role in ("user", "assistant")]

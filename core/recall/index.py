@@ -281,17 +281,6 @@ class RecallIndex:
             if self.has_fts:
                 keyword.delete_thread(conn, thread_id)
 
-    def delete_messages(self, ids: Iterable[str]) -> None:
-        wanted = list(ids)
-        if not wanted or not self.writable or self.info is None:
-            return
-        with self.store.db.write() as conn:
-            vector_table.delete_where(conn, self.info, "message_id", wanted)
-            if self.has_fts:
-                from core.recall.schema import delete_docs
-
-                delete_docs(conn, wanted)
-
     def sync_keywords(self, limit: int = DRAIN_PER_SEARCH) -> str | None:
         """Apply queued message changes (from any process) to the keyword index; drop deleted messages' vectors.
 

@@ -77,8 +77,6 @@ class Store:
         """Migrations not yet applied (read-only)."""
         return self.db.pending_migrations()
 
-    pending = pending_migrations
-
     def migrate(self) -> list[str]:
         return self.db.migrate()
 

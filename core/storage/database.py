@@ -150,12 +150,6 @@ class Database:
         with self.read() as conn:
             return migrations.pending(conn)
 
-    pending = pending_migrations
-
-    def applied_migrations(self) -> list[str]:
-        with self.read() as conn:
-            return migrations.applied(conn)
-
     def unknown_migrations(self) -> list[str]:
         with self.read() as conn:
             return migrations.unknown(conn)

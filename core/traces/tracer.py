@@ -178,10 +178,6 @@ class Span:
     def name(self) -> str:
         return str(self._fields["name"])
 
-    @property
-    def ended(self) -> bool:
-        return self._ended
-
     def field(self, attr: str) -> Any:
         return self._fields[attr]
 
@@ -190,10 +186,6 @@ class Span:
             merged = dict(self._fields["attributes"] or {})
             merged.update(attributes)
             self._fields["attributes"] = merged
-        return self
-
-    def set_input(self, value: Any) -> Span:
-        self._fields["input"] = value
         return self
 
     def set_output(self, value: Any) -> Span:
@@ -406,12 +398,8 @@ class NoopSpan:
     span_id = ""
     parent_span_id: str | None = None
     name = ""
-    ended = True
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> NoopSpan:
-        return self
-
-    def set_input(self, value: Any) -> NoopSpan:
         return self
 
     def set_output(self, value: Any) -> NoopSpan:
