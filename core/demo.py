@@ -89,10 +89,9 @@ WEATHER = Tool(
 )
 
 
-def seed_demo(store: Store, *, tracer: Any = None, progress: Callable[[int, int], None] | None = None) -> DemoReport:
+def seed_demo(store: Store, *, progress: Callable[[int, int], None] | None = None) -> DemoReport:
     report = DemoReport()
-    if tracer is None:
-        tracer = store.tracer()  # the demo leaves real traces in the DuckDB file beside the database
+    tracer = store.tracer()  # the demo leaves real traces in the DuckDB file beside the database
     embedder, recall_name = _recall_embedder()
     report.recall = recall_name
     clock = _StepClock(DEMO_START)
@@ -244,9 +243,7 @@ def seed_demo(store: Store, *, tracer: Any = None, progress: Callable[[int, int]
         if resource not in report.resources:
             report.resources.append(resource)
         report.threads.append(thread)
-    flush = getattr(tracer, "flush", None)
-    if callable(flush):
-        flush(5.0)
+    tracer.flush(5.0)
     return report
 
 

@@ -6,7 +6,6 @@ because the assembled-prompt record is built from this list and nothing else.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Iterable, Literal
@@ -125,9 +124,6 @@ class MessageList:
     def ids(self) -> set[str]:
         return set(self._entries)
 
-    def has(self, message_id: str) -> bool:
-        return message_id in self._entries
-
     def entry(self, message_id: str) -> Entry | None:
         return self._entries.get(message_id)
 
@@ -144,9 +140,3 @@ class MessageList:
     def new_messages(self) -> list[Message]:
         """What this turn produced: the caller's input and the model's response (never context)."""
         return self.messages("input", "response")
-
-    def debug_dump(self) -> str:
-        return json.dumps(
-            [{"id": e.message.id, "source": e.source, "role": e.message.role, "text": e.message.text} for e in self.conversation()],
-            ensure_ascii=False,
-        )

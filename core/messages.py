@@ -15,13 +15,14 @@ from datetime import datetime
 from typing import Any, Iterable, Literal, Mapping
 
 from core.stored_text import decode_stored_text, is_invalid_utf8
+from core.errors import MemoryStudioError
 from core.timeutil import SystemClock, parse_iso, to_iso, to_ms
 
 Role = Literal["user", "assistant", "system", "signal"]
 ROLES = ("user", "assistant", "system", "signal")
 
 
-class MessageFormatError(ValueError):
+class MessageFormatError(MemoryStudioError, ValueError):
     """A message (or a stored row) does not have a shape we can read."""
 
 

@@ -34,23 +34,6 @@ class Fragment:
     created_at: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
-    # Alternative names for the same facts, so callers can use the words they think in.
-    @property
-    def processor_id(self) -> str:
-        return self.source
-
-    processor = processor_id
-
-    @property
-    def message_ids(self) -> tuple[str, ...]:
-        return self.stored_ids
-
-    stored_message_ids = message_ids
-
-    @property
-    def token_count(self) -> int:
-        return self.tokens
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from core.storage.memory_store import load_json
-
-OriginType = Literal["initial", "reflection"]
-OMScope = Literal["thread", "resource"]
 
 # ``activeObservations`` chunk separator, byte-compatible with Mastra's (spec §1.3).
 BOUNDARY_TEMPLATE = "\n\n--- message boundary ({iso}) ---\n\n"

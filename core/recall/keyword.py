@@ -135,15 +135,6 @@ def _watermark(conn: sa.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def pending_count(conn: sa.Connection) -> int:
-    """Message changes not yet applied: queued updates/deletes plus rows inserted above the watermark."""
-    queued = int(conn.exec_driver_sql(f"SELECT count(*) FROM {QUEUE_TABLE}").scalar() or 0)
-    fresh = int(conn.exec_driver_sql(
-        "SELECT count(*) FROM mastra_messages WHERE rowid > ?", (_watermark(conn),)
-    ).scalar() or 0)
-    return queued + fresh
-
-
 def has_pending(conn: sa.Connection) -> bool:
     """Whether any message change waits for the keyword index: one statement, run before every search."""
     return bool(conn.exec_driver_sql(
@@ -254,17 +245,6 @@ def search(
         tuple(params),
     ).all()
     return [KeywordHit(r[0], r[1], r[2], -float(r[3])) for r in rows]
-
-
-def indexed_ids(conn: sa.Connection, message_ids: list[str]) -> set[str]:
-    out: set[str] = set()
-    for start in range(0, len(message_ids), 500):
-        chunk = message_ids[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        out.update(
-            r[0] for r in conn.exec_driver_sql(f"SELECT message_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", tuple(chunk))
-        )
-    return out
 
 
 def delete_thread(conn: sa.Connection, thread_id: str) -> int:

@@ -26,6 +26,7 @@ from core.storage.paths import DatabaseLocationError, ResolvedPath, caller_file,
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.traces.store import ObservabilityStore
+    from core.traces.tracer import Tracer
 
 
 class Store:
@@ -58,14 +59,14 @@ class Store:
             self._observability = ObservabilityStore(path, read_only=self.read_only, retention=retention_from_env())
         return self._observability  # type: ignore[no-any-return]
 
-    def tracer(self, **kwargs: Any) -> Any:
+    def tracer(self, **kwargs: Any) -> "Tracer":
         """A tracer whose spans go to this store's DuckDB file (one per store, created on first use).
 
         In-memory databases have no trace file; their tracer keeps spans in memory.
         """
         existing = self.extensions.get("tracer")
         if existing is not None:
-            return existing.tracer
+            return existing.tracer  # type: ignore[no-any-return]
         from core.traces.tracer import InMemorySpanExporter, Tracer
 
         obs = self.observability
@@ -81,8 +82,6 @@ class Store:
     def pending_migrations(self) -> list[str]:
         """Migrations not yet applied (read-only)."""
         return self.db.pending_migrations()
-
-    pending = pending_migrations
 
     def migrate(self) -> list[str]:
         return self.db.migrate()
@@ -148,13 +147,11 @@ def retention_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -
 class _TracerHandle:
     """Lets ``Store.close`` shut the exporter down (writing what is queued) like any extension."""
 
-    def __init__(self, tracer: Any) -> None:
+    def __init__(self, tracer: "Tracer") -> None:
         self.tracer = tracer
 
     def close(self) -> None:
-        shutdown = getattr(self.tracer, "shutdown", None)
-        if callable(shutdown):
-            shutdown()
+        self.tracer.shutdown()
 
 
 def open_store(

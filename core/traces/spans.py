@@ -79,7 +79,6 @@ COLUMNS: tuple[tuple[str, str, ColumnKind], ...] = (
     ("updatedAt", "updated_at", "ts"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(c for c, _, _ in COLUMNS)
-JSON_COLUMNS: frozenset[str] = frozenset(c for c, _, k in COLUMNS if k == "json")
 
 
 def _decode_json(value: object) -> Any:
