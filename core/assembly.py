@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from core.ids import check_ids
 from core.message_list import MessageList, Provenance
 from core.messages import Message, MessageFormatError
 from core.options import MemoryOptions
@@ -91,6 +92,7 @@ class TurnAssembly:
         scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None,
     ) -> RequestContext:
         resource_id, thread_id, others = parse_scopes(scopes, resource_id=resource_id, thread_id=thread_id)
+        check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
         opts = self.effective_options(options)
         thread = self.get_thread(thread_id) if thread_id else None
         if thread is not None and resource_id and thread.resource_id and thread.resource_id != resource_id:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from core.ids import check_ids
 from core.messages import Message, MessageFormatError, new_id
 from core.options import MemoryOptions, OptionsError
 from core.processors.base import Processor
@@ -269,23 +270,28 @@ class Memory(TurnAssembly):
         return saved
 
     def _ensure_threads(self, messages: Iterable[Message], conn: Any) -> None:
-        seen: dict[str, str | None] = {}
+        # Every message is checked, not only the first of its thread: one foreign message refuses the
+        # whole batch, and the caller's transaction then rolls back everything (threads included).
+        claims: dict[str, list[str]] = {}
         for m in messages:
-            seen.setdefault(m.thread_id or "", m.resource_id)
-        for thread_id, resource_id in seen.items():
+            names = claims.setdefault(m.thread_id or "", [])
+            if m.resource_id and m.resource_id not in names:
+                names.append(m.resource_id)
+        for thread_id, resource_ids in claims.items():
             thread = self.store.memory.get_thread(thread_id, conn=conn)
+            owner = thread.resource_id if thread is not None else (resource_ids[0] if resource_ids else thread_id)
+            for resource_id in resource_ids:
+                if owner and resource_id != owner:
+                    raise ThreadOwnershipError(thread_id, owner, resource_id)
             if thread is None:
-                self.store.memory.create_thread(
-                    thread_id=thread_id, resource_id=resource_id or thread_id, title="", metadata={}, conn=conn
-                )
-            elif resource_id and thread.resource_id and thread.resource_id != resource_id:
-                raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
+                self.store.memory.create_thread(thread_id=thread_id, resource_id=owner, title="", metadata={}, conn=conn)
 
     def recall(
         self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,
         page: int = 0, per_page: int | bool | None = None,
     ) -> RecallResult:
         """Stored messages of a thread: by default the newest ``last_messages``, oldest first."""
+        check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
         thread = self.get_thread(thread_id)
         if thread is None:
             raise NotFoundError(f"No thread found with id {thread_id}")
@@ -315,6 +321,7 @@ class Memory(TurnAssembly):
             raise InvalidArgumentError("search needs a non-empty query string.")
         if resource_id is None and thread_id is None:
             raise InvalidArgumentError("search needs a resource_id or a thread_id, so one user's memory never leaks to another.")
+        check_ids(((resource_id, "resource id"), (thread_id, "thread id")), InvalidArgumentError)
         index = self._recall_index_for_search()
         return list(index.search(query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
                                  threshold=threshold).hits)
@@ -329,6 +336,11 @@ class Memory(TurnAssembly):
     def get_working_memory(self, *, thread_id: str | None = None, resource_id: str | None = None) -> Any:
         """Markdown mode: the stored text (or None). Schema mode: the stored object (or None)."""
         opts = self._wm_options()
+        if thread_id and resource_id:  # reading is held to the same ownership rule as writing
+            check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
+            thread = self.get_thread(thread_id)
+            if thread is not None and thread.resource_id and thread.resource_id != resource_id:
+                raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
         value = self.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
         if value.text is None:
             return None

@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from core.options import OptionsError, WorkingMemoryOptions
 from core.storage import Store
 from core.storage import schema as t
-from core.storage.memory_store import NotFoundError, dump_json, json_col, load_json
+from core.ids import check_ids
+from core.storage.memory_store import InvalidArgumentError, NotFoundError, dump_json, json_col, load_json
 from core.timeutil import iso_now, parse_iso
 from core.working_memory_schema import (
     WorkingMemoryError,
@@ -92,6 +93,7 @@ class WorkingMemoryService:
 
     # -- reading ---------------------------------------------------------------------------------
     def owner(self, opts: WorkingMemoryOptions, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:
+        check_ids(((thread_id or None, "thread id"), (resource_id or None, "resource id")), InvalidArgumentError)
         if opts.scope == "resource":
             if not resource_id:
                 raise WorkingMemoryError(RESOURCE_ID_REQUIRED)

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
+from core.ids import check_id, check_ids
 from core.messages import Message
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
@@ -195,6 +196,8 @@ class MemoryStore:
             raise InvalidArgumentError("A thread needs a resource id (a string).")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
+        check_id(thread_id, "thread id", InvalidArgumentError)
+        check_id(resource_id, "resource id", InvalidArgumentError)
         now = to_iso(created_at) if created_at else iso_now()
         with self.db.write() if conn is None else _nullcontext(conn) as wconn:
             if wconn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first():
@@ -211,6 +214,8 @@ class MemoryStore:
         return thread
 
     def get_thread(self, thread_id: str, *, conn: sa.Connection | None = None) -> Thread | None:
+        # An id the database would cut short must not find the thread it is cut to.
+        check_id(thread_id, "thread id", InvalidArgumentError)
         if conn is None:
             with self.db.read() as own:
                 return self.get_thread(thread_id, conn=own)
@@ -227,6 +232,7 @@ class MemoryStore:
         count = sa.select(sa.func.count()).select_from(t.threads)
         conds = []
         if resource_id is not None:
+            check_id(resource_id, "resource id", InvalidArgumentError)
             conds.append(t.threads.c.resourceId == resource_id)
         for key, value in (metadata_filter or {}).items():
             if isinstance(value, (dict, list)):
@@ -255,6 +261,7 @@ class MemoryStore:
         """Mastra semantics: metadata merges shallowly, an omitted title is kept."""
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
+        check_id(thread_id, "thread id", InvalidArgumentError)
         with self.db.write() as conn:
             row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
             if row is None:
@@ -273,6 +280,7 @@ class MemoryStore:
 
     def delete_thread(self, thread_id: str) -> int:
         """Delete the messages, then the thread (no FK cascade in Mastra's schema). Returns messages removed."""
+        check_id(thread_id, "thread id", InvalidArgumentError)
         with self.db.write() as conn:
             removed = conn.execute(t.messages.delete().where(t.messages.c.thread_id == thread_id)).rowcount
             conn.execute(t.threads.delete().where(t.threads.c.id == thread_id))
@@ -289,6 +297,11 @@ class MemoryStore:
         latest: dict[str, Message] = {}
         for m in messages:  # a repeated id inside one batch: the later copy wins, O(n)
             latest[m.id] = m
+        # Checked here, on the last path every save takes: a Message's fields can be changed after
+        # it was built, and the caller's transaction then rolls back the whole batch.
+        check_ids(((v, what) for m in latest.values()
+                   for v, what in ((m.id, "message id"), (m.thread_id, "thread id"), (m.resource_id, "resource id"))),
+                  InvalidArgumentError)
         rows = [m.to_row_tuple() for m in latest.values()]
         # Straight to the driver's executemany: building SQLAlchemy parameters per row cost more than
         # the insert itself.
@@ -301,6 +314,7 @@ class MemoryStore:
     def list_messages(self, query: MessageQuery) -> list[Message]:
         # Plain SQL: this runs on every turn, and building a SQLAlchemy statement each time cost more
         # than the indexed lookup itself.
+        check_ids(((query.thread_id, "thread id"), (query.resource_id, "resource id")), InvalidArgumentError)
         where = ["thread_id = ?"]
         params: list[Any] = [query.thread_id]
         if query.resource_id is not None:
@@ -373,6 +387,7 @@ class MemoryStore:
         wanted = list(ids)
         if not wanted:
             return []
+        check_ids(((i, "message id") for i in wanted), InvalidArgumentError)
         with self.db.read() as conn:
             rows = conn.execute(sa.select(t.messages).where(t.messages.c.id.in_(wanted))).mappings().all()
         return sorted((Message.from_row(r) for r in rows), key=lambda m: (m.created_at, m.id))
@@ -390,6 +405,10 @@ class MemoryStore:
                     continue
                 found[target["id"]] = Message.from_row(target)
                 base = sa.select(t.messages).where(msg.thread_id == target["thread_id"], msg.role != "system")
+                if resource_id is not None:
+                    # A neighbour is held to the same rule as the hit: another resource's row in the
+                    # thread (written before ownership was checked per message) never comes along.
+                    base = base.where(sa.or_(msg.resourceId.is_(None), msg.resourceId == resource_id))
                 key = (target["createdAt"], target["id"])
                 if inc.before:
                     rows = conn.execute(
@@ -409,6 +428,7 @@ class MemoryStore:
         wanted = list(ids)
         if not wanted:
             return 0
+        check_ids(((i, "message id") for i in wanted), InvalidArgumentError)
         with self.db.write() as conn:
             return int(conn.execute(t.messages.delete().where(t.messages.c.id.in_(wanted))).rowcount or 0)
 
@@ -434,6 +454,7 @@ class MemoryStore:
 
     # -- resources -------------------------------------------------------------------------------
     def get_resource(self, resource_id: str) -> Resource | None:
+        check_id(resource_id, "resource id", InvalidArgumentError)
         cols = (
             t.resources.c.id, t.resources.c.workingMemory, json_col(t.resources.c.metadata).label("metadata"),
             t.resources.c.createdAt, t.resources.c.updatedAt,
@@ -453,6 +474,7 @@ class MemoryStore:
         conn: sa.Connection | None = None,
     ) -> None:
         """Create the row if missing; merge metadata shallowly; replace working memory only when given."""
+        check_id(resource_id, "resource id", InvalidArgumentError)
         if conn is None:
             with self.db.write() as own:
                 self.update_resource(resource_id, working_memory=working_memory, metadata=metadata, conn=own)
