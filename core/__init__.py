@@ -5,7 +5,7 @@ The public API is what ``__all__`` lists; everything else is internal and may ch
 
 from __future__ import annotations
 
-from core.agent import Agent, AgentError, AgentResult, Tool
+from core.agent import Agent, AgentError, AgentResult, Tool, TurnFailedError
 from core.memory import (
     CloneResult,
     ConfigurationError,
@@ -79,6 +79,7 @@ __all__ = [
     "StorageError",
     "Store",
     "ThreadOwnershipError",
+    "TurnFailedError",
     "Version",
     "WorkingMemoryError",
     "WorkingMemoryOptions",

@@ -219,6 +219,8 @@ class TurnAssembly:
         ctx.phase = "output"
         for processor in self.output_processors(ctx.request.options):
             self._run(processor, ctx, "output")
+        for hook in ctx.after_output:
+            hook()
         return list(ctx.saved)
 
     def _run(self, processor: Processor, ctx: ProcessorContext, phase: str) -> None:

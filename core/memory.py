@@ -225,9 +225,14 @@ class Memory(TurnAssembly):
         return CloneResult(thread, copies)
 
     # -- messages --------------------------------------------------------------------------------
-    def save_messages(self, messages: Sequence[Message], *, _index: bool = True) -> list[Message]:
+    def save_messages(
+        self, messages: Sequence[Message], *, _index: bool = True, _writes: Sequence[Any] = ()
+    ) -> list[Message]:
         """Persist messages: system rows are dropped, working-memory tool traffic is hidden,
-        a missing thread is created for the message's resource, and ownership is checked."""
+        a missing thread is created for the message's resource, and ownership is checked.
+
+        ``_writes``: staged writes of the same turn (``commit(conn)``), committed in the same
+        transaction, so the turn's messages and its working-memory update land together or not at all."""
         # A repeated id inside one call: the last content wins, at the first copy's place in time.
         unique: dict[str, Message] = {}
         for msg in messages:
@@ -249,7 +254,7 @@ class Memory(TurnAssembly):
             if content is None:
                 continue
             prepared.append(msg if content is msg.content else msg.copy(content=content))
-        if not prepared:
+        if not prepared and not _writes:
             return []
         # One write transaction: ownership check, thread creation, ordering and the upsert are atomic.
         with self.store.db.write() as conn:
@@ -265,6 +270,8 @@ class Memory(TurnAssembly):
                     msg = prepared[i] = msg.copy(content=msg.content, created_at=prev + timedelta(milliseconds=1))
                 last_at[tid] = msg.created_at
             saved = self.store.memory.save_messages(prepared, conn=conn)
+            for write in _writes:
+                write.commit(conn)
         if _index and self._recall_index is not None and not self.options.read_only:
             self._recall_index.index_messages([m for m in saved if m.role in ("user", "assistant")])
         return saved
@@ -395,12 +402,15 @@ class Memory(TurnAssembly):
 
     def apply_working_memory_tool(
         self, *, thread_id: str | None, resource_id: str | None, args: Any,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None, stage: Any = None,
     ) -> Any:
-        """Run an ``updateWorkingMemory`` call from the model; returns an ``UpdateResult``."""
+        """Run an ``updateWorkingMemory`` call from the model; returns an ``UpdateResult``.
+
+        With ``stage`` (a ``StagedWorkingMemory``) the update is validated now but only recorded;
+        it is written when the stage is committed (with the turn's messages)."""
         opts = self.effective_options(overrides)
         return self.working_memory_service.apply_tool_call(
-            opts.working_memory, thread_id=thread_id, resource_id=resource_id, args=args
+            opts.working_memory, thread_id=thread_id, resource_id=resource_id, args=args, stage=stage
         )
 
     # -- configuration ---------------------------------------------------------------------------

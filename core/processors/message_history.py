@@ -67,9 +67,12 @@ def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
     if not ctx.live:
         ctx.skip(processor_id, "preview: nothing saved")
         return None
-    if ctx.finish_reason == "error" and not ctx.messages.messages("response"):
-        ctx.skip(processor_id, "the model call failed with no output; the input was not saved")
+    if ctx.finish_reason == "error":
+        # A turn is saved whole or not at all: a half turn (input plus the tool steps before the
+        # failure) would make a retry store the input twice.
+        ctx.skip(processor_id, "the model call failed; nothing of this turn was saved")
         return None
-    saved: list[Message] = ctx.memory.save_messages(ctx.messages.new_messages(), _index=False)
+    writes, ctx.pending_writes = ctx.pending_writes, []
+    saved: list[Message] = ctx.memory.save_messages(ctx.messages.new_messages(), _index=False, _writes=writes)
     ctx.saved.extend(saved)
     return saved
