@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import keyring
 import keyring.errors
 
+from core.redaction import register_secret
+
 #: The keyring "service" under which Memory Studio stores provider keys.
 DEFAULT_KEYRING_SERVICE = "memory-studio"
 
@@ -25,6 +27,8 @@ class Secret:
 
     def __init__(self, value: str) -> None:
         self._value = value
+        # Every key in use becomes known to the trace and log redaction, whatever its shape.
+        register_secret(value)
 
     def reveal(self) -> str:
         return self._value

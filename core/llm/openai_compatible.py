@@ -195,7 +195,7 @@ class OpenAICompatibleModel:
         data = to_dict(mode="json", warnings=False)
         if not isinstance(data, dict) or not data.get("choices"):
             raise self._bad_reply(f"the reply has no choices (got {_preview(data)})", endpoint)
-        return data  # type: ignore[no-any-return]
+        return data
 
     def _bad_reply(self, detail: str, endpoint: str, *, hint: str = "", method: str = "POST") -> ModelError:
         return ModelError(
