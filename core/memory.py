@@ -256,6 +256,10 @@ class Memory(TurnAssembly):
             prepared.append(msg if content is msg.content else msg.copy(content=content))
         if not prepared and not _writes:
             return []
+        # Before the ownership check, so an unstorable id gets the error that names it.
+        check_ids(((v, what) for m in prepared
+                   for v, what in ((m.id, "message id"), (m.thread_id, "thread id"), (m.resource_id, "resource id"))),
+                  InvalidArgumentError)
         # One write transaction: ownership check, thread creation, ordering and the upsert are atomic.
         with self.store.db.write() as conn:
             self._ensure_threads(prepared, conn)
