@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib as _importlib
 import typing as _typing
 
-from core.agent import Agent, AgentError, AgentResult, Tool
+from core.agent import Agent, AgentError, AgentResult, Tool, TurnFailedError
 from core.errors import MemoryStudioError
 from core.llm import LoopbackServer, ModelError, OpenAICompatibleModel, ScriptedModel
 from core.memory import (
@@ -121,6 +121,7 @@ __all__ = [
     "Thread",
     "ThreadOwnershipError",
     "Tool",
+    "TurnFailedError",
     "Version",
     "WorkingMemoryError",
     "WorkingMemoryOptions",

@@ -26,6 +26,7 @@ from core.prompt import AssembledPrompt
 from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
+from core.working_memory_stage import StagedWorkingMemory
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,23 @@ class AgentResult:
 
 class AgentError(MemoryStudioError, RuntimeError):
     """An agent was built or called in a way that cannot work."""
+
+
+class TurnFailedError(AgentError, ModelError):
+    """The model failed after tools had already run in this turn. Nothing of the turn was saved
+    (messages and working memory alike), so it can be retried; the tools' own effects stand."""
+
+    def __init__(self, cause: ModelError, tools_run: Sequence[str]) -> None:
+        self.tools_run = list(tools_run)
+        ModelError.__init__(self, cause.detail, model_id=cause.model_id, endpoint=cause.endpoint,
+                            status=cause.status, hint=cause.hint, attempts=cause.attempts,
+                            retryable=cause.retryable, method=cause.method)
+
+    def _compose(self) -> str:
+        ran = ", ".join(f"{name} (discarded)" if name == WM_TOOL_NAME else name for name in self.tools_run)
+        return (f"{ModelError._compose(self)}. Nothing of this turn was saved, so retrying will not store the "
+                f"input twice; but these tools had already run, and what they did outside memory was not "
+                f"undone: {ran}.")
 
 
 class Agent:
@@ -285,7 +303,15 @@ class Agent:
             ctx.finish_reason = finish_reason
             saved = self._span(tracer, "memory: save", "memory_operation", {"operationType": "save"},
                                lambda: mem.run_output(ctx), thread_id, resource_id)
+            if error is None and ctx.pending_writes:
+                # An output chain without the built-in saver left the staged writes behind.
+                with mem.store.db.write() as conn:
+                    for write in ctx.pending_writes:
+                        write.commit(conn)
+                ctx.pending_writes.clear()
         if error is not None:
+            if tool_results and isinstance(error, ModelError):
+                raise TurnFailedError(error, [r["tool"] for r in tool_results]) from error
             raise error
         new_messages = [*inputs, response] if response.parts else list(inputs)
         return AgentResult(
@@ -323,10 +349,11 @@ class Agent:
         if call.name == WM_TOOL_NAME and mem is not None:
             if ctx is not None and ctx.request.read_only:
                 return {"success": False, "message": "Working memory is read-only in this session."}
+            stage = _working_memory_stage(ctx, mem)
             outcome = self._span(
                 tracer, "memory: working-memory update", "memory_operation", {"operationType": "update-working-memory"},
                 lambda: mem.apply_working_memory_tool(thread_id=thread_id, resource_id=resource_id, args=call.arguments,
-                                                      overrides=overrides or None),
+                                                      overrides=overrides or None, stage=stage),
                 thread_id, resource_id,
             )
             return {"success": outcome.success, "message": outcome.message}
@@ -398,6 +425,18 @@ class Agent:
         return [s["function"]["name"] for s in self._tool_specs()] + [WM_TOOL_NAME]
 
 
+def _working_memory_stage(ctx: Any, mem: Memory) -> StagedWorkingMemory | None:
+    """This turn's staged working-memory updates: written with its messages, or not at all."""
+    if ctx is None:
+        return None
+    for write in ctx.pending_writes:
+        if isinstance(write, StagedWorkingMemory):
+            return write
+    stage = StagedWorkingMemory(mem.working_memory_service)
+    ctx.pending_writes.append(stage)
+    return stage
+
+
 def _rebuild_without_memory(ml: MessageList, tools: list[dict[str, Any]]) -> AssembledPrompt:
     from core.prompt import build_prompt
     from core.tokens import default_tokenizer
@@ -438,4 +477,5 @@ def _merge_dicts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Agent", "AgentError", "AgentResult", "Tool", "ToolContext", "ThreadOwnershipError", "as_tool"]
+__all__ = ["Agent", "AgentError", "AgentResult", "Tool", "ToolContext", "ThreadOwnershipError", "TurnFailedError",
+           "as_tool"]

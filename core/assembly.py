@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
+from core.ids import check_ids
 from core.message_list import MessageList, Provenance
 from core.message_size import check_messages
 from core.messages import Message, MessageFormatError
@@ -103,6 +104,7 @@ class TurnAssembler:
         scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None,
     ) -> RequestContext:
         resource_id, thread_id, others = parse_scopes(scopes, resource_id=resource_id, thread_id=thread_id)
+        check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
         opts = self._resolve_options(options)
         thread = self.store.memory.get_thread(thread_id) if thread_id else None
         if thread is not None:
@@ -235,6 +237,8 @@ class TurnAssembler:
         ctx.phase = "output"
         for processor in self.output_processors(ctx.request.options):
             self._run(processor, ctx, "output")
+        for hook in ctx.after_output:
+            hook()
         return list(ctx.saved)
 
     def _run(self, processor: Processor, ctx: ProcessorContext, phase: str) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 from core.assembly import TurnAssembler
 from core.errors import MemoryStudioError
 from core.message_list import MessageList
+from core.ids import check_ids
 from core.messages import Message, MessageFormatError, new_id
 from core.options import MemoryOptions, OptionsError
 from core.processors.base import Processor, ProcessorContext, RequestContext
@@ -156,9 +157,9 @@ class Memory:
         file beside the database."""
         return self.tracer if self._own_tracer else self.store.tracer()
 
-    def _save_turn(self, messages: Sequence[Message]) -> list[Message]:
-        # The output processors index the turn themselves (semantic recall runs first).
-        return self.save_messages(messages, _index=False)
+    def _save_turn(self, messages: Sequence[Message], *, writes: Sequence[Any] = ()) -> list[Message]:
+        # The output processors index the turn themselves, after it is saved (semantic recall).
+        return self.save_messages(messages, _index=False, _writes=writes)
 
     # -- turns (delegated to the TurnAssembler) --------------------------------------------------
     def input_processors(self, opts: MemoryOptions | None = None) -> list[Processor]:
@@ -315,9 +316,14 @@ class Memory:
         return CloneResult(thread, copies)
 
     # -- messages --------------------------------------------------------------------------------
-    def save_messages(self, messages: Sequence[Message], *, _index: bool = True) -> list[Message]:
+    def save_messages(
+        self, messages: Sequence[Message], *, _index: bool = True, _writes: Sequence[Any] = ()
+    ) -> list[Message]:
         """Persist messages: system rows are dropped, working-memory tool traffic is hidden,
-        a missing thread is created for the message's resource, and ownership is checked."""
+        a missing thread is created for the message's resource, and ownership is checked.
+
+        ``_writes``: staged writes of the same turn (``commit(conn)``), committed in the same
+        transaction, so the turn's messages and its working-memory update land together or not at all."""
         # A repeated id inside one call: the last content wins, at the first copy's place in time.
         unique: dict[str, Message] = {}
         for msg in messages:
@@ -339,8 +345,12 @@ class Memory:
             if content is None:
                 continue
             prepared.append(msg if content is msg.content else msg.copy(content=content))
-        if not prepared:
+        if not prepared and not _writes:
             return []
+        # Before the ownership check, so an unstorable id gets the error that names it.
+        check_ids(((v, what) for m in prepared
+                   for v, what in ((m.id, "message id"), (m.thread_id, "thread id"), (m.resource_id, "resource id"))),
+                  InvalidArgumentError)
         # One write transaction: ownership check, thread creation, ordering and the upsert are atomic.
         with self.store.db.write() as conn:
             self._ensure_threads(prepared, conn)
@@ -355,30 +365,36 @@ class Memory:
                     msg = prepared[i] = msg.copy(content=msg.content, created_at=prev + timedelta(milliseconds=1))
                 last_at[tid] = msg.created_at
             saved = self.store.memory.save_messages(prepared, conn=conn, max_bytes=self.options.max_message_bytes)
+            for write in _writes:
+                write.commit(conn)
         if _index and self._recall_index is not None and not self.options.read_only:
             self._recall_index.index_messages([m for m in saved if m.role in ("user", "assistant")])
         return saved
 
     def _ensure_threads(self, messages: Iterable[Message], conn: Any) -> None:
-        seen: dict[str, str | None] = {}
+        # Every message is checked, not only the first of its thread: one foreign message refuses the
+        # whole batch, and the caller's transaction then rolls back everything (threads included).
+        claims: dict[str, list[str]] = {}
         for m in messages:
-            seen.setdefault(m.thread_id or "", m.resource_id)
+            names = claims.setdefault(m.thread_id or "", [])
+            if m.resource_id and m.resource_id not in names:
+                names.append(m.resource_id)
         # Two processes saving to a new thread at once: the second waits, then sees the first's thread.
-        self.store.db.lock(conn, *(locks.thread_key(tid) for tid in seen))
-        for thread_id, resource_id in seen.items():
+        self.store.db.lock(conn, *(locks.thread_key(tid) for tid in claims))
+        for thread_id, resource_ids in claims.items():
             thread = self.store.memory.get_thread(thread_id, conn=conn)
+            owner = thread.resource_id if thread is not None else (resource_ids[0] if resource_ids else thread_id)
+            for resource_id in resource_ids:
+                check_thread_owner(thread_id, owner, resource_id)
             if thread is None:
-                self.store.memory.create_thread(
-                    thread_id=thread_id, resource_id=resource_id or thread_id, title="", metadata={}, conn=conn
-                )
-            else:
-                check_thread_owner(thread_id, thread.resource_id, resource_id)
+                self.store.memory.create_thread(thread_id=thread_id, resource_id=owner, title="", metadata={}, conn=conn)
 
     def recall(
         self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,
         page: int = 0, per_page: int | bool | None = None,
     ) -> RecallResult:
         """Stored messages of a thread: by default the newest ``last_messages``, oldest first."""
+        check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
         thread = self.get_thread(thread_id)
         if thread is None:
             raise NotFoundError(f"No thread found with id {thread_id}")
@@ -407,6 +423,7 @@ class Memory:
             raise InvalidArgumentError("search needs a non-empty query string.")
         if resource_id is None and thread_id is None:
             raise InvalidArgumentError("search needs a resource_id or a thread_id, so one user's memory never leaks to another.")
+        check_ids(((resource_id, "resource id"), (thread_id, "thread id")), InvalidArgumentError)
         index = self._recall_index_for_search()
         return list(index.search(query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
                                  threshold=threshold).hits)
@@ -421,6 +438,11 @@ class Memory:
     def get_working_memory(self, *, thread_id: str | None = None, resource_id: str | None = None) -> Any:
         """Markdown mode: the stored text (or None). Schema mode: the stored object (or None)."""
         opts = self._wm_options()
+        if thread_id and resource_id:  # reading is held to the same ownership rule as writing
+            check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
+            thread = self.get_thread(thread_id)
+            if thread is not None and thread.resource_id and thread.resource_id != resource_id:
+                raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
         value = self.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
         if value.text is None:
             return None
@@ -475,12 +497,15 @@ class Memory:
 
     def apply_working_memory_tool(
         self, *, thread_id: str | None, resource_id: str | None, args: Any,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None, stage: Any = None,
     ) -> Any:
-        """Run an ``updateWorkingMemory`` call from the model; returns an ``UpdateResult``."""
+        """Run an ``updateWorkingMemory`` call from the model; returns an ``UpdateResult``.
+
+        With ``stage`` (a ``StagedWorkingMemory``) the update is validated now but only recorded;
+        it is written when the stage is committed (with the turn's messages)."""
         opts = self.effective_options(overrides)
         return self.working_memory_service.apply_tool_call(
-            opts.working_memory, thread_id=thread_id, resource_id=resource_id, args=args
+            opts.working_memory, thread_id=thread_id, resource_id=resource_id, args=args, stage=stage
         )
 
     # -- configuration ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Literal, Mapping
 
 from core.stored_text import decode_stored_text, is_invalid_utf8
 from core.errors import MemoryStudioError
+from core.ids import check_ids
 from core.timeutil import SystemClock, parse_iso, to_iso, to_ms
 
 Role = Literal["user", "assistant", "system", "signal"]
@@ -97,6 +98,7 @@ class Message:
     ) -> "Message":
         if role not in ROLES:
             raise MessageFormatError(f"Unknown message role {role!r}; expected one of {', '.join(ROLES)}.")
+        check_ids(((id, "message id"), (thread_id, "thread id"), (resource_id, "resource id")), MessageFormatError)
         part_list = [dict(p) for p in parts]
         for p in part_list:
             if not isinstance(p.get("type"), str):

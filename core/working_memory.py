@@ -11,15 +11,16 @@ import json
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 import sqlalchemy as sa
 
+from core.ids import check_ids
 from core.options import OptionsError, WorkingMemoryOptions
 from core.scopes import ThreadOwnershipError, check_thread_owner
 from core.storage import Store, locks, migrations
 from core.storage import schema as t
-from core.storage.memory_store import NotFoundError, dump_json, json_col, load_json
+from core.storage.memory_store import InvalidArgumentError, NotFoundError, dump_json, json_col, load_json
 from core.timeutil import iso_now, parse_iso
 from core.working_memory_schema import (
     WorkingMemoryError,
@@ -30,6 +31,9 @@ from core.working_memory_schema import (
     validate,
     working_memory_merge,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.working_memory_stage import StagedWorkingMemory
 
 TOOL_NAME = "updateWorkingMemory"
 TOOL_ID = "update-working-memory"
@@ -93,6 +97,7 @@ class WorkingMemoryService:
 
     # -- reading ---------------------------------------------------------------------------------
     def owner(self, opts: WorkingMemoryOptions, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:
+        check_ids(((thread_id or None, "thread id"), (resource_id or None, "resource id")), InvalidArgumentError)
         if opts.scope == "resource":
             if not resource_id:
                 raise WorkingMemoryError(RESOURCE_ID_REQUIRED)
@@ -154,14 +159,19 @@ class WorkingMemoryService:
         scope, owner = self.owner(opts, thread_id, resource_id)
         with _lock_for(f"{scope}-{owner}"), self.store.db.write() as conn:
             self.store.db.lock(conn, locks.owner_key(scope, owner))
-            merged = working_memory_merge(load_stored(self._read(conn, scope, owner)), update)
-            problems = validate(opts.schema, merged)
-            if problems:
-                raise WorkingMemoryError("The merged working memory does not match the schema: " + "; ".join(problems))
-            text = json.dumps(merged, ensure_ascii=False)
+            text = self._merged(opts, self._read(conn, scope, owner), update)
             self._store(conn, scope, owner, text, opts, thread_id, resource_id)
             self._version(conn, scope, owner, text, "json", author, None)
         return WorkingMemoryValue(scope, owner, text, "json")  # type: ignore[arg-type]
+
+    def _merged(self, opts: WorkingMemoryOptions, current: str | None, update: Any) -> str:
+        """``update`` deep-merged onto the stored text, validated against the schema."""
+        assert opts.schema is not None
+        merged = working_memory_merge(load_stored(current), update)
+        problems = validate(opts.schema, merged)
+        if problems:
+            raise WorkingMemoryError("The merged working memory does not match the schema: " + "; ".join(problems))
+        return json.dumps(merged, ensure_ascii=False)
 
     def _serialize(self, opts: WorkingMemoryOptions, value: Any) -> str:
         if opts.schema is not None:
@@ -263,15 +273,23 @@ class WorkingMemoryService:
 
     # -- the update tool -------------------------------------------------------------------------
     def apply_tool_call(
-        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, args: Any
+        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, args: Any,
+        stage: StagedWorkingMemory | None = None,
     ) -> UpdateResult:
         """Run the model's ``updateWorkingMemory`` call. Refusals come back as results, not exceptions,
-        so the model can read them and correct itself."""
+        so the model can read them and correct itself.
+
+        With ``stage`` the update is validated now and recorded there; it is written only when the
+        stage is committed (with the turn's messages). Without it, it is written at once."""
         try:
             if opts.schema is not None:
                 payload = args.get("memory", args) if isinstance(args, Mapping) else args
                 if payload is None:
                     return UpdateResult(True, "No memory data was given; working memory is unchanged.")
+                if stage is not None:
+                    update = strip_nulls_from_optional(opts.schema, parse_patch(payload))
+                    text = stage.add(opts, thread_id, resource_id, "merge", update)
+                    return UpdateResult(True, "Working memory updated (merged).", text)
                 value = self.merge(
                     opts, thread_id=thread_id, resource_id=resource_id, patch=payload, author="agent",
                     strip_optional_nulls=True,
@@ -280,7 +298,10 @@ class WorkingMemoryService:
             memory_text = args.get("memory") if isinstance(args, Mapping) else None
             if not isinstance(memory_text, str):
                 return UpdateResult(False, "The 'memory' argument must be a Markdown string.")
-            current = self.get(opts, thread_id=thread_id, resource_id=resource_id).text
+            if stage is not None:
+                current = stage.preview(*self.owner(opts, thread_id, resource_id))
+            else:
+                current = self.get(opts, thread_id=thread_id, resource_id=resource_id).text
             template = opts.effective_template
             if (
                 normalize_ws(memory_text) == normalize_ws(template)
@@ -290,6 +311,9 @@ class WorkingMemoryService:
                 return UpdateResult(
                     False, "Refused: that is the empty template and would erase the stored memory. Nothing changed."
                 )
+            if stage is not None:
+                text = stage.add(opts, thread_id, resource_id, "replace", memory_text)
+                return UpdateResult(True, "Working memory updated.", text)
             value = self.write(opts, thread_id=thread_id, resource_id=resource_id, value=memory_text, author="agent")
             return UpdateResult(True, "Working memory updated.", value.text)
         except (WorkingMemoryError, OptionsError, NotFoundError, ThreadOwnershipError) as exc:

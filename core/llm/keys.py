@@ -19,6 +19,8 @@ from types import ModuleType
 
 from core.errors import MemoryStudioError
 
+from core.redaction import register_secret
+
 #: The keyring "service" under which Memory Studio stores provider keys.
 DEFAULT_KEYRING_SERVICE = "memory-studio"
 KEYRING_INSTALL = "pip install 'memory-studio[keyring]'"
@@ -48,6 +50,8 @@ class Secret:
 
     def __init__(self, value: str) -> None:
         self._value = value
+        # Every key in use becomes known to the trace and log redaction, whatever its shape.
+        register_secret(value)
 
     def reveal(self) -> str:
         return self._value

@@ -9,6 +9,7 @@ the policy is visible, configurable and counted in the error the user finally se
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -108,11 +109,29 @@ class OpenAICompatibleModel:
     ) -> ChatResult:
         body = self._body(messages, tools, temperature, max_tokens)
         wait = self.timeout if timeout is None else timeout
+        endpoint = f"{self.base_url}/chat/completions"
         response = self._with_retries(
             lambda: self._client.chat.completions.create(**body, timeout=wait),
-            endpoint=f"{self.base_url}/chat/completions", timeout=wait)
-        return result_from_completion(response.to_dict(mode="json", warnings=False),
-                                      model_id=self.model_id)
+            endpoint=endpoint, timeout=wait)
+        return result_from_completion(self._completion_dict(response, endpoint), model_id=self.model_id)
+
+    def _completion_dict(self, response: Any, endpoint: str) -> dict[str, Any]:
+        # A proxy's login page or a web server's index answers 200 too; the SDK then hands back the
+        # body as a plain string (or list) instead of a completion.
+        to_dict = getattr(response, "to_dict", None)
+        if to_dict is None:
+            raise self._bad_reply(f"the reply is not a JSON chat completion (got {_preview(response)})",
+                                  endpoint)
+        data = to_dict(mode="json", warnings=False)
+        if not isinstance(data, dict) or not data.get("choices"):
+            raise self._bad_reply(f"the reply has no choices (got {_preview(data)})", endpoint)
+        return data
+
+    def _bad_reply(self, detail: str, endpoint: str, *, hint: str = "", method: str = "POST") -> ModelError:
+        return ModelError(
+            self._scrub(detail), model_id=self.model_id, endpoint=endpoint, status=200, method=method,
+            hint=hint or (f"check that the base URL {self.base_url} is the server's OpenAI-compatible API "
+                          "(it usually ends in /v1), not a web page or a proxy in front of it"))
 
     def stream(
         self,
@@ -145,13 +164,26 @@ class OpenAICompatibleModel:
         assembler = StreamAssembler(model_id=self.model_id)
         try:
             for event in sdk_stream:
-                chunk = assembler.feed(event.to_dict(mode="json", warnings=False))
+                to_dict = getattr(event, "to_dict", None)
+                if to_dict is None:
+                    raise self._bad_reply(f"a stream event is not a JSON chunk (got {_preview(event)})", endpoint)
+                chunk = assembler.feed(to_dict(mode="json", warnings=False))
                 if chunk is not None:
                     yield chunk
         except openai.OpenAIError as exc:
             raise self._error(exc, endpoint=endpoint, attempts=1, timeout=wait) from exc
+        except json.JSONDecodeError as exc:
+            raise self._bad_reply(f"a stream event is not valid JSON ({exc.msg})", endpoint) from exc
         finally:
             sdk_stream.close()
+        if not assembler.finished:
+            # A cut connection looks like a short reply; handing it on as complete would store a
+            # truncated answer as if the model had said it.
+            raise self._bad_reply(
+                f"the stream ended before the model finished (no finish_reason after "
+                f"{assembler.chunk_count} chunk(s)); the partial reply was discarded", endpoint,
+                hint="the server or a proxy closed the connection early; check the server's log "
+                     "(it may have crashed or run out of memory) and try again")
         yield ChatChunk(result=assembler.result())
 
     def list_models(self, *, timeout: float | None = None) -> list[str]:
@@ -187,7 +219,15 @@ class OpenAICompatibleModel:
                       f"{self.retry.max_retry_after:g}s we wait; try again later"),
             )
 
-        return self.retry.call(call, error=error, wait_too_long=wait_too_long, sleep=self._sleep)
+        def checked() -> _T:
+            try:
+                return call()
+            except json.JSONDecodeError as exc:
+                # The SDK parses a body labelled JSON itself; an HTML page or a cut-off body fails there.
+                raise self._bad_reply(f"the reply is not valid JSON ({exc.msg} at position {exc.pos})",
+                                      endpoint, method=method) from exc
+
+        return self.retry.call(checked, error=error, wait_too_long=wait_too_long, sleep=self._sleep)
 
     def _error(self, exc: Exception, *, endpoint: str, attempts: int, timeout: float,
                method: str = "POST") -> ModelError:
@@ -234,6 +274,12 @@ class OpenAICompatibleModel:
         if secret:
             text = text.replace(secret, "***")
         return text if len(text) <= 400 else text[:400] + "…"
+
+
+def _preview(value: Any) -> str:
+    """What a reply was, in a few words: its type and its first characters."""
+    text = " ".join(str(value).split())
+    return f"{type(value).__name__} {text[:80]!r}{'…' if len(text) > 80 else ''}"
 
 
 def _error_detail(exc: openai.APIStatusError) -> str:

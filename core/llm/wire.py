@@ -98,6 +98,12 @@ class StreamAssembler:
             return None
         return ChatChunk(text_delta=text, tool_call_deltas=tuple(deltas))
 
+    @property
+    def finished(self) -> bool:
+        """Whether a chunk said why the reply ended. Every server we target sends ``finish_reason``
+        before ``[DONE]`` (which the SDK swallows), so a stream without it was cut short."""
+        return self._finish is not None
+
     def result(self) -> ChatResult:
         calls = self._tools.tool_calls()
         text = "".join(self._text)

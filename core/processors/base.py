@@ -8,7 +8,7 @@ why through ``ctx.skip``. The Studio shows those reasons; silent no-ops were a t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
 from core.message_list import MessageList
 from core.messages import Message
@@ -55,6 +55,11 @@ class ProcessorContext:
     tools: list[dict[str, Any]] = field(default_factory=list)  # tool definitions processors offer the model
     finish_reason: str | None = None  # set by the runtime before output processors run
     saved: list[Message] = field(default_factory=list)  # messages persisted by output processors
+    # Writes staged during a live turn (the working-memory tool), each with ``commit(conn)``: they are
+    # committed in the same transaction as the turn's messages, so a failed turn writes neither.
+    pending_writes: list[Any] = field(default_factory=list)
+    # Run after the whole output chain, when ``saved`` is final: recall indexes only what was saved.
+    after_output: list[Callable[[], None]] = field(default_factory=list)
     # False while previewing (``Memory.assemble``): processors must not write or call models then.
     # The agent runtime sets it for real turns.
     live: bool = False

@@ -60,9 +60,15 @@ def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
     if not ctx.live:
         ctx.skip(processor_id, "preview: nothing saved")
         return None
-    if ctx.finish_reason == "error" and not ctx.messages.messages("response"):
-        ctx.skip(processor_id, "the model call failed with no output; the input was not saved")
+    if ctx.finish_reason == "error":
+        # A turn is saved whole or not at all: a half turn (input plus the tool steps before the
+        # failure) would make a retry store the input twice.
+        ctx.skip(processor_id, "the model call failed; nothing of this turn was saved")
         return None
-    saved = ctx.services.save_messages(ctx.messages.new_messages())
+    writes, ctx.pending_writes = ctx.pending_writes, []
+    new = ctx.messages.new_messages()
+    # ``writes`` only when there are any: a plain save function (services built without a Memory)
+    # need not know about staged working-memory updates.
+    saved = ctx.services.save_messages(new, writes=writes) if writes else ctx.services.save_messages(new)
     ctx.saved.extend(saved)
     return saved

@@ -166,8 +166,14 @@ class SemanticRecall(BaseProcessor):
         if index is None:
             ctx.note(self.id, index_skipped="no recall index: this Memory was built with semantic recall off")
             return
+        # Mastra's order runs this before the turn is saved; indexing then would leave vector and
+        # keyword rows for an input that a failed turn never stored. Index what was saved, once saved.
+        ctx.after_output.append(lambda: self._index_saved(ctx, index))
+
+    def _index_saved(self, ctx: ProcessorContext, index: "RecallIndex") -> None:
+        req = ctx.request
         try:
-            new = [m for m in ctx.messages.new_messages() if m.role in ("user", "assistant")]
+            new = [m for m in ctx.saved if m.role in ("user", "assistant")]
             if req.resource_id:
                 new = [m if m.resource_id else m.copy(resource_id=req.resource_id) for m in new]
             todo = index.unindexed(new)  # the facade's save path may have indexed them already

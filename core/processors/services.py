@@ -8,7 +8,7 @@ interface with an offline implementation, so a test builds one without monkeypat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from core.messages import Message
 from core.timeutil import Clock, SystemClock
@@ -25,9 +25,11 @@ if TYPE_CHECKING:  # pragma: no cover
 class SaveMessages(Protocol):
     """Persists a turn's messages with the facade's rules (system rows dropped, working-memory
     traffic hidden, missing threads created, ownership checked, order kept) and returns what was
-    stored. It does not index them for recall: the semantic-recall output processor does that."""
+    stored. ``writes`` (staged working-memory updates, each with ``commit(conn)``) are committed in
+    the same transaction, so a turn is saved whole or not at all. It does not index them for recall:
+    the semantic-recall output processor does that."""
 
-    def __call__(self, messages: Sequence[Message]) -> list[Message]: ...
+    def __call__(self, messages: Sequence[Message], *, writes: Sequence[Any] = ()) -> list[Message]: ...
 
 
 @dataclass(frozen=True)

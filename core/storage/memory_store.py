@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import sqlalchemy as sa
 
 from core.message_size import check_rows
+from core.ids import check_id, check_ids
 from core.messages import Message
 from core.storage import dialect, locks, message_pages, migrations
 from core.storage import schema as t
@@ -226,6 +227,8 @@ class MemoryStore:
         check_text(resource_id, f"The resource id of thread {thread_id!r}")
         check_text(title, f"The title of thread {thread_id!r}")
         check_text(meta_text, f"The metadata of thread {thread_id!r}")
+        check_id(thread_id, "thread id", InvalidArgumentError)
+        check_id(resource_id, "resource id", InvalidArgumentError)
         now = to_iso(created_at) if created_at else iso_now()
         with self.db.write() if conn is None else _nullcontext(conn) as wconn:
             self.db.lock(wconn, locks.thread_key(thread_id))
@@ -242,6 +245,8 @@ class MemoryStore:
         return thread
 
     def get_thread(self, thread_id: str, *, conn: sa.Connection | None = None) -> Thread | None:
+        # An id the database would cut short must not find the thread it is cut to.
+        check_id(thread_id, "thread id", InvalidArgumentError)
         if conn is None:
             with self.db.read() as own:
                 return self.get_thread(thread_id, conn=own)
@@ -262,6 +267,7 @@ class MemoryStore:
         count = sa.select(sa.func.count()).select_from(t.threads)
         conds = []
         if resource_id is not None:
+            check_id(resource_id, "resource id", InvalidArgumentError)
             conds.append(t.threads.c.resourceId == resource_id)
         for key, value in (metadata_filter or {}).items():
             if isinstance(value, (dict, list)):
@@ -289,6 +295,7 @@ class MemoryStore:
         """Mastra semantics: metadata merges shallowly, an omitted title is kept."""
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidArgumentError("Thread metadata must be a JSON object (a dict).")
+        check_id(thread_id, "thread id", InvalidArgumentError)
         with self.db.write() as conn:
             self.db.lock(conn, locks.thread_key(thread_id))
             row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
@@ -311,6 +318,7 @@ class MemoryStore:
     def delete_thread(self, thread_id: str) -> int:
         """Delete the messages, the thread-scoped working-memory history, then the thread (no FK cascade
         in Mastra's schema). Returns messages removed."""
+        check_id(thread_id, "thread id", InvalidArgumentError)
         with self.db.write() as conn:
             removed = conn.execute(t.messages.delete().where(t.messages.c.thread_id == thread_id)).rowcount
             if migrations.has_table(conn, t.wm_versions.name):  # absent from a Mastra database
@@ -335,6 +343,11 @@ class MemoryStore:
         latest: dict[str, Message] = {}
         for m in messages:  # a repeated id inside one batch: the later copy wins, O(n)
             latest[m.id] = m
+        # Checked here, on the last path every save takes: a Message's fields can be changed after
+        # it was built, and the caller's transaction then rolls back the whole batch.
+        check_ids(((v, what) for m in latest.values()
+                   for v, what in ((m.id, "message id"), (m.thread_id, "thread id"), (m.resource_id, "resource id"))),
+                  InvalidArgumentError)
         rows = [m.to_row_tuple() for m in latest.values()]
         _check_rows(rows)
         check_rows(rows, max_bytes)
@@ -349,6 +362,7 @@ class MemoryStore:
     def list_messages(self, query: MessageQuery) -> list[Message]:
         # Plain SQL: this runs on every turn, and building a SQLAlchemy statement each time cost more
         # than the indexed lookup itself.
+        check_ids(((query.thread_id, "thread id"), (query.resource_id, "resource id")), InvalidArgumentError)
         where = ["thread_id = ?"]
         params: list[Any] = [query.thread_id]
         if query.resource_id is not None:
@@ -431,6 +445,7 @@ class MemoryStore:
         wanted = list(ids)
         if not wanted:
             return []
+        check_ids(((i, "message id") for i in wanted), InvalidArgumentError)
         with self.db.read() as conn:
             rows = conn.execute(sa.select(t.messages).where(t.messages.c.id.in_(wanted))).mappings().all()
         return sorted((Message.from_row(r) for r in rows), key=lambda m: (m.created_at, m.id))
@@ -448,6 +463,10 @@ class MemoryStore:
                     continue
                 found[target["id"]] = Message.from_row(target)
                 base = sa.select(t.messages).where(msg.thread_id == target["thread_id"], msg.role != "system")
+                if resource_id is not None:
+                    # A neighbour is held to the same rule as the hit: another resource's row in the
+                    # thread (written before ownership was checked per message) never comes along.
+                    base = base.where(sa.or_(msg.resourceId.is_(None), msg.resourceId == resource_id))
                 key = (target["createdAt"], target["id"])
                 if inc.before:
                     rows = conn.execute(
@@ -467,6 +486,7 @@ class MemoryStore:
         wanted = list(ids)
         if not wanted:
             return 0
+        check_ids(((i, "message id") for i in wanted), InvalidArgumentError)
         with self.db.write() as conn:
             return int(conn.execute(t.messages.delete().where(t.messages.c.id.in_(wanted))).rowcount or 0)
 
@@ -492,6 +512,7 @@ class MemoryStore:
 
     # -- resources -------------------------------------------------------------------------------
     def get_resource(self, resource_id: str) -> Resource | None:
+        check_id(resource_id, "resource id", InvalidArgumentError)
         cols = (
             t.resources.c.id, t.resources.c.workingMemory, json_col(t.resources.c.metadata).label("metadata"),
             t.resources.c.createdAt, t.resources.c.updatedAt,
@@ -511,6 +532,7 @@ class MemoryStore:
         conn: sa.Connection | None = None,
     ) -> None:
         """Create the row if missing; merge metadata shallowly; replace working memory only when given."""
+        check_id(resource_id, "resource id", InvalidArgumentError)
         if conn is None:
             with self.db.write() as own:
                 self.update_resource(resource_id, working_memory=working_memory, metadata=metadata, conn=own)

@@ -28,6 +28,7 @@ from functools import lru_cache
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
 
+from core.redaction import REDACTED, redact_value
 from core.traces.spans import COLUMNS, SpanRecord, SpanType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,15 +66,11 @@ __all__ = [
     "redact_secrets",
 ]
 
-REDACTED = "[REDACTED]"
-
 # ----------------------------------------------------------------------------------------------
 # Redaction
 
 
 _SECRET_KEY_PARTS = ("apikey", "authorization", "password", "passwd", "secret", "cookie", "privatekey")
-# Literal secrets that end up in free text (a pasted key, a logged header), whatever the key.
-_SECRET_VALUE = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}|\bsk-[A-Za-z0-9_-]{16,}")
 
 
 @lru_cache(maxsize=4096)  # the same few dozen keys recur in every span
@@ -88,7 +85,8 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_secrets(value: Any) -> Any:
-    """A copy of ``value`` with secret-named keys and secret-looking strings replaced."""
+    """A copy of ``value`` with secret-named keys, the keys in use and key-shaped strings replaced
+    (``core.redaction``): in messages, tool arguments, error messages and stacks alike."""
     if isinstance(value, Mapping):
         return {
             k: REDACTED if isinstance(k, str) and is_secret_key(k) else redact_secrets(v)
@@ -96,9 +94,7 @@ def redact_secrets(value: Any) -> Any:
         }
     if isinstance(value, (list, tuple)):
         return [redact_secrets(v) for v in value]
-    if isinstance(value, str):
-        return _SECRET_VALUE.sub(REDACTED, value)
-    return value
+    return redact_value(value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,7 +351,8 @@ class Tracer:
 
     def _finish(self, span: Span) -> SpanRecord:
         record = span.to_record()
-        record = replace(record, **{a: self._redact(getattr(record, a)) for a in _JSON_ATTRS})
+        record = replace(record, name=self._redact(record.name),
+                         **{a: self._redact(getattr(record, a)) for a in _JSON_ATTRS})
         try:
             self.exporter.export([record])
         except Exception:  # noqa: BLE001 - a broken exporter must never fail an agent run

@@ -78,6 +78,15 @@ def make_ctx(store, *, thread="thread-1", resource="resource-1", recall=None, in
     return ProcessorContext(request=req, messages=ml, services=Memory(store).services())
 
 
+def run_output(ctx: ProcessorContext, processor: SemanticRecall) -> None:
+    """The output phase as ``Memory.run_output`` runs it: the processor, then the work it left for
+    after the save (recall indexes what was saved, never an input a failed turn did not store)."""
+    ctx.after_output.clear()
+    processor.process_output(ctx)
+    for hook in ctx.after_output:
+        hook()
+
+
 def memory_ids(ctx: ProcessorContext) -> list[str]:
     return [m.id for m in ctx.messages.messages("memory")]
 
@@ -207,8 +216,9 @@ def test_output_indexes_new_user_and_assistant_messages_once(store):
     ctx.messages.add(Message.assistant("Lyon is lovely", created_at=at(200_000)), "response", Provenance("model"))
     ctx.messages.add_system("instructions", None, Provenance("instructions"))
     ctx.live = True
-    SemanticRecall(index).process_output(ctx)
-    SemanticRecall(index).process_output(ctx)  # a second run finds them indexed: no duplicate work
+    ctx.saved = store.memory.save_messages(ctx.messages.new_messages())  # what the saver stored
+    run_output(ctx, SemanticRecall(index))
+    run_output(ctx, SemanticRecall(index))  # a second run finds them indexed: no duplicate work
     with store.db.read() as conn:
         rows = conn.exec_driver_sql(f"SELECT metadata FROM {vector_table_name(64)}").all()
     import json
@@ -226,7 +236,8 @@ def test_output_in_read_only_mode_writes_nothing(store):
     ctx = make_ctx(store, inputs=["remember this"])
     ctx.request.options = ctx.request.options.with_(read_only=True)
     ctx.live = True
-    SemanticRecall(index).process_output(ctx)
+    ctx.saved = ctx.messages.new_messages()
+    run_output(ctx, SemanticRecall(index))
     with store.db.read() as conn:
         assert conn.exec_driver_sql(f"SELECT count(*) FROM {vector_table_name(64)}").scalar() == 0
 

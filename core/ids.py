@@ -1,0 +1,57 @@
+"""Which strings may be ids: the one rule every entry point that takes a thread, resource or message
+id applies.
+
+libSQL stores a NUL character in full but hands strings to SQLite as C strings, so a parameter is
+cut at its first NUL: ``"r1\\x00evil"`` is looked up, compared and stored as ``"r1"``, and two ids
+collide (a thread created for ``r1\\x00evil`` reads back as owned by ``r1``). A lone surrogate has no
+UTF-8 form at all and makes the driver fail with a bare ``ValueError``. Everything else round-trips
+exactly (checked by a property test over arbitrary text), so only these two are refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+# A surrogate code point on its own (Python strings may hold them; UTF-8 cannot).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be stored as an id, or None when it can."""
+    if not isinstance(value, str):
+        return f"an id must be a string, got {type(value).__name__}"
+    if "\x00" in value:
+        return "it contains a NUL character (\\x00), which the database would cut the id at"
+    match = _SURROGATE.search(value)
+    if match is not None:
+        return (f"it contains a lone surrogate (U+{ord(match.group()):04X}), which has no UTF-8 form; "
+                "decode the text properly before using it as an id")
+    return None
+
+
+def check_id(value: object, what: str, error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` naming ``what`` (``"thread id"``, ``"resource id"``...) when ``value`` is unusable."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise error(f"The {what} {value!r} cannot be used: {problem}. Use an id without it.")
+
+
+def check_ids(values: Iterable[tuple[object, str]], error: type[Exception] = ValueError) -> None:
+    """``check_id`` for many ``(value, what)`` pairs; one regex pass when all are fine (the save path)."""
+    pairs = [(v, w) for v, w in values if v is not None]
+    texts = [v for v, _ in pairs if isinstance(v, str)]
+    if len(texts) == len(pairs) and not _UNSTORABLE.search("".join(texts)):
+        return
+    for value, what in pairs:
+        check_id(value, what, error)
+
+
+def check_optional_id(value: object, what: str, error: type[Exception] = ValueError) -> None:
+    """``check_id`` for ids that may be absent (None or empty means "not given")."""
+    if value is not None and value != "":
+        check_id(value, what, error)
+
+
+__all__ = ["check_id", "check_ids", "check_optional_id", "id_problem"]

@@ -1,0 +1,81 @@
+"""Working-memory updates staged during an agent turn and committed with the turn's messages.
+
+Writing an update when the model's tool call ran let working memory reflect a turn that history
+lacks (the turn failed, or the process died, before its messages were saved). Staged, the update is
+validated at once (the model gets a true answer) and written in the transaction that saves the turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import sqlalchemy as sa
+
+from core.options import WorkingMemoryOptions
+from core.storage import locks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.working_memory import WorkingMemoryService
+
+
+@dataclass(frozen=True)
+class _StagedUpdate:
+    opts: WorkingMemoryOptions
+    scope: str
+    owner: str
+    thread_id: str | None
+    resource_id: str | None
+    kind: Literal["replace", "merge"]
+    value: Any  # the replacement text, or the merge patch
+
+
+class StagedWorkingMemory:
+    """The model's working-memory updates during one turn, written together with the turn's messages.
+
+    Each update is validated when the tool is called, against what is stored plus the updates staged
+    before it; ``commit`` re-applies them in order inside the transaction that saves the turn, onto
+    whatever is stored by then (so a merge keeps fields a concurrent editor changed meanwhile).
+    """
+
+    def __init__(self, service: WorkingMemoryService) -> None:
+        self.service = service
+        self.updates: list[_StagedUpdate] = []
+
+    def preview(self, scope: str, owner: str) -> str | None:
+        """The stored value as this turn would leave it."""
+        with self.service.store.db.read() as conn:
+            text = self.service._read(conn, scope, owner)
+        for update in self.updates:
+            if (update.scope, update.owner) == (scope, owner):
+                text = self._applied(update, text)
+        return text
+
+    def add(self, opts: WorkingMemoryOptions, thread_id: str | None, resource_id: str | None,
+            kind: Literal["replace", "merge"], value: Any) -> str:
+        """Validate and record one update; returns the value it leaves (raises ``WorkingMemoryError``)."""
+        scope, owner = self.service.owner(opts, thread_id, resource_id)
+        update = _StagedUpdate(opts, scope, owner, thread_id, resource_id, kind, value)
+        text = self._applied(update, self.preview(scope, owner))
+        self.updates.append(update)
+        return text
+
+    def commit(self, conn: sa.Connection) -> None:
+        """Write the staged updates inside the caller's write transaction."""
+        service = self.service
+        for update in self.updates:
+            # Postgres does not serialise writers as libSQL's BEGIN IMMEDIATE does: lock the owner so
+            # a concurrent merge cannot read the same old value and drop this one's fields.
+            service.store.db.lock(conn, locks.owner_key(update.scope, update.owner))
+            text = self._applied(update, service._read(conn, update.scope, update.owner))
+            service._store(conn, update.scope, update.owner, text, update.opts, update.thread_id, update.resource_id)
+            service._version(conn, update.scope, update.owner, text, update.opts.mode, "agent", None)
+        self.updates.clear()
+
+    def _applied(self, update: _StagedUpdate, current: str | None) -> str:
+        if update.kind == "merge":
+            return self.service._merged(update.opts, current, update.value)
+        return self.service._serialize(update.opts, update.value)
+
+
+__all__ = ["StagedWorkingMemory"]
