@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import uuid
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
+from core.errors import MemoryStudioError
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
+from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
 from core.timeutil import to_ms
+from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
+
+log = logging.getLogger(__name__)
 
 ToolFn = Callable[[dict[str, Any], "ToolContext"], Any]
 
@@ -100,8 +106,8 @@ class AgentResult:
     tool_results: list[dict[str, Any]] = field(default_factory=list)
 
 
-class AgentError(RuntimeError):
-    pass
+class AgentError(MemoryStudioError, RuntimeError):
+    """An agent was built or called in a way that cannot work."""
 
 
 class Agent:
@@ -114,7 +120,7 @@ class Agent:
         memory: Memory | MemoryFactory | None = None,
         tools: Sequence[Tool | Callable[..., Any]] = (),
         agents: Sequence["Agent"] | Mapping[str, "Agent"] = (),
-        tracer: Any = None,
+        tracer: SpanTracer | Literal[False] | None = None,
         max_steps: int = 8,
         temperature: float | None = None,
     ) -> None:
@@ -127,6 +133,7 @@ class Agent:
         self.tools = {t.name: t for t in map(as_tool, tools)}
         # Sub-agents as a list, or as Mastra's {name: agent} mapping.
         self.sub_agents = dict(agents) if isinstance(agents, Mapping) else {a.name: a for a in agents}
+        # None: the memory's turn tracer (by default the trace file beside the database); False: off.
         self.tracer = tracer
         self.max_steps = max_steps
         self.temperature = temperature
@@ -147,10 +154,18 @@ class Agent:
         context: Sequence[Message] = (),
         options: Mapping[str, Any] | None = None,
         request_context: Mapping[str, Any] | None = None,
-        _parent_span: Any = None,
     ) -> AgentResult:
         values = dict(request_context or {})
-        mem = resolve_memory(self.memory, values)
+        return self._generate(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
+                              context=context, options=options, values=values, parent_span=None)
+
+    def _generate(
+        self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
+        scopes: Sequence[str] | None, context: Sequence[Message], options: Mapping[str, Any] | None,
+        values: dict[str, Any], parent_span: TracedSpan | None,
+    ) -> AgentResult:
+        """One turn with ``mem`` already chosen (a delegation hands the sub-agent its memory this way,
+        so one agent can serve several supervisors at once)."""
         mem_arg = dict(memory or {})
         resource_id, thread_id, other_scopes = parse_scopes(
             scopes, resource_id=mem_arg.get("resource"), thread_id=mem_arg.get("thread")
@@ -159,60 +174,48 @@ class Agent:
         if mem is not None and thread_id is None and resource_id is not None:
             thread_id = f"thread_{uuid.uuid4().hex[:16]}"  # Mastra gives every call without a thread a new one
         tracer = self._tracer_for(mem)
-        run_span = None
-        if tracer is not None:
-            run_span = tracer.start_span(
-                f"agent run: '{self.name}'", "agent_run", parent=_parent_span, new_trace=_parent_span is None,
-                input={"message": _describe_input(message)}, thread_id=thread_id, resource_id=resource_id,
-                entity_type="agent", entity_id=self.name, entity_name=self.name,
-                attributes={"model": self.model.describe() if hasattr(self.model, "describe") else str(self.model)},
-            )
-            run_span.__enter__()
-        try:
+        # Leaving the root span (it ends then) wakes the exporter's background writer; the turn never
+        # waits on the trace store (a busy DuckDB file only delays when the trace becomes visible).
+        with tracer.start_span(
+            f"agent run: '{self.name}'", "agent_run", parent=parent_span, new_trace=parent_span is None,
+            input={"message": _describe_input(message)}, thread_id=thread_id, resource_id=resource_id,
+            entity_type="agent", entity_id=self.name, entity_name=self.name,
+            attributes={"model": self.model.describe() if hasattr(self.model, "describe") else str(self.model)},
+        ) as run_span:
             result = self._run(mem, message, thread_id, resource_id, other_scopes, overrides, context, values, tracer)
-        except BaseException as exc:
-            if run_span is not None:
-                run_span.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        if run_span is not None:
             run_span.set_output({"text": result.text, "finishReason": result.finish_reason})
             run_span.set_attributes({"usage": result.usage.__dict__})
-            result.trace_id = run_span.trace_id
-            # Ending the root span wakes the exporter's background writer; the turn never waits on
-            # the trace store (a busy DuckDB file only delays when the trace becomes visible).
-            run_span.__exit__(None, None, None)
+            result.trace_id = run_span.trace_id or None
         return result
 
-    def _tracer_for(self, mem: Memory | None) -> Any:
+    def _tracer_for(self, mem: Memory | None) -> SpanTracer:
         """Every run is traced unless tracing was turned off (``tracer=False`` or
         ``$MEMORY_STUDIO_TRACING=off``): by default into the DuckDB file beside the memory database."""
         if self.tracer is False or os.environ.get("MEMORY_STUDIO_TRACING", "").lower() in ("off", "0", "false"):
-            return None
+            return NOOP_TRACER
         if self.tracer is not None:
             return self.tracer
-        if mem is None:
-            return None
-        return mem.tracer if mem.tracer is not None else mem.store.tracer()
+        return mem.turn_tracer() if mem is not None else NOOP_TRACER
 
     # -- the turn --------------------------------------------------------------------------------
     def _run(
         self, mem: Memory | None, message: Any, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], overrides: Mapping[str, Any], context: Sequence[Message],
-        values: Mapping[str, Any], tracer: Any,
+        values: Mapping[str, Any], tracer: SpanTracer,
     ) -> AgentResult:
+        ctx: ProcessorContext | None
         if mem is not None:
             # Ownership is checked here, before any model call (and before anything is written).
             request = mem.request_context(
                 thread_id=thread_id, resource_id=resource_id, options=overrides or None,
                 scopes=[*scopes], values=values,
             )
-            ctx = mem.new_context(request)
-            ctx.live = True
-            ctx.tracer = tracer
-            inputs = mem.prepare_input(ctx, input=_as_messages(message), instructions=self.instructions,
+            ctx = turn = mem.new_context(request, services=replace(mem.services(), tracer=tracer))
+            turn.live = True
+            inputs = mem.prepare_input(turn, input=_as_messages(message), instructions=self.instructions,
                                        context=context)
             prompt = self._span(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},
-                                lambda: mem.run_input(ctx, extra_tools=self._tool_specs()), thread_id, resource_id)
+                                lambda: mem.run_input(turn, extra_tools=self._tool_specs()), thread_id, resource_id)
             processors = list(prompt.processors)
         else:
             ml = MessageList()
@@ -291,13 +294,11 @@ class Agent:
             tool_results=tool_results,
         )
 
-    def _call_model(self, tracer: Any, prompt: AssembledPrompt, thread_id: str | None,
+    def _call_model(self, tracer: SpanTracer, prompt: AssembledPrompt, thread_id: str | None,
                     resource_id: str | None) -> ChatResult:
         kwargs: dict[str, Any] = {"tools": prompt.tools or None}
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
-        if tracer is None:
-            return self.model.generate(prompt.messages, **kwargs)
         with tracer.start_span(
             f"llm: '{self.model.model_id}'", "model_generation", input={"messages": prompt.messages,
                                                                         "tools": prompt.tools},
@@ -314,7 +315,7 @@ class Agent:
     def _execute(
         self, call: ToolCall, mem: Memory | None, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], values: Mapping[str, Any], ml: MessageList, overrides: Mapping[str, Any],
-        tracer: Any, ctx: Any,
+        tracer: SpanTracer, ctx: ProcessorContext | None,
     ) -> Any:
         if call.arguments_error:
             return {"error": f"Your arguments for {call.name} were not valid JSON ({call.arguments_error}). "
@@ -340,10 +341,9 @@ class Agent:
             try:
                 return tool.fn(dict(call.arguments), tctx)
             except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model, not fatal
+                log.warning("tool %r of agent %r failed; the model gets the error", call.name, self.name, exc_info=True)
                 return {"error": f"{type(exc).__name__}: {exc}"}
 
-        if tracer is None:
-            return run()
         with tracer.start_span(f"tool: '{call.name}'", "tool_call", input=call.arguments,
                                thread_id=thread_id, resource_id=resource_id,
                                attributes={"toolCallId": call.id}) as span:
@@ -352,7 +352,7 @@ class Agent:
             return out
 
     def _delegate(self, sub: "Agent", call: ToolCall, mem: Memory | None, resource_id: str | None,
-                  ml: MessageList, tracer: Any) -> Any:
+                  ml: MessageList, tracer: SpanTracer) -> Any:
         """A delegation: a fresh thread, resource ``{parent}-{agent}``, the supervisor's memory
         unless the sub-agent has its own; only the delegation prompt and the reply are saved."""
         prompt_text = str(call.arguments.get("prompt") or call.arguments.get("task") or "")
@@ -360,24 +360,17 @@ class Agent:
             return {"error": "Delegation needs a 'prompt' argument."}
         child_resource = f"{resource_id}-{sub.name}" if resource_id else sub.name
         child_thread = f"{sub.name}-{new_id()}"
-        inherited = sub.memory is None and mem is not None
-        if inherited:
-            sub.memory = mem
-        try:
-            forwarded = [m.copy(id=f"ctx-{m.id}", thread_id=None, resource_id=None) for m in ml.messages("memory", "input")]
-            from core.traces.tracer import current_span
-
-            result = sub.generate(prompt_text, memory={"resource": child_resource, "thread": child_thread},
-                                  context=forwarded, _parent_span=current_span() if tracer is not None else None)
-        finally:
-            if inherited:
-                sub.memory = None
+        # The memory is passed, never assigned to the sub-agent: it may serve other supervisors
+        # (with other memories) at the same time.
+        sub_mem = resolve_memory(sub.memory, {}) if sub.memory is not None else mem
+        forwarded = [m.copy(id=f"ctx-{m.id}", thread_id=None, resource_id=None) for m in ml.messages("memory", "input")]
+        result = sub._generate(sub_mem, prompt_text, memory={"resource": child_resource, "thread": child_thread},
+                               scopes=None, context=forwarded, options=None, values={},
+                               parent_span=tracer.current_span())
         return {"agent": sub.name, "thread": child_thread, "resource": child_resource, "text": result.text}
 
-    def _span(self, tracer: Any, name: str, kind: str, attrs: dict[str, Any], fn: Callable[[], Any],
+    def _span(self, tracer: SpanTracer, name: str, kind: str, attrs: dict[str, Any], fn: Callable[[], Any],
               thread_id: str | None, resource_id: str | None) -> Any:
-        if tracer is None:
-            return fn()
         with tracer.start_span(name, kind, attributes=attrs, thread_id=thread_id, resource_id=resource_id) as span:
             out = fn()
             if isinstance(out, AssembledPrompt):

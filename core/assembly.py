@@ -1,49 +1,59 @@
 """How a turn is assembled: the processor chains in Mastra's order, and running them.
 
-``TurnAssembly`` is the half of ``Memory`` that turns a request into an ``AssembledPrompt`` (input
-side) and persists a finished turn (output side). It relies on the ``Memory`` attributes ``store``,
-``options``, ``tokenizer``, ``tracer``, ``clock``, ``name``, ``user_processors`` and
-``user_output_processors``.
+``TurnAssembler`` turns a request into an ``AssembledPrompt`` (input side) and persists a finished
+turn (output side). ``Memory`` owns one and delegates to it; the assembler sees the memory only
+through what it is given: its name, its options (and how per-call overrides resolve), its user
+processors, and a factory of the ``MemoryServices`` handed to every processor.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from core.message_list import MessageList, Provenance
 from core.messages import Message, MessageFormatError
 from core.options import MemoryOptions
-from core.processors.base import Processor, ProcessorContext, RequestContext
+from core.processors.base import BaseProcessor, Processor, ProcessorContext, RequestContext
 from core.processors.input_filter import MemoryInputFilter
 from core.processors.message_history import MessageHistory
+from core.processors.services import MemoryServices
 from core.processors.working_memory import WorkingMemory
 from core.prompt import AssembledPrompt, build_prompt
-from core.scopes import ThreadOwnershipError, parse_scopes
+from core.scopes import check_thread_owner, parse_scopes
+from core.storage import Store
 from core.storage.memory_store import InvalidArgumentError, NotFoundError
 from core.timeutil import to_ms
 
-if TYPE_CHECKING:  # pragma: no cover
-    from core.storage import Store
-    from core.tokens import Tokenizer
 
+class TurnAssembler:
+    """Builds and runs the processor chains of one memory.
 
-class TurnAssembly:
-    store: "Store"
-    options: MemoryOptions
-    tracer: Any
-    clock: Any
-    name: str
-    user_processors: list[Processor]
-    user_output_processors: list[Processor]
+    ``store``: the memory's database. ``options``: the memory's own options (which processors run when a call gives none).
+    ``resolve_options``: the effective options of a call, given its per-call overrides.
+    ``services``: builds the services of one turn (called once per turn, so a recall index or a
+    tokenizer created since the last turn is seen). ``processors`` / ``output_processors``: user
+    processors; one with a built-in's id replaces that built-in.
+    """
 
-    if TYPE_CHECKING:  # provided by Memory
-        @property
-        def tokenizer(self) -> "Tokenizer": ...
-
-        def effective_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions: ...
-
-        def get_thread(self, thread_id: str) -> Any: ...
+    def __init__(
+        self,
+        *,
+        name: str,
+        store: Store,
+        options: MemoryOptions,
+        resolve_options: Callable[[Mapping[str, Any] | None], MemoryOptions],
+        services: Callable[[], MemoryServices],
+        processors: Sequence[Processor] = (),
+        output_processors: Sequence[Processor] = (),
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.options = options
+        self._resolve_options = resolve_options
+        self._services = services
+        self.user_processors = list(processors)
+        self.user_output_processors = list(output_processors)
 
     # -- processors ------------------------------------------------------------------------------
     def input_processors(self, opts: MemoryOptions | None = None) -> list[Processor]:
@@ -52,19 +62,20 @@ class TurnAssembly:
         chain: list[Processor] = []
         om = opts.observational_memory.enabled
         if opts.history_enabled or om:
-            chain.append(user.pop(MemoryInputFilter.id, None) or MemoryInputFilter())
+            chain.append(_take(user, MemoryInputFilter))
         if opts.working_memory.enabled:
-            chain.append(user.pop(WorkingMemory.id, None) or WorkingMemory())
+            chain.append(_take(user, WorkingMemory))
         if opts.history_enabled and not om:
-            chain.append(user.pop(MessageHistory.id, None) or MessageHistory())
+            chain.append(_take(user, MessageHistory))
+        # Recall and observational memory are imported when used: recall pulls in numpy.
         if opts.semantic_recall.enabled:
             from core.processors.semantic_recall import SemanticRecall
 
-            chain.append(user.pop(SemanticRecall.id, None) or SemanticRecall())
+            chain.append(_take(user, SemanticRecall))
         if om:
             from core.processors.observational import ObservationalMemory
 
-            chain.append(user.pop(ObservationalMemory.id, None) or ObservationalMemory())
+            chain.append(_take(user, ObservationalMemory))
         chain.extend(user.values())
         return chain
 
@@ -75,13 +86,13 @@ class TurnAssembly:
         if opts.semantic_recall.enabled:
             from core.processors.semantic_recall import SemanticRecall
 
-            chain.append(user.pop(SemanticRecall.id, None) or SemanticRecall())
+            chain.append(_take(user, SemanticRecall))
         if opts.observational_memory.enabled:
             from core.processors.observational import ObservationalMemory
 
-            chain.append(user.pop(ObservationalMemory.id, None) or ObservationalMemory())
+            chain.append(_take(user, ObservationalMemory))
         else:
-            chain.append(user.pop(MessageHistory.id, None) or MessageHistory())
+            chain.append(_take(user, MessageHistory))
         chain.extend(p for p in user.values() if p.id not in {c.id for c in chain} and p not in self.user_processors)
         return chain
 
@@ -91,10 +102,10 @@ class TurnAssembly:
         scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None,
     ) -> RequestContext:
         resource_id, thread_id, others = parse_scopes(scopes, resource_id=resource_id, thread_id=thread_id)
-        opts = self.effective_options(options)
-        thread = self.get_thread(thread_id) if thread_id else None
-        if thread is not None and resource_id and thread.resource_id and thread.resource_id != resource_id:
-            raise ThreadOwnershipError(thread_id or "", thread.resource_id, resource_id)
+        opts = self._resolve_options(options)
+        thread = self.store.memory.get_thread(thread_id) if thread_id else None
+        if thread is not None:
+            check_thread_owner(thread.id, thread.resource_id, resource_id)
         if thread is not None and resource_id is None:
             resource_id = thread.resource_id or None
         return RequestContext(
@@ -102,11 +113,15 @@ class TurnAssembly:
             values=dict(values or {}), memory_name=self.name,
         )
 
-    def new_context(self, request: RequestContext, messages: MessageList | None = None) -> ProcessorContext:
+    def new_context(
+        self, request: RequestContext, messages: MessageList | None = None, *, services: MemoryServices | None = None
+    ) -> ProcessorContext:
+        """A fresh context for one turn, with the memory's services unless others are given (an agent
+        run passes the memory's services with its own tracer)."""
         return ProcessorContext(
             request=request,
             messages=messages or MessageList(thread_id=request.thread_id, resource_id=request.resource_id),
-            store=self.store, tokenizer=self.tokenizer, memory=self, tracer=self.tracer,
+            services=services if services is not None else self._services(),
         )
 
     def assemble(
@@ -156,7 +171,8 @@ class TurnAssembly:
         for text in ([instructions] if isinstance(instructions, str) else list(instructions or [])):
             if text:
                 ctx.messages.add_system(text, None, Provenance("instructions"))
-        now = to_ms(self.clock.now())
+        store = ctx.services.store
+        now = to_ms(ctx.services.clock.now())
         ctx_msgs = [m if isinstance(m, Message) else Message.user(str(m)) for m in context]
         for i, m in enumerate(ctx_msgs):
             if m.role == "system":
@@ -171,8 +187,8 @@ class TurnAssembly:
         if req.thread_id and req.as_of is None:
             # A new turn sorts after everything already stored, even when turns follow each other
             # within a millisecond (or the clock is behind another writer's).
-            with self.store.db.read() as conn:
-                newest = self.store.memory.newest_message_times([req.thread_id], conn).get(req.thread_id)
+            with store.db.read() as conn:
+                newest = store.memory.newest_message_times([req.thread_id], conn).get(req.thread_id)
             if newest is not None and newest >= start:
                 start = newest + timedelta(milliseconds=1)
         for i, m in enumerate(input):
@@ -207,7 +223,7 @@ class TurnAssembly:
     ) -> AssembledPrompt:
         tools = [*ctx.tools, *[dict(tl) for tl in extra_tools]]
         return build_prompt(
-            ctx.messages, tokenizer=self.tokenizer, tools=tools, skipped=ctx.skipped, notes=ctx.notes,
+            ctx.messages, tokenizer=ctx.services.tokenizer, tools=tools, skipped=ctx.skipped, notes=ctx.notes,
             options=ctx.request.options.to_dict(), processors=processors,
             context_window=ctx.request.options.context_window,
         )
@@ -221,11 +237,7 @@ class TurnAssembly:
 
     def _run(self, processor: Processor, ctx: ProcessorContext, phase: str) -> None:
         method = processor.process_input if phase == "input" else processor.process_output
-        tracer = ctx.tracer
-        if tracer is None:
-            method(ctx)
-            return
-        with tracer.start_span(
+        with ctx.tracer.start_span(
             f"processor: {processor.id} ({phase})", "processor_run",
             attributes={"processorId": processor.id, "phase": phase},
             thread_id=ctx.request.thread_id, resource_id=ctx.request.resource_id,
@@ -234,3 +246,8 @@ class TurnAssembly:
             reason = ctx.skipped.get(processor.id)
             span.set_attributes({"skipped": reason} if reason else {"notes": ctx.notes.get(processor.id, {})})
 
+
+def _take(user: dict[str, Processor], builtin: type[BaseProcessor]) -> Processor:
+    """The user's processor with the built-in's id (removed from ``user``), else the built-in."""
+    mine = user.pop(builtin.id, None)
+    return mine if mine is not None else builtin()

@@ -13,6 +13,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from typing import Any, NoReturn, Sequence, TextIO
 
 from core.agent_configs import DEFAULT_MEMORY_NAME
+from core.errors import MemoryStudioError
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message
 from core.options import MemoryOptions, OptionsError
@@ -25,7 +26,7 @@ from core.transfer.commands import add_parsers as add_transfer_parsers
 COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "demo", *TRANSFER_COMMANDS)
 
 
-class CliError(Exception):
+class CliError(MemoryStudioError):
     pass
 
 

@@ -1,8 +1,10 @@
 """The Memory facade: threads, messages, working memory, recall, and the assembled prompt.
 
-``Memory`` builds the processors in Mastra's order (spec §2.2), runs them over a ``MessageList``
-and hands back an ``AssembledPrompt``. Assembling only reads; saving happens in output processors
-(or ``save_messages``) when an agent actually runs a turn.
+``Memory`` owns a ``TurnAssembler`` (``core/assembly.py``) that builds the processors in Mastra's
+order (spec §2.2), runs them over a ``MessageList`` and hands back an ``AssembledPrompt``; the
+turn methods here delegate to it. Processors get this memory's ``MemoryServices``, never the
+facade. Assembling only reads; saving happens in output processors (or ``save_messages``) when an
+agent actually runs a turn.
 """
 
 from __future__ import annotations
@@ -10,13 +12,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from core.assembly import TurnAssembler
+from core.errors import MemoryStudioError
+from core.message_list import MessageList
 from core.messages import Message, MessageFormatError, new_id
 from core.options import MemoryOptions, OptionsError
-from core.processors.base import Processor
-from core.assembly import TurnAssembly
-from core.scopes import MemoryError_, ScopeConflictError, ThreadOwnershipError, parse_scopes
+from core.processors.base import Processor, ProcessorContext, RequestContext
+from core.processors.services import MemoryServices
+from core.prompt import AssembledPrompt
+from core.scopes import ScopeConflictError, ThreadOwnershipError, check_thread_owner, parse_scopes
 from core.storage import Store, open_store
 from core.storage.memory_store import (
     AlreadyExistsError,
@@ -29,14 +35,19 @@ from core.storage.memory_store import (
 from core.storage import schema as t
 from core.timeutil import Clock, SystemClock, iso_now
 from core.tokens import Tokenizer, default_tokenizer
+from core.traces.tracer import NOOP_TRACER, SpanTracer
 from core.working_memory import WorkingMemoryService, hide_working_memory
 from core.working_memory_schema import WorkingMemoryError
 
-MEMORY_TAG = "memory"
+if TYPE_CHECKING:  # pragma: no cover
+    from core.embedding import Embedder
+    from core.llm.base import ChatModel
+    from core.recall import RecallIndex, SearchHit
+    from core.recall.index import Mode
 
 
-class ConfigurationError(MemoryError_, ValueError):
-    pass
+class ConfigurationError(MemoryStudioError, ValueError):
+    """A memory (or a memory factory) was configured in a way that cannot work."""
 
 
 @dataclass
@@ -78,41 +89,48 @@ class CloneResult:
         return getattr(self.thread, name)
 
 
-class Memory(TurnAssembly):
-    """Agent memory over one store. Synchronous; safe to share between threads."""
+class Memory:
+    """Agent memory over one store. Synchronous; safe to share between threads.
+
+    ``tracer``: where previews and the processors of this memory's turns record spans. Without
+    one, previews are untraced and agent turns go to the store's trace file (``turn_tracer``).
+    """
 
     def __init__(
         self,
         store: Store | None = None,
         options: MemoryOptions | Mapping[str, Any] | None = None,
         *,
-        embedder: Any = None,
+        embedder: "Embedder | None" = None,
         processors: Sequence[Processor] = (),
         output_processors: Sequence[Processor] = (),
         name: str = "default",
         tokenizer: Tokenizer | None = None,
         clock: Clock | None = None,
-        tracer: Any = None,
-        observer_model: Any = None,
-        reflector_model: Any = None,
+        tracer: SpanTracer | None = None,
+        observer_model: "ChatModel | None" = None,
+        reflector_model: "ChatModel | None" = None,
     ) -> None:
         self.store = store if store is not None else open_store()
         if isinstance(options, Mapping):
             options = MemoryOptions(**options)
         self.options = options or MemoryOptions()
         self.name = name
-        self.clock = clock or SystemClock()
+        self.clock: Clock = clock or SystemClock()
         self._tokenizer = tokenizer
-        self.tracer = tracer
-        self.user_processors = list(processors)
-        self.user_output_processors = list(output_processors)
+        self.tracer: SpanTracer = tracer or NOOP_TRACER
+        self._own_tracer = tracer is not None
         self.working_memory_service = WorkingMemoryService(self.store, self.clock)
         self.embedder = embedder
         self.observer_model = observer_model
         self.reflector_model = reflector_model
-        self._recall_index: Any = None
+        self._recall_index: RecallIndex | None = None
         if self.options.semantic_recall.enabled:
             self._recall_index = self._build_recall_index()
+        self.assembler = TurnAssembler(
+            name=name, store=self.store, options=self.options, resolve_options=self.effective_options,
+            services=self.services, processors=processors, output_processors=output_processors,
+        )
 
     # -- collaborators ---------------------------------------------------------------------------
     @property
@@ -122,10 +140,84 @@ class Memory(TurnAssembly):
         return self._tokenizer
 
     @property
-    def recall_index(self) -> Any:
+    def recall_index(self) -> "RecallIndex | None":
         return self._recall_index
 
-    def _build_recall_index(self) -> Any:
+    def services(self) -> MemoryServices:
+        """What this memory's processors may use (built per turn: a recall index built since is seen)."""
+        return MemoryServices(
+            store=self.store, tokenizer=self.tokenizer, working_memory=self.working_memory_service,
+            save_messages=self._save_turn, clock=self.clock, tracer=self.tracer, recall_index=self._recall_index,
+            observer_model=self.observer_model, reflector_model=self.reflector_model,
+        )
+
+    def turn_tracer(self) -> SpanTracer:
+        """Where an agent turn's spans go: this memory's tracer if it was given one, else the trace
+        file beside the database."""
+        return self.tracer if self._own_tracer else self.store.tracer()
+
+    def _save_turn(self, messages: Sequence[Message]) -> list[Message]:
+        # The output processors index the turn themselves (semantic recall runs first).
+        return self.save_messages(messages, _index=False)
+
+    # -- turns (delegated to the TurnAssembler) --------------------------------------------------
+    def input_processors(self, opts: MemoryOptions | None = None) -> list[Processor]:
+        return self.assembler.input_processors(opts)
+
+    def output_processors(self, opts: MemoryOptions | None = None) -> list[Processor]:
+        return self.assembler.output_processors(opts)
+
+    def request_context(
+        self, *, thread_id: str | None, resource_id: str | None, options: Mapping[str, Any] | None = None,
+        scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None,
+    ) -> RequestContext:
+        """Who a turn is for, with its effective options; checks thread ownership first."""
+        return self.assembler.request_context(
+            thread_id=thread_id, resource_id=resource_id, options=options, scopes=scopes, values=values)
+
+    def new_context(
+        self, request: RequestContext, messages: MessageList | None = None, *, services: MemoryServices | None = None
+    ) -> ProcessorContext:
+        return self.assembler.new_context(request, messages, services=services)
+
+    def assemble(
+        self,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        input: Sequence[Message] | Message | str = (),
+        instructions: str | Sequence[str] | None = None,
+        context: Sequence[Message] = (),
+        options: Mapping[str, Any] | None = None,
+        scopes: Sequence[str] | None = None,
+        request_context: Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+        as_of: str | None = None,
+    ) -> AssembledPrompt:
+        """Build the exact prompt for a turn without writing anything (see ``TurnAssembler.assemble``)."""
+        return self.assembler.assemble(
+            thread_id=thread_id, resource_id=resource_id, input=input, instructions=instructions, context=context,
+            options=options, scopes=scopes, request_context=request_context, tools=tools, as_of=as_of,
+        )
+
+    def prepare_input(
+        self, ctx: ProcessorContext, *, input: Sequence[Message] | Message | str = (),
+        instructions: str | Sequence[str] | None = None, context: Sequence[Message] = (),
+    ) -> list[Message]:
+        return self.assembler.prepare_input(ctx, input=input, instructions=instructions, context=context)
+
+    def run_input(self, ctx: ProcessorContext, *, extra_tools: Sequence[Mapping[str, Any]] = ()) -> AssembledPrompt:
+        return self.assembler.run_input(ctx, extra_tools=extra_tools)
+
+    def run_output(self, ctx: ProcessorContext) -> list[Message]:
+        return self.assembler.run_output(ctx)
+
+    def record(
+        self, ctx: ProcessorContext, processors: list[str], extra_tools: Sequence[Mapping[str, Any]] = ()
+    ) -> AssembledPrompt:
+        return self.assembler.record(ctx, processors, extra_tools)
+
+    def _build_recall_index(self) -> "RecallIndex":
         if self.embedder is None:
             # The local multilingual model is the default. If it is not installed, this raises now,
             # at construction, with the command that installs it.
@@ -138,7 +230,7 @@ class Memory(TurnAssembly):
         index.check()
         return index
 
-    def _recall_index_for_search(self) -> Any:
+    def _recall_index_for_search(self) -> "RecallIndex":
         if self._recall_index is None:
             self._recall_index = self._build_recall_index()
         return self._recall_index
@@ -186,11 +278,10 @@ class Memory(TurnAssembly):
             return
         # Recall may be off in this process but on in another that shares the file: vectors of a
         # deleted thread must not survive to be recalled later (Mastra #12225).
-        import core.recall
+        if not self.store.read_only:
+            from core.recall import delete_thread_everywhere
 
-        cleanup = getattr(core.recall, "delete_thread_everywhere", None)
-        if cleanup is not None and not self.store.read_only:
-            cleanup(self.store, thread_id)
+            delete_thread_everywhere(self.store, thread_id)
 
     def clone_thread(
         self, source_thread_id: str, *, new_thread_id: str | None = None, title: str | None = None,
@@ -278,8 +369,8 @@ class Memory(TurnAssembly):
                 self.store.memory.create_thread(
                     thread_id=thread_id, resource_id=resource_id or thread_id, title="", metadata={}, conn=conn
                 )
-            elif resource_id and thread.resource_id and thread.resource_id != resource_id:
-                raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
+            else:
+                check_thread_owner(thread_id, thread.resource_id, resource_id)
 
     def recall(
         self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,
@@ -289,8 +380,7 @@ class Memory(TurnAssembly):
         thread = self.get_thread(thread_id)
         if thread is None:
             raise NotFoundError(f"No thread found with id {thread_id}")
-        if resource_id is not None and thread.resource_id and thread.resource_id != resource_id:
-            raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
+        check_thread_owner(thread_id, thread.resource_id, resource_id)
         total = self.store.memory.count_messages(thread_id)
         if per_page is False:
             msgs = self.store.memory.list_messages(MessageQuery(thread_id=thread_id))
@@ -309,8 +399,8 @@ class Memory(TurnAssembly):
 
     def search(
         self, query: str, *, resource_id: str | None, thread_id: str | None = None, top_k: int = 20,
-        mode: str = "hybrid", threshold: float | None = None,
-    ) -> list[Any]:
+        mode: "Mode" = "hybrid", threshold: float | None = None,
+    ) -> list["SearchHit"]:
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgumentError("search needs a non-empty query string.")
         if resource_id is None and thread_id is None:
@@ -368,8 +458,8 @@ class Memory(TurnAssembly):
                 raise NotFoundError(f"Thread {thread_id} not found")
         if thread_id and resource_id:
             thread = self.get_thread(thread_id)
-            if thread is not None and thread.resource_id and thread.resource_id != resource_id:
-                raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
+            if thread is not None:
+                check_thread_owner(thread_id, thread.resource_id, resource_id)
 
     def working_memory_tool(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """The update tool's definition, or None when the model may not update working memory."""

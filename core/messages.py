@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Literal, Mapping
 
+from core.errors import MemoryStudioError
 from core.timeutil import SystemClock, parse_iso, to_iso, to_ms
 
 Role = Literal["user", "assistant", "system", "signal"]
 ROLES = ("user", "assistant", "system", "signal")
 
 
-class MessageFormatError(ValueError):
+class MessageFormatError(MemoryStudioError, ValueError):
     """A message (or a stored row) does not have a shape we can read."""
 
 

@@ -2,6 +2,11 @@
 
 Nested options accept dicts (``working_memory={"enabled": True, ...}``) as well as dataclasses, and a
 per-call override dict is deep-merged over them (``MemoryOptions.merged``).
+
+Each built-in processor has one options type here: ``InputFilterOptions`` (memory-input-filter),
+``WorkingMemoryOptions`` (working-memory), ``MessageHistoryOptions`` (message-history),
+``SemanticRecallOptions`` (semantic-recall) and ``ObservationalMemoryOptions``
+(observational-memory). A processor built with its own options uses them instead of the turn's.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, Mapping
 
+from core.errors import MemoryStudioError
+
 DEFAULT_TEMPLATE = (
     "\n# User Information\n- **First Name**: \n- **Last Name**: \n- **Location**: \n- **Occupation**: \n"
     "- **Interests**: \n- **Goals**: \n- **Events**: \n- **Facts**: \n- **Projects**: \n"
@@ -19,7 +26,7 @@ DEFAULT_TEMPLATE = (
 Scope = Literal["resource", "thread"]
 
 
-class OptionsError(ValueError):
+class OptionsError(MemoryStudioError, ValueError):
     """A memory option has an invalid value; the message says which and what is allowed."""
 
 
@@ -30,13 +37,52 @@ def _check_scope(name: str, value: Any) -> Scope:
 
 
 @dataclass(frozen=True)
+class InputFilterOptions:
+    """Options of the memory-input-filter processor, which drops input messages already stored in
+    the thread (a client that re-sends the whole conversation). It has no settings: it runs
+    whenever history or observational memory is on, and never drops the newest input."""
+
+
+@dataclass(frozen=True)
+class MessageHistoryOptions:
+    """Options of the message-history processor.
+
+    ``last_messages``: how many of the thread's newest stored messages join the prompt
+    (default 10; 0 or False loads none). ``MemoryOptions(last_messages=...)`` sets it per memory.
+    """
+
+    last_messages: int | Literal[False] = 10
+
+    def __post_init__(self) -> None:
+        lm = self.last_messages
+        if lm is True or (not isinstance(lm, int) and lm is not False) or (isinstance(lm, int) and not isinstance(lm, bool) and lm < 0):
+            raise OptionsError(
+                f"last_messages must be a non-negative integer or False, got {lm!r}."
+            )
+
+    @property
+    def limit(self) -> int:
+        """How many messages to load (0: none)."""
+        return 0 if self.last_messages is False else int(self.last_messages)
+
+
+@dataclass(frozen=True)
 class WorkingMemoryOptions:
+    """Options of the working-memory processor and tool.
+
+    ``enabled`` (default False). ``scope``: "resource" (default, shared by the user's threads) or
+    "thread". ``template``: Markdown template, replace semantics (default None: the built-in
+    template). ``schema``: JSON Schema, merge semantics (default None); never both.
+    ``version``: "default" or "vnext" (default "default"). ``agent_managed`` (default True):
+    False shows the memory to the model but offers no update tool (code updates it).
+    """
+
     enabled: bool = False
     scope: Scope = "resource"
-    template: str | None = None  # Markdown template (replace semantics)
-    schema: Mapping[str, Any] | None = None  # JSON Schema (merge semantics); never both
+    template: str | None = None
+    schema: Mapping[str, Any] | None = None
     version: Literal["default", "vnext"] = "default"
-    agent_managed: bool = True  # False: shown to the model, updated only by code (no tool offered)
+    agent_managed: bool = True
 
     def __post_init__(self) -> None:
         _check_scope("working_memory.scope", self.scope)
@@ -62,12 +108,22 @@ class WorkingMemoryOptions:
 
 @dataclass(frozen=True)
 class MessageRange:
+    """Neighbours recalled around each hit: ``before`` and ``after`` messages (default 1 each)."""
+
     before: int = 1
     after: int = 1
 
 
 @dataclass(frozen=True)
 class SemanticRecallOptions:
+    """Options of the semantic-recall processor.
+
+    ``enabled`` (default False). ``top_k``: hits per query (default 4). ``message_range``:
+    neighbours of each hit (default 1 before, 1 after). ``scope``: "resource" (default: all the
+    user's threads) or "thread". ``threshold``: minimum score (default None: no minimum).
+    ``mode``: "vector", "keyword" or "hybrid" (default "hybrid").
+    """
+
     enabled: bool = False
     top_k: int = 4
     message_range: MessageRange = field(default_factory=MessageRange)
@@ -87,17 +143,35 @@ class SemanticRecallOptions:
 
 @dataclass(frozen=True)
 class ObservationalMemoryOptions:
+    """Options of the observational-memory processor.
+
+    ``enabled`` (default False). ``scope``: "thread" (default) or "resource".
+    ``message_tokens``: unobserved tokens that trigger an observation (default 30,000).
+    ``observation_tokens``: log size that triggers a reflection (default 40,000).
+    ``observer_model`` / ``reflector_model``: names recorded for the Studio (default None; the
+    models themselves are given to ``Memory``). ``previous_observer_tokens``: tail of the log shown
+    to the observer (default 2,000; 0 none, None all). ``instruction``: extra text for the observer
+    (default None). ``reflection_guidance``: extra text for the reflector (default None).
+    ``max_output_tokens`` / ``timeout``: per observer or reflector call (default None: the model's
+    own). ``observer_temperature`` (default 0.3) and ``reflector_temperature`` (default 0.0), as
+    Mastra uses. ``max_compression_level``: the reflector retries with stronger guidance up to this
+    level, 0-4 (default 4).
+    """
+
     enabled: bool = False
     scope: Scope = "thread"
     message_tokens: int = 30_000
     observation_tokens: int = 40_000
     observer_model: str | None = None
     reflector_model: str | None = None
-    previous_observer_tokens: int | None = 2000  # tail of the log shown to the observer; 0 none, None all
-    instruction: str | None = None  # extra guidance appended to the observer's instructions
+    previous_observer_tokens: int | None = 2000
+    instruction: str | None = None
     reflection_guidance: str | None = None
     max_output_tokens: int | None = None
     timeout: float | None = None
+    observer_temperature: float = 0.3
+    reflector_temperature: float = 0.0
+    max_compression_level: int = 4
 
     def __post_init__(self) -> None:
         _check_scope("observational_memory.scope", self.scope)
@@ -105,23 +179,34 @@ class ObservationalMemoryOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionsError(f"observational_memory.{name} must be a positive integer, got {value!r}.")
+        from core.observational.reflector import COMPRESSION_GUIDANCE
+
+        top = len(COMPRESSION_GUIDANCE) - 1
+        level = self.max_compression_level
+        if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= top:
+            raise OptionsError(f"observational_memory.max_compression_level must be 0-{top}, got {level!r}.")
 
 
 @dataclass(frozen=True)
 class MemoryOptions:
+    """Everything a memory runs with; nested options accept dicts (see each options type).
+
+    ``last_messages``: history length (default 10; see ``MessageHistoryOptions``).
+    ``semantic_recall`` (default off), ``working_memory`` (default off), ``observational_memory``
+    (default off; replaces message history when on). ``read_only`` (default False): turns read
+    memory but save nothing. ``context_window``: tokens, only used to draw the context bar
+    (default 128,000).
+    """
+
     last_messages: int | Literal[False] = 10
     semantic_recall: Any = False  # bool | dict | SemanticRecallOptions
     working_memory: Any = None  # dict | WorkingMemoryOptions
     observational_memory: Any = False  # bool | dict | ObservationalMemoryOptions
     read_only: bool = False
-    context_window: int = 128_000  # tokens; only used to draw the context bar
+    context_window: int = 128_000
 
     def __post_init__(self) -> None:
-        lm = self.last_messages
-        if lm is True or (not isinstance(lm, int) and lm is not False) or (isinstance(lm, int) and not isinstance(lm, bool) and lm < 0):
-            raise OptionsError(
-                f"last_messages must be a non-negative integer or False, got {lm!r}."
-            )
+        MessageHistoryOptions(last_messages=self.last_messages)  # validates
         object.__setattr__(self, "semantic_recall", _semantic(self.semantic_recall))
         object.__setattr__(self, "working_memory", _working(self.working_memory))
         object.__setattr__(self, "observational_memory", _observational(self.observational_memory))
@@ -129,8 +214,13 @@ class MemoryOptions:
             raise OptionsError("read_only must be True or False.")
 
     @property
+    def message_history(self) -> MessageHistoryOptions:
+        """The message-history processor's options, from ``last_messages``."""
+        return MessageHistoryOptions(last_messages=self.last_messages)
+
+    @property
     def history_enabled(self) -> bool:
-        return self.last_messages is not False and self.last_messages > 0
+        return self.message_history.limit > 0
 
     def merged(self, overrides: Mapping[str, Any] | None) -> "MemoryOptions":
         """Deep-merge a per-call override dict. A per-call schema replaces the instance schema."""

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-
-class MemoryError_(RuntimeError):
-    """Base for errors the memory facade raises about how it was called."""
+from core.errors import MemoryStudioError
 
 
-class ThreadOwnershipError(MemoryError_, PermissionError):
+class ThreadOwnershipError(MemoryStudioError, PermissionError):
+    """A thread was used with a resource other than the one that owns it."""
+
     def __init__(self, thread_id: str, owner: str, resource_id: str) -> None:
         super().__init__(
             f'Thread "{thread_id}" belongs to resource "{owner}", but resource "{resource_id}" was given. '
@@ -22,8 +22,18 @@ class ThreadOwnershipError(MemoryError_, PermissionError):
         self.thread_id, self.owner, self.resource_id = thread_id, owner, resource_id
 
 
-class ScopeConflictError(MemoryError_, ValueError):
-    pass
+class ScopeConflictError(MemoryStudioError, ValueError):
+    """The scopes of a call disagree with each other or with the ids given beside them."""
+
+
+def check_thread_owner(thread_id: str, owner: str | None, resource_id: str | None) -> None:
+    """The one ownership rule: a thread owned by ``owner`` may only be used with that resource.
+
+    Nothing to check when either side is unknown (a thread without a stored owner, a call that
+    names no resource). Raises ``ThreadOwnershipError`` before anything is written.
+    """
+    if owner and resource_id and owner != resource_id:
+        raise ThreadOwnershipError(thread_id, owner, resource_id)
 
 
 def parse_scopes(

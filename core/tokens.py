@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import importlib.resources
+import logging
 import math
 import re
 import threading
@@ -97,6 +98,7 @@ def _load_o200k_ranks() -> dict[bytes, int]:
 
 
 _lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=1)
@@ -105,6 +107,7 @@ def default_tokenizer() -> Tokenizer:
         try:
             return TiktokenTokenizer()
         except Exception:  # noqa: BLE001 - any failure means "no exact tokenizer here"; say so by name
+            log.warning("o200k_base tokenizer unavailable; token counts are estimates", exc_info=True)
             return EstimatingTokenizer()
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal, Mapping
 import sqlalchemy as sa
 
 from core.options import OptionsError, WorkingMemoryOptions
+from core.scopes import ThreadOwnershipError, check_thread_owner
 from core.storage import Store
 from core.storage import schema as t
 from core.storage.memory_store import NotFoundError, dump_json, json_col, load_json
@@ -188,10 +189,7 @@ class WorkingMemoryService:
         ).first()
         if row is None:
             raise NotFoundError(f"Thread {owner} not found")
-        if resource_id and row.resourceId and row.resourceId != resource_id:
-            raise WorkingMemoryError(
-                f"Thread with id {owner} belongs to resource {row.resourceId}, not {resource_id}; nothing was written."
-            )
+        check_thread_owner(owner, row.resourceId, resource_id)
         meta = load_json(row.m)
         meta = dict(meta) if isinstance(meta, dict) else {}
         meta["workingMemory"] = text
@@ -201,10 +199,7 @@ class WorkingMemoryService:
 
     def _check_thread_owner(self, conn: sa.Connection, thread_id: str, resource_id: str) -> None:
         row = conn.execute(sa.select(t.threads.c.resourceId).where(t.threads.c.id == thread_id)).first()
-        if row is not None and row.resourceId and row.resourceId != resource_id:
-            raise WorkingMemoryError(
-                f"Thread with id {thread_id} belongs to resource {row.resourceId}, not {resource_id}; nothing was written."
-            )
+        check_thread_owner(thread_id, row.resourceId if row is not None else None, resource_id)
 
     def _version(
         self, conn: sa.Connection, scope: str, owner: str, text: str | None, fmt: str, author: str, note: str | None
@@ -297,7 +292,7 @@ class WorkingMemoryService:
                 )
             value = self.write(opts, thread_id=thread_id, resource_id=resource_id, value=memory_text, author="agent")
             return UpdateResult(True, "Working memory updated.", value.text)
-        except (WorkingMemoryError, OptionsError, NotFoundError) as exc:
+        except (WorkingMemoryError, OptionsError, NotFoundError, ThreadOwnershipError) as exc:
             return UpdateResult(False, str(exc))
 
 

@@ -13,8 +13,10 @@ from typing import Any, Mapping
 import jsonschema
 from jsonschema import Draft7Validator
 
+from core.errors import MemoryStudioError
 
-class WorkingMemoryError(ValueError):
+
+class WorkingMemoryError(MemoryStudioError, ValueError):
     """A working-memory value or configuration was refused; nothing was written."""
 
 

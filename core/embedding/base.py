@@ -14,6 +14,8 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from core.errors import MemoryStudioError
+
 Kind = Literal["query", "passage"]
 KINDS: tuple[Kind, ...] = ("query", "passage")
 Vectors = npt.NDArray[np.float32]
@@ -42,7 +44,7 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str], kind: Kind = "passage") -> Vectors: ...
 
 
-class EmbedderError(RuntimeError):
+class EmbedderError(MemoryStudioError, RuntimeError):
     """An embedder cannot produce vectors; the message says what to do about it."""
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import platformdirs
 
 from core.embedding.base import ModelChecksumError, ModelNotInstalledError
+from core.errors import MemoryStudioError
 
 ENV_VAR = "MEMORY_STUDIO_MODELS"
 INSTALL_COMMAND = "memory-studio models install"
@@ -72,7 +73,7 @@ USE_M3_Q = ModelSpec(
 )
 
 
-class ProvisionError(RuntimeError):
+class ProvisionError(MemoryStudioError, RuntimeError):
     """The model could not be fetched or extracted; the message says why."""
 
 

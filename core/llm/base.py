@@ -12,13 +12,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from core.errors import MemoryStudioError
+
 #: One OpenAI chat-format message: ``{"role", "content", "tool_calls"?, "tool_call_id"?, "name"?}``.
 Message = dict[str, Any]
 #: One OpenAI tool definition: ``{"type": "function", "function": {"name", "description", "parameters"}}``.
 ToolSpec = dict[str, Any]
 
 
-class ModelError(Exception):
+class ModelError(MemoryStudioError):
     """The one exception a chat model raises.
 
     The message always says which endpoint failed, with what status, and what to do, so a

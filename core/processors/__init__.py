@@ -1,0 +1,71 @@
+"""Memory processors: the built-in ones, their options, and the contract every processor follows.
+
+One processor per module, each with a stable ``id`` and one options dataclass (``core.options``):
+
+=====================  ======================  ============================
+id                     processor               options
+=====================  ======================  ============================
+memory-input-filter    ``MemoryInputFilter``   ``InputFilterOptions``
+working-memory         ``WorkingMemory``       ``WorkingMemoryOptions``
+message-history        ``MessageHistory``      ``MessageHistoryOptions``
+semantic-recall        ``SemanticRecall``      ``SemanticRecallOptions``
+observational-memory   ``ObservationalMemory`` ``ObservationalMemoryOptions``
+=====================  ======================  ============================
+
+A processor reads the turn from its ``ProcessorContext`` and uses only ``ctx.services``
+(``MemoryServices``). ``SemanticRecall`` and ``ObservationalMemory`` load on first use, so
+importing the engine does not import numpy.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from core.options import (
+    InputFilterOptions,
+    MessageHistoryOptions,
+    ObservationalMemoryOptions,
+    SemanticRecallOptions,
+    WorkingMemoryOptions,
+)
+from core.processors.base import BaseProcessor, Processor, ProcessorContext, RequestContext
+from core.processors.input_filter import MemoryInputFilter
+from core.processors.message_history import MessageHistory
+from core.processors.services import MemoryServices, SaveMessages
+from core.processors.working_memory import WorkingMemory
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.processors.observational import ObservationalMemory
+    from core.processors.semantic_recall import SemanticRecall
+
+_LAZY = {
+    "ObservationalMemory": "core.processors.observational",
+    "SemanticRecall": "core.processors.semantic_recall",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "BaseProcessor",
+    "InputFilterOptions",
+    "MemoryInputFilter",
+    "MemoryServices",
+    "MessageHistory",
+    "MessageHistoryOptions",
+    "ObservationalMemory",
+    "ObservationalMemoryOptions",
+    "Processor",
+    "ProcessorContext",
+    "RequestContext",
+    "SaveMessages",
+    "SemanticRecall",
+    "SemanticRecallOptions",
+    "WorkingMemory",
+    "WorkingMemoryOptions",
+]

@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 from core.message_list import MessageList
 from core.messages import Message
 from core.options import MemoryOptions
+from core.processors.services import MemoryServices
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
     from core.storage.memory_store import Thread
     from core.tokens import Tokenizer
+    from core.traces.tracer import SpanTracer
 
 
 @dataclass
@@ -41,21 +43,34 @@ class RequestContext:
 
 @dataclass
 class ProcessorContext:
+    """One turn as the processors see it: the request, the message list they build, and the
+    services they may use (``services``: store, tokenizer, tracer, clock, ...; never the facade)."""
+
     request: RequestContext
     messages: MessageList
-    store: "Store"
-    tokenizer: "Tokenizer"
-    memory: Any  # the Memory facade (typed loosely to avoid an import cycle)
-    tracer: Any = None
+    services: MemoryServices
     skipped: dict[str, str] = field(default_factory=dict)
     notes: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-processor details for the record
     phase: str = "input"  # "input" | "output"
     tools: list[dict[str, Any]] = field(default_factory=list)  # tool definitions processors offer the model
     finish_reason: str | None = None  # set by the runtime before output processors run
-    saved: list[Any] = field(default_factory=list)  # messages persisted by output processors
+    saved: list[Message] = field(default_factory=list)  # messages persisted by output processors
     # False while previewing (``Memory.assemble``): processors must not write or call models then.
     # The agent runtime sets it for real turns.
     live: bool = False
+
+    # The three services nearly every processor uses, one attribute away.
+    @property
+    def store(self) -> "Store":
+        return self.services.store
+
+    @property
+    def tokenizer(self) -> "Tokenizer":
+        return self.services.tokenizer
+
+    @property
+    def tracer(self) -> "SpanTracer":
+        return self.services.tracer
 
     def skip(self, processor_id: str, reason: str) -> None:
         """Record why a processor added nothing (shown in the prompt record and the trace)."""
@@ -75,7 +90,7 @@ class Processor(Protocol):
 
 
 class BaseProcessor:
-    """Convenience base: both phases default to doing nothing (and say so)."""
+    """Convenience base: both phases default to doing nothing."""
 
     id: str = "processor"
 

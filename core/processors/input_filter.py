@@ -4,11 +4,15 @@ history processor loads them from storage instead."""
 
 from __future__ import annotations
 
+from core.options import InputFilterOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 
 
 class MemoryInputFilter(BaseProcessor):
     id = "memory-input-filter"
+
+    def __init__(self, options: InputFilterOptions | None = None) -> None:
+        self.options = options or InputFilterOptions()
 
     def process_input(self, ctx: ProcessorContext) -> None:
         req = ctx.request

@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from core.message_list import Provenance
 from core.messages import Message
+from core.options import MessageHistoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.storage.memory_store import MessageQuery
 
 
-@dataclass
-class MessageHistoryOptions:
-    """``last_messages``: how many stored messages to load (default 10; 0 or False disables loading)."""
-
-    last_messages: int | bool = 10
-
-
 class MessageHistory(BaseProcessor):
+    """``options`` replace the turn's ``MemoryOptions.message_history`` when given."""
+
     id = "message-history"
 
     def __init__(self, options: MessageHistoryOptions | None = None) -> None:
         self.options = options
 
-    def _limit(self, ctx: ProcessorContext) -> int:
-        value = self.options.last_messages if self.options else ctx.request.options.last_messages
-        return 0 if value is False else int(value)
+    def _options(self, ctx: ProcessorContext) -> MessageHistoryOptions:
+        return self.options or ctx.request.options.message_history
 
     def process_input(self, ctx: ProcessorContext) -> None:
         req = ctx.request
         if not req.thread_id:
             ctx.skip(self.id, "no thread id was given, so there is no history to load")
             return
-        limit = self._limit(ctx)
+        limit = self._options(ctx).limit
         if limit <= 0:
             ctx.skip(self.id, "history is disabled (last_messages is 0 or False)")
             return
@@ -70,6 +63,6 @@ def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
     if ctx.finish_reason == "error" and not ctx.messages.messages("response"):
         ctx.skip(processor_id, "the model call failed with no output; the input was not saved")
         return None
-    saved: list[Message] = ctx.memory.save_messages(ctx.messages.new_messages(), _index=False)
+    saved = ctx.services.save_messages(ctx.messages.new_messages())
     ctx.saved.extend(saved)
     return saved

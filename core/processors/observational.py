@@ -15,10 +15,10 @@ says what would have happened.
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from core.message_list import Provenance
 from core.messages import Message
@@ -27,44 +27,18 @@ from core.observational.context import TAG, context_blocks, continuation_message
 from core.observational.observer import build_observer_messages
 from core.observational.parsing import parse_observer_output
 from core.observational.records import OMRecord, append_chunk, lookup_key
-from core.observational.reflector import COMPRESSION_GUIDANCE, reflect
+from core.observational.reflector import reflect
 from core.observational.tokens import count_text, messages_tokens
+from core.options import ObservationalMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.processors.message_history import save_turn
 from core.timeutil import to_iso
+from core.traces.tracer import TracedSpan
 
+if TYPE_CHECKING:  # pragma: no cover
+    from core.llm.base import ChatModel
 
-@dataclass(frozen=True)
-class ObservationalMemorySettings:
-    """Tuning beyond the thresholds in ``MemoryOptions.observational_memory`` (which, when they carry
-    a field of the same name, win over these).
-
-    ``previous_observer_tokens``: tail of the log shown to the observer (default 2000; 0 = none,
-    None = all). ``observer_temperature`` 0.3 and ``reflector_temperature`` 0.0, as Mastra uses.
-    ``max_output_tokens`` / ``timeout``: per observer or reflector call (default: the model's own).
-    ``max_compression_level``: reflector retries with stronger guidance, 0-4 (default 4).
-    ``instruction``: extra text for the observer; ``reflection_guidance``: extra text for the reflector.
-    """
-
-    previous_observer_tokens: int | None = 2000
-    observer_temperature: float = 0.3
-    reflector_temperature: float = 0.0
-    max_output_tokens: int | None = None
-    timeout: float | None = None
-    max_compression_level: int = len(COMPRESSION_GUIDANCE) - 1
-    instruction: str | None = None
-    reflection_guidance: str | None = None
-
-
-class _NullSpan:
-    def set_attributes(self, attributes: Any) -> "_NullSpan":
-        return self
-
-    def set_output(self, value: Any) -> "_NullSpan":
-        return self
-
-    def record_error(self, error: Any) -> "_NullSpan":
-        return self
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -78,26 +52,32 @@ class _Turn:
 
 
 class ObservationalMemory(BaseProcessor):
+    """``options`` replace the turn's ``observational_memory`` options when given."""
+
     id = "observational-memory"
 
-    def __init__(self, settings: ObservationalMemorySettings | None = None) -> None:
-        self.settings = settings or ObservationalMemorySettings()
+    def __init__(self, options: ObservationalMemoryOptions | None = None) -> None:
+        self.options = options
 
     # -- settings ----------------------------------------------------------------------------------
-    def _setting(self, ctx: ProcessorContext, name: str) -> Any:
-        return getattr(ctx.request.options.observational_memory, name, getattr(self.settings, name))
+    def _options(self, ctx: ProcessorContext) -> ObservationalMemoryOptions:
+        return self.options or ctx.request.options.observational_memory
+
+    @staticmethod
+    def _reflector(ctx: ProcessorContext) -> "ChatModel | None":
+        reflector = ctx.services.reflector_model
+        return reflector if reflector is not None else ctx.services.observer_model
 
     def _config(self, ctx: ProcessorContext) -> dict[str, Any]:
         """What the row's ``config`` column records (Mastra's nesting, our values)."""
-        opts = ctx.request.options.observational_memory
-        observer = getattr(ctx.memory, "observer_model", None)
-        reflector = getattr(ctx.memory, "reflector_model", None) or observer
+        opts = self._options(ctx)
+        observer, reflector = ctx.services.observer_model, self._reflector(ctx)
         return {
             "scope": opts.scope,
-            "observation": {"messageTokens": opts.message_tokens, "model": getattr(observer, "model_id", None),
-                            "previousObserverTokens": self._setting(ctx, "previous_observer_tokens"),
-                            "bufferTokens": False},
-            "reflection": {"observationTokens": opts.observation_tokens, "model": getattr(reflector, "model_id", None)},
+            "observation": {"messageTokens": opts.message_tokens, "model": observer.model_id if observer else None,
+                            "previousObserverTokens": opts.previous_observer_tokens, "bufferTokens": False},
+            "reflection": {"observationTokens": opts.observation_tokens,
+                           "model": reflector.model_id if reflector else None},
         }
 
     # -- loading ---------------------------------------------------------------------------------
@@ -115,7 +95,7 @@ class ObservationalMemory(BaseProcessor):
     # -- input -----------------------------------------------------------------------------------
     def process_input(self, ctx: ProcessorContext) -> None:
         req = ctx.request
-        opts = req.options.observational_memory
+        opts = self._options(ctx)
         if not req.thread_id:
             ctx.skip(self.id, "no thread id was given, so there is no memory to load")
             return
@@ -162,8 +142,7 @@ class ObservationalMemory(BaseProcessor):
         for msg in turn.unobserved:
             ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,), detail={"unobserved": True}))
         ctx.messages.clear_system(TAG)
-        now = getattr(getattr(ctx.memory, "clock", None), "now", lambda: datetime.now(timezone.utc))()
-        blocks = context_blocks(record, turn.hints, now)
+        blocks = context_blocks(record, turn.hints, ctx.services.clock.now())
         stored = (record.id,) if record is not None else ()
         generation = record.generation_count if record is not None else None
         for block in blocks:
@@ -185,48 +164,42 @@ class ObservationalMemory(BaseProcessor):
 
     # -- observing ---------------------------------------------------------------------------------
     @contextmanager
-    def _span(self, ctx: ProcessorContext, name: str, span_type: str, **kw: Any) -> Iterator[Any]:
-        if ctx.tracer is None:
-            yield _NullSpan()
-            return
+    def _span(self, ctx: ProcessorContext, name: str, span_type: str, **kw: Any) -> Iterator[TracedSpan]:
         with ctx.tracer.start_span(name, span_type, thread_id=ctx.request.thread_id,
                                    resource_id=ctx.request.resource_id, **kw) as span:
             yield span
 
-    def _generate(self, ctx: ProcessorContext, model: Any, messages: list[dict[str, Any]], *, role: str,
+    def _generate(self, ctx: ProcessorContext, model: "ChatModel", messages: list[dict[str, Any]], *, role: str,
                   temperature: float) -> str:
-        model_id = getattr(model, "model_id", type(model).__name__)
-        with self._span(ctx, f"{role}: {model_id}", "model_generation", input={"messages": messages},
-                        attributes={"model": model_id, "role": role}) as span:
-            result = model.generate(messages, temperature=temperature,
-                                    max_tokens=self._setting(ctx, "max_output_tokens"),
-                                    timeout=self._setting(ctx, "timeout"))
-            usage_dict = getattr(getattr(result, "usage", None), "to_dict", None)
-            span.set_attributes({"usage": usage_dict() if callable(usage_dict) else None,
-                                 "finishReason": getattr(result, "finish_reason", None)})
+        opts = self._options(ctx)
+        with self._span(ctx, f"{role}: {model.model_id}", "model_generation", input={"messages": messages},
+                        attributes={"model": model.model_id, "role": role}) as span:
+            result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
+                                    timeout=opts.timeout)
+            span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
+                                 "finishReason": result.finish_reason})
             span.set_output(result.text)
             return str(result.text or "")
 
     def _observe(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int) -> _Turn:
         req = ctx.request
         assert req.thread_id is not None
-        model = getattr(ctx.memory, "observer_model", None)
+        model = ctx.services.observer_model
         if model is None:
             ctx.note(self.id, observationError="no observer model is configured; messages stay raw")
             return turn
+        opts = self._options(ctx)
         record, batch = turn.record, list(turn.unobserved)
         batch_tokens = messages_tokens(ctx.tokenizer, batch)
         messages = build_observer_messages(
             batch, previous_observations=record.active_observations if record else "",
             current_task=turn.hints.current_task, suggested_response=turn.hints.suggested_response,
-            tokenizer=ctx.tokenizer, previous_tokens=self._setting(ctx, "previous_observer_tokens"),
-            instruction=self._setting(ctx, "instruction"),
+            tokenizer=ctx.tokenizer, previous_tokens=opts.previous_observer_tokens, instruction=opts.instruction,
         )
         with self._span(ctx, "memory: observe", "memory_operation",
                         attributes={"operationType": "observe", "messages": len(batch), "tokens": batch_tokens}) as span:
             try:
-                text = self._generate(ctx, model, messages, role="observer",
-                                      temperature=self._setting(ctx, "observer_temperature"))
+                text = self._generate(ctx, model, messages, role="observer", temperature=opts.observer_temperature)
             except Exception as exc:  # noqa: BLE001 - a provider failure must not lose the messages
                 return self._observe_failed(ctx, span, turn, f"observer call failed: {type(exc).__name__}: {exc}")
             parsed = parse_observer_output(text)
@@ -242,7 +215,7 @@ class ObservationalMemory(BaseProcessor):
                 thread_title=parsed.thread_title,
             )
             committed = om_store.commit_observation(
-                ctx.store, record=record, key=turn.key, scope=req.options.observational_memory.scope,
+                ctx.store, record=record, key=turn.key, scope=opts.scope,
                 thread_id=req.thread_id, resource_id=req.resource_id, config=self._config(ctx), obs=obs)
             if committed is None:
                 # Another process observed this thread meanwhile; its result stands, ours is dropped.
@@ -256,7 +229,9 @@ class ObservationalMemory(BaseProcessor):
         # The hints were just written; re-reading keeps this turn's context identical to the next one's.
         return _Turn(turn.key, committed, fresh.hints, fresh.unobserved)
 
-    def _observe_failed(self, ctx: ProcessorContext, span: Any, turn: _Turn, reason: str) -> _Turn:
+    def _observe_failed(self, ctx: ProcessorContext, span: TracedSpan, turn: _Turn, reason: str) -> _Turn:
+        # The turn goes on with the messages raw; the failure is in the record, the span and the log.
+        log.warning("observation of thread %s failed: %s", ctx.request.thread_id, reason)
         span.record_error(reason)
         ctx.note(self.id, observationError=f"{reason}; the messages stay raw and the next turn retries")
         return turn
@@ -265,12 +240,12 @@ class ObservationalMemory(BaseProcessor):
     def _reflect(self, ctx: ProcessorContext, turn: _Turn) -> _Turn:
         record = turn.record
         assert record is not None
-        model = getattr(ctx.memory, "reflector_model", None) or getattr(ctx.memory, "observer_model", None)
+        model = self._reflector(ctx)
         if model is None:
             ctx.note(self.id, reflectionError="no reflector model is configured")
             return turn
-        threshold = ctx.request.options.observational_memory.observation_tokens
-        temperature = self._setting(ctx, "reflector_temperature")
+        opts = self._options(ctx)
+        threshold, temperature = opts.observation_tokens, opts.reflector_temperature
 
         def generate(messages: list[dict[str, Any]], level: int) -> str:
             return self._generate(ctx, model, messages, role=f"reflector (level {level})", temperature=temperature)
@@ -279,10 +254,11 @@ class ObservationalMemory(BaseProcessor):
                         attributes={"operationType": "reflect", "generation": record.generation_count,
                                     "tokens": record.observation_token_count}) as span:
             result = reflect(record.active_observations, generate=generate, tokenizer=ctx.tokenizer,
-                             threshold=threshold, max_level=self._setting(ctx, "max_compression_level"),
-                             guidance=self._setting(ctx, "reflection_guidance"))
+                             threshold=threshold, max_level=opts.max_compression_level,
+                             guidance=opts.reflection_guidance)
             attempts = [{"level": a.level, "tokens": a.tokens, "problem": a.problem} for a in result.attempts]
             if result.observations is None:
+                log.warning("reflection of %s failed: %s", turn.key, result.problem)
                 span.record_error(result.problem or "reflection failed")
                 ctx.note(self.id, reflectionError=f"{result.problem}; the log is kept and the next turn retries",
                          reflectionAttempts=attempts)
@@ -304,7 +280,8 @@ class ObservationalMemory(BaseProcessor):
         if saved is None:
             return
         req = ctx.request
-        opts = req.options.observational_memory
+        assert req.thread_id is not None  # save_turn saves nothing without a thread
+        opts = self._options(ctx)
         key = lookup_key(opts.scope, thread_id=req.thread_id, resource_id=req.resource_id)
         state = ctx.notes.get(self.id, {})
         if "storedUnobservedTokens" in state:
@@ -323,4 +300,4 @@ class ObservationalMemory(BaseProcessor):
         ctx.note(self.id, saved=len(saved), pendingMessageTokens=pending)
 
 
-__all__ = ["ObservationalMemory", "ObservationalMemorySettings"]
+__all__ = ["ObservationalMemory"]

@@ -9,6 +9,7 @@ every recalled fragment carries its score in its provenance.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
     from core.storage import Store
     from core.recall import RecallIndex, SearchHit
+
+log = logging.getLogger(__name__)
 
 _ROLE_ORDER = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
 BLOCK_INTRO = "Messages recalled from this user's other conversations, because they resemble the current request:"
@@ -55,9 +58,7 @@ class SemanticRecall(BaseProcessor):
         self.index = index
 
     def _index(self, ctx: ProcessorContext) -> "RecallIndex | None":
-        if self.index is not None:
-            return self.index
-        return getattr(ctx.memory, "recall_index", None)
+        return self.index if self.index is not None else ctx.services.recall_index
 
     def _options(self, ctx: ProcessorContext) -> SemanticRecallOptions:
         return self.options or ctx.request.options.semantic_recall
@@ -67,6 +68,8 @@ class SemanticRecall(BaseProcessor):
         try:
             self._recall(ctx)
         except Exception as exc:  # recall is an enhancement: the turn proceeds without it, visibly
+            log.warning("semantic recall for thread %s failed; the turn goes on without it", ctx.request.thread_id,
+                        exc_info=True)
             ctx.skip(self.id, f"recall failed: {type(exc).__name__}: {exc}")
 
     def _recall(self, ctx: ProcessorContext) -> None:
@@ -156,7 +159,7 @@ class SemanticRecall(BaseProcessor):
         if req.read_only:
             ctx.note(self.id, indexed=0, index_skipped="read-only: new messages were not indexed")
             return
-        if not getattr(ctx, "live", True):
+        if not ctx.live:
             return  # a preview (Memory.assemble) must not write
         index = self._index(ctx)
         if index is None:
@@ -169,6 +172,7 @@ class SemanticRecall(BaseProcessor):
             todo = index.unindexed(new)  # the facade's save path may have indexed them already
             report = index.index_messages(todo)
         except Exception as exc:  # indexing must never fail the turn
+            log.warning("indexing the turn of thread %s for recall failed", req.thread_id, exc_info=True)
             ctx.note(self.id, index_failed={"*": f"{type(exc).__name__}: {exc}"})
             return
         ctx.note(self.id, indexed=len(report.indexed), index_failed=dict(report.failed))

@@ -4,24 +4,30 @@ and offers the update tool. Updates happen in the tool (``core.working_memory``)
 from __future__ import annotations
 
 from core.message_list import Provenance
+from core.options import WorkingMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.working_memory import instruction, tool_definition
 from core.working_memory_schema import WorkingMemoryError
 
 
 class WorkingMemory(BaseProcessor):
+    """``options`` replace the turn's ``working_memory`` options when given."""
+
     id = "working-memory"
+
+    def __init__(self, options: WorkingMemoryOptions | None = None) -> None:
+        self.options = options
 
     def process_input(self, ctx: ProcessorContext) -> None:
         req = ctx.request
-        opts = req.options.working_memory
+        opts = self.options or req.options.working_memory
         if not opts.enabled:
             ctx.skip(self.id, "working memory is disabled")
             return
         if not req.thread_id and not req.resource_id:
             ctx.skip(self.id, "neither a thread id nor a resource id was given")
             return
-        service = ctx.memory.working_memory_service
+        service = ctx.services.working_memory
         as_of_note = None
         try:
             value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)

@@ -8,6 +8,7 @@ or degraded answer carries a ``reason`` a person can act on.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 import numpy as np
 import sqlalchemy as sa
 
+from core.errors import MemoryStudioError
 from core.messages import Message
 from core.storage import migrations as storage_migrations
 from core.timeutil import to_iso
@@ -44,8 +46,10 @@ MAX_CACHED_SETS = 64
 DRAIN_PER_SEARCH = 20_000
 MIGRATE_HINT = "run `memory-studio migrate` on this database"
 
+log = logging.getLogger(__name__)
 
-class RecallError(RuntimeError):
+
+class RecallError(MemoryStudioError, RuntimeError):
     """Recall cannot work on this store with this embedder; the message says what to do."""
 
 
@@ -170,7 +174,8 @@ class RecallIndex:
         vectors: np.ndarray | None = None
         try:
             contexts = self._contexts(todo)
-        except Exception as exc:
+        except Exception as exc:  # reported per message, never raised (spec §2.4 output)
+            log.warning("recall indexing of %d message(s) failed reading their context", len(todo), exc_info=True)
             report.failed.update((m.id, f"reading the previous messages failed: {exc}") for m, _ in todo)
             return report
         try:
@@ -179,11 +184,13 @@ class RecallIndex:
             if vectors.shape != (len(todo), self.dim):
                 raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(todo)}, {self.dim})")
         except Exception as exc:  # any embedder failure is reported, never raised (spec §2.4 output)
+            log.warning("recall embedding of %d message(s) failed; keyword-indexed only", len(todo), exc_info=True)
             report.failed.update((m.id, f"embedding failed: {exc}") for m, _ in todo)
             vectors = None
         try:
             self._write(todo, contexts, vectors, report)
         except Exception as exc:
+            log.warning("recall index write of %d message(s) failed", len(todo), exc_info=True)
             report.failed.update((m.id, f"write failed: {exc}") for m, _ in todo)
             report.indexed.clear()
             report.keyword_indexed.clear()
@@ -305,6 +312,7 @@ class RecallIndex:
                     if gone and self.info is not None:
                         vector_table.delete_where(conn, self.info, "message_id", gone)
             except sa.exc.DBAPIError as exc:  # e.g. another process draining at the same moment
+                log.warning("keyword index queue not applied: %s", exc)
                 return f"keyword index not brought up to date ({exc.__class__.__name__}); retried on the next search"
             if not applied:
                 return None

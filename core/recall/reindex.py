@@ -7,6 +7,7 @@ and nothing is embedded twice.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -17,6 +18,8 @@ from core.recall.schema import quoted
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
     from core.storage import Store
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 
@@ -98,5 +101,6 @@ def _load(store: "Store", ids: list[str], report: ReindexReport) -> list[Message
         try:
             out.extend(store.memory.get_messages([mid]))
         except MessageFormatError as exc:
+            log.warning("reindex skipped message %s: %s", mid, exc)
             report.failed[mid] = str(exc)
     return out

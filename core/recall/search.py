@@ -8,6 +8,7 @@ batched read of the candidates' rows (thread order and ``createdAt``).
 
 from __future__ import annotations
 
+import logging
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ from core.recall.index import CANDIDATES, MIGRATE_HINT, MODES, SearchHit, Search
 if TYPE_CHECKING:  # pragma: no cover
     from core.recall.index import Mode, RecallIndex
     from core.recall.matrix import VectorSet
+
+log = logging.getLogger(__name__)
 
 
 def run_search(
@@ -44,6 +47,13 @@ def run_search(
     if not query or not query.strip():
         return SearchResult([], "the query has no text", mode)
     notes: list[str] = []
+
+    def degrade(reason: str, *, failure: bool = True) -> None:
+        # The search answers anyway, with less, and says why in its reason; the log keeps a line too:
+        # a warning for a failure, info for a state that repeats on every search until fixed.
+        notes.append(reason)
+        log.log(logging.WARNING if failure else logging.INFO, "recall search over %s degraded: %s", scope, reason)
+
     details_extra: dict[str, int] = {}
     depth = max(top_k, CANDIDATES) if mode == "hybrid" else top_k
     vec_ranked: list[hybrid.Ranked] = []
@@ -56,12 +66,11 @@ def run_search(
         if pending:
             notes.append(pending)
         if not index.has_fts:
-            notes.append(f"keyword index missing; {MIGRATE_HINT}")
+            degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
         else:
             with index.store.db.read() as conn:
                 kw = keyword.search(
-                    conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
-                    stats=getattr(index, "term_stats", None),
+                    conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth, stats=index.term_stats,
                 )
             kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
 
@@ -69,14 +78,15 @@ def run_search(
         try:
             qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
         except Exception as exc:  # the embedder failing must not take keyword results down with it
-            notes.append(f"query embedding failed ({exc}); vector results missing")
+            degrade(f"query embedding failed ({exc}); vector results missing")
         if qvec is not None:
             with index.store.db.read() as conn:
                 vset = index.vector_set(conn, resource_id, thread_id)
             if vset is None:
-                notes.append(f"no vector table {index.table}; {MIGRATE_HINT}")
+                degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
             else:
-                notes.extend(vset.skips.reasons())
+                for skipped in vset.skips.reasons():
+                    degrade(skipped, failure=False)
                 vec_ranked = _vector_ranked(vset, qvec, depth, thread_id if resource_id is not None else None)
 
     if mode == "vector":
@@ -100,7 +110,7 @@ def run_search(
                 with index.store.db.read() as conn:
                     order = thread_order(conn, [f.message_id for f in receivers])
             except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
-                notes.append(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
+                degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
         next_of = {mid: nxt for mid, (nxt, _) in order.items() if nxt is not None}
         in_period = (
             {mid for mid, (_, day) in order.items() if day is not None and any(s.contains(day) for s in spans)}

@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
+from core.errors import MemoryStudioError
 from core.storage import migrations
 from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_parent
 
@@ -24,7 +25,7 @@ BUSY_TIMEOUT_MS = 10_000
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
-class StorageError(RuntimeError):
+class StorageError(MemoryStudioError, RuntimeError):
     """Base class for storage problems a user can act on."""
 
 

@@ -15,6 +15,8 @@ from typing import Mapping
 
 import platformdirs
 
+from core.errors import MemoryStudioError
+
 ENV_VAR = "MEMORY_STUDIO_DB"
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 DEFAULT_DIR = ".temp"
@@ -23,7 +25,7 @@ OBSERVABILITY_FILE = "observability.duckdb"
 MEMORY_URL = ":memory:"
 
 
-class DatabaseLocationError(RuntimeError):
+class DatabaseLocationError(MemoryStudioError, RuntimeError):
     """The database path cannot be used (for example its folder cannot be created)."""
 
 

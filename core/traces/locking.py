@@ -33,13 +33,15 @@ from typing import IO
 
 import duckdb
 
+from core.errors import MemoryStudioError
+
 try:
     import fcntl
 except ImportError:  # Windows: no sidecar gate, see the module docstring
     fcntl = None  # type: ignore[assignment]
 
 
-class StoreBusy(Exception):
+class StoreBusy(MemoryStudioError):
     """The trace file stayed locked by someone else for the whole retry budget."""
 
     def __init__(self, path: Path, waited_s: float) -> None:
@@ -48,7 +50,7 @@ class StoreBusy(Exception):
         self.waited_s = waited_s
 
 
-class StoreMissing(Exception):
+class StoreMissing(MemoryStudioError):
     """A read-only open found no file: there is no trace store yet."""
 
 

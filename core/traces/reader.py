@@ -9,6 +9,7 @@ computed in Python over the page's traces only, so they cost the same on both ba
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -33,6 +34,7 @@ from core.traces.spans import (
 # Readers wait at most this long for a writer before answering from their cache.
 DEFAULT_READ_BUDGET_S = 0.5
 _CACHE_SIZE = 64
+log = logging.getLogger(__name__)
 
 
 class SpanReader(ABC):
@@ -101,6 +103,8 @@ class SpanReader(ABC):
             with self._cache_lock:
                 cached = self._cache.get(key)
             # The last good answer beats an empty screen while the agent is writing.
+            log.info("trace read answered from %s: %s", "the last good answer" if cached is not None else "nothing",
+                     busy)
             return ReadResult(
                 cached or [], busy=True, stale=cached is not None, waited_s=busy.waited_s
             )

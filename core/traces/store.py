@@ -23,6 +23,7 @@ from typing import Any
 import duckdb
 import numpy
 
+from core.errors import MemoryStudioError
 from core.traces.locking import (
     StoreBusy,
     StoreMissing,
@@ -66,6 +67,10 @@ def _spans_ddl() -> str:
     # Mastra's secondary indexes are left out on purpose: DuckDB prunes range scans with
     # zone maps, and ART indexes would only slow inserts and pin memory.
     return f'CREATE TABLE IF NOT EXISTS {SPANS_TABLE} ({cols}, UNIQUE ("spanId", "traceId"))'
+
+
+class TraceStoreReadOnlyError(MemoryStudioError, PermissionError):
+    """A write (spans, pruning) was asked of a trace store opened read-only."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ class DuckDBObservabilityStore(SpanReader):
 
     def _check_writable(self) -> None:
         if self.read_only:
-            raise PermissionError(f"{self.path} was opened read-only")
+            raise TraceStoreReadOnlyError(f"{self.path} was opened read-only")
 
     # -- schema --------------------------------------------------------------------------------
 

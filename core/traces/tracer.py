@@ -15,6 +15,7 @@ resource and run ids. A span is exported once, when it ends; secrets are redacte
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import threading
@@ -25,22 +26,39 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
 
-from core.traces.exporter import DuckDBSpanExporter, ExporterStats
 from core.traces.spans import COLUMNS, SpanRecord, SpanType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.traces.exporter import DuckDBSpanExporter, ExporterStats
+
+log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    # The DuckDB exporter is re-exported lazily: importing the engine (which holds a tracer on every
+    # processor context) must not pay for importing DuckDB when no trace file is written.
+    if name in ("DuckDBSpanExporter", "ExporterStats"):
+        from core.traces import exporter
+
+        return getattr(exporter, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DuckDBSpanExporter",
     "ExporterStats",
     "InMemorySpanExporter",
+    "NOOP_TRACER",
     "NoopSpan",
     "NoopTracer",
     "REDACTED",
     "Span",
     "SpanExporter",
     "SpanRecord",
+    "SpanTracer",
     "SpanType",
+    "TracedSpan",
     "StrictClock",
     "Tracer",
     "current_span",
@@ -262,7 +280,7 @@ class Tracer:
         self,
         name: str,
         span_type: SpanType | str,
-        parent: Span | None = None,
+        parent: Span | NoopSpan | None = None,
         *,
         new_trace: bool = False,
         attributes: Mapping[str, Any] | None = None,
@@ -349,7 +367,7 @@ class Tracer:
         try:
             self.exporter.export([record])
         except Exception:  # noqa: BLE001 - a broken exporter must never fail an agent run
-            pass
+            log.warning("span %r (trace %s) was not exported", record.name, record.trace_id, exc_info=True)
         return record
 
 
@@ -434,3 +452,12 @@ class NoopTracer:
 
     def shutdown(self, timeout: float | None = None) -> None:
         return None
+
+
+#: The tracer every engine component holds: a real one, or the no-op stand-in when tracing is off,
+#: so code that records spans never asks whether tracing is on.
+SpanTracer = Union[Tracer, NoopTracer]
+#: What ``SpanTracer.start_span`` hands out; use it with ``with``.
+TracedSpan = Union[Span, NoopSpan]
+#: One shared no-op tracer (it holds no state).
+NOOP_TRACER = NoopTracer()

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
-from core import Memory, MemoryOptions, Message, ThreadOwnershipError
+from core import Memory, MemoryOptions, Message, ThreadOwnershipError, open_store
 from core.agent import Agent, Tool
-from core.llm import LoopbackServer, ModelError, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
+from core.llm import (
+    ChatResult,
+    LoopbackServer,
+    ModelError,
+    OpenAICompatibleModel,
+    ScriptedModel,
+    ScriptedReply,
+    tool_call,
+)
 from core.traces.tracer import InMemorySpanExporter, Tracer
 
 TEMPLATE = "# User\n- Name:\n- Allergies:\n"
@@ -230,3 +239,65 @@ def test_sub_agents_may_be_given_as_a_mapping(memory):
         ScriptedReply(tool_calls=(tool_call("agent-helper", {"prompt": "do it"}),)), "ok"]))
     boss.generate("go", memory={"resource": "u", "thread": "t"})
     assert [t.id for t in memory.list_threads(resource_id="u-helper")]
+
+
+class HeldModel:
+    """A sub-agent's model that keeps the first delegation ("alpha") waiting inside the model call
+    until the test lets it go, so a second delegation runs while the first is still in flight."""
+
+    model_id = "scripted/held"
+    provider = "scripted"
+
+    def __init__(self) -> None:
+        self.first_inside = threading.Event()
+        self.release_first = threading.Event()
+
+    def describe(self) -> dict:
+        return {"model_id": self.model_id}
+
+    def generate(self, messages, **_kwargs) -> ChatResult:
+        prompt = messages[-1]["content"]
+        if "alpha" in prompt:
+            self.first_inside.set()
+            assert self.release_first.wait(60), "the test never released the first delegation"
+        return ChatResult(text=f"done: {prompt}", model_id=self.model_id)
+
+
+def test_one_sub_agent_serves_two_supervisors_at_once(tmp_path):
+    held = HeldModel()
+    helper = Agent("helper", instructions="Help.", model=held)  # no memory of its own: uses the caller's
+    stores = [open_store(tmp_path / "a" / "memory.db"), open_store(tmp_path / "b" / "memory.db")]
+    mem_a, mem_b = Memory(stores[0]), Memory(stores[1])
+
+    def boss(name: str, mem: Memory, task: str) -> Agent:
+        script = [ScriptedReply(tool_calls=(tool_call("agent-helper", {"prompt": task}),)), "ok"]
+        return Agent(name, instructions="Delegate.", model=ScriptedModel(script), memory=mem, agents=[helper])
+
+    boss_a, boss_b = boss("boss-a", mem_a, "alpha task"), boss("boss-b", mem_b, "beta task")
+    errors: list[BaseException] = []
+
+    def run_a() -> None:
+        try:
+            boss_a.generate("go", memory={"resource": "ua", "thread": "ta"})
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread below
+            errors.append(exc)
+
+    first = threading.Thread(target=run_a)
+    first.start()
+    try:
+        assert held.first_inside.wait(60), errors
+        boss_b.generate("go", memory={"resource": "ub", "thread": "tb"})  # while boss-a's delegation is open
+    finally:
+        held.release_first.set()
+        first.join(60)
+    assert not errors and not first.is_alive()
+
+    def child_texts(mem: Memory, resource: str) -> list[list[str]]:
+        return [[m.text for m in mem.recall(thread_id=t.id).messages] for t in mem.list_threads(resource_id=resource)]
+
+    assert child_texts(mem_a, "ua-helper") == [["alpha task", "done: alpha task"]]
+    assert child_texts(mem_b, "ub-helper") == [["beta task", "done: beta task"]]
+    assert child_texts(mem_a, "ub-helper") == [] and child_texts(mem_b, "ua-helper") == []
+    assert helper.memory is None
+    for s in stores:
+        s.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -257,3 +258,21 @@ def test_keyword_index_catches_rows_written_by_other_writers_and_rowid_reuse(tmp
     assert memory.search("platypus", resource_id="u", mode="keyword") == []
     assert [h.message_id for h in memory.search("axolotl", resource_id="u", mode="keyword")] == ["m-b"]
     store.close()
+
+
+def test_a_degraded_search_answers_and_leaves_a_log_line(store, caplog):
+    class QueryFails(HashingEmbedder):
+        def embed(self, texts, kind="passage"):  # type: ignore[override]
+            if kind == "query":
+                raise RuntimeError("model crashed")
+            return super().embed(texts, kind)
+
+    index = RecallIndex.for_store(store, QueryFails(64))
+    index.index_messages(seed(store, "t", "u", ["I am allergic to peanuts"]))
+    with caplog.at_level(logging.WARNING, logger="core.recall.search"):
+        result = index.search("peanuts", resource_id="u", mode="hybrid")
+    assert [h.message_id for h in result.hits] == ["t-0"]  # keyword results still answer
+    assert "query embedding failed" in (result.reason or "")
+    (record,) = [r for r in caplog.records if r.name == "core.recall.search"]
+    assert record.levelno == logging.WARNING
+    assert "resource u" in record.getMessage() and "model crashed" in record.getMessage()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from core.embedding import HashingEmbedder
+from core.memory import Memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, text_part
 from core.options import MemoryOptions
@@ -71,7 +72,7 @@ def make_ctx(store, *, thread="thread-1", resource="resource-1", recall=None, in
     for i, m in enumerate(inputs):
         msg = m if isinstance(m, Message) else Message.user(m, created_at=at(100_000 + i))
         ml.add(msg, "input", Provenance("input"))
-    return ProcessorContext(request=req, messages=ml, store=store, tokenizer=None, memory=None)  # type: ignore[arg-type]
+    return ProcessorContext(request=req, messages=ml, services=Memory(store).services())
 
 
 def memory_ids(ctx: ProcessorContext) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import datetime, timedelta, timezone
 from itertools import count
@@ -184,3 +185,17 @@ def test_duckdb_exporter_writes_an_agent_run(tmp_path: Path) -> None:
     assert names == ["agent run: a", "input processor: memory", "memory: recall", "llm: m",
                      "memory: working-memory update"]
     assert exporter.stats.written == 5 and exporter.stats.dropped == 0
+
+
+def test_a_failed_span_export_leaves_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(InMemorySpanExporter):
+        def export(self, spans: object) -> None:
+            raise OSError("disk on fire")
+
+    tracer = Tracer(Broken())
+    with caplog.at_level(logging.WARNING, logger="core.traces.tracer"):
+        with tracer.start_span("agent run: a", SpanType.AGENT_RUN):
+            pass
+    (record,) = [r for r in caplog.records if r.name == "core.traces.tracer"]
+    assert record.levelno == logging.WARNING and "agent run: a" in record.getMessage()
+    assert record.exc_info is not None and "disk on fire" in str(record.exc_info[1])
