@@ -17,12 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
 
+from core.errors import MemoryStudioError
+
 #: The keyring "service" under which Memory Studio stores provider keys.
 DEFAULT_KEYRING_SERVICE = "memory-studio"
 KEYRING_INSTALL = "pip install 'memory-studio[keyring]'"
 
 
-class KeyringMissingError(RuntimeError):
+class KeyringMissingError(MemoryStudioError, RuntimeError):
     """The OS keyring was asked for by name, but the optional ``keyring`` package is not installed."""
 
 
