@@ -18,6 +18,7 @@ from core.processors.base import BaseProcessor, Processor, ProcessorContext, Req
 from core.processors.input_filter import MemoryInputFilter
 from core.processors.message_history import MessageHistory
 from core.processors.services import MemoryServices
+from core.processors.token_limiter import MemoryTokenLimiter
 from core.processors.working_memory import WorkingMemory
 from core.prompt import AssembledPrompt, build_prompt
 from core.scopes import check_thread_owner, parse_scopes
@@ -72,6 +73,8 @@ class TurnAssembler:
             from core.processors.semantic_recall import SemanticRecall
 
             chain.append(_take(user, SemanticRecall))
+        if opts.history_enabled and not om and opts.message_history.max_tokens is not None:
+            chain.append(_take(user, MemoryTokenLimiter))  # after recall: it counts what recall added
         if om:
             from core.processors.observational import ObservationalMemory
 

@@ -388,6 +388,9 @@ class Memory:
         limit = per_page if isinstance(per_page, int) and not isinstance(per_page, bool) else None
         if limit is None:
             lm = self.options.last_messages if last_messages is None else last_messages
+            if lm is None:  # a token budget and no count cap: every stored message
+                msgs = self.store.memory.list_messages(MessageQuery(thread_id=thread_id))
+                return RecallResult(msgs, total, 0, None, False)
             limit = 0 if lm is False else int(lm)
         if limit <= 0:
             return RecallResult([], total, page, 0, total > 0)

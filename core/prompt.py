@@ -182,6 +182,11 @@ def build_prompt(
     )
 
 
+def message_tokens(tokenizer: Tokenizer, message: Message) -> int:
+    """What one conversation message costs in the prompt, counted as ``build_prompt`` counts it."""
+    return sum(count_message_tokens(tokenizer, _counted_text(w)) for w in to_openai(message))
+
+
 def _tool_source(tools: list[dict[str, Any]], notes: dict[str, dict[str, Any]]) -> str:
     owners = {name for pid, n in notes.items() for name in n.get("tools", ())}
     names = {t["function"]["name"] for t in tools}
