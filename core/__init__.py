@@ -11,8 +11,10 @@ import importlib as _importlib
 import typing as _typing
 
 from core.agent import Agent, AgentError, AgentResult, Tool
+from core.agent_stream import AgentStream, StreamEvent
+from core.context_window import ContextWindowError, PromptBudget
 from core.errors import MemoryStudioError
-from core.llm import LoopbackServer, ModelError, OpenAICompatibleModel, ScriptedModel
+from core.llm import LoopbackServer, ModelError, ModelSettings, ModelSettingsError, OpenAICompatibleModel, ScriptedModel
 from core.memory import (
     CloneResult,
     ConfigurationError,
@@ -75,11 +77,13 @@ __all__ = [
     "Agent",
     "AgentError",
     "AgentResult",
+    "AgentStream",
     "AlreadyExistsError",
     "AssembledPrompt",
     "CloneResult",
     "ConcurrentUpdateError",
     "ConfigurationError",
+    "ContextWindowError",
     "DEFAULT_TEMPLATE",
     "DatabaseLocationError",
     "DatabaseOpenError",
@@ -97,6 +101,8 @@ __all__ = [
     "MessageHistoryOptions",
     "MessageList",
     "ModelError",
+    "ModelSettings",
+    "ModelSettingsError",
     "ModelNotInstalledError",
     "NotFoundError",
     "ObservationalMemoryOptions",
@@ -105,6 +111,7 @@ __all__ = [
     "OptionsError",
     "Processor",
     "ProcessorContext",
+    "PromptBudget",
     "Provenance",
     "ReadOnlyError",
     "RecallError",
@@ -115,6 +122,7 @@ __all__ = [
     "ScriptedModel",
     "SemanticRecallOptions",
     "StorageError",
+    "StreamEvent",
     "Store",
     "Thread",
     "ThreadOwnershipError",

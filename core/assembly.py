@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
+from core.context_window import PromptBudget, fit_prompt
 from core.message_list import MessageList, Provenance
 from core.messages import Message, MessageFormatError
 from core.options import MemoryOptions
@@ -140,11 +141,13 @@ class TurnAssembler:
         request_context: Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
         as_of: str | None = None,
+        budget: PromptBudget | None = None,
     ) -> AssembledPrompt:
         """Build the exact prompt for a turn without writing anything.
 
         ``as_of``: the id of a stored user message; the prompt is rebuilt as the engine would have
-        built it for that turn (history before it, the message itself as input).
+        built it for that turn (history before it, the message itself as input). ``budget``: fit
+        the prompt into a model's context window, as an agent run with that model does.
         """
         if as_of is not None:
             stored = self.store.memory.get_messages([as_of])
@@ -161,6 +164,7 @@ class TurnAssembler:
         if as_of is not None:
             request.as_of = turn
         ctx = self.new_context(request)
+        ctx.budget = budget
         self.prepare_input(ctx, input=input, instructions=instructions, context=context)
         return self.run_input(ctx, extra_tools=tools)
 
@@ -225,11 +229,16 @@ class TurnAssembler:
         self, ctx: ProcessorContext, processors: list[str], extra_tools: Sequence[Mapping[str, Any]] = ()
     ) -> AssembledPrompt:
         tools = [*ctx.tools, *[dict(tl) for tl in extra_tools]]
-        return build_prompt(
-            ctx.messages, tokenizer=ctx.services.tokenizer, tools=tools, skipped=ctx.skipped, notes=ctx.notes,
-            options=ctx.request.options.to_dict(), processors=processors,
-            context_window=ctx.request.options.context_window,
-        )
+        budget = ctx.budget
+
+        def build() -> AssembledPrompt:
+            return build_prompt(
+                ctx.messages, tokenizer=ctx.services.tokenizer, tools=tools, skipped=ctx.skipped, notes=ctx.notes,
+                options=ctx.request.options.to_dict(), processors=processors,
+                context_window=budget.context_window if budget else ctx.request.options.context_window,
+            )
+
+        return build() if budget is None else fit_prompt(ctx.messages, build, budget, ctx.skipped, ctx.notes)
 
     def run_output(self, ctx: ProcessorContext) -> list[Message]:
         """Run output processors (indexing, saving) after the model answered."""

@@ -40,6 +40,7 @@ from core.working_memory import WorkingMemoryService, hide_working_memory
 from core.working_memory_schema import WorkingMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.context_window import PromptBudget
     from core.embedding import Embedder
     from core.llm.base import ChatModel
     from core.recall import RecallIndex, SearchHit
@@ -193,11 +194,13 @@ class Memory:
         request_context: Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
         as_of: str | None = None,
+        budget: "PromptBudget | None" = None,
     ) -> AssembledPrompt:
         """Build the exact prompt for a turn without writing anything (see ``TurnAssembler.assemble``)."""
         return self.assembler.assemble(
             thread_id=thread_id, resource_id=resource_id, input=input, instructions=instructions, context=context,
             options=options, scopes=scopes, request_context=request_context, tools=tools, as_of=as_of,
+            budget=budget,
         )
 
     def prepare_input(

@@ -178,7 +178,8 @@ def build_prompt(
     return AssembledPrompt(
         messages=messages, fragments=fragments, skipped=dict(skipped), tools=list(tools), tokenizer=tokenizer.name,
         thread_id=ml.thread_id, resource_id=ml.resource_id, options=options, processors=processors,
-        context_window=context_window, notes=notes, message_list=ml,
+        # Each processor's notes are copied, so a later call's record never changes this one.
+        context_window=context_window, notes={k: dict(v) for k, v in notes.items()}, message_list=ml,
     )
 
 
