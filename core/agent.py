@@ -26,6 +26,7 @@ from core.errors import MemoryStudioError
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
+from core.model_call import ModelCall, stream_reply
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
 from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
 from core.processors.base import ProcessorContext
@@ -241,7 +242,7 @@ class Agent:
         ) as run_span:
             try:
                 result = yield from self._run(mem, message, thread_id, resource_id, other_scopes, overrides, context,
-                                              values, tracer, _Call(settings, choice, budget, streaming))
+                                              values, tracer, ModelCall(settings, choice, budget, streaming))
             except GeneratorExit:
                 run_span.end(error="the stream was closed before the turn completed; nothing was saved")
                 raise
@@ -265,7 +266,7 @@ class Agent:
     def _run(
         self, mem: Memory | None, message: Any, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], overrides: Mapping[str, Any], context: Sequence[Message],
-        values: Mapping[str, Any], tracer: SpanTracer, call: "_Call",
+        values: Mapping[str, Any], tracer: SpanTracer, call: ModelCall,
     ) -> TurnEvents:
         ctx: ProcessorContext | None
         bare_record: tuple[dict[str, str], dict[str, dict[str, Any]]] = ({}, {})  # skips/notes without memory
@@ -360,7 +361,7 @@ class Agent:
         )
 
     def _model_step(self, tracer: SpanTracer, prompt: AssembledPrompt, thread_id: str | None,
-                    resource_id: str | None, call: "_Call", step: int) -> Generator[StreamEvent, None, ChatResult]:
+                    resource_id: str | None, call: ModelCall, step: int) -> Generator[StreamEvent, None, ChatResult]:
         """One model call, streamed (text deltas yielded as they arrive) or not; the same span either way."""
         kwargs = call.model_kwargs(prompt, step)
         attributes = {"model": self.model.model_id, "provider": getattr(self.model, "provider", None),
@@ -377,7 +378,7 @@ class Agent:
         ) as span:
             if call.streaming:
                 try:
-                    result = yield from self._stream_reply(prompt, kwargs)
+                    result = yield from stream_reply(self.model, prompt.messages, kwargs)
                 except GeneratorExit:
                     span.end(error="the stream was closed while the model was replying")
                     raise
@@ -387,24 +388,6 @@ class Agent:
             span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
                                  "finishReason": result.finish_reason})
             return result
-
-    def _stream_reply(self, prompt: AssembledPrompt, kwargs: dict[str, Any]) -> Generator[StreamEvent, None, ChatResult]:
-        chunks = self.model.stream(prompt.messages, **kwargs)
-        result: ChatResult | None = None
-        try:
-            for chunk in chunks:
-                if chunk.text_delta:
-                    yield StreamEvent("text-delta", text=chunk.text_delta)
-                if chunk.result is not None:
-                    result = chunk.result
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()  # an abandoned turn also closes the model's HTTP stream
-        if result is None:
-            raise ModelError("the reply stream ended without a final result", model_id=self.model.model_id,
-                             hint="the model's stream() must end with a chunk that carries the result")
-        return result
 
     def _execute(
         self, call: ToolCall, mem: Memory | None, thread_id: str | None, resource_id: str | None,
@@ -490,35 +473,6 @@ class Agent:
 
     def _tool_names(self) -> list[str]:
         return [s["function"]["name"] for s in self._tool_specs()] + [WM_TOOL_NAME]
-
-
-@dataclass(frozen=True)
-class _Call:
-    """What one turn sends with every model call: settings, tool choice, window budget, streaming."""
-
-    settings: ModelSettings
-    tool_choice: ToolChoice | None
-    budget: PromptBudget | None
-    streaming: bool
-
-    def model_kwargs(self, prompt: AssembledPrompt, step: int) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"tools": prompt.tools or None}
-        # Temperature and max_tokens go as the arguments every ChatModel has; the rest only when set.
-        if self.settings.temperature is not None:
-            kwargs["temperature"] = self.settings.temperature
-        if self.settings.max_tokens is not None:
-            kwargs["max_tokens"] = self.settings.max_tokens
-        if replace(self.settings, temperature=None, max_tokens=None):
-            kwargs["settings"] = self.settings
-        choice = self.tool_choice
-        if choice is not None and choice not in ("auto", "none"):
-            if not prompt.tools:
-                raise AgentError(f"tool_choice {choice!r} needs a tool, but this turn offers none.")
-            # Forcing a tool on every step would loop until max_steps: only the first call is forced.
-            choice = choice if step == 0 else "auto"
-        if choice is not None and prompt.tools:
-            kwargs["tool_choice"] = choice
-        return kwargs
 
 
 def _drain(events: TurnEvents) -> "AgentResult":

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from core import Memory, MemoryOptions
-from core.agent import Agent, AgentError, Tool
+from core.agent import Agent, Tool
 from core.llm import LoopbackServer, ModelSettingsError, OpenAICompatibleModel, RetryPolicy, ScriptedModel, ScriptedReply
 from core.llm import tool_call
 from core.traces.tracer import InMemorySpanExporter, Tracer
@@ -89,7 +89,7 @@ def test_bad_settings_fail_before_any_request(memory, store, kwargs, error, word
 
 def test_forcing_a_tool_when_none_is_offered_is_refused(memory):
     model = ScriptedModel(["ok"])
-    with pytest.raises(AgentError, match="needs a tool, but this turn offers none"):
+    with pytest.raises(ModelSettingsError, match="needs a tool, but this turn offers none"):
         Agent("a", instructions="I", model=model, memory=memory).generate(
             "hi", memory={"resource": "u", "thread": "t"}, tool_choice="required")
     assert model.requests == []
