@@ -11,9 +11,12 @@ the trace and the Studio show it. What cannot be dropped (instructions, the inpu
 context, this turn's tool results, tool definitions) raises ``ContextWindowError`` when it alone
 does not fit: the request is never sent.
 
-Counts come from the engine's tokenizer (``o200k_base``), not the server's, so they are close but
-not exact; a server's own overflow error still gets a hint naming the window
-(``core.llm.openai_compatible``).
+Counts come from the engine's tokenizer (``o200k_base``), not the server's: the server's chat
+template adds tokens per message, and a model with a smaller vocabulary needs more tokens for the
+same text (SmolLM2 behind llama.cpp counted 2,049 for a prompt we counted as 2,024). So a tenth of
+the window (``TOKENIZER_SLACK``) is kept free as well. A server's own overflow error still gets a
+hint naming its context size (``core.llm.openai_compatible``); a smaller ``context_window`` leaves
+more room.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from core.errors import MemoryStudioError
 from core.message_list import MessageList, SystemEntry
 from core.prompt import AssembledPrompt, Fragment
 
-__all__ = ["CONTEXT_WINDOW_ID", "ContextWindowError", "DEFAULT_REPLY_RESERVE", "PromptBudget", "fit_prompt"]
+__all__ = ["CONTEXT_WINDOW_ID", "ContextWindowError", "DEFAULT_REPLY_RESERVE", "PromptBudget", "TOKENIZER_SLACK",
+           "fit_prompt"]
 
 #: The key of the skip reason and note that record what was dropped to fit the window.
 CONTEXT_WINDOW_ID = "context-window"
 #: Tokens kept free for the reply when no ``max_tokens`` is set (at most a quarter of the window).
 DEFAULT_REPLY_RESERVE = 1024
+#: The share of the window kept free for tokenizer differences between the engine and the server.
+TOKENIZER_SLACK = 0.10
 
 _TIER_LABELS = {
     "history": "history",
@@ -58,7 +64,8 @@ class ContextWindowError(MemoryStudioError, ValueError):
 
 @dataclass(frozen=True)
 class PromptBudget:
-    """What a prompt may use: ``context_window`` tokens, minus ``reply_tokens`` kept for the reply.
+    """What a prompt may use: ``context_window`` tokens, minus ``reply_tokens`` kept for the reply and
+    ``slack`` kept for tokenizer differences (``for_model``: a tenth of the window).
 
     ``reply_source`` says where ``reply_tokens`` came from ("max_tokens" or "default reserve").
     """
@@ -67,6 +74,7 @@ class PromptBudget:
     reply_tokens: int
     model_id: str = "the model"
     reply_source: str = "default reserve"
+    slack: int = 0
 
     @classmethod
     def for_model(cls, context_window: int, *, max_tokens: int | None, model_id: str) -> PromptBudget:
@@ -74,23 +82,26 @@ class PromptBudget:
             raise ContextWindowError(
                 f"{model_id}: context_window must be a positive number of tokens, got {context_window!r}.",
                 prompt_tokens=0, reply_tokens=0, context_window=0, model_id=model_id)
+        slack = int(context_window * TOKENIZER_SLACK)
         if max_tokens is not None:
-            if max_tokens >= context_window:
+            if max_tokens + slack >= context_window:
                 raise ContextWindowError(
                     f"{model_id}: max_tokens {max_tokens:,} leaves no room for a prompt in the "
-                    f"{context_window:,}-token context window. Lower max_tokens in model_settings.",
+                    f"{context_window:,}-token context window ({slack:,} of it kept for tokenizer differences). "
+                    "Lower max_tokens in model_settings.",
                     prompt_tokens=0, reply_tokens=max_tokens, context_window=context_window, model_id=model_id)
-            return cls(context_window, max_tokens, model_id, "max_tokens")
-        return cls(context_window, min(DEFAULT_REPLY_RESERVE, context_window // 4), model_id)
+            return cls(context_window, max_tokens, model_id, "max_tokens", slack)
+        return cls(context_window, min(DEFAULT_REPLY_RESERVE, context_window // 4), model_id, slack=slack)
 
     @property
     def prompt_limit(self) -> int:
-        return self.context_window - self.reply_tokens
+        return self.context_window - self.reply_tokens - self.slack
 
     def describe(self) -> str:
         kept = "max_tokens" if self.reply_source == "max_tokens" else "reserved"
+        slack = f", {self.slack:,} for tokenizer differences" if self.slack else ""
         return (f"{self.model_id}'s {self.context_window:,}-token context window "
-                f"({self.reply_tokens:,} {kept} for the reply)")
+                f"({self.reply_tokens:,} {kept} for the reply{slack})")
 
 
 def fit_prompt(

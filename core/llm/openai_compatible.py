@@ -263,11 +263,17 @@ class OpenAICompatibleModel:
             where = f"the context window given here is {self.context_window:,} tokens"
         else:
             where = "the server's context size is not known here"
-        fix = (f"give the model context_window={int(size)}" if size and not self.context_window
-               else "set context_window to the server's context size (llama.cpp --ctx-size, vLLM --max-model-len, "
-                    "Ollama num_ctx)")
-        return (f"the prompt and reply do not fit: {where}; {fix} so the agent drops old memory to fit "
-                "before sending, or lower max_tokens in model_settings")
+        if size and self.context_window and self.context_window <= int(size):
+            # We fitted the prompt, but the server's tokenizer counted more than ours did.
+            fix = (f"the server counts more tokens than the engine's o200k_base estimate; give a smaller "
+                   f"context_window (now {self.context_window:,}, e.g. {int(self.context_window * 0.85):,}) to "
+                   "leave more room")
+        elif size:
+            fix = f"give the model context_window={int(size)} so the agent drops old memory to fit before sending"
+        else:
+            fix = ("set context_window to the server's context size (llama.cpp --ctx-size, vLLM --max-model-len, "
+                   "Ollama num_ctx) so the agent drops old memory to fit before sending")
+        return f"the prompt and reply do not fit: {where}; {fix}, or lower max_tokens in model_settings"
 
     def _scrub(self, text: str) -> str:
         # Some providers echo the key back in auth errors; never let it reach a message.

@@ -114,8 +114,10 @@ def test_the_agent_keeps_the_reply_budget_free(memory):
             model_settings=settings)
         prompt = result.prompts[0]
         assert model.requests[0].messages == prompt.messages
-        assert prompt.total_tokens + reply <= window < preview(memory, text="zebra?").total_tokens + reply
+        slack = window // 10  # kept for the server's tokenizer counting more than o200k_base
+        assert prompt.total_tokens + reply + slack <= window < preview(memory, text="zebra?").total_tokens + reply
         assert prompt.notes["context-window"]["replyTokens"] == reply
+        assert f"{slack} for tokenizer differences" in prompt.skipped["context-window"]
         assert "context-window" in prompt.skipped
 
 

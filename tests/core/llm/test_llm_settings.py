@@ -129,3 +129,11 @@ def test_a_bad_context_window_is_refused():
     with pytest.raises(ModelSettingsError, match="context_window must be a positive number"):
         OpenAICompatibleModel("m", base_url="http://127.0.0.1:9/v1", environ={}, keyring_service=None,
                               context_window=0)
+
+
+def test_an_overflow_despite_a_matching_window_asks_for_more_room(server):
+    """Seen with llama.cpp: we fitted 2,024 o200k tokens, the server counted 2,049 in its 2,048."""
+    server.fail_next(1, 400, message="request (2049 tokens) exceeds the available context size (2048 tokens), "
+                                     "try increasing it")
+    with pytest.raises(ModelError, match=r"give a smaller context_window \(now 2,048, e.g. 1,740\)"):
+        model(server, context_window=2048).generate(USER)
