@@ -11,8 +11,10 @@ import importlib as _importlib
 import typing as _typing
 
 from core.agent import Agent, AgentError, AgentResult, Tool, TurnFailedError
+from core.agent_stream import AgentStream, StreamEvent
+from core.context_window import ContextWindowError, PromptBudget
 from core.errors import MemoryStudioError
-from core.llm import LoopbackServer, ModelError, OpenAICompatibleModel, ScriptedModel
+from core.llm import LoopbackServer, ModelError, ModelSettings, ModelSettingsError, OpenAICompatibleModel, ScriptedModel
 from core.memory import (
     CloneResult,
     ConfigurationError,
@@ -76,11 +78,13 @@ __all__ = [
     "Agent",
     "AgentError",
     "AgentResult",
+    "AgentStream",
     "AlreadyExistsError",
     "AssembledPrompt",
     "CloneResult",
     "ConcurrentUpdateError",
     "ConfigurationError",
+    "ContextWindowError",
     "DEFAULT_TEMPLATE",
     "DatabaseLocationError",
     "DatabaseOpenError",
@@ -99,6 +103,8 @@ __all__ = [
     "MessageList",
     "MessageTooLargeError",
     "ModelError",
+    "ModelSettings",
+    "ModelSettingsError",
     "ModelNotInstalledError",
     "NotFoundError",
     "ObservationalMemoryOptions",
@@ -107,6 +113,7 @@ __all__ = [
     "OptionsError",
     "Processor",
     "ProcessorContext",
+    "PromptBudget",
     "Provenance",
     "ReadOnlyError",
     "RecallError",
@@ -117,6 +124,7 @@ __all__ = [
     "ScriptedModel",
     "SemanticRecallOptions",
     "StorageError",
+    "StreamEvent",
     "Store",
     "Thread",
     "ThreadOwnershipError",

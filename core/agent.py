@@ -1,8 +1,11 @@
 """The agent runtime: input processors → model → tool loop → output processors, traced.
 
-One turn = one ``Agent.generate`` call. The prompt each model call receives is the engine's own
-``AssembledPrompt`` (kept in ``result.prompts``), so what a trace or the Studio shows is exactly
-what was sent. Working-memory updates run as a tool inside the loop.
+One turn = one ``Agent.generate`` call, or one ``Agent.stream`` iterated to its end: both run the
+same generator of events (``generate`` drains it). The prompt each model call receives is the
+engine's own ``AssembledPrompt`` (kept in ``result.prompts``), so what a trace or the Studio shows is
+exactly what was sent. Working-memory updates run as a tool inside the loop. ``model_settings`` and
+``tool_choice`` reach every request; a model that says its ``context_window`` gets every prompt
+fitted into it (``core.context_window``).
 """
 
 from __future__ import annotations
@@ -12,15 +15,20 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Callable, Literal, Mapping, Sequence
 
+from core.agent_stream import AgentStream, StreamEvent
+from core.context_window import PromptBudget, fit_prompt
 from core.errors import MemoryStudioError
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
+from core.model_call import ModelCall, stream_reply
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
+from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
 from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
 from core.timeutil import to_ms
@@ -29,6 +37,9 @@ from core.working_memory import TOOL_NAME as WM_TOOL_NAME
 from core.working_memory_stage import StagedWorkingMemory
 
 log = logging.getLogger(__name__)
+
+#: What a turn's generator yields and returns.
+TurnEvents = Generator[StreamEvent, None, "AgentResult"]
 
 ToolFn = Callable[[dict[str, Any], "ToolContext"], Any]
 
@@ -141,7 +152,11 @@ class Agent:
         tracer: SpanTracer | Literal[False] | None = None,
         max_steps: int = 8,
         temperature: float | None = None,
+        model_settings: ModelSettings | Mapping[str, Any] | None = None,
     ) -> None:
+        """``model_settings``: defaults for every call (``ModelSettings``: max_tokens, temperature,
+        top_p, top_k, stop, seed, frequency/presence penalty); a call's own settings override them
+        key by key. ``temperature`` is the same as ``model_settings={"temperature": ...}``."""
         if not name or not isinstance(name, str):
             raise AgentError("An agent needs a name.")
         self.name = name
@@ -155,6 +170,7 @@ class Agent:
         self.tracer = tracer
         self.max_steps = max_steps
         self.temperature = temperature
+        self.model_settings = ModelSettings(temperature=temperature).merged(ModelSettings.parse(model_settings))
         if isinstance(memory, Memory):
             if memory.options.observational_memory.enabled and memory.observer_model is None:
                 raise AgentError(
@@ -172,10 +188,36 @@ class Agent:
         context: Sequence[Message] = (),
         options: Mapping[str, Any] | None = None,
         request_context: Mapping[str, Any] | None = None,
+        model_settings: ModelSettings | Mapping[str, Any] | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> AgentResult:
+        """One turn. ``model_settings`` override the agent's per key; ``tool_choice``: "auto",
+        "none", "required" or ``{"name": <tool>}`` (also Mastra's and OpenAI's object forms), applied
+        to the turn's first model call (later calls of the tool loop use "auto", except "none")."""
         values = dict(request_context or {})
-        return self._generate(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
-                              context=context, options=options, values=values, parent_span=None)
+        return _drain(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
+                                 context=context, options=options, values=values, parent_span=None,
+                                 model_settings=model_settings, tool_choice=tool_choice, streaming=False))
+
+    def stream(
+        self,
+        message: str | Message | Sequence[Message],
+        *,
+        memory: Mapping[str, Any] | None = None,
+        scopes: Sequence[str] | None = None,
+        context: Sequence[Message] = (),
+        options: Mapping[str, Any] | None = None,
+        request_context: Mapping[str, Any] | None = None,
+        model_settings: ModelSettings | Mapping[str, Any] | None = None,
+        tool_choice: ToolChoice | None = None,
+    ) -> AgentStream:
+        """The same turn as ``generate``, as ``StreamEvent``s while the model produces them (see
+        ``core.agent_stream``). Nothing runs until the first event is asked for; the turn is saved
+        once it completes, and not at all if it fails or the consumer stops early."""
+        values = dict(request_context or {})
+        return AgentStream(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
+                                      context=context, options=options, values=values, parent_span=None,
+                                      model_settings=model_settings, tool_choice=tool_choice, streaming=True))
 
     def _generate(
         self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
@@ -184,6 +226,22 @@ class Agent:
     ) -> AgentResult:
         """One turn with ``mem`` already chosen (a delegation hands the sub-agent its memory this way,
         so one agent can serve several supervisors at once)."""
+        return _drain(self._turn(mem, message, memory=memory, scopes=scopes, context=context, options=options,
+                                 values=values, parent_span=parent_span, model_settings=None, tool_choice=None,
+                                 streaming=False))
+
+    def _turn(
+        self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
+        scopes: Sequence[str] | None, context: Sequence[Message], options: Mapping[str, Any] | None,
+        values: dict[str, Any], parent_span: TracedSpan | None, model_settings: ModelSettings | Mapping[str, Any] | None,
+        tool_choice: ToolChoice | None, streaming: bool,
+    ) -> TurnEvents:
+        """The turn as a generator of events; its return value is the result."""
+        settings = self.model_settings.merged(ModelSettings.parse(model_settings))
+        choice = parse_tool_choice(tool_choice, self._tool_names())
+        window = getattr(self.model, "context_window", None)
+        budget = PromptBudget.for_model(window, max_tokens=settings.max_tokens, model_id=self.model.model_id) \
+            if window is not None else None
         mem_arg = dict(memory or {})
         resource_id, thread_id, other_scopes = parse_scopes(
             scopes, resource_id=mem_arg.get("resource"), thread_id=mem_arg.get("thread")
@@ -200,10 +258,17 @@ class Agent:
             entity_type="agent", entity_id=self.name, entity_name=self.name,
             attributes={"model": self.model.describe() if hasattr(self.model, "describe") else str(self.model)},
         ) as run_span:
-            result = self._run(mem, message, thread_id, resource_id, other_scopes, overrides, context, values, tracer)
+            try:
+                result = yield from self._run(mem, message, thread_id, resource_id, other_scopes, overrides, context,
+                                              values, tracer, ModelCall(settings, choice, budget, streaming))
+            except GeneratorExit:
+                run_span.end(error="the stream was closed before the turn completed; nothing was saved")
+                raise
             run_span.set_output({"text": result.text, "finishReason": result.finish_reason})
             run_span.set_attributes({"usage": result.usage.__dict__})
             result.trace_id = run_span.trace_id or None
+        yield StreamEvent("finish", text=result.text, finish_reason=result.finish_reason, usage=result.usage,
+                          result=result)
         return result
 
     def _tracer_for(self, mem: Memory | None) -> SpanTracer:
@@ -219,9 +284,10 @@ class Agent:
     def _run(
         self, mem: Memory | None, message: Any, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], overrides: Mapping[str, Any], context: Sequence[Message],
-        values: Mapping[str, Any], tracer: SpanTracer,
-    ) -> AgentResult:
+        values: Mapping[str, Any], tracer: SpanTracer, call: ModelCall,
+    ) -> TurnEvents:
         ctx: ProcessorContext | None
+        bare_record: tuple[dict[str, str], dict[str, dict[str, Any]]] = ({}, {})  # skips/notes without memory
         if mem is not None:
             # Ownership is checked here, before any model call (and before anything is written).
             request = mem.request_context(
@@ -230,6 +296,7 @@ class Agent:
             )
             ctx = turn = mem.new_context(request, services=replace(mem.services(), tracer=tracer))
             turn.live = True
+            turn.budget = call.budget
             inputs = mem.prepare_input(turn, input=_as_messages(message), instructions=self.instructions,
                                        context=context)
             prompt = self._span(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},
@@ -244,12 +311,8 @@ class Agent:
                 ml.add(c, "context", Provenance("context"))
             ml.add(inputs, "input", Provenance("input"))
             ctx = None
-            from core.prompt import build_prompt
-            from core.tokens import default_tokenizer
-
             processors = []
-            prompt = build_prompt(ml, tokenizer=default_tokenizer(), tools=self._tool_specs(), skipped={}, notes={},
-                                  options={}, processors=[], context_window=128_000)
+            prompt = _rebuild_without_memory(ml, self._tool_specs(), call.budget, bare_record)
 
         messages_list = prompt.message_list
         assert messages_list is not None
@@ -268,7 +331,7 @@ class Agent:
         error: BaseException | None = None
         for step in range(self.max_steps):
             try:
-                result = self._call_model(tracer, prompt, thread_id, resource_id)
+                result = yield from self._model_step(tracer, prompt, thread_id, resource_id, call, step)
             except ModelError as exc:
                 error, finish_reason = exc, "error"
                 break
@@ -278,11 +341,14 @@ class Agent:
                               usage.total_tokens + result.usage.total_tokens)
             parts = list(response.parts)
             parts.append({"type": "step-start", "model": result.model_id or self.model.model_id})
-            for call in result.tool_calls:
-                outcome = self._execute(call, mem, thread_id, resource_id, scopes, values, messages_list, overrides,
+            for tc in result.tool_calls:
+                yield StreamEvent("tool-call", tool_call_id=tc.id, tool_name=tc.name, args=dict(tc.arguments))
+                outcome = self._execute(tc, mem, thread_id, resource_id, scopes, values, messages_list, overrides,
                                         tracer, ctx)
-                tool_results.append({"tool": call.name, "args": call.arguments, "result": outcome})
-                parts.append(tool_invocation_part(call.id, call.name, call.arguments, _jsonable(outcome)))
+                tool_results.append({"tool": tc.name, "args": tc.arguments, "result": outcome})
+                parts.append(tool_invocation_part(tc.id, tc.name, tc.arguments, _jsonable(outcome)))
+                yield StreamEvent("tool-result", tool_call_id=tc.id, tool_name=tc.name, args=dict(tc.arguments),
+                                  output=_jsonable(outcome))
             if result.text:
                 parts.append(text_part(result.text))
                 text_out.append(result.text)
@@ -293,7 +359,7 @@ class Agent:
             if not result.tool_calls:
                 break
             prompt = mem.record(ctx, processors, self._tool_specs()) if (mem is not None and ctx is not None) else \
-                _rebuild_without_memory(messages_list, self._tool_specs())
+                _rebuild_without_memory(messages_list, self._tool_specs(), call.budget, bare_record)
             prompts.append(prompt)
         else:
             finish_reason = "max-steps"
@@ -320,19 +386,30 @@ class Agent:
             tool_results=tool_results,
         )
 
-    def _call_model(self, tracer: SpanTracer, prompt: AssembledPrompt, thread_id: str | None,
-                    resource_id: str | None) -> ChatResult:
-        kwargs: dict[str, Any] = {"tools": prompt.tools or None}
-        if self.temperature is not None:
-            kwargs["temperature"] = self.temperature
+    def _model_step(self, tracer: SpanTracer, prompt: AssembledPrompt, thread_id: str | None,
+                    resource_id: str | None, call: ModelCall, step: int) -> Generator[StreamEvent, None, ChatResult]:
+        """One model call, streamed (text deltas yielded as they arrive) or not; the same span either way."""
+        kwargs = call.model_kwargs(prompt, step)
+        attributes = {"model": self.model.model_id, "provider": getattr(self.model, "provider", None),
+                      "promptTokensEstimated": prompt.total_tokens, "tokenizer": prompt.tokenizer,
+                      "modelSettings": call.settings.to_dict()}
+        if "tool_choice" in kwargs:
+            attributes["toolChoice"] = kwargs["tool_choice"]
+        if call.budget is not None:
+            attributes["contextWindow"] = call.budget.context_window
         with tracer.start_span(
             f"llm: '{self.model.model_id}'", "model_generation", input={"messages": prompt.messages,
                                                                         "tools": prompt.tools},
-            thread_id=thread_id, resource_id=resource_id,
-            attributes={"model": self.model.model_id, "provider": getattr(self.model, "provider", None),
-                        "promptTokensEstimated": prompt.total_tokens, "tokenizer": prompt.tokenizer},
+            thread_id=thread_id, resource_id=resource_id, attributes=attributes,
         ) as span:
-            result = self.model.generate(prompt.messages, **kwargs)
+            if call.streaming:
+                try:
+                    result = yield from stream_reply(self.model, prompt.messages, kwargs)
+                except GeneratorExit:
+                    span.end(error="the stream was closed while the model was replying")
+                    raise
+            else:
+                result = self.model.generate(prompt.messages, **kwargs)
             span.set_output({"text": result.text, "toolCalls": [c.to_message_dict() for c in result.tool_calls]})
             span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
                                  "finishReason": result.finish_reason})
@@ -437,12 +514,28 @@ def _working_memory_stage(ctx: Any, mem: Memory) -> StagedWorkingMemory | None:
     return stage
 
 
-def _rebuild_without_memory(ml: MessageList, tools: list[dict[str, Any]]) -> AssembledPrompt:
+def _drain(events: TurnEvents) -> "AgentResult":
+    """Run a turn's generator to its end (``generate``): the events are not needed, the result is."""
+    while True:
+        try:
+            next(events)
+        except StopIteration as stop:
+            result: AgentResult = stop.value
+            return result
+
+
+def _rebuild_without_memory(ml: MessageList, tools: list[dict[str, Any]], budget: PromptBudget | None,
+                            record: tuple[dict[str, str], dict[str, dict[str, Any]]]) -> AssembledPrompt:
     from core.prompt import build_prompt
     from core.tokens import default_tokenizer
 
-    return build_prompt(ml, tokenizer=default_tokenizer(), tools=tools, skipped={}, notes={}, options={},
-                        processors=[], context_window=128_000)
+    skipped, notes = record
+
+    def build() -> AssembledPrompt:
+        return build_prompt(ml, tokenizer=default_tokenizer(), tools=tools, skipped=skipped, notes=notes, options={},
+                            processors=[], context_window=budget.context_window if budget else 128_000)
+
+    return build() if budget is None else fit_prompt(ml, build, budget, skipped, notes)
 
 
 def _as_messages(message: Any) -> list[Any]:

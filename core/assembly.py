@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any, Callable, Mapping, Sequence
 
 from core.ids import check_ids
+from core.context_window import PromptBudget, fit_prompt
 from core.message_list import MessageList, Provenance
 from core.message_size import check_messages
 from core.messages import Message, MessageFormatError
@@ -20,6 +21,7 @@ from core.processors.base import BaseProcessor, Processor, ProcessorContext, Req
 from core.processors.input_filter import MemoryInputFilter
 from core.processors.message_history import MessageHistory
 from core.processors.services import MemoryServices
+from core.processors.token_limiter import MemoryTokenLimiter
 from core.processors.working_memory import WorkingMemory
 from core.prompt import AssembledPrompt, build_prompt
 from core.scopes import check_thread_owner, parse_scopes
@@ -74,6 +76,8 @@ class TurnAssembler:
             from core.processors.semantic_recall import SemanticRecall
 
             chain.append(_take(user, SemanticRecall))
+        if opts.history_enabled and not om and opts.message_history.max_tokens is not None:
+            chain.append(_take(user, MemoryTokenLimiter))  # after recall: it counts what recall added
         if om:
             from core.processors.observational import ObservationalMemory
 
@@ -140,11 +144,13 @@ class TurnAssembler:
         request_context: Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
         as_of: str | None = None,
+        budget: PromptBudget | None = None,
     ) -> AssembledPrompt:
         """Build the exact prompt for a turn without writing anything.
 
         ``as_of``: the id of a stored user message; the prompt is rebuilt as the engine would have
-        built it for that turn (history before it, the message itself as input).
+        built it for that turn (history before it, the message itself as input). ``budget``: fit
+        the prompt into a model's context window, as an agent run with that model does.
         """
         if as_of is not None:
             stored = self.store.memory.get_messages([as_of])
@@ -161,6 +167,7 @@ class TurnAssembler:
         if as_of is not None:
             request.as_of = turn
         ctx = self.new_context(request)
+        ctx.budget = budget
         self.prepare_input(ctx, input=input, instructions=instructions, context=context)
         return self.run_input(ctx, extra_tools=tools)
 
@@ -226,11 +233,16 @@ class TurnAssembler:
         self, ctx: ProcessorContext, processors: list[str], extra_tools: Sequence[Mapping[str, Any]] = ()
     ) -> AssembledPrompt:
         tools = [*ctx.tools, *[dict(tl) for tl in extra_tools]]
-        return build_prompt(
-            ctx.messages, tokenizer=ctx.services.tokenizer, tools=tools, skipped=ctx.skipped, notes=ctx.notes,
-            options=ctx.request.options.to_dict(), processors=processors,
-            context_window=ctx.request.options.context_window,
-        )
+        budget = ctx.budget
+
+        def build() -> AssembledPrompt:
+            return build_prompt(
+                ctx.messages, tokenizer=ctx.services.tokenizer, tools=tools, skipped=ctx.skipped, notes=ctx.notes,
+                options=ctx.request.options.to_dict(), processors=processors,
+                context_window=budget.context_window if budget else ctx.request.options.context_window,
+            )
+
+        return build() if budget is None else fit_prompt(ctx.messages, build, budget, ctx.skipped, ctx.notes)
 
     def run_output(self, ctx: ProcessorContext) -> list[Message]:
         """Run output processors (indexing, saving) after the model answered."""

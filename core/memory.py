@@ -41,6 +41,7 @@ from core.working_memory import WorkingMemoryService, hide_working_memory
 from core.working_memory_schema import WorkingMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.context_window import PromptBudget
     from core.embedding import Embedder
     from core.llm.base import ChatModel
     from core.recall import RecallIndex, SearchHit
@@ -194,11 +195,13 @@ class Memory:
         request_context: Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
         as_of: str | None = None,
+        budget: "PromptBudget | None" = None,
     ) -> AssembledPrompt:
         """Build the exact prompt for a turn without writing anything (see ``TurnAssembler.assemble``)."""
         return self.assembler.assemble(
             thread_id=thread_id, resource_id=resource_id, input=input, instructions=instructions, context=context,
             options=options, scopes=scopes, request_context=request_context, tools=tools, as_of=as_of,
+            budget=budget,
         )
 
     def prepare_input(
@@ -406,6 +409,9 @@ class Memory:
         limit = per_page if isinstance(per_page, int) and not isinstance(per_page, bool) else None
         if limit is None:
             lm = self.options.last_messages if last_messages is None else last_messages
+            if lm is None:  # a token budget and no count cap: every stored message
+                msgs = self.store.memory.list_messages(MessageQuery(thread_id=thread_id))
+                return RecallResult(msgs, total, 0, None, False)
             limit = 0 if lm is False else int(lm)
         if limit <= 0:
             return RecallResult([], total, page, 0, total > 0)

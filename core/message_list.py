@@ -102,6 +102,11 @@ class MessageList:
         for mid in ids:
             self._entries.pop(mid, None)
 
+    def remove_system_entries(self, entries: Iterable[SystemEntry]) -> None:
+        """Drop these system entries (by identity: two entries may hold the same text under two tags)."""
+        gone = {id(e) for e in entries}
+        self._system = [e for e in self._system if id(e) not in gone]
+
     # -- reading ---------------------------------------------------------------------------------
     def conversation(self) -> list[Entry]:
         """Non-system entries, ordered by createdAt (insertion order breaks ties)."""

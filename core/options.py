@@ -45,25 +45,61 @@ class InputFilterOptions:
 
 @dataclass(frozen=True)
 class MessageHistoryOptions:
-    """Options of the message-history processor.
+    """Options of the message-history processor and of its token half, memory-token-limiter.
 
     ``last_messages``: how many of the thread's newest stored messages join the prompt
-    (default 10; 0 or False loads none). ``MemoryOptions(last_messages=...)`` sets it per memory.
+    (default 10; 0 or False loads none; None: no count cap, the token budget alone decides).
+    ``MemoryOptions(last_messages=...)`` sets it per memory.
+    ``max_tokens``: a token budget for the whole prompt except tool definitions: instructions,
+    system messages, history, recall and the input (default None: no budget; 0 turns history off).
+    Over it, the oldest memory messages are dropped, never the input, as Mastra's
+    ``messageHistory.maxTokens`` does. ``at_max_remove_tokens``: once over the budget, trim until
+    this many tokens are free below it (default None: a quarter of ``max_tokens``, at least 1).
+    ``MemoryOptions(message_history={"max_tokens": ..., "at_max_remove_tokens": ...})`` sets both.
     """
 
-    last_messages: int | Literal[False] = 10
+    last_messages: int | Literal[False] | None = 10
+    max_tokens: int | None = None
+    at_max_remove_tokens: int | None = None
 
     def __post_init__(self) -> None:
         lm = self.last_messages
-        if lm is True or (not isinstance(lm, int) and lm is not False) or (isinstance(lm, int) and not isinstance(lm, bool) and lm < 0):
+        if lm is True or (lm is not None and not isinstance(lm, int) and lm is not False) or (
+            isinstance(lm, int) and not isinstance(lm, bool) and lm < 0
+        ):
             raise OptionsError(
                 f"last_messages must be a non-negative integer or False, got {lm!r}."
             )
+        for name in ("max_tokens", "at_max_remove_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise OptionsError(f"message_history.{name} must be a non-negative integer, got {value!r}.")
+        if self.at_max_remove_tokens is not None and self.max_tokens is None:
+            raise OptionsError("message_history.at_max_remove_tokens needs max_tokens: give both, or neither.")
+        if self.at_max_remove_tokens is not None and self.max_tokens is not None \
+                and self.at_max_remove_tokens > self.max_tokens:
+            raise OptionsError(
+                f"message_history.at_max_remove_tokens ({self.at_max_remove_tokens}) must not exceed "
+                f"max_tokens ({self.max_tokens})."
+            )
 
     @property
-    def limit(self) -> int:
-        """How many messages to load (0: none)."""
+    def limit(self) -> int | None:
+        """How many messages to load (0: none; None: no count cap, only the token budget)."""
+        if self.last_messages is None:
+            return None if self.max_tokens is not None else 10
         return 0 if self.last_messages is False else int(self.last_messages)
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit != 0 and self.max_tokens != 0
+
+    @property
+    def remove_tokens(self) -> int:
+        """Tokens trimmed below ``max_tokens`` once it is exceeded (Mastra: 25%, at least 1)."""
+        if self.at_max_remove_tokens is not None:
+            return self.at_max_remove_tokens
+        return max(1, (self.max_tokens or 0) // 4)
 
 
 @dataclass(frozen=True)
@@ -191,14 +227,16 @@ class ObservationalMemoryOptions:
 class MemoryOptions:
     """Everything a memory runs with; nested options accept dicts (see each options type).
 
-    ``last_messages``: history length (default 10; see ``MessageHistoryOptions``).
+    ``last_messages``: history length (default 10, or no count cap when ``message_history`` sets a
+    token budget, as in Mastra; see ``MessageHistoryOptions``). ``message_history``: a token budget,
+    ``{"max_tokens": N, "at_max_remove_tokens": M}`` (default None: none).
     ``semantic_recall`` (default off), ``working_memory`` (default off), ``observational_memory``
     (default off; replaces message history when on). ``read_only`` (default False): turns read
-    memory but save nothing. ``context_window``: tokens, only used to draw the context bar
-    (default 128,000).
+    memory but save nothing. ``context_window``: tokens, used to draw the context bar when no
+    model says its own (default 128,000).
     """
 
-    last_messages: int | Literal[False] = 10
+    last_messages: int | Literal[False] | None = None
     semantic_recall: Any = False  # bool | dict | SemanticRecallOptions
     working_memory: Any = None  # dict | WorkingMemoryOptions
     observational_memory: Any = False  # bool | dict | ObservationalMemoryOptions
@@ -206,9 +244,12 @@ class MemoryOptions:
     context_window: int = 128_000  # tokens; only used to draw the context bar
     # Largest message accepted, in bytes of stored content (UTF-8 JSON); None for no limit.
     max_message_bytes: int | None = 1_000_000
+    message_history: Any = None  # dict | MessageHistoryOptions (its token budget)
 
     def __post_init__(self) -> None:
-        MessageHistoryOptions(last_messages=self.last_messages)  # validates
+        history = _history(self.message_history, self.last_messages)
+        object.__setattr__(self, "last_messages", history.last_messages)
+        object.__setattr__(self, "message_history", history)
         object.__setattr__(self, "semantic_recall", _semantic(self.semantic_recall))
         object.__setattr__(self, "working_memory", _working(self.working_memory))
         object.__setattr__(self, "observational_memory", _observational(self.observational_memory))
@@ -219,13 +260,8 @@ class MemoryOptions:
             raise OptionsError(f"max_message_bytes must be a positive integer (bytes) or None, got {mb!r}.")
 
     @property
-    def message_history(self) -> MessageHistoryOptions:
-        """The message-history processor's options, from ``last_messages``."""
-        return MessageHistoryOptions(last_messages=self.last_messages)
-
-    @property
     def history_enabled(self) -> bool:
-        return self.message_history.limit > 0
+        return bool(self.message_history.enabled)
 
     def merged(self, overrides: Mapping[str, Any] | None) -> "MemoryOptions":
         """Deep-merge a per-call override dict. A per-call schema replaces the instance schema."""
@@ -249,7 +285,12 @@ class MemoryOptions:
         """A JSON-ready copy (cached: options are frozen, and this runs on every turn)."""
         cached = self.__dict__.get("_dict_cache")
         if cached is None:
-            cached = json.dumps(asdict(self), default=str)
+            data = asdict(self)
+            # ``last_messages`` lives at the top; the nested form is the token budget alone.
+            history = self.message_history
+            data["message_history"] = None if history.max_tokens is None else {
+                "max_tokens": history.max_tokens, "at_max_remove_tokens": history.at_max_remove_tokens}
+            cached = json.dumps(data, default=str)
             object.__setattr__(self, "_dict_cache", cached)
         return json.loads(cached)  # type: ignore[no-any-return]
 
@@ -273,6 +314,38 @@ def options_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str,
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+_HISTORY_KEYS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens",
+                 "at_max_remove_tokens": "at_max_remove_tokens", "atMaxRemoveTokens": "at_max_remove_tokens"}
+
+
+def _history(value: Any, last_messages: Any) -> MessageHistoryOptions:
+    """The history options from ``last_messages`` and the ``message_history`` token budget.
+
+    Unset ``last_messages`` means 10, or no count cap when a token budget is given (Mastra's rule).
+    """
+    if isinstance(value, MessageHistoryOptions):
+        lm = value.last_messages if last_messages is None else last_messages
+        return replace(value, last_messages=_default_last(lm, value.max_tokens))
+    if value is None or value is False:
+        return MessageHistoryOptions(last_messages=_default_last(last_messages, None))
+    if not isinstance(value, Mapping):
+        raise OptionsError('message_history must be a dict such as {"max_tokens": 4000, "at_max_remove_tokens": 1000}.')
+    data: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in _HISTORY_KEYS:
+            hint = " Set last_messages on the memory options instead." if key in ("last_messages", "lastMessages") else ""
+            raise OptionsError(f"Unknown message_history option {key!r}: use max_tokens and at_max_remove_tokens.{hint}")
+        data[_HISTORY_KEYS[key]] = item
+    lm = _default_last(last_messages, data.get("max_tokens"))
+    return MessageHistoryOptions(last_messages=lm, **data)
+
+
+def _default_last(last_messages: Any, max_tokens: Any) -> Any:
+    if last_messages is None:
+        return None if max_tokens is not None else 10
+    return last_messages
 
 
 def _semantic(value: Any) -> SemanticRecallOptions:

@@ -161,8 +161,14 @@ def build_prompt(
     return AssembledPrompt(
         messages=messages, fragments=fragments, skipped=dict(skipped), tools=list(tools), tokenizer=tokenizer.name,
         thread_id=ml.thread_id, resource_id=ml.resource_id, options=options, processors=processors,
-        context_window=context_window, notes=notes, message_list=ml,
+        # Each processor's notes are copied, so a later call's record never changes this one.
+        context_window=context_window, notes={k: dict(v) for k, v in notes.items()}, message_list=ml,
     )
+
+
+def message_tokens(tokenizer: Tokenizer, message: Message) -> int:
+    """What one conversation message costs in the prompt, counted as ``build_prompt`` counts it."""
+    return sum(count_message_tokens(tokenizer, _counted_text(w)) for w in to_openai(message))
 
 
 def _tool_source(tools: list[dict[str, Any]], notes: dict[str, dict[str, Any]]) -> str:

@@ -28,6 +28,7 @@ from core.llm.keys import (
 from core.llm.loopback import LoopbackServer, RecordedRequest, hash_embedding
 from core.llm.http import RetryPolicy
 from core.llm.openai_compatible import OpenAICompatibleModel
+from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice, parse_tool_choice
 from core.llm.scripted import Responder, ScriptedModel, ScriptedReply, ScriptedRequest, ScriptStep, tool_call
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "LoopbackServer",
     "Message",
     "ModelError",
+    "ModelSettings",
+    "ModelSettingsError",
     "OpenAICompatibleModel",
     "RecordedRequest",
     "ResolvedKey",
@@ -53,10 +56,12 @@ __all__ = [
     "ToolCall",
     "ToolCallAssembler",
     "ToolCallDelta",
+    "ToolChoice",
     "ToolSpec",
     "Usage",
     "hash_embedding",
     "parse_tool_arguments",
+    "parse_tool_choice",
     "resolve_api_key",
     "store_api_key",
     "tool_call",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from core.errors import MemoryStudioError
+from core.llm.settings import ModelSettings, ToolChoice
 
 #: One OpenAI chat-format message: ``{"role", "content", "tool_calls"?, "tool_call_id"?, "name"?}``.
 Message = dict[str, Any]
@@ -193,7 +194,15 @@ class ChatModel(Protocol):
         temperature: float | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
-    ) -> ChatResult: ...
+        settings: ModelSettings | None = None,
+        tool_choice: ToolChoice | None = None,
+    ) -> ChatResult:
+        """One reply. ``settings``: further sampling settings (explicit ``temperature`` /
+        ``max_tokens`` win over theirs); ``tool_choice``: OpenAI's wire form. The agent passes
+        ``settings`` and ``tool_choice`` only when the caller set them, so a model written before
+        they existed keeps working until they are used. A model may also have a ``context_window``
+        attribute (tokens): the agent then fits every prompt into it."""
+        ...
 
     def stream(
         self,
@@ -203,6 +212,8 @@ class ChatModel(Protocol):
         temperature: float | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        settings: ModelSettings | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Iterator[ChatChunk]: ...
 
     def describe(self) -> dict[str, Any]:

@@ -10,12 +10,14 @@ the policy is visible, configurable and counted in the error the user finally se
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.llm.base import ChatChunk, ChatResult, Message, ModelError, ToolSpec
 from core.llm.http import OPENAI_BASE_URL, RetryPolicy, openai_client, safe_url
+from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
 from core.llm.wire import StreamAssembler, result_from_completion
 
@@ -49,7 +51,14 @@ class OpenAICompatibleModel:
         default_headers: Mapping[str, str] | None = None,
         environ: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        context_window: int | None = None,
     ) -> None:
+        if context_window is not None and (
+                not isinstance(context_window, int) or isinstance(context_window, bool) or context_window < 1):
+            raise ModelSettingsError(f"context_window must be a positive number of tokens, got {context_window!r}.")
+        #: The server's context size in tokens (llama.cpp ``--ctx-size``, vLLM ``--max-model-len``,
+        #: Ollama ``num_ctx``); None: unknown. The agent fits every prompt into it.
+        self.context_window = context_window
         self.model = model
         self.base_url = safe_url(base_url)
         self.provider = provider or ("openai" if self.base_url == OPENAI_BASE_URL else "openai-compatible")
@@ -76,6 +85,8 @@ class OpenAICompatibleModel:
             "base_url": self.base_url, "api_key_source": self._key.source,
             "timeout": self.timeout, "max_retries": self.retry.max_retries, "scripted": False,
         }
+        if self.context_window is not None:
+            info["context_window"] = self.context_window
         if self._key.note:
             info["api_key_note"] = self._key.note
         return info
@@ -106,8 +117,10 @@ class OpenAICompatibleModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        settings: ModelSettings | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> ChatResult:
-        body = self._body(messages, tools, temperature, max_tokens)
+        body = self._body(messages, tools, temperature, max_tokens, settings, tool_choice)
         wait = self.timeout if timeout is None else timeout
         endpoint = f"{self.base_url}/chat/completions"
         response = self._with_retries(
@@ -141,13 +154,15 @@ class OpenAICompatibleModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        settings: ModelSettings | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Iterator[ChatChunk]:
         """Open the stream now (retrying as ``generate`` does), then yield as chunks arrive.
 
         Once the first byte has arrived a failure is not retried: text already shown to the
         user cannot be taken back.
         """
-        body = self._body(messages, tools, temperature, max_tokens)
+        body = self._body(messages, tools, temperature, max_tokens, settings, tool_choice)
         body["stream"] = True
         if self.stream_usage:
             body["stream_options"] = {"include_usage": True}
@@ -193,16 +208,20 @@ class OpenAICompatibleModel:
                                   endpoint=f"{self.base_url}/models", timeout=wait, method="GET")
         return [item.id for item in page.data]
 
-    def _body(self, messages: list[Message], tools: list[ToolSpec] | None,
-              temperature: float | None, max_tokens: int | None) -> dict[str, Any]:
+    def _body(self, messages: list[Message], tools: list[ToolSpec] | None, temperature: float | None,
+              max_tokens: int | None, settings: ModelSettings | None = None,
+              tool_choice: ToolChoice | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             body["tools"] = tools
-        if temperature is not None:
-            body["temperature"] = temperature
-        if max_tokens is not None:
-            # ``max_tokens`` rather than ``max_completion_tokens``: every local server knows it.
-            body["max_tokens"] = max_tokens
+            if tool_choice is not None:
+                body["tool_choice"] = tool_choice
+        # ``max_tokens`` rather than ``max_completion_tokens``: every local server knows it.
+        wire = (settings or ModelSettings()).merged(ModelSettings(temperature=temperature, max_tokens=max_tokens))
+        body.update(wire.to_dict())
+        if "top_k" in body:
+            # Not an OpenAI parameter, so the SDK has no argument for it; local servers read it.
+            body["extra_body"] = {"top_k": body.pop("top_k")}
         return body
 
     def _with_retries(self, call: Callable[[], _T], *, endpoint: str, timeout: float,
@@ -239,7 +258,7 @@ class OpenAICompatibleModel:
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             detail = self._scrub(_error_detail(exc))
-            hint = self._status_hint(status)
+            hint = self._context_hint(exc, detail) or self._status_hint(status)
         elif isinstance(exc, openai.APITimeoutError):
             detail = f"no response within {timeout:g}s"
             hint = ("raise the timeout (a local server may still be loading the model) "
@@ -268,6 +287,34 @@ class OpenAICompatibleModel:
             return "the server failed; check its logs, or try again later"
         return ""
 
+    def _context_hint(self, exc: openai.APIStatusError, detail: str) -> str:
+        """The hint for a prompt the server found longer than its context, naming the context size."""
+        body: dict[str, Any] = exc.body if isinstance(exc.body, dict) else {}
+        nested = body.get("error")
+        inner: dict[str, Any] = nested if isinstance(nested, dict) else body
+        code = str(inner.get("code") or "") + " " + str(inner.get("type") or "")
+        if not (_CONTEXT_OVERFLOW.search(detail) or "context_length_exceeded" in code
+                or "exceed_context_size" in code):
+            return ""
+        size = inner.get("n_ctx") or _number_after(_CONTEXT_SIZE, detail)
+        if size:
+            where = f"the server's context is {int(size):,} tokens"
+        elif self.context_window:
+            where = f"the context window given here is {self.context_window:,} tokens"
+        else:
+            where = "the server's context size is not known here"
+        if size and self.context_window and self.context_window <= int(size):
+            # We fitted the prompt, but the server's tokenizer counted more than ours did.
+            fix = (f"the server counts more tokens than the engine's o200k_base estimate; give a smaller "
+                   f"context_window (now {self.context_window:,}, e.g. {int(self.context_window * 0.85):,}) to "
+                   "leave more room")
+        elif size:
+            fix = f"give the model context_window={int(size)} so the agent drops old memory to fit before sending"
+        else:
+            fix = ("set context_window to the server's context size (llama.cpp --ctx-size, vLLM --max-model-len, "
+                   "Ollama num_ctx) so the agent drops old memory to fit before sending")
+        return f"the prompt and reply do not fit: {where}; {fix}, or lower max_tokens in model_settings"
+
     def _scrub(self, text: str) -> str:
         # Some providers echo the key back in auth errors; never let it reach a message.
         secret = self._key.secret.reveal() if self._key.secret else ""
@@ -280,6 +327,16 @@ def _preview(value: Any) -> str:
     """What a reply was, in a few words: its type and its first characters."""
     text = " ".join(str(value).split())
     return f"{type(value).__name__} {text[:80]!r}{'…' if len(text) > 80 else ''}"
+# llama.cpp: "exceeds the available context size"; vLLM and OpenAI: "maximum context length".
+_CONTEXT_OVERFLOW = re.compile(r"(?i)exceeds? the available context size|maximum context length|context length exceeded"
+                               r"|context_length_exceeded")
+_CONTEXT_SIZE = re.compile(r"(?i)(?:maximum context length is|available context size \(|context size of|n_ctx[=: ]+)"
+                           r"\s*(\d+)")
+
+
+def _number_after(pattern: re.Pattern[str], text: str) -> int | None:
+    match = pattern.search(text)
+    return int(match.group(1)) if match else None
 
 
 def _error_detail(exc: openai.APIStatusError) -> str:

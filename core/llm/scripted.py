@@ -25,6 +25,7 @@ from core.llm.base import (
     Usage,
     chunks_from_result,
 )
+from core.llm.settings import ModelSettings, ToolChoice
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,23 @@ def reply_from_dict(step: dict[str, Any], number: int = 0, model_id: str = "scri
 
 @dataclass(frozen=True)
 class ScriptedRequest:
-    """What the scripted model was asked, exactly, so tests can assert on the prompt."""
+    """What the scripted model was asked, exactly, so tests can assert on the prompt.
+
+    ``temperature`` / ``max_tokens`` are the effective values (explicit, else from ``settings``);
+    ``settings`` holds every setting that was set, by name; ``tool_choice`` is the wire form.
+    """
 
     messages: list[Message]
     tools: list[ToolSpec] | None
     temperature: float | None
     max_tokens: int | None
     stream: bool
+    settings: dict[str, Any] = field(default_factory=dict)
+    tool_choice: ToolChoice | None = None
+
+
+def _settings(settings: ModelSettings | None, temperature: float | None, max_tokens: int | None) -> ModelSettings:
+    return (settings or ModelSettings()).merged(ModelSettings(temperature=temperature, max_tokens=max_tokens))
 
 
 def estimate_tokens(text: str) -> int:
@@ -104,6 +115,8 @@ class ScriptedModel:
 
     script: Sequence[ScriptStep] | Responder
     name: str = "demo"
+    #: The context window (tokens) to behave as; None: unknown. The agent fits prompts into it.
+    context_window: int | None = None
     requests: list[ScriptedRequest] = field(default_factory=list, init=False)
     _position: int = field(default=0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -125,9 +138,12 @@ class ScriptedModel:
         return f"ScriptedModel(model_id={self.model_id!r}, remaining={self.remaining!r})"
 
     def describe(self) -> dict[str, Any]:
-        return {"provider": self.provider, "model": self.name, "model_id": self.model_id,
+        info = {"provider": self.provider, "model": self.name, "model_id": self.model_id,
                 "scripted": True, "remaining": self.remaining,
                 "note": "Scripted stand-in: replays pre-written replies; no language model is called."}
+        if self.context_window is not None:
+            info["context_window"] = self.context_window
+        return info
 
     def trace_info(self) -> dict[str, Any]:
         return self.describe()
@@ -140,8 +156,10 @@ class ScriptedModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        settings: ModelSettings | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> ChatResult:
-        return self._next(messages, tools, temperature, max_tokens, stream=False)
+        return self._next(messages, tools, _settings(settings, temperature, max_tokens), tool_choice, stream=False)
 
     def stream(
         self,
@@ -151,17 +169,20 @@ class ScriptedModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        settings: ModelSettings | None = None,
+        tool_choice: ToolChoice | None = None,
     ) -> Iterator[ChatChunk]:
         # Take the reply now, not on first iteration, so the request is recorded (and an
         # exhausted script raises) at call time, as with a real client.
-        result = self._next(messages, tools, temperature, max_tokens, stream=True)
+        result = self._next(messages, tools, _settings(settings, temperature, max_tokens), tool_choice, stream=True)
         return chunks_from_result(result)
 
-    def _next(self, messages: list[Message], tools: list[ToolSpec] | None,
-              temperature: float | None, max_tokens: int | None, *, stream: bool) -> ChatResult:
+    def _next(self, messages: list[Message], tools: list[ToolSpec] | None, settings: ModelSettings,
+              tool_choice: ToolChoice | None, *, stream: bool) -> ChatResult:
         with self._lock:
             request = ScriptedRequest(copy.deepcopy(messages), copy.deepcopy(tools),
-                                      temperature, max_tokens, stream)
+                                      settings.temperature, settings.max_tokens, stream,
+                                      settings.to_dict(), copy.deepcopy(tool_choice))
             self.requests.append(request)
             number = len(self.requests)
             if callable(self.script):

@@ -9,6 +9,7 @@ memory-input-filter    ``MemoryInputFilter``   ``InputFilterOptions``
 working-memory         ``WorkingMemory``       ``WorkingMemoryOptions``
 message-history        ``MessageHistory``      ``MessageHistoryOptions``
 semantic-recall        ``SemanticRecall``      ``SemanticRecallOptions``
+memory-token-limiter   ``MemoryTokenLimiter``  ``MessageHistoryOptions`` (its token budget)
 observational-memory   ``ObservationalMemory`` ``ObservationalMemoryOptions``
 =====================  ======================  ============================
 
@@ -33,6 +34,7 @@ from core.processors.base import BaseProcessor, Processor, ProcessorContext, Req
 from core.processors.input_filter import MemoryInputFilter
 from core.processors.message_history import MessageHistory
 from core.processors.services import MemoryServices, SaveMessages
+from core.processors.token_limiter import MemoryTokenLimiter
 from core.processors.working_memory import WorkingMemory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +58,7 @@ __all__ = [
     "InputFilterOptions",
     "MemoryInputFilter",
     "MemoryServices",
+    "MemoryTokenLimiter",
     "MessageHistory",
     "MessageHistoryOptions",
     "ObservationalMemory",

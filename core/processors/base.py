@@ -16,6 +16,7 @@ from core.options import MemoryOptions
 from core.processors.services import MemoryServices
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.context_window import PromptBudget
     from core.storage import Store
     from core.storage.memory_store import Thread
     from core.tokens import Tokenizer
@@ -63,6 +64,9 @@ class ProcessorContext:
     # False while previewing (``Memory.assemble``): processors must not write or call models then.
     # The agent runtime sets it for real turns.
     live: bool = False
+    # The model's context window and reply budget, when the model says its window: the prompt
+    # record is then fitted into it (``core.context_window``). None: no window is enforced.
+    budget: "PromptBudget | None" = None
 
     # The three services nearly every processor uses, one attribute away.
     @property

@@ -1,12 +1,18 @@
-"""MessageHistory: the newest N messages of the thread, and saving the turn afterwards (spec §2.3)."""
+"""MessageHistory: the newest N messages of the thread (or, with only a token budget, the newest that fit it),
+and saving the turn afterwards (spec §2.3)."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from core.message_list import Provenance
 from core.messages import Message
 from core.options import MessageHistoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
+from core.prompt import message_tokens
 from core.storage.memory_store import MessageQuery
+
+_PAGE = 40  # messages per read when only a token budget bounds history (Mastra's page size)
 
 
 class MessageHistory(BaseProcessor):
@@ -25,23 +31,55 @@ class MessageHistory(BaseProcessor):
         if not req.thread_id:
             ctx.skip(self.id, "no thread id was given, so there is no history to load")
             return
-        limit = self._options(ctx).limit
-        if limit <= 0:
-            ctx.skip(self.id, "history is disabled (last_messages is 0 or False)")
+        opts = self._options(ctx)
+        limit = opts.limit
+        if not opts.enabled:
+            ctx.skip(self.id, "history is disabled (last_messages or message_history.max_tokens is 0 or False)")
             return
+        before = (req.as_of.created_at, req.as_of.id) if req.as_of is not None else None
         # Storage errors propagate: a turn without its history would silently mislead the model.
-        rows = ctx.store.memory.list_messages(
-            MessageQuery(
-                thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True,
-                before=(req.as_of.created_at, req.as_of.id) if req.as_of is not None else None,
+        if limit is None:
+            rows = self._newest_within(ctx, req.thread_id, req.resource_id, before, int(opts.max_tokens or 0))
+        else:
+            rows = ctx.store.memory.list_messages(
+                MessageQuery(thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True,
+                             before=before)
             )
-        )
         if not rows:
             ctx.skip(self.id, f"thread {req.thread_id} has no stored messages yet")
             return
         for msg in rows:
             ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,)))
-        ctx.note(self.id, loaded=len(rows), limit=limit)
+        if limit is None:
+            ctx.note(self.id, loaded=len(rows), limit=None, maxTokens=opts.max_tokens)
+        else:
+            ctx.note(self.id, loaded=len(rows), limit=limit)
+
+    def _newest_within(self, ctx: ProcessorContext, thread_id: str, resource_id: str | None,
+                       before: tuple[datetime, str] | None, max_tokens: int) -> list[Message]:
+        """No count cap: the newest messages, page by page, until they alone pass the token budget.
+
+        The message that crosses the budget is loaded too, so the token limiter sees the thread as
+        over budget exactly when loading every message would have shown it over (what it then
+        keeps does not depend on older messages).
+        """
+        newest_first: list[Message] = []
+        tokens = 0
+        while tokens <= max_tokens:
+            page = ctx.store.memory.list_messages(
+                MessageQuery(thread_id=thread_id, resource_id=resource_id, last=_PAGE, exclude_system=True,
+                             before=before)
+            )
+            for msg in reversed(page):
+                newest_first.append(msg)
+                tokens += message_tokens(ctx.tokenizer, msg)
+                if tokens > max_tokens:
+                    break
+            if len(page) < _PAGE:
+                break
+            before = (page[0].created_at, page[0].id)
+        newest_first.reverse()
+        return newest_first
 
     def process_output(self, ctx: ProcessorContext) -> None:
         save_turn(ctx, self.id)

@@ -43,9 +43,10 @@ def source_color(source: str) -> str:
 # -- options ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class InspectorOptions:
-    """The memory settings the user can vary live. ``last_messages == 0`` means history is off."""
+    """The memory settings the user can vary live. ``last_messages == 0`` means history is off;
+    None means no count cap (the agent's token budget, ``message_history.max_tokens``, bounds it)."""
 
-    last_messages: int = 10
+    last_messages: int | None = 10
     recall: bool = False
     top_k: int = 4
     scope: Literal["resource", "thread"] = "resource"
@@ -56,14 +57,15 @@ class InspectorOptions:
         sr = opts.semantic_recall
         lm = opts.last_messages
         return cls(
-            last_messages=0 if lm is False else int(lm), recall=bool(sr.enabled), top_k=int(sr.top_k),
+            last_messages=None if lm is None else 0 if lm is False else int(lm), recall=bool(sr.enabled),
+            top_k=int(sr.top_k),
             scope=sr.scope, read_only=bool(opts.read_only),
         )
 
     def to_overrides(self) -> dict[str, Any]:
         """The per-call override dict handed to ``Memory.assemble(options=...)``."""
         return {
-            "last_messages": self.last_messages if self.last_messages > 0 else False,
+            "last_messages": self.last_messages if self.last_messages is None or self.last_messages > 0 else False,
             "semantic_recall": {"enabled": self.recall, "top_k": self.top_k, "scope": self.scope},
             "read_only": self.read_only,
         }

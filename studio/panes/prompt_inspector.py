@@ -361,7 +361,11 @@ class PromptInspectorPane(QWidget):
 
     def _set_controls(self, opts: InspectorOptions) -> None:
         self._syncing = True
-        self.last_spin.setValue(opts.last_messages)
+        # No count cap (a token budget bounds history) shows as the spin box's maximum.
+        self._uncapped = opts.last_messages is None
+        self.last_spin.setValue(self.last_spin.maximum() if opts.last_messages is None else opts.last_messages)
+        self.last_spin.setToolTip("No count cap: the agent's token budget (message_history.max_tokens) bounds "
+                                  "history" if self._uncapped else "")
         self.recall_check.setChecked(opts.recall)
         self.topk_spin.setValue(opts.top_k)
         self.scope_combo.setCurrentText(opts.scope)
@@ -374,8 +378,11 @@ class PromptInspectorPane(QWidget):
         self.scope_combo.setEnabled(self.recall_check.isChecked())
 
     def options(self) -> InspectorOptions:
+        last: int | None = self.last_spin.value()
+        if getattr(self, "_uncapped", False) and last == self.last_spin.maximum():
+            last = None
         return InspectorOptions(
-            last_messages=self.last_spin.value(), recall=self.recall_check.isChecked(),
+            last_messages=last, recall=self.recall_check.isChecked(),
             top_k=self.topk_spin.value(), scope=self.scope_combo.currentText(),  # type: ignore[arg-type]
             read_only=self.readonly_check.isChecked(),
         )

@@ -213,3 +213,23 @@ def test_new_turns_written_by_the_agent_are_picked_up(qtbot, pane, session):
         session.changed.emit()  # what the session's file poll emits when another process wrote
     history = [f.stored_ids[0] for f in blocker.args[0].prompt.fragments_from("message-history")]
     assert history[-1] == "m-new" and pane.last_spin.value() == 4
+
+
+def test_an_agent_with_a_history_budget_shows_the_trim(qtbot, no_leaked_widgets, tmp_path):
+    store = build_db(tmp_path / "memory.db")
+    Memory(store, MemoryOptions(message_history={"max_tokens": 90}), name="budgeted").register("travel-agent")
+    session = StudioSession(store)
+    try:
+        pane = PromptInspectorPane(session)
+        qtbot.addWidget(pane)
+        preview = select(qtbot, pane, Selection("alice", "t-lisbon"))
+        skips = {pane.skip_model.index(r, 0).data(): pane.skip_model.index(r, 1).data()
+                 for r in range(pane.skip_model.rowCount())}
+        assert "over the 90-token history budget" in skips["memory-token-limiter"]
+        assert 0 < len(preview.prompt.fragments_from("message-history")) < len(TURNS)
+        # No count cap shows as the spin box's maximum, and maps back to "no cap".
+        assert pane.last_spin.value() == pane.last_spin.maximum() and pane.options().last_messages is None
+        pane.resize(1200, 800)
+        pane.grab().save(str(tmp_path / "budget.png"))
+    finally:
+        session.close()

@@ -142,3 +142,19 @@ def test_pure_logic_imports_no_qt():
         "studio.logic.diffing, studio.reads; sys.exit(1 if any(m.startswith('PySide6') for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_history_budget_trim_shows_as_a_skip_reason(store):
+    base = MemoryOptions(message_history={"max_tokens": 120, "at_max_remove_tokens": 20},
+                         working_memory={"enabled": True})
+    start = InspectorOptions.from_memory_options(base)
+    assert start.last_messages is None  # no count cap: the token budget bounds history
+    assert MemoryOptions(**base.to_dict()).merged(start.to_overrides()).last_messages is None
+    req = PreviewRequest("t1", "alice", base, start, "assistant", text="Which city do I live in?")
+    prompt = assemble_preview(store, req, factory(store), EmbedderHolder(no_embedder)).prompt
+    rows = skipped_rows(prompt)
+    assert [r.processor for r in rows] == ["memory-input-filter", "memory-token-limiter"]  # in the order they ran
+    assert "over the 120-token history budget" in rows[1].reason and "oldest memory message" in rows[1].reason
+    kept = [r.stored_ids[0] for r in fragment_rows(prompt) if r.source == "message-history"]
+    assert kept == [f"m{i}" for i in range(6 - len(kept), 6)] and len(kept) < 6
+    assert prompt.messages[-1] == {"role": "user", "content": "Which city do I live in?"}

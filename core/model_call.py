@@ -1,0 +1,73 @@
+"""What an agent turn sends with each model call, and reading a streamed reply.
+
+``ModelCall`` holds a turn's resolved settings, tool choice, context-window budget and whether it
+streams, and turns them into the keyword arguments of ``ChatModel.generate`` / ``stream`` for one
+step of the tool loop. ``stream_reply`` yields a streamed reply's text as ``text-delta`` events and
+returns the finished ``ChatResult``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from core.agent_stream import StreamEvent
+from core.context_window import PromptBudget
+from core.llm.base import ChatModel, ChatResult, Message, ModelError
+from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
+from core.prompt import AssembledPrompt
+
+__all__ = ["ModelCall", "stream_reply"]
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """What one turn sends with every model call: settings, tool choice, window budget, streaming."""
+
+    settings: ModelSettings
+    tool_choice: ToolChoice | None
+    budget: PromptBudget | None
+    streaming: bool
+
+    def model_kwargs(self, prompt: AssembledPrompt, step: int) -> dict[str, Any]:
+        """The arguments of step ``step``'s model call (0: the first call of the turn)."""
+        kwargs: dict[str, Any] = {"tools": prompt.tools or None}
+        # Temperature and max_tokens go as the arguments every ChatModel has; the rest only when set,
+        # so a model written before ``settings`` existed works until a caller uses them.
+        if self.settings.temperature is not None:
+            kwargs["temperature"] = self.settings.temperature
+        if self.settings.max_tokens is not None:
+            kwargs["max_tokens"] = self.settings.max_tokens
+        if replace(self.settings, temperature=None, max_tokens=None):
+            kwargs["settings"] = self.settings
+        choice = self.tool_choice
+        if choice is not None and choice not in ("auto", "none"):
+            if not prompt.tools:
+                raise ModelSettingsError(f"tool_choice {choice!r} needs a tool, but this turn offers none.")
+            # Forcing a tool on every step would loop until max_steps: only the first call is forced.
+            choice = choice if step == 0 else "auto"
+        if choice is not None and prompt.tools:
+            kwargs["tool_choice"] = choice
+        return kwargs
+
+
+def stream_reply(model: ChatModel, messages: list[Message],
+                 kwargs: dict[str, Any]) -> Generator[StreamEvent, None, ChatResult]:
+    """Yield the reply's text as it arrives; return the finished result."""
+    chunks = model.stream(messages, **kwargs)
+    result: ChatResult | None = None
+    try:
+        for chunk in chunks:
+            if chunk.text_delta:
+                yield StreamEvent("text-delta", text=chunk.text_delta)
+            if chunk.result is not None:
+                result = chunk.result
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # an abandoned turn also closes the model's HTTP stream
+    if result is None:
+        raise ModelError("the reply stream ended without a final result", model_id=model.model_id,
+                         hint="the model's stream() must end with a chunk that carries the result")
+    return result
