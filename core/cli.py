@@ -1,4 +1,4 @@
-"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|demo``.
+"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|demo|serve``.
 
 Every command takes ``--db``. Bad arguments and missing threads give one line on stderr and a
 non-zero exit; nothing here opens a window (the Studio's entry point dispatches to this module).
@@ -19,7 +19,7 @@ from core.prompt import AssembledPrompt
 from core.storage import StorageError, open_store
 from core.storage.paths import DatabaseLocationError
 
-COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "demo")
+COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "demo", "serve")
 
 
 class CliError(Exception):
@@ -78,6 +78,10 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="seed demo data by running the engine with a scripted model")
     db_arg(p)
+
+    from core.gateway.cli import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -139,6 +143,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return 0
         with redirect_stdout(out), redirect_stderr(err):
             return int(prune_main(["--db", str(path), *extra]))
+    if cmd == "serve":
+        from core.gateway.cli import run_serve
+
+        return run_serve(args, out, err)
     if cmd == "demo":
         from core.demo import seed_demo
 
