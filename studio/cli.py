@@ -1,6 +1,6 @@
 """The ``memory-studio`` entry point.
 
-With a subcommand (``prompt``, ``threads``, ``reindex``, ``models``, ``traces``, ``migrate``,
+With a subcommand (``prompt``, ``threads``, ``reindex``, ``models``, ``traces``, ``migrate``, ``serve``,
 ``demo``) it runs the engine's command line and never imports Qt, so it works on machines without a
 display. Without one it opens the Studio.
 """

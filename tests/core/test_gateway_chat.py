@@ -201,3 +201,36 @@ def test_an_agent_stream_method_is_relayed_delta_by_delta(memory):
     deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert deltas == ["Hel", "lo!"]
     assert chunks[-1].usage.total_tokens == 5
+
+
+class GatedStreamingAgent(Agent):
+    """Streams one delta, then waits for the test before the next; records when it is closed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.release, self.closed = threading.Event(), threading.Event()
+
+    def stream(self, message, *, memory=None, request_context=None):
+        try:
+            yield "first "
+            self.release.wait(60)
+            yield "second"
+        finally:
+            self.closed.set()
+
+
+def test_a_client_leaving_mid_stream_stops_the_turn_and_the_gateway_goes_on(memory):
+    agent = GatedStreamingAgent("gated", instructions="", model=ScriptedModel([]), memory=memory, tracer=False)
+    with GatewayServer(create_app([agent])) as server:
+        conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+        body = {"model": "gated", "stream": True, "messages": [user("hi")]}
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"content-type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200
+        assert b'"role":"assistant"' in response.readline()  # the first event has arrived
+        conn.sock.close()  # the client goes away mid-reply
+        conn.close()
+        agent.release.set()
+        assert agent.closed.wait(60)  # the agent's stream was closed, not left running
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+        assert [m.id for m in client.models.list()] == ["gated"]

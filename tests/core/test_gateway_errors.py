@@ -165,3 +165,12 @@ def test_serve_command_explains_a_bad_agents_spec(tmp_path, monkeypatch):
     assert code == 1 and "'x' is a int, not an Agent" in err
     code, err = serve_cli("--agents", "gw_bad_agents:nothing")
     assert code == 1 and "holds no agents" in err
+
+
+def test_serve_without_the_extra_names_the_pip_command(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    code, err = serve_cli("--agents", "whatever:agents")
+    assert code == 1 and "uvicorn" in err and "pip install 'memory-studio[serve]'" in err
