@@ -174,3 +174,31 @@ def test_serve_without_the_extra_names_the_pip_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
     code, err = serve_cli("--agents", "whatever:agents")
     assert code == 1 and "uvicorn" in err and "pip install 'memory-studio[serve]'" in err
+
+
+def test_the_listening_socket_gives_connections_tcp_nodelay():
+    # Regression: a socket made without proto=IPPROTO_TCP made asyncio skip TCP_NODELAY on accepted
+    # connections, and Nagle's algorithm with delayed ACKs added ~40 ms to every response.
+    import asyncio
+    import socket
+
+    from core.gateway.server import bind
+
+    async def check() -> int:
+        seen: list[int] = []
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handler, sock=bind("127.0.0.1", 0))
+        host, port = server.sockets[0].getsockname()[:2]
+        _, writer = await asyncio.open_connection(host, port)
+        while not seen:
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return seen[0]
+
+    assert asyncio.run(asyncio.wait_for(check(), 30)) != 0
