@@ -9,7 +9,10 @@ Sections:
   clients) and the latency the gateway adds over calling ``Agent.generate`` directly. The agent is
   the same in both cases: a ``ScriptedModel`` (no model time), history of 10, tracing off so only
   the gateway differs. The gateway runs as a real ``memory-studio serve`` process; clients are
-  plain keep-alive HTTP connections from this process. Every figure is the median over ``--runs``.
+  plain keep-alive HTTP connections from this process. "Adds" compares with ``Agent.generate``
+  called here; "overhead" subtracts, request by request, the agent time the gateway reports in its
+  ``Server-Timing`` header, which a busy machine disturbs less. Every figure is the median over
+  ``--runs``.
 
 Sections register themselves in ``SECTIONS`` (name → function taking the parsed arguments).
 """
@@ -83,13 +86,16 @@ def _start_gateway(folder: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split(" on ", 1)[1].split(" ", 1)[0]
 
 
-def _post(conn: http.client.HTTPConnection, body: dict[str, object]) -> bytes:
+def _post(conn: http.client.HTTPConnection, body: dict[str, object]) -> tuple[bytes, float | None]:
+    """The reply, and the agent's own time from the gateway's Server-Timing header (ms)."""
     conn.request("POST", "/v1/chat/completions", json.dumps(body), {"content-type": "application/json"})
     response = conn.getresponse()
     data = response.read()
     if response.status != 200:
         raise RuntimeError(f"gateway answered {response.status}: {data[:300]!r}")
-    return data
+    timing = response.getheader("server-timing") or ""
+    agent_ms = float(timing.split("dur=", 1)[1]) if "dur=" in timing else None
+    return data, agent_ms
 
 
 def _body(thread: str, i: int, stream: bool = False) -> dict[str, object]:
@@ -97,7 +103,8 @@ def _body(thread: str, i: int, stream: bool = False) -> dict[str, object]:
             "messages": [{"role": "user", "content": f"message {i}: remember that the meeting moved to {i % 7}pm"}]}
 
 
-def _client_run(url: str, thread: str, requests: int, stream: bool = False) -> list[float]:
+def _client_run(url: str, thread: str, requests: int, stream: bool = False,
+                overheads: list[float] | None = None) -> list[float]:
     conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=120)
     conn.connect()
     # http.client writes headers and body separately; without this, Nagle's algorithm and the
@@ -106,8 +113,10 @@ def _client_run(url: str, thread: str, requests: int, stream: bool = False) -> l
     latencies = []
     for i in range(requests):
         start = time.perf_counter()
-        data = _post(conn, _body(thread, i, stream))
+        data, agent_ms = _post(conn, _body(thread, i, stream))
         latencies.append((time.perf_counter() - start) * 1000)
+        if overheads is not None and agent_ms is not None:
+            overheads.append(latencies[-1] - agent_ms)
         if stream and not data.rstrip().endswith(b"data: [DONE]"):
             raise RuntimeError("a streamed reply did not end with [DONE]")
     conn.close()
@@ -138,7 +147,8 @@ def _gateway_once(folder: Path, requests: int, clients: int, run: int) -> dict[s
     try:
         _client_run(url, "warm", 20)
         start = time.perf_counter()
-        sequential = _client_run(url, f"seq-{run}", requests)
+        overheads: list[float] = []
+        sequential = _client_run(url, f"seq-{run}", requests, overheads=overheads)
         sequential_rps = requests / (time.perf_counter() - start)
         streamed = _client_run(url, f"stream-{run}", max(requests // 2, 1), stream=True)
         per_client = max(requests // clients, 1)
@@ -164,6 +174,7 @@ def _gateway_once(folder: Path, requests: int, clients: int, run: int) -> dict[s
         "conc_ms": statistics.median(concurrent),
         "conc_rps": concurrent_rps,
         "added_ms": statistics.median(sequential) - statistics.median(direct),
+        "overhead_ms": statistics.median(overheads),
     }
 
 
@@ -179,6 +190,8 @@ def gateway_figures(args: argparse.Namespace) -> None:
     print(f"  {'direct Agent.generate':<36} {med['direct_ms']:7.2f} ms/turn    {med['direct_tps']:8.0f} turns/s")
     print(f"  {'gateway, 1 client (sequential)':<36} {med['seq_ms']:7.2f} ms/request {med['seq_rps']:8.0f} req/s"
           f"   adds {med['added_ms']:.2f} ms")
+    print(f"  {'gateway overhead per request':<36} {med['overhead_ms']:7.2f} ms         "
+          "(client latency minus the agent time the gateway reports in Server-Timing)")
     print(f"  {'gateway, 1 client, streamed (SSE)':<36} {med['stream_ms']:7.2f} ms/request")
     print(f"  {f'gateway, {args.clients} concurrent clients':<36} {med['conc_ms']:7.2f} ms/request "
           f"{med['conc_rps']:8.0f} req/s")

@@ -32,7 +32,7 @@ from core.gateway.errors import GatewayError, bad_request, classify
 from core.gateway.turns import TextDelta, Turn, TurnEvent, TurnFinished, finished, parse_turn, run_turn, turn_events
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.agent import Agent
+    from core.agent import Agent, AgentResult
     from core.gateway.app import Gateway
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ async def chat_completions(request: Request) -> Response:
                       default_resource=gateway.default_resource)
     if turn.stream:
         return TurnStream(gateway, agent, turn)
-    result = await anyio.to_thread.run_sync(run_turn, agent, turn, limiter=gateway.limiter)
+    result, agent_ms = await anyio.to_thread.run_sync(_timed_turn, agent, turn, limiter=gateway.limiter)
     done = finished(result)
     completion_id = _completion_id()
     payload: dict[str, Any] = {
@@ -67,7 +67,14 @@ async def chat_completions(request: Request) -> Response:
     }
     if done.usage is not None:
         payload["usage"] = done.usage.to_dict()
-    return JSONResponse(payload, headers=memory_headers(turn))
+    # Server-Timing: how long the agent itself took, so what the gateway adds can be told apart.
+    return JSONResponse(payload, headers={**memory_headers(turn), "server-timing": f"agent;dur={agent_ms:.3f}"})
+
+
+def _timed_turn(agent: Agent, turn: Turn) -> tuple[AgentResult, float]:
+    start = time.perf_counter()
+    result = run_turn(agent, turn)
+    return result, (time.perf_counter() - start) * 1000
 
 
 async def list_models(request: Request) -> Response:

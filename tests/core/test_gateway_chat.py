@@ -79,6 +79,7 @@ def test_a_completion_is_a_remembered_turn(client, memory):
     assert completion.choices[0].finish_reason == "stop"
     assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens > 0
     assert reply.headers["x-thread-id"] == "t1" and reply.headers["x-resource-id"] == "ada"
+    assert reply.headers["server-timing"].startswith("agent;dur=")
     assert completion.model_extra["memory"]["thread_id"] == "t1"
     assert stored(memory, "t1") == [("user", "I like tea"), ("assistant", "1 user message(s); last: I like tea")]
     assert memory.get_thread("t1").resource_id == "ada"
