@@ -173,7 +173,6 @@ def _gateway_once(folder: Path, requests: int, clients: int, run: int) -> dict[s
         "stream_ms": statistics.median(streamed),
         "conc_ms": statistics.median(concurrent),
         "conc_rps": concurrent_rps,
-        "added_ms": statistics.median(sequential) - statistics.median(direct),
         "overhead_ms": statistics.median(overheads),
     }
 
@@ -185,6 +184,7 @@ def gateway_figures(args: argparse.Namespace) -> None:
         (folder / "bench_gateway_agents.py").write_text(GATEWAY_AGENTS)
         runs = [_gateway_once(folder, args.requests, args.clients, run) for run in range(args.runs)]
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    med["added_ms"] = med["seq_ms"] - med["direct_ms"]
     print(f"gateway: ScriptedModel agent, history 10, untraced; {args.requests} requests per figure, "
           f"median of {args.runs} run(s)")
     print(f"  {'direct Agent.generate':<36} {med['direct_ms']:7.2f} ms/turn    {med['direct_tps']:8.0f} turns/s")
