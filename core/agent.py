@@ -412,7 +412,8 @@ class Agent:
                 result = self.model.generate(prompt.messages, **kwargs)
             span.set_output({"text": result.text, "toolCalls": [c.to_message_dict() for c in result.tool_calls]})
             span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
-                                 "finishReason": result.finish_reason})
+                                 "finishReason": result.finish_reason,
+                                 "responseModel": result.raw.get("model") if isinstance(result.raw, dict) else None})
             return result
 
     def _execute(
@@ -450,7 +451,7 @@ class Agent:
 
         with tracer.start_span(f"tool: '{call.name}'", "tool_call", input=call.arguments,
                                thread_id=thread_id, resource_id=resource_id,
-                               attributes={"toolCallId": call.id}) as span:
+                               attributes={"toolCallId": call.id, "toolName": call.name}) as span:
             out = run()
             span.set_output(_jsonable(out))
             return out

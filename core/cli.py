@@ -1,4 +1,4 @@
-"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|where|demo|export|import``.
+"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|where|demo|export|import|serve``.
 
 Every command takes ``--db``. Bad arguments and missing threads give one line on stderr and a
 non-zero exit; nothing here opens a window (the Studio's entry point dispatches to this module).
@@ -23,7 +23,8 @@ from core.storage.paths import DatabaseLocationError, caller_file, resolve_db_pa
 from core.transfer.commands import COMMANDS as TRANSFER_COMMANDS
 from core.transfer.commands import add_parsers as add_transfer_parsers
 
-COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo", *TRANSFER_COMMANDS)
+COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo", "serve",
+            *TRANSFER_COMMANDS)
 
 
 class CliError(MemoryStudioError):
@@ -91,6 +92,10 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="seed demo data by running the engine with a scripted model")
     db_arg(p)
     add_transfer_parsers(sub, db_arg)
+
+    from core.gateway.cli import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -170,6 +175,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 0
     if cmd == "where":
         return _where(args, out)
+    if cmd == "serve":
+        from core.gateway.cli import run_serve
+
+        return run_serve(args, out, err)
     if cmd == "demo":
         from core.demo import seed_demo
 

@@ -1,8 +1,8 @@
 """The ``memory-studio`` entry point.
 
 With a subcommand (``prompt``, ``threads``, ``reindex``, ``models``, ``traces``, ``migrate``,
-``vacuum``, ``where``, ``demo``, ``export``, ``import``) it runs the engine's command line and never
-imports Qt, so it works on machines without a display. Without one it opens the Studio.
+``vacuum``, ``where``, ``demo``, ``export``, ``import``, ``serve``) it runs the engine's command line
+and never imports Qt, so it works on machines without a display. Without one it opens the Studio.
 """
 
 from __future__ import annotations

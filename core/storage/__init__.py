@@ -67,15 +67,17 @@ class Store:
         existing = self.extensions.get("tracer")
         if existing is not None:
             return existing.tracer  # type: ignore[no-any-return]
+        from core.traces.otel_config import with_env_exporters
         from core.traces.tracer import InMemorySpanExporter, Tracer
 
         obs = self.observability
         if obs is None or self.read_only:
-            tracer = Tracer(InMemorySpanExporter(), **kwargs)
+            tracer = Tracer(with_env_exporters(InMemorySpanExporter()), **kwargs)
         else:
             from core.traces.exporter import DuckDBSpanExporter
 
-            tracer = Tracer(DuckDBSpanExporter(obs), **kwargs)
+            # Plus an OpenTelemetry backend when MEMORY_STUDIO_OTEL_ENDPOINT (or OTEL_*) names one.
+            tracer = Tracer(with_env_exporters(DuckDBSpanExporter(obs)), **kwargs)
         self.extensions["tracer"] = _TracerHandle(tracer)
         return tracer
 

@@ -9,7 +9,9 @@ database is migrated only by an explicit ``migrate()`` call.
 from __future__ import annotations
 
 import os
+import random
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -133,6 +135,7 @@ class Database:
         self.location = location
         self.read_only = read_only
         self._lock = threading.Lock()
+        self._writer = threading.RLock()  # see ``transaction``
         self._newer: list[str] | None = None
         self.write_transactions = 0  # BEGIN IMMEDIATE issued by this process (tests: looking never writes)
         path = location.path
@@ -247,9 +250,16 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[sa.Connection]:
+        # libsql-experimental keeps the GIL while SQLite's busy handler waits, so a thread waiting
+        # inside BEGIN IMMEDIATE would freeze every other thread of the process, including the one
+        # holding the write lock, until the busy timeout ran out. So writers of this process queue
+        # on a Python lock (which releases the GIL), and waiting for another process's writer is a
+        # retry loop that sleeps between attempts. SQLite allows one writer per file anyway.
+        if not self._writer.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+            raise ValueError("database is locked (another thread kept writing for longer than the busy timeout)")
         try:
             with self.engine.connect() as conn:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                _begin_immediate(conn)
                 self.write_transactions += 1
                 try:
                     yield conn
@@ -268,6 +278,8 @@ class Database:
             if ours is not None:
                 raise ours from exc
             raise
+        finally:
+            self._writer.release()
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:
         """Serialise read-modify-writes of the named things until the transaction ends.
@@ -356,6 +368,30 @@ def _rollback(conn: sa.Connection) -> None:
         conn.exec_driver_sql("ROLLBACK")
     except (ValueError, sa.exc.DBAPIError):
         pass  # SQLite already rolled back (e.g. after SQLITE_FULL); nothing is left to undo
+
+
+def _begin_immediate(conn: sa.Connection) -> None:
+    """``BEGIN IMMEDIATE``, waiting for other processes' writers with the GIL released."""
+    if conn.engine.url.database in (None, "", ":memory:"):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        return
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    conn.exec_driver_sql("PRAGMA busy_timeout = 0")
+    try:
+        while True:
+            try:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                return
+            except (ValueError, sa.exc.DBAPIError) as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc).lower():
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(delay * random.uniform(0.5, 1.5))  # jitter: waiting processes do not retry in step
+            delay = min(delay * 2, 0.05)
+    finally:
+        conn.exec_driver_sql(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
 def _has_user_tables(conn: sa.Connection) -> bool:

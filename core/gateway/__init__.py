@@ -1,0 +1,53 @@
+"""The gateway: agents served over HTTP (``memory-studio serve``).
+
+- ``app``: ``create_app(agents, token=..., default_resource=...)``, the Starlette app;
+- ``openai_routes``: ``POST /v1/chat/completions`` (plain and SSE-streamed), ``GET /v1/models``;
+- ``memory_routes``: ``/api/memory/threads...`` (threads, messages, working memory);
+- ``turns``: one request → one agent turn (thread/resource rules, events);
+- ``registry``: loading ``package.module:agents`` and looking agents up by name;
+- ``errors``: OpenAI-style error bodies and their statuses;
+- ``server``: uvicorn in the foreground, or on a thread (``GatewayServer``) for tests and benchmarks.
+
+Starlette and uvicorn come with the ``serve`` extra; importing this package does not need them,
+``require_serve_extra()`` says how to install them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+INSTALL_HINT = "pip install 'memory-studio[serve]'"
+
+
+class ServeExtraMissing(RuntimeError):
+    pass
+
+
+def require_serve_extra() -> None:
+    """Raise ``ServeExtraMissing`` naming the pip command when Starlette or uvicorn is absent."""
+    missing = [name for name in ("starlette", "uvicorn", "anyio") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ServeExtraMissing(f"The gateway needs {', '.join(missing)}, which are not installed. "
+                                f"Install them with: {INSTALL_HINT}")
+
+
+def __getattr__(name: str) -> Any:
+    # The ASGI pieces load on first use, so `core.gateway` imports without the serve extra.
+    if name == "create_app":
+        from core.gateway.app import create_app
+
+        return create_app
+    if name == "GatewayServer":
+        from core.gateway.server import GatewayServer
+
+        return GatewayServer
+    if name in ("load_agents", "AgentLoadError"):
+        from core.gateway import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'core.gateway' has no attribute {name!r}")
+
+
+__all__ = ["INSTALL_HINT", "AgentLoadError", "GatewayServer", "ServeExtraMissing", "create_app", "load_agents",
+           "require_serve_extra"]

@@ -1,0 +1,134 @@
+"""The gateway's ASGI app: OpenAI-compatible chat, the memory API, an optional bearer token.
+
+    app = create_app({"support": support_agent}, token="s3cret", default_resource="anonymous")
+
+serve it with any ASGI server (``memory-studio serve`` uses uvicorn). The app keeps no state of its
+own between requests: threads, messages and working memory live in the agents' database, so any
+number of gateway processes can serve the same one behind a load balancer without sticky sessions.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from core.agent import Agent
+from core.gateway import memory_routes, openai_routes
+from core.gateway.errors import classify
+from core.gateway.registry import AgentRegistry
+
+TOKEN_ENV = "MEMORY_STUDIO_GATEWAY_TOKEN"
+DEFAULT_RESOURCE = "default"
+#: Paths a load balancer may probe without the token.
+OPEN_PATHS = frozenset({"/health"})
+
+
+class Gateway:
+    """What every request handler may use: the agents and the serving settings."""
+
+    def __init__(self, registry: AgentRegistry, *, default_resource: str, max_concurrency: int,
+                 stream_chunk_chars: int) -> None:
+        self.registry = registry
+        self.default_resource = default_resource
+        self.max_concurrency = max_concurrency
+        self.stream_chunk_chars = stream_chunk_chars
+        self.started = int(time.time())
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        """Worker threads for turns and memory calls (created in the event loop, on first use)."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.max_concurrency)
+        return self._limiter
+
+
+def create_app(
+    agents: Mapping[str, Agent] | Sequence[Agent],
+    *,
+    token: str | None = None,
+    default_resource: str = DEFAULT_RESOURCE,
+    max_concurrency: int = 40,
+    stream_chunk_chars: int = 24,
+) -> Starlette:
+    """The gateway for ``agents`` (name → Agent, or a list served under their names).
+
+    ``token``: clients must send ``Authorization: Bearer <token>``; when None it is read from
+    ``$MEMORY_STUDIO_GATEWAY_TOKEN``, and an empty string turns the check off.
+    ``max_concurrency``: turns (and memory calls) running at once; more wait their turn.
+    """
+    if not default_resource:
+        raise ValueError("default_resource must be a non-empty resource id.")
+    if max_concurrency < 1:
+        raise ValueError("max_concurrency must be at least 1.")
+    gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency,
+                      stream_chunk_chars=stream_chunk_chars)
+    routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
+    for route in [*openai_routes.routes(), *memory_routes.routes()]:
+        assert isinstance(route, Route)
+        routes.append(Route(route.path, _guarded(route.endpoint), methods=list(route.methods or ())))
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    app.state.gateway = gateway
+    secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
+    if secret:
+        app.add_middleware(BearerTokenAuth, token=secret)
+    return app
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and wrong methods answer in the same OpenAI error shape as everything else."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    what = {404: "No such endpoint", 405: "Method not allowed"}.get(status, "Request failed")
+    body = {"error": {"message": f"{what}: {request.method} {request.url.path}.", "type": "invalid_request_error",
+                      "code": {404: "not_found", 405: "method_not_allowed"}.get(status), "param": None}}
+    return JSONResponse(body, status_code=status)
+
+
+def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """Every error becomes OpenAI-style JSON with its status (see ``errors.classify``)."""
+
+    @functools.wraps(endpoint)
+    async def run(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as exc:  # noqa: BLE001 - classify logs what it does not recognise
+            reply = classify(exc)
+            return JSONResponse(reply.body, status_code=reply.status)
+
+    return run
+
+
+class BearerTokenAuth:
+    """401 unless ``Authorization: Bearer <token>`` matches (compared in constant time)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        message = ("This gateway needs an API token: send 'Authorization: Bearer <token>' (with the openai "
+                   "client, api_key=<token>)." if not given else "The API token is not valid for this gateway.")
+        body = {"error": {"message": message, "type": "authentication_error", "code": "invalid_api_key",
+                          "param": None}}
+        await JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})(scope, receive, send)

@@ -1,0 +1,62 @@
+"""``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--default-resource]``."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from typing import Any, TextIO
+
+from core.gateway import require_serve_extra
+
+DEFAULT_PORT = 8787
+
+
+def add_serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve agents over HTTP (OpenAI-compatible chat completions + memory API)")
+    p.add_argument("--agents", required=True, metavar="MODULE:ATTR",
+                   help="where the agents are: a dict of name → Agent, a list of agents, or a function "
+                        "returning one (for example myapp.agents:agents)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("--token", default=None,
+                   help="API token clients must send as 'Authorization: Bearer <token>' "
+                        "(default: $MEMORY_STUDIO_GATEWAY_TOKEN; prefer the variable, a flag shows in ps)")
+    p.add_argument("--default-resource", default="default",
+                   help="resource for requests that name none (no metadata.resource_id, x-resource-id or user)")
+    p.add_argument("--max-concurrency", type=int, default=40, help="turns running at once (default 40)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+
+
+def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    require_serve_extra()
+    from core.gateway.app import TOKEN_ENV, create_app
+    from core.gateway.registry import load_agents
+    from core.gateway.server import serve
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
+    agents = load_agents(args.agents)
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV, "")
+    app = create_app(agents, token=token, default_resource=args.default_resource,
+                     max_concurrency=args.max_concurrency)
+    if not token and not _is_loopback(args.host):
+        err.write(f"warning: serving on {args.host} without a token: anyone who can reach it can read and write "
+                  f"every resource's memory. Set {TOKEN_ENV}.\n")
+
+    def ready(url: str) -> None:
+        auth = "token required" if token else "no token"
+        out.write(f"memory-studio gateway: {len(agents)} agent(s) ({', '.join(agents)}) on {url} ({auth})\n")
+        out.flush()
+
+    serve(app, host=args.host, port=args.port, log_level=args.log_level, on_ready=ready)
+    return 0
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

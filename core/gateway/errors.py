@@ -1,0 +1,70 @@
+"""Every error the gateway returns, as OpenAI-style JSON with the right HTTP status.
+
+``{"error": {"message", "type", "code", "param"}}`` is what OpenAI clients parse: the official
+``openai`` package turns it into ``NotFoundError``, ``PermissionDeniedError`` and so on, with our
+message. One function, ``classify``, decides the status of every exception, so the chat route,
+the memory API and the streaming path always agree.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from core.llm.base import ModelError
+from core.scopes import ScopeConflictError, ThreadOwnershipError
+from core.storage import InvalidArgumentError, NotFoundError, ReadOnlyError
+from core.working_memory import ConcurrentUpdateError
+from core.working_memory_schema import WorkingMemoryError
+
+log = logging.getLogger(__name__)
+
+
+class GatewayError(Exception):
+    """An error the gateway raises itself, already knowing its status and OpenAI error type."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+
+
+def bad_request(message: str, *, param: str | None = None, code: str = "invalid_request") -> GatewayError:
+    return GatewayError(400, message, code=code, param=param)
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    status: int
+    body: dict[str, Any]
+
+
+def classify(exc: BaseException) -> ErrorReply:
+    """The HTTP status and OpenAI-style body for ``exc``. Unknown errors are logged, never shown."""
+    if isinstance(exc, GatewayError):
+        return _reply(exc.status, exc.message, exc.type, exc.code, exc.param)
+    if isinstance(exc, ThreadOwnershipError):
+        return _reply(403, str(exc), "permission_error", "thread_ownership")
+    if isinstance(exc, ReadOnlyError):
+        return _reply(403, str(exc), "permission_error", "read_only")
+    if isinstance(exc, ModelError):
+        # The upstream model failed: a bad gateway, not a bad request. The message names the
+        # endpoint and status and never holds a key (ModelError's own guarantee).
+        return _reply(502, str(exc), "api_error", "model_error")
+    if isinstance(exc, ConcurrentUpdateError):
+        return _reply(409, str(exc), "invalid_request_error", "conflict")
+    if isinstance(exc, NotFoundError):
+        return _reply(404, str(exc), "not_found_error", "not_found")
+    if isinstance(exc, (ScopeConflictError, InvalidArgumentError, WorkingMemoryError)):
+        return _reply(400, str(exc), "invalid_request_error", "invalid_request")
+    log.error("unexpected error while serving a request", exc_info=exc)
+    return _reply(500, "The gateway failed on this request; its log has the details.", "server_error", "internal")
+
+
+def _reply(status: int, message: str, type: str, code: str | None, param: str | None = None) -> ErrorReply:
+    return ErrorReply(status, {"error": {"message": message, "type": type, "code": code, "param": param}})

@@ -1,0 +1,147 @@
+"""The memory API: threads, messages and working memory, read and written through ``Memory``.
+
+- ``GET /api/memory/threads?resourceId=`` → ``{threads, total, page, perPage, hasMore}``
+- ``GET /api/memory/threads/{id}/messages?resourceId=&page=&perPage=`` → the newest ``perPage``
+  messages (oldest first), page 0 being the newest
+- ``GET /api/memory/threads/{id}/working-memory?resourceId=`` → ``{workingMemory, format, scope,
+  threadExists}``
+- ``PUT /api/memory/threads/{id}/working-memory?resourceId=`` with ``{"workingMemory": ...}``
+  (Markdown text, or an object for schema working memory)
+
+``agentId=`` picks whose memory is meant when the agents do not share one. A ``resourceId`` that
+does not own the thread gets 403, exactly as a chat turn would. A thread id may hold any character,
+``/`` included, when percent-encoded. Every call runs on a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from core.gateway.errors import bad_request
+from core.gateway.openai_routes import read_json
+from core.memory import Memory
+from core.scopes import ThreadOwnershipError
+from core.working_memory_schema import WorkingMemoryError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.gateway.app import Gateway
+
+T = TypeVar("T")
+MAX_PER_PAGE = 1000
+
+
+async def _run(request: Request, fn: Callable[[], T]) -> T:
+    gateway: Gateway = request.app.state.gateway
+    return await anyio.to_thread.run_sync(fn, limiter=gateway.limiter)
+
+
+def _memory(request: Request, *, working_memory: bool = False) -> Memory:
+    gateway: Gateway = request.app.state.gateway
+    context = {"resourceId": request.query_params.get("resourceId"),
+               "threadId": request.path_params.get("thread_id"), "source": "gateway"}
+    return gateway.registry.memory_for(request.query_params.get("agentId"), context, working_memory=working_memory)
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_request(f"{name} must be a whole number, got {raw!r}.", param=name) from None
+    if not low <= value <= high:
+        raise bad_request(f"{name} must be between {low} and {high}, got {value}.", param=name)
+    return value
+
+
+async def list_threads(request: Request) -> Response:
+    resource_id = request.query_params.get("resourceId")
+    if not resource_id:
+        raise bad_request("Say whose threads to list: add ?resourceId=.", param="resourceId")
+    page = _int(request, "page", 0, 0, 1_000_000)
+    per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
+    memory = _memory(request)
+    result = await _run(request, lambda: memory.list_threads(resource_id=resource_id, page=page, per_page=per_page))
+    return JSONResponse({"threads": [t.to_dict() for t in result.threads], "total": result.total,
+                         "page": result.page, "perPage": result.per_page, "hasMore": result.has_more})
+
+
+async def list_messages(request: Request) -> Response:
+    thread_id = request.path_params["thread_id"]
+    resource_id = request.query_params.get("resourceId") or None
+    page = _int(request, "page", 0, 0, 1_000_000)
+    per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
+    memory = _memory(request)
+    result = await _run(request, lambda: memory.recall(thread_id=thread_id, resource_id=resource_id, page=page,
+                                                       per_page=per_page))
+    return JSONResponse({"messages": [{**m.to_dict(), "text": m.text} for m in result.messages],
+                         "total": result.total, "page": result.page, "perPage": result.per_page,
+                         "hasMore": result.has_more})
+
+
+async def get_working_memory(request: Request) -> Response:
+    thread_id = request.path_params["thread_id"]
+    memory = _memory(request, working_memory=True)
+    asked = request.query_params.get("resourceId") or None
+
+    def read() -> dict[str, Any]:
+        opts = _wm_options(memory)
+        thread = memory.get_thread(thread_id)
+        resource_id = _owner(thread_id, thread.resource_id if thread else None, asked)
+        value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
+        return {"workingMemory": value.data if value.text is not None else None, "format": value.format,
+                "scope": value.scope, "threadExists": thread is not None, "resourceId": resource_id}
+
+    return JSONResponse(await _run(request, read))
+
+
+async def put_working_memory(request: Request) -> Response:
+    thread_id = request.path_params["thread_id"]
+    memory = _memory(request, working_memory=True)
+    asked = request.query_params.get("resourceId") or None
+    body = await read_json(request)
+    if not isinstance(body, Mapping) or "workingMemory" not in body:
+        raise bad_request('Send {"workingMemory": ...}: Markdown text, or an object for schema working memory.',
+                          param="workingMemory")
+
+    def write() -> dict[str, Any]:
+        opts = _wm_options(memory)
+        thread = memory.get_thread(thread_id)
+        resource_id = _owner(thread_id, thread.resource_id if thread else None, asked)
+        memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,
+                                     working_memory=body["workingMemory"], author="gateway")
+        value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
+        return {"workingMemory": value.data, "format": value.format, "scope": value.scope,
+                "threadExists": thread is not None, "resourceId": resource_id}
+
+    return JSONResponse(await _run(request, write))
+
+
+def _wm_options(memory: Memory) -> Any:
+    opts = memory.effective_options().working_memory
+    if not opts.enabled:
+        raise WorkingMemoryError("Working memory is not enabled for this agent's memory.")
+    return opts
+
+
+def _owner(thread_id: str, owner: str | None, asked: str | None) -> str | None:
+    """The resource a working-memory call is about: the thread's owner, who must match the asker."""
+    if owner and asked and owner != asked:
+        raise ThreadOwnershipError(thread_id, owner, asked)
+    return asked or owner
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/api/memory/threads", list_threads, methods=["GET"]),
+        Route("/api/memory/threads/{thread_id:path}/messages", list_messages, methods=["GET"]),
+        Route("/api/memory/threads/{thread_id:path}/working-memory", get_working_memory, methods=["GET"]),
+        Route("/api/memory/threads/{thread_id:path}/working-memory", put_working_memory, methods=["PUT"]),
+    ]

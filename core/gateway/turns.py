@@ -1,0 +1,219 @@
+"""One chat-completions request as one agent turn: who it is for, what was said, and its events.
+
+Only the request's last message is taken, and it must be the user's: memory supplies the history.
+A client that resends the whole conversation each time (as most OpenAI clients do) therefore gets
+what the memory input filter gives an in-process caller that echoes stored messages: nothing is
+stored or sent to the model twice.
+
+Thread and resource come from ``metadata.thread_id`` / ``metadata.resource_id`` or the
+``x-thread-id`` / ``x-resource-id`` headers; a ``metadata.conversation_id`` (or
+``x-conversation-id``) names the thread ``<resource>:<conversation>``, so two users' conversation
+"1" never collide; OpenAI's ``user`` field names the resource when nothing else does; then the
+gateway's default resource. A request with no thread gets a new one, as ``Agent.generate`` does.
+
+Events: a turn is an iterator of ``TextDelta`` then one ``TurnFinished``. With an agent that
+streams (``Agent.stream``, yielding text deltas and tool events) the deltas come as the model
+produces them; otherwise the turn runs with ``generate`` and its text is cut into deltas.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.agent import Agent, AgentResult
+from core.gateway.errors import bad_request
+from core.llm.base import Usage
+from core.messages import Message, text_part
+
+log = logging.getLogger(__name__)
+
+_MAX_ID = 256
+_CHUNK = re.compile(r"\S+\s*|\s+")
+# Our finish reasons → the ones OpenAI clients know.
+_FINISH = {"stop": "stop", "length": "length", "max-steps": "length", "content_filter": "content_filter"}
+
+
+@dataclass(frozen=True)
+class Turn:
+    agent: str
+    message: Message
+    thread_id: str | None
+    resource_id: str | None
+    stream: bool
+    include_usage: bool
+
+    def memory_arg(self) -> dict[str, Any]:
+        return {"resource": self.resource_id, "thread": self.thread_id}
+
+    def request_context(self) -> dict[str, Any]:
+        return {"resourceId": self.resource_id, "threadId": self.thread_id, "agent": self.agent,
+                "source": "gateway"}
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    text: str
+    finish_reason: str  # already OpenAI's
+    usage: Usage | None
+    trace_id: str | None
+
+
+TurnEvent = TextDelta | TurnFinished
+
+
+def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: str, has_memory: bool,
+               default_resource: str) -> Turn:
+    """Check a chat-completions body and decide thread and resource; 400 with a reason otherwise."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty list of chat messages.", param="messages")
+    n = body.get("n")
+    if n not in (None, 1):
+        raise bad_request("Only one choice per request is supported (n=1).", param="n")
+    last = messages[-1]
+    if not isinstance(last, Mapping) or last.get("role") != "user":
+        raise bad_request("The last message must be the user's new message (role 'user'): the agent's memory "
+                          "supplies the history.", param="messages")
+    message = Message.create("user", [text_part(t) for t in _texts(last.get("content"))])
+    if not message.text.strip():
+        raise bad_request("The user message has no text.", param="messages")
+
+    metadata = body.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise bad_request("'metadata' must be an object.", param="metadata")
+    metadata = metadata or {}
+    thread = _one("thread_id", metadata.get("thread_id"), headers.get("x-thread-id"))
+    resource = _one("resource_id", metadata.get("resource_id"), headers.get("x-resource-id"))
+    conversation = _one("conversation_id", metadata.get("conversation_id"), headers.get("x-conversation-id"))
+    user = _id("user", body.get("user"))
+    resource = resource or user or default_resource
+    if conversation and thread:
+        raise bad_request("Give either a thread id or a conversation id, not both.", param="metadata")
+    if not has_memory:
+        thread = None  # nothing to remember in; the ids would only mislead
+    elif conversation:
+        thread = f"{resource}:{conversation}"
+    elif not thread:
+        thread = f"thread_{uuid.uuid4().hex[:16]}"
+    stream_options = body.get("stream_options")
+    include_usage = isinstance(stream_options, Mapping) and bool(stream_options.get("include_usage"))
+    return Turn(model, message, thread, resource, body.get("stream") is True, include_usage)
+
+
+def _texts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise bad_request(f"Only text content parts are supported, not {kind!r}.", param="messages")
+            texts.append(part["text"])
+        return texts
+    raise bad_request("The user message's 'content' must be a string or a list of text parts.", param="messages")
+
+
+def _one(name: str, from_body: Any, from_header: Any) -> str | None:
+    body_value, header_value = _id(name, from_body), _id(name, from_header)
+    if body_value and header_value and body_value != header_value:
+        raise bad_request(f"metadata.{name} ({body_value!r}) and the x-{name.replace('_', '-')} header "
+                          f"({header_value!r}) disagree; send one.", param="metadata")
+    return body_value or header_value
+
+
+def _id(name: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > _MAX_ID or not value.isprintable():
+        raise bad_request(f"{name} must be a printable string of at most {_MAX_ID} characters.", param=name)
+    return value
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+
+def run_turn(agent: Agent, turn: Turn) -> AgentResult:
+    """The whole turn, synchronously (the gateway calls this on a worker thread)."""
+    return agent.generate(turn.message, memory=turn.memory_arg(), request_context=turn.request_context())
+
+
+def finished(result: AgentResult) -> TurnFinished:
+    return TurnFinished(result.text, openai_finish_reason(result.finish_reason), result.usage, result.trace_id)
+
+
+def openai_finish_reason(reason: str | None) -> str:
+    return _FINISH.get(reason or "stop", "stop")
+
+
+def turn_events(agent: Agent, turn: Turn, *, chunk_chars: int = 24) -> Generator[TurnEvent, None, None]:
+    """The turn as text deltas and a final ``TurnFinished``; runs on a worker thread."""
+    stream = getattr(agent, "stream", None)
+    if callable(stream):
+        yield from _from_agent_stream(
+            stream(turn.message, memory=turn.memory_arg(), request_context=turn.request_context()))
+        return
+    result = run_turn(agent, turn)
+    for piece in split_text(result.text, chunk_chars):
+        yield TextDelta(piece)
+    yield finished(result)
+
+
+def split_text(text: str, chunk_chars: int) -> Iterator[str]:
+    """Word-aligned pieces of about ``chunk_chars`` that join back to exactly ``text``."""
+    piece = ""
+    for word in _CHUNK.findall(text):
+        if piece and len(piece) + len(word) > chunk_chars:
+            yield piece
+            piece = ""
+        piece += word
+    if piece:
+        yield piece
+
+
+def _from_agent_stream(items: Any) -> Generator[TurnEvent, None, None]:
+    """Adapt what ``Agent.stream`` yields: text (a ``str`` or a ``text-delta`` event), tool events
+    (which an OpenAI client has no place for, so they are skipped) and the final ``AgentResult``."""
+    text: list[str] = []
+    done: TurnFinished | None = None
+    try:
+        for item in items:
+            if isinstance(item, AgentResult):
+                done = finished(item)
+                continue
+            if isinstance(item, str):
+                delta: Any = item
+            elif _field(item, "type") in ("text-delta", "text_delta", "text"):
+                delta = _field(item, "text") or _field(item, "delta") or _field(item, "textDelta")
+            else:
+                result = _field(item, "result")
+                if isinstance(result, AgentResult):
+                    done = finished(result)
+                continue
+            if isinstance(delta, str) and delta:
+                text.append(delta)
+                yield TextDelta(delta)
+    finally:
+        close = getattr(items, "close", None)
+        if callable(close):
+            close()
+    if done is None:
+        result = getattr(items, "result", None)
+        done = finished(result) if isinstance(result, AgentResult) else TurnFinished("".join(text), "stop", None, None)
+    yield done
+
+
+def _field(item: Any, name: str) -> Any:
+    if isinstance(item, Mapping):
+        return item.get(name)
+    return getattr(item, name, None)

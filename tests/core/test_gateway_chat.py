@@ -1,0 +1,237 @@
+"""The gateway's OpenAI-compatible chat, used through the official ``openai`` client against a real server."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from core import Memory, MemoryOptions
+from core.agent import Agent, AgentResult
+from core.gateway import GatewayServer, create_app
+from core.llm import ModelError, ScriptedModel
+from core.llm.base import Usage
+
+
+def echo(messages: list[dict[str, Any]], tools: Any) -> str:
+    """Reports what the model was sent, so tests can see the history memory supplied."""
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return f"{len(users)} user message(s); last: {users[-1]}"
+
+
+@pytest.fixture
+def memory(store) -> Memory:
+    return Memory(store, MemoryOptions(last_messages=20, working_memory={"enabled": True}))
+
+
+@pytest.fixture
+def gate() -> threading.Event:
+    gate = threading.Event()
+    gate.set()
+    return gate
+
+
+@pytest.fixture
+def agents(memory, gate) -> dict[str, Agent]:
+    def slow(messages, tools):
+        gate.wait(60)
+        return "slow reply"
+
+    return {
+        "echo": Agent("echo", instructions="Echo.", model=ScriptedModel(echo), memory=memory, tracer=False),
+        "plain": Agent("plain", instructions="No memory.", model=ScriptedModel(echo), tracer=False),
+        "broken": Agent("broken", instructions="Fails.", memory=memory, tracer=False, model=ScriptedModel(
+            [ModelError("upstream said no", model_id="scripted/broken", endpoint="http://model", status=500)] * 4)),
+        "slow": Agent("slow", instructions="Waits.", model=ScriptedModel(slow), memory=memory, tracer=False),
+    }
+
+
+@pytest.fixture
+def server(agents) -> Iterator[GatewayServer]:
+    with GatewayServer(create_app(agents, default_resource="anon")) as server:
+        yield server
+
+
+@pytest.fixture
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def stored(memory: Memory, thread: str) -> list[tuple[str, str]]:
+    return [(m.role, m.text) for m in memory.recall(thread_id=thread, per_page=False).messages]
+
+
+def test_a_completion_is_a_remembered_turn(client, memory):
+    reply = client.chat.completions.with_raw_response.create(
+        model="echo", messages=[user("I like tea")], metadata={"thread_id": "t1", "resource_id": "ada"})
+    completion = reply.parse()
+    assert completion.object == "chat.completion" and completion.model == "echo"
+    assert completion.choices[0].message.content == "1 user message(s); last: I like tea"
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens > 0
+    assert reply.headers["x-thread-id"] == "t1" and reply.headers["x-resource-id"] == "ada"
+    assert reply.headers["server-timing"].startswith("agent;dur=")
+    assert completion.model_extra["memory"]["thread_id"] == "t1"
+    assert stored(memory, "t1") == [("user", "I like tea"), ("assistant", "1 user message(s); last: I like tea")]
+    assert memory.get_thread("t1").resource_id == "ada"
+
+
+def test_only_the_new_message_is_taken_so_resent_history_is_not_stored_twice(client, memory):
+    meta = {"thread_id": "t1", "resource_id": "ada"}
+    first = client.chat.completions.create(model="echo", messages=[user("one")], metadata=meta)
+    history = [user("one"), {"role": "assistant", "content": first.choices[0].message.content}]
+    second = client.chat.completions.create(
+        model="echo", messages=[{"role": "system", "content": "client prompt"}, *history, user("two")], metadata=meta)
+    # The model saw each earlier message once: from memory, not from the request.
+    assert second.choices[0].message.content == "2 user message(s); last: two"
+    assert [role for role, _ in stored(memory, "t1")] == ["user", "assistant", "user", "assistant"]
+
+
+def test_thread_and_resource_from_headers_and_conversation_ids(client, memory):
+    client.chat.completions.create(model="echo", messages=[user("via headers")],
+                                   extra_headers={"x-thread-id": "th", "x-resource-id": "bob"})
+    assert memory.get_thread("th").resource_id == "bob"
+    # A conversation id names a thread of its resource; OpenAI's `user` field names the resource.
+    for text in ("hello", "again"):
+        reply = client.chat.completions.with_raw_response.create(
+            model="echo", messages=[user(text)], user="carol", metadata={"conversation_id": "c-1"})
+    assert reply.headers["x-thread-id"] == "carol:c-1" and reply.headers["x-resource-id"] == "carol"
+    assert reply.parse().choices[0].message.content == "2 user message(s); last: again"
+    other = client.chat.completions.with_raw_response.create(
+        model="echo", messages=[user("hi")], user="dave", metadata={"conversation_id": "c-1"})
+    assert other.headers["x-thread-id"] == "dave:c-1"
+
+
+def test_without_a_thread_each_request_gets_a_new_one_of_the_default_resource(client, memory):
+    a = client.chat.completions.with_raw_response.create(model="echo", messages=[user("x")])
+    b = client.chat.completions.with_raw_response.create(model="echo", messages=[user("y")])
+    assert a.headers["x-resource-id"] == b.headers["x-resource-id"] == "anon"
+    assert a.headers["x-thread-id"] != b.headers["x-thread-id"]
+    assert memory.get_thread(a.headers["x-thread-id"]).resource_id == "anon"
+
+
+def test_an_agent_without_memory_answers_without_a_thread(client):
+    reply = client.chat.completions.with_raw_response.create(model="plain", messages=[user("hi")])
+    assert "x-thread-id" not in reply.headers
+    assert reply.parse().choices[0].message.content == "1 user message(s); last: hi"
+
+
+def test_streamed_completion_with_the_openai_client(client, memory):
+    meta = {"thread_id": "s1", "resource_id": "ada"}
+    client.chat.completions.create(model="echo", messages=[user("first")], metadata=meta)
+    stream = client.chat.completions.create(model="echo", messages=[user("tell me more about streams")],
+                                            metadata=meta, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "2 user message(s); last: tell me more about streams"
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 1  # really in pieces
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == ["stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+    assert {c.id for c in chunks} == {chunks[0].id} and all(c.object == "chat.completion.chunk" for c in chunks)
+    assert stored(memory, "s1")[-1] == ("assistant", text)
+
+
+def test_the_stream_is_server_sent_events_ending_with_done(server):
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    body = {"model": "echo", "stream": True, "messages": [user("raw")], "metadata": {"thread_id": "r1"}}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"content-type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
+    assert response.getheader("x-thread-id") == "r1"
+    events = [e for e in response.read().decode().split("\n\n") if e]
+    conn.close()
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["memory"]["thread_id"] == "r1"
+    assert "usage" not in chunks[-1]  # only with stream_options.include_usage, as OpenAI does
+
+
+def test_models_lists_the_agents(client):
+    assert [m.id for m in client.models.list()] == ["echo", "plain", "broken", "slow"]
+    assert client.models.retrieve("echo").owned_by == "memory-studio"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("nobody")
+
+
+def test_a_turn_never_blocks_the_event_loop(client, gate):
+    gate.clear()
+    done: list[str] = []
+    worker = threading.Thread(target=lambda: done.append(client.chat.completions.create(
+        model="slow", messages=[user("wait")]).choices[0].message.content))
+    worker.start()
+    try:
+        # While that turn waits inside its model call, the gateway still answers.
+        assert [m.id for m in client.models.list()][0] == "echo"
+        assert client.chat.completions.create(model="echo", messages=[user("meanwhile")]).choices[0].message.content
+        assert done == []
+    finally:
+        gate.set()
+        worker.join(60)
+    assert done == ["slow reply"]
+
+
+class StreamingAgent(Agent):
+    """An agent with ``stream``: what the gateway uses instead of cutting a finished reply."""
+
+    def stream(self, message, *, memory=None, request_context=None):
+        yield "Hel"
+        yield {"type": "tool-call", "toolName": "lookup"}  # no place in OpenAI's format: skipped
+        yield {"type": "text-delta", "text": "lo!"}
+        yield AgentResult(text="Hello!", messages=[], prompts=[], usage=Usage(3, 2, 5), trace_id=None,
+                          finish_reason="stop", thread_id=memory["thread"], resource_id=memory["resource"])
+
+
+def test_an_agent_stream_method_is_relayed_delta_by_delta(memory):
+    agent = StreamingAgent("live", instructions="", model=ScriptedModel([]), memory=memory, tracer=False)
+    with GatewayServer(create_app([agent])) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+        chunks = list(client.chat.completions.create(model="live", messages=[user("hi")], stream=True,
+                                                     stream_options={"include_usage": True}))
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert deltas == ["Hel", "lo!"]
+    assert chunks[-1].usage.total_tokens == 5
+
+
+class GatedStreamingAgent(Agent):
+    """Streams one delta, then waits for the test before the next; records when it is closed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.release, self.closed = threading.Event(), threading.Event()
+
+    def stream(self, message, *, memory=None, request_context=None):
+        try:
+            yield "first "
+            self.release.wait(60)
+            yield "second"
+        finally:
+            self.closed.set()
+
+
+def test_a_client_leaving_mid_stream_stops_the_turn_and_the_gateway_goes_on(memory):
+    agent = GatedStreamingAgent("gated", instructions="", model=ScriptedModel([]), memory=memory, tracer=False)
+    with GatewayServer(create_app([agent])) as server:
+        conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+        body = {"model": "gated", "stream": True, "messages": [user("hi")]}
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"content-type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200
+        assert b'"role":"assistant"' in response.readline()  # the first event has arrived
+        conn.sock.close()  # the client goes away mid-reply
+        conn.close()
+        agent.release.set()
+        assert agent.closed.wait(60)  # the agent's stream was closed, not left running
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+        assert [m.id for m in client.models.list()] == ["gated"]

@@ -1,0 +1,204 @@
+"""Gateway errors: OpenAI-style JSON with the right status, token auth, and the `serve` command's messages."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from core import Memory, MemoryOptions
+from core.agent import Agent
+from core.cli import main as cli_main
+from core.gateway import GatewayServer, create_app, require_serve_extra
+from core.gateway.turns import split_text
+from core.llm import ModelError, ScriptedModel
+
+
+@pytest.fixture
+def memory(store) -> Memory:
+    return Memory(store, MemoryOptions(last_messages=20))
+
+
+@pytest.fixture
+def agents(memory) -> dict[str, Agent]:
+    failure = ModelError("upstream said no", model_id="scripted/broken", endpoint="http://model.test", status=500)
+    return {
+        "echo": Agent("echo", instructions="Echo.", model=ScriptedModel(lambda m, t: "ok"), memory=memory, tracer=False),
+        "broken": Agent("broken", instructions="Fails.", model=ScriptedModel([failure] * 4), memory=memory, tracer=False),
+    }
+
+
+@pytest.fixture
+def server(agents) -> Iterator[GatewayServer]:
+    with GatewayServer(create_app(agents, token="")) as server:
+        yield server
+
+
+@pytest.fixture
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+
+
+def raw(server: GatewayServer, method: str, path: str, body: bytes | str | None = None,
+        headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    conn.request(method, path, body, {"content-type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    status, data = response.status, json.loads(response.read() or b"null")
+    conn.close()
+    return status, data
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def test_unknown_agent_is_404(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(model="nobody", messages=[user("hi")])
+    assert caught.value.status_code == 404 and caught.value.code == "model_not_found"
+    assert "'echo'" in caught.value.message  # says which agents there are
+
+
+@pytest.mark.parametrize("messages, fragment", [
+    ([], "non-empty list"),
+    ([user("a"), {"role": "assistant", "content": "b"}], "last message must be the user's"),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}], "Only text content"),
+    ([user("   ")], "has no text"),
+])
+def test_bad_requests_are_400(client, messages, fragment):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="echo", messages=messages)
+    assert fragment in caught.value.message and caught.value.body["type"] == "invalid_request_error"
+
+
+def test_disagreeing_ids_and_malformed_bodies_are_400(client, server):
+    with pytest.raises(openai.BadRequestError, match="disagree"):
+        client.chat.completions.create(model="echo", messages=[user("x")], metadata={"thread_id": "a"},
+                                       extra_headers={"x-thread-id": "b"})
+    with pytest.raises(openai.BadRequestError, match="either a thread id or a conversation id"):
+        client.chat.completions.create(model="echo", messages=[user("x")],
+                                       metadata={"thread_id": "a", "conversation_id": "c"})
+    status, body = raw(server, "POST", "/v1/chat/completions", "{not json")
+    assert status == 400 and "not valid JSON" in body["error"]["message"]
+    status, body = raw(server, "POST", "/v1/chat/completions", "[1, 2]")
+    assert status == 400 and "JSON object" in body["error"]["message"]
+    status, body = raw(server, "POST", "/v1/chat/completions", json.dumps({"messages": [user("x")]}))
+    assert status == 400 and body["error"]["param"] == "model"
+
+
+def test_someone_elses_thread_is_403_before_any_model_call(client, agents, memory):
+    client.chat.completions.create(model="echo", messages=[user("mine")], metadata={"thread_id": "t", "resource_id": "ada"})
+    calls = len(agents["echo"].model.requests)
+    for stream in (False, True):
+        with pytest.raises(openai.PermissionDeniedError) as caught:
+            client.chat.completions.create(model="echo", messages=[user("let me in")], stream=stream,
+                                           metadata={"thread_id": "t", "resource_id": "mallory"})
+        assert caught.value.status_code == 403 and caught.value.code == "thread_ownership"
+        assert 'belongs to resource "ada"' in caught.value.message
+    assert len(agents["echo"].model.requests) == calls
+    assert [m.text for m in memory.recall(thread_id="t").messages] == ["mine", "ok"]
+
+
+def test_a_failing_model_is_502_plain_and_streamed(client):
+    for stream in (False, True):
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(model="broken", messages=[user("hi")], stream=stream)
+        assert caught.value.status_code == 502 and caught.value.code == "model_error"
+        assert "http://model.test" in caught.value.message and "HTTP 500" in caught.value.message
+
+
+def test_unknown_paths_and_methods_answer_as_json(server):
+    status, body = raw(server, "GET", "/v1/nothing-here")
+    assert status == 404 and body["error"]["code"] == "not_found"
+    status, body = raw(server, "GET", "/v1/chat/completions")
+    assert status == 405 and body["error"]["code"] == "method_not_allowed"
+
+
+def test_token_is_required_when_set(agents, monkeypatch):
+    monkeypatch.setenv("MEMORY_STUDIO_GATEWAY_TOKEN", "s3cret-token")
+    with GatewayServer(create_app(agents)) as server:  # token taken from the environment
+        for key in ("wrong", None):
+            bad = openai.OpenAI(base_url=server.base_url, api_key=key or "-", max_retries=0, timeout=60)
+            if key is None:
+                bad = bad.with_options(default_headers={"Authorization": ""})
+            with pytest.raises(openai.AuthenticationError) as caught:
+                bad.chat.completions.create(model="echo", messages=[user("hi")])
+            assert caught.value.status_code == 401
+        status, body = raw(server, "GET", "/api/memory/threads?resourceId=ada")
+        assert status == 401 and "Authorization: Bearer" in body["error"]["message"]
+        assert raw(server, "GET", "/health") == (200, {"status": "ok"})  # load balancers probe without it
+        good = openai.OpenAI(base_url=server.base_url, api_key="s3cret-token", max_retries=0, timeout=60)
+        assert good.chat.completions.create(model="echo", messages=[user("hi")]).choices[0].message.content == "ok"
+        assert raw(server, "GET", "/api/memory/threads?resourceId=ada",
+                   headers={"authorization": "Bearer s3cret-token"})[0] == 200
+
+
+def test_streamed_text_pieces_join_back_exactly():
+    text = "Hello,  world!\nLine two\twith   spacing and a verylongwordthatexceedsthechunksize."
+    pieces = list(split_text(text, 10))
+    assert "".join(pieces) == text and len(pieces) > 3
+    assert list(split_text("", 10)) == []
+
+
+def serve_cli(*args: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["serve", *args], out=out, err=err)
+    return code, err.getvalue()
+
+
+def test_serve_command_explains_a_bad_agents_spec(tmp_path, monkeypatch):
+    require_serve_extra()  # installed by the dev extra; the command would name the pip line otherwise
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gw_bad_agents.py").write_text("agents = {'x': 42}\nnothing = []\n")
+    code, err = serve_cli("--agents", "gw_bad_agents")
+    assert code == 1 and "package.module:attribute" in err
+    code, err = serve_cli("--agents", "no_such_module_here:agents")
+    assert code == 1 and "Cannot import 'no_such_module_here'" in err and "PYTHONPATH" in err
+    code, err = serve_cli("--agents", "gw_bad_agents:missing")
+    assert code == 1 and "has no attribute 'missing'" in err
+    code, err = serve_cli("--agents", "gw_bad_agents:agents")
+    assert code == 1 and "'x' is a int, not an Agent" in err
+    code, err = serve_cli("--agents", "gw_bad_agents:nothing")
+    assert code == 1 and "holds no agents" in err
+
+
+def test_serve_without_the_extra_names_the_pip_command(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    code, err = serve_cli("--agents", "whatever:agents")
+    assert code == 1 and "uvicorn" in err and "pip install 'memory-studio[serve]'" in err
+
+
+def test_the_listening_socket_gives_connections_tcp_nodelay():
+    # Regression: a socket made without proto=IPPROTO_TCP made asyncio skip TCP_NODELAY on accepted
+    # connections, and Nagle's algorithm with delayed ACKs added ~40 ms to every response.
+    import asyncio
+    import socket
+
+    from core.gateway.server import bind
+
+    async def check() -> int:
+        seen: list[int] = []
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(handler, sock=bind("127.0.0.1", 0))
+        host, port = server.sockets[0].getsockname()[:2]
+        _, writer = await asyncio.open_connection(host, port)
+        while not seen:
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return seen[0]
+
+    assert asyncio.run(asyncio.wait_for(check(), 30)) != 0

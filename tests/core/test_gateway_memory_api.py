@@ -1,0 +1,129 @@
+"""The gateway's memory API: threads, messages and working memory over HTTP, against a real server."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import openai
+import pytest
+
+from core import Memory, MemoryOptions
+from core.agent import Agent
+from core.gateway import GatewayServer, create_app
+from core.llm import ScriptedModel
+
+TEMPLATE = "# Profile\n- Name:\n- Likes:\n"
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
+
+
+def show_system(messages: list[dict[str, Any]], tools: Any) -> str:
+    """Replies with the working-memory block the model was sent."""
+    return next((m["content"] for m in messages if m["role"] == "system" and "Profile" in (m["content"] or "")), "none")
+
+
+@pytest.fixture
+def memory(store) -> Memory:
+    return Memory(store, MemoryOptions(last_messages=20, working_memory={"enabled": True, "template": TEMPLATE}))
+
+
+@pytest.fixture
+def server(store, memory) -> Iterator[GatewayServer]:
+    structured = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": SCHEMA}))
+    agents = [Agent("chat", instructions="Chat.", model=ScriptedModel(show_system), memory=memory, tracer=False),
+              Agent("forms", instructions="Forms.", model=ScriptedModel(["ok"] * 5), memory=structured, tracer=False)]
+    with GatewayServer(create_app(agents)) as server:
+        yield server
+
+
+def call(server: GatewayServer, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    conn.request(method, path, None if body is None else json.dumps(body), {"content-type": "application/json"})
+    response = conn.getresponse()
+    status, data = response.status, json.loads(response.read())
+    conn.close()
+    return status, data
+
+
+def chat(server: GatewayServer, text: str, thread: str, resource: str, agent: str = "chat") -> str:
+    client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+    reply = client.chat.completions.create(model=agent, messages=[{"role": "user", "content": text}],
+                                           metadata={"thread_id": thread, "resource_id": resource})
+    return reply.choices[0].message.content or ""
+
+
+def test_threads_of_a_resource_are_listed_by_page(server):
+    for i in range(3):
+        chat(server, f"hello {i}", f"t{i}", "ada")
+    chat(server, "other", "b1", "bob")
+    status, data = call(server, "GET", "/api/memory/threads?resourceId=ada&agentId=chat")
+    assert status == 200 and data["total"] == 3 and not data["hasMore"]
+    assert {t["id"] for t in data["threads"]} == {"t0", "t1", "t2"}
+    assert all(t["resourceId"] == "ada" for t in data["threads"])
+    status, page = call(server, "GET", "/api/memory/threads?resourceId=ada&perPage=2&agentId=chat")
+    assert len(page["threads"]) == 2 and page["hasMore"]
+    # Both agents share one database, so listing threads needs no agentId.
+    assert call(server, "GET", "/api/memory/threads?resourceId=bob")[1]["total"] == 1
+    status, data = call(server, "GET", "/api/memory/threads")
+    assert status == 400 and data["error"]["param"] == "resourceId"
+    status, data = call(server, "GET", "/api/memory/threads?resourceId=ada&perPage=lots")
+    assert status == 400 and "whole number" in data["error"]["message"]
+
+
+def test_messages_of_a_thread_oldest_first_and_owner_checked(server):
+    chat(server, "first", "t1", "ada")
+    chat(server, "second", "t1", "ada")
+    status, data = call(server, "GET", "/api/memory/threads/t1/messages?resourceId=ada")
+    assert status == 200 and data["total"] == 4
+    assert [(m["role"], m["text"]) for m in data["messages"]][::2] == [("user", "first"), ("user", "second")]
+    assert all(m["threadId"] == "t1" and m["content"]["format"] == 2 for m in data["messages"])
+    status, newest = call(server, "GET", "/api/memory/threads/t1/messages?perPage=1")
+    assert [m["role"] for m in newest["messages"]] == ["assistant"] and newest["hasMore"]
+    status, data = call(server, "GET", "/api/memory/threads/t1/messages?resourceId=mallory")
+    assert status == 403 and data["error"]["code"] == "thread_ownership"
+    status, data = call(server, "GET", "/api/memory/threads/nope/messages")
+    assert status == 404 and data["error"]["type"] == "not_found_error"
+
+
+def test_working_memory_read_and_written_and_seen_by_the_next_turn(server):
+    chat(server, "hi", "t1", "ada")
+    status, data = call(server, "GET", "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=chat")
+    assert status == 200 and data == {"workingMemory": None, "format": "markdown", "scope": "resource",
+                                      "threadExists": True, "resourceId": "ada"}
+    profile = "# Profile\n- Name: Ada\n- Likes: tea\n"
+    status, data = call(server, "PUT", "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=chat",
+                        {"workingMemory": profile})
+    assert status == 200 and data["workingMemory"] == profile
+    assert call(server, "GET", "/api/memory/threads/t1/working-memory?agentId=chat")[1]["workingMemory"] == profile
+    assert "- Name: Ada" in chat(server, "who am I?", "t1", "ada")
+    # Another resource can neither read nor overwrite it through this thread.
+    for method, body in (("GET", None), ("PUT", {"workingMemory": "# Profile\n- Name: Mallory\n"})):
+        status, data = call(server, method, f"/api/memory/threads/t1/working-memory?resourceId=mallory&agentId=chat",
+                            body)
+        assert status == 403 and data["error"]["type"] == "permission_error"
+    assert call(server, "GET", "/api/memory/threads/t1/working-memory?agentId=chat")[1]["workingMemory"] == profile
+
+
+def test_schema_working_memory_and_choosing_the_agent(server):
+    path = "/api/memory/threads/f1/working-memory?resourceId=ada"
+    status, data = call(server, "GET", path)
+    assert status == 400 and data["error"]["param"] == "agentId" and "'forms'" in data["error"]["message"]
+    status, data = call(server, "PUT", path + "&agentId=forms", {"workingMemory": {"name": "Ada", "age": 36}})
+    assert status == 200 and data["workingMemory"] == {"name": "Ada", "age": 36} and data["format"] == "json"
+    assert data["threadExists"] is False  # resource-scoped: no thread needed yet
+    status, data = call(server, "PUT", path + "&agentId=forms", {"workingMemory": {"age": "old"}})
+    assert status == 400 and "age" in data["error"]["message"]
+    status, data = call(server, "PUT", path + "&agentId=forms", {"memory": "wrong key"})
+    assert status == 400 and data["error"]["param"] == "workingMemory"
+    status, data = call(server, "GET", path + "&agentId=nobody")
+    assert status == 404
+
+
+def test_ids_with_unusual_characters_round_trip(server):
+    thread = "conv 1/ü:ß"
+    chat(server, "hi", thread, "ada")
+    status, data = call(server, "GET", f"/api/memory/threads/{quote(thread, safe='')}/messages?resourceId=ada")
+    assert status == 200 and data["messages"][0]["threadId"] == thread
