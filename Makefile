@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install models lint-imports screenshots bench clean
+.PHONY: run test install models lint-imports screenshots bench clean bundle test-bundle dist
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is needed: install python3.11 or run 'make PYTHON=/path/to/python3.11'"; exit 1; }
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+BUNDLE_TOOLS := $(VENV)/.bundle-tools
+$(BUNDLE_TOOLS): pyproject.toml | $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bundle]'
+	@touch $(BUNDLE_TOOLS)
 
 models: $(STAMP)
 	$(PY) -m core.embedding.provision install
@@ -36,5 +41,19 @@ screenshots: $(STAMP)
 	@fc-list 2>/dev/null | grep -qi emoji || echo "note: no emoji font found (Debian: apt-get install fonts-noto-color-emoji); observation priorities will render as boxes"
 	QT_QPA_PLATFORM=offscreen $(PY) -m studio.screenshots docs/screenshots
 
+# The one-folder desktop bundle: dist/memory-studio/ (runs without Python; see README "Desktop bundle").
+bundle: $(BUNDLE_TOOLS) models
+	$(VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath dist --workpath build/pyinstaller packaging/memory-studio.spec
+	@du -sh dist/memory-studio
+
+# Builds the bundle, and the wheel + sdist, into temp folders and runs their self-checks (minutes).
+test-bundle: $(BUNDLE_TOOLS) models
+	MEMORY_STUDIO_TEST_BUNDLE=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:randomly -m bundle tests/packaging
+
+# A wheel and an sdist in dist/ (pip install dist/memory_studio-*.whl; then `memory-studio models install`).
+dist: $(STAMP)
+	rm -f dist/memory_studio-*.whl dist/memory_studio-*.tar.gz
+	$(PY) -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) .temp
+	rm -rf $(VENV) .temp build dist

@@ -53,6 +53,7 @@ from core.storage import (
     open_store,
 )
 from core.storage.memory_store import Thread
+from core.version import __version__
 from core.working_memory import ConcurrentUpdateError, Version
 from core.working_memory_schema import WorkingMemoryError
 

@@ -2,12 +2,15 @@
 
 With a subcommand (``prompt``, ``threads``, ``reindex``, ``models``, ``traces``, ``migrate``,
 ``vacuum``, ``where``, ``demo``, ``export``, ``import``, ``serve``) it runs the engine's command line
-and never imports Qt, so it works on machines without a display. Without one it opens the Studio.
+and never imports Qt, so it works on machines without a display. Without one it opens the Studio,
+after checking that the system libraries Qt needs are there (``studio.system_check``). ``--version``
+and ``--self-check`` (``studio.self_check``) need no display.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -15,6 +18,7 @@ from typing import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     from core.cli import COMMANDS
+    from core.version import __version__
 
     if args and args[0] in COMMANDS:
         from core.cli import main as core_main
@@ -28,7 +32,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--allow-writes", action="store_true",
                         help="open a database the Studio did not create with writes allowed")
     parser.add_argument("--no-demo", action="store_true", help="do not seed demo data into an empty database")
+    parser.add_argument("--version", action="version", version=f"memory-studio {__version__}")
+    parser.add_argument("--self-check", action="store_true",
+                        help="check this installation end to end, offscreen, in a temporary folder; exit 0 if it works")
     opts = parser.parse_args(args)
+    from studio.system_check import EXIT_NO_WINDOW, check
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"} if opts.self_check else os.environ
+    problem = check(env)  # before Qt loads: a missing system library gets a message, not an abort
+    if problem:
+        sys.stderr.write(problem)
+        return EXIT_NO_WINDOW
+    if opts.self_check:
+        from studio.self_check import run
+
+        return run()
     from studio.app import main as app_main
 
     return app_main(db=opts.db, allow_writes=opts.allow_writes, seed_demo=not opts.no_demo)

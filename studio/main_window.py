@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.storage.paths import resolve_db_path
+from core.version import __version__
 from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
 from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notice
 from studio.panes.messages import MessagesPane
@@ -462,7 +463,7 @@ class MainWindow(QMainWindow):
     def show_about(self) -> None:
         self.presenter.error(self, Problem(
             "About Memory Studio",
-            "Memory Studio: an inspector for agent memory stored in Mastra's libSQL layout.",
+            f"Memory Studio {__version__}: an inspector for agent memory stored in Mastra's libSQL layout.",
             "Ctrl+K opens the command palette.", warning_only=True))
 
     # -- identity --------------------------------------------------------------------------------

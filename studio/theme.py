@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QApplication
 
-THEMES_DIR = Path(__file__).resolve().parent.parent / "resources" / "themes"
+from studio.assets import resources_dir
+
+THEMES_DIR = resources_dir() / "themes"
 THEMES = ("dark", "light")
 
 _PALETTES = {
