@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from core.messages import Message
 from core.recall import hybrid, keyword
 from core.recall.index import CANDIDATES, INDEXED_ROLES, MIGRATE_HINT
-from core.recall.schema import DOCS_TABLE, quoted
+from core.recall.schema import DOCS_TABLE, FTS_WATERMARK, QUEUE_TABLE, STATE_TABLE, quoted
 from core.recall.search import thread_order, today
 from core.recall.text import keyword_terms, query_dates, recall_text
 from core.storage.memory_store import Include
@@ -212,7 +212,7 @@ def inspect_search(
     vector_thread = thread_id if resource_id is not None else None
 
     kw_ranked: list[hybrid.Ranked] = []
-    out.notes.extend(_keyword_backlog(index))
+    out.notes.extend(_keyword_backlog(index, resource_id, thread_id))
     if not index.has_fts:
         out.notes.append(f"keyword index missing; {MIGRATE_HINT}")
     else:
@@ -326,16 +326,31 @@ def _windows(index: "RecallIndex", out: Inspection, resource_id: str | None) -> 
     return windows
 
 
-def _keyword_backlog(index: "RecallIndex") -> list[str]:
-    """A note when message changes wait for the keyword index (read here, applied by the next writer)."""
+def _keyword_backlog(index: "RecallIndex", resource_id: str | None, thread_id: str | None) -> list[str]:
+    """A note when messages of this scope wait for the keyword index (read here; the next writer
+    applies them). Counts only what a search of this scope misses: new user/assistant messages
+    without a keyword entry, and edits queued since."""
     if not index.has_fts or index.store.db.engine.dialect.name != "sqlite":
         return []
+    scope_sql, params = ("coalesce(m.\"resourceId\", t.\"resourceId\") = ?", [resource_id]) if resource_id is not None \
+        else ("m.thread_id = ?", [thread_id])
     with index.store.db.read() as conn:
         if not keyword.has_pending(conn):
             return []
+        mark = conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?", (FTS_WATERMARK,)).scalar() or 0
+        waiting = int(conn.exec_driver_sql(
+            "SELECT count(*) FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id "
+            f"WHERE {scope_sql} AND m.role IN ('user', 'assistant') AND ("
+            f"(m.rowid > ? AND NOT EXISTS (SELECT 1 FROM {DOCS_TABLE} d WHERE d.message_id = m.id)) "
+            f"OR m.id IN (SELECT message_id FROM {QUEUE_TABLE} WHERE op = 'upsert'))",
+            (*params, int(mark)),
+        ).scalar() or 0)
+    if not waiting:
+        return []
     how = ("allow writes to this database to index them" if index.store.db.read_only
            else "the next save with recall indexes them (or run `memory-studio reindex`)")
-    return [f"some recent message changes are not keyword-indexed yet; {how}"]
+    return [f"{waiting} message{'s' if waiting != 1 else ''} of this scope {'are' if waiting != 1 else 'is'} "
+            f"not keyword-indexed yet (new or edited since); {how}"]
 
 
 def _terms(index: "RecallIndex", conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
@@ -533,8 +548,11 @@ def _cut_reason(ins: Inspection, cand: Candidate | None, rank: int, score: float
     if cand.status == "hit":
         return "hit", f"Rank {rank} ({what} {shown}): a hit."
     if cand.status == "below-threshold" and threshold_applies:
-        cos = f"{cand.vector_score:.3f}" if cand.vector_score is not None else "none"
-        return "below-threshold", f"Rank {rank} ({what} {shown}), but its similarity {cos} is below the threshold {ins.threshold:g}."
+        if cand.vector_score is None:
+            return "below-threshold", (f"Rank {rank} ({what} {shown}), but it has no similarity to compare with the "
+                                       f"threshold {ins.threshold:g}.")
+        where = f"Rank {rank}" if what == "similarity" else f"Rank {rank} ({what} {shown})"
+        return "below-threshold", f"{where}, but its similarity {cand.vector_score:.3f} is below the threshold {ins.threshold:g}."
     if cand.status == "deleted":
         return "deleted", f"Rank {rank}, but it was deleted after it was indexed."
     return "outside-top-k", f"Rank {rank} ({what} {shown}): outside the top {ins.top_k}."
@@ -549,8 +567,9 @@ def _verdict(ins: Inspection, e: Explanation, has_vector: bool, has_doc: bool, o
     if hyb.status == "hit":
         return "hit", f"A hit: hybrid rank {hyb.rank} of {hyb.ranked} (fused {hyb.score:.3f})."
     if e.neighbour_of is not None:
-        return "neighbour", (f"Not a hit itself, but it joins the prompt as a neighbour of hit {e.neighbour_of} "
-                             f"(message range {ins.before} before, {ins.after} after).")
+        rank = next((c.rank for c in ins.hits("hybrid") if c.message_id == e.neighbour_of), None)
+        return "neighbour", (f"Not a hit itself, but it joins the prompt as a neighbour of hybrid hit {rank} "
+                             f"({e.neighbour_of}; message range {ins.before} before, {ins.after} after).")
     if hyb.status in ("below-threshold", "outside-top-k"):
         return hyb.status, hyb.why
     if not has_vector:

@@ -136,12 +136,15 @@ def test_range_gives_each_hit_its_neighbours(index):
 def test_inspecting_and_explaining_never_write(store, index):
     # A change waits in the keyword queue: a search on this branch would apply it; looking must not.
     store.memory.delete_messages(["t2-3"])
+    seed(store, "t4", "alice", ["saved by a process without recall"], start=700)
     before = checksum(store)
     ins = inspect_search(index, "cat food snacks", resource_id="alice", top_k=2, threshold=0.1)
     for mid in ("t1-0", "t2-3", "t3-0", "nope"):
         explain_message(index, mid, ins)
     assert checksum(store) == before
-    assert any("not keyword-indexed yet" in n for n in ins.notes)
+    assert any(n.startswith("1 message of this scope is not keyword-indexed yet") for n in ins.notes)
+    # another resource's backlog is not this search's concern
+    assert not any("keyword-indexed" in n for n in inspect_search(index, "peanuts", resource_id="bob").notes)
 
 
 def test_why_not_a_hit_a_cut_and_a_neighbour(index):
@@ -153,7 +156,7 @@ def test_why_not_a_hit_a_cut_and_a_neighbour(index):
     neighbour = "t1-1" if hit == "t1-0" else "t1-0"
     e = explain_message(index, neighbour, ins)
     assert e.verdict == "neighbour" and e.neighbour_of == hit
-    assert "neighbour of hit" in e.summary
+    assert "neighbour of hybrid hit 1" in e.summary
     # a candidate below the first place: outside the top 1, with its rank and score
     ins0 = inspect_search(index, "allergic peanuts", resource_id="alice", top_k=1, before=0, after=0)
     second = ins0.lists["hybrid"][1]
