@@ -54,6 +54,11 @@ class MessageHistory(BaseProcessor):
         save_turn(ctx, self.id)
 
 
+def failed_without_output(ctx: ProcessorContext) -> bool:
+    """The turn's model call failed before any output: nothing of it is saved, or indexed."""
+    return ctx.finish_reason == "error" and not ctx.messages.messages("response")
+
+
 def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
     """Persist this turn's input and response (the output side of history and of observational
     memory). Returns what was saved, or None when nothing may be saved (and says why)."""
@@ -67,7 +72,7 @@ def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
     if not ctx.live:
         ctx.skip(processor_id, "preview: nothing saved")
         return None
-    if ctx.finish_reason == "error" and not ctx.messages.messages("response"):
+    if failed_without_output(ctx):
         ctx.skip(processor_id, "the model call failed with no output; the input was not saved")
         return None
     saved: list[Message] = ctx.memory.save_messages(ctx.messages.new_messages(), _index=False)

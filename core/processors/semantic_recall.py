@@ -16,6 +16,7 @@ from core.message_list import Provenance
 from core.messages import Message
 from core.options import SemanticRecallOptions
 from core.processors.base import BaseProcessor, ProcessorContext
+from core.processors.message_history import failed_without_output
 from core.storage.memory_store import Include
 from core.recall.text import message_text
 
@@ -158,6 +159,9 @@ class SemanticRecall(BaseProcessor):
             return
         if not getattr(ctx, "live", True):
             return  # a preview (Memory.assemble) must not write
+        if failed_without_output(ctx):  # the input is not saved, so it must not be indexed either
+            ctx.note(self.id, indexed=0, index_skipped="the model call failed; nothing of the turn was saved")
+            return
         index = self._index(ctx)
         if index is None:
             ctx.note(self.id, index_skipped="no recall index: Memory was built without an embedder")
