@@ -18,7 +18,9 @@ deleted since they were indexed are shown as deleted and never counted as hits.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Sequence
@@ -326,25 +328,42 @@ def _windows(index: "RecallIndex", out: Inspection, resource_id: str | None) -> 
     return windows
 
 
+_BACKLOG_SQL = (
+    f"SELECT (SELECT value FROM {STATE_TABLE} WHERE key = ?), (SELECT max(rowid) FROM mastra_messages), "
+    f"(SELECT max(seq) FROM {QUEUE_TABLE})"
+)
+_backlog_cache: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+_backlog_lock = threading.Lock()
+
+
 def _keyword_backlog(index: "RecallIndex", resource_id: str | None, thread_id: str | None) -> list[str]:
     """A note when messages of this scope wait for the keyword index (read here; the next writer
     applies them). Counts only what a search of this scope misses: new user/assistant messages
-    without a keyword entry, and edits queued since."""
+    without a keyword entry, and edits queued since. The count is kept until a message or the queue
+    changes: it scans every row above the watermark, which lags far behind on a busy database."""
     if not index.has_fts or index.store.db.engine.dialect.name != "sqlite":
         return []
     scope_sql, params = ("coalesce(m.\"resourceId\", t.\"resourceId\") = ?", [resource_id]) if resource_id is not None \
         else ("m.thread_id = ?", [thread_id])
     with index.store.db.read() as conn:
-        if not keyword.has_pending(conn):
+        mark, newest, queued = conn.exec_driver_sql(_BACKLOG_SQL, (FTS_WATERMARK,)).one()
+        if (newest or 0) <= (mark or 0) and queued is None:
             return []
-        mark = conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?", (FTS_WATERMARK,)).scalar() or 0
-        waiting = int(conn.exec_driver_sql(
-            "SELECT count(*) FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id "
-            f"WHERE {scope_sql} AND m.role IN ('user', 'assistant') AND ("
-            f"(m.rowid > ? AND NOT EXISTS (SELECT 1 FROM {DOCS_TABLE} d WHERE d.message_id = m.id)) "
-            f"OR m.id IN (SELECT message_id FROM {QUEUE_TABLE} WHERE op = 'upsert'))",
-            (*params, int(mark)),
-        ).scalar() or 0)
+        key = (str(index.store.location.display), resource_id, thread_id, mark, newest, queued)
+        with _backlog_lock:
+            waiting = _backlog_cache.get(key)
+        if waiting is None:
+            waiting = int(conn.exec_driver_sql(
+                "SELECT count(*) FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id "
+                f"WHERE {scope_sql} AND m.role IN ('user', 'assistant') AND ("
+                f"(m.rowid > ? AND NOT EXISTS (SELECT 1 FROM {DOCS_TABLE} d WHERE d.message_id = m.id)) "
+                f"OR m.id IN (SELECT message_id FROM {QUEUE_TABLE} WHERE op = 'upsert'))",
+                (*params, int(mark or 0)),
+            ).scalar() or 0)
+            with _backlog_lock:
+                _backlog_cache[key] = waiting
+                while len(_backlog_cache) > 64:
+                    _backlog_cache.popitem(last=False)
     if not waiting:
         return []
     how = ("allow writes to this database to index them" if index.store.db.read_only

@@ -45,6 +45,10 @@ from studio.widgets.pane_header import alive_only, caption, pane_header, pane_la
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 DEBOUNCE_MS = 300
+# Column widths come from sample text, not from the rows: sizing to contents re-read every cell of
+# every list on each search (~100 ms at 10k messages, more than the search itself).
+SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "Fused": "0.000", "Vec #": "000", "Kw #": "000",
+           "Status": "below threshold"}
 
 
 def _shared_embedder() -> Any:
@@ -75,6 +79,14 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
         Column("Kw #", lambda c: lay.rank_text(c.keyword_rank), RIGHT, foreground=lay.row_colour), bm25,
         status, text,
     ]
+
+
+def _fit_columns(table: QTableView, model: RecordTableModel[Candidate]) -> None:
+    metrics = table.fontMetrics()
+    for col in range(model.columnCount() - 1):
+        title = str(model.headerData(col, Qt.Orientation.Horizontal))
+        sample = SAMPLES.get(title, title)
+        table.setColumnWidth(col, max(metrics.horizontalAdvance(sample), metrics.horizontalAdvance(title)) + 22)
 
 
 class RecallPlaygroundPane(QWidget):
@@ -178,8 +190,12 @@ class RecallPlaygroundPane(QWidget):
             table.verticalHeader().hide()
             table.setShowGrid(False)
             table.setWordWrap(False)
-            table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-            table.horizontalHeader().setStretchLastSection(True)
+            header = table.horizontalHeader()
+            header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+            header.setStretchLastSection(True)
+            _fit_columns(table, model)
+            table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+            table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
             table.selectionModel().selectionChanged.connect(
                 lambda sel, _old, n=name: self._row_picked(n, sel))
             bl.addWidget(table, 1)
