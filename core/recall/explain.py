@@ -134,7 +134,7 @@ class Inspection:
         if gone:
             parts.append(f"{gone} deleted since indexed")
         if name == "keyword" and self.threshold is not None:
-            parts.append("threshold not applied (it is a vector similarity)")
+            parts.append("threshold not applied to BM25")
         return " · ".join(parts)
 
     def empty_reason(self, name: ListName) -> str | None:

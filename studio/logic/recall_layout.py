@@ -92,6 +92,13 @@ def score_text(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def ranked_score(score: float | None, rank: int | None, digits: int = 3) -> str:
+    """A raw score with its rank in its own list ("0.430 #2"), or a dash when the list lacks it."""
+    if rank is None:
+        return "—" if score is None else f"{score:.{digits}f}"
+    return f"{score_text(score, digits)} #{rank}"
+
+
 def rank_text(value: int | None) -> str:
     return "—" if value is None else str(value)
 

@@ -47,8 +47,8 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 DEBOUNCE_MS = 300
 # Column widths come from sample text, not from the rows: sizing to contents re-read every cell of
 # every list on each search (~100 ms at 10k messages, more than the search itself).
-SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "Fused": "0.000", "Vec #": "000", "Kw #": "000",
-           "Status": "below threshold"}
+SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "Fused": "0.000", "Vector": "-0.000 #00",
+           "Keyword": "00.00 #00", "Status": "below threshold"}
 
 
 def _shared_embedder() -> Any:
@@ -75,8 +75,10 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
     return [
         rank, Column("Fused", lambda c: lay.score_text(c.score), RIGHT, foreground=lay.row_colour,
                      tooltip=lambda c: f"before the re-rank: {lay.score_text(c.combined)}"),
-        Column("Vec #", lambda c: lay.rank_text(c.vector_rank), RIGHT, foreground=lay.row_colour), cosine,
-        Column("Kw #", lambda c: lay.rank_text(c.keyword_rank), RIGHT, foreground=lay.row_colour), bm25,
+        Column("Vector", lambda c: lay.ranked_score(c.vector_score, c.vector_rank), RIGHT, foreground=lay.row_colour,
+               tooltip=lambda c: "cosine similarity · rank in the vector list"),
+        Column("Keyword", lambda c: lay.ranked_score(c.keyword_score, c.keyword_rank, 2), RIGHT,
+               foreground=lay.row_colour, tooltip=lambda c: "BM25 · rank in the keyword list"),
         status, text,
     ]
 

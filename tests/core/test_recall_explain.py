@@ -108,7 +108,7 @@ def test_a_threshold_says_how_many_results_it_cut(index):
     assert "lower it" in ins.empty_reason("hybrid")
     # keyword search has no similarity to cut by: its hits stay, and the summary says so
     assert ins.hits("keyword")
-    assert "threshold not applied" in ins.summary("keyword")
+    assert "threshold not applied to BM25" in ins.summary("keyword")
 
 
 def test_an_empty_scope_says_why(index):

@@ -92,10 +92,13 @@ def test_three_lists_side_by_side_with_ranks_raw_and_fused_scores(qtbot, pane, s
     assert [row[0] for row in hybrid][:3] == ["1", "2", "3"]
     headers = [pane.models["hybrid"].headerData(c, Qt.Orientation.Horizontal)
                for c in range(pane.models["hybrid"].columnCount())]
-    assert headers == ["#", "Fused", "Vec #", "Cosine", "Kw #", "BM25", "Status", "Message"]
-    hits = [r for r in hybrid if r[6] == "hit"]
+    assert headers == ["#", "Fused", "Vector", "Keyword", "Status", "Message"]
+    hits = [r for r in hybrid if r[4] == "hit"]
     assert len(hits) == len(expected) and hits[0][1] == f"{expected[0].score:.3f}"
-    assert "allergic to peanuts" in hits[0][7]
+    top = ins.lists["hybrid"][0]
+    assert hits[0][2] == f"{top.vector_score:.3f} #{top.vector_rank}"  # raw cosine and its vector rank
+    assert hits[0][3] == f"{top.keyword_score:.2f} #{top.keyword_rank}"  # raw BM25 and its keyword rank
+    assert "allergic to peanuts" in hits[0][5]
     assert cells(pane, "vector")[0][1] == f"{ins.lists['vector'][0].score:.3f}"  # raw cosine
     assert cells(pane, "keyword")[0][1] == f"{ins.lists['keyword'][0].score:.2f}"  # raw BM25
     assert all("bob" not in (r[-1] or "") for r in hybrid)  # another resource never shows
@@ -113,7 +116,7 @@ def test_a_threshold_never_leaves_a_silent_empty_list(qtbot, pane):
     assert below > 0 and not view.inspection.hits("hybrid")
     caption = pane.captions["hybrid"].text()
     assert f"{below} results below the threshold 0.99" in caption and "lower it" in caption
-    statuses = {r[6] for r in cells(pane, "hybrid")}
+    statuses = {r[4] for r in cells(pane, "hybrid")}
     assert statuses == {"below threshold"}  # cut rows stay visible, marked in words
     assert pane.models["hybrid"].rowCount() == below
 
@@ -122,7 +125,7 @@ def test_top_k_and_scope_controls(qtbot, pane):
     pane.set_selection(Selection("ada", "t-food"))
     pane.topk_spin.setValue(1)
     search(qtbot, pane, "peanuts cat table")
-    assert [r[6] for r in cells(pane, "hybrid")].count("hit") == 1
+    assert [r[4] for r in cells(pane, "hybrid")].count("hit") == 1
     assert "outside the top 1" in pane.captions["hybrid"].text()
     with qtbot.waitSignal(pane.searched, timeout=15_000) as blocker:
         pane.scope_combo.setCurrentIndex(pane.scope_combo.findData("thread"))
@@ -171,7 +174,7 @@ def test_stale_results_are_dropped(qtbot, pane):
     session_pool = pane.session.pool
     qtbot.waitUntil(lambda: session_pool.running == 0, timeout=15_000)
     assert pane.view.request.query == "Italian table Friday"
-    assert "Italian" in cells(pane, "hybrid")[0][7] or "Trattoria" in cells(pane, "hybrid")[0][7]
+    assert "Italian" in cells(pane, "hybrid")[0][5] or "Trattoria" in cells(pane, "hybrid")[0][5]
 
 
 def test_the_playground_never_writes(qtbot, pane, session):
