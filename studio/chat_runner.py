@@ -198,7 +198,7 @@ def run_turn(
             on_tools(names)
 
     streaming = StreamingModel(model, on_delta, tools, stop.is_set if stop is not None else None)
-    mem = memory_for(store, request.agent, streaming, embedder)
+    mem = memory_for(store, request.agent, model, embedder)  # an observer's call is not part of the reply
     name = request.agent.name if request.agent is not None else PLAYGROUND_AGENT
     agent = Agent(name, instructions=request.instructions, model=streaming,  # type: ignore[arg-type]
                   memory=lambda _values: mem)

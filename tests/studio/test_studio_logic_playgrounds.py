@@ -135,3 +135,21 @@ def test_playground_logic_imports_no_qt():
     code = ("import sys, studio.logic.chat_layout, studio.logic.recall_layout, studio.chat_runner; "
             "sys.exit(1 if any(m.startswith('PySide6') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_an_observer_call_in_the_turn_does_not_stream_into_the_reply(tmp_path):
+    from core.agent_configs import AgentConfig
+
+    store = open_store(tmp_path / "om.db")
+    Memory(store).save_messages([
+        Message.user("We ship the release on Friday.", thread_id="t", resource_id="sam", created_at=T0),
+        Message.assistant("Noted, Friday it is.", thread_id="t", resource_id="sam", created_at=T0)])
+    opts = MemoryOptions(observational_memory={"enabled": True, "message_tokens": 1, "observation_tokens": 100_000})
+    agent = AgentConfig("notes", {"name": "notes", "options": opts.to_dict()}, None, None)
+    model = ScriptedModel(["* 🔴 (09:00) Release ships on Friday.", "Friday, as planned."])
+    pieces: list[str] = []
+    out = chat_runner.run_turn(store, ChatRequest("t", "sam", "When do we ship?", agent, "", "u-9"), model,
+                               embedder=lambda: None, on_delta=pieces.append)
+    assert len(model.requests) == 2  # the observer ran inside the turn
+    assert out.text == "Friday, as planned." and "".join(pieces) == out.text
+    store.close()
