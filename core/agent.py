@@ -176,7 +176,7 @@ class Agent:
                 raise AgentError(
                     "Observational memory needs an observer model: Memory(..., observer_model=<ChatModel>)."
                 )
-            memory.register(name)
+            memory.register(name, instructions=instructions)
 
     # -- public ----------------------------------------------------------------------------------
     def generate(

@@ -65,6 +65,12 @@ class AgentConfig:
         opts = self.config.get("options")
         return dict(opts) if isinstance(opts, Mapping) else {}
 
+    @property
+    def instructions(self) -> str | None:
+        """The agent's instructions, when it recorded them at registration (older engines did not)."""
+        text = self.config.get("instructions")
+        return text if isinstance(text, str) and text.strip() else None
+
     def memory_options(self) -> MemoryOptions:
         """The agent's options as a ``MemoryOptions`` (unknown keys from a newer engine are dropped)."""
         known = MemoryOptions.__dataclass_fields__

@@ -543,11 +543,15 @@ class Memory:
         }
 
     # -- registry --------------------------------------------------------------------------------
-    def register(self, agent_name: str | None = None) -> None:
-        """Record this memory's resolved configuration so the Studio can show what agents run with."""
+    def register(self, agent_name: str | None = None, *, instructions: str | None = None) -> None:
+        """Record this memory's resolved configuration so the Studio can show what agents run with
+        (and, given the agent's instructions, chat as that agent in the playground)."""
         from core.agent_configs import register_agent
 
-        register_agent(self.store, agent_name or self.name, self.describe())
+        config = self.describe()
+        if instructions:
+            config["instructions"] = instructions
+        register_agent(self.store, agent_name or self.name, config)
 
 
 MemoryFactory = Callable[[Mapping[str, Any]], Memory]

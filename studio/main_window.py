@@ -49,6 +49,8 @@ TABS: list[tuple[str, str, str]] = [
     ("working_memory", "Working memory", "studio.panes.working_memory:WorkingMemoryPane"),
     ("traces", "Traces", "studio.panes.traces:TracesPane"),
     ("observations", "Observations", "studio.panes.observations:ObservationsPane"),
+    ("chat", "Chat playground", "studio.panes.chat:ChatPane"),
+    ("recall", "Recall playground", "studio.panes.recall_playground:RecallPlaygroundPane"),
 ]
 
 Seeder = Callable[..., Any]
@@ -298,6 +300,9 @@ class MainWindow(QMainWindow):
             wants = getattr(pane, "open_message", None)  # "show me this stored message"
             if wants is not None and pane is not messages:
                 wants.connect(self.show_message)
+            for signal, slot in (("open_prompt", self.show_prompt), ("thread_started", self.select_thread)):
+                if hasattr(pane, signal):  # the chat playground: a turn's prompt; a thread it started
+                    getattr(pane, signal).connect(slot)
         session.changed.connect(self._on_changed)
         session.read_only_changed.connect(lambda _ro: self._update_title())
         self.center.setCurrentIndex(1)
@@ -340,6 +345,16 @@ class MainWindow(QMainWindow):
         sel = self.selection
         self.show_tab("messages")
         self.set_selection(Selection(sel.resource_id, sel.thread_id, message_id))
+
+    def select_thread(self, selection: Selection) -> None:
+        if self.resources is not None:
+            self.resources.set_selection(selection)  # selected now, or once the tree has it
+        self.set_selection(selection)
+
+    def show_prompt(self, selection: Selection) -> None:
+        """The prompt inspector on a stored turn (``selection.message_id``: its user message)."""
+        self.select_thread(selection)
+        self.show_tab("prompt")
 
     def _on_message_selected(self, message_id: str | None) -> None:
         sel = self.selection

@@ -16,6 +16,8 @@ from typing import Any, Literal, Mapping
 from core import AssembledPrompt, Memory, MemoryOptions, Store
 from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, config_versions, effective_options_for
 from core.messages import Message
+from core.recall import RecallIndex
+from core.recall.explain import Explanation, Inspection, explain_message, inspect_search
 from core.observational import OMRecord, ThreadHints, load_history, thread_hints
 from core.storage.memory_store import MessageQuery, ResourceSummary, ThreadSummary
 from core.storage.message_pages import UnreadableMessage
@@ -26,6 +28,7 @@ from core.working_memory import WorkingMemoryService
 from studio.logic.memory_config import ConfigState
 from studio.logic.message_format import MessageRow, summarize, unreadable_row
 from studio.logic.observations_layout import Lookup, lookups_for
+from studio.logic.recall_layout import RecallRequest, index_problem
 from studio.logic.prompt_layout import (
     EmbedderHolder,
     MemoryFactory,
@@ -101,6 +104,41 @@ def search_messages(store: Store, text: str, limit: int = 200) -> list[SearchHit
         body = summarize(m).preview
         out.append(SearchHit(m.id, tid, resource, title, m.role, body, m.created_at))
     return out
+
+
+# -- recall playground -----------------------------------------------------------------------------
+@dataclass
+class RecallView:
+    """One playground search: the engine's inspection, and the one way forward when recall cannot answer."""
+
+    request: RecallRequest
+    inspection: Inspection
+    problem: str | None = None
+
+
+def recall_index(store: Store, embedders: EmbedderHolder) -> RecallIndex:
+    """The store's recall index for the playground's embedder (built once per store and model)."""
+    return RecallIndex.for_store(store, embedders.get())
+
+
+def inspect_recall(store: Store, embedders: EmbedderHolder, req: RecallRequest) -> RecallView:
+    index = recall_index(store, embedders)
+    resource_id, thread_id = req.search_scope()
+    ins = inspect_search(index, req.query, resource_id=resource_id, thread_id=thread_id, top_k=req.top_k,
+                         threshold=req.threshold, before=req.before, after=req.after)
+    problem = index_problem(migrated=index.migrated, has_vectors=index.info is not None, model_id=index.model_id,
+                            location=store.location.display)
+    return RecallView(req, ins, problem)
+
+
+def explain_recall(store: Store, embedders: EmbedderHolder, ins: Inspection, message_id: str) -> Explanation:
+    return explain_message(recall_index(store, embedders), message_id.strip(), ins)
+
+
+def last_messages(store: Store, thread_id: str, limit: int = 500) -> list[MessageRow]:
+    """The newest ``limit`` messages of a thread, oldest first (pickers and the chat transcript)."""
+    total = store.memory.count_messages(thread_id)
+    return load_page(store, thread_id, max(0, total - limit), limit)
 
 
 # -- prompt inspector -------------------------------------------------------------------------------

@@ -103,6 +103,8 @@ def render(out_dir: Path) -> list[Path]:
     _shoot_traces(app, window, save)
     _shoot_observations(app, window, save)
     _shoot_export(app, window, save)
+    _shoot_recall_playground(app, window, save)
+    _shoot_chat_playground(app, window, save)
 
     # full-text search across threads
     window.show_tab("messages")
@@ -177,6 +179,38 @@ def _shoot_export(app: Any, window: Any, save: Callable[[Any, str], None]) -> No
     _wait(app, lambda: "message" in dialog.details.text(), 30)
     save(dialog, "export-dialog")
     dialog.reject()
+
+
+def _shoot_recall_playground(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
+    """Ada's memory searched with a threshold: three lists, the cut rows, and why one message is out."""
+    from studio.selection import Selection
+
+    window.resources.set_selection(Selection("ada", "ada-groceries"))
+    window.show_tab("recall")
+    pane = window.panes["recall"]
+    pane.threshold_check.setChecked(True)
+    pane.threshold_spin.setValue(0.35)
+    pane.query_edit.setText("what is she allergic to?")
+    pane.search_now()
+    _wait(app, lambda: pane.view is not None and pane.view.request.threshold == 0.35, 60)
+    _wait(app, lambda: pane.thread_list.count() > 2, 30)
+    pane.thread_list.setCurrentRow(2)
+    _wait(app, lambda: pane.explanation is not None, 30)
+    save(window, "recall-playground")
+
+
+def _shoot_chat_playground(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
+    """A turn with the chef agent on the groceries thread, answered by the offline scripted model."""
+    window.show_tab("chat")
+    pane = window.panes["chat"]
+    _wait(app, lambda: pane.context is not None and pane.thread_radio.isChecked(), 30)
+    done: list[Any] = []
+    pane.turn_finished.connect(done.append)
+    pane.input.setPlainText("Can you add coconut milk to the list?")
+    pane.send()
+    _wait(app, lambda: bool(done), 60)
+    _wait(app, lambda: "prompt" in pane.transcript_text() and not pane.busy, 10)
+    save(window, "chat-playground")
 
 
 def main(argv: list[str] | None = None) -> int:

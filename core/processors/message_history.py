@@ -85,6 +85,12 @@ class MessageHistory(BaseProcessor):
         save_turn(ctx, self.id)
 
 
+def turn_failed(ctx: ProcessorContext) -> bool:
+    """The turn's model call failed: a turn is saved whole or not at all, so nothing of it is saved
+    (not even the tool steps before the failure), and nothing is indexed."""
+    return ctx.finish_reason == "error"
+
+
 def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
     """Persist this turn's input and response (the output side of history and of observational
     memory). Returns what was saved, or None when nothing may be saved (and says why)."""
@@ -98,9 +104,9 @@ def save_turn(ctx: ProcessorContext, processor_id: str) -> list[Message] | None:
     if not ctx.live:
         ctx.skip(processor_id, "preview: nothing saved")
         return None
-    if ctx.finish_reason == "error":
-        # A turn is saved whole or not at all: a half turn (input plus the tool steps before the
-        # failure) would make a retry store the input twice.
+    if turn_failed(ctx):
+        # A half turn (input plus the tool steps before the failure) would make a retry store the
+        # input twice.
         ctx.skip(processor_id, "the model call failed; nothing of this turn was saved")
         return None
     writes, ctx.pending_writes = ctx.pending_writes, []

@@ -18,6 +18,7 @@ from core.message_list import Provenance
 from core.messages import Message
 from core.options import SemanticRecallOptions
 from core.processors.base import BaseProcessor, ProcessorContext
+from core.processors.message_history import turn_failed
 from core.storage.memory_store import Include
 from core.recall.text import message_text
 
@@ -162,6 +163,9 @@ class SemanticRecall(BaseProcessor):
             return
         if not ctx.live:
             return  # a preview (Memory.assemble) must not write
+        if turn_failed(ctx):  # nothing of the turn is saved, so nothing is indexed
+            ctx.note(self.id, indexed=0, index_skipped="the model call failed; nothing of the turn was saved")
+            return
         index = self._index(ctx)
         if index is None:
             ctx.note(self.id, index_skipped="no recall index: this Memory was built with semantic recall off")

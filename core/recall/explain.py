@@ -1,0 +1,614 @@
+"""Looking inside one recall search: the three rankings side by side, and why a message is not a hit.
+
+``inspect_search`` runs the steps of ``RecallIndex.search`` once and keeps what a search throws away:
+the vector list (cosines), the keyword list (BM25), and the hybrid list (``hybrid.combine`` then
+``hybrid.rerank``), each with every candidate's rank, raw scores and fused score, and marked hit,
+below the threshold or outside the top-k. Its hits are the hits ``search`` returns for each mode
+(a test keeps them equal), so the Studio's recall playground shows what recall does, not a copy of it.
+
+``explain_message`` answers "why not this message?" for any stored message: its rank and score in
+each list over the whole scope (not only the candidates), and what excluded it: deleted, another
+resource or thread, a role that is never indexed, no text, no vector (or one from another embedding
+model), no keyword match, below the threshold, outside the top-k, or never a hybrid candidate.
+
+Both only read: they never apply the keyword queue or write a row (looking never writes). Messages
+deleted since they were indexed are shown as deleted and never counted as hits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from core.messages import Message
+from core.recall import hybrid, keyword
+from core.recall.index import CANDIDATES, INDEXED_ROLES, MIGRATE_HINT
+from core.recall.schema import DOCS_TABLE, FTS_WATERMARK, QUEUE_TABLE, STATE_TABLE, quoted
+from core.recall.search import thread_order, today
+from core.recall.text import keyword_terms, query_dates, recall_text
+from core.storage.memory_store import Include
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.recall.index import RecallIndex
+    from core.recall.matrix import ScopeVectors
+
+logger = logging.getLogger(__name__)
+
+ListName = Literal["vector", "keyword", "hybrid"]
+LISTS: tuple[ListName, ...] = ("vector", "keyword", "hybrid")
+Status = Literal["hit", "below-threshold", "outside-top-k", "deleted"]
+FULL_RANKING = 1_000_000  # "every match": keyword ranks for one explained message are over the whole scope
+
+# Codes of ``Explanation.verdict`` (and ``Placement.status``), in the order they decide the verdict.
+VERDICTS = (
+    "deleted", "other-resource", "other-thread", "role-not-indexed", "no-text", "not-indexed", "wrong-model",
+    "hit", "neighbour", "below-threshold", "outside-top-k", "not-a-candidate", "no-match",
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One message in one list. ``score`` is the list's own: cosine, -BM25 (higher is better) or fused."""
+
+    rank: int  # 1-based position in its list
+    message_id: str
+    thread_id: str | None
+    resource_id: str | None
+    score: float
+    vector_score: float | None  # cosine similarity (None: no vector from this model)
+    keyword_score: float | None  # -BM25 (None: not in the keyword list)
+    vector_rank: int | None = None  # hybrid: its rank in the vector / keyword candidate lists
+    keyword_rank: int | None = None
+    combined: float | None = None  # hybrid: the fused score before the next-message and date re-rank
+    status: Status = "hit"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a list row shows of a stored message."""
+
+    id: str
+    thread_id: str | None
+    role: str
+    created_at: datetime | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Window:
+    """A hybrid hit with its ``message_range`` neighbours (what recall adds to the prompt), oldest first."""
+
+    hit_id: str
+    message_ids: tuple[str, ...]
+
+
+@dataclass
+class Inspection:
+    query: str
+    resource_id: str | None
+    thread_id: str | None
+    top_k: int
+    threshold: float | None
+    before: int
+    after: int
+    model_id: str
+    lists: dict[ListName, list[Candidate]] = field(default_factory=dict)
+    windows: list[Window] = field(default_factory=list)
+    messages: dict[str, Shown] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # degraded or partial answers, said once
+    terms: list[str] = field(default_factory=list)  # keyword terms searched (very common ones dropped)
+    dropped_terms: list[str] = field(default_factory=list)
+    vectors_in_scope: int = 0
+    timings: dict[str, float] = field(default_factory=dict)  # ms: embed, search (everything else)
+    qvec: Any = None  # the query vector, reused by ``explain_message``
+
+    @property
+    def scope(self) -> str:
+        return f"resource {self.resource_id}" if self.resource_id is not None else f"thread {self.thread_id}"
+
+    def hits(self, name: ListName) -> list[Candidate]:
+        return [c for c in self.lists.get(name, []) if c.status == "hit"]
+
+    def count(self, name: ListName, status: Status) -> int:
+        return sum(1 for c in self.lists.get(name, []) if c.status == status)
+
+    def summary(self, name: ListName) -> str:
+        """One line under a list: hits and what was cut, never a silent empty list."""
+        hits = len(self.hits(name))
+        parts = [f"{hits} hit{'s' if hits != 1 else ''}"]
+        below = self.count(name, "below-threshold")
+        if below:
+            parts.append(f"{below} result{'s' if below != 1 else ''} below the threshold {self.threshold:g}")
+        outside = self.count(name, "outside-top-k")
+        if outside:
+            parts.append(f"{outside} outside the top {self.top_k}")
+        gone = self.count(name, "deleted")
+        if gone:
+            parts.append(f"{gone} deleted since indexed")
+        if name == "keyword" and self.threshold is not None:
+            parts.append("threshold not applied to BM25")
+        return " · ".join(parts)
+
+    def empty_reason(self, name: ListName) -> str | None:
+        """Why a list has no hits, in words a person can act on; None when it has some."""
+        if self.hits(name):
+            return None
+        cands = self.lists.get(name, [])
+        below = self.count(name, "below-threshold")
+        if below:
+            best = max((c.vector_score for c in cands if c.vector_score is not None), default=None)
+            tail = f" (best similarity {best:.3f})" if best is not None else ""
+            return f"{below} result{'s' if below != 1 else ''} below the threshold {self.threshold:g}{tail}: lower it to see them"
+        if cands:
+            return "every candidate was deleted since it was indexed"
+        if name == "keyword":
+            return f"no keyword matches in {self.scope}" if self.terms else "the query has no searchable words"
+        if name == "vector" and self.vectors_in_scope == 0:
+            return f"no messages indexed for {self.scope} with model {self.model_id}"
+        return f"nothing found in {self.scope}"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one message stands in one list, over the whole scope."""
+
+    list: ListName
+    status: str  # one of VERDICTS
+    why: str
+    rank: int | None = None  # position in that ranking (None: not ranked there)
+    ranked: int = 0  # how many messages that ranking held
+    score: float | None = None
+
+
+@dataclass
+class Explanation:
+    message_id: str
+    verdict: str  # one of VERDICTS: the first reason that decides it
+    summary: str
+    message: Shown | None = None
+    placements: dict[ListName, Placement] = field(default_factory=dict)
+    facts: list[str] = field(default_factory=list)  # what is stored about it (vector, keyword doc)
+    neighbour_of: str | None = None
+
+
+# -- the lists -------------------------------------------------------------------------------------
+def inspect_search(
+    index: "RecallIndex",
+    query: str,
+    *,
+    resource_id: str | None,
+    thread_id: str | None = None,
+    top_k: int = 4,
+    threshold: float | None = None,
+    before: int = 1,
+    after: int = 1,
+    qvec: Any = None,
+) -> Inspection:
+    """Every list of one search, with ranks, raw scores, fused scores and what was cut (reads only).
+
+    Scope as in ``RecallIndex.search``: a resource (optionally narrowed to ``thread_id``), or a thread.
+    ``qvec`` skips embedding the query (the caller embedded it already).
+    """
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ValueError(f"top_k must be a positive integer, not {top_k!r}")
+    if before < 0 or after < 0:
+        raise ValueError("the message range must not be negative")
+    out = Inspection(query, resource_id, thread_id, top_k, threshold, before, after, index.model_id)
+    out.lists = {name: [] for name in LISTS}
+    if resource_id is None and thread_id is None:
+        out.notes.append("no resource or thread given: recall needs a scope")
+        return out
+    if not query or not query.strip():
+        out.notes.append("the query has no text")
+        return out
+    started = time.perf_counter()
+    depth = max(top_k, CANDIDATES)
+    vector_thread = thread_id if resource_id is not None else None
+
+    kw_ranked: list[hybrid.Ranked] = []
+    out.notes.extend(_keyword_backlog(index, resource_id, thread_id))
+    if not index.has_fts:
+        out.notes.append(f"keyword index missing; {MIGRATE_HINT}")
+    else:
+        with index.store.db.read() as conn:
+            out.terms, out.dropped_terms = _terms(index, conn, query)
+            found = index.keyword_search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth)
+        kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in found]
+
+    vec_ranked: list[hybrid.Ranked] = []
+    vset: ScopeVectors | None = None
+    embed_ms = 0.0
+    if qvec is None:
+        t0 = time.perf_counter()
+        try:
+            qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
+        except Exception as exc:  # noqa: BLE001 - keyword results still stand without vectors
+            logger.warning("query embedding failed in a recall inspection: %s", exc)
+            out.notes.append(f"query embedding failed ({exc}); vector results missing")
+        embed_ms = (time.perf_counter() - t0) * 1000
+    out.qvec = qvec
+    if qvec is not None:
+        with index.store.db.read() as conn:
+            vset = index.vector_set(conn, resource_id, thread_id)
+        if vset is None:
+            out.notes.append(f"no vector table {index.table}; {MIGRATE_HINT}")
+        else:
+            out.vectors_in_scope = vset.n
+            out.notes.extend(vset.skips.reasons())
+            vec_ranked = vset.ranked(qvec, depth, vector_thread)
+
+    # Every keyword candidate gets its cosine, as in a hybrid search.
+    cosines: dict[str, float] = {}
+    if vset is not None and qvec is not None:
+        seen = {r.message_id for r in vec_ranked}
+        cosines = vset.cosines(qvec, [r.message_id for r in kw_ranked if r.message_id not in seen])
+    cos_of = {**cosines, **{r.message_id: r.score for r in vec_ranked}}
+    fused = hybrid.combine(vec_ranked, kw_ranked, cosines)
+    reranked = _rerank(index, query, fused, out.notes)
+
+    ids = list(dict.fromkeys([r.message_id for r in vec_ranked] + [r.message_id for r in kw_ranked]))
+    out.messages = _shown(index, ids)
+    gone = {mid for mid in ids if mid not in out.messages}
+    kw_at = {r.message_id: r.score for r in kw_ranked}
+    out.lists["vector"] = _mark(
+        [Candidate(i, r.message_id, r.thread_id, r.resource_id, r.score, r.score, kw_at.get(r.message_id))
+         for i, r in enumerate(vec_ranked, start=1)], top_k, threshold, gone)
+    out.lists["keyword"] = _mark(
+        [Candidate(i, r.message_id, r.thread_id, r.resource_id, r.score, cos_of.get(r.message_id), r.score)
+         for i, r in enumerate(kw_ranked, start=1)], top_k, None, gone)
+    combined = {f.message_id: f.score for f in fused}
+    out.lists["hybrid"] = _mark(
+        [Candidate(i, f.message_id, f.thread_id, f.resource_id, f.score, f.vector_score, f.keyword_score,
+                   f.vector_rank, f.keyword_rank, combined.get(f.message_id))
+         for i, f in enumerate(reranked, start=1)], top_k, threshold, gone)
+    out.windows = _windows(index, out, resource_id)
+    out.timings = {"embed": embed_ms, "search": (time.perf_counter() - started) * 1000 - embed_ms}
+    return out
+
+
+def _rerank(index: "RecallIndex", query: str, fused: list[hybrid.Fused], notes: list[str]) -> list[hybrid.Fused]:
+    """``hybrid.rerank`` over every candidate (a search reranks only those that can reach its top-k;
+    the order of those is the same)."""
+    spans = query_dates(query, today())
+    order: dict[str, tuple[str | None, Any]] = {}
+    if fused and (hybrid.NEXT_SHARE > 0 or spans):
+        try:
+            with index.store.db.read() as conn:
+                order = thread_order(conn, [f.message_id for f in fused])
+        except sa.exc.DBAPIError as exc:
+            notes.append(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
+    next_of = {mid: nxt for mid, (nxt, _) in order.items() if nxt is not None}
+    in_period = (
+        {mid for mid, (_, day) in order.items() if day is not None and any(s.contains(day) for s in spans)}
+        if spans else None
+    )
+    return hybrid.rerank(fused, next_of, in_period, scores={f.message_id: f.score for f in fused})
+
+
+def _mark(cands: list[Candidate], top_k: int, threshold: float | None, gone: set[str]) -> list[Candidate]:
+    """Status of each candidate, the way ``search`` cuts: deleted, then threshold, then top-k."""
+    out: list[Candidate] = []
+    kept = 0
+    for c in cands:
+        status: Status
+        if c.message_id in gone:
+            status = "deleted"
+        elif threshold is not None and (c.vector_score is None or c.vector_score < threshold):
+            status = "below-threshold"
+        elif kept < top_k:
+            status, kept = "hit", kept + 1
+        else:
+            status = "outside-top-k"
+        out.append(Candidate(c.rank, c.message_id, c.thread_id, c.resource_id, c.score, c.vector_score,
+                             c.keyword_score, c.vector_rank, c.keyword_rank, c.combined, status))
+    return out
+
+
+def _windows(index: "RecallIndex", out: Inspection, resource_id: str | None) -> list[Window]:
+    """Each hybrid hit with its neighbours, as semantic recall reads them (system messages left out)."""
+    windows: list[Window] = []
+    if out.before == 0 and out.after == 0:
+        return [Window(c.message_id, (c.message_id,)) for c in out.hits("hybrid")]
+    memory = index.store.memory
+    for c in out.hits("hybrid"):
+        msgs = memory.messages_with_context([Include(c.message_id, c.thread_id, out.before, out.after)],
+                                            resource_id=resource_id)
+        msgs = [m for m in msgs if m.role != "system"]
+        for m in msgs:
+            out.messages.setdefault(m.id, _show(m))
+        windows.append(Window(c.message_id, tuple(m.id for m in msgs)))
+    return windows
+
+
+_BACKLOG_SQL = (
+    f"SELECT (SELECT value FROM {STATE_TABLE} WHERE key = ?), (SELECT max(rowid) FROM mastra_messages), "
+    f"(SELECT max(seq) FROM {QUEUE_TABLE})"
+)
+_backlog_cache: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+_backlog_lock = threading.Lock()
+
+
+def _keyword_backlog(index: "RecallIndex", resource_id: str | None, thread_id: str | None) -> list[str]:
+    """A note when messages of this scope wait for the keyword index (read here; the next writer
+    applies them). Counts only what a search of this scope misses: new user/assistant messages
+    without a keyword entry, and edits queued since. The count is kept until a message or the queue
+    changes: it scans every row above the watermark, which lags far behind on a busy database."""
+    if not index.has_fts or index.store.db.engine.dialect.name != "sqlite":
+        return []
+    scope_sql, params = ("coalesce(m.\"resourceId\", t.\"resourceId\") = ?", [resource_id]) if resource_id is not None \
+        else ("m.thread_id = ?", [thread_id])
+    with index.store.db.read() as conn:
+        mark, newest, queued = conn.exec_driver_sql(_BACKLOG_SQL, (FTS_WATERMARK,)).one()
+        if (newest or 0) <= (mark or 0) and queued is None:
+            return []
+        key = (str(index.store.location.display), resource_id, thread_id, mark, newest, queued)
+        with _backlog_lock:
+            waiting = _backlog_cache.get(key)
+        if waiting is None:
+            waiting = int(conn.exec_driver_sql(
+                "SELECT count(*) FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id "
+                f"WHERE {scope_sql} AND m.role IN ('user', 'assistant') AND ("
+                f"(m.rowid > ? AND NOT EXISTS (SELECT 1 FROM {DOCS_TABLE} d WHERE d.message_id = m.id)) "
+                f"OR m.id IN (SELECT message_id FROM {QUEUE_TABLE} WHERE op = 'upsert'))",
+                (*params, int(mark or 0)),
+            ).scalar() or 0)
+            with _backlog_lock:
+                _backlog_cache[key] = waiting
+                while len(_backlog_cache) > 64:
+                    _backlog_cache.popitem(last=False)
+    if not waiting:
+        return []
+    how = ("allow writes to this database to index them" if index.store.db.read_only
+           else "the next save with recall indexes them (or run `memory-studio reindex`)")
+    return [f"{waiting} message{'s' if waiting != 1 else ''} of this scope {'are' if waiting != 1 else 'is'} "
+            f"not keyword-indexed yet (new or edited since); {how}"]
+
+
+def _terms(index: "RecallIndex", conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
+    """(the query's keyword terms searched, the very common ones dropped), unquoted for display."""
+    terms = keyword_terms(query)
+    kept = terms
+    stats = getattr(index, "term_stats", None)
+    if stats is not None and conn.dialect.name == "sqlite":
+        kept = stats.select(conn, terms)
+    plain = [t.strip('"').replace('""', '"') for t in terms]
+    dropped = [p for t, p in zip(terms, plain) if t not in kept]
+    return [p for p in plain if p not in dropped], dropped
+
+
+def _show(m: Message) -> Shown:
+    return Shown(m.id, m.thread_id, m.role, m.created_at, " ".join(recall_text(m).split()) or m.text)
+
+
+def _shown(index: "RecallIndex", ids: Sequence[str]) -> dict[str, Shown]:
+    """The stored messages among ``ids`` (a missing id was deleted); one unreadable row is skipped alone."""
+    memory = index.store.memory
+    try:
+        return {m.id: _show(m) for m in memory.get_messages(ids)}
+    except Exception:  # noqa: BLE001 - a corrupt row must not hide its neighbours
+        logger.warning("a recalled message could not be read; reading them one by one", exc_info=True)
+    out: dict[str, Shown] = {}
+    for mid in ids:
+        try:
+            out.update((m.id, _show(m)) for m in memory.get_messages([mid]))
+        except Exception:  # noqa: BLE001
+            out[mid] = Shown(mid, None, "?", None, "(this stored message could not be read)")
+    return out
+
+
+# -- why not this message? -------------------------------------------------------------------------
+def explain_message(
+    index: "RecallIndex",
+    message_id: str,
+    inspection: Inspection,
+) -> Explanation:
+    """Why ``message_id`` is (or is not) a hit of ``inspection``'s search, list by list (reads only)."""
+    ins = inspection
+    found = _shown(index, [message_id]) if message_id else {}
+    shown = found.get(message_id)
+    out = Explanation(message_id, "no-match", "", shown)
+    in_lists = {name: next((c for c in ins.lists.get(name, []) if c.message_id == message_id), None)
+                for name in LISTS}
+    if shown is None:
+        indexed = any(c is not None for c in in_lists.values())
+        out.verdict = "deleted"
+        out.summary = (f"Message {message_id} is not stored any more, but the index still holds it: it was "
+                       "deleted after it was indexed, and is never returned." if indexed else
+                       f"No message with id {message_id} is stored in this database (deleted, or a wrong id).")
+        return out
+    stored = _stored(index, message_id)
+    scope_problem = _scope_problem(index, stored, ins)
+    if scope_problem is not None:
+        out.verdict, out.summary = scope_problem
+        return out
+    if stored is None or stored.role not in INDEXED_ROLES:
+        role = stored.role if stored is not None else "?"
+        out.verdict = "role-not-indexed"
+        out.summary = f"It is a {role} message: recall indexes only user and assistant messages."
+        return out
+    if not recall_text(stored).strip():
+        out.verdict = "no-text"
+        out.summary = "It has no text to embed or match (tool calls or files only)."
+        return out
+
+    vector_models, has_doc = _index_facts(index, stored)
+    has_vector = index.model_id in vector_models
+    out.facts.append(f"vector from {index.model_id}: {'yes' if has_vector else 'no'}")
+    others = sorted(m or "unknown model" for m in vector_models if m != index.model_id)
+    if others:
+        out.facts.append(f"vectors from other models: {', '.join(others)}")
+    out.facts.append(f"keyword-indexed: {'yes' if has_doc else 'no'}")
+    out.placements["vector"] = _vector_placement(index, ins, message_id, has_vector, others)
+    out.placements["keyword"] = _keyword_placement(index, ins, message_id, has_doc)
+    out.placements["hybrid"] = _hybrid_placement(ins, message_id, in_lists["hybrid"])
+    for w in ins.windows:
+        if message_id in w.message_ids and w.hit_id != message_id:
+            out.neighbour_of = w.hit_id
+            break
+    out.verdict, out.summary = _verdict(ins, out, has_vector, has_doc, others)
+    return out
+
+
+def _stored(index: "RecallIndex", message_id: str) -> Message | None:
+    try:
+        found = index.store.memory.get_messages([message_id])
+    except Exception:  # noqa: BLE001 - an unreadable row is explained as such by the caller
+        logger.warning("message %s could not be read for a recall explanation", message_id, exc_info=True)
+        return None
+    return found[0] if found else None
+
+
+def _scope_problem(index: "RecallIndex", m: Message | None, ins: Inspection) -> tuple[str, str] | None:
+    if m is None:
+        return None
+    resource = m.resource_id
+    if resource is None and m.thread_id:
+        thread = index.store.memory.get_thread(m.thread_id)
+        resource = thread.resource_id if thread is not None else None
+    if ins.resource_id is not None and resource not in (None, ins.resource_id):
+        return "other-resource", (f"It belongs to resource {resource}; this search covers resource "
+                                  f"{ins.resource_id} only (recall never crosses resources).")
+    narrowed = ins.thread_id if ins.resource_id is None or ins.thread_id is not None else None
+    if narrowed is not None and m.thread_id != narrowed:
+        return "other-thread", (f"It is in thread {m.thread_id}; this search covers thread {narrowed} only. "
+                                "Switch the scope to resource to search every thread of the resource.")
+    return None
+
+
+def _index_facts(index: "RecallIndex", m: Message) -> tuple[set[str | None], bool]:
+    """(embedding models that have a vector of this message, whether it has a keyword doc)."""
+    models: set[str | None] = set()
+    if not index.unindexed([m]):
+        models.add(index.model_id)
+    info = index.info
+    with index.store.db.read() as conn:
+        if info is not None and getattr(info, "has_model_id", None) is not None and conn.dialect.name == "sqlite":
+            model = "model_id" if info.has_model_id else "NULL"
+            rows = conn.exec_driver_sql(
+                f"SELECT {model} FROM {quoted(info.name)} WHERE vector_id = ? "
+                "OR json_extract(metadata, '$.message_id') = ?", (m.id, m.id)).all()
+            models.update(r[0] for r in rows)
+        has_doc = bool(index.has_fts) and conn.exec_driver_sql(
+            f"SELECT 1 FROM {DOCS_TABLE} WHERE message_id = ?", (m.id,)).first() is not None
+    return models, has_doc
+
+
+def _vector_placement(index: "RecallIndex", ins: Inspection, message_id: str, has_vector: bool,
+                      others: list[str]) -> Placement:
+    if not has_vector:
+        why = (f"Its vector was made by {', '.join(others)}, not by {index.model_id}: vectors of another model "
+               "are never compared. Run `memory-studio reindex` to embed it again." if others else
+               f"It has no vector from {index.model_id} (saved while recall was off, or into a read-only "
+               "database). Run `memory-studio reindex` to embed it.")
+        return Placement("vector", "wrong-model" if others else "not-indexed", why)
+    if ins.qvec is None:
+        return Placement("vector", "no-match", "The query could not be embedded, so there is no vector ranking.")
+    with index.store.db.read() as conn:
+        vset = index.vector_set(conn, ins.resource_id, ins.thread_id)
+    if vset is None:
+        return Placement("vector", "not-indexed", f"There is no vector table {index.table}.")
+    full = vset.ranked(ins.qvec, max(vset.n, 1), ins.thread_id if ins.resource_id is not None else None)
+    rank = next((i for i, r in enumerate(full, start=1) if r.message_id == message_id), None)
+    cos = next((r.score for r in full if r.message_id == message_id), None)
+    if rank is None:
+        return Placement("vector", "no-match", "It is not among the vectors of this scope.", None, len(full))
+    cand = next((c for c in ins.lists["vector"] if c.message_id == message_id), None)
+    status, why = _cut_reason(ins, cand, rank, cos, "similarity")
+    return Placement("vector", status, why, rank, len(full), cos)
+
+
+def _keyword_placement(index: "RecallIndex", ins: Inspection, message_id: str, has_doc: bool) -> Placement:
+    if not has_doc:
+        return Placement("keyword", "not-indexed",
+                         "It has no keyword entry yet (the keyword index picks up new messages at the next save "
+                         "with recall, or `memory-studio reindex`).")
+    if not ins.terms:
+        return Placement("keyword", "no-match", "The query has no searchable words.")
+    with index.store.db.read() as conn:
+        full = index.keyword_search(conn, ins.query, resource_id=ins.resource_id, thread_id=ins.thread_id,
+                                    limit=FULL_RANKING)
+    rank = next((i for i, h in enumerate(full, start=1) if h.message_id == message_id), None)
+    if rank is None:
+        dropped = f" ({', '.join(ins.dropped_terms)} dropped as very common)" if ins.dropped_terms else ""
+        return Placement("keyword", "no-match",
+                         f"None of the words searched ({', '.join(ins.terms)}){dropped} occur in it or in the "
+                         "message before it.", None, len(full))
+    score = full[rank - 1].score
+    cand = next((c for c in ins.lists["keyword"] if c.message_id == message_id), None)
+    status, why = _cut_reason(ins, cand, rank, score, "BM25", threshold_applies=False)
+    return Placement("keyword", status, why, rank, len(full), score)
+
+
+def _hybrid_placement(ins: Inspection, message_id: str, cand: Candidate | None) -> Placement:
+    ranked = len(ins.lists["hybrid"])
+    if cand is None:
+        depth = max(ins.top_k, CANDIDATES)
+        return Placement("hybrid", "not-a-candidate",
+                         f"Hybrid fuses the best {depth} of each list; it is in neither, so it was never a "
+                         "candidate.", None, ranked)
+    status, why = _cut_reason(ins, cand, cand.rank, cand.score, "fused score")
+    return Placement("hybrid", status, why, cand.rank, ranked, cand.score)
+
+
+def _cut_reason(ins: Inspection, cand: Candidate | None, rank: int, score: float | None, what: str,
+                threshold_applies: bool = True) -> tuple[str, str]:
+    shown = f"{score:.3f}" if score is not None else "?"
+    if cand is None:  # ranked in the scope, but below the candidates a search looks at
+        depth = max(ins.top_k, CANDIDATES)
+        return "outside-top-k", f"Rank {rank} ({what} {shown}): below the {depth} candidates a search keeps."
+    if cand.status == "hit":
+        return "hit", f"Rank {rank} ({what} {shown}): a hit."
+    if cand.status == "below-threshold" and threshold_applies:
+        if cand.vector_score is None:
+            return "below-threshold", (f"Rank {rank} ({what} {shown}), but it has no similarity to compare with the "
+                                       f"threshold {ins.threshold:g}.")
+        where = f"Rank {rank}" if what == "similarity" else f"Rank {rank} ({what} {shown})"
+        return "below-threshold", f"{where}, but its similarity {cand.vector_score:.3f} is below the threshold {ins.threshold:g}."
+    if cand.status == "deleted":
+        return "deleted", f"Rank {rank}, but it was deleted after it was indexed."
+    return "outside-top-k", f"Rank {rank} ({what} {shown}): outside the top {ins.top_k}."
+
+
+def _verdict(ins: Inspection, e: Explanation, has_vector: bool, has_doc: bool, others: list[str]) -> tuple[str, str]:
+    hyb = e.placements["hybrid"]
+    if not has_vector and not has_doc:
+        if others:
+            return "wrong-model", e.placements["vector"].why
+        return "not-indexed", "It is not in the recall index at all (no vector, no keyword entry). Run `memory-studio reindex`."
+    if hyb.status == "hit":
+        return "hit", f"A hit: hybrid rank {hyb.rank} of {hyb.ranked} (fused {hyb.score:.3f})."
+    if e.neighbour_of is not None:
+        rank = next((c.rank for c in ins.hits("hybrid") if c.message_id == e.neighbour_of), None)
+        return "neighbour", (f"Not a hit itself, but it joins the prompt as a neighbour of hybrid hit {rank} "
+                             f"({e.neighbour_of}; message range {ins.before} before, {ins.after} after).")
+    if hyb.status in ("below-threshold", "outside-top-k"):
+        return hyb.status, hyb.why
+    if not has_vector:
+        return ("wrong-model" if others else "not-indexed"), e.placements["vector"].why
+    if hyb.status == "not-a-candidate":
+        v, k = e.placements["vector"], e.placements["keyword"]
+        where = f"vector rank {v.rank or '—'}, keyword rank {k.rank or '—'}"
+        return "not-a-candidate", f"{hyb.why} ({where}.)"
+    return hyb.status, hyb.why
+
+
+__all__ = [
+    "LISTS",
+    "VERDICTS",
+    "Candidate",
+    "Explanation",
+    "Inspection",
+    "Placement",
+    "Shown",
+    "Window",
+    "explain_message",
+    "inspect_search",
+]

@@ -1,0 +1,97 @@
+"""How the chat playground reads: the transcript (stored messages, then the turn streaming in) and one
+line about an agent's memory. Pure functions; no Qt, no I/O."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from core import MemoryOptions
+from studio.logic.message_format import ROLE_COLOURS, MessageRow
+
+PROMPT_SCHEME = "prompt:"  # transcript links: prompt:<user message id> opens that turn in the inspector
+DIM = "#8a8f98"
+ERROR = "#e5534b"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One transcript bubble. ``turn_id`` is the user message that started its turn (the prompt link)."""
+
+    role: str
+    text: str
+    turn_id: str | None = None
+    id: str | None = None
+    state: str = "stored"  # stored | streaming | failed
+    note: str = ""
+
+
+def entries_from_rows(rows: Sequence[MessageRow]) -> list[Entry]:
+    """Stored messages as bubbles; each links to the prompt of the turn it belongs to."""
+    out: list[Entry] = []
+    turn: str | None = None
+    for r in rows:
+        if r.role == "user":
+            turn = r.id
+        if r.role == "system":
+            continue
+        out.append(Entry(r.role, r.preview, turn, r.id))
+    return out
+
+
+def with_delta(entries: list[Entry], piece: str) -> list[Entry]:
+    """The streaming reply (the last entry) with one more piece of text."""
+    if not entries or entries[-1].state != "streaming":
+        return entries
+    last = entries[-1]
+    return [*entries[:-1], replace(last, text=last.text + piece)]
+
+
+def failed(entries: list[Entry], turn_id: str, why: str) -> list[Entry]:
+    """The entries of a failed turn stay visible, marked as not saved."""
+    return [replace(e, state="failed", note=why) if e.turn_id == turn_id and e.state != "stored" else e
+            for e in entries]
+
+
+def transcript_html(entries: Sequence[Entry], *, busy: bool = False) -> str:
+    esc = html.escape
+    parts = []
+    for e in entries:
+        colour = ROLE_COLOURS.get(e.role, DIM)
+        link = (f" · <a href='{PROMPT_SCHEME}{esc(e.turn_id)}'>prompt</a>"
+                if e.turn_id and e.state == "stored" else "")
+        tail = ""
+        if e.state == "streaming":
+            tail = " <span style='color:%s'>▍</span>" % DIM
+        head = f"<b style='color:{colour}'>{esc(e.role)}</b>{link}"
+        if e.state == "failed":
+            head += f" <span style='color:{ERROR}'>· not saved</span>"
+        body = esc(e.text).replace("\n", "<br>") if e.text else (
+            f"<span style='color:{DIM}'>waiting for the model…</span>" if e.state == "streaming" else "")
+        note = f"<br><span style='color:{DIM}'>{esc(e.note)}</span>" if e.note else ""
+        parts.append(f"<p style='margin:6px 0'>{head}<br>{body}{tail}{note}</p>")
+    if not parts and not busy:
+        parts.append(f"<p style='color:{DIM}'>No messages yet. Type one below: the agent answers with its "
+                     "memory, and the other panes follow.</p>")
+    return "".join(parts)
+
+
+def memory_summary(opts: MemoryOptions) -> str:
+    """One line: what this agent's memory brings into each turn."""
+    bits = []
+    last = opts.last_messages
+    bits.append(f"last {last} messages" if last else "no history")
+    wm = opts.working_memory
+    if wm.enabled:
+        bits.append(f"working memory ({wm.scope}{', schema' if wm.schema is not None else ''})")
+    sr = opts.semantic_recall
+    if sr.enabled:
+        rng = sr.message_range
+        bits.append(f"recall {sr.mode} top {sr.top_k}, range {rng.before}/{rng.after}, {sr.scope}"
+                    + (f", threshold {sr.threshold:g}" if sr.threshold is not None else ""))
+    if opts.observational_memory.enabled:
+        bits.append(f"observational memory ({opts.observational_memory.scope})")
+    if opts.read_only:
+        bits.append("memory is not updated by the agent")
+    return "Memory: " + " · ".join(bits)

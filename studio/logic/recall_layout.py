@@ -1,0 +1,203 @@
+"""How the recall playground lays out one search: list rows, status words, the why-not text.
+
+Pure functions over ``core.recall.explain`` records; no Qt, no I/O. Colours read on light and dark
+themes, and every status has a word as well as a colour.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Literal
+
+from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
+from studio.selection import Selection
+
+Scope = Literal["resource", "thread"]
+
+HIT_COLOUR = "#3fb27f"
+CUT_COLOUR = "#8a8f98"  # readable on both themes; cut rows are dimmed, not hidden
+WARN_COLOUR = "#d9a441"
+STATUS_WORDS = {
+    "hit": "hit",
+    "below-threshold": "below threshold",
+    "outside-top-k": "outside top-k",
+    "deleted": "deleted",
+}
+LIST_TITLES: dict[ListName, str] = {
+    "vector": "Vector (cosine similarity)",
+    "keyword": "Keyword (BM25)",
+    "hybrid": "Hybrid (fused, re-ranked)",
+}
+VERDICT_TITLES = {
+    "hit": "Returned: a hit",
+    "neighbour": "Returned as a neighbour of a hit",
+    "below-threshold": "Excluded: below the threshold",
+    "outside-top-k": "Excluded: outside the top-k",
+    "not-a-candidate": "Excluded: never a candidate",
+    "no-match": "Not found by this query",
+    "deleted": "Excluded: deleted",
+    "other-resource": "Excluded: another resource",
+    "other-thread": "Excluded: another thread",
+    "role-not-indexed": "Excluded: this role is never indexed",
+    "no-text": "Excluded: no text",
+    "not-indexed": "Excluded: not indexed",
+    "wrong-model": "Excluded: embedded by another model",
+}
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    """One search as the controls describe it."""
+
+    query: str
+    scope: Scope
+    resource_id: str | None
+    thread_id: str | None
+    top_k: int = 4
+    threshold: float | None = None
+    before: int = 1
+    after: int = 1
+
+    def search_scope(self) -> tuple[str | None, str | None]:
+        """(resource_id, thread_id) as ``inspect_search`` takes them."""
+        if self.scope == "resource":
+            return self.resource_id, None
+        return None, self.thread_id
+
+
+def scope_problem(scope: Scope, selection: Selection, resource_id: str | None) -> str | None:
+    """What is missing to search in ``scope`` for this selection, or None."""
+    if scope == "thread" and selection.thread_id is None:
+        return "Pick a thread in the tree to search it (or switch the scope to resource)."
+    if scope == "resource" and resource_id is None:
+        return "Pick a resource or one of its threads in the tree to search its memory."
+    return None
+
+
+def index_problem(*, migrated: bool, has_vectors: bool, model_id: str, location: str) -> str | None:
+    """One clear way forward when the database cannot answer a recall search; None when it can."""
+    db = f" --db {location}" if location and location != ":memory:" else ""
+    if not migrated:
+        return ("This database has no recall index (it holds Mastra's tables only). Run "
+                f"`memory-studio migrate{db}` once — it adds the recall tables and leaves Mastra's data as it is — "
+                f"then `memory-studio reindex{db}` to embed the messages, and reopen it here.")
+    if not has_vectors:
+        return (f"No message has been embedded with {model_id} in this database yet. Run "
+                f"`memory-studio reindex{db}` to embed them; keyword results below work already.")
+    return None
+
+
+def score_text(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def ranked_score(score: float | None, rank: int | None, digits: int = 3) -> str:
+    """A raw score with its rank in its own list ("0.430 #2"), or a dash when the list lacks it."""
+    if rank is None:
+        return "—" if score is None else f"{score:.{digits}f}"
+    return f"{score_text(score, digits)} #{rank}"
+
+
+def rank_text(value: int | None) -> str:
+    return "—" if value is None else str(value)
+
+
+def status_text(c: Candidate) -> str:
+    return STATUS_WORDS.get(c.status, c.status)
+
+
+def row_colour(c: Candidate) -> str | None:
+    """Foreground of a row: hits stay the theme's text colour, cut rows are dimmed."""
+    return None if c.status == "hit" else CUT_COLOUR
+
+
+def status_colour(c: Candidate) -> str:
+    return HIT_COLOUR if c.status == "hit" else WARN_COLOUR if c.status == "deleted" else CUT_COLOUR
+
+
+def preview(ins: Inspection, message_id: str, limit: int = 160) -> str:
+    shown = ins.messages.get(message_id)
+    if shown is None:
+        return "(deleted)"
+    text = " ".join(shown.text.split())
+    body = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f"{shown.role}: {body}"
+
+
+def thread_label(ins: Inspection, message_id: str) -> str:
+    shown = ins.messages.get(message_id)
+    return (shown.thread_id or "") if shown is not None else ""
+
+
+def candidate_tooltip(ins: Inspection, c: Candidate) -> str:
+    lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
+             f"cosine {score_text(c.vector_score)} · BM25 {score_text(c.keyword_score)}"]
+    if c.combined is not None:
+        lines.append(f"fused {score_text(c.combined)} before the re-rank, {score_text(c.score)} after "
+                     "(next message in the thread, dates named in the query)")
+    lines.append(f"status: {status_text(c)}")
+    shown = ins.messages.get(c.message_id)
+    if shown is not None:
+        lines.append("")
+        lines.append(shown.text[:600])
+    return "\n".join(lines)
+
+
+def list_caption(ins: Inspection | None, name: ListName) -> str:
+    """The line under a list's title: hits and cuts, or why it is empty (never a silent empty list)."""
+    if ins is None:
+        return ""
+    reason = ins.empty_reason(name)
+    summary = ins.summary(name)
+    return f"{summary} — {reason}" if reason else summary
+
+
+def window_of(ins: Inspection, message_id: str) -> list[tuple[str, str]]:
+    """(mark, text) lines of the prompt window a hybrid hit brings in: its neighbours and itself."""
+    for w in ins.windows:
+        if w.hit_id == message_id:
+            return [("hit" if mid == message_id else "neighbour", preview(ins, mid, 400)) for mid in w.message_ids]
+    return []
+
+
+def explanation_html(e: Explanation, ins: Inspection) -> str:
+    """The why-not answer: a verdict line, the message, then one row per list."""
+    esc = html.escape
+    title = VERDICT_TITLES.get(e.verdict, e.verdict)
+    colour = HIT_COLOUR if e.verdict in ("hit", "neighbour") else WARN_COLOUR
+    out = [f"<p><b style='color:{colour}'>{esc(title)}</b><br>{esc(e.summary)}</p>"]
+    if e.message is not None:
+        text = e.message.text if len(e.message.text) <= 500 else e.message.text[:499] + "…"
+        out.append(f"<p><code>{esc(e.message_id)}</code> · {esc(e.message.role)} · thread "
+                   f"{esc(e.message.thread_id or '?')}<br><i>{esc(text)}</i></p>")
+    if e.placements:
+        out.append("<table cellspacing='0' cellpadding='3'>"
+                   "<tr><th align='left'>List</th><th align='right'>Rank</th><th align='right'>Score</th>"
+                   "<th align='left'>Why</th></tr>")
+        for name in LISTS:
+            p = e.placements.get(name)
+            if p is None:
+                continue
+            rank = f"{p.rank} of {p.ranked}" if p.rank is not None else f"— of {p.ranked}"
+            out.append(f"<tr><td>{esc(name)}</td><td align='right'>{esc(rank)}</td>"
+                       f"<td align='right'>{esc(score_text(p.score))}</td><td>{esc(p.why)}</td></tr>")
+        out.append("</table>")
+    if e.facts:
+        out.append("<p style='color:" + CUT_COLOUR + "'>" + esc(" · ".join(e.facts)) + "</p>")
+    window = window_of(ins, e.message_id)
+    if window:
+        out.append("<p><b>What recall adds to the prompt for this hit</b> (range "
+                   f"{ins.before} before, {ins.after} after):</p><ul>")
+        out.extend(f"<li><b>{esc(mark)}</b> {esc(text)}</li>" for mark, text in window)
+        out.append("</ul>")
+    return "".join(out)
+
+
+def search_summary(ins: Inspection) -> str:
+    """The header line: scope, model, vectors searched and how long the search took."""
+    took = ins.timings.get("search")
+    timing = f" · {took:.0f} ms (+{ins.timings.get('embed', 0.0):.0f} ms embedding)" if took is not None else ""
+    terms = f" · words: {', '.join(ins.terms)}" if ins.terms else ""
+    dropped = f" (dropped as very common: {', '.join(ins.dropped_terms)})" if ins.dropped_terms else ""
+    return f"{ins.scope} · {ins.vectors_in_scope:,} vectors ({ins.model_id}){terms}{dropped}{timing}"

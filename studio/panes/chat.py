@@ -1,0 +1,457 @@
+"""Chat playground: talk to an agent on the selected thread, or on a new one, and watch memory work.
+
+The agent is one registered in the database (its memory options, its memory name so Studio overrides
+apply, its instructions when it recorded them) or a plain default agent; the model is one from
+Preferences, or the offline scripted model. Each turn runs on a worker (``studio.chat_runner``) and
+the reply streams in: every text delta crosses to the UI thread by a queued signal and is painted
+within a frame. When the turn is saved the session is told, so the tree, the message view, working
+memory and traces follow at once. Every turn links to its prompt in the inspector (``as_of`` its user
+message). Chatting writes, so a read-only database says so and offers File > Allow Writes; a model
+error shows the endpoint and what to do, and nothing of that turn is saved.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QKeySequence, QShortcut, QShowEvent
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QRadioButton,
+    QSizePolicy,
+    QTextBrowser,
+    QWidget,
+)
+
+from core import MemoryOptions
+from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
+from core.messages import new_id
+from studio import chat_runner
+from studio.chat_runner import ChatRequest, ModelOption, TurnOutcome
+from studio.logic import chat_layout as lay
+from studio.logic.prompt_layout import EmbedderHolder
+from studio.reads import last_messages
+from studio.selection import Selection
+from studio.widgets.banner import Banner
+from studio.widgets.pane_header import alive_only, pane_header, pane_layout
+
+TRANSCRIPT_MESSAGES = 60  # the newest messages of the thread shown above the conversation
+PAINT_MS = 30  # deltas arriving faster than this are painted together
+DEFAULT_RESOURCE = "playground-user"
+
+
+def _shared_embedder() -> Any:
+    from core.embedding import shared_default_embedder
+
+    return shared_default_embedder()
+
+
+EMBEDDERS = EmbedderHolder(_shared_embedder)
+
+
+class ChatPane(QWidget):
+    open_prompt = Signal(object)  # Selection(resource, thread, user message id): show that turn's prompt
+    thread_started = Signal(object)  # Selection of a thread this pane created: select it in the tree
+    turn_finished = Signal(object)  # TurnOutcome, after the session heard of the write
+    turn_failed = Signal(str)
+    delta_shown = Signal(str)  # a piece of the reply was added to the transcript
+    context_loaded = Signal()
+    _delta = Signal(str)  # from the worker thread (queued to the UI thread)
+    _tools = Signal(object)
+
+    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatPane")
+        self.session = session
+        self.embedders = EMBEDDERS
+        self.models_provider = lambda: chat_runner.configured_models(self)
+        self.selection = Selection()
+        self.context: AgentChoice | None = None
+        self.entries: list[lay.Entry] = []
+        self.busy = False
+        self._turn: ChatRequest | None = None
+        self._stop: threading.Event | None = None
+        self._models: list[ModelOption] = []
+        self._turn_scope: dict[str, tuple[str, str]] = {}  # user message id -> (resource, thread) of turns sent here
+        self._key = f"chat-{id(self)}"
+        self._paint = QTimer(self)
+        self._paint.setSingleShot(True)
+        self._paint.setInterval(PAINT_MS)
+        self._paint.timeout.connect(self._render)
+        self._build()
+        self._delta.connect(self._on_delta)
+        self._tools.connect(self._on_tools)
+        session.changed.connect(self._on_db_changed)
+        if hasattr(session, "read_only_changed"):
+            session.read_only_changed.connect(lambda _ro: self._update_state())
+        self.refresh_models()
+        self._load_context()
+        self._render()
+        self._update_state()
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        root = pane_layout(self)
+        head, self.title, self.subtitle = pane_header("Chat playground")
+        self.subtitle.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        root.addLayout(head)
+
+        row = QHBoxLayout()
+        self.agent_combo = QComboBox()
+        self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.agent_combo.setMinimumContentsLength(18)
+        self.model_combo = QComboBox()
+        self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model_combo.setMinimumContentsLength(26)
+        self.prefs_btn = QPushButton("Preferences…")
+        self.prefs_btn.setToolTip("Add an OpenAI-compatible model (OpenAI, Ollama, LM Studio, vLLM)")
+        row.addWidget(QLabel("Agent"))
+        row.addWidget(self.agent_combo, 1)
+        row.addWidget(QLabel("Model"))
+        row.addWidget(self.model_combo, 2)
+        row.addWidget(self.prefs_btn)
+        root.addLayout(row)
+
+        where = QHBoxLayout()
+        self.thread_radio = QRadioButton("Selected thread")
+        self.new_radio = QRadioButton("New thread for resource")
+        group = QButtonGroup(self)
+        group.addButton(self.thread_radio)
+        group.addButton(self.new_radio)
+        self.new_radio.setChecked(True)
+        self.resource_edit = QLineEdit(DEFAULT_RESOURCE)
+        self.resource_edit.setMaximumWidth(260)
+        where.addWidget(self.thread_radio)
+        where.addWidget(self.new_radio)
+        where.addWidget(self.resource_edit)
+        where.addStretch(1)
+        root.addLayout(where)
+
+        self.memory_label = QLabel("")
+        self.memory_label.setWordWrap(True)
+        self.memory_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.memory_label.setStyleSheet("color: palette(placeholder-text);")
+        root.addWidget(self.memory_label)
+        self.instructions_edit = QPlainTextEdit()
+        self.instructions_edit.setObjectName("chatInstructions")
+        self.instructions_edit.setPlaceholderText("Instructions (the system message); not saved")
+        self.instructions_edit.setMaximumHeight(64)
+        instructions = QHBoxLayout()
+        label = QLabel("Instructions")
+        label.setAlignment(Qt.AlignmentFlag.AlignTop)
+        instructions.addWidget(label)
+        instructions.addWidget(self.instructions_edit, 1)
+        root.addLayout(instructions)
+
+        self.banner = Banner(self)
+        root.addWidget(self.banner)
+        self.transcript = QTextBrowser(self)
+        self.transcript.setObjectName("chatTranscript")
+        self.transcript.setOpenLinks(False)
+        self.transcript.anchorClicked.connect(self._link)
+        root.addWidget(self.transcript, 1)
+
+        send_row = QHBoxLayout()
+        self.input = QPlainTextEdit()
+        self.input.setObjectName("chatInput")
+        self.input.setPlaceholderText("Message the agent (Ctrl+Enter sends)")
+        self.input.setMaximumHeight(80)
+        self.send_btn = QPushButton("Send")
+        self.send_btn.setDefault(True)
+        self.stop_btn = QPushButton("Stop")
+        send_row.addWidget(self.input, 1)
+        send_row.addWidget(self.send_btn)
+        send_row.addWidget(self.stop_btn)
+        root.addLayout(send_row)
+        self.status = QLabel("")
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.status.setStyleSheet("color: palette(placeholder-text);")
+        root.addWidget(self.status)
+
+        self.send_btn.clicked.connect(self.send)
+        self.stop_btn.clicked.connect(self.stop)
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):
+            QShortcut(QKeySequence(keys), self.input, activated=self.send)
+        self.agent_combo.currentIndexChanged.connect(self._agent_chosen)
+        self.thread_radio.toggled.connect(lambda _on: self._update_state())
+        self.prefs_btn.clicked.connect(lambda: self._run_window_command("app.preferences"))
+
+    def _run_window_command(self, command_id: str) -> bool:
+        commands = getattr(self.window(), "commands", None)
+        try:
+            commands.run(command_id)  # type: ignore[union-attr]
+        except (AttributeError, KeyError):
+            return False
+        return True
+
+    def _has_window_command(self, command_id: str) -> bool:
+        commands = getattr(self.window(), "commands", None)
+        return commands is not None and any(c.id == command_id for c in commands.commands())
+
+    # -- models and agents -----------------------------------------------------------------------
+    def refresh_models(self) -> None:
+        current = self.model_combo.currentData()
+        self._models = list(self.models_provider())
+        self.model_combo.blockSignals(True)
+        self.model_combo.clear()
+        for i, m in enumerate(self._models):
+            self.model_combo.addItem(m.label, m.name)
+            self.model_combo.setItemData(i, m.label, Qt.ItemDataRole.ToolTipRole)  # the label may be cut
+        index = self.model_combo.findData(current) if current is not None else -1
+        self.model_combo.setCurrentIndex(max(index, 0))
+        self.model_combo.blockSignals(False)
+
+    def model_choice(self) -> ModelOption | None:
+        name = self.model_combo.currentData()
+        return next((m for m in self._models if m.name == name), None)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.refresh_models()  # Preferences may have changed while another tab was shown
+        self.prefs_btn.setVisible(self._has_window_command("app.preferences"))
+
+    def _load_context(self) -> None:
+        thread_id = self.selection.thread_id
+        store = self.session.store
+
+        def job() -> tuple[AgentChoice, list[Any]]:
+            choice = agent_for_thread(store, thread_id)
+            rows = last_messages(store, thread_id, TRANSCRIPT_MESSAGES) if thread_id else []
+            return choice, rows
+
+        self.session.run(job, on_result=alive_only(self, lambda r: self._on_context(thread_id, *r)),
+                         on_error=alive_only(self, self._on_read_error), key=self._key + "-ctx")
+
+    def _on_context(self, thread_id: str | None, choice: AgentChoice, rows: list[Any]) -> None:
+        if thread_id != self.selection.thread_id:
+            return
+        previous = self.agent_combo.currentData() if self.context is not None else None
+        first = self.context is None or (self.context.thread.id if self.context.thread else None) != thread_id
+        self.context = choice
+        self.agent_combo.blockSignals(True)
+        self.agent_combo.clear()
+        for agent in choice.agents:
+            self.agent_combo.addItem(f"{agent.name}", agent.name)
+        self.agent_combo.addItem("Default agent (no registered configuration)", None)
+        wanted = (choice.agent.name if choice.agent else previous) if first else previous
+        index = self.agent_combo.findData(wanted) if wanted is not None else self.agent_combo.count() - 1
+        self.agent_combo.setCurrentIndex(index if index >= 0 else self.agent_combo.count() - 1)
+        self.agent_combo.blockSignals(False)
+        if first:
+            self._agent_chosen()
+        if not self.busy:
+            self.entries = lay.entries_from_rows(rows)
+            self._render()
+        self._update_state()
+        self.context_loaded.emit()
+
+    def agent(self) -> AgentConfig | None:
+        name = self.agent_combo.currentData()
+        if self.context is None or name is None:
+            return None
+        return next((a for a in self.context.agents if a.name == name), None)
+
+    def _agent_chosen(self, *_: Any) -> None:
+        agent = self.agent()
+        self.instructions_edit.setPlainText(chat_runner.agent_instructions(agent))
+        if agent is not None and agent.instructions is None:
+            self.instructions_edit.setPlaceholderText(
+                f"Agent '{agent.name}' did not record its instructions; type them here (not saved)")
+        try:
+            opts = agent.memory_options() if agent is not None else MemoryOptions()
+            self.memory_label.setText(lay.memory_summary(opts))
+        except Exception as exc:  # noqa: BLE001 - a configuration from a newer engine
+            self.memory_label.setText(f"Memory: this agent's registered options cannot be read ({exc}).")
+
+    # -- selection -------------------------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        previous = self.selection
+        self.selection = selection
+        if selection.resource_id and not self.busy:
+            self.resource_edit.setText(selection.resource_id)
+        if selection.thread_id != previous.thread_id:
+            self.thread_radio.setChecked(selection.thread_id is not None)
+            self.new_radio.setChecked(selection.thread_id is None)
+            if not self.busy:
+                self.entries = []
+                self._render()
+            self._load_context()
+        self._update_state()
+
+    def _on_db_changed(self) -> None:
+        if not self.busy:
+            self._load_context()
+
+    def _update_state(self) -> None:
+        sel = self.selection
+        self.thread_radio.setEnabled(sel.thread_id is not None and not self.busy)
+        self.new_radio.setEnabled(not self.busy)
+        self.resource_edit.setEnabled(self.new_radio.isChecked() and not self.busy)
+        on_thread = self.thread_radio.isChecked() and sel.thread_id is not None
+        thread = self.context.thread if self.context is not None else None
+        if on_thread:
+            title = (thread.title if thread is not None and thread.id == sel.thread_id else "") or sel.thread_id
+            resource = thread.resource_id if thread is not None and thread.id == sel.thread_id else sel.resource_id
+            self.subtitle.setText(f"{title} · thread {sel.thread_id} · resource {resource or '?'}")
+        else:
+            self.subtitle.setText(f"a new thread for resource {self.resource_edit.text().strip() or '?'}")
+        read_only = bool(self.session.read_only)
+        if read_only:
+            actions = ([("Allow Writes…", lambda: self._run_window_command("file.allow_writes"))]
+                       if self._has_window_command("file.allow_writes") else [])
+            self.banner.show_message(
+                "This database is open read-only, and a chat turn saves messages. Choose File > Allow Writes… "
+                "to chat here (browsing stays read-only either way).", "warning", actions)
+        elif self.banner.level == "warning" and "read-only" in self.banner.text():
+            self.banner.hide()
+        self.send_btn.setEnabled(not self.busy and not read_only)
+        self.stop_btn.setEnabled(self.busy)
+        self.agent_combo.setEnabled(not self.busy)
+        self.model_combo.setEnabled(not self.busy)
+
+    # -- a turn ----------------------------------------------------------------------------------
+    def request(self, text: str) -> ChatRequest | str:
+        """The turn the controls describe, or why it cannot be sent."""
+        if not text.strip():
+            return "Type a message first."
+        if self.session.read_only:
+            return "This database is open read-only: choose File > Allow Writes… to chat."
+        if self.thread_radio.isChecked() and self.selection.thread_id is not None:
+            thread = self.context.thread if self.context is not None else None
+            if thread is not None and thread.id == self.selection.thread_id:
+                resource = thread.resource_id
+            else:
+                resource = self.selection.resource_id or ""
+            if not resource:
+                return "The selected thread's resource is not known yet; wait a moment and send again."
+            return ChatRequest(self.selection.thread_id, resource, text, self.agent(),
+                               self.instructions_edit.toPlainText(), new_id())
+        resource = self.resource_edit.text().strip()
+        if not resource:
+            return "Name the resource (the user) the new thread belongs to."
+        return ChatRequest(f"thread_{new_id().replace('-', '')[:16]}", resource, text, self.agent(),
+                           self.instructions_edit.toPlainText(), new_id(), new_thread=True)
+
+    def send(self) -> None:
+        if self.busy:
+            return
+        req = self.request(self.input.toPlainText())
+        if isinstance(req, str):
+            self.status.setText(req)
+            return
+        choice = self.model_choice()
+        if choice is None:
+            self.status.setText("Pick a model first (File > Preferences… adds one).")
+            return
+        self.busy = True
+        self._turn = req
+        self._turn_scope[req.input_id] = (req.resource_id, req.thread_id)
+        self._stop = threading.Event()
+        if self.banner.level == "error":
+            self.banner.hide()
+        self.entries = [*self.entries, lay.Entry("user", req.text, req.input_id, req.input_id, "streaming"),
+                        lay.Entry("assistant", "", req.input_id, None, "streaming")]
+        self.input.clear()
+        self._render()
+        self._update_state()
+        self.status.setText(f"Waiting for {choice.name}…")
+        store, embedders, stop = self.session.store, self.embedders, self._stop
+
+        def job() -> TurnOutcome:
+            model = choice.build()
+            try:
+                return chat_runner.run_turn(store, req, model, embedder=embedders.get, on_delta=self._delta.emit,
+                                            on_tools=self._tools.emit, stop=stop)
+            finally:
+                close = getattr(model, "close", None)
+                if callable(close):
+                    close()
+
+        self.session.run(job, on_result=alive_only(self, self._on_turn), on_error=alive_only(self, self._on_failed),
+                         key=self._key + "-turn")
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self.status.setText("Stopping…")
+
+    def _on_delta(self, piece: str) -> None:
+        if not self.busy:
+            return
+        self.entries = lay.with_delta(self.entries, piece)
+        self.status.setText("Receiving the reply…")
+        if not self._paint.isActive():
+            self._paint.start()
+        self.delta_shown.emit(piece)
+
+    def _on_tools(self, names: list[str]) -> None:
+        if self.busy and self.entries:
+            last = self.entries[-1]
+            self.entries[-1] = lay.Entry(last.role, last.text, last.turn_id, last.id, last.state,
+                                         (last.note + " " if last.note else "") + f"called {', '.join(names)}")
+            self._render()
+
+    def _on_turn(self, outcome: TurnOutcome) -> None:
+        self.busy = False
+        self._turn = None
+        req = outcome.request
+        self.entries = [lay.Entry(e.role, outcome.text if e.role == "assistant" and e.turn_id == req.input_id else e.text,
+                                  e.turn_id, e.id, "stored", e.note) if e.turn_id == req.input_id else e
+                        for e in self.entries]
+        self._render()
+        tokens = f"{outcome.prompt_tokens:,} → {outcome.completion_tokens:,} tokens"
+        self.status.setText(f"Saved {len(outcome.saved_ids)} messages · {outcome.model_id} · {tokens} · "
+                            f"{outcome.seconds:.1f} s · the reply arrived in {outcome.deltas} pieces")
+        self._update_state()
+        self.session.notify_local_write()  # the tree, the message view, working memory and traces follow
+        if req.new_thread:
+            self.thread_started.emit(Selection(req.resource_id, req.thread_id))
+        self.turn_finished.emit(outcome)
+
+    def _on_failed(self, exc: BaseException) -> None:
+        turn = self._turn
+        self.busy = False
+        self._turn = None
+        what, todo = chat_runner.model_problem(exc)
+        if turn is not None:
+            self.entries = lay.failed(self.entries, turn.input_id, "not saved")
+            if not self.input.toPlainText().strip():
+                self.input.setPlainText(turn.text)  # the message is kept for another try
+        self._render()
+        self.banner.show_message(f"{what}\n{todo}", "error")
+        self.status.setText("The turn failed; nothing was saved.")
+        self._update_state()
+        self.turn_failed.emit(f"{what} {todo}")
+
+    def _on_read_error(self, exc: BaseException) -> None:
+        self.status.setText(f"Could not read the thread: {type(exc).__name__}: {exc}")
+
+    # -- transcript ------------------------------------------------------------------------------
+    def _render(self) -> None:
+        self._paint.stop()
+        bar = self.transcript.verticalScrollBar()
+        at_end = bar.value() >= bar.maximum() - 4
+        self.transcript.setHtml(lay.transcript_html(self.entries, busy=self.busy))
+        if at_end or self.busy:
+            bar.setValue(bar.maximum())
+
+    def transcript_text(self) -> str:
+        return self.transcript.toPlainText()
+
+    def _link(self, url: QUrl) -> None:
+        target = url.toString()
+        if not target.startswith(lay.PROMPT_SCHEME):
+            return
+        message_id = target[len(lay.PROMPT_SCHEME):]
+        thread = self.context.thread if self.context is not None else None
+        resource, thread_id = self._turn_scope.get(message_id) or (
+            thread.resource_id if thread is not None else self.selection.resource_id, self.selection.thread_id)
+        self.open_prompt.emit(Selection(resource, thread_id, message_id))

@@ -1,0 +1,405 @@
+"""Recall playground: type a query, see the vector, keyword and hybrid lists side by side, ask "why not?".
+
+Every search runs ``core.recall.explain.inspect_search`` in a worker (``studio.reads.inspect_recall``)
+under one key, so a slower, older answer is dropped instead of painted over a newer one. The lists
+show every candidate with its rank, raw scores and fused score; what the threshold or the top-k cut
+stays visible, dimmed, and the line under each list says how many were cut (never a silent empty
+list). "Why not this message?" explains any stored message, picked from the thread or typed as an
+id, or any row clicked in a list. Nothing here writes to the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QItemSelection, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QTableView,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
+from studio.logic import recall_layout as lay
+from studio.logic.message_format import MessageRow
+from studio.logic.prompt_layout import EmbedderHolder
+from studio.reads import RecallView, explain_recall, inspect_recall, last_messages
+from studio.selection import Selection
+from studio.widgets.banner import Banner
+from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+
+DEBOUNCE_MS = 300
+# Column widths come from sample text, not from the rows: sizing to contents re-read every cell of
+# every list on each search (~100 ms at 10k messages, more than the search itself).
+SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "Fused": "0.000", "Vector": "-0.000 #00",
+           "Keyword": "00.00 #00", "Status": "below threshold"}
+
+
+def _shared_embedder() -> Any:
+    from core.embedding import shared_default_embedder
+
+    return shared_default_embedder()
+
+
+EMBEDDERS = EmbedderHolder(_shared_embedder)  # the process's one local model, loaded on the first search
+
+
+def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candidate]]:
+    ins = lambda: pane.inspection  # noqa: E731 - read at paint time: rows belong to the shown inspection
+    text = Column("Message", lambda c: lay.preview(ins(), c.message_id) if ins() else "",
+                  tooltip=lambda c: lay.candidate_tooltip(ins(), c) if ins() else "", foreground=lay.row_colour)
+    status = Column("Status", lay.status_text, foreground=lay.status_colour)
+    rank = Column("#", lambda c: c.rank, RIGHT, foreground=lay.row_colour)
+    cosine = Column("Cosine", lambda c: lay.score_text(c.vector_score), RIGHT, foreground=lay.row_colour)
+    bm25 = Column("BM25", lambda c: lay.score_text(c.keyword_score, 2), RIGHT, foreground=lay.row_colour)
+    if name == "vector":
+        return [rank, cosine, status, text]
+    if name == "keyword":
+        return [rank, bm25, cosine, status, text]
+    return [
+        rank, Column("Fused", lambda c: lay.score_text(c.score), RIGHT, foreground=lay.row_colour,
+                     tooltip=lambda c: f"before the re-rank: {lay.score_text(c.combined)}"),
+        Column("Vector", lambda c: lay.ranked_score(c.vector_score, c.vector_rank), RIGHT, foreground=lay.row_colour,
+               tooltip=lambda c: "cosine similarity · rank in the vector list"),
+        Column("Keyword", lambda c: lay.ranked_score(c.keyword_score, c.keyword_rank, 2), RIGHT,
+               foreground=lay.row_colour, tooltip=lambda c: "BM25 · rank in the keyword list"),
+        status, text,
+    ]
+
+
+def _fit_columns(table: QTableView, model: RecordTableModel[Candidate]) -> None:
+    metrics = table.fontMetrics()
+    for col in range(model.columnCount() - 1):
+        title = str(model.headerData(col, Qt.Orientation.Horizontal))
+        sample = SAMPLES.get(title, title)
+        table.setColumnWidth(col, max(metrics.horizontalAdvance(sample), metrics.horizontalAdvance(title)) + 22)
+
+
+class RecallPlaygroundPane(QWidget):
+    searched = Signal(object)  # RecallView on screen
+    explained = Signal(object)  # Explanation on screen
+    failed = Signal(str)
+
+    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("recallPlayground")
+        self.session = session
+        self.embedders = EMBEDDERS
+        self.selection = Selection()
+        self.resource_id: str | None = None
+        self.view: RecallView | None = None
+        self.explanation: Explanation | None = None
+        self._key = f"recall-playground-{id(self)}"
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(DEBOUNCE_MS)
+        self._debounce.timeout.connect(self.search_now)
+        self._build()
+        self._show_empty()
+
+    @property
+    def inspection(self) -> Inspection | None:
+        return self.view.inspection if self.view is not None else None
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        root = pane_layout(self)
+        head, self.title, self.subtitle = pane_header("Recall playground")
+        self.subtitle.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        root.addLayout(head)
+
+        row = QHBoxLayout()
+        self.query_edit = QLineEdit()
+        self.query_edit.setPlaceholderText("Type what a user might ask; recall searches the stored messages")
+        self.query_edit.setClearButtonEnabled(True)
+        self.search_btn = QPushButton("Search")
+        row.addWidget(self.query_edit, 1)
+        row.addWidget(self.search_btn)
+        root.addLayout(row)
+
+        controls = QHBoxLayout()
+        self.scope_combo = QComboBox()
+        self.scope_combo.addItem("Resource", "resource")
+        self.scope_combo.addItem("Thread", "thread")
+        self.threshold_check = QCheckBox("Threshold")
+        self.threshold_spin = QDoubleSpinBox()
+        self.threshold_spin.setRange(-1.0, 1.0)
+        self.threshold_spin.setSingleStep(0.05)
+        self.threshold_spin.setDecimals(2)
+        self.threshold_spin.setValue(0.5)
+        self.threshold_spin.setEnabled(False)
+        self.topk_spin = QSpinBox()
+        self.topk_spin.setRange(1, 200)
+        self.topk_spin.setValue(4)
+        self.before_spin = QSpinBox()
+        self.after_spin = QSpinBox()
+        for spin in (self.before_spin, self.after_spin):
+            spin.setRange(0, 20)
+            spin.setValue(1)
+        for label, widget in (("Scope", self.scope_combo), (None, self.threshold_check), (None, self.threshold_spin),
+                              ("Top-k", self.topk_spin), ("Range before", self.before_spin),
+                              ("after", self.after_spin)):
+            if label:
+                controls.addWidget(QLabel(label))
+            controls.addWidget(widget)
+        controls.addStretch(1)
+        root.addLayout(controls)
+
+        self.banner = Banner(self)
+        root.addWidget(self.banner)
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.summary.setStyleSheet("color: palette(placeholder-text);")
+        root.addWidget(self.summary)
+
+        vsplit = QSplitter(Qt.Orientation.Vertical)
+        lists = QSplitter(Qt.Orientation.Horizontal)
+        self.models: dict[ListName, RecordTableModel[Candidate]] = {}
+        self.tables: dict[ListName, QTableView] = {}
+        self.captions: dict[ListName, QLabel] = {}
+        for name in LISTS:
+            box = QWidget()
+            bl = QVBoxLayout(box)
+            bl.setContentsMargins(0, 0, 0, 0)
+            bl.addWidget(caption(lay.LIST_TITLES[name]))
+            note = QLabel("")
+            note.setWordWrap(True)
+            note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            bl.addWidget(note)
+            model: RecordTableModel[Candidate] = RecordTableModel(_columns(self, name), self)
+            table = QTableView(self)
+            table.setObjectName(f"recall-{name}")
+            table.setModel(model)
+            table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+            table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+            table.verticalHeader().hide()
+            table.setShowGrid(False)
+            table.setWordWrap(False)
+            header = table.horizontalHeader()
+            header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+            header.setStretchLastSection(True)
+            _fit_columns(table, model)
+            table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+            table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
+            table.selectionModel().selectionChanged.connect(
+                lambda sel, _old, n=name: self._row_picked(n, sel))
+            bl.addWidget(table, 1)
+            lists.addWidget(box)
+            self.models[name], self.tables[name], self.captions[name] = model, table, note
+        lists.setSizes([330, 380, 470])
+        vsplit.addWidget(lists)
+
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        picker = QWidget()
+        pl = QVBoxLayout(picker)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.addWidget(caption("Why not this message?"))
+        why_row = QHBoxLayout()
+        self.why_edit = QLineEdit()
+        self.why_edit.setPlaceholderText("message id, or pick one below / click a row above")
+        self.why_btn = QPushButton("Explain")
+        why_row.addWidget(self.why_edit, 1)
+        why_row.addWidget(self.why_btn)
+        pl.addLayout(why_row)
+        self.thread_list = QListWidget(self)
+        self.thread_list.setObjectName("recallThreadMessages")
+        self.thread_list.setUniformItemSizes(True)
+        pl.addWidget(self.thread_list, 1)
+        bottom.addWidget(picker)
+        self.explain_view = QTextBrowser(self)
+        self.explain_view.setObjectName("recallExplanation")
+        self.explain_view.setOpenLinks(False)
+        bottom.addWidget(self.explain_view)
+        bottom.setSizes([420, 760])
+        vsplit.addWidget(bottom)
+        vsplit.setSizes([430, 300])
+        root.addWidget(vsplit, 1)
+
+        self.status = QLabel("")
+        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        root.addWidget(self.status)
+
+        self.query_edit.textChanged.connect(lambda _t: self.schedule())
+        self.query_edit.returnPressed.connect(self.search_now)
+        self.search_btn.clicked.connect(self.search_now)
+        self.scope_combo.currentIndexChanged.connect(lambda _i: self.schedule())
+        self.threshold_check.toggled.connect(self._threshold_toggled)
+        for spin in (self.threshold_spin, self.topk_spin, self.before_spin, self.after_spin):
+            spin.valueChanged.connect(lambda _v: self.schedule())
+        self.why_btn.clicked.connect(self.explain_now)
+        self.why_edit.returnPressed.connect(self.explain_now)
+        self.thread_list.currentItemChanged.connect(self._thread_message_picked)
+
+    def _threshold_toggled(self, on: bool) -> None:
+        self.threshold_spin.setEnabled(on)
+        self.schedule()
+
+    # -- selection -------------------------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        previous = self.selection
+        self.selection = selection
+        self.resource_id = selection.resource_id
+        if selection.thread_id != previous.thread_id:
+            self.thread_list.clear()
+            if selection.thread_id is not None:
+                self._load_thread_messages(selection.thread_id)
+        if selection.message_id is not None and selection.message_id != previous.message_id:
+            self.why_edit.setText(selection.message_id)
+        if (selection.resource_id, selection.thread_id) != (previous.resource_id, previous.thread_id):
+            self.subtitle.setText(self._scope_text())
+            self.schedule()
+
+    def _scope_text(self) -> str:
+        sel = self.selection
+        parts = []
+        if self.resource_id:
+            parts.append(f"resource {self.resource_id}")
+        if sel.thread_id:
+            parts.append(f"thread {sel.thread_id}")
+        return " · ".join(parts) or "pick a resource or thread in the tree"
+
+    def _load_thread_messages(self, thread_id: str) -> None:
+        store = self.session.store
+        self.session.run(lambda: (last_messages(store, thread_id), store.memory.get_thread(thread_id)),
+                         on_result=alive_only(self, lambda r: self._on_thread_messages(thread_id, *r)),
+                         on_error=alive_only(self, self._on_error), key=self._key + "-thread")
+
+    def _on_thread_messages(self, thread_id: str, rows: list[MessageRow], thread: Any) -> None:
+        if thread_id != self.selection.thread_id:
+            return
+        if self.resource_id is None and thread is not None:
+            self.resource_id = thread.resource_id  # a thread picked alone still names its resource
+            self.subtitle.setText(self._scope_text())
+            self.schedule()
+        self.thread_list.clear()
+        for r in rows:
+            item = QListWidgetItem(f"{r.role}: {' '.join(r.preview.split())[:120]}")
+            item.setData(Qt.ItemDataRole.UserRole, r.id)
+            item.setToolTip(f"{r.id}\n{r.preview[:400]}")
+            self.thread_list.addItem(item)
+
+    # -- searching -------------------------------------------------------------------------------
+    def request(self) -> lay.RecallRequest:
+        return lay.RecallRequest(
+            query=self.query_edit.text(), scope=self.scope_combo.currentData(),
+            resource_id=self.resource_id, thread_id=self.selection.thread_id, top_k=self.topk_spin.value(),
+            threshold=self.threshold_spin.value() if self.threshold_check.isChecked() else None,
+            before=self.before_spin.value(), after=self.after_spin.value(),
+        )
+
+    def schedule(self) -> None:
+        self._debounce.start()
+
+    def search_now(self) -> None:
+        self._debounce.stop()
+        req = self.request()
+        problem = lay.scope_problem(req.scope, self.selection, req.resource_id)
+        if problem is not None or not req.query.strip():
+            self.session.pool.submit(lambda: None, key=self._key)  # supersede a search in flight
+            self._show_empty(problem)
+            return
+        self.status.setText("Searching…")
+        store, embedders = self.session.store, self.embedders
+        self.session.run(lambda: inspect_recall(store, embedders, req),
+                         on_result=alive_only(self, self._on_result),
+                         on_error=alive_only(self, self._on_error), key=self._key)
+
+    def _on_result(self, view: RecallView) -> None:
+        if view.request != self.request():
+            return  # the controls moved on while this ran; the newer search is on its way
+        self.view = view
+        ins = view.inspection
+        for name in LISTS:
+            self.models[name].set_rows(ins.lists[name])
+            self.captions[name].setText(lay.list_caption(ins, name))
+            self.captions[name].setStyleSheet(
+                "" if ins.hits(name) else f"color: {lay.WARN_COLOUR};")
+        notes = [n for n in ins.notes if n]
+        if view.problem:
+            self.banner.show_message(view.problem, "warning")
+        elif notes:
+            self.banner.show_message("; ".join(notes), "info")
+        else:
+            self.banner.hide()
+        self.summary.setText(lay.search_summary(ins))
+        self.status.setText("")
+        self.searched.emit(view)
+        if self.why_edit.text().strip():
+            self.explain_now()
+
+    def _on_error(self, exc: BaseException) -> None:
+        text = f"{type(exc).__name__}: {exc}"
+        self.status.setText("")
+        self.banner.show_message(f"The search failed: {text}", "error")
+        self.failed.emit(text)
+
+    def _show_empty(self, why: str | None = None) -> None:
+        self.view = None
+        for name in LISTS:
+            self.models[name].set_rows([])
+            self.captions[name].setText("")
+        self.banner.hide()
+        self.summary.setText(why or "Type a query to see what recall finds, list by list.")
+        self.status.setText("")
+
+    # -- why not? --------------------------------------------------------------------------------
+    def _row_picked(self, name: ListName, selected: QItemSelection) -> None:
+        rows = selected.indexes()
+        if not rows:
+            return
+        cand = self.models[name].row_at(rows[0].row())
+        if cand is not None:
+            self.explain(cand.message_id)
+
+    def _thread_message_picked(self, item: QListWidgetItem | None, _previous: Any = None) -> None:
+        if item is not None:
+            self.explain(str(item.data(Qt.ItemDataRole.UserRole)))
+
+    def explain(self, message_id: str) -> None:
+        self.why_edit.setText(message_id)
+        self.explain_now()
+
+    def explain_now(self) -> None:
+        message_id = self.why_edit.text().strip()
+        ins = self.inspection
+        if not message_id:
+            return
+        if ins is None:
+            self.explain_view.setHtml("<p>Run a search first: “why not” is asked of a search.</p>")
+            return
+        store, embedders = self.session.store, self.embedders
+        self.session.run(lambda: explain_recall(store, embedders, ins, message_id),
+                         on_result=alive_only(self, lambda e: self._on_explained(e, ins)),
+                         on_error=alive_only(self, self._on_error), key=self._key + "-why")
+
+    def _on_explained(self, e: Explanation, ins: Inspection) -> None:
+        if ins is not self.inspection:
+            return
+        self.explanation = e
+        self.explain_view.setHtml(lay.explanation_html(e, ins))
+        self.explained.emit(e)
+
+    def row_index(self, name: ListName, message_id: str) -> QModelIndex:
+        model = self.models[name]
+        for i, c in enumerate(model.rows()):
+            if c.message_id == message_id:
+                return model.index(i, 0)
+        return QModelIndex()

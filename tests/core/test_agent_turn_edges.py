@@ -1,0 +1,47 @@
+"""What the chat playground relies on from the engine: a failed turn leaves nothing behind (history and
+recall index alike), and an agent's registration records its instructions."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import Agent, Memory, MemoryOptions, open_store
+from core.agent_configs import list_agents, named_agent
+from core.embedding import HashingEmbedder
+from core.llm import ModelError, ScriptedModel
+
+
+def counts(store) -> dict[str, int]:
+    with store.db.read() as conn:
+        return {t: int(conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar() or 0)
+                for t in ("mastra_messages", "mastra_threads", "memory_messages_64", "memory_studio_fts_docs")}
+
+
+def test_a_failed_model_call_indexes_nothing_either(tmp_path):
+    # Regression: recall's output step indexed the input of a turn whose model call failed, although
+    # history did not save it: a vector and a keyword entry for a message that does not exist.
+    store = open_store(tmp_path / "m.db")
+    mem = Memory(store, MemoryOptions(semantic_recall={"enabled": True}), embedder=HashingEmbedder(64))
+    agent = Agent("a", instructions="be brief", model=ScriptedModel([ModelError("boom", model_id="x")]), memory=mem,
+                  tracer=False)
+    with pytest.raises(ModelError):
+        agent.generate("remember: peanuts", memory={"resource": "r", "thread": "t"})
+    assert counts(store) == {"mastra_messages": 0, "mastra_threads": 0, "memory_messages_64": 0,
+                             "memory_studio_fts_docs": 0}
+    ok = Agent("a", instructions="be brief", model=ScriptedModel(["noted"]), memory=mem, tracer=False)
+    ok.generate("remember: peanuts", memory={"resource": "r", "thread": "t"})
+    assert counts(store) == {"mastra_messages": 2, "mastra_threads": 1, "memory_messages_64": 2,
+                             "memory_studio_fts_docs": 2}
+    store.close()
+
+
+def test_an_agent_records_its_instructions_when_it_registers(tmp_path):
+    store = open_store(tmp_path / "m.db")
+    Agent("chef", instructions="You plan meals. Never suggest peanuts.", model=ScriptedModel([]),
+          memory=Memory(store, name="chef-memory"))
+    chef = named_agent(store, "chef")
+    assert chef.instructions == "You plan meals. Never suggest peanuts."
+    assert chef.memory_name == "chef-memory"
+    Memory(store, name="bare").register("bare")  # registered without an agent: nothing to record
+    assert [a.instructions for a in list_agents(store) if a.name == "bare"] == [None]
+    store.close()

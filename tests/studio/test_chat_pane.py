@@ -1,0 +1,255 @@
+"""Chat playground pane: streamed replies (scripted model and a real OpenAI-compatible HTTP server on
+loopback), registered agents, new threads, prompt links, model errors that save nothing, read-only
+databases, and the window following a turn (pytest-qt, offscreen, real libSQL files)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from PySide6.QtCore import QUrl
+
+from core import Agent, Memory, MemoryOptions, Message, open_store
+from core.agent_configs import named_agent
+from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel
+from studio.chat_runner import OfflineChoice
+from studio.panes.chat import ChatPane
+from studio.selection import Selection
+from studio.session import StudioSession, open_for_studio
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+CHEF = "You plan meals for Ada. Never suggest peanuts."
+
+
+def build(path):
+    store = open_store(path)
+    mem = Memory(store, MemoryOptions(last_messages=6, working_memory={"enabled": True}), name="chef-memory")
+    Agent("chef", instructions=CHEF, model=ScriptedModel([]), memory=mem)  # registers, with its instructions
+    mem.create_thread(thread_id="t-food", resource_id="ada", title="Dinner plans")
+    mem.save_messages([
+        Message.user("I am allergic to peanuts.", id="m0", thread_id="t-food", resource_id="ada", created_at=T0),
+        Message.assistant("Noted: no peanuts.", id="m1", thread_id="t-food", resource_id="ada",
+                          created_at=T0 + timedelta(minutes=1)),
+    ])
+    return store
+
+
+def counts(store) -> tuple[int, int]:
+    with store.db.read() as conn:
+        return (int(conn.exec_driver_sql("SELECT count(*) FROM mastra_messages").scalar()),
+                int(conn.exec_driver_sql("SELECT count(*) FROM mastra_threads").scalar()))
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A model picker entry for an OpenAI-compatible server (the shape Preferences' choices have)."""
+
+    name: str
+    base_url: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} — loopback-chat @ {self.base_url}"
+
+    def build(self):
+        return OpenAICompatibleModel("loopback-chat", base_url=self.base_url, api_key="test-key", timeout=10)
+
+
+@pytest.fixture()
+def session(qtbot, tmp_path):
+    s = StudioSession(build(tmp_path / "memory.db"))
+    yield s
+    s.close()
+
+
+@pytest.fixture()
+def pane(no_leaked_widgets, qtbot, session):
+    p = ChatPane(session)
+    qtbot.addWidget(p)
+    p.resize(1100, 760)
+    p.show()
+    qtbot.waitSignal(p.context_loaded, timeout=10_000)
+    return p
+
+
+def use_models(pane, *choices, pick: int = 0):
+    pane.models_provider = lambda: list(choices)
+    pane.refresh_models()
+    pane.model_combo.setCurrentIndex(pick)
+
+
+def select(qtbot, pane, selection):
+    with qtbot.waitSignal(pane.context_loaded, timeout=10_000):
+        pane.set_selection(selection)
+
+
+def send(qtbot, pane, text, timeout=20_000):
+    pieces: list[tuple[str, str]] = []
+    pane.delta_shown.connect(lambda piece: pieces.append((piece, pane.entries[-1].text)))
+    with qtbot.waitSignal(pane.turn_finished, timeout=timeout) as blocker:
+        pane.input.setPlainText(text)
+        pane.send_btn.click()
+    return blocker.args[0], pieces
+
+
+def test_a_new_thread_with_the_offline_model_streams_and_saves(qtbot, pane, session):
+    use_models(pane, OfflineChoice())
+    assert pane.new_radio.isChecked()
+    pane.resource_edit.setText("zoe")
+    changed: list[int] = []
+    session.changed.connect(lambda: changed.append(1))
+    started: list[Selection] = []
+    pane.thread_started.connect(started.append)
+    outcome, pieces = send(qtbot, pane, "Plan a picnic for Saturday")
+    # Streaming: the reply arrived in several pieces, each shown as it came, growing the reply.
+    assert len(pieces) >= 2 and outcome.deltas == len(pieces)
+    assert "".join(p for p, _ in pieces) == outcome.text
+    assert [shown for _, shown in pieces] == ["".join(p for p, _ in pieces[: i + 1]) for i in range(len(pieces))]
+    assert "Offline scripted reply" in outcome.text and "Plan a picnic" in outcome.text
+    # Saved in a new thread of resource zoe, named after the message; the session heard of the write.
+    req = outcome.request
+    assert req.new_thread and started == [Selection("zoe", req.thread_id)]
+    thread = session.store.memory.get_thread(req.thread_id)
+    assert thread.resource_id == "zoe" and thread.title == "Plan a picnic for Saturday"
+    stored = session.store.memory.get_messages(outcome.saved_ids)
+    assert [m.role for m in stored] == ["user", "assistant"] and stored[0].id == req.input_id
+    assert stored[1].content["metadata"]["modelId"] == "scripted/offline"
+    assert changed
+    qtbot.waitUntil(lambda: "Plan a picnic" in pane.transcript_text() and "prompt" in pane.transcript_text())
+    assert "Saved 2 messages" in pane.status.text()
+
+
+def test_a_registered_agent_over_http_streams_on_the_selected_thread(qtbot, pane, session):
+    with LoopbackServer(["Try a Thai green curry with tofu, ", "no peanuts."]) as server:
+        use_models(pane, OfflineChoice(), Endpoint("Loopback", server.base_url), pick=1)
+        select(qtbot, pane, Selection("ada", "t-food"))
+        assert pane.thread_radio.isChecked()
+        assert pane.agent_combo.currentData() == "chef"  # the agent that owns the thread
+        assert pane.instructions_edit.toPlainText() == CHEF  # recorded at registration
+        assert "last 6 messages" in pane.memory_label.text() and "working memory" in pane.memory_label.text()
+        before = named_agent(session.store, "chef")
+        outcome, pieces = send(qtbot, pane, "What should I cook tonight?")
+        body = server.chat_requests()[-1]
+    assert body["stream"] is True and len(pieces) >= 2
+    assert outcome.text == "Try a Thai green curry with tofu, "
+    sent = body["messages"]
+    assert sent[0]["role"] == "system" and CHEF in sent[0]["content"]
+    assert [m["content"] for m in sent if m["role"] in ("user", "assistant")][-3:] == [
+        "I am allergic to peanuts.", "Noted: no peanuts.", "What should I cook tonight?"]
+    stored = session.store.memory.get_messages(outcome.saved_ids)
+    assert {m.thread_id for m in stored} == {"t-food"}
+    assert stored[1].content["metadata"]["agent"] == "chef"
+    assert stored[1].content["metadata"]["modelId"] == "openai-compatible/loopback-chat"
+    # Borrowing the agent did not re-register it (its record is the agent process's, not the Studio's).
+    assert named_agent(session.store, "chef") == before
+
+
+def test_each_turn_links_to_its_prompt(qtbot, pane):
+    use_models(pane, OfflineChoice())
+    select(qtbot, pane, Selection("ada", "t-food"))
+    assert "prompt:m0" in pane.transcript.toHtml()  # stored turns link too
+    outcome, _ = send(qtbot, pane, "And for dessert?")
+    with qtbot.waitSignal(pane.open_prompt, timeout=5_000) as blocker:
+        pane._link(QUrl(f"prompt:{outcome.request.input_id}"))
+    assert blocker.args[0] == Selection("ada", "t-food", outcome.request.input_id)
+
+
+def test_a_model_error_names_the_endpoint_says_what_to_do_and_saves_nothing(qtbot, pane, session):
+    with LoopbackServer(["never sent"]) as server:
+        server.fail_next(1, status=401, message="invalid api key")
+        url = server.base_url
+        use_models(pane, Endpoint("Loopback", url))
+        select(qtbot, pane, Selection("ada", "t-food"))
+        before = counts(session.store)
+        with qtbot.waitSignal(pane.turn_failed, timeout=20_000) as blocker:
+            pane.input.setPlainText("Hello?")
+            pane.send_btn.click()
+    text = blocker.args[0]
+    assert url in text and "401" in text
+    assert "API key" in text and "Nothing of this turn was saved" in text
+    assert not pane.banner.isHidden() and url in pane.banner.text()
+    assert counts(session.store) == before
+    assert pane.input.toPlainText() == "Hello?"  # kept for another try
+    assert "not saved" in pane.transcript_text()
+    assert pane.send_btn.isEnabled() and not pane.busy
+
+
+def test_an_unreachable_server_in_a_new_thread_leaves_no_thread(qtbot, pane, session):
+    with LoopbackServer() as server:
+        dead = server.base_url
+    use_models(pane, Endpoint("Gone", dead))
+    before = counts(session.store)
+    with qtbot.waitSignal(pane.turn_failed, timeout=60_000) as blocker:
+        pane.input.setPlainText("Anyone there?")
+        pane.send_btn.click()
+    assert dead in blocker.args[0] and "running" in blocker.args[0]
+    assert counts(session.store) == before
+
+
+def test_stop_drops_the_turn(qtbot, pane, session):
+    with LoopbackServer(["a long answer that is stopped"]) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url))
+        select(qtbot, pane, Selection("ada", "t-food"))
+        before = counts(session.store)
+        server.stall_next()
+        pane.input.setPlainText("Tell me everything")
+        pane.send_btn.click()
+        qtbot.waitUntil(lambda: len(server.chat_requests()) == 1, timeout=10_000)
+        assert pane.stop_btn.isEnabled() and not pane.send_btn.isEnabled()
+        with qtbot.waitSignal(pane.turn_failed, timeout=20_000) as blocker:
+            pane.stop()
+            server.release()
+    assert "stopped" in blocker.args[0]
+    assert counts(session.store) == before
+
+
+def test_a_read_only_database_says_so_and_offers_allow_writes(qtbot, no_leaked_widgets, tmp_path):
+    from tests.studio.conftest import make_mastra_db
+
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    s = StudioSession(open_for_studio(path))
+    try:
+        assert s.read_only
+        p = ChatPane(s)
+        qtbot.addWidget(p)
+        p.set_selection(Selection("user-42", "mastra-thread"))
+        assert not p.banner.isHidden()
+        assert "read-only" in p.banner.text() and "File > Allow Writes" in p.banner.text()
+        assert not p.send_btn.isEnabled()
+        assert "Allow Writes" in p.request("hello")
+    finally:
+        s.close()
+
+
+def test_the_window_follows_a_turn_and_opens_its_prompt(qtbot, make_window, tmp_path):
+    build(tmp_path / "memory.db").close()
+    window = make_window()
+    window.open_database(str(tmp_path / "memory.db"))
+    qtbot.waitUntil(lambda: window.resources is not None and len(window.resources.thread_rows()) == 1,
+                    timeout=15_000)
+    window.resources.set_selection(Selection("ada", "t-food"))
+    qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() == 2, timeout=15_000)
+    window.show_tab("chat")
+    chat = window.panes["chat"]
+    qtbot.waitUntil(lambda: chat.context is not None and chat.thread_radio.isChecked(), timeout=10_000)
+    use_models(chat, OfflineChoice())
+    with qtbot.waitSignal(window.panes["working_memory"].loaded, timeout=20_000):  # it re-reads after the turn
+        outcome, _ = send(qtbot, chat, "Something quick for lunch?")
+    qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() == 4, timeout=15_000)
+    chat._link(QUrl(f"prompt:{outcome.request.input_id}"))
+    prompt = window.panes["prompt"]
+    assert window.tabs.currentWidget() is prompt
+    assert prompt.selection == Selection("ada", "t-food", outcome.request.input_id)
+    assert prompt.turn_radio.isChecked()
+    # a new thread started from the chat is selected in the tree
+    window.show_tab("chat")
+    chat.new_radio.setChecked(True)
+    chat.resource_edit.setText("ada")
+    outcome, _ = send(qtbot, chat, "A new topic: my garden")
+    qtbot.waitUntil(lambda: window.selection.thread_id == outcome.request.thread_id, timeout=15_000)
+    qtbot.waitUntil(lambda: window.resources.current_selection().thread_id == outcome.request.thread_id,
+                    timeout=15_000)
+    assert json.dumps(window.selection.resource_id) == '"ada"'

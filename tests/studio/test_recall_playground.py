@@ -1,0 +1,210 @@
+"""Recall playground pane: three lists side by side with ranks and scores, the threshold line, "why not?",
+stale answers dropped, and nothing written (pytest-qt, offscreen, real libSQL file, lexical embedder)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+from PySide6.QtCore import Qt
+
+from core import Message, open_store
+from core.embedding import HashingEmbedder
+from core.recall import RecallIndex
+from studio.logic.prompt_layout import EmbedderHolder
+from studio.panes.recall_playground import RecallPlaygroundPane
+from studio.selection import Selection
+from studio.session import StudioSession
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+ADA = [
+    "I am allergic to peanuts and shellfish",
+    "Noted: no peanuts and no shellfish in your meal plans",
+    "My cat is called Miso and she likes tuna",
+    "Miso the cat sounds lovely",
+    "Book a table for two at an Italian place on Friday",
+    "Done: Trattoria Roma, Friday 8pm, table for two",
+]
+
+
+def build(path):
+    store = open_store(path)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    for thread, resource, texts, start in (("t-food", "ada", ADA[:4], 0), ("t-dinner", "ada", ADA[4:], 100),
+                                           ("t-bob", "bob", ["peanuts are fine for me"], 200)):
+        store.memory.create_thread(thread_id=thread, resource_id=resource, title=thread)
+        msgs = [(Message.user if i % 2 == 0 else Message.assistant)(
+            text, id=f"{thread}-{i}", thread_id=thread, resource_id=resource,
+            created_at=T0 + timedelta(seconds=start + i)) for i, text in enumerate(texts)]
+        store.memory.save_messages(msgs)
+        assert index.index_messages(msgs).ok
+    return store
+
+
+def checksum(store) -> str:
+    h = hashlib.sha256()
+    with store.db.read() as conn:
+        for (name,) in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name").all():
+            h.update(name.encode())
+            for row in conn.execute(sa.text(f'SELECT * FROM "{name}" ORDER BY 1')).all():
+                h.update(repr(tuple(row)).encode())
+    return h.hexdigest()
+
+
+@pytest.fixture()
+def session(qtbot, tmp_path):
+    s = StudioSession(build(tmp_path / "memory.db"))
+    yield s
+    s.close()
+
+
+@pytest.fixture()
+def pane(no_leaked_widgets, qtbot, session):
+    p = RecallPlaygroundPane(session)
+    p.embedders = EmbedderHolder(lambda: HashingEmbedder(64))
+    qtbot.addWidget(p)
+    p.resize(1300, 800)
+    p.show()
+    return p
+
+
+def search(qtbot, pane, text):
+    with qtbot.waitSignal(pane.searched, timeout=15_000) as blocker:
+        pane.query_edit.setText(text)
+        pane.search_now()
+    return blocker.args[0]
+
+
+def cells(pane, name):
+    model = pane.models[name]
+    return [[model.index(r, c).data() for c in range(model.columnCount())] for r in range(model.rowCount())]
+
+
+def test_three_lists_side_by_side_with_ranks_raw_and_fused_scores(qtbot, pane, session):
+    pane.set_selection(Selection("ada", "t-food"))
+    view = search(qtbot, pane, "allergic to peanuts")
+    ins = view.inspection
+    expected = RecallIndex.for_store(session.store, HashingEmbedder(64)).search(
+        "allergic to peanuts", resource_id="ada", top_k=4, mode="hybrid").hits
+    hybrid = cells(pane, "hybrid")
+    assert [row[0] for row in hybrid][:3] == ["1", "2", "3"]
+    headers = [pane.models["hybrid"].headerData(c, Qt.Orientation.Horizontal)
+               for c in range(pane.models["hybrid"].columnCount())]
+    assert headers == ["#", "Fused", "Vector", "Keyword", "Status", "Message"]
+    hits = [r for r in hybrid if r[4] == "hit"]
+    assert len(hits) == len(expected) and hits[0][1] == f"{expected[0].score:.3f}"
+    top = ins.lists["hybrid"][0]
+    assert hits[0][2] == f"{top.vector_score:.3f} #{top.vector_rank}"  # raw cosine and its vector rank
+    assert hits[0][3] == f"{top.keyword_score:.2f} #{top.keyword_rank}"  # raw BM25 and its keyword rank
+    assert "allergic to peanuts" in hits[0][5]
+    assert cells(pane, "vector")[0][1] == f"{ins.lists['vector'][0].score:.3f}"  # raw cosine
+    assert cells(pane, "keyword")[0][1] == f"{ins.lists['keyword'][0].score:.2f}"  # raw BM25
+    assert all("bob" not in (r[-1] or "") for r in hybrid)  # another resource never shows
+    for name in ("vector", "keyword", "hybrid"):
+        assert pane.captions[name].text().startswith(f"{len(ins.hits(name))} hit")
+    assert "resource ada" in pane.summary.text()
+
+
+def test_a_threshold_never_leaves_a_silent_empty_list(qtbot, pane):
+    pane.set_selection(Selection("ada", "t-food"))
+    pane.threshold_check.setChecked(True)
+    pane.threshold_spin.setValue(0.99)
+    view = search(qtbot, pane, "allergic to peanuts")
+    below = view.inspection.count("hybrid", "below-threshold")
+    assert below > 0 and not view.inspection.hits("hybrid")
+    caption = pane.captions["hybrid"].text()
+    assert f"{below} results below the threshold 0.99" in caption and "lower it" in caption
+    statuses = {r[4] for r in cells(pane, "hybrid")}
+    assert statuses == {"below threshold"}  # cut rows stay visible, marked in words
+    assert pane.models["hybrid"].rowCount() == below
+
+
+def test_top_k_and_scope_controls(qtbot, pane):
+    pane.set_selection(Selection("ada", "t-food"))
+    pane.topk_spin.setValue(1)
+    search(qtbot, pane, "peanuts cat table")
+    assert [r[4] for r in cells(pane, "hybrid")].count("hit") == 1
+    assert "outside the top 1" in pane.captions["hybrid"].text()
+    with qtbot.waitSignal(pane.searched, timeout=15_000) as blocker:
+        pane.scope_combo.setCurrentIndex(pane.scope_combo.findData("thread"))
+    ins = blocker.args[0].inspection
+    assert ins.thread_id == "t-food" and ins.resource_id is None
+    assert {c.thread_id for c in ins.lists["hybrid"]} == {"t-food"}
+
+
+def test_why_not_a_picked_message(qtbot, pane):
+    pane.set_selection(Selection("ada", "t-food"))
+    qtbot.waitUntil(lambda: pane.thread_list.count() == 4, timeout=15_000)
+    pane.topk_spin.setValue(1)
+    pane.before_spin.setValue(0)
+    pane.after_spin.setValue(0)
+    view = search(qtbot, pane, "allergic to peanuts")
+    second = view.inspection.lists["hybrid"][1].message_id
+    row = next(i for i in range(pane.thread_list.count())
+               if pane.thread_list.item(i).data(Qt.ItemDataRole.UserRole) == second)
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.thread_list.setCurrentRow(row)
+    e = blocker.args[0]
+    assert e.message_id == second and e.verdict == "outside-top-k"
+    html = pane.explain_view.toPlainText()
+    assert "Excluded: outside the top-k" in html and "outside the top 1" in html
+    assert "hybrid" in html and "vector" in html and "keyword" in html
+    # a message of another resource, typed by id
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.why_edit.setText("t-bob-0")
+        pane.why_btn.click()
+    assert blocker.args[0].verdict == "other-resource"
+    assert "another resource" in pane.explain_view.toPlainText()
+    # clicking a hit in a list explains it, with the prompt window it brings in
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.tables["hybrid"].selectRow(0)
+    assert blocker.args[0].verdict == "hit"
+
+
+def test_stale_results_are_dropped(qtbot, pane):
+    pane.set_selection(Selection("ada", "t-food"))
+    pane.query_edit.setText("Miso the cat")
+    pane.search_now()
+    with qtbot.waitSignal(pane.searched, timeout=15_000) as blocker:
+        pane.query_edit.setText("Italian table Friday")
+        pane.search_now()
+    assert blocker.args[0].request.query == "Italian table Friday"
+    session_pool = pane.session.pool
+    qtbot.waitUntil(lambda: session_pool.running == 0, timeout=15_000)
+    assert pane.view.request.query == "Italian table Friday"
+    assert "Italian" in cells(pane, "hybrid")[0][5] or "Trattoria" in cells(pane, "hybrid")[0][5]
+
+
+def test_the_playground_never_writes(qtbot, pane, session):
+    before = checksum(session.store)
+    pane.set_selection(Selection("ada", "t-food", "t-food-1"))
+    pane.threshold_check.setChecked(True)
+    search(qtbot, pane, "allergic to peanuts")
+    qtbot.waitUntil(lambda: pane.explanation is not None, timeout=15_000)
+    assert pane.explanation.message_id == "t-food-1"
+    assert checksum(session.store) == before
+
+
+def test_a_database_without_recall_tables_gives_one_way_forward(qtbot, no_leaked_widgets, tmp_path):
+    from tests.studio.conftest import make_mastra_db
+    from studio.session import open_for_studio
+
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    s = StudioSession(open_for_studio(path))
+    try:
+        p = RecallPlaygroundPane(s)
+        p.embedders = EmbedderHolder(lambda: HashingEmbedder(64))
+        qtbot.addWidget(p)
+        p.set_selection(Selection("user-42", "mastra-thread"))
+        view = search(qtbot, p, "hello")
+        assert not p.banner.isHidden()
+        text = p.banner.text()
+        assert "memory-studio migrate" in text and "reindex" in text
+        assert "Allow" not in text  # one path, not "allow writes" then "migrate"
+        assert view.inspection.hits("hybrid") == []
+        assert p.captions["hybrid"].text()  # says why it is empty
+    finally:
+        s.close()

@@ -1,0 +1,155 @@
+"""The playgrounds' pure logic: transcript entries and memory lines (chat), list captions, the one way
+forward and the why-not text (recall), and the turn runner on a real libSQL file (no Qt)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from core import Memory, MemoryOptions, Message, open_store
+from core.embedding import HashingEmbedder
+from core.llm import ScriptedModel
+from core.recall import RecallIndex
+from core.recall.explain import explain_message, inspect_search
+from studio import chat_runner
+from studio.chat_runner import ChatRequest, StreamingModel, TurnStopped
+from studio.logic import chat_layout, recall_layout
+from studio.logic.message_format import MessageRow
+from studio.selection import Selection
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def row(id: str, role: str, text: str) -> MessageRow:
+    return MessageRow(id, role, T0, text, ("text",), None)
+
+
+def test_transcript_links_every_message_to_its_turn_and_streams_into_the_last_entry():
+    entries = chat_layout.entries_from_rows([row("u1", "user", "hi <b>"), row("a1", "assistant", "hello"),
+                                             row("s1", "system", "hidden"), row("u2", "user", "again")])
+    assert [(e.id, e.turn_id) for e in entries] == [("u1", "u1"), ("a1", "u1"), ("u2", "u2")]
+    html = chat_layout.transcript_html(entries)
+    assert "prompt:u1" in html and "prompt:u2" in html and "hi &lt;b&gt;" in html
+    streaming = [*entries, chat_layout.Entry("assistant", "", "u3", None, "streaming")]
+    assert "waiting for the model" in chat_layout.transcript_html(streaming)
+    grown = chat_layout.with_delta(chat_layout.with_delta(streaming, "Hel"), "lo")
+    assert grown[-1].text == "Hello" and grown[:-1] == streaming[:-1]
+    assert chat_layout.with_delta(entries, "x") == entries  # nothing streaming: nothing changes
+    gone = chat_layout.failed(grown, "u3", "not saved")
+    assert gone[-1].state == "failed" and "not saved" in chat_layout.transcript_html(gone)
+    assert "prompt:u3" not in chat_layout.transcript_html(gone)  # a turn that was not saved has no prompt
+
+
+def test_memory_summary_says_what_each_turn_brings():
+    assert chat_layout.memory_summary(MemoryOptions()) == "Memory: last 10 messages"
+    line = chat_layout.memory_summary(MemoryOptions(
+        last_messages=0, working_memory={"enabled": True, "scope": "thread"},
+        semantic_recall={"enabled": True, "top_k": 3, "threshold": 0.4}))
+    assert line == ("Memory: no history · working memory (thread) · recall hybrid top 3, range 1/1, resource, "
+                    "threshold 0.4")
+
+
+def test_the_streaming_model_reports_every_piece_and_can_be_stopped():
+    pieces: list[str] = []
+    model = StreamingModel(ScriptedModel(["one two three four five six"]), pieces.append)
+    result = model.generate([{"role": "user", "content": "hi"}])
+    assert len(pieces) == 3 and "".join(pieces) == result.text and model.deltas == 3
+    assert model.model_id == "scripted/demo"
+    stop = threading.Event()
+    stop.set()
+    stopped = StreamingModel(ScriptedModel(["never shown"]), pieces.append, stopped=stop.is_set)
+    with pytest.raises(TurnStopped):
+        stopped.generate([{"role": "user", "content": "hi"}])
+
+
+def test_run_turn_saves_the_turn_and_a_failure_saves_nothing(tmp_path):
+    store = open_store(tmp_path / "m.db")
+    pieces: list[str] = []
+    req = ChatRequest("t-new", "ada", "Hello there", None, chat_runner.DEFAULT_INSTRUCTIONS, "u-1", new_thread=True)
+    out = chat_runner.run_turn(store, req, ScriptedModel(["Hi Ada, how can I help?"]), embedder=lambda: None,
+                               on_delta=pieces.append)
+    assert out.saved_ids[0] == "u-1" and len(out.saved_ids) == 2 and len(pieces) >= 2
+    assert store.memory.get_thread("t-new").title == "Hello there"
+    from core.llm import ModelError
+
+    bad = ChatRequest("t-other", "ada", "Again", None, "", "u-2", new_thread=True)
+    with pytest.raises(ModelError):
+        chat_runner.run_turn(store, bad, ScriptedModel([ModelError("down", model_id="x", endpoint="http://h/v1")]),
+                             embedder=lambda: None, on_delta=pieces.append)
+    assert store.memory.get_thread("t-other") is None
+    what, todo = chat_runner.model_problem(ModelError("refused", model_id="m", endpoint="http://h/v1"))
+    assert "http://h/v1" in what and "running" in todo and "Nothing of this turn was saved" in todo
+    store.close()
+
+
+@pytest.fixture
+def searched(tmp_path):
+    store = open_store(tmp_path / "r.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    msgs = [Message.user("I am allergic to peanuts", id="a", thread_id="t", resource_id="ada", created_at=T0),
+            Message.assistant("No peanuts, noted", id="b", thread_id="t", resource_id="ada", created_at=T0)]
+    Memory(store).save_messages(msgs)
+    index.index_messages(msgs)
+    yield store, index
+    store.close()
+
+
+def test_list_captions_never_leave_an_empty_list_silent(searched):
+    _store, index = searched
+    ins = inspect_search(index, "allergic peanuts", resource_id="ada", top_k=1, threshold=0.999)
+    caption = recall_layout.list_caption(ins, "hybrid")
+    assert caption.startswith("0 hits · 2 results below the threshold 0.999")
+    assert "lower it" in caption
+    ok = inspect_search(index, "allergic peanuts", resource_id="ada", top_k=1)
+    assert recall_layout.list_caption(ok, "hybrid") == "1 hit · 1 outside the top 1"
+    assert recall_layout.list_caption(None, "vector") == ""
+    assert "resource ada" in recall_layout.search_summary(ok) and "2 vectors" in recall_layout.search_summary(ok)
+
+
+def test_why_not_reads_as_a_verdict_with_a_row_per_list(searched):
+    _store, index = searched
+    ins = inspect_search(index, "allergic peanuts", resource_id="ada", top_k=1, before=0, after=0)
+    second = ins.lists["hybrid"][1].message_id
+    html = recall_layout.explanation_html(explain_message(index, second, ins), ins)
+    assert "Excluded: outside the top-k" in html and html.count("<tr>") == 4
+    first = ins.lists["hybrid"][0].message_id
+    assert "What recall adds to the prompt" in recall_layout.explanation_html(explain_message(index, first, ins), ins)
+
+
+def test_scope_and_index_problems_give_one_way_forward():
+    assert recall_layout.scope_problem("thread", Selection("ada"), "ada").startswith("Pick a thread")
+    assert recall_layout.scope_problem("resource", Selection(), None).startswith("Pick a resource")
+    assert recall_layout.scope_problem("resource", Selection("ada"), "ada") is None
+    text = recall_layout.index_problem(migrated=False, has_vectors=False, model_id="m", location="/x/mastra.db")
+    assert "memory-studio migrate --db /x/mastra.db" in text and "memory-studio reindex --db /x/mastra.db" in text
+    assert "Allow" not in text
+    assert "reindex" in recall_layout.index_problem(migrated=True, has_vectors=False, model_id="m", location="")
+    assert recall_layout.index_problem(migrated=True, has_vectors=True, model_id="m", location="") is None
+
+
+def test_playground_logic_imports_no_qt():
+    code = ("import sys, studio.logic.chat_layout, studio.logic.recall_layout, studio.chat_runner; "
+            "sys.exit(1 if any(m.startswith('PySide6') for m in sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_an_observer_call_in_the_turn_does_not_stream_into_the_reply(tmp_path):
+    from core.agent_configs import AgentConfig
+
+    store = open_store(tmp_path / "om.db")
+    Memory(store).save_messages([
+        Message.user("We ship the release on Friday.", thread_id="t", resource_id="sam", created_at=T0),
+        Message.assistant("Noted, Friday it is.", thread_id="t", resource_id="sam", created_at=T0)])
+    opts = MemoryOptions(observational_memory={"enabled": True, "message_tokens": 1, "observation_tokens": 100_000})
+    agent = AgentConfig("notes", {"name": "notes", "options": opts.to_dict()}, None, None)
+    model = ScriptedModel(["* 🔴 (09:00) Release ships on Friday.", "Friday, as planned."])
+    pieces: list[str] = []
+    out = chat_runner.run_turn(store, ChatRequest("t", "sam", "When do we ship?", agent, "", "u-9"), model,
+                               embedder=lambda: None, on_delta=pieces.append)
+    assert len(model.requests) == 2  # the observer ran inside the turn
+    assert out.text == "Friday, as planned." and "".join(pieces) == out.text
+    store.close()
