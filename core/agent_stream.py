@@ -9,7 +9,7 @@ last ``finish``, which carries the ``AgentResult``.
 The turn is saved once, after the model's last step and before ``finish`` is yielded. A consumer
 that stops early (``close()``, leaving a ``with`` block, or dropping the stream) abandons the turn:
 nothing is saved, the model's HTTP stream is closed, and the trace records the run as stopped.
-Tools that already ran are not undone (a working-memory update is its own write).
+Tools that already ran are not undone; a working-memory update is staged with the turn, so it is dropped too.
 """
 
 from __future__ import annotations

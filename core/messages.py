@@ -12,12 +12,15 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
 
 from core.stored_text import decode_stored_text, is_invalid_utf8
 from core.errors import MemoryStudioError
 from core.ids import check_ids
 from core.timeutil import SystemClock, parse_iso, to_iso, to_ms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sqlalchemy import RowMapping
 
 Role = Literal["user", "assistant", "system", "signal"]
 ROLES = ("user", "assistant", "system", "signal")
@@ -172,7 +175,7 @@ class Message:
         return json.dumps(stripped, sort_keys=True, ensure_ascii=False, default=str)
 
     def copy(self, **changes: Any) -> "Message":
-        data = {
+        data: dict[str, Any] = {
             "id": self.id,
             "role": self.role,
             # Deep-copying content is the expensive part of a copy; skip it when it is replaced anyway.
@@ -210,7 +213,7 @@ class Message:
         }
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> "Message":
+    def from_row(cls, row: "Mapping[str, Any] | RowMapping") -> "Message":
         raw = decode_stored_text(row["content"])
         content = normalize_content(raw, message_id=row["id"])
         role = row["role"] if row["role"] in ROLES else "assistant" if row["role"] == "tool" else "user"
@@ -227,7 +230,7 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (used by the CLI and the Studio's copy-as-JSON)."""
-        out = {
+        out: dict[str, Any] = {
             "id": self.id,
             "role": self.role,
             "createdAt": to_iso(self.created_at),

@@ -131,21 +131,21 @@ def build_prompt(
             )
         )
 
-    for entry in ml.conversation():
-        wire = to_openai(entry.message)
+    for conv in ml.conversation():  # a name of its own: ``entry`` above is a system entry
+        wire = to_openai(conv.message)
         if not wire:
             continue
         start = len(messages)
         messages.extend(wire)
         text = "\n".join(_counted_text(w) for w in wire)
         tokens = sum(count_message_tokens(tokenizer, _counted_text(w)) for w in wire)
-        kind = {"memory": "memory", "input": "input", "context": "context", "response": "input"}.get(entry.source, "system")
+        kind = {"memory": "memory", "input": "input", "context": "context", "response": "input"}.get(conv.source, "system")
         fragments.append(
             Fragment(
-                index=len(fragments), role=entry.message.role, text=text, source=entry.provenance.processor_id,
-                kind=kind, stored_ids=entry.provenance.stored_ids or ((entry.message.id,) if entry.source == "memory" else ()),
-                score=entry.provenance.score, tokens=tokens, message_indexes=tuple(range(start, len(messages))),
-                created_at=to_iso(entry.message.created_at), detail={"messageId": entry.message.id, **entry.provenance.detail},
+                index=len(fragments), role=conv.message.role, text=text, source=conv.provenance.processor_id,
+                kind=kind, stored_ids=conv.provenance.stored_ids or ((conv.message.id,) if conv.source == "memory" else ()),
+                score=conv.provenance.score, tokens=tokens, message_indexes=tuple(range(start, len(messages))),
+                created_at=to_iso(conv.message.created_at), detail={"messageId": conv.message.id, **conv.provenance.detail},
             )
         )
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from core.errors import MemoryStudioError
+
 INSTALL_HINT = "pip install 'memory-studio[serve]'"
 
 
-class ServeExtraMissing(RuntimeError):
-    pass
+class ServeExtraMissing(MemoryStudioError, RuntimeError):
+    """``memory-studio serve`` needs the ``serve`` extra (Starlette and uvicorn)."""
 
 
 def require_serve_extra() -> None:

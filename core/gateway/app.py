@@ -36,12 +36,10 @@ OPEN_PATHS = frozenset({"/health"})
 class Gateway:
     """What every request handler may use: the agents and the serving settings."""
 
-    def __init__(self, registry: AgentRegistry, *, default_resource: str, max_concurrency: int,
-                 stream_chunk_chars: int) -> None:
+    def __init__(self, registry: AgentRegistry, *, default_resource: str, max_concurrency: int) -> None:
         self.registry = registry
         self.default_resource = default_resource
         self.max_concurrency = max_concurrency
-        self.stream_chunk_chars = stream_chunk_chars
         self.started = int(time.time())
         self._limiter: anyio.CapacityLimiter | None = None
 
@@ -59,7 +57,6 @@ def create_app(
     token: str | None = None,
     default_resource: str = DEFAULT_RESOURCE,
     max_concurrency: int = 40,
-    stream_chunk_chars: int = 24,
 ) -> Starlette:
     """The gateway for ``agents`` (name → Agent, or a list served under their names).
 
@@ -71,8 +68,7 @@ def create_app(
         raise ValueError("default_resource must be a non-empty resource id.")
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1.")
-    gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency,
-                      stream_chunk_chars=stream_chunk_chars)
+    gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency)
     routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
     for route in [*openai_routes.routes(), *memory_routes.routes()]:
         assert isinstance(route, Route)

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from core.errors import MemoryStudioError
 from core.llm.base import ModelError
 from core.scopes import ScopeConflictError, ThreadOwnershipError
 from core.storage import InvalidArgumentError, NotFoundError, ReadOnlyError
@@ -21,7 +22,7 @@ from core.working_memory_schema import WorkingMemoryError
 log = logging.getLogger(__name__)
 
 
-class GatewayError(Exception):
+class GatewayError(MemoryStudioError):
     """An error the gateway raises itself, already knowing its status and OpenAI error type."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",

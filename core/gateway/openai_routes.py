@@ -174,7 +174,7 @@ class TurnStream(Response):
 
     def _pump(self, sender: MemoryObjectSendStream[Any]) -> None:
         """On the worker thread: iterate the whole turn here, so it keeps one thread and context."""
-        events = turn_events(self.agent, self.turn, chunk_chars=self.gateway.stream_chunk_chars)
+        events = turn_events(self.agent, self.turn)
         try:
             for event in events:
                 anyio.from_thread.run(sender.send, event)

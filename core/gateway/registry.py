@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.agent import Agent
+from core.errors import MemoryStudioError
 from core.gateway.errors import GatewayError, bad_request
 from core.memory import Memory, resolve_memory
 
 
-class AgentLoadError(ValueError):
+class AgentLoadError(MemoryStudioError, ValueError):
     """``--agents`` does not name a usable set of agents; the message says what to fix."""
 
 

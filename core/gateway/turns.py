@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from core.agent import Agent, AgentResult
+from core.agent_stream import AgentStream
 from core.gateway.errors import bad_request
 from core.llm.base import Usage
 from core.messages import Message, text_part
@@ -33,7 +34,6 @@ from core.messages import Message, text_part
 log = logging.getLogger(__name__)
 
 _MAX_ID = 256
-_CHUNK = re.compile(r"\S+\s*|\s+")
 # Our finish reasons → the ones OpenAI clients know.
 _FINISH = {"stop": "stop", "length": "length", "max-steps": "length", "content_filter": "content_filter"}
 
@@ -156,64 +156,26 @@ def openai_finish_reason(reason: str | None) -> str:
     return _FINISH.get(reason or "stop", "stop")
 
 
-def turn_events(agent: Agent, turn: Turn, *, chunk_chars: int = 24) -> Generator[TurnEvent, None, None]:
+def turn_events(agent: Agent, turn: Turn) -> Generator[TurnEvent, None, None]:
     """The turn as text deltas and a final ``TurnFinished``; runs on a worker thread."""
-    stream = getattr(agent, "stream", None)
-    if callable(stream):
-        yield from _from_agent_stream(
-            stream(turn.message, memory=turn.memory_arg(), request_context=turn.request_context()))
-        return
-    result = run_turn(agent, turn)
-    for piece in split_text(result.text, chunk_chars):
-        yield TextDelta(piece)
-    yield finished(result)
+    yield from _from_agent_stream(
+        agent.stream(turn.message, memory=turn.memory_arg(), request_context=turn.request_context()))
 
 
-def split_text(text: str, chunk_chars: int) -> Iterator[str]:
-    """Word-aligned pieces of about ``chunk_chars`` that join back to exactly ``text``."""
-    piece = ""
-    for word in _CHUNK.findall(text):
-        if piece and len(piece) + len(word) > chunk_chars:
-            yield piece
-            piece = ""
-        piece += word
-    if piece:
-        yield piece
-
-
-def _from_agent_stream(items: Any) -> Generator[TurnEvent, None, None]:
-    """Adapt what ``Agent.stream`` yields: text (a ``str`` or a ``text-delta`` event), tool events
-    (which an OpenAI client has no place for, so they are skipped) and the final ``AgentResult``."""
-    text: list[str] = []
+def _from_agent_stream(stream: AgentStream) -> Generator[TurnEvent, None, None]:
+    """Adapt ``Agent.stream``'s events: text deltas pass on; tool events are skipped (an OpenAI
+    chat client has no place for them); ``finish`` carries the ``AgentResult``. Closing the stream
+    when the client leaves abandons the turn, which is then not saved."""
     done: TurnFinished | None = None
     try:
-        for item in items:
-            if isinstance(item, AgentResult):
-                done = finished(item)
-                continue
-            if isinstance(item, str):
-                delta: Any = item
-            elif _field(item, "type") in ("text-delta", "text_delta", "text"):
-                delta = _field(item, "text") or _field(item, "delta") or _field(item, "textDelta")
-            else:
-                result = _field(item, "result")
-                if isinstance(result, AgentResult):
-                    done = finished(result)
-                continue
-            if isinstance(delta, str) and delta:
-                text.append(delta)
-                yield TextDelta(delta)
+        for event in stream:
+            if event.kind == "text-delta" and event.text:
+                yield TextDelta(event.text)
+            elif event.kind == "finish" and event.result is not None:
+                done = finished(event.result)
     finally:
-        close = getattr(items, "close", None)
-        if callable(close):
-            close()
-    if done is None:
-        result = getattr(items, "result", None)
-        done = finished(result) if isinstance(result, AgentResult) else TurnFinished("".join(text), "stop", None, None)
+        stream.close()
+    if done is None:  # the stream ended without ``finish``: the turn failed and raised already
+        raise RuntimeError("the agent's stream ended without finishing the turn")
     yield done
 
-
-def _field(item: Any, name: str) -> Any:
-    if isinstance(item, Mapping):
-        return item.get(name)
-    return getattr(item, name, None)

@@ -44,7 +44,7 @@ class ScriptedReply:
 
 #: A script entry: a plain text reply, a ``ScriptedReply``, a finished ``ChatResult``, or an
 #: exception instance to raise (to script a provider failure).
-ScriptStep = Union[str, dict, ScriptedReply, ChatResult, BaseException]  # noqa: UP007 (runtime alias)
+ScriptStep = Union[str, dict[str, Any], ScriptedReply, ChatResult, BaseException]  # noqa: UP007 (runtime alias)
 #: Computes a reply from the request, for demo scripts that react to what they are sent.
 Responder = Callable[[list[Message], Union[list[ToolSpec], None]], ScriptStep]
 

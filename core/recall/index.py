@@ -111,7 +111,7 @@ class RecallIndex:
             else:
                 index = cls(store, embedder)
             store.extensions[key] = index
-        return index  # type: ignore[no-any-return]
+        return index
 
     # -- setup ---------------------------------------------------------------------------------
     def _prepare(self) -> None:

@@ -214,16 +214,16 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
         return
     conn.exec_driver_sql(
         f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?)",
-        [(mid, tid, rid) for mid, tid, rid, _, _ in keep],  # type: ignore[arg-type]  # executemany
+        [(mid, tid, rid) for mid, tid, rid, _, _ in keep],  # executemany
     )
     ids: dict[str, int] = {}
     for start in range(0, len(keep), 500):
         chunk = tuple(d[0] for d in keep[start : start + 500])
         marks = ",".join("?" * len(chunk))
-        ids.update(conn.exec_driver_sql(f"SELECT message_id, doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", chunk).all())  # type: ignore[arg-type]
+        ids.update(conn.exec_driver_sql(f"SELECT message_id, doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", chunk).all())
     conn.exec_driver_sql(
         f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)",
-        [(ids[mid], segment(text), segment(ctx)) for mid, _, _, text, ctx in keep],  # type: ignore[arg-type]
+        [(ids[mid], segment(text), segment(ctx)) for mid, _, _, text, ctx in keep],
     )
 
 

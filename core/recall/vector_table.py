@@ -108,7 +108,7 @@ def upsert(conn: sa.Connection, info: TableInfo, rows: Sequence[tuple[str, np.nd
             "ON CONFLICT(vector_id) DO UPDATE SET embedding = excluded.embedding, metadata = excluded.metadata"
         )
         params = [(vid, np.asarray(vec, dtype="<f4").tobytes(), json.dumps(meta, ensure_ascii=False)) for vid, vec, meta, _ in rows]
-    conn.exec_driver_sql(sql, params)  # type: ignore[arg-type]  # executemany
+    conn.exec_driver_sql(sql, params)  # executemany
 
 
 def delete_where(conn: sa.Connection, info: TableInfo, key: str, values: Iterable[str]) -> int:
@@ -139,7 +139,7 @@ def change_counters(conn: sa.Connection, info: TableInfo) -> tuple[int, int]:
             conn.exec_driver_sql(
                 f"SELECT key, value FROM {STATE_TABLE} WHERE key IN (?, ?)",
                 (f"{info.name}:appends", f"{info.name}:rewrites"),
-            ).all()  # type: ignore[arg-type]
+            ).all()
         )
         return int(rows.get(f"{info.name}:appends", 0)), int(rows.get(f"{info.name}:rewrites", 0))
     # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.

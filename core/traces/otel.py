@@ -38,7 +38,8 @@ from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
 from core.traces.otel_config import otel_endpoint_from_env, traces_url
 from core.traces.otel_genai import DEFAULT_MAX_ATTRIBUTE_CHARS, describe_span
-from core.traces.spans import SpanRecord, as_utc
+from core.timeutil import as_utc
+from core.traces.spans import SpanRecord
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from core.traces.locking import StoreBusy, StoreMissing
 from core.traces.spans import (
@@ -211,7 +211,8 @@ def _summary(
 ) -> TraceSummary:
     span_count, error_count, thread_id, resource_id = agg or (1, 0, None, None)
     has_error = error_count > 0 or root.error is not None
-    status = "error" if has_error else ("running" if root.ended_at is None else "ok")
+    status: Literal["ok", "error", "running"] = (
+        "error" if has_error else ("running" if root.ended_at is None else "ok"))
     return TraceSummary(
         trace_id=root.trace_id,
         name=root.name,

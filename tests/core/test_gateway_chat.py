@@ -13,6 +13,7 @@ import pytest
 
 from core import Memory, MemoryOptions
 from core.agent import Agent, AgentResult
+from core.agent_stream import StreamEvent
 from core.gateway import GatewayServer, create_app
 from core.llm import ModelError, ScriptedModel
 from core.llm.base import Usage
@@ -186,11 +187,12 @@ class StreamingAgent(Agent):
     """An agent with ``stream``: what the gateway uses instead of cutting a finished reply."""
 
     def stream(self, message, *, memory=None, request_context=None):
-        yield "Hel"
-        yield {"type": "tool-call", "toolName": "lookup"}  # no place in OpenAI's format: skipped
-        yield {"type": "text-delta", "text": "lo!"}
-        yield AgentResult(text="Hello!", messages=[], prompts=[], usage=Usage(3, 2, 5), trace_id=None,
-                          finish_reason="stop", thread_id=memory["thread"], resource_id=memory["resource"])
+        yield StreamEvent("text-delta", text="Hel")
+        yield StreamEvent("tool-call", tool_call_id="c1", tool_name="lookup")  # no place in OpenAI's format
+        yield StreamEvent("text-delta", text="lo!")
+        result = AgentResult(text="Hello!", messages=[], prompts=[], usage=Usage(3, 2, 5), trace_id=None,
+                             finish_reason="stop", thread_id=memory["thread"], resource_id=memory["resource"])
+        yield StreamEvent("finish", text="Hello!", finish_reason="stop", usage=result.usage, result=result)
 
 
 def test_an_agent_stream_method_is_relayed_delta_by_delta(memory):
@@ -213,9 +215,9 @@ class GatedStreamingAgent(Agent):
 
     def stream(self, message, *, memory=None, request_context=None):
         try:
-            yield "first "
+            yield StreamEvent("text-delta", text="first ")
             self.release.wait(60)
-            yield "second"
+            yield StreamEvent("text-delta", text="second")
         finally:
             self.closed.set()
 

@@ -14,7 +14,6 @@ from core import Memory, MemoryOptions
 from core.agent import Agent
 from core.cli import main as cli_main
 from core.gateway import GatewayServer, create_app, require_serve_extra
-from core.gateway.turns import split_text
 from core.llm import ModelError, ScriptedModel
 
 
@@ -136,13 +135,6 @@ def test_token_is_required_when_set(agents, monkeypatch):
         assert good.chat.completions.create(model="echo", messages=[user("hi")]).choices[0].message.content == "ok"
         assert raw(server, "GET", "/api/memory/threads?resourceId=ada",
                    headers={"authorization": "Bearer s3cret-token"})[0] == 200
-
-
-def test_streamed_text_pieces_join_back_exactly():
-    text = "Hello,  world!\nLine two\twith   spacing and a verylongwordthatexceedsthechunksize."
-    pieces = list(split_text(text, 10))
-    assert "".join(pieces) == text and len(pieces) > 3
-    assert list(split_text("", 10)) == []
 
 
 def serve_cli(*args: str) -> tuple[int, str]:
