@@ -25,10 +25,10 @@ def recall_in_use(store: Store) -> bool:
             "SELECT 1 FROM sqlite_master WHERE type='table' AND (name = 'memory_messages' "
             "OR name GLOB 'memory_messages_[0-9]*') LIMIT 1").first():
             return True
-    from core.registry import registered_agents
+    from core.agent_configs import list_agents
 
-    for config in registered_agents(store).values():
-        recall = (config.get("options") or {}).get("semantic_recall")
+    for agent in list_agents(store):
+        recall = agent.options.get("semantic_recall")
         if recall is True or (isinstance(recall, dict) and recall.get("enabled", True)):
             return True
     return False
