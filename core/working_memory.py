@@ -220,6 +220,14 @@ class WorkingMemoryService:
             )
         )
 
+    def record_version(
+        self, conn: sa.Connection, scope: str, owner: str, text: str | None, fmt: str, *, author: str,
+        note: str | None = None,
+    ) -> None:
+        """Add a version row inside the caller's transaction (a value written with other rows, such as
+        a forked thread's working memory); nothing when the database keeps no versions."""
+        self._version(conn, scope, owner, text, fmt, author, note)
+
     def _has_versions(self, conn: sa.Connection) -> bool:
         cached = self.store.extensions.get("wm_versions_table")
         if cached is None:
