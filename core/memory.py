@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.replay.rebuild import Rebuild
     from core.replay.record import TurnRecord
     from core.replay.turns import Turn
+    from core.replay.what_if import WhatIfRow
 
 
 class ConfigurationError(MemoryStudioError, ValueError):
@@ -238,6 +239,25 @@ class Memory:
         from core.replay import store as records
 
         return records.read(self.store, input_message_id)
+
+    def what_if(
+        self, thread_id: str, *, options: Mapping[str, Any], resource_id: str | None = None,
+        progress: Callable[[int, int], None] | None = None, cancel: Callable[[], bool] | None = None,
+    ) -> Iterator["WhatIfRow"]:
+        """Every turn's prompt with ``options`` merged over the options it had, against the real one."""
+        from core.replay.what_if import what_if
+
+        return what_if(self, thread_id, options=options, resource_id=resource_id, progress=progress, cancel=cancel)
+
+    def fork_thread(
+        self, thread_id: str, *, at: str, new_thread_id: str | None = None, title: str | None = None,
+        working_memory: str = "as_of", resource_id: str | None = None,
+    ) -> Thread:
+        """A new thread with copies of exactly the messages before message ``at`` (see ``core.replay.fork``)."""
+        from core.replay.fork import fork_thread
+
+        return fork_thread(self, thread_id, at=at, new_thread_id=new_thread_id, title=title,
+                           working_memory=working_memory, resource_id=resource_id)  # type: ignore[arg-type]
 
     def _owned_thread(self, thread_id: str, resource_id: str | None) -> Thread:
         thread = self.get_thread(thread_id)

@@ -11,11 +11,23 @@
 
 from __future__ import annotations
 
+from core.replay.diff import REASONS, FragmentChange, prompt_diff
 from core.replay.record import RecallHitRecord, ReplayInfo, TurnRecord, messages_hash
+from core.replay.rerun import RerunError, RerunResult, rerun
+from core.replay.turns import Turn
+from core.replay.what_if import WhatIfRow
 
 __all__ = [
+    "REASONS",
+    "FragmentChange",
     "RecallHitRecord",
     "ReplayInfo",
+    "RerunError",
+    "RerunResult",
+    "Turn",
     "TurnRecord",
+    "WhatIfRow",
     "messages_hash",
+    "prompt_diff",
+    "rerun",
 ]

@@ -52,6 +52,13 @@ def _version_text(store: "Store", version_id: int) -> tuple[bool, str | None]:
     return (True, row[0]) if row is not None else (False, None)
 
 
+def working_memory_text(store: "Store", record: TurnRecord) -> tuple[bool, str | None]:
+    """(known, text) of the working memory a recorded turn showed."""
+    if record.wm_version_id is not None:
+        return _version_text(store, record.wm_version_id)
+    return True, record.wm_text
+
+
 def load(store: "Store", record: TurnRecord) -> FrozenTurn:
     """Load every stored row a record names, in one pass."""
     wanted = set(record.history_ids)
@@ -64,13 +71,10 @@ def load(store: "Store", record: TurnRecord) -> FrozenTurn:
     windows = {hit.message_id: sorted((found[w] for w in hit.window_ids if w in found),
                                       key=lambda m: (m.created_at, m.id)) for hit in record.recall}
     hits = _hits(record)
-    wm_text, wm_known = record.wm_text, record.wm_text is not None
-    if record.wm_version_id is not None:
-        wm_known, wm_text = _version_text(store, record.wm_version_id)
-        if not wm_known:
-            missing.append(f"working-memory version {record.wm_version_id}")
-    elif not wm_known:
-        wm_known = True  # no version and no text: working memory was empty (or off) at that turn
+    # No version and no text: working memory was empty (or off) at that turn.
+    wm_known, wm_text = working_memory_text(store, record)
+    if not wm_known:
+        missing.append(f"working-memory version {record.wm_version_id}")
     state = observations.recorded(store, generation_id=record.om_generation, chunks=record.om_chunks,
                                   hints=record.om_hints, unobserved=history)
     missing.extend(state.unknowns)
@@ -91,4 +95,4 @@ def _hits(record: TurnRecord) -> list[Any]:
     return out
 
 
-__all__ = ["FrozenTurn", "load"]
+__all__ = ["FrozenTurn", "load", "working_memory_text"]
