@@ -91,7 +91,7 @@ class SemanticRecall(BaseProcessor):
             ctx.skip(self.id, "the last user message has no text to search with")
             return
         resource_scope = opts.scope == "resource" and bool(req.resource_id)
-        if req.frozen is not None:  # a recorded turn: exactly the hits it had
+        if req.frozen is not None and req.frozen.hits is not None:  # a recorded turn: exactly its hits
             hits, reason = list(req.frozen.hits), None
         else:
             result = index.search(
@@ -157,6 +157,8 @@ class SemanticRecall(BaseProcessor):
         out: dict[str, tuple[Message, SearchHit]] = {}
         rng = opts.message_range
         frozen = ctx.request.frozen
+        if frozen is not None and frozen.hits is None:
+            frozen = None  # recall re-queried (a what-if changed its options): windows are queried too
         seen: dict[str, list[str]] = {}
         for hit in hits:  # best first, so a shared neighbour keeps the better hit's score
             if frozen is not None:

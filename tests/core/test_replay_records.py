@@ -83,3 +83,27 @@ def test_a_database_without_the_table_has_no_records_and_rebuilds_by_time(tmp_pa
         assert prompt.replay is not None and prompt.replay.kind == "reconstructed" and prompt.replay.matches is None
         assert [m["content"] for m in prompt.messages] == ["hello", "A.", "again"]
         assert any("instructions" in u for u in prompt.replay.unknowns)
+
+
+def test_a_record_can_be_committed_in_the_turns_own_transaction(store) -> None:
+    """``TurnCapture.commit(conn)`` (a staged write): the record lands with the messages, naming
+    only the responses that transaction stored."""
+    from core import Message
+    from core.replay.capture import capture
+
+    memory = Memory(store, MemoryOptions(last_messages=4))
+    ctx = memory.new_context(memory.request_context(thread_id="t", resource_id="u"))
+    ctx.live = True
+    memory.prepare_input(ctx, input="hello there", instructions="Be kind.")
+    prompt = memory.run_input(ctx)
+    turn = capture(ctx, prompt, model=ScriptedModel(["x"]))
+    assert turn is not None
+    reply = Message.assistant("Hi!", thread_id="t", resource_id="u")
+    ctx.messages.add(reply, "response")
+    with store.db.write() as conn:
+        memory.store.memory.save_messages(ctx.messages.new_messages(), conn=conn)
+        turn.commit(conn)
+    record = memory.turn_record(turn.record.input_message_id)
+    assert record is not None and record.response_ids == (reply.id,) and record.instructions == ("Be kind.",)
+    rebuilt = memory.assemble(as_of=record.input_message_id)
+    assert rebuilt.replay is not None and rebuilt.replay.matches is True and rebuilt.messages == prompt.messages
