@@ -76,7 +76,8 @@ class SemanticRecall(BaseProcessor):
         req = ctx.request
         opts = self._options(ctx)
         index = self._index(ctx)
-        if index is None:
+        recorded = req.frozen is not None and req.frozen.hits is not None  # a rebuild needs no index
+        if index is None and not recorded:
             ctx.skip(self.id, "no recall index: Memory was built without an embedder")
             return
         if not req.thread_id:
@@ -94,6 +95,7 @@ class SemanticRecall(BaseProcessor):
         if req.frozen is not None and req.frozen.hits is not None:  # a recorded turn: exactly its hits
             hits, reason = list(req.frozen.hits), None
         else:
+            assert index is not None
             result = index.search(
                 query,
                 resource_id=req.resource_id if resource_scope else None,

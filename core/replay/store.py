@@ -62,7 +62,7 @@ def _cached_keys(store: "Store") -> dict[str, set[str]]:
     cache = store.extensions.get(_KNOWN_TEXTS)
     if cache is None:
         cache = store.extensions[_KNOWN_TEXTS] = {}
-    return cache  # type: ignore[no-any-return]
+    return cache
 
 
 def write(conn: sa.Connection, store: "Store", record: TurnRecord) -> bool:

@@ -107,3 +107,39 @@ def test_a_record_can_be_committed_in_the_turns_own_transaction(store) -> None:
     assert record is not None and record.response_ids == (reply.id,) and record.instructions == ("Be kind.",)
     rebuilt = memory.assemble(as_of=record.input_message_id)
     assert rebuilt.replay is not None and rebuilt.replay.matches is True and rebuilt.messages == prompt.messages
+
+
+def test_a_turn_that_sent_several_inputs_is_one_turn_and_rebuilds_exactly(store) -> None:
+    from core import Message
+
+    memory = Memory(store, MemoryOptions(last_messages=5))
+    model = ScriptedModel(["First.", "Both read."])
+    agent = Agent("a", instructions="Read all.", model=model, memory=memory, tracer=False)
+    agent.generate("hello", memory={"resource": "u", "thread": "t"})
+    agent.generate([Message.user("part one"), Message.user("part two")], memory={"resource": "u", "thread": "t"})
+    turns = memory.turns("t")
+    assert [t.input_text for t in turns] == ["hello", "part two"]
+    record = turns[1].record
+    assert record is not None and len(record.input_ids) == 2
+    prompt = memory.assemble(as_of=turns[1].input_message_id)
+    assert prompt.messages == model.requests[1].messages and prompt.replay.matches is True
+
+
+def test_any_memory_on_the_file_rebuilds_a_recorded_turn(store) -> None:
+    """The record carries the options: a memory built without recall (the Studio's, a script's)
+    still rebuilds a turn that had recall, without an embedder."""
+    from core.embedding import HashingEmbedder
+
+    live = Memory(store, MemoryOptions(last_messages=1, semantic_recall={"top_k": 2, "scope": "thread",
+                                                                         "message_range": 0}),
+                  embedder=HashingEmbedder())
+    model = ScriptedModel(["Herons fish.", "Yes, herons.", "Still herons."])
+    agent = Agent("a", instructions="Birds.", model=model, memory=live, tracer=False)
+    for text in ("herons eat fish", "tell me about egrets", "what do herons eat"):
+        agent.generate(text, memory={"resource": "u", "thread": "t"})
+    plain = Memory(store)
+    last = plain.turns("t")[-1]
+    assert last.record is not None and last.record.recall
+    prompt = plain.assemble(as_of=last.input_message_id)
+    assert prompt.fragments_from("semantic-recall")
+    assert prompt.messages == model.requests[2].messages and prompt.replay.matches is True
