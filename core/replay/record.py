@@ -189,8 +189,7 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
              h.window_ids.index(h.message_id) if h.message_id in h.window_ids else -1]
             for h in sorted(record.recall, key=lambda h: h.rank)
         ]
-    if record.wm_version_id is not None:
-        data["wv"] = record.wm_version_id
+    # The working-memory version id lives in its own column only (an import may renumber versions).
     if record.wm_text is not None:
         data["wt"] = text_keys[record.wm_text]
     if record.om_generation is not None:
@@ -255,7 +254,7 @@ def decode(
         model=data.get("m"),
         history_ids=history,
         recall=tuple(recall),
-        wm_version_id=row.get("wm_version_id") if row.get("wm_version_id") is not None else data.get("wv"),
+        wm_version_id=int(row["wm_version_id"]) if row.get("wm_version_id") is not None else None,
         om_generation=unpack_id(str(om[0])) if om else None,
         om_cursor=om[1] if om else None,
         tools=tuple(str(x) for x in data.get("t", ())),

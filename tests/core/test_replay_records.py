@@ -143,3 +143,31 @@ def test_any_memory_on_the_file_rebuilds_a_recorded_turn(store) -> None:
     prompt = plain.assemble(as_of=last.input_message_id)
     assert prompt.fragments_from("semantic-recall")
     assert prompt.messages == model.requests[2].messages and prompt.replay.matches is True
+
+
+def test_records_travel_with_an_exported_thread_and_rebuild_exactly_after_import(tmp_path) -> None:
+    from core.transfer import export_thread, import_data
+
+    source_path, target_path = tmp_path / "a.db", tmp_path / "b.db"
+    with open_store(source_path) as store:
+        memory = Memory(store, MemoryOptions(last_messages=2, working_memory={"enabled": True, "template": TEMPLATE}))
+        model = ScriptedModel([
+            ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": "# User\n- Name: Ada\n"}),)),
+            "Hi Ada.", "Sure.", "Done."])
+        agent = Agent("a", instructions="Be kind.", model=model, memory=memory, tracer=False)
+        for text in ("I am Ada", "what is my name", "thanks"):
+            agent.generate(text, memory={"resource": "ada", "thread": "t"})
+        data = export_thread(store, "t")
+    assert data["counts"]["turns"] == 3
+    with open_store(target_path) as store:
+        # The target already has a version of its own, so the imported one gets another id.
+        Memory(store, MemoryOptions(working_memory={"enabled": True})).update_working_memory(
+            resource_id="someone", working_memory="x")
+        import_data(store, data)
+        memory = Memory(store)
+        turns = memory.turns("t")
+        assert all(t.record is not None for t in turns)
+        sent = [r.messages for r in model.requests if r.messages[-1]["role"] == "user"]
+        for turn, messages in zip(turns, sent):
+            prompt = memory.assemble(as_of=turn.input_message_id)
+            assert prompt.replay.matches is True and prompt.messages == messages
