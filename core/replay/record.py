@@ -220,8 +220,8 @@ def decode(
 ) -> TurnRecord:
     """A stored row back into a ``TurnRecord``; ``texts`` resolves keys (missing ones are listed)."""
     data = json.loads(row["record"])
-    if not isinstance(data, dict):
-        raise ValueError("turn record is not a JSON object")
+    if not isinstance(data, dict) or data.get("v") != RECORD_VERSION or not data.get("x"):
+        raise ValueError(f"not a version-{RECORD_VERSION} turn record")
     missing: list[str] = []
 
     def text(key: str) -> str:
