@@ -89,6 +89,9 @@ def record_cost(name: str, options: MemoryOptions, turns: int, **memory_kw: Any)
         # The same records written inside a transaction that is open anyway (the turn's own save, once
         # staged writes commit with it): what the record adds to that transaction.
         inside = []
+        with store.db.write() as conn:  # written again from scratch, as the turns wrote them
+            conn.exec_driver_sql("DELETE FROM memory_studio_turns")
+        store.extensions.pop("turn_record_text_keys", None)
         for made in timing.captures:
             with store.db.write() as conn:
                 start = time.perf_counter()
