@@ -31,6 +31,8 @@ from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
 from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
 from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
+from core.replay.capture import TurnCapture
+from core.replay.capture import capture as capture_turn
 from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
@@ -288,6 +290,7 @@ class Agent:
     ) -> TurnEvents:
         ctx: ProcessorContext | None
         bare_record: tuple[dict[str, str], dict[str, dict[str, Any]]] = ({}, {})  # skips/notes without memory
+        capture: TurnCapture | None = None
         if mem is not None:
             # Ownership is checked here, before any model call (and before anything is written).
             request = mem.request_context(
@@ -302,6 +305,8 @@ class Agent:
             prompt = self._span(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},
                                 lambda: mem.run_input(turn, extra_tools=self._tool_specs()), thread_id, resource_id)
             processors = list(prompt.processors)
+            # The turn record (issue 10): built from what this prompt used, written once the turn is saved.
+            capture = capture_turn(turn, prompt, model=self.model)
         else:
             ml = MessageList()
             for text in [self.instructions] if self.instructions else []:
@@ -375,6 +380,8 @@ class Agent:
                     for write in ctx.pending_writes:
                         write.commit(conn)
                 ctx.pending_writes.clear()
+            if capture is not None and error is None and ctx.live and not ctx.request.read_only:
+                capture.save(mem.store, saved)
         if error is not None:
             if tool_results and isinstance(error, ModelError):
                 raise TurnFailedError(error, [r["tool"] for r in tool_results]) from error

@@ -26,7 +26,7 @@ from core.processors.working_memory import WorkingMemory
 from core.prompt import AssembledPrompt, build_prompt
 from core.scopes import check_thread_owner, parse_scopes
 from core.storage import Store
-from core.storage.memory_store import InvalidArgumentError, NotFoundError
+from core.storage.memory_store import InvalidArgumentError, Thread
 from core.timeutil import to_ms
 
 
@@ -105,12 +105,17 @@ class TurnAssembler:
     # -- assembly --------------------------------------------------------------------------------
     def request_context(
         self, *, thread_id: str | None, resource_id: str | None, options: Mapping[str, Any] | None = None,
-        scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None,
+        scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None, resolve: bool = True,
+        thread: Thread | None = None,
     ) -> RequestContext:
+        """``resolve=False``: the memory's own options, without reading overrides (a caller that
+        brings the options, such as a rebuild from a turn record). ``thread``: its row, when the
+        caller has read it already (a replay stepping through a thread)."""
         resource_id, thread_id, others = parse_scopes(scopes, resource_id=resource_id, thread_id=thread_id)
         check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
-        opts = self._resolve_options(options)
-        thread = self.store.memory.get_thread(thread_id) if thread_id else None
+        opts = self._resolve_options(options) if resolve else self.options
+        if thread is None or thread.id != thread_id:
+            thread = self.store.memory.get_thread(thread_id) if thread_id else None
         if thread is not None:
             check_thread_owner(thread.id, thread.resource_id, resource_id)
         if thread is not None and resource_id is None:
@@ -145,27 +150,27 @@ class TurnAssembler:
         tools: Sequence[Mapping[str, Any]] = (),
         as_of: str | None = None,
         budget: PromptBudget | None = None,
+        rebuild: str = "record",
     ) -> AssembledPrompt:
         """Build the exact prompt for a turn without writing anything.
 
-        ``as_of``: the id of a stored user message; the prompt is rebuilt as the engine would have
-        built it for that turn (history before it, the message itself as input). ``budget``: fit
-        the prompt into a model's context window, as an agent run with that model does.
+        ``as_of``: the id of a stored input message; the prompt that turn had is rebuilt
+        (``core.replay.rebuild``): exactly from its turn record when there is one, else as of its
+        time. ``rebuild="now"`` ignores the record. ``options`` with ``as_of`` make a what-if.
+        ``budget`` (without ``as_of``): fit the prompt into a model's context window, as an agent
+        run with that model does; a rebuilt turn already holds what fitted then.
         """
         if as_of is not None:
-            stored = self.store.memory.get_messages([as_of])
-            if not stored:
-                raise NotFoundError(f"Message {as_of} not found")
-            turn = stored[0]
-            if thread_id is not None and turn.thread_id != thread_id:
-                raise InvalidArgumentError(f"Message {as_of} belongs to thread {turn.thread_id}, not {thread_id}.")
-            thread_id = turn.thread_id
-            input = [turn]
+            from core.replay.rebuild import rebuild as rebuild_turn
+
+            return rebuild_turn(
+                self, as_of=as_of, thread_id=thread_id, resource_id=resource_id, options=options,
+                instructions=instructions, context=context, scopes=scopes, request_context=request_context,
+                tools=tools, rebuild=rebuild,  # type: ignore[arg-type]
+            )
         request = self.request_context(
             thread_id=thread_id, resource_id=resource_id, options=options, scopes=scopes, values=request_context
         )
-        if as_of is not None:
-            request.as_of = turn
         ctx = self.new_context(request)
         ctx.budget = budget
         self.prepare_input(ctx, input=input, instructions=instructions, context=context)

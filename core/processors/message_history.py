@@ -38,7 +38,9 @@ class MessageHistory(BaseProcessor):
             return
         before = (req.as_of.created_at, req.as_of.id) if req.as_of is not None else None
         # Storage errors propagate: a turn without its history would silently mislead the model.
-        if limit is None:
+        if req.frozen is not None and req.frozen.history is not None:  # a recorded turn: its exact window
+            rows = list(req.frozen.history)
+        elif limit is None:
             rows = self._newest_within(ctx, req.thread_id, req.resource_id, before, int(opts.max_tokens or 0))
         else:
             rows = ctx.store.memory.list_messages(

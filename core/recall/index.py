@@ -12,6 +12,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 import numpy as np
@@ -337,10 +338,12 @@ class RecallIndex:
 
     # -- reading -------------------------------------------------------------------------------
     def keyword_search(
-        self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int
+        self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
+        until: str | None = None,
     ) -> list[keyword.KeywordHit]:
+        """``until``: only messages created before it (ISO text), for a past turn's view."""
         return keyword.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                              stats=self.term_stats)
+                              stats=self.term_stats, until=until)
 
     def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> VectorSet | None:
         """The cached vectors of a scope, refreshed against the table's change counters."""
@@ -383,10 +386,13 @@ class RecallIndex:
         top_k: int = 20,
         mode: Mode = "hybrid",
         threshold: float | None = None,
+        until: datetime | None = None,
     ) -> SearchResult:
+        """``until``: only messages created strictly before this time are scored (a past turn's view)."""
         from core.recall.search import run_search
 
-        return run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode, threshold=threshold)
+        return run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
+                          threshold=threshold, until=until)
 
     def close(self) -> None:
         with self._lock:

@@ -141,9 +141,11 @@ class PgRecallIndex(RecallIndex):
         return f"more than {limit} message changes waited for keyword indexing; the rest are applied on later searches"
 
     def keyword_search(
-        self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int
+        self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
+        until: str | None = None,
     ) -> list[keyword.KeywordHit]:
-        return pg_keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit)
+        return pg_keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                                  until=until)
 
     def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> Any:
         if self.info is None:

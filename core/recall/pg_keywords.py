@@ -101,8 +101,9 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
 
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
-    context_weight: float | None = None,
+    context_weight: float | None = None, until: str | None = None,
 ) -> list[KeywordHit]:
+    """``until``: only messages created before it (ISO text), for a past turn's view."""
     terms = [t[1:-1].replace('""', '"') for t in keyword_terms(query)]  # drop FTS5's quoting
     if not terms:
         return []
@@ -116,6 +117,9 @@ def search(
     if thread_id is not None:
         where.append("d.thread_id = ?")
         params.append(thread_id)
+    if until is not None:
+        where.append('EXISTS (SELECT 1 FROM mastra_messages m WHERE m.id = d.message_id AND m."createdAt" < ?)')
+        params.append(until)
     params.append(limit)
     rows = conn.exec_driver_sql(
         f"SELECT d.message_id, d.thread_id, d.resource_id, "

@@ -124,8 +124,12 @@ class PgVectorSet:
                 self.skips.other_model[str(model)] += int(count)
         return self._n
 
-    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None) -> list[hybrid.Ranked]:
+    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None,
+               until: str | None = None) -> list[hybrid.Ranked]:
         where, params = self._scope(thread_id)
+        if until is not None:  # a past turn's view: only messages created before it (ISO text order)
+            where += " AND metadata->>'created_at' < ?"
+            params = [*params, until]
         q = literal(qvec)
         with self.store.db.read() as conn:
             # A filtered HNSW scan keeps going until it has enough rows of the scope (pgvector 0.8).

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sqlalchemy as sa
 
-from core.timeutil import parse_iso
+from core.timeutil import parse_iso, to_iso
 from core.recall import hybrid
 from core.recall.text import query_dates
 from core.recall.index import CANDIDATES, MIGRATE_HINT, MODES, SearchHit, SearchResult
@@ -36,6 +36,7 @@ def run_search(
     top_k: int,
     mode: "Mode",
     threshold: float | None,
+    until: datetime | None = None,
 ) -> SearchResult:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -54,6 +55,7 @@ def run_search(
         notes.append(reason)
         log.log(logging.WARNING if failure else logging.INFO, "recall search over %s degraded: %s", scope, reason)
 
+    until_iso = to_iso(until) if until is not None else None
     details_extra: dict[str, int] = {}
     depth = max(top_k, CANDIDATES) if mode == "hybrid" else top_k
     vec_ranked: list[hybrid.Ranked] = []
@@ -71,7 +73,8 @@ def run_search(
             degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
         else:
             with index.store.db.read() as conn:
-                kw = index.keyword_search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth)
+                kw = index.keyword_search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
+                                          until=until_iso)
             kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw
                          if h.message_id not in gone]
 
@@ -88,7 +91,8 @@ def run_search(
             else:
                 for skipped in vset.skips.reasons():
                     degrade(skipped, failure=False)
-                vec_ranked = [r for r in vset.ranked(qvec, depth, thread_id if resource_id is not None else None)
+                vec_ranked = [r for r in vset.ranked(qvec, depth, thread_id if resource_id is not None else None,
+                                                     until_iso)
                               if r.message_id not in gone]
 
     if mode == "vector":
@@ -101,7 +105,8 @@ def run_search(
             seen = {r.message_id for r in vec_ranked}
             cosines = vset.cosines(qvec, [r.message_id for r in kw_ranked if r.message_id not in seen])
         fused = hybrid.combine(vec_ranked, kw_ranked, cosines)
-        spans = query_dates(query, today())
+        # A past turn's "last week" counts from that turn's day.
+        spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
         if spans:
             details_extra["date_spans"] = len(spans)
         order: dict[str, tuple[str | None, date | None]] = {}

@@ -51,6 +51,12 @@ MIGRATIONS: list[Migration] = [
         schema.STUDIO_DDL,
         postgres=pg_ddl.STUDIO_DDL,
     ),
+    Migration(
+        "0006_turn_records",
+        "A compact record of every live agent turn, so stored turns rebuild exactly (issue 10)",
+        schema.TURNS_DDL,
+        postgres=schema.TURNS_DDL,  # plain TEXT columns and a partial index: the same on both
+    ),
 ]
 
 
