@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal, Mapping
 
 from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
+from studio.logic.dates import format_datetime
 
 # Stable colours per source so the bar, the table and the legend agree (colour-blind-safe-ish hues).
 SOURCE_COLORS: dict[str, str] = {
@@ -85,7 +86,7 @@ def starting_point(agent: AgentConfig | None, reason: str) -> StartingPoint:
         return StartingPoint(base, InspectorOptions.from_memory_options(base), None,
                              f"Defaults ({reason})")
     base = agent.memory_options()
-    when = agent.updated_at.strftime("%Y-%m-%d %H:%M") if agent.updated_at else "?"
+    when = format_datetime(agent.updated_at)
     by = f" by {agent.process}" if agent.process else ""
     return StartingPoint(base, InspectorOptions.from_memory_options(base), agent,
                          f"{reason}; registered {when}{by}")

@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal
 
 from core.traces.spans import (
@@ -21,6 +21,7 @@ from core.traces.spans import (
     TraceSummary,
     order_for_tree,
 )
+from studio.logic.dates import format_datetime, relative_time
 from studio.selection import Selection
 
 # One colour per span type, shared by the tree swatches, the timeline bars and the legend.
@@ -177,14 +178,9 @@ def format_duration(ms: float | None) -> str:
     return f"{minutes}m {rest:02d}s"
 
 
-def format_started(value: datetime | None, today: datetime | None = None) -> str:
-    """UTC wall time; the date only when it is not today (UTC)."""
-    if value is None:
-        return ""
-    value = value.astimezone(timezone.utc)
-    today = (today or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    clock = value.strftime("%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
-    return clock if value.date() == today.date() else f"{value:%Y-%m-%d} {clock}"
+def format_started(value: datetime | None) -> str:
+    """When a trace or span started, in the Studio's one date format (``studio.logic.dates``)."""
+    return format_datetime(value) if value is not None else ""
 
 
 def format_tokens(summary: TraceSummary) -> str:
@@ -265,10 +261,10 @@ def span_usage(span: SpanRecord) -> TokenTotals | None:
 def span_facts(span: SpanRecord, trace_start: datetime | None = None) -> list[tuple[str, str]]:
     """(label, value) lines for the detail header: only the facts this span actually has."""
     facts: list[tuple[str, str]] = [("type", span.span_type)]
-    when = format_started(span.started_at, today=span.started_at)
+    when = format_started(span.started_at)
     if trace_start is not None:
         when += f"  (+{format_duration(_ms(trace_start, span.started_at))})"
-    facts.append(("started", when + " UTC"))
+    facts.append(("started", f"{when}  ({relative_time(span.started_at)})"))
     facts.append(("duration", format_duration(span.duration_ms)))
     if span.entity_name or span.entity_id:
         facts.append(("entity", f"{span.entity_type or ''} {span.entity_name or span.entity_id}".strip()))

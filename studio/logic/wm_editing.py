@@ -19,6 +19,7 @@ from core import Store, WorkingMemoryOptions
 from core.agent_configs import AgentConfig
 from core.working_memory import Version, WorkingMemoryService, normalize_ws
 from core.working_memory_schema import load_stored, validate, working_memory_merge
+from studio.logic.dates import format_datetime
 from studio.logic.memory_config import ConfigState
 from studio.selection import Selection
 
@@ -200,5 +201,5 @@ def save_wm(
 
 
 def version_label(v: Version) -> str:
-    when = v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"
+    when = format_datetime(v.created_at)
     return f"#{v.id} · {when} · {v.author}"

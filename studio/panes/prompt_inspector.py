@@ -50,6 +50,7 @@ from studio.logic.prompt_layout import (
     skipped_rows,
     starting_point,
 )
+from studio.logic.dates import format_datetime
 from studio.reads import assemble_preview
 from studio.selection import Selection
 from studio.widgets.banner import Banner
@@ -468,7 +469,7 @@ class PromptInspectorPane(QWidget):
                                       else "No memory processors ran.")
         self.bar.set_usage(context_usage(prompt))
         if preview.turn is not None:
-            when = (preview.turn.created_at or "?").replace("T", " ").replace(".000Z", " UTC")
+            when = format_datetime(preview.turn.created_at)
             first = preview.turn.input.id[:8] if preview.turn.input is not None else "?"
             self.turn_label.setText(f"as of {when} (turn starts at {first})")
             if preview.turn.input is not None:

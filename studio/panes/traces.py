@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from PySide6.QtCore import QItemSelection, QModelIndex, Qt, QTimer, Signal
@@ -56,6 +57,7 @@ from studio.logic.traces_layout import (
     tokens_tooltip,
     transcript_html,
 )
+from studio.logic.dates import date_tooltip, format_datetime
 from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, traces_fingerprint
 from studio.selection import Selection
 from studio.widgets.banner import Banner
@@ -85,7 +87,7 @@ TRACE_COLUMNS: list[Column[TraceSummary]] = [
            foreground=lambda t: ERROR_COLOR if t.status == "error" else None),
     Column("Trace", lambda t: t.name, tooltip=lambda t: f"{t.name}\ntrace {t.trace_id}"),
     Column("Agent", lambda t: t.entity_name or ""),
-    Column("Started (UTC)", lambda t: format_started(t.started_at), tooltip=lambda t: t.started_at.isoformat()),
+    Column("Started", lambda t: format_started(t.started_at), tooltip=lambda t: date_tooltip(t.started_at)),
     Column("Duration", lambda t: format_duration(t.duration_ms), RIGHT),
     Column("Spans", format_spans, RIGHT),
     Column("Tokens", format_tokens, RIGHT, tooltip=tokens_tooltip),
@@ -443,7 +445,8 @@ class TracesPane(QWidget):
             source.kind if source else "", "")
         self.subtitle.setText(f"{self._scope_text()} · {where} {source.location if source else ''}".rstrip())
         self.subtitle.setToolTip(source.location if source else "")
-        self.status.setText(f"Read at {time.strftime('%H:%M:%S')} · reloads when the trace file changes")
+        self.status.setText(f"Read at {format_datetime(datetime.now(timezone.utc))} · reloads when the trace file "
+                            "changes")
         self.commands.refresh_enabled()
 
     def _on_error(self, exc: BaseException) -> None:

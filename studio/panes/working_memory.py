@@ -33,6 +33,7 @@ from core import ConcurrentUpdateError
 from core.agent_configs import AgentConfig, save_override
 from core.working_memory import Version
 from studio.commands import CommandRegistry
+from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.diffing import line_diff, normalize_for_diff
 from studio.logic.wm_editing import DraftCheck, WmDraft, WmSnapshot, changed_paths, pretty_json, save_wm
 from studio.reads import load_wm
@@ -49,7 +50,7 @@ AUTO = "__auto__"
 
 VERSION_COLUMNS: list[Column[Version]] = [
     Column("#", lambda v: v.id, RIGHT),
-    Column("Saved", lambda v: v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"),
+    Column("Saved", lambda v: format_datetime(v.created_at), tooltip=lambda v: date_tooltip(v.created_at)),
     Column("Author", lambda v: v.author, foreground=lambda v: {"agent": "#D9A441", "studio": "#4FA3D9"}.get(v.author)),
     Column("Size", lambda v: f"{len(v.text or '')} chars", RIGHT),
     Column("Note", lambda v: v.note or ""),
@@ -62,7 +63,7 @@ AGENT_COLUMNS: list[Column[AgentConfig]] = [
     Column("Last messages", lambda a: a.options.get("last_messages"), RIGHT),
     Column("Recall", lambda a: "on" if (a.options.get("semantic_recall") or {}).get("enabled") else "off"),
     Column("Process", lambda a: a.process or ""),
-    Column("Registered", lambda a: a.updated_at.strftime("%Y-%m-%d %H:%M") if a.updated_at else "?"),
+    Column("Registered", lambda a: format_datetime(a.updated_at), tooltip=lambda a: date_tooltip(a.updated_at)),
 ]
 
 

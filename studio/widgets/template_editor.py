@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.diffing import line_diff, normalize_for_diff
 from core.agent_configs import ConfigVersion, validate_template
 from studio.logic.memory_config import parse_schema
@@ -34,7 +35,7 @@ KINDS = [("template", "Markdown template"), ("schema", "JSON schema")]
 
 VERSION_COLUMNS: list[Column[ConfigVersion]] = [
     Column("#", lambda v: v.id),
-    Column("Saved", lambda v: v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"),
+    Column("Saved", lambda v: format_datetime(v.created_at), tooltip=lambda v: date_tooltip(v.created_at)),
     Column("Kind", lambda v: v.kind),
     Column("Author", lambda v: v.author),
 ]
