@@ -43,8 +43,8 @@ BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
 # (object name, tab title, "module:Class"): every pane takes (session, parent) and has set_selection.
 TABS: list[tuple[str, str, str]] = [
     ("messages", "Messages", "studio.panes.messages:MessagesPane"),
-    ("prompt", "Prompt inspector", "studio.panes.prompt_inspector:PromptInspectorPane"),
-    ("working_memory", "Working memory", "studio.panes.working_memory:WorkingMemoryPane"),
+    ("prompt", "Prompt Inspector", "studio.panes.prompt_inspector:PromptInspectorPane"),
+    ("working_memory", "Working Memory", "studio.panes.working_memory:WorkingMemoryPane"),
     ("traces", "Traces", "studio.panes.traces:TracesPane"),
     ("observations", "Observations", "studio.panes.observations:ObservationsPane"),
 ]

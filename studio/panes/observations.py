@@ -160,7 +160,7 @@ class ObservationsPane(QWidget):
 
     def _register_commands(self) -> None:
         self.commands = CommandRegistry(self)
-        action = self.commands.add("observations.refresh", "Reload observational memory", self.refresh,
+        action = self.commands.add("observations.refresh", "Reload Observational Memory", self.refresh,
                                    shortcut="F5", keywords="om observer reflection generations")
         action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         action.setIconText("Reload")

@@ -62,6 +62,9 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 DEBOUNCE_MS = 250
 EMBEDDERS = EmbedderHolder()  # one embedding model per process, loaded on the first recall preview
 DEFAULTS_LABEL = "Defaults (no agent)"
+NO_WRITES_LABEL = "No writes from the agent"
+NO_WRITES_TIP = ("Memory option read_only: the turn reads memory but saves nothing, and the model gets no "
+                 "working-memory update tool. (The database's own read-only mode is File > Allow Writes.)")
 
 
 FRAGMENT_COLUMNS: list[Column[FragmentRow]] = [
@@ -176,7 +179,9 @@ class PromptInspectorPane(QWidget):
         self.scope_combo = QComboBox()
         self.scope_combo.addItems(["resource", "thread"])
         ol.addWidget(self.scope_combo)
-        self.readonly_check = QCheckBox("Read-only")
+        # "Read-only" means the database mode only; this is the memory option ``read_only``.
+        self.readonly_check = QCheckBox(NO_WRITES_LABEL)
+        self.readonly_check.setToolTip(NO_WRITES_TIP)
         ol.addWidget(self.readonly_check)
         self.reset_btn = QToolButton()
         ol.addWidget(self.reset_btn)
@@ -264,18 +269,18 @@ class PromptInspectorPane(QWidget):
         add = self.commands.add
         has_prompt = lambda: self.preview is not None  # noqa: E731
         for action in (
-            add("prompt.copy_json", "Copy prompt as JSON (assembly record)", self.copy_json,
+            add("prompt.copy_json", "Copy Prompt as JSON (Assembly Record)", self.copy_json,
                 shortcut="Ctrl+Shift+J", enabled=has_prompt, keywords="clipboard export"),
-            add("prompt.copy_openai", "Copy prompt as OpenAI messages", self.copy_openai,
+            add("prompt.copy_openai", "Copy Prompt as OpenAI Messages", self.copy_openai,
                 shortcut="Ctrl+Shift+M", enabled=has_prompt, keywords="clipboard chat completions"),
-            add("prompt.reassemble", "Re-assemble prompt", self.assemble_now, shortcut="F5"),
-            add("prompt.reset_options", "Reset options to the agent's configuration", self.reset_options),
-            add("prompt.new_message", "Inspect a new message (not a stored turn)", self.use_new_message),
+            add("prompt.reassemble", "Reassemble Prompt", self.assemble_now, shortcut="F5"),
+            add("prompt.reset_options", "Reset Options to the Agent's Configuration", self.reset_options),
+            add("prompt.new_message", "Inspect a New Message (Not a Stored Turn)", self.use_new_message),
         ):
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         for button, cid, short in (
             (self.copy_json_btn, "prompt.copy_json", "Copy JSON"),
-            (self.copy_openai_btn, "prompt.copy_openai", "Copy OpenAI messages"),
+            (self.copy_openai_btn, "prompt.copy_openai", "Copy OpenAI Messages"),
             (self.reset_btn, "prompt.reset_options", "Reset"),
         ):
             action = self.commands.action(cid)

@@ -103,7 +103,7 @@ class ResourcesPane(QWidget):
         self.results_label = QLabel(self)
         self.results_label.setObjectName("searchSummary")
         back = QToolButton(self)
-        back.setText("✕ Back to threads")
+        back.setText("✕ Back to Threads")
         back.clicked.connect(self.show_tree)
         results_page = QWidget(self)
         rl = QVBoxLayout(results_page)

@@ -260,22 +260,22 @@ class TracesPane(QWidget):
         add = self.commands.add
         has_span = lambda: self.current_span() is not None  # noqa: E731
         actions = (
-            add("traces.refresh", "Reload traces", self.refresh, shortcut="F5", keywords="spans observability"),
-            add("traces.load_more", f"Load {PAGE} more traces", self.load_more,
+            add("traces.refresh", "Reload Traces", self.refresh, shortcut="F5", keywords="spans observability"),
+            add("traces.load_more", f"Load {PAGE} More Traces", self.load_more,
                 enabled=lambda: self.total is not None and len(self.traces) < self.total),
-            add("traces.all_threads", "Traces of all threads (not only the selected one)", self.toggle_all_threads,
+            add("traces.all_threads", "Show Traces of All Threads", self.toggle_all_threads,
                 checkable=True, keywords="filter thread"),
-            add("traces.filter", "Filter traces by name", self.filter_edit.setFocus, shortcut="Ctrl+F"),
-            add("traces.copy_span", "Copy span as JSON", self.copy_span, shortcut="Ctrl+Shift+C",
+            add("traces.filter", "Filter Traces by Name", self.filter_edit.setFocus, shortcut="Ctrl+F"),
+            add("traces.copy_span", "Copy Span as JSON", self.copy_span, shortcut="Ctrl+Shift+C",
                 enabled=has_span, keywords="clipboard"),
-            add("traces.raw_input", "Show the raw JSON of the span input", lambda: self.tabs.setCurrentIndex(TAB_INPUT),
+            add("traces.raw_input", "Show Raw Span Input (JSON)", lambda: self.tabs.setCurrentIndex(TAB_INPUT),
                 enabled=has_span, keywords="model_generation prompt messages"),
         )
         for action in actions:
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         for button, cid, short in ((self.refresh_btn, "traces.refresh", "Reload"),
-                                   (self.more_btn, "traces.load_more", f"Load {PAGE} more"),
-                                   (self.all_threads_btn, "traces.all_threads", "All threads")):
+                                   (self.more_btn, "traces.load_more", f"Load {PAGE} More"),
+                                   (self.all_threads_btn, "traces.all_threads", "All Threads")):
             action = self.commands.action(cid)
             action.setIconText(short)
             action.setToolTip(action.text())

@@ -283,25 +283,25 @@ class WorkingMemoryPane(QWidget):
         self.commands = CommandRegistry(self)
         add = self.commands.add
         specs = [
-            ("wm.save", "Save working memory", self.save, "Ctrl+S", self._can_save, self.save_btn, "Save"),
-            ("wm.revert", "Revert working memory edits", self.revert, None, self._is_dirty, self.revert_btn, "Revert"),
-            ("wm.undo", "Undo working memory edit", self.editor.undo, None,
+            ("wm.save", "Save Working Memory", self.save, "Ctrl+S", self._can_save, self.save_btn, "Save"),
+            ("wm.revert", "Revert Working Memory Edits", self.revert, None, self._is_dirty, self.revert_btn, "Revert"),
+            ("wm.undo", "Undo Working Memory Edit", self.editor.undo, None,
              lambda: self.editor.document().isUndoAvailable(), self.undo_btn, "Undo"),
-            ("wm.redo", "Redo working memory edit", self.editor.redo, None,
+            ("wm.redo", "Redo Working Memory Edit", self.editor.redo, None,
              lambda: self.editor.document().isRedoAvailable(), self.redo_btn, "Redo"),
-            ("wm.restore_version", "Restore the selected working memory version into the editor",
-             self.restore_selected_version, None, self._can_restore, self.restore_btn, "Restore into editor"),
+            ("wm.restore_version", "Restore Selected Version into the Editor",
+             self.restore_selected_version, None, self._can_restore, self.restore_btn, "Restore into Editor"),
         ]
         for cid, title, handler, shortcut, enabled, button, short in specs:
             action = add(cid, title, handler, shortcut=shortcut, enabled=enabled)
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             action.setIconText(short)
             button.setDefaultAction(action)
-        add("wm.overwrite_mine", "Resolve conflict: overwrite with my version", self.overwrite_with_mine,
+        add("wm.overwrite_mine", "Resolve Conflict: Overwrite with My Version", self.overwrite_with_mine,
             enabled=lambda: self._in_conflict and self._writable())
-        add("wm.take_theirs", "Resolve conflict: take the stored version", self.take_theirs,
+        add("wm.take_theirs", "Resolve Conflict: Take the Stored Version", self.take_theirs,
             enabled=lambda: self._in_conflict)
-        add("wm.reload", "Reload working memory", self.reload)
+        add("wm.reload", "Reload Working Memory", self.reload)
         self._update_actions()
 
 

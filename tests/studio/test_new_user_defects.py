@@ -1,0 +1,53 @@
+"""Defects a new user met (issue 11): each test here failed before its fix.
+
+Window growth, Open Recent, an empty file, About, the light theme's context bar, and naming.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings
+
+from studio.commands import title_case_problems
+from studio.selection import Selection
+
+WAIT = 15_000
+
+
+def _wait_open(qtbot: Any, window: Any, threads: int = 1) -> None:
+    qtbot.waitUntil(lambda: window.session is not None and window.resources is not None
+                    and len(window.resources.thread_rows()) >= threads, timeout=WAIT)
+
+
+# -- naming ------------------------------------------------------------------------------------------
+
+def test_title_case_rule() -> None:
+    assert title_case_problems("Copy Prompt as JSON (Assembly Record)") == []
+    assert title_case_problems("Resolve Conflict: Take the Stored Version") == []
+    assert title_case_problems("Inspect a New Message (Not a Stored Turn)") == []
+    assert title_case_problems("Copy prompt as JSON") == ["prompt"]
+    assert title_case_problems("the Prompt") == ["the"]
+    assert title_case_problems("Conflict: the Prompt") == ["the"]
+
+
+def test_every_command_title_is_title_case(qtbot: Any, make_window: Any, small_db: Path) -> None:
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    titles = {c.id: c.title for c in window.commands.commands() if not c.id.startswith("file.recent:")}
+    assert any(cid.startswith("prompt.") for cid in titles) and any(cid.startswith("wm.") for cid in titles)
+    bad = {cid: (title, title_case_problems(title)) for cid, title in titles.items() if title_case_problems(title)}
+    assert bad == {}
+
+
+def test_read_only_names_the_database_mode_only(qtbot: Any, make_session: Any, small_db: Path,
+                                                no_leaked_widgets: None) -> None:
+    from studio.panes.prompt_inspector import PromptInspectorPane
+
+    pane = PromptInspectorPane(make_session(small_db))
+    qtbot.addWidget(pane)
+    option = pane.readonly_check  # the memory option ``read_only``: the agent saves nothing
+    assert "read-only" not in option.text().lower() and "read only" not in option.text().lower()
+    assert "read_only" in option.toolTip() and "Allow Writes" in option.toolTip()
