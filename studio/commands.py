@@ -292,6 +292,18 @@ class RecentFiles:
     paths: list[str] = field(default_factory=list)
     limit: int = 10
 
+    @classmethod
+    def from_setting(cls, value: Any) -> "RecentFiles":
+        """The list as QSettings gives it back: an INI file returns a one-item list as a plain string
+        (iterating that would give single characters), and nothing at all as None."""
+        if value is None or value == "":
+            items: list[Any] = []
+        elif isinstance(value, str):
+            items = [value]
+        else:
+            items = list(value)
+        return cls([str(p) for p in items if p])
+
     def push(self, path: str) -> None:
         self.paths = [path, *[p for p in self.paths if p != path]][: self.limit]
 

@@ -84,7 +84,7 @@ class MainWindow(QMainWindow):
         self.seeding = False
         self._open_token = 0
         self._busy = {"pool": 0, "session": 0}
-        self.recent = RecentFiles([str(p) for p in (settings.value("recentFiles") or []) if p])
+        self.recent = RecentFiles.from_setting(settings.value("recentFiles"))
 
         self._build_shell()
         self.commands = CommandRegistry(self)

@@ -51,3 +51,33 @@ def test_read_only_names_the_database_mode_only(qtbot: Any, make_session: Any, s
     option = pane.readonly_check  # the memory option ``read_only``: the agent saves nothing
     assert "read-only" not in option.text().lower() and "read only" not in option.text().lower()
     assert "read_only" in option.toolTip() and "Allow Writes" in option.toolTip()
+
+
+# -- Open Recent --------------------------------------------------------------------------------------
+
+WRITE_SETTINGS = """
+import sys
+from PySide6.QtCore import QSettings
+s = QSettings(sys.argv[1], QSettings.Format.IniFormat)
+s.setValue("recentFiles", [sys.argv[2]])
+s.sync()
+"""
+
+
+def test_open_recent_keeps_a_single_path_whole(qtbot: Any, make_window: Any, small_db: Path,
+                                               tmp_path: Path, no_leaked_widgets: None) -> None:
+    """A one-item list written by the last launch comes back from the INI file as a plain string."""
+    import subprocess
+    import sys
+
+    from studio.dialogs import DialogPresenter
+    from studio.main_window import MainWindow
+
+    ini = tmp_path / "last-launch.ini"
+    subprocess.run([sys.executable, "-c", WRITE_SETTINGS, str(ini), str(small_db)], check=True)
+    window = MainWindow(QSettings(str(ini), QSettings.Format.IniFormat), DialogPresenter())
+    qtbot.addWidget(window)
+    assert window.recent.paths == [str(small_db)]
+    window._fill_recent_menu()
+    assert [a.text() for a in window.recent_menu.actions()] == [str(small_db)]
+    assert f"Open Recent: {small_db}" in [c.title for c in window.commands.commands()]
