@@ -33,7 +33,7 @@ from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notic
 from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
 from studio.selection import Selection
-from studio.session import OpenedDatabase, StudioSession, open_studio_database
+from studio.session import EmptyFileError, OpenedDatabase, StudioSession, open_studio_database
 from studio.theme import apply_theme, current_theme
 from studio.workers import WorkerPool
 
@@ -220,7 +220,7 @@ class MainWindow(QMainWindow):
 
     # -- opening ---------------------------------------------------------------------------------
     def open_database(self, path: str | None, *, allow_writes: bool | None = None, create_missing: bool = False,
-                      seed_if_empty: bool = False, keep: Selection | None = None) -> None:
+                      seed_if_empty: bool = False, keep: Selection | None = None, init_empty: bool = False) -> None:
         """Open ``path`` (None: the project's anchored database) in a worker; errors become dialogs."""
         if self.seeding:  # the seeder is writing through the current store; let it finish
             self.show_status("Creating demo data — open another database when it is done")
@@ -235,10 +235,11 @@ class MainWindow(QMainWindow):
         self.show_status(f"Opening {display}…")
 
         def job() -> OpenedDatabase:
-            return open_studio_database(path, allow_writes=allow_writes, create_missing=create_missing)
+            return open_studio_database(path, allow_writes=allow_writes, create_missing=create_missing,
+                                        init_empty=init_empty)
 
         self.pool.submit(job, on_result=lambda r: self._opened(token, r, seed_if_empty, keep),
-                         on_error=lambda e: self._open_failed(token, e, display))
+                         on_error=lambda e: self._open_failed(token, e, display, seed_if_empty))
 
     def _opened(self, token: int, opened: OpenedDatabase, seed_if_empty: bool, keep: Selection | None) -> None:
         if token != self._open_token:
@@ -257,13 +258,28 @@ class MainWindow(QMainWindow):
             self.seed_demo()
         self.session_opened.emit(self.session)
 
-    def _open_failed(self, token: int, exc: BaseException, display: str) -> None:
+    def _open_failed(self, token: int, exc: BaseException, display: str, seed_if_empty: bool = False) -> None:
         if token != self._open_token:
+            return
+        if isinstance(exc, EmptyFileError):
+            self._ask_to_init(exc, display, seed_if_empty)
             return
         problem = explain(exc, display)
         self.show_status(f"Could not open {display}")
         self.presenter.error(self, problem)
         self.open_failed.emit(problem)
+
+    def _ask_to_init(self, exc: EmptyFileError, display: str, seed_if_empty: bool) -> None:
+        """An empty file becomes a database only when the user says so; until then it stays 0 bytes."""
+        self.show_status(f"Not opened: {display} is an empty file")
+        self.open_failed.emit(explain(exc, display))
+        self.presenter.confirm(
+            self, "Make this empty file a database?", str(exc),
+            "Memory Studio can create its tables in it, making it a new, empty memory database. "
+            "Nothing is written unless you choose Create Database.",
+            "Create Database",
+            lambda: self.open_database(display, create_missing=True, init_empty=True, seed_if_empty=seed_if_empty),
+        )
 
     def _install(self, session: StudioSession, keep: Selection | None) -> None:
         self._close_session()

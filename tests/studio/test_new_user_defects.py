@@ -81,3 +81,33 @@ def test_open_recent_keeps_a_single_path_whole(qtbot: Any, make_window: Any, sma
     window._fill_recent_menu()
     assert [a.text() for a in window.recent_menu.actions()] == [str(small_db)]
     assert f"Open Recent: {small_db}" in [c.title for c in window.commands.commands()]
+
+
+# -- an empty file -----------------------------------------------------------------------------------
+
+def _dialog(qtbot: Any, window: Any) -> Any:
+    qtbot.waitUntil(lambda: bool(window.presenter.open), timeout=WAIT)
+    return window.presenter.open[-1]
+
+
+def test_an_empty_file_becomes_a_database_only_when_the_user_says_so(qtbot: Any, make_window: Any,
+                                                                     tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.write_bytes(b"")
+    window = make_window()
+    window.open_database(str(path))
+    box = _dialog(qtbot, window)
+    assert "empty file" in box.text() and str(path) in box.text()
+    assert box.property("yesButton").text() == "Create Database"
+    box.reject()  # refused: nothing is written, nothing is open
+    qtbot.waitUntil(lambda: not window.presenter.open, timeout=WAIT)
+    window.pool.wait()
+    assert path.stat().st_size == 0 and window.session is None
+    assert "empty file" in window.status_text.text()
+
+    window.open_database(str(path))
+    box = _dialog(qtbot, window)
+    box.property("yesButton").click()
+    qtbot.waitUntil(lambda: window.session is not None, timeout=WAIT)
+    assert not window.session.read_only and window.session.store.db.has_table("mastra_threads")
+    assert path.stat().st_size > 0
