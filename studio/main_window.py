@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from core.storage.paths import resolve_db_path
 from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
 from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notice
+from studio.logic.version import app_version
 from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
 from studio.selection import Selection
@@ -460,7 +461,7 @@ class MainWindow(QMainWindow):
     def show_about(self) -> None:
         self.presenter.error(self, Problem(
             "About Memory Studio",
-            "Memory Studio: an inspector for agent memory stored in Mastra's libSQL layout.",
+            f"Memory Studio {app_version()}: an inspector for agent memory stored in Mastra's libSQL layout.",
             "Ctrl+K opens the command palette.", warning_only=True))
 
     # -- identity --------------------------------------------------------------------------------

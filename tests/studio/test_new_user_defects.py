@@ -111,3 +111,15 @@ def test_an_empty_file_becomes_a_database_only_when_the_user_says_so(qtbot: Any,
     qtbot.waitUntil(lambda: window.session is not None, timeout=WAIT)
     assert not window.session.read_only and window.session.store.db.has_table("mastra_threads")
     assert path.stat().st_size > 0
+
+
+# -- About ---------------------------------------------------------------------------------------------
+
+def test_about_shows_the_version(qtbot: Any, make_window: Any) -> None:
+    from importlib import metadata
+
+    window = make_window()
+    window.commands.run("help.about")
+    box = _dialog(qtbot, window)
+    assert f"Memory Studio {metadata.version('memory-studio')}" in box.text()
+    box.accept()
