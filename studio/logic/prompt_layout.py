@@ -29,7 +29,6 @@ SOURCE_COLORS: dict[str, str] = {
     "tools": "#A7785A",
 }
 _EXTRA = ["#4C9BD6", "#D4774A", "#7F9C3A", "#B55FA8", "#56A3A6", "#C9A227"]
-FREE_COLOR = "#2B2F36"
 
 ROLE_LABELS = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool", "tools": "tool defs"}
 

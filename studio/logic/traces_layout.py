@@ -454,7 +454,12 @@ def chat_transcript(span: SpanRecord) -> Transcript | None:
     return Transcript(tuple(messages), response, _tool_names(span.input), span_usage(span))
 
 
-def _turn_html(turn: ChatTurn, label: str | None = None) -> str:
+# Card and code colours of the transcript for each theme (the text browser has the theme's base).
+CARD_COLORS = {True: ("#1c1f25", "#aab2bf"), False: ("#f0f3f6", "#57606a")}
+
+
+def _turn_html(turn: ChatTurn, label: str | None = None, dark: bool = True) -> str:
+    card, code = CARD_COLORS[dark]
     colour = ROLE_COLORS.get(turn.role, "#8A8F98")
     title = html.escape(label or turn.role)
     if turn.name:
@@ -467,16 +472,16 @@ def _turn_html(turn: ChatTurn, label: str | None = None) -> str:
     for call in turn.tool_calls:
         body += (f"<div style='color:{ROLE_COLORS['tool']}; margin-top:4px'>→ tool call "
                  f"<b>{html.escape(call.name)}</b> <span style='color:#7d8590'>{html.escape(call.id)}</span></div>"
-                 f"<pre style='white-space:pre-wrap; margin:0; color:#aab2bf'>{html.escape(call.arguments)}</pre>")
+                 f"<pre style='white-space:pre-wrap; margin:0; color:{code}'>{html.escape(call.arguments)}</pre>")
     if not body:
         body = "<div style='color:#7d8590'><i>(empty)</i></div>"
     return (f"<table width='100%' cellspacing='0' cellpadding='6' style='margin-bottom:6px'>"
             f"<tr><td width='4' style='background:{colour}'></td>"
-            f"<td style='background:#1c1f25'><div style='color:{colour}; font-weight:600'>{title}</div>"
+            f"<td style='background:{card}'><div style='color:{colour}; font-weight:600'>{title}</div>"
             f"{body}</td></tr></table>")
 
 
-def transcript_html(transcript: Transcript) -> str:
+def transcript_html(transcript: Transcript, dark: bool = True) -> str:
     """The transcript as simple HTML for a read-only text browser (all text escaped)."""
     parts = []
     meta = [f"{len(transcript.messages)} messages sent"]
@@ -486,8 +491,8 @@ def transcript_html(transcript: Transcript) -> str:
         u = transcript.usage
         meta.append(f"{u.input_tokens:,} in · {u.output_tokens:,} out tokens")
     parts.append(f"<div style='color:#7d8590; margin-bottom:6px'>{html.escape(' · '.join(meta))}</div>")
-    parts.extend(_turn_html(t) for t in transcript.messages)
+    parts.extend(_turn_html(t, dark=dark) for t in transcript.messages)
     if transcript.response is not None:
         parts.append("<div style='color:#7d8590; margin:8px 0 4px 0'>── model response ──</div>")
-        parts.append(_turn_html(transcript.response, "assistant (response)"))
+        parts.append(_turn_html(transcript.response, "assistant (response)", dark=dark))
     return "".join(parts)

@@ -16,7 +16,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -523,6 +523,11 @@ class TracesPane(QWidget):
     def _span_selected(self, _selected: QItemSelection, _deselected: QItemSelection) -> None:
         self._show_span(self.current_span())
 
+    def changeEvent(self, event: Any) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "commands"):
+            self._show_span(self.current_span())  # the transcript's colours follow the theme
+
     # -- span detail -------------------------------------------------------------------------------
     def _show_span(self, span: SpanRecord | None, empty_text: str = "Pick a trace, then a span.") -> None:
         if hasattr(self, "commands"):
@@ -544,7 +549,8 @@ class TracesPane(QWidget):
         self.span_facts.setText(f"<table cellspacing='0' cellpadding='1'>{cells}</table>")
         transcript = chat_transcript(span)
         self.tabs.setTabVisible(TAB_MESSAGES, transcript is not None)
-        self.chat_view.setHtml(transcript_html(transcript) if transcript is not None else "")
+        dark = self.palette().base().color().lightness() < 128
+        self.chat_view.setHtml(transcript_html(transcript, dark=dark) if transcript is not None else "")
         self.input_view.load(pretty_json(span.input))
         self.output_view.load(pretty_json(span.output))
         self.attributes_view.load(pretty_json(span.attributes))

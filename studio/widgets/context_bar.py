@@ -10,7 +10,7 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPaintEvent, QMouseEvent
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from studio.logic.prompt_layout import FREE_COLOR, ContextUsage
+from studio.logic.prompt_layout import ContextUsage
 
 STRIP = 10
 GAP = 6
@@ -116,7 +116,8 @@ class ContextBar(QWidget):
         path.addRoundedRect(rect, 3, 3)
         p.save()
         p.setClipPath(path)
-        p.fillRect(rect, QColor(FREE_COLOR) if free else self.palette().base().color())
+        # The unused part of the window follows the theme (a fixed dark grey stayed dark in light mode).
+        p.fillRect(rect, self.palette().mid().color() if free else self.palette().base().color())
         x = rect.left()
         for source, frac, colour in parts:
             seg_w = max(rect.width() * min(frac, 1.0), 2.0 if frac > 0 else 0.0)

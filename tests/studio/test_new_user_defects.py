@@ -123,3 +123,30 @@ def test_about_shows_the_version(qtbot: Any, make_window: Any) -> None:
     box = _dialog(qtbot, window)
     assert f"Memory Studio {metadata.version('memory-studio')}" in box.text()
     box.accept()
+
+
+# -- the light theme ----------------------------------------------------------------------------------
+
+def test_light_theme_context_bar_is_light(qtbot: Any, qapp: Any, no_leaked_widgets: None) -> None:
+    from studio.logic.prompt_layout import BarSegment, ContextUsage
+    from studio.theme import apply_theme
+    from studio.widgets.context_bar import GAP, STRIP, ContextBar
+
+    saved = (qapp.palette(), qapp.styleSheet(), qapp.property("studioTheme"))
+    try:
+        apply_theme(qapp, "light")
+        bar = ContextBar()
+        qtbot.addWidget(bar)
+        bar.resize(600, bar.sizeHint().height())
+        bar.set_usage(ContextUsage((BarSegment("message-history", 500, 500 / 128_000, "#3E9C8F"),), 500, 128_000,
+                                   "o200k_base"))
+        bar.show()
+        image = bar.grab().toImage()
+        free = image.pixelColor(int(image.width() * 0.9), 18 + STRIP // 2)  # the window strip's unused part
+        assert free.lightness() > 160, free.name()
+        prompt_strip = image.pixelColor(int(image.width() * 0.9), 18 + STRIP + GAP + STRIP // 2)
+        assert prompt_strip.name() == "#3e9c8f"  # the composition strip is all history
+    finally:
+        qapp.setPalette(saved[0])
+        qapp.setStyleSheet(saved[1])
+        qapp.setProperty("studioTheme", saved[2])

@@ -149,6 +149,13 @@ def test_transcript_html_escapes_everything() -> None:
     assert "assistant (response)" in html
 
 
+def test_transcript_cards_follow_the_theme() -> None:
+    gen = span("gen", 0, 1, None, "model_generation", input={"messages": [{"role": "user", "content": "hi"}]})
+    assert "#1c1f25" in transcript_html(chat_transcript(gen), dark=True)  # type: ignore[arg-type]
+    light = transcript_html(chat_transcript(gen), dark=False)  # type: ignore[arg-type]
+    assert "#1c1f25" not in light and "#f0f3f6" in light
+
+
 def test_filters_follow_the_selection_unless_all_threads() -> None:
     sel = Selection("li-wei", "liwei-shanghai")
     assert filters_for(sel, all_threads=False) == TraceFilters(thread_id="liwei-shanghai")
