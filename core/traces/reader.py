@@ -142,12 +142,14 @@ class SpanReader(ABC):
         errored = (
             f'(r."traceId" IN (SELECT e."traceId" FROM {table} e WHERE {self._error_present("e")}))'
         )
+        # A point event (isEvent; Mastra leaves endedAt null) is finished, never running.
+        ended = '(r."endedAt" IS NOT NULL OR coalesce(r."isEvent", FALSE))'
         if filters.status == "error":
             clauses.append(errored)
         elif filters.status == "ok":
-            clauses.append(f'r."endedAt" IS NOT NULL AND NOT {errored}')
+            clauses.append(f"{ended} AND NOT {errored}")
         elif filters.status == "running":
-            clauses.append(f'r."endedAt" IS NULL AND NOT {errored}')
+            clauses.append(f"NOT {ended} AND NOT {errored}")
         return " AND ".join(clauses), params
 
     def _count(self, con: Any, filters: TraceFilters) -> int:
@@ -207,7 +209,7 @@ def _summary(
 ) -> TraceSummary:
     span_count, error_count, thread_id, resource_id = agg or (1, 0, None, None)
     has_error = error_count > 0 or root.error is not None
-    status = "error" if has_error else ("running" if root.ended_at is None else "ok")
+    status = "error" if has_error else ("running" if root.running else "ok")
     return TraceSummary(
         trace_id=root.trace_id,
         name=root.name,

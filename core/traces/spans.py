@@ -144,9 +144,15 @@ class SpanRecord:
     updated_at: datetime | None = None
 
     @property
+    def running(self) -> bool:
+        """Not ended yet. A point event (``isEvent``; Mastra leaves its ``endedAt`` null) never runs."""
+        return self.ended_at is None and not self.is_event
+
+    @property
     def duration_ms(self) -> float | None:
+        """Milliseconds from start to end; 0 for a point event; None while running."""
         if self.ended_at is None:
-            return None
+            return 0.0 if self.is_event else None
         return (self.ended_at - self.started_at).total_seconds() * 1000.0
 
     def to_json_dict(self) -> dict[str, Any]:

@@ -76,6 +76,15 @@ class TimelineRow:
     error: bool
 
     @property
+    def event(self) -> bool:
+        """A point event (Mastra's ``isEvent``): a moment, not an interval."""
+        return bool(self.span.is_event)
+
+    @property
+    def duration_text(self) -> str:
+        return "event" if self.event else format_duration(self.duration_ms)
+
+    @property
     def color(self) -> str:
         return ERROR_COLOR if self.error else span_color(self.span.span_type)
 
@@ -107,7 +116,7 @@ def layout_trace(spans: Sequence[SpanRecord], now: datetime | None = None) -> Tr
     start = min(s.started_at for s in ordered)
     ends = [s.ended_at or s.started_at for s in ordered]
     end = max(ends)
-    if now is not None and any(s.ended_at is None for s in ordered):
+    if now is not None and any(s.running for s in ordered):
         end = max(end, now)
     total = max(_ms(start, end), 0.0)
     index_of = {s.span_id: i for i, s in enumerate(ordered)}
@@ -125,16 +134,16 @@ def layout_trace(spans: Sequence[SpanRecord], now: datetime | None = None) -> Tr
     rows: list[TimelineRow] = []
     for i, span in enumerate(ordered):
         begin = _ms(start, span.started_at)
-        stop = _ms(start, span.ended_at) if span.ended_at is not None else total
+        stop = _ms(start, span.ended_at) if span.ended_at is not None else (begin if span.is_event else total)
         if total > 0:
             offset = min(max(begin / total, 0.0), 1.0)
             width = min(max((stop - begin) / total, 0.0), 1.0 - offset)
         else:
-            offset, width = 0.0, 1.0 if span.ended_at is None else 0.0
+            offset, width = 0.0, 1.0 if span.running else 0.0
         rows.append(TimelineRow(
             index=i, span=span, depth=depth[i], parent=parents[i], children=tuple(children.get(i, ())),
             offset=offset, width=width, start_ms=begin, duration_ms=span.duration_ms,
-            running=span.ended_at is None, error=has_error(span),
+            running=span.running, error=has_error(span),
         ))
     roots = tuple(i for i, p in enumerate(parents) if p is None)
     return TraceLayout(tuple(rows), roots, start, total)
@@ -265,7 +274,7 @@ def span_facts(span: SpanRecord, trace_start: datetime | None = None) -> list[tu
     if trace_start is not None:
         when += f"  (+{format_duration(_ms(trace_start, span.started_at))})"
     facts.append(("started", f"{when}  ({relative_time(span.started_at)})"))
-    facts.append(("duration", format_duration(span.duration_ms)))
+    facts.append(("duration", "point event" if span.is_event else format_duration(span.duration_ms)))
     if span.entity_name or span.entity_id:
         facts.append(("entity", f"{span.entity_type or ''} {span.entity_name or span.entity_id}".strip()))
     if span.thread_id:
