@@ -146,7 +146,25 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
             thread_id=req.thread_id, resource_id=req.resource_id, input=inputs,
             instructions=req.instructions or None, options=overrides,
         )
-    return Preview(req, prompt, turn, notes)
+    model, model_note = thread_model(store, req.thread_id) if req.thread_id else (None, "")
+    return Preview(req, prompt, turn, notes, model, model_note)
+
+
+MODEL_LOOKBACK = 50  # newest messages searched for a reply that names its model
+
+
+def thread_model(store: Store, thread_id: str) -> tuple[str | None, str]:
+    """The model the thread's newest reply records (``metadata.modelId``, or a step's ``model``),
+    and where that came from: the model whose context window the prompt is measured against."""
+    recent = store.memory.list_messages(MessageQuery(thread_id=thread_id, last=MODEL_LOOKBACK))
+    for msg in reversed(recent):
+        if msg.role != "assistant":
+            continue
+        named = msg.metadata.get("modelId") or next(
+            (p.get("model") for p in msg.parts if p.get("type") == "step-start" and p.get("model")), None)
+        if named:
+            return str(named), "the model of this thread's last reply"
+    return None, "no reply in this thread names its model; the size is the context_window option"
 
 
 def assemble_as_of(memory: Memory, req: PreviewRequest, turn: TurnRef, overrides: Mapping[str, Any]) -> AssembledPrompt:

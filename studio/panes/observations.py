@@ -42,7 +42,7 @@ from studio.logic.dates import date_tooltip
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
 from studio.widgets.priority_marks import ObservationLogView
-from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
@@ -96,8 +96,7 @@ class ObservationsPane(QWidget):
         hints.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.hint_labels: dict[str, QLabel] = {}
         for label, _ in hint_rows(ThreadHints()):
-            value = QLabel("—")
-            value.setWordWrap(True)
+            value = elastic(QLabel("—"), wrap=True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.hint_labels[label] = value
             hints.addRow(caption(label + ":"), value)
@@ -153,8 +152,7 @@ class ObservationsPane(QWidget):
         self.stack.addWidget(content)
         root.addWidget(self.stack, 1)
 
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()
         root.addWidget(self.status)
         self.gen_table.selectionModel().selectionChanged.connect(self._generation_selected)
 

@@ -62,7 +62,7 @@ from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_pag
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
-from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.timeline import (
     COL_DURATION,
@@ -176,7 +176,7 @@ class TracesPane(QWidget):
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         ul.addWidget(self.trace_table)
         more = QHBoxLayout()
-        self.count_label = QLabel("")
+        self.count_label = elastic(QLabel(""))
         self.count_label.setStyleSheet("color: palette(placeholder-text);")
         self.more_btn = QToolButton(self)
         more.addWidget(self.count_label, 1)
@@ -216,7 +216,7 @@ class TracesPane(QWidget):
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
         self.span_title = caption("Span")
-        self.span_facts = QLabel("")
+        self.span_facts = elastic(QLabel(""))
         self.span_facts.setTextFormat(Qt.TextFormat.RichText)
         self.span_facts.setWordWrap(True)
         self.span_facts.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -245,8 +245,7 @@ class TracesPane(QWidget):
         split.setSizes([210, 530])
         root.addWidget(split, 1)
 
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()
         root.addWidget(self.status)
 
         self.filter_edit.textChanged.connect(lambda _t: self._debounce.start())

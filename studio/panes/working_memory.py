@@ -42,7 +42,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
 from studio.widgets.diff_view import DiffView
-from studio.widgets.pane_header import alive_only, pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.template_editor import TemplateEditor
 
@@ -80,7 +80,7 @@ def _bold(text: str) -> QLabel:
     f = label.font()
     f.setBold(True)
     label.setFont(f)
-    return label
+    return elastic(label)
 
 
 def _table(model: RecordTableModel[Any]) -> QTableView:
@@ -133,10 +133,12 @@ class WorkingMemoryPane(QWidget):
         head.addWidget(QLabel("Agent config"))
         self.agent_combo = QComboBox()
         self.agent_combo.setMinimumWidth(170)
-        self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        # A long agent name must not widen the pane: the combo keeps its width and the popup shows it all.
+        self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.agent_combo.setMinimumContentsLength(16)
         head.addWidget(self.agent_combo)
         root.addLayout(head)
-        self.agent_reason = QLabel("")
+        self.agent_reason = elastic(QLabel(""))
         self.agent_reason.setStyleSheet("color: palette(placeholder-text);")
         root.addWidget(self.agent_reason)
         self.readonly_banner = Banner()
@@ -152,8 +154,7 @@ class WorkingMemoryPane(QWidget):
         self.tabs.addTab(self.template_editor, "Template / schema")
         self.tabs.addTab(self._build_agents_tab(), "Agents")
         root.addWidget(self.tabs, 1)
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()
         root.addWidget(self.status)
 
         self.agent_combo.currentIndexChanged.connect(self._agent_chosen)
@@ -181,12 +182,10 @@ class WorkingMemoryPane(QWidget):
         layout.addLayout(bar)
 
         self.editor = CodeEditor("markdown")
-        self.problem_label = QLabel("")
-        self.problem_label.setWordWrap(True)
+        self.problem_label = elastic(QLabel(""), wrap=True)
         self.problem_label.setObjectName("problems")
         self.problem_label.setStyleSheet("color: #E5534B;")
-        self.warning_label = QLabel("")
-        self.warning_label.setWordWrap(True)
+        self.warning_label = elastic(QLabel(""), wrap=True)
         self.warning_label.setStyleSheet("color: #D9A441;")
 
         # Markdown side panels: rendered preview and the template.
@@ -199,7 +198,7 @@ class WorkingMemoryPane(QWidget):
         # JSON side panels: current + patch = result.
         self.current_view = CodeEditor("json", read_only=True)
         self.result_view = CodeEditor("json", read_only=True)
-        self.merge_caption = QLabel("")
+        self.merge_caption = elastic(QLabel(""), wrap=True)  # "Changes: …" can list many paths
         self.merge_caption.setStyleSheet("color: palette(placeholder-text);")
         js_side = QSplitter(Qt.Orientation.Vertical)
         js_side.addWidget(self._titled("Stored now", self.current_view))
@@ -245,7 +244,7 @@ class WorkingMemoryPane(QWidget):
         self.version_model: RecordTableModel[Version] = RecordTableModel(VERSION_COLUMNS, self)
         self.version_table = _table(self.version_model)
         self.version_diff = DiffView()
-        self.version_diff_label = QLabel("Select a version to see what it changed.")
+        self.version_diff_label = elastic(QLabel("Select a version to see what it changed."))
         self.restore_btn = QToolButton()
         right = QWidget()
         rl = QVBoxLayout(right)

@@ -38,7 +38,7 @@ class ContextBar(QWidget):
 
     def set_usage(self, usage: ContextUsage | None) -> None:
         self._usage = usage
-        self.setToolTip(usage.summary if usage else "")
+        self.setToolTip(f"{usage.summary}\n{usage.window_owner}\ntokenizer: {usage.tokenizer}" if usage else "")
         self.updateGeometry()
         self.update()
 
@@ -80,12 +80,13 @@ class ContextBar(QWidget):
             p.setPen(dim)
             p.drawText(0, fm.ascent() + 2, "No prompt assembled yet.")
             return
-        # Header: totals left, tokenizer right.
-        p.setPen(text_col if not u.over else QColor("#E5534B"))
-        head = f"Context window  {u.summary}" + ("  — OVER THE WINDOW" if u.over else "")
-        p.drawText(0, fm.ascent() + 1, head)
-        p.setPen(dim)
+        # Header: totals and whose window it is on the left, tokenizer right; cut to fit, never wider.
         tok = f"tokenizer: {u.tokenizer}"
+        room = max(w - fm.horizontalAdvance(tok) - 12, 40)
+        p.setPen(text_col if not u.over else QColor("#E5534B"))
+        head = f"Context window  {u.summary}" + ("  — OVER THE WINDOW" if u.over else "") + f"  · {u.window_owner}"
+        p.drawText(0, fm.ascent() + 1, fm.elidedText(head, Qt.TextElideMode.ElideRight, room))
+        p.setPen(dim)
         p.drawText(w - fm.horizontalAdvance(tok), fm.ascent() + 1, tok)
         y = 18
         # Strip 1: the window, to scale.

@@ -29,6 +29,7 @@ from core.agent_configs import ConfigVersion, validate_template
 from studio.logic.memory_config import parse_schema
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.diff_view import DiffView
+from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import Column, RecordTableModel
 
 KINDS = [("template", "Markdown template"), ("schema", "JSON schema")]
@@ -57,11 +58,9 @@ class TemplateEditor(QWidget):
         for key, title in KINDS:
             self.kind_combo.addItem(title, key)
         self.editor = CodeEditor("markdown")
-        self.problem = QLabel("")
-        self.problem.setWordWrap(True)
+        self.problem = elastic(QLabel(""), wrap=True)
         self.problem.setStyleSheet("color: #E5534B;")
-        self.effect = QLabel("")
-        self.effect.setWordWrap(True)
+        self.effect = elastic(QLabel(""), wrap=True)
         self.effect.setStyleSheet("color: palette(placeholder-text);")
         self.save_btn = QPushButton("Save as New Version")
         self.revert_btn = QPushButton("Revert")
@@ -94,7 +93,7 @@ class TemplateEditor(QWidget):
         self.versions.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.versions.horizontalHeader().setStretchLastSection(True)
         self.diff = DiffView()
-        self.diff_label = QLabel("Select a version to see what it changed.")
+        self.diff_label = elastic(QLabel("Select a version to see what it changed."))
         self.restore_btn = QPushButton("Restore into Editor")
         self.restore_btn.setEnabled(False)
         right = QWidget()
