@@ -32,7 +32,7 @@ class RecalledRow:
 
     @property
     def found_as(self) -> str:
-        return "hit" if self.hit else f"neighbour of {_short(self.hit_id)}"
+        return "hit" if self.hit else f"neighbour of {short_id(self.hit_id)}"
 
     @property
     def found_tip(self) -> str:
@@ -46,7 +46,8 @@ def fmt_score(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
-def _short(message_id: str) -> str:
+def short_id(message_id: str) -> str:
+    """Ids are often UUIDs: the first characters tell them apart on screen (the tooltip has it all)."""
     return message_id if len(message_id) <= 12 else message_id[:10] + "…"
 
 
@@ -99,4 +100,4 @@ def _from_block_summary(row: FragmentRow) -> list[RecalledRow]:
     return out
 
 
-__all__ = ["RECALL_SOURCE", "RecalledRow", "fmt_score", "recalled_rows"]
+__all__ = ["RECALL_SOURCE", "RecalledRow", "fmt_score", "recalled_rows", "short_id"]

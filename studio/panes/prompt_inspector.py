@@ -47,7 +47,7 @@ from studio.logic.prompt_layout import (
     token_sum_text,
 )
 from studio.logic.dates import format_datetime
-from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows
+from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows, short_id
 from studio.reads import assemble_preview
 from studio.selection import Selection
 from studio.widgets.banner import Banner
@@ -76,14 +76,15 @@ FRAGMENT_COLUMNS: list[Column[FragmentRow]] = [
 ]
 
 RECALLED_COLUMNS: list[Column[RecalledRow]] = [
-    Column("Message", lambda r: r.message_id, tooltip=lambda r: f"message {r.message_id}\nthread {r.thread_id or '?'}"),
-    Column("Thread", lambda r: r.thread_id or "this thread"),
-    Column("Role", lambda r: r.role),
+    Column("Message", lambda r: short_id(r.message_id),
+           tooltip=lambda r: f"message {r.message_id}\nthread {r.thread_id or '?'}"),
     Column("Found as", lambda r: r.found_as, tooltip=lambda r: r.found_tip,
            foreground=lambda r: None if r.hit else "#8A8F98"),
     Column("Score", lambda r: fmt_score(r.score), RIGHT),
     Column("Vector", lambda r: fmt_score(r.vector), RIGHT, tooltip=lambda r: "cosine similarity to the query"),
     Column("Keyword", lambda r: fmt_score(r.keyword), RIGHT, tooltip=lambda r: "keyword (BM25) score"),
+    Column("Thread", lambda r: short_id(r.thread_id) if r.thread_id else "this thread"),
+    Column("Role", lambda r: r.role),
 ]
 
 SKIP_COLUMNS: list[Column[SkipRow]] = [
@@ -192,12 +193,14 @@ class PromptInspectorPane(QWidget):
         self.detail_text = CodeEditor("markdown", read_only=True)
         self.recalled_model: RecordTableModel[RecalledRow] = RecordTableModel(RECALLED_COLUMNS, self)
         self.recalled_table = self._table(self.recalled_model)
-        self.recalled_table.setMaximumHeight(160)
         self.recalled_table.hide()
         dl.addWidget(self.detail_header)
         dl.addWidget(self.detail_sources)
-        dl.addWidget(self.recalled_table)
-        dl.addWidget(self.detail_text)
+        detail_split = QSplitter(Qt.Orientation.Vertical)  # recalled messages above the fragment's text
+        detail_split.addWidget(self.recalled_table)
+        detail_split.addWidget(self.detail_text)
+        detail_split.setSizes([140, 160])
+        dl.addWidget(detail_split, 1)
         lower.addWidget(detail)
         skip = QWidget()
         sl = QVBoxLayout(skip)
@@ -214,7 +217,7 @@ class PromptInspectorPane(QWidget):
         lower.addWidget(skip)
         lower.setSizes([620, 380])
         split.addWidget(lower)
-        split.setSizes([330, 250])
+        split.setSizes([250, 330])
         root.addWidget(split, 1)
 
         self.status = status_label()

@@ -38,6 +38,7 @@ class ContextBar(QWidget):
 
     def set_usage(self, usage: ContextUsage | None) -> None:
         self._usage = usage
+        self._fit_height()  # the legend may need another row (or one fewer) for the new sources
         self.setToolTip(f"{usage.summary}\n{usage.window_owner}\ntokenizer: {usage.tokenizer}" if usage else "")
         self.updateGeometry()
         self.update()
@@ -61,8 +62,11 @@ class ContextBar(QWidget):
             x += w
         return rows
 
+    def _fit_height(self) -> None:
+        self.setFixedHeight(18 + STRIP * 2 + GAP * 2 + LEGEND_H * self._legend_rows(max(self.width(), 1)) + 4)
+
     def resizeEvent(self, event: object) -> None:  # legend may wrap differently
-        self.setFixedHeight(18 + STRIP * 2 + GAP * 2 + LEGEND_H * self._legend_rows(self.width()) + 4)
+        self._fit_height()
         super().resizeEvent(event)  # type: ignore[arg-type]
 
     def paintEvent(self, _event: QPaintEvent) -> None:

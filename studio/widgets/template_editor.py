@@ -29,6 +29,7 @@ from core.agent_configs import ConfigVersion, validate_template
 from studio.logic.memory_config import parse_schema
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.diff_view import DiffView
+from studio.widgets.flow_layout import FlowLayout
 from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import Column, RecordTableModel
 
@@ -67,18 +68,21 @@ class TemplateEditor(QWidget):
         self.reset_btn = QPushButton("Use the Agent's Own")
         self.reset_btn.setToolTip("Save a version that removes the Studio override: the agent's code decides again.")
 
-        top = QHBoxLayout()
-        top.addWidget(QLabel("Kind"))
-        top.addWidget(self.kind_combo)
-        top.addStretch(1)
-        top.addWidget(self.reset_btn)
-        top.addWidget(self.revert_btn)
-        top.addWidget(self.save_btn)
+        top = QWidget()  # wraps onto two rows on a narrow window rather than widening it
+        flow = FlowLayout(top)
+        flow.setContentsMargins(0, 0, 0, 0)
+        kind = QWidget()
+        kl = QHBoxLayout(kind)
+        kl.setContentsMargins(0, 0, 12, 0)
+        kl.addWidget(QLabel("Kind"))
+        kl.addWidget(self.kind_combo)
+        for w in (kind, self.reset_btn, self.revert_btn, self.save_btn):
+            flow.addWidget(w)
 
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
-        ll.addLayout(top)
+        ll.addWidget(top)
         ll.addWidget(self.editor, 1)
         ll.addWidget(self.problem)
         ll.addWidget(self.effect)

@@ -150,3 +150,69 @@ def test_light_theme_context_bar_is_light(qtbot: Any, qapp: Any, no_leaked_widge
         qapp.setPalette(saved[0])
         qapp.setStyleSheet(saved[1])
         qapp.setProperty("studioTheme", saved[2])
+
+
+# -- the window never grows by itself ---------------------------------------------------------------
+
+LONG = "x" * 24
+SCHEMA = {"type": "object", "properties": {f"preference_{i}_{LONG}": {"type": "string"} for i in range(30)}}
+
+
+def _long_content_db(path: Path) -> None:
+    """Message ids far longer than usual, and a schema working memory with many long field names."""
+    from core import Memory, MemoryOptions, Message, open_store
+
+    store = open_store(path)
+    mem = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": SCHEMA, "scope": "thread"}),
+                 name="profiler")
+    mem.create_thread(resource_id="resource-" + LONG * 3, thread_id="t-long", title="A thread " + "title " * 30,
+                      metadata={"agent": "profile-agent"})
+    mem.save_messages([
+        (Message.user if i % 2 == 0 else Message.assistant)(
+            "word " * 200, thread_id="t-long", resource_id="resource-" + LONG * 3, id=f"message-{i}-" + LONG * 6)
+        for i in range(6)])
+    mem.merge_working_memory(thread_id="t-long", resource_id="resource-" + LONG * 3,
+                             patch={name: "old value" for name in SCHEMA["properties"]})
+    mem.register("profile-agent")
+    store.close()
+
+
+def test_the_window_never_grows_by_itself(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    import json
+
+    from studio.main_window import TABS
+    from studio.panes.prompt_inspector import PromptInspectorPane
+
+    db = tmp_path / "long.db"
+    _long_content_db(db)
+    window = make_window()
+    window.resize(1100, 760)
+    window.open_database(str(db))
+    _wait_open(qtbot, window)
+    window.set_selection(Selection("resource-" + LONG * 3, "t-long"))
+    qtbot.waitUntil(lambda: window.isVisible(), timeout=WAIT)
+    width, left = window.width(), window.left.width()
+    assert width == 1100, "the window is wider than asked as soon as a database is open"
+
+    prompt = window.panes["prompt"]
+    assert isinstance(prompt, PromptInspectorPane)
+    window.show_tab("prompt")
+    qtbot.waitUntil(lambda: prompt.preview is not None and not prompt.busy, timeout=WAIT)
+    history = next(i for i, r in enumerate(prompt.fragment_model.rows()) if r.source == "message-history")
+    prompt.fragment_table.selectRow(history)  # the detail line lists a long message id
+    assert LONG * 6 in prompt.detail_sources.text()
+    qtbot.wait(50)
+    assert (window.width(), window.left.width()) == (width, left)
+
+    wm = window.panes["working_memory"]
+    window.show_tab("working_memory")
+    qtbot.waitUntil(lambda: wm.snapshot is not None and wm.snapshot.target is not None, timeout=WAIT)
+    wm.editor.replace_all(json.dumps({name: "new value" for name in SCHEMA["properties"]}, indent=2))
+    assert "Changes:" in wm.merge_caption.text() and len(wm.merge_caption.text()) > 1000
+    qtbot.wait(50)
+    assert (window.width(), window.left.width()) == (width, left)
+
+    for name, _title, _spec in TABS:  # the left panel keeps its width from tab to tab
+        window.show_tab(name)
+        qtbot.wait(100)
+        assert (window.width(), window.left.width()) == (width, left), name

@@ -110,8 +110,8 @@ def test_recall_controls_and_per_message_scores(qtbot: Any, pane: Any) -> None:
     assert {r.message_id for r in neighbours} == {"o0", "o2"}
     assert all(r.found_as == "neighbour of o1" and r.score is None and r.vector is None for r in neighbours)
     shown = [[pane.recalled_model.index(r, c).data() for c in range(7)] for r in range(3)]
-    assert shown[1][3] == "hit" and shown[1][5] == f"{hit.vector:.3f}" and shown[1][6] == f"{hit.keyword:.3f}"
-    assert shown[0][3] == "neighbour of o1" and shown[0][4:] == ["", "", ""]
+    assert shown[1][1] == "hit" and shown[1][3] == f"{hit.vector:.3f}" and shown[1][4] == f"{hit.keyword:.3f}"
+    assert shown[0][1] == "neighbour of o1" and shown[0][2:5] == ["", "", ""] and shown[0][5] == "t-old"
 
     preview = change(qtbot, pane, lambda: pane.after_spin.setValue(0))
     assert preview.request.options.message_range == (1, 0)
