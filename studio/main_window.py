@@ -177,6 +177,9 @@ class MainWindow(QMainWindow):
               enabled=has_db)
         c.add("file.allow_writes", "Allow Writes…", self.request_allow_writes, menu="File", group="access",
               enabled=lambda: self.session is not None and self.session.read_only, keywords="read-only edit")
+        c.add("file.migrate", "Migrate Database…", self.request_migrate, menu="File", group="access",
+              enabled=lambda: self.session is not None and not self.session.owned and not self.newer_migrations,
+              keywords="mastra tables recall history upgrade")
         c.add("file.copy_path", "Copy Database Path", self.copy_path, menu="File", group="access", enabled=has_db)
         c.add("app.quit", "Quit", self.close, shortcut="Ctrl+Q", menu="File", group="quit")
         c.add("view.palette", "Command Palette…", self.show_palette, shortcut="Ctrl+K", menu="View", group="palette")
@@ -302,6 +305,9 @@ class MainWindow(QMainWindow):
             wants = getattr(pane, "open_message", None)  # "show me this stored message"
             if wants is not None and pane is not messages:
                 wants.connect(self.show_message)
+            asks = getattr(pane, "request_command", None)  # a pane's button for a window command
+            if asks is not None:
+                asks.connect(self.commands.run)
         session.changed.connect(self._on_changed)
         session.read_only_changed.connect(lambda _ro: self._update_title())
         self.center.setCurrentIndex(1)
@@ -425,6 +431,44 @@ class MainWindow(QMainWindow):
             "Allow Writes",
             lambda: self.open_database(session.display_path, allow_writes=True, keep=self.selection),
         )
+
+    def request_migrate(self) -> None:
+        """Add Memory Studio's tables to a database it did not create: the one explicit way (confirmed)."""
+        session = self.session
+        if session is None or session.owned:
+            return
+        if self.newer_migrations:
+            self.presenter.error(self, newer_schema_notice(session.display_path, self.newer_migrations))
+            return
+        path = session.display_path
+        self.presenter.confirm(
+            self, "Migrate this database?",
+            f"{path} was not created by Memory Studio: it has no recall tables and keeps no working-memory "
+            "history.",
+            "Migrating adds Memory Studio's tables (recall index, working-memory versions, agent configurations) "
+            "in one transaction. Mastra's tables and data stay as they are, and Mastra keeps working with the "
+            "file. Afterwards the file opens with writes allowed. (The same as `memory-studio migrate`.)",
+            "Migrate", lambda: self._migrate(path))
+
+    def _migrate(self, path: str) -> None:
+        keep = self.selection
+        self.show_status(f"Migrating {path}…")
+
+        def job() -> list[str]:
+            from core import open_store
+
+            store = open_store(path, create=False)
+            try:
+                return store.db.migrate()
+            finally:
+                store.close()
+
+        def done(applied: list[str]) -> None:
+            self.show_status(f"Migrated {path}: {len(applied)} migration(s) applied")
+            self.open_database(path, keep=keep)
+
+        self.pool.submit(job, on_result=done,
+                         on_error=lambda exc: self.presenter.error(self, explain(exc, path)))
 
     def copy_path(self) -> None:
         if self.session is not None:

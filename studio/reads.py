@@ -17,9 +17,11 @@ from core import AssembledPrompt, Memory, MemoryOptions, Store
 from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, config_versions, effective_options_for
 from core.messages import Message
 from core.observational import OMRecord, ThreadHints, load_history, thread_hints
+from core.storage import schema as tables
 from core.storage.memory_store import MessageQuery, ResourceSummary, ThreadSummary
 from core.storage.message_pages import UnreadableMessage
 from core.timeutil import to_iso
+from core.tokens import default_tokenizer
 from core.traces.reader import SpanReader
 from core.traces.spans import SPANS_TABLE, ReadCount, ReadResult, TraceFilters, TraceSummary
 from core.working_memory import WorkingMemoryService
@@ -198,11 +200,15 @@ def load_wm(store: Store, selection: Selection, agent_name: str | None = None) -
     opts = effective_options_for(store, memory_name, base).working_memory
     target, why = target_for(selection, opts)
     snap = WmSnapshot(choice.agents, agent, reason, memory_name, declared, opts, target, why,
-                      config=config_state(store, memory_name))
+                      config=config_state(store, memory_name),
+                      history_available=store.db.has_table(tables.wm_versions.name))
     if target is not None:
         service = WorkingMemoryService(store)
         snap.text = service.get(opts, thread_id=target.thread_id, resource_id=target.resource_id).text
         snap.versions = service.versions(target.scope, target.owner_id)
+        tokenizer = default_tokenizer()  # loaded here, off the UI thread, before the editor counts live
+        snap.tokens = tokenizer.count(snap.text or "")
+        snap.version_tokens = {v.id: tokenizer.count(v.text or "") for v in snap.versions}
     return snap
 
 

@@ -212,7 +212,46 @@ def test_the_window_never_grows_by_itself(qtbot: Any, make_window: Any, tmp_path
     qtbot.wait(50)
     assert (window.width(), window.left.width()) == (width, left)
 
+    for index in range(wm.tabs.count()):  # history (long sizes), template, agents
+        wm.tabs.setCurrentIndex(index)
+        qtbot.wait(50)
+        assert (window.width(), window.left.width()) == (width, left), wm.tabs.tabText(index)
+
     for name, _title, _spec in TABS:  # the left panel keeps its width from tab to tab
         window.show_tab(name)
         qtbot.wait(100)
         assert (window.width(), window.left.width()) == (width, left), name
+
+
+# -- recall on a Mastra database: one clear path --------------------------------------------------------
+
+def test_recall_on_a_mastra_database_offers_one_path_that_works(qtbot: Any, make_window: Any, tmp_path: Path,
+                                                                 monkeypatch: Any) -> None:
+    from core.embedding import HashingEmbedder
+    from studio.logic.prompt_layout import EmbedderHolder
+    from studio.panes import prompt_inspector
+
+    from .conftest import make_mastra_db
+
+    monkeypatch.setattr(prompt_inspector, "EMBEDDERS", EmbedderHolder(lambda: HashingEmbedder(512)))
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    window = make_window()
+    window.open_database(str(path))
+    _wait_open(qtbot, window)
+    assert window.session.read_only and window.commands.command("file.migrate").is_enabled
+    pane = window.panes["prompt"]
+    window.show_tab("prompt")
+    window.set_selection(Selection("user-42", "mastra-thread"))
+    qtbot.waitUntil(lambda: pane.preview is not None and not pane.busy, timeout=WAIT)
+    with qtbot.waitSignal(pane.failed, timeout=WAIT) as failed:
+        pane.recall_check.setChecked(True)
+    assert "memory-studio migrate" in failed.args[0] and "Allow" not in failed.args[0]
+    assert [b.text() for b in pane.banner.buttons] == ["Migrate Database…"]
+    pane.banner.buttons[0].click()
+    box = _dialog(qtbot, window)
+    assert "Mastra's tables and data stay as they are" in box.informativeText()
+    box.property("yesButton").click()
+    qtbot.waitUntil(lambda: window.session is not None and window.session.owned, timeout=WAIT)
+    assert not window.session.read_only and window.session.store.db.has_table("memory_studio_wm_versions")
+    assert not window.commands.command("file.migrate").is_enabled
