@@ -23,7 +23,7 @@ from core.storage.message_pages import UnreadableMessage
 from core.timeutil import to_iso
 from core.tokens import default_tokenizer
 from core.traces.reader import SpanReader
-from core.traces.spans import SPANS_TABLE, ReadCount, ReadResult, TraceFilters, TraceSummary
+from core.traces.spans import SPANS_TABLE, ModelUsage, ReadCount, ReadResult, TraceFilters, TraceSummary
 from core.working_memory import WorkingMemoryService
 from studio.logic.memory_config import ConfigState
 from studio.logic.message_format import MessageRow, summarize, unreadable_row
@@ -321,3 +321,12 @@ def load_traces_page(resolver: SourceResolver, filters: TraceFilters, offset: in
     rows = source.reader.list_traces(limit=limit, offset=offset, filters=filters)
     total = source.reader.count_traces(filters) if not rows.missing else None
     return TracePage(source, rows, total, offset, stamp)
+
+
+def load_usage(resolver: SourceResolver, filters: TraceFilters) -> ReadResult[ModelUsage]:
+    """Token usage per model over every run the filters match (the cost line of the traces pane)."""
+    source = resolver.resolve()
+    if source.reader is None:
+        return ReadResult(missing=True)
+    # The name and status filters narrow the list, not the thread's bill.
+    return source.reader.usage_by_model(TraceFilters(resource_id=filters.resource_id, thread_id=filters.thread_id))

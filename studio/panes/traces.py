@@ -16,7 +16,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.traces.spans import ReadResult, SpanRecord, TraceFilters, TraceSummary
+from core.traces.spans import ModelUsage, ReadResult, SpanRecord, TraceFilters, TraceSummary
 from studio.commands import CommandRegistry
 from studio.logic.traces_layout import (
     ERROR_COLOR,
@@ -58,11 +58,13 @@ from studio.logic.traces_layout import (
     transcript_html,
 )
 from studio.logic.dates import date_tooltip, format_datetime
-from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, traces_fingerprint
+from studio.logic.pricing import CostEstimate, Price, dump_prices, estimate, load_prices, usage_summary
+from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, load_usage, traces_fingerprint
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
+from studio.widgets.price_editor import PriceEditor
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.timeline import (
     COL_DURATION,
@@ -93,6 +95,8 @@ TRACE_COLUMNS: list[Column[TraceSummary]] = [
     Column("Tokens", format_tokens, RIGHT, tooltip=tokens_tooltip),
     Column("Thread", lambda t: t.thread_id or "", tooltip=lambda t: f"resource {t.resource_id or '?'}"),
 ]
+COL_COST = 7  # inserted after Tokens, per pane: it reads the pane's price table
+PRICES_KEY = "modelPrices"  # in the Studio's settings (QSettings), never in the memory database
 
 
 
@@ -113,6 +117,8 @@ class TracesPane(QWidget):
         self.trace_id: str | None = None
         self.all_threads = False
         self.spans: list[SpanRecord] = []
+        self.prices: dict[str, Price] = load_prices(QSettings().value(PRICES_KEY))
+        self.usage: list[ModelUsage] = []
         self.layout_model = TraceLayout((), (), None, 0.0)
         self._trace_busy = False
         self._gen = 0
@@ -137,7 +143,9 @@ class TracesPane(QWidget):
     def _build(self) -> None:
         root = pane_layout(self)
         head, self.title, self.subtitle = pane_header("Traces")
+        self.prices_btn = QToolButton(self)
         self.refresh_btn = QToolButton(self)
+        head.addWidget(self.prices_btn)
         head.addWidget(self.refresh_btn)
         root.addLayout(head)
 
@@ -154,6 +162,8 @@ class TracesPane(QWidget):
         bar.addWidget(self.all_threads_btn)
         root.addLayout(bar)
 
+        self.usage_label = elastic(QLabel(""))  # tokens and estimated cost of every run in view
+        root.addWidget(self.usage_label)
         self.banner = Banner()
         root.addWidget(self.banner)
 
@@ -161,7 +171,10 @@ class TracesPane(QWidget):
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
-        self.trace_model: RecordTableModel[TraceSummary] = RecordTableModel(TRACE_COLUMNS, self)
+        columns = list(TRACE_COLUMNS)
+        columns.insert(COL_COST, Column("Cost", lambda t: self.cost_of(t).label, RIGHT,
+                                        tooltip=lambda t: self.cost_of(t).tooltip))
+        self.trace_model: RecordTableModel[TraceSummary] = RecordTableModel(columns, self)
         self.trace_table = QTableView(self)
         self.trace_table.setModel(self.trace_model)
         self.trace_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -188,12 +201,9 @@ class TracesPane(QWidget):
         tree_box = QWidget()
         tl = QVBoxLayout(tree_box)
         tl.setContentsMargins(0, 0, 0, 0)
-        tree_head = QHBoxLayout()
         self.tree_caption = caption("Spans")
-        tree_head.addWidget(self.tree_caption)
-        tree_head.addStretch(1)
-        tree_head.addWidget(TimelineLegend(tuple(t for t in SPAN_COLORS if t not in ("model_step", "generic"))))
-        tl.addLayout(tree_head)
+        tl.addWidget(self.tree_caption)  # the legend gets its own line, so neither cuts the other
+        tl.addWidget(TimelineLegend(tuple(t for t in SPAN_COLORS if t not in ("model_step", "generic"))))
         self.span_model = SpanTreeModel(self)
         self.tree = QTreeView(self)
         self.tree.setModel(self.span_model)
@@ -269,10 +279,12 @@ class TracesPane(QWidget):
                 enabled=has_span, keywords="clipboard"),
             add("traces.raw_input", "Show Raw Span Input (JSON)", lambda: self.tabs.setCurrentIndex(TAB_INPUT),
                 enabled=has_span, keywords="model_generation prompt messages"),
+            add("traces.prices", "Edit Model Prices…", self.edit_prices, keywords="cost dollars tokens price"),
         )
         for action in actions:
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        for button, cid, short in ((self.refresh_btn, "traces.refresh", "Reload"),
+        for button, cid, short in ((self.prices_btn, "traces.prices", "Prices…"),
+                                   (self.refresh_btn, "traces.refresh", "Reload"),
                                    (self.more_btn, "traces.load_more", f"Load {PAGE} More"),
                                    (self.all_threads_btn, "traces.all_threads", "All Threads")):
             action = self.commands.action(cid)
@@ -402,6 +414,8 @@ class TracesPane(QWidget):
             self.total = 0 if rows.missing else None
         self._update_banner(filters)
         self._update_counts()
+        if page.offset == 0:
+            self._load_usage(filters)
         self.traces_loaded.emit()
 
     def _set_traces(self, traces: list[TraceSummary]) -> None:
@@ -447,6 +461,41 @@ class TracesPane(QWidget):
         self.status.setText(f"Read at {format_datetime(datetime.now(timezone.utc))} · reloads when the trace file "
                             "changes")
         self.commands.refresh_enabled()
+
+    # -- tokens and cost ---------------------------------------------------------------------------
+    def cost_of(self, trace: TraceSummary) -> CostEstimate:
+        return estimate(self.prices, trace.models)
+
+    def _load_usage(self, filters: TraceFilters) -> None:
+        resolver, scope = self.resolver, self._scope_text()
+        self.session.run(lambda: load_usage(resolver, filters),
+                         on_result=alive_only(self, lambda usage: self._on_usage(usage, scope, filters)),
+                         on_error=alive_only(self, lambda _e: None), key=self._key + "-usage")
+
+    def _on_usage(self, usage: ReadResult[ModelUsage], scope: str, filters: TraceFilters) -> None:
+        if filters != self.filters():
+            return  # the view moved on
+        self.usage = list(usage)
+        self._show_usage(scope)
+
+    def _show_usage(self, scope: str | None = None) -> None:
+        text, tip = usage_summary(scope or self._scope_text(), self.usage, self.prices)
+        self.usage_label.setText(text)
+        self.usage_label.setToolTip(tip)
+
+    def edit_prices(self) -> None:
+        dialog = PriceEditor(self.prices, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self.set_prices(dialog.table()))
+        dialog.open()  # window-modal without a nested event loop
+        self.price_editor = dialog
+
+    def set_prices(self, table: dict[str, Price]) -> None:
+        self.prices = dict(table)
+        QSettings().setValue(PRICES_KEY, dump_prices(self.prices))
+        self.trace_model.set_rows(self.trace_model.rows())  # repaint the cost column
+        self._show_usage()
+        self.status.setText(f"Prices saved for {len(self.prices)} model(s); costs are estimates.")
 
     def _on_error(self, exc: BaseException) -> None:
         self._loading = False

@@ -132,3 +132,12 @@ def test_missing_file_or_table_reads_as_missing_and_creates_nothing(tmp_path: Pa
     empty = tmp_path / "empty.db"
     libsql.connect(str(empty)).close()
     assert LibSQLSpanReader(empty).count_traces().missing
+
+
+def test_usage_by_model_reads_mastra_spans(tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    mastra_db(path)
+    reader = LibSQLSpanReader(path)
+    usage = reader.usage_by_model(TraceFilters(thread_id="th-1"))
+    assert [(u.model, u.input_tokens, u.output_tokens) for u in usage] == [("unknown model", 11, 4)]
+    assert reader.list_traces()[1].models[0].input_tokens == 11
