@@ -190,8 +190,6 @@ class WorkingMemoryPane(QWidget):
         self.size_label.setStyleSheet("color: palette(placeholder-text);")
         self.size_label.setToolTip("Characters and tokens (the prompt's tokenizer) of the text in the editor")
         self.dirty_label = elastic(QLabel(""))
-        bar.addWidget(self.size_label)
-        bar.addSpacing(10)
         bar.addWidget(self.dirty_label)
         layout.addLayout(bar)
 
@@ -222,7 +220,14 @@ class WorkingMemoryPane(QWidget):
         self.side.addWidget(js_side)
 
         split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self._titled("Editor", self.editor, self.problem_label, self.warning_label))
+        editor_box = self._titled("Editor", self.editor, self.problem_label, self.warning_label)
+        title_row = QHBoxLayout()  # the editor's size sits on its title line
+        title = editor_box.layout().takeAt(0).widget()
+        title_row.addWidget(title)
+        title_row.addStretch(1)
+        title_row.addWidget(self.size_label)
+        editor_box.layout().insertLayout(0, title_row)  # type: ignore[attr-defined]
+        split.addWidget(editor_box)
         split.addWidget(self.side)
         split.setSizes([520, 640])
         self.conflict_view = ConflictView()
