@@ -255,3 +255,26 @@ def test_recall_on_a_mastra_database_offers_one_path_that_works(qtbot: Any, make
     qtbot.waitUntil(lambda: window.session is not None and window.session.owned, timeout=WAIT)
     assert not window.session.read_only and window.session.store.db.has_table("memory_studio_wm_versions")
     assert not window.commands.command("file.migrate").is_enabled
+
+
+def test_one_date_format_with_the_relative_form_on_hover(qtbot: Any, make_window: Any, small_db: Path) -> None:
+    import re
+
+    from PySide6.QtCore import Qt
+
+    from studio.models.messages_model import MessageRoles
+
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.resources.set_selection(Selection("ada", "t-groceries"))
+    model = window.messages_pane.model
+    qtbot.waitUntil(lambda: model.rowCount() == 3 and bool(model.index(0).data(MessageRoles.LOADED)), timeout=WAIT)
+    stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
+    assert stamp.match(model.index(0).data(MessageRoles.TIME))
+    assert " ago)" in model.index(0).data(Qt.ItemDataRole.ToolTipRole)
+    proxy = window.resources.proxy
+    resource = proxy.index(0, 0)
+    thread = proxy.index(0, 2, resource)
+    assert stamp.match(thread.data()) and stamp.match(proxy.index(0, 2).data())
+    assert "ago · " in proxy.index(0, 0, resource).data(Qt.ItemDataRole.ToolTipRole)
