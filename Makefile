@@ -45,7 +45,6 @@ test: $(STAMP)
 
 screenshots: $(STAMP)
 	@fc-list :lang=zh 2>/dev/null | grep -q . || echo "note: no CJK font found (Debian: apt-get install fonts-noto-cjk); Chinese text will render as boxes"
-	@fc-list 2>/dev/null | grep -qi emoji || echo "note: no emoji font found (Debian: apt-get install fonts-noto-color-emoji); observation priorities will render as boxes"
 	QT_QPA_PLATFORM=offscreen $(PY) -m studio.screenshots docs/screenshots
 
 # The one-folder desktop bundle: dist/memory-studio/ (runs without Python; see README "Desktop bundle").

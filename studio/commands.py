@@ -48,6 +48,30 @@ class Command:
         return QKeySequence(self.shortcut).toString(QKeySequence.SequenceFormat.NativeText)
 
 
+# Words that stay lower case inside a Title Case command title (unless first, or after a colon).
+MINOR_WORDS = frozenset("a an and as at but by for from in into nor of on onto or the to vs with".split())
+
+
+def title_case_problems(title: str) -> list[str]:
+    """Words of a command title that break Title Case (empty: the title is fine).
+
+    Every word starts with a capital except the minor words above; a word's leading punctuation
+    ("(Not") is skipped. Titles are what menus, the palette and tooltips show, so they must agree.
+    """
+    problems: list[str] = []
+    first = True
+    for word in title.split():
+        letters = word.lstrip("([\"'“‘…")
+        if letters and letters[0].isalpha():
+            minor = letters.rstrip(":,)…").lower() in MINOR_WORDS
+            if letters[0].islower() and (first or not minor):
+                problems.append(word)
+            first = False
+        if word.endswith(":"):
+            first = True
+    return problems
+
+
 def score(query: str, text: str) -> float | None:
     """Fuzzy subsequence match: None when ``query``'s letters are not all in ``text`` in order.
 
@@ -267,6 +291,18 @@ class RecentFiles:
 
     paths: list[str] = field(default_factory=list)
     limit: int = 10
+
+    @classmethod
+    def from_setting(cls, value: Any) -> "RecentFiles":
+        """The list as QSettings gives it back: an INI file returns a one-item list as a plain string
+        (iterating that would give single characters), and nothing at all as None."""
+        if value is None or value == "":
+            items: list[Any] = []
+        elif isinstance(value, str):
+            items = [value]
+        else:
+            items = list(value)
+        return cls([str(p) for p in items if p])
 
     def push(self, path: str) -> None:
         self.paths = [path, *[p for p in self.paths if p != path]][: self.limit]

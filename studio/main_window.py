@@ -34,7 +34,7 @@ from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notic
 from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
 from studio.selection import Selection
-from studio.session import OpenedDatabase, StudioSession, open_studio_database
+from studio.session import EmptyFileError, OpenedDatabase, StudioSession, open_studio_database
 from studio.theme import apply_theme, current_theme
 from studio.transfer import TransferActions
 from studio.workers import WorkerPool
@@ -45,8 +45,8 @@ BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
 # (object name, tab title, "module:Class"): every pane takes (session, parent) and has set_selection.
 TABS: list[tuple[str, str, str]] = [
     ("messages", "Messages", "studio.panes.messages:MessagesPane"),
-    ("prompt", "Prompt inspector", "studio.panes.prompt_inspector:PromptInspectorPane"),
-    ("working_memory", "Working memory", "studio.panes.working_memory:WorkingMemoryPane"),
+    ("prompt", "Prompt Inspector", "studio.panes.prompt_inspector:PromptInspectorPane"),
+    ("working_memory", "Working Memory", "studio.panes.working_memory:WorkingMemoryPane"),
     ("traces", "Traces", "studio.panes.traces:TracesPane"),
     ("observations", "Observations", "studio.panes.observations:ObservationsPane"),
     ("chat", "Chat playground", "studio.panes.chat:ChatPane"),
@@ -95,7 +95,7 @@ class MainWindow(QMainWindow):
         self.seeding = False
         self._open_token = 0
         self._busy = {"pool": 0, "session": 0}
-        self.recent = RecentFiles([str(p) for p in (settings.value("recentFiles") or []) if p])
+        self.recent = RecentFiles.from_setting(settings.value("recentFiles"))
 
         self._build_shell()
         self.commands = CommandRegistry(self)
@@ -189,6 +189,9 @@ class MainWindow(QMainWindow):
               enabled=has_db)
         c.add("file.allow_writes", "Allow Writes…", self.request_allow_writes, menu="File", group="access",
               enabled=lambda: self.session is not None and self.session.read_only, keywords="read-only edit")
+        c.add("file.migrate", "Migrate Database…", self.request_migrate, menu="File", group="access",
+              enabled=lambda: self.session is not None and not self.session.owned and not self.newer_migrations,
+              keywords="mastra tables recall history upgrade")
         c.add("file.copy_path", "Copy Database Path", self.copy_path, menu="File", group="access", enabled=has_db)
         self.transfer = TransferActions(self)
         self.transfer.register(c)
@@ -235,7 +238,7 @@ class MainWindow(QMainWindow):
 
     # -- opening ---------------------------------------------------------------------------------
     def open_database(self, path: str | None, *, allow_writes: bool | None = None, create_missing: bool = False,
-                      seed_if_empty: bool = False, keep: Selection | None = None) -> None:
+                      seed_if_empty: bool = False, keep: Selection | None = None, init_empty: bool = False) -> None:
         """Open ``path`` (None: the project's anchored database) in a worker; errors become dialogs."""
         if self.seeding:  # the seeder is writing through the current store; let it finish
             self.show_status("Creating demo data — open another database when it is done")
@@ -250,10 +253,11 @@ class MainWindow(QMainWindow):
         self.show_status(f"Opening {display}…")
 
         def job() -> OpenedDatabase:
-            return open_studio_database(path, allow_writes=allow_writes, create_missing=create_missing)
+            return open_studio_database(path, allow_writes=allow_writes, create_missing=create_missing,
+                                        init_empty=init_empty)
 
         self.pool.submit(job, on_result=lambda r: self._opened(token, r, seed_if_empty, keep),
-                         on_error=lambda e: self._open_failed(token, e, display))
+                         on_error=lambda e: self._open_failed(token, e, display, seed_if_empty))
 
     def _opened(self, token: int, opened: OpenedDatabase, seed_if_empty: bool, keep: Selection | None) -> None:
         if token != self._open_token:
@@ -272,13 +276,28 @@ class MainWindow(QMainWindow):
             self.seed_demo()
         self.session_opened.emit(self.session)
 
-    def _open_failed(self, token: int, exc: BaseException, display: str) -> None:
+    def _open_failed(self, token: int, exc: BaseException, display: str, seed_if_empty: bool = False) -> None:
         if token != self._open_token:
+            return
+        if isinstance(exc, EmptyFileError):
+            self._ask_to_init(exc, display, seed_if_empty)
             return
         problem = explain(exc, display)
         self.show_status(f"Could not open {display}")
         self.presenter.error(self, problem)
         self.open_failed.emit(problem)
+
+    def _ask_to_init(self, exc: EmptyFileError, display: str, seed_if_empty: bool) -> None:
+        """An empty file becomes a database only when the user says so; until then it stays 0 bytes."""
+        self.show_status(f"Not opened: {display} is an empty file")
+        self.open_failed.emit(explain(exc, display))
+        self.presenter.confirm(
+            self, "Make this empty file a database?", str(exc),
+            "Memory Studio can create its tables in it, making it a new, empty memory database. "
+            "Nothing is written unless you choose Create Database.",
+            "Create Database",
+            lambda: self.open_database(display, create_missing=True, init_empty=True, seed_if_empty=seed_if_empty),
+        )
 
     def _install(self, session: StudioSession, keep: Selection | None) -> None:
         self._close_session()
@@ -303,6 +322,9 @@ class MainWindow(QMainWindow):
             for signal, slot in (("open_prompt", self.show_prompt), ("thread_started", self.select_thread)):
                 if hasattr(pane, signal):  # the chat playground: a turn's prompt; a thread it started
                     getattr(pane, signal).connect(slot)
+            asks = getattr(pane, "request_command", None)  # a pane's button for a window command
+            if asks is not None:
+                asks.connect(self.commands.run)
         session.changed.connect(self._on_changed)
         session.read_only_changed.connect(lambda _ro: self._update_title())
         self.center.setCurrentIndex(1)
@@ -442,6 +464,44 @@ class MainWindow(QMainWindow):
             "Allow Writes",
             lambda: self.open_database(session.target, allow_writes=True, keep=self.selection),
         )
+
+    def request_migrate(self) -> None:
+        """Add Memory Studio's tables to a database it did not create: the one explicit way (confirmed)."""
+        session = self.session
+        if session is None or session.owned:
+            return
+        if self.newer_migrations:
+            self.presenter.error(self, newer_schema_notice(session.display_path, self.newer_migrations))
+            return
+        path = session.display_path
+        self.presenter.confirm(
+            self, "Migrate this database?",
+            f"{path} was not created by Memory Studio: it has no recall tables and keeps no working-memory "
+            "history.",
+            "Migrating adds Memory Studio's tables (recall index, working-memory versions, agent configurations) "
+            "in one transaction. Mastra's tables and data stay as they are, and Mastra keeps working with the "
+            "file. Afterwards the file opens with writes allowed. (The same as `memory-studio migrate`.)",
+            "Migrate", lambda: self._migrate(path))
+
+    def _migrate(self, path: str) -> None:
+        keep = self.selection
+        self.show_status(f"Migrating {path}…")
+
+        def job() -> list[str]:
+            from core import open_store
+
+            store = open_store(path, create=False)
+            try:
+                return store.db.migrate()
+            finally:
+                store.close()
+
+        def done(applied: list[str]) -> None:
+            self.show_status(f"Migrated {path}: {len(applied)} migration(s) applied")
+            self.open_database(path, keep=keep)
+
+        self.pool.submit(job, on_result=done,
+                         on_error=lambda exc: self.presenter.error(self, explain(exc, path)))
 
     def copy_path(self) -> None:
         if self.session is not None:

@@ -19,11 +19,13 @@ from core.messages import Message
 from core.recall import RecallIndex
 from core.recall.explain import Explanation, Inspection, explain_message, inspect_search
 from core.observational import OMRecord, ThreadHints, load_history, thread_hints
+from core.storage import schema as tables
 from core.storage.memory_store import MessageQuery, ResourceSummary, ThreadSummary
 from core.storage.message_pages import UnreadableMessage
 from core.timeutil import to_iso
+from core.tokens import default_tokenizer
 from core.traces.reader import SpanReader
-from core.traces.spans import SPANS_TABLE, ReadCount, ReadResult, TraceFilters, TraceSummary
+from core.traces.spans import SPANS_TABLE, ModelUsage, ReadCount, ReadResult, TraceFilters, TraceSummary
 from core.working_memory import WorkingMemoryService
 from studio.logic.memory_config import ConfigState
 from studio.logic.message_format import MessageRow, summarize, unreadable_row
@@ -184,7 +186,25 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
             thread_id=req.thread_id, resource_id=req.resource_id, input=inputs,
             instructions=req.instructions or None, options=overrides,
         )
-    return Preview(req, prompt, turn, notes)
+    model, model_note = thread_model(store, req.thread_id) if req.thread_id else (None, "")
+    return Preview(req, prompt, turn, notes, model, model_note)
+
+
+MODEL_LOOKBACK = 50  # newest messages searched for a reply that names its model
+
+
+def thread_model(store: Store, thread_id: str) -> tuple[str | None, str]:
+    """The model the thread's newest reply records (``metadata.modelId``, or a step's ``model``),
+    and where that came from: the model whose context window the prompt is measured against."""
+    recent = store.memory.list_messages(MessageQuery(thread_id=thread_id, last=MODEL_LOOKBACK))
+    for msg in reversed(recent):
+        if msg.role != "assistant":
+            continue
+        named = msg.metadata.get("modelId") or next(
+            (p.get("model") for p in msg.parts if p.get("type") == "step-start" and p.get("model")), None)
+        if named:
+            return str(named), "the model of this thread's last reply"
+    return None, "no reply in this thread names its model; the size is the context_window option"
 
 
 def assemble_as_of(memory: Memory, req: PreviewRequest, turn: TurnRef, overrides: Mapping[str, Any]) -> AssembledPrompt:
@@ -218,11 +238,15 @@ def load_wm(store: Store, selection: Selection, agent_name: str | None = None) -
     opts = effective_options_for(store, memory_name, base).working_memory
     target, why = target_for(selection, opts)
     snap = WmSnapshot(choice.agents, agent, reason, memory_name, declared, opts, target, why,
-                      config=config_state(store, memory_name))
+                      config=config_state(store, memory_name),
+                      history_available=store.db.has_table(tables.wm_versions.name))
     if target is not None:
         service = WorkingMemoryService(store)
         snap.text = service.get(opts, thread_id=target.thread_id, resource_id=target.resource_id).text
         snap.versions = service.versions(target.scope, target.owner_id)
+        tokenizer = default_tokenizer()  # loaded here, off the UI thread, before the editor counts live
+        snap.tokens = tokenizer.count(snap.text or "")
+        snap.version_tokens = {v.id: tokenizer.count(v.text or "") for v in snap.versions}
     return snap
 
 
@@ -335,3 +359,12 @@ def load_traces_page(resolver: SourceResolver, filters: TraceFilters, offset: in
     rows = source.reader.list_traces(limit=limit, offset=offset, filters=filters)
     total = source.reader.count_traces(filters) if not rows.missing else None
     return TracePage(source, rows, total, offset, stamp)
+
+
+def load_usage(resolver: SourceResolver, filters: TraceFilters) -> ReadResult[ModelUsage]:
+    """Token usage per model over every run the filters match (the cost line of the traces pane)."""
+    source = resolver.resolve()
+    if source.reader is None:
+        return ReadResult(missing=True)
+    # The name and status filters narrow the list, not the thread's bill.
+    return source.reader.usage_by_model(TraceFilters(resource_id=filters.resource_id, thread_id=filters.thread_id))

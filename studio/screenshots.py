@@ -99,6 +99,8 @@ def render(out_dir: Path) -> list[Path]:
     _wait(app, lambda: getattr(getattr(wm, "snapshot", None), "text", None) is not None
           and "Ada" in (wm.snapshot.text or ""), 30)
     save(window, "working-memory-template")
+    _shoot_wm_history(app, window, save)
+    _shoot_prompt_recall(app, window, save)
 
     _shoot_traces(app, window, save)
     _shoot_observations(app, window, save)
@@ -156,6 +158,41 @@ def _shoot_traces(app: Any, window: Any, save: Callable[[Any, str], None]) -> No
     if gen is not None:
         pane.select_span(gen)
     save(window, "traces")
+    pane.edit_prices()
+    save(pane.price_editor, "model-prices")
+    pane.price_editor.reject()
+
+
+def _shoot_wm_history(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
+    """Ada's working memory: two versions compared (numbered per resource, sizes in tokens)."""
+    wm = window.panes["working_memory"]
+    wm.tabs.setCurrentIndex(1)
+    numbers = [row.number for row in wm.version_model.rows()]
+    if len(numbers) >= 2:
+        wm.select_versions(numbers[-1], numbers[0])
+    save(window, "working-memory-history")
+    wm.tabs.setCurrentIndex(0)
+
+
+def _shoot_prompt_recall(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
+    """The inspector with semantic recall on: each recalled message with its own scores."""
+    from studio.selection import Selection
+
+    window.show_tab("prompt")
+    prompt = window.panes["prompt"]
+    window.resources.set_selection(Selection("li-wei", "liwei-shanghai"))
+    done: list[Any] = []
+    prompt.assembled.connect(done.append)
+    prompt.message_edit.setText("Any restaurant tips for Lisbon?")
+    prompt.recall_check.setChecked(True)
+    _wait(app, lambda: bool(done) and not prompt.busy and prompt.preview is not None
+          and prompt.preview.request.options.recall, 60)
+    rows = prompt.fragment_model.rows()
+    recall = next((i for i, r in enumerate(rows) if r.source == "semantic-recall"), None)
+    if recall is not None:
+        prompt.fragment_table.selectRow(recall)
+    save(window, "prompt-inspector-recall")
+    prompt.recall_check.setChecked(False)
 
 
 def _shoot_observations(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:

@@ -41,23 +41,35 @@ SELECT (SELECT max("updatedAt") FROM mastra_threads),
 """
 
 
+class EmptyFileError(DatabaseOpenError):
+    """The file exists but is empty (0 bytes): making it a database is the user's decision."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path} is an empty file (0 bytes), not a memory database yet.")
+        self.path = path
+
+
 def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None,
-                    create_missing: bool = True) -> Store:
+                    create_missing: bool = True, init_empty: bool = False) -> Store:
     """Open a database the way the Studio does: ours read-write, anything else read-only.
 
     The decision needs a look at the file first; that look uses a read-only connection, so a
     foreign database is never touched unless the user allows writes. ``create_missing=False`` (a
-    path the user typed) reports a missing file instead of creating an empty database there.
+    path the user typed) reports a missing file instead of creating an empty database there. An
+    existing empty file raises ``EmptyFileError`` unless ``init_empty`` (the user said yes).
     """
     from core.storage.paths import resolve_db_path
 
-    if getattr(resolve_db_path(path), "is_postgres", False):
+    resolved = resolve_db_path(path)
+    if getattr(resolved, "is_postgres", False):
         # A server database is shared with other programs: look first, write only when allowed.
         return open_store(path, read_only=not allow_writes, create=False)
-    if not create_missing:
-        resolved = resolve_db_path(path)
-        if resolved.path is not None and not resolved.path.exists():
-            raise DatabaseOpenError(f"{resolved.path} does not exist. Check the path, or pick a file with File > Open.")
+    if resolved.path is not None and not create_missing and not resolved.path.exists():
+        raise DatabaseOpenError(f"{resolved.path} does not exist. Check the path, or pick a file with File > Open.")
+    if resolved.path is not None and resolved.path.is_file() and resolved.path.stat().st_size == 0:
+        if not init_empty:
+            raise EmptyFileError(resolved.path)
+        return open_store(path)
     if allow_writes is None:
         probe = open_store(path, read_only=True, create=False) if _exists(path) else None
         if probe is None:
@@ -81,9 +93,9 @@ class OpenedDatabase:
 
 
 def open_studio_database(path: str | Path | None, *, allow_writes: bool | None = None,
-                         create_missing: bool = True) -> OpenedDatabase:
+                         create_missing: bool = True, init_empty: bool = False) -> OpenedDatabase:
     """Open, then check the file really is a memory database. Never changes a file it rejects."""
-    store = open_for_studio(path, allow_writes=allow_writes, create_missing=create_missing)
+    store = open_for_studio(path, allow_writes=allow_writes, create_missing=create_missing, init_empty=init_empty)
     try:
         if not store.db.is_mastra and not store.db.is_empty:
             raise SchemaError(

@@ -149,6 +149,7 @@ class SemanticRecall(BaseProcessor):
                         "scores": {m.id: _score(h) for m, h in other},
                         "hit_ids": sorted({h.message_id for _, h in other}),
                         "threads": sorted({m.thread_id or "" for m, _ in other}),
+                        "recalled": [recalled_detail(m, h) for m, h in other],
                     },
                 ),
             )
@@ -254,6 +255,19 @@ def _provenance(msg: Message, hit: "SearchHit") -> Provenance:
     if msg.id != hit.message_id:
         detail["context_of"] = hit.message_id  # a message_range neighbour of the hit
     return Provenance("semantic-recall", stored_ids=(msg.id,), score=hit.score, detail=detail)
+
+
+def recalled_detail(msg: Message, hit: "SearchHit") -> dict[str, Any]:
+    """One message of the other-threads block: its own scores when it is a hit; a neighbour (from
+    ``message_range``) has none of its own and names the hit it came with (and that hit's score)."""
+    is_hit = msg.id == hit.message_id
+    return {
+        "message_id": msg.id, "thread_id": msg.thread_id, "role": msg.role, "hit": is_hit,
+        "hit_id": hit.message_id, "hit_score": hit.score, "source": hit.source,
+        "score": hit.score if is_hit else None,
+        "vector_score": hit.vector_score if is_hit else None,
+        "keyword_score": hit.keyword_score if is_hit else None,
+    }
 
 
 def _hit_detail(hit: "SearchHit") -> dict[str, Any]:

@@ -141,14 +141,18 @@ class RecallIndex:
             probe()
         if self.info is None:
             where = self.store.location.display
-            if self.store.db.read_only:
+            # One way forward per case: allowing writes creates nothing in a database we did not create
+            # (only a migration does), so a foreign file is sent straight to the migration.
+            if self.store.db.owned and self.store.db.read_only:
                 raise RecallError(
-                    f"Semantic recall needs the vector table {self.table}, which {where} does not have, and the "
-                    "database is open read-only. Allow writes, or turn semantic recall off."
+                    f"Semantic recall needs the vector table {self.table}, which {where} does not have yet, and "
+                    "the database is open read-only. Allow writes (Studio: File > Allow Writes) so it can be "
+                    "created, or turn semantic recall off."
                 )
             raise RecallError(
-                f"Semantic recall needs the vector table {self.table} in {where}, which was not created by "
-                f"Memory Studio; {MIGRATE_HINT} (it adds the recall tables, leaving Mastra's data as it is)."
+                f"Semantic recall needs the vector table {self.table}, which {where} does not have: it was not "
+                f"created by Memory Studio. To use recall, {MIGRATE_HINT} (Studio: File > Migrate Database…); "
+                "it adds the recall tables and leaves Mastra's data as it is. Or turn semantic recall off."
             )
 
     def status(self) -> dict[str, Any]:

@@ -22,13 +22,16 @@ from core.traces.locking import StoreBusy, StoreMissing
 from core.traces.spans import (
     COLUMNS,
     SPANS_TABLE,
+    ModelUsage,
     ReadCount,
     ReadResult,
     SpanRecord,
     TokenTotals,
     TraceFilters,
     TraceSummary,
+    UsageByModel,
     order_for_tree,
+    root_base_urls,
 )
 
 # Readers wait at most this long for a writer before answering from their cache.
@@ -76,6 +79,11 @@ class SpanReader(ABC):
     def get_trace(self, trace_id: str) -> ReadResult[SpanRecord]:
         """All spans of a trace in tree order (depth-first, siblings by start time)."""
         return self._cached_read(("trace", trace_id), lambda con: self._get_trace(con, trace_id))
+
+    def usage_by_model(self, filters: TraceFilters | None = None) -> ReadResult[ModelUsage]:
+        """Token usage per model over every trace the filters match (a thread's whole history)."""
+        filters = filters or TraceFilters()
+        return self._cached_read(("usage", filters), lambda con: self._usage_by_model(con, filters))
 
     def count_traces(self, filters: TraceFilters | None = None) -> ReadCount:
         filters = filters or TraceFilters()
@@ -146,12 +154,14 @@ class SpanReader(ABC):
         errored = (
             f'(r."traceId" IN (SELECT e."traceId" FROM {table} e WHERE {self._error_present("e")}))'
         )
+        # A point event (isEvent; Mastra leaves endedAt null) is finished, never running.
+        ended = '(r."endedAt" IS NOT NULL OR coalesce(r."isEvent", FALSE))'
         if filters.status == "error":
             clauses.append(errored)
         elif filters.status == "ok":
-            clauses.append(f'r."endedAt" IS NOT NULL AND NOT {errored}')
+            clauses.append(f"{ended} AND NOT {errored}")
         elif filters.status == "running":
-            clauses.append(f'r."endedAt" IS NULL AND NOT {errored}')
+            clauses.append(f"NOT {ended} AND NOT {errored}")
         return " AND ".join(clauses), params
 
     def _count(self, con: Any, filters: TraceFilters) -> int:
@@ -182,13 +192,34 @@ class SpanReader(ABC):
         for trace_id, n, errors, thread_id, resource_id in con.execute(agg_sql, tuple(ids)).fetchall():
             counts[trace_id] = (int(n), int(errors or 0), thread_id, resource_id)
         tokens: dict[str, TokenTotals] = {t: TokenTotals() for t in ids}
+        by_model: dict[str, UsageByModel] = {t: UsageByModel() for t in ids}
+        urls = {r.trace_id: root_base_urls(r.attributes) for r in roots}
         usage_sql = (
             f'SELECT "traceId", {self._select_column("attributes", "json")} FROM {SPANS_TABLE} '
             f"WHERE \"spanType\" = 'model_generation' AND \"traceId\" IN ({marks})"
         )
         for trace_id, attributes in con.execute(usage_sql, tuple(ids)).fetchall():
-            tokens[trace_id].add_usage(_loads(attributes))
-        return [_summary(root, counts.get(root.trace_id), tokens[root.trace_id]) for root in roots]
+            attrs = _loads(attributes)
+            tokens[trace_id].add_usage(attrs)
+            by_model[trace_id].add(attrs, urls.get(trace_id))
+        return [_summary(root, counts.get(root.trace_id), tokens[root.trace_id], by_model[root.trace_id].result())
+                for root in roots]
+
+    def _usage_by_model(self, con: Any, filters: TraceFilters) -> list[ModelUsage]:
+        where, params = self._where(filters)
+        roots_sql = (f'SELECT r."traceId", {self._select_column("attributes", "json", "r")} '
+                     f"FROM {SPANS_TABLE} r WHERE {where}")
+        urls = {trace_id: root_base_urls(_loads(attrs))
+                for trace_id, attrs in con.execute(roots_sql, tuple(params)).fetchall()}
+        usage_sql = (
+            f'SELECT s."traceId", {self._select_column("attributes", "json", "s")} FROM {SPANS_TABLE} s '
+            f"WHERE s.\"spanType\" = 'model_generation' AND s.\"traceId\" IN "
+            f'(SELECT r."traceId" FROM {SPANS_TABLE} r WHERE {where})'
+        )
+        totals = UsageByModel()
+        for trace_id, attributes in con.execute(usage_sql, tuple(params)).fetchall():
+            totals.add(_loads(attributes), urls.get(trace_id))
+        return list(totals.result())
 
     def _get_trace(self, con: Any, trace_id: str) -> list[SpanRecord]:
         sql = f'SELECT {self._select_list("s")} FROM {SPANS_TABLE} s WHERE s."traceId" = ?'
@@ -208,11 +239,11 @@ def _summary(
     root: SpanRecord,
     agg: tuple[int, int, str | None, str | None] | None,
     tokens: TokenTotals,
+    models: tuple[ModelUsage, ...] = (),
 ) -> TraceSummary:
     span_count, error_count, thread_id, resource_id = agg or (1, 0, None, None)
     has_error = error_count > 0 or root.error is not None
-    status: Literal["ok", "error", "running"] = (
-        "error" if has_error else ("running" if root.ended_at is None else "ok"))
+    status: Literal["ok", "error", "running"] = "error" if has_error else ("running" if root.running else "ok")
     return TraceSummary(
         trace_id=root.trace_id,
         name=root.name,
@@ -229,6 +260,7 @@ def _summary(
         total_tokens=tokens.total_tokens,
         thread_id=root.thread_id or thread_id,
         resource_id=root.resource_id or resource_id,
+        models=models,
     )
 
 

@@ -143,9 +143,15 @@ class SpanRecord:
     updated_at: datetime | None = None
 
     @property
+    def running(self) -> bool:
+        """Not ended yet. A point event (``isEvent``; Mastra leaves its ``endedAt`` null) never runs."""
+        return self.ended_at is None and not self.is_event
+
+    @property
     def duration_ms(self) -> float | None:
+        """Milliseconds from start to end; 0 for a point event; None while running."""
         if self.ended_at is None:
-            return None
+            return 0.0 if self.is_event else None
         return (self.ended_at - self.started_at).total_seconds() * 1000.0
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -191,6 +197,22 @@ class TraceFilters:
 
 
 @dataclass(frozen=True)
+class ModelUsage:
+    """Tokens one model used (summed over ``model_generation`` spans), for cost estimates.
+
+    ``model`` is the span's ``attributes.model`` (ours: ``provider/name``); ``base_url`` is known when
+    the run's root span describes its model (ours do), so a local server can be told apart.
+    """
+
+    model: str
+    provider: str | None = None
+    base_url: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+
+@dataclass(frozen=True)
 class TraceSummary:
     """One line of the traces table: the root span plus totals over the whole trace."""
 
@@ -209,6 +231,7 @@ class TraceSummary:
     total_tokens: int
     thread_id: str | None
     resource_id: str | None
+    models: tuple[ModelUsage, ...] = ()  # the totals above, split by model
 
 
 @dataclass(frozen=True)
@@ -289,6 +312,42 @@ class TokenTotals:
         self.input_tokens += inp
         self.output_tokens += out
         self.total_tokens += total
+
+
+class UsageByModel:
+    """Adds ``model_generation`` usage up per (model, base URL), for one trace or many."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str | None], list[Any]] = {}
+
+    def add(self, attributes: object, base_urls: Mapping[str, str] | None = None) -> None:
+        """One model span's attributes; ``base_urls``: model id -> base URL from its run's root span."""
+        if not isinstance(attributes, Mapping):
+            return
+        totals = TokenTotals()
+        totals.add_usage(attributes)
+        model = attributes.get("model")
+        name = str(model.get("model_id") or model.get("model") or "?") if isinstance(model, Mapping) \
+            else str(model or "unknown model")
+        provider = attributes.get("provider")
+        base_url = (base_urls or {}).get(name)
+        row = self._rows.setdefault((name, base_url), [provider if isinstance(provider, str) else None, 0, 0, 0])
+        row[1] += totals.input_tokens
+        row[2] += totals.output_tokens
+        row[3] += 1
+
+    def result(self) -> tuple[ModelUsage, ...]:
+        return tuple(ModelUsage(name, provider, url, inp, out, calls)
+                     for (name, url), (provider, inp, out, calls) in sorted(self._rows.items(),
+                                                                             key=lambda kv: (kv[0][0], kv[0][1] or "")))
+
+
+def root_base_urls(attributes: object) -> dict[str, str]:
+    """model id -> base URL, from a run span whose ``attributes.model`` describes the model (ours do)."""
+    model = attributes.get("model") if isinstance(attributes, Mapping) else None
+    if isinstance(model, Mapping) and model.get("model_id") and model.get("base_url"):
+        return {str(model["model_id"]): str(model["base_url"])}
+    return {}
 
 
 def _first_int(usage: Mapping[str, Any], *keys: str) -> int:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from core.messages import Message
+from studio.logic.dates import format_datetime
 
 PREVIEW_CHARS = 400  # the list shows two lines; the rest is in the detail view
 MAX_DETAIL_CHARS = 200_000  # a multi-megabyte tool result must not stall the UI thread
@@ -110,7 +111,8 @@ def pretty_json(value: Any) -> str:
 
 
 def format_time(when: datetime) -> str:
-    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    """The Studio's one date format (``studio.logic.dates``)."""
+    return format_datetime(when)
 
 
 def snippet(text: str, query: str, width: int = 90) -> str:

@@ -1,6 +1,10 @@
 """What the Observations pane shows, as plain data: which rows to look up for a selection, the
-observation log as readable HTML (chunks apart, date headers bold, priority emojis kept), the two
-token bars against the record's thresholds, and one row per generation. No Qt here.
+observation log as readable HTML (chunks apart, date headers bold, priorities as drawn markers), the
+two token bars against the record's thresholds, and one row per generation. No Qt here.
+
+The observer writes priorities as emoji (🔴 🟡 🟢 ✅), which need a colour-emoji font most Linux set-ups
+lack. The log shows each as an ``<img src="priority:…">`` whose picture the pane draws itself
+(``studio.widgets.priority_marks``), so no font is involved.
 """
 
 from __future__ import annotations
@@ -8,12 +12,13 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from core.observational import OMRecord, ThreadHints
 from core.observational.records import split_chunks
 from core.timeutil import parse_iso
+from studio.logic.dates import format_datetime
 from studio.selection import Selection
 
 EMPTY_TEXT = ("No observational memory for this thread: the agent that writes it runs with observational memory "
@@ -24,6 +29,24 @@ NO_SELECTION_TEXT = "Select a thread (or a resource) to see its observational me
 EMPTY_LOG_TEXT = "Nothing observed yet: the messages are still below the threshold."
 
 _DATE_RE = re.compile(r"^\s*Date:\s*\S")
+
+# emoji -> (marker name, colour, what it means); the pane draws each marker (no emoji font needed)
+PRIORITY_MARKS: dict[str, tuple[str, str, str]] = {
+    "🔴": ("high", "#E5534B", "high priority"),
+    "🟡": ("medium", "#D9A441", "medium priority"),
+    "🟢": ("low", "#3FB68B", "low priority"),
+    "✅": ("done", "#3FB68B", "done"),
+}
+MARK_URL = "priority:"
+_MARK_RE = re.compile("|".join(map(re.escape, PRIORITY_MARKS)))
+
+
+def _marks(escaped: str) -> str:
+    """Escaped log text with each priority emoji replaced by its drawn marker."""
+    def one(m: re.Match[str]) -> str:
+        name, _colour, meaning = PRIORITY_MARKS[m.group(0)]
+        return f'<img src="{MARK_URL}{name}" width="11" height="11" alt="{meaning}"/>'
+    return _MARK_RE.sub(one, escaped)
 
 
 @dataclass(frozen=True)
@@ -59,22 +82,14 @@ def _parse(iso: str | None) -> datetime | None:
         return None
 
 
-def format_short(iso: str | None) -> str:
-    """``Sep 14 14:01`` (UTC), for table cells whose header names the zone."""
-    value = _parse(iso)
-    if value is None:
-        return iso or "—"
-    value = value.astimezone(timezone.utc)
-    return f"{value:%b} {value.day} {value.year} {value:%H:%M}"
-
-
 def format_when(iso: str | None) -> str:
-    """``Sep 14, 2026 14:01 UTC``; unreadable values are shown as they are, missing ones as ``—``."""
+    """The Studio's one date format (``studio.logic.dates``); unreadable values are shown as they
+    are, missing ones as ``—``."""
     value = _parse(iso)
-    if value is None:
-        return iso or "—"
-    value = value.astimezone(timezone.utc)
-    return f"{value:%b} {value.day}, {value.year} {value:%H:%M} UTC"
+    return format_datetime(value) if value is not None else (iso or "—")
+
+
+format_short = format_when  # table cells use the same format as everything else
 
 
 # -- thresholds and bars ----------------------------------------------------------------------------
@@ -167,7 +182,7 @@ def log_html(active_observations: str) -> str:
         for line in section.lines:
             if not line.strip():
                 continue
-            text = html.escape(line.strip())
+            text = _marks(html.escape(line.strip()))
             if _DATE_RE.match(line):
                 parts.append(f"<p style='margin-top: 6px;'><b>{text}</b></p>")
             else:
@@ -196,12 +211,15 @@ class GenerationRow:
     updated: str
     tokens: int
     current: bool
+    created_at: str | None = None  # the stored values, for the relative time on hover
+    updated_at: str | None = None
 
 
 def generation_rows(history: Sequence[OMRecord]) -> list[GenerationRow]:
     """Newest first, as ``load_history`` returns them; the first row is the current generation."""
     return [GenerationRow(r.id, r.generation_count, r.origin_type, format_short(r.created_at),
-                          format_short(r.updated_at), r.observation_token_count, i == 0)
+                          format_short(r.updated_at), r.observation_token_count, i == 0, r.created_at,
+                          r.updated_at)
             for i, r in enumerate(history)]
 
 
@@ -215,6 +233,8 @@ def subtitle(lookup: Lookup | None, history: Sequence[OMRecord]) -> str:
 
 __all__ = [
     "EMPTY_TEXT",
+    "MARK_URL",
+    "PRIORITY_MARKS",
     "GenerationRow",
     "LogSection",
     "Lookup",

@@ -7,6 +7,7 @@ reshape its ``AssembledPrompt`` record into rows, bar segments and skip reasons 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from dataclasses import dataclass, field, replace
@@ -15,6 +16,7 @@ from typing import Any, Callable, Literal, Mapping
 
 from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
+from studio.logic.dates import format_datetime
 
 # Stable colours per source so the bar, the table and the legend agree (colour-blind-safe-ish hues).
 SOURCE_COLORS: dict[str, str] = {
@@ -28,7 +30,6 @@ SOURCE_COLORS: dict[str, str] = {
     "tools": "#A7785A",
 }
 _EXTRA = ["#4C9BD6", "#D4774A", "#7F9C3A", "#B55FA8", "#56A3A6", "#C9A227"]
-FREE_COLOR = "#2B2F36"
 
 ROLE_LABELS = {"system": "system", "user": "user", "assistant": "assistant", "tool": "tool", "tools": "tool defs"}
 
@@ -41,16 +42,45 @@ def source_color(source: str) -> str:
 
 
 # -- options ---------------------------------------------------------------------------------------
+HISTORY_BUDGET_OPTION = "message_history"  # {"max_tokens": n}: an engine option not every version has
+
+
+@functools.lru_cache(maxsize=1)
+def history_budget_supported() -> bool:
+    """Whether this engine's ``MemoryOptions`` take ``message_history={"max_tokens": n}`` (checked by
+    trying it, so the inspector offers the control exactly when the engine would honour it)."""
+    try:
+        merged = MemoryOptions().merged({HISTORY_BUDGET_OPTION: {"max_tokens": 1000}})
+    except Exception:  # noqa: BLE001 - unknown option (OptionsError) or a shape this engine rejects
+        return False
+    return _history_budget(merged) == 1000
+
+
+def _history_budget(opts: MemoryOptions) -> int | None:
+    value = getattr(getattr(opts, HISTORY_BUDGET_OPTION, None), "max_tokens", None)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @dataclass(frozen=True)
 class InspectorOptions:
     """The memory settings the user can vary live. ``last_messages == 0`` means history is off;
-    None means no count cap (the agent's token budget, ``message_history.max_tokens``, bounds it)."""
+    None means no count cap (the token budget, ``message_history.max_tokens``, bounds it).
+
+    ``working_memory`` / ``observational`` are None for "as the agent has it". ``threshold`` None: no
+    minimum score. ``history_tokens``: the history's token budget (0: none), sent only to engines that
+    have the option (``history_budget_supported``).
+    """
 
     last_messages: int | None = 10
     recall: bool = False
     top_k: int = 4
     scope: Literal["resource", "thread"] = "resource"
     read_only: bool = False
+    working_memory: bool | None = None
+    observational: bool | None = None
+    threshold: float | None = None
+    message_range: tuple[int, int] = (1, 1)  # neighbours (before, after) of each recall hit
+    history_tokens: int = 0
 
     @classmethod
     def from_memory_options(cls, opts: MemoryOptions) -> "InspectorOptions":
@@ -59,16 +89,29 @@ class InspectorOptions:
         return cls(
             last_messages=None if lm is None else 0 if lm is False else int(lm), recall=bool(sr.enabled),
             top_k=int(sr.top_k),
-            scope=sr.scope, read_only=bool(opts.read_only),
+            scope=sr.scope, read_only=bool(opts.read_only), working_memory=bool(opts.working_memory.enabled),
+            observational=bool(opts.observational_memory.enabled),
+            threshold=None if sr.threshold is None else float(sr.threshold),
+            message_range=(int(sr.message_range.before), int(sr.message_range.after)),
+            history_tokens=_history_budget(opts) or 0,
         )
 
     def to_overrides(self) -> dict[str, Any]:
         """The per-call override dict handed to ``Memory.assemble(options=...)``."""
-        return {
+        before, after = self.message_range
+        out: dict[str, Any] = {
             "last_messages": self.last_messages if self.last_messages is None or self.last_messages > 0 else False,
-            "semantic_recall": {"enabled": self.recall, "top_k": self.top_k, "scope": self.scope},
+            "semantic_recall": {"enabled": self.recall, "top_k": self.top_k, "scope": self.scope,
+                                "threshold": self.threshold, "message_range": {"before": before, "after": after}},
             "read_only": self.read_only,
         }
+        if self.working_memory is not None:
+            out["working_memory"] = {"enabled": self.working_memory}
+        if self.observational is not None:
+            out["observational_memory"] = {"enabled": self.observational}
+        if history_budget_supported():
+            out[HISTORY_BUDGET_OPTION] = {"max_tokens": self.history_tokens or None}
+        return out
 
 
 @dataclass(frozen=True)
@@ -87,7 +130,7 @@ def starting_point(agent: AgentConfig | None, reason: str) -> StartingPoint:
         return StartingPoint(base, InspectorOptions.from_memory_options(base), None,
                              f"Defaults ({reason})")
     base = agent.memory_options()
-    when = agent.updated_at.strftime("%Y-%m-%d %H:%M") if agent.updated_at else "?"
+    when = format_datetime(agent.updated_at)
     by = f" by {agent.process}" if agent.process else ""
     return StartingPoint(base, InspectorOptions.from_memory_options(base), agent,
                          f"{reason}; registered {when}{by}")
@@ -126,6 +169,8 @@ class Preview:
     prompt: AssembledPrompt
     turn: TurnRef | None = None
     notes: list[str] = field(default_factory=list)
+    model: str | None = None  # the model the thread's replies record (whose context window this is)
+    model_note: str = ""
 
 
 MemoryFactory = Callable[[MemoryOptions, str, Any], Memory]
@@ -187,8 +232,24 @@ class FragmentRow:
         return f"{len(self.stored_ids)} messages"
 
     @property
+    def neighbour_of(self) -> str | None:
+        """A recalled message that is not a hit itself but a ``message_range`` neighbour of one."""
+        value = self.detail.get("context_of")
+        return str(value) if value else None
+
+    @property
     def score_label(self) -> str:
+        """The fragment's own score; a recall neighbour has none (it came with its hit)."""
+        if self.neighbour_of is not None:
+            return "—"
         return "" if self.score is None else f"{self.score:.3f}"
+
+    @property
+    def score_tip(self) -> str:
+        if self.neighbour_of is not None:
+            hit = "" if self.score is None else f" (the hit scored {self.score:.3f})"
+            return f"Neighbour of hit {self.neighbour_of}{hit}: recalled with it, not scored itself."
+        return "" if self.score is None else f"score {self.score:.6f}"
 
 
 def _short(message_id: str) -> str:
@@ -222,12 +283,28 @@ class BarSegment:
     color: str
 
 
+PRIMER_SOURCE = "reply primer"  # the tokens the chat format adds for the reply (counted in the total)
+PRIMER_COLOR = "#6E7781"
+
+
 @dataclass(frozen=True)
 class ContextUsage:
+    """The prompt against its context window. ``segments`` add up to ``total`` exactly: the reply
+    primer the chat format adds is a segment of its own, not a gap between the two."""
+
     segments: tuple[BarSegment, ...]
     total: int
     window: int
     tokenizer: str
+    model: str | None = None  # the model whose window this is, when the thread records one
+    model_note: str = ""  # where that model name comes from
+
+    @property
+    def window_owner(self) -> str:
+        """Which model the window belongs to, in words."""
+        if self.model:
+            return f"window of {self.model}" + (f" ({self.model_note})" if self.model_note else "")
+        return "window of an unknown model" + (f" ({self.model_note})" if self.model_note else "")
 
     @property
     def free(self) -> int:
@@ -243,16 +320,28 @@ class ContextUsage:
         return f"{self.total:,} / {self.window:,} tokens ({pct:.1f}%)"
 
 
-def context_usage(prompt: AssembledPrompt) -> ContextUsage:
-    """Tokens by source in prompt order (first appearance), against the context window."""
+def context_usage(prompt: AssembledPrompt, model: str | None = None, model_note: str = "") -> ContextUsage:
+    """Tokens by source in prompt order (first appearance), then the reply primer, against the
+    context window of ``model`` (the window size itself is the memory option ``context_window``)."""
     window = max(int(prompt.context_window or 0), 1)
     by_source = prompt.tokens_by_source()
     order: list[str] = []
     for f in prompt.fragments:
         if f.source not in order:
             order.append(f.source)
-    segs = tuple(BarSegment(s, by_source[s], by_source[s] / window, source_color(s)) for s in order)
-    return ContextUsage(segs, prompt.total_tokens, window, prompt.tokenizer)
+    segs = [BarSegment(s, by_source[s], by_source[s] / window, source_color(s)) for s in order]
+    primer = prompt.total_tokens - sum(by_source.values())
+    if primer:
+        segs.append(BarSegment(PRIMER_SOURCE, primer, primer / window, PRIMER_COLOR))
+    return ContextUsage(tuple(segs), prompt.total_tokens, window, prompt.tokenizer, model, model_note)
+
+
+def token_sum_text(prompt: AssembledPrompt) -> str:
+    """The total as the sum the table shows: fragments plus the reply primer."""
+    fragments = sum(f.tokens for f in prompt.fragments)
+    primer = prompt.total_tokens - fragments
+    tail = f" + {primer:,} reply primer" if primer else ""
+    return f"{fragments:,} in {len(prompt.fragments)} fragments{tail} = {prompt.total_tokens:,} tokens"
 
 
 @dataclass(frozen=True)
@@ -272,8 +361,10 @@ def skipped_rows(prompt: AssembledPrompt) -> list[SkipRow]:
 def fragment_header(row: FragmentRow) -> str:
     """The provenance line above a fragment's full text in the detail view."""
     bits = [f"#{row.index}", row.role, f"from {row.source}", f"{row.tokens} tokens"]
-    if row.score is not None:
+    if row.neighbour_of is not None:
+        bits.append(f"neighbour of hit {row.neighbour_of}")
+    elif row.score is not None:
         bits.append(f"score {row.score:.3f}")
     if row.created_at:
-        bits.append(row.created_at)
+        bits.append(format_datetime(row.created_at))
     return " · ".join(bits)

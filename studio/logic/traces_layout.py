@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal
 
 from core.traces.spans import (
@@ -21,6 +21,7 @@ from core.traces.spans import (
     TraceSummary,
     order_for_tree,
 )
+from studio.logic.dates import format_datetime, relative_time
 from studio.selection import Selection
 
 # One colour per span type, shared by the tree swatches, the timeline bars and the legend.
@@ -75,6 +76,15 @@ class TimelineRow:
     error: bool
 
     @property
+    def event(self) -> bool:
+        """A point event (Mastra's ``isEvent``): a moment, not an interval."""
+        return bool(self.span.is_event)
+
+    @property
+    def duration_text(self) -> str:
+        return "event" if self.event else format_duration(self.duration_ms)
+
+    @property
     def color(self) -> str:
         return ERROR_COLOR if self.error else span_color(self.span.span_type)
 
@@ -106,7 +116,7 @@ def layout_trace(spans: Sequence[SpanRecord], now: datetime | None = None) -> Tr
     start = min(s.started_at for s in ordered)
     ends = [s.ended_at or s.started_at for s in ordered]
     end = max(ends)
-    if now is not None and any(s.ended_at is None for s in ordered):
+    if now is not None and any(s.running for s in ordered):
         end = max(end, now)
     total = max(_ms(start, end), 0.0)
     index_of = {s.span_id: i for i, s in enumerate(ordered)}
@@ -124,16 +134,16 @@ def layout_trace(spans: Sequence[SpanRecord], now: datetime | None = None) -> Tr
     rows: list[TimelineRow] = []
     for i, span in enumerate(ordered):
         begin = _ms(start, span.started_at)
-        stop = _ms(start, span.ended_at) if span.ended_at is not None else total
+        stop = _ms(start, span.ended_at) if span.ended_at is not None else (begin if span.is_event else total)
         if total > 0:
             offset = min(max(begin / total, 0.0), 1.0)
             width = min(max((stop - begin) / total, 0.0), 1.0 - offset)
         else:
-            offset, width = 0.0, 1.0 if span.ended_at is None else 0.0
+            offset, width = 0.0, 1.0 if span.running else 0.0
         rows.append(TimelineRow(
             index=i, span=span, depth=depth[i], parent=parents[i], children=tuple(children.get(i, ())),
             offset=offset, width=width, start_ms=begin, duration_ms=span.duration_ms,
-            running=span.ended_at is None, error=has_error(span),
+            running=span.running, error=has_error(span),
         ))
     roots = tuple(i for i, p in enumerate(parents) if p is None)
     return TraceLayout(tuple(rows), roots, start, total)
@@ -177,14 +187,9 @@ def format_duration(ms: float | None) -> str:
     return f"{minutes}m {rest:02d}s"
 
 
-def format_started(value: datetime | None, today: datetime | None = None) -> str:
-    """UTC wall time; the date only when it is not today (UTC)."""
-    if value is None:
-        return ""
-    value = value.astimezone(timezone.utc)
-    today = (today or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    clock = value.strftime("%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
-    return clock if value.date() == today.date() else f"{value:%Y-%m-%d} {clock}"
+def format_started(value: datetime | None) -> str:
+    """When a trace or span started, in the Studio's one date format (``studio.logic.dates``)."""
+    return format_datetime(value) if value is not None else ""
 
 
 def format_tokens(summary: TraceSummary) -> str:
@@ -265,11 +270,11 @@ def span_usage(span: SpanRecord) -> TokenTotals | None:
 def span_facts(span: SpanRecord, trace_start: datetime | None = None) -> list[tuple[str, str]]:
     """(label, value) lines for the detail header: only the facts this span actually has."""
     facts: list[tuple[str, str]] = [("type", span.span_type)]
-    when = format_started(span.started_at, today=span.started_at)
+    when = format_started(span.started_at)
     if trace_start is not None:
         when += f"  (+{format_duration(_ms(trace_start, span.started_at))})"
-    facts.append(("started", when + " UTC"))
-    facts.append(("duration", format_duration(span.duration_ms)))
+    facts.append(("started", f"{when}  ({relative_time(span.started_at)})"))
+    facts.append(("duration", "point event" if span.is_event else format_duration(span.duration_ms)))
     if span.entity_name or span.entity_id:
         facts.append(("entity", f"{span.entity_type or ''} {span.entity_name or span.entity_id}".strip()))
     if span.thread_id:
@@ -458,7 +463,12 @@ def chat_transcript(span: SpanRecord) -> Transcript | None:
     return Transcript(tuple(messages), response, _tool_names(span.input), span_usage(span))
 
 
-def _turn_html(turn: ChatTurn, label: str | None = None) -> str:
+# Card and code colours of the transcript for each theme (the text browser has the theme's base).
+CARD_COLORS = {True: ("#1c1f25", "#aab2bf"), False: ("#f0f3f6", "#57606a")}
+
+
+def _turn_html(turn: ChatTurn, label: str | None = None, dark: bool = True) -> str:
+    card, code = CARD_COLORS[dark]
     colour = ROLE_COLORS.get(turn.role, "#8A8F98")
     title = html.escape(label or turn.role)
     if turn.name:
@@ -471,16 +481,16 @@ def _turn_html(turn: ChatTurn, label: str | None = None) -> str:
     for call in turn.tool_calls:
         body += (f"<div style='color:{ROLE_COLORS['tool']}; margin-top:4px'>→ tool call "
                  f"<b>{html.escape(call.name)}</b> <span style='color:#7d8590'>{html.escape(call.id)}</span></div>"
-                 f"<pre style='white-space:pre-wrap; margin:0; color:#aab2bf'>{html.escape(call.arguments)}</pre>")
+                 f"<pre style='white-space:pre-wrap; margin:0; color:{code}'>{html.escape(call.arguments)}</pre>")
     if not body:
         body = "<div style='color:#7d8590'><i>(empty)</i></div>"
     return (f"<table width='100%' cellspacing='0' cellpadding='6' style='margin-bottom:6px'>"
             f"<tr><td width='4' style='background:{colour}'></td>"
-            f"<td style='background:#1c1f25'><div style='color:{colour}; font-weight:600'>{title}</div>"
+            f"<td style='background:{card}'><div style='color:{colour}; font-weight:600'>{title}</div>"
             f"{body}</td></tr></table>")
 
 
-def transcript_html(transcript: Transcript) -> str:
+def transcript_html(transcript: Transcript, dark: bool = True) -> str:
     """The transcript as simple HTML for a read-only text browser (all text escaped)."""
     parts = []
     meta = [f"{len(transcript.messages)} messages sent"]
@@ -490,8 +500,8 @@ def transcript_html(transcript: Transcript) -> str:
         u = transcript.usage
         meta.append(f"{u.input_tokens:,} in · {u.output_tokens:,} out tokens")
     parts.append(f"<div style='color:#7d8590; margin-bottom:6px'>{html.escape(' · '.join(meta))}</div>")
-    parts.extend(_turn_html(t) for t in transcript.messages)
+    parts.extend(_turn_html(t, dark=dark) for t in transcript.messages)
     if transcript.response is not None:
         parts.append("<div style='color:#7d8590; margin:8px 0 4px 0'>── model response ──</div>")
-        parts.append(_turn_html(transcript.response, "assistant (response)"))
+        parts.append(_turn_html(transcript.response, "assistant (response)", dark=dark))
     return "".join(parts)

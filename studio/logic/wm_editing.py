@@ -19,6 +19,7 @@ from core import Store, WorkingMemoryOptions
 from core.agent_configs import AgentConfig
 from core.working_memory import Version, WorkingMemoryService, normalize_ws
 from core.working_memory_schema import load_stored, validate, working_memory_merge
+from studio.logic.dates import format_datetime
 from studio.logic.memory_config import ConfigState
 from studio.selection import Selection
 
@@ -65,10 +66,56 @@ class WmSnapshot:
     text: str | None = None  # stored value (None: nothing stored yet)
     versions: list[Version] = field(default_factory=list)  # newest first
     config: ConfigState | None = None
+    history_available: bool = True  # False: the file has no memory_studio_wm_versions table (unmigrated)
+    tokens: int = 0  # of the stored text
+    version_tokens: dict[int, int] = field(default_factory=dict)  # version id -> tokens
 
     @property
     def fmt(self) -> str:
         return self.options.mode
+
+    def version_rows(self) -> list["VersionRow"]:
+        """The versions newest first, numbered 1, 2, 3 … from the oldest of this resource or thread."""
+        n = len(self.versions)
+        return [VersionRow(v, n - i, self.version_tokens.get(v.id, 0)) for i, v in enumerate(self.versions)]
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    """A saved version as the history table shows it: numbered within its owner, not by row id."""
+
+    version: Version
+    number: int
+    tokens: int
+
+    @property
+    def label(self) -> str:
+        return f"version {self.number}"
+
+    # The stored version's own facts, read through the row.
+    @property
+    def text(self) -> str | None:
+        return self.version.text
+
+    @property
+    def author(self) -> str:
+        return self.version.author
+
+    @property
+    def note(self) -> str | None:
+        return self.version.note
+
+    @property
+    def created_at(self) -> Any:
+        return self.version.created_at
+
+    @property
+    def size(self) -> str:
+        return size_label(self.version.text or "", self.tokens)
+
+
+def size_label(text: str, tokens: int) -> str:
+    return f"{len(text):,} chars · {tokens:,} tokens"
 
 
 # -- the staged draft ----------------------------------------------------------------------------
@@ -127,13 +174,20 @@ class DraftCheck:
 
 @dataclass
 class WmDraft:
-    """The editor's staged state. ``baseline`` is what was loaded (and is sent as ``expected``)."""
+    """The editor's staged state. ``baseline`` is what was loaded (and is sent as ``expected``);
+    ``stored`` is what is stored now as far as we know (it moves when the agent writes meanwhile),
+    and the merge preview is computed on it."""
 
     baseline: str | None
     fmt: Literal["markdown", "json"]
     schema: Mapping[str, Any] | None = None
     template: str = ""
     json_mode: JsonMode = "replace"
+    stored: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.stored is None:
+            self.stored = self.baseline
 
     def initial_text(self) -> str:
         """What the editor starts with: the stored text (pretty JSON in schema mode, ``{}`` for a patch)."""
@@ -165,7 +219,7 @@ class WmDraft:
         return DraftCheck((), tuple(warnings), None, text)
 
     def _check_json(self, text: str) -> DraftCheck:
-        current = load_stored(self.baseline)
+        current = load_stored(self.stored)
         parsed, problem = parse_json_object(text)
         if problem is not None or parsed is None:
             return DraftCheck((problem or "Not a JSON object.",), (), MergePreview(current, None, None))
@@ -180,6 +234,49 @@ class WmDraft:
         return DraftCheck(
             tuple(f"Schema: {p}" for p in problems), (), preview, json.dumps(result, ensure_ascii=False)
         )
+
+
+def patch_between(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The patch that turns ``before`` into ``after`` under the merge rules (objects merge deeply,
+    ``null`` deletes, anything else replaces): ``working_memory_merge(before, patch) == after``
+    whenever ``after`` holds no nulls of its own."""
+    patch: dict[str, Any] = {}
+    for key, value in after.items():
+        old = before.get(key, _MISSING)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            inner = patch_between(old, value)
+            if inner:
+                patch[key] = inner
+        elif old is _MISSING or old != value:
+            patch[key] = value
+    for key in before:
+        if key not in after:
+            patch[key] = None
+    return patch
+
+
+_MISSING = object()
+
+
+def switch_json_mode(draft: WmDraft, text: str, to: JsonMode) -> tuple[str, bool]:
+    """Switch the draft to ``to``: (the editor text, whether it was converted).
+
+    An unsaved edit is carried over, not dropped: converted so it saves the same result (a whole
+    value becomes the patch that produces it, a patch becomes the value it produces). Text that is
+    not a JSON object yet cannot be converted and is kept exactly as typed."""
+    if draft.json_mode == to:
+        return text, True
+    if not draft.is_dirty(text):
+        draft.json_mode = to
+        return draft.initial_text(), True
+    parsed, problem = parse_json_object(text)
+    if problem is not None or parsed is None:
+        draft.json_mode = to
+        return text, False
+    current = load_stored(draft.stored)
+    result = working_memory_merge(current, parsed) if draft.json_mode == "merge" else parsed
+    draft.json_mode = to
+    return pretty_json(result if to == "replace" else patch_between(current, result)), True
 
 
 def save_wm(
@@ -199,6 +296,5 @@ def save_wm(
     return written.text
 
 
-def version_label(v: Version) -> str:
-    when = v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"
-    return f"#{v.id} · {when} · {v.author}"
+def version_label(row: VersionRow) -> str:
+    return f"version {row.number} · {format_datetime(row.version.created_at)} · {row.version.author}"

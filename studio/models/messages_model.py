@@ -15,6 +15,7 @@ from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistent
 
 from core import Store
 from studio import reads as queries
+from studio.logic.dates import relative_time
 from studio.logic.message_format import MessageRow, format_time
 from studio.logic.row_cache import PageCache
 
@@ -98,7 +99,7 @@ class MessageListModel(QAbstractListModel):
         if role == MessageRoles.TIME:
             return format_time(row.created_at)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{row.role} · {format_time(row.created_at)} · {row.id}"
+            return f"{row.role} · {format_time(row.created_at)} ({relative_time(row.created_at)}) · {row.id}"
         return None
 
     # -- loading -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont
 
 from core.storage.memory_store import ResourceSummary, ThreadSummary
+from studio.logic.dates import date_tooltip, format_datetime
 from studio.reads import TreeData
 
 COLUMNS = ("Thread", "Msgs", "Last activity")
@@ -61,7 +62,7 @@ def _epoch(when: Any) -> float:
 
 
 def _short_time(when: Any) -> str:
-    return when.astimezone().strftime("%b %d %H:%M") if when is not None else "—"
+    return format_datetime(when)
 
 
 class ResourceTreeModel(QAbstractItemModel):
@@ -200,7 +201,8 @@ class ResourceTreeModel(QAbstractItemModel):
             return self._bold
         if role == Qt.ItemDataRole.ToolTipRole:
             wm = "has working memory" if s.has_working_memory else "no working memory"
-            return f"Resource {s.id}\n{s.thread_count} threads · {s.message_count:,} messages · {wm}"
+            return (f"Resource {s.id}\n{s.thread_count} threads · {s.message_count:,} messages · {wm}\n"
+                    f"last activity: {date_tooltip(s.last_activity)}")
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
@@ -220,7 +222,8 @@ class ResourceTreeModel(QAbstractItemModel):
         if role == TreeRoles.FILTER:
             return f"{title} {s.thread.id}"
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages"
+            return (f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages\n"
+                    f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}")
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

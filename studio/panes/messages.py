@@ -32,6 +32,7 @@ from studio.logic.message_format import DETAIL_CSS, ROLE_COLOURS, MessageRow, fo
 from studio.models.messages_model import MessageListModel, MessageRoles
 from studio.selection import Selection
 from studio.session import StudioSession
+from studio.widgets.pane_header import elastic
 
 KIND_LABELS = {"text": "", "tool-invocation": "tool", "reasoning": "reasoning", "file": "file", "data": "data",
                "error": "error", "source": "source", "source-url": "source", "source-document": "source"}
@@ -133,7 +134,7 @@ class MessagesPane(QWidget):
         self._follow = True
         self._jump_to: str | None = None
 
-        self.header = QLabel("Pick a thread on the left.", self)
+        self.header = elastic(QLabel("Pick a thread on the left.", self))
         self.header.setObjectName("paneHeader")
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QTableView,
-    QTextBrowser,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -39,9 +38,11 @@ from studio.logic.observations_layout import (
     subtitle,
     token_bars,
 )
+from studio.logic.dates import date_tooltip
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
-from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
+from studio.widgets.priority_marks import ObservationLogView
+from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
@@ -51,8 +52,8 @@ GENERATION_COLUMNS: list[Column[GenerationRow]] = [
     Column("Gen", lambda g: str(g.number), RIGHT,
            tooltip=lambda g: "current generation" if g.current else "an earlier generation"),
     Column("Origin", lambda g: g.origin),
-    Column("Created (UTC)", lambda g: g.created),
-    Column("Updated (UTC)", lambda g: g.updated),
+    Column("Created", lambda g: g.created, tooltip=lambda g: date_tooltip(g.created_at)),
+    Column("Updated", lambda g: g.updated, tooltip=lambda g: date_tooltip(g.updated_at)),
     Column("Tokens", lambda g: f"{g.tokens:,}", RIGHT),
 ]
 
@@ -95,8 +96,7 @@ class ObservationsPane(QWidget):
         hints.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.hint_labels: dict[str, QLabel] = {}
         for label, _ in hint_rows(ThreadHints()):
-            value = QLabel("—")
-            value.setWordWrap(True)
+            value = elastic(QLabel("—"), wrap=True)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.hint_labels[label] = value
             hints.addRow(caption(label + ":"), value)
@@ -142,8 +142,7 @@ class ObservationsPane(QWidget):
         rl.setContentsMargins(0, 0, 0, 0)
         self.log_caption = caption("Observation log")
         rl.addWidget(self.log_caption)
-        self.log_view = QTextBrowser(self)
-        self.log_view.setOpenLinks(False)
+        self.log_view = ObservationLogView(self)
         rl.addWidget(self.log_view)
         split.addWidget(right)
         split.setStretchFactor(0, 2)
@@ -153,14 +152,13 @@ class ObservationsPane(QWidget):
         self.stack.addWidget(content)
         root.addWidget(self.stack, 1)
 
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()
         root.addWidget(self.status)
         self.gen_table.selectionModel().selectionChanged.connect(self._generation_selected)
 
     def _register_commands(self) -> None:
         self.commands = CommandRegistry(self)
-        action = self.commands.add("observations.refresh", "Reload observational memory", self.refresh,
+        action = self.commands.add("observations.refresh", "Reload Observational Memory", self.refresh,
                                    shortcut="F5", keywords="om observer reflection generations")
         action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         action.setIconText("Reload")
@@ -216,6 +214,7 @@ class ObservationsPane(QWidget):
         self.stack.setCurrentIndex(PAGE_CONTENT)
         for label, text in hint_rows(view.hints):
             self.hint_labels[label].setText(text)
+        self.hint_labels["Last observed"].setToolTip(date_tooltip(view.hints.last_observed_at))
         for (name, bar), figures, info in zip(self.bars, self.bar_texts, token_bars(view.history[0])):
             self._set_bar(name, bar, figures, info)
         self.gen_model.set_rows(generation_rows(view.history))

@@ -16,16 +16,11 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
-    QCheckBox,
-    QComboBox,
-    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QRadioButton,
-    QSizePolicy,
-    QSpinBox,
     QSplitter,
     QTableView,
     QToolButton,
@@ -49,16 +44,22 @@ from studio.logic.prompt_layout import (
     fragment_rows,
     skipped_rows,
     starting_point,
+    token_sum_text,
 )
+from studio.logic.dates import format_datetime
+from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows, short_id
 from studio.reads import assemble_preview
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
-from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
+from studio.widgets.inspector_options import InspectorOptionsBar
+from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 DEBOUNCE_MS = 250
+MIGRATE_COMMAND = "file.migrate"
+MIGRATE_HINT_TEXT = "memory-studio migrate"  # recall errors that only a migration fixes say this
 EMBEDDERS = EmbedderHolder()  # one embedding model per process, loaded on the first recall preview
 DEFAULTS_LABEL = "Defaults (no agent)"
 
@@ -68,10 +69,22 @@ FRAGMENT_COLUMNS: list[Column[FragmentRow]] = [
     Column("Role", lambda r: r.role),
     Column("Source", lambda r: r.source, color=lambda r: r.color),
     Column("Stored messages", lambda r: r.stored_label, tooltip=lambda r: "\n".join(r.stored_ids)),
-    Column("Score", lambda r: r.score_label, RIGHT),
+    Column("Score", lambda r: r.score_label, RIGHT, tooltip=lambda r: r.score_tip),
     Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
     Column("Share", lambda r: f"{100 * r.share:.1f}%", RIGHT),
     Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
+]
+
+RECALLED_COLUMNS: list[Column[RecalledRow]] = [
+    Column("Message", lambda r: short_id(r.message_id),
+           tooltip=lambda r: f"message {r.message_id}\nthread {r.thread_id or '?'}"),
+    Column("Found as", lambda r: r.found_as, tooltip=lambda r: r.found_tip,
+           foreground=lambda r: None if r.hit else "#8A8F98"),
+    Column("Score", lambda r: fmt_score(r.score), RIGHT),
+    Column("Vector", lambda r: fmt_score(r.vector), RIGHT, tooltip=lambda r: "cosine similarity to the query"),
+    Column("Keyword", lambda r: fmt_score(r.keyword), RIGHT, tooltip=lambda r: "keyword (BM25) score"),
+    Column("Thread", lambda r: short_id(r.thread_id) if r.thread_id else "this thread"),
+    Column("Role", lambda r: r.role),
 ]
 
 SKIP_COLUMNS: list[Column[SkipRow]] = [
@@ -85,6 +98,7 @@ class PromptInspectorPane(QWidget):
     assembled = Signal(object)  # Preview
     failed = Signal(str)
     open_message = Signal(str)  # a stored message id the user wants to see in the message view
+    request_command = Signal(str)  # a main-window command this pane offers (e.g. Migrate Database…)
 
     def __init__(self, session: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -125,7 +139,7 @@ class PromptInspectorPane(QWidget):
         self.mode_group.addButton(self.turn_radio)
         self.new_radio.setChecked(True)
         self.turn_radio.setEnabled(False)
-        self.turn_label = QLabel("")
+        self.turn_label = elastic(QLabel(""))
         self.turn_label.setStyleSheet("color: palette(placeholder-text);")
         self.message_edit = QLineEdit()
         self.message_edit.setPlaceholderText("Type the next user message (empty: what memory alone contributes)")
@@ -144,42 +158,14 @@ class PromptInspectorPane(QWidget):
         root.addLayout(instr)
 
         # Options, starting from the thread's agent config.
-        opts = QFrame()
-        opts.setObjectName("optionsBar")
-        opts.setFrameShape(QFrame.Shape.StyledPanel)
-        ol = QHBoxLayout(opts)
-        ol.setContentsMargins(8, 4, 8, 4)
-        ol.addWidget(QLabel("Options from"))
-        self.agent_combo = QComboBox()
-        self.agent_combo.setMinimumWidth(160)
-        self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        ol.addWidget(self.agent_combo)
-        self.origin_label = QLabel("")
-        self.origin_label.setStyleSheet("color: palette(placeholder-text);")
-        # Long provenance text must not widen the pane; the full text is in the tooltip.
-        self.origin_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.origin_label.setMinimumWidth(80)
-        ol.addWidget(self.origin_label, 1)
-        ol.addWidget(QLabel("Last messages"))
-        self.last_spin = QSpinBox()
-        self.last_spin.setRange(0, 10_000)
-        self.last_spin.setSpecialValueText("off")
-        ol.addWidget(self.last_spin)
-        self.recall_check = QCheckBox("Semantic recall")
-        ol.addWidget(self.recall_check)
-        ol.addWidget(QLabel("Top-K"))
-        self.topk_spin = QSpinBox()
-        self.topk_spin.setRange(1, 100)
-        ol.addWidget(self.topk_spin)
-        ol.addWidget(QLabel("Scope"))
-        self.scope_combo = QComboBox()
-        self.scope_combo.addItems(["resource", "thread"])
-        ol.addWidget(self.scope_combo)
-        self.readonly_check = QCheckBox("Read-only")
-        ol.addWidget(self.readonly_check)
-        self.reset_btn = QToolButton()
-        ol.addWidget(self.reset_btn)
-        root.addWidget(opts)
+        self.options_bar = InspectorOptionsBar()
+        ob = self.options_bar
+        self.agent_combo, self.origin_label, self.reset_btn = ob.agent_combo, ob.origin_label, ob.reset_btn
+        self.last_spin, self.budget_spin, self.recall_check = ob.last_spin, ob.budget_spin, ob.recall_check
+        self.topk_spin, self.threshold_spin, self.scope_combo = ob.topk_spin, ob.threshold_spin, ob.scope_combo
+        self.before_spin, self.after_spin = ob.before_spin, ob.after_spin
+        self.wm_check, self.om_check, self.readonly_check = ob.wm_check, ob.om_check, ob.readonly_check
+        root.addWidget(ob)
 
         self.bar = ContextBar()
         root.addWidget(self.bar)
@@ -201,13 +187,20 @@ class PromptInspectorPane(QWidget):
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
         self.detail_header = caption("Fragment")
-        self.detail_sources = QLabel("")
+        self.detail_sources = elastic(QLabel(""), wrap=True)  # a long list of message ids wraps
         self.detail_sources.setTextFormat(Qt.TextFormat.RichText)
         self.detail_sources.linkActivated.connect(self.open_message.emit)
         self.detail_text = CodeEditor("markdown", read_only=True)
+        self.recalled_model: RecordTableModel[RecalledRow] = RecordTableModel(RECALLED_COLUMNS, self)
+        self.recalled_table = self._table(self.recalled_model)
+        self.recalled_table.hide()
         dl.addWidget(self.detail_header)
         dl.addWidget(self.detail_sources)
-        dl.addWidget(self.detail_text)
+        detail_split = QSplitter(Qt.Orientation.Vertical)  # recalled messages above the fragment's text
+        detail_split.addWidget(self.recalled_table)
+        detail_split.addWidget(self.detail_text)
+        detail_split.setSizes([140, 160])
+        dl.addWidget(detail_split, 1)
         lower.addWidget(detail)
         skip = QWidget()
         sl = QVBoxLayout(skip)
@@ -216,7 +209,7 @@ class PromptInspectorPane(QWidget):
         self.skip_model: RecordTableModel[SkipRow] = RecordTableModel(SKIP_COLUMNS, self)
         self.skip_table = self._table(self.skip_model)
         self.skip_table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        self.processors_label = QLabel("")
+        self.processors_label = elastic(QLabel(""))
         self.processors_label.setWordWrap(True)
         self.processors_label.setStyleSheet("color: palette(placeholder-text);")
         sl.addWidget(self.skip_table)
@@ -224,19 +217,14 @@ class PromptInspectorPane(QWidget):
         lower.addWidget(skip)
         lower.setSizes([620, 380])
         split.addWidget(lower)
-        split.setSizes([330, 250])
+        split.setSizes([250, 330])
         root.addWidget(split, 1)
 
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()
         root.addWidget(self.status)
 
-        for w in (self.last_spin, self.topk_spin):
-            w.valueChanged.connect(self._options_changed)
-        for c in (self.recall_check, self.readonly_check):
-            c.toggled.connect(self._options_changed)
-        self.scope_combo.currentIndexChanged.connect(self._options_changed)
-        self.agent_combo.currentIndexChanged.connect(self._agent_chosen)
+        ob.changed.connect(self._options_changed)
+        ob.agent_chosen.connect(self._agent_chosen)
         self.message_edit.textChanged.connect(self.schedule)
         self.instructions_edit.textChanged.connect(self.schedule)
         self.mode_group.buttonToggled.connect(lambda *_: self._mode_changed())
@@ -263,18 +251,18 @@ class PromptInspectorPane(QWidget):
         add = self.commands.add
         has_prompt = lambda: self.preview is not None  # noqa: E731
         for action in (
-            add("prompt.copy_json", "Copy prompt as JSON (assembly record)", self.copy_json,
+            add("prompt.copy_json", "Copy Prompt as JSON (Assembly Record)", self.copy_json,
                 shortcut="Ctrl+Shift+J", enabled=has_prompt, keywords="clipboard export"),
-            add("prompt.copy_openai", "Copy prompt as OpenAI messages", self.copy_openai,
+            add("prompt.copy_openai", "Copy Prompt as OpenAI Messages", self.copy_openai,
                 shortcut="Ctrl+Shift+M", enabled=has_prompt, keywords="clipboard chat completions"),
-            add("prompt.reassemble", "Re-assemble prompt", self.assemble_now, shortcut="F5"),
-            add("prompt.reset_options", "Reset options to the agent's configuration", self.reset_options),
-            add("prompt.new_message", "Inspect a new message (not a stored turn)", self.use_new_message),
+            add("prompt.reassemble", "Reassemble Prompt", self.assemble_now, shortcut="F5"),
+            add("prompt.reset_options", "Reset Options to the Agent's Configuration", self.reset_options),
+            add("prompt.new_message", "Inspect a New Message (Not a Stored Turn)", self.use_new_message),
         ):
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         for button, cid, short in (
             (self.copy_json_btn, "prompt.copy_json", "Copy JSON"),
-            (self.copy_openai_btn, "prompt.copy_openai", "Copy OpenAI messages"),
+            (self.copy_openai_btn, "prompt.copy_openai", "Copy OpenAI Messages"),
             (self.reset_btn, "prompt.reset_options", "Reset"),
         ):
             action = self.commands.action(cid)
@@ -331,15 +319,10 @@ class PromptInspectorPane(QWidget):
         self.title.setText((thread.title if thread else "") or thread_id or "")
         resource = thread.resource_id if thread else self.selection.resource_id
         self.subtitle.setText(f"thread {thread_id} · resource {resource or '?'}")
-        self._syncing = True
-        self.agent_combo.clear()
-        for agent in ctx.agents:
-            self.agent_combo.addItem(f"Agent '{agent.name}'", agent.name)
-        self.agent_combo.addItem(DEFAULTS_LABEL, None)
+        items: list[tuple[str, Any]] = [(f"Agent '{a.name}'", a.name) for a in ctx.agents] + [(DEFAULTS_LABEL, None)]
         wanted = previous_agent if previous_agent is not None else (ctx.agent.name if ctx.agent else None)
-        index = self.agent_combo.findData(wanted) if wanted is not None else self.agent_combo.count() - 1
-        self.agent_combo.setCurrentIndex(max(index, 0))
-        self._syncing = False
+        names = [data for _text, data in items]
+        self.options_bar.set_agents(items, names.index(wanted) if wanted in names else len(items) - 1)
         if reset_options or self._start is None:
             chosen = self._agent_named(wanted)
             self._apply_start(chosen, ctx.reason if chosen is ctx.agent else "chosen by you")
@@ -355,48 +338,19 @@ class PromptInspectorPane(QWidget):
             self._start = starting_point(agent, reason)
         except Exception as exc:  # noqa: BLE001 - an agent registered by a newer engine
             self._start = starting_point(None, f"agent config unreadable: {exc}")
-        self._set_controls(self._start.options)
-        self.origin_label.setText(self._start.origin)
-        self.origin_label.setToolTip(self._start.origin)
-
-    def _set_controls(self, opts: InspectorOptions) -> None:
-        self._syncing = True
-        # No count cap (a token budget bounds history) shows as the spin box's maximum.
-        self._uncapped = opts.last_messages is None
-        self.last_spin.setValue(self.last_spin.maximum() if opts.last_messages is None else opts.last_messages)
-        self.last_spin.setToolTip("No count cap: the agent's token budget (message_history.max_tokens) bounds "
-                                  "history" if self._uncapped else "")
-        self.recall_check.setChecked(opts.recall)
-        self.topk_spin.setValue(opts.top_k)
-        self.scope_combo.setCurrentText(opts.scope)
-        self.readonly_check.setChecked(opts.read_only)
-        self._syncing = False
-        self._update_option_states()
-
-    def _update_option_states(self) -> None:
-        self.topk_spin.setEnabled(self.recall_check.isChecked())
-        self.scope_combo.setEnabled(self.recall_check.isChecked())
+        self.options_bar.set_options(self._start.options)
+        self.options_bar.set_origin(self._start.origin)
 
     def options(self) -> InspectorOptions:
-        last: int | None = self.last_spin.value()
-        if getattr(self, "_uncapped", False) and last == self.last_spin.maximum():
-            last = None
-        return InspectorOptions(
-            last_messages=last, recall=self.recall_check.isChecked(),
-            top_k=self.topk_spin.value(), scope=self.scope_combo.currentText(),  # type: ignore[arg-type]
-            read_only=self.readonly_check.isChecked(),
-        )
+        return self.options_bar.options()
 
-    def _options_changed(self, *_: Any) -> None:
-        self._update_option_states()
-        if self._syncing:
-            return
+    def _options_changed(self) -> None:
         changed = self._start is not None and self.options() != self._start.options
-        self.origin_label.setText((self._start.origin if self._start else "") + ("  · modified" if changed else ""))
+        self.options_bar.set_origin(self._start.origin if self._start else "", modified=changed)
         self.schedule()
 
-    def _agent_chosen(self, _index: int) -> None:
-        if self._syncing or self._context is None:
+    def _agent_chosen(self) -> None:
+        if self._context is None:
             return
         name = self.agent_combo.currentData()
         self._apply_start(self._agent_named(name), "chosen by you" if name else "chosen by you: defaults")
@@ -413,8 +367,8 @@ class PromptInspectorPane(QWidget):
 
     def reset_options(self) -> None:
         if self._start is not None:
-            self._set_controls(self._start.options)
-            self.origin_label.setText(self._start.origin)
+            self.options_bar.set_options(self._start.options)
+            self.options_bar.set_origin(self._start.origin)
             self.schedule()
 
     def _on_db_changed(self) -> None:
@@ -473,9 +427,9 @@ class PromptInspectorPane(QWidget):
         self.skip_model.set_rows(skipped_rows(prompt))
         self.processors_label.setText("Ran, in order: " + " → ".join(prompt.processors) if prompt.processors
                                       else "No memory processors ran.")
-        self.bar.set_usage(context_usage(prompt))
+        self.bar.set_usage(context_usage(prompt, preview.model, preview.model_note))
         if preview.turn is not None:
-            when = (preview.turn.created_at or "?").replace("T", " ").replace(".000Z", " UTC")
+            when = format_datetime(preview.turn.created_at)
             first = preview.turn.input.id[:8] if preview.turn.input is not None else "?"
             self.turn_label.setText(f"as of {when} (turn starts at {first})")
             if preview.turn.input is not None:
@@ -483,8 +437,8 @@ class PromptInspectorPane(QWidget):
                 self.message_edit.setText(preview.turn.input.text)
                 self._syncing = False
         self.status.setText(
-            f"{len(prompt.fragments)} fragments · {len(prompt.messages)} messages · "
-            f"{prompt.total_tokens:,} tokens · {len(prompt.tools)} tool(s) · tokenizer {prompt.tokenizer}"
+            f"{token_sum_text(prompt)} · {len(prompt.messages)} messages · {len(prompt.tools)} tool(s) · "
+            f"tokenizer {prompt.tokenizer}"
         )
         self.commands.refresh_enabled()
         if self.fragment_model.rowCount():
@@ -501,21 +455,31 @@ class PromptInspectorPane(QWidget):
     def _on_error(self, exc: BaseException) -> None:
         self._busy = False
         message = str(exc) or type(exc).__name__
-        self.banner.show_message(message, "error")
+        self._clear_prompt()  # the table must not keep showing a prompt these options did not produce
+        actions = [("Migrate Database…", lambda: self.request_command.emit(MIGRATE_COMMAND))] \
+            if MIGRATE_HINT_TEXT in message else []
+        self.banner.show_message(message, "error", actions)
         self.status.setText("The prompt could not be assembled.")
         self.failed.emit(message)
 
-    def _show_empty(self, text: str) -> None:
+    def _clear_prompt(self) -> None:
         self.preview = None
-        self.title.setText("No thread selected")
-        self.subtitle.setText("")
         self.fragment_model.set_rows([])
         self.skip_model.set_rows([])
+        self.recalled_model.set_rows([])
+        self.recalled_table.hide()
         self.bar.set_usage(None)
+        self.detail_header.setText("Fragment")
         self.detail_text.load("")
         self.detail_sources.setText("")
-        self.status.setText(text)
+        self.processors_label.setText("")
         self.commands.refresh_enabled()
+
+    def _show_empty(self, text: str) -> None:
+        self.title.setText("No thread selected")
+        self.subtitle.setText("")
+        self._clear_prompt()
+        self.status.setText(text)
 
     def _fragment_selected(self, selected: QItemSelection, _deselected: QItemSelection) -> None:
         indexes = selected.indexes()
@@ -531,6 +495,9 @@ class PromptInspectorPane(QWidget):
             what = {"instructions": "agent instructions", "input": "the new input (not stored yet)",
                     "tools": "tool definitions offered to the model"}.get(row.kind, "generated by " + row.source)
             self.detail_sources.setText(f"Not from a stored message: {what}")
+        recalled = recalled_rows(row, self.selection.thread_id)
+        self.recalled_model.set_rows(recalled)
+        self.recalled_table.setVisible(bool(recalled))
         self.detail_text.set_language("json" if row.role == "tool defs" else "markdown")
         self.detail_text.load(row.text)
 

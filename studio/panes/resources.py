@@ -29,6 +29,7 @@ from studio.reads import SearchHit, TreeData
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
 from studio.selection import Selection
 from studio.session import StudioSession
+from studio.widgets.pane_header import elastic
 
 AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
 
@@ -100,10 +101,10 @@ class ResourcesPane(QWidget):
         self.results_view.setModel(self.results)
         self.results_view.setWordWrap(False)
         self.results_view.setUniformItemSizes(True)
-        self.results_label = QLabel(self)
+        self.results_label = elastic(QLabel(self))
         self.results_label.setObjectName("searchSummary")
         back = QToolButton(self)
-        back.setText("✕ Back to threads")
+        back.setText("✕ Back to Threads")
         back.clicked.connect(self.show_tree)
         results_page = QWidget(self)
         rl = QVBoxLayout(results_page)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import html
 import time
+from datetime import datetime, timezone
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -34,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.traces.spans import ReadResult, SpanRecord, TraceFilters, TraceSummary
+from core.traces.spans import ModelUsage, ReadResult, SpanRecord, TraceFilters, TraceSummary
 from studio.commands import CommandRegistry
 from studio.logic.traces_layout import (
     ERROR_COLOR,
@@ -56,11 +57,14 @@ from studio.logic.traces_layout import (
     tokens_tooltip,
     transcript_html,
 )
-from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, traces_fingerprint
+from studio.logic.dates import date_tooltip, format_datetime
+from studio.logic.pricing import CostEstimate, Price, dump_prices, estimate, load_prices, usage_summary
+from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, load_usage, traces_fingerprint
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
-from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
+from studio.widgets.price_editor import PriceEditor
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.timeline import (
     COL_DURATION,
@@ -85,12 +89,14 @@ TRACE_COLUMNS: list[Column[TraceSummary]] = [
            foreground=lambda t: ERROR_COLOR if t.status == "error" else None),
     Column("Trace", lambda t: t.name, tooltip=lambda t: f"{t.name}\ntrace {t.trace_id}"),
     Column("Agent", lambda t: t.entity_name or ""),
-    Column("Started (UTC)", lambda t: format_started(t.started_at), tooltip=lambda t: t.started_at.isoformat()),
+    Column("Started", lambda t: format_started(t.started_at), tooltip=lambda t: date_tooltip(t.started_at)),
     Column("Duration", lambda t: format_duration(t.duration_ms), RIGHT),
     Column("Spans", format_spans, RIGHT),
     Column("Tokens", format_tokens, RIGHT, tooltip=tokens_tooltip),
     Column("Thread", lambda t: t.thread_id or "", tooltip=lambda t: f"resource {t.resource_id or '?'}"),
 ]
+COL_COST = 7  # inserted after Tokens, per pane: it reads the pane's price table
+PRICES_KEY = "modelPrices"  # in the Studio's settings (QSettings), never in the memory database
 
 
 
@@ -111,6 +117,8 @@ class TracesPane(QWidget):
         self.trace_id: str | None = None
         self.all_threads = False
         self.spans: list[SpanRecord] = []
+        self.prices: dict[str, Price] = load_prices(QSettings().value(PRICES_KEY))
+        self.usage: list[ModelUsage] = []
         self.layout_model = TraceLayout((), (), None, 0.0)
         self._trace_busy = False
         self._gen = 0
@@ -135,7 +143,9 @@ class TracesPane(QWidget):
     def _build(self) -> None:
         root = pane_layout(self)
         head, self.title, self.subtitle = pane_header("Traces")
+        self.prices_btn = QToolButton(self)
         self.refresh_btn = QToolButton(self)
+        head.addWidget(self.prices_btn)
         head.addWidget(self.refresh_btn)
         root.addLayout(head)
 
@@ -152,6 +162,8 @@ class TracesPane(QWidget):
         bar.addWidget(self.all_threads_btn)
         root.addLayout(bar)
 
+        self.usage_label = elastic(QLabel(""))  # tokens and estimated cost of every run in view
+        root.addWidget(self.usage_label)
         self.banner = Banner()
         root.addWidget(self.banner)
 
@@ -159,7 +171,10 @@ class TracesPane(QWidget):
         upper = QWidget()
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
-        self.trace_model: RecordTableModel[TraceSummary] = RecordTableModel(TRACE_COLUMNS, self)
+        columns = list(TRACE_COLUMNS)
+        columns.insert(COL_COST, Column("Cost", lambda t: self.cost_of(t).label, RIGHT,
+                                        tooltip=lambda t: self.cost_of(t).tooltip))
+        self.trace_model: RecordTableModel[TraceSummary] = RecordTableModel(columns, self)
         self.trace_table = QTableView(self)
         self.trace_table.setModel(self.trace_model)
         self.trace_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -174,7 +189,7 @@ class TracesPane(QWidget):
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         ul.addWidget(self.trace_table)
         more = QHBoxLayout()
-        self.count_label = QLabel("")
+        self.count_label = elastic(QLabel(""))
         self.count_label.setStyleSheet("color: palette(placeholder-text);")
         self.more_btn = QToolButton(self)
         more.addWidget(self.count_label, 1)
@@ -186,12 +201,9 @@ class TracesPane(QWidget):
         tree_box = QWidget()
         tl = QVBoxLayout(tree_box)
         tl.setContentsMargins(0, 0, 0, 0)
-        tree_head = QHBoxLayout()
         self.tree_caption = caption("Spans")
-        tree_head.addWidget(self.tree_caption)
-        tree_head.addStretch(1)
-        tree_head.addWidget(TimelineLegend(tuple(t for t in SPAN_COLORS if t not in ("model_step", "generic"))))
-        tl.addLayout(tree_head)
+        tl.addWidget(self.tree_caption)  # the legend gets its own line, so neither cuts the other
+        tl.addWidget(TimelineLegend(tuple(t for t in SPAN_COLORS if t not in ("model_step", "generic"))))
         self.span_model = SpanTreeModel(self)
         self.tree = QTreeView(self)
         self.tree.setModel(self.span_model)
@@ -214,7 +226,7 @@ class TracesPane(QWidget):
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
         self.span_title = caption("Span")
-        self.span_facts = QLabel("")
+        self.span_facts = elastic(QLabel(""))
         self.span_facts.setTextFormat(Qt.TextFormat.RichText)
         self.span_facts.setWordWrap(True)
         self.span_facts.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -243,8 +255,7 @@ class TracesPane(QWidget):
         split.setSizes([210, 530])
         root.addWidget(split, 1)
 
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()
         root.addWidget(self.status)
 
         self.filter_edit.textChanged.connect(lambda _t: self._debounce.start())
@@ -258,22 +269,24 @@ class TracesPane(QWidget):
         add = self.commands.add
         has_span = lambda: self.current_span() is not None  # noqa: E731
         actions = (
-            add("traces.refresh", "Reload traces", self.refresh, shortcut="F5", keywords="spans observability"),
-            add("traces.load_more", f"Load {PAGE} more traces", self.load_more,
+            add("traces.refresh", "Reload Traces", self.refresh, shortcut="F5", keywords="spans observability"),
+            add("traces.load_more", f"Load {PAGE} More Traces", self.load_more,
                 enabled=lambda: self.total is not None and len(self.traces) < self.total),
-            add("traces.all_threads", "Traces of all threads (not only the selected one)", self.toggle_all_threads,
+            add("traces.all_threads", "Show Traces of All Threads", self.toggle_all_threads,
                 checkable=True, keywords="filter thread"),
-            add("traces.filter", "Filter traces by name", self.filter_edit.setFocus, shortcut="Ctrl+F"),
-            add("traces.copy_span", "Copy span as JSON", self.copy_span, shortcut="Ctrl+Shift+C",
+            add("traces.filter", "Filter Traces by Name", self.filter_edit.setFocus, shortcut="Ctrl+F"),
+            add("traces.copy_span", "Copy Span as JSON", self.copy_span, shortcut="Ctrl+Shift+C",
                 enabled=has_span, keywords="clipboard"),
-            add("traces.raw_input", "Show the raw JSON of the span input", lambda: self.tabs.setCurrentIndex(TAB_INPUT),
+            add("traces.raw_input", "Show Raw Span Input (JSON)", lambda: self.tabs.setCurrentIndex(TAB_INPUT),
                 enabled=has_span, keywords="model_generation prompt messages"),
+            add("traces.prices", "Edit Model Prices…", self.edit_prices, keywords="cost dollars tokens price"),
         )
         for action in actions:
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        for button, cid, short in ((self.refresh_btn, "traces.refresh", "Reload"),
-                                   (self.more_btn, "traces.load_more", f"Load {PAGE} more"),
-                                   (self.all_threads_btn, "traces.all_threads", "All threads")):
+        for button, cid, short in ((self.prices_btn, "traces.prices", "Prices…"),
+                                   (self.refresh_btn, "traces.refresh", "Reload"),
+                                   (self.more_btn, "traces.load_more", f"Load {PAGE} More"),
+                                   (self.all_threads_btn, "traces.all_threads", "All Threads")):
             action = self.commands.action(cid)
             action.setIconText(short)
             action.setToolTip(action.text())
@@ -401,6 +414,8 @@ class TracesPane(QWidget):
             self.total = 0 if rows.missing else None
         self._update_banner(filters)
         self._update_counts()
+        if page.offset == 0:
+            self._load_usage(filters)
         self.traces_loaded.emit()
 
     def _set_traces(self, traces: list[TraceSummary]) -> None:
@@ -443,8 +458,44 @@ class TracesPane(QWidget):
             source.kind if source else "", "")
         self.subtitle.setText(f"{self._scope_text()} · {where} {source.location if source else ''}".rstrip())
         self.subtitle.setToolTip(source.location if source else "")
-        self.status.setText(f"Read at {time.strftime('%H:%M:%S')} · reloads when the trace file changes")
+        self.status.setText(f"Read at {format_datetime(datetime.now(timezone.utc))} · reloads when the trace file "
+                            "changes")
         self.commands.refresh_enabled()
+
+    # -- tokens and cost ---------------------------------------------------------------------------
+    def cost_of(self, trace: TraceSummary) -> CostEstimate:
+        return estimate(self.prices, trace.models)
+
+    def _load_usage(self, filters: TraceFilters) -> None:
+        resolver, scope = self.resolver, self._scope_text()
+        self.session.run(lambda: load_usage(resolver, filters),
+                         on_result=alive_only(self, lambda usage: self._on_usage(usage, scope, filters)),
+                         on_error=alive_only(self, lambda _e: None), key=self._key + "-usage")
+
+    def _on_usage(self, usage: ReadResult[ModelUsage], scope: str, filters: TraceFilters) -> None:
+        if filters != self.filters():
+            return  # the view moved on
+        self.usage = list(usage)
+        self._show_usage(scope)
+
+    def _show_usage(self, scope: str | None = None) -> None:
+        text, tip = usage_summary(scope or self._scope_text(), self.usage, self.prices)
+        self.usage_label.setText(text)
+        self.usage_label.setToolTip(tip)
+
+    def edit_prices(self) -> None:
+        dialog = PriceEditor(self.prices, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self.set_prices(dialog.table()))
+        dialog.open()  # window-modal without a nested event loop
+        self.price_editor = dialog
+
+    def set_prices(self, table: dict[str, Price]) -> None:
+        self.prices = dict(table)
+        QSettings().setValue(PRICES_KEY, dump_prices(self.prices))
+        self.trace_model.set_rows(self.trace_model.rows())  # repaint the cost column
+        self._show_usage()
+        self.status.setText(f"Prices saved for {len(self.prices)} model(s); costs are estimates.")
 
     def _on_error(self, exc: BaseException) -> None:
         self._loading = False
@@ -520,6 +571,11 @@ class TracesPane(QWidget):
     def _span_selected(self, _selected: QItemSelection, _deselected: QItemSelection) -> None:
         self._show_span(self.current_span())
 
+    def changeEvent(self, event: Any) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "commands"):
+            self._show_span(self.current_span())  # the transcript's colours follow the theme
+
     # -- span detail -------------------------------------------------------------------------------
     def _show_span(self, span: SpanRecord | None, empty_text: str = "Pick a trace, then a span.") -> None:
         if hasattr(self, "commands"):
@@ -541,7 +597,8 @@ class TracesPane(QWidget):
         self.span_facts.setText(f"<table cellspacing='0' cellpadding='1'>{cells}</table>")
         transcript = chat_transcript(span)
         self.tabs.setTabVisible(TAB_MESSAGES, transcript is not None)
-        self.chat_view.setHtml(transcript_html(transcript) if transcript is not None else "")
+        dark = self.palette().base().color().lightness() < 128
+        self.chat_view.setHtml(transcript_html(transcript, dark=dark) if transcript is not None else "")
         self.input_view.load(pretty_json(span.input))
         self.output_view.load(pretty_json(span.output))
         self.attributes_view.load(pretty_json(span.attributes))

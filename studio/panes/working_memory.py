@@ -31,29 +31,35 @@ from PySide6.QtWidgets import (
 
 from core import ConcurrentUpdateError
 from core.agent_configs import AgentConfig, save_override
-from core.working_memory import Version
+from core.tokens import default_tokenizer
 from studio.commands import CommandRegistry
-from studio.logic.diffing import line_diff, normalize_for_diff
-from studio.logic.wm_editing import DraftCheck, WmDraft, WmSnapshot, changed_paths, pretty_json, save_wm
+from studio.logic.dates import date_tooltip, format_datetime
+from studio.logic.wm_editing import (
+    DraftCheck,
+    VersionRow,
+    WmDraft,
+    WmSnapshot,
+    changed_paths,
+    pretty_json,
+    save_wm,
+    size_label,
+    switch_json_mode,
+)
 from studio.reads import load_wm
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
-from studio.widgets.diff_view import DiffView
-from studio.widgets.pane_header import alive_only, pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.template_editor import TemplateEditor
+from studio.widgets.version_history import VersionHistory
 
 AUTO = "__auto__"
 
-VERSION_COLUMNS: list[Column[Version]] = [
-    Column("#", lambda v: v.id, RIGHT),
-    Column("Saved", lambda v: v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"),
-    Column("Author", lambda v: v.author, foreground=lambda v: {"agent": "#D9A441", "studio": "#4FA3D9"}.get(v.author)),
-    Column("Size", lambda v: f"{len(v.text or '')} chars", RIGHT),
-    Column("Note", lambda v: v.note or ""),
-]
+NO_HISTORY_TEXT = ("This database has no Memory Studio tables, so saving here keeps no version history: an "
+                   "earlier value cannot be compared or restored. File > Migrate Database… adds the tables "
+                   "(Mastra's own data stays as it is).")
 
 AGENT_COLUMNS: list[Column[AgentConfig]] = [
     Column("Agent", lambda a: a.name),
@@ -62,7 +68,7 @@ AGENT_COLUMNS: list[Column[AgentConfig]] = [
     Column("Last messages", lambda a: a.options.get("last_messages"), RIGHT),
     Column("Recall", lambda a: "on" if (a.options.get("semantic_recall") or {}).get("enabled") else "off"),
     Column("Process", lambda a: a.process or ""),
-    Column("Registered", lambda a: a.updated_at.strftime("%Y-%m-%d %H:%M") if a.updated_at else "?"),
+    Column("Registered", lambda a: format_datetime(a.updated_at), tooltip=lambda a: date_tooltip(a.updated_at)),
 ]
 
 
@@ -79,7 +85,7 @@ def _bold(text: str) -> QLabel:
     f = label.font()
     f.setBold(True)
     label.setFont(f)
-    return label
+    return elastic(label)
 
 
 def _table(model: RecordTableModel[Any]) -> QTableView:
@@ -102,6 +108,7 @@ class WorkingMemoryPane(QWidget):
     conflict = Signal(object)  # the stored text found instead of the expected one
     failed = Signal(str)
     config_saved = Signal(object)
+    request_command = Signal(str)  # a main-window command this pane offers (File > Migrate Database…)
 
     def __init__(self, session: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -116,6 +123,7 @@ class WorkingMemoryPane(QWidget):
         self._pending_note: str | None = None
         self._in_conflict = False
         self._conflict_current: str | None = None
+        self._stale_warning = False  # the info banner says the stored value changed under the edit
         self._build()
         self._register_commands()
         session.changed.connect(self.reload)
@@ -132,16 +140,20 @@ class WorkingMemoryPane(QWidget):
         head.addWidget(QLabel("Agent config"))
         self.agent_combo = QComboBox()
         self.agent_combo.setMinimumWidth(170)
-        self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        # A long agent name must not widen the pane: the combo keeps its width and the popup shows it all.
+        self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.agent_combo.setMinimumContentsLength(16)
         head.addWidget(self.agent_combo)
         root.addLayout(head)
-        self.agent_reason = QLabel("")
+        self.agent_reason = elastic(QLabel(""))
         self.agent_reason.setStyleSheet("color: palette(placeholder-text);")
         root.addWidget(self.agent_reason)
         self.readonly_banner = Banner()
         self.info_banner = Banner()
+        self.history_banner = Banner()
         root.addWidget(self.readonly_banner)
         root.addWidget(self.info_banner)
+        root.addWidget(self.history_banner)
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -151,8 +163,7 @@ class WorkingMemoryPane(QWidget):
         self.tabs.addTab(self.template_editor, "Template / schema")
         self.tabs.addTab(self._build_agents_tab(), "Agents")
         root.addWidget(self.tabs, 1)
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()
         root.addWidget(self.status)
 
         self.agent_combo.currentIndexChanged.connect(self._agent_chosen)
@@ -175,17 +186,18 @@ class WorkingMemoryPane(QWidget):
         bar.addWidget(self.json_mode_label)
         bar.addWidget(self.json_mode)
         bar.addStretch(1)
-        self.dirty_label = QLabel("")
+        self.size_label = elastic(QLabel(""))  # the editor's text: characters and tokens, live
+        self.size_label.setStyleSheet("color: palette(placeholder-text);")
+        self.size_label.setToolTip("Characters and tokens (the prompt's tokenizer) of the text in the editor")
+        self.dirty_label = elastic(QLabel(""))
         bar.addWidget(self.dirty_label)
         layout.addLayout(bar)
 
         self.editor = CodeEditor("markdown")
-        self.problem_label = QLabel("")
-        self.problem_label.setWordWrap(True)
+        self.problem_label = elastic(QLabel(""), wrap=True)
         self.problem_label.setObjectName("problems")
         self.problem_label.setStyleSheet("color: #E5534B;")
-        self.warning_label = QLabel("")
-        self.warning_label.setWordWrap(True)
+        self.warning_label = elastic(QLabel(""), wrap=True)
         self.warning_label.setStyleSheet("color: #D9A441;")
 
         # Markdown side panels: rendered preview and the template.
@@ -198,7 +210,7 @@ class WorkingMemoryPane(QWidget):
         # JSON side panels: current + patch = result.
         self.current_view = CodeEditor("json", read_only=True)
         self.result_view = CodeEditor("json", read_only=True)
-        self.merge_caption = QLabel("")
+        self.merge_caption = elastic(QLabel(""), wrap=True)  # "Changes: …" can list many paths
         self.merge_caption.setStyleSheet("color: palette(placeholder-text);")
         js_side = QSplitter(Qt.Orientation.Vertical)
         js_side.addWidget(self._titled("Stored now", self.current_view))
@@ -208,7 +220,14 @@ class WorkingMemoryPane(QWidget):
         self.side.addWidget(js_side)
 
         split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self._titled("Editor", self.editor, self.problem_label, self.warning_label))
+        editor_box = self._titled("Editor", self.editor, self.problem_label, self.warning_label)
+        title_row = QHBoxLayout()  # the editor's size sits on its title line
+        title = editor_box.layout().takeAt(0).widget()
+        title_row.addWidget(title)
+        title_row.addStretch(1)
+        title_row.addWidget(self.size_label)
+        editor_box.layout().insertLayout(0, title_row)  # type: ignore[attr-defined]
+        split.addWidget(editor_box)
         split.addWidget(self.side)
         split.setSizes([520, 640])
         self.conflict_view = ConflictView()
@@ -238,29 +257,18 @@ class WorkingMemoryPane(QWidget):
         return box
 
     def _build_history_tab(self) -> QWidget:
-        tab = QWidget()
-        layout = QHBoxLayout(tab)
-        layout.setContentsMargins(0, 6, 0, 0)
-        self.version_model: RecordTableModel[Version] = RecordTableModel(VERSION_COLUMNS, self)
-        self.version_table = _table(self.version_model)
-        self.version_diff = DiffView()
-        self.version_diff_label = QLabel("Select a version to see what it changed.")
-        self.restore_btn = QToolButton()
-        right = QWidget()
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        row.addWidget(self.version_diff_label, 1)
-        row.addWidget(self.restore_btn)
-        rl.addLayout(row)
-        rl.addWidget(self.version_diff, 1)
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(self._titled("Every saved version, newest first", self.version_table))
-        split.addWidget(right)
-        split.setSizes([520, 640])
-        layout.addWidget(split)
-        self.version_table.selectionModel().selectionChanged.connect(self._version_selected)
-        return tab
+        self.history = VersionHistory(self._editor_value)
+        h = self.history
+        self.version_model, self.version_table, self.compare_combo = h.model, h.table, h.compare_combo
+        self.version_diff, self.version_diff_label, self.restore_btn = h.diff, h.diff_label, h.restore_btn
+        h.selection_changed.connect(self._update_actions)
+        return h
+
+    def _editor_value(self) -> tuple[str, str]:
+        """What Save would store now (a patch already applied), and its format."""
+        if self.draft is not None and self.draft.fmt == "json" and self._check is not None and self._check.value:
+            return self._check.value, "json"
+        return self.editor.toPlainText(), self.draft.fmt if self.draft else "markdown"
 
     def _build_agents_tab(self) -> QWidget:
         tab = QWidget()
@@ -282,25 +290,25 @@ class WorkingMemoryPane(QWidget):
         self.commands = CommandRegistry(self)
         add = self.commands.add
         specs = [
-            ("wm.save", "Save working memory", self.save, "Ctrl+S", self._can_save, self.save_btn, "Save"),
-            ("wm.revert", "Revert working memory edits", self.revert, None, self._is_dirty, self.revert_btn, "Revert"),
-            ("wm.undo", "Undo working memory edit", self.editor.undo, None,
+            ("wm.save", "Save Working Memory", self.save, "Ctrl+S", self._can_save, self.save_btn, "Save"),
+            ("wm.revert", "Revert Working Memory Edits", self.revert, None, self._is_dirty, self.revert_btn, "Revert"),
+            ("wm.undo", "Undo Working Memory Edit", self.editor.undo, None,
              lambda: self.editor.document().isUndoAvailable(), self.undo_btn, "Undo"),
-            ("wm.redo", "Redo working memory edit", self.editor.redo, None,
+            ("wm.redo", "Redo Working Memory Edit", self.editor.redo, None,
              lambda: self.editor.document().isRedoAvailable(), self.redo_btn, "Redo"),
-            ("wm.restore_version", "Restore the selected working memory version into the editor",
-             self.restore_selected_version, None, self._can_restore, self.restore_btn, "Restore into editor"),
+            ("wm.restore_version", "Restore Selected Version into the Editor",
+             self.restore_selected_version, None, self._can_restore, self.restore_btn, "Restore into Editor"),
         ]
         for cid, title, handler, shortcut, enabled, button, short in specs:
             action = add(cid, title, handler, shortcut=shortcut, enabled=enabled)
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             action.setIconText(short)
             button.setDefaultAction(action)
-        add("wm.overwrite_mine", "Resolve conflict: overwrite with my version", self.overwrite_with_mine,
+        add("wm.overwrite_mine", "Resolve Conflict: Overwrite with My Version", self.overwrite_with_mine,
             enabled=lambda: self._in_conflict and self._writable())
-        add("wm.take_theirs", "Resolve conflict: take the stored version", self.take_theirs,
+        add("wm.take_theirs", "Resolve Conflict: Take the Stored Version", self.take_theirs,
             enabled=lambda: self._in_conflict)
-        add("wm.reload", "Reload working memory", self.reload)
+        add("wm.reload", "Reload Working Memory", self.reload)
         self._update_actions()
 
 
@@ -360,22 +368,44 @@ class WorkingMemoryPane(QWidget):
             self.status.setText(snap.target_reason)
         elif same_target and dirty and self.draft is not None:
             if snap.text != self.draft.baseline:
+                self._stale_warning = True
                 self.info_banner.show_message(
                     "The stored working memory changed while you were editing (another process). "
                     "Your edit is kept; Save will show both versions before anything is overwritten.", "warning")
+            self._stored_changed(snap.text)  # "Stored now" and the merge preview follow what is stored
         else:
             self._start_draft(snap)
-        self.version_model.set_rows(snap.versions)
+        self.version_model.set_rows(snap.version_rows())
         self._fill_template_tab(snap)
         self.tabs.setTabText(1, f"History ({len(snap.versions)})")
         self._apply_read_only()
+        self._update_history_banner()
         self._update_actions()
         if snap.target is not None:
-            self.status.setText(f"{len(snap.versions)} saved version(s) · "
-                                f"{'nothing stored yet' if snap.text is None else f'{len(snap.text)} characters stored'}")
+            stored = "nothing stored yet" if snap.text is None else f"{size_label(snap.text, snap.tokens)} stored"
+            history = f"{len(snap.versions)} saved version(s)" if snap.history_available else "no version history"
+            self.status.setText(f"{history} · {stored}")
         self.loaded.emit(snap)
 
+    def _stored_changed(self, text: str | None) -> None:
+        """What is stored now moved under an unsaved edit: show it, and preview the merge on it."""
+        if self.draft is None:
+            return
+        self.draft.stored = text
+        if self.draft.fmt == "json":
+            self.current_view.load(pretty_json(json.loads(text)) if text else "{}")
+        self._on_edit()
+
+    def _update_history_banner(self) -> None:
+        snap = self.snapshot
+        if snap is not None and snap.target is not None and not snap.history_available:
+            self.history_banner.show_message(NO_HISTORY_TEXT, "warning",
+                                             [("Migrate Database…", lambda: self.request_command.emit("file.migrate"))])
+        else:
+            self.history_banner.hide()
+
     def _start_draft(self, snap: WmSnapshot) -> None:
+        self._clear_stale_warning()
         mode = str(self.json_mode.currentData() or "replace")
         self.draft = WmDraft(snap.text, snap.fmt, snap.options.schema, snap.options.effective_template, mode)  # type: ignore[arg-type]
         is_json = snap.fmt == "json"
@@ -449,6 +479,7 @@ class WorkingMemoryPane(QWidget):
         text = self.editor.toPlainText()
         check = self.draft.check(text)
         self._check = check
+        self.size_label.setText(size_label(text, default_tokenizer().count(text)))
         self.problem_label.setText("✖ " + check.problems[0] if check.problems else "")
         self.problem_label.setVisible(bool(check.problems))
         self.warning_label.setText("⚠ " + " ".join(check.warnings) if check.warnings else "")
@@ -469,8 +500,13 @@ class WorkingMemoryPane(QWidget):
     def _json_mode_changed(self, _i: int) -> None:
         if self.draft is None or self.draft.fmt != "json":
             return
-        self.draft.json_mode = str(self.json_mode.currentData())  # type: ignore[assignment]
-        self.editor.replace_all(self.draft.initial_text())
+        before = self.editor.toPlainText()
+        text, converted = switch_json_mode(self.draft, before, str(self.json_mode.currentData()))  # type: ignore[arg-type]
+        if text != before:
+            self.editor.replace_all(text)  # undoable: Ctrl+Z brings the edit back as it was
+        if not converted:
+            self.status.setText("Your edit is kept as typed: it is not a JSON object yet, so it could not be "
+                                "converted to the other mode.")
         self._on_edit()
 
     def _update_actions(self) -> None:
@@ -478,7 +514,7 @@ class WorkingMemoryPane(QWidget):
             return
         self.commands.refresh_enabled()
         dirty = self._is_dirty()
-        self.dirty_label.setText("● unsaved changes" if dirty else ("saved" if self.draft is not None else ""))
+        self.dirty_label.setText("● unsaved changes" if dirty else ("no unsaved changes" if self.draft is not None else ""))
         self.dirty_label.setStyleSheet("color: #D9A441;" if dirty else "color: palette(placeholder-text);")
         reason = self._read_only_reason()
         self.save_btn.setToolTip(reason or (self._check.problems[0] if self._check and self._check.problems
@@ -513,8 +549,11 @@ class WorkingMemoryPane(QWidget):
         self._end_conflict()
         if self.draft is not None:
             self.draft.baseline = text
+        kept = self.snapshot is None or self.snapshot.history_available
         self.snapshot = None  # reload as a fresh view of what is stored now
-        self.status.setText("Saved. A new version was recorded.")
+        self.status.setText("Saved. A new version was recorded." if kept else
+                            "Saved. No version was recorded: this database keeps no history "
+                            "(File > Migrate Database… adds it).")
         self.saved.emit(text)
         self.session.notify_local_write()
         self.reload()
@@ -532,6 +571,7 @@ class WorkingMemoryPane(QWidget):
                     pass
             self._conflict_current = exc.current
             self._in_conflict = True
+            self._stored_changed(exc.current)
             self.conflict_view.show_conflict(mine, theirs, who="the agent (or another process)")
             self.status.setText("Not saved: the stored working memory changed since you loaded it.")
             self._update_actions()
@@ -549,48 +589,44 @@ class WorkingMemoryPane(QWidget):
         if self.draft is None or not self._in_conflict:
             return
         current = self._conflict_current
-        self.draft.baseline = current
+        self.draft.baseline = self.draft.stored = current
         self.editor.replace_all(self.draft.initial_text())  # undoable: Ctrl+Z brings mine back
         if self.draft.fmt == "json":
             self.current_view.load(pretty_json(json.loads(current)) if current else "{}")
         self._end_conflict()
         self._on_edit()
+        self.status.setText("Took the stored version; your edit is one Undo away.")
 
     def _end_conflict(self) -> None:
         self._in_conflict = False
         self.conflict_view.hide()
+        self._clear_stale_warning()  # the conflict is decided: its warning goes with it
+
+    def _clear_stale_warning(self) -> None:
+        if self._stale_warning:
+            self._stale_warning = False
+            self.info_banner.hide()
 
     def keep_editing(self) -> None:
         """Carry on from the stored value as the new base; the next Save replaces it knowingly."""
         if self.draft is not None:
-            self.draft.baseline = self._conflict_current
+            self.draft.baseline = self.draft.stored = self._conflict_current
         self._end_conflict()
         self._on_edit()
 
     # -- history ---------------------------------------------------------------------------------
-    def _selected_version(self) -> Version | None:
-        rows = self.version_table.selectionModel().selectedRows()
-        return self.version_model.row_at(rows[0].row()) if rows else None
+    def _selected_version(self) -> VersionRow | None:
+        return self.history.selected()
 
-    def _version_selected(self, _s: QItemSelection, _d: QItemSelection) -> None:
-        v = self._selected_version()
-        self._update_actions()
-        if v is None:
-            return
-        versions = self.version_model.rows()
-        i = versions.index(v)
-        prev = versions[i + 1] if i + 1 < len(versions) else None
-        fmt = v.format
-        self.version_diff.set_diff(line_diff(normalize_for_diff(prev.text if prev else "", fmt),
-                                             normalize_for_diff(v.text, fmt)))
-        self.version_diff_label.setText(
-            f"Version #{v.id} by {v.author} vs {'#' + str(prev.id) if prev else 'empty'}: {self.version_diff.summary()}")
+    def select_versions(self, *numbers: int) -> None:
+        self.history.select_versions(*numbers)
 
     def restore_selected_version(self) -> None:
         """Stage an old version in the editor (undoable); Save writes it as a new version."""
-        v = self._selected_version()
-        if v is None or self.draft is None or not self._writable():
+        row = self._selected_version()
+        if row is None or self.draft is None or not self._writable():
             return
+        v = row.version
         if self.draft.fmt == "json":
             if self.draft.json_mode != "replace":
                 self.json_mode.setCurrentIndex(self.json_mode.findData("replace"))
@@ -598,9 +634,9 @@ class WorkingMemoryPane(QWidget):
         else:
             text = v.text or ""
         self.editor.replace_all(text)
-        self._pending_note = f"restored version #{v.id}"
+        self._pending_note = f"restored version {row.number}"
         self.tabs.setCurrentIndex(0)
-        self.status.setText(f"Version #{v.id} is staged in the editor. Save to make it current.")
+        self.status.setText(f"Version {row.number} is staged in the editor. Save to make it current.")
 
     # -- template / schema -----------------------------------------------------------------------
     def _save_config(self, kind: str, value: Any) -> None:

@@ -10,7 +10,7 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPaintEvent, QMouseEvent
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
-from studio.logic.prompt_layout import FREE_COLOR, ContextUsage
+from studio.logic.prompt_layout import ContextUsage
 
 STRIP = 10
 GAP = 6
@@ -38,7 +38,8 @@ class ContextBar(QWidget):
 
     def set_usage(self, usage: ContextUsage | None) -> None:
         self._usage = usage
-        self.setToolTip(usage.summary if usage else "")
+        self._fit_height()  # the legend may need another row (or one fewer) for the new sources
+        self.setToolTip(f"{usage.summary}\n{usage.window_owner}\ntokenizer: {usage.tokenizer}" if usage else "")
         self.updateGeometry()
         self.update()
 
@@ -61,8 +62,11 @@ class ContextBar(QWidget):
             x += w
         return rows
 
+    def _fit_height(self) -> None:
+        self.setFixedHeight(18 + STRIP * 2 + GAP * 2 + LEGEND_H * self._legend_rows(max(self.width(), 1)) + 4)
+
     def resizeEvent(self, event: object) -> None:  # legend may wrap differently
-        self.setFixedHeight(18 + STRIP * 2 + GAP * 2 + LEGEND_H * self._legend_rows(self.width()) + 4)
+        self._fit_height()
         super().resizeEvent(event)  # type: ignore[arg-type]
 
     def paintEvent(self, _event: QPaintEvent) -> None:
@@ -80,12 +84,13 @@ class ContextBar(QWidget):
             p.setPen(dim)
             p.drawText(0, fm.ascent() + 2, "No prompt assembled yet.")
             return
-        # Header: totals left, tokenizer right.
-        p.setPen(text_col if not u.over else QColor("#E5534B"))
-        head = f"Context window  {u.summary}" + ("  — OVER THE WINDOW" if u.over else "")
-        p.drawText(0, fm.ascent() + 1, head)
-        p.setPen(dim)
+        # Header: totals and whose window it is on the left, tokenizer right; cut to fit, never wider.
         tok = f"tokenizer: {u.tokenizer}"
+        room = max(w - fm.horizontalAdvance(tok) - 12, 40)
+        p.setPen(text_col if not u.over else QColor("#E5534B"))
+        head = f"Context window  {u.summary}" + ("  — OVER THE WINDOW" if u.over else "") + f"  · {u.window_owner}"
+        p.drawText(0, fm.ascent() + 1, fm.elidedText(head, Qt.TextElideMode.ElideRight, room))
+        p.setPen(dim)
         p.drawText(w - fm.horizontalAdvance(tok), fm.ascent() + 1, tok)
         y = 18
         # Strip 1: the window, to scale.
@@ -116,7 +121,8 @@ class ContextBar(QWidget):
         path.addRoundedRect(rect, 3, 3)
         p.save()
         p.setClipPath(path)
-        p.fillRect(rect, QColor(FREE_COLOR) if free else self.palette().base().color())
+        # The unused part of the window follows the theme (a fixed dark grey stayed dark in light mode).
+        p.fillRect(rect, self.palette().mid().color() if free else self.palette().base().color())
         x = rect.left()
         for source, frac, colour in parts:
             seg_w = max(rect.width() * min(frac, 1.0), 2.0 if frac > 0 else 0.0)

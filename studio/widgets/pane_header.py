@@ -1,5 +1,10 @@
 """What every pane is built from: its layout, header row and captions, and the guard that drops
-worker results arriving after the pane was closed."""
+worker results arriving after the pane was closed.
+
+Text that comes from the data (titles, ids, status lines) sits in *elastic* labels: their text is
+cut (or wrapped) to the space there is, never the reverse. A plain QLabel asks for its whole text's
+width, and a long line of message ids once pushed the window past the screen's edge.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ from typing import Any, Callable
 
 import shiboken6
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+ELASTIC_MIN_WIDTH = 40
 
 
 def pane_layout(pane: QWidget) -> QVBoxLayout:
@@ -28,6 +35,8 @@ def pane_header(title: str, subtitle: QLabel | None = None) -> tuple[QHBoxLayout
     if subtitle is None:
         subtitle = QLabel("")
         subtitle.setStyleSheet("color: palette(placeholder-text);")
+    elastic(title_label)
+    elastic(subtitle)
     row.addWidget(title_label)
     row.addWidget(subtitle, 1)
     return row, title_label, subtitle
@@ -40,7 +49,26 @@ def caption(text: str) -> QLabel:
     font = label.font()
     font.setBold(True)
     label.setFont(font)
+    return elastic(label)
+
+
+def elastic(label: QLabel, *, wrap: bool = False) -> QLabel:
+    """Make ``label`` take the width it is given instead of its text's width (``wrap``: wrap the
+    text onto more lines instead of cutting it). Returns the label.
+
+    An explicit minimum width replaces the text's width as the layout's minimum, while the size hint
+    (what the label gets when there is room) stays the whole text."""
+    label.setMinimumWidth(ELASTIC_MIN_WIDTH)
+    if wrap:
+        label.setWordWrap(True)
     return label
+
+
+def status_label() -> QLabel:
+    """The dim one-line status at the bottom of a pane."""
+    label = QLabel("")
+    label.setStyleSheet("color: palette(placeholder-text);")
+    return elastic(label)
 
 
 def alive_only(widget: QWidget, fn: Callable[..., Any]) -> Callable[..., None]:

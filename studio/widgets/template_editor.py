@@ -23,18 +23,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.diffing import line_diff, normalize_for_diff
 from core.agent_configs import ConfigVersion, validate_template
 from studio.logic.memory_config import parse_schema
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.diff_view import DiffView
+from studio.widgets.flow_layout import FlowLayout
+from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import Column, RecordTableModel
 
 KINDS = [("template", "Markdown template"), ("schema", "JSON schema")]
 
 VERSION_COLUMNS: list[Column[ConfigVersion]] = [
     Column("#", lambda v: v.id),
-    Column("Saved", lambda v: v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"),
+    Column("Saved", lambda v: format_datetime(v.created_at), tooltip=lambda v: date_tooltip(v.created_at)),
     Column("Kind", lambda v: v.kind),
     Column("Author", lambda v: v.author),
 ]
@@ -56,29 +59,30 @@ class TemplateEditor(QWidget):
         for key, title in KINDS:
             self.kind_combo.addItem(title, key)
         self.editor = CodeEditor("markdown")
-        self.problem = QLabel("")
-        self.problem.setWordWrap(True)
+        self.problem = elastic(QLabel(""), wrap=True)
         self.problem.setStyleSheet("color: #E5534B;")
-        self.effect = QLabel("")
-        self.effect.setWordWrap(True)
+        self.effect = elastic(QLabel(""), wrap=True)
         self.effect.setStyleSheet("color: palette(placeholder-text);")
-        self.save_btn = QPushButton("Save as new version")
+        self.save_btn = QPushButton("Save as New Version")
         self.revert_btn = QPushButton("Revert")
-        self.reset_btn = QPushButton("Use the agent's own")
+        self.reset_btn = QPushButton("Use the Agent's Own")
         self.reset_btn.setToolTip("Save a version that removes the Studio override: the agent's code decides again.")
 
-        top = QHBoxLayout()
-        top.addWidget(QLabel("Kind"))
-        top.addWidget(self.kind_combo)
-        top.addStretch(1)
-        top.addWidget(self.reset_btn)
-        top.addWidget(self.revert_btn)
-        top.addWidget(self.save_btn)
+        top = QWidget()  # wraps onto two rows on a narrow window rather than widening it
+        flow = FlowLayout(top)
+        flow.setContentsMargins(0, 0, 0, 0)
+        kind = QWidget()
+        kl = QHBoxLayout(kind)
+        kl.setContentsMargins(0, 0, 12, 0)
+        kl.addWidget(QLabel("Kind"))
+        kl.addWidget(self.kind_combo)
+        for w in (kind, self.reset_btn, self.revert_btn, self.save_btn):
+            flow.addWidget(w)
 
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
-        ll.addLayout(top)
+        ll.addWidget(top)
         ll.addWidget(self.editor, 1)
         ll.addWidget(self.problem)
         ll.addWidget(self.effect)
@@ -93,8 +97,8 @@ class TemplateEditor(QWidget):
         self.versions.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.versions.horizontalHeader().setStretchLastSection(True)
         self.diff = DiffView()
-        self.diff_label = QLabel("Select a version to see what it changed.")
-        self.restore_btn = QPushButton("Restore into editor")
+        self.diff_label = elastic(QLabel("Select a version to see what it changed."))
+        self.restore_btn = QPushButton("Restore into Editor")
         self.restore_btn.setEnabled(False)
         right = QWidget()
         rl = QVBoxLayout(right)

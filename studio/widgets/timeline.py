@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QPainter, QPen
+from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from studio.logic.traces_layout import (
@@ -107,7 +107,7 @@ class SpanTreeModel(QAbstractItemModel):
             if col == COL_TYPE:
                 return span_label(span.span_type)
             if col == COL_DURATION:
-                return format_duration(node.duration_ms)
+                return node.duration_text
             return None
         if role == Qt.ItemDataRole.DecorationRole and col == COL_NAME:
             return QColor(span_color(span.span_type))
@@ -120,7 +120,7 @@ class SpanTreeModel(QAbstractItemModel):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
             when = f"+{format_duration(node.start_ms)}"
-            return f"{span.name}\n{span.span_type} · starts {when} · {format_duration(node.duration_ms)}"
+            return f"{span.name}\n{span.span_type} · starts {when} · {node.duration_text}"
         return None
 
 
@@ -160,16 +160,24 @@ class TimelineDelegate(QStyledItemDelegate):
         colour = QColor(node.color)
         bar = QRectF(x, top, w, bar_h)
         painter.setPen(Qt.PenStyle.NoPen)
-        if node.running:  # still open: a hatched bar
+        if node.event:  # a moment: a diamond at its time, not a bar
+            half = bar_h / 2 + 1
+            cy = rect.center().y()
+            painter.setBrush(colour)
+            painter.drawPolygon(QPolygonF([QPointF(x, cy - half), QPointF(x + half, cy), QPointF(x, cy + half),
+                                           QPointF(x - half, cy)]))
+            w = half
+        elif node.running:  # still open: a hatched bar
             painter.setBrush(QBrush(colour, Qt.BrushStyle.BDiagPattern))
         else:
             painter.setBrush(colour)
-        painter.drawRoundedRect(bar, 2, 2)
+        if not node.event:
+            painter.drawRoundedRect(bar, 2, 2)
         if node.error:
             painter.setPen(QPen(QColor(ERROR_COLOR), 1.5))
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRoundedRect(bar.adjusted(-1, -1, 1, 1), 2, 2)
-        label = format_duration(node.duration_ms)
+        label = node.duration_text
         metrics = painter.fontMetrics()
         text_w = metrics.horizontalAdvance(label) + 6
         painter.setPen(QColor("#9aa4b2"))

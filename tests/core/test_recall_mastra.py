@@ -107,3 +107,20 @@ def _tables(path: Path) -> set[str]:
         return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
     finally:
         conn.close()
+
+
+def test_a_read_only_foreign_db_is_sent_to_the_migration_not_to_allow_writes(tmp_path: Path):
+    """Allowing writes on a Mastra file creates no recall table, so "allow writes" then "migrate" was a
+    detour: both a read-only and a writable foreign file get the one path that works."""
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    for read_only in (True, False):
+        store = open_store(path, read_only=read_only, create=False)
+        try:
+            with pytest.raises(RecallError) as caught:
+                RecallIndex.for_store(store, HashingEmbedder(512)).check()
+            message = str(caught.value)
+            assert "memory-studio migrate" in message and "File > Migrate Database" in message
+            assert "Allow" not in message
+        finally:
+            store.close()

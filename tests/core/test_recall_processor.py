@@ -195,6 +195,22 @@ def test_cross_thread_hits_become_one_tagged_system_message(store):
     assert memory_ids(ctx) == ["thread-1:0"]
 
 
+def test_block_says_which_message_is_the_hit_and_which_are_neighbours(store):
+    emb = ScoreEmbedder({"My name is Ada": 0.95})
+    index = setup(store, emb, {"other-thread-1": ["hello", "My name is Ada", "ok"], "thread-1": ["q0"]})
+    ctx = make_ctx(store, recall={"mode": "vector", "top_k": 1})
+    SemanticRecall(index).process_input(ctx)
+    recalled = {r["message_id"]: r for r in ctx.messages.system_entries()[0].provenance.detail["recalled"]}
+    assert list(recalled) == ["other-thread-1:0", "other-thread-1:1", "other-thread-1:2"]
+    hit = recalled["other-thread-1:1"]
+    assert hit["hit"] and hit["vector_score"] == pytest.approx(0.95, abs=1e-5) and hit["score"] is not None
+    for nid in ("other-thread-1:0", "other-thread-1:2"):
+        neighbour = recalled[nid]
+        assert not neighbour["hit"] and neighbour["hit_id"] == "other-thread-1:1"
+        assert neighbour["score"] is None and neighbour["vector_score"] is None  # no score of its own
+        assert neighbour["hit_score"] == hit["score"] and neighbour["thread_id"] == "other-thread-1"
+
+
 def test_block_has_a_date_header_whenever_the_day_changes():
     msgs = [
         Message.user("first", id="a", thread_id="x", created_at=T0),

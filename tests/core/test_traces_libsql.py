@@ -102,9 +102,42 @@ def test_reads_mastra_spans_through_the_same_api(tmp_path: Path) -> None:
     assert [t.trace_id for t in reader.list_traces(filters=TraceFilters(since=since))] == ["T2"]
 
 
+def test_point_events_are_finished_not_running(tmp_path: Path) -> None:
+    """Mastra writes a point event (``isEvent`` true) with ``endedAt`` null: it happened, it is not running."""
+    path = tmp_path / "mastra.db"
+    mastra_db(path)
+    con = libsql.connect(str(path))
+    insert(con, traceId="T3", spanId="e-root", name="chunk received", spanType="generic", isEvent=1,
+           startedAt="2025-01-04T00:00:00.000Z", createdAt="2025-01-04T00:00:00.000Z", threadId="th-3")
+    insert(con, traceId="T1", spanId="s-event", parentSpanId="s-root", name="tool approval", spanType="generic",
+           isEvent=1, startedAt="2025-01-02T03:04:06.000Z", createdAt="2025-01-02T03:04:06.000Z",
+           threadId="th-1")
+    insert(con, traceId="T4", spanId="open", name="agent run: 'chef'", spanType="agent_run", isEvent=0,
+           startedAt="2025-01-05T00:00:00.000Z", createdAt="2025-01-05T00:00:00.000Z", threadId="th-4")
+    con.commit()
+    con.close()
+    reader = LibSQLSpanReader(path)
+    status = {t.trace_id: (t.status, t.duration_ms) for t in reader.list_traces()}
+    assert status["T3"] == ("ok", 0.0) and status["T1"][0] == "ok"
+    assert status["T4"] == ("running", None)  # a real span without an end is still running
+    assert [t.trace_id for t in reader.list_traces(filters=TraceFilters(status="running"))] == ["T4"]
+    assert "T3" in [t.trace_id for t in reader.list_traces(filters=TraceFilters(status="ok"))]
+    event = next(s for s in reader.get_trace("T1") if s.span_id == "s-event")
+    assert event.is_event and not event.running and event.duration_ms == 0.0
+
+
 def test_missing_file_or_table_reads_as_missing_and_creates_nothing(tmp_path: Path) -> None:
     missing = LibSQLSpanReader(tmp_path / "nope.db")
     assert missing.list_traces().missing and not (tmp_path / "nope.db").exists()
     empty = tmp_path / "empty.db"
     libsql.connect(str(empty)).close()
     assert LibSQLSpanReader(empty).count_traces().missing
+
+
+def test_usage_by_model_reads_mastra_spans(tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    mastra_db(path)
+    reader = LibSQLSpanReader(path)
+    usage = reader.usage_by_model(TraceFilters(thread_id="th-1"))
+    assert [(u.model, u.input_tokens, u.output_tokens) for u in usage] == [("unknown model", 11, 4)]
+    assert reader.list_traces()[1].models[0].input_tokens == 11

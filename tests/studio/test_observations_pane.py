@@ -60,11 +60,12 @@ def test_shows_the_log_hints_bars_and_generation(no_leaked_widgets, qtbot, make_
     assert pane.stack.currentIndex() == PAGE_CONTENT
     assert "thread sam-standup" in pane.subtitle.text() and "1 generation" in pane.subtitle.text()
     log = pane.log_view.toPlainText()
-    assert "Date: Sep 14, 2026" in log and "🔴" in log and "staging mail server" in log
+    assert "Date: Sep 14, 2026" in log and "staging mail server" in log
+    assert 'src="priority:high"' in pane.log_view.toHtml()  # the observer's 🔴, drawn (no emoji font)
     assert "Chunk 1" in log and "Chunk 2" in log  # two observations, kept apart
     assert "Priya" in pane.hint_labels["Current task"].text()
     assert "Remind Sam" in pane.hint_labels["Suggested response"].text()
-    assert "Sep 14, 2026" in pane.hint_labels["Last observed"].text()
+    assert "2026-09-14" in pane.hint_labels["Last observed"].text()
 
     record = pane.view.history[0]
     (_, messages), (_, observations) = pane.bars
@@ -123,3 +124,17 @@ def test_registered_in_the_main_window_and_the_palette(no_leaked_widgets, qtbot,
     assert ("observations", "Observations", "studio.panes.observations:ObservationsPane") in TABS
     pane = open_pane(qtbot, make_session, demo_db)
     assert "observations.refresh" in {c.id for c in pane.palette_commands()}
+
+
+def test_priority_markers_are_drawn_without_an_emoji_font(no_leaked_widgets, qtbot, make_session, demo_db):
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QColor, QImage, QTextDocument
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    shown = pane.log_view.toPlainText()
+    assert shown.strip() and not any(ch in shown for ch in "🔴🟡🟢✅")  # no glyph that needs an emoji font
+    assert "\ufffc" in shown  # the markers are inline images
+    image = pane.log_view.loadResource(QTextDocument.ResourceType.ImageResource.value, QUrl("priority:high"))
+    assert isinstance(image, QImage) and not image.isNull()
+    centre = QColor(image.pixel(image.width() // 2, image.height() // 2))
+    assert centre.name() == "#e5534b"

@@ -94,7 +94,7 @@ def test_renders_fragments_sources_skips_and_tokens(qtbot, pane):
     assert pane.skip_model.index(0, 1).data() == prompt.skipped[pane.skip_model.index(0, 0).data()]
     usage = pane.bar.usage
     assert usage is not None and usage.total == prompt.total_tokens
-    assert {s.source: s.tokens for s in usage.segments} == prompt.tokens_by_source()
+    assert {s.source: s.tokens for s in usage.segments} == {**prompt.tokens_by_source(), "reply primer": 3}
     assert "travel-agent" in pane.origin_label.text()
     assert pane.last_spin.value() == 4
 

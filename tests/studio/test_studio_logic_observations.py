@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timezone
 from typing import Any
+
+import pytest
 
 from core.observational import OMRecord, ThreadHints
 from core.observational.records import append_chunk
@@ -20,7 +23,13 @@ from studio.logic.observations_layout import (
     thresholds,
     token_bars,
 )
+from studio.logic import dates
 from studio.selection import Selection
+
+
+@pytest.fixture(autouse=True)
+def _utc_display(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dates, "DISPLAY_TZ", timezone.utc)  # the Studio shows local time; pin it here
 
 FIRST = "Date: Sep 14, 2026\n* 🔴 (09:05) Sam is blocked on <staging> access.\n  * -> Priya can grant it"
 SECOND = "Date: Sep 15, 2026\n* 🟢 (10:00) Access granted."
@@ -45,9 +54,9 @@ def test_a_thread_looks_up_its_own_record_then_its_resources() -> None:
     assert "resource" in empty_text(Selection("u1")) and "Select" in empty_text(Selection())
 
 
-def test_dates_read_as_utc_and_bad_values_pass_through() -> None:
-    assert format_when("2026-09-14T14:01:00.000Z") == "Sep 14, 2026 14:01 UTC"
-    assert format_when("2026-09-14T16:01:00+02:00") == "Sep 14, 2026 14:01 UTC"
+def test_dates_use_the_studio_format_and_bad_values_pass_through() -> None:
+    assert format_when("2026-09-14T14:01:00.000Z") == "2026-09-14 14:01:00"
+    assert format_when("2026-09-14T16:01:00+02:00") == "2026-09-14 14:01:00"
     assert format_when(None) == "—" and format_when("yesterday") == "yesterday"
 
 
@@ -71,15 +80,18 @@ def test_token_bars_compare_against_the_thresholds_and_name_the_models() -> None
     assert bare.limit is None and bare.percent == 0 and "no threshold" in bare.text
 
 
-def test_log_keeps_chunks_apart_with_dates_and_emojis() -> None:
+def test_log_keeps_chunks_apart_with_dates_and_drawn_priority_markers() -> None:
     active = append_chunk(FIRST, SECOND, "2026-09-15T10:05:00.000Z")
     sections = log_sections(active)
-    assert [s.heading for s in sections] == ["Chunk 1", "Chunk 2 · after Sep 15, 2026 10:05 UTC"]
+    assert [s.heading for s in sections] == ["Chunk 1", "Chunk 2 · after 2026-09-15 10:05:00"]
     assert sections[1].lines == ("Date: Sep 15, 2026", "* 🟢 (10:00) Access granted.")
     page = log_html(active)
     assert page.count("<hr/>") == 1
     assert "<b>Date: Sep 14, 2026</b>" in page and "<b>Date: Sep 15, 2026</b>" in page
-    assert "🔴 (09:05)" in page and "🟢 (10:00)" in page
+    # Priorities are drawn markers, not emoji: no colour-emoji font is needed to read them.
+    assert '<img src="priority:high" width="11" height="11" alt="high priority"/> (09:05)' in page
+    assert '<img src="priority:low" width="11" height="11" alt="low priority"/> (10:00)' in page
+    assert not any(ch in page for ch in "🔴🟡🟢✅")
     assert "&lt;staging&gt;" in page and "<staging>" not in page  # observer text is escaped
     assert "-&gt; Priya can grant it" in page
     assert "Nothing observed yet" in log_html("")
@@ -88,13 +100,19 @@ def test_log_keeps_chunks_apart_with_dates_and_emojis() -> None:
 def test_hints_and_generations() -> None:
     rows = dict(hint_rows(ThreadHints(current_task="Plan the stand-up", last_observed_at="2026-09-14T14:01:00Z")))
     assert rows == {"Current task": "Plan the stand-up", "Suggested response": "—",
-                    "Last observed": "Sep 14, 2026 14:01 UTC"}
+                    "Last observed": "2026-09-14 14:01:00"}
     history = [record(id="r2", generationCount=1, originType="reflection", observationTokenCount=12),
                record()]
     gens = generation_rows(history)
     assert [(g.number, g.origin, g.tokens, g.current) for g in gens] == [
         (1, "reflection", 12, True), (0, "initial", 40, False)]
-    assert gens[1].created == "Sep 14 2026 09:00" and gens[1].updated == "Sep 14 2026 10:30"
+    assert gens[1].created == "2026-09-14 09:00:00" and gens[1].updated == "2026-09-14 10:30:00"
     assert subtitle(Lookup("thread", "t1", "u1"), history) == "thread t1 · thread scope · 2 generations"
     assert subtitle(Lookup("resource", None, "u1"), history[:1]) == "resource u1 · resource scope · 1 generation"
     assert subtitle(None, []) == ""
+
+
+def test_every_priority_emoji_has_a_marker_and_done_is_distinct() -> None:
+    page = log_html("Date: Sep 14, 2026\n* 🔴 a\n* 🟡 b\n* 🟢 c\n* ✅ d")
+    for name in ("high", "medium", "low", "done"):
+        assert f'src="priority:{name}"' in page

@@ -56,10 +56,15 @@ def no_embedder():
 
 
 def test_options_round_trip_into_engine_overrides():
-    opts = InspectorOptions(last_messages=0, recall=True, top_k=3, scope="thread", read_only=True)
+    opts = InspectorOptions(last_messages=0, recall=True, top_k=3, scope="thread", read_only=True,
+                            working_memory=True, observational=False, threshold=0.25, message_range=(2, 0))
     over = opts.to_overrides()
-    assert over == {"last_messages": False, "semantic_recall": {"enabled": True, "top_k": 3, "scope": "thread"},
-                    "read_only": True}
+    over.pop("message_history", None)  # the token budget: only on engines that have the option
+    assert over == {"last_messages": False,
+                    "semantic_recall": {"enabled": True, "top_k": 3, "scope": "thread", "threshold": 0.25,
+                                        "message_range": {"before": 2, "after": 0}},
+                    "read_only": True, "working_memory": {"enabled": True},
+                    "observational_memory": {"enabled": False}}
     merged = MemoryOptions().merged(over)
     assert InspectorOptions.from_memory_options(merged) == opts
 
@@ -91,7 +96,8 @@ def test_preview_renders_the_engine_record(store):
     assert sum(r.tokens for r in rows) + 3 == prompt.total_tokens
     usage = context_usage(prompt)
     assert usage.total == prompt.total_tokens and usage.window == 128_000
-    assert {s.source: s.tokens for s in usage.segments} == prompt.tokens_by_source()
+    assert {s.source: s.tokens for s in usage.segments} == {**prompt.tokens_by_source(), "reply primer": 3}
+    assert sum(s.tokens for s in usage.segments) == usage.total  # the bar's parts add up to its total
     assert usage.segments[0].color == source_color("instructions")
     assert [s.processor for s in skipped_rows(prompt)] == ["memory-input-filter"]
     # Copy payloads are the engine's own serialisations.

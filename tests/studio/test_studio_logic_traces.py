@@ -140,6 +140,19 @@ def test_transcript_from_ai_sdk_parts_and_other_shapes() -> None:
     assert response_from_output({"unrelated": 1}) is None
 
 
+def test_point_events_are_moments_not_running_spans() -> None:
+    """Mastra's point events (``isEvent``, ``endedAt`` null) showed as still running."""
+    spans = [span("root", 0, 100, None, "agent_run"), span("approval", 40, None, "root", is_event=True)]
+    live = layout_trace(spans, now=T0 + timedelta(seconds=30))
+    event = live.row_of("approval")
+    assert event is not None and not event.running and event.event
+    assert event.duration_text == "event" and event.width == 0.0 and event.offset == pytest.approx(0.4)
+    assert live.total_ms == pytest.approx(100)  # a "running" event would stretch the trace to now
+    assert ("duration", "point event") in span_facts(event.span)
+    still_open = layout_trace([span("root", 0, None, None, "agent_run")]).rows[0]
+    assert still_open.running and still_open.duration_text == "running"
+
+
 def test_transcript_html_escapes_everything() -> None:
     gen = span("gen", 0, 1, None, "model_generation",
                input={"messages": [{"role": "user", "content": "<script>alert(1)</script>"}]},
@@ -147,6 +160,13 @@ def test_transcript_html_escapes_everything() -> None:
     html = transcript_html(chat_transcript(gen))  # type: ignore[arg-type]
     assert "<script>" not in html and "&lt;script&gt;" in html and "a &amp; b" in html
     assert "assistant (response)" in html
+
+
+def test_transcript_cards_follow_the_theme() -> None:
+    gen = span("gen", 0, 1, None, "model_generation", input={"messages": [{"role": "user", "content": "hi"}]})
+    assert "#1c1f25" in transcript_html(chat_transcript(gen), dark=True)  # type: ignore[arg-type]
+    light = transcript_html(chat_transcript(gen), dark=False)  # type: ignore[arg-type]
+    assert "#1c1f25" not in light and "#f0f3f6" in light
 
 
 def test_filters_follow_the_selection_unless_all_threads() -> None:

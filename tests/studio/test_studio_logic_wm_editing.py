@@ -132,3 +132,33 @@ def test_line_diff_and_json_normalisation():
     assert stats(line_diff("x", "x")).unchanged
     assert normalize_for_diff('{"b":1,"a":2}', "json") == normalize_for_diff('{"a": 2, "b": 1}', "json")
     assert "+d" in unified("a", "a\nd")
+
+
+def test_patch_between_is_the_inverse_of_the_merge() -> None:
+    from core.working_memory_schema import working_memory_merge
+    from studio.logic.wm_editing import patch_between
+
+    before = {"name": "Bob", "prefs": {"food": "ramen", "color": "blue"}, "tags": ["a"], "gone": 1}
+    after = {"name": "Robert", "prefs": {"food": "ramen", "size": "L"}, "tags": ["a", "b"], "new": {"x": 1}}
+    patch = patch_between(before, after)
+    assert patch == {"name": "Robert", "prefs": {"color": None, "size": "L"}, "tags": ["a", "b"], "new": {"x": 1},
+                     "gone": None}
+    assert working_memory_merge(before, patch) == after
+    assert patch_between(after, after) == {}
+
+
+def test_switching_json_mode_keeps_an_unsaved_edit() -> None:
+    import json
+
+    from studio.logic.wm_editing import WmDraft, switch_json_mode
+
+    stored = json.dumps({"name": "Bob", "city": "Oslo"})
+    draft = WmDraft(stored, "json", json_mode="replace")
+    text, converted = switch_json_mode(draft, json.dumps({"name": "Robert", "city": "Oslo"}), "merge")
+    assert converted and json.loads(text) == {"name": "Robert"} and draft.json_mode == "merge"
+    text, converted = switch_json_mode(draft, text, "replace")
+    assert converted and json.loads(text) == {"name": "Robert", "city": "Oslo"}
+    text, converted = switch_json_mode(draft, '{"name": ', "merge")  # not JSON yet: kept as typed
+    assert not converted and text == '{"name": ' and draft.json_mode == "merge"
+    clean = WmDraft(stored, "json", json_mode="replace")
+    assert switch_json_mode(clean, clean.initial_text(), "merge") == ("{\n  \n}", True)  # nothing to carry

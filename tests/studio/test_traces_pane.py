@@ -21,6 +21,7 @@ from core.traces.spans import SpanRecord
 from studio.main_window import TABS
 from studio.panes.traces import PAGE, TAB_ERROR, TAB_MESSAGES, TracesPane
 from studio.selection import Selection
+from studio.widgets.timeline import COL_DURATION
 
 from .conftest import file_state, make_mastra_db
 
@@ -228,10 +229,7 @@ def _insert(con: Any, **row: Any) -> None:
     con.execute(f"INSERT INTO mastra_ai_spans ({quoted}) VALUES ({values})", params)
 
 
-def test_reads_a_mastra_database_spans_table(no_leaked_widgets, qtbot, make_session, tmp_path):
-    db = tmp_path / "mastra.db"
-    make_mastra_db(db)
-    con = libsql.connect(str(db))
+def _create_spans_table(con: Any) -> None:
     con.execute('CREATE TABLE mastra_ai_spans ("traceId" TEXT NOT NULL, "spanId" TEXT NOT NULL, '
                 '"name" TEXT NOT NULL, "spanType" TEXT NOT NULL, "isEvent" INTEGER NOT NULL, '
                 '"startedAt" TEXT NOT NULL, "parentSpanId" TEXT, "entityType" TEXT, "entityId" TEXT, '
@@ -243,6 +241,13 @@ def test_reads_a_mastra_database_spans_table(no_leaked_widgets, qtbot, make_sess
                 '"experimentId" TEXT, "source" TEXT, "metadata" TEXT, "tags" TEXT, "attributes" TEXT, '
                 '"links" TEXT, "input" TEXT, "output" TEXT, "error" TEXT, "endedAt" TEXT, '
                 '"requestContext" TEXT, "createdAt" TEXT NOT NULL, "updatedAt" TEXT, UNIQUE (spanId, traceId))')
+
+
+def test_reads_a_mastra_database_spans_table(no_leaked_widgets, qtbot, make_session, tmp_path):
+    db = tmp_path / "mastra.db"
+    make_mastra_db(db)
+    con = libsql.connect(str(db))
+    _create_spans_table(con)
     common = {"isEvent": 0, "threadId": "mastra-thread", "resourceId": "user-42"}
     _insert(con, traceId="T1", spanId="root", name="agent run: 'chef'", spanType="agent_run",
             startedAt="2026-01-01T10:00:00.000Z", endedAt="2026-01-01T10:00:02.000Z",
@@ -303,3 +308,29 @@ def test_registered_in_the_main_window_and_the_palette(no_leaked_widgets, qtbot,
     from PySide6.QtGui import QGuiApplication
 
     assert json.loads(QGuiApplication.clipboard().text())["traceId"] == pane.trace_id
+
+
+def test_mastra_point_events_do_not_show_as_running(no_leaked_widgets, qtbot, make_session, tmp_path):
+    db = tmp_path / "mastra.db"
+    make_mastra_db(db)
+    con = libsql.connect(str(db))
+    _create_spans_table(con)
+    common = {"threadId": "mastra-thread", "resourceId": "user-42"}
+    _insert(con, traceId="T1", spanId="root", name="agent run: 'chef'", spanType="agent_run", isEvent=0,
+            startedAt="2026-01-01T10:00:00.000Z", endedAt="2026-01-01T10:00:02.000Z",
+            createdAt="2026-01-01T10:00:00.000Z", **common)
+    _insert(con, traceId="T1", spanId="ev", parentSpanId="root", name="tool approval", spanType="generic",
+            isEvent=1, startedAt="2026-01-01T10:00:01.000Z", createdAt="2026-01-01T10:00:01.000Z", **common)
+    _insert(con, traceId="T2", spanId="solo", name="chunk received", spanType="generic", isEvent=1,
+            startedAt="2026-01-01T09:00:00.000Z", createdAt="2026-01-01T09:00:00.000Z", **common)
+    con.commit()
+    con.close()
+
+    pane = open_pane(qtbot, make_session, db)
+    assert [(t.trace_id, t.status) for t in pane.traces] == [("T1", "ok"), ("T2", "ok")]
+    assert pane.trace_model.index(1, 0).data() == "ok"
+    assert pane.select_span("ev")
+    index = pane.tree.currentIndex()
+    duration = index.sibling(index.row(), COL_DURATION).data()
+    assert duration == "event" and "running" not in pane.span_facts.text()
+    assert "point event" in pane.span_facts.text()

@@ -1,0 +1,78 @@
+"""A layout that lines its items up left to right and wraps them onto the next row when the width
+runs out (Qt's flow-layout example), so a bar of many controls never sets the window's width.
+
+Its minimum width is its widest single item, not the sum of all of them.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QMargins, QPoint, QRect, QSize, Qt
+from PySide6.QtWidgets import QLayout, QLayoutItem, QWidget
+
+
+class FlowLayout(QLayout):
+    def __init__(self, parent: QWidget | None = None, spacing: int = 6, row_spacing: int = 4) -> None:
+        super().__init__(parent)
+        self._items: list[QLayoutItem] = []
+        self._spacing = spacing
+        self._row_spacing = row_spacing
+
+    # -- QLayout ------------------------------------------------------------------------------------
+    def addItem(self, item: QLayoutItem) -> None:  # noqa: N802 - Qt's name
+        self._items.append(item)
+
+    def count(self) -> int:
+        return len(self._items)
+
+    def itemAt(self, index: int) -> QLayoutItem | None:  # noqa: N802
+        return self._items[index] if 0 <= index < len(self._items) else None
+
+    def takeAt(self, index: int) -> QLayoutItem | None:  # noqa: N802
+        return self._items.pop(index) if 0 <= index < len(self._items) else None
+
+    def expandingDirections(self) -> Qt.Orientation:  # noqa: N802
+        return Qt.Orientation(0)
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        return self._arrange(QRect(0, 0, width, 0), move=False)
+
+    def setGeometry(self, rect: QRect) -> None:  # noqa: N802
+        super().setGeometry(rect)
+        self._arrange(rect, move=True)
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        """One row of everything: what the bar would like when there is room."""
+        width = sum(i.sizeHint().width() for i in self._items) + self._spacing * max(len(self._items) - 1, 0)
+        height = max((i.sizeHint().height() for i in self._items), default=0)
+        return QSize(width, height) + self._margin_size()
+
+    def minimumSize(self) -> QSize:  # noqa: N802
+        size = QSize()
+        for item in self._items:
+            size = size.expandedTo(item.minimumSize())
+        return size + self._margin_size()
+
+    # -- layout -------------------------------------------------------------------------------------
+    def _margin_size(self) -> QSize:
+        m: QMargins = self.contentsMargins()
+        return QSize(m.left() + m.right(), m.top() + m.bottom())
+
+    def _arrange(self, rect: QRect, *, move: bool) -> int:
+        m = self.contentsMargins()
+        area = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
+        x, y, row_height = area.x(), area.y(), 0
+        for item in self._items:
+            if item.isEmpty():
+                continue
+            hint = item.sizeHint()
+            if x > area.x() and x + hint.width() > area.right() + 1:
+                x, y = area.x(), y + row_height + self._row_spacing
+                row_height = 0
+            if move:
+                item.setGeometry(QRect(QPoint(x, y), hint))
+            x += hint.width() + self._spacing
+            row_height = max(row_height, hint.height())
+        return y + row_height - rect.y() + m.bottom()

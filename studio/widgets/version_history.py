@@ -1,0 +1,150 @@
+"""A working memory's saved versions: numbered within their resource or thread, each with its size
+in characters and tokens, and a diff of any one against the version before it or the editor, or of
+any two against each other.
+
+A view: the pane hands it ``VersionRow`` values and says what the editor would save; the pane does
+the restoring (``restore_btn`` is bound to its command).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableView,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.logic.dates import date_tooltip, format_datetime
+from studio.logic.diffing import line_diff, normalize_for_diff
+from studio.logic.wm_editing import VersionRow
+from studio.widgets.diff_view import DiffView
+from studio.widgets.pane_header import caption, elastic
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+
+COMPARE_PREVIOUS, COMPARE_EDITOR = "previous", "editor"
+
+VERSION_COLUMNS: list[Column[VersionRow]] = [
+    Column("#", lambda r: r.number, RIGHT, tooltip=lambda r: f"version {r.number} of this "
+           f"{r.version.scope} (stored as row {r.version.id})"),
+    Column("Saved", lambda r: format_datetime(r.version.created_at), tooltip=lambda r: date_tooltip(r.version.created_at)),
+    Column("Author", lambda r: r.version.author,
+           foreground=lambda r: {"agent": "#D9A441", "studio": "#4FA3D9"}.get(r.version.author)),
+    Column("Size", lambda r: r.size, RIGHT),
+    Column("Note", lambda r: r.version.note or ""),
+]
+
+
+class VersionHistory(QWidget):
+    selection_changed = Signal()
+
+    def __init__(self, editor_value: Callable[[], tuple[str, str]], parent: QWidget | None = None) -> None:
+        """``editor_value()`` gives (what the editor would save, its format) for "compare with the editor"."""
+        super().__init__(parent)
+        self._editor_value = editor_value
+        self.model: RecordTableModel[VersionRow] = RecordTableModel(VERSION_COLUMNS, self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        # One version: compared with the one before it, or with the editor; two: with each other.
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
+        self.table.setShowGrid(False)
+        self.table.setAlternatingRowColors(True)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.compare_combo = QComboBox()
+        self.compare_combo.addItem("the version before it", COMPARE_PREVIOUS)
+        self.compare_combo.addItem("the editor", COMPARE_EDITOR)
+        self.compare_combo.setToolTip("What one selected version is compared with. Select two versions "
+                                      "(Ctrl+click) to compare them with each other.")
+        self.diff = DiffView()
+        self.diff_label = elastic(QLabel("Select a version to see what it changed."))
+        self.restore_btn = QToolButton()
+
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(caption("Every saved version, newest first"))
+        ll.addWidget(self.table, 1)
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        compare = QHBoxLayout()
+        compare.addWidget(QLabel("Compare with"))
+        compare.addWidget(self.compare_combo)
+        compare.addStretch(1)
+        compare.addWidget(self.restore_btn)
+        rl.addLayout(compare)
+        rl.addWidget(self.diff_label)
+        rl.addWidget(self.diff, 1)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(left)
+        split.addWidget(right)
+        split.setSizes([520, 640])
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 6, 0, 0)
+        layout.addWidget(split)
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
+        self.compare_combo.currentIndexChanged.connect(lambda _i: self.compare())
+
+    # -- data in / selection ---------------------------------------------------------------------
+    def set_rows(self, rows: list[VersionRow]) -> None:
+        self.model.set_rows(rows)
+
+    def selected_rows(self) -> list[VersionRow]:
+        rows = sorted(i.row() for i in self.table.selectionModel().selectedRows())
+        return [r for r in (self.model.row_at(i) for i in rows) if r is not None]
+
+    def selected(self) -> VersionRow | None:
+        """The one selected version (None when none or two are selected)."""
+        rows = self.selected_rows()
+        return rows[0] if len(rows) == 1 else None
+
+    def select_versions(self, *numbers: int) -> None:
+        selection = self.table.selectionModel()
+        selection.clearSelection()
+        for i, row in enumerate(self.model.rows()):
+            if row.number in numbers:
+                selection.select(self.model.index(i, 0), QItemSelectionModel.SelectionFlag.Select
+                                 | QItemSelectionModel.SelectionFlag.Rows)
+
+    def _selection_changed(self) -> None:
+        self.selection_changed.emit()
+        self.compare()
+
+    # -- the diff ----------------------------------------------------------------------------------
+    def compare(self, *_: Any) -> None:
+        rows = self.selected_rows()
+        if not rows:
+            return
+        fmt = rows[0].version.format
+        if len(rows) >= 2:  # newest first in the table: the lower one is the older
+            new, old = rows[0], rows[-1]
+            self._show(old.version.text, new.version.text, fmt, f"Version {old.number} → version {new.number}")
+            return
+        row = rows[0]
+        if self.compare_combo.currentData() == COMPARE_EDITOR:
+            editor, _fmt = self._editor_value()
+            self._show(row.version.text, editor, fmt, f"Version {row.number} → the editor")
+            return
+        versions = self.model.rows()
+        i = versions.index(row)
+        prev = versions[i + 1] if i + 1 < len(versions) else None
+        self._show(prev.version.text if prev else "", row.version.text, fmt,
+                   f"Version {row.number} by {row.version.author} vs "
+                   f"{'version ' + str(prev.number) if prev else 'empty'}")
+
+    def _show(self, old: str | None, new: str | None, fmt: str, title: str) -> None:
+        self.diff.set_diff(line_diff(normalize_for_diff(old or "", fmt), normalize_for_diff(new or "", fmt)))
+        self.diff_label.setText(f"{title}: {self.diff.summary()}")

@@ -1,0 +1,177 @@
+"""Working memory (issue 11): item 6 (token counts, comparing versions, per-owner version numbers)
+and the defects a new user met (a stale "Stored now" during a conflict, the banner after Take Theirs,
+Replace → Patch dropping an edit, saving into an unmigrated Mastra database). pytest-qt, real files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import Memory, MemoryOptions
+from core.tokens import default_tokenizer
+from studio.panes.working_memory import WorkingMemoryPane
+from studio.selection import Selection
+from studio.session import StudioSession, open_for_studio
+from studio.widgets.version_history import COMPARE_EDITOR
+
+from .conftest import make_mastra_db
+from .test_working_memory_pane import SCHEMA, build_db, load, save_and_wait, stored
+
+WAIT = 10_000
+
+
+@pytest.fixture()
+def session(qtbot: Any, tmp_path: Path) -> Any:
+    s = StudioSession(build_db(tmp_path / "memory.db"))
+    yield s
+    s.close()
+
+
+@pytest.fixture()
+def pane(no_leaked_widgets: None, qtbot: Any, session: Any) -> WorkingMemoryPane:
+    p = WorkingMemoryPane(session)
+    qtbot.addWidget(p)
+    p.resize(1200, 760)
+    p.show()
+    return p
+
+
+def profiler(session: Any) -> Memory:
+    return Memory(session.store, MemoryOptions(working_memory={"enabled": True, "schema": SCHEMA, "scope": "thread"}),
+                  name="profiler")
+
+
+def assistant(session: Any) -> Memory:
+    return Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant")
+
+
+# -- defects -------------------------------------------------------------------------------------------
+
+def test_during_a_conflict_stored_now_and_the_merge_preview_are_current(qtbot: Any, pane: Any, session: Any) -> None:
+    load(qtbot, pane, Selection("bob", "t2"))
+    pane.json_mode.setCurrentIndex(pane.json_mode.findData("merge"))
+    pane.editor.replace_all('{"city": "Osaka"}')
+    profiler(session).merge_working_memory(thread_id="t2", resource_id="bob", patch={"name": "Robert"})
+    save_and_wait(qtbot, pane, pane.conflict)
+    assert json.loads(pane.current_view.toPlainText())["name"] == "Robert"  # not the stale "Bob"
+    result = json.loads(pane.result_view.toPlainText())
+    assert result["name"] == "Robert" and result["city"] == "Osaka"
+    with qtbot.waitSignal(pane.saved, timeout=WAIT):
+        pane.commands.run("wm.overwrite_mine")
+    saved = stored(session, "t2", "bob", name="profiler")
+    assert saved["name"] == "Robert" and saved["city"] == "Osaka"  # the agent's change survives the patch
+
+
+def test_stored_now_follows_an_agent_write_under_an_edit(qtbot: Any, pane: Any, session: Any) -> None:
+    load(qtbot, pane, Selection("bob", "t2"))
+    pane.json_mode.setCurrentIndex(pane.json_mode.findData("merge"))
+    pane.editor.replace_all('{"city": "Osaka"}')
+    profiler(session).merge_working_memory(thread_id="t2", resource_id="bob", patch={"name": "Robert"})
+    with qtbot.waitSignal(pane.loaded, timeout=WAIT):
+        session.changed.emit()
+    assert pane.editor.toPlainText() == '{"city": "Osaka"}'  # the edit is kept
+    assert json.loads(pane.current_view.toPlainText())["name"] == "Robert"
+    assert json.loads(pane.result_view.toPlainText())["name"] == "Robert"
+
+
+def test_the_conflict_banner_goes_after_take_theirs(qtbot: Any, pane: Any, session: Any) -> None:
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.replace_all("mine")
+    assistant(session).update_working_memory(thread_id="t1", resource_id="alice", working_memory="theirs")
+    with qtbot.waitSignal(pane.loaded, timeout=WAIT):
+        session.changed.emit()  # the file poll saw the agent's write while the edit was open
+    assert pane.info_banner.isVisible() and "changed while you were editing" in pane.info_banner.text()
+    save_and_wait(qtbot, pane, pane.conflict)
+    pane.conflict_view.theirs_btn.click()
+    assert pane.editor.toPlainText() == "theirs"
+    assert not pane.conflict_view.isVisible() and not pane.info_banner.isVisible()
+
+
+def test_replace_to_patch_carries_an_unsaved_edit_over(qtbot: Any, pane: Any, session: Any) -> None:
+    load(qtbot, pane, Selection("bob", "t2"))
+    value = json.loads(pane.editor.toPlainText())
+    value["name"] = "Robert"
+    del value["tags"]
+    pane.editor.replace_all(json.dumps(value, indent=2))
+    pane.json_mode.setCurrentIndex(pane.json_mode.findData("merge"))
+    assert json.loads(pane.editor.toPlainText()) == {"name": "Robert", "tags": None}  # the same change, as a patch
+    assert pane.dirty_label.text() == "● unsaved changes"
+    assert json.loads(pane.result_view.toPlainText()) == value
+    pane.json_mode.setCurrentIndex(pane.json_mode.findData("replace"))
+    assert json.loads(pane.editor.toPlainText()) == value
+    save_and_wait(qtbot, pane, pane.saved)
+    assert stored(session, "t2", "bob", name="profiler") == value
+
+
+def test_saving_into_an_unmigrated_mastra_database_says_it_keeps_no_history(no_leaked_widgets: None, qtbot: Any,
+                                                                            tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    session = StudioSession(open_for_studio(path, allow_writes=True))
+    pane = WorkingMemoryPane(session)
+    qtbot.addWidget(pane)
+    pane.show()
+    try:
+        snap = load(qtbot, pane, Selection("user-42", "mastra-thread"))
+        assert not snap.history_available
+        assert pane.history_banner.isVisible() and "no version history" in pane.history_banner.text()
+        assert [b.text() for b in pane.history_banner.buttons] == ["Migrate Database…"]
+        with qtbot.waitSignal(pane.request_command) as asked:
+            pane.history_banner.buttons[0].click()
+        assert asked.args == ["file.migrate"]
+        pane.editor.replace_all("# User\n- Name: Mastra user")
+        save_and_wait(qtbot, pane, pane.saved)
+        qtbot.waitUntil(lambda: pane.snapshot is not None, timeout=WAIT)
+        assert "No version was recorded" in pane.status.text() or "no version history" in pane.status.text()
+        assert pane.version_model.rowCount() == 0
+    finally:
+        session.close()
+
+
+# -- item 6 -------------------------------------------------------------------------------------------
+
+def test_token_count_beside_the_character_count(qtbot: Any, pane: Any) -> None:
+    snap = load(qtbot, pane, Selection("alice", "t1"))
+    text = "# User\n- Name: Alice"
+    tokens = default_tokenizer().count(text)
+    assert snap.tokens == tokens and f"{len(text)} chars · {tokens} tokens stored" in pane.status.text()
+    assert pane.size_label.text() == f"{len(text)} chars · {tokens} tokens"
+    pane.editor.replace_all(text + " and more")
+    assert pane.size_label.text() == f"{len(text) + 9} chars · {default_tokenizer().count(text + ' and more')} tokens"
+    assert pane.version_model.index(0, 3).data() == f"{len(text)} chars · {tokens} tokens"
+
+
+def test_versions_are_numbered_per_resource_or_thread(qtbot: Any, pane: Any, session: Any) -> None:
+    # Interleaved writes to two owners: the database's row ids are shared, the numbers are not.
+    for i in range(2):
+        assistant(session).update_working_memory(thread_id="t1", resource_id="alice", working_memory=f"alice {i}")
+        profiler(session).merge_working_memory(thread_id="t2", resource_id="bob", patch={"city": f"c{i}"})
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert [pane.version_model.index(r, 0).data() for r in range(3)] == ["3", "2", "1"]
+    ids = [row.version.id for row in pane.version_model.rows()]
+    assert ids != [3, 2, 1]  # the global row ids would have had gaps
+    load(qtbot, pane, Selection("bob", "t2"))
+    assert [pane.version_model.index(r, 0).data() for r in range(3)] == ["3", "2", "1"]
+    pane.select_versions(2)
+    pane.commands.run("wm.restore_version")
+    assert "Version 2 is staged" in pane.status.text()
+
+
+def test_compare_any_two_versions_or_a_version_with_the_editor(qtbot: Any, pane: Any, session: Any) -> None:
+    for text in ("one\nshared", "two\nshared", "three\nshared"):
+        assistant(session).update_working_memory(thread_id="t1", resource_id="alice", working_memory=text)
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.tabs.setCurrentIndex(1)
+    pane.select_versions(2, 4)  # "one" and "three": not neighbours
+    assert pane.version_diff_label.text().startswith("Version 2 → version 4")
+    changed = {(ln.kind, ln.text) for ln in pane.version_diff.lines if ln.kind != "equal"}
+    assert changed == {("delete", "one"), ("insert", "three")}
+    pane.editor.replace_all("three\nshared\nfrom the editor")
+    pane.compare_combo.setCurrentIndex(pane.compare_combo.findData(COMPARE_EDITOR))
+    pane.select_versions(4)
+    assert pane.version_diff_label.text().startswith("Version 4 → the editor")
+    assert [(ln.kind, ln.text) for ln in pane.version_diff.lines if ln.kind != "equal"] == [
+        ("insert", "from the editor")]
