@@ -32,6 +32,7 @@ from studio.commands import Command, CommandPalette, CommandRegistry, RecentFile
 from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notice
 from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
+from studio.preferences import Preferences
 from studio.selection import Selection
 from studio.session import OpenedDatabase, StudioSession, open_studio_database
 from studio.theme import apply_theme, current_theme
@@ -86,6 +87,8 @@ class MainWindow(QMainWindow):
         self._open_token = 0
         self._busy = {"pool": 0, "session": 0}
         self.recent = RecentFiles([str(p) for p in (settings.value("recentFiles") or []) if p])
+        self.preferences = Preferences(settings, self)  # models for re-runs and chats (panes find it here)
+        self.preferences_dialog: QWidget | None = None
 
         self._build_shell()
         self.commands = CommandRegistry(self)
@@ -180,6 +183,8 @@ class MainWindow(QMainWindow):
         c.add("file.copy_path", "Copy Database Path", self.copy_path, menu="File", group="access", enabled=has_db)
         self.transfer = TransferActions(self)
         self.transfer.register(c)
+        c.add("app.preferences", "Preferences…", self.show_preferences, shortcut="Ctrl+,", menu="File",
+              group="preferences", keywords="settings models endpoint api key openai ollama")
         c.add("app.quit", "Quit", self.close, shortcut="Ctrl+Q", menu="File", group="quit")
         c.add("view.palette", "Command Palette…", self.show_palette, shortcut="Ctrl+K", menu="View", group="palette")
         c.add("view.filter", "Filter Threads", self.focus_filter, shortcut="Ctrl+F", menu="View", group="find",
@@ -423,6 +428,18 @@ class MainWindow(QMainWindow):
         palette.show()
         palette.input.setFocus()
         self.palette = palette
+
+    def show_preferences(self) -> None:
+        from studio.widgets.preferences_dialog import PreferencesDialog
+
+        if self.preferences_dialog is not None:
+            self.preferences_dialog.raise_()
+            return
+        dialog = PreferencesDialog(self.preferences, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.finished.connect(lambda _r: setattr(self, "preferences_dialog", None))
+        self.preferences_dialog = dialog
+        dialog.open()
 
     def focus_filter(self) -> None:
         if self.resources is not None:
