@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.storage.paths import resolve_db_path
+from studio import reads as queries
 from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
 from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notice
 from studio.panes.messages import MessagesPane
@@ -332,9 +333,25 @@ class MainWindow(QMainWindow):
             pane.set_selection(selection)  # type: ignore[attr-defined]
 
     def show_message(self, message_id: str) -> None:
-        sel = self.selection
+        """Open a stored message in the message view, in *its* thread: a recall hit may come from
+        another thread, and keeping the old one left the panes asking for a message it does not hold."""
+        session = self.session
+        if session is None:
+            return
+        store = session.store
+        session.run(lambda: queries.message_location(store, message_id), key="show-message",
+                    on_result=lambda loc: self._show_located(session, message_id, loc))
+
+    def _show_located(self, session: StudioSession, message_id: str, loc: Any) -> None:
+        if session is not self.session:
+            return
+        if loc is None:
+            self.show_status(f"Message {message_id} is not in the database any more.")
+            return
         self.show_tab("messages")
-        self.set_selection(Selection(sel.resource_id, sel.thread_id, message_id))
+        if self.resources is not None and loc.thread_id != self.selection.thread_id:
+            self.resources.set_selection(Selection(loc.resource_id, loc.thread_id))
+        self.set_selection(Selection(loc.resource_id, loc.thread_id, message_id))
 
     def _on_message_selected(self, message_id: str | None) -> None:
         sel = self.selection
