@@ -23,6 +23,8 @@ from core.messages import Message, new_id, tool_invocation_part, text_part
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
 from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
+from core.replay.capture import TurnCapture
+from core.replay.capture import capture as capture_turn
 from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
@@ -204,6 +206,7 @@ class Agent:
         values: Mapping[str, Any], tracer: SpanTracer,
     ) -> AgentResult:
         ctx: ProcessorContext | None
+        capture: TurnCapture | None = None
         if mem is not None:
             # Ownership is checked here, before any model call (and before anything is written).
             request = mem.request_context(
@@ -217,6 +220,8 @@ class Agent:
             prompt = self._span(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},
                                 lambda: mem.run_input(turn, extra_tools=self._tool_specs()), thread_id, resource_id)
             processors = list(prompt.processors)
+            # The turn record (issue 10): built from what this prompt used, written once the turn is saved.
+            capture = capture_turn(turn, prompt, model=self.model)
         else:
             ml = MessageList()
             for text in [self.instructions] if self.instructions else []:
@@ -285,6 +290,8 @@ class Agent:
             ctx.finish_reason = finish_reason
             saved = self._span(tracer, "memory: save", "memory_operation", {"operationType": "save"},
                                lambda: mem.run_output(ctx), thread_id, resource_id)
+            if capture is not None and error is None and ctx.live and not ctx.request.read_only:
+                capture.save(mem.store, saved)
         if error is not None:
             raise error
         new_messages = [*inputs, response] if response.parts else list(inputs)

@@ -22,7 +22,7 @@ from core.processors.working_memory import WorkingMemory
 from core.prompt import AssembledPrompt, build_prompt
 from core.scopes import check_thread_owner, parse_scopes
 from core.storage import Store
-from core.storage.memory_store import InvalidArgumentError, NotFoundError
+from core.storage.memory_store import InvalidArgumentError
 from core.timeutil import to_ms
 
 
@@ -137,26 +137,25 @@ class TurnAssembler:
         request_context: Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
         as_of: str | None = None,
+        rebuild: str = "record",
     ) -> AssembledPrompt:
         """Build the exact prompt for a turn without writing anything.
 
-        ``as_of``: the id of a stored user message; the prompt is rebuilt as the engine would have
-        built it for that turn (history before it, the message itself as input).
+        ``as_of``: the id of a stored input message; the prompt that turn had is rebuilt
+        (``core.replay.rebuild``): exactly from its turn record when there is one, else as of its
+        time. ``rebuild="now"`` ignores the record. ``options`` with ``as_of`` make a what-if.
         """
         if as_of is not None:
-            stored = self.store.memory.get_messages([as_of])
-            if not stored:
-                raise NotFoundError(f"Message {as_of} not found")
-            turn = stored[0]
-            if thread_id is not None and turn.thread_id != thread_id:
-                raise InvalidArgumentError(f"Message {as_of} belongs to thread {turn.thread_id}, not {thread_id}.")
-            thread_id = turn.thread_id
-            input = [turn]
+            from core.replay.rebuild import rebuild as rebuild_turn
+
+            return rebuild_turn(
+                self, as_of=as_of, thread_id=thread_id, resource_id=resource_id, options=options,
+                instructions=instructions, context=context, scopes=scopes, request_context=request_context,
+                tools=tools, rebuild=rebuild,  # type: ignore[arg-type]
+            )
         request = self.request_context(
             thread_id=thread_id, resource_id=resource_id, options=options, scopes=scopes, values=request_context
         )
-        if as_of is not None:
-            request.as_of = turn
         ctx = self.new_context(request)
         self.prepare_input(ctx, input=input, instructions=instructions, context=context)
         return self.run_input(ctx, extra_tools=tools)

@@ -44,6 +44,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.llm.base import ChatModel
     from core.recall import RecallIndex, SearchHit
     from core.recall.index import Mode
+    from core.replay.rebuild import Rebuild
+    from core.replay.record import TurnRecord
+    from core.replay.turns import Turn
+    from core.replay.what_if import WhatIfRow
 
 
 class ConfigurationError(MemoryStudioError, ValueError):
@@ -193,11 +197,16 @@ class Memory:
         request_context: Mapping[str, Any] | None = None,
         tools: Sequence[Mapping[str, Any]] = (),
         as_of: str | None = None,
+        rebuild: "Rebuild" = "record",
     ) -> AssembledPrompt:
-        """Build the exact prompt for a turn without writing anything (see ``TurnAssembler.assemble``)."""
+        """Build the exact prompt for a turn without writing anything (see ``TurnAssembler.assemble``).
+
+        ``as_of=<input message id>`` rebuilds a stored turn; ``prompt.replay`` then says how
+        (``ReplayInfo``: recorded or reconstructed, whether it matches the record, what is unknown)."""
         return self.assembler.assemble(
             thread_id=thread_id, resource_id=resource_id, input=input, instructions=instructions, context=context,
             options=options, scopes=scopes, request_context=request_context, tools=tools, as_of=as_of,
+            rebuild=rebuild,
         )
 
     def prepare_input(
@@ -216,6 +225,46 @@ class Memory:
         self, ctx: ProcessorContext, processors: list[str], extra_tools: Sequence[Mapping[str, Any]] = ()
     ) -> AssembledPrompt:
         return self.assembler.record(ctx, processors, extra_tools)
+
+    # -- replay (core/replay) --------------------------------------------------------------------
+    def turns(self, thread_id: str, *, resource_id: str | None = None) -> list["Turn"]:
+        """Every user-input turn of the thread in time order, with its record when it has one."""
+        from core.replay.turns import list_turns
+
+        self._owned_thread(thread_id, resource_id)
+        return list_turns(self.store, thread_id)
+
+    def turn_record(self, input_message_id: str) -> "TurnRecord | None":
+        """The record of the live turn whose input is this message (None: older data, or Mastra's)."""
+        from core.replay import store as records
+
+        return records.read(self.store, input_message_id)
+
+    def what_if(
+        self, thread_id: str, *, options: Mapping[str, Any], resource_id: str | None = None,
+        progress: Callable[[int, int], None] | None = None, cancel: Callable[[], bool] | None = None,
+    ) -> Iterator["WhatIfRow"]:
+        """Every turn's prompt with ``options`` merged over the options it had, against the real one."""
+        from core.replay.what_if import what_if
+
+        return what_if(self, thread_id, options=options, resource_id=resource_id, progress=progress, cancel=cancel)
+
+    def fork_thread(
+        self, thread_id: str, *, at: str, new_thread_id: str | None = None, title: str | None = None,
+        working_memory: str = "as_of", resource_id: str | None = None,
+    ) -> Thread:
+        """A new thread with copies of exactly the messages before message ``at`` (see ``core.replay.fork``)."""
+        from core.replay.fork import fork_thread
+
+        return fork_thread(self, thread_id, at=at, new_thread_id=new_thread_id, title=title,
+                           working_memory=working_memory, resource_id=resource_id)  # type: ignore[arg-type]
+
+    def _owned_thread(self, thread_id: str, resource_id: str | None) -> Thread:
+        thread = self.get_thread(thread_id)
+        if thread is None:
+            raise NotFoundError(f"No thread found with id {thread_id}")
+        check_thread_owner(thread_id, thread.resource_id, resource_id)
+        return thread
 
     def _build_recall_index(self) -> "RecallIndex":
         if self.embedder is None:
@@ -273,6 +322,11 @@ class Memory:
 
     def delete_thread(self, thread_id: str) -> None:
         self.store.memory.delete_thread(thread_id)
+        if not self.store.read_only:
+            from core.replay import store as records
+
+            with self.store.db.write() as conn:
+                records.delete_for_threads(conn, [thread_id])
         if self._recall_index is not None:
             self._recall_index.delete_thread(thread_id)
             return

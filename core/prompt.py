@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.message_list import MessageList
 from core.messages import Message
 from core.timeutil import to_iso
 from core.tokens import REPLY_PRIMER, Tokenizer, count_message_tokens
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.replay.record import ReplayInfo
 
 
 @dataclass
@@ -82,6 +85,9 @@ class AssembledPrompt:
     context_window: int
     notes: dict[str, dict[str, Any]] = field(default_factory=dict)
     message_list: MessageList | None = field(default=None, repr=False, compare=False)
+    # Set when the prompt rebuilds a stored turn (``Memory.assemble(as_of=...)``): how, and whether
+    # it matches what the model was sent (``core.replay.ReplayInfo``).
+    replay: "ReplayInfo | None" = field(default=None, compare=False)
 
     @property
     def total_tokens(self) -> int:
@@ -111,6 +117,9 @@ class AssembledPrompt:
             "fragments": [f.to_dict() for f in self.fragments],
             "options": self.options,
             "notes": self.notes,
+            **({"replay": {"kind": self.replay.kind, "matches": self.replay.matches,
+                           "unknowns": list(self.replay.unknowns), "whatIf": self.replay.what_if}}
+               if self.replay is not None else {}),
         }
 
     def to_json(self, **kw: Any) -> str:

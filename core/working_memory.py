@@ -220,6 +220,14 @@ class WorkingMemoryService:
             )
         )
 
+    def record_version(
+        self, conn: sa.Connection, scope: str, owner: str, text: str | None, fmt: str, *, author: str,
+        note: str | None = None,
+    ) -> None:
+        """Add a version row inside the caller's transaction (a value written with other rows, such as
+        a forked thread's working memory); nothing when the database keeps no versions."""
+        self._version(conn, scope, owner, text, fmt, author, note)
+
     def _has_versions(self, conn: sa.Connection) -> bool:
         cached = self.store.extensions.get("wm_versions_table")
         if cached is None:
@@ -241,6 +249,31 @@ class WorkingMemoryService:
             Version(r.id, r.scope, r.owner_id, r.working_memory, r.format, r.author, r.note, parse_iso(r.createdAt))
             for r in rows
         ]
+
+    def value_of(
+        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, text: str | None
+    ) -> WorkingMemoryValue:
+        """A given text as this scope's value (a rebuilt turn shows the text it recorded)."""
+        scope, owner = self.owner(opts, thread_id, resource_id)
+        return WorkingMemoryValue(scope, owner, text, opts.mode)  # type: ignore[arg-type]
+
+    def version_in_force(
+        self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, text: str | None
+    ) -> int | None:
+        """The id of the newest version of this scope when it holds ``text`` (what a turn just read);
+        None when there is no such version (no history table, or a write that bypassed it)."""
+        if text is None:
+            return None
+        scope, owner = self.owner(opts, thread_id, resource_id)
+        with self.store.db.read() as conn:
+            if not self._has_versions(conn):
+                return None
+            row = conn.execute(
+                sa.select(t.wm_versions.c.id, t.wm_versions.c.working_memory)
+                .where(t.wm_versions.c.scope == scope, t.wm_versions.c.owner_id == owner)
+                .order_by(t.wm_versions.c.id.desc()).limit(1)
+            ).first()
+        return int(row[0]) if row is not None and row[1] == text else None
 
     def value_as_of(
         self, opts: WorkingMemoryOptions, *, thread_id: str | None, resource_id: str | None, when: Any

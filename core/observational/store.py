@@ -168,10 +168,11 @@ class Observation:
 
 def commit_observation(
     store: "Store", *, record: OMRecord | None, key: str, scope: str, thread_id: str,
-    resource_id: str | None, config: Mapping[str, Any], obs: Observation,
+    resource_id: str | None, config: Mapping[str, Any], obs: Observation, now: str | None = None,
 ) -> OMRecord | None:
-    """Store an observation and the thread's hints atomically. None when the row moved meanwhile."""
-    now = iso_now()
+    """Store an observation and the thread's hints atomically. None when the row moved meanwhile.
+    ``now``: the writer's clock (ISO text; default the system clock), so rows date like its messages."""
+    now = now or iso_now()
     with store.db.write() as conn:
         latest = conn.execute(_select_key(key).limit(1)).mappings().first()
         if record is None:
@@ -219,9 +220,10 @@ def _merge_thread_om(conn: sa.Connection, thread_id: str, om: Mapping[str, Any],
     conn.execute(t.threads.update().where(t.threads.c.id == thread_id).values(metadata=dump_json(meta), updatedAt=now))
 
 
-def commit_reflection(store: "Store", *, record: OMRecord, reflection: str, tokens: int) -> OMRecord | None:
+def commit_reflection(store: "Store", *, record: OMRecord, reflection: str, tokens: int,
+                      now: str | None = None) -> OMRecord | None:
     """Start generation ``n+1`` with the reflected log. None when the row moved meanwhile."""
-    now = iso_now()
+    now = now or iso_now()
     with store.db.write() as conn:
         latest = conn.execute(_select_key(record.lookup_key).limit(1)).mappings().first()
         if latest is None or latest["id"] != record.id or (latest["activeObservations"] or "") != record.active_observations:
@@ -241,11 +243,11 @@ def commit_reflection(store: "Store", *, record: OMRecord, reflection: str, toke
 
 def update_pending(
     store: "Store", *, record_id: str | None, key: str, scope: str, thread_id: str,
-    resource_id: str | None, config: Mapping[str, Any], pending: int,
+    resource_id: str | None, config: Mapping[str, Any], pending: int, now: str | None = None,
 ) -> None:
     """Keep ``pendingMessageTokens`` current so the Studio's progress bar is true between turns.
     Creates the ``initial`` row on first use, as Mastra does."""
-    now = iso_now()
+    now = now or iso_now()
     with store.db.write() as conn:
         if record_id is None:
             if conn.execute(sa.select(OM.c.id).where(OM.c.lookupKey == key).limit(1)).first() is None:

@@ -16,6 +16,7 @@ from core.options import MemoryOptions
 from core.processors.services import MemoryServices
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.replay.frozen import FrozenTurn
     from core.storage import Store
     from core.storage.memory_store import Thread
     from core.tokens import Tokenizer
@@ -35,6 +36,8 @@ class RequestContext:
     memory_name: str = "default"
     # Replaying a stored turn: only what was stored before this message is "memory".
     as_of: "Message | None" = None
+    # Rebuilding a recorded turn: processors take their inputs from the record, not from queries.
+    frozen: "FrozenTurn | None" = None
 
     @property
     def read_only(self) -> bool:

@@ -29,13 +29,16 @@ class MessageHistory(BaseProcessor):
         if limit <= 0:
             ctx.skip(self.id, "history is disabled (last_messages is 0 or False)")
             return
-        # Storage errors propagate: a turn without its history would silently mislead the model.
-        rows = ctx.store.memory.list_messages(
-            MessageQuery(
-                thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True,
-                before=(req.as_of.created_at, req.as_of.id) if req.as_of is not None else None,
+        if req.frozen is not None:  # a recorded turn: exactly the window it had
+            rows = list(req.frozen.history)
+        else:
+            # Storage errors propagate: a turn without its history would silently mislead the model.
+            rows = ctx.store.memory.list_messages(
+                MessageQuery(
+                    thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True,
+                    before=(req.as_of.created_at, req.as_of.id) if req.as_of is not None else None,
+                )
             )
-        )
         if not rows:
             ctx.skip(self.id, f"thread {req.thread_id} has no stored messages yet")
             return

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterator
 
 from core.message_list import Provenance
@@ -84,6 +85,8 @@ class ObservationalMemory(BaseProcessor):
     def _load(self, ctx: ProcessorContext, key: str) -> _Turn:
         req = ctx.request
         assert req.thread_id is not None
+        if req.frozen is not None or req.as_of is not None:
+            return self._load_past(ctx, key)
         record = om_store.current_record(ctx.store, key)
         thread = ctx.store.memory.get_thread(req.thread_id)
         hints = om_store.thread_hints(thread.metadata if thread is not None else None)
@@ -91,6 +94,22 @@ class ObservationalMemory(BaseProcessor):
         unobserved = om_store.unobserved_messages(
             ctx.store, thread_id=req.thread_id, resource_id=req.resource_id, record=record, hints=hints, before=before)
         return _Turn(key, record, hints, unobserved)
+
+    def _load_past(self, ctx: ProcessorContext, key: str) -> _Turn:
+        """A past turn's state: from its record (exact), else as of its input's time (reconstructed)."""
+        from core.replay import observations
+
+        req = ctx.request
+        assert req.thread_id is not None and (req.frozen is not None or req.as_of is not None)
+        if req.frozen is not None:
+            f = req.frozen
+            return _Turn(key, f.om_record, f.om_hints, list(f.history))
+        assert req.as_of is not None
+        state = observations.as_of(ctx.store, key=key, thread_id=req.thread_id, resource_id=req.resource_id,
+                                   before=(req.as_of.created_at, req.as_of.id))
+        if state.unknowns:
+            ctx.note(self.id, unknown=state.unknowns)
+        return _Turn(key, state.record, state.hints, state.unobserved)
 
     # -- input -----------------------------------------------------------------------------------
     def process_input(self, ctx: ProcessorContext) -> None:
@@ -103,6 +122,8 @@ class ObservationalMemory(BaseProcessor):
             ctx.skip(self.id, "resource-scoped observational memory needs a resource id")
             return
         key = lookup_key(opts.scope, thread_id=req.thread_id, resource_id=req.resource_id)
+        # One reading of the clock per turn: rows written now and the relative dates shown agree.
+        now = ctx.services.clock.now()
         turn = self._load(ctx, key)
         may_write = ctx.live and not req.read_only
 
@@ -125,7 +146,7 @@ class ObservationalMemory(BaseProcessor):
                 ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
                          f"tokens ≥ {opts.message_tokens:,}")
             else:
-                turn = self._observe(ctx, turn, input_tokens)
+                turn = self._observe(ctx, turn, input_tokens, now)
 
         record = turn.record
         if record is not None and record.observation_token_count >= opts.observation_tokens:
@@ -133,16 +154,16 @@ class ObservationalMemory(BaseProcessor):
                 ctx.note(self.id, reflection=f"a reflection would run now: {record.observation_token_count:,} "
                          f"observation tokens ≥ {opts.observation_tokens:,}")
             else:
-                turn = self._reflect(ctx, turn)
-        self._inject(ctx, turn)
+                turn = self._reflect(ctx, turn, now)
+        self._inject(ctx, turn, now)
 
-    def _inject(self, ctx: ProcessorContext, turn: _Turn) -> None:
+    def _inject(self, ctx: ProcessorContext, turn: _Turn, now: datetime) -> None:
         req = ctx.request
         record = turn.record
         for msg in turn.unobserved:
             ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,), detail={"unobserved": True}))
         ctx.messages.clear_system(TAG)
-        blocks = context_blocks(record, turn.hints, ctx.services.clock.now())
+        blocks = context_blocks(record, turn.hints, now)
         stored = (record.id,) if record is not None else ()
         generation = record.generation_count if record is not None else None
         for block in blocks:
@@ -157,10 +178,15 @@ class ObservationalMemory(BaseProcessor):
                  observationTokenCount=record.observation_token_count if record else 0,
                  rawMessages=len(turn.unobserved), chunks=sum(b.part == "chunk" for b in blocks),
                  storedUnobservedTokens=messages_tokens(ctx.tokenizer, turn.unobserved))
+        # What a turn record needs to show this log again exactly: the time relative dates count from,
+        # how much of the generation's log existed, the thread's cursor and the hints shown.
+        cursor = turn.hints.cursor
+        ctx.note(self.id, now=to_iso(now), chunkCount=len(record.chunks) if record is not None else 0,
+                 cursor=f"{cursor.created_at} {cursor.id}" if cursor is not None else None,
+                 hints={k: v for k, v in (("currentTask", turn.hints.current_task),
+                                          ("suggestedResponse", turn.hints.suggested_response)) if v})
         if not blocks and not turn.unobserved:
             ctx.skip(self.id, f"thread {req.thread_id} has nothing stored or observed yet")
-        if req.as_of is not None and record is not None:
-            ctx.note(self.id, replay="observations are shown as they are now, not as they were at that turn")
 
     # -- observing ---------------------------------------------------------------------------------
     @contextmanager
@@ -181,7 +207,7 @@ class ObservationalMemory(BaseProcessor):
             span.set_output(result.text)
             return str(result.text or "")
 
-    def _observe(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int) -> _Turn:
+    def _observe(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int, now: datetime) -> _Turn:
         req = ctx.request
         assert req.thread_id is not None
         model = ctx.services.observer_model
@@ -216,7 +242,8 @@ class ObservationalMemory(BaseProcessor):
             )
             committed = om_store.commit_observation(
                 ctx.store, record=record, key=turn.key, scope=opts.scope,
-                thread_id=req.thread_id, resource_id=req.resource_id, config=self._config(ctx), obs=obs)
+                thread_id=req.thread_id, resource_id=req.resource_id, config=self._config(ctx), obs=obs,
+                now=to_iso(now))
             if committed is None:
                 # Another process observed this thread meanwhile; its result stands, ours is dropped.
                 span.set_attributes({"conflict": True})
@@ -237,7 +264,7 @@ class ObservationalMemory(BaseProcessor):
         return turn
 
     # -- reflecting --------------------------------------------------------------------------------
-    def _reflect(self, ctx: ProcessorContext, turn: _Turn) -> _Turn:
+    def _reflect(self, ctx: ProcessorContext, turn: _Turn, now: datetime) -> _Turn:
         record = turn.record
         assert record is not None
         model = self._reflector(ctx)
@@ -264,7 +291,7 @@ class ObservationalMemory(BaseProcessor):
                          reflectionAttempts=attempts)
                 return turn
             committed = om_store.commit_reflection(ctx.store, record=record, reflection=result.observations,
-                                                   tokens=result.tokens)
+                                                   tokens=result.tokens, now=to_iso(now))
             if committed is None:
                 span.set_attributes({"conflict": True})
                 ctx.note(self.id, reflection="another writer changed the log first; reloaded its result")

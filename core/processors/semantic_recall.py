@@ -91,30 +91,42 @@ class SemanticRecall(BaseProcessor):
             ctx.skip(self.id, "the last user message has no text to search with")
             return
         resource_scope = opts.scope == "resource" and bool(req.resource_id)
-        result = index.search(
-            query,
-            resource_id=req.resource_id if resource_scope else None,
-            thread_id=None if resource_scope else req.thread_id,
-            top_k=opts.top_k,
-            mode=opts.mode,
-            threshold=opts.threshold,
-        )
-        hits = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id]
+        if req.frozen is not None:  # a recorded turn: exactly the hits it had
+            hits, reason = list(req.frozen.hits), None
+        else:
+            result = index.search(
+                query,
+                resource_id=req.resource_id if resource_scope else None,
+                thread_id=None if resource_scope else req.thread_id,
+                top_k=opts.top_k,
+                mode=opts.mode,
+                threshold=opts.threshold,
+                # Rebuilding a past turn: messages written since are never scored, so they cannot take
+                # a place in the top-k that an older message had then.
+                until=req.as_of.created_at if req.as_of is not None else None,
+            )
+            hits, reason = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id], result.reason
         ctx.note(
             self.id, query=query, scope="resource" if resource_scope else "thread", mode=opts.mode,
-            hits=[_hit_detail(h) for h in hits], reason=result.reason,
+            hits=[_hit_detail(h) for h in hits], reason=reason,
         )
         if not hits:
-            ctx.skip(self.id, result.reason or "no similar messages found")
+            ctx.skip(self.id, reason or "no similar messages found")
             return
         windows = self._windows(ctx, hits, opts, req.resource_id if resource_scope else None)
         present = ctx.messages.ids()
         fresh = {mid: pair for mid, pair in windows.items() if mid not in present}
+        later = 0
         if req.as_of is not None:  # replay: only what existed before the replayed turn is memory
             cutoff = (req.as_of.created_at, req.as_of.id)
-            fresh = {mid: p for mid, p in fresh.items() if (p[0].created_at, p[0].id) < cutoff}
+            kept = {mid: p for mid, p in fresh.items() if (p[0].created_at, p[0].id) < cutoff}
+            later, fresh = len(fresh) - len(kept), kept
         if not fresh:
-            ctx.skip(self.id, f"all {len(windows)} recalled message(s) are already in the context")
+            present_count = len(windows) - later
+            why = [f"{present_count} recalled message(s) already in the context"] if present_count else []
+            if later:
+                why.append(f"{later} written after this turn")
+            ctx.skip(self.id, "nothing to add: " + "; ".join(why))
             return
         same = [p for p in fresh.values() if p[0].thread_id in (None, req.thread_id)]
         other = [p for p in fresh.values() if p[0].thread_id not in (None, req.thread_id)]
@@ -144,13 +156,20 @@ class SemanticRecall(BaseProcessor):
         """Each hit with its neighbours, attributed to the best-scoring hit whose window holds it."""
         out: dict[str, tuple[Message, SearchHit]] = {}
         rng = opts.message_range
+        frozen = ctx.request.frozen
+        seen: dict[str, list[str]] = {}
         for hit in hits:  # best first, so a shared neighbour keeps the better hit's score
-            msgs = ctx.store.memory.messages_with_context(
-                [Include(hit.message_id, hit.thread_id, rng.before, rng.after)], resource_id=resource_id
-            )
+            if frozen is not None:
+                msgs = frozen.window(hit.message_id)
+            else:
+                msgs = ctx.store.memory.messages_with_context(
+                    [Include(hit.message_id, hit.thread_id, rng.before, rng.after)], resource_id=resource_id
+                )
+            seen[hit.message_id] = [m.id for m in msgs]
             for m in msgs:
                 if m.role != "system" and m.id not in out:
                     out[m.id] = (m, hit)
+        ctx.note(self.id, windows=seen)  # each hit's whole window, for the turn record
         return out
 
     # -- output ----------------------------------------------------------------------------------

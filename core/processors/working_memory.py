@@ -30,8 +30,12 @@ class WorkingMemory(BaseProcessor):
         service = ctx.services.working_memory
         as_of_note = None
         try:
-            value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
-            if req.as_of is not None:
+            if req.frozen is not None:  # a recorded turn: the version it showed
+                value = service.value_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
+                                         text=req.frozen.wm_text)
+            else:
+                value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
+            if req.frozen is None and req.as_of is not None:
                 # Replaying a stored turn: show the memory as it was then, not as it is now.
                 historic = service.value_as_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
                                                when=req.as_of.created_at)
@@ -40,6 +44,15 @@ class WorkingMemory(BaseProcessor):
                     as_of_note = "as of the replayed turn (from the version history)"
                 else:
                     as_of_note = "current value: this database keeps no working-memory history"
+                    ctx.note(self.id, unknown=["working memory at the time (shown: the current value)"])
+            elif ctx.live:
+                # The turn record names the version in force, or keeps the text when no version holds it.
+                version_id = service.version_in_force(opts, thread_id=req.thread_id, resource_id=req.resource_id,
+                                                      text=value.text)
+                if version_id is not None:
+                    ctx.note(self.id, versionId=version_id)
+                elif value.text:
+                    ctx.note(self.id, unversionedText=value.text)
         except WorkingMemoryError as exc:
             ctx.skip(self.id, str(exc))
             return

@@ -12,6 +12,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 import numpy as np
@@ -361,10 +362,13 @@ class RecallIndex:
         top_k: int = 20,
         mode: Mode = "hybrid",
         threshold: float | None = None,
+        until: datetime | None = None,
     ) -> SearchResult:
+        """``until``: only messages created strictly before this time are scored (a past turn's view)."""
         from core.recall.search import run_search
 
-        return run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode, threshold=threshold)
+        return run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
+                          threshold=threshold, until=until)
 
     def close(self) -> None:
         with self._lock:

@@ -208,9 +208,10 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
 
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
-    context_weight: float | None = None, stats: TermStats | None = None,
+    context_weight: float | None = None, stats: TermStats | None = None, until: str | None = None,
 ) -> list[KeywordHit]:
-    """Best ``limit`` messages of the scope by BM25. With ``stats``, very common terms are dropped first."""
+    """Best ``limit`` messages of the scope by BM25. With ``stats``, very common terms are dropped first.
+    ``until`` (ISO text): only messages created strictly before it."""
     weight = CONTEXT_WEIGHT if context_weight is None else context_weight
     terms = keyword_terms(query)
     if not terms:
@@ -226,11 +227,16 @@ def search(
     if thread_id is not None:
         where.append("d.thread_id = ?")
         params.append(thread_id)
+    join = ""
+    if until is not None:
+        join = "JOIN mastra_messages m ON m.id = d.message_id "
+        where.append('m."createdAt" < ?')
+        params.append(until)
     params.append(limit)
     rows = conn.exec_driver_sql(
         f"SELECT d.message_id, d.thread_id, d.resource_id, bm25({FTS_TABLE}, 1.0, {float(weight)}) AS s "
         f"FROM {FTS_TABLE} "
-        f"JOIN {DOCS_TABLE} d ON d.doc_id = {FTS_TABLE}.rowid WHERE {' AND '.join(where)} "
+        f"JOIN {DOCS_TABLE} d ON d.doc_id = {FTS_TABLE}.rowid {join}WHERE {' AND '.join(where)} "
         "ORDER BY s, d.message_id LIMIT ?",
         tuple(params),
     ).all()

@@ -71,6 +71,8 @@ class VectorSet:
         self.message_ids: list[str] = []
         self.thread_ids: list[str | None] = []
         self.resource_ids: list[str | None] = []
+        self.created_at: list[str | None] = []  # ISO text per row (None: unknown, never "before" anything)
+        self._created: np.ndarray | None = None  # the same as an array, built on the first "as of" search
         self._thread_codes = np.empty(0, dtype=np.int32)
         self._thread_index: dict[str | None, int] = {}
         self.max_rowid = 0
@@ -117,12 +119,16 @@ class VectorSet:
             self.message_ids.append(row.message_id)
             self.thread_ids.append(row.thread_id)
             self.resource_ids.append(row.resource_id)
+            self.created_at.append(row.created_at)
         if vecs:
             self.append_vectors(np.vstack(vecs), [r for r in self.thread_ids[len(self.thread_ids) - len(vecs) :]])
 
     def append_vectors(self, vecs: np.ndarray, thread_ids: list[str | None]) -> None:
         """Grow the matrix (capacity doubles, so appends stay amortised O(1))."""
         self._positions = None
+        self._created = None
+        if len(self.created_at) < len(self.message_ids):  # rows appended without times: unknown
+            self.created_at.extend([None] * (len(self.message_ids) - len(self.created_at)))
         need = self.n + len(vecs)
         if need > self._matrix.shape[0]:
             grown = np.empty((max(need, 2 * self._matrix.shape[0], 256), self.dim), dtype=np.float32)
@@ -134,17 +140,30 @@ class VectorSet:
         self.n = need
 
     # -- search --------------------------------------------------------------------------------
-    def search(self, query: np.ndarray, k: int, *, thread_id: str | None = None, nprobe: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Positions and scores of the best rows, best first (at most ``k``)."""
+    def before(self, until: str) -> np.ndarray:
+        """Which rows were created strictly before ``until`` (ISO text; text order is time order)."""
+        if self._created is None or len(self._created) != self.n:
+            self._created = np.array([c if c is not None else "\uffff" for c in self.created_at[: self.n]], dtype=str)
+        return np.asarray(self._created < until)
+
+    def search(self, query: np.ndarray, k: int, *, thread_id: str | None = None, nprobe: int | None = None,
+               until: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Positions and scores of the best rows, best first (at most ``k``). ``until``: only rows of
+        messages created strictly before it are candidates (a past turn's view)."""
         if self.n == 0 or k <= 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         with single_blas_thread():
-            if thread_id is not None:
-                code = self._thread_index.get(thread_id)
-                if code is None:
-                    return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-                pos = np.flatnonzero(self._thread_codes[: self.n] == code)
+            if thread_id is not None or until is not None:
+                keep = np.ones(self.n, dtype=bool)
+                if thread_id is not None:
+                    code = self._thread_index.get(thread_id)
+                    if code is None:
+                        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+                    keep &= self._thread_codes[: self.n] == code
+                if until is not None:
+                    keep &= self.before(until)
+                pos = np.flatnonzero(keep)
                 return _top(pos, self.matrix[pos] @ q, k)
             if self.n >= IVF_MIN_ROWS:
                 return self._search_ivf(q, k, nprobe)
@@ -171,6 +190,8 @@ class VectorSet:
         self.message_ids = [self.message_ids[i] for i in order]
         self.thread_ids = [self.thread_ids[i] for i in order]
         self.resource_ids = [self.resource_ids[i] for i in order]
+        self.created_at = [self.created_at[i] for i in order]
+        self._created = None
         self.partition = part
         self._positions = None
         return part

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import sqlalchemy as sa
 
-from core.timeutil import parse_iso
+from core.timeutil import parse_iso, to_iso
 from core.recall import hybrid, keyword
 from core.recall.text import query_dates
 from core.recall.index import CANDIDATES, MIGRATE_HINT, MODES, SearchHit, SearchResult
@@ -36,6 +36,7 @@ def run_search(
     top_k: int,
     mode: "Mode",
     threshold: float | None,
+    until: datetime | None = None,
 ) -> SearchResult:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -54,6 +55,7 @@ def run_search(
         notes.append(reason)
         log.log(logging.WARNING if failure else logging.INFO, "recall search over %s degraded: %s", scope, reason)
 
+    until_iso = to_iso(until) if until is not None else None
     details_extra: dict[str, int] = {}
     depth = max(top_k, CANDIDATES) if mode == "hybrid" else top_k
     vec_ranked: list[hybrid.Ranked] = []
@@ -71,6 +73,7 @@ def run_search(
             with index.store.db.read() as conn:
                 kw = keyword.search(
                     conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth, stats=index.term_stats,
+                    until=until_iso,
                 )
             kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
 
@@ -87,7 +90,8 @@ def run_search(
             else:
                 for skipped in vset.skips.reasons():
                     degrade(skipped, failure=False)
-                vec_ranked = _vector_ranked(vset, qvec, depth, thread_id if resource_id is not None else None)
+                vec_ranked = _vector_ranked(vset, qvec, depth, thread_id if resource_id is not None else None,
+                                            until_iso)
 
     if mode == "vector":
         hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "vector", r.score, None) for r in vec_ranked]
@@ -99,7 +103,8 @@ def run_search(
             seen = {r.message_id for r in vec_ranked}
             cosines = _cosines(vset, qvec, [r.message_id for r in kw_ranked if r.message_id not in seen])
         fused = hybrid.combine(vec_ranked, kw_ranked, cosines)
-        spans = query_dates(query, today())
+        # A past turn's "last week" counts from that turn's day.
+        spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
         if spans:
             details_extra["date_spans"] = len(spans)
         order: dict[str, tuple[str | None, date | None]] = {}
@@ -201,9 +206,10 @@ def _day(created: object) -> date | None:
         return None
 
 
-def _vector_ranked(vset: "VectorSet", qvec: np.ndarray, depth: int, thread_id: str | None) -> list[hybrid.Ranked]:
+def _vector_ranked(vset: "VectorSet", qvec: np.ndarray, depth: int, thread_id: str | None,
+                   until: str | None = None) -> list[hybrid.Ranked]:
     # Mastra's saveMessages may store several chunk vectors per message: ask for more, keep each message's best.
-    pos, scores = vset.search(qvec, depth * 2, thread_id=thread_id)
+    pos, scores = vset.search(qvec, depth * 2, thread_id=thread_id, until=until)
     out: list[hybrid.Ranked] = []
     seen: set[str] = set()
     for p, s in zip(pos.tolist(), scores.tolist()):

@@ -33,6 +33,7 @@ class RawRow:
     thread_id: str | None
     resource_id: str | None
     model_id: str | None
+    created_at: str | None = None  # the message's createdAt (ISO text), for "as of" searches
 
 
 def inspect(conn: sa.Connection, name: str, dim: int) -> TableInfo | None:
@@ -68,13 +69,16 @@ def load_rows(
     hint = _scan_hint(info, key) if after_rowid == 0 else "NOT INDEXED" if not info.has_our_indexes else ""
     sql = (
         f"SELECT rowid, embedding, json_extract(metadata, '$.message_id'), json_extract(metadata, '$.thread_id'), "
-        f"json_extract(metadata, '$.resource_id'), {model}, vector_id FROM {quoted(info.name)} {hint} "
+        f"json_extract(metadata, '$.resource_id'), {model}, vector_id, "
+        # Our rows carry the message's time; Mastra's do not, so theirs are looked up (coalesce stops early).
+        "coalesce(json_extract(metadata, '$.created_at'), (SELECT m.\"createdAt\" FROM mastra_messages m "
+        f"WHERE m.id = coalesce(json_extract(metadata, '$.message_id'), vector_id))) FROM {quoted(info.name)} {hint} "
         f"WHERE {' AND '.join(where)} ORDER BY rowid"
     )
     out = []
     for r in conn.exec_driver_sql(sql, tuple(params)):
         # Rows written by Mastra's SemanticRecall processor use vector_id = message id.
-        out.append(RawRow(int(r[0]), r[1], r[2] or r[6], r[3], r[4], r[5]))
+        out.append(RawRow(int(r[0]), r[1], r[2] or r[6], r[3], r[4], r[5], r[7]))
     return out
 
 

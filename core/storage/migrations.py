@@ -43,6 +43,11 @@ MIGRATIONS: list[Migration] = [
         "Working-memory versions, template/schema overrides and the agent registry",
         schema.STUDIO_DDL,
     ),
+    Migration(
+        "0006_turn_records",
+        "A compact record of every live agent turn, so stored turns rebuild exactly (issue 10)",
+        schema.TURNS_DDL,
+    ),
 ]
 
 

@@ -117,6 +117,22 @@ agent_registry = sa.Table(
     sa.Column("updatedAt", sa.Text, nullable=False),
 )
 
+# One row per live agent turn (issue 10): what the model was sent, compactly, so the turn can be
+# rebuilt exactly. ``record`` is compact JSON (``core.replay.record``); ``texts`` holds the long texts
+# (instructions, working memory without a version, observation hints) this row introduced for its
+# thread, keyed by hash, so later rows of the thread name them by hash instead of repeating them.
+turns = sa.Table(
+    "memory_studio_turns",
+    metadata,
+    sa.Column("input_message_id", sa.Text, primary_key=True),
+    sa.Column("thread_id", sa.Text, nullable=False),
+    sa.Column("resource_id", sa.Text),
+    sa.Column("wm_version_id", sa.Integer),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.Column("texts", sa.Text),
+    sa.Column("createdAt", sa.Text, nullable=False),
+)
+
 MASTRA_MEMORY_DDL = [
     'CREATE TABLE IF NOT EXISTS mastra_threads ("id" TEXT NOT NULL PRIMARY KEY, "resourceId" TEXT NOT NULL, '
     '"title" TEXT NOT NULL, "metadata" TEXT, "createdAt" TEXT NOT NULL, "updatedAt" TEXT NOT NULL)',
@@ -157,4 +173,11 @@ STUDIO_DDL = [
     "CREATE INDEX IF NOT EXISTS idx_configs_name ON memory_studio_configs (name, id)",
     'CREATE TABLE IF NOT EXISTS memory_studio_agents (name TEXT NOT NULL PRIMARY KEY, config TEXT NOT NULL, '
     'process TEXT, "updatedAt" TEXT NOT NULL)',
+]
+
+TURNS_DDL = [
+    "CREATE TABLE IF NOT EXISTS memory_studio_turns (input_message_id TEXT NOT NULL PRIMARY KEY, "
+    'thread_id TEXT NOT NULL, resource_id TEXT, wm_version_id INTEGER, record TEXT NOT NULL, texts TEXT, '
+    '"createdAt" TEXT NOT NULL)',
+    'CREATE INDEX IF NOT EXISTS idx_turns_thread_created ON memory_studio_turns (thread_id, "createdAt")',
 ]

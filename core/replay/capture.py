@@ -1,0 +1,181 @@
+"""Building a turn's record from what the live turn actually used, and writing it.
+
+Everything comes from the turn's first ``AssembledPrompt`` (fragments carry their source processor
+and stored ids) and the notes the processors left on the context (recall hits with their windows,
+the working-memory version in force, the observational-memory generation, cursor and hints). Nothing
+is queried again, so the record cannot disagree with what was sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from core.messages import Message
+from core.replay import store as records
+from core.replay.record import RecallHitRecord, TurnRecord, messages_hash
+from core.timeutil import parse_iso
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.processors.base import ProcessorContext
+    from core.prompt import AssembledPrompt, Fragment
+    from core.storage import Store
+
+log = logging.getLogger(__name__)
+
+HISTORY_SOURCES = ("message-history", "observational-memory")
+
+
+def model_label(model: Any) -> str | None:
+    """``provider/model``, and ``@<base URL>`` for a model reached over HTTP (never a key)."""
+    if model is None:
+        return None
+    label = str(getattr(model, "model_id", "") or type(model).__name__)
+    base = getattr(model, "base_url", None)
+    return f"{label}@{base}" if base else label
+
+
+def section_of(fragment: "Fragment") -> str:
+    """The token section a fragment counts in (``TurnRecord.tokens``)."""
+    source, kind = fragment.source, fragment.kind
+    if kind == "tools":
+        return "tools"
+    if source == "instructions" or kind == "system":
+        return "system"
+    if source == "working-memory":
+        return "working_memory"
+    if source == "observational-memory":
+        return "observations" if fragment.role == "system" or fragment.detail.get("part") == "continuation" \
+            else "history"
+    if source == "message-history":
+        return "history"
+    if source == "semantic-recall":
+        return "recall"
+    if kind in ("input", "context"):
+        return "input"
+    return "system" if fragment.role == "system" else "input"
+
+
+def token_sections(prompt: "AssembledPrompt") -> dict[str, int]:
+    out = {k: 0 for k in ("system", "working_memory", "observations", "history", "recall", "input", "tools")}
+    for f in prompt.fragments:
+        out[section_of(f)] += f.tokens
+    out["total"] = prompt.total_tokens
+    return out
+
+
+def history_ids(prompt: "AssembledPrompt") -> tuple[str, ...]:
+    """Stored messages of the history window (or the unobserved raw messages), in prompt order."""
+    out: list[str] = []
+    for f in prompt.fragments:
+        if f.source in HISTORY_SOURCES and f.kind == "memory" and f.role != "system" and \
+                f.detail.get("part") != "continuation":
+            out.extend(f.stored_ids)
+    return tuple(out)
+
+
+def recall_hits(notes: dict[str, Any]) -> tuple[RecallHitRecord, ...]:
+    windows = notes.get("windows") or {}
+    out: list[RecallHitRecord] = []
+    for rank, hit in enumerate(notes.get("hits") or (), start=1):
+        mid = str(hit["message_id"])
+        out.append(RecallHitRecord(
+            mid, str(hit.get("thread_id") or ""), hit.get("vector_score"), hit.get("keyword_score"),
+            float(hit.get("score") or 0.0), rank, tuple(windows.get(mid, ()))))
+    return tuple(out)
+
+
+@dataclass
+class TurnCapture:
+    """A record built when the prompt was assembled, completed and written once the turn is saved.
+
+    ``commit(conn, saved)`` writes inside the caller's transaction (the one that saves the turn, where
+    there is one); ``save(store, saved)`` opens its own.
+    """
+
+    record: TurnRecord
+
+    def complete(self, saved: Sequence[Message]) -> TurnRecord | None:
+        """The record with the response ids of what was saved; None when the input was not saved."""
+        saved_ids = [m.id for m in saved]
+        if self.record.input_message_id not in saved_ids:
+            return None
+        inputs = set(self.record.input_ids)
+        responses = tuple(i for i in saved_ids if i not in inputs)
+        return replace(self.record, response_ids=responses)
+
+    def commit(self, conn: Any, store: "Store", saved: Sequence[Message]) -> bool:
+        record = self.complete(saved)
+        return record is not None and records.write(conn, store, record)
+
+    def save(self, store: "Store", saved: Sequence[Message]) -> bool:
+        """Write the record; a failure is logged and never fails the turn (the turn is already saved)."""
+        record = self.complete(saved)
+        if record is None or store.read_only:
+            return False
+        try:
+            if not records.has_table(store):
+                return False
+            with store.db.write() as conn:
+                return records.write(conn, store, record)
+        except Exception:  # noqa: BLE001 - a missing record only makes that turn "reconstructed"
+            log.warning("the turn record of %s was not written; that turn will be reconstructed",
+                        record.input_message_id, exc_info=True)
+            return False
+
+
+def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = None) -> TurnCapture | None:
+    """The record of a live turn whose first prompt is ``prompt``; None when the turn has no thread
+    or no stored input to key it by."""
+    req = ctx.request
+    inputs = [m for m in ctx.messages.messages("input")]
+    if not req.thread_id or not inputs:
+        return None
+    t0 = time.perf_counter()
+    notes = ctx.notes
+    wm = notes.get("working-memory", {})
+    om = notes.get("observational-memory", {})
+    recall = notes.get("semantic-recall", {})
+    instructions = tuple(f.text for f in prompt.fragments if f.source == "instructions")
+    context = tuple(_context_message(e.message) for e in (prompt.message_list.conversation()
+                    if prompt.message_list is not None else ()) if e.source == "context")
+    context += tuple({"role": "system", "content": f.text} for f in prompt.fragments
+                     if f.source == "context" and f.role == "system")
+    hints = {k: v for k, v in (om.get("hints") or {}).items() if isinstance(v, str) and v}
+    # Only observational memory reads the clock into the prompt (relative dates); its reading is the
+    # turn's time. Otherwise the input's own stamp is.
+    when = parse_iso(om["now"]) if om.get("now") else inputs[-1].created_at
+    record = TurnRecord(
+        input_message_id=inputs[-1].id,
+        thread_id=req.thread_id,
+        resource_id=req.resource_id,
+        response_ids=(),
+        created_at=when,
+        options=req.options.to_dict(),
+        model=model_label(model),
+        history_ids=history_ids(prompt),
+        recall=recall_hits(recall),
+        wm_version_id=wm.get("versionId"),
+        om_generation=om.get("recordId"),
+        om_cursor=om.get("cursor"),
+        tools=tuple(t["function"]["name"] for t in prompt.tools),
+        tokens=token_sections(prompt),
+        messages_hash=messages_hash(prompt.messages),
+        input_ids=tuple(m.id for m in inputs),
+        instructions=instructions,
+        context=context,
+        wm_text=wm.get("unversionedText"),
+        om_chunks=om.get("chunkCount") if om.get("recordId") else None,
+        om_hints=hints,
+    )
+    log.debug("turn record of %s built in %.3f ms", record.input_message_id, (time.perf_counter() - t0) * 1000)
+    return TurnCapture(record)
+
+
+def _context_message(message: Message) -> dict[str, Any]:
+    return {"id": message.id, "role": message.role, "content": message.content}
+
+
+__all__ = ["TurnCapture", "capture", "history_ids", "model_label", "recall_hits", "section_of", "token_sections"]

@@ -1,0 +1,177 @@
+"""What entered, left or changed between two prompts, and why.
+
+Fragments are matched by identity, not by text: a conversation message by its id, a system block by
+its source (and, for observational memory, its part and chunk), the instructions by position. Each
+difference gets one reason from ``REASONS``, read from the two prompts alone (their options, notes
+and skip reasons, and the fragments' provenance), so a diff of a turn against the previous one and a
+diff of a turn against its what-if read the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.prompt import AssembledPrompt, Fragment
+
+REASONS = ("outside-history-window", "below-recall-threshold", "outside-recall-top-k", "observed",
+           "token-budget", "working-memory-changed", "new-message", "options-changed", "other")
+
+ChangeKind = Literal["entered", "left", "changed"]
+HISTORY = ("message-history",)
+OM = "observational-memory"
+RECALL = "semantic-recall"
+_BUDGET_WORDS = ("budget", "trim", "context window")
+
+
+@dataclass(frozen=True)
+class FragmentChange:
+    """One difference: ``text_before`` is None for a fragment that entered, ``text_after`` for one that left."""
+
+    kind: ChangeKind
+    source: str
+    stored_ids: tuple[str, ...]
+    text_before: str | None
+    text_after: str | None
+    tokens_before: int
+    tokens_after: int
+    reason: str
+
+
+Key = tuple[Any, ...]
+
+
+def _keys(prompt: "AssembledPrompt") -> dict[Key, "Fragment"]:
+    out: dict[Key, Fragment] = {}
+    instructions = 0
+    for f in prompt.fragments:
+        if f.role == "tools":
+            key: Key = ("tools",)
+        elif f.role == "system":
+            if f.source == "instructions":
+                key, instructions = ("system", "instructions", instructions), instructions + 1
+            elif f.source == OM:
+                key = ("system", OM, str(f.detail.get("part")), f.detail.get("chunk"))
+            else:
+                key = ("system", f.source, f.tag)
+        else:
+            key = ("message", f.detail.get("messageId") or (f.stored_ids[0] if f.stored_ids else f.index))
+        while key in out:  # never merge two fragments that share an identity
+            key = (*key, "+")
+        out[key] = f
+    return out
+
+
+def _option(prompt: "AssembledPrompt", *path: str) -> Any:
+    value: Any = prompt.options
+    for part in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _input_time(prompt: "AssembledPrompt") -> str | None:
+    times = [f.created_at for f in prompt.fragments if f.kind == "input" and f.created_at]
+    return max(times) if times else None
+
+
+def _oldest_history(prompt: "AssembledPrompt") -> str | None:
+    times = [f.created_at for f in prompt.fragments if f.source in HISTORY and f.created_at]
+    return min(times) if times else None
+
+
+def _budgeted(prompt: "AssembledPrompt", source: str) -> bool:
+    texts = [prompt.skipped.get(source, ""), *(str(k) for k in prompt.notes.get(source, {}))]
+    texts += [str(v) for k, v in prompt.skipped.items() if "budget" in k or "window" in k]
+    return any(w in t.lower() for t in texts for w in _BUDGET_WORDS)
+
+
+def _recall_reason(frag: "Fragment", without: "AssembledPrompt") -> str:
+    """Why a recalled fragment is missing from ``without``."""
+    if not _option(without, "semantic_recall", "enabled"):
+        return "options-changed"
+    threshold = _option(without, "semantic_recall", "threshold")
+    similarity = frag.detail.get("similarity", frag.score)
+    if threshold is not None and similarity is not None and float(similarity) < float(threshold):
+        return "below-recall-threshold"
+    hits = [h.get("message_id") for h in without.notes.get(RECALL, {}).get("hits", ()) or ()]
+    hit = frag.detail.get("context_of") or (frag.stored_ids[0] if frag.stored_ids else None)
+    if hit not in hits:
+        return "outside-recall-top-k"
+    return "other"
+
+
+def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "AssembledPrompt") -> str:
+    """Why ``frag`` (in ``present``) is not in ``missing``; the same reasons serve both directions."""
+    if frag.kind == "input" or frag.source in ("input", "context"):
+        return "new-message"
+    if frag.source == "working-memory":
+        return "working-memory-changed" if _option(missing, "working_memory", "enabled") else "options-changed"
+    if frag.source == OM:
+        return "observed" if _option(missing, "observational_memory", "enabled") else "options-changed"
+    if frag.source == RECALL:
+        return _recall_reason(frag, missing)
+    if frag.source in HISTORY:
+        start = _input_time(missing)
+        if start is not None and frag.created_at is not None and frag.created_at >= start:
+            return "new-message"  # written after the other prompt's turn
+        if _option(missing, "observational_memory", "enabled"):
+            return "observed"
+        if _budgeted(missing, "message-history"):
+            return "token-budget"
+        oldest = _oldest_history(missing)
+        if _option(missing, "last_messages") != _option(present, "last_messages") or oldest is None or (
+                frag.created_at is not None and frag.created_at < oldest):
+            return "outside-history-window"
+        return "other"
+    if frag.role == "tools" or frag.source == "instructions":
+        return "options-changed" if present.options != missing.options else "other"
+    return "other"
+
+
+def _changed_reason(before: "Fragment", after: "Fragment", a: "AssembledPrompt", b: "AssembledPrompt") -> str:
+    source = after.source
+    if source == "working-memory" or before.source == "working-memory":
+        return "working-memory-changed"
+    if source == OM:
+        return "observed"
+    if source == RECALL and before.source == RECALL:
+        gone = set(before.stored_ids) - set(after.stored_ids)
+        came = set(after.stored_ids) - set(before.stored_ids)
+        if gone or came:
+            return _recall_reason(before, b) if gone else _recall_reason(after, a)
+    if before.source != after.source:  # the same message reached the prompt another way
+        moved_from = before if before.source in HISTORY else after
+        return "outside-history-window" if moved_from.source in HISTORY else "other"
+    if _budgeted(b, source) or _budgeted(a, source):
+        return "token-budget"
+    return "options-changed" if a.options != b.options else "other"
+
+
+def prompt_diff(a: "AssembledPrompt", b: "AssembledPrompt") -> list[FragmentChange]:
+    """The fragments that entered (in ``b`` only), left (in ``a`` only) or changed, each with a reason,
+    in prompt order (``b``'s, with what left at its place in ``a``)."""
+    before, after = _keys(a), _keys(b)
+    out: list[tuple[float, FragmentChange]] = []
+    for key, frag in before.items():
+        if key not in after:
+            out.append((frag.index - 0.5, FragmentChange(
+                "left", frag.source, frag.stored_ids, frag.text, None, frag.tokens, 0, _why_missing(frag, a, b))))
+    for key, frag in after.items():
+        old = before.get(key)
+        if old is None:
+            out.append((frag.index, FragmentChange(
+                "entered", frag.source, frag.stored_ids, None, frag.text, 0, frag.tokens, _why_missing(frag, b, a))))
+        elif old.kind == "input" and frag.kind == "memory" and old.text == frag.text:
+            continue  # the earlier turn's input, now part of the history: nothing changed in the context
+        elif old.text != frag.text or old.source != frag.source or old.stored_ids != frag.stored_ids:
+            out.append((frag.index, FragmentChange(
+                "changed", frag.source, tuple(dict.fromkeys((*old.stored_ids, *frag.stored_ids))), old.text, frag.text,
+                old.tokens, frag.tokens, _changed_reason(old, frag, a, b))))
+    out.sort(key=lambda pair: pair[0])
+    return [change for _, change in out]
+
+
+__all__ = ["FragmentChange", "REASONS", "prompt_diff"]

@@ -1,0 +1,157 @@
+"""Observational memory as it stood at a past turn: from a record (exact) or by time (reconstructed).
+
+A generation's log only grows between reflections (``append_chunk`` appends after a boundary line
+that names the cursor of the batch it covers), so the log a turn saw is a prefix of its row's log:
+a record keeps the generation row and how many chunks existed. Without a record, each chunk is
+dated by its boundary: a batch observed at a later turn always covers that turn's input, so its
+boundary is at or after the input, and a boundary before the input means the chunk already existed.
+The first chunk of the first generation has no boundary; when nothing else dates it, it is left out
+and said so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from core.messages import Message
+from core.observational.records import OMRecord
+from core.observational.store import OM, ThreadHints, thread_hints
+from core.storage.memory_store import MessageQuery
+from core.timeutil import parse_iso, to_iso
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage import Store
+
+_BOUNDARY_RE = re.compile(r"\n*--- message boundary \(([^)\n]*)\) ---\n*")
+
+
+@dataclass
+class ObservationState:
+    """What the observational-memory processor works from at a past turn."""
+
+    record: OMRecord | None
+    hints: ThreadHints
+    unobserved: list[Message]
+    unknowns: list[str] = field(default_factory=list)
+
+
+def _pieces(active: str) -> list[tuple[str | None, int, int]]:
+    """(boundary time, start, end) of each non-empty chunk of a log, in order."""
+    out: list[tuple[str | None, int, int]] = []
+    start, boundary = 0, None
+    for match in _BOUNDARY_RE.finditer(active):
+        if active[start:match.start()].strip():
+            out.append((boundary, start, match.start()))
+        boundary, start = match.group(1), match.end()
+    if active[start:].strip():
+        out.append((boundary, start, len(active)))
+    return out
+
+
+def log_prefix(active: str, chunks: int) -> str:
+    """The log as it was when it held its first ``chunks`` chunks."""
+    pieces = _pieces(active)
+    if chunks >= len(pieces):
+        return active
+    if chunks <= 0:
+        return ""
+    return active[: pieces[chunks - 1][2]]
+
+
+def chunk_count(active: str) -> int:
+    return len(_pieces(active))
+
+
+def with_log(record: OMRecord, active: str) -> OMRecord:
+    return replace(record, active_observations=active)
+
+
+def generation(store: "Store", row_id: str) -> OMRecord | None:
+    """One generation row by id (None when it is gone or the table is missing)."""
+    if not store.db.has_table(OM.name):
+        return None
+    with store.db.read() as conn:
+        row = conn.execute(sa.select(OM).where(OM.c.id == row_id)).mappings().first()
+    return OMRecord.from_row(dict(row)) if row else None
+
+
+def _generations(store: "Store", key: str) -> list[OMRecord]:
+    if not store.db.has_table(OM.name):
+        return []
+    with store.db.read() as conn:
+        rows = conn.execute(sa.select(OM).where(OM.c.lookupKey == key)
+                            .order_by(OM.c.generationCount.asc(), OM.c.createdAt.asc())).mappings().all()
+    return [OMRecord.from_row(dict(r)) for r in rows]
+
+
+def as_of(
+    store: "Store", *, key: str, thread_id: str, resource_id: str | None, before: tuple[datetime, str],
+) -> ObservationState:
+    """The generation, log, hints and unobserved messages in force just before ``before`` (reconstructed)."""
+    cutoff = to_iso(before[0])
+    unknowns: list[str] = []
+    rows = _generations(store, key)
+    # A reflection started a new generation when its row was written; later ones did not exist yet.
+    usable = [r for i, r in enumerate(rows) if i == 0 or r.created_at < cutoff]
+    record = usable[-1] if usable else None
+    previous = usable[-2] if len(usable) > 1 else None
+    cursor: str | None = None
+    if record is not None:
+        pieces = _pieces(record.active_observations)
+        kept = 0
+        for i, (boundary, _s, _e) in enumerate(pieces):
+            if i == 0:
+                continue
+            if boundary is not None and boundary < cutoff:
+                kept, cursor = i + 1, boundary
+            else:
+                break
+        if kept == 0 and pieces:
+            if record.origin_type == "reflection":
+                kept, cursor = 1, previous.last_observed_at if previous is not None else record.last_observed_at
+            elif len(pieces) == 1 and record.last_observed_at and record.last_observed_at < cutoff:
+                kept, cursor = 1, record.last_observed_at
+            else:
+                unknowns.append("when the first observations were written (left out: they may be later)")
+        if record.scope == "resource":
+            unknowns.append("which thread's turn wrote each resource-scoped observation (dated by boundary only)")
+        record = with_log(record, log_prefix(record.active_observations, kept))
+    thread = store.memory.get_thread(thread_id)
+    hints = thread_hints(thread.metadata if thread is not None else None)
+    latest = hints.cursor.created_at if hints.cursor is not None else hints.last_observed_at
+    if latest is None or latest >= cutoff:
+        # The hints were written by the last observation; if that came after the turn, the turn's are gone.
+        if hints.current_task or hints.suggested_response:
+            unknowns.append("the current task and suggested response at the time")
+        hints = ThreadHints()
+    observed = set(record.observed_message_ids) if record is not None else set()
+    rows_before = store.memory.list_messages(MessageQuery(
+        thread_id=thread_id, resource_id=resource_id, since=parse_iso(cursor) if cursor else None,
+        before=before, exclude_system=True))
+    unobserved = [m for m in rows_before
+                  if cursor is None or to_iso(m.created_at) > cursor or
+                  (to_iso(m.created_at) == cursor and m.id not in observed)]
+    return ObservationState(record, hints, unobserved, unknowns)
+
+
+def recorded(
+    store: "Store", *, generation_id: str | None, chunks: int | None, hints: dict[str, str],
+    unobserved: list[Message],
+) -> ObservationState:
+    """The state a record names: that generation's log as it was (its first ``chunks`` chunks)."""
+    record = generation(store, generation_id) if generation_id else None
+    unknowns: list[str] = []
+    if generation_id and record is None:
+        unknowns.append(f"observation generation {generation_id} (no longer stored)")
+    if record is not None and chunks is not None:
+        record = with_log(record, log_prefix(record.active_observations, chunks))
+    state_hints = ThreadHints(current_task=hints.get("currentTask"), suggested_response=hints.get("suggestedResponse"))
+    return ObservationState(record, state_hints, unobserved, unknowns)
+
+
+__all__ = ["ObservationState", "as_of", "chunk_count", "generation", "log_prefix", "recorded", "with_log"]

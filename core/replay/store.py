@@ -1,0 +1,135 @@
+"""Reading and writing turn records (``memory_studio_turns``, migration ``0006_turn_records``).
+
+A database without the table (Mastra's, or ours before the migration) simply has no records: reads
+answer empty, and a live turn writes none (the agent's turn never fails for want of a record).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import sqlalchemy as sa
+
+from core.replay.record import TurnRecord, decode, encode, long_texts, text_key
+from core.storage import schema as t
+from core.timeutil import parse_iso, to_iso
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage import Store
+
+log = logging.getLogger(__name__)
+
+TABLE = t.turns.name
+_HAS_TABLE = "turn_records_table"
+
+
+def has_table(store: "Store", conn: sa.Connection | None = None) -> bool:
+    """Whether this database keeps turn records (cached per store once it does)."""
+    if store.extensions.get(_HAS_TABLE):
+        return True
+    if conn is not None:
+        found = conn.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)).first() is not None
+    else:
+        found = store.db.has_table(TABLE)
+    if found:
+        store.extensions[_HAS_TABLE] = True  # a table is never dropped while we run; absence is re-checked
+    return found
+
+
+def _known_keys(conn: sa.Connection, thread_id: str) -> set[str]:
+    keys: set[str] = set()
+    for (raw,) in conn.exec_driver_sql(
+        f"SELECT texts FROM {TABLE} WHERE thread_id = ? AND texts IS NOT NULL", (thread_id,)
+    ):
+        data = _load(raw)
+        keys.update(data)
+    return keys
+
+
+def _load(raw: Any) -> dict[str, str]:
+    try:
+        data = json.loads(raw) if raw else {}
+    except (TypeError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def write(conn: sa.Connection, store: "Store", record: TurnRecord) -> bool:
+    """Insert (or replace) one record inside the caller's write transaction. False when the
+    database has no turn-record table."""
+    if not has_table(store, conn):
+        return False
+    wanted = {text_key(x): x for x in long_texts(record)}
+    keys = {x: k for k, x in wanted.items()}
+    new: dict[str, str] = {}
+    if wanted:
+        known = _known_keys(conn, record.thread_id)
+        new = {k: x for k, x in wanted.items() if k not in known}
+    conn.exec_driver_sql(
+        f'INSERT OR REPLACE INTO {TABLE} (input_message_id, thread_id, resource_id, wm_version_id, record, texts, '
+        '"createdAt") VALUES (?, ?, ?, ?, ?, ?, ?)',
+        (record.input_message_id, record.thread_id, record.resource_id, record.wm_version_id,
+         encode(record, keys), json.dumps(new, ensure_ascii=False) if new else None, to_iso(record.created_at)),
+    )
+    return True
+
+
+def _texts(conn: sa.Connection, thread_ids: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for tid in set(thread_ids):
+        for (raw,) in conn.exec_driver_sql(
+            f"SELECT texts FROM {TABLE} WHERE thread_id = ? AND texts IS NOT NULL", (tid,)
+        ):
+            out.update(_load(raw))
+    return out
+
+
+_COLUMNS = 'input_message_id, thread_id, resource_id, wm_version_id, record, "createdAt"'
+
+
+def _decode_rows(conn: sa.Connection, rows: Sequence[Any]) -> list[TurnRecord]:
+    texts = _texts(conn, (r[1] for r in rows))
+    out: list[TurnRecord] = []
+    for r in rows:
+        row: Mapping[str, Any] = dict(zip(("input_message_id", "thread_id", "resource_id", "wm_version_id",
+                                           "record", "createdAt"), r))
+        try:
+            out.append(decode(row, texts, parse_iso))
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            # A damaged row means that turn is reconstructed instead; the others stay exact.
+            log.warning("turn record %s is unreadable (%s); that turn will be reconstructed", r[0], exc)
+    return out
+
+
+def read(store: "Store", input_message_id: str) -> TurnRecord | None:
+    """The record of the turn whose (last) input is this message, or None."""
+    if not has_table(store):
+        return None
+    with store.db.read() as conn:
+        rows = conn.exec_driver_sql(f"SELECT {_COLUMNS} FROM {TABLE} WHERE input_message_id = ?",
+                                    (input_message_id,)).all()
+        found = _decode_rows(conn, rows)
+    return found[0] if found else None
+
+
+def for_thread(store: "Store", thread_id: str) -> dict[str, TurnRecord]:
+    """Every readable record of a thread, by input message id."""
+    if not has_table(store):
+        return {}
+    with store.db.read() as conn:
+        rows = conn.exec_driver_sql(
+            f'SELECT {_COLUMNS} FROM {TABLE} WHERE thread_id = ? ORDER BY "createdAt"', (thread_id,)).all()
+        return {r.input_message_id: r for r in _decode_rows(conn, rows)}
+
+
+def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str]) -> None:
+    if thread_ids and conn.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)).first() is not None:
+        conn.exec_driver_sql(f"DELETE FROM {TABLE} WHERE thread_id IN ({','.join('?' * len(thread_ids))})",
+                             tuple(thread_ids))
+
+
+__all__ = ["TABLE", "delete_for_threads", "for_thread", "has_table", "read", "write"]

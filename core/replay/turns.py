@@ -1,0 +1,54 @@
+"""The turns of a thread: every user input in time order, with its record when it has one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from core.replay import store as records
+from core.replay.record import TurnRecord
+from core.storage.memory_store import MessageQuery
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage import Store
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn: its (last) user input, the messages that answered it, and its record (None for
+    older data or data Mastra wrote; such a turn is rebuilt as of its time)."""
+
+    input_message_id: str
+    thread_id: str
+    created_at: datetime
+    input_text: str
+    response_ids: tuple[str, ...]
+    record: TurnRecord | None
+
+
+def list_turns(store: "Store", thread_id: str) -> list[Turn]:
+    """Every user-input turn of the thread, oldest first."""
+    messages = store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=True))
+    recorded = records.for_thread(store, thread_id)
+    # The earlier inputs of a turn that sent several belong to that turn, not to turns of their own.
+    folded = {i for r in recorded.values() for i in r.input_ids[:-1]}
+    turns: list[Turn] = []
+    for i, msg in enumerate(messages):
+        if msg.role != "user" or msg.id in folded:
+            continue
+        record = recorded.get(msg.id)
+        if record is not None:
+            responses = record.response_ids
+        else:
+            after = []
+            for later in messages[i + 1:]:
+                if later.role == "user":
+                    break
+                after.append(later.id)
+            responses = tuple(after)
+        turns.append(Turn(msg.id, thread_id, msg.created_at, msg.text, responses, record))
+    return turns
+
+
+__all__ = ["Turn", "list_turns"]

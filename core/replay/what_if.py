@@ -1,0 +1,53 @@
+"""What-if over a whole thread: every turn's prompt under other options, against the real one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+
+from core.replay.diff import FragmentChange, prompt_diff
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.memory import Memory
+
+
+@dataclass(frozen=True)
+class WhatIfRow:
+    """One turn: tokens of the prompt it had and of its what-if, and the fragments that differ."""
+
+    input_message_id: str
+    tokens_real: int
+    tokens_what_if: int
+    entered: int
+    left: int
+    changes: list[FragmentChange] = field(default_factory=list)
+
+
+def what_if(
+    memory: "Memory", thread_id: str, *, options: Mapping[str, Any], resource_id: str | None = None,
+    progress: Callable[[int, int], None] | None = None, cancel: Callable[[], bool] | None = None,
+) -> Iterator[WhatIfRow]:
+    """For each turn of the thread, oldest first: its prompt (from its record, else reconstructed) and
+    the prompt it would have had with ``options`` merged over the options then in force. Nothing is
+    written. ``progress(i, n)`` is called after each turn; ``cancel()`` is checked before each."""
+    turns = memory.turns(thread_id, resource_id=resource_id)
+    total = len(turns)
+    for i, turn in enumerate(turns):
+        if cancel is not None and cancel():
+            return
+        real = memory.assemble(thread_id=thread_id, as_of=turn.input_message_id)
+        alt = memory.assemble(thread_id=thread_id, as_of=turn.input_message_id, options=options)
+        changes = prompt_diff(real, alt)
+        yield WhatIfRow(
+            turn.input_message_id,
+            turn.record.tokens.get("total", real.total_tokens) if turn.record is not None else real.total_tokens,
+            alt.total_tokens,
+            sum(c.kind == "entered" for c in changes),
+            sum(c.kind == "left" for c in changes),
+            changes,
+        )
+        if progress is not None:
+            progress(i + 1, total)
+
+
+__all__ = ["WhatIfRow", "what_if"]
