@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QTabWidget,
+    QToolButton,
     QWidget,
 )
 
@@ -50,6 +51,7 @@ TABS: list[tuple[str, str, str]] = [
     ("working_memory", "Working memory", "studio.panes.working_memory:WorkingMemoryPane"),
     ("traces", "Traces", "studio.panes.traces:TracesPane"),
     ("observations", "Observations", "studio.panes.observations:ObservationsPane"),
+    ("replay", "Replay", "studio.panes.replay:ReplayPane"),
 ]
 
 Seeder = Callable[..., Any]
@@ -90,11 +92,13 @@ class MainWindow(QMainWindow):
         self.recent = RecentFiles([str(p) for p in (settings.value("recentFiles") or []) if p])
         self.preferences = Preferences(settings, self)  # models for re-runs and chats (panes find it here)
         self.preferences_dialog: QWidget | None = None
+        self.history: list[tuple[str, Selection]] = []  # where Back returns to (e.g. Replay after a trace)
 
         self._build_shell()
         self.commands = CommandRegistry(self)
         self._register_commands()
         self.menus = self.commands.build_menus(self.menuBar(), ["File", "View", "Help"])
+        self.back_btn.setDefaultAction(self.commands.action("view.back"))
         self._build_recent_menu()
         self.commands.add_provider(self._recent_commands)
         self.commands.add_provider(self._pane_commands)
@@ -115,6 +119,10 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget(self)
         self.tabs.setObjectName("paneTabs")
         self.tabs.setDocumentMode(True)
+        self.back_btn = QToolButton(self)
+        self.back_btn.setObjectName("backButton")
+        self.back_btn.hide()
+        self.tabs.setCornerWidget(self.back_btn, Qt.Corner.TopRightCorner)
         self.left = QStackedWidget(self)
         # Thread titles are what users scan; the panes on the right are wide and would squeeze them.
         self.left.setMinimumWidth(340)
@@ -195,6 +203,11 @@ class MainWindow(QMainWindow):
         for n, (name, title, _spec) in enumerate(TABS, start=1):
             c.add(f"view.tab.{name}", f"Show {title}", lambda name=name: self.show_tab(name), shortcut=f"Ctrl+{n}",
                   menu="View", group="tabs", enabled=has_db)
+        c.add("view.back", "Go Back", self.go_back, shortcut="Alt+Backspace", menu="View", group="back",
+              enabled=lambda: bool(self.history), keywords="return previous replay trace")
+        c.add("replay.from_here", "Replay From Here", self.replay_from_here, menu="View", group="back",
+              enabled=lambda: self.session is not None and self.selection.message_id is not None,
+              keywords="step through turns from this message")
         c.add("view.theme", "Toggle Dark Mode", self.toggle_theme, shortcut="Ctrl+Shift+L", menu="View",
               group="theme", keywords="light dark colours")
         c.add("help.about", "About Memory Studio", self.show_about, menu="Help")
@@ -294,6 +307,14 @@ class MainWindow(QMainWindow):
             wants = getattr(pane, "open_message", None)  # "show me this stored message"
             if wants is not None and pane is not messages:
                 wants.connect(self.show_message)
+        replay = self.panes["replay"]
+        replay.open_trace.connect(self.show_trace)  # type: ignore[attr-defined]
+        replay.open_thread.connect(self._select_in_tree)  # type: ignore[attr-defined]
+        replay.forked.connect(lambda t: self._select_in_tree(Selection(t.resource_id, t.id)))  # type: ignore[attr-defined]
+        messages.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        messages.view.customContextMenuRequested.connect(self._message_menu)
+        self.history.clear()
+        self._update_back()
         session.changed.connect(self._on_changed)
         session.read_only_changed.connect(lambda _ro: self._update_title())
         self.center.setCurrentIndex(1)
@@ -364,6 +385,76 @@ class MainWindow(QMainWindow):
             self.resources.refresh()
         if "messages" in self.panes:
             self.messages_pane.refresh()
+
+    def _select_in_tree(self, selection: Selection) -> None:
+        if self.resources is not None:
+            self.resources.set_selection(selection)
+
+    # -- replay, traces and Back -----------------------------------------------------------------
+    def _message_menu(self, pos: Any) -> None:
+        view = self.messages_pane.view
+        index = view.indexAt(pos)
+        if index.isValid() and index != view.currentIndex():
+            view.setCurrentIndex(index)
+        menu = QMenu(view)
+        menu.addAction(self.commands.action("replay.from_here"))
+        self.commands.refresh_enabled()
+        menu.popup(view.viewport().mapToGlobal(pos))
+        self.message_menu = menu
+
+    def replay_from_here(self) -> None:
+        sel = self.selection
+        if self.session is None or sel.thread_id is None or sel.message_id is None:
+            return
+        self.show_tab("replay")
+        self.panes["replay"].replay_from(sel.thread_id, sel.message_id)  # type: ignore[attr-defined]
+
+    def show_trace(self, trace_id: str) -> None:
+        """Show a trace in the Traces tab; Back returns to where the user was."""
+        traces = self.panes.get("traces")
+        if traces is None:
+            return
+        self.history.append((self._current_tab(), self.selection))
+        self._update_back()
+        self.show_tab("traces")
+
+        def reveal() -> None:
+            rows = [t.trace_id for t in traces.traces]  # type: ignore[attr-defined]
+            if trace_id in rows:
+                traces.select_trace(rows.index(trace_id))  # type: ignore[attr-defined]
+            else:
+                traces.open_trace(trace_id)  # type: ignore[attr-defined]
+
+        if traces.source is not None and not traces._loading:  # type: ignore[attr-defined]
+            reveal()
+            return
+
+        def once() -> None:
+            traces.traces_loaded.disconnect(once)  # type: ignore[attr-defined]
+            reveal()
+
+        traces.traces_loaded.connect(once)  # type: ignore[attr-defined]
+
+    def _current_tab(self) -> str:
+        widget = self.tabs.currentWidget()
+        return next((name for name, pane in self.panes.items() if pane is widget), "messages")
+
+    def go_back(self) -> None:
+        if not self.history:
+            return
+        tab, selection = self.history.pop()
+        self._update_back()
+        if selection != self.selection and self.resources is not None:
+            self.resources.set_selection(selection)
+        self.show_tab(tab)
+
+    def _update_back(self) -> None:
+        target = dict((name, title) for name, title, _spec in TABS).get(self.history[-1][0]) if self.history else None
+        action = self.commands.action("view.back") if hasattr(self, "commands") else None
+        if action is not None:
+            action.setIconText(f"◀ Back to {target}" if target else "Back")
+            action.setEnabled(bool(self.history))
+        self.back_btn.setVisible(bool(self.history))
 
     # -- demo data -------------------------------------------------------------------------------
     def seed_demo(self) -> None:

@@ -23,6 +23,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont
 
 from core.storage.memory_store import ResourceSummary, ThreadSummary
+from studio.logic.replay_layout import fork_source
 from studio.reads import TreeData
 
 COLUMNS = ("Thread", "Msgs", "Last activity")
@@ -220,7 +221,8 @@ class ResourceTreeModel(QAbstractItemModel):
         if role == TreeRoles.FILTER:
             return f"{title} {s.thread.id}"
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages"
+            fork = fork_source(s.thread.metadata)
+            return f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages" + (f"\n{fork}" if fork else "")
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

@@ -1,0 +1,587 @@
+"""Replay: step through a thread's stored turns exactly as the model saw them.
+
+At each turn the pane shows the prompt the model received (rebuilt from the turn record, or
+reconstructed as of its time when there is none) beside what the engine rebuilds now, the reply, the
+working-memory version and observation generation then in force, the recall hits with their scores,
+tokens per section, and what entered, left or changed since the previous turn and why. The turn's
+trace is one click away. What-if, fork and re-run sit in their own tabs.
+
+Every rebuild runs in a worker (``studio.replay_jobs``) under one key, so stepping quickly drops the
+stale answers; the pane never writes, except Fork (explicit, refused on a read-only database).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSlider,
+    QSplitter,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.commands import CommandRegistry
+from studio.dialogs import Problem
+from studio.logic.replay_layout import (
+    CHANGE_TINTS,
+    RecallRow,
+    StepRow,
+    TokenRow,
+    change_summary,
+    clamp_step,
+    compare,
+    default_fork_title,
+    prompt_text,
+    prompt_text_diff,
+    reason_label,
+    recall_rows,
+    step_label,
+    step_rows,
+    token_rows,
+    turn_facts,
+)
+from studio.preferences import Preferences, preferences_for
+from studio.reads import SourceResolver, load_tree
+from studio.replay_jobs import ReplaySource, StepData, TraceMatch, find_trace
+from studio.selection import Selection
+from studio.widgets.banner import Banner
+from studio.widgets.code_editor import CodeEditor
+from studio.widgets.diff_view import DiffView
+from studio.widgets.fork_dialog import ForkDialog
+from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.replay_rerun import RerunPanel
+from studio.widgets.replay_what_if import WhatIfPanel, table_for
+
+STEP_DEBOUNCE_MS = 30  # coalesces a held-down key or a dragged slider into one rebuild
+
+STEP_COLUMNS: list[Column[StepRow]] = [
+    Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
+    Column("Change", lambda r: r.mark),
+    Column("Role", lambda r: r.role),
+    Column("Source", lambda r: r.source, color=lambda r: r.color),
+    Column("Stored", lambda r: r.stored_label, tooltip=lambda r: "\n".join(r.stored_ids)),
+    Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
+    Column("Why", lambda r: r.why),
+    Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
+]
+RECALL_COLUMNS: list[Column[RecallRow]] = [
+    Column("Rank", lambda r: r.rank, RIGHT),
+    Column("Message", lambda r: r.message_id, tooltip=lambda r: "Double-click to open this message"),
+    Column("Thread", lambda r: r.thread_id + ("  (other thread)" if r.other_thread else "")),
+    Column("Vector", lambda r: r.score(r.vector), RIGHT),
+    Column("Keyword", lambda r: r.score(r.keyword), RIGHT),
+    Column("Fused", lambda r: r.score(r.fused), RIGHT),
+    Column("Window", lambda r: f"{r.window} msg", RIGHT),
+]
+TOKEN_COLUMNS: list[Column[TokenRow]] = [
+    Column("Section", lambda r: r.label),
+    Column("At the turn", lambda r: f"{r.at_turn:,}", RIGHT),
+    Column("Rebuilt now", lambda r: "" if r.now is None else f"{r.now:,}", RIGHT),
+]
+
+
+class StepTableModel(RecordTableModel[StepRow]):
+    """Fragment rows tinted by their change since the previous turn (the Change column says it in words)."""
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if role == Qt.ItemDataRole.BackgroundRole and index.isValid():
+            row = self.row_at(index.row())
+            if row is not None and row.change in CHANGE_TINTS:
+                return QColor(*CHANGE_TINTS[row.change])
+            return None
+        return super().data(index, role)
+
+
+class ReplayPane(QWidget):
+    opened = Signal(object)  # ReplaySource
+    step_shown = Signal(object)  # StepData
+    failed = Signal(str)
+    open_message = Signal(str)  # a stored message the user wants to see (main window opens its thread)
+    open_trace = Signal(str)  # a trace id to show in the Traces tab
+    open_thread = Signal(object)  # Selection picked in the pane's thread list
+    forked = Signal(object)  # the new Thread
+
+    def __init__(self, session: Any, parent: QWidget | None = None, preferences: Preferences | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("replayPane")
+        self.session = session
+        self.preferences = preferences or preferences_for(parent)
+        self.selection = Selection()
+        self.source: ReplaySource | None = None
+        self.step: StepData | None = None
+        self.index = 0
+        self.trace: TraceMatch | None = None
+        self._pending: tuple[str, str | None] | None = None  # (thread, message) to open when shown
+        self._key = f"replay-{id(self)}"
+        self._syncing = False
+        self._loading_step = False
+        self.resolver = SourceResolver(session.store)
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(STEP_DEBOUNCE_MS)
+        self._debounce.timeout.connect(self._load_step)
+        self._build()
+        self._register_commands()
+        self._show_empty("Pick a thread on the left, or right-click a message and choose Replay From Here.")
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        root = pane_layout(self)
+        head, self.title, self.subtitle = pane_header("Replay")
+        self.subtitle.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.thread_combo = QComboBox()
+        self.thread_combo.setObjectName("replayThread")
+        self.thread_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.thread_combo.setMinimumContentsLength(22)
+        self.trace_btn = QToolButton()
+        self.fork_btn = QToolButton()
+        head.addWidget(QLabel("Thread"))
+        head.addWidget(self.thread_combo)
+        head.addWidget(self.trace_btn)
+        head.addWidget(self.fork_btn)
+        root.addLayout(head)
+
+        steps = QHBoxLayout()
+        self.first_btn, self.prev_btn, self.next_btn, self.last_btn = (QToolButton() for _ in range(4))
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setObjectName("replaySlider")
+        self.slider.setRange(0, 0)
+        self.slider.setPageStep(1)
+        self.step_label = QLabel("")
+        self.step_label.setObjectName("replayStep")
+        self.step_label.setMinimumWidth(260)
+        for w in (self.first_btn, self.prev_btn, self.slider, self.next_btn, self.last_btn, self.step_label):
+            steps.addWidget(w, 1 if w is self.slider else 0)
+        root.addLayout(steps)
+        self.input_label = QLabel("")
+        self.input_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        root.addWidget(self.input_label)
+        self.banner = Banner()
+        root.addWidget(self.banner)
+        self.facts = QLabel("")
+        self.facts.setObjectName("replayFacts")
+        self.facts.setWordWrap(True)
+        self.facts.setTextFormat(Qt.TextFormat.RichText)
+        self.facts.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        root.addWidget(self.facts)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        left = QSplitter(Qt.Orientation.Vertical)
+        upper = QWidget()
+        ul = QVBoxLayout(upper)
+        ul.setContentsMargins(0, 0, 0, 0)
+        self.context_caption = caption("Context at this turn")
+        self.change_label = QLabel("")
+        self.change_label.setObjectName("replayChanges")
+        self.change_label.setWordWrap(True)
+        self.change_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.step_model = StepTableModel(STEP_COLUMNS, self)
+        self.step_table = table_for(self.step_model)
+        self.step_table.setObjectName("replayFragments")
+        ul.addWidget(self.context_caption)
+        ul.addWidget(self.change_label)
+        ul.addWidget(self.step_table)
+        left.addWidget(upper)
+        lower = QWidget()
+        ll = QVBoxLayout(lower)
+        ll.setContentsMargins(0, 0, 0, 0)
+        self.fragment_header = caption("Fragment")
+        self.fragment_sources = QLabel("")
+        self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
+        self.fragment_sources.setWordWrap(True)
+        self.fragment_sources.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.fragment_sources.linkActivated.connect(self.open_message.emit)
+        self.fragment_text = CodeEditor("markdown", read_only=True)
+        ll.addWidget(self.fragment_header)
+        ll.addWidget(self.fragment_sources)
+        ll.addWidget(self.fragment_text)
+        left.addWidget(lower)
+        left.setSizes([380, 200])
+        split.addWidget(left)
+
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("replayTabs")
+        compare_tab = QSplitter(Qt.Orientation.Vertical)
+        sides = QSplitter(Qt.Orientation.Horizontal)
+        self.received_view = CodeEditor("markdown", read_only=True)
+        self.now_view = CodeEditor("markdown", read_only=True)
+        for title, view in (("Received (the record)", self.received_view), ("Rebuilt now", self.now_view)):
+            holder = QWidget()
+            hl = QVBoxLayout(holder)
+            hl.setContentsMargins(0, 0, 0, 0)
+            hl.addWidget(caption(title))
+            hl.addWidget(view)
+            sides.addWidget(holder)
+        compare_tab.addWidget(sides)
+        self.now_diff = DiffView()
+        self.now_diff.setObjectName("replayNowDiff")
+        compare_tab.addWidget(self.now_diff)
+        compare_tab.setSizes([300, 160])
+        self.tabs.addTab(compare_tab, "Received vs Rebuilt Now")
+        self.reply_view = CodeEditor("markdown", read_only=True)
+        self.tabs.addTab(self.reply_view, "Reply")
+        self.recall_model: RecordTableModel[RecallRow] = RecordTableModel(RECALL_COLUMNS, self)
+        self.recall_table = table_for(self.recall_model)
+        self.recall_table.doubleClicked.connect(self._open_recall)
+        self.tabs.addTab(self.recall_table, "Recall")
+        self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
+        self.tabs.addTab(table_for(self.token_model), "Tokens")
+        self.what_if = WhatIfPanel(self.session, self)
+        self.tabs.addTab(self.what_if, "What-If")
+        self.rerun = RerunPanel(self.session, self.preferences, self)
+        self.tabs.addTab(self.rerun, "Re-Run")
+        split.addWidget(self.tabs)
+        split.setSizes([560, 620])
+        root.addWidget(split, 1)
+        self.status = QLabel("")
+        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        root.addWidget(self.status)
+
+        self.slider.valueChanged.connect(self._slider_moved)
+        self.thread_combo.activated.connect(self._thread_picked)
+        self.step_table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_fragment(cur.row()))
+        self.what_if.rerun_requested.connect(self._rerun_what_if)
+
+    def _register_commands(self) -> None:
+        self.commands = CommandRegistry(self)
+        add = self.commands.add
+        has_turns = lambda: self.source is not None and bool(self.source.turns)  # noqa: E731
+        has_step = lambda: self.step is not None  # noqa: E731
+        specs = [
+            ("replay.next", "Next Turn", self.next_turn, ["Alt+Right", "J"], has_turns, self.next_btn, "▶"),
+            ("replay.previous", "Previous Turn", self.previous_turn, ["Alt+Left", "K"], has_turns, self.prev_btn, "◀"),
+            ("replay.first", "First Turn", lambda: self.go_to(0), ["Alt+Home"], has_turns, self.first_btn, "|◀"),
+            ("replay.last", "Last Turn", lambda: self.go_to(len(self.source.turns) - 1 if self.source else 0),
+             ["Alt+End"], has_turns, self.last_btn, "▶|"),
+            ("replay.open_trace", "Open This Turn's Trace", self.show_trace, [], has_step, self.trace_btn,
+             "Open Trace"),
+            ("replay.fork", "Fork From This Turn…", self.fork, [], has_step, self.fork_btn, "Fork…"),
+            ("replay.what_if", "Run What-If for This Thread", self.run_what_if, [], has_turns, None, ""),
+            ("replay.rerun", "Re-Run This Turn", self.rerun_turn, [], has_step, None, ""),
+        ]
+        for cid, title, handler, keys, enabled, button, short in specs:
+            action = add(cid, title, handler, shortcut=keys[0] if keys else None, enabled=enabled,
+                         keywords="replay step turn")
+            if len(keys) > 1:
+                action.setShortcuts([QKeySequence(k) for k in keys])
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            if button is not None:
+                action.setIconText(short)
+                action.setToolTip(f"{title} ({', '.join(keys)})" if keys else title)
+                button.setDefaultAction(action)
+        self.commands.refresh_enabled()
+
+    def palette_commands(self) -> list[Any]:
+        return self.commands.commands()
+
+    # -- selection -------------------------------------------------------------------------------
+    def set_selection(self, selection: Selection) -> None:
+        previous, self.selection = self.selection, selection
+        if selection.resource_id != previous.resource_id or selection.thread_id != previous.thread_id:
+            self._load_thread_list()
+        if selection.thread_id is None:
+            if self.source is None:
+                self._show_empty("Pick a thread on the left to replay its turns.")
+            return
+        if self.source is None or self.source.thread_id != selection.thread_id:
+            self.open(selection.thread_id)
+
+    def open(self, thread_id: str, message_id: str | None = None) -> None:
+        """Open a thread in Replay (at the turn holding ``message_id``, else at its last turn)."""
+        self._pending = (thread_id, message_id)
+        if self.isVisible():
+            self._open_pending()
+
+    def replay_from(self, thread_id: str, message_id: str) -> None:
+        """"Replay From Here": open the thread at the turn this message belongs to, now."""
+        self._pending = (thread_id, message_id)
+        self._open_pending()
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802
+        super().showEvent(event)
+        if self._pending is not None:
+            self._open_pending()
+
+    def _open_pending(self) -> None:
+        if self._pending is None:
+            return
+        thread_id, message_id = self._pending
+        self._pending = None
+        store = self.session.store
+        factory = lambda opts, name: self.session.memory(opts, name=name)  # noqa: E731
+        self.status.setText("Reading the thread's turns…")
+        self.session.run(lambda: ReplaySource.open(store, factory, thread_id, message_id), key=self._key + "-open",
+                         on_result=alive_only(self, self._on_opened), on_error=alive_only(self, self._on_error))
+
+    def _on_opened(self, source: ReplaySource) -> None:
+        self.source = source
+        self.step = None
+        thread = source.thread
+        self.title.setText(f"Replay · {thread.title or thread.id}")
+        self.subtitle.setText(f"thread {thread.id} · resource {thread.resource_id} · options from {source.agent}")
+        self.subtitle.setToolTip(self.subtitle.text())
+        self._select_thread_in_list(thread.id)
+        self.what_if.set_source(source)
+        self.rerun.set_step(None)
+        n = len(source.turns)
+        self._syncing = True
+        self.slider.setRange(0, max(n - 1, 0))
+        self._syncing = False
+        self.opened.emit(source)
+        if not n:
+            self._show_empty(f"Thread {thread.title or thread.id} has no user turns to replay yet.")
+            return
+        self.go_to(source.start)
+
+    # -- stepping --------------------------------------------------------------------------------
+    def go_to(self, index: int) -> None:
+        if self.source is None or not self.source.turns:
+            return
+        self.index = clamp_step(index, len(self.source.turns))
+        self._syncing = True
+        self.slider.setValue(self.index)
+        self._syncing = False
+        self.step_label.setText(step_label(self.index, self.source.turns))
+        turn = self.source.turns[self.index]
+        self.input_label.setText(f"“{' '.join(turn.input_text.split())[:220]}”")
+        self._loading_step = True
+        self._debounce.start()
+        self.commands.refresh_enabled()
+
+    def next_turn(self) -> None:
+        self.go_to(self.index + 1)
+
+    def previous_turn(self) -> None:
+        self.go_to(self.index - 1)
+
+    def _slider_moved(self, value: int) -> None:
+        if not self._syncing:
+            self.go_to(value)
+
+    @property
+    def busy(self) -> bool:
+        return self._loading_step or self._debounce.isActive()
+
+    def _load_step(self) -> None:
+        source, index = self.source, self.index
+        if source is None:
+            return
+        self.status.setText(f"Rebuilding turn {index + 1}…")
+        self.session.run(lambda: source.step(index), key=self._key + "-step",
+                         on_result=alive_only(self, lambda step: self._on_step(source, step)),
+                         on_error=alive_only(self, self._on_error))
+
+    def _on_step(self, source: ReplaySource, step: StepData) -> None:
+        if source is not self.source or step.index != self.index:
+            return
+        self._loading_step = False
+        self.step = step
+        self.trace = None
+        received, now = step.received, step.now
+        cmp = compare(received, now, step.now_changes)
+        if cmp.level is None:
+            self.banner.hide()
+        else:
+            self.banner.show_message(cmp.text, cmp.level)
+        self.facts.setText(" · ".join(f"<b>{k}</b> {_esc(v)}" for k, v in turn_facts(received, step.wm_label,
+                                                                                     step.om_label)))
+        self.context_caption.setText(f"Context at turn {step.index + 1} ({received.total_tokens:,} tokens)")
+        self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
+                                  f"Since turn {step.index}: {change_summary(step.changes)}")
+        self.step_model.set_rows(step_rows(received, step.changes))
+        self.received_view.load(prompt_text(received))
+        self.now_view.load(prompt_text(now))
+        self.now_diff.set_diff(prompt_text_diff(received, now), empty_text="(rebuilt now: identical)")
+        self.reply_view.load(self.rerun_stored_text(step))
+        self.recall_model.set_rows(recall_rows(received, source.thread_id))
+        self.token_model.set_rows(token_rows(received, now))
+        self.rerun.set_step(step)
+        first = next((i for i, r in enumerate(self.step_model.rows()) if r.change), 0)
+        if self.step_model.rowCount():
+            self.step_table.selectRow(first)
+        self.status.setText(f"{len(received.fragments)} fragments · {len(received.messages)} messages · "
+                            f"{received.total_tokens:,} tokens · {cmp.text if cmp.same else 'differs now'}")
+        self.commands.refresh_enabled()
+        self.step_shown.emit(step)
+
+    @staticmethod
+    def rerun_stored_text(step: StepData) -> str:
+        from studio.logic.replay_layout import reply_text
+
+        return reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)"
+
+    def _show_fragment(self, row: int) -> None:
+        rec = self.step_model.row_at(row)
+        if rec is None:
+            return
+        bits = [rec.mark or "unchanged", rec.source, f"{rec.tokens:,} tokens"]
+        if rec.reason:
+            bits.append(f"why: {reason_label(rec.reason)}")
+        self.fragment_header.setText(" · ".join(bits))
+        links = ", ".join(f'<a href="{i}">{_esc(i)}</a>' for i in rec.stored_ids[:12])
+        self.fragment_sources.setText(f"From stored messages: {links}" if links else "Not from a stored message")
+        if rec.change == "changed" and rec.text_before is not None:
+            self.fragment_text.load(f"— before —\n{rec.text_before}\n\n— now —\n{rec.text}")
+        else:
+            self.fragment_text.load(rec.text)
+
+    def _open_recall(self, index: QModelIndex) -> None:
+        row = self.recall_model.row_at(index.row())
+        if row is not None:
+            self.open_message.emit(row.message_id)
+
+    # -- thread list -----------------------------------------------------------------------------
+    def _load_thread_list(self) -> None:
+        store = self.session.store
+        self.session.run(lambda: load_tree(store), key=self._key + "-threads",
+                         on_result=alive_only(self, self._fill_threads), on_error=lambda _e: None)
+
+    def _fill_threads(self, tree: Any) -> None:
+        resource = self.selection.resource_id
+        self._syncing = True
+        self.thread_combo.clear()
+        for rid in ([resource] if resource else sorted(tree.threads)):
+            for summary in tree.threads.get(rid, []):
+                t = summary.thread
+                self.thread_combo.addItem(f"{t.title or t.id} — {rid}", (rid, t.id))
+        self._syncing = False
+        self._select_thread_in_list(self.source.thread_id if self.source else self.selection.thread_id)
+
+    def _select_thread_in_list(self, thread_id: str | None) -> None:
+        for i in range(self.thread_combo.count()):
+            if self.thread_combo.itemData(i)[1] == thread_id:
+                self._syncing = True
+                self.thread_combo.setCurrentIndex(i)
+                self._syncing = False
+                return
+
+    def _thread_picked(self, index: int) -> None:
+        data = self.thread_combo.itemData(index)
+        if self._syncing or not data:
+            return
+        rid, tid = data
+        self.open_thread.emit(Selection(rid, tid))
+        if self.source is None or self.source.thread_id != tid:
+            self.replay_from_thread(tid)
+
+    def replay_from_thread(self, thread_id: str) -> None:
+        self._pending = (thread_id, None)
+        self._open_pending()
+
+    # -- trace, fork, what-if, re-run -------------------------------------------------------------
+    def show_trace(self) -> None:
+        source, step = self.source, self.step
+        if source is None or step is None:
+            return
+        resolver = self.resolver
+        self.status.setText(f"Looking for turn {step.index + 1}'s trace…")
+        self.session.run(lambda: find_trace(resolver.resolve().reader, source.turns, step.index, source.thread_id),
+                         key=self._key + "-trace", on_result=alive_only(self, self._on_trace),
+                         on_error=alive_only(self, self._on_error))
+
+    def _on_trace(self, match: TraceMatch) -> None:
+        self.trace = match
+        if match.trace_id is None:
+            self.status.setText(match.note)
+            self.banner.show_message(match.note, "info")
+            return
+        self.status.setText(f"Trace {match.trace_id} — Back (Alt+Backspace) returns here.")
+        self.open_trace.emit(match.trace_id)
+
+    def fork(self) -> None:
+        source, step = self.source, self.step
+        if source is None or step is None:
+            return
+        if self.session.read_only:
+            self._problem(Problem("Read-only", f"{self.session.display_path} is open read-only, so a fork cannot "
+                                  "be written.", "Choose File > Allow Writes first, then fork again."))
+            return
+        wm = source.memory.effective_options().working_memory
+        dialog = ForkDialog(default_fork_title(source.thread.title, source.thread_id, step.index + 1),
+                            f"turn {step.index + 1}", wm.enabled and wm.scope == "thread", self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self._do_fork(source, step.index, dialog.title, dialog.working_memory))
+        self.fork_dialog = dialog
+        dialog.open()
+
+    def _do_fork(self, source: ReplaySource, index: int, title: str, wm: str) -> None:
+        self.status.setText(f"Forking at turn {index + 1}…")
+        self.session.run(lambda: source.fork(index, title, wm), key=self._key + "-fork",
+                         on_result=alive_only(self, self._on_forked), on_error=alive_only(self, self._on_fork_error))
+
+    def _on_forked(self, thread: Any) -> None:
+        self.status.setText(f"Forked into “{thread.title}” ({thread.id}). The original thread is unchanged.")
+        self.session.notify_local_write()
+        self.forked.emit(thread)
+
+    def _on_fork_error(self, exc: BaseException) -> None:
+        from studio.dialogs import explain
+
+        self._problem(explain(exc, self.session.display_path))
+
+    def _problem(self, problem: Problem) -> None:
+        self.banner.show_message(f"{problem.text} {problem.advice}", "error")
+        self.status.setText(problem.text)
+        self.failed.emit(f"{problem.text} {problem.advice}")
+
+    def run_what_if(self) -> None:
+        self.tabs.setCurrentWidget(self.what_if)
+        self.what_if.run()
+
+    def rerun_turn(self) -> None:
+        self.tabs.setCurrentWidget(self.rerun)
+        self.rerun.run()
+
+    def _rerun_what_if(self, detail: Any) -> None:
+        if self.source is not None and detail.index != self.index:
+            self.go_to(detail.index)
+            self.step_shown.connect(self._after_step_for_rerun)
+            self._rerun_detail = detail
+            return
+        self.rerun.set_what_if(detail)
+        self.tabs.setCurrentWidget(self.rerun)
+
+    def _after_step_for_rerun(self, step: StepData) -> None:
+        self.step_shown.disconnect(self._after_step_for_rerun)
+        self.rerun.set_what_if(self._rerun_detail)
+        self.tabs.setCurrentWidget(self.rerun)
+
+    # -- states ----------------------------------------------------------------------------------
+    def _on_error(self, exc: BaseException) -> None:
+        self._loading_step = False
+        message = str(exc) or type(exc).__name__
+        self.banner.show_message(message, "error")
+        self.status.setText("Replay could not rebuild this.")
+        self.failed.emit(message)
+
+    def _show_empty(self, text: str) -> None:
+        self.step = None
+        self.step_model.set_rows([])
+        self.recall_model.set_rows([])
+        self.token_model.set_rows([])
+        for view in (self.received_view, self.now_view, self.reply_view, self.fragment_text):
+            view.load("")
+        self.now_diff.set_diff([], empty_text="")
+        self.banner.hide()
+        self.facts.setText("")
+        self.change_label.setText("")
+        self.step_label.setText("No turns")
+        self.input_label.setText("")
+        self.status.setText(text)
+        self.commands.refresh_enabled() if hasattr(self, "commands") else None
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
