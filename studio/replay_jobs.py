@@ -1,4 +1,4 @@
-"""The Replay pane's worker jobs (no Qt): open a thread, rebuild a step, what-if, fork, re-run, and
+"""The Replay pane's worker jobs (no Qt import): open a thread, rebuild a step, what-if, fork, re-run, and
 find a turn's trace.
 
 A ``ReplaySource`` is one thread opened in Replay: the ``Memory`` its agent runs with (chosen by
@@ -14,7 +14,7 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from core import AssembledPrompt, Memory, Store
 from core.agent_configs import agent_for_thread
@@ -25,7 +25,9 @@ from core.storage.memory_store import Thread
 from core.traces.spans import TraceFilters
 from core.working_memory import WorkingMemoryService
 from studio.logic.replay_layout import turn_index_for
-from studio.preferences import ModelChoice
+
+if TYPE_CHECKING:  # pragma: no cover
+    from studio.preferences import ModelChoice
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +196,7 @@ class ReplaySource:
                                        working_memory=working_memory, resource_id=self.thread.resource_id)
 
 
-def rerun_prompt(prompt: AssembledPrompt, choice: ModelChoice,
+def rerun_prompt(prompt: AssembledPrompt, choice: "ModelChoice",
                  model_settings: Mapping[str, Any] | None = None) -> RerunResult:
     """Send a rebuilt (or what-if) prompt to the chosen model. Never writes."""
     model = choice.build()

@@ -289,6 +289,11 @@ def token_rows(received: AssembledPrompt, now: AssembledPrompt | None = None) ->
     later = token_sections(now) if now is not None else {}
     rows = [TokenRow(k, label, int(then.get(k, 0)), later.get(k) if now is not None else None)
             for k, label in TOKEN_SECTIONS]
+    # The total also counts the tokens that prime the reply; a row of its own keeps the column's sum honest.
+    rest_then = int(then.get("total", received.total_tokens)) - sum(r.at_turn for r in rows)
+    rest_now = int(later.get("total", 0)) - sum(int(later.get(k, 0)) for k, _ in TOKEN_SECTIONS) if later else None
+    if rest_then or rest_now:
+        rows.append(TokenRow("reply", "Reply primer", rest_then, rest_now))
     rows.append(TokenRow("total", "Total", int(then.get("total", received.total_tokens)),
                          later.get("total") if now is not None else None))
     return rows

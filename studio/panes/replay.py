@@ -41,10 +41,12 @@ from studio.logic.replay_layout import (
     clamp_step,
     compare,
     default_fork_title,
+    fork_source,
     prompt_text,
     prompt_text_diff,
     reason_label,
     recall_rows,
+    reply_text,
     step_label,
     step_rows,
     token_rows,
@@ -330,7 +332,9 @@ class ReplayPane(QWidget):
         self.step = None
         thread = source.thread
         self.title.setText(f"Replay · {thread.title or thread.id}")
-        self.subtitle.setText(f"thread {thread.id} · resource {thread.resource_id} · options from {source.agent}")
+        fork = fork_source(thread.metadata)
+        self.subtitle.setText(f"thread {thread.id} · resource {thread.resource_id} · options from {source.agent}"
+                              + (f" · {fork}" if fork else ""))
         self.subtitle.setToolTip(self.subtitle.text())
         self._select_thread_in_list(thread.id)
         self.what_if.set_source(source)
@@ -404,7 +408,7 @@ class ReplayPane(QWidget):
         self.received_view.load(prompt_text(received))
         self.now_view.load(prompt_text(now))
         self.now_diff.set_diff(prompt_text_diff(received, now), empty_text="(rebuilt now: identical)")
-        self.reply_view.load(self.rerun_stored_text(step))
+        self.reply_view.load(reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)")
         self.recall_model.set_rows(recall_rows(received, source.thread_id))
         self.token_model.set_rows(token_rows(received, now))
         self.rerun.set_step(step)
@@ -415,12 +419,6 @@ class ReplayPane(QWidget):
                             f"{received.total_tokens:,} tokens · {cmp.text if cmp.same else 'differs now'}")
         self.commands.refresh_enabled()
         self.step_shown.emit(step)
-
-    @staticmethod
-    def rerun_stored_text(step: StepData) -> str:
-        from studio.logic.replay_layout import reply_text
-
-        return reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)"
 
     def _show_fragment(self, row: int) -> None:
         rec = self.step_model.row_at(row)
@@ -580,7 +578,8 @@ class ReplayPane(QWidget):
         self.step_label.setText("No turns")
         self.input_label.setText("")
         self.status.setText(text)
-        self.commands.refresh_enabled() if hasattr(self, "commands") else None
+        if hasattr(self, "commands"):
+            self.commands.refresh_enabled()
 
 
 def _esc(text: str) -> str:

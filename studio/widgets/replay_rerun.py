@@ -51,6 +51,7 @@ class RerunPanel(QWidget):
         self.result: RerunResult | None = None
         self.comparison: RerunComparison | None = None
         self._key = f"rerun-{id(self)}"
+        self._picked: str | None = None  # a model chosen here, kept when Preferences change
         self._build()
         self.fill_models()
         preferences.changed.connect(self.fill_models)
@@ -105,18 +106,23 @@ class RerunPanel(QWidget):
         split.setSizes([220, 200])
         root.addWidget(split, 1)
         self.run_btn.clicked.connect(self.run)
+        self.model_combo.activated.connect(lambda _i: setattr(self, "_picked", self.model_combo.currentData()))
 
     def fill_models(self) -> None:
-        current = self.model_combo.currentData()
+        """The models from Preferences; the default one unless the user picked another here."""
         self.model_combo.clear()
         for choice in self.preferences.models():
             self.model_combo.addItem(choice.label, choice.name)
-        wanted = current if current is not None else self.preferences.default_model().name
-        self.model_combo.setCurrentIndex(max(0, self.model_combo.findData(wanted)))
+        index = self.model_combo.findData(self._picked) if self._picked is not None else -1
+        if index < 0:
+            self._picked = None
+            index = self.model_combo.findData(self.preferences.default_model().name)
+        self.model_combo.setCurrentIndex(max(0, index))
 
     # -- inputs ----------------------------------------------------------------------------------
     def set_step(self, step: StepData | None) -> None:
-        same_turn = step is not None and self.step is not None and step.turn == self.step.turn
+        same_turn = step is not None and self.step is not None and \
+            step.turn.input_message_id == self.step.turn.input_message_id
         self.step = step
         if not same_turn:
             self.result = None
@@ -167,7 +173,7 @@ class RerunPanel(QWidget):
 
     def _on_result(self, step: StepData, result: RerunResult) -> None:
         self.run_btn.setEnabled(True)
-        if self.step is None or step.turn != self.step.turn:
+        if self.step is None or step.turn.input_message_id != self.step.turn.input_message_id:
             return  # the user stepped on: this reply belongs to another turn
         self.result = result
         stored = reply_text(step.reply)
