@@ -103,6 +103,9 @@ def render(out_dir: Path) -> list[Path]:
     _shoot_traces(app, window, save)
     _shoot_observations(app, window, save)
     _shoot_export(app, window, save)
+    from studio.screenshots_replay import shoot_replay
+
+    shoot_replay(app, window, save, _wait)
 
     # full-text search across threads
     window.show_tab("messages")

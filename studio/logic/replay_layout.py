@@ -415,11 +415,11 @@ class RerunComparison:
 
 
 def rerun_comparison(stored_text: str, stored_tokens_in: int | None, stored_tokens_out: int | None,
-                     result: Any) -> RerunComparison:
+                     result: Any, stored_model: str | None = None) -> RerunComparison:
     """The stored reply beside a ``RerunResult``: a line diff and token / latency figures."""
     est = " (estimated)" if getattr(result, "usage_estimated", False) else ""
     figures = [
-        ("Model", "as stored", str(result.model or "?")),
+        ("Model", stored_model or "not recorded", str(result.model or "?")),
         ("Prompt tokens", f"{stored_tokens_in:,}" if stored_tokens_in is not None else "—",
          f"{result.tokens_in:,}{est}"),
         ("Reply tokens", f"{stored_tokens_out:,}" if stored_tokens_out is not None else "—",

@@ -145,7 +145,7 @@ class ReplayPane(QWidget):
         self.thread_combo = QComboBox()
         self.thread_combo.setObjectName("replayThread")
         self.thread_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.thread_combo.setMinimumContentsLength(22)
+        self.thread_combo.setMinimumContentsLength(16)
         self.trace_btn = QToolButton()
         self.fork_btn = QToolButton()
         head.addWidget(QLabel("Thread"))
@@ -162,7 +162,7 @@ class ReplayPane(QWidget):
         self.slider.setPageStep(1)
         self.step_label = QLabel("")
         self.step_label.setObjectName("replayStep")
-        self.step_label.setMinimumWidth(260)
+        self.step_label.setMinimumWidth(260)  # its text is short and bounded ("Turn n of N · date")
         for w in (self.first_btn, self.prev_btn, self.slider, self.next_btn, self.last_btn, self.step_label):
             steps.addWidget(w, 1 if w is self.slider else 0)
         root.addLayout(steps)
@@ -184,6 +184,7 @@ class ReplayPane(QWidget):
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
         self.context_caption = caption("Context at this turn")
+        self.context_caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.change_label = QLabel("")
         self.change_label.setObjectName("replayChanges")
         self.change_label.setWordWrap(True)
@@ -199,6 +200,7 @@ class ReplayPane(QWidget):
         ll = QVBoxLayout(lower)
         ll.setContentsMargins(0, 0, 0, 0)
         self.fragment_header = caption("Fragment")
+        self.fragment_header.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.fragment_sources = QLabel("")
         self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
         self.fragment_sources.setWordWrap(True)
@@ -331,7 +333,8 @@ class ReplayPane(QWidget):
         self.source = source
         self.step = None
         thread = source.thread
-        self.title.setText(f"Replay · {thread.title or thread.id}")
+        name = thread.title or thread.id
+        self.title.setText(f"Replay · {name if len(name) <= 40 else name[:39] + '…'}")  # never widens the pane
         fork = fork_source(thread.metadata)
         self.subtitle.setText(f"thread {thread.id} · resource {thread.resource_id} · options from {source.agent}"
                               + (f" · {fork}" if fork else ""))

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QVBoxLayout,
     QWidget,
@@ -64,10 +65,12 @@ class RerunPanel(QWidget):
         self.model_combo = QComboBox()
         self.model_combo.setObjectName("rerunModel")
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.model_combo.setMinimumContentsLength(24)
+        self.model_combo.setMinimumContentsLength(12)
         row.addWidget(self.model_combo, 1)
         row.addWidget(QLabel("Prompt"))
         self.prompt_combo = QComboBox()
+        self.prompt_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.prompt_combo.setMinimumContentsLength(12)
         self.prompt_combo.addItem("As the model received it", "received")
         self.prompt_combo.addItem("Its what-if prompt", "what-if")
         row.addWidget(self.prompt_combo)
@@ -78,6 +81,7 @@ class RerunPanel(QWidget):
         self.status = QLabel("Pick a model (File > Preferences… adds endpoints) and re-run this turn. "
                              "Nothing is written to any thread.")
         self.status.setWordWrap(True)
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         root.addWidget(self.status)
 
@@ -99,6 +103,7 @@ class RerunPanel(QWidget):
         self.diff.setObjectName("rerunDiff")
         self.figure_model: RecordTableModel[tuple[str, str, str]] = RecordTableModel(FIGURE_COLUMNS, self)
         self.figures = table_for(self.figure_model)
+        self.figures.setMinimumWidth(320)
         bottom.addWidget(self.diff)
         bottom.addWidget(self.figures)
         bottom.setSizes([560, 300])
@@ -182,7 +187,8 @@ class RerunPanel(QWidget):
         from core.tokens import default_tokenizer
 
         stored_out = default_tokenizer().count(stored) if stored else None
-        self.comparison = rerun_comparison(stored, stored_in, stored_out, result)
+        self.comparison = rerun_comparison(stored, stored_in, stored_out, result,
+                                           record.model if record is not None else None)
         self.new_view.load(result.text)
         self.diff.set_diff(self.comparison.diff, empty_text="(the same reply)")
         self.figure_model.set_rows(self.comparison.figures)

@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QTableView,
@@ -140,7 +142,15 @@ class WhatIfPanel(QWidget):
         for i, (label, widget) in enumerate(cells):
             grid.addWidget(QLabel(label), i // 5 * 2, i % 5)
             grid.addWidget(widget, i // 5 * 2 + 1, i % 5)
-        root.addWidget(box)
+        # The options scroll sideways in a narrow window rather than widen it.
+        scroll = QScrollArea()
+        scroll.setWidget(box)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        scroll.setFixedHeight(box.sizeHint().height() + scroll.horizontalScrollBar().sizeHint().height() + 2)
+        root.addWidget(scroll)
 
         row = QHBoxLayout()
         self.run_btn = QPushButton("Run What-If")
@@ -151,12 +161,16 @@ class WhatIfPanel(QWidget):
         self.progress.setObjectName("whatIfProgress")
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
-        self.progress.setFormat("%v of %m turns")
+        self.progress.setTextVisible(False)  # the theme draws a thin bar; the count is in the label beside it
+        self.progress_label = QLabel("")
+        self.progress_label.setObjectName("whatIfProgressLabel")
         self.summary = QLabel("Change options, then Run What-If: every turn is rebuilt with them.")
         self.summary.setWordWrap(True)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         row.addWidget(self.run_btn)
         row.addWidget(self.cancel_btn)
         row.addWidget(self.progress, 1)
+        row.addWidget(self.progress_label)
         root.addLayout(row)
         root.addWidget(self.summary)
 
@@ -169,6 +183,7 @@ class WhatIfPanel(QWidget):
         ll.setContentsMargins(0, 0, 0, 0)
         head = QHBoxLayout()
         self.detail_caption = caption("Open a turn (double-click) to see its what-if prompt against the real one")
+        self.detail_caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.rerun_btn = QPushButton("Re-Run This What-If Prompt…")
         self.rerun_btn.setEnabled(False)
         head.addWidget(self.detail_caption, 1)
@@ -221,6 +236,7 @@ class WhatIfPanel(QWidget):
             self.rerun_btn.setEnabled(False)
             self.progress.setRange(0, max(len(source.turns) if source else 1, 1))
             self.progress.setValue(0)
+            self.progress_label.setText("")
             self.summary.setText("Change options, then Run What-If: every turn is rebuilt with them.")
 
     @property
@@ -239,6 +255,7 @@ class WhatIfPanel(QWidget):
         total = len(source.turns)
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(0)
+        self.progress_label.setText(f"0 of {total:,} turns")
         self.summary.setText(f"Rebuilding {total:,} turns with {self.options().describe()}…")
         job: Callable[[Callable[[int, int], None]], WhatIfOutcome] = \
             lambda report: source.what_if(overrides, progress=report, cancel=cancel.is_set)  # noqa: E731
@@ -254,6 +271,7 @@ class WhatIfPanel(QWidget):
     def _on_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(done)
+        self.progress_label.setText(f"{done:,} of {total:,} turns")
 
     def _on_done(self, source: ReplaySource, outcome: WhatIfOutcome) -> None:
         self._finish()
@@ -263,6 +281,7 @@ class WhatIfPanel(QWidget):
         rows = what_if_rows(outcome.rows, source.turns)
         self.model.set_rows(rows)
         self.progress.setValue(len(rows))
+        self.progress_label.setText(f"{len(rows):,} of {outcome.total:,} turns")
         self.summary.setText(what_if_summary(rows, outcome.total, outcome.cancelled))
         self.finished.emit(outcome)
 
@@ -313,9 +332,10 @@ def table_for(model: RecordTableModel[Any]) -> QTableView:
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setSectionResizeMode(model.columnCount() - 1, QHeaderView.ResizeMode.Stretch)
     for col in range(model.columnCount() - 1):  # long texts get a fixed width: a table never widens the window
-        if model.headerData(col, Qt.Orientation.Horizontal) in ("Input", "Text", "Stored", "Message"):
+        width = {"Input": 220, "Message": 200, "Stored": 110}.get(model.headerData(col, Qt.Orientation.Horizontal))
+        if width:
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
-            header.resizeSection(col, 220)
+            header.resizeSection(col, width)
     return table
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 from studio.commands import CommandPalette
 from studio.selection import Selection
@@ -116,3 +117,27 @@ def test_a_fork_shows_its_source_in_the_thread_tree(qtbot: Any, window: Any) -> 
     assert f"Forked from thread {THREAD} at message" in tip
     qtbot.waitUntil(lambda: replay.source is not None and replay.source.thread_id == fork.id, timeout=20_000)
     assert f"Forked from thread {THREAD}" in replay.subtitle.toolTip()
+
+
+def test_the_window_never_grows_while_replaying(qtbot: Any, window: Any) -> None:
+    width = max(1500, window.minimumSizeHint().width())  # other panes set the floor; Replay must not raise it
+    window.resize(width, 860)
+    qtbot.waitUntil(lambda: window.width() == width, timeout=5_000)
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    window.show_tab("replay")
+    replay = window.panes["replay"]
+    qtbot.waitUntil(lambda: replay.step is not None and not replay.busy, timeout=30_000)
+    assert replay.minimumSizeHint().width() < 800
+    for tab in range(replay.tabs.count()):
+        replay.tabs.setCurrentIndex(tab)
+    panel = replay.what_if
+    with qtbot.waitSignal(panel.finished, timeout=60_000):
+        panel.run()
+    with qtbot.waitSignal(panel.opened, timeout=20_000):
+        panel.open_row(7)
+    with qtbot.waitSignal(replay.rerun.finished, timeout=30_000):
+        replay.rerun.run()
+    replay.step_table.selectRow(1)
+    QApplication.processEvents()
+    assert window.width() == width
+    assert replay.minimumSizeHint().width() < 800
