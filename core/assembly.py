@@ -99,10 +99,12 @@ class TurnAssembler:
     # -- assembly --------------------------------------------------------------------------------
     def request_context(
         self, *, thread_id: str | None, resource_id: str | None, options: Mapping[str, Any] | None = None,
-        scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None,
+        scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None, resolve: bool = True,
     ) -> RequestContext:
+        """``resolve=False``: the memory's own options, without reading overrides (a caller that
+        brings the options, such as a rebuild from a turn record)."""
         resource_id, thread_id, others = parse_scopes(scopes, resource_id=resource_id, thread_id=thread_id)
-        opts = self._resolve_options(options)
+        opts = self._resolve_options(options) if resolve else self.options
         thread = self.store.memory.get_thread(thread_id) if thread_id else None
         if thread is not None:
             check_thread_owner(thread.id, thread.resource_id, resource_id)

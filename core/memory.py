@@ -326,7 +326,7 @@ class Memory:
             from core.replay import store as records
 
             with self.store.db.write() as conn:
-                records.delete_for_threads(conn, [thread_id])
+                records.delete_for_threads(conn, [thread_id], self.store)
         if self._recall_index is not None:
             self._recall_index.delete_thread(thread_id)
             return

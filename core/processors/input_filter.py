@@ -17,6 +17,10 @@ class MemoryInputFilter(BaseProcessor):
     def process_input(self, ctx: ProcessorContext) -> None:
         req = ctx.request
         inputs = ctx.messages.messages("input")
+        if req.frozen is not None:
+            # A rebuilt turn's inputs are the ones it kept; they are all stored by now, not echoed.
+            ctx.skip(self.id, "rebuilt turn: its recorded inputs")
+            return
         if not req.thread_id or len(inputs) < 2:
             ctx.skip(self.id, "no echoed history in the input")
             return

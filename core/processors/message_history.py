@@ -29,7 +29,7 @@ class MessageHistory(BaseProcessor):
         if limit <= 0:
             ctx.skip(self.id, "history is disabled (last_messages is 0 or False)")
             return
-        if req.frozen is not None:  # a recorded turn: exactly the window it had
+        if req.frozen is not None and req.frozen.history is not None:  # a recorded turn: its exact window
             rows = list(req.frozen.history)
         else:
             # Storage errors propagate: a turn without its history would silently mislead the model.

@@ -85,7 +85,7 @@ class ObservationalMemory(BaseProcessor):
     def _load(self, ctx: ProcessorContext, key: str) -> _Turn:
         req = ctx.request
         assert req.thread_id is not None
-        if req.frozen is not None or req.as_of is not None:
+        if req.as_of is not None:
             return self._load_past(ctx, key)
         record = om_store.current_record(ctx.store, key)
         thread = ctx.store.memory.get_thread(req.thread_id)
@@ -100,11 +100,10 @@ class ObservationalMemory(BaseProcessor):
         from core.replay import observations
 
         req = ctx.request
-        assert req.thread_id is not None and (req.frozen is not None or req.as_of is not None)
-        if req.frozen is not None:
-            f = req.frozen
-            return _Turn(key, f.om_record, f.om_hints, list(f.history))
-        assert req.as_of is not None
+        assert req.thread_id is not None and req.as_of is not None
+        if req.frozen is not None and req.frozen.om is not None:
+            om = req.frozen.om
+            return _Turn(key, om.record, om.hints, list(om.unobserved))
         state = observations.as_of(ctx.store, key=key, thread_id=req.thread_id, resource_id=req.resource_id,
                                    before=(req.as_of.created_at, req.as_of.id))
         if state.unknowns:

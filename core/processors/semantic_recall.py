@@ -76,7 +76,8 @@ class SemanticRecall(BaseProcessor):
         req = ctx.request
         opts = self._options(ctx)
         index = self._index(ctx)
-        if index is None:
+        recorded = req.frozen is not None and req.frozen.hits is not None  # a rebuild needs no index
+        if index is None and not recorded:
             ctx.skip(self.id, "no recall index: Memory was built without an embedder")
             return
         if not req.thread_id:
@@ -91,9 +92,10 @@ class SemanticRecall(BaseProcessor):
             ctx.skip(self.id, "the last user message has no text to search with")
             return
         resource_scope = opts.scope == "resource" and bool(req.resource_id)
-        if req.frozen is not None:  # a recorded turn: exactly the hits it had
+        if req.frozen is not None and req.frozen.hits is not None:  # a recorded turn: exactly its hits
             hits, reason = list(req.frozen.hits), None
         else:
+            assert index is not None
             result = index.search(
                 query,
                 resource_id=req.resource_id if resource_scope else None,
@@ -157,6 +159,8 @@ class SemanticRecall(BaseProcessor):
         out: dict[str, tuple[Message, SearchHit]] = {}
         rng = opts.message_range
         frozen = ctx.request.frozen
+        if frozen is not None and frozen.hits is None:
+            frozen = None  # recall re-queried (a what-if changed its options): windows are queried too
         seen: dict[str, list[str]] = {}
         for hit in hits:  # best first, so a shared neighbour keeps the better hit's score
             if frozen is not None:

@@ -30,12 +30,14 @@ class WorkingMemory(BaseProcessor):
         service = ctx.services.working_memory
         as_of_note = None
         try:
-            if req.frozen is not None:  # a recorded turn: the version it showed
+            frozen = req.frozen is not None and req.frozen.wm_frozen
+            if frozen:  # a recorded turn: the version it showed
+                assert req.frozen is not None
                 value = service.value_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
                                          text=req.frozen.wm_text)
             else:
                 value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
-            if req.frozen is None and req.as_of is not None:
+            if not frozen and req.as_of is not None:
                 # Replaying a stored turn: show the memory as it was then, not as it is now.
                 historic = service.value_as_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
                                                when=req.as_of.created_at)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from core.messages import Message
 from core.replay import store as records
@@ -91,24 +91,36 @@ def recall_hits(notes: dict[str, Any]) -> tuple[RecallHitRecord, ...]:
 class TurnCapture:
     """A record built when the prompt was assembled, completed and written once the turn is saved.
 
-    ``commit(conn, saved)`` writes inside the caller's transaction (the one that saves the turn, where
-    there is one); ``save(store, saved)`` opens its own.
+    ``save(store, saved)`` writes it in a transaction of its own, after the turn's messages.
+    ``commit(conn)`` writes it inside the caller's transaction (a staged write committed with the
+    turn's messages: the record then exists exactly when the turn does); the response ids are then
+    the turn's new messages that the transaction stored.
     """
 
     record: TurnRecord
+    store: "Store | None" = None
+    new_message_ids: Callable[[], list[str]] | None = None
 
-    def complete(self, saved: Sequence[Message]) -> TurnRecord | None:
+    def complete(self, saved: Sequence[Message] | Sequence[str]) -> TurnRecord | None:
         """The record with the response ids of what was saved; None when the input was not saved."""
-        saved_ids = [m.id for m in saved]
+        saved_ids = [m if isinstance(m, str) else m.id for m in saved]
         if self.record.input_message_id not in saved_ids:
             return None
         inputs = set(self.record.input_ids)
         responses = tuple(i for i in saved_ids if i not in inputs)
         return replace(self.record, response_ids=responses)
 
-    def commit(self, conn: Any, store: "Store", saved: Sequence[Message]) -> bool:
-        record = self.complete(saved)
-        return record is not None and records.write(conn, store, record)
+    def commit(self, conn: Any) -> None:
+        assert self.store is not None and self.new_message_ids is not None
+        ids = self.new_message_ids()
+        if not ids:
+            return
+        marks = ",".join("?" * len(ids))
+        stored = {r[0] for r in conn.exec_driver_sql(f"SELECT id FROM mastra_messages WHERE id IN ({marks})",
+                                                     tuple(ids))}
+        record = self.complete([i for i in ids if i in stored])
+        if record is not None:
+            records.write(conn, self.store, record)
 
     def save(self, store: "Store", saved: Sequence[Message]) -> bool:
         """Write the record; a failure is logged and never fails the turn (the turn is already saved)."""
@@ -171,7 +183,7 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         om_hints=hints,
     )
     log.debug("turn record of %s built in %.3f ms", record.input_message_id, (time.perf_counter() - t0) * 1000)
-    return TurnCapture(record)
+    return TurnCapture(record, ctx.services.store, lambda: [m.id for m in ctx.messages.new_messages()])
 
 
 def _context_message(message: Message) -> dict[str, Any]:

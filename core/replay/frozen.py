@@ -5,40 +5,103 @@ what it would have queried from here, and runs its own formatting code on it, so
 and a live one cannot drift apart: history gets exactly the recorded message ids, recall exactly the
 recorded hits and windows, working memory the recorded version's text, observational memory the
 recorded generation's log as it then was (and the hints of the time).
+
+A part is frozen only while the options it depends on are those of the record: a what-if that
+changes the history window re-queries the history (as of the turn's time) and keeps the recorded
+recall hits, working memory and observations. ``ReplaySource`` caches the rows a rebuild reads, so
+stepping through a thread or a what-if over it reads each row once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import sqlalchemy as sa
 
 from core.messages import Message
+from core.options import MemoryOptions
 from core.replay import observations
+from core.replay import store as records
 from core.replay.record import TurnRecord
 from core.storage import schema as t
+from core.storage.memory_store import MessageQuery
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.observational.store import ThreadHints
     from core.observational.records import OMRecord
     from core.recall import SearchHit
     from core.storage import Store
 
+PARTS = ("history", "recall", "working-memory", "observational-memory")
+
+
+class ReplaySource:
+    """The stored rows rebuilds read, cached: records, messages, working-memory versions and
+    observation generations. ``preload(thread_id)`` reads a whole thread's messages and records at
+    once (a what-if or a replay pane steps through all of them)."""
+
+    def __init__(self, store: "Store") -> None:
+        self.store = store
+        self._messages: dict[str, Message] = {}
+        self._records: dict[str, TurnRecord] | None = None
+        self._versions: dict[int, tuple[bool, str | None]] = {}
+        self._generations: dict[str, "OMRecord | None"] = {}
+        self.thread_messages: list[Message] = []
+
+    def preload(self, thread_id: str) -> "ReplaySource":
+        self.thread_messages = self.store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=False))
+        for m in self.thread_messages:
+            self._messages[m.id] = m
+        self._records = records.for_thread(self.store, thread_id)
+        return self
+
+    @property
+    def records(self) -> dict[str, TurnRecord]:
+        """The preloaded thread's records by input message id."""
+        return dict(self._records or {})
+
+    def record(self, input_message_id: str) -> TurnRecord | None:
+        if self._records is not None and input_message_id in self._messages:
+            return self._records.get(input_message_id)
+        return records.read(self.store, input_message_id)
+
+    def messages(self, ids: Iterable[str]) -> dict[str, Message]:
+        wanted = list(dict.fromkeys(ids))
+        missing = [i for i in wanted if i not in self._messages]
+        if missing:
+            for m in self.store.memory.get_messages(missing):
+                self._messages[m.id] = m
+        return {i: self._messages[i] for i in wanted if i in self._messages}
+
+    def version_text(self, version_id: int) -> tuple[bool, str | None]:
+        if version_id not in self._versions:
+            self._versions[version_id] = _version_text(self.store, version_id)
+        return self._versions[version_id]
+
+    def generation(self, row_id: str) -> "OMRecord | None":
+        if row_id not in self._generations:
+            self._generations[row_id] = observations.generation(self.store, row_id)
+        return self._generations[row_id]
+
 
 @dataclass
 class FrozenTurn:
-    """What a recorded turn's processors read. ``missing``: stored rows the record names that are gone."""
+    """What a recorded turn's processors read; a part left as None is queried as of the turn's time.
+    ``missing``: stored rows the record names that are gone."""
 
     record: TurnRecord
-    history: list[Message]
-    hits: list["SearchHit"]
-    windows: dict[str, list[Message]]
-    wm_text: str | None
-    wm_known: bool
-    om_record: "OMRecord | None"
-    om_hints: "ThreadHints"
+    history: list[Message] | None = None
+    hits: list["SearchHit"] | None = None
+    windows: dict[str, list[Message]] = field(default_factory=dict)
+    wm_frozen: bool = False
+    wm_text: str | None = None
+    om: observations.ObservationState | None = None
     missing: list[str] = field(default_factory=list)
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        frozen = (self.history is not None, self.hits is not None, self.wm_frozen, self.om is not None)
+        return tuple(p for p, on in zip(PARTS, frozen) if on)
 
     def window(self, hit_id: str) -> list[Message]:
         return list(self.windows.get(hit_id, ()))
@@ -52,34 +115,70 @@ def _version_text(store: "Store", version_id: int) -> tuple[bool, str | None]:
     return (True, row[0]) if row is not None else (False, None)
 
 
-def working_memory_text(store: "Store", record: TurnRecord) -> tuple[bool, str | None]:
+def working_memory_text(store: "Store", record: TurnRecord, source: ReplaySource | None = None) -> tuple[bool, str | None]:
     """(known, text) of the working memory a recorded turn showed."""
     if record.wm_version_id is not None:
-        return _version_text(store, record.wm_version_id)
+        return (source.version_text(record.wm_version_id) if source is not None
+                else _version_text(store, record.wm_version_id))
     return True, record.wm_text
 
 
-def load(store: "Store", record: TurnRecord) -> FrozenTurn:
-    """Load every stored row a record names, in one pass."""
-    wanted = set(record.history_ids)
+def _sub(options: dict[str, Any], key: str) -> Any:
+    value = options.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def parts_unchanged(record: TurnRecord, effective: MemoryOptions) -> set[str]:
+    """The parts of the prompt whose options are the record's, so their recorded inputs still hold."""
+    was, now = record.options, effective.to_dict()
+    same: set[str] = set()
+    om_was, om_now = _sub(was, "observational_memory"), _sub(now, "observational_memory")
+    om_same = om_was.get("enabled") == om_now.get("enabled") and om_was.get("scope") == om_now.get("scope")
+    history_keys = [k for k in ("last_messages", "message_history") if k in was or k in now]
+    if om_same and all(was.get(k) == now.get(k) for k in history_keys):
+        same.add("history")
+    if _sub(was, "semantic_recall") == _sub(now, "semantic_recall"):
+        same.add("recall")
+    wm_was, wm_now = _sub(was, "working_memory"), _sub(now, "working_memory")
+    if wm_was.get("enabled") == wm_now.get("enabled") and wm_was.get("scope") == wm_now.get("scope"):
+        same.add("working-memory")
+    if om_same:
+        same.add("observational-memory")
+    return same
+
+
+def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS) -> FrozenTurn:
+    """Load the stored rows a record names for the given parts."""
+    wanted_parts = set(parts)
+    frozen = FrozenTurn(record)
+    ids = list(record.history_ids)
     for hit in record.recall:
-        wanted.update(hit.window_ids)
-        wanted.add(hit.message_id)
-    found = {m.id: m for m in store.memory.get_messages(sorted(wanted))}
-    missing = [mid for mid in sorted(wanted) if mid not in found]
+        ids.extend(hit.window_ids)
+        ids.append(hit.message_id)
+    found = source.messages(ids) if ("history" in wanted_parts or "recall" in wanted_parts
+                                     or "observational-memory" in wanted_parts) else {}
     history = [found[mid] for mid in record.history_ids if mid in found]
-    windows = {hit.message_id: sorted((found[w] for w in hit.window_ids if w in found),
-                                      key=lambda m: (m.created_at, m.id)) for hit in record.recall}
-    hits = _hits(record)
-    # No version and no text: working memory was empty (or off) at that turn.
-    wm_known, wm_text = working_memory_text(store, record)
-    if not wm_known:
-        missing.append(f"working-memory version {record.wm_version_id}")
-    state = observations.recorded(store, generation_id=record.om_generation, chunks=record.om_chunks,
-                                  hints=record.om_hints, unobserved=history)
-    missing.extend(state.unknowns)
-    missing.extend(f"text {key} named by the record" for key in record.unresolved)
-    return FrozenTurn(record, history, hits, windows, wm_text, wm_known, state.record, state.hints, missing)
+    gone = sorted({mid for mid in ids if mid not in found}) if found or ids else []
+    if "history" in wanted_parts:
+        frozen.history = history
+    if "recall" in wanted_parts:
+        frozen.hits = _hits(record)
+        frozen.windows = {hit.message_id: sorted((found[w] for w in hit.window_ids if w in found),
+                                                 key=lambda m: (m.created_at, m.id)) for hit in record.recall}
+    if "working-memory" in wanted_parts:
+        # No version and no text: working memory was empty (or off) at that turn.
+        known, frozen.wm_text = working_memory_text(source.store, record, source)
+        frozen.wm_frozen = known
+        if not known:
+            frozen.missing.append(f"working-memory version {record.wm_version_id}")
+    if "observational-memory" in wanted_parts:
+        frozen.om = observations.recorded(
+            source.generation(record.om_generation) if record.om_generation else None,
+            generation_id=record.om_generation, chunks=record.om_chunks, hints=record.om_hints, unobserved=history)
+        frozen.missing.extend(frozen.om.unknowns)
+    frozen.missing.extend(f"message {mid}" for mid in gone)
+    frozen.missing.extend(f"text {key} named by the record" for key in record.unresolved)
+    return frozen
 
 
 def _hits(record: TurnRecord) -> list[Any]:
@@ -95,4 +194,4 @@ def _hits(record: TurnRecord) -> list[Any]:
     return out
 
 
-__all__ = ["FrozenTurn", "load", "working_memory_text"]
+__all__ = ["FrozenTurn", "PARTS", "ReplaySource", "load", "parts_unchanged", "working_memory_text"]

@@ -140,11 +140,11 @@ def as_of(
 
 
 def recorded(
-    store: "Store", *, generation_id: str | None, chunks: int | None, hints: dict[str, str],
+    record: OMRecord | None, *, generation_id: str | None, chunks: int | None, hints: dict[str, str],
     unobserved: list[Message],
 ) -> ObservationState:
-    """The state a record names: that generation's log as it was (its first ``chunks`` chunks)."""
-    record = generation(store, generation_id) if generation_id else None
+    """The state a record names: that generation (``record``, as loaded) with its log as it was
+    (its first ``chunks`` chunks), the hints of the time and the raw messages it showed."""
     unknowns: list[str] = []
     if generation_id and record is None:
         unknowns.append(f"observation generation {generation_id} (no longer stored)")

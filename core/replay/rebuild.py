@@ -5,12 +5,12 @@
 of the past:
 
 - *recorded*: the record's options, instructions and call-time context, its clock reading, and a
-  ``FrozenTurn`` from which every processor takes what it would have queried. The result's hash is
-  compared with the record's.
-- *reconstructed* (no record, a what-if, or ``rebuild="now"``): the processors query with the
-  turn's input as the cut-off (``RequestContext.as_of``): history strictly before it, recall over
-  messages created before it, working memory and observations as they stood then. What could not be
-  known is listed.
+  ``FrozenTurn`` from which the processors take what they would have queried. With a what-if's
+  options, only the parts whose options changed are queried again (as of the turn's time). The
+  result's hash is compared with the record's.
+- *reconstructed* (no record, or ``rebuild="now"``): the processors query with the turn's input as
+  the cut-off (``RequestContext.as_of``): history strictly before it, recall over messages created
+  before it, working memory and observations as they stood then. What could not be known is listed.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 from core.messages import Message
 from core.options import MemoryOptions
 from core.replay import frozen as frozen_mod
-from core.replay import store as records
 from core.replay.record import ReplayInfo, TurnRecord, messages_hash
 from core.storage.memory_store import InvalidArgumentError, NotFoundError
 from core.timeutil import FixedClock
@@ -33,6 +32,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Rebuild = Literal["record", "now"]
 REBUILDS = ("record", "now")
+_REQUERIED = {
+    "history": "the history window was queried again for the changed options",
+    "recall": "recall was searched again for the changed options (over today's index, older messages only)",
+    "working-memory": "working memory was read again (the version in force then)",
+    "observational-memory": "observations were read again as of the turn's time",
+}
 
 
 def _stopped_clock(when: datetime) -> FixedClock:
@@ -44,15 +49,17 @@ def _context(record: TurnRecord, at: datetime) -> list[Message]:
     for i, item in enumerate(record.context):
         content = item.get("content")
         if not isinstance(content, dict):
-            content = {"format": 2, "parts": [{"type": "text", "text": str(content or "")}], "content": str(content or "")}
+            text = str(content or "")
+            content = {"format": 2, "parts": [{"type": "text", "text": text}], "content": text}
         out.append(Message(id=str(item.get("id") or f"context-{i}"), role=item.get("role", "user"), content=content,
                            created_at=at))
     return out
 
 
-def _inputs(assembler: "TurnAssembler", as_of: str, record: TurnRecord | None, thread_id: str | None) -> list[Message]:
+def _inputs(source: frozen_mod.ReplaySource, as_of: str, record: TurnRecord | None,
+            thread_id: str | None) -> list[Message]:
     wanted = list(record.input_ids) if record is not None else [as_of]
-    found = {m.id: m for m in assembler.store.memory.get_messages(wanted)}
+    found = source.messages(wanted)
     if as_of not in found:
         raise NotFoundError(f"Message {as_of} not found")
     turn = found[as_of]
@@ -74,27 +81,30 @@ def rebuild(
     request_context: Mapping[str, Any] | None = None,
     tools: Sequence[Mapping[str, Any]] = (),
     rebuild: Rebuild = "record",
+    source: frozen_mod.ReplaySource | None = None,
 ) -> "AssembledPrompt":
-    """The prompt of the stored turn whose input is message ``as_of`` (see the module docstring)."""
+    """The prompt of the stored turn whose input is message ``as_of`` (see the module docstring).
+    ``source``: a cache of stored rows shared by several rebuilds (a what-if over a thread)."""
     if rebuild not in REBUILDS:
         raise InvalidArgumentError(f"rebuild must be 'record' or 'now', got {rebuild!r}.")
-    record = records.read(assembler.store, as_of)
-    if record is not None and record.input_message_id != as_of:
-        record = None
-    inputs = _inputs(assembler, as_of, record, thread_id)
-    turn = inputs[-1] if inputs[-1].id == as_of else next(m for m in inputs if m.id == as_of)
+    source = source or frozen_mod.ReplaySource(assembler.store)
+    record = source.record(as_of)
+    inputs = _inputs(source, as_of, record, thread_id)
+    turn = next(m for m in inputs if m.id == as_of)
+    use_record = record is not None and rebuild == "record"
     request = assembler.request_context(thread_id=turn.thread_id, resource_id=resource_id, options=None,
-                                        scopes=scopes, values=request_context)
+                                        scopes=scopes, values=request_context, resolve=not use_record)
     unknowns: list[str] = []
-    effective = _options(assembler, record, options, rebuild, request.options)
-    exact = record is not None and rebuild == "record" and effective.to_dict() == record.options
+    effective = _options(record if use_record else None, options, request.options)
     request.options = effective
     request.as_of = inputs[0]
     frozen = None
-    if exact:
+    if use_record:
         assert record is not None
-        frozen = frozen_mod.load(assembler.store, record)
+        same = frozen_mod.parts_unchanged(record, effective)
+        frozen = frozen_mod.load(source, record, same)
         request.frozen = frozen
+        unknowns.extend(_REQUERIED[p] for p in frozen_mod.PARTS if p not in frozen.parts)
     elif record is None:
         if options is None:
             unknowns.append("the options in force (the current configuration is used)")
@@ -112,12 +122,12 @@ def rebuild(
     prompt = assembler.run_input(ctx, extra_tools=tools)
     for notes in prompt.notes.values():
         unknowns.extend(str(u) for u in notes.get("unknown", ()) or ())
-    if not exact and record is None and effective.semantic_recall.enabled:
+    if record is None and effective.semantic_recall.enabled:
         unknowns.append("recall scores at the time (ranked over today's index, limited to older messages)")
-    if frozen is not None and frozen.missing:
+    if frozen is not None:
         unknowns.extend(f"{m} (no longer stored)" if not m.endswith(")") else m for m in frozen.missing)
     prompt.replay = ReplayInfo(
-        kind="recorded" if exact else "reconstructed",
+        kind="recorded" if use_record else "reconstructed",
         matches=(messages_hash(prompt.messages) == record.messages_hash) if record is not None else None,
         record=record,
         unknowns=tuple(dict.fromkeys(unknowns)),
@@ -126,12 +136,11 @@ def rebuild(
     return prompt
 
 
-def _options(assembler: "TurnAssembler", record: TurnRecord | None, options: Mapping[str, Any] | None,
-             rebuild: Rebuild, current: MemoryOptions) -> MemoryOptions:
-    """Record mode: the record's options, with a what-if's changes on top. "now" (or no record): the
-    engine's current configuration with them."""
-    if record is not None and rebuild == "record":
-        return record.memory_options().merged(options)
+def _options(record: TurnRecord | None, options: Mapping[str, Any] | None, current: MemoryOptions) -> MemoryOptions:
+    """With a record: its options, with a what-if's changes on top. Without (or "now"): the engine's
+    current configuration with them."""
+    if record is not None:
+        return record.memory_options(options)
     return current.merged(options) if options else current
 
 

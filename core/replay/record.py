@@ -12,8 +12,11 @@ model call; a rebuild is exact when its messages hash the same.
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Mapping, Sequence
@@ -22,7 +25,7 @@ from core.options import MemoryOptions, options_merge
 
 RECORD_VERSION = 1
 TOKEN_SECTIONS = ("system", "working_memory", "observations", "history", "recall", "input", "tools", "total")
-SCORE_DIGITS = 6  # scores are shown, never part of the prompt: six digits keep records small
+SCORE_DIGITS = 4  # scores are shown, never part of the prompt: four decimals keep records small
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,9 @@ class TurnRecord:
     om_hints: dict[str, str] = field(default_factory=dict)  # currentTask / suggestedResponse then
     unresolved: tuple[str, ...] = ()  # texts named by hash that could not be found (an import, a manual delete)
 
-    def memory_options(self) -> MemoryOptions:
-        return MemoryOptions(**self.options)
+    def memory_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
+        """The options in force at this turn, with ``overrides`` deep-merged over them (a what-if)."""
+        return options_with(self.options, overrides)
 
 
 def canonical_json(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -110,6 +114,32 @@ def options_delta(options: Mapping[str, Any], base: Mapping[str, Any] | None = N
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _delta_of(options_json: str) -> str:
+    return json.dumps(options_delta(json.loads(options_json)), separators=(",", ":"))
+
+
+def stored_options(options: Mapping[str, Any]) -> Any:
+    """``options_delta``, memoised: a memory's options rarely change between its turns."""
+    return json.loads(_delta_of(_canonical(options)))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+@functools.lru_cache(maxsize=128)
+def _options(options_json: str, overrides_json: str | None) -> MemoryOptions:
+    base = MemoryOptions(**json.loads(options_json))
+    return base.merged(json.loads(overrides_json)) if overrides_json else base
+
+
+def options_with(options: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
+    """``MemoryOptions`` from a record's options dict (and a what-if's overrides), memoised: stepping
+    through a thread rebuilds many turns with the same options. Options are frozen, so sharing is safe."""
+    return _options(_canonical(options), _canonical(overrides) if overrides else None)
+
+
 def expand_options(delta: Mapping[str, Any]) -> dict[str, Any]:
     return options_merge(_defaults(), delta)
 
@@ -118,29 +148,52 @@ def _score(value: float | None) -> float | None:
     return None if value is None else round(float(value), SCORE_DIGITS)
 
 
+def pack_id(value: str) -> str:
+    """A message id as stored in a record: a canonical UUID becomes ``~`` + its 16 bytes in base64url
+    (23 characters instead of 36); any other id is kept, with a leading ``~`` doubled. Exact both ways."""
+    if len(value) == 36:
+        try:
+            parsed = uuid.UUID(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None and str(parsed) == value:
+            return "~" + base64.urlsafe_b64encode(parsed.bytes).decode("ascii").rstrip("=")
+    return "~" + value if value.startswith("~") else value
+
+
+def unpack_id(value: str) -> str:
+    if value.startswith("~~"):
+        return value[1:]
+    if value.startswith("~"):
+        return str(uuid.UUID(bytes=base64.urlsafe_b64decode(value[1:] + "==")))
+    return value
+
+
 def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
     """The compact JSON stored in the ``record`` column; ``text_keys`` maps each long text to its key."""
     history_at = {mid: i for i, mid in enumerate(record.history_ids)}
-    data: dict[str, Any] = {"v": RECORD_VERSION, "r": list(record.response_ids), "o": options_delta(record.options)}
+    data: dict[str, Any] = {"v": RECORD_VERSION, "r": [pack_id(i) for i in record.response_ids],
+                            "o": stored_options(record.options)}
     if record.model:
         data["m"] = record.model
     if len(record.input_ids) > 1:
-        data["in"] = list(record.input_ids)
-    data["h"] = list(record.history_ids)
+        data["in"] = [pack_id(i) for i in record.input_ids]
+    data["h"] = [pack_id(i) for i in record.history_ids]
     if record.recall:
-        # A window neighbour already in the history is named by its place there; the hit itself is implied.
+        # Hits in rank order. A window neighbour already in the history is named by its place there;
+        # the hit itself by its place in the window; "" is the record's own thread.
         data["rc"] = [
-            [h.message_id, h.thread_id, _score(h.vector), _score(h.keyword), _score(h.fused), h.rank,
-             [history_at.get(w, w) for w in h.window_ids if w != h.message_id],
+            [pack_id(h.message_id), "" if h.thread_id == record.thread_id else h.thread_id, _score(h.vector),
+             _score(h.keyword), _score(h.fused),
+             [history_at.get(w, pack_id(w)) for w in h.window_ids if w != h.message_id],
              h.window_ids.index(h.message_id) if h.message_id in h.window_ids else -1]
-            for h in record.recall
+            for h in sorted(record.recall, key=lambda h: h.rank)
         ]
-    if record.wm_version_id is not None:
-        data["wv"] = record.wm_version_id
+    # The working-memory version id lives in its own column only (an import may renumber versions).
     if record.wm_text is not None:
         data["wt"] = text_keys[record.wm_text]
     if record.om_generation is not None:
-        data["om"] = [record.om_generation, record.om_cursor, record.om_chunks,
+        data["om"] = [pack_id(record.om_generation), record.om_cursor, record.om_chunks,
                       {k: text_keys[v] for k, v in record.om_hints.items()}]
     if record.tools:
         data["t"] = list(record.tools)
@@ -167,8 +220,8 @@ def decode(
 ) -> TurnRecord:
     """A stored row back into a ``TurnRecord``; ``texts`` resolves keys (missing ones are listed)."""
     data = json.loads(row["record"])
-    if not isinstance(data, dict):
-        raise ValueError("turn record is not a JSON object")
+    if not isinstance(data, dict) or data.get("v") != RECORD_VERSION or not data.get("x"):
+        raise ValueError(f"not a version-{RECORD_VERSION} turn record")
     missing: list[str] = []
 
     def text(key: str) -> str:
@@ -178,29 +231,31 @@ def decode(
             return ""
         return found
 
-    history = tuple(str(x) for x in data.get("h", ()))
+    history = tuple(unpack_id(str(x)) for x in data.get("h", ()))
     recall: list[RecallHitRecord] = []
-    for item in data.get("rc", ()):
-        mid, tid, vec, kw, fused, rank, window, at = item
-        ids = [history[w] if isinstance(w, int) else str(w) for w in window]
+    for rank, item in enumerate(data.get("rc", ()), start=1):
+        packed, tid, vec, kw, fused, window, at = item
+        mid = unpack_id(str(packed))
+        ids = [history[w] if isinstance(w, int) else unpack_id(str(w)) for w in window]
         if isinstance(at, int) and at >= 0:
             ids.insert(at, mid)
-        recall.append(RecallHitRecord(str(mid), str(tid), vec, kw, float(fused), int(rank), tuple(ids)))
+        recall.append(RecallHitRecord(mid, str(tid) or str(row["thread_id"]), vec, kw, float(fused), rank,
+                                      tuple(ids)))
     om = data.get("om")
     tokens = dict(zip(TOKEN_SECTIONS, (int(x) for x in data.get("tk", ()))))
-    inputs = tuple(str(x) for x in data.get("in", ())) or (str(row["input_message_id"]),)
+    inputs = tuple(unpack_id(str(x)) for x in data.get("in", ())) or (str(row["input_message_id"]),)
     record = TurnRecord(
         input_message_id=str(row["input_message_id"]),
         thread_id=str(row["thread_id"]),
         resource_id=row.get("resource_id"),
-        response_ids=tuple(str(x) for x in data.get("r", ())),
+        response_ids=tuple(unpack_id(str(x)) for x in data.get("r", ())),
         created_at=parse_time(row["createdAt"]),
         options=expand_options(data.get("o") or {}),
         model=data.get("m"),
         history_ids=history,
         recall=tuple(recall),
-        wm_version_id=row.get("wm_version_id") if row.get("wm_version_id") is not None else data.get("wv"),
-        om_generation=om[0] if om else None,
+        wm_version_id=int(row["wm_version_id"]) if row.get("wm_version_id") is not None else None,
+        om_generation=unpack_id(str(om[0])) if om else None,
         om_cursor=om[1] if om else None,
         tools=tuple(str(x) for x in data.get("t", ())),
         tokens=tokens,

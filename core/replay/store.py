@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 TABLE = t.turns.name
 _HAS_TABLE = "turn_records_table"
+_KNOWN_TEXTS = "turn_record_text_keys"  # thread id -> keys of the texts its records hold
 
 
 def has_table(store: "Store", conn: sa.Connection | None = None) -> bool:
@@ -57,6 +58,13 @@ def _load(raw: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
+def _cached_keys(store: "Store") -> dict[str, set[str]]:
+    cache = store.extensions.get(_KNOWN_TEXTS)
+    if cache is None:
+        cache = store.extensions[_KNOWN_TEXTS] = {}
+    return cache
+
+
 def write(conn: sa.Connection, store: "Store", record: TurnRecord) -> bool:
     """Insert (or replace) one record inside the caller's write transaction. False when the
     database has no turn-record table."""
@@ -66,8 +74,14 @@ def write(conn: sa.Connection, store: "Store", record: TurnRecord) -> bool:
     keys = {x: k for k, x in wanted.items()}
     new: dict[str, str] = {}
     if wanted:
-        known = _known_keys(conn, record.thread_id)
+        # Texts are only ever added to a thread (and dropped with it), so keys seen stored stay stored:
+        # most turns repeat the instructions and need no query.
+        cache = _cached_keys(store)
+        known = cache.get(record.thread_id, set())
+        if not set(wanted) <= known:
+            known = cache[record.thread_id] = _known_keys(conn, record.thread_id)
         new = {k: x for k, x in wanted.items() if k not in known}
+        known.update(new)
     conn.exec_driver_sql(
         f'INSERT OR REPLACE INTO {TABLE} (input_message_id, thread_id, resource_id, wm_version_id, record, texts, '
         '"createdAt") VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -125,7 +139,10 @@ def for_thread(store: "Store", thread_id: str) -> dict[str, TurnRecord]:
         return {r.input_message_id: r for r in _decode_rows(conn, rows)}
 
 
-def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str]) -> None:
+def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str], store: "Store | None" = None) -> None:
+    if store is not None:
+        for tid in thread_ids:
+            _cached_keys(store).pop(tid, None)
     if thread_ids and conn.exec_driver_sql(
             "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)).first() is not None:
         conn.exec_driver_sql(f"DELETE FROM {TABLE} WHERE thread_id IN ({','.join('?' * len(thread_ids))})",

@@ -11,6 +11,7 @@ from core.replay.record import TurnRecord
 from core.storage.memory_store import MessageQuery
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.replay.frozen import ReplaySource
     from core.storage import Store
 
 
@@ -27,10 +28,14 @@ class Turn:
     record: TurnRecord | None
 
 
-def list_turns(store: "Store", thread_id: str) -> list[Turn]:
-    """Every user-input turn of the thread, oldest first."""
-    messages = store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=True))
-    recorded = records.for_thread(store, thread_id)
+def list_turns(store: "Store", thread_id: str, source: "ReplaySource | None" = None) -> list[Turn]:
+    """Every user-input turn of the thread, oldest first (``source``: a cache that preloaded the thread)."""
+    if source is not None:
+        messages = [m for m in source.thread_messages if m.role != "system"]
+        recorded = source.records
+    else:
+        messages = store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=True))
+        recorded = records.for_thread(store, thread_id)
     # The earlier inputs of a turn that sent several belong to that turn, not to turns of their own.
     folded = {i for r in recorded.values() for i in r.input_ids[:-1]}
     turns: list[Turn] = []

@@ -30,13 +30,21 @@ def what_if(
     """For each turn of the thread, oldest first: its prompt (from its record, else reconstructed) and
     the prompt it would have had with ``options`` merged over the options then in force. Nothing is
     written. ``progress(i, n)`` is called after each turn; ``cancel()`` is checked before each."""
-    turns = memory.turns(thread_id, resource_id=resource_id)
+    from core.replay.frozen import ReplaySource
+    from core.replay.rebuild import rebuild
+
+    from core.replay.turns import list_turns
+
+    memory._owned_thread(thread_id, resource_id)
+    source = ReplaySource(memory.store).preload(thread_id)  # every row is read once for the whole thread
+    turns = list_turns(memory.store, thread_id, source)
     total = len(turns)
     for i, turn in enumerate(turns):
         if cancel is not None and cancel():
             return
-        real = memory.assemble(thread_id=thread_id, as_of=turn.input_message_id)
-        alt = memory.assemble(thread_id=thread_id, as_of=turn.input_message_id, options=options)
+        real = rebuild(memory.assembler, thread_id=thread_id, as_of=turn.input_message_id, source=source)
+        alt = rebuild(memory.assembler, thread_id=thread_id, as_of=turn.input_message_id, options=options,
+                      source=source)
         changes = prompt_diff(real, alt)
         yield WhatIfRow(
             turn.input_message_id,

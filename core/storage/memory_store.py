@@ -383,12 +383,20 @@ class MemoryStore:
             )
 
     def get_messages(self, ids: Iterable[str]) -> list[Message]:
-        wanted = list(ids)
+        wanted = list(dict.fromkeys(ids))
         if not wanted:
             return []
+        rows: list[Any] = []
+        # Plain SQL, like list_messages: replaying a turn fetches its rows by id, and compiling a
+        # SQLAlchemy IN clause each time cost more than the lookup.
         with self.db.read() as conn:
-            rows = conn.execute(sa.select(t.messages).where(t.messages.c.id.in_(wanted))).mappings().all()
-        return sorted((Message.from_row(r) for r in rows), key=lambda m: (m.created_at, m.id))
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start:start + 500]
+                rows.extend(conn.exec_driver_sql(
+                    f"SELECT {_MESSAGE_SELECT} FROM mastra_messages WHERE id IN ({','.join('?' * len(chunk))})",
+                    tuple(chunk)).all())
+        found = (Message.from_row(dict(zip(_MESSAGE_FIELDS, r))) for r in rows)
+        return sorted(found, key=lambda m: (m.created_at, m.id))
 
     def messages_with_context(self, includes: Sequence[Include], resource_id: str | None = None) -> list[Message]:
         """Each target plus its neighbours in the target's own thread, de-duplicated, oldest first."""

@@ -180,4 +180,6 @@ TURNS_DDL = [
     'thread_id TEXT NOT NULL, resource_id TEXT, wm_version_id INTEGER, record TEXT NOT NULL, texts TEXT, '
     '"createdAt" TEXT NOT NULL)',
     'CREATE INDEX IF NOT EXISTS idx_turns_thread_created ON memory_studio_turns (thread_id, "createdAt")',
+    # The few rows that introduced texts, found without reading the thread's other records.
+    "CREATE INDEX IF NOT EXISTS idx_turns_thread_texts ON memory_studio_turns (thread_id) WHERE texts IS NOT NULL",
 ]

@@ -83,3 +83,91 @@ def test_a_database_without_the_table_has_no_records_and_rebuilds_by_time(tmp_pa
         assert prompt.replay is not None and prompt.replay.kind == "reconstructed" and prompt.replay.matches is None
         assert [m["content"] for m in prompt.messages] == ["hello", "A.", "again"]
         assert any("instructions" in u for u in prompt.replay.unknowns)
+
+
+def test_a_record_can_be_committed_in_the_turns_own_transaction(store) -> None:
+    """``TurnCapture.commit(conn)`` (a staged write): the record lands with the messages, naming
+    only the responses that transaction stored."""
+    from core import Message
+    from core.replay.capture import capture
+
+    memory = Memory(store, MemoryOptions(last_messages=4))
+    ctx = memory.new_context(memory.request_context(thread_id="t", resource_id="u"))
+    ctx.live = True
+    memory.prepare_input(ctx, input="hello there", instructions="Be kind.")
+    prompt = memory.run_input(ctx)
+    turn = capture(ctx, prompt, model=ScriptedModel(["x"]))
+    assert turn is not None
+    reply = Message.assistant("Hi!", thread_id="t", resource_id="u")
+    ctx.messages.add(reply, "response")
+    with store.db.write() as conn:
+        memory.store.memory.save_messages(ctx.messages.new_messages(), conn=conn)
+        turn.commit(conn)
+    record = memory.turn_record(turn.record.input_message_id)
+    assert record is not None and record.response_ids == (reply.id,) and record.instructions == ("Be kind.",)
+    rebuilt = memory.assemble(as_of=record.input_message_id)
+    assert rebuilt.replay is not None and rebuilt.replay.matches is True and rebuilt.messages == prompt.messages
+
+
+def test_a_turn_that_sent_several_inputs_is_one_turn_and_rebuilds_exactly(store) -> None:
+    from core import Message
+
+    memory = Memory(store, MemoryOptions(last_messages=5))
+    model = ScriptedModel(["First.", "Both read."])
+    agent = Agent("a", instructions="Read all.", model=model, memory=memory, tracer=False)
+    agent.generate("hello", memory={"resource": "u", "thread": "t"})
+    agent.generate([Message.user("part one"), Message.user("part two")], memory={"resource": "u", "thread": "t"})
+    turns = memory.turns("t")
+    assert [t.input_text for t in turns] == ["hello", "part two"]
+    record = turns[1].record
+    assert record is not None and len(record.input_ids) == 2
+    prompt = memory.assemble(as_of=turns[1].input_message_id)
+    assert prompt.messages == model.requests[1].messages and prompt.replay.matches is True
+
+
+def test_any_memory_on_the_file_rebuilds_a_recorded_turn(store) -> None:
+    """The record carries the options: a memory built without recall (the Studio's, a script's)
+    still rebuilds a turn that had recall, without an embedder."""
+    from core.embedding import HashingEmbedder
+
+    live = Memory(store, MemoryOptions(last_messages=1, semantic_recall={"top_k": 2, "scope": "thread",
+                                                                         "message_range": 0}),
+                  embedder=HashingEmbedder())
+    model = ScriptedModel(["Herons fish.", "Yes, herons.", "Still herons."])
+    agent = Agent("a", instructions="Birds.", model=model, memory=live, tracer=False)
+    for text in ("herons eat fish", "tell me about egrets", "what do herons eat"):
+        agent.generate(text, memory={"resource": "u", "thread": "t"})
+    plain = Memory(store)
+    last = plain.turns("t")[-1]
+    assert last.record is not None and last.record.recall
+    prompt = plain.assemble(as_of=last.input_message_id)
+    assert prompt.fragments_from("semantic-recall")
+    assert prompt.messages == model.requests[2].messages and prompt.replay.matches is True
+
+
+def test_records_travel_with_an_exported_thread_and_rebuild_exactly_after_import(tmp_path) -> None:
+    from core.transfer import export_thread, import_data
+
+    source_path, target_path = tmp_path / "a.db", tmp_path / "b.db"
+    with open_store(source_path) as store:
+        memory = Memory(store, MemoryOptions(last_messages=2, working_memory={"enabled": True, "template": TEMPLATE}))
+        model = ScriptedModel([
+            ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": "# User\n- Name: Ada\n"}),)),
+            "Hi Ada.", "Sure.", "Done."])
+        agent = Agent("a", instructions="Be kind.", model=model, memory=memory, tracer=False)
+        for text in ("I am Ada", "what is my name", "thanks"):
+            agent.generate(text, memory={"resource": "ada", "thread": "t"})
+        data = export_thread(store, "t")
+    assert data["counts"]["turns"] == 3
+    with open_store(target_path) as store:
+        # The target already has a version of its own, so the imported one gets another id.
+        Memory(store, MemoryOptions(working_memory={"enabled": True})).update_working_memory(
+            resource_id="someone", working_memory="x")
+        import_data(store, data)
+        memory = Memory(store)
+        turns = memory.turns("t")
+        assert all(t.record is not None for t in turns)
+        sent = [r.messages for r in model.requests if r.messages[-1]["role"] == "user"]
+        for turn, messages in zip(turns, sent):
+            prompt = memory.assemble(as_of=turn.input_message_id)
+            assert prompt.replay.matches is True and prompt.messages == messages

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 from core import open_store
@@ -33,18 +34,28 @@ def test_export_import_end_to_end(tmp_path: Path) -> None:
     assert err.startswith("exported 2 threads, 5 messages, 2 working-memory versions, 1 observation row, 1 turn record")
     assert json.loads(dump.read_text())["scope"] == {"kind": "resource", "id": "ada"}
 
+    # A target without the turn-record table (migrated before issue 10) keeps the rest and says so.
+    older = tmp_path / "older.db"
+    open_store(older).close()
+    with sqlite3.connect(older) as con:
+        con.execute("DROP TABLE memory_studio_turns")
+    code, out, err = run("import", "--db", str(older), str(dump))
+    assert code == 0, err
+    assert "wrote 1 resource, 2 threads, 5 messages, 2 working-memory versions, 1 observation row" in out
+    assert "1 turn record not imported" in err and "has no memory_studio_turns table" in err
+
     code, out, err = run("import", "--db", str(target), str(dump), "--dry-run")
     assert code == 0 and "would write 1 resource, 2 threads, 5 messages" in out
     code, out, err = run("import", "--db", str(target), str(dump))
     assert code == 0, err
-    assert "wrote 1 resource, 2 threads, 5 messages, 2 working-memory versions, 1 observation row" in out
-    assert "1 turn record not imported" in err and "has no memory_studio_turns table" in err
+    assert "wrote 1 resource, 2 threads, 5 messages, 2 working-memory versions, 1 observation row, 1 turn record" in out
+    assert "turn record" not in err  # a current target keeps turn records (migration 0006_turn_records)
     assert "'memory-studio reindex' embeds the 5 imported messages" in out  # recall is not used there
     assert table_rows(target, "mastra_messages") == table_rows(source, "mastra_messages", "WHERE thread_id != 't-bob'")
 
     before = snapshot(target)
     code, out, _err = run("import", "--db", str(target), str(dump))
-    assert code == 0 and "wrote nothing; 11 rows already there, unchanged" in out
+    assert code == 0 and "wrote nothing; 12 rows already there, unchanged" in out
     assert snapshot(target) == before
 
 

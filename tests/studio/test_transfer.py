@@ -92,7 +92,7 @@ def test_export_thread_and_resource_from_the_file_menu(qtbot: Any, make_window: 
     assert dialog is not None and dialog.isVisible() and dialog in window.presenter.open
     qtbot.waitUntil(lambda: "3 messages" in dialog.details.text(), timeout=10_000)
     assert "“Weekly groceries”" in dialog.details.text()
-    assert not dialog.turns.isEnabled() and not dialog.turns.isChecked()  # this database keeps no turn records
+    assert dialog.turns.isEnabled()  # this database keeps turn records (migration 0006_turn_records)
     out = tmp_path / "exports" / "groceries.md"
     out.parent.mkdir()
     dialog.markdown_button.click()
@@ -142,6 +142,8 @@ def test_mastra_database_exports_while_read_only_and_is_not_changed(qtbot: Any, 
     window.set_selection(Selection("user-42", "mastra-thread"))
     window.commands.run("file.export_resource")
     dialog = window.transfer.dialog
+    qtbot.waitUntil(lambda: "message" in dialog.details.text(), timeout=10_000)
+    assert not dialog.turns.isEnabled() and not dialog.turns.isChecked()  # a Mastra database keeps no turn records
     out = tmp_path / "user-42.json"
     dialog.path_edit.setText(str(out))
     with qtbot.waitSignal(window.transfer.exported, timeout=15_000):

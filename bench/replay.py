@@ -1,0 +1,150 @@
+"""Turn records and replay: record size and write time per turn, rebuild time, what-if over a thread.
+
+Record: building it from the assembled prompt plus writing its row, per live turn (aim: under 1 KB
+and under 0.5 ms for a typical turn). Rebuild: ``assemble(as_of=...)`` of a recorded turn. What-if:
+``memory.what_if`` over every turn of a long thread.
+
+    .venv/bin/python bench/replay.py [--turns 200] [--thread 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import core.agent as agent_module  # noqa: E402
+from core import Memory, MemoryOptions, open_store  # noqa: E402
+from core.agent import Agent  # noqa: E402
+from core.embedding import HashingEmbedder  # noqa: E402
+from core.llm import ScriptedModel  # noqa: E402
+from core.replay.capture import TurnCapture  # noqa: E402
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(int(len(ordered) * 0.95) - 1, 0)]
+
+
+class Timing:
+    """Times the two record steps of every turn: building (after the prompt) and writing (after the save)."""
+
+    def __init__(self) -> None:
+        self.build: list[float] = []
+        self.write: list[float] = []
+        self.captures: list[Any] = []
+        self._capture = agent_module.capture_turn
+        self._save = TurnCapture.save
+
+    def __enter__(self) -> "Timing":
+        timing = self
+
+        def capture(*args: Any, **kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                made = timing._capture(*args, **kw)
+                timing.captures.append(made)
+                return made
+            finally:
+                timing.build.append((time.perf_counter() - start) * 1000)
+
+        def save(self: TurnCapture, *args: Any, **kw: Any) -> bool:
+            start = time.perf_counter()
+            try:
+                return timing._save(self, *args, **kw)
+            finally:
+                timing.write.append((time.perf_counter() - start) * 1000)
+
+        agent_module.capture_turn = capture  # type: ignore[assignment]
+        TurnCapture.save = save  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        agent_module.capture_turn = self._capture
+        TurnCapture.save = self._save  # type: ignore[method-assign]
+
+
+def record_cost(name: str, options: MemoryOptions, turns: int, **memory_kw: Any) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(Path(tmp) / "bench.db")
+        memory = Memory(store, options, **memory_kw)
+        agent = Agent("bench", instructions="You are a helpful assistant. Answer briefly and kindly.",
+                      model=ScriptedModel(lambda msgs, tools: f"reply to {len(msgs)} messages", name="bench"),
+                      memory=memory, tracer=False)
+        for i in range(5):
+            agent.generate(f"warm-up {i}", memory={"resource": "u", "thread": "warm"})
+        with Timing() as timing:
+            for i in range(turns):
+                agent.generate(f"user message number {i} about topic {i % 13}", memory={"resource": "u", "thread": "t"})
+        with sqlite3.connect(Path(tmp) / "bench.db") as con:
+            sizes = [len(r[0]) + len(r[1] or "") for r in con.execute(
+                "SELECT record, texts FROM memory_studio_turns WHERE thread_id = 't'")]
+        # The same records written inside a transaction that is open anyway (the turn's own save, once
+        # staged writes commit with it): what the record adds to that transaction.
+        inside = []
+        with store.db.write() as conn:  # written again from scratch, as the turns wrote them
+            conn.exec_driver_sql("DELETE FROM memory_studio_turns")
+        store.extensions.pop("turn_record_text_keys", None)
+        for made in timing.captures:
+            with store.db.write() as conn:
+                start = time.perf_counter()
+                made.commit(conn)
+                inside.append((time.perf_counter() - start) * 1000)
+        store.close()
+    total = [b + w for b, w in zip(timing.build, timing.write)]
+    joined = [b + w for b, w in zip(timing.build, inside)]
+    print(f"{name:<30} record median {statistics.median(sizes):5.0f} B (max {max(sizes)} B); "
+          f"build+write median {statistics.median(total):.3f} ms, p95 {_p95(total):.3f} ms "
+          f"(build {statistics.median(timing.build):.3f} + own transaction {statistics.median(timing.write):.3f}); "
+          f"in the turn's transaction {statistics.median(joined):.3f} ms")
+
+
+def replay_cost(turns: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(Path(tmp) / "bench.db")
+        memory = Memory(store, MemoryOptions(last_messages=10, working_memory={"enabled": True}))
+        agent = Agent("bench", instructions="You are a benchmark.",
+                      model=ScriptedModel(lambda msgs, tools: "ok, noted", name="bench"), memory=memory, tracer=False)
+        for i in range(turns):
+            agent.generate(f"message {i} about topic {i % 17}", memory={"resource": "u", "thread": "long"})
+        ids = [t.input_message_id for t in memory.turns("long")]
+        start = time.perf_counter()
+        memory.turns("long")
+        listing = (time.perf_counter() - start) * 1000
+        steps = []
+        for input_id in ids[:: max(len(ids) // 200, 1)]:
+            start = time.perf_counter()
+            prompt = memory.assemble(as_of=input_id)
+            steps.append((time.perf_counter() - start) * 1000)
+            assert prompt.replay is not None and prompt.replay.matches
+        start = time.perf_counter()
+        rows = list(memory.what_if("long", options={"last_messages": 4}))
+        what_if = time.perf_counter() - start
+        store.close()
+    print(f"{turns}-turn thread: list turns {listing:.0f} ms; exact rebuild median {statistics.median(steps):.2f} ms, "
+          f"p95 {_p95(steps):.2f} ms; what-if over all {len(rows)} turns {what_if:.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=200, help="live turns per configuration")
+    parser.add_argument("--thread", type=int, default=1000, help="turns of the thread replayed")
+    args = parser.parse_args()
+    record_cost("history 10 (typical)", MemoryOptions(last_messages=10), args.turns)
+    record_cost("history 10 + working memory", MemoryOptions(last_messages=10, working_memory={"enabled": True}),
+                args.turns)
+    record_cost("... + recall (top 4, range 1)", MemoryOptions(
+        last_messages=10, working_memory={"enabled": True}, semantic_recall={"top_k": 4, "message_range": 1}),
+        args.turns, embedder=HashingEmbedder())
+    replay_cost(args.thread)
+
+
+if __name__ == "__main__":
+    main()
