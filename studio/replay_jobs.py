@@ -1,9 +1,10 @@
 """The Replay pane's worker jobs (no Qt import): open a thread, rebuild a step, what-if, fork, re-run, and
 find a turn's trace.
 
-A ``ReplaySource`` is one thread opened in Replay: the ``Memory`` its agent runs with (chosen by
-``core.agent_configs.agent_for_thread``, the rule the inspector and the CLI use), its turns, and a small
-cache of rebuilt prompts so stepping forward rebuilds only the new turn. Every method runs on a worker
+A ``ReplayThread`` is one thread opened in Replay: the ``Memory`` its agent runs with (chosen by
+``core.agent_configs.agent_for_thread``, the rule the inspector and the CLI use), its turns, the engine's
+cache of the thread's stored rows (``core.replay.frozen.ReplaySource``, read once when the thread opens),
+and a small cache of rebuilt prompts so stepping forward rebuilds only the new turn. Every method runs on a worker
 thread and only reads, except ``fork`` (an explicit, confirmed action) and ``rerun`` (which calls a
 model and writes nothing).
 """
@@ -20,6 +21,8 @@ from core import AssembledPrompt, Memory, Store
 from core.agent_configs import agent_for_thread
 from core.messages import Message
 from core.replay import FragmentChange, RerunResult, TurnRecord, messages_hash, prompt_diff, rerun
+from core.replay.frozen import ReplaySource
+from core.replay.rebuild import rebuild
 from core.replay.turns import Turn
 from core.storage.memory_store import Thread
 from core.traces.spans import TraceFilters
@@ -66,10 +69,11 @@ class WhatIfDetail:
     changes: list[FragmentChange] = field(default_factory=list)
 
 
-class ReplaySource:
+class ReplayThread:
     def __init__(self, store: Store, memory: Memory, thread: Thread, turns: list[Turn], agent: str,
-                 start: int = 0) -> None:
+                 start: int = 0, rows: ReplaySource | None = None) -> None:
         self.store = store
+        self.rows = rows or ReplaySource(store).preload(thread.id)
         self.memory = memory
         self.thread = thread
         self.turns = turns
@@ -77,22 +81,29 @@ class ReplaySource:
         self.start = start  # the step to show first
         self._cache: OrderedDict[tuple[str, str], AssembledPrompt] = OrderedDict()
         self._lock = threading.Lock()
+        self._rebuilding = threading.Lock()  # the rows cache is shared: one rebuild at a time
         self._versions: dict[tuple[str, str], list[Any]] = {}
 
     @property
     def thread_id(self) -> str:
         return self.thread.id
 
+    def same_turns(self, other: "ReplayThread") -> bool:
+        """Whether ``other`` (read again after a change on disk) holds the same turns and records."""
+        return [(t.input_message_id, t.response_ids, t.record is not None) for t in self.turns] == \
+            [(t.input_message_id, t.response_ids, t.record is not None) for t in other.turns]
+
     # -- opening -----------------------------------------------------------------------------------
     @classmethod
     def open(cls, store: Store, memory_factory: MemoryFactory, thread_id: str,
-             message_id: str | None = None) -> "ReplaySource":
+             message_id: str | None = None) -> "ReplayThread":
         choice = agent_for_thread(store, thread_id)
         if choice.thread is None:
             raise LookupError(f"Thread {thread_id} is not in this database any more.")
         agent = f"agent '{choice.agent.name}' ({choice.reason})" if choice.agent else f"defaults ({choice.reason})"
         memory = memory_factory(choice.options(), choice.memory_name)
         turns = memory.turns(thread_id)
+        rows = ReplaySource(store).preload(thread_id)
         start = len(turns) - 1 if turns else 0
         if message_id is not None:
             found = store.memory.get_messages([message_id])
@@ -100,7 +111,7 @@ class ReplaySource:
             if when is None:
                 raise LookupError(f"Message {message_id} is not in thread {thread_id} any more.")
             start = turn_index_for(turns, message_id, when)
-        return cls(store, memory, choice.thread, turns, agent, start)
+        return cls(store, memory, choice.thread, turns, agent, start, rows)
 
     # -- rebuilding --------------------------------------------------------------------------------
     def prompt(self, index: int, mode: str = "record") -> AssembledPrompt:
@@ -111,13 +122,20 @@ class ReplaySource:
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
-        prompt = self.memory.assemble(thread_id=self.thread_id, resource_id=self.thread.resource_id,
-                                      as_of=turn.input_message_id, rebuild=mode)  # type: ignore[arg-type]
+        prompt = self.rebuild(turn.input_message_id, mode)
         with self._lock:
             self._cache[key] = prompt
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
         return prompt
+
+    def rebuild(self, input_message_id: str, mode: str = "record",
+                options: Mapping[str, Any] | None = None) -> AssembledPrompt:
+        """``memory.assemble(as_of=...)`` over the thread's cached rows."""
+        with self._rebuilding:
+            return rebuild(self.memory.assembler, as_of=input_message_id, thread_id=self.thread_id,
+                           resource_id=self.thread.resource_id, options=options, rebuild=mode,  # type: ignore[arg-type]
+                           source=self.rows)
 
     def step(self, index: int) -> StepData:
         turn = self.turns[index]
@@ -127,7 +145,9 @@ class ReplaySource:
         changes = prompt_diff(previous, received) if previous is not None else []
         now_changes = [] if messages_hash(received.messages) == messages_hash(now.messages) and \
             received.tools == now.tools else prompt_diff(received, now)
-        reply = self.store.memory.get_messages(list(turn.response_ids)) if turn.response_ids else []
+        with self._rebuilding:
+            found = self.rows.messages(turn.response_ids)
+        reply = [found[i] for i in turn.response_ids if i in found]
         return StepData(index, turn, received, now, changes, now_changes, reply,
                         self._wm_label(received), self._om_label(received), index - 1 if index > 0 else None)
 
@@ -185,8 +205,7 @@ class ReplaySource:
     def what_if_turn(self, index: int, options: Mapping[str, Any]) -> WhatIfDetail:
         turn = self.turns[index]
         real = self.prompt(index, "record")
-        alt = self.memory.assemble(thread_id=self.thread_id, resource_id=self.thread.resource_id,
-                                   as_of=turn.input_message_id, options=options)
+        alt = self.rebuild(turn.input_message_id, "record", options)
         return WhatIfDetail(index, real, alt, prompt_diff(real, alt))
 
     # -- fork and re-run ---------------------------------------------------------------------------

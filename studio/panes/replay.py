@@ -54,7 +54,7 @@ from studio.logic.replay_layout import (
 )
 from studio.preferences import Preferences, preferences_for
 from studio.reads import SourceResolver, load_tree
-from studio.replay_jobs import ReplaySource, StepData, TraceMatch, find_trace
+from studio.replay_jobs import ReplayThread, StepData, TraceMatch, find_trace
 from studio.selection import Selection
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor
@@ -106,7 +106,7 @@ class StepTableModel(RecordTableModel[StepRow]):
 
 
 class ReplayPane(QWidget):
-    opened = Signal(object)  # ReplaySource
+    opened = Signal(object)  # ReplayThread
     step_shown = Signal(object)  # StepData
     failed = Signal(str)
     open_message = Signal(str)  # a stored message the user wants to see (main window opens its thread)
@@ -120,7 +120,7 @@ class ReplayPane(QWidget):
         self.session = session
         self.preferences = preferences or preferences_for(parent)
         self.selection = Selection()
-        self.source: ReplaySource | None = None
+        self.source: ReplayThread | None = None
         self.step: StepData | None = None
         self.index = 0
         self.trace: TraceMatch | None = None
@@ -133,8 +133,10 @@ class ReplayPane(QWidget):
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(STEP_DEBOUNCE_MS)
         self._debounce.timeout.connect(self._load_step)
+        self._stale = False  # the file changed while the pane was hidden
         self._build()
         self._register_commands()
+        session.changed.connect(self._on_db_changed)
         self._show_empty("Pick a thread on the left, or right-click a message and choose Replay From Here.")
 
     # -- construction ----------------------------------------------------------------------------
@@ -317,6 +319,29 @@ class ReplayPane(QWidget):
         super().showEvent(event)
         if self._pending is not None:
             self._open_pending()
+        elif self._stale:
+            self._on_db_changed()
+
+    def _on_db_changed(self) -> None:
+        """New turns (an agent writing, a fork, an import): read the thread again, staying on this turn."""
+        source = self.source
+        if source is None or self._pending is not None:
+            return
+        if not self.isVisible():
+            self._stale = True
+            return
+        self._stale = False
+        store = self.session.store
+        factory = lambda opts, name: self.session.memory(opts, name=name)  # noqa: E731
+        current = source.turns[self.index].input_message_id if source.turns else None
+        self.session.run(lambda: ReplayThread.open(store, factory, source.thread_id, current),
+                         key=self._key + "-open", on_result=alive_only(self, self._on_reread),
+                         on_error=lambda _e: None)  # the thread may be gone: the tree says so
+
+    def _on_reread(self, fresh: ReplayThread) -> None:
+        if self.source is None or fresh.thread_id != self.source.thread_id or self.source.same_turns(fresh):
+            return
+        self._on_opened(fresh)
 
     def _open_pending(self) -> None:
         if self._pending is None:
@@ -326,10 +351,10 @@ class ReplayPane(QWidget):
         store = self.session.store
         factory = lambda opts, name: self.session.memory(opts, name=name)  # noqa: E731
         self.status.setText("Reading the thread's turns…")
-        self.session.run(lambda: ReplaySource.open(store, factory, thread_id, message_id), key=self._key + "-open",
+        self.session.run(lambda: ReplayThread.open(store, factory, thread_id, message_id), key=self._key + "-open",
                          on_result=alive_only(self, self._on_opened), on_error=alive_only(self, self._on_error))
 
-    def _on_opened(self, source: ReplaySource) -> None:
+    def _on_opened(self, source: ReplayThread) -> None:
         self.source = source
         self.step = None
         thread = source.thread
@@ -390,7 +415,7 @@ class ReplayPane(QWidget):
                          on_result=alive_only(self, lambda step: self._on_step(source, step)),
                          on_error=alive_only(self, self._on_error))
 
-    def _on_step(self, source: ReplaySource, step: StepData) -> None:
+    def _on_step(self, source: ReplayThread, step: StepData) -> None:
         if source is not self.source or step.index != self.index:
             return
         self._loading_step = False
@@ -517,7 +542,7 @@ class ReplayPane(QWidget):
         self.fork_dialog = dialog
         dialog.open()
 
-    def _do_fork(self, source: ReplaySource, index: int, title: str, wm: str) -> None:
+    def _do_fork(self, source: ReplayThread, index: int, title: str, wm: str) -> None:
         self.status.setText(f"Forking at turn {index + 1}…")
         self.session.run(lambda: source.fork(index, title, wm), key=self._key + "-fork",
                          on_result=alive_only(self, self._on_forked), on_error=alive_only(self, self._on_fork_error))

@@ -43,7 +43,7 @@ from studio.logic.replay_layout import (
     what_if_rows,
     what_if_summary,
 )
-from studio.replay_jobs import ReplaySource, WhatIfDetail, WhatIfOutcome
+from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
 from studio.widgets.diff_view import DiffView
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
@@ -97,7 +97,7 @@ class WhatIfPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("whatIfPanel")
         self.session = session
-        self.source: ReplaySource | None = None
+        self.source: ReplayThread | None = None
         self.outcome: WhatIfOutcome | None = None
         self.detail: WhatIfDetail | None = None
         self._cancel = threading.Event()
@@ -224,7 +224,7 @@ class WhatIfPanel(QWidget):
         )
 
     # -- running ---------------------------------------------------------------------------------
-    def set_source(self, source: ReplaySource | None) -> None:
+    def set_source(self, source: ReplayThread | None) -> None:
         if source is not self.source:
             self.cancel()
             self.source = source
@@ -273,7 +273,7 @@ class WhatIfPanel(QWidget):
         self.progress.setValue(done)
         self.progress_label.setText(f"{done:,} of {total:,} turns")
 
-    def _on_done(self, source: ReplaySource, outcome: WhatIfOutcome) -> None:
+    def _on_done(self, source: ReplayThread, outcome: WhatIfOutcome) -> None:
         self._finish()
         if source is not self.source:
             return

@@ -281,9 +281,9 @@ def test_what_if_cancel(qtbot: Any, pane: ReplayPane, session: StudioSession) ->
 
 
 def test_what_if_stops_between_turns_when_cancelled(session: StudioSession) -> None:
-    from studio.replay_jobs import ReplaySource
+    from studio.replay_jobs import ReplayThread
 
-    source = ReplaySource.open(session.store, lambda o, n: Memory(session.store, o, name=n), THREAD)
+    source = ReplayThread.open(session.store, lambda o, n: Memory(session.store, o, name=n), THREAD)
     asked = []
     outcome = source.what_if({"last_messages": 1}, cancel=lambda: len(asked.append(1) or asked) > 3)
     assert outcome.cancelled and len(outcome.rows) == 3 and outcome.total == len(TURNS)
@@ -411,3 +411,27 @@ def test_other_threads_are_in_the_thread_list(qtbot: Any, pane: ReplayPane) -> N
     assert picked.args[0] == Selection(RESOURCE, OTHER)
     qtbot.waitUntil(lambda: pane.source is not None and pane.source.thread_id == OTHER and pane.step is not None
                     and pane.step.turn.thread_id == OTHER, timeout=20_000)
+
+
+def test_new_turns_written_by_an_agent_appear_and_the_view_stays(qtbot: Any, pane: ReplayPane, db: Path,
+                                                                 session: StudioSession) -> None:
+    from core import Agent
+    from core.llm.scripted import ScriptedModel
+
+    from .replay_data import reply
+
+    open_thread(qtbot, pane)
+    pane.go_to(5)
+    wait_step(qtbot, pane, 5)
+    store = open_store(db)  # another writer, as an agent process would be
+    memory = Memory(store, MemoryOptions(last_messages=4, working_memory={"enabled": True, "scope": "thread"}),
+                    name="travel")
+    Agent("travel-agent", instructions="You plan trips. Be brief.", model=ScriptedModel(reply), memory=memory,
+          tracer=False).generate(
+        "One more question about trams.", memory={"resource": RESOURCE, "thread": THREAD})
+    store.close()
+    session.notify_local_write()
+    qtbot.waitUntil(lambda: pane.source is not None and len(pane.source.turns) == len(TURNS) + 1, timeout=20_000)
+    wait_step(qtbot, pane, 5)
+    assert pane.slider.maximum() == len(TURNS)
+    assert pane.step.turn.input_text == TURNS[5]

@@ -29,17 +29,17 @@ from studio.logic.replay_layout import (
     what_if_rows,
     what_if_summary,
 )
-from studio.replay_jobs import ReplaySource
+from studio.replay_jobs import ReplayThread
 
 from .replay_data import THREAD, TURNS, build_replay_db
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplaySource]:
+def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplayThread]:
     path = tmp_path_factory.mktemp("replay-logic") / "replay.db"
     build_replay_db(path)
     store = open_store(path)
-    yield ReplaySource.open(store, lambda o, n: Memory(store, o, name=n), THREAD)
+    yield ReplayThread.open(store, lambda o, n: Memory(store, o, name=n), THREAD)
     store.close()
 
 
@@ -49,7 +49,7 @@ def test_pure_logic_imports_no_qt() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-def test_stepping_helpers(source: ReplaySource) -> None:
+def test_stepping_helpers(source: ReplayThread) -> None:
     turns = source.turns
     assert clamp_step(-3, 8) == 0 and clamp_step(99, 8) == 7 and clamp_step(5, 0) == 0
     assert step_label(0, turns).startswith("Turn 1 of 8 · 2026-05-01")
@@ -60,7 +60,7 @@ def test_stepping_helpers(source: ReplaySource) -> None:
     assert turn_index_for(turns, None) == 7 and source.start == 7
 
 
-def test_rows_mark_what_entered_left_and_changed_in_prompt_order(source: ReplaySource) -> None:
+def test_rows_mark_what_entered_left_and_changed_in_prompt_order(source: ReplayThread) -> None:
     prev, cur = source.prompt(4), source.prompt(5)
     changes = prompt_diff(prev, cur)
     rows = step_rows(cur, changes)
@@ -77,7 +77,7 @@ def test_rows_mark_what_entered_left_and_changed_in_prompt_order(source: ReplayS
     assert step_rows(cur) and all(r.change is None for r in step_rows(cur))
 
 
-def test_comparison_texts(source: ReplaySource) -> None:
+def test_comparison_texts(source: ReplayThread) -> None:
     received = source.prompt(3)
     same = compare(received, source.prompt(3, "now"))
     assert same.same and same.level is None and same.text.startswith("Rebuilt now: identical")
@@ -91,7 +91,7 @@ def test_comparison_texts(source: ReplaySource) -> None:
     assert "── tools ──\nupdateWorkingMemory" in text
 
 
-def test_tokens_facts_and_recall(source: ReplaySource) -> None:
+def test_tokens_facts_and_recall(source: ReplayThread) -> None:
     received = source.prompt(6)
     rows = {r.section: r for r in token_rows(received, source.prompt(6, "now"))}
     assert rows["total"].at_turn == received.replay.record.tokens["total"] == rows["total"].now
@@ -121,7 +121,7 @@ def test_what_if_options_become_engine_overrides() -> None:
     MemoryOptions().merged(full.overrides())  # the engine accepts every key
 
 
-def test_what_if_rows_and_summary(source: ReplaySource) -> None:
+def test_what_if_rows_and_summary(source: ReplayThread) -> None:
     outcome = source.what_if(WhatIfOptions(last_messages=2).overrides())
     rows = what_if_rows(outcome.rows, source.turns)
     assert [r.number for r in rows] == list(range(1, 9))
@@ -151,7 +151,7 @@ def test_fork_source_text() -> None:
     assert text == ("Forked from thread t1 at message m3 on 2026-05-01 10:00:00; working memory as it was then")
 
 
-def test_step_data_for_a_turn(source: ReplaySource) -> None:
+def test_step_data_for_a_turn(source: ReplayThread) -> None:
     step = source.step(3)
     assert step.previous_index == 2 and step.changes and step.now_changes == []
     assert [m.id for m in step.reply] == list(source.turns[3].response_ids)
