@@ -1,5 +1,5 @@
 """Studio figures: cold start to first paint on the demo database, time to first rows of a
-100,000-message thread, and peak memory.
+100,000-message thread, peak memory, and Replay's step and what-if times on a 1,000-turn thread.
 
     .venv/bin/python bench/studio.py            # offscreen unless a display is set
 
@@ -187,6 +187,10 @@ def main() -> int:
     print(f"scroll-bar drag, paint per step:         {b['drag_paint_ms_per_step']:7.1f} ms   (201 steps)")
     print(f"rows in model / pages held:              {b['rows']:,} / {b['cached_pages']}")
     print(f"peak memory, 100k thread:                {b['rss_mb']:7.0f} MB   (aim < 400 MB)")
+
+    from studio_replay import report as replay_report  # bench/ is on sys.path: this script's folder
+
+    replay_report(child, WORK)
     return 0
 
 

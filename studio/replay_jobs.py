@@ -79,6 +79,8 @@ class ReplayThread:
         self.turns = turns
         self.agent = agent  # how the configuration was chosen, in words
         self.start = start  # the step to show first
+        wm = memory.effective_options().working_memory  # reads the Studio's overrides: done here, on the worker
+        self.thread_scoped_wm = bool(wm.enabled and wm.scope == "thread")  # what a fork can carry
         self._cache: OrderedDict[tuple[str, str], AssembledPrompt] = OrderedDict()
         self._lock = threading.Lock()
         self._rebuilding = threading.Lock()  # the rows cache is shared: one rebuild at a time

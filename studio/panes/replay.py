@@ -65,7 +65,7 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 from studio.widgets.replay_rerun import RerunPanel
 from studio.widgets.replay_what_if import WhatIfPanel, table_for
 
-STEP_DEBOUNCE_MS = 30  # coalesces a held-down key or a dragged slider into one rebuild
+STEP_DEBOUNCE_MS = 10  # coalesces a dragged slider's burst of values into one rebuild
 
 STEP_COLUMNS: list[Column[StepRow]] = [
     Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
@@ -77,6 +77,7 @@ STEP_COLUMNS: list[Column[StepRow]] = [
     Column("Why", lambda r: r.why),
     Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
 ]
+STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 160, "Tokens": 60, "Why": 190}
 RECALL_COLUMNS: list[Column[RecallRow]] = [
     Column("Rank", lambda r: r.rank, RIGHT),
     Column("Message", lambda r: r.message_id, tooltip=lambda r: "Double-click to open this message"),
@@ -192,7 +193,7 @@ class ReplayPane(QWidget):
         self.change_label.setWordWrap(True)
         self.change_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.step_model = StepTableModel(STEP_COLUMNS, self)
-        self.step_table = table_for(self.step_model)
+        self.step_table = table_for(self.step_model, STEP_WIDTHS)
         self.step_table.setObjectName("replayFragments")
         ul.addWidget(self.context_caption)
         ul.addWidget(self.change_label)
@@ -222,11 +223,12 @@ class ReplayPane(QWidget):
         sides = QSplitter(Qt.Orientation.Horizontal)
         self.received_view = CodeEditor("markdown", read_only=True)
         self.now_view = CodeEditor("markdown", read_only=True)
-        for title, view in (("Received (the record)", self.received_view), ("Rebuilt now", self.now_view)):
+        self.received_caption = caption("Received (the record)")
+        for head_label, view in ((self.received_caption, self.received_view), (caption("Rebuilt now"), self.now_view)):
             holder = QWidget()
             hl = QVBoxLayout(holder)
             hl.setContentsMargins(0, 0, 0, 0)
-            hl.addWidget(caption(title))
+            hl.addWidget(head_label)
             hl.addWidget(view)
             sides.addWidget(holder)
         compare_tab.addWidget(sides)
@@ -433,9 +435,14 @@ class ReplayPane(QWidget):
         self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
                                   f"Since turn {step.index}: {change_summary(step.changes)}")
         self.step_model.set_rows(step_rows(received, step.changes))
+        recorded = received.replay is not None and received.replay.record is not None
+        self.received_caption.setText("Received (the record)" if recorded else "Received (reconstructed: no record)")
         self.received_view.load(prompt_text(received))
         self.now_view.load(prompt_text(now))
-        self.now_diff.set_diff(prompt_text_diff(received, now), empty_text="(rebuilt now: identical)")
+        if cmp.same:  # a diff of two identical prompts is all noise
+            self.now_diff.set_diff([], empty_text="(rebuilt now: identical to what the model received)")
+        else:
+            self.now_diff.set_diff(prompt_text_diff(received, now))
         self.reply_view.load(reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)")
         self.recall_model.set_rows(recall_rows(received, source.thread_id))
         self.token_model.set_rows(token_rows(received, now))
@@ -534,9 +541,8 @@ class ReplayPane(QWidget):
             self._problem(Problem("Read-only", f"{self.session.display_path} is open read-only, so a fork cannot "
                                   "be written.", "Choose File > Allow Writes first, then fork again."))
             return
-        wm = source.memory.effective_options().working_memory
         dialog = ForkDialog(default_fork_title(source.thread.title, source.thread_id, step.index + 1),
-                            f"turn {step.index + 1}", wm.enabled and wm.scope == "thread", self)
+                            f"turn {step.index + 1}", source.thread_scoped_wm, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self._do_fork(source, step.index, dialog.title, dialog.working_memory))
         self.fork_dialog = dialog

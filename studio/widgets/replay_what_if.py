@@ -317,7 +317,9 @@ class WhatIfPanel(QWidget):
         self.opened.emit(detail)
 
 
-def table_for(model: RecordTableModel[Any]) -> QTableView:
+def table_for(model: RecordTableModel[Any], widths: dict[str, int] | None = None) -> QTableView:
+    """A read-only record table. ``widths`` (title → pixels) fixes those columns: a table re-filled on every
+    step must not measure every cell again (resize-to-contents asks each row for its text)."""
     table = QTableView()
     table.setModel(model)
     table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -331,8 +333,9 @@ def table_for(model: RecordTableModel[Any]) -> QTableView:
     header.setStretchLastSection(True)
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setSectionResizeMode(model.columnCount() - 1, QHeaderView.ResizeMode.Stretch)
+    fixed = {"Input": 220, "Message": 200, "Stored": 110, **(widths or {})}
     for col in range(model.columnCount() - 1):  # long texts get a fixed width: a table never widens the window
-        width = {"Input": 220, "Message": 200, "Stored": 110}.get(model.headerData(col, Qt.Orientation.Horizontal))
+        width = fixed.get(model.headerData(col, Qt.Orientation.Horizontal))
         if width:
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
             header.resizeSection(col, width)

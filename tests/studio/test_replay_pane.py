@@ -435,3 +435,29 @@ def test_new_turns_written_by_an_agent_appear_and_the_view_stays(qtbot: Any, pan
     wait_step(qtbot, pane, 5)
     assert pane.slider.maximum() == len(TURNS)
     assert pane.step.turn.input_text == TURNS[5]
+
+
+def test_a_mastra_database_replays_reconstructed_and_read_only(qtbot: Any, tmp_path: Path, prefs: Preferences,
+                                                               no_leaked_widgets: None) -> None:
+    from .conftest import file_state, make_mastra_db
+
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    before = file_state(path)
+    session = StudioSession(open_for_studio(path))
+    assert session.read_only
+    pane = ReplayPane(session, preferences=prefs)
+    qtbot.addWidget(pane)
+    pane.show()
+    try:
+        with qtbot.waitSignal(pane.step_shown, timeout=30_000):
+            pane.set_selection(Selection("user-42", "mastra-thread"))
+        assert len(pane.source.turns) == 1 and pane.step.received.replay.kind == "reconstructed"
+        assert pane.banner.text().startswith("Reconstructed — no record of this turn")
+        assert pane.reply_view.toPlainText() == "hi, I remember you"
+        with qtbot.waitSignal(pane.failed):
+            pane.commands.run("replay.fork")
+    finally:
+        session.pool.wait(20_000)
+        session.close()
+    assert file_state(path) == before  # looking never writes, not even a migration
