@@ -61,7 +61,7 @@ from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
 from studio.widgets.fork_dialog import ForkDialog
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
 from studio.widgets.replay_rerun import RerunPanel
 from studio.widgets.replay_what_if import WhatIfPanel, table_for
 
@@ -95,15 +95,47 @@ TOKEN_COLUMNS: list[Column[TokenRow]] = [
 
 
 class StepTableModel(RecordTableModel[StepRow]):
-    """Fragment rows tinted by their change since the previous turn (the Change column says it in words)."""
+    """Fragment rows tinted by their change since the previous turn (the Change column says it in words).
+
+    Painting asks every cell for seven roles; the cells are computed once per step, so a repaint is a
+    few list lookups rather than a call into each column's accessor (a step paints in a few ms)."""
+
+    _DISPLAY = Qt.ItemDataRole.DisplayRole
+    _BACKGROUND = Qt.ItemDataRole.BackgroundRole
+    _DECORATION = Qt.ItemDataRole.DecorationRole
+    _ALIGN = Qt.ItemDataRole.TextAlignmentRole
+
+    def __init__(self, columns: list[Column[StepRow]], parent: Any = None) -> None:
+        super().__init__(columns, parent)
+        self._columns_list = columns
+        self._cells: list[list[str]] = []
+        self._tints: list[QColor | None] = []
+        self._swatches: list[list[QColor | None]] = []
+        self._aligns = [int(c.align) for c in columns]
+
+    def set_rows(self, rows: Any) -> None:
+        rows = list(rows)
+        self._cells = [["" if (v := c.text(r)) is None else str(v) for c in self._columns_list] for r in rows]
+        self._tints = [QColor(*CHANGE_TINTS[r.change]) if r.change in CHANGE_TINTS else None for r in rows]
+        self._swatches = [[QColor(c.color(r)) if c.color is not None and c.color(r) else None
+                           for c in self._columns_list] for r in rows]
+        super().set_rows(rows)
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if role == Qt.ItemDataRole.BackgroundRole and index.isValid():
-            row = self.row_at(index.row())
-            if row is not None and row.change in CHANGE_TINTS:
-                return QColor(*CHANGE_TINTS[row.change])
+        if not index.isValid():
             return None
-        return super().data(index, role)
+        row, col = index.row(), index.column()
+        if role == self._DISPLAY:
+            return self._cells[row][col]
+        if role == self._BACKGROUND:
+            return self._tints[row]
+        if role == self._DECORATION:
+            return self._swatches[row][col]
+        if role == self._ALIGN:
+            return self._aligns[col]
+        if role in (Qt.ItemDataRole.ToolTipRole, ROW_ROLE, SORT_ROLE):
+            return super().data(index, role)
+        return None
 
 
 class ReplayPane(QWidget):
