@@ -39,7 +39,6 @@ class Timing:
     def __init__(self) -> None:
         self.build: list[float] = []
         self.write: list[float] = []
-        self.captures: list[Any] = []
         self._capture = agent_module.capture_turn
         self._save = TurnCapture.save
 
@@ -49,9 +48,7 @@ class Timing:
         def capture(*args: Any, **kw: Any) -> Any:
             start = time.perf_counter()
             try:
-                made = timing._capture(*args, **kw)
-                timing.captures.append(made)
-                return made
+                return timing._capture(*args, **kw)
             finally:
                 timing.build.append((time.perf_counter() - start) * 1000)
 
@@ -86,24 +83,11 @@ def record_cost(name: str, options: MemoryOptions, turns: int, **memory_kw: Any)
         with sqlite3.connect(Path(tmp) / "bench.db") as con:
             sizes = [len(r[0]) + len(r[1] or "") for r in con.execute(
                 "SELECT record, texts FROM memory_studio_turns WHERE thread_id = 't'")]
-        # The same records written inside a transaction that is open anyway (the turn's own save, once
-        # staged writes commit with it): what the record adds to that transaction.
-        inside = []
-        with store.db.write() as conn:  # written again from scratch, as the turns wrote them
-            conn.exec_driver_sql("DELETE FROM memory_studio_turns")
-        store.extensions.pop("turn_record_text_keys", None)
-        for made in timing.captures:
-            with store.db.write() as conn:
-                start = time.perf_counter()
-                made.commit(conn)
-                inside.append((time.perf_counter() - start) * 1000)
         store.close()
     total = [b + w for b, w in zip(timing.build, timing.write)]
-    joined = [b + w for b, w in zip(timing.build, inside)]
     print(f"{name:<30} record median {statistics.median(sizes):5.0f} B (max {max(sizes)} B); "
           f"build+write median {statistics.median(total):.3f} ms, p95 {_p95(total):.3f} ms "
-          f"(build {statistics.median(timing.build):.3f} + own transaction {statistics.median(timing.write):.3f}); "
-          f"in the turn's transaction {statistics.median(joined):.3f} ms")
+          f"(build {statistics.median(timing.build):.3f} + write {statistics.median(timing.write):.3f})")
 
 
 def replay_cost(turns: int) -> None:

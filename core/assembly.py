@@ -22,7 +22,7 @@ from core.processors.working_memory import WorkingMemory
 from core.prompt import AssembledPrompt, build_prompt
 from core.scopes import check_thread_owner, parse_scopes
 from core.storage import Store
-from core.storage.memory_store import InvalidArgumentError
+from core.storage.memory_store import InvalidArgumentError, Thread
 from core.timeutil import to_ms
 
 
@@ -100,12 +100,15 @@ class TurnAssembler:
     def request_context(
         self, *, thread_id: str | None, resource_id: str | None, options: Mapping[str, Any] | None = None,
         scopes: Sequence[str] | None = None, values: Mapping[str, Any] | None = None, resolve: bool = True,
+        thread: Thread | None = None,
     ) -> RequestContext:
         """``resolve=False``: the memory's own options, without reading overrides (a caller that
-        brings the options, such as a rebuild from a turn record)."""
+        brings the options, such as a rebuild from a turn record). ``thread``: its row, when the
+        caller has read it already (a replay stepping through a thread)."""
         resource_id, thread_id, others = parse_scopes(scopes, resource_id=resource_id, thread_id=thread_id)
         opts = self._resolve_options(options) if resolve else self.options
-        thread = self.store.memory.get_thread(thread_id) if thread_id else None
+        if thread is None or thread.id != thread_id:
+            thread = self.store.memory.get_thread(thread_id) if thread_id else None
         if thread is not None:
             check_thread_owner(thread.id, thread.resource_id, resource_id)
         if thread is not None and resource_id is None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.observational.records import OMRecord
     from core.recall import SearchHit
     from core.storage import Store
+    from core.storage.memory_store import Thread
 
 PARTS = ("history", "recall", "working-memory", "observational-memory")
 
@@ -47,6 +48,7 @@ class ReplaySource:
         self._versions: dict[int, tuple[bool, str | None]] = {}
         self._generations: dict[str, "OMRecord | None"] = {}
         self.thread_messages: list[Message] = []
+        self._threads: dict[str, "Thread | None"] = {}
 
     def preload(self, thread_id: str) -> "ReplaySource":
         self.thread_messages = self.store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=False))
@@ -59,6 +61,11 @@ class ReplaySource:
     def records(self) -> dict[str, TurnRecord]:
         """The preloaded thread's records by input message id."""
         return dict(self._records or {})
+
+    def thread(self, thread_id: str) -> "Thread | None":
+        if thread_id not in self._threads:
+            self._threads[thread_id] = self.store.memory.get_thread(thread_id)
+        return self._threads[thread_id]
 
     def record(self, input_message_id: str) -> TurnRecord | None:
         if self._records is not None and input_message_id in self._messages:

@@ -93,7 +93,8 @@ def rebuild(
     turn = next(m for m in inputs if m.id == as_of)
     use_record = record is not None and rebuild == "record"
     request = assembler.request_context(thread_id=turn.thread_id, resource_id=resource_id, options=None,
-                                        scopes=scopes, values=request_context, resolve=not use_record)
+                                        scopes=scopes, values=request_context, resolve=not use_record,
+                                        thread=source.thread(turn.thread_id or ""))
     unknowns: list[str] = []
     effective = _options(record if use_record else None, options, request.options)
     request.options = effective

@@ -148,6 +148,7 @@ def _score(value: float | None) -> float | None:
     return None if value is None else round(float(value), SCORE_DIGITS)
 
 
+@functools.lru_cache(maxsize=8192)  # a history window repeats most ids of the turn before
 def pack_id(value: str) -> str:
     """A message id as stored in a record: a canonical UUID becomes ``~`` + its 16 bytes in base64url
     (23 characters instead of 36); any other id is kept, with a leading ``~`` doubled. Exact both ways."""
@@ -161,6 +162,7 @@ def pack_id(value: str) -> str:
     return "~" + value if value.startswith("~") else value
 
 
+@functools.lru_cache(maxsize=8192)
 def unpack_id(value: str) -> str:
     if value.startswith("~~"):
         return value[1:]
