@@ -77,7 +77,7 @@ STEP_COLUMNS: list[Column[StepRow]] = [
     Column("Why", lambda r: r.why),
     Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
 ]
-STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 160, "Tokens": 60, "Why": 190}
+STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 176, "Tokens": 60, "Why": 190}
 RECALL_COLUMNS: list[Column[RecallRow]] = [
     Column("Rank", lambda r: r.rank, RIGHT),
     Column("Message", lambda r: r.message_id, tooltip=lambda r: "Double-click to open this message"),
