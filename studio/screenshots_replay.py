@@ -28,7 +28,7 @@ def shoot_replay(app: Any, window: Any, save: Save, wait: Wait) -> None:
     at("li-wei", "liwei-shanghai", 2)
     pane.tabs.setCurrentIndex(0)
     save(window, "replay-pane")
-    pane.tabs.setCurrentWidget(pane.recall_table)
+    pane.tabs.setCurrentWidget(pane.view.recall_table)
     save(window, "replay-recall")
 
     # The stand-up thread: observational memory takes the early messages out of the context.

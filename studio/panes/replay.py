@@ -14,42 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QKeySequence
-from PySide6.QtWidgets import (
-    QComboBox,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QSizePolicy,
-    QSlider,
-    QSplitter,
-    QTabWidget,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QSlider, QToolButton, QWidget
 
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem
 from studio.logic.replay_layout import (
-    CHANGE_TINTS,
-    RecallRow,
-    StepRow,
-    TokenRow,
-    change_summary,
     clamp_step,
     compare,
     default_fork_title,
     fork_source,
-    prompt_text,
-    prompt_text_diff,
-    reason_label,
-    recall_rows,
-    reply_text,
     step_label,
-    step_rows,
-    token_rows,
     turn_facts,
 )
 from studio.preferences import Preferences, preferences_for
@@ -57,85 +33,13 @@ from studio.reads import SourceResolver, load_tree
 from studio.replay_jobs import ReplayThread, StepData, TraceMatch, find_trace
 from studio.selection import Selection
 from studio.widgets.banner import Banner
-from studio.widgets.code_editor import CodeEditor
-from studio.widgets.diff_view import DiffView
 from studio.widgets.fork_dialog import ForkDialog
-from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
-from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
+from studio.widgets.pane_header import alive_only, pane_header, pane_layout
 from studio.widgets.replay_rerun import RerunPanel
-from studio.widgets.replay_what_if import WhatIfPanel, table_for
+from studio.widgets.replay_turn import TurnView, esc
+from studio.widgets.replay_what_if import WhatIfPanel
 
 STEP_DEBOUNCE_MS = 10  # coalesces a dragged slider's burst of values into one rebuild
-
-STEP_COLUMNS: list[Column[StepRow]] = [
-    Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
-    Column("Change", lambda r: r.mark),
-    Column("Role", lambda r: r.role),
-    Column("Source", lambda r: r.source, color=lambda r: r.color),
-    Column("Stored", lambda r: r.stored_label, tooltip=lambda r: "\n".join(r.stored_ids)),
-    Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
-    Column("Why", lambda r: r.why),
-    Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
-]
-STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 176, "Tokens": 60, "Why": 190}
-RECALL_COLUMNS: list[Column[RecallRow]] = [
-    Column("Rank", lambda r: r.rank, RIGHT),
-    Column("Message", lambda r: r.message_id, tooltip=lambda r: "Double-click to open this message"),
-    Column("Thread", lambda r: r.thread_id + ("  (other thread)" if r.other_thread else "")),
-    Column("Vector", lambda r: r.score(r.vector), RIGHT),
-    Column("Keyword", lambda r: r.score(r.keyword), RIGHT),
-    Column("Fused", lambda r: r.score(r.fused), RIGHT),
-    Column("Window", lambda r: f"{r.window} msg", RIGHT),
-]
-TOKEN_COLUMNS: list[Column[TokenRow]] = [
-    Column("Section", lambda r: r.label),
-    Column("At the turn", lambda r: f"{r.at_turn:,}", RIGHT),
-    Column("Rebuilt now", lambda r: "" if r.now is None else f"{r.now:,}", RIGHT),
-]
-
-
-class StepTableModel(RecordTableModel[StepRow]):
-    """Fragment rows tinted by their change since the previous turn (the Change column says it in words).
-
-    Painting asks every cell for seven roles; the cells are computed once per step, so a repaint is a
-    few list lookups rather than a call into each column's accessor (a step paints in a few ms)."""
-
-    _DISPLAY = Qt.ItemDataRole.DisplayRole
-    _BACKGROUND = Qt.ItemDataRole.BackgroundRole
-    _DECORATION = Qt.ItemDataRole.DecorationRole
-    _ALIGN = Qt.ItemDataRole.TextAlignmentRole
-
-    def __init__(self, columns: list[Column[StepRow]], parent: Any = None) -> None:
-        super().__init__(columns, parent)
-        self._columns_list = columns
-        self._cells: list[list[str]] = []
-        self._tints: list[QColor | None] = []
-        self._swatches: list[list[QColor | None]] = []
-        self._aligns = [int(c.align) for c in columns]
-
-    def set_rows(self, rows: Any) -> None:
-        rows = list(rows)
-        self._cells = [["" if (v := c.text(r)) is None else str(v) for c in self._columns_list] for r in rows]
-        self._tints = [QColor(*CHANGE_TINTS[r.change]) if r.change in CHANGE_TINTS else None for r in rows]
-        self._swatches = [[QColor(c.color(r)) if c.color is not None and c.color(r) else None
-                           for c in self._columns_list] for r in rows]
-        super().set_rows(rows)
-
-    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
-            return None
-        row, col = index.row(), index.column()
-        if role == self._DISPLAY:
-            return self._cells[row][col]
-        if role == self._BACKGROUND:
-            return self._tints[row]
-        if role == self._DECORATION:
-            return self._swatches[row][col]
-        if role == self._ALIGN:
-            return self._aligns[col]
-        if role in (Qt.ItemDataRole.ToolTipRole, ROW_ROLE, SORT_ROLE):
-            return super().data(index, role)
-        return None
 
 
 class ReplayPane(QWidget):
@@ -161,6 +65,7 @@ class ReplayPane(QWidget):
         self._key = f"replay-{id(self)}"
         self._syncing = False
         self._loading_step = False
+        self._rerun_detail: Any = None  # a what-if prompt to re-run once its turn is shown
         self.resolver = SourceResolver(session.store)
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
@@ -213,77 +118,14 @@ class ReplayPane(QWidget):
         self.facts.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addWidget(self.facts)
 
-        split = QSplitter(Qt.Orientation.Horizontal)
-        left = QSplitter(Qt.Orientation.Vertical)
-        upper = QWidget()
-        ul = QVBoxLayout(upper)
-        ul.setContentsMargins(0, 0, 0, 0)
-        self.context_caption = caption("Context at this turn")
-        self.context_caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.change_label = QLabel("")
-        self.change_label.setObjectName("replayChanges")
-        self.change_label.setWordWrap(True)
-        self.change_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.step_model = StepTableModel(STEP_COLUMNS, self)
-        self.step_table = table_for(self.step_model, STEP_WIDTHS)
-        self.step_table.setObjectName("replayFragments")
-        ul.addWidget(self.context_caption)
-        ul.addWidget(self.change_label)
-        ul.addWidget(self.step_table)
-        left.addWidget(upper)
-        lower = QWidget()
-        ll = QVBoxLayout(lower)
-        ll.setContentsMargins(0, 0, 0, 0)
-        self.fragment_header = caption("Fragment")
-        self.fragment_header.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.fragment_sources = QLabel("")
-        self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
-        self.fragment_sources.setWordWrap(True)
-        self.fragment_sources.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.fragment_sources.linkActivated.connect(self.open_message.emit)
-        self.fragment_text = CodeEditor("markdown", read_only=True)
-        ll.addWidget(self.fragment_header)
-        ll.addWidget(self.fragment_sources)
-        ll.addWidget(self.fragment_text)
-        left.addWidget(lower)
-        left.setSizes([380, 200])
-        split.addWidget(left)
-
-        self.tabs = QTabWidget()
-        self.tabs.setObjectName("replayTabs")
-        compare_tab = QSplitter(Qt.Orientation.Vertical)
-        sides = QSplitter(Qt.Orientation.Horizontal)
-        self.received_view = CodeEditor("markdown", read_only=True)
-        self.now_view = CodeEditor("markdown", read_only=True)
-        self.received_caption = caption("Received (the record)")
-        for head_label, view in ((self.received_caption, self.received_view), (caption("Rebuilt now"), self.now_view)):
-            holder = QWidget()
-            hl = QVBoxLayout(holder)
-            hl.setContentsMargins(0, 0, 0, 0)
-            hl.addWidget(head_label)
-            hl.addWidget(view)
-            sides.addWidget(holder)
-        compare_tab.addWidget(sides)
-        self.now_diff = DiffView()
-        self.now_diff.setObjectName("replayNowDiff")
-        compare_tab.addWidget(self.now_diff)
-        compare_tab.setSizes([300, 160])
-        self.tabs.addTab(compare_tab, "Received vs Rebuilt Now")
-        self.reply_view = CodeEditor("markdown", read_only=True)
-        self.tabs.addTab(self.reply_view, "Reply")
-        self.recall_model: RecordTableModel[RecallRow] = RecordTableModel(RECALL_COLUMNS, self)
-        self.recall_table = table_for(self.recall_model)
-        self.recall_table.doubleClicked.connect(self._open_recall)
-        self.tabs.addTab(self.recall_table, "Recall")
-        self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
-        self.tabs.addTab(table_for(self.token_model), "Tokens")
+        self.view = TurnView(self)
+        self.view.open_message.connect(self.open_message.emit)
+        self.tabs = self.view.tabs
         self.what_if = WhatIfPanel(self.session, self)
         self.tabs.addTab(self.what_if, "What-If")
         self.rerun = RerunPanel(self.session, self.preferences, self)
         self.tabs.addTab(self.rerun, "Re-Run")
-        split.addWidget(self.tabs)
-        split.setSizes([560, 620])
-        root.addWidget(split, 1)
+        root.addWidget(self.view, 1)
         self.status = QLabel("")
         self.status.setStyleSheet("color: palette(placeholder-text);")
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -291,7 +133,6 @@ class ReplayPane(QWidget):
 
         self.slider.valueChanged.connect(self._slider_moved)
         self.thread_combo.activated.connect(self._thread_picked)
-        self.step_table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_fragment(cur.row()))
         self.what_if.rerun_requested.connect(self._rerun_what_if)
 
     def _register_commands(self) -> None:
@@ -461,51 +302,18 @@ class ReplayPane(QWidget):
             self.banner.hide()
         else:
             self.banner.show_message(cmp.text, cmp.level)
-        self.facts.setText(" · ".join(f"<b>{k}</b> {_esc(v)}" for k, v in turn_facts(received, step.wm_label,
+        self.facts.setText(" · ".join(f"<b>{k}</b> {esc(v)}" for k, v in turn_facts(received, step.wm_label,
                                                                                      step.om_label)))
-        self.context_caption.setText(f"Context at turn {step.index + 1} ({received.total_tokens:,} tokens)")
-        self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
-                                  f"Since turn {step.index}: {change_summary(step.changes)}")
-        self.step_model.set_rows(step_rows(received, step.changes))
-        recorded = received.replay is not None and received.replay.record is not None
-        self.received_caption.setText("Received (the record)" if recorded else "Received (reconstructed: no record)")
-        self.received_view.load(prompt_text(received))
-        self.now_view.load(prompt_text(now))
-        if cmp.same:  # a diff of two identical prompts is all noise
-            self.now_diff.set_diff([], empty_text="(rebuilt now: identical to what the model received)")
-        else:
-            self.now_diff.set_diff(prompt_text_diff(received, now))
-        self.reply_view.load(reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)")
-        self.recall_model.set_rows(recall_rows(received, source.thread_id))
-        self.token_model.set_rows(token_rows(received, now))
+        self.view.show_step(step, source.thread_id, cmp)
         self.rerun.set_step(step)
-        first = next((i for i, r in enumerate(self.step_model.rows()) if r.change), 0)
-        if self.step_model.rowCount():
-            self.step_table.selectRow(first)
+        if self._rerun_detail is not None and self._rerun_detail.index == step.index:
+            self.rerun.set_what_if(self._rerun_detail)  # "Re-Run This What-If Prompt" on another turn
+            self.tabs.setCurrentWidget(self.rerun)
+        self._rerun_detail = None
         self.status.setText(f"{len(received.fragments)} fragments · {len(received.messages)} messages · "
                             f"{received.total_tokens:,} tokens · {cmp.text if cmp.same else 'differs now'}")
         self.commands.refresh_enabled()
         self.step_shown.emit(step)
-
-    def _show_fragment(self, row: int) -> None:
-        rec = self.step_model.row_at(row)
-        if rec is None:
-            return
-        bits = [rec.mark or "unchanged", rec.source, f"{rec.tokens:,} tokens"]
-        if rec.reason:
-            bits.append(f"why: {reason_label(rec.reason)}")
-        self.fragment_header.setText(" · ".join(bits))
-        links = ", ".join(f'<a href="{i}">{_esc(i)}</a>' for i in rec.stored_ids[:12])
-        self.fragment_sources.setText(f"From stored messages: {links}" if links else "Not from a stored message")
-        if rec.change == "changed" and rec.text_before is not None:
-            self.fragment_text.load(f"— before —\n{rec.text_before}\n\n— now —\n{rec.text}")
-        else:
-            self.fragment_text.load(rec.text)
-
-    def _open_recall(self, index: QModelIndex) -> None:
-        row = self.recall_model.row_at(index.row())
-        if row is not None:
-            self.open_message.emit(row.message_id)
 
     # -- thread list -----------------------------------------------------------------------------
     def _load_thread_list(self) -> None:
@@ -610,16 +418,10 @@ class ReplayPane(QWidget):
 
     def _rerun_what_if(self, detail: Any) -> None:
         if self.source is not None and detail.index != self.index:
+            self._rerun_detail = detail  # applied once that turn is shown
             self.go_to(detail.index)
-            self.step_shown.connect(self._after_step_for_rerun)
-            self._rerun_detail = detail
             return
         self.rerun.set_what_if(detail)
-        self.tabs.setCurrentWidget(self.rerun)
-
-    def _after_step_for_rerun(self, step: StepData) -> None:
-        self.step_shown.disconnect(self._after_step_for_rerun)
-        self.rerun.set_what_if(self._rerun_detail)
         self.tabs.setCurrentWidget(self.rerun)
 
     # -- states ----------------------------------------------------------------------------------
@@ -632,21 +434,10 @@ class ReplayPane(QWidget):
 
     def _show_empty(self, text: str) -> None:
         self.step = None
-        self.step_model.set_rows([])
-        self.recall_model.set_rows([])
-        self.token_model.set_rows([])
-        for view in (self.received_view, self.now_view, self.reply_view, self.fragment_text):
-            view.load("")
-        self.now_diff.set_diff([], empty_text="")
+        self.view.clear()
         self.banner.hide()
         self.facts.setText("")
-        self.change_label.setText("")
         self.step_label.setText("No turns")
         self.input_label.setText("")
         self.status.setText(text)
-        if hasattr(self, "commands"):
-            self.commands.refresh_enabled()
-
-
-def _esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        self.commands.refresh_enabled()

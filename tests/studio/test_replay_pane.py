@@ -102,14 +102,14 @@ def test_opens_at_the_last_turn_and_steps_with_buttons_slider_and_keys(qtbot: An
     wait_step(qtbot, pane, 3)
     assert pane.step.turn.input_text == TURNS[3]
 
-    pane.step_table.setFocus()
-    qtbot.keyClick(pane.step_table, Qt.Key.Key_Right, Qt.KeyboardModifier.AltModifier)
+    pane.view.step_table.setFocus()
+    qtbot.keyClick(pane.view.step_table, Qt.Key.Key_Right, Qt.KeyboardModifier.AltModifier)
     wait_step(qtbot, pane, 4)
-    qtbot.keyClick(pane.step_table, Qt.Key.Key_J)
+    qtbot.keyClick(pane.view.step_table, Qt.Key.Key_J)
     wait_step(qtbot, pane, 5)
-    qtbot.keyClick(pane.step_table, Qt.Key.Key_K)
+    qtbot.keyClick(pane.view.step_table, Qt.Key.Key_K)
     wait_step(qtbot, pane, 4)
-    qtbot.keyClick(pane.step_table, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    qtbot.keyClick(pane.view.step_table, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
     wait_step(qtbot, pane, 3)
     assert pane.slider.value() == 3
     pane.last_btn.click()
@@ -138,10 +138,10 @@ def test_each_turn_shows_what_the_model_received(qtbot: Any, pane: ReplayPane, s
     assert step.received.replay.kind == "recorded" and step.received.replay.matches is True
     assert "recorded (exact)" in pane.facts.text()
     assert "version 1 of 1" in step.wm_label and "thread scope" in step.wm_label
-    assert TURNS[4] in pane.received_view.toPlainText()
-    assert pane.reply_view.toPlainText().startswith("About 'And a good place for din")
+    assert TURNS[4] in pane.view.received_view.toPlainText()
+    assert pane.view.reply_view.toPlainText().startswith("About 'And a good place for din")
     assert not pane.banner.isVisible()  # nothing changed since: rebuilt now is identical
-    tokens = {r.section: r for r in pane.token_model.rows()}
+    tokens = {r.section: r for r in pane.view.token_model.rows()}
     assert tokens["total"].at_turn == step.received.total_tokens == tokens["total"].now
     assert tokens["history"].at_turn > 0 and tokens["working_memory"].at_turn > 0
     assert checksum(session.store) == before  # looking never writes
@@ -151,30 +151,30 @@ def test_diff_against_the_previous_turn_is_highlighted_with_reasons(qtbot: Any, 
     open_thread(qtbot, pane)
     pane.go_to(5)  # the window of 4 messages slides: two leave, two enter
     wait_step(qtbot, pane, 5)
-    rows = pane.step_model.rows()
+    rows = pane.view.step_model.rows()
     entered = [r for r in rows if r.change == "entered"]
     left = [r for r in rows if r.change == "left"]
     assert {r.reason for r in left} == {"outside-history-window"}
     assert len(left) == 2 and all(r.index is None and r.mark == "− left" for r in left)
     assert {r.reason for r in entered} == {"new-message"}
     assert all(r.mark == "+ entered" for r in entered)
-    assert "outside the history window" in pane.change_label.text()
+    assert "outside the history window" in pane.view.change_label.text()
     # Colour and a text marker: the row is tinted, and the Change column says it in words.
     i = rows.index(left[0])
-    tint = pane.step_model.index(i, 0).data(Qt.ItemDataRole.BackgroundRole)
+    tint = pane.view.step_model.index(i, 0).data(Qt.ItemDataRole.BackgroundRole)
     assert isinstance(tint, QColor) and tint.alpha() < 255
-    assert pane.step_model.index(i, 1).data() == "− left"
+    assert pane.view.step_model.index(i, 1).data() == "− left"
     unchanged = next(j for j, r in enumerate(rows) if r.change is None)
-    assert pane.step_model.index(unchanged, 0).data(Qt.ItemDataRole.BackgroundRole) is None
-    pane.step_table.selectRow(i)
-    assert "why: outside the history window" in pane.fragment_header.text()
+    assert pane.view.step_model.index(unchanged, 0).data(Qt.ItemDataRole.BackgroundRole) is None
+    pane.view.step_table.selectRow(i)
+    assert "why: outside the history window" in pane.view.fragment_header.text()
 
 
 def test_working_memory_change_is_a_reason(qtbot: Any, pane: ReplayPane) -> None:
     open_thread(qtbot, pane)
     pane.go_to(3)  # the turn after the tool call: working memory holds the diet now
     wait_step(qtbot, pane, 3)
-    changed = [r for r in pane.step_model.rows() if r.source == "working-memory"]
+    changed = [r for r in pane.view.step_model.rows() if r.source == "working-memory"]
     assert changed and changed[0].change == "changed" and changed[0].reason == "working-memory-changed"
     assert "vegetarian" in changed[0].text and "vegetarian" not in (changed[0].text_before or "")
 
@@ -194,8 +194,8 @@ def test_banner_when_the_engine_rebuilds_differently_now(qtbot: Any, db: Path, p
         assert pane.banner.isVisible() and pane.banner.level == "warning"
         assert "rebuilds this turn differently now" in pane.banner.text()
         assert "outside the history window" in pane.banner.text()
-        assert pane.received_view.toPlainText() != pane.now_view.toPlainText()
-        assert pane.now_diff.lines and "−" in pane.now_diff.summary()
+        assert pane.view.received_view.toPlainText() != pane.view.now_view.toPlainText()
+        assert pane.view.now_diff.lines and "−" in pane.view.now_diff.summary()
         assert pane.step.received.replay.kind == "recorded"  # what was sent is still exact
     finally:
         session.pool.wait(20_000)
@@ -454,7 +454,7 @@ def test_a_mastra_database_replays_reconstructed_and_read_only(qtbot: Any, tmp_p
             pane.set_selection(Selection("user-42", "mastra-thread"))
         assert len(pane.source.turns) == 1 and pane.step.received.replay.kind == "reconstructed"
         assert pane.banner.text().startswith("Reconstructed — no record of this turn")
-        assert pane.reply_view.toPlainText() == "hi, I remember you"
+        assert pane.view.reply_view.toPlainText() == "hi, I remember you"
         with qtbot.waitSignal(pane.failed):
             pane.commands.run("replay.fork")
     finally:

@@ -137,7 +137,7 @@ def test_the_window_never_grows_while_replaying(qtbot: Any, window: Any) -> None
         panel.open_row(7)
     with qtbot.waitSignal(replay.rerun.finished, timeout=30_000):
         replay.rerun.run()
-    replay.step_table.selectRow(1)
+    replay.view.step_table.selectRow(1)
     QApplication.processEvents()
     assert window.width() == width
     assert replay.minimumSizeHint().width() < 800

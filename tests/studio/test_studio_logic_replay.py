@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
