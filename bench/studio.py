@@ -1,5 +1,6 @@
 """Studio figures: cold start to first paint on the demo database, time to first rows of a
-100,000-message thread, peak memory, and the recall playground's query time at 10,000 messages.
+100,000-message thread, peak memory, the recall playground's query time at 10,000 messages, and
+Replay's step and what-if times on a 1,000-turn thread.
 
     .venv/bin/python bench/studio.py            # offscreen unless a display is set
 
@@ -280,6 +281,10 @@ def main() -> int:
           f"(p95 {p95(r['round_ms']):.1f} ms; worker, signal, paint)")
     print(f"  … why not this message? (full ranks):  {statistics.median(r['explain_ms']):7.1f} ms   "
           f"(p95 {p95(r['explain_ms']):.1f} ms)")
+
+    from studio_replay import report as replay_report  # bench/ is on sys.path: this script's folder
+
+    replay_report(child, WORK)
     return 0
 
 

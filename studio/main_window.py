@@ -24,15 +24,18 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QTabWidget,
+    QToolButton,
     QWidget,
 )
 
 from core.storage.paths import resolve_db_path
 from core.version import __version__
+from studio import reads as queries
 from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
 from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notice
 from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
+from studio.preferences import Preferences
 from studio.selection import Selection
 from studio.session import EmptyFileError, OpenedDatabase, StudioSession, open_studio_database
 from studio.theme import apply_theme, current_theme
@@ -49,8 +52,9 @@ TABS: list[tuple[str, str, str]] = [
     ("working_memory", "Working Memory", "studio.panes.working_memory:WorkingMemoryPane"),
     ("traces", "Traces", "studio.panes.traces:TracesPane"),
     ("observations", "Observations", "studio.panes.observations:ObservationsPane"),
-    ("chat", "Chat playground", "studio.panes.chat:ChatPane"),
-    ("recall", "Recall playground", "studio.panes.recall_playground:RecallPlaygroundPane"),
+    ("chat", "Chat Playground", "studio.panes.chat:ChatPane"),
+    ("recall", "Recall Playground", "studio.panes.recall_playground:RecallPlaygroundPane"),
+    ("replay", "Replay", "studio.panes.replay:ReplayPane"),
 ]
 
 Seeder = Callable[..., Any]
@@ -96,11 +100,15 @@ class MainWindow(QMainWindow):
         self._open_token = 0
         self._busy = {"pool": 0, "session": 0}
         self.recent = RecentFiles.from_setting(settings.value("recentFiles"))
+        self.preferences = Preferences(settings, self)  # models for re-runs and chats (panes find it here)
+        self.preferences_dialog: QWidget | None = None
+        self.history: list[tuple[str, Selection]] = []  # where Back returns to (e.g. Replay after a trace)
 
         self._build_shell()
         self.commands = CommandRegistry(self)
         self._register_commands()
         self.menus = self.commands.build_menus(self.menuBar(), ["File", "View", "Help"])
+        self.back_btn.setDefaultAction(self.commands.action("view.back"))
         self._build_recent_menu()
         self.commands.add_provider(self._recent_commands)
         self.commands.add_provider(self._pane_commands)
@@ -121,6 +129,10 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget(self)
         self.tabs.setObjectName("paneTabs")
         self.tabs.setDocumentMode(True)
+        self.back_btn = QToolButton(self)
+        self.back_btn.setObjectName("backButton")
+        self.back_btn.hide()
+        self.tabs.setCornerWidget(self.back_btn, Qt.Corner.TopRightCorner)
         self.left = QStackedWidget(self)
         # Thread titles are what users scan; the panes on the right are wide and would squeeze them.
         self.left.setMinimumWidth(340)
@@ -195,6 +207,8 @@ class MainWindow(QMainWindow):
         c.add("file.copy_path", "Copy Database Path", self.copy_path, menu="File", group="access", enabled=has_db)
         self.transfer = TransferActions(self)
         self.transfer.register(c)
+        c.add("app.preferences", "Preferences…", self.show_preferences, shortcut="Ctrl+,", menu="File",
+              group="preferences", keywords="settings models endpoint api key openai ollama")
         c.add("app.quit", "Quit", self.close, shortcut="Ctrl+Q", menu="File", group="quit")
         c.add("view.palette", "Command Palette…", self.show_palette, shortcut="Ctrl+K", menu="View", group="palette")
         c.add("view.filter", "Filter Threads", self.focus_filter, shortcut="Ctrl+F", menu="View", group="find",
@@ -204,6 +218,11 @@ class MainWindow(QMainWindow):
         for n, (name, title, _spec) in enumerate(TABS, start=1):
             c.add(f"view.tab.{name}", f"Show {title}", lambda name=name: self.show_tab(name), shortcut=f"Ctrl+{n}",
                   menu="View", group="tabs", enabled=has_db)
+        c.add("view.back", "Go Back", self.go_back, shortcut="Alt+Backspace", menu="View", group="back",
+              enabled=lambda: bool(self.history), keywords="return previous replay trace")
+        c.add("replay.from_here", "Replay From Here", self.replay_from_here, menu="View", group="back",
+              enabled=lambda: self.session is not None and self.selection.message_id is not None,
+              keywords="step through turns from this message")
         c.add("view.theme", "Toggle Dark Mode", self.toggle_theme, shortcut="Ctrl+Shift+L", menu="View",
               group="theme", keywords="light dark colours")
         c.add("help.about", "About Memory Studio", self.show_about, menu="Help")
@@ -325,6 +344,14 @@ class MainWindow(QMainWindow):
             asks = getattr(pane, "request_command", None)  # a pane's button for a window command
             if asks is not None:
                 asks.connect(self.commands.run)
+        replay = self.panes["replay"]
+        replay.open_trace.connect(self.show_trace)  # type: ignore[attr-defined]
+        replay.open_thread.connect(self._select_in_tree)  # type: ignore[attr-defined]
+        replay.forked.connect(lambda t: self._select_in_tree(Selection(t.resource_id, t.id)))  # type: ignore[attr-defined]
+        messages.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        messages.view.customContextMenuRequested.connect(self._message_menu)
+        self.history.clear()
+        self._update_back()
         session.changed.connect(self._on_changed)
         session.read_only_changed.connect(lambda _ro: self._update_title())
         self.center.setCurrentIndex(1)
@@ -364,9 +391,25 @@ class MainWindow(QMainWindow):
             pane.set_selection(selection)  # type: ignore[attr-defined]
 
     def show_message(self, message_id: str) -> None:
-        sel = self.selection
+        """Open a stored message in the message view, in *its* thread: a recall hit may come from
+        another thread, and keeping the old one left the panes asking for a message it does not hold."""
+        session = self.session
+        if session is None:
+            return
+        store = session.store
+        session.run(lambda: queries.message_location(store, message_id), key="show-message",
+                    on_result=lambda loc: self._show_located(session, message_id, loc))
+
+    def _show_located(self, session: StudioSession, message_id: str, loc: Any) -> None:
+        if session is not self.session:
+            return
+        if loc is None:
+            self.show_status(f"Message {message_id} is not in the database any more.")
+            return
         self.show_tab("messages")
-        self.set_selection(Selection(sel.resource_id, sel.thread_id, message_id))
+        if self.resources is not None and loc.thread_id != self.selection.thread_id:
+            self.resources.set_selection(Selection(loc.resource_id, loc.thread_id))
+        self.set_selection(Selection(loc.resource_id, loc.thread_id, message_id))
 
     def select_thread(self, selection: Selection) -> None:
         if self.resources is not None:
@@ -389,6 +432,76 @@ class MainWindow(QMainWindow):
             self.resources.refresh()
         if "messages" in self.panes:
             self.messages_pane.refresh()
+
+    def _select_in_tree(self, selection: Selection) -> None:
+        if self.resources is not None:
+            self.resources.set_selection(selection)
+
+    # -- replay, traces and Back -----------------------------------------------------------------
+    def _message_menu(self, pos: Any) -> None:
+        view = self.messages_pane.view
+        index = view.indexAt(pos)
+        if index.isValid() and index != view.currentIndex():
+            view.setCurrentIndex(index)
+        menu = QMenu(view)
+        menu.addAction(self.commands.action("replay.from_here"))
+        self.commands.refresh_enabled()
+        menu.popup(view.viewport().mapToGlobal(pos))
+        self.message_menu = menu
+
+    def replay_from_here(self) -> None:
+        sel = self.selection
+        if self.session is None or sel.thread_id is None or sel.message_id is None:
+            return
+        self.show_tab("replay")
+        self.panes["replay"].replay_from(sel.thread_id, sel.message_id)  # type: ignore[attr-defined]
+
+    def show_trace(self, trace_id: str) -> None:
+        """Show a trace in the Traces tab; Back returns to where the user was."""
+        traces = self.panes.get("traces")
+        if traces is None:
+            return
+        self.history.append((self._current_tab(), self.selection))
+        self._update_back()
+        self.show_tab("traces")
+
+        def reveal() -> None:
+            rows = [t.trace_id for t in traces.traces]  # type: ignore[attr-defined]
+            if trace_id in rows:
+                traces.select_trace(rows.index(trace_id))  # type: ignore[attr-defined]
+            else:
+                traces.open_trace(trace_id)  # type: ignore[attr-defined]
+
+        if traces.source is not None and not traces._loading:  # type: ignore[attr-defined]
+            reveal()
+            return
+
+        def once() -> None:
+            traces.traces_loaded.disconnect(once)  # type: ignore[attr-defined]
+            reveal()
+
+        traces.traces_loaded.connect(once)  # type: ignore[attr-defined]
+
+    def _current_tab(self) -> str:
+        widget = self.tabs.currentWidget()
+        return next((name for name, pane in self.panes.items() if pane is widget), "messages")
+
+    def go_back(self) -> None:
+        if not self.history:
+            return
+        tab, selection = self.history.pop()
+        self._update_back()
+        if selection != self.selection and self.resources is not None:
+            self.resources.set_selection(selection)
+        self.show_tab(tab)
+
+    def _update_back(self) -> None:
+        target = dict((name, title) for name, title, _spec in TABS).get(self.history[-1][0]) if self.history else None
+        action = self.commands.action("view.back") if hasattr(self, "commands") else None
+        if action is not None:
+            action.setIconText(f"◀ Back to {target}" if target else "Back")
+            action.setEnabled(bool(self.history))
+        self.back_btn.setVisible(bool(self.history))
 
     # -- demo data -------------------------------------------------------------------------------
     def seed_demo(self) -> None:
@@ -514,6 +627,18 @@ class MainWindow(QMainWindow):
         palette.show()
         palette.input.setFocus()
         self.palette = palette
+
+    def show_preferences(self) -> None:
+        from studio.widgets.preferences_dialog import PreferencesDialog
+
+        if self.preferences_dialog is not None:
+            self.preferences_dialog.raise_()
+            return
+        dialog = PreferencesDialog(self.preferences, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.finished.connect(lambda _r: setattr(self, "preferences_dialog", None))
+        self.preferences_dialog = dialog
+        dialog.open()
 
     def focus_filter(self) -> None:
         if self.resources is not None:

@@ -76,6 +76,27 @@ def count_messages(store: Store, thread_id: str) -> int:
     return store.memory.count_messages(thread_id)
 
 
+@dataclass(frozen=True)
+class MessageLocation:
+    message_id: str
+    thread_id: str
+    resource_id: str | None
+
+
+def message_location(store: Store, message_id: str) -> MessageLocation | None:
+    """Which thread (and resource) a stored message is in, or None if it is gone: a link to a message
+    (a recall hit from another thread) opens its own thread, not the one on screen."""
+    found = store.memory.get_messages([message_id])
+    if not found or not found[0].thread_id:
+        return None
+    msg = found[0]
+    resource = msg.resource_id
+    if not resource:
+        thread = store.memory.get_thread(msg.thread_id or "")
+        resource = thread.resource_id if thread else None
+    return MessageLocation(msg.id, msg.thread_id or "", resource)
+
+
 def message_position(store: Store, thread_id: str, message_id: str) -> int | None:
     """The row index of a message in the message view, or None if it is gone."""
     return store.memory.message_position(thread_id, message_id)

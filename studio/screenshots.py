@@ -107,6 +107,9 @@ def render(out_dir: Path) -> list[Path]:
     _shoot_export(app, window, save)
     _shoot_recall_playground(app, window, save)
     _shoot_chat_playground(app, window, save)
+    from studio.screenshots_replay import shoot_replay
+
+    shoot_replay(app, window, save, _wait)
 
     # full-text search across threads
     window.show_tab("messages")

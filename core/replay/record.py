@@ -125,7 +125,9 @@ def stored_options(options: Mapping[str, Any]) -> Any:
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+    # A memo key that is also parsed back: keys keep their order, because some option values are
+    # shown to the model as written (a working-memory JSON schema's properties, in their order).
+    return json.dumps(value, default=str)
 
 
 @functools.lru_cache(maxsize=128)

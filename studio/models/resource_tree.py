@@ -24,6 +24,7 @@ from PySide6.QtGui import QFont
 
 from core.storage.memory_store import ResourceSummary, ThreadSummary
 from studio.logic.dates import date_tooltip, format_datetime
+from studio.logic.replay_layout import fork_source
 from studio.reads import TreeData
 
 COLUMNS = ("Thread", "Msgs", "Last activity")
@@ -222,8 +223,10 @@ class ResourceTreeModel(QAbstractItemModel):
         if role == TreeRoles.FILTER:
             return f"{title} {s.thread.id}"
         if role == Qt.ItemDataRole.ToolTipRole:
+            fork = fork_source(s.thread.metadata)
             return (f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages\n"
-                    f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}")
+                    f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}"
+                    + (f"\n{fork}" if fork else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

@@ -100,7 +100,7 @@ class ChatPane(QWidget):
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
         root = pane_layout(self)
-        head, self.title, self.subtitle = pane_header("Chat playground")
+        head, self.title, self.subtitle = pane_header("Chat Playground")
         self.subtitle.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addLayout(head)
 

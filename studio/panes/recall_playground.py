@@ -120,7 +120,7 @@ class RecallPlaygroundPane(QWidget):
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> None:
         root = pane_layout(self)
-        head, self.title, self.subtitle = pane_header("Recall playground")
+        head, self.title, self.subtitle = pane_header("Recall Playground")
         self.subtitle.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addLayout(head)
 

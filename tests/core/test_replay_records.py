@@ -55,6 +55,22 @@ def test_a_rebuilt_turn_matches_what_the_model_was_sent(store) -> None:
         assert prompt.messages == request.messages
 
 
+def test_a_schema_working_memory_keeps_its_key_order_in_a_rebuilt_turn(store) -> None:
+    """The schema's properties are shown to the model in their order; a record whose options were
+    re-read with sorted keys rebuilt a different prompt (matches=False on every such turn)."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "home_city": {"type": "string"},
+                                               "allergies": {"type": "array", "items": {"type": "string"}}}}
+    memory = Memory(store, MemoryOptions(last_messages=4, working_memory={"enabled": True, "schema": schema}))
+    model = ScriptedModel(["Hi.", "Noted."])
+    agent = Agent("helper", instructions="Be brief.", model=model, memory=memory, tracer=False)
+    for text in ("I am Li Wei", "I live in Shanghai"):
+        agent.generate(text, memory={"resource": "li", "thread": "t"})
+    for turn, request in zip(memory.turns("t"), model.requests):
+        prompt = memory.assemble(thread_id="t", resource_id="li", as_of=turn.input_message_id)
+        assert prompt.replay is not None and prompt.replay.matches is True
+        assert prompt.messages == request.messages
+
+
 def test_records_are_small(store) -> None:
     memory = Memory(store, MemoryOptions(last_messages=10, working_memory={"enabled": True}))
     agent = _agent(memory, [f"Reply {i}." for i in range(12)])

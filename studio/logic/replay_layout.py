@@ -1,0 +1,461 @@
+"""The Replay pane's logic (no Qt, no I/O): stepping, the fragment list with what changed since the
+previous turn and why, "received" against "rebuilt now", facts, recall and token tables, what-if
+options and rows, and the re-run comparison.
+
+Everything is reshaped from the engine's own records (``AssembledPrompt``, ``TurnRecord``,
+``FragmentChange``, ``WhatIfRow``, ``RerunResult``); nothing here computes a prompt or a diff reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any, Literal, Mapping, Sequence
+
+from core import AssembledPrompt, MemoryOptions
+from core.replay import FragmentChange, RecallHitRecord, TurnRecord
+from core.replay.capture import recall_hits, token_sections
+from core.replay.turns import Turn
+from studio.logic.diffing import DiffLine, line_diff
+from studio.logic.prompt_layout import ROLE_LABELS, source_color
+
+Change = Literal["entered", "left", "changed"]
+
+REASON_LABELS: dict[str, str] = {
+    "outside-history-window": "outside the history window",
+    "below-recall-threshold": "below the recall threshold",
+    "outside-recall-top-k": "outside recall top-k",
+    "observed": "observed by observational memory",
+    "token-budget": "trimmed by the token budget",
+    "working-memory-changed": "working memory changed",
+    "new-message": "new message",
+    "options-changed": "options changed",
+    "other": "other",
+}
+# A text marker beside every colour, so the change is readable without telling colours apart.
+CHANGE_MARKS: dict[str, str] = {"entered": "+ entered", "left": "− left", "changed": "~ changed"}
+# Translucent tints: they lie over the palette's base colour, so they read in the light and dark theme.
+CHANGE_TINTS: dict[str, tuple[int, int, int, int]] = {
+    "entered": (46, 160, 67, 70), "left": (218, 54, 51, 70), "changed": (191, 135, 0, 70),
+}
+TOKEN_SECTIONS: tuple[tuple[str, str], ...] = (
+    ("system", "System and instructions"), ("working_memory", "Working memory"),
+    ("observations", "Observations"), ("history", "History"), ("recall", "Recall"),
+    ("input", "Input"), ("tools", "Tool definitions"),
+)
+
+
+def reason_label(reason: str) -> str:
+    return REASON_LABELS.get(reason, reason.replace("-", " "))
+
+
+# -- stepping --------------------------------------------------------------------------------------
+def clamp_step(index: int, count: int) -> int:
+    return 0 if count <= 0 else max(0, min(index, count - 1))
+
+
+def step_label(index: int, turns: Sequence[Turn]) -> str:
+    if not turns:
+        return "No turns"
+    turn = turns[clamp_step(index, len(turns))]
+    return f"Turn {index + 1} of {len(turns)} · {turn.created_at.strftime('%Y-%m-%d %H:%M:%S')}"
+
+
+def turn_index_for(turns: Sequence[Turn], message_id: str | None, created_at: Any = None) -> int:
+    """The turn a message belongs to: its input, one of its responses, or the last turn started
+    before it (``created_at``); the last turn when nothing matches."""
+    if not turns:
+        return 0
+    for i, turn in enumerate(turns):
+        if message_id == turn.input_message_id or message_id in turn.response_ids:
+            return i
+        if turn.record is not None and message_id in turn.record.input_ids:
+            return i
+    if created_at is not None:
+        before = [i for i, t in enumerate(turns) if t.created_at <= created_at]
+        if before:
+            return before[-1]
+        return 0
+    return len(turns) - 1
+
+
+# -- the fragment list, with what changed since the previous turn ---------------------------------
+@dataclass(frozen=True)
+class StepRow:
+    index: int | None  # position in this turn's prompt; None for a fragment that left
+    role: str
+    source: str
+    stored_ids: tuple[str, ...]
+    tokens: int
+    text: str
+    preview: str
+    score: float | None
+    change: Change | None
+    reason: str | None
+    text_before: str | None
+    color: str
+
+    @property
+    def mark(self) -> str:
+        return CHANGE_MARKS.get(self.change or "", "")
+
+    @property
+    def why(self) -> str:
+        return reason_label(self.reason) if self.reason else ""
+
+    @property
+    def stored_label(self) -> str:
+        if not self.stored_ids:
+            return ""
+        first = self.stored_ids[0]
+        first = first if len(first) <= 10 else first[:8] + "…"
+        return first if len(self.stored_ids) == 1 else f"{first} +{len(self.stored_ids) - 1}"
+
+
+def _preview(text: str, limit: int = 140) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = ()) -> list[StepRow]:
+    """This turn's fragments in prompt order, each marked with its change since the previous turn; the
+    fragments that left are listed where they were."""
+    pending: dict[tuple[str, tuple[str, ...], str | None], list[FragmentChange]] = {}
+    for c in changes:
+        if c.kind != "left":
+            pending.setdefault((c.source, tuple(c.stored_ids), c.text_after), []).append(c)
+    marked: dict[int, FragmentChange] = {}
+    for f in prompt.fragments:
+        key = (f.source, tuple(f.stored_ids), f.text)
+        found = pending.get(key)
+        if not found and f.stored_ids:  # a changed fragment lists the ids of both sides
+            found = next((v for k, v in pending.items() if v and k[0] == f.source and k[2] == f.text
+                          and set(f.stored_ids) <= set(k[1])), None)
+        if found:
+            marked[f.index] = found.pop(0)
+    rows: list[StepRow] = []
+    left = [c for c in changes if c.kind == "left"]
+    # ``prompt_diff`` lists changes in prompt order with what left at its old place: put each one that
+    # left before the first fragment listed after it.
+    order = list(changes)
+    placed: dict[int, list[FragmentChange]] = {}
+    for c in left:
+        at = order.index(c)
+        nxt = next((o for o in order[at + 1:] if o.kind != "left"), None)
+        target = next((i for i, m in marked.items() if m is nxt), None) if nxt is not None else None
+        placed.setdefault(target if target is not None else -1, []).append(c)
+    for f in prompt.fragments:
+        for c in placed.pop(f.index, []):
+            rows.append(_left_row(c))
+        change = marked.get(f.index)
+        rows.append(StepRow(
+            f.index, ROLE_LABELS.get(f.role, f.role), f.source, tuple(f.stored_ids), f.tokens, f.text,
+            _preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
+            change.text_before if change else None, source_color(f.source)))
+    for rest in placed.values():
+        rows.extend(_left_row(c) for c in rest)
+    return rows
+
+
+def _left_row(c: FragmentChange) -> StepRow:
+    text = c.text_before or ""
+    return StepRow(None, "", c.source, tuple(c.stored_ids), c.tokens_before, text, _preview(text), None, "left",
+                   c.reason, text, source_color(c.source))
+
+
+def change_summary(changes: Sequence[FragmentChange]) -> str:
+    if not changes:
+        return "no change in the context"
+    counts = {k: sum(c.kind == k for c in changes) for k in ("entered", "left", "changed")}
+    parts = [f"{CHANGE_MARKS[k].split()[0]}{n} {k}" for k, n in counts.items() if n]
+    reasons: dict[str, int] = {}
+    for c in changes:
+        reasons[c.reason] = reasons.get(c.reason, 0) + 1
+    why = ", ".join(f"{reason_label(r)} ×{n}" if n > 1 else reason_label(r) for r, n in reasons.items())
+    return f"{' · '.join(parts)} ({why})"
+
+
+# -- received vs rebuilt now ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Comparison:
+    same: bool
+    level: Literal["info", "warning", "error"] | None  # None: nothing to flag
+    text: str
+
+
+def compare(received: AssembledPrompt, now: AssembledPrompt,
+            now_changes: Sequence[FragmentChange] = ()) -> Comparison:
+    info = received.replay
+    same = received.messages == now.messages and received.tools == now.tools
+    notes: list[str] = []
+    level: Literal["info", "warning", "error"] | None = None
+    if info is not None and info.kind == "reconstructed" and info.record is None:
+        unknown = "; ".join(info.unknowns) if info.unknowns else "nothing"
+        notes.append(f"Reconstructed — no record of this turn; unknown: {unknown}.")
+        level = "info"
+    elif info is not None and info.matches is False:
+        notes.append("The rebuild does not match the record's hash: a message or version it names was "
+                     "changed or deleted since" + (f" ({'; '.join(info.unknowns)})" if info.unknowns else "") + ".")
+        level = "error"
+    if not same:
+        what = change_summary(now_changes) if now_changes else "the messages differ"
+        notes.append(f"The engine rebuilds this turn differently now: {what}.")
+        level = level if level == "error" else "warning"
+    text = " ".join(notes) if notes else "Rebuilt now: identical to what the model received."
+    return Comparison(same, level, text)
+
+
+def prompt_text(prompt: AssembledPrompt) -> str:
+    """The messages exactly as sent, one block per message (what the side-by-side view shows)."""
+    out: list[str] = []
+    for i, m in enumerate(prompt.messages, start=1):
+        head = f"── {i} · {m.get('role', '?')}" + (f" · {m['name']}" if m.get("name") else "") + " ──"
+        body = m.get("content")
+        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False, indent=1)
+        if m.get("tool_calls"):
+            text = (text or "") + "\ntool calls: " + json.dumps(m["tool_calls"], ensure_ascii=False)
+        out.append(f"{head}\n{text or ''}")
+    if prompt.tools:
+        out.append("── tools ──\n" + ", ".join(t.get("function", {}).get("name", "?") for t in prompt.tools))
+    return "\n\n".join(out)
+
+
+def prompt_text_diff(a: AssembledPrompt, b: AssembledPrompt) -> list[DiffLine]:
+    return line_diff(prompt_text(a), prompt_text(b))
+
+
+# -- facts, recall and tokens ---------------------------------------------------------------------
+def _record(prompt: AssembledPrompt) -> TurnRecord | None:
+    return prompt.replay.record if prompt.replay is not None else None
+
+
+def turn_facts(prompt: AssembledPrompt, wm_label: str, om_label: str) -> list[tuple[str, str]]:
+    """Label/value pairs for the facts line; ``wm_label`` / ``om_label`` come from the step read."""
+    info, record = prompt.replay, _record(prompt)
+    kind = "no rebuild"
+    if info is not None:
+        kind = "recorded (exact)" if info.kind == "recorded" and info.matches else info.kind
+        if info.what_if:
+            kind += ", what-if"
+    return [
+        ("Rebuild", kind),
+        ("Model", (record.model if record and record.model else "not recorded")),
+        ("Working memory", wm_label),
+        ("Observations", om_label),
+        ("Tokens", f"{prompt.total_tokens:,}"),
+        ("Tools", ", ".join(record.tools) if record and record.tools else
+         ", ".join(t.get("function", {}).get("name", "?") for t in prompt.tools) or "none"),
+    ]
+
+
+@dataclass(frozen=True)
+class RecallRow:
+    rank: int
+    message_id: str
+    thread_id: str
+    vector: float | None
+    keyword: float | None
+    fused: float
+    window: int
+    other_thread: bool
+
+    @staticmethod
+    def score(value: float | None) -> str:
+        return "—" if value is None else f"{value:.3f}"
+
+
+def recall_rows(prompt: AssembledPrompt, thread_id: str | None) -> list[RecallRow]:
+    """The recall hits of the turn with their scores: the record's (what the live turn used), else the
+    rebuild's notes."""
+    record = _record(prompt)
+    hits: Sequence[RecallHitRecord] = record.recall if record is not None else \
+        recall_hits(prompt.notes.get("semantic-recall", {}) or {})
+    return [RecallRow(h.rank, h.message_id, h.thread_id, h.vector, h.keyword, h.fused, len(h.window_ids),
+                      bool(thread_id) and bool(h.thread_id) and h.thread_id != thread_id) for h in hits]
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    section: str
+    label: str
+    at_turn: int
+    now: int | None
+
+
+def token_rows(received: AssembledPrompt, now: AssembledPrompt | None = None) -> list[TokenRow]:
+    """Tokens per section at the turn (the record's counts when there is one) and rebuilt now."""
+    record = _record(received)
+    then = dict(record.tokens) if record is not None and record.tokens else token_sections(received)
+    later = token_sections(now) if now is not None else {}
+    rows = [TokenRow(k, label, int(then.get(k, 0)), later.get(k) if now is not None else None)
+            for k, label in TOKEN_SECTIONS]
+    # The total also counts the tokens that prime the reply; a row of its own keeps the column's sum honest.
+    rest_then = int(then.get("total", received.total_tokens)) - sum(r.at_turn for r in rows)
+    rest_now = int(later.get("total", 0)) - sum(int(later.get(k, 0)) for k, _ in TOKEN_SECTIONS) if later else None
+    if rest_then or rest_now:
+        rows.append(TokenRow("reply", "Reply primer", rest_then, rest_now))
+    rows.append(TokenRow("total", "Total", int(then.get("total", received.total_tokens)),
+                         later.get("total") if now is not None else None))
+    return rows
+
+
+# -- what-if --------------------------------------------------------------------------------------
+WorkingMemoryChoice = Literal["as-recorded", "on", "off", "agent-may-not-write"]
+
+
+def supports_token_budget() -> bool:
+    """Whether this engine has the history token budget (``MemoryOptions.message_history``)."""
+    return "message_history" in {f.name for f in fields(MemoryOptions)}
+
+
+@dataclass(frozen=True)
+class WhatIfOptions:
+    """What the user changes for a what-if; None everywhere means "as it was at each turn"."""
+
+    last_messages: int | None = None  # 0: history off
+    token_budget: int | None = None
+    recall: bool | None = None
+    top_k: int | None = None
+    threshold: float | None = None
+    message_range: int | None = None
+    scope: Literal["resource", "thread"] | None = None
+    working_memory: WorkingMemoryChoice = "as-recorded"
+    om_message_tokens: int | None = None
+    om_observation_tokens: int | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The option dict merged over each turn's own options (``assemble(as_of=, options=)``)."""
+        out: dict[str, Any] = {}
+        if self.last_messages is not None:
+            out["last_messages"] = self.last_messages if self.last_messages > 0 else False
+        if self.token_budget is not None:
+            out["message_history"] = {"max_tokens": self.token_budget}
+        recall: dict[str, Any] = {}
+        if self.recall is not None:
+            recall["enabled"] = self.recall
+        for key, value in (("top_k", self.top_k), ("threshold", self.threshold),
+                           ("message_range", self.message_range), ("scope", self.scope)):
+            if value is not None:
+                recall[key] = value
+        if recall:
+            out["semantic_recall"] = recall
+        if self.working_memory == "on":
+            out["working_memory"] = {"enabled": True, "agent_managed": True}
+        elif self.working_memory == "off":
+            out["working_memory"] = {"enabled": False}
+        elif self.working_memory == "agent-may-not-write":
+            out["working_memory"] = {"enabled": True, "agent_managed": False}
+        om: dict[str, Any] = {}
+        if self.om_message_tokens is not None:
+            om["message_tokens"] = self.om_message_tokens
+        if self.om_observation_tokens is not None:
+            om["observation_tokens"] = self.om_observation_tokens
+        if om:
+            out["observational_memory"] = om
+        return out
+
+    def describe(self) -> str:
+        changes = self.overrides()
+        return json.dumps(changes, sort_keys=True) if changes else "no change"
+
+
+@dataclass(frozen=True)
+class WhatIfTableRow:
+    number: int  # 1-based turn number
+    input_message_id: str
+    input_preview: str
+    tokens_real: int
+    tokens_what_if: int
+    entered: int
+    left: int
+    changed: int
+    reasons: str
+
+    @property
+    def delta(self) -> int:
+        return self.tokens_what_if - self.tokens_real
+
+    @property
+    def delta_label(self) -> str:
+        return f"{self.delta:+,}" if self.delta else "0"
+
+
+def what_if_rows(rows: Sequence[Any], turns: Sequence[Turn]) -> list[WhatIfTableRow]:
+    """Table rows from ``memory.what_if``'s ``WhatIfRow`` items (in turn order)."""
+    number = {t.input_message_id: i + 1 for i, t in enumerate(turns)}
+    text = {t.input_message_id: t.input_text for t in turns}
+    out = []
+    for r in rows:
+        reasons: dict[str, int] = {}
+        for c in r.changes:
+            reasons[c.reason] = reasons.get(c.reason, 0) + 1
+        out.append(WhatIfTableRow(
+            number.get(r.input_message_id, 0), r.input_message_id, _preview(text.get(r.input_message_id, ""), 80),
+            int(r.tokens_real), int(r.tokens_what_if), int(r.entered), int(r.left),
+            sum(c.kind == "changed" for c in r.changes),
+            ", ".join(reason_label(k) for k in reasons)))
+    return out
+
+
+def what_if_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool) -> str:
+    if not rows:
+        return "Cancelled before the first turn." if cancelled else "No turns."
+    real = sum(r.tokens_real for r in rows)
+    alt = sum(r.tokens_what_if for r in rows)
+    affected = sum(1 for r in rows if r.entered or r.left or r.changed)
+    head = f"Cancelled after {len(rows)} of {total} turns. " if cancelled else f"{len(rows)} turns. "
+    return (head + f"{affected} prompt(s) would differ; tokens {real:,} → {alt:,} ({alt - real:+,}).")
+
+
+# -- re-run ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RerunComparison:
+    diff: list[DiffLine]
+    figures: list[tuple[str, str, str]]  # (what, stored, re-run)
+
+
+def rerun_comparison(stored_text: str, stored_tokens_in: int | None, stored_tokens_out: int | None,
+                     result: Any, stored_model: str | None = None) -> RerunComparison:
+    """The stored reply beside a ``RerunResult``: a line diff and token / latency figures."""
+    est = " (estimated)" if getattr(result, "usage_estimated", False) else ""
+    figures = [
+        ("Model", stored_model or "not recorded", str(result.model or "?")),
+        ("Prompt tokens", f"{stored_tokens_in:,}" if stored_tokens_in is not None else "—",
+         f"{result.tokens_in:,}{est}"),
+        ("Reply tokens", f"{stored_tokens_out:,}" if stored_tokens_out is not None else "—",
+         f"{result.tokens_out:,}{est}"),
+        ("Latency", "—", f"{result.latency_ms:,.0f} ms"),
+    ]
+    return RerunComparison(line_diff(stored_text, result.text), figures)
+
+
+def reply_text(messages: Sequence[Any]) -> str:
+    """The stored reply of a turn as text (assistant text; tool calls named)."""
+    parts: list[str] = []
+    for m in messages:
+        if getattr(m, "role", "") == "user":
+            continue
+        text = getattr(m, "text", "") or ""
+        calls = [p.get("toolInvocation", {}).get("toolName") for p in getattr(m, "parts", []) or []
+                 if isinstance(p, Mapping) and p.get("type") == "tool-invocation"]
+        if calls:
+            parts.append("[tool calls: " + ", ".join(str(c) for c in calls) + "]")
+        if text:
+            parts.append(text)
+    return "\n".join(parts)
+
+
+def default_fork_title(thread_title: str | None, thread_id: str, number: int) -> str:
+    return f"{thread_title or thread_id} — fork at turn {number}"
+
+
+def fork_source(metadata: Mapping[str, Any] | None) -> str | None:
+    """"Forked from thread X at message Y" for a thread ``fork_thread`` made (None for any other)."""
+    fork = (metadata or {}).get("fork") if isinstance(metadata, Mapping) else None
+    if not isinstance(fork, Mapping) or not fork.get("sourceThreadId"):
+        return None
+    wm = {"as_of": "working memory as it was then", "current": "working memory as it was when forked"}.get(
+        str(fork.get("workingMemory")), "")
+    when = str(fork.get("forkedAt") or "")[:19].replace("T", " ")
+    return (f"Forked from thread {fork['sourceThreadId']} at message {fork.get('atMessageId', '?')}"
+            + (f" on {when}" if when else "") + (f"; {wm}" if wm else ""))

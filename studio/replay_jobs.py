@@ -1,0 +1,277 @@
+"""The Replay pane's worker jobs (no Qt import): open a thread, rebuild a step, what-if, fork, re-run, and
+find a turn's trace.
+
+A ``ReplayThread`` is one thread opened in Replay: the ``Memory`` its agent runs with (chosen by
+``core.agent_configs.agent_for_thread``, the rule the inspector and the CLI use), its turns, the engine's
+cache of the thread's stored rows (``core.replay.frozen.ReplaySource``, read once when the thread opens),
+and a small cache of rebuilt prompts so stepping forward rebuilds only the new turn. Every method runs on a worker
+thread and only reads, except ``fork`` (an explicit, confirmed action) and ``rerun`` (which calls a
+model and writes nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from core import AssembledPrompt, Memory, Store
+from core.agent_configs import agent_for_thread
+from core.messages import Message
+from core.replay import FragmentChange, RerunResult, TurnRecord, messages_hash, prompt_diff, rerun
+from core.replay.frozen import ReplaySource
+from core.replay.rebuild import rebuild
+from core.replay.turns import Turn
+from core.storage.memory_store import Thread
+from core.traces.spans import TraceFilters
+from core.working_memory import WorkingMemoryService
+from studio.logic.replay_layout import turn_index_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    from studio.preferences import ModelChoice
+
+logger = logging.getLogger(__name__)
+
+MemoryFactory = Callable[[Any, str], Memory]  # (MemoryOptions, memory name) -> Memory
+CACHE_SIZE = 64
+
+
+@dataclass
+class StepData:
+    """Everything the pane shows for one turn."""
+
+    index: int
+    turn: Turn
+    received: AssembledPrompt  # rebuild="record": exactly what the model received, or reconstructed
+    now: AssembledPrompt  # rebuild="now": what the engine and today's configuration rebuild
+    changes: list[FragmentChange]  # since the previous turn's prompt (empty for the first turn)
+    now_changes: list[FragmentChange]  # received -> rebuilt now
+    reply: list[Message]
+    wm_label: str
+    om_label: str
+    previous_index: int | None = None
+
+
+@dataclass
+class WhatIfOutcome:
+    rows: list[Any]  # core.replay.WhatIfRow
+    total: int
+    cancelled: bool
+
+
+@dataclass
+class WhatIfDetail:
+    index: int
+    real: AssembledPrompt
+    what_if: AssembledPrompt
+    changes: list[FragmentChange] = field(default_factory=list)
+
+
+class ReplayThread:
+    def __init__(self, store: Store, memory: Memory, thread: Thread, turns: list[Turn], agent: str,
+                 start: int = 0, rows: ReplaySource | None = None) -> None:
+        self.store = store
+        self.rows = rows or ReplaySource(store).preload(thread.id)
+        self.memory = memory
+        self.thread = thread
+        self.turns = turns
+        self.agent = agent  # how the configuration was chosen, in words
+        self.start = start  # the step to show first
+        wm = memory.effective_options().working_memory  # reads the Studio's overrides: done here, on the worker
+        self.thread_scoped_wm = bool(wm.enabled and wm.scope == "thread")  # what a fork can carry
+        self._cache: OrderedDict[tuple[str, str], AssembledPrompt] = OrderedDict()
+        self._lock = threading.Lock()
+        self._rebuilding = threading.Lock()  # the rows cache is shared: one rebuild at a time
+        self._versions: dict[tuple[str, str], list[Any]] = {}
+
+    @property
+    def thread_id(self) -> str:
+        return self.thread.id
+
+    def same_turns(self, other: "ReplayThread") -> bool:
+        """Whether ``other`` (read again after a change on disk) holds the same turns and records."""
+        return [(t.input_message_id, t.response_ids, t.record is not None) for t in self.turns] == \
+            [(t.input_message_id, t.response_ids, t.record is not None) for t in other.turns]
+
+    # -- opening -----------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, store: Store, memory_factory: MemoryFactory, thread_id: str,
+             message_id: str | None = None) -> "ReplayThread":
+        choice = agent_for_thread(store, thread_id)
+        if choice.thread is None:
+            raise LookupError(f"Thread {thread_id} is not in this database any more.")
+        agent = f"agent '{choice.agent.name}' ({choice.reason})" if choice.agent else f"defaults ({choice.reason})"
+        memory = memory_factory(choice.options(), choice.memory_name)
+        turns = memory.turns(thread_id)
+        rows = ReplaySource(store).preload(thread_id)
+        start = len(turns) - 1 if turns else 0
+        if message_id is not None:
+            found = store.memory.get_messages([message_id])
+            when = found[0].created_at if found and found[0].thread_id == thread_id else None
+            if when is None:
+                raise LookupError(f"Message {message_id} is not in thread {thread_id} any more.")
+            start = turn_index_for(turns, message_id, when)
+        return cls(store, memory, choice.thread, turns, agent, start, rows)
+
+    # -- rebuilding --------------------------------------------------------------------------------
+    def prompt(self, index: int, mode: str = "record") -> AssembledPrompt:
+        turn = self.turns[index]
+        key = (turn.input_message_id, mode)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        prompt = self.rebuild(turn.input_message_id, mode)
+        with self._lock:
+            self._cache[key] = prompt
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return prompt
+
+    def rebuild(self, input_message_id: str, mode: str = "record",
+                options: Mapping[str, Any] | None = None) -> AssembledPrompt:
+        """``memory.assemble(as_of=...)`` over the thread's cached rows."""
+        with self._rebuilding:
+            return rebuild(self.memory.assembler, as_of=input_message_id, thread_id=self.thread_id,
+                           resource_id=self.thread.resource_id, options=options, rebuild=mode,  # type: ignore[arg-type]
+                           source=self.rows)
+
+    def step(self, index: int) -> StepData:
+        turn = self.turns[index]
+        received = self.prompt(index, "record")
+        now = self.prompt(index, "now")
+        previous = self.prompt(index - 1, "record") if index > 0 else None
+        changes = prompt_diff(previous, received) if previous is not None else []
+        now_changes = [] if messages_hash(received.messages) == messages_hash(now.messages) and \
+            received.tools == now.tools else prompt_diff(received, now)
+        with self._rebuilding:
+            found = self.rows.messages(turn.response_ids)
+        reply = [found[i] for i in turn.response_ids if i in found]
+        return StepData(index, turn, received, now, changes, now_changes, reply,
+                        self._wm_label(received), self._om_label(received), index - 1 if index > 0 else None)
+
+    def _wm_label(self, prompt: AssembledPrompt) -> str:
+        record = prompt.replay.record if prompt.replay is not None else None
+        opts = record.memory_options() if record is not None else self.memory.effective_options()
+        wm = opts.working_memory
+        if not wm.enabled:
+            return "off"
+        if record is not None:
+            if record.wm_version_id is not None:
+                return self._version_label(wm.scope, record, record.wm_version_id)
+            if record.wm_text is not None:
+                return f"{wm.scope} scope · not versioned (the record keeps the text)"
+            return f"{wm.scope} scope · empty"
+        as_of = (prompt.notes.get("working-memory") or {}).get("asOf")
+        return f"{wm.scope} scope · {as_of}" if as_of else f"{wm.scope} scope"
+
+    def _version_label(self, scope: str, record: TurnRecord, version_id: int) -> str:
+        owner = record.thread_id if scope == "thread" else (record.resource_id or self.thread.resource_id)
+        key = (scope, owner)
+        versions = self._versions.get(key)
+        if versions is None:
+            versions = list(reversed(WorkingMemoryService(self.store).versions(scope, owner)))  # oldest first
+            self._versions[key] = versions
+        for number, v in enumerate(versions, start=1):
+            if v.id == version_id:
+                when = v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"
+                return f"{scope} scope · version {number} of {len(versions)} (saved {when} by {v.author})"
+        return f"{scope} scope · version row {version_id} (no longer stored)"
+
+    def _om_label(self, prompt: AssembledPrompt) -> str:
+        record = prompt.replay.record if prompt.replay is not None else None
+        opts = record.memory_options() if record is not None else self.memory.effective_options()
+        if not opts.observational_memory.enabled:
+            return "off"
+        notes = prompt.notes.get("observational-memory") or {}
+        generation = notes.get("generation")
+        row = record.om_generation if record is not None else notes.get("recordId")
+        if not row:
+            return "none yet (nothing observed before this turn)"
+        cursor = record.om_cursor if record is not None else notes.get("cursor")
+        gen = f"generation {generation}" if generation is not None else "generation"
+        chunks = f" · {record.om_chunks} chunk(s)" if record is not None and record.om_chunks is not None else ""
+        seen = f" · observed up to {cursor.split(' ')[0]}" if cursor else ""
+        return f"{gen} (row {row[:8]}…){chunks}{seen}"
+
+    # -- what-if -----------------------------------------------------------------------------------
+    def what_if(self, options: Mapping[str, Any], progress: Callable[[int, int], None] | None = None,
+                cancel: Callable[[], bool] | None = None) -> WhatIfOutcome:
+        rows = list(self.memory.what_if(self.thread_id, options=options, resource_id=self.thread.resource_id,
+                                        progress=progress, cancel=cancel))
+        return WhatIfOutcome(rows, len(self.turns), len(rows) < len(self.turns))
+
+    def what_if_turn(self, index: int, options: Mapping[str, Any]) -> WhatIfDetail:
+        turn = self.turns[index]
+        real = self.prompt(index, "record")
+        alt = self.rebuild(turn.input_message_id, "record", options)
+        return WhatIfDetail(index, real, alt, prompt_diff(real, alt))
+
+    # -- fork and re-run ---------------------------------------------------------------------------
+    def fork(self, index: int, title: str, working_memory: str) -> Thread:
+        """A new thread with the messages before turn ``index`` (the pane checks writability first)."""
+        return self.memory.fork_thread(self.thread_id, at=self.turns[index].input_message_id, title=title,
+                                       working_memory=working_memory, resource_id=self.thread.resource_id)
+
+
+def rerun_prompt(prompt: AssembledPrompt, choice: "ModelChoice",
+                 model_settings: Mapping[str, Any] | None = None) -> RerunResult:
+    """Send a rebuilt (or what-if) prompt to the chosen model. Never writes."""
+    model = choice.build()
+    try:
+        return rerun(prompt, model, model_settings=model_settings)
+    finally:
+        close = getattr(model, "close", None)
+        if callable(close):
+            close()
+
+
+# -- the turn's trace -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TraceMatch:
+    trace_id: str | None
+    note: str
+
+
+def find_trace(reader: Any, turns: Sequence[Turn], index: int, thread_id: str) -> TraceMatch:
+    """The trace of turn ``index``: the run of this thread with a model call that received exactly the
+    recorded messages (their hash); without a record, one whose last user message is the turn's text. Candidates
+    are tried nearest to the turn's position among the thread's runs first, so this usually opens one
+    or two traces."""
+    if reader is None:
+        return TraceMatch(None, "There is no trace file beside this database (tracing was off or it was deleted).")
+    listed = reader.list_traces(limit=max(200, 2 * len(turns)), filters=TraceFilters(thread_id=thread_id))
+    if listed.busy and not listed:
+        return TraceMatch(None, "The trace file is busy; try again in a moment.")
+    runs = sorted((t for t in listed if t.span_type == "agent_run"), key=lambda t: t.started_at)
+    if not runs:
+        return TraceMatch(None, "No trace of this thread is stored (tracing was off, or the traces were pruned).")
+    turn = turns[index]
+    record = turn.record
+    guess = min(index + max(len(runs) - len(turns), 0), len(runs) - 1)
+    for i in sorted(range(len(runs)), key=lambda i: abs(i - guess)):
+        spans = reader.get_trace(runs[i].trace_id)
+        if _is_turn(spans, turn, record):
+            return TraceMatch(runs[i].trace_id, "")
+    return TraceMatch(None, "None of this thread's stored traces is this turn's (its trace was pruned).")
+
+
+def _is_turn(spans: Sequence[Any], turn: Turn, record: TurnRecord | None) -> bool:
+    # Any model call of the run may be the turn's (an observer's call can come first).
+    for span in spans:
+        if span.span_type != "model_generation" or not isinstance(span.input, dict):
+            continue
+        messages = span.input.get("messages")
+        if not isinstance(messages, list):
+            continue
+        if record is not None:
+            if messages_hash(messages) == record.messages_hash:
+                return True
+            continue
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+        if users and str(users[-1].get("content") or "") == turn.input_text:
+            return True
+    return False

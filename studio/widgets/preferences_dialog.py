@@ -1,0 +1,353 @@
+"""Preferences > Models: add, edit and test the models a re-run or a chat can use.
+
+Edits are staged in the dialog and written by Save (``Preferences.save`` validates first). The key is
+never shown: the status line says "•••• set" or "not set", computed on a worker (a keyring read may
+block), and a key typed for the OS keyring goes straight to the keyring, never into QSettings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.llm.keys import DEFAULT_KEYRING_SERVICE, KEYRING_INSTALL, keyring_available
+from studio.preferences import (
+    KEY_SOURCES,
+    PRESETS,
+    SCRIPTED_NAME,
+    ConnectionResult,
+    Endpoint,
+    KeyStatus,
+    ModelChoice,
+    Preferences,
+    check_connection,
+    key_status,
+    save_key,
+    validate,
+)
+from studio.widgets.pane_header import alive_only
+from studio.workers import WorkerPool
+
+_DIM = "color: palette(placeholder-text);"
+
+
+class PreferencesDialog(QDialog):
+    def __init__(self, preferences: Preferences, parent: QWidget | None = None,
+                 pool: WorkerPool | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("preferencesDialog")
+        self.setWindowTitle("Preferences")
+        self.preferences = preferences
+        self.pool = pool or WorkerPool(self, max_threads=2)
+        state = preferences.state
+        self.endpoints: list[Endpoint] = list(state.endpoints)
+        self.default = state.default
+        self._syncing = False
+        self._build()
+        self._fill_list()
+        self.list.setCurrentRow(0)
+        self.resize(780, 460)
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        root = QVBoxLayout(self)
+        intro = QLabel("Models for re-running a turn (Replay) and for chatting (playground). Keys are read from "
+                       "an environment variable or the OS keyring; they are never stored in the settings or the "
+                       "database, and never shown.")
+        intro.setWordWrap(True)
+        intro.setStyleSheet(_DIM)
+        root.addWidget(intro)
+        body = QHBoxLayout()
+        left = QVBoxLayout()
+        self.list = QListWidget(self)
+        self.list.setObjectName("modelList")
+        self.list.setMinimumWidth(220)
+        left.addWidget(self.list, 1)
+        buttons = QHBoxLayout()
+        self.add_btn = QToolButton(self)
+        self.add_btn.setText("Add")
+        self.add_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.add_btn)
+        for preset in PRESETS:
+            menu.addAction(preset, lambda p=preset: self.add_endpoint(p))
+        self.add_btn.setMenu(menu)
+        self.remove_btn = QPushButton("Remove", self)
+        self.default_btn = QPushButton("Make Default", self)
+        for b in (self.add_btn, self.remove_btn, self.default_btn):
+            buttons.addWidget(b)
+        left.addLayout(buttons)
+        body.addLayout(left)
+
+        self.stack = QStackedWidget(self)
+        scripted = QLabel(
+            f"<b>{SCRIPTED_NAME}</b><br><br>Always available, no network, no key. It answers every request "
+            "with a short deterministic note saying how many messages the prompt had and quoting the last user "
+            "message, so a re-run or a chat works offline and is never mistaken for a language model.")
+        scripted.setWordWrap(True)
+        scripted.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.stack.addWidget(scripted)
+        self.stack.addWidget(self._build_form())
+        body.addWidget(self.stack, 1)
+        root.addLayout(body, 1)
+
+        test_row = QHBoxLayout()
+        self.test_btn = QPushButton("Test Connection", self)
+        self.test_result = QLabel("")
+        self.test_result.setObjectName("testResult")
+        self.test_result.setWordWrap(True)
+        self.test_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        test_row.addWidget(self.test_btn)
+        test_row.addWidget(self.test_result, 1)
+        root.addLayout(test_row)
+        self.problems = QLabel("")
+        self.problems.setObjectName("preferencesProblems")
+        self.problems.setWordWrap(True)
+        self.problems.setStyleSheet("color: #E5534B;")
+        root.addWidget(self.problems)
+        self.box = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        root.addWidget(self.box)
+
+        self.list.currentRowChanged.connect(self._show_row)
+        self.remove_btn.clicked.connect(self.remove_current)
+        self.default_btn.clicked.connect(self.make_default)
+        self.test_btn.clicked.connect(self.test_current)
+        self.box.accepted.connect(self.save)
+        self.box.rejected.connect(self.reject)
+
+    def _build_form(self) -> QWidget:
+        page = QWidget(self)
+        form = self.form = QFormLayout(page)
+        form.setContentsMargins(8, 0, 0, 0)
+        self.name_edit = QLineEdit()
+        self.url_edit = QLineEdit()
+        self.url_edit.setPlaceholderText("http://localhost:11434/v1")
+        self.model_edit = QLineEdit()
+        self.model_edit.setPlaceholderText("llama3.1")
+        self.source_combo = QComboBox()
+        for key, title in KEY_SOURCES.items():
+            self.source_combo.addItem(title, key)
+        self.key_name_label = QLabel("Variable")
+        self.key_name_edit = QLineEdit()
+        self.key_status = QLabel("")
+        self.key_status.setObjectName("keyStatus")
+        self.key_status.setWordWrap(True)
+        self.key_value_edit = QLineEdit()
+        self.key_value_edit.setObjectName("keyValue")
+        self.key_value_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.key_value_edit.setPlaceholderText("paste a key to store it in the OS keyring")
+        self.store_key_btn = QPushButton("Store in Keyring")
+        self.key_row = QWidget()
+        key_row = QHBoxLayout(self.key_row)
+        key_row.setContentsMargins(0, 0, 0, 0)
+        key_row.addWidget(self.key_value_edit, 1)
+        key_row.addWidget(self.store_key_btn)
+        self.keyring_note = QLabel("")
+        self.keyring_note.setWordWrap(True)
+        self.keyring_note.setStyleSheet(_DIM)
+        self.timeout_spin = QDoubleSpinBox()
+        self.timeout_spin.setRange(1, 600)
+        self.timeout_spin.setSuffix(" s")
+        form.addRow("Name", self.name_edit)
+        form.addRow("Base URL", self.url_edit)
+        form.addRow("Model", self.model_edit)
+        form.addRow("Key from", self.source_combo)
+        form.addRow(self.key_name_label, self.key_name_edit)
+        form.addRow("Key", self.key_status)
+        form.addRow("", self.key_row)
+        form.addRow("", self.keyring_note)
+        form.addRow("Timeout", self.timeout_spin)
+        for edit in (self.name_edit, self.url_edit, self.model_edit, self.key_name_edit):
+            edit.textEdited.connect(self._form_edited)
+        self.source_combo.currentIndexChanged.connect(self._form_edited)
+        self.timeout_spin.valueChanged.connect(self._form_edited)
+        self.store_key_btn.clicked.connect(self.store_key)
+        return page
+
+    # -- list ------------------------------------------------------------------------------------
+    def _fill_list(self) -> None:
+        row = self.list.currentRow()
+        self._syncing = True
+        self.list.clear()
+        for choice in [ModelChoice(SCRIPTED_NAME), *(ModelChoice(e.name, e) for e in self.endpoints)]:
+            mark = "  (default)" if choice.name == self.default else ""
+            item = QListWidgetItem((choice.name or "(unnamed)") + mark)
+            item.setToolTip(choice.label)
+            self.list.addItem(item)
+        self._syncing = False
+        if 0 <= row < self.list.count():
+            self.list.setCurrentRow(row)
+
+    def current_endpoint(self) -> Endpoint | None:
+        row = self.list.currentRow()
+        return self.endpoints[row - 1] if 1 <= row <= len(self.endpoints) else None
+
+    def current_choice(self) -> ModelChoice:
+        ep = self.current_endpoint()
+        return ModelChoice(ep.name, ep) if ep is not None else ModelChoice(SCRIPTED_NAME)
+
+    def _show_row(self, row: int) -> None:
+        if self._syncing:
+            return
+        ep = self.current_endpoint()
+        self.remove_btn.setEnabled(ep is not None)
+        self.test_result.setText("")
+        self.stack.setCurrentIndex(0 if ep is None else 1)
+        if ep is None:
+            return
+        self._syncing = True
+        self.name_edit.setText(ep.name)
+        self.url_edit.setText(ep.base_url)
+        self.model_edit.setText(ep.model)
+        self.source_combo.setCurrentIndex(max(0, self.source_combo.findData(ep.key_source)))
+        self.key_name_edit.setText(ep.key_name)
+        self.timeout_spin.setValue(ep.timeout)
+        self._syncing = False
+        self._update_key_widgets()
+
+    def add_endpoint(self, preset: str = "OpenAI") -> None:
+        base = PRESETS.get(preset, PRESETS["OpenAI"])
+        names = {e.name for e in self.endpoints}
+        name, n = preset, 2
+        while name in names:
+            name, n = f"{preset} {n}", n + 1
+        self.endpoints.append(Endpoint.from_dict({"name": name, **base}))
+        self._fill_list()
+        self.list.setCurrentRow(len(self.endpoints))
+
+    def remove_current(self) -> None:
+        ep = self.current_endpoint()
+        if ep is None:
+            return
+        row = self.list.currentRow()
+        del self.endpoints[row - 1]
+        if self.default == ep.name:
+            self.default = SCRIPTED_NAME
+        self._fill_list()
+        self.list.setCurrentRow(min(row, len(self.endpoints)))
+
+    def make_default(self) -> None:
+        self.default = self.current_choice().name
+        self._fill_list()
+
+    # -- form ------------------------------------------------------------------------------------
+    def _form_edited(self, *_: Any) -> None:
+        if self._syncing:
+            return
+        row = self.list.currentRow()
+        old = self.current_endpoint()
+        if old is None:
+            return
+        source = self.source_combo.currentData()
+        key_name = self.key_name_edit.text().strip()
+        if source != old.key_source and not key_name:
+            key_name = "OPENAI_API_KEY" if source == "env" else self.name_edit.text().strip() or "default"
+            self._syncing = True
+            self.key_name_edit.setText(key_name)
+            self._syncing = False
+        new = Endpoint(self.name_edit.text().strip(), self.url_edit.text().strip(), self.model_edit.text().strip(),
+                       source, "" if source == "none" else key_name, self.timeout_spin.value())
+        self.endpoints[row - 1] = new
+        if self.default == old.name:
+            self.default = new.name
+        item = self.list.item(row)
+        item.setText((new.name or "(unnamed)") + ("  (default)" if new.name == self.default else ""))
+        self.problems.setText("")
+        if (new.key_source, new.key_name) != (old.key_source, old.key_name):
+            self._update_key_widgets()
+
+    def _update_key_widgets(self) -> None:
+        ep = self.current_endpoint()
+        if ep is None:
+            return
+        keyring = ep.key_source == "keyring"
+        self.key_name_label.setText({"env": "Variable", "keyring": "Keyring entry"}.get(ep.key_source, "Key name"))
+        self.key_name_edit.setEnabled(ep.key_source != "none")
+        have_keyring = keyring_available()
+        self.form.setRowVisible(self.key_row, keyring)
+        self.key_value_edit.setEnabled(keyring and have_keyring)
+        self.store_key_btn.setEnabled(keyring and have_keyring)
+        if keyring and not have_keyring:
+            self.keyring_note.setText(f"The OS keyring is an optional extra and is not installed: run "
+                                      f"{KEYRING_INSTALL}, or choose 'Environment variable'.")
+        elif keyring:
+            self.keyring_note.setText(f"Stored under service {DEFAULT_KEYRING_SERVICE!r}, user {ep.key_name!r}.")
+        elif ep.key_source == "env":
+            self.keyring_note.setText("Read from the Studio's environment when the model is used.")
+        else:
+            self.keyring_note.setText("Local servers (Ollama, LM Studio, vLLM) usually need no key.")
+        self.refresh_key_status()
+
+    def refresh_key_status(self) -> None:
+        ep = self.current_endpoint()
+        if ep is None:
+            return
+        self.key_status.setText("checking…")
+        self.pool.submit(lambda: key_status(ep), key="key-status",
+                         on_result=alive_only(self, lambda s: self._on_key_status(ep, s)),
+                         on_error=alive_only(self, lambda e: self.key_status.setText(f"not set — {e}")))
+
+    def _on_key_status(self, ep: Endpoint, status: KeyStatus) -> None:
+        cur = self.current_endpoint()
+        if cur is not None and (cur.key_source, cur.key_name) == (ep.key_source, ep.key_name):
+            self.key_status.setText(status.text)
+
+    def store_key(self) -> None:
+        ep = self.current_endpoint()
+        value = self.key_value_edit.text()
+        self.key_value_edit.clear()  # the key leaves the widget at once; only the keyring keeps it
+        if ep is None:
+            return
+        self.key_status.setText("storing…")
+        self.pool.submit(lambda: save_key(ep, value), key="store-key",
+                         on_result=alive_only(self, lambda _r: self.refresh_key_status()),
+                         on_error=alive_only(self, lambda e: self.key_status.setText(f"not stored — {e}")))
+
+    # -- test and save ---------------------------------------------------------------------------
+    def test_current(self) -> None:
+        choice = self.current_choice()
+        if choice.endpoint is not None:
+            problems = validate([choice.endpoint])
+            if problems:
+                self.test_result.setText(" ".join(problems))
+                return
+        self.test_result.setText(f"Testing {choice.name}…")
+        self.test_btn.setEnabled(False)
+        self.pool.submit(lambda: check_connection(choice), key="test-connection",
+                         on_result=alive_only(self, self._on_tested),
+                         on_error=alive_only(self, lambda e: self._on_tested(ConnectionResult(False, str(e)))))
+
+    def _on_tested(self, result: ConnectionResult) -> None:
+        self.test_btn.setEnabled(True)
+        self.test_result.setStyleSheet("" if result.ok else "color: #E5534B;")
+        self.test_result.setText(("✓ " if result.ok else "✗ ") + result.text)
+
+    def save(self) -> None:
+        problems = validate(self.endpoints)
+        if problems:
+            self.problems.setText(" ".join(problems))
+            return
+        self.preferences.save(self.endpoints, self.default)
+        self.accept()
+
+    def done(self, result: int) -> None:
+        self.pool.shutdown()  # late worker answers are dropped, never painted on a closed dialog
+        super().done(result)

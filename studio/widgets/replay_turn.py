@@ -1,0 +1,235 @@
+"""One replayed turn: the context as a fragment list marked with what changed since the previous turn,
+the selected fragment, and tabs for the prompt as received beside the one rebuilt now, the reply, the
+recall hits and the tokens per section. The Replay pane adds its What-If and Re-Run tabs to ``tabs``.
+
+Widgets only: it shows a ``StepData`` (``studio.replay_jobs``) through the layout functions of
+``studio.logic.replay_layout`` and emits the stored messages the user wants to open.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QTabWidget, QVBoxLayout, QWidget
+
+from studio.logic.replay_layout import (
+    CHANGE_TINTS,
+    Comparison,
+    RecallRow,
+    StepRow,
+    TokenRow,
+    change_summary,
+    prompt_text,
+    prompt_text_diff,
+    reason_label,
+    recall_rows,
+    reply_text,
+    step_rows,
+    token_rows,
+)
+from studio.replay_jobs import StepData
+from studio.widgets.code_editor import CodeEditor
+from studio.widgets.diff_view import DiffView
+from studio.widgets.pane_header import caption
+from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
+from studio.widgets.replay_what_if import table_for
+
+STEP_COLUMNS: list[Column[StepRow]] = [
+    Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
+    Column("Change", lambda r: r.mark),
+    Column("Role", lambda r: r.role),
+    Column("Source", lambda r: r.source, color=lambda r: r.color),
+    Column("Stored", lambda r: r.stored_label, tooltip=lambda r: "\n".join(r.stored_ids)),
+    Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
+    Column("Why", lambda r: r.why),
+    Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
+]
+STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 176, "Tokens": 60, "Why": 190}
+RECALL_COLUMNS: list[Column[RecallRow]] = [
+    Column("Rank", lambda r: r.rank, RIGHT),
+    Column("Message", lambda r: r.message_id, tooltip=lambda r: "Double-click to open this message"),
+    Column("Thread", lambda r: r.thread_id + ("  (other thread)" if r.other_thread else "")),
+    Column("Vector", lambda r: r.score(r.vector), RIGHT),
+    Column("Keyword", lambda r: r.score(r.keyword), RIGHT),
+    Column("Fused", lambda r: r.score(r.fused), RIGHT),
+    Column("Window", lambda r: f"{r.window} msg", RIGHT),
+]
+TOKEN_COLUMNS: list[Column[TokenRow]] = [
+    Column("Section", lambda r: r.label),
+    Column("At the turn", lambda r: f"{r.at_turn:,}", RIGHT),
+    Column("Rebuilt now", lambda r: "" if r.now is None else f"{r.now:,}", RIGHT),
+]
+
+
+class StepTableModel(RecordTableModel[StepRow]):
+    """Fragment rows tinted by their change since the previous turn (the Change column says it in words).
+
+    Painting asks every cell for seven roles; the cells are computed once per step, so a repaint is a
+    few list lookups rather than a call into each column's accessor."""
+
+    _DISPLAY = Qt.ItemDataRole.DisplayRole
+    _BACKGROUND = Qt.ItemDataRole.BackgroundRole
+    _DECORATION = Qt.ItemDataRole.DecorationRole
+    _ALIGN = Qt.ItemDataRole.TextAlignmentRole
+
+    def __init__(self, columns: list[Column[StepRow]], parent: Any = None) -> None:
+        super().__init__(columns, parent)
+        self._columns_list = columns
+        self._cells: list[list[str]] = []
+        self._tints: list[QColor | None] = []
+        self._swatches: list[list[QColor | None]] = []
+        self._aligns = [int(c.align) for c in columns]
+
+    def set_rows(self, rows: Any) -> None:
+        rows = list(rows)
+        self._cells = [["" if (v := c.text(r)) is None else str(v) for c in self._columns_list] for r in rows]
+        self._tints = [QColor(*CHANGE_TINTS[r.change]) if r.change in CHANGE_TINTS else None for r in rows]
+        self._swatches = [[QColor(c.color(r)) if c.color is not None and c.color(r) else None
+                           for c in self._columns_list] for r in rows]
+        super().set_rows(rows)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        row, col = index.row(), index.column()
+        if role == self._DISPLAY:
+            return self._cells[row][col]
+        if role == self._BACKGROUND:
+            return self._tints[row]
+        if role == self._DECORATION:
+            return self._swatches[row][col]
+        if role == self._ALIGN:
+            return self._aligns[col]
+        if role in (Qt.ItemDataRole.ToolTipRole, ROW_ROLE, SORT_ROLE):
+            return super().data(index, role)
+        return None
+
+
+def _ignored_width(label: QLabel) -> QLabel:
+    """Long dynamic text must never widen the window: it wraps or is cut, the width comes from the pane."""
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    return label
+
+
+class TurnView(QSplitter):
+    open_message = Signal(str)  # a stored message id (a fragment's source, a recall hit)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Horizontal, parent)
+        left = QSplitter(Qt.Orientation.Vertical)
+        upper = QWidget()
+        ul = QVBoxLayout(upper)
+        ul.setContentsMargins(0, 0, 0, 0)
+        self.context_caption = _ignored_width(caption("Context at this turn"))
+        self.change_label = _ignored_width(QLabel(""))
+        self.change_label.setObjectName("replayChanges")
+        self.change_label.setWordWrap(True)
+        self.step_model = StepTableModel(STEP_COLUMNS, self)
+        self.step_table = table_for(self.step_model, STEP_WIDTHS)
+        self.step_table.setObjectName("replayFragments")
+        for w in (self.context_caption, self.change_label, self.step_table):
+            ul.addWidget(w)
+        left.addWidget(upper)
+        lower = QWidget()
+        ll = QVBoxLayout(lower)
+        ll.setContentsMargins(0, 0, 0, 0)
+        self.fragment_header = _ignored_width(caption("Fragment"))
+        self.fragment_sources = _ignored_width(QLabel(""))
+        self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
+        self.fragment_sources.setWordWrap(True)
+        self.fragment_sources.linkActivated.connect(self.open_message.emit)
+        self.fragment_text = CodeEditor("markdown", read_only=True)
+        for w in (self.fragment_header, self.fragment_sources, self.fragment_text):
+            ll.addWidget(w)
+        left.addWidget(lower)
+        left.setSizes([380, 200])
+        self.addWidget(left)
+
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("replayTabs")
+        compare_tab = QSplitter(Qt.Orientation.Vertical)
+        sides = QSplitter(Qt.Orientation.Horizontal)
+        self.received_view = CodeEditor("markdown", read_only=True)
+        self.now_view = CodeEditor("markdown", read_only=True)
+        self.received_caption = caption("Received (the record)")
+        for head, view in ((self.received_caption, self.received_view), (caption("Rebuilt now"), self.now_view)):
+            holder = QWidget()
+            hl = QVBoxLayout(holder)
+            hl.setContentsMargins(0, 0, 0, 0)
+            hl.addWidget(head)
+            hl.addWidget(view)
+            sides.addWidget(holder)
+        compare_tab.addWidget(sides)
+        self.now_diff = DiffView()
+        self.now_diff.setObjectName("replayNowDiff")
+        compare_tab.addWidget(self.now_diff)
+        compare_tab.setSizes([300, 160])
+        self.tabs.addTab(compare_tab, "Received vs Rebuilt Now")
+        self.reply_view = CodeEditor("markdown", read_only=True)
+        self.tabs.addTab(self.reply_view, "Reply")
+        self.recall_model: RecordTableModel[RecallRow] = RecordTableModel(RECALL_COLUMNS, self)
+        self.recall_table = table_for(self.recall_model)
+        self.recall_table.doubleClicked.connect(self._open_recall)
+        self.tabs.addTab(self.recall_table, "Recall")
+        self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
+        self.tabs.addTab(table_for(self.token_model), "Tokens")
+        self.addWidget(self.tabs)
+        self.setSizes([560, 620])
+        self.step_table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_fragment(cur.row()))
+
+    def show_step(self, step: StepData, thread_id: str, cmp: Comparison) -> None:
+        received, now = step.received, step.now
+        self.context_caption.setText(f"Context at turn {step.index + 1} ({received.total_tokens:,} tokens)")
+        self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
+                                  f"Since turn {step.index}: {change_summary(step.changes)}")
+        self.step_model.set_rows(step_rows(received, step.changes))
+        recorded = received.replay is not None and received.replay.record is not None
+        self.received_caption.setText("Received (the record)" if recorded else "Received (reconstructed: no record)")
+        self.received_view.load(prompt_text(received))
+        self.now_view.load(prompt_text(now))
+        if cmp.same:  # a diff of two identical prompts is all noise
+            self.now_diff.set_diff([], empty_text="(rebuilt now: identical to what the model received)")
+        else:
+            self.now_diff.set_diff(prompt_text_diff(received, now))
+        self.reply_view.load(reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)")
+        self.recall_model.set_rows(recall_rows(received, thread_id))
+        self.token_model.set_rows(token_rows(received, now))
+        first = next((i for i, r in enumerate(self.step_model.rows()) if r.change), 0)
+        if self.step_model.rowCount():
+            self.step_table.selectRow(first)
+
+    def clear(self) -> None:
+        for model in (self.step_model, self.recall_model, self.token_model):
+            model.set_rows([])
+        for view in (self.received_view, self.now_view, self.reply_view, self.fragment_text):
+            view.load("")
+        self.now_diff.set_diff([], empty_text="")
+        self.change_label.setText("")
+        self.fragment_header.setText("Fragment")
+        self.fragment_sources.setText("")
+
+    def _show_fragment(self, row: int) -> None:
+        rec = self.step_model.row_at(row)
+        if rec is None:
+            return
+        bits = [rec.mark or "unchanged", rec.source, f"{rec.tokens:,} tokens"]
+        if rec.reason:
+            bits.append(f"why: {reason_label(rec.reason)}")
+        self.fragment_header.setText(" · ".join(bits))
+        links = ", ".join(f'<a href="{i}">{esc(i)}</a>' for i in rec.stored_ids[:12])
+        self.fragment_sources.setText(f"From stored messages: {links}" if links else "Not from a stored message")
+        if rec.change == "changed" and rec.text_before is not None:
+            self.fragment_text.load(f"— before —\n{rec.text_before}\n\n— now —\n{rec.text}")
+        else:
+            self.fragment_text.load(rec.text)
+
+    def _open_recall(self, index: QModelIndex) -> None:
+        row = self.recall_model.row_at(index.row())
+        if row is not None:
+            self.open_message.emit(row.message_id)
+
+
+def esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,345 @@
+"""What-if for a whole thread: change options, see every turn's prompt against the real one.
+
+The run goes through ``memory.what_if`` on a worker with a progress bar and Cancel (checked between
+turns). Opening a row rebuilds that turn's what-if prompt on a worker and shows what entered, left or
+changed (with the engine's reasons) and a text diff against the real prompt.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDoubleSpinBox,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.replay import FragmentChange
+from studio.logic.replay_layout import (
+    CHANGE_MARKS,
+    WhatIfOptions,
+    WhatIfTableRow,
+    change_summary,
+    prompt_text_diff,
+    reason_label,
+    supports_token_budget,
+    what_if_rows,
+    what_if_summary,
+)
+from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
+from studio.widgets.diff_view import DiffView
+from studio.widgets.pane_header import alive_only, caption
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+
+AS_RECORDED = "as recorded"
+
+WHAT_IF_COLUMNS: list[Column[WhatIfTableRow]] = [
+    Column("#", lambda r: r.number, RIGHT),
+    Column("Input", lambda r: r.input_preview, tooltip=lambda r: r.input_message_id),
+    Column("Tokens real", lambda r: f"{r.tokens_real:,}", RIGHT),
+    Column("Tokens what-if", lambda r: f"{r.tokens_what_if:,}", RIGHT),
+    Column("Δ", lambda r: r.delta_label, RIGHT),
+    Column("Entering", lambda r: f"+{r.entered}" if r.entered else "", RIGHT),
+    Column("Leaving", lambda r: f"−{r.left}" if r.left else "", RIGHT),
+    Column("Changed", lambda r: f"~{r.changed}" if r.changed else "", RIGHT),
+    Column("Why", lambda r: r.reasons, tooltip=lambda r: r.reasons),
+]
+
+CHANGE_COLUMNS: list[Column[FragmentChange]] = [
+    Column("Change", lambda c: CHANGE_MARKS.get(c.kind, c.kind)),
+    Column("Source", lambda c: c.source),
+    Column("Stored", lambda c: ", ".join(c.stored_ids[:2]) + (" …" if len(c.stored_ids) > 2 else ""),
+           tooltip=lambda c: "\n".join(c.stored_ids)),
+    Column("Tokens", lambda c: f"{c.tokens_before:,} → {c.tokens_after:,}", RIGHT),
+    Column("Why", lambda c: reason_label(c.reason)),
+]
+
+
+def _spin(low: int, high: int, step: int = 1) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(low, high)
+    spin.setSingleStep(step)
+    spin.setSpecialValueText(AS_RECORDED)
+    spin.setValue(low)
+    return spin
+
+
+def _combo(*items: tuple[str, Any]) -> QComboBox:
+    combo = QComboBox()
+    for text, data in items:
+        combo.addItem(text, data)
+    return combo
+
+
+class WhatIfPanel(QWidget):
+    finished = Signal(object)  # WhatIfOutcome
+    opened = Signal(object)  # WhatIfDetail
+    rerun_requested = Signal(object)  # WhatIfDetail: re-run this what-if prompt
+
+    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("whatIfPanel")
+        self.session = session
+        self.source: ReplayThread | None = None
+        self.outcome: WhatIfOutcome | None = None
+        self.detail: WhatIfDetail | None = None
+        self._cancel = threading.Event()
+        self._running = False
+        self._key = f"what-if-{id(self)}"
+        self._build()
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build(self) -> None:
+        root = QVBoxLayout(self)
+        root.setContentsMargins(0, 4, 0, 0)
+        box = QFrame()
+        box.setObjectName("optionsBar")
+        box.setFrameShape(QFrame.Shape.StyledPanel)
+        grid = QGridLayout(box)
+        grid.setContentsMargins(8, 4, 8, 4)
+        self.last_spin = _spin(-1, 10_000)
+        self.budget_spin = _spin(-1, 2_000_000, 500)
+        if not supports_token_budget():
+            self.budget_spin.setEnabled(False)
+            self.budget_spin.setToolTip("This engine has no history token budget (MemoryOptions.message_history).")
+        self.recall_combo = _combo((AS_RECORDED, None), ("on", True), ("off", False))
+        self.topk_spin = _spin(0, 100)
+        self.threshold_spin = QDoubleSpinBox()
+        self.threshold_spin.setRange(-0.01, 1.0)
+        self.threshold_spin.setSingleStep(0.05)
+        self.threshold_spin.setDecimals(2)
+        self.threshold_spin.setSpecialValueText(AS_RECORDED)
+        self.threshold_spin.setValue(-0.01)
+        self.range_spin = _spin(-1, 20)
+        self.scope_combo = _combo((AS_RECORDED, None), ("resource", "resource"), ("thread", "thread"))
+        self.wm_combo = _combo((AS_RECORDED, "as-recorded"), ("on", "on"), ("off", "off"),
+                               ("on, agent may not write", "agent-may-not-write"))
+        self.om_msg_spin = _spin(0, 1_000_000, 1000)
+        self.om_obs_spin = _spin(0, 1_000_000, 1000)
+        cells: list[tuple[str, QWidget]] = [
+            ("Last messages", self.last_spin), ("Token budget", self.budget_spin), ("Recall", self.recall_combo),
+            ("Top-K", self.topk_spin), ("Threshold", self.threshold_spin), ("Range ±", self.range_spin),
+            ("Scope", self.scope_combo), ("Working memory", self.wm_combo),
+            ("OM message tokens", self.om_msg_spin), ("OM observation tokens", self.om_obs_spin),
+        ]
+        for i, (label, widget) in enumerate(cells):
+            grid.addWidget(QLabel(label), i // 5 * 2, i % 5)
+            grid.addWidget(widget, i // 5 * 2 + 1, i % 5)
+        # The options scroll sideways in a narrow window rather than widen it.
+        scroll = QScrollArea()
+        scroll.setWidget(box)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        scroll.setFixedHeight(box.sizeHint().height() + scroll.horizontalScrollBar().sizeHint().height() + 2)
+        root.addWidget(scroll)
+
+        row = QHBoxLayout()
+        self.run_btn = QPushButton("Run What-If")
+        self.run_btn.setObjectName("runWhatIf")
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setObjectName("whatIfProgress")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setTextVisible(False)  # the theme draws a thin bar; the count is in the label beside it
+        self.progress_label = QLabel("")
+        self.progress_label.setObjectName("whatIfProgressLabel")
+        self.summary = QLabel("Change options, then Run What-If: every turn is rebuilt with them.")
+        self.summary.setWordWrap(True)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        row.addWidget(self.run_btn)
+        row.addWidget(self.cancel_btn)
+        row.addWidget(self.progress, 1)
+        row.addWidget(self.progress_label)
+        root.addLayout(row)
+        root.addWidget(self.summary)
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        self.model: RecordTableModel[WhatIfTableRow] = RecordTableModel(WHAT_IF_COLUMNS, self)
+        self.table = table_for(self.model)
+        split.addWidget(self.table)
+        lower = QWidget()
+        ll = QVBoxLayout(lower)
+        ll.setContentsMargins(0, 0, 0, 0)
+        head = QHBoxLayout()
+        self.detail_caption = caption("Open a turn (double-click) to see its what-if prompt against the real one")
+        self.detail_caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.rerun_btn = QPushButton("Re-Run This What-If Prompt…")
+        self.rerun_btn.setEnabled(False)
+        head.addWidget(self.detail_caption, 1)
+        head.addWidget(self.rerun_btn)
+        ll.addLayout(head)
+        inner = QSplitter(Qt.Orientation.Horizontal)
+        self.change_model: RecordTableModel[FragmentChange] = RecordTableModel(CHANGE_COLUMNS, self)
+        self.change_table = table_for(self.change_model)
+        self.diff = DiffView()
+        self.diff.setObjectName("whatIfDiff")
+        inner.addWidget(self.change_table)
+        inner.addWidget(self.diff)
+        inner.setSizes([380, 520])
+        ll.addWidget(inner)
+        split.addWidget(lower)
+        split.setSizes([260, 240])
+        root.addWidget(split, 1)
+
+        self.run_btn.clicked.connect(self.run)
+        self.cancel_btn.clicked.connect(self.cancel)
+        self.table.doubleClicked.connect(lambda index: self.open_row(index.row()))
+        self.table.activated.connect(lambda index: self.open_row(index.row()))
+        self.rerun_btn.clicked.connect(lambda: self.detail is not None and self.rerun_requested.emit(self.detail))
+
+    # -- options ---------------------------------------------------------------------------------
+    def options(self) -> WhatIfOptions:
+        def val(spin: QSpinBox, none_at: int) -> int | None:
+            return None if spin.value() == none_at else spin.value()
+
+        threshold = self.threshold_spin.value()
+        return WhatIfOptions(
+            last_messages=val(self.last_spin, -1),
+            token_budget=val(self.budget_spin, -1) if self.budget_spin.isEnabled() else None,
+            recall=self.recall_combo.currentData(), top_k=val(self.topk_spin, 0),
+            threshold=None if threshold < 0 else threshold, message_range=val(self.range_spin, -1),
+            scope=self.scope_combo.currentData(), working_memory=self.wm_combo.currentData(),
+            om_message_tokens=val(self.om_msg_spin, 0), om_observation_tokens=val(self.om_obs_spin, 0),
+        )
+
+    # -- running ---------------------------------------------------------------------------------
+    def set_source(self, source: ReplayThread | None) -> None:
+        if source is not self.source:
+            self.cancel()
+            self.source = source
+            self.outcome = None
+            self.detail = None
+            self.model.set_rows([])
+            self.change_model.set_rows([])
+            self.diff.set_diff([], empty_text="")
+            self.rerun_btn.setEnabled(False)
+            self.progress.setRange(0, max(len(source.turns) if source else 1, 1))
+            self.progress.setValue(0)
+            self.progress_label.setText("")
+            self.summary.setText("Change options, then Run What-If: every turn is rebuilt with them.")
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def run(self) -> None:
+        source = self.source
+        if source is None:
+            return
+        overrides = self.options().overrides()
+        self._cancel = cancel = threading.Event()
+        self._running = True
+        self.run_btn.setEnabled(False)
+        self.cancel_btn.setEnabled(True)
+        total = len(source.turns)
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(0)
+        self.progress_label.setText(f"0 of {total:,} turns")
+        self.summary.setText(f"Rebuilding {total:,} turns with {self.options().describe()}…")
+        job: Callable[[Callable[[int, int], None]], WhatIfOutcome] = \
+            lambda report: source.what_if(overrides, progress=report, cancel=cancel.is_set)  # noqa: E731
+        self.session.run(job, key=self._key, on_progress=alive_only(self, self._on_progress),
+                         on_result=alive_only(self, lambda out: self._on_done(source, out)),
+                         on_error=alive_only(self, self._on_error))
+
+    def cancel(self) -> None:
+        if self._running:
+            self._cancel.set()
+            self.summary.setText("Cancelling after the turn being rebuilt…")
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+        self.progress_label.setText(f"{done:,} of {total:,} turns")
+
+    def _on_done(self, source: ReplayThread, outcome: WhatIfOutcome) -> None:
+        self._finish()
+        if source is not self.source:
+            return
+        self.outcome = outcome
+        rows = what_if_rows(outcome.rows, source.turns)
+        self.model.set_rows(rows)
+        self.progress.setValue(len(rows))
+        self.progress_label.setText(f"{len(rows):,} of {outcome.total:,} turns")
+        self.summary.setText(what_if_summary(rows, outcome.total, outcome.cancelled))
+        self.finished.emit(outcome)
+
+    def _on_error(self, exc: BaseException) -> None:
+        self._finish()
+        self.summary.setText(f"What-if failed: {exc or type(exc).__name__}. Check the options and run it again.")
+
+    def _finish(self) -> None:
+        self._running = False
+        self.run_btn.setEnabled(True)
+        self.cancel_btn.setEnabled(False)
+
+    # -- one turn --------------------------------------------------------------------------------
+    def open_row(self, row: int) -> None:
+        record = self.model.row_at(row)
+        source = self.source
+        if record is None or source is None:
+            return
+        index = record.number - 1
+        overrides = self.options().overrides()
+        self.detail_caption.setText(f"Turn {record.number}: rebuilding its what-if prompt…")
+        self.session.run(lambda: source.what_if_turn(index, overrides), key=self._key + "-turn",
+                         on_result=alive_only(self, self._on_detail), on_error=alive_only(self, self._on_error))
+
+    def _on_detail(self, detail: WhatIfDetail) -> None:
+        self.detail = detail
+        self.change_model.set_rows(detail.changes)
+        self.diff.set_diff(prompt_text_diff(detail.real, detail.what_if),
+                           empty_text="(the what-if prompt is identical to the real one)")
+        self.detail_caption.setText(f"Turn {detail.index + 1}: real {detail.real.total_tokens:,} tokens → what-if "
+                                    f"{detail.what_if.total_tokens:,} · {change_summary(detail.changes)}")
+        self.rerun_btn.setEnabled(True)
+        self.opened.emit(detail)
+
+
+def table_for(model: RecordTableModel[Any], widths: dict[str, int] | None = None) -> QTableView:
+    """A read-only record table. ``widths`` (title → pixels) fixes those columns: a table re-filled on every
+    step must not measure every cell again (resize-to-contents asks each row for its text)."""
+    table = QTableView()
+    table.setModel(model)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.verticalHeader().hide()
+    table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
+    table.setAlternatingRowColors(True)
+    table.setShowGrid(False)
+    table.setWordWrap(False)
+    header = table.horizontalHeader()
+    header.setStretchLastSection(True)
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(model.columnCount() - 1, QHeaderView.ResizeMode.Stretch)
+    fixed = {"Input": 220, "Message": 200, "Stored": 110, **(widths or {})}
+    for col in range(model.columnCount() - 1):  # long texts get a fixed width: a table never widens the window
+        width = fixed.get(model.headerData(col, Qt.Orientation.Horizontal))
+        if width:
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(col, width)
+    return table
+
+
+__all__ = ["WhatIfPanel", "table_for"]

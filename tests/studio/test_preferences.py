@@ -1,0 +1,247 @@
+"""Preferences for models: endpoints in QSettings, keys only in the environment or the OS keyring."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import keyring
+import pytest
+from keyring.backend import KeyringBackend
+from PySide6.QtCore import QSettings
+
+from core.llm import LoopbackServer
+from studio.preferences import (
+    SCRIPTED_NAME,
+    Endpoint,
+    ModelChoice,
+    Preferences,
+    check_connection,
+    key_status,
+    validate,
+)
+from studio.widgets.preferences_dialog import PreferencesDialog
+
+SECRET = "sk-test-0123456789abcdef"
+
+
+class MemoryKeyring(KeyringBackend):
+    priority = 1
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.entries: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.entries.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.entries[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        self.entries.pop((service, username), None)
+
+
+@pytest.fixture
+def memory_keyring() -> Iterator[MemoryKeyring]:
+    previous = keyring.get_keyring()
+    backend = MemoryKeyring()
+    keyring.set_keyring(backend)
+    try:
+        yield backend
+    finally:
+        keyring.set_keyring(previous)
+
+
+@pytest.fixture
+def no_keyring(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "keyring", None)
+    monkeypatch.setitem(sys.modules, "keyring.errors", None)
+
+
+def ollama(**kw: Any) -> Endpoint:
+    data = {"name": "Ollama", "base_url": "http://localhost:11434/v1", "model": "llama3.1", "key_source": "none",
+            "key_name": ""}
+    data.update(kw)
+    return Endpoint.from_dict(data)
+
+
+# -- pure rules ---------------------------------------------------------------------------------------
+def test_validate_says_what_to_fix() -> None:
+    assert validate([ollama()]) == []
+    problems = " ".join(validate([
+        ollama(name=""), ollama(name="A", base_url="localhost:11434"), ollama(name="B", model=""),
+        ollama(name="C", key_source="env", key_name="not a name"), ollama(name="D", key_source="keyring"),
+        ollama(name=SCRIPTED_NAME), ollama(name="E", base_url="https://me:sk-123@api.example.com/v1"),
+        ollama(name="e"),
+    ]))
+    assert "give it a name" in problems
+    assert "http:// or https://" in problems
+    assert "name the model" in problems
+    assert "environment variable" in problems
+    assert "keyring entry" in problems
+    assert "taken by the built-in offline model" in problems
+    assert "user name or password" in problems
+    assert "names must differ" in problems
+
+
+def test_saved_and_read_back_without_any_key(tmp_path: Path, qapp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_KEY", SECRET)
+    path = tmp_path / "prefs.ini"
+    prefs = Preferences(QSettings(str(path), QSettings.Format.IniFormat))
+    seen: list[bool] = []
+    prefs.changed.connect(lambda: seen.append(True))
+    remote = Endpoint("Remote", "https://api.example.com/v1", "gpt-x", "env", "MY_KEY")
+    prefs.save([ollama(), remote], default="Remote")
+    assert seen == [True]
+
+    again = Preferences(QSettings(str(path), QSettings.Format.IniFormat))
+    assert again.endpoints == [ollama(), remote]
+    assert again.default_model().name == "Remote"
+    assert [m.name for m in again.models()] == [SCRIPTED_NAME, "Ollama", "Remote"]  # offline model always there
+    assert SECRET not in path.read_text()
+
+
+def test_an_unknown_default_or_broken_value_falls_back_to_the_offline_model(tmp_path: Path, qapp: Any) -> None:
+    settings = QSettings(str(tmp_path / "p.ini"), QSettings.Format.IniFormat)
+    settings.setValue("models/endpoints", "{not json")
+    settings.setValue("models/default", "Gone")
+    prefs = Preferences(settings)
+    assert prefs.endpoints == []
+    assert prefs.default_model().scripted
+    with pytest.raises(ValueError, match="give it a name"):
+        prefs.save([ollama(name="")])
+
+
+def test_key_status_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    ep = Endpoint("R", "https://api.example.com/v1", "m", "env", "MY_KEY")
+    shown = key_status(ep, environ={"MY_KEY": SECRET})
+    assert shown.present and shown.text.startswith("•••• set") and SECRET not in shown.text
+    missing = key_status(ep, environ={})
+    assert not missing.present and missing.text.startswith("not set") and "MY_KEY" in missing.text
+    assert key_status(ollama()).text == "no key needed"
+
+
+def test_keyring_key_status(memory_keyring: MemoryKeyring) -> None:
+    ep = Endpoint("R", "https://api.example.com/v1", "m", "keyring", "remote")
+    assert key_status(ep).text.startswith("not set")
+    memory_keyring.set_password("memory-studio", "remote", SECRET)
+    status = key_status(ep)
+    assert status.present and SECRET not in status.text and "OS keyring" in status.text
+
+
+def test_keyring_missing_is_said_clearly(no_keyring: None) -> None:
+    ep = Endpoint("R", "https://api.example.com/v1", "m", "keyring", "remote")
+    status = key_status(ep)
+    assert not status.present and "pip install 'memory-studio[keyring]'" in status.text
+    result = check_connection(ModelChoice("R", ep))
+    assert not result.ok and "keyring package is not installed" in result.text
+
+
+# -- connection ---------------------------------------------------------------------------------------
+def test_check_connection_against_the_loopback_server() -> None:
+    with LoopbackServer(["OK"], require_api_key=SECRET) as server:
+        ep = Endpoint("Loop", server.base_url, "loopback-chat", "env", "LOOP_KEY")
+        good = check_connection(ModelChoice("Loop", ep), environ={"LOOP_KEY": SECRET})
+        assert good.ok and "OK" in good.text and good.latency_ms is not None
+        bad = check_connection(ModelChoice("Loop", ep), environ={})
+        assert not bad.ok and "401" in bad.text and "LOOP_KEY" in bad.text
+        assert SECRET not in bad.text
+
+
+def test_offline_model_is_always_ready() -> None:
+    result = check_connection(ModelChoice(SCRIPTED_NAME))
+    assert result.ok and "Offline scripted reply" in result.text
+
+
+# -- the dialog ---------------------------------------------------------------------------------------
+@pytest.fixture
+def prefs(tmp_path: Path, qapp: Any) -> Preferences:
+    return Preferences(QSettings(str(tmp_path / "prefs.ini"), QSettings.Format.IniFormat))
+
+
+def test_dialog_adds_edits_and_saves(qtbot: Any, prefs: Preferences, no_leaked_widgets: None) -> None:
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    assert dialog.list.count() == 1 and dialog.stack.currentIndex() == 0  # the offline model, nothing to edit
+    dialog.add_endpoint("Ollama")
+    assert dialog.stack.currentIndex() == 1
+    assert dialog.url_edit.text() == "http://localhost:11434/v1"
+    qtbot.waitUntil(lambda: dialog.key_status.text() == "no key needed")
+    dialog.model_edit.clear()
+    qtbot.keyClicks(dialog.model_edit, "qwen2.5")
+    dialog.make_default()
+    dialog.save()
+    assert dialog.problems.text() == ""
+    assert prefs.endpoints[0].model == "qwen2.5"
+    assert prefs.default_model().name == "Ollama"
+
+
+def test_dialog_refuses_to_save_a_broken_endpoint(qtbot: Any, prefs: Preferences, no_leaked_widgets: None) -> None:
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.add_endpoint("vLLM")
+    dialog.url_edit.clear()
+    qtbot.keyClicks(dialog.url_edit, "localhost:8000")
+    dialog.save()
+    assert "http:// or https://" in dialog.problems.text()
+    assert prefs.endpoints == []
+
+
+def test_dialog_stores_a_keyring_key_only_in_the_keyring(qtbot: Any, prefs: Preferences, tmp_path: Path,
+                                                          memory_keyring: MemoryKeyring,
+                                                          no_leaked_widgets: None) -> None:
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.add_endpoint("OpenAI")
+    dialog.source_combo.setCurrentIndex(dialog.source_combo.findData("keyring"))
+    dialog.key_name_edit.setText("openai-work")
+    dialog.key_name_edit.textEdited.emit("openai-work")
+    qtbot.waitUntil(lambda: dialog.key_status.text().startswith("not set"))
+    assert dialog.store_key_btn.isEnabled()
+    dialog.key_value_edit.setText(SECRET)
+    dialog.store_key_btn.click()
+    assert dialog.key_value_edit.text() == ""  # gone from the widget at once
+    qtbot.waitUntil(lambda: dialog.key_status.text().startswith("•••• set"))
+    assert memory_keyring.entries[("memory-studio", "openai-work")] == SECRET
+    dialog.save()
+    assert prefs.endpoints[0].key_source == "keyring" and prefs.endpoints[0].key_name == "openai-work"
+    assert SECRET not in (tmp_path / "prefs.ini").read_text()
+
+
+def test_dialog_without_keyring_package_explains(qtbot: Any, prefs: Preferences, no_keyring: None,
+                                                  no_leaked_widgets: None) -> None:
+    dialog = PreferencesDialog(prefs)
+    qtbot.addWidget(dialog)
+    dialog.add_endpoint("OpenAI")
+    dialog.source_combo.setCurrentIndex(dialog.source_combo.findData("keyring"))
+    assert not dialog.store_key_btn.isEnabled()
+    assert "pip install 'memory-studio[keyring]'" in dialog.keyring_note.text()
+    qtbot.waitUntil(lambda: "pip install" in dialog.key_status.text())
+
+
+def test_dialog_test_connection_runs_in_a_worker(qtbot: Any, prefs: Preferences, no_leaked_widgets: None) -> None:
+    with LoopbackServer(["OK"]) as server:
+        dialog = PreferencesDialog(prefs)
+        qtbot.addWidget(dialog)
+        dialog.add_endpoint("LM Studio")
+        dialog.url_edit.setText(server.base_url)
+        dialog.url_edit.textEdited.emit(server.base_url)
+        dialog.test_btn.click()
+        qtbot.waitUntil(lambda: dialog.test_result.text().startswith(("✓", "✗")), timeout=20_000)
+        assert dialog.test_result.text().startswith("✓ Connected")
+        dialog.pool.wait(5000)
+
+
+def test_preferences_command_opens_the_dialog(make_window: Any, qtbot: Any) -> None:
+    window = make_window()
+    command = window.commands.command("app.preferences")
+    assert command.title == "Preferences…" and command.shortcut == "Ctrl+,"
+    assert "Preferences…" in [a.text() for a in window.menus["File"].actions()]
+    window.commands.run("app.preferences")
+    dialog = window.preferences_dialog
+    assert isinstance(dialog, PreferencesDialog) and dialog.isVisible()
+    assert dialog.preferences is window.preferences
+    dialog.reject()
+    qtbot.waitUntil(lambda: window.preferences_dialog is None)

@@ -1,0 +1,162 @@
+"""The Replay pane's pure logic (no Qt): fragment rows with changes, comparisons, facts, what-if options
+and rows, the re-run comparison and the fork's source — over prompts the engine rebuilt from a real file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Iterator
+
+import pytest
+
+from core import Memory, MemoryOptions, open_store
+from core.replay import prompt_diff
+from studio.logic.replay_layout import (
+    WhatIfOptions,
+    change_summary,
+    clamp_step,
+    compare,
+    fork_source,
+    prompt_text,
+    recall_rows,
+    rerun_comparison,
+    step_label,
+    step_rows,
+    token_rows,
+    turn_index_for,
+    what_if_rows,
+    what_if_summary,
+)
+from studio.replay_jobs import ReplayThread
+
+from .replay_data import THREAD, TURNS, build_replay_db
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplayThread]:
+    path = tmp_path_factory.mktemp("replay-logic") / "replay.db"
+    build_replay_db(path)
+    store = open_store(path)
+    yield ReplayThread.open(store, lambda o, n: Memory(store, o, name=n), THREAD)
+    store.close()
+
+
+def test_pure_logic_imports_no_qt() -> None:
+    code = ("import sys, studio.logic.replay_layout, studio.replay_jobs; "
+            "sys.exit(1 if any(m.startswith('PySide6') for m in sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_stepping_helpers(source: ReplayThread) -> None:
+    turns = source.turns
+    assert clamp_step(-3, 8) == 0 and clamp_step(99, 8) == 7 and clamp_step(5, 0) == 0
+    assert step_label(0, turns).startswith("Turn 1 of 8 · 2026-05-01")
+    assert step_label(0, []) == "No turns"
+    assert turn_index_for(turns, turns[3].input_message_id) == 3
+    assert turn_index_for(turns, turns[3].response_ids[0]) == 3
+    assert turn_index_for(turns, "unknown", turns[5].created_at) == 5
+    assert turn_index_for(turns, None) == 7 and source.start == 7
+
+
+def test_rows_mark_what_entered_left_and_changed_in_prompt_order(source: ReplayThread) -> None:
+    prev, cur = source.prompt(4), source.prompt(5)
+    changes = prompt_diff(prev, cur)
+    rows = step_rows(cur, changes)
+    assert [r.index for r in rows if r.index is not None] == [f.index for f in cur.fragments]
+    left = [r for r in rows if r.change == "left"]
+    assert [r.text for r in left] == [c.text_before for c in changes if c.kind == "left"]
+    # What left sits where it was: before the first history fragment that stayed.
+    first_left = rows.index(left[0])
+    assert rows[first_left + len(left)].source == "message-history"
+    assert sum(r.change == "entered" for r in rows) == sum(c.kind == "entered" for c in changes)
+    assert all(r.mark == "+ entered" and r.why == "new message" for r in rows if r.change == "entered")
+    assert change_summary(changes) == "+2 entered · −2 left (outside the history window ×2, new message ×2)"
+    assert change_summary([]) == "no change in the context"
+    assert step_rows(cur) and all(r.change is None for r in step_rows(cur))
+
+
+def test_comparison_texts(source: ReplayThread) -> None:
+    received = source.prompt(3)
+    same = compare(received, source.prompt(3, "now"))
+    assert same.same and same.level is None and same.text.startswith("Rebuilt now: identical")
+    other = source.memory.assemble(thread_id=THREAD, as_of=source.turns[3].input_message_id,
+                                   options={"last_messages": 1}, rebuild="now")
+    differs = compare(received, other, prompt_diff(received, other))
+    assert not differs.same and differs.level == "warning"
+    assert "rebuilds this turn differently now: −" in differs.text and "outside the history window" in differs.text
+    text = prompt_text(received)
+    assert text.startswith("── 1 · system ──\nYou plan trips. Be brief.") and TURNS[3] in text
+    assert "── tools ──\nupdateWorkingMemory" in text
+
+
+def test_tokens_facts_and_recall(source: ReplayThread) -> None:
+    received = source.prompt(6)
+    rows = {r.section: r for r in token_rows(received, source.prompt(6, "now"))}
+    assert rows["total"].at_turn == received.replay.record.tokens["total"] == rows["total"].now
+    assert sum(r.at_turn for k, r in rows.items() if k != "total") == rows["total"].at_turn
+    assert token_rows(received)[0].now is None
+    assert recall_rows(received, THREAD) == []  # recall was off for this agent
+    hit = SimpleNamespace(replay=SimpleNamespace(record=SimpleNamespace(recall=(
+        SimpleNamespace(rank=1, message_id="m9", thread_id="t-other", vector=0.8123, keyword=None, fused=0.61,
+                        window_ids=("m8", "m9", "m10")),))), notes={})
+    (row,) = recall_rows(hit, THREAD)  # type: ignore[arg-type]
+    assert row.other_thread and row.window == 3 and row.score(row.keyword) == "—" and row.score(row.vector) == "0.812"
+
+
+def test_what_if_options_become_engine_overrides() -> None:
+    assert WhatIfOptions().overrides() == {}
+    assert WhatIfOptions().describe() == "no change"
+    full = WhatIfOptions(last_messages=0, recall=True, top_k=2, threshold=0.5, message_range=0, scope="thread",
+                         working_memory="agent-may-not-write", om_message_tokens=500, om_observation_tokens=900)
+    assert full.overrides() == {
+        "last_messages": False,
+        "semantic_recall": {"enabled": True, "top_k": 2, "threshold": 0.5, "message_range": 0, "scope": "thread"},
+        "working_memory": {"enabled": True, "agent_managed": False},
+        "observational_memory": {"message_tokens": 500, "observation_tokens": 900},
+    }
+    assert WhatIfOptions(working_memory="off").overrides() == {"working_memory": {"enabled": False}}
+    assert WhatIfOptions(token_budget=800).overrides() == {"message_history": {"max_tokens": 800}}
+    MemoryOptions().merged(full.overrides())  # the engine accepts every key
+
+
+def test_what_if_rows_and_summary(source: ReplayThread) -> None:
+    outcome = source.what_if(WhatIfOptions(last_messages=2).overrides())
+    rows = what_if_rows(outcome.rows, source.turns)
+    assert [r.number for r in rows] == list(range(1, 9))
+    assert rows[0].delta == 0 and rows[0].delta_label == "0"
+    assert rows[6].left == 2 and rows[6].delta < 0 and rows[6].delta_label.startswith("-")
+    assert "outside the history window" in rows[6].reasons
+    summary = what_if_summary(rows, 8, False)
+    assert summary.startswith("8 turns. ") and "would differ" in summary
+    assert what_if_summary(rows[:3], 8, True).startswith("Cancelled after 3 of 8 turns.")
+    assert what_if_summary([], 8, True) == "Cancelled before the first turn."
+
+
+def test_rerun_comparison_figures() -> None:
+    result = SimpleNamespace(text="one\nthree", tokens_in=120, tokens_out=4, latency_ms=37.2, model="scripted/x",
+                             usage_estimated=True)
+    cmp = rerun_comparison("one\ntwo", 118, 3, result)
+    assert [(d.kind, d.text) for d in cmp.diff] == [("equal", "one"), ("delete", "two"), ("insert", "three")]
+    figures = {f[0]: f for f in cmp.figures}
+    assert figures["Prompt tokens"] == ("Prompt tokens", "118", "120 (estimated)")
+    assert figures["Latency"] == ("Latency", "—", "37 ms")
+
+
+def test_fork_source_text() -> None:
+    assert fork_source({}) is None and fork_source(None) is None
+    text = fork_source({"fork": {"sourceThreadId": "t1", "atMessageId": "m3", "forkedAt": "2026-05-01T10:00:00.000Z",
+                                 "workingMemory": "as_of"}})
+    assert text == ("Forked from thread t1 at message m3 on 2026-05-01 10:00:00; working memory as it was then")
+
+
+def test_step_data_for_a_turn(source: ReplayThread) -> None:
+    step = source.step(3)
+    assert step.previous_index == 2 and step.changes and step.now_changes == []
+    assert [m.id for m in step.reply] == list(source.turns[3].response_ids)
+    assert step.om_label == "off" and "version 1 of 1" in step.wm_label
+    first = source.step(0)
+    assert first.changes == [] and first.previous_index is None
+    assert source.step(2).wm_label == "thread scope · empty"
+
+
