@@ -1,10 +1,9 @@
 """One chat-playground turn, run on a worker thread: the agent the user picked, the model from
 Preferences, the reply streamed out as it arrives. No Qt here (the pane turns callbacks into signals).
 
-The turn is the engine's own ``Agent.generate``: the same processors, the same saving rules, the same
-trace as any agent process. Streaming comes from ``StreamingModel``, which answers the agent's
-``generate`` by consuming the chosen model's ``stream`` and handing each text delta to a callback.
-(Replace it with ``Agent.stream`` once the engine has one.)
+The turn is the engine's own ``Agent.stream``: the same processors, the same saving rules, the same
+trace as any agent process, with each text delta handed to a callback as it arrives. Stopping closes
+the stream, which abandons the turn: nothing of it is saved.
 
 The agent is built from a registered configuration (``core.agent_configs``: its memory options, its
 memory name, so Studio overrides apply, and its instructions when it recorded them) or is a plain
@@ -19,12 +18,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from core import Agent, Memory, MemoryOptions, Message, Store
 from core.agent_configs import DEFAULT_MEMORY_NAME, AgentConfig
-from core.llm.base import ChatChunk, ChatModel, ChatResult, ModelError
-from core.llm.scripted import ScriptedModel, estimate_tokens
+from core.llm.base import ChatModel, ModelError
 
 logger = logging.getLogger(__name__)
 
@@ -45,93 +43,15 @@ class ModelOption(Protocol):
     def build(self) -> ChatModel: ...
 
 
-def offline_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-    """The offline model's answer: deterministic, and plainly not from a language model."""
-    last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
-    quoted = last_user if len(last_user) <= 160 else last_user[:160] + "…"
-    size = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
-    return (f"Offline scripted reply (no language model was called). The prompt had {len(messages)} "
-            f"message(s), about {size:,} tokens" + (f" and {len(tools)} tool(s)" if tools else "")
-            + (f"; the last user message was: “{quoted}”" if quoted else "") + ".")
-
-
-@dataclass(frozen=True)
-class OfflineChoice:
-    """The offline scripted model, for a Studio without model Preferences."""
-
-    name: str = "Scripted (offline)"
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} — no language model"
-
-    def build(self) -> ChatModel:
-        return ScriptedModel(offline_reply, name="offline")
-
-
 def configured_models(widget: Any) -> list[ModelOption]:
     """The models Preferences offers (the offline scripted one first)."""
-    try:
-        from studio.preferences import preferences_for
-    except ImportError:  # a Studio without the Preferences module: the offline model still works
-        return [OfflineChoice()]
+    from studio.preferences import preferences_for
+
     return list(preferences_for(widget).models())
 
 
 class TurnStopped(ModelError):
     """The user stopped the reply; the turn is dropped like any failed model call."""
-
-
-class StreamingModel:
-    """A ``ChatModel`` whose ``generate`` streams the wrapped model and reports each text delta.
-
-    ``on_delta(text)`` runs on the worker thread for every piece as it arrives; ``on_tools(names)``
-    after a model call that asked for tools; ``stopped()`` is checked between pieces.
-    """
-
-    def __init__(self, inner: ChatModel, on_delta: Callable[[str], None],
-                 on_tools: Callable[[list[str]], None] | None = None,
-                 stopped: Callable[[], bool] | None = None) -> None:
-        self.inner = inner
-        self.on_delta = on_delta
-        self.on_tools = on_tools
-        self.stopped = stopped or (lambda: False)
-        self.deltas = 0
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def provider(self) -> str:
-        return self.inner.provider
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
-
-    def generate(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-                 temperature: float | None = None, max_tokens: int | None = None,
-                 timeout: float | None = None) -> ChatResult:
-        result: ChatResult | None = None
-        for chunk in self.inner.stream(messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
-                                       timeout=timeout):
-            if self.stopped():
-                raise TurnStopped("stopped before the reply was complete", model_id=self.model_id,
-                                  hint="nothing of this turn was saved; send the message again to retry")
-            if chunk.text_delta:
-                self.deltas += 1
-                self.on_delta(chunk.text_delta)
-            if chunk.result is not None:
-                result = chunk.result
-        if result is None:
-            raise ModelError("the reply stream ended without its final chunk", model_id=self.model_id,
-                             hint="the server closed the connection early; send the message again")
-        if result.tool_calls and self.on_tools is not None:
-            self.on_tools([c.name for c in result.tool_calls])
-        return result
-
-    def stream(self, messages: list[dict[str, Any]], **kw: Any) -> Iterator[ChatChunk]:
-        return self.inner.stream(messages, **kw)
 
 
 @dataclass(frozen=True)
@@ -197,18 +117,31 @@ def run_turn(
         if on_tools is not None:
             on_tools(names)
 
-    streaming = StreamingModel(model, on_delta, tools, stop.is_set if stop is not None else None)
-    mem = memory_for(store, request.agent, model, embedder)  # an observer's call is not part of the reply
+    mem = memory_for(store, request.agent, model, embedder)
     name = request.agent.name if request.agent is not None else PLAYGROUND_AGENT
-    agent = Agent(name, instructions=request.instructions, model=streaming,  # type: ignore[arg-type]
-                  memory=lambda _values: mem)
+    agent = Agent(name, instructions=request.instructions, model=model, memory=lambda _values: mem)
     message = Message.user(request.text, id=request.input_id, thread_id=request.thread_id,
                            resource_id=request.resource_id)
-    result = agent.generate(message, memory={"resource": request.resource_id, "thread": request.thread_id})
+    deltas = 0
+    result = None
+    with agent.stream(message, memory={"resource": request.resource_id, "thread": request.thread_id}) as stream:
+        for event in stream:
+            if stop is not None and stop.is_set():
+                # Leaving the ``with`` closes the stream: the turn is abandoned and nothing is saved.
+                raise TurnStopped("stopped before the reply was complete", model_id=model.model_id,
+                                  hint="nothing of this turn was saved; send the message again to retry")
+            if event.kind == "text-delta" and event.text:
+                deltas += 1
+                on_delta(event.text)
+            elif event.kind == "tool-call" and event.tool_name:
+                tools([event.tool_name])
+            elif event.kind == "finish":
+                result = event.result
+    assert result is not None  # a stream that ends without ``finish`` raised the turn's error
     if request.new_thread:
         _name_new_thread(mem, request)
     usage = result.usage
-    return TurnOutcome(request, result.text, model.model_id, streaming.deltas, [m.id for m in result.saved],
+    return TurnOutcome(request, result.text, model.model_id, deltas, [m.id for m in result.saved],
                        result.trace_id, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
                        time.perf_counter() - started, tools_seen)
 

@@ -27,6 +27,7 @@ from core.replay.turns import Turn
 from core.storage.memory_store import Thread
 from core.traces.spans import TraceFilters
 from core.working_memory import WorkingMemoryService
+from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import turn_index_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -177,7 +178,7 @@ class ReplayThread:
             self._versions[key] = versions
         for number, v in enumerate(versions, start=1):
             if v.id == version_id:
-                when = v.created_at.strftime("%Y-%m-%d %H:%M:%S") if v.created_at else "?"
+                when = format_datetime(v.created_at)
                 return f"{scope} scope · version {number} of {len(versions)} (saved {when} by {v.author})"
         return f"{scope} scope · version row {version_id} (no longer stored)"
 

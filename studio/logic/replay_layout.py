@@ -16,6 +16,7 @@ from core import AssembledPrompt, MemoryOptions
 from core.replay import FragmentChange, RecallHitRecord, TurnRecord
 from core.replay.capture import recall_hits, token_sections
 from core.replay.turns import Turn
+from studio.logic.dates import format_datetime
 from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.prompt_layout import ROLE_LABELS, source_color
 
@@ -58,7 +59,7 @@ def step_label(index: int, turns: Sequence[Turn]) -> str:
     if not turns:
         return "No turns"
     turn = turns[clamp_step(index, len(turns))]
-    return f"Turn {index + 1} of {len(turns)} · {turn.created_at.strftime('%Y-%m-%d %H:%M:%S')}"
+    return f"Turn {index + 1} of {len(turns)} · {format_datetime(turn.created_at)}"
 
 
 def turn_index_for(turns: Sequence[Turn], message_id: str | None, created_at: Any = None) -> int:

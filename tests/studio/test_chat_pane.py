@@ -14,7 +14,7 @@ from PySide6.QtCore import QUrl
 from core import Agent, Memory, MemoryOptions, Message, open_store
 from core.agent_configs import named_agent
 from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel
-from studio.chat_runner import OfflineChoice
+from studio.preferences import SCRIPTED_NAME, ModelChoice
 from studio.panes.chat import ChatPane
 from studio.selection import Selection
 from studio.session import StudioSession, open_for_studio
@@ -95,7 +95,7 @@ def send(qtbot, pane, text, timeout=20_000):
 
 
 def test_a_new_thread_with_the_offline_model_streams_and_saves(qtbot, pane, session):
-    use_models(pane, OfflineChoice())
+    use_models(pane, ModelChoice(SCRIPTED_NAME))
     assert pane.new_radio.isChecked()
     pane.resource_edit.setText("zoe")
     changed: list[int] = []
@@ -123,7 +123,7 @@ def test_a_new_thread_with_the_offline_model_streams_and_saves(qtbot, pane, sess
 
 def test_a_registered_agent_over_http_streams_on_the_selected_thread(qtbot, pane, session):
     with LoopbackServer(["Try a Thai green curry with tofu, ", "no peanuts."]) as server:
-        use_models(pane, OfflineChoice(), Endpoint("Loopback", server.base_url), pick=1)
+        use_models(pane, ModelChoice(SCRIPTED_NAME), Endpoint("Loopback", server.base_url), pick=1)
         select(qtbot, pane, Selection("ada", "t-food"))
         assert pane.thread_radio.isChecked()
         assert pane.agent_combo.currentData() == "chef"  # the agent that owns the thread
@@ -147,7 +147,7 @@ def test_a_registered_agent_over_http_streams_on_the_selected_thread(qtbot, pane
 
 
 def test_each_turn_links_to_its_prompt(qtbot, pane):
-    use_models(pane, OfflineChoice())
+    use_models(pane, ModelChoice(SCRIPTED_NAME))
     select(qtbot, pane, Selection("ada", "t-food"))
     assert "prompt:m0" in pane.transcript.toHtml()  # stored turns link too
     outcome, _ = send(qtbot, pane, "And for dessert?")
@@ -235,7 +235,7 @@ def test_the_window_follows_a_turn_and_opens_its_prompt(qtbot, make_window, tmp_
     window.show_tab("chat")
     chat = window.panes["chat"]
     qtbot.waitUntil(lambda: chat.context is not None and chat.thread_radio.isChecked(), timeout=10_000)
-    use_models(chat, OfflineChoice())
+    use_models(chat, ModelChoice(SCRIPTED_NAME))
     with qtbot.waitSignal(window.panes["working_memory"].loaded, timeout=20_000):  # it re-reads after the turn
         outcome, _ = send(qtbot, chat, "Something quick for lunch?")
     qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() == 4, timeout=15_000)

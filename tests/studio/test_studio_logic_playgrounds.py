@@ -16,7 +16,7 @@ from core.llm import ScriptedModel
 from core.recall import RecallIndex
 from core.recall.explain import explain_message, inspect_search
 from studio import chat_runner
-from studio.chat_runner import ChatRequest, StreamingModel, TurnStopped
+from studio.chat_runner import ChatRequest, TurnStopped
 from studio.logic import chat_layout, recall_layout
 from studio.logic.message_format import MessageRow
 from studio.selection import Selection
@@ -53,19 +53,6 @@ def test_memory_summary_says_what_each_turn_brings():
                     "threshold 0.4")
 
 
-def test_the_streaming_model_reports_every_piece_and_can_be_stopped():
-    pieces: list[str] = []
-    model = StreamingModel(ScriptedModel(["one two three four five six"]), pieces.append)
-    result = model.generate([{"role": "user", "content": "hi"}])
-    assert len(pieces) == 3 and "".join(pieces) == result.text and model.deltas == 3
-    assert model.model_id == "scripted/demo"
-    stop = threading.Event()
-    stop.set()
-    stopped = StreamingModel(ScriptedModel(["never shown"]), pieces.append, stopped=stop.is_set)
-    with pytest.raises(TurnStopped):
-        stopped.generate([{"role": "user", "content": "hi"}])
-
-
 def test_run_turn_saves_the_turn_and_a_failure_saves_nothing(tmp_path):
     store = open_store(tmp_path / "m.db")
     pieces: list[str] = []
@@ -83,6 +70,19 @@ def test_run_turn_saves_the_turn_and_a_failure_saves_nothing(tmp_path):
     assert store.memory.get_thread("t-other") is None
     what, todo = chat_runner.model_problem(ModelError("refused", model_id="m", endpoint="http://h/v1"))
     assert "http://h/v1" in what and "running" in todo and "Nothing of this turn was saved" in todo
+    store.close()
+
+
+def test_stopping_a_turn_abandons_it_and_saves_nothing(tmp_path):
+    store = open_store(tmp_path / "m.db")
+    stop = threading.Event()
+    stop.set()
+    pieces: list[str] = []
+    req = ChatRequest("t-stop", "ada", "Tell me a long story", None, "", "u-9", new_thread=True)
+    with pytest.raises(TurnStopped):
+        chat_runner.run_turn(store, req, ScriptedModel(["once upon a time there was a tale"]),
+                             embedder=lambda: None, on_delta=pieces.append, stop=stop)
+    assert pieces == [] and store.memory.get_thread("t-stop") is None
     store.close()
 
 
