@@ -49,7 +49,8 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p.add_argument("--resource", required=True, help="resource (user) id")
     p.add_argument("--thread", required=True, help="thread id")
     p.add_argument("message", help="the new user message")
-    p.add_argument("--instructions", default="", help="agent instructions (system message)")
+    p.add_argument("--instructions", default=None,
+                   help="agent instructions (system message); default: those the agent recorded when it registered")
     p.add_argument("--last-messages", type=int, default=None, help="history size (0 disables)")
     p.add_argument("--working-memory", choices=("off", "resource", "thread"), default=None,
                    help="show working memory in this scope (default: the registered agent's setting, else off)")
@@ -226,8 +227,11 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             changes["read_only"] = True
         name = agent.memory_name if agent is not None else DEFAULT_MEMORY_NAME
         memory = Memory(store, options.merged(changes), name=name, embedder=embedder)
+        # The agent's own instructions are part of what the model reads: use those it recorded.
+        instructions = args.instructions if args.instructions is not None else (
+            agent.instructions if agent is not None else None)
         prompt = memory.assemble(thread_id=args.thread, resource_id=args.resource,
-                                 input=[Message.user(args.message)], instructions=args.instructions or None)
+                                 input=[Message.user(args.message)], instructions=instructions or None)
     if args.json:
         out.write(prompt.to_json() + "\n")
     else:

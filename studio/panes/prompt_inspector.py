@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelection, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -149,7 +149,7 @@ class PromptInspectorPane(QWidget):
         mode.addWidget(self.turn_label)
         root.addLayout(mode)
         self.instructions_edit = QLineEdit()
-        self.instructions_edit.setPlaceholderText("optional — the agent's own instructions are not stored in the database")
+        self.instructions_edit.setPlaceholderText("none — the agent recorded no instructions (type some to add them)")
         instr = QHBoxLayout()
         instr_label = QLabel("Instructions")
         instr_label.setMinimumWidth(self.new_radio.sizeHint().width())
@@ -340,6 +340,9 @@ class PromptInspectorPane(QWidget):
             self._start = starting_point(None, f"agent config unreadable: {exc}")
         self.options_bar.set_options(self._start.options)
         self.options_bar.set_origin(self._start.origin)
+        # The agent's instructions are part of what the model reads: start from those it recorded.
+        with QSignalBlocker(self.instructions_edit):
+            self.instructions_edit.setText((agent.instructions if agent is not None else None) or "")
 
     def options(self) -> InspectorOptions:
         return self.options_bar.options()
