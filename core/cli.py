@@ -148,7 +148,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         with open_store(args.db, read_only=True, create=False) as store:
             path = store.location.observability_path
-        if path is None or not path.exists():
+            on_postgres = store.db.engine.dialect.name == "postgresql"  # traces in the database itself
+        if not on_postgres and (path is None or not path.exists()):
             out.write(f"no trace file yet ({path}); nothing to prune\n")
             return 0
         keep_days, keep_mb = args.keep_days, args.keep_mb
@@ -167,6 +168,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write("no limit to prune by (0 means no limit; retention may be off in "
                       "MEMORY_STUDIO_TRACES_KEEP_DAYS/MB); give --keep-days or --keep-mb\n")
             return 0
+        if on_postgres:
+            from core.traces.pg_store import prune_command
+
+            return prune_command(args.db, keep_days, keep_mb, out, err)
         with redirect_stdout(out), redirect_stderr(err):
             return int(prune_main(["--db", str(path), *extra]))
     if cmd == "vacuum":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from core import AssembledPrompt, Memory, MemoryOptions, Store
 from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, config_versions, effective_options_for
@@ -303,7 +303,7 @@ def load_observations(store: Store, selection: Selection) -> OMView:
 
 
 # -- traces -----------------------------------------------------------------------------------------
-TraceSourceKind = Literal["duckdb", "libsql", "memory"]
+TraceSourceKind = Literal["duckdb", "libsql", "memory", "postgres"]
 
 
 @dataclass(frozen=True)
@@ -311,7 +311,9 @@ class TraceSource:
     kind: TraceSourceKind
     location: str
     reader: SpanReader | None
-    watch: tuple[Path, ...]  # files whose stat() changing means "read again"
+    # Files whose stat() changing means "read again"; or, with no file (Postgres), a cheap query
+    # whose answer changing means the same.
+    watch: tuple[Path | Callable[[], Any], ...]
 
 
 class SourceResolver:
@@ -340,6 +342,16 @@ class SourceResolver:
 
     def resolve(self) -> TraceSource:
         location = self.store.location
+        if getattr(location, "is_postgres", False):
+            # Traces of a server database live in its own mastra_ai_spans table (core.traces.pg_store).
+            from core.traces.pg_store import PgSpanStore
+
+            with self._lock:
+                reader = self._readers.get(("postgres", location.display))
+                if not isinstance(reader, PgSpanStore):
+                    reader = PgSpanStore(self.store.db, read_only=True)
+                    self._readers[("postgres", location.display)] = reader
+            return TraceSource("postgres", f"{location.display} ({SPANS_TABLE})", reader, (reader.change_mark,))
         duck = location.observability_path
         if duck is None or location.path is None:
             return TraceSource("memory", ":memory:", None, ())
@@ -351,10 +363,13 @@ class SourceResolver:
         return TraceSource("duckdb", str(duck), self._reader("duckdb", duck), watch)
 
 
-def traces_fingerprint(paths: tuple[Path, ...]) -> tuple[Any, ...]:
-    """Cheap change detection without opening (or locking) anything."""
+def traces_fingerprint(paths: tuple[Path | Callable[[], Any], ...]) -> tuple[Any, ...]:
+    """Cheap change detection without opening (or locking) anything; a probe is asked instead."""
     out: list[Any] = []
     for path in paths:
+        if callable(path):
+            out.append(path())
+            continue
         try:
             st = path.stat()
             out.append((st.st_mtime_ns, st.st_size))

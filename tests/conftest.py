@@ -56,6 +56,25 @@ def db_path(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> "Pa
 
 
 @pytest.fixture
+def new_db(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Iterator[Callable[[str], "Path | str"]]:
+    """Makes more empty databases on the test's backend: ``new_db("x.db")`` is a file in the test's
+    folder on libSQL, a new Postgres database's URL on Postgres (dropped after the test)."""
+    server = request.getfixturevalue("pg_server") if backend == "postgres" else None
+    drops: list[Callable[[], None]] = []
+
+    def make(name: str) -> "Path | str":
+        if server is None:
+            return tmp_path / name
+        url, drop = server.fresh_database()  # type: ignore[attr-defined]
+        drops.append(drop)
+        return str(url)
+
+    yield make
+    for drop in drops:
+        drop()
+
+
+@pytest.fixture
 def store(db_path: "Path | str") -> Iterator["object"]:
     from core import open_store
 

@@ -3,7 +3,7 @@
 Run as ``python tests/fleet_worker.py URL WORKER TURNS``. Each turn saves a user and an assistant
 message on one of two shared threads of one resource and merges one working-memory field through
 the model's tool call (``w<worker>_<turn>``). Prints ``ok <turns> <seconds>`` when done. Used by
-``tests/core/test_postgres_fleet.py`` and ``bench/scale_pg.py``.
+``tests/core/test_postgres_fleet.py`` and ``bench/scale.py --only fleet``.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class TermStats:
             if self._mark >= 0 and now - self._checked < STATS_CHECK_S:
                 return
             self._checked = now
-        mark = int(conn.exec_driver_sql(f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}").scalar() or 0)
+        mark = self._mark_of(conn)
         with self._lock:
             fresh = (
                 self._mark >= 0 and self._mark <= mark <= self._mark * (1 + STATS_GROWTH) + 10
@@ -87,10 +87,22 @@ class TermStats:
             )
             if fresh:
                 return
-        rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {DOCS_TABLE}").scalar() or 0)
+        rows = self._rows_of(conn)
         with self._lock:
             self._df.clear()
             self.rows, self._mark, self._at = rows, mark, now
+
+    # -- how the index is counted (Postgres: ``pg_keywords.PgTermStats``) -----------------------
+    def _mark_of(self, conn: sa.Connection) -> int:
+        """A number that grows with the index (its newest document id)."""
+        return int(conn.exec_driver_sql(f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}").scalar() or 0)
+
+    def _rows_of(self, conn: sa.Connection) -> int:
+        return int(conn.exec_driver_sql(f"SELECT count(*) FROM {DOCS_TABLE}").scalar() or 0)
+
+    def _frequency_of(self, conn: sa.Connection, term: str) -> int:
+        """Documents matching one FTS5-quoted term."""
+        return int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?", (term,)).scalar() or 0)
 
     def frequencies(self, conn: sa.Connection, terms: list[str]) -> list[int]:
         out: list[int] = []
@@ -100,7 +112,7 @@ class TermStats:
                 if df is not None:
                     self._df.move_to_end(term)
             if df is None:
-                df = int(conn.exec_driver_sql(f"SELECT count(*) FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ?", (term,)).scalar() or 0)
+                df = self._frequency_of(conn, term)
                 with self._lock:
                     self._df[term] = df
                     while len(self._df) > STATS_MAX_TERMS:

@@ -36,6 +36,7 @@ class PgTableInfo:
 
 class PgRecallIndex(RecallIndex):
     def _prepare(self) -> None:
+        self.term_stats = pg_keywords.PgTermStats()
         db = self.store.db
         with db.read() as conn:
             pending = [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]
@@ -145,7 +146,7 @@ class PgRecallIndex(RecallIndex):
         until: str | None = None,
     ) -> list[keyword.KeywordHit]:
         return pg_keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                                  until=until)
+                                  stats=self.term_stats, until=until)
 
     def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> Any:
         if self.info is None:

@@ -5,19 +5,38 @@ through ``text.segment`` first — the same CJK character expansion the FTS5 ind
 Chinese or Japanese query finds its characters and bigrams (as phrases). The ``english``
 configuration stems Latin words as FTS5's porter tokenizer does and leaves the spaced CJK
 characters alone. Queries use ``text.keyword_terms``, each term a phrase, OR-ed.
+
+Very common query terms are dropped first, by the same rule and numbers as on libSQL
+(``keyword.TermStats``, ``COMMON_SHARE``): ``ts_rank`` is computed for every row the query matches
+before the best can be picked, so a word found in most messages made a Postgres search cost as much
+as ranking the whole resource (bench/scale.py: 168 ms at 10k messages before, see ARCHITECTURE).
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from core.recall.keyword import CONTEXT_WEIGHT, KeywordHit
+from core.recall.keyword import CONTEXT_WEIGHT, KeywordHit, TermStats
 from core.recall.schema import DOCS_TABLE, QUEUE_TABLE, previous_text, text_of_raw
 from core.recall.text import keyword_terms, segment
 
 CONFIG = "english"
 DRAIN_BATCH = 2000
 _DOC = f"setweight(to_tsvector('{CONFIG}', ?), 'A') || setweight(to_tsvector('{CONFIG}', ?), 'B')"
+
+
+class PgTermStats(TermStats):
+    """``TermStats`` counted in the ``tsvector`` documents: a GIN lookup per term, no ranking."""
+
+    def _frequency_of(self, conn: sa.Connection, term: str) -> int:
+        return int(conn.exec_driver_sql(
+            f"SELECT count(*) FROM {DOCS_TABLE} WHERE terms @@ phraseto_tsquery('{CONFIG}', ?)", (_unquote(term),)
+        ).scalar() or 0)
+
+
+def _unquote(term: str) -> str:
+    """An FTS5-quoted term (``text.keyword_terms``) as the plain phrase Postgres parses."""
+    return term[1:-1].replace('""', '"')
 
 
 def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
@@ -101,12 +120,16 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
 
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
-    context_weight: float | None = None, until: str | None = None,
+    context_weight: float | None = None, stats: TermStats | None = None, until: str | None = None,
 ) -> list[KeywordHit]:
-    """``until``: only messages created before it (ISO text), for a past turn's view."""
-    terms = [t[1:-1].replace('""', '"') for t in keyword_terms(query)]  # drop FTS5's quoting
-    if not terms:
+    """Best ``limit`` documents of the scope by ``ts_rank``. With ``stats``, very common terms are
+    dropped first. ``until``: only messages created before it (ISO text), for a past turn's view."""
+    quoted = keyword_terms(query)
+    if not quoted:
         return []
+    if stats is not None:
+        quoted = stats.select(conn, quoted)
+    terms = [_unquote(t) for t in quoted]
     weight = CONTEXT_WEIGHT if context_weight is None else context_weight
     tsquery = " || ".join([f"phraseto_tsquery('{CONFIG}', ?)"] * len(terms))
     where = ["d.terms @@ q.q"]

@@ -2,6 +2,8 @@
 
 Conversations are user data that cannot be rebuilt; traces are derived data. So they live in two
 files and two engines (seed 001): deleting ``observability.duckdb`` never loses a conversation.
+On Postgres both live in the one database, since a fleet of hosts shares no folder: traces go to
+Mastra's ``mastra_ai_spans`` table there (``core.traces.pg_store``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, 
 from core.storage.paths import DatabaseLocationError, ResolvedPath, caller_file, resolve_db_path
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.traces.pg_store import PgSpanStore
     from core.traces.store import ObservabilityStore
     from core.traces.tracer import Tracer
 
@@ -48,8 +51,14 @@ class Store:
         return self.db.read_only
 
     @property
-    def observability(self) -> "ObservabilityStore | None":
-        """The DuckDB trace store beside the database (None for in-memory databases)."""
+    def observability(self) -> "ObservabilityStore | PgSpanStore | None":
+        """The DuckDB trace store beside the database (None for in-memory databases); on Postgres, the
+        database's own ``mastra_ai_spans`` table, since a fleet of hosts shares no folder."""
+        if self._observability is None and self.db.engine.dialect.name == "postgresql" \
+                and self._observability_path is None:
+            from core.traces.pg_store import PgSpanStore
+
+            self._observability = PgSpanStore(self.db, read_only=self.read_only, retention=retention_from_env())
         if self._observability is None:
             path = self._observability_path or self.location.observability_path
             if path is None:
@@ -60,7 +69,8 @@ class Store:
         return self._observability  # type: ignore[no-any-return]
 
     def tracer(self, **kwargs: Any) -> "Tracer":
-        """A tracer whose spans go to this store's DuckDB file (one per store, created on first use).
+        """A tracer whose spans go to this store's DuckDB file, or on Postgres to the database's
+        ``mastra_ai_spans`` table (one per store, created on first use).
 
         In-memory databases have no trace file; their tracer keeps spans in memory.
         """

@@ -220,3 +220,34 @@ def _row_key_sqlite(element: row_key, compiler: Any, **kw: Any) -> str:
 @compiles(row_key, POSTGRES)
 def _row_key_pg(element: row_key, compiler: Any, **kw: Any) -> str:
     return "id"
+
+
+def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]]:
+    """(name, declared type in upper case, part of the primary key) of each column, in table order.
+
+    Read from the catalog directly: SQLAlchemy's Postgres reflection binds its own parameters typed,
+    which an engine binding strings untyped (``core.storage.pg.adapt``) cannot run.
+    """
+    if is_postgres(conn):
+        sql = (
+            "SELECT a.attname, upper(format_type(a.atttypid, a.atttypmod)), "
+            "coalesce(a.attnum = ANY(c.conkey), false) FROM pg_catalog.pg_attribute a "
+            "LEFT JOIN pg_catalog.pg_constraint c ON c.conrelid = a.attrelid AND c.contype = 'p' "
+            "WHERE a.attrelid = to_regclass(quote_ident(?)) AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum"
+        )
+        return [(str(r[0]), str(r[1]), bool(r[2])) for r in conn.exec_driver_sql(sql, (table,))]
+    quoted = '"' + table.replace('"', '""') + '"'
+    return [(str(r[1]), str(r[2] or "").upper(), bool(r[5]))
+            for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted})")]
+
+
+def table_names_starting(conn: sa.Connection, prefix: str) -> list[str]:
+    """Tables whose name starts with ``prefix``, sorted."""
+    if is_postgres(conn):
+        sql = ("SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
+               "AND starts_with(tablename, ?) ORDER BY 1")
+        return [r[0] for r in conn.exec_driver_sql(sql, (prefix,))]
+    glob = prefix.replace("[", "[[]").replace("*", "[*]").replace("?", "[?]") + "*"
+    return [r[0] for r in conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB ? ORDER BY name", (glob,))]

@@ -9,4 +9,6 @@
 - ``locking``: short-lived DuckDB connections with cross-process lock retry.
 - ``reader`` / ``libsql_reader``: reading traces back, from DuckDB or from a Mastra database's
   ``mastra_ai_spans`` table.
+- ``pg_store``: on Postgres, spans in the database's own ``mastra_ai_spans`` table (Mastra's PgStore
+  layout), written by the same exporter, read by the same API, with the same retention.
 """

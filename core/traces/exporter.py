@@ -1,4 +1,5 @@
-"""Buffered span export into the DuckDB store, so tracing never slows or fails an agent run.
+"""Buffered span export into the DuckDB store (or a Postgres database's span table, through the same
+write/prune API: ``core.traces.pg_store``), so tracing never slows or fails an agent run.
 
 ``export`` only appends to an in-memory queue. A background thread writes the queue in batches;
 the end of an agent run (a root span arriving) wakes it at once. When the file is busy (the Studio
@@ -26,10 +27,11 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from core.traces.store import DuckDBObservabilityStore
+from core.traces.store import DuckDBObservabilityStore, RetentionSettings
 from core.traces.locking import StoreBusy
-from core.traces.spans import SpanRecord
+from core.traces.spans import PruneResult, SpanRecord
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +51,27 @@ class ExporterStats:
     last_error: str | None = None
 
 
+class SpanSink(Protocol):
+    """Where the exporter writes: ``DuckDBObservabilityStore`` or ``PgSpanStore``."""
+
+    retention: RetentionSettings
+
+    @property
+    def path(self) -> Path:
+        """Spill files go beside this path (for Postgres: a local folder standing for the database)."""
+
+    def write_spans(self, spans: Sequence[SpanRecord], budget_s: float | None = None) -> int: ...
+
+    def prune(self, keep_days: float | None = None, keep_mb: float | None = None, *, compact: bool = True,
+              budget_s: float = 10.0) -> PruneResult: ...
+
+
 class DuckDBSpanExporter:
-    """A ``SpanExporter`` that batches spans into a ``DuckDBObservabilityStore``."""
+    """A ``SpanExporter`` that batches spans into a ``DuckDBObservabilityStore`` (or another ``SpanSink``)."""
 
     def __init__(
         self,
-        store: DuckDBObservabilityStore | str | os.PathLike[str],
+        store: SpanSink | str | os.PathLike[str],
         *,
         max_queue: int = 10_000,
         batch_size: int = 500,
@@ -63,7 +80,7 @@ class DuckDBSpanExporter:
         prune_interval_s: float | None = 3600.0,
         background: bool = True,
     ) -> None:
-        self.store = store if isinstance(store, DuckDBObservabilityStore) else DuckDBObservabilityStore(store)
+        self.store: SpanSink = DuckDBObservabilityStore(store) if isinstance(store, (str, os.PathLike)) else store
         self.max_queue = max_queue
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s

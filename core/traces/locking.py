@@ -44,7 +44,7 @@ except ImportError:  # Windows: no sidecar gate, see the module docstring
 class StoreBusy(MemoryStudioError):
     """The trace file stayed locked by someone else for the whole retry budget."""
 
-    def __init__(self, path: Path, waited_s: float) -> None:
+    def __init__(self, path: Path | str, waited_s: float) -> None:  # str: a Postgres table
         super().__init__(f"{path} is locked by another process (waited {waited_s:.3f}s)")
         self.path = path
         self.waited_s = waited_s

@@ -67,6 +67,10 @@ class SpanReader(ABC):
     def _table_exists(self, con: Any) -> bool:
         return True
 
+    def _contains(self, haystack: str, needle: str) -> str:
+        """SQL: ``needle`` occurs in ``haystack`` (Postgres has no ``instr``)."""
+        return f"instr({haystack}, {needle}) > 0"
+
     # -- public API ----------------------------------------------------------------------------
 
     def list_traces(
@@ -143,10 +147,8 @@ class SpanReader(ABC):
             )
             params += [filters.thread_id, filters.thread_id]
         if filters.name:
-            clauses.append(
-                '(instr(lower(r."name"), lower(?)) > 0 '
-                'OR instr(lower(coalesce(r."entityName", \'\')), lower(?)) > 0)'
-            )
+            name, entity = 'lower(r."name")', 'lower(coalesce(r."entityName", \'\'))'
+            clauses.append(f'({self._contains(name, "lower(?)")} OR {self._contains(entity, "lower(?)")})')
             params += [filters.name, filters.name]
         if filters.since is not None:
             clauses.append('r."startedAt" >= ?')

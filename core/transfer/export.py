@@ -1,7 +1,8 @@
 """Export a thread or a whole resource: every stored row that makes up its memory, as one JSON document.
 
-Reads only, inside one read transaction (a consistent snapshot even while an agent writes), so a
-database opened read-only — a Mastra database included — can be exported and is left byte-identical.
+Reads only, inside one read transaction (a consistent snapshot even while an agent writes; on
+Postgres a ``REPEATABLE READ`` one), so a database opened read-only — a Mastra database included —
+can be exported and is left byte-identical.
 A thread export carries its resource's row too: resource-scoped working memory and observations are
 part of what the thread's prompts were built from.
 """
@@ -16,7 +17,7 @@ from typing import Any, Iterator
 
 import sqlalchemy as sa
 
-from core.storage import Store
+from core.storage import Store, dialect
 from core.storage.memory_store import NotFoundError, load_json
 from core.timeutil import Clock, iso_now
 from core.transfer import rows as R
@@ -112,6 +113,13 @@ def export_data(
 def _snapshot(store: Store) -> Iterator[sa.Connection]:
     """One deferred read transaction: every table is read as of the same moment, and nothing is written."""
     with store.db.read() as conn:
+        R.forget_columns(conn)
+        if dialect.is_postgres(conn):
+            # Postgres reads each statement as of its own start unless told otherwise (the first
+            # statement of the transaction); the connection's rollback ends it.
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
+            return
         conn.exec_driver_sql("BEGIN")
         try:
             yield conn

@@ -22,7 +22,8 @@ from typing import Any, Iterable, Mapping
 
 import sqlalchemy as sa
 
-from core.storage import Store
+from core.storage import Store, dialect
+from core.storage.locks import om_key, resource_key, thread_key
 from core.storage.memory_store import dump_json, load_json
 from core.transfer import rows as R
 from core.transfer.export import OM_TABLE, WM_VERSIONS_TABLE
@@ -57,6 +58,8 @@ def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = Fals
     validate(data)
     try:
         with store.db.write() as conn:
+            # Postgres runs writers side by side: hold what an agent's read-modify-write would hold.
+            store.db.lock(conn, *_lock_keys(data))
             report = _Importer(conn, data, overwrite, store.location.display, dry_run=False).run()
     except (sa.exc.DBAPIError, ValueError) as exc:
         if isinstance(exc, TransferError):
@@ -68,6 +71,13 @@ def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = Fals
     return report
 
 
+def _lock_keys(data: Mapping[str, Any]) -> list[str]:
+    keys = [resource_key(r["id"]) for r in data.get("resources", [])]
+    keys += [thread_key(t["id"]) for t in data.get("threads", [])]
+    keys += [om_key(o["lookupKey"]) for o in data.get("observations", []) if isinstance(o.get("lookupKey"), str)]
+    return keys
+
+
 def _db_message(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None)
     return str(orig or exc).strip()
@@ -77,6 +87,7 @@ class _Importer:
     def __init__(self, conn: sa.Connection, data: Mapping[str, Any], overwrite: bool, target: str,
                  *, dry_run: bool) -> None:
         self.conn = conn
+        R.forget_columns(conn)
         self.data = data
         self.overwrite = overwrite
         self.report = ImportReport(target, dry_run=dry_run)
@@ -215,7 +226,7 @@ class _Importer:
         for row in sorted(rows, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
             src_id = row.get("id")
             content = {k: v for k, v in row.items() if k != "id" and k in cols}
-            found = self._find_by_content(WM_VERSIONS_TABLE, content)
+            found = self._find_by_content(WM_VERSIONS_TABLE, content, "id")
             if found is not None:
                 self._map_version(src_id, found)
                 self._same("workingMemoryVersions")
@@ -228,22 +239,34 @@ class _Importer:
         if isinstance(src_id, int) and target_id is not None:
             self.version_ids[src_id] = target_id
 
-    def _find_by_content(self, table: str, content: Mapping[str, Any]) -> int | None:
-        where = " AND ".join(f"{R.quote(k)} IS ?" for k in content)
+    def _find_by_content(self, table: str, content: Mapping[str, Any], key: str | None) -> int | None:
+        """The ``key`` of the first row holding exactly ``content`` (1 when the table has no key), or None."""
+        where = " AND ".join(R.same_value_sql(self.conn, k) for k in content)
+        pick = "1" if key is None else ("rowid" if key == "rowid" else R.quote(key))
         row = self.conn.exec_driver_sql(
-            f"SELECT rowid FROM {R.quote(table)} WHERE {where} ORDER BY rowid LIMIT 1",
-            tuple(R.from_json_value(v) for v in content.values()),
+            f"SELECT {pick} FROM {R.quote(table)} WHERE {where} ORDER BY 1 LIMIT 1",
+            R.bind_values(self.conn, table, content),
         ).first()
         return int(row[0]) if row else None
 
-    def _insert_keeping_id(self, table: str, key: str, src_id: Any, content: Mapping[str, Any]) -> int | None:
+    def _insert_keeping_id(self, table: str, key: str | None, src_id: Any, content: Mapping[str, Any]) -> int | None:
         """Insert with the exported integer id when the target has it free, else with a new one."""
+        if key is None:  # a Postgres table without a key: rows have no id to keep
+            if not self.report.dry_run:
+                R.insert_row(self.conn, table, content)
+            return None
         free = isinstance(src_id, int) and self.conn.exec_driver_sql(
             f"SELECT 1 FROM {R.quote(table)} WHERE {R.quote(key)} = ?", (src_id,)).first() is None
         if self.report.dry_run:
             return src_id if free else None
-        R.insert_row(self.conn, table, {key: src_id, **content} if free else dict(content))
-        return int(self.conn.exec_driver_sql("SELECT last_insert_rowid()").scalar() or 0)
+        if free or not dialect.is_postgres(self.conn):  # SQLite gives a row without an id the next rowid
+            new_id = R.insert_row(self.conn, table, {key: src_id, **content} if free else dict(content),
+                                  returning=key)
+        else:  # Postgres: the next id after the largest
+            new_id = R.next_free_id(self.conn, table, key)
+            R.insert_row(self.conn, table, {key: new_id, **content})
+        R.after_explicit_ids(self.conn, table, key)
+        return int(new_id or 0)
 
     # -- observations and turn records ---------------------------------------------------------
     def _observations(self, rows: list[Mapping[str, Any]]) -> None:
@@ -280,12 +303,12 @@ class _Importer:
                     dangling += 1
                 row["wm_version_id"] = mapped
             if integer_key or not pk:
-                key = pk[0] if pk else "rowid"
+                key = pk[0] if pk else (None if dialect.is_postgres(self.conn) else "rowid")
                 content = {k: v for k, v in row.items() if k != key and k in cols}
-                if self._find_by_content(table, content) is not None:
+                if self._find_by_content(table, content, key) is not None:
                     self._same("turns")
                     continue
-                self._insert_keeping_id(table, key, row.get(key), content)
+                self._insert_keeping_id(table, key, row.get(key) if key else None, content)
                 self._wrote("turns")
             else:
                 self._upsert_by_key(table, pk, row, "turns")
@@ -311,7 +334,7 @@ class _Importer:
             self._same(kind)
         elif self._conflict(kind, row_id, f"differs here ({', '.join(differs[:4])}{'…' if len(differs) > 4 else ''})"):
             if not self.report.dry_run:
-                R.insert_row(self.conn, table, row, replace=True)
+                R.insert_row(self.conn, table, row, replace_key=key)
             self._wrote(kind)
 
     def _check_columns(self, table: str, rows: list[Mapping[str, Any]], what: str) -> set[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core.storage import Store
+from core.storage import Store, dialect
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
@@ -21,10 +21,9 @@ def recall_in_use(store: Store) -> bool:
     """Whether this database's memory uses semantic recall: it has a vector table, or an agent that
     registered its configuration has recall on."""
     with store.db.read() as conn:
-        if conn.exec_driver_sql(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND (name = 'memory_messages' "
-            "OR name GLOB 'memory_messages_[0-9]*') LIMIT 1").first():
-            return True
+        tables = dialect.table_names(conn, "memory_messages")
+    if any(t == "memory_messages" or t[len("memory_messages_"):][:1].isdigit() for t in tables):
+        return True
     from core.agent_configs import list_agents
 
     for agent in list_agents(store):

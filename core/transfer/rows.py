@@ -1,23 +1,29 @@
-"""Rows of any table as plain JSON-ready dicts, and back.
+"""Rows of any table as plain JSON-ready dicts, and back, on libSQL and on Postgres.
 
-Export and import treat every table the same way: the columns a table has (``PRAGMA table_info``),
+Export and import treat every table the same way: the columns a table has (``dialect.table_columns``),
 each value as stored. Mastra writes some JSON columns as SQLite JSONB blobs; those are read as JSON
 text (``json()``), so an export is plain JSON and a file written by either side can be compared with
 the other. A blob that is not JSONB (none are known today) is kept as ``{"$base64": ...}`` rather
-than dropped.
+than dropped. On Postgres, ``JSONB`` and ``TIMESTAMP`` columns read as the same JSON and ISO text
+(``core.storage.pg.adapt``), Mastra's ``"<col>Z"`` timestamp mirrors are left out (the server keeps
+them), and values are bound as each column's type wants them (a 0/1 flag as a boolean).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
+
+from core.storage import dialect
 
 BLOB_KEY = "$base64"
 TURN_TABLES = ("memory_studio_turns",)  # the turn-record table (issue 10); others matching the prefix too
 TURN_TABLE_PREFIX = "memory_studio_turn"
 THREAD_COLUMNS = ("thread_id", "threadId")
+_CACHE_KEY = "memory-studio:transfer-columns"
 
 
 def quote(name: str) -> str:
@@ -25,30 +31,53 @@ def quote(name: str) -> str:
 
 
 def has_table(conn: sa.Connection, name: str) -> bool:
-    row = conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE type='table' AND name = ?", (name,)).first()
-    return row is not None
+    return dialect.has_table(conn, name)
+
+
+def forget_columns(conn: sa.Connection) -> None:
+    """Drop remembered table shapes: called when an export or import starts (a migration may have run)."""
+    conn.info.pop(_CACHE_KEY, None)
 
 
 def columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]]:
     """(name, declared type, is primary key) for each column, in table order."""
-    rows = conn.exec_driver_sql(f"PRAGMA table_info({quote(table)})").all()
-    return [(str(r[1]), str(r[2] or "").upper(), bool(r[5])) for r in rows]
+    cache: dict[str, list[tuple[str, str, bool]]] = conn.info.setdefault(_CACHE_KEY, {})
+    if table not in cache:
+        found = dialect.table_columns(conn, table)
+        if dialect.is_postgres(conn):
+            names = {n for n, _t, _p in found}
+            found = [c for c in found if not (c[0].endswith("Z") and c[0][:-1] in names and "TIME" in c[1])]
+        cache[table] = found
+    return cache[table]
 
 
 def primary_key(conn: sa.Connection, table: str) -> list[str]:
     return [name for name, _type, pk in columns(conn, table) if pk]
 
 
+def row_order(conn: sa.Connection, table: str) -> str | None:
+    """Insertion order where the engine has it (SQLite's ``rowid``), else the primary key."""
+    if not dialect.is_postgres(conn):
+        return "rowid"
+    key = primary_key(conn, table)
+    return ", ".join(quote(k) for k in key) if key else None
+
+
 def select_rows(
-    conn: sa.Connection, table: str, where: str = "", params: Sequence[Any] = (), order: str = "rowid"
+    conn: sa.Connection, table: str, where: str = "", params: Sequence[Any] = (), order: str | None = None
 ) -> list[dict[str, Any]]:
     """Every column of the matching rows, JSONB read as JSON text, blobs made JSON-safe."""
     names = [c[0] for c in columns(conn, table)]
-    cols = ", ".join(
-        f"CASE WHEN typeof({quote(n)}) = 'blob' AND json_valid({quote(n)}, 8) THEN json({quote(n)}) "
-        f"ELSE {quote(n)} END" for n in names
-    )
-    sql = f"SELECT {cols} FROM {quote(table)}" + (f" WHERE {where}" if where else "") + f" ORDER BY {order}"
+    if dialect.is_postgres(conn):
+        cols = ", ".join(quote(n) for n in names)
+    else:
+        cols = ", ".join(
+            f"CASE WHEN typeof({quote(n)}) = 'blob' AND json_valid({quote(n)}, 8) THEN json({quote(n)}) "
+            f"ELSE {quote(n)} END" for n in names
+        )
+    order = order or row_order(conn, table)
+    sql = (f"SELECT {cols} FROM {quote(table)}" + (f" WHERE {where}" if where else "")
+           + (f" ORDER BY {order}" if order else ""))
     return [{n: to_json_value(v) for n, v in zip(names, row)} for row in conn.exec_driver_sql(sql, tuple(params))]
 
 
@@ -64,17 +93,74 @@ def from_json_value(value: Any) -> Any:
     return value
 
 
+def bind_values(conn: sa.Connection, table: str, row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``row``'s values as this table's columns take them.
+
+    SQLite takes any value in any column. Postgres binds a Python int as an integer, so a 0/1 flag
+    (how Mastra's libSQL layout stores a boolean) becomes a boolean, a number bound to a text column
+    becomes its text, and a JSON value bound to a JSONB column becomes JSON text.
+    """
+    values = [from_json_value(row[n]) for n in row]
+    if not dialect.is_postgres(conn):
+        return tuple(values)
+    types = {n: t for n, t, _pk in columns(conn, table)}
+    return tuple(_for_postgres(v, types.get(n, "")) for n, v in zip(row, values))
+
+
+def _for_postgres(value: Any, declared: str) -> Any:
+    if value is None or isinstance(value, (bytes, str)) and "BOOL" not in declared:
+        return value
+    if "BOOL" in declared:
+        return value.strip().lower() in ("1", "true", "t") if isinstance(value, str) else bool(value)
+    if "JSON" in declared:
+        return json.dumps(value, ensure_ascii=False)
+    if ("TEXT" in declared or "CHAR" in declared) and not isinstance(value, (bytes, str)):
+        return str(value)
+    return value
+
+
 def in_clause(values: Iterable[Any]) -> tuple[str, list[Any]]:
     items = list(values)
     return "(" + ",".join("?" * len(items)) + ")", items
 
 
-def insert_row(conn: sa.Connection, table: str, row: Mapping[str, Any], *, replace: bool = False) -> None:
+def insert_row(conn: sa.Connection, table: str, row: Mapping[str, Any], *, replace_key: Sequence[str] = (),
+               returning: str | None = None) -> Any:
+    """Insert ``row``; with ``replace_key``, a row with the same key is replaced. Returns the
+    ``returning`` column of the new row (``rowid`` on SQLite), or None."""
     names = list(row)
-    verb = "INSERT OR REPLACE" if replace else "INSERT"
-    sql = (f"{verb} INTO {quote(table)} ({', '.join(quote(n) for n in names)}) "
+    sql = (f"INSERT INTO {quote(table)} ({', '.join(quote(n) for n in names)}) "
            f"VALUES ({', '.join('?' * len(names))})")
-    conn.exec_driver_sql(sql, tuple(from_json_value(row[n]) for n in names))
+    if replace_key:
+        others = [n for n in names if n not in replace_key]
+        update = ", ".join(f"{quote(n)} = excluded.{quote(n)}" for n in others)
+        keys = ", ".join(quote(k) for k in replace_key)
+        sql += f" ON CONFLICT ({keys}) DO " + (f"UPDATE SET {update}" if update else "NOTHING")
+    if returning is not None and dialect.is_postgres(conn):
+        return conn.exec_driver_sql(sql + f" RETURNING {quote(returning)}", bind_values(conn, table, row)).scalar()
+    conn.exec_driver_sql(sql, bind_values(conn, table, row))
+    if returning is not None:
+        return conn.exec_driver_sql("SELECT last_insert_rowid()").scalar()
+    return None
+
+
+def next_free_id(conn: sa.Connection, table: str, key: str) -> int:
+    return int(conn.exec_driver_sql(f"SELECT coalesce(max({quote(key)}), 0) + 1 FROM {quote(table)}").scalar() or 1)
+
+
+def after_explicit_ids(conn: sa.Connection, table: str, key: str) -> None:
+    """Postgres: move the key's sequence past ids inserted explicitly, so the next row the engine
+    writes does not collide with one (SQLite's rowid needs nothing)."""
+    if not dialect.is_postgres(conn):
+        return
+    conn.exec_driver_sql(
+        "SELECT setval(pg_get_serial_sequence(?, ?), GREATEST((SELECT max(" + quote(key) + ") FROM "
+        + quote(table) + "), nextval(pg_get_serial_sequence(?, ?))))", (table, key, table, key))
+
+
+def same_value_sql(conn: sa.Connection, column: str) -> str:
+    """``column`` equals the bound value, NULL matching NULL."""
+    return f"{quote(column)} {'IS NOT DISTINCT FROM' if dialect.is_postgres(conn) else 'IS'} ?"
 
 
 def turn_table(conn: sa.Connection) -> str | None:
@@ -82,11 +168,8 @@ def turn_table(conn: sa.Connection) -> str | None:
     for name in TURN_TABLES:
         if has_table(conn, name):
             return name
-    row = conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type='table' AND name GLOB ? ORDER BY name LIMIT 1",
-        (TURN_TABLE_PREFIX + "*",),
-    ).first()
-    return str(row[0]) if row else None
+    names = dialect.table_names_starting(conn, TURN_TABLE_PREFIX)
+    return names[0] if names else None
 
 
 def thread_column(conn: sa.Connection, table: str) -> str | None:

@@ -454,7 +454,8 @@ class TracesPane(QWidget):
         total = "?" if self.total is None else f"{self.total:,}"
         self.count_label.setText(f"{shown:,} of {total} traces · newest first")
         source = self.source
-        where = {"duckdb": "trace file", "libsql": "Mastra spans table", "memory": "no trace file"}.get(
+        where = {"duckdb": "trace file", "libsql": "Mastra spans table", "memory": "no trace file",
+                 "postgres": "spans table"}.get(
             source.kind if source else "", "")
         self.subtitle.setText(f"{self._scope_text()} · {where} {source.location if source else ''}".rstrip())
         self.subtitle.setToolTip(source.location if source else "")

@@ -51,3 +51,38 @@ def test_chinese_query_finds_chinese_and_english_facts(store, use_embedder):
     assert "zh-fact" in [h.message_id for h in zh]
     en = index.search("我的姐姐住在哪里？", resource_id="u", mode="hybrid", top_k=3).hits
     assert "en-fact" in [h.message_id for h in en]
+
+
+def test_japanese_keywords_are_found_in_kanji_kana_and_half_width_katakana(store):
+    """Keyword recall alone (no model): Japanese has no spaces, so the index must cut it into characters
+    and bigrams on both engines; common kana must not drown the rare words once the index is large."""
+    from core.embedding import HashingEmbedder
+
+    facts = {
+        "ja-meeting": "来週の月曜日に東京で会議があります。",
+        "ja-coffee": "私は毎朝コーヒーを飲みます。",
+        "ja-allergy": "ｱﾚﾙｷﾞｰがあります: えびとかにはだめです。",  # half-width katakana, as some keyboards type it
+        "en-note": "The meeting notes are in the shared folder.",
+    }
+    fillers = [f"今日は{'晴れ' if i % 2 else '雨'}の日です。{i}番目のメモです。" for i in range(240)]
+    store.memory.create_thread(thread_id="t-ja", resource_id="u")
+    msgs = [Message.user(text, id=mid, thread_id="t-ja", resource_id="u", created_at=T0 + timedelta(seconds=i))
+            for i, (mid, text) in enumerate(facts.items())]
+    msgs += [Message.user(text, id=f"fill-{i}", thread_id="t-ja", resource_id="u",
+                          created_at=T0 + timedelta(seconds=100 + i)) for i, text in enumerate(fillers)]
+    for start in range(0, len(msgs), 100):
+        store.memory.save_messages(msgs[start:start + 100])
+    index = RecallIndex.for_store(store, HashingEmbedder(dim=64))
+    assert index.index_messages(msgs).ok
+
+    def first(query: str) -> str:
+        hits = index.search(query, resource_id="u", mode="keyword", top_k=3).hits
+        assert hits, query
+        return hits[0].message_id
+
+    assert first("東京の会議はいつですか？") == "ja-meeting"  # kanji bigrams, with common kana around them
+    assert first("月曜日") == "ja-meeting"
+    assert first("コーヒー") == "ja-coffee"  # katakana with the long-vowel mark
+    assert first("アレルギー") == "ja-allergy"  # full-width query, half-width text (NFKC on both sides)
+    assert first("えび") == "ja-allergy"  # hiragana
+    assert first("meeting 会議") in ("ja-meeting", "en-note")

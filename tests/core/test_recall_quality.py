@@ -73,6 +73,7 @@ def _big_store(store, n: int = 300) -> RecallIndex:
     return index
 
 
+@pytest.mark.backends  # the same pruning on Postgres (pg_keywords.PgTermStats)
 def test_terms_found_in_most_rows_are_dropped_in_a_large_index(store):
     index = _big_store(store)
     assert keyword.PRUNE_MIN_DOCS <= 300
@@ -90,6 +91,7 @@ def test_terms_found_in_most_rows_are_dropped_in_a_large_index(store):
     assert len(only_common) == 5
 
 
+@pytest.mark.backends  # the same pruning on Postgres (pg_keywords.PgTermStats)
 def test_a_chinese_query_still_finds_its_message_in_a_large_index(store):
     index = _big_store(store)
     for mode in ("keyword", "hybrid"):
@@ -97,6 +99,7 @@ def test_a_chinese_query_still_finds_its_message_in_a_large_index(store):
         assert hits and hits[0].message_id == "t-30", mode
 
 
+@pytest.mark.backends  # the same pruning on Postgres (pg_keywords.PgTermStats)
 def test_small_indexes_keep_every_term(store):
     msgs = seed(store, "t", "u", ["hello zebra", "hello there", "hello again"])
     index = RecallIndex.for_store(store, HashingEmbedder(64))
@@ -107,6 +110,7 @@ def test_small_indexes_keep_every_term(store):
     assert {h.message_id for h in hits} == {"t-0", "t-1", "t-2"}
 
 
+@pytest.mark.backends  # the same pruning on Postgres (pg_keywords.PgTermStats)
 def test_term_statistics_follow_the_index_as_it_grows(store, monkeypatch):
     monkeypatch.setattr(keyword, "STATS_CHECK_S", 0.0)
     msgs = seed(store, "t", "u", [f"apple {i}" for i in range(50)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -29,14 +29,21 @@ from core.transfer import (
 from .transfer_data import TABLES, add_turn_table, seed_source, snapshot, table_rows
 
 
+# Engine behaviour: every test here runs on libSQL and on Postgres.
+pytestmark = pytest.mark.backends
+
+Target = Path | str  # a database file, or a Postgres URL
+NewDb = Callable[[str], Target]
+
+
 @pytest.fixture
-def source(tmp_path: Path) -> Path:
-    path = tmp_path / "source.db"
+def source(new_db: NewDb) -> Target:
+    path = new_db("source.db")
     seed_source(path)
     return path
 
 
-def _export(path: Path, *, resource: str | None = None, thread: str | None = None, **opts: Any) -> dict[str, Any]:
+def _export(path: Target, *, resource: str | None = None, thread: str | None = None, **opts: Any) -> dict[str, Any]:
     with open_store(path, read_only=True, create=False) as store:
         if thread is not None:
             return export_thread(store, thread, ExportOptions(**opts))
@@ -44,19 +51,19 @@ def _export(path: Path, *, resource: str | None = None, thread: str | None = Non
         return export_resource(store, resource, ExportOptions(**opts))
 
 
-def _import(path: Path, data: dict[str, Any], **kw: Any) -> Any:
+def _import(path: Target, data: dict[str, Any], **kw: Any) -> Any:
     with open_store(path) as store:
         return import_data(store, data, **kw)
 
 
-def _fresh(tmp_path: Path, name: str = "target.db") -> Path:
-    path = tmp_path / name
+def _fresh(new_db: NewDb, name: str = "target.db") -> Target:
+    path = new_db(name)
     open_store(path).close()
     add_turn_table(path)
     return path
 
 
-def test_resource_round_trip_gives_identical_rows(source: Path, tmp_path: Path) -> None:
+def test_resource_round_trip_gives_identical_rows(source: Target, new_db: NewDb) -> None:
     data = loads(dumps(_export(source, resource="ada")))  # through the text form, as a file would go
     assert data["format"] == "memory-studio-export" and data["version"] == 1
     assert data["source"]["kind"] == "memory-studio" and data["scope"] == {"kind": "resource", "id": "ada"}
@@ -65,7 +72,7 @@ def test_resource_round_trip_gives_identical_rows(source: Path, tmp_path: Path) 
                               "workingMemoryVersions": 2}
     legacy = next(m for m in data["messages"] if m["id"] == "g0")
     assert legacy["content"] == "plain legacy text" and legacy["type"] == "v1"
-    target = _fresh(tmp_path)
+    target = _fresh(new_db)
     report = _import(target, data)
     assert report.written == {"resources": 1, "threads": 2, "messages": 5, "workingMemoryVersions": 2,
                               "observations": 1, "turns": 1}
@@ -79,15 +86,51 @@ def test_resource_round_trip_gives_identical_rows(source: Path, tmp_path: Path) 
     assert dst["memory_studio_wm_versions"] == table_rows(source, "memory_studio_wm_versions", "WHERE owner_id = 'ada'")
     assert dst["mastra_observational_memory"] == src["mastra_observational_memory"]
     assert dst["memory_studio_turns"] == table_rows(source, "memory_studio_turns", "WHERE thread_id != 't-bob'")
+    with open_store(target) as store:  # the kept ids are taken: the engine's next version gets a new one
+        mem = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+        mem.update_working_memory(resource_id="ada", working_memory="# User\n- Name: Ada L.\n")
+        assert len(mem.working_memory_service.versions("resource", "ada")) == 3
 
 
-def test_thread_export_carries_its_resource_and_thread_scoped_working_memory(source: Path, tmp_path: Path) -> None:
+def _comparable(data: dict[str, Any]) -> dict[str, Any]:
+    """An export without what says where and when it was made."""
+    return {k: v for k, v in data.items() if k not in ("exportedAt", "source")}
+
+
+def test_postgres_export_imports_into_libsql_and_back_unchanged(pg_url: str, pg_server: Any, tmp_path: Path) -> None:
+    seed_source(pg_url)
+    from_pg = loads(dumps(_export(pg_url, resource="ada")))
+    assert from_pg["source"]["database"].startswith("postgresql://") and from_pg["counts"]["turns"] == 1
+    libsql_target = tmp_path / "from-postgres.db"
+    open_store(libsql_target).close()
+    add_turn_table(libsql_target)
+    report = _import(libsql_target, from_pg)
+    assert not report.conflicts and not report.notes and report.written["messages"] == 5
+    from_libsql = _export(libsql_target, resource="ada")
+    assert _comparable(from_libsql) == _comparable(from_pg)  # every row, every value
+    assert not _import(libsql_target, from_pg).changed  # a second import finds everything identical
+    with open_store(libsql_target) as store:  # and the engine reads it as it read it on Postgres
+        mem = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+        assert mem.get_working_memory(resource_id="ada") == "# User\n- Name: Ada\n- Allergy: peanuts\n"
+        assert store.memory.get_thread("t-groceries").metadata["topic"] == "food"  # type: ignore[union-attr]
+
+    back_url, drop = pg_server.fresh_database()  # and on to another Postgres database
+    try:
+        open_store(back_url).close()
+        add_turn_table(back_url)
+        assert not _import(back_url, loads(dumps(from_libsql))).conflicts
+        assert _comparable(_export(back_url, resource="ada")) == _comparable(from_pg)
+    finally:
+        drop()
+
+
+def test_thread_export_carries_its_resource_and_thread_scoped_working_memory(source: Target, new_db: NewDb) -> None:
     data = _export(source, thread="t-bob")
     assert [t["id"] for t in data["threads"]] == ["t-bob"] and [m["id"] for m in data["messages"]] == ["b1"]
     wm = {(e["scope"], e["ownerId"]): e for e in data["workingMemory"]}
     assert wm[("thread", "t-bob")]["value"] == "# Notes\n- standup 10am\n"
     assert len(wm[("thread", "t-bob")]["versions"]) == 1
-    target = _fresh(tmp_path)
+    target = _fresh(new_db)
     _import(target, data)
     with open_store(target) as store:
         mem = Memory(store, {"working_memory": {"enabled": True, "scope": "thread"}})
@@ -97,9 +140,9 @@ def test_thread_export_carries_its_resource_and_thread_scoped_working_memory(sou
                                                                    "WHERE thread_id = 't-bob'")
 
 
-def test_second_import_writes_nothing(source: Path, tmp_path: Path) -> None:
+def test_second_import_writes_nothing(source: Target, new_db: NewDb) -> None:
     data = _export(source, resource="ada")
-    target = _fresh(tmp_path)
+    target = _fresh(new_db)
     _import(target, data)
     before = snapshot(target)
     again = _import(target, data)
@@ -113,9 +156,9 @@ def test_second_import_writes_nothing(source: Path, tmp_path: Path) -> None:
     assert not into_source.changed and not into_source.conflicts
 
 
-def test_conflicts_are_reported_and_kept_unless_overwritten(source: Path, tmp_path: Path) -> None:
+def test_conflicts_are_reported_and_kept_unless_overwritten(source: Target, new_db: NewDb) -> None:
     data = _export(source, resource="ada")
-    target = _fresh(tmp_path)
+    target = _fresh(new_db)
     with open_store(target) as store:  # the target already has its own versions of some rows
         store.memory.create_thread(thread_id="t-party", resource_id="mallory", title="Not Ada's party")
         store.memory.create_thread(thread_id="t-groceries", resource_id="ada", title="Groceries (renamed)")
@@ -157,8 +200,8 @@ def test_conflicts_are_reported_and_kept_unless_overwritten(source: Path, tmp_pa
     assert titles == {"t-party": "Not Ada's party", "t-groceries": "Weekly groceries"}
 
 
-def test_versions_get_new_ids_when_taken_and_turn_records_follow(source: Path, tmp_path: Path) -> None:
-    target = _fresh(tmp_path)
+def test_versions_get_new_ids_when_taken_and_turn_records_follow(source: Target, new_db: NewDb) -> None:
+    target = _fresh(new_db)
     with open_store(target) as store:  # fill the ids the source used with other owners' versions
         mem = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
         for i in range(4):
@@ -173,19 +216,19 @@ def test_versions_get_new_ids_when_taken_and_turn_records_follow(source: Path, t
     assert not _import(target, data).changed  # matched by content the second time
 
 
-def test_a_failure_writes_nothing(source: Path, tmp_path: Path) -> None:
+def test_a_failure_writes_nothing(source: Target, new_db: NewDb) -> None:
     data = _export(source, resource="ada")
     del data["observations"][0]["lookupKey"]  # NOT NULL in the table: the insert fails late in the import
-    target = _fresh(tmp_path)
+    target = _fresh(new_db)
     before = snapshot(target)
     with pytest.raises(TransferError, match="failed and nothing was written"):
         _import(target, data)
     assert snapshot(target) == before
 
 
-def test_read_only_target_is_refused_with_advice(source: Path, tmp_path: Path) -> None:
+def test_read_only_target_is_refused_with_advice(source: Target, new_db: NewDb) -> None:
     data = _export(source, resource="ada")
-    target = _fresh(tmp_path)
+    target = _fresh(new_db)
     with open_store(target, read_only=True) as store:
         assert preview_import(store, data).written["threads"] == 2
         with pytest.raises(ReadOnlyError, match="Allow writes first"):
@@ -206,14 +249,14 @@ def test_bad_files_get_clear_errors(text: str, message: str) -> None:
         loads(text, name="bad.json")
 
 
-def test_export_of_a_missing_thread_or_resource_names_it(source: Path) -> None:
+def test_export_of_a_missing_thread_or_resource_names_it(source: Target) -> None:
     with pytest.raises(LookupError, match="Thread 'nope' not found"):
         _export(source, thread="nope")
     with pytest.raises(LookupError, match="Resource 'nobody' not found"):
         _export(source, resource="nobody")
 
 
-def test_optional_parts_can_be_left_out(source: Path) -> None:
+def test_optional_parts_can_be_left_out(source: Target) -> None:
     data = _export(source, resource="ada", working_memory_versions=False, observations=False, turns=False)
     assert data["observations"] == [] and data["turns"] == [] and data["turnsTable"] is None
     assert [e["versions"] for e in data["workingMemory"]] == [[]]
@@ -221,7 +264,7 @@ def test_optional_parts_can_be_left_out(source: Path) -> None:
     assert data["includes"] == {"workingMemoryVersions": False, "observations": False, "turns": False}
 
 
-def test_markdown_transcript(source: Path) -> None:
+def test_markdown_transcript(source: Target) -> None:
     text = to_markdown(_export(source, thread="t-groceries"))
     assert text.startswith("# Weekly groceries\n")
     assert "- Thread: `t-groceries`" in text and "- Resource: `ada`" in text
@@ -238,15 +281,15 @@ def test_markdown_transcript(source: Path) -> None:
     assert "## Birthday party" in resource_text and "Party for 12 on Saturday" in resource_text
 
 
-def test_imported_messages_are_indexed_for_recall_when_the_target_uses_it(source: Path, tmp_path: Path) -> None:
+def test_imported_messages_are_indexed_for_recall_when_the_target_uses_it(source: Target, new_db: NewDb) -> None:
     data = _export(source, resource="ada")
     embedder = HashingEmbedder(dim=64)
-    plain = _fresh(tmp_path, "plain.db")
+    plain = _fresh(new_db, "plain.db")
     report = _import(plain, data)
     with open_store(plain) as store:
         assert "is not used in this database" in recall_after_import(store, report.message_ids, embedder=embedder)
         assert "'memory-studio reindex'" in recall_after_import(store, report.message_ids, embed=False)
-    with_recall = _fresh(tmp_path, "recall.db")
+    with_recall = _fresh(new_db, "recall.db")
     with open_store(with_recall) as store:
         RecallIndex.for_store(store, embedder)  # this database's memory uses recall: it has a vector table
     report = _import(with_recall, data)

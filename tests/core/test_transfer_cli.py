@@ -7,12 +7,20 @@ import json
 import os
 import sqlite3
 from pathlib import Path
+from typing import Callable
+
+import pytest
 
 from core import open_store
 from core.cli import main
 from core.transfer import export_thread, import_data, to_markdown
 
-from .transfer_data import make_mastra_db, seed_source, snapshot, table_rows
+from .transfer_data import is_postgres, make_mastra_db, run_sql, seed_source, snapshot, table_rows
+
+# Engine behaviour: the tests here run on libSQL and on Postgres (those about files on libSQL only).
+pytestmark = pytest.mark.backends
+
+NewDb = Callable[[str], "Path | str"]
 
 
 def run(*argv: str) -> tuple[int, str, str]:
@@ -25,8 +33,8 @@ def folder_state(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_export_import_end_to_end(tmp_path: Path) -> None:
-    source, target = tmp_path / "source.db", tmp_path / "target.db"
+def test_export_import_end_to_end(tmp_path: Path, new_db: NewDb) -> None:
+    source, target = new_db("source.db"), new_db("target.db")
     seed_source(source)
     dump = tmp_path / "ada.json"
     code, out, err = run("export", "--db", str(source), "--resource", "ada", "-o", str(dump))
@@ -59,8 +67,8 @@ def test_export_import_end_to_end(tmp_path: Path) -> None:
     assert snapshot(target) == before
 
 
-def test_export_to_stdout_as_json_and_markdown(tmp_path: Path) -> None:
-    source = tmp_path / "source.db"
+def test_export_to_stdout_as_json_and_markdown(new_db: NewDb) -> None:
+    source = new_db("source.db")
     seed_source(source)
     code, out, _ = run("export", "--db", str(source), "--thread", "t-bob")
     assert code == 0 and json.loads(out)["threads"][0]["id"] == "t-bob"
@@ -68,8 +76,8 @@ def test_export_to_stdout_as_json_and_markdown(tmp_path: Path) -> None:
     assert code == 0 and out.startswith("# Bob's notes\n") and "Remember: standup moved to 10am" in out
 
 
-def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
-    source = tmp_path / "source.db"
+def test_cli_errors_are_one_clear_line(tmp_path: Path, new_db: NewDb) -> None:
+    source = new_db("source.db")
     seed_source(source)
     code, _, err = run("export", "--db", str(source))
     assert code == 2 and "one of the arguments --thread --resource is required" in err
@@ -86,6 +94,7 @@ def test_cli_errors_are_one_clear_line(tmp_path: Path) -> None:
     assert code == 1 and "does not exist; create it" in err
 
 
+@pytest.mark.libsql_only  # about a file's bytes
 def test_mastra_database_exports_read_only_and_stays_byte_identical(tmp_path: Path) -> None:
     folder = tmp_path / "mastra"
     path = folder / "mastra.db"
@@ -117,10 +126,15 @@ def test_mastra_database_exports_read_only_and_stays_byte_identical(tmp_path: Pa
         assert thread is not None and thread.metadata == {"workingMemory": "# Notes\n- a", "custom": True}
 
 
-def test_import_into_a_mastra_database_keeps_what_it_can_and_says_what_it_skipped(tmp_path: Path) -> None:
-    source, mastra = tmp_path / "source.db", tmp_path / "mastra.db"
+def test_import_into_a_mastra_database_keeps_what_it_can_and_says_what_it_skipped(new_db: NewDb) -> None:
+    source, mastra = new_db("source.db"), new_db("mastra.db")
     seed_source(source)
-    make_mastra_db(mastra)
+    if is_postgres(mastra):  # the tables as Mastra's PgStore creates them, nothing of ours
+        from core.storage.pg.ddl import MASTRA_MEMORY_DDL, OBSERVATIONAL_MEMORY_DDL
+
+        run_sql(mastra, *((ddl, ()) for ddl in (*MASTRA_MEMORY_DDL, *OBSERVATIONAL_MEMORY_DDL)))
+    else:
+        make_mastra_db(mastra)  # type: ignore[arg-type]
     with open_store(source, read_only=True) as store:
         data = export_thread(store, "t-bob")
     with open_store(mastra) as store:  # writes allowed, never migrated
@@ -131,8 +145,8 @@ def test_import_into_a_mastra_database_keeps_what_it_can_and_says_what_it_skippe
     assert "Bob's notes" in to_markdown(data)
 
 
-def test_export_writes_the_file_whole_or_not_at_all(tmp_path: Path) -> None:
-    source = tmp_path / "source.db"
+def test_export_writes_the_file_whole_or_not_at_all(tmp_path: Path, new_db: NewDb) -> None:
+    source = new_db("source.db")
     seed_source(source)
     target = tmp_path / "out.json"
     target.write_text("previous export\n")

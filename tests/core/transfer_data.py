@@ -1,4 +1,7 @@
-"""Databases for the export/import tests: one of ours with every kind of row, one as Mastra writes it."""
+"""Databases for the export/import tests: one of ours with every kind of row, one as Mastra writes it.
+
+A database is a file path (libSQL) or a ``postgresql://`` URL; the helpers read and write either.
+"""
 
 from __future__ import annotations
 
@@ -28,15 +31,31 @@ def at(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
 
 
-def add_turn_table(path: Path) -> None:
-    con = sqlite3.connect(path)
-    con.execute("DROP TABLE IF EXISTS memory_studio_turns")
-    con.execute(TURNS_DDL)
+def is_postgres(target: Path | str) -> bool:
+    return isinstance(target, str) and target.startswith("postgresql")
+
+
+def run_sql(target: Path | str, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    """Statements (``?`` placeholders) in one transaction, outside the engine."""
+    if is_postgres(target):
+        import psycopg
+
+        with psycopg.connect(str(target)) as pg:
+            for sql, params in statements:
+                pg.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+        return
+    con = sqlite3.connect(target)
+    for sql, params in statements:
+        con.execute(sql, params)
     con.commit()
     con.close()
 
 
-def seed_source(path: Path) -> dict[str, Any]:
+def add_turn_table(path: Path | str) -> None:
+    run_sql(path, ("DROP TABLE IF EXISTS memory_studio_turns", ()), (TURNS_DDL, ()))
+
+
+def seed_source(path: Path | str) -> dict[str, Any]:
     """Resource ``ada`` (two threads, resource working memory with history, observations, turn records)
     and resource ``bob`` (one thread, thread-scoped working memory)."""
     store = open_store(path)
@@ -78,17 +97,19 @@ def seed_source(path: Path) -> dict[str, Any]:
             "SELECT max(id) FROM memory_studio_wm_versions WHERE owner_id = 'ada'").scalar()
     store.close()
     add_turn_table(path)
-    con = sqlite3.connect(path)
-    con.execute("INSERT INTO memory_studio_turns VALUES ('g1', 't-groceries', 'ada', ?, ?, ?)",
-                (version, json.dumps({"history": [], "tokens": {"total": 120}}), "2026-03-01T09:00:00.000Z"))
-    con.execute("INSERT INTO memory_studio_turns VALUES ('b1', 't-bob', 'bob', NULL, '{}', '2026-03-01T09:04:00.000Z')")
-    con.commit()
-    con.close()
+    run_sql(path,
+            ("INSERT INTO memory_studio_turns VALUES ('g1', 't-groceries', 'ada', ?, ?, ?)",
+             (version, json.dumps({"history": [], "tokens": {"total": 120}}), "2026-03-01T09:00:00.000Z")),
+            ("INSERT INTO memory_studio_turns VALUES ('b1', 't-bob', 'bob', NULL, '{}', '2026-03-01T09:04:00.000Z')",
+             ()))
     return {"ada_version": version}
 
 
-def table_rows(path: Path, table: str, where: str = "") -> list[tuple[Any, ...]]:
-    """Every column of every row, with SQLite's storage type of each value (so text vs blob counts)."""
+def table_rows(path: Path | str, table: str, where: str = "") -> list[tuple[Any, ...]]:
+    """Every column of every row, with SQLite's storage type of each value (so text vs blob counts);
+    on Postgres with each value's type, leaving out Mastra's ``"<col>Z"`` mirrors (the server's)."""
+    if is_postgres(path):
+        return _pg_table_rows(str(path), table, where)
     con = sqlite3.connect(path)
     try:
         if not con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
@@ -100,7 +121,22 @@ def table_rows(path: Path, table: str, where: str = "") -> list[tuple[Any, ...]]
         con.close()
 
 
-def snapshot(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+def _pg_table_rows(url: str, table: str, where: str) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        if pg.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:  # type: ignore[index]
+            return []
+        cols = [(r[0], r[1]) for r in pg.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = %s ORDER BY ordinal_position", (table,))]
+        names = {c for c, _t in cols}
+        kept = [c for c, t in cols if not (c.endswith("Z") and c[:-1] in names and "time zone" in t)]
+        typed = ", ".join(f'"{c}", pg_typeof("{c}")::text' for c in kept)
+        return sorted(pg.execute(f"SELECT {typed} FROM {table} {where}").fetchall(), key=repr)  # type: ignore[arg-type]
+
+
+def snapshot(path: Path | str) -> dict[str, list[tuple[Any, ...]]]:
     return {t: table_rows(path, t) for t in TABLES}
 
 

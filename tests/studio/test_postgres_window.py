@@ -62,3 +62,39 @@ def test_connect_dialog_builds_a_url_without_password_and_recent_keeps_none(
     assert "s3cret" not in str(window.settings.value("recentFiles"))
     window.reload()  # reopening uses the full URL kept in memory, not the shown one
     qtbot.waitUntil(lambda: window.session is not None and window.session.read_only, timeout=20_000)
+
+
+def _traced_turn(url: str, text: str, thread: str) -> None:
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+
+    with open_store(url) as store:
+        agent = Agent("chef", instructions="Cook.", memory=Memory(store),
+                      model=ScriptedModel(lambda messages, tools: "Try a curry."))
+        agent.generate(text, memory={"resource": "ada", "thread": thread})
+        assert store.tracer().flush(10)
+
+
+def test_traces_pane_shows_the_runs_kept_in_the_postgres_database(
+    no_leaked_widgets: None, qtbot: Any, make_session: Any, pg_url: str
+) -> None:
+    from studio.panes.traces import TAB_MESSAGES, TracesPane
+
+    _traced_turn(pg_url, "Dinner ideas?", "t-dinner")
+    pane = TracesPane(make_session(pg_url))  # opened read-only, as the Studio opens a server database
+    qtbot.addWidget(pane)
+    pane.resize(1200, 800)
+    with qtbot.waitSignal(pane.traces_loaded, timeout=20_000):
+        pane.show()
+    assert pane.source is not None and pane.source.kind == "postgres"
+    assert "mastra_ai_spans" in pane.subtitle.text() and not pane.banner.isVisible()
+    assert [(t.entity_name, t.status, t.thread_id) for t in pane.traces] == [("chef", "ok", "t-dinner")]
+    qtbot.waitUntil(lambda: bool(pane.spans) and pane.spans[0].trace_id == pane.traces[0].trace_id, timeout=20_000)
+    gen = next(r.span for r in pane.layout_model.rows if r.span.span_type == "model_generation")
+    assert pane.select_span(gen.span_id) and pane.tabs.isTabVisible(TAB_MESSAGES)
+    assert "Dinner ideas?" in pane.chat_view.toPlainText()
+
+    # An agent process writes another run: the pane polls the table and shows it, no reload needed.
+    _traced_turn(pg_url, "And dessert?", "t-dessert")
+    qtbot.waitUntil(lambda: len(pane.traces) == 2, timeout=30_000)
+    assert pane.traces[0].thread_id == "t-dessert"
