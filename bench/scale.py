@@ -16,6 +16,7 @@ Sections:
 - ``postgres``: save throughput (batches of 100) and recall latency (hybrid, keyword, vector p50;
   the hashing embedder, 64-d, so storage and search are measured, not the model) on libSQL and on
   PostgreSQL 18 + pgvector side by side, at each of ``--sizes`` messages (10k and 100k by default).
+  ``--all-terms`` keeps the query terms found in most messages, to show what dropping them saves.
 - ``fleet``: agent turns per second of 1, 2 and 4 processes on one Postgres database
   (``tests/fleet_worker.py``: ScriptedModel, a working-memory merge every turn, untraced).
 
@@ -275,9 +276,14 @@ def _save_and_recall(target: str, n: int) -> dict[str, float]:
 
 @section("postgres")
 def postgres_figures(args: argparse.Namespace) -> None:
+    if args.all_terms:  # what dropping very common query terms saves (both engines use the same rule)
+        from core.recall import keyword
+
+        keyword.COMMON_SHARE = 1.0
     srv = _pg_server()
     print("postgres vs libsql: save in batches of 100; recall p50 over "
-          f"{RECALL_QUERIES} queries (hashing embedder, 64-d, top 10)")
+          f"{RECALL_QUERIES} queries (hashing embedder, 64-d, top 10)"
+          + ("; every query term kept" if args.all_terms else ""))
     print(f"  {'messages':>9} {'':>5} {'save msgs/s':>12} {'hybrid ms':>10} {'keyword ms':>11} {'vector ms':>10}")
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -335,6 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=300, help="gateway: requests per figure")
     parser.add_argument("--clients", type=int, default=8, help="gateway: concurrent clients")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="postgres: message counts")
+    parser.add_argument("--all-terms", action="store_true", help="postgres: keep very common query terms")
     parser.add_argument("--turns", type=int, default=20, help="fleet: agent turns per process")
     args = parser.parse_args(argv)
     for name in args.only or list(SECTIONS):

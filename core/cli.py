@@ -296,6 +296,8 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
     if path is not None:
         out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
         out.write(f"  traces: {location.observability_path}\n")
+    elif getattr(location, "is_postgres", False):
+        out.write("  traces: its mastra_ai_spans table\n")
     return 0
 
 

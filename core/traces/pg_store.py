@@ -195,6 +195,16 @@ class PgSpanStore(SpanReader):
             return 0
         unique = list({(s.trace_id, s.span_id): s for s in spans}.values())
         budget = self.write_budget_s if budget_s is None else budget_s
+        try:
+            self._insert(unique, budget)
+        except sa.exc.ProgrammingError as exc:
+            if not isinstance(exc.orig, psycopg.errors.UndefinedTable):
+                raise
+            self._columns = None  # someone dropped the table (derived data): make it again
+            self._insert(unique, budget)
+        return len(spans)
+
+    def _insert(self, unique: list[SpanRecord], budget: float) -> None:
         now = utc_now_ms()
         with self._write(budget) as conn:
             columns = self._ensure_table(conn)
@@ -207,7 +217,6 @@ class PgSpanStore(SpanReader):
             except (sa.exc.DataError, sa.exc.IntegrityError):
                 # One span the server refuses must not hold every later span in the queue forever.
                 self._insert_one_by_one(conn, sql, rows)
-        return len(spans)
 
     def _insert_one_by_one(self, conn: sa.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
         for row in rows:

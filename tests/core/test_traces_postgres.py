@@ -144,6 +144,14 @@ def test_every_field_round_trips_and_a_span_is_stored_once(spans: PgSpanStore) -
     assert [s.span_id.split("-", 1)[1] for s in back] == ["root", "proc", "recall", "gen", "tool", "save", "wm"]
 
 
+def test_a_dropped_span_table_is_made_again(spans: PgSpanStore, pg_url: str) -> None:
+    spans.write_spans(agent_trace("old"))
+    _sql(pg_url, "DROP TABLE mastra_ai_spans")  # traces are derived data: someone may clear them
+    assert spans.list_traces().missing
+    spans.write_spans(agent_trace("new"))
+    assert [t.trace_id for t in spans.list_traces()] == ["new"]
+
+
 def test_traces_are_listed_summarised_and_filtered(spans: PgSpanStore) -> None:
     spans.write_spans(agent_trace("a", base=T0, thread="th-a", resource="alice"))
     spans.write_spans(agent_trace("b", base=T0 + timedelta(hours=1), thread="th-b", resource="bob", error=True,
@@ -248,6 +256,8 @@ def test_prune_command_on_a_postgres_url(pg_url: str) -> None:
         return cli_main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
 
     open_store(pg_url).close()
+    code, out, _ = run("where", "--db", pg_url)
+    assert code == 0 and "traces: its mastra_ai_spans table" in out
     code, out, _ = run("traces", "prune", "--db", pg_url, "--keep-days", "30")
     assert code == 0 and "no traces yet" in out
     with open_store(pg_url) as store:
