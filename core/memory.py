@@ -9,7 +9,6 @@ agent actually runs a turn.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -33,7 +32,6 @@ from core.storage.memory_store import (
     Thread,
     ThreadPage,
 )
-from core.storage import schema as t
 from core.timeutil import Clock, SystemClock, iso_now
 from core.tokens import Tokenizer, default_tokenizer
 from core.traces.tracer import NOOP_TRACER, SpanTracer

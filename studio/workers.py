@@ -78,9 +78,6 @@ class WorkerPool(QObject):
         self.busy_changed.emit(len(self._callbacks))
         return job_id
 
-    def is_current(self, job_id: int, key: str) -> bool:
-        return self._latest.get(key) == job_id
-
     @Slot(object, object, object)
     def _on_done(self, job_id: int, result: Any, error: BaseException | None) -> None:
         with self._lock:

@@ -19,7 +19,6 @@ produces them; otherwise the turn runs with ``generate`` and its text is cut int
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass

@@ -91,9 +91,6 @@ class OpenAICompatibleModel:
             info["api_key_note"] = self._key.note
         return info
 
-    def trace_info(self) -> dict[str, Any]:
-        return self.describe()
-
     def __repr__(self) -> str:
         return (f"OpenAICompatibleModel(model_id={self.model_id!r}, base_url={self.base_url!r}, "
                 f"api_key_source={self._key.source!r})")

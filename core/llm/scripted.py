@@ -145,9 +145,6 @@ class ScriptedModel:
             info["context_window"] = self.context_window
         return info
 
-    def trace_info(self) -> dict[str, Any]:
-        return self.describe()
-
     def generate(
         self,
         messages: list[Message],

@@ -29,7 +29,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.messages import Message
-from core.recall import hybrid, keyword
+from core.recall import hybrid
 from core.recall.index import CANDIDATES, INDEXED_ROLES, MIGRATE_HINT
 from core.recall.schema import DOCS_TABLE, FTS_WATERMARK, QUEUE_TABLE, STATE_TABLE, quoted
 from core.recall.search import thread_order, today

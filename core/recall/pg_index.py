@@ -9,7 +9,7 @@ a fleet of processes sees one index.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -100,15 +100,6 @@ class PgRecallIndex(RecallIndex):
             pg_vectors.delete_where(conn, self.table, "thread_id", [thread_id])
             if self.has_fts:
                 pg_keywords.delete_thread(conn, thread_id)
-
-    def delete_messages(self, ids: Iterable[str]) -> None:
-        wanted = list(ids)
-        if not wanted or not self.writable or self.info is None:
-            return
-        with self.store.db.write() as conn:
-            pg_vectors.delete_where(conn, self.table, "message_id", wanted)
-            if self.has_fts:
-                pg_keywords.delete_docs(conn, wanted)
 
     def backlog(self) -> tuple[str | None, set[str]]:
         """Changes not yet applied to the keyword index, read without applying them (see RecallIndex)."""

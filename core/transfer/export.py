@@ -180,7 +180,7 @@ def _observations(conn: sa.Connection, resource_id: str, thread_ids: list[str]) 
     if not R.has_table(conn, OM_TABLE):
         return []
     clause, params = R.in_clause(thread_ids)
-    where = f"(scope = 'resource' AND \"resourceId\" = ?)"
+    where = "(scope = 'resource' AND \"resourceId\" = ?)"
     if thread_ids:
         where += f' OR "threadId" IN {clause}'
     return R.select_rows(conn, OM_TABLE, where, [resource_id, *(params if thread_ids else [])],

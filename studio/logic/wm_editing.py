@@ -19,7 +19,6 @@ from core import Store, WorkingMemoryOptions
 from core.agent_configs import AgentConfig
 from core.working_memory import Version, WorkingMemoryService, normalize_ws
 from core.working_memory_schema import load_stored, validate, working_memory_merge
-from studio.logic.dates import format_datetime
 from studio.logic.memory_config import ConfigState
 from studio.selection import Selection
 
@@ -295,6 +294,3 @@ def save_wm(
     )
     return written.text
 
-
-def version_label(row: VersionRow) -> str:
-    return f"version {row.number} · {format_datetime(row.version.created_at)} · {row.version.author}"

@@ -459,8 +459,9 @@ class TracesPane(QWidget):
             source.kind if source else "", "")
         self.subtitle.setText(f"{self._scope_text()} · {where} {source.location if source else ''}".rstrip())
         self.subtitle.setToolTip(source.location if source else "")
-        self.status.setText(f"Read at {format_datetime(datetime.now(timezone.utc))} · reloads when the trace file "
-                            "changes")
+        follows = {"postgres": "reloads when new spans arrive", "memory": "nothing to follow"}.get(
+            source.kind if source else "", "reloads when the trace file changes")
+        self.status.setText(f"Read at {format_datetime(datetime.now(timezone.utc))} · {follows}")
         self.commands.refresh_enabled()
 
     # -- tokens and cost ---------------------------------------------------------------------------

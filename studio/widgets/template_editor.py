@@ -211,9 +211,6 @@ class TemplateEditor(QWidget):
         rows = self.versions.selectionModel().selectedRows() if self.versions.selectionModel() else []
         return self.version_model.row_at(rows[0].row()) if rows else None
 
-    def select_version(self, row: int) -> None:
-        self.versions.selectRow(row)
-
     def _version_selected(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
         v = self._selected_version()
         self.revalidate()
