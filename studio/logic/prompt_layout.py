@@ -42,20 +42,10 @@ def source_color(source: str) -> str:
 
 
 # -- options ---------------------------------------------------------------------------------------
-HISTORY_BUDGET_OPTION = "message_history"  # {"max_tokens": n}: an engine option not every version has
+HISTORY_BUDGET_OPTION = "message_history"  # {"max_tokens": n}: the history token budget
 
 
 @functools.lru_cache(maxsize=1)
-def history_budget_supported() -> bool:
-    """Whether this engine's ``MemoryOptions`` take ``message_history={"max_tokens": n}`` (checked by
-    trying it, so the inspector offers the control exactly when the engine would honour it)."""
-    try:
-        merged = MemoryOptions().merged({HISTORY_BUDGET_OPTION: {"max_tokens": 1000}})
-    except Exception:  # noqa: BLE001 - unknown option (OptionsError) or a shape this engine rejects
-        return False
-    return _history_budget(merged) == 1000
-
-
 def _history_budget(opts: MemoryOptions) -> int | None:
     value = getattr(getattr(opts, HISTORY_BUDGET_OPTION, None), "max_tokens", None)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
@@ -67,8 +57,7 @@ class InspectorOptions:
     None means no count cap (the token budget, ``message_history.max_tokens``, bounds it).
 
     ``working_memory`` / ``observational`` are None for "as the agent has it". ``threshold`` None: no
-    minimum score. ``history_tokens``: the history's token budget (0: none), sent only to engines that
-    have the option (``history_budget_supported``).
+    minimum score. ``history_tokens``: the history's token budget (0: none).
     """
 
     last_messages: int | None = 10
@@ -109,8 +98,7 @@ class InspectorOptions:
             out["working_memory"] = {"enabled": self.working_memory}
         if self.observational is not None:
             out["observational_memory"] = {"enabled": self.observational}
-        if history_budget_supported():
-            out[HISTORY_BUDGET_OPTION] = {"max_tokens": self.history_tokens or None}
+        out[HISTORY_BUDGET_OPTION] = {"max_tokens": self.history_tokens or None}
         return out
 
 

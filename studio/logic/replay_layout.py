@@ -9,10 +9,10 @@ Everything is reshaped from the engine's own records (``AssembledPrompt``, ``Tur
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
-from core import AssembledPrompt, MemoryOptions
+from core import AssembledPrompt
 from core.replay import FragmentChange, RecallHitRecord, TurnRecord
 from core.replay.capture import recall_hits, token_sections
 from core.replay.turns import Turn
@@ -302,11 +302,6 @@ def token_rows(received: AssembledPrompt, now: AssembledPrompt | None = None) ->
 
 # -- what-if --------------------------------------------------------------------------------------
 WorkingMemoryChoice = Literal["as-recorded", "on", "off", "agent-may-not-write"]
-
-
-def supports_token_budget() -> bool:
-    """Whether this engine has the history token budget (``MemoryOptions.message_history``)."""
-    return "message_history" in {f.name for f in fields(MemoryOptions)}
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.logic.prompt_layout import InspectorOptions, history_budget_supported
+from studio.logic.prompt_layout import InspectorOptions
 from studio.widgets.flow_layout import FlowLayout
 
 NO_WRITES_LABEL = "No writes from the agent"
 NO_WRITES_TIP = ("Memory option read_only: the turn reads memory but saves nothing, and the model gets no "
                  "working-memory update tool. (The database's own read-only mode is File > Allow Writes.)")
-BUDGET_UNSUPPORTED_TIP = ("This engine version has no message_history.max_tokens option yet, so the history "
-                          "cannot be cut to a token budget here.")
-
 
 def _group(*widgets: QWidget | str) -> QWidget:
     box = QWidget()
@@ -93,9 +90,6 @@ class InspectorOptionsBar(QFrame):
         self.budget_spin = _spin(0, 1_000_000, "none", "Message history's token budget (message_history.max_tokens): "
                                                         "the oldest history messages are left out above it.")
         self.budget_spin.setSingleStep(500)
-        if not history_budget_supported():
-            self.budget_spin.setEnabled(False)
-            self.budget_spin.setToolTip(BUDGET_UNSUPPORTED_TIP)
         self.recall_check = QCheckBox("Semantic recall")
         self.topk_spin = _spin(1, 100, tip="How many hits the search returns (top_k).")
         self.threshold_spin = QDoubleSpinBox()
@@ -194,7 +188,7 @@ class InspectorOptionsBar(QFrame):
         for w in (self.topk_spin, self.threshold_spin, self.before_spin, self.after_spin, self.scope_combo):
             w.setEnabled(recall)
         self.last_spin.setEnabled(not self.om_check.isChecked())  # observational memory replaces history
-        self.budget_spin.setEnabled(history_budget_supported() and not self.om_check.isChecked())
+        self.budget_spin.setEnabled(not self.om_check.isChecked())
 
     def _changed(self, *_: Any) -> None:
         self._update_states()

@@ -39,7 +39,6 @@ from studio.logic.replay_layout import (
     change_summary,
     prompt_text_diff,
     reason_label,
-    supports_token_budget,
     what_if_rows,
     what_if_summary,
 )
@@ -116,9 +115,6 @@ class WhatIfPanel(QWidget):
         grid.setContentsMargins(8, 4, 8, 4)
         self.last_spin = _spin(-1, 10_000)
         self.budget_spin = _spin(-1, 2_000_000, 500)
-        if not supports_token_budget():
-            self.budget_spin.setEnabled(False)
-            self.budget_spin.setToolTip("This engine has no history token budget (MemoryOptions.message_history).")
         self.recall_combo = _combo((AS_RECORDED, None), ("on", True), ("off", False))
         self.topk_spin = _spin(0, 100)
         self.threshold_spin = QDoubleSpinBox()

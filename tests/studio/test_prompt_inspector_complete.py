@@ -12,12 +12,11 @@ import pytest
 from core import Memory, MemoryOptions, Message, open_store
 from core.embedding import HashingEmbedder
 from studio.logic import prompt_layout
-from studio.logic.prompt_layout import InspectorOptions, history_budget_supported
+from studio.logic.prompt_layout import InspectorOptions
 from studio.panes import prompt_inspector
 from studio.panes.prompt_inspector import PromptInspectorPane
 from studio.selection import Selection
 from studio.session import StudioSession
-from studio.widgets.inspector_options import BUDGET_UNSUPPORTED_TIP
 
 T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
 WAIT = 15_000
@@ -121,16 +120,10 @@ def test_recall_controls_and_per_message_scores(qtbot: Any, pane: Any) -> None:
     assert "semantic-recall" not in sources(preview) and "semantic-recall" in preview.prompt.skipped
 
 
-def test_token_budget_is_offered_only_when_the_engine_has_it(qtbot: Any, pane: Any,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    if history_budget_supported():
-        assert pane.budget_spin.isEnabled()
-        preview = change(qtbot, pane, lambda: pane.budget_spin.setValue(20))
-        assert preview.prompt.options.get("message_history", {}).get("max_tokens") == 20
-    else:
-        assert not pane.budget_spin.isEnabled() and pane.budget_spin.toolTip() == BUDGET_UNSUPPORTED_TIP
-        assert "message_history" not in InspectorOptions(history_tokens=500).to_overrides()
-    monkeypatch.setattr(prompt_layout, "history_budget_supported", lambda: True)
+def test_the_token_budget_reaches_the_assembled_prompt(qtbot: Any, pane: Any) -> None:
+    assert pane.budget_spin.isEnabled()
+    preview = change(qtbot, pane, lambda: pane.budget_spin.setValue(20))
+    assert preview.prompt.options.get("message_history", {}).get("max_tokens") == 20
     assert InspectorOptions(history_tokens=500).to_overrides()["message_history"] == {"max_tokens": 500}
     assert InspectorOptions().to_overrides()["message_history"] == {"max_tokens": None}
 
