@@ -7,7 +7,6 @@ reshape its ``AssembledPrompt`` record into rows, bar segments and skip reasons 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import threading
 from dataclasses import dataclass, field, replace
@@ -45,7 +44,6 @@ def source_color(source: str) -> str:
 HISTORY_BUDGET_OPTION = "message_history"  # {"max_tokens": n}: the history token budget
 
 
-@functools.lru_cache(maxsize=1)
 def _history_budget(opts: MemoryOptions) -> int | None:
     value = getattr(getattr(opts, HISTORY_BUDGET_OPTION, None), "max_tokens", None)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None

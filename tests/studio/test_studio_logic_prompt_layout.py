@@ -164,3 +164,18 @@ def test_a_history_budget_trim_shows_as_a_skip_reason(store):
     kept = [r.stored_ids[0] for r in fragment_rows(prompt) if r.source == "message-history"]
     assert kept == [f"m{i}" for i in range(6 - len(kept), 6)] and len(kept) < 6
     assert prompt.messages[-1] == {"role": "user", "content": "Which city do I live in?"}
+
+
+def test_inspector_options_start_from_any_memory_options_including_a_schema_and_a_budget():
+    """Options holding a JSON schema (dicts) must not break the inspector's starting point."""
+    from core import MemoryOptions
+    from studio.logic.prompt_layout import InspectorOptions
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "city": {"type": "string"}}}
+    opts = MemoryOptions(working_memory={"enabled": True, "schema": schema},
+                         message_history={"max_tokens": 900})
+    start = InspectorOptions.from_memory_options(opts)
+    assert start.history_tokens == 900 and start.working_memory is True
+    merged = opts.merged(start.to_overrides())
+    assert list(merged.working_memory.schema["properties"]) == ["name", "city"]
+    assert merged.message_history.max_tokens == 900
