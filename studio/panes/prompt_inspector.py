@@ -14,7 +14,6 @@ from typing import Any
 from PySide6.QtCore import QItemSelection, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QButtonGroup,
     QHBoxLayout,
     QHeaderView,
@@ -22,7 +21,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QRadioButton,
     QSplitter,
-    QTableView,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -55,7 +53,7 @@ from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
 from studio.widgets.inspector_options import InspectorOptionsBar
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
 DEBOUNCE_MS = 250
 MIGRATE_COMMAND = "file.migrate"
@@ -178,7 +176,7 @@ class PromptInspectorPane(QWidget):
         ul.setContentsMargins(0, 0, 0, 0)
         ul.addWidget(caption("Prompt, in the order the model reads it"))
         self.fragment_model: RecordTableModel[FragmentRow] = RecordTableModel(FRAGMENT_COLUMNS, self)
-        self.fragment_table = self._table(self.fragment_model)
+        self.fragment_table = record_table_view(self.fragment_model)
         ul.addWidget(self.fragment_table)
         split.addWidget(upper)
 
@@ -192,7 +190,7 @@ class PromptInspectorPane(QWidget):
         self.detail_sources.linkActivated.connect(self.open_message.emit)
         self.detail_text = CodeEditor("markdown", read_only=True)
         self.recalled_model: RecordTableModel[RecalledRow] = RecordTableModel(RECALLED_COLUMNS, self)
-        self.recalled_table = self._table(self.recalled_model)
+        self.recalled_table = record_table_view(self.recalled_model)
         self.recalled_table.hide()
         dl.addWidget(self.detail_header)
         dl.addWidget(self.detail_sources)
@@ -207,7 +205,7 @@ class PromptInspectorPane(QWidget):
         sl.setContentsMargins(0, 0, 0, 0)
         sl.addWidget(caption("Processors that added nothing"))
         self.skip_model: RecordTableModel[SkipRow] = RecordTableModel(SKIP_COLUMNS, self)
-        self.skip_table = self._table(self.skip_model)
+        self.skip_table = record_table_view(self.skip_model)
         self.skip_table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         self.processors_label = elastic(QLabel(""))
         self.processors_label.setWordWrap(True)
@@ -229,22 +227,6 @@ class PromptInspectorPane(QWidget):
         self.instructions_edit.textChanged.connect(self.schedule)
         self.mode_group.buttonToggled.connect(lambda *_: self._mode_changed())
         self.fragment_table.selectionModel().selectionChanged.connect(self._fragment_selected)
-
-    def _table(self, model: RecordTableModel[Any]) -> QTableView:
-        table = QTableView(self)
-        table.setModel(model)
-        table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        table.verticalHeader().hide()
-        table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
-        table.setAlternatingRowColors(True)
-        table.setShowGrid(False)
-        table.setWordWrap(False)
-        header = table.horizontalHeader()
-        header.setStretchLastSection(True)
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(model.columnCount() - 1, QHeaderView.ResizeMode.Stretch)
-        return table
 
     def _register_commands(self) -> None:
         self.commands = CommandRegistry(self)

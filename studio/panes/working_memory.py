@@ -14,14 +14,11 @@ from typing import Any
 
 from PySide6.QtCore import QItemSelection, Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QSplitter,
     QStackedWidget,
-    QTableView,
     QTabWidget,
     QTextBrowser,
     QToolButton,
@@ -51,7 +48,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
 from studio.widgets.pane_header import alive_only, elastic, pane_header, pane_layout, status_label
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.template_editor import TemplateEditor
 from studio.widgets.version_history import VersionHistory
 
@@ -86,20 +83,6 @@ def _bold(text: str) -> QLabel:
     f.setBold(True)
     label.setFont(f)
     return elastic(label)
-
-
-def _table(model: RecordTableModel[Any]) -> QTableView:
-    t = QTableView()
-    t.setModel(model)
-    t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    t.verticalHeader().hide()
-    t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 8)
-    t.setShowGrid(False)
-    t.setAlternatingRowColors(True)
-    t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    t.horizontalHeader().setStretchLastSection(True)
-    return t
 
 
 class WorkingMemoryPane(QWidget):
@@ -275,7 +258,7 @@ class WorkingMemoryPane(QWidget):
         layout = QVBoxLayout(tab)
         layout.setContentsMargins(0, 6, 0, 0)
         self.agent_model: RecordTableModel[AgentConfig] = RecordTableModel(AGENT_COLUMNS, self)
-        self.agent_table = _table(self.agent_model)
+        self.agent_table = record_table_view(self.agent_model)
         self.agent_config_view = CodeEditor("json", read_only=True)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self._titled("Registered agents and the memory configuration each runs with",

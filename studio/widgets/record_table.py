@@ -11,6 +11,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QObject, Qt
 from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
 
 R = TypeVar("R")
 
@@ -86,3 +87,32 @@ class RecordTableModel(QAbstractTableModel, Generic[R]):
             colour = col.foreground(rec)
             return QColor(colour) if colour else None
         return None
+
+
+def record_table_view(
+    model: RecordTableModel[Any], *, widths: dict[str, int] | None = None,
+    selection: QAbstractItemView.SelectionMode = QAbstractItemView.SelectionMode.SingleSelection,
+) -> QTableView:
+    """The read-only view every pane uses for a ``RecordTableModel``: whole rows selected, one-line
+    rows, columns sized to their contents and the last one stretched. ``widths`` (title → pixels)
+    fixes those columns instead: a table re-filled often must not measure every cell again, and a
+    column of long texts must never widen the window."""
+    table = QTableView()
+    table.setModel(model)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(selection)
+    table.verticalHeader().hide()
+    table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
+    table.setAlternatingRowColors(True)
+    table.setShowGrid(False)
+    table.setWordWrap(False)
+    header = table.horizontalHeader()
+    header.setStretchLastSection(True)
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(model.columnCount() - 1, QHeaderView.ResizeMode.Stretch)
+    for col in range(model.columnCount() - 1):
+        width = (widths or {}).get(model.headerData(col, Qt.Orientation.Horizontal))
+        if width:
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(col, width)
+    return table

@@ -12,13 +12,11 @@ from typing import Any, Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QDoubleSpinBox,
     QFrame,
     QGridLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
@@ -45,7 +43,7 @@ from studio.logic.replay_layout import (
 from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
 from studio.widgets.diff_view import DiffView
 from studio.widgets.pane_header import alive_only, caption
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
 AS_RECORDED = "as recorded"
 
@@ -314,28 +312,9 @@ class WhatIfPanel(QWidget):
 
 
 def table_for(model: RecordTableModel[Any], widths: dict[str, int] | None = None) -> QTableView:
-    """A read-only record table. ``widths`` (title → pixels) fixes those columns: a table re-filled on every
-    step must not measure every cell again (resize-to-contents asks each row for its text)."""
-    table = QTableView()
-    table.setModel(model)
-    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    table.verticalHeader().hide()
-    table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
-    table.setAlternatingRowColors(True)
-    table.setShowGrid(False)
-    table.setWordWrap(False)
-    header = table.horizontalHeader()
-    header.setStretchLastSection(True)
-    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(model.columnCount() - 1, QHeaderView.ResizeMode.Stretch)
-    fixed = {"Input": 220, "Message": 200, "Stored": 110, **(widths or {})}
-    for col in range(model.columnCount() - 1):  # long texts get a fixed width: a table never widens the window
-        width = fixed.get(model.headerData(col, Qt.Orientation.Horizontal))
-        if width:
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
-            header.resizeSection(col, width)
-    return table
+    """A Replay table: long-text columns get fixed widths (a table re-filled on every step must not
+    measure every cell again, and never widens the window)."""
+    return record_table_view(model, widths={"Input": 220, "Message": 200, "Stored": 110, **(widths or {})})
 
 
 __all__ = ["WhatIfPanel", "table_for"]

@@ -15,10 +15,8 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QSplitter,
-    QTableView,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -29,7 +27,7 @@ from studio.logic.diffing import line_diff, normalize_for_diff
 from studio.logic.wm_editing import VersionRow
 from studio.widgets.diff_view import DiffView
 from studio.widgets.pane_header import caption, elastic
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
 COMPARE_PREVIOUS, COMPARE_EDITOR = "previous", "editor"
 
@@ -52,17 +50,8 @@ class VersionHistory(QWidget):
         super().__init__(parent)
         self._editor_value = editor_value
         self.model: RecordTableModel[VersionRow] = RecordTableModel(VERSION_COLUMNS, self)
-        self.table = QTableView()
-        self.table.setModel(self.model)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         # One version: compared with the one before it, or with the editor; two: with each other.
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
-        self.table.setShowGrid(False)
-        self.table.setAlternatingRowColors(True)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table = record_table_view(self.model, selection=QAbstractItemView.SelectionMode.ExtendedSelection)
         self.compare_combo = QComboBox()
         self.compare_combo.addItem("the version before it", COMPARE_PREVIOUS)
         self.compare_combo.addItem("the editor", COMPARE_EDITOR)
