@@ -27,7 +27,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import SpanKind
 
-from core.traces.spans import SpanRecord, SpanType
+from core.traces.spans import SpanRecord, SpanType, decode_json
 
 AttributeValue = str | bool | int | float | Sequence[str]
 
@@ -171,7 +171,7 @@ def input_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
         parts.extend(_tool_call_part(call) for call in message.get("tool_calls") or () if isinstance(call, Mapping))
         if role == "tool":
             parts = [{"type": "tool_call_response", "id": message.get("tool_call_id"),
-                      "response": _maybe_json(message.get("content"))}]
+                      "response": decode_json(message.get("content"))}]
         entry: dict[str, Any] = {"role": role, "parts": parts}
         if message.get("name"):
             entry["name"] = message["name"]
@@ -190,7 +190,7 @@ def _tool_call_part(call: Mapping[str, Any]) -> dict[str, Any]:
     fn = call.get("function")
     fn = fn if isinstance(fn, Mapping) else {}
     return {"type": "tool_call", "id": call.get("id"), "name": fn.get("name"),
-            "arguments": _maybe_json(fn.get("arguments"))}
+            "arguments": decode_json(fn.get("arguments"))}
 
 
 def _content_parts(content: Any) -> list[dict[str, Any]]:
@@ -201,17 +201,8 @@ def _content_parts(content: Any) -> list[dict[str, Any]]:
         if isinstance(item, Mapping) and item.get("type") == "text":
             parts.append({"type": "text", "content": item.get("text", "")})
         elif isinstance(item, Mapping):
-            parts.append({"type": str(item.get("type") or "unknown"), "content": _maybe_json(item)})
+            parts.append({"type": str(item.get("type") or "unknown"), "content": decode_json(item)})
     return parts
-
-
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 # -- values ----------------------------------------------------------------------------------------

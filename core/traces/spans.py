@@ -81,7 +81,7 @@ COLUMNS: tuple[tuple[str, str, ColumnKind], ...] = (
 COLUMN_NAMES: tuple[str, ...] = tuple(c for c, _, _ in COLUMNS)
 
 
-def _decode_json(value: object) -> Any:
+def decode_json(value: object) -> Any:
     if value is None:
         return None
     if isinstance(value, (bytes, bytearray)):
@@ -178,7 +178,7 @@ class SpanRecord:
             elif kind == "bool":
                 value = bool(value)
             elif kind == "json" and not json_decoded:
-                value = _decode_json(value)
+                value = decode_json(value)
             kwargs[attr] = value
         return cls(**kwargs)
 
