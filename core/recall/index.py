@@ -240,36 +240,42 @@ class RecallIndex:
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
     ) -> None:
         assert self.info is not None
-        resources = self._resources_of(m for m, _ in todo)
-        rows = []
+        docs, rows = self._rows(todo, contexts, vectors, report)
         with self.store.db.write() as conn:
             if self.has_fts:
-                upsert_docs(conn, [
-                    (m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
-                    for i, (m, text) in enumerate(todo)
-                ])
+                upsert_docs(conn, docs)
                 report.keyword_indexed.extend(m.id for m, _ in todo)
                 # Writers apply the change queue (searches never write): the rows just saved, plus
                 # whatever other processes changed since, up to one batch per save.
                 _applied, gone = keyword.drain_queue(conn, indexed={m.id for m, _ in todo})
                 if gone:
                     vector_table.delete_where(conn, self.info, "message_id", gone)
-            for i, (m, text) in enumerate(todo):
-                resource = m.resource_id or resources.get(m.thread_id or "")
-                if vectors is None:
-                    continue
-                vec = vectors[i]
-                if not np.all(np.isfinite(vec)):
-                    report.failed[m.id] = "embedding failed: vector is not finite"
-                    continue
-                meta = {
-                    "message_id": m.id, "thread_id": m.thread_id, "resource_id": resource or "",
-                    "role": m.role, "content": text, "created_at": to_iso(m.created_at),
-                }
-                rows.append((m.id, vec, meta, self.model_id))
             if rows:
                 vector_table.upsert(conn, self.info, rows)
         report.indexed.extend(r[0] for r in rows)
+
+    def _rows(
+        self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
+    ) -> tuple[list[tuple[str, str | None, str | None, str, str]], list[tuple[str, np.ndarray, dict[str, Any], str]]]:
+        """What a batch writes, whatever the backend: keyword docs (id, thread, resource, text,
+        context) and vector rows (id, vector, metadata, model id). A vector that is not finite is
+        reported as failed and not written."""
+        resources = self._resources_of(m for m, _ in todo)
+        docs = [(m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
+                for i, (m, text) in enumerate(todo)]
+        rows: list[tuple[str, np.ndarray, dict[str, Any], str]] = []
+        for i, (m, text) in enumerate(todo if vectors is not None else ()):
+            assert vectors is not None
+            vec = vectors[i]
+            if not np.all(np.isfinite(vec)):
+                report.failed[m.id] = "embedding failed: vector is not finite"
+                continue
+            meta = {
+                "message_id": m.id, "thread_id": m.thread_id, "resource_id": docs[i][2] or "",
+                "role": m.role, "content": text, "created_at": to_iso(m.created_at),
+            }
+            rows.append((m.id, vec, meta, self.model_id))
+        return docs, rows
 
     def unindexed(self, messages: Sequence[Message]) -> list[Message]:
         """The messages that have no vector from this model yet (so nothing is embedded twice)."""

@@ -20,7 +20,6 @@ from core.recall import keyword
 from core.recall.index import DRAIN_PER_SEARCH, RecallIndex
 from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, has_table
 from core.storage import migrations as storage_migrations
-from core.timeutil import to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
@@ -57,26 +56,10 @@ class PgRecallIndex(RecallIndex):
     def _write(
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: Any
     ) -> None:
-        resources = self._resources_of(m for m, _ in todo)
-        rows = []
-        for i, (m, text) in enumerate(todo):
-            if vectors is None:
-                break
-            vec = vectors[i]
-            if not np.all(np.isfinite(vec)):
-                report.failed[m.id] = "embedding failed: vector is not finite"
-                continue
-            meta = {
-                "message_id": m.id, "thread_id": m.thread_id, "resource_id": m.resource_id or resources.get(m.thread_id or "") or "",
-                "role": m.role, "content": text, "created_at": to_iso(m.created_at),
-            }
-            rows.append((m.id, vec, meta, self.model_id))
+        docs, rows = self._rows(todo, contexts, vectors, report)
         with self.store.db.write() as conn:
             if self.has_fts:
-                pg_keywords.upsert_docs(conn, [
-                    (m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
-                    for i, (m, text) in enumerate(todo)
-                ])
+                pg_keywords.upsert_docs(conn, docs)
                 report.keyword_indexed.extend(m.id for m, _ in todo)
                 # Writers apply the change queue (searches never write), one batch per save.
                 _applied, gone = pg_keywords.drain_queue(conn)
