@@ -218,11 +218,7 @@ class Database:
             try:
                 yield conn
             except BaseException as exc:
-                if _is_driver_panic(exc):
-                    raise _unreadable(self.location.display, exc) from None
-                ours = translate_driver_error(self.location, exc)
-                if ours is not None:
-                    raise ours from exc
+                self._raise_ours(exc)
                 raise
             finally:
                 conn.rollback()
@@ -272,14 +268,19 @@ class Database:
                     _rollback(conn)  # a failed COMMIT (disk full) leaves the transaction open
                     raise
         except BaseException as exc:
-            if _is_driver_panic(exc):
-                raise _unreadable(self.location.display, exc) from None
-            ours = translate_driver_error(self.location, exc)
-            if ours is not None:
-                raise ours from exc
+            self._raise_ours(exc)
             raise
         finally:
             self._writer.release()
+
+    def _raise_ours(self, exc: BaseException) -> None:
+        """Raise the storage error a driver fault inside ``read()``/``write()`` means (naming the file
+        and what to do); return when it is not a driver fault, so the caller re-raises it as it is."""
+        if _is_driver_panic(exc):
+            raise _unreadable(self.location.display, exc) from None
+        ours = translate_driver_error(self.location, exc)
+        if ours is not None:
+            raise ours from exc
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:
         """Serialise read-modify-writes of the named things until the transaction ends.
