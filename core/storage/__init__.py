@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from core.storage.capabilities import Capabilities
 from core.storage.database import (
     CorruptDatabaseError,
     Database,
@@ -49,6 +50,11 @@ class Store:
     @property
     def read_only(self) -> bool:
         return self.db.read_only
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this store's database backend can do (``core.storage.capabilities``)."""
+        return self.db.capabilities
 
     @property
     def observability(self) -> "ObservabilityStore | PgSpanStore | None":
@@ -193,6 +199,7 @@ def open_store(
 
 __all__ = [
     "AlreadyExistsError",
+    "Capabilities",
     "CorruptDatabaseError",
     "Database",
     "DatabaseLocationError",

@@ -14,13 +14,14 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import ClassVar, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
 from core.errors import MemoryStudioError
 from core.storage import migrations
+from core.storage.capabilities import LIBSQL, Capabilities
 from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_parent
 
 BUSY_TIMEOUT_MS = 10_000
@@ -130,6 +131,8 @@ def _unreadable(display: str, exc: BaseException) -> UnreadableValueError:
 
 class Database:
     """One database file: an engine, its ownership and its migrations."""
+
+    capabilities: ClassVar[Capabilities] = LIBSQL
 
     def __init__(self, location: ResolvedPath, *, read_only: bool = False, create: bool = True) -> None:
         self.location = location

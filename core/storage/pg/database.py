@@ -17,13 +17,14 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import BindTyping
 
 from core.storage import dialect, migrations
+from core.storage.capabilities import POSTGRES, Capabilities
 from core.storage.database import Database, DatabaseOpenError, ReadOnlyError
 from core.storage.pg import adapt
 from core.storage.pg.location import PgLocation
@@ -40,6 +41,7 @@ class PgDatabase(Database):
     """One Postgres database (the schema on its ``search_path``)."""
 
     location: PgLocation
+    capabilities: ClassVar[Capabilities] = POSTGRES
 
     def __init__(self, location: PgLocation, *, read_only: bool = False, create: bool = True) -> None:
         self.location = location
