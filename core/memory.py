@@ -9,7 +9,7 @@ agent actually runs a turn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -32,6 +32,7 @@ from core.storage.memory_store import (
     Thread,
     ThreadPage,
 )
+from core.storage.message_pages import UnreadableMessage
 from core.timeutil import Clock, SystemClock, iso_now
 from core.tokens import Tokenizer, default_tokenizer
 from core.traces.tracer import NOOP_TRACER, SpanTracer
@@ -61,6 +62,12 @@ class RecallResult:
     page: int
     per_page: int | None
     has_more: bool
+    # Stored rows of the page that do not parse: skipped, never fatal (Invariant 15).
+    unreadable: list[UnreadableMessage] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.unreadable:
+            self.unreadable = list(getattr(self.messages, "unreadable", ()))
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self.messages)

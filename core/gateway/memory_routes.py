@@ -83,7 +83,7 @@ async def list_messages(request: Request) -> Response:
                                                        per_page=per_page))
     return JSONResponse({"messages": [{**m.to_dict(), "text": m.text} for m in result.messages],
                          "total": result.total, "page": result.page, "perPage": result.per_page,
-                         "hasMore": result.has_more})
+                         "hasMore": result.has_more, "unreadable": [u.to_dict() for u in result.unreadable]})
 
 
 async def get_working_memory(request: Request) -> Response:

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from core.messages import Message, MessageFormatError
+from core.messages import Message
 from core.recall.index import INDEXED_ROLES, RecallError, RecallIndex
 from core.recall.schema import quoted
 
@@ -92,15 +92,8 @@ def _work_list(index: RecallIndex, resource_id: str | None) -> tuple[list[str], 
 
 
 def _load(store: "Store", ids: list[str], report: ReindexReport) -> list[Message]:
-    try:
-        return store.memory.get_messages(ids)
-    except MessageFormatError:
-        pass  # one malformed row: load the batch one by one so the others still get indexed
-    out = []
-    for mid in ids:
-        try:
-            out.extend(store.memory.get_messages([mid]))
-        except MessageFormatError as exc:
-            log.warning("reindex skipped message %s: %s", mid, exc)
-            report.failed[mid] = str(exc)
-    return out
+    found = store.memory.get_messages(ids)  # a malformed row is skipped there, so the others still get indexed
+    for bad in found.unreadable:
+        log.warning("reindex skipped message %s: %s", bad.id, bad.error)
+        report.failed[bad.id] = bad.error
+    return list(found)

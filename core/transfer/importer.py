@@ -34,7 +34,8 @@ from core.storage.memory_store import dump_json, load_json
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.transfer import rows as R
 from core.transfer import sections as S
-from core.transfer.format import TransferError, validate
+from core.transfer.errors import TransferError
+from core.transfer.format import validate
 from core.transfer.report import Conflict, ImportReport
 
 log = logging.getLogger(__name__)
