@@ -24,11 +24,11 @@ threads, resources and messages, and ``check`` adds rules of its own (return why
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.ids import id_problem
+from core.ids import id_problem, lone_surrogate
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
 from core.observational.records import lookup_key
@@ -169,27 +169,10 @@ def row_problem(sec: Section, row: Any, index: FileIndex) -> str | None:
 
 def _text_problem(value: Any, *, top: bool) -> str | None:
     """Text that cannot be stored as it is: a lone surrogate anywhere, a NUL in a value bound as text."""
-    for text in _strings(value):
-        if top and isinstance(value, str) and "\x00" in text:
-            return "holds a NUL character (\\x00), which the database would cut the value at"
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return (f"holds a lone surrogate (U+{ord(text[exc.start]):04X}), which has no UTF-8 form")
-    return None
-
-
-def _strings(value: Any) -> Iterator[str]:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, Mapping):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+    if top and isinstance(value, str) and "\x00" in value:
+        return "holds a NUL character (\\x00), which the database would cut the value at"
+    problem = lone_surrogate(value)
+    return f"holds {problem}" if problem is not None else None
 
 
 def _message_rule(row: Row, index: FileIndex) -> str | None:
