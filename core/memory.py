@@ -131,7 +131,9 @@ class Memory:
         self._tokenizer = tokenizer
         self.tracer: SpanTracer = tracer or NOOP_TRACER
         self._own_tracer = tracer is not None
-        self.working_memory_service = WorkingMemoryService(self.store, self.clock)
+        self.working_memory_service = WorkingMemoryService(
+            self.store, self.clock, max_bytes=self.options.max_working_memory_bytes,
+            keep_versions=self.options.max_working_memory_versions)
         self.embedder = embedder
         self.observer_model = observer_model
         self.reflector_model = reflector_model

@@ -34,21 +34,39 @@ DEFAULT_RESOURCE = "default"
 
 
 class Gateway:
-    """What every request handler may use: the agents and the serving settings."""
+    """What every request handler may use: the agents and the serving settings.
 
-    def __init__(self, registry: AgentRegistry, *, default_resource: str, max_concurrency: int) -> None:
+    Turns and memory calls run on worker threads from two separate pools: ``limiter`` for turns
+    (``max_concurrency``) and ``memory_limiter`` for the memory API (``memory_workers``), so turns,
+    even streamed ones whose clients stopped reading, can never take every worker (``/health``
+    needs none). A streamed reply gives each write ``stream_write_timeout`` seconds: a client that
+    reads nothing for that long is dropped and its turn abandoned, releasing its worker.
+    """
+
+    def __init__(self, registry: AgentRegistry, *, default_resource: str, max_concurrency: int,
+                 memory_workers: int | None = None, stream_write_timeout: float = 30.0) -> None:
         self.registry = registry
         self.default_resource = default_resource
         self.max_concurrency = max_concurrency
+        self.memory_workers = memory_workers if memory_workers is not None else max(4, max_concurrency // 4)
+        self.stream_write_timeout = stream_write_timeout
         self.started = int(time.time())
         self._limiter: anyio.CapacityLimiter | None = None
+        self._memory_limiter: anyio.CapacityLimiter | None = None
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
-        """Worker threads for turns and memory calls (created in the event loop, on first use)."""
+        """Worker threads for turns (created in the event loop, on first use)."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self.max_concurrency)
         return self._limiter
+
+    @property
+    def memory_limiter(self) -> anyio.CapacityLimiter:
+        """Worker threads kept for the memory API: turns never take them."""
+        if self._memory_limiter is None:
+            self._memory_limiter = anyio.CapacityLimiter(self.memory_workers)
+        return self._memory_limiter
 
 
 def create_app(
@@ -58,6 +76,8 @@ def create_app(
     default_resource: str = DEFAULT_RESOURCE,
     max_concurrency: int = 40,
     policy: GuardPolicy | None = None,
+    memory_workers: int | None = None,
+    stream_write_timeout: float = 30.0,
 ) -> Starlette:
     """The gateway for ``agents`` (name → Agent, or a list served under their names).
 
@@ -65,13 +85,21 @@ def create_app(
     limits); without one, the defaults with ``token``. ``token``: clients must send
     ``Authorization: Bearer <token>``; when None it is read from ``$MEMORY_STUDIO_GATEWAY_TOKEN``, and
     an empty string turns the check off.
-    ``max_concurrency``: turns (and memory calls) running at once; more wait their turn.
+    ``max_concurrency``: turns running at once; more wait their turn. ``memory_workers``: memory API
+    calls running at once, on workers of their own (default: a quarter of ``max_concurrency``, at
+    least 4). ``stream_write_timeout``: seconds a streamed reply waits for a client to read before
+    dropping it.
     """
     if not default_resource:
         raise ValueError("default_resource must be a non-empty resource id.")
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1.")
-    gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency)
+    if memory_workers is not None and memory_workers < 1:
+        raise ValueError("memory_workers must be at least 1.")
+    if not stream_write_timeout > 0:
+        raise ValueError("stream_write_timeout must be a positive number of seconds.")
+    gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency,
+                      memory_workers=memory_workers, stream_write_timeout=stream_write_timeout)
     routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
     for route in [*openai_routes.routes(), *memory_routes.routes()]:
         assert isinstance(route, Route)

@@ -24,6 +24,9 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--default-resource", default="default",
                    help="resource for requests that name none (no metadata.resource_id, x-resource-id or user)")
     p.add_argument("--max-concurrency", type=int, default=40, help="turns running at once (default 40)")
+    p.add_argument("--stream-write-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="drop a streaming client that reads nothing for this long, releasing its turn's worker "
+                        "(default 30)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
@@ -39,7 +42,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     agents = load_agents(args.agents)
     token = policy.token
     app = create_app(agents, policy=policy, default_resource=args.default_resource,
-                     max_concurrency=args.max_concurrency)
+                     max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
     if not token and not _is_loopback(args.host):
         err.write(f"warning: serving on {args.host} without a token: anyone who can reach it can read and write "
                   f"every resource's memory. Set {TOKEN_ENV}.\n")

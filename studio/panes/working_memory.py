@@ -359,6 +359,7 @@ class WorkingMemoryPane(QWidget):
         else:
             self._start_draft(snap)
         self.version_model.set_rows(snap.version_rows())
+        self.history.set_kept(snap.versions_kept, len(snap.versions))
         self._fill_template_tab(snap)
         self.tabs.setTabText(1, f"History ({len(snap.versions)})")
         self._apply_read_only()
@@ -522,7 +523,8 @@ class WorkingMemoryPane(QWidget):
         self.status.setText("Saving…")
         self._update_actions()
         self.session.run(
-            lambda: save_wm(store, snap.options, snap.target, value, expected=baseline, note=note),  # type: ignore[arg-type]
+            lambda: save_wm(store, snap.options, snap.target, value, expected=baseline, note=note,  # type: ignore[arg-type]
+                            max_bytes=snap.max_bytes, versions_kept=snap.versions_kept),
             on_result=alive_only(self, self._on_saved), on_error=alive_only(self, self._on_save_error), key=self._key + "-save",
         )
 
