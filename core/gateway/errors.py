@@ -18,7 +18,13 @@ from core.llm.base import ModelError
 from core.message_size import MessageTooLargeError
 from core.messages import MessageFormatError
 from core.scopes import ScopeConflictError, ThreadOwnershipError
-from core.storage import InvalidArgumentError, InvalidValueError, NotFoundError, ReadOnlyError
+from core.storage import (
+    InvalidArgumentError,
+    InvalidValueError,
+    NotFoundError,
+    ReadOnlyError,
+    StorageUnavailableError,
+)
 from core.working_memory import ConcurrentUpdateError, WorkingMemoryTooLargeError
 from core.working_memory_schema import WorkingMemoryError
 
@@ -60,6 +66,9 @@ def classify(exc: BaseException) -> ErrorReply:
         # The upstream model failed: a bad gateway, not a bad request. The message names the
         # endpoint and status and never holds a key (ModelError's own guarantee).
         return _reply(502, str(exc), "api_error", "model_error")
+    if isinstance(exc, StorageUnavailableError):
+        # The database server is restarting or unreachable: retryable, and nothing was committed.
+        return _reply(503, str(exc), "api_error", "storage_unavailable")
     if isinstance(exc, ConcurrentUpdateError):
         return _reply(409, str(exc), "invalid_request_error", "conflict")
     if isinstance(exc, NotFoundError):

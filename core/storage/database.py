@@ -31,6 +31,17 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 class StorageError(MemoryStudioError, RuntimeError):
     """Base class for storage problems a user can act on."""
 
+    #: True when trying the same call again later may succeed (the server was restarting, say).
+    retryable: bool = False
+
+
+class StorageUnavailableError(StorageError):
+    """The database server could not be reached or dropped the connection (a restart, a failover,
+    a network fault), or ended the transaction to resolve a conflict. Nothing of the failed call was
+    committed; trying again may succeed."""
+
+    retryable = True
+
 
 class DatabaseOpenError(StorageError):
     """The file exists but cannot be used as a memory database."""
@@ -217,14 +228,17 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
-        with self.engine.connect() as conn:
-            try:
-                yield conn
-            except BaseException as exc:
-                self._raise_ours(exc)
-                raise
-            finally:
-                conn.rollback()
+        # Getting the connection and ending the transaction are inside the try too: against a
+        # server, either can be where a lost connection shows.
+        try:
+            with self.engine.connect() as conn:
+                try:
+                    yield conn
+                finally:
+                    conn.rollback()
+        except BaseException as exc:
+            self._raise_ours(exc)
+            raise
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
