@@ -144,6 +144,8 @@ class Database:
     """One database file: an engine, its ownership and its migrations."""
 
     capabilities: ClassVar[Capabilities] = LIBSQL
+    #: Why writes are refused when ``refuse_writes`` said so (None: the usual read-only message).
+    refusal: str | None = None
 
     def __init__(self, location: ResolvedPath, *, read_only: bool = False, create: bool = True) -> None:
         self.location = location
@@ -249,7 +251,7 @@ class Database:
         another process committed in between — and no busy timeout helps with that.
         """
         if self.read_only:
-            raise ReadOnlyError(
+            raise ReadOnlyError(self.refusal or
                 f"{self.location.display} is open read-only. Allow writes first (Studio: File > Allow Writes)."
             )
         newer = self._newer_schema()
@@ -298,6 +300,12 @@ class Database:
         ours = translate_driver_error(self.location, exc)
         if ours is not None:
             raise ours from exc
+
+    def refuse_writes(self, reason: str) -> None:
+        """From now on every write raises ``ReadOnlyError(reason)``: for a database that must not be
+        written any more (the Studio's, once its file was deleted or replaced under it)."""
+        self.refusal = reason
+        self.read_only = True
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:
         """Serialise read-modify-writes of the named things until the transaction ends.
