@@ -20,7 +20,8 @@ ASGI app (the chat gateway, the MCP server's HTTP transport) and refuses, before
     policy = GuardPolicy(host="127.0.0.1", port=8787, token="s3cret")
     app = RequestGuard(app, policy)
 
-or from the command line flags: ``add_guard_arguments(parser)`` then ``policy_from_args(args)``.
+or from the command line flags: ``add_guard_arguments(parser, token_env=...)`` then
+``policy_from_args(args, token_env=...)``.
 Every refusal is OpenAI-style JSON (``{"error": {"message", "type", "code", "param"}}``) whose
 message says what to change, and nothing of a refused request reaches the app.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hmac
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -437,8 +439,6 @@ def _too_large(policy: GuardPolicy, declared: int | None) -> RequestRefused:
 
 
 def _error_body(refusal: RequestRefused) -> bytes:
-    import json
-
     return json.dumps({"error": {"message": refusal.message, "type": refusal.type, "code": refusal.code,
                                  "param": refusal.param}}).encode("utf-8")
 
