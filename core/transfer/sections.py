@@ -187,7 +187,7 @@ def _message_rule(row: Row, index: FileIndex) -> str | None:
     size = len(content.encode("utf-8"))
     if index.max_message_bytes is not None and size > index.max_message_bytes:
         return f"its content is {size:,} bytes, over the message size limit of {index.max_message_bytes:,} bytes"
-    if row.get("type") == "v2" or content.lstrip().startswith(("{", "[")):
+    if row.get("type") == "v2":
         return _format2_problem(content)
     try:
         normalize_content(content, message_id=str(row.get("id")))

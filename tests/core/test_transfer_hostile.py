@@ -180,7 +180,8 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
     (lambda d: d["messages"][1].update(content='{"format": 2, "parts": [{"type": "text", "text": "x"}'),
      r"messages\[1\] \(id 'g1'\) is refused: its content is not valid JSON"),
     (lambda d: d["messages"][1].update(content='{"format": 3, "parts": []}'), "its content is not format 2"),
-    (lambda d: d["messages"][1].update(content='{"hello": "world"}', type="v1"), "is not format 2"),
+    (lambda d: d["messages"][1].update(content='{"hello": "world"}', type="v1"), "content of an unknown shape"),
+    (lambda d: d["messages"][1].update(content='[{"type": "text"', type="v1"), "malformed content JSON"),
     (lambda d: d["messages"][1].update(content="not json at all", type="v2"), "its content is not valid JSON"),
     (lambda d: d["messages"][1].update(content='{"format": 2, "parts": [{"text": "no type"}]}'),
      'a part without a string "type"'),
@@ -193,6 +194,17 @@ def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, m
     change(data)
     refused(target, data, match)
     refused(target, data, match, overwrite=True)
+
+
+def test_legacy_rows_mastra_wrote_still_import(exported, target):
+    # A v1 row holding AI SDK "core" parts as a JSON list, and one holding plain text: both readable.
+    data = copy.deepcopy(exported)
+    data["messages"][1].update(type="v1", role="assistant", content=json.dumps(
+        [{"type": "tool-call", "toolCallId": "c1", "toolName": "search", "args": {}}]))
+    data["messages"][2].update(type="v1", role="tool", content="plain legacy text")
+    with open_store(target) as store:
+        report = import_data(store, data)
+    assert report.written["messages"] == len(data["messages"])
 
 
 def test_the_cli_names_the_refused_row(exported, target, tmp_path):
