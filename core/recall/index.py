@@ -1,92 +1,75 @@
 """``RecallIndex``: vectors and keywords of one store, for one embedder model.
 
-Writes go to libSQL (vectors in ``memory_messages_<dim>``, keywords in FTS5); queries are answered by
-an in-process ``VectorSet`` per resource (exact dot product) plus FTS5 BM25, fused by normalised
-scores (``hybrid.combine``). Every empty
+An index is composed of a keyword backend and a vector backend, chosen by what the store's database
+can do (``store.capabilities``), never by its name:
+
+- keywords (``full_text``): FTS5 and BM25 on libSQL (``keyword.Fts5Keywords``), ``tsvector`` and
+  ``ts_rank`` on Postgres (``pg_keywords.TsvectorKeywords``);
+- vectors (``vectors``): float32 blobs searched in process, per scope (``matrix_vectors.MatrixVectors``),
+  or pgvector searched by the server (``pg_vectors.PgVectors``).
+
+Everything else is the index's own and the same on both: which messages are indexed and how
+(passages, ``passages``), one write transaction per batch, the edit hook (``refresh_messages``), and
+one search pipeline (``core.recall.search``) that the playground's explanation runs too. Every empty
 or degraded answer carries a ``reason`` a person can act on.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import sqlalchemy as sa
 
-from core.errors import MemoryStudioError
 from core.messages import Message
-from core.storage import migrations as storage_migrations
-from core.timeutil import to_iso
-from core.recall import keyword, passages, vector_table
-from core.recall.matrix import VectorSet
-from core.recall.schema import (
-    DOCS_TABLE,
-    RECALL_MIGRATIONS,
-    delete_docs,
-    doc_state,
-    ensure_vector_table,
-    has_table,
-    previous_text,
-    upsert_docs,
-    vector_table_name,
-)
+from core.recall import keyword, passages, pg_keywords, search as pipeline
+from core.recall.backends import KeywordBackend, VectorBackend
+from core.recall.matrix import ScopeVectors
+from core.recall.matrix_vectors import MatrixVectors
+from core.recall.pg_vectors import PgVectors
+from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, doc_state, has_table, previous_text, vector_table_name
 from core.recall.text import passage_hash, passage_text, recall_text
+from core.recall.types import (
+    CANDIDATES as CANDIDATES,
+    MIGRATE_HINT as MIGRATE_HINT,
+    MODES as MODES,
+    DocRow,
+    IndexReport as IndexReport,
+    Mode as Mode,
+    RecallError as RecallError,
+    SearchHit as SearchHit,
+    SearchResult as SearchResult,
+    VectorRow,
+)
+from core.recall.vector_table import VectorState
+from core.storage import migrations as storage_migrations
+from core.storage.capabilities import Capabilities
+from core.timeutil import to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
     from core.storage import Store
 
-Mode = Literal["vector", "keyword", "hybrid"]
-MODES = ("vector", "keyword", "hybrid")
 INDEXED_ROLES = passages.INDEXED_ROLES
-CANDIDATES = 50  # depth of each list fed to the fusion; more than top_k so fusion can promote
-MAX_CACHED_SETS = 64
 DRAIN_PER_SEARCH = 20_000
-MIGRATE_HINT = "run `memory-studio migrate` on this database"
 
 log = logging.getLogger(__name__)
 
 
-class RecallError(MemoryStudioError, RuntimeError):
-    """Recall cannot work on this store with this embedder; the message says what to do."""
+def keyword_backend(caps: Capabilities, available: bool) -> KeywordBackend:
+    """The keyword backend for a database that can do ``caps.full_text``."""
+    if caps.full_text == "fts5":
+        return keyword.Fts5Keywords(available)
+    return pg_keywords.TsvectorKeywords(available)
 
 
-@dataclass(frozen=True)
-class SearchHit:
-    message_id: str
-    thread_id: str | None
-    resource_id: str | None
-    score: float  # cosine (vector mode), -BM25 (keyword mode) or fused score in [0, 1] (hybrid mode)
-    source: Literal["vector", "keyword", "hybrid"]  # which ranking(s) found it
-    vector_score: float | None = None
-    keyword_score: float | None = None
-
-
-@dataclass
-class SearchResult:
-    hits: list[SearchHit]
-    reason: str | None = None  # why the answer is empty or degraded; None when all went well
-    mode: Mode = "hybrid"
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class IndexReport:
-    indexed: list[str] = field(default_factory=list)  # message ids with a vector written
-    keyword_indexed: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)  # id -> why it is not indexed (system, empty)
-    failed: dict[str, str] = field(default_factory=dict)  # id -> error (embedding or write failure)
-    removed: list[str] = field(default_factory=list)  # refresh: ids whose rows were dropped (deleted, no text)
-    unchanged: list[str] = field(default_factory=list)  # refresh: ids whose rows already matched
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
+def vector_backend(caps: Capabilities, dim: int, model_id: str) -> VectorBackend:
+    """The vector backend for a database whose vectors are ``caps.vectors``."""
+    if caps.vectors == "blob-matrix":
+        return MatrixVectors(dim, model_id)
+    return PgVectors(dim, model_id)
 
 
 class RecallIndex:
@@ -96,11 +79,9 @@ class RecallIndex:
         self.model_id = embedder.model_id
         self.dim = int(embedder.dim)
         self.table = vector_table_name(self.dim)
-        self._lock = threading.RLock()
-        self._sets: OrderedDict[tuple[str, str], VectorSet] = OrderedDict()
-        self._counters: tuple[int, int] | None = None
-        self._stale: set[tuple[str, str]] = set()
-        self.term_stats = keyword.TermStats()  # document frequencies for dropping very common query words
+        caps = store.capabilities
+        self.keywords = keyword_backend(caps, available=False)
+        self.vectors = vector_backend(caps, self.dim, self.model_id)
         self._prepare()
 
     @classmethod
@@ -109,12 +90,7 @@ class RecallIndex:
         key = f"recall-index:{embedder.model_id}"
         index = store.extensions.get(key)
         if index is None:
-            if cls is RecallIndex and store.db.engine.dialect.name == "postgresql":
-                from core.recall.pg_index import PgRecallIndex
-
-                index = PgRecallIndex(store, embedder)
-            else:
-                index = cls(store, embedder)
+            index = cls(store, embedder)
             store.extensions[key] = index
         return index
 
@@ -127,16 +103,24 @@ class RecallIndex:
             db.migrate(pending)  # our own database: our migrations apply, like at open time
         with db.read() as conn:
             self.migrated = not [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]
-            self.has_fts = has_table(conn, DOCS_TABLE)
+            self.keywords.available = has_table(conn, DOCS_TABLE)
         self.writable = bool(self.migrated and not db.read_only)
-        with db.read() as conn:
-            self.info = vector_table.inspect(conn, self.table, self.dim)
-        # Only take the write lock when the table is missing or not yet in our shape: an index built
-        # for a preview or a search of an existing table must not write (nor wait on a busy writer).
-        if self.writable and (self.info is None or not (self.info.has_model_id and self.info.has_our_indexes)):
-            with db.write() as conn:
-                ensure_vector_table(conn, self.dim)
-                self.info = vector_table.inspect(conn, self.table, self.dim)
+        self.vectors.open(db, self.writable)
+
+    @property
+    def has_fts(self) -> bool:
+        """Whether the keyword index exists (on either backend)."""
+        return self.keywords.available
+
+    @property
+    def info(self) -> Any:
+        """The vector table's description, or None when this database has none for this dimension."""
+        return self.vectors.info
+
+    @property
+    def term_stats(self) -> keyword.TermStats:
+        """Document frequencies for dropping very common query words."""
+        return self.keywords.stats
 
     def check(self) -> None:
         """Raise ``RecallError`` now if recall could not work (called when Memory is constructed)."""
@@ -162,8 +146,7 @@ class RecallIndex:
     def status(self) -> dict[str, Any]:
         return {
             "model_id": self.model_id, "dim": self.dim, "table": self.table, "writable": self.writable,
-            "keyword_index": self.has_fts, "cached_sets": len(self._sets),
-            "cached_bytes": sum(s.nbytes() for s in self._sets.values()),
+            "keyword_index": self.has_fts, **self.vectors.status(),
         }
 
     # -- writing -------------------------------------------------------------------------------
@@ -243,31 +226,29 @@ class RecallIndex:
     def _write(
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
     ) -> None:
-        assert self.info is not None
         docs, rows = self._rows(todo, contexts, vectors, report)
         with self.store.db.write() as conn:
             if self.has_fts:
-                upsert_docs(conn, docs)
+                self.keywords.write_docs(conn, docs)
                 report.keyword_indexed.extend(m.id for m, _ in todo)
                 # Writers apply the change queue (searches never write): the rows just saved, plus
                 # whatever other processes changed since, up to one batch per save.
-                _applied, gone = keyword.drain_queue(conn, indexed={m.id for m, _ in todo})
-                if gone:
-                    vector_table.delete_where(conn, self.info, "message_id", gone)
+                _applied, gone = self.keywords.drain(conn, indexed={m.id for m, _ in todo})
+                self.vectors.delete(conn, "message_id", gone)
             if rows:
-                vector_table.upsert(conn, self.info, rows)
+                self.vectors.upsert(conn, rows)
         report.indexed.extend(r[0] for r in rows)
 
     def _rows(
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
-    ) -> tuple[list[tuple[str, str | None, str | None, str, str]], list[tuple[str, np.ndarray, dict[str, Any], str]]]:
+    ) -> tuple[list[DocRow], list[VectorRow]]:
         """What a batch writes, whatever the backend: keyword docs (id, thread, resource, text,
         context) and vector rows (id, vector, metadata, model id). A vector that is not finite is
         reported as failed and not written."""
         resources = self._resources_of(m for m, _ in todo)
         docs = [(m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
                 for i, (m, text) in enumerate(todo)]
-        rows: list[tuple[str, np.ndarray, dict[str, Any], str]] = []
+        rows: list[VectorRow] = []
         for i, (m, text) in enumerate(todo if vectors is not None else ()):
             assert vectors is not None
             vec = vectors[i]
@@ -287,7 +268,7 @@ class RecallIndex:
         if self.info is None or not messages:
             return list(messages)
         with self.store.db.read() as conn:
-            have = vector_table.indexed_message_ids(conn, self.info, self.model_id, [m.id for m in messages])
+            have = self.vectors.indexed_ids(conn, [m.id for m in messages])
         return [m for m in messages if m.id not in have]
 
     def refresh_messages(self, message_ids: Sequence[str]) -> IndexReport:
@@ -319,7 +300,7 @@ class RecallIndex:
             report.failed.update((mid, f"reading the messages failed: {exc}") for mid in ids)
             return report
         remove, docs, embed = plan
-        rows: list[tuple[str, np.ndarray, dict[str, Any], str]] = []
+        rows: list[VectorRow] = []
         drop: list[str] = []
         if embed:
             try:
@@ -412,29 +393,22 @@ class RecallIndex:
                 embed.append(p)
         return remove, docs, embed
 
-    # -- storage of one backend (``PgRecallIndex`` overrides) -------------------------------------
     def indexed_state(
         self, conn: sa.Connection, ids: list[str]
-    ) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, vector_table.VectorState]]:
-        """(keyword doc: hash and thread, vector row state) of each message the index holds."""
+    ) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, VectorState]]:
+        """(keyword doc: passage hash and thread, vector row state) of each message the index holds."""
         docs = doc_state(conn, ids) if self.has_fts else {}
-        vecs = vector_table.stored_state(conn, self.info, self.model_id, ids) if self.info is not None else {}
-        return docs, vecs
+        return docs, self.vectors.stored_state(conn, ids)
 
-    def _replace(
-        self, remove: list[str], docs: list[tuple[str, str | None, str | None, str, str]],
-        rows: list[tuple[str, np.ndarray, dict[str, Any], str]], drop: list[str],
-    ) -> None:
+    def _replace(self, remove: list[str], docs: list[DocRow], rows: list[VectorRow], drop: list[str]) -> None:
         """One write: rows of ``remove`` go, ``docs`` are rewritten, ``rows`` upserted, ``drop``'s vectors go."""
         with self.store.db.write() as conn:
             if self.has_fts:
-                delete_docs(conn, remove)
-                upsert_docs(conn, docs)
-            if self.info is not None:
-                if remove or drop:
-                    vector_table.delete_where(conn, self.info, "message_id", [*remove, *drop])
-                if rows:
-                    vector_table.upsert(conn, self.info, rows)
+                self.keywords.delete_docs(conn, remove)
+                self.keywords.write_docs(conn, docs)
+            self.vectors.delete(conn, "message_id", [*remove, *drop])
+            if rows:
+                self.vectors.upsert(conn, rows)
 
     def _resources_of(self, messages: Iterable[Message]) -> dict[str, str]:
         threads = {m.thread_id for m in messages if not m.resource_id and m.thread_id}
@@ -449,9 +423,9 @@ class RecallIndex:
         if not self.writable or self.info is None:
             return
         with self.store.db.write() as conn:
-            vector_table.delete_where(conn, self.info, "thread_id", [thread_id])
+            self.vectors.delete(conn, "thread_id", [thread_id])
             if self.has_fts:
-                keyword.delete_thread(conn, thread_id)
+                self.keywords.delete_thread(conn, thread_id)
 
     def sync_keywords(self, limit: int = DRAIN_PER_SEARCH) -> str | None:
         """Apply queued message changes (from any process) to the keyword index; drop deleted messages' vectors.
@@ -462,7 +436,7 @@ class RecallIndex:
         if not self.has_fts:
             return None
         with self.store.db.read() as conn:
-            if not keyword.has_pending(conn):
+            if not self.keywords.has_pending(conn):
                 return None
         if not self.writable:
             return "some recent messages are not keyword-indexed yet (database open read-only)"
@@ -470,9 +444,8 @@ class RecallIndex:
         while done < limit:
             try:
                 with self.store.db.write() as conn:
-                    applied, gone = keyword.drain_queue(conn)
-                    if gone and self.info is not None:
-                        vector_table.delete_where(conn, self.info, "message_id", gone)
+                    applied, gone = self.keywords.drain(conn)
+                    self.vectors.delete(conn, "message_id", gone)
             except sa.exc.DBAPIError as exc:  # e.g. another process draining at the same moment
                 log.warning("keyword index queue not applied: %s", exc)
                 return f"keyword index not brought up to date ({exc.__class__.__name__}); retried on the next search"
@@ -490,9 +463,9 @@ class RecallIndex:
         if not self.has_fts:
             return None, set()
         with self.store.db.read() as conn:
-            if not keyword.has_pending(conn):
+            if not self.keywords.has_pending(conn):
                 return None, set()
-            gone = keyword.pending_deletes(conn)
+            gone = self.keywords.pending_deletes(conn)
         how = ("open this database with writes allowed to index them" if not self.writable
                else "the next save with recall indexes them (or run `memory-studio reindex`)")
         return f"some recent message changes are not keyword-indexed yet; {how}", gone
@@ -503,40 +476,11 @@ class RecallIndex:
         until: str | None = None,
     ) -> list[keyword.KeywordHit]:
         """``until``: only messages created before it (ISO text), for a past turn's view."""
-        return keyword.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                              stats=self.term_stats, until=until)
+        return self.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, until=until)
 
-    def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> VectorSet | None:
-        """The cached vectors of a scope, refreshed against the table's change counters."""
-        if self.info is None:
-            return None
-        key = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
-        with self._lock:
-            counters = vector_table.change_counters(conn, self.info)
-            if self._counters is not None and counters != self._counters:
-                if counters[1] != self._counters[1] or not self.info.has_our_indexes:
-                    self._sets.clear()  # rows updated or deleted: reload from the store of record
-                else:
-                    self._stale.update(self._sets)
-            self._counters = counters
-            vset = self._sets.get(key)
-            if vset is None:
-                vset = VectorSet(self.dim, self.model_id)
-                vset.extend(vector_table.load_rows(conn, self.info, resource_id=resource_id, thread_id=thread_id))
-                self._sets[key] = vset
-                self._stale.discard(key)
-                while len(self._sets) > MAX_CACHED_SETS:
-                    old, _ = self._sets.popitem(last=False)
-                    self._stale.discard(old)
-            elif key in self._stale:
-                vset.extend(
-                    vector_table.load_rows(
-                        conn, self.info, resource_id=resource_id, thread_id=thread_id, after_rowid=vset.max_rowid
-                    )
-                )
-                self._stale.discard(key)
-            self._sets.move_to_end(key)
-            return vset
+    def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None:
+        """The vectors of a scope as a search reads them (None: no vector table for this model's dimension)."""
+        return self.vectors.scope(conn, resource_id, thread_id)
 
     def search(
         self,
@@ -550,14 +494,11 @@ class RecallIndex:
         until: datetime | None = None,
     ) -> SearchResult:
         """``until``: only messages created strictly before this time are scored (a past turn's view)."""
-        from core.recall.search import run_search
-
-        return run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
-                          threshold=threshold, until=until)
+        return pipeline.run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
+                                   threshold=threshold, until=until)
 
     def close(self) -> None:
-        with self._lock:
-            self._sets.clear()
+        self.vectors.close()
 
 
 def delete_thread_everywhere(store: "Store", thread_id: str) -> None:
@@ -569,23 +510,13 @@ def delete_thread_everywhere(store: "Store", thread_id: str) -> None:
     db = store.db
     if db.read_only:
         return
-    if db.engine.dialect.name == "postgresql":
-        from core.recall.pg_index import delete_thread_everywhere as on_postgres
-
-        on_postgres(store, thread_id)
-        return
     with db.read() as conn:
         if [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]:
             return
-        tables = [
-            r[0] for r in conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = 'memory_messages' OR name LIKE 'memory_messages\\_%' ESCAPE '\\')"
-            )
-        ]
-        infos = [i for i in (vector_table.inspect(conn, t, 0) for t in tables) if i is not None and i.has_our_indexes]
         has_fts = has_table(conn, DOCS_TABLE)
+    caps = store.capabilities
+    vectors = MatrixVectors if caps.vectors == "blob-matrix" else PgVectors
     with db.write() as conn:
-        for info in infos:
-            vector_table.delete_where(conn, info, "thread_id", [thread_id])
+        vectors.delete_thread_everywhere(conn, thread_id)
         if has_fts:
-            keyword.delete_thread(conn, thread_id)
+            keyword_backend(caps, True).delete_thread(conn, thread_id)

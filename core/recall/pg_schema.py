@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from core.recall.schema import DOCS_TABLE, QUEUE_TABLE, STATE_TABLE
+from core.recall.tables import DOCS_TABLE, QUEUE_TABLE, STATE_TABLE
 
 _QUEUE_FN = "memory_studio_queue_messages"
 

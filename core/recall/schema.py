@@ -32,12 +32,10 @@ import sqlalchemy as sa
 from core.storage import dialect
 
 from core.storage import migrations
+from core.recall import pg_schema  # the same steps on Postgres
+from core.recall.tables import DOCS_TABLE as DOCS_TABLE, FTS_TABLE as FTS_TABLE, FTS_WATERMARK as FTS_WATERMARK
+from core.recall.tables import QUEUE_TABLE as QUEUE_TABLE, STATE_TABLE as STATE_TABLE
 from core.recall.text import passage_hash, recall_content_text, segment
-
-FTS_TABLE = "memory_studio_message_fts"
-DOCS_TABLE = "memory_studio_fts_docs"
-QUEUE_TABLE = "memory_studio_recall_queue"
-STATE_TABLE = "memory_studio_recall_state"
 FTS_MIGRATION = "0004_message_fts"
 VECTOR_MIGRATION = "0005_vector_index"
 HASH_MIGRATION = "0016_recall_content_hash"
@@ -66,7 +64,6 @@ _FTS_DDL = (
 
 _STATE_DDL = (f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",)
 _HASH_DDL = (f"ALTER TABLE {DOCS_TABLE} ADD COLUMN content_hash TEXT",)
-FTS_WATERMARK = "fts:rowid"  # highest mastra_messages rowid whose keyword doc is up to date
 
 
 def _backfill_fts(conn: sa.Connection) -> None:
@@ -85,8 +82,6 @@ def _backfill_fts(conn: sa.Connection) -> None:
 
 
 def _register() -> None:
-    from core.recall import pg_schema  # the same steps on Postgres
-
     migrations.register(
         migrations.Migration(
             FTS_MIGRATION, "Keyword index (FTS5) over message text, kept in sync by triggers", _FTS_DDL, _backfill_fts,
