@@ -25,11 +25,9 @@ from core.recall.schema import (
     QUEUE_TABLE,
     STATE_TABLE,
     delete_docs,
-    previous_text,
-    text_of_raw,
-    upsert_doc,
     upsert_docs,
 )
+from core.recall import passages
 from core.recall.types import DocRow
 from core.recall.text import keyword_terms
 
@@ -203,20 +201,11 @@ def drain_queue(
         last_op[mid] = op  # only the newest change of a message matters
     candidates = {m for m, op in last_op.items() if op == "upsert"} | {mid for _rowid, mid in fresh}
     found: set[str] = candidates & set(indexed)
-    ordered = sorted(candidates - found)
-    for start in range(0, len(ordered), 500):
-        chunk = ordered[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        stored = conn.exec_driver_sql(
-            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), CAST(m.content AS BLOB), m.role, m."createdAt" '
-            f"FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.id IN ({marks})",
-            tuple(chunk),
-        ).all()
-        for mid, thread_id, resource_id, raw, role, created in stored:
-            found.add(mid)
-            text = "" if role == "system" else text_of_raw(raw)
-            context = previous_text(conn, thread_id, created, mid) if text else ""
-            upsert_doc(conn, mid, thread_id, resource_id, text, context)
+    # One read for every candidate's text and context, one write for every doc (not a few per message).
+    stored = passages.load(conn, sorted(candidates - found))
+    found.update(stored)
+    upsert_docs(conn, [(p.message_id, p.thread_id, p.resource_id, p.text if p.indexable else "", p.context)
+                       for p in stored.values()])
     # Deleted (or deleted again after a queued upsert): whatever no longer exists.
     gone = sorted(({m for m, op in last_op.items() if op == "delete"} | candidates) - found)
     delete_docs(conn, gone)

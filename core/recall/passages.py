@@ -58,9 +58,8 @@ def _previous_sql(conn: sa.Connection) -> str:
     # index answers each correlated subquery with one seek.
     return (
         f"(SELECT {dialect.stored_text_sql(conn, 'p.content')} FROM mastra_messages p "
-        f"WHERE p.thread_id = m.thread_id AND p.role IN ({_ROLES}) "
-        'AND (p."createdAt" < m."createdAt" OR (p."createdAt" = m."createdAt" AND p.id < m.id)) '
-        'ORDER BY p."createdAt" DESC, p.id DESC LIMIT 1)'
+        f"WHERE p.thread_id = m.thread_id AND p.role IN ({_ROLES}) AND p.\"createdAt\" <= m.\"createdAt\" "
+        'AND (p."createdAt" < m."createdAt" OR p.id < m.id) ORDER BY p."createdAt" DESC, p.id DESC LIMIT 1)'
     )
 
 
@@ -108,7 +107,7 @@ def next_ids(conn: sa.Connection, anchors: Sequence[tuple[str, Any, str]]) -> se
     out: set[str] = set()
     sql = (
         f"SELECT n.id FROM mastra_messages n WHERE n.thread_id = ? AND n.role IN ({_ROLES}) "
-        'AND (n."createdAt" > ? OR (n."createdAt" = ? AND n.id > ?)) ORDER BY n."createdAt", n.id LIMIT 1'
+        'AND n."createdAt" >= ? AND (n."createdAt" > ? OR n.id > ?) ORDER BY n."createdAt", n.id LIMIT 1'
     )
     for thread_id, created, mid in dict.fromkeys(anchors):
         row = conn.exec_driver_sql(sql, (thread_id, created, created, mid)).first()

@@ -19,7 +19,8 @@ from collections.abc import Collection
 import sqlalchemy as sa
 
 from core.recall.keyword import CONTEXT_WEIGHT, KeywordHit, TermStats, select_terms
-from core.recall.schema import DOCS_TABLE, QUEUE_TABLE, previous_text, text_of_raw
+from core.recall import passages
+from core.recall.schema import DOCS_TABLE, QUEUE_TABLE
 from core.recall.text import passage_hash, segment
 from core.recall.types import DocRow
 
@@ -96,27 +97,16 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
     for _seq, mid, op in queued:
         last[mid] = op
     ids = list(last)
-    rows = {
-        r[0]: r for r in conn.exec_driver_sql(
-            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), m.content, m."createdAt", m.role '
-            "FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.id = ANY(CAST(? AS text[]))",
-            (ids,),
-        ).all()
-    }
     have = {r[0] for r in conn.exec_driver_sql(
         f"SELECT message_id FROM {DOCS_TABLE} WHERE message_id = ANY(CAST(? AS text[]))", (ids,)
     )}
-    gone = [mid for mid in ids if mid not in rows]
-    docs = []
-    for mid, op in last.items():
-        row = rows.get(mid)
-        if row is None or row[5] not in ("user", "assistant"):
-            continue
-        if op == "insert" and mid in have:
-            continue  # indexed by the process that saved it, with its context
-        docs.append((mid, row[1], row[2], text_of_raw(row[3]), previous_text(conn, row[1], row[4], mid)))
+    # Inserted and indexed by the process that saved them (with their context): nothing to do.
+    todo = [mid for mid, op in last.items() if not (op == "insert" and mid in have)]
+    stored = passages.load(conn, todo)
+    gone = [mid for mid in ids if mid not in stored and not (last[mid] == "insert" and mid in have)]
     delete_docs(conn, gone)
-    upsert_docs(conn, docs)
+    upsert_docs(conn, [(p.message_id, p.thread_id, p.resource_id, p.text if p.indexable else "", p.context)
+                       for p in stored.values()])
     conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq = ANY(CAST(? AS bigint[]))", ([q[0] for q in queued],))
     return len(queued), gone
 

@@ -187,8 +187,8 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
         return ""
     row = conn.exec_driver_sql(
         f"SELECT {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages "
-        "WHERE thread_id = ? AND role IN ('user', 'assistant') "
-        'AND ("createdAt" < ? OR ("createdAt" = ? AND id < ?)) ORDER BY "createdAt" DESC, id DESC LIMIT 1',
+        "WHERE thread_id = ? AND role IN ('user', 'assistant') AND \"createdAt\" <= ? "
+        'AND ("createdAt" < ? OR id < ?) ORDER BY "createdAt" DESC, id DESC LIMIT 1',
         (thread_id, created_at, created_at, message_id),
     ).first()
     return text_of_raw(row[0]) if row is not None else ""
