@@ -454,18 +454,21 @@ class RecallIndex:
             done += applied
         return f"more than {limit} message changes waited for keyword indexing; the rest are applied on later searches"
 
-    def backlog(self) -> tuple[str | None, set[str]]:
+    def backlog(self, conn: sa.Connection | None = None) -> tuple[str | None, set[str]]:
         """What a search must know about changes not yet applied to the index, without applying them.
 
         Returns (a note for the search's reason, or None; ids of messages deleted since they were
-        indexed, which the search leaves out). Read-only: looking never writes.
+        indexed, which the search leaves out). Read-only: looking never writes. ``conn``: a read
+        connection the caller holds (else one is opened).
         """
         if not self.has_fts:
             return None, set()
-        with self.store.db.read() as conn:
-            if not self.keywords.has_pending(conn):
-                return None, set()
-            gone = self.keywords.pending_deletes(conn)
+        if conn is None:
+            with self.store.db.read() as own:
+                return self.backlog(own)
+        if not self.keywords.has_pending(conn):
+            return None, set()
+        gone = self.keywords.pending_deletes(conn)
         how = ("open this database with writes allowed to index them" if not self.writable
                else "the next save with recall indexes them (or run `memory-studio reindex`)")
         return f"some recent message changes are not keyword-indexed yet; {how}", gone

@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import numpy as np
 import sqlalchemy as sa
@@ -48,7 +48,7 @@ class Searchable(Protocol):
     @property
     def has_fts(self) -> bool: ...
 
-    def backlog(self) -> tuple[str | None, set[str]]: ...
+    def backlog(self, conn: sa.Connection | None = None) -> tuple[str | None, set[str]]: ...
 
     def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None: ...
 
@@ -104,25 +104,25 @@ def run(
     until_iso = to_iso(until) if until is not None else None
     depth = max(top_k, CANDIDATES) if mode == "hybrid" else top_k
 
-    # Changes since the last write are left to the next writer (a search never writes); messages
-    # deleted since they were indexed are left out here.
-    pending, out.gone = index.backlog()
-    if mode != "vector":
-        out.backlog = pending
-    if mode in ("keyword", "hybrid"):
-        if not index.has_fts:
-            degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
-        else:
-            with index.store.db.read() as conn:
+    # One read connection (one snapshot) for every step below.
+    with index.store.db.read() as conn:
+        # Changes since the last write are left to the next writer (a search never writes); messages
+        # deleted since they were indexed are left out here.
+        pending, out.gone = index.backlog(conn)
+        if mode != "vector":
+            out.backlog = pending
+        if mode in ("keyword", "hybrid"):
+            if not index.has_fts:
+                degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
+            else:
                 out.terms, out.dropped_terms = index.keywords.terms(conn, query)
                 kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
                                            until=until_iso, terms=out.terms)
-            ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
-            out.keyword = [r for r in ranked if r.message_id not in out.gone]
-            out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
+                ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
+                out.keyword = [r for r in ranked if r.message_id not in out.gone]
+                out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
 
-    if mode in ("vector", "hybrid"):
-        if qvec is None:
+        if mode in ("vector", "hybrid") and qvec is None:
             started = time.perf_counter()
             try:
                 qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
@@ -130,9 +130,8 @@ def run(
                 degrade(f"query embedding failed ({exc}); vector results missing")
             out.embed_ms = (time.perf_counter() - started) * 1000
         out.qvec = qvec
-        if qvec is not None:
-            with index.store.db.read() as conn:
-                out.vset = index.vector_set(conn, resource_id, thread_id)
+        if mode in ("vector", "hybrid") and qvec is not None:
+            out.vset = index.vector_set(conn, resource_id, thread_id)
             if out.vset is None:
                 degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
             else:
@@ -142,35 +141,40 @@ def run(
                 ranked = out.vset.ranked(qvec, depth, narrowed, until_iso)
                 out.vector = [r for r in ranked if r.message_id not in out.gone]
                 out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
-
-    if mode == "hybrid":
-        if out.vset is not None and qvec is not None:
-            seen = {r.message_id for r in out.vector}
-            out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in seen])
-        out.fused = hybrid.combine(out.vector, out.keyword, out.cosines)
-        # A past turn's "last week" counts from that turn's day.
-        spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
-        out.date_spans = len(spans)
-        # Only candidates that can still reach the top_k need their row read (a few microseconds each).
-        receivers = out.fused if threshold is not None or every_candidate else _may_reach(out.fused, top_k, bool(spans))
-        order: dict[str, tuple[str | None, date | None]] = {}
-        if receivers and (hybrid.NEXT_SHARE > 0 or spans):
-            try:
-                with index.store.db.read() as conn:
-                    order = thread_order(conn, [f.message_id for f in receivers])
-            except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
-                degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
-        next_of = {mid: nxt for mid, (nxt, _) in order.items() if nxt is not None}
-        in_period = (
-            {mid for mid, (_, day) in order.items() if day is not None and any(s.contains(day) for s in spans)}
-            if spans else None
-        )
-        # Without a threshold only the top_k are needed; with one, every candidate may be.
-        out.reranked = hybrid.rerank(
-            receivers, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
-            scores={f.message_id: f.score for f in out.fused},
-        )
+        if mode == "hybrid":
+            _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade)
     return out
+
+
+def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,
+          until: datetime | None, every_candidate: bool, degrade: Callable[[str], None]) -> None:
+    """Hybrid: fuse the two lists (``combine``), then re-rank by next message and named period."""
+    qvec = out.qvec
+    if out.vset is not None and qvec is not None:
+        seen = {r.message_id for r in out.vector}
+        out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in seen])
+    out.fused = hybrid.combine(out.vector, out.keyword, out.cosines)
+    # A past turn's "last week" counts from that turn's day.
+    spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
+    out.date_spans = len(spans)
+    # Only candidates that can still reach the top_k need their row read (a few microseconds each).
+    receivers = out.fused if threshold is not None or every_candidate else _may_reach(out.fused, top_k, bool(spans))
+    order: dict[str, tuple[str | None, date | None]] = {}
+    if receivers and (hybrid.NEXT_SHARE > 0 or spans):
+        try:
+            order = thread_order(conn, [f.message_id for f in receivers])
+        except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
+            degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
+    next_of = {mid: nxt for mid, (nxt, _) in order.items() if nxt is not None}
+    in_period = (
+        {mid for mid, (_, day) in order.items() if day is not None and any(s.contains(day) for s in spans)}
+        if spans else None
+    )
+    # Without a threshold only the top_k are needed; with one, every candidate may be.
+    out.reranked = hybrid.rerank(
+        receivers, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
+        scores={f.message_id: f.score for f in out.fused},
+    )
 
 
 def run_search(
