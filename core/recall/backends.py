@@ -70,6 +70,10 @@ class VectorBackend(Protocol):
 
     def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None: ...
 
+    def maintain(self, db: "Database", resources: Sequence[str]) -> list[str]:
+        """After a write, outside its transaction: keep derived search structures of these scopes up to
+        date (persisted partitions); returns the scopes rebuilt."""
+
     def status(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...

@@ -185,13 +185,24 @@ class RecallIndex:
             report.failed.update((m.id, f"embedding failed: {exc}") for m, _ in todo)
             vectors = None
         try:
-            self._write(todo, contexts, vectors, report)
+            written = self._write(todo, contexts, vectors, report)
         except Exception as exc:
             log.warning("recall index write of %d message(s) failed", len(todo), exc_info=True)
             report.failed.update((m.id, f"write failed: {exc}") for m, _ in todo)
             report.indexed.clear()
             report.keyword_indexed.clear()
+            return report
+        self._maintain(written)
         return report
+
+    def _maintain(self, resources: set[str]) -> None:
+        """Keep large scopes' persisted partitions up to date; a failure costs speed, never the write."""
+        if not resources:
+            return
+        try:
+            self.vectors.maintain(self.store.db, sorted(resources))
+        except Exception:
+            log.warning("recall partition upkeep failed; searches of large resources scan them instead", exc_info=True)
 
     def _contexts(self, todo: list[tuple[Message, str]]) -> list[str]:
         """The previous message's text for each message (``passages.contexts``: from storage, one
@@ -225,7 +236,8 @@ class RecallIndex:
 
     def _write(
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
-    ) -> None:
+    ) -> set[str]:
+        """One write transaction for a batch's keyword docs and vectors; returns the resources written."""
         docs, rows = self._rows(todo, contexts, vectors, report)
         with self.store.db.write() as conn:
             if self.has_fts:
@@ -238,6 +250,7 @@ class RecallIndex:
             if rows:
                 self.vectors.upsert(conn, rows)
         report.indexed.extend(r[0] for r in rows)
+        return {str(r[2]["resource_id"]) for r in rows if r[2].get("resource_id")}
 
     def _rows(
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport

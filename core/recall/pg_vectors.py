@@ -240,6 +240,10 @@ class PgVectors:
             return None
         return PgVectorSet(self._db, self.table, self.model_id, resource_id, thread_id)
 
+    def maintain(self, db: "Database", resources: Sequence[str]) -> list[str]:
+        """Nothing to do: the server keeps its HNSW index up to date itself."""
+        return []
+
     def status(self) -> dict[str, Any]:
         return {"backend": "pgvector"}
 

@@ -12,6 +12,8 @@ Two named migrations (registered on import):
   same hash in their metadata (``content_hash``), so an edited message's stale rows are found by
   comparing hashes (``RecallIndex.refresh_messages``, ``reindex``). Rows written before it have none:
   unknown, rebuilt when refreshed.
+- ``0017_recall_ivf``: persisted IVF partitions of large scopes (``ivf_store``; libSQL only, Postgres
+  has pgvector's HNSW).
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
   ``<table>:appends`` / ``<table>:rewrites``; an in-process matrix compares them with what it loaded, so
   vectors written by another process appear without polling the whole table.
@@ -35,11 +37,13 @@ from core.storage import migrations
 from core.recall import pg_schema  # the same steps on Postgres
 from core.recall.tables import DOCS_TABLE as DOCS_TABLE, FTS_TABLE as FTS_TABLE, FTS_WATERMARK as FTS_WATERMARK
 from core.recall.tables import QUEUE_TABLE as QUEUE_TABLE, STATE_TABLE as STATE_TABLE
+from core.recall.tables import IVF_ROWS, IVF_TABLE
 from core.recall.text import passage_hash, recall_content_text, segment
 FTS_MIGRATION = "0004_message_fts"
 VECTOR_MIGRATION = "0005_vector_index"
 HASH_MIGRATION = "0016_recall_content_hash"
-RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION)
+IVF_MIGRATION = "0017_recall_ivf"
+RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION)
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -64,6 +68,15 @@ _FTS_DDL = (
 
 _STATE_DDL = (f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",)
 _HASH_DDL = (f"ALTER TABLE {DOCS_TABLE} ADD COLUMN content_hash TEXT",)
+_IVF_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {IVF_TABLE} (ivf_id INTEGER PRIMARY KEY, vector_table TEXT NOT NULL, "
+    "model_id TEXT NOT NULL, scope TEXT NOT NULL, dim INTEGER NOT NULL, nlist INTEGER NOT NULL, "
+    "centroids BLOB NOT NULL, built_rows INTEGER NOT NULL, rows_now INTEGER NOT NULL, max_rowid INTEGER NOT NULL, "
+    "built_at TEXT NOT NULL, UNIQUE (vector_table, model_id, scope))",
+    f"CREATE TABLE IF NOT EXISTS {IVF_ROWS} (ivf_id INTEGER NOT NULL, list INTEGER NOT NULL, "
+    "row_id INTEGER NOT NULL, PRIMARY KEY (ivf_id, list, row_id)) WITHOUT ROWID",
+    f"CREATE INDEX IF NOT EXISTS {IVF_ROWS}_row ON {IVF_ROWS} (ivf_id, row_id)",
+)
 
 
 def _backfill_fts(conn: sa.Connection) -> None:
@@ -98,6 +111,12 @@ def _register() -> None:
         migrations.Migration(
             HASH_MIGRATION, "Passage hash on the keyword docs, so edited messages' stale recall rows are found",
             _HASH_DDL, postgres=pg_schema.HASH_DDL,
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            IVF_MIGRATION, "Persisted IVF partitions of large scopes (centroids and list assignments)", _IVF_DDL,
+            postgres=(),  # pgvector's HNSW index is the server's own
         )
     )
 

@@ -7,3 +7,5 @@ DOCS_TABLE = "memory_studio_fts_docs"
 QUEUE_TABLE = "memory_studio_recall_queue"
 STATE_TABLE = "memory_studio_recall_state"
 FTS_WATERMARK = "fts:rowid"  # highest mastra_messages rowid whose keyword doc is up to date (libSQL)
+IVF_TABLE = "memory_studio_ivf"  # libSQL: persisted IVF partitions of large scopes (``ivf_store``)
+IVF_ROWS = "memory_studio_ivf_rows"

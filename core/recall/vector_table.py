@@ -69,11 +69,24 @@ def _scan_hint(info: TableInfo, key: str | None) -> str:
     return "NOT INDEXED"
 
 
+def row_columns(info: TableInfo) -> str:
+    """The columns of a ``RawRow`` (rowid, embedding, message_id, thread_id, resource_id, model id,
+    vector_id, created_at) of the table aliased ``v``."""
+    model = "v.model_id" if info.has_model_id else "NULL"
+    return (
+        "v.rowid, v.embedding, json_extract(v.metadata, '$.message_id'), json_extract(v.metadata, '$.thread_id'), "
+        f"json_extract(v.metadata, '$.resource_id'), {model}, v.vector_id, "
+        # Our rows carry the message's time; Mastra's do not, so theirs are looked up (coalesce stops early).
+        "coalesce(json_extract(v.metadata, '$.created_at'), (SELECT m.\"createdAt\" FROM mastra_messages m "
+        "WHERE m.id = coalesce(json_extract(v.metadata, '$.message_id'), v.vector_id)))"
+    )
+
+
 def load_rows(
     conn: sa.Connection, info: TableInfo, *, resource_id: str | None, thread_id: str | None, after_rowid: int = 0
 ) -> list[RawRow]:
     """Rows for one resource (or one thread when no resource is given), newer than ``after_rowid``."""
-    where = ["rowid > ?"]
+    where = ["v.rowid > ?"]
     params: list[object] = [after_rowid]
     key = None
     if resource_id is not None:
@@ -84,16 +97,8 @@ def load_rows(
         where.append("json_extract(metadata, '$.thread_id') = ?")
         params.append(thread_id)
         key = "thread_id"
-    model = "model_id" if info.has_model_id else "NULL"
     hint = _scan_hint(info, key) if after_rowid == 0 else "NOT INDEXED" if not info.has_our_indexes else ""
-    sql = (
-        f"SELECT rowid, embedding, json_extract(metadata, '$.message_id'), json_extract(metadata, '$.thread_id'), "
-        f"json_extract(metadata, '$.resource_id'), {model}, vector_id, "
-        # Our rows carry the message's time; Mastra's do not, so theirs are looked up (coalesce stops early).
-        "coalesce(json_extract(metadata, '$.created_at'), (SELECT m.\"createdAt\" FROM mastra_messages m "
-        f"WHERE m.id = coalesce(json_extract(metadata, '$.message_id'), vector_id))) FROM {quoted(info.name)} {hint} "
-        f"WHERE {' AND '.join(where)} ORDER BY rowid"
-    )
+    sql = f"SELECT {row_columns(info)} FROM {quoted(info.name)} v {hint} WHERE {' AND '.join(where)} ORDER BY v.rowid"
     out = []
     for r in conn.exec_driver_sql(sql, tuple(params)):
         # Rows written by Mastra's SemanticRecall processor use vector_id = message id.
