@@ -194,7 +194,8 @@ class IvfScope:
             cols = row_columns(self.info)
             found: dict[int, list[RawRow]] = {li: [] for li in missing}
             for r in conn.exec_driver_sql(
-                f"SELECT r.list, {cols} FROM {IVF_ROWS} r JOIN {quoted(self.info.name)} v ON v.rowid = r.row_id "
+                # CROSS JOIN keeps this order: the lists' entries first, then each row by its rowid.
+                f"SELECT r.list, {cols} FROM {IVF_ROWS} r CROSS JOIN {quoted(self.info.name)} v ON v.rowid = r.row_id "
                 f"WHERE r.ivf_id = ? AND r.list IN ({marks})", (self.meta.ivf_id, *missing),
             ):
                 row = RawRow(int(r[1]), r[2], r[3] or r[7], r[4], r[5], r[6], r[8])
