@@ -109,6 +109,9 @@ class MatrixVectors:
             return []
         done: list[str] = []
         for resource in dict.fromkeys(resources):
+            known = self._sizes.get(resource)
+            if known is not None and known < matrix.IVF_MIN_ROWS and resource not in self._metas:
+                continue  # small and unpartitioned, as counted before: no read at all
             with db.read() as conn:
                 part = self._meta(conn, resource)
                 size = self._sizes.get(resource)
