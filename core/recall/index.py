@@ -22,18 +22,20 @@ from core.errors import MemoryStudioError
 from core.messages import Message
 from core.storage import migrations as storage_migrations
 from core.timeutil import to_iso
-from core.recall import keyword, vector_table
+from core.recall import keyword, passages, vector_table
 from core.recall.matrix import VectorSet
 from core.recall.schema import (
     DOCS_TABLE,
     RECALL_MIGRATIONS,
+    delete_docs,
+    doc_state,
     ensure_vector_table,
     has_table,
     previous_text,
     upsert_docs,
     vector_table_name,
 )
-from core.recall.text import recall_text
+from core.recall.text import passage_hash, passage_text, recall_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
@@ -41,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES = ("vector", "keyword", "hybrid")
-INDEXED_ROLES = ("user", "assistant")
+INDEXED_ROLES = passages.INDEXED_ROLES
 CANDIDATES = 50  # depth of each list fed to the fusion; more than top_k so fusion can promote
 MAX_CACHED_SETS = 64
 DRAIN_PER_SEARCH = 20_000
@@ -79,6 +81,8 @@ class IndexReport:
     keyword_indexed: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # id -> why it is not indexed (system, empty)
     failed: dict[str, str] = field(default_factory=dict)  # id -> error (embedding or write failure)
+    removed: list[str] = field(default_factory=list)  # refresh: ids whose rows were dropped (deleted, no text)
+    unchanged: list[str] = field(default_factory=list)  # refresh: ids whose rows already matched
 
     @property
     def ok(self) -> bool:
@@ -189,8 +193,8 @@ class RecallIndex:
             report.failed.update((m.id, f"reading the previous messages failed: {exc}") for m, _ in todo)
             return report
         try:
-            passages = [f"{c}\n{t}" if c else t for c, (_, t) in zip(contexts, todo)]
-            vectors = np.asarray(self.embedder.embed(passages, kind="passage"), dtype=np.float32)
+            texts = [passage_text(c, t) for c, (_, t) in zip(contexts, todo)]
+            vectors = np.asarray(self.embedder.embed(texts, kind="passage"), dtype=np.float32)
             if vectors.shape != (len(todo), self.dim):
                 raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(todo)}, {self.dim})")
         except Exception as exc:  # any embedder failure is reported, never raised (spec §2.4 output)
@@ -207,7 +211,8 @@ class RecallIndex:
         return report
 
     def _contexts(self, todo: list[tuple[Message, str]]) -> list[str]:
-        """The previous message's text for each message (from the batch, else from storage).
+        """The previous message's text for each message (``passages.contexts``: from storage, one
+        statement per batch; for a message not stored, from the batch before it, else from storage).
 
         Embedded (and keyword-indexed, at a lower weight) together with the message: a reply such as
         "Yes, last Tuesday!" says nothing by itself; with the turn it answers it does. Measured on
@@ -215,18 +220,17 @@ class RecallIndex:
         message, .434 with the next one, .464 with both. Only the previous message is known when a
         message is indexed live, so that is the recipe. The metadata keeps the bare text.
         """
-        previous: dict[str, str] = {}
         with self.store.db.read() as conn:
-            for thread_id, first in self._first_per_thread(todo).items():
+            stored = passages.contexts(conn, [m.id for m, _ in todo])
+            loose = [(m, t) for m, t in todo if m.id not in stored]
+            previous: dict[str, str] = {}
+            for thread_id, first in self._first_per_thread(loose).items():
                 previous[thread_id] = previous_text(conn, thread_id, to_iso(first.created_at), first.id)
-        ordered = sorted(range(len(todo)), key=lambda i: (todo[i][0].created_at, todo[i][0].id))
-        out = [""] * len(todo)
-        for i in ordered:
-            m, text = todo[i]
+        for m, text in sorted(loose, key=lambda mt: (mt[0].created_at, mt[0].id)):
             key = m.thread_id or ""
-            out[i] = previous.get(key, "")
+            stored[m.id] = previous.get(key, "")
             previous[key] = text
-        return out
+        return [stored[m.id] for m, _ in todo]
 
     @staticmethod
     def _first_per_thread(todo: list[tuple[Message, str]]) -> dict[str, Message]:
@@ -273,6 +277,7 @@ class RecallIndex:
             meta = {
                 "message_id": m.id, "thread_id": m.thread_id, "resource_id": docs[i][2] or "",
                 "role": m.role, "content": text, "created_at": to_iso(m.created_at),
+                "content_hash": passage_hash(contexts[i], text),
             }
             rows.append((m.id, vec, meta, self.model_id))
         return docs, rows
@@ -284,6 +289,152 @@ class RecallIndex:
         with self.store.db.read() as conn:
             have = vector_table.indexed_message_ids(conn, self.info, self.model_id, [m.id for m in messages])
         return [m for m in messages if m.id not in have]
+
+    def refresh_messages(self, message_ids: Sequence[str]) -> IndexReport:
+        """Bring the index in line with these messages after they were edited or deleted.
+
+        For each id: a message that no longer exists (or no longer has text to index) loses its
+        vector rows and keyword doc; one whose passage — its text with the previous message's —
+        hashes differently from what was indexed is re-embedded and its keyword doc re-keyed;
+        otherwise nothing is written. The next message of the thread embeds this one as its
+        context, so its passage is checked the same way (for a deleted message too).
+
+        Never raises for embedding failures: a message whose new vector could not be made loses its
+        stale one and is listed in ``failed`` (``reindex`` embeds it later).
+        """
+        if isinstance(message_ids, str):
+            raise TypeError("refresh_messages() takes a sequence of message ids, not a single str")
+        report = IndexReport()
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            return report
+        if not self.writable:
+            why = "the database is open read-only" if self.store.db.read_only else f"recall tables missing; {MIGRATE_HINT}"
+            report.failed.update((mid, f"not refreshed: {why}") for mid in ids)
+            return report
+        try:
+            plan = self._refresh_plan(ids, report)
+        except Exception as exc:
+            log.warning("recall refresh of %d message(s) failed reading them", len(ids), exc_info=True)
+            report.failed.update((mid, f"reading the messages failed: {exc}") for mid in ids)
+            return report
+        remove, docs, embed = plan
+        rows: list[tuple[str, np.ndarray, dict[str, Any], str]] = []
+        drop: list[str] = []
+        if embed:
+            try:
+                vectors = np.asarray(
+                    self.embedder.embed([passage_text(p.context, p.text) for p in embed], kind="passage"), dtype=np.float32
+                )
+                if vectors.shape != (len(embed), self.dim):
+                    raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(embed)}, {self.dim})")
+            except Exception as exc:  # reported, never raised; the stale vectors go (a wrong answer is worse)
+                log.warning("recall re-embedding of %d message(s) failed", len(embed), exc_info=True)
+                report.failed.update((p.message_id, f"embedding failed: {exc}") for p in embed)
+                drop = [p.message_id for p in embed]
+            else:
+                for p, vec in zip(embed, vectors):
+                    if not np.all(np.isfinite(vec)):
+                        report.failed[p.message_id] = "embedding failed: vector is not finite"
+                        drop.append(p.message_id)
+                        continue
+                    meta = {
+                        "message_id": p.message_id, "thread_id": p.thread_id, "resource_id": p.resource_id or "",
+                        "role": p.role, "content": p.text, "created_at": p.created_iso, "content_hash": p.hash,
+                    }
+                    rows.append((p.message_id, vec, meta, self.model_id))
+        try:
+            self._replace(remove, [(p.message_id, p.thread_id, p.resource_id, p.text, p.context) for p in docs],
+                          rows, drop)
+        except Exception as exc:
+            log.warning("recall refresh write of %d message(s) failed", len(ids), exc_info=True)
+            report.failed.update((mid, f"write failed: {exc}") for mid in ids)
+            return report
+        report.removed.extend(remove)
+        report.keyword_indexed.extend(p.message_id for p in docs if self.has_fts)
+        report.indexed.extend(r[0] for r in rows)
+        touched = set(remove) | {p.message_id for p in docs} | {p.message_id for p in embed}
+        report.unchanged.extend(mid for mid in ids if mid not in touched and mid not in report.skipped)
+        return report
+
+    def _refresh_plan(
+        self, ids: list[str], report: IndexReport
+    ) -> tuple[list[str], list[passages.StoredPassage], list[passages.StoredPassage]]:
+        """(ids whose rows go, passages whose keyword doc is rewritten, passages to re-embed)."""
+        with self.store.db.read() as conn:
+            current = passages.load(conn, ids)
+            docs_of, vecs_of = self.indexed_state(conn, ids)
+            # Positions whose next message embeds the changed one: where it is now, and where the
+            # index saw it (a deleted message is only known there).
+            anchors: list[tuple[str, Any, str]] = []
+            whole_threads: set[str] = set()
+            for mid in ids:
+                now = current.get(mid)
+                if now is not None and now.thread_id:
+                    anchors.append((now.thread_id, now.created_at, mid))
+                was = vecs_of.get(mid)
+                if was is not None and was.thread_id and was.created_at:
+                    anchors.append((was.thread_id, was.created_at, mid))
+                elif now is None and docs_of.get(mid, (None, None))[1]:
+                    whole_threads.add(str(docs_of[mid][1]))  # position unknown: check its whole thread
+            neighbours = passages.next_ids(conn, anchors)
+            for thread_id in whole_threads:
+                neighbours.update(passages.load_thread(conn, thread_id))
+            neighbours -= set(ids)
+            others = passages.load(conn, neighbours)
+            more_docs, more_vecs = self.indexed_state(conn, list(others))
+        docs_of.update(more_docs)
+        vecs_of.update(more_vecs)
+        remove: list[str] = []
+        docs: list[passages.StoredPassage] = []
+        embed: list[passages.StoredPassage] = []
+        asked = set(ids)
+        for mid in [*ids, *others]:
+            p = current.get(mid) or others.get(mid)
+            held = mid in docs_of or mid in vecs_of
+            if p is None or not p.indexable:
+                if p is not None and mid in asked:
+                    report.skipped[mid] = (f"{p.role} messages are not indexed" if p.role not in INDEXED_ROLES
+                                           else "no text to index")
+                if held:
+                    remove.append(mid)
+                continue
+            digest = p.hash
+            doc = docs_of.get(mid)
+            vec = vecs_of.get(mid)
+            if self.has_fts and (doc[0] != digest if doc is not None else mid in asked):
+                docs.append(p)
+            if vec is not None:
+                ours = vec.model_id in (None, self.model_id)
+                if (mid in asked or ours) and vec.content_hash != digest:
+                    embed.append(p)
+            elif mid in asked:
+                embed.append(p)
+        return remove, docs, embed
+
+    # -- storage of one backend (``PgRecallIndex`` overrides) -------------------------------------
+    def indexed_state(
+        self, conn: sa.Connection, ids: list[str]
+    ) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, vector_table.VectorState]]:
+        """(keyword doc: hash and thread, vector row state) of each message the index holds."""
+        docs = doc_state(conn, ids) if self.has_fts else {}
+        vecs = vector_table.stored_state(conn, self.info, self.model_id, ids) if self.info is not None else {}
+        return docs, vecs
+
+    def _replace(
+        self, remove: list[str], docs: list[tuple[str, str | None, str | None, str, str]],
+        rows: list[tuple[str, np.ndarray, dict[str, Any], str]], drop: list[str],
+    ) -> None:
+        """One write: rows of ``remove`` go, ``docs`` are rewritten, ``rows`` upserted, ``drop``'s vectors go."""
+        with self.store.db.write() as conn:
+            if self.has_fts:
+                delete_docs(conn, remove)
+                upsert_docs(conn, docs)
+            if self.info is not None:
+                if remove or drop:
+                    vector_table.delete_where(conn, self.info, "message_id", [*remove, *drop])
+                if rows:
+                    vector_table.upsert(conn, self.info, rows)
 
     def _resources_of(self, messages: Iterable[Message]) -> dict[str, str]:
         threads = {m.thread_id for m in messages if not m.resource_id and m.thread_id}

@@ -18,7 +18,8 @@ from core.messages import Message
 from core.recall import pg_keywords, pg_vectors
 from core.recall import keyword
 from core.recall.index import DRAIN_PER_SEARCH, RecallIndex
-from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, has_table
+from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, doc_state, has_table
+from core.recall.vector_table import VectorState
 from core.storage import migrations as storage_migrations
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,6 +69,26 @@ class PgRecallIndex(RecallIndex):
             if rows:
                 pg_vectors.upsert(conn, self.table, rows)
         report.indexed.extend(r[0] for r in rows)
+
+    def indexed_state(
+        self, conn: sa.Connection, ids: list[str]
+    ) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, VectorState]]:
+        docs = doc_state(conn, ids) if self.has_fts else {}
+        vecs = pg_vectors.stored_state(conn, self.table, self.model_id, ids) if self.info is not None else {}
+        return docs, vecs
+
+    def _replace(
+        self, remove: list[str], docs: list[tuple[str, str | None, str | None, str, str]],
+        rows: list[tuple[str, np.ndarray, dict[str, Any], str]], drop: list[str],
+    ) -> None:
+        with self.store.db.write() as conn:
+            if self.has_fts:
+                pg_keywords.delete_docs(conn, remove)
+                pg_keywords.upsert_docs(conn, docs)
+            if self.info is not None:
+                pg_vectors.delete_where(conn, self.table, "message_id", [*remove, *drop])
+                if rows:
+                    pg_vectors.upsert(conn, self.table, rows)
 
     def unindexed(self, messages: Sequence[Message]) -> list[Message]:
         if self.info is None or not messages:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from core.recall.keyword import CONTEXT_WEIGHT, KeywordHit, TermStats
 from core.recall.schema import DOCS_TABLE, QUEUE_TABLE, previous_text, text_of_raw
-from core.recall.text import keyword_terms, segment
+from core.recall.text import keyword_terms, passage_hash, segment
 
 CONFIG = "english"
 DRAIN_BATCH = 2000
@@ -46,10 +46,10 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
     if not keep:
         return
     conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, terms) VALUES (?, ?, ?, {_DOC}) "
+        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash, terms) VALUES (?, ?, ?, ?, {_DOC}) "
         "ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, "
-        "resource_id = EXCLUDED.resource_id, terms = EXCLUDED.terms",
-        [(mid, tid, rid, segment(text), segment(ctx)) for mid, tid, rid, text, ctx in keep],
+        "resource_id = EXCLUDED.resource_id, content_hash = EXCLUDED.content_hash, terms = EXCLUDED.terms",
+        [(mid, tid, rid, passage_hash(ctx, text), segment(text), segment(ctx)) for mid, tid, rid, text, ctx in keep],
     )
 
 

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from core.recall import hybrid
 from core.recall.matrix import SkipCounts
 from core.recall.schema import quoted
+from core.recall.vector_table import VectorState
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
@@ -84,6 +85,22 @@ def indexed_ids(conn: sa.Connection, table: str, model_id: str, message_ids: lis
         "AND model_id = ?", (message_ids, model_id),
     )
     return {r[0] for r in rows}
+
+
+def stored_state(conn: sa.Connection, table: str, model_id: str, message_ids: list[str]) -> dict[str, VectorState]:
+    """Each message's row (the one from ``model_id`` when it has several), for comparing hashes."""
+    out: dict[str, VectorState] = {}
+    if not message_ids:
+        return out
+    rows = conn.exec_driver_sql(
+        f"SELECT metadata->>'message_id', metadata->>'content_hash', model_id, metadata->>'thread_id', "
+        f"metadata->>'created_at', metadata->>'content' FROM {quoted(table)} WHERE metadata->>'message_id' = ANY(CAST(? AS text[]))",
+        (message_ids,),
+    )
+    for mid, digest, model_of, thread_id, created, content in rows:
+        if mid not in out or model_of == model_id:
+            out[mid] = VectorState(digest, model_of, thread_id, created, content)
+    return out
 
 
 class PgVectorSet:

@@ -7,6 +7,11 @@ Two named migrations (registered on import):
   *any* process — Mastra included — are queued; the index drains the queue (segmenting CJK text in
   Python, which SQL cannot do) in its next write. Searches never write: they leave out messages
   deleted since they were indexed and say that changes wait.
+- ``0016_recall_content_hash``: a ``content_hash`` column on the keyword docs, the passage hash
+  (``passages.passage_hash``) of the text and context each doc was built from. Vector rows carry the
+  same hash in their metadata (``content_hash``), so an edited message's stale rows are found by
+  comparing hashes (``RecallIndex.refresh_messages``, ``reindex``). Rows written before it have none:
+  unknown, rebuilt when refreshed.
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
   ``<table>:appends`` / ``<table>:rewrites``; an in-process matrix compares them with what it loaded, so
   vectors written by another process appear without polling the whole table.
@@ -27,7 +32,7 @@ import sqlalchemy as sa
 from core.storage import dialect
 
 from core.storage import migrations
-from core.recall.text import recall_content_text, segment
+from core.recall.text import passage_hash, recall_content_text, segment
 
 FTS_TABLE = "memory_studio_message_fts"
 DOCS_TABLE = "memory_studio_fts_docs"
@@ -35,7 +40,8 @@ QUEUE_TABLE = "memory_studio_recall_queue"
 STATE_TABLE = "memory_studio_recall_state"
 FTS_MIGRATION = "0004_message_fts"
 VECTOR_MIGRATION = "0005_vector_index"
-RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION)
+HASH_MIGRATION = "0016_recall_content_hash"
+RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION)
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -59,6 +65,7 @@ _FTS_DDL = (
 )
 
 _STATE_DDL = (f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",)
+_HASH_DDL = (f"ALTER TABLE {DOCS_TABLE} ADD COLUMN content_hash TEXT",)
 FTS_WATERMARK = "fts:rowid"  # highest mastra_messages rowid whose keyword doc is up to date
 
 
@@ -70,7 +77,7 @@ def _backfill_fts(conn: sa.Connection) -> None:
     ).all()
     for mid, thread_id, resource_id, raw, created in rows:
         context = previous_text(conn, thread_id, created, mid)
-        upsert_doc(conn, mid, thread_id, resource_id, text_of_raw(raw), context)
+        upsert_doc(conn, mid, thread_id, resource_id, text_of_raw(raw), context, hashed=False)  # no column yet
     top = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM mastra_messages").scalar()
     conn.exec_driver_sql(
         f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(top or 0))
@@ -90,6 +97,12 @@ def _register() -> None:
         migrations.Migration(
             VECTOR_MIGRATION, "Change counters for the vector tables (memory_messages_<dim>)", _STATE_DDL,
             postgres=pg_schema.VECTOR_DDL,
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            HASH_MIGRATION, "Passage hash on the keyword docs, so edited messages' stale recall rows are found",
+            _HASH_DDL, postgres=pg_schema.HASH_DDL,
         )
     )
 
@@ -187,16 +200,24 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
 
 
 def upsert_doc(
-    conn: sa.Connection, message_id: str, thread_id: str | None, resource_id: str | None, text: str, context: str = ""
+    conn: sa.Connection, message_id: str, thread_id: str | None, resource_id: str | None, text: str, context: str = "",
+    *, hashed: bool = True,
 ) -> None:
-    """(Re)write one message's keyword row. Empty text removes it."""
+    """(Re)write one message's keyword row. Empty text removes it. ``hashed``: record the passage hash
+    (False only before ``0016_recall_content_hash`` has added its column)."""
     delete_docs(conn, [message_id])
     if not text.strip():
         return
-    doc_id = conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?) RETURNING doc_id",
-        (message_id, thread_id, resource_id),
-    ).scalar()
+    if hashed:
+        doc_id = conn.exec_driver_sql(
+            f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash) VALUES (?, ?, ?, ?) RETURNING doc_id",
+            (message_id, thread_id, resource_id, passage_hash(context, text)),
+        ).scalar()
+    else:
+        doc_id = conn.exec_driver_sql(
+            f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?) RETURNING doc_id",
+            (message_id, thread_id, resource_id),
+        ).scalar()
     conn.exec_driver_sql(
         f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)", (doc_id, segment(text), segment(context))
     )
@@ -213,8 +234,8 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
     if not keep:
         return
     conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?)",
-        [(mid, tid, rid) for mid, tid, rid, _, _ in keep],  # executemany
+        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash) VALUES (?, ?, ?, ?)",
+        [(mid, tid, rid, passage_hash(ctx, text)) for mid, tid, rid, text, ctx in keep],  # executemany
     )
     ids: dict[str, int] = {}
     for start in range(0, len(keep), 500):
@@ -225,6 +246,19 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
         f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)",
         [(ids[mid], segment(text), segment(ctx)) for mid, _, _, text, ctx in keep],
     )
+
+
+def doc_state(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    """(passage hash, thread id) of each message's keyword doc, on either backend."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for start in range(0, len(message_ids), 500):
+        chunk = tuple(message_ids[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        for mid, digest, thread_id in conn.exec_driver_sql(
+            f"SELECT message_id, content_hash, thread_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", chunk
+        ):
+            out[mid] = (digest, thread_id)
+    return out
 
 
 def delete_docs(conn: sa.Connection, message_ids: list[str]) -> int:

@@ -36,6 +36,25 @@ class RawRow:
     created_at: str | None = None  # the message's createdAt (ISO text), for "as of" searches
 
 
+@dataclass(frozen=True)
+class VectorState:
+    """What a vector table holds for one message: the passage hash it was embedded from (None:
+    written before hashes were kept, or by Mastra), its model, and where the message stood."""
+
+    content_hash: str | None
+    model_id: str | None
+    thread_id: str | None
+    created_at: str | None
+    content: str | None = None  # the message text it was embedded from (our rows), for rows without a hash
+
+    def stale(self, digest: str, text: str) -> bool:
+        """Whether this row was embedded from another passage than ``digest`` (rows without a hash:
+        from another text than ``text``; an unknown text counts as unchanged)."""
+        if self.content_hash is not None:
+            return self.content_hash != digest
+        return self.content is not None and self.content != text
+
+
 def inspect(conn: sa.Connection, name: str, dim: int) -> TableInfo | None:
     if not has_table(conn, name):
         return None
@@ -134,6 +153,31 @@ def delete_where(conn: sa.Connection, info: TableInfo, key: str, values: Iterabl
         if key == "message_id":  # rows with no message_id in metadata: vector_id is the message id
             removed += int(conn.exec_driver_sql(f"DELETE FROM {q} WHERE vector_id IN ({marks})", chunk).rowcount or 0)
     return removed
+
+
+def stored_state(conn: sa.Connection, info: TableInfo, model_id: str, message_ids: Sequence[str]) -> dict[str, VectorState]:
+    """Each message's row (the one from ``model_id`` when it has several), for comparing hashes."""
+    q = quoted(info.name)
+    model = "model_id" if info.has_model_id else "NULL"
+    cols = (f"coalesce(json_extract(metadata, '$.message_id'), vector_id), json_extract(metadata, '$.content_hash'), "
+            f"{model}, json_extract(metadata, '$.thread_id'), json_extract(metadata, '$.created_at'), "
+            "json_extract(metadata, '$.content')")
+    out: dict[str, VectorState] = {}
+    for start in range(0, len(message_ids), 500):
+        chunk = tuple(message_ids[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        rows = [
+            *conn.exec_driver_sql(
+                f"SELECT {cols} FROM {q} {_scan_hint(info, 'message_id')} "
+                f"WHERE json_extract(metadata, '$.message_id') IN ({marks})", chunk),
+            *conn.exec_driver_sql(
+                f"SELECT {cols} FROM {q} WHERE vector_id IN ({marks}) AND json_extract(metadata, '$.message_id') IS NULL",
+                chunk),
+        ]
+        for mid, digest, model_of, thread_id, created, content in rows:
+            if mid not in out or model_of == model_id:
+                out[mid] = VectorState(digest, model_of, thread_id, created, content)
+    return out
 
 
 def change_counters(conn: sa.Connection, info: TableInfo) -> tuple[int, int]:
