@@ -9,6 +9,7 @@ agent actually runs a turn.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -48,6 +49,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.replay.record import TurnRecord
     from core.replay.turns import Turn
     from core.replay.what_if import WhatIfRow
+
+
+logger = logging.getLogger(__name__)
 
 
 class ConfigurationError(MemoryStudioError, ValueError):
@@ -506,13 +510,16 @@ class Memory:
         return report
 
     def _recall_follow(self, ids: Sequence[str]) -> None:
-        """Hand changed or deleted message ids to the recall index (``RecallIndex.refresh_messages``)."""
-        if self.options.read_only or self.store.read_only:
+        """Hand changed or deleted message ids to the recall index (``RecallIndex.refresh_messages``:
+        new vectors and keyword docs, rows of deleted messages removed, the next messages' passages
+        rebuilt). Without an index in this memory the database's triggers have queued the change, and
+        the next recall write applies it (searches already leave deleted messages out)."""
+        if self._recall_index is None or self.options.read_only or self.store.read_only:
             return
-        index = self._recall_index
-        refresh = getattr(index, "refresh_messages", None)
-        if callable(refresh):
-            refresh(list(ids))
+        report = self._recall_index.refresh_messages(list(ids))
+        if report.failed:
+            logger.warning("recall did not follow %d edited message(s): %s", len(report.failed),
+                           "; ".join(f"{k}: {v}" for k, v in list(report.failed.items())[:3]))
 
     def _ensure_threads(self, messages: Iterable[Message], conn: Any) -> None:
         # Every message is checked, not only the first of its thread: one foreign message refuses the

@@ -154,11 +154,12 @@ def _is_yaml(path: Path) -> bool:
 
 def _yaml() -> Any:
     try:
-        import yaml
+        import importlib
+
+        return importlib.import_module("yaml")  # optional: memory-studio[yaml]
     except ImportError:
         raise CheckFileError("Reading a YAML checks file needs PyYAML: pip install 'memory-studio[yaml]' "
                              "(or write the checks as JSON).") from None
-    return yaml
 
 
 def read_text(path: Path) -> Any:

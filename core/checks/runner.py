@@ -88,6 +88,11 @@ def outline(prompt: "AssembledPrompt") -> str:
     lines = [f"[{f.index}] {f.role} · {f.source} · {f.tokens} tok: {_clip(f.text)}" for f in prompt.fragments
              if f.kind != "tools"]
     lines += [f"(nothing from {pid}: {why})" for pid, why in prompt.skipped.items()]
+    for key, label in (("working_memory", "working memory"), ("semantic_recall", "semantic recall"),
+                       ("observational_memory", "observational memory")):
+        part = prompt.options.get(key)
+        if isinstance(part, Mapping) and part.get("enabled") is False:
+            lines.append(f"({label} is off in these options)")
     return "\n".join(lines)
 
 

@@ -333,11 +333,14 @@ def versions(store: "Store", message_id: str, *, resource_id: str) -> list[Messa
             return []
         rows = conn.execute(sa.select(message_versions).where(message_versions.c.message_id == message_id)
                             .order_by(message_versions.c.id)).mappings().all()
-        if not rows:
+        current = _select(conn, [message_id]).get(message_id)
+        if current is None and not rows:
             return []
-        thread_id = str(rows[-1]["thread_id"])
-        owners = _thread_owners(conn, [thread_id])
-    check_thread_owner(thread_id, owners.get(thread_id) or rows[-1]["resource_id"], resource_id)
+        probe = current or {"thread_id": rows[-1]["thread_id"], "resourceId": rows[-1]["resource_id"]}
+        owners = _thread_owners(conn, [str(probe["thread_id"])])
+    thread_id = str(probe["thread_id"])
+    check_thread_owner(thread_id, owners.get(thread_id) or probe.get("resourceId"), resource_id)
+    check_owner(probe, owners, resource_id)
     return [_from_db(r) for r in rows]
 
 
