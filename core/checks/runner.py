@@ -234,8 +234,9 @@ class CheckRunner:
             result.tokens = prompt.total_tokens
             if prompt.replay is not None:
                 info = prompt.replay
-                result.replay = info.kind + (" (matches its record)" if info.matches else
-                                             " (differs from its record)" if info.matches is False else "")
+                result.replay = (f"what-if over its {'record' if info.record is not None else 'time'}" if info.what_if
+                                 else info.kind + (" (matches its record)" if info.matches else
+                                                   " (differs from its record)" if info.matches is False else ""))
             result.failures = evaluate(check, prompt)
             result.status = FAIL if result.failures else PASS
         except (LookupError, OptionsError, ValueError, RuntimeError, PermissionError) as exc:

@@ -285,6 +285,9 @@ def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetRep
                 name = place.name if not place.prefix else f"{place.name} ({table})"
                 report.removed[name] = report.removed.get(name, 0) + _apply(conn, table, place.conditions, targets,
                                                                           dry_run)
+        if dry_run and _QUEUE in existing and "messages" in report.removed:
+            # Deleting the messages queues one row each (a trigger), which forget then deletes too.
+            report.removed["recall queue"] = report.removed.get("recall queue", 0) + report.removed["messages"]
         known |= {t for t in existing if t.startswith(_FTS + "_")}  # FTS5's own shadow tables
         for table, conditions in _unknown_tables(conn, existing, known):
             report.removed[f"other: {table}"] = _apply(conn, table, conditions, targets, dry_run)

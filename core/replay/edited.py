@@ -102,10 +102,21 @@ def as_of(source: "ReplaySource", when: datetime) -> SourceAsOf:
     return SourceAsOf(source, when)
 
 
+def edit_reason(fragment: Any, *prompts: Any) -> str | None:
+    """``"message-edited"`` / ``"message-deleted"`` when a fragment differs between two prompts because
+    one of its stored messages changed after the earlier turn (``prompt_diff``'s reason), else None."""
+    ids = set(getattr(fragment, "stored_ids", ()) or ())
+    kinds = {str(changed[i]) for p in prompts for changed in [getattr(getattr(p, "replay", None), "changed_since", None)
+                                                              or {}] for i in ids if i in changed}
+    if DELETED in kinds:
+        return "message-deleted"
+    return "message-edited" if EDITED in kinds else None
+
+
 def thread_changed_since(source: "ReplaySource", thread_id: str, when: datetime) -> bool:
     """Whether a message of the thread was edited or deleted after ``when`` (a reconstruction, which
     queries today's rows, cannot show the old text and says so)."""
     return message_edits.thread_changed_after(source.store, thread_id, to_iso(when))
 
 
-__all__ = ["DELETED", "EDITED", "SourceAsOf", "as_of", "thread_changed_since"]
+__all__ = ["DELETED", "EDITED", "SourceAsOf", "as_of", "edit_reason", "thread_changed_since"]
