@@ -331,8 +331,11 @@ class Memory:
         if not self.store.read_only:
             from core.replay import store as records
 
+            from core.edits.messages import delete_thread_versions
+
             with self.store.db.write() as conn:
                 records.delete_for_threads(conn, [thread_id], self.store)
+                delete_thread_versions(conn, thread_id)
         if self._recall_index is not None:
             self._recall_index.delete_thread(thread_id)
             return

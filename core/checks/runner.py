@@ -87,7 +87,7 @@ def outline(prompt: "AssembledPrompt") -> str:
     """One line per fragment, then what added nothing and why: the shape of a prompt at a glance."""
     lines = [f"[{f.index}] {f.role} · {f.source} · {f.tokens} tok: {_clip(f.text)}" for f in prompt.fragments
              if f.kind != "tools"]
-    lines += [f"(nothing from {pid}: {why})" for pid, why in prompt.skipped.items()]
+    lines += [f"(nothing from {pid}: {why})" for pid, why in prompt.skipped.items() if pid != "memory-input-filter"]
     for key, label in (("working_memory", "working memory"), ("semantic_recall", "semantic recall"),
                        ("observational_memory", "observational memory")):
         part = prompt.options.get(key)

@@ -380,6 +380,15 @@ def rows_as_of(store: "Store", ids: Sequence[str], when: str) -> dict[str, Messa
     return out
 
 
+def delete_thread_versions(conn: sa.Connection, thread_id: str) -> None:
+    """A deleted thread's message and observation versions go with it (inside its delete transaction)."""
+    from core.edits.schema import OBSERVATION_VERSIONS
+
+    for table in (MESSAGE_VERSIONS, OBSERVATION_VERSIONS):
+        if dialect.has_table(conn, table):
+            conn.exec_driver_sql(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+
 def thread_changed_after(store: "Store", thread_id: str, when: str) -> bool:
     """Whether any message of the thread was edited, deleted or restored after ``when``."""
     with store.db.read() as conn:
@@ -392,5 +401,5 @@ def thread_changed_after(store: "Store", thread_id: str, when: str) -> bool:
 
 __all__ = [
     "EditConflictError", "MessageVersion", "NoVersionHistoryError", "changed_ids", "check_owner",
-    "content_with_text", "delete", "edit", "row_message", "rows_as_of", "thread_changed_after", "undo", "versions",
+    "content_with_text", "delete", "delete_thread_versions", "edit", "row_message", "rows_as_of", "thread_changed_after", "undo", "versions",
 ]

@@ -72,12 +72,13 @@ class JsonHighlighter(QSyntaxHighlighter):
             self.setFormat(m.start(), m.end() - m.start(), self.formats["key"])
 
 
-# Priority emoji -> what a viewer shows instead (two UTF-16 units stay two: positions do not move)
-# and its colour. The invisible second character tells the highlighter which colour.
-_VIEW_MARKS = {emoji: (("●" + tail) if len(emoji.encode("utf-16-le")) == 4 else "✔", colour)
-               for (emoji, (_name, colour, _meaning)), tail in zip(PRIORITY_MARKS.items(), ("\u200b", "\u200c", "\u200d", ""))}
+# Priority emoji -> what a viewer shows instead, and its colour: a mark any font has, followed by an
+# invisible character that says which emoji it stands for (so copying gives the emoji back).
+_VIEW_MARKS = {emoji: (("✔" if name == "done" else "●") + tail, colour)
+               for (emoji, (name, colour, _meaning)), tail in zip(PRIORITY_MARKS.items(),
+                                                                  ("\u200b", "\u200c", "\u200d", "\u2060"))}
 _TO_VIEW = re.compile("|".join(map(re.escape, _VIEW_MARKS)))
-_FROM_VIEW = {shown: emoji for emoji, (shown, _colour) in _VIEW_MARKS.items() if len(shown) == 2}
+_FROM_VIEW = {shown: emoji for emoji, (shown, _colour) in _VIEW_MARKS.items()}
 _FROM_VIEW_RE = re.compile("|".join(map(re.escape, _FROM_VIEW)))
 _MARK_COLOURS = {shown: colour for shown, colour in _VIEW_MARKS.values()}
 
@@ -88,7 +89,7 @@ def view_marks(text: str) -> str:
 
 
 def unview_marks(text: str) -> str:
-    """The inverse of ``view_marks`` (✔ stays ✔: it may have been one)."""
+    """The inverse of ``view_marks``."""
     return _FROM_VIEW_RE.sub(lambda m: _FROM_VIEW[m.group(0)], text)
 
 
@@ -128,10 +129,8 @@ class MarkdownHighlighter(QSyntaxHighlighter):
 def mark_priorities(highlighter: QSyntaxHighlighter, text: str) -> None:
     """Colour the viewer marks that stand for priority emoji (``view_marks``)."""
     for i, ch in enumerate(text):
-        if ch == "●" and i + 1 < len(text) and ("●" + text[i + 1]) in _MARK_COLOURS:
-            highlighter.setFormat(i, 1, _fmt(_MARK_COLOURS["●" + text[i + 1]], bold=True))
-        elif ch == "✔":
-            highlighter.setFormat(i, 1, _fmt(_MARK_COLOURS["✔"], bold=True))
+        if ch in "●✔" and i + 1 < len(text) and (ch + text[i + 1]) in _MARK_COLOURS:
+            highlighter.setFormat(i, 1, _fmt(_MARK_COLOURS[ch + text[i + 1]], bold=True))
 
 
 class ProseHighlighter(MarkdownHighlighter):

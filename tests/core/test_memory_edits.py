@@ -275,3 +275,12 @@ def test_an_observation_edit_is_versioned_seen_next_turn_and_replays_as_it_was(o
     with store.db.read() as conn:
         n = conn.execute(sa.text("SELECT count(*) FROM memory_studio_om_versions")).scalar()
     assert n == 3
+
+
+def test_deleting_a_thread_deletes_its_message_versions(chat: Any, store: Any) -> None:
+    memory, _model = chat
+    first = _stored(memory)[0]
+    memory.edit_message(first.id, resource_id="ada", text="changed")
+    assert _rows(store, "SELECT count(*) FROM memory_studio_message_versions WHERE thread_id = ?", "t1")[0][0] == 1
+    memory.delete_thread("t1")
+    assert _rows(store, "SELECT count(*) FROM memory_studio_message_versions WHERE thread_id = ?", "t1")[0][0] == 0
