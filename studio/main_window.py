@@ -476,9 +476,6 @@ class MainWindow(QMainWindow):
             view.setCurrentIndex(index)
         menu = QMenu(view)
         menu.addAction(self.commands.action("replay.from_here"))
-        menu.addSeparator()
-        for cid in ("message.edit", "message.delete", "message.history"):
-            menu.addAction(self.commands.action(cid))
         self.commands.refresh_enabled()
         menu.popup(view.viewport().mapToGlobal(pos))
         self.message_menu = menu

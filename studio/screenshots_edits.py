@@ -124,7 +124,7 @@ def shoot_edits(app: Any, window: Any, save: Save, wait: Wait) -> None:
 
 def _first_user_message(window: Any, thread_id: str) -> str:
     found = window.session.store.memory.list_messages(_query(thread_id))
-    return next(m.id for m in found if m.role == "user")
+    return str(next(m.id for m in found if m.role == "user"))
 
 
 def _query(thread_id: str) -> Any:

@@ -13,7 +13,7 @@ error shows the endpoint and what to do, and nothing of that turn is saved.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QShowEvent
@@ -73,7 +73,7 @@ class ChatPane(QWidget):
         self.session = session
         self.embedders = EMBEDDERS
         self.models_provider = lambda: chat_runner.configured_models(self)
-        self.default_model_provider = lambda: chat_runner.default_model_name(self)
+        self.default_model_provider: Callable[[], str] = lambda: chat_runner.default_model_name(self)
         self._model_picked = False  # the user chose a model here: keep it; else follow Preferences' default
         host_prefs = getattr(parent.window() if parent is not None else None, "preferences", None)
         if host_prefs is not None:  # the default changed in File > Preferences… while this tab is shown

@@ -289,8 +289,8 @@ class RecallPlaygroundPane(QWidget):
             spin.valueChanged.connect(lambda _v: self.schedule())
         self.reset_btn.clicked.connect(self.reset_to_agent)
         self._touched = False  # the user changed a control since picking the thread: keep it
-        for spin in (self.threshold_spin, self.topk_spin, self.before_spin, self.after_spin):
-            spin.valueChanged.connect(self._touch)
+        for control in (self.threshold_spin, self.topk_spin, self.before_spin, self.after_spin):
+            control.valueChanged.connect(self._touch)
         self.threshold_check.toggled.connect(self._touch)
         self.scope_combo.currentIndexChanged.connect(self._touch)
         self.why_btn.clicked.connect(self.explain_now)

@@ -30,7 +30,7 @@ from studio.logic.replay_layout import (
     token_rows,
 )
 from studio.logic.checks_layout import PinTarget
-from studio.logic.edit_marks import changed_since, fragment_mark
+from studio.logic.edit_marks import changed_since, fragment_mark, sources_note
 from studio.replay_jobs import StepData
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
@@ -224,15 +224,16 @@ class TurnView(QSplitter):
         rec = self.step_model.row_at(row)
         if rec is None:
             return
-        bits = [rec.mark or "unchanged", rec.source, f"{rec.tokens:,} tokens"]
-        edited = fragment_mark(changed_since(self._step.received) if self._step else {}, rec.stored_ids)
-        if edited:
-            bits.append(f"{edited} (shown as the model saw it)")
+        changed = changed_since(self._step.received) if self._step else {}
+        edited = fragment_mark(changed, rec.stored_ids)
+        bits = [rec.mark or "unchanged", *([edited] if edited else []), rec.source, f"{rec.tokens:,} tokens"]
         if rec.reason:
             bits.append(f"why: {reason_label(rec.reason)}")
         self.fragment_header.setText(" · ".join(bits))
         links = ", ".join(f'<a href="{i}">{esc(i)}</a>' for i in rec.stored_ids[:12])
-        self.fragment_sources.setText(f"From stored messages: {links}" if links else "Not from a stored message")
+        note = sources_note(changed, rec.stored_ids)
+        self.fragment_sources.setText((f"From stored messages: {links}" if links else "Not from a stored message")
+                                      + (f"<br><i>{esc(note)}</i>" if note else ""))
         if rec.change == "changed" and rec.text_before is not None:
             self.fragment_text.load(f"— before —\n{rec.text_before}\n\n— now —\n{rec.text}")
         else:
