@@ -5,8 +5,8 @@ go through ``replace_all``, which is one undoable step, so Ctrl+Z after "Revert"
 
 ``"prose"`` is for what a model read or wrote (prompt fragments, replies): headings and bold, but no
 ``label:`` colouring, which made ordinary sentences ("Quick heads-up: I'm allergic") look like fields.
-Read-only viewers show observational memory's priority emoji (🔴 🟡 🟢 ✅), which the monospace font
-and most desktops cannot draw, as coloured marks any font has; copying gives the emoji back.
+Read-only prose viewers show observational memory's priority emoji (🔴 🟡 🟢 ✅), which the monospace
+font and most desktops cannot draw, as coloured marks any font has; copying gives the emoji back.
 """
 
 from __future__ import annotations
@@ -140,11 +140,6 @@ class ProseHighlighter(MarkdownHighlighter):
         super().__init__(document, labels=False)
 
 
-class MarksHighlighter(QSyntaxHighlighter):
-    """Plain text with coloured priority marks only."""
-
-    def highlightBlock(self, text: str) -> None:
-        mark_priorities(self, text)
 
 
 class CodeEditor(QPlainTextEdit):
@@ -161,11 +156,12 @@ class CodeEditor(QPlainTextEdit):
         self.set_language(language)
 
     def set_language(self, language: str) -> None:
+        self.language = language
         if self.highlighter is not None:
             self.highlighter.setDocument(None)
         self.highlighter = {
             "json": JsonHighlighter, "markdown": MarkdownHighlighter, "prose": ProseHighlighter,
-        }.get(language, MarksHighlighter if self.isReadOnly() else (lambda _d: None))(self.document())  # type: ignore[operator]
+        }.get(language, lambda _d: None)(self.document())  # type: ignore[operator]
 
     def replace_all(self, text: str) -> None:
         """Replace the whole text as one undoable edit (unlike ``setPlainText``, which wipes undo)."""
@@ -177,20 +173,23 @@ class CodeEditor(QPlainTextEdit):
         cursor.insertText(text)
         cursor.endEditBlock()
 
+    @property
+    def shows_marks(self) -> bool:
+        """A read-only viewer of model text ("prose") draws priority emoji as marks (``view_marks``)."""
+        return self.isReadOnly() and self.language == "prose"
+
     def load(self, text: str) -> None:
-        """Show freshly loaded data: not undoable (there is nothing of the user's to bring back). A
-        read-only viewer shows priority emoji as marks (``view_marks``); ``text()`` is what was loaded."""
-        self._loaded = text
-        self.setPlainText(view_marks(text) if self.isReadOnly() else text)
+        """Show freshly loaded data: not undoable (there is nothing of the user's to bring back)."""
+        self.setPlainText(view_marks(text) if self.shows_marks else text)
         self.document().setModified(False)
 
     def text(self) -> str:
         """The text as loaded or edited (a viewer's marks back as the emoji they stand for)."""
-        return unview_marks(self.toPlainText()) if self.isReadOnly() else self.toPlainText()
+        return unview_marks(self.toPlainText()) if self.shows_marks else self.toPlainText()
 
     def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 - Qt's name
         data = super().createMimeDataFromSelection()
-        if self.isReadOnly() and data.hasText():
+        if self.shows_marks and data.hasText():
             data.setText(unview_marks(data.text()))
         return data
 
