@@ -185,6 +185,9 @@ class MemoryEditActions(QObject):
             return
 
         def refresh(_line: str) -> None:
+            newest = self.history.next_undo
+            if newest is not None and newest.kind == record.kind and newest.target_id == record.target_id:
+                self.history.did_undo(newest)  # the window's Undo must not revert it a second time
             session = self._session()
             if session is None or not shiboken6.isValid(dialog):
                 return

@@ -360,23 +360,37 @@ def changed_ids(store: "Store", ids: Sequence[str]) -> set[str]:
     return out
 
 
-def rows_as_of(store: "Store", ids: Sequence[str], when: str) -> dict[str, Message | None]:
-    """For each message changed after ``when`` (ISO text): the message as it was then (None: it did
-    not exist yet). Messages not changed since are left out: their stored row is what was seen."""
-    if not ids:
-        return {}
-    out: dict[str, Message | None] = {}
+def has_versions_table(store: "Store") -> bool:
+    """Whether the database keeps message versions (cached per store: a table, once there, stays)."""
+    if not store.extensions.get("message_versions_table"):
+        with store.db.read() as conn:
+            store.extensions["message_versions_table"] = _has_versions(conn)
+    return bool(store.extensions["message_versions_table"])
+
+
+def newest_change(store: "Store") -> str | None:
+    """When the newest message change was made (ISO text), or None: nothing was ever changed."""
+    if not has_versions_table(store):
+        return None
     with store.db.read() as conn:
-        if not _has_versions(conn):
-            return {}
+        value = conn.exec_driver_sql(f'SELECT max("createdAt") FROM {MESSAGE_VERSIONS}').scalar()
+    return str(value) if value else None
+
+
+def version_rows(store: "Store", ids: Sequence[str]) -> dict[str, list[tuple[str, Message | None]]]:
+    """Each message's versions, oldest first, as (when, the message before that change: None when it
+    did not exist). Messages never changed are left out."""
+    out: dict[str, list[tuple[str, Message | None]]] = {}
+    if not ids or not has_versions_table(store):
+        return out
+    with store.db.read() as conn:
         for start in range(0, len(ids), 500):
             chunk = list(ids[start:start + 500])
             rows = conn.exec_driver_sql(
-                f'SELECT message_id, before_row FROM {MESSAGE_VERSIONS} WHERE "createdAt" > ? AND message_id IN '
-                f"({','.join('?' * len(chunk))}) ORDER BY id", (when, *chunk)).all()
-            for mid, before in rows:
-                if mid not in out:  # the first change after the turn holds what the turn saw
-                    out[str(mid)] = row_message(_load_row(before))
+                f'SELECT message_id, "createdAt", before_row FROM {MESSAGE_VERSIONS} WHERE message_id IN '
+                f"({','.join('?' * len(chunk))}) ORDER BY id", tuple(chunk)).all()
+            for mid, when, before in rows:
+                out.setdefault(str(mid), []).append((str(when), row_message(_load_row(before))))
     return out
 
 
@@ -401,5 +415,6 @@ def thread_changed_after(store: "Store", thread_id: str, when: str) -> bool:
 
 __all__ = [
     "EditConflictError", "MessageVersion", "NoVersionHistoryError", "changed_ids", "check_owner",
-    "content_with_text", "delete", "delete_thread_versions", "edit", "row_message", "rows_as_of", "thread_changed_after", "undo", "versions",
+    "content_with_text", "delete", "delete_thread_versions", "edit", "has_versions_table", "newest_change",
+    "row_message", "thread_changed_after", "undo", "version_rows", "versions",
 ]

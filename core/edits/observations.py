@@ -221,24 +221,30 @@ def versions(store: "Store", record_id: str, *, resource_id: str) -> list[Observ
                                r["note"], parse_iso(r["createdAt"])) for r in rows]
 
 
-def log_as_of(store: "Store", record_ids: list[str], when: str) -> dict[str, str]:
-    """For each generation whose log was edited after ``when`` (ISO text): the log as it was then."""
-    if not record_ids:
-        return {}
-    out: dict[str, str] = {}
+def newest_change(store: "Store") -> str | None:
+    """When the newest observation edit was made (ISO text), or None: none ever was."""
+    if not store.extensions.get("observation_versions_table"):
+        with store.db.read() as conn:
+            store.extensions["observation_versions_table"] = dialect.has_table(conn, OBSERVATION_VERSIONS)
+    if not store.extensions["observation_versions_table"]:
+        return None
+    with store.db.read() as conn:
+        value = conn.exec_driver_sql(f'SELECT max("createdAt") FROM {OBSERVATION_VERSIONS}').scalar()
+    return str(value) if value else None
+
+
+def log_versions(store: "Store", record_id: str) -> list[tuple[str, str]]:
+    """A generation's log changes, oldest first, as (when, the whole log before that change)."""
     with store.db.read() as conn:
         if not dialect.has_table(conn, OBSERVATION_VERSIONS):
-            return {}
-        marks = ",".join("?" * len(record_ids))
+            return []
         rows = conn.exec_driver_sql(
-            f'SELECT record_id, before_text FROM {OBSERVATION_VERSIONS} WHERE "createdAt" > ? AND record_id IN ({marks}) '
-            "ORDER BY id", (when, *record_ids)).all()
-    for rid, before in rows:
-        out.setdefault(str(rid), str(before))
-    return out
+            f'SELECT "createdAt", before_text FROM {OBSERVATION_VERSIONS} WHERE record_id = ? ORDER BY id',
+            (record_id,)).all()
+    return [(str(when), str(before)) for when, before in rows]
 
 
 __all__ = [
-    "ObservationConflictError", "ObservationVersion", "delete", "edit", "is_observation_line", "log_as_of", "undo",
-    "versions",
+    "ObservationConflictError", "ObservationVersion", "delete", "edit", "is_observation_line", "log_versions",
+    "newest_change", "undo", "versions",
 ]

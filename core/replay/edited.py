@@ -32,14 +32,43 @@ DELETED = "deleted since"
 
 
 class _Past:
-    """Per ``ReplaySource`` and turn time: what each message and generation was (None: unchanged)."""
+    """Per ``ReplaySource``: the version history of the rows its rebuilds read, loaded once. When
+    nothing changed after a turn (the usual case: no edit ever, or none since) no row is read at all."""
 
-    def __init__(self) -> None:
-        self.messages: dict[tuple[str, str], Message | None | bool] = {}
-        self.logs: dict[tuple[str, str], str | None] = {}
+    def __init__(self, source: "ReplaySource") -> None:
+        self.store = source.store
+        self._newest: dict[str, str | None] = {}
+        self.messages: dict[str, list[tuple[str, Message | None]]] = {}
+        self.logs: dict[str, list[tuple[str, str]]] = {}
+
+    def newest(self, kind: str) -> str | None:
+        if kind not in self._newest:
+            edits = message_edits if kind == "messages" else observation_edits
+            self._newest[kind] = edits.newest_change(self.store)
+        return self._newest[kind]
+
+    def message_versions(self, ids: list[str]) -> None:
+        unknown = [i for i in ids if i not in self.messages]
+        if unknown:
+            found = message_edits.version_rows(self.store, unknown)
+            for mid in unknown:
+                self.messages[mid] = found.get(mid, [])
+
+    def log_versions(self, row_id: str) -> list[tuple[str, str]]:
+        if row_id not in self.logs:
+            self.logs[row_id] = observation_edits.log_versions(self.store, row_id)
+        return self.logs[row_id]
 
 
 _CACHE: "weakref.WeakKeyDictionary[Any, _Past]" = weakref.WeakKeyDictionary()
+
+
+def _first_after(versions: list[tuple[str, Any]], when: str) -> tuple[bool, Any]:
+    """(True, what it was before) for the first change after ``when``; (False, None) when none."""
+    for changed_at, before in versions:
+        if changed_at > when:
+            return True, before
+    return False, None
 
 
 class SourceAsOf:
@@ -52,33 +81,22 @@ class SourceAsOf:
         try:
             self._past = _CACHE[source]
         except KeyError:
-            self._past = _CACHE.setdefault(source, _Past())
+            self._past = _CACHE.setdefault(source, _Past(source))
 
     def __getattr__(self, name: str) -> Any:  # everything else is the wrapped source's
         return getattr(self._source, name)
 
-    def _then(self, ids: list[str]) -> dict[str, Message | None]:
-        """The messages among ``ids`` that changed after ``when``: as they were then."""
-        unknown = [i for i in ids if (i, self.when) not in self._past.messages]
-        if unknown:
-            found = message_edits.rows_as_of(self._source.store, unknown, self.when)
-            for mid in unknown:
-                self._past.messages[(mid, self.when)] = found[mid] if mid in found else False
-        out: dict[str, Message | None] = {}
-        for mid in ids:
-            value = self._past.messages[(mid, self.when)]
-            if value is not False:
-                out[mid] = value  # type: ignore[assignment]
-        return out
-
     def messages(self, ids: Iterable[str]) -> dict[str, Message]:
         wanted = list(dict.fromkeys(ids))
         current = self._source.messages(wanted)
-        past = self._then(wanted)
+        newest = self._past.newest("messages")
+        if newest is None or newest <= self.when:
+            return current  # nothing changed after this turn
+        self._past.message_versions(wanted)
         out: dict[str, Message] = {}
         for mid in wanted:
-            if mid in past:
-                then = past[mid]
+            changed, then = _first_after(self._past.messages.get(mid, []), self.when)
+            if changed:
                 if then is None:
                     continue  # created (restored) after the turn: the turn never saw it
                 out[mid] = then
@@ -89,13 +107,11 @@ class SourceAsOf:
 
     def generation(self, row_id: str) -> "OMRecord | None":
         record = self._source.generation(row_id)
-        if record is None:
-            return None
-        key = (row_id, self.when)
-        if key not in self._past.logs:
-            self._past.logs[key] = observation_edits.log_as_of(self._source.store, [row_id], self.when).get(row_id)
-        log = self._past.logs[key]
-        return record if log is None else replace(record, active_observations=log)
+        newest = self._past.newest("observations")
+        if record is None or newest is None or newest <= self.when:
+            return record
+        changed, log = _first_after(self._past.log_versions(row_id), self.when)
+        return replace(record, active_observations=log) if changed else record
 
 
 def as_of(source: "ReplaySource", when: datetime) -> SourceAsOf:
