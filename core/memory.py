@@ -517,7 +517,7 @@ class Memory:
         new vectors and keyword docs, rows of deleted messages removed, the next messages' passages
         rebuilt). Without an index in this memory the database's triggers have queued the change, and
         the next recall write applies it (searches already leave deleted messages out)."""
-        if self._recall_index is None or self.options.read_only or self.store.read_only:
+        if self._recall_index is None or self.store.read_only:
             return
         report = self._recall_index.refresh_messages(list(ids))
         if report.failed:

@@ -196,11 +196,11 @@ def _targets(conn: sa.Connection, resource_id: str) -> Targets:
     t.messages = _ids(conn, "SELECT id FROM mastra_messages WHERE thread_id IN {in}", threads)
     t.messages += [m for m in _ids(conn, 'SELECT id FROM mastra_messages WHERE "resourceId" IN {in}', resources)
                    if m not in t.messages]
-    if dialect.has_table(conn, MESSAGE_VERSIONS):
-        known = set(t.messages)
+    if dialect.has_table(conn, MESSAGE_VERSIONS):  # deleted messages too: their recall rows may linger
         for sql, values in (("SELECT message_id FROM " + MESSAGE_VERSIONS + " WHERE thread_id IN {in}", threads),
                             ("SELECT message_id FROM " + MESSAGE_VERSIONS + " WHERE resource_id IN {in}", resources)):
-            t.messages += [m for m in _ids(conn, sql, values) if m not in known and not known.add(m)]  # type: ignore[func-returns-value]
+            t.messages += _ids(conn, sql, values)
+    t.messages = list(dict.fromkeys(t.messages))
     t.om_keys = [f"resource:{r}" for r in resources] + [f"thread:{x}" for x in threads]
     if dialect.has_table(conn, "mastra_observational_memory"):
         om = set()

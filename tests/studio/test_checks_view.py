@@ -55,7 +55,6 @@ def test_checks_tab_lists_states_and_what_if_breaks(qtbot: Any, make_window: Any
         Check("no such turn", "food", turn=7, prompt_contains=("x",)),
     ])
     window = _open(qtbot, make_window, db)
-    before = window.session.store.db.write_transactions
     pane = window.panes["checks"]
     window.show_tab("checks")
     pane.set_path(checks_file, run=True)
@@ -79,7 +78,26 @@ def test_checks_tab_lists_states_and_what_if_breaks(qtbot: Any, make_window: Any
     pane.options_edit.setText("{nope")
     pane.what_if_btn.click()
     assert "not valid JSON" in pane.status.text()
-    assert window.session.store.db.write_transactions == before  # checking never writes the database
+
+
+def test_running_checks_never_writes_the_database(qtbot: Any, no_leaked_widgets: None, make_session: Any,
+                                                  tmp_path: Path) -> None:
+    from studio.panes.checks import ChecksPane
+
+    db = tmp_path / "memory.db"
+    seed(db)
+    checks_file = tmp_path / "checks.json"
+    save_checks(checks_file, [Check("allergy reaches dessert", "food", input=DESSERT, prompt_contains=("peanut",))])
+    session = make_session(db)
+    pane = ChecksPane(session)
+    qtbot.addWidget(pane)
+    before = session.store.db.write_transactions
+    pane.set_path(checks_file, run=True)
+    _ran(qtbot, pane)
+    pane.run_what_if({"semantic_recall": False})
+    _ran(qtbot, pane, what_if=True)
+    assert [r.state for r in pane.model.rows()] == ["pass → FAIL (would break)"]
+    assert session.store.db.write_transactions == before  # checking never writes the database
 
 
 def test_pin_from_the_inspector_writes_a_check_that_passes(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
