@@ -188,6 +188,11 @@ class Span:
         self._fields["output"] = value
         return self
 
+    def set_input(self, value: Any) -> Span:
+        """Replace the span's input (for spans whose input is known only once they end)."""
+        self._fields["input"] = value
+        return self
+
     def record_error(self, error: BaseException | str) -> Span:
         if isinstance(error, BaseException):
             stack = "".join(traceback.format_exception(error))[-4000:]
@@ -400,6 +405,9 @@ class NoopSpan:
         return self
 
     def set_output(self, value: Any) -> NoopSpan:
+        return self
+
+    def set_input(self, value: Any) -> NoopSpan:
         return self
 
     def record_error(self, error: BaseException | str) -> NoopSpan:
