@@ -16,6 +16,7 @@ resource and run ids. A span is exported once, when it ends; secrets are redacte
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import threading
@@ -64,6 +65,7 @@ __all__ = [
     "Tracer",
     "current_span",
     "redact_secrets",
+    "tracing_disabled",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -445,6 +447,11 @@ class NoopTracer:
 
     def shutdown(self, timeout: float | None = None) -> None:
         return None
+
+
+def tracing_disabled() -> bool:
+    """``$MEMORY_STUDIO_TRACING`` is ``off`` (or ``0``/``false``): runs record no spans."""
+    return os.environ.get("MEMORY_STUDIO_TRACING", "").lower() in ("off", "0", "false")
 
 
 #: The tracer every engine component holds: a real one, or the no-op stand-in when tracing is off,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.tracing import TracingProcessor, add_trace_processor, get_current_span, get_current_trace
 
-from core.traces.tracer import NOOP_TRACER, Span, SpanTracer, SpanType
+from core.traces.tracer import NOOP_TRACER, Span, SpanTracer, SpanType, tracing_disabled
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.integrations.openai_agents.session import MemorySession
@@ -123,7 +122,7 @@ class MemoryStudioTraceProcessor(TracingProcessor):
 
 
 def _tracer_of(session: MemorySession) -> SpanTracer:
-    if os.environ.get("MEMORY_STUDIO_TRACING", "").lower() in ("off", "0", "false"):
+    if tracing_disabled():
         return NOOP_TRACER
     return session.memory.turn_tracer()
 
