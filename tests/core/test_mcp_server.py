@@ -175,3 +175,63 @@ def test_any_resource_with_a_token_takes_the_resource_per_call(db: Path) -> None
     assert [t["id"] for t in bob["threads"]] == ["bob-secret"]
     assert "name one" in missing
     assert cross.is_error and "4321" not in json.dumps([c.model_dump() for c in cross.content])
+
+
+class HttpServer:
+    """`memory-studio mcp --http --port 0` as a subprocess; the URL read from its ready line."""
+
+    def __init__(self, db: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--http", "--port", "0", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env or dict(os.environ))
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if " on http://" in line:
+                self.url = line.split(" on ", 1)[1].split()[0]
+                break
+        else:  # pragma: no cover - the server died; show why
+            raise AssertionError(f"the server did not start: {self.proc.wait(30)}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def test_http_server_keeps_the_gateways_rules(db: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    server = HttpServer(db, "--resource", "ada", env={**os.environ, "MEMORY_STUDIO_MCP_TOKEN": "s3cret-token-value"})
+    try:
+        assert server.url.endswith("/mcp")
+
+        async def main() -> tuple[Any, ...]:
+            headers = {"Authorization": "Bearer s3cret-token-value"}
+            async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+                async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    tools = await client.list_tools()
+                    threads = _data(await client.call_tool("list_threads", {}))
+                    refused = _error(await client.call_tool("read_thread", {"thread": "bob-secret"}))
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            json_type = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+            async with httpx2.AsyncClient(timeout=60) as raw:
+                no_token = await raw.post(server.url, content=body, headers=json_type)
+                bad_host = await raw.post(server.url, content=body, headers={
+                    **json_type, **headers, "Host": "evil.example"})
+                bad_origin = await raw.post(server.url, content=body, headers={
+                    **json_type, **headers, "Origin": "https://evil.example"})
+                not_json = await raw.post(server.url, content=body, headers={
+                    **headers, "Content-Type": "text/plain", "Accept": json_type["Accept"]})
+            return tools, threads, refused, no_token, bad_host, bad_origin, not_json
+
+        tools, threads, refused, no_token, bad_host, bad_origin, not_json = anyio.run(main)
+    finally:
+        server.stop()
+    assert {t.name for t in tools.tools} == TOOLS
+    assert [t["id"] for t in threads["threads"]] == []  # ada has no threads yet; bob's are never listed
+    assert "bob" in refused and "4321" not in refused
+    assert (no_token.status_code, no_token.json()["error"]["code"]) == (401, "invalid_api_key")
+    assert (bad_host.status_code, bad_host.json()["error"]["code"]) == (421, "host_not_allowed")
+    assert (bad_origin.status_code, bad_origin.json()["error"]["code"]) == (403, "origin_not_allowed")
+    assert (not_json.status_code, not_json.json()["error"]["code"]) == (415, "unsupported_media_type")
