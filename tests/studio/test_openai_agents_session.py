@@ -123,7 +123,10 @@ def test_three_turns_are_our_messages_with_memory_as_instructions_and_traces(
     for run in runs:
         spans = resolver.resolve().reader.get_trace(run.trace_id)
         assert {s.span_type for s in spans} >= {"agent_run", "model_generation", "memory_operation"}
-        generations += [s for s in spans if s.span_type == "model_generation"]
+        run_generations = [s for s in spans if s.span_type == "model_generation"]
+        agent_spans = {s.span_id for s in spans if s.span_type == "agent_run" and s.parent_span_id is not None}
+        assert agent_spans and all(g.parent_span_id in agent_spans for g in run_generations)  # under 'chef'
+        generations += run_generations
     assert len(generations) == len(sent) == 4
     sent_messages = sorted(json.dumps(r["messages"], sort_keys=True) for r in sent)
     traced_messages = sorted(json.dumps(g.input["messages"], sort_keys=True) for g in generations)

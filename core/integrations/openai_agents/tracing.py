@@ -38,6 +38,8 @@ class MemoryStudioTraceProcessor(TracingProcessor):
         self._lock = threading.Lock()
         self._sessions: weakref.WeakValueDictionary[str, MemorySession] = weakref.WeakValueDictionary()
         self._spans: dict[str, Span] = {}  # SDK trace id or span id → ours
+        # SDK spans we do not mirror (turns, tasks) → our span their children attach to instead
+        self._aliases: dict[str, Span] = {}
         self._tracers: dict[str, SpanTracer] = {}  # SDK trace id → the tracer its spans go to
 
     def register(self, key: str, session: MemorySession) -> None:
@@ -71,12 +73,15 @@ class MemoryStudioTraceProcessor(TracingProcessor):
     def on_span_start(self, span: Any) -> None:
         with self._lock:
             tracer = self._tracers.get(span.trace_id)
-            parent = self._spans.get(span.parent_id or "") or self._spans.get(span.trace_id)
+            parent = (self._spans.get(span.parent_id or "") or self._aliases.get(span.parent_id or "")
+                      or self._spans.get(span.trace_id))
         if tracer is None or parent is None:
             return
         data = span.span_data
         kind, name = _kind_and_name(data)
         if kind is None:
+            with self._lock:
+                self._aliases[span.span_id] = parent
             return
         ours = tracer.start_span(name, kind, parent=parent,
                                  entity_type="agent" if kind == SpanType.AGENT_RUN else None,
@@ -89,6 +94,7 @@ class MemoryStudioTraceProcessor(TracingProcessor):
     def on_span_end(self, span: Any) -> None:
         with self._lock:
             ours = self._spans.pop(span.span_id, None)
+            self._aliases.pop(span.span_id, None)
         if ours is None:
             return
         try:
@@ -118,6 +124,8 @@ class MemoryStudioTraceProcessor(TracingProcessor):
                 return None, NOOP_TRACER
             if current is not None and current.span_id in self._spans:
                 return self._spans[current.span_id], tracer
+            if current is not None and current.span_id in self._aliases:
+                return self._aliases[current.span_id], tracer
             return self._spans.get(trace.trace_id), tracer
 
 
