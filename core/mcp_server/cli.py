@@ -77,7 +77,7 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with open_store(args.db) as store:
         memory = _memory(store, args.agent, err)
         tools = MemoryTools(memory, Binding(args.resource, args.any_resource))
-        server = build_server(tools)
+        server = build_server(tools, log_level=args.log_level)
         who = f"resource {args.resource!r}" if args.resource else "any resource (token required)"
         try:
             if not args.http:

@@ -18,23 +18,22 @@ import functools
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
-from urllib.parse import quote, unquote
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp_types import Resource as MCPResource
 from pydantic import Field
 
 from core.errors import MemoryStudioError
-from core.mcp_server.tools import DEFAULT_READ, MemoryTools
+from core.mcp_server.tools import DEFAULT_READ, URI_PREFIX, MemoryTools, transcript_uri
 from core.version import __version__
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SERVER_NAME = "memory-studio"
-URI_PREFIX = "memory://threads/"
 #: Shown to the client (and its model) when it connects.
 INSTRUCTIONS = (
     "Long-term memory of this user, kept by Memory Studio. Use search_memory to find what was said before "
@@ -45,10 +44,6 @@ INSTRUCTIONS = (
 #: The optional ``resource`` argument every tool takes.
 ResourceArg = Annotated[str | None, Field(
     description="Whose memory: only on a server started with --any-resource (a bound server refuses others).")]
-
-
-def transcript_uri(thread_id: str) -> str:
-    return URI_PREFIX + quote(thread_id, safe="")
 
 
 async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
@@ -62,9 +57,9 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
 class MemoryMCPServer(MCPServer):
     """An ``MCPServer`` whose resource list is read from the database on each request."""
 
-    def __init__(self, tools: MemoryTools) -> None:
+    def __init__(self, tools: MemoryTools, *, log_level: str = "WARNING") -> None:
         bound = tools.binding.resource
-        super().__init__(SERVER_NAME, title="Memory Studio", version=__version__,
+        super().__init__(SERVER_NAME, title="Memory Studio", version=__version__, log_level=log_level.upper(),  # type: ignore[arg-type]
                          instructions=INSTRUCTIONS + (f" Every call is about resource {bound!r}." if bound else
                                                       " Name the resource in every call."))
         self.memory_tools = tools
@@ -113,15 +108,19 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
                        resource: ResourceArg = None) -> dict[str, Any]:
         return await run(lambda: tools.remember(text, thread, role, title, resource))
 
+    # A thread id is a name, not a path: ".." or a leading "/" are ordinary characters of it (the SDK
+    # decodes the percent-encoding before calling).
     @server.resource(URI_PREFIX + "{thread_id}", name="thread-transcript", mime_type="text/markdown",
-                     description="A thread's transcript (Markdown)")
+                     description="A thread's transcript (Markdown)",
+                     security=ResourceSecurity(exempt_params=frozenset({"thread_id"})))
     async def thread_transcript(thread_id: str) -> str:
-        return await _call(lambda: tools.transcript(unquote(thread_id)), ResourceError)
+        return await _call(lambda: tools.transcript(thread_id), ResourceError)
 
 
 
-def build_server(tools: MemoryTools) -> MemoryMCPServer:
-    return MemoryMCPServer(tools)
+def build_server(tools: MemoryTools, *, log_level: str = "WARNING") -> MemoryMCPServer:
+    """The server for ``tools``; ``log_level`` is what reaches stderr (the SDK's and ours)."""
+    return MemoryMCPServer(tools, log_level=log_level)
 
 
 async def run_stdio(server: MCPServer) -> None:

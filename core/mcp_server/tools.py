@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from core.errors import MemoryStudioError
 from core.memory import Memory
@@ -29,8 +30,13 @@ T = TypeVar("T")
 DEFAULT_READ = 50
 MAX_READ = 1000
 MAX_TOP_K = 50
-#: The URI of a thread's transcript resource.
-TRANSCRIPT_URI = "memory://threads/{thread_id}"
+#: Where thread transcripts live: ``memory://threads/<percent-encoded thread id>``.
+URI_PREFIX = "memory://threads/"
+
+
+def transcript_uri(thread_id: str) -> str:
+    """The URI of a thread's transcript resource (any thread id: it is percent-encoded)."""
+    return URI_PREFIX + quote(thread_id, safe="")
 
 
 class ResourceNotAllowed(MemoryStudioError, PermissionError):
@@ -112,7 +118,7 @@ class MemoryTools:
             return {"resource": owner, "threads": [
                 {"id": s.thread.id, "title": s.thread.title, "messageCount": s.message_count,
                  "lastActivity": s.last_activity.isoformat() if s.last_activity else None,
-                 "uri": TRANSCRIPT_URI.format(thread_id=s.thread.id)} for s in rows]}
+                 "uri": transcript_uri(s.thread.id)} for s in rows]}
 
         return self._traced("list_threads", "read", {}, owner, None, run,
                             lambda r: {"threads": [t["id"] for t in r["threads"]]})
@@ -205,7 +211,7 @@ class MemoryTools:
         """The thread transcripts this server offers as resources (newest activity first, at most 500)."""
         owner = self.binding.resource  # None: any resource
         rows = self.memory.store.memory.thread_summaries(owner)[:500]
-        return [{"uri": TRANSCRIPT_URI.format(thread_id=s.thread.id), "threadId": s.thread.id,
+        return [{"uri": transcript_uri(s.thread.id), "threadId": s.thread.id,
                  "name": s.thread.title or s.thread.id, "resource": s.thread.resource_id,
                  "messageCount": s.message_count} for s in rows]
 
@@ -219,7 +225,7 @@ class MemoryTools:
             raise NotFoundError(f"No thread {thread!r} in this memory.")
         owner = self.binding.resource or found.resource_id  # any resource: the token holder reads any thread
         check_thread_owner(thread, found.resource_id, owner)
-        return self._traced("read_resource", "read", {"uri": TRANSCRIPT_URI.format(thread_id=thread)}, owner,
+        return self._traced("read_resource", "read", {"uri": transcript_uri(thread)}, owner,
                             thread, lambda: to_markdown(export_thread(self.memory.store, thread)),
                             lambda r: {"characters": len(r)})
 

@@ -235,3 +235,26 @@ def test_http_server_keeps_the_gateways_rules(db: Path) -> None:
     assert (bad_host.status_code, bad_host.json()["error"]["code"]) == (421, "host_not_allowed")
     assert (bad_origin.status_code, bad_origin.json()["error"]["code"]) == (403, "origin_not_allowed")
     assert (not_json.status_code, not_json.json()["error"]["code"]) == (415, "unsupported_media_type")
+
+
+def test_transcript_uris_take_any_thread_id(tmp_path: Path) -> None:
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    with open_store(tmp_path / "memory.db") as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True}), embedder=HashingEmbedder())
+        tools = MemoryTools(memory, Binding("ada"))
+        ids = ["a/b", "50% off", "100%25", "日本", "../etc", "/abs"]
+        for thread in ids:
+            tools.remember(f"hello {thread}", thread)
+
+        async def main() -> dict[str, str]:
+            async with Client(build_server(tools)) as client:  # in process, the SDK's own client
+                listed = (await client.list_resources()).resources
+                return {str(r.uri): (await client.read_resource(str(r.uri))).contents[0].text for r in listed}
+
+        texts = anyio.run(main)
+    assert len(texts) == len(ids)
+    for thread in ids:
+        assert any(f"hello {thread}" in text for text in texts.values()), thread
