@@ -32,6 +32,9 @@ UV_COMPILE = $(UV) pip compile pyproject.toml --extra dev --universal --python-v
 	--no-progress --quiet --custom-compile-command 'make lock' --output-file $(LOCK)
 lock: | $(PY)
 	@test -x $(UV) || $(PY) -m pip install --quiet 'uv>=0.9'
+	@if grep -q '^<<<<<<<' $(LOCK) 2>/dev/null; then \
+		echo "$(LOCK) has merge conflicts: starting from this branch's side (git show HEAD:$(LOCK))"; \
+		git show HEAD:$(LOCK) > $(LOCK); fi
 ifdef UPGRADE
 	$(UV_COMPILE) --upgrade
 else
