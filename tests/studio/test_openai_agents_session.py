@@ -190,3 +190,43 @@ def _assistant(memory: Memory, thread: str, text: str) -> Any:
 
     return Message.assistant(text, thread_id=thread, resource_id="ada")
 
+
+
+OBSERVED = """<observations>
+Date: Jan 2, 2025
+* 🔴 (09:00) User is planning a garden with raised cedar beds [garden].
+</observations>
+
+<current-task>
+Primary: choosing materials for raised beds.
+</current-task>"""
+
+
+def test_observational_memory_observes_and_reaches_the_instructions(tmp_path: Path, only_our_traces: None) -> None:
+    from core.llm.scripted import ScriptedModel
+
+    store = open_store(tmp_path / "om.db")
+    observer = ScriptedModel([OBSERVED], name="observer")
+    memory = Memory(store, MemoryOptions(observational_memory={"enabled": True, "message_tokens": 200,
+                                                               "observation_tokens": 5000}),
+                    observer_model=observer, name="gardener")
+    long = "I want raised beds for my garden, made of cedar, about three of them. " * 12
+    try:
+        with LoopbackServer([{"text": "Cedar is a fine choice."}, {"text": "Three beds of cedar, then."}]) as server:
+            session = MemorySession("garden", memory=memory, resource_id="ada")
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+            agent = Agent(name="gardener", instructions="You are a gardening helper.",
+                          model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+            _run(agent, long, session)
+            _run(agent, "How many beds did I want?", session)
+            sent = server.chat_requests()
+    finally:
+        store.close()
+    # The session stores the long input before the model call, so the first memory step already finds
+    # enough unobserved tokens: the observer runs once, and both model calls read its observations.
+    assert observer.remaining == 0
+    for request in sent:
+        system = request["messages"][0]["content"]
+        assert system.startswith("You are a gardening helper.")
+        assert "User is planning a garden with raised cedar beds" in system
+    assert [m["content"] for m in sent[-1]["messages"] if m["role"] == "user"][-1] == "How many beds did I want?"
