@@ -86,11 +86,9 @@ class MemoryTools:
     def search_memory(self, query: str, top_k: int = 5, thread: str | None = None,
                       resource: str | None = None) -> dict[str, Any]:
         """Hybrid recall (vector + keyword) over the resource's messages, best first, with scores."""
-        owner = self.binding.resolve(resource)
-        if not 1 <= top_k <= MAX_TOP_K:
-            raise InvalidArgumentError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}.")
-
-        def run() -> dict[str, Any]:
+        def run(owner: str) -> dict[str, Any]:
+            if not 1 <= top_k <= MAX_TOP_K:
+                raise InvalidArgumentError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}.")
             if thread is not None:
                 self._owned(thread, owner)
             hits = self.memory.search(query, resource_id=owner, thread_id=thread, top_k=top_k, mode="hybrid")
@@ -107,43 +105,37 @@ class MemoryTools:
             return {"query": query, "resource": owner, "results": results}
 
         return self._traced("search_memory", "search", {"query": query, "top_k": top_k, "thread": thread},
-                            owner, thread, run, lambda r: {"hits": [h["messageId"] for h in r["results"]]})
+                            resource, thread, run, lambda r: {"hits": [h["messageId"] for h in r["results"]]})
 
     def list_threads(self, resource: str | None = None) -> dict[str, Any]:
         """The resource's threads, newest activity first, with message counts."""
-        owner = self.binding.resolve(resource)
-
-        def run() -> dict[str, Any]:
+        def run(owner: str) -> dict[str, Any]:
             rows = self.memory.store.memory.thread_summaries(owner)
             return {"resource": owner, "threads": [
                 {"id": s.thread.id, "title": s.thread.title, "messageCount": s.message_count,
                  "lastActivity": s.last_activity.isoformat() if s.last_activity else None,
                  "uri": transcript_uri(s.thread.id)} for s in rows]}
 
-        return self._traced("list_threads", "read", {}, owner, None, run,
+        return self._traced("list_threads", "read", {}, resource, None, run,
                             lambda r: {"threads": [t["id"] for t in r["threads"]]})
 
     def read_thread(self, thread: str, last: int = DEFAULT_READ, resource: str | None = None) -> dict[str, Any]:
         """The newest ``last`` messages of a thread of this resource, oldest first."""
-        owner = self.binding.resolve(resource)
-        if not 1 <= last <= MAX_READ:
-            raise InvalidArgumentError(f"last must be between 1 and {MAX_READ}, got {last}.")
-
-        def run() -> dict[str, Any]:
+        def run(owner: str) -> dict[str, Any]:
+            if not 1 <= last <= MAX_READ:
+                raise InvalidArgumentError(f"last must be between 1 and {MAX_READ}, got {last}.")
             found = self._owned(thread, owner)
             page = self.memory.recall(thread_id=thread, resource_id=owner, per_page=last)
             return {"thread": thread, "title": found.title, "resource": owner, "total": page.total,
                     "messages": [{"id": m.id, "role": m.role, "text": m.text,
                                   "createdAt": m.to_dict().get("createdAt")} for m in page.messages]}
 
-        return self._traced("read_thread", "read", {"thread": thread, "last": last}, owner, thread, run,
+        return self._traced("read_thread", "read", {"thread": thread, "last": last}, resource, thread, run,
                             lambda r: {"messages": [m["id"] for m in r["messages"]]})
 
     def get_working_memory(self, thread: str | None = None, resource: str | None = None) -> dict[str, Any]:
         """The working memory in force for the resource (or the thread, when it is thread-scoped)."""
-        owner = self.binding.resolve(resource)
-
-        def run() -> dict[str, Any]:
+        def run(owner: str) -> dict[str, Any]:
             opts = self._wm_options()
             if thread is not None:
                 self._owned(thread, owner, must_exist=opts.scope == "thread")
@@ -154,16 +146,14 @@ class MemoryTools:
                     "workingMemory": value.data if value.text is not None else None,
                     "template": opts.template if opts.schema is None else None, "schema": opts.schema}
 
-        return self._traced("get_working_memory", "read-working-memory", {"thread": thread}, owner, thread, run,
+        return self._traced("get_working_memory", "read-working-memory", {"thread": thread}, resource, thread, run,
                             lambda r: {"workingMemory": r["workingMemory"]})
 
     def update_working_memory(self, working_memory: Any, thread: str | None = None,
                               resource: str | None = None) -> dict[str, Any]:
         """Replace working memory (Markdown: the template's rules; schema: validated, merged as the
         agent's tool merges). The update is versioned like any other, authored ``mcp``."""
-        owner = self.binding.resolve(resource)
-
-        def run() -> dict[str, Any]:
+        def run(owner: str) -> dict[str, Any]:
             opts = self._wm_options()
             if thread is not None:
                 self._owned(thread, owner, must_exist=opts.scope == "thread")
@@ -178,19 +168,17 @@ class MemoryTools:
             return {"resource": owner, "thread": thread, "scope": opts.scope, "workingMemory": data}
 
         return self._traced("update_working_memory", "update-working-memory",
-                            {"thread": thread, "workingMemory": working_memory}, owner, thread, run,
+                            {"thread": thread, "workingMemory": working_memory}, resource, thread, run,
                             lambda r: {"workingMemory": r["workingMemory"]})
 
     def remember(self, text: str, thread: str, role: str = "user", title: str | None = None,
                  resource: str | None = None) -> dict[str, Any]:
         """Store a message in a thread of this resource (the thread is created when it is new)."""
-        owner = self.binding.resolve(resource)
-        if role not in ("user", "assistant"):
-            raise InvalidArgumentError(f"role must be 'user' or 'assistant', got {role!r}.")
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidArgumentError("remember needs the text to store.")
-
-        def run() -> dict[str, Any]:
+        def run(owner: str) -> dict[str, Any]:
+            if role not in ("user", "assistant"):
+                raise InvalidArgumentError(f"role must be 'user' or 'assistant', got {role!r}.")
+            if not isinstance(text, str) or not text.strip():
+                raise InvalidArgumentError("remember needs the text to store.")
             existing = self.memory.get_thread(thread)
             if existing is not None:
                 check_thread_owner(thread, existing.resource_id, owner)
@@ -204,7 +192,7 @@ class MemoryTools:
                     "createdAt": saved.to_dict().get("createdAt")}
 
         return self._traced("remember", "save-messages", {"thread": thread, "role": role, "text": text},
-                            owner, thread, run, lambda r: {"saved": [r["messageId"]]})
+                            resource, thread, run, lambda r: {"saved": [r["messageId"]]})
 
     # -- resources -------------------------------------------------------------------------------
     def transcripts(self) -> list[dict[str, Any]]:
@@ -223,10 +211,13 @@ class MemoryTools:
         found = self.memory.get_thread(thread)
         if found is None:
             raise NotFoundError(f"No thread {thread!r} in this memory.")
-        owner = self.binding.resource or found.resource_id  # any resource: the token holder reads any thread
-        check_thread_owner(thread, found.resource_id, owner)
-        return self._traced("read_resource", "read", {"uri": transcript_uri(thread)}, owner,
-                            thread, lambda: to_markdown(export_thread(self.memory.store, thread)),
+        asked = found.resource_id if self.binding.any_resource else None  # the token holder reads any thread
+
+        def run(owner: str) -> str:
+            check_thread_owner(thread, found.resource_id, owner)
+            return to_markdown(export_thread(self.memory.store, thread))
+
+        return self._traced("read_resource", "read", {"uri": transcript_uri(thread)}, asked, thread, run,
                             lambda r: {"characters": len(r)})
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -245,15 +236,20 @@ class MemoryTools:
             raise WorkingMemoryError("Working memory is not enabled for this memory (see --agent).")
         return opts
 
-    def _traced(self, tool: str, operation: str, arguments: dict[str, Any], resource: str | None,
-                thread: str | None, run: Callable[[], T], summary: Callable[[T], Any]) -> T:
+    def _traced(self, tool: str, operation: str, arguments: dict[str, Any], asked: str | None,
+                thread: str | None, run: Callable[[str], T], summary: Callable[[T], Any]) -> T:
+        """Run ``run(owner)`` as a traced call; a refused resource is a traced run with an error too."""
         tracer = self.tracer
+        shown = self.binding.resource or asked
+        if asked is not None and asked != shown:
+            arguments = {**arguments, "resource": asked}
         with tracer.start_span(f"mcp: '{tool}'", SpanType.AGENT_RUN, new_trace=True, input=arguments,
-                               thread_id=thread, resource_id=resource, entity_type="agent", entity_id="mcp",
+                               thread_id=thread, resource_id=shown, entity_type="agent", entity_id="mcp",
                                entity_name="mcp", attributes={"framework": "mcp", "tool": tool}) as root:
+            owner = self.binding.resolve(asked)
             with tracer.start_span(f"memory: {operation}", SpanType.MEMORY_OPERATION, parent=root,
                                    input=arguments, attributes={"operationType": operation}) as span:
-                result = run()
+                result = run(owner)
                 span.set_output(summary(result))
             root.set_output(summary(result))
         return result

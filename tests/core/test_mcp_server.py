@@ -47,7 +47,7 @@ def db(tmp_path: Path, embedder: Any) -> Path:
         memory = Memory(store, options, embedder=embedder, name="assistant")
         memory.register("assistant", instructions="You help.")  # the server takes its template from here
         memory.save_messages([
-            Message.user("My bank PIN is 4321 and I am allergic to peanuts", thread_id="bob-secret",
+            Message.user("My bank PIN is zebra-4321-quartz and I am allergic to peanuts", thread_id="bob-secret",
                          resource_id="bob"),
             Message.assistant("I will keep your peanut allergy in mind, Bob.", thread_id="bob-secret",
                               resource_id="bob"),
@@ -123,7 +123,7 @@ def test_stdio_server_bound_to_one_resource(db: Path) -> None:
         "I am allergic to peanuts and I love Thai food", "Please remind me to buy oat milk"]
 
     for refusal in ("read_bob", "remember_bob"):
-        assert "bob" in seen[refusal] and "4321" not in seen[refusal]
+        assert "bob" in seen[refusal] and "zebra-4321-quartz" not in seen[refusal]
     assert "bound to resource 'ada'" in seen["search_bob"]
 
     assert seen["wm_before"]["workingMemory"] is None and seen["wm_before"]["template"] == TEMPLATE
@@ -132,7 +132,7 @@ def test_stdio_server_bound_to_one_resource(db: Path) -> None:
 
     assert seen["resources"] == ["memory://threads/ada-food"]
     assert "I am allergic to peanuts and I love Thai food" in seen["transcript"]
-    assert "4321" not in json.dumps(seen, default=sorted)
+    assert "zebra-4321-quartz" not in json.dumps(seen, default=sorted)
     assert "transcript_bob_error" in seen
 
     with open_store(db, read_only=True) as store:
@@ -147,6 +147,8 @@ def test_stdio_server_bound_to_one_resource(db: Path) -> None:
     assert {"mcp: 'search_memory'", "mcp: 'read_thread'", "mcp: 'update_working_memory'",
             "mcp: 'get_working_memory'", "mcp: 'list_threads'", "mcp: 'read_resource'"} <= set(names)
     assert any(r.name == "mcp: 'read_thread'" and r.status == "error" for r in runs)  # the refused read of bob's
+    # A call refused for naming another resource is a run too, an error on the bound resource.
+    assert sorted(r.status for r in runs if r.name == "mcp: 'search_memory'") == ["error", "ok"]
 
 
 def test_any_resource_needs_a_token(db: Path) -> None:
@@ -174,7 +176,7 @@ def test_any_resource_with_a_token_takes_the_resource_per_call(db: Path) -> None
     bob, missing, cross = anyio.run(main)
     assert [t["id"] for t in bob["threads"]] == ["bob-secret"]
     assert "name one" in missing
-    assert cross.is_error and "4321" not in json.dumps([c.model_dump() for c in cross.content])
+    assert cross.is_error and "zebra-4321-quartz" not in json.dumps([c.model_dump() for c in cross.content])
 
 
 class HttpServer:
@@ -230,7 +232,7 @@ def test_http_server_keeps_the_gateways_rules(db: Path) -> None:
         server.stop()
     assert {t.name for t in tools.tools} == TOOLS
     assert [t["id"] for t in threads["threads"]] == []  # ada has no threads yet; bob's are never listed
-    assert "bob" in refused and "4321" not in refused
+    assert "bob" in refused and "zebra-4321-quartz" not in refused
     assert (no_token.status_code, no_token.json()["error"]["code"]) == (401, "invalid_api_key")
     assert (bad_host.status_code, bad_host.json()["error"]["code"]) == (421, "host_not_allowed")
     assert (bad_origin.status_code, bad_origin.json()["error"]["code"]) == (403, "origin_not_allowed")
