@@ -1,4 +1,4 @@
-"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|where|demo|export|import|serve|test|forget``.
+"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|where|demo|export|import|serve|mcp|test|forget``.
 
 Every command takes ``--db``. Bad arguments and missing threads give one line on stderr and a
 non-zero exit; nothing here opens a window (the Studio's entry point dispatches to this module).
@@ -26,7 +26,7 @@ from core.checks import cli as checks_cli
 from core.edits import commands as edit_commands
 
 COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo", "serve",
-            *TRANSFER_COMMANDS, *checks_cli.COMMANDS, *edit_commands.COMMANDS)
+            "mcp", *TRANSFER_COMMANDS, *checks_cli.COMMANDS, *edit_commands.COMMANDS)
 
 
 class CliError(MemoryStudioError):
@@ -101,6 +101,9 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     from core.gateway.cli import add_serve_parser
 
     add_serve_parser(sub)
+    from core.mcp_server.cli import add_mcp_parser
+
+    add_mcp_parser(sub, db_arg)
     return parser
 
 
@@ -193,6 +196,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from core.gateway.cli import run_serve
 
         return run_serve(args, out, err)
+    if cmd == "mcp":
+        from core.mcp_server.cli import run_mcp
+
+        return run_mcp(args, out, err)
     if cmd == "demo":
         from core.demo import seed_demo
 
