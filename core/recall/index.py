@@ -481,7 +481,7 @@ class RecallIndex:
         return self._thread_resources(conn, threads)
 
     @staticmethod
-    def _thread_resources(conn: sa.Connection, threads: set[str | None]) -> dict[str, str]:
+    def _thread_resources(conn: sa.Connection, threads: set[str]) -> dict[str, str]:
         marks = ",".join("?" * len(threads))
         rows = conn.exec_driver_sql(f'SELECT id, "resourceId" FROM mastra_threads WHERE id IN ({marks})', tuple(threads))
         return {r[0]: r[1] for r in rows}
