@@ -241,13 +241,3 @@ def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]
     return [(str(r[1]), str(r[2] or "").upper(), bool(r[5]))
             for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted})")]
 
-
-def table_names_starting(conn: sa.Connection, prefix: str) -> list[str]:
-    """Tables whose name starts with ``prefix``, sorted."""
-    if is_postgres(conn):
-        sql = ("SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
-               "AND starts_with(tablename, ?) ORDER BY 1")
-        return [r[0] for r in conn.exec_driver_sql(sql, (prefix,))]
-    glob = prefix.replace("[", "[[]").replace("*", "[*]").replace("?", "[?]") + "*"
-    return [r[0] for r in conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB ? ORDER BY name", (glob,))]

@@ -11,8 +11,13 @@ Version 1 (``{"format": "memory-studio-export", "version": 1, ...}``):
 - ``workingMemory``: one entry per owner, ``{scope, ownerId, value, versions: [rows of
   memory_studio_wm_versions]}``. ``value`` repeats the current value for readers; import takes the
   current value from the resource row or the thread's metadata, where it is stored.
-- ``observations``: rows of ``mastra_observational_memory``; ``turns``: rows of the turn-record
-  table named by ``turnsTable`` (empty when the database has none).
+- ``observations``: rows of ``mastra_observational_memory``.
+- The replay sections (``core.transfer.replay_sections``): ``turns`` (rows of ``memory_studio_turns``;
+  ``turnsTable`` names it for older readers and is never read), ``toolDefinitions`` (``{hash,
+  definition}``) and ``toolSets`` (``{hash, members}``) the records name, ``agents`` (rows of
+  ``memory_studio_agents``) and ``configs`` (rows of ``memory_studio_configs``), and with
+  ``--with-traces`` ``traces`` (spans, ``SpanRecord.to_json_dict``). Files written before they
+  existed simply lack them; the import summary says what that leaves out.
 """
 
 from __future__ import annotations
@@ -139,8 +144,6 @@ def validate(data: Any, *, name: str = "the file") -> None:
     for row in data.get("observations", []):
         if not isinstance(row, dict) or not isinstance(row.get("id"), str):
             raise ExportFormatError(f"{name}: every observation row needs a string \"id\".")
-    if data.get("turns") and not isinstance(data.get("turnsTable"), str):
-        raise ExportFormatError(f"{name}: \"turns\" rows need \"turnsTable\" (the table they came from).")
 
 
 def _require(data: Mapping[str, Any], key: str, fields: tuple[str, ...], name: str) -> None:

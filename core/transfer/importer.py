@@ -10,6 +10,8 @@ Working-memory versions have database-wide integer ids, so they are matched by c
 version keeps its id when that id is free in the target, and turn records that point at a version
 follow it when it gets a new one. Tables only Memory Studio has (versions, turn records) may be
 missing from a target Mastra wrote: their rows are then skipped with a note saying how to keep them.
+Turn records, the tool definitions they name, agent configurations and traces are written by
+``core.transfer.replay_sections`` into tables it chooses.
 
 The whole import is one write transaction: if anything fails, nothing is written.
 """
@@ -28,6 +30,7 @@ from core.storage.memory_store import dump_json, load_json
 from core.transfer import rows as R
 from core.transfer.export import OM_TABLE, WM_VERSIONS_TABLE
 from core.transfer.format import TransferError, validate
+from core.transfer.replay_sections import import_sections, import_traces, validate_sections
 from core.transfer.report import Conflict, ImportReport
 
 log = logging.getLogger(__name__)
@@ -48,25 +51,32 @@ _REPLACE_MESSAGE = _INSERT_MESSAGE + (
 def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False) -> ImportReport:
     """What ``import_data`` would do, without writing (works on a read-only database)."""
     validate(data)
+    validate_sections(data, "the file")
     with store.db.read() as conn:
-        return _Importer(conn, data, overwrite, store.location.display, dry_run=True).run()
+        importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True)
+        report = importer.run()
+    import_traces(store, data, report, importer.blocked)
+    return report
 
 
 def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False) -> ImportReport:
     """Import a checked export document in one transaction. Raises ``ReadOnlyError`` on a read-only
     store and ``TransferError`` when the import failed (then nothing was written)."""
     validate(data)
+    validate_sections(data, "the file")
     try:
         with store.db.write() as conn:
             # Postgres runs writers side by side: hold what an agent's read-modify-write would hold.
             store.db.lock(conn, *_lock_keys(data))
-            report = _Importer(conn, data, overwrite, store.location.display, dry_run=False).run()
+            importer = _Importer(conn, data, overwrite, store.location.display, dry_run=False)
+            report = importer.run()
     except (sa.exc.DBAPIError, ValueError) as exc:
         if isinstance(exc, TransferError):
             raise
         raise TransferError(
             f"Import into {store.location.display} failed and nothing was written: {_db_message(exc)}"
         ) from exc
+    import_traces(store, data, report, importer.blocked)  # spans live beside the database, written after it
     log.info("import into %s: %s", store.location.display, report.summary())
     return report
 
@@ -106,15 +116,15 @@ class _Importer:
         self._messages(self.data.get("messages", []))
         self._versions(self.data.get("workingMemory", []))
         self._observations(self.data.get("observations", []))
-        self._turns(self.data.get("turnsTable"), self.data.get("turns", []))
+        import_sections(self)  # turn records, tool definitions, agent configurations (never a table the file names)
         return self.report
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _wrote(self, kind: str, n: int = 1) -> None:
-        self.report.written[kind] += n
+        self.report.written[kind] = self.report.written.get(kind, 0) + n
 
     def _same(self, kind: str, n: int = 1) -> None:
-        self.report.unchanged[kind] += n
+        self.report.unchanged[kind] = self.report.unchanged.get(kind, 0) + n
 
     def _conflict(self, kind: str, row_id: str, reason: str, *, may_overwrite: bool = True) -> bool:
         """Record a conflict; True when the caller should replace the row."""
@@ -268,7 +278,7 @@ class _Importer:
         R.after_explicit_ids(self.conn, table, key)
         return int(new_id or 0)
 
-    # -- observations and turn records ---------------------------------------------------------
+    # -- observations ---------------------------------------------------------
     def _observations(self, rows: list[Mapping[str, Any]]) -> None:
         wanted = [r for r in rows if r.get("threadId") not in self.blocked]
         if not wanted:
@@ -281,41 +291,6 @@ class _Importer:
         self._check_columns(OM_TABLE, wanted, "observations")
         for row in wanted:
             self._upsert_by_key(OM_TABLE, ["id"], row, "observations", ignore=("updatedAt",))
-
-    def _turns(self, table: Any, rows: list[Mapping[str, Any]]) -> None:
-        wanted = [r for r in rows if not ({r.get(c) for c in R.THREAD_COLUMNS} & self.blocked)]
-        if not wanted:
-            return
-        if not isinstance(table, str) or not R.has_table(self.conn, table):
-            self.report.notes.append(
-                f"{len(wanted)} turn record{'s' if len(wanted) != 1 else ''} not imported: {self.report.target} "
-                f"has no {table} table. Run 'memory-studio migrate' on it (or upgrade Memory Studio) first.")
-            return
-        cols = self._check_columns(table, wanted, "turn records")
-        pk = R.primary_key(self.conn, table)
-        integer_key = len(pk) == 1 and "INT" in next(t for n, t, _p in R.columns(self.conn, table) if n == pk[0])
-        dangling = 0
-        for raw in wanted:
-            row = dict(raw)
-            if "wm_version_id" in row and row["wm_version_id"] is not None:
-                mapped = self.version_ids.get(row["wm_version_id"])
-                if mapped is None:
-                    dangling += 1
-                row["wm_version_id"] = mapped
-            if integer_key or not pk:
-                key = pk[0] if pk else (None if dialect.is_postgres(self.conn) else "rowid")
-                content = {k: v for k, v in row.items() if k != key and k in cols}
-                if self._find_by_content(table, content, key) is not None:
-                    self._same("turns")
-                    continue
-                self._insert_keeping_id(table, key, row.get(key) if key else None, content)
-                self._wrote("turns")
-            else:
-                self._upsert_by_key(table, pk, row, "turns")
-        if dangling:
-            self.report.notes.append(
-                f"{dangling} turn record{'s' if dangling != 1 else ''} named a working-memory version that is not "
-                "in the file (exported without versions); that link was left empty.")
 
     def _upsert_by_key(self, table: str, key: list[str], row: Mapping[str, Any], kind: str,
                        ignore: Iterable[str] = ()) -> None:

@@ -17,7 +17,8 @@ class Conflict:
     replaceable: bool = True  # False: overwrite cannot resolve it (a thread owned by another resource)
 
     def __str__(self) -> str:
-        kind = {"workingMemoryVersions": "working-memory version"}.get(self.kind, self.kind.rstrip("s"))
+        kind = {"workingMemoryVersions": "working-memory version", "agents": "agent configuration",
+                "configs": "override"}.get(self.kind, self.kind.rstrip("s"))
         return f"{kind} {self.id}: {self.reason}" + ("; replaced" if self.overwritten else "")
 
 
@@ -30,6 +31,7 @@ class ImportReport:
     conflicts: list[Conflict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     message_ids: list[str] = field(default_factory=list)  # messages inserted or replaced
+    left_out: list[str] = field(default_factory=list)  # what the file does not carry that a replay here would use
 
     @property
     def changed(self) -> bool:
@@ -56,14 +58,17 @@ class ImportReport:
         if replaced:
             line += (f"; {replaced} row{'s' if replaced != 1 else ''} that differed "
                      f"{'would be ' if self.dry_run else ''}replaced")
+        if self.left_out:
+            line += "; left out: " + "; ".join(self.left_out)
         return line
 
     def details(self) -> list[str]:
-        return [*(str(c) for c in self.conflicts), *self.notes]
+        return [*(str(c) for c in self.conflicts), *self.notes, *(f"left out: {x}" for x in self.left_out)]
 
 
 def _label(kind: str, n: int) -> str:
     names = {"resources": "resource", "threads": "thread", "messages": "message",
              "workingMemoryVersions": "working-memory version", "observations": "observation row",
-             "turns": "turn record"}
-    return names[kind] + ("s" if n != 1 else "")
+             "turns": "turn record", "toolDefinitions": "tool definition", "agents": "agent configuration",
+             "configs": "override", "traces": "span"}
+    return names.get(kind, kind) + ("s" if n != 1 else "")
