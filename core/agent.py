@@ -33,6 +33,7 @@ from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
 from core.replay.capture import TurnCapture
 from core.replay.capture import capture as capture_turn
+from core.replay.record import request_hash
 from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
@@ -403,7 +404,7 @@ class Agent:
         prompt.request = request_body_for(self.model, prompt.messages, kwargs)  # what the server receives
         attributes = {"model": self.model.model_id, "provider": getattr(self.model, "provider", None),
                       "promptTokensEstimated": prompt.total_tokens, "tokenizer": prompt.tokenizer,
-                      "modelSettings": call.settings.to_dict()}
+                      "modelSettings": call.settings.to_dict(), "requestHash": request_hash(prompt.request)}
         if "tool_choice" in kwargs:
             attributes["toolChoice"] = kwargs["tool_choice"]
         if call.budget is not None:

@@ -64,8 +64,8 @@ def request_body_for(model: ChatModel, messages: list[Message], kwargs: dict[str
         return body
     settings = (kwargs.get("settings") or ModelSettings()).merged(
         ModelSettings(temperature=kwargs.get("temperature"), max_tokens=kwargs.get("max_tokens")))
-    name = getattr(model, "model", None)
-    return request_body(name if isinstance(name, str) and name else model.model_id, messages,
+    name = getattr(model, "model", None)  # the name a server knows it by; else model_id without its provider
+    return request_body(name if isinstance(name, str) and name else model.model_id.split("/", 1)[-1], messages,
                         tools=kwargs.get("tools"), tool_choice=kwargs.get("tool_choice"), settings=settings)
 
 

@@ -238,8 +238,9 @@ class TraceMatch:
 
 
 def find_trace(reader: Any, turns: Sequence[Turn], index: int, thread_id: str) -> TraceMatch:
-    """The trace of turn ``index``: the run of this thread with a model call that received exactly the
-    recorded messages (their hash); without a record, one whose last user message is the turn's text. Candidates
+    """The trace of turn ``index``: the run of this thread with a model call whose request the record
+    names (``requestHash``; a record without calls: the hash of its messages); without a record, one
+    whose last user message is the turn's text. Candidates
     are tried nearest to the turn's position among the thread's runs first, so this usually opens one
     or two traces."""
     if reader is None:
@@ -262,14 +263,20 @@ def find_trace(reader: Any, turns: Sequence[Turn], index: int, thread_id: str) -
 
 def _is_turn(spans: Sequence[Any], turn: Turn, record: TurnRecord | None) -> bool:
     # Any model call of the run may be the turn's (an observer's call can come first).
+    sent = {c.body_hash for c in record.calls} if record is not None else set()
     for span in spans:
         if span.span_type != "model_generation" or not isinstance(span.input, dict):
+            continue
+        if sent:
+            attributes = span.attributes if isinstance(span.attributes, dict) else {}
+            if attributes.get("requestHash") in sent:
+                return True
             continue
         messages = span.input.get("messages")
         if not isinstance(messages, list):
             continue
         if record is not None:
-            if messages_hash(messages) == record.messages_hash:
+            if record.sent_messages(messages):
                 return True
             continue
         users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]

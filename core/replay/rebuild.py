@@ -33,7 +33,7 @@ from core.options import MemoryOptions
 from core.replay import frozen as frozen_mod
 from core.replay import store as records
 from core.replay import tools as tool_defs
-from core.replay.record import CallRecord, CallReplay, RecordState, ReplayInfo, TurnRecord, messages_hash, request_hash
+from core.replay.record import CallRecord, CallReplay, RecordState, ReplayInfo, TurnRecord, request_hash
 from core.storage.memory_store import InvalidArgumentError, NotFoundError
 from core.timeutil import FixedClock
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
@@ -183,7 +183,7 @@ def rebuild(
     elif record.calls:
         matches = all(c.matches for c in calls) and len(calls) == len(record.calls)
     else:
-        matches = messages_hash(prompt.messages) == record.messages_hash
+        matches = record.sent_messages(prompt.messages)
     prompt.request = calls[0].request
     prompt.replay = ReplayInfo(
         kind="recorded" if use_record else "reconstructed",
@@ -262,7 +262,7 @@ def _difference(k: int, call: CallRecord, prompt: "AssembledPrompt", record: Tur
         if call.tools_key and not call.tools:
             return f"{label}: the tool definitions it offered are no longer stored"
         return f"{label}: the tool definitions differ from those sent"
-    if k == 0 and messages_hash(prompt.messages) == record.messages_hash:
+    if k == 0 and record.sent_messages(prompt.messages):
         return f"{label}: the request differs from the one sent outside its messages and tools"
     return f"{label}: the messages differ from those sent (a message it names was changed or deleted since)"
 

@@ -9,10 +9,10 @@ about it (the usage the server reported, the finish reason). Long texts are stor
 and named by hash (``texts`` column); tool definitions once per database (``core.replay.tools``), so
 a typical record stays well under a kilobyte.
 
-``messages_hash`` is the sha256 of the canonical JSON of the exact messages of the turn's first
-model call (the trace's ``model_generation`` input); each call's ``body_hash`` is that of the whole
-request body the server received, ``stream`` / ``stream_options`` left out. A rebuild is exact when
-every call's body hashes the same.
+Each call's ``body_hash`` is the sha256 of the canonical JSON of the whole request body the server
+received, ``stream`` / ``stream_options`` left out (the trace's ``model_generation`` span carries the
+same hash as ``requestHash``); a rebuild is exact when every call's body hashes the same. A record
+without calls keeps ``messages_hash`` instead, that of the exact messages of the first call.
 
 Version 1 records (before issue 16) hold no calls: their tools and settings are unknown.
 """
@@ -30,11 +30,13 @@ from typing import Any, Literal, Mapping, Sequence
 
 from core.errors import MemoryStudioError
 from core.options import MemoryOptions, options_merge
+from core.tokens import REPLY_PRIMER
 
 RECORD_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+HASH_HEX = 32  # a record keeps 128 bits of each sha256: ample to tell a changed request from the one sent
 TOKEN_SECTIONS = ("system", "working_memory", "observations", "history", "recall", "input", "tools", "total")
-SCORE_DIGITS = 4  # scores are shown, never part of the prompt: four decimals keep records small
+SCORE_DIGITS = 3  # scores are shown (to three decimals), never part of the prompt: keeps records small
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class TurnRecord:
     om_cursor: str | None  # "<createdAt> <message id>" of the thread's last observed message
     tools: tuple[str, ...]
     tokens: dict[str, int]
-    messages_hash: str
+    messages_hash: str  # of the first call's messages; "" when the record has calls (their body hashes say more)
     input_ids: tuple[str, ...] = ()  # every input message of the turn (the last one is input_message_id)
     instructions: tuple[str, ...] = ()  # the agent's instruction texts (untagged system messages)
     context: tuple[dict[str, Any], ...] = ()  # call-time context messages (never stored elsewhere)
@@ -117,6 +119,10 @@ class TurnRecord:
         """The options in force at this turn, with ``overrides`` deep-merged over them (a what-if)."""
         return options_with(self.options, overrides)
 
+    def sent_messages(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether these are exactly the messages of the turn's first model call (by hash)."""
+        return bool(self.messages_hash) and messages_hash(messages).startswith(self.messages_hash)
+
 
 def canonical_json(messages: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps(list(messages), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
@@ -128,10 +134,11 @@ def messages_hash(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def request_hash(body: Mapping[str, Any]) -> str:
-    """sha256 of a request body's canonical JSON, ``stream`` / ``stream_options`` left out."""
+    """sha256 (``HASH_HEX`` hex digits) of a request body's canonical JSON, ``stream`` /
+    ``stream_options`` left out."""
     wanted = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     return hashlib.sha256(json.dumps(wanted, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                                     default=str).encode("utf-8")).hexdigest()
+                                     default=str).encode("utf-8")).hexdigest()[:HASH_HEX]
 
 
 def text_key(text: str) -> str:
@@ -225,7 +232,7 @@ def unpack_id(value: str) -> str:
 
 
 def _call_entry(call: CallRecord, first: CallRecord | None) -> list[Any]:
-    """``[body hash, [prompt, completion tokens] | null, finish reason, {what differs from call 1}]``."""
+    """``[body hash, [prompt, completion tokens] | null, finish reason?, {what differs from call 1}?]``."""
     usage = [int(call.usage.get("prompt_tokens", 0)), int(call.usage.get("completion_tokens", 0))] \
         if call.usage else None
     delta: dict[str, Any] = {}
@@ -238,7 +245,9 @@ def _call_entry(call: CallRecord, first: CallRecord | None) -> list[Any]:
             delta["tc"] = call.tool_choice
         if call.tools_key != first.tools_key:
             delta["ts"] = call.tools_key
-    entry: list[Any] = [call.body_hash, usage, call.finish_reason]
+    entry: list[Any] = [call.body_hash, usage]
+    if call.finish_reason != "stop" or delta:
+        entry.append(call.finish_reason)  # "stop", the usual end, is left out
     if delta:
         entry.append(delta)
     return entry
@@ -274,12 +283,14 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
                       {k: text_keys[v] for k, v in record.om_hints.items()}]
     if record.tools and not record.calls:
         data["t"] = list(record.tools)  # version 1 kept only names; the calls' tool sets hold them now
-    data["tk"] = [int(record.tokens.get(k, 0)) for k in TOKEN_SECTIONS]
+    # The total is the sections plus the reply primer (``AssembledPrompt.total_tokens``): not stored twice.
+    data["tk"] = [int(record.tokens.get(k, 0)) for k in TOKEN_SECTIONS[:-1]]
     if record.instructions:
         data["i"] = [text_keys[t] for t in record.instructions]
     if record.context:
         data["c"] = list(record.context)
-    data["x"] = record.messages_hash
+    if not record.calls:  # a record with calls has each call's whole body hash instead
+        data["x"] = record.messages_hash[:HASH_HEX]
     if record.calls:
         first = record.calls[0]
         if first.wire_model != _short_model(record.model):
@@ -349,7 +360,8 @@ def _check(data: Any) -> dict[str, Any]:
     if version not in READABLE_VERSIONS:
         raise DamagedRecordError(f"unknown record version {version!r} (this Memory Studio reads "
                                  f"{', '.join(map(str, READABLE_VERSIONS))}; a newer one may have written it)")
-    _need(isinstance(data.get("x"), str) and bool(data["x"]), "'x' (the messages hash) must be a string")
+    _need((isinstance(data.get("x"), str) and bool(data["x"])) or (data["v"] >= 2 and bool(data.get("k"))),
+          "'x' (the messages hash) must be a string")
     for key in ("r", "h", "in"):
         if key in data:
             _strs(data[key], f"'{key}'")
@@ -379,12 +391,12 @@ def _check(data: Any) -> dict[str, Any]:
     calls = data.get("k", [])
     _need(isinstance(calls, list), "'k' (model calls) must be a list")
     for entry in calls:
-        _need(isinstance(entry, list) and 3 <= len(entry) <= 4 and isinstance(entry[0], str)
+        _need(isinstance(entry, list) and 2 <= len(entry) <= 4 and isinstance(entry[0], str)
               and (entry[1] is None or (isinstance(entry[1], list) and len(entry[1]) == 2
                                         and all(isinstance(x, int) for x in entry[1])))
-              and (entry[2] is None or isinstance(entry[2], str))
-              and (len(entry) == 3 or isinstance(entry[3], dict)),
-              "'k' entries must be [body hash, [prompt, completion] | null, finish reason, {changes}?]")
+              and (len(entry) < 3 or entry[2] is None or isinstance(entry[2], str))
+              and (len(entry) < 4 or isinstance(entry[3], dict)),
+              "'k' entries must be [body hash, [prompt, completion] | null, finish reason?, {changes}?]")
     _need(data.get("cw") is None or (isinstance(data["cw"], int) and not isinstance(data["cw"], bool)),
           "'cw' (context window) must be an integer")
     _need(isinstance(data.get("hp", []), list), "'hp' (hidden reply parts) must be a list")
@@ -429,6 +441,8 @@ def decode(
                                       tuple(ids)))
     om = data.get("om")
     tokens = dict(zip(TOKEN_SECTIONS, (int(x) for x in data.get("tk", ()))))
+    if tokens and "total" not in tokens:
+        tokens["total"] = sum(tokens.values()) + REPLY_PRIMER
     inputs = tuple(unpack_id(str(x)) for x in data.get("in", ())) or (str(row["input_message_id"]),)
     model, endpoint = data.get("m"), data.get("e")
     if data["v"] == 1 and model and "@" in model and endpoint is None:
@@ -498,8 +512,9 @@ def _calls(data: Mapping[str, Any], model: str | None, text: Any,
         key = delta.get("ts", first.tools_key)
         usage = {"prompt_tokens": entry[1][0], "completion_tokens": entry[1][1],
                  "total_tokens": entry[1][0] + entry[1][1]} if entry[1] else None
+        finish = entry[2] if len(entry) > 2 else "stop"
         out.append(CallRecord(str(entry[0]), delta.get("w", first.wire_model), dict(delta.get("s", first.settings)),
-                              delta.get("tc", first.tool_choice), key, tools(key), usage, entry[2]))
+                              delta.get("tc", first.tool_choice), key, tools(key), usage, finish))
     return tuple(out)
 
 

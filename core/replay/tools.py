@@ -27,7 +27,7 @@ from core.timeutil import iso_now
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
 
-KEY_HEX = 24  # 96 bits of sha256: collisions are not a concern at any realistic number of definitions
+KEY_HEX = 16  # 64 bits of sha256: plenty to name a definition (a call's body hash would catch a mix-up anyway)
 _KNOWN = "tool_definition_keys"  # store.extensions: keys known to be stored (rows never go away)
 _HAS = "tool_definition_tables"
 
