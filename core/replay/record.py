@@ -573,22 +573,23 @@ class ReplayInfo:
 
     @property
     def exact(self) -> bool:
-        """"Recorded (exact)": rebuilt from a full record, every call's whole body matching its hash."""
-        return (self.kind == "recorded" and self.matches is True and not self.what_if
+        """"Recorded (exact)": rebuilt from a full record, every call's whole body matching its hash, and
+        nothing the record names left unknown."""
+        return (self.kind == "recorded" and self.matches is True and not self.what_if and not self.unknowns
                 and self.record is not None and bool(self.record.calls))
 
     @property
     def status(self) -> str:
         """How the Studio names it: ``recorded (exact)``, ``recorded, differs``, ``recorded (messages
-        only)``, ``reconstructed``, ``reconstructed (damaged record)``, with ``, what-if`` added."""
+        only)`` (a record from before calls were kept), ``reconstructed``, ``reconstructed (damaged
+        record)``, or ``what-if over the record`` / ``what-if over a reconstruction``."""
+        if self.what_if:
+            return "what-if over the record" if self.kind == "recorded" else "what-if over a reconstruction"
         if self.kind == "recorded":
             if self.record is not None and not self.record.calls:
-                text = "recorded (messages only)" if self.matches else "recorded, differs"
-            else:
-                text = "recorded (exact)" if self.matches else "recorded, differs"
-        else:
-            text = "reconstructed (damaged record)" if self.record_state == "damaged" else "reconstructed"
-        return text + (", what-if" if self.what_if else "")
+                return "recorded (messages only)" if self.matches else "recorded, differs"
+            return "recorded (exact)" if self.exact else "recorded, differs"
+        return "reconstructed (damaged record)" if self.record_state == "damaged" else "reconstructed"
 
 
 __all__ = [

@@ -26,6 +26,7 @@ REASON_LABELS: dict[str, str] = {
     "outside-history-window": "outside the history window",
     "below-recall-threshold": "below the recall threshold",
     "outside-recall-top-k": "outside recall top-k",
+    "recalled-for-input": "recalled for this turn's input",
     "observed": "observed by observational memory",
     "token-budget": "trimmed by the token budget",
     "working-memory-changed": "working memory changed",
@@ -398,7 +399,7 @@ def what_if_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool)
         return "Cancelled before the first turn." if cancelled else "No turns."
     real = sum(r.tokens_real for r in rows)
     alt = sum(r.tokens_what_if for r in rows)
-    affected = sum(1 for r in rows if r.entered or r.left or r.changed)
+    affected = sum(1 for r in rows if r.entered or r.left or r.changed or r.delta)
     head = f"Cancelled after {len(rows)} of {total} turns. " if cancelled else f"{len(rows)} turns. "
     return (head + f"{affected} prompt(s) would differ; tokens {real:,} → {alt:,} ({alt - real:+,}).")
 

@@ -23,6 +23,7 @@ from core import Agent, Memory, MemoryOptions, Tool, open_store
 from core.embedding import HashingEmbedder
 from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
 from core.llm.wire import without_transport
+from core.replay import rerun
 from core.transfer import ExportOptions, dumps, export_thread, import_data, loads
 
 pytestmark = pytest.mark.backends
@@ -205,3 +206,35 @@ def test_the_import_summary_says_what_was_left_out(conversation: Any, new_db: Ca
         report = import_data(target, data)
     assert any("--with-traces" in x for x in report.left_out)
     assert "left out: traces" in report.summary()
+
+
+def test_a_rerun_sends_the_recorded_request_and_says_what_differs(conversation: Any) -> None:
+    """A re-run of a turn's second call sends what that call sent: its messages, every recorded tool
+    definition (no tool function exists here), the tool choice and the settings. Only the endpoint
+    differs; changed settings are listed; the usage of both is there; tool calls are shown, not run."""
+    store, _server, _memory = conversation
+    fresh = Memory(store)
+    turn = fresh.turns(THREAD)[3]
+    prompt = fresh.assemble(as_of=turn.input_message_id)
+    assert prompt.replay is not None and len(prompt.replay.calls) == 3
+    rows_before = len(fresh.turns(THREAD))
+    second = LoopbackServer(ScriptedModel(responder, name="again")).start()
+    try:
+        model = OpenAICompatibleModel("loopback-chat", base_url=second.base_url, api_key="k2-not-the-same-key",
+                                      api_key_env=None, keyring_service=None)
+        result = rerun(prompt, model, call=1)
+        sent = without_transport(second.chat_requests()[0])
+        assert json.loads(json.dumps(prompt.replay.calls[1].request)) == sent == json.loads(json.dumps(result.request))
+        assert {t["function"]["name"] for t in sent["tools"]} == {"updateWorkingMemory", "get_weather", "convert_currency"}
+        assert [d[0] for d in result.differences] == ["endpoint"]
+        assert result.original_usage == prompt.replay.calls[1].usage and result.usage is not None
+        assert [c["name"] for c in result.tool_calls] == ["convert_currency"]  # asked for, shown, never run
+        changed = rerun(prompt, model, model_settings={"temperature": 0.0, "topK": 5}, tool_choice="none")
+        body = without_transport(second.chat_requests()[1])
+        assert body["temperature"] == 0.0 and body["top_k"] == 5 and body["tool_choice"] == "none"
+        assert body["max_tokens"] == SETTINGS["max_tokens"] and body["seed"] == SETTINGS["seed"]
+        assert {d[0] for d in changed.differences} >= {"temperature", "top k", "tool choice", "endpoint"}
+        model.close()
+    finally:
+        second.stop()
+    assert len(fresh.turns(THREAD)) == rows_before  # nothing was written
