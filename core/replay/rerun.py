@@ -76,14 +76,16 @@ def recorded_call(prompt: "AssembledPrompt", index: int = 0) -> "CallReplay | No
 
 
 def rerun(prompt: "AssembledPrompt", model: "ChatModel", *, model_settings: Mapping[str, Any] | None = None,
-          tool_choice: Any = KEEP, call: int = 0) -> RerunResult:
+          tool_choice: Any = KEEP, call: int = 0, settings: Mapping[str, Any] | None = None) -> RerunResult:
     """Send model call ``call`` of a rebuilt (or what-if) turn to ``model``: its messages and tools with
     the recorded settings and tool choice, changed by ``model_settings`` (any ``ModelSettings`` name,
-    and ``timeout``) and ``tool_choice`` (None: send none). Nothing is run or saved."""
-    settings = dict(model_settings or {})
-    timeout = settings.pop("timeout", None)
+    and ``timeout``) and ``tool_choice`` (None: send none). ``settings``: every setting to send instead
+    of the recorded ones (an editor that may also remove one). Nothing is run or saved."""
+    overrides = dict(model_settings or {})
+    timeout = overrides.pop("timeout", None)
     try:
-        changes = ModelSettings.parse(settings)
+        changes = ModelSettings.parse(overrides)
+        replacing = ModelSettings.parse(settings) if settings is not None else None
     except ModelSettingsError as exc:
         raise RerunError(f"{exc} Use {', '.join(SETTINGS)}.") from None
     replay = recorded_call(prompt, call)
@@ -91,7 +93,7 @@ def rerun(prompt: "AssembledPrompt", model: "ChatModel", *, model_settings: Mapp
     original = dict(replay.request) if replay is not None else (dict(prompt.request) if prompt.request else None)
     recorded = replay.record is not None if replay is not None else False
     base = _recorded_settings(original) if recorded and original is not None else ModelSettings()
-    wire = base.merged(changes)
+    wire = (replacing if replacing is not None else base).merged(changes)
     choice = (original or {}).get("tool_choice") if tool_choice is KEEP else tool_choice
     tools = list(sent_prompt.tools) or None
     kwargs: dict[str, Any] = {"tools": tools}

@@ -1,6 +1,8 @@
-"""One replayed turn: the context as a fragment list marked with what changed since the previous turn,
-the selected fragment, and tabs for the prompt as received beside the one rebuilt now, the reply, the
-recall hits and the tokens per section. The Replay pane adds its What-If and Re-Run tabs to ``tabs``.
+"""One replayed model call of a turn: the context as a fragment list marked with what changed since the
+previous turn (or, for a later call of the turn, since the call before), the selected fragment, and
+tabs for the call's whole request (model, endpoint, settings, tool definitions with their tokens,
+usage), the prompt as received beside the one rebuilt now, the reply, the recall hits and the tokens
+per section.
 
 Widgets only: it shows a ``StepData`` (``studio.replay_jobs``) through the layout functions of
 ``studio.logic.replay_layout`` and emits the stored messages the user wants to open.
@@ -24,6 +26,7 @@ from studio.logic.replay_layout import (
     prompt_text,
     prompt_text_diff,
     reason_label,
+    same_now_text,
     recall_rows,
     reply_text,
     step_rows,
@@ -35,6 +38,7 @@ from studio.widgets.diff_view import DiffView
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
+from studio.widgets.request_view import RequestPanel
 
 STEP_COLUMNS: list[Column[StepRow]] = [
     Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
@@ -58,8 +62,8 @@ RECALL_COLUMNS: list[Column[RecallRow]] = [
 ]
 TOKEN_COLUMNS: list[Column[TokenRow]] = [
     Column("Section", lambda r: r.label),
-    Column("At the turn", lambda r: f"{r.at_turn:,}", RIGHT),
-    Column("Rebuilt now", lambda r: "" if r.now is None else f"{r.now:,}", RIGHT),
+    Column("At the turn (o200k)", lambda r: f"{r.at_turn:,}", RIGHT),
+    Column("Rebuilt now (o200k)", lambda r: "" if r.now is None else f"{r.now:,}", RIGHT),
 ]
 
 
@@ -149,6 +153,8 @@ class TurnView(QSplitter):
 
         self.tabs = QTabWidget()
         self.tabs.setObjectName("replayTabs")
+        self.request_view = RequestPanel()
+        self.tabs.addTab(self.request_view, "Request")
         compare_tab = QSplitter(Qt.Orientation.Vertical)
         sides = QSplitter(Qt.Orientation.Horizontal)
         self.received_view = CodeEditor("markdown", read_only=True)
@@ -166,7 +172,7 @@ class TurnView(QSplitter):
         self.now_diff.setObjectName("replayNowDiff")
         compare_tab.addWidget(self.now_diff)
         compare_tab.setSizes([300, 160])
-        self.tabs.addTab(compare_tab, "Received vs Rebuilt Now")
+        self.tabs.addTab(compare_tab, "Received vs Now")
         self.reply_view = CodeEditor("markdown", read_only=True)
         self.tabs.addTab(self.reply_view, "Reply")
         self.recall_model: RecordTableModel[RecallRow] = RecordTableModel(RECALL_COLUMNS, self)
@@ -179,23 +185,40 @@ class TurnView(QSplitter):
         self.setSizes([560, 620])
         self.step_table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_fragment(cur.row()))
 
-    def show_step(self, step: StepData, thread_id: str, cmp: Comparison) -> None:
-        received, now = step.received, step.now
-        self.context_caption.setText(f"Context at turn {step.index + 1} ({received.total_tokens:,} tokens)")
-        self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
-                                  f"Since turn {step.index}: {change_summary(step.changes)}")
-        self.step_model.set_rows(step_rows(received, step.changes))
-        recorded = received.replay is not None and received.replay.record is not None
-        self.received_caption.setText("Received (the record)" if recorded else "Received (reconstructed: no record)")
-        self.received_view.load(prompt_text(received))
-        self.now_view.load(prompt_text(now))
-        if cmp.same:  # a diff of two identical prompts is all noise
-            self.now_diff.set_diff([], empty_text="(rebuilt now: identical to what the model received)")
+    def show_step(self, step: StepData, thread_id: str, cmp: Comparison, call: int = 0) -> None:
+        """Turn ``step``'s model call ``call`` (0: the first)."""
+        calls = step.calls
+        call = max(0, min(call, len(calls) - 1))
+        received, now = calls[call], step.now_call(call)
+        of = f", model call {call + 1} of {len(calls)}" if len(calls) > 1 else ""
+        self.context_caption.setText(f"Context at turn {step.index + 1}{of} ({received.total_tokens:,} tokens, "
+                                     "o200k estimate)")
+        changes = step.call_changes[call] if call < len(step.call_changes) else (step.changes if call == 0 else [])
+        if call > 0:
+            self.change_label.setText(f"Since model call {call}: {change_summary(changes)}")
         else:
+            self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
+                                      f"Since turn {step.index}: {change_summary(changes)}")
+        self.step_model.set_rows(step_rows(received, changes))
+        info = step.received.replay
+        if info is not None and info.record is not None and info.kind == "recorded":
+            self.received_caption.setText("Received (the record" + (", exact)" if info.exact else ", differs)"))
+        elif info is not None and info.record_state == "damaged":
+            self.received_caption.setText("Received (reconstructed: the record is damaged)")
+        else:
+            self.received_caption.setText("Received (reconstructed: no record)")
+        self.received_view.load(prompt_text(received))
+        self.now_view.load(prompt_text(now) if now is not None else "(the engine makes fewer model calls now)")
+        if now is not None and cmp.same:  # a diff of two identical prompts is all noise
+            self.now_diff.set_diff([], empty_text=same_now_text(step.received))
+        elif now is not None:
             self.now_diff.set_diff(prompt_text_diff(received, now))
+        else:
+            self.now_diff.set_diff([], empty_text="(rebuilt now, the turn makes fewer model calls)")
+        self.request_view.show_request(step.requests[call] if call < len(step.requests) else None)
         self.reply_view.load(reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)")
-        self.recall_model.set_rows(recall_rows(received, thread_id))
-        self.token_model.set_rows(token_rows(received, now))
+        self.recall_model.set_rows(recall_rows(step.received, thread_id))
+        self.token_model.set_rows(token_rows(received, now) if call > 0 else token_rows(step.received, step.now))
         first = next((i for i, r in enumerate(self.step_model.rows()) if r.change), 0)
         if self.step_model.rowCount():
             self.step_table.selectRow(first)
@@ -203,6 +226,7 @@ class TurnView(QSplitter):
     def clear(self) -> None:
         for model in (self.step_model, self.recall_model, self.token_model):
             model.set_rows([])
+        self.request_view.show_request(None)
         for view in (self.received_view, self.now_view, self.reply_view, self.fragment_text):
             view.load("")
         self.now_diff.set_diff([], empty_text="")
