@@ -69,9 +69,10 @@ def call_labels(calls: Sequence[AssembledPrompt]) -> list[str]:
     for k, prompt in enumerate(calls):
         what = "the first call"
         if k:
-            asked = next((m for m in reversed(prompt.messages) if m.get("role") == "assistant" and m.get("tool_calls")),
-                         None)
-            names = [str((c.get("function") or {}).get("name")) for c in (asked or {}).get("tool_calls") or ()]
+            # The tool calls this call answers: those its messages hold that the call before did not.
+            before = {c.get("id") for m in calls[k - 1].messages for c in m.get("tool_calls") or ()}
+            names = [str((c.get("function") or {}).get("name")) for m in prompt.messages
+                     for c in m.get("tool_calls") or () if c.get("id") not in before]
             what = f"after {', '.join(names)}" if names else "after a tool result"
         out.append(f"{k + 1} of {len(calls)} · {what}")
     return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from core import AssembledPrompt
-from core.replay import CallReplay, TurnRecord
+from core.replay import CallReplay, ReplayInfo, TurnRecord
 from core.tokens import Tokenizer
 
 NOT_RECORDED = "not recorded"
@@ -142,7 +142,7 @@ def usage_rows(usage: Mapping[str, int] | None, estimate: int, finish_reason: st
     ]
 
 
-def _status(call: CallReplay | None, info: Any) -> str:
+def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
     if info is None:
         return "preview: what the engine would send now"
     if call is None or call.record is None:

@@ -263,7 +263,7 @@ class ReplayPane(QWidget):
                                                                               QEvent.Type.ShortcutOverride):
             assert isinstance(event, QKeyEvent)
             pressed = QKeySequence(event.keyCombination())
-            for action in self.commands.actions():
+            for action in self.actions():  # the registry adds its actions to this pane
                 if any(pressed.matches(k) == QKeySequence.SequenceMatch.ExactMatch for k in action.shortcuts()):
                     event.accept()
                     if event.type() == QEvent.Type.KeyPress and action.isEnabled():
