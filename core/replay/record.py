@@ -200,8 +200,16 @@ def options_with(options: Mapping[str, Any], overrides: Mapping[str, Any] | None
     return _options(_canonical(options), _canonical(overrides) if overrides else None)
 
 
+@functools.lru_cache(maxsize=64)
+def _expanded(delta_json: str) -> str:
+    return json.dumps(options_merge(_defaults(), json.loads(delta_json)))
+
+
 def expand_options(delta: Mapping[str, Any]) -> dict[str, Any]:
-    return options_merge(_defaults(), delta)
+    """A record's options delta over the defaults, memoised: a thread's records share a few deltas, and
+    merging is far dearer than parsing (each record still gets a dict of its own)."""
+    value: dict[str, Any] = json.loads(_expanded(_canonical(delta)))
+    return value
 
 
 def _score(value: float | None) -> float | None:
@@ -406,18 +414,22 @@ def _check(data: Any) -> dict[str, Any]:
     return data
 
 
-def decode(
-    row: Mapping[str, Any], texts: Mapping[str, str], parse_time: Any,
-    tool_sets: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-) -> TurnRecord:
-    """A stored row back into a ``TurnRecord``; ``texts`` resolves keys and ``tool_sets`` the calls'
-    tool definitions (missing ones are listed in ``unresolved``). A record that cannot be read raises
-    ``DamagedRecordError`` saying why."""
+def parse(text: Any) -> Any:
+    """A stored ``record`` column as JSON (``DamagedRecordError`` when it is not)."""
     try:
-        raw = json.loads(row["record"])
+        return json.loads(text)
     except (TypeError, ValueError) as exc:
         raise DamagedRecordError(f"not JSON ({exc})") from None
-    data = _check(raw)
+
+
+def decode(
+    row: Mapping[str, Any], texts: Mapping[str, str], parse_time: Any,
+    tool_sets: Mapping[str, Sequence[Mapping[str, Any]]] | None = None, parsed: Any = None,
+) -> TurnRecord:
+    """A stored row back into a ``TurnRecord``; ``texts`` resolves keys and ``tool_sets`` the calls'
+    tool definitions (missing ones are listed in ``unresolved``); ``parsed``: the ``record`` column
+    already parsed. A record that cannot be read raises ``DamagedRecordError`` saying why."""
+    data = _check(parse(row["record"]) if parsed is None else parsed)
     missing: list[str] = []
 
     def text(key: str) -> str:
@@ -604,6 +616,7 @@ __all__ = [
     "canonical_json",
     "decode",
     "encode",
+    "parse",
     "expand_options",
     "long_texts",
     "messages_hash",

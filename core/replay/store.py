@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from core.storage import dialect
 
 from core.replay import tools as tool_defs
-from core.replay.record import DamagedRecordError, TurnRecord, decode, encode, long_texts, text_key
+from core.replay.record import DamagedRecordError, TurnRecord, decode, encode, long_texts, parse, text_key
 from core.storage import schema as t
 from core.timeutil import parse_iso, to_iso
 
@@ -109,12 +109,8 @@ _COLUMNS = 'input_message_id, thread_id, resource_id, wm_version_id, record, "cr
 _FIELDS = ("input_message_id", "thread_id", "resource_id", "wm_version_id", "record", "createdAt")
 
 
-def _set_keys(raw: Any) -> set[str]:
-    """The tool-set keys a stored record names (read without decoding it whole)."""
-    try:
-        data = json.loads(raw)
-    except (TypeError, ValueError):
-        return set()
+def set_keys(data: Any) -> set[str]:
+    """The tool-set keys a parsed record names."""
     if not isinstance(data, dict):
         return set()
     keys = {data.get("ts")}
@@ -127,13 +123,21 @@ def _set_keys(raw: Any) -> set[str]:
 def _decode_rows(conn: sa.Connection, rows: Sequence[Any]) -> tuple[list[TurnRecord], dict[str, str]]:
     """The readable records, and why each unreadable one is damaged (by input message id)."""
     texts = _texts(conn, (r[1] for r in rows))
-    sets = tool_defs.read_sets(conn, {k for r in rows for k in _set_keys(r[4])})
+    parsed: list[Any] = []
+    for r in rows:
+        try:
+            parsed.append(parse(r[4]))
+        except DamagedRecordError as exc:
+            parsed.append(exc)
+    sets = tool_defs.read_sets(conn, {k for p in parsed for k in set_keys(p)})
     out: list[TurnRecord] = []
     damaged: dict[str, str] = {}
-    for r in rows:
+    for r, data in zip(rows, parsed):
         row: Mapping[str, Any] = dict(zip(_FIELDS, r))
         try:
-            out.append(decode(row, texts, parse_iso, sets))
+            if isinstance(data, DamagedRecordError):
+                raise data
+            out.append(decode(row, texts, parse_iso, sets, parsed=data))
         except (DamagedRecordError, ValueError, TypeError, KeyError, IndexError) as exc:
             # A damaged row means that turn is reconstructed instead, saying why; the others stay exact.
             reason = str(exc) if isinstance(exc, DamagedRecordError) else f"wrong types ({type(exc).__name__}: {exc})"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import sqlalchemy as sa
 
 from core.replay import tools as tool_defs
+from core.replay.store import set_keys
 from core.storage import schema
 from core.transfer import rows as R
 from core.transfer.format import ExportFormatError, TransferError
@@ -85,16 +86,9 @@ def _turn_rows(conn: sa.Connection, thread_ids: list[str]) -> list[dict[str, Any
 
 def _set_keys(raw: Any) -> set[str]:
     try:
-        data = json.loads(raw) if isinstance(raw, str) else None
+        return set_keys(json.loads(raw)) if isinstance(raw, str) else set()
     except ValueError:
         return set()
-    if not isinstance(data, dict):
-        return set()
-    keys = {data.get("ts")}
-    for entry in data.get("k") or ():
-        if isinstance(entry, list) and len(entry) > 3 and isinstance(entry[3], dict):
-            keys.add(entry[3].get("ts"))
-    return {k for k in keys if isinstance(k, str)}
 
 
 def _agents(conn: sa.Connection, threads: list[dict[str, Any]], messages: list[dict[str, Any]],
