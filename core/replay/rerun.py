@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from core.errors import MemoryStudioError
 from core.llm.settings import ModelSettings, ModelSettingsError
-from core.model_call import request_body_for
+from core.model_call import ModelCall, request_body_for
 from core.replay.capture import endpoint_of, model_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -95,16 +95,10 @@ def rerun(prompt: "AssembledPrompt", model: "ChatModel", *, model_settings: Mapp
     base = _recorded_settings(original) if recorded and original is not None else ModelSettings()
     wire = (replacing if replacing is not None else base).merged(changes)
     choice = (original or {}).get("tool_choice") if tool_choice is KEEP else tool_choice
-    tools = list(sent_prompt.tools) or None
-    kwargs: dict[str, Any] = {"tools": tools}
-    if wire.temperature is not None:
-        kwargs["temperature"] = wire.temperature
-    if wire.max_tokens is not None:
-        kwargs["max_tokens"] = wire.max_tokens
-    if wire:
-        kwargs["settings"] = wire
-    if choice is not None and tools:
-        kwargs["tool_choice"] = choice
+    try:  # the agent's own rule for a call's arguments (a forced tool choice goes out as it did: step 0)
+        kwargs = ModelCall(wire, choice, None, False).model_kwargs(sent_prompt, 0)
+    except ModelSettingsError as exc:
+        raise RerunError(str(exc)) from None
     request = request_body_for(model, list(sent_prompt.messages), kwargs)
     start = time.perf_counter()
     result = model.generate(list(sent_prompt.messages), **({"timeout": timeout} if timeout is not None else {}),

@@ -41,7 +41,7 @@ from studio.preferences import Preferences
 from studio.replay_jobs import StepData, WhatIfDetail, rerun_prompt
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
-from studio.widgets.flow_layout import FlowLayout
+from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.record_table import Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
@@ -115,11 +115,11 @@ class RerunPanel(QWidget):
             edit.setMaximumWidth(240 if key == "response_format" else 110)
             edit.textChanged.connect(self._mark_changes)
             self.setting_edits[key] = edit
-            flow.addWidget(_pair(key.replace("_", " "), edit))
+            flow.addWidget(labelled(key.replace("_", " "), edit))
         self.tool_choice_combo = QComboBox()
         self.tool_choice_combo.setObjectName("rerunToolChoice")
         self.tool_choice_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        flow.addWidget(_pair("tool choice", self.tool_choice_combo))
+        flow.addWidget(labelled("tool choice", self.tool_choice_combo))
         self.reset_btn = QPushButton("Reset to Recorded")
         self.reset_btn.setToolTip("Put back the settings and tool choice this call sent")
         flow.addWidget(self.reset_btn)
@@ -316,16 +316,6 @@ class RerunPanel(QWidget):
         self.status.setStyleSheet("color: #E5534B;")
         self.status.setText(f"The re-run failed: {text}. Check the model in File > Preferences… (Test Connection).")
         self.failed.emit(text)
-
-
-def _pair(label: str, widget: QWidget) -> QWidget:
-    holder = QWidget()
-    layout = QHBoxLayout(holder)
-    layout.setContentsMargins(0, 0, 0, 0)
-    layout.setSpacing(4)
-    layout.addWidget(QLabel(label))
-    layout.addWidget(widget)
-    return holder
 
 
 __all__ = ["RerunPanel"]

@@ -41,7 +41,7 @@ from studio.logic.replay_layout import (
 )
 from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
 from studio.widgets.diff_view import DiffView
-from studio.widgets.flow_layout import FlowLayout
+from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
@@ -136,13 +136,7 @@ class WhatIfPanel(QWidget):
         flow.setContentsMargins(8, 6, 8, 6)
         for label, widget in cells:
             widget.setMinimumWidth(120)
-            pair = QWidget()
-            pl = QHBoxLayout(pair)
-            pl.setContentsMargins(0, 0, 0, 0)
-            pl.setSpacing(4)
-            pl.addWidget(QLabel(label))
-            pl.addWidget(widget)
-            flow.addWidget(pair)
+            flow.addWidget(labelled(label, widget))
         root.addWidget(box)
 
         row = QHBoxLayout()

@@ -14,7 +14,6 @@ database, on libSQL and on Postgres. The record never holds the key or the URL's
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
