@@ -157,7 +157,6 @@ def stream_chunks_from_result(result: ChatResult, *, model: str, completion_id: 
     return chunks
 
 
-
 #: Keys of a chat-completions body that only say how the reply travels, not what the model is asked.
 TRANSPORT_KEYS = ("stream", "stream_options")
 
