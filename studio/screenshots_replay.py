@@ -34,12 +34,16 @@ def shoot_replay(app: Any, window: Any, save: Save, wait: Wait) -> None:
     if top is not None and top.childCount():
         top.child(top.childCount() - 1).setExpanded(True)  # one definition opened: description and schema
     save(window, "replay-pane")
-    pane.go_to_call(1)  # the call after the tool result: its context grew by the call and the result
-    wait(app, lambda: pane.call == 1, 10)
-    save(window, "replay-calls")
-    pane.go_to_call(0)
     pane.view.tabs.setCurrentWidget(pane.view.recall_table)
     save(window, "replay-recall")
+
+    # A turn's second model call (after getWeather): its context grew by the call and its result.
+    at("ada", "ada-weekend", 0)
+    pane.go_to_call(1)
+    wait(app, lambda: pane.call == 1, 10)
+    pane.view.tabs.setCurrentWidget(pane.view.request_view)
+    save(window, "replay-calls")
+    pane.go_to_call(0)
 
     # The stand-up thread: observational memory takes the early messages out of the context.
     at("sam", "sam-standup", 2)
