@@ -57,8 +57,13 @@ class RequestView:
     tools: list[ToolRow]
     tools_tokens: int  # the tool definitions as the prompt counts them (one JSON text)
     usage: list[UsageRow]
-    body: str  # the whole request body, JSON, for copying
+    request: Mapping[str, Any]  # the whole request body
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def body(self) -> str:
+        """The whole request body as indented JSON (made on demand: a long conversation makes it large)."""
+        return json.dumps(self.request, ensure_ascii=False, indent=2)
 
     @property
     def summary(self) -> str:
@@ -72,15 +77,25 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+_TOOL_ROWS: dict[tuple[str, str], ToolRow] = {}  # (tokenizer, definition) -> row: an agent's tools repeat every turn
+
+
 def tool_rows(tools: Sequence[Mapping[str, Any]], tokenizer: Tokenizer) -> list[ToolRow]:
     out = []
     for definition in tools:
-        function = definition.get("function") if isinstance(definition.get("function"), Mapping) else {}
-        assert isinstance(function, Mapping)
         text = json.dumps(definition, ensure_ascii=False, separators=(",", ":"))
-        out.append(ToolRow(str(function.get("name", "?")), str(function.get("description", "")),
-                           json.dumps(function.get("parameters", {}), ensure_ascii=False, indent=2),
-                           tokenizer.count(json.dumps(definition, ensure_ascii=False)), text))
+        key = (tokenizer.name, text)
+        row = _TOOL_ROWS.get(key)
+        if row is None:
+            function = definition.get("function") if isinstance(definition.get("function"), Mapping) else {}
+            assert isinstance(function, Mapping)
+            row = ToolRow(str(function.get("name", "?")), str(function.get("description", "")),
+                          json.dumps(function.get("parameters", {}), ensure_ascii=False, indent=2),
+                          tokenizer.count(json.dumps(definition, ensure_ascii=False)), text)
+            if len(_TOOL_ROWS) > 512:
+                _TOOL_ROWS.clear()
+            _TOOL_ROWS[key] = row
+        out.append(row)
     return out
 
 
@@ -126,7 +141,7 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
         tools=tool_rows(body.get("tools") or shown.tools, tokenizer),
         tools_tokens=_tools_tokens(shown),
         usage=usage_rows(usage, shown.total_tokens, call.finish_reason if call is not None else None),
-        body=json.dumps(body, ensure_ascii=False, indent=2),
+        request=body,
         notes=notes,
     )
 

@@ -387,9 +387,12 @@ class ReplayPane(QWidget):
         self.step = step
         self.trace = None
         self.call = clamp_step(self.call, len(step.calls))
-        self.call_combo.clear()
-        for label in call_labels(step.calls):
-            self.call_combo.addItem(label)
+        labels = call_labels(step.calls)
+        if labels != [self.call_combo.itemText(i) for i in range(self.call_combo.count())]:
+            self.call_combo.blockSignals(True)
+            self.call_combo.clear()
+            self.call_combo.addItems(labels)
+            self.call_combo.blockSignals(False)
         self.call_combo.setEnabled(len(step.calls) > 1)
         self.rerun.set_step(step, self.call)
         self._show_call(step)

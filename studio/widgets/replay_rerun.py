@@ -75,6 +75,8 @@ class RerunPanel(QWidget):
         self.comparison: RerunComparison | None = None
         self._key = f"rerun-{id(self)}"
         self._picked: str | None = None  # a model chosen here, kept when Preferences change
+        self._filled_for: Any = None  # the request the setting fields were filled from (refilled lazily)
+        self._marked: dict[str, bool] = {}
         self._build()
         self.fill_models()
         preferences.changed.connect(self.fill_models)
@@ -118,7 +120,9 @@ class RerunPanel(QWidget):
             flow.addWidget(labelled(key.replace("_", " "), edit))
         self.tool_choice_combo = QComboBox()
         self.tool_choice_combo.setObjectName("rerunToolChoice")
-        self.tool_choice_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        # A fixed-width combo: re-filled on every step, it must not make the bar lay itself out again.
+        self.tool_choice_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.tool_choice_combo.setMinimumContentsLength(22)
         flow.addWidget(labelled("tool choice", self.tool_choice_combo))
         self.reset_btn = QPushButton("Reset to Recorded")
         self.reset_btn.setToolTip("Put back the settings and tool choice this call sent")
@@ -207,7 +211,13 @@ class RerunPanel(QWidget):
         self.call = call
         n = len(self.step.calls) if self.step is not None else 0
         self.call_label.setText(f"Model call {call + 1} of {n}" if n > 1 else "")
-        self.reset_settings()
+        self._refill()
+
+    def _refill(self) -> None:
+        """Fill the setting fields from the selected call's request, unless they already are."""
+        request = self.recorded_request()
+        if request is not self._filled_for or request is None:
+            self.reset_settings()
 
     def _clear_result(self) -> None:
         self.result = None
@@ -250,6 +260,7 @@ class RerunPanel(QWidget):
     # -- settings --------------------------------------------------------------------------------
     def reset_settings(self) -> None:
         request = self.recorded_request()
+        self._filled_for = request
         for key, text in setting_fields(request).items():
             self.setting_edits[key].blockSignals(True)
             self.setting_edits[key].setText(text)
@@ -265,6 +276,9 @@ class RerunPanel(QWidget):
     def _mark_changes(self) -> None:
         changed = set(changed_settings(self.recorded_request(), self.fields()))
         for key, edit in self.setting_edits.items():
+            if self._marked.get(key) == (key in changed):
+                continue  # restyling a field costs a re-polish: only when its state flips
+            self._marked[key] = key in changed
             edit.setStyleSheet(CHANGED_STYLE if key in changed else "")
             edit.setToolTip("changed from what the call sent" if key in changed else "as the call sent it")
 
@@ -274,6 +288,7 @@ class RerunPanel(QWidget):
         choice = self.preferences.model(self.model_combo.currentData())
         if prompt is None or step is None or choice is None:
             return
+        self._refill()
         try:
             settings = settings_from_fields(self.fields())
         except ValueError as exc:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.logic.request_layout import ESTIMATE, SERVER, RequestView, UsageRow
+from studio.logic.request_layout import ESTIMATE, SERVER, RequestView, ToolRow, UsageRow
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
@@ -37,6 +37,11 @@ SETTING_COLUMNS: list[Column[tuple[str, str]]] = [
 ]
 
 
+def _set_text(label: QLabel, text: str) -> None:
+    if label.text() != text:
+        label.setText(text)
+
+
 def _esc(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -46,6 +51,7 @@ class RequestPanel(QWidget):
         super().__init__(parent)
         self.setObjectName("requestView")
         self.view: RequestView | None = None
+        self._tools_shown: list[ToolRow] | None = None  # the tree is rebuilt only when the tools change
         root = QVBoxLayout(self)
         root.setContentsMargins(0, 4, 0, 0)
         head = QHBoxLayout()
@@ -67,24 +73,24 @@ class RequestPanel(QWidget):
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         root.addWidget(self.header)
         self.usage_model: RecordTableModel[UsageRow] = RecordTableModel(USAGE_COLUMNS, self)
-        self.usage_table = record_table_view(self.usage_model)
+        # Fixed column widths: the panel is re-filled on every step, and measuring cells costs a relayout.
+        self.usage_table = record_table_view(self.usage_model, widths={"": 120, SERVER: 130})
         self.usage_table.setObjectName("requestUsage")
-        self.usage_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.usage_table.horizontalHeader().setStretchLastSection(True)
         self.usage_table.setFixedHeight(self.usage_table.verticalHeader().defaultSectionSize() * 4 + 6)
         root.addWidget(self.usage_table)
         split = QSplitter(Qt.Orientation.Vertical)
         self.settings_model: RecordTableModel[tuple[str, str]] = RecordTableModel(SETTING_COLUMNS, self)
-        self.settings_table = record_table_view(self.settings_model)
+        self.settings_table = record_table_view(self.settings_model, widths={"Setting": 140})
         self.settings_table.setObjectName("requestSettings")
-        self.settings_table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         self.tools = QTreeWidget()
         self.tools.setObjectName("requestTools")
         self.tools.setColumnCount(2)
         self.tools.setHeaderLabels(["Tool definitions (as sent)", "Tokens (o200k)"])
+        self.tools.header().setStretchLastSection(False)
         self.tools.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.tools.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        self.tools.setWordWrap(True)
+        self.tools.header().setSectionResizeMode(1, QHeaderView.ResizeMode.Fixed)
+        self.tools.header().resizeSection(1, 110)
+        self.tools.setUniformRowHeights(True)  # one line per row (long descriptions are in tooltips)
         split.addWidget(self.settings_table)
         split.addWidget(self.tools)
         split.setSizes([140, 260])
@@ -92,18 +98,27 @@ class RequestPanel(QWidget):
 
     def show_request(self, view: RequestView | None) -> None:
         self.view = view
-        self.tools.clear()
         if view is None:
+            self.tools.clear()
+            self._tools_shown = None
             self.title.setText("Request")
             self.header.setText("")
             self.usage_model.set_rows([])
             self.settings_model.set_rows([])
             return
-        self.title.setText(f"{view.title} · {view.status}")
+        # Stepping re-fills this on every turn: texts and rows that did not change are left alone, so
+        # Qt does not lay the panel out again for nothing.
+        _set_text(self.title, f"{view.title} · {view.status}")
         notes = "".join(f"<br><i>{_esc(n)}</i>" for n in view.notes)
-        self.header.setText(f"<b>Model</b> {_esc(view.model)} · <b>Endpoint</b> {_esc(view.endpoint)}{notes}")
-        self.usage_model.set_rows(view.usage)
-        self.settings_model.set_rows(view.settings)
+        _set_text(self.header, f"<b>Model</b> {_esc(view.model)} · <b>Endpoint</b> {_esc(view.endpoint)}{notes}")
+        self.usage_model.update_rows(view.usage)
+        self.settings_model.update_rows(view.settings)
+        first = self.tools.topLevelItem(0)
+        if view.tools == self._tools_shown and first is not None:
+            first.setText(1, f"{view.tools_tokens:,}")  # the same definitions: no rebuild
+            return
+        self.tools.clear()
+        self._tools_shown = list(view.tools)
         top = QTreeWidgetItem([f"{len(view.tools)} tool definition{'s' if len(view.tools) != 1 else ''}",
                                f"{view.tools_tokens:,}"])
         top.setToolTip(0, "All definitions as the prompt counts them (one JSON text, o200k_base); each tool's "
@@ -113,7 +128,9 @@ class RequestPanel(QWidget):
             item = QTreeWidgetItem([tool.name, f"{tool.tokens:,}"])
             item.setTextAlignment(1, RIGHT)
             item.setToolTip(0, tool.description)
-            item.addChild(QTreeWidgetItem([f"description: {tool.description}", ""]))
+            description = QTreeWidgetItem([f"description: {tool.description}", ""])
+            description.setToolTip(0, tool.description)
+            item.addChild(description)
             params = QTreeWidgetItem(["parameters (JSON schema)", ""])
             for line in tool.parameters.splitlines():
                 params.addChild(QTreeWidgetItem([line, ""]))
