@@ -20,14 +20,18 @@ from typing import Any
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
     QApplication,
     QComboBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
+    QPlainTextEdit,
     QSizePolicy,
     QSlider,
     QTabBar,
     QTabWidget,
+    QTextEdit,
     QToolButton,
     QWidget,
 )
@@ -243,7 +247,8 @@ class ReplayPane(QWidget):
         if not self.isVisible():
             return
         focus = QApplication.focusWidget()
-        if focus is None or not self.isAncestorOf(focus):
+        typing = isinstance(focus, (QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit)) and focus.isVisible()
+        if focus is None or (not self.isAncestorOf(focus) and not typing):
             self.view.step_table.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def _watch_tab_bar(self) -> None:
