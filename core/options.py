@@ -245,6 +245,10 @@ class MemoryOptions:
     # Largest message accepted, in bytes of stored content (UTF-8 JSON); None for no limit.
     max_message_bytes: int | None = 1_000_000
     message_history: Any = None  # dict | MessageHistoryOptions (its token budget)
+    # Largest working-memory value accepted, in bytes of stored text (UTF-8); None for no limit.
+    max_working_memory_bytes: int | None = 256_000
+    # Working-memory versions kept per scope (resource or thread), newest first; None keeps them all.
+    max_working_memory_versions: int | None = 100
 
     def __post_init__(self) -> None:
         history = _history(self.message_history, self.last_messages)
@@ -255,9 +259,11 @@ class MemoryOptions:
         object.__setattr__(self, "observational_memory", _observational(self.observational_memory))
         if not isinstance(self.read_only, bool):
             raise OptionsError("read_only must be True or False.")
-        mb = self.max_message_bytes
-        if mb is not None and (not isinstance(mb, int) or isinstance(mb, bool) or mb < 1):
-            raise OptionsError(f"max_message_bytes must be a positive integer (bytes) or None, got {mb!r}.")
+        for name, unit in (("max_message_bytes", "bytes"), ("max_working_memory_bytes", "bytes"),
+                           ("max_working_memory_versions", "versions")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise OptionsError(f"{name} must be a positive integer ({unit}) or None, got {value!r}.")
 
     @property
     def history_enabled(self) -> bool:

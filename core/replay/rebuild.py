@@ -30,6 +30,7 @@ from core.context_window import ContextWindowError, PromptBudget
 from core.message_list import Provenance
 from core.messages import Message
 from core.options import MemoryOptions
+from core.replay import edited
 from core.replay import frozen as frozen_mod
 from core.replay import store as records
 from core.replay import tools as tool_defs
@@ -115,12 +116,17 @@ def rebuild(
         raise InvalidArgumentError(f"rebuild must be 'record' or 'now', got {rebuild!r}.")
     source = source or frozen_mod.ReplaySource(assembler.store)
     record, state, damage = _record_state(source, as_of)
+    stored = source
+    past = _as_recorded(stored, as_of, record) if rebuild == "record" else None  # edits since: what was seen
+    source = past if past is not None else stored  # type: ignore[assignment]
     inputs = _inputs(source, as_of, record, thread_id)
     turn = next(m for m in inputs if m.id == as_of)
     if record is not None and record.thread_id != turn.thread_id:
         # A record is data: one that names another thread than its input's cannot describe this turn.
         damage = f"it names thread {record.thread_id}, but its input is in thread {turn.thread_id}"
         record, state = None, "damaged"
+        past = _as_recorded(stored, as_of, None) if rebuild == "record" else None
+        source = past if past is not None else stored  # type: ignore[assignment]
         inputs = _inputs(source, as_of, None, thread_id)
     use_record = record is not None and rebuild == "record"
     request = assembler.request_context(thread_id=turn.thread_id, resource_id=resource_id, options=None,
@@ -176,6 +182,8 @@ def rebuild(
         unknowns.append("recall scores at the time (ranked over today's index, limited to older messages)")
     if frozen is not None:
         unknowns.extend(m if m.endswith(")") else f"{m} (no longer stored)" for m in frozen.missing)
+    if past is not None and not use_record and edited.thread_changed_since(source, turn.thread_id or "", turn_time):
+        unknowns.append("messages edited or deleted since the turn (a reconstruction shows today's text)")
     calls, call_notes = _calls(assembler, ctx, prompt, record, source, agent_tools, frozen)
     unknowns.extend(call_notes)
     if record is None:
@@ -195,6 +203,7 @@ def rebuild(
         record_state=state,
         record_error=damage,
         differences=tuple(d for c in calls for d in c.differences),
+        changed_since=dict(past.changed) if past is not None else {},
     )
     return prompt
 
@@ -300,6 +309,14 @@ def _until_step(parts: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
     """The reply as model call ``k`` (0-based) saw it: the parts before the step that call began."""
     starts = [i for i, p in enumerate(parts) if p.get("type") == "step-start"]
     return parts[:starts[k]] if len(starts) > k else list(parts)
+
+
+def _as_recorded(source: frozen_mod.ReplaySource, as_of: str, record: TurnRecord | None) -> edited.SourceAsOf | None:
+    """The rows as the turn saw them (``core.replay.edited``): at its record's clock, else its input's time."""
+    if record is not None:
+        return edited.as_of(source, record.created_at)
+    found = source.messages([as_of]).get(as_of)
+    return edited.as_of(source, found.created_at) if found is not None else None
 
 
 def _options(record: TurnRecord | None, options: Mapping[str, Any] | None, current: MemoryOptions) -> MemoryOptions:

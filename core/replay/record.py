@@ -582,6 +582,9 @@ class ReplayInfo:
     record_state: RecordState = "present"
     record_error: str | None = None
     differences: tuple[str, ...] = ()
+    # Stored messages the rebuild took from their version history (``core.replay.edited``): message id
+    # -> "edited since" / "deleted since". The rebuilt prompt shows what the model saw then.
+    changed_since: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def exact(self) -> bool:

@@ -10,8 +10,10 @@ A turn record names stored rows; to rebuild every model call of a turn elsewhere
   Studio picks the same configuration for the thread (``core.agent_configs.agent_for_thread``);
 - ``traces`` (``--with-traces`` only): every span of the threads' runs, so Open Trace works there.
 
-The tables are this module's choice, never the file's: a file only holds rows. Every row is checked
-before it is written, and rows of tables the target lacks are left out with a note. What the file
+The tables are this module's choice, never the file's: a file only holds rows. Each list is a section
+of ``core.transfer.sections`` (registered below, with the rules its rows obey: every row is checked
+before anything is written); the turn records are its ``turns`` section, imported by the importer.
+Rows of tables the target lacks are left out with a note. What the file
 does not carry (traces exported without the flag, tool definitions of records written by an older
 version) is said in the import summary (``ImportReport.left_out``).
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
@@ -28,7 +31,9 @@ from core.replay import tools as tool_defs
 from core.replay.store import set_keys
 from core.storage import schema
 from core.transfer import rows as R
-from core.transfer.format import ExportFormatError, TransferError
+from core.transfer import sections as S
+from core.transfer.errors import TransferError
+from core.transfer.report import register_kind
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
@@ -165,52 +170,71 @@ def export_traces(store: "Store", thread_ids: Sequence[str]) -> list[dict[str, A
     return out
 
 
-# -- checking a file -----------------------------------------------------------------------------------
-def validate_sections(data: Mapping[str, Any], name: str) -> None:
-    """Raise ``ExportFormatError`` naming the first badly shaped row of a replay section."""
-    for key in SECTION_KEYS:
-        if not isinstance(data.get(key, []), list):
-            raise ExportFormatError(f"{name}: \"{key}\" must be a list.")
-        for i, row in enumerate(data.get(key, [])):
-            if not isinstance(row, dict):
-                raise ExportFormatError(f"{name}: {key}[{i}] is not an object.")
-    for i, row in enumerate(data.get("turns", [])):
-        if not isinstance(row, dict) or not all(isinstance(row.get(c), str) for c in ("input_message_id", "thread_id",
-                                                                                       "record", "createdAt")):
-            raise ExportFormatError(f"{name}: turns[{i}] needs string input_message_id, thread_id, record and "
-                                    "createdAt.")
-    for i, row in enumerate(data.get("toolDefinitions", [])):
-        text = row.get("definition")
-        if not isinstance(text, str) or row.get("hash") != tool_defs.key_of(text):
-            raise ExportFormatError(f"{name}: toolDefinitions[{i}] does not hash to its \"hash\" (the file was "
-                                    "changed by hand); export it again.")
-    for i, row in enumerate(data.get("toolSets", [])):
-        members = row.get("members")
-        if not isinstance(members, list) or not all(isinstance(m, str) for m in members) \
-                or row.get("hash") != tool_defs.key_of(",".join(members)):
-            raise ExportFormatError(f"{name}: toolSets[{i}] does not hash to its \"hash\"; export it again.")
-    for i, row in enumerate(data.get("agents", [])):
-        if not isinstance(row.get("name"), str) or not row["name"] or not isinstance(row.get("config"), str):
-            raise ExportFormatError(f"{name}: agents[{i}] needs a string name and config.")
-        try:
-            json.loads(row["config"])
-        except ValueError:
-            raise ExportFormatError(f"{name}: agents[{i}] has a config that is not JSON.") from None
-    for i, row in enumerate(data.get("configs", [])):
-        if not isinstance(row.get("name"), str) or not isinstance(row.get("author"), str) \
-                or not isinstance(row.get("createdAt"), str):
-            raise ExportFormatError(f"{name}: configs[{i}] needs a string name, author and createdAt.")
-    for i, row in enumerate(data.get("traces", [])):
-        if not isinstance(row.get("traceId"), str) or not isinstance(row.get("spanId"), str):
-            raise ExportFormatError(f"{name}: traces[{i}] needs a string traceId and spanId.")
+# -- the sections and their rules ----------------------------------------------------------------------
+def _definition_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    text = row.get("definition")
+    if not isinstance(text, str) or row.get("hash") != tool_defs.key_of(text):
+        return "its definition does not hash to its \"hash\" (the file was changed by hand); export it again"
+    try:
+        json.loads(text)
+    except ValueError:
+        return "its definition is not JSON"
+    return None
+
+
+def _set_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    members = row.get("members")
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members) \
+            or row.get("hash") != tool_defs.key_of(",".join(members)):
+        return "its members do not hash to its \"hash\" (the file was changed by hand); export it again"
+    return None
+
+
+def _agent_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    if not isinstance(row.get("name"), str) or not row["name"] or not isinstance(row.get("config"), str):
+        return "it needs a string name and config"
+    try:
+        json.loads(row["config"])
+    except ValueError:
+        return "its config is not JSON"
+    return None
+
+
+def _config_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    if not all(isinstance(row.get(k), str) for k in ("name", "author", "createdAt")):
+        return "it needs a string name, author and createdAt"
+    return None
+
+
+def _turn_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    if not all(isinstance(row.get(c), str) for c in ("input_message_id", "thread_id", "record", "createdAt")):
+        return "it needs a string input_message_id, thread_id, record and createdAt"
+    return None
+
+
+def _span_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    if not isinstance(row.get("traceId"), str) or not isinstance(row.get("spanId"), str):
+        return "it needs a string traceId and spanId"
+    return None
+
+
+S.register(S.Section("toolDefinitions", DEFS, "tool definition", id_fields=("hash",), check=_definition_rule))
+S.register(S.Section("toolSets", SETS, "tool set", id_fields=("hash",), check=_set_rule))
+S.register(S.Section("agents", AGENTS, "agent configuration", id_fields=("name",), check=_agent_rule))
+S.register(S.Section("configs", CONFIGS, "override", id_fields=(), check=_config_rule))
+# Spans go to the trace store beside the database (``import_traces``), never to a table of it.
+S.register(S.Section("traces", None, "span", id_fields=("traceId", "spanId"), thread_field="threadId",
+                     check=_span_rule))
+register_kind("traces", "span")
+# The turn records' section is the importer's (``sections.TURNS``); a record's own fields must be text.
+S.register(replace(S.TURNS, check=_turn_rule))
 
 
 # -- import --------------------------------------------------------------------------------------------
 def import_sections(imp: "_Importer") -> None:
-    """Write the replay sections inside the import's transaction (traces come after it:
-    ``import_traces``)."""
+    """Write the tool definitions and the agents' configurations inside the import's transaction (the
+    importer writes the turn records; traces come after it: ``import_traces``)."""
     data, report = imp.data, imp.report
-    _import_turns(imp, data.get("turns") or [])
     _import_tools(imp, data.get("toolDefinitions") or [], data.get("toolSets") or [])
     _import_agents(imp, data.get("agents") or [], data.get("configs") or [])
     report.left_out.extend(left_out(data))
@@ -235,40 +259,6 @@ def left_out(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _import_turns(imp: "_Importer", rows: list[Mapping[str, Any]]) -> None:
-    wanted = [r for r in rows if r.get("thread_id") not in imp.blocked]
-    if not wanted:
-        return
-    report = imp.report
-    if not R.has_table(imp.conn, TURNS):
-        report.notes.append(
-            f"{len(wanted)} turn record{'s' if len(wanted) != 1 else ''} not imported: {report.target} has no "
-            f"{TURNS} table. Run 'memory-studio migrate' on it (or upgrade Memory Studio) first.")
-        return
-    imp._check_columns(TURNS, wanted, "turn records")
-    threads = {t["id"]: t.get("resourceId") for t in imp.data.get("threads", [])}
-    dangling = 0
-    for raw in wanted:
-        row = dict(raw)
-        if row["thread_id"] not in threads:
-            raise TransferError(f"The file's turn record {row['input_message_id']} names thread {row['thread_id']}, "
-                                "which is not in the file; nothing was written. Export the thread again.")
-        if row.get("resource_id") not in (None, threads[row["thread_id"]]):
-            raise TransferError(f"The file's turn record {row['input_message_id']} names resource "
-                                f"{row['resource_id']}, but its thread belongs to {threads[row['thread_id']]}; "
-                                "nothing was written. Export the thread again.")
-        if row.get("wm_version_id") is not None:
-            mapped = imp.version_ids.get(row["wm_version_id"])
-            if mapped is None:
-                dangling += 1
-            row["wm_version_id"] = mapped
-        imp._upsert_by_key(TURNS, ["input_message_id"], row, "turns")
-    if dangling:
-        report.notes.append(
-            f"{dangling} turn record{'s' if dangling != 1 else ''} named a working-memory version that is not "
-            "in the file (exported without versions); that link was left empty.")
-
-
 def _import_tools(imp: "_Importer", definitions: list[Mapping[str, Any]], sets: list[Mapping[str, Any]]) -> None:
     if not definitions and not sets:
         return
@@ -284,6 +274,7 @@ def _import_tools(imp: "_Importer", definitions: list[Mapping[str, Any]], sets: 
     new_defs = _missing(imp.conn, DEFS, defs)
     new_sets = _missing(imp.conn, SETS, members)
     if not report.dry_run:
+        S.writable(DEFS), S.writable(SETS)
         tool_defs.write_rows(imp.conn, {k: defs[k] for k in new_defs}, {k: members[k] for k in new_sets})
     imp._wrote("toolDefinitions", len(new_defs))
     imp._same("toolDefinitions", len(defs) - len(new_defs))
@@ -355,5 +346,5 @@ def import_traces(store: "Store", data: Mapping[str, Any], report: "ImportReport
     report.unchanged["traces"] = report.unchanged.get("traces", 0) + len(records) - len(new)
 
 
-__all__ = ["SECTION_KEYS", "export_sections", "has_turn_records", "export_traces", "import_sections", "import_traces", "left_out",
-           "section_counts", "validate_sections"]
+__all__ = ["SECTION_KEYS", "export_sections", "has_turn_records", "export_traces", "import_sections", "import_traces",
+           "left_out", "section_counts"]

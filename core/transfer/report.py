@@ -5,7 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-KINDS = ("resources", "threads", "messages", "workingMemoryVersions", "observations", "turns")
+KINDS = ["resources", "threads", "messages", "workingMemoryVersions", "observations", "turns"]
+#: Counted even when nothing of them was written; kinds registered later appear once a row of them is.
+CORE_KINDS = tuple(KINDS)
+_LABELS = {"resources": "resource", "threads": "thread", "messages": "message",
+           "workingMemoryVersions": "working-memory version", "observations": "observation row",
+           "turns": "turn record"}
+
+
+def register_kind(kind: str, label: str) -> None:
+    """A kind of row the report counts (``core.transfer.sections.register`` calls this)."""
+    if kind not in KINDS:
+        KINDS.append(kind)
+    _LABELS.setdefault(kind, label)
 
 
 @dataclass(frozen=True)
@@ -17,8 +29,7 @@ class Conflict:
     replaceable: bool = True  # False: overwrite cannot resolve it (a thread owned by another resource)
 
     def __str__(self) -> str:
-        kind = {"workingMemoryVersions": "working-memory version", "agents": "agent configuration",
-                "configs": "override"}.get(self.kind, self.kind.rstrip("s"))
+        kind = _LABELS.get(self.kind, self.kind.rstrip("s"))
         return f"{kind} {self.id}: {self.reason}" + ("; replaced" if self.overwritten else "")
 
 
@@ -26,8 +37,8 @@ class Conflict:
 class ImportReport:
     target: str
     dry_run: bool = False
-    written: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    unchanged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    written: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CORE_KINDS, 0))
+    unchanged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CORE_KINDS, 0))
     conflicts: list[Conflict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     message_ids: list[str] = field(default_factory=list)  # messages inserted or replaced
@@ -67,8 +78,4 @@ class ImportReport:
 
 
 def _label(kind: str, n: int) -> str:
-    names = {"resources": "resource", "threads": "thread", "messages": "message",
-             "workingMemoryVersions": "working-memory version", "observations": "observation row",
-             "turns": "turn record", "toolDefinitions": "tool definition", "agents": "agent configuration",
-             "configs": "override", "traces": "span"}
-    return names.get(kind, kind) + ("s" if n != 1 else "")
+    return _LABELS.get(kind, kind) + ("s" if n != 1 else "")

@@ -237,3 +237,36 @@ def test_a_rerun_sends_the_recorded_request_and_says_what_differs(conversation: 
     finally:
         second.stop()
     assert len(fresh.turns(THREAD)) == rows_before  # nothing was written
+
+
+def test_turns_whose_messages_were_edited_since_still_rebuild_what_the_server_received(conversation: Any,
+                                                                                       db_path: Any) -> None:
+    """Edits after a turn (issue 21) do not change what its record rebuilds: the rows are read as the
+    turn saw them, every call still matches the server's body exactly, and ``changed_since`` says which
+    stored messages changed since."""
+    store, server, memory = conversation
+    expected = bodies_by_turn(server, memory, THREAD)
+    turns = memory.turns(THREAD)
+    first_input = turns[0].input_message_id
+    multi = turns[3].record
+    assert multi is not None and len(multi.calls) == 3
+    reply = next(m for m in store.memory.get_messages(list(multi.response_ids)) if m.role == "assistant")
+    weather = turns[2].record
+    assert weather is not None
+    weather_reply = next(m for m in store.memory.get_messages(list(weather.response_ids)) if m.role == "assistant")
+    memory.edit_message(first_input, resource_id=RESOURCE, text="Hello, I am someone else entirely.")
+    parts = [dict(p, text="(edited reply)") if p.get("type") == "text" else p for p in reply.content["parts"]]
+    memory.edit_message(reply.id, resource_id=RESOURCE, content={**reply.content, "parts": parts})
+    assert memory.delete_messages([weather_reply.id], resource_id=RESOURCE) == 1
+    with open_store(db_path) as fresh_store:
+        fresh = Memory(fresh_store)
+        check_every_call(fresh, THREAD, expected)
+        later = fresh.assemble(as_of=turns[1].input_message_id).replay  # turn 1's history holds turn 0's input
+        assert later is not None and later.exact
+        assert later.changed_since.get(first_input) == "edited since"
+        assert fresh.assemble(as_of=turns[4].input_message_id).replay.changed_since.get(weather_reply.id) == \
+            "deleted since"  # type: ignore[union-attr]
+        assert fresh.assemble(as_of=turns[3].input_message_id).replay.changed_since.get(reply.id) == "edited since"  # type: ignore[union-attr]
+        # Rebuilt now, the edits show: the first call of the later turn no longer matches what was sent.
+        now = fresh.assemble(as_of=turns[1].input_message_id, rebuild="now")
+        assert "someone else entirely" in json.dumps(now.request)
