@@ -33,14 +33,13 @@ def sources_note(changed: Mapping[str, str], stored_ids: Iterable[str]) -> str:
 
 
 def edited_note(changed: Mapping[str, str]) -> str:
-    """For a turn's caption: how many of the stored messages it used changed since, and that the turn
-    still shows them as the model saw them ("" when none did)."""
+    """For a turn's caption: how many of the stored messages it used changed since ("1 edited since"),
+    and that the turn still shows them as the model received them ("" when none did)."""
     if not changed:
         return ""
     kinds = sorted(set(changed.values()))
     n = len(changed)
-    return (f"{n} stored message{'s' if n != 1 else ''} {' or '.join(kinds)}: shown as the model saw "
-            f"{'them' if n != 1 else 'it'}")
+    return f"{n} {' or '.join(kinds)}, shown as sent"
 
 
 __all__ = ["changed_since", "edited_note", "fragment_mark", "sources_note"]

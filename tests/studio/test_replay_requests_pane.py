@@ -213,6 +213,21 @@ def test_a_reconstructed_turn_never_says_identical_to_what_the_model_received(qt
     assert any("no usable record" in n for n in view.notes)
 
 
+def test_an_exact_record_whose_messages_were_edited_since_says_so(qtbot: Any, pane: ReplayPane,
+                                                                  session: StudioSession) -> None:
+    """An edit after a turn (issue 21) leaves its record exact: Replay shows what the model received,
+    and says which stored messages changed since."""
+    first = pane.source.turns[0]  # type: ignore[union-attr]
+    Memory(session.store).edit_message(first.input_message_id, resource_id=RESOURCE, text="Goodbye instead.")
+    with qtbot.waitSignal(pane.step_shown, timeout=30_000):
+        pane.replay_from_thread(THREAD)
+    go(qtbot, pane, 1)
+    assert pane.view.received_caption.text() == "Received (the record, exact; 1 edited since, shown as sent)"
+    assert "Hello there." in pane.view.received_view.toPlainText()
+    assert "Goodbye instead." not in pane.view.received_view.toPlainText()
+    assert "exact" in pane.view.request_view.view.status  # type: ignore[union-attr]
+
+
 def test_a_damaged_record_says_so_on_screen(qtbot: Any, pane: ReplayPane, session: StudioSession) -> None:
     turn = pane.source.turns[1]  # type: ignore[union-attr]
     with session.store.db.write() as conn:
