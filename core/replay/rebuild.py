@@ -273,7 +273,8 @@ def _difference(k: int, call: CallRecord, prompt: "AssembledPrompt", record: Tur
         return f"{label}: the tool definitions differ from those sent"
     if k == 0 and record.sent_messages(prompt.messages):
         return f"{label}: the request differs from the one sent outside its messages and tools"
-    return f"{label}: the messages differ from those sent (a message it names was changed or deleted since, with no version kept to rebuild it from)"
+    return (f"{label}: the messages differ from those sent (a message it names was changed or deleted since, "
+            "with no version kept to rebuild it from)")
 
 
 def _reply(source: frozen_mod.ReplaySource, record: TurnRecord) -> tuple[Message | None, str | None]:
