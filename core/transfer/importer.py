@@ -16,8 +16,8 @@ Working-memory versions have database-wide integer ids, so they are matched by c
 version keeps its id when that id is free in the target, and turn records that point at a version
 follow it when it gets a new one. Tables only Memory Studio has (versions, turn records) may be
 missing from a target Mastra wrote: their rows are then skipped with a note saying how to keep them.
-Turn records, the tool definitions they name, agent configurations and traces are written by
-``core.transfer.replay_sections`` into tables it chooses.
+The tool definitions turn records name, agent configurations and traces are written by
+``core.transfer.replay_sections`` into the tables of the sections it registered.
 
 The whole import is one write transaction: if anything fails, nothing is written.
 """
@@ -295,7 +295,7 @@ class _Importer:
         R.after_explicit_ids(self.conn, table, key)
         return int(new_id or 0)
 
-    # -- observations ---------------------------------------------------------
+    # -- observations and turn records ---------------------------------------------------------
     def _observations(self, rows: list[Mapping[str, Any]]) -> None:
         wanted = [r for r in rows if r.get("threadId") not in self.blocked]
         if not wanted:
