@@ -274,7 +274,8 @@ def _import_tools(imp: "_Importer", definitions: list[Mapping[str, Any]], sets: 
     new_defs = _missing(imp.conn, DEFS, defs)
     new_sets = _missing(imp.conn, SETS, members)
     if not report.dry_run:
-        S.writable(DEFS), S.writable(SETS)
+        for table in (DEFS, SETS):
+            S.writable(table)
         tool_defs.write_rows(imp.conn, {k: defs[k] for k in new_defs}, {k: members[k] for k in new_sets})
     imp._wrote("toolDefinitions", len(new_defs))
     imp._same("toolDefinitions", len(defs) - len(new_defs))
