@@ -203,6 +203,8 @@ def _agent_rule(row: S.Row, index: S.FileIndex) -> str | None:
 def _config_rule(row: S.Row, index: S.FileIndex) -> str | None:
     if not all(isinstance(row.get(k), str) for k in ("name", "author", "createdAt")):
         return "it needs a string name, author and createdAt"
+    if row.get("id") is not None and (not isinstance(row["id"], int) or isinstance(row["id"], bool)):
+        return "its id must be an integer"
     return None
 
 
@@ -307,13 +309,25 @@ def _import_agents(imp: "_Importer", agents: list[Mapping[str, Any]], configs: l
         # The time and process of the registration say nothing about the configuration itself.
         imp._upsert_by_key(AGENTS, ["name"], row, "agents", ignore=("updatedAt", "process"))
     cols = {c[0] for c in R.columns(imp.conn, CONFIGS)}
+    # The newest override of a memory is the one its agents run with: a file never replaces overrides
+    # the target has of its own for that memory (unless overwrite), it only fills a memory without any.
+    own = {str(r[0]) for r in imp.conn.exec_driver_sql(f"SELECT DISTINCT name FROM {CONFIGS}")}
+    kept: dict[str, int] = {}
     for row in sorted(configs, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
         content = {k: v for k, v in row.items() if k != "id" and k in cols}
         if imp._find_by_content(CONFIGS, content, "id") is not None:
             imp._same("configs")
             continue
+        if row["name"] in own and not imp.overwrite:
+            kept[row["name"]] = kept.get(row["name"], 0) + 1
+            continue
         imp._insert_keeping_id(CONFIGS, "id", row.get("id"), content)
         imp._wrote("configs")
+    for name, n in sorted(kept.items()):
+        imp.report.notes.append(
+            f"{n} override{'s' if n != 1 else ''} of memory {name!r} not imported: {imp.report.target} has overrides "
+            "of its own for that memory, and an imported one would become the one its agents run with. Import with "
+            "--overwrite to take the file's.")
 
 
 def import_traces(store: "Store", data: Mapping[str, Any], report: "ImportReport", blocked: set[str]) -> None:
