@@ -28,6 +28,7 @@ from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
 from core.model_call import ModelCall, stream_reply
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
+from core.llm.providers import resolve_model
 from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
 from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
@@ -147,7 +148,7 @@ class Agent:
         name: str,
         *,
         instructions: str,
-        model: ChatModel,
+        model: ChatModel | str,
         memory: Memory | MemoryFactory | None = None,
         tools: Sequence[Tool | Callable[..., Any]] = (),
         agents: Sequence["Agent"] | Mapping[str, "Agent"] = (),
@@ -156,14 +157,18 @@ class Agent:
         temperature: float | None = None,
         model_settings: ModelSettings | Mapping[str, Any] | None = None,
     ) -> None:
-        """``model_settings``: defaults for every call (``ModelSettings``: max_tokens, temperature,
-        top_p, top_k, stop, seed, frequency/presence penalty); a call's own settings override them
-        key by key. ``temperature`` is the same as ``model_settings={"temperature": ...}``."""
+        """``model``: a ``ChatModel`` or a ``provider/model`` name (``"openai/gpt-4o-mini"``,
+        ``"ollama/llama3.1"``...) resolved through ``core.llm.providers``; an unknown provider or a
+        missing key is a ``ConfigurationError`` here. ``model_settings``: defaults for every call
+        (``ModelSettings``: max_tokens, temperature, top_p, top_k, stop, seed, frequency/presence
+        penalty); a call's own settings override them key by key. ``temperature`` is the same as
+        ``model_settings={"temperature": ...}``. A memory with observational memory or generated
+        titles and no model of its own for them uses this agent's model."""
         if not name or not isinstance(name, str):
             raise AgentError("An agent needs a name.")
         self.name = name
         self.instructions = instructions
-        self.model = model
+        self.model: ChatModel = resolve_model(model, what=f"model of agent {name!r}")
         self.memory = memory
         self.tools = {t.name: t for t in map(as_tool, tools)}
         # Sub-agents as a list, or as Mastra's {name: agent} mapping.
@@ -173,12 +178,9 @@ class Agent:
         self.max_steps = max_steps
         self.temperature = temperature
         self.model_settings = ModelSettings(temperature=temperature).merged(ModelSettings.parse(model_settings))
+        self._registered: dict[int, tuple[str, str]] = {}  # id(memory) -> (registered name, config)
         if isinstance(memory, Memory):
-            if memory.options.observational_memory.enabled and memory.observer_model is None:
-                raise AgentError(
-                    "Observational memory needs an observer model: Memory(..., observer_model=<ChatModel>)."
-                )
-            memory.register(name, instructions=instructions)
+            self._register(memory)
 
     # -- public ----------------------------------------------------------------------------------
     def generate(
@@ -273,6 +275,26 @@ class Agent:
                           result=result)
         return result
 
+    def _register(self, mem: Memory) -> str:
+        """Record the configuration ``mem`` resolves to, so the Studio can show it and chat as this
+        agent; returns the name it is registered under (what its replies name as their agent).
+
+        A memory factory may pick a different memory per request (by user tier...): each memory it
+        resolves to is registered once per process: under the agent's name, or
+        ``<agent>:<memory name>`` when the memory has a name of its own."""
+        name = self.name if mem.name in ("default", self.name) else f"{self.name}:{mem.name}"
+        known = self._registered.get(id(mem))
+        if known is not None and known[0] == name:
+            return name
+        config = json.dumps(mem.describe(), sort_keys=True, default=str)
+        if known is None or known[1] != config:
+            try:
+                mem.register(name, instructions=self.instructions)
+            except Exception:  # noqa: BLE001 - the Studio's registry must never fail a turn
+                log.warning("agent %r could not register its memory configuration", self.name, exc_info=True)
+        self._registered[id(mem)] = (name, config)
+        return name
+
     def _tracer_for(self, mem: Memory | None) -> SpanTracer:
         """Every run is traced unless tracing was turned off (``tracer=False`` or
         ``$MEMORY_STUDIO_TRACING=off``): by default into the DuckDB file beside the memory database."""
@@ -291,13 +313,19 @@ class Agent:
         ctx: ProcessorContext | None
         bare_record: tuple[dict[str, str], dict[str, dict[str, Any]]] = ({}, {})  # skips/notes without memory
         capture: TurnCapture | None = None
+        agent_name = self.name
         if mem is not None:
             # Ownership is checked here, before any model call (and before anything is written).
             request = mem.request_context(
                 thread_id=thread_id, resource_id=resource_id, options=overrides or None,
                 scopes=[*scopes], values=values,
             )
-            ctx = turn = mem.new_context(request, services=replace(mem.services(), tracer=tracer))
+            agent_name = self._register(mem)
+            # Observational memory and titles fall back to this agent's model, as in Mastra.
+            services = mem.services()
+            services = replace(services, tracer=tracer, observer_model=services.observer_model or self.model,
+                               title_model=services.title_model or self.model)
+            ctx = turn = mem.new_context(request, services=services)
             turn.live = True
             turn.budget = call.budget
             inputs = mem.prepare_input(turn, input=_as_messages(message), instructions=self.instructions,
@@ -327,7 +355,7 @@ class Agent:
             answered_at = latest_input + timedelta(milliseconds=1)
         response = Message.create("assistant", [], thread_id=thread_id, resource_id=resource_id,
                                   created_at=answered_at,
-                                  metadata={"agent": self.name, "modelId": self.model.model_id})
+                                  metadata={"agent": agent_name, "modelId": self.model.model_id})
         prompts: list[AssembledPrompt] = [prompt]
         usage = Usage(0, 0, 0)
         finish_reason = "stop"

@@ -256,6 +256,10 @@ class TurnAssembler:
             self._run(processor, ctx, "output")
         for hook in ctx.after_output:
             hook()
+        if ctx.saved and ctx.request.options.generate_title.enabled:
+            from core.titles import schedule_title
+
+            schedule_title(ctx)  # in the background: the turn never waits for its title
         return list(ctx.saved)
 
     def _run(self, processor: Processor, ctx: ProcessorContext, phase: str) -> None:

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from core.assembly import TurnAssembler
-from core.errors import MemoryStudioError
+from core.background import BackgroundWork
+from core.errors import ConfigurationError
 from core.message_list import MessageList
 from core.ids import check_ids
 from core.messages import Message, MessageFormatError, new_id
@@ -48,10 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.replay.record import TurnRecord
     from core.replay.turns import Turn
     from core.replay.what_if import WhatIfRow
-
-
-class ConfigurationError(MemoryStudioError, ValueError):
-    """A memory (or a memory factory) was configured in a way that cannot work."""
 
 
 @dataclass
@@ -98,6 +95,12 @@ class Memory:
 
     ``tracer``: where previews and the processors of this memory's turns record spans. Without
     one, previews are untraced and agent turns go to the store's trace file (``turn_tracer``).
+
+    ``observer_model`` / ``reflector_model``: chat models for observational memory (or the
+    ``observational_memory`` options' ``observer_model`` / ``reflector_model``: a model or a
+    ``provider/model`` name). Without either, an agent turn uses the agent's own model, as Mastra does.
+    ``background``: this memory's background work (buffered observations and reflections, titles,
+    embeddings); ``wait_idle()`` waits for it and ``Store.close()`` finishes or cancels it.
     """
 
     def __init__(
@@ -126,8 +129,14 @@ class Memory:
         self._own_tracer = tracer is not None
         self.working_memory_service = WorkingMemoryService(self.store, self.clock)
         self.embedder = embedder
-        self.observer_model = observer_model
-        self.reflector_model = reflector_model
+        om = self.options.observational_memory
+        self.observer_model = observer_model if observer_model is not None else _model_setting(
+            om, "observer_model", "observer model")
+        self.reflector_model = reflector_model if reflector_model is not None else _model_setting(
+            om, "reflector_model", "reflector model")
+        self.title_model = _model_setting(self.options.generate_title, "model", "title model")
+        self.background = BackgroundWork(name)
+        self.store.register_background(self.background)
         self._recall_index: RecallIndex | None = None
         if self.options.semantic_recall.enabled:
             self._recall_index = self._build_recall_index()
@@ -152,8 +161,14 @@ class Memory:
         return MemoryServices(
             store=self.store, tokenizer=self.tokenizer, working_memory=self.working_memory_service,
             save_messages=self._save_turn, clock=self.clock, tracer=self.tracer, recall_index=self._recall_index,
-            observer_model=self.observer_model, reflector_model=self.reflector_model,
+            observer_model=self.observer_model, reflector_model=self.reflector_model, title_model=self.title_model,
+            background=self.background,
         )
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every queued piece of this memory's background work (buffered observations and
+        reflections, generated titles, embeddings) is done. False when ``timeout`` seconds passed first."""
+        return self.background.wait_idle(timeout)
 
     def turn_tracer(self) -> SpanTracer:
         """Where an agent turn's spans go: this memory's tracer if it was given one, else the trace
@@ -604,6 +619,25 @@ class Memory:
         if instructions:
             config["instructions"] = instructions
         register_agent(self.store, agent_name or self.name, config)
+
+
+def _model_setting(options: Any, name: str, what: str) -> "ChatModel | None":
+    """The chat model an options object names: the model object given there, else its
+    ``provider/model`` name resolved through the provider table (``ConfigurationError`` now, not at
+    the first turn), else None."""
+    from core.options import _model_object
+
+    given = _model_object(options, name)
+    if given is not None:
+        return given  # type: ignore[no-any-return]
+    label = getattr(options, name, None)
+    if not label or not getattr(options, "enabled", True):
+        return None
+    from core.llm.providers import is_model_name, resolve_model
+
+    if not is_model_name(label):
+        return None  # a bare label ("gpt-4o-mini") only names the model for the Studio
+    return resolve_model(label, what=what)  # type: ignore[no-any-return]
 
 
 MemoryFactory = Callable[[Mapping[str, Any]], Memory]

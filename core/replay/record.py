@@ -67,6 +67,7 @@ class TurnRecord:
     wm_text: str | None = None  # working memory shown, when no version row held it
     om_chunks: int | None = None  # how many chunks of the generation's log existed
     om_hints: dict[str, str] = field(default_factory=dict)  # currentTask / suggestedResponse then
+    om_others: tuple[str, ...] = ()  # resource scope: other threads' unobserved messages shown
     unresolved: tuple[str, ...] = ()  # texts named by hash that could not be found (an import, a manual delete)
 
     def memory_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
@@ -199,6 +200,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
     if record.om_generation is not None:
         data["om"] = [pack_id(record.om_generation), record.om_cursor, record.om_chunks,
                       {k: text_keys[v] for k, v in record.om_hints.items()}]
+        if record.om_others:
+            data["om"].append([pack_id(i) for i in record.om_others])
     if record.tools:
         data["t"] = list(record.tools)
     data["tk"] = [int(record.tokens.get(k, 0)) for k in TOKEN_SECTIONS]
@@ -270,6 +273,7 @@ def decode(
         wm_text=text(data["wt"]) if "wt" in data else None,
         om_chunks=om[2] if om else None,
         om_hints={k: text(v) for k, v in (om[3] if om else {}).items()},
+        om_others=tuple(unpack_id(str(x)) for x in om[4]) if om and len(om) > 4 else (),
     )
     if missing:
         record = _with_unresolved(record, tuple(missing))

@@ -85,6 +85,9 @@ def _om_conversation(store: Any) -> tuple[Memory, list[str], ScriptedModel]:
         result = agent.generate(f"Question {i}: how do I build raised beds with cedar planks?",
                                 memory={"resource": "u", "thread": "g"})
         inputs.append(next(m.id for m in result.messages if m.role == "user"))
+    # Observations are buffered in the background (issue 19): let them settle before the file is
+    # touched by another SQLite library in this process.
+    assert memory.wait_idle(30)
     return memory, inputs, model
 
 
