@@ -130,7 +130,7 @@ def _om_from(om: Any) -> Any:
                 if limit is not None:
                     out["max_output_tokens"] = limit
             else:
-                out[table[key]] = value
+                out[str(table[key])] = value
     return out
 
 

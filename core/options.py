@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, Mapping
 
-from core.errors import OptionsError
+from core.errors import OptionsError as OptionsError  # re-exported: its home was this module
 
 DEFAULT_TEMPLATE = (
     "\n# User Information\n- **First Name**: \n- **Last Name**: \n- **Location**: \n- **Occupation**: \n"
