@@ -36,7 +36,7 @@ from core.replay.capture import TurnCapture
 from core.replay.capture import capture as capture_turn
 from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan
-from core.working_memory import TOOL_NAME as WM_TOOL_NAME
+from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
 from core.working_memory_stage import StagedWorkingMemory
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class TurnFailedError(AgentError, ModelError):
                             retryable=cause.retryable, method=cause.method)
 
     def _compose(self) -> str:
-        ran = ", ".join(f"{name} (discarded)" if name == WM_TOOL_NAME else name for name in self.tools_run)
+        ran = ", ".join(f"{name} (discarded)" if name in WM_TOOL_NAMES else name for name in self.tools_run)
         return (f"{ModelError._compose(self)}. Nothing of this turn was saved, so retrying will not store the "
                 f"input twice; but these tools had already run, and what they did outside memory was not "
                 f"undone: {ran}.")
@@ -179,6 +179,7 @@ class Agent:
         self.temperature = temperature
         self.model_settings = ModelSettings(temperature=temperature).merged(ModelSettings.parse(model_settings))
         self._registered: dict[int, tuple[str, str]] = {}  # id(memory) -> (registered name, config)
+        self._registration_names: dict[str, str] = {}  # memory name -> the name it is registered under
         if isinstance(memory, Memory):
             self._register(memory)
 
@@ -280,14 +281,14 @@ class Agent:
         agent; returns the name it is registered under (what its replies name as their agent).
 
         A memory factory may pick a different memory per request (by user tier...): each memory it
-        resolves to is registered once per process: under the agent's name, or
-        ``<agent>:<memory name>`` when the memory has a name of its own."""
-        name = self.name if mem.name in ("default", self.name) else f"{self.name}:{mem.name}"
+        resolves to is registered once per process. The first memory is registered under the agent's
+        name; a memory with another name than the first, under ``<agent>:<memory name>``."""
+        names = self._registration_names
+        name = names.setdefault(mem.name, self.name if not names else f"{self.name}:{mem.name}")
         known = self._registered.get(id(mem))
-        if known is not None and known[0] == name:
-            return name
-        config = json.dumps(mem.describe(), sort_keys=True, default=str)
-        if known is None or known[1] != config:
+        config = json.dumps(mem.describe(), sort_keys=True, default=str) if known is None or known[0] != name \
+            else known[1]
+        if known is None or known != (name, config):
             try:
                 mem.register(name, instructions=self.instructions)
             except Exception:  # noqa: BLE001 - the Studio's registry must never fail a turn
@@ -459,7 +460,7 @@ class Agent:
         if call.arguments_error:
             return {"error": f"Your arguments for {call.name} were not valid JSON ({call.arguments_error}). "
                              "Send them again as a JSON object."}
-        if call.name == WM_TOOL_NAME and mem is not None:
+        if call.name in WM_TOOL_NAMES and mem is not None:
             if ctx is not None and ctx.request.read_only:
                 return {"success": False, "message": "Working memory is read-only in this session."}
             stage = _working_memory_stage(ctx, mem)
@@ -469,6 +470,8 @@ class Agent:
                                                       overrides=overrides or None, stage=stage),
                 thread_id, resource_id,
             )
+            if outcome.reason is not None:  # the vNext tool answers with a reason, as Mastra's does
+                return {"success": outcome.success, "reason": outcome.message, "updateReason": outcome.reason}
             return {"success": outcome.success, "message": outcome.message}
         if call.name.startswith("agent-") and call.name[6:] in self.sub_agents:
             return self._delegate(self.sub_agents[call.name[6:]], call, mem, resource_id, ml, tracer)
@@ -535,7 +538,7 @@ class Agent:
         return specs
 
     def _tool_names(self) -> list[str]:
-        return [s["function"]["name"] for s in self._tool_specs()] + [WM_TOOL_NAME]
+        return [s["function"]["name"] for s in self._tool_specs()] + list(WM_TOOL_NAMES)
 
 
 def _working_memory_stage(ctx: Any, mem: Memory) -> StagedWorkingMemory | None:

@@ -35,6 +35,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from core.errors import MemoryStudioError
+
 log = logging.getLogger(__name__)
 
 #: The kinds of work a memory runs in the background (free text is allowed; these are ours).
@@ -44,7 +46,7 @@ KINDS = ("observation", "reflection", "title", "embeddings")
 EXIT_WAIT_SECONDS = 10.0
 
 
-class BackgroundClosedError(RuntimeError):
+class BackgroundClosedError(MemoryStudioError, RuntimeError):
     """Work was submitted after the memory's background work was closed (its store was closed)."""
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from core.message_list import Provenance
 from core.options import WorkingMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
-from core.working_memory import instruction, tool_definition
+from core.working_memory import instruction, tool_definition, tool_name
 from core.working_memory_schema import WorkingMemoryError
 
 
@@ -67,5 +67,5 @@ class WorkingMemory(BaseProcessor):
         offered = not req.read_only and opts.agent_managed
         if offered:
             ctx.tools.append(tool_definition(opts))
-        ctx.note(self.id, scope=value.scope, owner=value.owner_id, tools=["updateWorkingMemory"] if offered else [],
+        ctx.note(self.id, scope=value.scope, owner=value.owner_id, tools=[tool_name(opts)] if offered else [],
                  **({"asOf": as_of_note} if as_of_note else {}))
