@@ -9,7 +9,7 @@ agent actually runs a turn.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -53,11 +53,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class RecallResult:
+    """``messages``: the thread's newest messages (and, with a search string, the recalled ones),
+    oldest first. ``total`` / ``page`` / ``per_page`` / ``has_more`` page through the thread.
+    ``hits``: with ``vector_search_string``, each semantic hit with the message ids of its range;
+    ``reason``: why the search found nothing, or was degraded."""
+
     messages: list[Message]
     total: int
     page: int
     per_page: int | None
     has_more: bool
+    hits: list[Any] = field(default_factory=list)  # core.search_recall.RecalledRange
+    reason: str | None = None
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self.messages)
@@ -461,9 +468,33 @@ class Memory:
 
     def recall(
         self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,
-        page: int = 0, per_page: int | bool | None = None,
+        page: int = 0, per_page: int | bool | None = None, vector_search_string: str | None = None,
+        threshold: float | None = None, top_k: int | None = None,
     ) -> RecallResult:
-        """Stored messages of a thread: by default the newest ``last_messages``, oldest first."""
+        """Stored messages of a thread: by default the newest ``last_messages``, oldest first.
+
+        ``vector_search_string``: also what semantic recall finds for it (``top_k`` hits over
+        ``threshold``, defaults from ``semantic_recall``), each hit with its ``message_range``
+        neighbours, merged into ``messages``; ``hits`` names each hit and its range (Mastra's
+        ``recall({vectorSearchString})``)."""
+        if vector_search_string is not None:
+            if not isinstance(vector_search_string, str) or not vector_search_string.strip():
+                raise InvalidArgumentError("vector_search_string must be a non-empty string (what to search for).")
+            if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+                raise InvalidArgumentError(f"top_k must be a positive integer, got {top_k!r}.")
+            if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+                raise InvalidArgumentError(f"threshold must be a number, got {threshold!r}.")
+            page_result = self.recall(thread_id=thread_id, resource_id=resource_id, last_messages=last_messages,
+                                      page=page, per_page=per_page)
+            from core.search_recall import merged, search_with_ranges
+
+            owner = resource_id or (self.get_thread(thread_id).resource_id or None)  # type: ignore[union-attr]
+            found, ranges, reason = search_with_ranges(
+                self.store, self._recall_index_for_search(), vector_search_string, thread_id=thread_id,
+                resource_id=owner, options=self.effective_options().semantic_recall, top_k=top_k, threshold=threshold)
+            return replace(page_result, messages=merged(page_result.messages, found), hits=ranges, reason=reason)
+        if threshold is not None or top_k is not None:
+            raise InvalidArgumentError("threshold and top_k apply to a search: give vector_search_string too.")
         check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
         thread = self.get_thread(thread_id)
         if thread is None:
