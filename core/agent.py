@@ -156,6 +156,7 @@ class Agent:
         max_steps: int = 8,
         temperature: float | None = None,
         model_settings: ModelSettings | Mapping[str, Any] | None = None,
+        register: bool = True,
     ) -> None:
         """``model``: a ``ChatModel`` or a ``provider/model`` name (``"openai/gpt-4o-mini"``,
         ``"ollama/llama3.1"``...) resolved through ``core.llm.providers``; an unknown provider or a
@@ -163,7 +164,9 @@ class Agent:
         (``ModelSettings``: max_tokens, temperature, top_p, top_k, stop, seed, frequency/presence
         penalty); a call's own settings override them key by key. ``temperature`` is the same as
         ``model_settings={"temperature": ...}``. A memory with observational memory or generated
-        titles and no model of its own for them uses this agent's model."""
+        titles and no model of its own for them uses this agent's model. ``register`` (default True):
+        record the memory configuration this agent runs with (a memory factory's, per memory it
+        resolves to) so the Studio can show it; a caller borrowing a registered agent passes False."""
         if not name or not isinstance(name, str):
             raise AgentError("An agent needs a name.")
         self.name = name
@@ -180,7 +183,8 @@ class Agent:
         self.model_settings = ModelSettings(temperature=temperature).merged(ModelSettings.parse(model_settings))
         self._registered: dict[int, tuple[str, str]] = {}  # id(memory) -> (registered name, config)
         self._registration_names: dict[str, str] = {}  # memory name -> the name it is registered under
-        if isinstance(memory, Memory):
+        self.register = register
+        if isinstance(memory, Memory) and register:
             self._register(memory)
 
     # -- public ----------------------------------------------------------------------------------
@@ -321,7 +325,7 @@ class Agent:
                 thread_id=thread_id, resource_id=resource_id, options=overrides or None,
                 scopes=[*scopes], values=values,
             )
-            agent_name = self._register(mem)
+            agent_name = self._register(mem) if self.register else self.name
             # Observational memory and titles fall back to this agent's model, as in Mastra.
             services = mem.services()
             services = replace(services, tracer=tracer, observer_model=services.observer_model or self.model,

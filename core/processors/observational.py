@@ -442,11 +442,12 @@ class ObservationalMemory(BaseProcessor):
         ctx.note(self.id, recordId=record.id if record else None, generation=generation,
                  observationTokenCount=record.observation_token_count if record else 0,
                  rawMessages=len(turn.unobserved), chunks=sum(b.part == "chunk" for b in blocks),
-                 storedUnobservedTokens=messages_tokens(ctx.tokenizer, turn.unobserved),
-                 buffer={"chunks": len(chunks), "messageTokens": sum(c.message_tokens for c in chunks),
-                         "observationTokens": sum(c.token_count for c in chunks),
-                         "reflection": bool(record is not None and record.buffered_reflection)},
-                 unbufferedTokens=self._unbuffered_tokens(ctx, turn))
+                 storedUnobservedTokens=messages_tokens(ctx.tokenizer, turn.unobserved))
+        if req.as_of is None:  # a past turn's buffer is not known: the row holds today's
+            ctx.note(self.id, buffer={"chunks": len(chunks), "messageTokens": sum(c.message_tokens for c in chunks),
+                                      "observationTokens": sum(c.token_count for c in chunks),
+                                      "reflection": bool(record is not None and record.buffered_reflection)},
+                     unbufferedTokens=self._unbuffered_tokens(ctx, turn))
         if turn.others:
             ctx.note(self.id, otherIds=list(other_ids), otherThreads=sorted(turn.others))
         # What a turn record needs to show this log again exactly: the time relative dates count from,
@@ -489,7 +490,8 @@ class ObservationalMemory(BaseProcessor):
             unbuffered = self._unbuffered_tokens(ctx, turn)
             record_id = turn.record.id if turn.record else None
         om_store.update_pending(ctx.store, record_id=record_id, key=key, scope=opts.scope, thread_id=req.thread_id,
-                                resource_id=req.resource_id, config=self._config(ctx), pending=pending)
+                                resource_id=req.resource_id, config=self._config(ctx), pending=pending,
+                                now=state.get("now"))  # the turn's clock: a new row dates like its messages
         ctx.note(self.id, saved=len(saved), pendingMessageTokens=pending)
         interval = opts.buffer_interval
         if interval is not None and unbuffered > 0 and ctx.services.observer_model is not None and \

@@ -41,6 +41,7 @@ from studio.logic.observations_layout import (
 from studio.logic.dates import date_tooltip
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
+from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
@@ -135,6 +136,10 @@ class ObservationsPane(QWidget):
         self.gen_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.gen_table.horizontalHeader().setStretchLastSection(True)
         ll.addWidget(self.gen_table)
+        # Background buffering: what waits to be activated, and what happened lately.
+        ll.addWidget(caption("Buffer"))
+        self.buffer_panel = BufferPanel(self)
+        ll.addWidget(self.buffer_panel, 1)
         split.addWidget(left)
 
         right = QWidget()
@@ -209,6 +214,7 @@ class ObservationsPane(QWidget):
             self.stack.setCurrentIndex(PAGE_EMPTY)
             self.gen_model.set_rows([])
             self.log_view.clear()
+            self.buffer_panel.set_record(None)
             self.loaded.emit()
             return
         self.stack.setCurrentIndex(PAGE_CONTENT)
@@ -218,6 +224,7 @@ class ObservationsPane(QWidget):
         for (name, bar), figures, info in zip(self.bars, self.bar_texts, token_bars(view.history[0])):
             self._set_bar(name, bar, figures, info)
         self.gen_model.set_rows(generation_rows(view.history))
+        self.buffer_panel.set_record(view.history[0])
         self.gen_table.selectRow(0)
         self.show_generation(0)
         self.loaded.emit()
@@ -244,4 +251,4 @@ class ObservationsPane(QWidget):
         which = "current" if row == 0 else "earlier"
         self.log_caption.setText(f"Observation log · generation {record.generation_count} ({which}, "
                                  f"{record.origin_type})")
-        self.log_view.setHtml(log_html(record.active_observations))
+        self.log_view.setHtml(log_html(record.active_observations, self.view.thread_titles))

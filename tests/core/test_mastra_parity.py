@@ -297,3 +297,24 @@ def test_agents_built_by_a_memory_factory_are_registered(store: Any) -> None:
 
     assert agent_for_thread(store, "t2").agent.name == "support:paid"  # each thread shows its own memory
     assert agent_for_thread(store, "t1").agent.name == "support"
+
+
+def test_the_gateway_serves_an_agent_named_by_its_model(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``memory-studio serve --model vllm/served-model``: one agent with a default memory."""
+    import openai
+
+    from core.gateway import GatewayServer, create_app
+    from core.gateway.cli import model_agent
+    from core.llm import LoopbackServer
+
+    with LoopbackServer(ScriptedModel(lambda m, t: "Hello through the gateway.")) as upstream:
+        monkeypatch.setenv("VLLM_BASE_URL", upstream.base_url)
+        agents = model_agent("vllm/served-model", name="helper", instructions="Be brief.",
+                             db=str(tmp_path / "gateway.db"))
+        assert agents["helper"].model.model_id == "vllm/served-model"
+        with GatewayServer(create_app(agents)) as server:
+            client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0)
+            reply = client.chat.completions.create(model="helper", messages=[{"role": "user", "content": "hi"}])
+        assert reply.choices[0].message.content == "Hello through the gateway."
+    with pytest.raises(ConfigurationError, match="Did you mean 'vllm/served-model'"):
+        model_agent("vlm/served-model", name="helper", instructions="x", db=str(tmp_path / "gateway.db"))
