@@ -51,9 +51,13 @@ def _num(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def settings_text(config: Mapping[str, Any]) -> str:
-    obs = config.get("observation") if isinstance(config.get("observation"), Mapping) else {}
-    refl = config.get("reflection") if isinstance(config.get("reflection"), Mapping) else {}
+    obs, refl = _section(config, "observation"), _section(config, "reflection")
     interval, threshold = _num(obs.get("bufferTokens")), _num(obs.get("messageTokens"))
     if not interval or not threshold:
         return NO_BUFFERING
@@ -170,10 +174,10 @@ def turn_activity(records: list[OMRecord], at: str | None) -> str:
 def prompt_buffer_note(notes: Mapping[str, Any]) -> str | None:
     """The inspector's line about buffering for a previewed turn (None when there is nothing to say):
     what waits in the buffer, outside this prompt, and what the turn would activate."""
-    om = notes.get("observational-memory")
-    if not isinstance(om, Mapping) or not om.get("buffering"):
+    om = _section(notes, "observational-memory")
+    if not om.get("buffering"):
         return None
-    buffer = om.get("buffer") if isinstance(om.get("buffer"), Mapping) else {}
+    buffer = _section(om, "buffer")
     parts = []
     if buffer.get("chunks"):
         parts.append(f"{buffer['chunks']} observation chunk(s) buffered in the background "
