@@ -105,7 +105,8 @@ def title_from_observer(store: "Store", thread_id: str, title: str, *, model_id:
 
 
 def generate_title(store: "Store", thread_id: str, model: "ChatModel", *, instructions: str | None,
-                   tracer: "SpanTracer", resource_id: str | None, token: CancelToken | None = None) -> str | None:
+                   tracer: "SpanTracer", resource_id: str | None, token: CancelToken | None = None,
+                   parent: Any = None) -> str | None:
     """Ask ``model`` for a title and write it if the thread still has none; returns the title."""
     thread = store.memory.get_thread(thread_id)
     if thread is None or (thread.title or "").strip():
@@ -114,7 +115,8 @@ def generate_title(store: "Store", thread_id: str, model: "ChatModel", *, instru
     if not request:
         return None
     messages = [{"role": "system", "content": instructions or DEFAULT_INSTRUCTIONS}, *request]
-    with tracer.start_span("memory: generate title", "memory_operation", new_trace=True, thread_id=thread_id,
+    # ``parent``: the span of the turn that asked for the title (its trace shows the title job).
+    with tracer.start_span("memory: generate title", "memory_operation", parent, thread_id=thread_id,
                            resource_id=resource_id,
                            attributes={"operationType": "generate-title", "model": model.model_id,
                                        "background": True}) as span:
@@ -154,10 +156,11 @@ def schedule_title(ctx: "ProcessorContext") -> bool:
     tries[req.thread_id] = tries.get(req.thread_id, 0) + 1
     store, tracer, thread_id, resource_id = ctx.store, ctx.services.tracer, req.thread_id, req.resource_id
     instructions = opts.instructions
+    parent = tracer.current_span()
 
     def job(token: CancelToken) -> Any:
         return generate_title(store, thread_id, model, instructions=instructions, tracer=tracer,
-                              resource_id=resource_id, token=token)
+                              resource_id=resource_id, token=token, parent=parent)
 
     ctx.services.background.submit("title", f"title:{thread_id}", job, description=f"title for thread {thread_id}")
     ctx.note("generate-title", queued=True, model=model.model_id, at=to_iso(ctx.services.clock.now()))

@@ -61,6 +61,9 @@ class OMJob:
     resource_id: str | None
     config: Mapping[str, Any]
     title_hint: bool = False  # ask the observer for a <thread-title> (generated titles are on)
+    # The span current when the job was handed off: a background job's spans join the trace of the
+    # turn that started it (after that turn's root span ended), not a trace of their own.
+    parent: Any = None
 
     # -- model calls ----------------------------------------------------------------------------------
     def generate(self, model: "ChatModel", messages: list[dict[str, Any]], *, role: str, temperature: float) -> str:
@@ -180,7 +183,7 @@ def _buffer_once(job: OMJob, token: CancelToken, *, max_tokens: int) -> Any:
     chunks = record.buffered if record is not None else []
     previous = "\n\n".join([record.active_observations if record else "", *(c.observations for c in chunks)]).strip()
     last_chunk = chunks[-1] if chunks else None
-    with job.tracer.start_span("memory: buffer observations", "memory_operation", new_trace=True,
+    with job.tracer.start_span("memory: buffer observations", "memory_operation", job.parent,
                                thread_id=job.thread_id, resource_id=job.resource_id,
                                attributes={"operationType": "buffer-observation", "messages": len(batch),
                                            "tokens": used, "background": True}) as span:
@@ -234,7 +237,7 @@ def buffer_reflection(job: OMJob, token: CancelToken) -> Any:
     if backoff is not None and backoff.active(now):
         return None
     reflected = record.active_observations
-    with job.tracer.start_span("memory: buffer reflection", "memory_operation", new_trace=True,
+    with job.tracer.start_span("memory: buffer reflection", "memory_operation", job.parent,
                                thread_id=job.thread_id, resource_id=job.resource_id,
                                attributes={"operationType": "buffer-reflection", "generation": record.generation_count,
                                            "tokens": record.observation_token_count, "background": True}) as span:

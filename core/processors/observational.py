@@ -94,7 +94,7 @@ class ObservationalMemory(BaseProcessor):
         return OMJob(store=svc.store, tokenizer=svc.tokenizer, tracer=svc.tracer, clock=svc.clock,
                      observer=svc.observer_model, reflector=svc.reflector_model, options=self._options(ctx),
                      key=key, thread_id=thread_id, resource_id=ctx.request.resource_id, config=self._config(ctx),
-                     title_hint=ctx.request.options.generate_title.enabled)
+                     title_hint=ctx.request.options.generate_title.enabled, parent=svc.tracer.current_span())
 
     # -- loading ---------------------------------------------------------------------------------
     def _load(self, ctx: ProcessorContext, key: str) -> _Turn:
