@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, TypeVar
 
 from core.errors import OptionsError as OptionsError  # re-exported: its home was this module
 
@@ -596,32 +596,30 @@ def _working(value: Any) -> WorkingMemoryOptions:
     raise OptionsError("working_memory must be a dict of options.")
 
 
-def _observational(value: Any) -> ObservationalMemoryOptions:
-    if isinstance(value, ObservationalMemoryOptions):
+_T = TypeVar("_T")
+
+
+def _switchable(cls: type[_T], value: Any, prefix: str, shape: str) -> _T:
+    """Options that may be given as True / False (on / off with the defaults) or a dict (on)."""
+    if isinstance(value, cls):
         return value
     if value is None or value is False:
-        return ObservationalMemoryOptions(enabled=False)
+        return cls(enabled=False)  # type: ignore[call-arg]
     if value is True:
-        return ObservationalMemoryOptions(enabled=True)
+        return cls(enabled=True)  # type: ignore[call-arg]
     if isinstance(value, Mapping):
         data = dict(value)
         data.setdefault("enabled", True)
-        return ObservationalMemoryOptions(**_known(ObservationalMemoryOptions, data, "observational_memory"))
-    raise OptionsError("observational_memory must be True, False or a dict of options.")
+        return cls(**_known(cls, data, prefix))
+    raise OptionsError(f"{prefix} must be True, False or {shape}.")
+
+
+def _observational(value: Any) -> ObservationalMemoryOptions:
+    return _switchable(ObservationalMemoryOptions, value, "observational_memory", "a dict of options")
 
 
 def _title(value: Any) -> TitleOptions:
-    if isinstance(value, TitleOptions):
-        return value
-    if value is None or value is False:
-        return TitleOptions(enabled=False)
-    if value is True:
-        return TitleOptions(enabled=True)
-    if isinstance(value, Mapping):
-        data = dict(value)
-        data.setdefault("enabled", True)
-        return TitleOptions(**_known(TitleOptions, data, "generate_title"))
-    raise OptionsError('generate_title must be True, False or a dict such as {"model": ..., "instructions": ...}.')
+    return _switchable(TitleOptions, value, "generate_title", 'a dict such as {"model": ..., "instructions": ...}')
 
 
 def _known(cls: type, data: dict[str, Any], prefix: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from core.message_list import Provenance
 from core.messages import Message, text_part
 from core.options import WorkingMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
+from core.processors.working_memory import shown_value
 from core.working_memory import tool_definition, tool_name
 from core.working_memory_schema import WorkingMemoryError
 
@@ -72,17 +73,9 @@ class WorkingMemoryState(BaseProcessor):
         if not req.thread_id and not req.resource_id:
             ctx.skip(self.id, "neither a thread id nor a resource id was given")
             return
-        service = ctx.services.working_memory
         try:
-            if req.frozen is not None and req.frozen.wm_frozen:
-                value = service.value_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
-                                         text=req.frozen.wm_text)
-            elif req.as_of is not None:
-                value = service.value_as_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
-                                            when=req.as_of.created_at) or service.get(
-                    opts, thread_id=req.thread_id, resource_id=req.resource_id)
-            else:
-                value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
+            # Noted under "working-memory": the turn record keeps the version in force from there.
+            value, _as_of = shown_value(ctx, opts, "working-memory")
         except WorkingMemoryError as exc:
             ctx.skip(self.id, str(exc))
             return
@@ -93,11 +86,6 @@ class WorkingMemoryState(BaseProcessor):
         shown = [m for m in ctx.messages.messages() if snapshot_key(m) is not None]
         ctx.note(self.id, scope=value.scope, owner=value.owner_id, cacheKey=key,
                  tools=[tool_name(opts)] if offered else [])
-        if ctx.live and not req.read_only and req.frozen is None:
-            version_id = service.version_in_force(opts, thread_id=req.thread_id, resource_id=req.resource_id,
-                                                  text=value.text)
-            if version_id is not None:
-                ctx.note(self.id, versionId=version_id)
         if shown and snapshot_key(shown[-1]) == key:
             ctx.skip(self.id, f"working memory unchanged: the snapshot in message {shown[-1].id} is still in the "
                      "context")

@@ -182,3 +182,21 @@ def test_the_hide_filter_keeps_set_working_memory_and_drops_update_working_memor
 def test_state_signal_tool_definition_is_named_set_working_memory() -> None:
     opts = MemoryOptions(working_memory=SIGNALS).working_memory
     assert tool_definition(opts)["function"]["name"] == "setWorkingMemory"
+
+
+def test_turns_with_state_signals_rebuild_exactly(store: Any) -> None:
+    model = ScriptedModel([
+        "hello",
+        ScriptedReply(tool_calls=(tool_call("setWorkingMemory", {"memory": "# User\n- name: Sam\n- location:"}),)),
+        "noted", "sure", "ok", "fine"], name="chat")
+    memory = Memory(store, MemoryOptions(last_messages=3, working_memory=SIGNALS))
+    agent = Agent("signals", instructions="Be brief.", model=model, memory=memory, tracer=False)
+    inputs = []
+    for text in ("hi", "I'm Sam", "what do you know?", "more", "again"):
+        result = agent.generate(text, memory={"resource": "u", "thread": "t"})
+        inputs.append(next(m.id for m in result.messages if m.role == "user"))
+    calls = [r for r in model.requests if r.messages[-1]["role"] == "user"]
+    for i, input_id in enumerate(inputs):
+        rebuilt = memory.assemble(thread_id="t", as_of=input_id)
+        assert rebuilt.replay is not None and rebuilt.replay.matches, i
+        assert rebuilt.messages == calls[i].messages, i
