@@ -15,8 +15,12 @@
    All three also increment one shared working-memory counter with compare-and-set writes
    (``expected=``, the Studio editor's guard), retrying on ``ConcurrentUpdateError``. Lost updates
    = increments acknowledged minus the final counter; errors = any other exception.
+3. Attacks (``bench/attacks.py``): issue 17's defects attempted as an attacker or a careless user
+   would (hostile import files, gateway requests, poisoned spans, a Postgres restart, credentials in
+   a model URL, a database deleted under the Studio), printed as attempts and failures per item.
 
     .venv/bin/python bench/faults.py [--kills 100] [--duration 180] [--seed 1]
+    .venv/bin/python bench/faults.py --attacks-only
 """
 
 from __future__ import annotations
@@ -288,6 +292,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=180.0, help="seconds for the three-process run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the databases (path printed)")
+    parser.add_argument("--attacks-only", action="store_true", help="only the attack section (issue 17)")
     parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--concurrent", choices=("agent", "editor", "reader"), help=argparse.SUPPRESS)
     parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
@@ -300,6 +305,11 @@ def main() -> None:
         return
     if args.concurrent:
         child_concurrent(args.concurrent, args.db, args.acks, args.seconds)
+        return
+    from attacks import print_attacks, run_attacks
+
+    if args.attacks_only:
+        print_attacks(*run_attacks())
         return
     rng = random.Random(args.seed)
     folder = Path(tempfile.mkdtemp(prefix="faults-"))
@@ -321,6 +331,8 @@ def main() -> None:
     print(f"  {'lost updates':<22} {conc['lost updates']} (counter {conc['final']} after {conc['increments']} increments)")
     print(f"  {'turns lost':<22} {conc['turns lost']}")
     print(f"  {'files corrupt':<22} {conc['corrupt']}")
+    print("attacks…", file=sys.stderr)
+    print_attacks(*run_attacks())
     if args.keep:
         print(f"databases kept in {folder}")
     else:

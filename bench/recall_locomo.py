@@ -36,7 +36,8 @@ from core.recall import hybrid  # noqa: E402
 
 
 def default_data() -> Path:
-    for candidate in (REPO.parent / "shared/bench/locomo", REPO / "../shared/bench/locomo"):
+    for folder in REPO.parents:  # a checkout beside shared/, or a worktree further down
+        candidate = folder / "shared/bench/locomo"
         if candidate.exists():
             return candidate.resolve()
     return REPO.parent / "shared/bench/locomo"

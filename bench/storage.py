@@ -1,10 +1,16 @@
 """Storage speed on one 10,000-message thread.
 
-Prints: save throughput in batches of 100 and in one call of 10,000; reading the last 10; assembling
-a prompt with history and working memory. Mastra on this machine kind: 21,400 msgs/s in batches of
-100, 1,360 msgs/s in one call of 10,000, 0.30 ms for the last 10.
+Prints: save throughput in batches of 100 and in one call of 10,000; saving with semantic recall on
+(hashing embedder, so the model costs almost nothing) against recall off; reading the last 10;
+assembling a prompt with history and working memory. Mastra's figures are read from its own bench's
+output when given (``--mastra``), so both are measured in the same hour:
 
-    .venv/bin/python bench/storage.py [--messages 10000]
+    .venv/bin/python bench/storage.py [--messages 10000] [--mastra /tmp/mastra/out.json]
+    .venv/bin/python bench/storage.py --save-only [--runs 3]   # just the batches-of-100 save path
+
+``--save-only`` does what Mastra's ``benchSave('storage-only', 10_000, 100, runs)`` does (a fresh
+database per run, only the save loop timed), for a side-by-side run of the two commands. Mastra's
+bench lives in ../shared/bench/mastra (copy it out, ``npm install``; its README says how).
 """
 
 from __future__ import annotations
@@ -22,7 +28,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core import Memory, MemoryOptions, Message, open_store  # noqa: E402
 from core.storage.memory_store import MessageQuery  # noqa: E402
 
-MASTRA = {"batch100": 21_400, "one_call": 1_360, "last10_ms": 0.30}
+MASTRA = {"batch100": 21_400, "one_call": 1_360, "last10_ms": 0.30}  # 2026-11-29; --mastra reads fresh ones
+
+
+def mastra_figures(path: Path) -> dict[str, float]:
+    """Mastra's save and read figures from its bench's JSON output (bench.mjs / a save-only run)."""
+    import json
+
+    rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+    out: dict[str, float] = {}
+    for r in rows:
+        if r.get("op") == "save/storage-only" and r.get("n") == 10_000:
+            out["batch100" if r.get("batch") == 100 else "one_call"] = float(r["msgs_per_s"])
+        if r.get("op") == "save/semantic" and r.get("batch") == 100:
+            out["semantic_batch100"] = float(r["msgs_per_s"])
+    return out
+
+
+def save_batches(n: int, recall: bool, runs: int = 1) -> float:
+    """Median msgs/s saving n messages in batches of 100 into a fresh database (recall: hashing embedder)."""
+    from core.embedding import HashingEmbedder
+
+    rates = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            store = open_store(Path(tmp) / "bench.db")
+            memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=recall),
+                            embedder=HashingEmbedder(64) if recall else None)
+            memory.create_thread(resource_id="bench", thread_id="t")
+            msgs = make_messages(n, "t")
+            start = time.perf_counter()
+            for i in range(0, n, 100):
+                memory.save_messages(msgs[i:i + 100])
+            rates.append(n / (time.perf_counter() - start))
+            store.close()
+    return statistics.median(rates)
 
 
 def make_messages(n: int, thread: str) -> list[Message]:
@@ -47,8 +87,17 @@ def timed(fn, repeat: int = 1) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--mastra", type=Path, default=None, help="Mastra bench output (JSON) from the same hour")
+    parser.add_argument("--save-only", action="store_true", help="only the batches-of-100 save, fresh db per run")
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     n = args.messages
+    if args.save_only:
+        print(f"save, batches of 100, {n:,} messages, median of {args.runs}: {save_batches(n, False, args.runs):,.0f} msgs/s")
+        return
+    mastra = dict(MASTRA)
+    if args.mastra is not None:
+        mastra.update(mastra_figures(args.mastra))
     with tempfile.TemporaryDirectory() as tmp:
         store = open_store(Path(tmp) / "bench.db")
         memory = Memory(store, MemoryOptions(last_messages=10, working_memory={"enabled": True}))
@@ -83,12 +132,20 @@ def main() -> None:
             memory.assemble(thread_id="batched", resource_id="bench", input=f"question {i}", instructions="Be brief.")
             asm.append((time.perf_counter() - start) * 1000)
         store.close()
+    # Recall on and off, alternated so a drift of the machine's speed hits both alike.
+    off_rates, on_rates = [], []
+    for _ in range(args.runs):
+        off_rates.append(save_batches(n, False))
+        on_rates.append(save_batches(n, True))
+    off, on = statistics.median(off_rates), statistics.median(on_rates)
 
     print(f"messages in thread            {n:,}")
-    print(f"save, batches of 100          {batch_rate:10,.0f} msgs/s   (Mastra {MASTRA['batch100']:,}; x{batch_rate / MASTRA['batch100']:.1f})")
-    print(f"save, one call of {n:,}      {one_call:10,.0f} msgs/s   (Mastra {MASTRA['one_call']:,}; x{one_call / MASTRA['one_call']:.1f})")
+    print(f"save, batches of 100          {batch_rate:10,.0f} msgs/s   (Mastra {mastra['batch100']:,.0f}; x{batch_rate / mastra['batch100']:.1f})")
+    print(f"save, one call of {n:,}      {one_call:10,.0f} msgs/s   (Mastra {mastra['one_call']:,.0f}; x{one_call / mastra['one_call']:.1f})")
+    semantic = f"; Mastra with recall {mastra['semantic_batch100']:,.0f}" if "semantic_batch100" in mastra else ""
+    print(f"save, batches of 100, recall off / on (hashing embedder): {off:,.0f} / {on:,.0f} msgs/s = x{on / off:.2f}{semantic}")
     print(f"save, one call of {2 * n:,}      {double_rate:10,.0f} msgs/s   (ratio to {n:,}: {double_rate / one_call:.2f})")
-    print(f"read last 10 (median)         {last10:10.3f} ms       (Mastra {MASTRA['last10_ms']} ms)")
+    print(f"read last 10 (median)         {last10:10.3f} ms       (Mastra {mastra['last10_ms']} ms)")
     print(f"assemble history+WM (median)  {statistics.median(asm):10.3f} ms")
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 from core.agent_stream import AgentStream, StreamEvent
 from core.context_window import PromptBudget, fit_prompt
 from core.errors import MemoryStudioError
+from core.ids import lone_surrogate
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
@@ -34,6 +35,7 @@ from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
 from core.replay.capture import TurnCapture
 from core.replay.capture import capture as capture_turn
+from core.storage.memory_store import InvalidArgumentError
 from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan
 from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
@@ -246,6 +248,7 @@ class Agent:
         tool_choice: ToolChoice | None, streaming: bool,
     ) -> TurnEvents:
         """The turn as a generator of events; its return value is the result."""
+        _refuse_unencodable(message, context)
         settings = self.model_settings.merged(ModelSettings.parse(model_settings))
         choice = parse_tool_choice(tool_choice, self._tool_names())
         window = getattr(self.model, "context_window", None)
@@ -585,6 +588,16 @@ def _as_messages(message: Any) -> list[Any]:
     if isinstance(message, (str, Message)):
         return [message]
     return list(message)
+
+
+def _refuse_unencodable(message: Any, context: Sequence[Any]) -> None:
+    """Text no UTF-8 can hold (a lone surrogate) is refused before anything runs: it could be neither
+    stored nor traced, nor sent to a model."""
+    for item in [*_as_messages(message), *context]:
+        problem = lone_surrogate(item.content if isinstance(item, Message) else item)
+        if problem is not None:
+            raise InvalidArgumentError(f"The input holds {problem}; decode the text properly (or replace the "
+                                       "character) before sending it. Nothing was run or saved.")
 
 
 def _describe_input(message: Any) -> Any:

@@ -11,7 +11,7 @@ exactly (checked by a property test over arbitrary text), so only these two are 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Any, Iterable
 
 # A surrogate code point on its own (Python strings may hold them; UTF-8 cannot).
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -54,4 +54,22 @@ def check_optional_id(value: object, what: str, error: type[Exception] = ValueEr
         check_id(value, what, error)
 
 
-__all__ = ["check_id", "check_ids", "check_optional_id", "id_problem"]
+def lone_surrogate(value: Any) -> str | None:
+    """Where text in ``value`` (a string, or JSON-like data holding strings, keys included) has a lone
+    surrogate, which no UTF-8 text can hold: a description naming the code point, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            match = _SURROGATE.search(item)
+            if match is not None:
+                return f"a lone surrogate (U+{ord(match.group()):04X}), which has no UTF-8 form"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
+__all__ = ["check_id", "check_ids", "check_optional_id", "id_problem", "lone_surrogate"]

@@ -35,7 +35,8 @@ UNSUPPORTED = {
 }
 
 _TOP = {"lastMessages": "last_messages", "readOnly": "read_only", "retainFullInput": "retain_full_input",
-        "contextWindow": "context_window", "maxMessageBytes": "max_message_bytes"}
+        "contextWindow": "context_window", "maxMessageBytes": "max_message_bytes",
+        "maxWorkingMemoryBytes": "max_working_memory_bytes", "maxWorkingMemoryVersions": "max_working_memory_versions"}
 _NESTED = ("semanticRecall", "workingMemory", "observationalMemory", "generateTitle", "messageHistory")
 _RECALL = {"enabled": "enabled", "topK": "top_k", "messageRange": "message_range", "scope": "scope",
            "threshold": "threshold", "mode": "mode"}
@@ -144,8 +145,9 @@ def to_mastra(options: Any, defaults: Any) -> dict[str, Any]:
         out["retainFullInput"] = True
     if options.context_window != defaults.context_window:
         out["contextWindow"] = options.context_window
-    if options.max_message_bytes != defaults.max_message_bytes:
-        out["maxMessageBytes"] = options.max_message_bytes
+    for theirs, ours in _TOP.items():  # this engine's own limits, written only when changed
+        if theirs.startswith("max") and getattr(options, ours) != getattr(defaults, ours):
+            out[theirs] = getattr(options, ours)
     history = options.message_history
     if history.max_tokens is not None:
         out["messageHistory"] = {"maxTokens": history.max_tokens, **(

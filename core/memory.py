@@ -33,6 +33,7 @@ from core.storage.memory_store import (
     Thread,
     ThreadPage,
 )
+from core.storage.message_pages import UnreadableMessage
 from core.timeutil import Clock, SystemClock, iso_now
 from core.tokens import Tokenizer, default_tokenizer
 from core.traces.tracer import NOOP_TRACER, SpanTracer
@@ -63,8 +64,14 @@ class RecallResult:
     page: int
     per_page: int | None
     has_more: bool
+    # Stored rows of the page that do not parse: skipped, never fatal (Invariant 15).
+    unreadable: list[UnreadableMessage] = field(default_factory=list)
     hits: list[Any] = field(default_factory=list)  # core.search_recall.RecalledRange
     reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.unreadable:
+            self.unreadable = list(getattr(self.messages, "unreadable", ()))
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self.messages)
@@ -134,7 +141,9 @@ class Memory:
         self._tokenizer = tokenizer
         self.tracer: SpanTracer = tracer or NOOP_TRACER
         self._own_tracer = tracer is not None
-        self.working_memory_service = WorkingMemoryService(self.store, self.clock)
+        self.working_memory_service = WorkingMemoryService(
+            self.store, self.clock, max_bytes=self.options.max_working_memory_bytes,
+            keep_versions=self.options.max_working_memory_versions)
         self.embedder = embedder
         om = self.options.observational_memory
         self.observer_model = observer_model if observer_model is not None else _model_setting(

@@ -404,6 +404,10 @@ class MemoryOptions:
     # Largest message accepted, in bytes of stored content (UTF-8 JSON); None for no limit.
     max_message_bytes: int | None = 1_000_000
     message_history: Any = None  # dict | MessageHistoryOptions (its token budget)
+    # Largest working-memory value accepted, in bytes of stored text (UTF-8); None for no limit.
+    max_working_memory_bytes: int | None = 256_000
+    # Working-memory versions kept per scope (resource or thread), newest first; None keeps them all.
+    max_working_memory_versions: int | None = 100
     generate_title: Any = False  # bool | dict | TitleOptions
     retain_full_input: bool = False
 
@@ -419,9 +423,11 @@ class MemoryOptions:
             raise OptionsError("read_only must be True or False.")
         if not isinstance(self.retain_full_input, bool):
             raise OptionsError("retain_full_input must be True or False.")
-        mb = self.max_message_bytes
-        if mb is not None and (not isinstance(mb, int) or isinstance(mb, bool) or mb < 1):
-            raise OptionsError(f"max_message_bytes must be a positive integer (bytes) or None, got {mb!r}.")
+        for name, unit in (("max_message_bytes", "bytes"), ("max_working_memory_bytes", "bytes"),
+                           ("max_working_memory_versions", "versions")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise OptionsError(f"{name} must be a positive integer ({unit}) or None, got {value!r}.")
 
     @property
     def history_enabled(self) -> bool:

@@ -100,10 +100,32 @@ def normalize_ws(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+DEFAULT_MAX_WORKING_MEMORY_BYTES = 256_000
+DEFAULT_KEPT_VERSIONS = 100
+
+
+class WorkingMemoryTooLargeError(WorkingMemoryError):
+    """A working-memory value over ``MemoryOptions.max_working_memory_bytes``; nothing was written."""
+
+    def __init__(self, scope: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"This {scope}-scoped working memory would be {size:,} bytes, over the limit of {limit:,} bytes. "
+            "Nothing was written. Keep it to what the agent needs in every prompt (store the rest as "
+            "messages or elsewhere), or raise MemoryOptions(max_working_memory_bytes=...).")
+        self.size = size
+        self.limit = limit
+
+
 class WorkingMemoryService:
-    def __init__(self, store: Store, clock: Any = None) -> None:
+    """``max_bytes``: the largest value written (None: no limit). ``keep_versions``: versions kept per
+    scope and owner; older ones are deleted as new ones are written (None: all are kept)."""
+
+    def __init__(self, store: Store, clock: Any = None, *, max_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES,
+                 keep_versions: int | None = DEFAULT_KEPT_VERSIONS) -> None:
         self.store = store
         self.clock = clock  # versions are stamped with the memory's clock, like its messages
+        self.max_bytes = max_bytes
+        self.keep_versions = keep_versions
 
     # -- reading ---------------------------------------------------------------------------------
     def owner(self, opts: WorkingMemoryOptions, thread_id: str | None, resource_id: str | None) -> tuple[str, str]:
@@ -181,7 +203,7 @@ class WorkingMemoryService:
         problems = validate(opts.schema, merged)
         if problems:
             raise WorkingMemoryError("The merged working memory does not match the schema: " + "; ".join(problems))
-        return json.dumps(merged, ensure_ascii=False)
+        return self._within_limit(opts, json.dumps(merged, ensure_ascii=False))
 
     def _serialize(self, opts: WorkingMemoryOptions, value: Any) -> str:
         if opts.schema is not None:
@@ -189,13 +211,22 @@ class WorkingMemoryService:
             problems = validate(opts.schema, data)
             if problems:
                 raise WorkingMemoryError("The working memory does not match the schema: " + "; ".join(problems))
-            return json.dumps(data, ensure_ascii=False)
+            return self._within_limit(opts, json.dumps(data, ensure_ascii=False))
         if not isinstance(value, str):
             raise WorkingMemoryError(
                 f"Markdown working memory must be a string, got {type(value).__name__}. "
                 "Configure working_memory.schema to store objects."
             )
-        return value
+        return self._within_limit(opts, value)
+
+    def _within_limit(self, opts: WorkingMemoryOptions, text: str) -> str:
+        """``text`` when it fits ``max_bytes``; every write (API, Studio, the model's tool, a staged
+        update) passes here before anything is stored."""
+        if self.max_bytes is not None and len(text) * 4 > self.max_bytes:  # a character is at most 4 bytes
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > self.max_bytes:
+                raise WorkingMemoryTooLargeError(opts.scope, size, self.max_bytes)
+        return text
 
     def _store(
         self, conn: sa.Connection, scope: str, owner: str, text: str, opts: WorkingMemoryOptions,
@@ -241,6 +272,19 @@ class WorkingMemoryService:
                 createdAt=iso_now(self.clock),
             )
         )
+        self._prune(conn, scope, owner)
+
+    def _prune(self, conn: sa.Connection, scope: str, owner: str) -> None:
+        """Keep the newest ``keep_versions`` versions of this scope and owner (two indexed queries)."""
+        if self.keep_versions is None:
+            return
+        v = t.wm_versions.c
+        oldest_kept = conn.execute(
+            sa.select(v.id).where(v.scope == scope, v.owner_id == owner)
+            .order_by(v.id.desc()).offset(self.keep_versions - 1).limit(1)
+        ).scalar()
+        if oldest_kept is not None:
+            conn.execute(t.wm_versions.delete().where(v.scope == scope, v.owner_id == owner, v.id < oldest_kept))
 
     def record_version(
         self, conn: sa.Connection, scope: str, owner: str, text: str | None, fmt: str, *, author: str,

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QStackedWidget,
     QTabWidget,
     QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -40,6 +41,7 @@ from studio.selection import Selection
 from studio.session import EmptyFileError, OpenedDatabase, StudioSession, open_studio_database
 from studio.theme import apply_theme, current_theme
 from studio.transfer import TransferActions
+from studio.widgets.banner import Banner
 from studio.workers import WorkerPool
 
 APP_NAME = "Memory Studio"
@@ -144,7 +146,15 @@ class MainWindow(QMainWindow):
         self.center = QStackedWidget(self)
         self.center.addWidget(self.placeholder)
         self.center.addWidget(self.split)
-        self.setCentralWidget(self.center)
+        # Above everything: problems with the open file itself (it was deleted or replaced).
+        self.file_banner = Banner(self)
+        shell = QWidget(self)
+        column = QVBoxLayout(shell)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.file_banner)
+        column.addWidget(self.center, 1)
+        self.setCentralWidget(shell)
 
         bar = self.statusBar()
         self.status_text = QLabel("", self)
@@ -354,6 +364,8 @@ class MainWindow(QMainWindow):
         self._update_back()
         session.changed.connect(self._on_changed)
         session.read_only_changed.connect(lambda _ro: self._update_title())
+        session.file_lost.connect(self._on_file_lost)
+        self.file_banner.hide()
         self.center.setCurrentIndex(1)
         self.selection = Selection()
         if keep is not None and not keep.empty:
@@ -682,11 +694,25 @@ class MainWindow(QMainWindow):
         self.path_label.setText(f"{path} · {source}")  # which rule chose the file (issue 9, item 22)
         self.path_label.setToolTip(f"Why this file: {location.reason}" if location.reason else "")
         self.badge.setObjectName("readOnlyBadge" if ro else "writableBadge")
-        self.badge.setText("READ-ONLY" if ro else "WRITABLE")
-        self.badge.setToolTip("File > Allow Writes… to edit this database" if ro else "Editors can save to this file")
+        lost = self.session.lost
+        self.badge.setText("FILE GONE · READ-ONLY" if lost else "READ-ONLY" if ro else "WRITABLE")
+        self.badge.setToolTip(lost or ("File > Allow Writes… to edit this database" if ro
+                                       else "Editors can save to this file"))
         self.badge.style().unpolish(self.badge)
         self.badge.style().polish(self.badge)
         self.badge.show()
+
+    def _on_file_lost(self, message: str) -> None:
+        """The open file was deleted or replaced: say so above everything; the session is read-only now,
+        and an editor with an unsaved edit offers to save it elsewhere."""
+        self._update_title()
+        session = self.session
+        actions: list[tuple[str, Callable[[], None]]] = []
+        if session is not None and session.store.location.path is not None:
+            path = str(session.store.location.path)
+            actions.append(("Reopen", lambda: self.open_database(path, create_missing=False, keep=self.selection)))
+        self.file_banner.show_message(message, "error", actions)
+        self.show_status(f"⚠ {message}")
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.settings.setValue("geometry", self.saveGeometry())

@@ -265,7 +265,8 @@ def load_wm(store: Store, selection: Selection, agent_name: str | None = None) -
     target, why = target_for(selection, opts)
     snap = WmSnapshot(choice.agents, agent, reason, memory_name, declared, opts, target, why,
                       config=config_state(store, memory_name),
-                      history_available=store.db.has_table(tables.wm_versions.name))
+                      history_available=store.db.has_table(tables.wm_versions.name),
+                      max_bytes=base.max_working_memory_bytes, versions_kept=base.max_working_memory_versions)
     if target is not None:
         service = WorkingMemoryService(store)
         snap.text = service.get(opts, thread_id=target.thread_id, resource_id=target.resource_id).text

@@ -4,17 +4,24 @@ Panes get a ``StudioSession`` and never open their own connections. All I/O goes
 ``session.pool``. ``changed`` fires when the file changed on disk (another process, or our own
 save), detected by a cheap fingerprint query polled every second in a worker — so writes by an agent
 process show up within two seconds without a manual refresh.
+
+The same poll watches the file itself. A database file deleted (or replaced by another file) while
+it is open would otherwise go on taking writes into a file nobody can see again: the session then
+emits ``file_lost`` with a message, refuses every further write (``read_only`` turns True, and
+``read_only_changed`` fires), and stops polling. ``check_file()`` asks the same question on demand,
+so a save can say it was lost instead of reporting success.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from core import DatabaseOpenError, Memory, MemoryOptions, SchemaError, Store, open_store
+from core import DatabaseOpenError, Memory, MemoryOptions, SchemaError, Store, StorageError, open_store
 from studio.workers import WorkerPool
 
 POLL_MS = 1000
@@ -117,15 +124,31 @@ def _exists(path: str | Path | None) -> bool:
     return resolved.path is not None and resolved.path.exists() and resolved.path.stat().st_size > 0
 
 
+class DatabaseFileLostError(StorageError):
+    """The open database file was deleted or replaced: what was just written went to a file nobody
+    can open again."""
+
+
+@dataclass(frozen=True)
+class _FileLost:
+    message: str
+
+
 class StudioSession(QObject):
     changed = Signal()
     read_only_changed = Signal(bool)
     error = Signal(str)
+    file_lost = Signal(str)  # the database file was deleted or replaced; the message says what to do
 
     def __init__(self, store: Store, pool: WorkerPool | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.store = store
         self.pool = pool or WorkerPool(self)
+        self.lost: str | None = None  # why the file is gone, once it is
+        path = store.location.path if store.location.path is not None and str(store.location.path) != ":memory:" \
+            else None
+        self._path: Path | None = path
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file, from the first poll
         self._fingerprint: Any = None
         self._memories: dict[str, Memory] = {}
         self._timer = QTimer(self)
@@ -166,12 +189,45 @@ class StudioSession(QObject):
         self.pool.submit(self._read_fingerprint, on_result=self._on_fingerprint, on_error=self._on_poll_error)
 
     def _read_fingerprint(self) -> Any:
+        problem = self._file_problem()
+        if problem is not None:
+            return _FileLost(problem)
         with self.store.db.read() as conn:
             sql = PG_FINGERPRINT_SQL if conn.dialect.name == "postgresql" else FINGERPRINT_SQL
             return tuple(conn.exec_driver_sql(sql).first() or ())
 
+    def _file_problem(self) -> str | None:
+        """Why the open file is not the file at its path any more, or None (runs on a worker)."""
+        if self._path is None:
+            return None
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return (f"The database file {self._path} was deleted while the Studio had it open. The Studio is now "
+                    "read-only: anything written would be lost with the deleted file.")
+        except OSError:
+            return None  # a passing problem (a network folder): the next poll asks again
+        identity = (st.st_dev, st.st_ino)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            return (f"The database file {self._path} was replaced by another file while the Studio had it open. "
+                    "The Studio is now read-only: it still shows the old file, and anything written would be "
+                    "lost with it. Reopen the file (File > Open) to see the new one.")
+        return None
+
+    def check_file(self) -> None:
+        """Raise ``DatabaseFileLostError`` when the file was deleted or replaced (call it on a worker,
+        after a write, so a save never reports success into a file that is gone)."""
+        problem = self.lost or self._file_problem()
+        if problem is not None:
+            raise DatabaseFileLostError(problem)
+
     def _on_fingerprint(self, value: Any) -> None:
         self._polling = False
+        if isinstance(value, _FileLost):
+            self.mark_lost(value.message)
+            return
         if self._fingerprint is not None and value != self._fingerprint:
             self._fingerprint = value
             self.changed.emit()
@@ -180,6 +236,16 @@ class StudioSession(QObject):
 
     def _on_poll_error(self, exc: BaseException) -> None:
         self._polling = False  # a busy file or a passing lock: try again on the next tick
+
+    def mark_lost(self, message: str) -> None:
+        """The file is gone: refuse every further write, stop polling, and tell the window and panes."""
+        if self.lost is not None:
+            return
+        self.lost = message
+        self.stop()
+        self.store.db.refuse_writes(f"{message} Nothing was written.")
+        self.read_only_changed.emit(True)
+        self.file_lost.emit(message)
 
     def notify_local_write(self) -> None:
         """Our own save: refresh now rather than on the next poll."""

@@ -50,9 +50,15 @@ class HashingEmbedder:
             return empty(self.dim)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            for feature, weight in _features(text):
-                index, sign = _bucket(feature, self.dim)
-                out[row, index] += sign * weight
+            words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+            if not words:
+                index, sign = _bucket(_EMPTY_FEATURE, self.dim)
+                out[row, index] = sign
+                continue
+            parts = [_word_vector(word, self.dim) for word in words]
+            # Every weight is a multiple of 0.5, so the sums are exact in any order (and in float32).
+            out[row] = np.bincount(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                                   minlength=self.dim)
         return l2_normalise(out)
 
     def __repr__(self) -> str:
@@ -64,19 +70,31 @@ def _features(text: str) -> Iterator[tuple[str, float]]:
     found = False
     for word in _WORD.findall(normalised):
         found = True
-        if _CJK.search(word):
-            chars = list(word)
-            for ch in chars:
-                yield "u:" + ch, _WORD_WEIGHT
-            for a, b in zip(chars, chars[1:]):
-                yield "b:" + a + b, _WORD_WEIGHT
-            continue
-        yield "w:" + word, _WORD_WEIGHT
-        padded = f" {word} "
-        for i in range(len(padded) - 2):
-            yield "c:" + padded[i : i + 3], _NGRAM_WEIGHT
+        yield from _word_features(word)
     if not found:
         yield _EMPTY_FEATURE, 1.0
+
+
+@lru_cache(maxsize=65536)
+def _word_vector(word: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(buckets, signed weights) of one word's features: words repeat, so each is hashed once."""
+    pairs = [(_bucket(f, dim), w) for f, w in _word_features(word)]
+    return (np.array([b[0] for b, _ in pairs], dtype=np.intp),
+            np.array([b[1] * w for b, w in pairs], dtype=np.float64))
+
+
+def _word_features(word: str) -> Iterator[tuple[str, float]]:
+    if _CJK.search(word):
+        chars = list(word)
+        for ch in chars:
+            yield "u:" + ch, _WORD_WEIGHT
+        for a, b in zip(chars, chars[1:]):
+            yield "b:" + a + b, _WORD_WEIGHT
+        return
+    yield "w:" + word, _WORD_WEIGHT
+    padded = f" {word} "
+    for i in range(len(padded) - 2):
+        yield "c:" + padded[i : i + 3], _NGRAM_WEIGHT
 
 
 @lru_cache(maxsize=65536)

@@ -29,7 +29,7 @@ from core.embedding.base import (
     empty,
     l2_normalise,
 )
-from core.llm.http import RetryPolicy, openai_client
+from core.llm.http import RetryPolicy, UrlCredentials, openai_client, safe_url
 from core.llm.keys import resolve_api_key, where_to_put_key
 
 if TYPE_CHECKING:
@@ -68,7 +68,10 @@ class OpenAIEmbedder:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-        self.base_url = base_url.rstrip("/")
+        # A user:password@ in the URL goes to the HTTP client only: shown nowhere, redacted in traces.
+        self._url = base_url.rstrip("/")
+        self._credentials = UrlCredentials(base_url)
+        self.base_url = safe_url(base_url)
         self.model = model
         self.endpoint = f"{self.base_url}/embeddings"
         self.batch_size = batch_size
@@ -118,7 +121,11 @@ class OpenAIEmbedder:
         client = self._get_client()
         where = f"{self.endpoint} (model {self.model!r})"
 
-        def error(exc: openai.OpenAIError, _attempts: int) -> EmbeddingServiceError:
+        def error(exc: openai.OpenAIError, attempts: int) -> EmbeddingServiceError:
+            failure = describe(exc, attempts)
+            return EmbeddingServiceError(self._credentials.scrub(str(failure)))
+
+        def describe(exc: openai.OpenAIError, _attempts: int) -> EmbeddingServiceError:
             if isinstance(exc, openai.APIStatusError):
                 hint = ""
                 if exc.status_code in (401, 403):
@@ -170,7 +177,7 @@ class OpenAIEmbedder:
             with self._lock:
                 if self._client is None:
                     key = resolve_api_key(explicit=self._api_key, env_var=self._api_key_env)
-                    self._client = openai_client(self.base_url, key, timeout=self.timeout)
+                    self._client = openai_client(self._url, key, timeout=self.timeout)
         return self._client
 
     def __repr__(self) -> str:

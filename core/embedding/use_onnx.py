@@ -9,8 +9,15 @@ Batching changes vectors slightly. The graph quantises activations with DynamicQ
 scale is taken over the whole batch tensor, so a text's vector depends on which texts share its batch
 (cosine 0.9994–0.9999 against the same text alone, measured). We therefore run one text per call by
 default, which makes a vector a pure function of its text: a re-embed after a cache eviction, a
-restart or a replay gives bit-identical vectors and therefore identical recall rankings. Backfills
-that prefer speed over that guarantee can pass ``batch_size=64`` (about 2x faster).
+restart or a replay gives bit-identical vectors and therefore identical recall rankings.
+
+A batch is still fast: its texts, longest first, are dealt to ``threads`` worker threads, each
+running one text at a time on the shared session with one intra-op thread (onnxruntime releases the
+GIL while it runs). A text's run is the same computation whatever thread makes it — measured
+bit-identical against one-at-a-time with 1 or 2 intra-op threads — and a second intra-op thread
+did not speed up a single chat message anyway, so the cores go to separate texts instead
+(about 2x the one-thread rate on 2 cores; bench/recall_speed.py). Backfills that prefer raw speed
+over the guarantee can pass ``batch_size=64`` (true batches).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -40,6 +48,7 @@ USE_DIM = 512
 DEFAULT_THREADS = 2
 # One text per run keeps vectors independent of batch-mates; see the module docstring.
 EXACT_BATCH_SIZE = 1
+PARALLEL_MIN_TEXTS = 4  # below this, worker threads cost more than they give
 
 
 class UseOnnxEmbedder:
@@ -67,6 +76,7 @@ class UseOnnxEmbedder:
         # onnxruntime ships no type information, so the session is Any to mypy.
         self._session: Any = None
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
         self.load_seconds: float | None = None  # wall time of the last load, for the Studio and bench
 
     @property
@@ -96,8 +106,34 @@ class UseOnnxEmbedder:
             out: Vectors = session.run(["outputs"], {"inputs": np.array(batch, dtype=object)})[0]
             return out
 
+        if self.batch_size == EXACT_BATCH_SIZE and self.threads > 1 and len(texts) >= PARALLEL_MIN_TEXTS:
+            rows = self._one_at_a_time_in_parallel(texts, run)
+        else:
+            rows = embed_in_batches(texts, self.batch_size, self.dim, run)
         # The graph already normalises; doing it again pins the invariant to float32 precision.
-        return l2_normalise(embed_in_batches(texts, self.batch_size, self.dim, run))
+        return l2_normalise(rows)
+
+    def _one_at_a_time_in_parallel(self, texts: Sequence[str], run: Any) -> Vectors:
+        """Every text in its own run, the runs spread over ``threads`` workers (longest texts dealt first,
+        so the workers finish together)."""
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        shares = [order[w :: self.threads] for w in range(self.threads)]
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+
+        def work(share: list[int]) -> None:
+            for i in share:
+                row = np.asarray(run([texts[i]]), dtype=np.float32)
+                if row.shape != (1, self.dim):
+                    raise EmbedderError(f"embedder returned shape {row.shape} for one text; expected (1, {self.dim})")
+                out[i] = row[0]
+
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="use-embed")
+            pool = self._pool
+        for done in [pool.submit(work, share) for share in shares if share]:
+            done.result()
+        return out
 
     def _load(self) -> Any:
         if self._session is not None:
@@ -109,7 +145,8 @@ class UseOnnxEmbedder:
                 ort, library = _runtime()
                 options = ort.SessionOptions()
                 options.register_custom_ops_library(library)
-                options.intra_op_num_threads = self.threads
+                # One text per run: one intra-op thread each, the cores go to parallel runs instead.
+                options.intra_op_num_threads = 1 if self.batch_size == EXACT_BATCH_SIZE else self.threads
                 options.inter_op_num_threads = 1
                 try:
                     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

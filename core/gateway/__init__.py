@@ -6,6 +6,8 @@
 - ``turns``: one request → one agent turn (thread/resource rules, events);
 - ``registry``: loading ``package.module:agents`` and looking agents up by name;
 - ``errors``: OpenAI-style error bodies and their statuses;
+- ``guard``: ``RequestGuard``/``GuardPolicy``, the ASGI middleware checking Host, Origin, token, JSON
+  bodies and their size before any app sees a request (reusable by any ASGI app);
 - ``server``: uvicorn in the foreground, or on a thread (``GatewayServer``) for tests and benchmarks.
 
 Starlette and uvicorn come with the ``serve`` extra; importing this package does not need them,
@@ -20,6 +22,8 @@ from typing import Any
 from core.errors import MemoryStudioError
 
 INSTALL_HINT = "pip install 'memory-studio[serve]'"
+#: Where ``memory-studio serve`` reads its bearer token when ``--token`` is not given.
+TOKEN_ENV = "MEMORY_STUDIO_GATEWAY_TOKEN"
 
 
 class ServeExtraMissing(MemoryStudioError, RuntimeError):
@@ -51,5 +55,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'core.gateway' has no attribute {name!r}")
 
 
-__all__ = ["INSTALL_HINT", "AgentLoadError", "GatewayServer", "ServeExtraMissing", "create_app", "load_agents",
+__all__ = ["INSTALL_HINT", "TOKEN_ENV", "AgentLoadError", "GatewayServer", "ServeExtraMissing", "create_app", "load_agents",
            "require_serve_extra"]

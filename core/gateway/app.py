@@ -1,6 +1,10 @@
-"""The gateway's ASGI app: OpenAI-compatible chat, the memory API, an optional bearer token.
+"""The gateway's ASGI app: OpenAI-compatible chat, the memory API, behind the request guard.
 
     app = create_app({"support": support_agent}, token="s3cret", default_resource="anonymous")
+    app = create_app(agents, policy=GuardPolicy(token="s3cret", allowed_origins={"https://app.example"}))
+
+Every request passes ``core.gateway.guard.RequestGuard`` first (Host, Origin, token, JSON bodies,
+body size and nesting); see that module for what it refuses and why.
 
 serve it with any ASGI server (``memory-studio serve`` uses uvicorn). The app keeps no state of its
 own between requests: threads, messages and working memory live in the agents' database, so any
@@ -10,7 +14,6 @@ number of gateway processes can serve the same one behind a load balancer withou
 from __future__ import annotations
 
 import functools
-import hmac
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -20,35 +23,50 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.agent import Agent
-from core.gateway import memory_routes, openai_routes
+from core.gateway import TOKEN_ENV, memory_routes, openai_routes
 from core.gateway.errors import classify
+from core.gateway.guard import GuardPolicy, RequestGuard
 from core.gateway.registry import AgentRegistry
 
-TOKEN_ENV = "MEMORY_STUDIO_GATEWAY_TOKEN"
 DEFAULT_RESOURCE = "default"
-#: Paths a load balancer may probe without the token.
-OPEN_PATHS = frozenset({"/health"})
 
 
 class Gateway:
-    """What every request handler may use: the agents and the serving settings."""
+    """What every request handler may use: the agents and the serving settings.
 
-    def __init__(self, registry: AgentRegistry, *, default_resource: str, max_concurrency: int) -> None:
+    Turns and memory calls run on worker threads from two separate pools: ``limiter`` for turns
+    (``max_concurrency``) and ``memory_limiter`` for the memory API (``memory_workers``), so turns,
+    even streamed ones whose clients stopped reading, can never take every worker (``/health``
+    needs none). A streamed reply gives each write ``stream_write_timeout`` seconds: a client that
+    reads nothing for that long is dropped and its turn abandoned, releasing its worker.
+    """
+
+    def __init__(self, registry: AgentRegistry, *, default_resource: str, max_concurrency: int,
+                 memory_workers: int | None = None, stream_write_timeout: float = 30.0) -> None:
         self.registry = registry
         self.default_resource = default_resource
         self.max_concurrency = max_concurrency
+        self.memory_workers = memory_workers if memory_workers is not None else max(4, max_concurrency // 4)
+        self.stream_write_timeout = stream_write_timeout
         self.started = int(time.time())
         self._limiter: anyio.CapacityLimiter | None = None
+        self._memory_limiter: anyio.CapacityLimiter | None = None
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
-        """Worker threads for turns and memory calls (created in the event loop, on first use)."""
+        """Worker threads for turns (created in the event loop, on first use)."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(self.max_concurrency)
         return self._limiter
+
+    @property
+    def memory_limiter(self) -> anyio.CapacityLimiter:
+        """Worker threads kept for the memory API: turns never take them."""
+        if self._memory_limiter is None:
+            self._memory_limiter = anyio.CapacityLimiter(self.memory_workers)
+        return self._memory_limiter
 
 
 def create_app(
@@ -57,27 +75,43 @@ def create_app(
     token: str | None = None,
     default_resource: str = DEFAULT_RESOURCE,
     max_concurrency: int = 40,
+    policy: GuardPolicy | None = None,
+    memory_workers: int | None = None,
+    stream_write_timeout: float = 30.0,
 ) -> Starlette:
     """The gateway for ``agents`` (name → Agent, or a list served under their names).
 
-    ``token``: clients must send ``Authorization: Bearer <token>``; when None it is read from
-    ``$MEMORY_STUDIO_GATEWAY_TOKEN``, and an empty string turns the check off.
-    ``max_concurrency``: turns (and memory calls) running at once; more wait their turn.
+    ``policy``: what requests are accepted (``GuardPolicy``: Host names, web origins, token, body
+    limits); without one, the defaults with ``token``. ``token``: clients must send
+    ``Authorization: Bearer <token>``; when None it is read from ``$MEMORY_STUDIO_GATEWAY_TOKEN``, and
+    an empty string turns the check off.
+    ``max_concurrency``: turns running at once; more wait their turn. ``memory_workers``: memory API
+    calls running at once, on workers of their own (default: a quarter of ``max_concurrency``, at
+    least 4). ``stream_write_timeout``: seconds a streamed reply waits for a client to read before
+    dropping it.
     """
     if not default_resource:
         raise ValueError("default_resource must be a non-empty resource id.")
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1.")
-    gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency)
+    if memory_workers is not None and memory_workers < 1:
+        raise ValueError("memory_workers must be at least 1.")
+    if not stream_write_timeout > 0:
+        raise ValueError("stream_write_timeout must be a positive number of seconds.")
+    gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency,
+                      memory_workers=memory_workers, stream_write_timeout=stream_write_timeout)
     routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
     for route in [*openai_routes.routes(), *memory_routes.routes()]:
         assert isinstance(route, Route)
         routes.append(Route(route.path, _guarded(route.endpoint), methods=list(route.methods or ())))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.gateway = gateway
-    secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
-    if secret:
-        app.add_middleware(BearerTokenAuth, token=secret)
+    if policy is None:
+        secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
+        policy = GuardPolicy(token=secret or None)
+    elif token is not None:
+        raise ValueError("Give the token inside the policy (GuardPolicy(token=...)), not beside it.")
+    app.add_middleware(RequestGuard, policy=policy)
     return app
 
 
@@ -106,25 +140,3 @@ def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Re
             return JSONResponse(reply.body, status_code=reply.status)
 
     return run
-
-
-class BearerTokenAuth:
-    """401 unless ``Authorization: Bearer <token>`` matches (compared in constant time)."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
-            await self.app(scope, receive, send)
-            return
-        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if hmac.compare_digest(given, self.expected):
-            await self.app(scope, receive, send)
-            return
-        message = ("This gateway needs an API token: send 'Authorization: Bearer <token>' (with the openai "
-                   "client, api_key=<token>)." if not given else "The API token is not valid for this gateway.")
-        body = {"error": {"message": message, "type": "authentication_error", "code": "invalid_api_key",
-                          "param": None}}
-        await JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})(scope, receive, send)

@@ -1,15 +1,16 @@
-"""``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--default-resource]``,
-or ``memory-studio serve --model provider/model [--name] [--instructions] [--db]``: one agent with a
-default memory, its model named as ``Agent(model=...)`` takes it (``core.llm.providers``)."""
+"""``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--default-resource]``
+``[--allowed-host NAME]... [--allow-origin ORIGIN]... [--max-body-mb MB]``, or ``memory-studio serve
+--model provider/model [--name] [--instructions] [--db]``: one agent with a default memory, its model
+named as ``Agent(model=...)`` takes it (``core.llm.providers``)."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
-import os
 from typing import Any, TextIO
 
-from core.gateway import require_serve_extra
+from core.gateway import TOKEN_ENV, require_serve_extra
+from core.gateway.guard import add_guard_arguments, policy_from_args
 
 DEFAULT_PORT = 8787
 
@@ -32,28 +33,30 @@ def add_serve_parser(sub: Any) -> None:
                                 "<project>/.temp/memory.db)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    p.add_argument("--token", default=None,
-                   help="API token clients must send as 'Authorization: Bearer <token>' "
-                        "(default: $MEMORY_STUDIO_GATEWAY_TOKEN; prefer the variable, a flag shows in ps)")
+    add_guard_arguments(p, token_env=TOKEN_ENV)
     p.add_argument("--default-resource", default="default",
                    help="resource for requests that name none (no metadata.resource_id, x-resource-id or user)")
     p.add_argument("--max-concurrency", type=int, default=40, help="turns running at once (default 40)")
+    p.add_argument("--stream-write-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="drop a streaming client that reads nothing for this long, releasing its turn's worker "
+                        "(default 30)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
 def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_serve_extra()
-    from core.gateway.app import TOKEN_ENV, create_app
+    from core.gateway.app import create_app
     from core.gateway.registry import load_agents
     from core.gateway.server import serve
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
+    policy = policy_from_args(args, token_env=TOKEN_ENV)
     agents = load_agents(args.agents) if args.agents else model_agent(args.model, name=args.name,
                                                                        instructions=args.instructions, db=args.db)
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV, "")
-    app = create_app(agents, token=token, default_resource=args.default_resource,
-                     max_concurrency=args.max_concurrency)
+    token = policy.token
+    app = create_app(agents, policy=policy, default_resource=args.default_resource,
+                     max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
     if not token and not _is_loopback(args.host):
         err.write(f"warning: serving on {args.host} without a token: anyone who can reach it can read and write "
                   f"every resource's memory. Set {TOKEN_ENV}.\n")

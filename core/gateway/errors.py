@@ -12,11 +12,20 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from core.context_window import ContextWindowError
 from core.errors import MemoryStudioError
 from core.llm.base import ModelError
+from core.message_size import MessageTooLargeError
+from core.messages import MessageFormatError
 from core.scopes import ScopeConflictError, ThreadOwnershipError
-from core.storage import InvalidArgumentError, NotFoundError, ReadOnlyError
-from core.working_memory import ConcurrentUpdateError
+from core.storage import (
+    InvalidArgumentError,
+    InvalidValueError,
+    NotFoundError,
+    ReadOnlyError,
+    StorageUnavailableError,
+)
+from core.working_memory import ConcurrentUpdateError, WorkingMemoryTooLargeError
 from core.working_memory_schema import WorkingMemoryError
 
 log = logging.getLogger(__name__)
@@ -57,11 +66,20 @@ def classify(exc: BaseException) -> ErrorReply:
         # The upstream model failed: a bad gateway, not a bad request. The message names the
         # endpoint and status and never holds a key (ModelError's own guarantee).
         return _reply(502, str(exc), "api_error", "model_error")
+    if isinstance(exc, StorageUnavailableError):
+        # The database server is restarting or unreachable: retryable, and nothing was committed.
+        return _reply(503, str(exc), "api_error", "storage_unavailable")
     if isinstance(exc, ConcurrentUpdateError):
         return _reply(409, str(exc), "invalid_request_error", "conflict")
     if isinstance(exc, NotFoundError):
         return _reply(404, str(exc), "not_found_error", "not_found")
-    if isinstance(exc, (ScopeConflictError, InvalidArgumentError, WorkingMemoryError)):
+    # Client mistakes: a 4xx with the reason, never a 500 (issue 17).
+    if isinstance(exc, (MessageTooLargeError, WorkingMemoryTooLargeError)):
+        return _reply(413, str(exc), "invalid_request_error", "too_large")
+    if isinstance(exc, ContextWindowError):
+        return _reply(400, str(exc), "invalid_request_error", "context_length_exceeded")
+    if isinstance(exc, (ScopeConflictError, InvalidArgumentError, InvalidValueError, WorkingMemoryError,
+                        MessageFormatError)):
         return _reply(400, str(exc), "invalid_request_error", "invalid_request")
     log.error("unexpected error while serving a request", exc_info=exc)
     return _reply(500, "The gateway failed on this request; its log has the details.", "server_error", "internal")

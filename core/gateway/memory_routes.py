@@ -2,14 +2,16 @@
 
 - ``GET /api/memory/threads?resourceId=`` → ``{threads, total, page, perPage, hasMore}``
 - ``GET /api/memory/threads/{id}/messages?resourceId=&page=&perPage=`` → the newest ``perPage``
-  messages (oldest first), page 0 being the newest
+  messages (oldest first), page 0 being the newest, and ``unreadable``: stored rows skipped because
+  they do not parse
 - ``GET /api/memory/threads/{id}/working-memory?resourceId=`` → ``{workingMemory, format, scope,
   threadExists}``
 - ``PUT /api/memory/threads/{id}/working-memory?resourceId=`` with ``{"workingMemory": ...}``
   (Markdown text, or an object for schema working memory)
 
-``agentId=`` picks whose memory is meant when the agents do not share one. A ``resourceId`` that
-does not own the thread gets 403, exactly as a chat turn would. A thread id may hold any character,
+``agentId=`` picks whose memory is meant when the agents do not share one. Every route needs
+``resourceId=`` (400 without it): a call is always about one resource's memory, and a
+``resourceId`` that does not own the thread gets 403, exactly as a chat turn would. A thread id may hold any character,
 ``/`` included, when percent-encoded. Every call runs on a worker thread.
 """
 
@@ -38,7 +40,7 @@ MAX_PER_PAGE = 1000
 
 async def _run(request: Request, fn: Callable[[], T]) -> T:
     gateway: Gateway = request.app.state.gateway
-    return await anyio.to_thread.run_sync(fn, limiter=gateway.limiter)
+    return await anyio.to_thread.run_sync(fn, limiter=gateway.memory_limiter)
 
 
 def _memory(request: Request, *, working_memory: bool = False) -> Memory:
@@ -61,10 +63,17 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     return value
 
 
-async def list_threads(request: Request) -> Response:
+def _resource(request: Request, what: str) -> str:
+    """The ``resourceId`` every memory call needs: without one, any thread could be read or written."""
     resource_id = request.query_params.get("resourceId")
     if not resource_id:
-        raise bad_request("Say whose threads to list: add ?resourceId=.", param="resourceId")
+        raise bad_request(f"Say whose {what} this is about: add ?resourceId=<the resource that owns it>.",
+                          param="resourceId")
+    return resource_id
+
+
+async def list_threads(request: Request) -> Response:
+    resource_id = _resource(request, "threads")
     page = _int(request, "page", 0, 0, 1_000_000)
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
     memory = _memory(request)
@@ -75,7 +84,7 @@ async def list_threads(request: Request) -> Response:
 
 async def list_messages(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
-    resource_id = request.query_params.get("resourceId") or None
+    resource_id = _resource(request, "messages")
     page = _int(request, "page", 0, 0, 1_000_000)
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
     memory = _memory(request)
@@ -83,13 +92,13 @@ async def list_messages(request: Request) -> Response:
                                                        per_page=per_page))
     return JSONResponse({"messages": [{**m.to_dict(), "text": m.text} for m in result.messages],
                          "total": result.total, "page": result.page, "perPage": result.per_page,
-                         "hasMore": result.has_more})
+                         "hasMore": result.has_more, "unreadable": [u.to_dict() for u in result.unreadable]})
 
 
 async def get_working_memory(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
+    asked = _resource(request, "working memory")
     memory = _memory(request, working_memory=True)
-    asked = request.query_params.get("resourceId") or None
 
     def read() -> dict[str, Any]:
         opts = _wm_options(memory)
@@ -104,8 +113,8 @@ async def get_working_memory(request: Request) -> Response:
 
 async def put_working_memory(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
+    asked = _resource(request, "working memory")
     memory = _memory(request, working_memory=True)
-    asked = request.query_params.get("resourceId") or None
     body = await read_json(request)
     if not isinstance(body, Mapping) or "workingMemory" not in body:
         raise bad_request('Send {"workingMemory": ...}: Markdown text, or an object for schema working memory.',
@@ -131,11 +140,11 @@ def _wm_options(memory: Memory) -> Any:
     return opts
 
 
-def _owner(thread_id: str, owner: str | None, asked: str | None) -> str | None:
-    """The resource a working-memory call is about: the thread's owner, who must match the asker."""
-    if owner and asked and owner != asked:
+def _owner(thread_id: str, owner: str | None, asked: str) -> str:
+    """The resource a working-memory call is about: the asker, who must own the thread if it exists."""
+    if owner and owner != asked:
         raise ThreadOwnershipError(thread_id, owner, asked)
-    return asked or owner
+    return asked
 
 
 def routes() -> list[Route]:

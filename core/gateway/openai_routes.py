@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -29,7 +29,17 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from core.gateway.errors import GatewayError, bad_request, classify
-from core.gateway.turns import TextDelta, Turn, TurnEvent, TurnFinished, finished, parse_turn, run_turn, turn_events
+from core.gateway.turns import (
+    TextDelta,
+    Turn,
+    TurnEvent,
+    TurnFinished,
+    finished,
+    parse_turn,
+    resolve_thread,
+    run_turn,
+    turn_events,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.agent import Agent, AgentResult
@@ -44,6 +54,9 @@ async def read_json(request: Request) -> Any:
         return json.loads(raw)
     except ValueError as exc:
         raise bad_request(f"The request body is not valid JSON ({exc}).") from None
+    except RecursionError:  # the guard refuses deep nesting first; this is for an app without it
+        raise bad_request("The JSON body is nested too deeply; send a flatter document.",
+                          code="json_too_deep") from None
 
 
 async def chat_completions(request: Request) -> Response:
@@ -56,7 +69,7 @@ async def chat_completions(request: Request) -> Response:
                       default_resource=gateway.default_resource)
     if turn.stream:
         return TurnStream(gateway, agent, turn)
-    result, agent_ms = await anyio.to_thread.run_sync(_timed_turn, agent, turn, limiter=gateway.limiter)
+    result, agent_ms, turn = await anyio.to_thread.run_sync(_timed_turn, agent, turn, limiter=gateway.limiter)
     done = finished(result)
     completion_id = _completion_id()
     payload: dict[str, Any] = {
@@ -71,10 +84,11 @@ async def chat_completions(request: Request) -> Response:
     return JSONResponse(payload, headers={**memory_headers(turn), "server-timing": f"agent;dur={agent_ms:.3f}"})
 
 
-def _timed_turn(agent: Agent, turn: Turn) -> tuple[AgentResult, float]:
+def _timed_turn(agent: Agent, turn: Turn) -> tuple[AgentResult, float, Turn]:
     start = time.perf_counter()
+    turn = resolve_thread(agent, turn)
     result = run_turn(agent, turn)
-    return result, (time.perf_counter() - start) * 1000
+    return result, (time.perf_counter() - start) * 1000, turn
 
 
 async def list_models(request: Request) -> Response:
@@ -132,8 +146,10 @@ class TurnStream(Response):
         self.created = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # A small buffer: the producer is rarely more than a few deltas ahead of a live client.
+        # A small buffer: the producer is rarely more than a few deltas ahead of a live client, and
+        # one that stops reading holds at most this much (plus the socket's buffers) in memory.
         sender, events = anyio.create_memory_object_stream[Any](max_buffer_size=64)
+        send = _with_deadline(send, self.gateway.stream_write_timeout)
         async with anyio.create_task_group() as group:
             group.start_soon(self._produce, sender)
             async with events:
@@ -142,10 +158,16 @@ class TurnStream(Response):
                     reply = classify(first.exc)
                     await JSONResponse(reply.body, status_code=reply.status)(scope, receive, send)
                     return
-                await send({"type": "http.response.start", "status": 200, "headers": self._sse_headers()})
-                group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
-                await self._relay(first, events, send)
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                try:
+                    await send({"type": "http.response.start", "status": 200, "headers": self._sse_headers()})
+                    group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+                    await self._relay(first, events, send)
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                except TimeoutError:
+                    # Closing the channel (leaving this block) makes the producer's next send fail, so
+                    # the turn is abandoned and its worker released; the connection is then closed.
+                    log.warning("a client read nothing of a streamed reply for %gs; it was dropped and its turn "
+                                "abandoned", self.gateway.stream_write_timeout)
             group.cancel_scope.cancel()  # stops the disconnect watcher; the producer has finished
 
     async def _relay(self, event: Any, events: MemoryObjectReceiveStream[Any], send: Send) -> None:
@@ -174,8 +196,11 @@ class TurnStream(Response):
 
     def _pump(self, sender: MemoryObjectSendStream[Any]) -> None:
         """On the worker thread: iterate the whole turn here, so it keeps one thread and context."""
-        events = turn_events(self.agent, self.turn)
+        events: Generator[TurnEvent, None, None] | None = None
         try:
+            # Before the first event is sent, so the reply's headers name the thread actually used.
+            self.turn = resolve_thread(self.agent, self.turn)
+            events = turn_events(self.agent, self.turn)
             for event in events:
                 anyio.from_thread.run(sender.send, event)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -186,7 +211,8 @@ class TurnStream(Response):
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 log.info("client left before a failed streamed reply could be reported: %s", exc)
         finally:
-            events.close()
+            if events is not None:
+                events.close()
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {"id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
@@ -202,6 +228,16 @@ class TurnStream(Response):
         headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache",
                    "x-accel-buffering": "no", **memory_headers(self.turn)}
         return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
+def _with_deadline(send: Send, seconds: float) -> Send:
+    """``send`` that raises ``TimeoutError`` when the client takes more than ``seconds`` to take a write."""
+
+    async def timed(message: MutableMapping[str, Any]) -> None:
+        with anyio.fail_after(seconds):
+            await send(message)
+
+    return timed
 
 
 async def _next(events: MemoryObjectReceiveStream[Any]) -> TurnEvent | _Failed | None:

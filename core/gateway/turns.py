@@ -7,9 +7,13 @@ stored or sent to the model twice.
 
 Thread and resource come from ``metadata.thread_id`` / ``metadata.resource_id`` or the
 ``x-thread-id`` / ``x-resource-id`` headers; a ``metadata.conversation_id`` (or
-``x-conversation-id``) names the thread ``<resource>:<conversation>``, so two users' conversation
-"1" never collide; OpenAI's ``user`` field names the resource when nothing else does; then the
-gateway's default resource. A request with no thread gets a new one, as ``Agent.generate`` does.
+``x-conversation-id``) names the thread ``conversation:<resource>:<conversation>``
+(``conversation_thread_id``: ``%`` and ``:`` percent-encoded in both parts, so no two pairs share a
+thread, and thread ids starting ``conversation:`` are refused when a client names them, so nobody
+can take another resource's conversation first); OpenAI's ``user`` field names the resource when
+nothing else does; then the gateway's default resource. A request with no thread gets a new one, as
+``Agent.generate`` does. A conversation that began before this encoding (thread
+``<resource>:<conversation>``, owned by that resource) goes on in its old thread.
 
 Events: a turn is an iterator of ``TextDelta`` then one ``TurnFinished``. With an agent that
 streams (``Agent.stream``, yielding text deltas and tool events) the deltas come as the model
@@ -21,18 +25,21 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from core.agent import Agent, AgentResult
 from core.agent_stream import AgentStream
 from core.gateway.errors import bad_request
 from core.llm.base import Usage
+from core.memory import resolve_memory
 from core.messages import Message, text_part
 
 log = logging.getLogger(__name__)
 
 _MAX_ID = 256
+#: Threads of conversation ids live under this prefix, which clients may not use for thread ids.
+CONVERSATION_PREFIX = "conversation:"
 # Our finish reasons → the ones OpenAI clients know.
 _FINISH = {"stop": "stop", "length": "length", "max-steps": "length", "content_filter": "content_filter"}
 
@@ -45,6 +52,8 @@ class Turn:
     resource_id: str | None
     stream: bool
     include_usage: bool
+    # A conversation's thread as it was named before conversation_thread_id (used while it exists).
+    legacy_thread_id: str | None = None
 
     def memory_arg(self) -> dict[str, Any]:
         return {"resource": self.resource_id, "thread": self.thread_id}
@@ -98,15 +107,44 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     resource = resource or user or default_resource
     if conversation and thread:
         raise bad_request("Give either a thread id or a conversation id, not both.", param="metadata")
+    if thread and thread.startswith(CONVERSATION_PREFIX):
+        raise bad_request(f"Thread ids starting with {CONVERSATION_PREFIX!r} belong to conversation ids; send "
+                          "metadata.conversation_id (or x-conversation-id) instead.", param="metadata")
+    legacy = None
     if not has_memory:
         thread = None  # nothing to remember in; the ids would only mislead
     elif conversation:
-        thread = f"{resource}:{conversation}"
+        thread, legacy = conversation_thread_id(resource, conversation), f"{resource}:{conversation}"
     elif not thread:
         thread = f"thread_{uuid.uuid4().hex[:16]}"
     stream_options = body.get("stream_options")
     include_usage = isinstance(stream_options, Mapping) and bool(stream_options.get("include_usage"))
-    return Turn(model, message, thread, resource, body.get("stream") is True, include_usage)
+    return Turn(model, message, thread, resource, body.get("stream") is True, include_usage, legacy)
+
+
+def conversation_thread_id(resource_id: str, conversation_id: str) -> str:
+    """The thread of a resource's conversation. ``%`` and ``:`` are percent-encoded in both parts, so
+    the id splits back into exactly one (resource, conversation) pair."""
+    return f"{CONVERSATION_PREFIX}{_escape(resource_id)}:{_escape(conversation_id)}"
+
+
+def _escape(part: str) -> str:
+    return part.replace("%", "%25").replace(":", "%3A")
+
+
+def resolve_thread(agent: Agent, turn: Turn) -> Turn:
+    """``turn`` in the thread it continues: a conversation begun under the old ``<resource>:<id>``
+    naming goes on there while its new thread does not exist yet and the old one is the resource's
+    own (so a thread someone else created under that name is never joined). Runs on a worker thread."""
+    if turn.legacy_thread_id is None or turn.thread_id is None:
+        return turn
+    memory = resolve_memory(agent.memory, turn.request_context())
+    if memory is None or memory.get_thread(turn.thread_id) is not None:
+        return turn
+    old = memory.get_thread(turn.legacy_thread_id)
+    if old is None or old.resource_id != turn.resource_id:
+        return turn
+    return replace(turn, thread_id=old.id)
 
 
 def _texts(content: Any) -> list[str]:

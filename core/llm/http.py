@@ -8,15 +8,17 @@ rule is visible, configurable and the same for both. Each caller still words its
 
 from __future__ import annotations
 
+import base64
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from core.llm.keys import ResolvedKey
+from core.llm.keys import ResolvedKey, Secret
+from core.redaction import MIN_SECRET_LENGTH
 
 if TYPE_CHECKING:
     import openai
@@ -117,6 +119,48 @@ def is_retryable_status(status: int, headers: Mapping[str, str]) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
+class UrlCredentials:
+    """The ``user:password@`` a base URL may carry, kept out of every message and trace.
+
+    The HTTP client sends them as ``Authorization: Basic <base64(user:password)>``, and a server may
+    echo that header (or the password) back in an error body. So each form (the user, the password,
+    both joined, percent-decoded or not, and the Basic token) is registered as a secret: traces and
+    log lines redact it wherever it appears, and ``scrub`` removes it from a message.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        raw_user, _, raw_password = parts.netloc.rpartition("@")[0].partition(":")
+        user, password = unquote(raw_user), unquote(raw_password)
+        forms: set[str] = set()
+        if user or password:
+            forms |= {f"{user}:{password}", f"{raw_user}:{raw_password}",
+                      base64.b64encode(f"{user}:{password}".encode("utf-8")).decode("ascii")}
+            # A password alone only when it is long enough not to be an ordinary word (as keys).
+            forms |= {p for p in (password, raw_password) if len(p) >= MIN_SECRET_LENGTH}
+        # Longest first, so a form that contains another is replaced whole; kept as Secrets, which
+        # register themselves for redaction.
+        self._secrets = [Secret(v) for v in sorted(forms, key=len, reverse=True)]
+
+    def __bool__(self) -> bool:
+        return bool(self._secrets)
+
+    @staticmethod
+    def basic_header(url: str) -> dict[str, str]:
+        """The ``Authorization: Basic`` header a URL's credentials stand for (empty without any)."""
+        parts = urlsplit(url)
+        if "@" not in parts.netloc:
+            return {}
+        user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+        token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode("utf-8")).decode("ascii")
+        return {"Authorization": f"Basic {token}"}
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret.reveal(), "***")
+        return text
+
+
 def safe_url(url: str) -> str:
     """``url`` without credentials or query string, fit for display and traces."""
     parts = urlsplit(url)
@@ -134,13 +178,23 @@ def openai_client(
     # that at start-up when no real model is configured.
     import openai
 
+    # Credentials in the URL become the Basic header they stand for (as the HTTP client would make
+    # it), and the URL the client keeps, and logs with every request, holds none.
+    headers = {**UrlCredentials.basic_header(base_url), **dict(default_headers or {})}
     return openai.OpenAI(
         api_key=key.secret.reveal() if key.secret else NO_KEY_PLACEHOLDER,
-        base_url=base_url.rstrip("/"),
+        base_url=_without_credentials(base_url).rstrip("/"),
         timeout=timeout,
         max_retries=0,
-        default_headers=dict(default_headers or {}),
+        default_headers=headers,
     )
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, parts.fragment))
 
 
 __all__ = [

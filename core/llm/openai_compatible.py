@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.llm.base import ChatChunk, ChatResult, Message, ModelError, ToolSpec
-from core.llm.http import OPENAI_BASE_URL, RetryPolicy, openai_client, safe_url
+from core.llm.http import OPENAI_BASE_URL, RetryPolicy, UrlCredentials, openai_client, safe_url
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
 from core.llm.wire import StreamAssembler, result_from_completion
@@ -60,6 +60,7 @@ class OpenAICompatibleModel:
         #: Ollama ``num_ctx``); None: unknown. The agent fits every prompt into it.
         self.context_window = context_window
         self.model = model
+        self._credentials = UrlCredentials(base_url)  # a user:password@ in the URL never shows anywhere
         self.base_url = safe_url(base_url)
         self.provider = provider or ("openai" if self.base_url == OPENAI_BASE_URL else "openai-compatible")
         self.model_id = f"{self.provider}/{model}"
@@ -317,6 +318,7 @@ class OpenAICompatibleModel:
         secret = self._key.secret.reveal() if self._key.secret else ""
         if secret:
             text = text.replace(secret, "***")
+        text = self._credentials.scrub(text)
         return text if len(text) <= 400 else text[:400] + "…"
 
 

@@ -11,6 +11,7 @@ from core.options import MessageHistoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.prompt import message_tokens
 from core.storage.memory_store import MessageQuery
+from core.storage.message_pages import UnreadableMessage
 
 _PAGE = 40  # messages per read when only a token budget bounds history (Mastra's page size)
 
@@ -38,15 +39,21 @@ class MessageHistory(BaseProcessor):
             return
         before = (req.as_of.created_at, req.as_of.id) if req.as_of is not None else None
         # Storage errors propagate: a turn without its history would silently mislead the model.
+        # A stored row that does not parse is left out and reported, never fatal (Invariant 15).
+        unreadable: list[UnreadableMessage] = []
         if req.frozen is not None and req.frozen.history is not None:  # a recorded turn: its exact window
             rows = list(req.frozen.history)
         elif limit is None:
-            rows = self._newest_within(ctx, req.thread_id, req.resource_id, before, int(opts.max_tokens or 0))
+            rows = self._newest_within(ctx, req.thread_id, req.resource_id, before, int(opts.max_tokens or 0),
+                                       unreadable)
         else:
-            rows = ctx.store.memory.list_messages(
+            read = ctx.store.memory.list_messages(
                 MessageQuery(thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True,
                              before=before)
             )
+            rows, unreadable = list(read), read.unreadable
+        if unreadable:
+            ctx.note(self.id, unreadable=[u.to_dict() for u in unreadable])
         if not rows:
             ctx.skip(self.id, f"thread {req.thread_id} has no stored messages yet")
             return
@@ -58,7 +65,8 @@ class MessageHistory(BaseProcessor):
             ctx.note(self.id, loaded=len(rows), limit=limit)
 
     def _newest_within(self, ctx: ProcessorContext, thread_id: str, resource_id: str | None,
-                       before: tuple[datetime, str] | None, max_tokens: int) -> list[Message]:
+                       before: tuple[datetime, str] | None, max_tokens: int,
+                       unreadable: list[UnreadableMessage]) -> list[Message]:
         """No count cap: the newest messages, page by page, until they alone pass the token budget.
 
         The message that crosses the budget is loaded too, so the token limiter sees the thread as
@@ -72,14 +80,16 @@ class MessageHistory(BaseProcessor):
                 MessageQuery(thread_id=thread_id, resource_id=resource_id, last=_PAGE, exclude_system=True,
                              before=before)
             )
+            unreadable.extend(page.unreadable)
             for msg in reversed(page):
                 newest_first.append(msg)
                 tokens += message_tokens(ctx.tokenizer, msg)
                 if tokens > max_tokens:
                     break
-            if len(page) < _PAGE:
+            if len(page) + len(page.unreadable) < _PAGE:
                 break
-            before = (page[0].created_at, page[0].id)
+            # The next page starts below the oldest row of this one, readable or not.
+            before = min([(m.created_at, m.id) for m in page] + [(u.created_at, u.id) for u in page.unreadable])
         newest_first.reverse()
         return newest_first
 

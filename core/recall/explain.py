@@ -1,8 +1,8 @@
 """Looking inside one recall search: the three rankings side by side, and why a message is not a hit.
 
-``inspect_search`` runs the steps of ``RecallIndex.search`` once and keeps what a search throws away:
-the vector list (cosines), the keyword list (BM25), and the hybrid list (``hybrid.combine`` then
-``hybrid.rerank``), each with every candidate's rank, raw scores and fused score, and marked hit,
+``inspect_search`` runs the search pipeline itself (``core.recall.search.run``) and shows what a
+search throws away: the vector list (cosines), the keyword list (BM25), and the hybrid list
+(``hybrid.combine`` then ``hybrid.rerank``), each with every candidate's rank, raw scores and fused score, and marked hit,
 below the threshold or outside the top-k. Its hits are the hits ``search`` returns for each mode
 (a test keeps them equal), so the Studio's recall playground shows what recall does, not a copy of it.
 
@@ -18,27 +18,21 @@ deleted since they were indexed are shown as deleted and never counted as hits.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-import numpy as np
-import sqlalchemy as sa
-
 from core.messages import Message
-from core.recall import hybrid
-from core.recall.index import CANDIDATES, INDEXED_ROLES, MIGRATE_HINT
-from core.recall.schema import DOCS_TABLE, FTS_WATERMARK, QUEUE_TABLE, STATE_TABLE, quoted
-from core.recall.search import thread_order, today
-from core.recall.text import keyword_terms, query_dates, recall_text
+from core.recall.passages import INDEXED_ROLES
+from core.recall.schema import DOCS_TABLE
+from core.recall.search import run
+from core.recall.text import recall_text
+from core.recall.types import CANDIDATES
 from core.storage.memory_store import Include
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.recall.index import RecallIndex
-    from core.recall.matrix import ScopeVectors
 
 logger = logging.getLogger(__name__)
 
@@ -210,49 +204,25 @@ def inspect_search(
         out.notes.append("the query has no text")
         return out
     started = time.perf_counter()
-    depth = max(top_k, CANDIDATES)
-    vector_thread = thread_id if resource_id is not None else None
-
-    kw_ranked: list[hybrid.Ranked] = []
-    out.notes.extend(_keyword_backlog(index, resource_id, thread_id))
-    if not index.has_fts:
-        out.notes.append(f"keyword index missing; {MIGRATE_HINT}")
-    else:
-        with index.store.db.read() as conn:
-            out.terms, out.dropped_terms = _terms(index, conn, query)
-            found = index.keyword_search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth)
-        kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in found]
-
-    vec_ranked: list[hybrid.Ranked] = []
-    vset: ScopeVectors | None = None
-    embed_ms = 0.0
-    if qvec is None:
-        t0 = time.perf_counter()
-        try:
-            qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
-        except Exception as exc:  # noqa: BLE001 - keyword results still stand without vectors
-            logger.warning("query embedding failed in a recall inspection: %s", exc)
-            out.notes.append(f"query embedding failed ({exc}); vector results missing")
-        embed_ms = (time.perf_counter() - t0) * 1000
-    out.qvec = qvec
-    if qvec is not None:
-        with index.store.db.read() as conn:
-            vset = index.vector_set(conn, resource_id, thread_id)
-        if vset is None:
-            out.notes.append(f"no vector table {index.table}; {MIGRATE_HINT}")
-        else:
-            out.vectors_in_scope = vset.n
-            out.notes.extend(vset.skips.reasons())
-            vec_ranked = vset.ranked(qvec, depth, vector_thread)
-
-    # Every keyword candidate gets its cosine, as in a hybrid search.
-    cosines: dict[str, float] = {}
-    if vset is not None and qvec is not None:
-        seen = {r.message_id for r in vec_ranked}
-        cosines = vset.cosines(qvec, [r.message_id for r in kw_ranked if r.message_id not in seen])
-    cos_of = {**cosines, **{r.message_id: r.score for r in vec_ranked}}
-    fused = hybrid.combine(vec_ranked, kw_ranked, cosines)
-    reranked = _rerank(index, query, fused, out.notes)
+    # The search's own steps, every hybrid candidate re-ranked (a search re-ranks only those that can
+    # reach its top-k; their order is the same).
+    done = run(index, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode="hybrid",
+               qvec=qvec, every_candidate=True)
+    embed_ms = done.embed_ms
+    out.qvec = done.qvec
+    with index.store.db.read() as conn:
+        waiting = index.keywords.waiting(conn, resource_id, thread_id) if index.has_fts else 0
+    if waiting:
+        how = ("allow writes to this database to index them" if index.store.db.read_only
+               else "the next save with recall indexes them (or run `memory-studio reindex`)")
+        out.notes.append(f"{waiting} message{'s' if waiting != 1 else ''} of this scope {'are' if waiting != 1 else 'is'} "
+                         f"not keyword-indexed yet (new or edited since); {how}")
+    out.notes.extend(done.notes)
+    out.terms = [_plain(t) for t in done.terms]
+    out.dropped_terms = [_plain(t) for t in done.dropped_terms]
+    out.vectors_in_scope = done.vset.n if done.vset is not None else 0
+    vec_ranked, kw_ranked = done.vector, done.keyword
+    cos_of = {**done.cosines, **{r.message_id: r.score for r in vec_ranked}}
 
     ids = list(dict.fromkeys([r.message_id for r in vec_ranked] + [r.message_id for r in kw_ranked]))
     out.messages = _shown(index, ids)
@@ -264,33 +234,26 @@ def inspect_search(
     out.lists["keyword"] = _mark(
         [Candidate(i, r.message_id, r.thread_id, r.resource_id, r.score, cos_of.get(r.message_id), r.score)
          for i, r in enumerate(kw_ranked, start=1)], top_k, None, gone)
-    combined = {f.message_id: f.score for f in fused}
+    combined = {f.message_id: f.score for f in done.fused}
     out.lists["hybrid"] = _mark(
         [Candidate(i, f.message_id, f.thread_id, f.resource_id, f.score, f.vector_score, f.keyword_score,
                    f.vector_rank, f.keyword_rank, combined.get(f.message_id))
-         for i, f in enumerate(reranked, start=1)], top_k, threshold, gone)
+         for i, f in enumerate(done.reranked, start=1)], top_k, threshold, gone)
+    # Candidates the search left out as deleted since they were indexed: shown last, marked deleted.
+    for found_in, r in done.left_out:
+        cand = Candidate(0, r.message_id, r.thread_id, r.resource_id, r.score, None, None, status="deleted")
+        names: tuple[ListName, ...] = (found_in, "hybrid")
+        for name in names:
+            if not any(c.message_id == r.message_id for c in out.lists[name]):
+                out.lists[name].append(replace(cand, rank=len(out.lists[name]) + 1))
     out.windows = _windows(index, out, resource_id)
     out.timings = {"embed": embed_ms, "search": (time.perf_counter() - started) * 1000 - embed_ms}
     return out
 
 
-def _rerank(index: "RecallIndex", query: str, fused: list[hybrid.Fused], notes: list[str]) -> list[hybrid.Fused]:
-    """``hybrid.rerank`` over every candidate (a search reranks only those that can reach its top-k;
-    the order of those is the same)."""
-    spans = query_dates(query, today())
-    order: dict[str, tuple[str | None, Any]] = {}
-    if fused and (hybrid.NEXT_SHARE > 0 or spans):
-        try:
-            with index.store.db.read() as conn:
-                order = thread_order(conn, [f.message_id for f in fused])
-        except sa.exc.DBAPIError as exc:
-            notes.append(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
-    next_of = {mid: nxt for mid, (nxt, _) in order.items() if nxt is not None}
-    in_period = (
-        {mid for mid, (_, day) in order.items() if day is not None and any(s.contains(day) for s in spans)}
-        if spans else None
-    )
-    return hybrid.rerank(fused, next_of, in_period, scores={f.message_id: f.score for f in fused})
+def _plain(term: str) -> str:
+    """A quoted keyword term as a person reads it."""
+    return term.strip('"').replace('""', '"')
 
 
 def _mark(cands: list[Candidate], top_k: int, threshold: float | None, gone: set[str]) -> list[Candidate]:
@@ -326,62 +289,6 @@ def _windows(index: "RecallIndex", out: Inspection, resource_id: str | None) -> 
             out.messages.setdefault(m.id, _show(m))
         windows.append(Window(c.message_id, tuple(m.id for m in msgs)))
     return windows
-
-
-_BACKLOG_SQL = (
-    f"SELECT (SELECT value FROM {STATE_TABLE} WHERE key = ?), (SELECT max(rowid) FROM mastra_messages), "
-    f"(SELECT max(seq) FROM {QUEUE_TABLE})"
-)
-_backlog_cache: OrderedDict[tuple[Any, ...], int] = OrderedDict()
-_backlog_lock = threading.Lock()
-
-
-def _keyword_backlog(index: "RecallIndex", resource_id: str | None, thread_id: str | None) -> list[str]:
-    """A note when messages of this scope wait for the keyword index (read here; the next writer
-    applies them). Counts only what a search of this scope misses: new user/assistant messages
-    without a keyword entry, and edits queued since. The count is kept until a message or the queue
-    changes: it scans every row above the watermark, which lags far behind on a busy database."""
-    if not index.has_fts or index.store.db.engine.dialect.name != "sqlite":
-        return []
-    scope_sql, params = ("coalesce(m.\"resourceId\", t.\"resourceId\") = ?", [resource_id]) if resource_id is not None \
-        else ("m.thread_id = ?", [thread_id])
-    with index.store.db.read() as conn:
-        mark, newest, queued = conn.exec_driver_sql(_BACKLOG_SQL, (FTS_WATERMARK,)).one()
-        if (newest or 0) <= (mark or 0) and queued is None:
-            return []
-        key = (str(index.store.location.display), resource_id, thread_id, mark, newest, queued)
-        with _backlog_lock:
-            waiting = _backlog_cache.get(key)
-        if waiting is None:
-            waiting = int(conn.exec_driver_sql(
-                "SELECT count(*) FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id "
-                f"WHERE {scope_sql} AND m.role IN ('user', 'assistant') AND ("
-                f"(m.rowid > ? AND NOT EXISTS (SELECT 1 FROM {DOCS_TABLE} d WHERE d.message_id = m.id)) "
-                f"OR m.id IN (SELECT message_id FROM {QUEUE_TABLE} WHERE op = 'upsert'))",
-                (*params, int(mark or 0)),
-            ).scalar() or 0)
-            with _backlog_lock:
-                _backlog_cache[key] = waiting
-                while len(_backlog_cache) > 64:
-                    _backlog_cache.popitem(last=False)
-    if not waiting:
-        return []
-    how = ("allow writes to this database to index them" if index.store.db.read_only
-           else "the next save with recall indexes them (or run `memory-studio reindex`)")
-    return [f"{waiting} message{'s' if waiting != 1 else ''} of this scope {'are' if waiting != 1 else 'is'} "
-            f"not keyword-indexed yet (new or edited since); {how}"]
-
-
-def _terms(index: "RecallIndex", conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
-    """(the query's keyword terms searched, the very common ones dropped), unquoted for display."""
-    terms = keyword_terms(query)
-    kept = terms
-    stats = getattr(index, "term_stats", None)
-    if stats is not None and conn.dialect.name == "sqlite":
-        kept = stats.select(conn, terms)
-    plain = [t.strip('"').replace('""', '"') for t in terms]
-    dropped = [p for t, p in zip(terms, plain) if t not in kept]
-    return [p for p in plain if p not in dropped], dropped
 
 
 def _show(m: Message) -> Shown:
@@ -488,14 +395,8 @@ def _index_facts(index: "RecallIndex", m: Message) -> tuple[set[str | None], boo
     models: set[str | None] = set()
     if not index.unindexed([m]):
         models.add(index.model_id)
-    info = index.info
     with index.store.db.read() as conn:
-        if info is not None and getattr(info, "has_model_id", None) is not None and conn.dialect.name == "sqlite":
-            model = "model_id" if info.has_model_id else "NULL"
-            rows = conn.exec_driver_sql(
-                f"SELECT {model} FROM {quoted(info.name)} WHERE vector_id = ? "
-                "OR json_extract(metadata, '$.message_id') = ?", (m.id, m.id)).all()
-            models.update(r[0] for r in rows)
+        models.update(index.vectors.models_of(conn, m.id))
         has_doc = bool(index.has_fts) and conn.exec_driver_sql(
             f"SELECT 1 FROM {DOCS_TABLE} WHERE message_id = ?", (m.id,)).first() is not None
     return models, has_doc

@@ -1,88 +1,75 @@
 """``RecallIndex``: vectors and keywords of one store, for one embedder model.
 
-Writes go to libSQL (vectors in ``memory_messages_<dim>``, keywords in FTS5); queries are answered by
-an in-process ``VectorSet`` per resource (exact dot product) plus FTS5 BM25, fused by normalised
-scores (``hybrid.combine``). Every empty
+An index is composed of a keyword backend and a vector backend, chosen by what the store's database
+can do (``store.capabilities``), never by its name:
+
+- keywords (``full_text``): FTS5 and BM25 on libSQL (``keyword.Fts5Keywords``), ``tsvector`` and
+  ``ts_rank`` on Postgres (``pg_keywords.TsvectorKeywords``);
+- vectors (``vectors``): float32 blobs searched in process, per scope (``matrix_vectors.MatrixVectors``),
+  or pgvector searched by the server (``pg_vectors.PgVectors``).
+
+Everything else is the index's own and the same on both: which messages are indexed and how
+(passages, ``passages``), one write transaction per batch, the edit hook (``refresh_messages``), and
+one search pipeline (``core.recall.search``) that the playground's explanation runs too. Every empty
 or degraded answer carries a ``reason`` a person can act on.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import sqlalchemy as sa
 
-from core.errors import MemoryStudioError
 from core.messages import Message
-from core.storage import migrations as storage_migrations
-from core.timeutil import to_iso
-from core.recall import keyword, vector_table
-from core.recall.matrix import VectorSet
-from core.recall.schema import (
-    DOCS_TABLE,
-    RECALL_MIGRATIONS,
-    ensure_vector_table,
-    has_table,
-    previous_text,
-    upsert_docs,
-    vector_table_name,
+from core.recall import keyword, passages, pg_keywords, search as pipeline
+from core.recall.backends import KeywordBackend, VectorBackend
+from core.recall.matrix import ScopeVectors
+from core.recall.matrix_vectors import MatrixVectors
+from core.recall.pg_vectors import PgVectors
+from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, doc_state, has_table, previous_text, vector_table_name
+from core.recall.text import passage_hash, passage_text, recall_text
+from core.recall.types import (
+    CANDIDATES as CANDIDATES,
+    MIGRATE_HINT as MIGRATE_HINT,
+    MODES as MODES,
+    DocRow,
+    IndexReport as IndexReport,
+    Mode as Mode,
+    RecallError as RecallError,
+    SearchHit as SearchHit,
+    SearchResult as SearchResult,
+    VectorRow,
 )
-from core.recall.text import recall_text
+from core.recall.vector_table import VectorState
+from core.storage import migrations as storage_migrations
+from core.storage.capabilities import Capabilities
+from core.timeutil import to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
     from core.storage import Store
 
-Mode = Literal["vector", "keyword", "hybrid"]
-MODES = ("vector", "keyword", "hybrid")
-INDEXED_ROLES = ("user", "assistant")
-CANDIDATES = 50  # depth of each list fed to the fusion; more than top_k so fusion can promote
-MAX_CACHED_SETS = 64
+INDEXED_ROLES = passages.INDEXED_ROLES
 DRAIN_PER_SEARCH = 20_000
-MIGRATE_HINT = "run `memory-studio migrate` on this database"
 
 log = logging.getLogger(__name__)
 
 
-class RecallError(MemoryStudioError, RuntimeError):
-    """Recall cannot work on this store with this embedder; the message says what to do."""
+def keyword_backend(caps: Capabilities, available: bool) -> KeywordBackend:
+    """The keyword backend for a database that can do ``caps.full_text``."""
+    if caps.full_text == "fts5":
+        return keyword.Fts5Keywords(available)
+    return pg_keywords.TsvectorKeywords(available)
 
 
-@dataclass(frozen=True)
-class SearchHit:
-    message_id: str
-    thread_id: str | None
-    resource_id: str | None
-    score: float  # cosine (vector mode), -BM25 (keyword mode) or fused score in [0, 1] (hybrid mode)
-    source: Literal["vector", "keyword", "hybrid"]  # which ranking(s) found it
-    vector_score: float | None = None
-    keyword_score: float | None = None
-
-
-@dataclass
-class SearchResult:
-    hits: list[SearchHit]
-    reason: str | None = None  # why the answer is empty or degraded; None when all went well
-    mode: Mode = "hybrid"
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class IndexReport:
-    indexed: list[str] = field(default_factory=list)  # message ids with a vector written
-    keyword_indexed: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)  # id -> why it is not indexed (system, empty)
-    failed: dict[str, str] = field(default_factory=dict)  # id -> error (embedding or write failure)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
+def vector_backend(caps: Capabilities, dim: int, model_id: str) -> VectorBackend:
+    """The vector backend for a database whose vectors are ``caps.vectors``."""
+    if caps.vectors == "blob-matrix":
+        return MatrixVectors(dim, model_id)
+    return PgVectors(dim, model_id)
 
 
 class RecallIndex:
@@ -92,11 +79,9 @@ class RecallIndex:
         self.model_id = embedder.model_id
         self.dim = int(embedder.dim)
         self.table = vector_table_name(self.dim)
-        self._lock = threading.RLock()
-        self._sets: OrderedDict[tuple[str, str], VectorSet] = OrderedDict()
-        self._counters: tuple[int, int] | None = None
-        self._stale: set[tuple[str, str]] = set()
-        self.term_stats = keyword.TermStats()  # document frequencies for dropping very common query words
+        caps = store.capabilities
+        self.keywords = keyword_backend(caps, available=False)
+        self.vectors = vector_backend(caps, self.dim, self.model_id)
         self._prepare()
 
     @classmethod
@@ -105,12 +90,7 @@ class RecallIndex:
         key = f"recall-index:{embedder.model_id}"
         index = store.extensions.get(key)
         if index is None:
-            if cls is RecallIndex and store.db.engine.dialect.name == "postgresql":
-                from core.recall.pg_index import PgRecallIndex
-
-                index = PgRecallIndex(store, embedder)
-            else:
-                index = cls(store, embedder)
+            index = cls(store, embedder)
             store.extensions[key] = index
         return index
 
@@ -123,16 +103,24 @@ class RecallIndex:
             db.migrate(pending)  # our own database: our migrations apply, like at open time
         with db.read() as conn:
             self.migrated = not [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]
-            self.has_fts = has_table(conn, DOCS_TABLE)
+            self.keywords.available = has_table(conn, DOCS_TABLE)
         self.writable = bool(self.migrated and not db.read_only)
-        with db.read() as conn:
-            self.info = vector_table.inspect(conn, self.table, self.dim)
-        # Only take the write lock when the table is missing or not yet in our shape: an index built
-        # for a preview or a search of an existing table must not write (nor wait on a busy writer).
-        if self.writable and (self.info is None or not (self.info.has_model_id and self.info.has_our_indexes)):
-            with db.write() as conn:
-                ensure_vector_table(conn, self.dim)
-                self.info = vector_table.inspect(conn, self.table, self.dim)
+        self.vectors.open(db, self.writable)
+
+    @property
+    def has_fts(self) -> bool:
+        """Whether the keyword index exists (on either backend)."""
+        return self.keywords.available
+
+    @property
+    def info(self) -> Any:
+        """The vector table's description, or None when this database has none for this dimension."""
+        return self.vectors.info
+
+    @property
+    def term_stats(self) -> keyword.TermStats:
+        """Document frequencies for dropping very common query words."""
+        return self.keywords.stats
 
     def check(self) -> None:
         """Raise ``RecallError`` now if recall could not work (called when Memory is constructed)."""
@@ -158,8 +146,7 @@ class RecallIndex:
     def status(self) -> dict[str, Any]:
         return {
             "model_id": self.model_id, "dim": self.dim, "table": self.table, "writable": self.writable,
-            "keyword_index": self.has_fts, "cached_sets": len(self._sets),
-            "cached_bytes": sum(s.nbytes() for s in self._sets.values()),
+            "keyword_index": self.has_fts, **self.vectors.status(),
         }
 
     # -- writing -------------------------------------------------------------------------------
@@ -189,8 +176,8 @@ class RecallIndex:
             report.failed.update((m.id, f"reading the previous messages failed: {exc}") for m, _ in todo)
             return report
         try:
-            passages = [f"{c}\n{t}" if c else t for c, (_, t) in zip(contexts, todo)]
-            vectors = np.asarray(self.embedder.embed(passages, kind="passage"), dtype=np.float32)
+            texts = [passage_text(c, t) for c, (_, t) in zip(contexts, todo)]
+            vectors = np.asarray(self.embedder.embed(texts, kind="passage"), dtype=np.float32)
             if vectors.shape != (len(todo), self.dim):
                 raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(todo)}, {self.dim})")
         except Exception as exc:  # any embedder failure is reported, never raised (spec §2.4 output)
@@ -198,16 +185,28 @@ class RecallIndex:
             report.failed.update((m.id, f"embedding failed: {exc}") for m, _ in todo)
             vectors = None
         try:
-            self._write(todo, contexts, vectors, report)
+            written = self._write(todo, contexts, vectors, report)
         except Exception as exc:
             log.warning("recall index write of %d message(s) failed", len(todo), exc_info=True)
             report.failed.update((m.id, f"write failed: {exc}") for m, _ in todo)
             report.indexed.clear()
             report.keyword_indexed.clear()
+            return report
+        self._maintain(written)
         return report
 
+    def _maintain(self, resources: set[str]) -> None:
+        """Keep large scopes' persisted partitions up to date; a failure costs speed, never the write."""
+        if not resources:
+            return
+        try:
+            self.vectors.maintain(self.store.db, sorted(resources))
+        except Exception:
+            log.warning("recall partition upkeep failed; searches of large resources scan them instead", exc_info=True)
+
     def _contexts(self, todo: list[tuple[Message, str]]) -> list[str]:
-        """The previous message's text for each message (from the batch, else from storage).
+        """The previous message's text for each message (``passages.contexts``: from storage, one
+        statement per batch; for a message not stored, from the batch before it, else from storage).
 
         Embedded (and keyword-indexed, at a lower weight) together with the message: a reply such as
         "Yes, last Tuesday!" says nothing by itself; with the turn it answers it does. Measured on
@@ -215,18 +214,17 @@ class RecallIndex:
         message, .434 with the next one, .464 with both. Only the previous message is known when a
         message is indexed live, so that is the recipe. The metadata keeps the bare text.
         """
-        previous: dict[str, str] = {}
         with self.store.db.read() as conn:
-            for thread_id, first in self._first_per_thread(todo).items():
+            stored = passages.contexts(conn, [m.id for m, _ in todo])
+            loose = [(m, t) for m, t in todo if m.id not in stored]
+            previous: dict[str, str] = {}
+            for thread_id, first in self._first_per_thread(loose).items():
                 previous[thread_id] = previous_text(conn, thread_id, to_iso(first.created_at), first.id)
-        ordered = sorted(range(len(todo)), key=lambda i: (todo[i][0].created_at, todo[i][0].id))
-        out = [""] * len(todo)
-        for i in ordered:
-            m, text = todo[i]
+        for m, text in sorted(loose, key=lambda mt: (mt[0].created_at, mt[0].id)):
             key = m.thread_id or ""
-            out[i] = previous.get(key, "")
+            stored[m.id] = previous.get(key, "")
             previous[key] = text
-        return out
+        return [stored[m.id] for m, _ in todo]
 
     @staticmethod
     def _first_per_thread(todo: list[tuple[Message, str]]) -> dict[str, Message]:
@@ -238,32 +236,32 @@ class RecallIndex:
 
     def _write(
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
-    ) -> None:
-        assert self.info is not None
+    ) -> set[str]:
+        """One write transaction for a batch's keyword docs and vectors; returns the resources written."""
         docs, rows = self._rows(todo, contexts, vectors, report)
         with self.store.db.write() as conn:
             if self.has_fts:
-                upsert_docs(conn, docs)
+                self.keywords.write_docs(conn, docs)
                 report.keyword_indexed.extend(m.id for m, _ in todo)
                 # Writers apply the change queue (searches never write): the rows just saved, plus
                 # whatever other processes changed since, up to one batch per save.
-                _applied, gone = keyword.drain_queue(conn, indexed={m.id for m, _ in todo})
-                if gone:
-                    vector_table.delete_where(conn, self.info, "message_id", gone)
+                _applied, gone = self.keywords.drain(conn, indexed={m.id for m, _ in todo})
+                self.vectors.delete(conn, "message_id", gone)
             if rows:
-                vector_table.upsert(conn, self.info, rows)
+                self.vectors.upsert(conn, rows)
         report.indexed.extend(r[0] for r in rows)
+        return {str(r[2]["resource_id"]) for r in rows if r[2].get("resource_id")}
 
     def _rows(
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
-    ) -> tuple[list[tuple[str, str | None, str | None, str, str]], list[tuple[str, np.ndarray, dict[str, Any], str]]]:
+    ) -> tuple[list[DocRow], list[VectorRow]]:
         """What a batch writes, whatever the backend: keyword docs (id, thread, resource, text,
         context) and vector rows (id, vector, metadata, model id). A vector that is not finite is
         reported as failed and not written."""
         resources = self._resources_of(m for m, _ in todo)
         docs = [(m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
                 for i, (m, text) in enumerate(todo)]
-        rows: list[tuple[str, np.ndarray, dict[str, Any], str]] = []
+        rows: list[VectorRow] = []
         for i, (m, text) in enumerate(todo if vectors is not None else ()):
             assert vectors is not None
             vec = vectors[i]
@@ -273,6 +271,7 @@ class RecallIndex:
             meta = {
                 "message_id": m.id, "thread_id": m.thread_id, "resource_id": docs[i][2] or "",
                 "role": m.role, "content": text, "created_at": to_iso(m.created_at),
+                "content_hash": passage_hash(contexts[i], text),
             }
             rows.append((m.id, vec, meta, self.model_id))
         return docs, rows
@@ -282,8 +281,147 @@ class RecallIndex:
         if self.info is None or not messages:
             return list(messages)
         with self.store.db.read() as conn:
-            have = vector_table.indexed_message_ids(conn, self.info, self.model_id, [m.id for m in messages])
+            have = self.vectors.indexed_ids(conn, [m.id for m in messages])
         return [m for m in messages if m.id not in have]
+
+    def refresh_messages(self, message_ids: Sequence[str]) -> IndexReport:
+        """Bring the index in line with these messages after they were edited or deleted.
+
+        For each id: a message that no longer exists (or no longer has text to index) loses its
+        vector rows and keyword doc; one whose passage — its text with the previous message's —
+        hashes differently from what was indexed is re-embedded and its keyword doc re-keyed;
+        otherwise nothing is written. The next message of the thread embeds this one as its
+        context, so its passage is checked the same way (for a deleted message too).
+
+        Never raises for embedding failures: a message whose new vector could not be made loses its
+        stale one and is listed in ``failed`` (``reindex`` embeds it later).
+        """
+        if isinstance(message_ids, str):
+            raise TypeError("refresh_messages() takes a sequence of message ids, not a single str")
+        report = IndexReport()
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            return report
+        if not self.writable:
+            why = "the database is open read-only" if self.store.db.read_only else f"recall tables missing; {MIGRATE_HINT}"
+            report.failed.update((mid, f"not refreshed: {why}") for mid in ids)
+            return report
+        try:
+            plan = self._refresh_plan(ids, report)
+        except Exception as exc:
+            log.warning("recall refresh of %d message(s) failed reading them", len(ids), exc_info=True)
+            report.failed.update((mid, f"reading the messages failed: {exc}") for mid in ids)
+            return report
+        remove, docs, embed = plan
+        rows: list[VectorRow] = []
+        drop: list[str] = []
+        if embed:
+            try:
+                vectors = np.asarray(
+                    self.embedder.embed([passage_text(p.context, p.text) for p in embed], kind="passage"), dtype=np.float32
+                )
+                if vectors.shape != (len(embed), self.dim):
+                    raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(embed)}, {self.dim})")
+            except Exception as exc:  # reported, never raised; the stale vectors go (a wrong answer is worse)
+                log.warning("recall re-embedding of %d message(s) failed", len(embed), exc_info=True)
+                report.failed.update((p.message_id, f"embedding failed: {exc}") for p in embed)
+                drop = [p.message_id for p in embed]
+            else:
+                for p, vec in zip(embed, vectors):
+                    if not np.all(np.isfinite(vec)):
+                        report.failed[p.message_id] = "embedding failed: vector is not finite"
+                        drop.append(p.message_id)
+                        continue
+                    meta = {
+                        "message_id": p.message_id, "thread_id": p.thread_id, "resource_id": p.resource_id or "",
+                        "role": p.role, "content": p.text, "created_at": p.created_iso, "content_hash": p.hash,
+                    }
+                    rows.append((p.message_id, vec, meta, self.model_id))
+        try:
+            self._replace(remove, [(p.message_id, p.thread_id, p.resource_id, p.text, p.context) for p in docs],
+                          rows, drop)
+        except Exception as exc:
+            log.warning("recall refresh write of %d message(s) failed", len(ids), exc_info=True)
+            report.failed.update((mid, f"write failed: {exc}") for mid in ids)
+            return report
+        report.removed.extend(remove)
+        report.keyword_indexed.extend(p.message_id for p in docs if self.has_fts)
+        report.indexed.extend(r[0] for r in rows)
+        touched = set(remove) | {p.message_id for p in docs} | {p.message_id for p in embed}
+        report.unchanged.extend(mid for mid in ids if mid not in touched and mid not in report.skipped)
+        return report
+
+    def _refresh_plan(
+        self, ids: list[str], report: IndexReport
+    ) -> tuple[list[str], list[passages.StoredPassage], list[passages.StoredPassage]]:
+        """(ids whose rows go, passages whose keyword doc is rewritten, passages to re-embed)."""
+        with self.store.db.read() as conn:
+            current = passages.load(conn, ids)
+            docs_of, vecs_of = self.indexed_state(conn, ids)
+            # Positions whose next message embeds the changed one: where it is now, and where the
+            # index saw it (a deleted message is only known there).
+            anchors: list[tuple[str, Any, str]] = []
+            whole_threads: set[str] = set()
+            for mid in ids:
+                now = current.get(mid)
+                if now is not None and now.thread_id:
+                    anchors.append((now.thread_id, now.created_at, mid))
+                was = vecs_of.get(mid)
+                if was is not None and was.thread_id and was.created_at:
+                    anchors.append((was.thread_id, was.created_at, mid))
+                elif now is None and docs_of.get(mid, (None, None))[1]:
+                    whole_threads.add(str(docs_of[mid][1]))  # position unknown: check its whole thread
+            neighbours = passages.next_ids(conn, anchors)
+            for thread_id in whole_threads:
+                neighbours.update(passages.load_thread(conn, thread_id))
+            neighbours -= set(ids)
+            others = passages.load(conn, neighbours)
+            more_docs, more_vecs = self.indexed_state(conn, list(others))
+        docs_of.update(more_docs)
+        vecs_of.update(more_vecs)
+        remove: list[str] = []
+        docs: list[passages.StoredPassage] = []
+        embed: list[passages.StoredPassage] = []
+        asked = set(ids)
+        for mid in [*ids, *others]:
+            p = current.get(mid) or others.get(mid)
+            held = mid in docs_of or mid in vecs_of
+            if p is None or not p.indexable:
+                if p is not None and mid in asked:
+                    report.skipped[mid] = (f"{p.role} messages are not indexed" if p.role not in INDEXED_ROLES
+                                           else "no text to index")
+                if held:
+                    remove.append(mid)
+                continue
+            digest = p.hash
+            doc = docs_of.get(mid)
+            vec = vecs_of.get(mid)
+            if self.has_fts and (doc[0] != digest if doc is not None else mid in asked):
+                docs.append(p)
+            if vec is not None:
+                ours = vec.model_id in (None, self.model_id)
+                if (mid in asked or ours) and vec.content_hash != digest:
+                    embed.append(p)
+            elif mid in asked:
+                embed.append(p)
+        return remove, docs, embed
+
+    def indexed_state(
+        self, conn: sa.Connection, ids: list[str]
+    ) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, VectorState]]:
+        """(keyword doc: passage hash and thread, vector row state) of each message the index holds."""
+        docs = doc_state(conn, ids) if self.has_fts else {}
+        return docs, self.vectors.stored_state(conn, ids)
+
+    def _replace(self, remove: list[str], docs: list[DocRow], rows: list[VectorRow], drop: list[str]) -> None:
+        """One write: rows of ``remove`` go, ``docs`` are rewritten, ``rows`` upserted, ``drop``'s vectors go."""
+        with self.store.db.write() as conn:
+            if self.has_fts:
+                self.keywords.delete_docs(conn, remove)
+                self.keywords.write_docs(conn, docs)
+            self.vectors.delete(conn, "message_id", [*remove, *drop])
+            if rows:
+                self.vectors.upsert(conn, rows)
 
     def _resources_of(self, messages: Iterable[Message]) -> dict[str, str]:
         threads = {m.thread_id for m in messages if not m.resource_id and m.thread_id}
@@ -298,9 +436,9 @@ class RecallIndex:
         if not self.writable or self.info is None:
             return
         with self.store.db.write() as conn:
-            vector_table.delete_where(conn, self.info, "thread_id", [thread_id])
+            self.vectors.delete(conn, "thread_id", [thread_id])
             if self.has_fts:
-                keyword.delete_thread(conn, thread_id)
+                self.keywords.delete_thread(conn, thread_id)
 
     def sync_keywords(self, limit: int = DRAIN_PER_SEARCH) -> str | None:
         """Apply queued message changes (from any process) to the keyword index; drop deleted messages' vectors.
@@ -311,7 +449,7 @@ class RecallIndex:
         if not self.has_fts:
             return None
         with self.store.db.read() as conn:
-            if not keyword.has_pending(conn):
+            if not self.keywords.has_pending(conn):
                 return None
         if not self.writable:
             return "some recent messages are not keyword-indexed yet (database open read-only)"
@@ -319,9 +457,8 @@ class RecallIndex:
         while done < limit:
             try:
                 with self.store.db.write() as conn:
-                    applied, gone = keyword.drain_queue(conn)
-                    if gone and self.info is not None:
-                        vector_table.delete_where(conn, self.info, "message_id", gone)
+                    applied, gone = self.keywords.drain(conn)
+                    self.vectors.delete(conn, "message_id", gone)
             except sa.exc.DBAPIError as exc:  # e.g. another process draining at the same moment
                 log.warning("keyword index queue not applied: %s", exc)
                 return f"keyword index not brought up to date ({exc.__class__.__name__}); retried on the next search"
@@ -330,18 +467,21 @@ class RecallIndex:
             done += applied
         return f"more than {limit} message changes waited for keyword indexing; the rest are applied on later searches"
 
-    def backlog(self) -> tuple[str | None, set[str]]:
+    def backlog(self, conn: sa.Connection | None = None) -> tuple[str | None, set[str]]:
         """What a search must know about changes not yet applied to the index, without applying them.
 
         Returns (a note for the search's reason, or None; ids of messages deleted since they were
-        indexed, which the search leaves out). Read-only: looking never writes.
+        indexed, which the search leaves out). Read-only: looking never writes. ``conn``: a read
+        connection the caller holds (else one is opened).
         """
         if not self.has_fts:
             return None, set()
-        with self.store.db.read() as conn:
-            if not keyword.has_pending(conn):
-                return None, set()
-            gone = keyword.pending_deletes(conn)
+        if conn is None:
+            with self.store.db.read() as own:
+                return self.backlog(own)
+        if not self.keywords.has_pending(conn):
+            return None, set()
+        gone = self.keywords.pending_deletes(conn)
         how = ("open this database with writes allowed to index them" if not self.writable
                else "the next save with recall indexes them (or run `memory-studio reindex`)")
         return f"some recent message changes are not keyword-indexed yet; {how}", gone
@@ -352,40 +492,11 @@ class RecallIndex:
         until: str | None = None,
     ) -> list[keyword.KeywordHit]:
         """``until``: only messages created before it (ISO text), for a past turn's view."""
-        return keyword.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                              stats=self.term_stats, until=until)
+        return self.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, until=until)
 
-    def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> VectorSet | None:
-        """The cached vectors of a scope, refreshed against the table's change counters."""
-        if self.info is None:
-            return None
-        key = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
-        with self._lock:
-            counters = vector_table.change_counters(conn, self.info)
-            if self._counters is not None and counters != self._counters:
-                if counters[1] != self._counters[1] or not self.info.has_our_indexes:
-                    self._sets.clear()  # rows updated or deleted: reload from the store of record
-                else:
-                    self._stale.update(self._sets)
-            self._counters = counters
-            vset = self._sets.get(key)
-            if vset is None:
-                vset = VectorSet(self.dim, self.model_id)
-                vset.extend(vector_table.load_rows(conn, self.info, resource_id=resource_id, thread_id=thread_id))
-                self._sets[key] = vset
-                self._stale.discard(key)
-                while len(self._sets) > MAX_CACHED_SETS:
-                    old, _ = self._sets.popitem(last=False)
-                    self._stale.discard(old)
-            elif key in self._stale:
-                vset.extend(
-                    vector_table.load_rows(
-                        conn, self.info, resource_id=resource_id, thread_id=thread_id, after_rowid=vset.max_rowid
-                    )
-                )
-                self._stale.discard(key)
-            self._sets.move_to_end(key)
-            return vset
+    def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None:
+        """The vectors of a scope as a search reads them (None: no vector table for this model's dimension)."""
+        return self.vectors.scope(conn, resource_id, thread_id)
 
     def search(
         self,
@@ -399,14 +510,11 @@ class RecallIndex:
         until: datetime | None = None,
     ) -> SearchResult:
         """``until``: only messages created strictly before this time are scored (a past turn's view)."""
-        from core.recall.search import run_search
-
-        return run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
-                          threshold=threshold, until=until)
+        return pipeline.run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
+                                   threshold=threshold, until=until)
 
     def close(self) -> None:
-        with self._lock:
-            self._sets.clear()
+        self.vectors.close()
 
 
 def delete_thread_everywhere(store: "Store", thread_id: str) -> None:
@@ -418,23 +526,13 @@ def delete_thread_everywhere(store: "Store", thread_id: str) -> None:
     db = store.db
     if db.read_only:
         return
-    if db.engine.dialect.name == "postgresql":
-        from core.recall.pg_index import delete_thread_everywhere as on_postgres
-
-        on_postgres(store, thread_id)
-        return
     with db.read() as conn:
         if [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]:
             return
-        tables = [
-            r[0] for r in conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = 'memory_messages' OR name LIKE 'memory_messages\\_%' ESCAPE '\\')"
-            )
-        ]
-        infos = [i for i in (vector_table.inspect(conn, t, 0) for t in tables) if i is not None and i.has_our_indexes]
         has_fts = has_table(conn, DOCS_TABLE)
+    caps = store.capabilities
+    vectors = MatrixVectors if caps.vectors == "blob-matrix" else PgVectors
     with db.write() as conn:
-        for info in infos:
-            vector_table.delete_where(conn, info, "thread_id", [thread_id])
+        vectors.delete_thread_everywhere(conn, thread_id)
         if has_fts:
-            keyword.delete_thread(conn, thread_id)
+            keyword_backend(caps, True).delete_thread(conn, thread_id)

@@ -25,10 +25,10 @@ from core.recall.schema import (
     QUEUE_TABLE,
     STATE_TABLE,
     delete_docs,
-    previous_text,
-    text_of_raw,
-    upsert_doc,
+    upsert_docs,
 )
+from core.recall import passages
+from core.recall.types import DocRow
 from core.recall.text import keyword_terms
 
 DRAIN_BATCH = 2000
@@ -201,20 +201,11 @@ def drain_queue(
         last_op[mid] = op  # only the newest change of a message matters
     candidates = {m for m, op in last_op.items() if op == "upsert"} | {mid for _rowid, mid in fresh}
     found: set[str] = candidates & set(indexed)
-    ordered = sorted(candidates - found)
-    for start in range(0, len(ordered), 500):
-        chunk = ordered[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        stored = conn.exec_driver_sql(
-            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), CAST(m.content AS BLOB), m.role, m."createdAt" '
-            f"FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.id IN ({marks})",
-            tuple(chunk),
-        ).all()
-        for mid, thread_id, resource_id, raw, role, created in stored:
-            found.add(mid)
-            text = "" if role == "system" else text_of_raw(raw)
-            context = previous_text(conn, thread_id, created, mid) if text else ""
-            upsert_doc(conn, mid, thread_id, resource_id, text, context)
+    # One read for every candidate's text and context, one write for every doc (not a few per message).
+    stored = passages.load(conn, sorted(candidates - found))
+    found.update(stored)
+    upsert_docs(conn, [(p.message_id, p.thread_id, p.resource_id, p.text if p.indexable else "", p.context)
+                       for p in stored.values()])
     # Deleted (or deleted again after a queued upsert): whatever no longer exists.
     gone = sorted(({m for m, op in last_op.items() if op == "delete"} | candidates) - found)
     delete_docs(conn, gone)
@@ -228,18 +219,25 @@ def drain_queue(
     return len(queued) + len(fresh), gone
 
 
+def select_terms(conn: sa.Connection, query: str, stats: TermStats | None) -> tuple[list[str], list[str]]:
+    """(the query's quoted terms to match, the very common ones dropped), whatever the backend."""
+    terms = keyword_terms(query)
+    kept = stats.select(conn, terms) if stats is not None and terms else terms
+    return kept, [t for t in terms if t not in kept]
+
+
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
     context_weight: float | None = None, stats: TermStats | None = None, until: str | None = None,
+    terms: list[str] | None = None,
 ) -> list[KeywordHit]:
-    """Best ``limit`` messages of the scope by BM25. With ``stats``, very common terms are dropped first.
-    ``until`` (ISO text): only messages created strictly before it."""
+    """Best ``limit`` messages of the scope by BM25. With ``stats``, very common terms are dropped first
+    (``terms``: already selected). ``until`` (ISO text): only messages created strictly before it."""
     weight = CONTEXT_WEIGHT if context_weight is None else context_weight
-    terms = keyword_terms(query)
+    if terms is None:
+        terms, _dropped = select_terms(conn, query, stats)
     if not terms:
         return []
-    if stats is not None:
-        terms = stats.select(conn, terms)
     expr = " OR ".join(terms)
     where = [f"{FTS_TABLE} MATCH ?"]
     params: list[object] = [expr]
@@ -268,3 +266,73 @@ def search(
 def delete_thread(conn: sa.Connection, thread_id: str) -> int:
     ids = [r[0] for r in conn.exec_driver_sql(f"SELECT message_id FROM {DOCS_TABLE} WHERE thread_id = ?", (thread_id,))]
     return delete_docs(conn, ids)
+
+
+_WAITING_SQL = (
+    f"SELECT (SELECT value FROM {STATE_TABLE} WHERE key = ?), (SELECT max(rowid) FROM mastra_messages), "
+    f"(SELECT max(seq) FROM {QUEUE_TABLE})"
+)
+
+
+class Fts5Keywords:
+    """The keyword half of a ``RecallIndex`` on libSQL: FTS5 and BM25, fed by the rowid watermark and
+    the trigger queue (this module). ``available``: the tables exist (migration ``0004_message_fts``)."""
+
+    def __init__(self, available: bool) -> None:
+        self.available = available
+        self.stats = TermStats()
+        self._waiting: OrderedDict[tuple[object, ...], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
+        return select_terms(conn, query, self.stats)
+
+    def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
+               limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]:
+        return search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, stats=self.stats,
+                      until=until, terms=terms)
+
+    def write_docs(self, conn: sa.Connection, docs: list[DocRow]) -> None:
+        upsert_docs(conn, docs)
+
+    def delete_docs(self, conn: sa.Connection, message_ids: list[str]) -> None:
+        delete_docs(conn, message_ids)
+
+    def delete_thread(self, conn: sa.Connection, thread_id: str) -> None:
+        delete_thread(conn, thread_id)
+
+    def drain(self, conn: sa.Connection, indexed: Collection[str] = ()) -> tuple[int, list[str]]:
+        return drain_queue(conn, indexed=indexed)
+
+    def has_pending(self, conn: sa.Connection) -> bool:
+        return has_pending(conn)
+
+    def pending_deletes(self, conn: sa.Connection) -> set[str]:
+        return pending_deletes(conn)
+
+    def waiting(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> int:
+        """User/assistant messages of a scope not keyword-indexed yet: new since the watermark without a
+        doc, or edited since (queued). Kept until a message or the queue changes: it scans every row
+        above the watermark, which lags far behind on a busy database."""
+        mark, newest, queued = conn.exec_driver_sql(_WAITING_SQL, (FTS_WATERMARK,)).one()
+        if (newest or 0) <= (mark or 0) and queued is None:
+            return 0
+        key = (id(conn.engine), resource_id, thread_id, mark, newest, queued)
+        with self._lock:
+            cached = self._waiting.get(key)
+        if cached is not None:
+            return cached
+        scope_sql, params = (('coalesce(m."resourceId", t."resourceId") = ?', [resource_id]) if resource_id is not None
+                             else ("m.thread_id = ?", [thread_id]))
+        count = int(conn.exec_driver_sql(
+            "SELECT count(*) FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id "
+            f"WHERE {scope_sql} AND m.role IN ('user', 'assistant') AND ("
+            f"(m.rowid > ? AND NOT EXISTS (SELECT 1 FROM {DOCS_TABLE} d WHERE d.message_id = m.id)) "
+            f"OR m.id IN (SELECT message_id FROM {QUEUE_TABLE} WHERE op = 'upsert'))",
+            (*params, int(mark or 0)),
+        ).scalar() or 0)
+        with self._lock:
+            self._waiting[key] = count
+            while len(self._waiting) > 64:
+                self._waiting.popitem(last=False)
+        return count

@@ -14,11 +14,15 @@ as ranking the whole resource (bench/scale.py: 168 ms at 10k messages before, se
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import sqlalchemy as sa
 
-from core.recall.keyword import CONTEXT_WEIGHT, KeywordHit, TermStats
-from core.recall.schema import DOCS_TABLE, QUEUE_TABLE, previous_text, text_of_raw
-from core.recall.text import keyword_terms, segment
+from core.recall.keyword import CONTEXT_WEIGHT, KeywordHit, TermStats, select_terms
+from core.recall import passages
+from core.recall.schema import DOCS_TABLE, QUEUE_TABLE
+from core.recall.text import passage_hash, segment
+from core.recall.types import DocRow
 
 CONFIG = "english"
 DRAIN_BATCH = 2000
@@ -39,17 +43,17 @@ def _unquote(term: str) -> str:
     return term[1:-1].replace('""', '"')
 
 
-def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
+def upsert_docs(conn: sa.Connection, docs: list[DocRow]) -> None:
     """(message_id, thread_id, resource_id, text, context) rows; empty text removes the document."""
     delete_docs(conn, [d[0] for d in docs if not d[3].strip()])
     keep = [d for d in docs if d[3].strip()]
     if not keep:
         return
     conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, terms) VALUES (?, ?, ?, {_DOC}) "
+        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash, terms) VALUES (?, ?, ?, ?, {_DOC}) "
         "ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, "
-        "resource_id = EXCLUDED.resource_id, terms = EXCLUDED.terms",
-        [(mid, tid, rid, segment(text), segment(ctx)) for mid, tid, rid, text, ctx in keep],
+        "resource_id = EXCLUDED.resource_id, content_hash = EXCLUDED.content_hash, terms = EXCLUDED.terms",
+        [(mid, tid, rid, passage_hash(ctx, text), segment(text), segment(ctx)) for mid, tid, rid, text, ctx in keep],
     )
 
 
@@ -93,27 +97,16 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
     for _seq, mid, op in queued:
         last[mid] = op
     ids = list(last)
-    rows = {
-        r[0]: r for r in conn.exec_driver_sql(
-            'SELECT m.id, m.thread_id, coalesce(m."resourceId", t."resourceId"), m.content, m."createdAt", m.role '
-            "FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.id = ANY(CAST(? AS text[]))",
-            (ids,),
-        ).all()
-    }
     have = {r[0] for r in conn.exec_driver_sql(
         f"SELECT message_id FROM {DOCS_TABLE} WHERE message_id = ANY(CAST(? AS text[]))", (ids,)
     )}
-    gone = [mid for mid in ids if mid not in rows]
-    docs = []
-    for mid, op in last.items():
-        row = rows.get(mid)
-        if row is None or row[5] not in ("user", "assistant"):
-            continue
-        if op == "insert" and mid in have:
-            continue  # indexed by the process that saved it, with its context
-        docs.append((mid, row[1], row[2], text_of_raw(row[3]), previous_text(conn, row[1], row[4], mid)))
+    # Inserted and indexed by the process that saved them (with their context): nothing to do.
+    todo = [mid for mid, op in last.items() if not (op == "insert" and mid in have)]
+    stored = passages.load(conn, todo)
+    gone = [mid for mid in ids if mid not in stored and not (last[mid] == "insert" and mid in have)]
     delete_docs(conn, gone)
-    upsert_docs(conn, docs)
+    upsert_docs(conn, [(p.message_id, p.thread_id, p.resource_id, p.text if p.indexable else "", p.context)
+                       for p in stored.values()])
     conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq = ANY(CAST(? AS bigint[]))", ([q[0] for q in queued],))
     return len(queued), gone
 
@@ -121,14 +114,14 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
     context_weight: float | None = None, stats: TermStats | None = None, until: str | None = None,
+    terms: list[str] | None = None,
 ) -> list[KeywordHit]:
     """Best ``limit`` documents of the scope by ``ts_rank``. With ``stats``, very common terms are
-    dropped first. ``until``: only messages created before it (ISO text), for a past turn's view."""
-    quoted = keyword_terms(query)
+    dropped first (``terms``: already selected, quoted). ``until``: only messages created before it
+    (ISO text), for a past turn's view."""
+    quoted = terms if terms is not None else select_terms(conn, query, stats)[0]
     if not quoted:
         return []
-    if stats is not None:
-        quoted = stats.select(conn, quoted)
     terms = [_unquote(t) for t in quoted]
     weight = CONTEXT_WEIGHT if context_weight is None else context_weight
     tsquery = " || ".join([f"phraseto_tsquery('{CONFIG}', ?)"] * len(terms))
@@ -152,3 +145,49 @@ def search(
         tuple(params),
     ).all()
     return [KeywordHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+
+
+class TsvectorKeywords:
+    """The keyword half of a ``RecallIndex`` on Postgres: ``tsvector`` docs and ``ts_rank``, fed by the
+    statement-level trigger queue (this module)."""
+
+    def __init__(self, available: bool) -> None:
+        self.available = available
+        self.stats: TermStats = PgTermStats()
+
+    def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
+        return select_terms(conn, query, self.stats)
+
+    def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
+               limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]:
+        return search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, stats=self.stats,
+                      until=until, terms=terms)
+
+    def write_docs(self, conn: sa.Connection, docs: list[DocRow]) -> None:
+        upsert_docs(conn, docs)
+
+    def delete_docs(self, conn: sa.Connection, message_ids: list[str]) -> None:
+        delete_docs(conn, message_ids)
+
+    def delete_thread(self, conn: sa.Connection, thread_id: str) -> None:
+        delete_thread(conn, thread_id)
+
+    def drain(self, conn: sa.Connection, indexed: Collection[str] = ()) -> tuple[int, list[str]]:
+        return drain_queue(conn)
+
+    def has_pending(self, conn: sa.Connection) -> bool:
+        return has_pending(conn)
+
+    def pending_deletes(self, conn: sa.Connection) -> set[str]:
+        return pending_deletes(conn)
+
+    def waiting(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> int:
+        """User/assistant messages of a scope whose change waits in the queue."""
+        scope_sql, params = (('coalesce(m."resourceId", t."resourceId") = ?', [resource_id]) if resource_id is not None
+                             else ("m.thread_id = ?", [thread_id]))
+        return int(conn.exec_driver_sql(
+            f"SELECT count(DISTINCT m.id) FROM {QUEUE_TABLE} q JOIN mastra_messages m ON m.id = q.message_id "
+            f"LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE {scope_sql} AND m.role IN ('user', 'assistant') "
+            "AND NOT (q.op = 'insert' AND EXISTS (SELECT 1 FROM " + DOCS_TABLE + " d WHERE d.message_id = m.id))",
+            tuple(params),
+        ).scalar() or 0)

@@ -6,13 +6,14 @@
   Python (``text.keyword_terms``), so Chinese and Japanese are found and both engines rank one
   document the same way. Statement-level triggers with transition tables queue every change to
   ``mastra_messages`` by any process (Mastra included), in one row per message, not per statement.
+- ``0016_recall_content_hash``: the docs' ``content_hash`` column, as on libSQL.
 - ``0005_vector_index``: pgvector. Vector tables are per dimension in Mastra's PgVector layout
   (``core.recall.pg_vectors``).
 """
 
 from __future__ import annotations
 
-from core.recall.schema import DOCS_TABLE, QUEUE_TABLE, STATE_TABLE
+from core.recall.tables import DOCS_TABLE, QUEUE_TABLE, STATE_TABLE
 
 _QUEUE_FN = "memory_studio_queue_messages"
 
@@ -48,6 +49,8 @@ FTS_DDL = (
     # Messages stored before the migration are queued like any later write; the first search drains them.
     f"INSERT INTO {QUEUE_TABLE} (message_id, op) SELECT id, 'insert' FROM mastra_messages WHERE role <> 'system'",
 )
+
+HASH_DDL = (f"ALTER TABLE {DOCS_TABLE} ADD COLUMN IF NOT EXISTS content_hash TEXT",)
 
 VECTOR_DDL = (
     "CREATE EXTENSION IF NOT EXISTS vector",

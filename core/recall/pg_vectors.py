@@ -13,6 +13,7 @@ so every process of a fleet sees every other's vectors at once.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -20,10 +21,12 @@ import sqlalchemy as sa
 
 from core.recall import hybrid
 from core.recall.matrix import SkipCounts
-from core.recall.schema import quoted
+from core.recall.schema import quoted, vector_table_name
+from core.recall.vector_table import VectorState
+from core.storage import dialect
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.storage import Store
+    from core.storage.database import Database
 
 NAMESPACE = "default"  # Mastra's DEFAULT_NAMESPACE
 HNSW_M, HNSW_EF_CONSTRUCTION = 8, 32
@@ -51,8 +54,6 @@ def ensure_table(conn: sa.Connection, table: str, dim: int) -> None:
 
 
 def table_exists(conn: sa.Connection, table: str) -> bool:
-    from core.storage import dialect
-
     return dialect.has_table(conn, table)
 
 
@@ -86,6 +87,22 @@ def indexed_ids(conn: sa.Connection, table: str, model_id: str, message_ids: lis
     return {r[0] for r in rows}
 
 
+def stored_state(conn: sa.Connection, table: str, model_id: str, message_ids: list[str]) -> dict[str, VectorState]:
+    """Each message's row (the one from ``model_id`` when it has several), for comparing hashes."""
+    out: dict[str, VectorState] = {}
+    if not message_ids:
+        return out
+    rows = conn.exec_driver_sql(
+        f"SELECT metadata->>'message_id', metadata->>'content_hash', model_id, metadata->>'thread_id', "
+        f"metadata->>'created_at', metadata->>'content' FROM {quoted(table)} WHERE metadata->>'message_id' = ANY(CAST(? AS text[]))",
+        (message_ids,),
+    )
+    for mid, digest, model_of, thread_id, created, content in rows:
+        if mid not in out or model_of == model_id:
+            out[mid] = VectorState(digest, model_of, thread_id, created, content)
+    return out
+
+
 class PgVectorSet:
     """The vectors of one scope as ``core.recall.search`` reads them (the ``VectorSet`` interface).
 
@@ -93,8 +110,8 @@ class PgVectorSet:
     similarities of named messages in the server. ``n`` is counted only when a search needs it.
     """
 
-    def __init__(self, store: "Store", table: str, model_id: str, resource_id: str | None, thread_id: str | None) -> None:
-        self.store, self.table, self.model_id = store, table, model_id
+    def __init__(self, db: "Database", table: str, model_id: str, resource_id: str | None, thread_id: str | None) -> None:
+        self.db, self.table, self.model_id = db, table, model_id
         self.resource_id, self.thread_id = resource_id, thread_id
         self.skips = SkipCounts()
         self._n: int | None = None
@@ -114,7 +131,7 @@ class PgVectorSet:
     def n(self) -> int:
         if self._n is None:
             where, params = self._scope(None)
-            with self.store.db.read() as conn:
+            with self.db.read() as conn:
                 self._n = int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted(self.table)} WHERE {where}", tuple(params)).scalar() or 0)
                 other = conn.exec_driver_sql(
                     f"SELECT model_id, count(*) FROM {quoted(self.table)} WHERE {where.replace('model_id = ?', 'model_id IS DISTINCT FROM ?')} "
@@ -131,7 +148,7 @@ class PgVectorSet:
             where += " AND metadata->>'created_at' < ?"
             params = [*params, until]
         q = literal(qvec)
-        with self.store.db.read() as conn:
+        with self.db.read() as conn:
             # A filtered HNSW scan keeps going until it has enough rows of the scope (pgvector 0.8).
             conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH_MIN, 2 * depth)}")
             conn.exec_driver_sql("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -157,10 +174,83 @@ class PgVectorSet:
     def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
         if not message_ids:
             return {}
-        with self.store.db.read() as conn:
+        with self.db.read() as conn:
             rows = conn.exec_driver_sql(
                 f"SELECT metadata->>'message_id', max(1 - (embedding <=> CAST(? AS vector))) FROM {quoted(self.table)} "
                 "WHERE metadata->>'message_id' = ANY(CAST(? AS text[])) AND model_id = ? GROUP BY 1",
                 (literal(qvec), message_ids, self.model_id),
             ).all()
         return {r[0]: float(r[1]) for r in rows}
+
+
+@dataclass(frozen=True)
+class PgTableInfo:
+    name: str
+    dim: int
+    has_model_id: bool = True
+    has_our_indexes: bool = True
+
+
+class PgVectors:
+    """The vector half of a ``RecallIndex`` on Postgres: pgvector in Mastra's layout, searched by the
+    server (HNSW), so every process of a fleet sees every other's vectors at once; nothing is cached."""
+
+    def __init__(self, dim: int, model_id: str) -> None:
+        self.dim = dim
+        self.model_id = model_id
+        self.table = vector_table_name(dim)
+        self.info: PgTableInfo | None = None
+        self._db: "Database | None" = None
+
+    def open(self, db: "Database", writable: bool) -> None:
+        self._db = db
+        with db.read() as conn:
+            exists = table_exists(conn, self.table)
+        if writable and not exists:
+            with db.write() as conn:
+                db.lock(conn, f"recall:{self.table}")
+                ensure_table(conn, self.table, self.dim)
+            exists = True
+        self.info = PgTableInfo(self.table, self.dim) if exists else None
+
+    def upsert(self, conn: sa.Connection, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
+        upsert(conn, self.table, rows)
+
+    def delete(self, conn: sa.Connection, key: str, values: list[str]) -> None:
+        if self.info is not None and values:
+            delete_where(conn, self.table, key, values)
+
+    def indexed_ids(self, conn: sa.Connection, message_ids: Sequence[str]) -> set[str]:
+        return indexed_ids(conn, self.table, self.model_id, list(message_ids))
+
+    def stored_state(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, VectorState]:
+        if self.info is None:
+            return {}
+        return stored_state(conn, self.table, self.model_id, list(message_ids))
+
+    def models_of(self, conn: sa.Connection, message_id: str) -> set[str | None]:
+        if self.info is None:
+            return set()
+        return {r[0] for r in conn.exec_driver_sql(
+            f"SELECT model_id FROM {quoted(self.table)} WHERE metadata->>'message_id' = ? OR vector_id = ?",
+            (message_id, message_id))}
+
+    def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> PgVectorSet | None:
+        if self.info is None or self._db is None:
+            return None
+        return PgVectorSet(self._db, self.table, self.model_id, resource_id, thread_id)
+
+    def maintain(self, db: "Database", resources: Sequence[str]) -> list[str]:
+        """Nothing to do: the server keeps its HNSW index up to date itself."""
+        return []
+
+    def status(self) -> dict[str, Any]:
+        return {"backend": "pgvector"}
+
+    def close(self) -> None:
+        pass
+
+    @staticmethod
+    def delete_thread_everywhere(conn: sa.Connection, thread_id: str) -> None:
+        for table in dialect.table_names(conn, "memory_messages"):
+            delete_where(conn, table, "thread_id", [thread_id])

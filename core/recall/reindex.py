@@ -1,8 +1,13 @@
-"""Embed every stored message that has no vector from the current model (``memory-studio reindex``).
+"""Embed every stored message that has no vector from the current model, or whose vector was embedded
+from other content than the message has now (``memory-studio reindex``).
 
 Resumable by construction: each batch commits on its own, and the work list is "messages without a
-vector from this model", recomputed on every run. An interrupted run loses at most the batch in flight
-and nothing is embedded twice.
+current vector from this model", recomputed on every run. An interrupted run loses at most the batch
+in flight and nothing is embedded twice.
+
+"Current" is decided by the passage hash each vector row carries (``passages``): a message edited
+since it was embedded, or whose previous message was edited or deleted, hashes differently. A row
+written before hashes were kept is compared by the message text it stores.
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from core.messages import Message, MessageFormatError
+from core.messages import Message
 from core.recall.index import INDEXED_ROLES, RecallError, RecallIndex
-from core.recall.schema import quoted
+from core.recall.schema import quoted, text_of_raw
+from core.recall.text import passage_hash
+from core.storage import dialect
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
@@ -30,7 +37,8 @@ class ReindexReport:
     indexed: int = 0
     skipped: dict[str, str] = field(default_factory=dict)  # e.g. empty text
     failed: dict[str, str] = field(default_factory=dict)
-    already_indexed: int = 0
+    already_indexed: int = 0  # with a current vector when the run started
+    changed: int = 0  # of ``total``: had a vector from this model, embedded from content since changed
     model_id: str = ""
 
 
@@ -49,7 +57,11 @@ def reindex(
         raise RecallError(f"{store.location.display} is open read-only; reindexing needs writes.")
     index.sync_keywords(limit=10**9)
     todo, already = _work_list(index, resource_id)
-    report = ReindexReport(total=len(todo), already_indexed=already, model_id=index.model_id)
+    changed = _changed(index, resource_id)
+    if changed:
+        todo = [*todo, *changed]
+        already -= len(changed)
+    report = ReindexReport(total=len(todo), already_indexed=already, changed=len(changed), model_id=index.model_id)
     done = 0
     if progress is not None:
         progress(0, len(todo))
@@ -91,16 +103,45 @@ def _work_list(index: RecallIndex, resource_id: str | None) -> tuple[list[str], 
     return todo, already
 
 
-def _load(store: "Store", ids: list[str], report: ReindexReport) -> list[Message]:
-    try:
-        return store.memory.get_messages(ids)
-    except MessageFormatError:
-        pass  # one malformed row: load the batch one by one so the others still get indexed
-    out = []
-    for mid in ids:
-        try:
-            out.extend(store.memory.get_messages([mid]))
-        except MessageFormatError as exc:
-            log.warning("reindex skipped message %s: %s", mid, exc)
-            report.failed[mid] = str(exc)
+def _changed(index: RecallIndex, resource_id: str | None) -> list[str]:
+    """Messages with a vector from this model whose passage (text and previous message) has changed
+    since, in thread order. One streamed read of the scope's messages, hashes compared per 500."""
+    assert index.info is not None
+    table = quoted(index.info.name)
+    roles = ",".join(f"'{r}'" for r in INDEXED_ROLES)
+    scope, params = "", [index.model_id]
+    if resource_id is not None:
+        scope = 'AND coalesce(m."resourceId", t."resourceId") = ?'
+        params.append(resource_id)
+    with index.store.db.read() as conn:
+        rows = conn.exec_driver_sql(
+            f"SELECT m.id, m.thread_id, {dialect.stored_text_sql(conn, 'm.content')}, "
+            f"EXISTS (SELECT 1 FROM {table} v WHERE v.vector_id = m.id AND v.model_id = ?) "
+            f"FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.role IN ({roles}) {scope} "
+            'ORDER BY m.thread_id, m."createdAt", m.id',
+            tuple(params),
+        )
+        thread, context = None, ""
+        pending: list[tuple[str, str, str]] = []
+        for mid, thread_id, raw, has in rows:
+            if thread_id != thread:
+                thread, context = thread_id, ""
+            text = text_of_raw(raw)
+            if has and text.strip():
+                pending.append((mid, passage_hash(context, text), text))
+            context = text
+    out: list[str] = []
+    for start in range(0, len(pending), 500):
+        batch = pending[start : start + 500]
+        with index.store.db.read() as conn:
+            _docs, held = index.indexed_state(conn, [mid for mid, _, _ in batch])
+        out.extend(mid for mid, digest, text in batch if (state := held.get(mid)) is not None and state.stale(digest, text))
     return out
+
+
+def _load(store: "Store", ids: list[str], report: ReindexReport) -> list[Message]:
+    found = store.memory.get_messages(ids)  # a malformed row is skipped there, so the others still get indexed
+    for bad in found.unreadable:
+        log.warning("reindex skipped message %s: %s", bad.id, bad.error)
+        report.failed[bad.id] = bad.error
+    return list(found)

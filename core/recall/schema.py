@@ -7,6 +7,13 @@ Two named migrations (registered on import):
   *any* process — Mastra included — are queued; the index drains the queue (segmenting CJK text in
   Python, which SQL cannot do) in its next write. Searches never write: they leave out messages
   deleted since they were indexed and say that changes wait.
+- ``0016_recall_content_hash``: a ``content_hash`` column on the keyword docs, the passage hash
+  (``passages.passage_hash``) of the text and context each doc was built from. Vector rows carry the
+  same hash in their metadata (``content_hash``), so an edited message's stale rows are found by
+  comparing hashes (``RecallIndex.refresh_messages``, ``reindex``). Rows written before it have none:
+  unknown, rebuilt when refreshed.
+- ``0017_recall_ivf``: persisted IVF partitions of large scopes (``ivf_store``; libSQL only, Postgres
+  has pgvector's HNSW).
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
   ``<table>:appends`` / ``<table>:rewrites``; an in-process matrix compares them with what it loaded, so
   vectors written by another process appear without polling the whole table.
@@ -27,15 +34,16 @@ import sqlalchemy as sa
 from core.storage import dialect
 
 from core.storage import migrations
-from core.recall.text import recall_content_text, segment
-
-FTS_TABLE = "memory_studio_message_fts"
-DOCS_TABLE = "memory_studio_fts_docs"
-QUEUE_TABLE = "memory_studio_recall_queue"
-STATE_TABLE = "memory_studio_recall_state"
+from core.recall import pg_schema  # the same steps on Postgres
+from core.recall.tables import DOCS_TABLE as DOCS_TABLE, FTS_TABLE as FTS_TABLE, FTS_WATERMARK as FTS_WATERMARK
+from core.recall.tables import QUEUE_TABLE as QUEUE_TABLE, STATE_TABLE as STATE_TABLE
+from core.recall.tables import IVF_ROWS, IVF_TABLE
+from core.recall.text import passage_hash, recall_content_text, segment
 FTS_MIGRATION = "0004_message_fts"
 VECTOR_MIGRATION = "0005_vector_index"
-RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION)
+HASH_MIGRATION = "0016_recall_content_hash"
+IVF_MIGRATION = "0017_recall_ivf"
+RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION)
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -59,7 +67,16 @@ _FTS_DDL = (
 )
 
 _STATE_DDL = (f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",)
-FTS_WATERMARK = "fts:rowid"  # highest mastra_messages rowid whose keyword doc is up to date
+_HASH_DDL = (f"ALTER TABLE {DOCS_TABLE} ADD COLUMN content_hash TEXT",)
+_IVF_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {IVF_TABLE} (ivf_id INTEGER PRIMARY KEY, vector_table TEXT NOT NULL, "
+    "model_id TEXT NOT NULL, scope TEXT NOT NULL, dim INTEGER NOT NULL, nlist INTEGER NOT NULL, "
+    "centroids BLOB NOT NULL, built_rows INTEGER NOT NULL, rows_now INTEGER NOT NULL, max_rowid INTEGER NOT NULL, "
+    "built_at TEXT NOT NULL, UNIQUE (vector_table, model_id, scope))",
+    f"CREATE TABLE IF NOT EXISTS {IVF_ROWS} (ivf_id INTEGER NOT NULL, list INTEGER NOT NULL, "
+    "row_id INTEGER NOT NULL, PRIMARY KEY (ivf_id, list, row_id)) WITHOUT ROWID",
+    f"CREATE INDEX IF NOT EXISTS {IVF_ROWS}_row ON {IVF_ROWS} (ivf_id, row_id)",
+)
 
 
 def _backfill_fts(conn: sa.Connection) -> None:
@@ -70,7 +87,7 @@ def _backfill_fts(conn: sa.Connection) -> None:
     ).all()
     for mid, thread_id, resource_id, raw, created in rows:
         context = previous_text(conn, thread_id, created, mid)
-        upsert_doc(conn, mid, thread_id, resource_id, text_of_raw(raw), context)
+        upsert_doc(conn, mid, thread_id, resource_id, text_of_raw(raw), context, hashed=False)  # no column yet
     top = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM mastra_messages").scalar()
     conn.exec_driver_sql(
         f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(top or 0))
@@ -78,8 +95,6 @@ def _backfill_fts(conn: sa.Connection) -> None:
 
 
 def _register() -> None:
-    from core.recall import pg_schema  # the same steps on Postgres
-
     migrations.register(
         migrations.Migration(
             FTS_MIGRATION, "Keyword index (FTS5) over message text, kept in sync by triggers", _FTS_DDL, _backfill_fts,
@@ -90,6 +105,18 @@ def _register() -> None:
         migrations.Migration(
             VECTOR_MIGRATION, "Change counters for the vector tables (memory_messages_<dim>)", _STATE_DDL,
             postgres=pg_schema.VECTOR_DDL,
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            HASH_MIGRATION, "Passage hash on the keyword docs, so edited messages' stale recall rows are found",
+            _HASH_DDL, postgres=pg_schema.HASH_DDL,
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            IVF_MIGRATION, "Persisted IVF partitions of large scopes (centroids and list assignments)", _IVF_DDL,
+            postgres=(),  # pgvector's HNSW index is the server's own
         )
     )
 
@@ -179,24 +206,32 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
         return ""
     row = conn.exec_driver_sql(
         f"SELECT {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages "
-        "WHERE thread_id = ? AND role IN ('user', 'assistant') "
-        'AND ("createdAt" < ? OR ("createdAt" = ? AND id < ?)) ORDER BY "createdAt" DESC, id DESC LIMIT 1',
+        "WHERE thread_id = ? AND role IN ('user', 'assistant') AND \"createdAt\" <= ? "
+        'AND ("createdAt" < ? OR id < ?) ORDER BY "createdAt" DESC, id DESC LIMIT 1',
         (thread_id, created_at, created_at, message_id),
     ).first()
     return text_of_raw(row[0]) if row is not None else ""
 
 
 def upsert_doc(
-    conn: sa.Connection, message_id: str, thread_id: str | None, resource_id: str | None, text: str, context: str = ""
+    conn: sa.Connection, message_id: str, thread_id: str | None, resource_id: str | None, text: str, context: str = "",
+    *, hashed: bool = True,
 ) -> None:
-    """(Re)write one message's keyword row. Empty text removes it."""
+    """(Re)write one message's keyword row. Empty text removes it. ``hashed``: record the passage hash
+    (False only before ``0016_recall_content_hash`` has added its column)."""
     delete_docs(conn, [message_id])
     if not text.strip():
         return
-    doc_id = conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?) RETURNING doc_id",
-        (message_id, thread_id, resource_id),
-    ).scalar()
+    if hashed:
+        doc_id = conn.exec_driver_sql(
+            f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash) VALUES (?, ?, ?, ?) RETURNING doc_id",
+            (message_id, thread_id, resource_id, passage_hash(context, text)),
+        ).scalar()
+    else:
+        doc_id = conn.exec_driver_sql(
+            f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?) RETURNING doc_id",
+            (message_id, thread_id, resource_id),
+        ).scalar()
     conn.exec_driver_sql(
         f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)", (doc_id, segment(text), segment(context))
     )
@@ -213,8 +248,8 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
     if not keep:
         return
     conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id) VALUES (?, ?, ?)",
-        [(mid, tid, rid) for mid, tid, rid, _, _ in keep],  # executemany
+        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash) VALUES (?, ?, ?, ?)",
+        [(mid, tid, rid, passage_hash(ctx, text)) for mid, tid, rid, text, ctx in keep],  # executemany
     )
     ids: dict[str, int] = {}
     for start in range(0, len(keep), 500):
@@ -225,6 +260,19 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
         f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)",
         [(ids[mid], segment(text), segment(ctx)) for mid, _, _, text, ctx in keep],
     )
+
+
+def doc_state(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    """(passage hash, thread id) of each message's keyword doc, on either backend."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for start in range(0, len(message_ids), 500):
+        chunk = tuple(message_ids[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        for mid, digest, thread_id in conn.exec_driver_sql(
+            f"SELECT message_id, content_hash, thread_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", chunk
+        ):
+            out[mid] = (digest, thread_id)
+    return out
 
 
 def delete_docs(conn: sa.Connection, message_ids: list[str]) -> int:

@@ -1,7 +1,12 @@
-"""One search over a ``RecallIndex``: vector list, keyword list, fusion, threshold, and the reason.
+"""The search pipeline of a ``RecallIndex``: vector list, keyword list, fusion, re-rank, threshold, reason.
+
+``run`` performs the steps once and keeps every intermediate list (``SearchRun``); ``run_search``
+turns a run into the ``SearchResult`` a caller gets, and the recall playground's explanation
+(``explain.inspect_search``) shows the same run's lists, so "why not this message?" can never disagree
+with what the search did.
 
 Hybrid fuses by normalised scores (``hybrid.combine``); every keyword candidate gets its exact cosine
-from the in-memory vectors first, so the fusion sees both signals and every hit shows a similarity.
+from the scope's vectors first, so the fusion sees both signals and every hit shows a similarity.
 Then ``hybrid.rerank`` adds each candidate's next message and the period the query names, from one
 batched read of the candidates' rows (thread order and ``createdAt``).
 """
@@ -9,32 +14,177 @@ batched read of the candidates' rows (thread order and ``createdAt``).
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import numpy as np
 import sqlalchemy as sa
 
-from core.timeutil import parse_iso, to_iso
 from core.recall import hybrid
+from core.recall.backends import KeywordBackend
+from core.recall.matrix import ScopeVectors
 from core.recall.text import query_dates
-from core.recall.index import CANDIDATES, MIGRATE_HINT, MODES, SearchHit, SearchResult
+from core.recall.types import CANDIDATES, MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
+from core.timeutil import parse_iso, to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.recall.index import Mode, RecallIndex
-    from core.recall.matrix import ScopeVectors
+    from core.embedding import Embedder
+    from core.storage import Store
 
 log = logging.getLogger(__name__)
 
 
-def run_search(
-    index: "RecallIndex",
+class Searchable(Protocol):
+    """What the pipeline reads of an index (``RecallIndex`` is one)."""
+
+    store: "Store"
+    embedder: "Embedder"
+    model_id: str
+    table: str
+    keywords: KeywordBackend
+
+    @property
+    def has_fts(self) -> bool: ...
+
+    def backlog(self, conn: sa.Connection | None = None) -> tuple[str | None, set[str]]: ...
+
+    def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None: ...
+
+
+@dataclass
+class SearchRun:
+    """One search's steps, with everything a caller may want to show."""
+
+    mode: Mode
+    scope: str
+    notes: list[str] = field(default_factory=list)  # degraded or partial answers, in order
+    backlog: str | None = None  # changes not yet keyword-indexed (said before the notes)
+    terms: list[str] = field(default_factory=list)  # quoted keyword terms searched
+    dropped_terms: list[str] = field(default_factory=list)  # quoted terms dropped as very common
+    qvec: np.ndarray | None = None
+    vset: ScopeVectors | None = None
+    vector: list[hybrid.Ranked] = field(default_factory=list)  # best first, deleted messages left out
+    keyword: list[hybrid.Ranked] = field(default_factory=list)
+    cosines: dict[str, float] = field(default_factory=dict)  # keyword candidates outside the vector list
+    fused: list[hybrid.Fused] = field(default_factory=list)  # ``combine``, every candidate
+    reranked: list[hybrid.Fused] = field(default_factory=list)  # ``rerank`` (all, or those that may reach top_k)
+    gone: set[str] = field(default_factory=set)  # deleted since indexed (left out of every list)
+    left_out: list[tuple[Literal["vector", "keyword"], hybrid.Ranked]] = field(default_factory=list)  # (list, candidate) left out as deleted
+    date_spans: int = 0
+    embed_ms: float = 0.0  # time spent embedding the query
+
+
+def run(
+    index: Searchable,
     query: str,
     *,
     resource_id: str | None,
     thread_id: str | None,
     top_k: int,
-    mode: "Mode",
+    mode: Mode,
+    threshold: float | None = None,
+    until: datetime | None = None,
+    qvec: Any = None,
+    every_candidate: bool = False,
+) -> SearchRun:
+    """The steps of one search. ``qvec``: the query's vector, when the caller has it already.
+    ``every_candidate``: re-rank every hybrid candidate (the playground shows them all), not only
+    those that can still reach the top ``top_k`` (their order is the same either way)."""
+    scope = f"resource {resource_id}" if resource_id is not None else f"thread {thread_id}"
+    out = SearchRun(mode, scope)
+
+    def degrade(reason: str, *, failure: bool = True) -> None:
+        # The search answers anyway, with less, and says why in its reason; the log keeps a line too:
+        # a warning for a failure, info for a state that repeats on every search until fixed.
+        out.notes.append(reason)
+        log.log(logging.WARNING if failure else logging.INFO, "recall search over %s degraded: %s", scope, reason)
+
+    until_iso = to_iso(until) if until is not None else None
+    depth = max(top_k, CANDIDATES) if mode == "hybrid" else top_k
+
+    # One read connection (one snapshot) for every step below.
+    with index.store.db.read() as conn:
+        # Changes since the last write are left to the next writer (a search never writes); messages
+        # deleted since they were indexed are left out here.
+        pending, out.gone = index.backlog(conn)
+        if mode != "vector":
+            out.backlog = pending
+        if mode in ("keyword", "hybrid"):
+            if not index.has_fts:
+                degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
+            else:
+                out.terms, out.dropped_terms = index.keywords.terms(conn, query)
+                kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
+                                           until=until_iso, terms=out.terms)
+                ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
+                out.keyword = [r for r in ranked if r.message_id not in out.gone]
+                out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
+
+        if mode in ("vector", "hybrid") and qvec is None:
+            started = time.perf_counter()
+            try:
+                qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
+            except Exception as exc:  # the embedder failing must not take keyword results down with it
+                degrade(f"query embedding failed ({exc}); vector results missing")
+            out.embed_ms = (time.perf_counter() - started) * 1000
+        out.qvec = qvec
+        if mode in ("vector", "hybrid") and qvec is not None:
+            out.vset = index.vector_set(conn, resource_id, thread_id)
+            if out.vset is None:
+                degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
+            else:
+                for skipped in out.vset.skips.reasons():
+                    degrade(skipped, failure=False)
+                narrowed = thread_id if resource_id is not None else None
+                ranked = out.vset.ranked(qvec, depth, narrowed, until_iso)
+                out.vector = [r for r in ranked if r.message_id not in out.gone]
+                out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
+        if mode == "hybrid":
+            _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade)
+    return out
+
+
+def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,
+          until: datetime | None, every_candidate: bool, degrade: Callable[[str], None]) -> None:
+    """Hybrid: fuse the two lists (``combine``), then re-rank by next message and named period."""
+    qvec = out.qvec
+    if out.vset is not None and qvec is not None:
+        seen = {r.message_id for r in out.vector}
+        out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in seen])
+    out.fused = hybrid.combine(out.vector, out.keyword, out.cosines)
+    # A past turn's "last week" counts from that turn's day.
+    spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
+    out.date_spans = len(spans)
+    # Only candidates that can still reach the top_k need their row read (a few microseconds each).
+    receivers = out.fused if threshold is not None or every_candidate else _may_reach(out.fused, top_k, bool(spans))
+    order: dict[str, tuple[str | None, date | None]] = {}
+    if receivers and (hybrid.NEXT_SHARE > 0 or spans):
+        try:
+            order = thread_order(conn, [f.message_id for f in receivers])
+        except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
+            degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
+    next_of = {mid: nxt for mid, (nxt, _) in order.items() if nxt is not None}
+    in_period = (
+        {mid for mid, (_, day) in order.items() if day is not None and any(s.contains(day) for s in spans)}
+        if spans else None
+    )
+    # Without a threshold only the top_k are needed; with one, every candidate may be.
+    out.reranked = hybrid.rerank(
+        receivers, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
+        scores={f.message_id: f.score for f in out.fused},
+    )
+
+
+def run_search(
+    index: Searchable,
+    query: str,
+    *,
+    resource_id: str | None,
+    thread_id: str | None,
+    top_k: int,
+    mode: Mode,
     threshold: float | None,
     until: datetime | None = None,
 ) -> SearchResult:
@@ -42,99 +192,25 @@ def run_search(
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be a positive integer, not {top_k!r}")
-    scope = f"resource {resource_id}" if resource_id is not None else f"thread {thread_id}"
     if resource_id is None and thread_id is None:
         return SearchResult([], "no resource or thread given: recall needs a scope", mode)
     if not query or not query.strip():
         return SearchResult([], "the query has no text", mode)
-    notes: list[str] = []
-
-    def degrade(reason: str, *, failure: bool = True) -> None:
-        # The search answers anyway, with less, and says why in its reason; the log keeps a line too:
-        # a warning for a failure, info for a state that repeats on every search until fixed.
-        notes.append(reason)
-        log.log(logging.WARNING if failure else logging.INFO, "recall search over %s degraded: %s", scope, reason)
-
-    until_iso = to_iso(until) if until is not None else None
-    details_extra: dict[str, int] = {}
-    depth = max(top_k, CANDIDATES) if mode == "hybrid" else top_k
-    vec_ranked: list[hybrid.Ranked] = []
-    kw_ranked: list[hybrid.Ranked] = []
-    qvec: np.ndarray | None = None
-    vset: ScopeVectors | None = None
-
-    # Changes since the last write are left to the next writer (a search never writes); messages
-    # deleted since they were indexed are left out here.
-    pending, gone = index.backlog()
-    if pending and mode != "vector":
-        notes.append(pending)
-    if mode in ("keyword", "hybrid"):
-        if not index.has_fts:
-            degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
-        else:
-            with index.store.db.read() as conn:
-                kw = index.keyword_search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
-                                          until=until_iso)
-            kw_ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw
-                         if h.message_id not in gone]
-
-    if mode in ("vector", "hybrid"):
-        try:
-            qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
-        except Exception as exc:  # the embedder failing must not take keyword results down with it
-            degrade(f"query embedding failed ({exc}); vector results missing")
-        if qvec is not None:
-            with index.store.db.read() as conn:
-                vset = index.vector_set(conn, resource_id, thread_id)
-            if vset is None:
-                degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
-            else:
-                for skipped in vset.skips.reasons():
-                    degrade(skipped, failure=False)
-                vec_ranked = [r for r in vset.ranked(qvec, depth, thread_id if resource_id is not None else None,
-                                                     until_iso)
-                              if r.message_id not in gone]
-
+    done = run(index, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
+               threshold=threshold, until=until)
+    notes = [*([done.backlog] if done.backlog else []), *done.notes]
     if mode == "vector":
-        hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "vector", r.score, None) for r in vec_ranked]
+        hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "vector", r.score, None) for r in done.vector]
     elif mode == "keyword":
-        hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "keyword", None, r.score) for r in kw_ranked]
+        hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "keyword", None, r.score) for r in done.keyword]
     else:
-        cosines: dict[str, float] = {}
-        if vset is not None and qvec is not None:
-            seen = {r.message_id for r in vec_ranked}
-            cosines = vset.cosines(qvec, [r.message_id for r in kw_ranked if r.message_id not in seen])
-        fused = hybrid.combine(vec_ranked, kw_ranked, cosines)
-        # A past turn's "last week" counts from that turn's day.
-        spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
-        if spans:
-            details_extra["date_spans"] = len(spans)
-        order: dict[str, tuple[str | None, date | None]] = {}
-        # Only candidates that can still reach the top_k need their row read (a few microseconds each).
-        receivers = fused if threshold is not None else _may_reach(fused, top_k, bool(spans))
-        if receivers and (hybrid.NEXT_SHARE > 0 or spans):
-            try:
-                with index.store.db.read() as conn:
-                    order = thread_order(conn, [f.message_id for f in receivers])
-            except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
-                degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
-        next_of = {mid: nxt for mid, (nxt, _) in order.items() if nxt is not None}
-        in_period = (
-            {mid for mid, (_, day) in order.items() if day is not None and any(s.contains(day) for s in spans)}
-            if spans else None
-        )
-        # Without a threshold only the top_k are needed; with one, every candidate may be.
-        fused = hybrid.rerank(
-            receivers, next_of, in_period, limit=top_k if threshold is None else None,
-            scores={f.message_id: f.score for f in fused},
-        )
         hits = [
             SearchHit(
                 f.message_id, f.thread_id, f.resource_id, f.score,
                 "hybrid" if f.vector_rank and f.keyword_rank else "vector" if f.vector_rank else "keyword",
                 f.vector_score, f.keyword_score,
             )
-            for f in fused
+            for f in done.reranked
         ]
 
     if threshold is not None:
@@ -150,12 +226,14 @@ def run_search(
             hits = kept
     hits = hits[:top_k]
     if not hits:
-        notes.insert(0, _empty_reason(index, vset, kw_ranked, mode, scope))
+        notes.insert(0, _empty_reason(index, done.vset, done.keyword, mode, done.scope))
     reason = "; ".join(n for n in notes if n) or None
-    details = {
-        "vector_candidates": len(vec_ranked), "keyword_candidates": len(kw_ranked),
-        "vectors_in_scope": vset.n if vset is not None else 0, "model_id": index.model_id, **details_extra,
+    details: dict[str, Any] = {
+        "vector_candidates": len(done.vector), "keyword_candidates": len(done.keyword),
+        "vectors_in_scope": done.vset.n if done.vset is not None else 0, "model_id": index.model_id,
     }
+    if done.date_spans:
+        details["date_spans"] = done.date_spans
     return SearchResult(hits, reason, mode, details)
 
 
@@ -176,7 +254,7 @@ def today() -> date:
 
 
 # The next user/assistant message of each candidate's thread, by (createdAt, id) like
-# ``schema.previous_text``; the thread_id/createdAt index answers each subquery with one seek.
+# ``passages``; the thread_id/createdAt index answers each subquery with one seek.
 _ORDER_SQL = (
     'SELECT m.id, m."createdAt", (SELECT n.id FROM mastra_messages n WHERE n.thread_id = m.thread_id '
     "AND n.role IN ('user', 'assistant') AND n.\"createdAt\" >= m.\"createdAt\" "
@@ -208,7 +286,7 @@ def _day(created: object) -> date | None:
         return None
 
 
-def _empty_reason(index: "RecallIndex", vset: "ScopeVectors | None", kw: list[hybrid.Ranked], mode: str, scope: str) -> str:
+def _empty_reason(index: Searchable, vset: ScopeVectors | None, kw: list[hybrid.Ranked], mode: str, scope: str) -> str:
     if mode != "keyword" and vset is not None and vset.n == 0 and not kw:
         foreign = sum(vset.skips.other_model.values())
         if foreign:

@@ -10,6 +10,7 @@ function segments stored text and queries, so both sides always agree.
 from __future__ import annotations
 
 import calendar
+import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -66,6 +67,18 @@ def recall_content_text(content: Mapping[str, Any] | Any) -> str:
         return ""
     texts = [p["text"] for p in parts if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)]
     return " ".join(t for t in texts if t)
+
+
+def passage_text(context: str, text: str) -> str:
+    """What is embedded for a message: its context (the previous message of its thread), a newline,
+    then its own text (``core.recall.passages``)."""
+    return f"{context}\n{text}" if context else text
+
+
+def passage_hash(context: str, text: str) -> str:
+    """A short, stable digest of (context, text): equal hashes mean the same passage and keyword doc."""
+    data = context.encode("utf-8", "surrogatepass") + b"\0" + text.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
 def segment(text: str) -> str:

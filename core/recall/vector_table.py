@@ -36,6 +36,25 @@ class RawRow:
     created_at: str | None = None  # the message's createdAt (ISO text), for "as of" searches
 
 
+@dataclass(frozen=True)
+class VectorState:
+    """What a vector table holds for one message: the passage hash it was embedded from (None:
+    written before hashes were kept, or by Mastra), its model, and where the message stood."""
+
+    content_hash: str | None
+    model_id: str | None
+    thread_id: str | None
+    created_at: str | None
+    content: str | None = None  # the message text it was embedded from (our rows), for rows without a hash
+
+    def stale(self, digest: str, text: str) -> bool:
+        """Whether this row was embedded from another passage than ``digest`` (rows without a hash:
+        from another text than ``text``; an unknown text counts as unchanged)."""
+        if self.content_hash is not None:
+            return self.content_hash != digest
+        return self.content is not None and self.content != text
+
+
 def inspect(conn: sa.Connection, name: str, dim: int) -> TableInfo | None:
     if not has_table(conn, name):
         return None
@@ -50,11 +69,24 @@ def _scan_hint(info: TableInfo, key: str | None) -> str:
     return "NOT INDEXED"
 
 
+def row_columns(info: TableInfo) -> str:
+    """The columns of a ``RawRow`` (rowid, embedding, message_id, thread_id, resource_id, model id,
+    vector_id, created_at) of the table aliased ``v``."""
+    model = "v.model_id" if info.has_model_id else "NULL"
+    return (
+        "v.rowid, v.embedding, json_extract(v.metadata, '$.message_id'), json_extract(v.metadata, '$.thread_id'), "
+        f"json_extract(v.metadata, '$.resource_id'), {model}, v.vector_id, "
+        # Our rows carry the message's time; Mastra's do not, so theirs are looked up (coalesce stops early).
+        "coalesce(json_extract(v.metadata, '$.created_at'), (SELECT m.\"createdAt\" FROM mastra_messages m "
+        "WHERE m.id = coalesce(json_extract(v.metadata, '$.message_id'), v.vector_id)))"
+    )
+
+
 def load_rows(
     conn: sa.Connection, info: TableInfo, *, resource_id: str | None, thread_id: str | None, after_rowid: int = 0
 ) -> list[RawRow]:
     """Rows for one resource (or one thread when no resource is given), newer than ``after_rowid``."""
-    where = ["rowid > ?"]
+    where = ["v.rowid > ?"]
     params: list[object] = [after_rowid]
     key = None
     if resource_id is not None:
@@ -65,16 +97,8 @@ def load_rows(
         where.append("json_extract(metadata, '$.thread_id') = ?")
         params.append(thread_id)
         key = "thread_id"
-    model = "model_id" if info.has_model_id else "NULL"
     hint = _scan_hint(info, key) if after_rowid == 0 else "NOT INDEXED" if not info.has_our_indexes else ""
-    sql = (
-        f"SELECT rowid, embedding, json_extract(metadata, '$.message_id'), json_extract(metadata, '$.thread_id'), "
-        f"json_extract(metadata, '$.resource_id'), {model}, vector_id, "
-        # Our rows carry the message's time; Mastra's do not, so theirs are looked up (coalesce stops early).
-        "coalesce(json_extract(metadata, '$.created_at'), (SELECT m.\"createdAt\" FROM mastra_messages m "
-        f"WHERE m.id = coalesce(json_extract(metadata, '$.message_id'), vector_id))) FROM {quoted(info.name)} {hint} "
-        f"WHERE {' AND '.join(where)} ORDER BY rowid"
-    )
+    sql = f"SELECT {row_columns(info)} FROM {quoted(info.name)} v {hint} WHERE {' AND '.join(where)} ORDER BY v.rowid"
     out = []
     for r in conn.exec_driver_sql(sql, tuple(params)):
         # Rows written by Mastra's SemanticRecall processor use vector_id = message id.
@@ -134,6 +158,31 @@ def delete_where(conn: sa.Connection, info: TableInfo, key: str, values: Iterabl
         if key == "message_id":  # rows with no message_id in metadata: vector_id is the message id
             removed += int(conn.exec_driver_sql(f"DELETE FROM {q} WHERE vector_id IN ({marks})", chunk).rowcount or 0)
     return removed
+
+
+def stored_state(conn: sa.Connection, info: TableInfo, model_id: str, message_ids: Sequence[str]) -> dict[str, VectorState]:
+    """Each message's row (the one from ``model_id`` when it has several), for comparing hashes."""
+    q = quoted(info.name)
+    model = "model_id" if info.has_model_id else "NULL"
+    cols = (f"coalesce(json_extract(metadata, '$.message_id'), vector_id), json_extract(metadata, '$.content_hash'), "
+            f"{model}, json_extract(metadata, '$.thread_id'), json_extract(metadata, '$.created_at'), "
+            "json_extract(metadata, '$.content')")
+    out: dict[str, VectorState] = {}
+    for start in range(0, len(message_ids), 500):
+        chunk = tuple(message_ids[start : start + 500])
+        marks = ",".join("?" * len(chunk))
+        rows = [
+            *conn.exec_driver_sql(
+                f"SELECT {cols} FROM {q} {_scan_hint(info, 'message_id')} "
+                f"WHERE json_extract(metadata, '$.message_id') IN ({marks})", chunk),
+            *conn.exec_driver_sql(
+                f"SELECT {cols} FROM {q} WHERE vector_id IN ({marks}) AND json_extract(metadata, '$.message_id') IS NULL",
+                chunk),
+        ]
+        for mid, digest, model_of, thread_id, created, content in rows:
+            if mid not in out or model_of == model_id:
+                out[mid] = VectorState(digest, model_of, thread_id, created, content)
+    return out
 
 
 def change_counters(conn: sa.Connection, info: TableInfo) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from core.storage.database import (
     ReadOnlyFileError,
     SchemaError,
     StorageError,
+    StorageUnavailableError,
     UnreadableValueError,
 )
 from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MemoryStore, NotFoundError
@@ -230,6 +231,7 @@ __all__ = [
     "ResolvedPath",
     "SchemaError",
     "StorageError",
+    "StorageUnavailableError",
     "Store",
     "UnreadableValueError",
     "open_store",

@@ -31,6 +31,17 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 class StorageError(MemoryStudioError, RuntimeError):
     """Base class for storage problems a user can act on."""
 
+    #: True when trying the same call again later may succeed (the server was restarting, say).
+    retryable: bool = False
+
+
+class StorageUnavailableError(StorageError):
+    """The database server could not be reached or dropped the connection (a restart, a failover,
+    a network fault), or ended the transaction to resolve a conflict. Nothing of the failed call was
+    committed; trying again may succeed."""
+
+    retryable = True
+
 
 class DatabaseOpenError(StorageError):
     """The file exists but cannot be used as a memory database."""
@@ -133,6 +144,8 @@ class Database:
     """One database file: an engine, its ownership and its migrations."""
 
     capabilities: ClassVar[Capabilities] = LIBSQL
+    #: Why writes are refused when ``refuse_writes`` said so (None: the usual read-only message).
+    refusal: str | None = None
 
     def __init__(self, location: ResolvedPath, *, read_only: bool = False, create: bool = True) -> None:
         self.location = location
@@ -217,14 +230,17 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
-        with self.engine.connect() as conn:
-            try:
-                yield conn
-            except BaseException as exc:
-                self._raise_ours(exc)
-                raise
-            finally:
-                conn.rollback()
+        # Getting the connection and ending the transaction are inside the try too: against a
+        # server, either can be where a lost connection shows.
+        try:
+            with self.engine.connect() as conn:
+                try:
+                    yield conn
+                finally:
+                    conn.rollback()
+        except BaseException as exc:
+            self._raise_ours(exc)
+            raise
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
@@ -235,7 +251,7 @@ class Database:
         another process committed in between — and no busy timeout helps with that.
         """
         if self.read_only:
-            raise ReadOnlyError(
+            raise ReadOnlyError(self.refusal or
                 f"{self.location.display} is open read-only. Allow writes first (Studio: File > Allow Writes)."
             )
         newer = self._newer_schema()
@@ -284,6 +300,12 @@ class Database:
         ours = translate_driver_error(self.location, exc)
         if ours is not None:
             raise ours from exc
+
+    def refuse_writes(self, reason: str) -> None:
+        """From now on every write raises ``ReadOnlyError(reason)``: for a database that must not be
+        written any more (the Studio's, once its file was deleted or replaced under it)."""
+        self.refusal = reason
+        self.read_only = True
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:
         """Serialise read-modify-writes of the named things until the transaction ends.

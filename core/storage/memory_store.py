@@ -20,7 +20,7 @@ from core.messages import Message
 from core.storage import dialect, locks, message_pages, migrations
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
-from core.storage.message_pages import UnreadableMessage
+from core.storage.message_pages import MessageRows, UnreadableMessage
 from core.stored_text import decode_stored_text, utf8_problem
 from core.timeutil import iso_now, parse_iso, to_iso
 
@@ -359,7 +359,7 @@ class MemoryStore:
             conn.exec_driver_sql('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', (now, thread_id))
         return list(latest.values())
 
-    def list_messages(self, query: MessageQuery) -> list[Message]:
+    def list_messages(self, query: MessageQuery) -> MessageRows:
         # Plain SQL: this runs on every turn, and building a SQLAlchemy statement each time cost more
         # than the indexed lookup itself.
         check_ids(((query.thread_id, "thread id"), (query.resource_id, "resource id")), InvalidArgumentError)
@@ -380,7 +380,7 @@ class MemoryStore:
         if query.ids is not None:
             ids = list(query.ids)
             if not ids:
-                return []
+                return MessageRows()
             where.append(f"id IN ({','.join('?' * len(ids))})")
             params.extend(ids)
         if query.before is not None:
@@ -393,7 +393,8 @@ class MemoryStore:
             select = _MESSAGE_SELECT.format(content=dialect.stored_text_sql(conn, '"content"'))
             sql = f'SELECT {select} FROM mastra_messages WHERE {" AND ".join(where)}{order}'
             rows = conn.exec_driver_sql(sql, tuple(params)).all()
-        result = [Message.from_row(dict(zip(_MESSAGE_FIELDS, r))) for r in rows]
+        # A row that does not parse is skipped and reported (``result.unreadable``), never fatal.
+        result = message_pages.readable(dict(zip(_MESSAGE_FIELDS, r)) for r in rows)
         if query.last is not None:
             result.reverse()
         return result
@@ -411,7 +412,7 @@ class MemoryStore:
                     out[tid] = parse_iso(value)
         return out
 
-    def list_messages_page(self, thread_id: str, offset: int, limit: int) -> list[Message]:
+    def list_messages_page(self, thread_id: str, offset: int, limit: int) -> MessageRows:
         """Chronological slice in the engine's (createdAt, id) order (``Memory.recall`` pages).
 
         Viewers page with ``browse_messages`` instead: faster deep in a thread, and corrupt-row tolerant.
@@ -423,7 +424,7 @@ class MemoryStore:
         )
         with self.db.read() as conn:
             rows = conn.execute(stmt).mappings().all()
-        return [Message.from_row(r) for r in rows]
+        return message_pages.readable(rows)
 
     def browse_messages(self, thread_id: str, offset: int, limit: int) -> list[Message | UnreadableMessage]:
         """A viewer's page of a thread, in (createdAt, rowid) order; corrupt rows come back in place."""
@@ -441,10 +442,10 @@ class MemoryStore:
                 ).scalar() or 0
             )
 
-    def get_messages(self, ids: Iterable[str]) -> list[Message]:
+    def get_messages(self, ids: Iterable[str]) -> MessageRows:
         wanted = list(dict.fromkeys(ids))
         if not wanted:
-            return []
+            return MessageRows()
         check_ids(((i, "message id") for i in wanted), InvalidArgumentError)
         rows: list[Any] = []
         # Plain SQL, like list_messages: replaying a turn fetches its rows by id, and compiling a
@@ -456,8 +457,9 @@ class MemoryStore:
                 rows.extend(conn.exec_driver_sql(
                     f"SELECT {select} FROM mastra_messages WHERE id IN ({','.join('?' * len(chunk))})",
                     tuple(chunk)).all())
-        found = (Message.from_row(dict(zip(_MESSAGE_FIELDS, r))) for r in rows)
-        return sorted(found, key=lambda m: (m.created_at, m.id))
+        found = message_pages.readable(dict(zip(_MESSAGE_FIELDS, r)) for r in rows)
+        found.sort(key=lambda m: (m.created_at, m.id))
+        return found
 
     def messages_with_context(self, includes: Sequence[Include], resource_id: str | None = None) -> list[Message]:
         """Each target plus its neighbours in the target's own thread, de-duplicated, oldest first."""
@@ -470,7 +472,8 @@ class MemoryStore:
                     continue
                 if resource_id is not None and target["resourceId"] not in (None, resource_id):
                     continue
-                found[target["id"]] = Message.from_row(target)
+                for m in message_pages.readable([target]):
+                    found[m.id] = m
                 base = sa.select(t.messages).where(msg.thread_id == target["thread_id"], msg.role != "system")
                 if resource_id is not None:
                     # A neighbour is held to the same rule as the hit: another resource's row in the
@@ -482,13 +485,13 @@ class MemoryStore:
                         base.where(sa.tuple_(msg.createdAt, msg.id) < key)
                         .order_by(msg.createdAt.desc(), msg.id.desc()).limit(inc.before)
                     ).mappings().all()
-                    found.update((r["id"], Message.from_row(r)) for r in rows)
+                    found.update((m.id, m) for m in message_pages.readable(rows))
                 if inc.after:
                     rows = conn.execute(
                         base.where(sa.tuple_(msg.createdAt, msg.id) > key)
                         .order_by(msg.createdAt.asc(), msg.id.asc()).limit(inc.after)
                     ).mappings().all()
-                    found.update((r["id"], Message.from_row(r)) for r in rows)
+                    found.update((m.id, m) for m in message_pages.readable(rows))
         return sorted(found.values(), key=lambda m: (m.created_at, m.id))
 
     def delete_messages(self, ids: Iterable[str]) -> int:

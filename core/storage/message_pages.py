@@ -8,11 +8,18 @@ reads, both for a person scrolling a 100,000-message thread:
   rows is an index walk of a few milliseconds; with ``id`` SQLite sorts in a temporary B-tree and a
   deep page takes ~10x longer. The two orders differ only between messages stored in the same ms.
 * A row that does not parse comes back as an ``UnreadableMessage`` in its place, so one corrupt row
-  never hides its neighbours (the engine's reads raise: a prompt must not silently lose a message).
+  never hides its neighbours.
+
+The engine's reads (``MemoryStore.list_messages`` and friends) skip such a row instead and say so:
+they return ``MessageRows``, a list of the readable messages whose ``unreadable`` names each
+skipped row and why, and log it, so a turn goes on without it and its prompt record reports it
+(Invariant 15: one bad row never breaks a thread).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,6 +32,8 @@ from core.storage import schema as t
 from core.storage.database import Database
 from core.timeutil import parse_iso
 
+log = logging.getLogger(__name__)
+
 _EPOCH = "1970-01-01T00:00:00.000Z"
 
 
@@ -36,6 +45,32 @@ class UnreadableMessage:
     role: str
     created_at: datetime
     error: str
+    thread_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "threadId": self.thread_id, "role": self.role, "error": self.error}
+
+
+class MessageRows(list[Message]):
+    """Messages read from storage; ``unreadable`` holds the stored rows skipped because they do not parse."""
+
+    def __init__(self, messages: Iterable[Message] = (), unreadable: Iterable[UnreadableMessage] = ()) -> None:
+        super().__init__(messages)
+        self.unreadable: list[UnreadableMessage] = list(unreadable)
+
+
+def readable(rows: Iterable[Any]) -> MessageRows:
+    """The messages of ``rows`` (mappings of ``mastra_messages`` columns); a row that does not parse is
+    skipped, logged, and listed in ``unreadable``."""
+    out = MessageRows()
+    for row in rows:
+        item = _message_or_unreadable(row)
+        if isinstance(item, UnreadableMessage):
+            log.warning("skipped stored message %s of thread %s: %s", item.id, item.thread_id, item.error)
+            out.unreadable.append(item)
+        else:
+            out.append(item)
+    return out
 
 
 def read_page(db: Database, thread_id: str, offset: int, limit: int) -> list[Message | UnreadableMessage]:
@@ -63,7 +98,9 @@ def _message_or_unreadable(row: Any) -> Message | UnreadableMessage:
             when = parse_iso(row["createdAt"])
         except (ValueError, TypeError, AttributeError):
             when = parse_iso(_EPOCH)
-        return UnreadableMessage(str(row["id"]), str(row["role"]), when, str(exc))
+        thread = row.get("thread_id") if hasattr(row, "get") else None
+        return UnreadableMessage(str(row["id"]), str(row["role"]), when, str(exc),
+                                 str(thread) if thread is not None else None)
 
 
 def position(db: Database, thread_id: str, message_id: str) -> int | None:

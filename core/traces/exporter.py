@@ -12,6 +12,12 @@ needs no lock. Every flush, in any process, imports the spill files it finds (cl
 so two importers never take the same file; re-importing is harmless because a stored span is
 never overwritten). Only a failure to write the spill file itself drops spans, and those are
 counted in ``stats.dropped`` and logged.
+
+A batch that fails for a reason retrying cannot cure (a span the store cannot convert, such as text
+with a lone surrogate) would otherwise be retried forever, holding every later span in the queue.
+Such a failure is split until the bad spans are found; the others are written, and each bad span is
+set aside as a *poison pill*: logged, counted in ``stats.poisoned`` and kept in a ``.poison-*.jsonl``
+file beside the store (escaped, so it can always be written), and the flusher goes on.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import duckdb
+
 from core.traces.store import DuckDBObservabilityStore, RetentionSettings
 from core.traces.locking import StoreBusy
 from core.traces.spans import PruneResult, SpanRecord
@@ -37,6 +45,12 @@ log = logging.getLogger(__name__)
 
 _SPILL_INFIX = ".spill-"
 _CLAIM_INFIX = ".importing-"
+_POISON_INFIX = ".poison-"
+# Failures that say the data is wrong, not the store: retrying the same spans cannot help.
+_DATA_ERRORS: tuple[type[BaseException], ...] = (
+    UnicodeError, ValueError, OverflowError, RecursionError, duckdb.InvalidInputException,
+    duckdb.ConversionException, duckdb.TypeMismatchException, duckdb.OutOfRangeException,
+)
 
 
 @dataclass
@@ -48,6 +62,7 @@ class ExporterStats:
     dropped: int = 0  # lost: the side file could not be written either
     busy: int = 0  # flush attempts that found the file locked
     failures: int = 0  # flush attempts that failed for another reason
+    poisoned: int = 0  # set aside: spans the store can never take (kept in a .poison-*.jsonl file)
     last_error: str | None = None
 
 
@@ -205,23 +220,55 @@ class DuckDBSpanExporter:
                 batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
             if not batch and not spilled:
                 return True
+            poisoned: set[tuple[str, str]] = set()
             try:
-                self.store.write_spans(spilled + batch, budget_s=budget_s)
+                self._write(spilled + batch, budget_s, poisoned)
             except StoreBusy:
                 self.stats.busy += 1
-                self._requeue(batch, claimed)
+                self._requeue(_without(batch, poisoned), claimed)
                 return False
             except Exception as exc:  # noqa: BLE001 - keep the spans; report, never raise
                 self.stats.failures += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("span flush failed, will retry: %s", self.stats.last_error)
-                self._requeue(batch, claimed)
+                self._requeue(_without(batch, poisoned), claimed)
                 return False
             for path in claimed:
                 path.unlink(missing_ok=True)
             self.stats.written += len(batch) + len(spilled)
             self.stats.imported += len(spilled)
             return True
+
+    def _write(self, spans: list[SpanRecord], budget_s: float, poisoned: set[tuple[str, str]]) -> None:
+        """Write ``spans``; when the store refuses them for a data reason, write the ones it takes and
+        set the others aside (their keys go into ``poisoned``). Other failures propagate."""
+        try:
+            self.store.write_spans(spans, budget_s=budget_s)
+        except StoreBusy:
+            raise
+        except _DATA_ERRORS as exc:
+            if len(spans) == 1:
+                self._set_aside(spans[0], exc)
+                poisoned.add(_key(spans[0]))
+                return
+            middle = len(spans) // 2
+            self._write(spans[:middle], budget_s, poisoned)
+            self._write(spans[middle:], budget_s, poisoned)
+
+    def _set_aside(self, span: SpanRecord, exc: BaseException) -> None:
+        self.stats.poisoned += 1
+        self.stats.last_error = f"{type(exc).__name__}: {exc}"
+        db = self.store.path
+        target = db.with_name(f"{db.name}{_POISON_INFIX}{os.getpid()}.jsonl")
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(span.to_json_dict(), ensure_ascii=True, default=str) + "\n")
+            kept = f"kept in {target.name}"
+        except OSError as err:
+            kept = f"not kept ({err})"
+        log.error("span %s (%r) of trace %s can never be stored and was set aside (%s): %s", span.span_id,
+                  span.name, span.trace_id, kept, self.stats.last_error)
 
     def _requeue(self, batch: list[SpanRecord], claimed: list[Path]) -> None:
         with self._cond:
@@ -255,7 +302,7 @@ class DuckDBSpanExporter:
             db.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as fh:
                 for span in spans:
-                    fh.write(json.dumps(span.to_json_dict(), ensure_ascii=False, default=str) + "\n")
+                    fh.write(_spill_line(span))
             os.replace(tmp, final)  # importers only ever see complete files
         except OSError as exc:
             self.stats.dropped += len(spans)
@@ -289,6 +336,26 @@ class DuckDBSpanExporter:
                     path.rename(_unclaimed_name(path))
                 except OSError:
                     pass
+
+
+def _key(span: SpanRecord) -> tuple[str, str]:
+    return span.trace_id, span.span_id
+
+
+def _without(spans: list[SpanRecord], keys: set[tuple[str, str]]) -> list[SpanRecord]:
+    return [s for s in spans if _key(s) not in keys] if keys else spans
+
+
+def _spill_line(span: SpanRecord) -> str:
+    """One span as a JSONL line; text that has no UTF-8 form (a lone surrogate) is escaped, so a
+    spill never fails on a span (importing it back then sets it aside)."""
+    data = span.to_json_dict()
+    line = json.dumps(data, ensure_ascii=False, default=str) + "\n"
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(data, ensure_ascii=True, default=str) + "\n"
+    return line
 
 
 def _unclaimed_name(path: Path) -> Path:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -109,6 +110,18 @@ class RetentionSettings:
 def _ts_param(value: datetime) -> datetime:
     # DuckDB TIMESTAMP is naive, microsecond precision; we always store UTC.
     return as_utc(value).replace(tzinfo=None)
+
+
+_log = logging.getLogger(__name__)
+
+
+def _quietly(call: Callable[[str], object], arg: str) -> None:
+    """Clean-up after a failed insert: its own failure (the transaction is already aborted) must not
+    hide the error that says what went wrong (a span that cannot be converted, say)."""
+    try:
+        call(arg)
+    except duckdb.Error:
+        _log.debug("clean-up after a failed span insert failed too", exc_info=True)
 
 
 def _row_params(span: SpanRecord, now: datetime) -> list[object]:
@@ -262,10 +275,10 @@ class DuckDBObservabilityStore(SpanReader):
                             "ON CONFLICT DO NOTHING"
                         )
                     finally:
-                        con.unregister("span_batch")
+                        _quietly(con.unregister, "span_batch")
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                _quietly(con.execute, "ROLLBACK")
                 raise
 
     # -- retention -----------------------------------------------------------------------------

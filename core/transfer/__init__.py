@@ -8,11 +8,10 @@ one transaction, ids kept, idempotent, conflicts reported. The format is describ
 from __future__ import annotations
 
 from core.transfer.export import ExportOptions, export_data, export_resource, export_thread
+from core.transfer.errors import ExportFormatError, TransferError
 from core.transfer.format import (
     FORMAT,
     VERSION,
-    ExportFormatError,
-    TransferError,
     dumps,
     load,
     loads,

@@ -12,7 +12,12 @@ Version 1 (``{"format": "memory-studio-export", "version": 1, ...}``):
   memory_studio_wm_versions]}``. ``value`` repeats the current value for readers; import takes the
   current value from the resource row or the thread's metadata, where it is stored.
 - ``observations``: rows of ``mastra_observational_memory``; ``turns``: rows of the turn-record
-  table named by ``turnsTable`` (empty when the database has none).
+  table (empty when the database has none). ``turnsTable`` says which table that was, for readers;
+  import never takes a table from a file (``core.transfer.sections`` decides what each list writes)
+  and refuses a file that names any other.
+
+Every row is checked before anything is written (``sections.check_file``): the API's rules for ids,
+text and roles, format-2 content, and rows tied to the file's own threads and resources.
 """
 
 from __future__ import annotations
@@ -23,19 +28,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from core.storage import StorageError
+from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
+from core.transfer import sections
+from core.transfer.errors import ExportFormatError, TransferError
 
 FORMAT = "memory-studio-export"
 VERSION = 1
 LIST_KEYS = ("resources", "threads", "messages", "workingMemory", "observations", "turns")
-
-
-class TransferError(StorageError, ValueError):
-    """Export or import could not be done; the message says why and what to do."""
-
-
-class ExportFormatError(TransferError):
-    """The file is not a Memory Studio export this version can read."""
 
 
 def dumps(data: Mapping[str, Any]) -> str:
@@ -96,7 +95,7 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
     return data  # type: ignore[no-any-return]
 
 
-def validate(data: Any, *, name: str = "the file") -> None:
+def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> None:
     """Raise ``ExportFormatError`` naming the first problem; nothing is read from a database."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ExportFormatError(
@@ -139,8 +138,12 @@ def validate(data: Any, *, name: str = "the file") -> None:
     for row in data.get("observations", []):
         if not isinstance(row, dict) or not isinstance(row.get("id"), str):
             raise ExportFormatError(f"{name}: every observation row needs a string \"id\".")
-    if data.get("turns") and not isinstance(data.get("turnsTable"), str):
-        raise ExportFormatError(f"{name}: \"turns\" rows need \"turnsTable\" (the table they came from).")
+    named = data.get("turnsTable")
+    if named is not None and named != sections.TURNS.table:
+        raise ExportFormatError(
+            f"{name}: \"turnsTable\" names {named!r}; import writes turn records only to {sections.TURNS.table} "
+            "and never writes a table a file names. Remove \"turnsTable\" (or set it to null) to import the file.")
+    sections.check_file(data, name, max_message_bytes=max_message_bytes)
 
 
 def _require(data: Mapping[str, Any], key: str, fields: tuple[str, ...], name: str) -> None:

@@ -6,6 +6,12 @@ unless ``overwrite=True`` replaces it. A thread that belongs to another resource
 never moved (a thread's resource never changes), overwrite or not; its messages and records are
 left out and reported.
 
+Which table a list of the file goes to is decided by ``core.transfer.sections``, never by the file,
+and every row is checked there before anything is written (a bad row refuses the whole file). A
+message whose id is already in another thread here is never moved (a message never changes thread),
+and an observation or turn record whose key is taken by another thread's row is never replaced,
+overwrite or not: such rows are left out and reported, like threads of another resource.
+
 Working-memory versions have database-wide integer ids, so they are matched by content; an imported
 version keeps its id when that id is free in the target, and turn records that point at a version
 follow it when it gets a new one. Tables only Memory Studio has (versions, turn records) may be
@@ -25,9 +31,11 @@ import sqlalchemy as sa
 from core.storage import Store, dialect
 from core.storage.locks import om_key, resource_key, thread_key
 from core.storage.memory_store import dump_json, load_json
+from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.transfer import rows as R
-from core.transfer.export import OM_TABLE, WM_VERSIONS_TABLE
-from core.transfer.format import TransferError, validate
+from core.transfer import sections as S
+from core.transfer.errors import TransferError
+from core.transfer.format import validate
 from core.transfer.report import Conflict, ImportReport
 
 log = logging.getLogger(__name__)
@@ -45,17 +53,20 @@ _REPLACE_MESSAGE = _INSERT_MESSAGE + (
 )
 
 
-def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False) -> ImportReport:
+def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
+                   max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> ImportReport:
     """What ``import_data`` would do, without writing (works on a read-only database)."""
-    validate(data)
+    validate(data, max_message_bytes=max_message_bytes)
     with store.db.read() as conn:
         return _Importer(conn, data, overwrite, store.location.display, dry_run=True).run()
 
 
-def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False) -> ImportReport:
+def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
+                max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> ImportReport:
     """Import a checked export document in one transaction. Raises ``ReadOnlyError`` on a read-only
-    store and ``TransferError`` when the import failed (then nothing was written)."""
-    validate(data)
+    store, ``ExportFormatError`` naming the row when a row breaks a rule (``sections``), and
+    ``TransferError`` when the import failed (then nothing was written)."""
+    validate(data, max_message_bytes=max_message_bytes)
     try:
         with store.db.write() as conn:
             # Postgres runs writers side by side: hold what an agent's read-modify-write would hold.
@@ -106,7 +117,7 @@ class _Importer:
         self._messages(self.data.get("messages", []))
         self._versions(self.data.get("workingMemory", []))
         self._observations(self.data.get("observations", []))
-        self._turns(self.data.get("turnsTable"), self.data.get("turns", []))
+        self._turns(self.data.get("turns", []))
         return self.report
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -197,6 +208,11 @@ class _Importer:
                 if old is None:
                     inserts.append(values)
                     continue
+                if old["thread_id"] != m["threadId"]:
+                    self._conflict("messages", m["id"], f"is in thread {old['thread_id']} here, not "
+                                   f"{m['threadId']}; a message never moves to another thread, so it was not "
+                                   "imported (not even with overwrite)", may_overwrite=False)
+                    continue
                 differs = _message_differences(old, m)
                 if not differs:
                     self._same("messages")
@@ -216,22 +232,23 @@ class _Importer:
                 for v in e.get("versions", [])]
         if not rows:
             return
-        if not R.has_table(self.conn, WM_VERSIONS_TABLE):
+        table = self._table(S.WM_VERSIONS)
+        if not R.has_table(self.conn, table):
             self.report.notes.append(
                 f"{len(rows)} working-memory version{'s' if len(rows) != 1 else ''} not imported: "
-                f"{self.report.target} has no {WM_VERSIONS_TABLE} table (a database Mastra wrote). Run "
+                f"{self.report.target} has no {table} table (a database Mastra wrote). Run "
                 "'memory-studio migrate' on it first to keep the history; the current values were imported.")
             return
-        cols = self._check_columns(WM_VERSIONS_TABLE, rows, "working-memory versions")
+        cols = self._check_columns(table, rows, "working-memory versions")
         for row in sorted(rows, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
             src_id = row.get("id")
             content = {k: v for k, v in row.items() if k != "id" and k in cols}
-            found = self._find_by_content(WM_VERSIONS_TABLE, content, "id")
+            found = self._find_by_content(table, content, "id")
             if found is not None:
                 self._map_version(src_id, found)
                 self._same("workingMemoryVersions")
                 continue
-            new_id = self._insert_keeping_id(WM_VERSIONS_TABLE, "id", src_id, content)
+            new_id = self._insert_keeping_id(table, "id", src_id, content)
             self._map_version(src_id, new_id)
             self._wrote("workingMemoryVersions")
 
@@ -251,6 +268,7 @@ class _Importer:
 
     def _insert_keeping_id(self, table: str, key: str | None, src_id: Any, content: Mapping[str, Any]) -> int | None:
         """Insert with the exported integer id when the target has it free, else with a new one."""
+        S.writable(table)
         if key is None:  # a Postgres table without a key: rows have no id to keep
             if not self.report.dry_run:
                 R.insert_row(self.conn, table, content)
@@ -273,20 +291,23 @@ class _Importer:
         wanted = [r for r in rows if r.get("threadId") not in self.blocked]
         if not wanted:
             return
-        if not R.has_table(self.conn, OM_TABLE):
+        table = self._table(S.OBSERVATIONS)
+        if not R.has_table(self.conn, table):
             self.report.notes.append(
                 f"{len(wanted)} observational-memory row{'s' if len(wanted) != 1 else ''} not imported: "
-                f"{self.report.target} has no {OM_TABLE} table. Run 'memory-studio migrate' on it first.")
+                f"{self.report.target} has no {table} table. Run 'memory-studio migrate' on it first.")
             return
-        self._check_columns(OM_TABLE, wanted, "observations")
+        self._check_columns(table, wanted, "observations")
         for row in wanted:
-            self._upsert_by_key(OM_TABLE, ["id"], row, "observations", ignore=("updatedAt",))
+            self._upsert_by_key(table, ["id"], row, "observations", ignore=("updatedAt",),
+                                owner_fields=("lookupKey", "threadId", "resourceId"))
 
-    def _turns(self, table: Any, rows: list[Mapping[str, Any]]) -> None:
-        wanted = [r for r in rows if not ({r.get(c) for c in R.THREAD_COLUMNS} & self.blocked)]
+    def _turns(self, rows: list[Mapping[str, Any]]) -> None:
+        wanted = [r for r in rows if r.get(S.TURNS.thread_field or "") not in self.blocked]
         if not wanted:
             return
-        if not isinstance(table, str) or not R.has_table(self.conn, table):
+        table = self._table(S.TURNS)
+        if not R.has_table(self.conn, table):
             self.report.notes.append(
                 f"{len(wanted)} turn record{'s' if len(wanted) != 1 else ''} not imported: {self.report.target} "
                 f"has no {table} table. Run 'memory-studio migrate' on it (or upgrade Memory Studio) first.")
@@ -311,14 +332,21 @@ class _Importer:
                 self._insert_keeping_id(table, key, row.get(key) if key else None, content)
                 self._wrote("turns")
             else:
-                self._upsert_by_key(table, pk, row, "turns")
+                self._upsert_by_key(table, pk, row, "turns", owner_fields=(S.TURNS.thread_field or "thread_id",))
         if dangling:
             self.report.notes.append(
                 f"{dangling} turn record{'s' if dangling != 1 else ''} named a working-memory version that is not "
                 "in the file (exported without versions); that link was left empty.")
 
+    def _table(self, section: S.Section) -> str:
+        assert section.table is not None
+        return S.writable(section.table)
+
     def _upsert_by_key(self, table: str, key: list[str], row: Mapping[str, Any], kind: str,
-                       ignore: Iterable[str] = ()) -> None:
+                       ignore: Iterable[str] = (), owner_fields: Iterable[str] = ()) -> None:
+        """Insert by key; a row with the same key is unchanged, a conflict, or, when it belongs to
+        another thread or resource here (``owner_fields`` differ), never replaced."""
+        S.writable(table)
         where = " AND ".join(f"{R.quote(k)} = ?" for k in key)
         existing = R.select_rows(self.conn, table, where, [row.get(k) for k in key])
         row_id = "/".join(str(row.get(k)) for k in key)
@@ -329,6 +357,12 @@ class _Importer:
             return
         skip = set(ignore)
         old = existing[0]
+        moved = [f for f in owner_fields if f in old and old.get(f) != row.get(f)]
+        if moved:
+            here = ", ".join(f"{f} {old.get(f)!r}" for f in moved)
+            self._conflict(kind, row_id, f"belongs to another owner here ({here}); a row never moves to another "
+                           "thread or resource, so it was not imported (not even with overwrite)", may_overwrite=False)
+            return
         differs = [k for k in row if k not in skip and old.get(k) != row[k]]
         if not differs:
             self._same(kind)

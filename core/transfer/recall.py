@@ -14,6 +14,7 @@ from core.storage import Store, dialect
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
+    from core.messages import Message
 
 _CHUNK = 500
 
@@ -50,7 +51,7 @@ def index_for_recall(store: Store, message_ids: list[str], embedder: "Embedder")
     if not message_ids:
         return RecallIndexing(0, 0, "")
     index = RecallIndex.for_store(store, embedder)
-    messages = []
+    messages: list[Message] = []
     for start in range(0, len(message_ids), _CHUNK):
         messages.extend(store.memory.get_messages(message_ids[start:start + _CHUNK]))
     result = index.index_messages(index.unindexed(messages))

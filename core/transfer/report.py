@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-KINDS = ("resources", "threads", "messages", "workingMemoryVersions", "observations", "turns")
+KINDS = ["resources", "threads", "messages", "workingMemoryVersions", "observations", "turns"]
+_LABELS = {"resources": "resource", "threads": "thread", "messages": "message",
+           "workingMemoryVersions": "working-memory version", "observations": "observation row",
+           "turns": "turn record"}
+
+
+def register_kind(kind: str, label: str) -> None:
+    """A kind of row the report counts (``core.transfer.sections.register`` calls this)."""
+    if kind not in KINDS:
+        KINDS.append(kind)
+    _LABELS.setdefault(kind, label)
 
 
 @dataclass(frozen=True)
@@ -17,7 +27,7 @@ class Conflict:
     replaceable: bool = True  # False: overwrite cannot resolve it (a thread owned by another resource)
 
     def __str__(self) -> str:
-        kind = {"workingMemoryVersions": "working-memory version"}.get(self.kind, self.kind.rstrip("s"))
+        kind = _LABELS.get(self.kind, self.kind.rstrip("s"))
         return f"{kind} {self.id}: {self.reason}" + ("; replaced" if self.overwritten else "")
 
 
@@ -63,7 +73,4 @@ class ImportReport:
 
 
 def _label(kind: str, n: int) -> str:
-    names = {"resources": "resource", "threads": "thread", "messages": "message",
-             "workingMemoryVersions": "working-memory version", "observations": "observation row",
-             "turns": "turn record"}
-    return names[kind] + ("s" if n != 1 else "")
+    return _LABELS.get(kind, kind) + ("s" if n != 1 else "")

@@ -20,8 +20,7 @@ import sqlalchemy as sa
 from core.storage import dialect
 
 BLOB_KEY = "$base64"
-TURN_TABLES = ("memory_studio_turns",)  # the turn-record table (issue 10); others matching the prefix too
-TURN_TABLE_PREFIX = "memory_studio_turn"
+TURN_TABLES = ("memory_studio_turns",)  # the turn-record table (issue 10)
 THREAD_COLUMNS = ("thread_id", "threadId")
 _CACHE_KEY = "memory-studio:transfer-columns"
 
@@ -164,12 +163,12 @@ def same_value_sql(conn: sa.Connection, column: str) -> str:
 
 
 def turn_table(conn: sa.Connection) -> str | None:
-    """The turn-record table of this database, if it has one (named ``memory_studio_turns``)."""
+    """The turn-record table of this database, if it has one (``memory_studio_turns``; no other
+    table is taken for it, so import never writes a table found by a name pattern)."""
     for name in TURN_TABLES:
         if has_table(conn, name):
             return name
-    names = dialect.table_names_starting(conn, TURN_TABLE_PREFIX)
-    return names[0] if names else None
+    return None
 
 
 def thread_column(conn: sa.Connection, table: str) -> str | None:

@@ -17,7 +17,13 @@ from typing import Any, Literal, Mapping
 
 from core import Store, WorkingMemoryOptions
 from core.agent_configs import AgentConfig
-from core.working_memory import Version, WorkingMemoryService, normalize_ws
+from core.working_memory import (
+    DEFAULT_KEPT_VERSIONS,
+    DEFAULT_MAX_WORKING_MEMORY_BYTES,
+    Version,
+    WorkingMemoryService,
+    normalize_ws,
+)
 from core.working_memory_schema import load_stored, validate, working_memory_merge
 from studio.logic.memory_config import ConfigState
 from studio.selection import Selection
@@ -68,6 +74,9 @@ class WmSnapshot:
     history_available: bool = True  # False: the file has no memory_studio_wm_versions table (unmigrated)
     tokens: int = 0  # of the stored text
     version_tokens: dict[int, int] = field(default_factory=dict)  # version id -> tokens
+    # The agent's limits (MemoryOptions): the largest value saved, and how many versions are kept.
+    max_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES
+    versions_kept: int | None = DEFAULT_KEPT_VERSIONS
 
     @property
     def fmt(self) -> str:
@@ -280,13 +289,15 @@ def switch_json_mode(draft: WmDraft, text: str, to: JsonMode) -> tuple[str, bool
 
 def save_wm(
     store: Store, opts: WorkingMemoryOptions, target: WmTarget, value: str, *, expected: str | None,
-    note: str | None = None,
+    note: str | None = None, max_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES,
+    versions_kept: int | None = DEFAULT_KEPT_VERSIONS,
 ) -> str | None:
     """Write the staged value if the stored one still equals ``expected`` (else ConcurrentUpdateError).
 
-    Returns the stored text. The service keeps a version of every write.
+    Returns the stored text. The service keeps a version of every write, within the agent's limits
+    (``max_bytes``: a larger value is refused; ``versions_kept``: older versions are deleted).
     """
-    service = WorkingMemoryService(store)
+    service = WorkingMemoryService(store, max_bytes=max_bytes, keep_versions=versions_kept)
     payload: Any = json.loads(value) if opts.mode == "json" else value
     written = service.write(
         opts, thread_id=target.thread_id, resource_id=target.resource_id, value=payload, author="studio",

@@ -10,11 +10,13 @@ write action and says why.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QItemSelection, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QSplitter,
@@ -44,6 +46,7 @@ from studio.logic.wm_editing import (
 )
 from studio.reads import load_wm
 from studio.selection import Selection
+from studio.session import DatabaseFileLostError
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
@@ -90,6 +93,7 @@ class WorkingMemoryPane(QWidget):
     saved = Signal(object)  # stored text
     conflict = Signal(object)  # the stored text found instead of the expected one
     failed = Signal(str)
+    edit_saved_as = Signal(str)  # the editor's text was written to this file (Save Edit As…)
     config_saved = Signal(object)
     request_command = Signal(str)  # a main-window command this pane offers (File > Migrate Database…)
 
@@ -111,7 +115,9 @@ class WorkingMemoryPane(QWidget):
         self._register_commands()
         session.changed.connect(self.reload)
         if hasattr(session, "read_only_changed"):
-            session.read_only_changed.connect(lambda _ro: self._update_actions())
+            session.read_only_changed.connect(lambda _ro: self._on_read_only_changed())
+        if hasattr(session, "file_lost"):
+            session.file_lost.connect(self._on_file_lost)
         self._show_empty("Pick a resource or a thread to see its working memory.")
 
     # -- construction ----------------------------------------------------------------------------
@@ -292,6 +298,8 @@ class WorkingMemoryPane(QWidget):
         add("wm.take_theirs", "Resolve Conflict: Take the Stored Version", self.take_theirs,
             enabled=lambda: self._in_conflict)
         add("wm.reload", "Reload Working Memory", self.reload)
+        add("wm.save_edit_as", "Save Working Memory Edit As…", self.save_edit_as,
+            enabled=lambda: self.draft is not None)
         self._update_actions()
 
 
@@ -359,6 +367,7 @@ class WorkingMemoryPane(QWidget):
         else:
             self._start_draft(snap)
         self.version_model.set_rows(snap.version_rows())
+        self.history.set_kept(snap.versions_kept, len(snap.versions))
         self._fill_template_tab(snap)
         self.tabs.setTabText(1, f"History ({len(snap.versions)})")
         self._apply_read_only()
@@ -521,10 +530,17 @@ class WorkingMemoryPane(QWidget):
         self._saving = True
         self.status.setText("Saving…")
         self._update_actions()
-        self.session.run(
-            lambda: save_wm(store, snap.options, snap.target, value, expected=baseline, note=note),  # type: ignore[arg-type]
-            on_result=alive_only(self, self._on_saved), on_error=alive_only(self, self._on_save_error), key=self._key + "-save",
-        )
+        check_file = getattr(self.session, "check_file", None)
+
+        def write() -> str | None:
+            text = save_wm(store, snap.options, snap.target, value, expected=baseline, note=note,  # type: ignore[arg-type]
+                           max_bytes=snap.max_bytes, versions_kept=snap.versions_kept)
+            if check_file is not None:
+                check_file()  # a file deleted or replaced under us took the write with it: not saved
+            return text
+
+        self.session.run(write, on_result=alive_only(self, self._on_saved),
+                         on_error=alive_only(self, self._on_save_error), key=self._key + "-save")
 
     def _on_saved(self, text: str | None) -> None:
         self._saving = False
@@ -543,6 +559,9 @@ class WorkingMemoryPane(QWidget):
 
     def _on_save_error(self, exc: BaseException) -> None:
         self._saving = False
+        if isinstance(exc, DatabaseFileLostError):
+            self.session.mark_lost(str(exc))  # the banner (with Save Edit As…) comes with it
+            return
         if isinstance(exc, ConcurrentUpdateError):
             mine = self.editor.toPlainText()
             theirs = exc.current
@@ -644,7 +663,43 @@ class WorkingMemoryPane(QWidget):
         self.reload()
 
     # -- read-only and errors --------------------------------------------------------------------
+    def _on_read_only_changed(self) -> None:
+        self._apply_read_only()
+        self._update_actions()
+
+    def _on_file_lost(self, message: str) -> None:
+        """The database file is gone: nothing can be saved to it, but an unsaved edit is not lost."""
+        self._saving = False
+        self._on_read_only_changed()
+        if self._is_dirty():
+            self.info_banner.show_message(
+                f"{message} Your edit was not saved: Save Edit As… keeps it in a file of your choice.", "error",
+                [("Save Edit As…", self.save_edit_as)])
+            self.status.setText("Not saved: the database file is gone. Your edit is still in the editor.")
+
+    def save_edit_as(self) -> None:
+        if self.draft is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Save the working-memory edit as",
+                                              "working-memory.json" if self.draft.fmt == "json"
+                                              else "working-memory.md")
+        if path:
+            self.save_edit_to(path)
+
+    def save_edit_to(self, path: str) -> None:
+        """Write the editor's text to ``path`` (on a worker): the way out for an edit with nowhere to go."""
+        text = self.editor.toPlainText()
+
+        def done(_result: object) -> None:
+            self.status.setText(f"Your edit was saved to {path}.")
+            self.edit_saved_as.emit(path)
+
+        self.session.run(lambda: Path(path).write_text(text, encoding="utf-8"), on_result=alive_only(self, done),
+                         on_error=alive_only(self, self._on_error), key=self._key + "-save-as")
+
     def _read_only_reason(self) -> str:
+        if getattr(self.session, "lost", None):
+            return str(self.session.lost)
         if self.session.read_only:
             return (f"Read-only: {self.session.display_path} was opened read-only, so nothing can be saved. "
                     "Use File > Allow Writes to edit.")

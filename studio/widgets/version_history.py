@@ -74,7 +74,10 @@ class VersionHistory(QWidget):
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
-        ll.addWidget(caption("Every saved version, newest first"))
+        ll.addWidget(caption("Saved versions, newest first"))
+        self.kept_label = elastic(QLabel(""))
+        self.kept_label.setWordWrap(True)
+        ll.addWidget(self.kept_label)
         ll.addWidget(self.table, 1)
         right = QWidget()
         rl = QVBoxLayout(right)
@@ -100,6 +103,19 @@ class VersionHistory(QWidget):
     # -- data in / selection ---------------------------------------------------------------------
     def set_rows(self, rows: list[VersionRow]) -> None:
         self.model.set_rows(rows)
+
+    def set_kept(self, kept: int | None, count: int) -> None:
+        """Say how much history is kept (``MemoryOptions.max_working_memory_versions``), and whether
+        older versions have already been deleted."""
+        if kept is None:
+            self.kept_label.setText("Every version is kept.")
+        elif count >= kept:
+            self.kept_label.setText(f"Only the newest {kept} versions are kept: older ones were deleted as new "
+                                    "ones were saved, so numbers start from the oldest kept.")
+        else:
+            self.kept_label.setText(f"The newest {kept} versions are kept; older ones are deleted as new ones "
+                                    "are saved.")
+        self.kept_label.setToolTip("Set by the agent's MemoryOptions(max_working_memory_versions=...).")
 
     def selected_rows(self) -> list[VersionRow]:
         rows = sorted(i.row() for i in self.table.selectionModel().selectedRows())

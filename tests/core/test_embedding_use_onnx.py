@@ -93,6 +93,20 @@ def test_a_vector_depends_only_on_its_text(use: UseOnnxEmbedder) -> None:
 
 
 @needs_model
+def test_batched_vectors_are_bit_identical_to_one_at_a_time(use: UseOnnxEmbedder) -> None:
+    # A batch runs its texts one per call on parallel workers (longest first): every vector equals
+    # the one the same text gets alone, with one intra-op thread or two, in any order.
+    texts = [f"message {i}: " + "word " * (i % 9) + ("我对花生过敏" if i % 5 == 0 else "") for i in range(60)]
+    texts += ["", "a", "Caroline: I went to the LGBTQ support group yesterday and it was so powerful."]
+    batched = use.embed(texts)
+    alone = np.stack([use.embed([t])[0] for t in texts])
+    other_threads = UseOnnxEmbedder(threads=1).embed(texts[::-1])[::-1]
+    assert batched.dtype == np.float32 and batched.shape == (len(texts), 512)
+    assert np.array_equal(batched, alone)
+    assert np.array_equal(batched, other_threads)
+
+
+@needs_model
 def test_batched_mode_keeps_input_order_and_stays_close(use: UseOnnxEmbedder) -> None:
     texts = [f"message {i}: " + "word " * (i % 7) for i in range(70)]
     exact = use.embed(texts)

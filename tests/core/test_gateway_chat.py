@@ -105,11 +105,12 @@ def test_thread_and_resource_from_headers_and_conversation_ids(client, memory):
     for text in ("hello", "again"):
         reply = client.chat.completions.with_raw_response.create(
             model="echo", messages=[user(text)], user="carol", metadata={"conversation_id": "c-1"})
-    assert reply.headers["x-thread-id"] == "carol:c-1" and reply.headers["x-resource-id"] == "carol"
+    # (issue 17: in the "conversation:" namespace, so no client can name it, or collide with it)
+    assert reply.headers["x-thread-id"] == "conversation:carol:c-1" and reply.headers["x-resource-id"] == "carol"
     assert reply.parse().choices[0].message.content == "2 user message(s); last: again"
     other = client.chat.completions.with_raw_response.create(
         model="echo", messages=[user("hi")], user="dave", metadata={"conversation_id": "c-1"})
-    assert other.headers["x-thread-id"] == "dave:c-1"
+    assert other.headers["x-thread-id"] == "conversation:dave:c-1"
 
 
 def test_without_a_thread_each_request_gets_a_new_one_of_the_default_resource(client, memory):

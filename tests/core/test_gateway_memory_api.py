@@ -80,12 +80,15 @@ def test_messages_of_a_thread_oldest_first_and_owner_checked(server):
     assert status == 200 and data["total"] == 4
     assert [(m["role"], m["text"]) for m in data["messages"]][::2] == [("user", "first"), ("user", "second")]
     assert all(m["threadId"] == "t1" and m["content"]["format"] == 2 for m in data["messages"])
-    status, newest = call(server, "GET", "/api/memory/threads/t1/messages?perPage=1")
+    status, newest = call(server, "GET", "/api/memory/threads/t1/messages?resourceId=ada&perPage=1")
     assert [m["role"] for m in newest["messages"]] == ["assistant"] and newest["hasMore"]
     status, data = call(server, "GET", "/api/memory/threads/t1/messages?resourceId=mallory")
     assert status == 403 and data["error"]["code"] == "thread_ownership"
-    status, data = call(server, "GET", "/api/memory/threads/nope/messages")
+    status, data = call(server, "GET", "/api/memory/threads/nope/messages?resourceId=ada")
     assert status == 404 and data["error"]["type"] == "not_found_error"
+    # Issue 17: without a resource, no thread is readable (it used to read any thread).
+    status, data = call(server, "GET", "/api/memory/threads/t1/messages")
+    assert status == 400 and data["error"]["param"] == "resourceId"
 
 
 def test_working_memory_read_and_written_and_seen_by_the_next_turn(server):
@@ -97,14 +100,20 @@ def test_working_memory_read_and_written_and_seen_by_the_next_turn(server):
     status, data = call(server, "PUT", "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=chat",
                         {"workingMemory": profile})
     assert status == 200 and data["workingMemory"] == profile
-    assert call(server, "GET", "/api/memory/threads/t1/working-memory?agentId=chat")[1]["workingMemory"] == profile
+    assert call(server, "GET", "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=chat")[1][
+        "workingMemory"] == profile
     assert "- Name: Ada" in chat(server, "who am I?", "t1", "ada")
     # Another resource can neither read nor overwrite it through this thread.
     for method, body in (("GET", None), ("PUT", {"workingMemory": "# Profile\n- Name: Mallory\n"})):
         status, data = call(server, method, f"/api/memory/threads/t1/working-memory?resourceId=mallory&agentId=chat",
                             body)
         assert status == 403 and data["error"]["type"] == "permission_error"
-    assert call(server, "GET", "/api/memory/threads/t1/working-memory?agentId=chat")[1]["workingMemory"] == profile
+    # Nor can a caller that names no resource (issue 17: that used to read and write any thread).
+    for method, body in (("GET", None), ("PUT", {"workingMemory": "# Profile\n- Name: Nobody\n"})):
+        status, data = call(server, method, "/api/memory/threads/t1/working-memory?agentId=chat", body)
+        assert status == 400 and data["error"]["param"] == "resourceId"
+    assert call(server, "GET", "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=chat")[1][
+        "workingMemory"] == profile
 
 
 def test_schema_working_memory_and_choosing_the_agent(server):

@@ -121,7 +121,8 @@ def test_mastra_written_database_reads_correctly_and_is_not_migrated(tmp_path):
         store.close()
 
 
-def test_malformed_content_json_is_a_clear_error(store, db_path):
+def test_malformed_content_json_is_skipped_with_a_clear_report(store, db_path):
+    # Issue 17 item 4: one bad row never breaks a thread; reading skips it and says why.
     Memory(store).create_thread(resource_id="u1", thread_id="t1")
     conn = sqlite3.connect(db_path)
     conn.execute(
@@ -130,10 +131,9 @@ def test_malformed_content_json_is_a_clear_error(store, db_path):
     )
     conn.commit()
     conn.close()
-    from core import MessageFormatError
-
-    with pytest.raises(MessageFormatError, match="bad.*malformed content JSON"):
-        Memory(store).recall(thread_id="t1", resource_id="u1")
+    result = Memory(store).recall(thread_id="t1", resource_id="u1")
+    assert result.messages == [] and [u.id for u in result.unreadable] == ["bad"]
+    assert "Stored message bad has malformed content JSON" in result.unreadable[0].error
 
 
 def test_resolution_order(tmp_path):

@@ -247,3 +247,33 @@ def test_agent_writes_show_up_and_never_clobber_an_edit(qtbot, pane, session):
         session.changed.emit()
     assert pane.editor.toPlainText() == "my edit"
     assert pane.info_banner.isVisible() and "changed while you were editing" in pane.info_banner.text()
+
+
+def test_history_says_how_many_versions_are_kept_and_a_too_large_save_is_refused(qtbot, tmp_path):
+    # Issue 17 item 12: the agent keeps 3 versions and at most 2,000 bytes; the Studio follows both.
+    store = open_store(tmp_path / "memory.db")
+    memory = Memory(store, MemoryOptions(working_memory={"enabled": True}, max_working_memory_versions=3,
+                                         max_working_memory_bytes=2000), name="assistant")
+    memory.create_thread(resource_id="alice", thread_id="t1", title="Lisbon", metadata={"agent": "small-agent"})
+    for i in range(5):
+        memory.update_working_memory(thread_id="t1", resource_id="alice", working_memory=f"# User\n- v{i}")
+    memory.register("small-agent")
+    session = StudioSession(store)
+    pane = WorkingMemoryPane(session)
+    qtbot.addWidget(pane)
+    try:
+        snap = load(qtbot, pane, Selection("alice", "t1"))
+        assert len(snap.versions) == 3 and snap.versions_kept == 3
+        assert "Only the newest 3 versions are kept" in pane.history.kept_label.text()
+        pane.editor.replace_all("# User\n" + "x" * 3000)
+        with qtbot.waitSignal(pane.failed, timeout=10_000) as blocker:
+            pane.commands.run("wm.save")
+        assert "over the limit of 2,000 bytes" in blocker.args[0]
+        assert stored(session, "t1", "alice") == "# User\n- v4"
+        pane.editor.replace_all("# User\n- v5")
+        save_and_wait(qtbot, pane, pane.saved)
+        qtbot.waitUntil(lambda: pane.version_model.rows()[0].version.text == "# User\n- v5", timeout=10_000)
+        # v5 in, v2 pruned: still the newest 3
+        assert [r.version.text for r in pane.version_model.rows()] == ["# User\n- v5", "# User\n- v4", "# User\n- v3"]
+    finally:
+        session.close()

@@ -25,7 +25,7 @@ from sqlalchemy.engine.interfaces import BindTyping
 
 from core.storage import dialect, migrations
 from core.storage.capabilities import POSTGRES, Capabilities
-from core.storage.database import Database, DatabaseOpenError, ReadOnlyError
+from core.storage.database import Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError
 from core.storage.pg import adapt
 from core.storage.pg.location import PgLocation
 
@@ -87,8 +87,19 @@ class PgDatabase(Database):
 
     @contextmanager
     def transaction(self) -> Iterator[sa.Connection]:
-        with self.engine.begin() as conn:
-            yield conn
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except BaseException as exc:
+            self._raise_ours(exc)
+            raise
+
+    def _raise_ours(self, exc: BaseException) -> None:
+        """A server fault becomes a ``StorageError`` naming the database and what to do, never a raw
+        driver error carrying SQL text and parameters (``from None``: not even chained)."""
+        ours = translate_pg_error(self.location.display, exc)
+        if ours is not None:
+            raise ours from None
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:
         """Hold these names until the transaction ends (sorted, so two writers never deadlock)."""
@@ -120,6 +131,42 @@ def _translate(conn: Any, cursor: Any, statement: str, parameters: Any, context:
     if context is not None and getattr(context, "compiled", None) is None:
         statement = adapt.qmark_to_format(statement)
     return statement, parameters
+
+
+# SQLSTATE classes and codes of faults that are the server's or the connection's, not the statement's.
+_CONNECTION_CLASSES = ("08",)  # connection exception
+_UNAVAILABLE_CODES = {"57P01": "the server is shutting down or restarting (admin shutdown)",
+                      "57P02": "the server crashed and is restarting",
+                      "57P03": "the server is starting up or shutting down and accepts no connections now",
+                      "53300": "the server has too many connections",
+                      "40001": "the transaction was ended to resolve a conflict with another one (serialization)",
+                      "40P01": "the transaction was ended to resolve a deadlock"}
+
+
+def translate_pg_error(display: str, exc: BaseException) -> StorageError | None:
+    """Our error for a Postgres fault that is not the statement's own doing (else None).
+
+    Connection losses and refusals (a restart, a failover, the network), server shutdowns and
+    transactions the server ended (serialization failures, deadlocks) are ``StorageUnavailableError``:
+    retryable, nothing of the call was committed. The message holds the server's first line and
+    SQLSTATE, never the statement or its parameters.
+    """
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(exc, (sa.exc.DBAPIError, psycopg.Error)) or not isinstance(orig, psycopg.Error):
+        return None
+    state = orig.sqlstate or ""
+    lost = isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)) and not state
+    if not (lost or state.startswith(_CONNECTION_CLASSES) or state in _UNAVAILABLE_CODES
+            or getattr(exc, "connection_invalidated", False)):
+        return None
+    first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    why = _UNAVAILABLE_CODES.get(state, "the connection to the server failed or was closed")
+    code = f", SQLSTATE {state}" if state else ""
+    error = StorageUnavailableError(
+        f"The Postgres server for {display} could not complete this call: {why} ({first}{code}). Nothing of it "
+        "was committed. Try again once the server is back; connections are re-made automatically.")
+    error.sqlstate = state  # type: ignore[attr-defined]
+    return error
 
 
 def _pool_size() -> int:

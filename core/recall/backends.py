@@ -1,0 +1,79 @@
+"""What a ``RecallIndex`` needs of its two backends, whatever the database.
+
+A keyword backend keeps one document per indexed message (its text, and its context at a lower
+weight) and ranks them for a query; a vector backend keeps one vector row per message and model and
+answers nearest-neighbour queries per scope. Both write inside the index's one write transaction per
+batch (``conn``), so a batch's keyword docs and vectors land together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+import sqlalchemy as sa
+
+from core.recall.keyword import KeywordHit, TermStats
+from core.recall.matrix import ScopeVectors
+from core.recall.types import DocRow, VectorRow
+from core.recall.vector_table import VectorState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage.database import Database
+
+
+class KeywordBackend(Protocol):
+    available: bool  # the docs table exists (the recall migrations were applied)
+    stats: TermStats  # document frequencies, for dropping very common query terms
+
+    def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
+        """(the query's quoted terms that are searched, the very common ones dropped)."""
+
+    def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
+               limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]: ...
+
+    def write_docs(self, conn: sa.Connection, docs: list[DocRow]) -> None:
+        """Replace these messages' docs (an empty text removes the doc), in one pass per batch."""
+
+    def delete_docs(self, conn: sa.Connection, message_ids: list[str]) -> None: ...
+
+    def delete_thread(self, conn: sa.Connection, thread_id: str) -> None: ...
+
+    def drain(self, conn: sa.Connection, indexed: Collection[str] = ()) -> tuple[int, list[str]]:
+        """Apply one batch of queued message changes; (changes applied, ids of messages gone)."""
+
+    def has_pending(self, conn: sa.Connection) -> bool: ...
+
+    def pending_deletes(self, conn: sa.Connection) -> set[str]: ...
+
+    def waiting(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> int:
+        """How many messages of a scope wait to be keyword-indexed (read only)."""
+
+
+class VectorBackend(Protocol):
+    table: str
+    info: Any  # the table's description (``name``, ``has_model_id``...), None when there is no table
+
+    def open(self, db: "Database", writable: bool) -> None:
+        """Find the vector table; create it when ``writable`` and missing."""
+
+    def upsert(self, conn: sa.Connection, rows: Sequence[VectorRow]) -> None: ...
+
+    def delete(self, conn: sa.Connection, key: str, values: list[str]) -> None:
+        """Delete rows whose ``key`` (message_id / thread_id) is one of ``values``."""
+
+    def indexed_ids(self, conn: sa.Connection, message_ids: Sequence[str]) -> set[str]: ...
+
+    def stored_state(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, VectorState]: ...
+
+    def models_of(self, conn: sa.Connection, message_id: str) -> set[str | None]: ...
+
+    def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None: ...
+
+    def maintain(self, db: "Database", resources: Sequence[str]) -> list[str]:
+        """After a write, outside its transaction: keep derived search structures of these scopes up to
+        date (persisted partitions); returns the scopes rebuilt."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,238 @@
+"""The vector half of a ``RecallIndex`` on libSQL: float32 blobs in ``memory_messages_<dim>``
+(``vector_table``), searched in process.
+
+Each scope (a resource, or a thread) is answered by a ``VectorSet`` (``matrix``) loaded from the table
+on first use and kept: extended with rows appended since, dropped when rows were rewritten or deleted,
+both told by the change counters the table's triggers keep, so vectors written by another process
+appear without polling the table.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from core.recall import ivf_store, matrix, vector_table
+from core.recall.ivf_store import IvfMeta, IvfScope
+from core.recall.matrix import ScopeVectors, VectorSet
+from core.recall.schema import ensure_vector_table, has_table, quoted, vector_table_name
+from core.recall.tables import IVF_TABLE
+from core.recall.vector_table import TableInfo, VectorState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage.database import Database
+
+MAX_CACHED_SETS = 64
+
+
+class MatrixVectors:
+    def __init__(self, dim: int, model_id: str) -> None:
+        self.dim = dim
+        self.model_id = model_id
+        self.table = vector_table_name(dim)
+        self.info: TableInfo | None = None
+        self._lock = threading.RLock()
+        self._sets: OrderedDict[tuple[str, str], VectorSet] = OrderedDict()
+        self._counters: tuple[int, int] | None = None
+        self._stale: set[tuple[str, str]] = set()
+        self.has_ivf = False  # the partition tables exist (migration 0017_recall_ivf)
+        self._partitioned: dict[str, IvfScope] = {}  # resource -> its persisted partition, as searched
+        self._metas: dict[str, IvfMeta] = {}  # resource -> partition metadata (centroids), for writers
+        self._sizes: dict[str, int] = {}  # resource -> rows, counted once per process, then kept up to date
+
+    def open(self, db: "Database", writable: bool) -> None:
+        """Find the table; create it (or adopt Mastra's) when writable and not yet in our shape.
+
+        Only then is the write lock taken: an index built for a preview or a search of an existing
+        table must not write (nor wait on a busy writer).
+        """
+        with db.read() as conn:
+            self.info = vector_table.inspect(conn, self.table, self.dim)
+            self.has_ivf = has_table(conn, IVF_TABLE)
+        if writable and (self.info is None or not (self.info.has_model_id and self.info.has_our_indexes)):
+            with db.write() as conn:
+                ensure_vector_table(conn, self.dim)
+                self.info = vector_table.inspect(conn, self.table, self.dim)
+
+    # -- writing (inside the caller's write transaction) -------------------------------------------
+    def upsert(self, conn: sa.Connection, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
+        """Write rows; rows of a partitioned scope join their nearest list in the same transaction."""
+        assert self.info is not None
+        vector_table.upsert(conn, self.info, rows)
+        if not self.has_ivf:
+            return
+        by_scope: dict[str, list[tuple[str, np.ndarray]]] = {}
+        for vid, vec, meta, _model in rows:
+            resource = meta.get("resource_id")
+            if resource:
+                by_scope.setdefault(str(resource), []).append((vid, vec))
+        for resource, written in by_scope.items():
+            if resource in self._sizes:
+                self._sizes[resource] += len(written)
+            part = self._meta(conn, resource)
+            if part is None:
+                continue
+            rowids: dict[str, int] = dict(conn.exec_driver_sql(
+                f"SELECT vector_id, rowid FROM {quoted(self.info.name)} WHERE vector_id IN ({','.join('?' * len(written))})",
+                tuple(v for v, _ in written)).all())
+            kept = [(rowids[v], vec) for v, vec in written if v in rowids]
+            if kept:
+                ivf_store.assign(conn, part, [r for r, _ in kept], np.stack([vec for _, vec in kept]), self.info, resource)
+
+    def _meta(self, conn: sa.Connection, resource: str) -> IvfMeta | None:
+        """A scope's partition (centroids cached until another one is built)."""
+        row = conn.exec_driver_sql(
+            f"SELECT ivf_id, built_at FROM {IVF_TABLE} WHERE vector_table = ? AND model_id = ? AND scope = ?",
+            (self.table, self.model_id, ivf_store.scope_key(resource)),
+        ).first()
+        if row is None:
+            self._metas.pop(resource, None)
+            return None
+        cached = self._metas.get(resource)
+        if cached is None or (cached.ivf_id, cached.built_at) != (int(row[0]), str(row[1])):
+            found = ivf_store.find(conn, self.table, self.model_id, ivf_store.scope_key(resource))
+            if found is None:
+                return None
+            self._metas[resource] = cached = found
+        return cached
+
+    def maintain(self, db: "Database", resources: Sequence[str]) -> list[str]:
+        """Partition the scopes written to that reached ``IVF_MIN_ROWS`` (or grew ``REBUILD_GROWTH``
+        times since their partition was built). The k-means runs on a read snapshot, outside any
+        write transaction; rows written meanwhile are assigned when the partition is saved.
+        Returns the resources partitioned."""
+        if not self.has_ivf or self.info is None:
+            return []
+        done: list[str] = []
+        for resource in dict.fromkeys(resources):
+            known = self._sizes.get(resource)
+            if known is not None and known < matrix.IVF_MIN_ROWS and resource not in self._metas:
+                continue  # small and unpartitioned, as counted before: no read at all
+            with db.read() as conn:
+                part = self._meta(conn, resource)
+                size = self._sizes.get(resource)
+                if size is None:
+                    size = self._sizes[resource] = self._count(conn, resource)
+                due = size >= matrix.IVF_MIN_ROWS if part is None else size >= ivf_store.REBUILD_GROWTH * part.built_rows
+                if not due:
+                    continue
+                built = ivf_store.build(conn, self.info, self.model_id, resource)
+            if built is None:  # fewer usable rows than counted (other models' rows): count again later
+                self._sizes.pop(resource, None)
+                continue
+            partition, rowids, max_rowid = built
+            with db.write() as conn:
+                meta = ivf_store.save(conn, self.table, self.model_id, ivf_store.scope_key(resource), partition,
+                                      rowids, max_rowid)
+                newer = [r for r in vector_table.load_rows(conn, self.info, resource_id=resource, thread_id=None,
+                                                           after_rowid=max_rowid)
+                         if r.model_id in (None, self.model_id)]
+                vecs = [(r.rowid, vector_table.decode(r.blob, self.dim)) for r in newer]
+                kept = [(rid, v) for rid, v in vecs if v is not None]
+                if kept:
+                    ivf_store.assign(conn, meta, [r for r, _ in kept], np.stack([v for _, v in kept]), self.info, resource)
+            self._metas.pop(resource, None)
+            self._sizes[resource] = partition.size + len(kept)
+            done.append(resource)
+        return done
+
+    def _count(self, conn: sa.Connection, resource: str) -> int:
+        assert self.info is not None
+        hint = f"INDEXED BY {quoted(self.info.name + '_resource_id')}" if self.info.has_our_indexes else ""
+        return int(conn.exec_driver_sql(
+            f"SELECT count(*) FROM {quoted(self.info.name)} {hint} WHERE json_extract(metadata, '$.resource_id') = ?",
+            (resource,)).scalar() or 0)
+
+    def delete(self, conn: sa.Connection, key: str, values: list[str]) -> None:
+        if self.info is not None and values:
+            vector_table.delete_where(conn, self.info, key, values)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def indexed_ids(self, conn: sa.Connection, message_ids: Sequence[str]) -> set[str]:
+        assert self.info is not None
+        return vector_table.indexed_message_ids(conn, self.info, self.model_id, message_ids)
+
+    def stored_state(self, conn: sa.Connection, message_ids: Sequence[str]) -> dict[str, VectorState]:
+        if self.info is None:
+            return {}
+        return vector_table.stored_state(conn, self.info, self.model_id, message_ids)
+
+    def models_of(self, conn: sa.Connection, message_id: str) -> set[str | None]:
+        """The models that have a vector of this message here (None: written without a model id)."""
+        if self.info is None:
+            return set()
+        model = "model_id" if self.info.has_model_id else "NULL"
+        return {r[0] for r in conn.exec_driver_sql(
+            f"SELECT {model} FROM {quoted(self.info.name)} WHERE vector_id = ? "
+            "OR json_extract(metadata, '$.message_id') = ?", (message_id, message_id))}
+
+    def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None:
+        """The vectors of a scope, refreshed against the table's change counters: a resource with a
+        persisted partition is read list by list (``IvfScope``), any other scope is loaded whole
+        and cached (``VectorSet``)."""
+        if self.info is None:
+            return None
+        key = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
+        with self._lock:
+            counters = vector_table.change_counters(conn, self.info)
+            if self._counters is not None and counters != self._counters:
+                if counters[1] != self._counters[1] or not self.info.has_our_indexes:
+                    self._sets.clear()  # rows updated or deleted: reload from the store of record
+                    self._partitioned.clear()
+                else:
+                    self._stale.update(self._sets)
+                    views = {r: p.refreshed(conn) for r, p in self._partitioned.items()}
+                    self._partitioned = {r: p for r, p in views.items() if p is not None}
+            self._counters = counters
+            if resource_id is not None and key not in self._sets and self.has_ivf:
+                part = self._partitioned.get(resource_id)
+                if part is None:
+                    meta = ivf_store.find(conn, self.table, self.model_id, ivf_store.scope_key(resource_id))
+                    if meta is not None:
+                        part = self._partitioned[resource_id] = IvfScope(self.info, self.model_id, resource_id, meta)
+                if part is not None:
+                    part.conn = conn
+                    return part
+            vset = self._sets.get(key)
+            if vset is None:
+                vset = VectorSet(self.dim, self.model_id)
+                vset.extend(vector_table.load_rows(conn, self.info, resource_id=resource_id, thread_id=thread_id))
+                self._sets[key] = vset
+                self._stale.discard(key)
+                while len(self._sets) > MAX_CACHED_SETS:
+                    old, _ = self._sets.popitem(last=False)
+                    self._stale.discard(old)
+            elif key in self._stale:
+                vset.extend(
+                    vector_table.load_rows(
+                        conn, self.info, resource_id=resource_id, thread_id=thread_id, after_rowid=vset.max_rowid
+                    )
+                )
+                self._stale.discard(key)
+            self._sets.move_to_end(key)
+            return vset
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"cached_sets": len(self._sets), "cached_bytes": sum(s.nbytes() for s in self._sets.values())}
+
+    def close(self) -> None:
+        with self._lock:
+            self._sets.clear()
+            self._partitioned.clear()
+
+    # -- every vector table of a database (a thread deleted while recall is off) -------------------
+    @staticmethod
+    def delete_thread_everywhere(conn: sa.Connection, thread_id: str) -> None:
+        tables = [
+            r[0] for r in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = 'memory_messages' OR name LIKE 'memory_messages\\_%' ESCAPE '\\')"
+            )
+        ]
+        for info in (vector_table.inspect(conn, t, 0) for t in tables):
+            if info is not None and info.has_our_indexes:
+                vector_table.delete_where(conn, info, "thread_id", [thread_id])

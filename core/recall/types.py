@@ -1,0 +1,58 @@
+"""The recall index's value types, settings and errors, shared by the index, the search pipeline, the
+playground's explanation and the backends (so none of them imports another for a name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from core.errors import MemoryStudioError
+
+Mode = Literal["vector", "keyword", "hybrid"]
+MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
+CANDIDATES = 50  # depth of each list fed to the fusion; more than top_k so fusion can promote
+MIGRATE_HINT = "run `memory-studio migrate` on this database"
+
+# A keyword doc: (message_id, thread_id, resource_id, text, context).
+DocRow = tuple[str, "str | None", "str | None", str, str]
+# A vector row: (vector_id = message id, vector, metadata, model id).
+VectorRow = tuple[str, np.ndarray, dict[str, Any], str]
+
+
+class RecallError(MemoryStudioError, RuntimeError):
+    """Recall cannot work on this store with this embedder; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    message_id: str
+    thread_id: str | None
+    resource_id: str | None
+    score: float  # cosine (vector mode), -BM25 (keyword mode) or fused score in [0, 1] (hybrid mode)
+    source: Literal["vector", "keyword", "hybrid"]  # which ranking(s) found it
+    vector_score: float | None = None
+    keyword_score: float | None = None
+
+
+@dataclass
+class SearchResult:
+    hits: list[SearchHit]
+    reason: str | None = None  # why the answer is empty or degraded; None when all went well
+    mode: Mode = "hybrid"
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class IndexReport:
+    indexed: list[str] = field(default_factory=list)  # message ids with a vector written
+    keyword_indexed: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # id -> why it is not indexed (system, empty)
+    failed: dict[str, str] = field(default_factory=dict)  # id -> error (embedding or write failure)
+    removed: list[str] = field(default_factory=list)  # refresh: ids whose rows were dropped (deleted, no text)
+    unchanged: list[str] = field(default_factory=list)  # refresh: ids whose rows already matched
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed

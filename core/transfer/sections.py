@@ -1,0 +1,260 @@
+"""Which lists of an export file import reads, the one table each may write, and the rules its rows obey.
+
+An export file is data, never instructions: nothing in it names a table. Each list of the file is a
+*section* registered here with the table the importer writes it to; a list that is not registered
+is not imported, and a table that is not the table of a registered section is never written
+(``writable`` is asked before every write whose table is not spelled out in the importer's SQL).
+Bookkeeping tables (migrations, the recall index's state, settings) can never be a section's table.
+
+Every row of every section is checked before anything is written (``check_file``), with the same
+rules the API applies: ids without NUL or lone surrogates, text without them, rows that belong to
+the file's own threads and resources (a row naming a thread names one of the file's, with that
+thread's owner), no ``system`` messages, message content in the stored format within the size
+limit. One bad row refuses the whole file with a line naming the row.
+
+A new section (say, tool definitions) registers itself next to the code that imports it:
+
+    register(Section("toolDefinitions", "memory_studio_tools", label="tool definition"))
+
+then its import function writes only through ``writable(section.table)`` (or ``section.table``).
+``thread_field``/``resource_field``/``message_field`` name the columns that tie a row to the file's
+threads, resources and messages, and ``check`` adds rules of its own (return why a row is refused).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.ids import id_problem, lone_surrogate
+from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
+from core.messages import MessageFormatError, normalize_content
+from core.observational.records import lookup_key
+from core.transfer.errors import ExportFormatError, TransferError
+from core.transfer.report import register_kind
+
+#: Tables no file may ever write: the schema's journal, the recall index's own state and queue, settings.
+BOOKKEEPING_TABLES = frozenset({
+    "memory_studio_migrations", "memory_studio_settings", "memory_studio_recall_state", "memory_studio_recall_docs",
+    "memory_studio_recall_queue", "sqlite_sequence", "sqlite_master", "sqlite_schema",
+})
+#: Message roles a file may hold: what the API stores (``system`` never is) and Mastra's legacy ``tool``.
+MESSAGE_ROLES = ("user", "assistant", "signal", "tool")
+
+Row = Mapping[str, Any]
+RowCheck = Callable[[Row, "FileIndex"], "str | None"]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One list of the export file and the one table import writes its rows to."""
+
+    key: str  # the list in the file ("observations")
+    table: str | None  # chosen here, never by the file; None: rows checked, written through other sections
+    label: str = ""  # one row, in words ("observation row"); the report's kind is ``key``
+    id_fields: tuple[str, ...] = ("id",)  # ids, checked like every id the API takes
+    thread_field: str | None = None  # names one of the file's threads
+    resource_field: str | None = None  # names that thread's owner (or, without a thread, a resource of the file)
+    message_field: str | None = None  # names one of the file's messages, of the row's thread
+    check: RowCheck | None = None  # further rules: why the row is refused, or None
+    rows: Callable[[Mapping[str, Any]], list[Row]] | None = None  # where the rows are (default: the list)
+
+
+@dataclass
+class FileIndex:
+    """What the file holds, for rules that tie rows together."""
+
+    thread_owner: dict[str, str] = field(default_factory=dict)
+    resources: set[str] = field(default_factory=set)
+    message_thread: dict[str, str] = field(default_factory=dict)
+    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
+
+    @property
+    def owners(self) -> set[str]:
+        """Resources the file is about: its resource rows and its threads' owners."""
+        return self.resources | set(self.thread_owner.values())
+
+
+SECTIONS: dict[str, Section] = {}
+
+
+def register(section: Section) -> Section:
+    """Make ``section`` importable. Its table must not be a bookkeeping table or another section's."""
+    if section.table in BOOKKEEPING_TABLES:
+        raise ValueError(f"{section.table} is a bookkeeping table; no export section may write it.")
+    for other in SECTIONS.values():
+        if section.table is not None and other.table == section.table and other.key != section.key:
+            raise ValueError(f"{section.table} is already written by the {other.key!r} section.")
+    SECTIONS[section.key] = section
+    if section.table is not None:
+        register_kind(section.key, section.label or section.key)
+    return section
+
+
+def section(key: str) -> Section:
+    return SECTIONS[key]
+
+
+def writable(table: str) -> str:
+    """``table`` when import may write it (a registered section's table), else ``TransferError``."""
+    if table in BOOKKEEPING_TABLES or not any(s.table == table for s in SECTIONS.values()):
+        raise TransferError(f"Import never writes the table {table!r}: it is not the table of a known export "
+                            "section. Nothing was written.")
+    return table
+
+
+# -- the rules ---------------------------------------------------------------------------------------
+
+
+def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+    """Refuse the file (``ExportFormatError`` naming the row) when any row breaks a rule; reads no database."""
+    index = FileIndex(max_message_bytes=max_message_bytes)
+    for thread in data.get("threads", []):
+        index.thread_owner[thread["id"]] = thread["resourceId"]
+    index.resources = {r["id"] for r in data.get("resources", [])}
+    index.message_thread = {m["id"]: m["threadId"] for m in data.get("messages", [])}
+    for sec in SECTIONS.values():
+        rows = sec.rows(data) if sec.rows is not None else data.get(sec.key) or []
+        for position, row in enumerate(rows):
+            problem = row_problem(sec, row, index)
+            if problem is not None:
+                raise ExportFormatError(f"{name}: {describe(sec, position, row)} is refused: {problem}. "
+                                        "Nothing was imported; fix or remove that row.")
+
+
+def describe(sec: Section, position: int, row: Any) -> str:
+    """``messages[3] (id 'm1')``: where a row is, for a line that names it."""
+    key = next((row.get(f) for f in sec.id_fields if isinstance(row, Mapping) and row.get(f) is not None), None)
+    return f"{sec.key}[{position}]" + (f" ({sec.id_fields[0]} {key!r})" if key is not None else "")
+
+
+def row_problem(sec: Section, row: Any, index: FileIndex) -> str | None:
+    if not isinstance(row, Mapping):
+        return "it is not an object"
+    for name in sec.id_fields:
+        value = row.get(name)
+        if value is not None and (problem := id_problem(value)) is not None:
+            return f"its {name} cannot be used: {problem}"
+    for key, value in row.items():
+        if not isinstance(key, str) or id_problem(key) is not None:
+            return f"it has a field named {key!r}, which cannot be a column"
+        problem = _text_problem(value, top=True)
+        if problem is not None:
+            return f"its {key!r} {problem}"
+    thread = row.get(sec.thread_field) if sec.thread_field else None
+    if sec.thread_field and thread is not None:
+        if (problem := id_problem(thread)) is not None:
+            return f"its {sec.thread_field} cannot be used: {problem}"
+        if thread not in index.thread_owner:
+            return f"it names thread {thread!r}, which is not in the file"
+    if sec.resource_field and row.get(sec.resource_field) is not None:
+        resource = row[sec.resource_field]
+        if (problem := id_problem(resource)) is not None:
+            return f"its {sec.resource_field} cannot be used: {problem}"
+        owner = index.thread_owner.get(thread) if thread is not None else None
+        if owner is not None and resource != owner:
+            return f"it says resource {resource!r}, but its thread {thread!r} belongs to {owner!r}"
+        if owner is None and resource not in index.owners:
+            return f"it names resource {resource!r}, which is not in the file"
+    if sec.message_field and row.get(sec.message_field) is not None:
+        message = row[sec.message_field]
+        if index.message_thread.get(message) is None:
+            return f"it names message {message!r}, which is not in the file"
+        if thread is not None and index.message_thread[message] != thread:
+            return f"its message {message!r} is in thread {index.message_thread[message]!r}, not {thread!r}"
+    return sec.check(row, index) if sec.check is not None else None
+
+
+def _text_problem(value: Any, *, top: bool) -> str | None:
+    """Text that cannot be stored as it is: a lone surrogate anywhere, a NUL in a value bound as text."""
+    if top and isinstance(value, str) and "\x00" in value:
+        return "holds a NUL character (\\x00), which the database would cut the value at"
+    problem = lone_surrogate(value)
+    return f"holds {problem}" if problem is not None else None
+
+
+def _message_rule(row: Row, index: FileIndex) -> str | None:
+    role = row.get("role")
+    if role == "system":
+        return "a system message is never stored (instructions are the agent's, not the thread's)"
+    if role not in MESSAGE_ROLES:
+        return f"its role {role!r} is not one of {', '.join(MESSAGE_ROLES)}"
+    content = row.get("content")
+    if not isinstance(content, str):
+        return "its content must be the stored text (a string)"
+    size = len(content.encode("utf-8"))
+    if index.max_message_bytes is not None and size > index.max_message_bytes:
+        return f"its content is {size:,} bytes, over the message size limit of {index.max_message_bytes:,} bytes"
+    if row.get("type") == "v2":
+        return _format2_problem(content)
+    try:
+        normalize_content(content, message_id=str(row.get("id")))
+    except MessageFormatError as exc:
+        return str(exc)
+    return None
+
+
+def _format2_problem(content: str) -> str | None:
+    try:
+        value = json.loads(content)
+    except ValueError as exc:
+        return f"its content is not valid JSON ({exc})"
+    if not isinstance(value, dict) or value.get("format") != 2 or not isinstance(value.get("parts"), list):
+        return 'its content is not format 2 (a JSON object with "format": 2 and a "parts" list)'
+    for part in value["parts"]:
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            return "its content has a part without a string \"type\""
+    return None
+
+
+def _observation_rule(row: Row, index: FileIndex) -> str | None:
+    scope = row.get("scope")
+    if scope not in ("thread", "resource"):
+        return f"its scope {scope!r} is not thread or resource"
+    if scope == "thread" and row.get("threadId") is None:
+        return "a thread-scoped row needs a threadId"
+    if scope == "resource" and row.get("resourceId") is None:
+        return "a resource-scoped row needs a resourceId"
+    expected = lookup_key(scope, thread_id=row.get("threadId"), resource_id=row.get("resourceId"))
+    # Absent, the table's NOT NULL refuses it; present, it must be the row's own key (another key
+    # would put these observations into someone else's memory).
+    if row.get("lookupKey") is not None and row.get("lookupKey") != expected:
+        return f"its lookupKey {row.get('lookupKey')!r} is not {expected!r}, the key of its own scope"
+    return None
+
+
+def _working_memory_entry_rule(row: Row, index: FileIndex) -> str | None:
+    scope, owner = row.get("scope"), row.get("ownerId")
+    if scope == "thread" and owner not in index.thread_owner:
+        return f"it is the working memory of thread {owner!r}, which is not in the file"
+    if scope == "resource" and owner not in index.owners:
+        return f"it is the working memory of resource {owner!r}, which is not in the file"
+    for version in row.get("versions") or []:
+        if not isinstance(version, Mapping):
+            return "one of its versions is not an object"
+        if version.get("scope") != scope or version.get("owner_id") != owner:
+            return (f"its version {version.get('id')!r} belongs to {version.get('scope')} "
+                    f"{version.get('owner_id')!r}, not to this entry's {scope} {owner!r}")
+    return None
+
+
+def _version_rows(data: Mapping[str, Any]) -> list[Row]:
+    return [v for entry in data.get("workingMemory") or [] if isinstance(entry, Mapping)
+            for v in entry.get("versions") or [] if isinstance(v, Mapping)]
+
+
+RESOURCES = register(Section("resources", "mastra_resources", "resource"))
+THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id", "resourceId")))
+MESSAGES = register(Section("messages", "mastra_messages", "message", thread_field="threadId",
+                            resource_field="resourceId", check=_message_rule))
+# The current values are written with their resources and threads; the entries are checked here.
+WORKING_MEMORY = register(Section("workingMemory", None, "working-memory value",
+                                  id_fields=("ownerId",), check=_working_memory_entry_rule))
+WM_VERSIONS = register(Section("workingMemoryVersions", "memory_studio_wm_versions", "working-memory version",
+                               id_fields=("owner_id",), rows=_version_rows))
+OBSERVATIONS = register(Section("observations", "mastra_observational_memory", "observation row",
+                                thread_field="threadId", resource_field="resourceId", check=_observation_rule))
+TURNS = register(Section("turns", "memory_studio_turns", "turn record", id_fields=("input_message_id",),
+                         thread_field="thread_id", resource_field="resource_id", message_field="input_message_id"))

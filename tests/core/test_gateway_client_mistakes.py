@@ -1,0 +1,148 @@
+"""Conversation ids that cannot collide (issue 17, item 9) and clear 4xx statuses for every client
+mistake (items 6 and 10), through raw HTTP requests against a running gateway."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from core import Memory, MemoryOptions, Message
+from core.agent import Agent
+from core.gateway import GatewayServer, create_app
+from core.gateway.turns import conversation_thread_id
+from core.llm import ScriptedModel
+
+
+@pytest.fixture
+def memory(store) -> Memory:
+    return Memory(store, MemoryOptions(last_messages=20, working_memory={"enabled": True},
+                                       max_message_bytes=10_000, max_working_memory_bytes=1_000))
+
+
+@pytest.fixture
+def server(memory) -> Iterator[GatewayServer]:
+    def echo(messages: list[dict[str, Any]], tools: Any) -> str:
+        return f"{sum(1 for m in messages if m['role'] == 'user')} user message(s)"
+
+    agent = Agent("echo", instructions="Echo.", model=ScriptedModel(echo, context_window=500), memory=memory,
+                  tracer=False)
+    with GatewayServer(create_app([agent], token="")) as server:
+        yield server
+
+
+def send(server: GatewayServer, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    conn.request(method, path, data, {"content-type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    text = response.read()
+    conn.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, json.loads(text) if text else None
+
+
+def chat(server: GatewayServer, text: str = "hi", **fields: Any) -> tuple[int, dict[str, str], Any]:
+    return send(server, "POST", "/v1/chat/completions",
+                {"model": "echo", "messages": [{"role": "user", "content": text}], **fields})
+
+
+# -- item 9 -----------------------------------------------------------------------------------------
+
+
+def test_conversation_ids_cannot_collide():
+    assert conversation_thread_id("a:b", "c") != conversation_thread_id("a", "b:c")
+    assert conversation_thread_id("a%3Ab", "c") != conversation_thread_id("a:b", "c")
+    assert conversation_thread_id("bob", "1") == "conversation:bob:1"
+
+
+def test_two_resources_never_share_a_conversation_thread(server, memory):
+    _, first, _ = chat(server, "from a:b", user="a:b", metadata={"conversation_id": "c"})
+    _, second, _ = chat(server, "from a", user="a", metadata={"conversation_id": "b:c"})
+    assert first["x-thread-id"] != second["x-thread-id"]
+    assert memory.get_thread(first["x-thread-id"]).resource_id == "a:b"
+    assert memory.get_thread(second["x-thread-id"]).resource_id == "a"
+
+
+def test_nobody_can_take_bobs_conversation_first(server, memory):
+    # Mallory names the thread bob's conversation "1" would use, first: refused, whatever the form.
+    for thread in ("conversation:bob:1", conversation_thread_id("bob", "1")):
+        status, _, body = chat(server, "mine now", metadata={"thread_id": thread, "resource_id": "mallory"})
+        assert status == 400 and "conversation_id" in body["error"]["message"]
+        status, _, _ = send(server, "POST", "/v1/chat/completions", {
+            "model": "echo", "messages": [{"role": "user", "content": "x"}]},
+            headers={"x-thread-id": thread, "x-resource-id": "mallory"})
+        assert status == 400
+    # The old naming ("bob:1") is just a thread id now: Mallory may own it, and Bob is not locked out.
+    assert chat(server, "mine", metadata={"thread_id": "bob:1", "resource_id": "mallory"})[0] == 200
+    status, headers, body = chat(server, "hello", user="bob", metadata={"conversation_id": "1"})
+    assert status == 200 and headers["x-thread-id"] == "conversation:bob:1"
+    assert body["memory"]["thread_id"] == "conversation:bob:1"
+
+
+def test_a_conversation_begun_under_the_old_naming_goes_on_in_its_thread(server, memory):
+    memory.save_messages([Message.user("before the upgrade", thread_id="carol:7", resource_id="carol")])
+    for stream in (False, True):
+        status, headers, _ = send(server, "POST", "/v1/chat/completions", {
+            "model": "echo", "stream": stream, "user": "carol", "metadata": {"conversation_id": "7"},
+            "messages": [{"role": "user", "content": "after"}]}) if not stream else _stream(server)
+        assert status == 200 and headers["x-thread-id"] == "carol:7"
+    texts = [m.text for m in memory.recall(thread_id="carol:7").messages]
+    assert texts[:2] == ["before the upgrade", "after"] and "streamed" in texts
+    assert memory.get_thread("conversation:carol:7") is None
+
+
+def _stream(server: GatewayServer) -> tuple[int, dict[str, str], Any]:
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": "echo", "stream": True, "user": "carol", "metadata": {"conversation_id": "7"},
+        "messages": [{"role": "user", "content": "streamed"}]}), {"content-type": "application/json"})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    assert b"data: [DONE]" in body
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, None
+
+
+# -- items 6 and 10 ---------------------------------------------------------------------------------
+
+
+MISTAKES: list[tuple[str, str, Any, bytes | None, int]] = [
+    ("message over the size limit", "/v1/chat/completions",
+     {"model": "echo", "messages": [{"role": "user", "content": "x" * 20_000}]}, None, 413),
+    ("prompt over the context window", "/v1/chat/completions",
+     {"model": "echo", "messages": [{"role": "user", "content": "word " * 900}]}, None, 400),
+    ("lone surrogate", "/v1/chat/completions", None,
+     b'{"model": "echo", "messages": [{"role": "user", "content": "a\\udc00"}]}', 400),
+    ("NUL in a thread id", "/v1/chat/completions",
+     {"model": "echo", "messages": [{"role": "user", "content": "x"}], "metadata": {"thread_id": "t\u0000"}}, None,
+     400),
+    ("deep JSON", "/v1/chat/completions", None, b'{"model": "echo", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+     400),
+    ("huge number", "/v1/chat/completions", None, b'{"model": "echo", "n": ' + b"9" * 5000 + b"}", 400),
+    ("NaN", "/v1/chat/completions", None, b'{"model": "echo", "n": NaN, "messages": []}', 400),
+    ("model not a string", "/v1/chat/completions", {"model": ["echo"], "messages": []}, None, 400),
+    ("messages not a list", "/v1/chat/completions", {"model": "echo", "messages": "hi"}, None, 400),
+    ("content null", "/v1/chat/completions", {"model": "echo", "messages": [{"role": "user", "content": None}]},
+     None, 400),
+    ("metadata not an object", "/v1/chat/completions",
+     {"model": "echo", "messages": [{"role": "user", "content": "x"}], "metadata": "t1"}, None, 400),
+    ("working memory over its limit", "/api/memory/threads/t1/working-memory?resourceId=ada",
+     {"workingMemory": "# Notes\n" + "y" * 2_000}, None, 413),
+    ("working memory of the wrong type", "/api/memory/threads/t1/working-memory?resourceId=ada",
+     {"workingMemory": ["not", "markdown"]}, None, 400),
+    ("NUL in a path thread id", "/api/memory/threads/t%00x/messages?resourceId=ada", None, None, 400),
+    ("lone surrogate in a path", "/api/memory/threads/%ED%A0%80/messages?resourceId=ada", None, None, 404),
+]
+
+
+@pytest.mark.parametrize("what, path, body, raw, status", MISTAKES, ids=[m[0] for m in MISTAKES])
+def test_client_mistakes_are_4xx_with_the_reason(server, memory, what, path, body, raw, status):
+    method = "PUT" if "working-memory" in path else ("POST" if body is not None or raw is not None else "GET")
+    got, _, reply = send(server, method, path, body, raw=raw)
+    assert got == status, reply
+    assert reply["error"]["type"] != "server_error" and reply["error"]["message"]
+    assert memory.list_threads(resource_id="default").total == 0  # nothing was stored

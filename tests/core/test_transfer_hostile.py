@@ -1,0 +1,220 @@
+"""Hostile and careless import files (issue 17, items 1-3): a file never names the tables it writes,
+overwrite respects ownership, and every row obeys the API's rules, or nothing of the file is written."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from core import Memory, Message, open_store
+from core.cli import main
+from core.transfer import ExportFormatError, ExportOptions, TransferError, export_resource, import_data
+from core.transfer import sections
+
+from .transfer_data import TABLES, add_turn_table, seed_source, snapshot, table_rows
+
+pytestmark = pytest.mark.backends
+
+NewDb = Callable[[str], "Path | str"]
+
+
+@pytest.fixture
+def exported(new_db: NewDb) -> dict[str, Any]:
+    source = new_db("source.db")
+    seed_source(source)
+    with open_store(source, read_only=True, create=False) as store:
+        return export_resource(store, "ada", ExportOptions())
+
+
+@pytest.fixture
+def target(new_db: NewDb) -> "Path | str":
+    """A database where mallory and bob already have memory of their own."""
+    path = new_db("target.db")
+    with open_store(path) as store:
+        memory = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+        memory.save_messages([Message.user("mallory's secret", id="m-secret", thread_id="t-mallory",
+                                           resource_id="mallory")])
+        memory.save_messages([Message.user("bob's note", id="b-note", thread_id="t-bob", resource_id="bob")])
+        memory.update_working_memory(resource_id="mallory", working_memory="# Mallory\n- keeps her own notes\n")
+    add_turn_table(path)
+    return path
+
+
+def everything(path: "Path | str") -> dict[str, Any]:
+    return {**snapshot(path), "migrations": table_rows(path, "memory_studio_migrations")}
+
+
+def refused(path: "Path | str", data: dict[str, Any], match: str, **kw: Any) -> None:
+    before = everything(path)
+    with open_store(path) as store, pytest.raises(ExportFormatError, match=match):
+        import_data(store, data, **kw)
+    assert everything(path) == before  # nothing of a refused file is written
+
+
+# -- item 1: the file never names a table ---------------------------------------------------------
+
+
+def test_turns_table_named_by_the_file_is_refused(exported, target):
+    thread_row = table_rows(target, "mastra_threads")
+    steal = copy.deepcopy(exported)  # "turn records" that are really a thread row, moved to ada
+    steal["turnsTable"] = "mastra_threads"
+    steal["turns"] = [{"id": "t-mallory", "resourceId": "ada", "title": "mine now", "metadata": None,
+                       "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z"}]
+    refused(target, steal, r"\"turnsTable\" names 'mastra_threads'")
+    refused(target, steal, "turnsTable", overwrite=True)
+    fake = copy.deepcopy(exported)
+    fake["turnsTable"] = "memory_studio_migrations"
+    fake["turns"] = [{"name": "9999_from_the_future", "appliedAt": "2026-01-01T00:00:00.000Z"}]
+    refused(target, fake, "memory_studio_migrations")
+    assert table_rows(target, "mastra_threads") == thread_row
+    with open_store(target) as store:  # still writable: no fake migration made every write fail
+        Memory(store).save_messages([Message.user("still fine", thread_id="t-bob", resource_id="bob")])
+
+
+def test_rows_of_a_known_section_cannot_reach_other_threads(exported, target):
+    # Turn records are written only to the turn table, and only for the file's own threads.
+    data = copy.deepcopy(exported)
+    data["turns"].append({"input_message_id": "b-note", "thread_id": "t-bob", "resource_id": "bob",
+                          "wm_version_id": None, "record": "{}", "createdAt": "2026-01-01T00:00:00.000Z"})
+    refused(target, data, r"turns\[1\] \(input_message_id 'b-note'\) is refused: it names thread 't-bob', "
+                          "which is not in the file")
+    data = copy.deepcopy(exported)
+    data["turns"][0]["input_message_id"] = "b-note"  # a thread of the file, a message of bob's
+    refused(target, data, "it names message 'b-note', which is not in the file")
+
+
+def test_working_memory_and_observations_stay_with_their_owner(exported, target):
+    data = copy.deepcopy(exported)
+    data["workingMemory"][0]["versions"][0]["owner_id"] = "mallory"
+    refused(target, data, r"workingMemory\[0\] \(ownerId 'ada'\) is refused: its version .* belongs to resource "
+                          "'mallory'")
+    data = copy.deepcopy(exported)
+    data["workingMemory"].append({"scope": "resource", "ownerId": "mallory", "value": "# pwned", "versions": []})
+    refused(target, data, "working memory of resource 'mallory', which is not in the file")
+    data = copy.deepcopy(exported)
+    data["observations"][0]["lookupKey"] = "resource:mallory"
+    refused(target, data, "lookupKey 'resource:mallory' is not 'thread:t-groceries'")
+    data = copy.deepcopy(exported)
+    data["observations"][0].update(scope="resource", lookupKey="resource:mallory", resourceId="mallory",
+                                   threadId=None)
+    refused(target, data, "names resource 'mallory', which is not in the file")
+
+
+def test_only_registered_tables_are_writable():
+    assert sections.writable("mastra_messages") == "mastra_messages"
+    for table in ("memory_studio_migrations", "memory_studio_settings", "sqlite_master", "anything_else"):
+        with pytest.raises(TransferError, match="never writes the table"):
+            sections.writable(table)
+    with pytest.raises(ValueError, match="bookkeeping table"):
+        sections.register(sections.Section("evil", "memory_studio_migrations"))
+    with pytest.raises(ValueError, match="already written by the 'messages' section"):
+        sections.register(sections.Section("moreMessages", "mastra_messages"))
+    assert {s.table for s in sections.SECTIONS.values()} - {None} <= set(TABLES)
+
+
+# -- item 2: overwrite respects ownership --------------------------------------------------------
+
+
+def test_overwrite_never_moves_a_message_out_of_another_thread(exported, target):
+    data = copy.deepcopy(exported)
+    data["messages"][0]["id"] = "m-secret"  # ada's file claims mallory's message
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, data, overwrite=overwrite)
+        conflict = next(c for c in report.conflicts if c.id == "m-secret")
+        assert conflict.kind == "messages" and not conflict.replaceable and not conflict.overwritten
+        assert "is in thread t-mallory here" in conflict.reason and "never moves" in conflict.reason
+        assert "m-secret" not in report.message_ids
+    row = next(r for r in table_rows(target, "mastra_messages") if r[0] == "m-secret")
+    assert row[2] == "t-mallory" and "mallory's secret" in row[4]
+
+
+def test_a_message_of_another_resource_than_its_thread_is_refused(exported, target):
+    data = copy.deepcopy(exported)
+    data["messages"][1]["resourceId"] = "mallory"
+    refused(target, data, r"messages\[1\] \(id 'g1'\) is refused: it says resource 'mallory', but its thread "
+                          "'t-groceries' belongs to 'ada'", overwrite=True)
+
+
+def test_overwrite_never_takes_another_threads_turn_record(exported, target, new_db):
+    # A record in the target whose key (the input message id) belongs to another thread here.
+    with open_store(target) as store:
+        Memory(store).save_messages([Message.user("ada? no, bob", id="g1x", thread_id="t-bob", resource_id="bob")])
+    from .transfer_data import run_sql
+
+    run_sql(target, ("INSERT INTO memory_studio_turns VALUES ('g1', 't-bob', 'bob', NULL, '{}', ?)",
+                     ("2026-01-01T00:00:00.000Z",)))
+    with open_store(target) as store:
+        report = import_data(store, exported, overwrite=True)
+    conflict = next(c for c in report.conflicts if c.kind == "turns")
+    assert conflict.id == "g1" and not conflict.replaceable and "thread_id 't-bob'" in conflict.reason
+    assert [r[2] for r in table_rows(target, "memory_studio_turns") if r[0] == "g1"] == ["t-bob"]
+
+
+# -- item 3: the API's rules --------------------------------------------------------------------
+
+
+def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
+    for row in data["threads"]:
+        row["id"] = new if row["id"] == old else row["id"]
+    for row in [*data["messages"], *data["observations"]]:
+        row["threadId"] = new if row.get("threadId") == old else row.get("threadId")
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda d: d["messages"][0].update(id="g0\x00evil"), r"messages\[0\] \(id 'g0\\x00evil'\) is refused: its id "
+                                                           "cannot be used: it contains a NUL"),
+    (lambda d: d["messages"][0].update(id="g0\ud800"), "lone surrogate"),
+    (lambda d: rename_thread(d, "t-party", "t-party\x00evil"), "is refused: its id cannot be used: it contains a NUL"),
+    (lambda d: d["threads"][0].update(resourceId="ada\ud83d"), "lone surrogate"),
+    (lambda d: d["threads"][0].update(title="Weekly\ud800"), r"threads\[0\] .* its 'title' holds a lone surrogate"),
+    (lambda d: d["messages"][1].update(content="hi\x00there", type="v1"), "holds a NUL character"),
+    (lambda d: d["messages"][1].update(role="system"), r"messages\[1\] \(id 'g1'\) is refused: a system message is "
+                                                       "never stored"),
+    (lambda d: d["messages"][1].update(role="root"), "its role 'root' is not one of"),
+    (lambda d: d["messages"][1].update(content='{"format": 2, "parts": [{"type": "text", "text": "x"}'),
+     r"messages\[1\] \(id 'g1'\) is refused: its content is not valid JSON"),
+    (lambda d: d["messages"][1].update(content='{"format": 3, "parts": []}'), "its content is not format 2"),
+    (lambda d: d["messages"][1].update(content='{"hello": "world"}', type="v1"), "content of an unknown shape"),
+    (lambda d: d["messages"][1].update(content='[{"type": "text"', type="v1"), "malformed content JSON"),
+    (lambda d: d["messages"][1].update(content="not json at all", type="v2"), "its content is not valid JSON"),
+    (lambda d: d["messages"][1].update(content='{"format": 2, "parts": [{"text": "no type"}]}'),
+     'a part without a string "type"'),
+    (lambda d: d["messages"][1].update(content=json.dumps({"format": 2, "parts": [{"type": "text",
+                                                                                   "text": "x" * 1_100_000}]})),
+     "over the message size limit of 1,000,000 bytes"),
+])
+def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, match):
+    data = copy.deepcopy(exported)
+    change(data)
+    refused(target, data, match)
+    refused(target, data, match, overwrite=True)
+
+
+def test_legacy_rows_mastra_wrote_still_import(exported, target):
+    # A v1 row holding AI SDK "core" parts as a JSON list, and one holding plain text: both readable.
+    data = copy.deepcopy(exported)
+    data["messages"][1].update(type="v1", role="assistant", content=json.dumps(
+        [{"type": "tool-call", "toolCallId": "c1", "toolName": "search", "args": {}}]))
+    data["messages"][2].update(type="v1", role="tool", content="plain legacy text")
+    with open_store(target) as store:
+        report = import_data(store, data)
+    assert report.written["messages"] == len(data["messages"])
+
+
+def test_the_cli_names_the_refused_row(exported, target, tmp_path):
+    data = copy.deepcopy(exported)
+    data["messages"][2]["role"] = "system"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    before = everything(target)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["import", "--db", str(target), str(path), "--overwrite"], out=out, err=err) == 1
+    assert "messages[2] (id 'g2') is refused: a system message is never stored" in err.getvalue()
+    assert "Traceback" not in err.getvalue() and err.getvalue().count("\n") == 1
+    assert everything(target) == before
