@@ -197,13 +197,17 @@ class ObservationalMemory(BaseProcessor):
             elif ctx.services.observer_model is not None:
                 blocked = True
                 # A background observer may be about to deliver: wait for it, take everything ready,
-                # then observe the rest here.
-                ctx.services.background.wait_key(_work_key(turn.key), BLOCK_WAIT_SECONDS)
+                # then observe the rest here (unless it is still running: a second call would only
+                # race it for the same messages).
+                settled = ctx.services.background.wait_key(_work_key(turn.key), _block_wait(opts))
                 turn = self._load(ctx, turn.key)
                 if turn.chunks:
                     turn = self._activate(ctx, job, turn, self._pending(ctx, turn, input_tokens), input_tokens, now,
                                           force=True, blocked=True)
-                if self._pending(ctx, turn, input_tokens) >= opts.message_tokens and turn.unobserved:
+                if not settled:
+                    ctx.note(self.id, observation=f"the background observer is still running after "
+                             f"{_block_wait(opts):.0f} s; this turn goes on with the messages raw")
+                elif self._pending(ctx, turn, input_tokens) >= opts.message_tokens and turn.unobserved:
                     turn = self._observe(ctx, job, turn, input_tokens, now, blocked=True)
         elif pending >= opts.message_tokens:
             ctx.note(self.id, observation=f"{pending:,} unobserved tokens ≥ {opts.message_tokens:,}: what the "
@@ -347,10 +351,13 @@ class ObservationalMemory(BaseProcessor):
         if due and record.buffered_reflection:
             return self._swap_reflection(ctx, turn, now)
         if due and size >= opts.reflection_block_after_tokens:
-            ctx.services.background.wait_key(_work_key(turn.key), BLOCK_WAIT_SECONDS)
+            settled = ctx.services.background.wait_key(_work_key(turn.key), _block_wait(opts))
             turn = self._load(ctx, turn.key)
             if turn.record is not None and turn.record.buffered_reflection:
                 return self._swap_reflection(ctx, turn, now, blocked=True)
+            if not settled:
+                ctx.note(self.id, reflection="the background reflector is still running; the log is kept as it is")
+                return turn
             return self._reflect(ctx, job, turn, now, blocked=True)
         buffer_at = opts.reflection_buffer_at
         if buffer_at is not None and size >= buffer_at and not record.buffered_reflection:
@@ -501,6 +508,12 @@ class ObservationalMemory(BaseProcessor):
                                            lambda token: buffer_observations(job, token),
                                            description=f"observe {key} in the background")
             ctx.note(self.id, bufferingStarted={"unbufferedTokens": unbuffered, "interval": interval})
+
+
+def _block_wait(opts: ObservationalMemoryOptions) -> float:
+    """How long a turn past ``block_after`` waits for a running background call: longer than the
+    call may take (its ``timeout``), so a slow call is not raced by a second one."""
+    return max(BLOCK_WAIT_SECONDS, (opts.timeout or 0) * 1.5)
 
 
 def _work_key(lookup: str) -> str:
