@@ -108,7 +108,11 @@ def as_of(
 
         # Rows written since buffering say when each chunk joined the log: an activated chunk's
         # boundary is older than the turn that activated it, so boundaries alone would date it too early.
-        marked = chunks_at(record.studio, cutoff)
+        # A turn activates (or observes) in its own input phase, after its input was stamped and
+        # before its reply: the marks of its own time are those before the next stored message (of
+        # the resource, when its threads share the log: another thread's later turn marks it too).
+        shared = resource_id if record.scope == "resource" else None
+        marked = chunks_at(record.studio, _turn_end(store, thread_id, shared, before) or "\uffff")
     if record is not None and marked is not None:
         kept, cursor = marked
         record = with_log(record, log_prefix(record.active_observations, kept))
@@ -148,6 +152,20 @@ def as_of(
                   if cursor is None or to_iso(m.created_at) > cursor or
                   (to_iso(m.created_at) == cursor and m.id not in observed)]
     return ObservationState(record, hints, unobserved, unknowns)
+
+
+def _turn_end(store: "Store", thread_id: str, resource_id: str | None, before: tuple[datetime, str]) -> str | None:
+    """When the turn whose input is ``before`` ended: the time of the next stored message of the
+    thread, or of the whole resource when ``resource_id`` is given. None when nothing came after."""
+    from core.storage import schema as t
+
+    msg = t.messages.c
+    where = msg.resourceId == resource_id if resource_id is not None else msg.thread_id == thread_id
+    with store.db.read() as conn:
+        row = conn.execute(sa.select(msg.createdAt).where(
+            where, sa.tuple_(msg.createdAt, msg.id) > (to_iso(before[0]), before[1]))
+            .order_by(msg.createdAt, msg.id).limit(1)).first()
+    return str(row[0]) if row is not None else None
 
 
 def recorded(

@@ -285,6 +285,28 @@ def test_rebuilt_turns_show_the_observations_active_then_never_ones_buffered_lat
     store.close()
 
 
+def test_reconstructed_turns_show_the_observations_their_own_activation_brought(db_path: Path | str) -> None:
+    """Without its record (``rebuild="now"``), a turn that activated buffered chunks still shows them:
+    its activation is dated after its input was stamped, before its reply. Nothing buffered later enters."""
+    gate = Gate([], hold=False)
+    store, memory, agent, _ = make(db_path, gate)
+    inputs, activated = [], []
+    for i in range(10):
+        result = turn(agent, i)
+        inputs.append(next(m.id for m in result.messages if m.role == "user"))
+        activated.append(bool(om_notes(result).get("activated")))
+        assert memory.wait_idle(30)
+    assert any(activated)
+    for i, input_id in enumerate(inputs):
+        exact = memory.assemble(thread_id="t", as_of=input_id)
+        rebuilt = memory.assemble(thread_id="t", as_of=input_id, rebuild="now")
+        assert rebuilt.replay is not None and rebuilt.replay.kind == "reconstructed", i
+        chunks = [[f.text for f in p.fragments if f.tag == OM_TAG and f.detail.get("part") == "chunk"]
+                  for p in (exact, rebuilt)]
+        assert chunks[1] == chunks[0], (i, activated[i])
+    store.close()
+
+
 def test_a_crash_loses_no_message(tmp_path: Path) -> None:
     """A process killed while the observer is buffering keeps every message of every finished turn."""
     import subprocess
