@@ -4,19 +4,43 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install models lint-imports typecheck screenshots bench clean bundle test-bundle dist
+.PHONY: run test install lock models lint-imports typecheck screenshots bench clean bundle test-bundle dist
+
+# Every runtime and test dependency, pinned with hashes (see the README, "Locked installs").
+LOCK := requirements.lock
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is needed: install python3.11 or run 'make PYTHON=/path/to/python3.11'"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+# Installs exactly the locked versions (hash-checked), then the project itself without resolving again.
+$(STAMP): pyproject.toml $(LOCK) | $(PY)
+	$(PY) tools/lock_check.py $(LOCK)
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m core.embedding.provision install
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# Refresh requirements.lock from pyproject.toml's ranges. Offline first (uv's cache), the index only for
+# what the cache lacks; pins already in the lock are kept, so the same inputs give the same file.
+# `make lock UPGRADE=1` moves every pin to the newest release the ranges allow.
+UV := $(VENV)/bin/uv
+UV_COMPILE = $(UV) pip compile pyproject.toml --extra dev --universal --python-version 3.11 --generate-hashes \
+	--no-progress --quiet --custom-compile-command 'make lock' --output-file $(LOCK)
+lock: | $(PY)
+	@test -x $(UV) || $(PY) -m pip install --quiet 'uv>=0.9'
+	@if grep -q '^<<<<<<<' $(LOCK) 2>/dev/null; then \
+		echo "$(LOCK) has merge conflicts: starting from this branch's side (git show HEAD:$(LOCK))"; \
+		git show HEAD:$(LOCK) > $(LOCK); fi
+ifdef UPGRADE
+	$(UV_COMPILE) --upgrade
+else
+	@$(UV_COMPILE) --offline 2>/dev/null || { echo "uv's cache lacks something; asking the package index"; $(UV_COMPILE); }
+endif
+	@$(PY) tools/lock_check.py $(LOCK) && echo "$(LOCK): $$(grep -c '^[a-zA-Z0-9]' $(LOCK)) pins"
 
 BUNDLE_TOOLS := $(VENV)/.bundle-tools
 $(BUNDLE_TOOLS): pyproject.toml | $(STAMP)

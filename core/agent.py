@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
@@ -37,7 +36,7 @@ from core.replay.capture import TurnCapture
 from core.replay.capture import capture as capture_turn
 from core.storage.memory_store import InvalidArgumentError
 from core.timeutil import to_ms
-from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan
+from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan, tracing_disabled
 from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
 from core.working_memory_stage import StagedWorkingMemory
 
@@ -306,7 +305,7 @@ class Agent:
     def _tracer_for(self, mem: Memory | None) -> SpanTracer:
         """Every run is traced unless tracing was turned off (``tracer=False`` or
         ``$MEMORY_STUDIO_TRACING=off``): by default into the DuckDB file beside the memory database."""
-        if self.tracer is False or os.environ.get("MEMORY_STUDIO_TRACING", "").lower() in ("off", "0", "false"):
+        if self.tracer is False or tracing_disabled():
             return NOOP_TRACER
         if self.tracer is not None:
             return self.tracer

@@ -1,4 +1,4 @@
-"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|where|demo|export|import|serve``.
+"""The engine's command line: ``memory-studio prompt|threads|reindex|models|traces|migrate|vacuum|where|demo|export|import|serve|mcp|test|forget``.
 
 Every command takes ``--db``. Bad arguments and missing threads give one line on stderr and a
 non-zero exit; nothing here opens a window (the Studio's entry point dispatches to this module).
@@ -22,9 +22,11 @@ from core.storage import StorageError, open_store
 from core.storage.paths import DatabaseLocationError, caller_file, resolve_db_path
 from core.transfer.commands import COMMANDS as TRANSFER_COMMANDS
 from core.transfer.commands import add_parsers as add_transfer_parsers
+from core.checks import cli as checks_cli
+from core.edits import commands as edit_commands
 
 COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo", "serve",
-            *TRANSFER_COMMANDS)
+            "mcp", *TRANSFER_COMMANDS, *checks_cli.COMMANDS, *edit_commands.COMMANDS)
 
 
 class CliError(MemoryStudioError):
@@ -93,10 +95,15 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="seed demo data by running the engine with a scripted model")
     db_arg(p)
     add_transfer_parsers(sub, db_arg)
+    checks_cli.add_parsers(sub, db_arg)
+    edit_commands.add_parsers(sub, db_arg)
 
     from core.gateway.cli import add_serve_parser
 
     add_serve_parser(sub)
+    from core.mcp_server.cli import add_mcp_parser
+
+    add_mcp_parser(sub, db_arg)
     return parser
 
 
@@ -131,6 +138,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return int(provision_main([args.action, *(["--force"] if args.force else [])]))
     if cmd == "prompt":
         return _prompt(args, out, err)
+    if cmd in checks_cli.COMMANDS:
+        return checks_cli.run(args, out, err)
+    if cmd in edit_commands.COMMANDS:
+        return edit_commands.run(args, out, err)
     if cmd in TRANSFER_COMMANDS:
         from core.transfer.commands import run as run_transfer
 
@@ -185,6 +196,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from core.gateway.cli import run_serve
 
         return run_serve(args, out, err)
+    if cmd == "mcp":
+        from core.mcp_server.cli import run_mcp
+
+        return run_mcp(args, out, err)
     if cmd == "demo":
         from core.demo import seed_demo
 

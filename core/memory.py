@@ -9,6 +9,7 @@ agent actually runs a turn.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -50,6 +51,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.replay.record import TurnRecord
     from core.replay.turns import Turn
     from core.replay.what_if import WhatIfRow
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -358,8 +362,11 @@ class Memory:
         if not self.store.read_only:
             from core.replay import store as records
 
+            from core.edits.messages import delete_thread_versions
+
             with self.store.db.write() as conn:
                 records.delete_for_threads(conn, [thread_id], self.store)
+                delete_thread_versions(conn, thread_id)
         if self._recall_index is not None:
             self._recall_index.delete_thread(thread_id)
             return
@@ -456,6 +463,97 @@ class Memory:
         if _index and self._recall_index is not None and not self.options.read_only:
             self._recall_index.index_messages([m for m in saved if m.role in ("user", "assistant")])
         return saved
+
+    # -- edits (core/edits): versioned, owner-checked, followed by recall ------------------------
+    def edit_message(
+        self, message_id: str, *, resource_id: str, text: str | None = None, content: Any = None,
+        author: str = "api",
+    ) -> Message:
+        """Change a stored message's text (``text=``) or whole content (``content=``), keeping a version
+        (who, when, before, after) that ``undo_message_edit`` can revert. Recall follows: the message
+        gets a new vector and keyword doc. Turns that ran before the edit still rebuild as they were."""
+        from core.edits import messages as edits
+
+        message, changed = edits.edit(self.store, message_id, resource_id=resource_id, text=text, content=content,
+                                      author=author, clock=self.clock, max_bytes=self.options.max_message_bytes,
+                                      hide=hide_working_memory)
+        if changed:
+            self._recall_follow([message_id])
+        return message
+
+    def delete_messages(self, ids: Sequence[str], *, resource_id: str, author: str = "api") -> int:
+        """Delete stored messages of ``resource_id`` (all or none, each kept as a version), with their
+        vectors, keyword docs and passages; the neighbours' passages are rebuilt. Returns how many went."""
+        from core.edits import messages as edits
+
+        gone = edits.delete(self.store, ids, resource_id=resource_id, author=author, clock=self.clock)
+        if gone:
+            self._recall_follow([m.id for m in gone])
+        return len(gone)
+
+    def undo_message_edit(self, message_id: str, *, resource_id: str, author: str = "api") -> Message | None:
+        """Revert the newest change of a message (an edit or a delete; undoing an undo redoes it).
+        Returns the message as it is now (None: the undo deleted it again)."""
+        from core.edits import messages as edits
+
+        _was, now = edits.undo(self.store, message_id, resource_id=resource_id, author=author, clock=self.clock)
+        self._recall_follow([message_id])
+        return now
+
+    def message_versions(self, message_id: str, *, resource_id: str) -> list[Any]:
+        """Every change of a stored message, oldest first (``core.edits.messages.MessageVersion``)."""
+        from core.edits import messages as edits
+
+        return edits.versions(self.store, message_id, resource_id=resource_id)
+
+    def edit_observation(self, record_id: str, old: str, new: str, *, resource_id: str, author: str = "api") -> Any:
+        """Replace one observation line of a generation's current log (versioned; the next turn sees it)."""
+        from core.edits import observations
+
+        return observations.edit(self.store, record_id, old, new, resource_id=resource_id, author=author,
+                                 tokenizer=self.tokenizer, clock=self.clock)
+
+    def delete_observation(self, record_id: str, line: str, *, resource_id: str, author: str = "api") -> Any:
+        """Remove one observation line from a generation's current log (versioned)."""
+        from core.edits import observations
+
+        return observations.delete(self.store, record_id, line, resource_id=resource_id, author=author,
+                                   tokenizer=self.tokenizer, clock=self.clock)
+
+    def undo_observation_edit(self, record_id: str, *, resource_id: str, author: str = "api") -> Any:
+        """Revert the newest change of a generation's log (undoing an undo redoes it)."""
+        from core.edits import observations
+
+        return observations.undo(self.store, record_id, resource_id=resource_id, author=author,
+                                 tokenizer=self.tokenizer, clock=self.clock)
+
+    def observation_versions(self, record_id: str, *, resource_id: str) -> list[Any]:
+        from core.edits import observations
+
+        return observations.versions(self.store, record_id, resource_id=resource_id)
+
+    def forget_resource(self, resource_id: str, *, dry_run: bool = False) -> Any:
+        """Delete everything about a resource, everywhere (``core.edits.forget``): threads, messages and
+        their versions, recall rows, working memory, observations, turn records, its sub-agents' rows
+        and the traces that name it. ``dry_run``: only count. Returns a ``ForgetReport``."""
+        from core.edits.forget import forget_resource
+
+        report = forget_resource(self.store, resource_id, dry_run=dry_run)
+        if not dry_run and self._recall_index is not None:
+            self._recall_index.close()  # cached vectors of the forgotten resource go too
+        return report
+
+    def _recall_follow(self, ids: Sequence[str]) -> None:
+        """Hand changed or deleted message ids to the recall index (``RecallIndex.refresh_messages``:
+        new vectors and keyword docs, rows of deleted messages removed, the next messages' passages
+        rebuilt). Without an index in this memory the database's triggers have queued the change, and
+        the next recall write applies it (searches already leave deleted messages out)."""
+        if self._recall_index is None or self.store.read_only:
+            return
+        report = self._recall_index.refresh_messages(list(ids))
+        if report.failed:
+            logger.warning("recall did not follow %d edited message(s): %s", len(report.failed),
+                           "; ".join(f"{k}: {v}" for k, v in list(report.failed.items())[:3]))
 
     def _ensure_threads(self, messages: Iterable[Message], conn: Any) -> None:
         # Every message is checked, not only the first of its thread: one foreign message refuses the

@@ -50,6 +50,13 @@ def configured_models(widget: Any) -> list[ModelOption]:
     return list(preferences_for(widget).models())
 
 
+def default_model_name(widget: Any) -> str:
+    """The model Preferences names as the default (the offline scripted one when none is set)."""
+    from studio.preferences import preferences_for
+
+    return preferences_for(widget).default_model().name
+
+
 class TurnStopped(ModelError):
     """The user stopped the reply; the turn is dropped like any failed model call."""
 

@@ -1,7 +1,7 @@
 """The ``memory-studio`` entry point.
 
 With a subcommand (``prompt``, ``threads``, ``reindex``, ``models``, ``traces``, ``migrate``,
-``vacuum``, ``where``, ``demo``, ``export``, ``import``, ``serve``) it runs the engine's command line
+``vacuum``, ``where``, ``demo``, ``export``, ``import``, ``serve``, ``mcp``) it runs the engine's command line
 and never imports Qt, so it works on machines without a display. Without one it opens the Studio,
 after checking that the system libraries Qt needs are there (``studio.system_check``). ``--version``
 and ``--self-check`` (``studio.self_check``) need no display.

@@ -40,6 +40,7 @@ from studio.preferences import Preferences
 from studio.selection import Selection
 from studio.session import EmptyFileError, OpenedDatabase, StudioSession, open_studio_database
 from studio.theme import apply_theme, current_theme
+from studio.memory_edits import MemoryEditActions
 from studio.transfer import TransferActions
 from studio.widgets.banner import Banner
 from studio.workers import WorkerPool
@@ -57,6 +58,7 @@ TABS: list[tuple[str, str, str]] = [
     ("chat", "Chat Playground", "studio.panes.chat:ChatPane"),
     ("recall", "Recall Playground", "studio.panes.recall_playground:RecallPlaygroundPane"),
     ("replay", "Replay", "studio.panes.replay:ReplayPane"),
+    ("checks", "Checks", "studio.panes.checks:ChecksPane"),
 ]
 
 Seeder = Callable[..., Any]
@@ -109,7 +111,7 @@ class MainWindow(QMainWindow):
         self._build_shell()
         self.commands = CommandRegistry(self)
         self._register_commands()
-        self.menus = self.commands.build_menus(self.menuBar(), ["File", "View", "Help"])
+        self.menus = self.commands.build_menus(self.menuBar(), ["File", "Edit", "View", "Help"])
         self.back_btn.setDefaultAction(self.commands.action("view.back"))
         self._build_recent_menu()
         self.commands.add_provider(self._recent_commands)
@@ -217,6 +219,8 @@ class MainWindow(QMainWindow):
         c.add("file.copy_path", "Copy Database Path", self.copy_path, menu="File", group="access", enabled=has_db)
         self.transfer = TransferActions(self)
         self.transfer.register(c)
+        self.edits = MemoryEditActions(self)  # Edit menu: message edits, undo, Forget Resource…
+        self.edits.register(c)
         c.add("app.preferences", "Preferences…", self.show_preferences, shortcut="Ctrl+,", menu="File",
               group="preferences", keywords="settings models endpoint api key openai ollama")
         c.add("app.quit", "Quit", self.close, shortcut="Ctrl+Q", menu="File", group="quit")
@@ -354,6 +358,7 @@ class MainWindow(QMainWindow):
             asks = getattr(pane, "request_command", None)  # a pane's button for a window command
             if asks is not None:
                 asks.connect(self.commands.run)
+        self._wire_edits_and_checks()
         replay = self.panes["replay"]
         replay.open_trace.connect(self.show_trace)  # type: ignore[attr-defined]
         replay.open_thread.connect(self._select_in_tree)  # type: ignore[attr-defined]
@@ -389,6 +394,31 @@ class MainWindow(QMainWindow):
         if old is not None:
             old.close()
             old.deleteLater()
+
+    def _wire_edits_and_checks(self) -> None:
+        """Fragments of the inspector and Replay: Pin… (a memory check) and Edit Stored Message…; the
+        what-if's Run Checks; the observations pane's line edits; a check's turn opens in Replay."""
+        checks: Any = self.panes["checks"]
+        replay: Any = self.panes["replay"]
+        observations: Any = self.panes["observations"]
+        for source in (self.panes["prompt"], getattr(replay, "view", None)):
+            fragment_source: Any = source
+            if fragment_source is not None:
+                fragment_source.pin_requested.connect(checks.pin)
+                fragment_source.edit_requested.connect(self.edits.edit_message)
+        what_if: Any = getattr(replay, "what_if", None)
+        if what_if is not None and hasattr(what_if, "checks_requested"):
+            def run_checks(options: Any) -> None:
+                self.show_tab("checks")
+                checks.run_what_if(options)
+
+            what_if.checks_requested.connect(run_checks)
+        checks.open_turn.connect(self._replay_turn)
+        observations.change_requested.connect(self.edits.change_observation)
+
+    def _replay_turn(self, thread_id: str, message_id: str) -> None:
+        self.show_tab("replay")
+        self.panes["replay"].replay_from(thread_id, message_id)  # type: ignore[attr-defined]
 
     @property
     def messages_pane(self) -> MessagesPane:
@@ -444,6 +474,7 @@ class MainWindow(QMainWindow):
             self.resources.refresh()
         if "messages" in self.panes:
             self.messages_pane.refresh()
+        self.edits.check_selection()  # a thread deleted meanwhile is let go of by every pane
 
     def _select_in_tree(self, selection: Selection) -> None:
         if self.resources is not None:

@@ -9,11 +9,12 @@ there is no SQL here. Pure shaping of the results lives in ``studio/logic``; the
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from core import AssembledPrompt, Memory, MemoryOptions, Store
+from core.edits.messages import changed_ids
 from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, config_versions, effective_options_for
 from core.messages import Message
 from core.recall import RecallIndex
@@ -62,8 +63,11 @@ def load_tree(store: Store) -> TreeData:
 
 # -- messages ---------------------------------------------------------------------------------------
 def load_page(store: Store, thread_id: str, offset: int, limit: int) -> list[MessageRow]:
-    """Rows ``offset``..``offset+limit`` of the message view (the store's viewer order)."""
-    return [_row(m) for m in store.memory.browse_messages(thread_id, offset, limit)]
+    """Rows ``offset``..``offset+limit`` of the message view (the store's viewer order); a message that
+    was edited since it was stored is marked."""
+    rows = [_row(m) for m in store.memory.browse_messages(thread_id, offset, limit)]
+    edited = changed_ids(store, [r.id for r in rows])
+    return [replace(r, edited=True) if r.id in edited else r for r in rows]
 
 
 def _row(m: Message | UnreadableMessage) -> MessageRow:

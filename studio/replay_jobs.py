@@ -70,6 +70,14 @@ class WhatIfDetail:
     changes: list[FragmentChange] = field(default_factory=list)
 
 
+def edits_mark(store: Store) -> tuple[str | None, str | None]:
+    """When a stored message and an observation were last edited (``core.edits``): a thread read
+    before that shows stale rows."""
+    from core.edits import messages, observations
+
+    return messages.newest_change(store), observations.newest_change(store)
+
+
 class ReplayThread:
     def __init__(self, store: Store, memory: Memory, thread: Thread, turns: list[Turn], agent: str,
                  start: int = 0, rows: ReplaySource | None = None) -> None:
@@ -86,6 +94,7 @@ class ReplayThread:
         self._lock = threading.Lock()
         self._rebuilding = threading.Lock()  # the rows cache is shared: one rebuild at a time
         self._versions: dict[tuple[str, str], list[Any]] = {}
+        self.edits_mark = edits_mark(store)  # a message or observation edited since means: read again
 
     @property
     def thread_id(self) -> str:
@@ -94,7 +103,8 @@ class ReplayThread:
     def same_turns(self, other: "ReplayThread") -> bool:
         """Whether ``other`` (read again after a change on disk) holds the same turns and records."""
         return [(t.input_message_id, t.response_ids, t.record is not None) for t in self.turns] == \
-            [(t.input_message_id, t.response_ids, t.record is not None) for t in other.turns]
+            [(t.input_message_id, t.response_ids, t.record is not None) for t in other.turns] and \
+            self.edits_mark == other.edits_mark
 
     # -- opening -----------------------------------------------------------------------------------
     @classmethod

@@ -144,6 +144,10 @@ def render(out_dir: Path) -> list[Path]:
     save(window, "main-window-light")
     apply_theme(app, "dark")
 
+    from studio.screenshots_edits import shoot_edits
+
+    shoot_edits(app, window, save, _wait)  # last: it edits messages and forgets a resource
+
     window.close()
     app.processEvents()
     return written

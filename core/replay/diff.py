@@ -12,11 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from core.replay.edited import edit_reason
+
 if TYPE_CHECKING:  # pragma: no cover
     from core.prompt import AssembledPrompt, Fragment
 
 REASONS = ("outside-history-window", "below-recall-threshold", "outside-recall-top-k", "observed",
-           "token-budget", "working-memory-changed", "new-message", "options-changed", "other")
+           "token-budget", "working-memory-changed", "new-message", "options-changed", "message-edited",
+           "message-deleted", "other")
 
 ChangeKind = Literal["entered", "left", "changed"]
 HISTORY = ("message-history",)
@@ -105,6 +108,9 @@ def _recall_reason(frag: "Fragment", without: "AssembledPrompt") -> str:
 
 def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "AssembledPrompt") -> str:
     """Why ``frag`` (in ``present``) is not in ``missing``; the same reasons serve both directions."""
+    edited = edit_reason(frag, present, missing)
+    if edited is not None:
+        return edited
     if frag.kind == "input" or frag.source in ("input", "context"):
         return "new-message"
     if frag.source == "working-memory":
@@ -132,6 +138,9 @@ def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "Assembl
 
 
 def _changed_reason(before: "Fragment", after: "Fragment", a: "AssembledPrompt", b: "AssembledPrompt") -> str:
+    edited = edit_reason(before, a, b) or edit_reason(after, a, b)
+    if edited is not None:
+        return edited
     source = after.source
     if source == "working-memory" or before.source == "working-memory":
         return "working-memory-changed"

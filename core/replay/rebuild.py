@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from core.messages import Message
 from core.options import MemoryOptions
+from core.replay import edited
 from core.replay import frozen as frozen_mod
 from core.replay.record import ReplayInfo, TurnRecord, messages_hash
 from core.storage.memory_store import InvalidArgumentError, NotFoundError
@@ -89,6 +90,8 @@ def rebuild(
         raise InvalidArgumentError(f"rebuild must be 'record' or 'now', got {rebuild!r}.")
     source = source or frozen_mod.ReplaySource(assembler.store)
     record = source.record(as_of)
+    past = _as_recorded(source, as_of, record) if rebuild == "record" else None  # edits since: what was seen
+    source = past if past is not None else source  # type: ignore[assignment]
     inputs = _inputs(source, as_of, record, thread_id)
     turn = next(m for m in inputs if m.id == as_of)
     use_record = record is not None and rebuild == "record"
@@ -127,14 +130,25 @@ def rebuild(
         unknowns.append("recall scores at the time (ranked over today's index, limited to older messages)")
     if frozen is not None:
         unknowns.extend(f"{m} (no longer stored)" if not m.endswith(")") else m for m in frozen.missing)
+    if past is not None and not use_record and edited.thread_changed_since(source, turn.thread_id or "", turn_time):
+        unknowns.append("messages edited or deleted since the turn (a reconstruction shows today's text)")
     prompt.replay = ReplayInfo(
         kind="recorded" if use_record else "reconstructed",
         matches=(messages_hash(prompt.messages) == record.messages_hash) if record is not None else None,
         record=record,
         unknowns=tuple(dict.fromkeys(unknowns)),
         what_if=options is not None,
+        changed_since=dict(past.changed) if past is not None else {},
     )
     return prompt
+
+
+def _as_recorded(source: frozen_mod.ReplaySource, as_of: str, record: TurnRecord | None) -> edited.SourceAsOf | None:
+    """The rows as the turn saw them (``core.replay.edited``): at its record's clock, else its input's time."""
+    if record is not None:
+        return edited.as_of(source, record.created_at)
+    found = source.messages([as_of]).get(as_of)
+    return edited.as_of(source, found.created_at) if found is not None else None
 
 
 def _options(record: TurnRecord | None, options: Mapping[str, Any] | None, current: MemoryOptions) -> MemoryOptions:

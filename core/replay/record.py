@@ -299,6 +299,9 @@ class ReplayInfo:
     record: TurnRecord | None
     unknowns: tuple[str, ...] = ()
     what_if: bool = False
+    # Stored messages the rebuild took from their version history (``core.replay.edited``): message id
+    # -> "edited since" / "deleted since". The rebuilt prompt shows what the model saw then.
+    changed_since: Mapping[str, str] = field(default_factory=dict)
 
 
 __all__ = [

@@ -251,3 +251,18 @@ def table_names_starting(conn: sa.Connection, prefix: str) -> list[str]:
     glob = prefix.replace("[", "[[]").replace("*", "[*]").replace("?", "[?]") + "*"
     return [r[0] for r in conn.exec_driver_sql(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB ? ORDER BY name", (glob,))]
+
+
+def all_tables(conn: sa.Connection) -> list[str]:
+    """Every table of the database (the current schema on Postgres), SQLite's own catalog left out,
+    sorted. FTS5 shadow tables are included: they hold the indexed text."""
+    if is_postgres(conn):
+        sql = "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = current_schema() ORDER BY 1"
+    else:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY 1"
+    return [str(r[0]) for r in conn.exec_driver_sql(sql)]
+
+
+def json_path_sql(conn: sa.Connection, column: str, key: str) -> str:
+    """``json_path`` as SQL text for a hand-written statement over ``column``."""
+    return str(json_path(sa.literal_column(column), key).compile(dialect=conn.dialect))

@@ -16,12 +16,13 @@ Two extra locks sit in front of DuckDB's own:
 * a write-intent flag ``<file>.write-intent`` that a waiting writer raises so readers step aside
   (see ``open_duckdb``).
 
-The sidecars are POSIX only (``fcntl``); elsewhere compaction has a small race and a busy reader
-can delay the writer longer (spans then wait in the exporter's queue or spill file).
+The sidecars are locked with ``portalocker``: ``flock`` on POSIX, ``LockFileEx`` on Windows (shared
+and exclusive alike), so compaction's copy-and-rename is gated and writers go first on every platform.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -32,13 +33,11 @@ from pathlib import Path
 from typing import IO
 
 import duckdb
+import portalocker
 
 from core.errors import MemoryStudioError
 
-try:
-    import fcntl
-except ImportError:  # Windows: no sidecar gate, see the module docstring
-    fcntl = None  # type: ignore[assignment]
+log = logging.getLogger(__name__)
 
 
 class StoreBusy(MemoryStudioError):
@@ -70,6 +69,8 @@ class WaitStats:
 
 _registry_lock = threading.Lock()
 _process_locks: dict[str, threading.Lock] = {}
+#: How long an open may wait behind this process's own opens of the same file, on top of its budget.
+IN_PROCESS_QUEUE_S = 30.0
 
 
 def _process_lock(path: Path) -> threading.Lock:
@@ -87,29 +88,35 @@ _GATE = ".lock"
 _WRITE_INTENT = ".write-intent"
 
 
-def _try_flock(path: Path, suffix: str, exclusive: bool) -> tuple[bool, IO[bytes] | None]:
-    """Take a sidecar flock without blocking: (acquired, handle to close when done)."""
-    if fcntl is None:
-        return True, None
+def _try_lock(path: Path, suffix: str, exclusive: bool) -> tuple[bool, IO[bytes] | None]:
+    """Take a sidecar lock without blocking: (acquired, handle to release when done)."""
     try:
         handle = open(path.with_name(path.name + suffix), "ab")
     except OSError:
         return True, None  # read-only directory: fall back to DuckDB's own lock alone
+    mode = portalocker.LOCK_EX if exclusive else portalocker.LOCK_SH
     try:
-        fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except BlockingIOError:
+        portalocker.lock(handle, mode | portalocker.LOCK_NB)
+    except portalocker.AlreadyLocked:
         handle.close()
         return False, None
+    except portalocker.LockException:  # a file system without locks: DuckDB's own lock alone
+        log.warning("cannot lock %s; trace compaction is not gated on this file system", handle.name, exc_info=True)
+        handle.close()
+        return True, None
     return True, handle
 
 
 def _release(handle: IO[bytes] | None) -> None:
     if handle is not None:
-        handle.close()  # closing drops the flock
+        try:
+            portalocker.unlock(handle)
+        finally:
+            handle.close()
 
 
 def _writer_waiting(path: Path) -> bool:
-    free, probe = _try_flock(path, _WRITE_INTENT, exclusive=False)
+    free, probe = _try_lock(path, _WRITE_INTENT, exclusive=False)
     _release(probe)
     return not free
 
@@ -120,7 +127,7 @@ def gated(path: Path, *, exclusive: bool, budget_s: float) -> Iterator[None]:
     start = time.monotonic()
     delay = 0.002
     while True:
-        acquired, handle = _try_flock(path, _GATE, exclusive)
+        acquired, handle = _try_lock(path, _GATE, exclusive)
         if acquired:
             break
         if time.monotonic() - start >= budget_s:
@@ -145,7 +152,7 @@ def open_duckdb(
     """Open ``path``, retrying lock conflicts until ``budget_s``; closes on exit.
 
     Writers go first: a writer that finds the file busy raises a write-intent flag (an exclusive
-    flock on ``<file>.write-intent``) and readers start no new query while it is up. Without it a
+    lock on ``<file>.write-intent``) and readers start no new query while it is up. Without it a
     Studio polling back to back can starve the agent's flusher indefinitely, because each open
     costs DuckDB tens of milliseconds and the gaps between a reader's queries are tiny.
 
@@ -158,14 +165,25 @@ def open_duckdb(
     max_delay = 0.05 if read_only else 0.01  # a waiting writer grabs the first gap
     plock = _process_lock(path)
     intent: IO[bytes] | None = None
+    # Time spent queued behind this process's own opens is not "busy": each holder keeps the lock only
+    # while it opens the file and runs its query (never while it sleeps between retries), so the wait
+    # always ends. The budget measures other processes' locks; under a loaded machine several reads of
+    # one pane used to spend it queued behind each other and came back empty.
+    queued = 0.0
+
+    def spent() -> float:
+        return time.monotonic() - start - queued
+
     try:
         while True:
-            remaining = budget_s - (time.monotonic() - start)
-            if not plock.acquire(timeout=max(remaining, 0.0)):
+            remaining = budget_s - spent()
+            asked = time.monotonic()
+            if not plock.acquire(timeout=max(remaining, 0.0) + IN_PROCESS_QUEUE_S):
                 break
+            queued += time.monotonic() - asked
             gate: IO[bytes] | None = None
             try:
-                acquired, gate = _try_flock(path, _GATE, exclusive=False) if hold_gate else (True, None)
+                acquired, gate = _try_lock(path, _GATE, exclusive=False) if hold_gate else (True, None)
                 if acquired and read_only and _writer_waiting(path):
                     acquired = False
                 if acquired:
@@ -191,14 +209,14 @@ def open_duckdb(
                 plock.release()
             if not read_only and intent is None:
                 # A second writer may hold the flag already; then we just keep trying.
-                _, intent = _try_flock(path, _WRITE_INTENT, exclusive=True)
+                _, intent = _try_lock(path, _WRITE_INTENT, exclusive=True)
             if stats is not None:
                 stats.conflicts += 1
-            if time.monotonic() - start >= budget_s:
+            if spent() >= budget_s:
                 break
             # Jitter keeps two pollers from retrying in lockstep forever.
             pause = delay * random.uniform(0.5, 1.5)
-            time.sleep(min(pause, max(budget_s - (time.monotonic() - start), 0)))
+            time.sleep(min(pause, max(budget_s - spent(), 0)))
             delay = min(delay * 2, max_delay)
     finally:
         _release(intent)

@@ -357,12 +357,7 @@ class DuckDBObservabilityStore(SpanReader):
                 spans = 0
             con.execute("CHECKPOINT")
             if compact and doomed:
-                for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
-                    stale.unlink(missing_ok=True)
-                db_name = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
-                con.execute(f"ATTACH '{_sql_str(tmp)}' AS compacted")
-                con.execute(f'COPY FROM DATABASE "{db_name}" TO compacted')
-                con.execute("DETACH compacted")
+                _copy_into(con, tmp)
         if compact and doomed:
             # Still under the exclusive sidecar lock: nobody can open the old file in between.
             os.replace(tmp, self.path)
@@ -393,6 +388,59 @@ class DuckDBObservabilityStore(SpanReader):
                 doomed.add(trace_id)
         return doomed
 
+    def forget(
+        self, thread_ids: Sequence[str], resource_ids: Sequence[str], *, dry_run: bool = False,
+        budget_s: float = 10.0,
+    ) -> tuple[int, int]:
+        """Delete (``dry_run``: count) every trace one of whose spans names one of the threads or
+        resources: the whole trace, since its other spans carry the same conversation. Returns
+        (traces, spans). Raises ``StoreBusy`` when the file stays locked for ``budget_s``."""
+        if not dry_run:
+            self._check_writable()
+        if not self.path.exists() or not (thread_ids or resource_ids):
+            return 0, 0
+        opener = self._read_connection() if dry_run else open_duckdb(
+            self.path, read_only=False, budget_s=budget_s, stats=self.wait_stats)
+        with opener as con:
+            if not self._table_exists(con):
+                return 0, 0
+            doomed: set[str] = set()
+            for column, values in (("threadId", list(thread_ids)), ("resourceId", list(resource_ids))):
+                for chunk in iter_chunks(values, 1000):
+                    marks = ", ".join("?" for _ in chunk)
+                    doomed.update(r[0] for r in con.execute(
+                        f'SELECT DISTINCT "traceId" FROM {SPANS_TABLE} WHERE "{column}" IN ({marks})', list(chunk)
+                    ).fetchall())
+            if not doomed:
+                return 0, 0
+            if dry_run:
+                spans = 0
+                for chunk in iter_chunks(sorted(doomed), 1000):
+                    marks = ", ".join("?" for _ in chunk)
+                    row = con.execute(f'SELECT count(*) FROM {SPANS_TABLE} WHERE "traceId" IN ({marks})',
+                                      list(chunk)).fetchone()
+                    spans += int(row[0]) if row else 0
+                return len(doomed), spans
+            spans = self._delete_traces(con, sorted(doomed))
+            con.execute("CHECKPOINT")
+        return len(doomed), spans
+
+    def compact(self, budget_s: float = 10.0) -> int:
+        """Rewrite the file without its free blocks (DuckDB reuses them but never gives them back, and
+        they still hold deleted spans' bytes); returns the bytes given back."""
+        self._check_writable()
+        before = self.file_size()
+        if not self.path.exists():
+            return 0
+        tmp = self.path.with_name(self.path.name + ".compact")
+        with gated(self.path, exclusive=True, budget_s=budget_s):
+            with open_duckdb(self.path, read_only=False, budget_s=budget_s, stats=self.wait_stats,
+                             hold_gate=False) as con:
+                con.execute("CHECKPOINT")
+                _copy_into(con, tmp)
+            os.replace(tmp, self.path)
+        return max(before - self.file_size(), 0)
+
     def _delete_traces(self, con: duckdb.DuckDBPyConnection, trace_ids: list[str]) -> int:
         deleted = 0
         con.execute("BEGIN TRANSACTION")
@@ -412,6 +460,16 @@ class DuckDBObservabilityStore(SpanReader):
 
 # The name the composite store (core/storage/__init__.py) imports.
 ObservabilityStore = DuckDBObservabilityStore
+
+
+def _copy_into(con: duckdb.DuckDBPyConnection, tmp: Path) -> None:
+    """Copy the open database into a new file ``tmp`` (which then holds no free blocks)."""
+    for stale in (tmp, tmp.with_name(tmp.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    db_name = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    con.execute(f"ATTACH '{_sql_str(tmp)}' AS compacted")
+    con.execute(f'COPY FROM DATABASE "{db_name}" TO compacted')
+    con.execute("DETACH compacted")
 
 
 def _sql_str(path: Path) -> str:

@@ -16,6 +16,7 @@ resource and run ids. A span is exported once, when it ends; secrets are redacte
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import threading
@@ -64,6 +65,7 @@ __all__ = [
     "Tracer",
     "current_span",
     "redact_secrets",
+    "tracing_disabled",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -186,6 +188,11 @@ class Span:
 
     def set_output(self, value: Any) -> Span:
         self._fields["output"] = value
+        return self
+
+    def set_input(self, value: Any) -> Span:
+        """Replace the span's input (for spans whose input is known only once they end)."""
+        self._fields["input"] = value
         return self
 
     def record_error(self, error: BaseException | str) -> Span:
@@ -402,6 +409,9 @@ class NoopSpan:
     def set_output(self, value: Any) -> NoopSpan:
         return self
 
+    def set_input(self, value: Any) -> NoopSpan:
+        return self
+
     def record_error(self, error: BaseException | str) -> NoopSpan:
         return self
 
@@ -437,6 +447,11 @@ class NoopTracer:
 
     def shutdown(self, timeout: float | None = None) -> None:
         return None
+
+
+def tracing_disabled() -> bool:
+    """``$MEMORY_STUDIO_TRACING`` is ``off`` (or ``0``/``false``): runs record no spans."""
+    return os.environ.get("MEMORY_STUDIO_TRACING", "").lower() in ("off", "0", "false")
 
 
 #: The tracer every engine component holds: a real one, or the no-op stand-in when tracing is off,

@@ -38,6 +38,7 @@ class MessageRow:
     kinds: tuple[str, ...]
     message: Message | None  # None when the stored row could not be read
     error: str | None = None
+    edited: bool = False  # changed since it was stored (it has versions: Edit > Message History…)
 
 
 def part_kind(part: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
 from studio.selection import Selection
@@ -64,6 +64,37 @@ class RecallRequest:
         if self.scope == "resource":
             return self.resource_id, None
         return None, self.thread_id
+
+
+@dataclass(frozen=True)
+class RecallStart:
+    """Where the controls start for a thread: the recall options its agent registered (what the agent
+    really recalls), or the engine's defaults when no agent applies; ``label`` says which."""
+
+    top_k: int
+    threshold: float | None
+    before: int
+    after: int
+    scope: Scope
+    label: str
+
+
+def recall_start(recall: Any, agent_name: str | None, enabled: bool = True) -> RecallStart:
+    """``recall``: the agent's ``SemanticRecallOptions`` (None: no agent applies to the thread)."""
+    from core.options import SemanticRecallOptions
+
+    opts = recall if recall is not None else SemanticRecallOptions()
+    rng = opts.message_range
+    bits = [f"top-k {opts.top_k}", f"range {rng.before}/{rng.after}", f"scope {opts.scope}"]
+    if opts.threshold is not None:
+        bits.append(f"threshold {opts.threshold:.2f}")
+    if agent_name is None:
+        label = "no agent applies to this thread: engine defaults (" + ", ".join(bits) + ")"
+    elif not enabled:
+        label = f"agent '{agent_name}' has recall off; showing what its settings would find (" + ", ".join(bits) + ")"
+    else:
+        label = f"agent '{agent_name}': " + ", ".join(bits)
+    return RecallStart(opts.top_k, opts.threshold, rng.before, rng.after, opts.scope, label)
 
 
 def scope_problem(scope: Scope, selection: Selection, resource_id: str | None) -> str | None:

@@ -31,6 +31,8 @@ REASON_LABELS: dict[str, str] = {
     "working-memory-changed": "working memory changed",
     "new-message": "new message",
     "options-changed": "options changed",
+    "message-edited": "a stored message was edited since",
+    "message-deleted": "a stored message was deleted since",
     "other": "other",
 }
 # A text marker beside every colour, so the change is readable without telling colours apart.

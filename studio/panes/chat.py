@@ -13,7 +13,7 @@ error shows the endpoint and what to do, and nothing of that turn is saved.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QShowEvent
@@ -73,6 +73,11 @@ class ChatPane(QWidget):
         self.session = session
         self.embedders = EMBEDDERS
         self.models_provider = lambda: chat_runner.configured_models(self)
+        self.default_model_provider: Callable[[], str] = lambda: chat_runner.default_model_name(self)
+        self._model_picked = False  # the user chose a model here: keep it; else follow Preferences' default
+        host_prefs = getattr(parent.window() if parent is not None else None, "preferences", None)
+        if host_prefs is not None:  # the default changed in File > Preferences… while this tab is shown
+            host_prefs.changed.connect(self.refresh_models)
         self.selection = Selection()
         self.context: AgentChoice | None = None
         self.entries: list[lay.Entry] = []
@@ -111,6 +116,7 @@ class ChatPane(QWidget):
         self.model_combo = QComboBox()
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_combo.setMinimumContentsLength(26)
+        self.model_combo.activated.connect(lambda _i: setattr(self, "_model_picked", True))
         self.prefs_btn = QPushButton("Preferences…")
         self.prefs_btn.setToolTip("Add an OpenAI-compatible model (OpenAI, Ollama, LM Studio, vLLM)")
         row.addWidget(QLabel("Agent"))
@@ -198,7 +204,9 @@ class ChatPane(QWidget):
 
     # -- models and agents -----------------------------------------------------------------------
     def refresh_models(self) -> None:
-        current = self.model_combo.currentData()
+        """The models Preferences offers, starting at its default (File > Preferences… > default model)
+        until the user picks another one here."""
+        current = self.model_combo.currentData() if self._model_picked else self.default_model_provider()
         self._models = list(self.models_provider())
         self.model_combo.blockSignals(True)
         self.model_combo.clear()

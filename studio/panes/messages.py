@@ -14,8 +14,10 @@ from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QHBoxLayout,
     QHeaderView,
     QLabel,
+    QPushButton,
     QSplitter,
     QStackedWidget,
     QStyle,
@@ -35,7 +37,10 @@ from studio.session import StudioSession
 from studio.widgets.pane_header import elastic
 
 KIND_LABELS = {"text": "", "tool-invocation": "tool", "reasoning": "reasoning", "file": "file", "data": "data",
-               "error": "error", "source": "source", "source-url": "source", "source-document": "source"}
+               "error": "error", "source": "source", "source-url": "source", "source-document": "source",
+               "edited": "edited"}
+# The window's commands this pane offers as buttons under the list (Edit > …, and the row's context menu).
+MESSAGE_ACTIONS = (("message.edit", "Edit…"), ("message.delete", "Delete…"), ("message.history", "History…"))
 
 
 class MessageDelegate(QStyledItemDelegate):
@@ -101,9 +106,9 @@ class MessageDelegate(QStyledItemDelegate):
         stamp = f"{format_time(row.created_at)}   #{index.row() + 1:,}"
         painter.drawText(QRect(x, r.top(), r.width(), line), int(Qt.AlignmentFlag.AlignVCenter), stamp)
         x += QFontMetrics(self.mono).horizontalAdvance(stamp) + 12
-        # part badges
+        # part badges (and "edited": the message changed since it was stored)
         painter.setFont(chip_font)
-        for kind in dict.fromkeys(row.kinds):
+        for kind in (*dict.fromkeys(row.kinds), *(("edited",) if row.edited else ())):
             text = KIND_LABELS.get(kind, kind)
             if not text:
                 continue
@@ -125,6 +130,7 @@ class MessageDelegate(QStyledItemDelegate):
 
 class MessagesPane(QWidget):
     message_selected = Signal(object)  # message id, or None
+    request_command = Signal(str)  # a window command for the selected message (Edit…, Delete…, History…)
 
     def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -167,9 +173,27 @@ class MessagesPane(QWidget):
         self.empty.setObjectName("emptyState")
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
+        lower = QWidget(self)
+        ll = QVBoxLayout(lower)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.setSpacing(4)
+        actions = QHBoxLayout()
+        self.action_buttons: dict[str, QPushButton] = {}
+        for cid, title in MESSAGE_ACTIONS:
+            button = QPushButton(title)
+            button.setObjectName(cid.replace(".", "_"))
+            button.setEnabled(False)
+            button.clicked.connect(lambda _checked=False, cid=cid: self.request_command.emit(cid))
+            actions.addWidget(button)
+            self.action_buttons[cid] = button
+        self.edited_label = elastic(QLabel(""))
+        self.edited_label.setStyleSheet("color: palette(placeholder-text);")
+        actions.addWidget(self.edited_label, 1)
+        ll.addLayout(actions)
+        ll.addWidget(self.detail, 1)
         split = QSplitter(Qt.Orientation.Vertical, self)
         split.addWidget(self.view)
-        split.addWidget(self.detail)
+        split.addWidget(lower)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
         self.stack = QStackedWidget(self)
@@ -272,6 +296,10 @@ class MessagesPane(QWidget):
     def _render_detail(self) -> None:
         cur = self.view.currentIndex()
         row = self.model.row_at(cur.row()) if cur.isValid() else None
+        for button in self.action_buttons.values():
+            button.setEnabled(row is not None and row.message is not None)
+        self.edited_label.setText("edited since it was stored: History… shows who changed what"
+                                  if row is not None and row.edited else "")
         if row is None:
             self.detail.clear()
             return

@@ -41,6 +41,7 @@ from studio.logic.observations_layout import (
 from studio.logic.dates import date_tooltip
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
+from studio.widgets.observation_editor import ObservationLinesEditor
 from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
@@ -62,6 +63,9 @@ GENERATION_COLUMNS: list[Column[GenerationRow]] = [
 
 class ObservationsPane(QWidget):
     loaded = Signal()  # a read finished and its result is on screen
+    # Edit/Delete of one observation line (the window's edit actions write it): record id, thread id,
+    # resource id, old line, new line or None
+    change_requested = Signal(str, object, str, str, object)
 
     def __init__(self, session: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -147,8 +151,13 @@ class ObservationsPane(QWidget):
         rl.setContentsMargins(0, 0, 0, 0)
         self.log_caption = caption("Observation log")
         rl.addWidget(self.log_caption)
+        log_split = QSplitter(Qt.Orientation.Vertical)
         self.log_view = ObservationLogView(self)
-        rl.addWidget(self.log_view)
+        log_split.addWidget(self.log_view)
+        self.line_editor = ObservationLinesEditor(self)  # the current generation's lines: Edit… / Delete…
+        self.line_editor.change_requested.connect(self.change_requested.emit)
+        log_split.addWidget(self.line_editor)
+        rl.addWidget(log_split)
         split.addWidget(right)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
@@ -215,6 +224,7 @@ class ObservationsPane(QWidget):
             self.gen_model.set_rows([])
             self.log_view.clear()
             self.buffer_panel.set_record(None)
+            self.line_editor.set_record(None, current=False, thread_id=None, resource_id="")
             self.loaded.emit()
             return
         self.stack.setCurrentIndex(PAGE_CONTENT)
@@ -252,3 +262,6 @@ class ObservationsPane(QWidget):
         self.log_caption.setText(f"Observation log · generation {record.generation_count} ({which}, "
                                  f"{record.origin_type})")
         self.log_view.setHtml(log_html(record.active_observations, self.view.thread_titles))
+        lookup = self.view.lookup
+        self.line_editor.set_record(record, current=row == 0, thread_id=lookup.thread_id if lookup else None,
+                                    resource_id=record.resource_id or self.selection.resource_id or "")

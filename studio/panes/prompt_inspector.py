@@ -47,8 +47,11 @@ from studio.logic.prompt_layout import (
 from studio.logic.dates import format_datetime
 from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows, short_id
 from studio.reads import assemble_preview
+from studio.logic.checks_layout import PinTarget
+from studio.logic.edit_marks import changed_since, sources_note
 from studio.selection import Selection
 from studio.widgets.banner import Banner
+from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
 from studio.widgets.inspector_options import InspectorOptionsBar
@@ -97,6 +100,8 @@ class PromptInspectorPane(QWidget):
     failed = Signal(str)
     open_message = Signal(str)  # a stored message id the user wants to see in the message view
     request_command = Signal(str)  # a main-window command this pane offers (e.g. Migrate Database…)
+    edit_requested = Signal(str)  # Edit Stored Message…: the message behind a fragment
+    pin_requested = Signal(object)  # Pin…: a PinTarget (a memory check of this stored turn)
 
     def __init__(self, session: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -192,7 +197,18 @@ class PromptInspectorPane(QWidget):
         self.recalled_model: RecordTableModel[RecalledRow] = RecordTableModel(RECALLED_COLUMNS, self)
         self.recalled_table = record_table_view(self.recalled_model)
         self.recalled_table.hide()
-        dl.addWidget(self.detail_header)
+        actions = QHBoxLayout()
+        self.edit_btn = QToolButton(self)
+        self.edit_btn.setText("Edit Stored Message…")
+        self.edit_btn.setObjectName("editStoredMessage")
+        self.pin_btn = QToolButton(self)
+        self.pin_btn.setText("Pin…")
+        self.pin_btn.setObjectName("pinFragment")
+        for button in (self.edit_btn, self.pin_btn):
+            button.setEnabled(False)
+            actions.addWidget(button)
+        actions.addWidget(self.detail_header, 1)
+        dl.addLayout(actions)
         dl.addWidget(self.detail_sources)
         detail_split = QSplitter(Qt.Orientation.Vertical)  # recalled messages above the fragment's text
         detail_split.addWidget(self.recalled_table)
@@ -227,6 +243,10 @@ class PromptInspectorPane(QWidget):
         self.instructions_edit.textChanged.connect(self.schedule)
         self.mode_group.buttonToggled.connect(lambda *_: self._mode_changed())
         self.fragment_table.selectionModel().selectionChanged.connect(self._fragment_selected)
+        self.fragment_table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.fragment_table.customContextMenuRequested.connect(self._fragment_menu)
+        self.edit_btn.clicked.connect(self._edit_selected)
+        self.pin_btn.clicked.connect(self.pin_selected)
 
     def _register_commands(self) -> None:
         self.commands = CommandRegistry(self)
@@ -457,6 +477,8 @@ class PromptInspectorPane(QWidget):
         self.detail_header.setText("Fragment")
         self.detail_text.load("")
         self.detail_sources.setText("")
+        self.edit_btn.setEnabled(False)
+        self.pin_btn.setEnabled(False)
         self.processors_label.setText("")
         self.commands.refresh_enabled()
 
@@ -466,16 +488,65 @@ class PromptInspectorPane(QWidget):
         self._clear_prompt()
         self.status.setText(text)
 
+    # -- fragment actions: Edit Stored Message…, Pin… ----------------------------------------------
+    def selected_fragment(self) -> FragmentRow | None:
+        index = self.fragment_table.currentIndex()
+        return self.fragment_model.row_at(index.row()) if index.isValid() else None
+
+    def pin_target(self, row: FragmentRow | None = None) -> PinTarget | None:
+        """What Pin… pins for a fragment: only a stored turn's prompt can be rebuilt by a check."""
+        row = row or self.selected_fragment()
+        preview = self.preview
+        if row is None or preview is None or preview.turn is None or preview.turn.input is None:
+            return None
+        turn = preview.turn.input
+        return PinTarget(thread_id=preview.request.thread_id or "", resource_id=preview.request.resource_id,
+                         input_text=turn.text, turn_number=None, text=row.text, source=row.source,
+                         stored_ids=tuple(row.detail.get("hit_ids") or row.stored_ids))
+
+    def pin_selected(self) -> None:
+        target = self.pin_target()
+        if target is not None:
+            self.pin_requested.emit(target)
+
+    def _edit_selected(self) -> None:
+        row = self.selected_fragment()
+        if row is None or not row.stored_ids:
+            return
+        if len(row.stored_ids) == 1:
+            self.edit_requested.emit(row.stored_ids[0])
+        else:
+            self._fragment_menu(self.fragment_table.visualRect(self.fragment_table.currentIndex()).center())
+
+    def _fragment_menu(self, pos: Any) -> None:
+        index = self.fragment_table.indexAt(pos)
+        if index.isValid():
+            self.fragment_table.selectRow(index.row())
+        row = self.selected_fragment()
+        if row is None:
+            return
+        target = self.pin_target(row)
+        menu = fragment_menu(self.fragment_table, row.stored_ids, self.edit_requested.emit,
+                             (lambda: self.pin_requested.emit(target)) if target is not None else None,
+                             "pick a stored turn: a check rebuilds a turn that ran")
+        self.fragment_menu_shown = menu
+        popup(menu, self.fragment_table.viewport(), pos)
+
     def _fragment_selected(self, selected: QItemSelection, _deselected: QItemSelection) -> None:
         indexes = selected.indexes()
         row = self.fragment_model.row_at(indexes[0].row()) if indexes else None
+        self.edit_btn.setEnabled(row is not None and bool(row.stored_ids))
+        self.pin_btn.setEnabled(row is not None and self.pin_target(row) is not None)
+        self.pin_btn.setToolTip("Pin this fragment as a memory check" if self.pin_btn.isEnabled() else
+                                "Pin… needs a stored turn: pick a message of the thread (Stored turn)")
         if row is None:
             return
         self.detail_header.setText(fragment_header(row))
         if row.stored_ids:
             links = ", ".join(f'<a href="{i}">{i}</a>' for i in row.stored_ids[:12])
             more = f" and {len(row.stored_ids) - 12} more" if len(row.stored_ids) > 12 else ""
-            self.detail_sources.setText(f"From stored messages: {links}{more}")
+            note = sources_note(changed_since(self.preview.prompt) if self.preview else {}, row.stored_ids)
+            self.detail_sources.setText(f"From stored messages: {links}{more}" + (f"<br><i>{note}</i>" if note else ""))
         else:
             what = {"instructions": "agent instructions", "input": "the new input (not stored yet)",
                     "tools": "tool definitions offered to the model"}.get(row.kind, "generated by " + row.source)
@@ -483,7 +554,7 @@ class PromptInspectorPane(QWidget):
         recalled = recalled_rows(row, self.selection.thread_id)
         self.recalled_model.set_rows(recalled)
         self.recalled_table.setVisible(bool(recalled))
-        self.detail_text.set_language("json" if row.role == "tool defs" else "markdown")
+        self.detail_text.set_language("json" if row.role == "tool defs" else "prose")
         self.detail_text.load(row.text)
 
     # -- copy ------------------------------------------------------------------------------------

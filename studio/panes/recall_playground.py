@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.agent_configs import agent_for_thread
 from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
 from studio.logic import recall_layout as lay
 from studio.logic.message_format import MessageRow
@@ -58,6 +59,16 @@ def _shared_embedder() -> Any:
 
 
 EMBEDDERS = EmbedderHolder(_shared_embedder)  # the process's one local model, loaded on the first search
+
+
+def _agent_recall(store: Any, thread_id: str | None) -> lay.RecallStart:
+    """The recall options of the agent that applies to the thread (``agent_for_thread``, the rule of the
+    inspector, Replay and the CLI), as the playground's starting point. Runs on a worker."""
+    choice = agent_for_thread(store, thread_id)
+    if choice.agent is None:
+        return lay.recall_start(None, None)
+    recall = choice.options().semantic_recall
+    return lay.recall_start(recall, choice.agent.name, recall.enabled)
 
 
 def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candidate]]:
@@ -89,6 +100,20 @@ def _fit_columns(table: QTableView, model: RecordTableModel[Candidate]) -> None:
         title = str(model.headerData(col, Qt.Orientation.Horizontal))
         sample = SAMPLES.get(title, title)
         table.setColumnWidth(col, max(metrics.horizontalAdvance(sample), metrics.horizontalAdvance(title)) + 22)
+
+
+class _MessageWidth(QObject):
+    """Keeps each list's Message column at about half of the list's width as it is resized."""
+
+    SHARE, MINIMUM = 0.5, 170
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.Resize and isinstance(watched, QWidget):
+            table = watched.parent()
+            if isinstance(table, QTableView) and table.model() is not None:
+                column = table.model().columnCount() - 1
+                table.setColumnWidth(column, max(self.MINIMUM, int(watched.width() * self.SHARE)))
+        return False
 
 
 class RecallPlaygroundPane(QWidget):
@@ -158,8 +183,20 @@ class RecallPlaygroundPane(QWidget):
             if label:
                 controls.addWidget(QLabel(label))
             controls.addWidget(widget)
+        # Which settings the controls started from: the thread's agent's (what it really recalls).
+        self.start_label = QLabel("")
+        self.start_label.setObjectName("recallStart")
+        self.start_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.start_label.setStyleSheet("color: palette(placeholder-text);")
+        self.reset_btn = QPushButton("Reset to Agent")
+        self.reset_btn.setEnabled(False)
         controls.addStretch(1)
         root.addLayout(controls)
+        start_row = QHBoxLayout()
+        start_row.addWidget(self.start_label, 1)
+        start_row.addWidget(self.reset_btn)
+        root.addLayout(start_row)
+        self.start: lay.RecallStart | None = None
 
         self.banner = Banner(self)
         root.addWidget(self.banner)
@@ -171,6 +208,7 @@ class RecallPlaygroundPane(QWidget):
 
         vsplit = QSplitter(Qt.Orientation.Vertical)
         lists = QSplitter(Qt.Orientation.Horizontal)
+        self._message_width = _MessageWidth(self)
         self.models: dict[ListName, RecordTableModel[Candidate]] = {}
         self.tables: dict[ListName, QTableView] = {}
         self.captions: dict[ListName, QLabel] = {}
@@ -196,6 +234,11 @@ class RecallPlaygroundPane(QWidget):
             header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
             header.setStretchLastSection(True)
             _fit_columns(table, model)
+            # The message is what people read: shown right after the rank, at half the list's width
+            # (the scores follow, and scroll into view); at the end it was cut to a few characters.
+            header.moveSection(model.columnCount() - 1, 1)
+            header.setStretchLastSection(False)
+            table.viewport().installEventFilter(self._message_width)
             table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
             table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
             table.selectionModel().selectionChanged.connect(
@@ -244,6 +287,12 @@ class RecallPlaygroundPane(QWidget):
         self.threshold_check.toggled.connect(self._threshold_toggled)
         for spin in (self.threshold_spin, self.topk_spin, self.before_spin, self.after_spin):
             spin.valueChanged.connect(lambda _v: self.schedule())
+        self.reset_btn.clicked.connect(self.reset_to_agent)
+        self._touched = False  # the user changed a control since picking the thread: keep it
+        for control in (self.threshold_spin, self.topk_spin, self.before_spin, self.after_spin):
+            control.valueChanged.connect(self._touch)
+        self.threshold_check.toggled.connect(self._touch)
+        self.scope_combo.currentIndexChanged.connect(self._touch)
         self.why_btn.clicked.connect(self.explain_now)
         self.why_edit.returnPressed.connect(self.explain_now)
         self.thread_list.currentItemChanged.connect(self._thread_message_picked)
@@ -261,11 +310,67 @@ class RecallPlaygroundPane(QWidget):
             self.thread_list.clear()
             if selection.thread_id is not None:
                 self._load_thread_messages(selection.thread_id)
+            self._touched = False
+            self._load_agent_options(selection.thread_id)
         if selection.message_id is not None and selection.message_id != previous.message_id:
             self.why_edit.setText(selection.message_id)
         if (selection.resource_id, selection.thread_id) != (previous.resource_id, previous.thread_id):
             self.subtitle.setText(self._scope_text())
             self.schedule()
+
+    # -- the agent's registered recall options -------------------------------------------------------
+    def _load_agent_options(self, thread_id: str | None) -> None:
+        store = self.session.store
+        self.session.run(lambda: _agent_recall(store, thread_id),
+                         on_result=alive_only(self, lambda start: self._on_start(thread_id, start)),
+                         on_error=alive_only(self, self._on_error), key=self._key + "-agent")
+
+    def _on_start(self, thread_id: str | None, start: lay.RecallStart) -> None:
+        if thread_id != self.selection.thread_id:
+            return
+        self.start = start
+        if self._touched:  # the user set the controls while this was read: keep theirs, say what differs
+            self._update_start_label()
+        else:
+            self.reset_to_agent()
+
+    def _touch(self, *_args: object) -> None:
+        self._touched = True
+
+    def reset_to_agent(self) -> None:
+        """Put the controls back to the thread's agent's recall options (what its turns recall)."""
+        start = self.start
+        if start is None:
+            return
+        widgets = (self.topk_spin, self.threshold_spin, self.threshold_check, self.before_spin, self.after_spin,
+                   self.scope_combo)
+        for w in widgets:
+            w.blockSignals(True)
+        self.topk_spin.setValue(start.top_k)
+        self.threshold_check.setChecked(start.threshold is not None)
+        self.threshold_spin.setEnabled(start.threshold is not None)
+        if start.threshold is not None:
+            self.threshold_spin.setValue(start.threshold)
+        self.before_spin.setValue(start.before)
+        self.after_spin.setValue(start.after)
+        self.scope_combo.setCurrentIndex(max(self.scope_combo.findData(start.scope), 0))
+        for w in widgets:
+            w.blockSignals(False)
+        self._update_start_label()
+        self.schedule()
+
+    def _update_start_label(self) -> None:
+        start = self.start
+        if start is None:
+            self.start_label.setText("")
+            self.reset_btn.setEnabled(False)
+            return
+        req = self.request()
+        changed = (req.top_k, req.threshold, req.before, req.after, req.scope) != (
+            start.top_k, start.threshold, start.before, start.after, start.scope)
+        self.start_label.setText(start.label + (" · changed here" if changed else ""))
+        self.start_label.setToolTip(start.label)
+        self.reset_btn.setEnabled(changed)
 
     def _scope_text(self) -> str:
         sel = self.selection
@@ -306,6 +411,7 @@ class RecallPlaygroundPane(QWidget):
         )
 
     def schedule(self) -> None:
+        self._update_start_label()
         self._debounce.start()
 
     def search_now(self) -> None:

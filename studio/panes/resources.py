@@ -165,6 +165,9 @@ class ResourcesPane(QWidget):
     # -- selection ---------------------------------------------------------------------------
     def set_selection(self, selection: Selection) -> None:
         if selection.resource_id is None:
+            self._pending = None
+            self.tree.selectionModel().clearSelection()  # e.g. the selected resource was forgotten
+            self.tree.selectionModel().setCurrentIndex(QModelIndex(), QItemSelectionModel.SelectionFlag.NoUpdate)
             return
         source = self.model.index_of(selection.resource_id, selection.thread_id)
         if not source.isValid():

@@ -2,13 +2,18 @@
 
 The document's own undo stack is the edit history: programmatic changes (revert, restore a version)
 go through ``replace_all``, which is one undoable step, so Ctrl+Z after "Revert" brings the edit back.
+
+``"prose"`` is for what a model read or wrote (prompt fragments, replies): headings and bold, but no
+``label:`` colouring, which made ordinary sentences ("Quick heads-up: I'm allergic") look like fields.
+Read-only prose viewers show observational memory's priority emoji (🔴 🟡 🟢 ✅), which the monospace
+font and most desktops cannot draw, as coloured marks any font has; copying gives the emoji back.
 """
 
 from __future__ import annotations
 
 import re
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QMimeData, Qt
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -20,6 +25,8 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit, QWidget
+
+from studio.logic.observations_layout import PRIORITY_MARKS
 
 
 def mono_font(point_delta: int = 0) -> QFont:
@@ -65,6 +72,27 @@ class JsonHighlighter(QSyntaxHighlighter):
             self.setFormat(m.start(), m.end() - m.start(), self.formats["key"])
 
 
+# Priority emoji -> what a viewer shows instead, and its colour: a mark any font has, followed by an
+# invisible character that says which emoji it stands for (so copying gives the emoji back).
+_VIEW_MARKS = {emoji: (("✔" if name == "done" else "●") + tail, colour)
+               for (emoji, (name, colour, _meaning)), tail in zip(PRIORITY_MARKS.items(),
+                                                                  ("\u200b", "\u200c", "\u200d", "\u2060"))}
+_TO_VIEW = re.compile("|".join(map(re.escape, _VIEW_MARKS)))
+_FROM_VIEW = {shown: emoji for emoji, (shown, _colour) in _VIEW_MARKS.items()}
+_FROM_VIEW_RE = re.compile("|".join(map(re.escape, _FROM_VIEW)))
+_MARK_COLOURS = {shown: colour for shown, colour in _VIEW_MARKS.values()}
+
+
+def view_marks(text: str) -> str:
+    """``text`` with each priority emoji replaced by its viewer mark."""
+    return _TO_VIEW.sub(lambda m: _VIEW_MARKS[m.group(0)][0], text)
+
+
+def unview_marks(text: str) -> str:
+    """The inverse of ``view_marks``."""
+    return _FROM_VIEW_RE.sub(lambda m: _FROM_VIEW[m.group(0)], text)
+
+
 class MarkdownHighlighter(QSyntaxHighlighter):
     HEADING = re.compile(r"^\s{0,3}#{1,6}\s.*$")
     BULLET = re.compile(r"^\s*(?:[-*+]|\d+\.)\s")
@@ -72,8 +100,9 @@ class MarkdownHighlighter(QSyntaxHighlighter):
     LABEL = re.compile(r"^\s*(?:[-*+]\s+)?([^:\n]{1,40}):")
     PLACEHOLDER = re.compile(r"\[[^\]]*\]")
 
-    def __init__(self, document: QTextDocument) -> None:
+    def __init__(self, document: QTextDocument, *, labels: bool = True) -> None:
         super().__init__(document)
+        self.labels = labels
         self.heading = _fmt("#E0B050", bold=True)
         self.bullet = _fmt("#8A8F98")
         self.bold = _fmt("#4FA3D9", bold=True)
@@ -87,13 +116,30 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         m = self.BULLET.match(text)
         if m:
             self.setFormat(0, m.end(), self.bullet)
-        lab = self.LABEL.match(text)
+        lab = self.LABEL.match(text) if self.labels else None
         if lab:
             self.setFormat(lab.start(1), lab.end(1) - lab.start(1) + 1, self.label)
         for b in self.BOLD.finditer(text):
             self.setFormat(b.start(), b.end() - b.start(), self.bold)
         for ph in self.PLACEHOLDER.finditer(text):
             self.setFormat(ph.start(), ph.end() - ph.start(), self.placeholder)
+        mark_priorities(self, text)
+
+
+def mark_priorities(highlighter: QSyntaxHighlighter, text: str) -> None:
+    """Colour the viewer marks that stand for priority emoji (``view_marks``)."""
+    for i, ch in enumerate(text):
+        if ch in "●✔" and i + 1 < len(text) and (ch + text[i + 1]) in _MARK_COLOURS:
+            highlighter.setFormat(i, 1, _fmt(_MARK_COLOURS[ch + text[i + 1]], bold=True))
+
+
+class ProseHighlighter(MarkdownHighlighter):
+    """Headings, bold and priority marks; no ``label:`` colours (model text is prose)."""
+
+    def __init__(self, document: QTextDocument) -> None:
+        super().__init__(document, labels=False)
+
+
 
 
 class CodeEditor(QPlainTextEdit):
@@ -110,10 +156,11 @@ class CodeEditor(QPlainTextEdit):
         self.set_language(language)
 
     def set_language(self, language: str) -> None:
+        self.language = language
         if self.highlighter is not None:
             self.highlighter.setDocument(None)
         self.highlighter = {
-            "json": JsonHighlighter, "markdown": MarkdownHighlighter,
+            "json": JsonHighlighter, "markdown": MarkdownHighlighter, "prose": ProseHighlighter,
         }.get(language, lambda _d: None)(self.document())  # type: ignore[operator]
 
     def replace_all(self, text: str) -> None:
@@ -126,10 +173,25 @@ class CodeEditor(QPlainTextEdit):
         cursor.insertText(text)
         cursor.endEditBlock()
 
+    @property
+    def shows_marks(self) -> bool:
+        """A read-only viewer of model text ("prose") draws priority emoji as marks (``view_marks``)."""
+        return self.isReadOnly() and self.language == "prose"
+
     def load(self, text: str) -> None:
         """Show freshly loaded data: not undoable (there is nothing of the user's to bring back)."""
-        self.setPlainText(text)
+        self.setPlainText(view_marks(text) if self.shows_marks else text)
         self.document().setModified(False)
+
+    def text(self) -> str:
+        """The text as loaded or edited (a viewer's marks back as the emoji they stand for)."""
+        return unview_marks(self.toPlainText()) if self.shows_marks else self.toPlainText()
+
+    def createMimeDataFromSelection(self) -> QMimeData:  # noqa: N802 - Qt's name
+        data = super().createMimeDataFromSelection()
+        if self.shows_marks and data.hasText():
+            data.setText(unview_marks(data.text()))
+        return data
 
     def mark_error_line(self, line: int | None) -> None:
         """Underline a 1-based line in red (a JSON syntax error), or clear the mark."""

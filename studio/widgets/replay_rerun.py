@@ -87,8 +87,8 @@ class RerunPanel(QWidget):
 
         split = QSplitter(Qt.Orientation.Vertical)
         sides = QSplitter(Qt.Orientation.Horizontal)
-        self.stored_view = CodeEditor("markdown", read_only=True)
-        self.new_view = CodeEditor("markdown", read_only=True)
+        self.stored_view = CodeEditor("prose", read_only=True)
+        self.new_view = CodeEditor("prose", read_only=True)
         self.new_view.setObjectName("rerunReply")
         for title, view in (("Stored reply", self.stored_view), ("Re-run reply", self.new_view)):
             holder = QWidget()

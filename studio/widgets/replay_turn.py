@@ -29,9 +29,13 @@ from studio.logic.replay_layout import (
     step_rows,
     token_rows,
 )
+from studio.logic.checks_layout import PinTarget
+from studio.logic.edit_marks import changed_since, fragment_mark, sources_note
 from studio.replay_jobs import StepData
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
+from studio.widgets.fitted_label import FittedLabel
+from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
@@ -115,6 +119,8 @@ def _ignored_width(label: QLabel) -> QLabel:
 
 class TurnView(QSplitter):
     open_message = Signal(str)  # a stored message id (a fragment's source, a recall hit)
+    edit_requested = Signal(str)  # Edit Stored Message… (a fragment's context menu)
+    pin_requested = Signal(object)  # Pin… (a fragment's context menu): a PinTarget
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(Qt.Orientation.Horizontal, parent)
@@ -123,9 +129,8 @@ class TurnView(QSplitter):
         ul = QVBoxLayout(upper)
         ul.setContentsMargins(0, 0, 0, 0)
         self.context_caption = _ignored_width(caption("Context at this turn"))
-        self.change_label = _ignored_width(QLabel(""))
+        self.change_label = FittedLabel("")  # wraps, and is never cut when the list above is crowded
         self.change_label.setObjectName("replayChanges")
-        self.change_label.setWordWrap(True)
         self.step_model = StepTableModel(STEP_COLUMNS, self)
         self.step_table = table_for(self.step_model, STEP_WIDTHS)
         self.step_table.setObjectName("replayFragments")
@@ -140,7 +145,7 @@ class TurnView(QSplitter):
         self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
         self.fragment_sources.setWordWrap(True)
         self.fragment_sources.linkActivated.connect(self.open_message.emit)
-        self.fragment_text = CodeEditor("markdown", read_only=True)
+        self.fragment_text = CodeEditor("prose", read_only=True)
         for w in (self.fragment_header, self.fragment_sources, self.fragment_text):
             ll.addWidget(w)
         left.addWidget(lower)
@@ -151,8 +156,8 @@ class TurnView(QSplitter):
         self.tabs.setObjectName("replayTabs")
         compare_tab = QSplitter(Qt.Orientation.Vertical)
         sides = QSplitter(Qt.Orientation.Horizontal)
-        self.received_view = CodeEditor("markdown", read_only=True)
-        self.now_view = CodeEditor("markdown", read_only=True)
+        self.received_view = CodeEditor("prose", read_only=True)
+        self.now_view = CodeEditor("prose", read_only=True)
         self.received_caption = caption("Received (the record)")
         for head, view in ((self.received_caption, self.received_view), (caption("Rebuilt now"), self.now_view)):
             holder = QWidget()
@@ -167,7 +172,7 @@ class TurnView(QSplitter):
         compare_tab.addWidget(self.now_diff)
         compare_tab.setSizes([300, 160])
         self.tabs.addTab(compare_tab, "Received vs Rebuilt Now")
-        self.reply_view = CodeEditor("markdown", read_only=True)
+        self.reply_view = CodeEditor("prose", read_only=True)
         self.tabs.addTab(self.reply_view, "Reply")
         self.recall_model: RecordTableModel[RecallRow] = RecordTableModel(RECALL_COLUMNS, self)
         self.recall_table = table_for(self.recall_model)
@@ -178,8 +183,13 @@ class TurnView(QSplitter):
         self.addWidget(self.tabs)
         self.setSizes([560, 620])
         self.step_table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_fragment(cur.row()))
+        self.step_table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.step_table.customContextMenuRequested.connect(self._fragment_menu)
+        self._step: StepData | None = None
+        self._thread_id = ""
 
     def show_step(self, step: StepData, thread_id: str, cmp: Comparison) -> None:
+        self._step, self._thread_id = step, thread_id
         received, now = step.received, step.now
         self.context_caption.setText(f"Context at turn {step.index + 1} ({received.total_tokens:,} tokens)")
         self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
@@ -214,16 +224,43 @@ class TurnView(QSplitter):
         rec = self.step_model.row_at(row)
         if rec is None:
             return
-        bits = [rec.mark or "unchanged", rec.source, f"{rec.tokens:,} tokens"]
+        changed = changed_since(self._step.received) if self._step else {}
+        edited = fragment_mark(changed, rec.stored_ids)
+        bits = [rec.mark or "unchanged", *([edited] if edited else []), rec.source, f"{rec.tokens:,} tokens"]
         if rec.reason:
             bits.append(f"why: {reason_label(rec.reason)}")
         self.fragment_header.setText(" · ".join(bits))
         links = ", ".join(f'<a href="{i}">{esc(i)}</a>' for i in rec.stored_ids[:12])
-        self.fragment_sources.setText(f"From stored messages: {links}" if links else "Not from a stored message")
+        note = sources_note(changed, rec.stored_ids)
+        self.fragment_sources.setText((f"From stored messages: {links}" if links else "Not from a stored message")
+                                      + (f"<br><i>{esc(note)}</i>" if note else ""))
         if rec.change == "changed" and rec.text_before is not None:
             self.fragment_text.load(f"— before —\n{rec.text_before}\n\n— now —\n{rec.text}")
         else:
             self.fragment_text.load(rec.text)
+
+    def pin_target(self, row: int) -> PinTarget | None:
+        rec, step = self.step_model.row_at(row), self._step
+        if rec is None or step is None or rec.index is None:
+            return None  # a fragment that left this turn's prompt is not in it to pin
+        fragment = step.received.fragments[rec.index] if rec.index < len(step.received.fragments) else None
+        hits = tuple(fragment.detail.get("hit_ids") or ()) if fragment is not None else ()
+        return PinTarget(thread_id=self._thread_id, resource_id=step.received.resource_id,
+                         input_text=step.turn.input_text, turn_number=step.index + 1, text=rec.text,
+                         source=rec.source, stored_ids=hits or rec.stored_ids)
+
+    def _fragment_menu(self, pos: Any) -> None:
+        index = self.step_table.indexAt(pos)
+        if not index.isValid():
+            return
+        self.step_table.selectRow(index.row())
+        rec = self.step_model.row_at(index.row())
+        target = self.pin_target(index.row())
+        menu = fragment_menu(self.step_table, rec.stored_ids if rec else (), self.edit_requested.emit,
+                             (lambda: self.pin_requested.emit(target)) if target is not None else None,
+                             "this fragment left the prompt at this turn")
+        self.fragment_menu_shown = menu
+        popup(menu, self.step_table.viewport(), pos)
 
     def _open_recall(self, index: QModelIndex) -> None:
         row = self.recall_model.row_at(index.row())

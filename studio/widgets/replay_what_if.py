@@ -89,6 +89,7 @@ class WhatIfPanel(QWidget):
     finished = Signal(object)  # WhatIfOutcome
     opened = Signal(object)  # WhatIfDetail
     rerun_requested = Signal(object)  # WhatIfDetail: re-run this what-if prompt
+    checks_requested = Signal(object)  # the what-if's option overrides: which memory checks would break?
 
     def __init__(self, session: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -161,7 +162,12 @@ class WhatIfPanel(QWidget):
         self.summary = QLabel("Change options, then Run What-If: every turn is rebuilt with them.")
         self.summary.setWordWrap(True)
         self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.checks_btn = QPushButton("Run Checks With These Options")
+        self.checks_btn.setObjectName("whatIfChecks")
+        self.checks_btn.setToolTip("Run the memory checks (the Checks tab) as they stand and with these options, "
+                                   "and mark each check they would break")
         row.addWidget(self.run_btn)
+        row.addWidget(self.checks_btn)
         row.addWidget(self.cancel_btn)
         row.addWidget(self.progress, 1)
         row.addWidget(self.progress_label)
@@ -197,6 +203,7 @@ class WhatIfPanel(QWidget):
         root.addWidget(split, 1)
 
         self.run_btn.clicked.connect(self.run)
+        self.checks_btn.clicked.connect(lambda: self.checks_requested.emit(self.options().overrides()))
         self.cancel_btn.clicked.connect(self.cancel)
         self.table.doubleClicked.connect(lambda index: self.open_row(index.row()))
         self.table.activated.connect(lambda index: self.open_row(index.row()))

@@ -1,0 +1,75 @@
+"""``memory-studio forget --resource ID [--yes] [--vacuum]`` (registered by ``core.cli``).
+
+It shows what would go, place by place, asks (unless ``--yes``), deletes, shows what went, and offers
+``vacuum`` so freed pages stop holding the deleted bytes. Exit 1 when something could not be reached
+or still names the resource afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, TextIO
+
+from core.storage import open_store
+
+COMMANDS = ("forget",)
+
+
+def add_parsers(sub: Any, db_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser("forget", help="delete everything about a resource (threads, messages, recall, working "
+                                      "memory, observations, turn records, traces)")
+    db_arg(p)
+    p.add_argument("--resource", required=True, help="the resource (user) id to forget")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--vacuum", action="store_true", help="then vacuum, so freed pages no longer hold old bytes")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    return _forget(args, out, err)
+
+
+def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from core.edits.forget import forget_resource
+
+    with open_store(args.db, create=False) as store:
+        preview = forget_resource(store, args.resource, dry_run=True)
+        if not preview.found:
+            out.write(f"{store.location.display}: nothing is stored about resource {args.resource!r}\n")
+            return 0
+        for line in preview.summary_lines():
+            out.write(line + "\n")
+        if not args.yes:
+            if not sys.stdin.isatty():
+                print("refusing to delete without confirmation: run it in a terminal, or add --yes", file=err)
+                return 1
+            answer = input(f"Delete all of this from {store.location.display}? This cannot be undone. [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                out.write("nothing was deleted\n")
+                return 1
+        report = forget_resource(store, args.resource)
+        for line in report.summary_lines():
+            out.write(line + "\n")
+        vacuum = args.vacuum
+        if not vacuum and not args.yes and sys.stdin.isatty() and report.total:
+            vacuum = input("Vacuum now, so the freed pages no longer hold the deleted bytes? [y/N] ").strip().lower() \
+                in ("y", "yes")
+        if vacuum:
+            out.write(vacuum_report(store) + "\n")
+        elif report.total:
+            out.write("run `memory-studio vacuum` to drop the freed pages\n")
+    return 0 if report.complete and not report.leftovers else 1
+
+
+def vacuum_report(store: Any) -> str:
+    """Vacuum the database and compact the trace file beside it; one line saying what came back."""
+    reclaimed = store.vacuum()
+    obs = store.observability
+    compact = getattr(obs, "compact", None) if not store.capabilities.traces_in_database else None
+    traces = 0
+    if callable(compact) and getattr(obs, "path", None) is not None and obs.path.exists():
+        traces = compact()
+    return f"vacuumed: {reclaimed / 1e6:.2f} MB from the database, {traces / 1e6:.2f} MB from the trace file"
+
+
+__all__ = ["COMMANDS", "add_parsers", "run", "vacuum_report"]

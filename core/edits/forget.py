@@ -1,0 +1,409 @@
+"""Forgetting a resource, as a data-subject request needs: every row about it, in every place.
+
+``forget_resource(store, resource_id)`` first works out *what* belongs to the resource (``Targets``):
+the resource itself and its agent-scoped resources (a sub-agent a turn delegated to runs on resource
+``<resource>-<agent>``; the delegation's tool result names it), their threads, every message id those
+threads hold or once held (message versions keep deleted ones), observation records and their lookup
+keys, keyword-index rows, and the traces that name a thread or resource. Then it deletes, place by
+place, in one write transaction of the database, and afterwards in the trace store beside it (the
+DuckDB file and its pending spill files; on Postgres the span table is in the database itself).
+
+``PLACES`` is the explicit list, in order (a trigger on messages queues their ids for the keyword
+index, so the queue comes after the messages). Each place names a table (or, for vector tables, a
+name prefix) and the columns that point at the targets. A table this list does not know but that has
+a thread or resource column (another feature's table, a Mastra table) is swept by the same rule and
+reported under its own name. Afterwards every table is scanned for the resource's ids
+(``mentions``): anything left is reported, never silently kept.
+
+Deleted rows leave their bytes in free pages until ``vacuum`` rewrites the file; the report says so
+and the CLI and the Studio offer it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+import sqlalchemy as sa
+
+from core.edits.schema import MESSAGE_VERSIONS, OBSERVATION_VERSIONS
+from core.ids import check_id
+from core.storage import dialect, locks
+from core.storage.capabilities import capabilities_of
+from core.storage.memory_store import InvalidArgumentError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage import Store
+
+log = logging.getLogger(__name__)
+
+SPANS = "mastra_ai_spans"
+_FTS = "memory_studio_message_fts"
+_DOCS = "memory_studio_fts_docs"
+_QUEUE = "memory_studio_recall_queue"
+_VECTORS = "memory_messages"
+_CHUNK = 400
+
+
+@dataclass(frozen=True)
+class Place:
+    """One place where a resource's rows live: a table (``prefix``: every table named ``table`` or
+    ``table_*``) and the conditions, each ``(column SQL, target kind)``, that pick its rows."""
+
+    name: str
+    table: str
+    conditions: tuple[tuple[str, str], ...]
+    prefix: bool = False
+    needs: str | None = None  # a capability flag value the place needs ("fts5")
+
+
+# The explicit list, in the order the rows are deleted. Extend it when a table keeps a resource's
+# rows (its thread, resource or message ids, or their text).
+PLACES: list[Place] = [
+    Place("message versions", MESSAGE_VERSIONS,
+          (("message_id", "messages"), ("thread_id", "threads"), ("resource_id", "resources"))),
+    Place("observation versions", OBSERVATION_VERSIONS,
+          (("record_id", "om_records"), ("lookup_key", "om_keys"), ("thread_id", "threads"),
+           ("resource_id", "resources"))),
+    Place("working-memory versions", "memory_studio_wm_versions",
+          (("scope = 'resource' AND owner_id", "resources"), ("scope = 'thread' AND owner_id", "threads"))),
+    Place("turn records", "memory_studio_turns", (("thread_id", "threads"), ("resource_id", "resources"))),
+    Place("observations", "mastra_observational_memory",
+          (('"lookupKey"', "om_keys"), ('"resourceId"', "resources"), ('"threadId"', "threads"))),
+    Place("keyword index", _FTS, (("rowid", "fts_rows"),), needs="fts5"),
+    Place("keyword docs", _DOCS, (("message_id", "messages"), ("thread_id", "threads"), ("resource_id", "resources"))),
+    Place("vectors", _VECTORS,
+          (("{json:message_id}", "messages"), ("vector_id", "messages"), ("{json:thread_id}", "threads"),
+           ("{json:resource_id}", "resources")), prefix=True),
+    Place("messages", "mastra_messages", (("thread_id", "threads"), ('"resourceId"', "resources"))),
+    Place("recall queue", _QUEUE, (("message_id", "messages"),)),
+    Place("threads", "mastra_threads", (("id", "threads"), ('"resourceId"', "resources"))),
+    Place("resource", "mastra_resources", (("id", "resources"),)),
+    Place("spans in the database", SPANS, (('"traceId"', "traces"),)),
+]
+
+# Columns by which an unknown table points at a thread or a resource (Mastra's and our spellings).
+_THREAD_COLUMNS = ("threadId", "thread_id")
+_RESOURCE_COLUMNS = ("resourceId", "resource_id")
+
+
+@dataclass
+class Targets:
+    resources: list[str]
+    threads: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    om_records: list[str] = field(default_factory=list)
+    om_keys: list[str] = field(default_factory=list)
+    fts_rows: list[int] = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)
+
+    def of(self, kind: str) -> Sequence[Any]:
+        return list(getattr(self, kind))
+
+
+@dataclass
+class ForgetReport:
+    """What forgetting a resource removed (or, with ``dry_run``, would remove), place by place."""
+
+    resource_id: str
+    resources: list[str]
+    threads: list[str]
+    removed: dict[str, int] = field(default_factory=dict)  # place -> rows
+    dry_run: bool = False
+    leftovers: dict[str, int] = field(default_factory=dict)  # table -> rows still naming the resource
+    notes: list[str] = field(default_factory=list)
+    complete: bool = True  # False: a place could not be reached (a busy trace file); run it again
+
+    @property
+    def total(self) -> int:
+        return sum(self.removed.values())
+
+    @property
+    def found(self) -> bool:
+        return bool(self.total or self.threads)
+
+    def summary_lines(self) -> list[str]:
+        verb = "would remove" if self.dry_run else "removed"
+        head = f"Forget resource {self.resource_id!r}: {verb} {self.total:,} row(s)"
+        if len(self.resources) > 1:
+            head += f" (with its agent-scoped resources {', '.join(self.resources[1:])})"
+        lines = [head + f", {len(self.threads)} thread(s)"]
+        lines += [f"  {name}: {count:,}" for name, count in self.removed.items() if count]
+        if self.leftovers:
+            lines.append("  STILL NAMING IT: " + ", ".join(f"{t} ({n})" for t, n in self.leftovers.items()))
+        lines += [f"  note: {n}" for n in self.notes]
+        return lines
+
+
+# -- working out what belongs to the resource ------------------------------------------------------
+def _ids(conn: sa.Connection, sql: str, values: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for start in range(0, len(values), _CHUNK):
+        chunk = list(values[start:start + _CHUNK])
+        marks = ",".join("?" * len(chunk))
+        out.extend(r[0] for r in conn.exec_driver_sql(sql.replace("{in}", f"({marks})"), tuple(chunk)))
+    return list(dict.fromkeys(out))
+
+
+def _delegations(conn: sa.Connection, threads: Sequence[str]) -> set[str]:
+    """Resources that sub-agents ran on when these threads' turns delegated to them."""
+    found: set[str] = set()
+    content = dialect.stored_text_sql(conn, '"content"')
+    for start in range(0, len(threads), _CHUNK):
+        chunk = list(threads[start:start + _CHUNK])
+        rows = conn.exec_driver_sql(
+            f"SELECT {content} FROM mastra_messages WHERE thread_id IN ({','.join('?' * len(chunk))}) "
+            "AND content LIKE '%agent-%'", tuple(chunk))
+        for (raw,) in rows:
+            found |= _delegated_resources(raw)
+    return found
+
+
+def _delegated_resources(raw: Any) -> set[str]:
+    if isinstance(raw, (bytes, bytearray)):
+        raw = raw.decode("utf-8", errors="replace")
+    try:
+        content = json.loads(raw)
+    except (TypeError, ValueError):
+        return set()
+    out: set[str] = set()
+    for part in (content.get("parts") or []) if isinstance(content, dict) else []:
+        inv = part.get("toolInvocation") if isinstance(part, dict) else None
+        if not isinstance(inv, dict) or not str(inv.get("toolName") or "").startswith("agent-"):
+            continue
+        result = inv.get("result")
+        if isinstance(result, dict) and isinstance(result.get("resource"), str):
+            out.add(result["resource"])
+    return out
+
+
+def _targets(conn: sa.Connection, resource_id: str) -> Targets:
+    resources = [resource_id]
+    seen = {resource_id}
+    threads: list[str] = []
+    frontier = [resource_id]
+    while frontier:  # a sub-agent may delegate again
+        new_threads = _ids(conn, 'SELECT id FROM mastra_threads WHERE "resourceId" IN {in}', frontier)
+        threads += [t for t in new_threads if t not in threads]
+        frontier = sorted(r for r in _delegations(conn, new_threads) if r not in seen)
+        seen.update(frontier)
+        resources += frontier
+    t = Targets(resources, threads)
+    t.messages = _ids(conn, "SELECT id FROM mastra_messages WHERE thread_id IN {in}", threads)
+    t.messages += [m for m in _ids(conn, 'SELECT id FROM mastra_messages WHERE "resourceId" IN {in}', resources)
+                   if m not in t.messages]
+    if dialect.has_table(conn, MESSAGE_VERSIONS):  # deleted messages too: their recall rows may linger
+        for sql, values in (("SELECT message_id FROM " + MESSAGE_VERSIONS + " WHERE thread_id IN {in}", threads),
+                            ("SELECT message_id FROM " + MESSAGE_VERSIONS + " WHERE resource_id IN {in}", resources)):
+            t.messages += _ids(conn, sql, values)
+    t.messages = list(dict.fromkeys(t.messages))
+    t.om_keys = [f"resource:{r}" for r in resources] + [f"thread:{x}" for x in threads]
+    if dialect.has_table(conn, "mastra_observational_memory"):
+        om = set()
+        for sql, values in (('SELECT id FROM mastra_observational_memory WHERE "lookupKey" IN {in}', t.om_keys),
+                            ('SELECT id FROM mastra_observational_memory WHERE "resourceId" IN {in}', resources),
+                            ('SELECT id FROM mastra_observational_memory WHERE "threadId" IN {in}', threads)):
+            om.update(_ids(conn, sql, values))
+        t.om_records = sorted(om)
+    if capabilities_of(conn).full_text == "fts5" and dialect.has_table(conn, _DOCS):
+        rows: set[int] = set()
+        for col, values in (("message_id", t.messages), ("thread_id", threads), ("resource_id", resources)):
+            rows.update(int(x) for x in _ids(conn, f"SELECT doc_id FROM {_DOCS} WHERE {col} IN {{in}}", values))
+        t.fts_rows = sorted(rows)
+    if dialect.has_table(conn, SPANS):
+        traces = set(_ids(conn, f'SELECT DISTINCT "traceId" FROM {SPANS} WHERE "threadId" IN {{in}}', threads))
+        traces.update(_ids(conn, f'SELECT DISTINCT "traceId" FROM {SPANS} WHERE "resourceId" IN {{in}}', resources))
+        t.traces = sorted(traces)
+    return t
+
+
+# -- the places ------------------------------------------------------------------------------------
+def _tables(conn: sa.Connection, place: Place, existing: set[str]) -> list[str]:
+    if place.needs is not None and capabilities_of(conn).full_text != place.needs:
+        return []
+    if place.prefix:
+        return [n for n in sorted(existing) if n == place.table or n.startswith(place.table + "_")]
+    return [place.table] if place.table in existing else []
+
+
+def _column_sql(conn: sa.Connection, column: str) -> str:
+    if column.startswith("{json:"):
+        return dialect.json_path_sql(conn, "metadata", column[6:-1])
+    return column
+
+
+def _row_key(conn: sa.Connection) -> str:
+    return "rowid" if capabilities_of(conn).implicit_rowid else "CAST(ctid AS TEXT)"
+
+
+def _apply(conn: sa.Connection, table: str, conditions: Iterable[tuple[str, str]], targets: Targets,
+           dry_run: bool) -> int:
+    quoted = '"' + table.replace('"', '""') + '"'
+    seen: set[Any] = set()
+    removed = 0
+    for column, kind in conditions:
+        values = targets.of(kind)
+        col = _column_sql(conn, column)
+        for start in range(0, len(values), _CHUNK):
+            chunk = tuple(values[start:start + _CHUNK])
+            where = f"{col} IN ({','.join('?' * len(chunk))})"
+            if dry_run:
+                seen.update(r[0] for r in conn.exec_driver_sql(f"SELECT {_row_key(conn)} FROM {quoted} WHERE {where}",
+                                                               chunk))
+            else:
+                removed += int(conn.exec_driver_sql(f"DELETE FROM {quoted} WHERE {where}", chunk).rowcount or 0)
+    return len(seen) if dry_run else removed
+
+
+def _unknown_tables(conn: sa.Connection, existing: set[str], known: set[str]) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    out = []
+    for table in sorted(existing - known):
+        columns = {name for name, _type, _pk in dialect.table_columns(conn, table)}
+        conditions = tuple((f'"{c}"', "threads") for c in _THREAD_COLUMNS if c in columns) + \
+            tuple((f'"{c}"', "resources") for c in _RESOURCE_COLUMNS if c in columns)
+        if conditions:
+            out.append((table, conditions))
+    return out
+
+
+def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetReport) -> Targets:
+    def run(conn: sa.Connection) -> Targets:
+        targets = _targets(conn, resource_id)
+        report.resources, report.threads = list(targets.resources), list(targets.threads)
+        if not dry_run:
+            store.db.lock(conn, *(locks.resource_key(r) for r in targets.resources),
+                          *(locks.thread_key(t) for t in targets.threads))
+        existing = set(dialect.all_tables(conn))
+        known: set[str] = set()
+        for place in PLACES:
+            for table in _tables(conn, place, existing):
+                known.add(table)
+                name = place.name if not place.prefix else f"{place.name} ({table})"
+                report.removed[name] = report.removed.get(name, 0) + _apply(conn, table, place.conditions, targets,
+                                                                          dry_run)
+        if dry_run and _QUEUE in existing and "messages" in report.removed:
+            # Deleting the messages queues one row each (a trigger), which forget then deletes too.
+            report.removed["recall queue"] = report.removed.get("recall queue", 0) + report.removed["messages"]
+        known |= {t for t in existing if t.startswith(_FTS + "_")}  # FTS5's own shadow tables
+        for table, conditions in _unknown_tables(conn, existing, known):
+            report.removed[f"other: {table}"] = _apply(conn, table, conditions, targets, dry_run)
+        if not dry_run and targets.fts_rows and capabilities_of(conn).full_text == "fts5" and _FTS in existing:
+            # Merge the index's segments, so deleted terms leave the index itself, not only its doc list.
+            conn.exec_driver_sql(f"INSERT INTO {_FTS}({_FTS}) VALUES ('optimize')")
+        return targets
+
+    if dry_run:
+        with store.db.read() as conn:
+            return run(conn)
+    with store.db.write() as conn:
+        return run(conn)
+
+
+# -- the trace store beside the database -----------------------------------------------------------
+def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: ForgetReport) -> None:
+    if store.capabilities.traces_in_database:
+        return  # the span table is one of the database's places
+    obs = store.observability
+    if obs is None:
+        return
+    path = Path(getattr(obs, "path", "") or "")
+    if path.name and path.exists():
+        forget = getattr(obs, "forget", None)
+        from core.traces.locking import StoreBusy
+
+        try:
+            traces, spans = forget(targets.threads, targets.resources, dry_run=dry_run) if forget else (0, 0)
+        except StoreBusy:
+            report.complete = False
+            report.notes.append(f"the trace file {path} stayed busy (an agent is writing); run forget again")
+            traces, spans = 0, 0
+        report.removed[f"traces ({path.name})"] = spans
+    report.removed["pending span files"] = _spill_files(path, targets, dry_run) if path.name else 0
+
+
+def _spill_files(db: Path, targets: Targets, dry_run: bool) -> int:
+    """Spans a busy trace file made an exporter spill to ``<file>.spill-*.jsonl``: the next flush
+    would import them, so the resource's traces are dropped from them too."""
+    if not db.parent.exists():
+        return 0
+    threads, resources = set(targets.threads), set(targets.resources)
+    dropped = 0
+    for path in sorted(db.parent.glob(f"{db.name}.spill-*")):
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            log.warning("span spill file %s not readable for forget: %s", path, exc)
+            continue
+        spans = [json.loads(line) for line in lines if line.strip()]
+        doomed = {s.get("traceId") for s in spans if s.get("threadId") in threads or s.get("resourceId") in resources}
+        keep = [line for line, s in zip([x for x in lines if x.strip()], spans) if s.get("traceId") not in doomed]
+        dropped += len(spans) - len(keep)
+        if dry_run or len(keep) == len(spans):
+            continue
+        tmp = path.with_name(path.name + ".forget")
+        tmp.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
+        os.replace(tmp, path)
+    return dropped
+
+
+# -- checking ----------------------------------------------------------------------------------------
+def mentions(store: "Store", values: Sequence[str]) -> dict[str, int]:
+    """Rows of every table that still name one of ``values``: a column equal to it, or JSON holding it
+    as a string (``"value"``). The check after a forget; reads only."""
+    found: dict[str, int] = {}
+    if not values:
+        return found
+    with store.db.read() as conn:
+        pg = not capabilities_of(conn).implicit_rowid
+        for table in dialect.all_tables(conn):
+            columns = [name for name, _type, _pk in dialect.table_columns(conn, table)]
+            if not columns:
+                continue
+            tests, params = [], []
+            for column in columns:
+                text = f'CAST("{column}" AS TEXT)' if pg else f'CAST("{column}" AS BLOB)'
+                for value in values:
+                    if pg:
+                        tests.append(f"({text} = ? OR strpos({text}, ?) > 0)")
+                    else:
+                        tests.append(f"({text} = CAST(? AS BLOB) OR instr({text}, CAST(? AS BLOB)) > 0)")
+                    params += [value, json.dumps(value, ensure_ascii=False)]
+            quoted = '"' + table.replace('"', '""') + '"'
+            try:
+                n = int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted} WHERE {' OR '.join(tests)}",
+                                             tuple(params)).scalar() or 0)
+            except sa.exc.DBAPIError as exc:  # a virtual table that cannot be scanned this way
+                log.warning("forget check could not scan %s: %s", table, exc)
+                continue
+            if n:
+                found[table] = n
+    return found
+
+
+def forget_resource(store: "Store", resource_id: str, *, dry_run: bool = False,
+                    check: Callable[["Store", Sequence[str]], Mapping[str, int]] | None = mentions) -> ForgetReport:
+    """Delete (``dry_run``: count) every row about ``resource_id``; see the module docstring."""
+    if not isinstance(resource_id, str) or not resource_id.strip():
+        raise InvalidArgumentError("Say which resource to forget (a non-empty resource id).")
+    check_id(resource_id, "resource id", InvalidArgumentError)
+    if not dry_run and store.read_only:
+        from core.storage import ReadOnlyError
+
+        raise ReadOnlyError(f"{store.location.display} is open read-only; nothing was forgotten. Allow writes first.")
+    report = ForgetReport(resource_id, [resource_id], [], dry_run=dry_run)
+    targets = _database(store, resource_id, dry_run, report)
+    _trace_store(store, targets, dry_run, report)
+    if not dry_run:
+        if check is not None:
+            report.leftovers = dict(check(store, [*targets.resources, *targets.threads]))
+        if report.total:
+            report.notes.append("deleted rows keep their bytes in the file's free pages until it is vacuumed "
+                                "(`memory-studio vacuum`)")
+    return report
+
+
+__all__ = ["ForgetReport", "PLACES", "Place", "Targets", "forget_resource", "mentions"]

@@ -1,0 +1,210 @@
+"""``MemorySession``: the OpenAI Agents SDK's ``Session`` protocol over one of our threads.
+
+    from agents import Agent, Runner
+    from core import Memory, open_store
+    from core.integrations.openai_agents import MemorySession
+
+    memory = Memory(open_store(), {"working_memory": {"enabled": True}})
+    session = MemorySession("groceries", memory=memory, resource_id="ada")
+    agent = Agent(name="chef", instructions="You are a helpful cook.", tools=session.tools())
+    result = await Runner.run(agent, "What can I eat?", session=session, run_config=session.run_config())
+
+The session id is the thread id; the thread belongs to ``resource_id`` (the ownership rule of every
+other entry point applies: another resource's thread is refused before anything is read or written).
+Every item the SDK stores becomes one of our messages (``items.py``), so the Studio, recall and our
+own ``Agent`` see the conversation. ``run_config()`` adds, before each model call, what the memory
+processors give (working memory, recall from other threads, observational memory) to the agent's
+instructions, and mirrors the run's trace into the trace store beside the database
+(``tracing.py``). ``tools()`` offers the model the working-memory update tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from agents import FunctionTool, RunConfig
+from agents.memory import SessionSettings
+from agents.run_config import CallModelData, ModelInputData
+from agents.tool_context import ToolContext
+
+from core.integrations.openai_agents.items import (
+    as_item,
+    call_names,
+    item_to_message,
+    latest_user_text,
+    messages_to_items,
+)
+from core.integrations.openai_agents.tracing import SESSION_KEY, trace_processor
+from core.memory import Memory
+from core.messages import Message
+from core.prompt import AssembledPrompt
+from core.storage import InvalidArgumentError, NotFoundError
+from core.traces.tracer import NOOP_TRACER, SpanType
+
+log = logging.getLogger(__name__)
+
+#: Prompt fragments that are the conversation or the agent's own text, not memory.
+_NOT_MEMORY = ("instructions", "input", "context", "tools")
+
+
+class MemorySession:
+    """The SDK's session protocol (``get_items``, ``add_items``, ``pop_item``, ``clear_session``)
+    over thread ``session_id`` of ``resource_id`` in ``memory``'s database."""
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        memory: Memory,
+        resource_id: str,
+        title: str = "",
+        memory_instructions: bool = True,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        if not session_id or not resource_id:
+            raise InvalidArgumentError("MemorySession needs a session id (the thread) and a resource id (its owner).")
+        self.session_id = session_id
+        self.resource_id = resource_id
+        self.memory = memory
+        self.title = title
+        self.memory_instructions = memory_instructions
+        self.session_settings = session_settings
+        self._key = uuid.uuid4().hex
+        self._processor = trace_processor()
+        self._processor.register(self._key, self)
+
+    # -- the Session protocol --------------------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The thread's items, oldest first; with ``limit``, the newest ``limit`` of them."""
+        return await asyncio.to_thread(self._get_items, limit)
+
+    async def add_items(self, items: list[Any]) -> None:
+        if not items:
+            return
+        plain = [as_item(i) for i in items]
+        parent, tracer = self._processor.current()
+        with tracer.start_span("memory: save", SpanType.MEMORY_OPERATION, parent=parent,
+                               attributes={"operationType": "save-messages", "framework": "openai-agents"}) as span:
+            saved = await asyncio.to_thread(self._add_items, plain)
+            span.set_output({"saved": [m.id for m in saved], "items": len(plain)})
+
+    async def pop_item(self) -> Any | None:
+        """Remove the newest stored message and return its (last) item; None when the thread is empty."""
+        return await asyncio.to_thread(self._pop_item)
+
+    async def clear_session(self) -> None:
+        """Delete the thread's messages (the thread, its title and its working memory stay)."""
+        await asyncio.to_thread(self._clear)
+
+    # -- running with memory ---------------------------------------------------------------------
+    def run_config(self, **settings: Any) -> RunConfig:
+        """A ``RunConfig`` for ``Runner.run(..., session=self, run_config=...)``: memory as instructions
+        before each model call, and the run's trace in our trace store (thread and resource set).
+        ``settings`` are other ``RunConfig`` fields; a ``trace_metadata`` given is kept."""
+        metadata = {**dict(settings.pop("trace_metadata", None) or {}), SESSION_KEY: self._key,
+                    "threadId": self.session_id, "resourceId": self.resource_id}
+        settings.setdefault("workflow_name", "openai-agents")
+        settings.setdefault("group_id", self.session_id)
+        if self.memory_instructions:
+            settings.setdefault("call_model_input_filter", self.add_memory)
+        return RunConfig(trace_metadata=metadata, **settings)
+
+    async def add_memory(self, data: CallModelData[Any]) -> ModelInputData:
+        """The SDK's ``call_model_input_filter``: the agent's instructions plus what the memory
+        processors add for this thread and the newest user message (the conversation itself comes
+        from the session, so message history is not added twice)."""
+        model_data = data.model_data
+        parent, tracer = self._processor.current()
+        with tracer.start_span("memory: recall", SpanType.MEMORY_OPERATION, parent=parent,
+                               attributes={"operationType": "recall", "framework": "openai-agents"}) as span:
+            prompt = await asyncio.to_thread(self._memory_prompt, latest_user_text(model_data.input))
+            blocks = memory_blocks(prompt)
+            span.set_output({"fragments": [f.source for f in prompt.fragments if f.role == "system"
+                                           and f.source not in _NOT_MEMORY],
+                             "skipped": prompt.skipped, "tokens": prompt.total_tokens})
+        instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
+        return ModelInputData(input=model_data.input, instructions=instructions or None)
+
+    def tools(self) -> list[FunctionTool]:
+        """The working-memory update tool (``updateWorkingMemory``), when the memory lets the model
+        update working memory; else none. Give it to the agent: ``Agent(..., tools=session.tools())``."""
+        spec = self.memory.working_memory_tool()
+        if spec is None:
+            return []
+        function = spec["function"]
+
+        async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+            try:
+                args = json.loads(arguments) if arguments else {}
+            except ValueError as exc:
+                return json.dumps({"success": False, "message": f"The arguments were not valid JSON: {exc}"})
+            outcome = await asyncio.to_thread(
+                self.memory.apply_working_memory_tool, thread_id=self.session_id, resource_id=self.resource_id,
+                args=args)
+            return json.dumps({"success": outcome.success, "message": outcome.message})
+
+        return [FunctionTool(name=function["name"], description=function.get("description", ""),
+                             params_json_schema=function["parameters"], on_invoke_tool=invoke,
+                             strict_json_schema=False)]
+
+    # -- on a worker thread ----------------------------------------------------------------------
+    def _messages(self) -> list[Message]:
+        try:
+            return self.memory.recall(thread_id=self.session_id, resource_id=self.resource_id,
+                                      per_page=False).messages
+        except NotFoundError:
+            return []
+
+    def _get_items(self, limit: int | None) -> list[Any]:
+        messages = self._messages()
+        if limit is not None:
+            if limit <= 0:
+                return []
+            items = messages_to_items(messages[-limit:])  # a message holds one item or more
+            return items[-limit:]
+        return messages_to_items(messages)
+
+    def _add_items(self, items: Sequence[Mapping[str, Any]]) -> list[Message]:
+        names = call_names(messages_to_items(self._messages()[-50:])) | call_names(items)
+        if self.memory.get_thread(self.session_id) is None:
+            self.memory.create_thread(resource_id=self.resource_id, thread_id=self.session_id, title=self.title,
+                                      metadata={"framework": "openai-agents"})
+        messages = [item_to_message(i, thread_id=self.session_id, resource_id=self.resource_id, tool_names=names)
+                    for i in items]
+        return self.memory.save_messages(messages)
+
+    def _pop_item(self) -> Any | None:
+        messages = self._messages()
+        if not messages:
+            return None
+        newest = messages[-1]
+        items = messages_to_items([newest])
+        self.memory.store.memory.delete_messages([newest.id])
+        return items[-1] if items else None
+
+    def _clear(self) -> None:
+        ids = [m.id for m in self._messages()]
+        if ids:
+            self.memory.store.memory.delete_messages(ids)
+
+    def _memory_prompt(self, query: str) -> AssembledPrompt:
+        """The memory processors run live for this thread, history off (the session supplies it)."""
+        mem = self.memory
+        request = mem.request_context(thread_id=self.session_id, resource_id=self.resource_id,
+                                      options={"last_messages": 0})
+        ctx = mem.new_context(request, services=replace(mem.services(), tracer=NOOP_TRACER))
+        ctx.live = True  # observational memory may observe; working memory and recall read
+        mem.prepare_input(ctx, input=[Message.user(query)] if query else [])
+        return mem.run_input(ctx)
+
+
+def memory_blocks(prompt: AssembledPrompt) -> list[str]:
+    """The system texts the memory processors added to ``prompt`` (working memory, recall from other
+    threads, observations), in prompt order."""
+    return [f.text for f in prompt.fragments if f.role == "system" and f.source not in _NOT_MEMORY and f.text]

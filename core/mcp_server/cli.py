@@ -1,0 +1,123 @@
+"""``memory-studio mcp --resource ID [--http] [--agent NAME] [--db PATH]``: memory for any MCP client.
+
+stdio by default (the client starts this command and talks over its stdin/stdout, so nothing but
+the protocol is ever written to stdout; notes go to stderr). ``--http`` serves streamable HTTP at
+``http://HOST:PORT/mcp`` under the gateway's rules (Host, Origin, token, body size; the same flags as
+``memory-studio serve``). ``--any-resource`` lets each call name its resource, and is refused unless
+a token is set (``--token`` or ``$MEMORY_STUDIO_MCP_TOKEN``): over HTTP every request must carry it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+from typing import Any, TextIO
+
+from core.errors import MemoryStudioError
+
+#: Where ``memory-studio mcp`` reads its token when ``--token`` is not given.
+TOKEN_ENV = "MEMORY_STUDIO_MCP_TOKEN"
+DEFAULT_PORT = 8788
+INSTALL_HINT = "pip install 'memory-studio[mcp]'"
+
+log = logging.getLogger(__name__)
+
+
+class McpExtraMissing(MemoryStudioError, RuntimeError):
+    """``memory-studio mcp`` needs the official MCP SDK (the ``mcp`` extra)."""
+
+
+def add_mcp_parser(sub: Any, db_arg: Any) -> None:
+    from core.gateway.guard import add_guard_arguments
+
+    p = sub.add_parser("mcp", help="serve this memory to MCP clients (desktop assistants, IDEs): stdio, or --http")
+    db_arg(p)
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--resource", default=None, metavar="ID",
+                     help="the one resource (user) whose memory is served; calls can never reach another's")
+    who.add_argument("--any-resource", action="store_true",
+                     help="let every call name its resource (needs a token: --token or $" + TOKEN_ENV + ")")
+    p.add_argument("--agent", default=None,
+                   help="use the memory configuration this registered agent recorded (working-memory template "
+                        "or schema, recall); default: the only registered agent, else engine defaults")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
+    p.add_argument("--host", default="127.0.0.1", help="with --http: address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"with --http: port (default {DEFAULT_PORT}; 0 picks one)")
+    p.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
+    add_guard_arguments(p, token_env=TOKEN_ENV)
+
+
+def require_mcp_extra() -> None:
+    if importlib.util.find_spec("mcp") is None:
+        raise McpExtraMissing(f"memory-studio mcp needs the MCP Python SDK, which is not installed. "
+                              f"Install it with: {INSTALL_HINT}")
+
+
+def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Serve until the client goes away (stdio) or until interrupted (HTTP)."""
+    import anyio
+
+    from core.gateway.guard import policy_from_args
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.storage import open_store
+
+    require_mcp_extra()
+    if not args.resource and not args.any_resource:
+        raise ValueError("Say whose memory to serve: --resource ID (one user), or --any-resource with a token.")
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
+    policy = policy_from_args(args, token_env=TOKEN_ENV)
+    if args.any_resource and not policy.token:
+        raise ValueError(f"--any-resource serves every user's memory, so it needs a token: set ${TOKEN_ENV} "
+                         "(or --token); HTTP clients then send it as 'Authorization: Bearer <token>'.")
+    logging.basicConfig(stream=err, level=args.log_level.upper(), format="memory-studio mcp: %(message)s")
+    from core.mcp_server.server import build_server, http_app
+
+    with open_store(args.db) as store:
+        memory = _memory(store, args.agent, err)
+        tools = MemoryTools(memory, Binding(args.resource, args.any_resource))
+        server = build_server(tools, log_level=args.log_level)
+        who = f"resource {args.resource!r}" if args.resource else "any resource (token required)"
+        try:
+            if not args.http:
+                err.write(f"memory-studio mcp: {store.location.display}, {who}, on stdio\n")
+                err.flush()
+                anyio.run(server.run_stdio_async)
+                return 0
+            from core.gateway.server import serve
+
+            def ready(url: str) -> None:
+                err.write(f"memory-studio mcp: {store.location.display}, {who}, on {url}/mcp "
+                          f"({'token required' if policy.token else 'no token'})\n")
+                err.flush()
+
+            serve(http_app(server, policy), host=args.host, port=args.port, log_level=args.log_level,
+                  on_ready=ready)
+            return 0
+        finally:
+            memory.turn_tracer().flush(10)
+
+
+def _memory(store: Any, agent_name: str | None, err: TextIO) -> Any:
+    """The memory the server works with: a registered agent's configuration (its template or schema
+    and recall settings) or the engine's defaults with working memory on; recall when the local
+    embedding model is installed."""
+    from core.agent_configs import DEFAULT_MEMORY_NAME, list_agents, named_agent
+    from core.embedding import EmbedderError
+    from core.memory import Memory
+    from core.options import MemoryOptions
+
+    config = named_agent(store, agent_name) if agent_name else None
+    if config is None:
+        agents = list_agents(store)
+        config = agents[0] if len(agents) == 1 else None
+    options = config.memory_options() if config is not None else MemoryOptions(working_memory={"enabled": True})
+    name = config.memory_name if config is not None else DEFAULT_MEMORY_NAME
+    if not options.semantic_recall.enabled:
+        options = options.merged({"semantic_recall": True})  # search_memory is the point of this server
+    try:
+        return Memory(store, options, name=name)
+    except EmbedderError as exc:
+        err.write(f"memory-studio mcp: search_memory will fail until the embedding model is installed: {exc}\n")
+        return Memory(store, options.merged({"semantic_recall": False}), name=name)

@@ -1,0 +1,141 @@
+"""The MCP server: ``MemoryTools`` behind the official MCP Python SDK (``mcp.server.mcpserver.MCPServer``).
+
+Tools: ``search_memory``, ``list_threads``, ``read_thread``, ``get_working_memory``,
+``update_working_memory``, ``remember``. Resources: each thread's transcript
+(``memory://threads/<id>``, Markdown), listed per call (threads come and go) and read through a
+template. Every call runs on a worker thread, so the event loop (and the other client requests)
+never waits on the database or an embedding. Our errors reach the client as tool errors whose
+message says what to do; anything else is logged here and reported as a failure of the tool.
+
+Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
+HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
+``memory-studio serve``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import anyio.to_thread
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.resources.templates import ResourceSecurity
+from mcp_types import Resource as MCPResource
+from pydantic import Field
+
+from core.errors import MemoryStudioError
+from core.mcp_server.tools import DEFAULT_READ, URI_PREFIX, MemoryTools, transcript_uri
+from core.version import __version__
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SERVER_NAME = "memory-studio"
+#: Shown to the client (and its model) when it connects.
+INSTRUCTIONS = (
+    "Long-term memory of this user, kept by Memory Studio. Use search_memory to find what was said before "
+    "(hybrid keyword + vector recall, with scores), list_threads and read_thread to read conversations, "
+    "get_working_memory for the notes kept about the user and update_working_memory to change them (send "
+    "the whole text; follow the template), and remember to store a message in a thread."
+)
+#: The optional ``resource`` argument every tool takes.
+ResourceArg = Annotated[str | None, Field(
+    description="Whose memory: only on a server started with --any-resource (a bound server refuses others).")]
+
+
+async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
+    """Run ``fn`` on a worker thread; our errors become the SDK's tool/resource errors (shown to the client)."""
+    try:
+        return await anyio.to_thread.run_sync(fn)
+    except (MemoryStudioError, LookupError, PermissionError, ValueError) as exc:
+        raise failure(str(exc)) from exc
+
+
+class MemoryMCPServer(MCPServer):
+    """An ``MCPServer`` whose resource list is read from the database on each request."""
+
+    def __init__(self, tools: MemoryTools, *, log_level: str = "WARNING") -> None:
+        bound = tools.binding.resource
+        super().__init__(SERVER_NAME, title="Memory Studio", version=__version__, log_level=log_level.upper(),  # type: ignore[arg-type]
+                         instructions=INSTRUCTIONS + (f" Every call is about resource {bound!r}." if bound else
+                                                      " Name the resource in every call."))
+        self.memory_tools = tools
+        _register(self, tools)
+
+    async def list_resources(self) -> list[MCPResource]:
+        rows = await _call(self.memory_tools.transcripts, ResourceError)
+        return [MCPResource(uri=transcript_uri(r["threadId"]), name=str(r["name"]), mime_type="text/markdown",
+                            description=f"Transcript of thread {r['threadId']} (resource {r['resource']}, "
+                                        f"{r['messageCount']} messages)")
+                for r in rows]
+
+
+def _register(server: MCPServer, tools: MemoryTools) -> None:
+    run = functools.partial(_call, failure=ToolError)
+
+    @server.tool(description="Search this user's memory: hybrid recall (keyword + vector) over every stored "
+                             "message, best first, with fused, vector and keyword scores. Optionally only one thread.")
+    async def search_memory(query: str, top_k: int = 5, thread: str | None = None,
+                            resource: ResourceArg = None) -> dict[str, Any]:
+        return await run(lambda: tools.search_memory(query, top_k, thread, resource))
+
+    @server.tool(description="List this user's threads (conversations), newest activity first, with message counts.")
+    async def list_threads(resource: ResourceArg = None) -> dict[str, Any]:
+        return await run(lambda: tools.list_threads(resource))
+
+    @server.tool(description=f"Read a thread: its newest messages (default {DEFAULT_READ}), oldest first.")
+    async def read_thread(thread: str, last: int = DEFAULT_READ, resource: ResourceArg = None) -> dict[str, Any]:
+        return await run(lambda: tools.read_thread(thread, last, resource))
+
+    @server.tool(description="The working memory kept about this user (Markdown following a template, or JSON "
+                             "following a schema), with the template or schema it follows.")
+    async def get_working_memory(thread: str | None = None, resource: ResourceArg = None) -> dict[str, Any]:
+        return await run(lambda: tools.get_working_memory(thread, resource))
+
+    @server.tool(description="Change the working memory: Markdown memory is replaced by the whole text you send "
+                             "(keep the template's structure); JSON memory is merged with the object you send "
+                             "(null deletes a field). Refused when it breaks the template or schema rules.")
+    async def update_working_memory(working_memory: str | dict[str, Any], thread: str | None = None,
+                                    resource: ResourceArg = None) -> dict[str, Any]:
+        return await run(lambda: tools.update_working_memory(working_memory, thread, resource))
+
+    @server.tool(description="Store a message in a thread of this user (created if new), so it is remembered "
+                             "and found by search_memory later.")
+    async def remember(text: str, thread: str, role: str = "user", title: str | None = None,
+                       resource: ResourceArg = None) -> dict[str, Any]:
+        return await run(lambda: tools.remember(text, thread, role, title, resource))
+
+    # A thread id is a name, not a path: ".." or a leading "/" are ordinary characters of it (the SDK
+    # decodes the percent-encoding before calling).
+    @server.resource(URI_PREFIX + "{thread_id}", name="thread-transcript", mime_type="text/markdown",
+                     description="A thread's transcript (Markdown)",
+                     security=ResourceSecurity(exempt_params=frozenset({"thread_id"})))
+    async def thread_transcript(thread_id: str) -> str:
+        return await _call(lambda: tools.transcript(thread_id), ResourceError)
+
+
+
+def build_server(tools: MemoryTools, *, log_level: str = "WARNING") -> MemoryMCPServer:
+    """The server for ``tools``; ``log_level`` is what reaches stderr (the SDK's and ours)."""
+    return MemoryMCPServer(tools, log_level=log_level)
+
+
+async def run_stdio(server: MCPServer) -> None:
+    await server.run_stdio_async()
+
+
+def http_app(server: MCPServer, policy: Any) -> Any:
+    """The streamable-HTTP ASGI app at ``/mcp``, behind ``RequestGuard(policy)`` (outermost)."""
+    from core.gateway.guard import RequestGuard
+
+    # DNS-rebinding protection is the guard's (Host and Origin, as for the gateway): the SDK's own
+    # copy of those rules stays off, so there is one set of rules and one error shape.
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    app = server.streamable_http_app(
+        streamable_http_path="/mcp", host=policy.host or "127.0.0.1",
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    return RequestGuard(app, policy)

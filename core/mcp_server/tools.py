@@ -1,0 +1,255 @@
+"""What ``memory-studio mcp`` does for each tool and resource, over ``Memory`` (no MCP import here).
+
+``MemoryTools`` is bound to one resource, or to any resource (``any_resource``: each call names
+it). A bound server refuses a call naming another resource and never reads another resource's
+threads: every thread is checked against its owner with the one ownership rule
+(``check_thread_owner``). Every call is traced like an agent turn: an ``agent_run`` root span named
+``mcp: '<tool>'`` on the thread and resource it touched, with a ``memory_operation`` child holding
+the arguments and what was read or written, so the Studio's Traces pane shows what an MCP client
+read and wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from core.errors import MemoryStudioError
+from core.memory import Memory
+from core.messages import Message
+from core.scopes import check_thread_owner
+from core.storage import InvalidArgumentError, NotFoundError
+from core.traces.tracer import NOOP_TRACER, SpanTracer, SpanType, tracing_disabled
+from core.working_memory_schema import WorkingMemoryError
+
+T = TypeVar("T")
+
+#: How many messages ``read_thread`` returns when the client does not say.
+DEFAULT_READ = 50
+MAX_READ = 1000
+MAX_TOP_K = 50
+#: Where thread transcripts live: ``memory://threads/<percent-encoded thread id>``.
+URI_PREFIX = "memory://threads/"
+
+
+def transcript_uri(thread_id: str) -> str:
+    """The URI of a thread's transcript resource (any thread id: it is percent-encoded)."""
+    return URI_PREFIX + quote(thread_id, safe="")
+
+
+class ResourceNotAllowed(MemoryStudioError, PermissionError):
+    """A call named a resource this server is not bound to, or named none when it must."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Whose memory this server serves: one ``resource``, or any (``any_resource``, a token required)."""
+
+    resource: str | None
+    any_resource: bool = False
+
+    def __post_init__(self) -> None:
+        if self.any_resource == bool(self.resource):
+            raise InvalidArgumentError("Bind the MCP server to one resource (--resource ID) or to any resource "
+                                       "(--any-resource, with a token), not both and not neither.")
+
+    def resolve(self, asked: str | None) -> str:
+        """The resource a call is about."""
+        if self.resource is not None:
+            if asked and asked != self.resource:
+                raise ResourceNotAllowed(
+                    f"This MCP server is bound to resource {self.resource!r}; it cannot read or write {asked!r}. "
+                    "Start another server with --resource for that user, or one with --any-resource and a token.")
+            return self.resource
+        if not asked:
+            raise ResourceNotAllowed("This MCP server serves any resource: name one with the 'resource' argument.")
+        return asked
+
+
+class MemoryTools:
+    """The MCP server's tools and resources, synchronous (the server runs them on worker threads)."""
+
+    def __init__(self, memory: Memory, binding: Binding, *, tracer: SpanTracer | None = None) -> None:
+        self.memory = memory
+        self.binding = binding
+        self._tracer = tracer
+
+    @property
+    def tracer(self) -> SpanTracer:
+        if tracing_disabled():
+            return NOOP_TRACER
+        return self._tracer if self._tracer is not None else self.memory.turn_tracer()
+
+    # -- tools -----------------------------------------------------------------------------------
+    def search_memory(self, query: str, top_k: int = 5, thread: str | None = None,
+                      resource: str | None = None) -> dict[str, Any]:
+        """Hybrid recall (vector + keyword) over the resource's messages, best first, with scores."""
+        def run(owner: str) -> dict[str, Any]:
+            if not 1 <= top_k <= MAX_TOP_K:
+                raise InvalidArgumentError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}.")
+            if thread is not None:
+                self._owned(thread, owner)
+            hits = self.memory.search(query, resource_id=owner, thread_id=thread, top_k=top_k, mode="hybrid")
+            by_id = {m.id: m for m in self.memory.store.memory.get_messages([h.message_id for h in hits])}
+            results = []
+            for hit in hits:
+                message = by_id.get(hit.message_id)
+                if message is None or message.resource_id not in (None, owner):
+                    continue
+                results.append({"messageId": hit.message_id, "threadId": hit.thread_id, "role": message.role,
+                                "text": message.text, "createdAt": message.to_dict().get("createdAt"),
+                                "score": hit.score, "vectorScore": hit.vector_score,
+                                "keywordScore": hit.keyword_score})
+            return {"query": query, "resource": owner, "results": results}
+
+        return self._traced("search_memory", "search", {"query": query, "top_k": top_k, "thread": thread},
+                            resource, thread, run, lambda r: {"hits": [h["messageId"] for h in r["results"]]})
+
+    def list_threads(self, resource: str | None = None) -> dict[str, Any]:
+        """The resource's threads, newest activity first, with message counts."""
+        def run(owner: str) -> dict[str, Any]:
+            rows = self.memory.store.memory.thread_summaries(owner)
+            return {"resource": owner, "threads": [
+                {"id": s.thread.id, "title": s.thread.title, "messageCount": s.message_count,
+                 "lastActivity": s.last_activity.isoformat() if s.last_activity else None,
+                 "uri": transcript_uri(s.thread.id)} for s in rows]}
+
+        return self._traced("list_threads", "read", {}, resource, None, run,
+                            lambda r: {"threads": [t["id"] for t in r["threads"]]})
+
+    def read_thread(self, thread: str, last: int = DEFAULT_READ, resource: str | None = None) -> dict[str, Any]:
+        """The newest ``last`` messages of a thread of this resource, oldest first."""
+        def run(owner: str) -> dict[str, Any]:
+            if not 1 <= last <= MAX_READ:
+                raise InvalidArgumentError(f"last must be between 1 and {MAX_READ}, got {last}.")
+            found = self._owned(thread, owner)
+            page = self.memory.recall(thread_id=thread, resource_id=owner, per_page=last)
+            return {"thread": thread, "title": found.title, "resource": owner, "total": page.total,
+                    "messages": [{"id": m.id, "role": m.role, "text": m.text,
+                                  "createdAt": m.to_dict().get("createdAt")} for m in page.messages]}
+
+        return self._traced("read_thread", "read", {"thread": thread, "last": last}, resource, thread, run,
+                            lambda r: {"messages": [m["id"] for m in r["messages"]]})
+
+    def get_working_memory(self, thread: str | None = None, resource: str | None = None) -> dict[str, Any]:
+        """The working memory in force for the resource (or the thread, when it is thread-scoped)."""
+        def run(owner: str) -> dict[str, Any]:
+            opts = self._wm_options()
+            if thread is not None:
+                self._owned(thread, owner, must_exist=opts.scope == "thread")
+            elif opts.scope == "thread":
+                raise WorkingMemoryError("This memory keeps working memory per thread: name the thread.")
+            value = self.memory.working_memory_service.get(opts, thread_id=thread, resource_id=owner)
+            return {"resource": owner, "thread": thread, "scope": value.scope, "format": value.format,
+                    "workingMemory": value.data if value.text is not None else None,
+                    "template": opts.template if opts.schema is None else None, "schema": opts.schema}
+
+        return self._traced("get_working_memory", "read-working-memory", {"thread": thread}, resource, thread, run,
+                            lambda r: {"workingMemory": r["workingMemory"]})
+
+    def update_working_memory(self, working_memory: Any, thread: str | None = None,
+                              resource: str | None = None) -> dict[str, Any]:
+        """Replace working memory (Markdown: the template's rules; schema: validated, merged as the
+        agent's tool merges). The update is versioned like any other, authored ``mcp``."""
+        def run(owner: str) -> dict[str, Any]:
+            opts = self._wm_options()
+            if thread is not None:
+                self._owned(thread, owner, must_exist=opts.scope == "thread")
+            if opts.schema is not None:
+                data = self.memory.merge_working_memory(thread_id=thread, resource_id=owner, patch=working_memory,
+                                                        author="mcp")
+            else:
+                if not isinstance(working_memory, str):
+                    raise WorkingMemoryError("This memory keeps working memory as Markdown: send the whole text.")
+                data = self.memory.update_working_memory(thread_id=thread, resource_id=owner,
+                                                         working_memory=working_memory, author="mcp")
+            return {"resource": owner, "thread": thread, "scope": opts.scope, "workingMemory": data}
+
+        return self._traced("update_working_memory", "update-working-memory",
+                            {"thread": thread, "workingMemory": working_memory}, resource, thread, run,
+                            lambda r: {"workingMemory": r["workingMemory"]})
+
+    def remember(self, text: str, thread: str, role: str = "user", title: str | None = None,
+                 resource: str | None = None) -> dict[str, Any]:
+        """Store a message in a thread of this resource (the thread is created when it is new)."""
+        def run(owner: str) -> dict[str, Any]:
+            if role not in ("user", "assistant"):
+                raise InvalidArgumentError(f"role must be 'user' or 'assistant', got {role!r}.")
+            if not isinstance(text, str) or not text.strip():
+                raise InvalidArgumentError("remember needs the text to store.")
+            existing = self.memory.get_thread(thread)
+            if existing is not None:
+                check_thread_owner(thread, existing.resource_id, owner)
+            else:
+                self.memory.create_thread(resource_id=owner, thread_id=thread, title=title or "",
+                                          metadata={"createdBy": "mcp"})
+            message = (Message.user if role == "user" else Message.assistant)(
+                text, thread_id=thread, resource_id=owner, metadata={"source": "mcp"})
+            (saved,) = self.memory.save_messages([message])
+            return {"resource": owner, "thread": thread, "messageId": saved.id,
+                    "createdAt": saved.to_dict().get("createdAt")}
+
+        return self._traced("remember", "save-messages", {"thread": thread, "role": role, "text": text},
+                            resource, thread, run, lambda r: {"saved": [r["messageId"]]})
+
+    # -- resources -------------------------------------------------------------------------------
+    def transcripts(self) -> list[dict[str, Any]]:
+        """The thread transcripts this server offers as resources (newest activity first, at most 500)."""
+        owner = self.binding.resource  # None: any resource
+        rows = self.memory.store.memory.thread_summaries(owner)[:500]
+        return [{"uri": transcript_uri(s.thread.id), "threadId": s.thread.id,
+                 "name": s.thread.title or s.thread.id, "resource": s.thread.resource_id,
+                 "messageCount": s.message_count} for s in rows]
+
+    def transcript(self, thread: str) -> str:
+        """A thread's transcript as Markdown (``memory-studio export --format markdown``'s rendering)."""
+        from core.transfer.export import export_thread
+        from core.transfer.markdown import to_markdown
+
+        found = self.memory.get_thread(thread)
+        if found is None:
+            raise NotFoundError(f"No thread {thread!r} in this memory.")
+        asked = found.resource_id if self.binding.any_resource else None  # the token holder reads any thread
+
+        def run(owner: str) -> str:
+            check_thread_owner(thread, found.resource_id, owner)
+            return to_markdown(export_thread(self.memory.store, thread))
+
+        return self._traced("read_resource", "read", {"uri": transcript_uri(thread)}, asked, thread, run,
+                            lambda r: {"characters": len(r)})
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _owned(self, thread: str, owner: str, *, must_exist: bool = True) -> Any:
+        found = self.memory.get_thread(thread)
+        if found is None:
+            if must_exist:
+                raise NotFoundError(f"No thread {thread!r} for resource {owner!r}.")
+            return None
+        check_thread_owner(thread, found.resource_id, owner)
+        return found
+
+    def _wm_options(self) -> Any:
+        opts = self.memory.effective_options().working_memory
+        if not opts.enabled:
+            raise WorkingMemoryError("Working memory is not enabled for this memory (see --agent).")
+        return opts
+
+    def _traced(self, tool: str, operation: str, arguments: dict[str, Any], asked: str | None,
+                thread: str | None, run: Callable[[str], T], summary: Callable[[T], Any]) -> T:
+        """Run ``run(owner)`` as a traced call; a refused resource is a traced run with an error too."""
+        tracer = self.tracer
+        shown = self.binding.resource or asked
+        if asked is not None and asked != shown:
+            arguments = {**arguments, "resource": asked}
+        with tracer.start_span(f"mcp: '{tool}'", SpanType.AGENT_RUN, new_trace=True, input=arguments,
+                               thread_id=thread, resource_id=shown, entity_type="agent", entity_id="mcp",
+                               entity_name="mcp", attributes={"framework": "mcp", "tool": tool}) as root:
+            owner = self.binding.resolve(asked)
+            with tracer.start_span(f"memory: {operation}", SpanType.MEMORY_OPERATION, parent=root,
+                                   input=arguments, attributes={"operationType": operation}) as span:
+                result = run(owner)
+                span.set_output(summary(result))
+            root.set_output(summary(result))
+        return result

@@ -1,0 +1,136 @@
+"""Worker jobs for memory edits (no Qt): edit, delete and undo stored messages and observation lines,
+forget a resource, vacuum. Each runs on a session worker, only after the user confirmed it.
+
+Edits go through the ``Memory`` the thread's agent runs with (``agent_for_thread``, the rule the
+inspector, Replay and the CLI use), so recall follows with that agent's index. When the embedding
+model cannot be loaded, the edit is still made through a memory without recall and the result says
+that the index catches up at its next write.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from core import Memory, MemoryOptions, Message, Store
+from core.agent_configs import agent_for_thread
+from core.edits.forget import ForgetReport, forget_resource
+from core.edits.messages import MessageVersion
+from studio.logic.edit_history import EditRecord
+
+log = logging.getLogger(__name__)
+
+MemoryFactory = Callable[[MemoryOptions, str], Memory]
+RECALL_LATER = "the recall index catches up at its next write (the embedding model could not be loaded here)"
+
+
+@dataclass
+class MessageTarget:
+    """A stored message and its versions, for the edit and history dialogs."""
+
+    message: Message
+    thread_id: str
+    resource_id: str
+    versions: list[MessageVersion] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EditOutcome:
+    record: EditRecord | None  # what Undo reverts (None: nothing changed)
+    message: Message | None
+    note: str = ""
+
+
+def memory_for_thread(store: Store, factory: MemoryFactory, thread_id: str | None) -> tuple[Memory, str]:
+    """The thread's agent's memory, and a note when recall had to be left out."""
+    choice = agent_for_thread(store, thread_id)
+    options, name = choice.options(), choice.memory_name
+    if not options.semantic_recall.enabled:
+        return factory(options, name), ""
+    try:
+        return factory(options, name), ""
+    except Exception as exc:  # noqa: BLE001 - a missing model must not block an edit
+        log.warning("editing without recall (%s)", exc)
+        return factory(options.merged({"semantic_recall": False}), name), RECALL_LATER
+
+
+def load_message(store: Store, message_id: str) -> MessageTarget:
+    found = store.memory.get_messages([message_id])
+    if not found or not found[0].thread_id:
+        raise LookupError(f"Message {message_id} is not in the database any more.")
+    msg = found[0]
+    thread = store.memory.get_thread(msg.thread_id or "")
+    resource = msg.resource_id or (thread.resource_id if thread else "")
+    versions = Memory(store, MemoryOptions()).message_versions(msg.id, resource_id=resource) if resource else []
+    return MessageTarget(msg, msg.thread_id or "", resource, versions)
+
+
+def message_history(store: Store, message_id: str, thread_id: str, resource_id: str) -> list[MessageVersion]:
+    return Memory(store, MemoryOptions()).message_versions(message_id, resource_id=resource_id)
+
+
+def edit_message(store: Store, factory: MemoryFactory, target: MessageTarget, *, text: str | None = None,
+                 content: Any = None) -> EditOutcome:
+    memory, note = memory_for_thread(store, factory, target.thread_id)
+    before = len(memory.message_versions(target.message.id, resource_id=target.resource_id))
+    message = memory.edit_message(target.message.id, resource_id=target.resource_id, text=text, content=content,
+                                  author="studio")
+    changed = len(memory.message_versions(target.message.id, resource_id=target.resource_id)) > before
+    record = EditRecord("message", target.message.id, target.resource_id, target.thread_id,
+                        f"edit of message {target.message.id[:8]}…") if changed else None
+    return EditOutcome(record, message, note)
+
+
+def delete_message(store: Store, factory: MemoryFactory, target: MessageTarget) -> EditOutcome:
+    memory, note = memory_for_thread(store, factory, target.thread_id)
+    memory.delete_messages([target.message.id], resource_id=target.resource_id, author="studio")
+    return EditOutcome(EditRecord("message", target.message.id, target.resource_id, target.thread_id,
+                                  f"delete of message {target.message.id[:8]}…"), None, note)
+
+
+def revert(store: Store, factory: MemoryFactory, record: EditRecord) -> str:
+    """Undo (or redo: the same call) the newest change of the record's target; one line of what happened."""
+    memory, note = memory_for_thread(store, factory, record.thread_id)
+    if record.kind == "message":
+        now = memory.undo_message_edit(record.target_id, resource_id=record.resource_id, author="studio")
+        what = "deleted again" if now is None else "restored"
+        return f"Message {record.target_id[:8]}… {what}" + (f"; {note}" if note else "")
+    memory.undo_observation_edit(record.target_id, resource_id=record.resource_id, author="studio")
+    return "Observation log restored"
+
+
+def edit_observation(store: Store, factory: MemoryFactory, record_id: str, thread_id: str | None, resource_id: str,
+                     old: str, new: str | None) -> EditOutcome:
+    """Replace (``new``) or delete (``new`` None) one observation line of a generation's current log."""
+    memory = factory(MemoryOptions(), "default")
+    if new is None:
+        memory.delete_observation(record_id, old, resource_id=resource_id, author="studio")
+        label = "delete of an observation"
+    else:
+        memory.edit_observation(record_id, old, new, resource_id=resource_id, author="studio")
+        label = "edit of an observation"
+    return EditOutcome(EditRecord("observation", record_id, resource_id, thread_id, label), None)
+
+
+def preview_forget(store: Store, resource_id: str) -> ForgetReport:
+    return forget_resource(store, resource_id, dry_run=True)
+
+
+def forget(store: Store, resource_id: str) -> ForgetReport:
+    report = forget_resource(store, resource_id)
+    for index in [v for k, v in store.extensions.items() if k.startswith("recall-index:")]:
+        index.close()  # cached vectors of the forgotten resource go too
+    return report
+
+
+def vacuum(store: Store) -> str:
+    from core.edits.commands import vacuum_report
+
+    return vacuum_report(store)
+
+
+__all__ = [
+    "EditOutcome", "MessageTarget", "RECALL_LATER", "delete_message", "edit_message", "edit_observation", "forget",
+    "load_message", "memory_for_thread", "message_history", "preview_forget", "revert", "vacuum",
+]

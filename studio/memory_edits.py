@@ -1,0 +1,320 @@
+"""Edit > Edit Message…, Delete Message…, Message History…, Undo / Redo Memory Edit, Forget Resource….
+
+Every edit is explicit and confirmed: the edit dialog's Save Edit, a confirmation box for a delete,
+Forget's summary with a tick box. The work runs on a session worker (``studio.edit_jobs``); the dialog
+stays open with the user's text when the engine refuses (a message changed meanwhile, a read-only
+file). Each edit goes on the window's undo stack (``studio.logic.edit_history``): Undo Memory Edit
+asks the engine to revert the target's newest change, and a refused undo leaves the stack as it was.
+When the selected thread disappears (forgotten here, deleted by another program) every pane is told
+to show nothing of it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import shiboken6
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QDialog
+
+from core.edits.forget import ForgetReport
+from studio import edit_jobs
+from studio.commands import CommandRegistry
+from studio.dialogs import Problem, explain
+from studio.logic.edit_history import EditHistory, EditRecord
+from studio.selection import Selection
+from studio.widgets.forget_dialog import ForgetDialog
+from studio.widgets.message_edit_dialog import MessageEditDialog, MessageHistoryDialog
+
+if TYPE_CHECKING:  # pragma: no cover
+    from studio.main_window import MainWindow
+
+READ_ONLY = Problem("Read-only", "This database is open read-only, so nothing in it can be changed.",
+                    "Choose File > Allow Writes… first. Nothing was changed.", warning_only=True)
+
+
+class MemoryEditActions(QObject):
+    edited = Signal(object)  # EditRecord of an edit just made
+    reverted = Signal(str)  # one line: what an undo / redo did
+    forgotten = Signal(object)  # ForgetReport
+
+    def __init__(self, window: "MainWindow") -> None:
+        super().__init__(window)
+        self.window = window
+        self.history = EditHistory()
+        self.dialog: QDialog | None = None
+        self._busy = False
+
+    # -- commands ----------------------------------------------------------------------------------
+    def register(self, registry: CommandRegistry) -> None:
+        w = self.window
+
+        def writable() -> bool:
+            return w.session is not None and not w.session.read_only
+
+        def message() -> bool:
+            return w.session is not None and w.selection.message_id is not None
+
+        registry.add("edit.undo", "Undo Memory Edit", self.undo, shortcut="Ctrl+Alt+Z", menu="Edit", group="undo",
+                     enabled=lambda: writable() and self.history.next_undo is not None and not self._busy,
+                     keywords="revert message observation")
+        registry.add("edit.redo", "Redo Memory Edit", self.redo, shortcut="Ctrl+Alt+Shift+Z", menu="Edit",
+                     group="undo", enabled=lambda: writable() and self.history.next_redo is not None and not self._busy)
+        registry.add("message.edit", "Edit Message…", lambda: self.edit_message(), shortcut="F2", menu="Edit",
+                     group="message", enabled=message, keywords="change fix correct text stored message")
+        registry.add("message.delete", "Delete Message…", lambda: self.delete_message(), menu="Edit", group="message",
+                     enabled=message, keywords="remove stored message")
+        registry.add("message.history", "Message History…", lambda: self.show_history(), menu="Edit",
+                     group="message", enabled=message, keywords="versions changes who when before after")
+        registry.add("resource.forget", "Forget Resource…", lambda: self.forget_resource(), menu="Edit",
+                     group="forget", enabled=lambda: w.session is not None and w.selection.resource_id is not None,
+                     keywords="erase delete user gdpr data subject request privacy")
+
+    def _session(self) -> Any:
+        return self.window.session
+
+    def _writable(self) -> bool:
+        session = self._session()
+        if session is None:
+            return False
+        if session.read_only:
+            self.window.presenter.error(self.window, READ_ONLY)
+            return False
+        return True
+
+    def _factory(self) -> Callable[..., Any]:
+        session = self._session()
+        return lambda options, name: session.memory(options, name=name)
+
+    def _status(self, text: str) -> None:
+        self.window.show_status(text)
+
+    def _problem(self, exc: BaseException) -> None:
+        self.window.presenter.error(self.window, explain(exc, self._session().display_path if self._session() else None))
+
+    # -- messages ------------------------------------------------------------------------------------
+    def _with_target(self, message_id: str | None, then: Callable[[edit_jobs.MessageTarget], None]) -> None:
+        session = self._session()
+        message_id = message_id or self.window.selection.message_id
+        if session is None or not message_id:
+            return
+        store = session.store
+        session.run(lambda: edit_jobs.load_message(store, message_id), on_result=then,
+                    on_error=self._problem, key="memory-edit-load")
+
+    def edit_message(self, message_id: str | None = None) -> None:
+        """Open the edit dialog for a stored message (default: the selected one)."""
+        if self._writable():
+            self._with_target(message_id, self._open_edit)
+
+    def _open_edit(self, target: edit_jobs.MessageTarget) -> None:
+        dialog = MessageEditDialog(target, self.window)
+        dialog.save_requested.connect(lambda text, content: self._save(dialog, target, text, content))
+        self.dialog = dialog
+        self.window.presenter.show(dialog)
+
+    def _save(self, dialog: MessageEditDialog, target: edit_jobs.MessageTarget, text: Any, content: Any) -> None:
+        session = self._session()
+        store, factory = session.store, self._factory()
+
+        def done(outcome: edit_jobs.EditOutcome) -> None:
+            if shiboken6.isValid(dialog):
+                dialog.accept()
+            if outcome.record is None:
+                self._status("Nothing changed: the message already says that.")
+                return
+            self._pushed(outcome.record, outcome.note)
+
+        def failed(exc: BaseException) -> None:
+            if shiboken6.isValid(dialog):
+                dialog.show_error(f"{exc}")
+
+        session.run(lambda: edit_jobs.edit_message(store, factory, target, text=text, content=content),
+                    on_result=done, on_error=failed)
+
+    def _pushed(self, record: EditRecord, note: str = "") -> None:
+        self.history.push(record)
+        session = self._session()
+        if session is not None:
+            session.notify_local_write()
+        self.window.commands.refresh_enabled()
+        self._status(f"Saved the {record.label}: Edit > Undo Memory Edit (Ctrl+Alt+Z) reverts it."
+                     + (f" Note: {note}." if note else ""))
+        self.edited.emit(record)
+
+    def delete_message(self, message_id: str | None = None) -> None:
+        if self._writable():
+            self._with_target(message_id, self._confirm_delete)
+
+    def _confirm_delete(self, target: edit_jobs.MessageTarget) -> None:
+        preview = " ".join(target.message.text.split())
+        preview = preview if len(preview) <= 160 else preview[:159] + "…"
+        self.window.presenter.confirm(
+            self.window, "Delete this message?",
+            f"Delete the {target.message.role} message “{preview or '(no text)'}” from thread {target.thread_id}?",
+            "Its recall vector and keyword doc go with it, and the next message's passage is rebuilt. Turns that "
+            "ran before keep what their model saw. Edit > Undo Memory Edit brings it back.",
+            "Delete", lambda: self._delete(target))
+
+    def _delete(self, target: edit_jobs.MessageTarget) -> None:
+        session = self._session()
+        store, factory = session.store, self._factory()
+
+        def done(outcome: edit_jobs.EditOutcome) -> None:
+            sel = self.window.selection
+            if sel.message_id == target.message.id:
+                self.window.set_selection(Selection(sel.resource_id, sel.thread_id))
+            assert outcome.record is not None
+            self._pushed(outcome.record, outcome.note)
+
+        session.run(lambda: edit_jobs.delete_message(store, factory, target), on_result=done, on_error=self._problem)
+
+    def show_history(self, message_id: str | None = None) -> None:
+        self._with_target(message_id, self._open_history)
+
+    def _open_history(self, target: edit_jobs.MessageTarget) -> None:
+        dialog = MessageHistoryDialog(target, self.window)
+        record = EditRecord("message", target.message.id, target.resource_id, target.thread_id,
+                            f"change of message {target.message.id[:8]}…")
+        dialog.undo_requested.connect(lambda: self._undo_from_history(dialog, record))
+        self.dialog = dialog
+        self.window.presenter.show(dialog)
+
+    def _undo_from_history(self, dialog: MessageHistoryDialog, record: EditRecord) -> None:
+        if not self._writable():
+            return
+
+        def refresh(_line: str) -> None:
+            newest = self.history.next_undo
+            if newest is not None and newest.kind == record.kind and newest.target_id == record.target_id:
+                self.history.did_undo(newest)  # the window's Undo must not revert it a second time
+            session = self._session()
+            if session is None or not shiboken6.isValid(dialog):
+                return
+            store = session.store
+            session.run(lambda: edit_jobs.message_history(store, record.target_id, record.thread_id or "",
+                                                          record.resource_id),
+                        on_result=lambda versions: dialog.set_versions(versions) if shiboken6.isValid(dialog) else None)
+
+        self._revert(record, refresh)
+
+    # -- undo / redo -----------------------------------------------------------------------------------
+    def undo(self) -> None:
+        record = self.history.next_undo
+        if record is not None and self._writable():
+            self._revert(record, lambda _line: self.history.did_undo(record), verb="Undid")
+
+    def redo(self) -> None:
+        record = self.history.next_redo
+        if record is not None and self._writable():
+            self._revert(record, lambda _line: self.history.did_redo(record), verb="Redid")
+
+    def _revert(self, record: EditRecord, after: Callable[[str], None], verb: str = "Undid") -> None:
+        session = self._session()
+        store, factory = session.store, self._factory()
+        self._busy = True
+
+        def done(line: str) -> None:
+            self._busy = False
+            after(line)
+            session.notify_local_write()
+            self.window.commands.refresh_enabled()
+            self._status(f"{verb} the {record.label}: {line}.")
+            self.reverted.emit(line)
+
+        def failed(exc: BaseException) -> None:
+            self._busy = False
+            self.window.commands.refresh_enabled()
+            self._problem(exc)
+
+        session.run(lambda: edit_jobs.revert(store, factory, record), on_result=done, on_error=failed)
+
+    # -- observations (the observations pane asks) -------------------------------------------------------
+    def change_observation(self, record_id: str, thread_id: str | None, resource_id: str, old: str,
+                           new: str | None, on_done: Callable[[], None] | None = None) -> None:
+        """Edit (``new``) or delete (``new`` None) one observation line, then refresh the panes."""
+        if not self._writable():
+            return
+        session = self._session()
+        store, factory = session.store, self._factory()
+
+        def done(outcome: edit_jobs.EditOutcome) -> None:
+            assert outcome.record is not None
+            self._pushed(outcome.record)
+            if on_done is not None:
+                on_done()
+
+        session.run(lambda: edit_jobs.edit_observation(store, factory, record_id, thread_id, resource_id, old, new),
+                    on_result=done, on_error=self._problem)
+
+    # -- forget ------------------------------------------------------------------------------------------
+    def forget_resource(self, resource_id: str | None = None) -> None:
+        session = self._session()
+        resource_id = resource_id or self.window.selection.resource_id
+        if session is None or not resource_id or not self._writable():
+            return
+        store = session.store
+        self._status(f"Counting what is stored about {resource_id}…")
+        session.run(lambda: edit_jobs.preview_forget(store, resource_id), on_result=self._open_forget,
+                    on_error=self._problem)
+
+    def _open_forget(self, preview: ForgetReport) -> None:
+        session = self._session()
+        if session is None:
+            return
+        if not preview.found:
+            self._status(f"Nothing is stored about resource {preview.resource_id}.")
+            return
+        dialog = ForgetDialog(preview, session.display_path, self.window)
+        dialog.forget_requested.connect(lambda: self._forget(dialog, preview.resource_id))
+        dialog.vacuum_requested.connect(lambda: self._vacuum(dialog))
+        self.dialog = dialog
+        self.window.presenter.show(dialog)
+
+    def _forget(self, dialog: ForgetDialog, resource_id: str) -> None:
+        session = self._session()
+        store = session.store
+
+        def done(report: ForgetReport) -> None:
+            self.history.forget(resource_id)
+            for rid in report.resources:
+                self.history.forget(rid)
+            if self.window.selection.resource_id in report.resources:
+                self.window.select_thread(Selection())
+            session.notify_local_write()
+            self.window.commands.refresh_enabled()
+            self._status(f"Forgot resource {resource_id}: {report.total:,} row(s) removed.")
+            if shiboken6.isValid(dialog):
+                dialog.show_done(report)
+            self.forgotten.emit(report)
+
+        session.run(lambda: edit_jobs.forget(store, resource_id), on_result=done,
+                    on_error=lambda exc: dialog.show_failed(str(exc)) if shiboken6.isValid(dialog) else None)
+
+    def _vacuum(self, dialog: ForgetDialog) -> None:
+        session = self._session()
+        store = session.store
+        session.run(lambda: edit_jobs.vacuum(store),
+                    on_result=lambda text: dialog.show_vacuumed(text) if shiboken6.isValid(dialog) else None,
+                    on_error=lambda exc: dialog.show_vacuumed(f"Vacuum failed: {exc}") if shiboken6.isValid(dialog)
+                    else None)
+
+    # -- a thread that disappeared ---------------------------------------------------------------------------
+    def check_selection(self) -> None:
+        """After a change on disk: if the selected thread (or resource) is gone, every pane lets go of it."""
+        session = self._session()
+        sel = self.window.selection
+        if session is None or sel.thread_id is None:
+            return
+        store, thread_id = session.store, sel.thread_id
+
+        def done(exists: bool) -> None:
+            if not exists and self.window.selection.thread_id == thread_id and self._session() is session:
+                self.window.select_thread(Selection(None, None))
+                self._status(f"Thread {thread_id} was deleted; nothing of it is shown any more.")
+
+        session.run(lambda: store.memory.get_thread(thread_id) is not None, on_result=done,
+                    key="memory-edit-selection")
+
+
+__all__ = ["MemoryEditActions", "READ_ONLY"]

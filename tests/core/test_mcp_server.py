@@ -1,0 +1,262 @@
+"""`memory-studio mcp`, driven by the official MCP SDK's own clients (stdio and streamable HTTP).
+
+The server runs as a real subprocess of the real entry point, on a libSQL file holding two users'
+memory; the one bound to ``ada`` must never hand out ``bob``'s threads, messages, search hits,
+working memory or transcripts. Every call is then found in the trace file as a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from core import Memory, MemoryOptions, open_store  # noqa: E402
+from core.embedding import EmbedderError, shared_default_embedder  # noqa: E402
+from core.messages import Message  # noqa: E402
+from core.traces.reader import TraceFilters  # noqa: E402
+from core.traces.store import DuckDBObservabilityStore  # noqa: E402
+
+TEMPLATE = "# User\n- Name:\n- Allergies:\n"
+TOOLS = {"search_memory", "list_threads", "read_thread", "get_working_memory", "update_working_memory", "remember"}
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Any:
+    try:
+        return shared_default_embedder()
+    except EmbedderError as exc:  # pragma: no cover - `make install` provisions it
+        pytest.skip(f"the local embedding model is not installed: {exc}")
+
+
+@pytest.fixture()
+def db(tmp_path: Path, embedder: Any) -> Path:
+    path = tmp_path / "memory.db"
+    with open_store(path) as store:
+        options = MemoryOptions(working_memory={"enabled": True, "scope": "resource", "template": TEMPLATE},
+                                semantic_recall=True)
+        memory = Memory(store, options, embedder=embedder, name="assistant")
+        memory.register("assistant", instructions="You help.")  # the server takes its template from here
+        memory.save_messages([
+            Message.user("My bank PIN is zebra-4321-quartz and I am allergic to peanuts", thread_id="bob-secret",
+                         resource_id="bob"),
+            Message.assistant("I will keep your peanut allergy in mind, Bob.", thread_id="bob-secret",
+                              resource_id="bob"),
+        ])
+        memory.update_working_memory(resource_id="bob", working_memory="# User\n- Name: Bob\n- Allergies: peanuts\n")
+        store.tracer().flush(30)
+    return path
+
+
+def _params(db: Path, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "studio.cli", "mcp", "--db", str(db), *args],
+                                 env=dict(os.environ), cwd=str(Path(__file__).resolve().parents[2]))
+
+
+def _data(result: Any) -> Any:
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+def _error(result: Any) -> str:
+    assert result.is_error, result
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+async def _session(client: Client) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    tools = await client.list_tools()
+    seen["tools"] = {t.name for t in tools.tools}
+    seen["remember"] = [_data(await client.call_tool("remember", {"text": text, "thread": "ada-food",
+                                                                  "title": "Food"}))
+                        for text in ("I am allergic to peanuts and I love Thai food",
+                                     "Please remind me to buy oat milk")]
+    seen["search"] = _data(await client.call_tool("search_memory", {"query": "peanut allergy", "top_k": 5}))
+    seen["threads"] = _data(await client.call_tool("list_threads", {}))
+    seen["read"] = _data(await client.call_tool("read_thread", {"thread": "ada-food"}))
+    seen["read_bob"] = _error(await client.call_tool("read_thread", {"thread": "bob-secret"}))
+    seen["search_bob"] = _error(await client.call_tool("search_memory", {"query": "PIN", "resource": "bob"}))
+    seen["remember_bob"] = _error(await client.call_tool("remember", {"text": "hi", "thread": "bob-secret"}))
+    seen["wm_before"] = _data(await client.call_tool("get_working_memory", {}))
+    seen["wm_update"] = _data(await client.call_tool(
+        "update_working_memory", {"working_memory": "# User\n- Name: Ada\n- Allergies: peanuts\n"}))
+    seen["wm_after"] = _data(await client.call_tool("get_working_memory", {}))
+    seen["wm_bad"] = _error(await client.call_tool("update_working_memory", {"working_memory": {"name": "Ada"}}))
+    resources = await client.list_resources()
+    seen["resources"] = [str(r.uri) for r in resources.resources]
+    transcript = await client.read_resource("memory://threads/ada-food")
+    seen["transcript"] = transcript.contents[0].text
+    try:
+        bob = await client.read_resource("memory://threads/bob-secret")
+        seen["transcript_bob"] = " ".join(getattr(c, "text", "") for c in bob.contents)
+    except Exception as exc:  # the SDK raises the server's error
+        seen["transcript_bob_error"] = str(exc)
+    return seen
+
+
+def test_stdio_server_bound_to_one_resource(db: Path) -> None:
+    async def main() -> dict[str, Any]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            return await _session(client)
+
+    seen = anyio.run(main)
+    assert seen["tools"] == TOOLS
+    assert all(r["thread"] == "ada-food" and r["resource"] == "ada" for r in seen["remember"])
+
+    hits = seen["search"]["results"]
+    assert hits and hits[0]["text"] == "I am allergic to peanuts and I love Thai food"
+    assert all(h["threadId"] == "ada-food" for h in hits)  # bob's peanut messages match too, but are his
+    assert all(isinstance(h["score"], float) for h in hits)
+    assert [t["id"] for t in seen["threads"]["threads"]] == ["ada-food"]
+    assert [m["text"] for m in seen["read"]["messages"]] == [
+        "I am allergic to peanuts and I love Thai food", "Please remind me to buy oat milk"]
+
+    for refusal in ("read_bob", "remember_bob"):
+        assert "bob" in seen[refusal] and "zebra-4321-quartz" not in seen[refusal]
+    assert "bound to resource 'ada'" in seen["search_bob"]
+
+    assert seen["wm_before"]["workingMemory"] is None and seen["wm_before"]["template"] == TEMPLATE
+    assert seen["wm_after"]["workingMemory"] == "# User\n- Name: Ada\n- Allergies: peanuts\n"
+    assert "Markdown" in seen["wm_bad"]
+
+    assert seen["resources"] == ["memory://threads/ada-food"]
+    assert "I am allergic to peanuts and I love Thai food" in seen["transcript"]
+    assert "zebra-4321-quartz" not in json.dumps(seen, default=sorted)
+    assert "transcript_bob_error" in seen
+
+    with open_store(db, read_only=True) as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
+        assert memory.get_working_memory(resource_id="bob") == "# User\n- Name: Bob\n- Allergies: peanuts\n"
+        assert [m.text for m in memory.recall(thread_id="ada-food", resource_id="ada", per_page=False)] == [
+            "I am allergic to peanuts and I love Thai food", "Please remind me to buy oat milk"]
+        traces = DuckDBObservabilityStore(store.location.observability_path, read_only=True)
+        runs = traces.list_traces(limit=100, filters=TraceFilters(resource_id="ada"))
+    names = sorted(r.name for r in runs)
+    assert sorted(r.status for r in runs if r.name == "mcp: 'remember'") == ["error", "ok", "ok"]
+    assert {"mcp: 'search_memory'", "mcp: 'read_thread'", "mcp: 'update_working_memory'",
+            "mcp: 'get_working_memory'", "mcp: 'list_threads'", "mcp: 'read_resource'"} <= set(names)
+    assert any(r.name == "mcp: 'read_thread'" and r.status == "error" for r in runs)  # the refused read of bob's
+    # A call refused for naming another resource is a run too, an error on the bound resource.
+    assert sorted(r.status for r in runs if r.name == "mcp: 'search_memory'") == ["error", "ok"]
+
+
+def test_any_resource_needs_a_token(db: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--any-resource"],
+                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode != 0 and "needs a token" in done.stderr and done.stdout == ""
+    done = subprocess.run([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db)],
+                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode != 0 and "--resource" in done.stderr
+
+
+def test_any_resource_with_a_token_takes_the_resource_per_call(db: Path) -> None:
+    env = {**os.environ, "MEMORY_STUDIO_MCP_TOKEN": "s3cret-token-value"}
+
+    async def main() -> tuple[Any, str, Any]:
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "studio.cli", "mcp", "--db", str(db), "--any-resource"], env=env)
+        async with Client(params) as client:
+            bob = _data(await client.call_tool("list_threads", {"resource": "bob"}))
+            missing = _error(await client.call_tool("list_threads", {}))
+            cross = await client.call_tool("read_thread", {"thread": "bob-secret", "resource": "ada"})
+            return bob, missing, cross
+
+    bob, missing, cross = anyio.run(main)
+    assert [t["id"] for t in bob["threads"]] == ["bob-secret"]
+    assert "name one" in missing
+    assert cross.is_error and "zebra-4321-quartz" not in json.dumps([c.model_dump() for c in cross.content])
+
+
+class HttpServer:
+    """`memory-studio mcp --http --port 0` as a subprocess; the URL read from its ready line."""
+
+    def __init__(self, db: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--http", "--port", "0", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env or dict(os.environ))
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if " on http://" in line:
+                self.url = line.split(" on ", 1)[1].split()[0]
+                break
+        else:  # pragma: no cover - the server died; show why
+            raise AssertionError(f"the server did not start: {self.proc.wait(30)}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def test_http_server_keeps_the_gateways_rules(db: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    server = HttpServer(db, "--resource", "ada", env={**os.environ, "MEMORY_STUDIO_MCP_TOKEN": "s3cret-token-value"})
+    try:
+        assert server.url.endswith("/mcp")
+
+        async def main() -> tuple[Any, ...]:
+            headers = {"Authorization": "Bearer s3cret-token-value"}
+            async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+                async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    tools = await client.list_tools()
+                    threads = _data(await client.call_tool("list_threads", {}))
+                    refused = _error(await client.call_tool("read_thread", {"thread": "bob-secret"}))
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            json_type = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+            async with httpx2.AsyncClient(timeout=60) as raw:
+                no_token = await raw.post(server.url, content=body, headers=json_type)
+                bad_host = await raw.post(server.url, content=body, headers={
+                    **json_type, **headers, "Host": "evil.example"})
+                bad_origin = await raw.post(server.url, content=body, headers={
+                    **json_type, **headers, "Origin": "https://evil.example"})
+                not_json = await raw.post(server.url, content=body, headers={
+                    **headers, "Content-Type": "text/plain", "Accept": json_type["Accept"]})
+            return tools, threads, refused, no_token, bad_host, bad_origin, not_json
+
+        tools, threads, refused, no_token, bad_host, bad_origin, not_json = anyio.run(main)
+    finally:
+        server.stop()
+    assert {t.name for t in tools.tools} == TOOLS
+    assert [t["id"] for t in threads["threads"]] == []  # ada has no threads yet; bob's are never listed
+    assert "bob" in refused and "zebra-4321-quartz" not in refused
+    assert (no_token.status_code, no_token.json()["error"]["code"]) == (401, "invalid_api_key")
+    assert (bad_host.status_code, bad_host.json()["error"]["code"]) == (421, "host_not_allowed")
+    assert (bad_origin.status_code, bad_origin.json()["error"]["code"]) == (403, "origin_not_allowed")
+    assert (not_json.status_code, not_json.json()["error"]["code"]) == (415, "unsupported_media_type")
+
+
+def test_transcript_uris_take_any_thread_id(tmp_path: Path) -> None:
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    with open_store(tmp_path / "memory.db") as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True}), embedder=HashingEmbedder())
+        tools = MemoryTools(memory, Binding("ada"))
+        ids = ["a/b", "50% off", "100%25", "日本", "../etc", "/abs"]
+        for thread in ids:
+            tools.remember(f"hello {thread}", thread)
+
+        async def main() -> dict[str, str]:
+            async with Client(build_server(tools)) as client:  # in process, the SDK's own client
+                listed = (await client.list_resources()).resources
+                return {str(r.uri): (await client.read_resource(str(r.uri))).contents[0].text for r in listed}
+
+        texts = anyio.run(main)
+    assert len(texts) == len(ids)
+    for thread in ids:
+        assert any(f"hello {thread}" in text for text in texts.values()), thread

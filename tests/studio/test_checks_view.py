@@ -1,0 +1,194 @@
+"""Memory checks in the Studio (issue 21 item 3): Pin… from the inspector and from Replay writes a check
+to the user's checks file; the Checks tab lists checks with their state; a what-if (typed, or the
+Replay What-If tab's options) shows which checks would break. Running never writes the database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from core import Agent, Memory, MemoryOptions, open_store
+from core.checks import Check, load_checks, save_checks
+from core.embedding import HashingEmbedder
+from core.llm import ScriptedModel
+from studio.logic.checks_layout import PinTarget, check_rows, default_pin, pin_check, pin_text
+from studio.selection import Selection
+from studio.widgets.pin_dialog import PinDialog
+
+DESSERT = "Any dessert ideas?"
+
+
+def seed(path: Path) -> None:
+    """Ada's allergy in one thread, dessert asked in another: only recall brings it (as in the CLI test)."""
+    with open_store(path) as store:
+        memory = Memory(store, MemoryOptions(last_messages=4, semantic_recall={"top_k": 2, "scope": "resource"}),
+                        embedder=HashingEmbedder(), name="chef")
+        agent = Agent("chef", instructions="You cook.", model=ScriptedModel(
+            ["Hi Ada.", "Noted, no peanuts.", "Try a mango sorbet."]), memory=memory, tracer=False)
+        agent.generate("Hi, I'm Ada.", memory={"resource": "ada", "thread": "intro"})
+        agent.generate("I am allergic to peanuts, remember the peanut allergy.", memory={"resource": "ada", "thread": "intro"})
+        agent.generate(DESSERT, memory={"resource": "ada", "thread": "food"})
+
+
+def _open(qtbot: Any, make_window: Any, path: Path) -> Any:
+    window = make_window()
+    window.open_database(str(path))
+    qtbot.waitUntil(lambda: window.session is not None and window.resources is not None
+                    and len(window.resources.thread_rows()) >= 2, timeout=15_000)
+    return window
+
+
+def _ran(qtbot: Any, pane: Any, what_if: bool = False) -> Any:
+    qtbot.waitUntil(lambda: pane.run_data is not None and pane.run_data.results is not None
+                    and (pane.run_data.what_if is not None) == what_if and not pane.busy, timeout=60_000)
+    return pane.run_data
+
+
+def test_checks_tab_lists_states_and_what_if_breaks(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    seed(db)
+    checks_file = tmp_path / "repo" / "checks.json"
+    save_checks(checks_file, [
+        Check("allergy reaches dessert", "food", resource="ada", input=DESSERT, prompt_contains=("peanut",)),
+        Check("never a pirate", "food", turn=1, prompt_excludes=("pirate",)),
+        Check("no such turn", "food", turn=7, prompt_contains=("x",)),
+    ])
+    window = _open(qtbot, make_window, db)
+    pane = window.panes["checks"]
+    window.show_tab("checks")
+    pane.set_path(checks_file, run=True)
+    run = _ran(qtbot, pane)
+    states = [r.state for r in pane.model.rows()]
+    assert states == ["pass", "pass", "error"]
+    assert "1 could not run" in pane.summary.text() and "2 passed" in pane.summary.text()
+    pane.table.selectRow(2)
+    assert "has 1 turn(s)" in pane.detail.toPlainText()
+    assert run.results[0].replay == "recorded (matches its record)"
+
+    pane.options_edit.setText('{"semantic_recall": false}')
+    pane.what_if_btn.click()
+    _ran(qtbot, pane, what_if=True)
+    rows = pane.model.rows()
+    assert rows[0].state == "pass → FAIL (would break)" and rows[0].breaks
+    assert rows[1].state == "pass → pass"
+    assert "1 of 3 check(s) would break" in pane.summary.text()
+    pane.table.selectRow(0)
+    assert "the prompt does not contain 'peanut'" in pane.detail.toPlainText()
+    pane.options_edit.setText("{nope")
+    pane.what_if_btn.click()
+    assert "not valid JSON" in pane.status.text()
+
+
+def test_running_checks_never_writes_the_database(qtbot: Any, no_leaked_widgets: None, make_session: Any,
+                                                  tmp_path: Path) -> None:
+    from studio.panes.checks import ChecksPane
+
+    db = tmp_path / "memory.db"
+    seed(db)
+    checks_file = tmp_path / "checks.json"
+    save_checks(checks_file, [Check("allergy reaches dessert", "food", input=DESSERT, prompt_contains=("peanut",))])
+    session = make_session(db)
+    pane = ChecksPane(session)
+    qtbot.addWidget(pane)
+    before = session.store.db.write_transactions
+    pane.set_path(checks_file, run=True)
+    _ran(qtbot, pane)
+    pane.run_what_if({"semantic_recall": False})
+    _ran(qtbot, pane, what_if=True)
+    assert [r.state for r in pane.model.rows()] == ["pass → FAIL (would break)"]
+    assert session.store.db.write_transactions == before  # checking never writes the database
+
+
+def test_pin_from_the_inspector_writes_a_check_that_passes(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    seed(db)
+    with open_store(db, read_only=True) as store:
+        dessert = next(m.id for m in store.memory.list_messages(_query("food")) if m.role == "user")
+    window = _open(qtbot, make_window, db)
+    checks = window.panes["checks"]
+    checks_file = tmp_path / "checks.json"
+    checks.path = checks_file
+    window.select_thread(Selection("ada", "food"))
+    window.set_selection(Selection("ada", "food", dessert))
+    window.show_tab("prompt")
+    prompt = window.panes["prompt"]
+    qtbot.waitUntil(lambda: prompt.preview is not None and prompt.preview.turn is not None and not prompt.busy,
+                    timeout=60_000)
+    rows = prompt.fragment_model.rows()
+    at = next(i for i, r in enumerate(rows) if "peanut" in r.text and r.stored_ids)
+    prompt.fragment_table.selectRow(at)
+    assert prompt.pin_btn.isEnabled()
+    prompt.pin_btn.click()
+    qtbot.waitUntil(lambda: isinstance(checks.dialog, PinDialog) and checks.dialog.isVisible(), timeout=15_000)
+    dialog = checks.dialog
+    assert dialog.path_edit.text() == str(checks_file)
+    dialog.kind_combo.setCurrentIndex(dialog.kind_combo.findData("prompt_contains"))
+    dialog.value_edit.setPlainText("allergic to peanuts")
+    dialog.name_edit.setText("the allergy stays")
+    with qtbot.waitSignal(checks.pinned, timeout=15_000):
+        dialog.pin_btn.click()
+    written = load_checks(checks_file)
+    assert [c.to_dict() for c in written] == [{"name": "the allergy stays", "thread": "food", "resource": "ada",
+                                               "input": DESSERT, "prompt_contains": "allergic to peanuts"}]
+    run = _ran(qtbot, checks)
+    assert [r.status for r in run.results] == ["pass"]
+
+
+def test_pin_from_replay_and_run_checks_from_the_what_if_tab(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    seed(db)
+    window = _open(qtbot, make_window, db)
+    checks = window.panes["checks"]
+    checks.path = tmp_path / "checks.json"
+    replay = window.panes["replay"]
+    window.select_thread(Selection("ada", "food"))
+    window.show_tab("replay")
+    qtbot.waitUntil(lambda: replay.source is not None and replay.source.thread_id == "food"
+                    and replay.step is not None and not replay.busy, timeout=60_000)
+    rows = replay.view.step_model.rows()
+    at = next(i for i, r in enumerate(rows) if r.source == "semantic-recall")
+    target = replay.view.pin_target(at)
+    assert target is not None and target.turn_number == 1 and target.input_text == DESSERT
+    replay.view._fragment_menu(replay.view.step_table.visualRect(replay.view.step_model.index(at, 0)).center())
+    menu = replay.view.fragment_menu_shown
+    pin = next(a for a in menu.actions() if a.text() == "Pin…")
+    pin.trigger()
+    qtbot.waitUntil(lambda: isinstance(checks.dialog, PinDialog) and checks.dialog.isVisible(), timeout=15_000)
+    dialog = checks.dialog
+    assert dialog.kind() == "recalled"  # a recall fragment pins its first hit
+    with qtbot.waitSignal(checks.pinned, timeout=15_000):
+        dialog.pin_btn.click()
+    _ran(qtbot, checks)
+    assert [r.status for r in checks.run_data.results] == ["pass"]
+    menu.close()
+
+    # The What-If tab: recall off, then "Run Checks With These Options".
+    panel = replay.what_if
+    replay.tabs.setCurrentWidget(panel)
+    panel.recall_combo.setCurrentIndex(panel.recall_combo.findData(False))
+    panel.checks_btn.click()
+    qtbot.waitUntil(lambda: window.tabs.currentWidget() is checks, timeout=5_000)
+    _ran(qtbot, checks, what_if=True)
+    assert checks.model.rows()[0].breaks
+    assert json.loads(checks.options_edit.text()) == {"semantic_recall": {"enabled": False}}
+
+
+def test_pin_logic_picks_text_kinds_and_turns() -> None:
+    long = "First line of the working memory block.\n" + "word " * 80
+    assert pin_text(long) == "First line of the working memory block."
+    assert len(pin_text("x" * 500)) == 200
+    recall = PinTarget("food", "ada", DESSERT, 1, "Messages recalled…", "semantic-recall", ("m1", "m2"))
+    assert default_pin(recall) == ("recalled", "m1")
+    history = PinTarget("food", None, "", 3, "I am allergic to peanuts.", "message-history", ("m1",))
+    kind, value = default_pin(history)
+    check = pin_check(history, kind, value, "keeps it")
+    assert (check.turn, check.input, check.prompt_contains) == (3, None, ("I am allergic to peanuts.",))
+    rows = check_rows([check])
+    assert rows[0].state == "not run"
+
+
+def _query(thread_id: str) -> Any:
+    from core.storage.memory_store import MessageQuery
+
+    return MessageQuery(thread_id=thread_id)

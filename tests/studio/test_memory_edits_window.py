@@ -1,0 +1,224 @@
+"""Fixing memory in the Studio (issue 21): Edit…, Delete… and History of a stored message with undo;
+the inspector opening the message behind a fragment; observation lines edited in the Observations
+pane; Forget Resource… with its summary; a thread deleted elsewhere let go of by every pane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtWidgets import QMessageBox
+
+from core import Memory, MemoryOptions, open_store
+from core.llm import ScriptedModel
+from studio.selection import Selection
+from studio.widgets.forget_dialog import ForgetDialog
+from studio.widgets.message_edit_dialog import MessageEditDialog, MessageHistoryDialog
+
+from .conftest import make_mastra_db
+
+
+def _open(qtbot: Any, make_window: Any, path: Path) -> Any:
+    window = make_window()
+    window.open_database(str(path))
+    qtbot.waitUntil(lambda: window.session is not None and window.resources is not None
+                    and len(window.resources.thread_rows()) >= 1, timeout=15_000)
+    return window
+
+
+def _select_message(qtbot: Any, window: Any, resource: str, thread: str, row: int) -> str:
+    window.select_thread(Selection(resource, thread))
+    model = window.messages_pane.model
+    qtbot.waitUntil(lambda: model.thread_id == thread and model.rowCount() > row and model.row_at(row) is not None,
+                    timeout=15_000)
+    window.messages_pane._select_row(row)
+    qtbot.waitUntil(lambda: window.selection.message_id is not None, timeout=5_000)
+    return str(window.selection.message_id)
+
+
+def _dialog(qtbot: Any, window: Any, kind: type) -> Any:
+    qtbot.waitUntil(lambda: any(isinstance(d, kind) and d.isVisible() for d in window.presenter.open), timeout=15_000)
+    return next(d for d in reversed(window.presenter.open) if isinstance(d, kind))
+
+
+def _texts(path: Path, thread: str, resource: str) -> list[str]:
+    with open_store(path, read_only=True) as store:
+        return [m.text for m in Memory(store).recall(thread_id=thread, resource_id=resource, per_page=False)]
+
+
+def test_edit_history_and_undo_of_a_stored_message(qtbot: Any, make_window: Any, small_db: Path) -> None:
+    window = _open(qtbot, make_window, small_db)
+    message_id = _select_message(qtbot, window, "ada", "t-groceries", 0)
+    assert window.messages_pane.action_buttons["message.edit"].isEnabled()
+    window.messages_pane.action_buttons["message.edit"].click()  # the pane's Edit… button runs the command
+    dialog = _dialog(qtbot, window, MessageEditDialog)
+    assert dialog.editor.toPlainText() == "I am allergic to peanuts. Plan dinner."
+    dialog.editor.setPlainText("I am allergic to sesame. Plan dinner.")
+    with qtbot.waitSignal(window.edits.edited, timeout=15_000):
+        dialog.save_btn.click()
+    assert _texts(small_db, "t-groceries", "ada")[0] == "I am allergic to sesame. Plan dinner."
+    model = window.messages_pane.model
+    qtbot.waitUntil(lambda: (row := model.row_at(0)) is not None and row.edited, timeout=15_000)
+    assert "sesame" in window.messages_pane.detail.toPlainText()
+
+    window.commands.run("message.history")
+    history = _dialog(qtbot, window, MessageHistoryDialog)
+    assert history.model.rowCount() == 1 and history.model.row_at(0)[1].author == "studio"
+    assert any("sesame" in line.text for line in history.diff.lines)
+    history.accept()
+
+    assert window.commands.command("edit.undo").is_enabled
+    with qtbot.waitSignal(window.edits.reverted, timeout=15_000):
+        window.commands.run("edit.undo")
+    assert _texts(small_db, "t-groceries", "ada")[0] == "I am allergic to peanuts. Plan dinner."
+    assert window.commands.command("edit.redo").is_enabled and not window.commands.command("edit.undo").is_enabled
+    with qtbot.waitSignal(window.edits.reverted, timeout=15_000):
+        window.commands.run("edit.redo")
+    assert _texts(small_db, "t-groceries", "ada")[0] == "I am allergic to sesame. Plan dinner."
+    with open_store(small_db, read_only=True) as store:
+        ops = [v.op for v in Memory(store).message_versions(message_id, resource_id="ada")]
+    assert ops == ["edit", "undo", "undo"]
+
+
+def test_a_refused_edit_keeps_the_dialog_and_the_text(qtbot: Any, make_window: Any, small_db: Path) -> None:
+    window = _open(qtbot, make_window, small_db)
+    _select_message(qtbot, window, "ada", "t-groceries", 0)
+    window.commands.run("message.edit")
+    dialog = _dialog(qtbot, window, MessageEditDialog)
+    dialog.json_radio.setChecked(True)
+    dialog.editor.setPlainText('{"format": 2, "parts": [')
+    dialog.save_btn.click()
+    assert dialog.isVisible() and "Not valid JSON" in dialog.error.text()
+    dialog.editor.setPlainText('"just a string"')
+    dialog.save_btn.click()
+    qtbot.waitUntil(lambda: dialog.error.isVisible() and "format-2" in dialog.error.text(), timeout=15_000)
+    assert dialog.editor.toPlainText() == '"just a string"' and dialog.isVisible()
+    assert _texts(small_db, "t-groceries", "ada")[0] == "I am allergic to peanuts. Plan dinner."
+    dialog.reject()
+
+
+def test_delete_asks_first_and_undo_brings_the_message_back(qtbot: Any, make_window: Any, small_db: Path) -> None:
+    window = _open(qtbot, make_window, small_db)
+    _select_message(qtbot, window, "ada", "t-party", 0)
+    window.commands.run("message.delete")
+    box = _dialog(qtbot, window, QMessageBox)
+    assert "Party for 12 on Saturday" in box.text()
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    assert _texts(small_db, "t-party", "ada") == ["Party for 12 on Saturday"]
+    window.commands.run("message.delete")
+    box = _dialog(qtbot, window, QMessageBox)
+    with qtbot.waitSignal(window.edits.edited, timeout=15_000):
+        box.property("yesButton").click()
+    assert _texts(small_db, "t-party", "ada") == []
+    qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() == 0, timeout=15_000)
+    assert window.selection.message_id is None
+    with qtbot.waitSignal(window.edits.reverted, timeout=15_000):
+        window.commands.run("edit.undo")
+    assert _texts(small_db, "t-party", "ada") == ["Party for 12 on Saturday"]
+    qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() == 1, timeout=15_000)
+
+
+def test_a_read_only_database_refuses_edits(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    window = _open(qtbot, make_window, path)
+    _select_message(qtbot, window, "user-42", "mastra-thread", 0)
+    window.commands.run("message.edit")
+    box = _dialog(qtbot, window, QMessageBox)
+    assert "read-only" in box.text() and "Allow Writes" in box.informativeText()
+    assert not any(isinstance(d, MessageEditDialog) for d in window.presenter.open)
+    box.accept()
+
+
+def test_the_inspector_opens_the_stored_message_behind_a_fragment(qtbot: Any, make_window: Any,
+                                                                  small_db: Path) -> None:
+    window = _open(qtbot, make_window, small_db)
+    window.select_thread(Selection("ada", "t-groceries"))
+    window.show_tab("prompt")
+    prompt = window.panes["prompt"]
+    qtbot.waitUntil(lambda: prompt.preview is not None and not prompt.busy, timeout=30_000)
+    rows = prompt.fragment_model.rows()
+    at = next(i for i, r in enumerate(rows) if r.stored_ids and "peanuts" in r.text)
+    prompt.fragment_table.selectRow(at)
+    assert prompt.edit_btn.isEnabled()
+    assert not prompt.pin_btn.isEnabled()  # a new message is no stored turn: nothing for a check to rebuild
+    prompt.edit_btn.click()
+    dialog = _dialog(qtbot, window, MessageEditDialog)
+    assert dialog.target.message.id == rows[at].stored_ids[0] and "peanuts" in dialog.editor.toPlainText()
+    dialog.reject()
+
+
+def test_observation_lines_are_edited_in_the_observations_pane(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    path = tmp_path / "om.db"
+    with open_store(path) as store:
+        def observer(messages: Any, tools: Any) -> str:
+            return ("<observations>\nDate: Mar 2, 2026\n* 🔴 (09:10) Sam is blocked on staging access.\n"
+                    "* 🟡 (09:11) Priya can grant it.\n</observations>")
+
+        memory = Memory(store, MemoryOptions(observational_memory={"enabled": True, "message_tokens": 20}),
+                        name="om", observer_model=ScriptedModel(observer, name="observer"))
+        from core import Agent
+
+        agent = Agent("om", instructions="Notes.", model=ScriptedModel(["Ok.", "Fine."]), memory=memory, tracer=False)
+        for text in ("A long note: I am blocked on staging mail server access, Priya can grant it.", "Another."):
+            agent.generate(text, memory={"resource": "sam", "thread": "standup"})
+    window = _open(qtbot, make_window, path)
+    window.select_thread(Selection("sam", "standup"))
+    window.show_tab("observations")
+    pane = window.panes["observations"]
+    editor = pane.line_editor
+    qtbot.waitUntil(lambda: editor.list.count() == 2, timeout=15_000)
+    assert editor.list.item(0).text() == "(09:10) Sam is blocked on staging access."  # the emoji is drawn
+    assert not editor.list.item(0).icon().isNull()
+    editor.list.setCurrentRow(0)
+    editor.edit_current()
+    line = editor.dialog
+    line.edit.setText(line.edit.text().replace("staging access", "production access"))
+    with qtbot.waitSignal(window.edits.edited, timeout=15_000):
+        line.save_btn.click()
+    qtbot.waitUntil(lambda: editor.list.count() == 2 and "production" in editor.list.item(0).text(), timeout=15_000)
+    with open_store(path, read_only=True) as store:
+        from core.observational import load_current
+
+        record = load_current(store, thread_id="standup")
+        assert record is not None and "* 🔴 (09:10) Sam is blocked on production access." in record.active_observations
+    with qtbot.waitSignal(window.edits.reverted, timeout=15_000):
+        window.commands.run("edit.undo")
+    qtbot.waitUntil(lambda: "staging" in editor.list.item(0).text(), timeout=15_000)
+
+
+def test_forget_resource_shows_a_summary_asks_and_every_pane_lets_go(qtbot: Any, make_window: Any,
+                                                                     small_db: Path) -> None:
+    window = _open(qtbot, make_window, small_db)
+    _select_message(qtbot, window, "ada", "t-groceries", 0)
+    window.commands.run("resource.forget")
+    dialog = _dialog(qtbot, window, ForgetDialog)
+    rows = dict(dialog.model.rows())
+    assert rows["messages"] == 4 and rows["threads"] == 2 and "resource" not in rows  # ada has no resource row
+    assert not dialog.forget_btn.isEnabled()
+    dialog.understood.setChecked(True)
+    with qtbot.waitSignal(window.edits.forgotten, timeout=30_000) as blocker:
+        dialog.forget_btn.click()
+    report = blocker.args[0]
+    assert report.complete and report.leftovers == {} and report.removed["messages"] == 4
+    assert dialog.vacuum_btn.isVisible()
+    dialog.vacuum_btn.click()
+    qtbot.waitUntil(lambda: "vacuumed" in dialog.detail.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: [r[0] for r in window.resources.thread_rows()] == ["li"], timeout=15_000)
+    assert window.selection == Selection()
+    assert window.messages_pane.model.thread_id is None
+    assert window.panes["prompt"].preview is None
+    with open_store(small_db, read_only=True) as store:
+        assert store.memory.get_thread("t-groceries") is None and store.memory.get_thread("t-trip") is not None
+
+
+def test_a_thread_deleted_by_another_program_is_let_go_of_by_every_pane(qtbot: Any, make_window: Any,
+                                                                      small_db: Path) -> None:
+    window = _open(qtbot, make_window, small_db)
+    _select_message(qtbot, window, "li", "t-trip", 0)
+    with open_store(small_db) as other:
+        Memory(other).delete_thread("t-trip")
+    qtbot.waitUntil(lambda: window.selection.thread_id is None, timeout=15_000)
+    assert window.messages_pane.model.thread_id is None
+    assert "t-trip" in window.status_text.text() and "deleted" in window.status_text.text()
+    qtbot.waitUntil(lambda: all(r[0] != "li" for r in window.resources.thread_rows()), timeout=15_000)

@@ -1,0 +1,232 @@
+"""The real OpenAI Agents SDK keeps its conversation in our memory (core.integrations.openai_agents).
+
+An SDK agent with a ``MemorySession`` runs three turns against an OpenAI-compatible server on
+loopback; the thread is then read back through ``Memory`` and through the Studio's read layer, and
+the trace store holds each run with the exact messages the SDK sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+agents = pytest.importorskip("agents")
+from agents import Agent, OpenAIChatCompletionsModel, Runner, set_trace_processors  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
+
+from core import Memory, MemoryOptions, open_store  # noqa: E402
+from core.embedding.hashing import HashingEmbedder  # noqa: E402
+from core.integrations.openai_agents import MemorySession, trace_processor  # noqa: E402
+from core.llm.loopback import LoopbackServer  # noqa: E402
+from core.scopes import ThreadOwnershipError  # noqa: E402
+from core.traces.reader import TraceFilters  # noqa: E402
+from studio import reads  # noqa: E402
+
+TEMPLATE = "# Cook\n- Name:\n- Allergies:\n"
+
+
+@pytest.fixture()
+def only_our_traces() -> Iterator[None]:
+    # The SDK's default processor would try to export to OpenAI's backend; tests are offline.
+    set_trace_processors([trace_processor()])
+    yield
+    set_trace_processors([trace_processor()])
+
+
+@pytest.fixture()
+def memory(tmp_path: Path) -> Iterator[Memory]:
+    store = open_store(tmp_path / "memory.db")
+    options = MemoryOptions(last_messages=10, working_memory={"enabled": True, "scope": "resource",
+                                                              "template": TEMPLATE},
+                            semantic_recall={"top_k": 3, "message_range": 0, "scope": "resource"})
+    yield Memory(store, options, embedder=HashingEmbedder(), name="chef")
+    store.close()
+
+
+SCRIPT: list[Any] = [
+    {"tool_calls": [{"name": "updateWorkingMemory", "id": "call_wm",
+                     "arguments": {"memory": "# Cook\n- Name: Ada\n- Allergies: peanuts\n"}}]},
+    {"text": "Noted: no peanuts for you, Ada."},
+    {"text": "Try a chickpea curry."},
+    {"text": "You told me you are allergic to peanuts."},
+]
+
+
+def _run(agent: Agent[Any], text: str, session: MemorySession) -> Any:
+    return asyncio.run(Runner.run(agent, text, session=session, run_config=session.run_config()))
+
+
+def test_three_turns_are_our_messages_with_memory_as_instructions_and_traces(
+        memory: Memory, only_our_traces: None) -> None:
+    # Another thread of the same resource, for recall across threads.
+    memory.save_messages([_user(memory, "old-thread", "Peanut butter cookies were my favourite as a child")])
+    with LoopbackServer(SCRIPT) as server:
+        session = MemorySession("dinner", memory=memory, resource_id="ada", title="Dinner")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="You are a helpful cook.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client),
+                      tools=session.tools())
+        first = _run(agent, "Hi, I'm Ada and I'm allergic to peanuts.", session)
+        second = _run(agent, "What should I cook tonight?", session)
+        third = _run(agent, "Which cookies were my favourite as a child?", session)
+        sent = server.chat_requests()
+    assert (first.final_output, second.final_output, third.final_output) == (
+        "Noted: no peanuts for you, Ada.", "Try a chickpea curry.", "You told me you are allergic to peanuts.")
+
+    # What the model got: the agent's instructions plus working memory (the empty template first,
+    # then what the tool stored), recall from the other thread, and the conversation from the session.
+    first_system = sent[0]["messages"][0]
+    assert first_system["role"] == "system"
+    assert first_system["content"].startswith("You are a helpful cook.")
+    assert "- Name:\n" in first_system["content"]
+    last = sent[-1]["messages"]
+    assert "- Name: Ada" in last[0]["content"] and "- Allergies: peanuts" in last[0]["content"]
+    assert "Peanut butter cookies" in last[0]["content"]  # recalled from the other thread
+    users = [m["content"] for m in last if m["role"] == "user"]
+    assert users == ["Hi, I'm Ada and I'm allergic to peanuts.", "What should I cook tonight?",
+                     "Which cookies were my favourite as a child?"]
+    assert memory.get_working_memory(thread_id="dinner", resource_id="ada") == \
+        "# Cook\n- Name: Ada\n- Allergies: peanuts\n"
+
+    # Read back through Memory: our messages, in order, the working-memory tool traffic hidden.
+    stored = memory.recall(thread_id="dinner", resource_id="ada", per_page=False).messages
+    assert [(m.role, m.text) for m in stored] == [
+        ("user", "Hi, I'm Ada and I'm allergic to peanuts."),
+        ("assistant", "Noted: no peanuts for you, Ada."),
+        ("user", "What should I cook tonight?"),
+        ("assistant", "Try a chickpea curry."),
+        ("user", "Which cookies were my favourite as a child?"),
+        ("assistant", "You told me you are allergic to peanuts."),
+    ]
+    assert memory.get_thread("dinner").resource_id == "ada"
+
+    # ...and through the Studio's read layer.
+    store = memory.store
+    tree = reads.load_tree(store)
+    dinner = next(s for s in tree.threads["ada"] if s.thread.id == "dinner")
+    assert (dinner.thread.title, dinner.message_count) == ("Dinner", 6)
+    rows = reads.load_page(store, "dinner", 0, 50)
+    assert [(r.role, r.preview) for r in rows] == [(m.role, m.text) for m in stored]
+    assert reads.count_messages(store, "dinner") == 6
+
+    # Traces: three runs on the thread, each model call with the exact messages the SDK sent.
+    store.tracer().flush(30)
+    resolver = reads.SourceResolver(store)
+    page = reads.load_traces_page(resolver, TraceFilters(thread_id="dinner"), 0, 20)
+    runs = list(page.rows)
+    assert len(runs) == 3
+    generations = []
+    for run in runs:
+        spans = resolver.resolve().reader.get_trace(run.trace_id)
+        assert {s.span_type for s in spans} >= {"agent_run", "model_generation", "memory_operation"}
+        run_generations = [s for s in spans if s.span_type == "model_generation"]
+        agent_spans = {s.span_id for s in spans if s.span_type == "agent_run" and s.parent_span_id is not None}
+        assert agent_spans and all(g.parent_span_id in agent_spans for g in run_generations)  # under 'chef'
+        generations += run_generations
+    assert len(generations) == len(sent) == 4
+    sent_messages = sorted(json.dumps(r["messages"], sort_keys=True) for r in sent)
+    traced_messages = sorted(json.dumps(g.input["messages"], sort_keys=True) for g in generations)
+    assert traced_messages == sent_messages
+    tools = [s for run in runs for s in resolver.resolve().reader.get_trace(run.trace_id)
+             if s.span_type == "tool_call"]
+    assert [t.name for t in tools] == ["tool: 'updateWorkingMemory'"]
+
+
+def test_items_round_trip_and_pop_and_clear(memory: Memory) -> None:
+    session = MemorySession("s1", memory=memory, resource_id="ada")
+    items = [
+        {"role": "user", "content": "hello"},
+        {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{\"city\": \"Oslo\"}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "It is sunny.", "annotations": []}]},
+    ]
+    asyncio.run(session.add_items(items))
+    assert asyncio.run(session.get_items()) == items
+    assert asyncio.run(session.get_items(limit=2)) == items[2:]
+    stored = memory.recall(thread_id="s1", resource_id="ada", per_page=False).messages
+    call = stored[1].parts[0]["toolInvocation"]
+    assert (call["toolName"], call["args"], call["state"]) == ("weather", {"city": "Oslo"}, "call")
+    result = stored[2].parts[0]["toolInvocation"]
+    assert (result["toolName"], result["result"], result["state"]) == ("weather", "sunny", "result")
+    assert asyncio.run(session.pop_item()) == items[-1]
+    assert asyncio.run(session.get_items()) == items[:-1]
+    asyncio.run(session.clear_session())
+    assert asyncio.run(session.get_items()) == []
+    assert asyncio.run(session.pop_item()) is None
+    assert memory.get_thread("s1") is not None  # the thread (and its working memory) stays
+
+
+def test_messages_written_by_others_become_items(memory: Memory) -> None:
+    memory.save_messages([_user(memory, "shared", "I like soup"),
+                          _assistant(memory, "shared", "Soup it is.")])
+    session = MemorySession("shared", memory=memory, resource_id="ada")
+    assert asyncio.run(session.get_items()) == [{"role": "user", "content": "I like soup"},
+                                                {"role": "assistant", "content": "Soup it is."}]
+
+
+def test_another_resources_thread_is_refused_before_anything_is_written(memory: Memory) -> None:
+    memory.save_messages([_user(memory, "private", "my secret")])
+    intruder = MemorySession("private", memory=memory, resource_id="mallory")
+    with pytest.raises(ThreadOwnershipError):
+        asyncio.run(intruder.get_items())
+    with pytest.raises(ThreadOwnershipError):
+        asyncio.run(intruder.add_items([{"role": "user", "content": "let me in"}]))
+    assert [m.text for m in memory.recall(thread_id="private", resource_id="ada", per_page=False)] == ["my secret"]
+
+
+def _user(memory: Memory, thread: str, text: str) -> Any:
+    from core.messages import Message
+
+    return Message.user(text, thread_id=thread, resource_id="ada")
+
+
+def _assistant(memory: Memory, thread: str, text: str) -> Any:
+    from core.messages import Message
+
+    return Message.assistant(text, thread_id=thread, resource_id="ada")
+
+
+
+OBSERVED = """<observations>
+Date: Jan 2, 2025
+* 🔴 (09:00) User is planning a garden with raised cedar beds [garden].
+</observations>
+
+<current-task>
+Primary: choosing materials for raised beds.
+</current-task>"""
+
+
+def test_observational_memory_observes_and_reaches_the_instructions(tmp_path: Path, only_our_traces: None) -> None:
+    from core.llm.scripted import ScriptedModel
+
+    store = open_store(tmp_path / "om.db")
+    observer = ScriptedModel([OBSERVED], name="observer")
+    memory = Memory(store, MemoryOptions(observational_memory={"enabled": True, "message_tokens": 200,
+                                                               "observation_tokens": 5000}),
+                    observer_model=observer, name="gardener")
+    long = "I want raised beds for my garden, made of cedar, about three of them. " * 12
+    try:
+        with LoopbackServer([{"text": "Cedar is a fine choice."}, {"text": "Three beds of cedar, then."}]) as server:
+            session = MemorySession("garden", memory=memory, resource_id="ada")
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+            agent = Agent(name="gardener", instructions="You are a gardening helper.",
+                          model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+            _run(agent, long, session)
+            _run(agent, "How many beds did I want?", session)
+            sent = server.chat_requests()
+    finally:
+        store.close()
+    # The session stores the long input before the model call, so the first memory step already finds
+    # enough unobserved tokens: the observer runs once, and both model calls read its observations.
+    assert observer.remaining == 0
+    for request in sent:
+        system = request["messages"][0]["content"]
+        assert system.startswith("You are a gardening helper.")
+        assert "User is planning a garden with raised cedar beds" in system
+    assert [m["content"] for m in sent[-1]["messages"] if m["role"] == "user"][-1] == "How many beds did I want?"
