@@ -75,9 +75,12 @@ def commit_chunk(
     chunk: BufferedChunk, after: tuple[str, str] | None, now: str,
 ) -> OMRecord | None:
     """Append a chunk made in the background to the head record's buffer. None when the buffer no
-    longer ends where the chunk starts (``after``): activation or another writer moved on."""
+    longer ends where the chunk starts (``after``): activation or another writer moved on; or when the
+    thread is gone (deleted, its resource forgotten): nothing about it is written again."""
     with store.db.write() as conn:
         store.db.lock(conn, locks.om_key(key), locks.thread_key(thread_id))
+        if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first() is None:
+            return None  # the thread was deleted (or its resource forgotten) while the observer ran
         head = _head(conn, key)
         if head is None:
             row = _new_row(key, scope, thread_id, resource_id, config, now)
@@ -175,6 +178,21 @@ def commit_buffered_reflection(store: "Store", *, record: OMRecord, reflected: s
         return _fresh(conn, record.id)
 
 
+def after_log_edit(head: Mapping[str, Any], new_log: str, now: str) -> dict[str, Any]:
+    """The other columns a user's edit of the log (``core.edits.observations``) changes: a reflection
+    prepared in the background from lines the edit changed is dropped (swapped in, it would bring a
+    deleted or corrected observation back); the next job prepares another. Buffered chunks stay:
+    they cover messages, not the log's lines."""
+    n = int(head.get("reflectedObservationLineCount") or 0)
+    if not head.get("bufferedReflection") or n <= 0:
+        return {}
+    if new_log.splitlines()[:n] == (head.get("activeObservations") or "").splitlines()[:n]:
+        return {}
+    studio = with_event(_studio(head), {"kind": "reflection-dropped", "at": now})
+    return {"bufferedReflection": None, "bufferedReflectionTokens": None, "bufferedReflectionInputTokens": None,
+            "reflectedObservationLineCount": None, "metadata": _metadata_with(head, studio)}
+
+
 def reflected_log(record: OMRecord) -> str:
     """The new generation's log: the buffered reflection, then every line the reflector did not see."""
     assert record.buffered_reflection is not None
@@ -260,6 +278,7 @@ def current_backoff(record: OMRecord | None, which: str) -> Backoff | None:
 __all__ = [
     "Activation",
     "add_event",
+    "after_log_edit",
     "commit_activation",
     "commit_buffered_reflection",
     "commit_chunk",

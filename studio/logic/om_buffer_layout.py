@@ -83,6 +83,7 @@ _EVENT_TEXT = {
     "reflection-buffered": lambda e: f"prepared a reflection: {e.get('from', 0):,} → {e.get('to', 0):,} tokens",
     "reflection-activated": lambda e: f"swapped in the prepared reflection (generation {e.get('generation', '?')})",
     "reflected": lambda e: f"reflected in the turn (generation {e.get('generation', '?')})",
+    "reflection-dropped": lambda e: "dropped the prepared reflection: an observation it covered was edited",
     "observer-failed": lambda e: f"observer failed; retry after {format_when(e.get('retryAt'))}: {e.get('error', '')}",
     "reflector-failed": lambda e: f"reflector failed; retry after {format_when(e.get('retryAt'))}: {e.get('error', '')}",
 }

@@ -37,6 +37,7 @@ class Gate:
     def __init__(self, events: list[str], *, hold: bool = True, fail: int = 0) -> None:
         self.events = events
         self.release = threading.Event()
+        self.started = threading.Event()
         if not hold:
             self.release.set()
         self.calls = 0
@@ -48,6 +49,7 @@ class Gate:
             self.calls += 1
             n = self.calls
         self.events.append(f"observer-start-{n}")
+        self.started.set()
         self.release.wait(30)
         self.events.append(f"observer-end-{n}")
         if n <= self.fail:
@@ -113,7 +115,7 @@ def test_the_observer_runs_in_the_background_and_the_turn_does_not_wait(db_path:
     turn(agent, 0, events)  # ~66 tokens stored: past buffer_tokens (40), so the observer starts
     turn(agent, 1, events)  # the observer is still running: this turn did not wait for it
     assert events.index("turn-0") < events.index("turn-1")
-    assert "observer-start-1" in events and "observer-end-1" not in events
+    assert gate.started.wait(30) and "observer-end-1" not in events
     assert not load_current(store, thread_id="t").buffered  # nothing buffered yet, nothing shown
     gate.release.set()
     assert memory.wait_idle(30)
@@ -304,6 +306,102 @@ def test_reconstructed_turns_show_the_observations_their_own_activation_brought(
         chunks = [[f.text for f in p.fragments if f.tag == OM_TAG and f.detail.get("part") == "chunk"]
                   for p in (exact, rebuilt)]
         assert chunks[1] == chunks[0], (i, activated[i])
+    store.close()
+
+
+def test_editing_an_observation_keeps_the_buffer_and_the_next_activation_keeps_the_edit(db_path: Path | str) -> None:
+    """Issue 21's observation edits on a buffering row: the buffered chunks stay, the next turn and
+    every later activation show the edited line, a turn from before the edit rebuilds with the old one."""
+    gate = Gate([], hold=False)
+    store, memory, agent, actor = make(db_path, gate)
+    inputs = []
+    for i in range(30):
+        result = turn(agent, i)
+        inputs.append(next(m.id for m in result.messages if m.role == "user"))
+        assert memory.wait_idle(30)
+        record = load_current(store, thread_id="t")
+        if record is not None and record.active_observations and record.buffered:
+            break
+    assert record is not None and record.active_observations and record.buffered
+    before_edit = len(inputs)
+    old = next(line for line in record.active_observations.splitlines() if "Observation number" in line)
+    new = "* 🔴 (09:01) Corrected by the user: the beds are cedar."
+    memory.edit_observation(record.id, old, new, resource_id="u")
+    edited = load_current(store, thread_id="t")
+    assert edited is not None and [c.id for c in edited.buffered] == [c.id for c in record.buffered]
+    activations = 0
+    for i in range(len(inputs), len(inputs) + 8):
+        result = turn(agent, i)
+        activations += bool(om_notes(result).get("activated"))
+        sent = json.dumps(actor.requests[-1].messages, ensure_ascii=False)
+        assert "Corrected by the user" in sent and old.strip() not in sent, i
+        assert memory.wait_idle(30)
+    assert activations >= 1  # the edited log was appended to, not replaced
+    assert new in load_current(store, thread_id="t").active_observations
+    rebuilt = memory.assemble(thread_id="t", as_of=inputs[before_edit - 1])
+    assert rebuilt.replay is not None and rebuilt.replay.matches
+    assert rebuilt.messages == actor.requests[before_edit - 1].messages
+    store.close()
+
+
+def test_an_edit_of_lines_a_prepared_reflection_covers_drops_it(db_path: Path | str) -> None:
+    """Swapped in, a reflection prepared before a delete would bring the deleted observation back."""
+    reflected_inputs: list[str] = []
+    inner = Gate([], hold=False)
+
+    def observer(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if "OBSERVATIONS TO REFLECT ON" in str(messages[-1]["content"]):
+            reflected_inputs.append(str(messages[-1]["content"]))
+        return inner(messages, tools)
+
+    store, memory, agent, _ = make(db_path, inner, observation_tokens=60)
+    memory.observer_model = ScriptedModel(observer, name="observer")
+    record = None
+    for i in range(20):
+        turn(agent, i)
+        assert memory.wait_idle(30)
+        record = load_current(store, thread_id="t")
+        if record is not None and record.buffered_reflection:
+            break
+    assert record is not None and record.buffered_reflection and record.reflected_line_count
+    covered = record.active_observations.splitlines()[:record.reflected_line_count]
+    gone = next(line for line in covered if "Observation number" in line)
+    memory.delete_observation(record.id, gone, resource_id="u")
+    after = load_current(store, thread_id="t")
+    assert after is not None and after.buffered_reflection is None and after.reflected_line_count == 0
+    assert after.studio["events"][-1]["kind"] == "reflection-dropped"
+    seen = len(reflected_inputs)
+    for i in range(20, 30):
+        turn(agent, i)
+        assert memory.wait_idle(30)
+    assert all(gone.strip() not in text for text in reflected_inputs[seen:])
+    store.close()
+
+
+def test_an_edit_after_the_reflected_lines_keeps_the_prepared_reflection() -> None:
+    from core.observational.buffer_store import after_log_edit
+
+    log = "Date: Mar 3, 2025\n* one\n* two\n* three"
+    head = {"activeObservations": log, "bufferedReflection": "* one and two", "reflectedObservationLineCount": 3,
+            "metadata": None}
+    assert after_log_edit(head, log.replace("* three", "* three, corrected"), "2025-03-03T09:00:00.000Z") == {}
+    dropped = after_log_edit(head, log.replace("* two", "* 2"), "2025-03-03T09:00:00.000Z")
+    assert dropped["bufferedReflection"] is None and dropped["reflectedObservationLineCount"] is None
+    assert "reflection-dropped" in dropped["metadata"]
+
+
+def test_a_forgotten_resource_is_not_written_again_by_a_running_observer(db_path: Path | str) -> None:
+    events: list[str] = []
+    gate = Gate(events)
+    store, memory, agent, _ = make(db_path, gate)
+    turn(agent, 0)  # past buffer_tokens: the observer starts in the background
+    assert gate.started.wait(30)  # and is in its model call
+    memory.forget_resource("u")
+    gate.release.set()
+    assert memory.wait_idle(30)
+    assert "observer-end-1" in events
+    assert load_current(store, thread_id="t") is None
+    assert not memory.forget_resource("u", dry_run=True).total
     store.close()
 
 
