@@ -10,7 +10,7 @@ Resource scope: which thread each chunk of the shared log came from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from core.observational import OMRecord
 from core.observational.buffer import backoff_of, events
@@ -74,7 +74,7 @@ def settings_text(config: Mapping[str, Any]) -> str:
     return text
 
 
-_EVENT_TEXT = {
+_EVENT_TEXT: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "buffered": lambda e: f"buffered a chunk: {e.get('messages', '?')} messages, {e.get('messageTokens', 0):,} tokens",
     "activated": lambda e: f"activated {e.get('chunks', '?')} chunk(s), {e.get('messageTokens', 0):,} message tokens "
                            f"left the context" + (f"; {e['left']} still buffered" if e.get("left") else ""),
@@ -94,7 +94,8 @@ def event_rows(record: OMRecord) -> list[EventRow]:
     rows = []
     for e in reversed(events(record.studio)):
         kind = str(e.get("kind") or "")
-        text = _EVENT_TEXT.get(kind, lambda e: kind)(e)
+        describe = _EVENT_TEXT.get(kind)
+        text = describe(e) if describe is not None else kind
         blocked = bool(e.get("blocked"))
         if blocked:
             text += " — the turn waited"
