@@ -38,9 +38,9 @@ VERSION_COLUMNS: list[Column[VersionRow]] = [
     Column("Saved", lambda r: format_datetime(r.version.created_at), tooltip=lambda r: date_tooltip(r.version.created_at)),
     Column("Author", lambda r: r.version.author,
            foreground=lambda r: {"agent": "#D9A441", "studio": "#4FA3D9"}.get(r.version.author)),
+    Column("Size", lambda r: r.size, RIGHT),
     # The vNext tool's updateReason (append / clarify / replace), then what the update did.
     Column("Reason", lambda r: reason_of(r.version.note) or "", tooltip=lambda r: r.version.note or ""),
-    Column("Size", lambda r: r.size, RIGHT),
     Column("Note", lambda r: _note_text(r.version.note), tooltip=lambda r: r.version.note or ""),
 ]
 
