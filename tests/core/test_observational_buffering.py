@@ -418,8 +418,11 @@ def test_a_crash_loses_no_message(tmp_path: Path) -> None:
         from core.llm import ScriptedModel
         from core.tokens import EstimatingTokenizer
         hang = threading.Event()
+        def say(line):  # one write per line: print() writes the newline apart, and two threads interleave
+            sys.stdout.write(line + "\\n")
+            sys.stdout.flush()
         def observer(messages, tools):
-            print("observer-running", flush=True)
+            say("observer-running")
             hang.wait()  # never returns: the process is killed here
         # block_after far away: no turn waits for the observer that never answers.
         memory = Memory(open_store({str(db)!r}), MemoryOptions(observational_memory={{
@@ -429,8 +432,8 @@ def test_a_crash_loses_no_message(tmp_path: Path) -> None:
                       memory=memory, tracer=False)
         for i in range(6):
             agent.generate(f"Question {{i}}: " + "word " * 30, memory={{"resource": "u", "thread": "t"}})
-            print(f"turn-{{i}}", flush=True)
-        print("done", flush=True)
+            say(f"turn-{{i}}")
+        say("done")
         hang.wait()
     """)
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
