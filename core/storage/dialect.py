@@ -242,17 +242,6 @@ def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]
             for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted})")]
 
 
-def table_names_starting(conn: sa.Connection, prefix: str) -> list[str]:
-    """Tables whose name starts with ``prefix``, sorted."""
-    if is_postgres(conn):
-        sql = ("SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
-               "AND starts_with(tablename, ?) ORDER BY 1")
-        return [r[0] for r in conn.exec_driver_sql(sql, (prefix,))]
-    glob = prefix.replace("[", "[[]").replace("*", "[*]").replace("?", "[?]") + "*"
-    return [r[0] for r in conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB ? ORDER BY name", (glob,))]
-
-
 def all_tables(conn: sa.Connection) -> list[str]:
     """Every table of the database (the current schema on Postgres), SQLite's own catalog left out,
     sorted. FTS5 shadow tables are included: they hold the indexed text."""

@@ -20,8 +20,6 @@ import sqlalchemy as sa
 from core.storage import dialect
 
 BLOB_KEY = "$base64"
-TURN_TABLES = ("memory_studio_turns",)  # the turn-record table (issue 10)
-THREAD_COLUMNS = ("thread_id", "threadId")
 _CACHE_KEY = "memory-studio:transfer-columns"
 
 
@@ -160,17 +158,3 @@ def after_explicit_ids(conn: sa.Connection, table: str, key: str) -> None:
 def same_value_sql(conn: sa.Connection, column: str) -> str:
     """``column`` equals the bound value, NULL matching NULL."""
     return f"{quote(column)} {'IS NOT DISTINCT FROM' if dialect.is_postgres(conn) else 'IS'} ?"
-
-
-def turn_table(conn: sa.Connection) -> str | None:
-    """The turn-record table of this database, if it has one (``memory_studio_turns``; no other
-    table is taken for it, so import never writes a table found by a name pattern)."""
-    for name in TURN_TABLES:
-        if has_table(conn, name):
-            return name
-    return None
-
-
-def thread_column(conn: sa.Connection, table: str) -> str | None:
-    names = {c[0] for c in columns(conn, table)}
-    return next((c for c in THREAD_COLUMNS if c in names), None)
