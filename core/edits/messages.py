@@ -23,7 +23,7 @@ from core.edits.schema import MESSAGE_VERSIONS, message_versions
 from core.ids import check_id, check_ids
 from core.message_size import check_rows
 from core.messages import Message, MessageFormatError, normalize_content
-from core.scopes import ThreadOwnershipError, check_thread_owner
+from core.scopes import check_thread_owner
 from core.storage import dialect, locks
 from core.storage.memory_store import InvalidArgumentError, NotFoundError, check_text
 from core.stored_text import decode_stored_text
@@ -119,8 +119,7 @@ def check_owner(row: Mapping[str, Any], owners: Mapping[str, str], resource_id: 
     thread_id = str(row["thread_id"])
     check_thread_owner(thread_id, owners.get(thread_id), resource_id)
     own = row.get("resourceId")
-    if own and own != resource_id:
-        raise ThreadOwnershipError(thread_id, str(own), resource_id)
+    check_thread_owner(thread_id, str(own) if own else None, resource_id)
 
 
 def _require_resource(resource_id: Any) -> str:

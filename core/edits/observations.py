@@ -71,8 +71,7 @@ def _check_owner(conn: sa.Connection, row: Any, resource_id: str) -> None:
     if row["threadId"]:
         found = conn.exec_driver_sql('SELECT "resourceId" FROM mastra_threads WHERE id = ?', (row["threadId"],)).first()
         check_thread_owner(str(row["threadId"]), str(found[0]) if found else owner, resource_id)
-    if owner and owner != resource_id:
-        raise ThreadOwnershipError(str(row["threadId"] or row["lookupKey"]), str(owner), resource_id)
+    check_thread_owner(str(row["threadId"] or row["lookupKey"]), str(owner) if owner else None, resource_id)
 
 
 def _current_row(conn: sa.Connection, record_id: str) -> Any:
