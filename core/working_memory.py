@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from core.ids import check_ids
 from core.options import OptionsError, WorkingMemoryOptions
 from core.scopes import ThreadOwnershipError, check_thread_owner
-from core.storage import Store, locks, migrations
+from core.storage import Store, catalog, locks
 from core.storage import schema as t
 from core.storage.memory_store import InvalidArgumentError, NotFoundError, dump_json, json_col, load_json
 from core.timeutil import iso_now, parse_iso
@@ -287,7 +287,7 @@ class WorkingMemoryService:
     def _has_versions(self, conn: sa.Connection) -> bool:
         cached = self.store.extensions.get("wm_versions_table")
         if cached is None:
-            cached = migrations.has_table(conn, "memory_studio_wm_versions")
+            cached = catalog.has_table(conn, "memory_studio_wm_versions")
             self.store.extensions["wm_versions_table"] = cached
         return bool(cached)
 

@@ -31,7 +31,7 @@ import re
 
 import sqlalchemy as sa
 
-from core.storage import dialect
+from core.storage import catalog, dialect
 
 from core.storage import migrations
 from core.recall import pg_schema  # the same steps on Postgres
@@ -138,12 +138,8 @@ def quoted(name: str) -> str:
     return f'"{name}"'
 
 
-def has_table(conn: sa.Connection, name: str) -> bool:
-    return migrations.has_table(conn, name)
-
-
 def columns(conn: sa.Connection, table: str) -> set[str]:
-    return {r[1] for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted(table)})")}
+    return {name for name, _type, _key in catalog.table_columns(conn, table)}
 
 
 def ensure_vector_table(conn: sa.Connection, dim: int) -> str:
