@@ -422,6 +422,10 @@ class Memory:
         check_ids(((v, what) for m in prepared
                    for v, what in ((m.id, "message id"), (m.thread_id, "thread id"), (m.resource_id, "resource id"))),
                   InvalidArgumentError)
+        # Recall's part that needs no lock (contexts, the model) runs first; its rows are then written
+        # in the save's own transaction (under a savepoint: a failed index write never loses the save).
+        staged = (self._recall_index.stage(prepared)
+                  if _index and self._recall_index is not None and not self.options.read_only else None)
         # One write transaction: ownership check, thread creation, ordering and the upsert are atomic.
         with self.store.db.write() as conn:
             self._ensure_threads(prepared, conn)
@@ -438,8 +442,10 @@ class Memory:
             saved = self.store.memory.save_messages(prepared, conn=conn, max_bytes=self.options.max_message_bytes)
             for write in _writes:
                 write.commit(conn)
-        if _index and self._recall_index is not None and not self.options.read_only:
-            self._recall_index.index_messages([m for m in saved if m.role in ("user", "assistant")])
+            if staged is not None:
+                staged.commit(conn, saved)
+        if staged is not None:
+            staged.finish()
         return saved
 
     # -- edits (core/edits): versioned, owner-checked, followed by recall ------------------------

@@ -48,17 +48,23 @@ class HashingEmbedder:
         check_call(texts, kind)  # no prefixes: queries and passages share one feature space
         if not texts:
             return empty(self.dim)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        # One bincount for the whole batch (row * dim + bucket): a per-text bincount cost more than hashing.
+        index_parts: list[np.ndarray] = []
+        weight_parts: list[np.ndarray] = []
         for row, text in enumerate(texts):
             words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+            offset = row * self.dim
             if not words:
                 index, sign = _bucket(_EMPTY_FEATURE, self.dim)
-                out[row, index] = sign
+                index_parts.append(np.array([offset + index], dtype=np.intp))
+                weight_parts.append(np.array([sign], dtype=np.float64))
                 continue
             parts = [_word_vector(word, self.dim) for word in words]
-            # Every weight is a multiple of 0.5, so the sums are exact in any order (and in float32).
-            out[row] = np.bincount(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                                   minlength=self.dim)
+            index_parts.append(np.concatenate([p[0] for p in parts]) + offset)
+            weight_parts.extend(p[1] for p in parts)
+        # Every weight is a multiple of 0.5, so the sums are exact in any order (and in float32).
+        sums = np.bincount(np.concatenate(index_parts), np.concatenate(weight_parts), minlength=len(texts) * self.dim)
+        out = sums.reshape(len(texts), self.dim).astype(np.float32)
         return l2_normalise(out)
 
     def __repr__(self) -> str:

@@ -32,6 +32,14 @@ recall@1 / @10 / nDCG@10): combine alone .351 / .717 / .548; with the next messa
 (.729 at .05), nor did adding non-candidate neighbours. With dates at DATE_BOOST .1 / .2 / .3 / .5 / 1.0:
 @10 .736 / .740 / .744 / .746 / .746; .3 takes most of the gain while staying a boost
 (12 questions gained, 1 lost against no date boost). All five conversations improved.
+- The speaker the query names. A transcript line often starts with who says it ("Caroline: ..."), and
+  a question about a person ("What did Caroline research?") is mostly answered by that person's own
+  lines: on LoCoMo's public split 678 of 760 questions name one speaker, and 930 of their 967 evidence
+  messages are that speaker's. The name itself cannot rank (it is in half the messages: dropped as
+  very common, and BM25 gives it no weight anyway), so candidates whose text starts with the named
+  speaker's label (``text.speaker_label``) gain ``SPEAKER_BOOST``. Hybrid recall@10 .744 -> .760
+  (every conversation gained: .767/.735/.778/.713/.733 -> .781/.770/.793/.722/.753); .2 gave .7605
+  and .4 .7600, a plateau.
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ KEYWORD_SHARE = 0.85
 # candidate written in the period the query names. Tuned on LoCoMo's public split only (see above).
 NEXT_SHARE = 0.2
 DATE_BOOST = 0.3
+# ``rerank``: boost of a candidate whose text starts with the label of a speaker the query names
+# ("Caroline: ..." for "What did Caroline research?"; ``text.speaker_label``). See the module docstring.
+SPEAKER_BOOST = 0.4
 
 # Reciprocal rank fusion settings (``fuse``): k=5 with keyword weight 1.5 was RRF's best on the split.
 RRF_K = 5.0
@@ -143,6 +154,8 @@ def rerank(
     date_boost: float | None = None,
     limit: int | None = None,
     scores: Mapping[str, float] | None = None,
+    by_speaker: AbstractSet[str] | None = None,
+    speaker_boost: float | None = None,
 ) -> list[Fused]:
     """``combine``'s candidates rescored by their thread neighbour and the period the query names.
 
@@ -153,15 +166,19 @@ def rerank(
     (1 + next_share + date_boost * [the query names a period])``: at most 1 like ``combine``'s. Order
     best first, ties broken by cosine then message id; ``limit`` keeps the best ones. ``scores`` gives
     the fused score of every candidate when ``fused`` holds only those that can still reach the limit
-    (the others may be next messages all the same).
+    (the others may be next messages all the same). ``by_speaker`` holds the candidates spoken by a
+    speaker the query names (None or empty when it names none): they gain ``speaker_boost`` (default
+    ``SPEAKER_BOOST``), counted in the divisor like the date boost.
     """
     next_share = NEXT_SHARE if next_share is None else next_share  # read now: settings can be changed
     date_boost = DATE_BOOST if date_boost is None else date_boost
-    if next_share < 0 or date_boost < 0:
-        raise ValueError("next_share and date_boost must not be negative")
+    speaker_boost = SPEAKER_BOOST if speaker_boost is None else speaker_boost
+    if next_share < 0 or date_boost < 0 or speaker_boost < 0:
+        raise ValueError("next_share, date_boost and speaker_boost must not be negative")
     base = scores if scores is not None else {f.message_id: f.score for f in fused}
     dated = in_period is not None
-    scale = 1.0 / (1.0 + next_share + (date_boost if dated else 0.0))
+    spoken = by_speaker if by_speaker else None
+    scale = 1.0 / (1.0 + next_share + (date_boost if dated else 0.0) + (speaker_boost if spoken else 0.0))
     scored: list[tuple[float, float, str, Fused]] = []
     for f in fused:
         score = f.score
@@ -170,6 +187,8 @@ def rerank(
             score += next_share * base[nxt]
         if dated and f.message_id in in_period:  # type: ignore[operator]
             score += date_boost
+        if spoken and f.message_id in spoken:
+            score += speaker_boost
         score *= scale
         scored.append((-score, -(f.vector_score if f.vector_score is not None else -2.0), f.message_id, f))
     scored.sort(key=lambda t: t[:3])

@@ -152,7 +152,23 @@ class RecallIndex:
 
     # -- writing -------------------------------------------------------------------------------
     def index_messages(self, messages: Sequence[Message]) -> IndexReport:
-        """Embed (as passages) and store user/assistant messages. Never raises for embedding failures."""
+        """Embed (as passages) and store user/assistant messages already saved. Never raises for
+        embedding or write failures: they are reported per message."""
+        staged = self.stage(messages)
+        if staged.pending:
+            try:
+                with self.store.db.write() as conn:
+                    staged.commit(conn)
+            except Exception as exc:  # the write transaction itself failed (lock, disk): reported
+                staged.fail(f"write failed: {exc}")
+        return staged.finish()
+
+    def stage(self, messages: Sequence[Message]) -> "StagedIndex":
+        """Everything of indexing that needs no write lock, done now: which messages are indexed,
+        their passages' contexts (read from storage, or chained through the batch for messages not
+        saved yet) and their vectors. ``StagedIndex.commit`` then writes them inside the caller's
+        write transaction — the one that saves the messages (``Memory.save_messages``), so a save
+        with recall is one transaction, and the model never runs while the write lock is held."""
         report = IndexReport()
         todo: list[tuple[Message, str]] = []
         for m in messages:
@@ -163,38 +179,34 @@ class RecallIndex:
                 report.skipped[m.id] = "no text to index"
             else:
                 todo.append((m, text))
+        staged = StagedIndex(self, todo, report, [m for m in messages if m.role in INDEXED_ROLES])
         if not todo:
-            return report
+            return staged
         if not self.writable:
             why = "the database is open read-only" if self.store.db.read_only else f"recall tables missing; {MIGRATE_HINT}"
-            report.failed.update((m.id, f"not indexed: {why}") for m, _ in todo)
-            return report
-        vectors: np.ndarray | None = None
+            staged.fail(f"not indexed: {why}")
+            return staged
         try:
-            contexts = self._contexts(todo)
+            staged.contexts, staged.loose = self._contexts(todo, staged.batch)
         except Exception as exc:  # reported per message, never raised (spec §2.4 output)
             log.warning("recall indexing of %d message(s) failed reading their context", len(todo), exc_info=True)
-            report.failed.update((m.id, f"reading the previous messages failed: {exc}") for m, _ in todo)
-            return report
+            staged.fail(f"reading the previous messages failed: {exc}")
+            return staged
+        staged.vectors = self._embed(todo, staged.contexts, report)
+        return staged
+
+    def _embed(self, todo: list[tuple[Message, str]], contexts: list[str], report: IndexReport) -> np.ndarray | None:
+        """The passages' vectors, or None (reported) when the embedder failed: keyword-indexed only."""
         try:
             texts = [passage_text(c, t) for c, (_, t) in zip(contexts, todo)]
             vectors = np.asarray(self.embedder.embed(texts, kind="passage"), dtype=np.float32)
             if vectors.shape != (len(todo), self.dim):
                 raise ValueError(f"embedder returned shape {vectors.shape}, expected ({len(todo)}, {self.dim})")
+            return vectors
         except Exception as exc:  # any embedder failure is reported, never raised (spec §2.4 output)
             log.warning("recall embedding of %d message(s) failed; keyword-indexed only", len(todo), exc_info=True)
             report.failed.update((m.id, f"embedding failed: {exc}") for m, _ in todo)
-            vectors = None
-        try:
-            written = self._write(todo, contexts, vectors, report)
-        except Exception as exc:
-            log.warning("recall index write of %d message(s) failed", len(todo), exc_info=True)
-            report.failed.update((m.id, f"write failed: {exc}") for m, _ in todo)
-            report.indexed.clear()
-            report.keyword_indexed.clear()
-            return report
-        self._maintain(written)
-        return report
+            return None
 
     def _maintain(self, resources: set[str]) -> None:
         """Keep large scopes' persisted partitions up to date; a failure costs speed, never the write."""
@@ -205,9 +217,11 @@ class RecallIndex:
         except Exception:
             log.warning("recall partition upkeep failed; searches of large resources scan them instead", exc_info=True)
 
-    def _contexts(self, todo: list[tuple[Message, str]]) -> list[str]:
-        """The previous message's text for each message (``passages.contexts``: from storage, one
-        statement per batch; for a message not stored, from the batch before it, else from storage).
+    def _contexts(self, todo: list[tuple[Message, str]], batch: Sequence[Message]) -> tuple[list[str], set[str]]:
+        """The previous message's text for each message, and the ids whose context was chained
+        through ``batch`` (its user/assistant messages, in (createdAt, id) order) because they are not
+        stored yet; stored messages' contexts come from storage (``passages.contexts``, one statement
+        per batch); the first unsaved message of a thread takes the stored message before it.
 
         Embedded (and keyword-indexed, at a lower weight) together with the message: a reply such as
         "Yes, last Tuesday!" says nothing by itself; with the turn it answers it does. Measured on
@@ -217,49 +231,81 @@ class RecallIndex:
         """
         with self.store.db.read() as conn:
             stored = passages.contexts(conn, [m.id for m, _ in todo])
-            loose = [(m, t) for m, t in todo if m.id not in stored]
-            previous: dict[str, str] = {}
-            for thread_id, first in self._first_per_thread(loose).items():
-                previous[thread_id] = previous_text(conn, thread_id, to_iso(first.created_at), first.id)
-        for m, text in sorted(loose, key=lambda mt: (mt[0].created_at, mt[0].id)):
-            key = m.thread_id or ""
-            stored[m.id] = previous.get(key, "")
-            previous[key] = text
-        return [stored[m.id] for m, _ in todo]
+            loose_ids = {m.id for m, _ in todo if m.id not in stored}
+            if loose_ids:
+                chain = [m for m in batch if m.id not in stored or m.id in loose_ids]
+                stored.update(self._chain(conn, chain, loose_ids))
+        return [stored[m.id] for m, _ in todo], loose_ids
 
     @staticmethod
-    def _first_per_thread(todo: list[tuple[Message, str]]) -> dict[str, Message]:
-        first: dict[str, Message] = {}
-        for m, _ in todo:
-            if m.thread_id and (m.thread_id not in first or (m.created_at, m.id) < (first[m.thread_id].created_at, first[m.thread_id].id)):
-                first[m.thread_id] = m
-        return first
+    def _chain(conn: sa.Connection, chain: Sequence[Message], wanted: set[str]) -> dict[str, str]:
+        """Contexts of ``wanted`` messages chained through ``chain`` (per thread, by (createdAt, id)),
+        the first of each thread taking the stored message before it."""
+        out: dict[str, str] = {}
+        by_thread: dict[str, list[Message]] = {}
+        for m in chain:
+            by_thread.setdefault(m.thread_id or "", []).append(m)
+        for thread_id, msgs in by_thread.items():
+            msgs.sort(key=_order_key)
+            first = msgs[0]
+            previous = previous_text(conn, thread_id or None, to_iso(first.created_at), first.id) if thread_id else ""
+            for m in msgs:
+                if m.id in wanted:
+                    out[m.id] = previous
+                previous = recall_text(m)
+        return out
 
-    def _write(
-        self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
-    ) -> set[str]:
-        """One write transaction for a batch's keyword docs and vectors; returns the resources written."""
-        docs, rows = self._rows(todo, contexts, vectors, report)
-        with self.store.db.write() as conn:
-            if self.has_fts:
-                self.keywords.write_docs(conn, docs)
-                report.keyword_indexed.extend(m.id for m, _ in todo)
-                # Writers apply the change queue (searches never write): the rows just saved, plus
-                # whatever other processes changed since, up to one batch per save.
-                _applied, gone = self.keywords.drain(conn, indexed={m.id for m, _ in todo})
-                self.vectors.delete(conn, "message_id", gone)
-            if rows:
-                self.vectors.upsert(conn, rows)
+    def _recheck(self, conn: sa.Connection, staged: "StagedIndex") -> dict[int, str]:
+        """Inside the save transaction: the contexts chained before the save, compared with what is
+        stored now (the save may have moved messages in time, another writer may have saved between).
+        Returns {position in ``todo``: the right context} for those that differ (rare)."""
+        batch = {m.id: m for m in staged.batch}
+        by_thread: dict[str, list[int]] = {}
+        for i, (m, _) in enumerate(staged.todo):
+            if m.id in staged.loose:
+                by_thread.setdefault(m.thread_id or "", []).append(i)
+        right: dict[str, str] = {}
+        for thread_id, positions in by_thread.items():
+            mine = sorted((m for m in staged.batch if (m.thread_id or "") == thread_id), key=_order_key)
+            wanted = {staged.todo[i][0].id for i in positions}
+            # Another message stored among the batch's (in its span of time) would be the context of
+            # one of them: counted on the (thread_id, createdAt) index alone, every role included.
+            first, last = to_iso(mine[0].created_at), to_iso(mine[-1].created_at)
+            saved_here = sum(1 for m in staged.saved if (m.thread_id or "") == thread_id and first <= to_iso(m.created_at) <= last)
+            stored = int(conn.exec_driver_sql(
+                'SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND "createdAt" >= ? AND "createdAt" <= ?',
+                (thread_id, first, last)).scalar() or 0) if thread_id else saved_here
+            if stored != saved_here:  # read every context from storage
+                right.update(passages.contexts(conn, sorted(wanted)))
+            else:
+                right.update(self._chain(conn, mine, wanted))
+        return {i: right[m.id] for i, (m, _) in enumerate(staged.todo)
+                if m.id in right and m.id in batch and right[m.id] != staged.contexts[i]}
+
+    def _write_staged(self, conn: sa.Connection, staged: "StagedIndex") -> set[str]:
+        """Write a batch's keyword docs and vectors in the caller's transaction; returns the resources written."""
+        todo, report = staged.todo, staged.report
+        docs, rows = self._rows(todo, staged.contexts, staged.vectors, report, conn)
+        if self.has_fts:
+            self.keywords.write_docs(conn, docs)
+            # Writers apply the change queue (searches never write): the rows just saved, plus
+            # whatever other processes changed since, up to one batch per save.
+            _applied, gone = self.keywords.drain(conn, indexed={m.id for m, _ in todo})
+            self.vectors.delete(conn, "message_id", gone)
+        if rows:
+            self.vectors.upsert(conn, rows)
+        report.keyword_indexed.extend(m.id for m, _ in todo if self.has_fts)
         report.indexed.extend(r[0] for r in rows)
         return {str(r[2]["resource_id"]) for r in rows if r[2].get("resource_id")}
 
     def _rows(
-        self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport
+        self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport,
+        conn: sa.Connection | None = None,
     ) -> tuple[list[DocRow], list[VectorRow]]:
         """What a batch writes, whatever the backend: keyword docs (id, thread, resource, text,
         context) and vector rows (id, vector, metadata, model id). A vector that is not finite is
         reported as failed and not written."""
-        resources = self._resources_of(m for m, _ in todo)
+        resources = self._resources_of((m for m, _ in todo), conn)
         docs = [(m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
                 for i, (m, text) in enumerate(todo)]
         rows: list[VectorRow] = []
@@ -424,14 +470,22 @@ class RecallIndex:
             if rows:
                 self.vectors.upsert(conn, rows)
 
-    def _resources_of(self, messages: Iterable[Message]) -> dict[str, str]:
+    def _resources_of(self, messages: Iterable[Message], conn: sa.Connection | None = None) -> dict[str, str]:
+        """The resource of each message's thread, for messages saved without one (``conn``: read in
+        the caller's transaction, which may have just created the thread)."""
         threads = {m.thread_id for m in messages if not m.resource_id and m.thread_id}
         if not threads:
             return {}
+        if conn is None:
+            with self.store.db.read() as own:
+                return self._thread_resources(own, threads)
+        return self._thread_resources(conn, threads)
+
+    @staticmethod
+    def _thread_resources(conn: sa.Connection, threads: set[str]) -> dict[str, str]:
         marks = ",".join("?" * len(threads))
-        with self.store.db.read() as conn:
-            rows = conn.exec_driver_sql(f'SELECT id, "resourceId" FROM mastra_threads WHERE id IN ({marks})', tuple(threads))
-            return {r[0]: r[1] for r in rows}
+        rows = conn.exec_driver_sql(f'SELECT id, "resourceId" FROM mastra_threads WHERE id IN ({marks})', tuple(threads))
+        return {r[0]: r[1] for r in rows}
 
     def delete_thread(self, thread_id: str) -> None:
         if not self.writable or self.info is None:
@@ -516,6 +570,90 @@ class RecallIndex:
 
     def close(self) -> None:
         self.vectors.close()
+
+
+def _order_key(m: Message) -> tuple[str, str]:
+    """A message's place in its thread as storage orders it: (createdAt as stored, id)."""
+    return (to_iso(m.created_at), m.id)
+
+
+class StagedIndex:
+    """A batch made ready by ``RecallIndex.stage``: contexts and vectors computed, nothing written.
+
+    ``commit(conn)`` writes it inside the caller's write transaction, under a savepoint: a failing
+    index write is reported per message and rolled back alone, never taking the save with it.
+    ``finish()`` then does what follows a commit (partition upkeep) and returns the report.
+    """
+
+    def __init__(self, index: RecallIndex, todo: list[tuple[Message, str]], report: IndexReport,
+                 batch: list[Message]) -> None:
+        self.index = index
+        self.todo = todo
+        self.report = report
+        self.batch = batch  # the batch's user/assistant messages (contexts chain through them)
+        self.saved: list[Message] = list(batch)  # every message the save stored (any role)
+        self.contexts: list[str] = []
+        self.loose: set[str] = set()  # ids whose context was chained through the batch
+        self.vectors: np.ndarray | None = None
+        self.pending = bool(todo)
+        self._written: set[str] = set()
+
+    def fail(self, why: str) -> None:
+        """Nothing of this batch gets indexed; every message says why."""
+        self.report.failed.update((m.id, why) for m, _ in self.todo)
+        self.report.indexed.clear()
+        self.report.keyword_indexed.clear()
+        self.pending = False
+
+    def commit(self, conn: sa.Connection, saved: Sequence[Message] | None = None) -> None:
+        """Write the batch in ``conn``'s transaction. ``saved``: the messages as the save stored them
+        (times may have moved); messages staged but not saved are left out."""
+        if not self.pending:
+            return
+        self.pending = False
+        index = self.index
+        if saved is not None:
+            final = {m.id: m for m in saved}
+            kept = [i for i, (m, _) in enumerate(self.todo) if m.id in final]
+            if len(kept) < len(self.todo):
+                for m, _ in self.todo:
+                    if m.id not in final:
+                        self.report.skipped[m.id] = "not saved"
+                self.contexts = [self.contexts[i] for i in kept]
+                self.vectors = self.vectors[kept] if self.vectors is not None else None
+            self.todo = [(final[self.todo[i][0].id], self.todo[i][1]) for i in kept]
+            self.batch = [final.get(m.id, m) for m in self.batch if m.id in final]
+            self.saved = list(saved)
+        if not self.todo:
+            return
+        conn.exec_driver_sql("SAVEPOINT recall_index")
+        try:
+            if self.loose:
+                moved = index._recheck(conn, self)
+                if moved:  # rare: re-embed those whose context changed, inside the transaction
+                    for i, ctx in moved.items():
+                        self.contexts[i] = ctx
+                    if self.vectors is not None:
+                        part = [self.todo[i] for i in moved]
+                        again = index._embed(part, [self.contexts[i] for i in moved], self.report)
+                        if again is None:
+                            self.vectors = None
+                        else:
+                            self.vectors[list(moved)] = again
+            self._written = index._write_staged(conn, self)
+            conn.exec_driver_sql("RELEASE SAVEPOINT recall_index")
+        except Exception as exc:
+            log.warning("recall index write of %d message(s) failed", len(self.todo), exc_info=True)
+            conn.exec_driver_sql("ROLLBACK TO SAVEPOINT recall_index")
+            conn.exec_driver_sql("RELEASE SAVEPOINT recall_index")
+            self.fail(f"write failed: {exc}")
+            self._written = set()
+
+    def finish(self) -> IndexReport:
+        """After the transaction committed: partition upkeep of the resources written; the report."""
+        self.index._maintain(self._written)
+        self._written = set()
+        return self.report
 
 
 def delete_thread_everywhere(store: "Store", thread_id: str) -> None:

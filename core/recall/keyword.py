@@ -142,11 +142,6 @@ class TermStats:
             self._mark = -1
 
 
-def _watermark(conn: sa.Connection) -> int:
-    row = conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?", (FTS_WATERMARK,)).first()
-    return int(row[0]) if row else 0
-
-
 def has_pending(conn: sa.Connection) -> bool:
     """Whether any message change waits for the keyword index: one statement, run before every search."""
     return bool(conn.exec_driver_sql(
@@ -182,10 +177,15 @@ def drain_queue(
     ``indexed``: messages whose keyword rows the caller has just written in this transaction (the
     save that triggered the drain); they are counted as applied without being read again.
     """
-    mark = _watermark(conn)
-    queued = conn.exec_driver_sql(
-        f"SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?", (limit,)
+    # The watermark and the queue in one statement (the queue is empty on most saves).
+    rows = conn.exec_driver_sql(
+        f"SELECT (SELECT value FROM {STATE_TABLE} WHERE key = ?), q.seq, q.message_id, q.op, q.row_id "
+        f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
+        "ORDER BY q.seq",
+        (FTS_WATERMARK, limit),
     ).all()
+    mark = int(rows[0][0] or 0) if rows else 0
+    queued = [tuple(r[1:]) for r in rows if r[1] is not None]
     # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
     # from just below it (re-indexing is idempotent).
     reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]

@@ -72,8 +72,12 @@ class MatrixVectors:
             if resource:
                 by_scope.setdefault(str(resource), []).append((vid, vec))
         for resource, written in by_scope.items():
-            if resource in self._sizes:
-                self._sizes[resource] += len(written)
+            known = self._sizes.get(resource)
+            if known is not None:
+                self._sizes[resource] = known + len(written)
+                if known < matrix.IVF_MIN_ROWS and resource not in self._metas:
+                    continue  # small and unpartitioned, as counted: no read (another process's partition
+                    # of it, if any, scans rows without an assignment exactly)
             part = self._meta(conn, resource)
             if part is None:
                 continue

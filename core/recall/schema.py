@@ -243,18 +243,15 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
     keep = [d for d in docs if d[3].strip()]
     if not keep:
         return
+    # Doc ids given here (the caller holds the write lock), so the FTS rows need no read-back.
+    top = int(conn.exec_driver_sql(f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}").scalar() or 0)
     conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash) VALUES (?, ?, ?, ?)",
-        [(mid, tid, rid, passage_hash(ctx, text)) for mid, tid, rid, text, ctx in keep],  # executemany
+        f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash) VALUES (?, ?, ?, ?, ?)",
+        [(top + i, mid, tid, rid, passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
     )
-    ids: dict[str, int] = {}
-    for start in range(0, len(keep), 500):
-        chunk = tuple(d[0] for d in keep[start : start + 500])
-        marks = ",".join("?" * len(chunk))
-        ids.update(conn.exec_driver_sql(f"SELECT message_id, doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", chunk).all())
     conn.exec_driver_sql(
         f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)",
-        [(ids[mid], segment(text), segment(ctx)) for mid, _, _, text, ctx in keep],
+        [(top + i, segment(text), segment(ctx)) for i, (_, _, _, text, ctx) in enumerate(keep, 1)],
     )
 
 
@@ -282,8 +279,8 @@ def delete_docs(conn: sa.Connection, message_ids: list[str]) -> int:
                 f"SELECT doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", tuple(chunk)
             )
         ]
-        if doc_ids:
+        if doc_ids:  # (a batch of new messages has none: nothing to delete)
             conn.exec_driver_sql(f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({','.join('?' * len(doc_ids))})", tuple(doc_ids))
-        conn.exec_driver_sql(f"DELETE FROM {DOCS_TABLE} WHERE message_id IN ({marks})", tuple(chunk))
+            conn.exec_driver_sql(f"DELETE FROM {DOCS_TABLE} WHERE doc_id IN ({','.join('?' * len(doc_ids))})", tuple(doc_ids))
         removed += len(doc_ids)
     return removed

@@ -25,8 +25,10 @@ import sqlalchemy as sa
 from core.recall import hybrid
 from core.recall.backends import KeywordBackend
 from core.recall.matrix import ScopeVectors
-from core.recall.text import query_dates
+from core.recall.text import SpeakerMatcher, query_dates, speaker_label
 from core.recall.types import CANDIDATES, MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
+from core.recall.schema import text_of_raw
+from core.storage import dialect
 from core.timeutil import parse_iso, to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,6 +75,7 @@ class SearchRun:
     gone: set[str] = field(default_factory=set)  # deleted since indexed (left out of every list)
     left_out: list[tuple[Literal["vector", "keyword"], hybrid.Ranked]] = field(default_factory=list)  # (list, candidate) left out as deleted
     date_spans: int = 0
+    by_speaker: set[str] = field(default_factory=set)  # candidates spoken by a speaker the query names
     embed_ms: float = 0.0  # time spent embedding the query
 
 
@@ -158,22 +161,25 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
     out.date_spans = len(spans)
     # Only candidates that can still reach the top_k need their row read (a few microseconds each).
-    receivers = out.fused if threshold is not None or every_candidate else _may_reach(out.fused, top_k, bool(spans))
-    order: dict[str, tuple[str | None, date | None]] = {}
-    if receivers and (hybrid.NEXT_SHARE > 0 or spans):
+    receivers = (out.fused if threshold is not None or every_candidate
+                 else _may_reach(out.fused, top_k, bool(spans) or hybrid.SPEAKER_BOOST > 0))
+    order: dict[str, tuple[str | None, date | None, str | None]] = {}
+    if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0):
         try:
-            order = thread_order(conn, [f.message_id for f in receivers])
+            order = thread_order(conn, [f.message_id for f in receivers], labels=hybrid.SPEAKER_BOOST > 0)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
-    next_of = {mid: nxt for mid, (nxt, _) in order.items() if nxt is not None}
+    next_of = {mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None}
     in_period = (
-        {mid for mid, (_, day) in order.items() if day is not None and any(s.contains(day) for s in spans)}
+        {mid for mid, (_, day, _) in order.items() if day is not None and any(s.contains(day) for s in spans)}
         if spans else None
     )
+    named = SpeakerMatcher(query)
+    out.by_speaker = {mid for mid, (_, _, label) in order.items() if named(label)}
     # Without a threshold only the top_k are needed; with one, every candidate may be.
     out.reranked = hybrid.rerank(
         receivers, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
-        scores={f.message_id: f.score for f in out.fused},
+        scores={f.message_id: f.score for f in out.fused}, by_speaker=out.by_speaker or None,
     )
 
 
@@ -237,13 +243,13 @@ def run_search(
     return SearchResult(hits, reason, mode, details)
 
 
-def _may_reach(fused: list[hybrid.Fused], top_k: int, dated: bool) -> list[hybrid.Fused]:
+def _may_reach(fused: list[hybrid.Fused], top_k: int, boosted: bool) -> list[hybrid.Fused]:
     """The candidates ``hybrid.rerank`` could place in the top ``top_k``: gains are never negative, so the
     top_k-th candidate keeps at least its score, and no candidate gains more than the next-message share
-    of the best score plus the date boost."""
+    of the best score plus the date and speaker boosts (``boosted``: either may apply)."""
     if len(fused) <= top_k:
         return fused
-    gain = hybrid.NEXT_SHARE * max(fused[0].score, 0.0) + (hybrid.DATE_BOOST if dated else 0.0)
+    gain = hybrid.NEXT_SHARE * max(fused[0].score, 0.0) + (hybrid.DATE_BOOST + hybrid.SPEAKER_BOOST if boosted else 0.0)
     bar = fused[top_k - 1].score - gain
     return [f for f in fused if f.score >= bar]  # fused is sorted best first
 
@@ -258,19 +264,23 @@ def today() -> date:
 _ORDER_SQL = (
     'SELECT m.id, m."createdAt", (SELECT n.id FROM mastra_messages n WHERE n.thread_id = m.thread_id '
     "AND n.role IN ('user', 'assistant') AND n.\"createdAt\" >= m.\"createdAt\" "
-    'AND (n."createdAt" > m."createdAt" OR n.id > m.id) ORDER BY n."createdAt", n.id LIMIT 1) '
+    'AND (n."createdAt" > m."createdAt" OR n.id > m.id) ORDER BY n."createdAt", n.id LIMIT 1){text} '
     "FROM mastra_messages m WHERE m.id IN ({marks})"
 )
 
 
-def thread_order(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, date | None]]:
-    """For each message: the id of the next message in its thread (None for the last) and the UTC day
-    it was written (None if unreadable). One statement per 500 messages, not one per message."""
-    out: dict[str, tuple[str | None, date | None]] = {}
+def thread_order(
+    conn: sa.Connection, message_ids: list[str], *, labels: bool = False
+) -> dict[str, tuple[str | None, date | None, str | None]]:
+    """For each message: the id of the next message in its thread (None for the last), the UTC day
+    it was written (None if unreadable) and, with ``labels``, the speaker its text starts with
+    (``text.speaker_label``). One statement per 500 messages, not one per message."""
+    out: dict[str, tuple[str | None, date | None, str | None]] = {}
+    text = f", {dialect.stored_text_sql(conn, 'm.content')}" if labels else ""
     for start in range(0, len(message_ids), 500):
         chunk = tuple(message_ids[start : start + 500])
-        for mid, created, nxt in conn.exec_driver_sql(_ORDER_SQL.format(marks=",".join("?" * len(chunk))), chunk):
-            out[mid] = (nxt, _day(created))
+        for row in conn.exec_driver_sql(_ORDER_SQL.format(text=text, marks=",".join("?" * len(chunk))), chunk):
+            out[row[0]] = (row[2], _day(row[1]), speaker_label(text_of_raw(row[3])) if labels else None)
     return out
 
 

@@ -135,6 +135,40 @@ def keyword_query(text: str) -> str | None:
     return " OR ".join(terms) if terms else None
 
 
+# -- speakers a query names ---------------------------------------------------------------------------
+
+# A transcript line often starts with who says it ("Caroline: I went to a support group"), as
+# conversations imported from other tools or written by several people do. Such a label is at most
+# a few words before a colon at the very start of the text.
+_LABEL = re.compile(r"\s*([^\W\d_][\w'\u2019-]*(?:[ ][^\W\d_][\w'\u2019-]*){0,2})\s*:\s")
+
+
+def speaker_label(text: str) -> str | None:
+    """The speaker a message's text names at its start ("Caroline: ..." -> "caroline"), casefolded
+    and NFKC-normalised, or None when it has no such label (a URL, a time "10:30" or a sentence with
+    a colon further on is no label)."""
+    m = _LABEL.match(unicodedata.normalize("NFKC", text[:80]))
+    return m.group(1).casefold() if m else None
+
+
+class SpeakerMatcher:
+    """Which ``speaker_label``s a query names: every word of the label is a word of the query
+    ("What did Caroline's mentor say?" names "caroline"); a label in a script written without spaces
+    (Chinese, Japanese) is named when the query contains it."""
+
+    def __init__(self, query: str) -> None:
+        self._text = unicodedata.normalize("NFKC", query).casefold()
+        self._words = frozenset(_WORD.findall(self._text))
+
+    def __call__(self, label: str | None) -> bool:
+        if not label:
+            return False
+        if _CJK.search(label):
+            return label in self._text
+        parts = _WORD.findall(label)
+        return bool(parts) and all(w in self._words for w in parts)
+
+
 # -- periods a query names ---------------------------------------------------------------------------
 
 # A named day also covers the days just before it: "on 25 May" may be asked about a message written a

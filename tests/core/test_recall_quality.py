@@ -341,3 +341,43 @@ def test_a_chinese_query_with_a_date_still_finds_its_message(store):
     for query in ("我对什么过敏？", "May 2023 我对什么过敏？"):
         hits = index.search(query, resource_id="u", mode="hybrid", top_k=2).hits
         assert hits and hits[0].message_id == "zh-0", query
+
+
+# -- speakers a query names ------------------------------------------------------------------------
+
+
+def test_speaker_labels_are_short_names_before_a_colon_at_the_start():
+    from core.recall.text import SpeakerMatcher, speaker_label
+
+    assert speaker_label("Caroline: I went to a support group") == "caroline"
+    assert speaker_label("  Mary Ann: yes") == "mary ann"
+    assert speaker_label("卡罗琳: 你好") == "卡罗琳"
+    for text in ("https://example.com: a link", "At 10:30 we met", "We met. Later: lunch", "Caroline:no space", ""):
+        assert speaker_label(text) is None, text
+    named = SpeakerMatcher("What did Caroline's mentor say?")
+    assert named("caroline") and not named("melanie") and not named(None)
+    assert not SpeakerMatcher("what about Mary?")("mary ann")  # every word of the label
+    assert SpeakerMatcher("卡罗琳去了哪里？")("卡罗琳")
+
+
+def test_rerank_boosts_the_named_speakers_candidates_and_stays_bounded():
+    f = [hybrid.Fused(m, None, None, s, 0.5, None, 1, None) for m, s in (("a", 0.9), ("b", 0.8), ("c", 0.1))]
+    ranked = hybrid.rerank(f, {}, None, by_speaker={"b"})
+    assert [x.message_id for x in ranked][:2] == ["b", "a"]
+    assert all(0 <= x.score <= 1 for x in ranked)
+    assert [x.message_id for x in hybrid.rerank(f, {}, None, by_speaker=set())] == ["a", "b", "c"]
+    with pytest.raises(ValueError):
+        hybrid.rerank(f, {}, None, speaker_boost=-1)
+
+
+def test_a_query_naming_a_speaker_prefers_that_speakers_message(store):
+    msgs = _dated(store, "talk", T0, [
+        "Caroline: I went hiking by the lake on Sunday",
+        "Melanie: I went hiking by the lake too, last year",
+    ])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(msgs).ok
+    for who, expected in (("Melanie", "talk-1"), ("Caroline", "talk-0")):
+        hits = index.search(f"Where did {who} go hiking?", resource_id="u", mode="hybrid", top_k=2).hits
+        assert hits[0].message_id == expected, who
+        assert all(h.score <= 1 + 1e-9 for h in hits)
