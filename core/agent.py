@@ -26,13 +26,14 @@ from core.ids import lone_surrogate
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
-from core.model_call import ModelCall, stream_reply
+from core.model_call import ModelCall, request_body_for, stream_reply
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
 from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
 from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
 from core.replay.capture import TurnCapture
 from core.replay.capture import capture as capture_turn
+from core.replay.record import request_hash
 from core.storage.memory_store import InvalidArgumentError
 from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan, tracing_disabled
@@ -307,7 +308,8 @@ class Agent:
             prompt = self._span(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},
                                 lambda: mem.run_input(turn, extra_tools=self._tool_specs()), thread_id, resource_id)
             processors = list(prompt.processors)
-            # The turn record (issue 10): built from what this prompt used, written once the turn is saved.
+            # The turn record (issues 10, 16): built from what this prompt used, completed by each model
+            # call, committed in the transaction that saves the turn.
             capture = capture_turn(turn, prompt, model=self.model)
         else:
             ml = MessageList()
@@ -342,6 +344,8 @@ class Agent:
             except ModelError as exc:
                 error, finish_reason = exc, "error"
                 break
+            if capture is not None:
+                capture.add_call(prompt, result.usage.to_dict() if result.usage else None, result.finish_reason)
             if result.usage:
                 usage = Usage(usage.prompt_tokens + result.usage.prompt_tokens,
                               usage.completion_tokens + result.usage.completion_tokens,
@@ -374,6 +378,8 @@ class Agent:
         saved: list[Message] = []
         if mem is not None and ctx is not None:
             ctx.finish_reason = finish_reason
+            if capture is not None and error is None and ctx.live and not ctx.request.read_only:
+                ctx.pending_writes.append(capture)  # the record lands in the transaction that saves the turn
             saved = self._span(tracer, "memory: save", "memory_operation", {"operationType": "save"},
                                lambda: mem.run_output(ctx), thread_id, resource_id)
             if error is None and ctx.pending_writes:
@@ -382,8 +388,6 @@ class Agent:
                     for write in ctx.pending_writes:
                         write.commit(conn)
                 ctx.pending_writes.clear()
-            if capture is not None and error is None and ctx.live and not ctx.request.read_only:
-                capture.save(mem.store, saved)
         if error is not None:
             if tool_results and isinstance(error, ModelError):
                 raise TurnFailedError(error, [r["tool"] for r in tool_results]) from error
@@ -399,9 +403,10 @@ class Agent:
                     resource_id: str | None, call: ModelCall, step: int) -> Generator[StreamEvent, None, ChatResult]:
         """One model call, streamed (text deltas yielded as they arrive) or not; the same span either way."""
         kwargs = call.model_kwargs(prompt, step)
+        prompt.request = request_body_for(self.model, prompt.messages, kwargs)  # what the server receives
         attributes = {"model": self.model.model_id, "provider": getattr(self.model, "provider", None),
                       "promptTokensEstimated": prompt.total_tokens, "tokenizer": prompt.tokenizer,
-                      "modelSettings": call.settings.to_dict()}
+                      "modelSettings": call.settings.to_dict(), "requestHash": request_hash(prompt.request)}
         if "tool_choice" in kwargs:
             attributes["toolChoice"] = kwargs["tool_choice"]
         if call.budget is not None:

@@ -238,6 +238,9 @@ class TurnAssembler:
         self, ctx: ProcessorContext, processors: list[str], extra_tools: Sequence[Mapping[str, Any]] = ()
     ) -> AssembledPrompt:
         tools = [*ctx.tools, *[dict(tl) for tl in extra_tools]]
+        frozen = ctx.request.frozen
+        if frozen is not None and frozen.tools is not None:
+            tools = [dict(tl) for tl in frozen.tools]  # a recorded turn offers exactly what it offered then
         budget = ctx.budget
 
         def build() -> AssembledPrompt:

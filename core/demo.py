@@ -89,6 +89,13 @@ WEATHER = Tool(
 )
 
 
+# Sampling settings some demo agents send with every call (the Replay pane shows them per model call).
+_MODEL_SETTINGS: dict[str, dict[str, Any]] = {
+    "travel": {"temperature": 0.4, "max_tokens": 300, "top_p": 0.9},
+    "chef": {"temperature": 0.7, "max_tokens": 400},
+}
+
+
 def seed_demo(store: Store, *, progress: Callable[[int, int], None] | None = None) -> DemoReport:
     report = DemoReport()
     tracer = store.tracer()  # the demo leaves real traces in the DuckDB file beside the database
@@ -231,7 +238,7 @@ def seed_demo(store: Store, *, progress: Callable[[int, int], None] | None = Non
         script: list[ScriptStep] = [step for turn in turns for step in turn.replies]
         agent = Agent(agent_name, instructions=_INSTRUCTIONS[agent_name],
                       model=ScriptedModel(script, name=f"{agent_name}-demo"), memory=memory, tools=tools,
-                      tracer=tracer)
+                      tracer=tracer, model_settings=_MODEL_SETTINGS.get(agent_name))
         if memory.get_thread(thread) is None:
             memory.create_thread(resource_id=resource, thread_id=thread, title=title)
         for turn in turns:

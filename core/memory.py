@@ -255,6 +255,16 @@ class Memory:
 
         return records.read(self.store, input_message_id)
 
+    def turn_requests(self, input_message_id: str, *, resource_id: str | None = None) -> list[dict[str, Any]]:
+        """The request body of every model call of the stored turn whose input is this message, in
+        order (the first call, then one after each tool result), as the server received it: model,
+        messages, tools, tool choice and every setting (``stream`` / ``stream_options`` left out).
+        Rebuilt from the database alone; ``assemble(as_of=...).replay`` says whether each is exact
+        (a turn without a usable record gives its reconstructed first call only)."""
+        prompt = self.assemble(as_of=input_message_id, resource_id=resource_id)
+        assert prompt.replay is not None
+        return [dict(call.request) for call in prompt.replay.calls]
+
     def what_if(
         self, thread_id: str, *, options: Mapping[str, Any], resource_id: str | None = None,
         progress: Callable[[int, int], None] | None = None, cancel: Callable[[], bool] | None = None,

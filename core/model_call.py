@@ -2,8 +2,9 @@
 
 ``ModelCall`` holds a turn's resolved settings, tool choice, context-window budget and whether it
 streams, and turns them into the keyword arguments of ``ChatModel.generate`` / ``stream`` for one
-step of the tool loop. ``stream_reply`` yields a streamed reply's text as ``text-delta`` events and
-returns the finished ``ChatResult``.
+step of the tool loop. ``request_body_for`` says what request body those arguments make on the wire
+(the turn record keeps it). ``stream_reply`` yields a streamed reply's text as ``text-delta`` events
+and returns the finished ``ChatResult``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from core.agent_stream import StreamEvent
 from core.context_window import PromptBudget
 from core.llm.base import ChatModel, ChatResult, Message, ModelError
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
+from core.llm.wire import request_body
 from core.prompt import AssembledPrompt
 
-__all__ = ["ModelCall", "stream_reply"]
+__all__ = ["ModelCall", "request_body_for", "stream_reply"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,21 @@ class ModelCall:
         if choice is not None and prompt.tools:
             kwargs["tool_choice"] = choice
         return kwargs
+
+
+def request_body_for(model: ChatModel, messages: list[Message], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The request body ``model.generate(messages, **kwargs)`` sends: the model's own
+    ``request_body`` when it has one (``OpenAICompatibleModel``), else the OpenAI form of the same
+    arguments under the model's name (a scripted or custom model has no wire of its own)."""
+    own = getattr(model, "request_body", None)
+    if callable(own):
+        body: dict[str, Any] = own(messages, **kwargs)
+        return body
+    settings = (kwargs.get("settings") or ModelSettings()).merged(
+        ModelSettings(temperature=kwargs.get("temperature"), max_tokens=kwargs.get("max_tokens")))
+    name = getattr(model, "model", None)  # the name a server knows it by; else model_id without its provider
+    return request_body(name if isinstance(name, str) and name else model.model_id.split("/", 1)[-1], messages,
+                        tools=kwargs.get("tools"), tool_choice=kwargs.get("tool_choice"), settings=settings)
 
 
 def stream_reply(model: ChatModel, messages: list[Message],

@@ -71,6 +71,10 @@ class AssembledPrompt:
     # Set when the prompt rebuilds a stored turn (``Memory.assemble(as_of=...)``): how, and whether
     # it matches what the model was sent (``core.replay.ReplayInfo``).
     replay: "ReplayInfo | None" = field(default=None, compare=False)
+    # The whole request body of the model call this prompt went out as (``model``, ``messages``,
+    # ``tools``, ``tool_choice``, every setting; ``stream`` / ``stream_options`` left out): set by the
+    # agent for each call, and by a rebuild of a stored turn for its first call.
+    request: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def total_tokens(self) -> int:
@@ -101,8 +105,15 @@ class AssembledPrompt:
             "options": self.options,
             "notes": self.notes,
             **({"replay": {"kind": self.replay.kind, "matches": self.replay.matches,
-                           "unknowns": list(self.replay.unknowns), "whatIf": self.replay.what_if}}
+                           "unknowns": list(self.replay.unknowns), "whatIf": self.replay.what_if,
+                           "status": self.replay.status, "recordState": self.replay.record_state,
+                           "recordError": self.replay.record_error,
+                           "differences": list(self.replay.differences),
+                           "calls": [{"request": c.request, "matches": c.matches, "usage": c.usage,
+                                      "finishReason": c.finish_reason, "estimatedTokens": c.estimated_tokens}
+                                     for c in self.replay.calls]}}
                if self.replay is not None else {}),
+            **({"request": self.request} if self.request is not None else {}),
         }
 
     def to_json(self, **kw: Any) -> str:

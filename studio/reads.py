@@ -41,6 +41,7 @@ from studio.logic.prompt_layout import (
     TurnRef,
     memory_options_for,
 )
+from studio.logic.request_layout import call_view
 from studio.logic.wm_editing import WmSnapshot, target_for
 from studio.selection import Selection
 
@@ -213,7 +214,9 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
             instructions=req.instructions or None, options=overrides,
         )
     model, model_note = thread_model(store, req.thread_id) if req.thread_id else (None, "")
-    return Preview(req, prompt, turn, notes, model, model_note)
+    calls = len(prompt.replay.calls) if prompt.replay is not None and prompt.replay.calls else 1
+    requests = [call_view(prompt, memory.tokenizer, k) for k in range(calls)]  # token counts: on this worker
+    return Preview(req, prompt, turn, notes, model, model_note, requests)
 
 
 MODEL_LOOKBACK = 50  # newest messages searched for a reply that names its model
@@ -234,10 +237,12 @@ def thread_model(store: Store, thread_id: str) -> tuple[str | None, str]:
 
 
 def assemble_as_of(memory: Memory, req: PreviewRequest, turn: TurnRef, overrides: Mapping[str, Any]) -> AssembledPrompt:
-    """The engine rebuilds the turn itself (``as_of``): history and recall end before that message."""
+    """The engine rebuilds the turn itself (``as_of``): history and recall end before that message.
+    With the agent's own options (``req.as_recorded``) a recorded turn rebuilds exactly as sent;
+    changed options make a what-if over it."""
     return memory.assemble(
         thread_id=req.thread_id, resource_id=req.resource_id, instructions=req.instructions or None,
-        options=overrides, as_of=turn.as_of,
+        options=None if req.as_recorded else overrides, as_of=turn.as_of,
     )
 
 

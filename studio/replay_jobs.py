@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from core import AssembledPrompt, Memory, Store
 from core.agent_configs import agent_for_thread
 from core.messages import Message
-from core.replay import FragmentChange, RerunResult, TurnRecord, messages_hash, prompt_diff, rerun
+from core.replay import KEEP, FragmentChange, RerunResult, TurnRecord, messages_hash, prompt_diff, rerun
 from core.replay.frozen import ReplaySource
 from core.replay.rebuild import rebuild
 from core.replay.turns import Turn
@@ -29,6 +29,7 @@ from core.traces.spans import TraceFilters
 from core.working_memory import WorkingMemoryService
 from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import turn_index_for
+from studio.logic.request_layout import RequestView, call_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from studio.preferences import ModelChoice
@@ -41,7 +42,7 @@ CACHE_SIZE = 64
 
 @dataclass
 class StepData:
-    """Everything the pane shows for one turn."""
+    """Everything the pane shows for one turn, and for each of its model calls."""
 
     index: int
     turn: Turn
@@ -53,6 +54,20 @@ class StepData:
     wm_label: str
     om_label: str
     previous_index: int | None = None
+    requests: list[RequestView] = field(default_factory=list)  # per model call: what it sent
+    call_changes: list[list[FragmentChange]] = field(default_factory=list)  # per call: since the call before
+
+    @property
+    def calls(self) -> list[AssembledPrompt]:
+        """The prompt of each model call of the turn, as received (one for a turn without tool calls)."""
+        info = self.received.replay
+        return [c.prompt for c in info.calls] if info is not None and info.calls else [self.received]
+
+    def now_call(self, index: int) -> AssembledPrompt | None:
+        """Call ``index`` rebuilt now (None when the engine now makes fewer calls)."""
+        info = self.now.replay
+        calls = [c.prompt for c in info.calls] if info is not None and info.calls else [self.now]
+        return calls[index] if 0 <= index < len(calls) else None
 
 
 @dataclass
@@ -161,8 +176,13 @@ class ReplayThread:
         with self._rebuilding:
             found = self.rows.messages(turn.response_ids)
         reply = [found[i] for i in turn.response_ids if i in found]
-        return StepData(index, turn, received, now, changes, now_changes, reply,
+        step = StepData(index, turn, received, now, changes, now_changes, reply,
                         self._wm_label(received), self._om_label(received), index - 1 if index > 0 else None)
+        tokenizer = self.memory.tokenizer
+        step.requests = [call_view(received, tokenizer, k) for k in range(len(step.calls))]
+        calls = step.calls
+        step.call_changes = [changes] + [prompt_diff(calls[k - 1], calls[k]) for k in range(1, len(calls))]
+        return step
 
     def _wm_label(self, prompt: AssembledPrompt) -> str:
         record = prompt.replay.record if prompt.replay is not None else None
@@ -228,12 +248,14 @@ class ReplayThread:
                                        working_memory=working_memory, resource_id=self.thread.resource_id)
 
 
-def rerun_prompt(prompt: AssembledPrompt, choice: "ModelChoice",
-                 model_settings: Mapping[str, Any] | None = None) -> RerunResult:
-    """Send a rebuilt (or what-if) prompt to the chosen model. Never writes."""
+def rerun_prompt(prompt: AssembledPrompt, choice: "ModelChoice", model_settings: Mapping[str, Any] | None = None,
+                 tool_choice: Any = KEEP, call: int = 0, settings: Mapping[str, Any] | None = None) -> RerunResult:
+    """Send model call ``call`` of a rebuilt (or what-if) turn to the chosen model: the recorded request,
+    with the settings (``settings``: all of them, as edited) and tool choice the user changed. Never writes."""
     model = choice.build()
     try:
-        return rerun(prompt, model, model_settings=model_settings)
+        return rerun(prompt, model, model_settings=model_settings, tool_choice=tool_choice, call=call,
+                     settings=settings)
     finally:
         close = getattr(model, "close", None)
         if callable(close):
@@ -248,8 +270,9 @@ class TraceMatch:
 
 
 def find_trace(reader: Any, turns: Sequence[Turn], index: int, thread_id: str) -> TraceMatch:
-    """The trace of turn ``index``: the run of this thread with a model call that received exactly the
-    recorded messages (their hash); without a record, one whose last user message is the turn's text. Candidates
+    """The trace of turn ``index``: the run of this thread with a model call whose request the record
+    names (``requestHash``; a record without calls: the hash of its messages); without a record, one
+    whose last user message is the turn's text. Candidates
     are tried nearest to the turn's position among the thread's runs first, so this usually opens one
     or two traces."""
     if reader is None:
@@ -272,14 +295,20 @@ def find_trace(reader: Any, turns: Sequence[Turn], index: int, thread_id: str) -
 
 def _is_turn(spans: Sequence[Any], turn: Turn, record: TurnRecord | None) -> bool:
     # Any model call of the run may be the turn's (an observer's call can come first).
+    sent = {c.body_hash for c in record.calls} if record is not None else set()
     for span in spans:
         if span.span_type != "model_generation" or not isinstance(span.input, dict):
+            continue
+        if sent:
+            attributes = span.attributes if isinstance(span.attributes, dict) else {}
+            if attributes.get("requestHash") in sent:
+                return True
             continue
         messages = span.input.get("messages")
         if not isinstance(messages, list):
             continue
         if record is not None:
-            if messages_hash(messages) == record.messages_hash:
+            if record.sent_messages(messages):
                 return True
             continue
         users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]

@@ -1,5 +1,6 @@
-"""Screenshots of the Replay pane on the demo data (called by ``studio.screenshots``): the pane, a turn
-diff (dark and light theme), the what-if table and a re-run comparison."""
+"""Screenshots of the Replay pane on the demo data (called by ``studio.screenshots``): the pane with a
+call's whole request (tools and settings), a turn's second model call, a turn diff (dark and light
+theme), the what-if table and a re-run comparison."""
 
 from __future__ import annotations
 
@@ -24,16 +25,30 @@ def shoot_replay(app: Any, window: Any, save: Save, wait: Wait) -> None:
             pane.go_to(index)
             wait(app, lambda: pane.step is not None and pane.step.index == index and not pane.busy, 60)
 
-    # The travel thread: recall across threads, working memory, received vs rebuilt now.
+    # The travel thread: a turn with a tool call makes two model calls; the first call's whole request
+    # (model, settings, tool definitions with their tokens, usage beside our estimate).
     at("li-wei", "liwei-shanghai", 2)
     pane.tabs.setCurrentIndex(0)
+    pane.view.tabs.setCurrentWidget(pane.view.request_view)
+    top = pane.view.request_view.tools.topLevelItem(0)
+    if top is not None and top.childCount():
+        top.child(top.childCount() - 1).setExpanded(True)  # one definition opened: description and schema
     save(window, "replay-pane")
-    pane.tabs.setCurrentWidget(pane.view.recall_table)
+    pane.view.tabs.setCurrentWidget(pane.view.recall_table)
     save(window, "replay-recall")
+
+    # A turn's second model call (after getWeather): its context grew by the call and its result.
+    at("ada", "ada-weekend", 0)
+    pane.go_to_call(1)
+    wait(app, lambda: pane.call == 1, 10)
+    pane.view.tabs.setCurrentWidget(pane.view.request_view)
+    save(window, "replay-calls")
+    pane.go_to_call(0)
 
     # The stand-up thread: observational memory takes the early messages out of the context.
     at("sam", "sam-standup", 2)
     pane.tabs.setCurrentIndex(0)
+    pane.view.tabs.setCurrentIndex(1)  # received vs rebuilt now
     save(window, "replay-turn-diff")
     apply_theme(app, "light")
     save(pane, "replay-turn-diff-light")

@@ -29,7 +29,7 @@ from core.transfer import (
     render,
     write_atomically,
 )
-from core.transfer.rows import turn_table
+from core.transfer.replay_sections import has_turn_records
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
 from studio.widgets.export_dialog import ExportDialog, ExportRequest, PathChooser
@@ -59,7 +59,7 @@ class ExportDetails:
 def describe(store: Store, kind: str, item_id: str) -> ExportDetails:
     """What the export dialog shows about its subject (a small read, run in a worker)."""
     with store.db.read() as conn:
-        has_turns = turn_table(conn) is not None
+        has_turns = has_turn_records(conn)
     if kind == "thread":
         thread = store.memory.get_thread(item_id)
         if thread is None:

@@ -19,7 +19,7 @@ from core.llm.base import ChatChunk, ChatResult, Message, ModelError, ToolSpec
 from core.llm.http import OPENAI_BASE_URL, RetryPolicy, UrlCredentials, openai_client, safe_url
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
-from core.llm.wire import StreamAssembler, result_from_completion
+from core.llm.wire import StreamAssembler, request_body, result_from_completion
 
 if TYPE_CHECKING:
     import openai
@@ -206,17 +206,23 @@ class OpenAICompatibleModel:
                                   endpoint=f"{self.base_url}/models", timeout=wait, method="GET")
         return [item.id for item in page.data]
 
+    def request_body(
+        self, messages: list[Message], *, tools: list[ToolSpec] | None = None, temperature: float | None = None,
+        max_tokens: int | None = None, settings: ModelSettings | None = None, tool_choice: ToolChoice | None = None,
+        **_ignored: Any,
+    ) -> dict[str, Any]:
+        """The JSON body the server receives for these arguments (without ``stream`` /
+        ``stream_options``): what a turn record keeps and a re-run sends again."""
+        # ``max_tokens`` rather than ``max_completion_tokens``: every local server knows it.
+        wire = (settings or ModelSettings()).merged(ModelSettings(temperature=temperature, max_tokens=max_tokens))
+        return request_body(self.model, messages, tools=tools, tool_choice=tool_choice, settings=wire)
+
     def _body(self, messages: list[Message], tools: list[ToolSpec] | None, temperature: float | None,
               max_tokens: int | None, settings: ModelSettings | None = None,
               tool_choice: ToolChoice | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": messages}
-        if tools:
-            body["tools"] = tools
-            if tool_choice is not None:
-                body["tool_choice"] = tool_choice
-        # ``max_tokens`` rather than ``max_completion_tokens``: every local server knows it.
-        wire = (settings or ModelSettings()).merged(ModelSettings(temperature=temperature, max_tokens=max_tokens))
-        body.update(wire.to_dict())
+        """``request_body`` as the SDK's ``create`` takes it."""
+        body = self.request_body(messages, tools=tools, temperature=temperature, max_tokens=max_tokens,
+                                 settings=settings, tool_choice=tool_choice)
         if "top_k" in body:
             # Not an OpenAI parameter, so the SDK has no argument for it; local servers read it.
             body["extra_body"] = {"top_k": body.pop("top_k")}

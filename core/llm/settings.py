@@ -11,9 +11,10 @@ models receive.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Union
 
 from core.errors import MemoryStudioError
@@ -39,7 +40,10 @@ _ALIASES = {
     "seed": "seed",
     "frequency_penalty": "frequency_penalty", "frequencyPenalty": "frequency_penalty",
     "presence_penalty": "presence_penalty", "presencePenalty": "presence_penalty",
+    "response_format": "response_format", "responseFormat": "response_format",
 }
+#: The ``response_format`` types OpenAI-compatible servers accept.
+RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class ModelSettings:
     ``temperature`` (0–2), ``top_p`` (0–1), ``top_k`` (≥ 1; llama.cpp, vLLM and Ollama read it,
     OpenAI ignores it), ``stop``: strings that end the reply, ``seed``: for repeatable sampling
     where the server supports it, ``frequency_penalty`` / ``presence_penalty`` (−2–2).
+    ``response_format``: the reply's format in OpenAI's wire form (``{"type": "json_object"}`` or
+    ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``), sent as given.
     """
 
     max_tokens: int | None = None
@@ -60,6 +66,7 @@ class ModelSettings:
     seed: int | None = None
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
+    response_format: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         _int("max_tokens", self.max_tokens, minimum=1)
@@ -76,6 +83,16 @@ class ModelSettings:
             if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
                 raise ModelSettingsError(f"model_settings stop must be a string or a list of strings, got {stop!r}.")
             object.__setattr__(self, "stop", tuple(stop))
+        fmt = self.response_format
+        if fmt is not None:
+            if not isinstance(fmt, Mapping) or fmt.get("type") not in RESPONSE_FORMAT_TYPES:
+                raise ModelSettingsError(
+                    "model_settings response_format must be a dict whose \"type\" is "
+                    f"{', '.join(repr(t) for t in RESPONSE_FORMAT_TYPES)}, got {fmt!r}.")
+            if fmt["type"] == "json_schema" and not isinstance(fmt.get("json_schema"), Mapping):
+                raise ModelSettingsError('model_settings response_format of type "json_schema" needs a '
+                                         '"json_schema" object ({"name": ..., "schema": {...}}).')
+            object.__setattr__(self, "response_format", json.loads(json.dumps(fmt)))
 
     @classmethod
     def parse(cls, value: ModelSettings | Mapping[str, Any] | None) -> ModelSettings:
@@ -108,7 +125,8 @@ class ModelSettings:
         for f in fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name] = list(value) if isinstance(value, tuple) else value
+                out[f.name] = list(value) if isinstance(value, tuple) else \
+                    json.loads(json.dumps(value)) if isinstance(value, dict) else value
         return out
 
     def __bool__(self) -> bool:

@@ -156,3 +156,28 @@ def stream_chunks_from_result(result: ChatResult, *, model: str, completion_id: 
                        "model": model, "choices": [], "usage": result.usage.to_dict()})
     return chunks
 
+
+#: Keys of a chat-completions body that only say how the reply travels, not what the model is asked.
+TRANSPORT_KEYS = ("stream", "stream_options")
+
+
+def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+                 tool_choice: Any = None, settings: Any = None) -> dict[str, Any]:
+    """The JSON body of a ``/chat/completions`` request as an OpenAI-compatible server receives it
+    (``stream`` and ``stream_options`` left out): the model's name, the messages, the tools and the
+    tool choice (only with tools), and every setting that is set (``ModelSettings``: sampling
+    settings by their wire names, ``top_k`` at the top level as local servers read it, and
+    ``response_format``). ``OpenAICompatibleModel`` sends exactly this; a turn record keeps it."""
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if tools:
+        body["tools"] = tools
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
+    if settings is not None:
+        body.update(settings.to_dict())
+    return body
+
+
+def without_transport(body: dict[str, Any]) -> dict[str, Any]:
+    """A request body without the keys that only say how the reply travels (``TRANSPORT_KEYS``)."""
+    return {k: v for k, v in body.items() if k not in TRANSPORT_KEYS}

@@ -2,21 +2,30 @@
 
 Everything comes from the turn's first ``AssembledPrompt`` (fragments carry their source processor
 and stored ids) and the notes the processors left on the context (recall hits with their windows,
-the working-memory version in force, the observational-memory generation, cursor and hints). Nothing
-is queried again, so the record cannot disagree with what was sent.
+the working-memory version in force, the observational-memory generation, cursor and hints). Each
+model call then adds what went with its messages (``TurnCapture.add_call``: the request body the
+server received, ``AssembledPrompt.request``) and what the server said about the reply (usage,
+finish reason). Nothing is queried again, so the record cannot disagree with what was sent.
+
+The record is a staged write: the agent hands the capture to the turn's save, which commits it in
+the transaction that stores the turn's messages (``commit(conn)``), so a turn has its record exactly
+when it is stored.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from core.llm.http import safe_url
 from core.messages import Message
 from core.replay import store as records
-from core.replay.record import RecallHitRecord, TurnRecord, messages_hash
+from core.replay import tools as tool_defs
+from core.replay.record import CallRecord, RecallHitRecord, TurnRecord, messages_hash, request_hash
 from core.timeutil import parse_iso
+from core.working_memory import hide_working_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.processors.base import ProcessorContext
@@ -32,9 +41,19 @@ def model_label(model: Any) -> str | None:
     """``provider/model``, and ``@<base URL>`` for a model reached over HTTP (never a key)."""
     if model is None:
         return None
-    label = str(getattr(model, "model_id", "") or type(model).__name__)
-    base = getattr(model, "base_url", None)
+    label = model_id_of(model)
+    base = endpoint_of(model)
     return f"{label}@{base}" if base else label
+
+
+def model_id_of(model: Any) -> str:
+    return str(getattr(model, "model_id", "") or type(model).__name__)
+
+
+def endpoint_of(model: Any) -> str | None:
+    """The base URL a model is reached at, without credentials or query (where keys may hide)."""
+    base = getattr(model, "base_url", None)
+    return safe_url(str(base)) if base else None
 
 
 def section_of(fragment: "Fragment") -> str:
@@ -89,53 +108,75 @@ def recall_hits(notes: dict[str, Any]) -> tuple[RecallHitRecord, ...]:
 
 @dataclass
 class TurnCapture:
-    """A record built when the prompt was assembled, completed and written once the turn is saved.
-
-    ``save(store, saved)`` writes it in a transaction of its own, after the turn's messages.
-    ``commit(conn)`` writes it inside the caller's transaction (a staged write committed with the
-    turn's messages: the record then exists exactly when the turn does); the response ids are then
-    the turn's new messages that the transaction stored.
-    """
+    """A record built when the prompt was assembled, completed by each model call, and written once the
+    turn is saved: ``commit(conn)`` inside the transaction that stores the turn's messages (the
+    capture is one of the turn's staged writes), naming the responses that transaction stored."""
 
     record: TurnRecord
     store: "Store | None" = None
-    new_message_ids: Callable[[], list[str]] | None = None
+    new_messages: Callable[[], list[Message]] | None = None
+    calls: list[tuple[CallRecord, list[dict[str, Any]]]] = field(default_factory=list)
 
-    def complete(self, saved: Sequence[Message] | Sequence[str]) -> TurnRecord | None:
+    def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None) -> None:
+        """One model call of the turn: its request body (``prompt.request``, set by the agent) and what
+        the server reported. A prompt without a body (a model the agent could not describe) is skipped."""
+        body = prompt.request
+        if body is None:
+            return
+        tools = [dict(t) for t in body.get("tools") or ()]
+        settings = {k: v for k, v in body.items() if k not in ("model", "messages", "tools", "tool_choice")}
+        call = CallRecord(request_hash(body), body.get("model"), settings,
+                          body.get("tool_choice") if tools else None, None, tuple(tools),
+                          {k: int(usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+                          if usage else None, finish_reason)
+        self.calls.append((call, tools))
+
+    def complete(self, saved: Sequence[Message] | Sequence[str], calls: Sequence[CallRecord] = (),
+                 hidden: Sequence[tuple[str, int, dict[str, Any]]] = ()) -> TurnRecord | None:
         """The record with the response ids of what was saved; None when the input was not saved."""
         saved_ids = [m if isinstance(m, str) else m.id for m in saved]
         if self.record.input_message_id not in saved_ids:
             return None
         inputs = set(self.record.input_ids)
         responses = tuple(i for i in saved_ids if i not in inputs)
-        return replace(self.record, response_ids=responses)
+        return replace(self.record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden))
 
     def commit(self, conn: Any) -> None:
-        assert self.store is not None and self.new_message_ids is not None
-        ids = self.new_message_ids()
-        if not ids:
+        assert self.store is not None and self.new_messages is not None
+        new = self.new_messages()
+        if not new:
             return
+        ids = [m.id for m in new]
         marks = ",".join("?" * len(ids))
         stored = {r[0] for r in conn.exec_driver_sql(f"SELECT id FROM mastra_messages WHERE id IN ({marks})",
                                                      tuple(ids))}
-        record = self.complete([i for i in ids if i in stored])
+        calls = [replace(call, tools_key=tool_defs.write(conn, self.store, tools)) if tools else call
+                 for call, tools in self.calls]
+        reply = next((m for m in reversed(new) if m.role == "assistant"), None)
+        hidden = hidden_parts(reply, stored=reply is not None and reply.id in stored) if len(calls) > 1 else ()
+        record = self.complete([i for i in ids if i in stored], calls, hidden)
         if record is not None:
             records.write(conn, self.store, record)
 
-    def save(self, store: "Store", saved: Sequence[Message]) -> bool:
-        """Write the record; a failure is logged and never fails the turn (the turn is already saved)."""
-        record = self.complete(saved)
-        if record is None or store.read_only:
-            return False
-        try:
-            if not records.has_table(store):
-                return False
-            with store.db.write() as conn:
-                return records.write(conn, store, record)
-        except Exception:  # noqa: BLE001 - a missing record only makes that turn "reconstructed"
-            log.warning("the turn record of %s was not written; that turn will be reconstructed",
-                        record.input_message_id, exc_info=True)
-            return False
+
+def hidden_parts(reply: Message | None, *, stored: bool) -> list[tuple[str, int, dict[str, Any]]]:
+    """The parts of the live reply that its stored copy lacks or holds changed (working-memory tool
+    calls, ``<working_memory>`` tags: ``hide_working_memory``), so the turn's later model calls, which
+    saw them, rebuild exactly: ("+", index, part) was removed, ("~", index, part) was changed."""
+    if reply is None:
+        return []
+    out: list[tuple[str, int, dict[str, Any]]] = []
+    for i, part in enumerate(reply.parts):
+        if not stored:
+            out.append(("+", i, dict(part)))
+            continue
+        one = {"parts": [part]}
+        kept = hide_working_memory(one)
+        if kept is None:
+            out.append(("+", i, dict(part)))
+        elif kept is not one:
+            out.append(("~", i, dict(part)))
+    return out
 
 
 def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = None) -> TurnCapture | None:
@@ -166,7 +207,9 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         response_ids=(),
         created_at=when,
         options=req.options.to_dict(),
-        model=model_label(model),
+        model=model_id_of(model) if model is not None else None,
+        endpoint=endpoint_of(model) if model is not None else None,
+        context_window=ctx.budget.context_window if ctx.budget is not None else None,
         history_ids=history_ids(prompt),
         recall=recall_hits(recall),
         wm_version_id=wm.get("versionId"),
@@ -183,11 +226,12 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         om_hints=hints,
     )
     log.debug("turn record of %s built in %.3f ms", record.input_message_id, (time.perf_counter() - t0) * 1000)
-    return TurnCapture(record, ctx.services.store, lambda: [m.id for m in ctx.messages.new_messages()])
+    return TurnCapture(record, ctx.services.store, ctx.messages.new_messages)
 
 
 def _context_message(message: Message) -> dict[str, Any]:
     return {"id": message.id, "role": message.role, "content": message.content}
 
 
-__all__ = ["TurnCapture", "capture", "history_ids", "model_label", "recall_hits", "section_of", "token_sections"]
+__all__ = ["TurnCapture", "capture", "endpoint_of", "hidden_parts", "history_ids", "model_id_of", "model_label",
+           "recall_hits", "section_of", "token_sections"]

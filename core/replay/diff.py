@@ -17,8 +17,8 @@ from core.replay.edited import edit_reason
 if TYPE_CHECKING:  # pragma: no cover
     from core.prompt import AssembledPrompt, Fragment
 
-REASONS = ("outside-history-window", "below-recall-threshold", "outside-recall-top-k", "observed",
-           "token-budget", "working-memory-changed", "new-message", "options-changed", "message-edited",
+REASONS = ("outside-history-window", "below-recall-threshold", "outside-recall-top-k", "recalled-for-input",
+           "observed", "token-budget", "working-memory-changed", "new-message", "options-changed", "message-edited",
            "message-deleted", "other")
 
 ChangeKind = Literal["entered", "left", "changed"]
@@ -106,8 +106,15 @@ def _recall_reason(frag: "Fragment", without: "AssembledPrompt") -> str:
     return "other"
 
 
-def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "AssembledPrompt") -> str:
-    """Why ``frag`` (in ``present``) is not in ``missing``; the same reasons serve both directions."""
+def _new_query(present: "AssembledPrompt", missing: "AssembledPrompt") -> bool:
+    """The two prompts are of different turns, so recall searched with another input."""
+    return _input_time(present) != _input_time(missing)
+
+
+def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "AssembledPrompt",
+                 entering: bool = False) -> str:
+    """Why ``frag`` (in ``present``) is not in ``missing``; the same reasons serve both directions
+    (``entering``: ``present`` is the later prompt)."""
     edited = edit_reason(frag, present, missing)
     if edited is not None:
         return edited
@@ -118,6 +125,8 @@ def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "Assembl
     if frag.source == OM:
         return "observed" if _option(missing, "observational_memory", "enabled") else "options-changed"
     if frag.source == RECALL:
+        if entering and _option(missing, "semantic_recall", "enabled") and _new_query(present, missing):
+            return "recalled-for-input"  # this turn's input found it; the other turn's did not
         return _recall_reason(frag, missing)
     if frag.source in HISTORY:
         start = _input_time(missing)
@@ -149,6 +158,8 @@ def _changed_reason(before: "Fragment", after: "Fragment", a: "AssembledPrompt",
     if source == RECALL and before.source == RECALL:
         gone = set(before.stored_ids) - set(after.stored_ids)
         came = set(after.stored_ids) - set(before.stored_ids)
+        if came and _option(a, "semantic_recall", "enabled") and _new_query(b, a):
+            return "recalled-for-input"
         if gone or came:
             return _recall_reason(before, b) if gone else _recall_reason(after, a)
     if before.source != after.source:  # the same message reached the prompt another way
@@ -172,7 +183,8 @@ def prompt_diff(a: "AssembledPrompt", b: "AssembledPrompt") -> list[FragmentChan
         old = before.get(key)
         if old is None:
             out.append((frag.index, FragmentChange(
-                "entered", frag.source, frag.stored_ids, None, frag.text, 0, frag.tokens, _why_missing(frag, b, a))))
+                "entered", frag.source, frag.stored_ids, None, frag.text, 0, frag.tokens,
+                _why_missing(frag, b, a, entering=True))))
         elif old.kind == "input" and frag.kind == "memory" and old.text == frag.text:
             continue  # the earlier turn's input, now part of the history: nothing changed in the context
         elif old.text != frag.text or old.source != frag.source or old.stored_ids != frag.stored_ids:

@@ -3,16 +3,21 @@
 The copies keep their times and content (with ``metadata.forkedFrom`` naming the original), the new
 thread's metadata names its source, and thread-scoped working memory is carried as it was at that
 turn (from the turn's record when there is one, else the version then in force) or as it is now.
+The copied turns keep their records: each is copied with the ids of the copied messages in place of
+the originals' (recall hits in other threads, working-memory versions, observation generations and
+tool definitions stay referenced), so they replay exactly in the fork.
 Everything is written in one transaction; the source thread is only read.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal, Mapping
 
 from core.messages import new_id
 from core.replay import store as records
 from core.replay.frozen import working_memory_text
+from core.replay.record import RecallHitRecord, TurnRecord
 from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MessageQuery, NotFoundError, Thread
 from core.timeutil import iso_now
 
@@ -54,11 +59,16 @@ def fork_thread(
         meta["workingMemory"] = carried
     copies = [m.copy(id=new_id(), thread_id=new_id_, resource_id=source.resource_id,
                      content={**m.content, "metadata": {**m.metadata, "forkedFrom": m.id}}) for m in before]
+    copied = {m.id: c.id for m, c in zip(before, copies)}
+    turn_records = [r for r in (copy_record(rec, copied, thread_id, new_id_)
+                                for rec in records.for_thread(store, thread_id).values()) if r is not None]
     with store.db.write() as conn:
         store.memory.create_thread(thread_id=new_id_, resource_id=source.resource_id,
                                    title=title if title is not None else f"Fork of {source.title or thread_id}",
                                    metadata=meta, conn=conn)
         store.memory.save_messages(copies, conn=conn)
+        for record in turn_records:
+            records.write(conn, store, record)
         if carried is not None:
             memory.working_memory_service.record_version(
                 conn, "thread", new_id_, carried, wm_opts.mode, author="fork",
@@ -66,6 +76,25 @@ def fork_thread(
     thread = store.memory.get_thread(new_id_)
     assert thread is not None
     return thread
+
+
+def copy_record(record: TurnRecord, copied: Mapping[str, str], source_thread: str,
+                new_thread: str) -> TurnRecord | None:
+    """``record`` for the copies of its messages in ``new_thread`` (None when the turn was not copied,
+    or the record lost texts it names: a copy must not be less exact than its original claims)."""
+    if record.input_message_id not in copied or not all(i in copied for i in record.input_ids) or record.unresolved:
+        return None
+
+    def moved(mid: str) -> str:
+        return copied.get(mid, mid)
+
+    recall = tuple(RecallHitRecord(moved(h.message_id), new_thread if h.thread_id == source_thread else h.thread_id,
+                                   h.vector, h.keyword, h.fused, h.rank, tuple(moved(w) for w in h.window_ids))
+                   for h in record.recall)
+    return replace(record, input_message_id=moved(record.input_message_id), thread_id=new_thread,
+                   response_ids=tuple(moved(r) for r in record.response_ids if r in copied),
+                   history_ids=tuple(moved(h) for h in record.history_ids), recall=recall,
+                   input_ids=tuple(moved(i) for i in record.input_ids))
 
 
 def _working_memory(memory: "Memory", thread_id: str, resource_id: str, at: str, when: object,
@@ -85,4 +114,4 @@ def _working_memory(memory: "Memory", thread_id: str, resource_id: str, at: str,
     return service.get(opts, thread_id=thread_id, resource_id=resource_id).text  # no history kept: current
 
 
-__all__ = ["WorkingMemoryChoice", "fork_thread"]
+__all__ = ["WorkingMemoryChoice", "copy_record", "fork_thread"]

@@ -45,6 +45,7 @@ class ReplaySource:
         self.store = store
         self._messages: dict[str, Message] = {}
         self._records: dict[str, TurnRecord] | None = None
+        self._damaged: dict[str, str] = {}
         self._versions: dict[int, tuple[bool, str | None]] = {}
         self._generations: dict[str, "OMRecord | None"] = {}
         self.thread_messages: list[Message] = []
@@ -54,7 +55,7 @@ class ReplaySource:
         self.thread_messages = self.store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=False))
         for m in self.thread_messages:
             self._messages[m.id] = m
-        self._records = records.for_thread(self.store, thread_id)
+        self._records, self._damaged = records.thread_state(self.store, thread_id)
         return self
 
     @property
@@ -67,10 +68,19 @@ class ReplaySource:
             self._threads[thread_id] = self.store.memory.get_thread(thread_id)
         return self._threads[thread_id]
 
+    @property
+    def damaged(self) -> dict[str, str]:
+        """Why each unreadable record of the preloaded thread is damaged, by input message id."""
+        return dict(self._damaged)
+
     def record(self, input_message_id: str) -> TurnRecord | None:
+        return self.record_state(input_message_id)[0]
+
+    def record_state(self, input_message_id: str) -> tuple[TurnRecord | None, str | None]:
+        """(record, None), (None, why it is damaged) or (None, None): no record."""
         if self._records is not None and input_message_id in self._messages:
-            return self._records.get(input_message_id)
-        return records.read(self.store, input_message_id)
+            return self._records.get(input_message_id), self._damaged.get(input_message_id)
+        return records.read_state(self.store, input_message_id)
 
     def messages(self, ids: Iterable[str]) -> dict[str, Message]:
         wanted = list(dict.fromkeys(ids))
@@ -104,6 +114,7 @@ class FrozenTurn:
     wm_text: str | None = None
     om: observations.ObservationState | None = None
     missing: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None  # the definitions the first call offered, when recorded and kept
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -155,7 +166,8 @@ def parts_unchanged(record: TurnRecord, effective: MemoryOptions) -> set[str]:
 
 
 def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS) -> FrozenTurn:
-    """Load the stored rows a record names for the given parts."""
+    """Load the stored rows a record names for the given parts. A message the record names that is
+    in another thread (history) or another resource (recall) is never handed on: it is listed."""
     wanted_parts = set(parts)
     frozen = FrozenTurn(record)
     ids = list(record.history_ids)
@@ -164,8 +176,11 @@ def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS)
         ids.append(hit.message_id)
     found = source.messages(ids) if ("history" in wanted_parts or "recall" in wanted_parts
                                      or "observational-memory" in wanted_parts) else {}
+    foreign = _foreign(source, record, found)
+    for mid in foreign:
+        found.pop(mid, None)
     history = [found[mid] for mid in record.history_ids if mid in found]
-    gone = sorted({mid for mid in ids if mid not in found}) if found or ids else []
+    gone = sorted({mid for mid in ids if mid not in found and mid not in foreign}) if found or ids else []
     if "history" in wanted_parts:
         frozen.history = history
     if "recall" in wanted_parts:
@@ -183,9 +198,35 @@ def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS)
             source.generation(record.om_generation) if record.om_generation else None,
             generation_id=record.om_generation, chunks=record.om_chunks, hints=record.om_hints, unobserved=history)
         frozen.missing.extend(frozen.om.unknowns)
-    frozen.missing.extend(f"message {mid}" for mid in gone)
-    frozen.missing.extend(f"text {key} named by the record" for key in record.unresolved)
+    frozen.missing.extend(f"message {mid} (no longer stored)" for mid in gone)
+    frozen.missing.extend(f"message {mid} (named by the record but stored in {foreign[mid]}: not shown)"
+                          for mid in sorted(foreign))
+    frozen.missing.extend(f"text {key} named by the record (no longer stored)" for key in record.unresolved
+                          if not key.startswith("tools:"))
+    frozen.missing.extend(f"the tool definitions {key[6:]} named by the record (no longer stored)"
+                          for key in record.unresolved if key.startswith("tools:"))
     return frozen
+
+
+def _foreign(source: ReplaySource, record: TurnRecord, found: dict[str, Message]) -> dict[str, str]:
+    """Messages a record names that it may not show, with where they are: history from another
+    thread, recall from another resource (a record is only data: it could name anything)."""
+    own = source.thread(record.thread_id)
+    resource = own.resource_id if own is not None else record.resource_id
+    out: dict[str, str] = {}
+    for mid in record.history_ids:
+        m = found.get(mid)
+        if m is not None and m.thread_id != record.thread_id:
+            out[mid] = f"thread {m.thread_id}"
+    for hit in record.recall:
+        for mid in (hit.message_id, *hit.window_ids):
+            m = found.get(mid)
+            if m is None or mid in out:
+                continue
+            thread = source.thread(m.thread_id or "")
+            if thread is None or thread.resource_id != resource:
+                out[mid] = f"resource {thread.resource_id if thread is not None else m.resource_id}"
+    return out
 
 
 def _hits(record: TurnRecord) -> list[Any]:

@@ -4,13 +4,20 @@
 (``TurnAssembler``: prepare the input, run the processors, build the prompt), only with the inputs
 of the past:
 
-- *recorded*: the record's options, instructions and call-time context, its clock reading, and a
-  ``FrozenTurn`` from which the processors take what they would have queried. With a what-if's
-  options, only the parts whose options changed are queried again (as of the turn's time). The
-  result's hash is compared with the record's.
-- *reconstructed* (no record, or ``rebuild="now"``): the processors query with the turn's input as
-  the cut-off (``RequestContext.as_of``): history strictly before it, recall over messages created
-  before it, working memory and observations as they stood then. What could not be known is listed.
+- *recorded*: the record's options, instructions and call-time context, its clock reading, the
+  context window the prompts were fitted into, and a ``FrozenTurn`` from which the processors take
+  what they would have queried, including the tool definitions the model was offered. With a
+  what-if's options, only the parts whose options changed are queried again (as of the turn's time).
+- *reconstructed* (no record, a damaged one, or ``rebuild="now"``): the processors query with the
+  turn's input as the cut-off (``RequestContext.as_of``): history strictly before it, recall over
+  messages created before it, working memory and observations as they stood then. What could not be
+  known is listed, and a damaged record says why it could not be used.
+
+Every model call of the turn is rebuilt (``ReplayInfo.calls``): the first from the processors; each
+later one, as the agent's tool loop built it, from the same list with the turn's reply as it stood
+after each earlier call (the stored reply, with the parts its stored copy lacks put back from the
+record). Each call's request body (model, messages, tools, tool choice, every setting) is hashed and
+compared with the record's; the first call's body is ``prompt.request``.
 """
 
 from __future__ import annotations
@@ -19,16 +26,22 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
+from core.context_window import ContextWindowError, PromptBudget
+from core.message_list import Provenance
 from core.messages import Message
 from core.options import MemoryOptions
 from core.replay import edited
 from core.replay import frozen as frozen_mod
-from core.replay.record import ReplayInfo, TurnRecord, messages_hash
+from core.replay import store as records
+from core.replay import tools as tool_defs
+from core.replay.record import CallRecord, CallReplay, RecordState, ReplayInfo, TurnRecord, request_hash
 from core.storage.memory_store import InvalidArgumentError, NotFoundError
 from core.timeutil import FixedClock
+from core.working_memory import TOOL_NAME as WM_TOOL_NAME
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.assembly import TurnAssembler
+    from core.processors.base import ProcessorContext
     from core.prompt import AssembledPrompt
 
 Rebuild = Literal["record", "now"]
@@ -39,6 +52,8 @@ _REQUERIED = {
     "working-memory": "working memory was read again (the version in force then)",
     "observational-memory": "observations were read again as of the turn's time",
 }
+NO_CALLS = ("the tools and model settings that were sent, and the turn's later model calls (this turn was "
+            "recorded before records kept them)")
 
 
 def _stopped_clock(when: datetime) -> FixedClock:
@@ -69,6 +84,15 @@ def _inputs(source: frozen_mod.ReplaySource, as_of: str, record: TurnRecord | No
     return [found[i] for i in wanted if i in found and found[i].thread_id == turn.thread_id]
 
 
+def _record_state(source: frozen_mod.ReplaySource, as_of: str) -> tuple[TurnRecord | None, RecordState, str | None]:
+    record, damage = source.record_state(as_of)
+    if record is not None:
+        return record, "present", None
+    if damage is not None:
+        return None, "damaged", damage
+    return None, ("missing" if records.has_table(source.store) else "no-table"), None
+
+
 def rebuild(
     assembler: "TurnAssembler",
     *,
@@ -84,16 +108,26 @@ def rebuild(
     rebuild: Rebuild = "record",
     source: frozen_mod.ReplaySource | None = None,
 ) -> "AssembledPrompt":
-    """The prompt of the stored turn whose input is message ``as_of`` (see the module docstring).
-    ``source``: a cache of stored rows shared by several rebuilds (a what-if over a thread)."""
+    """The first model call's prompt of the stored turn whose input is message ``as_of``, with every
+    call in ``prompt.replay.calls`` (see the module docstring). ``tools``: the definitions to offer
+    when the turn has no record that kept them. ``source``: a cache of stored rows shared by several
+    rebuilds (a what-if over a thread)."""
     if rebuild not in REBUILDS:
         raise InvalidArgumentError(f"rebuild must be 'record' or 'now', got {rebuild!r}.")
     source = source or frozen_mod.ReplaySource(assembler.store)
-    record = source.record(as_of)
-    past = _as_recorded(source, as_of, record) if rebuild == "record" else None  # edits since: what was seen
-    source = past if past is not None else source  # type: ignore[assignment]
+    record, state, damage = _record_state(source, as_of)
+    stored = source
+    past = _as_recorded(stored, as_of, record) if rebuild == "record" else None  # edits since: what was seen
+    source = past if past is not None else stored  # type: ignore[assignment]
     inputs = _inputs(source, as_of, record, thread_id)
     turn = next(m for m in inputs if m.id == as_of)
+    if record is not None and record.thread_id != turn.thread_id:
+        # A record is data: one that names another thread than its input's cannot describe this turn.
+        damage = f"it names thread {record.thread_id}, but its input is in thread {turn.thread_id}"
+        record, state = None, "damaged"
+        past = _as_recorded(stored, as_of, None) if rebuild == "record" else None
+        source = past if past is not None else stored  # type: ignore[assignment]
+        inputs = _inputs(source, as_of, None, thread_id)
     use_record = record is not None and rebuild == "record"
     request = assembler.request_context(thread_id=turn.thread_id, resource_id=resource_id, options=None,
                                         scopes=scopes, values=request_context, resolve=not use_record,
@@ -103,19 +137,37 @@ def rebuild(
     request.options = effective
     request.as_of = inputs[0]
     frozen = None
+    recorded_tools = list(record.calls[0].tools) if record is not None and record.calls else None
+    agent_tools = [dict(t) for t in tools] if tools or recorded_tools is None else \
+        [t for t in recorded_tools if _tool_name(t) != WM_TOOL_NAME]
     if use_record:
         assert record is not None
         same = frozen_mod.parts_unchanged(record, effective)
         frozen = frozen_mod.load(source, record, same)
+        if recorded_tools is not None and "working-memory" in same and not tools:
+            frozen.tools = recorded_tools  # exactly the definitions sent, in their order
         request.frozen = frozen
         unknowns.extend(_REQUERIED[p] for p in frozen_mod.PARTS if p not in frozen.parts)
+        if not record.calls:
+            unknowns.append(NO_CALLS)
     elif record is None:
+        if damage is not None:
+            unknowns.append(f"everything the record would say: it is damaged ({damage})")
         if options is None:
             unknowns.append("the options in force (the current configuration is used)")
         if instructions is None:
             unknowns.append("the agent's instructions (older turns do not store them)")
+        if not tools:
+            unknowns.append("the model, its settings and the tool definitions it was offered (no record)")
     first = min(m.created_at for m in inputs)
     ctx = assembler.new_context(request)
+    if record is not None and record.context_window and options is None:
+        max_tokens = record.calls[0].settings.get("max_tokens") if record.calls else None
+        try:
+            ctx.budget = PromptBudget.for_model(record.context_window, model_id=record.model or "the model",
+                                                max_tokens=max_tokens if isinstance(max_tokens, int) else None)
+        except ContextWindowError:
+            ctx.budget = None
     # Context sits just before the input, as in the live turn; then the processors see the turn's clock.
     ctx.services = replace(ctx.services, clock=_stopped_clock(first - timedelta(milliseconds=1)))
     if record is not None:
@@ -123,24 +175,141 @@ def rebuild(
     assembler.prepare_input(ctx, input=inputs, instructions=instructions, context=context)
     turn_time = record.created_at if record is not None else turn.created_at
     ctx.services = replace(ctx.services, clock=_stopped_clock(turn_time))
-    prompt = assembler.run_input(ctx, extra_tools=tools)
+    prompt = assembler.run_input(ctx, extra_tools=agent_tools)
     for notes in prompt.notes.values():
         unknowns.extend(str(u) for u in notes.get("unknown", ()) or ())
     if record is None and effective.semantic_recall.enabled:
         unknowns.append("recall scores at the time (ranked over today's index, limited to older messages)")
     if frozen is not None:
-        unknowns.extend(f"{m} (no longer stored)" if not m.endswith(")") else m for m in frozen.missing)
+        unknowns.extend(m if m.endswith(")") else f"{m} (no longer stored)" for m in frozen.missing)
     if past is not None and not use_record and edited.thread_changed_since(source, turn.thread_id or "", turn_time):
         unknowns.append("messages edited or deleted since the turn (a reconstruction shows today's text)")
+    calls, call_notes = _calls(assembler, ctx, prompt, record, source, agent_tools, frozen)
+    unknowns.extend(call_notes)
+    if record is None:
+        matches = None
+    elif record.calls:
+        matches = all(c.matches for c in calls) and len(calls) == len(record.calls)
+    else:
+        matches = record.sent_messages(prompt.messages)
+    prompt.request = calls[0].request
     prompt.replay = ReplayInfo(
         kind="recorded" if use_record else "reconstructed",
-        matches=(messages_hash(prompt.messages) == record.messages_hash) if record is not None else None,
+        matches=matches,
         record=record,
         unknowns=tuple(dict.fromkeys(unknowns)),
         what_if=options is not None,
+        calls=tuple(calls),
+        record_state=state,
+        record_error=damage,
+        differences=tuple(d for c in calls for d in c.differences),
         changed_since=dict(past.changed) if past is not None else {},
     )
     return prompt
+
+
+def _tool_name(definition: Mapping[str, Any]) -> str:
+    function = definition.get("function")
+    return str(function.get("name")) if isinstance(function, Mapping) else ""
+
+
+def _calls(assembler: "TurnAssembler", ctx: "ProcessorContext", first: "AssembledPrompt", record: TurnRecord | None,
+           source: frozen_mod.ReplaySource, agent_tools: list[dict[str, Any]],
+           frozen: frozen_mod.FrozenTurn | None) -> tuple[list[CallReplay], list[str]]:
+    """Every model call of the turn, rebuilt, with its request body compared with the record's."""
+    if record is None or not record.calls:
+        body: dict[str, Any] = {"messages": first.messages, **({"tools": first.tools} if first.tools else {})}
+        if record is not None and record.model:
+            body = {"model": record.model.split("/", 1)[-1], **body}
+        return [CallReplay(0, first, body, None)], []
+    notes: list[str] = []
+    prompts = [first]
+    if len(record.calls) > 1:
+        reply, note = _reply(source, record)
+        if note:
+            notes.append(note)
+        parts = _with_hidden(list(reply.parts) if reply is not None else [], record.hidden_parts)
+        template = reply or Message(id=f"reply-{record.input_message_id}", role="assistant",
+                                    content={"format": 2, "parts": []}, thread_id=record.thread_id,
+                                    resource_id=record.resource_id,
+                                    created_at=max(m.created_at for m in ctx.messages.messages("input")) +
+                                    timedelta(milliseconds=1))
+        for k in range(1, len(record.calls)):
+            step = template.copy(content={**template.content, "parts": _until_step(parts, k)})
+            ctx.messages.add(step, "response", Provenance("response"))
+            if frozen is not None and frozen.tools is not None:
+                frozen.tools = list(record.calls[k].tools)
+            prompts.append(assembler.record(ctx, list(first.processors), agent_tools))
+    out: list[CallReplay] = []
+    for k, (call, prompt) in enumerate(zip(record.calls, prompts)):
+        body = _body(call, prompt)
+        matches = request_hash(body) == call.body_hash
+        if k > 0:
+            prompt.request = body
+        out.append(CallReplay(k, prompt, body, matches, call.usage, call.finish_reason,
+                              () if matches else (_difference(k, call, prompt, record),), call))
+    return out, notes
+
+
+def _body(call: CallRecord, prompt: "AssembledPrompt") -> dict[str, Any]:
+    """A call's request body: the record's model, settings and tool choice around the rebuilt
+    messages and tools."""
+    body: dict[str, Any] = {"model": call.wire_model, "messages": prompt.messages}
+    if prompt.tools:
+        body["tools"] = prompt.tools
+        if call.tool_choice is not None:
+            body["tool_choice"] = call.tool_choice
+    body.update(call.settings)
+    return body
+
+
+def _difference(k: int, call: CallRecord, prompt: "AssembledPrompt", record: TurnRecord) -> str:
+    """What makes call ``k``'s rebuilt body differ from the record's, in words."""
+    label = f"model call {k + 1}"
+    rebuilt_tools = tool_defs.set_key(prompt.tools)[0] if prompt.tools else None
+    if rebuilt_tools != call.tools_key:
+        if call.tools_key and not call.tools:
+            return f"{label}: the tool definitions it offered are no longer stored"
+        return f"{label}: the tool definitions differ from those sent"
+    if k == 0 and record.sent_messages(prompt.messages):
+        return f"{label}: the request differs from the one sent outside its messages and tools"
+    return (f"{label}: the messages differ from those sent (a message it names was changed or deleted since, "
+            "with no version kept to rebuild it from)")
+
+
+def _reply(source: frozen_mod.ReplaySource, record: TurnRecord) -> tuple[Message | None, str | None]:
+    """The turn's stored reply (the assistant message among its responses, in the record's thread)."""
+    found = source.messages(record.response_ids)
+    replies = [found[i] for i in record.response_ids if i in found and found[i].role == "assistant"
+               and found[i].thread_id == record.thread_id]
+    if replies:
+        return replies[-1], None
+    if any(op == "+" for op, _i, _p in record.hidden_parts) and not record.response_ids:
+        return None, None  # the reply was never stored: the record holds all of it
+    return None, "the turn's stored reply (no longer stored): its later model calls cannot be rebuilt exactly"
+
+
+def _with_hidden(stored: list[dict[str, Any]], hidden: Sequence[tuple[str, int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The live reply's parts: the stored ones with those the stored copy lacks (or holds changed) put back."""
+    at = {i: (op, part) for op, i, part in hidden}
+    total = len(stored) + sum(1 for op, _i, _p in hidden if op == "+")
+    out: list[dict[str, Any]] = []
+    j = 0
+    for i in range(total):
+        if i in at:
+            op, part = at[i]
+            out.append(dict(part))
+            j += op == "~"
+        elif j < len(stored):
+            out.append(stored[j])
+            j += 1
+    return out
+
+
+def _until_step(parts: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+    """The reply as model call ``k`` (0-based) saw it: the parts before the step that call began."""
+    starts = [i for i, p in enumerate(parts) if p.get("type") == "step-start"]
+    return parts[:starts[k]] if len(starts) > k else list(parts)
 
 
 def _as_recorded(source: frozen_mod.ReplaySource, as_of: str, record: TurnRecord | None) -> edited.SourceAsOf | None:
@@ -159,4 +328,4 @@ def _options(record: TurnRecord | None, options: Mapping[str, Any] | None, curre
     return current.merged(options) if options else current
 
 
-__all__ = ["REBUILDS", "Rebuild", "rebuild"]
+__all__ = ["NO_CALLS", "REBUILDS", "Rebuild", "rebuild"]

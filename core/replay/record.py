@@ -2,12 +2,19 @@
 
 A record names stored rows rather than copying them (history and recall by message id, working
 memory by version id, observational memory by generation row and how much of its log existed), plus
-what no stored row holds: the options in force, the model, the agent's instructions and the
-observer's hints of the time. Long texts are stored once per thread and named by hash (``texts``
-column), so a typical record stays well under a kilobyte.
+what no stored row holds: the options in force, the agent's instructions and the observer's hints of
+the time, and for every model call of the turn what went with the messages (``CallRecord``: the
+model's name, every setting, the tool choice, the set of tool definitions by hash) and what came back
+about it (the usage the server reported, the finish reason). Long texts are stored once per thread
+and named by hash (``texts`` column); tool definitions once per database (``core.replay.tools``), so
+a typical record stays well under a kilobyte.
 
-``messages_hash`` is the sha256 of the canonical JSON of the exact messages of the turn's first
-model call; a rebuild is exact when its messages hash the same.
+Each call's ``body_hash`` is the sha256 of the canonical JSON of the whole request body the server
+received, ``stream`` / ``stream_options`` left out (the trace's ``model_generation`` span carries the
+same hash as ``requestHash``); a rebuild is exact when every call's body hashes the same. A record
+without calls keeps ``messages_hash`` instead, that of the exact messages of the first call.
+
+Version 1 records (before issue 16) hold no calls: their tools and settings are unknown.
 """
 
 from __future__ import annotations
@@ -21,11 +28,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Mapping, Sequence
 
+from core.errors import MemoryStudioError
 from core.options import MemoryOptions, options_merge
+from core.tokens import REPLY_PRIMER
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+HASH_HEX = 32  # a record keeps 128 bits of each sha256: ample to tell a changed request from the one sent
 TOKEN_SECTIONS = ("system", "working_memory", "observations", "history", "recall", "input", "tools", "total")
-SCORE_DIGITS = 4  # scores are shown, never part of the prompt: four decimals keep records small
+SCORE_DIGITS = 3  # scores are shown (to three decimals), never part of the prompt: keeps records small
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,34 @@ class RecallHitRecord:
     fused: float
     rank: int
     window_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One model call of a turn as the server received it, apart from its messages (which are rebuilt):
+    ``wire_model`` (the body's ``model``), ``settings`` (every other key of the body: sampling settings,
+    ``response_format``...), ``tool_choice``, the tool definitions offered (``tools``, stored once by
+    hash: ``tools_key``), and the hash of the whole body. ``usage`` and ``finish_reason``: what the
+    server reported about its reply."""
+
+    body_hash: str
+    wire_model: str | None
+    settings: dict[str, Any] = field(default_factory=dict)
+    tool_choice: Any = None
+    tools_key: str | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    usage: dict[str, int] | None = None
+    finish_reason: str | None = None
+
+    def body(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The request body with these messages: what the server received when they are the call's."""
+        body: dict[str, Any] = {"model": self.wire_model, "messages": [dict(m) for m in messages]}
+        if self.tools:
+            body["tools"] = [dict(t) for t in self.tools]
+            if self.tool_choice is not None:
+                body["tool_choice"] = self.tool_choice
+        body.update(self.settings)
+        return body
 
 
 @dataclass(frozen=True)
@@ -60,7 +99,7 @@ class TurnRecord:
     om_cursor: str | None  # "<createdAt> <message id>" of the thread's last observed message
     tools: tuple[str, ...]
     tokens: dict[str, int]
-    messages_hash: str
+    messages_hash: str  # of the first call's messages; "" when the record has calls (their body hashes say more)
     input_ids: tuple[str, ...] = ()  # every input message of the turn (the last one is input_message_id)
     instructions: tuple[str, ...] = ()  # the agent's instruction texts (untagged system messages)
     context: tuple[dict[str, Any], ...] = ()  # call-time context messages (never stored elsewhere)
@@ -68,10 +107,21 @@ class TurnRecord:
     om_chunks: int | None = None  # how many chunks of the generation's log existed
     om_hints: dict[str, str] = field(default_factory=dict)  # currentTask / suggestedResponse then
     unresolved: tuple[str, ...] = ()  # texts named by hash that could not be found (an import, a manual delete)
+    endpoint: str | None = None  # the base URL the model was reached at (no credentials, no query)
+    calls: tuple[CallRecord, ...] = ()  # every model call, in order (empty in version-1 records)
+    context_window: int | None = None  # the model's window the prompts were fitted into, when it had one
+    # Parts of the turn's reply that the stored message does not hold (working-memory tool calls,
+    # ``<working_memory>`` tags): ("+", index, part) inserted, ("~", index, part) in place of the stored one.
+    hidden_parts: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    version: int = RECORD_VERSION
 
     def memory_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
         """The options in force at this turn, with ``overrides`` deep-merged over them (a what-if)."""
         return options_with(self.options, overrides)
+
+    def sent_messages(self, messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether these are exactly the messages of the turn's first model call (by hash)."""
+        return bool(self.messages_hash) and messages_hash(messages).startswith(self.messages_hash)
 
 
 def canonical_json(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -81,6 +131,14 @@ def canonical_json(messages: Sequence[Mapping[str, Any]]) -> str:
 def messages_hash(messages: Sequence[Mapping[str, Any]]) -> str:
     """sha256 of the canonical JSON (sorted keys, no spaces, UTF-8) of chat messages."""
     return hashlib.sha256(canonical_json(messages).encode("utf-8")).hexdigest()
+
+
+def request_hash(body: Mapping[str, Any]) -> str:
+    """sha256 (``HASH_HEX`` hex digits) of a request body's canonical JSON, ``stream`` /
+    ``stream_options`` left out."""
+    wanted = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    return hashlib.sha256(json.dumps(wanted, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                     default=str).encode("utf-8")).hexdigest()[:HASH_HEX]
 
 
 def text_key(text: str) -> str:
@@ -142,8 +200,16 @@ def options_with(options: Mapping[str, Any], overrides: Mapping[str, Any] | None
     return _options(_canonical(options), _canonical(overrides) if overrides else None)
 
 
+@functools.lru_cache(maxsize=64)
+def _expanded(delta_json: str) -> str:
+    return json.dumps(options_merge(_defaults(), json.loads(delta_json)))
+
+
 def expand_options(delta: Mapping[str, Any]) -> dict[str, Any]:
-    return options_merge(_defaults(), delta)
+    """A record's options delta over the defaults, memoised: a thread's records share a few deltas, and
+    merging is far dearer than parsing (each record still gets a dict of its own)."""
+    value: dict[str, Any] = json.loads(_expanded(_canonical(delta)))
+    return value
 
 
 def _score(value: float | None) -> float | None:
@@ -173,6 +239,28 @@ def unpack_id(value: str) -> str:
     return value
 
 
+def _call_entry(call: CallRecord, first: CallRecord | None) -> list[Any]:
+    """``[body hash, [prompt, completion tokens] | null, finish reason?, {what differs from call 1}?]``."""
+    usage = [int(call.usage.get("prompt_tokens", 0)), int(call.usage.get("completion_tokens", 0))] \
+        if call.usage else None
+    delta: dict[str, Any] = {}
+    if first is not None:
+        if call.wire_model != first.wire_model:
+            delta["w"] = call.wire_model
+        if call.settings != first.settings:
+            delta["s"] = call.settings
+        if call.tool_choice != first.tool_choice:
+            delta["tc"] = call.tool_choice
+        if call.tools_key != first.tools_key:
+            delta["ts"] = call.tools_key
+    entry: list[Any] = [call.body_hash, usage]
+    if call.finish_reason != "stop" or delta:
+        entry.append(call.finish_reason)  # "stop", the usual end, is left out
+    if delta:
+        entry.append(delta)
+    return entry
+
+
 def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
     """The compact JSON stored in the ``record`` column; ``text_keys`` maps each long text to its key."""
     history_at = {mid: i for i, mid in enumerate(record.history_ids)}
@@ -180,6 +268,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
                             "o": stored_options(record.options)}
     if record.model:
         data["m"] = record.model
+    if record.endpoint:
+        data["e"] = record.endpoint
     if len(record.input_ids) > 1:
         data["in"] = [pack_id(i) for i in record.input_ids]
     data["h"] = [pack_id(i) for i in record.history_ids]
@@ -199,15 +289,45 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
     if record.om_generation is not None:
         data["om"] = [pack_id(record.om_generation), record.om_cursor, record.om_chunks,
                       {k: text_keys[v] for k, v in record.om_hints.items()}]
-    if record.tools:
-        data["t"] = list(record.tools)
-    data["tk"] = [int(record.tokens.get(k, 0)) for k in TOKEN_SECTIONS]
+    if record.tools and not record.calls:
+        data["t"] = list(record.tools)  # version 1 kept only names; the calls' tool sets hold them now
+    # The total is the sections plus the reply primer (``AssembledPrompt.total_tokens``): not stored twice.
+    data["tk"] = [int(record.tokens.get(k, 0)) for k in TOKEN_SECTIONS[:-1]]
     if record.instructions:
         data["i"] = [text_keys[t] for t in record.instructions]
     if record.context:
         data["c"] = list(record.context)
-    data["x"] = record.messages_hash
+    if not record.calls:  # a record with calls has each call's whole body hash instead
+        data["x"] = record.messages_hash[:HASH_HEX]
+    if record.calls:
+        first = record.calls[0]
+        if first.wire_model != _short_model(record.model):
+            data["w"] = first.wire_model
+        settings = dict(first.settings)
+        fmt = settings.pop("response_format", None)
+        if settings:
+            data["s"] = settings
+        if fmt is not None:  # a JSON schema can be long: kept once per thread like the instructions
+            data["rf"] = text_keys[_format_text(fmt)]
+        if first.tool_choice is not None:
+            data["tc"] = first.tool_choice
+        if first.tools_key:
+            data["ts"] = first.tools_key
+        data["k"] = [_call_entry(c, None if i == 0 else first) for i, c in enumerate(record.calls)]
+    if record.context_window is not None:
+        data["cw"] = record.context_window
+    if record.hidden_parts:
+        data["hp"] = [list(p) for p in record.hidden_parts]
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def _short_model(model: str | None) -> str | None:
+    """``provider/name`` → ``name``: what a request body names unless the record says otherwise."""
+    return model.split("/", 1)[1] if model and "/" in model else model
+
+
+def _format_text(fmt: Any) -> str:
+    return json.dumps(fmt, ensure_ascii=False, separators=(",", ":"))
 
 
 def long_texts(record: TurnRecord) -> list[str]:
@@ -216,16 +336,100 @@ def long_texts(record: TurnRecord) -> list[str]:
     if record.wm_text is not None:
         out.append(record.wm_text)
     out.extend(record.om_hints.values())
+    if record.calls and record.calls[0].settings.get("response_format") is not None:
+        out.append(_format_text(record.calls[0].settings["response_format"]))
     return out
 
 
+class DamagedRecordError(MemoryStudioError, ValueError):
+    """A stored turn record that cannot be read; the message says why (not JSON, an unknown version,
+    a field of the wrong type). The turn is then reconstructed, and says so."""
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise DamagedRecordError(f"wrong types: {what}")
+
+
+def _strs(value: Any, what: str) -> list[str]:
+    _need(isinstance(value, list) and all(isinstance(x, str) for x in value), f"{what} must be a list of strings")
+    return list(value)
+
+
+def _number(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _check(data: Any) -> dict[str, Any]:
+    """The decoded JSON of a record, its version and the type of every field checked."""
+    if not isinstance(data, dict):
+        raise DamagedRecordError(f"not a turn record (a JSON {type(data).__name__}, not an object)")
+    version = data.get("v")
+    if version not in READABLE_VERSIONS:
+        raise DamagedRecordError(f"unknown record version {version!r} (this Memory Studio reads "
+                                 f"{', '.join(map(str, READABLE_VERSIONS))}; a newer one may have written it)")
+    _need((isinstance(data.get("x"), str) and bool(data["x"])) or (data["v"] >= 2 and bool(data.get("k"))),
+          "'x' (the messages hash) must be a string")
+    for key in ("r", "h", "in"):
+        if key in data:
+            _strs(data[key], f"'{key}'")
+    _need(isinstance(data.get("o", {}), dict), "'o' (the options) must be an object")
+    for key in ("m", "e", "w", "wt", "rf", "ts"):
+        _need(data.get(key) is None or isinstance(data[key], str), f"'{key}' must be a string")
+    _need(isinstance(data.get("rc", []), list), "'rc' (recall hits) must be a list")
+    for item in data.get("rc", []):
+        _need(isinstance(item, list) and len(item) == 7 and isinstance(item[0], str) and isinstance(item[1], str)
+              and all(_number(x) for x in item[2:5]) and item[4] is not None and isinstance(item[5], list)
+              and all(isinstance(w, (str, int)) and not isinstance(w, bool) for w in item[5])
+              and isinstance(item[6], int), "'rc' entries must be [id, thread, vector, keyword, fused, window, at]")
+    om = data.get("om")
+    _need(om is None or (isinstance(om, list) and len(om) == 4 and isinstance(om[0], str)
+                         and (om[1] is None or isinstance(om[1], str)) and (om[2] is None or isinstance(om[2], int))
+                         and isinstance(om[3], dict) and all(isinstance(v, str) for v in om[3].values())),
+          "'om' must be [generation, cursor, chunks, {hint: text key}]")
+    tk = data.get("tk", [])
+    _need(isinstance(tk, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in tk),
+          "'tk' (tokens) must be a list of integers")
+    for key in ("i", "t"):
+        if key in data:
+            _strs(data[key], f"'{key}'")
+    _need(isinstance(data.get("c", []), list) and all(isinstance(c, dict) for c in data.get("c", [])),
+          "'c' (context) must be a list of objects")
+    _need(isinstance(data.get("s", {}), dict), "'s' (settings) must be an object")
+    calls = data.get("k", [])
+    _need(isinstance(calls, list), "'k' (model calls) must be a list")
+    for entry in calls:
+        _need(isinstance(entry, list) and 2 <= len(entry) <= 4 and isinstance(entry[0], str)
+              and (entry[1] is None or (isinstance(entry[1], list) and len(entry[1]) == 2
+                                        and all(isinstance(x, int) for x in entry[1])))
+              and (len(entry) < 3 or entry[2] is None or isinstance(entry[2], str))
+              and (len(entry) < 4 or isinstance(entry[3], dict)),
+              "'k' entries must be [body hash, [prompt, completion] | null, finish reason?, {changes}?]")
+    _need(data.get("cw") is None or (isinstance(data["cw"], int) and not isinstance(data["cw"], bool)),
+          "'cw' (context window) must be an integer")
+    _need(isinstance(data.get("hp", []), list), "'hp' (hidden reply parts) must be a list")
+    for part in data.get("hp", []):
+        _need(isinstance(part, list) and len(part) == 3 and part[0] in ("+", "~") and isinstance(part[1], int)
+              and isinstance(part[2], dict), "'hp' entries must be [\"+\" | \"~\", index, part]")
+    return data
+
+
+def parse(text: Any) -> Any:
+    """A stored ``record`` column as JSON (``DamagedRecordError`` when it is not)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise DamagedRecordError(f"not JSON ({exc})") from None
+
+
 def decode(
-    row: Mapping[str, Any], texts: Mapping[str, str], parse_time: Any
+    row: Mapping[str, Any], texts: Mapping[str, str], parse_time: Any,
+    tool_sets: Mapping[str, Sequence[Mapping[str, Any]]] | None = None, parsed: Any = None,
 ) -> TurnRecord:
-    """A stored row back into a ``TurnRecord``; ``texts`` resolves keys (missing ones are listed)."""
-    data = json.loads(row["record"])
-    if not isinstance(data, dict) or data.get("v") != RECORD_VERSION or not data.get("x"):
-        raise ValueError(f"not a version-{RECORD_VERSION} turn record")
+    """A stored row back into a ``TurnRecord``; ``texts`` resolves keys and ``tool_sets`` the calls'
+    tool definitions (missing ones are listed in ``unresolved``); ``parsed``: the ``record`` column
+    already parsed. A record that cannot be read raises ``DamagedRecordError`` saying why."""
+    data = _check(parse(row["record"]) if parsed is None else parsed)
     missing: list[str] = []
 
     def text(key: str) -> str:
@@ -240,6 +444,8 @@ def decode(
     for rank, item in enumerate(data.get("rc", ()), start=1):
         packed, tid, vec, kw, fused, window, at = item
         mid = unpack_id(str(packed))
+        _need(all(not isinstance(w, int) or 0 <= w < len(history) for w in window),
+              "a recall window names a history place the record does not have")
         ids = [history[w] if isinstance(w, int) else unpack_id(str(w)) for w in window]
         if isinstance(at, int) and at >= 0:
             ids.insert(at, mid)
@@ -247,7 +453,13 @@ def decode(
                                       tuple(ids)))
     om = data.get("om")
     tokens = dict(zip(TOKEN_SECTIONS, (int(x) for x in data.get("tk", ()))))
+    if tokens and "total" not in tokens:
+        tokens["total"] = sum(tokens.values()) + REPLY_PRIMER
     inputs = tuple(unpack_id(str(x)) for x in data.get("in", ())) or (str(row["input_message_id"]),)
+    model, endpoint = data.get("m"), data.get("e")
+    if data["v"] == 1 and model and "@" in model and endpoint is None:
+        model, endpoint = model.split("@", 1)  # version 1 kept "provider/model@base URL" in one string
+    calls = _calls(data, model, text, tool_sets or {}, missing)
     record = TurnRecord(
         input_message_id=str(row["input_message_id"]),
         thread_id=str(row["thread_id"]),
@@ -255,13 +467,14 @@ def decode(
         response_ids=tuple(unpack_id(str(x)) for x in data.get("r", ())),
         created_at=parse_time(row["createdAt"]),
         options=expand_options(data.get("o") or {}),
-        model=data.get("m"),
+        model=model,
         history_ids=history,
         recall=tuple(recall),
         wm_version_id=int(row["wm_version_id"]) if row.get("wm_version_id") is not None else None,
         om_generation=unpack_id(str(om[0])) if om else None,
         om_cursor=om[1] if om else None,
-        tools=tuple(str(x) for x in data.get("t", ())),
+        tools=tuple(str(x) for x in data.get("t", ())) or tuple(
+            str((t.get("function") or {}).get("name", "?")) for t in (calls[0].tools if calls else ())),
         tokens=tokens,
         messages_hash=str(data.get("x", "")),
         input_ids=inputs,
@@ -270,10 +483,51 @@ def decode(
         wm_text=text(data["wt"]) if "wt" in data else None,
         om_chunks=om[2] if om else None,
         om_hints={k: text(v) for k, v in (om[3] if om else {}).items()},
+        endpoint=endpoint,
+        calls=calls,
+        context_window=data.get("cw"),
+        hidden_parts=tuple((str(op), int(i), dict(p)) for op, i, p in data.get("hp", ())),
+        version=int(data["v"]),
     )
     if missing:
         record = _with_unresolved(record, tuple(missing))
     return record
+
+
+def _calls(data: Mapping[str, Any], model: str | None, text: Any,
+           tool_sets: Mapping[str, Sequence[Mapping[str, Any]]], missing: list[str]) -> tuple[CallRecord, ...]:
+    entries = data.get("k") or []
+    if not entries:
+        return ()
+    settings = dict(data.get("s") or {})
+    if "rf" in data:
+        fmt_text = text(data["rf"])
+        try:
+            settings["response_format"] = json.loads(fmt_text) if fmt_text else None
+        except ValueError:
+            raise DamagedRecordError("the response format it names is not JSON") from None
+    first = CallRecord("", data.get("w", _short_model(model)), settings, data.get("tc"), data.get("ts"))
+
+    def tools(key: str | None) -> tuple[dict[str, Any], ...]:
+        if not key:
+            return ()
+        found = tool_sets.get(key)
+        if found is None:
+            missing.append(f"tools:{key}")
+            return ()
+        return tuple(dict(t) for t in found)
+
+    out: list[CallRecord] = []
+    for entry in entries:
+        delta = entry[3] if len(entry) > 3 else {}
+        _need(isinstance(delta.get("s", {}), dict), "a call's settings must be an object")
+        key = delta.get("ts", first.tools_key)
+        usage = {"prompt_tokens": entry[1][0], "completion_tokens": entry[1][1],
+                 "total_tokens": entry[1][0] + entry[1][1]} if entry[1] else None
+        finish = entry[2] if len(entry) > 2 else "stop"
+        out.append(CallRecord(str(entry[0]), delta.get("w", first.wire_model), dict(delta.get("s", first.settings)),
+                              delta.get("tc", first.tool_choice), key, tools(key), usage, finish))
+    return tuple(out)
 
 
 def _with_unresolved(record: TurnRecord, missing: tuple[str, ...]) -> TurnRecord:
@@ -283,31 +537,89 @@ def _with_unresolved(record: TurnRecord, missing: tuple[str, ...]) -> TurnRecord
 
 
 Kind = Literal["recorded", "reconstructed"]
+RecordState = Literal["present", "missing", "damaged", "no-table"]
+
+
+@dataclass(frozen=True)
+class CallReplay:
+    """One model call of a rebuilt turn: its prompt, the request body the server received (rebuilt:
+    ``request``), whether that body hashes as the record's (``matches``; None when nothing was
+    recorded to compare), what differs, and what the server reported about the reply."""
+
+    index: int
+    prompt: Any  # AssembledPrompt (the call's messages and fragments)
+    request: dict[str, Any]
+    matches: bool | None
+    usage: dict[str, int] | None = None
+    finish_reason: str | None = None
+    differences: tuple[str, ...] = ()
+    record: CallRecord | None = None
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Our o200k_base count of the call's prompt (messages and tool definitions)."""
+        return int(self.prompt.total_tokens)
 
 
 @dataclass(frozen=True)
 class ReplayInfo:
-    """How a rebuilt prompt came about. ``matches``: its messages hash as the record's (None
-    without a record). ``unknowns``: what a reconstruction could not know."""
+    """How a rebuilt prompt came about.
+
+    ``matches``: every model call's rebuilt request body hashes as the record's (for a version-1
+    record, which kept no bodies: its messages do); None without a record. ``unknowns``: what could
+    not be known. ``calls``: every model call of the turn, in order (``CallReplay``). ``record_state``:
+    ``present``, ``missing`` (never written, or a database without records), ``damaged``
+    (``record_error`` says why: not JSON, an unknown version, wrong types, another thread) or
+    ``no-table``. ``differences``: what differs from the record, by call.
+    """
 
     kind: Kind
     matches: bool | None
     record: TurnRecord | None
     unknowns: tuple[str, ...] = ()
     what_if: bool = False
+    calls: tuple[CallReplay, ...] = ()
+    record_state: RecordState = "present"
+    record_error: str | None = None
+    differences: tuple[str, ...] = ()
     # Stored messages the rebuild took from their version history (``core.replay.edited``): message id
     # -> "edited since" / "deleted since". The rebuilt prompt shows what the model saw then.
     changed_since: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def exact(self) -> bool:
+        """"Recorded (exact)": rebuilt from a full record, every call's whole body matching its hash, and
+        nothing the record names left unknown."""
+        return (self.kind == "recorded" and self.matches is True and not self.what_if and not self.unknowns
+                and self.record is not None and bool(self.record.calls))
+
+    @property
+    def status(self) -> str:
+        """How the Studio names it: ``recorded (exact)``, ``recorded, differs``, ``recorded (messages
+        only)`` (a record from before calls were kept), ``reconstructed``, ``reconstructed (damaged
+        record)``, or ``what-if over the record`` / ``what-if over a reconstruction``."""
+        if self.what_if:
+            return "what-if over the record" if self.kind == "recorded" else "what-if over a reconstruction"
+        if self.kind == "recorded":
+            if self.record is not None and not self.record.calls:
+                return "recorded (messages only)" if self.matches else "recorded, differs"
+            return "recorded (exact)" if self.exact else "recorded, differs"
+        return "reconstructed (damaged record)" if self.record_state == "damaged" else "reconstructed"
+
 
 __all__ = [
+    "CallRecord",
+    "CallReplay",
+    "DamagedRecordError",
     "RecallHitRecord",
     "ReplayInfo",
     "TOKEN_SECTIONS",
+    "request_hash",
     "TurnRecord",
     "canonical_json",
     "decode",
     "encode",
+    "parse",
     "expand_options",
     "long_texts",
     "messages_hash",

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 
 from core.storage import catalog
 
-from core.replay.record import TurnRecord, decode, encode, long_texts, text_key
+from core.replay import tools as tool_defs
+from core.replay.record import DamagedRecordError, TurnRecord, decode, encode, long_texts, parse, text_key
 from core.storage import schema as t
 from core.timeutil import parse_iso, to_iso
 
@@ -105,41 +106,76 @@ def _texts(conn: sa.Connection, thread_ids: Iterable[str]) -> dict[str, str]:
 
 
 _COLUMNS = 'input_message_id, thread_id, resource_id, wm_version_id, record, "createdAt"'
+_FIELDS = ("input_message_id", "thread_id", "resource_id", "wm_version_id", "record", "createdAt")
 
 
-def _decode_rows(conn: sa.Connection, rows: Sequence[Any]) -> list[TurnRecord]:
+def set_keys(data: Any) -> set[str]:
+    """The tool-set keys a parsed record names."""
+    if not isinstance(data, dict):
+        return set()
+    keys = {data.get("ts")}
+    for entry in data.get("k") or ():
+        if isinstance(entry, list) and len(entry) > 3 and isinstance(entry[3], dict):
+            keys.add(entry[3].get("ts"))
+    return {k for k in keys if isinstance(k, str)}
+
+
+def _decode_rows(conn: sa.Connection, rows: Sequence[Any]) -> tuple[list[TurnRecord], dict[str, str]]:
+    """The readable records, and why each unreadable one is damaged (by input message id)."""
     texts = _texts(conn, (r[1] for r in rows))
-    out: list[TurnRecord] = []
+    parsed: list[Any] = []
     for r in rows:
-        row: Mapping[str, Any] = dict(zip(("input_message_id", "thread_id", "resource_id", "wm_version_id",
-                                           "record", "createdAt"), r))
         try:
-            out.append(decode(row, texts, parse_iso))
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            # A damaged row means that turn is reconstructed instead; the others stay exact.
-            log.warning("turn record %s is unreadable (%s); that turn will be reconstructed", r[0], exc)
-    return out
+            parsed.append(parse(r[4]))
+        except DamagedRecordError as exc:
+            parsed.append(exc)
+    sets = tool_defs.read_sets(conn, {k for p in parsed for k in set_keys(p)})
+    out: list[TurnRecord] = []
+    damaged: dict[str, str] = {}
+    for r, data in zip(rows, parsed):
+        row: Mapping[str, Any] = dict(zip(_FIELDS, r))
+        try:
+            if isinstance(data, DamagedRecordError):
+                raise data
+            out.append(decode(row, texts, parse_iso, sets, parsed=data))
+        except (DamagedRecordError, ValueError, TypeError, KeyError, IndexError) as exc:
+            # A damaged row means that turn is reconstructed instead, saying why; the others stay exact.
+            reason = str(exc) if isinstance(exc, DamagedRecordError) else f"wrong types ({type(exc).__name__}: {exc})"
+            damaged[str(r[0])] = reason
+            log.warning("turn record %s is unreadable (%s); that turn will be reconstructed", r[0], reason)
+    return out, damaged
 
 
 def read(store: "Store", input_message_id: str) -> TurnRecord | None:
     """The record of the turn whose (last) input is this message, or None."""
+    return read_state(store, input_message_id)[0]
+
+
+def read_state(store: "Store", input_message_id: str) -> tuple[TurnRecord | None, str | None]:
+    """(record, None), (None, why it is damaged), or (None, None) when the turn has no record."""
     if not has_table(store):
-        return None
+        return None, None
     with store.db.read() as conn:
         rows = conn.exec_driver_sql(f"SELECT {_COLUMNS} FROM {TABLE} WHERE input_message_id = ?",
                                     (input_message_id,)).all()
-        found = _decode_rows(conn, rows)
-    return found[0] if found else None
+        found, damaged = _decode_rows(conn, rows)
+    return (found[0] if found else None), damaged.get(input_message_id)
 
 
 def for_thread(store: "Store", thread_id: str) -> dict[str, TurnRecord]:
     """Every readable record of a thread, by input message id."""
+    return thread_state(store, thread_id)[0]
+
+
+def thread_state(store: "Store", thread_id: str) -> tuple[dict[str, TurnRecord], dict[str, str]]:
+    """Every readable record of a thread by input message id, and why each damaged one is unreadable."""
     if not has_table(store):
-        return {}
+        return {}, {}
     with store.db.read() as conn:
         rows = conn.exec_driver_sql(
             f'SELECT {_COLUMNS} FROM {TABLE} WHERE thread_id = ? ORDER BY "createdAt"', (thread_id,)).all()
-        return {r.input_message_id: r for r in _decode_rows(conn, rows)}
+        found, damaged = _decode_rows(conn, rows)
+    return {r.input_message_id: r for r in found}, damaged
 
 
 def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str], store: "Store | None" = None) -> None:
@@ -151,4 +187,4 @@ def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str], store: "S
                              tuple(thread_ids))
 
 
-__all__ = ["TABLE", "delete_for_threads", "for_thread", "has_table", "read", "write"]
+__all__ = ["TABLE", "delete_for_threads", "for_thread", "has_table", "read", "read_state", "thread_state", "write"]

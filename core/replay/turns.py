@@ -26,16 +26,17 @@ class Turn:
     input_text: str
     response_ids: tuple[str, ...]
     record: TurnRecord | None
+    record_error: str | None = None  # why its record could not be read (a damaged one), when it has one
 
 
 def list_turns(store: "Store", thread_id: str, source: "ReplaySource | None" = None) -> list[Turn]:
     """Every user-input turn of the thread, oldest first (``source``: a cache that preloaded the thread)."""
     if source is not None:
         messages = [m for m in source.thread_messages if m.role != "system"]
-        recorded = source.records
+        recorded, damaged = source.records, source.damaged
     else:
         messages = store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=True))
-        recorded = records.for_thread(store, thread_id)
+        recorded, damaged = records.thread_state(store, thread_id)
     # The earlier inputs of a turn that sent several belong to that turn, not to turns of their own.
     folded = {i for r in recorded.values() for i in r.input_ids[:-1]}
     turns: list[Turn] = []
@@ -52,7 +53,7 @@ def list_turns(store: "Store", thread_id: str, source: "ReplaySource | None" = N
                     break
                 after.append(later.id)
             responses = tuple(after)
-        turns.append(Turn(msg.id, thread_id, msg.created_at, msg.text, responses, record))
+        turns.append(Turn(msg.id, thread_id, msg.created_at, msg.text, responses, record, damaged.get(msg.id)))
     return turns
 
 

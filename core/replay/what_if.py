@@ -13,7 +13,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class WhatIfRow:
-    """One turn: tokens of the prompt it had and of its what-if, and the fragments that differ."""
+    """One turn: tokens of the prompt it had and of its what-if (both rebuilt the same way, tool
+    definitions included on both sides), and the fragments that differ."""
 
     input_message_id: str
     tokens_real: int
@@ -48,7 +49,7 @@ def what_if(
         changes = prompt_diff(real, alt)
         yield WhatIfRow(
             turn.input_message_id,
-            turn.record.tokens.get("total", real.total_tokens) if turn.record is not None else real.total_tokens,
+            real.total_tokens,  # like with like: the real prompt rebuilt as the what-if is (tools included)
             alt.total_tokens,
             sum(c.kind == "entered" for c in changes),
             sum(c.kind == "left" for c in changes),

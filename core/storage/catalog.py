@@ -40,11 +40,6 @@ def table_names(conn: sa.Connection, prefix: str) -> list[str]:
     return [n for n in all_tables(conn) if n == prefix or n.startswith(prefix + "_")]
 
 
-def table_names_starting(conn: sa.Connection, prefix: str) -> list[str]:
-    """Tables whose name starts with ``prefix``, sorted."""
-    return [n for n in all_tables(conn) if n.startswith(prefix)]
-
-
 def has_user_tables(conn: sa.Connection) -> bool:
     """Whether the database holds any table of its user (an empty file, or an empty schema, has none)."""
     return bool(sa.inspect(conn).get_table_names())
@@ -71,4 +66,4 @@ def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]
             for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted})")]
 
 
-__all__ = ["all_tables", "has_table", "has_user_tables", "table_columns", "table_names", "table_names_starting"]
+__all__ = ["all_tables", "has_table", "has_user_tables", "table_columns", "table_names"]

@@ -58,6 +58,12 @@ MIGRATIONS: list[Migration] = [
         schema.TURNS_DDL,
         postgres=schema.TURNS_DDL,  # plain TEXT columns and a partial index: the same on both
     ),
+    Migration(
+        "0007_tool_definitions",
+        "Tool definitions and the sets a model call offered, stored once by content hash (issue 16)",
+        schema.TOOL_DEFS_DDL,
+        postgres=schema.TOOL_DEFS_DDL,  # plain TEXT columns: the same on both
+    ),
 ]
 
 

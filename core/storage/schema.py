@@ -202,3 +202,14 @@ TURNS_DDL = [
     # The few rows that introduced texts, found without reading the thread's other records.
     "CREATE INDEX IF NOT EXISTS idx_turns_thread_texts ON memory_studio_turns (thread_id) WHERE texts IS NOT NULL",
 ]
+
+# Tool definitions offered to models, once each by content hash, and the list one call offered by the
+# hash of its members (core/replay/tools.py). Rows are only ever added; a key is its content.
+TOOL_DEFS_TABLE = "memory_studio_tool_defs"
+TOOL_SETS_TABLE = "memory_studio_tool_sets"
+TOOL_DEFS_DDL = [
+    f'CREATE TABLE IF NOT EXISTS {TOOL_DEFS_TABLE} (hash TEXT NOT NULL PRIMARY KEY, definition TEXT NOT NULL, '
+    '"createdAt" TEXT NOT NULL)',
+    f'CREATE TABLE IF NOT EXISTS {TOOL_SETS_TABLE} (hash TEXT NOT NULL PRIMARY KEY, members TEXT NOT NULL, '
+    '"createdAt" TEXT NOT NULL)',
+]

@@ -27,7 +27,11 @@ def add_parsers(sub: Any, db_arg: Callable[[argparse.ArgumentParser], None]) -> 
     p.add_argument("-o", "--output", help="file to write (default: standard output)")
     p.add_argument("--no-versions", action="store_true", help="leave out the working-memory history")
     p.add_argument("--no-observations", action="store_true", help="leave out observational memory")
-    p.add_argument("--no-turns", action="store_true", help="leave out the turn records")
+    p.add_argument("--no-turns", action="store_true", help="leave out the turn records (and the tool definitions they name)")
+    p.add_argument("--no-agents", action="store_true",
+                   help="leave out the agents' registered configurations and the Studio's overrides")
+    p.add_argument("--with-traces", action="store_true",
+                   help="include every span of the threads' runs (the trace store beside the database)")
 
     p = sub.add_parser("import", help="import a JSON export (ids kept; importing twice changes nothing)")
     db_arg(p)
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     options = ExportOptions(working_memory_versions=not args.no_versions, observations=not args.no_observations,
-                            turns=not args.no_turns)
+                            turns=not args.no_turns, agents=not args.no_agents, traces=args.with_traces)
     # Read-only and never created: exporting a Mastra database leaves it exactly as it was.
     with open_store(args.db, read_only=True, create=False) as store:
         data = export_data(store, thread_id=args.thread, resource_id=args.resource, options=options)
@@ -59,8 +63,10 @@ def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def describe_counts(counts: dict[str, int]) -> str:
     names = (("threads", "thread"), ("messages", "message"), ("workingMemoryVersions", "working-memory version"),
-             ("observations", "observation row"), ("turns", "turn record"))
-    return ", ".join(f"{counts.get(k, 0)} {label}{'' if counts.get(k, 0) == 1 else 's'}" for k, label in names)
+             ("observations", "observation row"), ("turns", "turn record"), ("toolDefinitions", "tool definition"),
+             ("agents", "agent configuration"), ("configs", "override"), ("traces", "span"))
+    return ", ".join(f"{counts.get(k, 0)} {label}{'' if counts.get(k, 0) == 1 else 's'}" for k, label in names
+                     if k in counts)
 
 
 def _import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

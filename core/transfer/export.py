@@ -22,6 +22,7 @@ from core.storage.memory_store import NotFoundError, load_json
 from core.timeutil import Clock, iso_now
 from core.transfer import rows as R
 from core.transfer.format import FORMAT, VERSION
+from core.transfer.replay_sections import export_sections, section_counts
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,9 @@ class ExportOptions:
 
     working_memory_versions: bool = True  # the history of working-memory values
     observations: bool = True  # observational-memory generations
-    turns: bool = True  # per-turn records, when the database keeps them
+    turns: bool = True  # per-turn records, when the database keeps them, with the tool definitions they name
+    agents: bool = True  # the agents' registered configurations and the Studio's overrides of their memories
+    traces: bool = False  # every span of the threads' runs (``--with-traces``)
 
 
 def tool_version() -> str:
@@ -82,7 +85,7 @@ def export_data(
             raise NotFoundError(f"Resource {resource_id!r} not found in {where} (no threads, no working memory). "
                                 "List the threads and their resources with 'memory-studio threads'.")
         thread_ids = [t["id"] for t in threads]
-        turn_table = R.turn_table(conn) if opts.turns else None
+        messages = _messages(conn, thread_ids)
         data: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
@@ -94,17 +97,19 @@ def export_data(
             },
             "scope": scope,
             "includes": {"workingMemoryVersions": opts.working_memory_versions,
-                         "observations": opts.observations, "turns": opts.turns},
+                         "observations": opts.observations, "turns": opts.turns,
+                         "toolDefinitions": opts.turns, "agents": opts.agents, "traces": opts.traces},
             "resources": resources,
             "threads": threads,
-            "messages": _messages(conn, thread_ids),
+            "messages": messages,
             "workingMemory": _working_memory(conn, resources, threads, opts.working_memory_versions),
             "observations": _observations(conn, owner, thread_ids) if opts.observations else [],
-            "turnsTable": turn_table,
-            "turns": _turns(conn, turn_table, thread_ids) if turn_table else [],
+            **export_sections(conn, store, thread_ids=thread_ids, threads=threads, messages=messages,
+                              resource_id=owner, turns=opts.turns, agents=opts.agents, traces=opts.traces),
         }
     data["counts"] = {k: len(data[k]) for k in ("resources", "threads", "messages", "observations", "turns")}
     data["counts"]["workingMemoryVersions"] = sum(len(e["versions"]) for e in data["workingMemory"])
+    data["counts"].update(section_counts(data))
     log.info("exported %s %s: %s", scope["kind"], scope["id"], data["counts"])
     return data
 
@@ -175,13 +180,3 @@ def _observations(conn: sa.Connection, resource_id: str, thread_ids: list[str]) 
         where += f' OR "threadId" IN {clause}'
     return R.select_rows(conn, OM_TABLE, where, [resource_id, *(params if thread_ids else [])],
                          order='"lookupKey", "generationCount", "createdAt", id')
-
-
-def _turns(conn: sa.Connection, table: str, thread_ids: list[str]) -> list[dict[str, Any]]:
-    column = R.thread_column(conn, table)
-    if column is None or not thread_ids:
-        if column is None:
-            log.warning("turn-record table %s has no thread column; its rows are not exported", table)
-        return []
-    clause, params = R.in_clause(thread_ids)
-    return R.select_rows(conn, table, f"{R.quote(column)} IN {clause}", params)

@@ -11,10 +11,14 @@ Version 1 (``{"format": "memory-studio-export", "version": 1, ...}``):
 - ``workingMemory``: one entry per owner, ``{scope, ownerId, value, versions: [rows of
   memory_studio_wm_versions]}``. ``value`` repeats the current value for readers; import takes the
   current value from the resource row or the thread's metadata, where it is stored.
-- ``observations``: rows of ``mastra_observational_memory``; ``turns``: rows of the turn-record
-  table (empty when the database has none). ``turnsTable`` says which table that was, for readers;
-  import never takes a table from a file (``core.transfer.sections`` decides what each list writes)
-  and refuses a file that names any other.
+- ``observations``: rows of ``mastra_observational_memory``.
+- The replay sections (``core.transfer.replay_sections``): ``turns`` (rows of ``memory_studio_turns``),
+  ``toolDefinitions`` (``{hash, definition}``) and ``toolSets`` (``{hash, members}``) the records name,
+  ``agents`` (rows of ``memory_studio_agents``) and ``configs`` (rows of ``memory_studio_configs``), and
+  with ``--with-traces`` ``traces`` (spans, ``SpanRecord.to_json_dict``). Files written before they
+  existed simply lack them; the import summary says what that leaves out. ``turnsTable`` names the
+  turn table for readers; import never takes a table from a file (``core.transfer.sections`` decides
+  what each list writes) and refuses a file whose ``turnsTable`` names any other.
 
 Every row is checked before anything is written (``sections.check_file``): the API's rules for ids,
 text and roles, format-2 content, and rows tied to the file's own threads and resources.
@@ -34,7 +38,8 @@ from core.transfer.errors import ExportFormatError, TransferError
 
 FORMAT = "memory-studio-export"
 VERSION = 1
-LIST_KEYS = ("resources", "threads", "messages", "workingMemory", "observations", "turns")
+LIST_KEYS = ("resources", "threads", "messages", "workingMemory", "observations", "turns", "toolDefinitions",
+             "toolSets", "agents", "configs", "traces")
 
 
 def dumps(data: Mapping[str, Any]) -> str:

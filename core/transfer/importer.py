@@ -16,6 +16,8 @@ Working-memory versions have database-wide integer ids, so they are matched by c
 version keeps its id when that id is free in the target, and turn records that point at a version
 follow it when it gets a new one. Tables only Memory Studio has (versions, turn records) may be
 missing from a target Mastra wrote: their rows are then skipped with a note saying how to keep them.
+The tool definitions turn records name, agent configurations and traces are written by
+``core.transfer.replay_sections`` into the tables of the sections it registered.
 
 The whole import is one write transaction: if anything fails, nothing is written.
 """
@@ -37,6 +39,7 @@ from core.transfer import rows as R
 from core.transfer import sections as S
 from core.transfer.errors import TransferError
 from core.transfer.format import validate
+from core.transfer.replay_sections import import_sections, import_traces
 from core.transfer.report import Conflict, ImportReport
 
 log = logging.getLogger(__name__)
@@ -59,7 +62,10 @@ def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = F
     """What ``import_data`` would do, without writing (works on a read-only database)."""
     validate(data, max_message_bytes=max_message_bytes)
     with store.db.read() as conn:
-        return _Importer(conn, data, overwrite, store.location.display, dry_run=True).run()
+        importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True)
+        report = importer.run()
+    import_traces(store, data, report, importer.blocked)
+    return report
 
 
 def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
@@ -72,13 +78,15 @@ def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = Fals
         with store.db.write() as conn:
             # Postgres runs writers side by side: hold what an agent's read-modify-write would hold.
             store.db.lock(conn, *_lock_keys(data))
-            report = _Importer(conn, data, overwrite, store.location.display, dry_run=False).run()
+            importer = _Importer(conn, data, overwrite, store.location.display, dry_run=False)
+            report = importer.run()
     except (sa.exc.DBAPIError, ValueError) as exc:
         if isinstance(exc, TransferError):
             raise
         raise TransferError(
             f"Import into {store.location.display} failed and nothing was written: {_db_message(exc)}"
         ) from exc
+    import_traces(store, data, report, importer.blocked)  # spans live beside the database, written after it
     log.info("import into %s: %s", store.location.display, report.summary())
     return report
 
@@ -119,14 +127,15 @@ class _Importer:
         self._versions(self.data.get("workingMemory", []))
         self._observations(self.data.get("observations", []))
         self._turns(self.data.get("turns", []))
+        import_sections(self)  # tool definitions, agent configurations (tables chosen there, never by the file)
         return self.report
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _wrote(self, kind: str, n: int = 1) -> None:
-        self.report.written[kind] += n
+        self.report.written[kind] = self.report.written.get(kind, 0) + n
 
     def _same(self, kind: str, n: int = 1) -> None:
-        self.report.unchanged[kind] += n
+        self.report.unchanged[kind] = self.report.unchanged.get(kind, 0) + n
 
     def _conflict(self, kind: str, row_id: str, reason: str, *, may_overwrite: bool = True) -> bool:
         """Record a conflict; True when the caller should replace the row."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ["resources", "threads", "messages", "workingMemoryVersions", "observations", "turns"]
+#: Counted even when nothing of them was written; kinds registered later appear once a row of them is.
+CORE_KINDS = tuple(KINDS)
 _LABELS = {"resources": "resource", "threads": "thread", "messages": "message",
            "workingMemoryVersions": "working-memory version", "observations": "observation row",
            "turns": "turn record"}
@@ -35,11 +37,12 @@ class Conflict:
 class ImportReport:
     target: str
     dry_run: bool = False
-    written: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    unchanged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    written: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CORE_KINDS, 0))
+    unchanged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CORE_KINDS, 0))
     conflicts: list[Conflict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     message_ids: list[str] = field(default_factory=list)  # messages inserted or replaced
+    left_out: list[str] = field(default_factory=list)  # what the file does not carry that a replay here would use
 
     @property
     def changed(self) -> bool:
@@ -66,10 +69,12 @@ class ImportReport:
         if replaced:
             line += (f"; {replaced} row{'s' if replaced != 1 else ''} that differed "
                      f"{'would be ' if self.dry_run else ''}replaced")
+        if self.left_out:
+            line += "; left out: " + "; ".join(self.left_out)
         return line
 
     def details(self) -> list[str]:
-        return [*(str(c) for c in self.conflicts), *self.notes]
+        return [*(str(c) for c in self.conflicts), *self.notes, *(f"left out: {x}" for x in self.left_out)]
 
 
 def _label(kind: str, n: int) -> str:

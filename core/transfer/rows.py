@@ -21,8 +21,6 @@ from core.storage import catalog
 from core.storage.capabilities import capabilities_of
 
 BLOB_KEY = "$base64"
-TURN_TABLES = ("memory_studio_turns",)  # the turn-record table (issue 10)
-THREAD_COLUMNS = ("thread_id", "threadId")
 _CACHE_KEY = "memory-studio:transfer-columns"
 
 
@@ -159,17 +157,3 @@ def same_value_sql(conn: sa.Connection, column: str) -> str:
     compiled for this engine: ``IS`` on SQLite, ``IS NOT DISTINCT FROM`` on Postgres)."""
     same = sa.literal_column(quote(column)).is_not_distinct_from(sa.literal_column("?"))
     return str(same.compile(dialect=conn.dialect))
-
-
-def turn_table(conn: sa.Connection) -> str | None:
-    """The turn-record table of this database, if it has one (``memory_studio_turns``; no other
-    table is taken for it, so import never writes a table found by a name pattern)."""
-    for name in TURN_TABLES:
-        if catalog.has_table(conn, name):
-            return name
-    return None
-
-
-def thread_column(conn: sa.Connection, table: str) -> str | None:
-    names = {c[0] for c in columns(conn, table)}
-    return next((c for c in THREAD_COLUMNS if c in names), None)

@@ -32,4 +32,14 @@ def sources_note(changed: Mapping[str, str], stored_ids: Iterable[str]) -> str:
     return f"Shown as the model saw it at this turn; changed since: {listed}."
 
 
-__all__ = ["changed_since", "fragment_mark", "sources_note"]
+def edited_note(changed: Mapping[str, str]) -> str:
+    """For a turn's caption: how many of the stored messages it used changed since ("1 edited since"),
+    and that the turn still shows them as the model received them ("" when none did)."""
+    if not changed:
+        return ""
+    kinds = sorted(set(changed.values()))
+    n = len(changed)
+    return f"{n} {' or '.join(kinds)}, shown as sent"
+
+
+__all__ = ["changed_since", "edited_note", "fragment_mark", "sources_note"]

@@ -147,6 +147,9 @@ class PreviewRequest:
     text: str = ""  # the new user message (ignored for a stored turn)
     instructions: str = ""
     message_id: str | None = None  # set: re-assemble the stored turn this message belongs to
+    # A stored turn with the agent's own options and instructions: rebuild exactly what was sent (its
+    # record) rather than a what-if with the inspector's options.
+    as_recorded: bool = False
 
 
 @dataclass
@@ -157,6 +160,7 @@ class Preview:
     notes: list[str] = field(default_factory=list)
     model: str | None = None  # the model the thread's replies record (whose context window this is)
     model_note: str = ""
+    requests: list[Any] = field(default_factory=list)  # studio.logic.request_layout.RequestView, per model call
 
 
 MemoryFactory = Callable[[MemoryOptions, str, Any], Memory]

@@ -26,6 +26,7 @@ REASON_LABELS: dict[str, str] = {
     "outside-history-window": "outside the history window",
     "below-recall-threshold": "below the recall threshold",
     "outside-recall-top-k": "outside recall top-k",
+    "recalled-for-input": "recalled for this turn's input",
     "observed": "observed by observational memory",
     "token-budget": "trimmed by the token budget",
     "working-memory-changed": "working memory changed",
@@ -41,7 +42,7 @@ CHANGE_MARKS: dict[str, str] = {"entered": "+ entered", "left": "− left", "cha
 CHANGE_TINTS: dict[str, tuple[int, int, int, int]] = {
     "entered": (46, 160, 67, 70), "left": (218, 54, 51, 70), "changed": (191, 135, 0, 70),
 }
-TOKEN_SECTIONS: tuple[tuple[str, str], ...] = (
+TOKEN_SECTIONS: tuple[tuple[str, str], ...] = (  # o200k_base counts, as the record and the rebuild count them
     ("system", "System and instructions"), ("working_memory", "Working memory"),
     ("observations", "Observations"), ("history", "History"), ("recall", "Recall"),
     ("input", "Input"), ("tools", "Tool definitions"),
@@ -62,6 +63,21 @@ def step_label(index: int, turns: Sequence[Turn]) -> str:
         return "No turns"
     turn = turns[clamp_step(index, len(turns))]
     return f"Turn {index + 1} of {len(turns)} · {format_datetime(turn.created_at)}"
+
+
+def call_labels(calls: Sequence[AssembledPrompt]) -> list[str]:
+    """One label per model call of a turn: "1 of 3 · the first call", "2 of 3 · after get_weather"."""
+    out = []
+    for k, prompt in enumerate(calls):
+        what = "the first call"
+        if k:
+            # The tool calls this call answers: those its messages hold that the call before did not.
+            before = {c.get("id") for m in calls[k - 1].messages for c in m.get("tool_calls") or ()}
+            names = [str((c.get("function") or {}).get("name")) for m in prompt.messages
+                     for c in m.get("tool_calls") or () if c.get("id") not in before]
+            what = f"after {', '.join(names)}" if names else "after a tool result"
+        out.append(f"{k + 1} of {len(calls)} · {what}")
+    return out
 
 
 def turn_index_for(turns: Sequence[Turn], message_id: str | None, created_at: Any = None) -> int:
@@ -186,30 +202,68 @@ class Comparison:
     text: str
 
 
+def _calls(prompt: AssembledPrompt) -> list[AssembledPrompt]:
+    info = prompt.replay
+    return [c.prompt for c in info.calls] if info is not None and info.calls else [prompt]
+
+
+def same_calls(a: AssembledPrompt, b: AssembledPrompt) -> bool:
+    """Whether two rebuilds of a turn send the same messages and tools in every model call."""
+    first, second = _calls(a), _calls(b)
+    return len(first) == len(second) and all(x.messages == y.messages and x.tools == y.tools
+                                             for x, y in zip(first, second))
+
+
 def compare(received: AssembledPrompt, now: AssembledPrompt,
             now_changes: Sequence[FragmentChange] = ()) -> Comparison:
+    """The banner over a replayed turn: how the prompt "as received" came about (exact from its record,
+    differing from it, reconstructed, or from a damaged record) and whether the engine rebuilds it the
+    same way now. "Identical to what the model received" is said only of an exact record."""
     info = received.replay
-    same = received.messages == now.messages and received.tools == now.tools
+    same = same_calls(received, now)
     notes: list[str] = []
     level: Literal["info", "warning", "error"] | None = None
+    exact = info is not None and info.exact
     if info is not None and info.kind == "reconstructed" and info.record is None:
         unknown = "; ".join(info.unknowns) if info.unknowns else "nothing"
-        notes.append(f"Reconstructed — no record of this turn; unknown: {unknown}.")
+        if info.record_state == "damaged":
+            notes.append(f"Reconstructed — the record of this turn is damaged ({info.record_error}), so what the "
+                         f"model received is unknown; unknown: {unknown}.")
+        else:
+            notes.append(f"Reconstructed — no record of this turn; unknown: {unknown}.")
         level = "info"
-    elif info is not None and info.matches is False:
-        notes.append("The rebuild does not match the record's hash: a message or version it names was "
-                     "changed or deleted since" + (f" ({'; '.join(info.unknowns)})" if info.unknowns else "") + ".")
+    elif info is not None and info.record is not None and not info.record.calls and info.matches:
+        notes.append("Recorded before records kept the whole request: the messages are exactly those sent; the "
+                     "tools, settings and later model calls are unknown.")
+        level = "info"
+    elif info is not None and info.kind == "recorded" and not exact and not info.what_if:
+        why = "; ".join([*info.differences, *info.unknowns]) or "a message or version it names was changed or deleted since"
+        notes.append(f"The rebuild does not match the record: {why}.")
         level = "error"
     if not same:
-        what = change_summary(now_changes) if now_changes else "the messages differ"
+        what = change_summary(now_changes) if now_changes else "the messages or model calls differ"
         notes.append(f"The engine rebuilds this turn differently now: {what}.")
         level = level if level == "error" else "warning"
-    text = " ".join(notes) if notes else "Rebuilt now: identical to what the model received."
+    if notes:
+        text = " ".join(notes)
+    elif exact:
+        text = "Rebuilt now: identical to what the model received."
+    else:
+        text = "Rebuilt now: identical to this rebuild."
     return Comparison(same, level, text)
 
 
+def same_now_text(received: AssembledPrompt) -> str:
+    """What the "rebuilt now" diff says when there is nothing to show."""
+    info = received.replay
+    if info is not None and info.exact:
+        return "(rebuilt now: identical to what the model received)"
+    return "(rebuilt now: identical to this rebuild; what the model received is not known exactly)"
+
+
 def prompt_text(prompt: AssembledPrompt) -> str:
-    """The messages exactly as sent, one block per message (what the side-by-side view shows)."""
+    """The request exactly as sent, one block per message, then the tool definitions and the model and
+    settings (what the side-by-side view shows)."""
     out: list[str] = []
     for i, m in enumerate(prompt.messages, start=1):
         head = f"── {i} · {m.get('role', '?')}" + (f" · {m['name']}" if m.get("name") else "") + " ──"
@@ -217,9 +271,21 @@ def prompt_text(prompt: AssembledPrompt) -> str:
         text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False, indent=1)
         if m.get("tool_calls"):
             text = (text or "") + "\ntool calls: " + json.dumps(m["tool_calls"], ensure_ascii=False)
+        if m.get("tool_call_id"):
+            text = f"(result of {m['tool_call_id']}) {text or ''}"
         out.append(f"{head}\n{text or ''}")
     if prompt.tools:
-        out.append("── tools ──\n" + ", ".join(t.get("function", {}).get("name", "?") for t in prompt.tools))
+        lines = []
+        for t in prompt.tools:
+            function = t.get("function", {}) if isinstance(t.get("function"), dict) else {}
+            lines.append(f"{function.get('name', '?')}: {function.get('description', '')}\n  parameters "
+                         + json.dumps(function.get("parameters", {}), ensure_ascii=False, sort_keys=True))
+        out.append("── tools ──\n" + "\n".join(lines))
+    request = prompt.request or {}
+    sent = [f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+            for k, v in request.items() if k not in ("messages", "tools")]
+    if sent:
+        out.append("── model and settings ──\n" + "\n".join(sent))
     return "\n\n".join(out)
 
 
@@ -232,22 +298,29 @@ def _record(prompt: AssembledPrompt) -> TurnRecord | None:
     return prompt.replay.record if prompt.replay is not None else None
 
 
-def turn_facts(prompt: AssembledPrompt, wm_label: str, om_label: str) -> list[tuple[str, str]]:
-    """Label/value pairs for the facts line; ``wm_label`` / ``om_label`` come from the step read."""
+def turn_facts(prompt: AssembledPrompt, wm_label: str, om_label: str, call: int = 0) -> list[tuple[str, str]]:
+    """Label/value pairs for the facts line; ``wm_label`` / ``om_label`` come from the step read; the
+    token counts are model call ``call``'s and say whose they are: our o200k_base estimate, and what the
+    server reported."""
     info, record = prompt.replay, _record(prompt)
-    kind = "no rebuild"
-    if info is not None:
-        kind = "recorded (exact)" if info.kind == "recorded" and info.matches else info.kind
-        if info.what_if:
-            kind += ", what-if"
+    kind = info.status if info is not None else "no rebuild"
+    calls = info.calls if info is not None else ()
+    model = record.model if record is not None and record.model else "not recorded"
+    if record is not None and record.endpoint:
+        model += f" at {record.endpoint}"
+    shown = calls[call] if 0 <= call < len(calls) else None
+    tokens = f"{(shown.estimated_tokens if shown is not None else prompt.total_tokens):,} (o200k estimate)"
+    reported = shown.usage if shown is not None else None
+    if reported:
+        tokens += f" · {int(reported.get('prompt_tokens', 0)):,} (server-reported)"
     return [
         ("Rebuild", kind),
-        ("Model", (record.model if record and record.model else "not recorded")),
+        ("Model", model),
+        ("Model calls", str(len(calls) or 1)),
         ("Working memory", wm_label),
         ("Observations", om_label),
-        ("Tokens", f"{prompt.total_tokens:,}"),
-        ("Tools", ", ".join(record.tools) if record and record.tools else
-         ", ".join(t.get("function", {}).get("name", "?") for t in prompt.tools) or "none"),
+        (f"Call {call + 1} prompt tokens" if len(calls) > 1 else "Prompt tokens", tokens),
+        ("Tools", ", ".join(t.get("function", {}).get("name", "?") for t in prompt.tools) or "none"),
     ]
 
 
@@ -297,7 +370,7 @@ def token_rows(received: AssembledPrompt, now: AssembledPrompt | None = None) ->
     rest_now = int(later.get("total", 0)) - sum(int(later.get(k, 0)) for k, _ in TOKEN_SECTIONS) if later else None
     if rest_then or rest_now:
         rows.append(TokenRow("reply", "Reply primer", rest_then, rest_now))
-    rows.append(TokenRow("total", "Total", int(then.get("total", received.total_tokens)),
+    rows.append(TokenRow("total", "Total (o200k estimate)", int(then.get("total", received.total_tokens)),
                          later.get("total") if now is not None else None))
     return rows
 
@@ -400,7 +473,7 @@ def what_if_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool)
         return "Cancelled before the first turn." if cancelled else "No turns."
     real = sum(r.tokens_real for r in rows)
     alt = sum(r.tokens_what_if for r in rows)
-    affected = sum(1 for r in rows if r.entered or r.left or r.changed)
+    affected = sum(1 for r in rows if r.entered or r.left or r.changed or r.delta)
     head = f"Cancelled after {len(rows)} of {total} turns. " if cancelled else f"{len(rows)} turns. "
     return (head + f"{affected} prompt(s) would differ; tokens {real:,} → {alt:,} ({alt - real:+,}).")
 
@@ -409,22 +482,92 @@ def what_if_summary(rows: Sequence[WhatIfTableRow], total: int, cancelled: bool)
 @dataclass(frozen=True)
 class RerunComparison:
     diff: list[DiffLine]
-    figures: list[tuple[str, str, str]]  # (what, stored, re-run)
+    figures: list[tuple[str, str, str]]  # (what, original, re-run)
+    differences: list[tuple[str, str, str]]  # (what, original, re-run): the request outside its messages
 
 
-def rerun_comparison(stored_text: str, stored_tokens_in: int | None, stored_tokens_out: int | None,
-                     result: Any, stored_model: str | None = None) -> RerunComparison:
-    """The stored reply beside a ``RerunResult``: a line diff and token / latency figures."""
-    est = " (estimated)" if getattr(result, "usage_estimated", False) else ""
+def _count(value: Any) -> str:
+    return f"{int(value):,}" if isinstance(value, int) else "not reported"
+
+
+def rerun_comparison(stored_text: str, stored_estimate: int | None, result: Any,
+                     stored_model: str | None = None) -> RerunComparison:
+    """The stored reply beside a ``RerunResult``: a line diff, figures (each token count says whose it
+    is: the server's or our o200k_base estimate) and what differs in the request."""
+    original = getattr(result, "original_usage", None) or {}
+    usage = getattr(result, "usage", None) or {}
+    est = " (no usage reported: estimated)" if getattr(result, "usage_estimated", False) else ""
     figures = [
         ("Model", stored_model or "not recorded", str(result.model or "?")),
-        ("Prompt tokens", f"{stored_tokens_in:,}" if stored_tokens_in is not None else "—",
-         f"{result.tokens_in:,}{est}"),
-        ("Reply tokens", f"{stored_tokens_out:,}" if stored_tokens_out is not None else "—",
-         f"{result.tokens_out:,}{est}"),
+        ("Prompt tokens, server-reported", _count(original.get("prompt_tokens")),
+         _count(usage.get("prompt_tokens")) if usage else f"{result.tokens_in:,}{est}"),
+        ("Prompt tokens, our o200k estimate", f"{stored_estimate:,}" if stored_estimate is not None else "—",
+         f"{int(getattr(result, 'estimated_tokens', 0) or 0):,}"),
+        ("Reply tokens, server-reported", _count(original.get("completion_tokens")),
+         _count(usage.get("completion_tokens")) if usage else f"{result.tokens_out:,}{est}"),
         ("Latency", "—", f"{result.latency_ms:,.0f} ms"),
     ]
-    return RerunComparison(line_diff(stored_text, result.text), figures)
+    differences = list(getattr(result, "differences", ()) or ())
+    return RerunComparison(line_diff(stored_text, result.text), figures, differences)
+
+
+# The settings a re-run may change, each edited as its JSON value ("" leaves it out of the request).
+RERUN_SETTINGS = ("temperature", "max_tokens", "top_p", "top_k", "seed", "stop", "frequency_penalty",
+                  "presence_penalty", "response_format")
+
+
+def setting_fields(request: Mapping[str, Any] | None) -> dict[str, str]:
+    """The re-run panel's fields filled with what a call sent (``""``: not sent)."""
+    body = request or {}
+    return {k: ("" if body.get(k) is None else json.dumps(body[k], ensure_ascii=False)) for k in RERUN_SETTINGS}
+
+
+def settings_from_fields(fields: Mapping[str, str]) -> dict[str, Any]:
+    """The settings the re-run panel's fields say to send; raises ``ValueError`` naming a field that is
+    not JSON (a bare word in "stop" is taken as that one string)."""
+    out: dict[str, Any] = {}
+    for key in RERUN_SETTINGS:
+        text = (fields.get(key) or "").strip()
+        if not text:
+            continue
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            if key != "stop":
+                raise ValueError(f"{key.replace('_', ' ')}: {text!r} is not a value (write a number, a list "
+                                 "or a JSON object, or leave it empty to send none)") from None
+            out[key] = [text]
+    return out
+
+
+def changed_settings(request: Mapping[str, Any] | None, fields: Mapping[str, str]) -> list[str]:
+    """The settings whose field differs from what the call sent (to mark them in the panel)."""
+    sent = setting_fields(request)
+    return [k for k in RERUN_SETTINGS if (fields.get(k) or "").strip() != sent[k]]
+
+
+def tool_choice_items(request: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
+    """The re-run panel's tool choices: what the call sent first, then the others (a named tool among them)."""
+    body = request or {}
+    sent = body.get("tool_choice")
+    items: list[tuple[str, Any]] = [(f"as sent ({_choice_label(sent)})", sent)]
+    for choice in ("auto", "none", "required"):
+        if choice != sent:
+            items.append((choice, choice))
+    for tool in body.get("tools") or ():
+        name = (tool.get("function") or {}).get("name")
+        wire = {"type": "function", "function": {"name": name}}
+        if name and wire != sent:
+            items.append((f"call {name}", wire))
+    return items
+
+
+def _choice_label(choice: Any) -> str:
+    if choice is None:
+        return "none given"
+    if isinstance(choice, dict):
+        return f"call {(choice.get('function') or {}).get('name')}"
+    return str(choice)
 
 
 def reply_text(messages: Sequence[Any]) -> str:

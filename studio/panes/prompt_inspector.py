@@ -1,5 +1,10 @@
 """Prompt inspector: the exact prompt the engine would send for a thread, with where each part came from.
 
+For a stored turn it rebuilds what was sent (its record: every model call's whole request, with the
+agent's options; a what-if when the options here are changed), and its Request tab shows each call's
+model, endpoint, settings, tool definitions with their token counts, and the usage the server reported
+beside our o200k estimate.
+
 Everything shown comes from ``Memory.assemble``'s record (``AssembledPrompt``), built in a worker
 (``studio.reads.assemble_preview``). The options start from the thread's agent, chosen by
 ``core.agent_configs.agent_for_thread``: the rule ``memory-studio prompt`` uses too.
@@ -15,12 +20,14 @@ from PySide6.QtCore import QItemSelection, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QRadioButton,
     QSplitter,
+    QTabWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -45,6 +52,7 @@ from studio.logic.prompt_layout import (
     token_sum_text,
 )
 from studio.logic.dates import format_datetime
+from studio.logic.replay_layout import call_labels
 from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows, short_id
 from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
@@ -57,6 +65,7 @@ from studio.widgets.context_bar import ContextBar
 from studio.widgets.inspector_options import InspectorOptionsBar
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+from studio.widgets.request_view import RequestPanel
 
 DEBOUNCE_MS = 250
 MIGRATE_COMMAND = "file.migrate"
@@ -216,6 +225,19 @@ class PromptInspectorPane(QWidget):
         detail_split.setSizes([140, 160])
         dl.addWidget(detail_split, 1)
         lower.addWidget(detail)
+        self.side_tabs = QTabWidget()
+        self.side_tabs.setObjectName("inspectorSideTabs")
+        request = QWidget()
+        rl = QVBoxLayout(request)
+        rl.setContentsMargins(0, 0, 0, 0)
+        self.call_combo = QComboBox()
+        self.call_combo.setObjectName("inspectorCall")
+        self.call_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.call_combo.setMinimumContentsLength(20)
+        self.call_combo.currentIndexChanged.connect(self._call_chosen)
+        rl.addWidget(self.call_combo)
+        self.request_view = RequestPanel()
+        rl.addWidget(self.request_view, 1)
         skip = QWidget()
         sl = QVBoxLayout(skip)
         sl.setContentsMargins(0, 0, 0, 0)
@@ -228,8 +250,10 @@ class PromptInspectorPane(QWidget):
         self.processors_label.setStyleSheet("color: palette(placeholder-text);")
         sl.addWidget(self.skip_table)
         sl.addWidget(self.processors_label)
-        lower.addWidget(skip)
-        lower.setSizes([620, 380])
+        self.side_tabs.addTab(request, "Request")
+        self.side_tabs.addTab(skip, "Skipped")
+        lower.addWidget(self.side_tabs)
+        lower.setSizes([540, 460])
         split.addWidget(lower)
         split.setSizes([250, 330])
         root.addWidget(split, 1)
@@ -392,6 +416,7 @@ class PromptInspectorPane(QWidget):
         start = self._start or starting_point(None, "")
         agent = self._agent_named(self.agent_combo.currentData())
         turn = self.turn_radio.isChecked() and self.selection.message_id is not None
+        recorded_instructions = (agent.instructions if agent is not None else None) or ""
         return PreviewRequest(
             thread_id=self.selection.thread_id,
             resource_id=self._context.thread.resource_id if self._context.thread else self.selection.resource_id,
@@ -401,6 +426,8 @@ class PromptInspectorPane(QWidget):
             text="" if turn else self.message_edit.text(),
             instructions=self.instructions_edit.text(),
             message_id=self.selection.message_id if turn else None,
+            as_recorded=turn and self.options() == start.options
+            and self.instructions_edit.text() == recorded_instructions,
         )
 
     def assemble_now(self) -> None:
@@ -430,6 +457,16 @@ class PromptInspectorPane(QWidget):
             self.banner.show_message(" ".join(preview.notes), "info")
         self.fragment_model.set_rows(fragment_rows(prompt))
         self.skip_model.set_rows(skipped_rows(prompt))
+        self._fill_calls(preview)
+        replay = prompt.replay
+        if replay is not None:
+            calls = len(replay.calls)
+            self.banner.show_message(
+                f"Stored turn: {replay.status}"
+                + (f" — {calls} model calls; pick one under Request." if calls > 1 else ".")
+                + ("" if preview.request.as_recorded else " The options or instructions here differ from the "
+                   "agent's, so this is what the turn would have sent with them."),
+                "info" if replay.exact or replay.what_if else "warning")
         self.processors_label.setText("Ran, in order: " + " → ".join(prompt.processors) if prompt.processors
                                       else "No memory processors ran.")
         self.bar.set_usage(context_usage(prompt, preview.model, preview.model_note))
@@ -450,6 +487,31 @@ class PromptInspectorPane(QWidget):
             self.fragment_table.selectRow(self._first_interesting_row())
         self.assembled.emit(preview)
 
+    def _fill_calls(self, preview: Preview) -> None:
+        """One entry per model call of a stored turn (one for a preview); the first is shown."""
+        prompt = preview.prompt
+        calls = [c.prompt for c in prompt.replay.calls] if prompt.replay is not None and prompt.replay.calls \
+            else [prompt]
+        self.call_combo.blockSignals(True)
+        self.call_combo.clear()
+        for label in call_labels(calls):
+            self.call_combo.addItem(f"Model call {label}")
+        self.call_combo.setCurrentIndex(0)
+        self.call_combo.blockSignals(False)
+        self.call_combo.setVisible(len(calls) > 1)
+        self.request_view.show_request(preview.requests[0] if preview.requests else None)
+
+    def _call_chosen(self, index: int) -> None:
+        preview = self.preview
+        if preview is None or index < 0:
+            return
+        info = preview.prompt.replay
+        calls = [c.prompt for c in info.calls] if info is not None and info.calls else [preview.prompt]
+        if index < len(calls):
+            self.fragment_model.set_rows(fragment_rows(calls[index]))
+        if index < len(preview.requests):
+            self.request_view.show_request(preview.requests[index])
+
     def _first_interesting_row(self) -> int:
         rows = self.fragment_model.rows()
         for i, r in enumerate(rows):
@@ -469,6 +531,8 @@ class PromptInspectorPane(QWidget):
 
     def _clear_prompt(self) -> None:
         self.preview = None
+        self.request_view.show_request(None)
+        self.call_combo.clear()
         self.fragment_model.set_rows([])
         self.skip_model.set_rows([])
         self.recalled_model.set_rows([])

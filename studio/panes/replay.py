@@ -1,10 +1,13 @@
 """Replay: step through a thread's stored turns exactly as the model saw them.
 
-At each turn the pane shows the prompt the model received (rebuilt from the turn record, or
-reconstructed as of its time when there is none) beside what the engine rebuilds now, the reply, the
-working-memory version and observation generation then in force, the recall hits with their scores,
-tokens per section, and what entered, left or changed since the previous turn and why. The turn's
-trace is one click away. What-if, fork and re-run sit in their own tabs.
+At each turn, and at each model call of a turn (the first, then one after each tool result), the
+pane shows the whole request the model received (rebuilt from the turn record, or reconstructed as
+of its time when there is none): its messages beside what the engine rebuilds now, the model,
+endpoint and every setting, the tool definitions with their token counts, the usage the server
+reported beside our o200k estimate; and the reply, the working-memory version and observation
+generation then in force, the recall hits with their scores, tokens per section, and what entered,
+left or changed since the previous turn (or call) and why. The turn's trace is one click away.
+What-if and re-run have tabs of their own beside the turn.
 
 Every rebuild runs in a worker (``studio.replay_jobs``) under one key, so stepping quickly drops the
 stale answers; the pane never writes, except Fork (explicit, refused on a read-only database).
@@ -14,13 +17,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QSlider, QToolButton, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QSizePolicy,
+    QSlider,
+    QTabBar,
+    QTabWidget,
+    QTextEdit,
+    QToolButton,
+    QWidget,
+)
 
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem
 from studio.logic.replay_layout import (
+    call_labels,
     clamp_step,
     compare,
     default_fork_title,
@@ -60,7 +79,9 @@ class ReplayPane(QWidget):
         self.source: ReplayThread | None = None
         self.step: StepData | None = None
         self.index = 0
+        self.call = 0  # the model call of the turn shown (0: the first)
         self.trace: TraceMatch | None = None
+        self._tab_bar: QTabBar | None = None  # the window's tab bar, whose Alt+arrows we take while shown
         self._pending: tuple[str, str | None] | None = None  # (thread, message) to open when shown
         self._key = f"replay-{id(self)}"
         self._syncing = False
@@ -106,9 +127,21 @@ class ReplayPane(QWidget):
         for w in (self.first_btn, self.prev_btn, self.slider, self.next_btn, self.last_btn, self.step_label):
             steps.addWidget(w, 1 if w is self.slider else 0)
         root.addLayout(steps)
+        calls = QHBoxLayout()
+        self.prev_call_btn, self.next_call_btn = QToolButton(), QToolButton()
+        self.call_combo = QComboBox()
+        self.call_combo.setObjectName("replayCall")
+        self.call_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.call_combo.setMinimumContentsLength(28)
+        self.call_label = QLabel("Model call")
+        calls.addWidget(self.call_label)
+        calls.addWidget(self.prev_call_btn)
+        calls.addWidget(self.call_combo)
+        calls.addWidget(self.next_call_btn)
         self.input_label = QLabel("")
         self.input_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        root.addWidget(self.input_label)
+        calls.addWidget(self.input_label, 1)
+        root.addLayout(calls)
         self.banner = Banner()
         root.addWidget(self.banner)
         self.facts = QLabel("")
@@ -118,20 +151,24 @@ class ReplayPane(QWidget):
         self.facts.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addWidget(self.facts)
 
+        # The turn, What-If and Re-Run each get the pane's whole width.
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("replayModes")
         self.view = TurnView(self)
         self.view.open_message.connect(self.open_message.emit)
-        self.tabs = self.view.tabs
+        self.tabs.addTab(self.view, "Turn")
         self.what_if = WhatIfPanel(self.session, self)
         self.tabs.addTab(self.what_if, "What-If")
         self.rerun = RerunPanel(self.session, self.preferences, self)
         self.tabs.addTab(self.rerun, "Re-Run")
-        root.addWidget(self.view, 1)
+        root.addWidget(self.tabs, 1)
         self.status = QLabel("")
         self.status.setStyleSheet("color: palette(placeholder-text);")
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addWidget(self.status)
 
         self.slider.valueChanged.connect(self._slider_moved)
+        self.call_combo.activated.connect(self.go_to_call)
         self.thread_combo.activated.connect(self._thread_picked)
         self.what_if.rerun_requested.connect(self._rerun_what_if)
 
@@ -140,12 +177,17 @@ class ReplayPane(QWidget):
         add = self.commands.add
         has_turns = lambda: self.source is not None and bool(self.source.turns)  # noqa: E731
         has_step = lambda: self.step is not None  # noqa: E731
+        has_calls = lambda: self.step is not None and len(self.step.calls) > 1  # noqa: E731
         specs = [
             ("replay.next", "Next Turn", self.next_turn, ["Alt+Right", "J"], has_turns, self.next_btn, "▶"),
             ("replay.previous", "Previous Turn", self.previous_turn, ["Alt+Left", "K"], has_turns, self.prev_btn, "◀"),
             ("replay.first", "First Turn", lambda: self.go_to(0), ["Alt+Home"], has_turns, self.first_btn, "|◀"),
             ("replay.last", "Last Turn", lambda: self.go_to(len(self.source.turns) - 1 if self.source else 0),
              ["Alt+End"], has_turns, self.last_btn, "▶|"),
+            ("replay.next_call", "Next Model Call of This Turn", self.next_call, ["Alt+Down", "Shift+J"], has_calls,
+             self.next_call_btn, "▼"),
+            ("replay.previous_call", "Previous Model Call of This Turn", self.previous_call, ["Alt+Up", "Shift+K"],
+             has_calls, self.prev_call_btn, "▲"),
             ("replay.open_trace", "Open This Turn's Trace", self.show_trace, [], has_step, self.trace_btn,
              "Open Trace"),
             ("replay.fork", "Fork From This Turn…", self.fork, [], has_step, self.fork_btn, "Fork…"),
@@ -192,10 +234,48 @@ class ReplayPane(QWidget):
 
     def showEvent(self, event: Any) -> None:  # noqa: N802
         super().showEvent(event)
+        self._watch_tab_bar()
+        QTimer.singleShot(0, self._take_focus)  # so J/K and Alt+arrows step at once, not after a click
         if self._pending is not None:
             self._open_pending()
         elif self._stale:
             self._on_db_changed()
+
+    def _take_focus(self) -> None:
+        """Move the keyboard focus into the pane when it was left outside (on the tab bar, or in a pane
+        that was just hidden): the stepping shortcuts work only while the focus is in here."""
+        if not self.isVisible():
+            return
+        focus = QApplication.focusWidget()
+        typing = isinstance(focus, (QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit)) and focus.isVisible()
+        if focus is None or (not self.isAncestorOf(focus) and not typing):
+            self.view.step_table.setFocus(Qt.FocusReason.OtherFocusReason)
+
+    def _watch_tab_bar(self) -> None:
+        """Alt+Left/Right (and the other stepping keys) pressed while the window's tab bar has the focus
+        step through turns instead of switching tabs, as long as this pane is the tab shown."""
+        if self._tab_bar is not None:
+            return
+        parent = self.parentWidget()
+        while parent is not None and not isinstance(parent, QTabWidget):
+            parent = parent.parentWidget()
+        if parent is not None:
+            self._tab_bar = parent.tabBar()
+            self._tab_bar.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802
+        if watched is self._tab_bar and self.isVisible() and event.type() in (QEvent.Type.KeyPress,
+                                                                              QEvent.Type.ShortcutOverride):
+            assert isinstance(event, QKeyEvent)
+            pressed = QKeySequence(event.keyCombination())
+            for action in self.actions():  # the registry adds its actions to this pane
+                if any(pressed.matches(k) == QKeySequence.SequenceMatch.ExactMatch for k in action.shortcuts()):
+                    event.accept()
+                    if event.type() == QEvent.Type.KeyPress and action.isEnabled():
+                        action.trigger()
+                        self._take_focus()
+                    return True
+        return super().eventFilter(watched, event)
 
     def _on_db_changed(self) -> None:
         """New turns (an agent writing, a fork, an import): read the thread again, staying on this turn."""
@@ -241,7 +321,7 @@ class ReplayPane(QWidget):
         self.subtitle.setToolTip(self.subtitle.text())
         self._select_thread_in_list(thread.id)
         self.what_if.set_source(source)
-        self.rerun.set_step(None)
+        self.rerun.set_step(None)  # a summary of another thread's turn must not stay
         n = len(source.turns)
         self._syncing = True
         self.slider.setRange(0, max(n - 1, 0))
@@ -253,10 +333,11 @@ class ReplayPane(QWidget):
         self.go_to(source.start)
 
     # -- stepping --------------------------------------------------------------------------------
-    def go_to(self, index: int) -> None:
+    def go_to(self, index: int, call: int = 0) -> None:
         if self.source is None or not self.source.turns:
             return
         self.index = clamp_step(index, len(self.source.turns))
+        self.call = call
         self._syncing = True
         self.slider.setValue(self.index)
         self._syncing = False
@@ -272,6 +353,20 @@ class ReplayPane(QWidget):
 
     def previous_turn(self) -> None:
         self.go_to(self.index - 1)
+
+    def go_to_call(self, call: int) -> None:
+        """Show model call ``call`` of the turn shown (the first, then one after each tool result)."""
+        step = self.step
+        if step is None:
+            return
+        self.call = clamp_step(call, len(step.calls))
+        self._show_call(step)
+
+    def next_call(self) -> None:
+        self.go_to_call(self.call + 1)
+
+    def previous_call(self) -> None:
+        self.go_to_call(self.call - 1)
 
     def _slider_moved(self, value: int) -> None:
         if not self._syncing:
@@ -296,6 +391,23 @@ class ReplayPane(QWidget):
         self._loading_step = False
         self.step = step
         self.trace = None
+        self.call = clamp_step(self.call, len(step.calls))
+        labels = call_labels(step.calls)
+        if labels != [self.call_combo.itemText(i) for i in range(self.call_combo.count())]:
+            self.call_combo.blockSignals(True)
+            self.call_combo.clear()
+            self.call_combo.addItems(labels)
+            self.call_combo.blockSignals(False)
+        self.call_combo.setEnabled(len(step.calls) > 1)
+        self.rerun.set_step(step, self.call)
+        self._show_call(step)
+        if self._rerun_detail is not None and self._rerun_detail.index == step.index:
+            self.rerun.set_what_if(self._rerun_detail)  # "Re-Run This What-If Prompt" on another turn
+            self.tabs.setCurrentWidget(self.rerun)
+        self._rerun_detail = None
+        self.step_shown.emit(step)
+
+    def _show_call(self, step: StepData) -> None:
         received, now = step.received, step.now
         cmp = compare(received, now, step.now_changes)
         if cmp.level is None:
@@ -303,17 +415,16 @@ class ReplayPane(QWidget):
         else:
             self.banner.show_message(cmp.text, cmp.level)
         self.facts.setText(" · ".join(f"<b>{k}</b> {esc(v)}" for k, v in turn_facts(received, step.wm_label,
-                                                                                     step.om_label)))
-        self.view.show_step(step, source.thread_id, cmp)
-        self.rerun.set_step(step)
-        if self._rerun_detail is not None and self._rerun_detail.index == step.index:
-            self.rerun.set_what_if(self._rerun_detail)  # "Re-Run This What-If Prompt" on another turn
-            self.tabs.setCurrentWidget(self.rerun)
-        self._rerun_detail = None
-        self.status.setText(f"{len(received.fragments)} fragments · {len(received.messages)} messages · "
-                            f"{received.total_tokens:,} tokens · {cmp.text if cmp.same else 'differs now'}")
+                                                                                     step.om_label, self.call)))
+        self.call_combo.setCurrentIndex(self.call)
+        self.view.show_step(step, self.source.thread_id if self.source else "", cmp, self.call)
+        self.rerun.set_call(self.call)
+        shown = step.calls[self.call]
+        calls = f" · model call {self.call + 1} of {len(step.calls)}" if len(step.calls) > 1 else ""
+        self.status.setText(f"{len(shown.fragments)} fragments · {len(shown.messages)} messages · "
+                            f"{shown.total_tokens:,} tokens (o200k estimate){calls} · "
+                            f"{cmp.text if cmp.same else 'differs now'}")
         self.commands.refresh_enabled()
-        self.step_shown.emit(step)
 
     # -- thread list -----------------------------------------------------------------------------
     def _load_thread_list(self) -> None:
@@ -435,6 +546,8 @@ class ReplayPane(QWidget):
     def _show_empty(self, text: str) -> None:
         self.step = None
         self.view.clear()
+        self.rerun.set_step(None)
+        self.call_combo.clear()
         self.banner.hide()
         self.facts.setText("")
         self.step_label.setText("No turns")

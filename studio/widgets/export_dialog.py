@@ -82,8 +82,11 @@ class ExportDialog(QDialog):
 
         self.versions = QCheckBox("Working-memory history (every saved version)")
         self.observations = QCheckBox("Observations (observational memory)")
-        self.turns = QCheckBox("Turn records (what each turn's prompt was built from)")
-        for box in (self.versions, self.observations, self.turns):
+        self.turns = QCheckBox("Turn records (what each turn's prompt was built from, with the tool definitions)")
+        self.agents = QCheckBox("Agents' configurations and the Studio's overrides (so the copy previews the same)")
+        self.traces = QCheckBox("Traces (every span of these threads' runs; can be large)")
+        self.traces.setObjectName("exportTraces")
+        for box in (self.versions, self.observations, self.turns, self.agents):
             box.setChecked(True)
         include_box = QGroupBox("Include")
         il = QVBoxLayout(include_box)
@@ -91,6 +94,8 @@ class ExportDialog(QDialog):
         il.addWidget(self.versions)
         il.addWidget(self.observations)
         il.addWidget(self.turns)
+        il.addWidget(self.agents)
+        il.addWidget(self.traces)
 
         self.path_edit = QLineEdit(str(Path(folder) / default_file_name(kind, item_id, "json")))
         self.path_edit.setObjectName("exportPath")
@@ -146,13 +151,16 @@ class ExportDialog(QDialog):
 
     def options(self) -> ExportOptions:
         return ExportOptions(working_memory_versions=self.versions.isChecked(),
-                             observations=self.observations.isChecked(), turns=self.turns.isChecked())
+                             observations=self.observations.isChecked(), turns=self.turns.isChecked(),
+                             agents=self.agents.isChecked(), traces=self.traces.isChecked())
 
     def _format_changed(self) -> None:
         fmt = self.format
         # The transcript shows messages, working memory and the current observations: the rest is JSON-only.
         self.versions.setEnabled(fmt == "json")
         self.turns.setEnabled(fmt == "json" and self._has_turns)
+        self.agents.setEnabled(fmt == "json")
+        self.traces.setEnabled(fmt == "json")
         text = self.path_edit.text().strip()
         other = SUFFIXES["json" if fmt == "markdown" else "markdown"]
         if text.lower().endswith(other):

@@ -7,7 +7,7 @@ Its minimum width is its widest single item, not the sum of all of them.
 from __future__ import annotations
 
 from PySide6.QtCore import QMargins, QPoint, QRect, QSize, Qt
-from PySide6.QtWidgets import QLayout, QLayoutItem, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QLayout, QLayoutItem, QWidget
 
 
 class FlowLayout(QLayout):
@@ -76,3 +76,14 @@ class FlowLayout(QLayout):
             x += hint.width() + self._spacing
             row_height = max(row_height, hint.height())
         return y + row_height - rect.y() + m.bottom()
+
+
+def labelled(label: str, widget: QWidget) -> QWidget:
+    """A label and its control as one item of a flow bar, so the two never wrap apart."""
+    holder = QWidget()
+    layout = QHBoxLayout(holder)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(4)
+    layout.addWidget(QLabel(label))
+    layout.addWidget(widget)
+    return holder

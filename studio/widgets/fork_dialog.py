@@ -36,20 +36,23 @@ class ForkDialog(QDialog):
         group = QButtonGroup(self)
         group.addButton(self.as_of_radio)
         group.addButton(self.current_radio)
-        box = QVBoxLayout()
-        box.addWidget(self.as_of_radio)
-        box.addWidget(self.current_radio)
-        holder = QWidget()
-        holder.setLayout(box)
-        form.addRow("Working memory", holder)
+        # The radios (and the note saying why they are off) stack in one column with room of their own:
+        # the dialog takes the height they need, so nothing overlaps whatever the font or the note.
+        column = QVBoxLayout()
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(4)
+        column.addWidget(self.as_of_radio)
+        column.addWidget(self.current_radio)
         if not thread_scoped_wm:
             for radio in (self.as_of_radio, self.current_radio):
                 radio.setEnabled(False)
             note = QLabel("This agent's working memory is resource-scoped (or off): the fork shares it, so "
                           "there is nothing to copy.")
+            note.setObjectName("forkWmNote")
             note.setWordWrap(True)
             note.setStyleSheet("color: palette(placeholder-text);")
-            form.addRow("", note)
+            column.addWidget(note)
+        form.addRow("Working memory", column)
         root.addLayout(form)
         self.problem = QLabel("")
         self.problem.setStyleSheet("color: #E5534B;")
@@ -59,7 +62,8 @@ class ForkDialog(QDialog):
         root.addWidget(self.buttons)
         self.buttons.accepted.connect(self._accept)
         self.buttons.rejected.connect(self.reject)
-        self.resize(520, 220)
+        self.setMinimumWidth(520)
+        self.adjustSize()
 
     @property
     def title(self) -> str:

@@ -45,6 +45,18 @@ class RecordTableModel(QAbstractTableModel, Generic[R]):
         self._rows = list(rows)
         self.endResetModel()
 
+    def update_rows(self, rows: Sequence[R]) -> None:
+        """``set_rows`` for a table re-filled often: as many rows as before change in place (no model
+        reset, so the view keeps its layout); nothing at all when the rows are equal."""
+        rows = list(rows)
+        if rows == self._rows:
+            return
+        if len(rows) != len(self._rows) or not rows:
+            self.set_rows(rows)
+            return
+        self._rows = rows
+        self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(self._columns) - 1))
+
     def rows(self) -> list[R]:
         return list(self._rows)
 

@@ -1,7 +1,11 @@
-"""Re-run a turn: send its prompt (as received, or its what-if prompt) to a model from Preferences and
-show the new reply beside the stored one, with a text diff and token and latency figures.
+"""Re-run a turn's model call: send the request the record says it sent (as received, or its what-if
+prompt) to a model from Preferences, with the settings and tool choice as recorded unless changed here,
+and show the new reply beside the stored one: a text diff, what in the request differs from the
+original, and the usage each server reported beside our o200k estimates.
 
-The request runs on a worker; nothing is written anywhere (``core.replay.rerun``).
+Tool definitions go as recorded, so a tool whose function does not exist here is still offered; a
+call the reply asks for is shown, never run. The request runs on a worker; nothing is written anywhere
+(``core.replay.rerun``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPushButton,
     QSizePolicy,
     QSplitter,
@@ -22,20 +27,36 @@ from PySide6.QtWidgets import (
 
 from core import AssembledPrompt
 from core.replay import RerunResult
-from studio.logic.replay_layout import RerunComparison, reply_text, rerun_comparison
+from studio.logic.replay_layout import (
+    RERUN_SETTINGS,
+    RerunComparison,
+    changed_settings,
+    reply_text,
+    rerun_comparison,
+    setting_fields,
+    settings_from_fields,
+    tool_choice_items,
+)
 from studio.preferences import Preferences
 from studio.replay_jobs import StepData, WhatIfDetail, rerun_prompt
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
+from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.record_table import Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
 
 FIGURE_COLUMNS: list[Column[tuple[str, str, str]]] = [
     Column("", lambda r: r[0]),
-    Column("Stored", lambda r: r[1]),
+    Column("Original call", lambda r: r[1]),
     Column("Re-run", lambda r: r[2]),
 ]
+DIFFERENCE_COLUMNS: list[Column[tuple[str, str, str]]] = [
+    Column("Differs from the original request", lambda r: r[0]),
+    Column("Original", lambda r: r[1], tooltip=lambda r: r[1]),
+    Column("Re-run", lambda r: r[2], tooltip=lambda r: r[2]),
+]
+CHANGED_STYLE = "QLineEdit { font-weight: bold; }"
 
 
 class RerunPanel(QWidget):
@@ -48,11 +69,14 @@ class RerunPanel(QWidget):
         self.session = session
         self.preferences = preferences
         self.step: StepData | None = None
+        self.call = 0
         self.what_if: WhatIfDetail | None = None
         self.result: RerunResult | None = None
         self.comparison: RerunComparison | None = None
         self._key = f"rerun-{id(self)}"
         self._picked: str | None = None  # a model chosen here, kept when Preferences change
+        self._filled_for: Any = None  # the request the setting fields were filled from (refilled lazily)
+        self._marked: dict[str, bool] = {}
         self._build()
         self.fill_models()
         preferences.changed.connect(self.fill_models)
@@ -74,16 +98,43 @@ class RerunPanel(QWidget):
         self.prompt_combo.addItem("As the model received it", "received")
         self.prompt_combo.addItem("Its what-if prompt", "what-if")
         row.addWidget(self.prompt_combo)
+        self.call_label = QLabel("")
+        row.addWidget(self.call_label)
         self.run_btn = QPushButton("Re-Run")
         self.run_btn.setObjectName("rerunButton")
         row.addWidget(self.run_btn)
         root.addLayout(row)
-        self.status = QLabel("Pick a model (File > Preferences… adds endpoints) and re-run this turn. "
-                             "Nothing is written to any thread.")
+
+        # Settings as recorded, editable; each field holds the value as sent (JSON), empty: not sent.
+        box = QWidget()
+        flow = FlowLayout(box)
+        flow.setContentsMargins(0, 0, 0, 0)
+        self.setting_edits: dict[str, QLineEdit] = {}
+        for key in RERUN_SETTINGS:
+            edit = QLineEdit()
+            edit.setObjectName(f"rerunSetting_{key}")
+            edit.setPlaceholderText("not sent")
+            edit.setMaximumWidth(240 if key == "response_format" else 110)
+            edit.textChanged.connect(self._mark_changes)
+            self.setting_edits[key] = edit
+            flow.addWidget(labelled(key.replace("_", " "), edit))
+        self.tool_choice_combo = QComboBox()
+        self.tool_choice_combo.setObjectName("rerunToolChoice")
+        # A fixed-width combo: re-filled on every step, it must not make the bar lay itself out again.
+        self.tool_choice_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.tool_choice_combo.setMinimumContentsLength(22)
+        flow.addWidget(labelled("tool choice", self.tool_choice_combo))
+        self.reset_btn = QPushButton("Reset to Recorded")
+        self.reset_btn.setToolTip("Put back the settings and tool choice this call sent")
+        flow.addWidget(self.reset_btn)
+        root.addWidget(box)
+
+        self.status = QLabel("")
         self.status.setWordWrap(True)
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         root.addWidget(self.status)
+        self._idle_status()
 
         split = QSplitter(Qt.Orientation.Vertical)
         sides = QSplitter(Qt.Orientation.Horizontal)
@@ -104,14 +155,28 @@ class RerunPanel(QWidget):
         self.figure_model: RecordTableModel[tuple[str, str, str]] = RecordTableModel(FIGURE_COLUMNS, self)
         self.figures = table_for(self.figure_model)
         self.figures.setMinimumWidth(320)
+        self.difference_model: RecordTableModel[tuple[str, str, str]] = RecordTableModel(DIFFERENCE_COLUMNS, self)
+        self.differences = table_for(self.difference_model)
+        self.differences.setObjectName("rerunDifferences")
+        tables = QSplitter(Qt.Orientation.Vertical)
+        tables.addWidget(self.figures)
+        tables.addWidget(self.differences)
         bottom.addWidget(self.diff)
-        bottom.addWidget(self.figures)
-        bottom.setSizes([560, 300])
+        bottom.addWidget(tables)
+        bottom.setSizes([440, 560])
         split.addWidget(bottom)
-        split.setSizes([220, 200])
+        split.setSizes([180, 280])
         root.addWidget(split, 1)
         self.run_btn.clicked.connect(self.run)
+        self.reset_btn.clicked.connect(self.reset_settings)
+        self.prompt_combo.currentIndexChanged.connect(lambda _i: self.reset_settings())
         self.model_combo.activated.connect(lambda _i: setattr(self, "_picked", self.model_combo.currentData()))
+
+    def _idle_status(self) -> None:
+        self.status.setStyleSheet("")
+        self.status.setText("Pick a model (File > Preferences… adds endpoints) and re-run this call with its recorded "
+                            "tools, settings and tool choice (change any of them above). Nothing is written to any "
+                            "thread, and no tool runs.")
 
     def fill_models(self) -> None:
         """The models from Preferences; the default one unless the user picked another here."""
@@ -125,20 +190,42 @@ class RerunPanel(QWidget):
         self.model_combo.setCurrentIndex(max(0, index))
 
     # -- inputs ----------------------------------------------------------------------------------
-    def set_step(self, step: StepData | None) -> None:
+    def set_step(self, step: StepData | None, call: int = 0) -> None:
         same_turn = step is not None and self.step is not None and \
             step.turn.input_message_id == self.step.turn.input_message_id
         self.step = step
         if not same_turn:
-            self.result = None
-            self.comparison = None
-            self.new_view.load("")
-            self.diff.set_diff([], empty_text="")
-            self.figure_model.set_rows([])
+            self._clear_result()
+            self._idle_status()  # a summary of another turn (or thread) must not stay
             if self.what_if is not None and (step is None or self.what_if.index != step.index):
                 self.what_if = None
         self.stored_view.load(reply_text(step.reply) if step is not None else "")
         self._update_prompt_choice()
+        self.set_call(call)
+
+    def set_call(self, call: int) -> None:
+        """Re-run model call ``call`` of the turn (the pane's selected call)."""
+        if call != self.call and self.result is not None:
+            self._clear_result()
+            self._idle_status()
+        self.call = call
+        n = len(self.step.calls) if self.step is not None else 0
+        self.call_label.setText(f"Model call {call + 1} of {n}" if n > 1 else "")
+        self._refill()
+
+    def _refill(self) -> None:
+        """Fill the setting fields from the selected call's request, unless they already are."""
+        request = self.recorded_request()
+        if request is not self._filled_for or request is None:
+            self.reset_settings()
+
+    def _clear_result(self) -> None:
+        self.result = None
+        self.comparison = None
+        self.new_view.load("")
+        self.diff.set_diff([], empty_text="")
+        self.figure_model.set_rows([])
+        self.difference_model.set_rows([])
 
     def set_what_if(self, detail: WhatIfDetail | None) -> None:
         self.what_if = detail
@@ -161,40 +248,81 @@ class RerunPanel(QWidget):
             return self.what_if.what_if
         return self.step.received
 
+    def recorded_request(self) -> dict[str, Any] | None:
+        """What the selected call sent (as rebuilt from its record), whose settings the fields start from."""
+        prompt = self.prompt()
+        info = prompt.replay if prompt is not None else None
+        if info is None or not info.calls:
+            return None
+        call = info.calls[min(self.call, len(info.calls) - 1)]
+        return call.request if call.record is not None else None
+
+    # -- settings --------------------------------------------------------------------------------
+    def reset_settings(self) -> None:
+        request = self.recorded_request()
+        self._filled_for = request
+        for key, text in setting_fields(request).items():
+            self.setting_edits[key].blockSignals(True)
+            self.setting_edits[key].setText(text)
+            self.setting_edits[key].blockSignals(False)
+        self.tool_choice_combo.clear()
+        for label, value in tool_choice_items(request):
+            self.tool_choice_combo.addItem(label, value)
+        self._mark_changes()
+
+    def fields(self) -> dict[str, str]:
+        return {k: e.text() for k, e in self.setting_edits.items()}
+
+    def _mark_changes(self) -> None:
+        changed = set(changed_settings(self.recorded_request(), self.fields()))
+        for key, edit in self.setting_edits.items():
+            if self._marked.get(key) == (key in changed):
+                continue  # restyling a field costs a re-polish: only when its state flips
+            self._marked[key] = key in changed
+            edit.setStyleSheet(CHANGED_STYLE if key in changed else "")
+            edit.setToolTip("changed from what the call sent" if key in changed else "as the call sent it")
+
     # -- running ---------------------------------------------------------------------------------
     def run(self) -> None:
-        prompt, step = self.prompt(), self.step
+        prompt, step, call = self.prompt(), self.step, self.call
         choice = self.preferences.model(self.model_combo.currentData())
         if prompt is None or step is None or choice is None:
             return
-        which = "what-if prompt" if prompt is not step.received else "prompt as received"
+        self._refill()
+        try:
+            settings = settings_from_fields(self.fields())
+        except ValueError as exc:
+            self.status.setStyleSheet("color: #E5534B;")
+            self.status.setText(f"Not sent: {exc}.")
+            return
+        tool_choice = self.tool_choice_combo.currentData()
+        which = "what-if prompt" if prompt is not step.received else "request as received"
         self.status.setStyleSheet("")
-        self.status.setText(f"Sending turn {step.index + 1}'s {which} ({prompt.total_tokens:,} tokens) to "
-                            f"{choice.name}…")
+        self.status.setText(f"Sending turn {step.index + 1}'s {which} (model call {call + 1}) to {choice.name}…")
         self.run_btn.setEnabled(False)
-        self.session.run(lambda: rerun_prompt(prompt, choice), key=self._key,
-                         on_result=alive_only(self, lambda r: self._on_result(step, r)),
+        self.session.run(lambda: rerun_prompt(prompt, choice, tool_choice=tool_choice, call=call, settings=settings),
+                         key=self._key, on_result=alive_only(self, lambda r: self._on_result(step, call, r)),
                          on_error=alive_only(self, self._on_error))
 
-    def _on_result(self, step: StepData, result: RerunResult) -> None:
+    def _on_result(self, step: StepData, call: int, result: RerunResult) -> None:
         self.run_btn.setEnabled(True)
-        if self.step is None or step.turn.input_message_id != self.step.turn.input_message_id:
-            return  # the user stepped on: this reply belongs to another turn
+        if self.step is None or step.turn.input_message_id != self.step.turn.input_message_id or call != self.call:
+            return  # the user stepped on: this reply belongs to another turn or call
         self.result = result
         stored = reply_text(step.reply)
         record = step.received.replay.record if step.received.replay is not None else None
-        stored_in = record.tokens.get("total") if record is not None else None
-        from core.tokens import default_tokenizer
-
-        stored_out = default_tokenizer().count(stored) if stored else None
-        self.comparison = rerun_comparison(stored, stored_in, stored_out, result,
+        shown = step.calls[min(call, len(step.calls) - 1)]
+        self.comparison = rerun_comparison(stored, shown.total_tokens, result,
                                            record.model if record is not None else None)
-        self.new_view.load(result.text)
+        asked = "".join(f"\n[tool call {c['name']}({c['arguments']}): shown, not run]" for c in result.tool_calls)
+        self.new_view.load(result.text + asked)
         self.diff.set_diff(self.comparison.diff, empty_text="(the same reply)")
         self.figure_model.set_rows(self.comparison.figures)
-        self.status.setText(f"Re-run with {result.model}: {result.tokens_in:,} → {result.tokens_out:,} tokens in "
-                            f"{result.latency_ms:,.0f} ms · {self.diff.summary()} against the stored reply. "
-                            "Nothing was saved.")
+        self.difference_model.set_rows(self.comparison.differences)
+        differs = ", ".join(d[0] for d in self.comparison.differences)
+        self.status.setText(f"Re-run with {result.model}: {self.diff.summary()} against the stored reply. "
+                            + (f"The request differs from the original in: {differs}. " if differs else
+                               "The same request as the original. ") + "Nothing was saved.")
         self.finished.emit(result)
 
     def _on_error(self, exc: BaseException) -> None:
@@ -203,3 +331,6 @@ class RerunPanel(QWidget):
         self.status.setStyleSheet("color: #E5534B;")
         self.status.setText(f"The re-run failed: {text}. Check the model in File > Preferences… (Test Connection).")
         self.failed.emit(text)
+
+
+__all__ = ["RerunPanel"]

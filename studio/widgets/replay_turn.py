@@ -1,6 +1,8 @@
-"""One replayed turn: the context as a fragment list marked with what changed since the previous turn,
-the selected fragment, and tabs for the prompt as received beside the one rebuilt now, the reply, the
-recall hits and the tokens per section. The Replay pane adds its What-If and Re-Run tabs to ``tabs``.
+"""One replayed model call of a turn: the context as a fragment list marked with what changed since the
+previous turn (or, for a later call of the turn, since the call before), the selected fragment, and
+tabs for the call's whole request (model, endpoint, settings, tool definitions with their tokens,
+usage), the prompt as received beside the one rebuilt now, the reply, the recall hits and the tokens
+per section.
 
 Widgets only: it shows a ``StepData`` (``studio.replay_jobs``) through the layout functions of
 ``studio.logic.replay_layout`` and emits the stored messages the user wants to open.
@@ -24,13 +26,14 @@ from studio.logic.replay_layout import (
     prompt_text,
     prompt_text_diff,
     reason_label,
+    same_now_text,
     recall_rows,
     reply_text,
     step_rows,
     token_rows,
 )
 from studio.logic.checks_layout import PinTarget
-from studio.logic.edit_marks import changed_since, fragment_mark, sources_note
+from studio.logic.edit_marks import changed_since, edited_note, fragment_mark, sources_note
 from studio.replay_jobs import StepData
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
@@ -39,6 +42,7 @@ from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
+from studio.widgets.request_view import RequestPanel
 
 STEP_COLUMNS: list[Column[StepRow]] = [
     Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
@@ -62,8 +66,8 @@ RECALL_COLUMNS: list[Column[RecallRow]] = [
 ]
 TOKEN_COLUMNS: list[Column[TokenRow]] = [
     Column("Section", lambda r: r.label),
-    Column("At the turn", lambda r: f"{r.at_turn:,}", RIGHT),
-    Column("Rebuilt now", lambda r: "" if r.now is None else f"{r.now:,}", RIGHT),
+    Column("At the turn (o200k)", lambda r: f"{r.at_turn:,}", RIGHT),
+    Column("Rebuilt now (o200k)", lambda r: "" if r.now is None else f"{r.now:,}", RIGHT),
 ]
 
 
@@ -154,6 +158,8 @@ class TurnView(QSplitter):
 
         self.tabs = QTabWidget()
         self.tabs.setObjectName("replayTabs")
+        self.request_view = RequestPanel()
+        self.tabs.addTab(self.request_view, "Request")
         compare_tab = QSplitter(Qt.Orientation.Vertical)
         sides = QSplitter(Qt.Orientation.Horizontal)
         self.received_view = CodeEditor("prose", read_only=True)
@@ -187,25 +193,46 @@ class TurnView(QSplitter):
         self.step_table.customContextMenuRequested.connect(self._fragment_menu)
         self._step: StepData | None = None
         self._thread_id = ""
+        self._call = 0  # the model call shown
 
-    def show_step(self, step: StepData, thread_id: str, cmp: Comparison) -> None:
+    def show_step(self, step: StepData, thread_id: str, cmp: Comparison, call: int = 0) -> None:
+        """Turn ``step``'s model call ``call`` (0: the first)."""
         self._step, self._thread_id = step, thread_id
-        received, now = step.received, step.now
-        self.context_caption.setText(f"Context at turn {step.index + 1} ({received.total_tokens:,} tokens)")
-        self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
-                                  f"Since turn {step.index}: {change_summary(step.changes)}")
-        self.step_model.set_rows(step_rows(received, step.changes))
-        recorded = received.replay is not None and received.replay.record is not None
-        self.received_caption.setText("Received (the record)" if recorded else "Received (reconstructed: no record)")
-        self.received_view.load(prompt_text(received))
-        self.now_view.load(prompt_text(now))
-        if cmp.same:  # a diff of two identical prompts is all noise
-            self.now_diff.set_diff([], empty_text="(rebuilt now: identical to what the model received)")
+        calls = step.calls
+        call = max(0, min(call, len(calls) - 1))
+        received, now = calls[call], step.now_call(call)
+        self._call = call
+        of = f", model call {call + 1} of {len(calls)}" if len(calls) > 1 else ""
+        self.context_caption.setText(f"Context at turn {step.index + 1}{of} ({received.total_tokens:,} tokens, "
+                                     "o200k estimate)")
+        changes = step.call_changes[call] if call < len(step.call_changes) else (step.changes if call == 0 else [])
+        if call > 0:
+            self.change_label.setText(f"Since model call {call}: {change_summary(changes)}")
         else:
+            self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
+                                      f"Since turn {step.index}: {change_summary(changes)}")
+        self.step_model.set_rows(step_rows(received, changes))
+        info = step.received.replay
+        if info is not None and info.record is not None and info.kind == "recorded":
+            edited = f"; {edited_note(info.changed_since)}" if info.changed_since else ""
+            self.received_caption.setText("Received (the record" + (", exact" if info.exact else ", differs")
+                                          + edited + ")")
+        elif info is not None and info.record_state == "damaged":
+            self.received_caption.setText("Received (reconstructed: the record is damaged)")
+        else:
+            self.received_caption.setText("Received (reconstructed: no record)")
+        self.received_view.load(prompt_text(received))
+        self.now_view.load(prompt_text(now) if now is not None else "(the engine makes fewer model calls now)")
+        if now is not None and cmp.same:  # a diff of two identical prompts is all noise
+            self.now_diff.set_diff([], empty_text=same_now_text(step.received))
+        elif now is not None:
             self.now_diff.set_diff(prompt_text_diff(received, now))
+        else:
+            self.now_diff.set_diff([], empty_text="(rebuilt now, the turn makes fewer model calls)")
+        self.request_view.show_request(step.requests[call] if call < len(step.requests) else None)
         self.reply_view.load(reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)")
-        self.recall_model.set_rows(recall_rows(received, thread_id))
-        self.token_model.set_rows(token_rows(received, now))
+        self.recall_model.set_rows(recall_rows(step.received, thread_id))
+        self.token_model.set_rows(token_rows(received, now) if call > 0 else token_rows(step.received, step.now))
         first = next((i for i, r in enumerate(self.step_model.rows()) if r.change), 0)
         if self.step_model.rowCount():
             self.step_table.selectRow(first)
@@ -213,6 +240,7 @@ class TurnView(QSplitter):
     def clear(self) -> None:
         for model in (self.step_model, self.recall_model, self.token_model):
             model.set_rows([])
+        self.request_view.show_request(None)
         for view in (self.received_view, self.now_view, self.reply_view, self.fragment_text):
             view.load("")
         self.now_diff.set_diff([], empty_text="")
@@ -243,7 +271,9 @@ class TurnView(QSplitter):
         rec, step = self.step_model.row_at(row), self._step
         if rec is None or step is None or rec.index is None:
             return None  # a fragment that left this turn's prompt is not in it to pin
-        fragment = step.received.fragments[rec.index] if rec.index < len(step.received.fragments) else None
+        calls = step.calls
+        shown = calls[self._call] if self._call < len(calls) else step.received
+        fragment = shown.fragments[rec.index] if rec.index < len(shown.fragments) else None
         hits = tuple(fragment.detail.get("hit_ids") or ()) if fragment is not None else ()
         return PinTarget(thread_id=self._thread_id, resource_id=step.received.resource_id,
                          input_text=step.turn.input_text, turn_number=step.index + 1, text=rec.text,

@@ -15,12 +15,11 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFrame,
-    QGridLayout,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QSplitter,
@@ -42,6 +41,7 @@ from studio.logic.replay_layout import (
 )
 from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
 from studio.widgets.diff_view import DiffView
+from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
@@ -49,7 +49,7 @@ AS_RECORDED = "as recorded"
 
 WHAT_IF_COLUMNS: list[Column[WhatIfTableRow]] = [
     Column("#", lambda r: r.number, RIGHT),
-    Column("Input", lambda r: r.input_preview, tooltip=lambda r: r.input_message_id),
+    Column("Input", lambda r: r.input_preview, tooltip=lambda r: f"{r.input_preview}\n{r.input_message_id}"),
     Column("Tokens real", lambda r: f"{r.tokens_real:,}", RIGHT),
     Column("Tokens what-if", lambda r: f"{r.tokens_what_if:,}", RIGHT),
     Column("Δ", lambda r: r.delta_label, RIGHT),
@@ -62,8 +62,8 @@ WHAT_IF_COLUMNS: list[Column[WhatIfTableRow]] = [
 CHANGE_COLUMNS: list[Column[FragmentChange]] = [
     Column("Change", lambda c: CHANGE_MARKS.get(c.kind, c.kind)),
     Column("Source", lambda c: c.source),
-    Column("Stored", lambda c: ", ".join(c.stored_ids[:2]) + (" …" if len(c.stored_ids) > 2 else ""),
-           tooltip=lambda c: "\n".join(c.stored_ids)),
+    Column("Stored", lambda c: ", ".join(i[:8] + "…" if len(i) > 9 else i for i in c.stored_ids[:2])
+           + (" …" if len(c.stored_ids) > 2 else ""), tooltip=lambda c: "\n".join(c.stored_ids)),
     Column("Tokens", lambda c: f"{c.tokens_before:,} → {c.tokens_after:,}", RIGHT),
     Column("Why", lambda c: reason_label(c.reason)),
 ]
@@ -110,8 +110,6 @@ class WhatIfPanel(QWidget):
         box = QFrame()
         box.setObjectName("optionsBar")
         box.setFrameShape(QFrame.Shape.StyledPanel)
-        grid = QGridLayout(box)
-        grid.setContentsMargins(8, 4, 8, 4)
         self.last_spin = _spin(-1, 10_000)
         self.budget_spin = _spin(-1, 2_000_000, 500)
         self.recall_combo = _combo((AS_RECORDED, None), ("on", True), ("off", False))
@@ -134,18 +132,13 @@ class WhatIfPanel(QWidget):
             ("Scope", self.scope_combo), ("Working memory", self.wm_combo),
             ("OM message tokens", self.om_msg_spin), ("OM observation tokens", self.om_obs_spin),
         ]
-        for i, (label, widget) in enumerate(cells):
-            grid.addWidget(QLabel(label), i // 5 * 2, i % 5)
-            grid.addWidget(widget, i // 5 * 2 + 1, i % 5)
-        # The options scroll sideways in a narrow window rather than widen it.
-        scroll = QScrollArea()
-        scroll.setWidget(box)
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
-        scroll.setFixedHeight(box.sizeHint().height() + scroll.horizontalScrollBar().sizeHint().height() + 2)
-        root.addWidget(scroll)
+        # The options wrap onto more rows in a narrow pane: every one stays in sight, none widens the window.
+        flow = FlowLayout(box, spacing=14)
+        flow.setContentsMargins(8, 6, 8, 6)
+        for label, widget in cells:
+            widget.setMinimumWidth(120)
+            flow.addWidget(labelled(label, widget))
+        root.addWidget(box)
 
         row = QHBoxLayout()
         self.run_btn = QPushButton("Run What-If")
@@ -177,6 +170,7 @@ class WhatIfPanel(QWidget):
         split = QSplitter(Qt.Orientation.Vertical)
         self.model: RecordTableModel[WhatIfTableRow] = RecordTableModel(WHAT_IF_COLUMNS, self)
         self.table = table_for(self.model)
+        _wrap_last_column(self.table)  # "Why" reads whole, on as many lines as it needs
         split.addWidget(self.table)
         lower = QWidget()
         ll = QVBoxLayout(lower)
@@ -192,11 +186,12 @@ class WhatIfPanel(QWidget):
         inner = QSplitter(Qt.Orientation.Horizontal)
         self.change_model: RecordTableModel[FragmentChange] = RecordTableModel(CHANGE_COLUMNS, self)
         self.change_table = table_for(self.change_model)
+        _wrap_last_column(self.change_table)
         self.diff = DiffView()
         self.diff.setObjectName("whatIfDiff")
         inner.addWidget(self.change_table)
         inner.addWidget(self.diff)
-        inner.setSizes([380, 520])
+        inner.setSizes([560, 440])
         ll.addWidget(inner)
         split.addWidget(lower)
         split.setSizes([260, 240])
@@ -316,6 +311,12 @@ class WhatIfPanel(QWidget):
                                     f"{detail.what_if.total_tokens:,} · {change_summary(detail.changes)}")
         self.rerun_btn.setEnabled(True)
         self.opened.emit(detail)
+
+
+def _wrap_last_column(table: QTableView) -> None:
+    table.setWordWrap(True)
+    table.setTextElideMode(Qt.TextElideMode.ElideNone)
+    table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
 
 
 def table_for(model: RecordTableModel[Any], widths: dict[str, int] | None = None) -> QTableView:

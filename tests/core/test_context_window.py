@@ -183,3 +183,22 @@ def test_a_real_client_with_a_window_sends_nothing_too_big(memory):
         (body,) = server.chat_requests()
         assert len(body["messages"]) < len(preview(memory, text="zebra?").messages)
         model.close()
+
+
+def test_a_refitted_tool_loop_rebuilds_exactly_from_its_record(memory, store):
+    """Issue 16: the record keeps the window the prompts were fitted into, so both calls of a turn whose
+    second call dropped history to fit rebuild to exactly what the model received."""
+    big = {"rows": [FILL] * 6}
+    model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("fetch", {}),)), "done"], context_window=1200)
+    agent = Agent("a", instructions="Be brief.", model=model, memory=memory,
+                  tools=[Tool("fetch", "Fetch rows", lambda args, ctx: big)])
+    result = agent.generate("zebra?", memory={"resource": "u", "thread": "t"}, model_settings={"max_tokens": 200})
+    first, second = result.prompts
+    assert len(second.fragments_from("message-history")) < len(first.fragments_from("message-history"))
+    fresh = Memory(store)
+    turn = fresh.turns("t")[-1]
+    bodies = fresh.turn_requests(turn.input_message_id)
+    assert [b["messages"] for b in bodies] == [r.messages for r in model.requests]
+    assert [b["tools"] for b in bodies] == [r.tools for r in model.requests]
+    assert all(b["max_tokens"] == 200 for b in bodies)
+    assert fresh.assemble(as_of=turn.input_message_id).replay.exact

@@ -171,8 +171,8 @@ def test_rerun_sends_the_prompt_and_writes_nothing(chat: Any, store: Any) -> Non
     assert model.requests[0].tools and model.requests[0].tools[0]["function"]["name"] == "updateWorkingMemory"
     assert result.tokens_in > 0 and result.tokens_out > 0 and result.latency_ms >= 0
     assert _snapshot(store.location.path) == before
-    with pytest.raises(RerunError, match="top_k"):
-        rerun(prompt, model, model_settings={"top_k": 3})
+    with pytest.raises(RerunError, match="warmth"):  # every model setting may change in a re-run; unknown ones not
+        rerun(prompt, model, model_settings={"warmth": 3})
 
 
 def test_rerun_against_an_openai_compatible_server(chat: Any) -> None:
@@ -185,3 +185,23 @@ def test_rerun_against_an_openai_compatible_server(chat: Any) -> None:
     assert body["messages"] == prompt.messages
     assert result.text == "Loopback says hello." and result.model.startswith("openai-compatible/loop@http://127.0.0.1")
     assert "k" not in result.model.split("@")[0].split("/")[0]
+
+
+def test_recall_hits_that_enter_a_turn_were_recalled_for_its_input(store: Any) -> None:
+    """Issue 16: a hit entering the next turn's prompt was labelled "outside recall top-k"; it entered
+    because this turn's input recalled it."""
+    memory = Memory(store, MemoryOptions(last_messages=2, semantic_recall={"top_k": 1, "message_range": 0,
+                                                                           "scope": "thread", "mode": "vector"}),
+                    embedder=HashingEmbedder())
+    agent = Agent("helper", instructions="Short answers.", model=ScriptedModel(lambda m, t: "ok"), memory=memory,
+                  tracer=False)
+    for text in ("lemons are sour and yellow", "cars drive on roads", "planes fly high", "tell me about lemons"):
+        agent.generate(text, memory={"resource": "u", "thread": "t"})
+    ids = [t.input_message_id for t in memory.turns("t")]
+    changes = prompt_diff(memory.assemble(as_of=ids[2]), memory.assemble(as_of=ids[3]))
+    entered = [c for c in changes if c.kind == "entered" and c.source == "semantic-recall"]
+    assert entered and {c.reason for c in entered} == {"recalled-for-input"}
+    assert "lemons are sour" in (entered[0].text_after or "")
+    # Within one turn (a what-if), a hit that enters with recall on was left out by the options.
+    off = memory.assemble(as_of=ids[3], options={"semantic_recall": False})
+    assert _reasons(prompt_diff(off, memory.assemble(as_of=ids[3])), "entered") == {"options-changed"}

@@ -69,7 +69,8 @@ def test_resource_round_trip_gives_identical_rows(source: Target, new_db: NewDb)
     assert data["source"]["kind"] == "memory-studio" and data["scope"] == {"kind": "resource", "id": "ada"}
     assert {t["id"] for t in data["threads"]} == {"t-groceries", "t-party"}
     assert data["counts"] == {"resources": 1, "threads": 2, "messages": 5, "observations": 1, "turns": 1,
-                              "workingMemoryVersions": 2}
+                              "workingMemoryVersions": 2, "toolDefinitions": 0, "agents": 0, "configs": 0,
+                              "traces": 0}
     legacy = next(m for m in data["messages"] if m["id"] == "g0")
     assert legacy["content"] == "plain legacy text" and legacy["type"] == "v1"
     target = _fresh(new_db)
@@ -261,7 +262,8 @@ def test_optional_parts_can_be_left_out(source: Target) -> None:
     assert data["observations"] == [] and data["turns"] == [] and data["turnsTable"] is None
     assert [e["versions"] for e in data["workingMemory"]] == [[]]
     assert data["workingMemory"][0]["value"].endswith("- Allergy: peanuts\n")  # the current value is always in
-    assert data["includes"] == {"workingMemoryVersions": False, "observations": False, "turns": False}
+    assert data["includes"] == {"workingMemoryVersions": False, "observations": False, "turns": False,
+                                "toolDefinitions": False, "agents": True, "traces": False}
 
 
 def test_markdown_transcript(source: Target) -> None:

@@ -154,3 +154,39 @@ def test_export_writes_the_file_whole_or_not_at_all(tmp_path: Path, new_db: NewD
     assert code == 1 and target.read_text() == "previous export\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.json")] == []
     assert os.access(target, os.R_OK)
+
+
+def test_with_traces_carries_the_runs_and_the_summary_says_what_was_left_out(tmp_path: Path, new_db: NewDb) -> None:
+    """Issue 16: ``--with-traces`` carries every span of the threads' runs; without it the import says so."""
+    from core import Agent, Memory, MemoryOptions
+    from core.llm import ScriptedModel
+    from core.traces.spans import TraceFilters
+
+    # Each database in a folder of its own: a libSQL file keeps its traces in the folder beside it.
+    source, target, other = new_db("src/source.db"), new_db("dst/target.db"), new_db("other/other.db")
+    for path in (source, target, other):
+        if isinstance(path, Path):
+            path.parent.mkdir()
+    with open_store(source) as store:
+        memory = Memory(store, MemoryOptions(last_messages=4))
+        agent = Agent("a", instructions="Be brief.", model=ScriptedModel(["One.", "Two."]), memory=memory,
+                      model_settings={"temperature": 0.3})
+        for text in ("hello", "again"):
+            agent.generate(text, memory={"resource": "r", "thread": "t"})
+        assert store.tracer().flush(10.0)
+    with_traces, without = tmp_path / "with.json", tmp_path / "without.json"
+    code, _out, err = run("export", "--db", str(source), "--thread", "t", "--with-traces", "-o", str(with_traces))
+    assert code == 0, err
+    data = json.loads(with_traces.read_text())
+    assert data["includes"]["traces"] is True and data["counts"]["traces"] > 0 and "1 agent configuration" in err
+    code, out, err = run("import", "--db", str(target), str(with_traces))
+    assert code == 0 and f"{data['counts']['traces']} spans" in out and "left out: traces" not in out + err
+    with open_store(target) as store:
+        turns = Memory(store).turns("t")
+        assert len(turns) == 2 and all(Memory(store).assemble(as_of=t.input_message_id).replay.exact for t in turns)
+        assert store.observability is not None
+        assert len(store.observability.list_traces(filters=TraceFilters(thread_id="t"))) == 2
+    code, _out, err = run("export", "--db", str(source), "--thread", "t", "-o", str(without))
+    assert code == 0, err
+    code, out, err = run("import", "--db", str(other), str(without))
+    assert code == 0 and "left out: traces" in out and "--with-traces" in err

@@ -24,7 +24,8 @@ T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 TURNS_DDL = ("CREATE TABLE memory_studio_turns (input_message_id TEXT NOT NULL PRIMARY KEY, thread_id TEXT NOT NULL, "
              "resource_id TEXT, wm_version_id INTEGER, record TEXT NOT NULL, \"createdAt\" TEXT NOT NULL)")
 TABLES = ("mastra_resources", "mastra_threads", "mastra_messages", "memory_studio_wm_versions",
-          "mastra_observational_memory", "memory_studio_turns")
+          "mastra_observational_memory", "memory_studio_turns", "memory_studio_tool_defs", "memory_studio_tool_sets",
+          "memory_studio_agents", "memory_studio_configs")
 
 
 def at(minutes: float) -> datetime:

@@ -356,8 +356,8 @@ def test_rerun_against_the_loopback_server(qtbot: Any, pane: ReplayPane, session
         kinds = {line.kind for line in rerun.diff.lines}
         assert {"insert", "delete"} <= kinds
         figures = {row[0]: row for row in rerun.figure_model.rows()}
-        assert figures["Latency"][2].endswith(" ms") and figures["Reply tokens"][2]
-        assert figures["Prompt tokens"][1] == f"{pane.step.received.replay.record.tokens['total']:,}"
+        assert figures["Latency"][2].endswith(" ms") and figures["Reply tokens, server-reported"][2]
+        assert figures["Prompt tokens, our o200k estimate"][1] == f"{pane.step.received.replay.record.tokens['total']:,}"
         assert "Nothing was saved" in rerun.status.text()
         assert checksum(session.store) == before  # a re-run never writes into the original thread
 

@@ -141,3 +141,31 @@ def test_the_window_never_grows_while_replaying(qtbot: Any, window: Any) -> None
     QApplication.processEvents()
     assert window.width() == width
     assert replay.minimumSizeHint().width() < 800
+
+
+def test_stepping_keys_work_right_after_switching_to_replay(qtbot: Any, window: Any) -> None:
+    """Issue 16: J/K and Alt+arrows stepped only after a click into the pane, and Alt+Left pressed on the
+    tab bar switched tabs instead of stepping."""
+    window.activateWindow()
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    replay = window.panes["replay"]
+    window.show_tab("replay")
+    qtbot.waitUntil(lambda: replay.step is not None and not replay.busy, timeout=30_000)
+    window.show_tab("messages")
+    window.messages_pane.view.setFocus()
+    window.tabs.setCurrentWidget(replay)  # as a click on the tab does
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is not None and replay.isAncestorOf(QApplication.focusWidget()),
+                    timeout=10_000)
+    start = replay.index
+    assert start == len(TURNS) - 1
+    qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_K)
+    qtbot.waitUntil(lambda: replay.step is not None and replay.step.index == start - 1 and not replay.busy,
+                    timeout=30_000)
+    bar = window.tabs.tabBar()
+    bar.setFocus()
+    qtbot.keyClick(bar, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
+    assert window.tabs.currentWidget() is replay
+    qtbot.waitUntil(lambda: replay.step is not None and replay.step.index == start - 2 and not replay.busy,
+                    timeout=30_000)
+    qtbot.keyClick(bar, Qt.Key.Key_Left)  # a plain arrow on the tab bar still moves between tabs
+    assert window.tabs.currentWidget() is not replay

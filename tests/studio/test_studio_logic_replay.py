@@ -134,13 +134,20 @@ def test_what_if_rows_and_summary(source: ReplayThread) -> None:
 
 
 def test_rerun_comparison_figures() -> None:
+    """Every token count says whose it is: the server's, or our o200k estimate (issue 16)."""
     result = SimpleNamespace(text="one\nthree", tokens_in=120, tokens_out=4, latency_ms=37.2, model="scripted/x",
-                             usage_estimated=True)
-    cmp = rerun_comparison("one\ntwo", 118, 3, result)
+                             usage_estimated=True, usage=None, estimated_tokens=118,
+                             original_usage={"prompt_tokens": 130, "completion_tokens": 3, "total_tokens": 133},
+                             differences=(("temperature", "0.3", "0.0"),))
+    cmp = rerun_comparison("one\ntwo", 118, result)
     assert [(d.kind, d.text) for d in cmp.diff] == [("equal", "one"), ("delete", "two"), ("insert", "three")]
     figures = {f[0]: f for f in cmp.figures}
-    assert figures["Prompt tokens"] == ("Prompt tokens", "118", "120 (estimated)")
+    assert figures["Prompt tokens, server-reported"] == ("Prompt tokens, server-reported", "130",
+                                                         "120 (no usage reported: estimated)")
+    assert figures["Prompt tokens, our o200k estimate"] == ("Prompt tokens, our o200k estimate", "118", "118")
+    assert figures["Reply tokens, server-reported"][1] == "3"
     assert figures["Latency"] == ("Latency", "—", "37 ms")
+    assert cmp.differences == [("temperature", "0.3", "0.0")]
 
 
 def test_fork_source_text() -> None:

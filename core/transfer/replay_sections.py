@@ -1,0 +1,365 @@
+"""The parts of an export that make its turns replay exactly in another database (issue 16).
+
+A turn record names stored rows; to rebuild every model call of a turn elsewhere, the copy needs:
+
+- ``turns``: the threads' rows of ``memory_studio_turns`` (every column as stored);
+- ``toolDefinitions`` / ``toolSets``: the tool definitions those records' calls offered, by hash
+  (``core.replay.tools``), and the sets that list them;
+- ``agents`` / ``configs``: the registered configurations of the agents that answered in the threads
+  (or are named by them) and the Studio's template/schema overrides of their memories, so the
+  Studio picks the same configuration for the thread (``core.agent_configs.agent_for_thread``);
+- ``traces`` (``--with-traces`` only): every span of the threads' runs, so Open Trace works there.
+
+The tables are this module's choice, never the file's: a file only holds rows. Each list is a section
+of ``core.transfer.sections`` (registered below, with the rules its rows obey: every row is checked
+before anything is written); the turn records are its ``turns`` section, imported by the importer.
+Rows of tables the target lacks are left out with a note. What the file
+does not carry (traces exported without the flag, tool definitions of records written by an older
+version) is said in the import summary (``ImportReport.left_out``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import sqlalchemy as sa
+
+from core.replay import tools as tool_defs
+from core.replay.store import set_keys
+from core.storage import catalog, schema
+from core.transfer import rows as R
+from core.transfer import sections as S
+from core.transfer.errors import TransferError
+from core.transfer.report import register_kind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage import Store
+    from core.transfer.importer import _Importer
+    from core.transfer.report import ImportReport
+
+log = logging.getLogger(__name__)
+
+TURNS = schema.turns.name
+AGENTS = schema.agent_registry.name
+CONFIGS = schema.memory_configs.name
+DEFS = schema.TOOL_DEFS_TABLE
+SETS = schema.TOOL_SETS_TABLE
+_AGENT_KEYS = ("agent", "agentName", "agentId")  # thread metadata naming its agent (core.agent_configs)
+SECTION_KEYS = ("toolDefinitions", "toolSets", "agents", "configs", "traces")
+TRACE_PAGE = 500
+
+
+# -- export ------------------------------------------------------------------------------------------
+def has_turn_records(conn: sa.Connection) -> bool:
+    """Whether this database keeps turn records (what an export can carry)."""
+    return catalog.has_table(conn, TURNS)
+
+
+def export_sections(conn: sa.Connection, store: "Store", *, thread_ids: list[str], threads: list[dict[str, Any]],
+                    messages: list[dict[str, Any]], resource_id: str, turns: bool, agents: bool,
+                    traces: bool) -> dict[str, Any]:
+    """The replay sections of an export, read inside the export's snapshot (traces from the trace
+    store beside it)."""
+    turn_rows = _turn_rows(conn, thread_ids) if turns else []
+    defs, sets = tool_defs.read_rows(conn, (k for r in turn_rows for k in _set_keys(r.get("record"))))
+    agent_rows, config_rows = _agents(conn, threads, messages, resource_id) if agents else ([], [])
+    return {
+        "turnsTable": TURNS if turns and catalog.has_table(conn, TURNS) else None,  # for readers before issue 16
+        "turns": turn_rows,
+        "toolDefinitions": [{"hash": k, "definition": v} for k, v in sorted(defs.items())],
+        "toolSets": [{"hash": k, "members": v} for k, v in sorted(sets.items())],
+        "agents": agent_rows,
+        "configs": config_rows,
+        "traces": export_traces(store, thread_ids) if traces else [],
+    }
+
+
+def section_counts(data: Mapping[str, Any]) -> dict[str, int]:
+    return {"toolDefinitions": len(data.get("toolDefinitions") or []), "agents": len(data.get("agents") or []),
+            "configs": len(data.get("configs") or []), "traces": len(data.get("traces") or [])}
+
+
+def _turn_rows(conn: sa.Connection, thread_ids: list[str]) -> list[dict[str, Any]]:
+    if not thread_ids or not catalog.has_table(conn, TURNS):
+        return []
+    clause, params = R.in_clause(thread_ids)
+    return R.select_rows(conn, TURNS, f"thread_id IN {clause}", params, order='"createdAt", input_message_id')
+
+
+def _set_keys(raw: Any) -> set[str]:
+    try:
+        return set_keys(json.loads(raw)) if isinstance(raw, str) else set()
+    except ValueError:
+        return set()
+
+
+def _agents(conn: sa.Connection, threads: list[dict[str, Any]], messages: list[dict[str, Any]],
+            resource_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The registered configurations that can apply to these threads (the agents that answered in
+    them, that their metadata names or that share the resource's name; all of them when none
+    does, as the only registered agent then applies) and the overrides of their memories."""
+    if not catalog.has_table(conn, AGENTS):
+        return [], []
+    everyone = R.select_rows(conn, AGENTS, order="name")
+    named = {resource_id}
+    for t in threads:
+        meta = t.get("metadata")
+        if isinstance(meta, dict):
+            named.update(str(meta[k]) for k in _AGENT_KEYS if isinstance(meta.get(k), str))
+    for m in messages:
+        if m.get("role") == "assistant":
+            agent = _message_agent(m.get("content"))
+            if agent:
+                named.add(agent)
+    chosen = [a for a in everyone if a["name"] in named] or everyone
+    memory_names = sorted({_memory_name(a) for a in chosen})
+    configs: list[dict[str, Any]] = []
+    if memory_names and catalog.has_table(conn, CONFIGS):
+        clause, params = R.in_clause(memory_names)
+        configs = R.select_rows(conn, CONFIGS, f"name IN {clause}", params, order="id")
+    return chosen, configs
+
+
+def _message_agent(content: Any) -> str | None:
+    try:
+        data = json.loads(content) if isinstance(content, str) else content
+    except ValueError:
+        return None
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    agent = meta.get("agent") if isinstance(meta, dict) else None
+    return agent if isinstance(agent, str) else None
+
+
+def _memory_name(agent_row: Mapping[str, Any]) -> str:
+    try:
+        config = json.loads(agent_row.get("config") or "{}")
+    except ValueError:
+        config = {}
+    name = config.get("name") if isinstance(config, dict) else None
+    return str(name or agent_row["name"])
+
+
+def export_traces(store: "Store", thread_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """Every span of every run of these threads, oldest run first (``SpanRecord.to_json_dict``)."""
+    from core.traces.spans import TraceFilters
+
+    reader = store.observability
+    if reader is None:
+        return []
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for tid in thread_ids:
+        offset = 0
+        while True:
+            page = reader.list_traces(limit=TRACE_PAGE, offset=offset, filters=TraceFilters(thread_id=tid))
+            if page.busy:
+                raise TransferError(f"The trace store of {store.location.display} is busy (an agent is writing "
+                                    "traces); export again in a moment, or export without --with-traces.")
+            for summary in page:
+                if summary.trace_id in seen:
+                    continue
+                seen.add(summary.trace_id)
+                spans = reader.get_trace(summary.trace_id)
+                out.extend(s.to_json_dict() for s in spans)
+            if len(page) < TRACE_PAGE:
+                break
+            offset += TRACE_PAGE
+    return out
+
+
+# -- the sections and their rules ----------------------------------------------------------------------
+def _definition_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    text = row.get("definition")
+    if not isinstance(text, str) or row.get("hash") != tool_defs.key_of(text):
+        return "its definition does not hash to its \"hash\" (the file was changed by hand); export it again"
+    try:
+        json.loads(text)
+    except ValueError:
+        return "its definition is not JSON"
+    return None
+
+
+def _set_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    members = row.get("members")
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members) \
+            or row.get("hash") != tool_defs.key_of(",".join(members)):
+        return "its members do not hash to its \"hash\" (the file was changed by hand); export it again"
+    return None
+
+
+def _agent_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    if not isinstance(row.get("name"), str) or not row["name"] or not isinstance(row.get("config"), str):
+        return "it needs a string name and config"
+    try:
+        json.loads(row["config"])
+    except ValueError:
+        return "its config is not JSON"
+    return None
+
+
+def _config_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    if not all(isinstance(row.get(k), str) for k in ("name", "author", "createdAt")):
+        return "it needs a string name, author and createdAt"
+    if row.get("id") is not None and (not isinstance(row["id"], int) or isinstance(row["id"], bool)):
+        return "its id must be an integer"
+    return None
+
+
+def _turn_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    if not all(isinstance(row.get(c), str) for c in ("input_message_id", "thread_id", "record", "createdAt")):
+        return "it needs a string input_message_id, thread_id, record and createdAt"
+    return None
+
+
+def _span_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    if not isinstance(row.get("traceId"), str) or not isinstance(row.get("spanId"), str):
+        return "it needs a string traceId and spanId"
+    return None
+
+
+S.register(S.Section("toolDefinitions", DEFS, "tool definition", id_fields=("hash",), check=_definition_rule))
+S.register(S.Section("toolSets", SETS, "tool set", id_fields=("hash",), check=_set_rule))
+S.register(S.Section("agents", AGENTS, "agent configuration", id_fields=("name",), check=_agent_rule))
+S.register(S.Section("configs", CONFIGS, "override", id_fields=(), check=_config_rule))
+# Spans go to the trace store beside the database (``import_traces``), never to a table of it.
+S.register(S.Section("traces", None, "span", id_fields=("traceId", "spanId"), thread_field="threadId",
+                     check=_span_rule))
+register_kind("traces", "span")
+# The turn records' section is the importer's (``sections.TURNS``); a record's own fields must be text.
+S.register(replace(S.TURNS, check=_turn_rule))
+
+
+# -- import --------------------------------------------------------------------------------------------
+def import_sections(imp: "_Importer") -> None:
+    """Write the tool definitions and the agents' configurations inside the import's transaction (the
+    importer writes the turn records; traces come after it: ``import_traces``)."""
+    data, report = imp.data, imp.report
+    _import_tools(imp, data.get("toolDefinitions") or [], data.get("toolSets") or [])
+    _import_agents(imp, data.get("agents") or [], data.get("configs") or [])
+    report.left_out.extend(left_out(data))
+
+
+def left_out(data: Mapping[str, Any]) -> list[str]:
+    """What the file does not carry that a replay elsewhere would use."""
+    out: list[str] = []
+    raw = data.get("includes")
+    includes: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+    if not includes.get("traces"):
+        out.append("traces: the file was exported without --with-traces, so Open Trace finds nothing for these "
+                   "turns here")
+    have = {r.get("hash") for r in data.get("toolSets") or []}
+    missing = sum(1 for r in data.get("turns") or [] if _set_keys(r.get("record")) - have)
+    if missing:
+        out.append(f"tool definitions of {missing} turn record{'s' if missing != 1 else ''}: the file does not hold "
+                   "them (exported by an older Memory Studio), so those turns replay with their tools unknown")
+    if "agents" not in data:
+        out.append("the agents' registered configurations and the Studio's overrides (exported by an older Memory "
+                   "Studio): the Studio previews these threads with this database's agents")
+    return out
+
+
+def _import_tools(imp: "_Importer", definitions: list[Mapping[str, Any]], sets: list[Mapping[str, Any]]) -> None:
+    if not definitions and not sets:
+        return
+    report = imp.report
+    if not catalog.has_table(imp.conn, SETS):
+        report.notes.append(
+            f"{len(definitions)} tool definition{'s' if len(definitions) != 1 else ''} not imported: "
+            f"{report.target} has no {SETS} table. Run 'memory-studio migrate' on it first, so its turns replay "
+            "with their tools.")
+        return
+    defs = {str(r["hash"]): str(r["definition"]) for r in definitions}
+    members = {str(r["hash"]): [str(m) for m in r["members"]] for r in sets}
+    new_defs = _missing(imp.conn, DEFS, defs)
+    new_sets = _missing(imp.conn, SETS, members)
+    if not report.dry_run:
+        for table in (DEFS, SETS):
+            S.writable(table)
+        tool_defs.write_rows(imp.conn, {k: defs[k] for k in new_defs}, {k: members[k] for k in new_sets})
+    imp._wrote("toolDefinitions", len(new_defs))
+    imp._same("toolDefinitions", len(defs) - len(new_defs))
+
+
+def _missing(conn: sa.Connection, table: str, keys: Iterable[str]) -> list[str]:
+    wanted = sorted(set(keys))
+    have: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        clause, params = R.in_clause(wanted[start:start + 500])
+        have.update(r[0] for r in conn.exec_driver_sql(f"SELECT hash FROM {table} WHERE hash IN {clause}",
+                                                             tuple(params)))
+    return [k for k in wanted if k not in have]
+
+
+def _import_agents(imp: "_Importer", agents: list[Mapping[str, Any]], configs: list[Mapping[str, Any]]) -> None:
+    if not agents and not configs:
+        return
+    report = imp.report
+    if not catalog.has_table(imp.conn, AGENTS) or not catalog.has_table(imp.conn, CONFIGS):
+        report.notes.append(
+            f"{len(agents)} agent configuration{'s' if len(agents) != 1 else ''} and {len(configs)} override"
+            f"{'s' if len(configs) != 1 else ''} not imported: {report.target} has no {AGENTS} table (a database "
+            "Mastra wrote). Run 'memory-studio migrate' on it first.")
+        return
+    imp._check_columns(AGENTS, agents, "agent configurations")
+    imp._check_columns(CONFIGS, configs, "overrides")
+    for row in agents:
+        # The time and process of the registration say nothing about the configuration itself.
+        imp._upsert_by_key(AGENTS, ["name"], row, "agents", ignore=("updatedAt", "process"))
+    cols = {c[0] for c in R.columns(imp.conn, CONFIGS)}
+    # The newest override of a memory is the one its agents run with: a file never replaces overrides
+    # the target has of its own for that memory (unless overwrite), it only fills a memory without any.
+    own = {str(r[0]) for r in imp.conn.exec_driver_sql(f"SELECT DISTINCT name FROM {CONFIGS}")}
+    kept: dict[str, int] = {}
+    for row in sorted(configs, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
+        content = {k: v for k, v in row.items() if k != "id" and k in cols}
+        if imp._find_by_content(CONFIGS, content, "id") is not None:
+            imp._same("configs")
+            continue
+        if row["name"] in own and not imp.overwrite:
+            kept[row["name"]] = kept.get(row["name"], 0) + 1
+            continue
+        imp._insert_keeping_id(CONFIGS, "id", row.get("id"), content)
+        imp._wrote("configs")
+    for name, n in sorted(kept.items()):
+        imp.report.notes.append(
+            f"{n} override{'s' if n != 1 else ''} of memory {name!r} not imported: {imp.report.target} has overrides "
+            "of its own for that memory, and an imported one would become the one its agents run with. Import with "
+            "--overwrite to take the file's.")
+
+
+def import_traces(store: "Store", data: Mapping[str, Any], report: "ImportReport", blocked: set[str]) -> None:
+    """Write the file's spans into the target's trace store (after the import's transaction: spans
+    live beside the database). A span already stored is left alone; spans of threads that were left
+    out (owned by another resource here) are left out too."""
+    from core.traces.spans import SpanRecord
+
+    wanted = [s for s in data.get("traces") or [] if s.get("threadId") not in blocked]
+    if not wanted:
+        return
+    obs = store.observability
+    if obs is None:
+        report.notes.append(f"{len(wanted)} span{'s' if len(wanted) != 1 else ''} not imported: "
+                            f"{report.target} keeps no traces (an in-memory database).")
+        return
+    records = [SpanRecord.from_json_dict(s) for s in wanted]
+    stored: set[tuple[str, str]] = set()
+    for trace_id in sorted({r.trace_id for r in records}):
+        found = obs.get_trace(trace_id)
+        if found.busy:
+            report.notes.append(f"{len(records)} span{'s' if len(records) != 1 else ''} not imported: the trace store "
+                                f"of {report.target} is busy (an agent is writing traces). Import the file again "
+                                "later: only the spans will be added.")
+            return
+        stored.update((s.trace_id, s.span_id) for s in found)
+    new = [r for r in records if (r.trace_id, r.span_id) not in stored]
+    if new and not report.dry_run:
+        obs.write_spans(new)
+    report.written["traces"] = report.written.get("traces", 0) + len(new)
+    report.unchanged["traces"] = report.unchanged.get("traces", 0) + len(records) - len(new)
+
+
+__all__ = ["SECTION_KEYS", "export_sections", "has_turn_records", "export_traces", "import_sections", "import_traces",
+           "left_out", "section_counts"]

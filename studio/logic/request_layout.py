@@ -1,0 +1,173 @@
+"""What one model call sent, laid out for the Replay pane and the prompt inspector (no Qt, no I/O).
+
+A call's request is the whole body the server received (``CallReplay.request``, ``AssembledPrompt.request``):
+the model's name, the messages, every tool definition, the tool choice, every sampling setting and
+the response format. Besides its messages (shown elsewhere), this lays out the model and endpoint, each
+setting, each tool definition with its own token count (collapsible in the view), and the usage the
+server reported beside our o200k_base estimate, each labelled, so three numbers for one prompt never
+appear without saying what they are.
+
+Token counts need the tokenizer: build these views on a worker (``studio.replay_jobs``,
+``studio.reads``), never on the UI thread.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from core import AssembledPrompt
+from core.replay import CallReplay, ReplayInfo, TurnRecord
+from core.tokens import Tokenizer
+
+NOT_RECORDED = "not recorded"
+SERVER = "Server-reported"
+ESTIMATE = "Our estimate (o200k_base)"
+_BODY_PARTS = ("model", "messages", "tools", "tool_choice")
+
+
+@dataclass(frozen=True)
+class ToolRow:
+    """One tool definition as sent: its name, description, JSON-schema parameters and token count."""
+
+    name: str
+    description: str
+    parameters: str  # the JSON schema, indented for reading
+    tokens: int  # o200k_base tokens of the definition's JSON
+    definition: str  # the definition exactly as sent (compact JSON)
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    what: str
+    server: str  # what the server reported ("not reported" when it said nothing)
+    estimate: str  # our o200k_base count ("—" where we count nothing)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """A call's request beside its messages: what the request view shows."""
+
+    title: str  # "Model call 2 of 3"
+    status: str  # how the body compares with the record, in words
+    model: str
+    endpoint: str
+    settings: list[tuple[str, str]]  # (setting, value as sent)
+    tools: list[ToolRow]
+    tools_tokens: int  # the tool definitions as the prompt counts them (one JSON text)
+    usage: list[UsageRow]
+    request: Mapping[str, Any]  # the whole request body
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def body(self) -> str:
+        """The whole request body as indented JSON (made on demand: a long conversation makes it large)."""
+        return json.dumps(self.request, ensure_ascii=False, indent=2)
+
+    @property
+    def summary(self) -> str:
+        """One line: model, endpoint, settings, tools."""
+        settings = ", ".join(f"{k} {v}" for k, v in self.settings) or "none"
+        return (f"{self.model} at {self.endpoint} · settings: {settings} · {len(self.tools)} tool definition"
+                f"{'s' if len(self.tools) != 1 else ''} ({self.tools_tokens:,} tokens)")
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+_TOOL_ROWS: dict[tuple[str, str], ToolRow] = {}  # (tokenizer, definition) -> row: an agent's tools repeat every turn
+
+
+def tool_rows(tools: Sequence[Mapping[str, Any]], tokenizer: Tokenizer) -> list[ToolRow]:
+    out = []
+    for definition in tools:
+        text = json.dumps(definition, ensure_ascii=False, separators=(",", ":"))
+        key = (tokenizer.name, text)
+        row = _TOOL_ROWS.get(key)
+        if row is None:
+            function = definition.get("function") if isinstance(definition.get("function"), Mapping) else {}
+            assert isinstance(function, Mapping)
+            row = ToolRow(str(function.get("name", "?")), str(function.get("description", "")),
+                          json.dumps(function.get("parameters", {}), ensure_ascii=False, indent=2),
+                          tokenizer.count(json.dumps(definition, ensure_ascii=False)), text)
+            if len(_TOOL_ROWS) > 512:
+                _TOOL_ROWS.clear()
+            _TOOL_ROWS[key] = row
+        out.append(row)
+    return out
+
+
+def _tools_tokens(prompt: AssembledPrompt) -> int:
+    return sum(f.tokens for f in prompt.fragments if f.kind == "tools")
+
+
+def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> RequestView:
+    """Call ``index`` of a rebuilt turn (``prompt.replay.calls``), or the one request a preview would send."""
+    info = prompt.replay
+    calls = info.calls if info is not None else ()
+    call: CallReplay | None = calls[index] if 0 <= index < len(calls) else None
+    record: TurnRecord | None = info.record if info is not None else None
+    shown = call.prompt if call is not None else prompt
+    body: Mapping[str, Any] = call.request if call is not None else (prompt.request or {
+        "messages": prompt.messages, **({"tools": prompt.tools} if prompt.tools else {})})
+    recorded = call is not None and call.record is not None
+    settings = [(k, _value(v)) for k, v in body.items() if k not in _BODY_PARTS]
+    if recorded and not settings:
+        settings.append(("sampling settings", "none sent: the server's defaults"))
+    if "tool_choice" in body:
+        settings.insert(0, ("tool_choice", _value(body["tool_choice"])))
+    elif recorded and body.get("tools"):
+        settings.insert(0, ("tool_choice", "not sent: the server's default (auto)"))
+    notes: list[str] = []
+    if not recorded:
+        if info is None:
+            notes.append("A preview: the model, its settings and the tool choice are the agent's, chosen when it "
+                         "sends the prompt.")
+        else:
+            notes.append("This turn's record does not keep its model settings and tool choice"
+                         + (" (it was recorded before records kept them)." if record is not None else
+                            " (it has no usable record)."))
+    usage = call.usage if call is not None else None
+    total = len(calls) or 1
+    return RequestView(
+        title=f"Model call {index + 1} of {total}",
+        status=_status(call, info),
+        model=str(body.get("model") or (record.model if record is not None and record.model else NOT_RECORDED)),
+        endpoint=(record.endpoint if record is not None and record.endpoint else
+                  "none (a model called in process)" if recorded else NOT_RECORDED),
+        settings=settings if recorded else settings or [("settings", NOT_RECORDED)],
+        tools=tool_rows(body.get("tools") or shown.tools, tokenizer),
+        tools_tokens=_tools_tokens(shown),
+        usage=usage_rows(usage, shown.total_tokens, call.finish_reason if call is not None else None),
+        request=body,
+        notes=notes,
+    )
+
+
+def usage_rows(usage: Mapping[str, int] | None, estimate: int, finish_reason: str | None) -> list[UsageRow]:
+    """The usage the server reported beside our o200k_base estimate of the prompt, each labelled."""
+    reported = usage is not None
+    return [
+        UsageRow("Prompt tokens", f"{usage['prompt_tokens']:,}" if reported and usage else "not reported",
+                 f"{estimate:,}"),
+        UsageRow("Reply tokens", f"{usage['completion_tokens']:,}" if reported and usage else "not reported", "—"),
+        UsageRow("Finish reason", finish_reason or ("not reported" if not reported else "—"), "—"),
+    ]
+
+
+def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
+    if info is None:
+        return "preview: what the engine would send now"
+    if call is None or call.record is None:
+        return info.status
+    if info.what_if:
+        return info.status
+    if call.matches:
+        return "the whole request matches the record (exact)"
+    return "; ".join(call.differences) or "differs from the record"
+
+
+__all__ = ["ESTIMATE", "NOT_RECORDED", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
+           "usage_rows"]

@@ -1,0 +1,147 @@
+"""One model call's request beside its messages: model and endpoint, every setting, the tool
+definitions (collapsible, each with its token count), and the usage the server reported beside our
+o200k estimate. Shows a ``studio.logic.request_layout.RequestView`` built on a worker; used by the
+Replay pane and the prompt inspector.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSizePolicy,
+    QSplitter,
+    QToolButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.logic.request_layout import ESTIMATE, SERVER, RequestView, ToolRow, UsageRow
+from studio.widgets.pane_header import caption
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+
+USAGE_COLUMNS: list[Column[UsageRow]] = [
+    Column("", lambda r: r.what),
+    Column(SERVER, lambda r: r.server, RIGHT, tooltip=lambda r: "what the model's server said it counted"),
+    Column(ESTIMATE, lambda r: r.estimate, RIGHT,
+           tooltip=lambda r: "our count with the o200k_base tokenizer: the server's own tokenizer may differ"),
+]
+SETTING_COLUMNS: list[Column[tuple[str, str]]] = [
+    Column("Setting", lambda r: r[0]),
+    Column("Value sent", lambda r: r[1], tooltip=lambda r: r[1]),
+]
+
+
+def _set_text(label: QLabel, text: str) -> None:
+    if label.text() != text:
+        label.setText(text)
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class RequestPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("requestView")
+        self.view: RequestView | None = None
+        self._tools_shown: list[ToolRow] | None = None  # the tree is rebuilt only when the tools change
+        root = QVBoxLayout(self)
+        root.setContentsMargins(0, 4, 0, 0)
+        head = QHBoxLayout()
+        self.title = caption("Request")
+        self.title.setWordWrap(True)
+        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.copy_btn = QToolButton()
+        self.copy_btn.setText("Copy Request Body")
+        self.copy_btn.setToolTip("Copy the whole JSON body this call sent (stream options left out)")
+        self.copy_btn.clicked.connect(self.copy_body)
+        head.addWidget(self.title, 1)
+        head.addWidget(self.copy_btn)
+        root.addLayout(head)
+        self.header = QLabel("")
+        self.header.setObjectName("requestHeader")
+        self.header.setTextFormat(Qt.TextFormat.RichText)
+        self.header.setWordWrap(True)
+        self.header.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        root.addWidget(self.header)
+        self.usage_model: RecordTableModel[UsageRow] = RecordTableModel(USAGE_COLUMNS, self)
+        # Fixed column widths: the panel is re-filled on every step, and measuring cells costs a relayout.
+        self.usage_table = record_table_view(self.usage_model, widths={"": 120, SERVER: 130})
+        self.usage_table.setObjectName("requestUsage")
+        self.usage_table.setFixedHeight(self.usage_table.verticalHeader().defaultSectionSize() * 4 + 6)
+        root.addWidget(self.usage_table)
+        split = QSplitter(Qt.Orientation.Vertical)
+        self.settings_model: RecordTableModel[tuple[str, str]] = RecordTableModel(SETTING_COLUMNS, self)
+        self.settings_table = record_table_view(self.settings_model, widths={"Setting": 140})
+        self.settings_table.setObjectName("requestSettings")
+        self.tools = QTreeWidget()
+        self.tools.setObjectName("requestTools")
+        self.tools.setColumnCount(2)
+        self.tools.setHeaderLabels(["Tool definitions (as sent)", "Tokens (o200k)"])
+        self.tools.header().setStretchLastSection(False)
+        self.tools.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.tools.header().setSectionResizeMode(1, QHeaderView.ResizeMode.Fixed)
+        self.tools.header().resizeSection(1, 110)
+        self.tools.setUniformRowHeights(True)  # one line per row (long descriptions are in tooltips)
+        split.addWidget(self.settings_table)
+        split.addWidget(self.tools)
+        split.setSizes([140, 260])
+        root.addWidget(split, 1)
+
+    def show_request(self, view: RequestView | None) -> None:
+        self.view = view
+        if view is None:
+            self.tools.clear()
+            self._tools_shown = None
+            self.title.setText("Request")
+            self.header.setText("")
+            self.usage_model.set_rows([])
+            self.settings_model.set_rows([])
+            return
+        # Stepping re-fills this on every turn: texts and rows that did not change are left alone, so
+        # Qt does not lay the panel out again for nothing.
+        _set_text(self.title, f"{view.title} · {view.status}")
+        notes = "".join(f"<br><i>{_esc(n)}</i>" for n in view.notes)
+        _set_text(self.header, f"<b>Model</b> {_esc(view.model)} · <b>Endpoint</b> {_esc(view.endpoint)}{notes}")
+        self.usage_model.update_rows(view.usage)
+        self.settings_model.update_rows(view.settings)
+        first = self.tools.topLevelItem(0)
+        if view.tools == self._tools_shown and first is not None:
+            first.setText(1, f"{view.tools_tokens:,}")  # the same definitions: no rebuild
+            return
+        self.tools.clear()
+        self._tools_shown = list(view.tools)
+        top = QTreeWidgetItem([f"{len(view.tools)} tool definition{'s' if len(view.tools) != 1 else ''}",
+                               f"{view.tools_tokens:,}"])
+        top.setToolTip(0, "All definitions as the prompt counts them (one JSON text, o200k_base); each tool's "
+                          "own count is beside it. Open a tool to read its description and JSON schema.")
+        top.setTextAlignment(1, RIGHT)
+        for tool in view.tools:
+            item = QTreeWidgetItem([tool.name, f"{tool.tokens:,}"])
+            item.setTextAlignment(1, RIGHT)
+            item.setToolTip(0, tool.description)
+            description = QTreeWidgetItem([f"description: {tool.description}", ""])
+            description.setToolTip(0, tool.description)
+            item.addChild(description)
+            params = QTreeWidgetItem(["parameters (JSON schema)", ""])
+            for line in tool.parameters.splitlines():
+                params.addChild(QTreeWidgetItem([line, ""]))
+            item.addChild(params)
+            top.addChild(item)
+        self.tools.addTopLevelItem(top)
+        top.setExpanded(True)  # the list of tools shows; each definition opens on demand
+
+    def copy_body(self) -> None:
+        if self.view is not None:
+            QGuiApplication.clipboard().setText(self.view.body)
+
+
+__all__ = ["RequestPanel"]
