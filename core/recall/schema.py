@@ -15,8 +15,13 @@ Two named migrations (registered on import):
 - ``0017_recall_ivf``: persisted IVF partitions of large scopes (``ivf_store``; libSQL only, Postgres
   has pgvector's HNSW).
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
-  ``<table>:appends`` / ``<table>:rewrites``; an in-process matrix compares them with what it loaded, so
-  vectors written by another process appear without polling the whole table.
+  ``<table>:rewrites`` on every update and delete; an in-process matrix compares it, and the table's
+  ``max(rowid)`` for appends, with what it loaded, so vectors written by another process appear
+  without polling the whole table.
+- ``0018_recall_vector_appends``: drops the per-row ``AFTER INSERT`` trigger that counted appends in
+  ``<table>:appends`` (a state-table write per vector row, about a third of the row's insert cost):
+  a new row gets a rowid above every row present (the tables have no ``AUTOINCREMENT``; a top rowid is
+  only handed out again after a delete, which bumps the rewrite count), so ``max(rowid)`` tells appends.
 
 Vector tables themselves are per dimension (``memory_messages_<dim>``, Mastra's naming), so they cannot
 be listed in a static migration. ``ensure_vector_table`` creates one — Mastra's DDL plus a
@@ -43,7 +48,8 @@ FTS_MIGRATION = "0004_message_fts"
 VECTOR_MIGRATION = "0005_vector_index"
 HASH_MIGRATION = "0016_recall_content_hash"
 IVF_MIGRATION = "0017_recall_ivf"
-RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION)
+APPENDS_MIGRATION = "0018_recall_vector_appends"
+RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION, APPENDS_MIGRATION)
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -94,6 +100,16 @@ def _backfill_fts(conn: sa.Connection) -> None:
     )
 
 
+def _drop_append_triggers(conn: sa.Connection) -> None:
+    """Every vector table's per-row append trigger (``<table>_ms_ai``) and its counter go: readers
+    compare ``max(rowid)`` instead (``vector_table.change_counters``)."""
+    tables = [r[0] for r in conn.exec_driver_sql(
+        "SELECT tbl_name FROM sqlite_master WHERE type = 'trigger' AND name = tbl_name || '_ms_ai'")]
+    for table in tables:
+        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quoted(table + '_ms_ai')}")
+        conn.exec_driver_sql(f"DELETE FROM {STATE_TABLE} WHERE key = ?", (f"{table}:appends",))
+
+
 def _register() -> None:
     migrations.register(
         migrations.Migration(
@@ -117,6 +133,13 @@ def _register() -> None:
         migrations.Migration(
             IVF_MIGRATION, "Persisted IVF partitions of large scopes (centroids and list assignments)", _IVF_DDL,
             postgres=(),  # pgvector's HNSW index is the server's own
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            APPENDS_MIGRATION, "Vector tables: appends told by max(rowid), not a per-row trigger", (),
+            _drop_append_triggers,
+            postgres=(),  # Postgres vector tables never had the trigger (pgvector is searched on the server)
         )
     )
 
@@ -143,7 +166,8 @@ def columns(conn: sa.Connection, table: str) -> set[str]:
 
 
 def ensure_vector_table(conn: sa.Connection, dim: int) -> str:
-    """Create (or adopt) ``memory_messages_<dim>``: Mastra's columns plus ``model_id``, indexes, triggers.
+    """Create (or adopt) ``memory_messages_<dim>``: Mastra's columns plus ``model_id``, indexes, the
+    rewrite triggers (appends are told by ``max(rowid)``: no per-row insert trigger).
 
     No ``libsql_vector_idx``: measured, the DiskANN index is what makes Mastra's table 85 KB/message
     and 150 inserts/s; exact search runs in process instead (see ``matrix.py``). A table Mastra
@@ -161,14 +185,8 @@ def ensure_vector_table(conn: sa.Connection, dim: int) -> str:
         conn.exec_driver_sql(
             f"CREATE INDEX IF NOT EXISTS {quoted(table + '_' + key)} ON {q} (json_extract(metadata, '$.{key}'))"
         )
-    for counter in ("appends", "rewrites"):
-        conn.exec_driver_sql(
-            f"INSERT OR IGNORE INTO {STATE_TABLE} (key, value) VALUES (?, 0)", (f"{table}:{counter}",)
-        )
+    conn.exec_driver_sql(f"INSERT OR IGNORE INTO {STATE_TABLE} (key, value) VALUES (?, 0)", (f"{table}:rewrites",))
     bump = f"UPDATE {STATE_TABLE} SET value = value + 1 WHERE key = "
-    conn.exec_driver_sql(
-        f"CREATE TRIGGER IF NOT EXISTS {quoted(table + '_ms_ai')} AFTER INSERT ON {q} BEGIN {bump}'{table}:appends'; END"
-    )
     for event, suffix in (("UPDATE", "au"), ("DELETE", "ad")):
         conn.exec_driver_sql(
             f"CREATE TRIGGER IF NOT EXISTS {quoted(table + '_ms_' + suffix)} AFTER {event} ON {q} "

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from core.recall import hybrid
 from core.recall.backends import KeywordBackend
 from core.recall.matrix import ScopeVectors
-from core.recall.text import SpeakerMatcher, query_dates, speaker_label
+from core.recall.text import LABEL_CHARS, SpeakerMatcher, query_dates, speaker_label
 from core.recall.types import CANDIDATES, MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
 from core.recall.schema import text_of_raw
 from core.storage import dialect
@@ -162,7 +162,7 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     out.date_spans = len(spans)
     # Only candidates that can still reach the top_k need their row read (a few microseconds each).
     receivers = (out.fused if threshold is not None or every_candidate
-                 else _may_reach(out.fused, top_k, bool(spans) or hybrid.SPEAKER_BOOST > 0))
+                 else _may_reach(out.fused, top_k, dated=bool(spans)))
     order: dict[str, tuple[str | None, date | None, str | None]] = {}
     if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0):
         try:
@@ -243,13 +243,14 @@ def run_search(
     return SearchResult(hits, reason, mode, details)
 
 
-def _may_reach(fused: list[hybrid.Fused], top_k: int, boosted: bool) -> list[hybrid.Fused]:
+def _may_reach(fused: list[hybrid.Fused], top_k: int, *, dated: bool) -> list[hybrid.Fused]:
     """The candidates ``hybrid.rerank`` could place in the top ``top_k``: gains are never negative, so the
     top_k-th candidate keeps at least its score, and no candidate gains more than the next-message share
-    of the best score plus the date and speaker boosts (``boosted``: either may apply)."""
+    of the best score plus the speaker boost and, when the query names a period (``dated``), the date
+    boost (the common divisor changes no order)."""
     if len(fused) <= top_k:
         return fused
-    gain = hybrid.NEXT_SHARE * max(fused[0].score, 0.0) + (hybrid.DATE_BOOST + hybrid.SPEAKER_BOOST if boosted else 0.0)
+    gain = hybrid.NEXT_SHARE * max(fused[0].score, 0.0) + hybrid.SPEAKER_BOOST + (hybrid.DATE_BOOST if dated else 0.0)
     bar = fused[top_k - 1].score - gain
     return [f for f in fused if f.score >= bar]  # fused is sorted best first
 
@@ -274,14 +275,49 @@ def thread_order(
 ) -> dict[str, tuple[str | None, date | None, str | None]]:
     """For each message: the id of the next message in its thread (None for the last), the UTC day
     it was written (None if unreadable) and, with ``labels``, the speaker its text starts with
-    (``text.speaker_label``). One statement per 500 messages, not one per message."""
+    (``text.speaker_label``). One statement per 500 messages, not one per message; with ``labels``
+    it reads only the start of each text where the database can cut it out of the stored JSON
+    (``dialect.json_string_head_sql``), else the whole content, decoded as ``text_of_raw`` does."""
     out: dict[str, tuple[str | None, date | None, str | None]] = {}
-    text = f", {dialect.stored_text_sql(conn, 'm.content')}" if labels else ""
+    head = dialect.json_string_head_sql(conn, "m.content", "content", LABEL_CHARS) if labels else None
+    text = "" if not labels else f", {head}" if head is not None else f", {dialect.stored_text_sql(conn, 'm.content')}"
+    unread: list[str] = []  # texts whose start the database could not cut out: read whole below
     for start in range(0, len(message_ids), 500):
         chunk = tuple(message_ids[start : start + 500])
         for row in conn.exec_driver_sql(_ORDER_SQL.format(text=text, marks=",".join("?" * len(chunk))), chunk):
-            out[row[0]] = (row[2], _day(row[1]), speaker_label(text_of_raw(row[3])) if labels else None)
+            label = None
+            if head is not None:
+                first = _head_text(row[3])
+                if first is None:
+                    unread.append(row[0])
+                else:
+                    label = speaker_label(first)
+            elif labels:
+                label = speaker_label(text_of_raw(row[3]))
+            out[row[0]] = (row[2], _day(row[1]), label)
+    for start in range(0, len(unread), 500):  # rare: plain-text, JSONB, malformed or odd contents
+        chunk = tuple(unread[start : start + 500])
+        for mid, raw in conn.exec_driver_sql(
+            f"SELECT id, {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages "
+            f"WHERE id IN ({','.join('?' * len(chunk))})", chunk,
+        ):
+            nxt, day, _ = out[mid]
+            out[mid] = (nxt, day, speaker_label(text_of_raw(raw)))
     return out
+
+
+def _head_text(head: object) -> str | None:
+    """The start of a text as ``json_string_head_sql`` selected it, or None when it may not be the
+    start ``text_of_raw`` would give: NULL, bytes that are not valid UTF-8 (Python would decode the
+    whole content with replacement characters) or only white space (``text_of_raw`` then reads the
+    message's parts instead)."""
+    if not isinstance(head, (bytes, bytearray)):
+        return None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if text.strip() else None
 
 
 def _day(created: object) -> date | None:

@@ -13,6 +13,7 @@ import calendar
 import hashlib
 import re
 import unicodedata
+from collections import abc
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any, Mapping
@@ -57,7 +58,7 @@ message_text = recall_text
 
 def recall_content_text(content: Mapping[str, Any] | Any) -> str:
     """``recall_text`` of a stored row's content dict (the index reads raw rows in SQL)."""
-    if not isinstance(content, Mapping):
+    if not isinstance(content, (dict, abc.Mapping)):  # dict first: typing's Mapping check is slow
         return content if isinstance(content, str) else ""
     direct = content.get("content")
     if isinstance(direct, str) and direct.strip():
@@ -140,6 +141,10 @@ def keyword_query(text: str) -> str | None:
 # A transcript line often starts with who says it ("Caroline: I went to a support group"), as
 # conversations imported from other tools or written by several people do. Such a label is at most
 # a few words before a colon at the very start of the text.
+LABEL_CHARS = 80  # a label is looked for in a text's first characters only
+# Every character whose NFKC form holds a colon (a test checks the list against ``unicodedata``).
+COLON_CHARS = ":\u2a74\ufe13\ufe55\uff1a"
+_COLON = re.compile(f"[{COLON_CHARS}]")
 _LABEL = re.compile(r"\s*([^\W\d_][\w'\u2019-]*(?:[ ][^\W\d_][\w'\u2019-]*){0,2})\s*:\s")
 
 
@@ -147,7 +152,10 @@ def speaker_label(text: str) -> str | None:
     """The speaker a message's text names at its start ("Caroline: ..." -> "caroline"), casefolded
     and NFKC-normalised, or None when it has no such label (a URL, a time "10:30" or a sentence with
     a colon further on is no label)."""
-    m = _LABEL.match(unicodedata.normalize("NFKC", text[:80]))
+    head = text[:LABEL_CHARS]
+    if _COLON.search(head) is None:  # no label without a colon: skips the normalisation and the regex
+        return None
+    m = _LABEL.match(unicodedata.normalize("NFKC", head))
     return m.group(1).casefold() if m else None
 
 

@@ -187,15 +187,15 @@ def stored_state(conn: sa.Connection, info: TableInfo, model_id: str, message_id
 
 
 def change_counters(conn: sa.Connection, info: TableInfo) -> tuple[int, int]:
-    """(appends, rewrites) as bumped by the table's triggers; a Mastra table without them is scanned."""
+    """(appends, rewrites): the newest rowid (a new row always gets a rowid above the others) and the
+    count the table's update/delete triggers bump; a Mastra table without triggers is scanned."""
     if info.has_our_indexes and has_table(conn, STATE_TABLE):
-        rows: dict[str, int] = dict(
-            conn.exec_driver_sql(
-                f"SELECT key, value FROM {STATE_TABLE} WHERE key IN (?, ?)",
-                (f"{info.name}:appends", f"{info.name}:rewrites"),
-            ).all()
-        )
-        return int(rows.get(f"{info.name}:appends", 0)), int(rows.get(f"{info.name}:rewrites", 0))
+        newest, rewrites = conn.exec_driver_sql(
+            f"SELECT (SELECT max(rowid) FROM {quoted(info.name)} NOT INDEXED), "
+            f"(SELECT value FROM {STATE_TABLE} WHERE key = ?)",
+            (f"{info.name}:rewrites",),
+        ).one()
+        return int(newest or 0), int(rewrites or 0)
     # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.
     row = conn.exec_driver_sql(f"SELECT max(rowid), count(vector_id) FROM {quoted(info.name)} NOT INDEXED").first()
     return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)

@@ -90,6 +90,29 @@ def stored_text_sql(conn: sa.Connection, expr: str) -> str:
     return expr if is_postgres(conn) else f"CAST({expr} AS BLOB)"
 
 
+def json_string_head_sql(conn: sa.Connection, column: str, key: str, chars: int) -> str | None:
+    """Hand-written SQL for the first ``chars`` characters of the string stored under the top-level
+    ``key`` of a text column holding a JSON object, selected as a blob (decode it like
+    ``stored_text``), so a caller needing only the start of a stored message's text skips reading
+    and decoding the whole document. NULL whenever that is not certainly the value Python's
+    ``json.loads(column)[key]`` would give: the column is a blob, or not valid RFC 8259 JSON, or
+    ``key`` maps to no string, or ``"key"`` appears twice in the text (SQLite would take the first
+    of duplicate keys, Python the last); the caller then reads the column itself.
+    None: this backend has no such expression (Postgres: its ``->>`` fails the whole statement on a
+    ``\\u0000`` escape), read the column."""
+    if is_postgres(conn):
+        return None
+    if not key.isidentifier():
+        raise ValueError(f"unsafe JSON key {key!r}")
+    quoted = f'"{key}"'
+    return (
+        f"CASE WHEN typeof({column}) = 'text' AND json_valid({column}) "
+        f"AND json_type({column}, '$.{key}') = 'text' "
+        f"AND instr(substr({column}, instr({column}, '{quoted}') + {len(quoted)}), '{quoted}') = 0 "
+        f"THEN CAST(substr(json_extract({column}, '$.{key}'), 1, {int(chars)}) AS BLOB) END"
+    )
+
+
 def json_text_sql(conn: sa.Connection, column: str) -> str:
     """The same as ``json_text`` for hand-written driver SQL."""
     if is_postgres(conn):

@@ -168,6 +168,54 @@ def test_rows_written_by_another_process_appear(db_path: Path):
         first.close()
 
 
+def test_appends_are_told_by_the_newest_rowid_not_a_per_row_trigger(tmp_path: Path):
+    """Migration 0018 drops the vector tables' per-row append trigger (and its counter); a row any
+    process appends still reaches an open index's cached matrix, found by ``max(rowid)``."""
+    import json
+
+    import libsql_experimental as libsql
+
+    from core.recall.schema import APPENDS_MIGRATION, STATE_TABLE
+    from core.storage.migrations import MIGRATIONS_TABLE
+
+    path = tmp_path / "m.db"
+    store = open_store(path)
+    table = vector_table_name(64)
+    a = seed(store, "t", "u", ["peanut allergy"])
+    RecallIndex.for_store(store, HashingEmbedder(64)).index_messages(a)
+
+    def triggers() -> set[str]:
+        return {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?", (table,)).fetchall()}
+
+    raw = libsql.connect(str(path))
+    assert triggers() == {f"{table}_ms_au", f"{table}_ms_ad"}
+    # A database from before the migration: the trigger and its counter, the migration not applied.
+    raw.execute(f'CREATE TRIGGER "{table}_ms_ai" AFTER INSERT ON "{table}" BEGIN '
+                f"UPDATE {STATE_TABLE} SET value = value + 1 WHERE key = '{table}:appends'; END")
+    raw.execute(f"INSERT INTO {STATE_TABLE} (key, value) VALUES (?, 1)", (f"{table}:appends",))
+    raw.execute(f"DELETE FROM {MIGRATIONS_TABLE} WHERE name = ?", (APPENDS_MIGRATION,))
+    raw.commit()
+    store.close()
+
+    store = open_store(path)  # migrates on open
+    try:
+        assert triggers() == {f"{table}_ms_au", f"{table}_ms_ad"}
+        assert raw.execute(f"SELECT count(*) FROM {STATE_TABLE} WHERE key = ?", (f"{table}:appends",)).fetchall() == [(0,)]
+        index = RecallIndex.for_store(store, HashingEmbedder(64))
+        assert [h.message_id for h in index.search("peanut", resource_id="u", mode="vector").hits] == ["t-0"]
+        # Another process (here Mastra's way: a random vector id) appends a row for a message it saved.
+        b = seed(store, "t", "u", ["peanut farm"], prefix="late", start=10)
+        meta = {"message_id": b[0].id, "thread_id": "t", "resource_id": "u", "role": "user", "content": "peanut farm"}
+        vec = HashingEmbedder(64).embed(["peanut farm"])[0]
+        raw.execute(f'INSERT INTO "{table}" (vector_id, embedding, metadata, model_id) VALUES (?, ?, ?, ?)',
+                    ("random-1", np.asarray(vec, dtype="<f4").tobytes(), json.dumps(meta), index.model_id))
+        raw.commit()
+        ids = {h.message_id for h in index.search("peanut", resource_id="u", mode="vector").hits}
+        assert ids == {"t-0", "late-0"}
+    finally:
+        store.close()
+
+
 def test_model_change_is_detected(store):
     msgs = seed(store, "t", "u", ["peanut allergy"])
     RecallIndex.for_store(store, HashingEmbedder(64)).index_messages(msgs)

@@ -360,6 +360,62 @@ def test_speaker_labels_are_short_names_before_a_colon_at_the_start():
     assert SpeakerMatcher("卡罗琳去了哪里？")("卡罗琳")
 
 
+def test_a_label_needs_a_colon_and_every_character_normalised_to_one_is_known():
+    import sys
+    import unicodedata
+
+    from core.recall.text import COLON_CHARS, speaker_label
+
+    # speaker_label skips texts without one of these before normalising: the list must be complete.
+    colons = {chr(c) for c in range(sys.maxunicode + 1) if ":" in unicodedata.normalize("NFKC", chr(c))}
+    assert colons <= set(COLON_CHARS)
+    assert speaker_label("Caroline\uff1a hello") == "caroline"  # a full-width colon is a colon
+    assert speaker_label("Caroline said hello") is None
+
+
+@pytest.mark.backends
+def test_thread_order_reads_the_same_labels_as_decoding_the_whole_content(store):
+    """The re-rank reads only the start of each text where the database can cut it out of the JSON;
+    whatever a row holds, its label is the one decoding the whole content gives."""
+    import json
+
+    from core.recall import search as pipeline
+    from core.recall.schema import text_of_raw
+    from core.recall.text import speaker_label
+    from core.storage import dialect
+
+    texts = [f"Caroline: line {i}" if i % 2 else f"Mel: line {i}" for i in range(12)]
+    msgs = seed(store, "t", "u", texts)
+    contents = [
+        json.dumps({"format": 2, "parts": [], "content": "Nate: plain json"}),
+        json.dumps({"format": 2, "parts": [{"type": "text", "text": "Joanna: from the parts"}]}),  # no content
+        json.dumps({"format": 2, "parts": [{"type": "text", "text": "Joanna: parts win"}], "content": "  \n "}),
+        '{"content": "Tim: first", "content": "Gina: the last one counts"}',  # duplicate keys
+        json.dumps({"content": "J\u00f6rg: escaped"}, ensure_ascii=True),
+        json.dumps({"content": "卡罗琳： 你好"}, ensure_ascii=False),
+        "Deb: not json at all",
+        '{"content": "Evan: broken json',
+        '{"content": "Sam: NaN is Python-only", "n": NaN}',
+        json.dumps({"content": 42, "parts": [{"type": "text", "text": "Max: number content"}]}),
+        json.dumps({"content": "x" * 100 + "Zed: too far"}),
+        json.dumps({"content": "\t Ann Lee : spaced"}),
+    ]
+    with store.db.write() as conn:
+        for m, content in zip(msgs, contents):
+            conn.exec_driver_sql("UPDATE mastra_messages SET content = ? WHERE id = ?", (content, m.id))
+    ids = [m.id for m in msgs]
+    with store.db.read() as conn:
+        got = pipeline.thread_order(conn, ids, labels=True)
+        raw = dict(conn.exec_driver_sql(
+            f"SELECT id, {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages").all())
+        plain = pipeline.thread_order(conn, ids)
+    expected = {mid: speaker_label(text_of_raw(raw[mid])) for mid in ids}
+    assert {mid: label for mid, (_, _, label) in got.items()} == expected
+    assert expected[msgs[0].id] == "nate" and expected[msgs[3].id] == "gina" and expected[msgs[1].id] == "joanna"
+    assert {mid: (nxt, day) for mid, (nxt, day, _) in got.items()} == {mid: (nxt, day) for mid, (nxt, day, _) in plain.items()}
+    assert got[msgs[0].id][0] == msgs[1].id and got[msgs[-1].id][0] is None
+
+
 def test_rerank_boosts_the_named_speakers_candidates_and_stays_bounded():
     f = [hybrid.Fused(m, None, None, s, 0.5, None, 1, None) for m, s in (("a", 0.9), ("b", 0.8), ("c", 0.1))]
     ranked = hybrid.rerank(f, {}, None, by_speaker={"b"})
