@@ -103,8 +103,7 @@ def _backfill_fts(conn: sa.Connection) -> None:
 def _drop_append_triggers(conn: sa.Connection) -> None:
     """Every vector table's per-row append trigger (``<table>_ms_ai``) and its counter go: readers
     compare ``max(rowid)`` instead (``vector_table.change_counters``)."""
-    tables = [r[0] for r in conn.exec_driver_sql(
-        "SELECT tbl_name FROM sqlite_master WHERE type = 'trigger' AND name = tbl_name || '_ms_ai'")]
+    tables = [table for name, table in catalog.triggers(conn) if name == table + "_ms_ai"]
     for table in tables:
         conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quoted(table + '_ms_ai')}")
         conn.exec_driver_sql(f"DELETE FROM {STATE_TABLE} WHERE key = ?", (f"{table}:appends",))

@@ -45,6 +45,17 @@ def has_user_tables(conn: sa.Connection) -> bool:
     return bool(sa.inspect(conn).get_table_names())
 
 
+def triggers(conn: sa.Connection) -> list[tuple[str, str]]:
+    """(trigger name, table name) of every trigger of the database (ours, not the engine's own),
+    sorted. SQLAlchemy's inspector has no trigger list, so the catalog is read here."""
+    if is_postgres(conn):
+        sql = ("SELECT t.tgname, c.relname FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid "
+               "WHERE NOT t.tgisinternal AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 1, 2")
+    else:
+        sql = "SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger' ORDER BY 1, 2"
+    return [(str(r[0]), str(r[1])) for r in conn.exec_driver_sql(sql)]
+
+
 def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]]:
     """(name, declared type in upper case, part of the primary key) of each column, in table order.
 
@@ -66,4 +77,4 @@ def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]
             for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted})")]
 
 
-__all__ = ["all_tables", "has_table", "has_user_tables", "table_columns", "table_names"]
+__all__ = ["all_tables", "has_table", "has_user_tables", "table_columns", "table_names", "triggers"]

@@ -54,6 +54,8 @@ def test_the_one_table_existence_check_and_the_table_lists(store):
         assert not any(t.startswith("sqlite_") for t in tables)
         assert catalog.table_names(conn, "mastra_threads") == ["mastra_threads"]
         assert catalog.has_user_tables(conn)
+        triggers = catalog.triggers(conn)  # our own (the keyword index's, the timestamp mirrors')
+        assert triggers and all(table in tables for _name, table in triggers)
         columns = {name: (kind, key) for name, kind, key in catalog.table_columns(conn, "mastra_threads")}
         assert columns["id"][1] and not columns["resourceId"][1] and "TEXT" in columns["resourceId"][0]
     assert store.db.has_table("mastra_threads") and not store.db.has_table("no_such_table")
