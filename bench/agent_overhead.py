@@ -1,9 +1,11 @@
 """Time per agent turn spent outside the model (processors, storage, tracing), with a scripted model.
 
-Configurations: history only; history + working memory + semantic recall; observational memory.
-Also span write throughput into DuckDB. Aim: under 5 ms of overhead per turn without recall.
+Configurations: history only; history + working memory + semantic recall; observational memory;
+observational memory while observations are made (synchronous vs buffered in the background, with
+an observer and an actor that take real time). Also span write throughput into DuckDB. Aim: under
+5 ms of overhead per turn without recall.
 
-    .venv/bin/python bench/agent_overhead.py [--turns 200]
+    .venv/bin/python bench/agent_overhead.py [--turns 200] [--om-turns 60] [--only om-buffering]
 """
 
 from __future__ import annotations
@@ -64,6 +66,55 @@ def run(name: str, options: MemoryOptions, turns: int, *, embedder=None, tracer=
     print(f"{name:<38} median {statistics.median(overheads):7.2f} ms   p95 {p95:7.2f} ms   ({turns} turns)")
 
 
+OM_OBSERVER_SECONDS = 0.12  # what one observer call takes (a small remote model)
+OM_ACTOR_SECONDS = 0.06  # what one reply of the agent's model takes
+
+
+def om_buffering(turns: int) -> None:
+    """The turn's own time (everything but the agent's model call) while observations are made:
+    synchronous observation puts the observer call in the turn that crosses the threshold; buffered,
+    it runs in the background during later turns and the threshold turn only activates."""
+    observation = ("<observations>\nDate: Jan 2, 2026\n* 🔴 (10:00) The user talked about topic {n}.\n"
+                   "</observations>\n<current-task>\nPrimary: topic {n}\n</current-task>")
+    for mode, buffer_tokens in (("synchronous (buffer_tokens=False)", False), ("buffered in the background", 0.2)):
+        calls = {"n": 0}
+
+        def observer(messages, tools):  # type: ignore[no-untyped-def]
+            calls["n"] += 1
+            time.sleep(OM_OBSERVER_SECONDS)
+            return observation.format(n=calls["n"])
+
+        def actor(messages, tools):  # type: ignore[no-untyped-def]
+            time.sleep(OM_ACTOR_SECONDS)
+            return "A reply about the topic, long enough to count: " + "words " * 25
+
+        with tempfile.TemporaryDirectory() as tmp:
+            store = open_store(Path(tmp) / "bench.db")
+            memory = Memory(store, MemoryOptions(observational_memory={
+                "message_tokens": 400, "observation_tokens": 10**9, "buffer_tokens": buffer_tokens}),
+                observer_model=ScriptedModel(observer, name="observer"))
+            model = TimedModel(ScriptedModel(actor, name="actor"))
+            agent = Agent("bench", instructions="You are a benchmark.", model=model, memory=memory,  # type: ignore[arg-type]
+                          tracer=False)
+            own, blocked = [], 0
+            for i in range(turns):
+                model.spent = 0.0
+                start = time.perf_counter()
+                result = agent.generate(f"user message {i}: " + "about the topic " * 8,
+                                        memory={"resource": "u", "thread": "t"})
+                own.append((time.perf_counter() - start - model.spent) * 1000)
+                notes = result.prompts[0].notes.get("observational-memory", {})
+                blocked += bool(notes.get("blocked")) or "observed" in notes
+            memory.wait_idle(60)
+            store.close()
+        own.sort()
+        p95 = own[int(len(own) * 0.95) - 1]
+        print(f"OM while observing, {mode:<34} median {statistics.median(own):7.2f} ms   p95 {p95:7.2f} ms   "
+              f"max {own[-1]:7.2f} ms   turns that waited for the observer {blocked}/{turns}   "
+              f"observer calls {calls['n']} ({OM_OBSERVER_SECONDS * 1000:.0f} ms each; actor "
+              f"{OM_ACTOR_SECONDS * 1000:.0f} ms)")
+
+
 def span_throughput() -> None:
     from core.traces.store import DuckDBObservabilityStore
     from core.traces.tracer import InMemorySpanExporter, Tracer
@@ -87,7 +138,12 @@ def span_throughput() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--om-turns", type=int, default=60)
+    parser.add_argument("--only", choices=("om-buffering",), default=None)
     args = parser.parse_args()
+    if args.only == "om-buffering":
+        om_buffering(args.om_turns)
+        return
     run("history only, untraced", MemoryOptions(last_messages=10), args.turns)
     run("history only, traced to DuckDB (default)", MemoryOptions(last_messages=10), args.turns, tracer=None)
     run("history + working memory, untraced", MemoryOptions(last_messages=10, working_memory={"enabled": True}),
@@ -104,6 +160,7 @@ def main() -> None:
         print(f"history + working memory + recall: skipped ({exc})")
     run("observational memory, untraced", MemoryOptions(observational_memory={"enabled": True, "message_tokens": 10**9}),
         args.turns, observer=ScriptedModel(lambda m, t: "<observations>\n</observations>", name="observer"))
+    om_buffering(args.om_turns)
     span_throughput()
 
 

@@ -24,6 +24,7 @@ from core.memory import (
     ThreadOwnershipError,
     resolve_memory,
 )
+from core.background import BackgroundWork
 from core.message_list import MessageList, Provenance
 from core.message_size import MessageTooLargeError
 from core.messages import Message, MessageFormatError
@@ -35,6 +36,7 @@ from core.options import (
     ObservationalMemoryOptions,
     OptionsError,
     SemanticRecallOptions,
+    TitleOptions,
     WorkingMemoryOptions,
 )
 from core.processors.base import Processor, ProcessorContext, RequestContext
@@ -82,6 +84,7 @@ __all__ = [
     "AgentStream",
     "AlreadyExistsError",
     "AssembledPrompt",
+    "BackgroundWork",
     "CloneResult",
     "ConcurrentUpdateError",
     "ConfigurationError",
@@ -124,6 +127,7 @@ __all__ = [
     "ScopeConflictError",
     "ScriptedModel",
     "SemanticRecallOptions",
+    "TitleOptions",
     "StorageError",
     "StreamEvent",
     "Store",

@@ -28,6 +28,7 @@ from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, tool_invocation_part, text_part
 from core.model_call import ModelCall, request_body_for, stream_reply
 from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
+from core.llm.providers import resolve_model
 from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
 from core.processors.base import ProcessorContext
 from core.prompt import AssembledPrompt
@@ -37,7 +38,7 @@ from core.replay.record import request_hash
 from core.storage.memory_store import InvalidArgumentError
 from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan, tracing_disabled
-from core.working_memory import TOOL_NAME as WM_TOOL_NAME
+from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
 from core.working_memory_stage import StagedWorkingMemory
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class TurnFailedError(AgentError, ModelError):
                             retryable=cause.retryable, method=cause.method)
 
     def _compose(self) -> str:
-        ran = ", ".join(f"{name} (discarded)" if name == WM_TOOL_NAME else name for name in self.tools_run)
+        ran = ", ".join(f"{name} (discarded)" if name in WM_TOOL_NAMES else name for name in self.tools_run)
         return (f"{ModelError._compose(self)}. Nothing of this turn was saved, so retrying will not store the "
                 f"input twice; but these tools had already run, and what they did outside memory was not "
                 f"undone: {ran}.")
@@ -149,7 +150,7 @@ class Agent:
         name: str,
         *,
         instructions: str,
-        model: ChatModel,
+        model: ChatModel | str,
         memory: Memory | MemoryFactory | None = None,
         tools: Sequence[Tool | Callable[..., Any]] = (),
         agents: Sequence["Agent"] | Mapping[str, "Agent"] = (),
@@ -157,15 +158,22 @@ class Agent:
         max_steps: int = 8,
         temperature: float | None = None,
         model_settings: ModelSettings | Mapping[str, Any] | None = None,
+        register: bool = True,
     ) -> None:
-        """``model_settings``: defaults for every call (``ModelSettings``: max_tokens, temperature,
-        top_p, top_k, stop, seed, frequency/presence penalty); a call's own settings override them
-        key by key. ``temperature`` is the same as ``model_settings={"temperature": ...}``."""
+        """``model``: a ``ChatModel`` or a ``provider/model`` name (``"openai/gpt-4o-mini"``,
+        ``"ollama/llama3.1"``...) resolved through ``core.llm.providers``; an unknown provider or a
+        missing key is a ``ConfigurationError`` here. ``model_settings``: defaults for every call
+        (``ModelSettings``: max_tokens, temperature, top_p, top_k, stop, seed, frequency/presence
+        penalty); a call's own settings override them key by key. ``temperature`` is the same as
+        ``model_settings={"temperature": ...}``. A memory with observational memory or generated
+        titles and no model of its own for them uses this agent's model. ``register`` (default True):
+        record the memory configuration this agent runs with (a memory factory's, per memory it
+        resolves to) so the Studio can show it; a caller borrowing a registered agent passes False."""
         if not name or not isinstance(name, str):
             raise AgentError("An agent needs a name.")
         self.name = name
         self.instructions = instructions
-        self.model = model
+        self.model: ChatModel = resolve_model(model, what=f"model of agent {name!r}")
         self.memory = memory
         self.tools = {t.name: t for t in map(as_tool, tools)}
         # Sub-agents as a list, or as Mastra's {name: agent} mapping.
@@ -175,12 +183,11 @@ class Agent:
         self.max_steps = max_steps
         self.temperature = temperature
         self.model_settings = ModelSettings(temperature=temperature).merged(ModelSettings.parse(model_settings))
-        if isinstance(memory, Memory):
-            if memory.options.observational_memory.enabled and memory.observer_model is None:
-                raise AgentError(
-                    "Observational memory needs an observer model: Memory(..., observer_model=<ChatModel>)."
-                )
-            memory.register(name, instructions=instructions)
+        self._registered: dict[int, tuple[str, str]] = {}  # id(memory) -> (registered name, config)
+        self._registration_names: dict[str, str] = {}  # memory name -> the name it is registered under
+        self.register = register
+        if isinstance(memory, Memory) and register:
+            self._register(memory)
 
     # -- public ----------------------------------------------------------------------------------
     def generate(
@@ -276,6 +283,26 @@ class Agent:
                           result=result)
         return result
 
+    def _register(self, mem: Memory) -> str:
+        """Record the configuration ``mem`` resolves to, so the Studio can show it and chat as this
+        agent; returns the name it is registered under (what its replies name as their agent).
+
+        A memory factory may pick a different memory per request (by user tier...): each memory it
+        resolves to is registered once per process. The first memory is registered under the agent's
+        name; a memory with another name than the first, under ``<agent>:<memory name>``."""
+        names = self._registration_names
+        name = names.setdefault(mem.name, self.name if not names else f"{self.name}:{mem.name}")
+        known = self._registered.get(id(mem))
+        config = json.dumps(mem.describe(), sort_keys=True, default=str) if known is None or known[0] != name \
+            else known[1]
+        if known is None or known != (name, config):
+            try:
+                mem.register(name, instructions=self.instructions)
+            except Exception:  # noqa: BLE001 - the Studio's registry must never fail a turn
+                log.warning("agent %r could not register its memory configuration", self.name, exc_info=True)
+        self._registered[id(mem)] = (name, config)
+        return name
+
     def _tracer_for(self, mem: Memory | None) -> SpanTracer:
         """Every run is traced unless tracing was turned off (``tracer=False`` or
         ``$MEMORY_STUDIO_TRACING=off``): by default into the DuckDB file beside the memory database."""
@@ -294,13 +321,19 @@ class Agent:
         ctx: ProcessorContext | None
         bare_record: tuple[dict[str, str], dict[str, dict[str, Any]]] = ({}, {})  # skips/notes without memory
         capture: TurnCapture | None = None
+        agent_name = self.name
         if mem is not None:
             # Ownership is checked here, before any model call (and before anything is written).
             request = mem.request_context(
                 thread_id=thread_id, resource_id=resource_id, options=overrides or None,
                 scopes=[*scopes], values=values,
             )
-            ctx = turn = mem.new_context(request, services=replace(mem.services(), tracer=tracer))
+            agent_name = self._register(mem) if self.register else self.name
+            # Observational memory and titles fall back to this agent's model, as in Mastra.
+            services = mem.services()
+            services = replace(services, tracer=tracer, observer_model=services.observer_model or self.model,
+                               title_model=services.title_model or self.model)
+            ctx = turn = mem.new_context(request, services=services)
             turn.live = True
             turn.budget = call.budget
             inputs = mem.prepare_input(turn, input=_as_messages(message), instructions=self.instructions,
@@ -331,7 +364,7 @@ class Agent:
             answered_at = latest_input + timedelta(milliseconds=1)
         response = Message.create("assistant", [], thread_id=thread_id, resource_id=resource_id,
                                   created_at=answered_at,
-                                  metadata={"agent": self.name, "modelId": self.model.model_id})
+                                  metadata={"agent": agent_name, "modelId": self.model.model_id})
         prompts: list[AssembledPrompt] = [prompt]
         usage = Usage(0, 0, 0)
         finish_reason = "stop"
@@ -438,7 +471,7 @@ class Agent:
         if call.arguments_error:
             return {"error": f"Your arguments for {call.name} were not valid JSON ({call.arguments_error}). "
                              "Send them again as a JSON object."}
-        if call.name == WM_TOOL_NAME and mem is not None:
+        if call.name in WM_TOOL_NAMES and mem is not None:
             if ctx is not None and ctx.request.read_only:
                 return {"success": False, "message": "Working memory is read-only in this session."}
             stage = _working_memory_stage(ctx, mem)
@@ -448,6 +481,8 @@ class Agent:
                                                       overrides=overrides or None, stage=stage),
                 thread_id, resource_id,
             )
+            if outcome.reason is not None:  # the vNext tool answers with a reason, as Mastra's does
+                return {"success": outcome.success, "reason": outcome.message, "updateReason": outcome.reason}
             return {"success": outcome.success, "message": outcome.message}
         if call.name.startswith("agent-") and call.name[6:] in self.sub_agents:
             return self._delegate(self.sub_agents[call.name[6:]], call, mem, resource_id, ml, tracer)
@@ -514,7 +549,7 @@ class Agent:
         return specs
 
     def _tool_names(self) -> list[str]:
-        return [s["function"]["name"] for s in self._tool_specs()] + [WM_TOOL_NAME]
+        return [s["function"]["name"] for s in self._tool_specs()] + list(WM_TOOL_NAMES)
 
 
 def _working_memory_stage(ctx: Any, mem: Memory) -> StagedWorkingMemory | None:

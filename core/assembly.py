@@ -67,7 +67,8 @@ class TurnAssembler:
         om = opts.observational_memory.enabled
         if opts.history_enabled or om:
             chain.append(_take(user, MemoryInputFilter))
-        if opts.working_memory.enabled:
+        state_signals = opts.working_memory.enabled and opts.working_memory.use_state_signals
+        if opts.working_memory.enabled and not state_signals:
             chain.append(_take(user, WorkingMemory))
         if opts.history_enabled and not om:
             chain.append(_take(user, MessageHistory))
@@ -82,6 +83,11 @@ class TurnAssembler:
             from core.processors.observational import ObservationalMemory
 
             chain.append(_take(user, ObservationalMemory))
+        if state_signals:
+            # Last: it repeats the snapshot only when the history loaded above no longer holds it.
+            from core.processors.working_memory_state import WorkingMemoryState
+
+            chain.append(_take(user, WorkingMemoryState))
         chain.extend(user.values())
         return chain
 
@@ -259,6 +265,10 @@ class TurnAssembler:
             self._run(processor, ctx, "output")
         for hook in ctx.after_output:
             hook()
+        if ctx.saved and ctx.request.options.generate_title.enabled:
+            from core.titles import schedule_title
+
+            schedule_title(ctx)  # in the background: the turn never waits for its title
         return list(ctx.saved)
 
     def _run(self, processor: Processor, ctx: ProcessorContext, phase: str) -> None:

@@ -7,6 +7,7 @@ what a real agent would leave behind. The scripted models are labelled ``scripte
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
@@ -123,17 +124,21 @@ def seed_demo(store: Store, *, progress: Callable[[int, int], None] | None = Non
     )
     notes_memory = Memory(
         store,
-        MemoryOptions(last_messages=6, working_memory={"enabled": True, "scope": "thread",
+        MemoryOptions(last_messages=6, working_memory={"enabled": True, "scope": "thread", "version": "vnext",
                                                         "template": "# Session notes\n- Goal:\n- Decisions:\n"}),
         name="notes", clock=clock, tracer=tracer,
     )
 
     # Observational memory with a low message threshold, so a few turns are enough for the observer
-    # to turn the stand-up into dated observation lines (and leave hints on the thread).
+    # to turn the stand-up into dated observation lines (and leave hints on the thread). The observer
+    # buffers in the background as the conversation goes; the demo waits for it after each turn so
+    # the data is the same on every run: some observations activated, one still buffered.
     standup_memory = Memory(
         store,
-        MemoryOptions(observational_memory={"enabled": True, "message_tokens": 120, "observation_tokens": 100_000}),
-        name="notes-om", clock=clock, tracer=tracer, observer_model=ScriptedModel(STANDUP_OBSERVER, name="observer-demo"),
+        MemoryOptions(observational_memory={"enabled": True, "message_tokens": 120, "observation_tokens": 100_000,
+                                            "buffer_tokens": 0.3, "block_after": 2.0}),
+        name="notes-om", clock=clock, tracer=tracer,
+        observer_model=ScriptedModel(standup_observer, name="observer-demo"),
     )
 
     conversations: list[tuple[Memory, str, str, str, str, list[_Turn], Sequence[Tool]]] = [
@@ -193,15 +198,18 @@ def seed_demo(store: Store, *, progress: Callable[[int, int], None] | None = Non
             ]),
         ], ()),
         (notes_memory, "notes", "sam", "sam-retro", "Sprint retro", [
+            # The vNext tool: edits in place, each with a reason the Studio's version history shows.
             _Turn("Let's plan the sprint retro. Goal: decide whether to keep weekly releases.", [
-                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory":
-                    "# Session notes\n- Goal: decide whether to keep weekly releases\n- Decisions:\n"}),)),
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {
+                    "newMemory": "# Session notes\n- Goal: decide whether to keep weekly releases\n- Decisions:",
+                    "updateReason": "append-new-memory"}),)),
                 "Good goal. Shall we list what went well with weekly releases first?",
             ]),
             _Turn("Decision: we keep weekly releases but freeze on Thursdays.", [
-                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory":
-                    "# Session notes\n- Goal: decide whether to keep weekly releases\n"
-                    "- Decisions: keep weekly releases; code freeze on Thursdays\n"}),)),
+                ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {
+                    "searchString": "- Decisions:",
+                    "newMemory": "- Decisions: keep weekly releases; code freeze on Thursdays",
+                    "updateReason": "clarify-existing-memory"}),)),
                 "Recorded: weekly releases stay, with a Thursday code freeze.",
             ]),
         ], ()),
@@ -243,6 +251,7 @@ def seed_demo(store: Store, *, progress: Callable[[int, int], None] | None = Non
             memory.create_thread(resource_id=resource, thread_id=thread, title=title)
         for turn in turns:
             agent.generate(turn.user, memory={"resource": resource, "thread": thread})
+            memory.wait_idle(60)  # background observations land between turns, the same way every run
             report.turns += 1
             done += 1
             if progress:
@@ -254,47 +263,51 @@ def seed_demo(store: Store, *, progress: Callable[[int, int], None] | None = Non
     return report
 
 
-# The observer's replies, in the format it is asked for (``core.observational.observer``). One per
-# observation; the demo's five turns use the first two, the third is spare.
-STANDUP_OBSERVER: list[ScriptStep] = [
-    """<observations>
-Date: Sep 14, 2026
-* 🔴 (12:44) Sam finished the login page redesign yesterday and merged it into main.
-* 🔴 (13:05) Sam starts on the password reset email today; in review by Wednesday, shipped before Thursday's code freeze.
-* 🟡 (13:19) Assistant asked whether anything blocks the work.
-</observations>
-
-<current-task>
-Primary: daily stand-up with Sam; collecting today's plan and blockers.
-</current-task>
-
-<suggested-response>
-Ask whether anything blocks the password reset email.
-</suggested-response>""",
-    """<observations>
-Date: Sep 14, 2026
-* 🔴 (13:26) Sam is blocked: no access to the staging mail server, so no end-to-end email test; Priya can grant it.
-* 🟡 (13:40) Assistant suggested pinging Priya right after the stand-up.
-* 🔴 (13:47) Jonas is on holiday until Monday; Sam covers his on-call shift on Wednesday.
-* 🟢 (14:01) Assistant advised putting the reset email in review on Tuesday evening to keep the deadline.
-</observations>
-
-<current-task>
-Primary: wrapping up Sam's stand-up; the open blocker is staging mail server access (Priya).
-</current-task>
-
-<suggested-response>
-Remind Sam that the blocker is staging mail server access, which Priya can grant.
-</suggested-response>""",
-    """<observations>
-Date: Sep 14, 2026
-* 🟢 (14:08) Sam closed the stand-up and asked for a reminder of the blocker.
-</observations>
-
-<current-task>
-Primary: stand-up finished; follow up on the staging mail server access.
-</current-task>""",
+# The demo observer: it reads the history it is sent (``core.observational.observer.format_history``)
+# and writes one observation per message it knows, at that message's time, so its output follows
+# whatever batch the background observer hands it (buffering decides the batches, not the script).
+_STANDUP_NOTES: list[tuple[str, str]] = [
+    ("finished the login page redesign", "🔴 Sam finished the login page redesign yesterday and merged it into main."),
+    ("Nice work on the login page", "🟢 Assistant acknowledged the merged redesign and asked for today's plan."),
+    ("starting on the password reset email", "🔴 Sam starts on the password reset email today; in review by "
+                                             "Wednesday, shipped before Thursday's code freeze."),
+    ("Anything blocking you", "🟡 Assistant asked whether anything blocks the work."),
+    ("access to the staging mail server", "🔴 Sam is blocked: no access to the staging mail server, so no "
+                                          "end-to-end email test; Priya can grant it."),
+    ("pinging Priya", "🟡 Assistant suggested pinging Priya right after the stand-up."),
+    ("Jonas is on holiday", "🔴 Jonas is on holiday until Monday; Sam covers his on-call shift on Wednesday."),
+    ("review of the reset email for Tuesday", "🟢 Assistant advised putting the reset email in review on Tuesday "
+                                             "evening to keep the deadline."),
+    ("remind me what I said my blocker was", "🟢 Sam closed the stand-up and asked for a reminder of the blocker."),
 ]
+_LINE_RE = re.compile(r"^(User|Assistant)(?: \((\d{1,2}):(\d{2}) (AM|PM)\))?: (.*)$")
+
+
+def standup_observer(messages: list[dict[str, Any]], tools: Any) -> str:
+    """The demo's observer (see ``_STANDUP_NOTES``)."""
+    history = str(messages[-1].get("content") or "")
+    lines, clock = [], "00:00"
+    blocker = "Priya" in str(messages[1].get("content") or "")  # already in the previous observations
+    for raw in history.splitlines():
+        match = _LINE_RE.match(raw.strip())
+        if match is None:
+            continue
+        if match.group(2):
+            hour = int(match.group(2)) % 12 + (12 if match.group(4) == "PM" else 0)
+            clock = f"{hour:02d}:{match.group(3)}"
+        note = next((n for key, n in _STANDUP_NOTES if key in match.group(5)), None)
+        if note is not None:
+            mark, text = note.split(" ", 1)
+            lines.append(f"* {mark} ({clock}) {text}")
+            blocker = blocker or "Priya" in text
+    task = ("Primary: daily stand-up with Sam; the open blocker is staging mail server access (Priya)."
+            if blocker else "Primary: daily stand-up with Sam; collecting today's plan and blockers.")
+    suggested = ("Remind Sam that the blocker is staging mail server access, which Priya can grant." if blocker
+                 else "Ask whether anything blocks the password reset email.")
+    body = "\n".join(lines) or "* 🟢 (00:00) Small talk during the stand-up."
+    return (f"<observations>\nDate: Sep 14, 2026\n{body}\n</observations>\n\n<current-task>\n{task}\n"
+            f"</current-task>\n\n<suggested-response>\n{suggested}\n</suggested-response>")
+
 
 _INSTRUCTIONS = {
     "chef": "You are a friendly cooking assistant. Respect the user's allergies and diet at all times.",

@@ -10,8 +10,18 @@ programming errors, not situations, and do not sit under this root.
 
 from __future__ import annotations
 
-__all__ = ["MemoryStudioError"]
+__all__ = ["ConfigurationError", "MemoryStudioError", "OptionsError"]
 
 
 class MemoryStudioError(Exception):
     """Base class of every error the Memory Studio engine raises; its message says what to do."""
+
+
+class ConfigurationError(MemoryStudioError, ValueError):
+    """A memory, an agent or a model was configured in a way that cannot work (an unknown model
+    provider, a missing API key, a memory factory that returns something else); raised when it is
+    built, never at the first turn."""
+
+
+class OptionsError(MemoryStudioError, ValueError):
+    """A memory option has an invalid value; the message says which and what is allowed."""

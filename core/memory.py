@@ -10,12 +10,13 @@ agent actually runs a turn.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from core.assembly import TurnAssembler
-from core.errors import MemoryStudioError
+from core.background import BackgroundWork
+from core.errors import ConfigurationError
 from core.message_list import MessageList
 from core.ids import check_ids
 from core.messages import Message, MessageFormatError, new_id
@@ -55,12 +56,13 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
-class ConfigurationError(MemoryStudioError, ValueError):
-    """A memory (or a memory factory) was configured in a way that cannot work."""
-
-
 @dataclass
 class RecallResult:
+    """``messages``: the thread's newest messages (and, with a search string, the recalled ones),
+    oldest first. ``total`` / ``page`` / ``per_page`` / ``has_more`` page through the thread.
+    ``hits``: with ``vector_search_string``, each semantic hit with the message ids of its range;
+    ``reason``: why the search found nothing, or was degraded."""
+
     messages: list[Message]
     total: int
     page: int
@@ -68,6 +70,8 @@ class RecallResult:
     has_more: bool
     # Stored rows of the page that do not parse: skipped, never fatal (Invariant 15).
     unreadable: list[UnreadableMessage] = field(default_factory=list)
+    hits: list[Any] = field(default_factory=list)  # core.search_recall.RecalledRange
+    reason: str | None = None
 
     def __post_init__(self) -> None:
         if not self.unreadable:
@@ -109,6 +113,12 @@ class Memory:
 
     ``tracer``: where previews and the processors of this memory's turns record spans. Without
     one, previews are untraced and agent turns go to the store's trace file (``turn_tracer``).
+
+    ``observer_model`` / ``reflector_model``: chat models for observational memory (or the
+    ``observational_memory`` options' ``observer_model`` / ``reflector_model``: a model or a
+    ``provider/model`` name). Without either, an agent turn uses the agent's own model, as Mastra does.
+    ``background``: this memory's background work (buffered observations and reflections, titles,
+    embeddings); ``wait_idle()`` waits for it and ``Store.close()`` finishes or cancels it.
     """
 
     def __init__(
@@ -139,8 +149,14 @@ class Memory:
             self.store, self.clock, max_bytes=self.options.max_working_memory_bytes,
             keep_versions=self.options.max_working_memory_versions)
         self.embedder = embedder
-        self.observer_model = observer_model
-        self.reflector_model = reflector_model
+        om = self.options.observational_memory
+        self.observer_model = observer_model if observer_model is not None else _model_setting(
+            om, "observer_model", "observer model")
+        self.reflector_model = reflector_model if reflector_model is not None else _model_setting(
+            om, "reflector_model", "reflector model")
+        self.title_model = _model_setting(self.options.generate_title, "model", "title model")
+        self.background = BackgroundWork(name)
+        self.store.register_background(self.background)
         self._recall_index: RecallIndex | None = None
         if self.options.semantic_recall.enabled:
             self._recall_index = self._build_recall_index()
@@ -165,8 +181,14 @@ class Memory:
         return MemoryServices(
             store=self.store, tokenizer=self.tokenizer, working_memory=self.working_memory_service,
             save_messages=self._save_turn, clock=self.clock, tracer=self.tracer, recall_index=self._recall_index,
-            observer_model=self.observer_model, reflector_model=self.reflector_model,
+            observer_model=self.observer_model, reflector_model=self.reflector_model, title_model=self.title_model,
+            background=self.background,
         )
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every queued piece of this memory's background work (buffered observations and
+        reflections, generated titles, embeddings) is done. False when ``timeout`` seconds passed first."""
+        return self.background.wait_idle(timeout)
 
     def turn_tracer(self) -> SpanTracer:
         """Where an agent turn's spans go: this memory's tracer if it was given one, else the trace
@@ -569,9 +591,33 @@ class Memory:
 
     def recall(
         self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,
-        page: int = 0, per_page: int | bool | None = None,
+        page: int = 0, per_page: int | bool | None = None, vector_search_string: str | None = None,
+        threshold: float | None = None, top_k: int | None = None,
     ) -> RecallResult:
-        """Stored messages of a thread: by default the newest ``last_messages``, oldest first."""
+        """Stored messages of a thread: by default the newest ``last_messages``, oldest first.
+
+        ``vector_search_string``: also what semantic recall finds for it (``top_k`` hits over
+        ``threshold``, defaults from ``semantic_recall``), each hit with its ``message_range``
+        neighbours, merged into ``messages``; ``hits`` names each hit and its range (Mastra's
+        ``recall({vectorSearchString})``)."""
+        if vector_search_string is not None:
+            if not isinstance(vector_search_string, str) or not vector_search_string.strip():
+                raise InvalidArgumentError("vector_search_string must be a non-empty string (what to search for).")
+            if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+                raise InvalidArgumentError(f"top_k must be a positive integer, got {top_k!r}.")
+            if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+                raise InvalidArgumentError(f"threshold must be a number, got {threshold!r}.")
+            page_result = self.recall(thread_id=thread_id, resource_id=resource_id, last_messages=last_messages,
+                                      page=page, per_page=per_page)
+            from core.search_recall import merged, search_with_ranges
+
+            owner = resource_id or (self.get_thread(thread_id).resource_id or None)  # type: ignore[union-attr]
+            found, ranges, reason = search_with_ranges(
+                self.store, self._recall_index_for_search(), vector_search_string, thread_id=thread_id,
+                resource_id=owner, options=self.effective_options().semantic_recall, top_k=top_k, threshold=threshold)
+            return replace(page_result, messages=merged(page_result.messages, found), hits=ranges, reason=reason)
+        if threshold is not None or top_k is not None:
+            raise InvalidArgumentError("threshold and top_k apply to a search: give vector_search_string too.")
         check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
         thread = self.get_thread(thread_id)
         if thread is None:
@@ -726,6 +772,25 @@ class Memory:
         if instructions:
             config["instructions"] = instructions
         register_agent(self.store, agent_name or self.name, config)
+
+
+def _model_setting(options: Any, name: str, what: str) -> "ChatModel | None":
+    """The chat model an options object names: the model object given there, else its
+    ``provider/model`` name resolved through the provider table (``ConfigurationError`` now, not at
+    the first turn), else None."""
+    from core.options import _model_object
+
+    given = _model_object(options, name)
+    if given is not None:
+        return given  # type: ignore[no-any-return]
+    label = getattr(options, name, None)
+    if not label or not getattr(options, "enabled", True):
+        return None
+    from core.llm.providers import is_model_name, resolve_model
+
+    if not is_model_name(label):
+        return None  # a bare label ("gpt-4o-mini") only names the model for the Studio
+    return resolve_model(label, what=what)  # type: ignore[no-any-return]
 
 
 MemoryFactory = Callable[[Mapping[str, Any]], Memory]

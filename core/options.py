@@ -14,9 +14,9 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, TypeVar
 
-from core.errors import MemoryStudioError
+from core.errors import OptionsError as OptionsError  # re-exported: its home was this module
 
 DEFAULT_TEMPLATE = (
     "\n# User Information\n- **First Name**: \n- **Last Name**: \n- **Location**: \n- **Occupation**: \n"
@@ -24,10 +24,6 @@ DEFAULT_TEMPLATE = (
 )
 
 Scope = Literal["resource", "thread"]
-
-
-class OptionsError(MemoryStudioError, ValueError):
-    """A memory option has an invalid value; the message says which and what is allowed."""
 
 
 def _check_scope(name: str, value: Any) -> Scope:
@@ -109,8 +105,13 @@ class WorkingMemoryOptions:
     ``enabled`` (default False). ``scope``: "resource" (default, shared by the user's threads) or
     "thread". ``template``: Markdown template, replace semantics (default None: the built-in
     template). ``schema``: JSON Schema, merge semantics (default None); never both.
-    ``version``: "default" or "vnext" (default "default"). ``agent_managed`` (default True):
-    False shows the memory to the model but offers no update tool (code updates it).
+    ``version``: "default" or "vnext" (default "default"; Markdown only): the vNext update tool
+    takes ``newMemory``, ``searchString`` and ``updateReason`` and edits the stored text in place
+    instead of replacing it. ``agent_managed`` (default True): False shows the memory to the model
+    but offers no update tool (code updates it). ``use_state_signals`` (default False; Mastra's
+    experimental ``useStateSignals``): the memory reaches the model as a state message, sent again
+    only when it changed, instead of inside the system prompt, and the tool is named
+    ``setWorkingMemory``; its calls stay in the saved conversation as an audit record.
     """
 
     enabled: bool = False
@@ -119,6 +120,7 @@ class WorkingMemoryOptions:
     schema: Mapping[str, Any] | None = None
     version: Literal["default", "vnext"] = "default"
     agent_managed: bool = True
+    use_state_signals: bool = False
 
     def __post_init__(self) -> None:
         _check_scope("working_memory.scope", self.scope)
@@ -132,6 +134,14 @@ class WorkingMemoryOptions:
             check_schema(self.schema)
         if self.version not in ("default", "vnext"):
             raise OptionsError("working_memory.version must be 'default' or 'vnext'.")
+        if self.version == "vnext" and self.schema is not None:
+            raise OptionsError("working_memory.version 'vnext' edits a Markdown template; a schema already merges "
+                               "fields. Remove version, or use a template instead of the schema.")
+        if not isinstance(self.use_state_signals, bool):
+            raise OptionsError("working_memory.use_state_signals must be True or False.")
+        if self.use_state_signals and self.version == "vnext":
+            raise OptionsError("working_memory.use_state_signals does not work with version 'vnext' (as in "
+                               "Mastra): choose one of them.")
 
     @property
     def mode(self) -> Literal["markdown", "json"]:
@@ -184,14 +194,32 @@ class ObservationalMemoryOptions:
     ``enabled`` (default False). ``scope``: "thread" (default) or "resource".
     ``message_tokens``: unobserved tokens that trigger an observation (default 30,000).
     ``observation_tokens``: log size that triggers a reflection (default 40,000).
-    ``observer_model`` / ``reflector_model``: names recorded for the Studio (default None; the
-    models themselves are given to ``Memory``). ``previous_observer_tokens``: tail of the log shown
+    ``observer_model`` / ``reflector_model``: the models that observe and reflect: a chat model or a
+    ``provider/model`` name such as ``"openai/gpt-4o-mini"`` (default None: the agent's own model,
+    as in Mastra; ``Memory(observer_model=...)`` takes precedence). A bare name without a provider
+    only labels the model for the Studio. ``previous_observer_tokens``: tail of the log shown
     to the observer (default 2,000; 0 none, None all). ``instruction``: extra text for the observer
     (default None). ``reflection_guidance``: extra text for the reflector (default None).
     ``max_output_tokens`` / ``timeout``: per observer or reflector call (default None: the model's
     own). ``observer_temperature`` (default 0.3) and ``reflector_temperature`` (default 0.0), as
     Mastra uses. ``max_compression_level``: the reflector retries with stronger guidance up to this
     level, 0-4 (default 4).
+
+    Background buffering (Mastra's async buffering, its default):
+    ``buffer_tokens``: each time this many unobserved tokens accumulate, the observer runs in the
+    background and its output is *buffered* (not yet shown). A fraction of ``message_tokens`` (below
+    1) or a token count; default 0.2; ``False`` observes synchronously in the turn, as before.
+    ``buffer_activation`` (default 0.8): when ``message_tokens`` is reached, buffered observations
+    are *activated* at once and the messages they cover leave the context, keeping about
+    ``1 - buffer_activation`` of the threshold as recent raw messages; the turn does not wait.
+    ``block_after`` (default None: 1.2 × ``message_tokens``): only above this does a turn wait for
+    the observer. Below 100 it multiplies the threshold; from 100 on it is a token count.
+    ``reflection_buffer_activation`` (default 0.5): a background reflection starts when the log
+    reaches this fraction of ``observation_tokens`` and is swapped in at the threshold;
+    ``reflection_block_after`` (default None: 1.2 × ``observation_tokens``): above it a turn reflects
+    synchronously. Resource scope observes synchronously (buffering is off there, as in Mastra).
+    A failed observer or reflector call is retried after a back-off (30 s, doubling up to 30 min),
+    not on every turn.
     """
 
     enabled: bool = False
@@ -208,6 +236,11 @@ class ObservationalMemoryOptions:
     observer_temperature: float = 0.3
     reflector_temperature: float = 0.0
     max_compression_level: int = 4
+    buffer_tokens: float | int | Literal[False] = 0.2
+    buffer_activation: float = 0.8
+    block_after: float | int | None = None
+    reflection_buffer_activation: float = 0.5
+    reflection_block_after: float | int | None = None
 
     def __post_init__(self) -> None:
         _check_scope("observational_memory.scope", self.scope)
@@ -215,12 +248,134 @@ class ObservationalMemoryOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise OptionsError(f"observational_memory.{name} must be a positive integer, got {value!r}.")
+        for name in ("observer_model", "reflector_model"):
+            _keep_model(self, name, f"observational_memory.{name}")
+        bt = self.buffer_tokens
+        if bt is not False and (isinstance(bt, bool) or not isinstance(bt, (int, float)) or bt <= 0):
+            raise OptionsError("observational_memory.buffer_tokens must be a fraction of message_tokens (0.2), a "
+                               f"token count, or False to observe synchronously; got {bt!r}.")
+        if bt is not False and bt >= 1 and bt >= self.message_tokens:
+            raise OptionsError(f"observational_memory.buffer_tokens ({bt}) must be below message_tokens "
+                               f"({self.message_tokens}): buffering runs ahead of the threshold.")
+        for name in ("buffer_activation", "reflection_buffer_activation"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise OptionsError(f"observational_memory.{name} must be a number above 0 and at most 1, "
+                                   f"got {value!r}.")
+        for name, threshold in (("block_after", self.message_tokens),
+                                ("reflection_block_after", self.observation_tokens)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+                raise OptionsError(f"observational_memory.{name} must be a multiplier of the threshold (1.2) or a "
+                                   f"token count of at least 100, got {value!r}.")
+            if value >= 100 and value < threshold:
+                raise OptionsError(f"observational_memory.{name} ({value:,} tokens) must not be below its threshold "
+                                   f"({threshold:,}).")
         from core.observational.reflector import COMPRESSION_GUIDANCE
 
         top = len(COMPRESSION_GUIDANCE) - 1
         level = self.max_compression_level
         if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= top:
             raise OptionsError(f"observational_memory.max_compression_level must be 0-{top}, got {level!r}.")
+
+    @property
+    def buffering(self) -> bool:
+        """Whether observations (and reflections) are buffered in the background."""
+        return self.buffer_tokens is not False and self.scope == "thread"
+
+    @property
+    def buffer_interval(self) -> int | None:
+        """Tokens of unobserved messages between two background observer runs (None: no buffering)."""
+        if not self.buffering:
+            return None
+        bt = float(self.buffer_tokens)
+        return max(1, int(bt * self.message_tokens) if bt < 1 else int(bt))
+
+    @staticmethod
+    def _limit(value: float | int | None, threshold: int) -> int:
+        if value is None:
+            value = 1.2
+        return int(value) if value >= 100 else max(threshold, int(threshold * float(value)))
+
+    @property
+    def block_after_tokens(self) -> int:
+        """Unobserved tokens above which a turn waits for the observer."""
+        return self._limit(self.block_after, self.message_tokens)
+
+    @property
+    def reflection_block_after_tokens(self) -> int:
+        """Log tokens above which a turn reflects synchronously."""
+        return self._limit(self.reflection_block_after, self.observation_tokens)
+
+    @property
+    def reflection_buffer_at(self) -> int | None:
+        """Log tokens at which a background reflection starts (None: no buffering)."""
+        if not self.buffering:
+            return None
+        return max(1, int(self.observation_tokens * self.reflection_buffer_activation))
+
+    @property
+    def retained_tokens(self) -> int:
+        """Raw message tokens an activation keeps in the context (``1 - buffer_activation`` of the threshold)."""
+        return round(self.message_tokens * (1 - self.buffer_activation))
+
+
+@dataclass(frozen=True)
+class TitleOptions:
+    """Generated thread titles (Mastra's ``generateTitle``).
+
+    ``enabled`` (default False). ``model``: a chat model or a ``provider/model`` name (default
+    None: the agent's own model). ``instructions``: how to write the title (default None: a short
+    title of a few words in the conversation's language). After a thread's first exchange the title
+    is written in the background, once, and only when the thread has none.
+    """
+
+    enabled: bool = False
+    model: Any = None  # the name; a model object given here is kept beside it (``model_object``)
+    instructions: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise OptionsError("generate_title.enabled must be True or False.")
+        if self.instructions is not None and not isinstance(self.instructions, str):
+            raise OptionsError("generate_title.instructions must be a string.")
+        _keep_model(self, "model", "generate_title.model")
+
+    @property
+    def model_object(self) -> Any:
+        return _model_object(self, "model")
+
+
+def _keep_model(options: Any, name: str, label: str) -> None:
+    """A model setting holds a name (``provider/model``, or a given model's id); a model object given
+    in its place is kept beside the options (not a field: options are copied and compared as data)."""
+    value = getattr(options, name)
+    if value is None or isinstance(value, str):
+        return
+    if not callable(getattr(value, "generate", None)):
+        raise OptionsError(f"{label} must be a chat model or a provider/model name such as 'openai/gpt-4o-mini', "
+                           f"got {type(value).__name__}.")
+    object.__setattr__(options, name, str(getattr(value, "model_id", None) or type(value).__name__))
+    options.__dict__.setdefault("_models", {})[name] = value
+
+
+def _model_object(options: Any, name: str) -> Any:
+    return options.__dict__.get("_models", {}).get(name)
+
+
+def carry_models(old: Any, new: Any) -> Any:
+    """``new`` (options rebuilt from a dict) with the model objects of ``old`` wherever it still names
+    the same model; returns ``new``."""
+    for sub in ("observational_memory", "generate_title"):
+        was, now = getattr(old, sub, None), getattr(new, sub, None)
+        if was is None or now is None:
+            continue
+        for name, model in was.__dict__.get("_models", {}).items():
+            if getattr(now, name, None) == getattr(was, name, None) and _model_object(now, name) is None:
+                now.__dict__.setdefault("_models", {})[name] = model
+    return new
 
 
 @dataclass(frozen=True)
@@ -233,7 +388,11 @@ class MemoryOptions:
     ``semantic_recall`` (default off), ``working_memory`` (default off), ``observational_memory``
     (default off; replaces message history when on). ``read_only`` (default False): turns read
     memory but save nothing. ``context_window``: tokens, used to draw the context bar when no
-    model says its own (default 128,000).
+    model says its own (default 128,000). ``generate_title`` (default False): name untitled threads
+    after their first exchange, in the background (see ``TitleOptions``). ``retain_full_input``
+    (default False): keep every message a caller passes as input; by default a client that re-sends
+    the whole conversation has the echoed history trimmed (what follows its last assistant message
+    is new), as Mastra's memory-input-filter does.
     """
 
     last_messages: int | Literal[False] | None = None
@@ -249,6 +408,8 @@ class MemoryOptions:
     max_working_memory_bytes: int | None = 256_000
     # Working-memory versions kept per scope (resource or thread), newest first; None keeps them all.
     max_working_memory_versions: int | None = 100
+    generate_title: Any = False  # bool | dict | TitleOptions
+    retain_full_input: bool = False
 
     def __post_init__(self) -> None:
         history = _history(self.message_history, self.last_messages)
@@ -257,8 +418,11 @@ class MemoryOptions:
         object.__setattr__(self, "semantic_recall", _semantic(self.semantic_recall))
         object.__setattr__(self, "working_memory", _working(self.working_memory))
         object.__setattr__(self, "observational_memory", _observational(self.observational_memory))
+        object.__setattr__(self, "generate_title", _title(self.generate_title))
         if not isinstance(self.read_only, bool):
             raise OptionsError("read_only must be True or False.")
+        if not isinstance(self.retain_full_input, bool):
+            raise OptionsError("retain_full_input must be True or False.")
         for name, unit in (("max_message_bytes", "bytes"), ("max_working_memory_bytes", "bytes"),
                            ("max_working_memory_versions", "versions")):
             value = getattr(self, name)
@@ -275,7 +439,7 @@ class MemoryOptions:
             return self
         unknown = set(overrides) - {f.name for f in fields(self)}
         if unknown:
-            raise OptionsError(f"Unknown memory option(s): {', '.join(sorted(unknown))}.")
+            raise OptionsError(f"Unknown memory option(s): {', '.join(sorted(unknown))}.{_nearest(unknown, self)}")
         base = self.to_dict()
         merged = options_merge(base, dict(overrides))
         wm_over = overrides.get("working_memory")
@@ -285,7 +449,11 @@ class MemoryOptions:
                 merged["working_memory"]["template"] = None
         if isinstance(wm_over, Mapping) and wm_over.get("template") is not None and "schema" not in wm_over:
             merged["working_memory"]["schema"] = None
-        return MemoryOptions(**merged)
+        return self.rebuilt(merged)
+
+    def rebuilt(self, data: Mapping[str, Any]) -> "MemoryOptions":
+        """``MemoryOptions(**data)`` keeping this one's model objects where ``data`` names the same models."""
+        return carry_models(self, MemoryOptions(**data))  # type: ignore[no-any-return]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy (cached: options are frozen, and this runs on every turn)."""
@@ -301,7 +469,22 @@ class MemoryOptions:
         return json.loads(cached)  # type: ignore[no-any-return]
 
     def with_(self, **changes: Any) -> "MemoryOptions":
-        return replace(self, **changes)
+        return carry_models(self, replace(self, **changes))  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_mastra(cls, options: Mapping[str, Any]) -> "MemoryOptions":
+        """Mastra's memory options object as written in TypeScript (camelCase, nested
+        ``semanticRecall``, ``workingMemory``, ``observationalMemory``, ``generateTitle``,
+        ``messageHistory``...). Unknown keys are refused with the nearest known name."""
+        from core.mastra_options import from_mastra
+
+        return MemoryOptions(**from_mastra(options))
+
+    def to_mastra(self) -> dict[str, Any]:
+        """These options as Mastra's memory options object (camelCase; what ``from_mastra`` reads)."""
+        from core.mastra_options import to_mastra
+
+        return to_mastra(self, MemoryOptions())
 
 
 def options_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -315,11 +498,37 @@ def options_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str,
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
             out[key] = options_merge(out[key], value)
-        elif isinstance(value, bool) and key in ("semantic_recall", "observational_memory") and isinstance(out.get(key), dict):
+        elif isinstance(value, bool) and key in ("semantic_recall", "observational_memory", "generate_title") \
+                and isinstance(out.get(key), dict):
             out[key] = {**out[key], "enabled": value}
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = _copy_data(value)
     return out
+
+
+def _copy_data(value: Any) -> Any:
+    """A deep copy of plain data; other objects (a chat model given as a setting) are kept as they are."""
+    if isinstance(value, Mapping):
+        return {k: _copy_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copy_data(v) for v in value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return value if callable(getattr(value, "generate", None)) else copy.deepcopy(value)
+
+
+def _nearest(unknown: set[str], options: Any) -> str:
+    import difflib
+
+    names = [f.name for f in fields(options)]
+    hints = []
+    for key in sorted(unknown):
+        near = difflib.get_close_matches(key, names, n=1) or difflib.get_close_matches(
+            key.lower().replace("_", ""), [n.replace("_", "") for n in names], n=1)
+        if near:
+            target = next((n for n in names if n.replace("_", "") == near[0]), near[0])
+            hints.append(f"{key!r} → did you mean {target!r}?")
+    return (" " + " ".join(hints)) if hints else ""
 
 
 _HISTORY_KEYS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens",
@@ -393,23 +602,40 @@ def _working(value: Any) -> WorkingMemoryOptions:
     raise OptionsError("working_memory must be a dict of options.")
 
 
-def _observational(value: Any) -> ObservationalMemoryOptions:
-    if isinstance(value, ObservationalMemoryOptions):
+_T = TypeVar("_T")
+
+
+def _switchable(cls: type[_T], value: Any, prefix: str, shape: str) -> _T:
+    """Options that may be given as True / False (on / off with the defaults) or a dict (on)."""
+    if isinstance(value, cls):
         return value
     if value is None or value is False:
-        return ObservationalMemoryOptions(enabled=False)
+        return cls(enabled=False)  # type: ignore[call-arg]
     if value is True:
-        return ObservationalMemoryOptions(enabled=True)
+        return cls(enabled=True)  # type: ignore[call-arg]
     if isinstance(value, Mapping):
         data = dict(value)
         data.setdefault("enabled", True)
-        return ObservationalMemoryOptions(**_known(ObservationalMemoryOptions, data, "observational_memory"))
-    raise OptionsError("observational_memory must be True, False or a dict of options.")
+        return cls(**_known(cls, data, prefix))
+    raise OptionsError(f"{prefix} must be True, False or {shape}.")
+
+
+def _observational(value: Any) -> ObservationalMemoryOptions:
+    return _switchable(ObservationalMemoryOptions, value, "observational_memory", "a dict of options")
+
+
+def _title(value: Any) -> TitleOptions:
+    return _switchable(TitleOptions, value, "generate_title", 'a dict such as {"model": ..., "instructions": ...}')
 
 
 def _known(cls: type, data: dict[str, Any], prefix: str) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     unknown = set(data) - names
     if unknown:
-        raise OptionsError(f"Unknown {prefix} option(s): {', '.join(sorted(unknown))}.")
+        import difflib
+
+        hints = [f"{k!r} → did you mean {near[0]!r}?" for k in sorted(unknown)
+                 if (near := difflib.get_close_matches(k, sorted(names), n=1))]
+        raise OptionsError(f"Unknown {prefix} option(s): {', '.join(sorted(unknown))}."
+                           + (" " + " ".join(hints) if hints else ""))
     return data

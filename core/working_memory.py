@@ -36,6 +36,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.working_memory_stage import StagedWorkingMemory
 
 TOOL_NAME = "updateWorkingMemory"
+# The same tool under ``working_memory.use_state_signals`` (seed 004): its calls are kept in the saved
+# conversation as an audit record (the hide filter only removes ``updateWorkingMemory``).
+STATE_TOOL_NAME = "setWorkingMemory"
+TOOL_NAMES = (TOOL_NAME, STATE_TOOL_NAME)
 TOOL_ID = "update-working-memory"
 WM_TAG_RE = re.compile(r"<working_memory>.*?</working_memory>", re.DOTALL)
 
@@ -63,6 +67,12 @@ class UpdateResult:
     success: bool
     message: str
     value: str | None = None
+    reason: str | None = None  # the vNext tool's updateReason
+
+
+def tool_name(opts: WorkingMemoryOptions) -> str:
+    """What the update tool is called for these options (``setWorkingMemory`` with state signals)."""
+    return STATE_TOOL_NAME if opts.use_state_signals else TOOL_NAME
 
 
 @dataclass(frozen=True)
@@ -357,8 +367,14 @@ class WorkingMemoryService:
         so the model can read them and correct itself.
 
         With ``stage`` the update is validated now and recorded there; it is written only when the
-        stage is committed (with the turn's messages). Without it, it is written at once."""
+        stage is committed (with the turn's messages). Without it, it is written at once. With
+        ``version="vnext"`` the call is the vNext tool's (``core.working_memory_vnext``)."""
         try:
+            if opts.version == "vnext" and opts.schema is None:
+                from core import working_memory_vnext
+
+                return working_memory_vnext.apply(self, opts, thread_id=thread_id, resource_id=resource_id,
+                                                  args=args, stage=stage)
             if opts.schema is not None:
                 payload = args.get("memory", args) if isinstance(args, Mapping) else args
                 if payload is None:
@@ -406,7 +422,12 @@ class ConcurrentUpdateError(WorkingMemoryError):
 
 
 def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:
-    """The update tool in OpenAI function format."""
+    """The update tool in OpenAI function format (``setWorkingMemory`` with state signals)."""
+    if opts.version == "vnext" and opts.schema is None:
+        from core import working_memory_vnext as vnext
+
+        return {"type": "function", "function": {"name": tool_name(opts), "description": vnext.TOOL_DESCRIPTION,
+                                                 "parameters": vnext.tool_parameters()}}
     if opts.schema is not None:
         parameters: dict[str, Any] = {
             "type": "object",
@@ -435,7 +456,8 @@ def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:
             "Replace working memory with new Markdown content. Anything left out is dropped, so send the "
             "whole memory each time. The value of 'memory' is always a string."
         )
-    return {"type": "function", "function": {"name": TOOL_NAME, "description": description, "parameters": parameters}}
+    return {"type": "function", "function": {"name": tool_name(opts), "description": description,
+                                             "parameters": parameters}}
 
 
 def instruction(opts: WorkingMemoryOptions, data: str | None, *, read_only: bool) -> str:
@@ -455,9 +477,10 @@ def instruction(opts: WorkingMemoryOptions, data: str | None, *, read_only: bool
             "- Do not invent details that are not stored here."
         )
     fmt = "JSON" if opts.schema is not None else "Markdown"
+    name = tool_name(opts)
     lines = [
         "WORKING MEMORY",
-        f"You keep notes about the user and this conversation. Save facts worth remembering by calling the {TOOL_NAME} tool.",
+        f"You keep notes about the user and this conversation. Save facts worth remembering by calling the {name} tool.",
         "",
         "Guidelines:",
         "1. Save anything that could matter in a later message: names, preferences, goals, decisions, deadlines.",
@@ -465,17 +488,22 @@ def instruction(opts: WorkingMemoryOptions, data: str | None, *, read_only: bool
         f"3. The memory is {fmt}; keep to that format.",
         "4. Answer naturally and do not mention that you keep notes.",
     ]
-    if opts.schema is None:
+    if opts.schema is None and opts.version == "vnext":
         lines += [
-            f"5. The {TOOL_NAME} tool takes one argument, `memory`.",
+            f"5. {name} edits the memory in place: `newMemory` is the new or corrected text; `searchString` is the "
+            "stored line it replaces (leave it out to append); `updateReason` says why.",
+            "6. Send only what changes, never the whole memory; one line per call is best.",
+            "7. Only store what fits the template below.",
+            f"8. When nothing new was learned, do not call {name}.",
+            "9. Information that is off-topic right now is still worth keeping; do not delete it for that reason.",
+        ]
+        lines += ["", "<working_memory_template>", opts.effective_template, "</working_memory_template>"]
+    elif opts.schema is None:
+        lines += [
+            f"5. The {name} tool takes one argument, `memory`.",
             "6. `memory` is always a string of Markdown, never an object.",
             "7. Follow the template below; fill in its fields rather than inventing new layouts.",
         ]
-        if opts.version == "vnext":
-            lines += [
-                f"8. When nothing new was learned, do not call {TOOL_NAME}.",
-                "9. Information that is off-topic right now is still worth keeping; do not delete it for that reason.",
-            ]
         lines += ["", "<working_memory_template>", opts.effective_template, "</working_memory_template>"]
     else:
         assert opts.schema is not None
@@ -492,30 +520,33 @@ def instruction(opts: WorkingMemoryOptions, data: str | None, *, read_only: bool
     ]
     if opts.schema is None:
         lines += [
-            "- Every update sends the entire memory, including what has not changed.",
-            f"- Call {TOOL_NAME} whenever relevant information arrives.",
+            "- Each update sends only the lines that change." if opts.version == "vnext"
+            else "- Every update sends the entire memory, including what has not changed.",
+            f"- Call {name} whenever relevant information arrives.",
             "- Keep the Markdown structure of the template.",
         ]
     else:
         lines += [
             "- Send only the fields that changed; the rest is kept.",
-            f"- Call {TOOL_NAME} whenever relevant information arrives.",
+            f"- Call {name} whenever relevant information arrives.",
             "- Keep the JSON structure of the schema.",
         ]
     return "\n".join(lines)
 
 
 def hide_working_memory(message_content: dict[str, Any]) -> dict[str, Any] | None:
-    """Remove update-tool parts and ``<working_memory>`` tags before a message is saved.
+    """Remove ``updateWorkingMemory`` tool parts and ``<working_memory>`` tags before a message is saved.
 
-    Returns None when nothing is left (the message is then not saved at all).
+    ``setWorkingMemory`` (``use_state_signals``) calls are kept: under that name the tool's calls are
+    the conversation's audit record of what the model stored (seed 004), and the model sees its own
+    updates in later turns. Returns None when nothing is left (the message is then not saved at all).
     """
     parts = []
     changed = False
     for part in message_content.get("parts") or []:
         if part.get("type") == "tool-invocation":
             inv = part.get("toolInvocation") or {}
-            if inv.get("toolName") in (TOOL_NAME, "setWorkingMemory") or inv.get("state") == "partial-call":
+            if inv.get("toolName") == TOOL_NAME or inv.get("state") == "partial-call":
                 changed = True
                 continue
         if part.get("type") == "text" and isinstance(part.get("text"), str) and "<working_memory>" in part["text"]:
@@ -533,5 +564,5 @@ def hide_working_memory(message_content: dict[str, Any]) -> dict[str, Any] | Non
         out["content"] = WM_TAG_RE.sub("", out["content"]).strip()
     inv_list = out.get("toolInvocations")
     if isinstance(inv_list, list):
-        out["toolInvocations"] = [i for i in inv_list if i.get("toolName") not in (TOOL_NAME, "setWorkingMemory")]
+        out["toolInvocations"] = [i for i in inv_list if i.get("toolName") != TOOL_NAME]
     return out

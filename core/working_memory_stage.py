@@ -28,6 +28,7 @@ class _StagedUpdate:
     resource_id: str | None
     kind: Literal["replace", "merge"]
     value: Any  # the replacement text, or the merge patch
+    note: str | None = None  # kept with the version (the vNext tool's update reason)
 
 
 class StagedWorkingMemory:
@@ -52,10 +53,11 @@ class StagedWorkingMemory:
         return text
 
     def add(self, opts: WorkingMemoryOptions, thread_id: str | None, resource_id: str | None,
-            kind: Literal["replace", "merge"], value: Any) -> str:
-        """Validate and record one update; returns the value it leaves (raises ``WorkingMemoryError``)."""
+            kind: Literal["replace", "merge"], value: Any, *, note: str | None = None) -> str:
+        """Validate and record one update; returns the value it leaves (raises ``WorkingMemoryError``).
+        ``note``: kept with the version it writes (why the model made the update)."""
         scope, owner = self.service.owner(opts, thread_id, resource_id)
-        update = _StagedUpdate(opts, scope, owner, thread_id, resource_id, kind, value)
+        update = _StagedUpdate(opts, scope, owner, thread_id, resource_id, kind, value, note)
         text = self._applied(update, self.preview(scope, owner))
         self.updates.append(update)
         return text
@@ -69,7 +71,7 @@ class StagedWorkingMemory:
             service.store.db.lock(conn, locks.owner_key(update.scope, update.owner))
             text = self._applied(update, service._read(conn, update.scope, update.owner))
             service._store(conn, update.scope, update.owner, text, update.opts, update.thread_id, update.resource_id)
-            service._version(conn, update.scope, update.owner, text, update.opts.mode, "agent", None)
+            service._version(conn, update.scope, update.owner, text, update.opts.mode, "agent", update.note)
         self.updates.clear()
 
     def _applied(self, update: _StagedUpdate, current: str | None) -> str:

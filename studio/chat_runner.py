@@ -126,7 +126,8 @@ def run_turn(
 
     mem = memory_for(store, request.agent, model, embedder)
     name = request.agent.name if request.agent is not None else PLAYGROUND_AGENT
-    agent = Agent(name, instructions=request.instructions, model=model, memory=lambda _values: mem)
+    # Borrowing a registered agent never registers it again (its record is the agent process's).
+    agent = Agent(name, instructions=request.instructions, model=model, memory=lambda _values: mem, register=False)
     message = Message.user(request.text, id=request.input_id, thread_id=request.thread_id,
                            resource_id=request.resource_id)
     deltas = 0

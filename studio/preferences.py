@@ -94,6 +94,22 @@ class Endpoint:
         return "no key"
 
 
+def endpoint_from_model_string(text: str, *, name: str | None = None,
+                               environ: Mapping[str, str] | None = None) -> Endpoint:
+    """An endpoint for a ``provider/model`` name (``"groq/llama-3.1-8b-instant"``), as ``Agent(model=...)``
+    resolves it: the provider's base URL (or ``<PROVIDER>_BASE_URL``) and key variable. Raises
+    ``ConfigurationError`` (an unknown provider, with the nearest known one) for anything else."""
+    from core.llm.providers import parse_model_name
+
+    parsed = parse_model_name(text.strip())
+    provider = parsed.provider
+    return Endpoint(
+        name=name or parsed.text, base_url=provider.endpoint(environ), model=parsed.model,
+        key_source="env" if provider.key_required else "none",
+        key_name=provider.key_env or "" if provider.key_required else "",
+    )
+
+
 def validate(endpoints: Sequence[Endpoint]) -> list[str]:
     """What is wrong with a list of endpoints, in words that say what to fix (empty: fine)."""
     problems: list[str] = []

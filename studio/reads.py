@@ -213,6 +213,11 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
             thread_id=req.thread_id, resource_id=req.resource_id, input=inputs,
             instructions=req.instructions or None, options=overrides,
         )
+        from studio.logic.om_buffer_layout import prompt_buffer_note
+
+        buffering = prompt_buffer_note(prompt.notes)
+        if buffering:
+            notes.append(buffering)
     model, model_note = thread_model(store, req.thread_id) if req.thread_id else (None, "")
     calls = len(prompt.replay.calls) if prompt.replay is not None and prompt.replay.calls else 1
     requests = [call_view(prompt, memory.tokenizer, k) for k in range(calls)]  # token counts: on this worker
@@ -295,6 +300,8 @@ class OMView:
     lookup: Lookup | None = None
     history: list[OMRecord] = field(default_factory=list)
     hints: ThreadHints = field(default_factory=ThreadHints)
+    # A resource-scoped log names the threads its observations came from: their titles, by id.
+    thread_titles: dict[str, str] = field(default_factory=dict)
 
 
 def load_observations(store: Store, selection: Selection) -> OMView:
@@ -310,6 +317,9 @@ def load_observations(store: Store, selection: Selection) -> OMView:
         if history:
             view.lookup, view.history = lookup, history
             break
+    if view.lookup is not None and view.lookup.scope == "resource" and view.lookup.resource_id:
+        threads = store.memory.list_threads(resource_id=view.lookup.resource_id, per_page=None).threads
+        view.thread_titles = {t.id: t.title for t in threads if t.title}
     return view
 
 

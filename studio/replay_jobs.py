@@ -226,7 +226,22 @@ class ReplayThread:
         gen = f"generation {generation}" if generation is not None else "generation"
         chunks = f" · {record.om_chunks} chunk(s)" if record is not None and record.om_chunks is not None else ""
         seen = f" · observed up to {cursor.split(' ')[0]}" if cursor else ""
-        return f"{gen} (row {row[:8]}…){chunks}{seen}"
+        activity = self._om_activity(opts, record)
+        return f"{gen} (row {row[:8]}…){chunks}{seen}" + (f" · at this turn: {activity}" if activity else "")
+
+    def _om_activity(self, opts: Any, record: TurnRecord | None) -> str:
+        """What background buffering did at this turn (activation, a turn that waited), from the
+        events the observational-memory rows keep, matched by the turn's clock reading."""
+        if record is None:
+            return ""
+        from core.observational import load_history
+        from core.timeutil import to_iso
+        from studio.logic.om_buffer_layout import turn_activity
+
+        scope = opts.observational_memory.scope
+        history = load_history(self.store, thread_id=self.thread.id, resource_id=self.thread.resource_id,
+                               scope=scope)
+        return turn_activity(history, to_iso(record.created_at))
 
     # -- what-if -----------------------------------------------------------------------------------
     def what_if(self, options: Mapping[str, Any], progress: Callable[[int, int], None] | None = None,

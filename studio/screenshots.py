@@ -100,6 +100,7 @@ def render(out_dir: Path) -> list[Path]:
           and "Ada" in (wm.snapshot.text or ""), 30)
     save(window, "working-memory-template")
     _shoot_wm_history(app, window, save)
+    _shoot_wm_vnext(app, window, save)
     _shoot_prompt_recall(app, window, save)
 
     _shoot_traces(app, window, save)
@@ -181,6 +182,20 @@ def _shoot_wm_history(app: Any, window: Any, save: Callable[[Any, str], None]) -
     wm.tabs.setCurrentIndex(0)
 
 
+def _shoot_wm_vnext(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
+    """The retro thread's working memory, edited by the vNext tool: each version with its update reason."""
+    from studio.selection import Selection
+
+    wm = window.panes["working_memory"]
+    window.resources.set_selection(Selection("sam", "sam-retro"))
+    _wait(app, lambda: "Thursdays" in (getattr(getattr(wm, "snapshot", None), "text", None) or ""), 30)
+    wm.tabs.setCurrentIndex(1)
+    _wait(app, lambda: len(wm.version_model.rows()) >= 2, 30)
+    wm.select_versions(wm.version_model.rows()[0].number)
+    save(window, "working-memory-vnext")
+    wm.tabs.setCurrentIndex(0)
+
+
 def _shoot_prompt_recall(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:
     """The inspector with semantic recall on: each recalled message with its own scores."""
     from studio.selection import Selection
@@ -211,6 +226,16 @@ def _shoot_observations(app: Any, window: Any, save: Callable[[Any, str], None])
     window.resources.set_selection(Selection("sam", "sam-standup"))
     _wait(app, lambda: bool(pane.view.history) and pane.view.selection.thread_id == "sam-standup", 30)
     save(window, "observations")
+    # Background buffering: what the observer buffered, and the activations of the conversation.
+    pane.buffer_panel.tabs.setCurrentIndex(1)
+    save(window, "observations-buffer")
+    pane.buffer_panel.tabs.setCurrentIndex(0)
+    # The inspector on the same thread: the activated chunks in the prompt, the buffered one outside it.
+    window.show_tab("prompt")
+    inspector = window.panes["prompt"]
+    _wait(app, lambda: inspector.preview is not None and inspector.preview.request.thread_id == "sam-standup"
+          and bool(inspector.preview.notes), 30)
+    save(window, "prompt-inspector-buffer")
 
 
 def _shoot_export(app: Any, window: Any, save: Callable[[Any, str], None]) -> None:

@@ -7,7 +7,8 @@ a reflection has already rewritten them. The next turn reads the changed log (th
 current row every turn); a turn that ran before the change rebuilds with the log of its time
 (``core.replay.edited``). The observer's own commit compares the log it was shown with the stored
 one, so a user edit made while an observer call runs makes that observation retry on the next turn,
-never overwrite the edit.
+never overwrite the edit. Buffered chunks (issue 19) are not lines of the log and stay as they are; a
+reflection prepared in the background from lines an edit changed is dropped (``after_log_edit``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sqlalchemy as sa
 
 from core.edits.messages import NoVersionHistoryError
 from core.edits.schema import OBSERVATION_VERSIONS, observation_versions
+from core.observational.buffer_store import after_log_edit
 from core.observational.records import OMRecord
 from core.observational.store import OM
 from core.scopes import ThreadOwnershipError, check_thread_owner
@@ -110,7 +112,7 @@ def _write(store: "Store", conn: sa.Connection, row: Any, new_log: str, *, op: s
     from core.observational.tokens import count_text
 
     now = iso_now(clock)
-    values: dict[str, Any] = {"activeObservations": new_log, "updatedAt": now}
+    values: dict[str, Any] = {"activeObservations": new_log, "updatedAt": now, **after_log_edit(row, new_log, now)}
     if tokenizer is not None:
         values["observationTokenCount"] = count_text(tokenizer, new_log)
     conn.execute(OM.update().where(OM.c.id == row["id"]).values(**values))

@@ -1,5 +1,7 @@
 """``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--default-resource]``
-``[--allowed-host NAME]... [--allow-origin ORIGIN]... [--max-body-mb MB]``."""
+``[--allowed-host NAME]... [--allow-origin ORIGIN]... [--max-body-mb MB]``, or ``memory-studio serve
+--model provider/model [--name] [--instructions] [--db]``: one agent with a default memory, its model
+named as ``Agent(model=...)`` takes it (``core.llm.providers``)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,20 @@ DEFAULT_PORT = 8787
 
 def add_serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve agents over HTTP (OpenAI-compatible chat completions + memory API)")
-    p.add_argument("--agents", required=True, metavar="MODULE:ATTR",
-                   help="where the agents are: a dict of name → Agent, a list of agents, or a function "
-                        "returning one (for example myapp.agents:agents)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--agents", metavar="MODULE:ATTR",
+                       help="where the agents are: a dict of name → Agent, a list of agents, or a function "
+                            "returning one (for example myapp.agents:agents)")
+    which.add_argument("--model", metavar="PROVIDER/MODEL",
+                       help="serve one agent with a default memory on this model, named as agents take it "
+                            "(openai/gpt-4o-mini, ollama/llama3.1, groq/..., vllm/...; keys from the usual "
+                            "variables, base URLs from <PROVIDER>_BASE_URL)")
+    p.add_argument("--name", default="assistant", help="with --model: the agent's name, what clients send as "
+                                                      "'model' (default assistant)")
+    p.add_argument("--instructions", default="You are a helpful assistant.",
+                   help="with --model: the agent's instructions")
+    p.add_argument("--db", help="with --model: the memory database (default: $MEMORY_STUDIO_DB, else "
+                                "<project>/.temp/memory.db)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     add_guard_arguments(p, token_env=TOKEN_ENV)
@@ -39,7 +52,8 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
     policy = policy_from_args(args, token_env=TOKEN_ENV)
-    agents = load_agents(args.agents)
+    agents = load_agents(args.agents) if args.agents else model_agent(args.model, name=args.name,
+                                                                       instructions=args.instructions, db=args.db)
     token = policy.token
     app = create_app(agents, policy=policy, default_resource=args.default_resource,
                      max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
@@ -54,6 +68,17 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     serve(app, host=args.host, port=args.port, log_level=args.log_level, on_ready=ready)
     return 0
+
+
+def model_agent(model: str, *, name: str, instructions: str, db: str | None) -> dict[str, Any]:
+    """``--model``: one agent on the named model with a default memory (an unknown provider or a
+    missing key is a ``ConfigurationError`` now, before the server starts)."""
+    from core.agent import Agent
+    from core.memory import Memory
+    from core.storage import open_store
+
+    agent = Agent(name, instructions=instructions, model=model, memory=Memory(open_store(db)))
+    return {name: agent}
 
 
 def _is_loopback(host: str) -> bool:

@@ -28,6 +28,7 @@ from core.llm.keys import (
 from core.llm.loopback import LoopbackServer, RecordedRequest, hash_embedding
 from core.llm.http import RetryPolicy
 from core.llm.openai_compatible import OpenAICompatibleModel
+from core.llm.providers import PROVIDERS, Provider, parse_model_name, resolve_model
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice, parse_tool_choice
 from core.llm.scripted import Responder, ScriptedModel, ScriptedReply, ScriptedRequest, ScriptStep, tool_call
 
@@ -43,6 +44,8 @@ __all__ = [
     "ModelSettings",
     "ModelSettingsError",
     "OpenAICompatibleModel",
+    "PROVIDERS",
+    "Provider",
     "RecordedRequest",
     "ResolvedKey",
     "Responder",
@@ -60,9 +63,11 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "hash_embedding",
+    "parse_model_name",
     "parse_tool_arguments",
     "parse_tool_choice",
     "resolve_api_key",
+    "resolve_model",
     "store_api_key",
     "tool_call",
 ]

@@ -57,7 +57,7 @@ _LOW_PRIORITY_RE = re.compile(r"(🟡|🟢)\s?")
 @dataclass(frozen=True)
 class ContextBlock:
     text: str
-    part: str  # "instructions" | "open" | "chunk" | "current-task" | "suggested-response"
+    part: str  # "instructions" | "other-conversations" | "open" | "chunk" | "current-task" | "suggested-response"
     chunk_index: int | None = None
 
 
@@ -105,12 +105,16 @@ def optimize_chunk(text: str, now: datetime) -> str:
     return _DATE_HEADER_RE.sub(lambda m: _with_relative_date(m, now), collapsed)
 
 
-def context_blocks(record: OMRecord | None, hints: ThreadHints, now: datetime) -> list[ContextBlock]:
-    """The system messages, in order. Empty when there is nothing observed yet."""
+def context_blocks(record: OMRecord | None, hints: ThreadHints, now: datetime,
+                   other_conversations: str = "") -> list[ContextBlock]:
+    """The system messages, in order. Empty when there is nothing observed yet (and, in resource
+    scope, no other conversation has unobserved messages: ``other_conversations`` is then the only
+    block)."""
     chunks = [c for c in (record.chunks if record is not None else [])]
+    others = [ContextBlock(other_conversations, "other-conversations")] if other_conversations else []
     if not chunks:
-        return []
-    blocks = [ContextBlock(f"{CONTEXT_PROMPT}\n\n{CONTEXT_INSTRUCTIONS}", "instructions"),
+        return others
+    blocks = [ContextBlock(f"{CONTEXT_PROMPT}\n\n{CONTEXT_INSTRUCTIONS}", "instructions"), *others,
               ContextBlock("<observations>", "open")]
     for i, chunk in enumerate(chunks):
         text = optimize_chunk(chunk.text, now)

@@ -19,6 +19,9 @@ from core.storage.memory_store import load_json
 BOUNDARY_TEMPLATE = "\n\n--- message boundary ({iso}) ---\n\n"
 _BOUNDARY_RE = re.compile(r"\n*--- message boundary \(([^)\n]*)\) ---\n*")
 
+# Memory Studio's key inside the row's ``metadata`` JSON (Mastra leaves other keys alone).
+STUDIO_KEY = "memoryStudio"
+
 # The id list guards only against ties at the cursor; the cursor does the real work. Capping it keeps
 # a long thread's row from growing without bound.
 MAX_OBSERVED_IDS = 1000
@@ -79,10 +82,81 @@ def _json_obj(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
+@dataclass(frozen=True)
+class BufferedChunk:
+    """One observation made in the background and not yet shown to the model (Mastra's
+    ``BufferedObservationChunk``, stored as JSON in ``bufferedObservationChunks``). It covers the
+    thread's messages up to ``last_observed_at`` / ``last_observed_message_id``; activation appends
+    it to the log and moves the thread's cursor there."""
+
+    id: str
+    observations: str
+    token_count: int
+    message_ids: tuple[str, ...]
+    message_tokens: int
+    last_observed_at: str
+    last_observed_message_id: str | None
+    created_at: str
+    cycle_id: str = ""
+    thread_id: str | None = None
+    current_task: str | None = None
+    suggested_response: str | None = None
+    thread_title: str | None = None
+
+    @property
+    def cursor(self) -> tuple[str, str]:
+        """(createdAt, id) of the newest message it covers; everything at or before it is covered."""
+        return self.last_observed_at, self.last_observed_message_id or "\uffff"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "cycleId": self.cycle_id or self.id, "observations": self.observations,
+            "tokenCount": self.token_count, "messageIds": list(self.message_ids),
+            "messageTokens": self.message_tokens, "lastObservedAt": self.last_observed_at,
+            "lastObservedMessageId": self.last_observed_message_id, "createdAt": self.created_at,
+        }
+        for key, value in (("threadId", self.thread_id), ("currentTask", self.current_task),
+                           ("suggestedContinuation", self.suggested_response), ("threadTitle", self.thread_title)):
+            if value:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "BufferedChunk | None":
+        """A stored chunk (ours or Mastra's); None when it lacks what activation needs."""
+        text = data.get("observations") or data.get("content")
+        when = data.get("lastObservedAt") or data.get("createdAt")
+        if not isinstance(text, str) or not text.strip() or not isinstance(when, str):
+            return None
+
+        def opt(key: str) -> str | None:
+            value = data.get(key)
+            return value if isinstance(value, str) and value.strip() else None
+
+        ids = data.get("messageIds")
+        return cls(
+            id=str(data.get("id") or data.get("cycleId") or when), observations=text,
+            token_count=int(data.get("tokenCount") or 0),
+            message_ids=tuple(str(i) for i in ids) if isinstance(ids, list) else (),
+            message_tokens=int(data.get("messageTokens") or 0), last_observed_at=when,
+            last_observed_message_id=opt("lastObservedMessageId"), created_at=str(data.get("createdAt") or when),
+            cycle_id=str(data.get("cycleId") or ""), thread_id=opt("threadId"), current_task=opt("currentTask"),
+            suggested_response=opt("suggestedContinuation") or opt("suggestedResponse"),
+            thread_title=opt("threadTitle"),
+        )
+
+
+def parse_chunks(value: Any) -> list[BufferedChunk]:
+    raw = load_json(value) if value not in (None, "") else None
+    if not isinstance(raw, list):
+        return []
+    return [c for c in (BufferedChunk.from_json(item) for item in raw if isinstance(item, Mapping)) if c is not None]
+
+
 @dataclass
 class OMRecord:
-    """One row of ``mastra_observational_memory``. Buffering columns are read but never written
-    (this engine observes synchronously); ``raw`` keeps the whole row for the Studio's detail view."""
+    """One row of ``mastra_observational_memory``, the buffering columns included; ``raw`` keeps the
+    whole row for the Studio's detail view."""
 
     id: str
     lookup_key: str
@@ -107,10 +181,27 @@ class OMRecord:
     created_at: str
     updated_at: str
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    buffered_reflection: str | None = None
+    buffered_reflection_tokens: int = 0
+    reflected_line_count: int = 0
+    is_buffering_observation: bool = False
+    is_buffering_reflection: bool = False
 
     @property
     def chunks(self) -> list[Chunk]:
         return split_chunks(self.active_observations)
+
+    @property
+    def buffered(self) -> list[BufferedChunk]:
+        """Observations made in the background and not yet activated, oldest first."""
+        return parse_chunks(self.buffered_observation_chunks)
+
+    @property
+    def studio(self) -> dict[str, Any]:
+        """Memory Studio's own bookkeeping in the row's ``metadata`` (key ``memoryStudio``): recent
+        buffering events, back-off after failed model calls, when each chunk joined the log."""
+        value = self.metadata.get(STUDIO_KEY)
+        return dict(value) if isinstance(value, Mapping) else {}
 
     @property
     def is_empty(self) -> bool:
@@ -142,6 +233,11 @@ class OMRecord:
             created_at=row["createdAt"],
             updated_at=row["updatedAt"],
             raw=dict(row),
+            buffered_reflection=row.get("bufferedReflection") or None,
+            buffered_reflection_tokens=int(row.get("bufferedReflectionTokens") or 0),
+            reflected_line_count=int(row.get("reflectedObservationLineCount") or 0),
+            is_buffering_observation=bool(row.get("isBufferingObservation")),
+            is_buffering_reflection=bool(row.get("isBufferingReflection")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +261,11 @@ class OMRecord:
             "isReflecting": self.is_reflecting,
             "observedMessageIds": list(self.observed_message_ids),
             "observedTimezone": self.observed_timezone,
+            "bufferedObservationChunks": [c.to_json() for c in self.buffered],
+            "bufferedReflection": self.buffered_reflection,
+            "reflectedObservationLineCount": self.reflected_line_count,
+            "isBufferingObservation": self.is_buffering_observation,
+            "isBufferingReflection": self.is_buffering_reflection,
             "metadata": self.metadata,
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import sqlalchemy as sa
 
 from core.messages import Message
-from core.observational.records import OMRecord, lookup_key, merge_observed_ids
+from core.observational.buffer import with_appended, with_event
+from core.observational.records import STUDIO_KEY, OMRecord, lookup_key, merge_observed_ids
 from core.storage import locks
 from core.storage import schema as t
 from core.storage.memory_store import MessageQuery, dump_json, json_col, load_json
@@ -167,12 +168,29 @@ class Observation:
     thread_title: str | None = None
 
 
+def row_studio(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Memory Studio's bookkeeping in a row's ``metadata`` (``OMRecord.studio`` for a raw row)."""
+    meta = load_json(row.get("metadata")) if row.get("metadata") not in (None, "") else None
+    studio = meta.get(STUDIO_KEY) if isinstance(meta, Mapping) else None
+    return dict(studio) if isinstance(studio, Mapping) else {}
+
+
+def metadata_with(row: Mapping[str, Any], studio: Mapping[str, Any]) -> str:
+    """A row's ``metadata`` JSON with Memory Studio's key replaced (every other key kept)."""
+    meta = load_json(row.get("metadata")) if row.get("metadata") not in (None, "") else None
+    meta = dict(meta) if isinstance(meta, Mapping) else {}
+    meta[STUDIO_KEY] = dict(studio)
+    return json.dumps(meta, ensure_ascii=False)
+
+
 def commit_observation(
     store: "Store", *, record: OMRecord | None, key: str, scope: str, thread_id: str,
     resource_id: str | None, config: Mapping[str, Any], obs: Observation, now: str | None = None,
+    event: Mapping[str, Any] | None = None,
 ) -> OMRecord | None:
     """Store an observation and the thread's hints atomically. None when the row moved meanwhile.
-    ``now``: the writer's clock (ISO text; default the system clock), so rows date like its messages."""
+    ``now``: the writer's clock (ISO text; default the system clock), so rows date like its messages.
+    ``event``: noted in the row's event list for the Studio (with when the log gained the chunk)."""
     now = now or iso_now()
     with store.db.write() as conn:
         store.db.lock(conn, locks.om_key(key), locks.thread_key(thread_id))
@@ -187,11 +205,17 @@ def commit_observation(
             if latest is None or latest["id"] != record.id or (latest["activeObservations"] or "") != record.active_observations:
                 return None
             record_id, old_ids, total = record.id, record.observed_message_ids, record.total_tokens_observed
+            row = dict(latest)
+        studio = with_appended(row_studio(row), obs.active_observations, now, obs.cursor.created_at)
+        studio.pop("observerBackoff", None)
+        if event is not None:
+            studio = with_event(studio, event)
         conn.execute(OM.update().where(OM.c.id == record_id).values(
             activeObservations=obs.active_observations, observationTokenCount=obs.observation_tokens,
             lastObservedAt=obs.cursor.created_at, pendingMessageTokens=obs.pending_after,
             totalTokensObserved=total + obs.tokens_observed,
-            observedMessageIds=json.dumps(merge_observed_ids(old_ids, obs.observed_ids)), updatedAt=now,
+            observedMessageIds=json.dumps(merge_observed_ids(old_ids, obs.observed_ids)),
+            metadata=metadata_with(row, studio), updatedAt=now,
         ))
         hints: dict[str, Any] = {"lastObservedAt": obs.cursor.created_at,
                                  "lastObservedMessageCursor": obs.cursor.to_dict()}
@@ -274,6 +298,8 @@ __all__ = [
     "commit_observation",
     "commit_reflection",
     "current_record",
+    "metadata_with",
+    "row_studio",
     "load_current",
     "load_history",
     "thread_hints",

@@ -11,6 +11,7 @@ message-history        ``MessageHistory``      ``MessageHistoryOptions``
 semantic-recall        ``SemanticRecall``      ``SemanticRecallOptions``
 memory-token-limiter   ``MemoryTokenLimiter``  ``MessageHistoryOptions`` (its token budget)
 observational-memory   ``ObservationalMemory`` ``ObservationalMemoryOptions``
+working-memory-state   ``WorkingMemoryState``  ``WorkingMemoryOptions`` (``use_state_signals``)
 =====================  ======================  ============================
 
 A processor reads the turn from its ``ProcessorContext`` and uses only ``ctx.services``
@@ -36,6 +37,7 @@ from core.processors.message_history import MessageHistory
 from core.processors.services import MemoryServices, SaveMessages
 from core.processors.token_limiter import MemoryTokenLimiter
 from core.processors.working_memory import WorkingMemory
+from core.processors.working_memory_state import WorkingMemoryState
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.processors.observational import ObservationalMemory
@@ -71,4 +73,5 @@ __all__ = [
     "SemanticRecallOptions",
     "WorkingMemory",
     "WorkingMemoryOptions",
+    "WorkingMemoryState",
 ]

@@ -1,45 +1,48 @@
 """ObservationalMemory: replaces message history with a dated observation log (spec §3).
 
-Input: load the thread's *unobserved* messages. When they (plus the new input) reach
-``message_tokens``, the observer model turns the stored ones into observation lines, and they leave
-the raw context. When the log reaches ``observation_tokens``, the reflector rewrites it into a new
-generation. The actor then gets the log as system messages (tag ``observational-memory``), a
-continuation reminder, the still-unobserved messages and the input. Output: the turn is saved and
-the row's ``pendingMessageTokens`` brought up to date.
+Input: load the thread's *unobserved* messages. The observer model turns old messages into
+observation lines and they leave the raw context; when the log grows past ``observation_tokens`` the
+reflector rewrites it into a new generation. The actor gets the log as system messages (tag
+``observational-memory``), a continuation reminder, the still-unobserved messages and the input.
+Output: the turn is saved and the row's ``pendingMessageTokens`` brought up to date.
 
-Everything runs synchronously inside the turn; Mastra's background buffering is not reproduced.
-A failed or unreadable observer reply changes nothing: the messages stay raw and the next turn tries
-again. While previewing (``ctx.live`` False) nothing is written and no model is called; the record
-says what would have happened.
+With buffering (``buffer_tokens``, the default) the observer runs in the memory's background work
+each time ``buffer_tokens`` of unobserved messages accumulate, and its output waits in the buffer.
+When ``message_tokens`` is reached, the buffered observations are *activated* at once (the turn does
+not wait); only above ``block_after`` does a turn wait for the observer. Reflection is buffered the
+same way. With ``buffer_tokens=False`` (and in resource scope) everything runs in the turn.
+
+A failed or unreadable observer reply changes nothing: the messages stay raw, and the model is not
+asked again before a back-off expires. While previewing (``ctx.live`` False) nothing is written and
+no model is called; the record says what would have happened.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any
 
 from core.message_list import Provenance
 from core.messages import Message
+from core.observational import buffer_store
+from core.observational import resource_scope as rs
 from core.observational import store as om_store
+from core.observational.buffer import activated_log, activation_count
 from core.observational.context import TAG, context_blocks, continuation_message
-from core.observational.observer import build_observer_messages
-from core.observational.parsing import parse_observer_output
-from core.observational.records import OMRecord, append_chunk, lookup_key
-from core.observational.reflector import reflect
+from core.observational.jobs import OMJob, buffer_observations, buffer_reflection
+from core.observational.records import BufferedChunk, OMRecord, append_chunk, lookup_key
 from core.observational.tokens import count_text, messages_tokens
 from core.options import ObservationalMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
 from core.processors.message_history import save_turn
 from core.timeutil import to_iso
-from core.traces.tracer import TracedSpan
-
-if TYPE_CHECKING:  # pragma: no cover
-    from core.llm.base import ChatModel
 
 log = logging.getLogger(__name__)
+
+# How long a turn past ``block_after`` waits for a background observer already running.
+BLOCK_WAIT_SECONDS = 120.0
 
 
 @dataclass
@@ -50,6 +53,11 @@ class _Turn:
     record: OMRecord | None
     hints: om_store.ThreadHints
     unobserved: list[Message]
+    others: dict[str, list[Message]] = field(default_factory=dict)  # resource scope: other threads' raw
+
+    @property
+    def chunks(self) -> list[BufferedChunk]:
+        return self.record.buffered if self.record is not None else []
 
 
 class ObservationalMemory(BaseProcessor):
@@ -64,22 +72,29 @@ class ObservationalMemory(BaseProcessor):
     def _options(self, ctx: ProcessorContext) -> ObservationalMemoryOptions:
         return self.options or ctx.request.options.observational_memory
 
-    @staticmethod
-    def _reflector(ctx: ProcessorContext) -> "ChatModel | None":
-        reflector = ctx.services.reflector_model
-        return reflector if reflector is not None else ctx.services.observer_model
-
     def _config(self, ctx: ProcessorContext) -> dict[str, Any]:
         """What the row's ``config`` column records (Mastra's nesting, our values)."""
         opts = self._options(ctx)
-        observer, reflector = ctx.services.observer_model, self._reflector(ctx)
+        observer = ctx.services.observer_model
+        reflector = ctx.services.reflector_model or observer
         return {
             "scope": opts.scope,
             "observation": {"messageTokens": opts.message_tokens, "model": observer.model_id if observer else None,
-                            "previousObserverTokens": opts.previous_observer_tokens, "bufferTokens": False},
+                            "previousObserverTokens": opts.previous_observer_tokens,
+                            "bufferTokens": opts.buffer_interval or False,
+                            "bufferActivation": opts.buffer_activation, "blockAfter": opts.block_after_tokens},
             "reflection": {"observationTokens": opts.observation_tokens,
-                           "model": reflector.model_id if reflector else None},
+                           "model": reflector.model_id if reflector else None,
+                           "bufferActivation": opts.reflection_buffer_activation if opts.buffering else False,
+                           "blockAfter": opts.reflection_block_after_tokens},
         }
+
+    def _job(self, ctx: ProcessorContext, key: str, thread_id: str) -> OMJob:
+        svc = ctx.services
+        return OMJob(store=svc.store, tokenizer=svc.tokenizer, tracer=svc.tracer, clock=svc.clock,
+                     observer=svc.observer_model, reflector=svc.reflector_model, options=self._options(ctx),
+                     key=key, thread_id=thread_id, resource_id=ctx.request.resource_id, config=self._config(ctx),
+                     title_hint=ctx.request.options.generate_title.enabled, parent=svc.tracer.current_span())
 
     # -- loading ---------------------------------------------------------------------------------
     def _load(self, ctx: ProcessorContext, key: str) -> _Turn:
@@ -90,10 +105,13 @@ class ObservationalMemory(BaseProcessor):
         record = om_store.current_record(ctx.store, key)
         thread = ctx.store.memory.get_thread(req.thread_id)
         hints = om_store.thread_hints(thread.metadata if thread is not None else None)
-        before = (req.as_of.created_at, req.as_of.id) if req.as_of is not None else None
         unobserved = om_store.unobserved_messages(
-            ctx.store, thread_id=req.thread_id, resource_id=req.resource_id, record=record, hints=hints, before=before)
-        return _Turn(key, record, hints, unobserved)
+            ctx.store, thread_id=req.thread_id, resource_id=req.resource_id, record=record, hints=hints)
+        others: dict[str, list[Message]] = {}
+        if self._options(ctx).scope == "resource" and req.resource_id:
+            others = rs.other_unobserved(ctx.store, resource_id=req.resource_id, current_thread=req.thread_id,
+                                         record=record)
+        return _Turn(key, record, hints, unobserved, others)
 
     def _load_past(self, ctx: ProcessorContext, key: str) -> _Turn:
         """A past turn's state: from its record (exact), else as of its input's time (reconstructed)."""
@@ -103,12 +121,16 @@ class ObservationalMemory(BaseProcessor):
         assert req.thread_id is not None and req.as_of is not None
         if req.frozen is not None and req.frozen.om is not None:
             om = req.frozen.om
-            return _Turn(key, om.record, om.hints, list(om.unobserved))
+            return _Turn(key, om.record, om.hints, list(om.unobserved), {k: list(v) for k, v in om.others.items()})
         state = observations.as_of(ctx.store, key=key, thread_id=req.thread_id, resource_id=req.resource_id,
                                    before=(req.as_of.created_at, req.as_of.id))
         if state.unknowns:
             ctx.note(self.id, unknown=state.unknowns)
-        return _Turn(key, state.record, state.hints, state.unobserved)
+        return _Turn(key, state.record, state.hints, state.unobserved, dict(state.others))
+
+    def _pending(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int) -> int:
+        return (messages_tokens(ctx.tokenizer, turn.unobserved) + messages_tokens(ctx.tokenizer, rs.flat(turn.others))
+                + input_tokens)
 
     # -- input -----------------------------------------------------------------------------------
     def process_input(self, ctx: ProcessorContext) -> None:
@@ -132,12 +154,15 @@ class ObservationalMemory(BaseProcessor):
         if len(inputs) != len(all_inputs):  # a client re-sent stored messages; don't count them twice later
             ctx.note(self.id, inputAlreadyStored=[m.id for m in all_inputs if m.id in stored_ids])
         input_tokens = messages_tokens(ctx.tokenizer, inputs)
-        pending = messages_tokens(ctx.tokenizer, turn.unobserved) + input_tokens
+        pending = self._pending(ctx, turn, input_tokens)
         ctx.note(self.id, scope=opts.scope, lookupKey=key, unobservedTokens=pending,
-                 messageTokens=opts.message_tokens, observationTokens=opts.observation_tokens)
-
-        if pending >= opts.message_tokens:
-            if not turn.unobserved:
+                 messageTokens=opts.message_tokens, observationTokens=opts.observation_tokens,
+                 buffering=opts.buffering)
+        job = self._job(ctx, key, req.thread_id)
+        if opts.buffering:
+            turn = self._buffered(ctx, job, turn, pending, input_tokens, now, may_write)
+        elif pending >= opts.message_tokens:
+            if not turn.unobserved and not turn.others:
                 ctx.note(self.id, observation="the new input alone reaches the threshold; it is observed "
                          "once it has been saved (next turn)")
             elif not may_write:
@@ -145,38 +170,293 @@ class ObservationalMemory(BaseProcessor):
                 ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
                          f"tokens ≥ {opts.message_tokens:,}")
             else:
-                turn = self._observe(ctx, turn, input_tokens, now)
-
-        record = turn.record
-        if record is not None and record.observation_token_count >= opts.observation_tokens:
-            if not may_write:
-                ctx.note(self.id, reflection=f"a reflection would run now: {record.observation_token_count:,} "
-                         f"observation tokens ≥ {opts.observation_tokens:,}")
-            else:
-                turn = self._reflect(ctx, turn, now)
+                turn = self._observe(ctx, job, turn, input_tokens, now)
+        turn = self._reflection(ctx, job, turn, now, may_write)
         self._inject(ctx, turn, now)
 
+    # -- buffering ---------------------------------------------------------------------------------
+    def _buffered(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, pending: int, input_tokens: int,
+                  now: datetime, may_write: bool) -> _Turn:
+        """Activate what the background observed once the threshold is reached; wait for the
+        observer only past ``block_after``."""
+        opts = self._options(ctx)
+        blocked = False
+        if pending >= opts.message_tokens and turn.chunks:
+            if may_write:
+                turn = self._activate(ctx, job, turn, pending, input_tokens, now, force=False)
+                pending = self._pending(ctx, turn, input_tokens)
+            else:
+                n = activation_count(turn.chunks, pending, opts.retained_tokens)
+                ctx.note(self.id, activation=f"{n} buffered observation chunk(s) would be activated now")
+        if pending >= opts.block_after_tokens:
+            if not may_write:
+                ctx.note(self.id, observation=f"a turn would wait for the observer now: {pending:,} unobserved "
+                         f"tokens ≥ {opts.block_after_tokens:,} (block_after)")
+            elif self._backing_off(ctx, turn, "observer", now):
+                pass
+            elif ctx.services.observer_model is not None:
+                blocked = True
+                # A background observer may be about to deliver: wait for it, take everything ready,
+                # then observe the rest here (unless it is still running: a second call would only
+                # race it for the same messages).
+                settled = ctx.services.background.wait_key(_work_key(turn.key), _block_wait(opts))
+                turn = self._load(ctx, turn.key)
+                if turn.chunks:
+                    turn = self._activate(ctx, job, turn, self._pending(ctx, turn, input_tokens), input_tokens, now,
+                                          force=True, blocked=True)
+                if not settled:
+                    ctx.note(self.id, observation=f"the background observer is still running after "
+                             f"{_block_wait(opts):.0f} s; this turn goes on with the messages raw")
+                elif self._pending(ctx, turn, input_tokens) >= opts.message_tokens and turn.unobserved:
+                    turn = self._observe(ctx, job, turn, input_tokens, now, blocked=True)
+        elif pending >= opts.message_tokens:
+            ctx.note(self.id, observation=f"{pending:,} unobserved tokens ≥ {opts.message_tokens:,}: what the "
+                     "background observer has buffered is activated as it becomes ready; this turn did not wait")
+        ctx.note(self.id, blocked=blocked)
+        return turn
+
+    def _activate(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, pending: int, input_tokens: int,
+                  now: datetime, *, force: bool, blocked: bool = False) -> _Turn:
+        opts = self._options(ctx)
+        record = turn.record
+        assert record is not None and ctx.request.thread_id is not None
+        chunks = turn.chunks[:activation_count(turn.chunks, pending, opts.retained_tokens, force=force)]
+        active = activated_log(record.active_observations, chunks)
+        covered = {i for c in chunks for i in c.message_ids}
+        left = [m for m in turn.unobserved if m.id not in covered and (to_iso(m.created_at), m.id) > chunks[-1].cursor]
+        activation = buffer_store.Activation(
+            tuple(chunks), active, count_text(ctx.tokenizer, active),
+            pending_after=messages_tokens(ctx.tokenizer, left), blocked=blocked)
+        with ctx.tracer.start_span("memory: activate observations", "memory_operation",
+                                   thread_id=ctx.request.thread_id, resource_id=ctx.request.resource_id,
+                                   attributes={"operationType": "activate", "chunks": len(chunks),
+                                               "blocked": blocked}) as span:
+            committed = buffer_store.commit_activation(ctx.store, record=record, thread_id=ctx.request.thread_id,
+                                                       activation=activation, now=to_iso(now))
+            if committed is None:
+                span.set_attributes({"conflict": True})
+                ctx.note(self.id, activation="another writer changed the buffer first; reloaded")
+                return self._load(ctx, turn.key)
+            span.set_output({"chunks": len(chunks), "observationTokens": activation.observation_tokens})
+        ctx.note(self.id, activated={"chunks": len(chunks), "messages": len(covered),
+                                     "messageTokens": sum(c.message_tokens for c in chunks),
+                                     "left": len(turn.chunks) - len(chunks), "blocked": blocked})
+        return self._load(ctx, turn.key)
+
+    def _backing_off(self, ctx: ProcessorContext, turn: _Turn, which: str, now: datetime) -> bool:
+        backoff = buffer_store.current_backoff(turn.record, which)
+        if backoff is None or not backoff.active(now):
+            return False
+        ctx.note(self.id, **{f"{'observation' if which == 'observer' else 'reflection'}Error":
+                             f"the {which} failed ({backoff.error}); backing off until {backoff.retry_at} "
+                             f"(failure {backoff.failures}); the messages stay raw meanwhile"})
+        return True
+
+    # -- observing ---------------------------------------------------------------------------------
+    def _observe(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, input_tokens: int, now: datetime,
+                 *, blocked: bool = False) -> _Turn:
+        """Observe synchronously: the thread's unobserved messages, and in resource scope the other
+        threads' too, oldest first, until the pending tokens are under the threshold."""
+        req = ctx.request
+        assert req.thread_id is not None
+        if ctx.services.observer_model is None:
+            ctx.note(self.id, observationError="no observer model is configured; messages stay raw")
+            return turn
+        if self._backing_off(ctx, turn, "observer", now):
+            return turn
+        opts = self._options(ctx)
+        resource = opts.scope == "resource"
+        batches = rs.observation_order(req.thread_id, turn.unobserved, turn.others) if resource \
+            else [(req.thread_id, list(turn.unobserved))]
+        observed: list[dict[str, Any]] = []
+        for thread_id, batch in batches:
+            if observed and self._pending(ctx, turn, input_tokens) < opts.message_tokens:
+                break
+            turn = self._observe_batch(ctx, job, turn, thread_id, batch, input_tokens, now, blocked, observed)
+            if turn.record is None or not observed or observed[-1].get("thread") != thread_id:
+                break  # failed, or lost a race: the turn goes on with what is stored
+        if observed:
+            ctx.note(self.id, observed=observed[0] if len(observed) == 1 else observed)
+        return turn
+
+    def _observe_batch(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, thread_id: str, batch: list[Message],
+                       input_tokens: int, now: datetime, blocked: bool, observed: list[dict[str, Any]]) -> _Turn:
+        req = ctx.request
+        opts = self._options(ctx)
+        record = turn.record
+        hints = turn.hints if thread_id == req.thread_id else om_store.thread_hints(
+            om_store.thread_metadata(ctx.store, thread_id))
+        batch_tokens = messages_tokens(ctx.tokenizer, batch)
+        with ctx.tracer.start_span("memory: observe", "memory_operation", thread_id=req.thread_id,
+                                   resource_id=req.resource_id,
+                                   attributes={"operationType": "observe", "messages": len(batch),
+                                               "tokens": batch_tokens, "blocked": blocked,
+                                               "observedThread": thread_id}) as span:
+            parsed, problem = job.observe(batch, previous=record.active_observations if record else "",
+                                          current_task=hints.current_task, suggested_response=hints.suggested_response)
+            if parsed is None:
+                assert problem is not None
+                span.record_error(problem)
+                retry_at = job.failed("observer", problem, record, now)
+                ctx.note(self.id, observationError=f"{problem}; the messages stay raw and the observer is tried "
+                         f"again after {retry_at}")
+                return turn
+            text = rs.attributed(thread_id, parsed.observations) if opts.scope == "resource" else parsed.observations
+            last = batch[-1]
+            cursor = om_store.Cursor(to_iso(last.created_at), last.id)
+            active = append_chunk(record.active_observations if record else "", text, cursor.created_at)
+            remaining = self._pending(ctx, turn, 0) - batch_tokens
+            obs = om_store.Observation(
+                active_observations=active, observation_tokens=count_text(ctx.tokenizer, active),
+                observed_ids=[m.id for m in batch], tokens_observed=batch_tokens,
+                pending_after=max(0, remaining) + input_tokens, cursor=cursor, current_task=parsed.current_task,
+                suggested_response=parsed.suggested_response, thread_title=parsed.thread_title,
+            )
+            committed = om_store.commit_observation(
+                ctx.store, record=record, key=turn.key, scope=opts.scope, thread_id=thread_id,
+                resource_id=req.resource_id, config=self._config(ctx), obs=obs, now=to_iso(now),
+                event={"kind": "observed", "at": to_iso(now), "blocked": blocked, "messages": len(batch),
+                       "messageTokens": batch_tokens, "thread": thread_id})
+            if committed is None:
+                # Another process observed this thread meanwhile; its result stands, ours is dropped.
+                span.set_attributes({"conflict": True})
+                ctx.note(self.id, observation="another writer observed this thread first; reloaded its result")
+                return self._load(ctx, turn.key)
+            span.set_output({"observedMessages": len(batch), "observationTokens": obs.observation_tokens})
+            observed.append({"messages": len(batch), "tokens": batch_tokens,
+                             "observationTokens": obs.observation_tokens, "thread": thread_id})
+        if parsed.thread_title and ctx.request.options.generate_title.enabled and job.observer is not None:
+            from core.titles import title_from_observer
+
+            title_from_observer(ctx.store, thread_id, parsed.thread_title, model_id=job.observer.model_id)
+        # The hints were just written; re-reading keeps this turn's context identical to the next one's.
+        return self._load(ctx, turn.key)
+
+    # -- reflecting --------------------------------------------------------------------------------
+    def _reflection(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, now: datetime, may_write: bool) -> _Turn:
+        opts = self._options(ctx)
+        record = turn.record
+        if record is None or record.is_empty:
+            return turn
+        size = record.observation_token_count
+        due = size >= opts.observation_tokens
+        if not may_write:
+            if due:
+                what = "the buffered reflection would be swapped in" if record.buffered_reflection else \
+                    "a reflection would run now"
+                ctx.note(self.id, reflection=f"{what}: {size:,} observation tokens ≥ {opts.observation_tokens:,}")
+            return turn
+        if not opts.buffering:
+            return self._reflect(ctx, job, turn, now) if due else turn
+        if due and record.buffered_reflection:
+            return self._swap_reflection(ctx, turn, now)
+        if due and size >= opts.reflection_block_after_tokens:
+            settled = ctx.services.background.wait_key(_work_key(turn.key), _block_wait(opts))
+            turn = self._load(ctx, turn.key)
+            if turn.record is not None and turn.record.buffered_reflection:
+                return self._swap_reflection(ctx, turn, now, blocked=True)
+            if not settled:
+                ctx.note(self.id, reflection="the background reflector is still running; the log is kept as it is")
+                return turn
+            return self._reflect(ctx, job, turn, now, blocked=True)
+        buffer_at = opts.reflection_buffer_at
+        if buffer_at is not None and size >= buffer_at and not record.buffered_reflection:
+            if not self._backing_off(ctx, turn, "reflector", now) and (job.reflector or job.observer) is not None:
+                ctx.services.background.submit("reflection", _work_key(turn.key),
+                                               lambda token: buffer_reflection(job, token),
+                                               description=f"reflect {turn.key} in the background")
+                ctx.note(self.id, reflection=f"{size:,} observation tokens ≥ {buffer_at:,}: a reflection is being "
+                         "prepared in the background")
+        return turn
+
+    def _swap_reflection(self, ctx: ProcessorContext, turn: _Turn, now: datetime, *, blocked: bool = False) -> _Turn:
+        record = turn.record
+        assert record is not None
+        active = buffer_store.reflected_log(record)
+        tokens = count_text(ctx.tokenizer, active)
+        committed = buffer_store.commit_generation(ctx.store, record=record, active=active, tokens=tokens,
+                                                   now=to_iso(now), buffered=True, blocked=blocked)
+        if committed is None:
+            ctx.note(self.id, reflection="another writer changed the log first; reloaded")
+            return self._load(ctx, turn.key)
+        ctx.note(self.id, reflected={"generation": committed.generation_count, "from": record.observation_token_count,
+                                     "to": tokens, "buffered": True, "blocked": blocked})
+        return replace(turn, record=committed)
+
+    def _reflect(self, ctx: ProcessorContext, job: OMJob, turn: _Turn, now: datetime, *,
+                 blocked: bool = False) -> _Turn:
+        record = turn.record
+        assert record is not None
+        if (job.reflector or job.observer) is None:
+            ctx.note(self.id, reflectionError="no reflector model is configured")
+            return turn
+        if self._backing_off(ctx, turn, "reflector", now):
+            return turn
+        with ctx.tracer.start_span("memory: reflect", "memory_operation", thread_id=ctx.request.thread_id,
+                                   resource_id=ctx.request.resource_id,
+                                   attributes={"operationType": "reflect", "generation": record.generation_count,
+                                               "tokens": record.observation_token_count, "blocked": blocked}) as span:
+            result = job.reflect(record.active_observations)
+            attempts = [{"level": a.level, "tokens": a.tokens, "problem": a.problem} for a in result.attempts]
+            if result.observations is None:
+                span.record_error(result.problem or "reflection failed")
+                retry_at = job.failed("reflector", result.problem or "reflection failed", record, now)
+                ctx.note(self.id, reflectionError=f"{result.problem}; the log is kept and the reflector is tried "
+                         f"again after {retry_at}", reflectionAttempts=attempts)
+                return turn
+            committed = buffer_store.commit_generation(ctx.store, record=record, active=result.observations,
+                                                       tokens=result.tokens, now=to_iso(now), buffered=False,
+                                                       blocked=blocked)
+            if committed is None:
+                span.set_attributes({"conflict": True})
+                ctx.note(self.id, reflection="another writer changed the log first; reloaded its result")
+                return self._load(ctx, turn.key)
+            span.set_output({"generation": committed.generation_count, "tokens": result.tokens})
+            ctx.note(self.id, reflected={"generation": committed.generation_count, "from": record.observation_token_count,
+                                         "to": result.tokens, "attempts": attempts, "warning": result.problem,
+                                         "blocked": blocked})
+        return replace(turn, record=committed)
+
+    # -- the context -------------------------------------------------------------------------------
     def _inject(self, ctx: ProcessorContext, turn: _Turn, now: datetime) -> None:
         req = ctx.request
         record = turn.record
         for msg in turn.unobserved:
             ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,), detail={"unobserved": True}))
         ctx.messages.clear_system(TAG)
-        blocks = context_blocks(record, turn.hints, now)
-        stored = (record.id,) if record is not None else ()
+        others = rs.other_conversations_block(turn.others)
+        blocks = context_blocks(record, turn.hints, now, others)
+        stored: tuple[str, ...] = (record.id,) if record is not None else ()
         generation = record.generation_count if record is not None else None
+        chunk_texts = record.chunks if record is not None else []
+        other_ids = tuple(m.id for m in rs.flat(turn.others))
         for block in blocks:
             detail: dict[str, Any] = {"part": block.part, "generation": generation}
+            block_ids = stored
             if block.chunk_index is not None:
                 detail["chunk"] = block.chunk_index
-            ctx.messages.add_system(block.text, TAG, Provenance(self.id, stored, detail=detail))
-        if blocks:
+                source_thread = rs.chunk_thread(chunk_texts[block.chunk_index].text)
+                if source_thread:
+                    detail["thread"] = source_thread
+            if block.part == "other-conversations":
+                detail["threads"] = sorted(turn.others)
+                block_ids = other_ids
+            ctx.messages.add_system(block.text, TAG, Provenance(self.id, block_ids, detail=detail))
+        if any(b.part != "other-conversations" for b in blocks):
             reminder = continuation_message(req.thread_id, req.resource_id)
             ctx.messages.add(reminder, "memory", Provenance(self.id, stored, detail={"part": "continuation"}))
+        chunks = turn.chunks
         ctx.note(self.id, recordId=record.id if record else None, generation=generation,
                  observationTokenCount=record.observation_token_count if record else 0,
                  rawMessages=len(turn.unobserved), chunks=sum(b.part == "chunk" for b in blocks),
                  storedUnobservedTokens=messages_tokens(ctx.tokenizer, turn.unobserved))
+        if req.as_of is None:  # a past turn's buffer is not known: the row holds today's
+            ctx.note(self.id, buffer={"chunks": len(chunks), "messageTokens": sum(c.message_tokens for c in chunks),
+                                      "observationTokens": sum(c.token_count for c in chunks),
+                                      "reflection": bool(record is not None and record.buffered_reflection)},
+                     unbufferedTokens=self._unbuffered_tokens(ctx, turn))
+        if turn.others:
+            ctx.note(self.id, otherIds=list(other_ids), otherThreads=sorted(turn.others))
         # What a turn record needs to show this log again exactly: the time relative dates count from,
         # how much of the generation's log existed, the thread's cursor and the hints shown.
         cursor = turn.hints.cursor
@@ -187,118 +467,11 @@ class ObservationalMemory(BaseProcessor):
         if not blocks and not turn.unobserved:
             ctx.skip(self.id, f"thread {req.thread_id} has nothing stored or observed yet")
 
-    # -- observing ---------------------------------------------------------------------------------
-    @contextmanager
-    def _span(self, ctx: ProcessorContext, name: str, span_type: str, **kw: Any) -> Iterator[TracedSpan]:
-        with ctx.tracer.start_span(name, span_type, thread_id=ctx.request.thread_id,
-                                   resource_id=ctx.request.resource_id, **kw) as span:
-            yield span
-
-    def _generate(self, ctx: ProcessorContext, model: "ChatModel", messages: list[dict[str, Any]], *, role: str,
-                  temperature: float) -> str:
-        opts = self._options(ctx)
-        with self._span(ctx, f"{role}: {model.model_id}", "model_generation", input={"messages": messages},
-                        attributes={"model": model.model_id, "role": role}) as span:
-            result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
-                                    timeout=opts.timeout)
-            span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
-                                 "finishReason": result.finish_reason})
-            span.set_output(result.text)
-            return str(result.text or "")
-
-    def _observe(self, ctx: ProcessorContext, turn: _Turn, input_tokens: int, now: datetime) -> _Turn:
-        req = ctx.request
-        assert req.thread_id is not None
-        model = ctx.services.observer_model
-        if model is None:
-            ctx.note(self.id, observationError="no observer model is configured; messages stay raw")
-            return turn
-        opts = self._options(ctx)
-        record, batch = turn.record, list(turn.unobserved)
-        batch_tokens = messages_tokens(ctx.tokenizer, batch)
-        messages = build_observer_messages(
-            batch, previous_observations=record.active_observations if record else "",
-            current_task=turn.hints.current_task, suggested_response=turn.hints.suggested_response,
-            tokenizer=ctx.tokenizer, previous_tokens=opts.previous_observer_tokens, instruction=opts.instruction,
-        )
-        with self._span(ctx, "memory: observe", "memory_operation",
-                        attributes={"operationType": "observe", "messages": len(batch), "tokens": batch_tokens}) as span:
-            try:
-                text = self._generate(ctx, model, messages, role="observer", temperature=opts.observer_temperature)
-            except Exception as exc:  # noqa: BLE001 - a provider failure must not lose the messages
-                return self._observe_failed(ctx, span, turn, f"observer call failed: {type(exc).__name__}: {exc}")
-            parsed = parse_observer_output(text)
-            if not parsed.ok:
-                return self._observe_failed(ctx, span, turn, f"observer reply unusable: {parsed.problem}")
-            last = batch[-1]
-            cursor = om_store.Cursor(to_iso(last.created_at), last.id)
-            active = append_chunk(record.active_observations if record else "", parsed.observations, cursor.created_at)
-            obs = om_store.Observation(
-                active_observations=active, observation_tokens=count_text(ctx.tokenizer, active),
-                observed_ids=[m.id for m in batch], tokens_observed=batch_tokens, pending_after=input_tokens,
-                cursor=cursor, current_task=parsed.current_task, suggested_response=parsed.suggested_response,
-                thread_title=parsed.thread_title,
-            )
-            committed = om_store.commit_observation(
-                ctx.store, record=record, key=turn.key, scope=opts.scope,
-                thread_id=req.thread_id, resource_id=req.resource_id, config=self._config(ctx), obs=obs,
-                now=to_iso(now))
-            if committed is None:
-                # Another process observed this thread meanwhile; its result stands, ours is dropped.
-                span.set_attributes({"conflict": True})
-                ctx.note(self.id, observation="another writer observed this thread first; reloaded its result")
-                return self._load(ctx, turn.key)
-            span.set_output({"observedMessages": len(batch), "observationTokens": obs.observation_tokens})
-            ctx.note(self.id, observed={"messages": len(batch), "tokens": batch_tokens,
-                                        "observationTokens": obs.observation_tokens})
-        fresh = self._load(ctx, turn.key)
-        # The hints were just written; re-reading keeps this turn's context identical to the next one's.
-        return _Turn(turn.key, committed, fresh.hints, fresh.unobserved)
-
-    def _observe_failed(self, ctx: ProcessorContext, span: TracedSpan, turn: _Turn, reason: str) -> _Turn:
-        # The turn goes on with the messages raw; the failure is in the record, the span and the log.
-        log.warning("observation of thread %s failed: %s", ctx.request.thread_id, reason)
-        span.record_error(reason)
-        ctx.note(self.id, observationError=f"{reason}; the messages stay raw and the next turn retries")
-        return turn
-
-    # -- reflecting --------------------------------------------------------------------------------
-    def _reflect(self, ctx: ProcessorContext, turn: _Turn, now: datetime) -> _Turn:
-        record = turn.record
-        assert record is not None
-        model = self._reflector(ctx)
-        if model is None:
-            ctx.note(self.id, reflectionError="no reflector model is configured")
-            return turn
-        opts = self._options(ctx)
-        threshold, temperature = opts.observation_tokens, opts.reflector_temperature
-
-        def generate(messages: list[dict[str, Any]], level: int) -> str:
-            return self._generate(ctx, model, messages, role=f"reflector (level {level})", temperature=temperature)
-
-        with self._span(ctx, "memory: reflect", "memory_operation",
-                        attributes={"operationType": "reflect", "generation": record.generation_count,
-                                    "tokens": record.observation_token_count}) as span:
-            result = reflect(record.active_observations, generate=generate, tokenizer=ctx.tokenizer,
-                             threshold=threshold, max_level=opts.max_compression_level,
-                             guidance=opts.reflection_guidance)
-            attempts = [{"level": a.level, "tokens": a.tokens, "problem": a.problem} for a in result.attempts]
-            if result.observations is None:
-                log.warning("reflection of %s failed: %s", turn.key, result.problem)
-                span.record_error(result.problem or "reflection failed")
-                ctx.note(self.id, reflectionError=f"{result.problem}; the log is kept and the next turn retries",
-                         reflectionAttempts=attempts)
-                return turn
-            committed = om_store.commit_reflection(ctx.store, record=record, reflection=result.observations,
-                                                   tokens=result.tokens, now=to_iso(now))
-            if committed is None:
-                span.set_attributes({"conflict": True})
-                ctx.note(self.id, reflection="another writer changed the log first; reloaded its result")
-                return self._load(ctx, turn.key)
-            span.set_output({"generation": committed.generation_count, "tokens": result.tokens})
-            ctx.note(self.id, reflected={"generation": committed.generation_count, "from": record.observation_token_count,
-                                         "to": result.tokens, "attempts": attempts, "warning": result.problem})
-        return _Turn(turn.key, committed, turn.hints, turn.unobserved)
+    def _unbuffered_tokens(self, ctx: ProcessorContext, turn: _Turn) -> int:
+        """Stored unobserved tokens that neither the log nor the buffer covers yet."""
+        after = buffer_store.tail_cursor(turn.chunks, turn.hints.cursor)
+        return messages_tokens(ctx.tokenizer, [m for m in turn.unobserved
+                                               if after is None or (to_iso(m.created_at), m.id) > after])
 
     # -- output ----------------------------------------------------------------------------------
     def process_output(self, ctx: ProcessorContext) -> None:
@@ -310,20 +483,42 @@ class ObservationalMemory(BaseProcessor):
         opts = self._options(ctx)
         key = lookup_key(opts.scope, thread_id=req.thread_id, resource_id=req.resource_id)
         state = ctx.notes.get(self.id, {})
+        already = set(state.get("inputAlreadyStored", ()))
+        fresh = messages_tokens(ctx.tokenizer, [m for m in saved if m.id not in already])
         if "storedUnobservedTokens" in state:
             # The input phase already measured what stays unobserved; re-reading the thread would
             # double this processor's storage work per turn for a number that only feeds a progress bar.
-            already = set(state.get("inputAlreadyStored", ()))
-            pending = int(state["storedUnobservedTokens"]) + messages_tokens(
-                ctx.tokenizer, [m for m in saved if m.id not in already])
+            pending = int(state["storedUnobservedTokens"]) + fresh
+            unbuffered = int(state.get("unbufferedTokens") or 0) + fresh
             record_id = state.get("recordId")
         else:
             turn = self._load(ctx, key)
             pending = messages_tokens(ctx.tokenizer, turn.unobserved)
+            unbuffered = self._unbuffered_tokens(ctx, turn)
             record_id = turn.record.id if turn.record else None
         om_store.update_pending(ctx.store, record_id=record_id, key=key, scope=opts.scope, thread_id=req.thread_id,
-                                resource_id=req.resource_id, config=self._config(ctx), pending=pending)
+                                resource_id=req.resource_id, config=self._config(ctx), pending=pending,
+                                now=state.get("now"))  # the turn's clock: a new row dates like its messages
         ctx.note(self.id, saved=len(saved), pendingMessageTokens=pending)
+        interval = opts.buffer_interval
+        if interval is not None and unbuffered > 0 and ctx.services.observer_model is not None and \
+                (unbuffered >= interval or pending >= opts.message_tokens):
+            job = self._job(ctx, key, req.thread_id)
+            ctx.services.background.submit("observation", _work_key(key),
+                                           lambda token: buffer_observations(job, token),
+                                           description=f"observe {key} in the background")
+            ctx.note(self.id, bufferingStarted={"unbufferedTokens": unbuffered, "interval": interval})
+
+
+def _block_wait(opts: ObservationalMemoryOptions) -> float:
+    """How long a turn past ``block_after`` waits for a running background call: longer than the
+    call may take (its ``timeout``), so a slow call is not raced by a second one."""
+    return max(BLOCK_WAIT_SECONDS, (opts.timeout or 0) * 1.5)
+
+
+def _work_key(lookup: str) -> str:
+    """The background-work key of one record: its observer and reflector jobs run one at a time."""
+    return f"om:{lookup}"
 
 
 __all__ = ["ObservationalMemory"]

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from core.background import INLINE_WORK, InlineWork
 from core.messages import Message
 from core.timeutil import Clock, SystemClock
 from core.traces.tracer import NOOP_TRACER, SpanTracer
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.background import BackgroundWork
     from core.llm.base import ChatModel
     from core.recall import RecallIndex
     from core.storage import Store
@@ -46,6 +48,12 @@ class MemoryServices:
     semantic recall (the processor then says so and adds nothing).
     ``observer_model`` / ``reflector_model``: the chat models observational memory calls
     (None: no observation or reflection runs; the reflector falls back to the observer).
+    ``title_model``: the chat model that names untitled threads when ``generate_title`` is on (None:
+    no title is generated; an agent turn passes its own model).
+    ``background``: the memory's background work (``core.background``): buffered observations and
+    reflections, titles, embeddings are submitted here with ``submit(kind, key, fn)`` and run off
+    the turn's critical path; ``Memory.wait_idle`` waits for them. Default: run at once (a test
+    building services by hand).
     """
 
     store: "Store"
@@ -57,6 +65,8 @@ class MemoryServices:
     recall_index: "RecallIndex | None" = None
     observer_model: "ChatModel | None" = None
     reflector_model: "ChatModel | None" = None
+    title_model: "ChatModel | None" = None
+    background: "BackgroundWork | InlineWork" = INLINE_WORK
 
 
 __all__ = ["MemoryServices", "SaveMessages"]

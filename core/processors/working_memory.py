@@ -6,8 +6,36 @@ from __future__ import annotations
 from core.message_list import Provenance
 from core.options import WorkingMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
-from core.working_memory import instruction, tool_definition
+from core.working_memory import WorkingMemoryValue, instruction, tool_definition, tool_name
 from core.working_memory_schema import WorkingMemoryError
+
+
+def shown_value(ctx: ProcessorContext, opts: WorkingMemoryOptions, processor_id: str) -> tuple[WorkingMemoryValue, str | None]:
+    """The working memory a turn shows, and a note when it is a past turn's: a recorded turn's
+    version, a replayed turn's value as of its time, or the current value (noting for the turn record
+    the version in force, or the text when no version holds it). Raises ``WorkingMemoryError``."""
+    req = ctx.request
+    service = ctx.services.working_memory
+    if req.frozen is not None and req.frozen.wm_frozen:  # a recorded turn: the version it showed
+        return service.value_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
+                                text=req.frozen.wm_text), None
+    value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
+    if req.as_of is not None:
+        # Replaying a stored turn: show the memory as it was then, not as it is now.
+        historic = service.value_as_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
+                                       when=req.as_of.created_at)
+        if historic is not None:
+            return historic, "as of the replayed turn (from the version history)"
+        ctx.note(processor_id, unknown=["working memory at the time (shown: the current value)"])
+        return value, "current value: this database keeps no working-memory history"
+    if ctx.live:
+        version_id = service.version_in_force(opts, thread_id=req.thread_id, resource_id=req.resource_id,
+                                              text=value.text)
+        if version_id is not None:
+            ctx.note(processor_id, versionId=version_id)
+        elif value.text:
+            ctx.note(processor_id, unversionedText=value.text)
+    return value, None
 
 
 class WorkingMemory(BaseProcessor):
@@ -27,34 +55,8 @@ class WorkingMemory(BaseProcessor):
         if not req.thread_id and not req.resource_id:
             ctx.skip(self.id, "neither a thread id nor a resource id was given")
             return
-        service = ctx.services.working_memory
-        as_of_note = None
         try:
-            frozen = req.frozen is not None and req.frozen.wm_frozen
-            if frozen:  # a recorded turn: the version it showed
-                assert req.frozen is not None
-                value = service.value_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
-                                         text=req.frozen.wm_text)
-            else:
-                value = service.get(opts, thread_id=req.thread_id, resource_id=req.resource_id)
-            if not frozen and req.as_of is not None:
-                # Replaying a stored turn: show the memory as it was then, not as it is now.
-                historic = service.value_as_of(opts, thread_id=req.thread_id, resource_id=req.resource_id,
-                                               when=req.as_of.created_at)
-                if historic is not None:
-                    value = historic
-                    as_of_note = "as of the replayed turn (from the version history)"
-                else:
-                    as_of_note = "current value: this database keeps no working-memory history"
-                    ctx.note(self.id, unknown=["working memory at the time (shown: the current value)"])
-            elif ctx.live:
-                # The turn record names the version in force, or keeps the text when no version holds it.
-                version_id = service.version_in_force(opts, thread_id=req.thread_id, resource_id=req.resource_id,
-                                                      text=value.text)
-                if version_id is not None:
-                    ctx.note(self.id, versionId=version_id)
-                elif value.text:
-                    ctx.note(self.id, unversionedText=value.text)
+            value, as_of_note = shown_value(ctx, opts, self.id)
         except WorkingMemoryError as exc:
             ctx.skip(self.id, str(exc))
             return
@@ -67,5 +69,5 @@ class WorkingMemory(BaseProcessor):
         offered = not req.read_only and opts.agent_managed
         if offered:
             ctx.tools.append(tool_definition(opts))
-        ctx.note(self.id, scope=value.scope, owner=value.owner_id, tools=["updateWorkingMemory"] if offered else [],
+        ctx.note(self.id, scope=value.scope, owner=value.owner_id, tools=[tool_name(opts)] if offered else [],
                  **({"asOf": as_of_note} if as_of_note else {}))

@@ -224,6 +224,7 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         wm_text=wm.get("unversionedText"),
         om_chunks=om.get("chunkCount") if om.get("recordId") else None,
         om_hints=hints,
+        om_others=tuple(om.get("otherIds") or ()),
     )
     log.debug("turn record of %s built in %.3f ms", record.input_message_id, (time.perf_counter() - t0) * 1000)
     return TurnCapture(record, ctx.services.store, ctx.messages.new_messages)

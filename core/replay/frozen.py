@@ -170,7 +170,7 @@ def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS)
     in another thread (history) or another resource (recall) is never handed on: it is listed."""
     wanted_parts = set(parts)
     frozen = FrozenTurn(record)
-    ids = list(record.history_ids)
+    ids = list(record.history_ids) + list(record.om_others)
     for hit in record.recall:
         ids.extend(hit.window_ids)
         ids.append(hit.message_id)
@@ -196,7 +196,8 @@ def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS)
     if "observational-memory" in wanted_parts:
         frozen.om = observations.recorded(
             source.generation(record.om_generation) if record.om_generation else None,
-            generation_id=record.om_generation, chunks=record.om_chunks, hints=record.om_hints, unobserved=history)
+            generation_id=record.om_generation, chunks=record.om_chunks, hints=record.om_hints, unobserved=history,
+            others=[found[mid] for mid in record.om_others if mid in found])
         frozen.missing.extend(frozen.om.unknowns)
     frozen.missing.extend(f"message {mid} (no longer stored)" for mid in gone)
     frozen.missing.extend(f"message {mid} (named by the record but stored in {foreign[mid]}: not shown)"

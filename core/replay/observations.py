@@ -38,6 +38,7 @@ class ObservationState:
     hints: ThreadHints
     unobserved: list[Message]
     unknowns: list[str] = field(default_factory=list)
+    others: dict[str, list[Message]] = field(default_factory=dict)  # resource scope: other threads' raw
 
 
 def _pieces(active: str) -> list[tuple[str | None, int, int]]:
@@ -101,7 +102,21 @@ def as_of(
     record = usable[-1] if usable else None
     previous = usable[-2] if len(usable) > 1 else None
     cursor: str | None = None
+    marked = None
     if record is not None:
+        from core.observational.buffer import chunks_at
+
+        # Rows written since buffering say when each chunk joined the log: an activated chunk's
+        # boundary is older than the turn that activated it, so boundaries alone would date it too early.
+        # A turn activates (or observes) in its own input phase, after its input was stamped and
+        # before its reply: the marks of its own time are those before the next stored message (of
+        # the resource, when its threads share the log: another thread's later turn marks it too).
+        shared = resource_id if record.scope == "resource" else None
+        marked = chunks_at(record.studio, _turn_end(store, thread_id, shared, before) or "\uffff")
+    if record is not None and marked is not None:
+        kept, cursor = marked
+        record = with_log(record, log_prefix(record.active_observations, kept))
+    elif record is not None:
         pieces = _pieces(record.active_observations)
         kept = 0
         for i, (boundary, _s, _e) in enumerate(pieces):
@@ -118,9 +133,9 @@ def as_of(
                 kept, cursor = 1, record.last_observed_at
             else:
                 unknowns.append("when the first observations were written (left out: they may be later)")
-        if record.scope == "resource":
-            unknowns.append("which thread's turn wrote each resource-scoped observation (dated by boundary only)")
         record = with_log(record, log_prefix(record.active_observations, kept))
+    if record is not None and record.scope == "resource":
+        unknowns.append("other conversations' unobserved messages at the time (not shown)")
     thread = store.memory.get_thread(thread_id)
     hints = thread_hints(thread.metadata if thread is not None else None)
     latest = hints.cursor.created_at if hints.cursor is not None else hints.last_observed_at
@@ -139,19 +154,37 @@ def as_of(
     return ObservationState(record, hints, unobserved, unknowns)
 
 
+def _turn_end(store: "Store", thread_id: str, resource_id: str | None, before: tuple[datetime, str]) -> str | None:
+    """When the turn whose input is ``before`` ended: the time of the next stored message of the
+    thread, or of the whole resource when ``resource_id`` is given. None when nothing came after."""
+    from core.storage import schema as t
+
+    msg = t.messages.c
+    where = msg.resourceId == resource_id if resource_id is not None else msg.thread_id == thread_id
+    with store.db.read() as conn:
+        row = conn.execute(sa.select(msg.createdAt).where(
+            where, sa.tuple_(msg.createdAt, msg.id) > (to_iso(before[0]), before[1]))
+            .order_by(msg.createdAt, msg.id).limit(1)).first()
+    return str(row[0]) if row is not None else None
+
+
 def recorded(
     record: OMRecord | None, *, generation_id: str | None, chunks: int | None, hints: dict[str, str],
-    unobserved: list[Message],
+    unobserved: list[Message], others: list[Message] | None = None,
 ) -> ObservationState:
     """The state a record names: that generation (``record``, as loaded) with its log as it was
-    (its first ``chunks`` chunks), the hints of the time and the raw messages it showed."""
+    (its first ``chunks`` chunks), the hints of the time, the raw messages it showed and (resource
+    scope) the other conversations' messages it showed."""
     unknowns: list[str] = []
     if generation_id and record is None:
         unknowns.append(f"observation generation {generation_id} (no longer stored)")
     if record is not None and chunks is not None:
         record = with_log(record, log_prefix(record.active_observations, chunks))
     state_hints = ThreadHints(current_task=hints.get("currentTask"), suggested_response=hints.get("suggestedResponse"))
-    return ObservationState(record, state_hints, unobserved, unknowns)
+    grouped: dict[str, list[Message]] = {}
+    for msg in others or ():
+        grouped.setdefault(msg.thread_id or "", []).append(msg)
+    return ObservationState(record, state_hints, unobserved, unknowns, grouped)
 
 
 __all__ = ["ObservationState", "as_of", "chunk_count", "generation", "log_prefix", "recorded", "with_log"]

@@ -106,6 +106,7 @@ class TurnRecord:
     wm_text: str | None = None  # working memory shown, when no version row held it
     om_chunks: int | None = None  # how many chunks of the generation's log existed
     om_hints: dict[str, str] = field(default_factory=dict)  # currentTask / suggestedResponse then
+    om_others: tuple[str, ...] = ()  # resource scope: other threads' unobserved messages shown
     unresolved: tuple[str, ...] = ()  # texts named by hash that could not be found (an import, a manual delete)
     endpoint: str | None = None  # the base URL the model was reached at (no credentials, no query)
     calls: tuple[CallRecord, ...] = ()  # every model call, in order (empty in version-1 records)
@@ -289,6 +290,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
     if record.om_generation is not None:
         data["om"] = [pack_id(record.om_generation), record.om_cursor, record.om_chunks,
                       {k: text_keys[v] for k, v in record.om_hints.items()}]
+        if record.om_others:
+            data["om"].append([pack_id(i) for i in record.om_others])
     if record.tools and not record.calls:
         data["t"] = list(record.tools)  # version 1 kept only names; the calls' tool sets hold them now
     # The total is the sections plus the reply primer (``AssembledPrompt.total_tokens``): not stored twice.
@@ -483,6 +486,7 @@ def decode(
         wm_text=text(data["wt"]) if "wt" in data else None,
         om_chunks=om[2] if om else None,
         om_hints={k: text(v) for k, v in (om[3] if om else {}).items()},
+        om_others=tuple(unpack_id(str(x)) for x in om[4]) if om and len(om) > 4 else (),
         endpoint=endpoint,
         calls=calls,
         context_window=data.get("cw"),

@@ -7,7 +7,8 @@ opens, on first use, the trace store that ``core.traces.home`` says belongs to i
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+import weakref
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.storage.capabilities import Capabilities
 from core.storage.database import (
@@ -32,6 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.traces.tracer import Tracer
 
 
+class _Closable(Protocol):
+    def close(self, timeout: float | None = ...) -> bool: ...
+
+
 class Store:
     """What the engine and the Studio hold: one database location, both domains."""
 
@@ -41,6 +46,9 @@ class Store:
         self._observability: Any = None
         self._observability_path = observability_path
         self.extensions: dict[str, Any] = {}  # per-store singletons (vector index, caches)
+        # The background work of each memory over this store (``core.background``): finished or
+        # cancelled by ``close`` before anything it writes to is closed.
+        self._background: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     @property
     def location(self) -> ResolvedPath:
@@ -89,7 +97,15 @@ class Store:
         """Give the space freed by deletes back to the disk; returns the bytes reclaimed."""
         return self.db.vacuum()
 
+    def register_background(self, work: _Closable) -> None:
+        """A memory's background work (``Memory.background``); ``close`` finishes it first."""
+        self._background.add(work)
+
     def close(self) -> None:
+        # Queued memory work (buffered observations, titles, embeddings) finishes or is cancelled
+        # while the database and the tracer it writes to are still open.
+        for work in list(self._background):
+            work.close()
         for ext in self.extensions.values():
             close = getattr(ext, "close", None)
             if callable(close):

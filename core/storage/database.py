@@ -119,6 +119,8 @@ class Database:
     capabilities: ClassVar[Capabilities] = LIBSQL
     #: Why writes are refused when ``refuse_writes`` said so (None: the usual read-only message).
     refusal: str | None = None
+    #: One connection shared by every thread (an in-memory database): reads queue behind writes.
+    _shared_connection: bool = False
 
     def __init__(self, location: ResolvedPath, *, read_only: bool = False, create: bool = True) -> None:
         self.location = location
@@ -128,6 +130,10 @@ class Database:
         self._newer: list[str] | None = None
         self.write_transactions = 0  # BEGIN IMMEDIATE issued by this process (tests: looking never writes)
         path = location.path
+        # An in-memory database is one connection shared by every thread (``StaticPool``): a read's
+        # rollback on another thread would end a write transaction in flight, so reads queue on the
+        # writers' lock too (a memory's background work reads while a turn writes).
+        self._shared_connection = path is None
         if path is not None:
             _check_file(path, create=create and not read_only)
             if not path.exists():
@@ -222,6 +228,8 @@ class Database:
     def read(self) -> Iterator[sa.Connection]:
         # Getting the connection and ending the transaction are inside the try too: against a
         # server, either can be where a lost connection shows.
+        if self._shared_connection and not self._writer.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+            raise ValueError("database is locked (another thread kept writing for longer than the busy timeout)")
         try:
             with self.engine.connect() as conn:
                 try:
@@ -231,6 +239,9 @@ class Database:
         except BaseException as exc:
             self._raise_ours(exc)
             raise
+        finally:
+            if self._shared_connection:
+                self._writer.release()
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from core.observational import OMRecord, ThreadHints
 from core.observational.records import split_chunks
+from core.observational.resource_scope import chunk_thread
 from core.timeutil import parse_iso
 from studio.logic.dates import format_datetime
 from studio.selection import Selection
@@ -161,17 +162,33 @@ class LogSection:
     lines: tuple[str, ...]
 
 
-def log_sections(active_observations: str) -> list[LogSection]:
-    """One section per chunk; the heading says when the chunk was observed (the boundary time)."""
+def log_sections(active_observations: str, thread_titles: Mapping[str, str] | None = None) -> list[LogSection]:
+    """One section per chunk; the heading says when the chunk was observed (the boundary time) and,
+    in a resource-scoped log, which thread it came from (``thread_titles``: id → title)."""
     out: list[LogSection] = []
     for n, chunk in enumerate(split_chunks(active_observations), start=1):
         when = f" · after {format_when(chunk.boundary)}" if chunk.boundary else ""
-        out.append(LogSection(f"Chunk {n}{when}", tuple(ln.rstrip() for ln in chunk.text.splitlines())))
+        source = chunk_source(chunk.text, thread_titles)
+        origin = f" · from {source}" if source else ""
+        lines = tuple(ln.rstrip() for ln in chunk.text.splitlines() if not _THREAD_TAG_RE.match(ln.strip()))
+        out.append(LogSection(f"Chunk {n}{when}{origin}", lines))
     return out
 
 
-def log_html(active_observations: str) -> str:
-    sections = log_sections(active_observations)
+_THREAD_TAG_RE = re.compile(r"^</?thread\b[^>]*>$")
+
+
+def chunk_source(text: str, titles: Mapping[str, str] | None = None) -> str | None:
+    """"thread <id> (<title>)" for a chunk of a resource-scoped log; None when it names no thread."""
+    thread = chunk_thread(text)
+    if thread is None:
+        return None
+    title = (titles or {}).get(thread)
+    return f"thread {thread} ({title})" if title else f"thread {thread}"
+
+
+def log_html(active_observations: str, thread_titles: Mapping[str, str] | None = None) -> str:
+    sections = log_sections(active_observations, thread_titles)
     if not sections:
         return f"<p><i>{html.escape(EMPTY_LOG_TEXT)}</i></p>"
     parts: list[str] = []
@@ -233,6 +250,7 @@ def subtitle(lookup: Lookup | None, history: Sequence[OMRecord]) -> str:
 
 __all__ = [
     "EMPTY_TEXT",
+    "chunk_source",
     "MARK_URL",
     "PRIORITY_MARKS",
     "GenerationRow",

@@ -42,6 +42,7 @@ from studio.logic.dates import date_tooltip
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
 from studio.widgets.observation_editor import ObservationLinesEditor
+from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
@@ -139,6 +140,10 @@ class ObservationsPane(QWidget):
         self.gen_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.gen_table.horizontalHeader().setStretchLastSection(True)
         ll.addWidget(self.gen_table)
+        # Background buffering: what waits to be activated, and what happened lately.
+        ll.addWidget(caption("Buffer"))
+        self.buffer_panel = BufferPanel(self)
+        ll.addWidget(self.buffer_panel, 1)
         split.addWidget(left)
 
         right = QWidget()
@@ -218,6 +223,7 @@ class ObservationsPane(QWidget):
             self.stack.setCurrentIndex(PAGE_EMPTY)
             self.gen_model.set_rows([])
             self.log_view.clear()
+            self.buffer_panel.set_record(None)
             self.line_editor.set_record(None, current=False, thread_id=None, resource_id="")
             self.loaded.emit()
             return
@@ -228,6 +234,7 @@ class ObservationsPane(QWidget):
         for (name, bar), figures, info in zip(self.bars, self.bar_texts, token_bars(view.history[0])):
             self._set_bar(name, bar, figures, info)
         self.gen_model.set_rows(generation_rows(view.history))
+        self.buffer_panel.set_record(view.history[0])
         self.gen_table.selectRow(0)
         self.show_generation(0)
         self.loaded.emit()
@@ -254,7 +261,7 @@ class ObservationsPane(QWidget):
         which = "current" if row == 0 else "earlier"
         self.log_caption.setText(f"Observation log · generation {record.generation_count} ({which}, "
                                  f"{record.origin_type})")
-        self.log_view.setHtml(log_html(record.active_observations))
+        self.log_view.setHtml(log_html(record.active_observations, self.view.thread_titles))
         lookup = self.view.lookup
         self.line_editor.set_record(record, current=row == 0, thread_id=lookup.thread_id if lookup else None,
                                     resource_id=record.resource_id or self.selection.resource_id or "")

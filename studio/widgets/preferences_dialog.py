@@ -7,6 +7,7 @@ block), and a key typed for the OS keyring goes straight to the keyring, never i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -40,6 +41,7 @@ from studio.preferences import (
     ModelChoice,
     Preferences,
     check_connection,
+    endpoint_from_model_string,
     key_status,
     save_key,
     validate,
@@ -138,6 +140,18 @@ class PreferencesDialog(QDialog):
         form = self.form = QFormLayout(page)
         form.setContentsMargins(8, 0, 0, 0)
         self.name_edit = QLineEdit()
+        # A model by name, as agents take it ("openai/gpt-4o-mini", "ollama/llama3.1"): fills in the rest.
+        self.model_string_edit = QLineEdit()
+        self.model_string_edit.setObjectName("modelString")
+        self.model_string_edit.setPlaceholderText("provider/model, e.g. groq/llama-3.1-8b-instant")
+        self.model_string_btn = QPushButton("Fill In")
+        self.model_string_btn.setToolTip("Set the base URL, model and key variable from a provider/model name, as "
+                                         "Agent(model=...) and memory-studio serve --model resolve it")
+        string_row = QWidget()
+        string_layout = QHBoxLayout(string_row)
+        string_layout.setContentsMargins(0, 0, 0, 0)
+        string_layout.addWidget(self.model_string_edit, 1)
+        string_layout.addWidget(self.model_string_btn)
         self.url_edit = QLineEdit()
         self.url_edit.setPlaceholderText("http://localhost:11434/v1")
         self.model_edit = QLineEdit()
@@ -167,6 +181,7 @@ class PreferencesDialog(QDialog):
         self.timeout_spin.setRange(1, 600)
         self.timeout_spin.setSuffix(" s")
         form.addRow("Name", self.name_edit)
+        form.addRow("Model name", string_row)
         form.addRow("Base URL", self.url_edit)
         form.addRow("Model", self.model_edit)
         form.addRow("Key from", self.source_combo)
@@ -180,7 +195,27 @@ class PreferencesDialog(QDialog):
         self.source_combo.currentIndexChanged.connect(self._form_edited)
         self.timeout_spin.valueChanged.connect(self._form_edited)
         self.store_key_btn.clicked.connect(self.store_key)
+        self.model_string_btn.clicked.connect(self.fill_from_model_string)
+        self.model_string_edit.returnPressed.connect(self.fill_from_model_string)
         return page
+
+    def fill_from_model_string(self) -> bool:
+        """Fill the form from the ``provider/model`` name typed above it; False (and the reason shown)
+        when the name cannot be resolved."""
+        ep = self.current_endpoint()
+        text = self.model_string_edit.text().strip()
+        if ep is None or not text:
+            return False
+        try:
+            filled = endpoint_from_model_string(text, name=ep.name)
+        except ValueError as exc:  # ConfigurationError: unknown provider (with the nearest), no model
+            self.problems.setText(str(exc))
+            return False
+        row = self.list.currentRow()
+        self.endpoints[row - 1] = replace(filled, timeout=ep.timeout)
+        self._show_row(row)
+        self.problems.setText("")
+        return True
 
     # -- list ------------------------------------------------------------------------------------
     def _fill_list(self) -> None:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.working_memory_vnext import reason_of
 from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.diffing import line_diff, normalize_for_diff
 from studio.logic.wm_editing import VersionRow
@@ -38,8 +39,17 @@ VERSION_COLUMNS: list[Column[VersionRow]] = [
     Column("Author", lambda r: r.version.author,
            foreground=lambda r: {"agent": "#D9A441", "studio": "#4FA3D9"}.get(r.version.author)),
     Column("Size", lambda r: r.size, RIGHT),
-    Column("Note", lambda r: r.version.note or ""),
+    # The vNext tool's updateReason (append / clarify / replace), then what the update did.
+    Column("Reason", lambda r: reason_of(r.version.note) or "", tooltip=lambda r: r.version.note or ""),
+    Column("Note", lambda r: _note_text(r.version.note), tooltip=lambda r: r.version.note or ""),
 ]
+
+
+def _note_text(note: str | None) -> str:
+    """A version's note without its leading update reason (shown in its own column)."""
+    if note and reason_of(note):
+        return note.split(":", 1)[1].strip()
+    return note or ""
 
 
 class VersionHistory(QWidget):

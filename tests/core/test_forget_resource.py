@@ -57,7 +57,10 @@ def _conversation(store: Any, resource: str, text: str) -> None:
     agent.generate(f"My code word is {text}.", memory={"resource": resource, "thread": f"{resource}-t1"})
     agent.generate(f"Ask the researcher about {text}.", memory={"resource": resource, "thread": f"{resource}-t1"})
     agent.generate(f"Still {text}?", memory={"resource": resource, "thread": f"{resource}-t2"})
-    om = Memory(store, MemoryOptions(observational_memory={"enabled": True, "message_tokens": 20}), name="om",
+    # Observed in the turn (buffer_tokens=False): the scripted observer gives every batch the same lines, and
+    # the edit below needs its line to be unique (buffering makes one batch per few tokens: issue 19).
+    om = Memory(store, MemoryOptions(observational_memory={"enabled": True, "message_tokens": 20,
+                                                           "buffer_tokens": False}), name="om",
                 observer_model=ScriptedModel(observer(text), name="observer"))
     om_agent = Agent("journal", instructions="Keep notes.", model=ScriptedModel([f"Ok {text}.", "Fine."]), memory=om,
                      tracer=tracer)

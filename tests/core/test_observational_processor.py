@@ -52,7 +52,9 @@ class Harness:
     def __init__(self, db_path: Path | str, script: Sequence[Any], *, tracer: Any = None, **om: Any) -> None:
         self.store: Store = open_store(db_path)
         self.observer = ScriptedModel(list(script), name="observer")
-        settings = {"enabled": True, "message_tokens": 200, "observation_tokens": 300, **om}
+        # Synchronous observation (the mode before background buffering): tests of buffering are in
+        # test_observational_buffering.py.
+        settings = {"enabled": True, "message_tokens": 200, "observation_tokens": 300, "buffer_tokens": False, **om}
         self.clock = FixedClock(START, step_ms=60_000)
         self.memory = Memory(self.store, MemoryOptions(last_messages=10, observational_memory=settings),
                              observer_model=self.observer, tokenizer=TOKENIZER, clock=self.clock, tracer=tracer)
@@ -242,10 +244,16 @@ def test_failed_observer_call_loses_nothing_and_retries(db_path: Path | str, fai
 
     prompt, ctx = h.turn("What wood should I buy?", reply=None)  # input phase only
     assert len(h.observer.requests) == 1
-    assert h.rows() == before_rows and h.metadata() == before_meta
+    # Nothing observed; the only change is the back-off the failure left on the row (issue 19: a
+    # failed observer is not asked again on every turn).
+    after = h.rows()
+    backoff = json.loads(after[0]["metadata"])["memoryStudio"]["observerBackoff"]
+    assert backoff["failures"] == 1 and backoff["retryAt"] and backoff["error"]
+    assert [{**r, "metadata": None} for r in after] == [{**r, "metadata": None} for r in before_rows]
+    assert h.metadata() == before_meta
     assert {m.id for m in stored} <= set(prompt_ids(prompt))  # all still raw in the prompt
     assert CONTINUATION_TEXT not in [m["content"] for m in prompt.messages]
-    assert "next turn retries" in prompt.notes["observational-memory"]["observationError"]
+    assert "tried again after" in prompt.notes["observational-memory"]["observationError"]
     span = exporter.by_name("memory: observe")[-1]
     assert span.error is not None
 

@@ -104,6 +104,9 @@ def conversation(tmp_path: Any) -> Any:
         user_input = next(m for m in result.messages if m.role == "user")
         sent[user_input.id] = first_call[0].input["messages"]
     memories = {PLANS: plans, JOURNAL: journal}
+    # The journal's observations are buffered in the background (issue 19); settle them before the
+    # tests touch the file with another SQLite library.
+    assert journal.wait_idle(30)
     yield store, memories, sent
     store.close()
 

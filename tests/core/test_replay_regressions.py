@@ -76,7 +76,10 @@ def _om_conversation(store: Any) -> tuple[Memory, list[str], ScriptedModel]:
         return OBSERVATION.format(n=calls["n"])
 
     clock = FixedClock(T0, step_ms=1000)
-    memory = Memory(store, MemoryOptions(observational_memory={"message_tokens": 40, "observation_tokens": 90_000}),
+    # Synchronous observation, so "observation n" is written at a known turn (buffered observation is
+    # covered by test_observational_buffering.py's rebuild test).
+    memory = Memory(store, MemoryOptions(observational_memory={"message_tokens": 40, "observation_tokens": 90_000,
+                                                               "buffer_tokens": False}),
                     clock=clock, observer_model=ScriptedModel(observer, name="observer"))
     model = ScriptedModel([f"Answer {i} about the raised garden beds and compost." for i in range(8)])
     agent = Agent("gardener", instructions="Garden help.", model=model, memory=memory, tracer=False)
@@ -85,6 +88,9 @@ def _om_conversation(store: Any) -> tuple[Memory, list[str], ScriptedModel]:
         result = agent.generate(f"Question {i}: how do I build raised beds with cedar planks?",
                                 memory={"resource": "u", "thread": "g"})
         inputs.append(next(m.id for m in result.messages if m.role == "user"))
+    # Observations are buffered in the background (issue 19): let them settle before the file is
+    # touched by another SQLite library in this process.
+    assert memory.wait_idle(30)
     return memory, inputs, model
 
 

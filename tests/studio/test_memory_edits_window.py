@@ -155,7 +155,10 @@ def test_observation_lines_are_edited_in_the_observations_pane(qtbot: Any, make_
             return ("<observations>\nDate: Mar 2, 2026\n* 🔴 (09:10) Sam is blocked on staging access.\n"
                     "* 🟡 (09:11) Priya can grant it.\n</observations>")
 
-        memory = Memory(store, MemoryOptions(observational_memory={"enabled": True, "message_tokens": 20}),
+        # Observed in the turn (buffer_tokens=False, issue 19): buffering would make one batch per few
+        # tokens, and this scripted observer gives every batch the same two lines.
+        memory = Memory(store, MemoryOptions(observational_memory={"enabled": True, "message_tokens": 20,
+                                                                   "buffer_tokens": False}),
                         name="om", observer_model=ScriptedModel(observer, name="observer"))
         from core import Agent
 

@@ -1,0 +1,126 @@
+"""Background buffering's rules, as plain functions: which buffered chunks an activation takes, how
+long a failed model call backs off, and the small event log the Studio shows (no I/O here).
+
+Vocabulary (Mastra's): a *chunk* is one observation made in the background and kept out of the
+context; *activation* appends a prefix of the chunks to the log the model sees and moves the thread's
+cursor past the messages they cover. The chunk list always continues right after the cursor, so a
+single cursor per thread stays enough.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Mapping, Sequence
+
+from core.observational.records import BufferedChunk, append_chunk, split_chunks
+from core.timeutil import parse_iso, to_iso
+
+#: First wait after a failed observer or reflector call; doubles per failure up to ``BACKOFF_MAX``.
+BACKOFF_BASE = timedelta(seconds=30)
+BACKOFF_MAX = timedelta(minutes=30)
+#: Events kept in the row's metadata for the Studio (newest last).
+MAX_EVENTS = 20
+
+
+def activation_count(chunks: Sequence[BufferedChunk], pending_tokens: int, retained_tokens: int, *,
+                     force: bool = False) -> int:
+    """How many chunks (a prefix) to activate so that about ``retained_tokens`` of the pending
+    message tokens stay raw. At least one chunk when any exist; all of them when ``force`` (a turn
+    past ``block_after`` takes everything that is ready)."""
+    if not chunks:
+        return 0
+    if force:
+        return len(chunks)
+    target = max(0, pending_tokens - retained_tokens)
+    taken, count = 0, 0
+    for chunk in chunks:
+        if count and taken + chunk.message_tokens > target:
+            break
+        taken += chunk.message_tokens
+        count += 1
+    return count
+
+
+def activated_log(active: str, chunks: Sequence[BufferedChunk]) -> str:
+    """The log with ``chunks`` appended, each after a boundary line naming the cursor it covers."""
+    for chunk in chunks:
+        active = append_chunk(active, chunk.observations, chunk.last_observed_at)
+    return active
+
+
+@dataclass(frozen=True)
+class Backoff:
+    failures: int
+    retry_at: str
+    error: str
+
+    def active(self, now: datetime) -> bool:
+        try:
+            return parse_iso(self.retry_at) > now
+        except ValueError:
+            return False
+
+
+def backoff_of(studio: Mapping[str, Any], which: str) -> Backoff | None:
+    """The back-off a row records for ``which`` ("observer" / "reflector"), if any."""
+    data = studio.get(f"{which}Backoff")
+    if not isinstance(data, Mapping) or not data.get("retryAt"):
+        return None
+    return Backoff(int(data.get("failures") or 1), str(data["retryAt"]), str(data.get("error") or ""))
+
+
+def next_backoff(previous: Backoff | None, error: str, now: datetime) -> Backoff:
+    failures = (previous.failures if previous is not None else 0) + 1
+    wait = min(BACKOFF_BASE * (2 ** (failures - 1)), BACKOFF_MAX)
+    return Backoff(failures, to_iso(now + wait), error[:500])
+
+
+def with_event(studio: Mapping[str, Any], event: Mapping[str, Any]) -> dict[str, Any]:
+    """``studio`` metadata with ``event`` appended to its event list (the newest ``MAX_EVENTS`` kept)."""
+    out = dict(studio)
+    events = [e for e in (out.get("events") or []) if isinstance(e, Mapping)]
+    out["events"] = [*events, dict(event)][-MAX_EVENTS:]
+    return out
+
+
+def with_appended(studio: Mapping[str, Any], active: str, at: str, cursor: str | None) -> dict[str, Any]:
+    """``studio`` metadata noting that from ``at`` on the log held ``len(chunks)`` chunks covering
+    messages up to ``cursor``: a turn rebuilt without a record then shows only the chunks that
+    existed at its time (activation appends chunks whose boundary is older than the turn that
+    activated them, so boundaries alone would date them too early)."""
+    out = dict(studio)
+    marks = [m for m in (out.get("appended") or []) if isinstance(m, list) and len(m) == 3]
+    marks.append([len(split_chunks(active)), at, cursor])
+    out["appended"] = marks
+    return out
+
+
+def chunks_at(studio: Mapping[str, Any], cutoff: str) -> tuple[int, str | None] | None:
+    """(chunks, cursor) of the log just before ``cutoff`` per the ``appended`` marks; None when the
+    row has no marks (older rows, Mastra's: the caller dates chunks by their boundaries)."""
+    marks = [m for m in (studio.get("appended") or []) if isinstance(m, list) and len(m) == 3]
+    if not marks:
+        return None
+    before = [(int(n), cursor) for n, at, cursor in marks if isinstance(at, str) and at < cutoff]
+    return max(before, key=lambda m: m[0]) if before else (0, None)
+
+
+def events(studio: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(e) for e in (studio.get("events") or []) if isinstance(e, Mapping)]
+
+
+__all__ = [
+    "BACKOFF_BASE",
+    "BACKOFF_MAX",
+    "MAX_EVENTS",
+    "Backoff",
+    "activated_log",
+    "activation_count",
+    "backoff_of",
+    "chunks_at",
+    "events",
+    "next_backoff",
+    "with_appended",
+    "with_event",
+]

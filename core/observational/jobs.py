@@ -1,0 +1,264 @@
+"""The observer and reflector calls, for a turn (synchronous) and for the background (buffered).
+
+``OMJob`` holds what one observational-memory record's work needs: the store, tokenizer, tracer,
+clock, models and options, and who it is for. A turn builds one from its context; a background job
+gets a copy and reads everything else from storage when it starts (never the turn's snapshot, which
+is stale by then). Background jobs:
+
+- ``buffer_observations``: observe the stored messages that no observation or buffered chunk covers
+  yet, and append the result to the buffer (``bufferedObservationChunks``), not to the log;
+- ``buffer_reflection``: rewrite the log as it is now and keep the result in ``bufferedReflection``,
+  to be swapped in when the log reaches its threshold.
+
+A failed call leaves a back-off on the row (``record_failure``): neither the turn nor the background
+asks that model again before it expires.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Mapping
+
+from core.background import CANCELLED, CancelToken
+from core.observational import buffer_store
+from core.observational import store as om_store
+from core.observational.buffer import next_backoff
+from core.observational.observer import build_observer_messages
+from core.observational.parsing import ObserverOutput, parse_observer_output
+from core.observational.records import BufferedChunk, OMRecord
+from core.observational.reflector import Reflection, reflect
+from core.observational.tokens import count_text, messages_tokens
+from core.options import ObservationalMemoryOptions
+from core.timeutil import to_iso
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.llm.base import ChatModel
+    from core.messages import Message
+    from core.storage import Store
+    from core.timeutil import Clock
+    from core.tokens import Tokenizer
+    from core.traces.tracer import SpanTracer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OMJob:
+    """What work on one observational-memory record needs (see the module doc)."""
+
+    store: "Store"
+    tokenizer: "Tokenizer"
+    tracer: "SpanTracer"
+    clock: "Clock"
+    observer: "ChatModel | None"
+    reflector: "ChatModel | None"
+    options: ObservationalMemoryOptions
+    key: str
+    thread_id: str
+    resource_id: str | None
+    config: Mapping[str, Any]
+    title_hint: bool = False  # ask the observer for a <thread-title> (generated titles are on)
+    # The span current when the job was handed off: a background job's spans join the trace of the
+    # turn that started it (after that turn's root span ended), not a trace of their own.
+    parent: Any = None
+
+    # -- model calls ----------------------------------------------------------------------------------
+    def generate(self, model: "ChatModel", messages: list[dict[str, Any]], *, role: str, temperature: float) -> str:
+        opts = self.options
+        with self.tracer.start_span(f"{role}: {model.model_id}", "model_generation", input={"messages": messages},
+                                    thread_id=self.thread_id, resource_id=self.resource_id,
+                                    attributes={"model": model.model_id, "role": role}) as span:
+            result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
+                                    timeout=opts.timeout)
+            span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
+                                 "finishReason": result.finish_reason})
+            span.set_output(result.text)
+            return str(result.text or "")
+
+    def observe(self, batch: list["Message"], *, previous: str, current_task: str | None,
+                suggested_response: str | None) -> tuple[ObserverOutput | None, str | None]:
+        """One observer call over ``batch``: (parsed reply, None) or (None, why it failed)."""
+        assert self.observer is not None
+        opts = self.options
+        messages = build_observer_messages(
+            batch, previous_observations=previous, current_task=current_task, suggested_response=suggested_response,
+            tokenizer=self.tokenizer, previous_tokens=opts.previous_observer_tokens,
+            instruction=_instruction(opts.instruction, self.title_hint),
+        )
+        try:
+            text = self.generate(self.observer, messages, role="observer", temperature=opts.observer_temperature)
+        except Exception as exc:  # noqa: BLE001 - a provider failure must not lose the messages
+            return None, f"observer call failed: {type(exc).__name__}: {exc}"
+        parsed = parse_observer_output(text)
+        if not parsed.ok:
+            return None, f"observer reply unusable: {parsed.problem}"
+        return parsed, None
+
+    def reflect(self, observations: str, *, level_label: str = "reflector") -> Reflection:
+        model = self.reflector or self.observer
+        assert model is not None
+        opts = self.options
+
+        def generate(messages: list[dict[str, Any]], level: int) -> str:
+            return self.generate(model, messages, role=f"{level_label} (level {level})",
+                                 temperature=opts.reflector_temperature)
+
+        return reflect(observations, generate=generate, tokenizer=self.tokenizer, threshold=opts.observation_tokens,
+                       max_level=opts.max_compression_level, guidance=opts.reflection_guidance)
+
+    def failed(self, which: str, error: str, record: OMRecord | None, now: datetime) -> str:
+        """Back off after a failed call; returns when the next try may run (ISO text)."""
+        previous = buffer_store.current_backoff(record, which)
+        retry = next_backoff(previous, error, now)
+        log.warning("%s of %s failed (retry after %s): %s", which, self.key, retry.retry_at, error)
+        try:
+            buffer_store.record_failure(self.store, key=self.key, scope=self.options.scope, thread_id=self.thread_id,
+                                        resource_id=self.resource_id, config=self.config, which=which, error=error,
+                                        now=to_iso(now), retry=retry)
+        except Exception:  # noqa: BLE001 - the back-off is a courtesy; the failure is already logged
+            log.warning("could not record the %s back-off of %s", which, self.key, exc_info=True)
+        return retry.retry_at
+
+
+def _instruction(custom: str | None, title_hint: bool) -> str | None:
+    if not title_hint:
+        return custom
+    ask = ("Also add a <thread-title> section: a short title (at most six words) naming what this "
+           "conversation is about, in the conversation's language.")
+    return f"{custom.strip()}\n\n{ask}" if custom else ask
+
+
+# -- background jobs -----------------------------------------------------------------------------------
+def buffer_observations(job: OMJob, token: CancelToken) -> Any:
+    """Observe what the buffer does not cover yet, in batches of about two ``buffer_tokens``, and
+    append each result as a chunk (see the module doc). Returns the chunks made."""
+    made: list[BufferedChunk] = []
+    interval = job.options.buffer_interval or job.options.message_tokens
+    while not token.cancelled:
+        chunk = _buffer_once(job, token, max_tokens=2 * interval)
+        if chunk is None or chunk is CANCELLED:
+            return CANCELLED if chunk is CANCELLED else made
+        made.append(chunk)
+        if _unbuffered_tokens(job) < interval:
+            return made
+    return CANCELLED
+
+
+def _unbuffered(job: OMJob) -> tuple[OMRecord | None, Any, list["Message"], tuple[str, str] | None]:
+    record = om_store.current_record(job.store, job.key)
+    thread = job.store.memory.get_thread(job.thread_id)
+    hints = om_store.thread_hints(thread.metadata if thread is not None else None)
+    chunks = record.buffered if record is not None else []
+    after = buffer_store.tail_cursor(chunks, hints.cursor)
+    unobserved = om_store.unobserved_messages(job.store, thread_id=job.thread_id, resource_id=job.resource_id,
+                                              record=record, hints=hints) if thread is not None else []
+    return record, hints, [m for m in unobserved if after is None or (to_iso(m.created_at), m.id) > after], after
+
+
+def _unbuffered_tokens(job: OMJob) -> int:
+    return messages_tokens(job.tokenizer, _unbuffered(job)[2])
+
+
+def _buffer_once(job: OMJob, token: CancelToken, *, max_tokens: int) -> Any:
+    if job.observer is None:
+        return None
+    now = job.clock.now()
+    record, hints, pending, after = _unbuffered(job)
+    backoff = buffer_store.current_backoff(record, "observer")
+    if backoff is not None and backoff.active(now):
+        return None
+    batch: list[Message] = []
+    used = 0
+    for msg in pending:  # the oldest first, at least one message, about ``max_tokens`` at most
+        cost = messages_tokens(job.tokenizer, [msg])
+        if batch and used + cost > max_tokens:
+            break
+        batch.append(msg)
+        used += cost
+    if not batch:
+        return None
+    chunks = record.buffered if record is not None else []
+    previous = "\n\n".join([record.active_observations if record else "", *(c.observations for c in chunks)]).strip()
+    last_chunk = chunks[-1] if chunks else None
+    with job.tracer.start_span("memory: buffer observations", "memory_operation", job.parent,
+                               thread_id=job.thread_id, resource_id=job.resource_id,
+                               attributes={"operationType": "buffer-observation", "messages": len(batch),
+                                           "tokens": used, "background": True}) as span:
+        buffer_store.set_buffering(job.store, job.key, observation=True)
+        parsed, problem = job.observe(
+            batch, previous=previous,
+            current_task=(last_chunk.current_task if last_chunk else None) or hints.current_task,
+            suggested_response=(last_chunk.suggested_response if last_chunk else None) or hints.suggested_response)
+        if parsed is None:
+            assert problem is not None
+            span.record_error(problem)
+            job.failed("observer", problem, record, now)
+            return None
+        if token.cancelled:
+            buffer_store.set_buffering(job.store, job.key, observation=False)
+            return CANCELLED
+        last = batch[-1]
+        chunk_id = str(uuid.uuid4())
+        chunk = BufferedChunk(
+            id=chunk_id, cycle_id=chunk_id, observations=parsed.observations,
+            token_count=count_text(job.tokenizer, parsed.observations), message_ids=tuple(m.id for m in batch),
+            message_tokens=used, last_observed_at=to_iso(last.created_at),
+            last_observed_message_id=last.id, created_at=to_iso(now), thread_id=job.thread_id,
+            current_task=parsed.current_task, suggested_response=parsed.suggested_response,
+            thread_title=parsed.thread_title)
+        committed = buffer_store.commit_chunk(
+            job.store, key=job.key, scope=job.options.scope, thread_id=job.thread_id, resource_id=job.resource_id,
+            config=job.config, chunk=chunk, after=after, now=to_iso(job.clock.now()))
+        if committed is None:
+            span.set_attributes({"conflict": True})
+            buffer_store.set_buffering(job.store, job.key, observation=False)
+            return None
+        span.set_output({"chunk": chunk.id, "messages": len(batch), "observationTokens": chunk.token_count})
+    if parsed.thread_title and job.title_hint:
+        from core.titles import title_from_observer
+
+        title_from_observer(job.store, job.thread_id, parsed.thread_title, model_id=job.observer.model_id)
+    return chunk
+
+
+def buffer_reflection(job: OMJob, token: CancelToken) -> Any:
+    """Rewrite the log as it stands and keep the rewrite beside it, for the turn that reaches the
+    reflection threshold to swap in without waiting."""
+    if (job.reflector or job.observer) is None:
+        return None
+    now = job.clock.now()
+    record = om_store.current_record(job.store, job.key)
+    if record is None or record.buffered_reflection or record.is_empty:
+        return None
+    backoff = buffer_store.current_backoff(record, "reflector")
+    if backoff is not None and backoff.active(now):
+        return None
+    reflected = record.active_observations
+    with job.tracer.start_span("memory: buffer reflection", "memory_operation", job.parent,
+                               thread_id=job.thread_id, resource_id=job.resource_id,
+                               attributes={"operationType": "buffer-reflection", "generation": record.generation_count,
+                                           "tokens": record.observation_token_count, "background": True}) as span:
+        buffer_store.set_buffering(job.store, job.key, reflection=True)
+        result = job.reflect(reflected)
+        if result.observations is None:
+            span.record_error(result.problem or "reflection failed")
+            job.failed("reflector", result.problem or "reflection failed", record, now)
+            return None
+        if token.cancelled:
+            buffer_store.set_buffering(job.store, job.key, reflection=False)
+            return CANCELLED
+        committed = buffer_store.commit_buffered_reflection(
+            job.store, record=record, reflected=reflected, reflection=result.observations, tokens=result.tokens,
+            input_tokens=record.observation_token_count, now=to_iso(job.clock.now()))
+        if committed is None:
+            span.set_attributes({"conflict": True})
+            buffer_store.set_buffering(job.store, job.key, reflection=False)
+            return None
+        span.set_output({"tokens": result.tokens})
+        return result
+
+
+__all__ = ["OMJob", "buffer_observations", "buffer_reflection"]

@@ -1,0 +1,202 @@
+"""What the Observations pane shows of background buffering, as plain data (no Qt, no I/O).
+
+A record's buffer: the observation chunks the background observer made that the model does not see
+yet (each with the messages it covers), whether a reflection is waiting to be swapped in, the
+settings that decide when they are activated and when a turn waits, and the recent activity the
+engine notes on the row (chunks buffered, activations, turns that blocked, failures and back-off).
+Resource scope: which thread each chunk of the shared log came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from core.observational import OMRecord
+from core.observational.buffer import backoff_of, events
+from studio.logic.observations_layout import format_when
+
+NO_BUFFERING = "Background buffering is off for this record: observations are made in the turn that needs them."
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    number: int
+    covers: str  # "4 messages · 180 tokens"
+    until: str  # the newest message it covers
+    tokens: int  # of the observation text
+    preview: str
+    text: str
+    created_at: str | None = None
+
+
+@dataclass(frozen=True)
+class EventRow:
+    when: str
+    what: str
+    blocked: bool
+    at: str | None = None
+
+
+@dataclass(frozen=True)
+class BufferView:
+    settings: str  # how buffering is configured, in words
+    status: str  # what is waiting now, in words
+    chunks: list[ChunkRow]
+    events: list[EventRow]
+    blocked_turns: int  # turns among the recent events that waited for the observer or reflector
+
+
+def _num(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def settings_text(config: Mapping[str, Any]) -> str:
+    obs, refl = _section(config, "observation"), _section(config, "reflection")
+    interval, threshold = _num(obs.get("bufferTokens")), _num(obs.get("messageTokens"))
+    if not interval or not threshold:
+        return NO_BUFFERING
+    activation = obs.get("bufferActivation")
+    kept = f" and keeps about {round(threshold * (1 - float(activation))):,} tokens raw" \
+        if isinstance(activation, (int, float)) else ""
+    block = _num(obs.get("blockAfter"))
+    text = (f"Observes in the background every {interval:,} tokens; activates at {threshold:,}{kept}; a turn waits "
+            f"for the observer only past {block:,} tokens." if block else
+            f"Observes in the background every {interval:,} tokens; activates at {threshold:,}{kept}.")
+    refl_at, refl_threshold = refl.get("bufferActivation"), _num(refl.get("observationTokens"))
+    if isinstance(refl_at, (int, float)) and not isinstance(refl_at, bool) and refl_threshold:
+        text += f" Reflection is prepared from {round(refl_threshold * float(refl_at)):,} log tokens."
+    return text
+
+
+_EVENT_TEXT: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "buffered": lambda e: f"buffered a chunk: {e.get('messages', '?')} messages, {e.get('messageTokens', 0):,} tokens",
+    "activated": lambda e: f"activated {e.get('chunks', '?')} chunk(s), {e.get('messageTokens', 0):,} message tokens "
+                           f"left the context" + (f"; {e['left']} still buffered" if e.get("left") else ""),
+    "observed": lambda e: f"observed in the turn: {e.get('messages', '?')} messages"
+                          + (f" of thread {e['thread']}" if e.get("thread") else ""),
+    "reflection-buffered": lambda e: f"prepared a reflection: {e.get('from', 0):,} → {e.get('to', 0):,} tokens",
+    "reflection-activated": lambda e: f"swapped in the prepared reflection (generation {e.get('generation', '?')})",
+    "reflected": lambda e: f"reflected in the turn (generation {e.get('generation', '?')})",
+    "reflection-dropped": lambda e: "dropped the prepared reflection: an observation it covered was edited",
+    "observer-failed": lambda e: f"observer failed; retry after {format_when(e.get('retryAt'))}: {e.get('error', '')}",
+    "reflector-failed": lambda e: f"reflector failed; retry after {format_when(e.get('retryAt'))}: {e.get('error', '')}",
+}
+
+
+def event_rows(record: OMRecord) -> list[EventRow]:
+    """Newest first."""
+    rows = []
+    for e in reversed(events(record.studio)):
+        kind = str(e.get("kind") or "")
+        describe = _EVENT_TEXT.get(kind)
+        text = describe(e) if describe is not None else kind
+        blocked = bool(e.get("blocked"))
+        if blocked:
+            text += " — the turn waited"
+        rows.append(EventRow(format_when(e.get("at")), text, blocked, e.get("at")))
+    return rows
+
+
+# A table cell cannot draw the priority emoji (no colour-emoji font on most Linux set-ups): words instead.
+_MARK_WORDS = {"🔴": "[high]", "🟡": "[medium]", "🟢": "[low]", "✅": "[done]"}
+
+
+def plain_marks(text: str) -> str:
+    for mark, word in _MARK_WORDS.items():
+        text = text.replace(mark, word)
+    return text
+
+
+def chunk_rows(record: OMRecord) -> list[ChunkRow]:
+    rows = []
+    for n, chunk in enumerate(record.buffered, start=1):
+        body = [ln.strip().lstrip("*- ").strip() for ln in plain_marks(chunk.observations).splitlines()
+                if ln.strip() and not ln.strip().startswith("Date:")]
+        preview = " · ".join(body) if body else plain_marks(chunk.observations).strip()
+        rows.append(ChunkRow(n, f"{len(chunk.message_ids)} messages · {chunk.message_tokens:,} tokens",
+                             format_when(chunk.last_observed_at), chunk.token_count,
+                             preview if len(preview) <= 160 else preview[:159] + "…", plain_marks(chunk.observations),
+                             chunk.created_at))
+    return rows
+
+
+def status_text(record: OMRecord) -> str:
+    parts = []
+    chunks = record.buffered
+    if chunks:
+        parts.append(f"{len(chunks)} chunk(s) buffered, covering {sum(c.message_tokens for c in chunks):,} message "
+                     "tokens; not shown to the model until activated.")
+    else:
+        parts.append("Nothing buffered.")
+    if record.buffered_reflection:
+        parts.append(f"A reflection is ready ({record.buffered_reflection_tokens:,} tokens), swapped in when the log "
+                     "reaches its threshold.")
+    if record.is_buffering_observation:
+        parts.append("The observer is running in the background.")
+    if record.is_buffering_reflection:
+        parts.append("The reflector is running in the background.")
+    for which in ("observer", "reflector"):
+        backoff = backoff_of(record.studio, which)
+        if backoff is not None:
+            parts.append(f"The {which} failed {backoff.failures}×; next try after {format_when(backoff.retry_at)}.")
+    return " ".join(parts)
+
+
+def turn_activity(records: list[OMRecord], at: str | None) -> str:
+    """What background buffering did at one turn (its clock reading ``at``, as the turn record and
+    the row's events both carry it): "activated 2 buffered chunk(s); the turn did not wait"..."""
+    if not at:
+        return ""
+    done = []
+    for record in records:
+        for e in events(record.studio):
+            if e.get("at") != at:
+                continue
+            kind = e.get("kind")
+            if kind == "activated":
+                done.append(f"activated {e.get('chunks', '?')} buffered chunk(s)")
+            elif kind == "observed":
+                done.append("observed in the turn")
+            elif kind == "reflection-activated":
+                done.append("swapped in the prepared reflection")
+            elif kind == "reflected":
+                done.append("reflected in the turn")
+            else:
+                continue
+            done.append("the turn waited for it" if e.get("blocked") else "the turn did not wait")
+    return "; ".join(done)
+
+
+def prompt_buffer_note(notes: Mapping[str, Any]) -> str | None:
+    """The inspector's line about buffering for a previewed turn (None when there is nothing to say):
+    what waits in the buffer, outside this prompt, and what the turn would activate."""
+    om = _section(notes, "observational-memory")
+    if not om.get("buffering"):
+        return None
+    buffer = _section(om, "buffer")
+    parts = []
+    if buffer.get("chunks"):
+        parts.append(f"{buffer['chunks']} observation chunk(s) buffered in the background "
+                     f"({int(buffer.get('messageTokens') or 0):,} message tokens), not in this prompt")
+    for key in ("activation", "observation", "reflection"):
+        if isinstance(om.get(key), str):
+            parts.append(om[key])
+    if not parts:
+        return None
+    return "Observational memory: " + "; ".join(parts) + "."
+
+
+def buffer_view(record: OMRecord) -> BufferView:
+    rows = event_rows(record)
+    return BufferView(settings_text(record.config), status_text(record), chunk_rows(record), rows,
+                      sum(1 for r in rows if r.blocked))
+
+
+__all__ = ["NO_BUFFERING", "BufferView", "ChunkRow", "EventRow", "buffer_view", "chunk_rows", "event_rows",
+           "prompt_buffer_note", "settings_text", "status_text", "turn_activity"]
