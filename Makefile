@@ -69,6 +69,7 @@ test: $(STAMP)
 
 screenshots: $(STAMP)
 	@fc-list :lang=zh 2>/dev/null | grep -q . || echo "note: no CJK font found (Debian: apt-get install fonts-noto-cjk); Chinese text will render as boxes"
+	@fc-list :charset=1f534 2>/dev/null | grep -q . || echo "note: no colour emoji font found (Debian: apt-get install fonts-noto-color-emoji); observation priorities will render as boxes in tables"
 	QT_QPA_PLATFORM=offscreen $(PY) -m studio.screenshots docs/screenshots
 
 # The one-folder desktop bundle: dist/memory-studio/ (runs without Python; see README "Desktop bundle").
