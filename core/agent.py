@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from core.agent_stream import AgentStream, StreamEvent
 from core.context_window import PromptBudget, fit_prompt
-from core.errors import MemoryStudioError
+from core.agent_errors import AgentError as AgentError
 from core.ids import lone_surrogate
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
@@ -121,10 +121,6 @@ class AgentResult:
     resource_id: str | None
     saved: list[Message] = field(default_factory=list)
     tool_results: list[dict[str, Any]] = field(default_factory=list)
-
-
-class AgentError(MemoryStudioError, RuntimeError):
-    """An agent was built or called in a way that cannot work."""
 
 
 class TurnFailedError(AgentError, ModelError):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+from core.agent_errors import AgentError
 from core.llm.base import Usage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,8 +104,6 @@ class AgentStream:
     @property
     def result(self) -> "AgentResult":
         if self._result is None:
-            from core.agent import AgentError
-
             raise AgentError("The stream has not finished: iterate it to the end (or call collect()) first.")
         return self._result
 

@@ -153,14 +153,14 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd == "reindex":
         return _reindex(args, out, err)
     if cmd == "traces":
+        from core.traces.home import retention_from_env, trace_home
         from core.traces.store import prune_main, retention_limit
 
-        from core.storage import retention_from_env
-
         with open_store(args.db, read_only=True, create=False) as store:
-            path = store.location.observability_path
-            on_postgres = store.db.engine.dialect.name == "postgresql"  # traces in the database itself
-        if not on_postgres and (path is None or not path.exists()):
+            home = trace_home(store.location)
+        in_database = home.kind == "postgres"  # traces in the database's own table, not in a file
+        path = store.location.observability_path
+        if not in_database and (path is None or not path.exists()):
             out.write(f"no trace file yet ({path}); nothing to prune\n")
             return 0
         keep_days, keep_mb = args.keep_days, args.keep_mb
@@ -179,10 +179,13 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write("no limit to prune by (0 means no limit; retention may be off in "
                       "MEMORY_STUDIO_TRACES_KEEP_DAYS/MB); give --keep-days or --keep-mb\n")
             return 0
-        if on_postgres:
-            from core.traces.pg_store import prune_command
+        if in_database:
+            from core.traces.pg_store import PgSpanStore, prune_command
 
-            return prune_command(args.db, keep_days, keep_mb, out, err)
+            with open_store(args.db, create=False) as store:
+                spans = store.observability
+                assert isinstance(spans, PgSpanStore)
+                return prune_command(spans, keep_days, keep_mb, out, err)
         with redirect_stdout(out), redirect_stderr(err):
             return int(prune_main(["--db", str(path), *extra]))
     if cmd == "vacuum":
@@ -310,9 +313,14 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
     path = location.path
     if path is not None:
         out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
-        out.write(f"  traces: {location.observability_path}\n")
-    elif getattr(location, "is_postgres", False):
-        out.write("  traces: its mastra_ai_spans table\n")
+    from core.traces.home import trace_home
+    from core.traces.spans import SPANS_TABLE
+
+    home = trace_home(location)
+    if home.kind == "duckdb":
+        out.write(f"  traces: {home.display}\n")
+    elif home.kind == "postgres":
+        out.write(f"  traces: its {SPANS_TABLE} table\n")
     return 0
 
 

@@ -668,8 +668,7 @@ class Memory:
         if thread_id and resource_id:  # reading is held to the same ownership rule as writing
             check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
             thread = self.get_thread(thread_id)
-            if thread is not None and thread.resource_id and thread.resource_id != resource_id:
-                raise ThreadOwnershipError(thread_id, thread.resource_id, resource_id)
+            check_thread_owner(thread_id, thread.resource_id if thread is not None else None, resource_id)
         value = self.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
         if value.text is None:
             return None

@@ -18,10 +18,15 @@ import sqlalchemy as sa
 from core.ids import check_ids
 from core.options import OptionsError, WorkingMemoryOptions
 from core.scopes import ThreadOwnershipError, check_thread_owner
-from core.storage import Store, locks, migrations
+from core.storage import Store, catalog, locks
 from core.storage import schema as t
 from core.storage.memory_store import InvalidArgumentError, NotFoundError, dump_json, json_col, load_json
 from core.timeutil import iso_now, parse_iso
+from core.working_memory_update import (  # defined below this module, so the vNext tool can use them
+    ConcurrentUpdateError as ConcurrentUpdateError,
+    UpdateResult as UpdateResult,
+    normalize_ws as normalize_ws,
+)
 from core.working_memory_schema import (
     WorkingMemoryError,
     empty_object,
@@ -62,14 +67,6 @@ class WorkingMemoryValue:
         return load_stored(self.text) if self.format == "json" else self.text
 
 
-@dataclass(frozen=True)
-class UpdateResult:
-    success: bool
-    message: str
-    value: str | None = None
-    reason: str | None = None  # the vNext tool's updateReason
-
-
 def tool_name(opts: WorkingMemoryOptions) -> str:
     """What the update tool is called for these options (``setWorkingMemory`` with state signals)."""
     return STATE_TOOL_NAME if opts.use_state_signals else TOOL_NAME
@@ -94,10 +91,6 @@ _key_locks_guard = threading.Lock()
 def _lock_for(key: str) -> threading.Lock:
     with _key_locks_guard:
         return _key_locks.setdefault(key, threading.Lock())
-
-
-def normalize_ws(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
 
 
 DEFAULT_MAX_WORKING_MEMORY_BYTES = 256_000
@@ -297,7 +290,7 @@ class WorkingMemoryService:
     def _has_versions(self, conn: sa.Connection) -> bool:
         cached = self.store.extensions.get("wm_versions_table")
         if cached is None:
-            cached = migrations.has_table(conn, "memory_studio_wm_versions")
+            cached = catalog.has_table(conn, "memory_studio_wm_versions")
             self.store.extensions["wm_versions_table"] = cached
         return bool(cached)
 
@@ -411,14 +404,6 @@ class WorkingMemoryService:
             return UpdateResult(True, "Working memory updated.", value.text)
         except (WorkingMemoryError, OptionsError, NotFoundError, ThreadOwnershipError) as exc:
             return UpdateResult(False, str(exc))
-
-
-class ConcurrentUpdateError(WorkingMemoryError):
-    """The stored value changed since it was read; carries the current value so both can be shown."""
-
-    def __init__(self, current: str | None) -> None:
-        super().__init__("Working memory was changed by someone else since it was loaded; nothing was written.")
-        self.current = current
 
 
 def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:

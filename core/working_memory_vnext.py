@@ -21,9 +21,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from core.options import WorkingMemoryOptions
+from core.working_memory_update import ConcurrentUpdateError, UpdateResult, normalize_ws
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.working_memory import UpdateResult, WorkingMemoryService
+    from core.working_memory import WorkingMemoryService
     from core.working_memory_stage import StagedWorkingMemory
 
 REASONS = ("append-new-memory", "clarify-existing-memory", "replace-irrelevant-memory")
@@ -70,8 +71,6 @@ def reason_of(version_note: str | None) -> str | None:
 
 def plan(opts: WorkingMemoryOptions, current: str | None, args: Any) -> tuple[bool, str, str | None, str]:
     """What the call does to ``current``: (accepted, why, the new text, the update reason)."""
-    from core.working_memory import normalize_ws
-
     if not isinstance(args, Mapping):
         return False, "The arguments must be an object with newMemory (and optionally searchString).", None, ""
     new = args.get("newMemory")
@@ -115,8 +114,6 @@ def plan(opts: WorkingMemoryOptions, current: str | None, args: Any) -> tuple[bo
 def apply(service: "WorkingMemoryService", opts: WorkingMemoryOptions, *, thread_id: str | None,
           resource_id: str | None, args: Any, stage: "StagedWorkingMemory | None" = None) -> "UpdateResult":
     """Run one vNext tool call: staged with the turn when ``stage`` is given, else written at once."""
-    from core.working_memory import ConcurrentUpdateError, UpdateResult
-
     scope, owner = service.owner(opts, thread_id, resource_id)
     if stage is not None:
         current = stage.preview(scope, owner)

@@ -299,7 +299,7 @@ class MainWindow(QMainWindow):
         self._install(StudioSession(opened.store), keep)
         self.newer_migrations = opened.newer_migrations
         display = opened.store.location.display
-        if opened.store.location.path is not None or getattr(opened.store.location, "is_postgres", False):
+        if opened.store.location.path is not None or opened.store.capabilities.server:
             self.recent.push(display)  # a Postgres URL is kept without its password
             self.settings.setValue("recentFiles", self.recent.paths)
         self.show_status(f"Opened {display}")

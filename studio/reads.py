@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Mapping
 
 from core import AssembledPrompt, Memory, MemoryOptions, Store
 from core.edits.messages import changed_ids
@@ -25,8 +25,9 @@ from core.storage.memory_store import MessageQuery, ResourceSummary, ThreadSumma
 from core.storage.message_pages import UnreadableMessage
 from core.timeutil import to_iso
 from core.tokens import default_tokenizer
+from core.traces.home import TraceKind, trace_home
 from core.traces.reader import SpanReader
-from core.traces.spans import SPANS_TABLE, ModelUsage, ReadCount, ReadResult, TraceFilters, TraceSummary
+from core.traces.spans import ModelUsage, ReadCount, ReadResult, TraceFilters, TraceSummary
 from core.working_memory import WorkingMemoryService
 from studio.logic.memory_config import ConfigState
 from studio.logic.message_format import MessageRow, summarize, unreadable_row
@@ -323,7 +324,7 @@ def load_observations(store: Store, selection: Selection) -> OMView:
 
 
 # -- traces -----------------------------------------------------------------------------------------
-TraceSourceKind = Literal["duckdb", "libsql", "memory", "postgres"]
+TraceSourceKind = TraceKind
 
 
 @dataclass(frozen=True)
@@ -361,26 +362,20 @@ class SourceResolver:
             return reader
 
     def resolve(self) -> TraceSource:
-        location = self.store.location
-        if getattr(location, "is_postgres", False):
-            # Traces of a server database live in its own mastra_ai_spans table (core.traces.pg_store).
+        """The trace store ``core.traces.home`` names for this database, with what to watch."""
+        home = trace_home(self.store.location, self.store.db)
+        if home.kind == "postgres":
             from core.traces.pg_store import PgSpanStore
 
             with self._lock:
-                reader = self._readers.get(("postgres", location.display))
+                reader = self._readers.get(("postgres", home.display))
                 if not isinstance(reader, PgSpanStore):
                     reader = PgSpanStore(self.store.db, read_only=True)
-                    self._readers[("postgres", location.display)] = reader
-            return TraceSource("postgres", f"{location.display} ({SPANS_TABLE})", reader, (reader.change_mark,))
-        duck = location.observability_path
-        if duck is None or location.path is None:
-            return TraceSource("memory", ":memory:", None, ())
-        watch = (duck, duck.with_name(duck.name + ".wal"))
-        if not duck.exists() and self.store.db.has_table(SPANS_TABLE):
-            db = Path(location.path)
-            return TraceSource("libsql", f"{db} (mastra_ai_spans)", self._reader("libsql", db),
-                               (*watch, db, db.with_name(db.name + "-wal")))
-        return TraceSource("duckdb", str(duck), self._reader("duckdb", duck), watch)
+                    self._readers[("postgres", home.display)] = reader
+            return TraceSource("postgres", home.display, reader, (reader.change_mark,))
+        if home.path is None:
+            return TraceSource("memory", home.display, None, ())
+        return TraceSource(home.kind, home.display, self._reader(home.kind, home.path), home.files)
 
 
 def traces_fingerprint(paths: tuple[Path | Callable[[], Any], ...]) -> tuple[Any, ...]:

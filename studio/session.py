@@ -26,27 +26,6 @@ from studio.workers import WorkerPool
 
 POLL_MS = 1000
 
-FINGERPRINT_SQL = """
-SELECT (SELECT max("updatedAt") FROM mastra_threads),
-       (SELECT max("updatedAt") FROM mastra_resources),
-       (SELECT count(*) FROM mastra_messages),
-       (SELECT max(rowid) FROM mastra_messages),
-       (SELECT count(*) FROM mastra_threads)
-"""
-
-# Postgres: counting a large messages table every second would cost a scan. The recall queue's
-# sequence moves with every message write of any process (a trigger), at once; the server's change
-# counters (reported some seconds after each writer's commit) also cover databases without our tables.
-PG_FINGERPRINT_SQL = """
-SELECT (SELECT max("updatedAt") FROM mastra_threads),
-       (SELECT max("updatedAt") FROM mastra_resources),
-       pg_sequence_last_value(to_regclass('memory_studio_recall_queue_seq_seq')),
-       (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_all_tables
-         WHERE relid = to_regclass('mastra_messages')),
-       (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_all_tables
-         WHERE relid = to_regclass('mastra_threads'))
-"""
-
 
 class EmptyFileError(DatabaseOpenError):
     """The file exists but is empty (0 bytes): making it a database is the user's decision."""
@@ -68,7 +47,7 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
     from core.storage.paths import resolve_db_path
 
     resolved = resolve_db_path(path)
-    if getattr(resolved, "is_postgres", False):
+    if resolved.capabilities.server:
         # A server database is shared with other programs: look first, write only when allowed.
         return open_store(path, read_only=not allow_writes, create=False)
     if resolved.path is not None and not create_missing and not resolved.path.exists():
@@ -192,9 +171,7 @@ class StudioSession(QObject):
         problem = self._file_problem()
         if problem is not None:
             return _FileLost(problem)
-        with self.store.db.read() as conn:
-            sql = PG_FINGERPRINT_SQL if conn.dialect.name == "postgresql" else FINGERPRINT_SQL
-            return tuple(conn.exec_driver_sql(sql).first() or ())
+        return self.store.db.change_fingerprint()
 
     def _file_problem(self) -> str | None:
         """Why the open file is not the file at its path any more, or None (runs on a worker)."""

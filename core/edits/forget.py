@@ -32,7 +32,7 @@ import sqlalchemy as sa
 
 from core.edits.schema import MESSAGE_VERSIONS, OBSERVATION_VERSIONS
 from core.ids import check_id
-from core.storage import dialect, locks
+from core.storage import catalog, dialect, locks
 from core.storage.capabilities import capabilities_of
 from core.storage.memory_store import InvalidArgumentError
 
@@ -196,25 +196,25 @@ def _targets(conn: sa.Connection, resource_id: str) -> Targets:
     t.messages = _ids(conn, "SELECT id FROM mastra_messages WHERE thread_id IN {in}", threads)
     t.messages += [m for m in _ids(conn, 'SELECT id FROM mastra_messages WHERE "resourceId" IN {in}', resources)
                    if m not in t.messages]
-    if dialect.has_table(conn, MESSAGE_VERSIONS):  # deleted messages too: their recall rows may linger
+    if catalog.has_table(conn, MESSAGE_VERSIONS):  # deleted messages too: their recall rows may linger
         for sql, values in (("SELECT message_id FROM " + MESSAGE_VERSIONS + " WHERE thread_id IN {in}", threads),
                             ("SELECT message_id FROM " + MESSAGE_VERSIONS + " WHERE resource_id IN {in}", resources)):
             t.messages += _ids(conn, sql, values)
     t.messages = list(dict.fromkeys(t.messages))
     t.om_keys = [f"resource:{r}" for r in resources] + [f"thread:{x}" for x in threads]
-    if dialect.has_table(conn, "mastra_observational_memory"):
+    if catalog.has_table(conn, "mastra_observational_memory"):
         om = set()
         for sql, values in (('SELECT id FROM mastra_observational_memory WHERE "lookupKey" IN {in}', t.om_keys),
                             ('SELECT id FROM mastra_observational_memory WHERE "resourceId" IN {in}', resources),
                             ('SELECT id FROM mastra_observational_memory WHERE "threadId" IN {in}', threads)):
             om.update(_ids(conn, sql, values))
         t.om_records = sorted(om)
-    if capabilities_of(conn).full_text == "fts5" and dialect.has_table(conn, _DOCS):
+    if capabilities_of(conn).full_text == "fts5" and catalog.has_table(conn, _DOCS):
         rows: set[int] = set()
         for col, values in (("message_id", t.messages), ("thread_id", threads), ("resource_id", resources)):
             rows.update(int(x) for x in _ids(conn, f"SELECT doc_id FROM {_DOCS} WHERE {col} IN {{in}}", values))
         t.fts_rows = sorted(rows)
-    if dialect.has_table(conn, SPANS):
+    if catalog.has_table(conn, SPANS):
         traces = set(_ids(conn, f'SELECT DISTINCT "traceId" FROM {SPANS} WHERE "threadId" IN {{in}}', threads))
         traces.update(_ids(conn, f'SELECT DISTINCT "traceId" FROM {SPANS} WHERE "resourceId" IN {{in}}', resources))
         t.traces = sorted(traces)
@@ -262,7 +262,7 @@ def _apply(conn: sa.Connection, table: str, conditions: Iterable[tuple[str, str]
 def _unknown_tables(conn: sa.Connection, existing: set[str], known: set[str]) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
     out = []
     for table in sorted(existing - known):
-        columns = {name for name, _type, _pk in dialect.table_columns(conn, table)}
+        columns = {name for name, _type, _pk in catalog.table_columns(conn, table)}
         conditions = tuple((f'"{c}"', "threads") for c in _THREAD_COLUMNS if c in columns) + \
             tuple((f'"{c}"', "resources") for c in _RESOURCE_COLUMNS if c in columns)
         if conditions:
@@ -277,7 +277,7 @@ def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetRep
         if not dry_run:
             store.db.lock(conn, *(locks.resource_key(r) for r in targets.resources),
                           *(locks.thread_key(t) for t in targets.threads))
-        existing = set(dialect.all_tables(conn))
+        existing = set(catalog.all_tables(conn))
         known: set[str] = set()
         for place in PLACES:
             for table in _tables(conn, place, existing):
@@ -359,8 +359,8 @@ def mentions(store: "Store", values: Sequence[str]) -> dict[str, int]:
         return found
     with store.db.read() as conn:
         pg = not capabilities_of(conn).implicit_rowid
-        for table in dialect.all_tables(conn):
-            columns = [name for name, _type, _pk in dialect.table_columns(conn, table)]
+        for table in catalog.all_tables(conn):
+            columns = [name for name, _type, _pk in catalog.table_columns(conn, table)]
             if not columns:
                 continue
             tests, params = [], []

@@ -23,8 +23,8 @@ from core.edits.schema import MESSAGE_VERSIONS, message_versions
 from core.ids import check_id, check_ids
 from core.message_size import check_rows
 from core.messages import Message, MessageFormatError, normalize_content
-from core.scopes import ThreadOwnershipError, check_thread_owner
-from core.storage import dialect, locks
+from core.scopes import check_thread_owner
+from core.storage import catalog, dialect, locks
 from core.storage.memory_store import InvalidArgumentError, NotFoundError, check_text
 from core.stored_text import decode_stored_text
 from core.timeutil import Clock, iso_now, parse_iso
@@ -119,8 +119,7 @@ def check_owner(row: Mapping[str, Any], owners: Mapping[str, str], resource_id: 
     thread_id = str(row["thread_id"])
     check_thread_owner(thread_id, owners.get(thread_id), resource_id)
     own = row.get("resourceId")
-    if own and own != resource_id:
-        raise ThreadOwnershipError(thread_id, str(own), resource_id)
+    check_thread_owner(thread_id, str(own) if own else None, resource_id)
 
 
 def _require_resource(resource_id: Any) -> str:
@@ -132,7 +131,7 @@ def _require_resource(resource_id: Any) -> str:
 
 
 def _has_versions(conn: sa.Connection) -> bool:
-    return dialect.has_table(conn, MESSAGE_VERSIONS)
+    return catalog.has_table(conn, MESSAGE_VERSIONS)
 
 
 def _require_versions(conn: sa.Connection, where: str) -> None:
@@ -399,7 +398,7 @@ def delete_thread_versions(conn: sa.Connection, thread_id: str) -> None:
     from core.edits.schema import OBSERVATION_VERSIONS
 
     for table in (MESSAGE_VERSIONS, OBSERVATION_VERSIONS):
-        if dialect.has_table(conn, table):
+        if catalog.has_table(conn, table):
             conn.exec_driver_sql(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
 

@@ -26,7 +26,7 @@ from core.observational.buffer_store import after_log_edit
 from core.observational.records import OMRecord
 from core.observational.store import OM
 from core.scopes import ThreadOwnershipError, check_thread_owner
-from core.storage import dialect, locks
+from core.storage import catalog, locks
 from core.storage.memory_store import InvalidArgumentError, NotFoundError, check_text
 from core.timeutil import Clock, iso_now, parse_iso
 
@@ -73,8 +73,7 @@ def _check_owner(conn: sa.Connection, row: Any, resource_id: str) -> None:
     if row["threadId"]:
         found = conn.exec_driver_sql('SELECT "resourceId" FROM mastra_threads WHERE id = ?', (row["threadId"],)).first()
         check_thread_owner(str(row["threadId"]), str(found[0]) if found else owner, resource_id)
-    if owner and owner != resource_id:
-        raise ThreadOwnershipError(str(row["threadId"] or row["lookupKey"]), str(owner), resource_id)
+    check_thread_owner(str(row["threadId"] or row["lookupKey"]), str(owner) if owner else None, resource_id)
 
 
 def _current_row(conn: sa.Connection, record_id: str) -> Any:
@@ -124,7 +123,7 @@ def _write(store: "Store", conn: sa.Connection, row: Any, new_log: str, *, op: s
 
 
 def _begin(store: "Store", conn: sa.Connection, record_id: str, resource_id: str) -> Any:
-    if not dialect.has_table(conn, OBSERVATION_VERSIONS):
+    if not catalog.has_table(conn, OBSERVATION_VERSIONS):
         raise NoVersionHistoryError(
             f"{store.location.display} keeps no observation versions, so an edit could not be undone. Run "
             "`memory-studio migrate` on it (Studio: File > Migrate Database…) first. Nothing was changed.")
@@ -208,7 +207,7 @@ def versions(store: "Store", record_id: str, *, resource_id: str) -> list[Observ
     """Every change of a generation's log, oldest first."""
     resource_id = _require_resource(resource_id)
     with store.db.read() as conn:
-        if not dialect.has_table(conn, OBSERVATION_VERSIONS):
+        if not catalog.has_table(conn, OBSERVATION_VERSIONS):
             return []
         row = conn.execute(sa.select(OM).where(OM.c.id == record_id)).mappings().first()
         if row is not None:
@@ -227,7 +226,7 @@ def newest_change(store: "Store") -> str | None:
     """When the newest observation edit was made (ISO text), or None: none ever was."""
     if not store.extensions.get("observation_versions_table"):
         with store.db.read() as conn:
-            store.extensions["observation_versions_table"] = dialect.has_table(conn, OBSERVATION_VERSIONS)
+            store.extensions["observation_versions_table"] = catalog.has_table(conn, OBSERVATION_VERSIONS)
     if not store.extensions["observation_versions_table"]:
         return None
     with store.db.read() as conn:
@@ -238,7 +237,7 @@ def newest_change(store: "Store") -> str | None:
 def log_versions(store: "Store", record_id: str) -> list[tuple[str, str]]:
     """A generation's log changes, oldest first, as (when, the whole log before that change)."""
     with store.db.read() as conn:
-        if not dialect.has_table(conn, OBSERVATION_VERSIONS):
+        if not catalog.has_table(conn, OBSERVATION_VERSIONS):
             return []
         rows = conn.exec_driver_sql(
             f'SELECT "createdAt", before_text FROM {OBSERVATION_VERSIONS} WHERE record_id = ? ORDER BY id',

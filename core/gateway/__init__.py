@@ -8,7 +8,8 @@
 - ``errors``: OpenAI-style error bodies and their statuses;
 - ``guard``: ``RequestGuard``/``GuardPolicy``, the ASGI middleware checking Host, Origin, token, JSON
   bodies and their size before any app sees a request (reusable by any ASGI app);
-- ``server``: uvicorn in the foreground, or on a thread (``GatewayServer``) for tests and benchmarks.
+- ``server``: uvicorn in the foreground, or on a thread (``GatewayServer``) for tests and benchmarks;
+- ``settings``: the environment variable the token is read from (``TOKEN_ENV``).
 
 Starlette and uvicorn come with the ``serve`` extra; importing this package does not need them,
 ``require_serve_extra()`` says how to install them.
@@ -21,9 +22,9 @@ from typing import Any
 
 from core.errors import MemoryStudioError
 
+from core.gateway.settings import TOKEN_ENV as TOKEN_ENV
+
 INSTALL_HINT = "pip install 'memory-studio[serve]'"
-#: Where ``memory-studio serve`` reads its bearer token when ``--token`` is not given.
-TOKEN_ENV = "MEMORY_STUDIO_GATEWAY_TOKEN"
 
 
 class ServeExtraMissing(MemoryStudioError, RuntimeError):

@@ -25,10 +25,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from core.agent import Agent
-from core.gateway import TOKEN_ENV, memory_routes, openai_routes
+from core.gateway import memory_routes, openai_routes
 from core.gateway.errors import classify
 from core.gateway.guard import GuardPolicy, RequestGuard
 from core.gateway.registry import AgentRegistry
+from core.gateway.settings import TOKEN_ENV
 
 DEFAULT_RESOURCE = "default"
 

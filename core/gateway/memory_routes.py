@@ -28,7 +28,7 @@ from starlette.routing import Route
 from core.gateway.errors import bad_request
 from core.gateway.openai_routes import read_json
 from core.memory import Memory
-from core.scopes import ThreadOwnershipError
+from core.scopes import check_thread_owner
 from core.working_memory_schema import WorkingMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -142,8 +142,7 @@ def _wm_options(memory: Memory) -> Any:
 
 def _owner(thread_id: str, owner: str | None, asked: str) -> str:
     """The resource a working-memory call is about: the asker, who must own the thread if it exists."""
-    if owner and owner != asked:
-        raise ThreadOwnershipError(thread_id, owner, asked)
+    check_thread_owner(thread_id, owner, asked)
     return asked
 
 

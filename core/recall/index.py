@@ -29,7 +29,8 @@ from core.recall.backends import KeywordBackend, VectorBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.matrix_vectors import MatrixVectors
 from core.recall.pg_vectors import PgVectors
-from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, doc_state, has_table, previous_text, vector_table_name
+from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, doc_state, previous_text, vector_table_name
+from core.storage.catalog import has_table
 from core.recall.text import passage_hash, passage_text, recall_text
 from core.recall.types import (
     CANDIDATES as CANDIDATES,

@@ -19,7 +19,8 @@ import sqlalchemy as sa
 from core.recall import ivf_store, matrix, vector_table
 from core.recall.ivf_store import IvfMeta, IvfScope
 from core.recall.matrix import ScopeVectors, VectorSet
-from core.recall.schema import ensure_vector_table, has_table, quoted, vector_table_name
+from core.recall.schema import ensure_vector_table, quoted, vector_table_name
+from core.storage.catalog import has_table, table_names
 from core.recall.tables import IVF_TABLE
 from core.recall.vector_table import TableInfo, VectorState
 
@@ -232,11 +233,6 @@ class MatrixVectors:
     # -- every vector table of a database (a thread deleted while recall is off) -------------------
     @staticmethod
     def delete_thread_everywhere(conn: sa.Connection, thread_id: str) -> None:
-        tables = [
-            r[0] for r in conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = 'memory_messages' OR name LIKE 'memory_messages\\_%' ESCAPE '\\')"
-            )
-        ]
-        for info in (vector_table.inspect(conn, t, 0) for t in tables):
+        for info in (vector_table.inspect(conn, t, 0) for t in table_names(conn, "memory_messages")):
             if info is not None and info.has_our_indexes:
                 vector_table.delete_where(conn, info, "thread_id", [thread_id])

@@ -23,7 +23,7 @@ from core.recall import hybrid
 from core.recall.matrix import SkipCounts
 from core.recall.schema import quoted, vector_table_name
 from core.recall.vector_table import VectorState
-from core.storage import dialect
+from core.storage import catalog
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage.database import Database
@@ -51,10 +51,6 @@ def ensure_table(conn: sa.Connection, table: str, dim: int) -> None:
     )
     for key in META_KEYS:
         conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {quoted(table + '_' + key)} ON {q} ((metadata->>'{key}'))")
-
-
-def table_exists(conn: sa.Connection, table: str) -> bool:
-    return dialect.has_table(conn, table)
 
 
 def literal(vec: np.ndarray) -> str:
@@ -205,7 +201,7 @@ class PgVectors:
     def open(self, db: "Database", writable: bool) -> None:
         self._db = db
         with db.read() as conn:
-            exists = table_exists(conn, self.table)
+            exists = catalog.has_table(conn, self.table)
         if writable and not exists:
             with db.write() as conn:
                 db.lock(conn, f"recall:{self.table}")
@@ -252,5 +248,5 @@ class PgVectors:
 
     @staticmethod
     def delete_thread_everywhere(conn: sa.Connection, thread_id: str) -> None:
-        for table in dialect.table_names(conn, "memory_messages"):
+        for table in catalog.table_names(conn, "memory_messages"):
             delete_where(conn, table, "thread_id", [thread_id])

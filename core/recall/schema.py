@@ -36,7 +36,7 @@ import re
 
 import sqlalchemy as sa
 
-from core.storage import dialect
+from core.storage import catalog, dialect
 
 from core.storage import migrations
 from core.recall import pg_schema  # the same steps on Postgres
@@ -103,8 +103,7 @@ def _backfill_fts(conn: sa.Connection) -> None:
 def _drop_append_triggers(conn: sa.Connection) -> None:
     """Every vector table's per-row append trigger (``<table>_ms_ai``) and its counter go: readers
     compare ``max(rowid)`` instead (``vector_table.change_counters``)."""
-    tables = [r[0] for r in conn.exec_driver_sql(
-        "SELECT tbl_name FROM sqlite_master WHERE type = 'trigger' AND name = tbl_name || '_ms_ai'")]
+    tables = [table for name, table in catalog.triggers(conn) if name == table + "_ms_ai"]
     for table in tables:
         conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {quoted(table + '_ms_ai')}")
         conn.exec_driver_sql(f"DELETE FROM {STATE_TABLE} WHERE key = ?", (f"{table}:appends",))
@@ -161,12 +160,8 @@ def quoted(name: str) -> str:
     return f'"{name}"'
 
 
-def has_table(conn: sa.Connection, name: str) -> bool:
-    return migrations.has_table(conn, name)
-
-
 def columns(conn: sa.Connection, table: str) -> set[str]:
-    return {r[1] for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted(table)})")}
+    return {name for name, _type, _key in catalog.table_columns(conn, table)}
 
 
 def ensure_vector_table(conn: sa.Connection, dim: int) -> str:

@@ -14,7 +14,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall.schema import STATE_TABLE, columns, has_table, quoted
+from core.recall.schema import STATE_TABLE, columns, quoted
+from core.storage.catalog import has_table
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from core.storage import dialect
+from core.storage import catalog
 
 from core.replay import tools as tool_defs
 from core.replay.record import DamagedRecordError, TurnRecord, decode, encode, long_texts, parse, text_key
@@ -34,7 +34,7 @@ def has_table(store: "Store", conn: sa.Connection | None = None) -> bool:
     if store.extensions.get(_HAS_TABLE):
         return True
     if conn is not None:
-        found = dialect.has_table(conn, TABLE)
+        found = catalog.has_table(conn, TABLE)
     else:
         found = store.db.has_table(TABLE)
     if found:
@@ -182,7 +182,7 @@ def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str], store: "S
     if store is not None:
         for tid in thread_ids:
             _cached_keys(store).pop(tid, None)
-    if thread_ids and dialect.has_table(conn, TABLE):
+    if thread_ids and catalog.has_table(conn, TABLE):
         conn.exec_driver_sql(f"DELETE FROM {TABLE} WHERE thread_id IN ({','.join('?' * len(thread_ids))})",
                              tuple(thread_ids))
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from core.storage import dialect
+from core.storage import catalog
 from core.storage.schema import TOOL_DEFS_TABLE as DEFS_TABLE
 from core.storage.schema import TOOL_SETS_TABLE as SETS_TABLE
 from core.timeutil import iso_now
@@ -51,7 +51,7 @@ def set_key(definitions: Sequence[Mapping[str, Any]]) -> tuple[str, list[tuple[s
 def has_tables(store: "Store", conn: sa.Connection | None = None) -> bool:
     if store.extensions.get(_HAS):
         return True
-    found = dialect.has_table(conn, SETS_TABLE) if conn is not None else store.db.has_table(SETS_TABLE)
+    found = catalog.has_table(conn, SETS_TABLE) if conn is not None else store.db.has_table(SETS_TABLE)
     if found:
         store.extensions[_HAS] = True
     return found
@@ -93,7 +93,7 @@ def _insert(conn: sa.Connection, table: str, column: str, key: str, value: str, 
 def read_sets(conn: sa.Connection, keys: Iterable[str]) -> dict[str, tuple[dict[str, Any], ...]]:
     """The definitions of each set key found (a set whose rows are missing is left out)."""
     wanted = sorted({k for k in keys if k})
-    if not wanted or not dialect.has_table(conn, SETS_TABLE):
+    if not wanted or not catalog.has_table(conn, SETS_TABLE):
         return {}
     members = _rows(conn, SETS_TABLE, "members", wanted)
     lists = {k: m for k, v in members.items() if (m := _member_keys(v)) is not None}
@@ -113,7 +113,7 @@ def read_rows(conn: sa.Connection, set_keys: Iterable[str]) -> tuple[dict[str, s
     """The stored rows behind these sets, as (definition texts by key, member keys by set key): what an
     export carries."""
     wanted = sorted({k for k in set_keys if k})
-    if not wanted or not dialect.has_table(conn, SETS_TABLE):
+    if not wanted or not catalog.has_table(conn, SETS_TABLE):
         return {}, {}
     sets = {k: m for k, v in _rows(conn, SETS_TABLE, "members", wanted).items() if (m := _member_keys(v)) is not None}
     defs = _rows(conn, DEFS_TABLE, "definition", sorted({m for ms in sets.values() for m in ms}))

@@ -1,9 +1,7 @@
-"""The composite store: the default domain (libSQL file) and the observability domain (DuckDB file).
+"""The composite store: the memory database and its observability domain.
 
-Conversations are user data that cannot be rebuilt; traces are derived data. So they live in two
-files and two engines (seed 001): deleting ``observability.duckdb`` never loses a conversation.
-On Postgres both live in the one database, since a fleet of hosts shares no folder: traces go to
-Mastra's ``mastra_ai_spans`` table there (``core.traces.pg_store``).
+``Store`` holds the database (``Database``: a libSQL file, or ``PgDatabase``: a Postgres server) and
+opens, on first use, the trace store that ``core.traces.home`` says belongs to it.
 """
 
 from __future__ import annotations
@@ -67,42 +65,24 @@ class Store:
 
     @property
     def observability(self) -> "ObservabilityStore | PgSpanStore | None":
-        """The DuckDB trace store beside the database (None for in-memory databases); on Postgres, the
-        database's own ``mastra_ai_spans`` table, since a fleet of hosts shares no folder."""
-        if self._observability is None and self.db.engine.dialect.name == "postgresql" \
-                and self._observability_path is None:
-            from core.traces.pg_store import PgSpanStore
-
-            self._observability = PgSpanStore(self.db, read_only=self.read_only, retention=retention_from_env())
+        """The store this database's spans are written to, opened on first use: where it is, is
+        ``core.traces.home``'s decision (a trace file beside a database file; a server database's own
+        span table); None for an in-memory database."""
         if self._observability is None:
-            path = self._observability_path or self.location.observability_path
-            if path is None:
-                return None
-            from core.traces.store import ObservabilityStore
+            from core.traces.home import open_trace_store
 
-            self._observability = ObservabilityStore(path, read_only=self.read_only, retention=retention_from_env())
+            self._observability = open_trace_store(self, self._observability_path)
         return self._observability  # type: ignore[no-any-return]
 
     def tracer(self, **kwargs: Any) -> "Tracer":
-        """A tracer whose spans go to this store's DuckDB file, or on Postgres to the database's
-        ``mastra_ai_spans`` table (one per store, created on first use).
-
-        In-memory databases have no trace file; their tracer keeps spans in memory.
-        """
+        """This store's tracer (one per store, created on first use): spans go to ``observability``,
+        or stay in memory when there is none (an in-memory database) or the store is read-only."""
         existing = self.extensions.get("tracer")
         if existing is not None:
             return existing.tracer  # type: ignore[no-any-return]
-        from core.traces.otel_config import with_env_exporters
-        from core.traces.tracer import InMemorySpanExporter, Tracer
+        from core.traces.home import tracer_for
 
-        obs = self.observability
-        if obs is None or self.read_only:
-            tracer = Tracer(with_env_exporters(InMemorySpanExporter()), **kwargs)
-        else:
-            from core.traces.exporter import DuckDBSpanExporter
-
-            # Plus an OpenTelemetry backend when MEMORY_STUDIO_OTEL_ENDPOINT (or OTEL_*) names one.
-            tracer = Tracer(with_env_exporters(DuckDBSpanExporter(obs)), **kwargs)
+        tracer = tracer_for(self, **kwargs)
         self.extensions["tracer"] = _TracerHandle(tracer)
         return tracer
 
@@ -140,43 +120,6 @@ class Store:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
-
-
-RETENTION_DAYS_ENV = "MEMORY_STUDIO_TRACES_KEEP_DAYS"
-RETENTION_MB_ENV = "MEMORY_STUDIO_TRACES_KEEP_MB"
-DEFAULT_KEEP_DAYS = 30.0
-DEFAULT_KEEP_MB = 1024.0
-
-
-def retention_from_env(env: "os._Environ[str] | dict[str, str] | None" = None) -> Any:
-    """Trace retention: keep 30 days and at most 1 GB unless the environment says otherwise.
-
-    Unbounded span tables were a real complaint against Mastra (23 GB, no pruning); a value of
-    ``0`` or ``off`` disables that limit.
-    """
-    from core.traces.store import RetentionSettings
-
-    env = os.environ if env is None else env
-
-    def read(name: str, default: float) -> float | None:
-        raw = str(env.get(name, "")).strip().lower()
-        if not raw:
-            return default
-        if raw in ("0", "off", "none"):
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            raise StorageError(f"{name} must be a number (or 'off'), got {raw!r}.") from None
-        from core.traces.store import retention_limit
-
-        try:  # the same rule as `memory-studio traces prune`: 0 is no limit, negative is refused
-            return retention_limit(value, name)
-        except ValueError as exc:
-            raise StorageError(str(exc)) from None
-
-    return RetentionSettings(keep_days=read(RETENTION_DAYS_ENV, DEFAULT_KEEP_DAYS),
-                             keep_mb=read(RETENTION_MB_ENV, DEFAULT_KEEP_MB))
 
 
 class _TracerHandle:

@@ -46,7 +46,8 @@ class Capabilities:
     native_boolean: bool
     """Flags are ``BOOLEAN`` (true/false) rather than 0/1 integers."""
     catalog: Catalog
-    """Where the list of tables is read from."""
+    """Where the list of tables is read from (``core.storage.catalog`` asks SQLAlchemy's inspector,
+    which reads this catalog)."""
     traces_in_database: bool
     """Spans are kept in the database's own ``mastra_ai_spans`` table (a fleet shares no folder),
     rather than in a DuckDB file beside the database file."""
@@ -54,6 +55,21 @@ class Capabilities:
     """A read-only open is enforced by the server, not only by this process."""
     transactional_ddl: bool
     """``CREATE``/``ALTER`` roll back with their transaction."""
+    server: bool
+    """The database is a server reached by URL and shared with other programs, not a file this
+    process opens (the Studio opens it read-only until the user allows writes; no trace file)."""
+    json_blobs: bool
+    """A JSON value may be stored as a SQLite JSONB blob in any column (Mastra's libSQL writes some);
+    ``json()`` reads it back as JSON text."""
+    strict_column_types: bool
+    """A bound value must suit its column's type (a 0/1 flag bound as a boolean, JSON as text); SQLite
+    takes any value in any column."""
+    timestamp_mirrors: bool
+    """Mastra's layout keeps a ``"<column>Z"`` ``TIMESTAMPTZ`` mirror beside each timestamp column,
+    kept equal by the server (an export leaves them out; an import lets the server fill them)."""
+    key_sequences: bool
+    """An integer key's next value comes from a sequence that explicitly inserted ids do not move
+    (it must be set past them); SQLite's rowid simply follows the largest."""
 
 
 LIBSQL = Capabilities(
@@ -70,6 +86,11 @@ LIBSQL = Capabilities(
     traces_in_database=False,
     server_enforces_read_only=False,
     transactional_ddl=True,
+    server=False,
+    json_blobs=True,
+    strict_column_types=False,
+    timestamp_mirrors=False,
+    key_sequences=False,
 )
 
 POSTGRES = Capabilities(
@@ -86,6 +107,11 @@ POSTGRES = Capabilities(
     traces_in_database=True,
     server_enforces_read_only=True,
     transactional_ddl=True,
+    server=True,
+    json_blobs=False,
+    strict_column_types=True,
+    timestamp_mirrors=True,
+    key_sequences=True,
 )
 
 _BY_DIALECT = {"sqlite": LIBSQL, "postgresql": POSTGRES}

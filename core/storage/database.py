@@ -19,60 +19,33 @@ from typing import ClassVar, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-from core.errors import MemoryStudioError
-from core.storage import migrations
+from core.storage import catalog, migrations
 from core.storage.capabilities import LIBSQL, Capabilities
+from core.storage.errors import (  # re-exported: the errors were defined here first
+    CorruptDatabaseError as CorruptDatabaseError,
+    DatabaseOpenError as DatabaseOpenError,
+    DiskFullError as DiskFullError,
+    InvalidValueError as InvalidValueError,
+    ReadOnlyError as ReadOnlyError,
+    ReadOnlyFileError as ReadOnlyFileError,
+    SchemaError as SchemaError,
+    StorageError as StorageError,
+    StorageUnavailableError as StorageUnavailableError,
+    UnreadableValueError as UnreadableValueError,
+)
 from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_parent
 
 BUSY_TIMEOUT_MS = 10_000
+
+# ``change_fingerprint``: the newest thread and resource changes, and the messages' count and rowid.
+FINGERPRINT_SQL = """
+SELECT (SELECT max("updatedAt") FROM mastra_threads),
+       (SELECT max("updatedAt") FROM mastra_resources),
+       (SELECT count(*) FROM mastra_messages),
+       (SELECT max(rowid) FROM mastra_messages),
+       (SELECT count(*) FROM mastra_threads)
+"""
 SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-class StorageError(MemoryStudioError, RuntimeError):
-    """Base class for storage problems a user can act on."""
-
-    #: True when trying the same call again later may succeed (the server was restarting, say).
-    retryable: bool = False
-
-
-class StorageUnavailableError(StorageError):
-    """The database server could not be reached or dropped the connection (a restart, a failover,
-    a network fault), or ended the transaction to resolve a conflict. Nothing of the failed call was
-    committed; trying again may succeed."""
-
-    retryable = True
-
-
-class DatabaseOpenError(StorageError):
-    """The file exists but cannot be used as a memory database."""
-
-
-class ReadOnlyError(StorageError):
-    """A write was attempted on a database opened read-only."""
-
-
-class SchemaError(StorageError):
-    """The schema is missing, foreign, or newer than this version understands."""
-
-
-class ReadOnlyFileError(ReadOnlyError):
-    """The file, or the folder it sits in, cannot be written by this user."""
-
-
-class DiskFullError(StorageError):
-    """A write failed because the disk (or the database's page limit) is full; it was rolled back."""
-
-
-class CorruptDatabaseError(DatabaseOpenError):
-    """A page of the file is damaged."""
-
-
-class InvalidValueError(StorageError, ValueError):
-    """The driver refused a value (for example text that cannot be encoded as UTF-8)."""
-
-
-class UnreadableValueError(StorageError):
-    """A stored value the driver cannot read (text that is not valid UTF-8 in a column read as text)."""
 
 
 def translate_driver_error(location: ResolvedPath, exc: BaseException) -> StorageError | None:
@@ -180,9 +153,9 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
-                self.is_empty = not _has_user_tables(conn)
-                self.owned = self.is_empty or migrations.has_table(conn, migrations.MIGRATIONS_TABLE)
-                self.is_mastra = migrations.has_table(conn, "mastra_threads")
+                self.is_empty = not catalog.has_user_tables(conn)
+                self.owned = self.is_empty or catalog.has_table(conn, migrations.MIGRATIONS_TABLE)
+                self.is_mastra = catalog.has_table(conn, "mastra_threads")
         except (sa.exc.DBAPIError, ValueError) as exc:  # libsql raises bare ValueErrors for some errors
             self.engine.dispose()
             ours = translate_driver_error(location, exc)
@@ -233,6 +206,23 @@ class Database:
             mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
             if str(mode).lower() != "wal":
                 conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sa.Connection]:
+        """One read transaction: every statement in it sees the database as of the same moment, and
+        nothing is written (an export reads every table through one)."""
+        with self.read() as conn:
+            conn.exec_driver_sql("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.exec_driver_sql("ROLLBACK")
+
+    def change_fingerprint(self) -> tuple[object, ...]:
+        """A cheap value that changes whenever another connection (or process) changed threads,
+        resources or messages: a viewer polls it to know when to read again."""
+        with self.read() as conn:
+            return tuple(conn.exec_driver_sql(FINGERPRINT_SQL).first() or ())
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
@@ -343,7 +333,7 @@ class Database:
 
     def has_table(self, name: str) -> bool:
         with self.read() as conn:
-            return migrations.has_table(conn, name)
+            return catalog.has_table(conn, name)
 
     def migrate(self, names: Sequence[str] | None = None) -> list[str]:
         """Apply pending migrations. This is the explicit call a foreign (Mastra) database needs."""
@@ -429,13 +419,6 @@ def _begin_immediate(conn: sa.Connection) -> None:
             delay = min(delay * 2, 0.05)
     finally:
         conn.exec_driver_sql(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-
-
-def _has_user_tables(conn: sa.Connection) -> bool:
-    row = conn.exec_driver_sql(
-        "SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' LIMIT 1"
-    ).first()
-    return row is not None
 
 
 def _check_file(path: Path, *, create: bool) -> None:

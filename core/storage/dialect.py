@@ -2,6 +2,8 @@
 
 SQLAlchemy compiles these constructs for whichever engine runs the statement, so a query written
 once with them is right on both. Raw driver SQL asks ``name(conn)`` and picks its fragment here.
+What tables a database has is read in ``catalog.py``; what each backend can do is declared in
+``capabilities.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
+
+from core.stored_text import decode_stored_text
 
 POSTGRES = "postgresql"
 SQLITE = "sqlite"
@@ -44,6 +48,17 @@ def _json_text_pg(element: json_text, compiler: Any, **kw: Any) -> str:
     return f"CAST({compiler.process(list(element.clauses)[0], **kw)} AS TEXT)"
 
 
+class DecodedText(sa.types.TypeDecorator[Any]):
+    """The result side of ``stored_text`` (``schema.SafeText``): a blob decoded to text (SQLAlchemy
+    types a CAST by its target)."""
+
+    impl = sa.LargeBinary
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        return decode_stored_text(value)
+
+
 class stored_text(FunctionElement[Any]):
     """A free-text column read so that invalid UTF-8 cannot break the result set.
 
@@ -56,8 +71,6 @@ class stored_text(FunctionElement[Any]):
     name = "stored_text"
 
     def __init__(self, column: ColumnElement[Any]) -> None:
-        from core.storage.schema import DecodedText  # the result side: bytes decoded to text
-
         super().__init__(column)
         self.type = DecodedText()
 
@@ -183,35 +196,6 @@ class Flag(sa.types.TypeDecorator[int]):
         return None if value is None else int(bool(value))
 
 
-def has_table(conn: sa.Connection, table: str) -> bool:
-    if is_postgres(conn):
-        sql = "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = ?"
-        return conn.exec_driver_sql(sql, (table,)).first() is not None
-    row = conn.exec_driver_sql(
-        "SELECT 1 FROM sqlite_master WHERE type IN ('table','view') AND name = ?", (table,)
-    ).first()
-    return row is not None
-
-
-def table_names(conn: sa.Connection, prefix: str) -> list[str]:
-    """Tables whose name is ``prefix`` or starts with ``prefix_``."""
-    like = prefix.replace("_", "\\_") + "\\_%"
-    if is_postgres(conn):
-        sql = ("SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
-               "AND (tablename = ? OR tablename LIKE ? ESCAPE '\\')")
-    else:
-        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = ? OR name LIKE ? ESCAPE '\\')"
-    return [r[0] for r in conn.exec_driver_sql(sql, (prefix, like))]
-
-
-def has_user_tables(conn: sa.Connection) -> bool:
-    if is_postgres(conn):
-        sql = "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() LIMIT 1"
-    else:
-        sql = "SELECT 1 FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' LIMIT 1"
-    return conn.exec_driver_sql(sql).first() is not None
-
-
 def upsert(conn: sa.Connection, table: sa.Table, values: dict[str, Any], *, key: str) -> Any:
     """``INSERT ... ON CONFLICT (key) DO UPDATE`` of every other column, in this engine's dialect."""
     if is_postgres(conn):
@@ -243,36 +227,6 @@ def _row_key_sqlite(element: row_key, compiler: Any, **kw: Any) -> str:
 @compiles(row_key, POSTGRES)
 def _row_key_pg(element: row_key, compiler: Any, **kw: Any) -> str:
     return "id"
-
-
-def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]]:
-    """(name, declared type in upper case, part of the primary key) of each column, in table order.
-
-    Read from the catalog directly: SQLAlchemy's Postgres reflection binds its own parameters typed,
-    which an engine binding strings untyped (``core.storage.pg.adapt``) cannot run.
-    """
-    if is_postgres(conn):
-        sql = (
-            "SELECT a.attname, upper(format_type(a.atttypid, a.atttypmod)), "
-            "coalesce(a.attnum = ANY(c.conkey), false) FROM pg_catalog.pg_attribute a "
-            "LEFT JOIN pg_catalog.pg_constraint c ON c.conrelid = a.attrelid AND c.contype = 'p' "
-            "WHERE a.attrelid = to_regclass(quote_ident(?)) AND a.attnum > 0 AND NOT a.attisdropped "
-            "ORDER BY a.attnum"
-        )
-        return [(str(r[0]), str(r[1]), bool(r[2])) for r in conn.exec_driver_sql(sql, (table,))]
-    quoted = '"' + table.replace('"', '""') + '"'
-    return [(str(r[1]), str(r[2] or "").upper(), bool(r[5]))
-            for r in conn.exec_driver_sql(f"PRAGMA table_info({quoted})")]
-
-
-def all_tables(conn: sa.Connection) -> list[str]:
-    """Every table of the database (the current schema on Postgres), SQLite's own catalog left out,
-    sorted. FTS5 shadow tables are included: they hold the indexed text."""
-    if is_postgres(conn):
-        sql = "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = current_schema() ORDER BY 1"
-    else:
-        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY 1"
-    return [str(r[0]) for r in conn.exec_driver_sql(sql)]
 
 
 def json_path_sql(conn: sa.Connection, column: str, key: str) -> str:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from core.message_size import check_rows
 from core.ids import check_id, check_ids
 from core.messages import Message
-from core.storage import dialect, locks, message_pages, migrations
+from core.storage import catalog, dialect, locks, message_pages
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.storage.message_pages import MessageRows, UnreadableMessage
@@ -321,7 +321,7 @@ class MemoryStore:
         check_id(thread_id, "thread id", InvalidArgumentError)
         with self.db.write() as conn:
             removed = conn.execute(t.messages.delete().where(t.messages.c.thread_id == thread_id)).rowcount
-            if migrations.has_table(conn, t.wm_versions.name):  # absent from a Mastra database
+            if catalog.has_table(conn, t.wm_versions.name):  # absent from a Mastra database
                 conn.execute(t.wm_versions.delete().where(
                     t.wm_versions.c.scope == "thread", t.wm_versions.c.owner_id == thread_id))
             conn.execute(t.threads.delete().where(t.threads.c.id == thread_id))

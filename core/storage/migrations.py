@@ -12,7 +12,8 @@ from typing import Callable, ContextManager, Sequence
 
 import sqlalchemy as sa
 
-from core.storage import dialect, schema
+from core.storage import catalog, dialect, schema
+from core.storage.errors import SchemaError
 from core.storage.pg import ddl as pg_ddl
 from core.timeutil import iso_now
 
@@ -98,12 +99,8 @@ def _ensure_table(conn: sa.Connection) -> None:
     )
 
 
-def has_table(conn: sa.Connection, name: str) -> bool:
-    return dialect.has_table(conn, name)
-
-
 def applied(conn: sa.Connection) -> list[str]:
-    if not has_table(conn, MIGRATIONS_TABLE):
+    if not catalog.has_table(conn, MIGRATIONS_TABLE):
         return []
     return [r[0] for r in conn.exec_driver_sql(f"SELECT name FROM {MIGRATIONS_TABLE} ORDER BY name")]
 
@@ -145,8 +142,6 @@ def apply(
             statements, run = migration.statements, migration.run
             if dialect.is_postgres(conn):
                 if migration.postgres is None:
-                    from core.storage.database import SchemaError
-
                     raise SchemaError(
                         f"Migration {migration.name} has no Postgres form in this version; "
                         "this database cannot be brought up to date on Postgres."

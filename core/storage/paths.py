@@ -18,42 +18,24 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 import platformdirs
 
 from core.errors import MemoryStudioError
+from core.storage.location import MEMORY_URL as MEMORY_URL, OBSERVABILITY_FILE as OBSERVABILITY_FILE
+from core.storage.location import ResolvedPath as ResolvedPath
+from core.storage.pg.location import PgLocation, is_postgres_url
 
 ENV_VAR = "MEMORY_STUDIO_DB"
 PROJECT_MARKERS = ("pyproject.toml", ".git")
 DEFAULT_DIR = ".temp"
 DEFAULT_FILE = "memory.db"
-OBSERVABILITY_FILE = "observability.duckdb"
-MEMORY_URL = ":memory:"
 
 
 class DatabaseLocationError(MemoryStudioError, RuntimeError):
     """The database path cannot be used (for example its folder cannot be created)."""
-
-
-@dataclass(frozen=True)
-class ResolvedPath:
-    """A database location and how it was chosen (shown to users so they know which file)."""
-
-    path: Path | None  # None only for an in-memory database
-    how: str  # "explicit" | "environment" | "caller" | "project" | "user-data" | "memory"
-    reason: str = field(default="", compare=False)  # one sentence: why this file
-
-    @property
-    def display(self) -> str:
-        return MEMORY_URL if self.path is None else str(self.path)
-
-    @property
-    def observability_path(self) -> Path | None:
-        """The DuckDB file beside the memory database (seed 001: same folder, separate engine)."""
-        return None if self.path is None else self.path.with_name(OBSERVABILITY_FILE)
 
 
 def strip_url(target: str) -> str:
@@ -153,15 +135,11 @@ def is_installed_code(path: Path) -> bool:
 
 
 def _is_postgres(target: str) -> bool:
-    from core.storage.pg.location import is_postgres_url
-
     return is_postgres_url(target)
 
 
 def _postgres(url: str, how: str) -> ResolvedPath:
     """A Postgres server database (``core.storage.pg``): a location without a file."""
-    from core.storage.pg.location import PgLocation
-
     return PgLocation.parse(url, how)
 
 

@@ -12,19 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from core.storage.dialect import Flag, stored_text
-from core.stored_text import decode_stored_text
 
 metadata = sa.MetaData()
-
-
-class DecodedText(sa.types.TypeDecorator[Any]):
-    """The result side of ``SafeText``: a blob decoded to text (SQLAlchemy types a CAST by its target)."""
-
-    impl = sa.LargeBinary
-    cache_ok = True
-
-    def process_result_value(self, value: Any, dialect: Any) -> Any:
-        return decode_stored_text(value)
 
 
 class SafeText(sa.types.TypeDecorator[Any]):

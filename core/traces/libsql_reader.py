@@ -19,6 +19,7 @@ from typing import Any
 import libsql_experimental as libsql
 
 from core.traces.locking import StoreBusy, StoreMissing
+from core.storage.catalog import has_table
 from core.timeutil import to_iso
 from core.traces.spans import SPANS_TABLE
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader
@@ -69,7 +70,4 @@ class LibSQLSpanReader(SpanReader):
         return f"({alias}.\"error\" IS NOT NULL AND json({alias}.\"error\") <> 'null')"
 
     def _table_exists(self, con: Any) -> bool:
-        row = con.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (SPANS_TABLE,)
-        ).fetchone()
-        return bool(row and row[0])
+        return has_table(con, SPANS_TABLE)

@@ -36,7 +36,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv.attributes import exception_attributes, service_attributes
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
-from core.traces.otel_config import otel_endpoint_from_env, traces_url
+from core.traces.otel_env import otel_endpoint_from_env, traces_url
 from core.traces.otel_genai import DEFAULT_MAX_ATTRIBUTE_CHARS, describe_span
 from core.timeutil import as_utc
 from core.traces.spans import SpanRecord

@@ -18,49 +18,17 @@ import logging
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+
+from core.traces.otel_env import _OFF, ENDPOINT_ENV as ENDPOINT_ENV, TRACES_PATH as TRACES_PATH
+from core.traces.otel_env import otel_endpoint_from_env as otel_endpoint_from_env, traces_url as traces_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.traces.tracer import SpanExporter
 
 log = logging.getLogger(__name__)
 
-ENDPOINT_ENV = "MEMORY_STUDIO_OTEL_ENDPOINT"
 CAPTURE_CONTENT_ENV = "MEMORY_STUDIO_OTEL_CAPTURE_CONTENT"
-TRACES_PATH = "/v1/traces"
 INSTALL_HINT = "pip install 'memory-studio[otel]'"
-_OFF = ("off", "none", "false", "0", "no")
-
-
-def otel_endpoint_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    """The OTLP/HTTP traces URL the environment asks for, or None."""
-    env = os.environ if env is None else env
-    if str(env.get("OTEL_SDK_DISABLED", "")).strip().lower() == "true":
-        return None
-    ours = str(env.get(ENDPOINT_ENV, "")).strip()
-    if ours.lower() in _OFF:
-        return None
-    if ours:
-        return traces_url(ours)
-    full = str(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")).strip()
-    if full:
-        return full
-    base = str(env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")).strip()
-    return traces_url(base) if base else None
-
-
-def traces_url(endpoint: str) -> str:
-    """``http://host:4318`` → ``http://host:4318/v1/traces``; a full traces URL stays as it is."""
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(
-            f"OpenTelemetry endpoint {endpoint!r} is not an http(s) URL; "
-            "give one like http://localhost:4318 (OTLP/HTTP)."
-        )
-    path = parts.path.rstrip("/")
-    if path.endswith(TRACES_PATH):
-        return endpoint
-    return endpoint.rstrip("/") + TRACES_PATH
 
 
 def capture_content_from_env(env: Mapping[str, str] | None = None) -> bool:

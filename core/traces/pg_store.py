@@ -24,17 +24,20 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import psycopg
 import sqlalchemy as sa
 
-from core.storage.database import Database
+from core.storage.catalog import has_table, table_columns
 from core.timeutil import as_utc, utc_now_ms
 from core.traces.locking import StoreBusy
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
 from core.traces.spans import COLUMNS, SPANS_TABLE, PruneResult, SpanRecord
 from core.traces.store import RetentionSettings, TraceStoreReadOnlyError, retention_limit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.storage.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +90,7 @@ class PgSpanStore(SpanReader):
 
     def __init__(
         self,
-        db: Database,
+        db: "Database",
         *,
         retention: RetentionSettings | None = None,
         read_only: bool = False,
@@ -139,13 +142,13 @@ class PgSpanStore(SpanReader):
         return f"strpos({haystack}, {needle}) > 0"
 
     def _table_exists(self, con: Any) -> bool:
-        return bool(con.execute(f"SELECT to_regclass('{SPANS_TABLE}') IS NOT NULL").fetchone()[0])
+        return has_table(con.conn, SPANS_TABLE)
 
     def change_mark(self) -> tuple[Any, ...]:
         """Cheap change detection for a poller: the newest root span, and the server's row counters
         for the table (which also move on deletes, some seconds after each writer's commit)."""
         with self.db.read() as conn:
-            if not conn.exec_driver_sql(f"SELECT to_regclass('{SPANS_TABLE}') IS NOT NULL").scalar():
+            if not has_table(conn, SPANS_TABLE):
                 return (None,)
             row = conn.exec_driver_sql(
                 f'SELECT (SELECT max("startedAt") FROM {SPANS_TABLE} WHERE "parentSpanId" IS NULL), '
@@ -174,13 +177,11 @@ class PgSpanStore(SpanReader):
 
     def _ensure_table(self, conn: sa.Connection) -> tuple[str, ...]:
         if self._columns is None:
-            if not conn.exec_driver_sql(f"SELECT to_regclass('{SPANS_TABLE}') IS NOT NULL").scalar():
+            if not has_table(conn, SPANS_TABLE):
                 self.db.lock(conn, DDL_LOCK)  # processes starting together must not race on CREATE TABLE
                 for statement in spans_ddl():
                     conn.exec_driver_sql(statement)
-            have = {r[0] for r in conn.exec_driver_sql(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
-                "AND table_name = ?", (SPANS_TABLE,))}
+            have = {name for name, _type, _key in table_columns(conn, SPANS_TABLE)}
             # An older Mastra table may lack newer columns: write the ones it has.
             self._columns = tuple(c for c in (*(c for c, _, _ in COLUMNS), *_MIRRORS) if c in have)
         return self._columns
@@ -319,18 +320,14 @@ class PgSpanStore(SpanReader):
         return True
 
 
-def prune_command(target: str, keep_days: float | None, keep_mb: float | None, out: TextIO, err: TextIO) -> int:
-    """``memory-studio traces prune --db postgresql://...``: the span table of that database."""
-    from core.storage import open_store
-
-    with open_store(target, create=False) as store:
-        spans = store.observability
-        assert isinstance(spans, PgSpanStore)
-        where = f"{store.location.display} ({SPANS_TABLE})"
-        if not spans.size_bytes():
-            out.write(f"no traces yet in {where}; nothing to prune\n")
-            return 0
-        result = spans.prune(keep_days, keep_mb, compact=True)
+def prune_command(spans: "PgSpanStore", keep_days: float | None, keep_mb: float | None, out: TextIO,
+                  err: TextIO) -> int:
+    """``memory-studio traces prune --db postgresql://...``: the span table of that open database."""
+    where = f"{spans.db.location.display} ({SPANS_TABLE})"
+    if not spans.size_bytes():
+        out.write(f"no traces yet in {where}; nothing to prune\n")
+        return 0
+    result = spans.prune(keep_days, keep_mb, compact=True)
     if result.busy:
         err.write(f"{where}: busy (another process is pruning it or holds a lock on it); try again\n")
         return 1

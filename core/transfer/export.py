@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import sqlalchemy as sa
 
-from core.storage import Store, dialect
+from core.storage import Store, catalog
 from core.storage.memory_store import NotFoundError, load_json
 from core.timeutil import Clock, iso_now
 from core.transfer import rows as R
@@ -92,7 +92,7 @@ def export_data(
             "exportedAt": iso_now(clock),
             "source": {
                 "database": where,
-                "kind": "memory-studio" if R.has_table(conn, "memory_studio_migrations") else "mastra",
+                "kind": "memory-studio" if catalog.has_table(conn, "memory_studio_migrations") else "mastra",
                 "tool": {"name": "memory-studio", "version": tool_version()},
             },
             "scope": scope,
@@ -116,20 +116,10 @@ def export_data(
 
 @contextmanager
 def _snapshot(store: Store) -> Iterator[sa.Connection]:
-    """One deferred read transaction: every table is read as of the same moment, and nothing is written."""
-    with store.db.read() as conn:
+    """One read transaction: every table is read as of the same moment, and nothing is written."""
+    with store.db.snapshot() as conn:
         R.forget_columns(conn)
-        if dialect.is_postgres(conn):
-            # Postgres reads each statement as of its own start unless told otherwise (the first
-            # statement of the transaction); the connection's rollback ends it.
-            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield conn
-            return
-        conn.exec_driver_sql("BEGIN")
-        try:
-            yield conn
-        finally:
-            conn.exec_driver_sql("ROLLBACK")
+        yield conn
 
 
 def _meta(value: Any) -> Any:
@@ -166,7 +156,7 @@ def _messages(conn: sa.Connection, thread_ids: list[str]) -> list[dict[str, Any]
 
 def _working_memory(conn: sa.Connection, resources: list[dict[str, Any]], threads: list[dict[str, Any]],
                     with_versions: bool) -> list[dict[str, Any]]:
-    has_versions = with_versions and R.has_table(conn, WM_VERSIONS_TABLE)
+    has_versions = with_versions and catalog.has_table(conn, WM_VERSIONS_TABLE)
     out = []
     owners: list[tuple[str, str, Any]] = [("resource", r["id"], r.get("workingMemory")) for r in resources]
     for t in threads:
@@ -182,7 +172,7 @@ def _working_memory(conn: sa.Connection, resources: list[dict[str, Any]], thread
 
 
 def _observations(conn: sa.Connection, resource_id: str, thread_ids: list[str]) -> list[dict[str, Any]]:
-    if not R.has_table(conn, OM_TABLE):
+    if not catalog.has_table(conn, OM_TABLE):
         return []
     clause, params = R.in_clause(thread_ids)
     where = "(scope = 'resource' AND \"resourceId\" = ?)"

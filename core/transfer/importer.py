@@ -30,7 +30,8 @@ from typing import Any, Iterable, Mapping
 
 import sqlalchemy as sa
 
-from core.storage import Store, dialect
+from core.storage import Store, catalog
+from core.storage.capabilities import capabilities_of
 from core.storage.locks import om_key, resource_key, thread_key
 from core.storage.memory_store import dump_json, load_json
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
@@ -115,7 +116,7 @@ class _Importer:
 
     def run(self) -> ImportReport:
         for name in ("mastra_threads", "mastra_messages", "mastra_resources"):
-            if not R.has_table(self.conn, name):
+            if not catalog.has_table(self.conn, name):
                 raise TransferError(f"{self.report.target} has no {name} table; it is not a memory database. "
                                     "Import into a database written by Memory Studio or Mastra, or a new file.")
         for row in self.data.get("resources", []):
@@ -242,7 +243,7 @@ class _Importer:
         if not rows:
             return
         table = self._table(S.WM_VERSIONS)
-        if not R.has_table(self.conn, table):
+        if not catalog.has_table(self.conn, table):
             self.report.notes.append(
                 f"{len(rows)} working-memory version{'s' if len(rows) != 1 else ''} not imported: "
                 f"{self.report.target} has no {table} table (a database Mastra wrote). Run "
@@ -286,7 +287,7 @@ class _Importer:
             f"SELECT 1 FROM {R.quote(table)} WHERE {R.quote(key)} = ?", (src_id,)).first() is None
         if self.report.dry_run:
             return src_id if free else None
-        if free or not dialect.is_postgres(self.conn):  # SQLite gives a row without an id the next rowid
+        if free or capabilities_of(self.conn).implicit_rowid:  # SQLite gives a row without an id the next rowid
             new_id = R.insert_row(self.conn, table, {key: src_id, **content} if free else dict(content),
                                   returning=key)
         else:  # Postgres: the next id after the largest
@@ -301,7 +302,7 @@ class _Importer:
         if not wanted:
             return
         table = self._table(S.OBSERVATIONS)
-        if not R.has_table(self.conn, table):
+        if not catalog.has_table(self.conn, table):
             self.report.notes.append(
                 f"{len(wanted)} observational-memory row{'s' if len(wanted) != 1 else ''} not imported: "
                 f"{self.report.target} has no {table} table. Run 'memory-studio migrate' on it first.")
@@ -316,7 +317,7 @@ class _Importer:
         if not wanted:
             return
         table = self._table(S.TURNS)
-        if not R.has_table(self.conn, table):
+        if not catalog.has_table(self.conn, table):
             self.report.notes.append(
                 f"{len(wanted)} turn record{'s' if len(wanted) != 1 else ''} not imported: {self.report.target} "
                 f"has no {table} table. Run 'memory-studio migrate' on it (or upgrade Memory Studio) first.")
@@ -333,7 +334,7 @@ class _Importer:
                     dangling += 1
                 row["wm_version_id"] = mapped
             if integer_key or not pk:
-                key = pk[0] if pk else (None if dialect.is_postgres(self.conn) else "rowid")
+                key = pk[0] if pk else ("rowid" if capabilities_of(self.conn).implicit_rowid else None)
                 content = {k: v for k, v in row.items() if k != key and k in cols}
                 if self._find_by_content(table, content, key) is not None:
                     self._same("turns")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core.storage import Store, dialect
+from core.storage import Store, catalog
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
@@ -22,7 +22,7 @@ def recall_in_use(store: Store) -> bool:
     """Whether this database's memory uses semantic recall: it has a vector table, or an agent that
     registered its configuration has recall on."""
     with store.db.read() as conn:
-        tables = dialect.table_names(conn, "memory_messages")
+        tables = catalog.table_names(conn, "memory_messages")
     if any(t == "memory_messages" or t[len("memory_messages_"):][:1].isdigit() for t in tables):
         return True
     from core.agent_configs import list_agents

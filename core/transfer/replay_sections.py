@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from core.replay import tools as tool_defs
 from core.replay.store import set_keys
-from core.storage import schema
+from core.storage import catalog, schema
 from core.transfer import rows as R
 from core.transfer import sections as S
 from core.transfer.errors import TransferError
@@ -55,7 +55,7 @@ TRACE_PAGE = 500
 # -- export ------------------------------------------------------------------------------------------
 def has_turn_records(conn: sa.Connection) -> bool:
     """Whether this database keeps turn records (what an export can carry)."""
-    return R.has_table(conn, TURNS)
+    return catalog.has_table(conn, TURNS)
 
 
 def export_sections(conn: sa.Connection, store: "Store", *, thread_ids: list[str], threads: list[dict[str, Any]],
@@ -67,7 +67,7 @@ def export_sections(conn: sa.Connection, store: "Store", *, thread_ids: list[str
     defs, sets = tool_defs.read_rows(conn, (k for r in turn_rows for k in _set_keys(r.get("record"))))
     agent_rows, config_rows = _agents(conn, threads, messages, resource_id) if agents else ([], [])
     return {
-        "turnsTable": TURNS if turns and R.has_table(conn, TURNS) else None,  # for readers before issue 16
+        "turnsTable": TURNS if turns and catalog.has_table(conn, TURNS) else None,  # for readers before issue 16
         "turns": turn_rows,
         "toolDefinitions": [{"hash": k, "definition": v} for k, v in sorted(defs.items())],
         "toolSets": [{"hash": k, "members": v} for k, v in sorted(sets.items())],
@@ -83,7 +83,7 @@ def section_counts(data: Mapping[str, Any]) -> dict[str, int]:
 
 
 def _turn_rows(conn: sa.Connection, thread_ids: list[str]) -> list[dict[str, Any]]:
-    if not thread_ids or not R.has_table(conn, TURNS):
+    if not thread_ids or not catalog.has_table(conn, TURNS):
         return []
     clause, params = R.in_clause(thread_ids)
     return R.select_rows(conn, TURNS, f"thread_id IN {clause}", params, order='"createdAt", input_message_id')
@@ -101,7 +101,7 @@ def _agents(conn: sa.Connection, threads: list[dict[str, Any]], messages: list[d
     """The registered configurations that can apply to these threads (the agents that answered in
     them, that their metadata names or that share the resource's name; all of them when none
     does, as the only registered agent then applies) and the overrides of their memories."""
-    if not R.has_table(conn, AGENTS):
+    if not catalog.has_table(conn, AGENTS):
         return [], []
     everyone = R.select_rows(conn, AGENTS, order="name")
     named = {resource_id}
@@ -117,7 +117,7 @@ def _agents(conn: sa.Connection, threads: list[dict[str, Any]], messages: list[d
     chosen = [a for a in everyone if a["name"] in named] or everyone
     memory_names = sorted({_memory_name(a) for a in chosen})
     configs: list[dict[str, Any]] = []
-    if memory_names and R.has_table(conn, CONFIGS):
+    if memory_names and catalog.has_table(conn, CONFIGS):
         clause, params = R.in_clause(memory_names)
         configs = R.select_rows(conn, CONFIGS, f"name IN {clause}", params, order="id")
     return chosen, configs
@@ -265,7 +265,7 @@ def _import_tools(imp: "_Importer", definitions: list[Mapping[str, Any]], sets: 
     if not definitions and not sets:
         return
     report = imp.report
-    if not R.has_table(imp.conn, SETS):
+    if not catalog.has_table(imp.conn, SETS):
         report.notes.append(
             f"{len(definitions)} tool definition{'s' if len(definitions) != 1 else ''} not imported: "
             f"{report.target} has no {SETS} table. Run 'memory-studio migrate' on it first, so its turns replay "
@@ -297,7 +297,7 @@ def _import_agents(imp: "_Importer", agents: list[Mapping[str, Any]], configs: l
     if not agents and not configs:
         return
     report = imp.report
-    if not R.has_table(imp.conn, AGENTS) or not R.has_table(imp.conn, CONFIGS):
+    if not catalog.has_table(imp.conn, AGENTS) or not catalog.has_table(imp.conn, CONFIGS):
         report.notes.append(
             f"{len(agents)} agent configuration{'s' if len(agents) != 1 else ''} and {len(configs)} override"
             f"{'s' if len(configs) != 1 else ''} not imported: {report.target} has no {AGENTS} table (a database "

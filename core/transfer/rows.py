@@ -1,6 +1,6 @@
 """Rows of any table as plain JSON-ready dicts, and back, on libSQL and on Postgres.
 
-Export and import treat every table the same way: the columns a table has (``dialect.table_columns``),
+Export and import treat every table the same way: the columns a table has (``catalog.table_columns``),
 each value as stored. Mastra writes some JSON columns as SQLite JSONB blobs; those are read as JSON
 text (``json()``), so an export is plain JSON and a file written by either side can be compared with
 the other. A blob that is not JSONB (none are known today) is kept as ``{"$base64": ...}`` rather
@@ -17,7 +17,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from core.storage import dialect
+from core.storage import catalog
+from core.storage.capabilities import capabilities_of
 
 BLOB_KEY = "$base64"
 _CACHE_KEY = "memory-studio:transfer-columns"
@@ -25,10 +26,6 @@ _CACHE_KEY = "memory-studio:transfer-columns"
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def has_table(conn: sa.Connection, name: str) -> bool:
-    return dialect.has_table(conn, name)
 
 
 def forget_columns(conn: sa.Connection) -> None:
@@ -40,8 +37,8 @@ def columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]]:
     """(name, declared type, is primary key) for each column, in table order."""
     cache: dict[str, list[tuple[str, str, bool]]] = conn.info.setdefault(_CACHE_KEY, {})
     if table not in cache:
-        found = dialect.table_columns(conn, table)
-        if dialect.is_postgres(conn):
+        found = catalog.table_columns(conn, table)
+        if capabilities_of(conn).timestamp_mirrors:
             names = {n for n, _t, _p in found}
             found = [c for c in found if not (c[0].endswith("Z") and c[0][:-1] in names and "TIME" in c[1])]
         cache[table] = found
@@ -54,7 +51,7 @@ def primary_key(conn: sa.Connection, table: str) -> list[str]:
 
 def row_order(conn: sa.Connection, table: str) -> str | None:
     """Insertion order where the engine has it (SQLite's ``rowid``), else the primary key."""
-    if not dialect.is_postgres(conn):
+    if capabilities_of(conn).implicit_rowid:
         return "rowid"
     key = primary_key(conn, table)
     return ", ".join(quote(k) for k in key) if key else None
@@ -65,7 +62,7 @@ def select_rows(
 ) -> list[dict[str, Any]]:
     """Every column of the matching rows, JSONB read as JSON text, blobs made JSON-safe."""
     names = [c[0] for c in columns(conn, table)]
-    if dialect.is_postgres(conn):
+    if not capabilities_of(conn).json_blobs:
         cols = ", ".join(quote(n) for n in names)
     else:
         cols = ", ".join(
@@ -98,7 +95,7 @@ def bind_values(conn: sa.Connection, table: str, row: Mapping[str, Any]) -> tupl
     becomes its text, and a JSON value bound to a JSONB column becomes JSON text.
     """
     values = [from_json_value(row[n]) for n in row]
-    if not dialect.is_postgres(conn):
+    if not capabilities_of(conn).strict_column_types:
         return tuple(values)
     types = {n: t for n, t, _pk in columns(conn, table)}
     return tuple(_for_postgres(v, types.get(n, "")) for n, v in zip(row, values))
@@ -133,7 +130,7 @@ def insert_row(conn: sa.Connection, table: str, row: Mapping[str, Any], *, repla
         update = ", ".join(f"{quote(n)} = excluded.{quote(n)}" for n in others)
         keys = ", ".join(quote(k) for k in replace_key)
         sql += f" ON CONFLICT ({keys}) DO " + (f"UPDATE SET {update}" if update else "NOTHING")
-    if returning is not None and dialect.is_postgres(conn):
+    if returning is not None and capabilities_of(conn).returning:
         return conn.exec_driver_sql(sql + f" RETURNING {quote(returning)}", bind_values(conn, table, row)).scalar()
     conn.exec_driver_sql(sql, bind_values(conn, table, row))
     if returning is not None:
@@ -148,7 +145,7 @@ def next_free_id(conn: sa.Connection, table: str, key: str) -> int:
 def after_explicit_ids(conn: sa.Connection, table: str, key: str) -> None:
     """Postgres: move the key's sequence past ids inserted explicitly, so the next row the engine
     writes does not collide with one (SQLite's rowid needs nothing)."""
-    if not dialect.is_postgres(conn):
+    if not capabilities_of(conn).key_sequences:
         return
     conn.exec_driver_sql(
         "SELECT setval(pg_get_serial_sequence(?, ?), GREATEST((SELECT max(" + quote(key) + ") FROM "
@@ -156,5 +153,7 @@ def after_explicit_ids(conn: sa.Connection, table: str, key: str) -> None:
 
 
 def same_value_sql(conn: sa.Connection, column: str) -> str:
-    """``column`` equals the bound value, NULL matching NULL."""
-    return f"{quote(column)} {'IS NOT DISTINCT FROM' if dialect.is_postgres(conn) else 'IS'} ?"
+    """``column`` equals the bound value, NULL matching NULL (SQLAlchemy's ``is_not_distinct_from``,
+    compiled for this engine: ``IS`` on SQLite, ``IS NOT DISTINCT FROM`` on Postgres)."""
+    same = sa.literal_column(quote(column)).is_not_distinct_from(sa.literal_column("?"))
+    return str(same.compile(dialect=conn.dialect))

@@ -52,10 +52,10 @@ def _doc_count(store: Any, message_id: str) -> int:
 
 
 def _vector_count(store: Any, message_id: str) -> int:
-    from core.storage import dialect
+    from core.storage import catalog
 
     with store.db.read() as conn:
-        tables = dialect.table_names(conn, "memory_messages")
+        tables = catalog.table_names(conn, "memory_messages")
         return sum(int(conn.exec_driver_sql(f'SELECT count(*) FROM "{t}" WHERE vector_id = ?', (message_id,)).scalar() or 0)
                    for t in tables)
 

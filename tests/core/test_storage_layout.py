@@ -292,7 +292,8 @@ def test_concurrent_writer_and_reader_processes(db_path):
 
 
 def test_trace_retention_setting_from_environment():
-    from core.storage import StorageError, retention_from_env
+    from core.storage import StorageError
+    from core.traces.home import retention_from_env
 
     default = retention_from_env({})
     assert default.keep_days == 30 and default.keep_mb == 1024

@@ -23,7 +23,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import BindTyping
 
-from core.storage import dialect, migrations
+from core.storage import catalog, migrations
 from core.storage.capabilities import POSTGRES, Capabilities
 from core.storage.database import Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError
 from core.storage.pg import adapt
@@ -35,6 +35,20 @@ POOL_SIZE_ENV = "MEMORY_STUDIO_PG_POOL_SIZE"
 DEFAULT_POOL_SIZE = 5
 CONNECT_TIMEOUT_S = 10
 MIGRATION_LOCK = "memory-studio:migrations"
+
+# ``change_fingerprint``: counting a large messages table every second would cost a scan. The recall
+# queue's sequence moves with every message write of any process (a trigger), at once; the server's
+# change counters (reported some seconds after each writer's commit) also cover databases without our
+# tables.
+FINGERPRINT_SQL = """
+SELECT (SELECT max("updatedAt") FROM mastra_threads),
+       (SELECT max("updatedAt") FROM mastra_resources),
+       pg_sequence_last_value(to_regclass('memory_studio_recall_queue_seq_seq')),
+       (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_all_tables
+         WHERE relid = to_regclass('mastra_messages')),
+       (SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_all_tables
+         WHERE relid = to_regclass('mastra_threads'))
+"""
 
 
 class PgDatabase(Database):
@@ -60,9 +74,9 @@ class PgDatabase(Database):
         sa.event.listen(self.engine, "before_cursor_execute", _translate, retval=True)
         try:
             with self.engine.connect() as conn:
-                self.is_empty = not dialect.has_user_tables(conn)
-                self.owned = self.is_empty or migrations.has_table(conn, migrations.MIGRATIONS_TABLE)
-                self.is_mastra = migrations.has_table(conn, "mastra_threads")
+                self.is_empty = not catalog.has_user_tables(conn)
+                self.owned = self.is_empty or catalog.has_table(conn, migrations.MIGRATIONS_TABLE)
+                self.is_mastra = catalog.has_table(conn, "mastra_threads")
         except (sa.exc.DBAPIError, psycopg.Error) as exc:
             self.engine.dispose()
             raise DatabaseOpenError(explain_connect_error(location.display, exc)) from exc
@@ -84,6 +98,19 @@ class PgDatabase(Database):
 
     def _enable_wal(self) -> None:  # a file-only concern
         return None
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sa.Connection]:
+        """One read transaction as of one moment: Postgres reads each statement as of its own start
+        unless told otherwise (the first statement of the transaction); the connection's rollback
+        ends it."""
+        with self.read() as conn:
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
+
+    def change_fingerprint(self) -> tuple[object, ...]:
+        with self.read() as conn:
+            return tuple(conn.exec_driver_sql(FINGERPRINT_SQL).first() or ())
 
     @contextmanager
     def transaction(self) -> Iterator[sa.Connection]:

@@ -12,7 +12,8 @@ import logging
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
-from core.storage.paths import ResolvedPath
+from core.storage.capabilities import POSTGRES, Capabilities
+from core.storage.location import ResolvedPath
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,10 @@ class PgLocation(ResolvedPath):
     @property
     def safe_url(self) -> str:
         return redact_url(self.url)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return POSTGRES
 
     @property
     def observability_path(self) -> None:

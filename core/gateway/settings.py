@@ -1,0 +1,6 @@
+"""The gateway's environment settings, below every gateway module (the package re-exports them)."""
+
+from __future__ import annotations
+
+#: Where ``memory-studio serve`` reads its bearer token when ``--token`` is not given.
+TOKEN_ENV = "MEMORY_STUDIO_GATEWAY_TOKEN"
