@@ -38,6 +38,28 @@ def shown_value(ctx: ProcessorContext, opts: WorkingMemoryOptions, processor_id:
     return value, None
 
 
+def value_to_show(
+    ctx: ProcessorContext, options: WorkingMemoryOptions | None, processor_id: str, *, noted_as: str | None = None,
+) -> tuple[WorkingMemoryOptions, WorkingMemoryValue, str | None] | None:
+    """The options in force, the working memory the turn shows and its ``shown_value`` note; None after
+    skipping ``processor_id`` with the reason (disabled, no thread or resource, unreadable memory).
+    ``noted_as`` names the processor ``shown_value`` notes under (default ``processor_id``)."""
+    req = ctx.request
+    opts = options or req.options.working_memory
+    if not opts.enabled:
+        ctx.skip(processor_id, "working memory is disabled")
+        return None
+    if not req.thread_id and not req.resource_id:
+        ctx.skip(processor_id, "neither a thread id nor a resource id was given")
+        return None
+    try:
+        value, as_of_note = shown_value(ctx, opts, noted_as or processor_id)
+    except WorkingMemoryError as exc:
+        ctx.skip(processor_id, str(exc))
+        return None
+    return opts, value, as_of_note
+
+
 class WorkingMemory(BaseProcessor):
     """``options`` replace the turn's ``working_memory`` options when given."""
 
@@ -47,19 +69,11 @@ class WorkingMemory(BaseProcessor):
         self.options = options
 
     def process_input(self, ctx: ProcessorContext) -> None:
+        shown = value_to_show(ctx, self.options, self.id)
+        if shown is None:
+            return
+        opts, value, as_of_note = shown
         req = ctx.request
-        opts = self.options or req.options.working_memory
-        if not opts.enabled:
-            ctx.skip(self.id, "working memory is disabled")
-            return
-        if not req.thread_id and not req.resource_id:
-            ctx.skip(self.id, "neither a thread id nor a resource id was given")
-            return
-        try:
-            value, as_of_note = shown_value(ctx, opts, self.id)
-        except WorkingMemoryError as exc:
-            ctx.skip(self.id, str(exc))
-            return
         text = instruction(opts, value.text, read_only=req.read_only)
         ctx.messages.add_system(
             text, "memory",

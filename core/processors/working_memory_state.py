@@ -24,9 +24,8 @@ from core.message_list import Provenance
 from core.messages import Message, text_part
 from core.options import WorkingMemoryOptions
 from core.processors.base import BaseProcessor, ProcessorContext
-from core.processors.working_memory import shown_value
+from core.processors.working_memory import value_to_show
 from core.working_memory import tool_definition, tool_name
-from core.working_memory_schema import WorkingMemoryError
 
 STATE_ID = "working-memory"
 
@@ -65,20 +64,12 @@ class WorkingMemoryState(BaseProcessor):
         self.options = options
 
     def process_input(self, ctx: ProcessorContext) -> None:
+        # Noted under "working-memory": the turn record keeps the version in force from there.
+        shown_now = value_to_show(ctx, self.options, self.id, noted_as="working-memory")
+        if shown_now is None:
+            return
+        opts, value, _as_of = shown_now
         req = ctx.request
-        opts = self.options or req.options.working_memory
-        if not opts.enabled:
-            ctx.skip(self.id, "working memory is disabled")
-            return
-        if not req.thread_id and not req.resource_id:
-            ctx.skip(self.id, "neither a thread id nor a resource id was given")
-            return
-        try:
-            # Noted under "working-memory": the turn record keeps the version in force from there.
-            value, _as_of = shown_value(ctx, opts, "working-memory")
-        except WorkingMemoryError as exc:
-            ctx.skip(self.id, str(exc))
-            return
         offered = not req.read_only and opts.agent_managed
         if offered:
             ctx.tools.append(tool_definition(opts))
