@@ -17,17 +17,26 @@ import shiboken6
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QDialog
 
-from core.edits.forget import ForgetReport
-from studio import edit_jobs
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
 from studio.logic.edit_history import EditHistory, EditRecord
 from studio.selection import Selection
-from studio.widgets.forget_dialog import ForgetDialog
-from studio.widgets.message_edit_dialog import MessageEditDialog, MessageHistoryDialog
 
+# The jobs and the dialogs load the engine (SQLAlchemy): the jobs are imported by the worker that
+# first runs one (``_jobs()``), the dialogs when one opens; the window's first paint waits for neither.
 if TYPE_CHECKING:  # pragma: no cover
+    from core.edits.forget import ForgetReport
+    from studio import edit_jobs
     from studio.main_window import MainWindow
+    from studio.widgets.forget_dialog import ForgetDialog
+    from studio.widgets.message_edit_dialog import MessageEditDialog, MessageHistoryDialog
+
+def _jobs() -> Any:
+    """``studio.edit_jobs``, imported when a job first runs (on its worker)."""
+    from studio import edit_jobs
+
+    return edit_jobs
+
 
 READ_ONLY = Problem("Read-only", "This database is open read-only, so nothing in it can be changed.",
                     "Choose File > Allow Writes… first. Nothing was changed.", warning_only=True)
@@ -99,7 +108,7 @@ class MemoryEditActions(QObject):
         if session is None or not message_id:
             return
         store = session.store
-        session.run(lambda: edit_jobs.load_message(store, message_id), on_result=then,
+        session.run(lambda: _jobs().load_message(store, message_id), on_result=then,
                     on_error=self._problem, key="memory-edit-load")
 
     def edit_message(self, message_id: str | None = None) -> None:
@@ -108,6 +117,8 @@ class MemoryEditActions(QObject):
             self._with_target(message_id, self._open_edit)
 
     def _open_edit(self, target: edit_jobs.MessageTarget) -> None:
+        from studio.widgets.message_edit_dialog import MessageEditDialog
+
         dialog = MessageEditDialog(target, self.window)
         dialog.save_requested.connect(lambda text, content: self._save(dialog, target, text, content))
         self.dialog = dialog
@@ -129,7 +140,7 @@ class MemoryEditActions(QObject):
             if shiboken6.isValid(dialog):
                 dialog.show_error(f"{exc}")
 
-        session.run(lambda: edit_jobs.edit_message(store, factory, target, text=text, content=content),
+        session.run(lambda: _jobs().edit_message(store, factory, target, text=text, content=content),
                     on_result=done, on_error=failed)
 
     def _pushed(self, record: EditRecord, note: str = "") -> None:
@@ -167,12 +178,14 @@ class MemoryEditActions(QObject):
             assert outcome.record is not None
             self._pushed(outcome.record, outcome.note)
 
-        session.run(lambda: edit_jobs.delete_message(store, factory, target), on_result=done, on_error=self._problem)
+        session.run(lambda: _jobs().delete_message(store, factory, target), on_result=done, on_error=self._problem)
 
     def show_history(self, message_id: str | None = None) -> None:
         self._with_target(message_id, self._open_history)
 
     def _open_history(self, target: edit_jobs.MessageTarget) -> None:
+        from studio.widgets.message_edit_dialog import MessageHistoryDialog
+
         dialog = MessageHistoryDialog(target, self.window)
         record = EditRecord("message", target.message.id, target.resource_id, target.thread_id,
                             f"change of message {target.message.id[:8]}…")
@@ -192,7 +205,7 @@ class MemoryEditActions(QObject):
             if session is None or not shiboken6.isValid(dialog):
                 return
             store = session.store
-            session.run(lambda: edit_jobs.message_history(store, record.target_id, record.thread_id or "",
+            session.run(lambda: _jobs().message_history(store, record.target_id, record.thread_id or "",
                                                           record.resource_id),
                         on_result=lambda versions: dialog.set_versions(versions) if shiboken6.isValid(dialog) else None)
 
@@ -227,7 +240,7 @@ class MemoryEditActions(QObject):
             self.window.commands.refresh_enabled()
             self._problem(exc)
 
-        session.run(lambda: edit_jobs.revert(store, factory, record), on_result=done, on_error=failed)
+        session.run(lambda: _jobs().revert(store, factory, record), on_result=done, on_error=failed)
 
     # -- observations (the observations pane asks) -------------------------------------------------------
     def change_observation(self, record_id: str, thread_id: str | None, resource_id: str, old: str,
@@ -244,7 +257,7 @@ class MemoryEditActions(QObject):
             if on_done is not None:
                 on_done()
 
-        session.run(lambda: edit_jobs.edit_observation(store, factory, record_id, thread_id, resource_id, old, new),
+        session.run(lambda: _jobs().edit_observation(store, factory, record_id, thread_id, resource_id, old, new),
                     on_result=done, on_error=self._problem)
 
     # -- forget ------------------------------------------------------------------------------------------
@@ -255,7 +268,7 @@ class MemoryEditActions(QObject):
             return
         store = session.store
         self._status(f"Counting what is stored about {resource_id}…")
-        session.run(lambda: edit_jobs.preview_forget(store, resource_id), on_result=self._open_forget,
+        session.run(lambda: _jobs().preview_forget(store, resource_id), on_result=self._open_forget,
                     on_error=self._problem)
 
     def _open_forget(self, preview: ForgetReport) -> None:
@@ -265,6 +278,8 @@ class MemoryEditActions(QObject):
         if not preview.found:
             self._status(f"Nothing is stored about resource {preview.resource_id}.")
             return
+        from studio.widgets.forget_dialog import ForgetDialog
+
         dialog = ForgetDialog(preview, session.display_path, self.window)
         dialog.forget_requested.connect(lambda: self._forget(dialog, preview.resource_id))
         dialog.vacuum_requested.connect(lambda: self._vacuum(dialog))
@@ -288,13 +303,13 @@ class MemoryEditActions(QObject):
                 dialog.show_done(report)
             self.forgotten.emit(report)
 
-        session.run(lambda: edit_jobs.forget(store, resource_id), on_result=done,
+        session.run(lambda: _jobs().forget(store, resource_id), on_result=done,
                     on_error=lambda exc: dialog.show_failed(str(exc)) if shiboken6.isValid(dialog) else None)
 
     def _vacuum(self, dialog: ForgetDialog) -> None:
         session = self._session()
         store = session.store
-        session.run(lambda: edit_jobs.vacuum(store),
+        session.run(lambda: _jobs().vacuum(store),
                     on_result=lambda text: dialog.show_vacuumed(text) if shiboken6.isValid(dialog) else None,
                     on_error=lambda exc: dialog.show_vacuumed(f"Vacuum failed: {exc}") if shiboken6.isValid(dialog)
                     else None)

@@ -18,14 +18,12 @@ import logging
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from PySide6.QtCore import QObject, QSettings, Signal
 from PySide6.QtWidgets import QWidget
 
-from core.llm import ModelError, OpenAICompatibleModel, ScriptedModel
-from core.llm.base import ChatModel
 from core.llm.keys import (
     DEFAULT_KEYRING_SERVICE,
     KEYRING_INSTALL,
@@ -34,7 +32,10 @@ from core.llm.keys import (
     resolve_api_key,
     store_api_key,
 )
-from core.llm.scripted import estimate_tokens
+
+if TYPE_CHECKING:  # pragma: no cover - the model classes load where a model is built (a worker)
+    from core.llm import ScriptedModel
+    from core.llm.base import ChatModel
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +202,8 @@ class ModelChoice:
     def build(self, *, environ: Mapping[str, str] | None = None) -> ChatModel:
         """The chat model (call on a worker: a keyring lookup may block). A keyring source without the
         keyring package raises ``KeyringMissingError`` naming the install command."""
+        from core.llm import OpenAICompatibleModel
+
         ep = self.endpoint
         if ep is None:
             return offline_model()
@@ -216,6 +219,8 @@ def offline_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | 
     """The scripted model's answer: deterministic, and plainly not from a language model."""
     last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
     quoted = last_user if len(last_user) <= 160 else last_user[:160] + "…"
+    from core.llm.scripted import estimate_tokens
+
     size = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
     return (f"Offline scripted reply (no language model was called). The prompt had {len(messages)} "
             f"message(s), about {size:,} tokens" + (f" and {len(tools)} tool(s)" if tools else "")
@@ -223,6 +228,8 @@ def offline_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | 
 
 
 def offline_model() -> ScriptedModel:
+    from core.llm import ScriptedModel
+
     return ScriptedModel(offline_reply, name="offline")
 
 
@@ -235,6 +242,8 @@ class ConnectionResult:
 
 def check_connection(choice: ModelChoice, *, environ: Mapping[str, str] | None = None) -> ConnectionResult:
     """A tiny request to the model (run on a worker). Never raises: the result says what happened."""
+    from core.llm import ModelError
+
     started = time.perf_counter()
     try:
         model = choice.build(environ=environ)

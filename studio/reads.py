@@ -11,39 +11,30 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from core import AssembledPrompt, Memory, MemoryOptions, Store
-from core.edits.messages import changed_ids
-from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, config_versions, effective_options_for
-from core.messages import Message
-from core.recall import RecallIndex
-from core.recall.explain import Explanation, Inspection, explain_message, inspect_search
-from core.observational import OMRecord, ThreadHints, load_history, thread_hints
-from core.storage import schema as tables
-from core.storage.memory_store import MessageQuery, ResourceSummary, ThreadSummary
-from core.storage.message_pages import UnreadableMessage
-from core.timeutil import to_iso
-from core.tokens import default_tokenizer
-from core.traces.home import TraceKind, trace_home
-from core.traces.reader import SpanReader
-from core.traces.spans import ModelUsage, ReadCount, ReadResult, TraceFilters, TraceSummary
-from core.working_memory import WorkingMemoryService
-from studio.logic.memory_config import ConfigState
 from studio.logic.message_format import MessageRow, summarize, unreadable_row
-from studio.logic.observations_layout import Lookup, lookups_for
-from studio.logic.recall_layout import RecallRequest, index_problem
-from studio.logic.prompt_layout import (
-    EmbedderHolder,
-    MemoryFactory,
-    Preview,
-    PreviewRequest,
-    TurnRef,
-    memory_options_for,
-)
-from studio.logic.request_layout import call_view
-from studio.logic.wm_editing import WmSnapshot, target_for
 from studio.selection import Selection
+
+# The engine's modules load in the function that needs them, on the worker that runs it: importing
+# this module (the panes do, before the window's first paint) loads neither SQLAlchemy, numpy, DuckDB
+# nor the tokenizer. The names below are for the type checker only.
+if TYPE_CHECKING:  # pragma: no cover
+    from core import AssembledPrompt, Memory, Store
+    from core.messages import Message
+    from core.observational import OMRecord, ThreadHints
+    from core.recall import RecallIndex
+    from core.recall.explain import Explanation, Inspection
+    from core.storage.memory_store import ResourceSummary, ThreadSummary
+    from core.storage.message_pages import UnreadableMessage
+    from core.traces.home import TraceKind
+    from core.traces.reader import SpanReader
+    from core.traces.spans import ModelUsage, ReadCount, ReadResult, TraceFilters, TraceSummary
+    from studio.logic.memory_config import ConfigState
+    from studio.logic.observations_layout import Lookup
+    from studio.logic.prompt_layout import EmbedderHolder, MemoryFactory, Preview, PreviewRequest, TurnRef
+    from studio.logic.recall_layout import RecallRequest
+    from studio.logic.wm_editing import WmSnapshot
 
 
 # -- resources and threads (tree) -----------------------------------------------------------------
@@ -67,12 +58,27 @@ def load_tree(store: Store) -> TreeData:
 def load_page(store: Store, thread_id: str, offset: int, limit: int) -> list[MessageRow]:
     """Rows ``offset``..``offset+limit`` of the message view (the store's viewer order); a message that
     was edited since it was stored is marked."""
-    rows = [_row(m) for m in store.memory.browse_messages(thread_id, offset, limit)]
+    return _rows(store, store.memory.browse_messages(thread_id, offset, limit))
+
+
+def load_newest(store: Store, thread_id: str, limit: int) -> tuple[int, list[MessageRow]]:
+    """The thread's message count and its newest ``limit`` rows (oldest first): what the message view
+    shows when a thread opens, read with a keyset query from the end of the thread's index."""
+    page = store.memory.browse_newest(thread_id, limit)
+    return page.total, _rows(store, page.messages)
+
+
+def _rows(store: Store, messages: list[Message | UnreadableMessage]) -> list[MessageRow]:
+    from core.edits.messages import changed_ids
+
+    rows = [_row(m) for m in messages]
     edited = changed_ids(store, [r.id for r in rows])
     return [replace(r, edited=True) if r.id in edited else r for r in rows]
 
 
 def _row(m: Message | UnreadableMessage) -> MessageRow:
+    from core.storage.message_pages import UnreadableMessage
+
     if isinstance(m, UnreadableMessage):  # shown in its place, so it never hides its neighbours
         return unreadable_row(m.id, m.role, m.created_at, m.error)
     return summarize(m)
@@ -147,10 +153,15 @@ class RecallView:
 
 def recall_index(store: Store, embedders: EmbedderHolder) -> RecallIndex:
     """The store's recall index for the playground's embedder (built once per store and model)."""
+    from core.recall import RecallIndex
+
     return RecallIndex.for_store(store, embedders.get())
 
 
 def inspect_recall(store: Store, embedders: EmbedderHolder, req: RecallRequest) -> RecallView:
+    from core.recall.explain import inspect_search
+    from studio.logic.recall_layout import index_problem
+
     index = recall_index(store, embedders)
     resource_id, thread_id = req.search_scope()
     ins = inspect_search(index, req.query, resource_id=resource_id, thread_id=thread_id, top_k=req.top_k,
@@ -161,6 +172,8 @@ def inspect_recall(store: Store, embedders: EmbedderHolder, req: RecallRequest) 
 
 
 def explain_recall(store: Store, embedders: EmbedderHolder, ins: Inspection, message_id: str) -> Explanation:
+    from core.recall.explain import explain_message
+
     return explain_message(recall_index(store, embedders), message_id.strip(), ins)
 
 
@@ -176,6 +189,10 @@ def last_messages(store: Store, thread_id: str, limit: int = 500) -> list[Messag
 def resolve_turn(store: Store, thread_id: str, message_id: str) -> TurnRef | None:
     """The turn a picked message belongs to: itself if it is a user message, else the user message
     that started it (the newest user message before it)."""
+    from core.storage.memory_store import MessageQuery
+    from core.timeutil import to_iso
+    from studio.logic.prompt_layout import TurnRef
+
     found = store.memory.get_messages([message_id])
     if not found or found[0].thread_id != thread_id:
         return None
@@ -194,6 +211,10 @@ def resolve_turn(store: Store, thread_id: str, message_id: str) -> TurnRef | Non
 def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFactory,
                      embedders: EmbedderHolder) -> Preview:
     """Build the Memory the agent would run with and ask it for the prompt (reads only: a preview)."""
+    from core.messages import Message
+    from studio.logic.prompt_layout import Preview, memory_options_for
+    from studio.logic.request_layout import call_view
+
     notes: list[str] = []
     embedder = embedders.get() if req.options.recall else None
     memory = memory_factory(memory_options_for(req), req.memory_name, embedder)
@@ -230,6 +251,8 @@ MODEL_LOOKBACK = 50  # newest messages searched for a reply that names its model
 def thread_model(store: Store, thread_id: str) -> tuple[str | None, str]:
     """The model the thread's newest reply records (``metadata.modelId``, or a step's ``model``),
     and where that came from: the model whose context window the prompt is measured against."""
+    from core.storage.memory_store import MessageQuery
+
     recent = store.memory.list_messages(MessageQuery(thread_id=thread_id, last=MODEL_LOOKBACK))
     for msg in reversed(recent):
         if msg.role != "assistant":
@@ -258,6 +281,13 @@ def load_wm(store: Store, selection: Selection, agent_name: str | None = None) -
     The effective options come from ``core.agent_configs.effective_options_for``: the newest Studio
     override applied exactly as the agent applies it, without building a ``Memory``.
     """
+    from core import MemoryOptions
+    from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, effective_options_for
+    from core.storage import schema as tables
+    from core.tokens import default_tokenizer
+    from core.working_memory import WorkingMemoryService
+    from studio.logic.wm_editing import WmSnapshot, target_for
+
     choice = agent_for_thread(store, selection.thread_id)
     thread = choice.thread
     if selection.resource_id is None and thread is not None:
@@ -289,6 +319,9 @@ def load_wm(store: Store, selection: Selection, agent_name: str | None = None) -
 
 def config_state(store: Store, name: str) -> ConfigState:
     """The template/schema override history of memory ``name`` for the override editor."""
+    from core.agent_configs import config_versions
+    from studio.logic.memory_config import ConfigState
+
     versions = config_versions(store, name)
     return ConfigState(name, versions or [], available=versions is not None)
 
@@ -299,13 +332,23 @@ class OMView:
     selection: Selection
     lookup: Lookup | None = None
     history: list[OMRecord] = field(default_factory=list)
-    hints: ThreadHints = field(default_factory=ThreadHints)
+    hints: ThreadHints = field(default_factory=lambda: _thread_hints())
     # A resource-scoped log names the threads its observations came from: their titles, by id.
     thread_titles: dict[str, str] = field(default_factory=dict)
 
 
+def _thread_hints() -> ThreadHints:
+    """No hints (a thread without any): ``OMView``'s default, built when a view is."""
+    from core.observational import ThreadHints
+
+    return ThreadHints()
+
+
 def load_observations(store: Store, selection: Selection) -> OMView:
     """The first lookup with a record wins (a thread's own record, else its resource's)."""
+    from core.observational import load_history, thread_hints
+    from studio.logic.observations_layout import lookups_for
+
     view = OMView(selection)
     if selection.thread_id:
         thread = store.memory.get_thread(selection.thread_id)
@@ -324,7 +367,8 @@ def load_observations(store: Store, selection: Selection) -> OMView:
 
 
 # -- traces -----------------------------------------------------------------------------------------
-TraceSourceKind = TraceKind
+if TYPE_CHECKING:  # pragma: no cover
+    TraceSourceKind = TraceKind
 
 
 @dataclass(frozen=True)
@@ -363,6 +407,8 @@ class SourceResolver:
 
     def resolve(self) -> TraceSource:
         """The trace store ``core.traces.home`` names for this database, with what to watch."""
+        from core.traces.home import trace_home
+
         home = trace_home(self.store.location, self.store.db)
         if home.kind == "postgres":
             from core.traces.pg_store import PgSpanStore
@@ -403,6 +449,8 @@ class TracePage:
 
 
 def load_traces_page(resolver: SourceResolver, filters: TraceFilters, offset: int, limit: int) -> TracePage:
+    from core.traces.spans import ReadResult
+
     source = resolver.resolve()
     stamp = traces_fingerprint(source.watch)  # taken before reading: a write during the read shows next poll
     if source.reader is None:
@@ -414,6 +462,8 @@ def load_traces_page(resolver: SourceResolver, filters: TraceFilters, offset: in
 
 def load_usage(resolver: SourceResolver, filters: TraceFilters) -> ReadResult[ModelUsage]:
     """Token usage per model over every run the filters match (the cost line of the traces pane)."""
+    from core.traces.spans import ReadResult, TraceFilters
+
     source = resolver.resolve()
     if source.reader is None:
         return ReadResult(missing=True)

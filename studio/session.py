@@ -17,12 +17,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from core import DatabaseOpenError, Memory, MemoryOptions, SchemaError, Store, StorageError, open_store
+from core import DatabaseOpenError, SchemaError, StorageError, open_store
 from studio.workers import WorkerPool
+
+if TYPE_CHECKING:  # pragma: no cover - the engine loads on the worker that first builds a Memory
+    from core import Memory, MemoryOptions, Store
 
 POLL_MS = 1000
 
@@ -235,6 +238,8 @@ class StudioSession(QObject):
                embedder: Any = None) -> Memory:
         """A Memory over this store (for previews and edits). Build it on a worker thread: semantic
         recall loads the embedding model."""
+        from core import Memory, MemoryOptions
+
         opts = options if isinstance(options, MemoryOptions) else MemoryOptions(**dict(options or {}))
         key = f"{name}|{opts.to_dict()}|{id(embedder)}"
         mem = self._memories.get(key)

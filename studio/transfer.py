@@ -17,26 +17,17 @@ import shiboken6
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QCheckBox, QDialog, QFileDialog, QWidget
 
-from core.storage import Store
-from core.transfer import (
-    ImportReport,
-    TransferError,
-    export_data,
-    import_data,
-    load,
-    preview_import,
-    recall_after_import,
-    render,
-    write_atomically,
-)
-from core.transfer.replay_sections import has_turn_records
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
-from studio.widgets.export_dialog import ExportDialog, ExportRequest, PathChooser
 from studio.widgets.pane_header import alive_only
 
+# core.transfer (and the export dialog, which uses it) load SQLAlchemy: they are imported by the jobs
+# below, on a worker, or when a dialog opens; the window's first paint does not wait for them.
 if TYPE_CHECKING:  # pragma: no cover
+    from core.storage import Store
+    from core.transfer import ImportReport
     from studio.main_window import MainWindow
+    from studio.widgets.export_dialog import ExportDialog, ExportRequest, PathChooser
 
 log = logging.getLogger(__name__)
 IMPORT_FILTER = "Memory Studio export (*.json);;All files (*)"
@@ -58,6 +49,8 @@ class ExportDetails:
 
 def describe(store: Store, kind: str, item_id: str) -> ExportDetails:
     """What the export dialog shows about its subject (a small read, run in a worker)."""
+    from core.transfer.replay_sections import has_turn_records
+
     with store.db.read() as conn:
         has_turns = has_turn_records(conn)
     if kind == "thread":
@@ -74,6 +67,8 @@ def describe(store: Store, kind: str, item_id: str) -> ExportDetails:
 
 
 def run_export(store: Store, request: ExportRequest) -> Path:
+    from core.transfer import export_data, render, write_atomically
+
     data = export_data(store, thread_id=request.id if request.kind == "thread" else None,
                        resource_id=request.id if request.kind == "resource" else None, options=request.options)
     write_atomically(request.path, render(data, request.format))
@@ -81,6 +76,8 @@ def run_export(store: Store, request: ExportRequest) -> Path:
 
 
 def run_import(store: Store, data: dict[str, Any], overwrite: bool) -> Imported:
+    from core.transfer import import_data, recall_after_import
+
     report = import_data(store, data, overwrite=overwrite)
     note = recall_after_import(store, report.message_ids) if report.message_ids else ""
     return Imported(report, note)
@@ -124,6 +121,8 @@ class TransferActions(QObject):
         assert session is not None
         if self.dialog is not None:
             self.dialog.reject()
+        from studio.widgets.export_dialog import ExportDialog
+
         dialog = ExportDialog(kind, item_id, self._folder(), self.choose_save_path, self.window)
         dialog.export_requested.connect(lambda request: self._export(dialog, request))
         self.dialog = dialog
@@ -173,6 +172,8 @@ class TransferActions(QObject):
         self._remember_folder(Path(path))
 
         def job() -> tuple[dict[str, Any], ImportReport]:
+            from core.transfer import load, preview_import
+
             data = load(path)
             return data, preview_import(session.store, data)
 
@@ -223,6 +224,8 @@ class TransferActions(QObject):
                     on_error=lambda exc: self._import_failed(None, exc))
 
     def _import_failed(self, path: str | None, exc: BaseException) -> None:
+        from core.transfer import TransferError
+
         self.window.show_status("Import failed")
         if isinstance(exc, TransferError):
             problem = Problem("Cannot import", str(exc), "Nothing was written to the database.",

@@ -6,14 +6,14 @@ opens, on first use, the trace store that ``core.traces.home`` says belongs to i
 
 from __future__ import annotations
 
+import importlib
 import os
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.storage.capabilities import Capabilities
-from core.storage.database import (
+from core.storage.errors import (
     CorruptDatabaseError,
-    Database,
     DatabaseOpenError,
     DiskFullError,
     InvalidValueError,
@@ -24,10 +24,11 @@ from core.storage.database import (
     StorageUnavailableError,
     UnreadableValueError,
 )
-from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MemoryStore, NotFoundError
 from core.storage.paths import DatabaseLocationError, ResolvedPath, caller_file, resolve_db_path
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.storage.database import Database
+    from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MemoryStore, NotFoundError
     from core.traces.pg_store import PgSpanStore
     from core.traces.store import ObservabilityStore
     from core.traces.tracer import Tracer
@@ -41,6 +42,8 @@ class Store:
     """What the engine and the Studio hold: one database location, both domains."""
 
     def __init__(self, db: Database, *, observability_path: os.PathLike[str] | str | None = None) -> None:
+        from core.storage.memory_store import MemoryStore
+
         self.db = db
         self.memory = MemoryStore(db)
         self._observability: Any = None
@@ -146,6 +149,8 @@ def open_store(
     the calling code's file, then of the working directory's project, then the user data folder
     (``location.reason`` says which).
     """
+    from core.storage.database import Database
+
     location = resolve_db_path(target, caller=caller_file() if target is None or str(target) == "" else None)
     db: Database
     if getattr(location, "is_postgres", False):
@@ -155,6 +160,27 @@ def open_store(
     else:
         db = Database(location, read_only=read_only, create=create)
     return Store(db, observability_path=observability_path)
+
+
+# The database and the memory tables load SQLAlchemy: they load on first access (PEP 562), so that
+# ``import core.storage.<module>`` (paths, errors, capabilities: what the Studio needs before its first
+# paint) stays cheap.
+_LAZY = {
+    "AlreadyExistsError": "core.storage.memory_store",
+    "Database": "core.storage.database",
+    "InvalidArgumentError": "core.storage.memory_store",
+    "MemoryStore": "core.storage.memory_store",
+    "NotFoundError": "core.storage.memory_store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

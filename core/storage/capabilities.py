@@ -11,9 +11,10 @@ holds a connection uses ``capabilities_of(conn)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import sqlalchemy as sa
+if TYPE_CHECKING:  # pragma: no cover - the Studio imports this before first paint: no SQLAlchemy
+    import sqlalchemy as sa
 
 FullText = Literal["fts5", "tsvector"]
 Vectors = Literal["blob-matrix", "pgvector"]

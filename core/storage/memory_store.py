@@ -430,6 +430,11 @@ class MemoryStore:
         """A viewer's page of a thread, in (createdAt, rowid) order; corrupt rows come back in place."""
         return message_pages.read_page(self.db, thread_id, offset, limit)
 
+    def browse_newest(self, thread_id: str, limit: int) -> message_pages.NewestPage:
+        """The newest ``limit`` messages of a thread in ``browse_messages`` order, with the thread's
+        count: what a viewer shows first (a keyset read from the end of the index, not an offset)."""
+        return message_pages.read_newest(self.db, thread_id, limit)
+
     def message_position(self, thread_id: str, message_id: str) -> int | None:
         """A message's index in ``browse_messages`` order, or None if it is not in the thread."""
         return message_pages.position(self.db, thread_id, message_id)

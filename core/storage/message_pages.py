@@ -90,6 +90,36 @@ def read_page(db: Database, thread_id: str, offset: int, limit: int) -> list[Mes
     return [_message_or_unreadable(r) for r in rows]
 
 
+@dataclass(frozen=True)
+class NewestPage:
+    """The newest messages of a thread (oldest first) and the thread's message count."""
+
+    total: int
+    messages: list[Message | UnreadableMessage]
+
+
+def read_newest(db: Database, thread_id: str, limit: int) -> NewestPage:
+    """The newest ``limit`` messages of a thread, in page order, and how many the thread holds.
+
+    A keyset read, not an offset: it walks the (thread_id, createdAt) index backwards from the end and
+    stops after ``limit`` entries, so the newest rows of a 100,000-message thread cost what those of a
+    short one do (an offset walks every entry before the page). The count is the index-only scan
+    that gives the viewer its row count; both run on one connection.
+    """
+    msg = t.messages.c
+    rowid = dialect.row_key()  # rowid on libSQL, the message id on Postgres
+    newest = (
+        sa.select(rowid).select_from(t.messages).where(msg.thread_id == thread_id)
+        .order_by(msg.createdAt.desc(), rowid.desc()).limit(limit)
+    )
+    stmt = sa.select(t.messages).where(rowid.in_(newest)).order_by(msg.createdAt.asc(), rowid.asc())
+    with db.read() as conn:
+        total = conn.execute(
+            sa.select(sa.func.count()).select_from(t.messages).where(msg.thread_id == thread_id)).scalar()
+        rows = conn.execute(stmt).mappings().all() if limit > 0 else []
+    return NewestPage(int(total or 0), [_message_or_unreadable(r) for r in rows])
+
+
 def _message_or_unreadable(row: Any) -> Message | UnreadableMessage:
     try:
         return Message.from_row(row)

@@ -4,7 +4,9 @@ Rows are fetched in fixed-size pages. Every page remembers the *generation* it w
 refresh bumps the generation, so rows stay visible (no flicker) but count as stale and are fetched
 again when next looked at. Results that arrive for an older generation or thread are dropped by the
 caller comparing tokens. The cache keeps at most ``max_pages`` pages, least recently used out first,
-so scrolling through 100,000 rows does not keep them all in memory. Pure Python; no Qt.
+so scrolling through 100,000 rows does not keep them all in memory. A page may hold only its last
+rows (``put(..., start=k)``: the newest rows a view shows first); the rows before ``k`` count as
+missing, so looking at them fetches the whole page. Pure Python; no Qt.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ class PageCache(Generic[T]):
         self.page_size = page_size
         self.max_pages = max_pages
         self.generation = 0
-        self._pages: OrderedDict[int, tuple[int, list[T]]] = OrderedDict()
+        self._pages: OrderedDict[int, tuple[int, list[T], int]] = OrderedDict()  # page -> (generation, rows, start)
         self._requested: dict[int, int] = {}  # page -> generation it was requested in
 
     def page_of(self, row: int) -> int:
@@ -35,15 +37,15 @@ class PageCache(Generic[T]):
         if entry is None:
             return None
         self._pages.move_to_end(page)
-        rows = entry[1]
-        offset = index - page * self.page_size
-        return rows[offset] if offset < len(rows) else None
+        _gen, rows, start = entry
+        offset = index - page * self.page_size - start
+        return rows[offset] if 0 <= offset < len(rows) else None
 
     def needs(self, index: int) -> int | None:
         """The page to fetch for ``index``, or None if it is fresh or already on its way."""
         page = self.page_of(index)
         entry = self._pages.get(page)
-        if entry is not None and entry[0] == self.generation:
+        if entry is not None and entry[0] == self.generation and index - page * self.page_size >= entry[2]:
             return None
         if self._requested.get(page) == self.generation:
             return None
@@ -57,12 +59,14 @@ class PageCache(Generic[T]):
         if self._requested.get(page) == self.generation:
             del self._requested[page]
 
-    def put(self, page: int, generation: int, rows: Sequence[T]) -> bool:
-        """Store a fetched page; False (and nothing stored) when it belongs to an older generation."""
+    def put(self, page: int, generation: int, rows: Sequence[T], start: int = 0) -> bool:
+        """Store a fetched page (or, with ``start``, its rows from ``start`` on); False (and nothing
+        stored) when it belongs to an older generation."""
         if generation != self.generation:
             return False
-        self._requested.pop(page, None)
-        self._pages[page] = (generation, list(rows))
+        if start == 0:
+            self._requested.pop(page, None)
+        self._pages[page] = (generation, list(rows), start)
         self._pages.move_to_end(page)
         while len(self._pages) > self.max_pages:
             self._pages.popitem(last=False)
@@ -80,10 +84,10 @@ class PageCache(Generic[T]):
 
     def find(self, predicate: Callable[[T], bool]) -> int | None:
         """Row index of the first cached row matching ``predicate`` (cached rows only)."""
-        for page, (_gen, rows) in self._pages.items():
+        for page, (_gen, rows, start) in self._pages.items():
             for i, item in enumerate(rows):
                 if predicate(item):
-                    return page * self.page_size + i
+                    return page * self.page_size + start + i
         return None
 
     def __len__(self) -> int:

@@ -1,7 +1,10 @@
 """The message list of one thread as a lazily loaded Qt list model.
 
-``rowCount`` is the thread's full message count, known from one cheap count; rows are read in pages
-on worker threads when a view first asks for them (``data`` never touches the database). At most
+``rowCount`` is the thread's full message count, known from one cheap count. Opening a thread reads
+the count and the newest ``FIRST_ROWS`` messages in one worker job, with a keyset read from the end of
+the thread's index (``MemoryStore.browse_newest``): a view opens at the bottom, and those rows cost the
+same in a 100,000-message thread as in a short one. Every other row is read in pages on worker threads
+when a view first asks for it, scrolling up included (``data`` never touches the database). At most
 ``MAX_IN_FLIGHT`` page reads run at once and the most recently wanted page goes first, so dragging
 the scroll bar across 100,000 rows never builds a queue of pages nobody looks at any more.
 """
@@ -9,21 +12,24 @@ the scroll bar across 100,000 rows never builds a queue of pages nobody looks at
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
 
-from core import Store
 from studio import reads as queries
 from studio.logic.dates import relative_time
 from studio.logic.message_format import MessageRow, format_time
 from studio.logic.row_cache import PageCache
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core import Store
 
 # runner(fn, on_result, on_error, key) -> job id: StudioSession.run, or a synchronous stand-in in tests
 Runner = Callable[..., Any]
 
 MAX_IN_FLIGHT = 2
 MAX_WANTED = 8
+FIRST_ROWS = 60  # newest rows read when a thread opens: more than a tall window shows
 
 
 class MessageRoles:
@@ -115,24 +121,34 @@ class MessageListModel(QAbstractListModel):
         if thread_id is None:
             self.loaded.emit(0)
             return
-        token, generation, store, size = self._open_token, self._cache.generation, self._store, self.page_size
+        token, generation, store = self._open_token, self._cache.generation, self._store
 
-        def job() -> tuple[int, int, list[MessageRow]]:
-            total = queries.count_messages(store, thread_id)
-            page = max(0, (total - 1) // size)
-            return total, page, queries.load_page(store, thread_id, page * size, size) if total else []
-
-        def done(result: tuple[int, int, list[MessageRow]]) -> None:
+        def done(result: tuple[int, list[MessageRow]]) -> None:
             if token != self._open_token:
                 return
-            total, page, rows = result
-            self._cache.put(page, generation, rows)
+            total, rows = result
+            self._put_newest(generation, total, rows)
             self.beginResetModel()
             self._total = total
             self.endResetModel()
             self.loaded.emit(total)
 
-        self._run(job, on_result=done, on_error=self._on_error, key=f"messages-open:{id(self)}")
+        self._run(lambda: queries.load_newest(store, thread_id, FIRST_ROWS), on_result=done,
+                  on_error=self._on_error, key=f"messages-open:{id(self)}")
+
+    def _put_newest(self, generation: int, total: int, rows: list[MessageRow]) -> None:
+        """File the newest rows (positions ``total - len(rows)`` .. ``total``) under their pages: the
+        oldest of them may start inside a page, which then holds only its end. (A delete between the
+        count and the read could leave more rows than the count: the newest ``total`` are kept, and
+        the session's change poll re-reads them.)"""
+        rows = rows[max(0, len(rows) - total):]
+        size, first = self.page_size, total - len(rows)
+        row = first
+        while row < total:
+            page = row // size
+            end = min(total, (page + 1) * size)
+            self._cache.put(page, generation, rows[row - first:end - first], start=row - page * size)
+            row = end
 
     def refresh(self) -> None:
         """The file changed: recount, keep showing what we have, re-read what is looked at."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from PySide6.QtCore import (
     QAbstractItemModel,
@@ -22,10 +22,11 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QFont
 
-from core.storage.memory_store import ResourceSummary, ThreadSummary
 from studio.logic.dates import date_tooltip, format_datetime
-from studio.logic.replay_layout import fork_source
 from studio.reads import TreeData
+
+if TYPE_CHECKING:  # pragma: no cover - loaded with the tree's data, on a worker
+    from core.storage.memory_store import ResourceSummary, ThreadSummary
 
 COLUMNS = ("Thread", "Msgs", "Last activity")
 
@@ -223,6 +224,8 @@ class ResourceTreeModel(QAbstractItemModel):
         if role == TreeRoles.FILTER:
             return f"{title} {s.thread.id}"
         if role == Qt.ItemDataRole.ToolTipRole:
+            from studio.logic.replay_layout import fork_source  # warmed on a worker after first paint (studio.app)
+
             fork = fork_source(s.thread.metadata)
             return (f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages\n"
                     f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}"

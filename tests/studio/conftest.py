@@ -21,6 +21,11 @@ from PySide6.QtWidgets import QApplication, QWidget
 from core import Memory, Message, open_store
 from core.messages import data_part, file_part, reasoning_part, text_part, tool_invocation_part
 from core.storage import schema
+from studio.app import warm_up
+
+# The app warms the engine's modules on a worker after its first paint (studio/app.py); the suite does
+# it once here, so a test's first window waits for its database, not for imports, inside its limits.
+warm_up()
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 IGNORED_TOP_LEVELS = {"QTipLabel"}  # Qt's shared tooltip window lives for the whole process
