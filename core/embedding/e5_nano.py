@@ -11,7 +11,7 @@ apart. Cosines crowd into about .70-.90 (spec/embedder.md), so no fixed threshol
 USE: fusion normalises cosines within each query (``core.recall.hybrid``).
 
 Why it is not the default: on this project's 2-core machine kind the engine embeds about 20-45 chat
-messages/s, against USE's 1,000+/s, so ingest with e5 cannot meet the ingest target. It is better at
+messages/s, against USE's 500-1,000/s, so e5 cannot meet the ingest target (1,000/s). It is better at
 recall (LoCoMo public, bench/recall_locomo.py --model e5; figures in docs/ARCHITECTURE.md), so it is
 the user's choice: ``memory-studio reindex --model e5``.
 

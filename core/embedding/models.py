@@ -7,8 +7,8 @@ index stores beside each vector (``use-multilingual-v3-q@b8b05b01``). ``local_mo
 back to its name, which is how a database that was indexed with e5 keeps being searched with e5
 (``core.recall.stored_model``).
 
-Why USE stays the default (measured, docs/ARCHITECTURE.md Figures): it embeds 1,000+ chat messages/s
-on 2 cores, e5 20-45/s; e5 is the better retriever (LoCoMo public vector-only .62 against .49).
+Why USE stays the default (measured, docs/ARCHITECTURE.md Figures): it embeds about 500-1,000 chat messages/s
+on 2 idle cores (bench/embedder_speed.py), e5 20-45/s; e5 is the better retriever (LoCoMo public vector-only .62 against .49).
 """
 
 from __future__ import annotations
