@@ -40,6 +40,7 @@ from studio.logic import chat_layout as lay
 from studio.logic.prompt_layout import EmbedderHolder
 from studio.reads import last_messages
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout
 
@@ -67,7 +68,7 @@ class ChatPane(QWidget):
     _delta = Signal(str)  # from the worker thread (queued to the UI thread)
     _tools = Signal(object)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("chatPane")
         self.session = session
@@ -95,8 +96,7 @@ class ChatPane(QWidget):
         self._delta.connect(self._on_delta)
         self._tools.connect(self._on_tools)
         session.changed.connect(self._on_db_changed)
-        if hasattr(session, "read_only_changed"):
-            session.read_only_changed.connect(lambda _ro: self._update_state())
+        session.read_only_changed.connect(lambda _ro: self._update_state())
         self.refresh_models()
         self._load_context()
         self._render()

@@ -32,6 +32,7 @@ from core.checks.cli import parse_options
 from studio import checks_jobs
 from studio.logic.checks_layout import CheckRow, PinTarget, check_rows, result_text, summary
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.pin_dialog import PinDialog
@@ -63,7 +64,7 @@ class ChecksPane(QWidget):
     open_turn = Signal(str, str)  # thread id, input message id: show this turn in Replay
     failed = Signal(str)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("checksPane")
         self.session = session

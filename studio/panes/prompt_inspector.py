@@ -58,6 +58,7 @@ from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, sources_note
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.code_editor import CodeEditor
@@ -112,7 +113,7 @@ class PromptInspectorPane(QWidget):
     edit_requested = Signal(str)  # Edit Stored Message…: the message behind a fragment
     pin_requested = Signal(object)  # Pin…: a PinTarget (a memory check of this stored turn)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("promptInspector")
         self.session = session

@@ -41,6 +41,7 @@ from studio.logic.message_format import MessageRow
 from studio.logic.prompt_layout import EmbedderHolder
 from studio.reads import RecallView, explain_recall, inspect_recall, last_messages
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
@@ -121,7 +122,7 @@ class RecallPlaygroundPane(QWidget):
     explained = Signal(object)  # Explanation on screen
     failed = Signal(str)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("recallPlayground")
         self.session = session

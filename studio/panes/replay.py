@@ -51,6 +51,7 @@ from studio.preferences import Preferences, preferences_for
 from studio.reads import SourceResolver, load_tree
 from studio.replay_jobs import ReplayThread, StepData, TraceMatch, find_trace
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fork_dialog import ForkDialog
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout
@@ -70,7 +71,7 @@ class ReplayPane(QWidget):
     open_thread = Signal(object)  # Selection picked in the pane's thread list
     forked = Signal(object)  # the new Thread
 
-    def __init__(self, session: Any, parent: QWidget | None = None, preferences: Preferences | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None, preferences: Preferences | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("replayPane")
         self.session = session

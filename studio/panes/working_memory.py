@@ -46,7 +46,7 @@ from studio.logic.wm_editing import (
 )
 from studio.reads import load_wm
 from studio.selection import Selection
-from studio.session import DatabaseFileLostError
+from studio.session import DatabaseFileLostError, StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
@@ -97,7 +97,7 @@ class WorkingMemoryPane(QWidget):
     config_saved = Signal(object)
     request_command = Signal(str)  # a main-window command this pane offers (File > Migrate Database…)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("workingMemory")
         self.session = session
@@ -114,10 +114,8 @@ class WorkingMemoryPane(QWidget):
         self._build()
         self._register_commands()
         session.changed.connect(self.reload)
-        if hasattr(session, "read_only_changed"):
-            session.read_only_changed.connect(lambda _ro: self._on_read_only_changed())
-        if hasattr(session, "file_lost"):
-            session.file_lost.connect(self._on_file_lost)
+        session.read_only_changed.connect(lambda _ro: self._on_read_only_changed())
+        session.file_lost.connect(self._on_file_lost)
         self._show_empty("Pick a resource or a thread to see its working memory.")
 
     # -- construction ----------------------------------------------------------------------------
@@ -530,13 +528,12 @@ class WorkingMemoryPane(QWidget):
         self._saving = True
         self.status.setText("Saving…")
         self._update_actions()
-        check_file = getattr(self.session, "check_file", None)
+        check_file = self.session.check_file
 
         def write() -> str | None:
             text = save_wm(store, snap.options, snap.target, value, expected=baseline, note=note,  # type: ignore[arg-type]
                            max_bytes=snap.max_bytes, versions_kept=snap.versions_kept)
-            if check_file is not None:
-                check_file()  # a file deleted or replaced under us took the write with it: not saved
+            check_file()  # a file deleted or replaced under us took the write with it: not saved
             return text
 
         self.session.run(write, on_result=alive_only(self, self._on_saved),
@@ -698,8 +695,8 @@ class WorkingMemoryPane(QWidget):
                          on_error=alive_only(self, self._on_error), key=self._key + "-save-as")
 
     def _read_only_reason(self) -> str:
-        if getattr(self.session, "lost", None):
-            return str(self.session.lost)
+        if self.session.lost:
+            return self.session.lost
         if self.session.read_only:
             return (f"Read-only: {self.session.display_path} was opened read-only, so nothing can be saved. "
                     "Use File > Allow Writes to edit.")

@@ -40,6 +40,7 @@ from studio.logic.replay_layout import (
     what_if_summary,
 )
 from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
+from studio.session import StudioSession
 from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
@@ -91,7 +92,7 @@ class WhatIfPanel(QWidget):
     rerun_requested = Signal(object)  # WhatIfDetail: re-run this what-if prompt
     checks_requested = Signal(object)  # the what-if's option overrides: which memory checks would break?
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("whatIfPanel")
         self.session = session
