@@ -36,6 +36,7 @@ from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
 from core.messages import new_id
 from studio import chat_runner
 from studio.chat_runner import ChatRequest, ModelOption, TurnOutcome
+from studio.commands import Command, CommandRegistry
 from studio.logic import chat_layout as lay
 from studio.logic.prompt_layout import EmbedderHolder
 from studio.reads import last_messages
@@ -116,6 +117,10 @@ class ChatPane(QWidget):
         self.model_combo = QComboBox()
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_combo.setMinimumContentsLength(26)
+        # Narrower than their contents when the window is (the pane is built when first shown, and a wide
+        # minimum would then squeeze the thread list beside it); at usual widths they keep their size.
+        self.agent_combo.setMinimumWidth(150)
+        self.model_combo.setMinimumWidth(190)
         self.model_combo.activated.connect(lambda _i: setattr(self, "_model_picked", True))
         self.prefs_btn = QPushButton("Preferences…")
         self.prefs_btn.setToolTip("Add an OpenAI-compatible model (OpenAI, Ollama, LM Studio, vLLM)")
@@ -190,17 +195,27 @@ class ChatPane(QWidget):
         self.thread_radio.toggled.connect(lambda _on: self._update_state())
         self.prefs_btn.clicked.connect(lambda: self._run_window_command("app.preferences"))
 
-    def _run_window_command(self, command_id: str) -> bool:
+    def _window_commands(self) -> CommandRegistry | None:
+        """The main window's commands (None: the pane is shown on its own, as in tests)."""
         commands = getattr(self.window(), "commands", None)
-        try:
-            commands.run(command_id)  # type: ignore[union-attr]
-        except (AttributeError, KeyError):
+        return commands if isinstance(commands, CommandRegistry) else None
+
+    def _run_window_command(self, command_id: str) -> bool:
+        if not self._has_window_command(command_id):
             return False
+        commands = self._window_commands()
+        assert commands is not None
+        commands.run(command_id)
         return True
 
     def _has_window_command(self, command_id: str) -> bool:
-        commands = getattr(self.window(), "commands", None)
-        return commands is not None and any(c.id == command_id for c in commands.commands())
+        """One of the window's own commands (File > Allow Writes…, Preferences…): asking never builds a
+        pane, as listing every command (the palette's pane commands) would."""
+        commands = self._window_commands()
+        try:
+            return commands is not None and commands.command(command_id) is not None
+        except KeyError:
+            return False
 
     # -- models and agents -----------------------------------------------------------------------
     def refresh_models(self) -> None:
@@ -280,6 +295,9 @@ class ChatPane(QWidget):
             self.memory_label.setText(f"Memory: this agent's registered options cannot be read ({exc}).")
 
     # -- selection -------------------------------------------------------------------------------
+    def palette_commands(self) -> list[Command]:
+        return []  # no commands of its own (its buttons act on what it shows)
+
     def set_selection(self, selection: Selection) -> None:
         previous = self.selection
         self.selection = selection

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.observational import ThreadHints
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.logic.observations_layout import (
     GenerationRow,
     TokenBar,
@@ -181,7 +181,7 @@ class ObservationsPane(QWidget):
         self.refresh_btn.setDefaultAction(action)
         self.commands.refresh_enabled()
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         return self.commands.commands()
 
 

@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 
 from core import MemoryOptions
 from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.logic.prompt_layout import (
     EmbedderHolder,
     FragmentRow,
@@ -300,7 +300,7 @@ class PromptInspectorPane(QWidget):
         self.commands.refresh_enabled()
 
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         """For the main window's registry: ``registry.add_provider(pane.palette_commands)``."""
         return self.commands.commands()
 

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from core.agent_configs import agent_for_thread
 from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
+from studio.commands import Command
 from studio.logic import recall_layout as lay
 from studio.logic.message_format import MessageRow
 from studio.logic.prompt_layout import EmbedderHolder
@@ -303,6 +304,9 @@ class RecallPlaygroundPane(QWidget):
         self.schedule()
 
     # -- selection -------------------------------------------------------------------------------
+    def palette_commands(self) -> list[Command]:
+        return []  # no commands of its own (its buttons act on what it shows)
+
     def set_selection(self, selection: Selection) -> None:
         previous = self.selection
         self.selection = selection

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.dialogs import Problem
 from studio.logic.replay_layout import (
     call_labels,
@@ -207,7 +207,7 @@ class ReplayPane(QWidget):
                 button.setDefaultAction(action)
         self.commands.refresh_enabled()
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         return self.commands.commands()
 
     # -- selection -------------------------------------------------------------------------------

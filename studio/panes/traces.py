@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.traces.spans import ModelUsage, ReadResult, SpanRecord, TraceFilters, TraceSummary
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.logic.traces_layout import (
     ERROR_COLOR,
     SPAN_COLORS,
@@ -298,8 +298,13 @@ class TracesPane(QWidget):
     def all_threads_action(self) -> QAction:
         return self.commands.action("traces.all_threads")
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         return self.commands.commands()
+
+    @property
+    def loading(self) -> bool:
+        """A page of traces is being read (``traces_loaded`` fires when it is shown)."""
+        return self._loading
 
 
     # -- visibility-driven polling -----------------------------------------------------------------

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from core import ConcurrentUpdateError
 from core.agent_configs import AgentConfig, save_override
 from core.tokens import default_tokenizer
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.wm_editing import (
     DraftCheck,
@@ -301,7 +301,7 @@ class WorkingMemoryPane(QWidget):
         self._update_actions()
 
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         """For the main window's registry: ``registry.add_provider(pane.palette_commands)``."""
         return self.commands.commands()
 
