@@ -74,7 +74,7 @@ class ChatPane(QWidget):
         self.setObjectName("chatPane")
         self.session = session
         self.embedders = EMBEDDERS
-        self.models_provider = lambda: chat_runner.configured_models(self)
+        self.models_provider: Callable[[], list[ModelOption]] = lambda: chat_runner.configured_models(self)
         self.default_model_provider: Callable[[], str] = lambda: chat_runner.default_model_name(self)
         self._model_picked = False  # the user chose a model here: keep it; else follow Preferences' default
         host_prefs = getattr(parent.window() if parent is not None else None, "preferences", None)
@@ -190,10 +190,13 @@ class ChatPane(QWidget):
         self.send_btn.clicked.connect(self.send)
         self.stop_btn.clicked.connect(self.stop)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
-            QShortcut(QKeySequence(keys), self.input, activated=self.send)
+            QShortcut(QKeySequence(keys), self.input).activated.connect(self.send)
         self.agent_combo.currentIndexChanged.connect(self._agent_chosen)
         self.thread_radio.toggled.connect(lambda _on: self._update_state())
         self.prefs_btn.clicked.connect(lambda: self._run_window_command("app.preferences"))
+
+    def _allow_writes(self) -> None:
+        self._run_window_command("file.allow_writes")
 
     def _window_commands(self) -> CommandRegistry | None:
         """The main window's commands (None: the pane is shown on its own, as in tests)."""
@@ -331,8 +334,8 @@ class ChatPane(QWidget):
             self.subtitle.setText(f"a new thread for resource {self.resource_edit.text().strip() or '?'}")
         read_only = bool(self.session.read_only)
         if read_only:
-            actions = ([("Allow Writes…", lambda: self._run_window_command("file.allow_writes"))]
-                       if self._has_window_command("file.allow_writes") else [])
+            actions: list[tuple[str, Callable[[], None]]] = (
+                [("Allow Writes…", self._allow_writes)] if self._has_window_command("file.allow_writes") else [])
             self.banner.show_message(
                 "This database is open read-only, and a chat turn saves messages. Choose File > Allow Writes… "
                 "to chat here (browsing stays read-only either way).", "warning", actions)

@@ -207,13 +207,9 @@ class WorkingMemoryPane(QWidget):
         self.side.addWidget(js_side)
 
         split = QSplitter(Qt.Orientation.Horizontal)
-        editor_box = self._titled("Editor", self.editor, self.problem_label, self.warning_label)
-        title_row = QHBoxLayout()  # the editor's size sits on its title line
-        title = editor_box.layout().takeAt(0).widget()
-        title_row.addWidget(title)
-        title_row.addStretch(1)
-        title_row.addWidget(self.size_label)
-        editor_box.layout().insertLayout(0, title_row)  # type: ignore[attr-defined]
+        # the editor's size sits on its title line
+        editor_box = self._titled("Editor", self.editor, self.problem_label, self.warning_label,
+                                  beside_title=self.size_label)
         split.addWidget(editor_box)
         split.addWidget(self.side)
         split.setSizes([520, 640])
@@ -232,12 +228,19 @@ class WorkingMemoryPane(QWidget):
         self.conflict_view.keep_editing.connect(self.keep_editing)
         return tab
 
-    def _titled(self, title: str, widget: QWidget, *below: QWidget) -> QWidget:
+    def _titled(self, title: str, widget: QWidget, *below: QWidget, beside_title: QWidget | None = None) -> QWidget:
         box = QWidget()
         bl = QVBoxLayout(box)
         bl.setContentsMargins(0, 0, 0, 0)
         bl.setSpacing(3)
-        bl.addWidget(_bold(title))
+        if beside_title is None:
+            bl.addWidget(_bold(title))
+        else:
+            title_row = QHBoxLayout()
+            title_row.addWidget(_bold(title))
+            title_row.addStretch(1)
+            title_row.addWidget(beside_title)
+            bl.addLayout(title_row)
         bl.addWidget(widget, 1)
         for w in below:
             bl.addWidget(w)

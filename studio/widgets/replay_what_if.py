@@ -203,7 +203,11 @@ class WhatIfPanel(QWidget):
         self.cancel_btn.clicked.connect(self.cancel)
         self.table.doubleClicked.connect(lambda index: self.open_row(index.row()))
         self.table.activated.connect(lambda index: self.open_row(index.row()))
-        self.rerun_btn.clicked.connect(lambda: self.detail is not None and self.rerun_requested.emit(self.detail))
+        self.rerun_btn.clicked.connect(self._rerun_requested)
+
+    def _rerun_requested(self) -> None:
+        if self.detail is not None:
+            self.rerun_requested.emit(self.detail)
 
     # -- options ---------------------------------------------------------------------------------
     def options(self) -> WhatIfOptions:
