@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar, cast, runtime_checkable
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QApplication,
@@ -49,7 +49,7 @@ from studio.theme import apply_theme, current_theme
 from studio.memory_edits import MemoryEditActions
 from studio.transfer import TransferActions
 from studio.widgets.banner import Banner
-from studio.workers import WorkerPool
+from studio.workers import WorkerPool, traceback_text
 
 if TYPE_CHECKING:
     from studio.logic.checks_layout import PinTarget
@@ -64,8 +64,17 @@ if TYPE_CHECKING:
 
 APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
+TAB_FRAME = 8  # px the tab widget adds around a page (at most; 4 with document mode)
 
 Seeder = Callable[..., Any]
+
+
+@runtime_checkable
+class SeedReport(Protocol):
+    """What a seeder may return (``core.demo.DemoReport``): the status bar shows its summary."""
+
+    def summary(self) -> str: ...
+
 T = TypeVar("T", bound=Pane)
 
 
@@ -542,6 +551,13 @@ class MainWindow(QMainWindow):
         pane = page.spec.build(session, self, self)
         assert isinstance(pane, QWidget)  # every pane is a widget
         pane.setObjectName(pane.objectName() or f"{page.spec.name}Pane")
+        room = self.tabs.width() - TAB_FRAME
+        if self.tabs.isVisible() and room > 0:
+            # Built after the window was laid out, a pane (and what it loads next) must not widen the tab
+            # area: the splitter would take the room from the thread list. Its minimum is fixed now, at
+            # most the room there is; in a window too narrow for it, it is compressed instead.
+            hint = pane.minimumSizeHint()
+            pane.setMinimumSize(min(hint.width(), room), hint.height())
         page.hold(pane, pane)
         if not self.selection.empty:
             pane.set_selection(self.selection)  # chosen before the pane existed
@@ -599,7 +615,7 @@ class MainWindow(QMainWindow):
         session.run(lambda: queries.message_location(store, message_id), key="show-message",
                     on_result=lambda loc: self._show_located(session, message_id, loc))
 
-    def _show_located(self, session: StudioSession, message_id: str, loc: Any) -> None:
+    def _show_located(self, session: StudioSession, message_id: str, loc: queries.MessageLocation | None) -> None:
         if session is not self.session:
             return
         if loc is None:
@@ -638,7 +654,7 @@ class MainWindow(QMainWindow):
             self.resources.set_selection(selection)
 
     # -- replay, traces and Back -----------------------------------------------------------------
-    def _message_menu(self, pos: Any) -> None:
+    def _message_menu(self, pos: QPoint) -> None:
         view = self.messages_pane.view
         index = view.indexAt(pos)
         if index.isValid() and index != view.currentIndex():
@@ -696,10 +712,9 @@ class MainWindow(QMainWindow):
 
     def _update_back(self) -> None:
         target = self.history[-1][0].title if self.history else None
-        action = self.commands.action("view.back") if hasattr(self, "commands") else None
-        if action is not None:
-            action.setIconText(f"◀ Back to {target}" if target else "Back")
-            action.setEnabled(bool(self.history))
+        action = self.commands.action("view.back")
+        action.setIconText(f"◀ Back to {target}" if target else "Back")
+        action.setEnabled(bool(self.history))
         self.back_btn.setVisible(bool(self.history))
 
     # -- demo data -------------------------------------------------------------------------------
@@ -722,7 +737,7 @@ class MainWindow(QMainWindow):
         def finished(report: Any) -> None:
             self.seeding = False
             self.busy_bar.setRange(0, 0)
-            summary = report.summary() if hasattr(report, "summary") else "demo data created"
+            summary = report.summary() if isinstance(report, SeedReport) else "demo data created"
             self.show_status(f"Created {summary}")
             if self.session is session:
                 session.notify_local_write()
@@ -735,7 +750,7 @@ class MainWindow(QMainWindow):
             self._set_busy("pool", self.pool.running)
             self.presenter.error(self, Problem("Demo data could not be created", f"{type(exc).__name__}: {exc}",
                                                "The database stays usable; you can add data with your own agent.",
-                                               getattr(exc, "__traceback_text__", "")))
+                                               traceback_text(exc)))
             self.seeding_finished.emit(exc)
 
         self.pool.submit(lambda report: self.seeder(store, report), on_result=finished, on_error=failed,
@@ -837,9 +852,12 @@ class MainWindow(QMainWindow):
             return
         dialog = PreferencesDialog(self.preferences, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.finished.connect(lambda _r: setattr(self, "preferences_dialog", None))
+        dialog.finished.connect(self._preferences_closed)
         self.preferences_dialog = dialog
         dialog.open()
+
+    def _preferences_closed(self, _result: int) -> None:
+        self.preferences_dialog = None
 
     def focus_filter(self) -> None:
         if self.resources is not None:

@@ -117,10 +117,6 @@ class ChatPane(QWidget):
         self.model_combo = QComboBox()
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_combo.setMinimumContentsLength(26)
-        # Narrower than their contents when the window is (the pane is built when first shown, and a wide
-        # minimum would then squeeze the thread list beside it); at usual widths they keep their size.
-        self.agent_combo.setMinimumWidth(150)
-        self.model_combo.setMinimumWidth(190)
         self.model_combo.activated.connect(lambda _i: setattr(self, "_model_picked", True))
         self.prefs_btn = QPushButton("Preferences…")
         self.prefs_btn.setToolTip("Add an OpenAI-compatible model (OpenAI, Ollama, LM Studio, vLLM)")
