@@ -192,6 +192,7 @@ class PanePage(QWidget):
         self._layout.setSpacing(0)
 
     def hold(self, pane: Pane, widget: QWidget) -> None:
+        """Hold ``pane`` (``widget``: the same object, seen as the widget it is)."""
         self.pane = pane
         self._layout.addWidget(widget)
         widget.show()  # now, not on the next turn of the event loop (what addWidget alone would do)
@@ -551,6 +552,7 @@ class MainWindow(QMainWindow):
         pane = page.spec.build(session, self, self)
         assert isinstance(pane, QWidget)  # every pane is a widget
         pane.setObjectName(pane.objectName() or f"{page.spec.name}Pane")
+        page.hold(pane, pane)  # shown (so polished) now; laid out on the next turn of the event loop
         room = self.tabs.width() - TAB_FRAME
         if self.tabs.isVisible() and room > 0:
             # Built after the window was laid out, a pane (and what it loads next) must not widen the tab
@@ -558,7 +560,6 @@ class MainWindow(QMainWindow):
             # most the room there is; in a window too narrow for it, it is compressed instead.
             hint = pane.minimumSizeHint()
             pane.setMinimumSize(min(hint.width(), room), hint.height())
-        page.hold(pane, pane)
         if not self.selection.empty:
             pane.set_selection(self.selection)  # chosen before the pane existed
 
