@@ -74,11 +74,14 @@ class Fusion:
 # Per embedding model family (the model id before '@'), tuned on LoCoMo's public split only.
 # e5's cosines separate related from unrelated messages better than USE's (vector-only recall@10 .62
 # against .49), so its vectors earn a larger share, and a deeper list lets the re-rank reach the
-# messages one list ranks low. Hybrid recall@10 with e5 (``bench/recall_locomo.py --model e5``):
-# a=.85 depth 50 (USE's settings) .781, worst conversation .749; a=.75 .790/.763, .7 .789/.765,
-# .65 .789/.758, .6 .784, .5 .777 (depth 50); a=.7 depth 100 .788-.791/.753-.765, a=.65 depth 30 .778.
+# messages one list ranks low. Hybrid recall@10 / worst conversation with e5
+# (``bench/recall_locomo.py --model e5``): USE's settings (a=.85, depth 50) .781 / .749; depth 50:
+# a=.75 .790 / .763, .7 .789 / .765, .65 .789 / .758, .6 .784, .5 .777; depth 100: a=.7 .788 / .753,
+# .65 .794 / .765, .6 .793 / .768, .55 .785; a=.65 at depth 30 / 80 / 150: .778 / .795 / .795 (a plateau
+# from .6 to .7 at depths 80-150). Next-message share .1-.4, speaker boost .2-.6 and date boost .2-.5
+# moved it by less than .01 either way, so those stay as tuned for USE.
 MODEL_FUSION: dict[str, Fusion] = {
-    "multilingual-e5-small-q4": Fusion(keyword_share=0.7, candidates=100),
+    "multilingual-e5-small-q4": Fusion(keyword_share=0.65, candidates=80),
 }
 
 
