@@ -49,21 +49,24 @@ class HashingEmbedder:
         if not texts:
             return empty(self.dim)
         # One bincount for the whole batch (row * dim + bucket): a per-text bincount cost more than hashing.
+        # Each word's (buckets, weights) is cached; the batch's parts are joined once, and each part's
+        # row offset comes from one ``repeat`` (a per-text concatenate cost as much as the rest).
         index_parts: list[np.ndarray] = []
         weight_parts: list[np.ndarray] = []
-        for row, text in enumerate(texts):
+        sizes: list[int] = []  # features per text
+        for text in texts:
             words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-            offset = row * self.dim
-            if not words:
-                index, sign = _bucket(_EMPTY_FEATURE, self.dim)
-                index_parts.append(np.array([offset + index], dtype=np.intp))
-                weight_parts.append(np.array([sign], dtype=np.float64))
-                continue
-            parts = [_word_vector(word, self.dim) for word in words]
-            index_parts.append(np.concatenate([p[0] for p in parts]) + offset)
-            weight_parts.extend(p[1] for p in parts)
+            size = 0
+            for word in words or (None,):
+                buckets, weights = _word_vector(word, self.dim) if word is not None else _empty_vector(self.dim)
+                index_parts.append(buckets)
+                weight_parts.append(weights)
+                size += len(buckets)
+            sizes.append(size)
+        offsets = np.repeat(np.arange(len(texts), dtype=np.intp) * self.dim, sizes)
         # Every weight is a multiple of 0.5, so the sums are exact in any order (and in float32).
-        sums = np.bincount(np.concatenate(index_parts), np.concatenate(weight_parts), minlength=len(texts) * self.dim)
+        sums = np.bincount(np.concatenate(index_parts) + offsets, np.concatenate(weight_parts),
+                           minlength=len(texts) * self.dim)
         out = sums.reshape(len(texts), self.dim).astype(np.float32)
         return l2_normalise(out)
 
@@ -87,6 +90,13 @@ def _word_vector(word: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
     pairs = [(_bucket(f, dim), w) for f, w in _word_features(word)]
     return (np.array([b[0] for b, _ in pairs], dtype=np.intp),
             np.array([b[1] * w for b, w in pairs], dtype=np.float64))
+
+
+@lru_cache(maxsize=64)
+def _empty_vector(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bucket, signed weight) of the empty text's one feature."""
+    index, sign = _bucket(_EMPTY_FEATURE, dim)
+    return np.array([index], dtype=np.intp), np.array([sign], dtype=np.float64)
 
 
 def _word_features(word: str) -> Iterator[tuple[str, float]]:
