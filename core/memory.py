@@ -315,11 +315,12 @@ class Memory:
 
     def _build_recall_index(self) -> "RecallIndex":
         if self.embedder is None:
-            # The local multilingual model is the default. If it is not installed, this raises now,
-            # at construction, with the command that installs it.
-            from core.embedding import shared_default_embedder
+            # A local model: the one this database's vectors come from (a database keeps its model until
+            # `memory-studio reindex --model` replaces it), else the configured default. If it is not
+            # installed, this raises now, at construction, saying how to install it.
+            from core.recall.models import store_embedder
 
-            self.embedder = shared_default_embedder()
+            self.embedder = store_embedder(self.store)
         from core.recall import RecallIndex
 
         index = RecallIndex.for_store(self.store, self.embedder)

@@ -19,6 +19,7 @@ from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, config_ver
 from core.messages import Message
 from core.recall import RecallIndex
 from core.recall.explain import Explanation, Inspection, explain_message, inspect_search
+from core.recall.models import stored_models
 from core.observational import OMRecord, ThreadHints, load_history, thread_hints
 from core.storage import schema as tables
 from core.storage.memory_store import MessageQuery, ResourceSummary, ThreadSummary
@@ -143,11 +144,13 @@ class RecallView:
     request: RecallRequest
     inspection: Inspection
     problem: str | None = None
+    # vectors per embedding model in the whole database (None: written without a model id, by Mastra)
+    indexed_by: dict[str | None, int] = field(default_factory=dict)
 
 
 def recall_index(store: Store, embedders: EmbedderHolder) -> RecallIndex:
     """The store's recall index for the playground's embedder (built once per store and model)."""
-    return RecallIndex.for_store(store, embedders.get())
+    return RecallIndex.for_store(store, embedders.get(store))
 
 
 def inspect_recall(store: Store, embedders: EmbedderHolder, req: RecallRequest) -> RecallView:
@@ -157,7 +160,7 @@ def inspect_recall(store: Store, embedders: EmbedderHolder, req: RecallRequest) 
                          threshold=req.threshold, before=req.before, after=req.after)
     problem = index_problem(migrated=index.migrated, has_vectors=index.info is not None, model_id=index.model_id,
                             location=store.location.display)
-    return RecallView(req, ins, problem)
+    return RecallView(req, ins, problem, dict(stored_models(store)))
 
 
 def explain_recall(store: Store, embedders: EmbedderHolder, ins: Inspection, message_id: str) -> Explanation:
@@ -195,7 +198,7 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
                      embedders: EmbedderHolder) -> Preview:
     """Build the Memory the agent would run with and ask it for the prompt (reads only: a preview)."""
     notes: list[str] = []
-    embedder = embedders.get() if req.options.recall else None
+    embedder = embedders.get(store) if req.options.recall else None
     memory = memory_factory(memory_options_for(req), req.memory_name, embedder)
     overrides = req.options.to_overrides()
     turn = None

@@ -39,10 +39,16 @@ if TYPE_CHECKING:
         ProvisionError,
         models_dir,
     )
+    from core.embedding.e5_nano import E5NanoEmbedder
+    from core.embedding.models import LocalModel, local_model, local_model_of
     from core.embedding.use_onnx import UseOnnxEmbedder
 
 _LAZY = {
     "UseOnnxEmbedder": "core.embedding.use_onnx",
+    "E5NanoEmbedder": "core.embedding.e5_nano",
+    "LocalModel": "core.embedding.models",
+    "local_model": "core.embedding.models",
+    "local_model_of": "core.embedding.models",
     "OpenAIEmbedder": "core.embedding.openai_embedder",
     "INSTALL_COMMAND": "core.embedding.provision",
     "USE_M3_Q": "core.embedding.provision",
@@ -58,10 +64,12 @@ __all__ = [
     "USE_M3_Q",
     "CacheStats",
     "CachedEmbedder",
+    "E5NanoEmbedder",
     "Embedder",
     "EmbedderError",
     "EmbeddingServiceError",
     "HashingEmbedder",
+    "LocalModel",
     "Kind",
     "ModelChecksumError",
     "ModelNotInstalledError",
@@ -74,35 +82,47 @@ __all__ = [
     "default_embedder",
     "shared_default_embedder",
     "l2_normalise",
+    "local_model",
+    "local_model_of",
     "models_dir",
 ]
 
 
-def default_embedder(*, cache_entries: int = 10_000) -> CachedEmbedder:
-    """The local USE model behind a cache, checked now so a missing model fails at construction.
+def default_embedder(model: str | None = None, *, cache_entries: int = 10_000) -> CachedEmbedder:
+    """A local model behind a cache, checked now so a missing model fails at construction.
 
-    Raises ``ModelNotInstalledError`` whose message names the install command. There is deliberately
-    no silent fallback to ``HashingEmbedder``: a caller that wants one must choose it explicitly.
+    ``model`` is a local model's name (``use``, ``e5``; ``core.embedding.models``); None means the
+    configured one (``$MEMORY_STUDIO_EMBEDDER``, else ``use``). Raises ``ModelNotInstalledError``
+    whose message says how to install it. There is deliberately no silent fallback to
+    ``HashingEmbedder``: a caller that wants one must choose it explicitly.
     """
-    from core.embedding.use_onnx import UseOnnxEmbedder
+    from core.embedding.models import configured_model, local_model
 
-    inner = UseOnnxEmbedder()
-    inner.check()
+    chosen = configured_model() if model is None else local_model(model)
+    inner = chosen.factory()
+    check = getattr(inner, "check", None)
+    if callable(check):
+        check()
     return CachedEmbedder(inner, max_entries=cache_entries)
 
 
-_shared: CachedEmbedder | None = None
+_shared: dict[str, CachedEmbedder] | None = None
 _shared_lock = threading.Lock()
 
 
-def shared_default_embedder() -> CachedEmbedder:
-    """One default embedder per process (the ONNX session and its cache are shared by every Memory
-    that did not bring its own embedder)."""
+def shared_default_embedder(model: str | None = None) -> CachedEmbedder:
+    """One embedder per local model and process (its session and its cache are shared by every Memory
+    that did not bring its own embedder). ``model`` as for ``default_embedder``."""
+    from core.embedding.models import configured_model, local_model
+
     global _shared
+    name = (configured_model() if model is None else local_model(model)).name
     with _shared_lock:
         if _shared is None:
-            _shared = default_embedder()
-        return _shared
+            _shared = {}
+        if name not in _shared:
+            _shared[name] = default_embedder(name)
+        return _shared[name]
 
 
 def __getattr__(name: str) -> Any:

@@ -28,7 +28,7 @@ from core.recall.passages import INDEXED_ROLES
 from core.recall.schema import DOCS_TABLE
 from core.recall.search import run
 from core.recall.text import recall_text
-from core.recall.types import CANDIDATES
+from core.recall.hybrid import fusion_for
 from core.storage.memory_store import Include
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -451,7 +451,7 @@ def _keyword_placement(index: "RecallIndex", ins: Inspection, message_id: str, h
 def _hybrid_placement(ins: Inspection, message_id: str, cand: Candidate | None) -> Placement:
     ranked = len(ins.lists["hybrid"])
     if cand is None:
-        depth = max(ins.top_k, CANDIDATES)
+        depth = max(ins.top_k, fusion_for(ins.model_id).candidates)
         return Placement("hybrid", "not-a-candidate",
                          f"Hybrid fuses the best {depth} of each list; it is in neither, so it was never a "
                          "candidate.", None, ranked)
@@ -463,7 +463,7 @@ def _cut_reason(ins: Inspection, cand: Candidate | None, rank: int, score: float
                 threshold_applies: bool = True) -> tuple[str, str]:
     shown = f"{score:.3f}" if score is not None else "?"
     if cand is None:  # ranked in the scope, but below the candidates a search looks at
-        depth = max(ins.top_k, CANDIDATES)
+        depth = max(ins.top_k, fusion_for(ins.model_id).candidates)
         return "outside-top-k", f"Rank {rank} ({what} {shown}): below the {depth} candidates a search keeps."
     if cand.status == "hit":
         return "hit", f"Rank {rank} ({what} {shown}): a hit."

@@ -47,6 +47,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import AbstractSet, Mapping, Sequence
 
+from core.recall.types import CANDIDATES
+
 # Share of the keyword score in ``combine``; tuned on LoCoMo's public split only (a plateau, see above).
 KEYWORD_SHARE = 0.85
 
@@ -57,6 +59,34 @@ DATE_BOOST = 0.3
 # ``rerank``: boost of a candidate whose text starts with the label of a speaker the query names
 # ("Caroline: ..." for "What did Caroline research?"; ``text.speaker_label``). See the module docstring.
 SPEAKER_BOOST = 0.4
+
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """The fusion settings of one embedding model: its keyword share in ``combine`` and how many
+    candidates each list feeds the fusion (``candidates``)."""
+
+    keyword_share: float = KEYWORD_SHARE
+    candidates: int = CANDIDATES
+
+
+# Per embedding model family (the model id before '@'), tuned on LoCoMo's public split only.
+# e5's cosines separate related from unrelated messages better than USE's (vector-only recall@10 .62
+# against .49), so its vectors earn a larger share, and a deeper list lets the re-rank reach the
+# messages one list ranks low. Hybrid recall@10 with e5 (``bench/recall_locomo.py --model e5``):
+# a=.85 depth 50 (USE's settings) .781, worst conversation .749; a=.75 .790/.763, .7 .789/.765,
+# .65 .789/.758, .6 .784, .5 .777 (depth 50); a=.7 depth 100 .788-.791/.753-.765, a=.65 depth 30 .778.
+MODEL_FUSION: dict[str, Fusion] = {
+    "multilingual-e5-small-q4": Fusion(keyword_share=0.7, candidates=100),
+}
+
+
+def fusion_for(model_id: str | None) -> Fusion:
+    """The fusion settings for vectors of ``model_id`` (USE's, the defaults, for any other model)."""
+    family = (model_id or "").split("@", 1)[0]
+    return MODEL_FUSION.get(family, Fusion())
+
 
 # Reciprocal rank fusion settings (``fuse``): k=5 with keyword weight 1.5 was RRF's best on the split.
 RRF_K = 5.0

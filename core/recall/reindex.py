@@ -40,6 +40,8 @@ class ReindexReport:
     already_indexed: int = 0  # with a current vector when the run started
     changed: int = 0  # of ``total``: had a vector from this model, embedded from content since changed
     model_id: str = ""
+    # ``replace=True``: vectors of other models dropped after a complete run, by model id
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 def reindex(
@@ -48,7 +50,16 @@ def reindex(
     resource_id: str | None = None,
     progress: Progress | None = None,
     batch_size: int = 64,
+    replace: bool = False,
 ) -> ReindexReport:
+    """Embed what has no current vector from ``embedder``'s model.
+
+    ``replace``: the model replaces the database's other models (``memory-studio reindex --model``):
+    once every message has a vector from it (no failure, the whole database rather than one resource),
+    the other models' vectors are dropped (``core.recall.models.drop_other_models``).
+    """
+    if replace and resource_id is not None:
+        raise ValueError("replace=True re-embeds the whole database; it cannot be limited to one resource")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     index = RecallIndex.for_store(store, embedder)
@@ -75,6 +86,10 @@ def reindex(
         done += len(ids)
         if progress is not None:
             progress(done, len(todo))
+    if replace and not report.failed:
+        from core.recall.models import drop_other_models
+
+        report.dropped = dict(drop_other_models(store, index.model_id))
     return report
 
 

@@ -26,7 +26,7 @@ from core.recall import hybrid
 from core.recall.backends import KeywordBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.text import LABEL_CHARS, SpeakerMatcher, query_dates, speaker_label
-from core.recall.types import CANDIDATES, MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
+from core.recall.types import MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
 from core.recall.schema import text_of_raw
 from core.storage import dialect
 from core.timeutil import parse_iso, to_iso
@@ -105,7 +105,8 @@ def run(
         log.log(logging.WARNING if failure else logging.INFO, "recall search over %s degraded: %s", scope, reason)
 
     until_iso = to_iso(until) if until is not None else None
-    depth = max(top_k, CANDIDATES) if mode == "hybrid" else top_k
+    fusion = hybrid.fusion_for(index.model_id)  # per embedding model (its cosines' scale differs)
+    depth = max(top_k, fusion.candidates) if mode == "hybrid" else top_k
 
     # One read connection (one snapshot) for every step below.
     with index.store.db.read() as conn:
@@ -145,18 +146,19 @@ def run(
                 out.vector = [r for r in ranked if r.message_id not in out.gone]
                 out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
         if mode == "hybrid":
-            _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade)
+            _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share)
     return out
 
 
 def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,
-          until: datetime | None, every_candidate: bool, degrade: Callable[[str], None]) -> None:
+          until: datetime | None, every_candidate: bool, degrade: Callable[[str], None],
+          keyword_share: float = hybrid.KEYWORD_SHARE) -> None:
     """Hybrid: fuse the two lists (``combine``), then re-rank by next message and named period."""
     qvec = out.qvec
     if out.vset is not None and qvec is not None:
         seen = {r.message_id for r in out.vector}
         out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in seen])
-    out.fused = hybrid.combine(out.vector, out.keyword, out.cosines)
+    out.fused = hybrid.combine(out.vector, out.keyword, out.cosines, keyword_share=keyword_share)
     # A past turn's "last week" counts from that turn's day.
     spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
     out.date_spans = len(spans)

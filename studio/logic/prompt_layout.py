@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal, Mapping
 
 from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
+from core.storage import Store
 from studio.logic.dates import format_datetime
 
 # Stable colours per source so the bar, the table and the legend agree (colour-blind-safe-ish hues).
@@ -167,22 +168,29 @@ MemoryFactory = Callable[[MemoryOptions, str, Any], Memory]
 
 
 class EmbedderHolder:
-    """Loads the embedding model once, on first need, on whichever worker asks (thread-safe)."""
+    """Loads the embedding model once, on first need, on whichever worker asks (thread-safe).
+
+    Without a loader, the model is the one the database's vectors come from (else the configured
+    default; ``core.recall.models.store_model_name``), one per model and process, so the Studio searches
+    a database indexed with e5 with e5 and one indexed with USE with USE."""
 
     def __init__(self, loader: Callable[[], Any] | None = None) -> None:
         self._loader = loader
         self._value: Any = None
         self._lock = threading.Lock()
 
-    def get(self) -> Any:
+    def get(self, store: Store | None = None) -> Any:
+        if self._loader is None:
+            from core.embedding import shared_default_embedder
+
+            if store is None:
+                return shared_default_embedder()
+            from core.recall.models import store_model_name
+
+            return shared_default_embedder(store_model_name(store))
         with self._lock:
             if self._value is None:
-                if self._loader is None:
-                    from core.embedding import default_embedder
-
-                    self._value = default_embedder()
-                else:
-                    self._value = self._loader()
+                self._value = self._loader()
             return self._value
 
 

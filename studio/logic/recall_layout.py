@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
 from studio.selection import Selection
@@ -223,6 +223,27 @@ def explanation_html(e: Explanation, ins: Inspection) -> str:
         out.extend(f"<li><b>{esc(mark)}</b> {esc(text)}</li>" for mark, text in window)
         out.append("</ul>")
     return "".join(out)
+
+
+def indexed_by_text(counts: Mapping[str | None, int], searched_with: str) -> str:
+    """Which model indexed what: "index: 2,431 vectors from e5 (multilingual-e5-small-q4@1571fc98), searched;
+    120 from use (…), not searched: `memory-studio reindex --model NAME` replaces them"."""
+    from core.embedding import local_model_of
+
+    parts = []
+    for model_id, n in sorted(counts.items(), key=lambda kv: (kv[0] != searched_with, -kv[1], kv[0] or "")):
+        if n <= 0:
+            continue
+        local = local_model_of(model_id)
+        name = "an unknown model (written by Mastra)" if model_id is None else (
+            f"{local.name} ({model_id})" if local is not None else model_id)
+        state = "searched" if model_id in (searched_with, None) else "not searched"
+        parts.append(f"{n:,} vectors from {name}, {state}")
+    if not parts:
+        return "index: no vectors yet"
+    tail = ("; `memory-studio reindex --model NAME` re-embeds with one model and drops the others"
+            if any(m not in (searched_with, None) for m, n in counts.items() if n > 0) else "")
+    return "index: " + "; ".join(parts) + tail
 
 
 def search_summary(ins: Inspection) -> str:

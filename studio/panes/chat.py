@@ -48,13 +48,7 @@ PAINT_MS = 30  # deltas arriving faster than this are painted together
 DEFAULT_RESOURCE = "playground-user"
 
 
-def _shared_embedder() -> Any:
-    from core.embedding import shared_default_embedder
-
-    return shared_default_embedder()
-
-
-EMBEDDERS = EmbedderHolder(_shared_embedder)
+EMBEDDERS = EmbedderHolder()  # the database's local model, one per model and process
 
 
 class ChatPane(QWidget):
@@ -376,7 +370,7 @@ class ChatPane(QWidget):
         def job() -> TurnOutcome:
             model = choice.build()
             try:
-                return chat_runner.run_turn(store, req, model, embedder=embedders.get, on_delta=self._delta.emit,
+                return chat_runner.run_turn(store, req, model, embedder=lambda: embedders.get(store), on_delta=self._delta.emit,
                                             on_tools=self._tools.emit, stop=stop)
             finally:
                 close = getattr(model, "close", None)

@@ -52,13 +52,7 @@ SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "Fused": "0.000", "
            "Keyword": "00.00 #00", "Status": "below threshold"}
 
 
-def _shared_embedder() -> Any:
-    from core.embedding import shared_default_embedder
-
-    return shared_default_embedder()
-
-
-EMBEDDERS = EmbedderHolder(_shared_embedder)  # the process's one local model, loaded on the first search
+EMBEDDERS = EmbedderHolder()  # the database's local model, one per model and process, loaded on the first search
 
 
 def _agent_recall(store: Any, thread_id: str | None) -> lay.RecallStart:
@@ -445,7 +439,7 @@ class RecallPlaygroundPane(QWidget):
             self.banner.show_message("; ".join(notes), "info")
         else:
             self.banner.hide()
-        self.summary.setText(lay.search_summary(ins))
+        self.summary.setText(lay.search_summary(ins) + "\n" + lay.indexed_by_text(view.indexed_by, ins.model_id))
         self.status.setText("")
         self.searched.emit(view)
         if self.why_edit.text().strip():

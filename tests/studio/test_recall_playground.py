@@ -105,6 +105,22 @@ def test_three_lists_side_by_side_with_ranks_raw_and_fused_scores(qtbot, pane, s
     for name in ("vector", "keyword", "hybrid"):
         assert pane.captions[name].text().startswith(f"{len(ins.hits(name))} hit")
     assert "resource ada" in pane.summary.text()
+    # which model indexed what: every vector of the database, by model
+    model_id = HashingEmbedder(64).model_id
+    assert f"index: 7 vectors from {model_id}, searched" in pane.summary.text()
+
+
+def test_the_header_says_which_model_indexed_what(qtbot, pane, session):
+    """Vectors of another model are counted and named as not searched, with the command that switches."""
+    other = HashingEmbedder(32)
+    msgs = session.store.memory.get_messages(["t-food-0", "t-food-1"])
+    assert RecallIndex.for_store(session.store, other).index_messages(msgs).ok
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts")
+    text = pane.summary.text()
+    assert f"7 vectors from {HashingEmbedder(64).model_id}, searched" in text
+    assert f"2 vectors from {other.model_id}, not searched" in text
+    assert "memory-studio reindex --model NAME" in text
 
 
 def test_a_threshold_never_leaves_a_silent_empty_list(qtbot, pane):

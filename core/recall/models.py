@@ -1,0 +1,119 @@
+"""Which embedding models a database's vectors come from, and replacing one model's vectors by another's.
+
+A database keeps the vectors of the model that indexed it: ``stored_model`` names it (the model with
+the most vectors), so a ``Memory`` without an explicit embedder keeps searching and indexing with that
+model whatever the default is (``core.memory``). ``memory-studio reindex --model NAME`` embeds every
+message with the named model and, when the run is complete, drops the other models' vectors
+(``drop_other_models``): from then on the database is the new model's.
+
+Vectors written by Mastra carry no model id; they are counted under None and never dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from core.recall.schema import quoted
+from core.recall.tables import IVF_ROWS, IVF_TABLE
+from core.storage.catalog import has_table, table_columns, table_names
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.embedding import CachedEmbedder
+    from core.storage import Store
+
+VECTOR_TABLE_PREFIX = "memory_messages"
+
+
+def _vector_tables(conn: sa.Connection) -> list[tuple[str, bool]]:
+    """(table, has a model_id column) of every vector table."""
+    out = []
+    for table in table_names(conn, VECTOR_TABLE_PREFIX):
+        cols = {c[0] for c in table_columns(conn, table)}
+        if "embedding" in cols and "vector_id" in cols:
+            out.append((table, "model_id" in cols))
+    return out
+
+
+def model_counts(conn: sa.Connection) -> Counter[str | None]:
+    """Vectors per model id over every vector table (None: written without a model id, e.g. by Mastra)."""
+    counts: Counter[str | None] = Counter()
+    for table, has_model in _vector_tables(conn):
+        if has_model:
+            for model_id, n in conn.exec_driver_sql(f"SELECT model_id, count(*) FROM {quoted(table)} GROUP BY model_id"):
+                counts[model_id] += int(n)
+        else:
+            counts[None] += int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted(table)}").scalar() or 0)
+    return counts
+
+
+def stored_models(store: "Store") -> Counter[str | None]:
+    with store.db.read() as conn:
+        return model_counts(conn)
+
+
+def stored_model(store: "Store") -> str | None:
+    """The model id the database's vectors come from (None: no vectors with a model id).
+
+    Cheap in the usual case of one model: the first row of each vector table. Only when two tables
+    hold vectors of different models (a ``reindex --model`` cut short) are the vectors counted, and
+    the model with the most wins, so an interrupted switch keeps the old model until it completes.
+    """
+    with store.db.read() as conn:
+        found: set[str] = set()
+        for table, has_model in _vector_tables(conn):
+            if has_model:
+                row = conn.exec_driver_sql(
+                    f"SELECT model_id FROM {quoted(table)} WHERE model_id IS NOT NULL LIMIT 1").first()
+                if row is not None:
+                    found.add(row[0])
+        if len(found) <= 1:
+            return next(iter(found), None)
+        counts = model_counts(conn)
+    return max((n, model_id) for model_id, n in counts.items() if model_id is not None)[1]
+
+
+def drop_other_models(store: "Store", keep: str) -> Counter[str]:
+    """Delete every vector whose model id is neither ``keep`` nor unknown; returns what was dropped, by model."""
+    dropped: Counter[str] = Counter()
+    with store.db.write() as conn:
+        for table, has_model in _vector_tables(conn):
+            if not has_model:
+                continue
+            for model_id, n in conn.exec_driver_sql(
+                f"SELECT model_id, count(*) FROM {quoted(table)} WHERE model_id IS NOT NULL AND model_id <> ? "
+                "GROUP BY model_id", (keep,),
+            ).all():
+                dropped[model_id] += int(n)
+            if dropped:
+                conn.exec_driver_sql(
+                    f"DELETE FROM {quoted(table)} WHERE model_id IS NOT NULL AND model_id <> ?", (keep,)
+                )
+        if dropped and has_table(conn, IVF_TABLE):  # libSQL: the dropped models' persisted partitions
+            for model_id in dropped:
+                ids = [r[0] for r in conn.exec_driver_sql(f"SELECT ivf_id FROM {IVF_TABLE} WHERE model_id = ?", (model_id,))]
+                for ivf_id in ids:
+                    conn.exec_driver_sql(f"DELETE FROM {IVF_ROWS} WHERE ivf_id = ?", (ivf_id,))
+                conn.exec_driver_sql(f"DELETE FROM {IVF_TABLE} WHERE model_id = ?", (model_id,))
+    return dropped
+
+
+def store_model_name(store: "Store") -> str:
+    """The local model (name) to embed with for this database: the one its vectors come from, else the
+    configured default (``$MEMORY_STUDIO_EMBEDDER``, else ``use``). Vectors of a model that is not
+    local (OpenAI, hashing) do not choose: the caller that made them passes its embedder itself."""
+    from core.embedding.models import configured_model, local_model_of
+
+    indexed_by = local_model_of(stored_model(store))
+    return indexed_by.name if indexed_by is not None else configured_model().name
+
+
+def store_embedder(store: "Store", *, shared: bool = True) -> "CachedEmbedder":
+    """The local embedder for this database (``store_model_name``): the process-wide one when ``shared``,
+    else a fresh one. Raises ``ModelNotInstalledError`` saying how to install it."""
+    from core.embedding import default_embedder, shared_default_embedder
+
+    name = store_model_name(store)
+    return shared_default_embedder(name) if shared else default_embedder(name)
