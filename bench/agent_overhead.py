@@ -83,6 +83,52 @@ OM_OBSERVER_SECONDS = 0.12  # what one observer call takes (a small remote model
 OM_ACTOR_SECONDS = 0.06  # what one reply of the agent's model takes
 
 
+def counts(turns: int) -> None:
+    """What a history + working-memory turn traced to DuckDB does, counted rather than timed (a loaded
+    machine changes the times, not these): SQL statements and write transactions per turn, Python
+    function calls per turn (cProfile), and how many times the span writer wrote to the trace file."""
+    import cProfile
+    import pstats
+
+    import sqlalchemy as sa
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(Path(tmp) / "bench.db")
+        memory = Memory(store, MemoryOptions(last_messages=10, working_memory={"enabled": True}))
+        agent = Agent("bench", instructions="You are a benchmark.", model=ScriptedModel(
+            lambda msgs, tools: f"reply to {len(msgs)} messages", name="bench"), memory=memory)
+        for i in range(5):
+            agent.generate(f"warm-up {i}", memory={"resource": "u", "thread": "t"})
+        memory.turn_tracer().flush(5)
+        sink = memory.turn_tracer().exporter
+        sink = getattr(sink, "store", None) or next(e.store for e in sink.exporters if hasattr(e, "store"))
+        writes = [0]
+        real_write = sink.write_spans
+
+        def counted_write(spans, budget_s=None):  # type: ignore[no-untyped-def]
+            writes[0] += 1
+            return real_write(spans, budget_s)
+
+        sink.write_spans = counted_write
+        statements, transactions = [0], [0]
+        sa.event.listen(store.db.engine, "before_cursor_execute",
+                        lambda *a: statements.__setitem__(0, statements[0] + 1))
+        before = store.db.write_transactions
+        profile = cProfile.Profile()
+        start = time.perf_counter()
+        profile.enable()
+        for i in range(turns):
+            agent.generate(f"user message number {i} about topic {i % 13}", memory={"resource": "u", "thread": "t"})
+        profile.disable()
+        elapsed = time.perf_counter() - start
+        transactions[0] = store.db.write_transactions - before
+        calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+        store.close()
+    print(f"per turn: {statements[0] / turns:.1f} SQL statements, {transactions[0] / turns:.1f} write transactions, "
+          f"{calls / turns:,.0f} Python function calls; span-file writes: {writes[0]} in {turns} turns "
+          f"({elapsed:.1f} s under the profiler)")
+
+
 def om_buffering(turns: int) -> None:
     """The turn's own time (everything but the agent's model call) while observations are made:
     synchronous observation puts the observer call in the turn that crosses the threshold; buffered,
@@ -152,10 +198,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--om-turns", type=int, default=60)
-    parser.add_argument("--only", choices=("om-buffering", "history-wm"), default=None)
+    parser.add_argument("--only", choices=("om-buffering", "history-wm", "counts"), default=None)
     args = parser.parse_args()
     if args.only == "om-buffering":
         om_buffering(args.om_turns)
+        return
+    if args.only == "counts":
+        counts(args.turns)
         return
     if args.only == "history-wm":  # the issue-20 figure: history + working memory, traced to DuckDB
         run("history + working memory, traced (default)",

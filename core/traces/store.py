@@ -261,7 +261,14 @@ class DuckDBObservabilityStore(SpanReader):
         unique = list({(s.trace_id, s.span_id): s for s in spans}.values())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         budget = self.write_budget_s if budget_s is None else budget_s
+        trusted = self._migrated_file is not None
         try:
+            self._insert(unique, budget)
+        except duckdb.CatalogException:
+            if not trusted:
+                raise
+            # A file deleted and made again under the same inode: check its schema and write again.
+            self._migrated_file = None
             self._insert(unique, budget)
         except duckdb.Error as exc:
             self._migrated_file = None  # check the schema again next time
