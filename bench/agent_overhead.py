@@ -2,10 +2,14 @@
 
 Configurations: history only; history + working memory + semantic recall; observational memory;
 observational memory while observations are made (synchronous vs buffered in the background, with
-an observer and an actor that take real time). Also span write throughput into DuckDB. Aim: under
-5 ms of overhead per turn without recall.
+an observer and an actor that take real time). Also span write throughput into DuckDB. Aim: at most
+3 ms median per turn with history + working memory, traced to DuckDB.
 
-    .venv/bin/python bench/agent_overhead.py [--turns 200] [--om-turns 60] [--only om-buffering]
+Each line gives the wall-clock median and p95 per turn, and the CPU the turn's own thread used
+(median; the model's share subtracted), which a loaded machine inflates far less than the wall
+clock; ``bg`` is the CPU other threads of the process used per turn (the span writer), on average.
+
+    .venv/bin/python bench/agent_overhead.py [--turns 200] [--om-turns 60] [--only om-buffering|history-wm]
 """
 
 from __future__ import annotations
@@ -32,13 +36,15 @@ class TimedModel:
         self.model_id = inner.model_id
         self.provider = inner.provider
         self.spent = 0.0
+        self.spent_cpu = 0.0
 
     def generate(self, messages, **kw):  # type: ignore[no-untyped-def]
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         try:
             return self.inner.generate(messages, **kw)
         finally:
             self.spent += time.perf_counter() - start
+            self.spent_cpu += time.thread_time() - start_cpu
 
     def describe(self):  # type: ignore[no-untyped-def]
         return self.inner.describe()
@@ -54,20 +60,73 @@ def run(name: str, options: MemoryOptions, turns: int, *, embedder=None, tracer=
                       tracer=tracer)
         for i in range(5):  # warm-up: tokenizer, model session, caches
             agent.generate(f"warm-up {i}", memory={"resource": "u", "thread": "warm"})
-        overheads = []
+        overheads, cpu = [], []
+        process_start, thread_total = time.process_time(), 0.0
         for i in range(turns):
-            model.spent = 0.0
+            model.spent = model.spent_cpu = 0.0
+            start_cpu = time.thread_time()
             start = time.perf_counter()
             agent.generate(f"user message number {i} about topic {i % 13}", memory={"resource": "u", "thread": "t"})
             overheads.append((time.perf_counter() - start - model.spent) * 1000)
+            used = time.thread_time() - start_cpu
+            thread_total += used
+            cpu.append((used - model.spent_cpu) * 1000)
+        background = (time.process_time() - process_start - thread_total) * 1000 / turns
         store.close()
     overheads.sort()
     p95 = overheads[int(len(overheads) * 0.95) - 1]
-    print(f"{name:<38} median {statistics.median(overheads):7.2f} ms   p95 {p95:7.2f} ms   ({turns} turns)")
+    print(f"{name:<38} median {statistics.median(overheads):7.2f} ms   p95 {p95:7.2f} ms   "
+          f"cpu {statistics.median(cpu):6.2f} ms   bg {background:6.2f} ms   ({turns} turns)")
 
 
 OM_OBSERVER_SECONDS = 0.12  # what one observer call takes (a small remote model)
 OM_ACTOR_SECONDS = 0.06  # what one reply of the agent's model takes
+
+
+def counts(turns: int) -> None:
+    """What a history + working-memory turn traced to DuckDB does, counted rather than timed (a loaded
+    machine changes the times, not these): SQL statements and write transactions per turn, Python
+    function calls per turn (cProfile), and how many times the span writer wrote to the trace file."""
+    import cProfile
+    import pstats
+
+    import sqlalchemy as sa
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(Path(tmp) / "bench.db")
+        memory = Memory(store, MemoryOptions(last_messages=10, working_memory={"enabled": True}))
+        agent = Agent("bench", instructions="You are a benchmark.", model=ScriptedModel(
+            lambda msgs, tools: f"reply to {len(msgs)} messages", name="bench"), memory=memory)
+        for i in range(5):
+            agent.generate(f"warm-up {i}", memory={"resource": "u", "thread": "t"})
+        memory.turn_tracer().flush(5)
+        sink = memory.turn_tracer().exporter
+        sink = getattr(sink, "store", None) or next(e.store for e in sink.exporters if hasattr(e, "store"))
+        writes = [0]
+        real_write = sink.write_spans
+
+        def counted_write(spans, budget_s=None):  # type: ignore[no-untyped-def]
+            writes[0] += 1
+            return real_write(spans, budget_s)
+
+        sink.write_spans = counted_write
+        statements, transactions = [0], [0]
+        sa.event.listen(store.db.engine, "before_cursor_execute",
+                        lambda *a: statements.__setitem__(0, statements[0] + 1))
+        before = store.db.write_transactions
+        profile = cProfile.Profile()
+        start = time.perf_counter()
+        profile.enable()
+        for i in range(turns):
+            agent.generate(f"user message number {i} about topic {i % 13}", memory={"resource": "u", "thread": "t"})
+        profile.disable()
+        elapsed = time.perf_counter() - start
+        transactions[0] = store.db.write_transactions - before
+        calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+        store.close()
+    print(f"per turn: {statements[0] / turns:.1f} SQL statements, {transactions[0] / turns:.1f} write transactions, "
+          f"{calls / turns:,.0f} Python function calls; span-file writes: {writes[0]} in {turns} turns "
+          f"({elapsed:.1f} s under the profiler)")
 
 
 def om_buffering(turns: int) -> None:
@@ -139,10 +198,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--om-turns", type=int, default=60)
-    parser.add_argument("--only", choices=("om-buffering",), default=None)
+    parser.add_argument("--only", choices=("om-buffering", "history-wm", "counts"), default=None)
     args = parser.parse_args()
     if args.only == "om-buffering":
         om_buffering(args.om_turns)
+        return
+    if args.only == "counts":
+        counts(args.turns)
+        return
+    if args.only == "history-wm":  # the issue-20 figure: history + working memory, traced to DuckDB
+        run("history + working memory, traced (default)",
+            MemoryOptions(last_messages=10, working_memory={"enabled": True}), args.turns, tracer=None)
+        run("history + working memory, untraced", MemoryOptions(last_messages=10, working_memory={"enabled": True}),
+            args.turns)
         return
     run("history only, untraced", MemoryOptions(last_messages=10), args.turns)
     run("history only, traced to DuckDB (default)", MemoryOptions(last_messages=10), args.turns, tracer=None)

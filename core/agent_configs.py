@@ -221,9 +221,10 @@ def register_agent(store: Store, name: str, config: Mapping[str, Any]) -> bool:
 
 # -- overrides -------------------------------------------------------------------------------------
 Override = Union[ConfigVersion, Mapping[str, Any], None]
-_LATEST_OVERRIDE_SQL = sa.text(
+# Plain driver SQL (no statement compilation): it runs on every agent turn.
+_LATEST_OVERRIDE_SQL = (
     'SELECT id, name, template, schema, author, "createdAt" FROM memory_studio_configs '
-    "WHERE name = :name ORDER BY id DESC LIMIT 1"
+    "WHERE name = ? ORDER BY id DESC LIMIT 1"
 )
 
 
@@ -254,7 +255,7 @@ def latest_override(store: Store, name: str) -> ConfigVersion | None:
     it is one indexed query and does not look the table up first."""
     try:
         with store.db.read() as conn:
-            row = conn.execute(_LATEST_OVERRIDE_SQL, {"name": name}).first()
+            row = conn.exec_driver_sql(_LATEST_OVERRIDE_SQL, (name,)).first()
     except (sa.exc.DBAPIError, ValueError):  # a foreign database without our tables has no overrides
         return None
     return _version(row) if row is not None else None

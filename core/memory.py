@@ -740,7 +740,9 @@ class Memory:
         """Instance options, then the Studio's template/schema override (newest), then per-call overrides."""
         from core.agent_configs import effective_options
 
-        return effective_options(self.options, self.config_override(), overrides)
+        # An override only ever changes working memory, and only when it is on: otherwise it is not read.
+        override = self.config_override() if self.options.working_memory.enabled else None
+        return effective_options(self.options, override, overrides)
 
     def config_override(self) -> dict[str, Any] | None:
         from core.agent_configs import latest_override

@@ -404,9 +404,9 @@ class MemoryStore:
         wanted = [tid for tid in thread_ids if tid]
         out: dict[str, datetime] = {}
         if wanted:
-            for tid in wanted:
-                value = conn.execute(
-                    sa.select(sa.func.max(t.messages.c.createdAt)).where(t.messages.c.thread_id == tid)
+            for tid in wanted:  # driver SQL: it runs on every agent turn, and compiling it cost more than running it
+                value = conn.exec_driver_sql(
+                    f'SELECT max("createdAt") FROM {t.messages.name} WHERE thread_id = ?', (tid,)
                 ).scalar()
                 if value:
                     out[tid] = parse_iso(value)

@@ -2,8 +2,11 @@
 write/prune API: ``core.traces.pg_store``), so tracing never slows or fails an agent run.
 
 ``export`` only appends to an in-memory queue. A background thread writes the queue in batches;
-the end of an agent run (a root span arriving) wakes it at once. When the file is busy (the Studio
-is reading it, or another agent process is writing) the spans simply stay queued.
+the end of an agent run (a root span arriving) wakes it at once, unless it wrote less than
+``flush_interval_s`` ago: then the spans wait for the rest of that interval, so runs that follow
+each other closely share one write (each write opens the file, about 85 ms of CPU on 2 busy cores,
+which would otherwise compete with the runs themselves). When the file is busy (the Studio is
+reading it, or another agent process is writing) the spans simply stay queued.
 
 If the queue outgrows ``max_queue`` the oldest spans are spilled to a JSONL side file next to the
 database rather than dropped: a trace is how a user finds out what the model actually received, so
@@ -108,6 +111,7 @@ class DuckDBSpanExporter:
         self._wake = False
         self._stopped = False
         self._next_prune = time.monotonic()
+        self._last_write = -float("inf")  # monotonic time the flusher last wrote (paces root-span wakes)
         self._release_orphan_claims()
         self._thread: threading.Thread | None = None
         if background:
@@ -182,9 +186,15 @@ class DuckDBSpanExporter:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._wake or self._stopped, timeout=backoff)
+                # Paced: a wake within flush_interval_s of the last write waits out the interval
+                # (a full batch or shutdown does not), so a burst of runs is written together.
+                pace = self._last_write + self.flush_interval_s - time.monotonic()
+                if pace > 0 and not self._stopped:
+                    self._cond.wait_for(lambda: self._stopped or len(self._queue) >= self.batch_size, timeout=pace)
                 self._wake = False
                 if self._stopped:
                     return
+            self._last_write = time.monotonic()
             try:
                 ok = self._flush_once(self.write_budget_s)
                 while ok and len(self._queue) >= self.batch_size and not self._stopped:

@@ -161,6 +161,9 @@ class DuckDBObservabilityStore(SpanReader):
         self.retention = retention or RetentionSettings()
         self.write_budget_s = write_budget_s
         self.wait_stats = WaitStats()
+        # The file (device, inode) this object last found fully migrated: later writes to the same
+        # file skip the schema check (a catalog query that cost as much as the insert itself).
+        self._migrated_file: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return f"DuckDBObservabilityStore({str(self.path)!r})"
@@ -183,10 +186,22 @@ class DuckDBObservabilityStore(SpanReader):
             return set()
         return {int(r[0]) for r in con.execute(f"SELECT version FROM {SCHEMA_VERSION_TABLE}").fetchall()}
 
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
     def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
+        identity = self._file_identity()
+        if identity is not None and identity == self._migrated_file:
+            return  # the same file this object migrated (a replaced or set-aside file has another inode)
+        self._migrated_file = None
         applied = self._applied_versions(con)
         pending = [m for m in MIGRATIONS if m.version not in applied]
         if not pending:
+            self._migrated_file = identity
             return
         con.execute("BEGIN TRANSACTION")
         try:
@@ -205,6 +220,7 @@ class DuckDBObservabilityStore(SpanReader):
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        self._migrated_file = identity
 
     def pending_migrations(self) -> list[str]:
         """Names of migrations not yet applied; opens read-only and changes nothing."""
@@ -245,9 +261,17 @@ class DuckDBObservabilityStore(SpanReader):
         unique = list({(s.trace_id, s.span_id): s for s in spans}.values())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         budget = self.write_budget_s if budget_s is None else budget_s
+        trusted = self._migrated_file is not None
         try:
             self._insert(unique, budget)
+        except duckdb.CatalogException:
+            if not trusted:
+                raise
+            # A file deleted and made again under the same inode: check its schema and write again.
+            self._migrated_file = None
+            self._insert(unique, budget)
         except duckdb.Error as exc:
+            self._migrated_file = None  # check the schema again next time
             # A broken file (left by a full disk) would fail every write forever: start a new one.
             if not is_broken_file_error(exc) or not set_aside_if_broken(self.path, budget):
                 raise

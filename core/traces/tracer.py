@@ -17,19 +17,21 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import secrets
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
-from dataclasses import fields, replace
+from dataclasses import MISSING
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
 
-from core.redaction import REDACTED, redact_value
+from core.redaction import REDACTED, redact_text, redact_value
 from core.traces.spans import COLUMNS, SpanRecord, SpanType
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,6 +91,17 @@ def is_secret_key(key: str) -> bool:
 def redact_secrets(value: Any) -> Any:
     """A copy of ``value`` with secret-named keys, the keys in use and key-shaped strings replaced
     (``core.redaction``): in messages, tool arguments, error messages and stacks alike."""
+    # The exact types a span holds come first: most of a span is None, strings, numbers and plain
+    # dicts and lists, and an ``isinstance`` against the ``Mapping`` ABC is slow.
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is float:
+        return value
+    if kind is str:
+        return redact_text(value)
+    if kind is dict:
+        return {k: REDACTED if isinstance(k, str) and is_secret_key(k) else redact_secrets(v) for k, v in value.items()}
+    if kind is list:
+        return [redact_secrets(v) for v in value]
     if isinstance(value, Mapping):
         return {
             k: REDACTED if isinstance(k, str) and is_secret_key(k) else redact_secrets(v)
@@ -152,10 +165,12 @@ def current_span() -> Span | None:
 class Span:
     """A span being recorded. Use as a context manager, or call ``end()`` yourself."""
 
-    def __init__(self, tracer: Tracer, record: SpanRecord) -> None:
+    def __init__(self, tracer: Tracer, record: SpanRecord | dict[str, Any]) -> None:
+        """``record``: the span's values, as a ``SpanRecord`` or as a dict of every one of its fields."""
         self._tracer = tracer
         self._lock = threading.Lock()
-        self._fields: dict[str, Any] = {f.name: getattr(record, f.name) for f in fields(record)}
+        # A plain dataclass: its fields are its __dict__.
+        self._fields: dict[str, Any] = dict(record) if isinstance(record, dict) else dict(vars(record))
         self._ended = False
         self._tokens: list[Token[Span | None]] = []
 
@@ -309,7 +324,8 @@ class Tracer:
             }
             for attr in ("thread_id", "resource_id", "run_id", "session_id", "user_id"):
                 inherited[attr] = parent.field(attr)
-        record = SpanRecord(
+        # The row's values as a dict (what the span keeps until it ends): one SpanRecord, at the end.
+        record = {**_SPAN_DEFAULTS, **dict(
             trace_id=inherited.get("trace_id") or self._new_id("trace"),
             span_id=self._new_id("span"),
             name=name,
@@ -337,7 +353,7 @@ class Tracer:
             attributes=dict(attributes) if attributes else None,
             input=input,
             created_at=now,
-        )
+        )}
         return Span(self, record)
 
     def memory_operation(self, operation_type: str, **kwargs: Any) -> Span:
@@ -357,9 +373,13 @@ class Tracer:
         self.exporter.shutdown(timeout)
 
     def _finish(self, span: Span) -> SpanRecord:
-        record = span.to_record()
-        record = replace(record, name=self._redact(record.name),
-                         **{a: self._redact(getattr(record, a)) for a in _JSON_ATTRS})
+        values = dict(span._fields)
+        redact = self._redact
+        values["name"] = redact(values["name"])
+        for attr in _JSON_ATTRS:
+            if values[attr] is not None or redact is not redact_secrets:  # ours keeps None as None
+                values[attr] = redact(values[attr])
+        record = SpanRecord(**values)
         try:
             self.exporter.export([record])
         except Exception:  # noqa: BLE001 - a broken exporter must never fail an agent run
@@ -388,11 +408,26 @@ class StrictClock:
 
 
 _JSON_ATTRS = tuple(attr for _, attr, kind in COLUMNS if kind == "json")
+#: Every SpanRecord field with its default (those without one are always given by ``start_span``).
+_SPAN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclass_fields(SpanRecord)
+                                  if f.default is not MISSING}
 
 
 def _random_id(kind: Literal["trace", "span"]) -> str:
-    # OpenTelemetry-sized ids, as Mastra uses: 32 hex for a trace, 16 for a span.
-    return secrets.token_hex(16 if kind == "trace" else 8)
+    # OpenTelemetry-sized ids, as Mastra uses: 32 hex for a trace, 16 for a span. From a generator
+    # seeded by the OS once per process (and again in a forked child): ids need to be unique, not
+    # secret, and asking the OS for every id cost a system call each (11 per agent turn).
+    return f"{_ids.getrandbits(128 if kind == 'trace' else 64):0{32 if kind == 'trace' else 16}x}"
+
+
+_ids = random.Random(secrets.randbits(128))
+
+
+def _reseed_ids() -> None:
+    _ids.seed(secrets.randbits(128))
+
+
+os.register_at_fork(after_in_child=_reseed_ids)
 
 
 class NoopSpan:
