@@ -42,11 +42,9 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QWidget
 
-from core.storage.paths import resolve_db_path
 from core.version import __version__
 from studio.assets import APP_ID, icon_files
 from studio.main_window import APP_NAME, MainWindow
-from studio.system_check import EXIT_NO_WINDOW, platform_failure_message
 from studio.theme import apply_theme
 from studio.workers import WorkerPool
 
@@ -103,6 +101,8 @@ def _create_application() -> QApplication:
     """
     def handler(mode: QtMsgType, context: QMessageLogContext, message: str) -> None:
         if mode == QtMsgType.QtFatalMsg and "platform plugin" in message:
+            from studio.system_check import EXIT_NO_WINDOW, platform_failure_message
+
             # Qt's earlier warnings (already printed below) say which plugin failed and why.
             sys.stderr.write(platform_failure_message(message.splitlines()[:1]))
             sys.stderr.flush()
@@ -212,6 +212,8 @@ def launch(window: MainWindow, opening: Callable[[], None], warm: bool = True) -
 
 def start(window: MainWindow, db: str | None, allow_writes: bool = False, seed_demo: bool = True) -> None:
     """Open the database the command line asked for (or the anchored default)."""
+    from core.storage.paths import resolve_db_path
+
     writes = True if allow_writes else None  # None: ours read-write, anything else read-only
     if db:
         window.open_database(db, allow_writes=writes, create_missing=False)
