@@ -64,8 +64,7 @@ f = Paint(); window.installEventFilter(f)
 window.resize(1440, 900)
 startup = launch(window, lambda: start(window, sys.argv[1]))  # the app's own sequence (studio.app.main)
 def check():
-    pane = window.panes.get("messages")
-    m = getattr(pane, "model", None)
+    m = window.messages_pane.model if window.session is not None else None  # the tab shown at start
     if window.resources is not None and window.resources.thread_rows() and "tree" not in marks:
         marks["tree"] = time.time() - t_proc
     if m is not None and m.rowCount() and "messages" not in marks:
