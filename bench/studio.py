@@ -94,10 +94,12 @@ app = make_app(); apply_theme(app, "dark")
 session = StudioSession(open_for_studio(sys.argv[1]))
 pane = MessagesPane(session); pane.resize(1000, 800); pane.show()
 app.processEvents()
-def wait(cond, limit=30.0):
-    end = time.perf_counter() + limit
-    while not cond() and time.perf_counter() < end:
-        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 5)
+def wait(cond, limit=30.0):  # an idle event loop, as in the app: a spinning one would take the GIL from the worker
+    loop = QEventLoop(); tick = QTimer(); tick.timeout.connect(lambda: cond() and loop.quit()); tick.start(1)
+    QTimer.singleShot(int(limit * 1000), loop.quit)
+    if not cond():
+        loop.exec()
+    tick.stop()
 model = pane.model
 out = {"open_ms": [], "open_cpu_ms": [], "jump_ms": []}
 for run in range(5):
