@@ -5,15 +5,20 @@ Opening a database runs in a worker; until it succeeds the previous one stays op
 gets a fresh ``StudioSession`` and fresh panes (they are built over one session), so nothing from
 the previous file can leak into the next. When the file changes on disk, the tree and the message
 list update in place.
+
+The tabs come from one typed tuple, ``PANES`` (``studio.pane_protocol.PaneSpec``): each spec's
+factory builds its pane and connects what the pane emits to this window's ``PaneHost`` slots. A
+pane is built the first time its tab is shown, or when a command needs it (``pane(spec)``); it then
+gets the selection made before it existed.
 """
 
 from __future__ import annotations
 
-import importlib
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar, cast, runtime_checkable
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QApplication,
@@ -33,6 +38,7 @@ from core.version import __version__
 from studio import reads as queries
 from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
 from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notice
+from studio.pane_protocol import Pane, PaneHost, PaneSpec
 from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
 from studio.preferences import Preferences
@@ -42,30 +48,170 @@ from studio.theme import apply_theme, current_theme
 from studio.memory_edits import MemoryEditActions
 from studio.transfer import TransferActions
 from studio.widgets.banner import Banner
-from studio.workers import WorkerPool
+from studio.workers import WorkerPool, traceback_text
+
+if TYPE_CHECKING:
+    from studio.logic.checks_layout import PinTarget
+    from studio.panes.chat import ChatPane
+    from studio.panes.checks import ChecksPane
+    from studio.panes.observations import ObservationsPane
+    from studio.panes.prompt_inspector import PromptInspectorPane
+    from studio.panes.recall_playground import RecallPlaygroundPane
+    from studio.panes.replay import ReplayPane
+    from studio.panes.traces import TracesPane
+    from studio.panes.working_memory import WorkingMemoryPane
 
 APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
-
-# (object name, tab title, "module:Class"): every pane takes (session, parent) and has set_selection.
-TABS: list[tuple[str, str, str]] = [
-    ("messages", "Messages", "studio.panes.messages:MessagesPane"),
-    ("prompt", "Prompt Inspector", "studio.panes.prompt_inspector:PromptInspectorPane"),
-    ("working_memory", "Working Memory", "studio.panes.working_memory:WorkingMemoryPane"),
-    ("traces", "Traces", "studio.panes.traces:TracesPane"),
-    ("observations", "Observations", "studio.panes.observations:ObservationsPane"),
-    ("chat", "Chat Playground", "studio.panes.chat:ChatPane"),
-    ("recall", "Recall Playground", "studio.panes.recall_playground:RecallPlaygroundPane"),
-    ("replay", "Replay", "studio.panes.replay:ReplayPane"),
-    ("checks", "Checks", "studio.panes.checks:ChecksPane"),
-]
+TAB_FRAME = 8  # px the tab widget adds around a page (at most; 4 with document mode)
 
 Seeder = Callable[..., Any]
 
 
-def _load(spec: str) -> Any:
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+@runtime_checkable
+class SeedReport(Protocol):
+    """What a seeder may return (``core.demo.DemoReport``): the status bar shows its summary."""
+
+    def summary(self) -> str: ...
+
+T = TypeVar("T", bound=Pane)
+
+
+# -- the panes: each factory builds one pane and connects what it emits to the window --------------
+# Pane modules are imported by their factory, so a pane nobody opens is never imported.
+def _messages(session: StudioSession, parent: QWidget, host: PaneHost) -> MessagesPane:
+    pane = MessagesPane(session, parent)
+    pane.message_selected.connect(host.select_message)
+    pane.request_command.connect(host.run_command)  # Edit…, Delete…, History… of the selected message
+    return pane
+
+
+def _prompt(session: StudioSession, parent: QWidget, host: PaneHost) -> PromptInspectorPane:
+    from studio.panes.prompt_inspector import PromptInspectorPane
+
+    pane = PromptInspectorPane(session, parent)
+    pane.open_message.connect(host.show_message)
+    pane.request_command.connect(host.run_command)  # Migrate Database…
+    pane.pin_requested.connect(host.pin_fragment)
+    pane.edit_requested.connect(host.edit_message)
+    return pane
+
+
+def _working_memory(session: StudioSession, parent: QWidget, host: PaneHost) -> WorkingMemoryPane:
+    from studio.panes.working_memory import WorkingMemoryPane
+
+    pane = WorkingMemoryPane(session, parent)
+    pane.request_command.connect(host.run_command)  # Migrate Database…
+    return pane
+
+
+def _traces(session: StudioSession, parent: QWidget, host: PaneHost) -> TracesPane:
+    from studio.panes.traces import TracesPane
+
+    return TracesPane(session, parent)
+
+
+def _observations(session: StudioSession, parent: QWidget, host: PaneHost) -> ObservationsPane:
+    from studio.panes.observations import ObservationsPane
+
+    pane = ObservationsPane(session, parent)
+    pane.change_requested.connect(host.change_observation)
+    return pane
+
+
+def _chat(session: StudioSession, parent: QWidget, host: PaneHost) -> ChatPane:
+    from studio.panes.chat import ChatPane
+
+    pane = ChatPane(session, parent)
+    pane.open_prompt.connect(host.show_prompt)  # a turn's prompt
+    pane.thread_started.connect(host.select_thread)  # a thread it started
+    return pane
+
+
+def _recall(session: StudioSession, parent: QWidget, host: PaneHost) -> RecallPlaygroundPane:
+    from studio.panes.recall_playground import RecallPlaygroundPane
+
+    return RecallPlaygroundPane(session, parent)
+
+
+def _replay(session: StudioSession, parent: QWidget, host: PaneHost) -> ReplayPane:
+    from studio.panes.replay import ReplayPane
+
+    pane = ReplayPane(session, parent)
+    pane.open_message.connect(host.show_message)
+    pane.open_trace.connect(host.show_trace)
+    pane.open_thread.connect(host.select_in_tree)
+    pane.forked.connect(lambda thread: host.select_in_tree(Selection(thread.resource_id, thread.id)))
+    pane.view.pin_requested.connect(host.pin_fragment)
+    pane.view.edit_requested.connect(host.edit_message)
+    pane.what_if.checks_requested.connect(host.run_checks_what_if)
+    return pane
+
+
+def _checks(session: StudioSession, parent: QWidget, host: PaneHost) -> ChecksPane:
+    from studio.panes.checks import ChecksPane
+
+    pane = ChecksPane(session, parent)
+    pane.open_turn.connect(host.replay_turn)
+    return pane
+
+
+MESSAGES = PaneSpec("messages", "Messages", "Ctrl+1", _messages)
+PROMPT = PaneSpec("prompt", "Prompt Inspector", "Ctrl+2", _prompt)
+WORKING_MEMORY = PaneSpec("working_memory", "Working Memory", "Ctrl+3", _working_memory)
+TRACES = PaneSpec("traces", "Traces", "Ctrl+4", _traces)
+OBSERVATIONS = PaneSpec("observations", "Observations", "Ctrl+5", _observations)
+CHAT = PaneSpec("chat", "Chat Playground", "Ctrl+6", _chat)
+RECALL = PaneSpec("recall", "Recall Playground", "Ctrl+7", _recall)
+REPLAY = PaneSpec("replay", "Replay", "Ctrl+8", _replay)
+CHECKS = PaneSpec("checks", "Checks", "Ctrl+9", _checks)
+# The tabs, in order.
+PANES: tuple[PaneSpec[Pane], ...] = (MESSAGES, PROMPT, WORKING_MEMORY, TRACES, OBSERVATIONS, CHAT, RECALL, REPLAY,
+                                     CHECKS)
+
+
+def spec_named(name: str) -> PaneSpec[Pane]:
+    """The spec whose key is ``name`` (``KeyError`` if none)."""
+    for spec in PANES:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+class PanePage(QWidget):
+    """One tab's page. It holds its pane once built (no margins: on screen, the page is the pane)."""
+
+    def __init__(self, spec: PaneSpec[Pane], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName(f"{spec.name}Page")
+        self.spec = spec
+        self.pane: Pane | None = None
+        self._layout = QVBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(0)
+
+    def hold(self, pane: Pane, widget: QWidget) -> None:
+        """Hold ``pane`` (``widget``: the same object, seen as the widget it is)."""
+        self.pane = pane
+        self._layout.addWidget(widget)
+        widget.show()  # now, not on the next turn of the event loop (what addWidget alone would do)
+
+
+class BuiltPanes:
+    """The window's panes by key, for scripts and tests (``window.panes["replay"]``): looking one
+    up builds it if it was not built yet. Its length and iteration count built panes only."""
+
+    def __init__(self, window: MainWindow) -> None:
+        self._window = window
+
+    def __getitem__(self, name: str) -> Pane:
+        return self._window.pane(spec_named(name))
+
+    def __len__(self) -> int:
+        return len(self.values())
+
+    def values(self) -> list[Pane]:
+        return [page.pane for page in self._window.pages if page.pane is not None]
 
 
 def default_seeder(store: Any, progress: Callable[[int, int], None]) -> Any:
@@ -95,7 +241,8 @@ class MainWindow(QMainWindow):
         self.seeder = seeder
         self.pool = WorkerPool(self, max_threads=2)
         self.session: StudioSession | None = None
-        self.panes: dict[str, QWidget] = {}
+        self.pages: list[PanePage] = []  # one per tab, in PANES order, while a database is open
+        self.panes = BuiltPanes(self)
         self.resources: ResourcesPane | None = None
         self.selection = Selection()
         self.newer_migrations: list[str] = []
@@ -105,7 +252,8 @@ class MainWindow(QMainWindow):
         self.recent = RecentFiles.from_setting(settings.value("recentFiles"))
         self.preferences = Preferences(settings, self)  # models for re-runs and chats (panes find it here)
         self.preferences_dialog: QWidget | None = None
-        self.history: list[tuple[str, Selection]] = []  # where Back returns to (e.g. Replay after a trace)
+        self.history: list[tuple[PaneSpec[Pane], Selection]] = []  # where Back returns to (Replay after a trace)
+        self.command_palette: CommandPalette | None = None
 
         self._build_shell()
         self.commands = CommandRegistry(self)
@@ -136,6 +284,7 @@ class MainWindow(QMainWindow):
         self.back_btn.setObjectName("backButton")
         self.back_btn.hide()
         self.tabs.setCornerWidget(self.back_btn, Qt.Corner.TopRightCorner)
+        self.tabs.currentChanged.connect(self._tab_shown)
         self.left = QStackedWidget(self)
         # Thread titles are what users scan; the panes on the right are wide and would squeeze them.
         self.left.setMinimumWidth(340)
@@ -203,7 +352,7 @@ class MainWindow(QMainWindow):
 
     def _register_commands(self) -> None:
         c = self.commands
-        has_db = lambda: self.session is not None  # noqa: E731
+        has_db = self._has_db
         c.add("file.open", "Open Database…", self.choose_database, shortcut="Ctrl+O", menu="File", group="open",
               keywords="file libsql mastra")
         c.add("file.connect_postgres", "Connect to Postgres…", self.connect_postgres, menu="File", group="open",
@@ -228,17 +377,25 @@ class MainWindow(QMainWindow):
               enabled=has_db)
         c.add("view.search", "Search All Messages…", self.focus_search, shortcut="Ctrl+Shift+F", menu="View",
               group="find", enabled=has_db, keywords="full text find")
-        for n, (name, title, _spec) in enumerate(TABS, start=1):
-            c.add(f"view.tab.{name}", f"Show {title}", lambda name=name: self.show_tab(name), shortcut=f"Ctrl+{n}",
+        for spec in PANES:
+            c.add(f"view.tab.{spec.name}", f"Show {spec.title}", partial(self.show_tab, spec), shortcut=spec.shortcut,
                   menu="View", group="tabs", enabled=has_db)
         c.add("view.back", "Go Back", self.go_back, shortcut="Alt+Backspace", menu="View", group="back",
-              enabled=lambda: bool(self.history), keywords="return previous replay trace")
+              enabled=self._has_history, keywords="return previous replay trace")
         c.add("replay.from_here", "Replay From Here", self.replay_from_here, menu="View", group="back",
-              enabled=lambda: self.session is not None and self.selection.message_id is not None,
-              keywords="step through turns from this message")
+              enabled=self._has_message, keywords="step through turns from this message")
         c.add("view.theme", "Toggle Dark Mode", self.toggle_theme, shortcut="Ctrl+Shift+L", menu="View",
               group="theme", keywords="light dark colours")
         c.add("help.about", "About Memory Studio", self.show_about, menu="Help")
+
+    def _has_db(self) -> bool:
+        return self.session is not None
+
+    def _has_history(self) -> bool:
+        return bool(self.history)
+
+    def _has_message(self) -> bool:
+        return self.session is not None and self.selection.message_id is not None
 
     def _build_recent_menu(self) -> None:
         file_menu = self.menus["File"]
@@ -251,22 +408,19 @@ class MainWindow(QMainWindow):
     def _fill_recent_menu(self) -> None:
         self.recent_menu.clear()
         for path in self.recent.paths:
-            self.recent_menu.addAction(path, lambda p=path: self.open_recent(p))
+            self.recent_menu.addAction(path, partial(self.open_recent, path))
         if not self.recent.paths:
             self.recent_menu.addAction("(none yet)").setEnabled(False)
 
     def _recent_commands(self) -> list[Command]:
-        return [Command(f"file.recent:{p}", f"Open Recent: {p}", lambda p=p: self.open_recent(p), menu="File")
+        return [Command(f"file.recent:{p}", f"Open Recent: {p}", partial(self.open_recent, p), menu="File")
                 for p in self.recent.paths]
 
     def _pane_commands(self) -> list[Command]:
-        """Panes with their own commands (``palette_commands``) show them in the palette too."""
-        out: list[Command] = []
-        for pane in self.panes.values():
-            provider = getattr(pane, "palette_commands", None)
-            if callable(provider):
-                out.extend(provider())
-        return out
+        """Every pane's own commands show in the palette too: listing them builds the panes not built yet."""
+        if self.session is None:
+            return []
+        return [command for spec in PANES for command in self.pane(spec).palette_commands()]
 
     # -- opening ---------------------------------------------------------------------------------
     def open_database(self, path: str | None, *, allow_writes: bool | None = None, create_missing: bool = False,
@@ -340,30 +494,15 @@ class MainWindow(QMainWindow):
         session.error.connect(lambda text: self.show_status(f"⚠ {text}"))
         self.resources = ResourcesPane(session, self)
         self.left.addWidget(self.resources)
-        for name, title, spec in TABS:
-            pane = _load(spec)(session, self)
-            pane.setObjectName(pane.objectName() or f"{name}Pane")
-            self.panes[name] = pane
-            self.tabs.addTab(pane, title)
-        messages = self.messages_pane
         self.resources.selection_changed.connect(self.set_selection)
         self.resources.hit_activated.connect(self.set_selection)
-        messages.message_selected.connect(self._on_message_selected)
-        for pane in self.panes.values():
-            wants = getattr(pane, "open_message", None)  # "show me this stored message"
-            if wants is not None and pane is not messages:
-                wants.connect(self.show_message)
-            for signal, slot in (("open_prompt", self.show_prompt), ("thread_started", self.select_thread)):
-                if hasattr(pane, signal):  # the chat playground: a turn's prompt; a thread it started
-                    getattr(pane, signal).connect(slot)
-            asks = getattr(pane, "request_command", None)  # a pane's button for a window command
-            if asks is not None:
-                asks.connect(self.commands.run)
-        self._wire_edits_and_checks()
-        replay = self.panes["replay"]
-        replay.open_trace.connect(self.show_trace)  # type: ignore[attr-defined]
-        replay.open_thread.connect(self._select_in_tree)  # type: ignore[attr-defined]
-        replay.forked.connect(lambda t: self._select_in_tree(Selection(t.resource_id, t.id)))  # type: ignore[attr-defined]
+        self.selection = Selection()
+        for spec in PANES:
+            page = PanePage(spec, self)
+            self.pages.append(page)
+            self.tabs.addTab(page, spec.title)
+        self._tab_shown(self.tabs.currentIndex())  # the first tab is shown at once: built now
+        messages = self.messages_pane
         messages.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         messages.view.customContextMenuRequested.connect(self._message_menu)
         self.history.clear()
@@ -373,7 +512,6 @@ class MainWindow(QMainWindow):
         session.file_lost.connect(self._on_file_lost)
         self.file_banner.hide()
         self.center.setCurrentIndex(1)
-        self.selection = Selection()
         if keep is not None and not keep.empty:
             self.resources.set_selection(keep)
         self._update_title()
@@ -387,51 +525,87 @@ class MainWindow(QMainWindow):
             self.resources.deleteLater()
             self.resources = None
         while self.tabs.count():
-            widget = self.tabs.widget(0)
             self.tabs.removeTab(0)
-            widget.deleteLater()
-        self.panes.clear()
+        for page in self.pages:
+            page.deleteLater()  # with its pane, if it was built
+        self.pages.clear()
         self._busy["session"] = 0
         if old is not None:
             old.close()
             old.deleteLater()
 
-    def _wire_edits_and_checks(self) -> None:
-        """Fragments of the inspector and Replay: Pin… (a memory check) and Edit Stored Message…; the
-        what-if's Run Checks; the observations pane's line edits; a check's turn opens in Replay."""
-        checks: Any = self.panes["checks"]
-        replay: Any = self.panes["replay"]
-        observations: Any = self.panes["observations"]
-        for source in (self.panes["prompt"], getattr(replay, "view", None)):
-            fragment_source: Any = source
-            if fragment_source is not None:
-                fragment_source.pin_requested.connect(checks.pin)
-                fragment_source.edit_requested.connect(self.edits.edit_message)
-        what_if: Any = getattr(replay, "what_if", None)
-        if what_if is not None and hasattr(what_if, "checks_requested"):
-            def run_checks(options: Any) -> None:
-                self.show_tab("checks")
-                checks.run_what_if(options)
+    # -- panes: built when first shown ---------------------------------------------------------------
+    def pane(self, spec: PaneSpec[T]) -> T:
+        """The pane of ``spec``, built now if it was not yet (a command or a link that needs it)."""
+        page = self._page(spec)
+        if page.pane is None:
+            self._build(page)
+        return cast(T, page.pane)  # the pane of spec's page is what spec.build returned: a T
 
-            what_if.checks_requested.connect(run_checks)
-        checks.open_turn.connect(self._replay_turn)
-        observations.change_requested.connect(self.edits.change_observation)
+    def _page(self, spec: PaneSpec[Pane]) -> PanePage:
+        if self.session is None:
+            raise LookupError(f"no database is open, so there is no {spec.title} pane")
+        return self.pages[PANES.index(spec)]
 
-    def _replay_turn(self, thread_id: str, message_id: str) -> None:
-        self.show_tab("replay")
-        self.panes["replay"].replay_from(thread_id, message_id)  # type: ignore[attr-defined]
+    def _build(self, page: PanePage) -> None:
+        session = self.session
+        assert session is not None  # pages exist only while a database is open
+        pane = page.spec.build(session, self, self)
+        assert isinstance(pane, QWidget)  # every pane is a widget
+        pane.setObjectName(pane.objectName() or f"{page.spec.name}Pane")
+        page.hold(pane, pane)  # shown (so polished) now; laid out on the next turn of the event loop
+        room = self.tabs.width() - TAB_FRAME
+        if self.tabs.isVisible() and room > 0:
+            # Built after the window was laid out, a pane (and what it loads next) must not widen the tab
+            # area: the splitter would take the room from the thread list. Its minimum is fixed now, at
+            # most the room there is; in a window too narrow for it, it is compressed instead.
+            hint = pane.minimumSizeHint()
+            pane.setMinimumSize(min(hint.width(), room), hint.height())
+        if not self.selection.empty:
+            pane.set_selection(self.selection)  # chosen before the pane existed
+
+    def _tab_shown(self, index: int) -> None:
+        """A tab became the current one: build its pane before the page is painted."""
+        page = self.tabs.widget(index)
+        if isinstance(page, PanePage) and page.pane is None and self.session is not None:
+            self._build(page)
+
+    def current_pane(self) -> Pane | None:
+        """The pane of the tab shown (None: no database open)."""
+        page = self.tabs.currentWidget()
+        return page.pane if isinstance(page, PanePage) else None
 
     @property
     def messages_pane(self) -> MessagesPane:
-        pane = self.panes["messages"]
-        assert isinstance(pane, MessagesPane)
-        return pane
+        return self.pane(MESSAGES)
+
+    # -- what panes ask of the window (PaneHost) ---------------------------------------------------
+    def run_command(self, command_id: str) -> None:
+        self.commands.run(command_id)
+
+    def pin_fragment(self, target: PinTarget) -> None:
+        self.pane(CHECKS).pin(target)
+
+    def edit_message(self, message_id: str) -> None:
+        self.edits.edit_message(message_id)
+
+    def change_observation(self, record_id: str, thread_id: str | None, resource_id: str, old: str,
+                           new: str | None) -> None:
+        self.edits.change_observation(record_id, thread_id, resource_id, old, new)
+
+    def run_checks_what_if(self, options: Mapping[str, Any]) -> None:
+        self.show_tab(CHECKS)
+        self.pane(CHECKS).run_what_if(options)
+
+    def replay_turn(self, thread_id: str, message_id: str) -> None:
+        self.show_tab(REPLAY)
+        self.pane(REPLAY).replay_from(thread_id, message_id)
 
     # -- selection and live updates --------------------------------------------------------------
     def set_selection(self, selection: Selection) -> None:
         self.selection = selection
         for pane in self.panes.values():
-            pane.set_selection(selection)  # type: ignore[attr-defined]
+            pane.set_selection(selection)  # panes built later get it when they are built
 
     def show_message(self, message_id: str) -> None:
         """Open a stored message in the message view, in *its* thread: a recall hit may come from
@@ -443,13 +617,13 @@ class MainWindow(QMainWindow):
         session.run(lambda: queries.message_location(store, message_id), key="show-message",
                     on_result=lambda loc: self._show_located(session, message_id, loc))
 
-    def _show_located(self, session: StudioSession, message_id: str, loc: Any) -> None:
+    def _show_located(self, session: StudioSession, message_id: str, loc: queries.MessageLocation | None) -> None:
         if session is not self.session:
             return
         if loc is None:
             self.show_status(f"Message {message_id} is not in the database any more.")
             return
-        self.show_tab("messages")
+        self.show_tab(MESSAGES)
         if self.resources is not None and loc.thread_id != self.selection.thread_id:
             self.resources.set_selection(Selection(loc.resource_id, loc.thread_id))
         self.set_selection(Selection(loc.resource_id, loc.thread_id, message_id))
@@ -462,9 +636,9 @@ class MainWindow(QMainWindow):
     def show_prompt(self, selection: Selection) -> None:
         """The prompt inspector on a stored turn (``selection.message_id``: its user message)."""
         self.select_thread(selection)
-        self.show_tab("prompt")
+        self.show_tab(PROMPT)
 
-    def _on_message_selected(self, message_id: str | None) -> None:
+    def select_message(self, message_id: str | None) -> None:
         sel = self.selection
         if message_id == sel.message_id:
             return
@@ -473,16 +647,16 @@ class MainWindow(QMainWindow):
     def _on_changed(self) -> None:
         if self.resources is not None:
             self.resources.refresh()
-        if "messages" in self.panes:
+        if self.pages:
             self.messages_pane.refresh()
         self.edits.check_selection()  # a thread deleted meanwhile is let go of by every pane
 
-    def _select_in_tree(self, selection: Selection) -> None:
+    def select_in_tree(self, selection: Selection) -> None:
         if self.resources is not None:
             self.resources.set_selection(selection)
 
     # -- replay, traces and Back -----------------------------------------------------------------
-    def _message_menu(self, pos: Any) -> None:
+    def _message_menu(self, pos: QPoint) -> None:
         view = self.messages_pane.view
         index = view.indexAt(pos)
         if index.isValid() and index != view.currentIndex():
@@ -497,54 +671,52 @@ class MainWindow(QMainWindow):
         sel = self.selection
         if self.session is None or sel.thread_id is None or sel.message_id is None:
             return
-        self.show_tab("replay")
-        self.panes["replay"].replay_from(sel.thread_id, sel.message_id)  # type: ignore[attr-defined]
+        self.replay_turn(sel.thread_id, sel.message_id)
 
     def show_trace(self, trace_id: str) -> None:
         """Show a trace in the Traces tab; Back returns to where the user was."""
-        traces = self.panes.get("traces")
-        if traces is None:
+        if self.session is None:
             return
-        self.history.append((self._current_tab(), self.selection))
+        traces = self.pane(TRACES)
+        self.history.append((self._current_spec(), self.selection))
         self._update_back()
-        self.show_tab("traces")
+        self.show_tab(TRACES)
 
         def reveal() -> None:
-            rows = [t.trace_id for t in traces.traces]  # type: ignore[attr-defined]
+            rows = [t.trace_id for t in traces.traces]
             if trace_id in rows:
-                traces.select_trace(rows.index(trace_id))  # type: ignore[attr-defined]
+                traces.select_trace(rows.index(trace_id))
             else:
-                traces.open_trace(trace_id)  # type: ignore[attr-defined]
+                traces.open_trace(trace_id)
 
-        if traces.source is not None and not traces._loading:  # type: ignore[attr-defined]
+        if traces.source is not None and not traces.loading:
             reveal()
             return
 
         def once() -> None:
-            traces.traces_loaded.disconnect(once)  # type: ignore[attr-defined]
+            traces.traces_loaded.disconnect(once)
             reveal()
 
-        traces.traces_loaded.connect(once)  # type: ignore[attr-defined]
+        traces.traces_loaded.connect(once)
 
-    def _current_tab(self) -> str:
-        widget = self.tabs.currentWidget()
-        return next((name for name, pane in self.panes.items() if pane is widget), "messages")
+    def _current_spec(self) -> PaneSpec[Pane]:
+        page = self.tabs.currentWidget()
+        return page.spec if isinstance(page, PanePage) else MESSAGES
 
     def go_back(self) -> None:
         if not self.history:
             return
-        tab, selection = self.history.pop()
+        spec, selection = self.history.pop()
         self._update_back()
         if selection != self.selection and self.resources is not None:
             self.resources.set_selection(selection)
-        self.show_tab(tab)
+        self.show_tab(spec)
 
     def _update_back(self) -> None:
-        target = dict((name, title) for name, title, _spec in TABS).get(self.history[-1][0]) if self.history else None
-        action = self.commands.action("view.back") if hasattr(self, "commands") else None
-        if action is not None:
-            action.setIconText(f"◀ Back to {target}" if target else "Back")
-            action.setEnabled(bool(self.history))
+        target = self.history[-1][0].title if self.history else None
+        action = self.commands.action("view.back")
+        action.setIconText(f"◀ Back to {target}" if target else "Back")
+        action.setEnabled(bool(self.history))
         self.back_btn.setVisible(bool(self.history))
 
     # -- demo data -------------------------------------------------------------------------------
@@ -567,7 +739,7 @@ class MainWindow(QMainWindow):
         def finished(report: Any) -> None:
             self.seeding = False
             self.busy_bar.setRange(0, 0)
-            summary = report.summary() if hasattr(report, "summary") else "demo data created"
+            summary = report.summary() if isinstance(report, SeedReport) else "demo data created"
             self.show_status(f"Created {summary}")
             if self.session is session:
                 session.notify_local_write()
@@ -580,7 +752,7 @@ class MainWindow(QMainWindow):
             self._set_busy("pool", self.pool.running)
             self.presenter.error(self, Problem("Demo data could not be created", f"{type(exc).__name__}: {exc}",
                                                "The database stays usable; you can add data with your own agent.",
-                                               getattr(exc, "__traceback_text__", "")))
+                                               traceback_text(exc)))
             self.seeding_finished.emit(exc)
 
         self.pool.submit(lambda report: self.seeder(store, report), on_result=finished, on_error=failed,
@@ -657,8 +829,10 @@ class MainWindow(QMainWindow):
             self.show_status(f"Migrated {path}: {len(applied)} migration(s) applied")
             self.open_database(path, keep=keep)
 
-        self.pool.submit(job, on_result=done,
-                         on_error=lambda exc: self.presenter.error(self, explain(exc, path)))
+        def failed(exc: BaseException) -> None:
+            self.presenter.error(self, explain(exc, path))
+
+        self.pool.submit(job, on_result=done, on_error=failed)
 
     def copy_path(self) -> None:
         if self.session is not None:
@@ -670,7 +844,7 @@ class MainWindow(QMainWindow):
         palette.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         palette.show()
         palette.input.setFocus()
-        self.palette = palette
+        self.command_palette = palette
 
     def show_preferences(self) -> None:
         from studio.widgets.preferences_dialog import PreferencesDialog
@@ -680,9 +854,12 @@ class MainWindow(QMainWindow):
             return
         dialog = PreferencesDialog(self.preferences, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.finished.connect(lambda _r: setattr(self, "preferences_dialog", None))
+        dialog.finished.connect(self._preferences_closed)
         self.preferences_dialog = dialog
         dialog.open()
+
+    def _preferences_closed(self, _result: int) -> None:
+        self.preferences_dialog = None
 
     def focus_filter(self) -> None:
         if self.resources is not None:
@@ -693,10 +870,11 @@ class MainWindow(QMainWindow):
             self.resources.focus_filter()
             self.show_status("Type words and press Enter to search every message")
 
-    def show_tab(self, name: str) -> None:
-        pane = self.panes.get(name)
-        if pane is not None:
-            self.tabs.setCurrentWidget(pane)
+    def show_tab(self, spec: PaneSpec[Pane] | str) -> None:
+        """Show a pane's tab (a spec, or its key): the pane is built first if it was not yet."""
+        if self.session is None:
+            return
+        self.tabs.setCurrentWidget(self._page(spec_named(spec) if isinstance(spec, str) else spec))
 
     def toggle_theme(self) -> None:
         app = QApplication.instance()

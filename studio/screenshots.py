@@ -39,7 +39,7 @@ def render(out_dir: Path) -> list[Path]:
     from studio.app import make_app
     from studio.commands import CommandPalette
     from studio.dialogs import DialogPresenter, build_error_box, explain
-    from studio.main_window import MainWindow
+    from studio.main_window import WORKING_MEMORY, MainWindow
     from studio.models.messages_model import MessageRoles
     from studio.selection import Selection
     from studio.theme import apply_theme
@@ -66,10 +66,12 @@ def render(out_dir: Path) -> list[Path]:
     window.show()
     window.open_database(str(db))
     _wait(app, lambda: window.resources is not None and len(window.resources.thread_rows()) >= 6)
-    window.resources.tree.expandAll()
+    resources = window.resources  # the one tree of this session, for the whole run
+    assert resources is not None
+    resources.tree.expandAll()
 
     # messages: the Chinese travel thread has tool calls and working-memory updates
-    window.resources.set_selection(Selection("li-wei", "liwei-shanghai"))
+    resources.set_selection(Selection("li-wei", "liwei-shanghai"))
     model = window.messages_pane.model
     _wait(app, lambda: model.thread_id == "liwei-shanghai" and model.rowCount() > 0
           and model.index(model.rowCount() - 1).data(MessageRoles.LOADED))
@@ -77,7 +79,7 @@ def render(out_dir: Path) -> list[Path]:
                      if "tool-invocation" in (model.index(i).data(MessageRoles.ROW).kinds or ())), 0)
     window.messages_pane._select_row(tool_row)
     save(window, "main-window")
-    save(window.resources, "resources")
+    save(resources, "resources")
     save(window.messages_pane, "messages")
 
     # prompt inspector on the same thread
@@ -92,12 +94,11 @@ def render(out_dir: Path) -> list[Path]:
 
     # working memory: schema mode (li-wei), then template mode (ada)
     window.show_tab("working_memory")
-    wm = window.panes["working_memory"]
-    _wait(app, lambda: getattr(wm, "snapshot", None) is not None, 30)
+    wm = window.pane(WORKING_MEMORY)
+    _wait(app, lambda: wm.snapshot is not None, 30)
     save(window, "working-memory-schema")
-    window.resources.set_selection(Selection("ada", "ada-groceries"))
-    _wait(app, lambda: getattr(getattr(wm, "snapshot", None), "text", None) is not None
-          and "Ada" in (wm.snapshot.text or ""), 30)
+    resources.set_selection(Selection("ada", "ada-groceries"))
+    _wait(app, lambda: wm.snapshot is not None and wm.snapshot.text is not None and "Ada" in wm.snapshot.text, 30)
     save(window, "working-memory-template")
     _shoot_wm_history(app, window, save)
     _shoot_wm_vnext(app, window, save)
@@ -114,15 +115,16 @@ def render(out_dir: Path) -> list[Path]:
 
     # full-text search across threads
     window.show_tab("messages")
-    window.resources.filter.setText("peanut")
-    window.resources.search()
-    _wait(app, lambda: window.resources.results.rowCount() > 0)
+    resources.filter.setText("peanut")
+    resources.search()
+    _wait(app, lambda: resources.results.rowCount() > 0)
     save(window, "search")
-    window.resources.filter.clear()
+    resources.filter.clear()
 
     # command palette
     window.show_palette()
     palette = window.findChild(CommandPalette)
+    assert palette is not None
     palette.input.setText("open")
     save(palette, "command-palette")
     palette.close()
@@ -137,7 +139,7 @@ def render(out_dir: Path) -> list[Path]:
 
     # light theme
     apply_theme(app, "light")
-    window.resources.set_selection(Selection("ada", "ada-weekend"))
+    resources.set_selection(Selection("ada", "ada-weekend"))
     _wait(app, lambda: model.thread_id == "ada-weekend" and model.rowCount() > 0
           and model.index(model.rowCount() - 1).data(MessageRoles.LOADED))
     window.messages_pane._select_row(1)

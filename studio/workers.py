@@ -16,6 +16,12 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
 
+
+def traceback_text(exc: BaseException) -> str:
+    """The traceback a worker recorded for ``exc`` when its job failed ("" for one raised elsewhere)."""
+    text = getattr(exc, "__traceback_text__", "")
+    return text if isinstance(text, str) else ""
+
 class _Signals(QObject):
     done = Signal(object, object, object)  # (job id, result, error)
     progress = Signal(object, int, int)  # (job id, done, total)

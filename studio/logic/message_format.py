@@ -67,7 +67,8 @@ def summarize_part(part: dict[str, Any]) -> str:
     if kind == "step-start":
         return ""
     if kind in ("source", "source-url", "source-document"):
-        src = part.get("source") if isinstance(part.get("source"), dict) else part
+        source = part.get("source")
+        src = source if isinstance(source, dict) else part
         return f"[source: {src.get('title') or src.get('url') or kind}]"
     if kind == "error":
         return f"[error] {_compact(part.get('error') or part.get('text'), 120)}"

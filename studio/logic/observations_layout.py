@@ -105,8 +105,9 @@ def _positive_int(value: Any) -> int | None:
 def thresholds(config: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """(message_tokens, observation_tokens) from a record's ``config``: Mastra's nested layout
     (``observation.messageTokens``, ``reflection.observationTokens``) or flat keys."""
-    obs = config.get("observation") if isinstance(config.get("observation"), Mapping) else {}
-    refl = config.get("reflection") if isinstance(config.get("reflection"), Mapping) else {}
+    observation, reflection = config.get("observation"), config.get("reflection")
+    obs = observation if isinstance(observation, Mapping) else {}
+    refl = reflection if isinstance(reflection, Mapping) else {}
     messages = _positive_int(obs.get("messageTokens")) or _positive_int(config.get("messageTokens")) \
         or _positive_int(config.get("message_tokens"))
     observations = _positive_int(refl.get("observationTokens")) or _positive_int(config.get("observationTokens")) \

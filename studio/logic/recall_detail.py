@@ -90,7 +90,8 @@ def _from_record(r: Mapping[str, Any]) -> RecalledRow:
 
 
 def _from_block_summary(row: FragmentRow) -> list[RecalledRow]:
-    scores = row.detail.get("scores") if isinstance(row.detail.get("scores"), Mapping) else {}
+    raw_scores = row.detail.get("scores")
+    scores = raw_scores if isinstance(raw_scores, Mapping) else {}
     hits = set(row.detail.get("hit_ids") or ())
     out = []
     for mid in row.stored_ids:

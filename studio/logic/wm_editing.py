@@ -211,7 +211,7 @@ class WmDraft:
         check = self.check(text)
         if check.value is None:
             return True
-        return json.loads(check.value) != load_stored(self.baseline)
+        return bool(json.loads(check.value) != load_stored(self.baseline))
 
     def check(self, text: str) -> DraftCheck:
         if self.fmt == "markdown":

@@ -36,10 +36,12 @@ from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
 from core.messages import new_id
 from studio import chat_runner
 from studio.chat_runner import ChatRequest, ModelOption, TurnOutcome
+from studio.commands import Command, CommandRegistry
 from studio.logic import chat_layout as lay
 from studio.logic.prompt_layout import EmbedderHolder
 from studio.reads import last_messages
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout
 
@@ -67,12 +69,12 @@ class ChatPane(QWidget):
     _delta = Signal(str)  # from the worker thread (queued to the UI thread)
     _tools = Signal(object)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("chatPane")
         self.session = session
         self.embedders = EMBEDDERS
-        self.models_provider = lambda: chat_runner.configured_models(self)
+        self.models_provider: Callable[[], list[ModelOption]] = lambda: chat_runner.configured_models(self)
         self.default_model_provider: Callable[[], str] = lambda: chat_runner.default_model_name(self)
         self._model_picked = False  # the user chose a model here: keep it; else follow Preferences' default
         host_prefs = getattr(parent.window() if parent is not None else None, "preferences", None)
@@ -95,8 +97,7 @@ class ChatPane(QWidget):
         self._delta.connect(self._on_delta)
         self._tools.connect(self._on_tools)
         session.changed.connect(self._on_db_changed)
-        if hasattr(session, "read_only_changed"):
-            session.read_only_changed.connect(lambda _ro: self._update_state())
+        session.read_only_changed.connect(lambda _ro: self._update_state())
         self.refresh_models()
         self._load_context()
         self._render()
@@ -185,22 +186,35 @@ class ChatPane(QWidget):
         self.send_btn.clicked.connect(self.send)
         self.stop_btn.clicked.connect(self.stop)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
-            QShortcut(QKeySequence(keys), self.input, activated=self.send)
+            QShortcut(QKeySequence(keys), self.input).activated.connect(self.send)
         self.agent_combo.currentIndexChanged.connect(self._agent_chosen)
         self.thread_radio.toggled.connect(lambda _on: self._update_state())
         self.prefs_btn.clicked.connect(lambda: self._run_window_command("app.preferences"))
 
-    def _run_window_command(self, command_id: str) -> bool:
+    def _allow_writes(self) -> None:
+        self._run_window_command("file.allow_writes")
+
+    def _window_commands(self) -> CommandRegistry | None:
+        """The main window's commands (None: the pane is shown on its own, as in tests)."""
         commands = getattr(self.window(), "commands", None)
-        try:
-            commands.run(command_id)  # type: ignore[union-attr]
-        except (AttributeError, KeyError):
+        return commands if isinstance(commands, CommandRegistry) else None
+
+    def _run_window_command(self, command_id: str) -> bool:
+        if not self._has_window_command(command_id):
             return False
+        commands = self._window_commands()
+        assert commands is not None
+        commands.run(command_id)
         return True
 
     def _has_window_command(self, command_id: str) -> bool:
-        commands = getattr(self.window(), "commands", None)
-        return commands is not None and any(c.id == command_id for c in commands.commands())
+        """One of the window's own commands (File > Allow Writes…, Preferences…): asking never builds a
+        pane, as listing every command (the palette's pane commands) would."""
+        commands = self._window_commands()
+        try:
+            return commands is not None and commands.command(command_id) is not None
+        except KeyError:
+            return False
 
     # -- models and agents -----------------------------------------------------------------------
     def refresh_models(self) -> None:
@@ -280,6 +294,9 @@ class ChatPane(QWidget):
             self.memory_label.setText(f"Memory: this agent's registered options cannot be read ({exc}).")
 
     # -- selection -------------------------------------------------------------------------------
+    def palette_commands(self) -> list[Command]:
+        return []  # no commands of its own (its buttons act on what it shows)
+
     def set_selection(self, selection: Selection) -> None:
         previous = self.selection
         self.selection = selection
@@ -313,8 +330,8 @@ class ChatPane(QWidget):
             self.subtitle.setText(f"a new thread for resource {self.resource_edit.text().strip() or '?'}")
         read_only = bool(self.session.read_only)
         if read_only:
-            actions = ([("Allow Writes…", lambda: self._run_window_command("file.allow_writes"))]
-                       if self._has_window_command("file.allow_writes") else [])
+            actions: list[tuple[str, Callable[[], None]]] = (
+                [("Allow Writes…", self._allow_writes)] if self._has_window_command("file.allow_writes") else [])
             self.banner.show_message(
                 "This database is open read-only, and a chat turn saves messages. Choose File > Allow Writes… "
                 "to chat here (browsing stays read-only either way).", "warning", actions)

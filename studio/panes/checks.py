@@ -30,8 +30,10 @@ from PySide6.QtWidgets import (
 from core.checks import CheckFileError
 from core.checks.cli import parse_options
 from studio import checks_jobs
+from studio.commands import Command
 from studio.logic.checks_layout import CheckRow, PinTarget, check_rows, result_text, summary
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.pin_dialog import PinDialog
@@ -63,7 +65,7 @@ class ChecksPane(QWidget):
     open_turn = Signal(str, str)  # thread id, input message id: show this turn in Replay
     failed = Signal(str)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("checksPane")
         self.session = session
@@ -260,6 +262,9 @@ class ChecksPane(QWidget):
 
         self.session.run(lambda: checks_jobs.pin(path, check), on_result=done,
                          on_error=lambda exc: dialog.show_error(str(exc)) if shiboken6.isValid(dialog) else None)
+
+    def palette_commands(self) -> list[Command]:
+        return []  # no commands of its own (its buttons act on what it shows)
 
     def set_selection(self, selection: Selection) -> None:
         """Checks are the file's, not a thread's: the selection does not change what is listed."""

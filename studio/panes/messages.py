@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio import reads as queries
+from studio.commands import Command
 from studio.logic.message_format import DETAIL_CSS, ROLE_COLOURS, MessageRow, format_time, message_html
 from studio.models.messages_model import MessageListModel, MessageRoles
 from studio.selection import Selection
@@ -139,6 +140,7 @@ class MessagesPane(QWidget):
         self._selection = Selection()
         self._follow = True
         self._jump_to: str | None = None
+        self._opening = False  # a thread was asked for and its rows have not arrived yet
 
         self.header = elastic(QLabel("Pick a thread on the left.", self))
         self.header.setObjectName("paneHeader")
@@ -214,6 +216,9 @@ class MessagesPane(QWidget):
         self.view.verticalScrollBar().valueChanged.connect(self._on_scrolled)
 
     # -- selection from the window -------------------------------------------------------------
+    def palette_commands(self) -> list[Command]:
+        return []  # no commands of its own (its buttons act on what it shows)
+
     def set_selection(self, selection: Selection) -> None:
         previous, self._selection = self._selection, selection
         if selection.thread_id != previous.thread_id:
@@ -221,7 +226,10 @@ class MessagesPane(QWidget):
             self.detail.clear()
             self.stack.setCurrentIndex(1 if selection.thread_id else 0)
             self.header.setText("Loading…" if selection.thread_id else "Pick a thread on the left.")
+            self._opening = True
             self.model.open_thread(selection.thread_id)
+        elif selection.message_id and self._opening:
+            self._jump_to = selection.message_id  # the thread's rows are on their way: jump once they are shown
         elif selection.message_id and selection.message_id != self.current_message_id():
             self.jump_to(selection.message_id)
 
@@ -235,6 +243,7 @@ class MessagesPane(QWidget):
 
     # -- loading -------------------------------------------------------------------------------
     def _on_loaded(self, total: int) -> None:
+        self._opening = False
         self._update_header()
         if self._jump_to:
             target, self._jump_to = self._jump_to, None

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.observational import ThreadHints
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.logic.observations_layout import (
     GenerationRow,
     TokenBar,
@@ -41,6 +41,7 @@ from studio.logic.observations_layout import (
 from studio.logic.dates import date_tooltip
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.observation_editor import ObservationLinesEditor
 from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
@@ -67,7 +68,7 @@ class ObservationsPane(QWidget):
     # resource id, old line, new line or None
     change_requested = Signal(str, object, str, str, object)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("observationsPane")
         self.session = session
@@ -180,7 +181,7 @@ class ObservationsPane(QWidget):
         self.refresh_btn.setDefaultAction(action)
         self.commands.refresh_enabled()
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         return self.commands.commands()
 
 

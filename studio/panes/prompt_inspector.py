@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 
 from core import MemoryOptions
 from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.logic.prompt_layout import (
     EmbedderHolder,
     FragmentRow,
@@ -58,6 +58,7 @@ from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, sources_note
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.code_editor import CodeEditor
@@ -112,7 +113,7 @@ class PromptInspectorPane(QWidget):
     edit_requested = Signal(str)  # Edit Stored Message…: the message behind a fragment
     pin_requested = Signal(object)  # Pin…: a PinTarget (a memory check of this stored turn)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("promptInspector")
         self.session = session
@@ -299,7 +300,7 @@ class PromptInspectorPane(QWidget):
         self.commands.refresh_enabled()
 
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         """For the main window's registry: ``registry.add_provider(pane.palette_commands)``."""
         return self.commands.commands()
 

@@ -36,11 +36,13 @@ from PySide6.QtWidgets import (
 
 from core.agent_configs import agent_for_thread
 from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
+from studio.commands import Command
 from studio.logic import recall_layout as lay
 from studio.logic.message_format import MessageRow
 from studio.logic.prompt_layout import EmbedderHolder
 from studio.reads import RecallView, explain_recall, inspect_recall, last_messages
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
@@ -72,9 +74,16 @@ def _agent_recall(store: Any, thread_id: str | None) -> lay.RecallStart:
 
 
 def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candidate]]:
-    ins = lambda: pane.inspection  # noqa: E731 - read at paint time: rows belong to the shown inspection
-    text = Column("Message", lambda c: lay.preview(ins(), c.message_id) if ins() else "",
-                  tooltip=lambda c: lay.candidate_tooltip(ins(), c) if ins() else "", foreground=lay.row_colour)
+    # The inspection is read at paint time: the rows belong to the one shown.
+    def message_text(c: Candidate) -> str:
+        ins = pane.inspection
+        return lay.preview(ins, c.message_id) if ins is not None else ""
+
+    def message_tooltip(c: Candidate) -> str:
+        ins = pane.inspection
+        return lay.candidate_tooltip(ins, c) if ins is not None else ""
+
+    text = Column("Message", message_text, tooltip=message_tooltip, foreground=lay.row_colour)
     status = Column("Status", lay.status_text, foreground=lay.status_colour)
     rank = Column("#", lambda c: c.rank, RIGHT, foreground=lay.row_colour)
     cosine = Column("Cosine", lambda c: lay.score_text(c.vector_score), RIGHT, foreground=lay.row_colour)
@@ -121,7 +130,7 @@ class RecallPlaygroundPane(QWidget):
     explained = Signal(object)  # Explanation on screen
     failed = Signal(str)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("recallPlayground")
         self.session = session
@@ -285,8 +294,9 @@ class RecallPlaygroundPane(QWidget):
         self.search_btn.clicked.connect(self.search_now)
         self.scope_combo.currentIndexChanged.connect(lambda _i: self.schedule())
         self.threshold_check.toggled.connect(self._threshold_toggled)
-        for spin in (self.threshold_spin, self.topk_spin, self.before_spin, self.after_spin):
-            spin.valueChanged.connect(lambda _v: self.schedule())
+        self.threshold_spin.valueChanged.connect(lambda _v: self.schedule())
+        for count in (self.topk_spin, self.before_spin, self.after_spin):
+            count.valueChanged.connect(lambda _v: self.schedule())
         self.reset_btn.clicked.connect(self.reset_to_agent)
         self._touched = False  # the user changed a control since picking the thread: keep it
         for control in (self.threshold_spin, self.topk_spin, self.before_spin, self.after_spin):
@@ -302,6 +312,9 @@ class RecallPlaygroundPane(QWidget):
         self.schedule()
 
     # -- selection -------------------------------------------------------------------------------
+    def palette_commands(self) -> list[Command]:
+        return []  # no commands of its own (its buttons act on what it shows)
+
     def set_selection(self, selection: Selection) -> None:
         previous = self.selection
         self.selection = selection

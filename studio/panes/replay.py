@@ -11,11 +11,15 @@ What-if and re-run have tabs of their own beside the turn.
 
 Every rebuild runs in a worker (``studio.replay_jobs``) under one key, so stepping quickly drops the
 stale answers; the pane never writes, except Fork (explicit, refused on a read-only database).
+
+What the pane shows lives in a plain ``ReplayState`` (``studio.logic.replay_state``: the thread open,
+the turn and model call asked for and shown, the mode tab, what waits for the pane to be shown); the
+widget changes it through its methods and renders it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
@@ -36,21 +40,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.dialogs import Problem
 from studio.logic.replay_layout import (
     call_labels,
-    clamp_step,
     compare,
     default_fork_title,
     fork_source,
     step_label,
     turn_facts,
 )
+from studio.logic.replay_state import ReplayMode, ReplayState
 from studio.preferences import Preferences, preferences_for
 from studio.reads import SourceResolver, load_tree
-from studio.replay_jobs import ReplayThread, StepData, TraceMatch, find_trace
+from studio.replay_jobs import ReplayThread, StepData, TraceMatch, WhatIfDetail, find_trace
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fork_dialog import ForkDialog
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout
@@ -70,29 +75,20 @@ class ReplayPane(QWidget):
     open_thread = Signal(object)  # Selection picked in the pane's thread list
     forked = Signal(object)  # the new Thread
 
-    def __init__(self, session: Any, parent: QWidget | None = None, preferences: Preferences | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None, preferences: Preferences | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("replayPane")
         self.session = session
         self.preferences = preferences or preferences_for(parent)
-        self.selection = Selection()
-        self.source: ReplayThread | None = None
-        self.step: StepData | None = None
-        self.index = 0
-        self.call = 0  # the model call of the turn shown (0: the first)
-        self.trace: TraceMatch | None = None
+        self.state = ReplayState()
         self._tab_bar: QTabBar | None = None  # the window's tab bar, whose Alt+arrows we take while shown
-        self._pending: tuple[str, str | None] | None = None  # (thread, message) to open when shown
         self._key = f"replay-{id(self)}"
         self._syncing = False
-        self._loading_step = False
-        self._rerun_detail: Any = None  # a what-if prompt to re-run once its turn is shown
         self.resolver = SourceResolver(session.store)
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(STEP_DEBOUNCE_MS)
         self._debounce.timeout.connect(self._load_step)
-        self._stale = False  # the file changed while the pane was hidden
         self._build()
         self._register_commands()
         session.changed.connect(self._on_db_changed)
@@ -156,11 +152,12 @@ class ReplayPane(QWidget):
         self.tabs.setObjectName("replayModes")
         self.view = TurnView(self)
         self.view.open_message.connect(self.open_message.emit)
-        self.tabs.addTab(self.view, "Turn")
         self.what_if = WhatIfPanel(self.session, self)
-        self.tabs.addTab(self.what_if, "What-If")
         self.rerun = RerunPanel(self.session, self.preferences, self)
-        self.tabs.addTab(self.rerun, "Re-Run")
+        self._modes: dict[ReplayMode, QWidget] = {ReplayMode.TURN: self.view, ReplayMode.WHAT_IF: self.what_if,
+                                                  ReplayMode.RERUN: self.rerun}
+        for mode, panel in self._modes.items():
+            self.tabs.addTab(panel, mode.value)
         root.addWidget(self.tabs, 1)
         self.status = QLabel("")
         self.status.setStyleSheet("color: palette(placeholder-text);")
@@ -171,19 +168,21 @@ class ReplayPane(QWidget):
         self.call_combo.activated.connect(self.go_to_call)
         self.thread_combo.activated.connect(self._thread_picked)
         self.what_if.rerun_requested.connect(self._rerun_what_if)
+        self.tabs.currentChanged.connect(self._mode_picked)
 
     def _register_commands(self) -> None:
         self.commands = CommandRegistry(self)
         add = self.commands.add
-        has_turns = lambda: self.source is not None and bool(self.source.turns)  # noqa: E731
-        has_step = lambda: self.step is not None  # noqa: E731
-        has_calls = lambda: self.step is not None and len(self.step.calls) > 1  # noqa: E731
+        state = self.state
+        has_turns: Callable[[], bool] = lambda: state.has_turns  # noqa: E731
+        has_step: Callable[[], bool] = lambda: state.has_step  # noqa: E731
+        has_calls: Callable[[], bool] = lambda: state.has_calls  # noqa: E731
         specs = [
             ("replay.next", "Next Turn", self.next_turn, ["Alt+Right", "J"], has_turns, self.next_btn, "▶"),
             ("replay.previous", "Previous Turn", self.previous_turn, ["Alt+Left", "K"], has_turns, self.prev_btn, "◀"),
             ("replay.first", "First Turn", lambda: self.go_to(0), ["Alt+Home"], has_turns, self.first_btn, "|◀"),
-            ("replay.last", "Last Turn", lambda: self.go_to(len(self.source.turns) - 1 if self.source else 0),
-             ["Alt+End"], has_turns, self.last_btn, "▶|"),
+            ("replay.last", "Last Turn", lambda: self.go_to(state.last_index), ["Alt+End"], has_turns, self.last_btn,
+             "▶|"),
             ("replay.next_call", "Next Model Call of This Turn", self.next_call, ["Alt+Down", "Shift+J"], has_calls,
              self.next_call_btn, "▼"),
             ("replay.previous_call", "Previous Model Call of This Turn", self.previous_call, ["Alt+Up", "Shift+K"],
@@ -206,39 +205,62 @@ class ReplayPane(QWidget):
                 button.setDefaultAction(action)
         self.commands.refresh_enabled()
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         return self.commands.commands()
 
     # -- selection -------------------------------------------------------------------------------
+    # -- the state, as tests and the window read it ------------------------------------------------
+    @property
+    def selection(self) -> Selection:
+        return self.state.selection
+
+    @property
+    def source(self) -> ReplayThread | None:
+        return self.state.source
+
+    @property
+    def step(self) -> StepData | None:
+        return self.state.step
+
+    @property
+    def index(self) -> int:
+        return self.state.index
+
+    @property
+    def call(self) -> int:
+        return self.state.call
+
+    @property
+    def trace(self) -> TraceMatch | None:
+        return self.state.trace
+
     def set_selection(self, selection: Selection) -> None:
-        previous, self.selection = self.selection, selection
-        if selection.resource_id != previous.resource_id or selection.thread_id != previous.thread_id:
+        effect = self.state.select(selection)
+        if effect.reload_threads:
             self._load_thread_list()
-        if selection.thread_id is None:
-            if self.source is None:
-                self._show_empty("Pick a thread on the left to replay its turns.")
-            return
-        if self.source is None or self.source.thread_id != selection.thread_id:
-            self.open(selection.thread_id)
+        if effect.show_empty:
+            self._show_empty("Pick a thread on the left to replay its turns.")
+        if effect.open_thread is not None:
+            self.open(effect.open_thread)
 
     def open(self, thread_id: str, message_id: str | None = None) -> None:
         """Open a thread in Replay (at the turn holding ``message_id``, else at its last turn)."""
-        self._pending = (thread_id, message_id)
+        self.state.ask_open(thread_id, message_id)
         if self.isVisible():
             self._open_pending()
 
     def replay_from(self, thread_id: str, message_id: str) -> None:
         """"Replay From Here": open the thread at the turn this message belongs to, now."""
-        self._pending = (thread_id, message_id)
+        self.state.ask_open(thread_id, message_id)
         self._open_pending()
 
     def showEvent(self, event: Any) -> None:  # noqa: N802
         super().showEvent(event)
         self._watch_tab_bar()
         QTimer.singleShot(0, self._take_focus)  # so J/K and Alt+arrows step at once, not after a click
-        if self._pending is not None:
+        if self.state.pending is not None:
             self._open_pending()
-        elif self._stale:
+        elif self.state.stale:
             self._on_db_changed()
 
     def _take_focus(self) -> None:
@@ -279,39 +301,37 @@ class ReplayPane(QWidget):
 
     def _on_db_changed(self) -> None:
         """New turns (an agent writing, a fork, an import): read the thread again, staying on this turn."""
-        source = self.source
-        if source is None or self._pending is not None:
+        source = self.state.source
+        if not self.state.wants_reread(self.isVisible()) or source is None:
             return
-        if not self.isVisible():
-            self._stale = True
-            return
-        self._stale = False
         store = self.session.store
-        factory = lambda opts, name: self.session.memory(opts, name=name)  # noqa: E731
-        current = source.turns[self.index].input_message_id if source.turns else None
+        factory = self._memory_factory()
+        current = self.state.shown_message_id
         self.session.run(lambda: ReplayThread.open(store, factory, source.thread_id, current),
                          key=self._key + "-open", on_result=alive_only(self, self._on_reread),
                          on_error=lambda _e: None)  # the thread may be gone: the tree says so
 
     def _on_reread(self, fresh: ReplayThread) -> None:
-        if self.source is None or fresh.thread_id != self.source.thread_id or self.source.same_turns(fresh):
-            return
-        self._on_opened(fresh)
+        if self.state.reread_differs(fresh):
+            self._on_opened(fresh)
+
+    def _memory_factory(self) -> Callable[[Any, str], Any]:
+        session = self.session
+        return lambda opts, name: session.memory(opts, name=name)
 
     def _open_pending(self) -> None:
-        if self._pending is None:
+        pending = self.state.take_pending()
+        if pending is None:
             return
-        thread_id, message_id = self._pending
-        self._pending = None
+        thread_id, message_id = pending
         store = self.session.store
-        factory = lambda opts, name: self.session.memory(opts, name=name)  # noqa: E731
+        factory = self._memory_factory()
         self.status.setText("Reading the thread's turns…")
         self.session.run(lambda: ReplayThread.open(store, factory, thread_id, message_id), key=self._key + "-open",
                          on_result=alive_only(self, self._on_opened), on_error=alive_only(self, self._on_error))
 
     def _on_opened(self, source: ReplayThread) -> None:
-        self.source = source
-        self.step = None
+        self.state.opened(source)
         thread = source.thread
         name = thread.title or thread.id
         self.title.setText(f"Replay · {name if len(name) <= 40 else name[:39] + '…'}")  # never widens the pane
@@ -334,39 +354,35 @@ class ReplayPane(QWidget):
 
     # -- stepping --------------------------------------------------------------------------------
     def go_to(self, index: int, call: int = 0) -> None:
-        if self.source is None or not self.source.turns:
+        state = self.state
+        if not state.go_to(index, call) or state.source is None:
             return
-        self.index = clamp_step(index, len(self.source.turns))
-        self.call = call
         self._syncing = True
-        self.slider.setValue(self.index)
+        self.slider.setValue(state.index)
         self._syncing = False
-        self.step_label.setText(step_label(self.index, self.source.turns))
-        turn = self.source.turns[self.index]
+        self.step_label.setText(step_label(state.index, state.source.turns))
+        turn = state.source.turns[state.index]
         self.input_label.setText(f"“{' '.join(turn.input_text.split())[:220]}”")
-        self._loading_step = True
         self._debounce.start()
         self.commands.refresh_enabled()
 
     def next_turn(self) -> None:
-        self.go_to(self.index + 1)
+        self.go_to(self.state.index + 1)
 
     def previous_turn(self) -> None:
-        self.go_to(self.index - 1)
+        self.go_to(self.state.index - 1)
 
     def go_to_call(self, call: int) -> None:
         """Show model call ``call`` of the turn shown (the first, then one after each tool result)."""
-        step = self.step
-        if step is None:
-            return
-        self.call = clamp_step(call, len(step.calls))
-        self._show_call(step)
+        step = self.state.step
+        if step is not None and self.state.go_to_call(call):
+            self._show_call(step)
 
     def next_call(self) -> None:
-        self.go_to_call(self.call + 1)
+        self.go_to_call(self.state.call + 1)
 
     def previous_call(self) -> None:
-        self.go_to_call(self.call - 1)
+        self.go_to_call(self.state.call - 1)
 
     def _slider_moved(self, value: int) -> None:
         if not self._syncing:
@@ -374,10 +390,10 @@ class ReplayPane(QWidget):
 
     @property
     def busy(self) -> bool:
-        return self._loading_step or self._debounce.isActive()
+        return self.state.loading_step or self._debounce.isActive()
 
     def _load_step(self) -> None:
-        source, index = self.source, self.index
+        source, index = self.state.source, self.state.index
         if source is None:
             return
         self.status.setText(f"Rebuilding turn {index + 1}…")
@@ -386,12 +402,8 @@ class ReplayPane(QWidget):
                          on_error=alive_only(self, self._on_error))
 
     def _on_step(self, source: ReplayThread, step: StepData) -> None:
-        if source is not self.source or step.index != self.index:
+        if not self.state.step_arrived(source, step):
             return
-        self._loading_step = False
-        self.step = step
-        self.trace = None
-        self.call = clamp_step(self.call, len(step.calls))
         labels = call_labels(step.calls)
         if labels != [self.call_combo.itemText(i) for i in range(self.call_combo.count())]:
             self.call_combo.blockSignals(True)
@@ -399,12 +411,12 @@ class ReplayPane(QWidget):
             self.call_combo.addItems(labels)
             self.call_combo.blockSignals(False)
         self.call_combo.setEnabled(len(step.calls) > 1)
-        self.rerun.set_step(step, self.call)
+        self.rerun.set_step(step, self.state.call)
         self._show_call(step)
-        if self._rerun_detail is not None and self._rerun_detail.index == step.index:
-            self.rerun.set_what_if(self._rerun_detail)  # "Re-Run This What-If Prompt" on another turn
-            self.tabs.setCurrentWidget(self.rerun)
-        self._rerun_detail = None
+        detail = self.state.take_rerun(step.index)
+        if detail is not None:
+            self.rerun.set_what_if(detail)  # "Re-Run This What-If Prompt" on another turn
+            self._show_mode(ReplayMode.RERUN)
         self.step_shown.emit(step)
 
     def _show_call(self, step: StepData) -> None:
@@ -415,12 +427,12 @@ class ReplayPane(QWidget):
         else:
             self.banner.show_message(cmp.text, cmp.level)
         self.facts.setText(" · ".join(f"<b>{k}</b> {esc(v)}" for k, v in turn_facts(received, step.wm_label,
-                                                                                     step.om_label, self.call)))
-        self.call_combo.setCurrentIndex(self.call)
-        self.view.show_step(step, self.source.thread_id if self.source else "", cmp, self.call)
-        self.rerun.set_call(self.call)
-        shown = step.calls[self.call]
-        calls = f" · model call {self.call + 1} of {len(step.calls)}" if len(step.calls) > 1 else ""
+                                                                                     step.om_label, self.state.call)))
+        self.call_combo.setCurrentIndex(self.state.call)
+        self.view.show_step(step, self.state.source.thread_id if self.state.source else "", cmp, self.state.call)
+        self.rerun.set_call(self.state.call)
+        shown = step.calls[self.state.call]
+        calls = f" · model call {self.state.call + 1} of {len(step.calls)}" if len(step.calls) > 1 else ""
         self.status.setText(f"{len(shown.fragments)} fragments · {len(shown.messages)} messages · "
                             f"{shown.total_tokens:,} tokens (o200k estimate){calls} · "
                             f"{cmp.text if cmp.same else 'differs now'}")
@@ -433,7 +445,7 @@ class ReplayPane(QWidget):
                          on_result=alive_only(self, self._fill_threads), on_error=lambda _e: None)
 
     def _fill_threads(self, tree: Any) -> None:
-        resource = self.selection.resource_id
+        resource = self.state.selection.resource_id
         self._syncing = True
         self.thread_combo.clear()
         for rid in ([resource] if resource else sorted(tree.threads)):
@@ -441,7 +453,7 @@ class ReplayPane(QWidget):
                 t = summary.thread
                 self.thread_combo.addItem(f"{t.title or t.id} — {rid}", (rid, t.id))
         self._syncing = False
-        self._select_thread_in_list(self.source.thread_id if self.source else self.selection.thread_id)
+        self._select_thread_in_list(self.state.thread_id or self.state.selection.thread_id)
 
     def _select_thread_in_list(self, thread_id: str | None) -> None:
         for i in range(self.thread_combo.count()):
@@ -457,16 +469,16 @@ class ReplayPane(QWidget):
             return
         rid, tid = data
         self.open_thread.emit(Selection(rid, tid))
-        if self.source is None or self.source.thread_id != tid:
+        if self.state.thread_id != tid:
             self.replay_from_thread(tid)
 
     def replay_from_thread(self, thread_id: str) -> None:
-        self._pending = (thread_id, None)
+        self.state.ask_open(thread_id)
         self._open_pending()
 
     # -- trace, fork, what-if, re-run -------------------------------------------------------------
     def show_trace(self) -> None:
-        source, step = self.source, self.step
+        source, step = self.state.source, self.state.step
         if source is None or step is None:
             return
         resolver = self.resolver
@@ -476,7 +488,7 @@ class ReplayPane(QWidget):
                          on_error=alive_only(self, self._on_error))
 
     def _on_trace(self, match: TraceMatch) -> None:
-        self.trace = match
+        self.state.trace = match
         if match.trace_id is None:
             self.status.setText(match.note)
             self.banner.show_message(match.note, "info")
@@ -485,7 +497,7 @@ class ReplayPane(QWidget):
         self.open_trace.emit(match.trace_id)
 
     def fork(self) -> None:
-        source, step = self.source, self.step
+        source, step = self.state.source, self.state.step
         if source is None or step is None:
             return
         if self.session.read_only:
@@ -520,31 +532,38 @@ class ReplayPane(QWidget):
         self.failed.emit(f"{problem.text} {problem.advice}")
 
     def run_what_if(self) -> None:
-        self.tabs.setCurrentWidget(self.what_if)
+        self._show_mode(ReplayMode.WHAT_IF)
         self.what_if.run()
 
     def rerun_turn(self) -> None:
-        self.tabs.setCurrentWidget(self.rerun)
+        self._show_mode(ReplayMode.RERUN)
         self.rerun.run()
 
-    def _rerun_what_if(self, detail: Any) -> None:
-        if self.source is not None and detail.index != self.index:
-            self._rerun_detail = detail  # applied once that turn is shown
-            self.go_to(detail.index)
+    def _rerun_what_if(self, detail: WhatIfDetail) -> None:
+        if self.state.rerun_elsewhere(detail):
+            self.go_to(detail.index)  # the re-run panel takes it once that turn is shown
             return
         self.rerun.set_what_if(detail)
-        self.tabs.setCurrentWidget(self.rerun)
+        self._show_mode(ReplayMode.RERUN)
+
+    def _show_mode(self, mode: ReplayMode) -> None:
+        self.state.mode = mode
+        self.tabs.setCurrentWidget(self._modes[mode])
+
+    def _mode_picked(self, index: int) -> None:
+        """The user clicked a mode tab."""
+        self.state.mode = list(self._modes)[index]
 
     # -- states ----------------------------------------------------------------------------------
     def _on_error(self, exc: BaseException) -> None:
-        self._loading_step = False
+        self.state.failed()
         message = str(exc) or type(exc).__name__
         self.banner.show_message(message, "error")
         self.status.setText("Replay could not rebuild this.")
         self.failed.emit(message)
 
     def _show_empty(self, text: str) -> None:
-        self.step = None
+        self.state.cleared()
         self.view.clear()
         self.rerun.set_step(None)
         self.call_combo.clear()

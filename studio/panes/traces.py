@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.traces.spans import ModelUsage, ReadResult, SpanRecord, TraceFilters, TraceSummary
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.logic.traces_layout import (
     ERROR_COLOR,
     SPAN_COLORS,
@@ -61,6 +61,7 @@ from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.pricing import CostEstimate, Price, dump_prices, estimate, load_prices, usage_summary
 from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, load_usage, traces_fingerprint
 from studio.selection import Selection
+from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
@@ -104,7 +105,7 @@ class TracesPane(QWidget):
     traces_loaded = Signal()  # a page (first or further) was applied
     trace_loaded = Signal(str)  # trace id whose spans are now shown
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("tracesPane")
         self.session = session
@@ -297,8 +298,13 @@ class TracesPane(QWidget):
     def all_threads_action(self) -> QAction:
         return self.commands.action("traces.all_threads")
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         return self.commands.commands()
+
+    @property
+    def loading(self) -> bool:
+        """A page of traces is being read (``traces_loaded`` fires when it is shown)."""
+        return self._loading
 
 
     # -- visibility-driven polling -----------------------------------------------------------------

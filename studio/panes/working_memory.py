@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from core import ConcurrentUpdateError
 from core.agent_configs import AgentConfig, save_override
 from core.tokens import default_tokenizer
-from studio.commands import CommandRegistry
+from studio.commands import Command, CommandRegistry
 from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.wm_editing import (
     DraftCheck,
@@ -46,7 +46,7 @@ from studio.logic.wm_editing import (
 )
 from studio.reads import load_wm
 from studio.selection import Selection
-from studio.session import DatabaseFileLostError
+from studio.session import DatabaseFileLostError, StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.conflict_view import ConflictView
@@ -97,7 +97,7 @@ class WorkingMemoryPane(QWidget):
     config_saved = Signal(object)
     request_command = Signal(str)  # a main-window command this pane offers (File > Migrate Database…)
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("workingMemory")
         self.session = session
@@ -114,10 +114,8 @@ class WorkingMemoryPane(QWidget):
         self._build()
         self._register_commands()
         session.changed.connect(self.reload)
-        if hasattr(session, "read_only_changed"):
-            session.read_only_changed.connect(lambda _ro: self._on_read_only_changed())
-        if hasattr(session, "file_lost"):
-            session.file_lost.connect(self._on_file_lost)
+        session.read_only_changed.connect(lambda _ro: self._on_read_only_changed())
+        session.file_lost.connect(self._on_file_lost)
         self._show_empty("Pick a resource or a thread to see its working memory.")
 
     # -- construction ----------------------------------------------------------------------------
@@ -209,13 +207,9 @@ class WorkingMemoryPane(QWidget):
         self.side.addWidget(js_side)
 
         split = QSplitter(Qt.Orientation.Horizontal)
-        editor_box = self._titled("Editor", self.editor, self.problem_label, self.warning_label)
-        title_row = QHBoxLayout()  # the editor's size sits on its title line
-        title = editor_box.layout().takeAt(0).widget()
-        title_row.addWidget(title)
-        title_row.addStretch(1)
-        title_row.addWidget(self.size_label)
-        editor_box.layout().insertLayout(0, title_row)  # type: ignore[attr-defined]
+        # the editor's size sits on its title line
+        editor_box = self._titled("Editor", self.editor, self.problem_label, self.warning_label,
+                                  beside_title=self.size_label)
         split.addWidget(editor_box)
         split.addWidget(self.side)
         split.setSizes([520, 640])
@@ -234,12 +228,19 @@ class WorkingMemoryPane(QWidget):
         self.conflict_view.keep_editing.connect(self.keep_editing)
         return tab
 
-    def _titled(self, title: str, widget: QWidget, *below: QWidget) -> QWidget:
+    def _titled(self, title: str, widget: QWidget, *below: QWidget, beside_title: QWidget | None = None) -> QWidget:
         box = QWidget()
         bl = QVBoxLayout(box)
         bl.setContentsMargins(0, 0, 0, 0)
         bl.setSpacing(3)
-        bl.addWidget(_bold(title))
+        if beside_title is None:
+            bl.addWidget(_bold(title))
+        else:
+            title_row = QHBoxLayout()
+            title_row.addWidget(_bold(title))
+            title_row.addStretch(1)
+            title_row.addWidget(beside_title)
+            bl.addLayout(title_row)
         bl.addWidget(widget, 1)
         for w in below:
             bl.addWidget(w)
@@ -303,7 +304,7 @@ class WorkingMemoryPane(QWidget):
         self._update_actions()
 
 
-    def palette_commands(self) -> list[Any]:
+    def palette_commands(self) -> list[Command]:
         """For the main window's registry: ``registry.add_provider(pane.palette_commands)``."""
         return self.commands.commands()
 
@@ -530,13 +531,12 @@ class WorkingMemoryPane(QWidget):
         self._saving = True
         self.status.setText("Saving…")
         self._update_actions()
-        check_file = getattr(self.session, "check_file", None)
+        check_file = self.session.check_file
 
         def write() -> str | None:
             text = save_wm(store, snap.options, snap.target, value, expected=baseline, note=note,  # type: ignore[arg-type]
                            max_bytes=snap.max_bytes, versions_kept=snap.versions_kept)
-            if check_file is not None:
-                check_file()  # a file deleted or replaced under us took the write with it: not saved
+            check_file()  # a file deleted or replaced under us took the write with it: not saved
             return text
 
         self.session.run(write, on_result=alive_only(self, self._on_saved),
@@ -698,8 +698,8 @@ class WorkingMemoryPane(QWidget):
                          on_error=alive_only(self, self._on_error), key=self._key + "-save-as")
 
     def _read_only_reason(self) -> str:
-        if getattr(self.session, "lost", None):
-            return str(self.session.lost)
+        if self.session.lost:
+            return self.session.lost
         if self.session.read_only:
             return (f"Read-only: {self.session.display_path} was opened read-only, so nothing can be saved. "
                     "Use File > Allow Writes to edit.")

@@ -161,7 +161,7 @@ class CodeEditor(QPlainTextEdit):
             self.highlighter.setDocument(None)
         self.highlighter = {
             "json": JsonHighlighter, "markdown": MarkdownHighlighter, "prose": ProseHighlighter,
-        }.get(language, lambda _d: None)(self.document())  # type: ignore[operator]
+        }.get(language, lambda _d: None)(self.document())
 
     def replace_all(self, text: str) -> None:
         """Replace the whole text as one undoable edit (unlike ``setPlainText``, which wipes undo)."""
@@ -203,9 +203,9 @@ class CodeEditor(QPlainTextEdit):
         fmt = QTextCharFormat()
         fmt.setBackground(QColor(229, 83, 75, 40))
         fmt.setProperty(QTextFormat.Property.FullWidthSelection, True)
-        sel.format = fmt  # type: ignore[attr-defined]
+        sel.format = fmt
         cur = QTextCursor(block)
-        sel.cursor = cur  # type: ignore[attr-defined]
+        sel.cursor = cur
         self.setExtraSelections([sel])
 
 

@@ -8,6 +8,7 @@ block), and a key typed for the OS keyring goes straight to the keyring, never i
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -90,7 +91,7 @@ class PreferencesDialog(QDialog):
         self.add_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.add_btn)
         for preset in PRESETS:
-            menu.addAction(preset, lambda p=preset: self.add_endpoint(p))
+            menu.addAction(preset, partial(self.add_endpoint, preset))
         self.add_btn.setMenu(menu)
         self.remove_btn = QPushButton("Remove", self)
         self.default_btn = QPushButton("Make Default", self)

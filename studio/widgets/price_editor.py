@@ -87,7 +87,9 @@ class PriceEditor(QDialog):
     def add_row(self) -> None:
         row = self._append("", "0", "0")
         self.grid.setCurrentCell(row, 0)
-        self.grid.editItem(self.grid.item(row, 0))
+        item = self.grid.item(row, 0)
+        if item is not None:  # _append filled every cell of the row
+            self.grid.editItem(item)
 
     def remove_selected(self) -> None:
         for row in sorted({i.row() for i in self.grid.selectedIndexes()}, reverse=True):

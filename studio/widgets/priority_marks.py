@@ -53,8 +53,8 @@ class ObservationLogView(QTextBrowser):
         self.setOpenLinks(False)
         self._images: dict[str, QImage] = {}
 
-    def loadResource(self, kind: int, name: QUrl) -> Any:  # noqa: N802 - Qt's name
-        url = name.toString()
+    def loadResource(self, kind: int, name: QUrl | str) -> Any:  # noqa: N802 - Qt's name
+        url = name.toString() if isinstance(name, QUrl) else name
         if kind == QTextDocument.ResourceType.ImageResource.value and url.startswith(MARK_URL):
             mark = url[len(MARK_URL):]
             if mark in _COLOURS:

@@ -39,6 +39,7 @@ from studio.logic.replay_layout import (
 )
 from studio.preferences import Preferences
 from studio.replay_jobs import StepData, WhatIfDetail, rerun_prompt
+from studio.session import StudioSession
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout, labelled
@@ -63,7 +64,7 @@ class RerunPanel(QWidget):
     finished = Signal(object)  # RerunResult
     failed = Signal(str)
 
-    def __init__(self, session: Any, preferences: Preferences, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, preferences: Preferences, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("rerunPanel")
         self.session = session

@@ -150,8 +150,8 @@ class TurnView(QSplitter):
         self.fragment_sources.setWordWrap(True)
         self.fragment_sources.linkActivated.connect(self.open_message.emit)
         self.fragment_text = CodeEditor("prose", read_only=True)
-        for w in (self.fragment_header, self.fragment_sources, self.fragment_text):
-            ll.addWidget(w)
+        for part in (self.fragment_header, self.fragment_sources, self.fragment_text):
+            ll.addWidget(part)
         left.addWidget(lower)
         left.setSizes([380, 200])
         self.addWidget(left)

@@ -40,6 +40,7 @@ from studio.logic.replay_layout import (
     what_if_summary,
 )
 from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
+from studio.session import StudioSession
 from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
@@ -91,7 +92,7 @@ class WhatIfPanel(QWidget):
     rerun_requested = Signal(object)  # WhatIfDetail: re-run this what-if prompt
     checks_requested = Signal(object)  # the what-if's option overrides: which memory checks would break?
 
-    def __init__(self, session: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("whatIfPanel")
         self.session = session
@@ -202,7 +203,11 @@ class WhatIfPanel(QWidget):
         self.cancel_btn.clicked.connect(self.cancel)
         self.table.doubleClicked.connect(lambda index: self.open_row(index.row()))
         self.table.activated.connect(lambda index: self.open_row(index.row()))
-        self.rerun_btn.clicked.connect(lambda: self.detail is not None and self.rerun_requested.emit(self.detail))
+        self.rerun_btn.clicked.connect(self._rerun_requested)
+
+    def _rerun_requested(self) -> None:
+        if self.detail is not None:
+            self.rerun_requested.emit(self.detail)
 
     # -- options ---------------------------------------------------------------------------------
     def options(self) -> WhatIfOptions:

@@ -241,7 +241,7 @@ def test_the_window_follows_a_turn_and_opens_its_prompt(qtbot, make_window, tmp_
     qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() == 4, timeout=15_000)
     chat._link(QUrl(f"prompt:{outcome.request.input_id}"))
     prompt = window.panes["prompt"]
-    assert window.tabs.currentWidget() is prompt
+    assert window.current_pane() is prompt
     assert prompt.selection == Selection("ada", "t-food", outcome.request.input_id)
     assert prompt.turn_radio.isChecked()
     # a new thread started from the chat is selected in the tree

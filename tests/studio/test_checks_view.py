@@ -168,7 +168,7 @@ def test_pin_from_replay_and_run_checks_from_the_what_if_tab(qtbot: Any, make_wi
     replay.tabs.setCurrentWidget(panel)
     panel.recall_combo.setCurrentIndex(panel.recall_combo.findData(False))
     panel.checks_btn.click()
-    qtbot.waitUntil(lambda: window.tabs.currentWidget() is checks, timeout=5_000)
+    qtbot.waitUntil(lambda: window.current_pane() is checks, timeout=5_000)
     _ran(qtbot, checks, what_if=True)
     assert checks.model.rows()[0].breaks
     assert json.loads(checks.options_edit.text()) == {"semantic_recall": {"enabled": False}}

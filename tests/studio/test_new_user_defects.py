@@ -180,7 +180,7 @@ def _long_content_db(path: Path) -> None:
 def test_the_window_never_grows_by_itself(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
     import json
 
-    from studio.main_window import TABS
+    from studio.main_window import PANES
     from studio.panes.prompt_inspector import PromptInspectorPane
 
     db = tmp_path / "long.db"
@@ -217,10 +217,10 @@ def test_the_window_never_grows_by_itself(qtbot: Any, make_window: Any, tmp_path
         qtbot.wait(50)
         assert (window.width(), window.left.width()) == (width, left), wm.tabs.tabText(index)
 
-    for name, _title, _spec in TABS:  # the left panel keeps its width from tab to tab
-        window.show_tab(name)
+    for spec in PANES:  # the left panel keeps its width from tab to tab
+        window.show_tab(spec)
         qtbot.wait(100)
-        assert (window.width(), window.left.width()) == (width, left), name
+        assert (window.width(), window.left.width()) == (width, left), spec.name
 
 
 # -- recall on a Mastra database: one clear path --------------------------------------------------------

@@ -13,7 +13,7 @@ from core import open_store
 from core.observational import load_current
 from core.observational.store import commit_reflection
 from studio.logic.observations_layout import EMPTY_TEXT
-from studio.main_window import TABS
+from studio.main_window import OBSERVATIONS, PANES
 from studio.panes.observations import PAGE_CONTENT, PAGE_EMPTY, ObservationsPane
 from studio.selection import Selection
 
@@ -121,7 +121,8 @@ def test_browsing_never_writes(no_leaked_widgets, qtbot, make_session, demo_db):
 
 
 def test_registered_in_the_main_window_and_the_palette(no_leaked_widgets, qtbot, make_session, demo_db):
-    assert ("observations", "Observations", "studio.panes.observations:ObservationsPane") in TABS
+    assert OBSERVATIONS in PANES and (OBSERVATIONS.name, OBSERVATIONS.title) == ("observations", "Observations")
+    assert OBSERVATIONS.build.__annotations__["return"] == "ObservationsPane"  # the tab builds an ObservationsPane
     pane = open_pane(qtbot, make_session, demo_db)
     assert "observations.refresh" in {c.id for c in pane.palette_commands()}
 

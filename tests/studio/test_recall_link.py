@@ -33,7 +33,7 @@ def test_a_link_into_another_thread_opens_that_thread(qtbot: Any, make_window: A
     assert window.selection == Selection("ada", "t-groceries", target)
     assert window.resources.current_selection() == Selection("ada", "t-groceries")
     qtbot.waitUntil(lambda: window.messages_pane.current_message_id() == target, timeout=10_000)
-    assert window.tabs.currentWidget() is window.messages_pane
+    assert window.current_pane() is window.messages_pane
     # The inspector follows the new thread and rebuilds that message's turn: no "not in thread" banner.
     window.show_tab("prompt")
     qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.thread_id == "t-groceries"

@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from studio.commands import CommandPalette
+from studio.main_window import PANES, REPLAY
 from studio.selection import Selection
 
 from .replay_data import RESOURCE, THREAD, TURNS, build_replay_db
@@ -57,7 +58,7 @@ def test_replay_from_here_opens_the_turn_of_that_message(qtbot: Any, window: Any
     menu.actions()[0].trigger()
     replay = window.panes["replay"]
     qtbot.waitUntil(lambda: replay.step is not None and not replay.busy, timeout=30_000)
-    assert window.tabs.currentWidget() is replay
+    assert window.current_pane() is replay
     assert replay.step.index == 2 and replay.step.turn.input_text == TURNS[2]
     menu.close()
 
@@ -75,10 +76,10 @@ def test_the_turns_trace_is_one_click_away_and_back_returns(qtbot: Any, window: 
     traces = window.panes["traces"]
     expected = template[1]["trace_ids"][3]
     qtbot.waitUntil(lambda: traces.trace_id == expected and bool(traces.spans), timeout=30_000)
-    assert window.tabs.currentWidget() is traces
+    assert window.current_pane() is traces
     assert window.back_btn.isVisible() and window.back_btn.text() == "◀ Back to Replay"
     window.back_btn.click()
-    assert window.tabs.currentWidget() is replay and not window.back_btn.isVisible()
+    assert window.current_pane() is replay and not window.back_btn.isVisible()
     assert replay.step.index == 3  # where the user was
     assert not window.commands.command("view.back").is_enabled
 
@@ -153,7 +154,7 @@ def test_stepping_keys_work_right_after_switching_to_replay(qtbot: Any, window: 
     qtbot.waitUntil(lambda: replay.step is not None and not replay.busy, timeout=30_000)
     window.show_tab("messages")
     window.messages_pane.view.setFocus()
-    window.tabs.setCurrentWidget(replay)  # as a click on the tab does
+    window.tabs.setCurrentIndex(PANES.index(REPLAY))  # as a click on the tab does
     qtbot.waitUntil(lambda: QApplication.focusWidget() is not None and replay.isAncestorOf(QApplication.focusWidget()),
                     timeout=10_000)
     start = replay.index
@@ -164,8 +165,8 @@ def test_stepping_keys_work_right_after_switching_to_replay(qtbot: Any, window: 
     bar = window.tabs.tabBar()
     bar.setFocus()
     qtbot.keyClick(bar, Qt.Key.Key_Left, Qt.KeyboardModifier.AltModifier)
-    assert window.tabs.currentWidget() is replay
+    assert window.current_pane() is replay
     qtbot.waitUntil(lambda: replay.step is not None and replay.step.index == start - 2 and not replay.busy,
                     timeout=30_000)
     qtbot.keyClick(bar, Qt.Key.Key_Left)  # a plain arrow on the tab bar still moves between tabs
-    assert window.tabs.currentWidget() is not replay
+    assert window.current_pane() is not replay

@@ -18,7 +18,7 @@ import pytest
 from core import open_store
 from core.traces.store import DuckDBObservabilityStore
 from core.traces.spans import SpanRecord
-from studio.main_window import TABS
+from studio.main_window import PANES, TRACES
 from studio.panes.traces import PAGE, TAB_ERROR, TAB_MESSAGES, TracesPane
 from studio.selection import Selection
 from studio.widgets.timeline import COL_DURATION
@@ -300,7 +300,8 @@ def test_browsing_never_writes_the_trace_file(no_leaked_widgets, qtbot, make_ses
 
 
 def test_registered_in_the_main_window_and_the_palette(no_leaked_widgets, qtbot, make_session, demo_db):
-    assert ("traces", "Traces", "studio.panes.traces:TracesPane") in TABS
+    assert TRACES in PANES and (TRACES.name, TRACES.title) == ("traces", "Traces")
+    assert TRACES.build.__annotations__["return"] == "TracesPane"  # the tab builds a TracesPane
     pane = open_pane(qtbot, make_session, demo_db)
     ids = {c.id for c in pane.palette_commands()}
     assert {"traces.refresh", "traces.load_more", "traces.all_threads", "traces.copy_span"} <= ids
