@@ -6,11 +6,11 @@ opens, on first use, the trace store that ``core.traces.home`` says belongs to i
 
 from __future__ import annotations
 
-import importlib
 import os
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
+from core.lazy_names import lazy_names
 from core.storage.errors import (
     CorruptDatabaseError,
     DatabaseOpenError,
@@ -178,14 +178,7 @@ _LAZY = {
     "resolve_db_path": "core.storage.paths",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [
