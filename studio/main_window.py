@@ -544,7 +544,7 @@ class MainWindow(QMainWindow):
 
     def _page(self, spec: PaneSpec[Pane]) -> PanePage:
         if self.session is None:
-            raise LookupError(f"no database is open, so there is no {spec.title} pane")
+            raise KeyError(f"no database is open, so there is no {spec.title} pane")
         return self.pages[PANES.index(spec)]
 
     def _build(self, page: PanePage) -> None:

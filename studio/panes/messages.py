@@ -209,6 +209,7 @@ class MessagesPane(QWidget):
         layout.addWidget(self.stack)
 
         self.model.loaded.connect(self._on_loaded)
+        self.model.failed.connect(self._on_load_failed)
         self.model.rowsAboutToBeInserted.connect(self._remember_follow)
         self.model.rowsInserted.connect(self._after_grow)
         self.model.dataChanged.connect(self._on_data_changed)
@@ -251,6 +252,9 @@ class MessagesPane(QWidget):
         else:
             self.view.scrollToBottom()
             self._follow = True
+
+    def _on_load_failed(self, _message: str) -> None:
+        self._opening = False  # a jump asked for meanwhile is dropped with the rows it needed
 
     def _update_header(self) -> None:
         tid = self._selection.thread_id

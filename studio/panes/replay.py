@@ -208,7 +208,6 @@ class ReplayPane(QWidget):
     def palette_commands(self) -> list[Command]:
         return self.commands.commands()
 
-    # -- selection -------------------------------------------------------------------------------
     # -- the state, as tests and the window read it ------------------------------------------------
     @property
     def selection(self) -> Selection:
