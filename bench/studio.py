@@ -64,8 +64,7 @@ f = Paint(); window.installEventFilter(f)
 window.resize(1440, 900)
 startup = launch(window, lambda: start(window, sys.argv[1]))  # the app's own sequence (studio.app.main)
 def check():
-    pane = window.panes.get("messages")
-    m = getattr(pane, "model", None)
+    m = window.messages_pane.model if window.session is not None else None  # the tab shown at start
     if window.resources is not None and window.resources.thread_rows() and "tree" not in marks:
         marks["tree"] = time.time() - t_proc
     if m is not None and m.rowCount() and "messages" not in marks:
@@ -79,6 +78,16 @@ def check():
 t = QTimer(); t.timeout.connect(check); t.start(5)
 app.exec()
 import os; os._exit(0)  # skip interpreter teardown: only the figures matter here
+"""
+
+# Waits in an idle event loop, as the app does: a spinning one would take the GIL from the worker.
+IDLE_WAIT = r"""
+def wait(cond, limit=60.0):
+    loop = QEventLoop(); tick = QTimer(); tick.timeout.connect(lambda: cond() and loop.quit()); tick.start(1)
+    QTimer.singleShot(int(limit * 1000), loop.quit)
+    if not cond():
+        loop.exec()
+    tick.stop()
 """
 
 BIG_THREAD = r"""
@@ -95,11 +104,7 @@ app = make_app(); apply_theme(app, "dark")
 session = StudioSession(open_for_studio(sys.argv[1]))
 pane = MessagesPane(session); pane.resize(1000, 800); pane.show()
 app.processEvents()
-def wait(cond, limit=30.0):
-    end = time.perf_counter() + limit
-    while not cond() and time.perf_counter() < end:
-        app.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 5)
-model = pane.model
+""" + IDLE_WAIT + r"""model = pane.model
 out = {"open_ms": [], "open_cpu_ms": [], "jump_ms": []}
 for run in range(5):
     pane.set_selection(Selection())
@@ -149,13 +154,7 @@ session = StudioSession(open_for_studio(sys.argv[1]))
 emb = TableEmbedder()  # query vectors looked up, not computed: embedding is excluded
 pane = RecallPlaygroundPane(session); pane.embedders = EmbedderHolder(lambda: emb)
 pane.resize(1300, 820); pane.show(); app.processEvents()
-def wait(cond, limit=60.0):  # an idle event loop, as in the app: a spinning one would take the GIL from the worker
-    loop = QEventLoop(); tick = QTimer(); tick.timeout.connect(lambda: cond() and loop.quit()); tick.start(1)
-    QTimer.singleShot(int(limit * 1000), loop.quit)
-    if not cond():
-        loop.exec()
-    tick.stop()
-pane.set_selection(Selection("bench", "t"))
+""" + IDLE_WAIT + r"""pane.set_selection(Selection("bench", "t"))
 wait(lambda: pane.thread_list.count() > 0)
 rng = np.random.default_rng(7)
 queries = [words(rng, 6) for _ in range(100)]

@@ -9,10 +9,10 @@ of them.
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
 
 from core.errors import MemoryStudioError
+from core.lazy_names import lazy_names as _lazy_names
 from core.version import __version__
 
 if _typing.TYPE_CHECKING:  # pragma: no cover
@@ -138,18 +138,7 @@ _LAZY = {
     "RecallError": "core.recall",
 }
 
-
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value  # the next access is a plain module attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

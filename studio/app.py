@@ -3,9 +3,10 @@
 Start-up, in order (``launch``):
 
 1. The window is built and shown. Importing it loads Qt and the Studio's shell only: ``core`` and its
-   packages load their modules on first use (PEP 562 tables), and the panes, reads, jobs and dialogs
-   import the engine inside the functions that need it. So no SQLAlchemy, numpy, DuckDB, onnxruntime
-   or tokenizer is imported before the first paint (``tests/studio/test_startup.py`` checks it).
+   packages load their modules on first use (PEP 562 tables), the reads, jobs, actions and dialogs
+   import the engine inside the functions that need it, and a pane's module is imported when the pane
+   is first built (``studio/main_window.py``). So no SQLAlchemy, numpy, DuckDB, onnxruntime or
+   tokenizer is imported before the first paint (``tests/studio/test_startup.py`` checks it).
 2. Once the window has painted, the database opens in a worker (``MainWindow.open_database``). When
    it has opened (or failed, or after ``WARM_AFTER_MS``), another worker warms the modules the panes'
    reads will need (``WARM_MODULES``). Nothing waits for the warm-up: whatever needs a module first
@@ -42,22 +43,20 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QWidget
 
-from core.storage.paths import resolve_db_path
 from core.version import __version__
 from studio.assets import APP_ID, icon_files
 from studio.main_window import APP_NAME, MainWindow
-from studio.system_check import EXIT_NO_WINDOW, platform_failure_message
 from studio.theme import apply_theme
 from studio.workers import WorkerPool
 
 ORGANIZATION = "memory-studio"
 ANCHORED = ("caller", "project", "user-data")  # default locations; an explicit --db or $MEMORY_STUDIO_DB is never seeded
 
-# Warmed on a worker after the first paint, in this order: what opening a database needs, the engine
-# the panes' reads build on, the trace reader (DuckDB), the recall index (numpy), and the pure-Python
-# layouts the UI thread imports on demand. None of them is a Qt module.
+# Warmed on a worker after the first paint, in this order: the memory tables (and with them SQLAlchemy
+# and the database layer), the engine the panes' reads build on, the trace reader (DuckDB), the recall
+# index (numpy), and the pure-Python layouts the UI thread imports on demand. No Qt module, and only the
+# engine's public modules (the Studio's import contract in pyproject.toml).
 WARM_MODULES: tuple[str, ...] = (
-    "core.storage.database",
     "core.storage.memory_store",
     "core.memory",
     "core.agent_configs",
@@ -103,6 +102,8 @@ def _create_application() -> QApplication:
     """
     def handler(mode: QtMsgType, context: QMessageLogContext, message: str) -> None:
         if mode == QtMsgType.QtFatalMsg and "platform plugin" in message:
+            from studio.system_check import EXIT_NO_WINDOW, platform_failure_message
+
             # Qt's earlier warnings (already printed below) say which plugin failed and why.
             sys.stderr.write(platform_failure_message(message.splitlines()[:1]))
             sys.stderr.flush()
@@ -212,6 +213,8 @@ def launch(window: MainWindow, opening: Callable[[], None], warm: bool = True) -
 
 def start(window: MainWindow, db: str | None, allow_writes: bool = False, seed_demo: bool = True) -> None:
     """Open the database the command line asked for (or the anchored default)."""
+    from core.storage.paths import resolve_db_path
+
     writes = True if allow_writes else None  # None: ours read-write, anything else read-only
     if db:
         window.open_database(db, allow_writes=writes, create_missing=False)

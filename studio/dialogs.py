@@ -14,8 +14,14 @@ from typing import Callable
 
 from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QWidget
 
-from core import DatabaseLocationError, DatabaseOpenError, ReadOnlyError, SchemaError
-from core.storage import CorruptDatabaseError, DiskFullError, ReadOnlyFileError
+from core.storage.errors import (
+    CorruptDatabaseError,
+    DatabaseOpenError,
+    DiskFullError,
+    ReadOnlyError,
+    ReadOnlyFileError,
+    SchemaError,
+)
 
 DB_FILTER = "Databases (*.db *.sqlite *.sqlite3 *.libsql);;All files (*)"
 
@@ -30,6 +36,8 @@ class Problem:
 
 
 def explain(exc: BaseException, path: str | None = None) -> Problem:
+    from core.storage.paths import DatabaseLocationError  # loaded by whatever raised it, after first paint
+
     where = path or "the database"
     message = str(exc) or type(exc).__name__
     low = message.lower()

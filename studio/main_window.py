@@ -34,7 +34,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.storage.paths import resolve_db_path
 from core.version import __version__
 from studio import reads as queries
 from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
@@ -433,6 +432,8 @@ class MainWindow(QMainWindow):
         self._open_token += 1
         token = self._open_token
         try:
+            from core.storage.paths import resolve_db_path  # after the first paint (studio.app.launch)
+
             display = resolve_db_path(path).display
         except Exception as exc:  # noqa: BLE001 - a bad URL is a user error, shown as a dialog
             self._open_failed(token, exc, str(path))

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from studio.widgets.forget_dialog import ForgetDialog
     from studio.widgets.message_edit_dialog import MessageEditDialog, MessageHistoryDialog
 
+
 def _jobs() -> Any:
     """``studio.edit_jobs``, imported when a job first runs (on its worker)."""
     from studio import edit_jobs

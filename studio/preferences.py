@@ -217,10 +217,10 @@ class ModelChoice:
 
 def offline_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     """The scripted model's answer: deterministic, and plainly not from a language model."""
-    last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
-    quoted = last_user if len(last_user) <= 160 else last_user[:160] + "…"
     from core.llm.scripted import estimate_tokens
 
+    last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
+    quoted = last_user if len(last_user) <= 160 else last_user[:160] + "…"
     size = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
     return (f"Offline scripted reply (no language model was called). The prompt had {len(messages)} "
             f"message(s), about {size:,} tokens" + (f" and {len(tools)} tool(s)" if tools else "")

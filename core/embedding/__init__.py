@@ -11,9 +11,8 @@ package import has already loaded it).
 
 from __future__ import annotations
 
-import importlib
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.embedding.base import (
     DEFAULT_BATCH_SIZE,
@@ -28,6 +27,7 @@ from core.embedding.base import (
 )
 from core.embedding.cache import CachedEmbedder, CacheStats
 from core.embedding.hashing import HashingEmbedder
+from core.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from core.embedding.openai_embedder import OpenAIEmbedder
@@ -125,14 +125,4 @@ def shared_default_embedder(model: str | None = None) -> CachedEmbedder:
         return _shared[name]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'core.embedding' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), listed=__all__)

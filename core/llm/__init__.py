@@ -7,8 +7,9 @@ loopback server's ``http.server``."""
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from core.lazy_names import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:  # pragma: no cover
     from core.llm.base import (
@@ -80,18 +81,7 @@ _LAZY = {
     "RecordedRequest": "core.llm.loopback",
 }
 
-
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -6,12 +6,11 @@ opens, on first use, the trace store that ``core.traces.home`` says belongs to i
 
 from __future__ import annotations
 
-import importlib
 import os
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.storage.capabilities import Capabilities
+from core.lazy_names import lazy_names
 from core.storage.errors import (
     CorruptDatabaseError,
     DatabaseOpenError,
@@ -24,9 +23,10 @@ from core.storage.errors import (
     StorageUnavailableError,
     UnreadableValueError,
 )
-from core.storage.paths import DatabaseLocationError, ResolvedPath, caller_file, resolve_db_path
 
 if TYPE_CHECKING:  # pragma: no cover
+    from core.storage.capabilities import Capabilities
+    from core.storage.paths import DatabaseLocationError, ResolvedPath, resolve_db_path
     from core.storage.database import Database
     from core.storage.memory_store import AlreadyExistsError, InvalidArgumentError, MemoryStore, NotFoundError
     from core.traces.pg_store import PgSpanStore
@@ -150,6 +150,7 @@ def open_store(
     (``location.reason`` says which).
     """
     from core.storage.database import Database
+    from core.storage.paths import caller_file, resolve_db_path
 
     location = resolve_db_path(target, caller=caller_file() if target is None or str(target) == "" else None)
     db: Database
@@ -162,25 +163,22 @@ def open_store(
     return Store(db, observability_path=observability_path)
 
 
-# The database and the memory tables load SQLAlchemy: they load on first access (PEP 562), so that
-# ``import core.storage.<module>`` (paths, errors, capabilities: what the Studio needs before its first
-# paint) stays cheap.
+# The database and the memory tables load SQLAlchemy, the path rules platformdirs: they load on first
+# access (PEP 562), so that ``import core.storage`` and its errors (what the Studio's window needs
+# before its first paint) stay cheap.
 _LAZY = {
     "AlreadyExistsError": "core.storage.memory_store",
+    "Capabilities": "core.storage.capabilities",
     "Database": "core.storage.database",
+    "DatabaseLocationError": "core.storage.paths",
     "InvalidArgumentError": "core.storage.memory_store",
     "MemoryStore": "core.storage.memory_store",
     "NotFoundError": "core.storage.memory_store",
+    "ResolvedPath": "core.storage.paths",
+    "resolve_db_path": "core.storage.paths",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 __all__ = [

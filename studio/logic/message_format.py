@@ -10,10 +10,12 @@ import html
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from core.messages import Message
 from studio.logic.dates import format_datetime
+
+if TYPE_CHECKING:  # pragma: no cover - the message list imports this before the window's first paint
+    from core.messages import Message
 
 PREVIEW_CHARS = 400  # the list shows two lines; the rest is in the detail view
 MAX_DETAIL_CHARS = 200_000  # a multi-megabyte tool result must not stall the UI thread

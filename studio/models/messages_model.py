@@ -14,7 +14,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QByteArray,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    QTimer,
+    Signal,
+)
 
 from studio import reads as queries
 from studio.logic.dates import relative_time
@@ -81,9 +90,10 @@ class MessageListModel(QAbstractListModel):
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else self._total
 
-    def roleNames(self) -> dict[int, bytes]:
-        return {MessageRoles.ROW: b"row", MessageRoles.ID: b"messageId", MessageRoles.ROLE: b"role",
-                MessageRoles.TIME: b"time", MessageRoles.PREVIEW: b"preview", MessageRoles.LOADED: b"loaded"}
+    def roleNames(self) -> dict[int, QByteArray]:
+        names = {MessageRoles.ROW: b"row", MessageRoles.ID: b"messageId", MessageRoles.ROLE: b"role",
+                 MessageRoles.TIME: b"time", MessageRoles.PREVIEW: b"preview", MessageRoles.LOADED: b"loaded"}
+        return {role: QByteArray(name) for role, name in names.items()}
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < self._total:
