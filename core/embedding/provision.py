@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
     if args.command == "status":
         st = status(USE_M3_Q, args.dir)
-        print(f"{st.spec.model_id} (use, the default): {st.state} — {st.path}")
+        print(f"{st.spec.model_id}: {st.state} — {st.path} (use, the default model)")
         if not st.ok:
             print(st.detail)
         print(_e5_status())

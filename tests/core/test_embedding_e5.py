@@ -143,7 +143,7 @@ def test_models_status_names_both_local_models(capsys) -> None:
 
     provision_main(["status"])
     out = capsys.readouterr().out
-    assert "(use, the default):" in out
+    assert "(use, the default model)" in out
     assert f"{E5_MODEL_ID} (e5): installed with its package" in out
 
 
