@@ -1,10 +1,10 @@
 """The search's shortcuts return exactly what the long way returns, on libSQL and on Postgres.
 
 Hybrid search re-ranks only the candidates that can still reach the top ``top_k`` and reads only the
-start of their texts; keyword search on a resource that owns every keyword doc ranks the full-text
-rows before joining them to their docs; ``hybrid.combine`` scores in one pass. Each is checked here
-against the long way (every candidate re-ranked, the keyword statement with its join, the fusion
-formula written out) on a fixed corpus with speaker labels, dates, repeated words and exact BM25 ties.
+start of their texts; ``hybrid.combine`` scores in one pass; keyword search answers a resource in one
+statement. Each is checked here against the long way (every candidate re-ranked, the fusion formula
+written out, the keyword statement joined to the messages) on a fixed corpus with speaker labels,
+dates, repeated words and exact BM25 ties, in a database of one resource and of two.
 """
 
 from __future__ import annotations
@@ -76,10 +76,10 @@ def test_shortcuts_give_the_long_ways_results_with_one_resource_and_with_two(sto
     monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
     index = RecallIndex.for_store(store, HashingEmbedder(64))
     assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
-    check_every_query(index, "u")  # "u" owns every keyword doc
+    check_every_query(index, "u")  # one resource
     assert index.index_messages(corpus(store, "v", "t2", 120, 2)).ok
     index.keywords.stats.clear()
-    check_every_query(index, "u")  # now it does not
+    check_every_query(index, "u")  # two resources
     check_every_query(index, "v")
 
 
