@@ -13,33 +13,29 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import uuid
 from collections.abc import Generator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from core.agent_stream import AgentStream, StreamEvent
-from core.context_window import PromptBudget, fit_prompt
 from core.agent_errors import AgentError as AgentError
+from core.agent_memory import TurnMemory, turn_memory
+from core.agent_stream import AgentStream, StreamEvent
+from core.context_window import PromptBudget
 from core.ids import lone_surrogate
-from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
-from core.message_list import MessageList, Provenance
-from core.messages import Message, new_id, tool_invocation_part, text_part
-from core.model_call import ModelCall, request_body_for, stream_reply
-from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage
+from core.llm.base import ChatModel, ChatResult, ModelError, ToolCall, Usage, WindowedModel
 from core.llm.providers import resolve_model
 from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
-from core.processors.base import ProcessorContext
+from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
+from core.message_list import MessageList, Provenance
+from core.messages import Message, new_id, text_part, tool_invocation_part
+from core.model_call import ModelCall, request_body_for, stream_reply
+from core.options import options_merge
 from core.prompt import AssembledPrompt
-from core.replay.capture import TurnCapture
-from core.replay.capture import capture as capture_turn
 from core.replay.record import request_hash
 from core.storage.memory_store import InvalidArgumentError
-from core.timeutil import to_ms
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan, tracing_disabled
 from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
-from core.working_memory_stage import StagedWorkingMemory
 
 log = logging.getLogger(__name__)
 
@@ -247,27 +243,27 @@ class Agent:
         _refuse_unencodable(message, context)
         settings = self.model_settings.merged(ModelSettings.parse(model_settings))
         choice = parse_tool_choice(tool_choice, self._tool_names())
-        window = getattr(self.model, "context_window", None)
+        window = self.model.context_window if isinstance(self.model, WindowedModel) else None
         budget = PromptBudget.for_model(window, max_tokens=settings.max_tokens, model_id=self.model.model_id) \
             if window is not None else None
         mem_arg = dict(memory or {})
         resource_id, thread_id, other_scopes = parse_scopes(
             scopes, resource_id=mem_arg.get("resource"), thread_id=mem_arg.get("thread")
         )
-        overrides = _merge_dicts(mem_arg.get("options") or {}, options or {})
-        if mem is not None and thread_id is None and resource_id is not None:
-            thread_id = f"thread_{uuid.uuid4().hex[:16]}"  # Mastra gives every call without a thread a new one
-        tracer = self._tracer_for(mem)
+        overrides = options_merge(mem_arg.get("options") or {}, options or {})
+        turn = turn_memory(mem)
+        thread_id = turn.thread_for(thread_id, resource_id)
+        tracer = self._tracer_for(turn)
         # Leaving the root span (it ends then) wakes the exporter's background writer; the turn never
         # waits on the trace store (a busy DuckDB file only delays when the trace becomes visible).
         with tracer.start_span(
             f"agent run: '{self.name}'", "agent_run", parent=parent_span, new_trace=parent_span is None,
             input={"message": _describe_input(message)}, thread_id=thread_id, resource_id=resource_id,
             entity_type="agent", entity_id=self.name, entity_name=self.name,
-            attributes={"model": self.model.describe() if hasattr(self.model, "describe") else str(self.model)},
+            attributes={"model": self.model.describe()},
         ) as run_span:
             try:
-                result = yield from self._run(mem, message, thread_id, resource_id, other_scopes, overrides, context,
+                result = yield from self._run(turn, message, thread_id, resource_id, other_scopes, overrides, context,
                                               values, tracer, ModelCall(settings, choice, budget, streaming))
             except GeneratorExit:
                 run_span.end(error="the stream was closed before the turn completed; nothing was saved")
@@ -299,68 +295,37 @@ class Agent:
         self._registered[id(mem)] = (name, config)
         return name
 
-    def _tracer_for(self, mem: Memory | None) -> SpanTracer:
+    def _tracer_for(self, turn: TurnMemory) -> SpanTracer:
         """Every run is traced unless tracing was turned off (``tracer=False`` or
         ``$MEMORY_STUDIO_TRACING=off``): by default into the DuckDB file beside the memory database."""
         if self.tracer is False or tracing_disabled():
             return NOOP_TRACER
         if self.tracer is not None:
             return self.tracer
-        return mem.turn_tracer() if mem is not None else NOOP_TRACER
+        return turn.turn_tracer()
 
     # -- the turn --------------------------------------------------------------------------------
     def _run(
-        self, mem: Memory | None, message: Any, thread_id: str | None, resource_id: str | None,
+        self, turn: TurnMemory, message: Any, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], overrides: Mapping[str, Any], context: Sequence[Message],
         values: Mapping[str, Any], tracer: SpanTracer, call: ModelCall,
     ) -> TurnEvents:
-        ctx: ProcessorContext | None
-        bare_record: tuple[dict[str, str], dict[str, dict[str, Any]]] = ({}, {})  # skips/notes without memory
-        capture: TurnCapture | None = None
-        agent_name = self.name
-        if mem is not None:
-            # Ownership is checked here, before any model call (and before anything is written).
-            request = mem.request_context(
-                thread_id=thread_id, resource_id=resource_id, options=overrides or None,
-                scopes=[*scopes], values=values,
-            )
-            agent_name = self._register(mem) if self.register else self.name
-            # Observational memory and titles fall back to this agent's model, as in Mastra.
-            services = mem.services()
-            services = replace(services, tracer=tracer, observer_model=services.observer_model or self.model,
-                               title_model=services.title_model or self.model)
-            ctx = turn = mem.new_context(request, services=services)
-            turn.live = True
-            turn.budget = call.budget
-            inputs = mem.prepare_input(turn, input=_as_messages(message), instructions=self.instructions,
-                                       context=context)
-            prompt = self._span(tracer, "memory: recall", "memory_operation", {"operationType": "recall"},
-                                lambda: mem.run_input(turn, extra_tools=self._tool_specs()), thread_id, resource_id)
-            processors = list(prompt.processors)
-            # The turn record (issues 10, 16): built from what this prompt used, completed by each model
-            # call, committed in the transaction that saves the turn.
-            capture = capture_turn(turn, prompt, model=self.model)
-        else:
-            ml = MessageList()
-            for text in [self.instructions] if self.instructions else []:
-                ml.add_system(text, None, Provenance("instructions"))
-            inputs = [m if isinstance(m, Message) else Message.user(str(m)) for m in _as_messages(message)]
-            for c in context:
-                ml.add(c, "context", Provenance("context"))
-            ml.add(inputs, "input", Provenance("input"))
-            ctx = None
-            processors = []
-            prompt = _rebuild_without_memory(ml, self._tool_specs(), call.budget, bare_record)
-
+        started = turn.open(
+            _as_messages(message), context, name=self.name,
+            register=lambda mem: self._register(mem) if self.register else self.name,
+            instructions=self.instructions, tools=self._tool_specs(), model=self.model, budget=call.budget,
+            tracer=tracer, thread_id=thread_id, resource_id=resource_id, scopes=scopes, overrides=overrides,
+            values=values)
+        inputs, prompt = started.inputs, started.prompt
         messages_list = prompt.message_list
         assert messages_list is not None
         latest_input = max((m.created_at for m in inputs), default=None) if inputs else None
-        answered_at = to_ms(mem.clock.now()) if mem is not None else None
+        answered_at = turn.now()
         if answered_at is not None and latest_input is not None and answered_at <= latest_input:
             answered_at = latest_input + timedelta(milliseconds=1)
         response = Message.create("assistant", [], thread_id=thread_id, resource_id=resource_id,
                                   created_at=answered_at,
-                                  metadata={"agent": agent_name, "modelId": self.model.model_id})
+                                  metadata={"agent": started.agent_name, "modelId": self.model.model_id})
         prompts: list[AssembledPrompt] = [prompt]
         usage = Usage(0, 0, 0)
         finish_reason = "stop"
@@ -373,8 +338,7 @@ class Agent:
             except ModelError as exc:
                 error, finish_reason = exc, "error"
                 break
-            if capture is not None:
-                capture.add_call(prompt, result.usage.to_dict() if result.usage else None, result.finish_reason)
+            turn.model_called(prompt, result.usage.to_dict() if result.usage else None, result.finish_reason)
             if result.usage:
                 usage = Usage(usage.prompt_tokens + result.usage.prompt_tokens,
                               usage.completion_tokens + result.usage.completion_tokens,
@@ -383,8 +347,8 @@ class Agent:
             parts.append({"type": "step-start", "model": result.model_id or self.model.model_id})
             for tc in result.tool_calls:
                 yield StreamEvent("tool-call", tool_call_id=tc.id, tool_name=tc.name, args=dict(tc.arguments))
-                outcome = self._execute(tc, mem, thread_id, resource_id, scopes, values, messages_list, overrides,
-                                        tracer, ctx)
+                outcome = self._execute(tc, turn, thread_id, resource_id, scopes, values, messages_list, overrides,
+                                        tracer)
                 tool_results.append({"tool": tc.name, "args": tc.arguments, "result": outcome})
                 parts.append(tool_invocation_part(tc.id, tc.name, tc.arguments, _jsonable(outcome)))
                 yield StreamEvent("tool-result", tool_call_id=tc.id, tool_name=tc.name, args=dict(tc.arguments),
@@ -398,25 +362,12 @@ class Agent:
             finish_reason = result.finish_reason or "stop"
             if not result.tool_calls:
                 break
-            prompt = mem.record(ctx, processors, self._tool_specs()) if (mem is not None and ctx is not None) else \
-                _rebuild_without_memory(messages_list, self._tool_specs(), call.budget, bare_record)
+            prompt = turn.next_prompt(self._tool_specs())
             prompts.append(prompt)
         else:
             finish_reason = "max-steps"
 
-        saved: list[Message] = []
-        if mem is not None and ctx is not None:
-            ctx.finish_reason = finish_reason
-            if capture is not None and error is None and ctx.live and not ctx.request.read_only:
-                ctx.pending_writes.append(capture)  # the record lands in the transaction that saves the turn
-            saved = self._span(tracer, "memory: save", "memory_operation", {"operationType": "save"},
-                               lambda: mem.run_output(ctx), thread_id, resource_id)
-            if error is None and ctx.pending_writes:
-                # An output chain without the built-in saver left the staged writes behind.
-                with mem.store.db.write() as conn:
-                    for write in ctx.pending_writes:
-                        write.commit(conn)
-                ctx.pending_writes.clear()
+        saved = turn.finish(finish_reason, failed=error is not None)
         if error is not None:
             if tool_results and isinstance(error, ModelError):
                 raise TurnFailedError(error, [r["tool"] for r in tool_results]) from error
@@ -433,7 +384,7 @@ class Agent:
         """One model call, streamed (text deltas yielded as they arrive) or not; the same span either way."""
         kwargs = call.model_kwargs(prompt, step)
         prompt.request = request_body_for(self.model, prompt.messages, kwargs)  # what the server receives
-        attributes = {"model": self.model.model_id, "provider": getattr(self.model, "provider", None),
+        attributes = {"model": self.model.model_id, "provider": self.model.provider,
                       "promptTokensEstimated": prompt.total_tokens, "tokenizer": prompt.tokenizer,
                       "modelSettings": call.settings.to_dict(), "requestHash": request_hash(prompt.request)}
         if "tool_choice" in kwargs:
@@ -460,28 +411,18 @@ class Agent:
             return result
 
     def _execute(
-        self, call: ToolCall, mem: Memory | None, thread_id: str | None, resource_id: str | None,
+        self, call: ToolCall, turn: TurnMemory, thread_id: str | None, resource_id: str | None,
         scopes: tuple[str, ...], values: Mapping[str, Any], ml: MessageList, overrides: Mapping[str, Any],
-        tracer: SpanTracer, ctx: ProcessorContext | None,
+        tracer: SpanTracer,
     ) -> Any:
         if call.arguments_error:
             return {"error": f"Your arguments for {call.name} were not valid JSON ({call.arguments_error}). "
                              "Send them again as a JSON object."}
-        if call.name in WM_TOOL_NAMES and mem is not None:
-            if ctx is not None and ctx.request.read_only:
-                return {"success": False, "message": "Working memory is read-only in this session."}
-            stage = _working_memory_stage(ctx, mem)
-            outcome = self._span(
-                tracer, "memory: working-memory update", "memory_operation", {"operationType": "update-working-memory"},
-                lambda: mem.apply_working_memory_tool(thread_id=thread_id, resource_id=resource_id, args=call.arguments,
-                                                      overrides=overrides or None, stage=stage),
-                thread_id, resource_id,
-            )
-            if outcome.reason is not None:  # the vNext tool answers with a reason, as Mastra's does
-                return {"success": outcome.success, "reason": outcome.message, "updateReason": outcome.reason}
-            return {"success": outcome.success, "message": outcome.message}
+        own = turn.run_tool(call, overrides)  # the memory's own tools (working memory) first
+        if own is not None:
+            return own
         if call.name.startswith("agent-") and call.name[6:] in self.sub_agents:
-            return self._delegate(self.sub_agents[call.name[6:]], call, mem, resource_id, ml, tracer)
+            return self._delegate(self.sub_agents[call.name[6:]], call, turn.memory, resource_id, ml, tracer)
         tool = self.tools.get(call.name)
         if tool is None:
             return {"error": f"There is no tool named {call.name!r}. Available: {', '.join(self._tool_names())}."}
@@ -519,19 +460,6 @@ class Agent:
                                parent_span=tracer.current_span())
         return {"agent": sub.name, "thread": child_thread, "resource": child_resource, "text": result.text}
 
-    def _span(self, tracer: SpanTracer, name: str, kind: str, attrs: dict[str, Any], fn: Callable[[], Any],
-              thread_id: str | None, resource_id: str | None) -> Any:
-        with tracer.start_span(name, kind, attributes=attrs, thread_id=thread_id, resource_id=resource_id) as span:
-            out = fn()
-            if isinstance(out, AssembledPrompt):
-                span.set_output({"fragments": len(out.fragments), "skipped": out.skipped,
-                                 "tokens": out.total_tokens})
-            elif isinstance(out, list):
-                span.set_output({"saved": [getattr(m, "id", None) for m in out]})
-            elif hasattr(out, "success"):
-                span.set_output({"success": out.success, "message": out.message})
-            return out
-
     def _tool_specs(self) -> list[dict[str, Any]]:
         specs = [t.spec() for t in self.tools.values()]
         for sub in self.sub_agents.values():
@@ -548,18 +476,6 @@ class Agent:
         return [s["function"]["name"] for s in self._tool_specs()] + list(WM_TOOL_NAMES)
 
 
-def _working_memory_stage(ctx: Any, mem: Memory) -> StagedWorkingMemory | None:
-    """This turn's staged working-memory updates: written with its messages, or not at all."""
-    if ctx is None:
-        return None
-    for write in ctx.pending_writes:
-        if isinstance(write, StagedWorkingMemory):
-            return write
-    stage = StagedWorkingMemory(mem.working_memory_service)
-    ctx.pending_writes.append(stage)
-    return stage
-
-
 def _drain(events: TurnEvents) -> "AgentResult":
     """Run a turn's generator to its end (``generate``): the events are not needed, the result is."""
     while True:
@@ -568,20 +484,6 @@ def _drain(events: TurnEvents) -> "AgentResult":
         except StopIteration as stop:
             result: AgentResult = stop.value
             return result
-
-
-def _rebuild_without_memory(ml: MessageList, tools: list[dict[str, Any]], budget: PromptBudget | None,
-                            record: tuple[dict[str, str], dict[str, dict[str, Any]]]) -> AssembledPrompt:
-    from core.prompt import build_prompt
-    from core.tokens import default_tokenizer
-
-    skipped, notes = record
-
-    def build() -> AssembledPrompt:
-        return build_prompt(ml, tokenizer=default_tokenizer(), tools=tools, skipped=skipped, notes=notes, options={},
-                            processors=[], context_window=budget.context_window if budget else 128_000)
-
-    return build() if budget is None else fit_prompt(ml, build, budget, skipped, notes)
 
 
 def _as_messages(message: Any) -> list[Any]:
@@ -614,16 +516,6 @@ def _jsonable(value: Any) -> Any:
         return value
     except (TypeError, ValueError):
         return str(value)
-
-
-def _merge_dicts(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(a)
-    for k, v in b.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
-            out[k] = _merge_dicts(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 __all__ = ["Agent", "AgentError", "AgentResult", "Tool", "ToolContext", "ThreadOwnershipError", "TurnFailedError",

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from core.agent_stream import StreamEvent
 from core.context_window import PromptBudget
-from core.llm.base import ChatModel, ChatResult, Message, ModelError
+from core.llm.base import ChatModel, ChatResult, Message, ModelError, ServedModel, WireModel
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.wire import request_body
 from core.prompt import AssembledPrompt
@@ -56,17 +56,23 @@ class ModelCall:
 
 def request_body_for(model: ChatModel, messages: list[Message], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The request body ``model.generate(messages, **kwargs)`` sends: the model's own
-    ``request_body`` when it has one (``OpenAICompatibleModel``), else the OpenAI form of the same
-    arguments under the model's name (a scripted or custom model has no wire of its own)."""
-    own = getattr(model, "request_body", None)
-    if callable(own):
-        body: dict[str, Any] = own(messages, **kwargs)
-        return body
+    ``request_body`` when it has one (a ``WireModel``: ``OpenAICompatibleModel``), else the OpenAI
+    form of the same arguments under the model's name (a scripted or custom model has no wire of its own)."""
+    if isinstance(model, WireModel):
+        return model.request_body(messages, **kwargs)
     settings = (kwargs.get("settings") or ModelSettings()).merged(
         ModelSettings(temperature=kwargs.get("temperature"), max_tokens=kwargs.get("max_tokens")))
-    name = getattr(model, "model", None)  # the name a server knows it by; else model_id without its provider
+    # The name a server knows it by; else model_id without its provider.
+    name = model.model if isinstance(model, ServedModel) else None
     return request_body(name if isinstance(name, str) and name else model.model_id.split("/", 1)[-1], messages,
                         tools=kwargs.get("tools"), tool_choice=kwargs.get("tool_choice"), settings=settings)
+
+
+@runtime_checkable
+class _Closeable(Protocol):
+    """A reply stream that holds a connection (a generator, the SDK's stream): closed when abandoned."""
+
+    def close(self) -> None: ...
 
 
 def stream_reply(model: ChatModel, messages: list[Message],
@@ -81,9 +87,8 @@ def stream_reply(model: ChatModel, messages: list[Message],
             if chunk.result is not None:
                 result = chunk.result
     finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()  # an abandoned turn also closes the model's HTTP stream
+        if isinstance(chunks, _Closeable):
+            chunks.close()  # an abandoned turn also closes the model's HTTP stream
     if result is None:
         raise ModelError("the reply stream ended without a final result", model_id=model.model_id,
                          hint="the model's stream() must end with a chunk that carries the result")

@@ -492,9 +492,10 @@ def options_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str,
 
     ``semantic_recall: True`` / ``observational_memory: False`` over a settings object switch it on or
     off and keep its other settings. Not the working-memory merge (``working_memory_merge``), where
-    ``null`` deletes. Inputs are never mutated.
+    ``null`` deletes. Inputs are never mutated: plain data is copied, a chat model given as a setting
+    is kept as it is (on either side).
     """
-    out = copy.deepcopy(dict(base))
+    out = {key: _copy_data(value) for key, value in base.items()}
     for key, value in over.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
             out[key] = options_merge(out[key], value)

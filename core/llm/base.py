@@ -200,8 +200,8 @@ class ChatModel(Protocol):
         """One reply. ``settings``: further sampling settings (explicit ``temperature`` /
         ``max_tokens`` win over theirs); ``tool_choice``: OpenAI's wire form. The agent passes
         ``settings`` and ``tool_choice`` only when the caller set them, so a model written before
-        they existed keeps working until they are used. A model may also have a ``context_window``
-        attribute (tokens): the agent then fits every prompt into it."""
+        they existed keeps working until they are used. A model may also say its context window
+        (``WindowedModel``): the agent then fits every prompt into it."""
         ...
 
     def stream(
@@ -219,6 +219,40 @@ class ChatModel(Protocol):
     def describe(self) -> dict[str, Any]:
         """Identity safe to show, log and store in traces: never a secret."""
         ...
+
+
+# What a chat model may offer beyond ``ChatModel``: each its own protocol, checked with ``isinstance``
+# (a model written without them keeps working).
+@runtime_checkable
+class WindowedModel(Protocol):
+    """A chat model that says its context window in tokens (None: unknown); the agent then fits
+    every prompt into it (``core.context_window``)."""
+
+    context_window: int | None
+
+
+@runtime_checkable
+class WireModel(Protocol):
+    """A chat model that speaks the OpenAI wire itself (``OpenAICompatibleModel``) and says the
+    request body a ``generate`` call with these arguments sends (what a turn record keeps)."""
+
+    def request_body(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSpec] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        settings: ModelSettings | None = None,
+        tool_choice: ToolChoice | None = None,
+    ) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ServedModel(Protocol):
+    """A chat model that knows the name its server calls it by (``model``, without the provider)."""
+
+    model: str
 
 
 @dataclass
