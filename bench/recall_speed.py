@@ -199,8 +199,11 @@ def bench_1m_restart(n: int, queries: int) -> None:
     chunk = 20_000
     for start in range(0, n, chunk):
         vecs = clustered(min(chunk, n - start), rng, centers)
-        rows = [(f"b{start + i}", vecs[i], {"message_id": f"b{start + i}", "thread_id": f"t{(start + i) // 1000}",
-                                              "resource_id": "big"}, emb.model_id) for i in range(len(vecs))]
+        # Zero-padded ids: every b-tree of the table (vector_id, message_id, thread_id) grows at its right
+        # edge, so 1M rows write at several thousand rows/s instead of ~700 (random inserts past the cache).
+        ids = [f"b{start + i:07d}" for i in range(len(vecs))]
+        rows = [(mid, vecs[i], {"message_id": mid, "thread_id": f"t{(start + i) // 1000:04d}", "resource_id": "big"},
+                 emb.model_id) for i, mid in enumerate(ids)]
         with store.db.write() as conn:
             index.vectors.upsert(conn, rows)
         exact.message_ids.extend(r[0] for r in rows)

@@ -18,6 +18,7 @@ import re
 import unicodedata
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
@@ -30,6 +31,7 @@ _WORD_WEIGHT = 1.0
 _NGRAM_WEIGHT = 0.5
 # Gives the empty text a fixed unit vector, so every row the embedder returns has length 1.
 _EMPTY_FEATURE = "\x00empty"
+_NO_WORDS = "\x00"  # in a batch's word list: the text has no words (its one feature is _EMPTY_FEATURE)
 
 
 class HashingEmbedder:
@@ -49,21 +51,22 @@ class HashingEmbedder:
         if not texts:
             return empty(self.dim)
         # One bincount for the whole batch (row * dim + bucket): a per-text bincount cost more than hashing.
-        index_parts: list[np.ndarray] = []
-        weight_parts: list[np.ndarray] = []
-        for row, text in enumerate(texts):
-            words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-            offset = row * self.dim
-            if not words:
-                index, sign = _bucket(_EMPTY_FEATURE, self.dim)
-                index_parts.append(np.array([offset + index], dtype=np.intp))
-                weight_parts.append(np.array([sign], dtype=np.float64))
-                continue
-            parts = [_word_vector(word, self.dim) for word in words]
-            index_parts.append(np.concatenate([p[0] for p in parts]) + offset)
-            weight_parts.extend(p[1] for p in parts)
+        # Each word's (buckets, weights) is cached; the batch's words are looked up in one pass and
+        # their parts joined once, each part's row offset coming from ``repeat`` (a per-text
+        # concatenate, or a Python loop over words, cost as much as the rest).
+        words: list[str] = []
+        counts: list[int] = []  # words per text (a text without words has the empty feature)
+        for text in texts:
+            found = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+            words.extend(found or (_NO_WORDS,))
+            counts.append(len(found) or 1)
+        parts = list(map(_word_vector, words, repeat(self.dim, len(words))))
+        indexes = [p[0] for p in parts]
+        sizes = np.fromiter(map(len, indexes), dtype=np.intp, count=len(indexes))
+        word_offsets = np.repeat(np.arange(len(texts), dtype=np.intp) * self.dim, counts)
         # Every weight is a multiple of 0.5, so the sums are exact in any order (and in float32).
-        sums = np.bincount(np.concatenate(index_parts), np.concatenate(weight_parts), minlength=len(texts) * self.dim)
+        sums = np.bincount(np.concatenate(indexes) + np.repeat(word_offsets, sizes),
+                           np.concatenate([p[1] for p in parts]), minlength=len(texts) * self.dim)
         out = sums.reshape(len(texts), self.dim).astype(np.float32)
         return l2_normalise(out)
 
@@ -83,10 +86,20 @@ def _features(text: str) -> Iterator[tuple[str, float]]:
 
 @lru_cache(maxsize=65536)
 def _word_vector(word: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(buckets, signed weights) of one word's features: words repeat, so each is hashed once."""
+    """(buckets, signed weights) of one word's features: words repeat, so each is hashed once.
+    ``_NO_WORDS`` (never a word: ``\\w+`` does not match it) stands for a text without words."""
+    if word == _NO_WORDS:
+        return _empty_vector(dim)
     pairs = [(_bucket(f, dim), w) for f, w in _word_features(word)]
     return (np.array([b[0] for b, _ in pairs], dtype=np.intp),
             np.array([b[1] * w for b, w in pairs], dtype=np.float64))
+
+
+@lru_cache(maxsize=64)
+def _empty_vector(dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bucket, signed weight) of the empty text's one feature."""
+    index, sign = _bucket(_EMPTY_FEATURE, dim)
+    return np.array([index], dtype=np.intp), np.array([sign], dtype=np.float64)
 
 
 def _word_features(word: str) -> Iterator[tuple[str, float]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
@@ -47,7 +48,7 @@ from core.recall.types import (
 from core.recall.vector_table import VectorState
 from core.storage import migrations as storage_migrations
 from core.storage.capabilities import Capabilities
-from core.timeutil import to_iso
+from core.timeutil import to_iso as _to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
@@ -57,6 +58,10 @@ INDEXED_ROLES = passages.INDEXED_ROLES
 DRAIN_PER_SEARCH = 20_000
 
 log = logging.getLogger(__name__)
+# A batch's times are written as text several times over (ordering, the re-check inside the save,
+# metadata): each distinct time is formatted once. Equal datetimes are the same instant, and the text
+# depends on nothing else.
+to_iso = lru_cache(maxsize=4096)(_to_iso)
 
 
 def keyword_backend(caps: Capabilities, available: bool) -> KeywordBackend:

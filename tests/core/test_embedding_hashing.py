@@ -82,3 +82,25 @@ def test_rejects_a_bare_string_and_an_unknown_kind() -> None:
         emb.embed("not a list")
     with pytest.raises(ValueError, match="kind"):
         emb.embed(["x"], "document")  # type: ignore[arg-type]
+
+
+def test_a_batch_gives_the_vectors_of_summing_each_feature_one_text_at_a_time() -> None:
+    # The batched path (cached word features joined once) must equal the plain definition: every
+    # feature of ``_features`` added to its signed bucket, text by text, then L2-normalised.
+    from core.embedding.base import l2_normalise
+    from core.embedding.hashing import _bucket, _features
+
+    texts = ["Hello world, hello!", "我对花生过敏 iphone手机", "", "  ", "!!!", "🙂",
+             "Caroline's LGBTQ support group on 9 October 2022?", "ü é café naïve", "a a a a b"] * 2
+    for dim in (8, 64):
+        emb = HashingEmbedder(dim)
+        expected = np.zeros((len(texts), dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for feature, weight in _features(text):
+                bucket, sign = _bucket(feature, dim)
+                expected[row, bucket] += sign * weight
+        expected = l2_normalise(expected)
+        batch = emb.embed(texts)
+        assert batch.dtype == np.float32
+        assert np.array_equal(batch, expected)
+        assert all(np.array_equal(emb.embed([t])[0], batch[i]) for i, t in enumerate(texts))

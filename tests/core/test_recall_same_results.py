@@ -1,0 +1,170 @@
+"""The search's shortcuts return exactly what the long way returns, on libSQL and on Postgres.
+
+Hybrid search re-ranks only the candidates that can still reach the top ``top_k`` and reads only the
+start of their texts; ``hybrid.combine`` scores in one pass; keyword search answers a resource in one
+statement. Each is checked here against the long way (every candidate re-ranked, the fusion formula
+written out, the keyword statement joined to the messages) on a fixed corpus with speaker labels,
+dates, repeated words and exact BM25 ties, in a database of one resource and of two.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.embedding import HashingEmbedder
+from core.messages import Message
+from core.recall import RecallIndex, hybrid, keyword
+from core.recall import search as pipeline
+
+pytestmark = pytest.mark.backends
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+WORDS = ("zebra crossing lake hiking peanuts allergy Lyon museum painting guitar concert recipe soup "
+         "garden tomato train station ticket birthday cake puppy adoption school teacher novel chapter").split()
+QUERIES = [
+    "zebra", "Where did Caroline go hiking?", "What did Mel paint at the museum", "peanuts allergy soup",
+    "train ticket on 3 March 2026", "guitar concert in March", "birthday cake puppy", "novel chapter teacher",
+    "Caroline", "tomato garden recipe last week", "Lyon", "station", "crossing zebra lake",
+]
+
+
+def corpus(store, resource: str, thread: str, n: int, seed: int) -> list[Message]:
+    """Labelled lines over a small vocabulary (so BM25 scores repeat), one every few hours."""
+    rng = np.random.default_rng(seed)
+    store.memory.create_thread(thread_id=thread, resource_id=resource)
+    msgs = []
+    for i in range(n):
+        speaker = ("Caroline", "Mel")[i % 2]
+        words = " ".join(rng.choice(WORDS, int(rng.integers(2, 7))))
+        if i % 17 == 0:
+            words = "zebra crossing"  # identical texts: exact ties in BM25
+        msgs.append((Message.user if i % 2 == 0 else Message.assistant)(
+            f"{speaker}: {words}", id=f"{thread}-{i}", thread_id=thread, resource_id=resource,
+            created_at=T0 + timedelta(hours=5 * i)))
+    store.memory.save_messages(msgs)
+    return msgs
+
+
+def long_way_keyword(index: RecallIndex, query: str, resource: str, limit: int) -> list[tuple[str, float]]:
+    """The keyword statement with its join to the messages (an ``until`` after every message)."""
+    with index.store.db.read() as conn:
+        terms, _ = index.keywords.terms(conn, query)
+        hits = index.keywords.search(conn, query, resource_id=resource, thread_id=None, limit=limit,
+                                     until="9999-12-31T00:00:00.000Z", terms=terms)
+    return [(h.message_id, h.score) for h in hits]
+
+
+def check_every_query(index: RecallIndex, resource: str) -> None:
+    for query in QUERIES:
+        for top_k in (1, 3, 10):
+            got = index.search(query, resource_id=resource, mode="hybrid", top_k=top_k).hits
+            run = pipeline.run(index, query, resource_id=resource, thread_id=None, top_k=top_k, mode="hybrid",
+                               every_candidate=True)
+            assert [(h.message_id, h.score) for h in got] == [(f.message_id, f.score) for f in run.reranked[:top_k]], (query, top_k)
+            keyword_hits = index.search(query, resource_id=resource, mode="keyword", top_k=top_k).hits
+            assert [(h.message_id, h.score) for h in keyword_hits] == long_way_keyword(index, query, resource, top_k), (query, top_k)
+
+
+def test_shortcuts_give_the_long_ways_results_with_one_resource_and_with_two(store, monkeypatch):
+    # Term statistics are recounted only when asked here (they may otherwise refresh between the two
+    # ways of one query and drop another common term).
+    monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
+    check_every_query(index, "u")  # one resource
+    assert index.index_messages(corpus(store, "v", "t2", 120, 2)).ok
+    index.keywords.stats.clear()
+    check_every_query(index, "u")  # two resources
+    check_every_query(index, "v")
+
+
+def test_ties_at_the_cut_are_broken_by_message_id_as_the_long_way_does(store, monkeypatch):
+    monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    msgs = [Message.user("zebra crossing", id=f"m{i:03d}", thread_id="t", resource_id="u",
+                         created_at=T0 + timedelta(seconds=i)) for i in range(40)]
+    msgs += [Message.user(f"other words {i}", id=f"x{i:03d}", thread_id="t", resource_id="u",
+                          created_at=T0 + timedelta(seconds=100 + i)) for i in range(300)]
+    store.memory.save_messages(msgs)
+    assert index.index_messages(msgs).ok
+    for limit in (1, 5, 39, 40, 41):
+        hits = index.search("zebra", resource_id="u", mode="keyword", top_k=limit).hits
+        assert [(h.message_id, h.score) for h in hits] == long_way_keyword(index, "zebra", "u", limit)
+    ties = index.search("zebra", resource_id="u", mode="keyword", top_k=40).hits
+    assert len({h.score for h in ties}) < len(ties) / 2  # the corpus does tie at these cuts
+
+
+R = hybrid.Ranked
+
+
+def combine_written_out(vector: list[hybrid.Ranked], keyword: list[hybrid.Ranked], cosines: dict[str, float],
+                        share: float) -> list[tuple[str, float, float | None, float | None, int | None, int | None]]:
+    """``hybrid.combine``'s documented formula, candidate by candidate."""
+    vec = {h.message_id: (r, h.score) for r, h in enumerate(vector, 1)}
+    kw = {h.message_id: (r, h.score) for r, h in enumerate(keyword, 1)}
+    best = max((h.score for h in keyword), default=0.0)
+    lo = min((h.score for h in vector), default=0.0)
+    span = max((h.score for h in vector), default=0.0) - lo
+    rows = []
+    for mid in list(vec) + [m for m in kw if m not in vec]:
+        cos = vec[mid][1] if mid in vec else cosines.get(mid)
+        if cos is None or not vector:
+            part = 0.0
+        elif span <= 1e-12:
+            part = 1.0 if cos >= lo else 0.0
+        else:
+            part = min((cos - lo) / span, 1.0)
+        k = kw[mid][1] * (share / best if best > 0 else 0.0) if mid in kw else 0.0
+        score = k + (1.0 - share) * part
+        rows.append((-score, -(cos if cos is not None else -2.0), mid, cos))
+    rows.sort()
+    return [(mid, -neg, cos, kw[mid][1] if mid in kw else None, vec[mid][0] if mid in vec else None,
+             kw[mid][0] if mid in kw else None) for neg, _, mid, cos in rows]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefghij"), st.floats(-1.0, 1.0, allow_nan=False), max_size=10),
+    kw=st.dictionaries(st.sampled_from("fghijklmno"), st.floats(0.0, 40.0, allow_nan=False), max_size=10),
+    known=st.sets(st.sampled_from("klmno")),
+    share=st.floats(0.0, 1.0),
+)
+def test_combine_is_its_formula_candidate_by_candidate(vec, kw, known, share):
+    vector = [R(m, "t", "u", s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [R(m, "t", "u", s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    cosines = {m: 0.1 * (ord(m) - ord("k")) for m in known}
+    got = [(f.message_id, f.score, f.vector_score, f.keyword_score, f.vector_rank, f.keyword_rank)
+           for f in hybrid.combine(vector, keyword_list, cosines, keyword_share=share)]
+    assert got == combine_written_out(vector, keyword_list, cosines, share)
+
+
+def test_loading_vectors_in_a_batch_keeps_and_counts_what_decoding_row_by_row_does():
+    from core.recall.matrix import VectorSet
+    from core.recall.vector_table import RawRow, decode
+
+    dim = 4
+    good = np.arange(dim, dtype="<f4").tobytes()
+    rows = [
+        RawRow(1, good, "a", "t", "u", "m"), RawRow(2, good, "b", "t", "u", None),  # kept (one unknown model)
+        RawRow(3, good, "c", "t", "u", "other"), RawRow(4, good[:-4], "d", "t", "u", "m"),  # other model, wrong dim
+        RawRow(5, good[:-1], "e", "t", "u", "m"), RawRow(6, "text", "f", "t", "u", "m"),  # corrupt, corrupt
+        RawRow(7, np.array([1, np.nan, 0, 0], dtype="<f4").tobytes(), "g", "t", "u", "m"),  # not finite
+        RawRow(8, good, None, "t", "u", "m"), RawRow(9, bytearray(good), "i", "t2", "u", "m", "2026-01-01T00:00:00.000Z"),
+    ]
+    got = VectorSet(dim, "m")
+    got.extend(rows[:5])
+    got.extend(rows[5:])
+    kept = [r for r in rows if (r.model_id in (None, "m")) and decode(r.blob, dim) is not None and r.message_id]
+    assert got.message_ids == [r.message_id for r in kept] == ["a", "b", "i"]
+    assert got.thread_ids == ["t", "t", "t2"] and got.created_at == [None, None, "2026-01-01T00:00:00.000Z"]
+    assert np.array_equal(got.matrix, np.stack([decode(r.blob, dim) for r in kept]))
+    assert (got.skips.wrong_dim, got.skips.corrupt, got.skips.unknown_model) == (1, 4, 1)
+    assert dict(got.skips.other_model) == {"other": 1} and got.max_rowid == 9
+    got.extend([])
+    assert got.n == 3
