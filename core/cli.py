@@ -234,10 +234,11 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         changes: dict[str, Any] = {}
         embedder = None
         if options.semantic_recall.enabled and not args.no_recall:
-            from core.embedding import EmbedderError, default_embedder
+            from core.embedding import EmbedderError
+            from core.recall.models import store_embedder
 
             try:
-                embedder = default_embedder()
+                embedder = store_embedder(store, shared=False)  # the model the database's vectors come from
             except EmbedderError as exc:
                 changes["semantic_recall"] = False
                 print(f"note: semantic recall left out of this preview: {exc}", file=err)

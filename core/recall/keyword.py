@@ -239,10 +239,6 @@ def search(
     if not terms:
         return []
     expr = " OR ".join(terms)
-    if resource_id is not None and thread_id is None and until is None and _one_owner(conn, resource_id):
-        best = _search_all(conn, expr, weight, limit, resource_id)
-        if best is not None:
-            return best
     where = [f"{FTS_TABLE} MATCH ?"]
     params: list[object] = [expr]
     if resource_id is not None:
@@ -265,38 +261,6 @@ def search(
         tuple(params),
     ).all()
     return [KeywordHit(r[0], r[1], r[2], -float(r[3])) for r in rows]
-
-
-# Whether every keyword doc belongs to one resource: min and max are one index seek each.
-_ONE_OWNER_SQL = (
-    f"SELECT (SELECT min(resource_id) FROM {DOCS_TABLE}) = ?1 AND (SELECT max(resource_id) FROM {DOCS_TABLE}) = ?1 "
-    f"AND NOT EXISTS (SELECT 1 FROM {DOCS_TABLE} WHERE resource_id IS NULL)"
-)
-
-
-def _one_owner(conn: sa.Connection, resource_id: str) -> bool:
-    return bool(conn.exec_driver_sql(_ONE_OWNER_SQL, (resource_id,)).scalar())
-
-
-def _search_all(conn: sa.Connection, expr: str, weight: float, limit: int, resource_id: str) -> list[KeywordHit] | None:
-    """``search`` for a resource that owns every doc: BM25 ranks the FTS rows alone, and only the best
-    ``limit + 1`` are joined to their docs (the join of every match cost a third of the statement).
-    None when this might differ from the full statement, which the caller then runs: a fetched row
-    without a doc or of another resource (the index changed since the owner check), or a tie in BM25
-    at the cut (the full statement breaks ties by message id)."""
-    rows = conn.exec_driver_sql(
-        f"SELECT t.s, d.message_id, d.thread_id, d.resource_id FROM (SELECT rowid AS r, "
-        f"bm25({FTS_TABLE}, 1.0, {float(weight)}) AS s FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? "
-        f"ORDER BY s LIMIT ?) t LEFT JOIN {DOCS_TABLE} d ON d.doc_id = t.r ORDER BY t.s, d.message_id",
-        (expr, limit + 1),
-    ).all()
-    if any(r[1] is None or r[3] != resource_id for r in rows):
-        return None
-    if len(rows) > limit:
-        if rows[limit - 1][0] == rows[limit][0]:
-            return None
-        rows = rows[:limit]
-    return [KeywordHit(r[1], r[2], r[3], -float(r[0])) for r in rows]
 
 
 def delete_thread(conn: sa.Connection, thread_id: str) -> int:

@@ -286,7 +286,7 @@ def thread_order(
     unread: list[str] = []  # texts whose start the database could not cut out: read whole below
     for start in range(0, len(message_ids), 500):
         chunk = tuple(message_ids[start : start + 500])
-        for row in conn.exec_driver_sql(_ORDER_SQL.format(text=text, marks=",".join("?" * len(chunk))), chunk).all():
+        for row in conn.exec_driver_sql(_ORDER_SQL.format(text=text, marks=",".join("?" * len(chunk))), chunk):
             label = None
             if head is not None:
                 first = _head_text(row[3])

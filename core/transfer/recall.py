@@ -73,10 +73,11 @@ def recall_after_import(store: Store, message_ids: list[str], *, embed: bool = T
         return (f"semantic recall is not used in this database; if you turn it on, "
                 f"'memory-studio reindex' embeds the {n} imported messages.")
     if embedder is None:
-        from core.embedding import EmbedderError, default_embedder
+        from core.embedding import EmbedderError
+        from core.recall.models import store_embedder
 
         try:
-            embedder = default_embedder()
+            embedder = store_embedder(store, shared=False)  # the model the database's vectors come from
         except EmbedderError as exc:
             return (f"the {n} imported messages are not embedded for semantic recall yet ({exc}); "
                     f"{REINDEX_HINT} once the model is installed.")

@@ -136,5 +136,16 @@ def test_reindex_refuses_an_unknown_model_and_model_with_resource(db_path) -> No
         assert not stored_models(store)  # nothing written
 
 
+
+@needs_e5
+def test_models_status_names_both_local_models(capsys) -> None:
+    from core.embedding.provision import main as provision_main
+
+    provision_main(["status"])
+    out = capsys.readouterr().out
+    assert "(use, the default model)" in out
+    assert f"{E5_MODEL_ID} (e5): installed with its package" in out
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

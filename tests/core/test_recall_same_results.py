@@ -1,10 +1,10 @@
 """The search's shortcuts return exactly what the long way returns, on libSQL and on Postgres.
 
 Hybrid search re-ranks only the candidates that can still reach the top ``top_k`` and reads only the
-start of their texts; keyword search on a resource that owns every keyword doc ranks the full-text
-rows before joining them to their docs; ``hybrid.combine`` scores in one pass. Each is checked here
-against the long way (every candidate re-ranked, the keyword statement with its join, the fusion
-formula written out) on a fixed corpus with speaker labels, dates, repeated words and exact BM25 ties.
+start of their texts; ``hybrid.combine`` scores in one pass; keyword search answers a resource in one
+statement. Each is checked here against the long way (every candidate re-ranked, the fusion formula
+written out, the keyword statement joined to the messages) on a fixed corpus with speaker labels,
+dates, repeated words and exact BM25 ties, in a database of one resource and of two.
 """
 
 from __future__ import annotations
@@ -76,10 +76,10 @@ def test_shortcuts_give_the_long_ways_results_with_one_resource_and_with_two(sto
     monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
     index = RecallIndex.for_store(store, HashingEmbedder(64))
     assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
-    check_every_query(index, "u")  # "u" owns every keyword doc
+    check_every_query(index, "u")  # one resource
     assert index.index_messages(corpus(store, "v", "t2", 120, 2)).ok
     index.keywords.stats.clear()
-    check_every_query(index, "u")  # now it does not
+    check_every_query(index, "u")  # two resources
     check_every_query(index, "v")
 
 
@@ -142,3 +142,29 @@ def test_combine_is_its_formula_candidate_by_candidate(vec, kw, known, share):
     got = [(f.message_id, f.score, f.vector_score, f.keyword_score, f.vector_rank, f.keyword_rank)
            for f in hybrid.combine(vector, keyword_list, cosines, keyword_share=share)]
     assert got == combine_written_out(vector, keyword_list, cosines, share)
+
+
+def test_loading_vectors_in_a_batch_keeps_and_counts_what_decoding_row_by_row_does():
+    from core.recall.matrix import VectorSet
+    from core.recall.vector_table import RawRow, decode
+
+    dim = 4
+    good = np.arange(dim, dtype="<f4").tobytes()
+    rows = [
+        RawRow(1, good, "a", "t", "u", "m"), RawRow(2, good, "b", "t", "u", None),  # kept (one unknown model)
+        RawRow(3, good, "c", "t", "u", "other"), RawRow(4, good[:-4], "d", "t", "u", "m"),  # other model, wrong dim
+        RawRow(5, good[:-1], "e", "t", "u", "m"), RawRow(6, "text", "f", "t", "u", "m"),  # corrupt, corrupt
+        RawRow(7, np.array([1, np.nan, 0, 0], dtype="<f4").tobytes(), "g", "t", "u", "m"),  # not finite
+        RawRow(8, good, None, "t", "u", "m"), RawRow(9, bytearray(good), "i", "t2", "u", "m", "2026-01-01T00:00:00.000Z"),
+    ]
+    got = VectorSet(dim, "m")
+    got.extend(rows[:5])
+    got.extend(rows[5:])
+    kept = [r for r in rows if (r.model_id in (None, "m")) and decode(r.blob, dim) is not None and r.message_id]
+    assert got.message_ids == [r.message_id for r in kept] == ["a", "b", "i"]
+    assert got.thread_ids == ["t", "t", "t2"] and got.created_at == [None, None, "2026-01-01T00:00:00.000Z"]
+    assert np.array_equal(got.matrix, np.stack([decode(r.blob, dim) for r in kept]))
+    assert (got.skips.wrong_dim, got.skips.corrupt, got.skips.unknown_model) == (1, 4, 1)
+    assert dict(got.skips.other_model) == {"other": 1} and got.max_rowid == 9
+    got.extend([])
+    assert got.n == 3
