@@ -88,8 +88,8 @@ class RequestPanel(QWidget):
         self.tools.setHeaderLabels(["Tool definitions (as sent)", "Tokens (o200k)"])
         self.tools.header().setStretchLastSection(False)
         self.tools.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.tools.header().setSectionResizeMode(1, QHeaderView.ResizeMode.Fixed)
-        self.tools.header().resizeSection(1, 110)
+        # the counts' column is as wide as its header (or its widest count), never cut to "Tokens (o200"
+        self.tools.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.tools.setUniformRowHeights(True)  # one line per row (long descriptions are in tooltips)
         split.addWidget(self.settings_table)
         split.addWidget(self.tools)
