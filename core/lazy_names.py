@@ -1,7 +1,7 @@
 """Names a package exports without importing their modules until first use (PEP 562).
 
-``core``, ``core.storage``, ``core.llm`` and ``core.embedding`` keep a table ``name -> module`` and
-install the two module hooks this returns::
+``core``, ``core.storage``, ``core.llm``, ``core.embedding`` and ``core.processors`` keep a table
+``name -> module`` and install the two module hooks this returns::
 
     __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 

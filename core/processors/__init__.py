@@ -21,9 +21,9 @@ importing the engine does not import numpy.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from core.lazy_names import lazy_names as _lazy_names
 from core.options import (
     InputFilterOptions,
     MessageHistoryOptions,
@@ -49,12 +49,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "BaseProcessor",
     "InputFilterOptions",
@@ -75,3 +69,5 @@ __all__ = [
     "WorkingMemoryOptions",
     "WorkingMemoryState",
 ]
+
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY, globals(), listed=__all__)
