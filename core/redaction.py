@@ -28,15 +28,16 @@ PLACEHOLDER_KEYS = frozenset({"ollama", "lm-studio", "lmstudio", "not-needed", "
 # Each shape starts with a literal, so ``re`` finds candidates with a fast substring search (an
 # alternation or a leading ``\b`` would make it try every position: 10x slower on a long prompt).
 # The word boundary before the match is checked in ``_bounded`` instead.
-_SHAPES = tuple(re.compile(p) for p in (
-    r"sk-[A-Za-z0-9_-]{6,}",  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), OpenRouter (sk-or-)
-    r"Bearer\s+[A-Za-z0-9._~+/=-]{3,}",  # an Authorization header's scheme: short tokens too
-    r"gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub
-    r"hf_[A-Za-z0-9]{20,}",  # Hugging Face
-    r"gsk_[A-Za-z0-9]{20,}",  # Groq
-    r"xai-[A-Za-z0-9]{20,}",  # xAI
-    r"AIza[0-9A-Za-z_-]{30,}",  # Google
-    r"AKIA[0-9A-Z]{16}",  # AWS access key id
+# Each pattern is paired with a literal every match contains: text without it (most text) skips it.
+_SHAPES = tuple((literal, re.compile(p)) for literal, p in (
+    ("sk-", r"sk-[A-Za-z0-9_-]{6,}"),  # OpenAI (sk-, sk-proj-), Anthropic (sk-ant-), OpenRouter (sk-or-)
+    ("Bearer", r"Bearer\s+[A-Za-z0-9._~+/=-]{3,}"),  # an Authorization header's scheme: short tokens too
+    ("_", r"gh[pousr]_[A-Za-z0-9]{20,}"),  # GitHub
+    ("hf_", r"hf_[A-Za-z0-9]{20,}"),  # Hugging Face
+    ("gsk_", r"gsk_[A-Za-z0-9]{20,}"),  # Groq
+    ("xai-", r"xai-[A-Za-z0-9]{20,}"),  # xAI
+    ("AIza", r"AIza[0-9A-Za-z_-]{30,}"),  # Google
+    ("AKIA", r"AKIA[0-9A-Z]{16}"),  # AWS access key id
 ))
 _ANY_CASE_BEARER = re.compile(r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{8,}")
 # ``api_key=abc``, ``"x-api-key": "abc"``, ``Authorization: xyz``: the name stays, the value goes.
@@ -75,20 +76,14 @@ def _bounded(match: re.Match[str]) -> str:
     return REDACTED
 
 
-# Every shape's literal start holds one of these: text with none of them (most text) skips the shapes.
-_SHAPE_HINTS = ("sk-", "Bearer", "_", "xai-", "AIza", "AKIA")
-
-
 def redact_text(text: str) -> str:
     """``text`` with registered keys and key-shaped substrings replaced by ``[REDACTED]``."""
     for secret in _secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    for hint in _SHAPE_HINTS:
-        if hint in text:
-            for shape in _SHAPES:
-                text = shape.sub(_bounded, text)
-            break
+    for literal, shape in _SHAPES:
+        if literal in text:
+            text = shape.sub(_bounded, text)
     low = text.lower()
     if "bearer" in low:
         text = _ANY_CASE_BEARER.sub(_bounded, text)
