@@ -72,7 +72,8 @@ def _recall_embedder() -> tuple[Any, str]:
     except Exception:  # noqa: BLE001 - the demo still runs; it says which embedder it used
         from core.embedding import HashingEmbedder
 
-        return HashingEmbedder(dim=256), "hashing (model not installed: run `memory-studio models install`)"
+        return HashingEmbedder(dim=256), ("hashing (model not installed: run `memory-studio models install`, "
+                                          "then `memory-studio reindex --model use`)")
 
 
 def _weather(args: dict[str, Any], _ctx: Any) -> dict[str, Any]:

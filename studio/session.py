@@ -54,7 +54,7 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
         # A server database is shared with other programs: look first, write only when allowed.
         return open_store(path, read_only=not allow_writes, create=False)
     if resolved.path is not None and not create_missing and not resolved.path.exists():
-        raise DatabaseOpenError(f"{resolved.path} does not exist. Check the path, or pick a file with File > Open.")
+        raise DatabaseOpenError(f"{resolved.path} does not exist.")
     if resolved.path is not None and resolved.path.is_file() and resolved.path.stat().st_size == 0:
         if not init_empty:
             raise EmptyFileError(resolved.path)

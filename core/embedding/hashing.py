@@ -31,6 +31,7 @@ _WORD_WEIGHT = 1.0
 _NGRAM_WEIGHT = 0.5
 # Gives the empty text a fixed unit vector, so every row the embedder returns has length 1.
 _EMPTY_FEATURE = "\x00empty"
+MODEL_ID_PREFIX = "hashing-ngram-v1@d"  # + the dimension: the id stored beside each vector
 _NO_WORDS = "\x00"  # in a batch's word list: the text has no words (its one feature is _EMPTY_FEATURE)
 
 
@@ -44,7 +45,20 @@ class HashingEmbedder:
         if dim < 8:
             raise ValueError(f"dim must be at least 8, not {dim}")
         self.dim: int = dim
-        self.model_id: str = f"hashing-ngram-v1@d{dim}"
+        self.model_id: str = f"{MODEL_ID_PREFIX}{dim}"
+
+    @classmethod
+    def for_model_id(cls, model_id: str | None) -> HashingEmbedder | None:
+        """The embedder that wrote vectors with this id (its dimension is all it needs), else None.
+
+        A database indexed with hashing vectors (the demo made without the model, tests) is searched
+        with the same features again, so its stored vectors stay comparable with the query's."""
+        if not model_id or not model_id.startswith(MODEL_ID_PREFIX):
+            return None
+        digits = model_id[len(MODEL_ID_PREFIX):]
+        if not digits.isdecimal() or int(digits) < 8:
+            return None
+        return cls(int(digits))
 
     def embed(self, texts: Sequence[str], kind: Kind = "passage") -> Vectors:
         check_call(texts, kind)  # no prefixes: queries and passages share one feature space

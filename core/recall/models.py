@@ -11,6 +11,7 @@ Vectors written by Mastra carry no model id; they are counted under None and nev
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -102,18 +103,31 @@ def drop_other_models(store: "Store", keep: str) -> Counter[str]:
 
 def store_model_name(store: "Store") -> str:
     """The local model (name) to embed with for this database: the one its vectors come from, else the
-    configured default (``$MEMORY_STUDIO_EMBEDDER``, else ``use``). Vectors of a model that is not
-    local (OpenAI, hashing) do not choose: the caller that made them passes its embedder itself."""
+    configured default (``$MEMORY_STUDIO_EMBEDDER``, else ``use``). Vectors of another embedder
+    (OpenAI, hashing) do not choose a local model here; ``store_embedder`` rebuilds a hashing one."""
     from core.embedding.models import configured_model, local_model_of
 
     indexed_by = local_model_of(stored_model(store))
     return indexed_by.name if indexed_by is not None else configured_model().name
 
 
-def store_embedder(store: "Store", *, shared: bool = True) -> "CachedEmbedder":
-    """The local embedder for this database (``store_model_name``): the process-wide one when ``shared``,
-    else a fresh one. Raises ``ModelNotInstalledError`` saying how to install it."""
-    from core.embedding import default_embedder, shared_default_embedder
+_hashing_shared: dict[str, "CachedEmbedder"] = {}
+_hashing_lock = threading.Lock()
 
+
+def store_embedder(store: "Store", *, shared: bool = True) -> "CachedEmbedder":
+    """The embedder for this database: the hashing embedder when its vectors are hashing vectors (the
+    demo built without the model; rebuilt from the id, nothing to install), else the local model of
+    ``store_model_name``. ``shared``: the process-wide one (its session and cache shared), else a
+    fresh one. Raises ``ModelNotInstalledError`` saying how to install a missing local model."""
+    from core.embedding import CachedEmbedder, HashingEmbedder, default_embedder, shared_default_embedder
+
+    indexed_by = stored_model(store)
+    hashing = HashingEmbedder.for_model_id(indexed_by)
+    if hashing is not None and indexed_by is not None:
+        if not shared:
+            return CachedEmbedder(hashing)
+        with _hashing_lock:
+            return _hashing_shared.setdefault(indexed_by, CachedEmbedder(hashing))
     name = store_model_name(store)
     return shared_default_embedder(name) if shared else default_embedder(name)

@@ -171,8 +171,9 @@ class EmbedderHolder:
     """Loads the embedding model once, on first need, on whichever worker asks (thread-safe).
 
     Without a loader, the model is the one the database's vectors come from (else the configured
-    default; ``core.recall.models.store_model_name``), one per model and process, so the Studio searches
-    a database indexed with e5 with e5 and one indexed with USE with USE."""
+    default; ``core.recall.models.store_embedder``), one per model and process, so the Studio searches
+    a database indexed with e5 with e5, one indexed with USE with USE, and one indexed with the
+    hashing embedder (the demo made without the model) with the same hashing features."""
 
     def __init__(self, loader: Callable[[], Any] | None = None) -> None:
         self._loader = loader
@@ -185,9 +186,9 @@ class EmbedderHolder:
 
             if store is None:
                 return shared_default_embedder()
-            from core.recall.models import store_model_name
+            from core.recall.models import store_embedder
 
-            return shared_default_embedder(store_model_name(store))
+            return store_embedder(store)
         with self._lock:
             if self._value is None:
                 self._value = self._loader()

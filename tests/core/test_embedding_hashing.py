@@ -104,3 +104,37 @@ def test_a_batch_gives_the_vectors_of_summing_each_feature_one_text_at_a_time() 
         assert batch.dtype == np.float32
         assert np.array_equal(batch, expected)
         assert all(np.array_equal(emb.embed([t])[0], batch[i]) for i, t in enumerate(texts))
+
+
+def test_the_hashing_embedder_is_rebuilt_from_its_model_id() -> None:
+    for dim in (8, 64, 256):
+        rebuilt = HashingEmbedder.for_model_id(HashingEmbedder(dim).model_id)
+        assert rebuilt is not None and rebuilt.dim == dim
+        np.testing.assert_array_equal(rebuilt.embed(["peanut allergy"]), HashingEmbedder(dim).embed(["peanut allergy"]))
+    for other in (None, "", "hashing-ngram-v1@d", "hashing-ngram-v1@dx", "hashing-ngram-v1@d4", "use-multilingual-v3-q@b8b05b01"):
+        assert HashingEmbedder.for_model_id(other) is None
+
+
+@pytest.mark.backends
+def test_a_database_indexed_with_hashing_vectors_is_searched_with_them(db_path) -> None:
+    """The demo built without the model stores hashing vectors: a Memory without an embedder (and the
+    Studio, through the same ``store_embedder``) rebuilds that embedder instead of asking for a model
+    whose vectors the database does not hold."""
+    import core
+    from core.memory import Memory
+    from core.messages import Message
+    from core.options import MemoryOptions
+    from core.recall.models import store_embedder, stored_model
+
+    facts = ["I am allergic to peanuts", "The train to Lisbon leaves at 9am", "My sister lives in Porto"]
+    with core.open_store(db_path) as store:
+        m = Memory(store, MemoryOptions(semantic_recall=True), embedder=HashingEmbedder(256))
+        m.save_messages([Message.user(t, id=f"m{i}", thread_id="t", resource_id="u") for i, t in enumerate(facts)])
+    with core.open_store(db_path) as store:
+        assert stored_model(store) == "hashing-ngram-v1@d256"
+        shared = store_embedder(store)
+        assert shared.model_id == "hashing-ngram-v1@d256" and store_embedder(store) is shared
+        assert store_embedder(store, shared=False) is not shared
+        m = Memory(store, MemoryOptions(semantic_recall=True))
+        assert m.embedder is not None and m.embedder.model_id == "hashing-ngram-v1@d256"
+        assert m.search("train to Lisbon", resource_id="u", mode="vector", top_k=1)[0].message_id == "m1"
