@@ -176,8 +176,10 @@ class RecallIndex:
         with recall is one transaction, and the model never runs while the write lock is held."""
         report = IndexReport()
         todo: list[tuple[Message, str]] = []
+        texts: dict[str, tuple[Any, str]] = {}
         for m in messages:
             text = recall_text(m)
+            texts[m.id] = (m.content, text)
             if m.role not in INDEXED_ROLES:
                 report.skipped[m.id] = f"{m.role} messages are not indexed"
             elif not text.strip():
@@ -185,6 +187,7 @@ class RecallIndex:
             else:
                 todo.append((m, text))
         staged = StagedIndex(self, todo, report, [m for m in messages if m.role in INDEXED_ROLES])
+        staged.texts = texts
         if not todo:
             return staged
         if not self.writable:
@@ -192,7 +195,7 @@ class RecallIndex:
             staged.fail(f"not indexed: {why}")
             return staged
         try:
-            staged.contexts, staged.loose = self._contexts(todo, staged.batch)
+            staged.contexts, staged.loose = self._contexts(todo, staged.batch, texts)
         except Exception as exc:  # reported per message, never raised (spec §2.4 output)
             log.warning("recall indexing of %d message(s) failed reading their context", len(todo), exc_info=True)
             staged.fail(f"reading the previous messages failed: {exc}")
@@ -222,7 +225,9 @@ class RecallIndex:
         except Exception:
             log.warning("recall partition upkeep failed; searches of large resources scan them instead", exc_info=True)
 
-    def _contexts(self, todo: list[tuple[Message, str]], batch: Sequence[Message]) -> tuple[list[str], set[str]]:
+    def _contexts(
+        self, todo: list[tuple[Message, str]], batch: Sequence[Message], texts: "Texts | None" = None,
+    ) -> tuple[list[str], set[str]]:
         """The previous message's text for each message, and the ids whose context was chained
         through ``batch`` (its user/assistant messages, in (createdAt, id) order) because they are not
         stored yet; stored messages' contexts come from storage (``passages.contexts``, one statement
@@ -239,13 +244,14 @@ class RecallIndex:
             loose_ids = {m.id for m, _ in todo if m.id not in stored}
             if loose_ids:
                 chain = [m for m in batch if m.id not in stored or m.id in loose_ids]
-                stored.update(self._chain(conn, chain, loose_ids))
+                stored.update(self._chain(conn, chain, loose_ids, texts))
         return [stored[m.id] for m, _ in todo], loose_ids
 
     @staticmethod
-    def _chain(conn: sa.Connection, chain: Sequence[Message], wanted: set[str]) -> dict[str, str]:
+    def _chain(conn: sa.Connection, chain: Sequence[Message], wanted: set[str], texts: "Texts | None" = None) -> dict[str, str]:
         """Contexts of ``wanted`` messages chained through ``chain`` (per thread, by (createdAt, id)),
-        the first of each thread taking the stored message before it."""
+        the first of each thread taking the stored message before it. ``texts``: recall texts already
+        computed (``StagedIndex.texts``)."""
         out: dict[str, str] = {}
         by_thread: dict[str, list[Message]] = {}
         for m in chain:
@@ -257,7 +263,7 @@ class RecallIndex:
             for m in msgs:
                 if m.id in wanted:
                     out[m.id] = previous
-                previous = recall_text(m)
+                previous = _text_of(m, texts)
         return out
 
     def _recheck(self, conn: sa.Connection, staged: "StagedIndex") -> dict[int, str]:
@@ -283,7 +289,7 @@ class RecallIndex:
             if stored != saved_here:  # read every context from storage
                 right.update(passages.contexts(conn, sorted(wanted)))
             else:
-                right.update(self._chain(conn, mine, wanted))
+                right.update(self._chain(conn, mine, wanted, staged.texts))
         return {i: right[m.id] for i, (m, _) in enumerate(staged.todo)
                 if m.id in right and m.id in batch and right[m.id] != staged.contexts[i]}
 
@@ -314,10 +320,11 @@ class RecallIndex:
         docs = [(m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
                 for i, (m, text) in enumerate(todo)]
         rows: list[VectorRow] = []
+        finite = np.isfinite(vectors).all(axis=1).tolist() if vectors is not None else []  # one pass per batch
         for i, (m, text) in enumerate(todo if vectors is not None else ()):
             assert vectors is not None
             vec = vectors[i]
-            if not np.all(np.isfinite(vec)):
+            if not finite[i]:
                 report.failed[m.id] = "embedding failed: vector is not finite"
                 continue
             meta = {
@@ -577,6 +584,16 @@ class RecallIndex:
         self.vectors.close()
 
 
+# A batch's recall texts by message id, with the content each was computed from.
+Texts = dict[str, tuple[Any, str]]
+
+
+def _text_of(m: Message, texts: Texts | None) -> str:
+    """``recall_text(m)``, from ``texts`` when it was computed from this very content."""
+    known = texts.get(m.id) if texts else None
+    return known[1] if known is not None and known[0] is m.content else recall_text(m)
+
+
 def _order_key(m: Message) -> tuple[str, str]:
     """A message's place in its thread as storage orders it: (createdAt as stored, id)."""
     return (to_iso(m.created_at), m.id)
@@ -600,6 +617,7 @@ class StagedIndex:
         self.contexts: list[str] = []
         self.loose: set[str] = set()  # ids whose context was chained through the batch
         self.vectors: np.ndarray | None = None
+        self.texts: Texts = {}  # recall text of each staged message (``_text_of``)
         self.pending = bool(todo)
         self._written: set[str] = set()
 

@@ -36,7 +36,7 @@ import re
 
 import sqlalchemy as sa
 
-from core.storage import catalog, dialect
+from core.storage import bulk, catalog, dialect
 
 from core.storage import migrations
 from core.recall import pg_schema  # the same steps on Postgres
@@ -262,12 +262,12 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
         return
     # Doc ids given here (the caller holds the write lock), so the FTS rows need no read-back.
     top = int(conn.exec_driver_sql(f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}").scalar() or 0)
-    conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash) VALUES (?, ?, ?, ?, ?)",
+    bulk.insert_rows(
+        conn, f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash)",
         [(top + i, mid, tid, rid, passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
     )
-    conn.exec_driver_sql(
-        f"INSERT INTO {FTS_TABLE} (rowid, body, context) VALUES (?, ?, ?)",
+    bulk.insert_rows(
+        conn, f"INSERT INTO {FTS_TABLE} (rowid, body, context)",
         [(top + i, segment(text), segment(ctx)) for i, (_, _, _, text, ctx) in enumerate(keep, 1)],
     )
 

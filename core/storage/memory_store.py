@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from core.message_size import check_rows
 from core.ids import check_id, check_ids
 from core.messages import Message
-from core.storage import catalog, dialect, locks, message_pages
+from core.storage import bulk, catalog, dialect, locks, message_pages
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.storage.message_pages import MessageRows, UnreadableMessage
@@ -173,9 +173,10 @@ _MESSAGE_FIELDS = ("id", "thread_id", "content", "role", "type", "createdAt", "r
 # Content is read as a blob on libSQL, which panics on a TEXT value that is not valid UTF-8
 # (core.stored_text); ``{content}`` is filled in per dialect (``dialect.stored_text_sql``).
 _MESSAGE_SELECT = ", ".join("{content}" if c == "content" else f'"{c}"' for c in _MESSAGE_FIELDS)
-_UPSERT_MESSAGE = (
-    'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId") '
-    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, "
+# A save's rows go in one multi-row statement (``bulk.insert_rows``): head, the values, then this tail.
+_INSERT_MESSAGES = 'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")'
+_ON_CONFLICT_MESSAGE = (
+    "ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, "
     'content = excluded.content, role = excluded.role, type = excluded.type, "createdAt" = excluded."createdAt", '
     '"resourceId" = excluded."resourceId"'
 )
@@ -351,9 +352,10 @@ class MemoryStore:
         rows = [m.to_row_tuple() for m in latest.values()]
         _check_rows(rows)
         check_rows(rows, max_bytes)
-        # Straight to the driver's executemany: building SQLAlchemy parameters per row cost more than
-        # the insert itself.
-        conn.exec_driver_sql(_UPSERT_MESSAGE, rows)
+        # Straight to the driver, as multi-row statements: building SQLAlchemy parameters per row cost
+        # more than the insert itself, and the driver's executemany runs one statement per row. The
+        # ids are distinct (``latest``), as Postgres' ON CONFLICT needs within one statement.
+        bulk.insert_rows(conn, _INSERT_MESSAGES, rows, _ON_CONFLICT_MESSAGE)
         now = iso_now()
         for thread_id in {r[1] for r in rows}:
             conn.exec_driver_sql('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', (now, thread_id))
