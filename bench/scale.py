@@ -264,14 +264,37 @@ def _save_and_recall(target: str, n: int) -> dict[str, float]:
         index.index_messages(msgs[i:i + 1000])  # type: ignore[arg-type]
     for mode in ("hybrid", "keyword", "vector"):
         index.search("warmup", resource_id="bench", mode=mode)  # type: ignore[arg-type]
-        latencies = []
+        latencies, cpu = [], []
+        server = _server_cpu_ms(store)
         for q in range(RECALL_QUERIES):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             index.search(f"{WORDS[q % len(WORDS)]} topic {q}", resource_id="bench", top_k=10, mode=mode)  # type: ignore[arg-type]
             latencies.append((time.perf_counter() - t) * 1000)
+            cpu.append((time.process_time() - c) * 1000)
         figures[mode] = statistics.median(latencies)
+        figures[mode + "_cpu"] = statistics.median(cpu)
+        if server is not None:  # the server's own CPU (its backends of this store), per query
+            figures[mode + "_cpu"] += ((_server_cpu_ms(store) or server) - server) / RECALL_QUERIES
     store.close()
     return figures
+
+
+def _server_cpu_ms(store: object) -> float | None:
+    """CPU time so far of the Postgres backends serving this store (the server runs on this machine,
+    so /proc has them); None for a file database."""
+    if not store.capabilities.server:  # type: ignore[attr-defined]
+        return None
+    with store.db.read() as conn:  # type: ignore[attr-defined]
+        pids = [r[0] for r in conn.exec_driver_sql(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'memory-studio' AND datname = current_database()")]
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 @section("postgres")
@@ -284,7 +307,9 @@ def postgres_figures(args: argparse.Namespace) -> None:
     print("postgres vs libsql: save in batches of 100; recall p50 over "
           f"{RECALL_QUERIES} queries (hashing embedder, 64-d, top 10)"
           + ("; every query term kept" if args.all_terms else ""))
-    print(f"  {'messages':>9} {'':>5} {'save msgs/s':>12} {'hybrid ms':>10} {'keyword ms':>11} {'vector ms':>10}")
+    print("  wall p50 ms (CPU p50 ms: this process, plus the server's backends per query on Postgres); "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"  {'messages':>9} {'':>6} {'save msgs/s':>12} {'hybrid ms':>16} {'keyword ms':>16} {'vector ms':>16}")
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
             rows = [("libsql", _save_and_recall(str(Path(tmp) / "bench.db"), n))]
@@ -293,9 +318,17 @@ def postgres_figures(args: argparse.Namespace) -> None:
             rows.append(("pg", _save_and_recall(url, n)))
         finally:
             drop()
+        modes = ("hybrid", "keyword", "vector")
         for name, f in rows:
-            print(f"  {n:>9,} {name:>5} {f['save']:>12,.0f} {f['hybrid']:>10.1f} {f['keyword']:>11.1f} "
-                  f"{f['vector']:>10.1f}", flush=True)
+            cells = " ".join(_cell(f"{f[m]:.1f} ({f[m + '_cpu']:.1f})") for m in modes)
+            print(f"  {n:>9,} {name:>6} {f['save']:>12,.0f} {cells}", flush=True)
+        lib, pg = rows[0][1], rows[1][1]
+        ratios = " ".join(_cell(f"x{pg[m] / lib[m]:.2f} (x{pg[m + '_cpu'] / lib[m + '_cpu']:.2f})") for m in modes)
+        print(f"  {n:>9,} {'pg/lib':>6} {'':>12} {ratios}   load average {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def _cell(text: str) -> str:
+    return f"{text:>16}"
 
 
 def _fleet_once(processes: int, turns: int) -> float:

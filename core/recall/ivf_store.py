@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall import ivf, matrix
+from core.recall import ivf, ivf_packs, matrix
 from core.recall.hybrid import Ranked
 from core.recall.matrix import DEFAULT_NPROBE_SHARE, SkipCounts, VectorSet
 from core.recall.schema import quoted
@@ -65,13 +65,15 @@ def find(conn: sa.Connection, table: str, model_id: str, scope: str) -> IvfMeta 
 
 
 def save(conn: sa.Connection, table: str, model_id: str, scope: str, part: ivf.IvfPartition,
-         rowids: np.ndarray, max_rowid: int) -> IvfMeta:
-    """Replace a scope's partition: ``rowids`` are the built rows (in the order ``part`` was built on)."""
+         rows: ivf_packs.PackRows, max_rowid: int) -> IvfMeta:
+    """Replace a scope's partition: ``rows`` are the built rows (in the order ``part`` was built on);
+    each list's rows are also stored packed, in list order (``ivf_packs``)."""
     old = conn.exec_driver_sql(
         f"SELECT ivf_id FROM {IVF_TABLE} WHERE vector_table = ? AND model_id = ? AND scope = ?", (table, model_id, scope)
     ).first()
     if old is not None:
         conn.exec_driver_sql(f"DELETE FROM {IVF_ROWS} WHERE ivf_id = ?", (old[0],))
+        ivf_packs.drop(conn, int(old[0]))
         conn.exec_driver_sql(f"DELETE FROM {IVF_TABLE} WHERE ivf_id = ?", (old[0],))
     centroids = np.ascontiguousarray(part.centroids, dtype="<f4")
     built_at = iso_now()
@@ -81,11 +83,13 @@ def save(conn: sa.Connection, table: str, model_id: str, scope: str, part: ivf.I
         (table, model_id, scope, int(centroids.shape[1]), int(centroids.shape[0]), centroids.tobytes(), part.size,
          part.size, int(max_rowid), built_at),
     ).scalar_one())
-    labels = np.empty(part.size, dtype=np.int64)
     for li in range(len(part.offsets) - 1):
-        labels[part.order[part.offsets[li] : part.offsets[li + 1]]] = li
-    pairs = sorted(zip(labels.tolist(), np.asarray(rowids).tolist()))
-    conn.exec_driver_sql(f"INSERT INTO {IVF_ROWS} (ivf_id, list, row_id) VALUES ({ivf_id}, ?, ?)", pairs)
+        members = rows.take(part.order[part.offsets[li] : part.offsets[li + 1]]).sorted()
+        if not len(members.rowids):
+            continue
+        conn.exec_driver_sql(f"INSERT INTO {IVF_ROWS} (ivf_id, list, row_id, chunk) VALUES ({ivf_id}, {li}, ?, 0)",
+                             [(r,) for r in members.rowids.tolist()])
+        ivf_packs.write_pack(conn, ivf_id, li, 0, members, mark=False)
     return IvfMeta(ivf_id, scope, int(centroids.shape[0]), centroids, part.size, part.size, int(max_rowid), built_at)
 
 
@@ -106,7 +110,8 @@ def assign(conn: sa.Connection, meta: IvfMeta, rowids: Sequence[int], vectors: n
         )
     conn.exec_driver_sql(f"INSERT INTO {IVF_ROWS} (ivf_id, list, row_id) VALUES ({meta.ivf_id}, ?, ?)",
                          list(zip(labels, ids)))
-    conn.exec_driver_sql(f"UPDATE {IVF_TABLE} SET rows_now = rows_now + ? WHERE ivf_id = ?", (len(ids), meta.ivf_id))
+    conn.exec_driver_sql(f"UPDATE {IVF_TABLE} SET rows_now = rows_now + ?, unpacked = unpacked + ? WHERE ivf_id = ?",
+                         (len(ids), len(ids), meta.ivf_id))
     if info is None or resource_id is None:
         return
     mark = int(conn.exec_driver_sql(f"SELECT max_rowid FROM {IVF_TABLE} WHERE ivf_id = ?", (meta.ivf_id,)).scalar() or 0)
@@ -120,24 +125,28 @@ def assign(conn: sa.Connection, meta: IvfMeta, rowids: Sequence[int], vectors: n
         conn.exec_driver_sql(f"UPDATE {IVF_TABLE} SET max_rowid = ? WHERE ivf_id = ?", (top, meta.ivf_id))
 
 
-def build(conn: sa.Connection, info: TableInfo, model_id: str, resource_id: str) -> tuple[ivf.IvfPartition, np.ndarray, int] | None:
+def build(conn: sa.Connection, info: TableInfo, model_id: str, resource_id: str) -> tuple[ivf.IvfPartition, ivf_packs.PackRows, int] | None:
     """A partition of a scope's vectors from ``model_id`` (None when there are too few): the
-    partition, the row ids it covers (in build order), and the highest row id read."""
+    partition, the rows it covers (in build order), and the highest row id read."""
     rows = load_rows(conn, info, resource_id=resource_id, thread_id=None)
-    vset = VectorSet(info.dim, model_id)
-    vset.extend(rows)
-    if vset.n < matrix.IVF_MIN_ROWS:
+    top = max((r.rowid for r in rows), default=0)
+    kept = ivf_packs.usable(rows, model_id, info.dim, resource_id)
+    del rows
+    if len(kept.rowids) < matrix.IVF_MIN_ROWS:
         return None
-    rowids = np.fromiter((r.rowid for r in rows if _usable(r, model_id, info.dim)), dtype=np.int64, count=vset.n)
-    part = ivf.build(vset.matrix)
-    return part, rowids, max((r.rowid for r in rows), default=0)
+    return ivf.build(kept.vectors), kept, top
 
 
-def _usable(row: RawRow, model_id: str, dim: int) -> bool:
-    """The rows ``VectorSet.extend`` keeps (same rules, same order)."""
-    if row.model_id is not None and row.model_id != model_id:
-        return False
-    return decode(row.blob, dim) is not None and bool(row.message_id)
+def _as_set(rows: ivf_packs.PackRows, dim: int, model_id: str, resource_id: str, skips: SkipCounts) -> VectorSet:
+    """A list's rows as the ``VectorSet`` a search ranks (rows without a model id counted in ``skips``,
+    as ``VectorSet.extend`` counts them)."""
+    n = len(rows.rowids)
+    vset = VectorSet.of_rows(dim, model_id, rows.vectors, list(rows.message_ids), list(rows.thread_ids),
+                             [resource_id] * n, list(rows.created_at))
+    if n:
+        vset.max_rowid = int(rows.rowids.max())
+        skips.unknown_model += sum(rows.unknown)
+    return vset
 
 
 class IvfScope:
@@ -190,23 +199,14 @@ class IvfScope:
         with self._lock:
             missing = [li for li in lists if li not in self._lists]
         if missing:
-            marks = ",".join("?" * len(missing))
-            cols = row_columns(self.info)
-            found: dict[int, list[RawRow]] = {li: [] for li in missing}
-            for r in conn.exec_driver_sql(
-                # CROSS JOIN keeps this order: the lists' entries first, then each row by its rowid.
-                f"SELECT r.list, {cols} FROM {IVF_ROWS} r CROSS JOIN {quoted(self.info.name)} v ON v.rowid = r.row_id "
-                f"WHERE r.ivf_id = ? AND r.list IN ({marks})", (self.meta.ivf_id, *missing),
-            ):
-                row = RawRow(int(r[1]), r[2], r[3] or r[7], r[4], r[5], r[6], r[8])
-                if row.resource_id == self.resource_id:  # a reused rowid of another scope is not ours
-                    found[int(r[0])].append(row)
+            found, loose = ivf_packs.read_lists(conn, self.info, self.meta.ivf_id, self.model_id, self.resource_id, missing)
             with self._lock:
-                for li, rows in found.items():
+                for li in missing:
                     vset = VectorSet(self.info.dim, self.model_id)
-                    vset.extend(rows)
+                    vset.extend(loose[li])  # counts the rows a search skips (other models', corrupt)
+                    vset.skips.unknown_model = 0  # counted with the list's rows, below
                     self._add_skips(vset.skips)
-                    self._lists[li] = vset
+                    self._lists[li] = _as_set(found[li], self.info.dim, self.model_id, self.resource_id, self.skips)
                 while len(self._lists) > MAX_CACHED_LISTS:
                     self._lists.popitem(last=False)
         with self._lock:

@@ -150,6 +150,19 @@ class VectorSet:
             self.created_at.append(row.created_at)
         self.append_vectors(vecs if len(kept) == len(sized) else vecs[ok], self.thread_ids[start:])
 
+    @classmethod
+    def of_rows(cls, dim: int, model_id: str, vectors: np.ndarray, message_ids: list[str], thread_ids: list[str | None],
+                resource_ids: list[str | None], created_at: list[str | None]) -> "VectorSet":
+        """A set over rows checked already (an IVF list's packed copy, ``ivf_packs``): the vectors are
+        used as they are, not copied (a later append copies them into a matrix of its own)."""
+        vset = cls(dim, model_id)
+        vset._matrix = vectors
+        vset.n = len(vectors)
+        vset.message_ids, vset.thread_ids, vset.resource_ids, vset.created_at = message_ids, thread_ids, resource_ids, created_at
+        index = vset._thread_index
+        vset._thread_codes = np.array([index.setdefault(t, len(index)) for t in thread_ids], dtype=np.int32)
+        return vset
+
     def append_vectors(self, vecs: np.ndarray, thread_ids: list[str | None]) -> None:
         """Grow the matrix (capacity doubles, so appends stay amortised O(1))."""
         self._positions = None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall import ivf_store, matrix, vector_table
+from core.recall import ivf_packs, ivf_store, matrix, vector_table
 from core.recall.ivf_store import IvfMeta, IvfScope
 from core.recall.matrix import ScopeVectors, VectorSet
 from core.recall.schema import ensure_vector_table, quoted, vector_table_name
@@ -109,7 +109,8 @@ class MatrixVectors:
         """Partition the scopes written to that reached ``IVF_MIN_ROWS`` (or grew ``REBUILD_GROWTH``
         times since their partition was built). The k-means runs on a read snapshot, outside any
         write transaction; rows written meanwhile are assigned when the partition is saved.
-        Returns the resources partitioned."""
+        A partition whose lists gained enough rows since they were packed gets them packed
+        (``ivf_packs.pack_pending``). Returns the resources partitioned."""
         if not self.has_ivf or self.info is None:
             return []
         done: list[str] = []
@@ -123,9 +124,13 @@ class MatrixVectors:
                 if size is None:
                     size = self._sizes[resource] = self._count(conn, resource)
                 due = size >= matrix.IVF_MIN_ROWS if part is None else size >= ivf_store.REBUILD_GROWTH * part.built_rows
-                if not due:
-                    continue
-                built = ivf_store.build(conn, self.info, self.model_id, resource)
+                repack = not due and part is not None and ivf_packs.due(conn, part.ivf_id)
+                built = ivf_store.build(conn, self.info, self.model_id, resource) if due else None
+            if repack and part is not None:  # rows assigned since the lists were packed: pack them too
+                with db.write() as conn:
+                    ivf_packs.pack_pending(conn, self.info, part.ivf_id, self.model_id, resource)
+            if not due:
+                continue
             if built is None:  # fewer usable rows than counted (other models' rows): count again later
                 self._sizes.pop(resource, None)
                 continue

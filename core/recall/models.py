@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from core.recall.schema import quoted
-from core.recall.tables import IVF_ROWS, IVF_TABLE
+from core.recall.tables import IVF_PACKS, IVF_ROWS, IVF_TABLE
 from core.storage.catalog import has_table, table_columns, table_names
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,12 +92,14 @@ def drop_other_models(store: "Store", keep: str) -> Counter[str]:
                 conn.exec_driver_sql(
                     f"DELETE FROM {quoted(table)} WHERE model_id IS NOT NULL AND model_id <> ?", (keep,)
                 )
-        if dropped and has_table(conn, IVF_TABLE):  # libSQL: the dropped models' persisted partitions
-            for model_id in dropped:
-                ids = [r[0] for r in conn.exec_driver_sql(f"SELECT ivf_id FROM {IVF_TABLE} WHERE model_id = ?", (model_id,))]
-                for ivf_id in ids:
-                    conn.exec_driver_sql(f"DELETE FROM {IVF_ROWS} WHERE ivf_id = ?", (ivf_id,))
-                conn.exec_driver_sql(f"DELETE FROM {IVF_TABLE} WHERE model_id = ?", (model_id,))
+        if has_table(conn, IVF_TABLE):  # libSQL: the other models' persisted partitions (their rows may
+            # have been overwritten by the new model's, same message, same table: nothing counted above)
+            ids = [r[0] for r in conn.exec_driver_sql(f"SELECT ivf_id FROM {IVF_TABLE} WHERE model_id <> ?", (keep,))]
+            for ivf_id in ids:
+                conn.exec_driver_sql(f"DELETE FROM {IVF_ROWS} WHERE ivf_id = ?", (ivf_id,))
+                if has_table(conn, IVF_PACKS):  # (migration 0021_recall_ivf_packs)
+                    conn.exec_driver_sql(f"DELETE FROM {IVF_PACKS} WHERE ivf_id = ?", (ivf_id,))
+                conn.exec_driver_sql(f"DELETE FROM {IVF_TABLE} WHERE ivf_id = ?", (ivf_id,))
     return dropped
 
 

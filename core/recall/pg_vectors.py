@@ -13,8 +13,9 @@ so every process of a fleet sees every other's vectors at once.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -111,6 +112,20 @@ class PgVectorSet:
         self.resource_id, self.thread_id = resource_id, thread_id
         self.skips = SkipCounts()
         self._n: int | None = None
+        # The searching read connection (``PgVectors.scope``): its transaction answers ``ranked`` and
+        # ``cosines`` too, instead of a connection of their own each (a pool check-out with its ping,
+        # BEGIN and ROLLBACK: three round trips, most of a hybrid search's time on a busy server).
+        self.conn: sa.Connection | None = None
+
+    @contextmanager
+    def _read(self) -> Iterator[sa.Connection]:
+        """The search's connection while its transaction is open, else one of our own (a view kept
+        after its search, e.g. by the recall playground)."""
+        if self.conn is not None and not self.conn.closed and self.conn.in_transaction():
+            yield self.conn
+        else:
+            with self.db.read() as conn:
+                yield conn
 
     def _scope(self, thread_id: str | None) -> tuple[str, list[Any]]:
         where: list[str] = ["model_id = ?"]
@@ -127,7 +142,7 @@ class PgVectorSet:
     def n(self) -> int:
         if self._n is None:
             where, params = self._scope(None)
-            with self.db.read() as conn:
+            with self._read() as conn:
                 self._n = int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted(self.table)} WHERE {where}", tuple(params)).scalar() or 0)
                 other = conn.exec_driver_sql(
                     f"SELECT model_id, count(*) FROM {quoted(self.table)} WHERE {where.replace('model_id = ?', 'model_id IS DISTINCT FROM ?')} "
@@ -144,10 +159,12 @@ class PgVectorSet:
             where += " AND metadata->>'created_at' < ?"
             params = [*params, until]
         q = literal(qvec)
-        with self.db.read() as conn:
+        with self._read() as conn:
             # A filtered HNSW scan keeps going until it has enough rows of the scope (pgvector 0.8).
-            conn.exec_driver_sql(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH_MIN, 2 * depth)}")
-            conn.exec_driver_sql("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            # Both settings in one statement (SET LOCAL: until the transaction ends).
+            conn.exec_driver_sql(
+                "SELECT set_config('hnsw.ef_search', ?, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                (str(max(EF_SEARCH_MIN, 2 * depth)),))
             rows = conn.exec_driver_sql(
                 f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "
                 f"1 - (embedding <=> CAST(? AS vector)) AS score FROM {quoted(self.table)} WHERE {where} "
@@ -170,7 +187,7 @@ class PgVectorSet:
     def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
         if not message_ids:
             return {}
-        with self.db.read() as conn:
+        with self._read() as conn:
             rows = conn.exec_driver_sql(
                 f"SELECT metadata->>'message_id', max(1 - (embedding <=> CAST(? AS vector))) FROM {quoted(self.table)} "
                 "WHERE metadata->>'message_id' = ANY(CAST(? AS text[])) AND model_id = ? GROUP BY 1",
@@ -234,7 +251,9 @@ class PgVectors:
     def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> PgVectorSet | None:
         if self.info is None or self._db is None:
             return None
-        return PgVectorSet(self._db, self.table, self.model_id, resource_id, thread_id)
+        view = PgVectorSet(self._db, self.table, self.model_id, resource_id, thread_id)
+        view.conn = conn
+        return view
 
     def maintain(self, db: "Database", resources: Sequence[str]) -> list[str]:
         """Nothing to do: the server keeps its HNSW index up to date itself."""

@@ -18,6 +18,9 @@ Two named migrations (registered on import):
   ``<table>:rewrites`` on every update and delete; an in-process matrix compares it, and the table's
   ``max(rowid)`` for appends, with what it loaded, so vectors written by another process appear
   without polling the whole table.
+- ``0021_recall_ivf_packs`` (registered by ``ivf_packs``): each persisted IVF list's vectors copied
+  in list order (``memory_studio_ivf_packs``), and triggers on the vector tables that send a rewritten
+  or deleted row back to being read from the table, so a probed list is one range scan.
 - ``0018_recall_vector_appends``: drops the per-row ``AFTER INSERT`` trigger that counted appends in
   ``<table>:appends`` (a state-table write per vector row, about a third of the row's insert cost):
   a new row gets a rowid above every row present (the tables have no ``AUTOINCREMENT``; a top rowid is
@@ -42,14 +45,15 @@ from core.storage import migrations
 from core.recall import pg_schema  # the same steps on Postgres
 from core.recall.tables import DOCS_TABLE as DOCS_TABLE, FTS_TABLE as FTS_TABLE, FTS_WATERMARK as FTS_WATERMARK
 from core.recall.tables import QUEUE_TABLE as QUEUE_TABLE, STATE_TABLE as STATE_TABLE
-from core.recall.tables import IVF_ROWS, IVF_TABLE
+from core.recall.tables import IVF_PACKS, IVF_ROWS, IVF_TABLE
 from core.recall.text import passage_hash, recall_content_text, segment
 FTS_MIGRATION = "0004_message_fts"
 VECTOR_MIGRATION = "0005_vector_index"
 HASH_MIGRATION = "0016_recall_content_hash"
 IVF_MIGRATION = "0017_recall_ivf"
 APPENDS_MIGRATION = "0018_recall_vector_appends"
-RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION, APPENDS_MIGRATION)
+PACKS_MIGRATION = "0021_recall_ivf_packs"  # registered by ``ivf_packs`` (its step reads vector rows)
+RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION, APPENDS_MIGRATION, PACKS_MIGRATION)
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -191,7 +195,21 @@ def ensure_vector_table(conn: sa.Connection, dim: int) -> str:
             f"CREATE TRIGGER IF NOT EXISTS {quoted(table + '_ms_' + suffix)} AFTER {event} ON {q} "
             f"BEGIN {bump}'{table}:rewrites'; END"
         )
+    if catalog.has_table(conn, IVF_PACKS):
+        ensure_pack_triggers(conn, table)
     return table
+
+
+def ensure_pack_triggers(conn: sa.Connection, table: str) -> None:
+    """A rewritten or deleted row of ``table`` leaves its IVF list's packed copy (``ivf_packs``): its
+    list entry is read from the table again (``chunk`` NULL), whoever wrote it, Mastra included."""
+    q = quoted(table)
+    for event, suffix in (("UPDATE", "ivf_au"), ("DELETE", "ivf_ad")):
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER IF NOT EXISTS {quoted(table + '_ms_' + suffix)} AFTER {event} ON {q} BEGIN "
+            f"UPDATE {IVF_ROWS} SET chunk = NULL WHERE ivf_id IN "
+            f"(SELECT ivf_id FROM {IVF_TABLE} WHERE vector_table = '{table}') AND row_id = old.rowid AND chunk IS NOT NULL; END"
+        )
 
 
 def text_of_raw(raw: object) -> str:

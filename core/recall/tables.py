@@ -9,3 +9,4 @@ STATE_TABLE = "memory_studio_recall_state"
 FTS_WATERMARK = "fts:rowid"  # highest mastra_messages rowid whose keyword doc is up to date (libSQL)
 IVF_TABLE = "memory_studio_ivf"  # libSQL: persisted IVF partitions of large scopes (``ivf_store``)
 IVF_ROWS = "memory_studio_ivf_rows"
+IVF_PACKS = "memory_studio_ivf_packs"  # libSQL: each IVF list's vectors in list order (``ivf_packs``)

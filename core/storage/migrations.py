@@ -70,7 +70,7 @@ MIGRATIONS: list[Migration] = [
 # Modules that contribute migrations. They are imported before any pending/unknown check, so every
 # process sees the same list whatever it happened to import (otherwise a process that never loaded
 # the recall index would think the file came from a newer version).
-PROVIDERS = ("core.recall.schema", "core.edits.schema")
+PROVIDERS = ("core.recall.schema", "core.recall.ivf_packs", "core.edits.schema")
 _providers_loaded = False
 
 
