@@ -28,12 +28,12 @@ import os
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, NamedTuple, Sequence, Union
 
 import sqlalchemy as sa
 
 from core.options import MemoryOptions
-from core.storage import Store, dialect
+from core.storage import Store, dialect, driver_sql
 from core.storage import schema as t
 from core.storage.memory_store import Thread
 from core.timeutil import iso_now, parse_iso
@@ -255,10 +255,21 @@ def latest_override(store: Store, name: str) -> ConfigVersion | None:
     it is one indexed query and does not look the table up first."""
     try:
         with store.db.read() as conn:
-            row = conn.exec_driver_sql(_LATEST_OVERRIDE_SQL, (name,)).first()
+            row = driver_sql.first(conn, _LATEST_OVERRIDE_SQL, (name,))
     except (sa.exc.DBAPIError, ValueError):  # a foreign database without our tables has no overrides
         return None
-    return _version(row) if row is not None else None
+    return _version(_ConfigRow(*row)) if row is not None else None
+
+
+class _ConfigRow(NamedTuple):
+    """A row of ``_LATEST_OVERRIDE_SQL`` read on the driver's cursor, by name as ``_version`` reads it."""
+
+    id: Any
+    name: Any
+    template: Any
+    schema: Any
+    author: Any
+    createdAt: Any  # noqa: N815 - the column's name
 
 
 def validate_template(text: str) -> list[str]:

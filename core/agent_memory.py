@@ -141,6 +141,17 @@ class MemoryTurn:
              overrides: Mapping[str, Any], values: Mapping[str, Any]) -> TurnStart:
         mem = self.memory
         self._tracer, self._ids = tracer, (thread_id, resource_id)
+        # The turn's reads (overrides, thread, newest time, working memory, history) share one connection.
+        with mem.store.db.reads():
+            return self._open(message, context, name=name, register=register, instructions=instructions,
+                              tools=tools, model=model, budget=budget, tracer=tracer, thread_id=thread_id,
+                              resource_id=resource_id, scopes=scopes, overrides=overrides, values=values)
+
+    def _open(self, message: Sequence[Any], context: Sequence[Message], *, name: str,
+              register: Callable[[Memory], str], instructions: str, tools: list[dict[str, Any]], model: ChatModel,
+              budget: PromptBudget | None, tracer: SpanTracer, thread_id: str | None, resource_id: str | None,
+              scopes: tuple[str, ...], overrides: Mapping[str, Any], values: Mapping[str, Any]) -> TurnStart:
+        mem = self.memory
         # Ownership is checked here, before any model call (and before anything is written).
         request = mem.request_context(thread_id=thread_id, resource_id=resource_id, options=overrides or None,
                                       scopes=[*scopes], values=values)

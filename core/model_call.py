@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from core.agent_stream import StreamEvent
 from core.context_window import PromptBudget
-from core.llm.base import ChatModel, ChatResult, Message, ModelError, ServedModel, WireModel
+from core.llm.base import ChatModel, ChatResult, Message, ModelError
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.wire import request_body
 from core.prompt import AssembledPrompt
@@ -58,12 +58,16 @@ def request_body_for(model: ChatModel, messages: list[Message], kwargs: dict[str
     """The request body ``model.generate(messages, **kwargs)`` sends: the model's own
     ``request_body`` when it has one (a ``WireModel``: ``OpenAICompatibleModel``), else the OpenAI
     form of the same arguments under the model's name (a scripted or custom model has no wire of its own)."""
-    if isinstance(model, WireModel):
-        return model.request_body(messages, **kwargs)
+    # The same tests as ``isinstance(model, WireModel)`` / ``ServedModel`` (a runtime-checkable
+    # protocol's member is present and, for a method, not None), without typing recomputing the
+    # protocols' members on every check (this runs on every model call).
+    wire: Callable[..., dict[str, Any]] | None = getattr(model, "request_body", None)
+    if wire is not None:
+        return wire(messages, **kwargs)
     settings = (kwargs.get("settings") or ModelSettings()).merged(
         ModelSettings(temperature=kwargs.get("temperature"), max_tokens=kwargs.get("max_tokens")))
     # The name a server knows it by; else model_id without its provider.
-    name = model.model if isinstance(model, ServedModel) else None
+    name = getattr(model, "model", None)
     return request_body(name if isinstance(name, str) and name else model.model_id.split("/", 1)[-1], messages,
                         tools=kwargs.get("tools"), tool_choice=kwargs.get("tool_choice"), settings=settings)
 

@@ -75,6 +75,9 @@ class AssembledPrompt:
     # ``tools``, ``tool_choice``, every setting; ``stream`` / ``stream_options`` left out): set by the
     # agent for each call, and by a rebuild of a stored turn for its first call.
     request: dict[str, Any] | None = field(default=None, compare=False)
+    # ``core.replay.record.request_hash(request)``, when whoever set ``request`` computed it already
+    # (the agent does, for its span): the turn record then reuses it instead of hashing the body again.
+    request_hash: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def total_tokens(self) -> int:

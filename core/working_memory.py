@@ -18,9 +18,10 @@ import sqlalchemy as sa
 from core.ids import check_ids
 from core.options import OptionsError, WorkingMemoryOptions
 from core.scopes import ThreadOwnershipError, check_thread_owner
-from core.storage import Store, catalog, locks
+from core.storage import Store, catalog, dialect, driver_sql, locks
 from core.storage import schema as t
 from core.storage.memory_store import InvalidArgumentError, NotFoundError, dump_json, json_col, load_json
+from core.stored_text import decode_stored_text
 from core.timeutil import iso_now, parse_iso
 from core.working_memory_update import (  # defined below this module, so the vNext tool can use them
     ConcurrentUpdateError as ConcurrentUpdateError,
@@ -138,13 +139,16 @@ class WorkingMemoryService:
         return WorkingMemoryValue(scope, owner, text, opts.mode)  # type: ignore[arg-type]
 
     def _read(self, conn: sa.Connection, scope: str, owner: str) -> str | None:
+        # Driver SQL on the driver's cursor (every turn with working memory reads it); the same
+        # expressions SQLAlchemy compiled from the schema: the resource's text read as stored text
+        # (``SafeText``), the thread's metadata as JSON text.
         if scope == "resource":
-            row = conn.execute(sa.select(t.resources.c.workingMemory).where(t.resources.c.id == owner)).first()
-            return row[0] if row else None
-        row = conn.execute(
-            sa.select(json_col(t.threads.c.metadata).label("m")).where(t.threads.c.id == owner)
-        ).first()
-        meta = load_json(row.m) if row else None
+            text = dialect.stored_text_sql(conn, '"workingMemory"')
+            row = driver_sql.first(conn, f"SELECT {text} FROM {t.resources.name} WHERE id = ?", (owner,))
+            return decode_stored_text(row[0]) if row else None
+        row = driver_sql.first(
+            conn, f"SELECT {dialect.json_text_sql(conn, 'metadata')} FROM {t.threads.name} WHERE id = ?", (owner,))
+        meta = load_json(row[0]) if row else None
         value = meta.get("workingMemory") if isinstance(meta, dict) else None
         if value is None:
             return None

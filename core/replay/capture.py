@@ -24,6 +24,7 @@ from core.messages import Message
 from core.replay import store as records
 from core.replay import tools as tool_defs
 from core.replay.record import CallRecord, RecallHitRecord, TurnRecord, messages_hash, request_hash
+from core.storage import driver_sql
 from core.timeutil import parse_iso
 from core.working_memory import hide_working_memory
 
@@ -125,7 +126,7 @@ class TurnCapture:
             return
         tools = [dict(t) for t in body.get("tools") or ()]
         settings = {k: v for k, v in body.items() if k not in ("model", "messages", "tools", "tool_choice")}
-        call = CallRecord(request_hash(body), body.get("model"), settings,
+        call = CallRecord(prompt.request_hash or request_hash(body), body.get("model"), settings,
                           body.get("tool_choice") if tools else None, None, tuple(tools),
                           {k: int(usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
                           if usage else None, finish_reason)
@@ -148,8 +149,7 @@ class TurnCapture:
             return
         ids = [m.id for m in new]
         marks = ",".join("?" * len(ids))
-        stored = {r[0] for r in conn.exec_driver_sql(f"SELECT id FROM mastra_messages WHERE id IN ({marks})",
-                                                     tuple(ids))}
+        stored = {r[0] for r in driver_sql.rows(conn, f"SELECT id FROM mastra_messages WHERE id IN ({marks})", ids)}
         calls = [replace(call, tools_key=tool_defs.write(conn, self.store, tools)) if tools else call
                  for call, tools in self.calls]
         reply = next((m for m in reversed(new) if m.role == "assistant"), None)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
-from core.storage import catalog
+from core.storage import catalog, driver_sql
 
 from core.replay import tools as tool_defs
 from core.replay.record import DamagedRecordError, TurnRecord, decode, encode, long_texts, parse, text_key
@@ -84,7 +84,8 @@ def write(conn: sa.Connection, store: "Store", record: TurnRecord) -> bool:
             known = cache[record.thread_id] = _known_keys(conn, record.thread_id)
         new = {k: x for k, x in wanted.items() if k not in known}
         known.update(new)
-    conn.exec_driver_sql(
+    driver_sql.execute(  # every turn writes one: the driver's cursor
+        conn,
         f'INSERT INTO {TABLE} (input_message_id, thread_id, resource_id, wm_version_id, record, texts, '
         '"createdAt") VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (input_message_id) DO UPDATE SET '
         'thread_id = excluded.thread_id, resource_id = excluded.resource_id, wm_version_id = excluded.wm_version_id, '

@@ -71,6 +71,11 @@ class Capabilities:
     key_sequences: bool
     """An integer key's next value comes from a sequence that explicitly inserted ids do not move
     (it must be set past them); SQLite's rowid simply follows the largest."""
+    driver_qmark: bool
+    """The driver's own cursor takes hand-written SQL as written (``?`` placeholders) and needs nothing
+    adapted around it, so ``core.storage.driver_sql`` may run hot statements on it directly instead of
+    through SQLAlchemy (Postgres' psycopg needs ``%s`` and has its errors translated at SQLAlchemy's
+    cursor hooks)."""
 
 
 LIBSQL = Capabilities(
@@ -92,6 +97,7 @@ LIBSQL = Capabilities(
     strict_column_types=False,
     timestamp_mirrors=False,
     key_sequences=False,
+    driver_qmark=True,
 )
 
 POSTGRES = Capabilities(
@@ -113,6 +119,7 @@ POSTGRES = Capabilities(
     strict_column_types=True,
     timestamp_mirrors=True,
     key_sequences=True,
+    driver_qmark=False,
 )
 
 _BY_DIALECT = {"sqlite": LIBSQL, "postgresql": POSTGRES}

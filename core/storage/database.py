@@ -19,7 +19,7 @@ from typing import ClassVar, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-from core.storage import catalog, migrations
+from core.storage import catalog, driver_sql, migrations
 from core.storage.capabilities import LIBSQL, Capabilities
 from core.storage.errors import (  # re-exported: the errors were defined here first
     CorruptDatabaseError as CorruptDatabaseError,
@@ -127,6 +127,7 @@ class Database:
         self.read_only = read_only
         self._lock = threading.Lock()
         self._writer = threading.RLock()  # see ``transaction``
+        self._held = threading.local()  # ``reads()``: this thread's connection for its reads
         self._newer: list[str] | None = None
         self.write_transactions = 0  # BEGIN IMMEDIATE issued by this process (tests: looking never writes)
         path = location.path
@@ -225,7 +226,37 @@ class Database:
             return tuple(conn.exec_driver_sql(FINGERPRINT_SQL).first() or ())
 
     @contextmanager
+    def reads(self) -> Iterator[None]:
+        """Every ``read()`` of this thread inside the block uses one pooled connection instead of
+        checking one out and back in each time (an agent turn reads five times before its model call).
+
+        Each read still ends as before (its rollback): the driver runs in autocommit, so no snapshot
+        is held between reads, and a write on another connection in between is seen by the next read.
+        A no-op for the in-memory database (its one connection is shared under the writers' lock) and
+        when a block of this thread is already open."""
+        if self._shared_connection or getattr(self._held, "conn", None) is not None:
+            yield
+            return
+        with self.read() as conn:
+            self._held.conn = conn
+            try:
+                yield
+            finally:
+                self._held.conn = None
+
+    @contextmanager
     def read(self) -> Iterator[sa.Connection]:
+        held: sa.Connection | None = getattr(self._held, "conn", None)
+        if held is not None:  # inside ``reads()``
+            try:
+                try:
+                    yield held
+                finally:
+                    held.rollback()
+            except BaseException as exc:
+                self._raise_ours(exc)
+                raise
+            return
         # Getting the connection and ending the transaction are inside the try too: against a
         # server, either can be where a lost connection shows.
         if self._shared_connection and not self._writer.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
@@ -283,7 +314,7 @@ class Database:
                     _rollback(conn)
                     raise
                 try:
-                    conn.exec_driver_sql("COMMIT")
+                    driver_sql.execute(conn, "COMMIT")
                 except BaseException:
                     _rollback(conn)  # a failed COMMIT (disk full) leaves the transaction open
                     raise
@@ -392,23 +423,27 @@ def _disk_bytes(path: Path) -> int:
 
 def _rollback(conn: sa.Connection) -> None:
     try:
-        conn.exec_driver_sql("ROLLBACK")
+        driver_sql.execute(conn, "ROLLBACK")
     except (ValueError, sa.exc.DBAPIError):
         pass  # SQLite already rolled back (e.g. after SQLITE_FULL); nothing is left to undo
 
 
 def _begin_immediate(conn: sa.Connection) -> None:
-    """``BEGIN IMMEDIATE``, waiting for other processes' writers with the GIL released."""
+    """``BEGIN IMMEDIATE``, waiting for other processes' writers with the GIL released.
+
+    The statements of a transaction's frame (this, COMMIT, ROLLBACK) go straight to the driver's
+    cursor (``driver_sql``): every agent turn writes once, and SQLAlchemy's execution path cost more
+    than the statements themselves."""
     if conn.engine.url.database in (None, "", ":memory:"):
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        driver_sql.execute(conn, "BEGIN IMMEDIATE")
         return
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     delay = 0.001
-    conn.exec_driver_sql("PRAGMA busy_timeout = 0")
+    driver_sql.execute(conn, "PRAGMA busy_timeout = 0")
     try:
         while True:
             try:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                driver_sql.execute(conn, "BEGIN IMMEDIATE")
                 return
             except (ValueError, sa.exc.DBAPIError) as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc).lower():
@@ -418,7 +453,7 @@ def _begin_immediate(conn: sa.Connection) -> None:
             time.sleep(delay * random.uniform(0.5, 1.5))  # jitter: waiting processes do not retry in step
             delay = min(delay * 2, 0.05)
     finally:
-        conn.exec_driver_sql(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        driver_sql.execute(conn, f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
 def _check_file(path: Path, *, create: bool) -> None:

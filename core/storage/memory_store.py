@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from core.message_size import check_rows
 from core.ids import check_id, check_ids
 from core.messages import Message
-from core.storage import bulk, catalog, dialect, locks, message_pages
+from core.storage import bulk, catalog, dialect, driver_sql, locks, message_pages
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.storage.message_pages import MessageRows, UnreadableMessage
@@ -195,14 +195,16 @@ _THREAD_COLS = (
 
 
 def _thread(row: Any) -> Thread:
-    meta = load_json(decode_stored_text(row.metadata))
+    """A thread from a row starting with ``_THREAD_COLS`` (an SQLAlchemy row or a driver tuple)."""
+    thread_id, resource_id, title, metadata, created_at, updated_at = row[:6]
+    meta = load_json(decode_stored_text(metadata))
     return Thread(
-        id=row.id,
-        resource_id=row.resourceId,
-        title=decode_stored_text(row.title) or "",
+        id=thread_id,
+        resource_id=resource_id,
+        title=decode_stored_text(title) or "",
         metadata=meta if isinstance(meta, dict) else ({} if meta is not None else None),
-        created_at=parse_iso(row.createdAt),
-        updated_at=parse_iso(row.updatedAt),
+        created_at=parse_iso(created_at),
+        updated_at=parse_iso(updated_at),
     )
 
 
@@ -255,7 +257,7 @@ class MemoryStore:
             title=dialect.stored_text_sql(conn, "title"),
             metadata=dialect.stored_text_sql(conn, dialect.json_text_sql(conn, "metadata")),
         )
-        row = conn.exec_driver_sql(sql, (thread_id,)).first()
+        row = driver_sql.first(conn, sql, (thread_id,))  # every turn reads it (twice): the driver's cursor
         return _thread(row) if row else None
 
     def list_threads(
@@ -358,7 +360,7 @@ class MemoryStore:
         bulk.insert_rows(conn, _INSERT_MESSAGES, rows, _ON_CONFLICT_MESSAGE)
         now = iso_now()
         for thread_id in {r[1] for r in rows}:
-            conn.exec_driver_sql('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', (now, thread_id))
+            driver_sql.execute(conn, 'UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', (now, thread_id))
         return list(latest.values())
 
     def list_messages(self, query: MessageQuery) -> MessageRows:
@@ -394,7 +396,7 @@ class MemoryStore:
         with self.db.read() as conn:
             select = _MESSAGE_SELECT.format(content=dialect.stored_text_sql(conn, '"content"'))
             sql = f'SELECT {select} FROM mastra_messages WHERE {" AND ".join(where)}{order}'
-            rows = conn.exec_driver_sql(sql, tuple(params)).all()
+            rows = driver_sql.rows(conn, sql, params)
         # A row that does not parse is skipped and reported (``result.unreadable``), never fatal.
         result = message_pages.readable(dict(zip(_MESSAGE_FIELDS, r)) for r in rows)
         if query.last is not None:
@@ -407,9 +409,8 @@ class MemoryStore:
         out: dict[str, datetime] = {}
         if wanted:
             for tid in wanted:  # driver SQL: it runs on every agent turn, and compiling it cost more than running it
-                value = conn.exec_driver_sql(
-                    f'SELECT max("createdAt") FROM {t.messages.name} WHERE thread_id = ?', (tid,)
-                ).scalar()
+                value = driver_sql.scalar(
+                    conn, f'SELECT max("createdAt") FROM {t.messages.name} WHERE thread_id = ?', (tid,))
                 if value:
                     out[tid] = parse_iso(value)
         return out

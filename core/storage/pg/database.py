@@ -61,6 +61,7 @@ class PgDatabase(Database):
         self.location = location
         self.read_only = read_only
         self._lock = threading.Lock()
+        self._held = threading.local()  # stays empty: ``reads()`` holds nothing here
         self._newer: list[str] | None = None
         self._password = location.password_from_keyring()
         size = _pool_size()
@@ -98,6 +99,12 @@ class PgDatabase(Database):
 
     def _enable_wal(self) -> None:  # a file-only concern
         return None
+
+    @contextmanager
+    def reads(self) -> Iterator[None]:
+        """Nothing here: a Postgres connection's reads run in a transaction SQLAlchemy opens, and one
+        held across a turn's reads would also hold its table locks; each ``read()`` checks one out."""
+        yield
 
     @contextmanager
     def snapshot(self) -> Iterator[sa.Connection]:

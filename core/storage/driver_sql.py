@@ -1,0 +1,90 @@
+"""Hand-written SQL run straight on the driver's cursor, for the statements every agent turn runs.
+
+``Connection.exec_driver_sql`` costs 60–140 µs of Python per statement in SQLAlchemy (execution
+context, result metadata, row processors) against 15–20 µs for the libSQL driver's own cursor, and an
+agent turn runs about a dozen such statements. These helpers take the same connection, the same SQL
+(``?`` placeholders) and the same parameters, and return plain tuples (what the driver gives and what
+SQLAlchemy's rows hold for untyped driver SQL, so callers read them by position either way).
+
+A backend whose driver needs its SQL adapted at the cursor (Postgres: ``?`` → ``%s``, its errors
+translated, see ``core.storage.pg``) goes through ``exec_driver_sql`` as before: the capability
+``Capabilities.driver_qmark`` says which. Listeners of SQLAlchemy's ``before_cursor_execute`` event
+still see every statement (tests and benches count statements with it). Driver errors arrive
+unwrapped (libSQL's ``ValueError``), which ``Database.read()``/``write()`` translate as they always did.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import sqlalchemy as sa
+
+from core.storage.capabilities import capabilities_of
+
+
+def _cursor(conn: sa.Connection, sql: str, params: Any, many: bool) -> Any:
+    """The driver's cursor with ``sql`` executed, or None when this backend takes SQLAlchemy's path."""
+    if not capabilities_of(conn).driver_qmark:
+        return None
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    listeners = conn.dispatch.before_cursor_execute
+    if listeners:
+        for listener in listeners:
+            listener(conn, cursor, sql, params, None, many)
+    if many:
+        cursor.executemany(sql, params)
+    else:
+        cursor.execute(sql, params)
+    return cursor
+
+
+def rows(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Every row of ``sql`` as tuples."""
+    cursor = _cursor(conn, sql, tuple(params), False)
+    if cursor is None:
+        return [tuple(r) for r in conn.exec_driver_sql(sql, tuple(params)).all()]
+    try:
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
+def first(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+    """The first row of ``sql`` as a tuple (None: no row)."""
+    cursor = _cursor(conn, sql, tuple(params), False)
+    if cursor is None:
+        row = conn.exec_driver_sql(sql, tuple(params)).first()
+        return tuple(row) if row is not None else None
+    try:
+        found = cursor.fetchone()
+        return tuple(found) if found is not None else None
+    finally:
+        cursor.close()
+
+
+def scalar(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The first column of the first row of ``sql`` (None: no row)."""
+    row = first(conn, sql, params)
+    return row[0] if row else None
+
+
+def execute(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> None:
+    """Run a statement whose rows (if any) are not wanted."""
+    cursor = _cursor(conn, sql, tuple(params), False)
+    if cursor is None:
+        conn.exec_driver_sql(sql, tuple(params))
+    else:
+        cursor.close()
+
+
+def execute_many(conn: sa.Connection, sql: str, params: Sequence[Sequence[Any]]) -> None:
+    """Run ``sql`` once per parameter row (the driver's ``executemany``)."""
+    rows_ = [tuple(p) for p in params]
+    cursor = _cursor(conn, sql, rows_, True)
+    if cursor is None:
+        conn.exec_driver_sql(sql, rows_)
+    else:
+        cursor.close()
+
+
+__all__ = ["execute", "execute_many", "first", "rows", "scalar"]
