@@ -1,7 +1,8 @@
 """``memory-studio`` without a subcommand: the desktop app.
 
 Start-up, in order (``main``; ``memory-studio`` reaches it through ``studio.cli``, which imports
-neither Qt nor the engine for it):
+neither the engine nor ``core.cli`` for it, and loads Qt through ``studio.qt_boot``: shiboken's
+signature module compiled from a cache):
 
 1. The window is built with ``finish_later`` and shown: only what its first paint shows (the menu
    bar's titles, the empty-state text, the status bar). Importing it loads Qt and the Studio's shell

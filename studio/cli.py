@@ -9,7 +9,8 @@ and ``--self-check`` (``studio.self_check``) need no display.
 The desktop app's own options are all flags, so a first argument that is not one names a subcommand
 and goes to ``core.cli`` (which lists the valid ones if it is not). The app's start imports neither
 ``core.cli`` nor the engine it loads (SQLAlchemy, the memory, the transfer and check commands): that
-would cost more than everything up to the window's first paint (``studio/app.py``).
+would cost more than everything up to the window's first paint (``studio/app.py``). Qt is loaded
+through ``studio.qt_boot`` (shiboken's signature module compiled from a cache).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from studio.self_check import run
 
         return run()
+    from studio.qt_boot import import_qt
+
+    import_qt()  # Qt, with shiboken's signature module compiled from a cache (studio/qt_boot.py)
     from studio.app import main as app_main
 
     return app_main(db=opts.db, allow_writes=opts.allow_writes, seed_demo=not opts.no_demo)

@@ -112,7 +112,8 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("start")
     db = tmp / "start.db"
     seed_small(db)
-    out = run_python(START, str(db), str(tmp / "whole.ini"), env={"XDG_CONFIG_HOME": str(tmp / "config")})
+    folders = {"XDG_CONFIG_HOME": str(tmp / "config"), "XDG_CACHE_HOME": str(tmp / "cache")}
+    out = run_python(START, str(db), str(tmp / "whole.ini"), env=folders)
     out["db"] = str(db)
     return out
 
