@@ -26,7 +26,8 @@ is filled, the first messages are shown and the warm-up has finished. Each measu
 process (cold imports, cold caches of this process; the OS file cache stays warm). Sources are compiled
 to bytecode first (``compileall``), and one start runs before the measured ones (its cache of shiboken's
 compiled signature module filled, ``studio/qt_boot.py``), as an installed app's are: with
-``PYTHONDONTWRITEBYTECODE`` set, every run would otherwise compile them. The databases are built once under .temp/bench/ and kept.
+``PYTHONDONTWRITEBYTECODE`` set, every run would otherwise compile them. The databases are built once
+under .temp/bench/ and kept.
 """
 
 from __future__ import annotations

@@ -20,19 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar, cas
 
 from PySide6.QtCore import QPoint, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
-from PySide6.QtWidgets import (
-    QApplication,
-    QLabel,
-    QMainWindow,
-    QMenu,
-    QProgressBar,
-    QSplitter,
-    QStackedWidget,
-    QTabWidget,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QMenu, QProgressBar, QStackedWidget, QVBoxLayout, QWidget
 
 from core.version import __version__
 from studio.pane_protocol import Pane, PaneHost, PaneSpec
@@ -45,6 +33,8 @@ from studio.workers import WorkerPool, traceback_text
 # first paint shows the shell only, and these bring the command palette, the dialogs, the session with
 # the engine's names, the reads, the preferences and the two panes' modules.
 if TYPE_CHECKING:
+    from PySide6.QtWidgets import QSplitter, QTabWidget, QToolButton
+
     from studio import reads as queries
     from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
     from studio.dialogs import DialogPresenter
@@ -363,6 +353,8 @@ class MainWindow(QMainWindow):
 
     def _build_tab_area(self) -> None:
         """The thread tree's place on the left and the panes' tabs on the right (shown once a database is open)."""
+        from PySide6.QtWidgets import QSplitter, QTabWidget, QToolButton
+
         self.split = QSplitter(Qt.Orientation.Horizontal, self)
         self.split.setChildrenCollapsible(False)
         self.tabs = QTabWidget(self)

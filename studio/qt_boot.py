@@ -1,18 +1,19 @@
 """Load Qt for the desktop app with shiboken's signature module compiled from a cache.
 
 ``import PySide6`` starts shiboken's signature module (the helpers behind PySide's argument-error
-messages, ``__signature__`` and ``__feature__``). Its Python sources are embedded in
-``libshiboken`` as a zip archive, and shiboken's own importer compiles them with ``compile()`` at every
-start: about 45 ms of CPU on this project's reference machine, a tenth of the app's cold start to first
-paint. ``import_qt`` imports PySide6 with ``compile`` answering those sources (and only those: file
-names under ``shibokensupport/``) from a marshal cache that holds each source with its code object,
-used only when the source asked for is byte for byte the one stored, and stores what it had to compile. Everything else ``compile`` is asked meanwhile goes to the real one, and the real one is
-back in place before ``import_qt`` returns.
+messages, ``__signature__`` and ``__feature__``). Its Python sources are embedded in ``libshiboken``
+as a zip archive, and shiboken's own importer compiles them with ``compile()`` at every start: about
+45 ms of CPU on this project's reference machine, a tenth of the app's cold start to first paint.
+``import_qt`` imports PySide6 with ``compile`` answering those sources (and only those: file names
+under ``shibokensupport/``) from a marshal cache that holds each source with its code object, used
+only when the source asked for is byte for byte the one stored, and stores what it had to compile.
+Everything else ``compile`` is asked meanwhile goes to the real one, and the real one is back in
+place before ``import_qt`` returns.
 
 The cache is one file in the user's cache folder (``$XDG_CACHE_HOME/memory-studio`` on Linux), named
-after the Python bytecode version. It is only an optimisation: a missing,
-unreadable, stale or unwritable cache means the sources are compiled as usual, and a source that differs
-from the stored one is compiled, so a changed PySide6 can never run old code.
+after the Python bytecode version. It is only an optimisation: a missing, unreadable, stale or
+unwritable cache means the sources are compiled as usual, and a source that differs from the stored
+one is compiled, so a changed PySide6 can never run old code.
 """
 
 from __future__ import annotations
