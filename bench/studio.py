@@ -62,29 +62,41 @@ def peak_mb():
 """
 
 COLD_START = PEAK_MB + r"""
-import json, resource, sys, time
+import importlib.util, json, resource, sys, time
 
 t_proc = float(sys.argv[2])
-import studio.app
-from PySide6.QtCore import QEvent, QObject, QTimer
-from PySide6.QtWidgets import QApplication
 HEAVY = ("sqlalchemy", "numpy", "duckdb", "onnxruntime", "tiktoken", "jsonschema", "core.memory")
 marks = {}
-class Paint(QObject):
-    def eventFilter(self, obj, event):
-        if event.type() == QEvent.Type.Paint and "paint" not in marks:
-            marks["paint"] = time.time() - t_proc
-            marks["paint_cpu"] = time.process_time()  # this process's CPU seconds, interpreter start included
-            marks["loaded_at_paint"] = [m for m in HEAVY if m in sys.modules]
-        return False
 seen = {}
-real_launch = studio.app.launch
-def launch(window, opening, warm=True):  # the app's own launch, watched
-    seen["filter"] = Paint(); window.installEventFilter(seen["filter"])
-    seen["window"], seen["startup"] = window, real_launch(window, opening, warm)
-    seen["timer"] = t = QTimer(); t.timeout.connect(check); t.start(5)
-    return seen["startup"]
-studio.app.launch = launch
+def watch(app_module):  # the app's own launch, watched: an event filter sees the first paint
+    from PySide6.QtCore import QEvent, QObject, QTimer
+    class Paint(QObject):
+        def eventFilter(self, obj, event):
+            if event.type() == QEvent.Type.Paint and "paint" not in marks:
+                marks["paint"] = time.time() - t_proc
+                marks["paint_cpu"] = time.process_time()  # this process's CPU seconds, interpreter start included
+                marks["loaded_at_paint"] = [m for m in HEAVY if m in sys.modules]
+            return False
+    real_launch = app_module.launch
+    def launch(window, opening, warm=True):
+        seen["filter"] = Paint(); window.installEventFilter(seen["filter"])
+        seen["window"], seen["startup"] = window, real_launch(window, opening, warm)
+        seen["timer"] = t = QTimer(); t.timeout.connect(check); t.start(5)
+        return seen["startup"]
+    app_module.launch = launch
+class WatchApp:  # patches studio.app when the command imports it (importing it here would load Qt first)
+    def find_spec(self, name, path, target=None):
+        if name != "studio.app":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+        def exec_module(module):
+            run(module)
+            watch(module)
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, WatchApp())
 def check():
     window, startup = seen["window"], seen["startup"]
     m = window.messages_pane.model if window.session is not None else None  # the tab shown at start
@@ -97,7 +109,7 @@ def check():
     if {"tree", "messages", "warmed"} <= set(marks) or time.time() - t_proc > 60:
         marks["loaded_at_end"] = [m for m in HEAVY if m in sys.modules]
         marks["rss_mb"] = peak_mb()
-        print(json.dumps(marks), flush=True); window.close(); QApplication.instance().quit()
+        print(json.dumps(marks), flush=True); window.close(); sys.modules["PySide6.QtWidgets"].QApplication.instance().quit()
 from studio.cli import main  # the `memory-studio` command, as a user starts it
 main(["--db", sys.argv[1]])
 import os; os._exit(0)  # skip interpreter teardown: only the figures matter here

@@ -34,36 +34,54 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("sqlalchemy", "numpy", "duckdb", "onnxruntime", "tiktoken", "jsonschema", "core.memory")
 
 START = r"""
-import json, sys
-import studio.app
-from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
-from PySide6.QtWidgets import QApplication
+import builtins, importlib.util, json, sys
 HEAVY = %r
-out = {"imported": [m for m in HEAVY if m in sys.modules]}
+real_compile = builtins.compile
+out = {}
 def menus(window):  # each menu's items: (title, shortcut), separators as "-"
     return {title: [("-", "") if a.isSeparator() else (a.text(), a.shortcut().toString()) for a in menu.actions()]
             for title, menu in window.menus.items()}
-class Paint(QObject):
-    def eventFilter(self, obj, event):
-        if event.type() == QEvent.Type.Paint and "at_paint" not in out:
-            out["at_paint"] = [m for m in HEAVY if m in sys.modules]
-            out["open_started_at_paint"] = window.session is not None or startup.painted
-            out["ready_at_paint"] = window.is_ready
-            out["menu_titles_at_paint"] = [a.text() for a in window.menuBar().actions()]
-            out["menus_at_paint"] = menus(window)
-            out["window_actions_at_paint"] = len(window.actions())
-        return False
-real_launch = studio.app.launch
-def launch(w, opening, warm=True):  # the app's own launch, watched
-    global window, startup
-    window = w
-    window.ready.connect(lambda: out.update(ready_after_paint="at_paint" in out, ready_before_open=window.session is None))
-    f = Paint(window); window.installEventFilter(f)
-    startup = real_launch(window, opening, warm)
-    t = QTimer(window); t.timeout.connect(check); t.start(10)  # timers need the application: made here
-    QTimer.singleShot(120_000, QApplication.instance().quit)
-    return startup
-studio.app.launch = launch
+def watch(app_module):  # the app's own launch, watched
+    from PySide6.QtCore import QEvent, QObject, QTimer
+    from PySide6.QtWidgets import QApplication
+    out["imported"] = [m for m in HEAVY if m in sys.modules]
+    class Paint(QObject):
+        def eventFilter(self, obj, event):
+            if event.type() == QEvent.Type.Paint and "at_paint" not in out:
+                out["at_paint"] = [m for m in HEAVY if m in sys.modules]
+                out["open_started_at_paint"] = window.session is not None or startup.painted
+                out["ready_at_paint"] = window.is_ready
+                out["menu_titles_at_paint"] = [a.text() for a in window.menuBar().actions()]
+                out["menus_at_paint"] = menus(window)
+                out["window_actions_at_paint"] = len(window.actions())
+                out["compile_restored"] = builtins.compile is real_compile
+            return False
+    real_launch = app_module.launch
+    def launch(w, opening, warm=True):
+        global window, startup
+        window = w
+        window.ready.connect(lambda: out.update(ready_after_paint="at_paint" in out,
+                                                ready_before_open=window.session is None))
+        f = Paint(window); window.installEventFilter(f)
+        startup = real_launch(window, opening, warm)
+        t = QTimer(window); t.timeout.connect(check); t.start(10)  # timers need the application: made here
+        QTimer.singleShot(120_000, QApplication.instance().quit)
+        return startup
+    app_module.launch = launch
+class WatchApp:  # patches studio.app when the command imports it (importing it here would load Qt first)
+    def find_spec(self, name, path, target=None):
+        if name != "studio.app":
+            return None
+        sys.meta_path.remove(self)
+        out["qt_loaded_before_the_app"] = "PySide6.QtCore" in sys.modules  # by studio.qt_boot, from the cli
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+        def exec_module(module):
+            run(module)
+            watch(module)
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, WatchApp())
 def check():
     if window.session is not None and startup.warm_result is not None:
         out["warm"] = sorted(startup.warm_result) if isinstance(startup.warm_result, dict) else repr(startup.warm_result)
@@ -74,6 +92,8 @@ def check():
         out["window_actions"] = sorted(a.objectName() for a in window.actions())
         # The same window built whole, as tests and scripts build it: nothing may differ.
         from studio.main_window import MainWindow
+        from PySide6.QtCore import QSettings
+        from PySide6.QtWidgets import QApplication
         whole = MainWindow(QSettings(sys.argv[2], QSettings.Format.IniFormat))
         out["whole_menus"] = menus(whole)
         out["whole_window_actions"] = sorted(a.objectName() for a in whole.actions())
@@ -115,11 +135,14 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folders = {"XDG_CONFIG_HOME": str(tmp / "config"), "XDG_CACHE_HOME": str(tmp / "cache")}
     out = run_python(START, str(db), str(tmp / "whole.ini"), env=folders)
     out["db"] = str(db)
+    out["qt_boot_cache"] = [p.name for p in (tmp / "cache" / "memory-studio").glob("shiboken-signature-*.marshal")]
     return out
 
 
 def test_window_paints_before_the_heavy_modules_load_and_a_worker_loads_them_after(started: dict[str, Any]) -> None:
     out = started
+    # memory-studio loaded Qt through studio.qt_boot (which filled its cache) before importing the app.
+    assert out["qt_loaded_before_the_app"] is True and out["compile_restored"] is True and out["qt_boot_cache"]
     assert out["imported"] == []  # importing the app and its window loads none of them
     assert out["at_paint"] == []  # nor does building and painting the window
     assert out["open_started_at_paint"] is False  # the database opens after the first paint
