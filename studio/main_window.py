@@ -40,19 +40,19 @@ if TYPE_CHECKING:
     from studio.dialogs import DialogPresenter
     from studio.logic.checks_layout import PinTarget
     from studio.memory_edits import MemoryEditActions
-    from studio.panes.messages import MessagesPane
-    from studio.panes.resources import ResourcesPane
-    from studio.preferences import Preferences
-    from studio.session import EmptyFileError, OpenedDatabase, StudioSession
-    from studio.transfer import TransferActions
     from studio.panes.chat import ChatPane
     from studio.panes.checks import ChecksPane
+    from studio.panes.messages import MessagesPane
     from studio.panes.observations import ObservationsPane
     from studio.panes.prompt_inspector import PromptInspectorPane
     from studio.panes.recall_playground import RecallPlaygroundPane
     from studio.panes.replay import ReplayPane
+    from studio.panes.resources import ResourcesPane
     from studio.panes.traces import TracesPane
     from studio.panes.working_memory import WorkingMemoryPane
+    from studio.preferences import Preferences
+    from studio.session import EmptyFileError, OpenedDatabase, StudioSession
+    from studio.transfer import TransferActions
 
 APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
