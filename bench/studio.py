@@ -62,7 +62,7 @@ def peak_mb():
 """
 
 COLD_START = PEAK_MB + r"""
-import importlib.util, json, resource, sys, time
+import json, resource, sys, time
 
 t_proc = float(sys.argv[2])
 HEAVY = ("sqlalchemy", "numpy", "duckdb", "onnxruntime", "tiktoken", "jsonschema", "core.memory")
@@ -84,19 +84,8 @@ def watch(app_module):  # the app's own launch, watched: an event filter sees th
         seen["timer"] = t = QTimer(); t.timeout.connect(check); t.start(5)
         return seen["startup"]
     app_module.launch = launch
-class WatchApp:  # patches studio.app when the command imports it (importing it here would load Qt first)
-    def find_spec(self, name, path, target=None):
-        if name != "studio.app":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        run = spec.loader.exec_module
-        def exec_module(module):
-            run(module)
-            watch(module)
-        spec.loader.exec_module = exec_module
-        return spec
-sys.meta_path.insert(0, WatchApp())
+from studio.import_hook import after_import
+after_import("studio.app", watch)  # importing studio.app here would load Qt before the command does
 def check():
     window, startup = seen["window"], seen["startup"]
     m = window.messages_pane.model if window.session is not None else None  # the tab shown at start
