@@ -1,17 +1,23 @@
 """``memory-studio`` without a subcommand: the desktop app.
 
-Start-up, in order (``launch``):
+Start-up, in order (``main``; ``memory-studio`` reaches it through ``studio.cli``, which imports
+neither the engine nor ``core.cli`` for it, and loads Qt through ``studio.qt_boot``: shiboken's
+signature module compiled from a cache):
 
-1. The window is built and shown. Importing it loads Qt and the Studio's shell only: ``core`` and its
-   packages load their modules on first use (PEP 562 tables), the reads, jobs, actions and dialogs
-   import the engine inside the functions that need it, and a pane's module is imported when the pane
-   is first built (``studio/main_window.py``). So no SQLAlchemy, numpy, DuckDB, onnxruntime or
-   tokenizer is imported before the first paint (``tests/studio/test_startup.py`` checks it).
-2. Once the window has painted, the database opens in a worker (``MainWindow.open_database``). When
-   it has opened (or failed, or after ``WARM_AFTER_MS``), another worker warms the modules the panes'
-   reads will need (``WARM_MODULES``). Nothing waits for the warm-up: whatever needs a module first
-   simply imports it (Python's import lock makes a second importer wait for the first), so it is never
-   wrong, only sometimes not yet faster. Only non-Qt modules are imported on the worker.
+1. The window is built with ``finish_later`` and shown: only what its first paint shows (the menu
+   bar's titles, the empty-state text, the status bar). Importing it loads Qt and the Studio's shell
+   only: ``core`` and its packages load their modules on first use (PEP 562 tables), the command
+   palette, the dialogs, the session, the reads, the preferences and the edit and transfer actions are
+   imported where they are used, and a pane's module when the pane is first built
+   (``studio/main_window.py``). So no SQLAlchemy, numpy, DuckDB, onnxruntime or tokenizer is imported
+   before the first paint (``tests/studio/test_startup.py`` checks it).
+2. Once the window has painted, ``MainWindow.finish_building`` adds the rest (every command with its
+   menu item and shortcut, the palette, the recent files, the tab area; the window emits ``ready``),
+   then the database opens in a worker (``MainWindow.open_database``). When it has opened (or failed,
+   or after ``WARM_AFTER_MS``), another worker warms the modules the panes' reads will need
+   (``WARM_MODULES``). Nothing waits for the warm-up: whatever needs a module first simply imports it
+   (Python's import lock makes a second importer wait for the first), so it is never wrong, only
+   sometimes not yet faster. Only non-Qt modules are imported on the worker.
 3. Not warmed, because they cost memory and only some panes need them: the tokenizer's table (about
    75 MB; loaded by the worker of the first read that counts tokens: the working-memory and prompt
    inspector reads) and the embedding model (onnxruntime; loaded by the worker of the first read that
@@ -180,6 +186,7 @@ class StartUp(QObject):
 
     def begin(self) -> None:
         self.painted = True
+        self.window.finish_building()  # menus' items, shortcuts, palette (emits window.ready)
         if self.warm:
             # The open's own imports come first; warming alongside would only slow the first rows.
             self.window.session_opened.connect(self._start_warm_up)
@@ -203,8 +210,8 @@ class StartUp(QObject):
 
 
 def launch(window: MainWindow, opening: Callable[[], None], warm: bool = True) -> StartUp:
-    """Show ``window``; after its first paint, run ``opening`` (open the database) and warm the
-    heavy modules on a worker."""
+    """Show ``window``; after its first paint, finish building it (``MainWindow(..., finish_later=True)``),
+    run ``opening`` (open the database) and warm the heavy modules on a worker."""
     startup = StartUp(window, opening, warm)
     window.show()
     after_first_paint(window, startup.begin)
@@ -227,7 +234,7 @@ def main(db: str | None = None, allow_writes: bool = False, seed_demo: bool = Tr
     app = make_app()
     settings = QSettings()
     apply_theme(app, str(settings.value("theme", "dark")))
-    window = MainWindow(settings)
+    window = MainWindow(settings, finish_later=True)  # what its first paint shows; the rest right after
     launch(window, lambda: start(window, db, allow_writes, seed_demo))
     return int(app.exec())
 

@@ -5,6 +5,12 @@ With a subcommand (``prompt``, ``threads``, ``reindex``, ``models``, ``traces``,
 and never imports Qt, so it works on machines without a display. Without one it opens the Studio,
 after checking that the system libraries Qt needs are there (``studio.system_check``). ``--version``
 and ``--self-check`` (``studio.self_check``) need no display.
+
+The desktop app's own options are all flags, so a first argument that is not one names a subcommand
+and goes to ``core.cli`` (which lists the valid ones if it is not). The app's start imports neither
+``core.cli`` nor the engine it loads (SQLAlchemy, the memory, the transfer and check commands): that
+would cost more than everything up to the window's first paint (``studio/app.py``). Qt is loaded
+through ``studio.qt_boot`` (shiboken's signature module compiled from a cache).
 """
 
 from __future__ import annotations
@@ -15,19 +21,26 @@ import sys
 from typing import Sequence
 
 
+class _AppParser(argparse.ArgumentParser):
+    """The app's options. Its help names the subcommands too, read from ``core.cli`` only when the
+    help is printed."""
+
+    def format_help(self) -> str:
+        from core.cli import COMMANDS
+
+        self.description = "Open the Memory Studio desktop app. Subcommands: " + ", ".join(COMMANDS) + "."
+        return super().format_help()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    from core.cli import COMMANDS
     from core.version import __version__
 
-    if args and args[0] in COMMANDS:
+    if args and not args[0].startswith("-"):
         from core.cli import main as core_main
 
         return core_main(args)
-    parser = argparse.ArgumentParser(
-        prog="memory-studio",
-        description="Open the Memory Studio desktop app. Subcommands: " + ", ".join(COMMANDS) + ".",
-    )
+    parser = _AppParser(prog="memory-studio")
     parser.add_argument("--db", help="database to open (default: the project's .temp/memory.db)")
     parser.add_argument("--allow-writes", action="store_true",
                         help="open a database the Studio did not create with writes allowed")
@@ -47,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from studio.self_check import run
 
         return run()
+    from studio.qt_boot import import_qt
+
+    import_qt()  # Qt, with shiboken's signature module compiled from a cache (studio/qt_boot.py)
     from studio.app import main as app_main
 
     return app_main(db=opts.db, allow_writes=opts.allow_writes, seed_demo=not opts.no_demo)

@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListView,
     QMenu,
-    QMenuBar,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QVBoxLayout,
@@ -169,13 +168,11 @@ class CommandRegistry(QObject):
         for cid, action in self._actions.items():
             action.setEnabled(self._commands[cid].is_enabled)
 
-    def build_menus(self, menubar: QMenuBar, order: Sequence[str]) -> dict[str, QMenu]:
-        menus: dict[str, QMenu] = {}
+    def fill_menus(self, menus: dict[str, QMenu]) -> None:
+        """Put every command that names a menu into that menu (``menus``: the menu bar's menus by title,
+        made before the commands exist so that the first paint shows them), in registration order, with a
+        separator where the group changes. A command naming a menu that is not there is a KeyError."""
         groups: dict[str, str] = {}
-        titles = list(order) + [c.menu for c in self._commands.values() if c.menu and c.menu not in order]
-        for title in titles:
-            if title not in menus:
-                menus[title] = menubar.addMenu(title)
         for cid, cmd in self._commands.items():
             if not cmd.menu:
                 continue
@@ -186,7 +183,6 @@ class CommandRegistry(QObject):
             menu.addAction(self._actions[cid])
         for menu in menus.values():
             menu.aboutToShow.connect(self.refresh_enabled)
-        return menus
 
 
 # -- palette ----------------------------------------------------------------------------------------

@@ -20,46 +20,39 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar, cas
 
 from PySide6.QtCore import QPoint, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
-from PySide6.QtWidgets import (
-    QApplication,
-    QLabel,
-    QMainWindow,
-    QMenu,
-    QProgressBar,
-    QSplitter,
-    QStackedWidget,
-    QTabWidget,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QMenu, QProgressBar, QStackedWidget, QVBoxLayout, QWidget
 
 from core.version import __version__
-from studio import reads as queries
-from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
-from studio.dialogs import DialogPresenter, Problem, explain, newer_schema_notice
 from studio.pane_protocol import Pane, PaneHost, PaneSpec
-from studio.panes.messages import MessagesPane
-from studio.panes.resources import ResourcesPane
-from studio.preferences import Preferences
 from studio.selection import Selection
-from studio.session import EmptyFileError, OpenedDatabase, StudioSession, open_studio_database
 from studio.theme import apply_theme, current_theme
-from studio.memory_edits import MemoryEditActions
-from studio.transfer import TransferActions
 from studio.widgets.banner import Banner
 from studio.workers import WorkerPool, traceback_text
 
+# Imported where they are used, after the first paint (``finish_building``, the open, the panes): the
+# first paint shows the shell only, and these bring the command palette, the dialogs, the session with
+# the engine's names, the reads, the preferences and the two panes' modules.
 if TYPE_CHECKING:
+    from PySide6.QtWidgets import QSplitter, QTabWidget, QToolButton
+
+    from studio import reads as queries
+    from studio.commands import Command, CommandPalette, CommandRegistry, RecentFiles
+    from studio.dialogs import DialogPresenter
     from studio.logic.checks_layout import PinTarget
+    from studio.memory_edits import MemoryEditActions
     from studio.panes.chat import ChatPane
     from studio.panes.checks import ChecksPane
+    from studio.panes.messages import MessagesPane
     from studio.panes.observations import ObservationsPane
     from studio.panes.prompt_inspector import PromptInspectorPane
     from studio.panes.recall_playground import RecallPlaygroundPane
     from studio.panes.replay import ReplayPane
+    from studio.panes.resources import ResourcesPane
     from studio.panes.traces import TracesPane
     from studio.panes.working_memory import WorkingMemoryPane
+    from studio.preferences import Preferences
+    from studio.session import EmptyFileError, OpenedDatabase, StudioSession
+    from studio.transfer import TransferActions
 
 APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
@@ -78,8 +71,11 @@ T = TypeVar("T", bound=Pane)
 
 
 # -- the panes: each factory builds one pane and connects what it emits to the window --------------
-# Pane modules are imported by their factory, so a pane nobody opens is never imported.
+# Pane modules are imported by their factory, so a pane nobody opens is never imported (and none is
+# imported before the first paint).
 def _messages(session: StudioSession, parent: QWidget, host: PaneHost) -> MessagesPane:
+    from studio.panes.messages import MessagesPane
+
     pane = MessagesPane(session, parent)
     pane.message_selected.connect(host.select_message)
     pane.request_command.connect(host.run_command)  # Edit…, Delete…, History… of the selected message
@@ -227,18 +223,45 @@ SOURCE_LABELS = {
 }
 
 
+MENUS = ("File", "Edit", "View", "Help")  # the menu bar's menus, in order
+
+
 class MainWindow(QMainWindow):
+    """The window. ``MainWindow(settings)`` is complete when it returns. With ``finish_later=True``
+    (the app's start, ``studio.app.launch``) it holds only what its first paint shows: the menu bar's
+    titles, the empty-state text and the status bar; ``finish_building()``, run right after that paint,
+    adds the rest (the commands behind the menus, the shortcuts and the palette, the recent files, the
+    preferences, the edit and transfer actions, the tab area) and emits ``ready``. Nothing can reach
+    the missing parts before: menus are empty and no shortcut exists until then, and opening a database
+    finishes the window first."""
+
     session_opened = Signal(object)  # StudioSession
     open_failed = Signal(object)  # Problem
     seeding_finished = Signal(object)  # the seeder's report, or an exception
+    ready = Signal()  # finish_building() has run: every menu item, shortcut and palette command exists
+
+    # Made by finish_building():
+    presenter: DialogPresenter
+    recent: RecentFiles
+    preferences: Preferences
+    commands: CommandRegistry
+    transfer: TransferActions
+    edits: MemoryEditActions
+    recent_menu: QMenu
+    split: QSplitter
+    tabs: QTabWidget
+    back_btn: QToolButton
+    left: QStackedWidget
 
     def __init__(self, settings: QSettings, presenter: DialogPresenter | None = None,
-                 seeder: Seeder = default_seeder, parent: QWidget | None = None) -> None:
+                 seeder: Seeder = default_seeder, parent: QWidget | None = None, *,
+                 finish_later: bool = False) -> None:
         super().__init__(parent)
         self.setObjectName("mainWindow")
         self.settings = settings
-        self.presenter = presenter or DialogPresenter()
+        self._given_presenter = presenter
         self.seeder = seeder
+        self.is_ready = False  # finish_building() has run
         self.pool = WorkerPool(self, max_threads=2)
         self.session: StudioSession | None = None
         self.pages: list[PanePage] = []  # one per tab, in PANES order, while a database is open
@@ -249,53 +272,51 @@ class MainWindow(QMainWindow):
         self.seeding = False
         self._open_token = 0
         self._busy = {"pool": 0, "session": 0}
-        self.recent = RecentFiles.from_setting(settings.value("recentFiles"))
-        self.preferences = Preferences(settings, self)  # models for re-runs and chats (panes find it here)
         self.preferences_dialog: QWidget | None = None
         self.history: list[tuple[PaneSpec[Pane], Selection]] = []  # where Back returns to (Replay after a trace)
         self.command_palette: CommandPalette | None = None
 
         self._build_shell()
-        self.commands = CommandRegistry(self)
-        self._register_commands()
-        self.menus = self.commands.build_menus(self.menuBar(), ["File", "Edit", "View", "Help"])
-        self.back_btn.setDefaultAction(self.commands.action("view.back"))
-        self._build_recent_menu()
-        self.commands.add_provider(self._recent_commands)
-        self.commands.add_provider(self._pane_commands)
+        self.menus: dict[str, QMenu] = {title: self.menuBar().addMenu(title) for title in MENUS}
         self._update_title()
         geometry = settings.value("geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
             self.resize(1360, 860)
+        if not finish_later:
+            self.finish_building()
+
+    def finish_building(self) -> None:
+        """Add what the first paint does not show, then emit ``ready`` (once; later calls do nothing)."""
+        if self.is_ready:
+            return
+        from studio.commands import CommandRegistry, RecentFiles
+        from studio.dialogs import DialogPresenter
+        from studio.preferences import Preferences
+
+        self.is_ready = True
+        self.presenter = self._given_presenter or DialogPresenter()
+        self.recent = RecentFiles.from_setting(self.settings.value("recentFiles"))
+        self.preferences = Preferences(self.settings, self)  # models for re-runs and chats (panes find it here)
+        self._build_tab_area()
+        self.commands = CommandRegistry(self)
+        self._register_commands()
+        self.commands.fill_menus(self.menus)
+        self.back_btn.setDefaultAction(self.commands.action("view.back"))
+        self._build_recent_menu()
+        self.commands.add_provider(self._recent_commands)
+        self.commands.add_provider(self._pane_commands)
+        self.ready.emit()
 
     # -- shell -----------------------------------------------------------------------------------
     def _build_shell(self) -> None:
+        """What the first paint shows: the empty-state text (no database is open yet) and the status bar."""
         self.placeholder = QLabel("No database open.\nFile > Open… (Ctrl+O)", self)
         self.placeholder.setObjectName("emptyState")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.split = QSplitter(Qt.Orientation.Horizontal, self)
-        self.split.setChildrenCollapsible(False)
-        self.tabs = QTabWidget(self)
-        self.tabs.setObjectName("paneTabs")
-        self.tabs.setDocumentMode(True)
-        self.back_btn = QToolButton(self)
-        self.back_btn.setObjectName("backButton")
-        self.back_btn.hide()
-        self.tabs.setCornerWidget(self.back_btn, Qt.Corner.TopRightCorner)
-        self.tabs.currentChanged.connect(self._tab_shown)
-        self.left = QStackedWidget(self)
-        # Thread titles are what users scan; the panes on the right are wide and would squeeze them.
-        self.left.setMinimumWidth(340)
-        self.split.addWidget(self.left)
-        self.split.addWidget(self.tabs)
-        self.split.setStretchFactor(0, 0)
-        self.split.setStretchFactor(1, 1)
-        self.split.setSizes([380, 980])
         self.center = QStackedWidget(self)
         self.center.addWidget(self.placeholder)
-        self.center.addWidget(self.split)
         # Above everything: problems with the open file itself (it was deleted or replaced).
         self.file_banner = Banner(self)
         shell = QWidget(self)
@@ -330,6 +351,30 @@ class MainWindow(QMainWindow):
         self._busy_timer.timeout.connect(self._show_busy)
         self.pool.busy_changed.connect(lambda n: self._set_busy("pool", n))
 
+    def _build_tab_area(self) -> None:
+        """The thread tree's place on the left and the panes' tabs on the right (shown once a database is open)."""
+        from PySide6.QtWidgets import QSplitter, QTabWidget, QToolButton
+
+        self.split = QSplitter(Qt.Orientation.Horizontal, self)
+        self.split.setChildrenCollapsible(False)
+        self.tabs = QTabWidget(self)
+        self.tabs.setObjectName("paneTabs")
+        self.tabs.setDocumentMode(True)
+        self.back_btn = QToolButton(self)
+        self.back_btn.setObjectName("backButton")
+        self.back_btn.hide()
+        self.tabs.setCornerWidget(self.back_btn, Qt.Corner.TopRightCorner)
+        self.tabs.currentChanged.connect(self._tab_shown)
+        self.left = QStackedWidget(self)
+        # Thread titles are what users scan; the panes on the right are wide and would squeeze them.
+        self.left.setMinimumWidth(340)
+        self.split.addWidget(self.left)
+        self.split.addWidget(self.tabs)
+        self.split.setStretchFactor(0, 0)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([380, 980])
+        self.center.addWidget(self.split)
+
     def _set_busy(self, source: str, count: int) -> None:
         self._busy[source] = count
         if sum(self._busy.values()) or self.seeding:
@@ -351,6 +396,9 @@ class MainWindow(QMainWindow):
         self.status_text.setText(text)
 
     def _register_commands(self) -> None:
+        from studio.memory_edits import MemoryEditActions
+        from studio.transfer import TransferActions
+
         c = self.commands
         has_db = self._has_db
         c.add("file.open", "Open Database…", self.choose_database, shortcut="Ctrl+O", menu="File", group="open",
@@ -413,6 +461,8 @@ class MainWindow(QMainWindow):
             self.recent_menu.addAction("(none yet)").setEnabled(False)
 
     def _recent_commands(self) -> list[Command]:
+        from studio.commands import Command
+
         return [Command(f"file.recent:{p}", f"Open Recent: {p}", partial(self.open_recent, p), menu="File")
                 for p in self.recent.paths]
 
@@ -426,6 +476,9 @@ class MainWindow(QMainWindow):
     def open_database(self, path: str | None, *, allow_writes: bool | None = None, create_missing: bool = False,
                       seed_if_empty: bool = False, keep: Selection | None = None, init_empty: bool = False) -> None:
         """Open ``path`` (None: the project's anchored database) in a worker; errors become dialogs."""
+        from studio.session import open_studio_database
+
+        self.finish_building()  # what the open and its outcome use (dialogs, recent files, commands)
         if self.seeding:  # the seeder is writing through the current store; let it finish
             self.show_status("Creating demo data — open another database when it is done")
             return
@@ -448,6 +501,9 @@ class MainWindow(QMainWindow):
                          on_error=lambda e: self._open_failed(token, e, display, seed_if_empty))
 
     def _opened(self, token: int, opened: OpenedDatabase, seed_if_empty: bool, keep: Selection | None) -> None:
+        from studio.dialogs import newer_schema_notice
+        from studio.session import StudioSession
+
         if token != self._open_token:
             opened.store.close()  # a newer open superseded this one
             return
@@ -465,6 +521,9 @@ class MainWindow(QMainWindow):
         self.session_opened.emit(self.session)
 
     def _open_failed(self, token: int, exc: BaseException, display: str, seed_if_empty: bool = False) -> None:
+        from studio.dialogs import explain
+        from studio.session import EmptyFileError
+
         if token != self._open_token:
             return
         if isinstance(exc, EmptyFileError):
@@ -477,6 +536,8 @@ class MainWindow(QMainWindow):
 
     def _ask_to_init(self, exc: EmptyFileError, display: str, seed_if_empty: bool) -> None:
         """An empty file becomes a database only when the user says so; until then it stays 0 bytes."""
+        from studio.dialogs import explain
+
         self.show_status(f"Not opened: {display} is an empty file")
         self.open_failed.emit(explain(exc, display))
         self.presenter.confirm(
@@ -488,6 +549,8 @@ class MainWindow(QMainWindow):
         )
 
     def _install(self, session: StudioSession, keep: Selection | None) -> None:
+        from studio.panes.resources import ResourcesPane
+
         self._close_session()
         self.session = session
         session.pool.busy_changed.connect(lambda n: self._set_busy("session", n))
@@ -524,7 +587,7 @@ class MainWindow(QMainWindow):
             self.left.removeWidget(self.resources)
             self.resources.deleteLater()
             self.resources = None
-        while self.tabs.count():
+        while self.is_ready and self.tabs.count():
             self.tabs.removeTab(0)
         for page in self.pages:
             page.deleteLater()  # with its pane, if it was built
@@ -610,6 +673,8 @@ class MainWindow(QMainWindow):
     def show_message(self, message_id: str) -> None:
         """Open a stored message in the message view, in *its* thread: a recall hit may come from
         another thread, and keeping the old one left the panes asking for a message it does not hold."""
+        from studio import reads as queries
+
         session = self.session
         if session is None:
             return
@@ -747,6 +812,8 @@ class MainWindow(QMainWindow):
             self.seeding_finished.emit(report)
 
         def failed(exc: BaseException) -> None:
+            from studio.dialogs import Problem
+
             self.seeding = False
             self.busy_bar.setRange(0, 0)
             self._set_busy("pool", self.pool.running)
@@ -778,6 +845,8 @@ class MainWindow(QMainWindow):
                                keep=self.selection)
 
     def request_allow_writes(self) -> None:
+        from studio.dialogs import newer_schema_notice
+
         session = self.session
         if session is None or not session.read_only:
             return
@@ -796,6 +865,8 @@ class MainWindow(QMainWindow):
 
     def request_migrate(self) -> None:
         """Add Memory Studio's tables to a database it did not create: the one explicit way (confirmed)."""
+        from studio.dialogs import newer_schema_notice
+
         session = self.session
         if session is None or session.owned:
             return
@@ -830,6 +901,8 @@ class MainWindow(QMainWindow):
             self.open_database(path, keep=keep)
 
         def failed(exc: BaseException) -> None:
+            from studio.dialogs import explain
+
             self.presenter.error(self, explain(exc, path))
 
         self.pool.submit(job, on_result=done, on_error=failed)
@@ -840,6 +913,8 @@ class MainWindow(QMainWindow):
             self.show_status("Copied the database path")
 
     def show_palette(self) -> None:
+        from studio.commands import CommandPalette
+
         palette = CommandPalette(self.commands, self)
         palette.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         palette.show()
@@ -883,6 +958,8 @@ class MainWindow(QMainWindow):
         self.settings.setValue("theme", name)
 
     def show_about(self) -> None:
+        from studio.dialogs import Problem
+
         self.presenter.error(self, Problem(
             "About Memory Studio",
             f"Memory Studio {__version__}: an inspector for agent memory stored in Mastra's libSQL layout.",
@@ -926,7 +1003,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.settings.setValue("geometry", self.saveGeometry())
-        self.presenter.close_all()
+        if self.is_ready:
+            self.presenter.close_all()
         self._open_token += 1
         self.pool.shutdown()
         self.pool.wait(30_000)  # an open or the demo seeder may still be using the store

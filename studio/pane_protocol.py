@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, Typ
 
 from PySide6.QtWidgets import QWidget
 
-from studio.commands import Command
 from studio.selection import Selection
-from studio.session import StudioSession
 
 if TYPE_CHECKING:
+    # Types only: the main window imports this module before its first paint, and the command
+    # palette and the session (with the engine's names) are not needed for that.
+    from studio.commands import Command
     from studio.logic.checks_layout import PinTarget
+    from studio.session import StudioSession
 
 
 @runtime_checkable

@@ -1,9 +1,12 @@
 """The Studio's start-up order (issue 18, item 6): the window paints before the heavy modules load,
-they load on a worker afterwards, and a thread opens at its newest rows with a keyset read.
+they load on a worker afterwards, the window's menus, shortcuts and palette are added right after its
+first paint (and are then the same as a window built whole), and a thread opens at its newest rows with
+a keyset read.
 
-The start-up checks run the real app sequence (``studio.app.launch``) in a fresh interpreter, because
-what matters is what ``sys.modules`` holds at the first paint of a cold process. No timings are asserted:
-``bench/studio.py`` measures them.
+The start-up checks run the ``memory-studio`` command as a user starts it (``studio.cli.main``, which
+calls ``studio.app.main`` and its ``launch``) in a fresh interpreter, because what matters is what
+``sys.modules`` holds at the first paint of a cold process. No timings are asserted: ``bench/studio.py``
+measures them.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import pytest
 import sqlalchemy as sa
 
 from core import open_store
@@ -30,37 +34,66 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("sqlalchemy", "numpy", "duckdb", "onnxruntime", "tiktoken", "jsonschema", "core.memory")
 
 START = r"""
-import json, sys
-from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
-from studio.app import launch, make_app, start
-from studio.dialogs import DialogPresenter
-from studio.main_window import MainWindow
+import builtins, json, sys
 HEAVY = %r
-out = {"imported": [m for m in HEAVY if m in sys.modules]}
-class Paint(QObject):
-    def eventFilter(self, obj, event):
-        if event.type() == QEvent.Type.Paint and "at_paint" not in out:
-            out["at_paint"] = [m for m in HEAVY if m in sys.modules]
-            out["open_started_at_paint"] = window.session is not None or startup.painted
-        return False
-app = make_app()
-window = MainWindow(QSettings(sys.argv[2], QSettings.Format.IniFormat), DialogPresenter())
-f = Paint(); window.installEventFilter(f)
-startup = launch(window, lambda: start(window, sys.argv[1]))
+real_compile = builtins.compile
+out = {}
+def menus(window):  # each menu's items: (title, shortcut), separators as "-"
+    return {title: [("-", "") if a.isSeparator() else (a.text(), a.shortcut().toString()) for a in menu.actions()]
+            for title, menu in window.menus.items()}
+def watch(app_module):  # the app's own launch, watched
+    from PySide6.QtCore import QEvent, QObject, QTimer
+    from PySide6.QtWidgets import QApplication
+    out["imported"] = [m for m in HEAVY if m in sys.modules]
+    class Paint(QObject):
+        def eventFilter(self, obj, event):
+            if event.type() == QEvent.Type.Paint and "at_paint" not in out:
+                out["at_paint"] = [m for m in HEAVY if m in sys.modules]
+                out["open_started_at_paint"] = window.session is not None or startup.painted
+                out["ready_at_paint"] = window.is_ready
+                out["menu_titles_at_paint"] = [a.text() for a in window.menuBar().actions()]
+                out["menus_at_paint"] = menus(window)
+                out["window_actions_at_paint"] = len(window.actions())
+                out["compile_restored"] = builtins.compile is real_compile
+            return False
+    real_launch = app_module.launch
+    def launch(w, opening, warm=True):
+        global window, startup
+        window = w
+        window.ready.connect(lambda: out.update(ready_after_paint="at_paint" in out,
+                                                ready_before_open=window.session is None))
+        f = Paint(window); window.installEventFilter(f)
+        startup = real_launch(window, opening, warm)
+        t = QTimer(window); t.timeout.connect(check); t.start(10)  # timers need the application: made here
+        QTimer.singleShot(120_000, QApplication.instance().quit)
+        return startup
+    app_module.launch = launch
+from studio.import_hook import after_import
+after_import("studio.app", watch)  # importing studio.app here would load Qt before the command does
 def check():
     if window.session is not None and startup.warm_result is not None:
         out["warm"] = sorted(startup.warm_result) if isinstance(startup.warm_result, dict) else repr(startup.warm_result)
         out["at_end"] = [m for m in HEAVY if m in sys.modules]
         out["opened"] = window.session.display_path
-        print(json.dumps(out), flush=True); window.close(); app.quit()
-t = QTimer(); t.timeout.connect(check); t.start(10)
-QTimer.singleShot(120_000, app.quit)
-app.exec()
+        out["ready"] = window.is_ready
+        out["menus"] = menus(window)
+        out["window_actions"] = sorted(a.objectName() for a in window.actions())
+        # The same window built whole, as tests and scripts build it: nothing may differ.
+        from studio.main_window import MainWindow
+        from PySide6.QtCore import QSettings
+        from PySide6.QtWidgets import QApplication
+        whole = MainWindow(QSettings(sys.argv[2], QSettings.Format.IniFormat))
+        out["whole_menus"] = menus(whole)
+        out["whole_window_actions"] = sorted(a.objectName() for a in whole.actions())
+        whole.deleteLater()
+        print(json.dumps(out), flush=True); window.close(); QApplication.instance().quit()
+from studio.cli import main  # the `memory-studio` command, as a user starts it
+main(["--db", sys.argv[1]])
 """ % (HEAVY,)
 
 
-def run_python(code: str, *args: str) -> dict[str, Any]:
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT)}
+def run_python(code: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT), **(env or {})}
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -81,14 +114,28 @@ def offsets(seen: list[tuple[str, Any]]) -> list[int]:
     return [int(params[-1]) for statement, params in seen if "OFFSET ?" in statement]
 
 
-def test_window_paints_before_the_heavy_modules_load_and_a_worker_loads_them_after(tmp_path: Path) -> None:
-    db = tmp_path / "start.db"
+@pytest.fixture(scope="module")
+def started(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What one cold start of ``memory-studio --db <db>`` saw (settings in a temporary folder)."""
+    tmp = tmp_path_factory.mktemp("start")
+    db = tmp / "start.db"
     seed_small(db)
-    out = run_python(START, str(db), str(tmp_path / "studio.ini"))
+    folders = {"XDG_CONFIG_HOME": str(tmp / "config"), "XDG_CACHE_HOME": str(tmp / "cache")}
+    out = run_python(START, str(db), str(tmp / "whole.ini"), env=folders)
+    out["db"] = str(db)
+    out["qt_boot_cache"] = [p.name for p in (tmp / "cache" / "memory-studio").glob("shiboken-signature-*.marshal")]
+    return out
+
+
+def test_window_paints_before_the_heavy_modules_load_and_a_worker_loads_them_after(started: dict[str, Any]) -> None:
+    out = started
+    # memory-studio loaded Qt through studio.qt_boot before importing the app: had anything loaded Qt
+    # first, import_qt would have had nothing to do and written no cache.
+    assert out["qt_boot_cache"] and out["compile_restored"] is True
     assert out["imported"] == []  # importing the app and its window loads none of them
     assert out["at_paint"] == []  # nor does building and painting the window
     assert out["open_started_at_paint"] is False  # the database opens after the first paint
-    assert out["opened"] == str(db)
+    assert out["opened"] == out["db"]
     # After the paint: the open and the warm-up loaded the engine; the tokenizer's table and the
     # embedding model stay unloaded until a read needs them.
     assert {"sqlalchemy", "numpy", "duckdb", "jsonschema", "core.memory"} <= set(out["at_end"])
@@ -96,6 +143,52 @@ def test_window_paints_before_the_heavy_modules_load_and_a_worker_loads_them_aft
     from studio.app import WARM_MODULES
 
     assert out["warm"] == sorted(WARM_MODULES)
+
+
+def test_the_first_paint_shows_the_menu_bar_and_the_menus_items_are_added_right_after(
+        started: dict[str, Any]) -> None:
+    out = started
+    assert out["menu_titles_at_paint"] == ["File", "Edit", "View", "Help"]  # the bar looks the same
+    assert out["ready_at_paint"] is False
+    assert all(items == [] for items in out["menus_at_paint"].values())
+    assert out["window_actions_at_paint"] == 0  # no command, so no shortcut, yet
+    assert out["ready"] is True
+    assert out["ready_after_paint"] is True and out["ready_before_open"] is True  # between the paint and the open
+    # Every menu item, with its shortcut, and every window action (the shortcuts) of a window built whole.
+    assert out["menus"] == out["whole_menus"]
+    assert out["window_actions"] == out["whole_window_actions"]
+    assert ["Open Database…", "Ctrl+O"] in out["menus"]["File"] and ["Command Palette…", "Ctrl+K"] in out["menus"]["View"]
+    assert {"view.palette", "app.quit", "file.open"} <= set(out["window_actions"])
+
+
+def test_a_window_built_to_finish_later_gets_its_commands_once_from_finish_building(
+        make_window: Callable[..., Any], qtbot: Any) -> None:
+    window = make_window(finish_later=True)
+    assert not window.is_ready
+    assert window.actions() == [] and all(not menu.actions() for menu in window.menus.values())
+    with qtbot.waitSignal(window.ready, timeout=1000):
+        window.finish_building()
+    assert window.is_ready and window.commands.action("view.palette").shortcut().toString() == "Ctrl+K"
+    count = len(window.actions())
+    window.finish_building()  # a second call does nothing (registering a command twice would raise)
+    assert len(window.actions()) == count
+    window.show_palette()
+    assert window.command_palette is not None and "Open Database…" in window.command_palette.visible_titles()
+    window.command_palette.close()
+    unfinished = make_window(finish_later=True)
+    unfinished.close()  # closing before the rest was built is fine
+
+
+def test_a_first_argument_that_is_not_an_option_goes_to_the_engine_as_a_subcommand(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from studio.cli import main
+
+    assert main(["nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nonsense'" in err and "'threads'" in err  # core.cli lists the real ones
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "Subcommands: prompt, threads," in capsys.readouterr().out  # the app's help still names them
 
 
 def test_importing_core_and_its_storage_paths_loads_no_sqlalchemy() -> None:
