@@ -172,16 +172,19 @@ class Combined:
             return min((cos - lo) / span, 1.0)
 
         scored: list[tuple[float, float, str]] = []
+        spread = span > 1e-12
         for _, h in vec_at.values():  # (a message listed twice counts once, as its last entry)
             k = kw_at.get(h.message_id)
-            score = (k[1].score * kw_scale if k else 0.0) + vec_share * vec_part(h.score)
-            scored.append((-score, -h.score, h.message_id))
+            cos = h.score
+            part = min((cos - lo) / span, 1.0) if spread else vec_part(cos)  # (vec_part, inlined: the common case)
+            score = (k[1].score * kw_scale if k else 0.0) + vec_share * part
+            scored.append((-score, -cos, h.message_id))
         for _, h in kw_at.values():
             if h.message_id in vec_at:
                 continue
-            cos = cosines.get(h.message_id)
-            score = h.score * kw_scale + vec_share * vec_part(cos)
-            scored.append((-score, -(cos if cos is not None else -2.0), h.message_id))
+            known = cosines.get(h.message_id)
+            score = h.score * kw_scale + vec_share * vec_part(known)
+            scored.append((-score, -(known if known is not None else -2.0), h.message_id))
         scored.sort()
         self.order = scored
 

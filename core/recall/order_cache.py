@@ -8,7 +8,8 @@ dropped exactly when they may have changed:
 - a message updated or deleted (by any process): triggers bump ``messages:rewrites`` in the recall
   state table (migration ``0023_recall_keyword_memory``), and everything kept is dropped;
 - a message appended: it can only become the next message of a message of its own thread that comes
-  before it and whose next message came after it (or that had none); exactly those are dropped.
+  before it and whose next message came after it (or that had none); exactly those are dropped (the
+  next messages' times are read then, on a write, not on every search).
 
 Appends are told by ``max(rowid)`` of the messages table (a new row always gets a rowid above the
 others unless the top one was deleted, which bumps the counter). Checked with one statement before
@@ -28,6 +29,9 @@ from core.recall.tables import STATE_TABLE
 MESSAGES_REWRITES = "messages:rewrites"  # state key bumped by triggers on message updates and deletes
 MAX_KEPT = 200_000
 
+_STATE_SQL = (f"SELECT (SELECT max(rowid) FROM mastra_messages), "
+              f"(SELECT value FROM {STATE_TABLE} WHERE key = '{MESSAGES_REWRITES}')")
+
 Order = tuple[str | None, date | None, str | None]  # (next message id, UTC day, speaker label)
 Reader = Callable[..., dict[str, Order]]
 
@@ -35,7 +39,6 @@ Reader = Callable[..., dict[str, Order]]
 class _Kept(NamedTuple):
     thread_id: str
     key: tuple[str, str]  # (createdAt, id): the order of a thread, as the read's subquery compares
-    next_key: tuple[str, str] | None  # the next message's, None when it had none
     order: Order
     labelled: bool  # read with labels (else the label is unknown, not None)
 
@@ -51,7 +54,8 @@ class OrderCache:
         self._by_thread: dict[str, set[str]] = {}
 
     def read(self, conn: sa.Connection, message_ids: list[str], *, labels: bool, reader: Reader) -> dict[str, Order]:
-        """``reader(conn, ids, labels=labels)`` for the messages not kept, the kept answers for the others."""
+        """``reader(conn, ids, labels=labels, keys=...)`` for the messages not kept, the kept answers for
+        the others."""
         if not self._sync(conn):
             return reader(conn, message_ids, labels=labels)
         out: dict[str, Order] = {}
@@ -66,22 +70,21 @@ class OrderCache:
         if not missing:
             return out
         state = self._state
-        fresh = reader(conn, missing, labels=labels)
+        keys: dict[str, tuple[object, object]] = {}
+        fresh = reader(conn, missing, labels=labels, keys=keys)
         out.update(fresh)
-        keys = _keys(conn, [*fresh, *(o[0] for o in fresh.values() if o[0] is not None)])
         with self._lock:
             if self._state != state:  # changed while reading: keep nothing of this read
                 return out
             if len(self._kept) > MAX_KEPT:
                 self._clear()
             for mid, order in fresh.items():
-                own = keys.get(mid)
-                nxt = keys.get(order[0]) if order[0] is not None else None
-                if own is None or (order[0] is not None and nxt is None):
-                    continue  # a time that is not text: not kept (its order cannot be compared here)
+                thread_id, created = keys.get(mid, (None, None))
+                if not isinstance(thread_id, str) or not isinstance(created, str):
+                    continue  # a thread or time that is not text: not kept (its order cannot be compared here)
                 self._forget(mid)
-                self._kept[mid] = _Kept(own[0], own[1], nxt[1] if nxt else None, order, labels)
-                self._by_thread.setdefault(own[0], set()).add(mid)
+                self._kept[mid] = _Kept(thread_id, (created, mid), order, labels)
+                self._by_thread.setdefault(thread_id, set()).add(mid)
         return out
 
     def _sync(self, conn: sa.Connection) -> bool:
@@ -90,9 +93,9 @@ class OrderCache:
             self._usable = found is not None
         if not self._usable:
             return False
-        top, rewrites = conn.exec_driver_sql(
-            f"SELECT (SELECT max(rowid) FROM mastra_messages), (SELECT value FROM {STATE_TABLE} WHERE key = ?)",
-            (MESSAGES_REWRITES,)).one()
+        # The driver's own cursor (a database with the counter is libSQL): this runs before every re-rank,
+        # and SQLAlchemy's result machinery costs more than the statement.
+        top, rewrites = conn.connection.driver_connection.execute(_STATE_SQL).fetchone()  # type: ignore[union-attr]
         state = (int(top or 0), int(rewrites or 0))
         with self._lock:
             if state == self._state:
@@ -102,23 +105,31 @@ class OrderCache:
                 self._clear()
                 self._state = state
                 return True
-        appended = conn.exec_driver_sql(
+        appended = [(mid, thread_id, (created, mid)) for mid, thread_id, created, role in conn.exec_driver_sql(
             'SELECT id, thread_id, "createdAt", role FROM mastra_messages WHERE rowid > ? AND rowid <= ?',
-            (before[0], state[0])).all()
+            (before[0], state[0])).all() if role in ("user", "assistant")]  # (no other role is a next message)
         with self._lock:
             if self._state != before:
                 return self._state == state
-            for mid, thread_id, created, role in appended:
-                if role not in ("user", "assistant"):
-                    continue  # never anyone's next message
-                if not isinstance(created, str) or not isinstance(mid, str):
-                    self._clear()
-                    break
-                key = (created, mid)
-                for other in list(self._by_thread.get(thread_id, ())):
-                    kept = self._kept[other]
-                    if kept.key < key and (kept.next_key is None or key < kept.next_key):
-                        self._forget(other)
+            if any(not isinstance(c, str) or not isinstance(m, str) for m, _, (c, _) in appended):
+                self._clear()
+                self._state = state
+                return True
+            # A kept message before an appended one, in its thread, may now have it as its next message:
+            # unless its next message comes before the appended one (then nothing changed for it).
+            doubtful = {m: k for _, t, key in appended for m in self._by_thread.get(t, ())
+                        if (k := self._kept[m]).key < key}
+            nexts = {k.order[0] for k in doubtful.values() if k.order[0] is not None}
+            known = {m: self._kept[m].key for m in nexts if m in self._kept}
+            known.update(_keys(conn, [m for m in nexts if m not in known]))
+            for _, thread_id, key in appended:
+                for mid in list(self._by_thread.get(thread_id, ())):
+                    kept = self._kept[mid]
+                    if kept.key >= key:
+                        continue
+                    nxt = kept.order[0]
+                    if nxt is None or nxt not in known or key < known[nxt]:
+                        self._forget(mid)
             self._state = state
         return True
 
@@ -136,15 +147,15 @@ class OrderCache:
         self._by_thread.clear()
 
 
-def _keys(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str, tuple[str, str]]]:
-    """(thread id, (createdAt, id)) of these messages, for those whose thread and time are text."""
-    out: dict[str, tuple[str, tuple[str, str]]] = {}
+def _keys(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """(createdAt, id) of these messages, for those whose time is text."""
+    out: dict[str, tuple[str, str]] = {}
     ids = list(dict.fromkeys(message_ids))
     for start in range(0, len(ids), 500):
         chunk = tuple(ids[start : start + 500])
-        for mid, thread_id, created in conn.exec_driver_sql(
-            f'SELECT id, thread_id, "createdAt" FROM mastra_messages WHERE id IN ({",".join("?" * len(chunk))})', chunk
+        for mid, created in conn.exec_driver_sql(
+            f'SELECT id, "createdAt" FROM mastra_messages WHERE id IN ({",".join("?" * len(chunk))})', chunk
         ).all():
-            if isinstance(thread_id, str) and isinstance(created, str) and isinstance(mid, str):
-                out[mid] = (thread_id, (created, mid))
+            if isinstance(created, str) and isinstance(mid, str):
+                out[mid] = (created, mid)
     return out

@@ -275,17 +275,19 @@ def today() -> date:
 _ORDER_SQL = (
     'SELECT m.id, m."createdAt", (SELECT n.id FROM mastra_messages n WHERE n.thread_id = m.thread_id '
     "AND n.role IN ('user', 'assistant') AND n.\"createdAt\" >= m.\"createdAt\" "
-    'AND (n."createdAt" > m."createdAt" OR n.id > m.id) ORDER BY n."createdAt", n.id LIMIT 1){text} '
+    'AND (n."createdAt" > m."createdAt" OR n.id > m.id) ORDER BY n."createdAt", n.id LIMIT 1), m.thread_id{text} '
     "FROM mastra_messages m WHERE m.id IN ({marks})"
 )
 
 
 def thread_order(
-    conn: sa.Connection, message_ids: list[str], *, labels: bool = False
+    conn: sa.Connection, message_ids: list[str], *, labels: bool = False,
+    keys: dict[str, tuple[object, object]] | None = None,
 ) -> dict[str, tuple[str | None, date | None, str | None]]:
     """For each message: the id of the next message in its thread (None for the last), the UTC day
     it was written (None if unreadable) and, with ``labels``, the speaker its text starts with
-    (``text.speaker_label``). One statement per 500 messages, not one per message; with ``labels``
+    (``text.speaker_label``); ``keys`` receives each message's (thread id, createdAt) as stored.
+    One statement per 500 messages, not one per message; with ``labels``
     it reads only the start of each text where the database can cut it out of the stored JSON
     (``dialect.json_string_head_sql``), else the whole content, decoded as ``text_of_raw`` does."""
     out: dict[str, tuple[str | None, date | None, str | None]] = {}
@@ -298,14 +300,16 @@ def thread_order(
         for row in conn.exec_driver_sql(_ORDER_SQL.format(text=text, marks=",".join("?" * len(chunk))), chunk).all():
             label = None
             if head is not None:
-                first = _head_text(row[3])
+                first = _head_text(row[4])
                 if first is None:
                     unread.append(row[0])
                 else:
                     label = speaker_label(first)
             elif labels:
-                label = speaker_label(text_of_raw(row[3]))
+                label = speaker_label(text_of_raw(row[4]))
             out[row[0]] = (row[2], _day(row[1]), label)
+            if keys is not None:
+                keys[row[0]] = (row[3], row[1])
     for start in range(0, len(unread), 500):  # rare: plain-text, JSONB, malformed or odd contents
         chunk = tuple(unread[start : start + 500])
         for mid, raw in conn.exec_driver_sql(
