@@ -28,9 +28,9 @@ def agree(index: RecallIndex, ids: list[str]) -> set[str]:
     """The cache's answers equal a fresh read, twice; returns the messages the first time had to read."""
     reads: list[list[str]] = []
 
-    def counting(conn, message_ids, *, labels=False):  # type: ignore[no-untyped-def]
+    def counting(conn, message_ids, *, labels=False, keys=None):  # type: ignore[no-untyped-def]
         reads.append(list(message_ids))
-        return pipeline.thread_order(conn, message_ids, labels=labels)
+        return pipeline.thread_order(conn, message_ids, labels=labels, keys=keys)
 
     with index.store.db.read() as conn:
         fresh = pipeline.thread_order(conn, ids, labels=True)
