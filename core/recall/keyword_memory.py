@@ -373,12 +373,13 @@ class KeywordMemory:
         return out
 
     def prefetch(self, conn: sa.Connection, terms: list[str]) -> None:
-        """Read the postings of these quoted terms' tokens not kept yet, in one statement."""
+        """Cut these quoted terms into tokens, and read the postings of tokens not kept yet, each in one pass."""
         with self._lock:
-            if self._state is None or self._complete or self._tokenizer is None:
+            if self._state is None or self._tokenizer is None:
                 return
-            cut = self._tokenizer.tokens([_inner(t) for t in terms])
-            self._keys(conn, {tok for tokens in cut for tok in tokens})
+            cut = self._tokenizer.tokens([_inner(t) for t in terms])  # new words: one tokenizer pass for all
+            if not self._complete:
+                self._keys(conn, {tok for tokens in cut for tok in tokens})
 
     def frequency(self, conn: sa.Connection, term: str) -> int | None:
         """Rows matching one quoted term (what FTS5's ``count(*) ... MATCH term`` gives) as of the last
