@@ -28,6 +28,7 @@ from core.recall.schema import (
     upsert_docs,
 )
 from core.recall import passages
+from core.recall.keyword_memory import KeywordMemory
 from core.recall.types import DocRow
 from core.recall.text import keyword_terms
 
@@ -140,6 +141,19 @@ class TermStats:
         with self._lock:
             self._df.clear()
             self._mark = -1
+
+
+class MemoryTermStats(TermStats):
+    """``TermStats`` whose frequencies come from the in-process keyword index when it is up to date
+    (the same counts as FTS5's, without a statement per new term)."""
+
+    def __init__(self, memory: KeywordMemory) -> None:
+        super().__init__()
+        self._memory = memory
+
+    def _frequency_of(self, conn: sa.Connection, term: str) -> int:
+        known = self._memory.frequency(conn, term)
+        return known if known is not None else super()._frequency_of(conn, term)
 
 
 def has_pending(conn: sa.Connection) -> bool:
@@ -280,15 +294,26 @@ class Fts5Keywords:
 
     def __init__(self, available: bool) -> None:
         self.available = available
-        self.stats = TermStats()
+        self.memory = KeywordMemory()  # BM25 in process, equal to FTS5's (``keyword_memory``)
+        self.stats: TermStats = MemoryTermStats(self.memory)
         self._waiting: OrderedDict[tuple[object, ...], int] = OrderedDict()
         self._lock = threading.Lock()
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
+        if self.memory.sync(conn):
+            self.memory.prefetch(conn, keyword_terms(query))
         return select_terms(conn, query, self.stats)
 
     def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
                limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]:
+        """Answered in process (``keyword_memory``) when it can be exactly; else by the FTS5 statement."""
+        if terms is None:
+            terms = self.terms(conn, query)[0]
+        if until is None and terms:
+            found = self.memory.search(conn, terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                                       weight=CONTEXT_WEIGHT)
+            if found is not None:
+                return [KeywordHit(*hit) for hit in found]
         return search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, stats=self.stats,
                       until=until, terms=terms)
 

@@ -14,6 +14,11 @@ Two named migrations (registered on import):
   unknown, rebuilt when refreshed.
 - ``0017_recall_ivf``: persisted IVF partitions of large scopes (``ivf_store``; libSQL only, Postgres
   has pgvector's HNSW).
+- ``0023_recall_keyword_memory``: what keyword search in process (``keyword_memory``) reads: an
+  ``fts5vocab`` table over the FTS5 index (each token's rows, columns and offsets; a view, no storage)
+  and the docs' rewrite counter ``fts:rewrites``, bumped by triggers on every update or delete of a doc
+  (an append is seen in FTS5's own records); and ``messages:rewrites``, bumped on every update or
+  delete of a message, for the hybrid re-rank's kept reads (``order_cache``). libSQL only.
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
   ``<table>:rewrites`` on every update and delete; an in-process matrix compares it, and the table's
   ``max(rowid)`` for appends, with what it loaded, so vectors written by another process appear
@@ -45,7 +50,7 @@ from core.storage import migrations
 from core.recall import pg_schema  # the same steps on Postgres
 from core.recall.tables import DOCS_TABLE as DOCS_TABLE, FTS_TABLE as FTS_TABLE, FTS_WATERMARK as FTS_WATERMARK
 from core.recall.tables import QUEUE_TABLE as QUEUE_TABLE, STATE_TABLE as STATE_TABLE
-from core.recall.tables import IVF_PACKS, IVF_ROWS, IVF_TABLE
+from core.recall.tables import IVF_PACKS, IVF_ROWS, IVF_TABLE, VOCAB_TABLE
 from core.recall.text import passage_hash, recall_content_text, segment
 FTS_MIGRATION = "0004_message_fts"
 VECTOR_MIGRATION = "0005_vector_index"
@@ -53,7 +58,9 @@ HASH_MIGRATION = "0016_recall_content_hash"
 IVF_MIGRATION = "0017_recall_ivf"
 APPENDS_MIGRATION = "0018_recall_vector_appends"
 PACKS_MIGRATION = "0021_recall_ivf_packs"  # registered by ``ivf_packs`` (its step reads vector rows)
-RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION, APPENDS_MIGRATION, PACKS_MIGRATION)
+KEYWORD_MEMORY_MIGRATION = "0023_recall_keyword_memory"
+RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION, APPENDS_MIGRATION, PACKS_MIGRATION,
+                     KEYWORD_MEMORY_MIGRATION)
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -74,6 +81,21 @@ _FTS_DDL = (
     f"""CREATE TRIGGER memory_studio_messages_ad AFTER DELETE ON mastra_messages BEGIN
         INSERT INTO {QUEUE_TABLE} (message_id, op, row_id) VALUES (old.id, 'delete', old.rowid); END""",
     f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",
+)
+
+_BUMP_REWRITES = f"UPDATE {STATE_TABLE} SET value = value + 1 WHERE key = 'fts:rewrites'"
+_KEYWORD_MEMORY_DDL = (
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {VOCAB_TABLE} USING fts5vocab({FTS_TABLE}, instance)",
+    f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",
+    f"INSERT OR IGNORE INTO {STATE_TABLE} (key, value) VALUES ('fts:rewrites', 0)",
+    f"CREATE TRIGGER IF NOT EXISTS {DOCS_TABLE}_ad AFTER DELETE ON {DOCS_TABLE} BEGIN {_BUMP_REWRITES}; END",
+    f"CREATE TRIGGER IF NOT EXISTS {DOCS_TABLE}_au AFTER UPDATE ON {DOCS_TABLE} BEGIN {_BUMP_REWRITES}; END",
+    # The hybrid re-rank's kept reads (``order_cache``): dropped when any message changes or goes.
+    f"INSERT OR IGNORE INTO {STATE_TABLE} (key, value) VALUES ('messages:rewrites', 0)",
+    f"CREATE TRIGGER IF NOT EXISTS memory_studio_messages_order_au AFTER UPDATE ON mastra_messages BEGIN "
+    f"UPDATE {STATE_TABLE} SET value = value + 1 WHERE key = 'messages:rewrites'; END",
+    f"CREATE TRIGGER IF NOT EXISTS memory_studio_messages_order_ad AFTER DELETE ON mastra_messages BEGIN "
+    f"UPDATE {STATE_TABLE} SET value = value + 1 WHERE key = 'messages:rewrites'; END",
 )
 
 _STATE_DDL = (f"CREATE TABLE IF NOT EXISTS {STATE_TABLE} (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",)
@@ -143,6 +165,13 @@ def _register() -> None:
             APPENDS_MIGRATION, "Vector tables: appends told by max(rowid), not a per-row trigger", (),
             _drop_append_triggers,
             postgres=(),  # Postgres vector tables never had the trigger (pgvector is searched on the server)
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            KEYWORD_MEMORY_MIGRATION, "Keyword search in process: an fts5vocab view of the keyword index and "
+            "rewrite counters on its docs and on messages", _KEYWORD_MEMORY_DDL,
+            postgres=(),  # Postgres ranks with tsvector on the server
         )
     )
 

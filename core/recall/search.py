@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from core.recall import hybrid
 from core.recall.backends import KeywordBackend
 from core.recall.matrix import ScopeVectors
+from core.recall.order_cache import OrderCache
 from core.recall.text import LABEL_CHARS, SpeakerMatcher, query_dates, speaker_label
 from core.recall.types import MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
 from core.recall.schema import text_of_raw
@@ -70,7 +71,8 @@ class SearchRun:
     vector: list[hybrid.Ranked] = field(default_factory=list)  # best first, deleted messages left out
     keyword: list[hybrid.Ranked] = field(default_factory=list)
     cosines: dict[str, float] = field(default_factory=dict)  # keyword candidates outside the vector list
-    fused: list[hybrid.Fused] = field(default_factory=list)  # ``combine``, every candidate
+    fused: list[hybrid.Fused] = field(default_factory=list)  # ``combine``: every candidate (``every_candidate``
+    # or a threshold), else those that may reach the top_k
     reranked: list[hybrid.Fused] = field(default_factory=list)  # ``rerank`` (all, or those that may reach top_k)
     gone: set[str] = field(default_factory=set)  # deleted since indexed (left out of every list)
     left_out: list[tuple[Literal["vector", "keyword"], hybrid.Ranked]] = field(default_factory=list)  # (list, candidate) left out as deleted
@@ -146,29 +148,35 @@ def run(
                 out.vector = [r for r in ranked if r.message_id not in out.gone]
                 out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
         if mode == "hybrid":
-            _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share)
+            _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share,
+                  getattr(index, "order", None))
     return out
 
 
 def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,
           until: datetime | None, every_candidate: bool, degrade: Callable[[str], None],
-          keyword_share: float = hybrid.KEYWORD_SHARE) -> None:
+          keyword_share: float = hybrid.KEYWORD_SHARE, kept: OrderCache | None = None) -> None:
     """Hybrid: fuse the two lists (``combine``), then re-rank by next message and named period."""
     qvec = out.qvec
     if out.vset is not None and qvec is not None:
         seen = {r.message_id for r in out.vector}
         out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in seen])
-    out.fused = hybrid.combine(out.vector, out.keyword, out.cosines, keyword_share=keyword_share)
+    combined = hybrid.Combined(out.vector, out.keyword, out.cosines, keyword_share=keyword_share)
     # A past turn's "last week" counts from that turn's day.
     spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
     out.date_spans = len(spans)
-    # Only candidates that can still reach the top_k need their row read (a few microseconds each).
-    receivers = (out.fused if threshold is not None or every_candidate
-                 else _may_reach(out.fused, top_k, dated=bool(spans)))
+    # Only candidates that can still reach the top_k need their row read (a few microseconds each), and
+    # a record: ``fused`` holds every candidate only when all are re-ranked.
+    everyone = threshold is not None or every_candidate
+    out.fused = combined.fused(combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans)))
+    receivers = out.fused
     order: dict[str, tuple[str | None, date | None, str | None]] = {}
     if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0):
         try:
-            order = thread_order(conn, [f.message_id for f in receivers], labels=hybrid.SPEAKER_BOOST > 0)
+            ids = [f.message_id for f in receivers]
+            labels = hybrid.SPEAKER_BOOST > 0
+            order = (kept.read(conn, ids, labels=labels, reader=thread_order) if kept is not None
+                     else thread_order(conn, ids, labels=labels))
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
     next_of = {mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None}
@@ -181,7 +189,7 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     # Without a threshold only the top_k are needed; with one, every candidate may be.
     out.reranked = hybrid.rerank(
         receivers, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
-        scores={f.message_id: f.score for f in out.fused}, by_speaker=out.by_speaker or None,
+        scores=combined.scores(), by_speaker=out.by_speaker or None,
     )
 
 
@@ -245,16 +253,16 @@ def run_search(
     return SearchResult(hits, reason, mode, details)
 
 
-def _may_reach(fused: list[hybrid.Fused], top_k: int, *, dated: bool) -> list[hybrid.Fused]:
-    """The candidates ``hybrid.rerank`` could place in the top ``top_k``: gains are never negative, so the
-    top_k-th candidate keeps at least its score, and no candidate gains more than the next-message share
-    of the best score plus the speaker boost and, when the query names a period (``dated``), the date
-    boost (the common divisor changes no order)."""
-    if len(fused) <= top_k:
-        return fused
-    gain = hybrid.NEXT_SHARE * max(fused[0].score, 0.0) + hybrid.SPEAKER_BOOST + (hybrid.DATE_BOOST if dated else 0.0)
-    bar = fused[top_k - 1].score - gain
-    return [f for f in fused if f.score >= bar]  # fused is sorted best first
+def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool) -> list[tuple[float, float, str]]:
+    """The candidates ``hybrid.rerank`` could place in the top ``top_k`` (of ``Combined.order``: negated
+    scores, best first): gains are never negative, so the top_k-th candidate keeps at least its score,
+    and no candidate gains more than the next-message share of the best score plus the speaker boost
+    and, when the query names a period (``dated``), the date boost (the common divisor changes no order)."""
+    if len(order) <= top_k:
+        return order
+    gain = hybrid.NEXT_SHARE * max(-order[0][0], 0.0) + hybrid.SPEAKER_BOOST + (hybrid.DATE_BOOST if dated else 0.0)
+    bar = -order[top_k - 1][0] - gain
+    return [e for e in order if -e[0] >= bar]
 
 
 def today() -> date:
@@ -267,17 +275,19 @@ def today() -> date:
 _ORDER_SQL = (
     'SELECT m.id, m."createdAt", (SELECT n.id FROM mastra_messages n WHERE n.thread_id = m.thread_id '
     "AND n.role IN ('user', 'assistant') AND n.\"createdAt\" >= m.\"createdAt\" "
-    'AND (n."createdAt" > m."createdAt" OR n.id > m.id) ORDER BY n."createdAt", n.id LIMIT 1){text} '
+    'AND (n."createdAt" > m."createdAt" OR n.id > m.id) ORDER BY n."createdAt", n.id LIMIT 1), m.thread_id{text} '
     "FROM mastra_messages m WHERE m.id IN ({marks})"
 )
 
 
 def thread_order(
-    conn: sa.Connection, message_ids: list[str], *, labels: bool = False
+    conn: sa.Connection, message_ids: list[str], *, labels: bool = False,
+    keys: dict[str, tuple[object, object]] | None = None,
 ) -> dict[str, tuple[str | None, date | None, str | None]]:
     """For each message: the id of the next message in its thread (None for the last), the UTC day
     it was written (None if unreadable) and, with ``labels``, the speaker its text starts with
-    (``text.speaker_label``). One statement per 500 messages, not one per message; with ``labels``
+    (``text.speaker_label``); ``keys`` receives each message's (thread id, createdAt) as stored.
+    One statement per 500 messages, not one per message; with ``labels``
     it reads only the start of each text where the database can cut it out of the stored JSON
     (``dialect.json_string_head_sql``), else the whole content, decoded as ``text_of_raw`` does."""
     out: dict[str, tuple[str | None, date | None, str | None]] = {}
@@ -286,17 +296,20 @@ def thread_order(
     unread: list[str] = []  # texts whose start the database could not cut out: read whole below
     for start in range(0, len(message_ids), 500):
         chunk = tuple(message_ids[start : start + 500])
-        for row in conn.exec_driver_sql(_ORDER_SQL.format(text=text, marks=",".join("?" * len(chunk))), chunk):
+        # ``all()``: fetched at once, not row by row (SQLAlchemy's row iteration cost more than the rows).
+        for row in conn.exec_driver_sql(_ORDER_SQL.format(text=text, marks=",".join("?" * len(chunk))), chunk).all():
             label = None
             if head is not None:
-                first = _head_text(row[3])
+                first = _head_text(row[4])
                 if first is None:
                     unread.append(row[0])
                 else:
                     label = speaker_label(first)
             elif labels:
-                label = speaker_label(text_of_raw(row[3]))
+                label = speaker_label(text_of_raw(row[4]))
             out[row[0]] = (row[2], _day(row[1]), label)
+            if keys is not None:
+                keys[row[0]] = (row[3], row[1])
     for start in range(0, len(unread), 500):  # rare: plain-text, JSONB, malformed or odd contents
         chunk = tuple(unread[start : start + 500])
         for mid, raw in conn.exec_driver_sql(
@@ -322,12 +335,22 @@ def _head_text(head: object) -> str | None:
     return text if text.strip() else None
 
 
+_DAYS: dict[str, date] = {}  # "YYYY-MM-DD" -> its date (a search reads tens of rows, mostly of a few days)
+
+
 def _day(created: object) -> date | None:
     if isinstance(created, str) and len(created) >= 10 and created[4] == "-" and created.endswith("Z"):
+        known = _DAYS.get(created[:10])
+        if known is not None:
+            return known
         try:
-            return date.fromisoformat(created[:10])  # our and Mastra's format: already UTC
+            day = date.fromisoformat(created[:10])  # our and Mastra's format: already UTC
         except ValueError:
             pass
+        else:
+            if len(_DAYS) < 100_000:
+                _DAYS[created[:10]] = day
+            return day
     try:
         return parse_iso(created).astimezone(timezone.utc).date()  # type: ignore[arg-type]
     except Exception:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 FTS_TABLE = "memory_studio_message_fts"  # libSQL only: the FTS5 table (Postgres keeps a tsvector column)
 DOCS_TABLE = "memory_studio_fts_docs"
+VOCAB_TABLE = "memory_studio_fts_vocab"  # libSQL only: fts5vocab 'instance' view of FTS_TABLE (``keyword_memory``)
 QUEUE_TABLE = "memory_studio_recall_queue"
 STATE_TABLE = "memory_studio_recall_state"
 FTS_WATERMARK = "fts:rowid"  # highest mastra_messages rowid whose keyword doc is up to date (libSQL)

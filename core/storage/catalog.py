@@ -56,6 +56,15 @@ def triggers(conn: sa.Connection) -> list[tuple[str, str]]:
     return [(str(r[0]), str(r[1])) for r in conn.exec_driver_sql(sql)]
 
 
+def virtual_table_sql(conn: sa.Connection, name: str) -> str | None:
+    """The ``CREATE VIRTUAL TABLE`` statement SQLite keeps for ``name`` (its module and arguments, e.g.
+    an FTS5 table's tokenizer), or None: no such table, or a database without virtual tables (Postgres)."""
+    if is_postgres(conn):
+        return None
+    found = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).scalar()
+    return str(found) if found is not None and str(found).upper().startswith("CREATE VIRTUAL TABLE") else None
+
+
 def table_columns(conn: sa.Connection, table: str) -> list[tuple[str, str, bool]]:
     """(name, declared type in upper case, part of the primary key) of each column, in table order.
 

@@ -1,0 +1,433 @@
+"""Keyword search of a libSQL store answered in process: FTS5's BM25, computed from its own postings.
+
+The FTS5 statement of ``keyword.search`` cost about one microsecond per *matching* row (FTS5 reads
+each row's size and computes ``bm25()`` before it can sort), as much as the whole vector search at
+10k messages. This answers the same query from arrays kept in memory, like the vector matrix:
+
+- the postings of each query token (FTS5 row, column, offset), read once from the index itself
+  through the ``fts5vocab`` table (``VOCAB_TABLE``, migration ``0023_recall_keyword_memory``) and kept;
+- each row's size in tokens (FTS5's ``docsize`` table) and its doc (message, thread, resource);
+- the table's row count and token total, read from FTS5's own averages record on every search.
+
+From these it computes what FTS5's ``bm25()`` computes (``fts5_aux.c``: ``idf = ln((N - n + 0.5) /
+(n + 0.5))``, at least 1e-6; each phrase's frequency summed over its instances with the column
+weights; ``k1 = 1.2``, ``b = 0.75``, the row's size over the mean) in the same order of floating-point
+operations, so scores are equal to the bit, and sorts as the statement does (score, then message id).
+Query terms are cut into tokens by FTS5's own tokenizer, run on a private in-memory table created
+with the same tokenizer arguments (``core.storage.scratch``): stemming and Unicode folding can never
+disagree with the index.
+
+FTS5 stays the stored truth. Every search first reads, in one statement, what changes with any write
+of the index: FTS5's structure record (a new segment for every transaction that wrote), its averages
+record and the docs' rewrite counter (bumped by triggers on every update or delete of a doc). Rows
+appended since are read and tokenized, and the counts checked against the averages record; a rewrite,
+a mismatch or anything unexpected drops what was kept, and a search this module cannot answer exactly
+(``until``, a term with no token, a column weight that is not a small binary fraction, a very large
+table) returns None: the caller runs the FTS5 statement. Writers of any process are seen this way,
+without polling and without hooks in the write path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from core.recall.tables import DOCS_TABLE, FTS_TABLE, STATE_TABLE, VOCAB_TABLE
+from core.storage.catalog import has_table, virtual_table_sql
+from core.storage.scratch import scratch_connection
+
+FTS_REWRITES = "fts:rewrites"  # state key: updates and deletes of keyword docs (migration 0023)
+MAX_ROWS = 500_000  # above this many keyword rows the FTS5 statement answers (memory stays bounded)
+MAX_TOKENS_KEPT = 4_000_000  # postings kept (8 bytes each), least recently used dropped first
+_OFFSET_BITS = 23  # key of one instance: rowid << 24 | column << 23 | offset
+_K1, _B = 1.2, 0.75  # FTS5's bm25() constants
+_STRUCTURE_ID, _AVERAGES_ID = 10, 1  # FTS5's structure and averages records in its %_data table
+_TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
+
+_STATE_SQL = (
+    f"SELECT (SELECT block FROM {FTS_TABLE}_data WHERE id = {_STRUCTURE_ID}), "
+    f"(SELECT block FROM {FTS_TABLE}_data WHERE id = {_AVERAGES_ID}), "
+    f"(SELECT value FROM {STATE_TABLE} WHERE key = '{FTS_REWRITES}')"
+)
+
+
+def varints(blob: bytes) -> list[int]:
+    """SQLite's variable-length integers, as FTS5 writes its size and averages records."""
+    if all(b < 0x80 for b in blob):
+        return list(blob)
+    out: list[int] = []
+    i = 0
+    while i < len(blob):
+        value = 0
+        for j in range(9):
+            byte = blob[i]
+            i += 1
+            if j == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        out.append(value)
+    return out
+
+
+def _inner(term: str) -> str:
+    """The text of a quoted FTS5 term (``text.keyword_terms``)."""
+    return term[1:-1].replace('""', '"') if len(term) >= 2 and term[0] == term[-1] == '"' else term
+
+
+def _idf(rows: int, hits: int) -> float:
+    """FTS5's inverse document frequency of a phrase in ``hits`` of ``rows`` rows."""
+    idf = math.log((rows - hits + 0.5) / (hits + 0.5))
+    return idf if idf > 0.0 else 1e-6
+
+
+class Tokenizer:
+    """FTS5's tokenizer of the store's keyword table, run on a private in-memory table. Thread-safe."""
+
+    def __init__(self, tokenize: str) -> None:
+        self._lock = threading.Lock()
+        self._conn = scratch_connection()
+        arg = "'" + tokenize.replace("'", "''") + "'"
+        self._conn.execute(f"CREATE VIRTUAL TABLE tok USING fts5(body, context, tokenize = {arg})")
+        self._conn.execute("CREATE VIRTUAL TABLE tok_v USING fts5vocab(tok, instance)")
+        self._memo: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def instances(self, rows: list[tuple[int, str, str]]) -> list[tuple[str, int, int, int]]:
+        """(token, rowid, column, offset) of every token of these (rowid, body, context) rows."""
+        if not rows:
+            return []
+        with self._lock:
+            try:
+                self._conn.executemany("INSERT INTO tok (rowid, body, context) VALUES (?, ?, ?)", rows)
+                found = self._conn.execute(
+                    "SELECT term, doc, col = 'context', \"offset\" FROM tok_v").fetchall()
+            finally:
+                self._conn.execute("DELETE FROM tok")
+        return [(str(t), int(d), int(c), int(o)) for t, d, c, o in found]
+
+    def tokens(self, texts: list[str]) -> list[tuple[str, ...]]:
+        """The tokens of each text, in order (what a quoted FTS5 phrase of it matches)."""
+        out: dict[str, tuple[str, ...]] = {}
+        with self._lock:
+            for text in texts:
+                known = self._memo.get(text)
+                if known is not None:
+                    self._memo.move_to_end(text)
+                    out[text] = known
+        todo = [t for t in dict.fromkeys(texts) if t not in out]
+        if todo:
+            found: dict[int, list[tuple[int, str]]] = {}
+            for token, row, _col, offset in self.instances([(i + 1, t, "") for i, t in enumerate(todo)]):
+                found.setdefault(row, []).append((offset, token))
+            with self._lock:
+                for i, text in enumerate(todo):
+                    out[text] = tuple(tok for _, tok in sorted(found.get(i + 1, [])))
+                    self._memo[text] = out[text]
+                while len(self._memo) > 50_000:
+                    self._memo.popitem(last=False)
+        return [out[t] for t in texts]
+
+
+class KeywordMemory:
+    """The keyword index of one database, as far as searches have needed it. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._tokenizer: Tokenizer | None = None
+        self._usable: bool | None = None  # None: not looked at yet
+        self._local = threading.local()  # per thread: the read connection last synced on, and the answer
+        self._reset()
+
+    def _reset(self) -> None:
+        self._state: tuple[Any, ...] | None = None
+        self._loaded = False
+        self._rowids = np.empty(0, dtype=np.int64)  # FTS5 rows with a size, ascending
+        self._sizes = np.empty(0, dtype=np.float64)  # tokens per row (both columns)
+        self._resources = np.empty(0, dtype=np.int64)  # code of the row's doc's resource (-1: no doc)
+        self._threads = np.empty(0, dtype=np.int64)
+        self._mids: list[str | None] = []
+        self._codes: dict[str | None, int] = {}
+        self._names: list[str | None] = []  # code -> thread or resource id
+        self._max_doc = 0
+        self._rows = 0  # FTS5 rows counted (with or without tokens)
+        self._tokens = 0
+        self._postings: OrderedDict[str, np.ndarray] = OrderedDict()  # token -> sorted instance keys
+        # tokens of a phrase -> (rows it is in, ascending; its instances in the body; in the context)
+        self._phrases_seen: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._kept = 0
+        self._complete = False  # every token's postings are kept (else read per token on first use)
+        self._avg: tuple[int, int] = (0, 0)
+
+    # -- staying equal to the stored index ----------------------------------------------------------
+    def _usable_on(self, conn: sa.Connection) -> bool:
+        if self._usable is None:
+            ddl = virtual_table_sql(conn, FTS_TABLE) if has_table(conn, VOCAB_TABLE) else None
+            found = _TOKENIZE.search(ddl or "")
+            try:
+                self._tokenizer = Tokenizer(found.group(1).replace("''", "'")) if found else None
+            except Exception:  # a tokenizer this SQLite lacks: the statement answers
+                self._tokenizer = None
+            self._usable = self._tokenizer is not None
+        return self._usable
+
+    def sync(self, conn: sa.Connection) -> bool:
+        """Bring what is kept up to date with the stored index (one statement when nothing changed);
+        False when searches must use the FTS5 statement. Once per read connection and thread: the steps
+        of one search (its terms, then its ranking) see the index as of the same moment."""
+        if getattr(self._local, "conn", None) is conn:
+            return self._local.ready  # type: ignore[no-any-return]
+        ready = self._sync(conn)
+        self._local.conn, self._local.ready = conn, ready
+        return ready
+
+    def _sync(self, conn: sa.Connection) -> bool:
+        if not self._usable_on(conn):
+            return False
+        # The driver's own cursor: this runs before every keyword search, and SQLAlchemy's result
+        # machinery costs three times the statement.
+        structure, averages, rewrites = conn.connection.driver_connection.execute(_STATE_SQL).fetchone()  # type: ignore[union-attr]
+        if rewrites is None:
+            return False
+        state = (bytes(structure or b""), bytes(averages or b""), int(rewrites))
+        with self._lock:
+            if state == self._state:
+                return True
+            counts = varints(state[1]) or [0]  # (no record yet: an empty table)
+            rows, tokens = counts[0], sum(counts[1:])
+            if rows > MAX_ROWS:
+                self._reset()
+                return False
+            if self._state is None or self._state[2] != state[2] or not self._loaded:
+                self._reset()
+                self._load(conn)
+            else:
+                self._append(conn)
+            if not self._loaded or (self._rows, self._tokens) != (rows, tokens):  # written meanwhile, or
+                self._reset()  # not as expected: load again
+                self._load(conn)
+                if (self._rows, self._tokens) != (rows, tokens):
+                    self._reset()
+                    return False
+            self._avg = (rows, tokens)
+            self._state = state
+            return True
+
+    def _code(self, value: str | None) -> int:
+        if value is None:
+            return -2  # matches no scope
+        code = self._codes.get(value)
+        if code is None:
+            code = self._codes[value] = len(self._names)
+            self._names.append(value)
+        return code
+
+    def _load(self, conn: sa.Connection) -> None:
+        sizes = conn.exec_driver_sql(f"SELECT id, sz FROM {FTS_TABLE}_docsize ORDER BY id").all()
+        rowids = np.fromiter((r[0] for r in sizes), np.int64, len(sizes))
+        self._rowids = rowids
+        self._sizes = np.fromiter((sum(varints(bytes(r[1]))) for r in sizes), np.float64, len(sizes))
+        self._rows, self._tokens = len(sizes), int(self._sizes.sum())
+        self._resources = np.full(len(sizes), -1, dtype=np.int64)
+        self._threads = np.full(len(sizes), -1, dtype=np.int64)
+        self._mids = [None] * len(sizes)
+        self._add_docs(conn.exec_driver_sql(
+            f"SELECT doc_id, message_id, thread_id, resource_id FROM {DOCS_TABLE}").all())
+        if self._tokens <= MAX_TOKENS_KEPT:  # every posting, read in one pass (like the vector matrix)
+            every = self._read_postings(conn, "", ())
+            if every is not None:
+                self._postings = OrderedDict(every)
+                self._kept = sum(len(k) for k in every.values())
+                self._complete = True
+        self._loaded = True
+
+    def _add_docs(self, docs: Sequence[Any]) -> None:
+        if not docs:
+            return
+        ids = np.fromiter((d[0] for d in docs), np.int64, len(docs))
+        at = np.searchsorted(self._rowids, ids)
+        for (doc_id, mid, thread, resource), p in zip(docs, at.tolist()):
+            if p < len(self._rowids) and self._rowids[p] == doc_id:  # (else its row comes with a later sync)
+                self._max_doc = max(self._max_doc, int(doc_id))
+                self._mids[p] = mid
+                self._threads[p] = self._code(thread)
+                self._resources[p] = self._code(resource)
+
+    def _append(self, conn: sa.Connection) -> None:
+        """Rows added since (no doc was rewritten: the rewrite counter did not move)."""
+        assert self._tokenizer is not None
+        top = int(self._rowids[-1]) if len(self._rowids) else 0
+        fresh = [(int(r[0]), r[1] or "", r[2] or "") for r in conn.exec_driver_sql(
+            f"SELECT rowid, body, context FROM {FTS_TABLE} WHERE rowid > ? ORDER BY rowid", (top,))]
+        if fresh:
+            found = self._tokenizer.instances(fresh)
+            sizes: dict[int, int] = {}
+            by_token: dict[str, list[int]] = {}  # token -> instance keys
+            for token, row, col, offset in found:
+                sizes[row] = sizes.get(row, 0) + 1
+                if offset >= 1 << _OFFSET_BITS:
+                    self._loaded = False  # cannot be keyed: the next sync loads (and gives up) again
+                by_token.setdefault(token, []).append((row << (_OFFSET_BITS + 1)) | (col << _OFFSET_BITS) | offset)
+            stored: dict[int, bytes] = dict(conn.exec_driver_sql(
+                f"SELECT id, sz FROM {FTS_TABLE}_docsize WHERE id > ? ORDER BY id", (top,)).all())
+            counted = [sum(varints(bytes(stored[r]))) if r in stored else -1 for r, _, _ in fresh]
+            if counted != [sizes.get(r, 0) for r, _, _ in fresh] or len(stored) != len(fresh):
+                self._loaded = False  # tokenized otherwise than stored (or written meanwhile): load again
+                return
+            new_ids = np.array([r for r, _, _ in fresh], dtype=np.int64)
+            self._rowids = np.concatenate([self._rowids, new_ids])
+            self._sizes = np.concatenate([self._sizes, np.array(counted, np.float64)])
+            self._resources = np.concatenate([self._resources, np.full(len(fresh), -1, np.int64)])
+            self._threads = np.concatenate([self._threads, np.full(len(fresh), -1, np.int64)])
+            self._mids.extend([None] * len(fresh))
+            self._rows += len(fresh)
+            self._tokens += sum(sizes.values())
+            touched = by_token.keys()
+            self._phrases_seen = {k: v for k, v in self._phrases_seen.items() if touched.isdisjoint(k)}
+            for token, keys in by_token.items():
+                kept = self._postings.get(token)
+                if kept is None and self._complete:
+                    kept = self._postings[token] = np.empty(0, np.int64)
+                if kept is not None:
+                    self._postings[token] = np.concatenate([kept, np.sort(np.array(keys, dtype=np.int64))])
+                    self._kept += len(keys)
+        self._add_docs(conn.exec_driver_sql(
+            f"SELECT doc_id, message_id, thread_id, resource_id FROM {DOCS_TABLE} WHERE doc_id > ?",
+            (self._max_doc,)).all())
+
+    def _read_postings(self, conn: sa.Connection, where: str, params: tuple[Any, ...]) -> dict[str, np.ndarray] | None:
+        """Instance keys per token from the ``fts5vocab`` table, of rows up to the last one loaded (a row
+        written since is appended by the next ``sync``, once); None if an offset is too large to key."""
+        top = int(self._rowids[-1]) if len(self._rowids) else 0
+        out: dict[str, np.ndarray] = {}
+        for term, listed, last in conn.exec_driver_sql(
+            f"SELECT term, group_concat((doc << {_OFFSET_BITS + 1}) | ((col = 'context') << {_OFFSET_BITS}) "
+            f"| \"offset\"), max(\"offset\") FROM {VOCAB_TABLE} WHERE {where}doc <= ? GROUP BY term", (*params, top)):
+            if last >= 1 << _OFFSET_BITS:
+                return None
+            out[term] = np.sort(np.array(listed.split(","), dtype=np.int64))
+        return out
+
+    def _keys(self, conn: sa.Connection, tokens: set[str]) -> dict[str, np.ndarray] | None:
+        """The instance keys of these tokens (read from the index once, then kept)."""
+        out: dict[str, np.ndarray] = {}
+        for token in tokens:
+            keys = self._postings.get(token)
+            if keys is not None:
+                self._postings.move_to_end(token)
+                out[token] = keys
+        todo = sorted(tokens - out.keys())
+        if self._complete:  # every token of the index is kept: one not kept is in no row
+            for token in todo:
+                out[token] = self._postings[token] = np.empty(0, np.int64)
+            return out
+        for start in range(0, len(todo), 200):
+            chunk = todo[start : start + 200]
+            read = self._read_postings(conn, f"term IN ({','.join('?' * len(chunk))}) AND ", tuple(chunk))
+            if read is None:
+                return None
+            for token in chunk:
+                keys = read.get(token, np.empty(0, np.int64))
+                out[token] = self._postings[token] = keys
+                self._kept += len(keys)
+        while self._kept > MAX_TOKENS_KEPT and len(self._postings) > len(tokens):
+            gone, dropped = self._postings.popitem(last=False)
+            self._kept -= len(dropped)
+            self._phrases_seen = {k: v for k, v in self._phrases_seen.items() if gone not in k}
+        return out
+
+    # -- answering ---------------------------------------------------------------------------------
+    def _phrases(self, conn: sa.Connection, terms: list[str]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+        """Per quoted term: (rows it is in, ascending; its instances in the body; in the context)."""
+        assert self._tokenizer is not None
+        cut = self._tokenizer.tokens([_inner(t) for t in terms])
+        if any(not tokens for tokens in cut):
+            return None  # a term FTS5 cuts into nothing: let FTS5 say what it matches
+        keys = self._keys(conn, {tok for tokens in cut for tok in tokens})
+        if keys is None:
+            return None
+        out = []
+        for tokens in cut:
+            known = self._phrases_seen.get(tokens)
+            if known is None:
+                found = keys[tokens[0]]
+                for shift, tok in enumerate(tokens[1:], start=1):  # a phrase: each next token one offset on
+                    found = np.intersect1d(found, keys[tok] - shift, assume_unique=True)
+                # Keys are sorted, so each row's instances are one run: counted per run, no sort.
+                rows = found >> (_OFFSET_BITS + 1)
+                starts = np.flatnonzero(np.diff(rows, prepend=-1))
+                uniq = rows[starts]
+                context = np.add.reduceat((found >> _OFFSET_BITS) & 1, starts).astype(np.float64) if len(starts) else np.empty(0)
+                body = np.diff(np.append(starts, len(rows))).astype(np.float64) - context
+                known = self._phrases_seen[tokens] = (uniq, body, context)
+                while len(self._phrases_seen) > 20_000:
+                    self._phrases_seen.pop(next(iter(self._phrases_seen)))
+            out.append(known)
+        return out
+
+    def prefetch(self, conn: sa.Connection, terms: list[str]) -> None:
+        """Cut these quoted terms into tokens, and read the postings of tokens not kept yet, each in one pass."""
+        with self._lock:
+            if self._state is None or self._tokenizer is None:
+                return
+            cut = self._tokenizer.tokens([_inner(t) for t in terms])  # new words: one tokenizer pass for all
+            if not self._complete:
+                self._keys(conn, {tok for tokens in cut for tok in tokens})
+
+    def frequency(self, conn: sa.Connection, term: str) -> int | None:
+        """Rows matching one quoted term (what FTS5's ``count(*) ... MATCH term`` gives) as of the last
+        ``sync``, or None when it could not be brought up to date."""
+        with self._lock:
+            if self._state is None:
+                return None
+            phrases = self._phrases(conn, [term])
+        return None if phrases is None else len(phrases[0][0])
+
+    def search(self, conn: sa.Connection, terms: list[str], *, resource_id: str | None, thread_id: str | None,
+               limit: int, weight: float) -> list[tuple[str, str | None, str | None, float]] | None:
+        """(message, thread, resource, -bm25) of the best ``limit`` docs of the scope matching any term,
+        as ``keyword.search``'s statement ranks them; None when that statement must answer."""
+        if not terms or weight < 0 or float(weight).as_integer_ratio()[1] > 1024 or not self.sync(conn):
+            return None
+        with self._lock:
+            phrases = self._phrases(conn, terms)
+            if phrases is None:
+                return None
+            n_rows, n_tokens = self._avg
+            # Each phrase's contribution to each row it is in, phrase after phrase; ``bincount`` adds them
+            # up per row in that order, as bm25() does (a phrase absent from a row adds 0 there).
+            rows = np.concatenate([p[0] for p in phrases])
+            if not len(rows):
+                return []
+            freq = np.concatenate([p[1] + p[2] * weight for p in phrases])  # exact: weight is a binary fraction
+            idf = np.repeat([_idf(n_rows, len(p[0])) for p in phrases], [len(p[0]) for p in phrases])
+            at = np.searchsorted(self._rowids, rows)
+            if len(at) and (at.max() >= len(self._rowids) or (self._rowids[np.minimum(at, len(self._rowids) - 1)] != rows).any()):
+                return None  # a row without a size: not as loaded
+            avgdl = float(n_tokens) / float(n_rows)
+            parts = idf * ((freq * (_K1 + 1.0)) / (freq + _K1 * ((1 - _B) + (_B * self._sizes[at]) / avgdl)))
+            places, inverse = np.unique(at, return_inverse=True)
+            score = np.bincount(inverse, weights=parts, minlength=len(places))
+            keep = self._resources[places] != -1  # a row without a doc is never returned (the statement's join)
+            if resource_id is not None:
+                keep &= self._resources[places] == self._codes.get(resource_id, -3)
+            if thread_id is not None:
+                keep &= self._threads[places] == self._codes.get(thread_id, -3)
+            places, score = places[keep], score[keep]
+            if len(score) > limit:
+                cut = np.partition(score, len(score) - limit)[len(score) - limit]
+                best = np.flatnonzero(score >= cut)  # every tie at the cut: broken by message id below
+                places, score = places[best], score[best]
+            mids = self._mids
+            picked = sorted(zip((-score).tolist(), [mids[p] or "" for p in places.tolist()], places.tolist()))[:limit]
+            at = np.array([p for _, _, p in picked], dtype=np.int64)
+            names = self._names
+            return [(mid, names[t] if t >= 0 else None, names[r] if r >= 0 else None, -neg)
+                    for (neg, mid, _), t, r in zip(picked, self._threads[at].tolist(), self._resources[at].tolist())]

@@ -1,0 +1,87 @@
+"""The hybrid re-rank's kept reads (``core.recall.order_cache``) always equal a fresh read.
+
+Each step compares what the cache answers with ``search.thread_order`` read from the database, for
+every message, after messages were appended at a thread's end, in its middle and in another thread,
+edited (its speaker label changes) and deleted, by this store and by another engine on the same file.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from core.embedding import HashingEmbedder
+from core.messages import Message
+from core.recall import RecallIndex
+from core.recall import search as pipeline
+from core.storage import open_store
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def msg(i: int, thread: str, text: str, minutes: float) -> Message:
+    make = Message.user if i % 2 == 0 else Message.assistant
+    return make(text, id=f"{thread}-{i}", thread_id=thread, resource_id="u", created_at=T0 + timedelta(minutes=minutes))
+
+
+def agree(index: RecallIndex, ids: list[str]) -> set[str]:
+    """The cache's answers equal a fresh read, twice; returns the messages the first time had to read."""
+    reads: list[list[str]] = []
+
+    def counting(conn, message_ids, *, labels=False, keys=None):  # type: ignore[no-untyped-def]
+        reads.append(list(message_ids))
+        return pipeline.thread_order(conn, message_ids, labels=labels, keys=keys)
+
+    with index.store.db.read() as conn:
+        fresh = pipeline.thread_order(conn, ids, labels=True)
+        assert index.order.read(conn, ids, labels=True, reader=counting) == fresh
+        first = len(reads)
+        assert index.order.read(conn, ids, labels=True, reader=counting) == fresh
+        assert len(reads) == first  # the second time entirely from what was kept
+    return {m for r in reads for m in r}
+
+
+def test_kept_reads_follow_appends_edits_and_deletes(tmp_path: Path):
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(16))
+    store.memory.create_thread(thread_id="a", resource_id="u")
+    store.memory.create_thread(thread_id="b", resource_id="u")
+    store.memory.save_messages([msg(i, "a", f"Mel: line {i}", 10 * i) for i in range(6)])
+    store.memory.save_messages([msg(i, "b", f"Jo: other {i}", 10 * i) for i in range(4)])
+    ids = [f"a-{i}" for i in range(6)] + [f"b-{i}" for i in range(4)]
+    assert agree(index, ids) == set(ids)
+    # At the end of thread a: only a-5 (which had no next message) is read again, with the new one.
+    store.memory.save_messages([msg(6, "a", "Mel: at the end", 100)])
+    assert agree(index, ids + ["a-6"]) == {"a-5", "a-6"}
+    # In the middle of thread a (between a-2 and a-3), and a tool message that is nobody's next.
+    store.memory.save_messages([msg(7, "a", "Caroline: in between", 25)])  # a-2's next changes
+    store.memory.save_messages([Message(id="a-t", role="tool", thread_id="a", resource_id="u", created_at=T0 + timedelta(minutes=5),
+                                        content={"format": 2, "parts": [{"type": "text", "text": "tool"}]})])
+    agree(index, ids + ["a-6", "a-7"])
+    # An edit changes a label; a delete changes a next message.
+    store.memory.save_messages([msg(1, "a", "Caroline: edited", 10)])
+    agree(index, ids + ["a-6", "a-7"])
+    store.memory.delete_messages(["a-3"])
+    agree(index, [i for i in ids if i != "a-3"] + ["a-6", "a-7"])
+    # Another engine on the same file appends to thread b.
+    other = open_store(tmp_path / "m.db")
+    other.memory.save_messages([msg(8, "b", "Jo: from elsewhere", 35)])
+    other.close()
+    agree(index, [i for i in ids if i != "a-3"] + ["b-8"])
+    store.close()
+
+
+def test_a_hybrid_search_is_the_same_with_kept_reads(tmp_path: Path):
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(32))
+    store.memory.create_thread(thread_id="a", resource_id="u")
+    msgs = [msg(i, "a", f"{('Mel', 'Jo')[i % 2]}: hiking museum {'zebra' * (i % 3)} {i % 5}", 10 * i) for i in range(40)]
+    store.memory.save_messages(msgs)
+    assert index.index_messages(msgs).ok
+    queries = ["What did Mel say about hiking", "zebra museum", "Jo hiking 3"]
+    first = [[(h.message_id, h.score) for h in index.search(q, resource_id="u", top_k=5).hits] for q in queries]
+    again = [[(h.message_id, h.score) for h in index.search(q, resource_id="u", top_k=5).hits] for q in queries]
+    assert first == again
+    fresh = RecallIndex(store, HashingEmbedder(32))  # nothing kept
+    assert [[(h.message_id, h.score) for h in fresh.search(q, resource_id="u", top_k=5).hits] for q in queries] == first
+    store.close()
