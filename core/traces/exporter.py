@@ -154,7 +154,9 @@ class DuckDBSpanExporter:
         delay = 0.005
         while True:
             remaining = deadline - time.monotonic()
-            if self._flush_once(min(self.write_budget_s, max(remaining, 0.0))) and self._idle():
+            # Up to the high-water mark per write, as the flusher writes: one file open, not one a batch.
+            if self._flush_once(min(self.write_budget_s, max(remaining, 0.0)), limit=self._high_water) \
+                    and self._idle():
                 return True
             if time.monotonic() >= deadline:
                 return self._idle()
@@ -224,8 +226,8 @@ class DuckDBSpanExporter:
         return not self._pending()
 
     def _flush_once(self, budget_s: float, limit: int | None = None) -> bool:
-        """One batch of at most ``limit`` spans (default ``batch_size``), plus any spill files; True
-        unless the store was busy or failed."""
+        """One write of at most ``limit`` queued spans (default ``batch_size``), plus any spill files;
+        True unless the store was busy or failed."""
         with self._flush_lock:
             claimed: list[Path] = []
             spilled: list[SpanRecord] = []
