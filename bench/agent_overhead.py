@@ -85,7 +85,7 @@ OM_ACTOR_SECONDS = 0.06  # what one reply of the agent's model takes
 
 def counts(turns: int) -> None:
     """What a history + working-memory turn traced to DuckDB does, counted rather than timed (a loaded
-    machine changes the times, not these): SQL statements and write transactions per turn, Python
+    machine changes the times, not these): SQL statements, write transactions and pool checkouts per turn, Python
     function calls per turn (cProfile), and how many times the span writer wrote to the trace file."""
     import cProfile
     import pstats
@@ -110,9 +110,10 @@ def counts(turns: int) -> None:
             return real_write(spans, budget_s)
 
         sink.write_spans = counted_write
-        statements, transactions = [0], [0]
+        statements, transactions, checkouts = [0], [0], [0]
         sa.event.listen(store.db.engine, "before_cursor_execute",
                         lambda *a: statements.__setitem__(0, statements[0] + 1))
+        sa.event.listen(store.db.engine, "checkout", lambda *a: checkouts.__setitem__(0, checkouts[0] + 1))
         before = store.db.write_transactions
         profile = cProfile.Profile()
         start = time.perf_counter()
@@ -125,6 +126,7 @@ def counts(turns: int) -> None:
         calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
         store.close()
     print(f"per turn: {statements[0] / turns:.1f} SQL statements, {transactions[0] / turns:.1f} write transactions, "
+          f"{checkouts[0] / turns:.1f} connection checkouts, "
           f"{calls / turns:,.0f} Python function calls; span-file writes: {writes[0]} in {turns} turns "
           f"({elapsed:.1f} s under the profiler)")
 

@@ -76,9 +76,37 @@ def _bounded(match: re.Match[str]) -> str:
     return REDACTED
 
 
+#: Texts already redacted, with the registered keys they were redacted against: a span repeats most
+#: of the last one's texts (the prompt's history, instructions, tool schemas), so an agent turn looks
+#: ~70 texts up instead of scanning them again. An entry counts only while ``_secrets`` is the very
+#: tuple it was made with (registering a key makes a new tuple), so no text misses a new key. Plain
+#: ``str`` only (a subclass keeps its own object when nothing changes), and short texts only, so the
+#: cache stays small (at most ``DONE_ENTRIES`` x ``DONE_CHARS`` characters).
+_done: dict[str, tuple[tuple[str, ...], str]] = {}
+DONE_ENTRIES = 2048
+DONE_CHARS = 8192
+
+
 def redact_text(text: str) -> str:
     """``text`` with registered keys and key-shaped substrings replaced by ``[REDACTED]``."""
-    for secret in _secrets:
+    secrets = _secrets
+    if type(text) is not str or len(text) > DONE_CHARS:
+        return _redact_text(text, secrets)
+    done = _done.get(text)
+    if done is not None and done[0] is secrets:
+        return done[1]
+    clean = _redact_text(text, secrets)
+    if len(_done) >= DONE_ENTRIES:
+        try:
+            del _done[next(iter(_done))]
+        except (KeyError, StopIteration, RuntimeError):  # another thread evicted it first
+            pass
+    _done[text] = (secrets, clean)
+    return clean
+
+
+def _redact_text(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
     for literal, shape in _SHAPES:

@@ -4,9 +4,12 @@ write/prune API: ``core.traces.pg_store``), so tracing never slows or fails an a
 ``export`` only appends to an in-memory queue. A background thread writes the queue in batches;
 the end of an agent run (a root span arriving) wakes it at once, unless it wrote less than
 ``flush_interval_s`` ago: then the spans wait for the rest of that interval, so runs that follow
-each other closely share one write (each write opens the file, about 85 ms of CPU on 2 busy cores,
-which would otherwise compete with the runs themselves). When the file is busy (the Studio is
-reading it, or another agent process is writing) the spans simply stay queued.
+each other closely share one write (each write opens the file, about 60–85 ms of CPU on 2 busy cores,
+which would otherwise compete with the runs themselves). Only a queue past its high-water mark (a
+quarter of ``max_queue``, at least ``batch_size``) is written before the interval is over, and a
+write takes up to that many spans at once, so a steady stream of turns opens the file about once a
+second. When the file is busy (the Studio is reading it, or another agent process is writing) the
+spans simply stay queued.
 
 If the queue outgrows ``max_queue`` the oldest spans are spilled to a JSONL side file next to the
 database rather than dropped: a trace is how a user finds out what the model actually received, so
@@ -112,6 +115,10 @@ class DuckDBSpanExporter:
         self._stopped = False
         self._next_prune = time.monotonic()
         self._last_write = -float("inf")  # monotonic time the flusher last wrote (paces root-span wakes)
+        # Spans that end the pacing wait early: a quarter of the queue's room (so a steady stream of
+        # turns is written about once per ``flush_interval_s``, long before anything would spill),
+        # never less than one batch.
+        self._high_water = max(batch_size, max_queue // 4)
         self._release_orphan_claims()
         self._thread: threading.Thread | None = None
         if background:
@@ -130,7 +137,7 @@ class DuckDBSpanExporter:
                 # Spill a quarter more than needed so a steady overflow spills in chunks.
                 n = len(self._queue) - self.max_queue + self.max_queue // 4
                 overflow = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
-            if any(s.parent_span_id is None for s in spans) or len(self._queue) >= self.batch_size:
+            if any(s.parent_span_id is None for s in spans) or len(self._queue) >= self._high_water:
                 self._wake = True
                 self._cond.notify()
         if overflow:
@@ -147,7 +154,9 @@ class DuckDBSpanExporter:
         delay = 0.005
         while True:
             remaining = deadline - time.monotonic()
-            if self._flush_once(min(self.write_budget_s, max(remaining, 0.0))) and self._idle():
+            # Up to the high-water mark per write, as the flusher writes: one file open, not one a batch.
+            if self._flush_once(min(self.write_budget_s, max(remaining, 0.0)), limit=self._high_water) \
+                    and self._idle():
                 return True
             if time.monotonic() >= deadline:
                 return self._idle()
@@ -187,18 +196,22 @@ class DuckDBSpanExporter:
             with self._cond:
                 self._cond.wait_for(lambda: self._wake or self._stopped, timeout=backoff)
                 # Paced: a wake within flush_interval_s of the last write waits out the interval
-                # (a full batch or shutdown does not), so a burst of runs is written together.
+                # (a queue past the high-water mark or shutdown does not), so a burst of runs is
+                # written together.
                 pace = self._last_write + self.flush_interval_s - time.monotonic()
                 if pace > 0 and not self._stopped:
-                    self._cond.wait_for(lambda: self._stopped or len(self._queue) >= self.batch_size, timeout=pace)
+                    self._cond.wait_for(lambda: self._stopped or len(self._queue) >= self._high_water, timeout=pace)
                 self._wake = False
                 if self._stopped:
                     return
             self._last_write = time.monotonic()
             try:
-                ok = self._flush_once(self.write_budget_s)
-                while ok and len(self._queue) >= self.batch_size and not self._stopped:
-                    ok = self._flush_once(self.write_budget_s)
+                # Up to a high-water mark of spans in one write: each write opens the file (~60 ms of
+                # CPU whatever its size, against ~0.1 ms a span), so batches of ``batch_size`` each
+                # opening it again cost a steady stream of turns more than the turns themselves.
+                ok = self._flush_once(self.write_budget_s, limit=self._high_water)
+                while ok and len(self._queue) >= self._high_water and not self._stopped:
+                    ok = self._flush_once(self.write_budget_s, limit=self._high_water)
                 self._maybe_prune()
             except Exception:  # noqa: BLE001 - the flusher must outlive any single bad batch
                 log.exception("span flusher iteration failed")
@@ -212,8 +225,9 @@ class DuckDBSpanExporter:
     def _idle(self) -> bool:
         return not self._pending()
 
-    def _flush_once(self, budget_s: float) -> bool:
-        """One batch (plus any spill files); True unless the store was busy or failed."""
+    def _flush_once(self, budget_s: float, limit: int | None = None) -> bool:
+        """One write of at most ``limit`` queued spans (default ``batch_size``), plus any spill files;
+        True unless the store was busy or failed."""
         with self._flush_lock:
             claimed: list[Path] = []
             spilled: list[SpanRecord] = []
@@ -227,7 +241,7 @@ class DuckDBSpanExporter:
                     continue
                 claimed.append(path)
             with self._cond:
-                batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
+                batch = [self._queue.popleft() for _ in range(min(limit or self.batch_size, len(self._queue)))]
             if not batch and not spilled:
                 return True
             poisoned: set[tuple[str, str]] = set()

@@ -62,3 +62,69 @@ def test_the_store_checks_the_schema_of_a_file_made_again_under_the_same_path(tm
     store.write_spans(spans[2:])
     with duckdb.connect(str(store.path), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM mastra_ai_spans").fetchone() == (2,)
+
+
+def test_a_text_redacted_before_a_key_was_registered_is_redacted_after_it():
+    from core.redaction import register_secret
+
+    text = "the tool said: Qq-later-registered-4821 was used"
+    assert redact_text(text) == text  # remembered as clean...
+    assert redact_text(text) == text
+    register_secret("Qq-later-registered-4821")
+    assert redact_text(text) == f"the tool said: {REDACTED} was used"  # ...until a key is registered
+
+
+def test_remembered_redactions_give_what_a_fresh_scan_gives():
+    from core import redaction
+
+    texts = [f"message {i} with sk-{'a' * 20}{i} and api_key={i}abc and plain words" for i in range(50)]
+    texts += [f"plain text number {i}" for i in range(50)]
+    fresh = [redaction._redact_text(t, redaction._secrets) for t in texts]
+    assert [redact_text(t) for t in texts] == fresh
+    assert [redact_text(t) for t in texts] == fresh  # the second time from the cache
+    long = "x" * (redaction.DONE_CHARS + 1) + " sk-" + "b" * 30
+    assert redact_text(long).endswith(REDACTED) and long not in redaction._done
+
+
+def test_the_span_writer_writes_a_steady_stream_in_one_write_per_interval(tmp_path):
+    """Within ``flush_interval_s`` of a write, root spans only queue; a queue past the high-water mark
+    (a quarter of ``max_queue``) is written in one write of up to that many spans, not in
+    ``batch_size`` pieces that each open the file."""
+    import time as _time
+
+    from core.traces.exporter import DuckDBSpanExporter
+
+    class CountingStore(DuckDBObservabilityStore):
+        def __init__(self, path):
+            super().__init__(path)
+            self.sizes = []
+
+        def write_spans(self, spans, budget_s=None):
+            self.sizes.append(len(spans))
+            return super().write_spans(spans, budget_s)
+
+    store = CountingStore(tmp_path / "obs.duckdb")
+    exporter = DuckDBSpanExporter(store, batch_size=5, max_queue=100, flush_interval_s=600, prune_interval_s=None)
+    tracer = Tracer(exporter)
+
+    def runs(n):
+        for i in range(n):
+            with tracer.start_span(f"run {i}", "agent_run", new_trace=True):
+                pass
+
+    def wait_for(predicate):
+        deadline = _time.monotonic() + 60
+        while not predicate() and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+        assert predicate()
+
+    runs(1)
+    wait_for(lambda: store.sizes == [1])  # the first run is written at once
+    runs(20)  # within the interval: each run wakes the writer, which waits (20 < 25)
+    runs(9)  # 29 queued: past the high-water mark of 25
+    wait_for(lambda: len(store.sizes) == 2)
+    assert store.sizes == [1, 25]
+    exporter.shutdown(timeout=60)
+    assert sum(store.sizes) == 30 and exporter.stats.written == 30
+    with duckdb.connect(str(tmp_path / "obs.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM mastra_ai_spans").fetchone()[0] == 30
