@@ -10,7 +10,9 @@ output when given (``--mastra``), so both are measured in the same hour:
 
 ``--save-only`` does what Mastra's ``benchSave('storage-only', 10_000, 100, runs)`` does (a fresh
 database per run, only the save loop timed), for a side-by-side run of the two commands. Mastra's
-bench lives in ../shared/bench/mastra (copy it out, ``npm install``; its README says how).
+bench lives in ../shared/bench/mastra (copy it out, ``npm install``; its README says how). Rates are
+printed by the clock and per second of CPU time (the loop's ``process_time``; a Mastra run that reports
+``cpu_msgs_per_s`` — its loop timed with ``process.cpuUsage()`` — is compared on both).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def mastra_figures(path: Path) -> dict[str, float]:
     for r in rows:
         if r.get("op") == "save/storage-only" and r.get("n") == 10_000:
             out["batch100" if r.get("batch") == 100 else "one_call"] = float(r["msgs_per_s"])
+            if r.get("batch") == 100 and "cpu_msgs_per_s" in r:  # a run that also timed its loop's CPU
+                out["batch100_cpu"] = float(r["cpu_msgs_per_s"])
         if r.get("op") == "save/semantic" and r.get("batch") == 100:
             out["semantic_batch100"] = float(r["msgs_per_s"])
     return out
@@ -47,9 +51,15 @@ def mastra_figures(path: Path) -> dict[str, float]:
 
 def save_batches(n: int, recall: bool, runs: int = 1) -> float:
     """Median msgs/s saving n messages in batches of 100 into a fresh database (recall: hashing embedder)."""
+    return save_rates(n, recall, runs)[0]
+
+
+def save_rates(n: int, recall: bool, runs: int = 1) -> tuple[float, float]:
+    """``save_batches``'s (wall, CPU) medians: msgs/s by the clock and per second of this process's CPU
+    time. On a shared machine the wall rate says how busy it was; the CPU rate does not depend on it."""
     from core.embedding import HashingEmbedder
 
-    rates = []
+    walls, cpus = [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
             store = open_store(Path(tmp) / "bench.db")
@@ -57,12 +67,13 @@ def save_batches(n: int, recall: bool, runs: int = 1) -> float:
                             embedder=HashingEmbedder(64) if recall else None)
             memory.create_thread(resource_id="bench", thread_id="t")
             msgs = make_messages(n, "t")
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for i in range(0, n, 100):
                 memory.save_messages(msgs[i:i + 100])
-            rates.append(n / (time.perf_counter() - start))
+            walls.append(n / (time.perf_counter() - start))
+            cpus.append(n / max(time.process_time() - cpu, 1e-9))
             store.close()
-    return statistics.median(rates)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def make_messages(n: int, thread: str) -> list[Message]:
@@ -93,7 +104,14 @@ def main() -> None:
     args = parser.parse_args()
     n = args.messages
     if args.save_only:
-        print(f"save, batches of 100, {n:,} messages, median of {args.runs}: {save_batches(n, False, args.runs):,.0f} msgs/s")
+        wall, cpu = save_rates(n, False, args.runs)
+        print(f"save, batches of 100, {n:,} messages, median of {args.runs}: {wall:,.0f} msgs/s ({cpu:,.0f} per CPU second)")
+        if args.mastra is not None:
+            theirs = mastra_figures(args.mastra)
+            line = f"Mastra (same hour) {theirs['batch100']:,.0f} msgs/s: x{wall / theirs['batch100']:.2f}"
+            if "batch100_cpu" in theirs:
+                line += f"; per CPU second {theirs['batch100_cpu']:,.0f}: x{cpu / theirs['batch100_cpu']:.2f}"
+            print(line)
         return
     mastra = dict(MASTRA)
     if args.mastra is not None:
@@ -135,15 +153,17 @@ def main() -> None:
     # Recall on and off, alternated so a drift of the machine's speed hits both alike.
     off_rates, on_rates = [], []
     for _ in range(args.runs):
-        off_rates.append(save_batches(n, False))
-        on_rates.append(save_batches(n, True))
-    off, on = statistics.median(off_rates), statistics.median(on_rates)
+        off_rates.append(save_rates(n, False))
+        on_rates.append(save_rates(n, True))
+    off, on = statistics.median(r[0] for r in off_rates), statistics.median(r[0] for r in on_rates)
+    off_cpu, on_cpu = statistics.median(r[1] for r in off_rates), statistics.median(r[1] for r in on_rates)
 
     print(f"messages in thread            {n:,}")
     print(f"save, batches of 100          {batch_rate:10,.0f} msgs/s   (Mastra {mastra['batch100']:,.0f}; x{batch_rate / mastra['batch100']:.1f})")
     print(f"save, one call of {n:,}      {one_call:10,.0f} msgs/s   (Mastra {mastra['one_call']:,.0f}; x{one_call / mastra['one_call']:.1f})")
     semantic = f"; Mastra with recall {mastra['semantic_batch100']:,.0f}" if "semantic_batch100" in mastra else ""
     print(f"save, batches of 100, recall off / on (hashing embedder): {off:,.0f} / {on:,.0f} msgs/s = x{on / off:.2f}{semantic}")
+    print(f"... per CPU second (load-independent): {off_cpu:,.0f} / {on_cpu:,.0f} msgs/s = x{on_cpu / off_cpu:.2f}")
     print(f"save, one call of {2 * n:,}      {double_rate:10,.0f} msgs/s   (ratio to {n:,}: {double_rate / one_call:.2f})")
     print(f"read last 10 (median)         {last10:10.3f} ms       (Mastra {mastra['last10_ms']} ms)")
     print(f"assemble history+WM (median)  {statistics.median(asm):10.3f} ms")

@@ -4,7 +4,7 @@ The write path's batches (a save's messages, their vectors and keyword docs) use
 ``executemany``. libsql-experimental runs that as one full statement execution per row, and that
 execution, not SQLite's b-tree work, was most of the cost: 10,000 message rows in batches of 100 took
 ~40 µs per row that way and ~26 µs as one multi-row statement per batch (vector rows ~60 → ~29 µs;
-measured with the driver alone, /work/notes/issue-20w.md). Postgres takes the same statement.
+measured with the driver alone; docs/ARCHITECTURE.md Figures). Postgres takes the same statement.
 
 The statement is atomic where ``executemany`` stopped at the failing row: every caller runs inside a
 transaction (or a savepoint) that is rolled back on any error, so what is stored is the same.
