@@ -130,6 +130,9 @@ def store_embedder(store: "Store", *, shared: bool = True) -> "CachedEmbedder":
         if not shared:
             return CachedEmbedder(hashing)
         with _hashing_lock:
-            return _hashing_shared.setdefault(indexed_by, CachedEmbedder(hashing))
+            found = _hashing_shared.get(indexed_by)
+            if found is None:
+                found = _hashing_shared[indexed_by] = CachedEmbedder(hashing)
+            return found
     name = store_model_name(store)
     return shared_default_embedder(name) if shared else default_embedder(name)
