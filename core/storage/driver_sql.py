@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from core.storage.capabilities import capabilities_of
 
 
-def _cursor(conn: sa.Connection, sql: str, params: Any, many: bool) -> Any:
+def _cursor(conn: sa.Connection, sql: str, params: Any) -> Any:
     """The driver's cursor with ``sql`` executed, or None when this backend takes SQLAlchemy's path."""
     if not capabilities_of(conn).driver_qmark:
         return None
@@ -30,17 +30,14 @@ def _cursor(conn: sa.Connection, sql: str, params: Any, many: bool) -> Any:
     listeners = conn.dispatch.before_cursor_execute
     if listeners:
         for listener in listeners:
-            listener(conn, cursor, sql, params, None, many)
-    if many:
-        cursor.executemany(sql, params)
-    else:
-        cursor.execute(sql, params)
+            listener(conn, cursor, sql, params, None, False)
+    cursor.execute(sql, params)
     return cursor
 
 
 def rows(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """Every row of ``sql`` as tuples."""
-    cursor = _cursor(conn, sql, tuple(params), False)
+    cursor = _cursor(conn, sql, tuple(params))
     if cursor is None:
         return [tuple(r) for r in conn.exec_driver_sql(sql, tuple(params)).all()]
     try:
@@ -51,7 +48,7 @@ def rows(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> list[tupl
 
 def first(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
     """The first row of ``sql`` as a tuple (None: no row)."""
-    cursor = _cursor(conn, sql, tuple(params), False)
+    cursor = _cursor(conn, sql, tuple(params))
     if cursor is None:
         row = conn.exec_driver_sql(sql, tuple(params)).first()
         return tuple(row) if row is not None else None
@@ -70,21 +67,11 @@ def scalar(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
 
 def execute(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> None:
     """Run a statement whose rows (if any) are not wanted."""
-    cursor = _cursor(conn, sql, tuple(params), False)
+    cursor = _cursor(conn, sql, tuple(params))
     if cursor is None:
         conn.exec_driver_sql(sql, tuple(params))
     else:
         cursor.close()
 
 
-def execute_many(conn: sa.Connection, sql: str, params: Sequence[Sequence[Any]]) -> None:
-    """Run ``sql`` once per parameter row (the driver's ``executemany``)."""
-    rows_ = [tuple(p) for p in params]
-    cursor = _cursor(conn, sql, rows_, True)
-    if cursor is None:
-        conn.exec_driver_sql(sql, rows_)
-    else:
-        cursor.close()
-
-
-__all__ = ["execute", "execute_many", "first", "rows", "scalar"]
+__all__ = ["execute", "first", "rows", "scalar"]

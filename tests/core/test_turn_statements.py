@@ -42,7 +42,8 @@ def test_driver_sql_gives_what_sqlalchemy_gives(store: Any) -> None:
         assert driver_sql.scalar(conn, "SELECT count(*) FROM mastra_threads") == 1
         assert driver_sql.scalar(conn, sql, ("nope",)) is None
     with store.db.write() as conn:
-        driver_sql.execute_many(conn, 'UPDATE mastra_threads SET title = ? WHERE id = ?', [("a", "t1"), ("b", "t1")])
+        for title in ("a", "b"):
+            driver_sql.execute(conn, 'UPDATE mastra_threads SET title = ? WHERE id = ?', (title, "t1"))
         driver_sql.execute(conn, 'UPDATE mastra_threads SET "resourceId" = ? WHERE id = ?', ("u1", "t1"))
     thread = memory.get_thread("t1")
     assert thread is not None and thread.title == "b" and thread.metadata == {"k": [1, "ü"]}
