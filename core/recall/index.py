@@ -47,7 +47,7 @@ from core.recall.types import (
     VectorRow,
 )
 from core.recall.vector_table import VectorState
-from core.storage import migrations as storage_migrations
+from core.storage import driver_sql, migrations as storage_migrations
 from core.storage.capabilities import Capabilities
 from core.timeutil import to_iso as _to_iso
 
@@ -285,9 +285,9 @@ class RecallIndex:
             # one of them: counted on the (thread_id, createdAt) index alone, every role included.
             first, last = to_iso(mine[0].created_at), to_iso(mine[-1].created_at)
             saved_here = sum(1 for m in staged.saved if (m.thread_id or "") == thread_id and first <= to_iso(m.created_at) <= last)
-            stored = int(conn.exec_driver_sql(
-                'SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND "createdAt" >= ? AND "createdAt" <= ?',
-                (thread_id, first, last)).scalar() or 0) if thread_id else saved_here
+            stored = int(driver_sql.scalar(
+                conn, 'SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND "createdAt" >= ? AND "createdAt" <= ?',
+                (thread_id, first, last)) or 0) if thread_id else saved_here
             if stored != saved_here:  # read every context from storage
                 right.update(passages.contexts(conn, sorted(wanted)))
             else:
@@ -528,7 +528,8 @@ class RecallIndex:
                 with self.store.db.write() as conn:
                     applied, gone = self.keywords.drain(conn)
                     self.vectors.delete(conn, "message_id", gone)
-            except sa.exc.DBAPIError as exc:  # e.g. another process draining at the same moment
+            except (sa.exc.DBAPIError, ValueError) as exc:  # e.g. another process draining at the same moment (libSQL's
+                # driver errors arrive as bare ValueErrors through the driver's cursor)
                 log.warning("keyword index queue not applied: %s", exc)
                 return f"keyword index not brought up to date ({exc.__class__.__name__}); retried on the next search"
             if not applied:
@@ -651,7 +652,7 @@ class StagedIndex:
             self.saved = list(saved)
         if not self.todo:
             return
-        conn.exec_driver_sql("SAVEPOINT recall_index")
+        driver_sql.execute(conn, "SAVEPOINT recall_index")
         try:
             if self.loose:
                 moved = index._recheck(conn, self)
@@ -666,7 +667,7 @@ class StagedIndex:
                         else:
                             self.vectors[list(moved)] = again
             self._written = index._write_staged(conn, self)
-            conn.exec_driver_sql("RELEASE SAVEPOINT recall_index")
+            driver_sql.execute(conn, "RELEASE SAVEPOINT recall_index")
         except Exception as exc:
             log.warning("recall index write of %d message(s) failed", len(self.todo), exc_info=True)
             conn.exec_driver_sql("ROLLBACK TO SAVEPOINT recall_index")

@@ -31,6 +31,7 @@ from core.recall import passages
 from core.recall.keyword_memory import KeywordMemory
 from core.recall.types import DocRow
 from core.recall.text import keyword_terms
+from core.storage import driver_sql
 
 DRAIN_BATCH = 2000
 # BM25 weight of the previous-message column against the message's own (1.0); tuned on LoCoMo public.
@@ -192,12 +193,13 @@ def drain_queue(
     save that triggered the drain); they are counted as applied without being read again.
     """
     # The watermark and the queue in one statement (the queue is empty on most saves).
-    rows = conn.exec_driver_sql(
+    rows = driver_sql.rows(
+        conn,
         f"SELECT (SELECT value FROM {STATE_TABLE} WHERE key = ?), q.seq, q.message_id, q.op, q.row_id "
         f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
         "ORDER BY q.seq",
         (FTS_WATERMARK, limit),
-    ).all()
+    )
     mark = int(rows[0][0] or 0) if rows else 0
     queued = [tuple(r[1:]) for r in rows if r[1] is not None]
     # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
@@ -205,9 +207,7 @@ def drain_queue(
     reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]
     if reused:
         mark = min(mark, min(reused) - 1)
-    fresh = conn.exec_driver_sql(
-        "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?", (mark, limit)
-    ).all()
+    fresh = driver_sql.rows(conn, "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?", (mark, limit))
     if not queued and not fresh:
         return 0, []
     last_op: dict[str, str] = {}
@@ -227,9 +227,7 @@ def drain_queue(
         conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq <= ?", (queued[-1][0],))
     if fresh:
         mark = fresh[-1][0]
-    conn.exec_driver_sql(
-        f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(mark))
-    )
+    driver_sql.execute(conn, f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(mark)))
     return len(queued) + len(fresh), gone
 
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from core.recall.schema import text_of_raw
 from core.recall.text import passage_hash
-from core.storage import dialect
+from core.storage import dialect, driver_sql
 from core.timeutil import to_iso
 
 INDEXED_ROLES = ("user", "assistant")
@@ -88,7 +88,7 @@ def contexts(conn: sa.Connection, message_ids: Iterable[str]) -> dict[str, str]:
     sql = f"SELECT m.id, {_previous_sql(conn)} FROM mastra_messages m WHERE m.id IN ({{marks}})"
     for start in range(0, len(wanted), CHUNK):
         chunk = tuple(wanted[start : start + CHUNK])
-        for mid, prev in conn.exec_driver_sql(sql.format(marks=",".join("?" * len(chunk))), chunk):
+        for mid, prev in driver_sql.rows(conn, sql.format(marks=",".join("?" * len(chunk))), chunk):
             out[mid] = text_of_raw(prev) if prev is not None else ""
     return out
 

@@ -44,7 +44,7 @@ import re
 
 import sqlalchemy as sa
 
-from core.storage import bulk, catalog, dialect
+from core.storage import bulk, catalog, dialect, driver_sql
 
 from core.storage import migrations
 from core.recall import pg_schema  # the same steps on Postgres
@@ -264,12 +264,13 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
     """
     if not thread_id:
         return ""
-    row = conn.exec_driver_sql(
+    row = driver_sql.first(
+        conn,
         f"SELECT {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages "
         "WHERE thread_id = ? AND role IN ('user', 'assistant') AND \"createdAt\" <= ? "
         'AND ("createdAt" < ? OR id < ?) ORDER BY "createdAt" DESC, id DESC LIMIT 1',
         (thread_id, created_at, created_at, message_id),
-    ).first()
+    )
     return text_of_raw(row[0]) if row is not None else ""
 
 
@@ -308,7 +309,7 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
     if not keep:
         return
     # Doc ids given here (the caller holds the write lock), so the FTS rows need no read-back.
-    top = int(conn.exec_driver_sql(f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}").scalar() or 0)
+    top = int(driver_sql.scalar(conn, f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}") or 0)
     bulk.insert_rows(
         conn, f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash)",
         [(top + i, mid, tid, rid, passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
@@ -337,14 +338,9 @@ def delete_docs(conn: sa.Connection, message_ids: list[str]) -> int:
     for start in range(0, len(message_ids), 500):
         chunk = message_ids[start : start + 500]
         marks = ",".join("?" * len(chunk))
-        doc_ids = [
-            r[0]
-            for r in conn.exec_driver_sql(
-                f"SELECT doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", tuple(chunk)
-            )
-        ]
+        doc_ids = [r[0] for r in driver_sql.rows(conn, f"SELECT doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", chunk)]
         if doc_ids:  # (a batch of new messages has none: nothing to delete)
-            conn.exec_driver_sql(f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({','.join('?' * len(doc_ids))})", tuple(doc_ids))
-            conn.exec_driver_sql(f"DELETE FROM {DOCS_TABLE} WHERE doc_id IN ({','.join('?' * len(doc_ids))})", tuple(doc_ids))
+            driver_sql.execute(conn, f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({','.join('?' * len(doc_ids))})", doc_ids)
+            driver_sql.execute(conn, f"DELETE FROM {DOCS_TABLE} WHERE doc_id IN ({','.join('?' * len(doc_ids))})", doc_ids)
         removed += len(doc_ids)
     return removed

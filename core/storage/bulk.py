@@ -16,6 +16,8 @@ from typing import Any, Sequence
 
 import sqlalchemy as sa
 
+from core.storage import driver_sql
+
 # Parameters per statement: under SQLite's SQLITE_MAX_VARIABLE_NUMBER (32,766) and Postgres' 65,535,
 # and small enough that a statement's text stays cheap to parse.
 MAX_PARAMS = 4_000
@@ -47,7 +49,7 @@ def insert_rows(conn: sa.Connection, head: str, rows: Sequence[tuple[Any, ...]],
             if len(row) != width:
                 raise ValueError(f"insert_rows: a row of {len(row)} values among rows of {width}")
             params.extend(row)
-        conn.exec_driver_sql(sql, tuple(params))
+        driver_sql.execute(conn, sql, params)  # the driver's own cursor where it takes ``?`` (no SQLAlchemy result)
 
 
 __all__ = ["MAX_PARAMS", "insert_rows"]
