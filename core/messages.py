@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,7 +33,16 @@ class MessageFormatError(MemoryStudioError, ValueError):
 
 
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A new message / thread id: a UUID version 7 (RFC 9562), i.e. 48 bits of Unix milliseconds then
+    74 random bits, as text like any UUID. Ids made later sort later, so a batch's new rows land at the
+    right edge of every index keyed by message id (``mastra_messages``' primary key, the recall docs,
+    the vector rows) instead of on a random page each: a recall-on save of 100 messages touched about a
+    hundred pages per such index with version 4 ids. Mastra takes any string id."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    rand_a, rand_b = rand >> 68, rand & ((1 << 62) - 1)  # 12 and 62 random bits
+    value = ((ms & ((1 << 48) - 1)) << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+    return str(uuid.UUID(int=value))
 
 
 def text_part(text: str) -> dict[str, Any]:
