@@ -13,6 +13,13 @@ database per run, only the save loop timed), for a side-by-side run of the two c
 bench lives in ../shared/bench/mastra (copy it out, ``npm install``; its README says how). Rates are
 printed by the clock and per second of CPU time (the loop's ``process_time``; a Mastra run that reports
 ``cpu_msgs_per_s`` — its loop timed with ``process.cpuUsage()`` — is compared on both).
+
+The Mastra side of ``--save-only``: in the copy, a ``save100cpu.mjs`` made of ``bench.mjs`` up to its
+save benchmarks (data, helpers, ``setup``, ``benchSave``) with ``const c0 = process.cpuUsage()`` before
+the timed loop, ``cpu_ms`` / ``cpu_msgs_per_s`` from ``process.cpuUsage(c0)`` added to its row, then
+``await benchSave('storage-only', 10_000, 100, RUNS_10K)`` and the results file written; run as
+``RUNS_10K=1 node_modules/.bin/node save100cpu.mjs out.json`` (Node 22 comes with the copy's
+``npm install``), alternated with ``.venv/bin/python bench/storage.py --save-only --runs 1``.
 """
 
 from __future__ import annotations
