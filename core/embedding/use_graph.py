@@ -6,21 +6,27 @@ other's vectors. ``per_text_graph`` rewrites each of its 12 ``DynamicQuantizeLin
 pairs so that the scale and zero point are taken per text, over exactly the elements the same text
 alone would have given:
 
-* the activation ``x`` is reshaped to ``[texts, -1]`` (every quantised tensor of this graph is
-  text-major: token rows of text 0, then text 1, …), min/max are reduced per row, and scale and zero
-  point follow onnxruntime's formula (``scale = (max(0, max) - min(0, min)) / 255``, 1 when the range
-  is empty; ``zp = round_half_even(clip(0 - min / scale, 0, 255))``);
-* ``q = clip(round_half_even(x / scale) + zp, 0, 255)``, which is what MLAS's QuantizeLinear computes;
+* min and max are taken per text: per row for the text-level tensors ``[texts, width]``, and for the
+  token-level ones ``[tokens, width]`` (text 0's rows, then text 1's, …) per row and then per text
+  through ``token_rows``; scale and zero point follow onnxruntime's formula
+  (``scale = (max(0, max) - min(0, min)) / 255``, 1 when the range is empty;
+  ``zp = round_half_even(clip(0 - min / scale, 0, 255))``);
+* each row is quantised with its text's scale and zero point by onnxruntime's ``QuantizeLinear``
+  (``com.microsoft``, axis 0), the same MLAS kernel ``DynamicQuantizeLinear`` calls;
 * ``MatMulInteger`` cannot take one zero point per text, so it runs with none and the zero point is
   taken off afterwards in int32: ``(q - zp) @ W' = q @ W' - zp * colsum(W')`` with ``W' = W - w_zp``.
   Integer arithmetic is exact, so the int32 result equals the original's to the bit;
 * ``float(C) * (scale * w_scale)``, as the original ``Cast`` + ``Mul`` (or the fused kernel) does.
 
-A batch of texts that all have the same token count therefore gives each text bit-for-bit the vector
-it gets alone (tests/core/test_embedding_use_batching.py checks it on English, Chinese and mixed
-lengths). Texts of different token counts must never share a run: rows would not split per text.
-``UseOnnxEmbedder`` only ever batches equal token counts, counted by ``tokenizer_graph``, the pinned
-graph's own SentencePiece node alone (about 20 µs a text).
+Two more changes make the rest of the graph batch-proof. The word-embedding SegmentSum gathered a
+text's token rows through tf2onnx's sort + scatter, which rotates them inside a batch (same rows,
+another summation order); it now gathers them in token order from ``token_rows``. And its ReduceSum
+over ``[texts, tokens, 512]`` takes one reduction path at every batch size (``_sequential_segment_sum``).
+
+So a batch of any texts, of any lengths, gives each text bit for bit the vector the pinned graph gives
+it alone (tests/core/test_embedding_use_batching.py checks it on English, Chinese and mixed lengths).
+The graph takes two extra inputs computed from the token counts (``batch_inputs``); the counts come
+from ``tokenizer_graph``, the pinned graph's own SentencePiece node alone (about 20 µs a text).
 
 ``onnx`` is imported lazily: only deriving the files needs it, loading them does not.
 """
@@ -31,8 +37,8 @@ import hashlib
 import importlib
 import json
 import os
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,7 +89,22 @@ def ensure_derived(source: Path, source_sha256: str) -> tuple[Path, Path]:
                 f"could not write the derived embedding graph {path}: {exc.strerror or exc}. "
                 "The models folder must be writable once (set $MEMORY_STUDIO_MODELS to another folder)."
             ) from exc
+    _remove_other_versions(source)
     return per_text, tokenizer
+
+
+def _remove_other_versions(source: Path) -> None:
+    """Delete graphs an earlier rewrite version derived from ``source`` (72 MB each)."""
+    stem = source.name.removesuffix(".onnx")
+    current = {p.name for p in derived_paths(source)}
+    for kind in ("per-text", "tokenizer"):
+        for old in source.parent.glob(f"{stem}.{kind}-v*.onnx"):
+            if old.name not in current:
+                for path in (old, _stamp(old)):
+                    try:
+                        path.unlink(missing_ok=True)
+                    except OSError:
+                        pass  # a read-only folder keeps them; nothing reads them
 
 
 def _stamp(path: Path) -> Path:

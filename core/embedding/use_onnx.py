@@ -12,12 +12,12 @@ taken over the whole batch tensor, so a text's vector would depend on its batch-
 
 * one text (a query, a single message) runs alone through the pinned graph;
 * several texts are counted in tokens by the graph's own tokenizer (``use_graph.tokenizer_graph``,
-  ~20 µs a text), grouped by equal token count, and each group (at most ``batch_size`` texts and
-  ``TOKEN_BUDGET`` tokens) runs as one true batch through ``use_graph.per_text_graph``: the pinned graph
-  rewritten so every text's activations get their own scale and zero point, and the word-embedding sum
-  adds rows in the same order at any batch size. Equal token counts mean no padding row either. Each
-  text's vector then equals, bit for bit, the one the pinned graph gives it alone
-  (tests/core/test_embedding_use_batching.py, on EN, ZH and mixed lengths); a group of one runs alone.
+  ~20 µs a text), sorted by count and cut into batches (at most ``batch_size`` texts and
+  ``TOKEN_BUDGET`` padded tokens); each batch runs as one true batch through
+  ``use_graph.per_text_graph``: the pinned graph rewritten so every text's activations get their own
+  scale and zero point and its word embeddings are summed in token order at any batch size. Each
+  text's vector then equals, bit for bit, the one the pinned graph gives it alone, whatever the
+  lengths in its batch (tests/core/test_embedding_use_batching.py: EN, ZH, mixed lengths);
 * The runs, largest first, go to ``threads`` worker threads sharing the sessions, one intra-op thread
   each (onnxruntime releases the GIL while it runs).
 
@@ -87,7 +87,7 @@ class UseOnnxEmbedder:
         self._path = path
         # onnxruntime ships no type information, so sessions are Any to mypy.
         self._session: Any = None  # the pinned graph: one text per run
-        self._per_text: Any = None  # the rewritten graph: batches of equal token count
+        self._per_text: Any = None  # the per-text rewrite: true batches
         self._tokenizer: Any = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -119,7 +119,11 @@ class UseOnnxEmbedder:
         self._load()
         if len(texts) > 1 and self.batch_size > 1 and self._load_batching():
             counts = self._token_counts(texts)
-            runs = list(count_sorted_batches(counts, self.batch_size, TOKEN_BUDGET))
+            # (The tokenizer adds begin/end tokens, so every count is ≥ 2; a text without any would run alone.)
+            batchable = [i for i, c in enumerate(counts) if c > 0]
+            sorted_runs = count_sorted_batches([counts[i] for i in batchable], self.batch_size, TOKEN_BUDGET)
+            runs = [[batchable[j] for j in run] for run in sorted_runs]
+            runs += [[i] for i, c in enumerate(counts) if c <= 0]
         else:
             counts = []
             runs = [[i] for i in range(len(texts))]

@@ -98,8 +98,11 @@ def test_derived_graphs_are_written_once_and_rewritten_when_changed(tmp_path: Pa
     assert MODEL is not None
     source = tmp_path / MODEL.name
     source.symlink_to(MODEL)
+    stale = tmp_path / f"{MODEL.stem}.per-text-v0.onnx"  # an earlier rewrite's graph
+    stale.write_bytes(b"old")
     per_text, tokenizer = ensure_derived(source, USE_M3_Q.sha256)
     assert (per_text, tokenizer) == derived_paths(source)
+    assert not stale.exists()
     first = per_text.stat().st_mtime_ns
     assert ensure_derived(source, USE_M3_Q.sha256) == (per_text, tokenizer)
     assert per_text.stat().st_mtime_ns == first  # trusted by its stamp, not derived again
