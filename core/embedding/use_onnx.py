@@ -45,8 +45,8 @@ from core.embedding.base import (
     Kind,
     Vectors,
     check_call,
-    empty,
     count_sorted_batches,
+    empty,
     l2_normalise,
 )
 from core.embedding.provision import USE_M3_Q, ModelSpec, model_path, verify
@@ -58,7 +58,6 @@ DEFAULT_THREADS = 2
 DEFAULT_BATCH_SIZE = 32
 # Most padded tokens (texts x longest) in one run, so a batch of long texts cannot take much memory.
 TOKEN_BUDGET = 4096
-ONE_TEXT_PER_RUN = 1
 
 
 class UseOnnxEmbedder:
