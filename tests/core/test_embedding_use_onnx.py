@@ -80,7 +80,7 @@ def test_shapes_dtype_and_unit_length(use: UseOnnxEmbedder) -> None:
 
 @needs_model
 def test_a_vector_depends_only_on_its_text(use: UseOnnxEmbedder) -> None:
-    # The graph quantises per batch, so by default each text runs alone; that makes a vector
+    # The pinned graph quantises per batch, so batches run through the per-text rewrite; a vector is
     # bit-identical whatever shares its call, and across instances (re-embeds, replays).
     alone = use.embed(["I am allergic to peanuts"])[0]
     again = use.embed(["I am allergic to peanuts"])[0]
@@ -94,8 +94,8 @@ def test_a_vector_depends_only_on_its_text(use: UseOnnxEmbedder) -> None:
 
 @needs_model
 def test_batched_vectors_are_bit_identical_to_one_at_a_time(use: UseOnnxEmbedder) -> None:
-    # A batch runs its texts one per call on parallel workers (longest first): every vector equals
-    # the one the same text gets alone, with one intra-op thread or two, in any order.
+    # A batch runs as true batches of similar token count on parallel workers: every vector equals
+    # the one the same text gets alone (the pinned graph), with one worker or two, in any order.
     texts = [f"message {i}: " + "word " * (i % 9) + ("我对花生过敏" if i % 5 == 0 else "") for i in range(60)]
     texts += ["", "a", "Caroline: I went to the LGBTQ support group yesterday and it was so powerful."]
     batched = use.embed(texts)
@@ -107,12 +107,11 @@ def test_batched_vectors_are_bit_identical_to_one_at_a_time(use: UseOnnxEmbedder
 
 
 @needs_model
-def test_batched_mode_keeps_input_order_and_stays_close(use: UseOnnxEmbedder) -> None:
+def test_every_batch_size_keeps_input_order_and_gives_the_same_vectors(use: UseOnnxEmbedder) -> None:
     texts = [f"message {i}: " + "word " * (i % 7) for i in range(70)]
     exact = use.embed(texts)
-    fast = UseOnnxEmbedder(batch_size=16).embed(texts)
-    cosines = np.sum(exact * fast, axis=1)
-    assert cosines.min() > 0.99  # measured 0.9994-0.9999; anything lower means rows were shuffled
+    for batch_size in (1, 3, 16, 64):
+        assert np.array_equal(UseOnnxEmbedder(batch_size=batch_size).embed(texts), exact), batch_size
 
 
 @needs_model

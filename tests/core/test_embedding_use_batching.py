@@ -1,0 +1,137 @@
+"""Batched USE embedding gives every text, bit for bit, the vector the pinned graph gives it alone.
+
+The per-text graph (core/embedding/use_graph.py) is derived from the real model file; these tests skip
+only when that file is absent, and the skip reason says how to install it.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.embedding.base import ModelNotInstalledError, count_sorted_batches
+from core.embedding.provision import USE_M3_Q, model_path, verify
+from core.embedding.use_graph import TOKEN_ROWS, TOKEN_TEXT, batch_inputs, derived_paths, ensure_derived
+from core.embedding.use_onnx import UseOnnxEmbedder
+
+
+def _installed() -> Path | None:
+    try:
+        return verify(USE_M3_Q, model_path(USE_M3_Q))
+    except ModelNotInstalledError:
+        return None
+
+
+MODEL = _installed()
+needs_model = pytest.mark.skipif(
+    MODEL is None,
+    reason=f"USE model not installed at {model_path(USE_M3_Q)}; run `make models` or `memory-studio models install`",
+)
+
+EN = [
+    "I think we should move the team meeting to Thursday afternoon",
+    "my sister is allergic to peanuts so please check the menu",
+    "the deploy failed again because the database migration timed out",
+    "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+]
+ZH = ["我对花生过敏", "明天下午三点开会", "我在里斯本河边订了一家酒店是五月的第二个周末", "今天天气很好"]
+
+
+def _mixed(n: int, seed: int) -> list[str]:
+    """EN, ZH and mixed messages of very different lengths, with the edge cases among them."""
+    rng = random.Random(seed)
+    out = ["", "a", "我", "ok", "🙂", "word " * 300, "tab\tand\nnewline", "Caroline: 我去了 support group"]
+    while len(out) < n:
+        parts = [rng.choice(EN + ZH) for _ in range(rng.randint(1, 6))]
+        out.append((" " if rng.random() < 0.5 else "，").join(parts))
+    rng.shuffle(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def alone() -> UseOnnxEmbedder:
+    return UseOnnxEmbedder(batch_size=1, threads=1)  # every text alone through the pinned graph
+
+
+@needs_model
+@pytest.mark.parametrize("batch_size,threads", [(32, 2), (7, 1), (64, 2)])
+def test_batches_equal_one_at_a_time_bit_for_bit(alone: UseOnnxEmbedder, batch_size: int, threads: int) -> None:
+    texts = _mixed(100, seed=batch_size)
+    reference = np.stack([alone.embed([t])[0] for t in texts])
+    embedder = UseOnnxEmbedder(batch_size=batch_size, threads=threads)
+    batched = embedder.embed(texts)
+    assert embedder.batching == "batches by token count"
+    assert batched.dtype == np.float32 and batched.shape == (len(texts), 512)
+    assert np.array_equal(batched, reference)
+    # The same texts in another order and other company give the same rows.
+    assert np.array_equal(embedder.embed(texts[::-1])[::-1], reference)
+    assert np.array_equal(embedder.embed(texts[: len(texts) // 3] + EN)[: len(texts) // 3], reference[: len(texts) // 3])
+
+
+@needs_model
+@pytest.mark.parametrize("texts", [EN * 5, ZH * 5, [t * k for k in (1, 2, 5) for t in EN + ZH]])
+def test_english_chinese_and_mixed_lengths(alone: UseOnnxEmbedder, texts: list[str]) -> None:
+    reference = np.stack([alone.embed([t])[0] for t in texts])
+    assert np.array_equal(UseOnnxEmbedder().embed(texts), reference)
+
+
+@needs_model
+def test_without_the_derived_graphs_every_text_runs_alone_with_the_same_vectors(tmp_path: Path) -> None:
+    assert MODEL is not None
+    source = tmp_path / MODEL.name
+    source.symlink_to(MODEL)
+    per_text, _ = derived_paths(source)
+    per_text.mkdir()  # the derived file cannot be written there
+    embedder = UseOnnxEmbedder(path=source)
+    texts = _mixed(20, seed=3)
+    vectors = embedder.embed(texts)
+    assert embedder.batching.startswith("one text per run: could not write the derived embedding graph")
+    assert np.array_equal(vectors, UseOnnxEmbedder(batch_size=1).embed(texts))
+
+
+@needs_model
+def test_derived_graphs_are_written_once_and_rewritten_when_changed(tmp_path: Path) -> None:
+    assert MODEL is not None
+    source = tmp_path / MODEL.name
+    source.symlink_to(MODEL)
+    stale = tmp_path / f"{MODEL.stem}.per-text-v0.onnx"  # an earlier rewrite's graph
+    stale.write_bytes(b"old")
+    per_text, tokenizer = ensure_derived(source, USE_M3_Q.sha256)
+    assert (per_text, tokenizer) == derived_paths(source)
+    assert not stale.exists()
+    first = per_text.stat().st_mtime_ns
+    assert ensure_derived(source, USE_M3_Q.sha256) == (per_text, tokenizer)
+    assert per_text.stat().st_mtime_ns == first  # trusted by its stamp, not derived again
+    good = per_text.read_bytes()
+    per_text.write_bytes(good[:-4] + b"\0\0\0\0")  # same size, other bytes, new mtime
+    ensure_derived(source, USE_M3_Q.sha256)
+    assert per_text.read_bytes() == good
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_batch_inputs_index_each_texts_rows_and_pad_with_the_zero_row() -> None:
+    feed = batch_inputs([2, 3, 1])
+    assert feed[TOKEN_ROWS].tolist() == [[0, 1, 6], [2, 3, 4], [5, 6, 6]]
+    assert feed[TOKEN_TEXT].tolist() == [0, 0, 1, 1, 1, 2]
+    with pytest.raises(ValueError):
+        batch_inputs([])
+    with pytest.raises(ValueError):
+        batch_inputs([2, 0])
+
+
+def test_count_sorted_batches_cover_every_index_once_within_both_limits() -> None:
+    counts = [5, 1, 9, 5, 2, 200, 3, 9, 1]
+    batches = list(count_sorted_batches(counts, 3, 20))
+    assert sorted(i for b in batches for i in b) == list(range(len(counts)))
+    for b in batches:
+        assert len(b) <= 3
+        assert len(b) == 1 or len(b) * max(counts[i] for i in b) <= 20
+    flat = [counts[i] for b in batches for i in b]
+    assert flat == sorted(flat)
+    assert [5] in batches  # the 200-token text is alone: over the budget by itself
+    with pytest.raises(ValueError):
+        list(count_sorted_batches(counts, 0, 20))
