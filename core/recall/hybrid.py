@@ -176,20 +176,66 @@ class Combined:
         for _, h in vec_at.values():  # (a message listed twice counts once, as its last entry)
             k = kw_at.get(h.message_id)
             cos = h.score
-            part = min((cos - lo) / span, 1.0) if spread else vec_part(cos)  # (vec_part, inlined: the common case)
+            if spread:  # (vec_part, inlined: the common case)
+                part = (cos - lo) / span
+                part = 1.0 if part > 1.0 else part
+            else:
+                part = vec_part(cos)
             score = (k[1].score * kw_scale if k else 0.0) + vec_share * part
             scored.append((-score, -cos, h.message_id))
         for _, h in kw_at.values():
             if h.message_id in vec_at:
                 continue
             known = cosines.get(h.message_id)
-            score = h.score * kw_scale + vec_share * vec_part(known)
+            if spread and known is not None:  # (vec_part, inlined: the common case)
+                part = (known - lo) / span
+                score = h.score * kw_scale + vec_share * (1.0 if part > 1.0 else part)
+            else:
+                score = h.score * kw_scale + vec_share * vec_part(known)
             scored.append((-score, -(known if known is not None else -2.0), h.message_id))
         scored.sort()
         self.order = scored
 
     def scores(self) -> dict[str, float]:
         return {mid: -neg for neg, _, mid in self.order}
+
+    def reranked(
+        self,
+        entries: Sequence[tuple[float, float, str]],
+        next_of: Mapping[str, str],
+        in_period: AbstractSet[str] | None = None,
+        *,
+        limit: int | None = None,
+        by_speaker: AbstractSet[str] | None = None,
+        scores: Mapping[str, float] | None = None,
+    ) -> list[Fused]:
+        """``rerank(self.fused(entries), next_of, in_period, limit=limit, scores=self.scores(),
+        by_speaker=by_speaker)``, the same records in the same order, with a record built only for each
+        candidate returned (a search keeps ``limit`` of about a hundred). ``scores``: ``self.scores()``,
+        when the caller has it."""
+        next_share, date_boost, speaker_boost = NEXT_SHARE, DATE_BOOST, SPEAKER_BOOST  # read now, as ``rerank``
+        if next_share < 0 or date_boost < 0 or speaker_boost < 0:
+            raise ValueError("next_share, date_boost and speaker_boost must not be negative")
+        base = self.scores() if scores is None else scores
+        dated = in_period is not None
+        spoken = by_speaker if by_speaker else None
+        scale = 1.0 / (1.0 + next_share + (date_boost if dated else 0.0) + (speaker_boost if spoken else 0.0))
+        scored: list[tuple[float, float, str]] = []
+        get_next = next_of.get
+        for neg_score, tie, mid in entries:  # ``tie`` is -(the candidate's vector score, or -2.0), as ``rerank``'s
+            score = float(-neg_score)
+            nxt = get_next(mid)
+            if nxt is not None and nxt != mid and nxt in base:
+                score += next_share * base[nxt]
+            if dated and mid in in_period:  # type: ignore[operator]
+                score += date_boost
+            if spoken and mid in spoken:
+                score += speaker_boost
+            score *= scale
+            scored.append((-score, tie, mid))
+        scored.sort()
+        kept = scored[:limit] if limit is not None else scored
+        return self.fused(kept)  # (each record's score is its entry's: the re-ranked one)
 
     def fused(self, entries: Sequence[tuple[float, float, str]]) -> list[Fused]:
         """The records of these entries of ``order``, in their order."""

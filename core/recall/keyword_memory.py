@@ -57,6 +57,11 @@ _STATE_SQL = (
 )
 
 
+# A phrase's (rows it is in, ascending; its instances in the body; in the context; the rows' places in
+# ``KeywordMemory._rowids``, None when a row has no size).
+Phrase = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
+
+
 def varints(blob: bytes) -> list[int]:
     """SQLite's variable-length integers, as FTS5 writes its size and averages records."""
     if all(b < 0x80 for b in blob):
@@ -160,8 +165,9 @@ class KeywordMemory:
         self._rows = 0  # FTS5 rows counted (with or without tokens)
         self._tokens = 0
         self._postings: OrderedDict[str, np.ndarray] = OrderedDict()  # token -> sorted instance keys
-        # tokens of a phrase -> (rows it is in, ascending; its instances in the body; in the context)
-        self._phrases_seen: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # tokens of a phrase -> (rows it is in, ascending; its instances in the body; in the context; the
+        # rows' places in ``_rowids``, which appends never move: a new row's id is above every other's)
+        self._phrases_seen: dict[tuple[str, ...], Phrase] = {}
         self._kept = 0
         self._complete = False  # every token's postings are kept (else read per token on first use)
         self._avg: tuple[int, int] = (0, 0)
@@ -344,8 +350,9 @@ class KeywordMemory:
         return out
 
     # -- answering ---------------------------------------------------------------------------------
-    def _phrases(self, conn: sa.Connection, terms: list[str]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-        """Per quoted term: (rows it is in, ascending; its instances in the body; in the context)."""
+    def _phrases(self, conn: sa.Connection, terms: list[str]) -> list[Phrase] | None:
+        """Per quoted term: (rows it is in, ascending; its instances in the body; in the context; the
+        rows' places in ``_rowids``, or None when a row has no size: not as loaded)."""
         assert self._tokenizer is not None
         cut = self._tokenizer.tokens([_inner(t) for t in terms])
         if any(not tokens for tokens in cut):
@@ -366,9 +373,13 @@ class KeywordMemory:
                 uniq = rows[starts]
                 context = np.add.reduceat((found >> _OFFSET_BITS) & 1, starts).astype(np.float64) if len(starts) else np.empty(0)
                 body = np.diff(np.append(starts, len(rows))).astype(np.float64) - context
-                known = self._phrases_seen[tokens] = (uniq, body, context)
-                while len(self._phrases_seen) > 20_000:
-                    self._phrases_seen.pop(next(iter(self._phrases_seen)))
+                at = np.searchsorted(self._rowids, uniq)
+                if len(at) and (at[-1] >= len(self._rowids) or (self._rowids[at] != uniq).any()):
+                    known = (uniq, body, context, None)  # (not kept: a later sync may bring the sizes)
+                else:
+                    known = self._phrases_seen[tokens] = (uniq, body, context, at)
+                    while len(self._phrases_seen) > 20_000:
+                        self._phrases_seen.pop(next(iter(self._phrases_seen)))
             out.append(known)
         return out
 
@@ -401,20 +412,25 @@ class KeywordMemory:
             if phrases is None:
                 return None
             n_rows, n_tokens = self._avg
+            counts = [len(p[0]) for p in phrases]
+            if not sum(counts):
+                return []
+            if any(p[3] is None for p in phrases):
+                return None  # a row without a size: not as loaded
             # Each phrase's contribution to each row it is in, phrase after phrase; ``bincount`` adds them
             # up per row in that order, as bm25() does (a phrase absent from a row adds 0 there).
-            rows = np.concatenate([p[0] for p in phrases])
-            if not len(rows):
-                return []
+            at = np.concatenate([p[3] for p in phrases])
             freq = np.concatenate([p[1] + p[2] * weight for p in phrases])  # exact: weight is a binary fraction
-            idf = np.repeat([_idf(n_rows, len(p[0])) for p in phrases], [len(p[0]) for p in phrases])
-            at = np.searchsorted(self._rowids, rows)
-            if len(at) and (at.max() >= len(self._rowids) or (self._rowids[np.minimum(at, len(self._rowids) - 1)] != rows).any()):
-                return None  # a row without a size: not as loaded
+            idf = np.repeat([_idf(n_rows, c) for c in counts], counts)
             avgdl = float(n_tokens) / float(n_rows)
             parts = idf * ((freq * (_K1 + 1.0)) / (freq + _K1 * ((1 - _B) + (_B * self._sizes[at]) / avgdl)))
-            places, inverse = np.unique(at, return_inverse=True)
-            score = np.bincount(inverse, weights=parts, minlength=len(places))
+            # Summed per row over the whole table (a row's parts in the same order as one sum per matching
+            # row): cheaper than sorting the matches.
+            dense = np.bincount(at, weights=parts, minlength=len(self._rowids))
+            found = np.zeros(len(self._rowids), dtype=bool)
+            found[at] = True
+            places = np.flatnonzero(found)
+            score = dense[places]
             keep = self._resources[places] != -1  # a row without a doc is never returned (the statement's join)
             if resource_id is not None:
                 keep &= self._resources[places] == self._codes.get(resource_id, -3)

@@ -19,6 +19,10 @@ from core.recall.hybrid import Ranked
 from core.recall.vector_table import RawRow
 
 IVF_MIN_ROWS = 100_000  # below this an exact scan is within the 2 ms budget class
+# From this many rows an unfiltered search scans a dimension-major copy of the matrix first (``_scan``):
+# below it the one product is cheaper than the scan's selection and re-score steps.
+SCAN_MIN_ROWS = 2_048
+_GROUP = 4  # rows OpenBLAS's row-major sgemv computes together (``_groups_reproduce``)
 IVF_REBUILD_TAIL = 0.25  # rebuild once rows added after the build exceed this share
 # 1M synthetic clustered 512-d vectors, 1000 lists: 32 probes gave recall@10 .998 vs exact, p50 8.9 ms.
 DEFAULT_NPROBE_SHARE = 1 / 32
@@ -94,6 +98,11 @@ class VectorSet:
         self.skips = SkipCounts()
         self.partition: ivf.IvfPartition | None = None
         self._positions: dict[str, list[int]] | None = None  # message id -> rows, built on demand
+        # ``_scan``: the matrix dimension-major (dim x capacity), built on the first unfiltered search of
+        # a set of SCAN_MIN_ROWS rows or more and kept up to date by appends; ``_max_norm``: the largest
+        # row norm (bounds the two products' difference).
+        self._scan_t: np.ndarray | None = None
+        self._max_norm = 0.0
 
     def positions_of(self, message_id: str) -> list[int]:
         if self._positions is None:
@@ -108,7 +117,7 @@ class VectorSet:
         return self._matrix[: self.n]
 
     def nbytes(self) -> int:
-        return int(self._matrix.nbytes)
+        return int(self._matrix.nbytes) + (int(self._scan_t.nbytes) if self._scan_t is not None else 0)
 
     def extend(self, rows: list[RawRow]) -> None:
         """Append the usable rows (this model's or no model's, a finite vector of this size, a message
@@ -161,6 +170,7 @@ class VectorSet:
         vset.message_ids, vset.thread_ids, vset.resource_ids, vset.created_at = message_ids, thread_ids, resource_ids, created_at
         index = vset._thread_index
         vset._thread_codes = np.array([index.setdefault(t, len(index)) for t in thread_ids], dtype=np.int32)
+        vset._max_norm = _max_norm(vectors)
         return vset
 
     def append_vectors(self, vecs: np.ndarray, thread_ids: list[str | None]) -> None:
@@ -175,6 +185,13 @@ class VectorSet:
             grown[: self.n] = self._matrix[: self.n]
             self._matrix = grown
         self._matrix[self.n : need] = vecs
+        self._max_norm = max(self._max_norm, _max_norm(vecs))
+        if self._scan_t is not None:
+            if need > self._scan_t.shape[1]:
+                grown = np.empty((self.dim, self._matrix.shape[0]), dtype=np.float32)
+                grown[:, : self.n] = self._scan_t[:, : self.n]
+                self._scan_t = grown
+            self._scan_t[:, self.n : need] = vecs.T
         codes = np.fromiter((self._thread_index.setdefault(t, len(self._thread_index)) for t in thread_ids), np.int32, len(thread_ids))
         self._thread_codes = np.concatenate([self._thread_codes, codes])
         self.n = need
@@ -240,7 +257,34 @@ class VectorSet:
                 return _top(pos, self.matrix[pos] @ q, k)
             if self.n >= IVF_MIN_ROWS:
                 return self._search_ivf(q, k, nprobe)
+            if self.n >= SCAN_MIN_ROWS and self.n > k and _groups_reproduce(self.dim) and np.isfinite(q).all():
+                return self._search_scan(q, k)
             return _top(None, self.matrix @ q, k)
+
+    def _search_scan(self, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``_top(None, self.matrix @ q, k)``, exactly, with ties at the cut broken by position, reading the
+        matrix once through its dimension-major copy (OpenBLAS's column-major sgemv streams it at about
+        three times the speed of the row-major one here: 0.63 ms against 1.73 at 10k x 512).
+
+        The two products sum each row's terms in different orders, so their scores may differ in the last
+        bits, never by more than ``2 * dim * eps * |q| * max |row|`` (each is within half that of the
+        true dot product). Every row whose exact score can reach the k-th best is within twice that of
+        the k-th best scan score, so those rows (about k of them) are scored again by the row-major
+        product, in the same aligned groups of rows the whole product computes together: their scores
+        are the whole product's, to the bit (``_groups_reproduce``)."""
+        n = self.n
+        if self._scan_t is None:
+            self._scan_t = np.empty((self.dim, self._matrix.shape[0]), dtype=np.float32)
+            self._scan_t[:, :n] = self._matrix[:n].T
+        approx = q @ self._scan_t[:, :n]
+        kth = np.partition(approx, n - k)[n - k]
+        u = np.finfo(np.float32).eps / 2
+        gamma = self.dim * u / (1 - self.dim * u)
+        margin = 4.0 * gamma * float(np.linalg.norm(q.astype(np.float64))) * self._max_norm * 1.01 + 1e-30
+        rows = np.flatnonzero(approx >= kth - margin)
+        exact = _rescore(self._matrix, n, rows, q)
+        best = np.lexsort((rows, -exact))[:k]
+        return rows[best], exact[best]
 
     def _search_ivf(self, q: np.ndarray, k: int, nprobe: int | None) -> tuple[np.ndarray, np.ndarray]:
         part = self.partition
@@ -265,9 +309,58 @@ class VectorSet:
         self.resource_ids = [self.resource_ids[i] for i in order]
         self.created_at = [self.created_at[i] for i in order]
         self._created = None
+        self._scan_t = None
         self.partition = part
         self._positions = None
         return part
+
+
+def _max_norm(vecs: np.ndarray) -> float:
+    return float(np.sqrt(np.max(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64)))) if len(vecs) else 0.0
+
+
+def _rescore(matrix: np.ndarray, n: int, rows: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``(matrix[:n] @ q)[rows]`` to the bit. OpenBLAS's row-major sgemv computes the rows in groups of
+    ``_GROUP`` with one kernel, each row's score depending on nothing else, then the last ``n % _GROUP``
+    rows with another (the same bits as a product of those rows with one whole group before them). So
+    ``rows`` (ascending) are gathered into one matrix padded to whole groups, and those of the last
+    partial group are taken from a product of the matrix's last rows."""
+    whole = n // _GROUP * _GROUP
+    body = int(np.searchsorted(rows, whole))
+    scores = np.empty(len(rows), dtype=np.float32)
+    if body:
+        gathered = np.zeros(((body + _GROUP - 1) // _GROUP * _GROUP, matrix.shape[1]), dtype=np.float32)
+        np.take(matrix, rows[:body], axis=0, out=gathered[:body])
+        scores[:body] = (gathered @ q)[:body]
+    if body < len(rows):
+        start = max(whole - _GROUP, 0)
+        scores[body:] = (matrix[start:n] @ q)[rows[body:] - start]
+    return scores
+
+
+_REPRODUCES: dict[int, bool] = {}
+
+
+def _groups_reproduce(dim: int) -> bool:
+    """Whether this BLAS computes a row-major matrix-vector product as ``_rescore`` expects, so that it
+    gives the whole product's bits: checked once per dimension, on random rows of every size modulo
+    ``_GROUP``, every row; where it does not hold, the scan is not used."""
+    known = _REPRODUCES.get(dim)
+    if known is None:
+        rng = np.random.default_rng(dim)
+        known = True
+        with single_blas_thread():
+            for n in (*range(1, 3 * _GROUP), 63 * _GROUP + 1, 257 * _GROUP + 2, 259 * _GROUP + 3, 256 * _GROUP):
+                m = rng.random((n, dim), dtype=np.float32) - 0.5
+                q = rng.standard_normal(dim).astype(np.float32)
+                rows = np.arange(n)
+                full = m @ q
+                if not (np.array_equal(_rescore(m, n, rows, q), full)
+                        and np.array_equal(_rescore(m, n, rows[n // 3 :: 3], q), full[n // 3 :: 3])):
+                    known = False
+                    break
+        _REPRODUCES[dim] = known
+    return known
 
 
 def _top(pos: np.ndarray | None, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from core.recall.ivf_store import IvfMeta, IvfScope
 from core.recall.matrix import ScopeVectors, VectorSet
 from core.recall.schema import ensure_vector_table, quoted, vector_table_name
 from core.storage.catalog import has_table, table_names
-from core.recall.tables import IVF_TABLE
+from core.recall.tables import IVF_TABLE, STATE_TABLE
 from core.recall.vector_table import TableInfo, VectorState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,6 +41,7 @@ class MatrixVectors:
         self._counters: tuple[int, int] | None = None
         self._stale: set[tuple[str, str]] = set()
         self.has_ivf = False  # the partition tables exist (migration 0017_recall_ivf)
+        self._has_state: bool | None = None  # the recall state table exists (None: look each time)
         self._partitioned: dict[str, IvfScope] = {}  # resource -> its persisted partition, as searched
         self._metas: dict[str, IvfMeta] = {}  # resource -> partition metadata (centroids), for writers
         self._sizes: dict[str, int] = {}  # resource -> rows, counted once per process, then kept up to date
@@ -54,6 +55,9 @@ class MatrixVectors:
         with db.read() as conn:
             self.info = vector_table.inspect(conn, self.table, self.dim)
             self.has_ivf = has_table(conn, IVF_TABLE)
+            # The change counters' table, once found (a search checks the counters every time; a
+            # migration may create it later).
+            self._has_state = True if has_table(conn, STATE_TABLE) else None
         if writable and (self.info is None or not (self.info.has_model_id and self.info.has_our_indexes)):
             with db.write() as conn:
                 ensure_vector_table(conn, self.dim)
@@ -188,7 +192,7 @@ class MatrixVectors:
             return None
         key = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
         with self._lock:
-            counters = vector_table.change_counters(conn, self.info)
+            counters = vector_table.change_counters(conn, self.info, self._has_state)
             if self._counters is not None and counters != self._counters:
                 if counters[1] != self._counters[1] or not self.info.has_our_indexes:
                     self._sets.clear()  # rows updated or deleted: reload from the store of record

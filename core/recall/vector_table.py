@@ -198,15 +198,17 @@ def stored_state(conn: sa.Connection, info: TableInfo, model_id: str, message_id
     return out
 
 
-def change_counters(conn: sa.Connection, info: TableInfo) -> tuple[int, int]:
+def change_counters(conn: sa.Connection, info: TableInfo, has_state: bool | None = None) -> tuple[int, int]:
     """(appends, rewrites): the newest rowid (a new row always gets a rowid above the others) and the
-    count the table's update/delete triggers bump; a Mastra table without triggers is scanned."""
-    if info.has_our_indexes and has_table(conn, STATE_TABLE):
-        newest, rewrites = conn.exec_driver_sql(
+    count the table's update/delete triggers bump; a Mastra table without triggers is scanned.
+    ``has_state``: whether the recall state table exists, when the caller knows (else looked up)."""
+    if info.has_our_indexes and (has_table(conn, STATE_TABLE) if has_state is None else has_state):
+        # The driver's own cursor: this runs before every vector search (SQLAlchemy's result costs more).
+        newest, rewrites = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
             f"SELECT (SELECT max(rowid) FROM {quoted(info.name)} NOT INDEXED), "
             f"(SELECT value FROM {STATE_TABLE} WHERE key = ?)",
             (f"{info.name}:rewrites",),
-        ).one()
+        ).fetchone()
         return int(newest or 0), int(rewrites or 0)
     # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.
     row = conn.exec_driver_sql(f"SELECT max(rowid), count(vector_id) FROM {quoted(info.name)} NOT INDEXED").first()

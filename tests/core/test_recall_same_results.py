@@ -168,3 +168,48 @@ def test_loading_vectors_in_a_batch_keeps_and_counts_what_decoding_row_by_row_do
     assert dict(got.skips.other_model) == {"other": 1} and got.max_rowid == 9
     got.extend([])
     assert got.n == 3
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefghij"), st.floats(-1.0, 1.0, allow_nan=False), max_size=10),
+    kw=st.dictionaries(st.sampled_from("fghijklmno"), st.floats(0.0, 40.0, allow_nan=False), max_size=10),
+    known=st.sets(st.sampled_from("klmno")),
+    nexts=st.dictionaries(st.sampled_from("abcdefghijklmnopq"), st.sampled_from("abcdefghijklmnopq")),
+    period=st.none() | st.sets(st.sampled_from("abcdefghijklmno")),
+    speaker=st.sets(st.sampled_from("abcdefghijklmno")),
+    cut=st.integers(0, 20),
+    limit=st.none() | st.integers(1, 12),
+)
+def test_reranking_combines_entries_as_rerank_does_its_records(vec, kw, known, nexts, period, speaker, cut, limit):
+    """``Combined.reranked`` (a search's way: records built for the hits only) gives ``rerank``'s records."""
+    vector = [R(m, "t", "u", s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [R(m, "t2", None, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    cosines = {m: 0.1 * (ord(m) - ord("k")) for m in known}
+    combined = hybrid.Combined(vector, keyword_list, cosines)
+    entries = combined.order[:cut]
+    want = hybrid.rerank(combined.fused(entries), nexts, period, limit=limit, scores=combined.scores(),
+                         by_speaker=speaker or None)
+    assert combined.reranked(entries, nexts, period, limit=limit, by_speaker=speaker or None) == want
+
+
+def test_ranking_vectors_on_the_scan_thread_gives_the_inline_results(store, monkeypatch):
+    import threading
+
+    monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
+
+    def results() -> list[object]:
+        out: list[object] = []
+        for query in QUERIES:
+            for threshold in (None, 0.0):
+                r = index.search(query, resource_id="u", mode="hybrid", top_k=5, threshold=threshold)
+                out.append(([(h.message_id, h.score, h.vector_score, h.keyword_score, h.source) for h in r.hits],
+                            r.reason, r.details))
+        return out
+
+    monkeypatch.setattr(pipeline, "_core_free", lambda: True)
+    overlapped = results()
+    monkeypatch.setattr(pipeline, "_SCAN_FREE", threading.Semaphore(0))  # the scan thread busy: inline
+    assert results() == overlapped

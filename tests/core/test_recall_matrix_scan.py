@@ -1,0 +1,76 @@
+"""An unfiltered search of a large ``VectorSet`` scans its dimension-major copy, then re-scores the rows
+that can reach the top k with the row-major product: the same rows and the same scores, to the bit, as
+the whole row-major product ranked by score (ties by position)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.recall import matrix
+from core.recall.matrix import VectorSet, single_blas_thread
+
+
+def whole_product_top(m: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    with single_blas_thread():
+        scores = m @ q
+    best = np.lexsort((np.arange(len(scores)), -scores))[:k]
+    return best, scores[best]
+
+
+def vector_set(m: np.ndarray, cut: int) -> VectorSet:
+    """A set of ``m``'s rows appended in two batches, searched in between (the copy then grows)."""
+    vset = VectorSet(m.shape[1], "m")
+    n = len(m)
+    vset.message_ids = [f"m{i}" for i in range(n)]
+    vset.thread_ids = ["t"] * n
+    vset.resource_ids = ["u"] * n
+    vset.append_vectors(m[:cut], ["t"] * cut)
+    vset.search(m[0], 3)
+    vset.append_vectors(m[cut:], ["t"] * (n - cut))
+    return vset
+
+
+@pytest.mark.parametrize("n,dim", [(2_048, 64), (2_051, 512), (5_003, 512), (10_000, 512), (12_347, 384)])
+def test_the_scan_ranks_and_scores_as_the_whole_product(n, dim):
+    rng = np.random.default_rng(n + dim)
+    m = rng.standard_normal((n, dim)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    m[n // 2 : n // 2 + 30] = m[7]  # identical vectors (identical texts): exact ties, at the cut too
+    m[-3:] = m[11]  # and in the last, partial group of rows
+    vset = vector_set(m, n // 3)
+    assert vset.n >= matrix.SCAN_MIN_ROWS
+    queries = [rng.standard_normal(dim).astype(np.float32) for _ in range(12)] + [m[7].copy(), m[11] * 0.5, m[-1]]
+    for q in queries:
+        for k in (1, 10, 20, 31, 100):
+            pos, scores = vset.search(q, k)
+            want_pos, want_scores = whole_product_top(m, q, k)
+            assert np.array_equal(pos, want_pos) and np.array_equal(scores, want_scores), (k,)
+    assert vset._scan_t is not None or not matrix._groups_reproduce(dim)
+
+
+def test_rescoring_gives_the_whole_products_bits_for_every_row_and_size():
+    rng = np.random.default_rng(3)
+    for dim in (16, 512):
+        if not matrix._groups_reproduce(dim):
+            pytest.skip("this BLAS groups rows otherwise: the scan is not used")
+        for n in (*range(1, 13), 1_001, 1_002, 1_003, 1_004):
+            m = rng.standard_normal((n, dim)).astype(np.float32)
+            q = rng.standard_normal(dim).astype(np.float32)
+            with single_blas_thread():
+                full = m @ q
+            rows = np.sort(rng.choice(n, min(n, 37), replace=False))
+            assert np.array_equal(matrix._rescore(m, n, rows, q), full[rows])
+
+
+def test_a_query_that_is_not_finite_and_small_sets_use_the_whole_product():
+    rng = np.random.default_rng(4)
+    m = rng.standard_normal((3_000, 32)).astype(np.float32)
+    vset = vector_set(m, 1_000)
+    q = rng.standard_normal(32).astype(np.float32)
+    q[3] = np.nan
+    pos, scores = vset.search(q, 5)
+    assert len(pos) == 5 and np.isnan(scores).all()
+    small = vector_set(m[:500], 100)
+    pos, scores = small.search(m[4], 3)
+    assert pos[0] == 4 and small._scan_t is None
