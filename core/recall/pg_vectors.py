@@ -120,6 +120,7 @@ class PgVectorSet:
         # ``cosines`` too, instead of a connection of their own each (a pool check-out with its ping,
         # BEGIN and ROLLBACK: three round trips, most of a hybrid search's time on a busy server).
         self.conn: sa.Connection | None = None
+        self._ef_local: int | None = None  # ``hnsw.ef_search`` set for ``conn``'s transaction by ``ranked``
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
@@ -169,9 +170,12 @@ class PgVectorSet:
             # has enough rows of the scope, pgvector 0.8) and ``EF_SEARCH_SESSION`` candidates
             # (``adapt.HNSW_SESSION``); another depth sets its own for this transaction (SET LOCAL),
             # both settings in one statement, as every search did before.
-            if ef_search != EF_SEARCH_SESSION:
+            mine = conn is self.conn  # the search's transaction: what an earlier call set in it still holds
+            if ef_search != (self._ef_local if mine and self._ef_local is not None else EF_SEARCH_SESSION):
                 cursor.rows(conn, "SELECT set_config('hnsw.ef_search', ?, true), "
                                   "set_config('hnsw.iterative_scan', 'relaxed_order', true)", (str(ef_search),))
+                if mine:
+                    self._ef_local = ef_search
             rows = cursor.rows(
                 conn,
                 f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "

@@ -106,6 +106,8 @@ def test_hnsw_settings_are_the_ones_a_search_asks_for(pg_url: str):
             assert cursor.rows(conn, setting) == [("100", "relaxed_order")]
             assert len(view.ranked(qvec, 70, None)) == 70  # another depth: set for this transaction
             assert cursor.rows(conn, setting) == [("140", "relaxed_order")]
+            view.ranked(qvec, 50, None)  # back to the connection's depth in the same transaction
+            assert cursor.rows(conn, setting) == [("100", "relaxed_order")]
         with store.db.read() as conn:
             assert cursor.rows(conn, setting) == [("100", "relaxed_order")]
     finally:
