@@ -225,7 +225,12 @@ def _pg_server() -> object:
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        server = mod.start_server(Path(tempfile.mkdtemp(prefix="memory-studio-bench-")) / "data")
+        import shutil
+
+        folder = Path(tempfile.mkdtemp(prefix="memory-studio-bench-"))
+        server = mod.start_server(folder / "data")
+        # Stopped first (its data goes with it), then the folder itself (atexit runs in reverse order).
+        atexit.register(shutil.rmtree, folder, True)
         atexit.register(server.stop)
         _PG.append(server)
     return _PG[0]

@@ -30,6 +30,7 @@ from core.recall.backends import KeywordBackend, VectorBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.matrix_vectors import MatrixVectors
 from core.recall.order_cache import OrderCache
+from core.recall.pg_order import PgThreadOrder
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, doc_state, previous_text, vector_table_name
 from core.storage.catalog import has_table
@@ -89,7 +90,9 @@ class RecallIndex:
         caps = store.capabilities
         self.keywords = keyword_backend(caps, available=False)
         self.vectors = vector_backend(caps, self.dim, self.model_id)
-        self.order = OrderCache()  # the hybrid re-rank's reads, kept while messages do not change
+        # The hybrid re-rank's reads, kept while messages do not change (appends told by ``rowid``); a
+        # database without rowids (Postgres) reads them every time, in one statement.
+        self.order: OrderCache | PgThreadOrder = OrderCache() if caps.implicit_rowid else PgThreadOrder()
         self._prepare()
 
     @classmethod

@@ -22,9 +22,12 @@ import sqlalchemy as sa
 
 from core.recall import hybrid
 from core.recall.matrix import SkipCounts
+from core.recall.pg_order import text_array
 from core.recall.schema import DOCS_TABLE, quoted, vector_table_name
 from core.recall.vector_table import VectorState
 from core.storage import catalog
+from core.storage.pg import cursor
+from core.storage.pg.adapt import HNSW_SESSION
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage.database import Database
@@ -32,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAMESPACE = "default"  # Mastra's DEFAULT_NAMESPACE
 HNSW_M, HNSW_EF_CONSTRUCTION = 8, 32
 EF_SEARCH_MIN = 40
+EF_SEARCH_SESSION = int(HNSW_SESSION["hnsw.ef_search"])  # what every connection starts with
 META_KEYS = ("resource_id", "thread_id", "message_id")
 
 
@@ -56,7 +60,7 @@ def ensure_table(conn: sa.Connection, table: str, dim: int) -> None:
 
 def literal(vec: np.ndarray) -> str:
     """pgvector's text form of one vector (sent untyped and cast with ``::vector``)."""
-    return "[" + ",".join(repr(float(x)) for x in vec) + "]"
+    return "[" + ",".join(map(repr, np.asarray(vec).tolist())) + "]"
 
 
 def upsert(conn: sa.Connection, table: str, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
@@ -116,12 +120,13 @@ class PgVectorSet:
         # ``cosines`` too, instead of a connection of their own each (a pool check-out with its ping,
         # BEGIN and ROLLBACK: three round trips, most of a hybrid search's time on a busy server).
         self.conn: sa.Connection | None = None
+        self._ef_local: int | None = None  # ``hnsw.ef_search`` set for ``conn``'s transaction by ``ranked``
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
         """The search's connection while its transaction is open, else one of our own (a view kept
         after its search, e.g. by the recall playground)."""
-        if self.conn is not None and not self.conn.closed and self.conn.in_transaction():
+        if self.conn is not None and cursor.in_transaction(self.conn):
             yield self.conn
         else:
             with self.db.read() as conn:
@@ -159,18 +164,25 @@ class PgVectorSet:
             where += " AND metadata->>'created_at' < ?"
             params = [*params, until]
         q = literal(qvec)
+        ef_search = max(EF_SEARCH_MIN, 2 * depth)
         with self._read() as conn:
-            # A filtered HNSW scan keeps going until it has enough rows of the scope (pgvector 0.8).
-            # Both settings in one statement (SET LOCAL: until the transaction ends).
-            conn.exec_driver_sql(
-                "SELECT set_config('hnsw.ef_search', ?, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                (str(max(EF_SEARCH_MIN, 2 * depth)),))
-            rows = conn.exec_driver_sql(
+            # Every connection starts with the iterative scan (a filtered HNSW scan keeps going until it
+            # has enough rows of the scope, pgvector 0.8) and ``EF_SEARCH_SESSION`` candidates
+            # (``adapt.HNSW_SESSION``); another depth sets its own for this transaction (SET LOCAL),
+            # both settings in one statement, as every search did before.
+            mine = conn is self.conn  # the search's transaction: what an earlier call set in it still holds
+            if ef_search != (self._ef_local if mine and self._ef_local is not None else EF_SEARCH_SESSION):
+                cursor.rows(conn, "SELECT set_config('hnsw.ef_search', ?, true), "
+                                  "set_config('hnsw.iterative_scan', 'relaxed_order', true)", (str(ef_search),))
+                if mine:
+                    self._ef_local = ef_search
+            rows = cursor.rows(
+                conn,
                 f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "
                 f"1 - (embedding <=> CAST(? AS vector)) AS score FROM {quoted(self.table)} WHERE {where} "
                 "ORDER BY embedding <=> CAST(? AS vector) LIMIT ?",
                 (q, *params, q, depth * 2),
-            ).all()
+            )
         out: list[hybrid.Ranked] = []
         seen: set[str] = set()
         for mid, tid, rid, score in sorted(rows, key=lambda r: -float(r[3])):
@@ -188,11 +200,12 @@ class PgVectorSet:
         if not message_ids:
             return {}
         with self._read() as conn:
-            rows = conn.exec_driver_sql(
+            rows = cursor.rows(
+                conn,
                 f"SELECT metadata->>'message_id', max(1 - (embedding <=> CAST(? AS vector))) FROM {quoted(self.table)} "
                 "WHERE metadata->>'message_id' = ANY(CAST(? AS text[])) AND model_id = ? GROUP BY 1",
-                (literal(qvec), message_ids, self.model_id),
-            ).all()
+                (literal(qvec), text_array(message_ids), self.model_id),
+            )
         return {r[0]: float(r[1]) for r in rows}
 
 

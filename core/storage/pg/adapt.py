@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import psycopg
@@ -18,12 +19,26 @@ from psycopg.adapt import Loader
 
 # Sessions run in UTC with ISO dates, so ``timestamptz`` text is "YYYY-MM-DD HH:MM:SS[.ffffff]+00".
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO,YMD -c client_encoding=UTF8"
+# pgvector's HNSW search settings, set once per connection instead of by a statement in every search
+# (``core.recall.pg_vectors`` sets ``hnsw.ef_search`` in the search's transaction only when it needs
+# another value): a filtered scan keeps going until it has enough rows of the scope (pgvector 0.8),
+# and 100 candidates = twice the hybrid list depth of the default fusion. Custom settings: a server
+# without pgvector keeps them as inert placeholders.
+HNSW_SESSION = {"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": "100"}
+CONNECT_OPTIONS = SESSION_OPTIONS + "".join(f" -c {name}={value}" for name, value in HNSW_SESSION.items())
 
 
 def qmark_to_format(sql: str) -> str:
-    """``?`` → ``%s`` outside quotes and comments; every ``%`` doubled (psycopg reads ``%`` anywhere)."""
+    """``?`` → ``%s`` outside quotes and comments; every ``%`` doubled (psycopg reads ``%`` anywhere).
+    Each distinct statement text is rewritten once (a search's statements repeat, and the rewrite is a
+    Python loop over every character)."""
     if "?" not in sql and "%" not in sql:
         return sql
+    return _qmark_to_format(sql)
+
+
+@lru_cache(maxsize=1024)
+def _qmark_to_format(sql: str) -> str:
     out: list[str] = []
     quote: str | None = None
     i, n = 0, len(sql)

@@ -85,7 +85,7 @@ class PgDatabase(Database):
             self.migrate()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        options = adapt.SESSION_OPTIONS
+        options = adapt.CONNECT_OPTIONS
         if self.read_only:
             # Enforced by the server, like SQLite's query_only: no code path of ours can write by mistake.
             options += " -c default_transaction_read_only=on"
