@@ -14,10 +14,7 @@ batched read of the candidates' rows (thread order and ``createdAt``).
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
@@ -27,7 +24,7 @@ import sqlalchemy as sa
 
 from core.recall import hybrid
 from core.recall.backends import KeywordBackend
-from core.recall.matrix import ScopeVectors, VectorSet
+from core.recall.matrix import ScopeVectors
 from core.recall.order_cache import OrderCache
 from core.recall.text import LABEL_CHARS, SpeakerMatcher, query_dates, speaker_label
 from core.recall.types import MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
@@ -129,13 +126,13 @@ def run(
         pending, out.gone = index.backlog(conn)
         if mode != "vector":
             out.backlog = pending
-        # Hybrid: the vector list is ranked first, on the scan thread when the scope's vectors are in this
-        # process (numpy's product releases the GIL), while this thread ranks the keyword list; its notes
-        # follow the keyword list's, as when the steps run one after the other.
+        # The vector list is ranked first and finished after the keyword list, so its notes follow the
+        # keyword list's. (Ranking it on a second thread meanwhile was measured and dropped: hybrid p50
+        # 8.1-8.4 ms with the thread against 7.5-7.6 ms inline at 10k on a quiet machine; the keyword
+        # half holds the GIL, and the hand-over costs more than the product's overlap gives.)
         later: list[str] = []
         vector_step = _nothing if mode == "keyword" else _vector_step(
-            index, conn, out, query, qvec, resource_id, thread_id, depth, until_iso, later,
-            overlap=mode == "hybrid" and index.has_fts)
+            index, conn, out, query, qvec, resource_id, thread_id, depth, until_iso, later)
         try:
             if mode in ("keyword", "hybrid"):
                 if not index.has_fts:
@@ -148,7 +145,7 @@ def run(
                     out.keyword = [r for r in ranked if r.message_id not in out.gone]
                     out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
         finally:
-            vector_step()  # (also when the keyword step failed: the scan thread is freed)
+            vector_step()  # (also when the keyword step failed)
         for reason in later:
             degrade(reason, failure=reason.startswith("query embedding failed"))
         if mode == "hybrid":
@@ -159,9 +156,8 @@ def run(
 
 def _vector_step(index: Searchable, conn: sa.Connection, out: SearchRun, query: str, qvec: Any,
                  resource_id: str | None, thread_id: str | None, depth: int, until_iso: str | None,
-                 notes: list[str], *, overlap: bool) -> Callable[[], None]:
-    """Embed the query (unless given) and start ranking the scope's vectors: on the scan thread when
-    ``overlap`` and the vectors are in this process (``VectorSet``), else here. Returns what finishes it
+                 notes: list[str]) -> Callable[[], None]:
+    """Embed the query (unless given) and rank the scope's vectors. Returns what finishes the step
     (``out.vector``, ``out.left_out``); ``notes`` receives what the search must say."""
     if qvec is None:
         started = time.perf_counter()
@@ -184,18 +180,6 @@ def _vector_step(index: Searchable, conn: sa.Connection, out: SearchRun, query: 
         out.vector = [r for r in ranked if r.message_id not in out.gone]
         out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
 
-    if overlap and isinstance(vset, VectorSet) and _core_free() and _SCAN_FREE.acquire(blocking=False):
-        try:
-            job = _scan_thread().submit(vset.ranked, qvec, depth, narrowed, until_iso)
-        except RuntimeError:  # (the interpreter shutting down)
-            _SCAN_FREE.release()
-        else:
-            def joined() -> None:
-                try:
-                    finish(job.result())
-                finally:
-                    _SCAN_FREE.release()
-            return joined
     ranked = vset.ranked(qvec, depth, narrowed, until_iso)
     return lambda: finish(ranked)
 
@@ -204,35 +188,6 @@ def _nothing() -> None:
     return None
 
 
-_load_seen: list[float] = [-10.0, 0.0]  # (when, whether a core was free)
-
-
-def _core_free() -> bool:
-    """Whether a core is likely idle (1-minute load average below the cores minus one; looked at once a
-    second): a second thread pays only then. At load 7.8 on 2 cores the overlap cost wall time
-    (hybrid p50 10.0-11.9 ms against 8.2-9.8 inline)."""
-    now = time.monotonic()
-    if now - _load_seen[0] > 1.0:
-        try:
-            free = os.getloadavg()[0] < (os.cpu_count() or 1) - 1
-        except OSError:  # (no load average on this system)
-            free = False
-        _load_seen[:] = [now, float(free)]
-    return bool(_load_seen[1])
-
-
-_SCAN_FREE = threading.Semaphore(1)  # the scan thread is free (else a search ranks its vectors itself)
-_SCAN: list[ThreadPoolExecutor] = []
-
-
-def _scan_thread() -> ThreadPoolExecutor:
-    with _SCAN_LOCK:
-        if not _SCAN:
-            _SCAN.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="recall-scan"))
-        return _SCAN[0]
-
-
-_SCAN_LOCK = threading.Lock()
 
 
 def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,

@@ -191,25 +191,3 @@ def test_reranking_combines_entries_as_rerank_does_its_records(vec, kw, known, n
     want = hybrid.rerank(combined.fused(entries), nexts, period, limit=limit, scores=combined.scores(),
                          by_speaker=speaker or None)
     assert combined.reranked(entries, nexts, period, limit=limit, by_speaker=speaker or None) == want
-
-
-def test_ranking_vectors_on_the_scan_thread_gives_the_inline_results(store, monkeypatch):
-    import threading
-
-    monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
-    index = RecallIndex.for_store(store, HashingEmbedder(64))
-    assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
-
-    def results() -> list[object]:
-        out: list[object] = []
-        for query in QUERIES:
-            for threshold in (None, 0.0):
-                r = index.search(query, resource_id="u", mode="hybrid", top_k=5, threshold=threshold)
-                out.append(([(h.message_id, h.score, h.vector_score, h.keyword_score, h.source) for h in r.hits],
-                            r.reason, r.details))
-        return out
-
-    monkeypatch.setattr(pipeline, "_core_free", lambda: True)
-    overlapped = results()
-    monkeypatch.setattr(pipeline, "_SCAN_FREE", threading.Semaphore(0))  # the scan thread busy: inline
-    assert results() == overlapped
