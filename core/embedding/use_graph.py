@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from core.embedding.base import EmbedderError
-from core.embedding.provision import atomic_write_bytes, file_sha256
+from core.embedding.files import atomic_write_bytes, file_sha256
 
 # Bump when the rewrite changes: derived files carry it in their name and their stamp.
 REWRITE_VERSION = 4

@@ -126,68 +126,40 @@ def run(
         pending, out.gone = index.backlog(conn)
         if mode != "vector":
             out.backlog = pending
-        # The vector list is ranked first and finished after the keyword list, so its notes follow the
-        # keyword list's. (Ranking it on a second thread meanwhile was measured and dropped: hybrid p50
-        # 8.1-8.4 ms with the thread against 7.5-7.6 ms inline at 10k on a quiet machine; the keyword
-        # half holds the GIL, and the hand-over costs more than the product's overlap gives.)
-        later: list[str] = []
-        vector_step = _nothing if mode == "keyword" else _vector_step(
-            index, conn, out, query, qvec, resource_id, thread_id, depth, until_iso, later)
-        try:
-            if mode in ("keyword", "hybrid"):
-                if not index.has_fts:
-                    degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
-                else:
-                    out.terms, out.dropped_terms = index.keywords.terms(conn, query)
-                    kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id,
-                                               limit=depth, until=until_iso, terms=out.terms)
-                    ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
-                    out.keyword = [r for r in ranked if r.message_id not in out.gone]
-                    out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
-        finally:
-            vector_step()  # (also when the keyword step failed)
-        for reason in later:
-            degrade(reason, failure=reason.startswith("query embedding failed"))
+        if mode in ("keyword", "hybrid"):
+            if not index.has_fts:
+                degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
+            else:
+                out.terms, out.dropped_terms = index.keywords.terms(conn, query)
+                kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
+                                           until=until_iso, terms=out.terms)
+                ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
+                out.keyword = [r for r in ranked if r.message_id not in out.gone]
+                out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
+
+        if mode in ("vector", "hybrid") and qvec is None:
+            started = time.perf_counter()
+            try:
+                qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
+            except Exception as exc:  # the embedder failing must not take keyword results down with it
+                degrade(f"query embedding failed ({exc}); vector results missing")
+            out.embed_ms = (time.perf_counter() - started) * 1000
+        out.qvec = qvec
+        if mode in ("vector", "hybrid") and qvec is not None:
+            out.vset = index.vector_set(conn, resource_id, thread_id)
+            if out.vset is None:
+                degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
+            else:
+                for skipped in out.vset.skips.reasons():
+                    degrade(skipped, failure=False)
+                narrowed = thread_id if resource_id is not None else None
+                ranked = out.vset.ranked(qvec, depth, narrowed, until_iso)
+                out.vector = [r for r in ranked if r.message_id not in out.gone]
+                out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
         if mode == "hybrid":
             _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share,
                   getattr(index, "order", None))
     return out
-
-
-def _vector_step(index: Searchable, conn: sa.Connection, out: SearchRun, query: str, qvec: Any,
-                 resource_id: str | None, thread_id: str | None, depth: int, until_iso: str | None,
-                 notes: list[str]) -> Callable[[], None]:
-    """Embed the query (unless given) and rank the scope's vectors. Returns what finishes the step
-    (``out.vector``, ``out.left_out``); ``notes`` receives what the search must say."""
-    if qvec is None:
-        started = time.perf_counter()
-        try:
-            qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
-        except Exception as exc:  # the embedder failing must not take keyword results down with it
-            notes.append(f"query embedding failed ({exc}); vector results missing")
-        out.embed_ms = (time.perf_counter() - started) * 1000
-    out.qvec = qvec
-    if qvec is None:
-        return _nothing
-    out.vset = vset = index.vector_set(conn, resource_id, thread_id)
-    if vset is None:
-        notes.append(f"no vector table {index.table}; {MIGRATE_HINT}")
-        return _nothing
-    notes.extend(vset.skips.reasons())
-    narrowed = thread_id if resource_id is not None else None
-
-    def finish(ranked: list[hybrid.Ranked]) -> None:
-        out.vector = [r for r in ranked if r.message_id not in out.gone]
-        out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
-
-    ranked = vset.ranked(qvec, depth, narrowed, until_iso)
-    return lambda: finish(ranked)
-
-
-def _nothing() -> None:
-    return None
-
-
 
 
 def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,
