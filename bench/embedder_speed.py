@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.embedding import HashingEmbedder, ModelNotInstalledError  # noqa: E402
-from core.embedding.use_onnx import UseOnnxEmbedder  # noqa: E402
+from core.embedding.use_onnx import DEFAULT_BATCH_SIZE, UseOnnxEmbedder  # noqa: E402
 
 EN_PARTS = [
     "I think we should move the team meeting to Thursday afternoon",
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         rates = [best_rate(run, len(texts), args.repeats) for run in runs]
         print(f"{name:<4}" + "".join(f"{f'{w:,.0f} | {c:,.0f}':>17}" for w, c in rates))
-    print("Every column gives the same vectors (tests/core/test_embedding_use_batching.py); batch 32 is the default.")
+    print(f"Every column gives the same vectors (tests/core/test_embedding_use_batching.py); batch {DEFAULT_BATCH_SIZE} is the default.")
     return 0
 
 

@@ -54,8 +54,9 @@ from core.embedding.use_graph import batch_inputs, ensure_derived
 
 USE_DIM = 512
 DEFAULT_THREADS = 2
-# Most texts in one run. 16-64 measured alike per text (bench/embedder_speed.py); 32 keeps runs short.
-DEFAULT_BATCH_SIZE = 32
+# Most texts in one run: batches of 16 embedded 562 EN / 449 ZH msgs/s against 479 / 354 for 32 and
+# 405 / 320 for 64 (bench/embedder_speed.py, 2 cores, 2026-12-02, twice).
+DEFAULT_BATCH_SIZE = 16
 # Most padded tokens (texts x longest) in one run, so a batch of long texts cannot take much memory.
 TOKEN_BUDGET = 4096
 
