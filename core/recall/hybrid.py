@@ -213,29 +213,9 @@ class Combined:
         by_speaker=by_speaker)``, the same records in the same order, with a record built only for each
         candidate returned (a search keeps ``limit`` of about a hundred). ``scores``: ``self.scores()``,
         when the caller has it."""
-        next_share, date_boost, speaker_boost = NEXT_SHARE, DATE_BOOST, SPEAKER_BOOST  # read now, as ``rerank``
-        if next_share < 0 or date_boost < 0 or speaker_boost < 0:
-            raise ValueError("next_share, date_boost and speaker_boost must not be negative")
         base = self.scores() if scores is None else scores
-        dated = in_period is not None
-        spoken = by_speaker if by_speaker else None
-        scale = 1.0 / (1.0 + next_share + (date_boost if dated else 0.0) + (speaker_boost if spoken else 0.0))
-        scored: list[tuple[float, float, str]] = []
-        get_next = next_of.get
-        for neg_score, tie, mid in entries:  # ``tie`` is -(the candidate's vector score, or -2.0), as ``rerank``'s
-            score = float(-neg_score)
-            nxt = get_next(mid)
-            if nxt is not None and nxt != mid and nxt in base:
-                score += next_share * base[nxt]
-            if dated and mid in in_period:  # type: ignore[operator]
-                score += date_boost
-            if spoken and mid in spoken:
-                score += speaker_boost
-            score *= scale
-            scored.append((-score, tie, mid))
-        scored.sort()
-        kept = scored[:limit] if limit is not None else scored
-        return self.fused(kept)  # (each record's score is its entry's: the re-ranked one)
+        kept = _rescored(entries, base, next_of, in_period, by_speaker, NEXT_SHARE, DATE_BOOST, SPEAKER_BOOST, limit)
+        return self.fused([(neg, tie, mid) for neg, tie, mid, _ in kept])  # (each record's score: the re-ranked one)
 
     def fused(self, entries: Sequence[tuple[float, float, str]]) -> list[Fused]:
         """The records of these entries of ``order``, in their order."""
@@ -281,27 +261,46 @@ def rerank(
     next_share = NEXT_SHARE if next_share is None else next_share  # read now: settings can be changed
     date_boost = DATE_BOOST if date_boost is None else date_boost
     speaker_boost = SPEAKER_BOOST if speaker_boost is None else speaker_boost
+    base = scores if scores is not None else {f.message_id: f.score for f in fused}
+    entries = [(-f.score, -(f.vector_score if f.vector_score is not None else -2.0), f.message_id) for f in fused]
+    kept = _rescored(entries, base, next_of, in_period, by_speaker, next_share, date_boost, speaker_boost, limit)
+    return [replace(fused[at], score=-neg) for neg, _, _, at in kept]
+
+
+def _rescored(
+    entries: Sequence[tuple[float, float, str]],
+    base: Mapping[str, float],
+    next_of: Mapping[str, str],
+    in_period: AbstractSet[str] | None,
+    by_speaker: AbstractSet[str] | None,
+    next_share: float,
+    date_boost: float,
+    speaker_boost: float,
+    limit: int | None,
+) -> list[tuple[float, float, str, int]]:
+    """``rerank``'s rescoring of entries ``(-fused score, -(vector score or -2.0), message id)``: each
+    entry as ``(-new score, the same tie, the message id, its place in entries)``, best first (ties by
+    cosine, then id, then place), the best ``limit`` of them."""
     if next_share < 0 or date_boost < 0 or speaker_boost < 0:
         raise ValueError("next_share, date_boost and speaker_boost must not be negative")
-    base = scores if scores is not None else {f.message_id: f.score for f in fused}
     dated = in_period is not None
     spoken = by_speaker if by_speaker else None
     scale = 1.0 / (1.0 + next_share + (date_boost if dated else 0.0) + (speaker_boost if spoken else 0.0))
-    scored: list[tuple[float, float, str, Fused]] = []
-    for f in fused:
-        score = f.score
-        nxt = next_of.get(f.message_id)
-        if nxt is not None and nxt != f.message_id and nxt in base:
+    scored: list[tuple[float, float, str, int]] = []
+    get_next = next_of.get
+    for at, (neg_score, tie, mid) in enumerate(entries):
+        score = float(-neg_score)
+        nxt = get_next(mid)
+        if nxt is not None and nxt != mid and nxt in base:
             score += next_share * base[nxt]
-        if dated and f.message_id in in_period:  # type: ignore[operator]
+        if dated and mid in in_period:  # type: ignore[operator]
             score += date_boost
-        if spoken and f.message_id in spoken:
+        if spoken and mid in spoken:
             score += speaker_boost
         score *= scale
-        scored.append((-score, -(f.vector_score if f.vector_score is not None else -2.0), f.message_id, f))
-    scored.sort(key=lambda t: t[:3])
-    kept = scored[:limit] if limit is not None else scored
-    return [replace(f, score=-neg) for neg, _, _, f in kept]
+        scored.append((-score, tie, mid, at))
+    scored.sort()
+    return scored[:limit] if limit is not None else scored
 
 
 def fuse(

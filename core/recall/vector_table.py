@@ -15,7 +15,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.recall.schema import STATE_TABLE, columns, quoted
-from core.storage import bulk
+from core.storage import bulk, driver_sql
 from core.storage.catalog import has_table
 
 
@@ -203,12 +203,14 @@ def change_counters(conn: sa.Connection, info: TableInfo, has_state: bool | None
     count the table's update/delete triggers bump; a Mastra table without triggers is scanned.
     ``has_state``: whether the recall state table exists, when the caller knows (else looked up)."""
     if info.has_our_indexes and (has_table(conn, STATE_TABLE) if has_state is None else has_state):
-        # The driver's own cursor: this runs before every vector search (SQLAlchemy's result costs more).
-        newest, rewrites = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
+        # On the driver's cursor: this runs before every vector search (SQLAlchemy's result costs more).
+        row = driver_sql.first(
+            conn,
             f"SELECT (SELECT max(rowid) FROM {quoted(info.name)} NOT INDEXED), "
             f"(SELECT value FROM {STATE_TABLE} WHERE key = ?)",
             (f"{info.name}:rewrites",),
-        ).fetchone()
+        )
+        newest, rewrites = row if row is not None else (0, 0)
         return int(newest or 0), int(rewrites or 0)
     # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.
     row = conn.exec_driver_sql(f"SELECT max(rowid), count(vector_id) FROM {quoted(info.name)} NOT INDEXED").first()
