@@ -2,7 +2,8 @@
 
 Columns: one ``embed`` call per message; one call for all with one text per run (``batch_size=1``,
 the runs spread over the worker threads); one call with true batches of up to 16/32/64 texts of
-similar token count through the per-text graph (the default is 32). All give the same vectors.
+similar token count through the per-text graph (the last line names the default). All give the same
+vectors.
 
     .venv/bin/python bench/embedder_speed.py [--messages 512] [--threads 2] [--repeats 3]
 

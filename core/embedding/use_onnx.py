@@ -139,6 +139,14 @@ class UseOnnxEmbedder:
             out = self._per_text.run(["outputs"], {**feed, **batch_inputs(counts)})[0]
         return out
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """How many tokens the model's own tokenizer makes of each text (begin and end included), the
+        size its cost follows; loads the batching graphs, and raises ``EmbedderError`` without them."""
+        self._load()
+        if not self._load_batching():
+            raise EmbedderError(f"token counts need the tokenizer graph: {self.batching}")
+        return self._token_counts(texts) if texts else []
+
     def _token_counts(self, texts: Sequence[str]) -> list[int]:
         splits = self._tokenizer.run(None, {"inputs": np.array(list(texts), dtype=object)})[1]
         counts = np.diff(np.asarray(splits, dtype=np.int64))

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import random
 import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from core.embedding.base import ModelNotInstalledError, count_sorted_batches
+from core.embedding.base import EmbedderError, ModelNotInstalledError, count_sorted_batches
 from core.embedding.provision import USE_M3_Q, model_path, verify
 from core.embedding.use_graph import TOKEN_ROWS, TOKEN_TEXT, batch_inputs, derived_paths, ensure_derived
 from core.embedding.use_onnx import UseOnnxEmbedder
+from core.messages import Message
+from core.recall import RecallIndex
+from core.recall.text import passage_text
+from core.storage import open_store
 
 
 def _installed() -> Path | None:
@@ -135,3 +140,43 @@ def test_count_sorted_batches_cover_every_index_once_within_both_limits() -> Non
     assert [5] in batches  # the 200-token text is alone: over the budget by itself
     with pytest.raises(ValueError):
         list(count_sorted_batches(counts, 0, 20))
+
+
+@needs_model
+def test_recall_ingest_stores_each_passage_s_one_at_a_time_vector(alone: UseOnnxEmbedder, tmp_path: Path) -> None:
+    """Through the index's own path: a save's messages embedded as one batch of passages (previous
+    message + message, of mixed lengths and scripts) are stored with the pinned graph's vector for that
+    passage alone, whatever shared their batch."""
+    texts = [t for t in _mixed(48, seed=11) if t.strip()]
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    messages = [
+        (Message.user if i % 2 == 0 else Message.assistant)(
+            text, id=f"m{i:02d}", thread_id="t", resource_id="u", created_at=start + timedelta(seconds=i)
+        )
+        for i, text in enumerate(texts)
+    ]
+    store = open_store(tmp_path / "m.db")
+    try:
+        store.memory.create_thread(thread_id="t", resource_id="u")
+        store.memory.save_messages(messages)
+        index = RecallIndex.for_store(store, UseOnnxEmbedder())
+        report = index.index_messages(messages)
+        assert sorted(report.indexed) == sorted(m.id for m in messages) and not report.failed
+        with store.db.read() as conn:
+            stored = index.vector_set(conn, "u", None)
+        assert stored is not None
+        rows = dict(zip(stored.message_ids, stored.matrix))
+        for i, m in enumerate(messages):
+            passage = passage_text(texts[i - 1] if i else "", texts[i])
+            assert np.array_equal(rows[m.id], alone.embed([passage])[0]), m.id
+    finally:
+        store.close()
+
+
+@needs_model
+def test_token_counts_follow_the_text_and_say_when_unavailable() -> None:
+    counts = UseOnnxEmbedder().token_counts(["", "hello", "hello hello hello", "我对花生过敏"])
+    assert min(counts) >= 2 and counts[1] < counts[2]  # begin and end tokens count too
+    assert UseOnnxEmbedder().token_counts([]) == []
+    with pytest.raises(EmbedderError, match="batch_size=1"):
+        UseOnnxEmbedder(batch_size=1).token_counts(["hello"])

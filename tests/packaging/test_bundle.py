@@ -103,7 +103,7 @@ def test_every_qt_library_a_kept_plugin_links_to_is_there(bundle: Path) -> None:
 def test_largest_files_are_the_expected_ones(bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Anything above 10 MB must be on this list; each is explained in the README ("Desktop bundle").
     expected_large = re.compile(
-        r"use-multilingual-v3-q\.onnx|_duckdb\..*\.so|onnxruntime_pybind11_state\..*\.so|libicudata\.so\.\d+"
+        r"use-multilingual-v3-q(?:\.per-text-v\d+)?\.onnx|_duckdb\..*\.so|onnxruntime_pybind11_state\..*\.so|libicudata\.so\.\d+"
         r"|libscipy_openblas.*\.so|libpython3\.\d+\.so.*|libsql_experimental\..*\.so|_rust\.abi3\.so"
         r"|_multiarray_umath\..*\.so|libQt6Gui\.so\.6|memory-studio"
     )
