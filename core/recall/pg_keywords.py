@@ -14,11 +14,12 @@ as ranking the whole resource (bench/scale.py: 168 ms at 10k messages before, se
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection
 
 import sqlalchemy as sa
 
-from core.recall.keyword import CONTEXT_WEIGHT, KeywordHit, TermStats, select_terms
+from core.recall.keyword import CONTEXT_WEIGHT, STATS_MAX_TERMS, KeywordHit, TermStats, select_terms
 from core.recall import passages
 from core.recall.schema import DOCS_TABLE, QUEUE_TABLE
 from core.recall.text import passage_hash, segment
@@ -30,13 +31,27 @@ DRAIN_BATCH = 2000
 _DOC = f"setweight(to_tsvector('{CONFIG}', ?), 'A') || setweight(to_tsvector('{CONFIG}', ?), 'B')"
 
 
+_COUNT = f"(SELECT count(*) FROM {DOCS_TABLE} WHERE terms @@ phraseto_tsquery('{CONFIG}', ?))"
+
+
 class PgTermStats(TermStats):
-    """``TermStats`` counted in the ``tsvector`` documents: a GIN lookup per term, no ranking."""
+    """``TermStats`` counted in the ``tsvector`` documents: a GIN lookup per term, no ranking. The
+    terms of one query not counted yet are counted in one statement (one round trip, not one each)."""
 
     def _frequency_of(self, conn: sa.Connection, term: str) -> int:
-        return int(cursor.scalar(
-            conn, f"SELECT count(*) FROM {DOCS_TABLE} WHERE terms @@ phraseto_tsquery('{CONFIG}', ?)", (_unquote(term),)
-        ) or 0)
+        return int(cursor.scalar(conn, f"SELECT {_COUNT}", (_unquote(term),)) or 0)
+
+    def frequencies(self, conn: sa.Connection, terms: list[str]) -> list[int]:
+        with self._lock:
+            unknown = [t for t in dict.fromkeys(terms) if t not in self._df]
+        if len(unknown) > 1:
+            counts = cursor.rows(conn, "SELECT " + ", ".join([_COUNT] * len(unknown)), [_unquote(t) for t in unknown])[0]
+            with self._lock:
+                for term, count in zip(unknown, counts):
+                    self._df[term] = int(count or 0)
+                while len(self._df) > STATS_MAX_TERMS:
+                    self._df.popitem(last=False)
+        return super().frequencies(conn, terms)
 
 
 def _unquote(term: str) -> str:
@@ -165,7 +180,19 @@ def search(
         "ORDER BY s DESC, d.message_id LIMIT ?",
         params,
     )
+    _LISTED[conn] = [r[0] for r in rows]
     return [KeywordHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+
+
+# The message ids of the last keyword list each open connection read (its search's transaction):
+# ``pg_vectors.PgVectorSet.ranked`` asks for their cosines in the vector list's own statement, so a
+# hybrid search needs no round trip of its own for them. Weak keys: gone with the connection.
+_LISTED: "weakref.WeakKeyDictionary[sa.Connection, list[str]]" = weakref.WeakKeyDictionary()
+
+
+def listed(conn: sa.Connection) -> list[str] | None:
+    """The message ids of the last keyword list read on ``conn`` (None: none read on it)."""
+    return _LISTED.get(conn)
 
 
 class TsvectorKeywords:

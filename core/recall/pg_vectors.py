@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall import hybrid
+from core.recall import hybrid, pg_keywords
 from core.recall.matrix import SkipCounts
 from core.recall.pg_order import text_array
 from core.recall.schema import DOCS_TABLE, quoted, vector_table_name
@@ -121,6 +121,9 @@ class PgVectorSet:
         # BEGIN and ROLLBACK: three round trips, most of a hybrid search's time on a busy server).
         self.conn: sa.Connection | None = None
         self._ef_local: int | None = None  # ``hnsw.ef_search`` set for ``conn``'s transaction by ``ranked``
+        # Cosines ``ranked`` read with its list (of the keyword list's messages), for ``cosines``:
+        # (the query vector, the ids asked for, their cosines).
+        self._early: tuple[np.ndarray, set[str], dict[str, float]] | None = None
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
@@ -176,13 +179,24 @@ class PgVectorSet:
                                   "set_config('hnsw.iterative_scan', 'relaxed_order', true)", (str(ef_search),))
                 if mine:
                     self._ef_local = ef_search
-            rows = cursor.rows(
-                conn,
-                f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "
-                f"1 - (embedding <=> CAST(? AS vector)) AS score FROM {quoted(self.table)} WHERE {where} "
-                "ORDER BY embedding <=> CAST(? AS vector) LIMIT ?",
-                (q, *params, q, depth * 2),
-            )
+            listing = (f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "
+                       f"1 - (embedding <=> CAST(? AS vector)) AS score FROM {quoted(self.table)} WHERE {where} "
+                       "ORDER BY embedding <=> CAST(? AS vector) LIMIT ?")
+            listed = pg_keywords.listed(conn) if mine else None
+            if not listed:
+                rows = cursor.rows(conn, listing, (q, *params, q, depth * 2))
+            else:
+                # A hybrid search: the keyword list was read in this transaction, and the fusion will
+                # want the cosines of those not in this list (``cosines``). The same two statements as
+                # one (the first column says which), one round trip instead of two.
+                both = cursor.rows(
+                    conn,
+                    f"SELECT 0, l.* FROM ({listing}) l UNION ALL "
+                    f"SELECT 1, c.* FROM ({_COSINES.format(table=quoted(self.table))}) c",
+                    (q, *params, q, depth * 2, q, text_array(listed), self.model_id),
+                )
+                rows = [r[1:] for r in both if r[0] == 0]
+                self._early = (qvec, set(listed), {r[1]: float(r[4]) for r in both if r[0] == 1})
         out: list[hybrid.Ranked] = []
         seen: set[str] = set()
         for mid, tid, rid, score in sorted(rows, key=lambda r: -float(r[3])):
@@ -199,14 +213,18 @@ class PgVectorSet:
     def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
         if not message_ids:
             return {}
+        early = self._early
+        if early is not None and early[1].issuperset(message_ids) and np.array_equal(early[0], qvec):
+            return {mid: early[2][mid] for mid in message_ids if mid in early[2]}
         with self._read() as conn:
-            rows = cursor.rows(
-                conn,
-                f"SELECT metadata->>'message_id', max(1 - (embedding <=> CAST(? AS vector))) FROM {quoted(self.table)} "
-                "WHERE metadata->>'message_id' = ANY(CAST(? AS text[])) AND model_id = ? GROUP BY 1",
-                (literal(qvec), text_array(message_ids), self.model_id),
-            )
-        return {r[0]: float(r[1]) for r in rows}
+            rows = cursor.rows(conn, _COSINES.format(table=quoted(self.table)),
+                               (literal(qvec), text_array(message_ids), self.model_id))
+        return {r[0]: float(r[3]) for r in rows}
+
+
+# The best cosine of each named message (Mastra may store several chunk vectors per message).
+_COSINES = ("SELECT metadata->>'message_id', NULL, NULL, max(1 - (embedding <=> CAST(? AS vector))) FROM {table} "
+            "WHERE metadata->>'message_id' = ANY(CAST(? AS text[])) AND model_id = ? GROUP BY 1")
 
 
 ANALYZE_THRESHOLD, ANALYZE_SCALE = 50, 0.1  # autovacuum's defaults (autovacuum_analyze_threshold / _scale_factor)

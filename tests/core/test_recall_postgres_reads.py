@@ -4,18 +4,25 @@ The re-rank's read of its candidates (``pg_order.thread_order``: one ``text[]`` 
 psycopg's cursor) equals ``search.thread_order`` for ids and contents of every shape; a ``text[]``
 sent as text reads back as the same strings; keyword docs written by the index leave no entries in
 the GIN pending list (which made the planner scan every doc); the HNSW settings a search runs with are
-the ones it asked for.
+the ones it asked for; a pooled connection begins its transaction as it is checked out (the check
+that it is alive), and one the server closed is replaced; a hybrid search reads the keyword list's
+cosines with its vector list, the same values as their own statement; the uncounted terms of a query
+are counted in one statement, the same counts as one by one.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import psycopg
+import sqlalchemy as sa
+from psycopg import pq
+
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.recall import RecallIndex, pg_order
 from core.recall import search as pipeline
-from core.recall.pg_keywords import GIN_INDEX
+from core.recall.pg_keywords import GIN_INDEX, PgTermStats
 from core.storage import open_store
 from core.storage.pg import cursor
 
@@ -110,5 +117,90 @@ def test_hnsw_settings_are_the_ones_a_search_asks_for(pg_url: str):
             assert cursor.rows(conn, setting) == [("100", "relaxed_order")]
         with store.db.read() as conn:
             assert cursor.rows(conn, setting) == [("100", "relaxed_order")]
+    finally:
+        store.close()
+
+
+def _statements(store) -> list[str]:
+    seen: list[str] = []
+    sa.event.listen(store.db.engine, "before_cursor_execute",
+                    lambda conn, cur, sql, params, ctx, many: seen.append(sql))
+    return seen
+
+
+def test_a_checked_out_connection_is_begun_and_a_dead_one_replaced(pg_url: str):
+    store = open_store(pg_url)
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            with store.db.read() as conn:
+                raw = conn.connection.driver_connection
+                assert raw.info.transaction_status == pq.TransactionStatus.INTRANS  # before any statement
+                pid = raw.info.backend_pid
+                # begun, and holding no snapshot (nothing for vacuum to wait for) until a statement runs
+                assert admin.execute("SELECT state, backend_xmin FROM pg_stat_activity WHERE pid = %s",
+                                     (pid,)).fetchall() == [("idle in transaction", None)]
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))  # the server closes the idle pooled connection
+        with store.db.read() as conn:  # replaced at check-out, not failing the read
+            assert cursor.scalar(conn, "SELECT pg_backend_pid()") != pid
+        with store.db.engine.connect() as conn:  # autocommit (VACUUM) on a connection begun at check-out
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql("VACUUM mastra_messages")
+        with store.db.write() as conn:  # and a later check-out of it is a transaction again
+            conn.exec_driver_sql("CREATE TEMP TABLE scratch (x int)")
+            assert conn.connection.driver_connection.info.transaction_status == pq.TransactionStatus.INTRANS
+    finally:
+        store.close()
+
+
+def test_hybrid_reads_the_keyword_cosines_with_its_vector_list(pg_url: str):
+    store = open_store(pg_url)
+    try:
+        index = RecallIndex.for_store(store, HashingEmbedder(16))
+        store.memory.create_thread(thread_id="t", resource_id="u")
+        msgs = [Message.user(f"note {i}: {('garden', 'tomatoes', '東京の会議', '旅行')[i % 4]} item{i}", id=f"m{i}",
+                             thread_id="t", resource_id="u", created_at=T0 + timedelta(minutes=i)) for i in range(200)]
+        store.memory.save_messages(msgs)
+        index.index_messages(msgs)
+        seen = _statements(store)
+        for query in ("tomatoes item7", "東京 会議", "garden"):
+            seen.clear()
+            with store.db.read() as conn:
+                run = pipeline.run(index, query, resource_id="u", thread_id=None, top_k=5, mode="hybrid")
+                assert run.keyword and run.cosines  # keyword hits outside the vector list, with cosines
+                assert sum("UNION ALL" in s for s in seen) == 1
+                assert not any(s.startswith("SELECT metadata->>'message_id', NULL") for s in seen)  # none of their own
+                fresh = index.vector_set(conn, "u", None)  # no list read: the cosines' own statement
+                assert fresh.cosines(run.qvec, list(run.cosines)) == run.cosines
+        with store.db.read() as conn:  # asked for other ids or another vector: their own statement
+            view = index.vector_set(conn, "u", None)
+            qvec = index.embedder.embed(["garden"], kind="query")[0]
+            index.keywords.search(conn, "garden", resource_id="u", thread_id=None, limit=20)
+            view.ranked(qvec, 10, None)
+            seen.clear()
+            assert view.cosines(qvec, ["m0", "m3"]) == index.vector_set(conn, "u", None).cosines(qvec, ["m0", "m3"])
+            assert len(seen) == 2
+    finally:
+        store.close()
+
+
+def test_uncounted_terms_of_a_query_are_counted_in_one_statement(pg_url: str):
+    store = open_store(pg_url)
+    try:
+        index = RecallIndex.for_store(store, HashingEmbedder(16))
+        store.memory.create_thread(thread_id="t", resource_id="u")
+        msgs = [Message.user(f"{('garden', 'tomatoes')[i % 2]} 東京 {i % 3}", id=f"m{i}", thread_id="t", resource_id="u",
+                             created_at=T0 + timedelta(minutes=i)) for i in range(30)]
+        store.memory.save_messages(msgs)
+        index.index_messages(msgs)
+        terms = ['"garden"', '"tomato"', '"東 京"', '"1"', '"absent"', '"garden"']
+        seen = _statements(store)
+        with store.db.read() as conn:
+            stats = PgTermStats()
+            counts = stats.frequencies(conn, terms)
+            assert len(seen) == 1
+            assert counts == [stats._frequency_of(conn, t) for t in terms]
+            assert counts[4] == 0 and 0 < counts[3] < counts[2] == 30
+            seen.clear()
+            assert stats.frequencies(conn, terms) == counts and not seen  # kept
     finally:
         store.close()

@@ -7,8 +7,11 @@ write transaction (``BEGIN IMMEDIATE``); Postgres runs them concurrently, so eac
 names what it changes with ``lock(conn, key)`` — a transaction-scoped advisory lock — and writers
 of the same thread, resource or working memory queue while everyone else proceeds.
 
-Connections come from SQLAlchemy's ``QueuePool`` over psycopg 3 (``pool_pre_ping``, so a connection
-a managed server closed while idle is replaced instead of failing a turn).
+Connections come from SQLAlchemy's ``QueuePool`` over psycopg 3. Every check-out begins the
+connection's transaction at once (``_begin_on_checkout``): that ``BEGIN`` is the liveness check, so a
+connection a managed server closed while idle is replaced instead of failing a turn, as SQLAlchemy's
+``pool_pre_ping`` did, and it is the ``BEGIN`` psycopg would have sent before the first statement
+anyway: one round trip per check-out instead of two.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 import psycopg
 import sqlalchemy as sa
+from psycopg import pq
 from sqlalchemy.engine.interfaces import BindTyping
 
 from core.storage import catalog, migrations
@@ -67,8 +71,10 @@ class PgDatabase(Database):
         size = _pool_size()
         self.engine = sa.create_engine(
             "postgresql+psycopg://", creator=self._connect, pool_size=size, max_overflow=size,
-            pool_pre_ping=True, pool_recycle=1800,
+            pool_recycle=1800,
         )
+        sa.event.listen(self.engine, "checkout", _begin_on_checkout)
+        _end_empty_transaction_before_autocommit(self.engine.dialect)
         # Parameters go untyped (no ``::VARCHAR`` casts), so an ISO string binds to a TIMESTAMP column
         # and JSON text to JSONB, as they do on libSQL.
         self.engine.dialect.bind_typing = BindTyping.NONE
@@ -159,6 +165,43 @@ class PgDatabase(Database):
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _begin_on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+    """Begin the transaction of a connection as the pool hands it out; a connection that cannot
+    (closed by the server, a restart) is replaced, and the pool's older connections with it (what
+    ``pool_pre_ping`` did on a failed ping).
+
+    psycopg sends ``BEGIN`` before the first statement of a transaction when the server reports none
+    open; begun here, the first statement goes alone. Before, every check-out paid a ping (``;``) and
+    then that ``BEGIN``: two round trips of a hybrid search's eight (``core.recall.search``). A
+    transaction with no statement takes no snapshot, so a connection checked out and not yet used
+    holds nothing back. libpq's own call: psycopg reads the transaction state from it, and
+    ``rollback`` / ``commit`` end it as they end one psycopg began."""
+    pgconn = dbapi_conn.pgconn
+    if pgconn.transaction_status != pq.TransactionStatus.IDLE:
+        return
+    try:
+        result = pgconn.exec_(b"BEGIN")
+        ok = result.status == pq.ExecStatus.COMMAND_OK
+    except psycopg.Error:
+        ok = False
+    if not ok:
+        raise sa.exc.InvalidatePoolError("the connection could not begin a transaction")
+
+
+def _end_empty_transaction_before_autocommit(dialect: Any) -> None:
+    """A connection switched to autocommit (``isolation_level="AUTOCOMMIT"``, e.g. for ``VACUUM``)
+    first ends the empty transaction ``_begin_on_checkout`` began: SQLAlchemy allows the switch
+    only before any statement of the connection, and psycopg refuses it while a transaction is open."""
+    plain = dialect.set_isolation_level
+
+    def set_isolation_level(dbapi_conn: Any, level: Any) -> None:
+        if dbapi_conn.pgconn.transaction_status == pq.TransactionStatus.INTRANS:
+            dbapi_conn.rollback()
+        plain(dbapi_conn, level)
+
+    dialect.set_isolation_level = set_isolation_level
 
 
 def _translate(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> Any:
