@@ -135,16 +135,20 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
     emb.fixed.update(zip(queries, qv))  # embedding excluded from the timed path
     index.search(queries[0], resource_id="u", mode="vector")  # loads the matrix once
     p50: dict[str, float] = {}
+    cpu50: dict[str, float] = {}
     for mode in ("vector", "keyword", "hybrid"):
         times, cpu = [], []
         for q in queries:
-            t, c = time.perf_counter(), time.process_time()  # (process: hybrid ranks vectors on a second thread)
+            t, c = time.perf_counter(), time.process_time()
             index.search(q, resource_id="u", mode=mode, top_k=10)
             times.append((time.perf_counter() - t) * 1000)
             cpu.append((time.process_time() - c) * 1000)
         p50[mode] = statistics.median(times)
+        cpu50[mode] = statistics.median(cpu)
         print(f"{n:,} msgs, index.search mode={mode:<7} {percentiles(times)}  CPU p50 {statistics.median(cpu):.2f} ms")
-    print(f"hybrid / vector p50: x{p50['hybrid'] / p50['vector']:.2f} (target <= 2 ms and <= x1.8)")
+    # (CPU too: on a shared machine the wall ratio moves with whatever else runs in those minutes)
+    print(f"hybrid / vector p50: x{p50['hybrid'] / p50['vector']:.2f}, CPU x{cpu50['hybrid'] / cpu50['vector']:.2f} "
+          "(target <= 2 ms and <= x1.8)")
     with store.db.read() as conn:
         vset = index.vector_set(conn, "u", None)
     times = []

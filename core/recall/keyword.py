@@ -159,11 +159,14 @@ class MemoryTermStats(TermStats):
 
 def has_pending(conn: sa.Connection) -> bool:
     """Whether any message change waits for the keyword index: one statement, run before every search."""
-    return bool(conn.exec_driver_sql(
-        f"SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}) OR EXISTS (SELECT 1 FROM mastra_messages WHERE rowid > "
-        f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0))",
-        (FTS_WATERMARK,),
-    ).scalar())
+    # The driver's cursor (``driver_sql``): SQLAlchemy's result machinery cost more than the statement.
+    return bool(driver_sql.scalar(conn, _PENDING_SQL, (FTS_WATERMARK,)))
+
+
+_PENDING_SQL = (
+    f"SELECT EXISTS (SELECT 1 FROM {QUEUE_TABLE}) OR EXISTS (SELECT 1 FROM mastra_messages WHERE rowid > "
+    f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0))"
+)
 
 
 def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
@@ -231,9 +234,11 @@ def drain_queue(
     return len(queued) + len(fresh), gone
 
 
-def select_terms(conn: sa.Connection, query: str, stats: TermStats | None) -> tuple[list[str], list[str]]:
-    """(the query's quoted terms to match, the very common ones dropped), whatever the backend."""
-    terms = keyword_terms(query)
+def select_terms(conn: sa.Connection, query: str, stats: TermStats | None,
+                 terms: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(the query's quoted terms to match, the very common ones dropped), whatever the backend.
+    ``terms``: ``keyword_terms(query)``, when the caller has it."""
+    terms = keyword_terms(query) if terms is None else terms
     kept = stats.select(conn, terms) if stats is not None and terms else terms
     return kept, [t for t in terms if t not in kept]
 
@@ -298,9 +303,10 @@ class Fts5Keywords:
         self._lock = threading.Lock()
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
+        terms = keyword_terms(query)  # (cut once: the prefetch and the selection read the same terms)
         if self.memory.sync(conn):
-            self.memory.prefetch(conn, keyword_terms(query))
-        return select_terms(conn, query, self.stats)
+            self.memory.prefetch(conn, terms)
+        return select_terms(conn, query, self.stats, terms)
 
     def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
                limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]:

@@ -159,6 +159,10 @@ class KeywordMemory:
         self._resources = np.empty(0, dtype=np.int64)  # code of the row's doc's resource (-1: no doc)
         self._threads = np.empty(0, dtype=np.int64)
         self._mids: list[str | None] = []
+        # ``_mids`` as a numpy text array (None as ""), to break ties by message id in numpy; None when
+        # not built, or when an id is not text or ends in NUL (numpy drops trailing NULs: not the same order)
+        self._mid_keys: np.ndarray | None = None
+        self._mid_keys_unusable = False
         self._codes: dict[str | None, int] = {}
         self._names: list[str | None] = []  # code -> thread or resource id
         self._max_doc = 0
@@ -259,10 +263,16 @@ class KeywordMemory:
             return
         ids = np.fromiter((d[0] for d in docs), np.int64, len(docs))
         at = np.searchsorted(self._rowids, ids)
+        keys = self._mid_keys
         for (doc_id, mid, thread, resource), p in zip(docs, at.tolist()):
             if p < len(self._rowids) and self._rowids[p] == doc_id:  # (else its row comes with a later sync)
                 self._max_doc = max(self._max_doc, int(doc_id))
                 self._mids[p] = mid
+                if keys is not None:
+                    if p < len(keys) and _plain(mid) and len(mid or "") <= keys.dtype.itemsize // 4:
+                        keys[p] = mid or ""
+                    else:
+                        keys = self._mid_keys = None  # built again when needed
                 self._threads[p] = self._code(thread)
                 self._resources[p] = self._code(resource)
 
@@ -293,6 +303,8 @@ class KeywordMemory:
             self._resources = np.concatenate([self._resources, np.full(len(fresh), -1, np.int64)])
             self._threads = np.concatenate([self._threads, np.full(len(fresh), -1, np.int64)])
             self._mids.extend([None] * len(fresh))
+            if self._mid_keys is not None:
+                self._mid_keys = np.concatenate([self._mid_keys, np.full(len(fresh), "", self._mid_keys.dtype)])
             self._rows += len(fresh)
             self._tokens += sum(sizes.values())
             touched = by_token.keys()
@@ -442,8 +454,33 @@ class KeywordMemory:
                 best = np.flatnonzero(score >= cut)  # every tie at the cut: broken by message id below
                 places, score = places[best], score[best]
             mids = self._mids
+            names = self._names
+            keys = self._keys_of_mids()
+            if keys is not None:  # sorted by (-score, message id, place) as below, in numpy
+                order = np.lexsort((places, keys[places], -score))[:limit]
+                places, score = places[order], score[order]
+                return [(mids[p] or "", names[t] if t >= 0 else None, names[r] if r >= 0 else None, s)
+                        for p, t, r, s in zip(places.tolist(), self._threads[places].tolist(),
+                                              self._resources[places].tolist(), score.tolist())]
             picked = sorted(zip((-score).tolist(), [mids[p] or "" for p in places.tolist()], places.tolist()))[:limit]
             at = np.array([p for _, _, p in picked], dtype=np.int64)
-            names = self._names
             return [(mid, names[t] if t >= 0 else None, names[r] if r >= 0 else None, -neg)
                     for (neg, mid, _), t, r in zip(picked, self._threads[at].tolist(), self._resources[at].tolist())]
+
+    def _keys_of_mids(self) -> np.ndarray | None:
+        """``_mids`` as a numpy text array (None as ""), kept up to date by appends; None when an id
+        would not sort there as in Python (not text, or ending in NUL)."""
+        keys = self._mid_keys
+        if self._mid_keys_unusable:
+            return None
+        if keys is None or len(keys) != len(self._mids):
+            if not all(_plain(m) for m in self._mids):
+                self._mid_keys, self._mid_keys_unusable = None, True  # (until loaded again)
+                return None
+            keys = self._mid_keys = np.array([m or "" for m in self._mids], dtype=str)
+        return keys
+
+
+def _plain(mid: object) -> bool:
+    """An id numpy's text array sorts as Python does: None (as ""), or text not ending in NUL."""
+    return mid is None or (isinstance(mid, str) and not mid.endswith("\x00"))

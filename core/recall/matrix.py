@@ -217,17 +217,21 @@ class VectorSet:
         """Exact cosine of each message that has a vector (its best chunk's, if it has several)."""
         rows: list[int] = []
         owners: list[str] = []
+        self.positions_of("")  # (builds the map once)
+        positions = self._positions
+        assert positions is not None
         for mid in message_ids:
-            for p in self.positions_of(mid):
-                rows.append(p)
-                owners.append(mid)
+            found = positions.get(mid)
+            if found is not None:
+                rows.extend(found)
+                owners.extend([mid] * len(found))
         if not rows:
             return {}
         scores = (self.matrix[rows] @ qvec).tolist()
         best: dict[str, float] = {}
         for mid, sc in zip(owners, scores):
             if mid not in best or sc > best[mid]:
-                best[mid] = float(sc)
+                best[mid] = sc
         return best
 
     def before(self, until: str) -> np.ndarray:

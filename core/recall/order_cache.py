@@ -14,26 +14,83 @@ dropped exactly when they may have changed:
 Appends are told by ``max(rowid)`` of the messages table (a new row always gets a rowid above the
 others unless the top one was deleted, which bumps the counter). Checked with one statement before
 each re-rank. A database without the counter (not migrated, or Postgres) reads every time.
+
+Whole threads. Reading the candidates one search at a time cost ~40 rows a search (tens of µs each)
+at 10k messages: the read of a thread's user/assistant messages, done once (``_Thread``, up to
+``MAX_WHOLE_ROWS`` rows kept in all), answers every later candidate of that thread from memory, like
+the vector matrix. A user/assistant message's next message is the one after it in the thread's
+(createdAt, id) order, which is the read's subquery's order when every time and id is text (a thread
+with any other value is not kept whole); its day and label come from the same columns and the same
+decoding as ``search.thread_order`` (a text whose start the database could not cut out is read by
+``thread_order``, like any message of another role). An append to a kept thread is applied in place
+(it becomes the next message of the one before it); an update or delete drops everything.
 """
 
 from __future__ import annotations
 
 import threading
-from datetime import date
-from typing import Callable, NamedTuple
+from bisect import bisect_left
+from datetime import date, timezone
+from typing import Any, Callable, Mapping, NamedTuple
 
 import sqlalchemy as sa
 
 from core.recall.tables import STATE_TABLE
+from core.recall.text import LABEL_CHARS, speaker_label
+from core.storage import dialect, driver_sql
+from core.timeutil import parse_iso
 
 MESSAGES_REWRITES = "messages:rewrites"  # state key bumped by triggers on message updates and deletes
 MAX_KEPT = 200_000
+MAX_WHOLE_ROWS = 100_000  # messages of whole threads kept (a larger thread is read per candidate)
 
 _STATE_SQL = (f"SELECT (SELECT max(rowid) FROM mastra_messages), "
               f"(SELECT value FROM {STATE_TABLE} WHERE key = '{MESSAGES_REWRITES}')")
 
 Order = tuple[str | None, date | None, str | None]  # (next message id, UTC day, speaker label)
 Reader = Callable[..., dict[str, Order]]
+_UA = ("user", "assistant")
+
+
+class _Thread:
+    """The user/assistant messages of one thread: (createdAt, id) ascending, and per message
+    [next message id, createdAt, the start of its text as ``dialect.json_string_head_sql`` selects it,
+    its answer with a label once decoded]."""
+
+    __slots__ = ("keys", "rows")
+
+    def __init__(self, rows: list[tuple[str, str, object]], every: dict[str, list[Any]]) -> None:
+        """``rows``: (id, createdAt, head); each message's entry also goes into ``every`` (the entries of
+        every kept thread by message id: an id is in one thread only)."""
+        rows.sort(key=lambda r: (r[1], r[0]))
+        self.keys = [(created, mid) for mid, created, _ in rows]
+        self.rows: dict[str, list[Any]] = {}
+        nxt: str | None = None
+        for mid, created, head in reversed(rows):
+            self.rows[mid] = every[mid] = [nxt, created, head, None]
+            nxt = mid
+
+    def add(self, mid: str, created: str, head: object, every: dict[str, list[Any]]) -> None:
+        """A message appended to the thread: the next message of the one before it."""
+        key = (created, mid)
+        at = bisect_left(self.keys, key)
+        self.keys.insert(at, key)
+        self.rows[mid] = every[mid] = [self.keys[at + 1][1] if at + 1 < len(self.keys) else None, created, head, None]
+        if at:
+            before = self.rows[self.keys[at - 1][1]]
+            before[0], before[3] = mid, None
+
+
+def _answer(row: list[Any], labels: bool) -> Order | None:
+    """``thread_order``'s answer for a kept thread's entry, or None when its text's start must be read whole."""
+    if not labels:
+        return (row[0], day_of(row[1]), None)
+    if row[3] is None:
+        first = head_text(row[2])
+        if first is None:
+            return None
+        row[3] = (row[0], day_of(row[1]), speaker_label(first))
+    return row[3]  # type: ignore[no-any-return]
 
 
 class _Kept(NamedTuple):
@@ -52,24 +109,41 @@ class OrderCache:
         self._state: tuple[int, int] | None = None
         self._kept: dict[str, _Kept] = {}
         self._by_thread: dict[str, set[str]] = {}
+        self._threads: dict[str, _Thread] = {}  # threads kept whole
+        self._every: dict[str, list[Any]] = {}  # their entries by message id
+        self._whole_rows = 0
+        self._not_whole: set[str] = set()  # threads too large for ``MAX_WHOLE_ROWS``, or not all text
 
-    def read(self, conn: sa.Connection, message_ids: list[str], *, labels: bool, reader: Reader) -> dict[str, Order]:
+    def sync(self, conn: sa.Connection) -> bool:
+        """Bring what is kept up to date with the messages table; False: this database reads every time.
+        A search calls it early (``synced`` of ``read``): one statement, cheaper while SQLite's pages are
+        still in the CPU's caches than after the vector scan."""
+        return self._sync(conn)
+
+    def read(self, conn: sa.Connection, message_ids: list[str], *, labels: bool, reader: Reader,
+             threads: Callable[[], Mapping[str, str | None]] | None = None, synced: bool | None = None,
+             ) -> dict[str, Order]:
         """``reader(conn, ids, labels=labels, keys=...)`` for the messages not kept, the kept answers for
-        the others."""
-        if not self._sync(conn):
+        the others. ``threads``: gives the thread each message is thought to be in (its index rows'),
+        asked only when a message is not kept: such a thread is read whole once and kept (a wrong guess
+        only costs the read: a message is answered from a kept thread only when that thread's own rows
+        hold it). ``synced``: what ``sync`` said in this search (None: sync now)."""
+        if not (self._sync(conn) if synced is None else synced):
             return reader(conn, message_ids, labels=labels)
         out: dict[str, Order] = {}
-        missing: list[str] = []
-        with self._lock:
-            for mid in message_ids:
-                kept = self._kept.get(mid)
-                if kept is not None and (kept.labelled or not labels):
-                    out[mid] = kept.order
-                else:
-                    missing.append(mid)
+        missing = self._known(message_ids, labels, out)
         if not missing:
             return out
         state = self._state
+        if threads is not None:
+            hints = threads()
+            with self._lock:
+                wanted = {t for m in missing if (t := hints.get(m)) is not None
+                          and t not in self._threads and t not in self._not_whole}
+            if wanted and self._load(conn, sorted(wanted), state):
+                missing = self._known(missing, labels, out)
+                if not missing:
+                    return out
         keys: dict[str, tuple[object, object]] = {}
         fresh = reader(conn, missing, labels=labels, keys=keys)
         out.update(fresh)
@@ -77,7 +151,8 @@ class OrderCache:
             if self._state != state:  # changed while reading: keep nothing of this read
                 return out
             if len(self._kept) > MAX_KEPT:
-                self._clear()
+                self._kept.clear()
+                self._by_thread.clear()
             for mid, order in fresh.items():
                 thread_id, created = keys.get(mid, (None, None))
                 if not isinstance(thread_id, str) or not isinstance(created, str):
@@ -86,6 +161,62 @@ class OrderCache:
                 self._kept[mid] = _Kept(thread_id, (created, mid), order, labels)
                 self._by_thread.setdefault(thread_id, set()).add(mid)
         return out
+
+    def _known(self, message_ids: list[str], labels: bool, out: dict[str, Order]) -> list[str]:
+        """Put the kept answers in ``out``; return the messages without one."""
+        missing: list[str] = []
+        with self._lock:
+            every = self._every
+            for mid in message_ids:
+                row = every.get(mid)
+                if row is not None:
+                    found = row[3] if labels and row[3] is not None else _answer(row, labels)
+                    if found is not None:
+                        out[mid] = found
+                        continue
+                kept = self._kept.get(mid)
+                if kept is not None and (kept.labelled or not labels):
+                    out[mid] = kept.order
+                else:
+                    missing.append(mid)
+        return missing
+
+    def _load(self, conn: sa.Connection, thread_ids: list[str], state: tuple[int, int] | None) -> bool:
+        """Read these threads whole and keep them (those that fit ``MAX_WHOLE_ROWS``); False if none was."""
+        sizes: dict[str, int] = {}
+        for start in range(0, len(thread_ids), 500):
+            chunk = tuple(thread_ids[start : start + 500])
+            sizes.update(driver_sql.rows(conn, "SELECT thread_id, count(*) FROM mastra_messages "
+                                         f"WHERE thread_id IN ({','.join('?' * len(chunk))}) GROUP BY thread_id", chunk))
+        room = MAX_WHOLE_ROWS - self._whole_rows
+        fit: list[str] = []
+        for t in thread_ids:
+            size = sizes.get(t, 0)
+            if size <= room:
+                fit.append(t)
+                room -= size
+        rows: dict[str, list[tuple[str, str, object]]] = {t: [] for t in fit}
+        bad: set[str] = set()
+        head = dialect.json_string_head_sql(conn, "content", "content", LABEL_CHARS)
+        for start in range(0, len(fit), 500):
+            chunk = tuple(fit[start : start + 500])
+            for thread, mid, created, first in driver_sql.rows(
+                conn, f'SELECT thread_id, id, "createdAt", {head or "NULL"} FROM mastra_messages '
+                f"WHERE thread_id IN ({','.join('?' * len(chunk))}) AND role IN ('user', 'assistant')", chunk,
+            ):
+                if isinstance(mid, str) and isinstance(created, str) and thread in rows:
+                    rows[thread].append((mid, created, first))
+                else:
+                    bad.add(thread)
+        with self._lock:
+            if self._state != state:  # changed while reading: keep nothing of this read
+                return False
+            self._not_whole.update(t for t in thread_ids if t not in rows or t in bad)
+            for t, found in rows.items():
+                if t not in bad and t not in self._threads:
+                    self._threads[t] = _Thread(found, self._every)
+                    self._whole_rows += len(found)
+        return len(rows) > len(bad)
 
     def _sync(self, conn: sa.Connection) -> bool:
         if self._usable is None:
@@ -105,9 +236,11 @@ class OrderCache:
                 self._clear()
                 self._state = state
                 return True
-        appended = [(mid, thread_id, (created, mid)) for mid, thread_id, created, role in conn.exec_driver_sql(
-            'SELECT id, thread_id, "createdAt", role FROM mastra_messages WHERE rowid > ? AND rowid <= ?',
-            (before[0], state[0])).all() if role in ("user", "assistant")]  # (no other role is a next message)
+        head = dialect.json_string_head_sql(conn, "content", "content", LABEL_CHARS) or "NULL"
+        rows = driver_sql.rows(conn, f'SELECT id, thread_id, "createdAt", role, {head} FROM mastra_messages '
+                               "WHERE rowid > ? AND rowid <= ? ORDER BY rowid", (before[0], state[0]))
+        # (no other role is a next message)
+        appended = [(mid, thread_id, (created, mid)) for mid, thread_id, created, role, _ in rows if role in _UA]
         with self._lock:
             if self._state != before:
                 return self._state == state
@@ -115,6 +248,18 @@ class OrderCache:
                 self._clear()
                 self._state = state
                 return True
+            for mid, thread_id, created, role, first in rows:
+                whole = self._threads.get(thread_id) if role in _UA else None
+                if whole is None:
+                    continue
+                if mid in whole.rows:  # (not an append after all: read the thread again when needed)
+                    del self._threads[thread_id]
+                    self._whole_rows -= len(whole.keys)
+                    for gone in whole.rows:
+                        del self._every[gone]
+                else:
+                    whole.add(mid, created, first, self._every)
+                    self._whole_rows += 1
             # A kept message before an appended one, in its thread, may now have it as its next message:
             # unless its next message comes before the appended one (then nothing changed for it).
             doubtful = {m: k for _, t, key in appended for m in self._by_thread.get(t, ())
@@ -145,6 +290,10 @@ class OrderCache:
     def _clear(self) -> None:
         self._kept.clear()
         self._by_thread.clear()
+        self._threads.clear()
+        self._every.clear()
+        self._whole_rows = 0
+        self._not_whole.clear()
 
 
 def _keys(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str, str]]:
@@ -159,3 +308,40 @@ def _keys(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str, s
             if isinstance(created, str) and isinstance(mid, str):
                 out[mid] = (created, mid)
     return out
+
+
+def head_text(head: object) -> str | None:
+    """The start of a text as ``json_string_head_sql`` selected it, or None when it may not be the
+    start ``text_of_raw`` would give: NULL, bytes that are not valid UTF-8 (Python would decode the
+    whole content with replacement characters) or only white space (``text_of_raw`` then reads the
+    message's parts instead)."""
+    if not isinstance(head, (bytes, bytearray)):
+        return None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if text.strip() else None
+
+
+_DAYS: dict[str, date] = {}  # "YYYY-MM-DD" -> its date (a search reads tens of rows, mostly of a few days)
+
+
+def day_of(created: object) -> date | None:
+    """The UTC day a message was written, from its stored ``createdAt`` (None if unreadable)."""
+    if isinstance(created, str) and len(created) >= 10 and created[4] == "-" and created.endswith("Z"):
+        known = _DAYS.get(created[:10])
+        if known is not None:
+            return known
+        try:
+            day = date.fromisoformat(created[:10])  # our and Mastra's format: already UTC
+        except ValueError:
+            pass
+        else:
+            if len(_DAYS) < 100_000:
+                _DAYS[created[:10]] = day
+            return day
+    try:
+        return parse_iso(created).astimezone(timezone.utc).date()  # type: ignore[arg-type]
+    except Exception:
+        return None

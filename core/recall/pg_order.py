@@ -62,5 +62,9 @@ class PgThreadOrder:
     """What a Postgres ``RecallIndex`` has where a libSQL one keeps its ``OrderCache``: the same
     ``read``, answered by ``thread_order`` above every time (``reader``, the libSQL read, is not used)."""
 
-    def read(self, conn: sa.Connection, message_ids: list[str], *, labels: bool, reader: Any = None) -> dict[str, Order]:
+    def sync(self, conn: sa.Connection) -> bool:
+        return False  # nothing kept
+
+    def read(self, conn: sa.Connection, message_ids: list[str], *, labels: bool, reader: Any = None,
+             threads: Any = None, synced: bool | None = None) -> dict[str, Order]:
         return thread_order(conn, message_ids, labels=labels)

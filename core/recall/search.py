@@ -25,12 +25,13 @@ import sqlalchemy as sa
 from core.recall import hybrid
 from core.recall.backends import KeywordBackend
 from core.recall.matrix import ScopeVectors
+from core.recall import order_cache
 from core.recall.order_cache import OrderCache
 from core.recall.text import LABEL_CHARS, SpeakerMatcher, query_dates, speaker_label
 from core.recall.types import MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
 from core.recall.schema import text_of_raw
 from core.storage import dialect
-from core.timeutil import parse_iso, to_iso
+from core.timeutil import to_iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
@@ -126,6 +127,13 @@ def run(
         pending, out.gone = index.backlog(conn)
         if mode != "vector":
             out.backlog = pending
+        kept: OrderCache | None = getattr(index, "order", None) if mode == "hybrid" else None
+        synced: bool | None = None
+        if kept is not None:
+            try:
+                synced = kept.sync(conn)  # (before the vector scan: see ``sync``)
+            except sa.exc.DBAPIError:  # the re-rank's read tries again, and says so if it fails
+                synced = None
         if mode in ("keyword", "hybrid"):
             if not index.has_fts:
                 degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
@@ -134,8 +142,9 @@ def run(
                 kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
                                            until=until_iso, terms=out.terms)
                 ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
-                out.keyword = [r for r in ranked if r.message_id not in out.gone]
-                out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
+                out.keyword = [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked
+                if out.gone:
+                    out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
 
         if mode in ("vector", "hybrid") and qvec is None:
             started = time.perf_counter()
@@ -154,17 +163,18 @@ def run(
                     degrade(skipped, failure=False)
                 narrowed = thread_id if resource_id is not None else None
                 ranked = out.vset.ranked(qvec, depth, narrowed, until_iso)
-                out.vector = [r for r in ranked if r.message_id not in out.gone]
-                out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
+                out.vector = [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked
+                if out.gone:
+                    out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
         if mode == "hybrid":
-            _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share,
-                  getattr(index, "order", None))
+            _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share, kept, synced)
     return out
 
 
 def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,
           until: datetime | None, every_candidate: bool, degrade: Callable[[str], None],
-          keyword_share: float = hybrid.KEYWORD_SHARE, kept: OrderCache | None = None) -> None:
+          keyword_share: float = hybrid.KEYWORD_SHARE, kept: OrderCache | None = None,
+          synced: bool | None = None) -> None:
     """Hybrid: fuse the two lists (``combine``), then re-rank by next message and named period."""
     qvec = out.qvec
     if out.vset is not None and qvec is not None:
@@ -184,8 +194,15 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
         try:
             ids = [mid for _, _, mid in receivers]
             labels = hybrid.SPEAKER_BOOST > 0
-            order = (kept.read(conn, ids, labels=labels, reader=thread_order) if kept is not None
-                     else thread_order(conn, ids, labels=labels))
+            if kept is not None:
+                def threads() -> dict[str, str | None]:  # (asked only when a candidate's answer is not kept)
+                    hints = {r.message_id: r.thread_id for r in out.keyword}
+                    hints.update((r.message_id, r.thread_id) for r in out.vector)
+                    return hints
+
+                order = kept.read(conn, ids, labels=labels, reader=thread_order, threads=threads, synced=synced)
+            else:
+                order = thread_order(conn, ids, labels=labels)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
     next_of = {mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None}
@@ -194,7 +211,7 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
         if spans else None
     )
     named = SpeakerMatcher(query)
-    out.by_speaker = {mid for mid, (_, _, label) in order.items() if named(label)}
+    out.by_speaker = {mid for mid, (_, _, label) in order.items() if label is not None and named(label)}
     # Without a threshold only the top_k are needed; with one, every candidate may be.
     out.reranked = combined.reranked(
         receivers, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
@@ -330,40 +347,8 @@ def thread_order(
     return out
 
 
-def _head_text(head: object) -> str | None:
-    """The start of a text as ``json_string_head_sql`` selected it, or None when it may not be the
-    start ``text_of_raw`` would give: NULL, bytes that are not valid UTF-8 (Python would decode the
-    whole content with replacement characters) or only white space (``text_of_raw`` then reads the
-    message's parts instead)."""
-    if not isinstance(head, (bytes, bytearray)):
-        return None
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return text if text.strip() else None
-
-
-_DAYS: dict[str, date] = {}  # "YYYY-MM-DD" -> its date (a search reads tens of rows, mostly of a few days)
-
-
-def _day(created: object) -> date | None:
-    if isinstance(created, str) and len(created) >= 10 and created[4] == "-" and created.endswith("Z"):
-        known = _DAYS.get(created[:10])
-        if known is not None:
-            return known
-        try:
-            day = date.fromisoformat(created[:10])  # our and Mastra's format: already UTC
-        except ValueError:
-            pass
-        else:
-            if len(_DAYS) < 100_000:
-                _DAYS[created[:10]] = day
-            return day
-    try:
-        return parse_iso(created).astimezone(timezone.utc).date()  # type: ignore[arg-type]
-    except Exception:
-        return None
+_head_text = order_cache.head_text
+_day = order_cache.day_of
 
 
 def _empty_reason(index: Searchable, vset: ScopeVectors | None, kw: list[hybrid.Ranked], mode: str, scope: str) -> str:

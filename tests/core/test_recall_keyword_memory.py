@@ -174,3 +174,20 @@ def test_the_tokenizer_is_fts5s_own(index):
     assert memory._tokenizer is not None
     assert memory._tokenizer.tokens(["running", "Résumé", "foo_bar", "我 对"]) == [
         ("run",), ("resum",), ("foo", "bar"), ("我", "对")]
+
+
+def test_ties_are_broken_by_message_id_after_appends_of_longer_ids(index):
+    store = index.store
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    # Equal texts tie on BM25; the ids decide, in text order ("m-10" before "m-9").
+    short = [Message.user("zebra crossing", id=f"m-{i}", thread_id="t", resource_id="u", created_at=T0 + timedelta(minutes=i))
+             for i in range(12)]
+    store.memory.save_messages(short)
+    assert index.index_messages(short).ok
+    same_answers(index, [("u", None)])  # loaded (ids as a text array of width 4)
+    longer = [Message.user("zebra crossing", id=f"m-{i}-and-a-much-longer-id", thread_id="t", resource_id="u",
+                           created_at=T0 + timedelta(minutes=20 + i)) for i in range(6)]
+    longer.append(Message.user("zebra crossing", id="m-", thread_id="t", resource_id="u", created_at=T0 + timedelta(hours=1)))
+    store.memory.save_messages(longer)
+    assert index.index_messages(longer).ok
+    same_answers(index, [("u", None), (None, "t")])

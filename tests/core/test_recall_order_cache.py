@@ -85,3 +85,79 @@ def test_a_hybrid_search_is_the_same_with_kept_reads(tmp_path: Path):
     fresh = RecallIndex(store, HashingEmbedder(32))  # nothing kept
     assert [[(h.message_id, h.score) for h in fresh.search(q, resource_id="u", top_k=5).hits] for q in queries] == first
     store.close()
+
+
+def agree_whole(index: RecallIndex, ids: list[str], threads: dict[str, str | None], unkept: tuple[str, ...] = ()) -> list[str]:
+    """With thread hints (threads kept whole): the cache's answers equal a fresh read, twice, the
+    second time reading only ``unkept`` (rows never kept); returns the messages read one by one the first time."""
+    reads: list[str] = []
+
+    def counting(conn, message_ids, *, labels=False, keys=None):  # type: ignore[no-untyped-def]
+        reads.extend(message_ids)
+        return pipeline.thread_order(conn, message_ids, labels=labels, keys=keys)
+
+    with index.store.db.read() as conn:
+        fresh = pipeline.thread_order(conn, ids, labels=True)
+        assert index.order.read(conn, ids, labels=True, reader=counting, threads=lambda: threads) == fresh
+        first = list(reads)
+        assert index.order.read(conn, ids, labels=True, reader=counting, threads=lambda: threads) == fresh
+        assert sorted(reads[len(first):]) == sorted(unkept)
+        del reads[len(first):]
+        unlabelled = index.order.read(conn, ids, labels=False, reader=counting, threads=lambda: threads)
+        assert {m: o[:2] for m, o in unlabelled.items()} == {m: o[:2] for m, o in fresh.items()}
+    return first
+
+
+def test_whole_threads_kept_follow_appends_edits_and_deletes(tmp_path: Path):
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(16))
+    store.memory.create_thread(thread_id="a", resource_id="u")
+    store.memory.create_thread(thread_id="b", resource_id="u")
+    # Equal times in thread a (the order falls back to the id), a tool message between.
+    store.memory.save_messages([msg(i, "a", f"Mel: line {i}", 10 * (i // 2)) for i in range(8)])
+    store.memory.save_messages([msg(i, "b", f"Jo: other {i}", 10 * i) for i in range(4)])
+    store.memory.save_messages([Message(id="a-t", role="tool", thread_id="a", resource_id="u", created_at=T0 + timedelta(minutes=15),
+                                        content={"format": 2, "parts": [{"type": "text", "text": "tool"}]})])
+    store.memory.create_thread(thread_id="c", resource_id="u")
+    store.memory.save_messages([msg(i, "c", f"Jo: third {i}", 10 * i) for i in range(2)])
+    hints: dict[str, str | None] = {f"a-{i}": "a" for i in range(12)} | {f"b-{i}": "b" for i in range(12)}
+    # Wrong and missing hints: answered from the message's own thread when that is kept whole (b),
+    # else read one by one (c); a tool message is never in a kept thread.
+    hints |= {"a-t": "a", "b-2": "a", "b-3": None, "c-0": "a", "c-1": None}
+    ids = [f"a-{i}" for i in range(8)] + [f"b-{i}" for i in range(4)] + ["a-t", "c-0", "c-1"]
+    assert sorted(agree_whole(index, ids, hints)) == ["a-t", "c-0", "c-1"]
+    assert set(index.order._threads) == {"a", "b"}  # read whole once
+    # Appends at the end, in the middle (between equal times), before the first, in another thread.
+    store.memory.save_messages([msg(8, "a", "Mel: at the end", 100)])
+    store.memory.save_messages([msg(9, "a", "Caroline: in between", 10)])
+    store.memory.save_messages([msg(10, "a", "Jo: first of all", -5)])
+    other = open_store(tmp_path / "m.db")
+    other.memory.save_messages([msg(11, "b", "Jo: from elsewhere", 35), msg(5, "b", "Jo: between", 5)])
+    other.close()
+    ids += ["a-8", "a-9", "a-10", "b-11", "b-5"]
+    assert agree_whole(index, ids, hints) == []  # appends applied in place, nothing read
+    # An edit changes a label, a delete a next message: everything is read again.
+    store.memory.save_messages([msg(1, "a", "Caroline: edited", 0)])
+    agree_whole(index, ids, hints)
+    store.memory.delete_messages(["a-3", "b-1"])
+    ids = [i for i in ids if i not in ("a-3", "b-1")]
+    assert sorted(agree_whole(index, ids, hints)) == ["a-t", "c-0", "c-1"]
+    store.close()
+
+
+def test_whole_threads_leave_odd_rows_to_the_read_by_id(tmp_path: Path):
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(16))
+    store.memory.create_thread(thread_id="a", resource_id="u")
+    store.memory.create_thread(thread_id="b", resource_id="u")
+    store.memory.save_messages([msg(i, "a", f"Mel: line {i}", 10 * i) for i in range(4)])
+    store.memory.save_messages([msg(i, "b", f"Jo: other {i}", 10 * i) for i in range(3)])
+    with store.db.write() as conn:
+        # A plain-text content (its start is read whole, by id) and a thread with a time that is not text (a blob).
+        conn.exec_driver_sql("UPDATE mastra_messages SET content = 'Caroline: plain' WHERE id = 'a-2'")
+        conn.exec_driver_sql("UPDATE mastra_messages SET \"createdAt\" = X'3132' WHERE id = 'b-1'")
+    hints: dict[str, str | None] = {f"a-{i}": "a" for i in range(4)} | {f"b-{i}": "b" for i in range(3)}
+    ids = list(hints)
+    assert sorted(agree_whole(index, ids, hints, unkept=("b-1",))) == ["a-2", "b-0", "b-1", "b-2"]
+    assert set(index.order._threads) == {"a"}
+    store.close()
