@@ -213,6 +213,7 @@ class TurnAssembler:
             if newest is not None and newest >= start:
                 start = newest + timedelta(milliseconds=1)
         for i, m in enumerate(input):
+            made_here = isinstance(m, str)
             msg = Message.user(m) if isinstance(m, str) else m
             if not isinstance(msg, Message):
                 raise MessageFormatError(f"Input messages must be Message objects or strings, got {type(m).__name__}.")
@@ -227,6 +228,8 @@ class TurnAssembler:
             if not msg.created_at_given:
                 changes["created_at"] = start + timedelta(milliseconds=i)
                 changes["created_at_given"] = True
+            if made_here:  # nobody else holds this content: no need for the copy's deep copy of it
+                changes["content"] = msg.content
             msg = msg.copy(**changes)
             inputs.append(msg)
         check_messages(inputs, req.options.max_message_bytes)  # before any model call or write

@@ -21,7 +21,7 @@ from core.message_list import MessageList
 from core.ids import check_ids
 from core.messages import Message, MessageFormatError, new_id
 from core.options import MemoryOptions, OptionsError
-from core.processors.base import Processor, ProcessorContext, RequestContext
+from core.processors.base import Processor, ProcessorContext, RequestContext, SavedAwareWrite
 from core.processors.services import MemoryServices
 from core.prompt import AssembledPrompt
 from core.scopes import ScopeConflictError, ThreadOwnershipError, check_thread_owner, parse_scopes
@@ -474,7 +474,10 @@ class Memory:
                 last_at[tid] = msg.created_at
             saved = self.store.memory.save_messages(prepared, conn=conn, max_bytes=self.options.max_message_bytes)
             for write in _writes:
-                write.commit(conn)
+                if isinstance(write, SavedAwareWrite):
+                    write.commit_saved(conn, saved)
+                else:
+                    write.commit(conn)
             if staged is not None:
                 staged.commit(conn, saved)
         if staged is not None:

@@ -8,7 +8,7 @@ why through ``ctx.skip``. The Studio shows those reasons; silent no-ops were a t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from core.message_list import MessageList
 from core.messages import Message
@@ -22,6 +22,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.storage.memory_store import Thread
     from core.tokens import Tokenizer
     from core.traces.tracer import SpanTracer
+
+
+class SavedAwareWrite:
+    """A staged write (``ProcessorContext.pending_writes``) that can be told what its transaction saved.
+
+    ``Memory.save_messages`` commits such a write with ``commit_saved(conn, saved)`` (the messages it
+    has just upserted, in the same transaction), so the write need not ask the database which of
+    them are stored; everyone else calls ``commit(conn)``."""
+
+    def commit(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def commit_saved(self, conn: Any, saved: "Sequence[Message]") -> None:
+        self.commit(conn)
 
 
 @dataclass

@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from core.llm.http import safe_url
 from core.messages import Message
+from core.processors.base import SavedAwareWrite
 from core.replay import store as records
 from core.replay import tools as tool_defs
-from core.replay.record import CallRecord, RecallHitRecord, TurnRecord, messages_hash, request_hash
+from core.replay.record import (CallRecord, RecallHitRecord, TurnRecord, messages_hash, options_json_of,
+                                 request_hash)
 from core.storage import driver_sql
 from core.timeutil import parse_iso
 from core.working_memory import hide_working_memory
@@ -108,7 +110,7 @@ def recall_hits(notes: dict[str, Any]) -> tuple[RecallHitRecord, ...]:
 
 
 @dataclass
-class TurnCapture:
+class TurnCapture(SavedAwareWrite):
     """A record built when the prompt was assembled, completed by each model call, and written once the
     turn is saved: ``commit(conn)`` inside the transaction that stores the turn's messages (the
     capture is one of the turn's staged writes), naming the responses that transaction stored."""
@@ -117,6 +119,12 @@ class TurnCapture:
     store: "Store | None" = None
     new_messages: Callable[[], list[Message]] | None = None
     calls: list[tuple[CallRecord, list[dict[str, Any]]]] = field(default_factory=list)
+    # The first call's messages, hashed only for a record without calls (``TurnRecord.messages_hash``):
+    # a record with calls stores each call's body hash instead, so a live agent turn never needs it.
+    first_messages: Sequence[Mapping[str, Any]] | None = None
+    # ``record.options`` as canonical JSON (``options_json_of``), so writing the record does not dump
+    # the options again; None: the record's writer works it out.
+    options_json: str | None = None
 
     def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None) -> None:
         """One model call of the turn: its request body (``prompt.request``, set by the agent) and what
@@ -140,23 +148,36 @@ class TurnCapture:
             return None
         inputs = set(self.record.input_ids)
         responses = tuple(i for i in saved_ids if i not in inputs)
-        return replace(self.record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden))
+        record = self.record
+        if not calls and not record.messages_hash and self.first_messages is not None:
+            record = replace(record, messages_hash=messages_hash(self.first_messages))
+        return replace(record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden))
 
     def commit(self, conn: Any) -> None:
+        self.commit_saved(conn, ())
+
+    def commit_saved(self, conn: Any, saved: Sequence[Message]) -> None:
+        """``commit``, told which messages this transaction has just upserted (``Memory.save_messages``):
+        those are stored, and only the turn's other messages (none, usually) are looked up."""
         assert self.store is not None and self.new_messages is not None
         new = self.new_messages()
         if not new:
             return
         ids = [m.id for m in new]
-        marks = ",".join("?" * len(ids))
-        stored = {r[0] for r in driver_sql.rows(conn, f"SELECT id FROM mastra_messages WHERE id IN ({marks})", ids)}
+        upserted = {m.id for m in saved}
+        stored = {i for i in ids if i in upserted}
+        rest = [i for i in ids if i not in upserted]
+        if rest:
+            marks = ",".join("?" * len(rest))
+            stored.update(r[0] for r in driver_sql.rows(
+                conn, f"SELECT id FROM mastra_messages WHERE id IN ({marks})", rest))
         calls = [replace(call, tools_key=tool_defs.write(conn, self.store, tools)) if tools else call
                  for call, tools in self.calls]
         reply = next((m for m in reversed(new) if m.role == "assistant"), None)
         hidden = hidden_parts(reply, stored=reply is not None and reply.id in stored) if len(calls) > 1 else ()
         record = self.complete([i for i in ids if i in stored], calls, hidden)
         if record is not None:
-            records.write(conn, self.store, record)
+            records.write(conn, self.store, record, options_json=self.options_json)
 
 
 def hidden_parts(reply: Message | None, *, stored: bool) -> list[tuple[str, int, dict[str, Any]]]:
@@ -200,13 +221,16 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
     # Only observational memory reads the clock into the prompt (relative dates); its reading is the
     # turn's time. Otherwise the input's own stamp is.
     when = parse_iso(om["now"]) if om.get("now") else inputs[-1].created_at
+    # The dict the prompt holds (``build_prompt`` was given ``req.options.to_dict()``): the same
+    # values, without parsing the options' JSON a second time in the turn.
+    options = prompt.options if prompt.options else req.options.to_dict()
     record = TurnRecord(
         input_message_id=inputs[-1].id,
         thread_id=req.thread_id,
         resource_id=req.resource_id,
         response_ids=(),
         created_at=when,
-        options=req.options.to_dict(),
+        options=options,
         model=model_id_of(model) if model is not None else None,
         endpoint=endpoint_of(model) if model is not None else None,
         context_window=ctx.budget.context_window if ctx.budget is not None else None,
@@ -217,7 +241,7 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         om_cursor=om.get("cursor"),
         tools=tuple(t["function"]["name"] for t in prompt.tools),
         tokens=token_sections(prompt),
-        messages_hash=messages_hash(prompt.messages),
+        messages_hash="",  # set by ``TurnCapture.complete`` when the record has no calls
         input_ids=tuple(m.id for m in inputs),
         instructions=instructions,
         context=context,
@@ -227,7 +251,8 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         om_others=tuple(om.get("otherIds") or ()),
     )
     log.debug("turn record of %s built in %.3f ms", record.input_message_id, (time.perf_counter() - t0) * 1000)
-    return TurnCapture(record, ctx.services.store, ctx.messages.new_messages)
+    return TurnCapture(record, ctx.services.store, ctx.messages.new_messages, first_messages=prompt.messages,
+                       options_json=options_json_of(req.options, options))
 
 
 def _context_message(message: Message) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Mapping, Sequence
@@ -178,9 +179,28 @@ def _delta_of(options_json: str) -> str:
     return json.dumps(options_delta(json.loads(options_json)), separators=(",", ":"))
 
 
-def stored_options(options: Mapping[str, Any]) -> Any:
-    """``options_delta``, memoised: a memory's options rarely change between its turns."""
-    return json.loads(_delta_of(_canonical(options)))
+def stored_options(options: Mapping[str, Any], options_json: str | None = None) -> Any:
+    """``options_delta``, memoised: a memory's options rarely change between its turns.
+    ``options_json``: ``_canonical(options)`` when the caller has it already (``options_json_of``)."""
+    return json.loads(_delta_of(options_json if options_json is not None else _canonical(options)))
+
+
+_OPTIONS_JSON: dict[int, tuple[Any, str]] = {}  # id(MemoryOptions) -> (a weak reference to it, its JSON)
+_OPTIONS_JSON_ENTRIES = 64
+
+
+def options_json_of(options: MemoryOptions, as_dict: Mapping[str, Any]) -> str:
+    """``_canonical(as_dict)`` where ``as_dict`` is ``options.to_dict()``, remembered per options object:
+    options are frozen (``to_dict`` caches its JSON for the same reason), and writing a turn's record
+    dumped its options again on every turn (~20 µs of the record's ~40)."""
+    entry = _OPTIONS_JSON.get(id(options))
+    if entry is not None and entry[0]() is options:
+        return entry[1]
+    text = _canonical(as_dict)
+    if len(_OPTIONS_JSON) >= _OPTIONS_JSON_ENTRIES:
+        _OPTIONS_JSON.pop(next(iter(_OPTIONS_JSON)), None)
+    _OPTIONS_JSON[id(options)] = (weakref.ref(options), text)
+    return text
 
 
 def _canonical(value: Any) -> str:
@@ -262,11 +282,12 @@ def _call_entry(call: CallRecord, first: CallRecord | None) -> list[Any]:
     return entry
 
 
-def encode(record: TurnRecord, text_keys: Mapping[str, str]) -> str:
-    """The compact JSON stored in the ``record`` column; ``text_keys`` maps each long text to its key."""
+def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str | None = None) -> str:
+    """The compact JSON stored in the ``record`` column; ``text_keys`` maps each long text to its key.
+    ``options_json``: the canonical JSON of ``record.options`` when the caller has it (a live turn)."""
     history_at = {mid: i for i, mid in enumerate(record.history_ids)}
     data: dict[str, Any] = {"v": RECORD_VERSION, "r": [pack_id(i) for i in record.response_ids],
-                            "o": stored_options(record.options)}
+                            "o": stored_options(record.options, options_json)}
     if record.model:
         data["m"] = record.model
     if record.endpoint:

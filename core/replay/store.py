@@ -67,9 +67,10 @@ def _cached_keys(store: "Store") -> dict[str, set[str]]:
     return cache
 
 
-def write(conn: sa.Connection, store: "Store", record: TurnRecord) -> bool:
+def write(conn: sa.Connection, store: "Store", record: TurnRecord, *, options_json: str | None = None) -> bool:
     """Insert (or replace) one record inside the caller's write transaction. False when the
-    database has no turn-record table."""
+    database has no turn-record table. ``options_json``: the canonical JSON of ``record.options``,
+    when the caller has it (``record.options_json_of``)."""
     if not has_table(store, conn):
         return False
     wanted = {text_key(x): x for x in long_texts(record)}
@@ -91,7 +92,7 @@ def write(conn: sa.Connection, store: "Store", record: TurnRecord) -> bool:
         'thread_id = excluded.thread_id, resource_id = excluded.resource_id, wm_version_id = excluded.wm_version_id, '
         'record = excluded.record, texts = excluded.texts, "createdAt" = excluded."createdAt"',
         (record.input_message_id, record.thread_id, record.resource_id, record.wm_version_id,
-         encode(record, keys), json.dumps(new, ensure_ascii=False) if new else None, to_iso(record.created_at)),
+         encode(record, keys, options_json), json.dumps(new, ensure_ascii=False) if new else None, to_iso(record.created_at)),
     )
     return True
 

@@ -137,7 +137,12 @@ class DuckDBSpanExporter:
                 # Spill a quarter more than needed so a steady overflow spills in chunks.
                 n = len(self._queue) - self.max_queue + self.max_queue // 4
                 overflow = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
-            if any(s.parent_span_id is None for s in spans) or len(self._queue) >= self._high_water:
+            # A root span (the end of a run) wakes the flusher once: while ``_wake`` is still set it has
+            # been notified already (it is waking, or pacing until the interval is over, a wait that
+            # only the high-water mark or shutdown ends), so waking it again for every later run
+            # would only cost both threads a switch of the GIL per turn.
+            if len(self._queue) >= self._high_water or (
+                    not self._wake and any(s.parent_span_id is None for s in spans)):
                 self._wake = True
                 self._cond.notify()
         if overflow:

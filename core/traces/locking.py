@@ -148,6 +148,7 @@ def open_duckdb(
     budget_s: float,
     stats: WaitStats | None = None,
     hold_gate: bool = True,
+    threads: int | None = None,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open ``path``, retrying lock conflicts until ``budget_s``; closes on exit.
 
@@ -157,6 +158,7 @@ def open_duckdb(
     costs DuckDB tens of milliseconds and the gaps between a reader's queries are tiny.
 
     ``hold_gate=False`` is for compaction, which already holds the sidecar lock exclusively.
+    ``threads``: DuckDB's worker threads for this connection (default: one per core).
     Raises ``StoreBusy`` when the budget runs out, ``StoreMissing`` for a read-only open of a file
     that does not exist.
     """
@@ -190,7 +192,8 @@ def open_duckdb(
                     if read_only and not path.exists():
                         raise StoreMissing(str(path))
                     try:
-                        con = duckdb.connect(str(path), read_only=read_only)
+                        con = duckdb.connect(str(path), read_only=read_only,
+                                             config={"threads": threads} if threads else {})
                     except duckdb.IOException as exc:
                         if not is_lock_conflict(exc):
                             raise

@@ -99,9 +99,10 @@ def redact_secrets(value: Any) -> Any:
     if kind is str:
         return redact_text(value)
     if kind is dict:
-        return {k: REDACTED if isinstance(k, str) and is_secret_key(k) else redact_secrets(v) for k, v in value.items()}
+        return _redact_dict(value)
     if kind is list:
-        return [redact_secrets(v) for v in value]
+        return [redact_text(v) if type(v) is str else _redact_dict(v) if type(v) is dict else redact_secrets(v)
+                for v in value]
     if isinstance(value, Mapping):
         return {
             k: REDACTED if isinstance(k, str) and is_secret_key(k) else redact_secrets(v)
@@ -110,6 +111,26 @@ def redact_secrets(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [redact_secrets(v) for v in value]
     return redact_value(value)
+
+
+def _redact_dict(value: dict[Any, Any]) -> dict[Any, Any]:
+    """``redact_secrets`` of a plain dict, with its commonest values (text, None, numbers, nested
+    dicts) handled here rather than by a call each: a model call's span holds the whole prompt."""
+    out: dict[Any, Any] = {}
+    for k, v in value.items():
+        if isinstance(k, str) and is_secret_key(k):
+            out[k] = REDACTED
+            continue
+        kind = type(v)
+        if kind is str:
+            out[k] = redact_text(v)
+        elif v is None or kind is int or kind is bool or kind is float:
+            out[k] = v
+        elif kind is dict:
+            out[k] = _redact_dict(v)
+        else:
+            out[k] = redact_secrets(v)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,50 +331,59 @@ class Tracer:
         if isinstance(parent, NoopSpan):
             parent = None
         now = self.clock()
-        inherited: dict[str, Any] = {}
-        if parent is not None:
-            inherited = {
-                "trace_id": parent.trace_id,
-                "parent_span_id": parent.span_id,
-                "parent_entity_type": parent.field("entity_type"),
-                "parent_entity_id": parent.field("entity_id"),
-                "parent_entity_name": parent.field("entity_name"),
-                "root_entity_type": parent.field("root_entity_type"),
-                "root_entity_id": parent.field("root_entity_id"),
-                "root_entity_name": parent.field("root_entity_name"),
-            }
-            for attr in ("thread_id", "resource_id", "run_id", "session_id", "user_id"):
-                inherited[attr] = parent.field(attr)
         # The row's values as a dict (what the span keeps until it ends): one SpanRecord, at the end.
-        record = {**_SPAN_DEFAULTS, **dict(
-            trace_id=inherited.get("trace_id") or self._new_id("trace"),
+        record = dict(_SPAN_TEMPLATE)
+        if parent is not None:
+            inherited = parent._fields  # a child takes its trace, parent, root and ids from its parent
+            record.update(
+                trace_id=str(inherited["trace_id"]),
+                parent_span_id=str(inherited["span_id"]),
+                parent_entity_type=inherited["entity_type"],
+                parent_entity_id=inherited["entity_id"],
+                parent_entity_name=inherited["entity_name"],
+                root_entity_type=inherited["root_entity_type"],
+                root_entity_id=inherited["root_entity_id"],
+                root_entity_name=inherited["root_entity_name"],
+                user_id=inherited["user_id"],
+                resource_id=resource_id or inherited["resource_id"],
+                run_id=run_id or inherited["run_id"],
+                session_id=inherited["session_id"],
+                thread_id=thread_id or inherited["thread_id"],
+            )
+            if not record["trace_id"]:
+                record["trace_id"] = self._new_id("trace")
+        else:
+            record.update(
+                trace_id=self._new_id("trace"),
+                parent_span_id=None,
+                parent_entity_type=None,
+                parent_entity_id=None,
+                parent_entity_name=None,
+                root_entity_type=entity_type,
+                root_entity_id=entity_id,
+                root_entity_name=entity_name,
+                user_id=None,
+                resource_id=resource_id or None,
+                run_id=run_id or None,
+                session_id=None,
+                thread_id=thread_id or None,
+            )
+        record.update(
             span_id=self._new_id("span"),
             name=name,
             span_type=span_type.value if isinstance(span_type, SpanType) else str(span_type),
             started_at=now,
             is_event=is_event,
-            parent_span_id=inherited.get("parent_span_id"),
             entity_type=entity_type,
             entity_id=entity_id,
             entity_name=entity_name,
-            parent_entity_type=inherited.get("parent_entity_type"),
-            parent_entity_id=inherited.get("parent_entity_id"),
-            parent_entity_name=inherited.get("parent_entity_name"),
-            root_entity_type=inherited.get("root_entity_type", entity_type) if parent else entity_type,
-            root_entity_id=inherited.get("root_entity_id", entity_id) if parent else entity_id,
-            root_entity_name=inherited.get("root_entity_name", entity_name) if parent else entity_name,
-            user_id=inherited.get("user_id"),
-            resource_id=resource_id or inherited.get("resource_id"),
-            run_id=run_id or inherited.get("run_id"),
-            session_id=inherited.get("session_id"),
-            thread_id=thread_id or inherited.get("thread_id"),
             environment=self.environment,
             service_name=self.service_name,
             metadata=dict(metadata) if metadata else None,
             attributes=dict(attributes) if attributes else None,
             input=input,
             created_at=now,
-        )}
+        )
         return Span(self, record)
 
     def memory_operation(self, operation_type: str, **kwargs: Any) -> Span:
@@ -379,7 +409,7 @@ class Tracer:
         for attr in _JSON_ATTRS:
             if values[attr] is not None or redact is not redact_secrets:  # ours keeps None as None
                 values[attr] = redact(values[attr])
-        record = SpanRecord(**values)
+        record = _span_record(values)
         try:
             self.exporter.export([record])
         except Exception:  # noqa: BLE001 - a broken exporter must never fail an agent run
@@ -411,6 +441,30 @@ _JSON_ATTRS = tuple(attr for _, attr, kind in COLUMNS if kind == "json")
 #: Every SpanRecord field with its default (those without one are always given by ``start_span``).
 _SPAN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclass_fields(SpanRecord)
                                   if f.default is not MISSING}
+#: Every field in field order (those without a default are set by ``start_span``): a span's dict keeps
+#: this order, so its ``SpanRecord`` takes the dict as it is.
+_SPAN_TEMPLATE: dict[str, Any] = {f.name: _SPAN_DEFAULTS.get(f.name) for f in dataclass_fields(SpanRecord)}
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclass_fields(SpanRecord))
+
+
+def _span_record(values: dict[str, Any]) -> SpanRecord:
+    """``SpanRecord(**values)`` for a dict holding exactly its fields (what a span keeps), built without
+    the frozen dataclass's ``__init__``: that sets each of its 42 fields through
+    ``object.__setattr__`` (~10 µs a span, eight spans a turn). Same fields, same order, no
+    ``__post_init__`` to skip (a test compares the two)."""
+    if len(values) != len(_FIELD_NAMES):
+        return SpanRecord(**values)  # a missing or unknown field: the dataclass's own error
+    record = object.__new__(SpanRecord)
+    if tuple(values) == _FIELD_NAMES:  # a span started here: its dict is laid out in field order already
+        record.__dict__.update(values)
+        return record
+    try:
+        record.__dict__.update({name: values[name] for name in _FIELD_NAMES})
+    except KeyError:
+        return SpanRecord(**values)
+    return record
 
 
 def _random_id(kind: Literal["trace", "span"]) -> str:

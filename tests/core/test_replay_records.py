@@ -187,3 +187,45 @@ def test_records_travel_with_an_exported_thread_and_rebuild_exactly_after_import
         for turn, messages in zip(turns, sent):
             prompt = memory.assemble(as_of=turn.input_message_id)
             assert prompt.replay.matches is True and prompt.messages == messages
+
+
+def test_a_live_turns_stored_record_is_what_the_plain_encoder_writes(store, monkeypatch) -> None:
+    """A live turn writes its record with shortcuts (the options' JSON remembered per options object,
+    the first call's messages hashed only for a record without calls, the stored ids taken from the
+    save it commits with): the stored text is byte for byte what ``encode`` makes of the record
+    without any of them, for turns with and without a working-memory tool call (whose parts the
+    stored reply does not hold)."""
+    from dataclasses import replace
+
+    from core.replay import capture as capture_module
+    from core.replay import record as record_module
+    from core.replay import store as records
+
+    written: list[tuple[TurnRecord, str | None]] = []
+    real_write = records.write
+
+    def spy(conn, store_, record, *, options_json=None):  # type: ignore[no-untyped-def]
+        written.append((record, options_json))
+        return real_write(conn, store_, record, options_json=options_json)
+
+    monkeypatch.setattr(capture_module.records, "write", spy)
+    memory = Memory(store, MemoryOptions(last_messages=3, working_memory={"enabled": True, "template": TEMPLATE}))
+    agent = _agent(memory, [
+        ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": "# User\n- Name: Ada\n"}),)),
+        "Hello Ada.",
+        ScriptedReply(text="Noting it.", tool_calls=(tool_call("updateWorkingMemory", {"memory": "# User\n- Tea\n"}),)),
+        "Done.", "Plain.",
+    ])
+    results = [agent.generate(text, memory={"resource": "ada", "thread": "t1"})
+               for text in ("I am Ada", "I like tea", "And lemon")]
+    assert len(written) == 3
+    with store.db.read() as conn:
+        stored = dict(conn.exec_driver_sql("SELECT input_message_id, record FROM memory_studio_turns").all())
+    for (record, options_json), result in zip(written, results):
+        assert options_json == record_module._canonical(record.options)
+        keys = {x: record_module.text_key(x) for x in record_module.long_texts(record)}
+        plain = replace(record, messages_hash=record_module.messages_hash(result.prompts[0].messages))
+        assert stored[record.input_message_id] == record_module.encode(plain, keys)
+        reply = result.messages[-1]
+        saved_ids = {m.id for m in result.saved}
+        assert record.response_ids == tuple(i for i in (reply.id,) if i in saved_ids)

@@ -128,3 +128,77 @@ def test_the_span_writer_writes_a_steady_stream_in_one_write_per_interval(tmp_pa
     assert sum(store.sizes) == 30 and exporter.stats.written == 30
     with duckdb.connect(str(tmp_path / "obs.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM mastra_ai_spans").fetchone()[0] == 30
+
+
+def test_a_span_record_built_without_init_equals_the_dataclasss_own():
+    """``Tracer._finish`` builds a ``SpanRecord`` without its frozen ``__init__``: the same fields, in
+    the same order, equal, hashable alike and just as frozen; a dict without every field still gets the
+    dataclass's own error."""
+    import dataclasses
+
+    import pytest
+
+    from core.traces.spans import SpanRecord
+    from core.traces.tracer import _span_record
+
+    spans = _spans(3)
+    for span in spans:
+        values = dict(reversed(list(vars(span).items())))  # any order in, field order out
+        fast, slow = _span_record(values), SpanRecord(**values)
+        assert fast == slow and list(vars(fast)) == list(vars(slow)) == [f.name for f in dataclasses.fields(SpanRecord)]
+        assert repr(fast) == repr(slow) and fast.to_json_dict() == slow.to_json_dict()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.name = "changed"  # type: ignore[misc]
+    values = dict(vars(spans[0]))
+    del values["name"]
+    with pytest.raises(TypeError):
+        _span_record(values)
+    with pytest.raises(TypeError):
+        _span_record({**vars(spans[0]), "unknown": 1})
+
+
+def test_spans_inherit_from_their_parent_and_root_as_before():
+    """What a child takes from its parent (trace, parent and root entities, thread, resource, run,
+    session, user) and what a root span sets itself; empty ids are stored as None."""
+    exporter = InMemorySpanExporter()
+    tracer = Tracer(exporter)
+    with tracer.start_span("root", "agent_run", new_trace=True, thread_id="t", resource_id="", run_id="r",
+                           entity_type="agent", entity_id="a1", entity_name="A", metadata={"m": 1}):
+        with tracer.start_span("child", "processor_run", resource_id="u2", attributes={"x": 1}, input="in"):
+            pass
+        with tracer.start_span("other", "tool_call", thread_id="t2", new_trace=True):
+            pass
+    child, other, root = exporter.spans
+    assert root.parent_span_id is None and root.resource_id is None and root.thread_id == "t" and root.run_id == "r"
+    assert (root.root_entity_type, root.root_entity_id, root.root_entity_name) == ("agent", "a1", "A")
+    assert child.trace_id == root.trace_id and child.parent_span_id == root.span_id
+    assert (child.parent_entity_type, child.parent_entity_id, child.parent_entity_name) == ("agent", "a1", "A")
+    assert (child.root_entity_type, child.root_entity_id, child.root_entity_name) == ("agent", "a1", "A")
+    assert child.thread_id == "t" and child.resource_id == "u2" and child.run_id == "r"
+    assert child.attributes == {"x": 1} and child.input == "in" and child.metadata is None
+    assert child.entity_type is None and child.environment is None and child.service_name == "memory-studio"
+    assert other.trace_id != root.trace_id and other.parent_span_id is None and other.thread_id == "t2"
+    assert other.root_entity_type is None and other.run_id is None
+
+
+def test_the_writer_is_woken_once_per_write_not_once_per_run(tmp_path):
+    """A root span wakes the span writer only when no wake is pending: the runs that end while it
+    waits out the interval only queue (their spans are written in the same write as before)."""
+    from core.traces.exporter import DuckDBSpanExporter
+
+    exporter = DuckDBSpanExporter(tmp_path / "obs.duckdb", background=False, prune_interval_s=None)
+    notified = []
+    real_notify = exporter._cond.notify
+    exporter._cond.notify = lambda n=1: (notified.append(n), real_notify(n))  # type: ignore[method-assign]
+    tracer = Tracer(exporter)
+    for i in range(5):
+        with tracer.start_span(f"run {i}", "agent_run", new_trace=True):
+            with tracer.start_span("child", "processor_run"):
+                pass
+    assert len(notified) == 1 and exporter._wake and exporter.queued == 10
+    exporter._wake = False  # what the writer does before it writes
+    with tracer.start_span("run 5", "agent_run", new_trace=True):
+        pass
+    assert len(notified) == 2
+    assert exporter.flush(timeout=60) and exporter.stats.written == 11
+    exporter.shutdown(timeout=5)
