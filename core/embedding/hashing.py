@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import unicodedata
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
-from itertools import repeat
 
 import numpy as np
 
@@ -32,7 +32,6 @@ _NGRAM_WEIGHT = 0.5
 # Gives the empty text a fixed unit vector, so every row the embedder returns has length 1.
 _EMPTY_FEATURE = "\x00empty"
 MODEL_ID_PREFIX = "hashing-ngram-v1@d"  # + the dimension: the id stored beside each vector
-_NO_WORDS = "\x00"  # in a batch's word list: the text has no words (its one feature is _EMPTY_FEATURE)
 
 
 class HashingEmbedder:
@@ -64,25 +63,52 @@ class HashingEmbedder:
         check_call(texts, kind)  # no prefixes: queries and passages share one feature space
         if not texts:
             return empty(self.dim)
-        # One bincount for the whole batch (row * dim + bucket): a per-text bincount cost more than hashing.
-        # Each word's (buckets, weights) is cached; the batch's words are looked up in one pass and
-        # their parts joined once, each part's row offset coming from ``repeat`` (a per-text
-        # concatenate, or a Python loop over words, cost as much as the rest).
-        words: list[str] = []
-        counts: list[int] = []  # words per text (a text without words has the empty feature)
+        # Texts are cut into lines and each distinct line is featurised once: a recall passage is the
+        # previous message, a newline, then the message, so in a batch of a thread's messages every
+        # text is a line of two passages. A text's vector is the sum of its lines' (words never span a
+        # newline, and NFKC and case folding never act across one: U+000A neither decomposes nor
+        # composes, so it splits a string into parts that normalise alone). Every weight is a multiple
+        # of 0.5, so every sum is exact in any order: the vectors are those of featurising each text
+        # whole (test_embedding_hashing).
+        line_of: dict[str, int] = {}
+        text_lines: list[int] = []  # each text's lines, as indexes into line_of, text after text
+        starts: list[int] = []
         for text in texts:
-            found = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-            words.extend(found or (_NO_WORDS,))
-            counts.append(len(found) or 1)
-        parts = list(map(_word_vector, words, repeat(self.dim, len(words))))
-        indexes = [p[0] for p in parts]
-        sizes = np.fromiter(map(len, indexes), dtype=np.intp, count=len(indexes))
-        word_offsets = np.repeat(np.arange(len(texts), dtype=np.intp) * self.dim, counts)
-        # Every weight is a multiple of 0.5, so the sums are exact in any order (and in float32).
-        sums = np.bincount(np.concatenate(indexes) + np.repeat(word_offsets, sizes),
-                           np.concatenate([p[1] for p in parts]), minlength=len(texts) * self.dim)
-        out = sums.reshape(len(texts), self.dim).astype(np.float32)
-        return l2_normalise(out)
+            starts.append(len(text_lines))
+            for line in (text.split("\n") if "\n" in text else (text,)):
+                at = line_of.get(line)
+                if at is None:
+                    at = line_of[line] = len(line_of)
+                text_lines.append(at)
+        sums, worded = self._line_sums(list(line_of))
+        if len(text_lines) == len(texts):  # one line per text
+            out = sums[text_lines]
+            has_words = worded[text_lines]
+        else:
+            out = np.add.reduceat(sums[text_lines], starts, axis=0)
+            has_words = np.logical_or.reduceat(worded[text_lines], starts)
+        if not has_words.all():  # a text without words has one feature of its own
+            index, weight = _empty_vector(self.dim)
+            out[~has_words, index] = weight
+        return l2_normalise(out.astype(np.float32))
+
+    def _line_sums(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(each line's feature sums, float64; whether it has words), by one bincount over every
+        feature of every word (row * dim + bucket): a per-line bincount cost more than hashing."""
+        dim = self.dim
+        words: list[str] = []
+        counts: list[int] = []  # words per line
+        for line in lines:
+            found = _WORD.findall(unicodedata.normalize("NFKC", line).casefold())
+            words.extend(found)
+            counts.append(len(found))
+        worded = np.fromiter(map(bool, counts), dtype=bool, count=len(lines))
+        if not words:
+            return np.zeros((len(lines), dim)), worded
+        buckets, weights, sizes = _table(dim).features(words)
+        rows = np.repeat(np.repeat(np.arange(len(lines), dtype=np.intp) * dim, counts), sizes)
+        sums = np.bincount(buckets + rows, weights, minlength=len(lines) * dim)
+        return sums.reshape(len(lines), dim), worded
 
     def __repr__(self) -> str:
         return f"HashingEmbedder(dim={self.dim})"
@@ -98,15 +124,71 @@ def _features(text: str) -> Iterator[tuple[str, float]]:
         yield _EMPTY_FEATURE, 1.0
 
 
-@lru_cache(maxsize=65536)
-def _word_vector(word: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(buckets, signed weights) of one word's features: words repeat, so each is hashed once.
-    ``_NO_WORDS`` (never a word: ``\\w+`` does not match it) stands for a text without words."""
-    if word == _NO_WORDS:
-        return _empty_vector(dim)
-    pairs = [(_bucket(f, dim), w) for f, w in _word_features(word)]
-    return (np.array([b[0] for b, _ in pairs], dtype=np.intp),
-            np.array([b[1] * w for b, w in pairs], dtype=np.float64))
+class _FeatureTable:
+    """The (bucket, signed weight) features of every word met so far, for one dimension, in flat
+    arrays (a word's features are consecutive; ``_start``/``_size`` per word id). A batch's words are
+    looked up in a dict and their features gathered with a few array operations: one small array
+    per word, joined per batch, cost several times more. Forgotten past ``MAX_WORDS`` (then rebuilt
+    as words come back). Thread-safe."""
+
+    MAX_WORDS = 65_536
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._lock = threading.Lock()
+        self._clear()
+
+    def _clear(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._start = np.zeros(1024, dtype=np.intp)
+        self._size = np.zeros(1024, dtype=np.intp)
+        self._buckets = np.zeros(8192, dtype=np.intp)
+        self._weights = np.zeros(8192, dtype=np.float64)
+        self._used = 0
+
+    def _add(self, word: str) -> int:
+        pairs = [(_bucket(f, self.dim), w) for f, w in _word_features(word)]
+        n, at, wid = len(pairs), self._used, len(self._ids)
+        if at + n > len(self._buckets):
+            grow = max(2 * len(self._buckets), at + n)
+            self._buckets = np.concatenate([self._buckets, np.zeros(grow - len(self._buckets), dtype=np.intp)])
+            self._weights = np.concatenate([self._weights, np.zeros(grow - len(self._weights), dtype=np.float64)])
+        if wid >= len(self._start):
+            self._start = np.concatenate([self._start, np.zeros(len(self._start), dtype=np.intp)])
+            self._size = np.concatenate([self._size, np.zeros(len(self._size), dtype=np.intp)])
+        self._buckets[at:at + n] = [b[0] for b, _ in pairs]
+        self._weights[at:at + n] = [b[1] * w for b, w in pairs]
+        self._start[wid], self._size[wid] = at, n
+        self._used = at + n
+        self._ids[word] = wid
+        return wid
+
+    def features(self, words: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(buckets, signed weights) of every feature of ``words`` in order, and each word's count."""
+        with self._lock:
+            if len(self._ids) > self.MAX_WORDS:  # (a batch's own new words may pass it; the next call forgets)
+                self._clear()
+            get = self._ids.get
+            ids = [get(w) for w in words]
+            if None in ids:
+                ids = [i if i is not None else (get(w) if w in self._ids else self._add(w)) for i, w in zip(ids, words)]
+            at = np.fromiter(ids, dtype=np.intp, count=len(ids))
+            starts, sizes = self._start[at], self._size[at]
+            ends = np.cumsum(sizes)
+            where = np.repeat(starts - ends + sizes, sizes) + np.arange(int(ends[-1]), dtype=np.intp)
+            return self._buckets[where], self._weights[where], sizes
+
+
+_tables: dict[int, _FeatureTable] = {}
+_tables_lock = threading.Lock()
+
+
+def _table(dim: int) -> _FeatureTable:
+    found = _tables.get(dim)
+    if found is None:
+        with _tables_lock:
+            found = _tables.setdefault(dim, _FeatureTable(dim))
+    return found
 
 
 @lru_cache(maxsize=64)

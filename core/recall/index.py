@@ -17,7 +17,7 @@ or degraded answer carries a ``reason`` a person can act on.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -32,9 +32,11 @@ from core.recall.matrix_vectors import MatrixVectors
 from core.recall.order_cache import OrderCache
 from core.recall.pg_order import PgThreadOrder
 from core.recall.pg_vectors import PgVectors
-from core.recall.schema import DOCS_TABLE, RECALL_MIGRATIONS, doc_state, previous_text, vector_table_name
+from core.recall.schema import (
+    DOCS_TABLE, RECALL_MIGRATIONS, batch_passage_hash, doc_state, previous_text, vector_table_name,
+)
 from core.storage.catalog import has_table
-from core.recall.text import passage_hash, passage_text, recall_text
+from core.recall.text import passage_text, recall_text
 from core.recall.types import (
     CANDIDATES as CANDIDATES,
     MIGRATE_HINT as MIGRATE_HINT,
@@ -60,10 +62,20 @@ INDEXED_ROLES = passages.INDEXED_ROLES
 DRAIN_PER_SEARCH = 20_000
 
 log = logging.getLogger(__name__)
+
+
+def _utc_iso(dt: datetime) -> str:
+    """``timeutil.to_iso``: for the UTC times messages carry, ``isoformat`` once (to_iso's timezone
+    check and ``replace`` cost twice as much again); any other time through ``to_iso`` itself."""
+    if dt.tzinfo is timezone.utc:
+        return dt.isoformat(timespec="milliseconds")[:-6] + "Z"  # "+00:00" -> "Z"
+    return _to_iso(dt)
+
+
 # A batch's times are written as text several times over (ordering, the re-check inside the save,
 # metadata): each distinct time is formatted once. Equal datetimes are the same instant, and the text
 # depends on nothing else.
-to_iso = lru_cache(maxsize=4096)(_to_iso)
+to_iso = lru_cache(maxsize=4096)(_utc_iso)
 
 
 def keyword_backend(caps: Capabilities, available: bool) -> KeywordBackend:
@@ -293,6 +305,13 @@ class RecallIndex:
                 (thread_id, first, last)) or 0) if thread_id else saved_here
             if stored != saved_here:  # read every context from storage
                 right.update(passages.contexts(conn, sorted(wanted)))
+            elif staged.unmoved:
+                # The save kept every message as staged (same times, same content), so the chain
+                # through the batch is the staged one: only its first message's stored previous
+                # message may have changed since (another writer).
+                head = mine[0]
+                if head.id in wanted:
+                    right[head.id] = previous_text(conn, thread_id or None, first, head.id) if thread_id else ""
             else:
                 right.update(self._chain(conn, mine, wanted, staged.texts))
         return {i: right[m.id] for i, (m, _) in enumerate(staged.todo)
@@ -335,7 +354,7 @@ class RecallIndex:
             meta = {
                 "message_id": m.id, "thread_id": m.thread_id, "resource_id": docs[i][2] or "",
                 "role": m.role, "content": text, "created_at": to_iso(m.created_at),
-                "content_hash": passage_hash(contexts[i], text),
+                "content_hash": batch_passage_hash(contexts[i], text),  # its keyword doc's too (remembered)
             }
             rows.append((m.id, vec, meta, self.model_id))
         return docs, rows
@@ -624,6 +643,7 @@ class StagedIndex:
         self.loose: set[str] = set()  # ids whose context was chained through the batch
         self.vectors: np.ndarray | None = None
         self.texts: Texts = {}  # recall text of each staged message (``_text_of``)
+        self.unmoved = False  # the save stored every staged message as it was staged (``commit``)
         self.pending = bool(todo)
         self._written: set[str] = set()
 
@@ -651,6 +671,8 @@ class StagedIndex:
                 self.contexts = [self.contexts[i] for i in kept]
                 self.vectors = self.vectors[kept] if self.vectors is not None else None
             self.todo = [(final[self.todo[i][0].id], self.todo[i][1]) for i in kept]
+            # The save may have moved messages in time (copies): then the re-check chains again.
+            self.unmoved = all(final.get(m.id) is m for m in self.batch)
             self.batch = [final.get(m.id, m) for m in self.batch if m.id in final]
             self.saved = list(saved)
         if not self.todo:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 
 import sqlalchemy as sa
 
@@ -298,6 +299,18 @@ def upsert_doc(
     )
 
 
+_MEMO_CHARS = 4_096  # passages longer than this are hashed again rather than kept
+_hash_memo = lru_cache(maxsize=512)(passage_hash)
+
+
+def batch_passage_hash(context: str, text: str) -> str:
+    """``passage_hash``, remembered for a while for short passages: a batch's write hashes each
+    passage twice (its vector's metadata, its keyword doc)."""
+    if len(context) + len(text) > _MEMO_CHARS:
+        return passage_hash(context, text)
+    return _hash_memo(context, text)
+
+
 def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
     """Batch form of ``upsert_doc`` for (message_id, thread_id, resource_id, text, context) rows.
 
@@ -312,11 +325,21 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
     top = int(driver_sql.scalar(conn, f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}") or 0)
     bulk.insert_rows(
         conn, f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash)",
-        [(top + i, mid, tid, rid, passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
+        [(top + i, mid, tid, rid, batch_passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
     )
+    # A message's context is the previous message's text: in a batch of a thread's messages each
+    # text is segmented once, for its own row and for the next one's context.
+    segmented: dict[str, str] = {}
+
+    def seg(text: str) -> str:
+        done = segmented.get(text)
+        if done is None:
+            done = segmented[text] = segment(text)
+        return done
+
     bulk.insert_rows(
         conn, f"INSERT INTO {FTS_TABLE} (rowid, body, context)",
-        [(top + i, segment(text), segment(ctx)) for i, (_, _, _, text, ctx) in enumerate(keep, 1)],
+        [(top + i, seg(text), seg(ctx)) for i, (_, _, _, text, ctx) in enumerate(keep, 1)],
     )
 
 

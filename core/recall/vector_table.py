@@ -127,9 +127,20 @@ def _metadata_json(meta: dict[str, Any]) -> str:
     dict of strings (every row the index writes) with json's own string quoting, several times
     cheaper than the encoder, which takes any other value."""
     try:
-        return "{" + ", ".join([_quote(k) + ": " + _quote(v) for k, v in meta.items()]) + "}"
+        return "{" + ", ".join([(_KEYS.get(k) or _key(k)) + _quote(v) for k, v in meta.items()]) + "}"
     except TypeError:  # a value that is not a string (None, a number): the encoder says it
         return _encode(meta)
+
+
+_KEYS: dict[str, str] = {}  # a metadata key quoted, with its colon (the same few keys every row)
+
+
+def _key(k: str) -> str:
+    if not isinstance(k, str):
+        raise TypeError(k)  # the encoder's rules for other keys
+    if len(_KEYS) < 64:
+        _KEYS[k] = _quote(k) + ": "
+    return _quote(k) + ": "
 
 
 def upsert(conn: sa.Connection, info: TableInfo, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:

@@ -106,6 +106,39 @@ def test_a_batch_gives_the_vectors_of_summing_each_feature_one_text_at_a_time() 
         assert all(np.array_equal(emb.embed([t])[0], batch[i]) for i, t in enumerate(texts))
 
 
+def _reference(texts: list[str], dim: int) -> np.ndarray:
+    """The plain definition: every feature of the whole text added to its signed bucket, then L2-normalised."""
+    from core.embedding.base import l2_normalise
+    from core.embedding.hashing import _bucket, _features
+
+    expected = np.zeros((len(texts), dim), dtype=np.float32)
+    for row, text in enumerate(texts):
+        for feature, weight in _features(text):
+            bucket, sign = _bucket(feature, dim)
+            expected[row, bucket] += sign * weight
+    return l2_normalise(expected)
+
+
+def test_texts_of_several_lines_give_the_vectors_of_the_whole_text() -> None:
+    # Lines are featurised once per batch and summed per text (a recall passage is the previous
+    # message, a newline, the message): the vectors must be those of featurising each text whole,
+    # bit for bit, whatever normalisation does next to a newline (combining marks, Hangul jamo that
+    # compose when adjacent, ligatures, final sigma) and for texts whose lines have no words.
+    texts = ["message one\nmessage two", "message two\nmessage three", "message one", "\n", "\n\n", "!!!\n...",
+             "\nhello", "hello\n", "e\n\u0301x", "\u1100\n\u1161", "\u1100\u1161\nx", "ﬁ\nﬂ ﬁne", "ΟΔΟΣ\nσ ς",
+             "我对花生过敏\n她对什么过敏", "café\ncafe\u0301", "a\n\n\nb", "", "!!!", "x\r\ny", "Ⅻ\n①"]
+    for dim in (8, 64):
+        emb = HashingEmbedder(dim)
+        batch = emb.embed(texts)
+        assert np.array_equal(batch, _reference(texts, dim))
+        assert all(np.array_equal(emb.embed([t])[0], batch[i]) for i, t in enumerate(texts))
+    rng = np.random.default_rng(20)
+    alphabet = list("ab Z9_.\n\n") + ["\u0301", "\u0308", "\u1100", "\u1161", "\u11a8", "é", "ﬁ", "Σ", "ς", "花", "生",
+                                          "\uac00", "①", "\u00a0", "\u200b"]
+    texts = ["".join(rng.choice(alphabet, size=int(rng.integers(0, 14)))) for _ in range(400)]
+    assert np.array_equal(HashingEmbedder(16).embed(texts), _reference(texts, 16))
+
+
 def test_the_hashing_embedder_is_rebuilt_from_its_model_id() -> None:
     for dim in (8, 64, 256):
         rebuilt = HashingEmbedder.for_model_id(HashingEmbedder(dim).model_id)

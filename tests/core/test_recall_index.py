@@ -334,3 +334,37 @@ def test_a_degraded_search_answers_and_leaves_a_log_line(store, caplog):
     (record,) = [r for r in caplog.records if r.name == "core.recall.search"]
     assert record.levelno == logging.WARNING
     assert "resource u" in record.getMessage() and "model crashed" in record.getMessage()
+
+
+def test_a_message_stored_between_staging_and_the_save_becomes_the_context(store) -> None:
+    # ``stage`` chains a new batch's contexts before the save takes the write lock; the save then
+    # re-checks them inside its transaction. Here the save keeps every staged message as it was, and
+    # another writer stored a message just before the batch in between: the batch's first message
+    # must be indexed with that message as its context (keyword doc and vector), the rest unchanged.
+    emb = HashingEmbedder(64)
+    index = RecallIndex.for_store(store, emb)
+    [first] = seed(store, "t", "r", ["the train leaves at nine"])
+    assert index.index_messages([first]).ok
+    batch = [Message.user("which platform is it", id="c", thread_id="t", resource_id="r", created_at=at(10)),
+             Message.assistant("platform four", id="d", thread_id="t", resource_id="r", created_at=at(11))]
+    staged = index.stage(batch)
+    between = Message.assistant("no, it leaves at ten", id="b", thread_id="t", resource_id="r", created_at=at(5))
+    store.memory.save_messages([between])
+    with store.db.write() as conn:
+        saved = store.memory.save_messages(batch, conn=conn)
+        staged.commit(conn, saved)
+    report = staged.finish()
+    assert sorted(report.indexed) == ["c", "d"] and not report.failed
+    from core.recall.text import passage_hash, passage_text
+
+    expected = {"c": (between.text, batch[0].text), "d": (batch[0].text, batch[1].text)}
+    table = vector_table_name(64)
+    with store.db.read() as conn:
+        for mid, (context, text) in expected.items():
+            digest = conn.exec_driver_sql(
+                "SELECT content_hash FROM memory_studio_fts_docs WHERE message_id = ?", (mid,)).scalar()
+            assert digest == passage_hash(context, text)
+            blob, meta_hash = conn.exec_driver_sql(
+                f"SELECT embedding, json_extract(metadata, '$.content_hash') FROM {table} WHERE vector_id = ?", (mid,)).one()
+            assert meta_hash == passage_hash(context, text)
+            assert np.frombuffer(blob, dtype="<f4").tobytes() == emb.embed([passage_text(context, text)])[0].tobytes()
