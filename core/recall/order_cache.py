@@ -219,9 +219,12 @@ class OrderCache:
         return len(rows) > len(bad)
 
     def _sync(self, conn: sa.Connection) -> bool:
-        if self._usable is None:
-            found = conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?", (MESSAGES_REWRITES,)).first()
-            self._usable = found is not None
+        if self._usable is None:  # (a database Mastra wrote, opened without our migrations, has no state table)
+            has_table = conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                             (STATE_TABLE,)).first()
+            found = has_table and conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?",
+                                                       (MESSAGES_REWRITES,)).first()
+            self._usable = bool(found)
         if not self._usable:
             return False
         # The driver's own cursor (a database with the counter is libSQL): this runs before every re-rank,

@@ -161,3 +161,46 @@ def test_whole_threads_leave_odd_rows_to_the_read_by_id(tmp_path: Path):
     assert sorted(agree_whole(index, ids, hints, unkept=("b-1",))) == ["a-2", "b-0", "b-1", "b-2"]
     assert set(index.order._threads) == {"a"}
     store.close()
+
+
+def test_a_database_mastra_wrote_reads_every_time(tmp_path: Path):
+    """Opened read-only without our migrations there is no state table (no counters): the cache keeps
+    nothing and answers every read from the database, as before any of it was kept."""
+    import json
+    import sqlite3
+
+    from core.storage import schema
+
+    path = tmp_path / "mastra.db"
+    con = sqlite3.connect(path)
+    for ddl in schema.MASTRA_MEMORY_DDL:
+        con.execute(ddl)
+    con.execute("INSERT INTO mastra_threads VALUES (?,?,?,?,?,?)",
+                ("t", "u", "From Mastra", "{}", "2026-01-01T10:00:00.000Z", "2026-01-01T10:05:00.000Z"))
+    for i, (role, text) in enumerate((("user", "Mel: hello"), ("assistant", "Jo: hi"), ("user", "Mel: bye"))):
+        content = json.dumps({"format": 2, "parts": [{"type": "text", "text": text}], "content": text})
+        con.execute('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+                    "VALUES (?,?,?,?,?,?,?)", (f"m{i}", "t", content, role, "v2", f"2026-01-01T10:0{i}:00.000Z", "u"))
+    con.commit()
+    con.close()
+    store = open_store(path, read_only=True, create=False)
+    try:
+        index = RecallIndex.for_store(store, HashingEmbedder(16))
+        assert not index.migrated
+        ids = ["m0", "m1", "m2"]
+        reads: list[list[str]] = []
+
+        def counting(conn, message_ids, *, labels=False, keys=None):  # type: ignore[no-untyped-def]
+            reads.append(list(message_ids))
+            return pipeline.thread_order(conn, message_ids, labels=labels, keys=keys)
+
+        with store.db.read() as conn:
+            assert index.order.sync(conn) is False
+            fresh = pipeline.thread_order(conn, ids, labels=True)
+            assert fresh["m0"][0] == "m1" and fresh["m1"][0] == "m2"
+            for _ in range(2):
+                assert index.order.read(conn, ids, labels=True, reader=counting, threads=lambda: {m: "t" for m in ids}) == fresh
+        assert reads == [ids, ids]
+        pipeline.run(index, "hello", resource_id="u", thread_id=None, top_k=3, mode="hybrid")  # no state table: no error
+    finally:
+        store.close()
