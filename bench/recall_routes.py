@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 import tempfile
 from collections import defaultdict
@@ -78,6 +79,7 @@ def collect(model: str, cache_dir: Path) -> dict[str, Any]:
         }
     for memory in memories.values():
         memory.store.close()
+    shutil.rmtree(db_dir, ignore_errors=True)
     return {"queries": queries, "order": order, "q": per_q, "by_conv": by_conv, "embedder": embedder,
             "model_id": embedder.model_id}
 
