@@ -129,7 +129,7 @@ def run(
             out.backlog = pending
         kept: OrderCache | None = getattr(index, "order", None) if mode == "hybrid" else None
         synced: bool | None = None
-        if kept is not None and index.migrated:  # (not migrated: no counters; the re-rank reads every time)
+        if kept is not None:
             try:
                 synced = kept.sync(conn)  # (before the vector scan: see ``sync``)
             except sa.exc.DBAPIError:  # the re-rank's read tries again, and says so if it fails
