@@ -38,6 +38,7 @@ import sqlalchemy as sa
 from core.recall.tables import STATE_TABLE
 from core.recall.text import LABEL_CHARS, speaker_label
 from core.storage import dialect, driver_sql
+from core.storage.catalog import has_table
 from core.timeutil import parse_iso
 
 MESSAGES_REWRITES = "messages:rewrites"  # state key bumped by triggers on message updates and deletes
@@ -220,10 +221,8 @@ class OrderCache:
 
     def _sync(self, conn: sa.Connection) -> bool:
         if self._usable is None:  # (a database Mastra wrote, opened without our migrations, has no state table)
-            has_table = conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                                             (STATE_TABLE,)).first()
-            found = has_table and conn.exec_driver_sql(f"SELECT value FROM {STATE_TABLE} WHERE key = ?",
-                                                       (MESSAGES_REWRITES,)).first()
+            found = has_table(conn, STATE_TABLE) and conn.exec_driver_sql(
+                f"SELECT value FROM {STATE_TABLE} WHERE key = ?", (MESSAGES_REWRITES,)).first()
             self._usable = bool(found)
         if not self._usable:
             return False
