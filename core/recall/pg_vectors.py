@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAMESPACE = "default"  # Mastra's DEFAULT_NAMESPACE
 HNSW_M, HNSW_EF_CONSTRUCTION = 8, 32
 EF_SEARCH_MIN = 40
+EF_SEARCH_MAX = 1000  # pgvector's upper bound for ``hnsw.ef_search``
 EF_SEARCH_SESSION = int(HNSW_SESSION["hnsw.ef_search"])  # what every connection starts with
 META_KEYS = ("resource_id", "thread_id", "message_id")
 
@@ -168,20 +169,24 @@ class PgVectorSet:
             params = [*params, until]
         q = literal(qvec)
         ef_search = max(EF_SEARCH_MIN, 2 * depth)
+        # More rows than HNSW may list (explain's ranking of a whole scope above 500 vectors): an exact
+        # scan, by an order the index cannot serve (the distance plus zero), no HNSW settings needed.
+        exact = ef_search > EF_SEARCH_MAX
+        distance = "(embedding <=> CAST(? AS vector)) + 0" if exact else "embedding <=> CAST(? AS vector)"
         with self._read() as conn:
             # Every connection starts with the iterative scan (a filtered HNSW scan keeps going until it
             # has enough rows of the scope, pgvector 0.8) and ``EF_SEARCH_SESSION`` candidates
             # (``adapt.HNSW_SESSION``); another depth sets its own for this transaction (SET LOCAL),
             # both settings in one statement, as every search did before.
             mine = conn is self.conn  # the search's transaction: what an earlier call set in it still holds
-            if ef_search != (self._ef_local if mine and self._ef_local is not None else EF_SEARCH_SESSION):
+            if not exact and ef_search != (self._ef_local if mine and self._ef_local is not None else EF_SEARCH_SESSION):
                 cursor.rows(conn, "SELECT set_config('hnsw.ef_search', ?, true), "
                                   "set_config('hnsw.iterative_scan', 'relaxed_order', true)", (str(ef_search),))
                 if mine:
                     self._ef_local = ef_search
             listing = (f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "
                        f"1 - (embedding <=> CAST(? AS vector)) AS score FROM {quoted(self.table)} WHERE {where} "
-                       "ORDER BY embedding <=> CAST(? AS vector) LIMIT ?")
+                       f"ORDER BY {distance} LIMIT ?")
             listed = pg_keywords.listed(conn) if mine else None
             if not listed:
                 rows = cursor.rows(conn, listing, (q, *params, q, depth * 2))

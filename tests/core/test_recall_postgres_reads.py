@@ -7,13 +7,15 @@ the GIN pending list (which made the planner scan every doc); the HNSW settings 
 the ones it asked for; a pooled connection begins its transaction as it is checked out (the check
 that it is alive), and one the server closed is replaced; a hybrid search reads the keyword list's
 cosines with its vector list, the same values as their own statement; the uncounted terms of a query
-are counted in one statement, the same counts as one by one.
+are counted in one statement, the same counts as one by one; "why not this message?" ranks a scope of
+more vectors than HNSW may list, exactly.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import psycopg
 import sqlalchemy as sa
 from psycopg import pq
@@ -204,3 +206,43 @@ def test_uncounted_terms_of_a_query_are_counted_in_one_statement(pg_url: str):
             assert stats.frequencies(conn, terms) == counts and not seen  # kept
     finally:
         store.close()
+
+
+def test_why_not_ranks_a_scope_larger_than_hnsw_can_list(pg_url: str):
+    """"Why not this message?" ranks the whole scope by cosine. Above 500 vectors that is more rows than
+    ``hnsw.ef_search`` may ask for (pgvector allows 1,000); the ranking is then an exact scan, and the
+    explained message gets its exact rank."""
+    from core.recall.explain import explain_message, inspect_search
+
+    store = open_store(pg_url)
+    try:
+        index = RecallIndex.for_store(store, HashingEmbedder(32))
+        store.memory.create_thread(thread_id="big", resource_id="u")
+        words = ["apple", "harbour", "violin", "granite", "meadow", "copper", "lantern", "saffron"]
+        saved = [Message.user(f"{words[i % 8]} {words[(i * 3) % 8]} note {i}", id=f"m{i:04d}", thread_id="big",
+                              resource_id="u", created_at=T0 + timedelta(seconds=i)) for i in range(620)]
+        store.memory.save_messages(saved)
+        report = index.index_messages(saved)
+        assert not report.failed
+        ins = inspect_search(index, "violin lantern", resource_id="u", top_k=3)
+        hits = {c.message_id for c in ins.hits("hybrid")}
+        target = next(f"m{i:04d}" for i in range(620) if f"m{i:04d}" not in hits)
+        why = explain_message(index, target, ins)
+        placed = why.placements["vector"]
+        assert placed.ranked == 620  # every vector of the scope
+        # its exact rank by cosine (ties by message id, as the search breaks them)
+        qvec = np.asarray(index.embedder.embed(["violin lantern"], kind="query"), dtype=np.float32)[0]
+        with store.db.read() as conn:
+            vset = index.vector_set(conn, "u", None)
+            assert vset is not None
+            cos = {m: float(c) for m, c in zip(*vset_cosines(vset, qvec, [f"m{i:04d}" for i in range(620)]))}
+        better = sum(1 for m, c in cos.items() if c > cos[target] + 1e-6)
+        tied = sum(1 for m, c in cos.items() if abs(c - cos[target]) <= 1e-6)
+        assert better < placed.rank <= better + tied
+    finally:
+        store.close()
+
+
+def vset_cosines(vset, qvec, ids):  # type: ignore[no-untyped-def]
+    found = vset.cosines(qvec, ids)
+    return list(found.keys()), list(found.values())
