@@ -86,7 +86,8 @@ OM_ACTOR_SECONDS = 0.06  # what one reply of the agent's model takes
 def counts(turns: int) -> None:
     """What a history + working-memory turn traced to DuckDB does, counted rather than timed (a loaded
     machine changes the times, not these): SQL statements, write transactions and pool checkouts per turn, Python
-    function calls per turn (cProfile), and how many times the span writer wrote to the trace file."""
+    function calls per turn (cProfile), how many times the span writer wrote to the trace file and how
+    many times a DuckDB connection was opened (the writer keeps its own open between writes)."""
     import cProfile
     import pstats
 
@@ -110,6 +111,16 @@ def counts(turns: int) -> None:
             return real_write(spans, budget_s)
 
         sink.write_spans = counted_write
+        import duckdb
+
+        opens = [0]
+        real_connect = duckdb.connect
+
+        def counted_connect(*args, **kwargs):  # type: ignore[no-untyped-def]
+            opens[0] += 1
+            return real_connect(*args, **kwargs)
+
+        duckdb.connect = counted_connect
         statements, transactions, checkouts = [0], [0], [0]
         sa.event.listen(store.db.engine, "before_cursor_execute",
                         lambda *a: statements.__setitem__(0, statements[0] + 1))
@@ -125,10 +136,11 @@ def counts(turns: int) -> None:
         transactions[0] = store.db.write_transactions - before
         calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
         store.close()
+        duckdb.connect = real_connect
     print(f"per turn: {statements[0] / turns:.1f} SQL statements, {transactions[0] / turns:.1f} write transactions, "
           f"{checkouts[0] / turns:.1f} connection checkouts, "
-          f"{calls / turns:,.0f} Python function calls; span-file writes: {writes[0]} in {turns} turns "
-          f"({elapsed:.1f} s under the profiler)")
+          f"{calls / turns:,.0f} Python function calls; span-file writes: {writes[0]} in {turns} turns, "
+          f"file opens: {opens[0]} ({elapsed:.1f} s under the profiler)")
 
 
 def om_buffering(turns: int) -> None:

@@ -586,12 +586,14 @@ class Memory:
         # Two processes saving to a new thread at once: the second waits, then sees the first's thread.
         self.store.db.lock(conn, *(locks.thread_key(tid) for tid in claims))
         for thread_id, resource_ids in claims.items():
-            thread = self.store.memory.get_thread(thread_id, conn=conn)
-            owner = thread.resource_id if thread is not None else (resource_ids[0] if resource_ids else thread_id)
+            stored = self.store.memory.thread_owner(thread_id, conn)
+            new_owner = resource_ids[0] if resource_ids else thread_id
+            owner = stored[0] if stored is not None else new_owner
             for resource_id in resource_ids:
                 check_thread_owner(thread_id, owner, resource_id)
-            if thread is None:
-                self.store.memory.create_thread(thread_id=thread_id, resource_id=owner, title="", metadata={}, conn=conn)
+            if stored is None:
+                self.store.memory.create_thread(thread_id=thread_id, resource_id=new_owner, title="", metadata={},
+                                                conn=conn)
 
     def recall(
         self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,

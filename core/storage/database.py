@@ -36,6 +36,8 @@ from core.storage.errors import (  # re-exported: the errors were defined here f
 from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_parent
 
 BUSY_TIMEOUT_MS = 10_000
+#: Read connections ``reads()`` keeps between blocks (more threads reading at once use the pool).
+_KEPT_READ_CONNECTIONS = 4
 
 # ``change_fingerprint``: the newest thread and resource changes, and the messages' count and rowid.
 FINGERPRINT_SQL = """
@@ -128,6 +130,15 @@ class Database:
         self._lock = threading.Lock()
         self._writer = threading.RLock()  # see ``transaction``
         self._held = threading.local()  # ``reads()``: this thread's connection for its reads
+        # Connections kept out of SQLAlchemy's pool (see ``_writer_conn`` and ``reads``): checking one
+        # out and back in costs more Python than an agent turn's statements on it. Owned by this pid.
+        self._write_conn: sa.Connection | None = None
+        self._write_conn_gen = 0  # ``_dispose_gen`` when it was made
+        self._dispose_gen = 0
+        self._write_conn_wal = False  # its busy timeout is 0 for good (WAL: nothing after BEGIN waits)
+        self._write_depth = 0  # a nested ``transaction()`` of the writing thread takes a pool connection
+        self._idle_reads: list[sa.Connection] = []
+        self._conn_pid = os.getpid()
         self._newer: list[str] | None = None
         self.write_transactions = 0  # BEGIN IMMEDIATE issued by this process (tests: looking never writes)
         path = location.path
@@ -151,6 +162,8 @@ class Database:
                 connect_args={"check_same_thread": False, "isolation_level": None},
             )
         sa.event.listen(self.engine, "connect", self._on_connect)
+        # ``engine.dispose()`` means "new connections from now on": the kept ones follow it.
+        sa.event.listen(self.engine, "engine_disposed", self._drop_kept)
         try:
             with self.engine.connect() as conn:
                 conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
@@ -237,12 +250,30 @@ class Database:
         if self._shared_connection or getattr(self._held, "conn", None) is not None:
             yield
             return
-        with self.read() as conn:
-            self._held.conn = conn
+        self._check_pid()
+        gen = self._dispose_gen
+        try:
+            conn = self._idle_reads.pop()  # one kept from an earlier block (list.pop is atomic)
+        except IndexError:
             try:
-                yield
-            finally:
-                self._held.conn = None
+                conn = self.engine.connect()
+            except BaseException as exc:
+                self._raise_ours(exc)
+                raise
+        self._held.conn = conn
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self._held.conn = None
+            # Each read in the block ended with its rollback, so the connection holds nothing; one
+            # that saw an error is closed rather than kept.
+            if ok and len(self._idle_reads) < _KEPT_READ_CONNECTIONS and os.getpid() == self._conn_pid \
+                    and gen == self._dispose_gen:
+                self._idle_reads.append(conn)
+            else:
+                _close_quietly(conn)
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
@@ -305,24 +336,77 @@ class Database:
         if not self._writer.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
             raise ValueError("database is locked (another thread kept writing for longer than the busy timeout)")
         try:
-            with self.engine.connect() as conn:
-                _begin_immediate(conn)
-                self.write_transactions += 1
-                try:
-                    yield conn
-                except BaseException:
-                    _rollback(conn)
-                    raise
-                try:
-                    driver_sql.execute(conn, "COMMIT")
-                except BaseException:
-                    _rollback(conn)  # a failed COMMIT (disk full) leaves the transaction open
-                    raise
+            kept = self._write_depth == 0 and not self._shared_connection
+            self._write_depth += 1
+            try:
+                # The writers' one connection, kept while the process runs (writers queue on
+                # ``_writer`` anyway); a nested transaction of the same thread gets a pool connection.
+                with self._writer_conn() if kept else self.engine.connect() as conn:
+                    _begin_immediate(conn, busy_timeout_is_zero=kept and self._write_conn_wal)
+                    self.write_transactions += 1
+                    try:
+                        yield conn
+                    except BaseException:
+                        _rollback(conn)
+                        raise
+                    try:
+                        driver_sql.execute(conn, "COMMIT")
+                    except BaseException:
+                        _rollback(conn)  # a failed COMMIT (disk full) leaves the transaction open
+                        raise
+            finally:
+                self._write_depth -= 1
         except BaseException as exc:
             self._raise_ours(exc)
             raise
         finally:
             self._writer.release()
+
+    def _check_pid(self) -> None:
+        """After a fork, the kept connections are the parent's: forget them (never close them here:
+        closing would touch the parent's SQLite handles)."""
+        if os.getpid() != self._conn_pid:
+            self._conn_pid = os.getpid()
+            self._write_conn = None
+            self._idle_reads = []
+
+    def _drop_kept(self, _engine: object) -> None:
+        # The write connection may be in a transaction on another thread: it is replaced at its next
+        # use (under ``_writer``). Idle read connections are closed now.
+        self._dispose_gen += 1
+        if os.getpid() == self._conn_pid:
+            idle, self._idle_reads = self._idle_reads, []
+            for conn in idle:
+                _close_quietly(conn)
+
+    @contextmanager
+    def _writer_conn(self) -> Iterator[sa.Connection]:
+        """The kept write connection (made on first use; called under ``_writer``). In WAL mode its
+        busy timeout is 0 for good: only ``BEGIN IMMEDIATE`` can meet another process's lock there,
+        and ``_begin_immediate`` retries that itself (statements after it hold the write lock, and a
+        WAL commit waits for no reader). A connection that saw an error is closed, not kept."""
+        self._check_pid()
+        conn = self._write_conn
+        if conn is not None and self._write_conn_gen != self._dispose_gen:
+            self._write_conn = None
+            _close_quietly(conn)
+            conn = None
+        if conn is None:
+            conn = self.engine.connect()
+            try:
+                wal = str(driver_sql.scalar(conn, "PRAGMA journal_mode")).lower() == "wal"
+                if wal:
+                    driver_sql.execute(conn, "PRAGMA busy_timeout = 0")
+            except BaseException:
+                _close_quietly(conn)
+                raise
+            self._write_conn, self._write_conn_wal, self._write_conn_gen = conn, wal, self._dispose_gen
+        try:
+            yield conn
+        except BaseException:
+            self._write_conn = None
+            _close_quietly(conn)
+            raise
 
     def _raise_ours(self, exc: BaseException) -> None:
         """Raise the storage error a driver fault inside ``read()``/``write()`` means (naming the file
@@ -407,7 +491,17 @@ class Database:
         return max(before - _disk_bytes(path), 0)
 
     def close(self) -> None:
-        self.engine.dispose()
+        if os.getpid() == self._conn_pid and self._write_conn is not None:
+            _close_quietly(self._write_conn)
+            self._write_conn = None
+        self.engine.dispose()  # closes the idle read connections too (``_drop_kept``)
+
+
+def _close_quietly(conn: sa.Connection) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - a broken connection is dropped either way
+        pass
 
 
 def _disk_bytes(path: Path) -> int:
@@ -428,18 +522,20 @@ def _rollback(conn: sa.Connection) -> None:
         pass  # SQLite already rolled back (e.g. after SQLITE_FULL); nothing is left to undo
 
 
-def _begin_immediate(conn: sa.Connection) -> None:
+def _begin_immediate(conn: sa.Connection, *, busy_timeout_is_zero: bool = False) -> None:
     """``BEGIN IMMEDIATE``, waiting for other processes' writers with the GIL released.
 
     The statements of a transaction's frame (this, COMMIT, ROLLBACK) go straight to the driver's
     cursor (``driver_sql``): every agent turn writes once, and SQLAlchemy's execution path cost more
-    than the statements themselves."""
+    than the statements themselves. ``busy_timeout_is_zero``: the connection's timeout is 0 already
+    (the kept write connection in WAL mode), so it is neither set nor restored here."""
     if conn.engine.url.database in (None, "", ":memory:"):
         driver_sql.execute(conn, "BEGIN IMMEDIATE")
         return
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     delay = 0.001
-    driver_sql.execute(conn, "PRAGMA busy_timeout = 0")
+    if not busy_timeout_is_zero:
+        driver_sql.execute(conn, "PRAGMA busy_timeout = 0")
     try:
         while True:
             try:
@@ -453,7 +549,8 @@ def _begin_immediate(conn: sa.Connection) -> None:
             time.sleep(delay * random.uniform(0.5, 1.5))  # jitter: waiting processes do not retry in step
             delay = min(delay * 2, 0.05)
     finally:
-        driver_sql.execute(conn, f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if not busy_timeout_is_zero:
+            driver_sql.execute(conn, f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
 def _check_file(path: Path, *, create: bool) -> None:

@@ -260,6 +260,14 @@ class MemoryStore:
         row = driver_sql.first(conn, sql, (thread_id,))  # every turn reads it (twice): the driver's cursor
         return _thread(row) if row else None
 
+    def thread_owner(self, thread_id: str, conn: sa.Connection) -> tuple[str | None] | None:
+        """``(resourceId,)`` of a stored thread (its owner; None when the column is empty), or None when
+        there is no such thread: what a save checks under the write lock, without the thread's title
+        and metadata (every agent turn saves once)."""
+        check_id(thread_id, "thread id", InvalidArgumentError)
+        row = driver_sql.first(conn, 'SELECT "resourceId" FROM mastra_threads WHERE id = ?', (thread_id,))
+        return (row[0],) if row else None
+
     def list_threads(
         self, *, resource_id: str | None = None, page: int = 0, per_page: int | None = 100,
         metadata_filter: Mapping[str, Any] | None = None, order_desc: bool = True,

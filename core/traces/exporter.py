@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -50,6 +50,8 @@ from core.traces.spans import PruneResult, SpanRecord
 log = logging.getLogger(__name__)
 
 _SPILL_INFIX = ".spill-"
+#: How often the writer, keeping the trace file open, looks whether someone waits for it.
+LEASE_CHECK_S = 0.02
 _CLAIM_INFIX = ".importing-"
 _POISON_INFIX = ".poison-"
 # Failures that say the data is wrong, not the store: retrying the same spans cannot help.
@@ -115,10 +117,19 @@ class DuckDBSpanExporter:
         self._stopped = False
         self._next_prune = time.monotonic()
         self._last_write = -float("inf")  # monotonic time the flusher last wrote (paces root-span wakes)
+        self._last_spans = -float("inf")  # monotonic time spans were last written (a kept connection's idle time)
         # Spans that end the pacing wait early: a quarter of the queue's room (so a steady stream of
         # turns is written about once per ``flush_interval_s``, long before anything would spill),
         # never less than one batch.
         self._high_water = max(batch_size, max_queue // 4)
+        # The background writer keeps the trace file open between its writes while runs keep coming
+        # (``keep``), and lets go within ``LEASE_CHECK_S`` of anyone waiting for it, or once nothing
+        # was written for ``2 * flush_interval_s``. Without a background thread nothing would watch.
+        # Only the DuckDB file is worth keeping open (a Postgres store's connections are pooled).
+        self._kept: DuckDBObservabilityStore | None = \
+            self.store if background and isinstance(self.store, DuckDBObservabilityStore) else None
+        if self._kept is not None:
+            self._kept.keep_connection = True
         self._release_orphan_claims()
         self._thread: threading.Thread | None = None
         if background:
@@ -154,7 +165,15 @@ class DuckDBSpanExporter:
         Bounded by ``timeout``; without one it is a best-effort attempt of ``write_budget_s``,
         because the agent runtime calls ``flush()`` at the end of every run and a busy trace file
         must not hold up the reply. Whatever is left is written by the background thread.
+        The file is let go of afterwards (a kept connection is closed), so whoever asked for the
+        flush can open it at once; the background writer keeps it only between its own writes.
         """
+        try:
+            return self._flush_all(timeout)
+        finally:
+            self._release(force=True)
+
+    def _flush_all(self, timeout: float | None) -> bool:
         deadline = time.monotonic() + (timeout if timeout is not None else self.write_budget_s)
         delay = 0.005
         while True:
@@ -184,6 +203,9 @@ class DuckDBSpanExporter:
             self._queue.clear()
         if rest:
             self._spill(rest)
+        if self._kept is not None:
+            self._kept.keep_connection = False
+        self._release(force=True)
         atexit.unregister(self._at_exit)
 
     @property
@@ -195,17 +217,42 @@ class DuckDBSpanExporter:
     def _at_exit(self) -> None:
         self.shutdown(1.0)
 
+    def _wait(self, predicate: Callable[[], bool], timeout: float) -> None:
+        """Wait on the condition for ``predicate`` or ``timeout``; while the store keeps a connection
+        open, in slices of ``LEASE_CHECK_S``, letting it go between them when someone waits for the
+        file or the writer has been idle (outside the condition's lock: closing takes milliseconds,
+        and ``export`` must never wait for it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            held = self._kept is not None and self._kept.holds_connection()
+            remaining = deadline - time.monotonic()
+            with self._cond:
+                if self._cond.wait_for(predicate, timeout=max(min(remaining, LEASE_CHECK_S) if held else remaining, 0)):
+                    return
+            if time.monotonic() >= deadline:
+                return
+            if held:
+                self._release(force=time.monotonic() - self._last_spans >= 2 * self.flush_interval_s)
+
+    def _release(self, *, force: bool) -> None:
+        if self._kept is None:
+            return
+        try:
+            self._kept.release_connection(force=force)
+        except Exception:  # noqa: BLE001 - closing a kept connection must not stop the flusher
+            log.warning("closing the kept trace-store connection failed", exc_info=True)
+
     def _run(self) -> None:
         backoff = self.flush_interval_s
         while True:
+            self._wait(lambda: self._wake or self._stopped, backoff)
+            # Paced: a wake within flush_interval_s of the last write waits out the interval
+            # (a queue past the high-water mark or shutdown does not), so a burst of runs is
+            # written together.
+            pace = self._last_write + self.flush_interval_s - time.monotonic()
+            if pace > 0:
+                self._wait(lambda: self._stopped or len(self._queue) >= self._high_water, pace)
             with self._cond:
-                self._cond.wait_for(lambda: self._wake or self._stopped, timeout=backoff)
-                # Paced: a wake within flush_interval_s of the last write waits out the interval
-                # (a queue past the high-water mark or shutdown does not), so a burst of runs is
-                # written together.
-                pace = self._last_write + self.flush_interval_s - time.monotonic()
-                if pace > 0 and not self._stopped:
-                    self._cond.wait_for(lambda: self._stopped or len(self._queue) >= self._high_water, timeout=pace)
                 self._wake = False
                 if self._stopped:
                     return
@@ -264,6 +311,7 @@ class DuckDBSpanExporter:
                 return False
             for path in claimed:
                 path.unlink(missing_ok=True)
+            self._last_spans = time.monotonic()
             self.stats.written += len(batch) + len(spilled)
             self.stats.imported += len(spilled)
             return True

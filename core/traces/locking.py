@@ -14,7 +14,12 @@ Two extra locks sit in front of DuckDB's own:
   replaces the file by a rewritten copy: without it a writer could slip in between the copy and
   the rename and lose its batch;
 * a write-intent flag ``<file>.write-intent`` that a waiting writer raises so readers step aside
-  (see ``open_duckdb``).
+  (see ``open_duckdb``);
+* a wanted flag ``<file>.wanted`` that anyone waiting for the file holds (shared) while it waits:
+  the span writer keeps its connection open between writes (``keep=True``, a *lease*: opening the
+  file cost ~30–40 ms of CPU and closing it ~20–30 ms, once a second under a steady stream of turns)
+  only while nobody raises it, and checks it every few milliseconds (``release_if_wanted``), so a
+  reader, another writer or a compaction waits about that long, as it would for one write.
 
 The sidecars are locked with ``portalocker``: ``flock`` on POSIX, ``LockFileEx`` on Windows (shared
 and exclusive alike), so compaction's copy-and-rename is gated and writers go first on every platform.
@@ -23,6 +28,7 @@ and exclusive alike), so compaction's copy-and-rename is gated and writers go fi
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -86,6 +92,72 @@ def is_lock_conflict(exc: BaseException) -> bool:
 
 _GATE = ".lock"
 _WRITE_INTENT = ".write-intent"
+_WANTED = ".wanted"
+
+
+@dataclass
+class _Lease:
+    """A writer's connection kept open between writes, with the shared gate it was opened under.
+    Used and ended only under the file's in-process lock."""
+
+    con: duckdb.DuckDBPyConnection
+    gate: IO[bytes] | None
+    identity: tuple[int, int]  # the file's (device, inode) when opened: a replaced file ends the lease
+    threads: int | None
+    pid: int
+
+
+_leases: dict[str, _Lease] = {}
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _end_lease(key: str) -> None:
+    """Close a kept connection (DuckDB checkpoints on close). The caller holds the in-process lock."""
+    lease = _leases.pop(key, None)
+    if lease is None or lease.pid != os.getpid():
+        return  # none, or the parent's copy in a forked child: the parent closes its own
+    try:
+        lease.con.close()
+    except duckdb.Error:
+        log.warning("closing the kept trace-file connection failed", exc_info=True)
+    finally:
+        _release(lease.gate)
+
+
+def _wanted(path: Path) -> bool:
+    """Whether anyone (another process, or a compaction) is waiting for the file."""
+    free, probe = _try_lock(path, _WANTED, exclusive=True)
+    _release(probe)
+    return not free
+
+
+def release_if_wanted(path: Path, *, force: bool = False) -> bool:
+    """End this process's lease on ``path`` when someone waits for the file (``force``: in any
+    case, after this process's own use of the file in progress). True when no lease is left.
+    Without ``force`` it never waits behind this process's own use of the file."""
+    key = str(path.resolve())
+    if key not in _leases:
+        return True
+    plock = _process_lock(path)
+    if not plock.acquire(blocking=force):
+        return False  # in use right now; the user keeps or ends it when done
+    try:
+        if key in _leases and (force or _wanted(path)):
+            _end_lease(key)
+        return key not in _leases
+    finally:
+        plock.release()
+
+
+def holds_lease(path: Path) -> bool:
+    return str(path.resolve()) in _leases
 
 
 def _try_lock(path: Path, suffix: str, exclusive: bool) -> tuple[bool, IO[bytes] | None]:
@@ -126,14 +198,23 @@ def gated(path: Path, *, exclusive: bool, budget_s: float) -> Iterator[None]:
     """Hold only the sidecar lock (used by compaction around close-and-rename)."""
     start = time.monotonic()
     delay = 0.002
-    while True:
-        acquired, handle = _try_lock(path, _GATE, exclusive)
-        if acquired:
-            break
-        if time.monotonic() - start >= budget_s:
-            raise StoreBusy(path, time.monotonic() - start)
-        time.sleep(delay * random.uniform(0.5, 1.5))
-        delay = min(delay * 2, 0.05)
+    wanted: IO[bytes] | None = None
+    try:
+        while True:
+            if exclusive and str(path.resolve()) in _leases:
+                with _process_lock(path):  # this process's own kept connection holds the gate shared
+                    _end_lease(str(path.resolve()))
+            acquired, handle = _try_lock(path, _GATE, exclusive)
+            if acquired:
+                break
+            if wanted is None:  # another process's kept connection lets go when it sees this
+                _, wanted = _try_lock(path, _WANTED, exclusive=False)
+            if time.monotonic() - start >= budget_s:
+                raise StoreBusy(path, time.monotonic() - start)
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.05)
+    finally:
+        _release(wanted)
     try:
         yield
     finally:
@@ -149,6 +230,7 @@ def open_duckdb(
     stats: WaitStats | None = None,
     hold_gate: bool = True,
     threads: int | None = None,
+    keep: bool = False,
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """Open ``path``, retrying lock conflicts until ``budget_s``; closes on exit.
 
@@ -159,6 +241,9 @@ def open_duckdb(
 
     ``hold_gate=False`` is for compaction, which already holds the sidecar lock exclusively.
     ``threads``: DuckDB's worker threads for this connection (default: one per core).
+    ``keep`` (a writer's): the connection stays open after the block as this process's lease on the
+    file, unless someone is waiting for it, and the next ``keep`` open of the same file reuses it;
+    any other open of the file in this process ends it first. A block that raises ends it.
     Raises ``StoreBusy`` when the budget runs out, ``StoreMissing`` for a read-only open of a file
     that does not exist.
     """
@@ -166,7 +251,9 @@ def open_duckdb(
     delay = 0.002
     max_delay = 0.05 if read_only else 0.01  # a waiting writer grabs the first gap
     plock = _process_lock(path)
+    key = str(path.resolve())
     intent: IO[bytes] | None = None
+    wanted: IO[bytes] | None = None
     # Time spent queued behind this process's own opens is not "busy": each holder keeps the lock only
     # while it opens the file and runs its query (never while it sleeps between retries), so the wait
     # always ends. The budget measures other processes' locks; under a loaded machine several reads of
@@ -185,6 +272,25 @@ def open_duckdb(
             queued += time.monotonic() - asked
             gate: IO[bytes] | None = None
             try:
+                lease = _leases.get(key)
+                if lease is not None:
+                    if (keep and not read_only and hold_gate and lease.threads == threads
+                            and lease.pid == os.getpid() and _identity(path) == lease.identity):
+                        _release(intent)
+                        intent = None
+                        _release(wanted)
+                        wanted = None
+                        if stats is not None:
+                            stats.record(time.monotonic() - start)
+                        try:
+                            yield lease.con
+                        except BaseException:
+                            _end_lease(key)
+                            raise
+                        if _wanted(path):
+                            _end_lease(key)
+                        return
+                    _end_lease(key)
                 acquired, gate = _try_lock(path, _GATE, exclusive=False) if hold_gate else (True, None)
                 if acquired and read_only and _writer_waiting(path):
                     acquired = False
@@ -200,11 +306,20 @@ def open_duckdb(
                     else:
                         _release(intent)  # we hold DuckDB's lock now; readers wait on that
                         intent = None
+                        _release(wanted)
+                        wanted = None
                         if stats is not None:
                             stats.record(time.monotonic() - start)
+                        identity = _identity(path) if keep and not read_only and hold_gate else None
                         try:
                             yield con
-                        finally:
+                        except BaseException:
+                            con.close()
+                            raise
+                        if identity is not None and not _wanted(path):
+                            _leases[key] = _Lease(con, gate, identity, threads, os.getpid())
+                            gate = None  # the lease holds it now
+                        else:
                             con.close()
                         return
             finally:
@@ -213,6 +328,8 @@ def open_duckdb(
             if not read_only and intent is None:
                 # A second writer may hold the flag already; then we just keep trying.
                 _, intent = _try_lock(path, _WRITE_INTENT, exclusive=True)
+            if wanted is None:  # another process's kept connection lets go when it sees this
+                _, wanted = _try_lock(path, _WANTED, exclusive=False)
             if stats is not None:
                 stats.conflicts += 1
             if spent() >= budget_s:
@@ -223,6 +340,7 @@ def open_duckdb(
             delay = min(delay * 2, max_delay)
     finally:
         _release(intent)
+        _release(wanted)
     if stats is not None:
         stats.busy_failures += 1
     raise StoreBusy(path, time.monotonic() - start)

@@ -31,7 +31,9 @@ from core.traces.locking import (
     StoreMissing,
     WaitStats,
     gated,
+    holds_lease,
     open_duckdb,
+    release_if_wanted,
 )
 from core.traces.spans import (
     COLUMN_NAMES,
@@ -126,7 +128,25 @@ def _quietly(call: Callable[[str], object], arg: str) -> None:
         _log.debug("clean-up after a failed span insert failed too", exc_info=True)
 
 
+def _column_values(spans: Sequence[SpanRecord], column: str, attr: str, kind: str, now: datetime) -> list[object]:
+    """One column of a batch, each value as ``_row_params`` converts it (built column by column: the
+    writer's Python work per span, done holding the GIL, without a row list to transpose)."""
+    values = [getattr(span, attr) for span in spans]
+    if column == "createdAt":
+        values = [now if v is None else v for v in values]
+    if kind == "ts":
+        return [None if v is None else _ts_param(v) for v in values]
+    if kind == "json":
+        dumps = json.dumps
+        return [None if v is None else dumps(v, ensure_ascii=False, default=str) for v in values]
+    if kind == "bool":
+        return [None if v is None else bool(v) for v in values]
+    return [None if v is None else v if type(v) is str else str(v) for v in values]
+
+
 def _row_params(span: SpanRecord, now: datetime) -> list[object]:
+    """One span's row, value by value (what ``_column_values`` gives column by column; kept as its
+    reference in the tests)."""
     params: list[object] = []
     for column, attr, kind in COLUMNS:
         value = getattr(span, attr)
@@ -163,6 +183,10 @@ class DuckDBObservabilityStore(SpanReader):
         self.retention = retention or RetentionSettings()
         self.write_budget_s = write_budget_s
         self.wait_stats = WaitStats()
+        #: Set by the span writer (``DuckDBSpanExporter``), which then calls ``release_connection``
+        #: while it waits between writes: the connection of a write stays open for the next one
+        #: unless someone waits for the file (``core.traces.locking``, ``keep``).
+        self.keep_connection = False
         # The file (device, inode) this object last found fully migrated: later writes to the same
         # file skip the schema check (a catalog query that cost as much as the insert itself).
         self._migrated_file: tuple[int, int] | None = None
@@ -171,7 +195,18 @@ class DuckDBObservabilityStore(SpanReader):
         return f"DuckDBObservabilityStore({str(self.path)!r})"
 
     def close(self) -> None:
-        """Nothing to release: no connection outlives a single batch or query."""
+        """Close the connection a write left open (``keep_connection``), if any; no other outlives its
+        batch or query."""
+        self.release_connection(force=True)
+
+    def holds_connection(self) -> bool:
+        """Whether this process keeps the file open after a write (``keep_connection``)."""
+        return holds_lease(self.path)
+
+    def release_connection(self, *, force: bool = False) -> bool:
+        """Close the kept connection when another process (or a compaction) waits for the file, or
+        in any case with ``force``; True when none is left open."""
+        return release_if_wanted(self.path, force=force)
 
     def _check_writable(self) -> None:
         if self.read_only:
@@ -255,8 +290,10 @@ class DuckDBObservabilityStore(SpanReader):
         """Insert spans in one transaction; a span already stored is left as it is.
 
         Returns the number of spans handed in. Raises ``StoreBusy`` if the file stays locked
-        for ``budget_s``; the caller keeps the spans and tries again later.
+        for ``budget_s``; the caller keeps the spans and tries again later. With ``keep_connection``
+        set, the connection stays open for the next write unless someone waits for the file.
         """
+        keep = self.keep_connection
         self._check_writable()
         if not spans:
             return 0
@@ -265,37 +302,36 @@ class DuckDBObservabilityStore(SpanReader):
         budget = self.write_budget_s if budget_s is None else budget_s
         trusted = self._migrated_file is not None
         try:
-            self._insert(unique, budget)
+            self._insert(unique, budget, keep)
         except duckdb.CatalogException:
             if not trusted:
                 raise
             # A file deleted and made again under the same inode: check its schema and write again.
             self._migrated_file = None
-            self._insert(unique, budget)
+            self._insert(unique, budget, keep)
         except duckdb.Error as exc:
             self._migrated_file = None  # check the schema again next time
             # A broken file (left by a full disk) would fail every write forever: start a new one.
             if not is_broken_file_error(exc) or not set_aside_if_broken(self.path, budget):
                 raise
-            self._insert(unique, budget)
+            self._insert(unique, budget, keep)
         return len(spans)
 
-    def _insert(self, unique: list[SpanRecord], budget: float) -> None:
+    def _insert(self, unique: list[SpanRecord], budget: float, keep: bool = False) -> None:
         now = utc_now_ms()
         # One DuckDB thread: a batch of spans is small work, and a second thread on these two cores
         # cost more CPU than it saved (~40% of the insert) while the agent's turns want the cores.
         with open_duckdb(self.path, read_only=False, budget_s=budget, stats=self.wait_stats,
-                         threads=WRITER_THREADS) as con:
+                         threads=WRITER_THREADS, keep=keep) as con:
             self._migrate(con)
             con.execute("BEGIN TRANSACTION")
             try:
                 for chunk in iter_chunks(unique, INSERT_CHUNK):
-                    rows = [_row_params(span, now) for span in chunk]
                     # A dict of object arrays is scanned natively: ~20x faster than a VALUES
                     # list of 42 x 500 bound parameters, and far faster than executemany.
                     batch = {
-                        name: numpy.array([row[i] for row in rows], dtype=object)
-                        for i, name in enumerate(COLUMN_NAMES)
+                        column: numpy.array(_column_values(chunk, column, attr, kind, now), dtype=object)
+                        for column, attr, kind in COLUMNS
                     }
                     con.register("span_batch", batch)
                     try:

@@ -143,10 +143,33 @@ def _scan_duckdb(path: Path, needles: list[str]) -> dict[str, list[str]]:
     return found
 
 
+_SCAN_ELSEWHERE = (
+    "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[3]); "
+    "from tests.core.test_forget_resource import _scan_sqlite; "
+    "print(json.dumps(_scan_sqlite(Path(sys.argv[1]), json.loads(sys.argv[2]))))"
+)
+
+
+def _scan_sqlite_elsewhere(path: Path, needles: list[str]) -> dict[str, list[str]]:
+    """``_scan_sqlite`` in another process, as any other tool reads the file. In this process Python's
+    own SQLite (a second copy of SQLite beside the driver's) would break the engine's open connections:
+    POSIX locks are per process, so closing it releases their locks and deletes the WAL they still use
+    (SQLite's "multiple copies of SQLite in one application" caveat)."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _SCAN_ELSEWHERE, str(path), json.dumps(needles), str(root)],
+                          capture_output=True, text=True, timeout=300, check=True)
+    found: dict[str, list[str]] = json.loads(done.stdout)
+    return found
+
+
 def scan(db_path: Any, needles: list[str]) -> dict[str, list[str]]:
     if isinstance(db_path, str) and db_path.startswith("postgresql"):
         return _scan_postgres(db_path, needles)
-    found = _scan_sqlite(Path(db_path), needles)
+    found = _scan_sqlite_elsewhere(Path(db_path), needles)
     for needle, where in _scan_duckdb(Path(db_path).with_name("observability.duckdb"), needles).items():
         found.setdefault(needle, []).extend(f"observability.duckdb:{w}" for w in where)
     return found
