@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core import Memory, MemoryOptions, Message, open_store  # noqa: E402
 from core.agent import Agent  # noqa: E402
 from core.llm import ScriptedModel  # noqa: E402
-from core.working_memory import ConcurrentUpdateError  # noqa: E402
+from core.working_memory import DEFAULT_KEPT_VERSIONS, ConcurrentUpdateError  # noqa: E402
 
 KINDS = ("saves", "turns", "wm")
 BATCH = 10
@@ -203,7 +203,9 @@ def check_kill_run(kind: str, db: Path, acks: list[dict[str, Any]], run: int) ->
             service = Memory(store, WM_OPTIONS).working_memory_service
             versions = {v.text for v in service.versions("resource", "r")}
             current = Memory(store, WM_OPTIONS).get_working_memory(resource_id="r") or ""
-            for ack in acks:
+            # Only the newest DEFAULT_KEPT_VERSIONS versions are kept (older ones are pruned by design):
+            # a child that wrote more than that before its kill has older acknowledged versions gone.
+            for ack in acks[-DEFAULT_KEPT_VERSIONS:]:
                 if f"# Notes\n- run {run} write {ack['write']}\n" not in versions:
                     found["wm updates lost"] += 1
             if acks and current != f"# Notes\n- run {run} write {acks[-1]['write']}\n" and \

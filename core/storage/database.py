@@ -498,7 +498,12 @@ class Database:
 
 
 def _close_quietly(conn: sa.Connection) -> None:
+    """Close a kept connection's driver connection now. ``close()`` alone would hand it back to the
+    pool it came from, which after ``engine.dispose()`` is the old pool: the connection (and SQLite's
+    WAL, which the last connection to close checkpoints and removes) would live on until garbage
+    collection."""
     try:
+        conn.invalidate()
         conn.close()
     except Exception:  # noqa: BLE001 - a broken connection is dropped either way
         pass

@@ -154,6 +154,30 @@ def test_disposing_the_engine_replaces_the_kept_connections(tmp_path: Path) -> N
         store.close()
 
 
+def test_closing_the_store_closes_every_kept_connection_at_once(tmp_path: Path) -> None:
+    """The last connection to close checkpoints the WAL and removes it: a closed store leaves the
+    file alone and whole, also after the engine was disposed while connections were kept (a kept
+    connection handed back to a disposed pool stayed open until garbage collection)."""
+    import gc
+
+    gc.disable()  # what is closed must be closed by ``close()``, not by the collector
+    try:
+        for dispose_first in (False, True):
+            path = tmp_path / f"closed-{dispose_first}.db"
+            store = open_store(path)
+            agent = _agent(store)
+            agent.generate("first", memory={"resource": "u", "thread": "t"})
+            if dispose_first:
+                store.db.engine.dispose()
+                agent.generate("second", memory={"resource": "u", "thread": "t"})
+                store.db.engine.dispose()
+            store.close()
+            assert not path.with_name(path.name + "-wal").exists()
+            assert not path.with_name(path.name + "-shm").exists()
+    finally:
+        gc.enable()
+
+
 # -- the span writer's DuckDB connection ---------------------------------------------------------
 
 
