@@ -6,7 +6,7 @@ was written and the speaker its text starts with. ``search.thread_order`` asks w
 parsing and the server's planning again, and SQLAlchemy's per-statement machinery. Here the ids go as
 one ``text[]`` parameter: one statement text whatever the count (psycopg keeps it parsed and, from
 its fifth use on a connection, prepared on the server), run on psycopg's own cursor
-(``core.storage.pg.cursor``). The same subquery, the same decoding (``search._day``,
+(``core.storage.pg.cursor``). The same subquery, the same decoding (``order_cache.day_of``,
 ``text_of_raw``, ``speaker_label``), so the answers are the same (test).
 
 Nothing is kept between searches on Postgres (``order_cache.OrderCache`` needs libSQL's append
@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from core.recall.schema import text_of_raw
-from core.recall.search import _day
+from core.recall.order_cache import day_of
 from core.recall.text import speaker_label
 from core.storage.pg import cursor
 
@@ -52,7 +52,7 @@ def thread_order(
     if not message_ids:
         return out
     for row in cursor.rows(conn, _WITH_TEXT if labels else _WITHOUT_TEXT, (text_array(message_ids),)):
-        out[row[0]] = (row[2], _day(row[1]), speaker_label(text_of_raw(row[4])) if labels else None)
+        out[row[0]] = (row[2], day_of(row[1]), speaker_label(text_of_raw(row[4])) if labels else None)
         if keys is not None:
             keys[row[0]] = (row[3], row[1])
     return out

@@ -326,14 +326,14 @@ def thread_order(
         for row in conn.exec_driver_sql(_ORDER_SQL.format(text=text, marks=",".join("?" * len(chunk))), chunk).all():
             label = None
             if head is not None:
-                first = _head_text(row[4])
+                first = order_cache.head_text(row[4])
                 if first is None:
                     unread.append(row[0])
                 else:
                     label = speaker_label(first)
             elif labels:
                 label = speaker_label(text_of_raw(row[4]))
-            out[row[0]] = (row[2], _day(row[1]), label)
+            out[row[0]] = (row[2], order_cache.day_of(row[1]), label)
             if keys is not None:
                 keys[row[0]] = (row[3], row[1])
     for start in range(0, len(unread), 500):  # rare: plain-text, JSONB, malformed or odd contents
@@ -345,10 +345,6 @@ def thread_order(
             nxt, day, _ = out[mid]
             out[mid] = (nxt, day, speaker_label(text_of_raw(raw)))
     return out
-
-
-_head_text = order_cache.head_text
-_day = order_cache.day_of
 
 
 def _empty_reason(index: Searchable, vset: ScopeVectors | None, kw: list[hybrid.Ranked], mode: str, scope: str) -> str:

@@ -44,6 +44,18 @@ def _messages() -> list[Message]:
     return out
 
 
+def _indexed(store, texts: list[str], dim: int = 16) -> tuple[RecallIndex, list[Message]]:  # type: ignore[no-untyped-def]
+    """A recall index (hashing embedder) over thread "t" of resource "u" holding ``texts`` as user
+    messages m0, m1, … a minute apart, saved and indexed."""
+    index = RecallIndex.for_store(store, HashingEmbedder(dim))
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    msgs = [Message.user(text, id=f"m{i}", thread_id="t", resource_id="u", created_at=T0 + timedelta(minutes=i))
+            for i, text in enumerate(texts)]
+    store.memory.save_messages(msgs)
+    assert not index.index_messages(msgs).failed
+    return index, msgs
+
+
 def test_thread_order_equals_the_shared_read(pg_url: str):
     store = open_store(pg_url)
     try:
@@ -83,12 +95,7 @@ def test_text_arrays_read_back_as_the_same_strings(pg_url: str):
 def test_written_keyword_docs_leave_no_pending_gin_entries(pg_url: str):
     store = open_store(pg_url)
     try:
-        index = RecallIndex.for_store(store, HashingEmbedder(16))
-        store.memory.create_thread(thread_id="t", resource_id="u")
-        msgs = [Message.user(f"garden note {i} about tomatoes", id=f"m{i}", thread_id="t", resource_id="u",
-                             created_at=T0 + timedelta(minutes=i)) for i in range(300)]
-        store.memory.save_messages(msgs)
-        assert not index.index_messages(msgs).failed
+        index, _ = _indexed(store, [f"garden note {i} about tomatoes" for i in range(300)])
         with store.db.write() as conn:  # pages it had to merge: none left
             assert conn.exec_driver_sql("SELECT gin_clean_pending_list(to_regclass(?))", (GIN_INDEX,)).scalar() == 0
         hits = index.search("tomatoes", resource_id="u", mode="keyword", top_k=5).hits
@@ -100,12 +107,7 @@ def test_written_keyword_docs_leave_no_pending_gin_entries(pg_url: str):
 def test_hnsw_settings_are_the_ones_a_search_asks_for(pg_url: str):
     store = open_store(pg_url)
     try:
-        index = RecallIndex.for_store(store, HashingEmbedder(16))
-        store.memory.create_thread(thread_id="t", resource_id="u")
-        msgs = [Message.user(f"message {i}", id=f"m{i}", thread_id="t", resource_id="u",
-                             created_at=T0 + timedelta(minutes=i)) for i in range(80)]
-        store.memory.save_messages(msgs)
-        index.index_messages(msgs)
+        index, _ = _indexed(store, [f"message {i}" for i in range(80)])
         qvec = index.embedder.embed(["message 3"], kind="query")[0]
         setting = "SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan')"
         with store.db.read() as conn:
@@ -157,12 +159,8 @@ def test_a_checked_out_connection_is_begun_and_a_dead_one_replaced(pg_url: str):
 def test_hybrid_reads_the_keyword_cosines_with_its_vector_list(pg_url: str):
     store = open_store(pg_url)
     try:
-        index = RecallIndex.for_store(store, HashingEmbedder(16))
-        store.memory.create_thread(thread_id="t", resource_id="u")
-        msgs = [Message.user(f"note {i}: {('garden', 'tomatoes', '東京の会議', '旅行')[i % 4]} item{i}", id=f"m{i}",
-                             thread_id="t", resource_id="u", created_at=T0 + timedelta(minutes=i)) for i in range(200)]
-        store.memory.save_messages(msgs)
-        index.index_messages(msgs)
+        index, _ = _indexed(store, [f"note {i}: {('garden', 'tomatoes', '東京の会議', '旅行')[i % 4]} item{i}"
+                                    for i in range(200)])
         seen = _statements(store)
         for query in ("tomatoes item7", "東京 会議", "garden"):
             seen.clear()
@@ -188,12 +186,7 @@ def test_hybrid_reads_the_keyword_cosines_with_its_vector_list(pg_url: str):
 def test_uncounted_terms_of_a_query_are_counted_in_one_statement(pg_url: str):
     store = open_store(pg_url)
     try:
-        index = RecallIndex.for_store(store, HashingEmbedder(16))
-        store.memory.create_thread(thread_id="t", resource_id="u")
-        msgs = [Message.user(f"{('garden', 'tomatoes')[i % 2]} 東京 {i % 3}", id=f"m{i}", thread_id="t", resource_id="u",
-                             created_at=T0 + timedelta(minutes=i)) for i in range(30)]
-        store.memory.save_messages(msgs)
-        index.index_messages(msgs)
+        index, _ = _indexed(store, [f"{('garden', 'tomatoes')[i % 2]} 東京 {i % 3}" for i in range(30)])
         terms = ['"garden"', '"tomato"', '"東 京"', '"1"', '"absent"', '"garden"']
         seen = _statements(store)
         with store.db.read() as conn:
@@ -216,33 +209,24 @@ def test_why_not_ranks_a_scope_larger_than_hnsw_can_list(pg_url: str):
 
     store = open_store(pg_url)
     try:
-        index = RecallIndex.for_store(store, HashingEmbedder(32))
-        store.memory.create_thread(thread_id="big", resource_id="u")
         words = ["apple", "harbour", "violin", "granite", "meadow", "copper", "lantern", "saffron"]
-        saved = [Message.user(f"{words[i % 8]} {words[(i * 3) % 8]} note {i}", id=f"m{i:04d}", thread_id="big",
-                              resource_id="u", created_at=T0 + timedelta(seconds=i)) for i in range(620)]
-        store.memory.save_messages(saved)
-        report = index.index_messages(saved)
-        assert not report.failed
+        index, saved = _indexed(store, [f"{words[i % 8]} {words[(i * 3) % 8]} note {i}" for i in range(620)], dim=32)
+        ids = [m.id for m in saved]
         ins = inspect_search(index, "violin lantern", resource_id="u", top_k=3)
         hits = {c.message_id for c in ins.hits("hybrid")}
-        target = next(f"m{i:04d}" for i in range(620) if f"m{i:04d}" not in hits)
+        target = next(m for m in ids if m not in hits)
         why = explain_message(index, target, ins)
         placed = why.placements["vector"]
         assert placed.ranked == 620  # every vector of the scope
-        # its exact rank by cosine (ties by message id, as the search breaks them)
+        # its exact rank by cosine (among messages of equal cosine, in any order)
         qvec = np.asarray(index.embedder.embed(["violin lantern"], kind="query"), dtype=np.float32)[0]
         with store.db.read() as conn:
             vset = index.vector_set(conn, "u", None)
             assert vset is not None
-            cos = {m: float(c) for m, c in zip(*vset_cosines(vset, qvec, [f"m{i:04d}" for i in range(620)]))}
-        better = sum(1 for m, c in cos.items() if c > cos[target] + 1e-6)
-        tied = sum(1 for m, c in cos.items() if abs(c - cos[target]) <= 1e-6)
+            cos = vset.cosines(qvec, ids)
+        assert len(cos) == 620
+        better = sum(1 for c in cos.values() if c > cos[target] + 1e-6)
+        tied = sum(1 for c in cos.values() if abs(c - cos[target]) <= 1e-6)
         assert better < placed.rank <= better + tied
     finally:
         store.close()
-
-
-def vset_cosines(vset, qvec, ids):  # type: ignore[no-untyped-def]
-    found = vset.cosines(qvec, ids)
-    return list(found.keys()), list(found.values())
