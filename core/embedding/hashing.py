@@ -19,6 +19,7 @@ import threading
 import unicodedata
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
@@ -146,22 +147,33 @@ class _FeatureTable:
         self._weights = np.zeros(8192, dtype=np.float64)
         self._used = 0
 
-    def _add(self, word: str) -> int:
-        pairs = [(_bucket(f, self.dim), w) for f, w in _word_features(word)]
-        n, at, wid = len(pairs), self._used, len(self._ids)
-        if at + n > len(self._buckets):
-            grow = max(2 * len(self._buckets), at + n)
+    def _add_all(self, words: list[str]) -> None:
+        """Give every word of ``words`` (new, distinct) its features, in one pass: their (bucket,
+        sign) pairs are hashed in one list and the flat arrays grow once, where a word at a time cost
+        a few small array writes per word (a batch of messages brings many new words: numbers, names)."""
+        per_word = [_word_features(word) for word in words]
+        sizes = [len(feats) for feats in per_word]
+        pairs = [pair for feats in per_word for pair in feats]
+        hashed = np.array(list(map(_bucket, [f for f, _ in pairs], repeat(self.dim))), dtype=np.float64).reshape(-1, 2)
+        buckets = hashed[:, 0].astype(np.intp)
+        weights = hashed[:, 1] * np.array([w for _, w in pairs], dtype=np.float64)  # exact: ±1 times 1 or 0.5
+        at, first = self._used, len(self._ids)
+        end, last = at + len(buckets), first + len(words)
+        if end > len(self._buckets):
+            grow = max(2 * len(self._buckets), end)
             self._buckets = np.concatenate([self._buckets, np.zeros(grow - len(self._buckets), dtype=np.intp)])
             self._weights = np.concatenate([self._weights, np.zeros(grow - len(self._weights), dtype=np.float64)])
-        if wid >= len(self._start):
-            self._start = np.concatenate([self._start, np.zeros(len(self._start), dtype=np.intp)])
-            self._size = np.concatenate([self._size, np.zeros(len(self._size), dtype=np.intp)])
-        self._buckets[at:at + n] = [b[0] for b, _ in pairs]
-        self._weights[at:at + n] = [b[1] * w for b, w in pairs]
-        self._start[wid], self._size[wid] = at, n
-        self._used = at + n
-        self._ids[word] = wid
-        return wid
+        if last > len(self._start):
+            grow = max(2 * len(self._start), last)
+            self._start = np.concatenate([self._start, np.zeros(grow - len(self._start), dtype=np.intp)])
+            self._size = np.concatenate([self._size, np.zeros(grow - len(self._size), dtype=np.intp)])
+        self._buckets[at:end] = buckets
+        self._weights[at:end] = weights
+        counts = np.array(sizes, dtype=np.intp)
+        self._size[first:last] = counts
+        self._start[first:last] = at + np.cumsum(counts) - counts
+        self._used = end
+        self._ids.update(zip(words, range(first, last)))
 
     def features(self, words: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(buckets, signed weights) of every feature of ``words`` in order, and each word's count."""
@@ -171,7 +183,8 @@ class _FeatureTable:
             get = self._ids.get
             ids = [get(w) for w in words]
             if None in ids:
-                ids = [i if i is not None else (get(w) if w in self._ids else self._add(w)) for i, w in zip(ids, words)]
+                self._add_all(list(dict.fromkeys(w for i, w in zip(ids, words) if i is None)))
+                ids = [get(w) for w in words]
             at = np.fromiter(ids, dtype=np.intp, count=len(ids))
             starts, sizes = self._start[at], self._size[at]
             ends = np.cumsum(sizes)
@@ -198,18 +211,13 @@ def _empty_vector(dim: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array([index], dtype=np.intp), np.array([sign], dtype=np.float64)
 
 
-def _word_features(word: str) -> Iterator[tuple[str, float]]:
+def _word_features(word: str) -> list[tuple[str, float]]:
+    """A word's (feature, weight) pairs, in a fixed order (a list: a batch's new words are many)."""
     if _CJK.search(word):
-        chars = list(word)
-        for ch in chars:
-            yield "u:" + ch, _WORD_WEIGHT
-        for a, b in zip(chars, chars[1:]):
-            yield "b:" + a + b, _WORD_WEIGHT
-        return
-    yield "w:" + word, _WORD_WEIGHT
+        return ([("u:" + ch, _WORD_WEIGHT) for ch in word]
+                + [("b:" + a + b, _WORD_WEIGHT) for a, b in zip(word, word[1:])])
     padded = f" {word} "
-    for i in range(len(padded) - 2):
-        yield "c:" + padded[i : i + 3], _NGRAM_WEIGHT
+    return [("w:" + word, _WORD_WEIGHT)] + [("c:" + padded[i : i + 3], _NGRAM_WEIGHT) for i in range(len(padded) - 2)]
 
 
 @lru_cache(maxsize=65536)

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from core.recall.schema import text_of_raw
 from core.recall.text import passage_hash
-from core.storage import dialect, driver_sql
+from core.storage import bulk, dialect, driver_sql
 from core.timeutil import to_iso
 
 INDEXED_ROLES = ("user", "assistant")
@@ -64,7 +64,8 @@ def _previous_sql(conn: sa.Connection) -> str:
 
 
 def load(conn: sa.Connection, message_ids: Iterable[str]) -> dict[str, StoredPassage]:
-    """The current passage of each stored message (missing ids: deleted), one statement per 500."""
+    """The current passage of each stored message (missing ids: deleted), one statement (per 500 on
+    Postgres; ``bulk.in_lists``)."""
     wanted = list(dict.fromkeys(message_ids))
     out: dict[str, StoredPassage] = {}
     sql = (
@@ -72,9 +73,8 @@ def load(conn: sa.Connection, message_ids: Iterable[str]) -> dict[str, StoredPas
         f"{dialect.stored_text_sql(conn, 'm.content')}, {_previous_sql(conn)} "
         "FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id WHERE m.id IN ({marks})"
     )
-    for start in range(0, len(wanted), CHUNK):
-        chunk = tuple(wanted[start : start + CHUNK])
-        for mid, tid, rid, role, created, raw, prev in conn.exec_driver_sql(sql.format(marks=",".join("?" * len(chunk))), chunk):
+    for marks, params in bulk.in_lists(conn, wanted, CHUNK):
+        for mid, tid, rid, role, created, raw, prev in conn.exec_driver_sql(sql.format(marks=marks), params):
             text = text_of_raw(raw)
             out[mid] = StoredPassage(mid, tid, rid, role, created, text, text_of_raw(prev) if prev is not None else "")
     return out
@@ -82,13 +82,12 @@ def load(conn: sa.Connection, message_ids: Iterable[str]) -> dict[str, StoredPas
 
 def contexts(conn: sa.Connection, message_ids: Iterable[str]) -> dict[str, str]:
     """The context (previous user/assistant message's text) of each stored message, one statement
-    per 500 messages; ids not stored are left out."""
+    (per 500 messages on Postgres; ``bulk.in_lists``); ids not stored are left out."""
     wanted = list(dict.fromkeys(message_ids))
     out: dict[str, str] = {}
     sql = f"SELECT m.id, {_previous_sql(conn)} FROM mastra_messages m WHERE m.id IN ({{marks}})"
-    for start in range(0, len(wanted), CHUNK):
-        chunk = tuple(wanted[start : start + CHUNK])
-        for mid, prev in driver_sql.rows(conn, sql.format(marks=",".join("?" * len(chunk))), chunk):
+    for marks, params in bulk.in_lists(conn, wanted, CHUNK):
+        for mid, prev in driver_sql.rows(conn, sql.format(marks=marks), params):
             out[mid] = text_of_raw(prev) if prev is not None else ""
     return out
 

@@ -314,15 +314,25 @@ def batch_passage_hash(context: str, text: str) -> str:
 def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | None, str, str]]) -> None:
     """Batch form of ``upsert_doc`` for (message_id, thread_id, resource_id, text, context) rows.
 
-    Five statements per batch instead of five per message: the write path's cost is dominated by
-    statement overhead, not by SQLite.
+    Three statements per batch of new messages (two more when some had docs) instead of five per
+    message: the write path's cost is dominated by statement overhead, not by SQLite.
     """
-    delete_docs(conn, [d[0] for d in docs])
+    if not docs:
+        return
     keep = [d for d in docs if d[3].strip()]
+    # The batch's present docs go first. Doc ids are given here (the caller holds the write lock),
+    # so the FTS rows need no read-back: numbered from the newest doc id the deletes leave, which
+    # is read with the batch's present docs in one statement when it can be.
+    ids = [d[0] for d in docs]
+    read = _top_and_doc_ids(conn, ids)
+    if read is None:
+        delete_docs(conn, ids)
+        top = int(driver_sql.scalar(conn, f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}") or 0) if keep else 0
+    else:
+        top, old = read
+        _delete_doc_ids(conn, old)
     if not keep:
         return
-    # Doc ids given here (the caller holds the write lock), so the FTS rows need no read-back.
-    top = int(driver_sql.scalar(conn, f"SELECT coalesce(max(doc_id), 0) FROM {DOCS_TABLE}") or 0)
     bulk.insert_rows(
         conn, f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash)",
         [(top + i, mid, tid, rid, batch_passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
@@ -346,24 +356,43 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
 def doc_state(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
     """(passage hash, thread id) of each message's keyword doc, on either backend."""
     out: dict[str, tuple[str | None, str | None]] = {}
-    for start in range(0, len(message_ids), 500):
-        chunk = tuple(message_ids[start : start + 500])
-        marks = ",".join("?" * len(chunk))
+    for marks, params in bulk.in_lists(conn, message_ids):
         for mid, digest, thread_id in conn.exec_driver_sql(
-            f"SELECT message_id, content_hash, thread_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", chunk
+            f"SELECT message_id, content_hash, thread_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", params
         ):
             out[mid] = (digest, thread_id)
     return out
 
 
 def delete_docs(conn: sa.Connection, message_ids: list[str]) -> int:
-    removed = 0
-    for start in range(0, len(message_ids), 500):
-        chunk = message_ids[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        doc_ids = [r[0] for r in driver_sql.rows(conn, f"SELECT doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", chunk)]
-        if doc_ids:  # (a batch of new messages has none: nothing to delete)
-            driver_sql.execute(conn, f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({','.join('?' * len(doc_ids))})", doc_ids)
-            driver_sql.execute(conn, f"DELETE FROM {DOCS_TABLE} WHERE doc_id IN ({','.join('?' * len(doc_ids))})", doc_ids)
-        removed += len(doc_ids)
-    return removed
+    """Remove these messages' keyword docs and FTS rows (libSQL); returns how many docs went."""
+    doc_ids: list[int] = []
+    for marks, params in bulk.in_lists(conn, message_ids):
+        doc_ids.extend(r[0] for r in driver_sql.rows(conn, f"SELECT doc_id FROM {DOCS_TABLE} WHERE message_id IN ({marks})", params))
+    return _delete_doc_ids(conn, doc_ids)
+
+
+def _top_and_doc_ids(conn: sa.Connection, message_ids: list[str]) -> tuple[int, list[int]] | None:
+    """(the newest doc id once these messages' docs are deleted, or 0; the doc ids of these
+    messages), read in one statement when the ids go as one JSON list (``bulk.in_lists``); else None.
+    The newest id is the one the deletes leave (the descending rowid scan stops at the first doc
+    kept), as when it is read after them: a batch writes the same doc ids and FTS rowids either way."""
+    lists = list(bulk.in_lists(conn, message_ids))
+    if len(lists) != 1 or not lists[0][0].startswith("SELECT"):
+        return None
+    row = driver_sql.first(
+        conn,
+        f"WITH gone AS (SELECT doc_id FROM {DOCS_TABLE} WHERE message_id IN ({lists[0][0]})) "
+        f"SELECT (SELECT doc_id FROM {DOCS_TABLE} WHERE doc_id NOT IN gone ORDER BY doc_id DESC LIMIT 1), "
+        "(SELECT json_group_array(doc_id) FROM gone)",
+        lists[0][1])
+    top, found = row if row is not None else (0, "[]")
+    return int(top or 0), [int(d) for d in json.loads(found)]
+
+
+def _delete_doc_ids(conn: sa.Connection, doc_ids: list[int]) -> int:
+    """Delete docs and their FTS rows by doc id (a batch of new messages has none: no statement)."""
+    for marks, params in bulk.in_lists(conn, doc_ids):
+        driver_sql.execute(conn, f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({marks})", params)
+        driver_sql.execute(conn, f"DELETE FROM {DOCS_TABLE} WHERE doc_id IN ({marks})", params)
+    return len(doc_ids)

@@ -168,9 +168,7 @@ def delete_where(conn: sa.Connection, info: TableInfo, key: str, values: Iterabl
     wanted = list(values)
     removed = 0
     q = quoted(info.name)
-    for start in range(0, len(wanted), 500):
-        chunk = tuple(wanted[start : start + 500])
-        marks = ",".join("?" * len(chunk))
+    for marks, chunk in bulk.in_lists(conn, wanted):
         hint = _scan_hint(info, key)
         removed += int(
             conn.exec_driver_sql(
@@ -192,9 +190,7 @@ def stored_state(conn: sa.Connection, info: TableInfo, model_id: str, message_id
             f"{model}, json_extract(metadata, '$.thread_id'), json_extract(metadata, '$.created_at'), "
             "json_extract(metadata, '$.content')")
     out: dict[str, VectorState] = {}
-    for start in range(0, len(message_ids), 500):
-        chunk = tuple(message_ids[start : start + 500])
-        marks = ",".join("?" * len(chunk))
+    for marks, chunk in bulk.in_lists(conn, list(message_ids)):
         rows = [
             *conn.exec_driver_sql(
                 f"SELECT {cols} FROM {q} {_scan_hint(info, 'message_id')} "
@@ -233,9 +229,7 @@ def indexed_message_ids(conn: sa.Connection, info: TableInfo, model_id: str, mes
     out: set[str] = set()
     q = quoted(info.name)
     cond = "model_id = ?" if info.has_model_id else "0"
-    for start in range(0, len(message_ids), 500):
-        chunk = tuple(message_ids[start : start + 500])
-        marks = ",".join("?" * len(chunk))
+    for marks, chunk in bulk.in_lists(conn, list(message_ids)):
         out.update(
             r[0] for r in conn.exec_driver_sql(f"SELECT vector_id FROM {q} WHERE vector_id IN ({marks}) AND {cond}", (*chunk, model_id) if info.has_model_id else chunk)
         )

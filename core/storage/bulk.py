@@ -12,11 +12,13 @@ transaction (or a savepoint) that is rolled back on any error, so what is stored
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import json
+import re
+from typing import Any, Iterator, Sequence
 
 import sqlalchemy as sa
 
-from core.storage import driver_sql
+from core.storage import dialect, driver_sql
 
 # Parameters per statement: under SQLite's SQLITE_MAX_VARIABLE_NUMBER (32,766) and Postgres' 65,535,
 # and small enough that a statement's text stays cheap to parse.
@@ -52,4 +54,34 @@ def insert_rows(conn: sa.Connection, head: str, rows: Sequence[tuple[Any, ...]],
         driver_sql.execute(conn, sql, params)  # the driver's own cursor where it takes ``?`` (no SQLAlchemy result)
 
 
-__all__ = ["MAX_PARAMS", "insert_rows"]
+# What a JSON parameter does not carry unchanged into SQLite's json_each: NUL (json_each's strings
+# end at it) and lone surrogates (no UTF-8 text holds them; the driver refuses them either way).
+_NOT_JSON_SAFE = re.compile("[\x00\ud800-\udfff]")
+IN_CHUNK = 500  # placeholders per statement when the list goes as placeholders
+
+
+def in_lists(conn: sa.Connection, values: Sequence[Any], chunk: int = IN_CHUNK) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """The ``IN (...)`` lists of a statement run over ``values`` (ids), each as (SQL inside the
+    parentheses, its parameters): on SQLite one list for every value, a single JSON parameter read by
+    ``json_each`` (one statement whatever the count, one bound value instead of one per id: binding
+    and parsing a hundred placeholders cost more than the lookups of a batch of new ids); elsewhere,
+    or when a value is not a str/int that JSON carries unchanged (a NUL), placeholders ``chunk`` at
+    a time. Nothing for no values."""
+    if not values:
+        return
+    if not dialect.is_postgres(conn) and _json_safe(values):
+        yield "SELECT value FROM json_each(?)", (json.dumps(list(values), ensure_ascii=False),)
+        return
+    for start in range(0, len(values), chunk):
+        part = tuple(values[start:start + chunk])
+        yield ",".join("?" * len(part)), part
+
+
+def _json_safe(values: Sequence[Any]) -> bool:
+    texts = [v for v in values if type(v) is str]
+    if len(texts) != len(values):
+        return all(type(v) is int or type(v) is str for v in values) and not _NOT_JSON_SAFE.search("".join(texts))
+    return not _NOT_JSON_SAFE.search("".join(texts))
+
+
+__all__ = ["IN_CHUNK", "MAX_PARAMS", "in_lists", "insert_rows"]

@@ -139,6 +139,32 @@ def test_texts_of_several_lines_give_the_vectors_of_the_whole_text() -> None:
     assert np.array_equal(HashingEmbedder(16).embed(texts), _reference(texts, 16))
 
 
+def test_a_batch_of_many_new_words_is_featurised_in_one_pass_with_the_same_vectors() -> None:
+    # New words are added to the feature table together (``_FeatureTable._add_all``): the table must
+    # grow past its initial arrays, repeated new words in one batch get one id, and a table cleared
+    # past ``MAX_WORDS`` is rebuilt; the vectors are the plain definition's every time.
+    from core.embedding import hashing
+
+    dim = 24  # a dimension no other test uses: its table starts empty here
+    hashing._tables.pop(dim, None)
+    words = [f"w{i}x" for i in range(3000)] + ["花生过敏", "ÉCOLE", "naïve"]
+    texts = [" ".join(words[i:i + 7]) + " w1x w1x" for i in range(0, len(words), 5)]
+    assert np.array_equal(HashingEmbedder(dim).embed(texts), _reference(texts, dim))
+    table = hashing._table(dim)
+    assert len(table._ids) == len(set(words) | {"w1x"})
+    assert table._used == sum(int(table._size[i]) for i in table._ids.values())
+    again = [f"{t} w{len(words) + i}y" for i, t in enumerate(texts)]  # old and new words mixed
+    assert np.array_equal(HashingEmbedder(dim).embed(again), _reference(again, dim))
+    small = hashing._FeatureTable.MAX_WORDS
+    try:
+        hashing._FeatureTable.MAX_WORDS = 100  # the next call forgets, then adds this batch's words
+        assert np.array_equal(HashingEmbedder(dim).embed(texts[:3]), _reference(texts[:3], dim))
+        assert len(table._ids) <= 3 * 9
+    finally:
+        hashing._FeatureTable.MAX_WORDS = small
+        hashing._tables.pop(dim, None)
+
+
 def test_the_hashing_embedder_is_rebuilt_from_its_model_id() -> None:
     for dim in (8, 64, 256):
         rebuilt = HashingEmbedder.for_model_id(HashingEmbedder(dim).model_id)

@@ -1,0 +1,132 @@
+"""The recall index's set-based writes: id lists go as one JSON parameter (``bulk.in_lists``) and a
+batch's keyword docs are read with the newest doc id in one statement. The rows written must be
+exactly those of the placeholder path (the statements as they were before), for unicode, NUL
+characters, empty text, ids JSON must escape, repeated ids in one batch, edits and deletes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from core import Memory, MemoryOptions, open_store
+from core.embedding import HashingEmbedder
+from core.messages import Message
+from core.recall.tables import DOCS_TABLE, FTS_TABLE, QUEUE_TABLE, STATE_TABLE
+from core.storage import bulk
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+RESOURCE = "u"
+
+
+def _msg(i: int, text: str, *, mid: str | None = None, thread: str = "t", role: str | None = None) -> Message:
+    make = {"user": Message.user, "assistant": Message.assistant}[role or ("user" if i % 2 == 0 else "assistant")]
+    return make(text, id=mid or f"m{i}", thread_id=thread, resource_id=RESOURCE, created_at=T0 + timedelta(seconds=i))
+
+
+def _scenario(memory: Memory) -> None:
+    memory.create_thread(resource_id=RESOURCE, thread_id="t")
+    memory.create_thread(resource_id=RESOURCE, thread_id="t2")
+    memory.save_messages([
+        _msg(0, "我对花生过敏 and peanuts"), _msg(1, "café naïve 🙂 e\u0301"), _msg(2, "a NUL\x00inside the text"),
+        _msg(3, ""), _msg(4, "   "), _msg(5, "quotes \"here\" and back\\slash", mid='id "q" \\ ид'),
+        _msg(6, "line one\nline two\ttab"), _msg(7, "second thread", thread="t2"),
+    ])
+    # A repeated id in one batch (the last content wins), a rewrite of stored messages (their docs
+    # are deleted first, the newest doc among them), and new ones.
+    memory.save_messages([
+        _msg(8, "first copy"), _msg(8, "second copy wins"),
+        _msg(1, "café edited"), _msg(7, "second thread, edited", thread="t2"),
+        _msg(9, "after the rewrite"), _msg(10, "NUL\x00again"),
+    ])
+    memory.edit_message("m0", resource_id=RESOURCE, text="allergic to peanuts (edited)")
+    memory.delete_messages(["m6"], resource_id=RESOURCE)
+    memory.save_messages([_msg(10, "the newest doc rewritten"), _msg(3, "now it has text")])
+    memory.save_messages([_msg(11 + i, f"batch message {i} about topic {i % 7}") for i in range(120)])
+
+
+def _dump(store: Any) -> dict[str, list[tuple[Any, ...]]]:
+    with store.db.read() as conn:
+        vector_table = conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'memory_messages_%'").scalar()
+        return {
+            "docs": [tuple(r) for r in conn.exec_driver_sql(
+                f"SELECT doc_id, message_id, thread_id, resource_id, content_hash FROM {DOCS_TABLE} ORDER BY doc_id")],
+            "fts": [tuple(r) for r in conn.exec_driver_sql(f"SELECT rowid, body, context FROM {FTS_TABLE} ORDER BY rowid")],
+            "vectors": [tuple(r) for r in conn.exec_driver_sql(
+                f'SELECT id, vector_id, embedding, metadata, model_id FROM "{vector_table}" ORDER BY id')],
+            "state": [tuple(r) for r in conn.exec_driver_sql(f"SELECT key, value FROM {STATE_TABLE} ORDER BY key")],
+            "queue": [tuple(r) for r in conn.exec_driver_sql(f"SELECT seq, message_id, op FROM {QUEUE_TABLE} ORDER BY seq")],
+        }
+
+
+def _run(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    store = open_store(path)
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=True), embedder=HashingEmbedder(64))
+        _scenario(memory)
+        return _dump(store)
+    finally:
+        store.close()
+
+
+def test_json_id_lists_write_exactly_the_rows_of_the_placeholder_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    batched = _run(tmp_path / "json.db")
+    monkeypatch.setattr(bulk, "_json_safe", lambda values: False)  # every id list as placeholders
+    plain = _run(tmp_path / "placeholders.db")
+    assert batched == plain
+    docs = {r[1]: r for r in batched["docs"]}
+    assert {"m2", "m10", 'id "q" \\ ид', "m8", "m3"} <= set(docs)
+    assert "m6" not in docs and "m4" not in docs  # deleted; whitespace only
+    metadata = {r[1]: r[3] for r in batched["vectors"]}
+    assert "NUL\\u0000inside" in metadata["m2"]  # the whole text, NUL included, in the vector's metadata
+    assert len(batched["vectors"]) == len(batched["docs"]) == 11 + 120 - 2  # m4 and m6 have none
+    assert [r[0] for r in batched["docs"]] == sorted(r[0] for r in batched["docs"])
+
+
+def test_in_lists_use_one_json_parameter_unless_a_value_has_a_nul(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite+libsql:///{tmp_path / 'x.db'}")
+    ids = ["plain", "é 花", 'q"uote', "back\\slash", "tab\tnew\nline", "", "9"]
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (id TEXT PRIMARY KEY, n INTEGER)")
+        for n, value in enumerate([*ids, "a\x00b", "a"]):
+            conn.exec_driver_sql("INSERT INTO t VALUES (?, ?)", (value, n))
+        lists = list(bulk.in_lists(conn, ids))
+        assert [marks for marks, _ in lists] == ["SELECT value FROM json_each(?)"]
+        found = [r[0] for r in conn.exec_driver_sql(f"SELECT id FROM t WHERE id IN ({lists[0][0]}) ORDER BY n", lists[0][1])]
+        assert found == ids
+        # json_each ends a string at a NUL: a list holding one goes as placeholders, and finds what
+        # one placeholder per id finds (whatever the driver makes of the NUL).
+        wanted = ["a\x00b", "plain"]
+        lists = list(bulk.in_lists(conn, wanted))
+        assert [marks for marks, _ in lists] == ["?,?"]
+        one_by_one = sorted(r[0] for v in wanted for r in conn.exec_driver_sql("SELECT n FROM t WHERE id = ?", (v,)))
+        assert sorted(r[0] for r in conn.exec_driver_sql(f"SELECT n FROM t WHERE id IN ({lists[0][0]})", lists[0][1])) \
+            == one_by_one
+        ints = list(bulk.in_lists(conn, [0, 2, 7]))
+        assert [r[0] for r in conn.exec_driver_sql(f"SELECT n FROM t WHERE n IN ({ints[0][0]}) ORDER BY n", ints[0][1])] \
+            == [0, 2, 7]
+        assert list(bulk.in_lists(conn, [])) == []
+        assert [len(p) for _, p in bulk.in_lists(conn, ["a\x00"] * 1001, chunk=500)] == [500, 500, 1]
+    engine.dispose()
+
+
+def test_a_batch_of_new_messages_writes_its_recall_rows_in_a_fixed_number_of_statements(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "count.db")
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=True), embedder=HashingEmbedder(64))
+        memory.create_thread(resource_id=RESOURCE, thread_id="t")
+        memory.save_messages([_msg(i, f"warm-up {i}") for i in range(100)])
+        seen: list[str] = []
+        sa.event.listen(store.db.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+        memory.save_messages([_msg(100 + i, f"message number {i}") for i in range(100)])
+        recall = [s for s in seen if "memory_studio" in s or "memory_messages_" in s]
+        # Present docs with the newest doc id, docs insert, FTS insert, the queue with the watermark,
+        # the watermark's write, the vector insert: one statement each per batch, whatever its size.
+        assert len(recall) == 6, recall
+        assert len(seen) <= 18, seen
+    finally:
+        store.close()
