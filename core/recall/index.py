@@ -33,7 +33,8 @@ from core.recall.order_cache import OrderCache
 from core.recall.pg_order import PgThreadOrder
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import (
-    DOCS_TABLE, RECALL_MIGRATIONS, batch_passage_hash, doc_state, previous_text, vector_table_name,
+    DOCS_TABLE, RECALL_MIGRATIONS, batch_passage_hash, count_and_previous, doc_state, previous_text,
+    vector_table_name,
 )
 from core.storage.catalog import has_table
 from core.recall.text import passage_text, recall_text
@@ -300,18 +301,18 @@ class RecallIndex:
             # one of them: counted on the (thread_id, createdAt) index alone, every role included.
             first, last = to_iso(mine[0].created_at), to_iso(mine[-1].created_at)
             saved_here = sum(1 for m in staged.saved if (m.thread_id or "") == thread_id and first <= to_iso(m.created_at) <= last)
-            stored = int(driver_sql.scalar(
-                conn, 'SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND "createdAt" >= ? AND "createdAt" <= ?',
-                (thread_id, first, last)) or 0) if thread_id else saved_here
+            head = mine[0]
+            # The count and the first message's stored previous text, in one read per thread.
+            stored, head_previous = (count_and_previous(conn, thread_id, first, last, head.id) if thread_id
+                                     else (saved_here, ""))
             if stored != saved_here:  # read every context from storage
                 right.update(passages.contexts(conn, sorted(wanted)))
             elif staged.unmoved:
                 # The save kept every message as staged (same times, same content), so the chain
                 # through the batch is the staged one: only its first message's stored previous
                 # message may have changed since (another writer).
-                head = mine[0]
                 if head.id in wanted:
-                    right[head.id] = previous_text(conn, thread_id or None, first, head.id) if thread_id else ""
+                    right[head.id] = head_previous
             else:
                 right.update(self._chain(conn, mine, wanted, staged.texts))
         return {i: right[m.id] for i, (m, _) in enumerate(staged.todo)

@@ -183,6 +183,16 @@ def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
     return {mid for mid, op in last.items() if op == "delete"}
 
 
+_DRAIN_READ_SQL = (
+    f"SELECT 0, (SELECT value FROM {STATE_TABLE} WHERE key = ?), q.seq, q.message_id, q.op, q.row_id "
+    f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
+    "UNION ALL "
+    "SELECT 1, NULL, n.rowid, n.id, NULL, NULL FROM (SELECT rowid, id FROM mastra_messages WHERE rowid > "
+    f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0) ORDER BY rowid LIMIT ?) n "
+    "ORDER BY 1, 3"
+)
+
+
 def drain_queue(
     conn: sa.Connection, limit: int = DRAIN_BATCH, indexed: Collection[str] = ()
 ) -> tuple[int, list[str]]:
@@ -195,22 +205,19 @@ def drain_queue(
     ``indexed``: messages whose keyword rows the caller has just written in this transaction (the
     save that triggered the drain); they are counted as applied without being read again.
     """
-    # The watermark and the queue in one statement (the queue is empty on most saves).
-    rows = driver_sql.rows(
-        conn,
-        f"SELECT (SELECT value FROM {STATE_TABLE} WHERE key = ?), q.seq, q.message_id, q.op, q.row_id "
-        f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
-        "ORDER BY q.seq",
-        (FTS_WATERMARK, limit),
-    )
-    mark = int(rows[0][0] or 0) if rows else 0
-    queued = [tuple(r[1:]) for r in rows if r[1] is not None]
+    # The watermark, the queue (empty on most saves) and the rows inserted above the watermark, in
+    # one statement: part 0 is the watermark and the queue by seq, part 1 the new rows by rowid.
+    rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit, FTS_WATERMARK, limit))
+    mark = int(rows[0][1] or 0) if rows else 0
+    queued = [tuple(r[2:6]) for r in rows if r[0] == 0 and r[2] is not None]
+    fresh = [(r[2], r[3]) for r in rows if r[0] == 1]
     # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
     # from just below it (re-indexing is idempotent).
     reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]
     if reused:
         mark = min(mark, min(reused) - 1)
-    fresh = driver_sql.rows(conn, "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?", (mark, limit))
+        fresh = driver_sql.rows(conn, "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                                (mark, limit))
     if not queued and not fresh:
         return 0, []
     last_op: dict[str, str] = {}

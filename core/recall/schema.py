@@ -265,14 +265,31 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
     """
     if not thread_id:
         return ""
+    row = driver_sql.first(conn, f"SELECT {_previous_sql(conn)}", (thread_id, created_at, created_at, message_id))
+    return text_of_raw(row[0]) if row is not None and row[0] is not None else ""
+
+
+def count_and_previous(conn: sa.Connection, thread_id: str, first: str, last: str, message_id: str) -> tuple[int, str]:
+    """(messages of the thread stored from ``first`` to ``last``, every role; ``previous_text`` of
+    the message ``message_id`` at ``first``), in one statement: a batch's re-check inside its save."""
     row = driver_sql.first(
         conn,
-        f"SELECT {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages "
-        "WHERE thread_id = ? AND role IN ('user', 'assistant') AND \"createdAt\" <= ? "
-        'AND ("createdAt" < ? OR id < ?) ORDER BY "createdAt" DESC, id DESC LIMIT 1',
-        (thread_id, created_at, created_at, message_id),
+        'SELECT (SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND "createdAt" >= ? AND "createdAt" <= ?), '
+        f"{_previous_sql(conn)}",
+        (thread_id, first, last, thread_id, first, first, message_id),
     )
-    return text_of_raw(row[0]) if row is not None else ""
+    if row is None:
+        return 0, ""
+    return int(row[0] or 0), text_of_raw(row[1]) if row[1] is not None else ""
+
+
+def _previous_sql(conn: sa.Connection) -> str:
+    """A scalar subquery: the stored text of the user/assistant message before (thread_id, createdAt, id)."""
+    return (
+        f"(SELECT {dialect.stored_text_sql(conn, 'content')} FROM mastra_messages "
+        "WHERE thread_id = ? AND role IN ('user', 'assistant') AND \"createdAt\" <= ? "
+        'AND ("createdAt" < ? OR id < ?) ORDER BY "createdAt" DESC, id DESC LIMIT 1)'
+    )
 
 
 def upsert_doc(

@@ -127,6 +127,6 @@ def test_a_batch_of_new_messages_writes_its_recall_rows_in_a_fixed_number_of_sta
         # Present docs with the newest doc id, docs insert, FTS insert, the queue with the watermark,
         # the watermark's write, the vector insert: one statement each per batch, whatever its size.
         assert len(recall) == 6, recall
-        assert len(seen) <= 18, seen
+        assert len(seen) <= 16, seen
     finally:
         store.close()
