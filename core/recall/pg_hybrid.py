@@ -6,18 +6,24 @@ Read one by one (``search.run``'s general path) these are four statements after 
 thread order of the fusion's candidates. The server's work for each is small at 10k messages (0.03,
 1.2, 1.2 and 0.3 ms of execution, ``EXPLAIN ANALYZE``), so each statement's fixed costs (the round
 trip, psycopg's execute and fetch, the server's parse, plan and executor start, and on a busy machine
-the wait for the server process to be scheduled) were as much as the work. Here the same statements
-are common table expressions of one: the keyword list and the vector list are read once
+the wait for the server process to be scheduled) were a large share. Here the same statements are
+common table expressions of one: the keyword list and the vector list are read once
 (``MATERIALIZED``), the cosines are of the keyword list's ids, and the thread order is read for every
-id of both lists (the fusion's candidates are among them: the keyword list and the vector list's best ``depth``
-messages; the fusion itself stays in Python). One
-snapshot, as before.
+id the fusion may re-rank (the keyword list's, and the vector list's best ``depth`` messages, ties
+included); the fusion itself stays in Python. One snapshot for all of it (a read-committed read took
+one per statement).
 
 The SQL of each part is the general path's own (``pg_keywords.search_sql``, ``PgVectorSet.listing``,
-``pg_vectors._COSINES``'s expression, ``pg_order``'s subquery), so the rows are the same: ``ts_rank``
+``pg_vectors._COSINES``'s expression, ``pg_order.NEXT_ID``), so the rows are the same: ``ts_rank``
 comes back as the same ``real``, the cosines as the same ``double precision``. Thread order rows are
-decoded only for the ids the re-rank asks for (``PrefetchedOrder``): reading a few more rows on the
-server costs less than a round trip, decoding their JSON content would not.
+decoded only for the ids the re-rank asks for (``PrefetchedOrder``); the server reads about a third
+more of them than the re-rank asks for (0.3 ms more at 10k), which the saved round trips pay for.
+
+New query terms are still counted first, in a statement of their own (``PgTermStats.frequencies``):
+which terms are searched depends on the counts. Counting them in this statement while searching as if
+each new term were rare was tried and dropped: a new term that is in most messages (once per term and
+whenever ``TermStats`` refreshes) then costs a ``ts_rank`` of every message it matches, a larger loss
+than the round trip saved.
 """
 
 from __future__ import annotations
