@@ -25,7 +25,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.messages import Message
-from core.recall import keyword, passages, pg_keywords, search as pipeline
+from core.recall import keyword, passages, pg_hybrid, pg_keywords, search as pipeline
 from core.recall.backends import KeywordBackend, VectorBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.matrix_vectors import MatrixVectors
@@ -106,6 +106,9 @@ class RecallIndex:
         # The hybrid re-rank's reads, kept while messages do not change (appends told by ``rowid``); a
         # database without rowids (Postgres) reads them every time, in one statement.
         self.order: OrderCache | PgThreadOrder = OrderCache() if caps.implicit_rowid else PgThreadOrder()
+        # A hybrid search's lists, cosines and thread order in one statement, where the server answers
+        # both halves (``pg_hybrid``); else each step reads its own (``search.run``).
+        self.read_hybrid = pg_hybrid.read if caps.full_text == "tsvector" and caps.vectors == "pgvector" else None
         self._prepare()
 
     @classmethod

@@ -157,6 +157,20 @@ def search(
     quoted = terms if terms is not None else select_terms(conn, query, stats)[0]
     if not quoted:
         return []
+    sql, params = search_sql(quoted, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                             context_weight=context_weight, until=until)
+    rows = cursor.rows(conn, sql, params)
+    _LISTED[conn] = [r[0] for r in rows]
+    return [KeywordHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+
+
+def search_sql(
+    quoted: list[str], *, resource_id: str | None, thread_id: str | None, limit: int,
+    context_weight: float | None = None, until: str | None = None,
+) -> tuple[str, list[object]]:
+    """``search``'s statement for these selected (quoted, non-empty) terms: (SQL, parameters); its rows
+    are (message id, thread id, resource id, ``ts_rank`` as ``real``), best first. ``pg_hybrid`` runs
+    the same text inside the one statement of a hybrid search."""
     terms = [_unquote(t) for t in quoted]
     weight = CONTEXT_WEIGHT if context_weight is None else context_weight
     tsquery = " || ".join([f"phraseto_tsquery('{CONFIG}', ?)"] * len(terms))
@@ -172,16 +186,13 @@ def search(
         where.append('EXISTS (SELECT 1 FROM mastra_messages m WHERE m.id = d.message_id AND m."createdAt" < ?)')
         params.append(until)
     params.append(limit)
-    rows = cursor.rows(
-        conn,
+    return (
         f"SELECT d.message_id, d.thread_id, d.resource_id, "
         f"ts_rank('{{0, 0, {float(weight)}, 1}}', d.terms, q.q) AS s "
         f"FROM {DOCS_TABLE} d, (SELECT {tsquery} AS q) q WHERE {' AND '.join(where)} "
         "ORDER BY s DESC, d.message_id LIMIT ?",
         params,
     )
-    _LISTED[conn] = [r[0] for r in rows]
-    return [KeywordHit(r[0], r[1], r[2], float(r[3])) for r in rows]
 
 
 # The message ids of the last keyword list each open connection read (its search's transaction):

@@ -27,10 +27,14 @@ from core.storage.pg import cursor
 
 Order = tuple[str | None, date | None, str | None]  # (next message id, UTC day, speaker label)
 
-_SQL = (
-    'SELECT m.id, m."createdAt", (SELECT n.id FROM mastra_messages n WHERE n.thread_id = m.thread_id '
+# The next user/assistant message of ``m``'s thread (``pg_hybrid`` reads it in its own statement too).
+NEXT_ID = (
+    '(SELECT n.id FROM mastra_messages n WHERE n.thread_id = m.thread_id '
     "AND n.role IN ('user', 'assistant') AND n.\"createdAt\" >= m.\"createdAt\" "
-    'AND (n."createdAt" > m."createdAt" OR n.id > m.id) ORDER BY n."createdAt", n.id LIMIT 1), m.thread_id{text} '
+    'AND (n."createdAt" > m."createdAt" OR n.id > m.id) ORDER BY n."createdAt", n.id LIMIT 1)'
+)
+_SQL = (
+    'SELECT m.id, m."createdAt", ' + NEXT_ID + ', m.thread_id{text} '
     "FROM mastra_messages m WHERE m.id = ANY(CAST(? AS text[]))"
 )
 _WITH_TEXT = _SQL.format(text=", m.content")

@@ -161,35 +161,47 @@ class PgVectorSet:
                 self.skips.other_model[str(model)] += int(count)
         return self._n
 
-    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None,
-               until: str | None = None) -> list[hybrid.Ranked]:
+    def listing(self, q: str, depth: int, thread_id: str | None, until: str | None) -> tuple[str, list[Any], int, bool]:
+        """``ranked``'s statement: (SQL, parameters, the ``hnsw.ef_search`` it needs, whether it is an
+        exact scan). Rows: (message id, thread id, resource id, cosine), nearest first, ``2 * depth``
+        of them (several chunk vectors of one message are possible). ``q``: the query's ``literal``."""
         where, params = self._scope(thread_id)
         if until is not None:  # a past turn's view: only messages created before it (ISO text order)
             where += " AND metadata->>'created_at' < ?"
             params = [*params, until]
-        q = literal(qvec)
         ef_search = max(EF_SEARCH_MIN, 2 * depth)
         # More rows than HNSW may list (explain's ranking of a whole scope above 500 vectors): an exact
         # scan, by an order the index cannot serve (the distance plus zero), no HNSW settings needed.
         exact = ef_search > EF_SEARCH_MAX
         distance = "(embedding <=> CAST(? AS vector)) + 0" if exact else "embedding <=> CAST(? AS vector)"
+        return (f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "
+                f"1 - (embedding <=> CAST(? AS vector)) AS score FROM {quoted(self.table)} WHERE {where} "
+                f"ORDER BY {distance} LIMIT ?", [q, *params, q, depth * 2], ef_search, exact)
+
+    def set_ef_search(self, conn: sa.Connection, ef_search: int) -> None:
+        """Every connection starts with the iterative scan (a filtered HNSW scan keeps going until it
+        has enough rows of the scope, pgvector 0.8) and ``EF_SEARCH_SESSION`` candidates
+        (``adapt.HNSW_SESSION``); another depth sets its own for this transaction (SET LOCAL), both
+        settings in one statement, as every search did before. Nothing is sent when ``conn`` (the
+        search's transaction, or any at the session's value) already has it."""
+        mine = conn is self.conn  # the search's transaction: what an earlier call set in it still holds
+        if ef_search != (self._ef_local if mine and self._ef_local is not None else EF_SEARCH_SESSION):
+            cursor.rows(conn, "SELECT set_config('hnsw.ef_search', ?, true), "
+                              "set_config('hnsw.iterative_scan', 'relaxed_order', true)", (str(ef_search),))
+            if mine:
+                self._ef_local = ef_search
+
+    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None,
+               until: str | None = None) -> list[hybrid.Ranked]:
+        q = literal(qvec)
+        listing, params, ef_search, exact = self.listing(q, depth, thread_id, until)
         with self._read() as conn:
-            # Every connection starts with the iterative scan (a filtered HNSW scan keeps going until it
-            # has enough rows of the scope, pgvector 0.8) and ``EF_SEARCH_SESSION`` candidates
-            # (``adapt.HNSW_SESSION``); another depth sets its own for this transaction (SET LOCAL),
-            # both settings in one statement, as every search did before.
-            mine = conn is self.conn  # the search's transaction: what an earlier call set in it still holds
-            if not exact and ef_search != (self._ef_local if mine and self._ef_local is not None else EF_SEARCH_SESSION):
-                cursor.rows(conn, "SELECT set_config('hnsw.ef_search', ?, true), "
-                                  "set_config('hnsw.iterative_scan', 'relaxed_order', true)", (str(ef_search),))
-                if mine:
-                    self._ef_local = ef_search
-            listing = (f"SELECT metadata->>'message_id', metadata->>'thread_id', metadata->>'resource_id', "
-                       f"1 - (embedding <=> CAST(? AS vector)) AS score FROM {quoted(self.table)} WHERE {where} "
-                       f"ORDER BY {distance} LIMIT ?")
+            mine = conn is self.conn
+            if not exact:
+                self.set_ef_search(conn, ef_search)
             listed = pg_keywords.listed(conn) if mine else None
             if not listed:
-                rows = cursor.rows(conn, listing, (q, *params, q, depth * 2))
+                rows = cursor.rows(conn, listing, params)
             else:
                 # A hybrid search: the keyword list was read in this transaction, and the fusion will
                 # want the cosines of those not in this list (``cosines``). The same two statements as
@@ -198,10 +210,18 @@ class PgVectorSet:
                     conn,
                     f"SELECT 0, l.* FROM ({listing}) l UNION ALL "
                     f"SELECT 1, c.* FROM ({_COSINES.format(table=quoted(self.table))}) c",
-                    (q, *params, q, depth * 2, q, text_array(listed), self.model_id),
+                    (*params, q, text_array(listed), self.model_id),
                 )
                 rows = [r[1:] for r in both if r[0] == 0]
-                self._early = (qvec, set(listed), {r[1]: float(r[4]) for r in both if r[0] == 1})
+                self.keep_cosines(qvec, listed, {r[1]: float(r[4]) for r in both if r[0] == 1})
+        return self.best(rows, depth)
+
+    def keep_cosines(self, qvec: np.ndarray, asked: list[str], found: dict[str, float]) -> None:
+        """Cosines read with a list (of ``asked``, ``found`` those with a vector), for ``cosines``."""
+        self._early = (qvec, set(asked), found)
+
+    def best(self, rows: Sequence[tuple[Any, ...]], depth: int) -> list[hybrid.Ranked]:
+        """``listing``'s rows as the ranked list: each message once (its best vector), ``depth`` at most."""
         out: list[hybrid.Ranked] = []
         seen: set[str] = set()
         for mid, tid, rid, score in sorted(rows, key=lambda r: -float(r[3])):

@@ -120,8 +120,41 @@ def run(
     fusion = hybrid.fusion_for(index.model_id)  # per embedding model (its cosines' scale differs)
     depth = max(top_k, fusion.candidates) if mode == "hybrid" else top_k
 
+    def embed() -> Any:
+        started = time.perf_counter()
+        vec = None
+        try:
+            vec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
+        except Exception as exc:  # the embedder failing must not take keyword results down with it
+            degrade(f"query embedding failed ({exc}); vector results missing")
+        out.embed_ms = (time.perf_counter() - started) * 1000
+        return vec
+
+    embedded = qvec is not None
     # One read connection (one snapshot) for every step below.
     with index.store.db.read() as conn:
+        # A backend that reads a hybrid search's lists in one statement (Postgres: ``pg_hybrid``) does,
+        # with the query embedded first; the same lists, fused and re-ranked by the same code below.
+        one_read = getattr(index, "read_hybrid", None)
+        if mode == "hybrid" and until_iso is None and index.has_fts and one_read is not None:
+            if not embedded:
+                qvec, embedded = embed(), True
+            vset = index.vector_set(conn, resource_id, thread_id) if qvec is not None else None
+            if vset is not None and not vset.skips.reasons():
+                out.terms, out.dropped_terms = index.keywords.terms(conn, query)
+                got = one_read(conn, vset, qvec, out.terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
+                               narrowed=thread_id if resource_id is not None else None,
+                               labels=hybrid.SPEAKER_BOOST > 0)
+                if got is not None:
+                    if got.queued:
+                        out.backlog, out.gone = index.backlog(conn)
+                    out.qvec, out.vset = qvec, vset
+                    _listed(out, "keyword", [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score)
+                                             for h in got.keyword])
+                    _listed(out, "vector", got.vector)
+                    _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share,
+                          got.order, False)
+                    return out
         # Changes since the last write are left to the next writer (a search never writes); messages
         # deleted since they were indexed are left out here.
         pending, out.gone = index.backlog(conn)
@@ -146,13 +179,8 @@ def run(
                 if out.gone:
                     out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
 
-        if mode in ("vector", "hybrid") and qvec is None:
-            started = time.perf_counter()
-            try:
-                qvec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
-            except Exception as exc:  # the embedder failing must not take keyword results down with it
-                degrade(f"query embedding failed ({exc}); vector results missing")
-            out.embed_ms = (time.perf_counter() - started) * 1000
+        if mode in ("vector", "hybrid") and not embedded:
+            qvec = embed()
         out.qvec = qvec
         if mode in ("vector", "hybrid") and qvec is not None:
             out.vset = index.vector_set(conn, resource_id, thread_id)
@@ -169,6 +197,13 @@ def run(
         if mode == "hybrid":
             _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share, kept, synced)
     return out
+
+
+def _listed(out: SearchRun, which: Literal["vector", "keyword"], ranked: list[hybrid.Ranked]) -> None:
+    """A list as read, less the messages deleted since they were indexed (kept in ``left_out``)."""
+    setattr(out, which, [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked)
+    if out.gone:
+        out.left_out.extend((which, r) for r in ranked if r.message_id in out.gone)
 
 
 def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,
