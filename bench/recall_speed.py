@@ -149,6 +149,24 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
     # (CPU too: on a shared machine the wall ratio moves with whatever else runs in those minutes)
     print(f"hybrid / vector p50: x{p50['hybrid'] / p50['vector']:.2f}, CPU x{cpu50['hybrid'] / cpu50['vector']:.2f} "
           "(target <= 2 ms and <= x1.8)")
+    # The same queries again, the modes taking turns, five rounds: each mode's best p50. Load from other
+    # work comes and goes over seconds; taking turns spreads it over the modes, and the best round of
+    # each is the figure closest to a quiet machine's (the ratio above moves with the load of its minute).
+    best = {mode: float("inf") for mode in p50}
+    best_cpu = dict(best)
+    for _ in range(5):
+        for mode in best:
+            times, cpu = [], []
+            for q in queries:
+                t, c = time.perf_counter(), time.process_time()
+                index.search(q, resource_id="u", mode=mode, top_k=10)
+                times.append((time.perf_counter() - t) * 1000)
+                cpu.append((time.process_time() - c) * 1000)
+            best[mode] = min(best[mode], statistics.median(times))
+            best_cpu[mode] = min(best_cpu[mode], statistics.median(cpu))
+    print("best of 5, modes in turn: " + " / ".join(f"{m} {best[m]:.2f}" for m in best)
+          + f" ms p50 (CPU {' / '.join(f'{best_cpu[m]:.2f}' for m in best)}); "
+          f"hybrid / vector x{best['hybrid'] / best['vector']:.2f}, CPU x{best_cpu['hybrid'] / best_cpu['vector']:.2f}")
     with store.db.read() as conn:
         vset = index.vector_set(conn, "u", None)
     times = []

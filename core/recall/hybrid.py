@@ -44,10 +44,10 @@ recall@1 / @10 / nDCG@10): combine alone .351 / .717 / .548; with the next messa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
-from core.recall.types import CANDIDATES
+from core.recall.types import CANDIDATES, Fused, Ranked
 
 # Share of the keyword score in ``combine``; tuned on LoCoMo's public split only (a plateau, see above).
 KEYWORD_SHARE = 0.85
@@ -95,26 +95,6 @@ def fusion_for(model_id: str | None) -> Fusion:
 RRF_K = 5.0
 VECTOR_WEIGHT = 1.0
 KEYWORD_WEIGHT = 1.5
-
-
-@dataclass(frozen=True)
-class Ranked:
-    message_id: str
-    thread_id: str | None
-    resource_id: str | None
-    score: float
-
-
-@dataclass(frozen=True)
-class Fused:
-    message_id: str
-    thread_id: str | None
-    resource_id: str | None
-    score: float
-    vector_score: float | None
-    keyword_score: float | None
-    vector_rank: int | None
-    keyword_rank: int | None
 
 
 def combine(
@@ -264,7 +244,7 @@ def rerank(
     base = scores if scores is not None else {f.message_id: f.score for f in fused}
     entries = [(-f.score, -(f.vector_score if f.vector_score is not None else -2.0), f.message_id) for f in fused]
     kept = _rescored(entries, base, next_of, in_period, by_speaker, next_share, date_boost, speaker_boost, limit)
-    return [replace(fused[at], score=-neg) for neg, _, _, at in kept]
+    return [fused[at]._replace(score=-neg) for neg, _, _, at in kept]
 
 
 def _rescored(

@@ -175,7 +175,13 @@ class VectorSet:
 
     def append_vectors(self, vecs: np.ndarray, thread_ids: list[str | None]) -> None:
         """Grow the matrix (capacity doubles, so appends stay amortised O(1))."""
-        self._positions = None
+        positions = self._positions
+        if positions is not None:  # kept up to date (the rows' message ids are appended already)
+            if len(self.message_ids) >= self.n + len(vecs):
+                for p in range(self.n, self.n + len(vecs)):
+                    positions.setdefault(self.message_ids[p], []).append(p)
+            else:
+                self._positions = None
         self._created = None
         if len(self.created_at) < len(self.message_ids):  # rows appended without times: unknown
             self.created_at.extend([None] * (len(self.message_ids) - len(self.created_at)))
@@ -200,7 +206,8 @@ class VectorSet:
     def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None = None) -> list[Ranked]:
         """The best ``depth`` messages (Mastra's saveMessages may store several chunk vectors per
         message: ask for more, keep each message's best). ``until``: only messages created before it."""
-        pos, scores = self.search(qvec, depth * 2, thread_id=thread_id, until=until)
+        pos, scores = self.search(qvec, depth if self._depth_suffices(qvec, depth, thread_id, until) else depth * 2,
+                                  thread_id=thread_id, until=until)
         out: list[Ranked] = []
         seen: set[str] = set()
         for p, s in zip(pos.tolist(), scores.tolist()):
@@ -212,6 +219,16 @@ class VectorSet:
             if len(out) == depth:
                 break
         return out
+
+    def _depth_suffices(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None) -> bool:
+        """Whether ``search(qvec, depth)`` gives exactly the first ``depth`` rows of ``search(qvec, 2 * depth)``
+        and those are ``depth`` different messages: every message has one row here (known once
+        ``positions_of`` has mapped them), and both searches take the scan (``_search_scan``), whose order
+        is total (score, then position) while ``_top`` breaks ties at its cut as ``argpartition`` left them."""
+        positions = self._positions
+        return (positions is not None and len(positions) == self.n and thread_id is None and until is None
+                and SCAN_MIN_ROWS <= self.n < IVF_MIN_ROWS and self.n > 2 * depth
+                and _groups_reproduce(self.dim) and bool(np.isfinite(qvec).all()))
 
     def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
         """Exact cosine of each message that has a vector (its best chunk's, if it has several)."""
