@@ -30,6 +30,7 @@ without polling and without hooks in the write path.
 from __future__ import annotations
 
 import math
+import sys
 import re
 import threading
 from collections import OrderedDict
@@ -269,7 +270,7 @@ class KeywordMemory:
         for (doc_id, mid, thread, resource), p in zip(docs, at.tolist()):
             if p < len(self._rowids) and self._rowids[p] == doc_id:  # (else its row comes with a later sync)
                 self._max_doc = max(self._max_doc, int(doc_id))
-                self._mids[p] = mid
+                self._mids[p] = sys.intern(mid) if type(mid) is str else mid  # (as ``VectorSet`` keeps them)
                 if keys is not None:
                     if p < len(keys) and _plain(mid) and len(mid or "") <= keys.dtype.itemsize // 4:
                         keys[p] = mid or ""
