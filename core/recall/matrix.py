@@ -128,7 +128,7 @@ class VectorSet:
     def positions_of(self, message_id: str) -> list[int]:
         if self._positions is None:
             positions: dict[str, int | list[int]] = {}
-            for p, mid in enumerate(self.message_ids):
+            for p, mid in enumerate(self.message_ids[: self.n]):  # (the rows in the matrix: appends add theirs)
                 _add_position(positions, mid, p)
             self._positions = positions
         found = self._positions.get(message_id)
