@@ -229,8 +229,11 @@ class VectorSet:
     def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None = None) -> list[Ranked]:
         """The best ``depth`` messages (Mastra's saveMessages may store several chunk vectors per
         message: ask for more, keep each message's best). ``until``: only messages created before it."""
-        pos, scores = self.search(qvec, depth if self._depth_suffices(qvec, depth, thread_id, until) else depth * 2,
-                                  thread_id=thread_id, until=until)
+        if self._depth_suffices(qvec, depth, thread_id, until):  # (one row a message: nothing to merge)
+            pos, scores = self.search(qvec, depth)
+            mids, threads, resources = self.message_ids, self.thread_ids, self.resource_ids
+            return [Ranked(mids[p], threads[p], resources[p], s) for p, s in zip(pos.tolist(), scores.tolist())]
+        pos, scores = self.search(qvec, depth * 2, thread_id=thread_id, until=until)
         out: list[Ranked] = []
         seen: set[str] = set()
         for p, s in zip(pos.tolist(), scores.tolist()):
