@@ -454,7 +454,9 @@ class KeywordMemory:
             # Summed per row over the whole table (a row's parts in the same order as one sum per matching
             # row): cheaper than sorting the matches.
             dense = np.bincount(at, weights=parts, minlength=len(self._rowids))
-            places = np.flatnonzero(np.bincount(at, minlength=len(self._rowids)))  # (a row may score 0: weight 0)
+            found = np.zeros(len(self._rowids), dtype=bool)  # (a mask of 1 byte a row: read faster than the sums)
+            found[at] = True
+            places = np.flatnonzero(found)
             # One comparison per scope (a row without a doc, code -1, is never returned: the statement's
             # join; an unknown scope's code, -3, matches no row).
             if resource_id is not None:

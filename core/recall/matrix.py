@@ -391,7 +391,8 @@ def _rescore(matrix: np.ndarray, n: int, rows: np.ndarray, q: np.ndarray) -> np.
     body = int(np.searchsorted(rows, whole))
     scores = np.empty(len(rows), dtype=np.float32)
     if body:
-        gathered = np.zeros(((body + _GROUP - 1) // _GROUP * _GROUP, matrix.shape[1]), dtype=np.float32)
+        gathered = np.empty(((body + _GROUP - 1) // _GROUP * _GROUP, matrix.shape[1]), dtype=np.float32)
+        gathered[body:] = 0.0  # (the padding only: the rows are written by ``take``)
         np.take(matrix, rows[:body], axis=0, out=gathered[:body])
         scores[:body] = (gathered @ q)[:body]
     if body < len(rows):
