@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
-from core.recall.types import CANDIDATES, Fused, Ranked
+from core.recall.types import CANDIDATES, Fused as Fused, Ranked as Ranked  # (re-exported: the fusion's types)
 
 # Share of the keyword score in ``combine``; tuned on LoCoMo's public split only (a plateau, see above).
 KEYWORD_SHARE = 0.85

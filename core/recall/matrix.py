@@ -132,7 +132,7 @@ class VectorSet:
                 _add_position(positions, mid, p)
             self._positions = positions
         found = self._positions.get(message_id)
-        return [] if found is None else [found] if type(found) is int else list(found)  # type: ignore[list-item, arg-type]
+        return [] if found is None else [found] if type(found) is int else list(found)  # type: ignore[arg-type]
 
     @property
     def matrix(self) -> np.ndarray:
