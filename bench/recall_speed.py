@@ -10,7 +10,10 @@ real path (libSQL file, change-counter check, in-process matrix). The 1M part wr
 clustered 512-d vectors through the index's own write path into a libSQL file, lets the writer
 partition the resource (persisted IVF), closes the store, opens it again in the same process with
 nothing cached, and times the first vector query (then more), with recall@10 against the exact
-answer. Targets (issue 20): hybrid ≤ 2 ms at 10k and ≤ 1.8x vector-only; first query at 1M after a
+answer. The 10k query figures come twice: each mode's 200 queries once, then "best of 5, modes in
+turn" (five rounds of the three modes one after the other, each mode's best p50: the line that shows
+the code rather than the machine's load, which moves over seconds on a shared VM).
+Targets (issue 20): hybrid ≤ 2 ms at 10k and ≤ 1.8x vector-only; first query at 1M after a
 restart ≤ 1 s; ingest with the model ≥ 1,000 messages/s. Mastra: 8.5 ms at 10k, 85 KB/message,
 150 vectors/s.
 """
@@ -149,6 +152,24 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
     # (CPU too: on a shared machine the wall ratio moves with whatever else runs in those minutes)
     print(f"hybrid / vector p50: x{p50['hybrid'] / p50['vector']:.2f}, CPU x{cpu50['hybrid'] / cpu50['vector']:.2f} "
           "(target <= 2 ms and <= x1.8)")
+    # The same queries again, the modes taking turns, five rounds: each mode's best p50. Load from other
+    # work comes and goes over seconds; taking turns spreads it over the modes, and the best round of
+    # each is the figure closest to a quiet machine's (the ratio above moves with the load of its minute).
+    best = {mode: float("inf") for mode in p50}
+    best_cpu = dict(best)
+    for _ in range(5):
+        for mode in best:
+            times, cpu = [], []
+            for q in queries:
+                t, c = time.perf_counter(), time.process_time()
+                index.search(q, resource_id="u", mode=mode, top_k=10)
+                times.append((time.perf_counter() - t) * 1000)
+                cpu.append((time.process_time() - c) * 1000)
+            best[mode] = min(best[mode], statistics.median(times))
+            best_cpu[mode] = min(best_cpu[mode], statistics.median(cpu))
+    print("best of 5, modes in turn: " + " / ".join(f"{m} {best[m]:.2f}" for m in best)
+          + f" ms p50 (CPU {' / '.join(f'{best_cpu[m]:.2f}' for m in best)}); "
+          f"hybrid / vector x{best['hybrid'] / best['vector']:.2f}, CPU x{best_cpu['hybrid'] / best_cpu['vector']:.2f}")
     with store.db.read() as conn:
         vset = index.vector_set(conn, "u", None)
     times = []

@@ -44,10 +44,10 @@ recall@1 / @10 / nDCG@10): combine alone .351 / .717 / .548; with the next messa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Sequence
 
-from core.recall.types import CANDIDATES
+from core.recall.types import CANDIDATES, Fused as Fused, Ranked as Ranked  # (re-exported: the fusion's types)
 
 # Share of the keyword score in ``combine``; tuned on LoCoMo's public split only (a plateau, see above).
 KEYWORD_SHARE = 0.85
@@ -97,26 +97,6 @@ VECTOR_WEIGHT = 1.0
 KEYWORD_WEIGHT = 1.5
 
 
-@dataclass(frozen=True)
-class Ranked:
-    message_id: str
-    thread_id: str | None
-    resource_id: str | None
-    score: float
-
-
-@dataclass(frozen=True)
-class Fused:
-    message_id: str
-    thread_id: str | None
-    resource_id: str | None
-    score: float
-    vector_score: float | None
-    keyword_score: float | None
-    vector_rank: int | None
-    keyword_rank: int | None
-
-
 def combine(
     vector: Sequence[Ranked],
     keyword: Sequence[Ranked],
@@ -148,8 +128,11 @@ class Combined:
         if not 0.0 <= keyword_share <= 1.0:
             raise ValueError(f"keyword_share must be between 0 and 1, not {keyword_share}")
         cosines = cosines or {}
-        self._vec_at = vec_at = {h.message_id: (rank, h) for rank, h in enumerate(vector, start=1)}
-        self._kw_at = kw_at = {h.message_id: (rank, h) for rank, h in enumerate(keyword, start=1)}
+        # Each candidate's place in its lists (0-based; a message listed twice: its last place). Places,
+        # not (rank, hit) pairs: small ints are shared objects, so the maps allocate nothing per candidate.
+        self._vector, self._keyword = vector, keyword
+        self._vec_at = vec_at = {h.message_id: i for i, h in enumerate(vector)}
+        self._kw_at = kw_at = {h.message_id: i for i, h in enumerate(keyword)}
         self._cosines = cosines
         best_kw = max((h.score for h in keyword), default=0.0)
         kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
@@ -173,7 +156,8 @@ class Combined:
 
         scored: list[tuple[float, float, str]] = []
         spread = span > 1e-12
-        for _, h in vec_at.values():  # (a message listed twice counts once, as its last entry)
+        for i in vec_at.values():  # (a message listed twice counts once, as its last entry)
+            h = vector[i]
             k = kw_at.get(h.message_id)
             cos = h.score
             if spread:  # (vec_part, inlined: the common case)
@@ -181,9 +165,10 @@ class Combined:
                 part = 1.0 if part > 1.0 else part
             else:
                 part = vec_part(cos)
-            score = (k[1].score * kw_scale if k else 0.0) + vec_share * part
+            score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
             scored.append((-score, -cos, h.message_id))
-        for _, h in kw_at.values():
+        for i in kw_at.values():
+            h = keyword[i]
             if h.message_id in vec_at:
                 continue
             known = cosines.get(h.message_id)
@@ -220,15 +205,20 @@ class Combined:
     def fused(self, entries: Sequence[tuple[float, float, str]]) -> list[Fused]:
         """The records of these entries of ``order``, in their order."""
         out: list[Fused] = []
-        vec_at, kw_at = self._vec_at, self._kw_at
+        vec_at, kw_at, vector, keyword, cosines = self._vec_at, self._kw_at, self._vector, self._keyword, self._cosines
         for neg_score, _, mid in entries:
             v = vec_at.get(mid)
             k = kw_at.get(mid)
-            first = v[1] if v else k[1]  # type: ignore[index]
-            cos = v[1].score if v else self._cosines.get(mid)
+            if v is not None:
+                first = vector[v]
+                cos: float | None = first.score
+            else:
+                first = keyword[k]  # type: ignore[index]
+                cos = cosines.get(mid)
             out.append(
-                Fused(mid, first.thread_id, first.resource_id, float(-neg_score), cos, k[1].score if k else None,
-                      v[0] if v else None, k[0] if k else None)
+                Fused(mid, first.thread_id, first.resource_id, float(-neg_score), cos,
+                      keyword[k].score if k is not None else None,
+                      v + 1 if v is not None else None, k + 1 if k is not None else None)
             )
         return out
 
@@ -264,7 +254,7 @@ def rerank(
     base = scores if scores is not None else {f.message_id: f.score for f in fused}
     entries = [(-f.score, -(f.vector_score if f.vector_score is not None else -2.0), f.message_id) for f in fused]
     kept = _rescored(entries, base, next_of, in_period, by_speaker, next_share, date_boost, speaker_boost, limit)
-    return [replace(fused[at], score=-neg) for neg, _, _, at in kept]
+    return [fused[at]._replace(score=-neg) for neg, _, _, at in kept]
 
 
 def _rescored(

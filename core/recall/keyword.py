@@ -14,7 +14,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Collection
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 
@@ -29,7 +28,7 @@ from core.recall.schema import (
 )
 from core.recall import passages
 from core.recall.keyword_memory import KeywordMemory
-from core.recall.types import DocRow
+from core.recall.types import DocRow, Ranked
 from core.recall.text import keyword_terms
 from core.storage import driver_sql
 
@@ -51,12 +50,10 @@ STATS_MAX_TERMS = 50_000
 STATS_CHECK_S = 1.0  # how often a search looks at the index size at all
 
 
-@dataclass(frozen=True)
-class KeywordHit:
-    message_id: str
-    thread_id: str | None
-    resource_id: str | None
-    score: float  # -bm25: higher is better, unbounded, comparable only within one query
+# A keyword search's hit: (message, thread, resource, score = -bm25: higher is better, unbounded,
+# comparable only within one query). The candidate type of every ranking, so the fusion takes the
+# keyword list as it comes.
+KeywordHit = Ranked
 
 
 class TermStats:
@@ -324,7 +321,7 @@ class Fts5Keywords:
             found = self.memory.search(conn, terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
                                        weight=CONTEXT_WEIGHT)
             if found is not None:
-                return [KeywordHit(*hit) for hit in found]
+                return found
         return search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, stats=self.stats,
                       until=until, terms=terms)
 

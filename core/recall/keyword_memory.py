@@ -30,6 +30,7 @@ without polling and without hooks in the write path.
 from __future__ import annotations
 
 import math
+import sys
 import re
 import threading
 from collections import OrderedDict
@@ -38,6 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 import sqlalchemy as sa
 
+from core.recall.types import Ranked
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, STATE_TABLE, VOCAB_TABLE
 from core.storage.catalog import has_table, virtual_table_sql
 from core.storage.scratch import scratch_connection
@@ -58,8 +60,9 @@ _STATE_SQL = (
 
 
 # A phrase's (rows it is in, ascending; its instances in the body; in the context; the rows' places in
-# ``KeywordMemory._rowids``, None when a row has no size).
-Phrase = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]
+# ``KeywordMemory._rowids``, None when a row has no size; its BM25 parts as last computed, with the
+# (rows, tokens, column weight) they were computed for: ``KeywordMemory._parts_of``).
+Phrase = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None", "list[Any]"]
 
 
 def varints(blob: bytes) -> list[int]:
@@ -267,7 +270,7 @@ class KeywordMemory:
         for (doc_id, mid, thread, resource), p in zip(docs, at.tolist()):
             if p < len(self._rowids) and self._rowids[p] == doc_id:  # (else its row comes with a later sync)
                 self._max_doc = max(self._max_doc, int(doc_id))
-                self._mids[p] = mid
+                self._mids[p] = sys.intern(mid) if type(mid) is str else mid  # (as ``VectorSet`` keeps them)
                 if keys is not None:
                     if p < len(keys) and _plain(mid) and len(mid or "") <= keys.dtype.itemsize // 4:
                         keys[p] = mid or ""
@@ -387,9 +390,9 @@ class KeywordMemory:
                 body = np.diff(np.append(starts, len(rows))).astype(np.float64) - context
                 at = np.searchsorted(self._rowids, uniq)
                 if len(at) and (at[-1] >= len(self._rowids) or (self._rowids[at] != uniq).any()):
-                    known = (uniq, body, context, None)  # (not kept: a later sync may bring the sizes)
+                    known = (uniq, body, context, None, [])  # (not kept: a later sync may bring the sizes)
                 else:
-                    known = self._phrases_seen[tokens] = (uniq, body, context, at)
+                    known = self._phrases_seen[tokens] = (uniq, body, context, at, [])
                     while len(self._phrases_seen) > 20_000:
                         self._phrases_seen.pop(next(iter(self._phrases_seen)))
             out.append(known)
@@ -413,8 +416,25 @@ class KeywordMemory:
             phrases = self._phrases(conn, [term])
         return None if phrases is None else len(phrases[0][0])
 
+    def _parts_of(self, phrase: Phrase, weight: float) -> np.ndarray:
+        """A phrase's contribution to the score of each row it is in (``phrase[3]``'s rows, in order), as
+        bm25() computes it: ``idf * (freq * (k1 + 1)) / (freq + k1 * (1 - b + b * size / avgdl))``.
+        Kept in the phrase while the table's row and token counts stay the same: a common word's
+        postings are long, and its parts the same every search (elementwise, so the same bits as when
+        the phrases of a query are computed together)."""
+        n_rows, n_tokens = self._avg
+        key = (n_rows, n_tokens, weight)
+        uniq, body, context, at, kept = phrase
+        if kept and kept[0] == key:
+            return kept[1]  # type: ignore[no-any-return]
+        freq = body + context * weight  # exact: weight is a binary fraction
+        avgdl = float(n_tokens) / float(n_rows)
+        parts = _idf(n_rows, len(uniq)) * ((freq * (_K1 + 1.0)) / (freq + _K1 * ((1 - _B) + (_B * self._sizes[at]) / avgdl)))
+        kept[:] = (key, parts)
+        return parts
+
     def search(self, conn: sa.Connection, terms: list[str], *, resource_id: str | None, thread_id: str | None,
-               limit: int, weight: float) -> list[tuple[str, str | None, str | None, float]] | None:
+               limit: int, weight: float) -> list[Ranked] | None:
         """(message, thread, resource, -bm25) of the best ``limit`` docs of the scope matching any term,
         as ``keyword.search``'s statement ranks them; None when that statement must answer."""
         if not terms or weight < 0 or float(weight).as_integer_ratio()[1] > 1024 or not self.sync(conn):
@@ -423,32 +443,32 @@ class KeywordMemory:
             phrases = self._phrases(conn, terms)
             if phrases is None:
                 return None
-            n_rows, n_tokens = self._avg
-            counts = [len(p[0]) for p in phrases]
-            if not sum(counts):
+            if not any(len(p[0]) for p in phrases):
                 return []
             if any(p[3] is None for p in phrases):
                 return None  # a row without a size: not as loaded
             # Each phrase's contribution to each row it is in, phrase after phrase; ``bincount`` adds them
             # up per row in that order, as bm25() does (a phrase absent from a row adds 0 there).
             at = np.concatenate([p[3] for p in phrases])
-            freq = np.concatenate([p[1] + p[2] * weight for p in phrases])  # exact: weight is a binary fraction
-            idf = np.repeat([_idf(n_rows, c) for c in counts], counts)
-            avgdl = float(n_tokens) / float(n_rows)
-            parts = idf * ((freq * (_K1 + 1.0)) / (freq + _K1 * ((1 - _B) + (_B * self._sizes[at]) / avgdl)))
+            parts = np.concatenate([self._parts_of(p, weight) for p in phrases])
             # Summed per row over the whole table (a row's parts in the same order as one sum per matching
             # row): cheaper than sorting the matches.
             dense = np.bincount(at, weights=parts, minlength=len(self._rowids))
-            found = np.zeros(len(self._rowids), dtype=bool)
+            found = np.zeros(len(self._rowids), dtype=bool)  # (a mask of 1 byte a row: read faster than the sums)
             found[at] = True
             places = np.flatnonzero(found)
-            score = dense[places]
-            keep = self._resources[places] != -1  # a row without a doc is never returned (the statement's join)
+            # One comparison per scope (a row without a doc, code -1, is never returned: the statement's
+            # join; an unknown scope's code, -3, matches no row).
             if resource_id is not None:
-                keep &= self._resources[places] == self._codes.get(resource_id, -3)
-            if thread_id is not None:
-                keep &= self._threads[places] == self._codes.get(thread_id, -3)
-            places, score = places[keep], score[keep]
+                keep = self._resources[places] == self._codes.get(resource_id, -3)
+                if thread_id is not None:
+                    keep &= self._threads[places] == self._codes.get(thread_id, -3)
+            elif thread_id is not None:
+                keep = self._threads[places] == self._codes.get(thread_id, -3)  # (a row without a doc has -1)
+            else:
+                keep = self._resources[places] != -1
+            places = places[keep]
+            score = dense[places]
             if len(score) > limit:
                 cut = np.partition(score, len(score) - limit)[len(score) - limit]
                 best = np.flatnonzero(score >= cut)  # every tie at the cut: broken by message id below
@@ -459,12 +479,12 @@ class KeywordMemory:
             if keys is not None:  # sorted by (-score, message id, place) as below, in numpy
                 order = np.lexsort((places, keys[places], -score))[:limit]
                 places, score = places[order], score[order]
-                return [(mids[p] or "", names[t] if t >= 0 else None, names[r] if r >= 0 else None, s)
+                return [Ranked(mids[p] or "", names[t] if t >= 0 else None, names[r] if r >= 0 else None, s)
                         for p, t, r, s in zip(places.tolist(), self._threads[places].tolist(),
                                               self._resources[places].tolist(), score.tolist())]
             picked = sorted(zip((-score).tolist(), [mids[p] or "" for p in places.tolist()], places.tolist()))[:limit]
             at = np.array([p for _, _, p in picked], dtype=np.int64)
-            return [(mid, names[t] if t >= 0 else None, names[r] if r >= 0 else None, -neg)
+            return [Ranked(mid, names[t] if t >= 0 else None, names[r] if r >= 0 else None, -neg)
                     for (neg, mid, _), t, r in zip(picked, self._threads[at].tolist(), self._resources[at].tolist())]
 
     def _keys_of_mids(self) -> np.ndarray | None:

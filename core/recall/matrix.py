@@ -8,9 +8,10 @@ so cosine similarity is a dot product. Above ``IVF_MIN_ROWS`` an IVF partition b
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -31,17 +32,35 @@ try:  # OpenBLAS threads fight over 2 busy cores: one thread is 3-6x faster for 
     from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
     _CONTROLLER: Any = ThreadpoolController()
+    _BLAS: list[Any] = [lib for lib in _CONTROLLER.lib_controllers if lib.user_api == "blas"]
 except Exception:  # pragma: no cover - optional dependency
     _CONTROLLER = None
+    _BLAS = []
 
 
-@contextlib.contextmanager
-def single_blas_thread() -> Iterator[None]:
-    if _CONTROLLER is None:
-        yield
-        return
-    with _CONTROLLER.limit(limits=1, user_api="blas"):
-        yield
+class _SingleBlasThread:
+    """``ThreadpoolController.limit(limits=1, user_api="blas")`` as every search enters it, by the BLAS
+    libraries' own get and set (about 1 µs, against 8 µs for ``limit``'s bookkeeping): each library
+    using more than one thread is set to one, and set back on leaving."""
+
+    __slots__ = ("_restore",)
+
+    def __enter__(self) -> None:
+        restore = []
+        for lib in _BLAS:
+            threads = lib.get_num_threads()
+            if threads is not None and threads != 1:
+                lib.set_num_threads(1)
+                restore.append((lib, threads))
+        self._restore = restore
+
+    def __exit__(self, *exc: object) -> None:
+        for lib, threads in self._restore:
+            lib.set_num_threads(threads)
+
+
+def single_blas_thread() -> contextlib.AbstractContextManager[None]:
+    return _SingleBlasThread()
 
 
 @dataclass
@@ -97,7 +116,9 @@ class VectorSet:
         self.max_rowid = 0
         self.skips = SkipCounts()
         self.partition: ivf.IvfPartition | None = None
-        self._positions: dict[str, list[int]] | None = None  # message id -> rows, built on demand
+        # message id -> its row, or its rows when it has several (Mastra's chunks), built on demand: an int
+        # where it can be, as a search looks up about fifty ids with cold caches (a list is two more misses)
+        self._positions: dict[str, int | list[int]] | None = None
         # ``_scan``: the matrix dimension-major (dim x capacity), built on the first unfiltered search of
         # a set of SCAN_MIN_ROWS rows or more and kept up to date by appends; ``_max_norm``: the largest
         # row norm (bounds the two products' difference).
@@ -106,11 +127,12 @@ class VectorSet:
 
     def positions_of(self, message_id: str) -> list[int]:
         if self._positions is None:
-            positions: dict[str, list[int]] = {}
-            for p, mid in enumerate(self.message_ids):
-                positions.setdefault(mid, []).append(p)
+            positions: dict[str, int | list[int]] = {}
+            for p, mid in enumerate(self.message_ids[: self.n]):  # (the rows in the matrix: appends add theirs)
+                _add_position(positions, mid, p)
             self._positions = positions
-        return self._positions.get(message_id, [])
+        found = self._positions.get(message_id)
+        return [] if found is None else [found] if type(found) is int else list(found)  # type: ignore[arg-type]
 
     @property
     def matrix(self) -> np.ndarray:
@@ -152,8 +174,9 @@ class VectorSet:
             return
         self.skips.unknown_model += sum(1 for row in kept if row.model_id is None)
         start = len(self.thread_ids)
-        for row in kept:
-            self.message_ids.append(row.message_id)  # type: ignore[arg-type]  # checked above
+        for row in kept:  # (ids interned: the keyword index and the order cache hold the same objects, so a
+            # search's dict lookups compare them by identity instead of reading a second, cold, string)
+            self.message_ids.append(sys.intern(row.message_id) if type(row.message_id) is str else row.message_id)  # type: ignore[arg-type]  # checked above
             self.thread_ids.append(row.thread_id)
             self.resource_ids.append(row.resource_id)
             self.created_at.append(row.created_at)
@@ -175,7 +198,13 @@ class VectorSet:
 
     def append_vectors(self, vecs: np.ndarray, thread_ids: list[str | None]) -> None:
         """Grow the matrix (capacity doubles, so appends stay amortised O(1))."""
-        self._positions = None
+        positions = self._positions
+        if positions is not None:  # kept up to date (the rows' message ids are appended already)
+            if len(self.message_ids) >= self.n + len(vecs):
+                for p in range(self.n, self.n + len(vecs)):
+                    _add_position(positions, self.message_ids[p], p)
+            else:
+                self._positions = None
         self._created = None
         if len(self.created_at) < len(self.message_ids):  # rows appended without times: unknown
             self.created_at.extend([None] * (len(self.message_ids) - len(self.created_at)))
@@ -200,6 +229,10 @@ class VectorSet:
     def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None = None) -> list[Ranked]:
         """The best ``depth`` messages (Mastra's saveMessages may store several chunk vectors per
         message: ask for more, keep each message's best). ``until``: only messages created before it."""
+        if self._depth_suffices(qvec, depth, thread_id, until):  # (one row a message: nothing to merge)
+            pos, scores = self.search(qvec, depth)
+            mids, threads, resources = self.message_ids, self.thread_ids, self.resource_ids
+            return [Ranked(mids[p], threads[p], resources[p], s) for p, s in zip(pos.tolist(), scores.tolist())]
         pos, scores = self.search(qvec, depth * 2, thread_id=thread_id, until=until)
         out: list[Ranked] = []
         seen: set[str] = set()
@@ -213,6 +246,16 @@ class VectorSet:
                 break
         return out
 
+    def _depth_suffices(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None) -> bool:
+        """Whether ``search(qvec, depth)`` gives exactly the first ``depth`` rows of ``search(qvec, 2 * depth)``
+        and those are ``depth`` different messages: every message has one row here (known once
+        ``positions_of`` has mapped them), and both searches take the scan (``_search_scan``), whose order
+        is total (score, then position) while ``_top`` breaks ties at its cut as ``argpartition`` left them."""
+        positions = self._positions
+        return (positions is not None and len(positions) == self.n and thread_id is None and until is None
+                and SCAN_MIN_ROWS <= self.n < IVF_MIN_ROWS and self.n > 2 * depth
+                and _groups_reproduce(self.dim) and bool(np.isfinite(qvec).all()))
+
     def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]:
         """Exact cosine of each message that has a vector (its best chunk's, if it has several)."""
         rows: list[int] = []
@@ -222,9 +265,14 @@ class VectorSet:
         assert positions is not None
         for mid in message_ids:
             found = positions.get(mid)
-            if found is not None:
-                rows.extend(found)
-                owners.extend([mid] * len(found))
+            if found is None:
+                continue
+            if type(found) is int:
+                rows.append(found)
+                owners.append(mid)
+            else:
+                rows.extend(found)  # type: ignore[arg-type]
+                owners.extend([mid] * len(found))  # type: ignore[arg-type]
         if not rows:
             return {}
         scores = (self.matrix[rows] @ qvec).tolist()
@@ -319,6 +367,16 @@ class VectorSet:
         return part
 
 
+def _add_position(positions: dict[str, int | list[int]], mid: str, p: int) -> None:
+    known = positions.get(mid)
+    if known is None:
+        positions[mid] = p
+    elif type(known) is int:
+        positions[mid] = [known, p]
+    else:
+        known.append(p)  # type: ignore[union-attr]
+
+
 def _max_norm(vecs: np.ndarray) -> float:
     return float(np.sqrt(np.max(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64)))) if len(vecs) else 0.0
 
@@ -333,7 +391,8 @@ def _rescore(matrix: np.ndarray, n: int, rows: np.ndarray, q: np.ndarray) -> np.
     body = int(np.searchsorted(rows, whole))
     scores = np.empty(len(rows), dtype=np.float32)
     if body:
-        gathered = np.zeros(((body + _GROUP - 1) // _GROUP * _GROUP, matrix.shape[1]), dtype=np.float32)
+        gathered = np.empty(((body + _GROUP - 1) // _GROUP * _GROUP, matrix.shape[1]), dtype=np.float32)
+        gathered[body:] = 0.0  # (the padding only: the rows are written by ``take``)
         np.take(matrix, rows[:body], axis=0, out=gathered[:body])
         scores[:body] = (gathered @ q)[:body]
     if body < len(rows):

@@ -28,6 +28,7 @@ decoding as ``search.thread_order`` (a text whose start the database could not c
 
 from __future__ import annotations
 
+import sys
 import threading
 from bisect import bisect_left
 from datetime import date, timezone
@@ -71,8 +72,9 @@ class _Thread:
             self.rows[mid] = every[mid] = [nxt, created, head, None]
             nxt = mid
 
-    def add(self, mid: str, created: str, head: object, every: dict[str, list[Any]]) -> None:
-        """A message appended to the thread: the next message of the one before it."""
+    def add(self, mid: str, created: str, head: object, every: dict[str, list[Any]], answers: dict[str, Order]) -> None:
+        """A message appended to the thread: the next message of the one before it (whose answer in
+        ``answers`` is dropped with its entry's)."""
         key = (created, mid)
         at = bisect_left(self.keys, key)
         self.keys.insert(at, key)
@@ -80,6 +82,7 @@ class _Thread:
         if at:
             before = self.rows[self.keys[at - 1][1]]
             before[0], before[3] = mid, None
+            answers.pop(self.keys[at - 1][1], None)
 
 
 def _answer(row: list[Any], labels: bool) -> Order | None:
@@ -112,6 +115,9 @@ class OrderCache:
         self._by_thread: dict[str, set[str]] = {}
         self._threads: dict[str, _Thread] = {}  # threads kept whole
         self._every: dict[str, list[Any]] = {}  # their entries by message id
+        # The labelled answers of those entries (each entry's [3]) by message id: a search looks up about a
+        # hundred candidates with cold caches, and the entry's list is two more misses than its answer.
+        self._answers: dict[str, Order] = {}
         self._whole_rows = 0
         self._not_whole: set[str] = set()  # threads too large for ``MAX_WHOLE_ROWS``, or not all text
 
@@ -167,13 +173,20 @@ class OrderCache:
         """Put the kept answers in ``out``; return the messages without one."""
         missing: list[str] = []
         with self._lock:
-            every = self._every
+            every, answers = self._every, self._answers
             for mid in message_ids:
+                if labels:
+                    found = answers.get(mid)
+                    if found is not None:
+                        out[mid] = found
+                        continue
                 row = every.get(mid)
                 if row is not None:
                     found = row[3] if labels and row[3] is not None else _answer(row, labels)
                     if found is not None:
                         out[mid] = found
+                        if labels:
+                            answers[mid] = found
                         continue
                 kept = self._kept.get(mid)
                 if kept is not None and (kept.labelled or not labels):
@@ -206,7 +219,7 @@ class OrderCache:
                 f"WHERE thread_id IN ({','.join('?' * len(chunk))}) AND role IN ('user', 'assistant')", chunk,
             ):
                 if isinstance(mid, str) and isinstance(created, str) and thread in rows:
-                    rows[thread].append((mid, created, first))
+                    rows[thread].append((sys.intern(mid), created, first))  # (as ``VectorSet`` keeps them)
                 else:
                     bad.add(thread)
         with self._lock:
@@ -259,8 +272,9 @@ class OrderCache:
                     self._whole_rows -= len(whole.keys)
                     for gone in whole.rows:
                         del self._every[gone]
+                        self._answers.pop(gone, None)
                 else:
-                    whole.add(mid, created, first, self._every)
+                    whole.add(sys.intern(mid), created, first, self._every, self._answers)
                     self._whole_rows += 1
             # A kept message before an appended one, in its thread, may now have it as its next message:
             # unless its next message comes before the appended one (then nothing changed for it).
@@ -294,6 +308,7 @@ class OrderCache:
         self._by_thread.clear()
         self._threads.clear()
         self._every.clear()
+        self._answers.clear()
         self._whole_rows = 0
         self._not_whole.clear()
 

@@ -174,7 +174,9 @@ def run(
                 out.terms, out.dropped_terms = index.keywords.terms(conn, query)
                 kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
                                            until=until_iso, terms=out.terms)
-                ranked = [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
+                # (the backends' hits are ``Ranked`` already: ``KeywordHit`` is its name there)
+                ranked = kw if all(type(h) is hybrid.Ranked for h in kw) else [
+                    hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
                 out.keyword = [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked
                 if out.gone:
                     out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)

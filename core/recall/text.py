@@ -210,6 +210,9 @@ _ABSOLUTE = (
     (re.compile(rf"\b{_PREP}\s+{_M}(?!\w)"), "m"),
     (re.compile(rf"\b{_PREP}\s+{_Y}\b"), "y"),
 )
+# Every absolute pattern starts a number or a month's name at a word's start: a query with neither skips
+# them all (most queries; "w123" or "remark" has neither).
+_ABSOLUTE_HINT = re.compile(rf"\b(?:\d|{_M})")
 _RELATIVE = re.compile(
     r"\b(?:(today|tonight|this morning|this afternoon|this evening)|(yesterday)"
     r"|(?:(last|this|past)\s+(week(?:end)?|month|year))"
@@ -262,7 +265,7 @@ def query_dates(text: str, today: date | None = None) -> list[DateSpan]:
     """
     lowered = unicodedata.normalize("NFKC", text).casefold()
     spans: list[DateSpan] = []
-    for pattern, kind in _ABSOLUTE:
+    for pattern, kind in _ABSOLUTE if _ABSOLUTE_HINT.search(lowered) else ():
         def take(m: re.Match[str], kind: str = kind) -> str:
             g = m.groups()
             try:

@@ -4,7 +4,7 @@ playground's explanation and the backends (so none of them imports another for a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -19,6 +19,31 @@ MIGRATE_HINT = "run `memory-studio migrate` on this database"
 DocRow = tuple[str, "str | None", "str | None", str, str]
 # A vector row: (vector_id = message id, vector, metadata, model id).
 VectorRow = tuple[str, np.ndarray, dict[str, Any], str]
+
+
+class Ranked(NamedTuple):
+    """One candidate of one ranking (vector: cosine; keyword: -BM25, higher is better), best first in its
+    list. A named tuple, not a frozen dataclass: a hybrid search builds about a hundred of these, and a
+    frozen dataclass's ``__init__`` (``object.__setattr__`` per field) cost twice a tuple's."""
+
+    message_id: str
+    thread_id: str | None
+    resource_id: str | None
+    score: float
+
+
+class Fused(NamedTuple):
+    """One hybrid candidate: its fused (or re-ranked) score, its raw scores and its ranks in both lists
+    (None where it is not listed). A named tuple for the same reason as ``Ranked``."""
+
+    message_id: str
+    thread_id: str | None
+    resource_id: str | None
+    score: float
+    vector_score: float | None
+    keyword_score: float | None
+    vector_rank: int | None
+    keyword_rank: int | None
 
 
 class RecallError(MemoryStudioError, RuntimeError):

@@ -74,3 +74,65 @@ def test_a_query_that_is_not_finite_and_small_sets_use_the_whole_product():
     small = vector_set(m[:500], 100)
     pos, scores = small.search(m[4], 3)
     assert pos[0] == 4 and small._scan_t is None
+
+
+def ranked_the_long_way(vset: VectorSet, q: np.ndarray, depth: int) -> list[tuple[str, float]]:
+    """Each message's best row among the best ``2 * depth`` rows, the first ``depth`` messages."""
+    pos, scores = vset.search(q, 2 * depth)
+    out: dict[str, float] = {}
+    for p, s in zip(pos.tolist(), scores.tolist()):
+        out.setdefault(vset.message_ids[p], s)
+    return list(out.items())[:depth]
+
+
+@pytest.mark.parametrize("chunks", [False, True])
+def test_ranked_asks_the_scan_for_depth_rows_only_when_each_message_has_one(chunks):
+    rng = np.random.default_rng(7)
+    n, dim = 3_001, 64
+    m = rng.standard_normal((n, dim)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    m[1000:1040] = m[5]  # exact ties
+    vset = vector_set(m, n // 2)
+    if chunks:  # Mastra's chunks: several rows of one message, next to each other and apart
+        vset.message_ids = [f"m{i // 2}" if i < 600 else f"m{i}" for i in range(n)]
+        vset.message_ids[2_999] = vset.message_ids[5]
+    assert vset.positions_of("m0") == ([0, 1] if chunks else [0])  # (maps the ids)
+    assert vset._depth_suffices(m[0], 50, None, None) is (not chunks)
+    assert not vset._depth_suffices(m[0], 50, "t", None) and not vset._depth_suffices(m[0], 2_000, None, None)
+    for q in [rng.standard_normal(dim).astype(np.float32) for _ in range(10)] + [m[5].copy()]:
+        for depth in (1, 10, 50):
+            got = vset.ranked(q, depth, None)
+            assert [(r.message_id, r.score) for r in got] == ranked_the_long_way(vset, q, depth)
+        ids = [vset.message_ids[i] for i in (0, 1, 5, 1_020, 2_999)] + ["unknown"]
+        cos = vset.cosines(q, ids)
+        with single_blas_thread():
+            whole = (vset.matrix @ q).tolist()
+        for mid in ids[:-1]:  # (each message's best row; the bits of a gathered product may differ in the last place)
+            assert cos[mid] == pytest.approx(max(whole[p] for p in vset.positions_of(mid)), abs=1e-6)
+        assert "unknown" not in cos
+
+
+def test_appends_keep_the_rows_of_each_message_mapped():
+    rng = np.random.default_rng(3)
+    m = rng.standard_normal((300, 16)).astype(np.float32)
+    vset = VectorSet(16, "m")
+    vset.message_ids = [f"m{i % 250}" for i in range(300)]  # m0..m49 twice
+    vset.thread_ids, vset.resource_ids = ["t"] * 300, ["u"] * 300
+    vset.append_vectors(m[:100], ["t"] * 100)
+    assert vset.positions_of("m7") == [7]
+    vset.append_vectors(m[100:], ["t"] * 200)  # (the map is kept up to date, not rebuilt)
+    assert vset.positions_of("m7") == [7, 257] and vset.positions_of("m120") == [120]
+    rebuilt = VectorSet(16, "m")
+    rebuilt.message_ids, rebuilt.thread_ids, rebuilt.resource_ids = list(vset.message_ids), ["t"] * 300, ["u"] * 300
+    rebuilt.append_vectors(m, ["t"] * 300)
+    assert all(rebuilt.positions_of(f"m{i}") == vset.positions_of(f"m{i}") for i in range(250))
+
+
+def test_one_blas_thread_inside_and_the_count_as_it_was_after():
+    if not matrix._BLAS:
+        pytest.skip("threadpoolctl finds no BLAS library here")
+    lib = matrix._BLAS[0]
+    before = lib.get_num_threads()
+    with single_blas_thread():
+        assert all(b.get_num_threads() == 1 for b in matrix._BLAS)
+    assert lib.get_num_threads() == before

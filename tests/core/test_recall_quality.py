@@ -277,6 +277,25 @@ def test_query_dates_reads_calendar_dates_months_years_and_relative_periods():
     assert DateSpan(month=5).contains(date(2019, 5, 31)) and not DateSpan(month=5).contains(date(2019, 6, 1))
 
 
+
+_DATE_PIECES = ["on", "in", "of", "since", "last", "week", "ago", "3", "25", "2022", "2023-05-08", "13th", "May",
+                "may", "june", "Sept.", "oct", "w123", "x25", "remark", "decide", ",", " ", "-", ":", "5pm", "yesterday"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_DATE_PIECES), max_size=8).map(" ".join))
+def test_query_dates_skips_its_patterns_only_when_none_could_match(text):
+    """The quick look (a number or a month's name at a word's start) never skips a query a pattern reads."""
+    from datetime import date
+
+    from core.recall import text as text_module
+
+    today = date(2026, 3, 1)
+    quick = text_module.query_dates(text, today)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(text_module, "_ABSOLUTE_HINT", text_module.re.compile(""))  # every query looked at
+        assert text_module.query_dates(text, today) == quick
+
 def _dated(store, thread: str, day: datetime, texts: list[str]) -> list[Message]:
     store.memory.create_thread(thread_id=thread, resource_id="u")
     msgs = [

@@ -1,0 +1,182 @@
+"""Recall answers, written out to the bit, to compare two versions of the code (a speed change must
+not move a hit, its order or a score's last bit).
+
+    # the code under test, then the code before it, then compare:
+    cd <checkout A> && .venv/bin/python <this file> --out /tmp/a.jsonl
+    cd <checkout B> && .venv/bin/python <this file> --out /tmp/b.jsonl
+    cmp /tmp/a.jsonl /tmp/b.jsonl
+
+The code searched is the checkout the command runs in (the current directory goes first on the path,
+so one copy of this file can drive both). Two corpora, each through the real libSQL path:
+
+- ``recall_speed.py``'s 10k synthetic resource (its Zipf vocabulary and random vectors, the same seeds):
+  its 200 queries in every mode at top_k 10 and 50, hybrid with a threshold, hybrid narrowed to the
+  thread, hybrid as of a past moment;
+- the LoCoMo public split (``../shared/bench/locomo``, one database per conversation, one thread a
+  session) with the offline ``HashingEmbedder``: each question in every mode at top_k 20, and the
+  playground's whole inspection of it in hybrid (every list, rank, raw and fused score).
+
+Each line is one answer: the query, the mode and settings, and the hits (message, thread, resource,
+score, source, vector and keyword scores; floats as ``repr``, which round-trips exactly) with the
+reason and details. The summary on stderr gives the number of answers and hits and a digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+sys.path.insert(0, os.getcwd())  # the checkout under test, before this file's own
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+
+
+def default_data() -> Path:
+    """``shared/bench/locomo`` beside the checkout (or a worktree further down), as ``recall_locomo.py`` finds it."""
+    here = Path(__file__).resolve()
+    for folder in here.parents:
+        if (folder / "shared/bench/locomo").exists():
+            return (folder / "shared/bench/locomo").resolve()
+    return here.parents[1].parent / "shared/bench/locomo"
+
+
+def exact(value: Any) -> Any:
+    """A JSON-safe, bit-exact form (floats as their repr)."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): exact(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [exact(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # a numpy scalar
+        return exact(value.item())
+    return value
+
+
+def hit_row(h: Any) -> list[Any]:
+    return [h.message_id, h.thread_id, h.resource_id, exact(float(h.score)), h.source,
+            exact(h.vector_score), exact(h.keyword_score)]
+
+
+def synthetic(n: int, queries: int) -> Iterator[dict[str, Any]]:
+    import numpy as np
+
+    import recall_speed as rs
+    from core.recall import RecallIndex
+    from core.storage import open_store
+
+    rng = np.random.default_rng(1)
+    tmp = Path(tempfile.mkdtemp(prefix="recall-same-"))
+    store = open_store(tmp / "m.db")
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    msgs = rs.synthetic_messages(n, "t", "u", rng)
+    for start in range(0, n, 1000):
+        store.memory.save_messages(msgs[start : start + 1000])
+    emb = rs.TableEmbedder()
+    index = RecallIndex.for_store(store, emb)
+    for start in range(0, n, 256):
+        index.index_messages(msgs[start : start + 256])
+    texts = [rs.words(rng, 6) for _ in range(queries)]
+    emb.fixed.update(zip(texts, emb.embed(texts, "query")))
+    past = datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=n // 2)
+    runs: list[tuple[str, dict[str, Any]]] = [
+        *((mode, {"top_k": k}) for mode in ("vector", "keyword", "hybrid") for k in (10, 50)),
+        ("hybrid", {"top_k": 10, "threshold": 0.05}),
+        ("hybrid", {"top_k": 10, "thread_id": "t"}),
+        ("hybrid", {"top_k": 10, "until": past}),
+    ]
+    for q in texts:
+        for mode, kw in runs:
+            scope = {"resource_id": None if "thread_id" in kw else "u"}
+            result = index.search(q, mode=mode, **scope, **kw)
+            yield {"corpus": "synthetic", "query": q, "mode": mode, "settings": exact({k: str(v) for k, v in kw.items()}),
+                   "hits": [hit_row(h) for h in result.hits], "reason": result.reason, "details": exact(result.details)}
+    store.close()
+
+
+def locomo(data: Path, limit: int) -> Iterator[dict[str, Any]]:
+    from collections import defaultdict
+
+    from core.embedding import HashingEmbedder
+    from core.memory import Memory
+    from core.messages import Message
+    from core.options import MemoryOptions
+    from core.recall.explain import inspect_search
+    from core.storage import open_store
+
+    def load(path: Path) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    messages = load(data / "locomo_public_messages.jsonl")
+    questions = load(data / "locomo_public_queries.jsonl")[: limit or None]
+    tmp = Path(tempfile.mkdtemp(prefix="recall-same-locomo-"))
+    embedder = HashingEmbedder(256)
+    by_conv: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for m in messages:
+        by_conv[m["conv_id"]].append(m)
+    memories: dict[str, Memory] = {}
+    for conv_id, msgs in sorted(by_conv.items()):  # as bench/recall_locomo.py ingests them
+        memory = Memory(open_store(tmp / f"{conv_id}.db"), MemoryOptions(semantic_recall=True), embedder=embedder)
+        sessions: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for m in msgs:
+            sessions[m["session"]].append(m)
+        for session, rows in sorted(sessions.items()):
+            thread_id = f"{conv_id}:S{session}"
+            memory.create_thread(resource_id=conv_id, thread_id=thread_id, title=f"session {session}")
+            batch = []
+            for m in sorted(rows, key=lambda r: r["seq"]):
+                when = datetime.fromisoformat(m["createdAt"]).replace(tzinfo=timezone.utc) + timedelta(seconds=m["seq"])
+                text = f'{m["speaker"]}: {m["text"]}' + (f' [image: {m["image_caption"]}]' if m.get("image_caption") else "")
+                make = Message.user if m["role"] == "user" else Message.assistant
+                batch.append(make(text, id=m["id"], thread_id=thread_id, resource_id=conv_id, created_at=when))
+            memory.save_messages(batch)
+        memories[conv_id] = memory
+    for q in questions:
+        memory = memories[q["conv_id"]]
+        for mode in ("vector", "keyword", "hybrid"):
+            hits = memory.search(q["query"], resource_id=q["conv_id"], top_k=20, mode=mode)
+            yield {"corpus": "locomo", "query": q["query_id"], "mode": mode, "hits": [hit_row(h) for h in hits]}
+        ins = inspect_search(memory._recall_index_for_search(), q["query"], resource_id=q["conv_id"], top_k=20)
+        lists = {name: [[c.rank, c.message_id, c.thread_id, exact(c.score), exact(c.vector_score),
+                         exact(c.keyword_score), c.vector_rank, c.keyword_rank, exact(c.combined), c.status]
+                        for c in cands] for name, cands in ins.lists.items()}
+        yield {"corpus": "locomo", "query": q["query_id"], "mode": "inspect", "lists": lists}
+    for memory in memories.values():
+        memory.store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--n", type=int, default=10_000, help="messages of the synthetic resource")
+    ap.add_argument("--queries", type=int, default=200, help="synthetic queries (recall_speed.py's first ones)")
+    ap.add_argument("--data", type=Path, default=default_data(), help="folder with locomo_public_*.jsonl")
+    ap.add_argument("--locomo-limit", type=int, default=0, help="only the first N LoCoMo questions (0: all)")
+    ap.add_argument("--skip-locomo", action="store_true")
+    args = ap.parse_args()
+    digest = hashlib.sha256()
+    answers = hits = 0
+    with args.out.open("w", encoding="utf-8") as f:
+        sources = [synthetic(args.n, args.queries)]
+        if not args.skip_locomo:
+            if not (args.data / "locomo_public_queries.jsonl").exists():
+                raise SystemExit(f"no LoCoMo split at {args.data} (--data, or --skip-locomo)")
+            sources.append(locomo(args.data, args.locomo_limit))
+        for source in sources:
+            for row in source:
+                line = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
+                f.write(line)
+                digest.update(line.encode())
+                answers += 1
+                hits += len(row.get("hits", [])) + sum(len(v) for v in row.get("lists", {}).values())
+    print(f"{answers} answers, {hits} hits or list entries, sha256 {digest.hexdigest()[:16]} -> {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
