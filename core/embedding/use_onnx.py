@@ -13,7 +13,7 @@ taken over the whole batch tensor, so a text's vector would depend on its batch-
 * one text (a query, a single message) runs alone through the pinned graph;
 * several texts are counted in tokens by the graph's own tokenizer (``use_graph.tokenizer_graph``,
   ~20 µs a text), sorted by count and cut into batches (at most ``batch_size`` texts and
-  ``TOKEN_BUDGET`` padded tokens); each batch runs as one true batch through
+  ``TOKEN_BUDGET`` padded tokens: a few texts a run); each batch runs as one true batch through
   ``use_graph.per_text_graph``: the pinned graph rewritten so every text's activations get their own
   scale and zero point and its word embeddings are summed in token order at any batch size. Each
   text's vector then equals, bit for bit, the one the pinned graph gives it alone, whatever the
@@ -54,11 +54,13 @@ from core.embedding.use_graph import batch_inputs, ensure_derived
 
 USE_DIM = 512
 DEFAULT_THREADS = 2
-# Most texts in one run: batches of 16 embedded 562 EN / 449 ZH msgs/s against 479 / 354 for 32 and
-# 405 / 320 for 64 (bench/embedder_speed.py, 2 cores, 2026-12-02, twice).
-DEFAULT_BATCH_SIZE = 16
-# Most padded tokens (texts x longest) in one run, so a batch of long texts cannot take much memory.
-TOKEN_BUDGET = 4096
+# Most texts in one run; with TOKEN_BUDGET it only binds for very short texts.
+DEFAULT_BATCH_SIZE = 64
+# Most padded tokens (texts x longest) in one run. Small runs are faster per text: the graph's
+# [tokens, 1280] float tensors of a run stay in cache. One thread, 500 bench passages (~53 tokens):
+# 4096 tokens (the old limit, 16 texts) ~650 passages per CPU-s, 256-320 ~700-800, 96 ~580
+# (bench/embedder_speed.py sizes, 2 shared cores, 2026-12-03).
+TOKEN_BUDGET = 256
 
 
 class UseOnnxEmbedder:

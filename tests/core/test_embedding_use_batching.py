@@ -16,7 +16,16 @@ import pytest
 
 from core.embedding.base import EmbedderError, ModelNotInstalledError, count_sorted_batches
 from core.embedding.provision import USE_M3_Q, model_path, verify
-from core.embedding.use_graph import TOKEN_ROWS, TOKEN_TEXT, batch_inputs, derived_paths, ensure_derived
+from core.embedding.use_graph import (
+    REWRITE_VERSION,
+    TOKEN_ROWS,
+    TOKEN_ROWS_BY_POSITION,
+    TOKEN_TEXT,
+    TOKEN_WINDOWS,
+    batch_inputs,
+    derived_paths,
+    ensure_derived,
+)
 from core.embedding.use_onnx import UseOnnxEmbedder
 from core.messages import Message
 from core.recall import RecallIndex
@@ -122,10 +131,45 @@ def test_batch_inputs_index_each_texts_rows_and_pad_with_the_zero_row() -> None:
     feed = batch_inputs([2, 3, 1])
     assert feed[TOKEN_ROWS].tolist() == [[0, 1, 6], [2, 3, 4], [5, 6, 6]]
     assert feed[TOKEN_TEXT].tolist() == [0, 0, 1, 1, 1, 2]
+    assert feed[TOKEN_ROWS_BY_POSITION].tolist() == [[0, 2, 5], [1, 3, 6], [6, 4, 6]]
+    # Each token's neighbours at offsets -2..2 inside its own text; outside it, the zero row (6).
+    assert feed[TOKEN_WINDOWS].tolist() == [
+        [6, 6, 0, 1, 6],
+        [6, 0, 1, 6, 6],
+        [6, 6, 2, 3, 4],
+        [6, 2, 3, 4, 6],
+        [2, 3, 4, 6, 6],
+        [6, 6, 5, 6, 6],
+    ]
     with pytest.raises(ValueError):
         batch_inputs([])
     with pytest.raises(ValueError):
         batch_inputs([2, 0])
+
+
+@needs_model
+def test_rewrite_reads_windows_and_one_embedding_table(tmp_path: Path) -> None:
+    """Rewrite 6: the n-gram windows are six Gathers by TOKEN_WINDOWS and the token embeddings come
+    from one interleaved table, so tf2onnx's masks, shards and scatters are gone (1,054 -> ~540 nodes);
+    the bit-for-bit tests above check the vectors did not move. The file name carries the version so
+    code of another version never reads (or deletes and rewrites in a loop) this one."""
+    assert MODEL is not None
+    onnx = pytest.importorskip("onnx")
+    source = tmp_path / MODEL.name
+    source.symlink_to(MODEL)
+    per_text, _ = ensure_derived(source, USE_M3_Q.sha256)
+    assert per_text.name.endswith(f".per-text-v{REWRITE_VERSION}.onnx") and REWRITE_VERSION >= 6
+    graph = onnx.load(str(per_text)).graph
+    ops = [n.op_type for n in graph.node]
+    assert len(ops) < 600
+    # No partitioned lookup (per-shard DequantizeLinear, ScatterElements), no batch-wide quantisation,
+    # no Transpose for onnxruntime's optimiser to fold into another summation order.
+    assert not {"DequantizeLinear", "ScatterElements", "DynamicQuantizeLinear", "Transpose"} & set(ops)
+    assert ops.count("Compress") <= 2  # only the ragged-to-sparse indices are left; the shards' 34 went
+    assert sum(1 for n in graph.node if TOKEN_WINDOWS in n.input) == 6  # one window Gather per convolution
+    tables = [i for i in graph.initializer if len(i.dims) == 2 and i.dims[1] == 512 and i.dims[0] > 100_000]
+    assert len(tables) == 1
+    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def test_count_sorted_batches_cover_every_index_once_within_both_limits() -> None:
