@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ from core.embedding.files import atomic_write_bytes, file_sha256
 
 # Bump when the rewrite changes: derived files carry it in their name and their stamp.
 REWRITE_VERSION = 6
+# An earlier version's derived files are deleted once they were last derived this long ago (seconds).
+STALE_AFTER = 24 * 3600
 # The per-text graph's extra inputs, computed from the token counts (``batch_inputs``).
 TOKEN_ROWS = "token_rows"  # int64 [texts, longest]: each text's rows in the flat token tensor; padding = tokens
 TOKEN_TEXT = "token_text"  # int64 [tokens]: the text each flat token row belongs to
@@ -81,6 +84,7 @@ def ensure_derived(source: Path, source_sha256: str) -> tuple[Path, Path]:
     """
     per_text, tokenizer = derived_paths(source)
     if _stamped(per_text, source_sha256) and _stamped(tokenizer, source_sha256):
+        _remove_other_versions(source)
         return per_text, tokenizer
     onnx = _onnx()
     try:
@@ -103,18 +107,33 @@ def ensure_derived(source: Path, source_sha256: str) -> tuple[Path, Path]:
     return per_text, tokenizer
 
 
-def _remove_other_versions(source: Path) -> None:
-    """Delete graphs an earlier rewrite version derived from ``source`` (72 MB each)."""
+def _remove_other_versions(source: Path, now: float | None = None) -> None:
+    """Delete graphs an earlier rewrite version derived from ``source`` (72 MB each), once unused.
+
+    Only lower versions, and only when derived more than ``STALE_AFTER`` seconds ago (by their stamp's
+    mtime; a file without a stamp is stale): code of another version may still run on this machine
+    (an older checkout, a second install) and share the folder. Deleting its file at once would make
+    it derive its graph again on its next start, and delete ours in turn if it is older code: each
+    version would rewrite 72 MB on every start of the other. A newer version's file is never ours to delete.
+    """
     stem = source.name.removesuffix(".onnx")
-    current = {p.name for p in derived_paths(source)}
+    now = time.time() if now is None else now
     for kind in ("per-text", "tokenizer"):
         for old in source.parent.glob(f"{stem}.{kind}-v*.onnx"):
-            if old.name not in current:
-                for path in (old, _stamp(old)):
-                    try:
-                        path.unlink(missing_ok=True)
-                    except OSError:
-                        pass  # a read-only folder keeps them; nothing reads them
+            version = old.name.removeprefix(f"{stem}.{kind}-v").removesuffix(".onnx")
+            if not version.isdigit() or int(version) >= REWRITE_VERSION:
+                continue
+            try:
+                derived_at = _stamp(old).stat().st_mtime
+            except OSError:
+                derived_at = 0.0
+            if now - derived_at < STALE_AFTER:
+                continue
+            for path in (old, _stamp(old)):
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError:
+                    pass  # a read-only folder keeps them; nothing reads them
 
 
 def _stamp(path: Path) -> Path:

@@ -76,10 +76,10 @@ def reindex(
     done = 0
     if progress is not None:
         progress(0, len(todo))
-    for start in range(0, len(todo), batch_size):
-        ids = todo[start : start + batch_size]
-        messages = _load(store, ids, report)
-        result = index.index_messages(messages)
+    chunks = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
+    # Pipelined: the next chunk is embedded while this one is written (``RecallIndex.index_batches``).
+    results = index.index_batches(_load(store, ids, report) for ids in chunks)
+    for ids, result in zip(chunks, results):
         report.indexed += len(result.indexed)
         report.skipped.update(result.skipped)
         report.failed.update(result.failed)

@@ -6,8 +6,10 @@ only when that file is absent, and the skip reason says how to install it.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -112,11 +114,21 @@ def test_derived_graphs_are_written_once_and_rewritten_when_changed(tmp_path: Pa
     assert MODEL is not None
     source = tmp_path / MODEL.name
     source.symlink_to(MODEL)
-    stale = tmp_path / f"{MODEL.stem}.per-text-v0.onnx"  # an earlier rewrite's graph
+    stale = tmp_path / f"{MODEL.stem}.per-text-v0.onnx"  # an earlier rewrite's graph, no stamp
     stale.write_bytes(b"old")
+    # An earlier version derived today (an older checkout still in use here) and a later version's
+    # file are kept: deleting them would make that code derive them again on its next start.
+    recent, newer = (tmp_path / f"{MODEL.stem}.per-text-v{v}.onnx" for v in (REWRITE_VERSION - 1, REWRITE_VERSION + 1))
+    for path in (recent, newer):
+        path.write_bytes(b"other")
+        (tmp_path / (path.name + ".derived")).write_text("{}")
     per_text, tokenizer = ensure_derived(source, USE_M3_Q.sha256)
     assert (per_text, tokenizer) == derived_paths(source)
-    assert not stale.exists()
+    assert not stale.exists() and recent.exists() and newer.exists()
+    week_ago = time.time() - 7 * 24 * 3600
+    os.utime(tmp_path / (recent.name + ".derived"), (week_ago, week_ago))
+    ensure_derived(source, USE_M3_Q.sha256)  # unused for a week: deleted, with its stamp
+    assert not recent.exists() and not (tmp_path / (recent.name + ".derived")).exists() and newer.exists()
     first = per_text.stat().st_mtime_ns
     assert ensure_derived(source, USE_M3_Q.sha256) == (per_text, tokenizer)
     assert per_text.stat().st_mtime_ns == first  # trusted by its stamp, not derived again
@@ -187,10 +199,12 @@ def test_count_sorted_batches_cover_every_index_once_within_both_limits() -> Non
 
 
 @needs_model
-def test_recall_ingest_stores_each_passage_s_one_at_a_time_vector(alone: UseOnnxEmbedder, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_recall_ingest_stores_each_passage_s_one_at_a_time_vector(alone: UseOnnxEmbedder, tmp_path: Path, pipelined: bool) -> None:
     """Through the index's own path: a save's messages embedded as one batch of passages (previous
     message + message, of mixed lengths and scripts) are stored with the pinned graph's vector for that
-    passage alone, whatever shared their batch."""
+    passage alone, whatever shared their batch; the same through ``index_batches`` (bulk ingest, the
+    next batch embedded while this one is written)."""
     texts = [t for t in _mixed(48, seed=11) if t.strip()]
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     messages = [
@@ -204,8 +218,15 @@ def test_recall_ingest_stores_each_passage_s_one_at_a_time_vector(alone: UseOnnx
         store.memory.create_thread(thread_id="t", resource_id="u")
         store.memory.save_messages(messages)
         index = RecallIndex.for_store(store, UseOnnxEmbedder())
-        report = index.index_messages(messages)
-        assert sorted(report.indexed) == sorted(m.id for m in messages) and not report.failed
+        if pipelined:
+            reports = list(index.index_batches(messages[i : i + 10] for i in range(0, len(messages), 10)))
+            indexed = [mid for r in reports for mid in r.indexed]
+            assert not any(r.failed for r in reports)
+        else:
+            report = index.index_messages(messages)
+            indexed = report.indexed
+            assert not report.failed
+        assert sorted(indexed) == sorted(m.id for m in messages)
         with store.db.read() as conn:
             stored = index.vector_set(conn, "u", None)
         assert stored is not None
