@@ -24,9 +24,10 @@ another summation order); it now gathers them in token order, position-major, fr
 ``token_rows_by_position``, and its ReduceSum adds them row after row at every batch size
 (``_sequential_segment_sum``).
 
-Two more make it smaller (rewrite 6: 1,054 -> 537 nodes, same vectors): the n-gram convolutions read
-their windows with one Gather each by ``token_windows`` (``_window_gathers``), and the token
-embeddings come from one table instead of 17 shards (``_one_embedding_table``).
+Two more make it smaller (rewrite 6: 1,054 -> 555 nodes, same vectors): the n-gram convolutions
+quantise their input once and read their windows with one uint8 Gather each by ``token_windows``
+(``_window_gathers``), and the token embeddings come from one table instead of 17 shards
+(``_one_embedding_table``).
 
 So a batch of any texts, of any lengths, gives each text bit for bit the vector the pinned graph gives
 it alone (tests/core/test_embedding_use_batching.py checks it on English, Chinese and mixed lengths).
@@ -59,8 +60,8 @@ STALE_AFTER = 24 * 3600
 TOKEN_ROWS = "token_rows"  # int64 [texts, longest]: each text's rows in the flat token tensor; padding = tokens
 TOKEN_TEXT = "token_text"  # int64 [tokens]: the text each flat token row belongs to
 TOKEN_ROWS_BY_POSITION = "token_rows_by_position"  # int64 [longest, texts]: TOKEN_ROWS transposed
-# int64 [tokens, 5]: the flat rows of each token's neighbours at offsets -2..2 within its own text; a
-# neighbour outside the text reads the appended zero row (index = tokens).
+# int64 [tokens, 5]: the flat rows of each token's neighbours at offsets -2..2 within its own text; for
+# a neighbour outside the text, row tokens + t (token t's own padding row, its text's zero point).
 TOKEN_WINDOWS = "token_windows"
 WINDOW_REACH = 2  # the widest n-gram convolution (order 5) reads two tokens either side
 _DQL = "DynamicQuantizeLinear"
@@ -365,16 +366,20 @@ def _sequential_segment_sum(graph: Any) -> None:
 
 
 def _window_gathers(graph: Any, helper: Any, numpy_helper: Any) -> None:
-    """Build each n-gram convolution's input with one Gather instead of tf2onnx's shifted windows.
+    """Build each n-gram convolution's quantised input with one Gather instead of tf2onnx's windows.
 
     Each of the six convolutions (orders 2, 3 and 5, two layers) concatenates ``order`` windows of its
     input ``x`` ([tokens, width]): ``x`` padded with zero rows, sliced at every offset, each shifted
     slice multiplied by a mask (is the neighbour in the same text?) built from the sparse indices:
-    some twenty nodes and three [tokens, width] passes per window. Here the window is one Gather of
-    ``[x; 0]`` by ``TOKEN_WINDOWS`` (each token's neighbours' rows, the zero row outside its text,
-    computed by ``batch_inputs``), reshaped to [tokens, order x width]. Same values: a masked-out
-    neighbour was ``x * 0 + 0 * 1 = +0``, the zero row is +0; a kept one was ``x * 1 + 0 * 0 = x`` (``-0``
-    became ``+0``, which the per-text quantisation that alone reads this tensor maps to the same bytes).
+    some twenty nodes and three [tokens, width] passes per window; then the per-text quantisation
+    reads all [tokens, order x width] of it three times (row max, row min, QuantizeLinear). Here
+    ``x`` itself is quantised with its text's scale and zero point, and the windows are one uint8
+    Gather of ``[q(x); zero points]`` by ``TOKEN_WINDOWS`` (each token's neighbours' rows; outside its
+    text, its own padding row), reshaped to [tokens, order x width]. Same bytes into ``MatMulInteger``:
+    a masked-out neighbour was ``x * 0 + 0 * 1 = +0``, which quantises to the zero point; a kept one was
+    ``x * 1 + 0 * 0``, ``x`` (or +0 for -0: the same byte); and a text's scale and zero point are
+    unchanged, its windows holding its own rows of ``x`` (each token's centre window) and zeros,
+    which cannot move max(0, ·) or min(0, ·).
     """
     inits = {i.name: i for i in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
@@ -414,24 +419,42 @@ def _window_gathers(graph: Any, helper: Any, numpy_helper: Any) -> None:
         offsets = [w - left for w in range(order)]
         if any(abs(d) > WINDOW_REACH or masked != (d != 0) for d, masked in zip(offsets, offsets_masked)):
             raise EmbedderError(f"unexpected USE graph at {n.name}: windows {offsets}")
+        # The per-text quantisation (``per_text_graph``) reads the window tensor three times: row max,
+        # row min, QuantizeLinear. All three move to ``x`` itself: a text's windows hold its own rows
+        # of ``x`` (every token's centre window) and zeros, and the zeros cannot move max(0, ·) or
+        # min(0, ·), so its scale and zero point are unchanged; quantising is elementwise with the
+        # text's scale, so gathering the quantised rows equals quantising the gathered ones, and a
+        # neighbour outside the text, 0 before, quantises to the text's zero point: the gathered
+        # padding row for token t is row tokens + t of ``[q(x); zp(t) broadcast]``.
+        users = [u for u in graph.node if n.output[0] in u.input]
+        if sorted(u.op_type for u in users) != ["QuantizeLinear", "ReduceMax", "ReduceMin"]:
+            raise EmbedderError(f"unexpected USE graph after {n.name}: {[u.op_type for u in users]}")
+        (quantize,) = [u for u in users if u.op_type == "QuantizeLinear"]
+        for u in users:
+            u.input[0] = x
+        q = quantize.output[0]
         p_ = f"pt/window/{replaced}/"
         first = offsets[0] + WINDOW_REACH
-        new_inits = [
-            numpy_helper.from_array(np.zeros((1, width), dtype=np.float32), p_ + "zero_row"),
-            numpy_helper.from_array(np.array([first], dtype=np.int64), p_ + "start"),
-            numpy_helper.from_array(np.array([first + order], dtype=np.int64), p_ + "end"),
-            numpy_helper.from_array(np.array([1], dtype=np.int64), p_ + "axis"),
-            numpy_helper.from_array(np.array([-1, order * width], dtype=np.int64), p_ + "shape"),
-        ]
-        graph.initializer.extend(new_inits)
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.array([first], dtype=np.int64), p_ + "start"),
+                numpy_helper.from_array(np.array([first + order], dtype=np.int64), p_ + "end"),
+                numpy_helper.from_array(np.array([1], dtype=np.int64), p_ + "axis"),
+                numpy_helper.from_array(np.array([-1, order * width], dtype=np.int64), p_ + "shape"),
+            ]
+        )
+        quantize.output[0] = p_ + "q_x"
         nodes = [
-            helper.make_node("Concat", [x, p_ + "zero_row"], [p_ + "x_and_zero"], axis=0),
+            helper.make_node("Unsqueeze", [quantize.input[2]], [p_ + "zp_col"], axes=[1]),
+            helper.make_node("Shape", [x], [p_ + "x_shape"]),
+            helper.make_node("Expand", [p_ + "zp_col", p_ + "x_shape"], [p_ + "zp_rows"]),
+            helper.make_node("Concat", [p_ + "q_x", p_ + "zp_rows"], [p_ + "q_and_zp"], axis=0),
             helper.make_node("Slice", [TOKEN_WINDOWS, p_ + "start", p_ + "end", p_ + "axis"], [p_ + "rows"]),
-            helper.make_node("Gather", [p_ + "x_and_zero", p_ + "rows"], [p_ + "windows"], axis=0),
-            helper.make_node("Reshape", [p_ + "windows", p_ + "shape"], [n.output[0]]),
+            helper.make_node("Gather", [p_ + "q_and_zp", p_ + "rows"], [p_ + "windows"], axis=0),
+            helper.make_node("Reshape", [p_ + "windows", p_ + "shape"], [q]),
         ]
-        i = _index(graph, n)
         graph.node.remove(n)
+        i = _index(graph, quantize) + 1
         for k, node in enumerate(nodes):
             graph.node.insert(i + k, node)
         replaced += 1
@@ -551,7 +574,8 @@ def batch_inputs(counts: Sequence[int]) -> dict[str, Any]:
     flat = np.arange(total, dtype=np.int64)
     offsets = np.arange(-WINDOW_REACH, WINDOW_REACH + 1, dtype=np.int64)[None, :]
     neighbour = (flat - starts[text])[:, None] + offsets  # position of each neighbour in its text
-    windows = np.where((neighbour >= 0) & (neighbour < n[text][:, None]), flat[:, None] + offsets, total)
+    inside = (neighbour >= 0) & (neighbour < n[text][:, None])
+    windows = np.where(inside, flat[:, None] + offsets, total + flat[:, None])
     return {
         TOKEN_ROWS: rows,
         TOKEN_ROWS_BY_POSITION: np.ascontiguousarray(rows.T),

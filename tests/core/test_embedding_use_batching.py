@@ -144,14 +144,15 @@ def test_batch_inputs_index_each_texts_rows_and_pad_with_the_zero_row() -> None:
     assert feed[TOKEN_ROWS].tolist() == [[0, 1, 6], [2, 3, 4], [5, 6, 6]]
     assert feed[TOKEN_TEXT].tolist() == [0, 0, 1, 1, 1, 2]
     assert feed[TOKEN_ROWS_BY_POSITION].tolist() == [[0, 2, 5], [1, 3, 6], [6, 4, 6]]
-    # Each token's neighbours at offsets -2..2 inside its own text; outside it, the zero row (6).
+    # Each token's neighbours at offsets -2..2 inside its own text; outside it, the token's own
+    # padding row 6 + t (the graph fills it with the zero point of the token's text).
     assert feed[TOKEN_WINDOWS].tolist() == [
         [6, 6, 0, 1, 6],
-        [6, 0, 1, 6, 6],
-        [6, 6, 2, 3, 4],
-        [6, 2, 3, 4, 6],
-        [2, 3, 4, 6, 6],
-        [6, 6, 5, 6, 6],
+        [7, 0, 1, 7, 7],
+        [8, 8, 2, 3, 4],
+        [9, 2, 3, 4, 9],
+        [2, 3, 4, 10, 10],
+        [11, 11, 5, 11, 11],
     ]
     with pytest.raises(ValueError):
         batch_inputs([])
@@ -162,7 +163,7 @@ def test_batch_inputs_index_each_texts_rows_and_pad_with_the_zero_row() -> None:
 @needs_model
 def test_rewrite_reads_windows_and_one_embedding_table(tmp_path: Path) -> None:
     """Rewrite 6: the n-gram windows are six Gathers by TOKEN_WINDOWS and the token embeddings come
-    from one interleaved table, so tf2onnx's masks, shards and scatters are gone (1,054 -> ~540 nodes);
+    from one interleaved table, so tf2onnx's masks, shards and scatters are gone (1,054 -> 555 nodes);
     the bit-for-bit tests above check the vectors did not move. The file name carries the version so
     code of another version never reads (or deletes and rewrites in a loop) this one."""
     assert MODEL is not None
