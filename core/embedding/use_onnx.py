@@ -76,9 +76,12 @@ class UseOnnxEmbedder:
         spec: ModelSpec = USE_M3_Q,
         threads: int = DEFAULT_THREADS,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        token_budget: int = TOKEN_BUDGET,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        if token_budget < 1:
+            raise ValueError(f"token_budget must be at least 1, not {token_budget}")
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         self.spec = spec
@@ -86,6 +89,7 @@ class UseOnnxEmbedder:
         self.dim: int = USE_DIM
         self.threads = threads
         self.batch_size = batch_size
+        self.token_budget = token_budget  # most padded tokens (texts x longest) in one run
         self._path = path
         # onnxruntime ships no type information, so sessions are Any to mypy.
         self._session: Any = None  # the pinned graph: one text per run
@@ -123,7 +127,7 @@ class UseOnnxEmbedder:
             counts = self._token_counts(texts)
             # (The tokenizer adds begin/end tokens, so every count is ≥ 2; a text without any would run alone.)
             batchable = [i for i, c in enumerate(counts) if c > 0]
-            sorted_runs = count_sorted_batches([counts[i] for i in batchable], self.batch_size, TOKEN_BUDGET)
+            sorted_runs = count_sorted_batches([counts[i] for i in batchable], self.batch_size, self.token_budget)
             runs = [[batchable[j] for j in run] for run in sorted_runs]
             runs += [[i] for i, c in enumerate(counts) if c <= 0]
         else:
