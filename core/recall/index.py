@@ -20,7 +20,7 @@ import logging
 from datetime import datetime, timezone
 from functools import lru_cache
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -179,7 +179,7 @@ class RecallIndex:
         embedding or write failures: they are reported per message."""
         return self._write(self.stage(messages))
 
-    def index_batches(self, batches: Iterable[Sequence[Message]]) -> Iterator[IndexReport]:
+    def index_batches(self, batches: Iterable[Sequence[Message]]) -> Generator[IndexReport, None, None]:
         """``index_messages`` for each batch, in order, one report each (bulk ingest, ``reindex``).
 
         Pipelined: while a batch is written (the caller's thread), the next one is staged on a helper

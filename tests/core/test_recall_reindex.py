@@ -3,6 +3,7 @@ interruption discards at most the one batch embedded ahead of the write, ``Recal
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
@@ -46,6 +47,8 @@ def test_interrupted_reindex_resumes_and_indexes_each_message_once(store):
 
     with pytest.raises(Interrupted):
         reindex(store, emb, progress=stop_half_way, batch_size=4)
+    # The batch staged ahead was waited for, not left running.
+    assert not [t for t in threading.enumerate() if t.name.startswith("recall-stage")]
     with store.db.read() as conn:
         written = conn.exec_driver_sql(f"SELECT count(*) FROM {vector_table_name(64)}").scalar()
     first_run = Counter(emb.passages)
