@@ -1,9 +1,9 @@
 """Embedder throughput in messages per second, EN and ZH, batched and one at a time; model load time.
 
 Columns: one ``embed`` call per message; one call for all with one text per run (``batch_size=1``,
-the runs spread over the worker threads); one call with true batches of up to 16/32/64 texts of
-similar token count through the per-text graph (the last line names the default). All give the same
-vectors.
+the runs spread over the worker threads); one call with true batches of texts of similar token count
+through the per-text graph, of at most 128 / 256 / 1,024 padded tokens a run (``token_budget``; the
+last line names the default). All give the same vectors.
 
     .venv/bin/python bench/embedder_speed.py [--messages 512] [--threads 2] [--repeats 3]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.embedding import HashingEmbedder, ModelNotInstalledError  # noqa: E402
-from core.embedding.use_onnx import DEFAULT_BATCH_SIZE, UseOnnxEmbedder  # noqa: E402
+from core.embedding.use_onnx import TOKEN_BUDGET, UseOnnxEmbedder  # noqa: E402
 
 EN_PARTS = [
     "I think we should move the team meeting to Thursday afternoon",
@@ -107,28 +107,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {alone.model_id}  threads={args.threads}  messages={args.messages}  best of {args.repeats}")
     print(f"load: session {alone.load_seconds:.2f} s, first embed including load {first:.2f} s")
 
-    batched = {bs: UseOnnxEmbedder(threads=args.threads, batch_size=bs) for bs in (16, 32, 64)}
+    budgets = (128, 256, 1024)
+    batched = {b: UseOnnxEmbedder(threads=args.threads, token_budget=b) for b in budgets}
     started = time.perf_counter()
-    batched[32].embed(["warm-up", "batching graphs"])
-    print(f"batching graphs: load {time.perf_counter() - started:.2f} s ({batched[32].batching})")
+    batched[256].embed(["warm-up", "batching graphs"])
+    print(f"batching graphs: load {time.perf_counter() - started:.2f} s ({batched[256].batching})")
     for e in batched.values():
         e.embed(["warm-up", "batching graphs"])
     hashing = HashingEmbedder()
 
-    columns = ["one call each", "1 per run", "batch 16", "batch 32", "batch 64", "hashing(64d)"]
+    columns = ["one call each", "1 per run", *(f"<= {b} tokens" for b in budgets), "hashing(64d)"]
     print(f"{'set':<4}" + "".join(f"{c:>17}" for c in columns) + "   messages/s: wall | per 2 cores of CPU")
     for name, texts in sets.items():
         runs: list[Callable[[], object]] = [
             lambda: [alone.embed([t]) for t in texts],
             lambda: alone.embed(texts),
-            lambda: batched[16].embed(texts),
-            lambda: batched[32].embed(texts),
-            lambda: batched[64].embed(texts),
+            lambda: batched[128].embed(texts),
+            lambda: batched[256].embed(texts),
+            lambda: batched[1024].embed(texts),
             lambda: hashing.embed(texts),
         ]
         rates = [best_rate(run, len(texts), args.repeats) for run in runs]
         print(f"{name:<4}" + "".join(f"{f'{w:,.0f} | {c:,.0f}':>17}" for w, c in rates))
-    print(f"Every column gives the same vectors (tests/core/test_embedding_use_batching.py); batch {DEFAULT_BATCH_SIZE} is the default.")
+    print(f"Every column gives the same vectors (tests/core/test_embedding_use_batching.py); runs of <= {TOKEN_BUDGET} tokens are the default.")
     return 0
 
 

@@ -13,7 +13,7 @@ taken over the whole batch tensor, so a text's vector would depend on its batch-
 * one text (a query, a single message) runs alone through the pinned graph;
 * several texts are counted in tokens by the graph's own tokenizer (``use_graph.tokenizer_graph``,
   ~20 µs a text), sorted by count and cut into batches (at most ``batch_size`` texts and
-  ``TOKEN_BUDGET`` padded tokens); each batch runs as one true batch through
+  ``TOKEN_BUDGET`` padded tokens: a few texts a run); each batch runs as one true batch through
   ``use_graph.per_text_graph``: the pinned graph rewritten so every text's activations get their own
   scale and zero point and its word embeddings are summed in token order at any batch size. Each
   text's vector then equals, bit for bit, the one the pinned graph gives it alone, whatever the
@@ -54,11 +54,13 @@ from core.embedding.use_graph import batch_inputs, ensure_derived
 
 USE_DIM = 512
 DEFAULT_THREADS = 2
-# Most texts in one run: batches of 16 embedded 562 EN / 449 ZH msgs/s against 479 / 354 for 32 and
-# 405 / 320 for 64 (bench/embedder_speed.py, 2 cores, 2026-12-02, twice).
-DEFAULT_BATCH_SIZE = 16
-# Most padded tokens (texts x longest) in one run, so a batch of long texts cannot take much memory.
-TOKEN_BUDGET = 4096
+# Most texts in one run; with TOKEN_BUDGET it only binds for very short texts.
+DEFAULT_BATCH_SIZE = 64
+# Most padded tokens (texts x longest) in one run. Small runs are faster per text: the graph's
+# [tokens, 1280] float tensors of a run stay in cache. One thread, 500 bench passages (~53 tokens):
+# 4096 tokens (the old limit, 16 texts) ~650 passages per CPU-s, 256-320 ~700-800, 96 ~580
+# (bench/embedder_speed.py sizes, 2 shared cores, 2026-12-03).
+TOKEN_BUDGET = 256
 
 
 class UseOnnxEmbedder:
@@ -74,9 +76,12 @@ class UseOnnxEmbedder:
         spec: ModelSpec = USE_M3_Q,
         threads: int = DEFAULT_THREADS,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        token_budget: int = TOKEN_BUDGET,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        if token_budget < 1:
+            raise ValueError(f"token_budget must be at least 1, not {token_budget}")
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         self.spec = spec
@@ -84,6 +89,7 @@ class UseOnnxEmbedder:
         self.dim: int = USE_DIM
         self.threads = threads
         self.batch_size = batch_size
+        self.token_budget = token_budget  # most padded tokens (texts x longest) in one run
         self._path = path
         # onnxruntime ships no type information, so sessions are Any to mypy.
         self._session: Any = None  # the pinned graph: one text per run
@@ -121,7 +127,7 @@ class UseOnnxEmbedder:
             counts = self._token_counts(texts)
             # (The tokenizer adds begin/end tokens, so every count is ≥ 2; a text without any would run alone.)
             batchable = [i for i, c in enumerate(counts) if c > 0]
-            sorted_runs = count_sorted_batches([counts[i] for i in batchable], self.batch_size, TOKEN_BUDGET)
+            sorted_runs = count_sorted_batches([counts[i] for i in batchable], self.batch_size, self.token_budget)
             runs = [[batchable[j] for j in run] for run in sorted_runs]
             runs += [[i] for i, c in enumerate(counts) if c <= 0]
         else:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -180,7 +181,33 @@ class RecallIndex:
     def index_messages(self, messages: Sequence[Message]) -> IndexReport:
         """Embed (as passages) and store user/assistant messages already saved. Never raises for
         embedding or write failures: they are reported per message."""
-        staged = self.stage(messages)
+        return self._write(self.stage(messages))
+
+    def index_batches(self, batches: Iterable[Sequence[Message]]) -> Generator[IndexReport, None, None]:
+        """``index_messages`` for each batch, in order, one report each (bulk ingest, ``reindex``).
+
+        Pipelined: while a batch is written (the caller's thread), the next one is staged on a helper
+        thread (its contexts read, its passages embedded), so the model's workers are not idle during
+        the writes. Batches are taken from ``batches`` one ahead, in the caller's thread. The rows
+        written are those ``index_messages`` writes batch after batch: a batch's contexts come from
+        stored messages, which the index's writes do not change (contexts chained through unsaved
+        messages are checked again at the write, as for a save).
+        """
+        source = iter(batches)
+        with ThreadPoolExecutor(1, thread_name_prefix="recall-stage") as pool:
+
+            def ahead() -> Future[StagedIndex] | None:
+                batch = next(source, None)
+                return None if batch is None else pool.submit(self.stage, batch)
+
+            pending = ahead()
+            while pending is not None:
+                staged = pending.result()
+                pending = ahead()
+                yield self._write(staged)
+
+    def _write(self, staged: "StagedIndex") -> IndexReport:
+        """Commit a staged batch in its own write transaction and finish it."""
         if staged.pending:
             try:
                 with self.store.db.write() as conn:

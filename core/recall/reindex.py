@@ -12,6 +12,8 @@ written before hashes were kept is compared by the message text it stores.
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
@@ -76,16 +78,18 @@ def reindex(
     done = 0
     if progress is not None:
         progress(0, len(todo))
-    for start in range(0, len(todo), batch_size):
-        ids = todo[start : start + batch_size]
-        messages = _load(store, ids, report)
-        result = index.index_messages(messages)
-        report.indexed += len(result.indexed)
-        report.skipped.update(result.skipped)
-        report.failed.update(result.failed)
-        done += len(ids)
-        if progress is not None:
-            progress(done, len(todo))
+    chunks = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
+    # Pipelined: the next chunk is embedded while this one is written (``RecallIndex.index_batches``).
+    # Closed on the way out, so an interruption (``progress`` raising) waits for the chunk staged
+    # ahead instead of leaving it running.
+    with closing(index.index_batches(_load(store, ids, report) for ids in chunks)) as results:
+        for ids, result in zip(chunks, results):
+            report.indexed += len(result.indexed)
+            report.skipped.update(result.skipped)
+            report.failed.update(result.failed)
+            done += len(ids)
+            if progress is not None:
+                progress(done, len(todo))
     if replace and not report.failed:
         from core.recall.models import drop_other_models
 

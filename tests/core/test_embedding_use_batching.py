@@ -6,8 +6,10 @@ only when that file is absent, and the skip reason says how to install it.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -16,7 +18,16 @@ import pytest
 
 from core.embedding.base import EmbedderError, ModelNotInstalledError, count_sorted_batches
 from core.embedding.provision import USE_M3_Q, model_path, verify
-from core.embedding.use_graph import TOKEN_ROWS, TOKEN_TEXT, batch_inputs, derived_paths, ensure_derived
+from core.embedding.use_graph import (
+    REWRITE_VERSION,
+    TOKEN_ROWS,
+    TOKEN_ROWS_BY_POSITION,
+    TOKEN_TEXT,
+    TOKEN_WINDOWS,
+    batch_inputs,
+    derived_paths,
+    ensure_derived,
+)
 from core.embedding.use_onnx import UseOnnxEmbedder
 from core.messages import Message
 from core.recall import RecallIndex
@@ -103,11 +114,21 @@ def test_derived_graphs_are_written_once_and_rewritten_when_changed(tmp_path: Pa
     assert MODEL is not None
     source = tmp_path / MODEL.name
     source.symlink_to(MODEL)
-    stale = tmp_path / f"{MODEL.stem}.per-text-v0.onnx"  # an earlier rewrite's graph
+    stale = tmp_path / f"{MODEL.stem}.per-text-v0.onnx"  # an earlier rewrite's graph, no stamp
     stale.write_bytes(b"old")
+    # An earlier version derived today (an older checkout still in use here) and a later version's
+    # file are kept: deleting them would make that code derive them again on its next start.
+    recent, newer = (tmp_path / f"{MODEL.stem}.per-text-v{v}.onnx" for v in (REWRITE_VERSION - 1, REWRITE_VERSION + 1))
+    for path in (recent, newer):
+        path.write_bytes(b"other")
+        (tmp_path / (path.name + ".derived")).write_text("{}")
     per_text, tokenizer = ensure_derived(source, USE_M3_Q.sha256)
     assert (per_text, tokenizer) == derived_paths(source)
-    assert not stale.exists()
+    assert not stale.exists() and recent.exists() and newer.exists()
+    week_ago = time.time() - 7 * 24 * 3600
+    os.utime(tmp_path / (recent.name + ".derived"), (week_ago, week_ago))
+    ensure_derived(source, USE_M3_Q.sha256)  # unused for a week: deleted, with its stamp
+    assert not recent.exists() and not (tmp_path / (recent.name + ".derived")).exists() and newer.exists()
     first = per_text.stat().st_mtime_ns
     assert ensure_derived(source, USE_M3_Q.sha256) == (per_text, tokenizer)
     assert per_text.stat().st_mtime_ns == first  # trusted by its stamp, not derived again
@@ -122,10 +143,46 @@ def test_batch_inputs_index_each_texts_rows_and_pad_with_the_zero_row() -> None:
     feed = batch_inputs([2, 3, 1])
     assert feed[TOKEN_ROWS].tolist() == [[0, 1, 6], [2, 3, 4], [5, 6, 6]]
     assert feed[TOKEN_TEXT].tolist() == [0, 0, 1, 1, 1, 2]
+    assert feed[TOKEN_ROWS_BY_POSITION].tolist() == [[0, 2, 5], [1, 3, 6], [6, 4, 6]]
+    # Each token's neighbours at offsets -2..2 inside its own text; outside it, the token's own
+    # padding row 6 + t (the graph fills it with the zero point of the token's text).
+    assert feed[TOKEN_WINDOWS].tolist() == [
+        [6, 6, 0, 1, 6],
+        [7, 0, 1, 7, 7],
+        [8, 8, 2, 3, 4],
+        [9, 2, 3, 4, 9],
+        [2, 3, 4, 10, 10],
+        [11, 11, 5, 11, 11],
+    ]
     with pytest.raises(ValueError):
         batch_inputs([])
     with pytest.raises(ValueError):
         batch_inputs([2, 0])
+
+
+@needs_model
+def test_rewrite_reads_windows_and_one_embedding_table(tmp_path: Path) -> None:
+    """Rewrite 6: the n-gram windows are six Gathers by TOKEN_WINDOWS and the token embeddings come
+    from one interleaved table, so tf2onnx's masks, shards and scatters are gone (1,054 -> 555 nodes);
+    the bit-for-bit tests above check the vectors did not move. The file name carries the version so
+    code of another version never reads (or deletes and rewrites in a loop) this one."""
+    assert MODEL is not None
+    onnx = pytest.importorskip("onnx")
+    source = tmp_path / MODEL.name
+    source.symlink_to(MODEL)
+    per_text, _ = ensure_derived(source, USE_M3_Q.sha256)
+    assert per_text.name.endswith(f".per-text-v{REWRITE_VERSION}.onnx") and REWRITE_VERSION >= 6
+    graph = onnx.load(str(per_text)).graph
+    ops = [n.op_type for n in graph.node]
+    assert len(ops) < 600
+    # No partitioned lookup (per-shard DequantizeLinear, ScatterElements), no batch-wide quantisation,
+    # no Transpose for onnxruntime's optimiser to fold into another summation order.
+    assert not {"DequantizeLinear", "ScatterElements", "DynamicQuantizeLinear", "Transpose"} & set(ops)
+    assert ops.count("Compress") <= 2  # only the ragged-to-sparse indices are left; the shards' 34 went
+    assert sum(1 for n in graph.node if TOKEN_WINDOWS in n.input) == 6  # one window Gather per convolution
+    tables = [i for i in graph.initializer if len(i.dims) == 2 and i.dims[1] == 512 and i.dims[0] > 100_000]
+    assert len(tables) == 1
+    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def test_count_sorted_batches_cover_every_index_once_within_both_limits() -> None:
@@ -143,10 +200,12 @@ def test_count_sorted_batches_cover_every_index_once_within_both_limits() -> Non
 
 
 @needs_model
-def test_recall_ingest_stores_each_passage_s_one_at_a_time_vector(alone: UseOnnxEmbedder, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_recall_ingest_stores_each_passage_s_one_at_a_time_vector(alone: UseOnnxEmbedder, tmp_path: Path, pipelined: bool) -> None:
     """Through the index's own path: a save's messages embedded as one batch of passages (previous
     message + message, of mixed lengths and scripts) are stored with the pinned graph's vector for that
-    passage alone, whatever shared their batch."""
+    passage alone, whatever shared their batch; the same through ``index_batches`` (bulk ingest, the
+    next batch embedded while this one is written)."""
     texts = [t for t in _mixed(48, seed=11) if t.strip()]
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     messages = [
@@ -160,8 +219,15 @@ def test_recall_ingest_stores_each_passage_s_one_at_a_time_vector(alone: UseOnnx
         store.memory.create_thread(thread_id="t", resource_id="u")
         store.memory.save_messages(messages)
         index = RecallIndex.for_store(store, UseOnnxEmbedder())
-        report = index.index_messages(messages)
-        assert sorted(report.indexed) == sorted(m.id for m in messages) and not report.failed
+        if pipelined:
+            reports = list(index.index_batches(messages[i : i + 10] for i in range(0, len(messages), 10)))
+            indexed = [mid for r in reports for mid in r.indexed]
+            assert not any(r.failed for r in reports)
+        else:
+            report = index.index_messages(messages)
+            indexed = report.indexed
+            assert not report.failed
+        assert sorted(indexed) == sorted(m.id for m in messages)
         with store.db.read() as conn:
             stored = index.vector_set(conn, "u", None)
         assert stored is not None

@@ -368,3 +368,46 @@ def test_a_message_stored_between_staging_and_the_save_becomes_the_context(store
                 f"SELECT embedding, json_extract(metadata, '$.content_hash') FROM {table} WHERE vector_id = ?", (mid,)).one()
             assert meta_hash == passage_hash(context, text)
             assert np.frombuffer(blob, dtype="<f4").tobytes() == emb.embed([passage_text(context, text)])[0].tobytes()
+
+
+def _stored_rows(store, index: RecallIndex) -> dict[str, tuple[np.ndarray, tuple[str, str]]]:
+    with store.db.read() as conn:
+        vectors = index.vector_set(conn, "u", None)
+        docs = {
+            mid: (body, context)
+            for mid, body, context in conn.exec_driver_sql(
+                "SELECT d.message_id, f.body, f.context FROM memory_studio_fts_docs d "
+                "JOIN memory_studio_message_fts f ON f.rowid = d.doc_id"
+            ).fetchall()
+        }
+    assert vectors is not None
+    return {mid: (vec, docs[mid]) for mid, vec in zip(vectors.message_ids, vectors.matrix)}
+
+
+def test_index_batches_writes_what_index_messages_writes_batch_after_batch(tmp_path: Path) -> None:
+    """Pipelined bulk ingest (the next batch staged while this one is written) stores the same vector
+    rows, bit for bit, and keyword docs as indexing the batches one after the other, and reports each
+    batch as ``index_messages`` does (a system message skipped, in its batch's report)."""
+    texts = [f"message {i} about {'peanuts' if i % 3 else 'the Lisbon hotel'} number {i * 7}" for i in range(50)]
+    stores, reports = [], []
+    for name in ("one", "pipelined"):
+        store = open_store(tmp_path / f"{name}.db")
+        msgs = seed(store, "t", "u", texts)
+        system = Message.system("be brief", id="sys", thread_id="t", resource_id="u", created_at=at(100))
+        store.memory.save_messages([system])
+        batches = [msgs[i : i + 16] for i in range(0, len(msgs), 16)] + [[system]]
+        index = RecallIndex.for_store(store, HashingEmbedder(64))
+        if name == "one":
+            got = [index.index_messages(b) for b in batches]
+        else:
+            got = list(index.index_batches(iter(batches)))
+        stores.append((store, index))
+        reports.append([(sorted(r.indexed), r.skipped, r.failed) for r in got])
+    assert reports[0] == reports[1] and len(reports[0]) == 5 and reports[0][-1][1] == {"sys": "system messages are not indexed"}
+    one, pipelined = (_stored_rows(s, i) for s, i in stores)
+    assert one.keys() == pipelined.keys() and len(one) == 50
+    for mid, (vec, doc) in one.items():
+        assert np.array_equal(vec, pipelined[mid][0]) and doc == pipelined[mid][1], mid
+    assert list(stores[1][1].index_batches([])) == []
+    for s, _ in stores:
+        s.close()
