@@ -69,8 +69,17 @@ def upsert(conn: sa.Connection, table: str, rows: Sequence[tuple[str, np.ndarray
         f"INSERT INTO {quoted(table)} (vector_id, embedding, metadata, namespace, model_id) "
         "VALUES (?, CAST(? AS vector), CAST(? AS jsonb), ?, ?) ON CONFLICT (namespace, vector_id) DO UPDATE SET "
         "embedding = EXCLUDED.embedding, metadata = EXCLUDED.metadata, model_id = EXCLUDED.model_id",
-        [(vid, literal(vec), json.dumps(meta, ensure_ascii=False), NAMESPACE, model) for vid, vec, meta, model in rows],
+        [(vid, literal(vec), _jsonb(meta), NAMESPACE, model) for vid, vec, meta, model in rows],
     )
+
+
+def _jsonb(meta: dict[str, Any]) -> str:
+    """A row's metadata as JSON that ``jsonb`` takes: it refuses ``\\u0000``, so a NUL in a value (a
+    message's text may hold one; ids cannot) is stored as U+FFFD in this copy of the text. The message
+    itself keeps its NUL, and the row's ``content_hash`` is of the text as it is."""
+    if any(type(v) is str and "\x00" in v for v in meta.values()):
+        meta = {k: v.replace("\x00", "\ufffd") if type(v) is str else v for k, v in meta.items()}
+    return json.dumps(meta, ensure_ascii=False)
 
 
 def delete_where(conn: sa.Connection, table: str, key: str, values: list[str]) -> int:

@@ -83,8 +83,10 @@ def passage_hash(context: str, text: str) -> str:
 
 
 def segment(text: str) -> str:
-    """Text as stored in the keyword index: NFKC-normalised, CJK characters spaced apart."""
-    normalised = unicodedata.normalize("NFKC", text)
+    """Text as stored in the keyword index: NFKC-normalised, CJK characters spaced apart, a NUL a
+    space (a word break: libSQL's driver cuts a text value at its first NUL when it reads it back, and
+    Postgres refuses NUL in text, so the words after one would be lost or the message unindexed)."""
+    normalised = unicodedata.normalize("NFKC", text.replace("\x00", " ") if "\x00" in text else text)
     return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", normalised)
 
 

@@ -54,3 +54,21 @@ def test_the_inspection_shows_the_search_s_terms_lists_and_hits(store):
         assert [c.message_id for c in ins.hits(mode)] == [h.message_id for h in found], mode
     e = explain_message(index, "t-5", ins)
     assert e.placements["keyword"].status == "no-match" and "hello dropped as very common" in e.placements["keyword"].why
+
+
+def test_a_nul_character_in_a_message_separates_words_for_keywords(store):
+    """A NUL in a message's text is a word break for the keyword index on both backends: libSQL's
+    driver cuts a text value at its first NUL when read back, and Postgres refuses NUL in text, so the
+    words after it would be lost (libSQL) or the message left unindexed (Postgres)."""
+    T = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    msgs = [Message.user("alpha\x00omega zebra", id="m0", thread_id="t", resource_id="u", created_at=T),
+            Message.assistant("nothing here", id="m1", thread_id="t", resource_id="u",
+                              created_at=T + timedelta(seconds=1))]
+    store.memory.save_messages(msgs)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    report = index.index_messages(msgs)
+    assert not report.failed
+    for word in ("alpha", "omega", "zebra"):
+        hits = index.search(word, resource_id="u", mode="keyword").hits
+        assert hits and hits[0].message_id == "m0", word
