@@ -124,15 +124,16 @@ class Combined:
     still reach its top k."""
 
     def __init__(self, vector: Sequence[Ranked], keyword: Sequence[Ranked], cosines: Mapping[str, float] | None = None,
-                 *, keyword_share: float = KEYWORD_SHARE) -> None:
+                 *, keyword_share: float = KEYWORD_SHARE, vec_at: dict[str, int] | None = None) -> None:
+        """``vec_at``: ``places(vector)``, when the caller has it."""
         if not 0.0 <= keyword_share <= 1.0:
             raise ValueError(f"keyword_share must be between 0 and 1, not {keyword_share}")
         cosines = cosines or {}
         # Each candidate's place in its lists (0-based; a message listed twice: its last place). Places,
         # not (rank, hit) pairs: small ints are shared objects, so the maps allocate nothing per candidate.
         self._vector, self._keyword = vector, keyword
-        self._vec_at = vec_at = {h.message_id: i for i, h in enumerate(vector)}
-        self._kw_at = kw_at = {h.message_id: i for i, h in enumerate(keyword)}
+        self._vec_at = vec_at = places(vector) if vec_at is None else vec_at
+        self._kw_at = kw_at = places(keyword)
         self._cosines = cosines
         best_kw = max((h.score for h in keyword), default=0.0)
         kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
@@ -221,6 +222,11 @@ class Combined:
                       v + 1 if v is not None else None, k + 1 if k is not None else None)
             )
         return out
+
+
+def places(ranked: Sequence[Ranked]) -> dict[str, int]:
+    """Each message's place in a list (0-based; a message listed twice: its last place)."""
+    return {h.message_id: i for i, h in enumerate(ranked)}
 
 
 def rerank(

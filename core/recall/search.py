@@ -172,15 +172,8 @@ def run(
                 degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
             else:
                 out.terms, out.dropped_terms = index.keywords.terms(conn, query)
-                kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
-                                           until=until_iso, terms=out.terms)
-                # (the backends' hits are ``Ranked`` already: ``KeywordHit`` is its name there)
-                ranked = kw if all(type(h) is hybrid.Ranked for h in kw) else [
-                    hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
-                out.keyword = [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked
-                if out.gone:
-                    out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
 
+        vector: list[hybrid.Ranked] | None = None
         if mode in ("vector", "hybrid") and not embedded:
             qvec = embed()
         out.qvec = qvec
@@ -192,10 +185,17 @@ def run(
                 for skipped in out.vset.skips.reasons():
                     degrade(skipped, failure=False)
                 narrowed = thread_id if resource_id is not None else None
-                ranked = out.vset.ranked(qvec, depth, narrowed, until_iso)
-                out.vector = [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked
-                if out.gone:
-                    out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
+                vector = out.vset.ranked(qvec, depth, narrowed, until_iso)
+        # The keyword list after the vector scan, its statements' reads (``terms``) before it: the scan
+        # streams the whole matrix through the CPU's caches, and the fusion reads the keyword hits again.
+        if mode in ("keyword", "hybrid") and index.has_fts:
+            kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
+                                       until=until_iso, terms=out.terms)
+            # (the backends' hits are ``Ranked`` already: ``KeywordHit`` is its name there)
+            _listed(out, "keyword", kw if all(type(h) is hybrid.Ranked for h in kw) else [
+                hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw])
+        if vector is not None:
+            _listed(out, "vector", vector)
         if mode == "hybrid":
             _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share, kept, synced)
     return out
@@ -215,9 +215,11 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     """Hybrid: fuse the two lists (``combine``), then re-rank by next message and named period."""
     qvec = out.qvec
     if out.vset is not None and qvec is not None:
-        seen = {r.message_id for r in out.vector}
-        out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in seen])
-    combined = hybrid.Combined(out.vector, out.keyword, out.cosines, keyword_share=keyword_share)
+        vec_at = hybrid.places(out.vector)  # (the fusion's map, built once for both)
+        out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in vec_at])
+    else:
+        vec_at = None
+    combined = hybrid.Combined(out.vector, out.keyword, out.cosines, keyword_share=keyword_share, vec_at=vec_at)
     # A past turn's "last week" counts from that turn's day.
     spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
     out.date_spans = len(spans)
