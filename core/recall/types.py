@@ -35,7 +35,7 @@ class Ranked(NamedTuple):
 
 # ``Ranked(*fields)`` without the named tuple's ``__new__`` (a Python function: a frame per record): a search
 # builds its lists' hundred records this way, from the fields as one tuple.
-ranked_of: Callable[[tuple[str, str | None, str | None, float]], Ranked] = partial(tuple.__new__, Ranked)  # type: ignore[assignment]
+ranked_of: Callable[[tuple[str, str | None, str | None, float]], Ranked] = partial(tuple.__new__, Ranked)
 
 
 class Fused(NamedTuple):

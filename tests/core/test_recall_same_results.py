@@ -191,3 +191,30 @@ def test_reranking_combines_entries_as_rerank_does_its_records(vec, kw, known, n
     want = hybrid.rerank(combined.fused(entries), nexts, period, limit=limit, scores=combined.scores(),
                          by_speaker=speaker or None)
     assert combined.reranked(entries, nexts, period, limit=limit, by_speaker=speaker or None) == want
+
+
+def test_a_query_naming_no_speaker_of_a_candidate_reranks_fewer_with_the_same_results(store, monkeypatch):
+    """No receiver spoken by a speaker the query names: only those that reach the top_k without the
+    speaker boost are re-ranked, with the same records, scores and order as when every one is."""
+    monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
+    sizes: list[int] = []
+    real = hybrid.Combined.reranked
+
+    def counted(self, entries, *args, **kw):  # type: ignore[no-untyped-def]
+        sizes.append(len(entries))
+        return real(self, entries, *args, **kw)
+
+    monkeypatch.setattr(hybrid.Combined, "reranked", counted)
+    fewer = 0
+    for query in ("zebra crossing lake", "peanuts allergy soup", "guitar concert in March", "novel chapter teacher"):
+        for top_k in (1, 3, 10):
+            sizes.clear()
+            run = pipeline.run(index, query, resource_id="u", thread_id=None, top_k=top_k, mode="hybrid")
+            assert not run.by_speaker
+            fewer += sizes[0] < len(run.receivers)
+            every = pipeline.run(index, query, resource_id="u", thread_id=None, top_k=top_k, mode="hybrid",
+                                 every_candidate=True)
+            assert run.reranked == every.reranked[:top_k], (query, top_k)
+    assert fewer  # (the shortcut was taken)
