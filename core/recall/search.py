@@ -335,6 +335,9 @@ def run_search(
     return SearchResult(hits, reason, mode, details)
 
 
+_ROUNDING = 1e-9
+
+
 def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool,
                spoken: bool = True) -> list[tuple[float, float, str]]:
     """The candidates ``hybrid.rerank`` could place in the top ``top_k`` (of ``Combined.order``: negated
@@ -344,7 +347,9 @@ def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool
     date boost (the common divisor changes no order). A prefix of ``order``: of a prefix, the same cut."""
     if len(order) <= top_k:
         return order
-    gain = (hybrid.NEXT_SHARE * max(-order[0][0], 0.0) + (hybrid.SPEAKER_BOOST if spoken else 0.0)
+    # (without the speaker boost's slack, a margin for rounding: scores and gains are a few units at most,
+    # their sums' rounding errors about 1e-15)
+    gain = (hybrid.NEXT_SHARE * max(-order[0][0], 0.0) + (hybrid.SPEAKER_BOOST if spoken else _ROUNDING)
             + (hybrid.DATE_BOOST if dated else 0.0))
     bar = -order[top_k - 1][0] - gain
     return [e for e in order if -e[0] >= bar]

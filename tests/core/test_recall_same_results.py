@@ -218,3 +218,24 @@ def test_a_query_naming_no_speaker_of_a_candidate_reranks_fewer_with_the_same_re
                                  every_candidate=True)
             assert run.reranked == every.reranked[:top_k], (query, top_k)
     assert fewer  # (the shortcut was taken)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefghij"), st.floats(-1.0, 1.0, allow_nan=False), max_size=10),
+    kw=st.dictionaries(st.sampled_from("fghijklmno"), st.floats(0.0, 40.0, allow_nan=False), max_size=10),
+    nexts=st.dictionaries(st.sampled_from("abcdefghijklmno"), st.sampled_from("abcdefghijklmnopq")),
+    period=st.none() | st.sets(st.sampled_from("abcdefghijklmno")),
+    top_k=st.integers(1, 8),
+)
+def test_without_a_named_speaker_the_tighter_cut_keeps_the_top_k(vec, kw, nexts, period, top_k):
+    """``_may_reach(..., spoken=False)`` of the receivers, re-ranked, gives the top_k of every candidate
+    re-ranked (no speaker boost), ties and equal scores included."""
+    vector = [R(m, "t", "u", s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [R(m, "t2", None, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    combined = hybrid.Combined(vector, keyword_list, {})
+    receivers = pipeline._may_reach(combined.order, top_k, dated=period is not None)
+    fewer = pipeline._may_reach(receivers, top_k, dated=period is not None, spoken=False)
+    assert fewer == receivers[: len(fewer)]
+    want = combined.reranked(combined.order, nexts, period, limit=top_k)
+    assert combined.reranked(fewer, nexts, period, limit=top_k) == want
