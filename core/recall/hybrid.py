@@ -156,6 +156,10 @@ class Combined:
             return min((cos - lo) / span, 1.0)
 
         scored: list[tuple[float, float, str]] = []
+        # Each candidate's score by id, kept as computed (``scores``' values, the same floats): the re-rank's
+        # lookups would otherwise build a new float per candidate from ``order``.
+        self._score_of: dict[str, float] = {}
+        score_of = self._score_of
         spread = span > 1e-12
         for i in vec_at.values():  # (a message listed twice counts once, as its last entry)
             h = vector[i]
@@ -168,6 +172,7 @@ class Combined:
                 part = vec_part(cos)
             score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
             scored.append((-score, -cos, h.message_id))
+            score_of[h.message_id] = score
         for i in kw_at.values():
             h = keyword[i]
             if h.message_id in vec_at:
@@ -179,6 +184,7 @@ class Combined:
             else:
                 score = h.score * kw_scale + vec_share * vec_part(known)
             scored.append((-score, -(known if known is not None else -2.0), h.message_id))
+            score_of[h.message_id] = score
         scored.sort()
         self.order = scored
 
@@ -199,7 +205,7 @@ class Combined:
         by_speaker=by_speaker)``, the same records in the same order, with a record built only for each
         candidate returned (a search keeps ``limit`` of about a hundred). ``scores``: ``self.scores()``,
         when the caller has it."""
-        base = self.scores() if scores is None else scores
+        base = self._score_of if scores is None else scores
         kept = _rescored(entries, base, next_of, in_period, by_speaker, NEXT_SHARE, DATE_BOOST, SPEAKER_BOOST, limit)
         return self.fused([(neg, tie, mid) for neg, tie, mid, _ in kept])  # (each record's score: the re-ranked one)
 
