@@ -124,15 +124,16 @@ class Combined:
     still reach its top k."""
 
     def __init__(self, vector: Sequence[Ranked], keyword: Sequence[Ranked], cosines: Mapping[str, float] | None = None,
-                 *, keyword_share: float = KEYWORD_SHARE) -> None:
+                 *, keyword_share: float = KEYWORD_SHARE, vec_at: dict[str, int] | None = None) -> None:
+        """``vec_at``: ``places(vector)``, when the caller has it."""
         if not 0.0 <= keyword_share <= 1.0:
             raise ValueError(f"keyword_share must be between 0 and 1, not {keyword_share}")
         cosines = cosines or {}
         # Each candidate's place in its lists (0-based; a message listed twice: its last place). Places,
         # not (rank, hit) pairs: small ints are shared objects, so the maps allocate nothing per candidate.
         self._vector, self._keyword = vector, keyword
-        self._vec_at = vec_at = {h.message_id: i for i, h in enumerate(vector)}
-        self._kw_at = kw_at = {h.message_id: i for i, h in enumerate(keyword)}
+        self._vec_at = vec_at = places(vector) if vec_at is None else vec_at
+        self._kw_at = kw_at = places(keyword)
         self._cosines = cosines
         best_kw = max((h.score for h in keyword), default=0.0)
         kw_scale = keyword_share / best_kw if best_kw > 0 else 0.0
@@ -155,6 +156,10 @@ class Combined:
             return min((cos - lo) / span, 1.0)
 
         scored: list[tuple[float, float, str]] = []
+        # Each candidate's score by id, kept as computed (``scores``' values, the same floats): the re-rank's
+        # lookups would otherwise build a new float per candidate from ``order``.
+        self._score_of: dict[str, float] = {}
+        score_of = self._score_of
         spread = span > 1e-12
         for i in vec_at.values():  # (a message listed twice counts once, as its last entry)
             h = vector[i]
@@ -167,6 +172,7 @@ class Combined:
                 part = vec_part(cos)
             score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
             scored.append((-score, -cos, h.message_id))
+            score_of[h.message_id] = score
         for i in kw_at.values():
             h = keyword[i]
             if h.message_id in vec_at:
@@ -178,6 +184,7 @@ class Combined:
             else:
                 score = h.score * kw_scale + vec_share * vec_part(known)
             scored.append((-score, -(known if known is not None else -2.0), h.message_id))
+            score_of[h.message_id] = score
         scored.sort()
         self.order = scored
 
@@ -198,7 +205,7 @@ class Combined:
         by_speaker=by_speaker)``, the same records in the same order, with a record built only for each
         candidate returned (a search keeps ``limit`` of about a hundred). ``scores``: ``self.scores()``,
         when the caller has it."""
-        base = self.scores() if scores is None else scores
+        base = self._score_of if scores is None else scores
         kept = _rescored(entries, base, next_of, in_period, by_speaker, NEXT_SHARE, DATE_BOOST, SPEAKER_BOOST, limit)
         return self.fused([(neg, tie, mid) for neg, tie, mid, _ in kept])  # (each record's score: the re-ranked one)
 
@@ -221,6 +228,11 @@ class Combined:
                       v + 1 if v is not None else None, k + 1 if k is not None else None)
             )
         return out
+
+
+def places(ranked: Sequence[Ranked]) -> dict[str, int]:
+    """Each message's place in a list (0-based; a message listed twice: its last place)."""
+    return {h.message_id: i for i, h in enumerate(ranked)}
 
 
 def rerank(

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall.types import Ranked
+from core.recall.types import Ranked, ranked_of
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, STATE_TABLE, VOCAB_TABLE
 from core.storage.catalog import has_table, virtual_table_sql
 from core.storage.scratch import scratch_connection
@@ -479,7 +479,7 @@ class KeywordMemory:
             if keys is not None:  # sorted by (-score, message id, place) as below, in numpy
                 order = np.lexsort((places, keys[places], -score))[:limit]
                 places, score = places[order], score[order]
-                return [Ranked(mids[p] or "", names[t] if t >= 0 else None, names[r] if r >= 0 else None, s)
+                return [ranked_of((mids[p] or "", names[t] if t >= 0 else None, names[r] if r >= 0 else None, s))
                         for p, t, r, s in zip(places.tolist(), self._threads[places].tolist(),
                                               self._resources[places].tolist(), score.tolist())]
             picked = sorted(zip((-score).tolist(), [mids[p] or "" for p in places.tolist()], places.tolist()))[:limit]

@@ -17,6 +17,7 @@ import numpy as np
 
 from core.recall import ivf
 from core.recall.hybrid import Ranked
+from core.recall.types import ranked_of
 from core.recall.vector_table import RawRow
 
 IVF_MIN_ROWS = 100_000  # below this an exact scan is within the 2 ms budget class
@@ -232,7 +233,7 @@ class VectorSet:
         if self._depth_suffices(qvec, depth, thread_id, until):  # (one row a message: nothing to merge)
             pos, scores = self.search(qvec, depth)
             mids, threads, resources = self.message_ids, self.thread_ids, self.resource_ids
-            return [Ranked(mids[p], threads[p], resources[p], s) for p, s in zip(pos.tolist(), scores.tolist())]
+            return [ranked_of((mids[p], threads[p], resources[p], s)) for p, s in zip(pos.tolist(), scores.tolist())]
         pos, scores = self.search(qvec, depth * 2, thread_id=thread_id, until=until)
         out: list[Ranked] = []
         seen: set[str] = set()

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from core.recall import hybrid
 from core.recall.backends import KeywordBackend
-from core.recall.matrix import ScopeVectors
+from core.recall.matrix import ScopeVectors, VectorSet
 from core.recall import order_cache
 from core.recall.order_cache import OrderCache
 from core.recall.text import LABEL_CHARS, SpeakerMatcher, query_dates, speaker_label
@@ -172,30 +172,39 @@ def run(
                 degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
             else:
                 out.terms, out.dropped_terms = index.keywords.terms(conn, query)
+
+        def keyword_list() -> None:
+            if mode in ("keyword", "hybrid") and index.has_fts:
                 kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
                                            until=until_iso, terms=out.terms)
                 # (the backends' hits are ``Ranked`` already: ``KeywordHit`` is its name there)
-                ranked = kw if all(type(h) is hybrid.Ranked for h in kw) else [
-                    hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw]
-                out.keyword = [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked
-                if out.gone:
-                    out.left_out.extend(("keyword", r) for r in ranked if r.message_id in out.gone)
+                _listed(out, "keyword", kw if all(type(h) is hybrid.Ranked for h in kw) else [
+                    hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw])
 
         if mode in ("vector", "hybrid") and not embedded:
             qvec = embed()
         out.qvec = qvec
         if mode in ("vector", "hybrid") and qvec is not None:
             out.vset = index.vector_set(conn, resource_id, thread_id)
+        # The keyword list comes after the scan of an in-process matrix (its statements' reads, ``terms``,
+        # before it): the scan streams the whole matrix through the CPU's caches, and the fusion reads the
+        # keyword hits again. A server's vectors (Postgres) are read after it, with its cosines.
+        scan_first = isinstance(out.vset, VectorSet)
+        if not scan_first:
+            keyword_list()
+        vector: list[hybrid.Ranked] | None = None
+        if mode in ("vector", "hybrid") and qvec is not None:
             if out.vset is None:
                 degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
             else:
                 for skipped in out.vset.skips.reasons():
                     degrade(skipped, failure=False)
                 narrowed = thread_id if resource_id is not None else None
-                ranked = out.vset.ranked(qvec, depth, narrowed, until_iso)
-                out.vector = [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked
-                if out.gone:
-                    out.left_out.extend(("vector", r) for r in ranked if r.message_id in out.gone)
+                vector = out.vset.ranked(qvec, depth, narrowed, until_iso)
+        if scan_first:
+            keyword_list()
+        if vector is not None:
+            _listed(out, "vector", vector)
         if mode == "hybrid":
             _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share, kept, synced)
     return out
@@ -215,9 +224,11 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     """Hybrid: fuse the two lists (``combine``), then re-rank by next message and named period."""
     qvec = out.qvec
     if out.vset is not None and qvec is not None:
-        seen = {r.message_id for r in out.vector}
-        out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in seen])
-    combined = hybrid.Combined(out.vector, out.keyword, out.cosines, keyword_share=keyword_share)
+        vec_at = hybrid.places(out.vector)  # (the fusion's map, built once for both)
+        out.cosines = out.vset.cosines(qvec, [r.message_id for r in out.keyword if r.message_id not in vec_at])
+    else:
+        vec_at = None
+    combined = hybrid.Combined(out.vector, out.keyword, out.cosines, keyword_share=keyword_share, vec_at=vec_at)
     # A past turn's "last week" counts from that turn's day.
     spans = query_dates(query, until.astimezone(timezone.utc).date() if until is not None else today())
     out.date_spans = len(spans)
@@ -242,16 +253,24 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                 order = thread_order(conn, ids, labels=labels)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
+    named = SpeakerMatcher(query)
+    out.by_speaker = {mid for mid, (_, _, label) in order.items() if label is not None and named(label)}
+    # When no receiver was spoken by a speaker the query names, none gains the speaker boost, so only
+    # those that reach the top_k without it are re-ranked (``_may_reach``'s bound less the boost): the
+    # same records, scores and order, without a lookup of each other receiver's next message.
+    entries = receivers
+    if not everyone and not out.by_speaker and hybrid.SPEAKER_BOOST > 0:
+        entries = _may_reach(receivers, top_k, dated=bool(spans), spoken=False)
+        if len(entries) < len(receivers):
+            order = {mid: found for _, _, mid in entries if (found := order.get(mid)) is not None}
     next_of = {mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None}
     in_period = (
         {mid for mid, (_, day, _) in order.items() if day is not None and any(s.contains(day) for s in spans)}
         if spans else None
     )
-    named = SpeakerMatcher(query)
-    out.by_speaker = {mid for mid, (_, _, label) in order.items() if label is not None and named(label)}
     # Without a threshold only the top_k are needed; with one, every candidate may be.
     out.reranked = combined.reranked(
-        receivers, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
+        entries, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
         by_speaker=out.by_speaker or None,
     )
 
@@ -316,14 +335,22 @@ def run_search(
     return SearchResult(hits, reason, mode, details)
 
 
-def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool) -> list[tuple[float, float, str]]:
+_ROUNDING = 1e-9
+
+
+def _may_reach(order: list[tuple[float, float, str]], top_k: int, *, dated: bool,
+               spoken: bool = True) -> list[tuple[float, float, str]]:
     """The candidates ``hybrid.rerank`` could place in the top ``top_k`` (of ``Combined.order``: negated
     scores, best first): gains are never negative, so the top_k-th candidate keeps at least its score,
     and no candidate gains more than the next-message share of the best score plus the speaker boost
-    and, when the query names a period (``dated``), the date boost (the common divisor changes no order)."""
+    (unless no candidate gains it: ``spoken`` False) and, when the query names a period (``dated``), the
+    date boost (the common divisor changes no order). A prefix of ``order``: of a prefix, the same cut."""
     if len(order) <= top_k:
         return order
-    gain = hybrid.NEXT_SHARE * max(-order[0][0], 0.0) + hybrid.SPEAKER_BOOST + (hybrid.DATE_BOOST if dated else 0.0)
+    # (without the speaker boost's slack, a margin for rounding: scores and gains are a few units at most,
+    # their sums' rounding errors about 1e-15)
+    gain = (hybrid.NEXT_SHARE * max(-order[0][0], 0.0) + (hybrid.SPEAKER_BOOST if spoken else _ROUNDING)
+            + (hybrid.DATE_BOOST if dated else 0.0))
     bar = -order[top_k - 1][0] - gain
     return [e for e in order if -e[0] >= bar]
 

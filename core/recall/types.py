@@ -4,7 +4,8 @@ playground's explanation and the backends (so none of them imports another for a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from functools import partial
+from typing import Any, Callable, Literal, NamedTuple
 
 import numpy as np
 
@@ -30,6 +31,11 @@ class Ranked(NamedTuple):
     thread_id: str | None
     resource_id: str | None
     score: float
+
+
+# ``Ranked(*fields)`` without the named tuple's ``__new__`` (a Python function: a frame per record): a search
+# builds its lists' hundred records this way, from the fields as one tuple.
+ranked_of: Callable[[tuple[str, str | None, str | None, float]], Ranked] = partial(tuple.__new__, Ranked)
 
 
 class Fused(NamedTuple):

@@ -191,3 +191,51 @@ def test_reranking_combines_entries_as_rerank_does_its_records(vec, kw, known, n
     want = hybrid.rerank(combined.fused(entries), nexts, period, limit=limit, scores=combined.scores(),
                          by_speaker=speaker or None)
     assert combined.reranked(entries, nexts, period, limit=limit, by_speaker=speaker or None) == want
+
+
+def test_a_query_naming_no_speaker_of_a_candidate_reranks_fewer_with_the_same_results(store, monkeypatch):
+    """No receiver spoken by a speaker the query names: only those that reach the top_k without the
+    speaker boost are re-ranked, with the same records, scores and order as when every one is."""
+    monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
+    sizes: list[int] = []
+    real = hybrid.Combined.reranked
+
+    def counted(self, entries, *args, **kw):  # type: ignore[no-untyped-def]
+        sizes.append(len(entries))
+        return real(self, entries, *args, **kw)
+
+    monkeypatch.setattr(hybrid.Combined, "reranked", counted)
+    fewer = 0
+    for query in ("zebra crossing lake", "peanuts allergy soup", "guitar concert in March", "novel chapter teacher"):
+        for top_k in (1, 3, 10):
+            sizes.clear()
+            run = pipeline.run(index, query, resource_id="u", thread_id=None, top_k=top_k, mode="hybrid")
+            assert not run.by_speaker
+            fewer += sizes[0] < len(run.receivers)
+            every = pipeline.run(index, query, resource_id="u", thread_id=None, top_k=top_k, mode="hybrid",
+                                 every_candidate=True)
+            assert run.reranked == every.reranked[:top_k], (query, top_k)
+    assert fewer  # (the shortcut was taken)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefghij"), st.floats(-1.0, 1.0, allow_nan=False), max_size=10),
+    kw=st.dictionaries(st.sampled_from("fghijklmno"), st.floats(0.0, 40.0, allow_nan=False), max_size=10),
+    nexts=st.dictionaries(st.sampled_from("abcdefghijklmno"), st.sampled_from("abcdefghijklmnopq")),
+    period=st.none() | st.sets(st.sampled_from("abcdefghijklmno")),
+    top_k=st.integers(1, 8),
+)
+def test_without_a_named_speaker_the_tighter_cut_keeps_the_top_k(vec, kw, nexts, period, top_k):
+    """``_may_reach(..., spoken=False)`` of the receivers, re-ranked, gives the top_k of every candidate
+    re-ranked (no speaker boost), ties and equal scores included."""
+    vector = [R(m, "t", "u", s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [R(m, "t2", None, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    combined = hybrid.Combined(vector, keyword_list, {})
+    receivers = pipeline._may_reach(combined.order, top_k, dated=period is not None)
+    fewer = pipeline._may_reach(receivers, top_k, dated=period is not None, spoken=False)
+    assert fewer == receivers[: len(fewer)]
+    want = combined.reranked(combined.order, nexts, period, limit=top_k)
+    assert combined.reranked(fewer, nexts, period, limit=top_k) == want
