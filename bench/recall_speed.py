@@ -103,6 +103,17 @@ def file_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
+def time_searches(index: Any, queries: list[str], mode: str) -> tuple[list[float], list[float]]:
+    """Each query's search in ``mode`` (top 10, resource scope): wall and CPU milliseconds."""
+    times, cpu = [], []
+    for q in queries:
+        t, c = time.perf_counter(), time.process_time()
+        index.search(q, resource_id="u", mode=mode, top_k=10)
+        times.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
+    return times, cpu
+
+
 def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
     rng = np.random.default_rng(1)
     tmp = Path(tempfile.mkdtemp(prefix="recall-speed-"))
@@ -140,12 +151,7 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
     p50: dict[str, float] = {}
     cpu50: dict[str, float] = {}
     for mode in ("vector", "keyword", "hybrid"):
-        times, cpu = [], []
-        for q in queries:
-            t, c = time.perf_counter(), time.process_time()
-            index.search(q, resource_id="u", mode=mode, top_k=10)
-            times.append((time.perf_counter() - t) * 1000)
-            cpu.append((time.process_time() - c) * 1000)
+        times, cpu = time_searches(index, queries, mode)
         p50[mode] = statistics.median(times)
         cpu50[mode] = statistics.median(cpu)
         print(f"{n:,} msgs, index.search mode={mode:<7} {percentiles(times)}  CPU p50 {statistics.median(cpu):.2f} ms")
@@ -159,12 +165,7 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
     best_cpu = dict(best)
     for _ in range(5):
         for mode in best:
-            times, cpu = [], []
-            for q in queries:
-                t, c = time.perf_counter(), time.process_time()
-                index.search(q, resource_id="u", mode=mode, top_k=10)
-                times.append((time.perf_counter() - t) * 1000)
-                cpu.append((time.process_time() - c) * 1000)
+            times, cpu = time_searches(index, queries, mode)
             best[mode] = min(best[mode], statistics.median(times))
             best_cpu[mode] = min(best_cpu[mode], statistics.median(cpu))
     print("best of 5, modes in turn: " + " / ".join(f"{m} {best[m]:.2f}" for m in best)
