@@ -35,6 +35,14 @@ from typing import Any, Iterator
 
 sys.path.insert(0, os.getcwd())  # the checkout under test, before this file's own
 sys.path.insert(1, str(Path(__file__).resolve().parent))
+# ``core`` is imported from the checkout under test now, before this file's helpers (``recall_speed``,
+# ``recall_locomo``) put their own checkout first on the path: once the package is loaded, every
+# ``core.*`` module comes from it whatever the path says later.
+import core  # noqa: E402
+
+if Path(core.__file__).resolve().parents[1] != Path(os.getcwd()).resolve():
+    raise SystemExit(f"core was imported from {Path(core.__file__).resolve().parents[1]}, not from the current "
+                     "directory: run this file from the root of the checkout to compare")
 
 
 def default_data() -> Path:
