@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import tempfile
+from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -43,15 +44,6 @@ import core  # noqa: E402
 if Path(core.__file__).resolve().parents[1] != Path(os.getcwd()).resolve():
     raise SystemExit(f"core was imported from {Path(core.__file__).resolve().parents[1]}, not from the current "
                      "directory: run this file from the root of the checkout to compare")
-
-
-def default_data() -> Path:
-    """``shared/bench/locomo`` beside the checkout (or a worktree further down), as ``recall_locomo.py`` finds it."""
-    here = Path(__file__).resolve()
-    for folder in here.parents:
-        if (folder / "shared/bench/locomo").exists():
-            return (folder / "shared/bench/locomo").resolve()
-    return here.parents[1].parent / "shared/bench/locomo"
 
 
 def exact(value: Any) -> Any:
@@ -109,42 +101,20 @@ def synthetic(n: int, queries: int) -> Iterator[dict[str, Any]]:
 
 
 def locomo(data: Path, limit: int) -> Iterator[dict[str, Any]]:
-    from collections import defaultdict
-
     from core.embedding import HashingEmbedder
-    from core.memory import Memory
-    from core.messages import Message
-    from core.options import MemoryOptions
     from core.recall.explain import inspect_search
-    from core.storage import open_store
 
-    def load(path: Path) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    import recall_locomo as rl  # (core is already the checkout under test's: see the top of this file)
 
-    messages = load(data / "locomo_public_messages.jsonl")
-    questions = load(data / "locomo_public_queries.jsonl")[: limit or None]
+    messages = rl.load_jsonl(data / "locomo_public_messages.jsonl")
+    questions = rl.load_jsonl(data / "locomo_public_queries.jsonl")[: limit or None]
     tmp = Path(tempfile.mkdtemp(prefix="recall-same-locomo-"))
     embedder = HashingEmbedder(256)
     by_conv: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for m in messages:
         by_conv[m["conv_id"]].append(m)
-    memories: dict[str, Memory] = {}
-    for conv_id, msgs in sorted(by_conv.items()):  # as bench/recall_locomo.py ingests them
-        memory = Memory(open_store(tmp / f"{conv_id}.db"), MemoryOptions(semantic_recall=True), embedder=embedder)
-        sessions: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        for m in msgs:
-            sessions[m["session"]].append(m)
-        for session, rows in sorted(sessions.items()):
-            thread_id = f"{conv_id}:S{session}"
-            memory.create_thread(resource_id=conv_id, thread_id=thread_id, title=f"session {session}")
-            batch = []
-            for m in sorted(rows, key=lambda r: r["seq"]):
-                when = datetime.fromisoformat(m["createdAt"]).replace(tzinfo=timezone.utc) + timedelta(seconds=m["seq"])
-                text = f'{m["speaker"]}: {m["text"]}' + (f' [image: {m["image_caption"]}]' if m.get("image_caption") else "")
-                make = Message.user if m["role"] == "user" else Message.assistant
-                batch.append(make(text, id=m["id"], thread_id=thread_id, resource_id=conv_id, created_at=when))
-            memory.save_messages(batch)
-        memories[conv_id] = memory
+    # ingested as bench/recall_locomo.py does: one database per conversation, one thread a session
+    memories = {conv_id: rl.ingest(conv_id, msgs, tmp, embedder) for conv_id, msgs in sorted(by_conv.items())}
     for q in questions:
         memory = memories[q["conv_id"]]
         for mode in ("vector", "keyword", "hybrid"):
@@ -164,10 +134,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n", type=int, default=10_000, help="messages of the synthetic resource")
     ap.add_argument("--queries", type=int, default=200, help="synthetic queries (recall_speed.py's first ones)")
-    ap.add_argument("--data", type=Path, default=default_data(), help="folder with locomo_public_*.jsonl")
+    ap.add_argument("--data", type=Path, default=None, help="folder with locomo_public_*.jsonl (default: as recall_locomo.py finds it)")
     ap.add_argument("--locomo-limit", type=int, default=0, help="only the first N LoCoMo questions (0: all)")
     ap.add_argument("--skip-locomo", action="store_true")
     args = ap.parse_args()
+    if args.data is None:
+        import recall_locomo
+
+        args.data = recall_locomo.default_data()
     digest = hashlib.sha256()
     answers = hits = 0
     with args.out.open("w", encoding="utf-8") as f:
