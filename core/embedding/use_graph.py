@@ -198,17 +198,23 @@ def tokenizer_graph(model: Any) -> Any:
     return helper.make_model(g, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
-def per_text_graph(model: Any) -> Any:
-    """Rewrite ``model`` in place so each text's activations are quantised with its own scale (see above)."""
-    onnx = _onnx()
-    helper, numpy_helper = onnx.helper, onnx.numpy_helper
-    graph = model.graph
+def _maps(graph: Any) -> tuple[dict[str, Any], dict[Any, Any], dict[str, list[Any]]]:
+    """The graph as it is now: initializers by name, each value's producing node, each value's consumers."""
     inits = {i.name: i for i in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
     consumers: dict[str, list[Any]] = {}
     for n in graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
+    return inits, producer, consumers
+
+
+def per_text_graph(model: Any) -> Any:
+    """Rewrite ``model`` in place so each text's activations are quantised with its own scale (see above)."""
+    onnx = _onnx()
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    graph = model.graph
+    inits, producer, consumers = _maps(graph)
 
     def const(name: str) -> Any:
         return numpy_helper.to_array(inits[name])
@@ -381,8 +387,7 @@ def _window_gathers(graph: Any, helper: Any, numpy_helper: Any) -> None:
     unchanged, its windows holding its own rows of ``x`` (each token's centre window) and zeros,
     which cannot move max(0, ·) or min(0, ·).
     """
-    inits = {i.name: i for i in graph.initializer}
-    producer = {o: n for n in graph.node for o in n.output}
+    inits, producer, _ = _maps(graph)
     replaced = 0
     for n in list(graph.node):
         name = n.name.rsplit("CNN_layers/", 1)[-1]
@@ -473,12 +478,7 @@ def _one_embedding_table(graph: Any, helper: Any, numpy_helper: Any) -> None:
     ``(float(q) - zp) * scale``, which is what ``DequantizeLinear`` computes (an exact difference, one
     rounding in the product): the same float32 rows.
     """
-    inits = {i.name: i for i in graph.initializer}
-    producer = {o: n for n in graph.node for o in n.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for i in node.input:
-            consumers.setdefault(i, []).append(node)
+    inits, producer, consumers = _maps(graph)
     (out,) = [n for n in graph.node if n.op_type == "Reshape" and n.name.endswith("EmbeddingLookupUnique/Reshape_1")]
     gather_v2 = producer[out.input[0]]
     inverse_cast = producer[gather_v2.input[1]]
