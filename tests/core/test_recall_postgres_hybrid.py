@@ -7,6 +7,7 @@ cosines and the thread order)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -16,7 +17,7 @@ from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.recall import RecallIndex, hybrid, pg_hybrid
 from core.recall import search as pipeline
-from core.storage import open_store
+from core.storage import Store, open_store
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 WORDS = ("garden", "tomatoes", "Lisbon", "東京の会議", "旅行", "bicycle", "concert")
@@ -38,6 +39,16 @@ def _fill(store) -> RecallIndex:  # type: ignore[no-untyped-def]
     store.memory.save_messages(msgs)
     assert not index.index_messages(msgs).failed
     return index
+
+
+@pytest.fixture
+def filled(pg_url: str) -> Iterator[tuple[Store, RecallIndex]]:
+    """A Postgres store and its recall index over ``_fill``'s 240 messages; closed after the test."""
+    store = open_store(pg_url)
+    try:
+        yield store, _fill(store)
+    finally:
+        store.close()
 
 
 def _statements(store) -> list[str]:  # type: ignore[no-untyped-def]
@@ -67,90 +78,70 @@ SCOPES = (
 )
 
 
-def test_one_statement_answers_what_the_reads_one_by_one_answer(pg_url: str, monkeypatch: pytest.MonkeyPatch):
-    store = open_store(pg_url)
-    try:
-        index = _fill(store)
-        assert index.read_hybrid is not None
-        for boost in (hybrid.SPEAKER_BOOST, 0.0):  # speaker labels read, or no content read at all
-            monkeypatch.setattr(hybrid, "SPEAKER_BOOST", boost)
-            for scope in SCOPES:
-                for query in QUERIES:
-                    assert _run(index, True, query, **scope) == _run(index, False, query, **scope), (query, scope)
-    finally:
-        store.close()
-
-
-def test_one_statement_per_search_once_its_terms_are_counted(pg_url: str):
-    store = open_store(pg_url)
-    try:
-        index = _fill(store)
-        seen = _statements(store)
-        for query in QUERIES:
-            index.search(query, resource_id="u", top_k=5, mode="hybrid")  # counts the new terms
-            seen.clear()
-            result = index.search(query, resource_id="u", top_k=5, mode="hybrid")
-            assert len(seen) == 1 and seen[0].startswith("WITH kw "), (query, seen)
-            assert result.hits
-        index.read_hybrid = None  # the reads one by one: queue, keyword list, vector list + cosines, order
-        seen.clear()
-        index.search(QUERIES[0], resource_id="u", top_k=5, mode="hybrid")
-        assert len(seen) == 4
-    finally:
-        store.close()
-
-
-def test_messages_deleted_since_indexed_are_left_out_the_same_way(pg_url: str):
-    store = open_store(pg_url)
-    try:
-        index = _fill(store)
-        seen = _statements(store)
-        gone_query = "garden"
-        before = index.search(gone_query, resource_id="u", top_k=5, mode="hybrid")
-        with store.db.write() as conn:  # another writer deletes hits; the queue holds the deletes
-            conn.exec_driver_sql("DELETE FROM mastra_messages WHERE id = ANY(CAST(? AS text[]))",
-                                 ([h.message_id for h in before.hits[:3]],))
+def test_one_statement_answers_what_the_reads_one_by_one_answer(filled: tuple[Store, RecallIndex], monkeypatch: pytest.MonkeyPatch):
+    _, index = filled
+    assert index.read_hybrid is not None
+    for boost in (hybrid.SPEAKER_BOOST, 0.0):  # speaker labels read, or no content read at all
+        monkeypatch.setattr(hybrid, "SPEAKER_BOOST", boost)
         for scope in SCOPES:
-            for query in (gone_query, QUERIES[0]):
-                one, steps = _run(index, True, query, **scope), _run(index, False, query, **scope)
-                assert one == steps, (query, scope)
-        index.read_hybrid = pg_hybrid.read
-        run = pipeline.run(index, gone_query, resource_id="u", thread_id=None, top_k=5, mode="hybrid")
-        assert run.backlog and run.gone and run.left_out
-        assert not {h.message_id for h in before.hits[:3]} & {f.message_id for f in run.reranked}
+            for query in QUERIES:
+                assert _run(index, True, query, **scope) == _run(index, False, query, **scope), (query, scope)
+
+
+def test_one_statement_per_search_once_its_terms_are_counted(filled: tuple[Store, RecallIndex]):
+    store, index = filled
+    seen = _statements(store)
+    for query in QUERIES:
+        index.search(query, resource_id="u", top_k=5, mode="hybrid")  # counts the new terms
         seen.clear()
-        index.search(gone_query, resource_id="u", top_k=5, mode="hybrid")
-        assert seen[0].startswith("WITH kw ") and len(seen) == 3  # + the queue's check and its deletes
-    finally:
-        store.close()
+        result = index.search(query, resource_id="u", top_k=5, mode="hybrid")
+        assert len(seen) == 1 and seen[0].startswith("WITH kw "), (query, seen)
+        assert result.hits
+    index.read_hybrid = None  # the reads one by one: queue, keyword list, vector list + cosines, order
+    seen.clear()
+    index.search(QUERIES[0], resource_id="u", top_k=5, mode="hybrid")
+    assert len(seen) == 4
 
 
-def test_searches_the_one_statement_does_not_cover_keep_the_reads_one_by_one(pg_url: str):
-    store = open_store(pg_url)
-    try:
-        index = _fill(store)
-        seen = _statements(store)
-        until = T0 + timedelta(hours=100)
-        for kw in (dict(until=until), dict(top_k=600)):  # a past turn's view; deeper than HNSW lists
-            seen.clear()
-            one = _run(index, True, "garden tomatoes", resource_id="u", thread_id=None, **{"top_k": 5, **kw})
-            assert not any(s.startswith("WITH kw ") for s in seen)
-            assert one == _run(index, False, "garden tomatoes", resource_id="u", thread_id=None, **{"top_k": 5, **kw})
-    finally:
-        store.close()
+def test_messages_deleted_since_indexed_are_left_out_the_same_way(filled: tuple[Store, RecallIndex]):
+    store, index = filled
+    seen = _statements(store)
+    gone_query = "garden"
+    before = index.search(gone_query, resource_id="u", top_k=5, mode="hybrid")
+    with store.db.write() as conn:  # another writer deletes hits; the queue holds the deletes
+        conn.exec_driver_sql("DELETE FROM mastra_messages WHERE id = ANY(CAST(? AS text[]))",
+                             ([h.message_id for h in before.hits[:3]],))
+    for scope in SCOPES:
+        for query in (gone_query, QUERIES[0]):
+            one, steps = _run(index, True, query, **scope), _run(index, False, query, **scope)
+            assert one == steps, (query, scope)
+    index.read_hybrid = pg_hybrid.read
+    run = pipeline.run(index, gone_query, resource_id="u", thread_id=None, top_k=5, mode="hybrid")
+    assert run.backlog and run.gone and run.left_out
+    assert not {h.message_id for h in before.hits[:3]} & {f.message_id for f in run.reranked}
+    seen.clear()
+    index.search(gone_query, resource_id="u", top_k=5, mode="hybrid")
+    assert seen[0].startswith("WITH kw ") and len(seen) == 3  # + the queue's check and its deletes
 
 
-def test_a_failed_query_embedding_still_answers_by_keyword(pg_url: str):
-    store = open_store(pg_url)
-    try:
-        index = _fill(store)
+def test_searches_the_one_statement_does_not_cover_keep_the_reads_one_by_one(filled: tuple[Store, RecallIndex]):
+    store, index = filled
+    seen = _statements(store)
+    until = T0 + timedelta(hours=100)
+    for kw in (dict(until=until), dict(top_k=600)):  # a past turn's view; deeper than HNSW lists
+        seen.clear()
+        one = _run(index, True, "garden tomatoes", resource_id="u", thread_id=None, **{"top_k": 5, **kw})
+        assert not any(s.startswith("WITH kw ") for s in seen)
+        assert one == _run(index, False, "garden tomatoes", resource_id="u", thread_id=None, **{"top_k": 5, **kw})
 
-        def broken(texts, kind="document"):  # type: ignore[no-untyped-def]
-            raise RuntimeError("embedder down")
 
-        index.embedder.embed = broken  # type: ignore[method-assign]
-        run = pipeline.run(index, "garden", resource_id="u", thread_id=None, top_k=5, mode="hybrid")
-        assert run.keyword and not run.vector and run.reranked
-        assert run.notes == ["query embedding failed (embedder down); vector results missing"]
-    finally:
-        store.close()
+def test_a_failed_query_embedding_still_answers_by_keyword(filled: tuple[Store, RecallIndex]):
+    _, index = filled
+
+    def broken(texts, kind="document"):  # type: ignore[no-untyped-def]
+        raise RuntimeError("embedder down")
+
+    index.embedder.embed = broken  # type: ignore[method-assign]
+    run = pipeline.run(index, "garden", resource_id="u", thread_id=None, top_k=5, mode="hybrid")
+    assert run.keyword and not run.vector and run.reranked
+    assert run.notes == ["query embedding failed (embedder down); vector results missing"]
