@@ -149,8 +149,7 @@ def run(
                     if got.queued:
                         out.backlog, out.gone = index.backlog(conn)
                     out.qvec, out.vset = qvec, vset
-                    _listed(out, "keyword", [hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score)
-                                             for h in got.keyword])
+                    _listed(out, "keyword", got.keyword)
                     _listed(out, "vector", got.vector)
                     _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share,
                           got.order, False)
@@ -177,9 +176,7 @@ def run(
             if mode in ("keyword", "hybrid") and index.has_fts:
                 kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
                                            until=until_iso, terms=out.terms)
-                # (the backends' hits are ``Ranked`` already: ``KeywordHit`` is its name there)
-                _listed(out, "keyword", kw if all(type(h) is hybrid.Ranked for h in kw) else [
-                    hybrid.Ranked(h.message_id, h.thread_id, h.resource_id, h.score) for h in kw])
+                _listed(out, "keyword", kw)  # (``KeywordHit`` is ``Ranked``: the hits go in as they come)
 
         if mode in ("vector", "hybrid") and not embedded:
             qvec = embed()
