@@ -138,8 +138,8 @@ def ranked_hybrid(D: dict[str, Any], q: dict[str, Any], vec: list[tuple[str, flo
         R = lambda m, s: hybrid.Ranked(m, None, None, s)  # noqa: E731
         scores = hybrid.Combined([R(*x) for x in vec], [R(*x) for x in kw], cos,
                                  keyword_share=share).scores()
-    neighbour_share = 0.0 if neighbour_share is None else neighbour_share
-    if neighbour_share > 0:
+    neighbour_share = hybrid.NEIGHBOUR_SHARE if neighbour_share is None else neighbour_share
+    if neighbour_share > 0:  # (the engine's ``Combined.propagate``)
         scores = propagated(D, q, neighbour_share, neighbour_share)(scores)
     if propagate is not None:
         scores = propagate(scores)
@@ -387,7 +387,11 @@ def main() -> None:
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
+    ap.add_argument("--neighbour-share", type=float, default=None,
+                    help="hybrid.NEIGHBOUR_SHARE for the engine and the rebuilt base (0: the engine before it)")
     args = ap.parse_args()
+    if args.neighbour_share is not None:
+        hybrid.NEIGHBOUR_SHARE = args.neighbour_share
     only = set(args.only.split(","))
     settings = [tuple(float(x) for x in s.split(":")) for s in args.bm25.split(",") if s] if "bm25" in only else []
     D = collect(args.model, args.cache_dir, settings)  # type: ignore[arg-type]
