@@ -17,7 +17,18 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
   vector hits as candidates; then with other depths and keyword shares (windowed vectors earn more);
 - passages (``--passages``): what is embedded for a message, vector-only and hybrid with the same
   keyword lists: ``ctx`` (stored: previous message + text), ``own`` (text alone), ``ctx_date`` (the
-  session's day first), ``ctx_next`` (the reply too), ``ctx2`` (two previous messages).
+  session's day first), ``ctx_next`` (the reply too), ``ctx2`` (two previous messages);
+- prf: pseudo-relevance feedback in embedding space (Rocchio: ``normalise(q + a * mean of the top m hits'
+  vectors)``, every message re-scored, or only the candidates already listed), fed by the best vector,
+  keyword or fused hits;
+- propagate: each fused score plus a share of its previous and next messages' (when candidates), over
+  1 + the shares, before the re-rank; ``variants``: the same with a thread's end counting itself, or the
+  better neighbour only; ``prev``: a previous-message share inside the re-rank instead; ``boosts``: the
+  re-rank's date and speaker boosts made stronger (what the divisor of ``propagate`` does to them);
+- bm25: the keyword list with other BM25 constants (k1, b) and context-column weights (FTS5 fixes k1
+  and b, so only the in-process copy can be changed: a lab figure);
+- prompt: what the recall processor would show at top k 4 and 10 with its default range (each hit with
+  its previous and next message), with and without skipping hits already shown.
 
 Prints recall@10 overall, the worst conversation, each conversation and each category. Public split
 only; a route is worth landing when it helps both models and is not a constant fitted to these
@@ -42,13 +53,14 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import recall_locomo as rl  # noqa: E402
-from core.recall import hybrid, search  # noqa: E402
+from core.recall import hybrid, keyword, keyword_memory, search  # noqa: E402
 from core.recall.text import SpeakerMatcher, query_dates  # noqa: E402
 
 CATEGORIES = ("multi-hop", "temporal", "open-domain", "single-hop")
 
 
-def collect(model: str, cache_dir: Path) -> dict[str, Any]:
+def collect(model: str, cache_dir: Path, bm25: list[tuple[float, float, float]] = ()) -> dict[str, Any]:
+    """``bm25``: (k1, b, context weight) settings whose keyword lists are read too (``k_bm25``)."""
     data = rl.default_data()
     messages = rl.load_jsonl(data / "locomo_public_messages.jsonl")
     queries = [q for q in rl.load_jsonl(data / "locomo_public_queries.jsonl") if not q.get("adversarial")]
@@ -63,10 +75,14 @@ def collect(model: str, cache_dir: Path) -> dict[str, Any]:
         with memory.recall_index.store.db.read() as conn:
             order[c] = search.thread_order(conn, [m["id"] for m in by_conv[c]], labels=True)
     per_q = {}
+    mats: dict[str, tuple[list[str], np.ndarray, dict[str, int]]] = {}
     for q in queries:
         index = memories[q["conv_id"]].recall_index
         run = search.run(index, q["query"], resource_id=q["conv_id"], thread_id=None, top_k=20, mode="hybrid",
                          every_candidate=True)
+        if q["conv_id"] not in mats:  # (one vector a message here: its row)
+            ids = list(run.vset.message_ids[: run.vset.n])
+            mats[q["conv_id"]] = (ids, np.array(run.vset.matrix, dtype=np.float32), {m: i for i, m in enumerate(ids)})
         with index.store.db.read() as conn:
             every = run.vset.ranked(run.qvec, 100_000, None, None)
             kw = index.keywords.search(conn, q["query"], resource_id=q["conv_id"], thread_id=None, limit=300,
@@ -75,26 +91,46 @@ def collect(model: str, cache_dir: Path) -> dict[str, Any]:
         per_q[q["query_id"]] = {
             "v": [(h.message_id, h.score) for h in every], "k": [(h.message_id, h.score) for h in kw],
             "df": df, "rows": index.keywords.stats.rows, "qvec": run.qvec,
-            "engine": [f.message_id for f in run.reranked],
+            "engine": [f.message_id for f in run.reranked], "terms": run.terms,
         }
+    for k1, b, weight in bm25:  # the in-process BM25 (``keyword_memory``) with other constants
+        saved = keyword_memory._K1, keyword_memory._B, keyword.CONTEXT_WEIGHT
+        keyword_memory._K1, keyword_memory._B, keyword.CONTEXT_WEIGHT = k1, b, weight
+        try:
+            for memory in memories.values():
+                memory.recall_index.keywords.memory._phrases_seen = {}  # (their BM25 parts are kept)
+            for q in queries:
+                index = memories[q["conv_id"]].recall_index
+                d = per_q[q["query_id"]]
+                with index.store.db.read() as conn:
+                    kw = index.keywords.search(conn, q["query"], resource_id=q["conv_id"], thread_id=None, limit=300,
+                                               terms=d["terms"])
+                d.setdefault("k_bm25", {})[(k1, b, weight)] = [(h.message_id, h.score) for h in kw]
+        finally:
+            keyword_memory._K1, keyword_memory._B, keyword.CONTEXT_WEIGHT = saved
+            for memory in memories.values():
+                memory.recall_index.keywords.memory._phrases_seen = {}
     for memory in memories.values():
         memory.store.close()
     shutil.rmtree(db_dir, ignore_errors=True)
     return {"queries": queries, "order": order, "q": per_q, "by_conv": by_conv, "embedder": embedder,
-            "model_id": embedder.model_id}
+            "model_id": embedder.model_id, "mats": mats}
 
 
 def ranked_hybrid(D: dict[str, Any], q: dict[str, Any], vec: list[tuple[str, float]] | None = None,
                   cos: dict[str, float] | None = None, depth: int | None = None, ceiling: float = 0.0,
-                  share: float | None = None) -> list[str]:
-    """The engine's hybrid ranking rebuilt from the kept lists (``Combined`` + ``rerank``)."""
+                  share: float | None = None,
+                  propagate: Callable[[dict[str, float]], dict[str, float]] | None = None,
+                  kw: list[tuple[str, float]] | None = None, neighbour_share: float | None = None) -> list[str]:
+    """The engine's hybrid ranking rebuilt from the kept lists (``Combined`` + ``rerank``); ``propagate``
+    changes the fused scores before the re-rank."""
     d = D["q"][q["query_id"]]
     fusion = hybrid.fusion_for(D["model_id"])
     depth = fusion.candidates if depth is None else depth
     share = fusion.keyword_share if share is None else share
     cos = cos if cos is not None else d["cos"]
     vec = (vec if vec is not None else d["v"])[:depth]
-    kw = d["k"][:depth]
+    kw = (kw if kw is not None else d["k"])[:depth]
     if ceiling > 0 and kw:
         idf_sum = sum(_idf(d["rows"], n or 0) for n in d["df"].values())
         scores = _with_ceiling(vec, kw, cos, share, max(max(s for _, s in kw), ceiling * idf_sum))
@@ -102,6 +138,11 @@ def ranked_hybrid(D: dict[str, Any], q: dict[str, Any], vec: list[tuple[str, flo
         R = lambda m, s: hybrid.Ranked(m, None, None, s)  # noqa: E731
         scores = hybrid.Combined([R(*x) for x in vec], [R(*x) for x in kw], cos,
                                  keyword_share=share).scores()
+    neighbour_share = hybrid.NEIGHBOUR_SHARE if neighbour_share is None else neighbour_share
+    if neighbour_share > 0:  # (the engine's ``Combined.propagate``)
+        scores = propagated(D, q, neighbour_share, neighbour_share)(scores)
+    if propagate is not None:
+        scores = propagate(scores)
     order = D["order"][q["conv_id"]]
     fused = [hybrid.Fused(m, None, None, s, cos.get(m), None, 1, None) for m, s in scores.items()]
     next_of = {m: order[m][0] for m in scores if m in order and order[m][0]}
@@ -145,6 +186,37 @@ def score(D: dict[str, Any], ranked_of: Callable[[dict[str, Any]], list[str]], l
     return total
 
 
+def prompt_score(D: dict[str, Any], ranked_of: Callable[[dict[str, Any]], list[str]], label: str, k: int,
+                 skip: bool = False) -> float:
+    """What the recall processor would show at top k with its default range (each hit with its previous and
+    next message): the share of each question's evidence among those messages, and how many they are.
+    ``skip``: a hit already shown (in an earlier hit's range) is passed over for the next one."""
+    every, sizes = [], []
+    by_conv: dict[str, list[float]] = defaultdict(list)
+    for q in D["queries"]:
+        order = D["order"][q["conv_id"]]
+        prev_of = neighbours(D, q["conv_id"])
+        shown: set[str] = set()
+        hits = 0
+        for m in ranked_of(q):
+            if hits == k:
+                break
+            if skip and m in shown:
+                continue
+            hits += 1
+            shown |= {x for x in (m, prev_of.get(m), order.get(m, (None,))[0]) if x}
+        gold = set(q["gold"])
+        r = len(gold & shown) / len(gold)
+        every.append(r)
+        sizes.append(len(shown))
+        by_conv[q["conv_id"]].append(r)
+    conv = [sum(v) / len(v) for _, v in sorted(by_conv.items())]
+    total = sum(every) / len(every)
+    print(f"{label:<44} {total:.4f} worst {min(conv):.3f} | {' '.join(f'{v:.3f}' for v in conv)} | "
+          f"{sum(sizes) / len(sizes):.1f} messages shown", flush=True)
+    return total
+
+
 def windowed(D: dict[str, Any], q: dict[str, Any]) -> list[tuple[str, float]]:
     """Every message scored by the best of its own cosine and its next message's."""
     d = D["q"][q["query_id"]]
@@ -155,6 +227,103 @@ def windowed(D: dict[str, Any], q: dict[str, Any]) -> list[tuple[str, float]]:
         n = order.get(m, (None,))[0]
         out[m] = max(c, cos[n]) if n in cos else c
     return sorted(out.items(), key=lambda x: (-x[1], x[0]))
+
+
+def rocchio(D: dict[str, Any], q: dict[str, Any], fed: list[str], m: int, alpha: float) -> np.ndarray:
+    """Pseudo-relevance feedback in embedding space: ``normalise(q + alpha * mean of fed[:m]'s vectors)``
+    (with q normalised), and every message's cosine to it."""
+    ids, M, pos = D["mats"][q["conv_id"]]
+    qv = np.asarray(D["q"][q["query_id"]]["qvec"], dtype=np.float32)
+    qv = qv / np.linalg.norm(qv)
+    rows = [pos[x] for x in fed[:m] if x in pos]
+    if rows and alpha:
+        qv = qv + alpha * M[rows].mean(axis=0)
+        qv = qv / np.linalg.norm(qv)
+    return M @ qv
+
+
+def as_list(D: dict[str, Any], q: dict[str, Any], cs: np.ndarray, among: list[str] | None = None) -> list[tuple[str, float]]:
+    """Cosines as a ranked list, best first (ties by id); ``among``: only these messages (a re-score of
+    the candidates already listed, no new scan), the others after them in their old order."""
+    ids, _, pos = D["mats"][q["conv_id"]]
+    if among is None:
+        return sorted(((ids[i], float(c)) for i, c in enumerate(cs.tolist())), key=lambda x: (-x[1], x[0]))
+    head = sorted(((m, float(cs[pos[m]])) for m in among), key=lambda x: (-x[1], x[0]))
+    seen = set(among)
+    return head + [(m, float(cs[pos[m]])) for m, _ in D["q"][q["query_id"]]["v"] if m not in seen]
+
+
+def neighbours(D: dict[str, Any], conv: str) -> dict[str, str]:
+    """Each message's previous message in its thread (the inverse of ``thread_order``'s next)."""
+    key = ("prev", conv)
+    if key not in D:
+        D[key] = {nxt: m for m, (nxt, _, _) in D["order"][conv].items() if nxt}
+    return D[key]
+
+
+def propagated(D: dict[str, Any], q: dict[str, Any], prev_share: float, next_share: float) -> Callable[[dict[str, float]], dict[str, float]]:
+    """Fused scores plus a share of the previous and the next message's fused scores (0 when not a
+    candidate), over 1 + the shares (the bound stays 1)."""
+    order = D["order"][q["conv_id"]]
+    prev_of = neighbours(D, q["conv_id"])
+
+    def apply(scores: dict[str, float]) -> dict[str, float]:
+        out = {}
+        scale = 1.0 / (1.0 + prev_share + next_share)
+        for m, s in scores.items():
+            p = prev_of.get(m)
+            n = order.get(m, (None,))[0]
+            out[m] = (s + prev_share * scores.get(p, 0.0) + next_share * scores.get(n, 0.0)) * scale
+        return out
+
+    return apply
+
+
+def propagated_variant(D: dict[str, Any], q: dict[str, Any], share: float, kind: str) -> Callable[[dict[str, float]], dict[str, float]]:
+    """Other forms of the neighbours' share: ``edge`` (a thread's first or last message counts itself for
+    the neighbour it lacks), ``max`` (the better neighbour only, over 1 + share)."""
+    order = D["order"][q["conv_id"]]
+    prev_of = neighbours(D, q["conv_id"])
+
+    def apply(scores: dict[str, float]) -> dict[str, float]:
+        out = {}
+        for m, s in scores.items():
+            p, n = prev_of.get(m), order.get(m, (None,))[0]
+            sp, sn = scores.get(p, 0.0), scores.get(n, 0.0)
+            if kind == "edge":
+                sp, sn = (s if p is None else sp), (s if n is None else sn)
+                out[m] = (s + share * (sp + sn)) / (1 + 2 * share)
+            else:
+                out[m] = (s + share * max(sp, sn)) / (1 + share)
+        return out
+
+    return apply
+
+
+def rerank_form(D: dict[str, Any], q: dict[str, Any], prev_share: float, next_share: float) -> list[str]:
+    """The re-rank with a previous-message share beside the next message's: candidates ordered by
+    ``fused + next_share * next's fused + prev_share * previous's fused + date and speaker boosts``
+    (``rerank``'s divisor is the same for every candidate of a query, so it orders nothing)."""
+    d = D["q"][q["query_id"]]
+    fusion = hybrid.fusion_for(D["model_id"])
+    cos = d["cos"]
+    R = lambda m, s: hybrid.Ranked(m, None, None, s)  # noqa: E731
+    scores = hybrid.Combined([R(*x) for x in d["v"][:fusion.candidates]], [R(*x) for x in d["k"][:fusion.candidates]],
+                             cos, keyword_share=fusion.keyword_share).scores()
+    order = D["order"][q["conv_id"]]
+    prev_of = neighbours(D, q["conv_id"])
+    spans = query_dates(q["query"], search.today())
+    named = SpeakerMatcher(q["query"])
+    key = {}
+    for m, s in scores.items():
+        nxt, day, label = order.get(m, (None, None, None))
+        k = s + next_share * scores.get(nxt, 0.0) + prev_share * scores.get(prev_of.get(m), 0.0)
+        if spans and day and any(sp.contains(day) for sp in spans):
+            k += hybrid.DATE_BOOST
+        if label is not None and named(label):
+            k += hybrid.SPEAKER_BOOST
+        key[m] = k
+    return sorted(key, key=lambda m: (-key[m], -cos.get(m, -2.0), m))
 
 
 def passage_texts(kind: str, msgs: list[dict[str, Any]]) -> list[str]:
@@ -171,23 +340,107 @@ def passage_texts(kind: str, msgs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def prf_routes(D: dict[str, Any]) -> None:
+    """Rocchio feedback in embedding space, from the best vector, keyword or fused hits."""
+    depth = hybrid.fusion_for(D["model_id"]).candidates
+    fused = {q["query_id"]: ranked_hybrid(D, q) for q in D["queries"]}
+    qs = D["queries"]
+    grid = [(m, a) for m in (2, 3, 5) for a in (0.3, 0.5, 1.0)]
+
+    def lists(fed: Callable[[dict[str, Any]], list[str]], m: int, a: float) -> dict[str, np.ndarray]:
+        return {q["query_id"]: rocchio(D, q, fed(q), m, a) for q in qs}
+
+    top_v = lambda q: [x for x, _ in D["q"][q["query_id"]]["v"]]  # noqa: E731
+    top_k = lambda q: [x for x, _ in D["q"][q["query_id"]]["k"]]  # noqa: E731
+    top_f = lambda q: fused[q["query_id"]]  # noqa: E731
+    for m, a in grid:
+        cs = lists(top_v, m, a)
+        score(D, lambda q: [x for x, _ in as_list(D, q, cs[q["query_id"]])], f"prf vector<-vector m{m} a{a}: vector")
+        score(D, lambda q: [x for x, _ in as_list(D, q, cs[q["query_id"]], top_v(q)[:100])],
+              f"prf vector<-vector m{m} a{a}: vector, top 100 re-scored")
+    for m, a in grid:
+        cs = lists(top_k, m, a)
+        score(D, lambda q: [x for x, _ in as_list(D, q, cs[q["query_id"]])], f"prf vector<-keyword m{m} a{a}: vector")
+        lv = {q["query_id"]: as_list(D, q, cs[q["query_id"]]) for q in qs}
+        score(D, lambda q: ranked_hybrid(D, q, vec=lv[q["query_id"]], cos=dict(lv[q["query_id"]])),
+              f"prf vector<-keyword m{m} a{a}: hybrid")
+        lc = {q["query_id"]: as_list(D, q, cs[q["query_id"]], top_v(q)[:depth]) for q in qs}
+        score(D, lambda q: ranked_hybrid(D, q, vec=lc[q["query_id"]], cos=dict(lc[q["query_id"]])),
+              f"prf vector<-keyword m{m} a{a}: hybrid, candidates re-scored")
+    for m, a in grid:
+        cs = lists(top_f, m, a)
+        lv = {q["query_id"]: as_list(D, q, cs[q["query_id"]]) for q in qs}
+        score(D, lambda q: ranked_hybrid(D, q, vec=lv[q["query_id"]], cos=dict(lv[q["query_id"]])),
+              f"prf vector<-fused m{m} a{a}: hybrid")
+        lc = {q["query_id"]: as_list(D, q, cs[q["query_id"]], top_v(q)[:depth]) for q in qs}
+        score(D, lambda q: ranked_hybrid(D, q, vec=lc[q["query_id"]], cos=dict(lc[q["query_id"]])),
+              f"prf vector<-fused m{m} a{a}: hybrid, candidates re-scored")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="use", help="use or e5")
     ap.add_argument("--passages", default="", help="comma-separated: ctx, own, ctx_date, ctx_next, ctx2 (re-embeds)")
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
+    ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
+                    help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev "
+                         "(none: the engine, base and vector lines only)")
+    ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
+                    "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
+    ap.add_argument("--neighbour-share", type=float, default=None,
+                    help="hybrid.NEIGHBOUR_SHARE for the engine and the rebuilt base (0: the engine before it)")
     args = ap.parse_args()
-    D = collect(args.model, args.cache_dir)
+    if args.neighbour_share is not None:
+        hybrid.NEIGHBOUR_SHARE = args.neighbour_share
+    only = set(args.only.split(","))
+    settings = [tuple(float(x) for x in s.split(":")) for s in args.bm25.split(",") if s] if "bm25" in only else []
+    D = collect(args.model, args.cache_dir, settings)  # type: ignore[arg-type]
     for d in D["q"].values():
         d["cos"] = dict(d["v"])
     print(f"model {D['model_id']}; recall@10 (public split), worst conversation, per conversation, per category")
     score(D, lambda q: D["q"][q["query_id"]]["engine"], "engine hybrid (search.run)")
     score(D, lambda q: ranked_hybrid(D, q), "base: rebuilt from the lists")
     score(D, lambda q: [m for m, _ in D["q"][q["query_id"]]["v"]], "vector")
-    for depth in (30, 50, 80, 100, 150):
-        score(D, lambda q: ranked_hybrid(D, q, depth=depth), f"fusion: depth {depth}")
-    for r in (0.25, 0.5, 1.0):
-        score(D, lambda q: ranked_hybrid(D, q, ceiling=r), f"fusion: keyword over max(best, {r} sum idf)")
+    if "fusion" in only:
+        for depth in (30, 50, 80, 100, 150):
+            score(D, lambda q: ranked_hybrid(D, q, depth=depth), f"fusion: depth {depth}")
+        for r in (0.25, 0.5, 1.0):
+            score(D, lambda q: ranked_hybrid(D, q, ceiling=r), f"fusion: keyword over max(best, {r} sum idf)")
+    if "prf" in only:
+        prf_routes(D)
+    if "propagate" in only:
+        for ps, ns in ((0.05, 0), (0.1, 0), (0.2, 0), (0.3, 0), (0, 0.1), (0, 0.2), (0, 0.3), (0.05, 0.05), (0.1, 0.1), (0.15, 0.15),
+                       (0.2, 0.2), (0.25, 0.25), (0.3, 0.3), (0.4, 0.4), (0.5, 0.5), (0.2, 0.1), (0.1, 0.2), (0.3, 0.2), (0.2, 0.3)):
+            score(D, lambda q: ranked_hybrid(D, q, propagate=propagated(D, q, ps, ns), neighbour_share=0.0),
+                  f"propagate: prev {ps} next {ns} (+rerank's)")
+    if "boosts" in only:  # (fused scores divided by k: the re-rank's date and speaker boosts k times as strong)
+        for k in (1.2, 1.4, 1.6, 1.8, 2.0, 2.5):
+            score(D, lambda q: ranked_hybrid(D, q, propagate=lambda sc: {m: s / k for m, s in sc.items()}, neighbour_share=0.0),
+                  f"boosts x{k} (fused scores / {k})")
+    if "variants" in only:
+        for kind in ("edge", "max"):
+            for share in (0.2, 0.3, 0.4, 0.5, 0.7):
+                f = lambda q: ranked_hybrid(D, q, neighbour_share=0.0, propagate=propagated_variant(D, q, share, kind))  # noqa: E731
+                score(D, f, f"propagate {kind} {share}")
+                prompt_score(D, f, f"  prompt top 4 +-1", 4)
+    if "prompt" in only:  # the neighbours' share as the prompt sees it (hits with their default range)
+        for k in (4, 10):
+            for share in (0.0, 0.3, 0.4, 0.5):
+                for skip in (False, True):
+                    prompt_score(D, lambda q: ranked_hybrid(D, q, neighbour_share=share),
+                                 f"prompt top {k} +-1: share {share}{', skip shown' if skip else ''}", k, skip)
+    if "prev" in only:
+        score(D, lambda q: rerank_form(D, q, 0.0, hybrid.NEXT_SHARE), "re-rank form: prev 0 next 0.2 (= base)")
+        for ps in (0.1, 0.2, 0.3, 0.4, 0.5):
+            for ns in (0.2, 0.3, 0.4, 0.5):
+                score(D, lambda q: rerank_form(D, q, ps, ns), f"re-rank form: prev {ps} next {ns}")
+    if "bm25" in only:
+        for k in settings:
+            score(D, lambda q: [m for m, _ in D["q"][q["query_id"]]["k_bm25"][k]], f"bm25 k1 {k[0]} b {k[1]} ctx {k[2]}: keyword")
+            score(D, lambda q: ranked_hybrid(D, q, kw=D["q"][q["query_id"]]["k_bm25"][k]),
+                  f"bm25 k1 {k[0]} b {k[1]} ctx {k[2]}: hybrid")
+    if "window" not in only:
+        return
     window = {q["query_id"]: windowed(D, q) for q in D["queries"]}
     score(D, lambda q: [m for m, _ in window[q["query_id"]]], "window: vector")
     score(D, lambda q: ranked_hybrid(D, q, vec=window[q["query_id"]], cos=dict(window[q["query_id"]])),

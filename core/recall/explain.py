@@ -61,7 +61,7 @@ class Candidate:
     keyword_score: float | None  # -BM25 (None: not in the keyword list)
     vector_rank: int | None = None  # hybrid: its rank in the vector / keyword candidate lists
     keyword_rank: int | None = None
-    combined: float | None = None  # hybrid: the fused score before the next-message and date re-rank
+    combined: float | None = None  # hybrid: the fused score, with its neighbours' share, before the re-rank
     status: Status = "hit"
 
 

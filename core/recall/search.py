@@ -218,7 +218,8 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
           until: datetime | None, every_candidate: bool, degrade: Callable[[str], None],
           keyword_share: float = hybrid.KEYWORD_SHARE, kept: OrderCache | None = None,
           synced: bool | None = None) -> None:
-    """Hybrid: fuse the two lists (``combine``), then re-rank by next message and named period."""
+    """Hybrid: fuse the two lists (``combine``), add each candidate's share of its thread neighbours'
+    scores (``Combined.propagate``), then re-rank by next message, named period and named speaker."""
     qvec = out.qvec
     if out.vset is not None and qvec is not None:
         vec_at = hybrid.places(out.vector)  # (the fusion's map, built once for both)
@@ -233,9 +234,12 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     # a record: ``fused`` holds every candidate only when all are re-ranked.
     everyone = threshold is not None or every_candidate
     out.combined = combined
-    out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
+    # Neighbours' scores (``Combined.propagate``) need every candidate's next message: all are read.
+    neighbours = hybrid.NEIGHBOUR_SHARE > 0
+    out.receivers = receivers = (combined.order if everyone or neighbours
+                                 else _may_reach(combined.order, top_k, dated=bool(spans)))
     order: dict[str, tuple[str | None, date | None, str | None]] = {}
-    if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0):
+    if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0 or neighbours):
         try:
             ids = [mid for _, _, mid in receivers]
             labels = hybrid.SPEAKER_BOOST > 0
@@ -250,6 +254,11 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                 order = thread_order(conn, ids, labels=labels)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
+    if neighbours:
+        combined.propagate({mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None}, hybrid.NEIGHBOUR_SHARE)
+        out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
+        if len(receivers) < len(order):
+            order = {mid: found for _, _, mid in receivers if (found := order.get(mid)) is not None}
     named = SpeakerMatcher(query)
     out.by_speaker = {mid for mid, (_, _, label) in order.items() if label is not None and named(label)}
     # When no receiver was spoken by a speaker the query names, none gains the speaker boost, so only

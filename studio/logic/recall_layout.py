@@ -165,7 +165,8 @@ def candidate_tooltip(ins: Inspection, c: Candidate) -> str:
     lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
              f"cosine {score_text(c.vector_score)} · BM25 {score_text(c.keyword_score)}"]
     if c.combined is not None:
-        lines.append(f"fused {score_text(c.combined)} before the re-rank, {score_text(c.score)} after "
+        lines.append(f"fused {score_text(c.combined)} (with its thread neighbours' share) before the re-rank, "
+                     f"{score_text(c.score)} after "
                      "(next message in the thread, dates named in the query)")
     lines.append(f"status: {status_text(c)}")
     shown = ins.messages.get(c.message_id)

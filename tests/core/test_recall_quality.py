@@ -237,6 +237,59 @@ def test_rerank_prefers_candidates_from_the_named_period_and_stays_bounded():
         hybrid.rerank(fused, {}, next_share=-0.1)
 
 
+def _R(mid: str, score: float) -> hybrid.Ranked:
+    return hybrid.Ranked(mid, "t", "u", score)
+
+
+def test_propagate_adds_a_share_of_each_candidate_neighbours_and_stays_bounded():
+    # q's next message a matches, and so does a's next b: q and a each gain from a neighbour; lone does not.
+    vector = [_R("lone", 0.9), _R("q", 0.9), _R("a", 0.8), _R("b", 0.7), _R("far", 0.1)]
+    combined = hybrid.Combined(vector, [], {}, keyword_share=0.0)
+    before = combined.scores()
+    assert [m for _, _, m in combined.order][:2] == ["lone", "q"]  # a tie, broken by id
+    combined.propagate({"q": "a", "a": "b", "b": "not-a-candidate", "lone": "lone"}, 0.4)
+    after = combined.scores()
+    scale = 1 / 1.8
+    assert after["q"] == pytest.approx((before["q"] + 0.4 * before["a"]) * scale)
+    assert after["a"] == pytest.approx((before["a"] + 0.4 * (before["q"] + before["b"])) * scale)
+    assert after["b"] == pytest.approx((before["b"] + 0.4 * before["a"]) * scale)  # its next is no candidate
+    assert after["lone"] == pytest.approx(before["lone"] * scale)  # (a message is not its own neighbour)
+    assert [m for _, _, m in combined.order] == ["a", "q", "b", "lone", "far"]  # the lone match falls last but one
+    assert all(s <= 1.0 + 1e-12 for s in after.values())
+    # The re-rank reads the propagated scores, and a search's records carry them.
+    assert [f.score for f in combined.fused(combined.order)] == [after[m] for _, _, m in combined.order]
+    same = hybrid.Combined(vector, [], {}, keyword_share=0.0)
+    same.propagate({"q": "a"}, 0.0)
+    assert same.order == hybrid.Combined(vector, [], {}, keyword_share=0.0).order
+    with pytest.raises(ValueError):
+        same.propagate({}, -0.1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefgh"), st.floats(-1.0, 1.0, allow_nan=False), max_size=8),
+    kw=st.dictionaries(st.sampled_from("efghijkl"), st.floats(0.0, 30.0, allow_nan=False), max_size=8),
+    nexts=st.dictionaries(st.sampled_from("abcdefghijkl"), st.sampled_from("abcdefghijklmn")),
+    share=st.sampled_from([0.1, 0.4, 1.0]),
+)
+def test_propagate_is_the_written_out_formula_sorted_as_combine_sorts(vec, kw, nexts, share):
+    # One previous message per message, as in a thread (two candidates never share their next message).
+    seen: set[str] = set()
+    nexts = {m: n for m, n in sorted(nexts.items()) if not (n in seen or seen.add(n))}  # type: ignore[func-returns-value]
+    vector = [_R(m, s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [_R(m, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    combined = hybrid.Combined(vector, keyword_list, {})
+    base = combined.scores()
+    ties = {m: tie for _, tie, m in combined.order}
+    prev = {n: m for m, n in nexts.items() if n != m and n in base and m in base}
+    want = {m: (s + share * (base.get(nexts.get(m, ""), 0.0) if nexts.get(m) != m else 0.0)
+                + share * base.get(prev.get(m, ""), 0.0)) / (1 + 2 * share) for m, s in base.items()}
+    combined.propagate(nexts, share)
+    assert [m for _, _, m in combined.order] == sorted(want, key=lambda m: (-want[m], ties[m], m))
+    assert combined.scores() == pytest.approx(want)
+    assert max(want.values(), default=0.0) <= 1.0 + 1e-9
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     raw=st.dictionaries(st.sampled_from("abcdefgh"), st.floats(min_value=-0.2, max_value=1.0), min_size=1),
@@ -336,6 +389,7 @@ def test_relative_periods_count_from_today(store, monkeypatch):
     assert hits[0].message_id == "b-new-0"
 
 
+@pytest.mark.backends
 def test_a_message_whose_reply_matches_rises_above_an_equal_one(store, monkeypatch):
     # Same first message in two threads; only in the second does the reply also talk about it.
     a = _dated(store, "a", T0, ["Tell me about the zebra", "The weather is grey today"])
@@ -346,7 +400,10 @@ def test_a_message_whose_reply_matches_rises_above_an_equal_one(store, monkeypat
     assert ranked.index("b-0") < ranked.index("a-0")
     monkeypatch.setattr(hybrid, "NEXT_SHARE", 0.0)
     ranked = [h.message_id for h in index.search("zebra", resource_id="u", mode="hybrid", top_k=3).hits]
-    assert ranked.index("a-0") < ranked.index("b-0")  # without the neighbour: a tie, broken by id
+    assert ranked.index("b-0") < ranked.index("a-0")  # the neighbours' share alone (``Combined.propagate``)
+    monkeypatch.setattr(hybrid, "NEIGHBOUR_SHARE", 0.0)
+    ranked = [h.message_id for h in index.search("zebra", resource_id="u", mode="hybrid", top_k=3).hits]
+    assert ranked.index("a-0") < ranked.index("b-0")  # without either: a tie, broken by id
     # The same holds inside one thread, and with a threshold (every candidate reranked).
     monkeypatch.undo()
     hits = index.search("zebra", resource_id="u", thread_id="b", mode="hybrid", top_k=2, threshold=-1.0).hits

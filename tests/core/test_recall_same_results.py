@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.recall import RecallIndex, hybrid, keyword
+from core.recall import pg_order
 from core.recall import search as pipeline
+from core.recall.pg_order import PgThreadOrder
+from core.recall.text import SpeakerMatcher, query_dates
 
 pytestmark = pytest.mark.backends
 
@@ -98,6 +101,44 @@ def test_ties_at_the_cut_are_broken_by_message_id_as_the_long_way_does(store, mo
         assert [(h.message_id, h.score) for h in hits] == long_way_keyword(index, "zebra", "u", limit)
     ties = index.search("zebra", resource_id="u", mode="keyword", top_k=40).hits
     assert len({h.score for h in ties}) < len(ties) / 2  # the corpus does tie at these cuts
+
+
+def test_hybrid_hits_are_every_candidate_propagated_from_a_full_thread_order_then_reranked(store, monkeypatch):
+    """The long way of the neighbours' share (``Combined.propagate``): every candidate's thread order read
+    in full, the formula written out over every candidate, then ``rerank``; a search's hits are its top k."""
+    monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
+    reader = pg_order.thread_order if isinstance(index.order, PgThreadOrder) else pipeline.thread_order
+    share = hybrid.NEIGHBOUR_SHARE
+    assert share > 0
+    changed = 0
+    for query in QUERIES:
+        run = pipeline.run(index, query, resource_id="u", thread_id=None, top_k=10, mode="hybrid", every_candidate=True)
+        combined = hybrid.Combined(run.vector, run.keyword, run.cosines,
+                                   keyword_share=hybrid.fusion_for(index.model_id).keyword_share)
+        base = combined.scores()
+        with index.store.db.read() as conn:
+            order = reader(conn, list(base), labels=True)
+        next_of = {m: n for m, (n, _, _) in order.items() if n is not None}
+        prev_of = {n: m for m, n in next_of.items() if n in base}
+        want = {m: (s + share * base.get(next_of.get(m, ""), 0.0) + share * base.get(prev_of.get(m, ""), 0.0))
+                * (1.0 / (1.0 + 2.0 * share)) for m, s in base.items()}
+        cos = {**run.cosines, **{r.message_id: r.score for r in run.vector}}
+        fused = [hybrid.Fused(m, None, None, sc, cos.get(m), None, None, None) for m, sc in want.items()]
+        spans = query_dates(query, pipeline.today())
+        in_period = {m for m, (_, day, _) in order.items() if day is not None and any(sp.contains(day) for sp in spans)}
+        named = SpeakerMatcher(query)
+        spoken = {m for m, (_, _, label) in order.items() if label is not None and named(label)}
+        long_way = hybrid.rerank(fused, next_of, in_period if spans else None, scores=want, by_speaker=spoken or None)
+        plain = hybrid.rerank([f._replace(score=base[f.message_id]) for f in fused], next_of, in_period if spans else None,
+                              scores=base, by_speaker=spoken or None)
+        changed += [f.message_id for f in long_way[:3]] != [f.message_id for f in plain[:3]]
+        for top_k in (1, 3, 10):
+            hits = index.search(query, resource_id="u", mode="hybrid", top_k=top_k).hits
+            assert [h.message_id for h in hits] == [f.message_id for f in long_way[:top_k]], (query, top_k)
+            assert [h.score for h in hits] == pytest.approx([f.score for f in long_way[:top_k]], rel=1e-12, abs=1e-15)
+    assert changed  # (the neighbours' share did change some top 3)
 
 
 R = hybrid.Ranked
