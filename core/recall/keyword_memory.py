@@ -166,6 +166,10 @@ class KeywordMemory:
         # not built, or when an id is not text or ends in NUL (numpy drops trailing NULs: not the same order)
         self._mid_keys: np.ndarray | None = None
         self._mid_keys_unusable = False
+        # ``_mids`` as an object array (None as "", as a hit gives it), and ``_names`` with two Nones after
+        # them (codes -2 and -1: no doc, no thread or resource): a search gathers its hits' fields by numpy
+        self._mid_objs: np.ndarray | None = None
+        self._name_objs: np.ndarray | None = None
         self._codes: dict[str | None, int] = {}
         self._names: list[str | None] = []  # code -> thread or resource id
         self._max_doc = 0
@@ -276,6 +280,11 @@ class KeywordMemory:
                         keys[p] = mid or ""
                     else:
                         keys = self._mid_keys = None  # built again when needed
+                if self._mid_objs is not None:
+                    if p < len(self._mid_objs):
+                        self._mid_objs[p] = self._mids[p] or ""
+                    else:
+                        self._mid_objs = None
                 self._threads[p] = self._code(thread)
                 self._resources[p] = self._code(resource)
 
@@ -308,6 +317,8 @@ class KeywordMemory:
             self._mids.extend([None] * len(fresh))
             if self._mid_keys is not None:
                 self._mid_keys = np.concatenate([self._mid_keys, np.full(len(fresh), "", self._mid_keys.dtype)])
+            if self._mid_objs is not None:
+                self._mid_objs = np.concatenate([self._mid_objs, np.full(len(fresh), "", dtype=object)])
             self._rows += len(fresh)
             self._tokens += sum(sizes.values())
             touched = by_token.keys()
@@ -479,13 +490,25 @@ class KeywordMemory:
             if keys is not None:  # sorted by (-score, message id, place) as below, in numpy
                 order = np.lexsort((places, keys[places], -score))[:limit]
                 places, score = places[order], score[order]
-                return [ranked_of((mids[p] or "", names[t] if t >= 0 else None, names[r] if r >= 0 else None, s))
-                        for p, t, r, s in zip(places.tolist(), self._threads[places].tolist(),
-                                              self._resources[places].tolist(), score.tolist())]
+                # (the fields gathered by numpy: the hits' ids are out of the CPU's caches, evicted by the last
+                # vector scan, and numpy's loop waits for many of them at once)
+                mid_objs, name_objs = self._objects()
+                return list(map(ranked_of, zip(mid_objs[places].tolist(), name_objs[self._threads[places]].tolist(),
+                                               name_objs[self._resources[places]].tolist(), score.tolist())))
             picked = sorted(zip((-score).tolist(), [mids[p] or "" for p in places.tolist()], places.tolist()))[:limit]
             at = np.array([p for _, _, p in picked], dtype=np.int64)
             return [Ranked(mid, names[t] if t >= 0 else None, names[r] if r >= 0 else None, -neg)
                     for (neg, mid, _), t, r in zip(picked, self._threads[at].tolist(), self._resources[at].tolist())]
+
+    def _objects(self) -> tuple[np.ndarray, np.ndarray]:
+        """``_mid_objs`` and ``_name_objs``, built when missing or out of date."""
+        if self._mid_objs is None or len(self._mid_objs) != len(self._mids):
+            objs = self._mid_objs = np.empty(len(self._mids), dtype=object)
+            objs[:] = [m or "" for m in self._mids]
+        if self._name_objs is None or len(self._name_objs) != len(self._names) + 2:
+            names = self._name_objs = np.empty(len(self._names) + 2, dtype=object)
+            names[: len(self._names)] = self._names  # (the last two stay None: codes -2 and -1)
+        return self._mid_objs, self._name_objs
 
     def _keys_of_mids(self) -> np.ndarray | None:
         """``_mids`` as a numpy text array (None as ""), kept up to date by appends; None when an id
