@@ -179,6 +179,10 @@ class KeywordMemory:
         # tokens of a phrase -> (rows it is in, ascending; its instances in the body; in the context; the
         # rows' places in ``_rowids``, which appends never move: a new row's id is above every other's)
         self._phrases_seen: dict[tuple[str, ...], Phrase] = {}
+        # quoted term -> its phrase of ``_phrases_seen``, while every posting is kept (``_complete``): a search
+        # then skips cutting its terms into tokens and the lookups of their postings; emptied whenever
+        # ``_phrases_seen`` drops an entry
+        self._by_term: dict[str, Phrase] = {}
         self._kept = 0
         self._complete = False  # every token's postings are kept (else read per token on first use)
         self._avg: tuple[int, int] = (0, 0)
@@ -323,6 +327,7 @@ class KeywordMemory:
             self._tokens += sum(sizes.values())
             touched = by_token.keys()
             self._phrases_seen = {k: v for k, v in self._phrases_seen.items() if touched.isdisjoint(k)}
+            self._by_term = {}
             for token, keys in by_token.items():
                 kept = self._postings.get(token)
                 if kept is None and self._complete:
@@ -373,6 +378,7 @@ class KeywordMemory:
             gone, dropped = self._postings.popitem(last=False)
             self._kept -= len(dropped)
             self._phrases_seen = {k: v for k, v in self._phrases_seen.items() if gone not in k}
+            self._by_term = {}
         return out
 
     # -- answering ---------------------------------------------------------------------------------
@@ -380,6 +386,12 @@ class KeywordMemory:
         """Per quoted term: (rows it is in, ascending; its instances in the body; in the context; the
         rows' places in ``_rowids``, or None when a row has no size: not as loaded)."""
         assert self._tokenizer is not None
+        complete = self._complete
+        if complete:
+            by_term = self._by_term
+            cached = [by_term.get(t) for t in terms]
+            if all(p is not None for p in cached):
+                return cached  # type: ignore[return-value]
         cut = self._tokenizer.tokens([_inner(t) for t in terms])
         if any(not tokens for tokens in cut):
             return None  # a term FTS5 cuts into nothing: let FTS5 say what it matches
@@ -406,7 +418,13 @@ class KeywordMemory:
                     known = self._phrases_seen[tokens] = (uniq, body, context, at, [])
                     while len(self._phrases_seen) > 20_000:
                         self._phrases_seen.pop(next(iter(self._phrases_seen)))
+                        self._by_term = {}
             out.append(known)
+        if complete and self._complete:  # (those kept in ``_phrases_seen``)
+            if len(self._by_term) > 20_000:
+                self._by_term = {}
+            seen = self._phrases_seen
+            self._by_term.update((t, p) for t, tokens, p in zip(terms, cut, out) if seen.get(tokens) is p)
         return out
 
     def prefetch(self, conn: sa.Connection, terms: list[str]) -> None:
@@ -414,6 +432,8 @@ class KeywordMemory:
         with self._lock:
             if self._state is None or self._tokenizer is None:
                 return
+            if self._complete and all(t in self._by_term for t in terms):
+                return  # (their phrases are known: nothing to cut or read)
             cut = self._tokenizer.tokens([_inner(t) for t in terms])  # new words: one tokenizer pass for all
             if not self._complete:
                 self._keys(conn, {tok for tokens in cut for tok in tokens})

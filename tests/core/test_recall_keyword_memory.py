@@ -217,3 +217,28 @@ def test_the_hits_fields_arrays_follow_appends_and_docs_written_later(index):
     assert hits and all(h.message_id.startswith("t1-") and h.thread_id == "t1" and h.resource_id == "u" for h in hits)
     mids, names = memory._objects()
     assert (mids.tolist(), names.tolist()) == fresh()
+
+
+def test_phrases_kept_by_term_are_dropped_when_an_append_touches_their_tokens(index):
+    """With every posting kept, a search takes each term's phrase from ``_by_term`` (no tokenizing, no
+    posting lookups); an append that adds instances of a token empties it, and the answers stay FTS5's."""
+    store = index.store
+    memory = index.keywords.memory
+    assert index.index_messages(save(store, "t1", "u", 80, 9)).ok
+    same_answers(index, [("u", None)])
+    assert memory._complete and memory._by_term  # (kept by the searches above)
+    kept = dict(memory._by_term)
+    with store.db.read() as conn:
+        terms, _ = index.keywords.terms(conn, "running museum")
+        assert all(t in kept for t in terms)
+        assert memory._phrases(conn, terms) == [kept[t] for t in terms]
+    running = Message.user("running running museum", id="late-1", thread_id="t1", resource_id="u",
+                           created_at=T0 + timedelta(days=3))
+    store.memory.save_messages([running])
+    assert index.index_messages([running]).ok
+    same_answers(index, [("u", None), (None, "t1")])  # (the append is read by the first search's sync)
+    with store.db.read() as conn:
+        terms, _ = index.keywords.terms(conn, "running museum")
+        hits = memory.search(conn, terms, resource_id="u", thread_id=None, limit=3, weight=keyword.CONTEXT_WEIGHT)
+    assert hits and hits[0].message_id == "late-1"
+    assert all(memory._by_term[t] is not kept[t] for t in terms)  # (built again from the new postings)
