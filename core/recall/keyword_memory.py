@@ -166,6 +166,10 @@ class KeywordMemory:
         # not built, or when an id is not text or ends in NUL (numpy drops trailing NULs: not the same order)
         self._mid_keys: np.ndarray | None = None
         self._mid_keys_unusable = False
+        # ``_mids`` as an object array (None as "", as a hit gives it), and ``_names`` with two Nones after
+        # them (codes -2 and -1: no doc, no thread or resource): a search gathers its hits' fields by numpy
+        self._mid_objs: np.ndarray | None = None
+        self._name_objs: np.ndarray | None = None
         self._codes: dict[str | None, int] = {}
         self._names: list[str | None] = []  # code -> thread or resource id
         self._max_doc = 0
@@ -175,6 +179,10 @@ class KeywordMemory:
         # tokens of a phrase -> (rows it is in, ascending; its instances in the body; in the context; the
         # rows' places in ``_rowids``, which appends never move: a new row's id is above every other's)
         self._phrases_seen: dict[tuple[str, ...], Phrase] = {}
+        # quoted term -> its phrase of ``_phrases_seen``, while every posting is kept (``_complete``): a search
+        # then skips cutting its terms into tokens and the lookups of their postings; emptied whenever
+        # ``_phrases_seen`` drops an entry
+        self._by_term: dict[str, Phrase] = {}
         self._kept = 0
         self._complete = False  # every token's postings are kept (else read per token on first use)
         self._avg: tuple[int, int] = (0, 0)
@@ -276,6 +284,11 @@ class KeywordMemory:
                         keys[p] = mid or ""
                     else:
                         keys = self._mid_keys = None  # built again when needed
+                if self._mid_objs is not None:
+                    if p < len(self._mid_objs):
+                        self._mid_objs[p] = self._mids[p] or ""
+                    else:
+                        self._mid_objs = None
                 self._threads[p] = self._code(thread)
                 self._resources[p] = self._code(resource)
 
@@ -308,10 +321,13 @@ class KeywordMemory:
             self._mids.extend([None] * len(fresh))
             if self._mid_keys is not None:
                 self._mid_keys = np.concatenate([self._mid_keys, np.full(len(fresh), "", self._mid_keys.dtype)])
+            if self._mid_objs is not None:
+                self._mid_objs = np.concatenate([self._mid_objs, np.full(len(fresh), "", dtype=object)])
             self._rows += len(fresh)
             self._tokens += sum(sizes.values())
             touched = by_token.keys()
             self._phrases_seen = {k: v for k, v in self._phrases_seen.items() if touched.isdisjoint(k)}
+            self._by_term = {}
             for token, keys in by_token.items():
                 kept = self._postings.get(token)
                 if kept is None and self._complete:
@@ -362,6 +378,7 @@ class KeywordMemory:
             gone, dropped = self._postings.popitem(last=False)
             self._kept -= len(dropped)
             self._phrases_seen = {k: v for k, v in self._phrases_seen.items() if gone not in k}
+            self._by_term = {}
         return out
 
     # -- answering ---------------------------------------------------------------------------------
@@ -369,6 +386,12 @@ class KeywordMemory:
         """Per quoted term: (rows it is in, ascending; its instances in the body; in the context; the
         rows' places in ``_rowids``, or None when a row has no size: not as loaded)."""
         assert self._tokenizer is not None
+        complete = self._complete
+        if complete:
+            by_term = self._by_term
+            cached = [by_term.get(t) for t in terms]
+            if all(p is not None for p in cached):
+                return cached  # type: ignore[return-value]
         cut = self._tokenizer.tokens([_inner(t) for t in terms])
         if any(not tokens for tokens in cut):
             return None  # a term FTS5 cuts into nothing: let FTS5 say what it matches
@@ -395,7 +418,13 @@ class KeywordMemory:
                     known = self._phrases_seen[tokens] = (uniq, body, context, at, [])
                     while len(self._phrases_seen) > 20_000:
                         self._phrases_seen.pop(next(iter(self._phrases_seen)))
+                        self._by_term = {}
             out.append(known)
+        if complete and self._complete:  # (those kept in ``_phrases_seen``)
+            if len(self._by_term) > 20_000:
+                self._by_term = {}
+            seen = self._phrases_seen
+            self._by_term.update((t, p) for t, tokens, p in zip(terms, cut, out) if seen.get(tokens) is p)
         return out
 
     def prefetch(self, conn: sa.Connection, terms: list[str]) -> None:
@@ -403,6 +432,8 @@ class KeywordMemory:
         with self._lock:
             if self._state is None or self._tokenizer is None:
                 return
+            if self._complete and all(t in self._by_term for t in terms):
+                return  # (their phrases are known: nothing to cut or read)
             cut = self._tokenizer.tokens([_inner(t) for t in terms])  # new words: one tokenizer pass for all
             if not self._complete:
                 self._keys(conn, {tok for tokens in cut for tok in tokens})
@@ -479,13 +510,25 @@ class KeywordMemory:
             if keys is not None:  # sorted by (-score, message id, place) as below, in numpy
                 order = np.lexsort((places, keys[places], -score))[:limit]
                 places, score = places[order], score[order]
-                return [ranked_of((mids[p] or "", names[t] if t >= 0 else None, names[r] if r >= 0 else None, s))
-                        for p, t, r, s in zip(places.tolist(), self._threads[places].tolist(),
-                                              self._resources[places].tolist(), score.tolist())]
+                # (the fields gathered by numpy: the hits' ids are out of the CPU's caches, evicted by the last
+                # vector scan, and numpy's loop waits for many of them at once)
+                mid_objs, name_objs = self._objects()
+                return list(map(ranked_of, zip(mid_objs[places].tolist(), name_objs[self._threads[places]].tolist(),
+                                               name_objs[self._resources[places]].tolist(), score.tolist())))
             picked = sorted(zip((-score).tolist(), [mids[p] or "" for p in places.tolist()], places.tolist()))[:limit]
             at = np.array([p for _, _, p in picked], dtype=np.int64)
             return [Ranked(mid, names[t] if t >= 0 else None, names[r] if r >= 0 else None, -neg)
                     for (neg, mid, _), t, r in zip(picked, self._threads[at].tolist(), self._resources[at].tolist())]
+
+    def _objects(self) -> tuple[np.ndarray, np.ndarray]:
+        """``_mid_objs`` and ``_name_objs``, built when missing or out of date."""
+        if self._mid_objs is None or len(self._mid_objs) != len(self._mids):
+            objs = self._mid_objs = np.empty(len(self._mids), dtype=object)
+            objs[:] = [m or "" for m in self._mids]
+        if self._name_objs is None or len(self._name_objs) != len(self._names) + 2:
+            names = self._name_objs = np.empty(len(self._names) + 2, dtype=object)
+            names[: len(self._names)] = self._names  # (the last two stay None: codes -2 and -1)
+        return self._mid_objs, self._name_objs
 
     def _keys_of_mids(self) -> np.ndarray | None:
         """``_mids`` as a numpy text array (None as ""), kept up to date by appends; None when an id

@@ -125,6 +125,10 @@ class VectorSet:
         # row norm (bounds the two products' difference).
         self._scan_t: np.ndarray | None = None
         self._max_norm = 0.0
+        # ``message_ids``, ``thread_ids`` and ``resource_ids`` as object arrays (capacity like the matrix),
+        # filled up to ``_columns_n`` rows on the first search that needs them (``_id_columns``)
+        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._columns_n = 0
 
     def positions_of(self, message_id: str) -> list[int]:
         if self._positions is None:
@@ -140,7 +144,8 @@ class VectorSet:
         return self._matrix[: self.n]
 
     def nbytes(self) -> int:
-        return int(self._matrix.nbytes) + (int(self._scan_t.nbytes) if self._scan_t is not None else 0)
+        return (int(self._matrix.nbytes) + (int(self._scan_t.nbytes) if self._scan_t is not None else 0)
+                + (sum(int(c.nbytes) for c in self._columns) if self._columns is not None else 0))  # (pointers)
 
     def extend(self, rows: list[RawRow]) -> None:
         """Append the usable rows (this model's or no model's, a finite vector of this size, a message
@@ -232,8 +237,11 @@ class VectorSet:
         message: ask for more, keep each message's best). ``until``: only messages created before it."""
         if self._depth_suffices(qvec, depth, thread_id, until):  # (one row a message: nothing to merge)
             pos, scores = self.search(qvec, depth)
-            mids, threads, resources = self.message_ids, self.thread_ids, self.resource_ids
-            return [ranked_of((mids[p], threads[p], resources[p], s)) for p, s in zip(pos.tolist(), scores.tolist())]
+            # The rows' fields gathered by numpy, not looked up one by one: after the scan they are out of
+            # the CPU's caches, and numpy's loop waits for many of them at once (half the time at depth 50).
+            mids, threads, resources = self._id_columns()
+            return list(map(ranked_of, zip(mids[pos].tolist(), threads[pos].tolist(), resources[pos].tolist(),
+                                           scores.tolist())))
         pos, scores = self.search(qvec, depth * 2, thread_id=thread_id, until=until)
         out: list[Ranked] = []
         seen: set[str] = set()
@@ -246,6 +254,28 @@ class VectorSet:
             if len(out) == depth:
                 break
         return out
+
+    def _id_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``message_ids``, ``thread_ids`` and ``resource_ids`` of the matrix's rows as object arrays (the same
+        objects), extended by the rows appended since the last call."""
+        n = self.n
+        cols = self._columns
+        if cols is None or len(cols[0]) < n:
+            size = max(n, self._matrix.shape[0])
+            grown = (np.empty(size, dtype=object), np.empty(size, dtype=object), np.empty(size, dtype=object))
+            have = self._columns_n if cols is not None else 0
+            if cols is not None:
+                for new, old in zip(grown, cols):
+                    new[:have] = old[:have]
+            self._columns = cols = grown
+            self._columns_n = have
+        have = self._columns_n
+        if have < n:
+            sources: tuple[list[Any], ...] = (self.message_ids, self.thread_ids, self.resource_ids)
+            for col, values in zip(cols, sources):
+                col[have:n] = values[have:n]
+            self._columns_n = n
+        return cols
 
     def _depth_suffices(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None) -> bool:
         """Whether ``search(qvec, depth)`` gives exactly the first ``depth`` rows of ``search(qvec, 2 * depth)``
@@ -276,7 +306,9 @@ class VectorSet:
                 owners.extend([mid] * len(found))  # type: ignore[arg-type]
         if not rows:
             return {}
-        scores = (self.matrix[rows] @ qvec).tolist()
+        # (``take`` with an index array: the same rows, in the same order, as ``self.matrix[rows]``, so the same
+        # product to the bit, without converting a list of ints first)
+        scores = (np.take(self._matrix, np.array(rows, dtype=np.intp), axis=0) @ qvec).tolist()
         best: dict[str, float] = {}
         for mid, sc in zip(owners, scores):
             if mid not in best or sc > best[mid]:
@@ -363,6 +395,7 @@ class VectorSet:
         self.created_at = [self.created_at[i] for i in order]
         self._created = None
         self._scan_t = None
+        self._columns, self._columns_n = None, 0
         self.partition = part
         self._positions = None
         return part

@@ -191,3 +191,54 @@ def test_ties_are_broken_by_message_id_after_appends_of_longer_ids(index):
     store.memory.save_messages(longer)
     assert index.index_messages(longer).ok
     same_answers(index, [("u", None), (None, "t")])
+
+
+def test_the_hits_fields_arrays_follow_appends_and_docs_written_later(index):
+    """A search gathers its hits' ids, threads and resources from object arrays (``_objects``), kept up to
+    date by appends (grown) and by docs that arrive after their rows (written in place): always equal to
+    arrays built afresh from ``_mids`` and ``_names``."""
+    store = index.store
+    memory = index.keywords.memory
+
+    def fresh() -> tuple[list[object], list[object]]:
+        return [m or "" for m in memory._mids], [*memory._names, None, None]
+
+    assert index.index_messages(save(store, "t1", "u", 60, 6)).ok
+    same_answers(index, [("u", None)])  # (builds the arrays)
+    assert memory._mid_objs is not None and memory._name_objs is not None
+    assert index.index_messages(save(store, "t2", "v", 30, 7)).ok  # a new thread and resource: new names
+    same_answers(index, [("u", None), ("v", None), (None, "t2")])
+    mids, names = memory._objects()
+    assert (mids.tolist(), names.tolist()) == fresh()
+    assert index.index_messages(save(store, "t1", "u", 25, 8, start=60)).ok
+    with store.db.read() as conn:
+        terms, _ = index.keywords.terms(conn, "running museum")
+        hits = memory.search(conn, terms, resource_id="u", thread_id=None, limit=40, weight=keyword.CONTEXT_WEIGHT)
+    assert hits and all(h.message_id.startswith("t1-") and h.thread_id == "t1" and h.resource_id == "u" for h in hits)
+    mids, names = memory._objects()
+    assert (mids.tolist(), names.tolist()) == fresh()
+
+
+def test_phrases_kept_by_term_are_dropped_when_an_append_touches_their_tokens(index):
+    """With every posting kept, a search takes each term's phrase from ``_by_term`` (no tokenizing, no
+    posting lookups); an append that adds instances of a token empties it, and the answers stay FTS5's."""
+    store = index.store
+    memory = index.keywords.memory
+    assert index.index_messages(save(store, "t1", "u", 80, 9)).ok
+    same_answers(index, [("u", None)])
+    assert memory._complete and memory._by_term  # (kept by the searches above)
+    kept = dict(memory._by_term)
+    with store.db.read() as conn:
+        terms, _ = index.keywords.terms(conn, "running museum")
+        assert all(t in kept for t in terms)
+        assert memory._phrases(conn, terms) == [kept[t] for t in terms]
+    running = Message.user("running running museum", id="late-1", thread_id="t1", resource_id="u",
+                           created_at=T0 + timedelta(days=3))
+    store.memory.save_messages([running])
+    assert index.index_messages([running]).ok
+    same_answers(index, [("u", None), (None, "t1")])  # (the append is read by the first search's sync)
+    with store.db.read() as conn:
+        terms, _ = index.keywords.terms(conn, "running museum")
+        hits = memory.search(conn, terms, resource_id="u", thread_id=None, limit=3, weight=keyword.CONTEXT_WEIGHT)
+    assert hits and hits[0].message_id == "late-1"
+    assert all(memory._by_term[t] is not kept[t] for t in terms)  # (built again from the new postings)

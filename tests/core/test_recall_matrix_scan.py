@@ -112,6 +112,37 @@ def test_ranked_asks_the_scan_for_depth_rows_only_when_each_message_has_one(chun
         assert "unknown" not in cos
 
 
+def test_ranked_gathers_each_hits_fields_from_rows_appended_after_a_search():
+    """``ranked``'s fields come from object arrays of the rows' ids, threads and resources (``_id_columns``):
+    rows appended after they were built (the matrix growing meanwhile) are in them too."""
+    rng = np.random.default_rng(11)
+    n, first, dim = 2_600, 2_100, 32
+    m = rng.standard_normal((n, dim)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    vset = VectorSet(dim, "m")
+    vset.message_ids = [f"m{i}" for i in range(n)]
+    vset.thread_ids = [f"t{i % 3}" if i % 7 else None for i in range(n)]
+    vset.resource_ids = [f"u{i % 2}" for i in range(n)]
+    vset.append_vectors(m[:first], vset.thread_ids[:first])
+    vset.positions_of("m0")  # (maps the ids: the one-row-a-message path)
+
+    def expected(q: np.ndarray, depth: int) -> list[tuple[str, str | None, str | None, float]]:
+        pos, scores = vset.search(q, depth)
+        return [(vset.message_ids[p], vset.thread_ids[p], vset.resource_ids[p], s)
+                for p, s in zip(pos.tolist(), scores.tolist())]
+
+    queries = [rng.standard_normal(dim).astype(np.float32) for _ in range(5)]
+    for q in queries:
+        assert vset._depth_suffices(q, 50, None, None)
+        assert [tuple(r) for r in vset.ranked(q, 50, None)] == expected(q, 50)
+    vset.append_vectors(m[first:], vset.thread_ids[first:])  # (past the matrix's capacity: it grows)
+    for q in [*queries, m[n - 1].copy()]:
+        got = [tuple(r) for r in vset.ranked(q, 50, None)]
+        assert got == expected(q, 50)
+        assert all(type(r[3]) is float for r in got)
+    assert got[0][:3] == (f"m{n - 1}", vset.thread_ids[n - 1], vset.resource_ids[n - 1])  # an appended row
+
+
 def test_appends_keep_the_rows_of_each_message_mapped():
     rng = np.random.default_rng(3)
     m = rng.standard_normal((300, 16)).astype(np.float32)
