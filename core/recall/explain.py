@@ -63,6 +63,7 @@ class Candidate:
     keyword_rank: int | None = None
     combined: float | None = None  # hybrid: the fused score, with its neighbours' share, before the re-rank
     status: Status = "hit"
+    own: float | None = None  # hybrid: the fused score of its own two lists, before its neighbours' share
 
 
 @dataclass(frozen=True)
@@ -235,9 +236,10 @@ def inspect_search(
         [Candidate(i, r.message_id, r.thread_id, r.resource_id, r.score, cos_of.get(r.message_id), r.score)
          for i, r in enumerate(kw_ranked, start=1)], top_k, None, gone)
     combined = {f.message_id: f.score for f in done.fused}
+    own = done.combined.own if done.combined is not None else {}
     out.lists["hybrid"] = _mark(
         [Candidate(i, f.message_id, f.thread_id, f.resource_id, f.score, f.vector_score, f.keyword_score,
-                   f.vector_rank, f.keyword_rank, combined.get(f.message_id))
+                   f.vector_rank, f.keyword_rank, combined.get(f.message_id), own=own.get(f.message_id))
          for i, f in enumerate(done.reranked, start=1)], top_k, threshold, gone)
     # Candidates the search left out as deleted since they were indexed: shown last, marked deleted.
     for found_in, r in done.left_out:
@@ -270,8 +272,7 @@ def _mark(cands: list[Candidate], top_k: int, threshold: float | None, gone: set
             status, kept = "hit", kept + 1
         else:
             status = "outside-top-k"
-        out.append(Candidate(c.rank, c.message_id, c.thread_id, c.resource_id, c.score, c.vector_score,
-                             c.keyword_score, c.vector_rank, c.keyword_rank, c.combined, status))
+        out.append(replace(c, status=status))
     return out
 
 
@@ -456,7 +457,16 @@ def _hybrid_placement(ins: Inspection, message_id: str, cand: Candidate | None) 
                          f"Hybrid fuses the best {depth} of each list; it is in neither, so it was never a "
                          "candidate.", None, ranked)
     status, why = _cut_reason(ins, cand, cand.rank, cand.score, "fused score")
-    return Placement("hybrid", status, why, cand.rank, ranked, cand.score)
+    return Placement("hybrid", status, why + neighbours_part(cand), cand.rank, ranked, cand.score)
+
+
+def neighbours_part(cand: Candidate) -> str:
+    """What its thread neighbours changed in a hybrid candidate's score (``Combined.propagate``), when they
+    changed it as shown (three decimals): its own lists' score and the score with the share."""
+    if cand.own is None or cand.combined is None or f"{cand.own:.3f}" == f"{cand.combined:.3f}":
+        return ""
+    return (f" Before the re-rank: {cand.own:.3f} from its own lists, {cand.combined:.3f} with its thread "
+            "neighbours' share (its previous and next messages' scores, when they are candidates).")
 
 
 def _cut_reason(ins: Inspection, cand: Candidate | None, rank: int, score: float | None, what: str,

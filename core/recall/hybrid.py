@@ -169,6 +169,9 @@ class Combined:
         # lookups would otherwise build a new float per candidate from ``order``.
         self._score_of: dict[str, float] = {}
         score_of = self._score_of
+        # Each candidate's score from its own two lists, kept when ``propagate`` adds its neighbours' share
+        # (the recall playground shows both parts).
+        self.own: dict[str, float] = score_of
         spread = span > 1e-12
         for i in vec_at.values():  # (a message listed twice counts once, as its last entry)
             h = vector[i]

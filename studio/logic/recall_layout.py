@@ -161,13 +161,20 @@ def thread_label(ins: Inspection, message_id: str) -> str:
     return (shown.thread_id or "") if shown is not None else ""
 
 
+def fused_before_text(c: Candidate) -> str:
+    """A hybrid candidate's fused score before the re-rank, and its own lists' part when its thread
+    neighbours' share changed it (``Combined.propagate``)."""
+    if c.own is None or c.combined is None or score_text(c.own) == score_text(c.combined):
+        return score_text(c.combined)
+    return f"{score_text(c.combined)} ({score_text(c.own)} from its own lists, the rest its thread neighbours' share)"
+
+
 def candidate_tooltip(ins: Inspection, c: Candidate) -> str:
     lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
              f"cosine {score_text(c.vector_score)} · BM25 {score_text(c.keyword_score)}"]
     if c.combined is not None:
-        lines.append(f"fused {score_text(c.combined)} (with its thread neighbours' share) before the re-rank, "
-                     f"{score_text(c.score)} after "
-                     "(next message in the thread, dates named in the query)")
+        lines.append(f"fused {fused_before_text(c)} before the re-rank, {score_text(c.score)} after "
+                     "(next message in the thread, dates and speakers named in the query)")
     lines.append(f"status: {status_text(c)}")
     shown = ins.messages.get(c.message_id)
     if shown is not None:

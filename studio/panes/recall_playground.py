@@ -88,7 +88,7 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
         return [rank, bm25, cosine, status, text]
     return [
         rank, Column("Fused", lambda c: lay.score_text(c.score), RIGHT, foreground=lay.row_colour,
-                     tooltip=lambda c: f"before the re-rank: {lay.score_text(c.combined)}"),
+                     tooltip=lambda c: f"before the re-rank: {lay.fused_before_text(c)}"),
         Column("Vector", lambda c: lay.ranked_score(c.vector_score, c.vector_rank), RIGHT, foreground=lay.row_colour,
                tooltip=lambda c: "cosine similarity · rank in the vector list"),
         Column("Keyword", lambda c: lay.ranked_score(c.keyword_score, c.keyword_rank, 2), RIGHT,

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from core.embedding import HashingEmbedder
 from core.messages import Message
-from core.recall import RecallIndex
+from core.recall import RecallIndex, hybrid
 from core.recall.explain import explain_message, inspect_search
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -225,3 +225,22 @@ def test_why_not_a_message_that_was_never_a_hybrid_candidate(store, index):
     assert e.placements["keyword"].status == "no-match"
     assert e.placements["vector"].rank is not None and e.placements["vector"].rank > 50
     assert "never a candidate" in e.summary
+
+
+def test_hybrid_rows_and_why_say_what_the_thread_neighbours_added(index, monkeypatch):
+    # Each hybrid candidate keeps its own lists' score beside the one with its neighbours' share
+    # (``Combined.propagate``): the first is what the search fuses with the share turned off.
+    ins = inspect_search(index, "allergic peanuts", resource_id="alice", top_k=4, before=0, after=0)
+    monkeypatch.setattr(hybrid, "NEIGHBOUR_SHARE", 0.0)
+    alone = inspect_search(index, "allergic peanuts", resource_id="alice", top_k=4, before=0, after=0)
+    monkeypatch.undo()
+    without = {c.message_id: c.combined for c in alone.lists["hybrid"]}
+    assert {c.message_id: c.own for c in ins.lists["hybrid"]} == without
+    assert all(c.own == c.combined for c in alone.lists["hybrid"])
+    lifted = [c for c in ins.lists["hybrid"] if f"{c.own:.3f}" != f"{c.combined:.3f}"]
+    assert lifted  # t1-0 and t1-1 are neighbours, and both match
+    for c in lifted:
+        why = explain_message(index, c.message_id, ins).placements["hybrid"].why
+        assert f"{c.own:.3f} from its own lists, {c.combined:.3f} with its thread neighbours' share" in why
+    first = alone.lists["hybrid"][0].message_id
+    assert "neighbours' share" not in explain_message(index, first, alone).placements["hybrid"].why

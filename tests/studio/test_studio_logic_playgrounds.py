@@ -14,7 +14,7 @@ from core import Memory, MemoryOptions, Message, open_store
 from core.embedding import HashingEmbedder
 from core.llm import ScriptedModel
 from core.recall import RecallIndex
-from core.recall.explain import explain_message, inspect_search
+from core.recall.explain import Candidate, Inspection, explain_message, inspect_search
 from studio import chat_runner
 from studio.chat_runner import ChatRequest, TurnStopped
 from studio.logic import chat_layout, recall_layout
@@ -153,3 +153,14 @@ def test_an_observer_call_in_the_turn_does_not_stream_into_the_reply(tmp_path):
     assert len(model.requests) == 2  # the observer ran inside the turn
     assert out.text == "Friday, as planned." and "".join(pieces) == out.text
     store.close()
+
+
+def test_a_fused_score_says_what_the_thread_neighbours_added():
+    lifted = Candidate(3, "m", "t", "ada", 0.146, 0.207, None, 5, None, combined=0.146, own=0.030)
+    assert recall_layout.fused_before_text(lifted) == (
+        "0.146 (0.030 from its own lists, the rest its thread neighbours' share)")
+    alone = Candidate(1, "m", "t", "ada", 0.652, 0.430, 2.24, 2, 1, combined=0.6521, own=0.6524)
+    assert recall_layout.fused_before_text(alone) == "0.652"  # (the same at three decimals)
+    assert recall_layout.fused_before_text(Candidate(1, "m", "t", "ada", 0.5, 0.5, None)) == "—"
+    ins = Inspection("q", "ada", None, 4, None, 0, 0, "model")
+    assert "fused 0.146 (0.030 from its own lists" in recall_layout.candidate_tooltip(ins, lifted)
