@@ -25,6 +25,9 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
   1 + the shares, before the re-rank; ``variants``: the same with a thread's end counting itself, or the
   better neighbour only; ``prev``: a previous-message share inside the re-rank instead; ``boosts``: the
   re-rank's date and speaker boosts made stronger (what the divisor of ``propagate`` does to them);
+- thread: a thread-level prior after the neighbours' share: each candidate gains a share of the best
+  other candidate of its thread (``max``, the engine's ``Combined.thread_prior``), of the mean of the
+  best two others (``top2``) or of all others capped at 1 (``sum``), over 1 + the share;
 - bm25: the keyword list with other BM25 constants (k1, b) and context-column weights (FTS5 fixes k1
   and b, so only the in-process copy can be changed: a lab figure);
 - prompt: what the recall processor would show at top k 4 and 10 with its default range (each hit with
@@ -121,7 +124,8 @@ def ranked_hybrid(D: dict[str, Any], q: dict[str, Any], vec: list[tuple[str, flo
                   cos: dict[str, float] | None = None, depth: int | None = None, ceiling: float = 0.0,
                   share: float | None = None,
                   propagate: Callable[[dict[str, float]], dict[str, float]] | None = None,
-                  kw: list[tuple[str, float]] | None = None, neighbour_share: float | None = None) -> list[str]:
+                  kw: list[tuple[str, float]] | None = None, neighbour_share: float | None = None,
+                  thread_share: float | None = None) -> list[str]:
     """The engine's hybrid ranking rebuilt from the kept lists (``Combined`` + ``rerank``); ``propagate``
     changes the fused scores before the re-rank."""
     d = D["q"][q["query_id"]]
@@ -143,6 +147,9 @@ def ranked_hybrid(D: dict[str, Any], q: dict[str, Any], vec: list[tuple[str, flo
         scores = propagated(D, q, neighbour_share, neighbour_share)(scores)
     if propagate is not None:
         scores = propagate(scores)
+    thread_share = hybrid.THREAD_SHARE if thread_share is None else thread_share
+    if thread_share > 0:  # (the engine's ``Combined.thread_prior``)
+        scores = thread_prior(D, q, thread_share, "max")(scores)
     order = D["order"][q["conv_id"]]
     fused = [hybrid.Fused(m, None, None, s, cos.get(m), None, 1, None) for m, s in scores.items()]
     next_of = {m: order[m][0] for m in scores if m in order and order[m][0]}
@@ -377,21 +384,55 @@ def prf_routes(D: dict[str, Any]) -> None:
               f"prf vector<-fused m{m} a{a}: hybrid, candidates re-scored")
 
 
+def thread_prior(D: dict[str, Any], q: dict[str, Any], gamma: float, kind: str) -> Callable[[dict[str, float]], dict[str, float]]:
+    """A thread-level prior: each candidate gains ``gamma`` times a summary of the other candidates of its
+    thread (``max``: the best other one; ``top2``: the mean of the best two others; ``sum``: all others,
+    capped at 1), over 1 + gamma. A session whose other turns match the query too is more likely to hold
+    the answer than a lone match in an unrelated session."""
+    thread_of = D.setdefault(("thread_of", q["conv_id"]), {m["id"]: m["session"] for m in D["by_conv"][q["conv_id"]]})
+
+    def apply(scores: dict[str, float]) -> dict[str, float]:
+        by_thread: dict[Any, list[float]] = defaultdict(list)
+        for m, sc in scores.items():
+            by_thread[thread_of.get(m)].append(sc)
+        for v in by_thread.values():
+            v.sort(reverse=True)
+        out = {}
+        for m, sc in scores.items():
+            v = by_thread[thread_of.get(m)]
+            others = list(v)
+            others.remove(sc)
+            if kind == "max":
+                summary = others[0] if others else 0.0
+            elif kind == "top2":
+                summary = sum(others[:2]) / 2
+            else:
+                summary = min(sum(others), 1.0)
+            out[m] = (sc + gamma * summary) / (1 + gamma)
+        return out
+
+    return apply
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="use", help="use or e5")
     ap.add_argument("--passages", default="", help="comma-separated: ctx, own, ctx_date, ctx_next, ctx2 (re-embeds)")
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
     ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
-                    help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev "
+                    help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread "
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
     ap.add_argument("--neighbour-share", type=float, default=None,
                     help="hybrid.NEIGHBOUR_SHARE for the engine and the rebuilt base (0: the engine before it)")
+    ap.add_argument("--thread-share", type=float, default=None,
+                    help="hybrid.THREAD_SHARE for the engine and the rebuilt base (0: the engine before it)")
     args = ap.parse_args()
     if args.neighbour_share is not None:
         hybrid.NEIGHBOUR_SHARE = args.neighbour_share
+    if args.thread_share is not None:
+        hybrid.THREAD_SHARE = args.thread_share
     only = set(args.only.split(","))
     settings = [tuple(float(x) for x in s.split(":")) for s in args.bm25.split(",") if s] if "bm25" in only else []
     D = collect(args.model, args.cache_dir, settings)  # type: ignore[arg-type]
@@ -429,6 +470,11 @@ def main() -> None:
                 for skip in (False, True):
                     prompt_score(D, lambda q: ranked_hybrid(D, q, neighbour_share=share),
                                  f"prompt top {k} +-1: share {share}{', skip shown' if skip else ''}", k, skip)
+    if "thread" in only:  # on top of the engine's neighbours' share
+        for kind in ("max", "top2", "sum"):
+            for gamma in (0.05, 0.1, 0.2, 0.3, 0.5):
+                f = lambda q: ranked_hybrid(D, q, propagate=thread_prior(D, q, gamma, kind), thread_share=0.0)  # noqa: E731
+                score(D, f, f"thread prior {kind} {gamma}")
     if "prev" in only:
         score(D, lambda q: rerank_form(D, q, 0.0, hybrid.NEXT_SHARE), "re-rank form: prev 0 next 0.2 (= base)")
         for ps in (0.1, 0.2, 0.3, 0.4, 0.5):

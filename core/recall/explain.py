@@ -61,9 +61,9 @@ class Candidate:
     keyword_score: float | None  # -BM25 (None: not in the keyword list)
     vector_rank: int | None = None  # hybrid: its rank in the vector / keyword candidate lists
     keyword_rank: int | None = None
-    combined: float | None = None  # hybrid: the fused score, with its neighbours' share, before the re-rank
+    combined: float | None = None  # hybrid: the fused score, with its thread's share, before the re-rank
     status: Status = "hit"
-    own: float | None = None  # hybrid: the fused score of its own two lists, before its neighbours' share
+    own: float | None = None  # hybrid: the fused score of its own two lists, before its thread's share
 
 
 @dataclass(frozen=True)
@@ -461,12 +461,14 @@ def _hybrid_placement(ins: Inspection, message_id: str, cand: Candidate | None) 
 
 
 def neighbours_part(cand: Candidate) -> str:
-    """What its thread neighbours changed in a hybrid candidate's score (``Combined.propagate``), when they
-    changed it as shown (three decimals): its own lists' score and the score with the share."""
+    """What its thread changed in a hybrid candidate's score (``Combined.propagate`` and
+    ``Combined.thread_prior``), when it changed it as shown (three decimals): its own lists' score and the
+    score with its thread's share."""
     if cand.own is None or cand.combined is None or f"{cand.own:.3f}" == f"{cand.combined:.3f}":
         return ""
-    return (f" Before the re-rank: {cand.own:.3f} from its own lists, {cand.combined:.3f} with its thread "
-            "neighbours' share (its previous and next messages' scores, when they are candidates).")
+    return (f" Before the re-rank: {cand.own:.3f} from its own lists, {cand.combined:.3f} with its thread's "
+            "share (its previous and next messages' scores and its thread's best other match, when those are "
+            "candidates).")
 
 
 def _cut_reason(ins: Inspection, cand: Candidate | None, rank: int, score: float | None, what: str,

@@ -218,7 +218,8 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
           keyword_share: float = hybrid.KEYWORD_SHARE, kept: OrderCache | None = None,
           synced: bool | None = None) -> None:
     """Hybrid: fuse the two lists (``combine``), add each candidate's share of its thread neighbours'
-    scores (``Combined.propagate``), then re-rank by next message, named period and named speaker."""
+    scores (``Combined.propagate``) and of its thread's best other candidate (``Combined.thread_prior``),
+    then re-rank by next message, named period and named speaker."""
     qvec = out.qvec
     if out.vset is not None and qvec is not None:
         vec_at = hybrid.places(out.vector)  # (the fusion's map, built once for both)
@@ -233,9 +234,11 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     # a record: ``fused`` holds every candidate only when all are re-ranked.
     everyone = threshold is not None or every_candidate
     out.combined = combined
-    # Neighbours' scores (``Combined.propagate``) need every candidate's next message: all are read.
+    # Neighbours' scores (``Combined.propagate``) need every candidate's next message: all are read. The
+    # thread prior (``Combined.thread_prior``) moves candidates too, so the cut comes after both.
     neighbours = hybrid.NEIGHBOUR_SHARE > 0
-    out.receivers = receivers = (combined.order if everyone or neighbours
+    reshaped = neighbours or hybrid.THREAD_SHARE > 0
+    out.receivers = receivers = (combined.order if everyone or reshaped
                                  else _may_reach(combined.order, top_k, dated=bool(spans)))
     order: dict[str, tuple[str | None, date | None, str | None]] = {}
     if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0 or neighbours):
@@ -253,8 +256,14 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                 order = thread_order(conn, ids, labels=labels)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
-    if neighbours:
-        combined.propagate({mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None}, hybrid.NEIGHBOUR_SHARE)
+    if reshaped:
+        if neighbours:
+            combined.propagate({mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None},
+                               hybrid.NEIGHBOUR_SHARE)
+        if hybrid.THREAD_SHARE > 0:
+            thread_of = {r.message_id: r.thread_id for r in out.keyword}
+            thread_of.update((r.message_id, r.thread_id) for r in out.vector)
+            combined.thread_prior(thread_of, hybrid.THREAD_SHARE)
         out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
         if len(receivers) < len(order):
             order = {mid: found for _, _, mid in receivers if (found := order.get(mid)) is not None}

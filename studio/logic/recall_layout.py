@@ -162,11 +162,12 @@ def thread_label(ins: Inspection, message_id: str) -> str:
 
 
 def fused_before_text(c: Candidate) -> str:
-    """A hybrid candidate's fused score before the re-rank, and its own lists' part when its thread
-    neighbours' share changed it (``Combined.propagate``)."""
+    """A hybrid candidate's fused score before the re-rank, and its own lists' part when its thread's
+    share changed it (its neighbours' scores and its thread's best other match: ``Combined.propagate``,
+    ``Combined.thread_prior``)."""
     if c.own is None or c.combined is None or score_text(c.own) == score_text(c.combined):
         return score_text(c.combined)
-    return f"{score_text(c.combined)} ({score_text(c.own)} from its own lists, the rest its thread neighbours' share)"
+    return f"{score_text(c.combined)} ({score_text(c.own)} from its own lists, the rest its thread's share)"
 
 
 def candidate_tooltip(ins: Inspection, c: Candidate) -> str:

@@ -227,11 +227,13 @@ def test_why_not_a_message_that_was_never_a_hybrid_candidate(store, index):
     assert "never a candidate" in e.summary
 
 
-def test_hybrid_rows_and_why_say_what_the_thread_neighbours_added(index, monkeypatch):
-    # Each hybrid candidate keeps its own lists' score beside the one with its neighbours' share
-    # (``Combined.propagate``): the first is what the search fuses with the share turned off.
+def test_hybrid_rows_and_why_say_what_the_thread_added(index, monkeypatch):
+    # Each hybrid candidate keeps its own lists' score beside the one with its thread's share (its
+    # neighbours', ``Combined.propagate``, and its thread's best other candidate's, ``Combined.thread_prior``):
+    # the first is what the search fuses with both turned off.
     ins = inspect_search(index, "allergic peanuts", resource_id="alice", top_k=4, before=0, after=0)
     monkeypatch.setattr(hybrid, "NEIGHBOUR_SHARE", 0.0)
+    monkeypatch.setattr(hybrid, "THREAD_SHARE", 0.0)
     alone = inspect_search(index, "allergic peanuts", resource_id="alice", top_k=4, before=0, after=0)
     monkeypatch.undo()
     without = {c.message_id: c.combined for c in alone.lists["hybrid"]}
@@ -241,6 +243,6 @@ def test_hybrid_rows_and_why_say_what_the_thread_neighbours_added(index, monkeyp
     assert lifted  # t1-0 and t1-1 are neighbours, and both match
     for c in lifted:
         why = explain_message(index, c.message_id, ins).placements["hybrid"].why
-        assert f"{c.own:.3f} from its own lists, {c.combined:.3f} with its thread neighbours' share" in why
+        assert f"{c.own:.3f} from its own lists, {c.combined:.3f} with its thread's share" in why
     first = alone.lists["hybrid"][0].message_id
-    assert "neighbours' share" not in explain_message(index, first, alone).placements["hybrid"].why
+    assert "thread's share" not in explain_message(index, first, alone).placements["hybrid"].why

@@ -290,6 +290,57 @@ def test_propagate_is_the_written_out_formula_sorted_as_combine_sorts(vec, kw, n
     assert max(want.values(), default=0.0) <= 1.0 + 1e-9
 
 
+def test_thread_prior_adds_a_share_of_the_best_other_candidate_of_each_thread():
+    R2 = lambda mid, thread, score: hybrid.Ranked(mid, thread, "u", score)  # noqa: E731
+    vector = [R2("lone", "t1", 0.9), R2("a", "t2", 0.8), R2("b", "t2", 0.7), R2("c", "t2", 0.6), R2("far", "t3", 0.1)]
+    combined = hybrid.Combined(vector, [], {}, keyword_share=0.0)
+    before = combined.scores()
+    assert [m for _, _, m in combined.order][0] == "lone"
+    combined.thread_prior({h.message_id: h.thread_id for h in vector}, 0.3)
+    after = combined.scores()
+    scale = 1 / 1.3
+    assert after["lone"] == pytest.approx(before["lone"] * scale)  # alone in its thread: nothing to add
+    assert after["a"] == pytest.approx((before["a"] + 0.3 * before["b"]) * scale)  # the best: the second's share
+    assert after["b"] == pytest.approx((before["b"] + 0.3 * before["a"]) * scale)  # the others: the best's
+    assert after["c"] == pytest.approx((before["c"] + 0.3 * before["a"]) * scale)
+    assert [m for _, _, m in combined.order] == ["a", "b", "lone", "c", "far"]  # a thread about it rises
+    assert combined.own == before  # (each candidate's own lists' score stays readable)
+    same = hybrid.Combined(vector, [], {}, keyword_share=0.0)
+    same.thread_prior({h.message_id: h.thread_id for h in vector}, 0.0)
+    assert same.order == hybrid.Combined(vector, [], {}, keyword_share=0.0).order
+    with pytest.raises(ValueError):
+        same.thread_prior({}, -0.1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefgh"), st.floats(-1.0, 1.0, allow_nan=False), max_size=8),
+    kw=st.dictionaries(st.sampled_from("efghijkl"), st.floats(0.0, 30.0, allow_nan=False), max_size=8),
+    threads=st.dictionaries(st.sampled_from("abcdefghijkl"), st.sampled_from(["t1", "t2", "t3", None])),
+    share=st.sampled_from([0.1, 0.3, 0.9]),
+)
+def test_thread_prior_is_the_written_out_formula_and_keeps_a_thread_s_own_order(vec, kw, threads, share):
+    vector = [_R(m, s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [_R(m, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    combined = hybrid.Combined(vector, keyword_list, {})
+    base = combined.scores()
+    ties = {m: tie for _, tie, m in combined.order}
+    thread_of = {m: threads.get(m, "t1") for m in base}
+    want = {m: (s + share * max((base[o] for o in base if o != m and thread_of[o] == thread_of[m]), default=0.0))
+            / (1 + share) for m, s in base.items()}
+    combined.thread_prior(thread_of, share)
+    after = [m for _, _, m in combined.order]
+    assert after == sorted(want, key=lambda m: (-want[m], ties[m], m))
+    assert combined.scores() == pytest.approx(want)
+    assert max(want.values(), default=0.0) <= 1.0 + 1e-9
+    # A share below 1 never reorders one thread's candidates (but where the new scores round to equal floats).
+    got = combined.scores()
+    for i, x in enumerate(after):
+        for y in after[i + 1:]:
+            if thread_of[x] == thread_of[y]:
+                assert base[x] >= base[y] or got[x] == got[y], (x, y)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     raw=st.dictionaries(st.sampled_from("abcdefgh"), st.floats(min_value=-0.2, max_value=1.0), min_size=1),
@@ -399,11 +450,16 @@ def test_a_message_whose_reply_matches_rises_above_an_equal_one(store, monkeypat
     ranked = [h.message_id for h in index.search("zebra", resource_id="u", mode="hybrid", top_k=3).hits]
     assert ranked.index("b-0") < ranked.index("a-0")
     monkeypatch.setattr(hybrid, "NEXT_SHARE", 0.0)
+    monkeypatch.setattr(hybrid, "THREAD_SHARE", 0.0)
     ranked = [h.message_id for h in index.search("zebra", resource_id="u", mode="hybrid", top_k=3).hits]
     assert ranked.index("b-0") < ranked.index("a-0")  # the neighbours' share alone (``Combined.propagate``)
     monkeypatch.setattr(hybrid, "NEIGHBOUR_SHARE", 0.0)
+    monkeypatch.setattr(hybrid, "THREAD_SHARE", 0.3)
     ranked = [h.message_id for h in index.search("zebra", resource_id="u", mode="hybrid", top_k=3).hits]
-    assert ranked.index("a-0") < ranked.index("b-0")  # without either: a tie, broken by id
+    assert ranked.index("b-0") < ranked.index("a-0")  # the thread prior alone (``Combined.thread_prior``)
+    monkeypatch.setattr(hybrid, "THREAD_SHARE", 0.0)
+    ranked = [h.message_id for h in index.search("zebra", resource_id="u", mode="hybrid", top_k=3).hits]
+    assert ranked.index("a-0") < ranked.index("b-0")  # without any of them: a tie, broken by id
     # The same holds inside one thread, and with a threshold (every candidate reranked).
     monkeypatch.undo()
     hits = index.search("zebra", resource_id="u", thread_id="b", mode="hybrid", top_k=2, threshold=-1.0).hits

@@ -104,14 +104,15 @@ def test_ties_at_the_cut_are_broken_by_message_id_as_the_long_way_does(store, mo
 
 
 def test_hybrid_hits_are_every_candidate_propagated_from_a_full_thread_order_then_reranked(store, monkeypatch):
-    """The long way of the neighbours' share (``Combined.propagate``): every candidate's thread order read
-    in full, the formula written out over every candidate, then ``rerank``; a search's hits are its top k."""
+    """The long way of the neighbours' share (``Combined.propagate``) and the thread prior
+    (``Combined.thread_prior``): every candidate's thread order read in full, both formulas written out over
+    every candidate, then ``rerank``; a search's hits are its top k."""
     monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
     index = RecallIndex.for_store(store, HashingEmbedder(64))
-    assert index.index_messages(corpus(store, "u", "t", 180, 1)).ok
+    assert index.index_messages(corpus(store, "u", "t", 180, 1) + corpus(store, "u", "t2", 90, 2)).ok
     reader = pg_order.thread_order if isinstance(index.order, PgThreadOrder) else pipeline.thread_order
-    share = hybrid.NEIGHBOUR_SHARE
-    assert share > 0
+    share, tshare = hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE
+    assert share > 0 and tshare > 0
     changed = 0
     for query in QUERIES:
         run = pipeline.run(index, query, resource_id="u", thread_id=None, top_k=10, mode="hybrid", every_candidate=True)
@@ -122,8 +123,12 @@ def test_hybrid_hits_are_every_candidate_propagated_from_a_full_thread_order_the
             order = reader(conn, list(base), labels=True)
         next_of = {m: n for m, (n, _, _) in order.items() if n is not None}
         prev_of = {n: m for m, n in next_of.items() if n in base}
-        want = {m: (s + share * base.get(next_of.get(m, ""), 0.0) + share * base.get(prev_of.get(m, ""), 0.0))
+        near = {m: (s + share * base.get(next_of.get(m, ""), 0.0) + share * base.get(prev_of.get(m, ""), 0.0))
                 * (1.0 / (1.0 + 2.0 * share)) for m, s in base.items()}
+        thread_of = {r.message_id: r.thread_id for r in [*run.keyword, *run.vector]}
+        assert len(set(thread_of.values())) == 2
+        want = {m: (s + tshare * max((near[o] for o in near if o != m and thread_of[o] == thread_of[m]), default=0.0))
+                * (1.0 / (1.0 + tshare)) for m, s in near.items()}
         cos = {**run.cosines, **{r.message_id: r.score for r in run.vector}}
         fused = [hybrid.Fused(m, None, None, sc, cos.get(m), None, None, None) for m, sc in want.items()]
         spans = query_dates(query, pipeline.today())
@@ -138,7 +143,7 @@ def test_hybrid_hits_are_every_candidate_propagated_from_a_full_thread_order_the
             hits = index.search(query, resource_id="u", mode="hybrid", top_k=top_k).hits
             assert [h.message_id for h in hits] == [f.message_id for f in long_way[:top_k]], (query, top_k)
             assert [h.score for h in hits] == pytest.approx([f.score for f in long_way[:top_k]], rel=1e-12, abs=1e-15)
-    assert changed  # (the neighbours' share did change some top 3)
+    assert changed  # (the neighbours' share and the thread prior did change some top 3)
 
 
 R = hybrid.Ranked

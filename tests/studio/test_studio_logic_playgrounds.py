@@ -155,10 +155,10 @@ def test_an_observer_call_in_the_turn_does_not_stream_into_the_reply(tmp_path):
     store.close()
 
 
-def test_a_fused_score_says_what_the_thread_neighbours_added():
+def test_a_fused_score_says_what_its_thread_added():
     lifted = Candidate(3, "m", "t", "ada", 0.146, 0.207, None, 5, None, combined=0.146, own=0.030)
     assert recall_layout.fused_before_text(lifted) == (
-        "0.146 (0.030 from its own lists, the rest its thread neighbours' share)")
+        "0.146 (0.030 from its own lists, the rest its thread's share)")
     alone = Candidate(1, "m", "t", "ada", 0.652, 0.430, 2.24, 2, 1, combined=0.6521, own=0.6524)
     assert recall_layout.fused_before_text(alone) == "0.652"  # (the same at three decimals)
     assert recall_layout.fused_before_text(Candidate(1, "m", "t", "ada", 0.5, 0.5, None)) == "—"
