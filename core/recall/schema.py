@@ -68,7 +68,8 @@ _FTS_DDL = (
     "thread_id TEXT, resource_id TEXT)",
     f"CREATE INDEX {DOCS_TABLE}_thread ON {DOCS_TABLE} (thread_id)",
     f"CREATE INDEX {DOCS_TABLE}_resource ON {DOCS_TABLE} (resource_id)",
-    # porter: "allergies" finds "allergic"; unicode61 leaves the pre-spaced CJK characters alone.
+    # porter: "allergies" finds "allergy" (both "allergi"), but not "allergic" ("allerg": Known problems);
+    # unicode61 leaves the pre-spaced CJK characters alone.
     # body: the message; context: the previous message of its thread (ranked with a lower weight).
     f"CREATE VIRTUAL TABLE {FTS_TABLE} USING fts5(body, context, tokenize = 'porter unicode61 remove_diacritics 2')",
     # Inserts are found by rowid (above the watermark in the state table), not by a trigger: a
