@@ -90,11 +90,38 @@ def segment(text: str) -> str:
     return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", normalised)
 
 
+_VOWELS = frozenset("aeiou")
+
+
+def _derived(word: str) -> tuple[str, ...]:
+    """The other side of a "-y" / "-ic" derivation, which Porter stemming leaves apart ("allergy" and
+    "allergies" stem to "allergi", "allergic" to "allerg"; "economy" / "economic", "history" /
+    "historic"): searched as one more term, so "my allergies" finds "I am allergic to peanuts". Only
+    ASCII words of five letters or more, with a consonant before the ending; a form no message uses
+    ("spicic") matches nothing. LoCoMo's public split, where the pattern is rare: recall@10 within
+    .001 (keyword .7078 -> .7071, hybrid USE .7892 -> .7885, e5 .8183 -> .8177; the worst conversation
+    .746 -> .749 and .777 -> .779, the best -.006)."""
+    if not word.isascii() or not word.isalpha() or len(word) < 5:
+        return ()
+    if word.endswith("ies") and len(word) >= 6 and word[-4] not in _VOWELS:
+        other = word[:-3] + "ic"
+    elif word.endswith("y") and word[-2] not in _VOWELS:
+        other = word[:-1] + "ic"
+    elif word.endswith("ical") and len(word) >= 7:
+        other = word[:-4] + "y"
+    elif word.endswith("ic") and word[-3] not in _VOWELS:
+        other = word[:-2] + "y"
+    else:
+        return ()
+    return (other,)
+
+
 def keyword_terms(text: str) -> list[str]:
     """The quoted FTS5 terms of free text, in query order, without repeats.
 
-    Latin words become terms unless they are stop words (names, numbers and dates always stay); each
-    CJK run contributes its character bigrams as quoted phrases (a lone character stands for itself).
+    Latin words become terms unless they are stop words (names, numbers and dates always stay), each
+    followed by its "-y" / "-ic" counterpart (``_derived``); each CJK run contributes its character
+    bigrams as quoted phrases (a lone character stands for itself).
     Every term is quoted, so user text can never be parsed as FTS5 syntax (``NEAR``, ``-``, ``*``,
     column filters). A query of stop words only ("what is it?") keeps them rather than return nothing.
     """
@@ -111,6 +138,8 @@ def keyword_terms(text: str) -> list[str]:
         if not _CJK.search(word):
             if word not in STOP_WORDS:
                 add(word)
+                for other in _derived(word):
+                    add(other)
             continue
         # A word may mix scripts ("iphone手机"): Latin pieces stay words, CJK runs become bigrams.
         for piece in re.split(f"([{_CJK_CHAR}]+)", word):

@@ -53,6 +53,28 @@ def test_a_query_of_stop_words_only_still_searches_them():
     assert keyword_query("   ?! ") is None
 
 
+def test_a_y_word_also_searches_its_ic_form_and_back():
+    # Porter stems "allergy" / "allergies" to "allergi" and "allergic" to "allerg": the other form is a term too.
+    assert keyword_terms("my allergies") == ['"allergies"', '"allergic"']
+    assert keyword_terms("allergy") == ['"allergy"', '"allergic"']
+    assert keyword_terms("allergic reactions") == ['"allergic"', '"allergy"', '"reactions"']
+    assert keyword_terms("historical economy") == ['"historical"', '"history"', '"economy"', '"economic"']
+    # Short words, a vowel before the ending, other scripts and words with digits are left alone.
+    for text in ("city", "play", "days", "stayed", "toy", "café", "sky", "b2ic", "stoic", "Zoë"):
+        assert len(keyword_terms(text)) == 1, text
+    assert keyword_terms("spicy") == ['"spicy"', '"spicic"']  # (a form no message uses matches nothing)
+
+
+@pytest.mark.backends
+def test_a_keyword_search_for_allergies_finds_allergic(store):
+    msgs = _dated(store, "a", T0, ["I am allergic to peanuts", "Noted, no peanuts", "The weather is grey"])
+    index = RecallIndex.for_store(store, HashingEmbedder(64))
+    assert index.index_messages(msgs).ok
+    for query in ("What are my allergies?", "any allergy I should know about", "is she allergic"):
+        hits = index.search(query, resource_id="u", mode="keyword", top_k=3).hits
+        assert [h.message_id for h in hits][:1] == ["a-0"], query
+
+
 def test_chinese_queries_become_character_bigrams():
     assert keyword_terms("我对什么过敏？") == ['"我 对"', '"对 什"', '"什 么"', '"么 过"', '"过 敏"']
     assert keyword_terms("iphone手机 and 花") == ['"iphone"', '"手 机"', '"花"']
