@@ -457,10 +457,10 @@ def _hybrid_placement(ins: Inspection, message_id: str, cand: Candidate | None) 
                          f"Hybrid fuses the best {depth} of each list; it is in neither, so it was never a "
                          "candidate.", None, ranked)
     status, why = _cut_reason(ins, cand, cand.rank, cand.score, "fused score")
-    return Placement("hybrid", status, why + neighbours_part(cand), cand.rank, ranked, cand.score)
+    return Placement("hybrid", status, why + thread_share_part(cand), cand.rank, ranked, cand.score)
 
 
-def neighbours_part(cand: Candidate) -> str:
+def thread_share_part(cand: Candidate) -> str:
     """What its thread changed in a hybrid candidate's score (``Combined.propagate`` and
     ``Combined.thread_prior``), when it changed it as shown (three decimals): its own lists' score and the
     score with its thread's share."""
