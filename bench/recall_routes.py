@@ -28,6 +28,9 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
 - thread: a thread-level prior after the neighbours' share: each candidate gains a share of the best
   other candidate of its thread (``max``, the engine's ``Combined.thread_prior``), of the mean of the
   best two others (``top2``) or of all others capped at 1 (``sum``), over 1 + the share;
+- asked: what the prompt holds when the question is asked from inside a thread (its last 10 messages
+  plus the top 4 hits with their range): the most topical thread without evidence, or the evidence's
+  own, with and without the neighbours' share and the thread prior;
 - bm25: the keyword list with other BM25 constants (k1, b) and context-column weights (FTS5 fixes k1
   and b, so only the in-process copy can be changed: a lab figure);
 - prompt: what the recall processor would show at top k 4 and 10 with its default range (each hit with
@@ -414,13 +417,51 @@ def thread_prior(D: dict[str, Any], q: dict[str, Any], gamma: float, kind: str) 
     return apply
 
 
+def asking_session(D: dict[str, Any], q: dict[str, Any], where: str) -> tuple[Any, set[str]]:
+    """The session a question is asked from, and the messages its history window shows (its last 10):
+    ``topical``: the session without evidence that holds the message most similar to the question (its
+    cosine: the same for every route); ``evidence``: the session of the question's first evidence."""
+    msgs = D["by_conv"][q["conv_id"]]
+    session_of = {m["id"]: m["session"] for m in msgs}
+    gold_sessions = {session_of.get(g) for g in q["gold"]}
+    if where == "evidence":
+        chosen = session_of.get(q["gold"][0])
+    else:
+        chosen = next((session_of[m] for m, _ in D["q"][q["query_id"]]["v"] if session_of.get(m) not in gold_sessions), None)
+    window = [m["id"] for m in msgs if m["session"] == chosen][-10:]
+    return chosen, set(window)
+
+
+def asked_score(D: dict[str, Any], ranked_of: Callable[[dict[str, Any]], list[str]], label: str, where: str,
+                k: int = 4) -> float:
+    """What the prompt holds when the question is asked from inside a thread (``asking_session``): that
+    thread's last 10 messages, plus the top k hits with their previous and next message (hits already in
+    the window still take their place, as in the processor): the share of each question's evidence."""
+    every: list[float] = []
+    by_conv: dict[str, list[float]] = defaultdict(list)
+    for q in D["queries"]:
+        order = D["order"][q["conv_id"]]
+        prev_of = neighbours(D, q["conv_id"])
+        _, shown = asking_session(D, q, where)
+        for m in ranked_of(q)[:k]:
+            shown = shown | {x for x in (m, prev_of.get(m), order.get(m, (None,))[0]) if x}
+        gold = set(q["gold"])
+        r = len(gold & shown) / len(gold)
+        every.append(r)
+        by_conv[q["conv_id"]].append(r)
+    conv = [sum(v) / len(v) for _, v in sorted(by_conv.items())]
+    total = sum(every) / len(every)
+    print(f"{label:<44} {total:.4f} worst {min(conv):.3f} | {' '.join(f'{v:.3f}' for v in conv)}", flush=True)
+    return total
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="use", help="use or e5")
     ap.add_argument("--passages", default="", help="comma-separated: ctx, own, ctx_date, ctx_next, ctx2 (re-embeds)")
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
     ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
-                    help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread "
+                    help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread, asked "
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
@@ -475,6 +516,11 @@ def main() -> None:
             for gamma in (0.05, 0.1, 0.2, 0.3, 0.5):
                 f = lambda q: ranked_hybrid(D, q, propagate=thread_prior(D, q, gamma, kind), thread_share=0.0)  # noqa: E731
                 score(D, f, f"thread prior {kind} {gamma}")
+    if "asked" in only:  # the question asked from inside a thread: the topical one, or the evidence's own
+        for where in ("topical", "evidence"):
+            for ns, ts in ((0.0, 0.0), (hybrid.NEIGHBOUR_SHARE, 0.0), (hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)):
+                asked_score(D, lambda q: ranked_hybrid(D, q, neighbour_share=ns, thread_share=ts),
+                            f"asked from the {where} thread: share {ns} prior {ts}", where)
     if "prev" in only:
         score(D, lambda q: rerank_form(D, q, 0.0, hybrid.NEXT_SHARE), "re-rank form: prev 0 next 0.2 (= base)")
         for ps in (0.1, 0.2, 0.3, 0.4, 0.5):
