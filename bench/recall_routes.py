@@ -363,6 +363,15 @@ def prf_routes(D: dict[str, Any]) -> None:
     top_v = lambda q: [x for x, _ in D["q"][q["query_id"]]["v"]]  # noqa: E731
     top_k = lambda q: [x for x, _ in D["q"][q["query_id"]]["k"]]  # noqa: E731
     top_f = lambda q: fused[q["query_id"]]  # noqa: E731
+
+    def fed_hybrid(cs: dict[str, np.ndarray], label: str) -> None:
+        """Hybrid with the fed vector list: every message re-scored, then only the candidates."""
+        lv = {q["query_id"]: as_list(D, q, cs[q["query_id"]]) for q in qs}
+        score(D, lambda q: ranked_hybrid(D, q, vec=lv[q["query_id"]], cos=dict(lv[q["query_id"]])), f"{label}: hybrid")
+        lc = {q["query_id"]: as_list(D, q, cs[q["query_id"]], top_v(q)[:depth]) for q in qs}
+        score(D, lambda q: ranked_hybrid(D, q, vec=lc[q["query_id"]], cos=dict(lc[q["query_id"]])),
+              f"{label}: hybrid, candidates re-scored")
+
     for m, a in grid:
         cs = lists(top_v, m, a)
         score(D, lambda q: [x for x, _ in as_list(D, q, cs[q["query_id"]])], f"prf vector<-vector m{m} a{a}: vector")
@@ -371,20 +380,9 @@ def prf_routes(D: dict[str, Any]) -> None:
     for m, a in grid:
         cs = lists(top_k, m, a)
         score(D, lambda q: [x for x, _ in as_list(D, q, cs[q["query_id"]])], f"prf vector<-keyword m{m} a{a}: vector")
-        lv = {q["query_id"]: as_list(D, q, cs[q["query_id"]]) for q in qs}
-        score(D, lambda q: ranked_hybrid(D, q, vec=lv[q["query_id"]], cos=dict(lv[q["query_id"]])),
-              f"prf vector<-keyword m{m} a{a}: hybrid")
-        lc = {q["query_id"]: as_list(D, q, cs[q["query_id"]], top_v(q)[:depth]) for q in qs}
-        score(D, lambda q: ranked_hybrid(D, q, vec=lc[q["query_id"]], cos=dict(lc[q["query_id"]])),
-              f"prf vector<-keyword m{m} a{a}: hybrid, candidates re-scored")
+        fed_hybrid(cs, f"prf vector<-keyword m{m} a{a}")
     for m, a in grid:
-        cs = lists(top_f, m, a)
-        lv = {q["query_id"]: as_list(D, q, cs[q["query_id"]]) for q in qs}
-        score(D, lambda q: ranked_hybrid(D, q, vec=lv[q["query_id"]], cos=dict(lv[q["query_id"]])),
-              f"prf vector<-fused m{m} a{a}: hybrid")
-        lc = {q["query_id"]: as_list(D, q, cs[q["query_id"]], top_v(q)[:depth]) for q in qs}
-        score(D, lambda q: ranked_hybrid(D, q, vec=lc[q["query_id"]], cos=dict(lc[q["query_id"]])),
-              f"prf vector<-fused m{m} a{a}: hybrid, candidates re-scored")
+        fed_hybrid(lists(top_f, m, a), f"prf vector<-fused m{m} a{a}")
 
 
 def thread_prior(D: dict[str, Any], q: dict[str, Any], gamma: float, kind: str) -> Callable[[dict[str, float]], dict[str, float]]:

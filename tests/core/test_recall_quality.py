@@ -280,11 +280,16 @@ def test_propagate_adds_a_share_of_each_candidate_neighbours_and_stays_bounded()
     assert all(s <= 1.0 + 1e-12 for s in after.values())
     # The re-rank reads the propagated scores, and a search's records carry them.
     assert [f.score for f in combined.fused(combined.order)] == [after[m] for _, _, m in combined.order]
+
+
+@pytest.mark.parametrize("step,arg", [("propagate", {"q": "a", "a": "b"}), ("thread_prior", {"q": "t", "a": "t"})])
+def test_a_zero_share_changes_nothing_and_a_negative_one_is_refused(step, arg):
+    vector = [_R("lone", 0.9), _R("q", 0.9), _R("a", 0.8), _R("b", 0.7)]
     same = hybrid.Combined(vector, [], {}, keyword_share=0.0)
-    same.propagate({"q": "a"}, 0.0)
+    getattr(same, step)(arg, 0.0)
     assert same.order == hybrid.Combined(vector, [], {}, keyword_share=0.0).order
     with pytest.raises(ValueError):
-        same.propagate({}, -0.1)
+        getattr(same, step)({}, -0.1)
 
 
 @settings(max_examples=80, deadline=None)
@@ -327,11 +332,6 @@ def test_thread_prior_adds_a_share_of_the_best_other_candidate_of_each_thread():
     assert after["c"] == pytest.approx((before["c"] + 0.3 * before["a"]) * scale)
     assert [m for _, _, m in combined.order] == ["a", "b", "lone", "c", "far"]  # a thread about it rises
     assert combined.own == before  # (each candidate's own lists' score stays readable)
-    same = hybrid.Combined(vector, [], {}, keyword_share=0.0)
-    same.thread_prior({h.message_id: h.thread_id for h in vector}, 0.0)
-    assert same.order == hybrid.Combined(vector, [], {}, keyword_share=0.0).order
-    with pytest.raises(ValueError):
-        same.thread_prior({}, -0.1)
 
 
 @settings(max_examples=80, deadline=None)
