@@ -225,9 +225,7 @@ class Combined:
         share added in ``rerank`` beside the next message's (no divisor), gained less, and not on both
         models at the same share; the divisor's side effect alone (stronger date and speaker boosts) gained
         at most .005."""
-        if share < 0:
-            raise ValueError(f"share must not be negative, not {share}")
-        if share == 0 or not self.order:
+        if not self._takes(share):
             return
         base = self._score_of
         prev_of = {nxt: mid for mid, nxt in next_of.items() if nxt != mid and nxt in base and mid in base}
@@ -242,13 +240,11 @@ class Combined:
             if prev is not None:
                 score += share * base[prev]
             scored.append((-(score * scale), tie, mid))
-        scored.sort()
-        self.order = scored
-        self._score_of = {mid: -neg for neg, _, mid in scored}
+        self._reorder(scored)
 
-    def thread_prior(self, thread_of: Mapping[str, str | None], share: float) -> None:
+    def thread_prior(self, share: float) -> None:
         """Each candidate's score becomes ``(score + share * best) / (1 + share)``, ``best`` being the best
-        score of another candidate of the same thread (``thread_of``: each candidate's thread; 0 when it
+        score of another candidate of the same thread (the thread its hit in either list names; 0 when it
         is its thread's only candidate), then ``order`` is sorted again (the same ties). Scores stay at
         most 1, and candidates of one thread keep their order among themselves (for a share below 1).
 
@@ -260,16 +256,17 @@ class Combined:
         every conversation gained with e5 at .2-.5, and all but one with USE (-.002 there). The mean of the
         best two others gave the same (.788 / .817 at .3); the sum of all others, capped at 1, less (.780 /
         .804)."""
-        if share < 0:
-            raise ValueError(f"share must not be negative, not {share}")
-        if share == 0 or not self.order:
+        if not self._takes(share):
             return
         base = self._score_of
+        vec_at, kw_at, vector, keyword = self._vec_at, self._kw_at, self._vector, self._keyword
+        thread_of = {mid: (vector[vec_at[mid]] if mid in vec_at else keyword[kw_at[mid]]).thread_id
+                     for _, _, mid in self.order}
         # Per thread: its best candidate's id and score, and the second-best score (None: no other).
         best_of: dict[str | None, tuple[str, float]] = {}
         second_of: dict[str | None, float] = {}
         for neg, _, mid in self.order:  # (best first: the first seen of a thread is its best)
-            thread = thread_of.get(mid)
+            thread = thread_of[mid]
             if thread not in best_of:
                 best_of[thread] = (mid, -neg)
             elif thread not in second_of:
@@ -277,10 +274,20 @@ class Combined:
         scale = 1.0 / (1.0 + share)
         scored: list[tuple[float, float, str]] = []
         for neg, tie, mid in self.order:
-            thread = thread_of.get(mid)
+            thread = thread_of[mid]
             best_id, best = best_of[thread]
             other = second_of.get(thread, 0.0) if mid == best_id else best
             scored.append((-((base[mid] + share * other) * scale), tie, mid))
+        self._reorder(scored)
+
+    def _takes(self, share: float) -> bool:
+        """Whether a step with this share changes anything (a negative share is refused)."""
+        if share < 0:
+            raise ValueError(f"share must not be negative, not {share}")
+        return share != 0 and bool(self.order)
+
+    def _reorder(self, scored: list[tuple[float, float, str]]) -> None:
+        """``order`` and the scores by id from a step's new (negated score, tie, id) entries."""
         scored.sort()
         self.order = scored
         self._score_of = {mid: -neg for neg, _, mid in scored}

@@ -261,9 +261,7 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
             combined.propagate({mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None},
                                hybrid.NEIGHBOUR_SHARE)
         if hybrid.THREAD_SHARE > 0:
-            thread_of = {r.message_id: r.thread_id for r in out.keyword}
-            thread_of.update((r.message_id, r.thread_id) for r in out.vector)
-            combined.thread_prior(thread_of, hybrid.THREAD_SHARE)
+            combined.thread_prior(hybrid.THREAD_SHARE)
         out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
         if len(receivers) < len(order):
             order = {mid: found for _, _, mid in receivers if (found := order.get(mid)) is not None}

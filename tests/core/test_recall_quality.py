@@ -282,14 +282,14 @@ def test_propagate_adds_a_share_of_each_candidate_neighbours_and_stays_bounded()
     assert [f.score for f in combined.fused(combined.order)] == [after[m] for _, _, m in combined.order]
 
 
-@pytest.mark.parametrize("step,arg", [("propagate", {"q": "a", "a": "b"}), ("thread_prior", {"q": "t", "a": "t"})])
-def test_a_zero_share_changes_nothing_and_a_negative_one_is_refused(step, arg):
-    vector = [_R("lone", 0.9), _R("q", 0.9), _R("a", 0.8), _R("b", 0.7)]
+@pytest.mark.parametrize("step,args", [("propagate", ({"q": "a", "a": "b"},)), ("thread_prior", ())])
+def test_a_zero_share_changes_nothing_and_a_negative_one_is_refused(step, args):
+    vector = [_R("lone", 0.9), _R("q", 0.9), _R("a", 0.8), _R("b", 0.7)]  # (one thread)
     same = hybrid.Combined(vector, [], {}, keyword_share=0.0)
-    getattr(same, step)(arg, 0.0)
+    getattr(same, step)(*args, 0.0)
     assert same.order == hybrid.Combined(vector, [], {}, keyword_share=0.0).order
     with pytest.raises(ValueError):
-        getattr(same, step)({}, -0.1)
+        getattr(same, step)(*args, -0.1)
 
 
 @settings(max_examples=80, deadline=None)
@@ -323,7 +323,7 @@ def test_thread_prior_adds_a_share_of_the_best_other_candidate_of_each_thread():
     combined = hybrid.Combined(vector, [], {}, keyword_share=0.0)
     before = combined.scores()
     assert [m for _, _, m in combined.order][0] == "lone"
-    combined.thread_prior({h.message_id: h.thread_id for h in vector}, 0.3)
+    combined.thread_prior(0.3)  # (each candidate's thread: its hit's)
     after = combined.scores()
     scale = 1 / 1.3
     assert after["lone"] == pytest.approx(before["lone"] * scale)  # alone in its thread: nothing to add
@@ -342,15 +342,17 @@ def test_thread_prior_adds_a_share_of_the_best_other_candidate_of_each_thread():
     share=st.sampled_from([0.1, 0.3, 0.9]),
 )
 def test_thread_prior_is_the_written_out_formula_and_keeps_a_thread_s_own_order(vec, kw, threads, share):
-    vector = [_R(m, s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
-    keyword_list = [_R(m, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    # Each hit names its message's thread (a message in both lists names the same one).
+    R2 = lambda m, s: hybrid.Ranked(m, threads.get(m, "t1"), "u", s)  # noqa: E731
+    vector = [R2(m, s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [R2(m, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
     combined = hybrid.Combined(vector, keyword_list, {})
     base = combined.scores()
     ties = {m: tie for _, tie, m in combined.order}
     thread_of = {m: threads.get(m, "t1") for m in base}
     want = {m: (s + share * max((base[o] for o in base if o != m and thread_of[o] == thread_of[m]), default=0.0))
             / (1 + share) for m, s in base.items()}
-    combined.thread_prior(thread_of, share)
+    combined.thread_prior(share)
     after = [m for _, _, m in combined.order]
     assert after == sorted(want, key=lambda m: (-want[m], ties[m], m))
     assert combined.scores() == pytest.approx(want)
