@@ -65,6 +65,11 @@ class Candidate:
     status: Status = "hit"
     own: float | None = None  # hybrid: the fused score of its own two lists, before its thread's share
 
+    @property
+    def thread_moved(self) -> bool:
+        """Hybrid: its thread's share changed its fused score as shown (three decimals)."""
+        return self.own is not None and self.combined is not None and f"{self.own:.3f}" != f"{self.combined:.3f}"
+
 
 @dataclass(frozen=True)
 class Shown:
@@ -464,7 +469,7 @@ def thread_share_part(cand: Candidate) -> str:
     """What its thread changed in a hybrid candidate's score (``Combined.propagate`` and
     ``Combined.thread_prior``), when it changed it as shown (three decimals): its own lists' score and the
     score with its thread's share."""
-    if cand.own is None or cand.combined is None or f"{cand.own:.3f}" == f"{cand.combined:.3f}":
+    if not cand.thread_moved:
         return ""
     return (f" Before the re-rank: {cand.own:.3f} from its own lists, {cand.combined:.3f} with its thread's "
             "share (its previous and next messages' scores and its thread's best other match, when those are "

@@ -165,7 +165,7 @@ def fused_before_text(c: Candidate) -> str:
     """A hybrid candidate's fused score before the re-rank, and its own lists' part when its thread's
     share changed it (its neighbours' scores and its thread's best other match: ``Combined.propagate``,
     ``Combined.thread_prior``)."""
-    if c.own is None or c.combined is None or score_text(c.own) == score_text(c.combined):
+    if not c.thread_moved:
         return score_text(c.combined)
     return f"{score_text(c.combined)} ({score_text(c.own)} from its own lists, the rest its thread's share)"
 
