@@ -93,7 +93,7 @@ def segment(text: str) -> str:
 _VOWELS = frozenset("aeiou")
 
 
-def _derived(word: str) -> tuple[str, ...]:
+def _derived(word: str) -> str | None:
     """The other side of a "-y" / "-ic" derivation, which Porter stemming leaves apart ("allergy" and
     "allergies" stem to "allergi", "allergic" to "allerg"; "economy" / "economic", "history" /
     "historic"): searched as one more term, so "my allergies" finds "I am allergic to peanuts". Only
@@ -102,18 +102,16 @@ def _derived(word: str) -> tuple[str, ...]:
     .001 (keyword .7078 -> .7071, hybrid USE .7892 -> .7885, e5 .8183 -> .8177; the worst conversation
     .746 -> .749 and .777 -> .779, the best -.006)."""
     if not word.isascii() or not word.isalpha() or len(word) < 5:
-        return ()
+        return None
     if word.endswith("ies") and len(word) >= 6 and word[-4] not in _VOWELS:
-        other = word[:-3] + "ic"
-    elif word.endswith("y") and word[-2] not in _VOWELS:
-        other = word[:-1] + "ic"
-    elif word.endswith("ical") and len(word) >= 7:
-        other = word[:-4] + "y"
-    elif word.endswith("ic") and word[-3] not in _VOWELS:
-        other = word[:-2] + "y"
-    else:
-        return ()
-    return (other,)
+        return word[:-3] + "ic"
+    if word.endswith("y") and word[-2] not in _VOWELS:
+        return word[:-1] + "ic"
+    if word.endswith("ical") and len(word) >= 7:
+        return word[:-4] + "y"
+    if word.endswith("ic") and word[-3] not in _VOWELS:
+        return word[:-2] + "y"
+    return None
 
 
 def keyword_terms(text: str) -> list[str]:
@@ -138,7 +136,7 @@ def keyword_terms(text: str) -> list[str]:
         if not _CJK.search(word):
             if word not in STOP_WORDS:
                 add(word)
-                for other in _derived(word):
+                if (other := _derived(word)) is not None:
                     add(other)
             continue
         # A word may mix scripts ("iphone手机"): Latin pieces stay words, CJK runs become bigrams.
