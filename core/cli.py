@@ -363,11 +363,11 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         report = reindex(store, embedder, resource_id=args.resource, progress=progress,
                          replace=args.model is not None)
         err.write("\n")
-    out.write(f"{report}\n")
-    for model_id, n in sorted(report.dropped.items()):
-        out.write(f"dropped {n} vector(s) of {model_id}: the database is now indexed by {report.model_id}\n")
+    for line in report.summary_lines():
+        out.write(line + "\n")
     if args.model is not None and report.failed:
-        out.write(f"{len(report.failed)} message(s) failed: the other models' vectors were kept; run it again\n")
+        out.write("The other models' vectors were kept, so recall keeps working until every message has one "
+                  f"from {report.model_id}.\n")
     return 0
 
 

@@ -45,6 +45,40 @@ class ReindexReport:
     # ``replace=True``: vectors of other models dropped after a complete run, by model id
     dropped: dict[str, int] = field(default_factory=dict)
 
+    def summary_lines(self, shown: int = 3) -> list[str]:
+        """What the run did, in sentences for a person (``memory-studio reindex`` prints them): counts
+        first, then skips and failures grouped by reason (the ``shown`` most frequent reasons, with
+        one message id each), then the other models' vectors dropped."""
+        changed = f", {self.changed:,} of them because their text changed since" if self.changed else ""
+        if self.total == 0:
+            lines = [f"Nothing to embed: all {self.already_indexed:,} message(s) already have a current vector "
+                     f"from {self.model_id}."]
+        else:
+            lines = [f"Embedded {self.indexed:,} of {self.total:,} message(s) with {self.model_id}{changed}; "
+                     f"{self.already_indexed:,} already had a current vector."]
+        for what, found in (("Skipped", self.skipped), ("Failed", self.failed)):
+            if not found:
+                continue
+            groups = _by_reason(found)
+            lines.append(f"{what} {len(found):,}:")
+            lines += [f"  {len(ids):,} × {reason} (e.g. message {ids[0]})" for reason, ids in groups[:shown]]
+            if len(groups) > shown:
+                lines.append(f"  … and {len(groups) - shown:,} other reason(s)")
+        if self.failed:
+            lines.append("Run `memory-studio reindex` again to retry the failed messages: "
+                         "nothing already embedded is embedded twice.")
+        for model_id, n in sorted(self.dropped.items()):
+            lines.append(f"Dropped {n:,} vector(s) of {model_id}: the database is now indexed by {self.model_id}.")
+        return lines
+
+
+def _by_reason(per_message: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """Message ids grouped by reason, the most frequent reason first (then alphabetically)."""
+    groups: dict[str, list[str]] = {}
+    for mid, reason in per_message.items():
+        groups.setdefault(reason, []).append(mid)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
 
 def reindex(
     store: "Store",

@@ -112,7 +112,8 @@ def test_a_database_keeps_its_model_until_reindex_with_another(db_path, monkeypa
 
     out, err = io.StringIO(), io.StringIO()
     assert cli_main(["reindex", "--db", str(db_path), "--model", "e5"], out=out, err=err) == 0, err.getvalue()
-    assert f"dropped 4 vector(s) of {use_id}" in out.getvalue()
+    assert f"Dropped 4 vector(s) of {use_id}" in out.getvalue()
+    assert out.getvalue().startswith(f"Embedded 4 of 4 message(s) with {E5_MODEL_ID}; 0 already had a current vector.")
     assert f"indexed by {E5_MODEL_ID}" in out.getvalue()
     monkeypatch.delenv("MEMORY_STUDIO_EMBEDDER")
     with core.open_store(db_path) as store:

@@ -76,3 +76,37 @@ def test_reindex_can_be_limited_to_one_resource(store):
     index = RecallIndex.for_store(store, HashingEmbedder(64))
     assert index.search("hello", resource_id="u2", mode="vector").hits == []
     assert [h.message_id for h in index.search("hello", resource_id="u1", mode="vector").hits] == ["u1-m"]
+
+
+def test_reindex_report_reads_as_sentences_grouped_by_reason(store):
+    """What `memory-studio reindex` prints: counts, then skips and failures grouped by reason (most
+    frequent first, one id each), never the report's repr."""
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    store.memory.save_messages([
+        Message.user("a fact worth keeping", id="m1", thread_id="t", resource_id="u", created_at=T0),
+        Message.user("   ", id="m2", thread_id="t", resource_id="u", created_at=T0 + timedelta(seconds=1)),
+    ])
+    emb = HashingEmbedder(64)
+    report = reindex(store, emb)
+    assert report.summary_lines() == [
+        f"Embedded 1 of 2 message(s) with {emb.model_id}; 0 already had a current vector.",
+        "Skipped 1:",
+        "  1 × no text to index (e.g. message m2)",
+    ]
+    again = reindex(store, emb)  # the blank message is still without a vector: tried again, skipped again
+    assert again.summary_lines()[0] == f"Embedded 0 of 1 message(s) with {emb.model_id}; 1 already had a current vector."
+
+    from core.recall.reindex import ReindexReport
+
+    many = ReindexReport(total=6, indexed=1, already_indexed=2, changed=1, model_id="x@1",
+                         failed={"a": "disk full", "b": "disk full", "c": "model crashed", "d": "bad row", "e": "odd"},
+                         dropped={"old@0": 7})
+    assert many.summary_lines(shown=2) == [
+        "Embedded 1 of 6 message(s) with x@1, 1 of them because their text changed since; 2 already had a current vector.",
+        "Failed 5:",
+        "  2 × disk full (e.g. message a)",
+        "  1 × bad row (e.g. message d)",
+        "  … and 2 other reason(s)",
+        "Run `memory-studio reindex` again to retry the failed messages: nothing already embedded is embedded twice.",
+        "Dropped 7 vector(s) of old@0: the database is now indexed by x@1.",
+    ]
