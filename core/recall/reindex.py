@@ -51,7 +51,7 @@ class ReindexReport:
         one message id each), then the other models' vectors dropped."""
         changed = f", {self.changed:,} of them because their text changed since" if self.changed else ""
         if self.total == 0:
-            lines = [f"Nothing to embed: all {self.already_indexed:,} message(s) already have a current vector "
+            lines = [f"Nothing new: 0 indexed, all {self.already_indexed:,} message(s) already have a current vector "
                      f"from {self.model_id}."]
         else:
             lines = [f"Embedded {self.indexed:,} of {self.total:,} message(s) with {self.model_id}{changed}; "

@@ -185,7 +185,7 @@ def test_cli_reindex_embeds_what_recall_missed(db_path):
         assert hits and hits[0].thread_id == "t"
     code, out, err = run_cli("reindex", "--db", str(db_path))  # nothing left to do, nothing twice
     assert code == 0, err
-    assert out == f"Nothing to embed: all 2 message(s) already have a current vector from {default_embedder().model_id}.\n"
+    assert out == f"Nothing new: 0 indexed, all 2 message(s) already have a current vector from {default_embedder().model_id}.\n"
 
 
 def test_cli_models_status():
