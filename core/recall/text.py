@@ -132,12 +132,15 @@ def keyword_terms(text: str) -> list[str]:
             seen.add(term)
             terms.append('"' + term.replace('"', '""') + '"')
 
+    def add_word(word: str) -> None:
+        if word not in STOP_WORDS:
+            add(word)
+            if (other := _derived(word)) is not None:
+                add(other)
+
     for word in _WORD.findall(normalised):
         if not _CJK.search(word):
-            if word not in STOP_WORDS:
-                add(word)
-                if (other := _derived(word)) is not None:
-                    add(other)
+            add_word(word)
             continue
         # A word may mix scripts ("iphone手机"): Latin pieces stay words, CJK runs become bigrams.
         for piece in re.split(f"([{_CJK_CHAR}]+)", word):
@@ -149,8 +152,8 @@ def keyword_terms(text: str) -> list[str]:
                     add(chars[0])
                 for a, b in zip(chars, chars[1:]):
                     add(f"{a} {b}")
-            elif piece not in STOP_WORDS:
-                add(piece)
+            else:
+                add_word(piece)
     if not terms:
         for w in _WORD.findall(normalised):
             if not _CJK.search(w):

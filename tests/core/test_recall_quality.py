@@ -78,6 +78,9 @@ def test_a_keyword_search_for_allergies_finds_allergic(store):
 def test_chinese_queries_become_character_bigrams():
     assert keyword_terms("我对什么过敏？") == ['"我 对"', '"对 什"', '"什 么"', '"么 过"', '"过 敏"']
     assert keyword_terms("iphone手机 and 花") == ['"iphone"', '"手 机"', '"花"']
+    # A Latin piece of a mixed-script word gets its "-y" / "-ic" counterpart like a word of its own.
+    assert keyword_terms("allergy过敏") == ['"allergy"', '"allergic"', '"过 敏"']
+    assert keyword_terms("the过敏") == ['"过 敏"']  # (a stop word piece stays out, as before)
 
 
 # -- dropping very common terms ----------------------------------------------------------------------
