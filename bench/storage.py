@@ -7,6 +7,7 @@ output when given (``--mastra``), so both are measured in the same hour:
 
     .venv/bin/python bench/storage.py [--messages 10000] [--mastra /tmp/mastra/out.json]
     .venv/bin/python bench/storage.py --save-only [--runs 3]   # just the batches-of-100 save path
+    .venv/bin/python bench/storage.py --where                  # where a save's time and bytes go, recall on / off
 
 ``--save-only`` does what Mastra's ``benchSave('storage-only', 10_000, 100, runs)`` does (a fresh
 database per run, only the save loop timed), for a side-by-side run of the two commands. Mastra's
@@ -31,6 +32,7 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -85,6 +87,61 @@ def save_rates(n: int, recall: bool, runs: int = 1) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
+def where_time_goes(n: int) -> None:
+    """A batches-of-100 save of ``n`` messages with recall off, then on (hashing embedder), each statement's
+    time per message (the driver's execute, which for COMMIT includes writing the WAL and FTS5's segment),
+    the rest (Python: contexts, the embedder, rows) and the database's bytes per message by table."""
+    from core.embedding import HashingEmbedder
+    from core.storage import driver_sql
+
+    timed_sql: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    plain = driver_sql._cursor
+
+    def cursor(conn: Any, sql: str, params: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return plain(conn, sql, params)
+        finally:
+            key = " ".join(sql.split())[:72]
+            timed_sql[key] = timed_sql.get(key, 0.0) + time.perf_counter() - start
+            counts[key] = counts.get(key, 0) + 1
+
+    driver_sql._cursor = cursor  # type: ignore[assignment]
+    try:
+        for recall in (False, True):
+            timed_sql.clear()
+            counts.clear()
+            with tempfile.TemporaryDirectory() as tmp:
+                store = open_store(Path(tmp) / "bench.db")
+                memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=recall),
+                                embedder=HashingEmbedder(64) if recall else None)
+                memory.create_thread(resource_id="bench", thread_id="t")
+                msgs = make_messages(n, "t")
+                memory.save_messages(make_messages(100, "t"))  # (warm: imports, the feature table)
+                timed_sql.clear()
+                counts.clear()
+                start, cpu = time.perf_counter(), time.process_time()
+                for i in range(0, n, 100):
+                    memory.save_messages(msgs[i:i + 100])
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                with store.db.write() as conn:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+                with store.db.read() as conn:
+                    sizes = conn.exec_driver_sql("SELECT name, sum(pgsize) FROM dbstat GROUP BY name "
+                                                 "HAVING sum(pgsize) > 8192 ORDER BY 2 DESC").all()
+                store.close()
+            sql = sum(timed_sql.values())
+            print(f"\nrecall {'on' if recall else 'off'}: {wall * 1e6 / n:.1f} µs per message "
+                  f"({cpu * 1e6 / n:.1f} CPU), of which statements {sql * 1e6 / n:.1f} and the rest {(wall - sql) * 1e6 / n:.1f}")
+            for key, spent in sorted(timed_sql.items(), key=lambda kv: -kv[1])[:12]:
+                print(f"  {spent * 1e6 / n:6.2f} µs  {counts[key]:6,}×  {key}")
+            print("  bytes per message, by table and index: "
+                  + ", ".join(f"{name} {size / n:,.0f}" for name, size in sizes))
+    finally:
+        driver_sql._cursor = plain  # type: ignore[assignment]
+
+
 def make_messages(n: int, thread: str) -> list[Message]:
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     return [
@@ -110,8 +167,12 @@ def main() -> None:
     parser.add_argument("--mastra", type=Path, default=None, help="Mastra bench output (JSON) from the same hour")
     parser.add_argument("--save-only", action="store_true", help="only the batches-of-100 save, fresh db per run")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--where", action="store_true", help="where a save's time and bytes go, recall on / off")
     args = parser.parse_args()
     n = args.messages
+    if args.where:
+        where_time_goes(n)
+        return
     if args.save_only:
         wall, cpu = save_rates(n, False, args.runs)
         print(f"save, batches of 100, {n:,} messages, median of {args.runs}: {wall:,.0f} msgs/s ({cpu:,.0f} per CPU second)")
