@@ -107,7 +107,7 @@ def where_time_goes(n: int) -> None:
             timed_sql[key] = timed_sql.get(key, 0.0) + time.perf_counter() - start
             counts[key] = counts.get(key, 0) + 1
 
-    driver_sql._cursor = cursor  # type: ignore[assignment]
+    driver_sql._cursor = cursor
     try:
         for recall in (False, True):
             timed_sql.clear()
@@ -139,7 +139,7 @@ def where_time_goes(n: int) -> None:
             print("  bytes per message, by table and index: "
                   + ", ".join(f"{name} {size / n:,.0f}" for name, size in sizes))
     finally:
-        driver_sql._cursor = plain  # type: ignore[assignment]
+        driver_sql._cursor = plain
 
 
 def make_messages(n: int, thread: str) -> list[Message]:
