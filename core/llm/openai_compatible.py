@@ -123,7 +123,7 @@ class OpenAICompatibleModel:
         endpoint = f"{self.base_url}/chat/completions"
         response = self._with_retries(
             lambda: self._client.chat.completions.create(**body, timeout=wait),
-            endpoint=endpoint, timeout=wait)
+            endpoint=endpoint, timeout=wait, uncapped=not _caps_length(body))
         return result_from_completion(self._completion_dict(response, endpoint), model_id=self.model_id)
 
     def _completion_dict(self, response: Any, endpoint: str) -> dict[str, Any]:
@@ -229,9 +229,10 @@ class OpenAICompatibleModel:
         return body
 
     def _with_retries(self, call: Callable[[], _T], *, endpoint: str, timeout: float,
-                      method: str = "POST") -> _T:
+                      method: str = "POST", uncapped: bool = False) -> _T:
         def error(exc: openai.OpenAIError, attempts: int) -> ModelError:
-            return self._error(exc, endpoint=endpoint, attempts=attempts, timeout=timeout, method=method)
+            return self._error(exc, endpoint=endpoint, attempts=attempts, timeout=timeout, method=method,
+                               uncapped=uncapped)
 
         def wait_too_long(exc: openai.OpenAIError, attempts: int, seconds: float) -> ModelError:
             failed = error(exc, attempts)
@@ -253,8 +254,10 @@ class OpenAICompatibleModel:
         return self.retry.call(checked, error=error, wait_too_long=wait_too_long, sleep=self._sleep)
 
     def _error(self, exc: Exception, *, endpoint: str, attempts: int, timeout: float,
-               method: str = "POST") -> ModelError:
-        """Translate an SDK exception into a ``ModelError`` that says what to do."""
+               method: str = "POST", uncapped: bool = False) -> ModelError:
+        """Translate an SDK exception into a ``ModelError`` that says what to do. ``uncapped``: the
+        request set no reply length, so a timeout may be a reply that never ends (a small local model
+        left without ``max_tokens`` often writes until its context is full)."""
         import openai
 
         status: int | None = None
@@ -267,6 +270,9 @@ class OpenAICompatibleModel:
             detail = f"no response within {timeout:g}s"
             hint = ("raise the timeout (a local server may still be loading the model) "
                     "or check that the server is responding")
+            if uncapped:
+                hint += ("; the request set no max_tokens, and a small local model may write until its "
+                         "context is full: cap the reply (model_settings={'max_tokens': 512})")
         elif isinstance(exc, openai.APIConnectionError):
             detail = f"could not connect ({self._scrub(str(exc.__cause__ or exc))})"
             hint = f"check that the server at {self.base_url} is running and the base URL is right"
@@ -326,6 +332,11 @@ class OpenAICompatibleModel:
             text = text.replace(secret, "***")
         text = self._credentials.scrub(text)
         return text if len(text) <= 400 else text[:400] + "…"
+
+
+def _caps_length(body: dict[str, Any]) -> bool:
+    """Whether a request body limits the reply's length."""
+    return body.get("max_tokens") is not None
 
 
 def _preview(value: Any) -> str:

@@ -198,6 +198,21 @@ def test_timeout_gives_a_clear_error(server: LoopbackServer, sleeps: list[float]
     assert server.base_url in message
     assert "raise the timeout" in message
     assert caught.value.attempts == 1 and sleeps == []  # timeouts are not retried by default
+    # No reply length was set: the timeout may be a reply that never ends, so the hint says to cap it.
+    assert "set no max_tokens" in message and "model_settings={'max_tokens'" in message
+
+
+def test_a_timeout_with_a_capped_reply_does_not_blame_the_length(server: LoopbackServer, sleeps: list[float],
+                                                                 make_model: MakeModel) -> None:
+    server.stall_next()
+    try:
+        with pytest.raises(ModelError) as caught:
+            make_model(server).generate(USER, timeout=0.2, max_tokens=64)
+    finally:
+        server.release()
+    message = str(caught.value)
+    assert "no response within 0.2s" in message and "raise the timeout" in message
+    assert "max_tokens" not in message
 
 
 def test_unreachable_server_says_so(sleeps: list[float]) -> None:
