@@ -68,15 +68,10 @@ def save_batches(n: int, recall: bool, runs: int = 1) -> float:
 def save_rates(n: int, recall: bool, runs: int = 1) -> tuple[float, float]:
     """``save_batches``'s (wall, CPU) medians: msgs/s by the clock and per second of this process's CPU
     time. On a shared machine the wall rate says how busy it was; the CPU rate does not depend on it."""
-    from core.embedding import HashingEmbedder
-
     walls, cpus = [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
-            store = open_store(Path(tmp) / "bench.db")
-            memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=recall),
-                            embedder=HashingEmbedder(64) if recall else None)
-            memory.create_thread(resource_id="bench", thread_id="t")
+            store, memory = save_bench_memory(Path(tmp), recall)
             msgs = make_messages(n, "t")
             start, cpu = time.perf_counter(), time.process_time()
             for i in range(0, n, 100):
@@ -87,11 +82,22 @@ def save_rates(n: int, recall: bool, runs: int = 1) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
+def save_bench_memory(folder: Path, recall: bool) -> tuple[Any, Memory]:
+    """A fresh database in ``folder`` with thread "t" of resource "bench", and a memory saving into it with
+    semantic recall on (the hashing embedder, so the model costs almost nothing) or off."""
+    from core.embedding import HashingEmbedder
+
+    store = open_store(folder / "bench.db")
+    memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=recall),
+                    embedder=HashingEmbedder(64) if recall else None)
+    memory.create_thread(resource_id="bench", thread_id="t")
+    return store, memory
+
+
 def where_time_goes(n: int) -> None:
     """A batches-of-100 save of ``n`` messages with recall off, then on (hashing embedder), each statement's
     time per message (the driver's execute, which for COMMIT includes writing the WAL and FTS5's segment),
     the rest (Python: contexts, the embedder, rows) and the database's bytes per message by table."""
-    from core.embedding import HashingEmbedder
     from core.storage import driver_sql
 
     timed_sql: dict[str, float] = {}
@@ -113,12 +119,10 @@ def where_time_goes(n: int) -> None:
             timed_sql.clear()
             counts.clear()
             with tempfile.TemporaryDirectory() as tmp:
-                store = open_store(Path(tmp) / "bench.db")
-                memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=recall),
-                                embedder=HashingEmbedder(64) if recall else None)
-                memory.create_thread(resource_id="bench", thread_id="t")
+                store, memory = save_bench_memory(Path(tmp), recall)
+                memory.create_thread(resource_id="bench", thread_id="warm")
+                memory.save_messages(make_messages(100, "warm"))  # (warm: imports, the feature table)
                 msgs = make_messages(n, "t")
-                memory.save_messages(make_messages(100, "t"))  # (warm: imports, the feature table)
                 timed_sql.clear()
                 counts.clear()
                 start, cpu = time.perf_counter(), time.process_time()
