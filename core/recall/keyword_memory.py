@@ -42,6 +42,7 @@ import sqlalchemy as sa
 from core.recall.types import Ranked, ranked_of
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, STATE_TABLE, VOCAB_TABLE
 from core.storage.catalog import has_table, virtual_table_sql
+from core.storage.database import read_token
 from core.storage.scratch import scratch_connection
 
 FTS_REWRITES = "fts:rewrites"  # state key: updates and deletes of keyword docs (migration 0023)
@@ -151,7 +152,7 @@ class KeywordMemory:
         self._lock = threading.RLock()
         self._tokenizer: Tokenizer | None = None
         self._usable: bool | None = None  # None: not looked at yet
-        self._local = threading.local()  # per thread: the read connection last synced on, and the answer
+        self._local = threading.local()  # per thread: the read last synced in (``read_token``), and the answer
         self._reset()
 
     def _reset(self) -> None:
@@ -201,12 +202,16 @@ class KeywordMemory:
 
     def sync(self, conn: sa.Connection) -> bool:
         """Bring what is kept up to date with the stored index (one statement when nothing changed);
-        False when searches must use the FTS5 statement. Once per read connection and thread: the steps
-        of one search (its terms, then its ranking) see the index as of the same moment."""
-        if getattr(self._local, "conn", None) is conn:
+        False when searches must use the FTS5 statement. Once per read (``Database.read()``) and thread:
+        the steps of one search (its terms, then its ranking) see the index as of the same moment.
+        Keyed by the read, not by the connection: one kept connection serves every read of an agent's
+        turns (``Database.reads()``), and an answer kept for the connection missed every doc written
+        after its first search. A connection outside ``read()`` syncs on every call."""
+        token = read_token(conn)
+        if token is not None and getattr(self._local, "token", None) == token:
             return self._local.ready  # type: ignore[no-any-return]
         ready = self._sync(conn)
-        self._local.conn, self._local.ready = conn, ready
+        self._local.token, self._local.ready = token, ready
         return ready
 
     def _sync(self, conn: sa.Connection) -> bool:

@@ -8,6 +8,7 @@ database is migrated only by an explicit ``migrate()`` call.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import threading
@@ -38,6 +39,17 @@ from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_paren
 BUSY_TIMEOUT_MS = 10_000
 #: Read connections ``reads()`` keeps between blocks (more threads reading at once use the pool).
 _KEPT_READ_CONNECTIONS = 4
+# ``read()`` numbers every read in its connection's ``info`` under this key (``read_token``).
+_READ_KEY = "memory_studio.read"
+_READS = itertools.count(1)
+
+
+def read_token(conn: sa.Connection) -> int | None:
+    """Which ``Database.read()`` ``conn`` is serving: a number no other read gets, also when one kept
+    connection serves many reads (``reads()``), so a cache may keep an answer for the rest of one read
+    and never past it. None for a connection outside ``read()`` (a write, or one made elsewhere)."""
+    token: int | None = conn.info.get(_READ_KEY)
+    return token
 
 # ``change_fingerprint``: the newest thread and resource changes, and the messages' count and rowid.
 FINGERPRINT_SQL = """
@@ -281,8 +293,10 @@ class Database:
         if held is not None:  # inside ``reads()``
             try:
                 try:
+                    held.info[_READ_KEY] = next(_READS)
                     yield held
                 finally:
+                    held.info.pop(_READ_KEY, None)
                     held.rollback()
             except BaseException as exc:
                 self._raise_ours(exc)
@@ -295,8 +309,10 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 try:
+                    conn.info[_READ_KEY] = next(_READS)
                     yield conn
                 finally:
+                    conn.info.pop(_READ_KEY, None)
                     conn.rollback()
         except BaseException as exc:
             self._raise_ours(exc)

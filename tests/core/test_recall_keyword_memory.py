@@ -20,6 +20,7 @@ from core.recall import RecallIndex, keyword
 from core.recall.keyword_memory import KeywordMemory, varints
 from core.recall.tables import FTS_TABLE
 from core.storage import open_store
+from core.storage.database import read_token
 from core.storage.migrations import MIGRATIONS_TABLE
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -242,3 +243,50 @@ def test_phrases_kept_by_term_are_dropped_when_an_append_touches_their_tokens(in
         hits = memory.search(conn, terms, resource_id="u", thread_id=None, limit=3, weight=keyword.CONTEXT_WEIGHT)
     assert hits and hits[0].message_id == "late-1"
     assert all(memory._by_term[t] is not kept[t] for t in terms)  # (built again from the new postings)
+
+
+def test_reads_on_one_kept_connection_follow_the_writes_between_them(index):
+    """An agent's turns read through one kept connection (``Database.reads()``). Keeping the sync's answer
+    for the connection (it was once per connection object) left every later search of that connection
+    on the index of its first one: agent turns' keyword lists came back empty."""
+    store = index.store
+    assert index.index_messages(save(store, "t1", "u", 30, 6)).ok
+    with store.db.reads():
+        same_answers(index, [("u", None)])  # loaded, on the kept connection
+        with store.db.read() as conn:
+            first = read_token(conn)
+        assert index.index_messages(save(store, "t2", "u", 20, 7)).ok  # written between two reads
+        same_answers(index, [("u", None), (None, "t2")])  # the next read sees it, exactly as FTS5 does
+        hits = index.search("running hiking museum", resource_id="u", thread_id=None, mode="keyword", top_k=40).hits
+        assert any(h.thread_id == "t2" for h in hits)
+        with store.db.read() as conn:
+            assert read_token(conn) not in (None, first)  # every read its own token, on the same connection
+    with store.db.write() as conn:
+        assert read_token(conn) is None  # (outside ``read()``: every sync reads the state again)
+
+
+def test_an_agents_second_turn_finds_the_first_turns_words(tmp_path: Path):
+    """Through the agent's own turn (kept connections, the recall processor): the words of a message saved
+    by an earlier turn of this process reach the keyword list of a later turn's recall."""
+    from core import Memory, MemoryOptions
+    from core.agent import Agent
+    from core.llm.scripted import ScriptedModel
+
+    store = open_store(tmp_path / "turns.db")
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=4, semantic_recall={"top_k": 3, "message_range": 0,
+                                                                               "scope": "resource"}),
+                        embedder=HashingEmbedder(64))
+        agent = Agent("a", instructions="Be brief.", model=ScriptedModel(["Noted.", "Noted again.", "Skip the satay."]),
+                      memory=memory)
+        agent.generate("Hello there", memory={"resource": "u", "thread": "warm"})  # (a first search: loads)
+        agent.generate("I am allergic to peanuts and shellfish", memory={"resource": "u", "thread": "a"})
+        agent.generate("which peanuts dishes?", memory={"resource": "u", "thread": "b"})
+        with store.db.read() as conn:
+            record = conn.exec_driver_sql("SELECT record FROM memory_studio_turns WHERE thread_id = 'b'").scalar()
+        import json
+
+        hits = json.loads(record)["rc"]  # (message id, thread, cosine, keyword score, fused score, …)
+        assert any(h[1] == "a" and h[3] is not None for h in hits), hits
+    finally:
+        store.close()
