@@ -354,10 +354,17 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         else:
             embedder = store_embedder(store, shared=False)
 
+        # A bar redrawn in place on a terminal; piped or redirected, the finished bar alone (one line,
+        # not a line of carriage returns per batch in a log file).
+        live = bool(getattr(err, "isatty", lambda: False)())
+        lead = "\r" if live else ""
+
         def progress(done: int, total: int) -> None:
+            if not live and done < total:
+                return
             width = 30
             filled = int(width * done / total) if total else width
-            err.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+            err.write(f"{lead}[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
             err.flush()
 
         report = reindex(store, embedder, resource_id=args.resource, progress=progress,

@@ -176,6 +176,7 @@ def test_cli_reindex_embeds_what_recall_missed(db_path):
     code, out, err = run_cli("reindex", "--db", str(db_path))
     assert code == 0, err
     assert "2/2" in err  # the progress bar reached the end
+    assert "\r" not in err and err.count("/2") == 1  # not a terminal: the finished bar only, once
     assert out.startswith("Embedded 2 of 2 message(s) with ")  # sentences, not the report's repr
     from core.embedding import default_embedder
 
