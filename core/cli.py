@@ -13,6 +13,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from typing import Any, NoReturn, Sequence, TextIO
 
 from core.agent_configs import DEFAULT_MEMORY_NAME
+from core.cli_store import open_cli_store
 from core.errors import MemoryStudioError
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message
@@ -159,7 +160,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from core.traces.home import retention_from_env, trace_home
         from core.traces.store import prune_main, retention_limit
 
-        with open_store(args.db, read_only=True, create=False) as store:
+        with open_cli_store(args.db, read_only=True) as store:
             home = trace_home(store.location)
         in_database = home.kind == "postgres"  # traces in the database's own table, not in a file
         path = store.location.observability_path
@@ -185,14 +186,14 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if in_database:
             from core.traces.pg_store import PgSpanStore, prune_command
 
-            with open_store(args.db, create=False) as store:
+            with open_cli_store(args.db) as store:
                 spans = store.observability
                 assert isinstance(spans, PgSpanStore)
                 return prune_command(spans, keep_days, keep_mb, out, err)
         with redirect_stdout(out), redirect_stderr(err):
             return int(prune_main(["--db", str(path), *extra]))
     if cmd == "vacuum":
-        with open_store(args.db, create=False) as store:
+        with open_cli_store(args.db) as store:
             reclaimed = store.vacuum()
             out.write(f"{store.location.display}: reclaimed {reclaimed / 1e6:.2f} MB\n")
         return 0
@@ -221,10 +222,11 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if args.last_messages is not None and args.last_messages < 0:
         raise CliError("--last-messages must be 0 or more")
-    with open_store(args.db, read_only=True, create=False) as store:
+    with open_cli_store(args.db, read_only=True) as store:
         thread = store.memory.get_thread(args.thread)
         if thread is None:
-            raise LookupError(f"Thread {args.thread!r} not found in {store.location.display}.")
+            raise LookupError(f"Thread {args.thread!r} not found in {store.location.display}. "
+                              "List the threads with 'memory-studio threads'.")
         # The same rule as the Studio's prompt inspector, so both show the same prompt.
         choice = agent_for_thread(store, args.thread)
         agent, origin = choice.agent, choice.reason
@@ -292,7 +294,7 @@ def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
 
 
 def _threads(args: argparse.Namespace, out: TextIO) -> int:
-    with open_store(args.db, read_only=True, create=False) as store:
+    with open_cli_store(args.db, read_only=True) as store:
         rows = store.memory.thread_summaries(args.resource)
     if args.json:
         out.write(json.dumps([{**s.thread.to_dict(), "messageCount": s.message_count,

@@ -16,6 +16,7 @@ from typing import Any, Callable, TextIO
 from core.checks.model import CheckFileError, load_checks
 from core.checks.runner import ERROR, FAIL, PASS, CheckResult, CheckRunner
 from core.options import MemoryOptions, OptionsError
+from core.cli_store import open_cli_store
 from core.storage import open_store
 
 COMMANDS = ("test",)
@@ -103,13 +104,13 @@ def _test(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             with open_store(target) as store:
                 import_data(store, data)
                 where = f"{args.export} (imported)"
-                return _run(store, checks, options, args, where, out)
-    with open_store(args.db, read_only=True, create=False) as store:
-        return _run(store, checks, options, args, store.location.display, out)
+                return _run(store, checks, options, args, where, out, err)
+    with open_cli_store(args.db, read_only=True) as store:
+        return _run(store, checks, options, args, store.location.display, out, err)
 
 
 def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.Namespace, where: str,
-         out: TextIO) -> int:
+         out: TextIO, err: TextIO) -> int:
     what_if = f" with {json.dumps(options)}" if options else ""
     if not args.quiet:
         out.write(f"memory checks: {len(checks)} from {args.file} against {where}{what_if}\n")

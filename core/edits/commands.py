@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any, Callable, TextIO
 
-from core.storage import open_store
+from core.cli_store import open_cli_store
 
 COMMANDS = ("forget",)
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from core.edits.forget import forget_resource
 
-    with open_store(args.db, create=False) as store:
+    with open_cli_store(args.db) as store:
         preview = forget_resource(store, args.resource, dry_run=True)
         if not preview.found:
             out.write(f"{store.location.display}: nothing is stored about resource {args.resource!r}\n")

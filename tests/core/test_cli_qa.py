@@ -51,6 +51,73 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+# -- a file that is not a memory database --------------------------------------------------------------
+
+def foreign_db(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.execute("INSERT INTO invoices (total) VALUES (12.5)")
+    conn.commit()
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ("threads",), ("prompt", "--resource", "r", "--thread", "t", "hi"), ("vacuum",),
+    ("forget", "--resource", "r", "--yes"), ("traces", "prune", "--keep-days", "1"),
+])
+def test_a_sqlite_file_of_another_program_is_refused_and_left_as_it_was(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    # Read commands stopped at "no such table: mastra_threads"; `demo` added our tables and demo
+    # users to the other program's file.
+    db = foreign_db(tmp_path / "app.db")
+    before = digest(db)
+    code, out, err = run(*argv, "--db", str(db))
+    assert code == 1 and out == ""
+    assert "has no memory tables" in err and "not written by Memory Studio or Mastra" in err
+    assert "memory-studio where" in err
+    assert digest(db) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_checks_refuse_a_sqlite_file_of_another_program(tmp_path: Path) -> None:
+    db = foreign_db(tmp_path / "app.db")
+    checks = tmp_path / "checks.json"
+    checks.write_text('[{"name": "n", "thread": "t", "turn": 1, "prompt_contains": "x"}]', encoding="utf-8")
+    code, out, err = run("test", str(checks), "--db", str(db))
+    assert code == 1 and "has no memory tables" in err
+
+
+def test_an_empty_file_says_it_holds_nothing_instead_of_a_missing_table(tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    db.touch()
+    for argv in (("threads",), ("prompt", "--resource", "r", "--thread", "t", "hi")):
+        code, out, err = run(*argv, "--db", str(db))
+        assert code == 1 and "no tables yet (an empty database)" in err and "no such table" not in err
+    assert db.stat().st_size == 0
+
+
+def test_a_mastra_database_is_still_read_as_it_is(tmp_path: Path) -> None:
+    from .test_storage_layout import make_mastra_db
+
+    db = tmp_path / "mastra.db"
+    make_mastra_db(db)
+    before = digest(db)
+    code, out, _ = run("threads", "--db", str(db))
+    assert code == 0 and "From Mastra" in out
+    code, out, _ = run("prompt", "--db", str(db), "--resource", "user-1", "--thread", "mt1", "hi")
+    assert code == 0 and "My name is Ada" in out
+    assert digest(db) == before
+
+
+# -- smaller ones --------------------------------------------------------------------------------------
+
+def test_prompt_for_a_missing_thread_says_how_to_list_them(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    seed(db)
+    code, _, err = run("prompt", "--db", str(db), "--resource", "ada", "--thread", "nope", "hi")
+    assert code == 1 and "Thread 'nope' not found in" in err and "memory-studio threads" in err
+
+
 def test_traces_prune_with_a_huge_age_limit_deletes_nothing(tmp_path: Path) -> None:
     # `--keep-days 1e308` (or 1e6) reached back before the year 1: OverflowError with a traceback.
     db = tmp_path / "m.db"
