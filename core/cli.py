@@ -208,12 +208,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         return run_mcp(args, out, err)
     if cmd == "demo":
-        from core.demo import seed_demo
-
-        with open_store(args.db) as store:
-            report = seed_demo(store)
-        print(report.summary(), file=out)
-        return 0
+        return _demo(args, out)
     raise CliError(f"unknown command {cmd}")
 
 
@@ -308,6 +303,26 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
     for s in rows:
         last = s.last_activity.strftime("%Y-%m-%d %H:%M") if s.last_activity else "-"
         out.write(f"{s.thread.id:<28} {s.thread.resource_id:<20} {s.message_count:>6}  {last:<20} {s.thread.title}\n")
+    return 0
+
+
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    """Seed demo data into a new or empty database only: into one that holds conversations it would add
+    every demo turn again (a second run doubles each thread) and mix demo users (``ada``, ``sam``) into
+    real ones."""
+    from core.demo import seed_demo
+
+    with open_cli_store(args.db, create=True) as store:
+        display = store.location.display
+        resources = store.memory.list_resources()
+        if resources:
+            threads = sum(r.thread_count for r in resources)
+            raise CliError(
+                f"memory-studio demo: {display} already holds {len(resources)} resource(s) and {threads} thread(s); "
+                "demo data goes into a new or empty database only. Give --db a file that does not exist yet."
+            )
+        report = seed_demo(store)
+    print(report.summary(), file=out)
     return 0
 
 

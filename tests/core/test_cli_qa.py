@@ -51,6 +51,57 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+# -- demo ----------------------------------------------------------------------------------------------
+
+def test_demo_refuses_a_database_that_already_holds_conversations(tmp_path: Path) -> None:
+    # A second `demo` (or one into a real database) added every demo turn again and mixed the demo's
+    # users into real ones.
+    db = tmp_path / "memory.db"
+    seed(db, resource="ada")
+    code, out, err = run("demo", "--db", str(db))
+    assert code == 2 and out == ""
+    assert "already holds 1 resource(s) and 1 thread(s)" in err and "a file that does not exist yet" in err
+    with open_store(db, read_only=True) as store:
+        assert [t.id for t in store.memory.list_threads()] == ["t1"]
+        assert store.memory.thread_summaries()[0].message_count == 1
+
+
+READ_ONLY_DEMO = """
+import os, sys, io, json, tempfile
+from core.cli import main
+# Every module a demo loads is loaded now, by one into a scratch folder: 'nobody' cannot read them.
+assert main(["demo", "--db", os.path.join(tempfile.mkdtemp(), "warm.db")], out=io.StringIO()) == 0
+os.setgid(65534)
+os.setuid(65534)
+out, err = io.StringIO(), io.StringIO()
+code = main(["demo", "--db", sys.argv[1]], out=out, err=err)
+print(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue()}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to 'nobody' in a child process: needs root")
+def test_demo_into_a_read_only_file_says_so_and_writes_nothing() -> None:
+    import json
+
+    folder = Path(tempfile.mkdtemp(prefix="ms-cli-ro-"))  # outside pytest's private folder: 'nobody' reaches it
+    try:
+        folder.chmod(0o777)
+        db = folder / "memory.db"
+        open_store(db).close()  # an empty memory database
+        db.chmod(0o444)
+        before = digest(db)
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(READ_ONLY_DEMO), str(db)], capture_output=True,
+                              text=True, cwd=folder, env=child_env(), timeout=300)
+        assert done.stdout.strip(), done.stderr
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["code"] == 1 and "read-only" in result["err"] and "chmod" in result["err"], result
+        assert "Traceback" not in done.stderr + result["err"]
+        assert not (folder / "observability.duckdb").exists()
+        assert digest(db) == before
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # -- a file that is not a memory database --------------------------------------------------------------
 
 def foreign_db(path: Path) -> Path:
@@ -63,7 +114,7 @@ def foreign_db(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("argv", [
-    ("threads",), ("prompt", "--resource", "r", "--thread", "t", "hi"), ("vacuum",),
+    ("threads",), ("prompt", "--resource", "r", "--thread", "t", "hi"), ("vacuum",), ("demo",),
     ("forget", "--resource", "r", "--yes"), ("traces", "prune", "--keep-days", "1"),
 ])
 def test_a_sqlite_file_of_another_program_is_refused_and_left_as_it_was(tmp_path: Path, argv: tuple[str, ...]) -> None:
