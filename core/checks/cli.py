@@ -87,6 +87,10 @@ def _test(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except CheckFileError as exc:
         print(f"error: {exc}", file=err)
         return EXIT_BAD_FILE
+    if args.export and args.db:
+        print("error: give --db or --export, not both: --export runs over the export alone (imported into a "
+              "temporary database), so --db would be ignored.", file=err)
+        return EXIT_BAD_FILE
     if not checks:
         print(f"{args.file}: no checks in the file; nothing to run", file=err)
         return 0
@@ -126,7 +130,12 @@ def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.
         from core.checks.junit import write_junit
 
         props = {"database": where, **({"options": json.dumps(options)} if options else {})}
-        write_junit(args.junit, results, suite=Path(args.file).name, properties=props)
+        try:
+            write_junit(args.junit, results, suite=Path(args.file).name, properties=props)
+        except OSError as exc:  # the checks ran; only the report could not be written
+            print(f"error: --junit {args.junit}: cannot be written ({exc.strerror or exc}). Give a file path "
+                  "in a folder you can write to.", file=err)
+            return EXIT_BAD_FILE
     return 0 if failed == 0 and errors == 0 else 1
 
 

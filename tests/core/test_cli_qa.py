@@ -190,3 +190,39 @@ def test_postgres_prune_with_a_huge_age_limit_deletes_nothing(pg_url: str) -> No
         obs.write_spans(agent_trace("old", base=datetime(2001, 1, 1, tzinfo=timezone.utc)))
         assert obs.prune(keep_days=1e308).traces_deleted == 0
         assert obs.count_traces() == 1
+
+
+# -- memory-studio test --------------------------------------------------------------------------------
+
+@pytest.fixture
+def checks_file(tmp_path: Path) -> Path:
+    path = tmp_path / "checks.json"
+    path.write_text('[{"name": "allergy", "thread": "t1", "turn": 1, "prompt_contains": "peanuts"}]',
+                    encoding="utf-8")
+    return path
+
+
+def test_test_with_both_db_and_export_is_refused(tmp_path: Path, checks_file: Path) -> None:
+    # --db was silently ignored: the checks ran over the export, and the output named a temporary file.
+    db = tmp_path / "m.db"
+    seed(db)
+    export = tmp_path / "e.json"
+    assert run("export", "--db", str(db), "--thread", "t1", "-o", str(export))[0] == 0
+    code, out, err = run("test", str(checks_file), "--db", str(db), "--export", str(export))
+    assert code == 2 and out == "" and "give --db or --export, not both" in err
+
+
+@pytest.mark.parametrize("target", ["folder", "missing-parent-file"])
+def test_test_junit_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path: Path, checks_file: Path,
+                                                                       target: str) -> None:
+    db = tmp_path / "m.db"
+    seed(db)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, so nothing can be made inside it", encoding="utf-8")
+    junit = tmp_path / "reports" if target == "folder" else blocker / "r.xml"
+    junit.mkdir() if target == "folder" else None
+    code, out, err = run("test", str(checks_file), "--db", str(db), "--junit", str(junit))
+    assert code == 2, err
+    assert "1 passed" in out  # the checks ran; only the report is missing
+    assert f"--junit {junit}: cannot be written" in err
+    assert not list(tmp_path.glob("*.tmp"))
