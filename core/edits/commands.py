@@ -43,7 +43,7 @@ def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if not sys.stdin.isatty():
                 print("refusing to delete without confirmation: run it in a terminal, or add --yes", file=err)
                 return 1
-            answer = input(f"Delete all of this from {store.location.display}? This cannot be undone. [y/N] ")
+            answer = _ask(f"Delete all of this from {store.location.display}? This cannot be undone. [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 out.write("nothing was deleted\n")
                 return 1
@@ -52,13 +52,22 @@ def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(line + "\n")
         vacuum = args.vacuum
         if not vacuum and not args.yes and sys.stdin.isatty() and report.total:
-            vacuum = input("Vacuum now, so the freed pages no longer hold the deleted bytes? [y/N] ").strip().lower() \
+            vacuum = _ask("Vacuum now, so the freed pages no longer hold the deleted bytes? [y/N] ").strip().lower() \
                 in ("y", "yes")
         if vacuum:
             out.write(vacuum_report(store) + "\n")
         elif report.total:
             out.write("run `memory-studio vacuum` to drop the freed pages\n")
     return 0 if report.complete and not report.leftovers else 1
+
+
+def _ask(question: str) -> str:
+    """The answer typed at the terminal; end of input (Ctrl-D) answers no, as an empty line does."""
+    try:
+        return input(question)
+    except EOFError:
+        print()  # the terminal's line still ends with the question
+        return ""
 
 
 def vacuum_report(store: Any) -> str:

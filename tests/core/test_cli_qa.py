@@ -226,3 +226,45 @@ def test_test_junit_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path:
     assert "1 passed" in out  # the checks ran; only the report is missing
     assert f"--junit {junit}: cannot be written" in err
     assert not list(tmp_path.glob("*.tmp"))
+
+
+# -- forget at a terminal ------------------------------------------------------------------------------
+
+def test_forget_answered_with_end_of_input_deletes_nothing(tmp_path: Path) -> None:
+    # Ctrl-D at "Delete all of this…? [y/N]" raised EOFError with a traceback.
+    db = tmp_path / "m.db"
+    seed(db)
+    master, slave = os.openpty()  # a real terminal on all three streams, as in a shell
+    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "forget", "--db", str(db), "--resource", "ada"],
+                            stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=child_env())
+    os.close(slave)
+    seen = b""
+
+    def read_until(done: bytes) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 120
+        while done not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the child closed the terminal
+                    return
+                if not chunk:
+                    return
+                seen += chunk
+
+    try:
+        read_until(b"[y/N]")
+        assert b"[y/N]" in seen, seen
+        os.write(master, b"\x04")  # Ctrl-D: end of input
+        read_until(b"nothing was deleted")
+        proc.wait(timeout=120)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    assert b"Traceback" not in seen and b"EOFError" not in seen, seen
+    assert b"nothing was deleted" in seen and proc.returncode == 1
+    with open_store(db, read_only=True) as store:
+        assert store.memory.get_thread("t1") is not None
