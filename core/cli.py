@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any, NoReturn, Sequence, TextIO
@@ -120,7 +121,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         if not args.command:
             parser.print_help(out)
             return 2
-        return int(_dispatch(args, out, err) or 0)
+        code = int(_dispatch(args, out, err) or 0)
+        out.flush()  # here, so a reader that went away is noticed while we can still say so quietly
+        return code
     except CliError as exc:
         print(str(exc), file=err)
         return 2
@@ -131,6 +134,22 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except KeyboardInterrupt:
         print("interrupted", file=err)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a killed writer would
+        _quiet_closed_stdout(out)
+        return 141
+
+
+def _quiet_closed_stdout(out: TextIO) -> None:
+    """After a broken pipe on standard output, point it at /dev/null: the interpreter flushes it once
+    more at exit, and that flush would print a second error."""
+    if out is not sys.stdout:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor behind it (a test's stream)
+        pass
 
 
 def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

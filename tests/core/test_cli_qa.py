@@ -268,3 +268,20 @@ def test_forget_answered_with_end_of_input_deletes_nothing(tmp_path: Path) -> No
     assert b"nothing was deleted" in seen and proc.returncode == 1
     with open_store(db, read_only=True) as store:
         assert store.memory.get_thread("t1") is not None
+
+
+# -- pipes ---------------------------------------------------------------------------------------------
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    # `memory-studio threads | head -1`: the rest of the output met a closed pipe, with a traceback.
+    db = tmp_path / "m.db"
+    for i in range(3):
+        seed(db, thread=f"t{i}")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    done = subprocess.run([sys.executable, "-m", "core.cli", "threads", "--db", str(db)], stdout=write_end,
+                          stderr=subprocess.PIPE, cwd=ROOT, env=child_env(), timeout=120)
+    os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == b""
+
