@@ -316,7 +316,7 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
                               for s in rows], ensure_ascii=False, indent=2) + "\n")
         return 0
     if not rows:
-        out.write("no threads" + (f" for resource {args.resource}" if args.resource else "") + "\n")
+        out.write("no threads" + (f" for resource {args.resource}" if args.resource is not None else "") + "\n")
         return 0
     out.write(f"{'THREAD':<28} {'RESOURCE':<20} {'MSGS':>6}  {'LAST ACTIVITY':<20} TITLE\n")
     for s in rows:
@@ -351,7 +351,9 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"{location.display}\n")
     out.write(f"  why: {location.reason} ({location.how})\n")
     path = location.path
-    if path is not None:
+    if path is not None and path.is_dir():
+        out.write("  exists: a folder, not a database file; choose a file inside it\n")
+    elif path is not None:
         out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
     from core.traces.home import trace_home
     from core.traces.spans import SPANS_TABLE

@@ -169,6 +169,18 @@ def test_prompt_for_a_missing_thread_says_how_to_list_them(tmp_path: Path) -> No
     assert code == 1 and "Thread 'nope' not found in" in err and "memory-studio threads" in err
 
 
+def test_threads_for_an_empty_resource_id_does_not_claim_the_database_is_empty(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, _ = run("threads", "--db", str(db), "--resource", "")
+    assert code == 0 and out.startswith("no threads for resource")
+
+
+def test_where_on_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    code, out, _ = run("where", "--db", str(tmp_path))
+    assert code == 0 and "exists: a folder, not a database file" in out and "bytes" not in out
+
+
 def test_traces_prune_with_a_huge_age_limit_deletes_nothing(tmp_path: Path) -> None:
     # `--keep-days 1e308` (or 1e6) reached back before the year 1: OverflowError with a traceback.
     db = tmp_path / "m.db"
