@@ -297,3 +297,32 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
     assert done.returncode == 141, done.stderr
     assert done.stderr == b""
 
+
+
+# -- a database another process is writing ------------------------------------------------------------
+
+HOLD_WRITE_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.readline()  # until the test says so
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_write_that_waits_out_another_writers_lock_says_the_database_is_busy(tmp_path: Path) -> None:
+    # It ended with a bare "error: database is locked": nothing about which file, why, or what to do.
+    db = tmp_path / "m.db"
+    seed(db)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITE_LOCK, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes")
+    finally:
+        holder.communicate("done\n", timeout=60)
+    assert code == 1
+    assert f"{db} is busy: another writer" in err and "nothing was written" in err and "Try again" in err
+    with open_store(db, read_only=True) as store:
+        assert store.memory.get_thread("t1") is not None
