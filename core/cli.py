@@ -308,6 +308,9 @@ def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
 
 
 def _threads(args: argparse.Namespace, out: TextIO) -> int:
+    from core.ids import check_optional_id
+
+    check_optional_id(args.resource, "resource id")  # bytes that are not UTF-8 in argv become lone surrogates
     with open_cli_store(args.db, read_only=True) as store:
         rows = store.memory.thread_summaries(args.resource)
     if args.json:

@@ -326,3 +326,14 @@ def test_a_write_that_waits_out_another_writers_lock_says_the_database_is_busy(t
     assert f"{db} is busy: another writer" in err and "nothing was written" in err and "Try again" in err
     with open_store(db, read_only=True) as store:
         assert store.memory.get_thread("t1") is not None
+
+
+def test_threads_for_a_resource_id_that_is_not_utf8_names_the_id_not_a_failed_write(tmp_path: Path) -> None:
+    # `threads --resource $'\xff'` (argv bytes that are not UTF-8 arrive as a lone surrogate) said
+    # "A value could not be stored ... Nothing was written" for a command that only reads.
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, err = run("threads", "--db", str(db), "--resource", "\udcff")
+    assert code == 1 and out == ""
+    assert "The resource id '\\udcff' cannot be used: it contains a lone surrogate (U+DCFF)" in err
+    assert "could not be stored" not in err
