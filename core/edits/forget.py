@@ -314,12 +314,21 @@ def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: Forget
     if path.name and path.exists():
         forget = getattr(obs, "forget", None)
         from core.traces.locking import StoreBusy
+        from core.traces.recovery import is_broken_file_error
 
         try:
             traces, spans = forget(targets.threads, targets.resources, dry_run=dry_run) if forget else (0, 0)
         except StoreBusy:
             report.complete = False
             report.notes.append(f"the trace file {path} stayed busy (an agent is writing); run forget again")
+            traces, spans = 0, 0
+        except Exception as exc:  # noqa: BLE001 - only a broken file is a place not reached; others raise
+            if not is_broken_file_error(exc):
+                raise
+            report.complete = False
+            report.notes.append(
+                f"the trace file {path} is broken ({str(exc).splitlines()[0]}), so it could not be searched; it "
+                "holds traces only (no conversation): delete it to be sure nothing of this resource stays there")
             traces, spans = 0, 0
         report.removed[f"traces ({path.name})"] = spans
     report.removed["pending span files"] = _spill_files(path, targets, dry_run) if path.name else 0

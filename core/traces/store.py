@@ -575,7 +575,15 @@ def prune_main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.db}: no limit given (0 means no limit); nothing pruned")
         return 0
     store = DuckDBObservabilityStore(args.db)
-    result = store.prune(keep_days, keep_mb, compact=not args.no_compact)
+    try:
+        result = store.prune(keep_days, keep_mb, compact=not args.no_compact)
+    except duckdb.Error as exc:
+        if not is_broken_file_error(exc):
+            raise
+        print(f"{args.db} is not a readable trace file ({str(exc).splitlines()[0]}); nothing was pruned. It holds "
+              f"traces only (no conversation): the next traced turn moves it aside as {args.db.name}.broken-<time> "
+              "and starts a new one, or delete it.", file=sys.stderr)
+        return 1
     if result.busy:
         print(f"{args.db}: busy (another process holds it); try again", file=sys.stderr)
         return 1

@@ -337,3 +337,24 @@ def test_threads_for_a_resource_id_that_is_not_utf8_names_the_id_not_a_failed_wr
     assert code == 1 and out == ""
     assert "The resource id '\\udcff' cannot be used: it contains a lone surrogate (U+DCFF)" in err
     assert "could not be stored" not in err
+
+
+# -- a broken trace file beside the database -----------------------------------------------------------
+
+def test_a_broken_trace_file_is_reported_by_prune_and_forget_not_a_traceback(tmp_path: Path) -> None:
+    # Both ended in DuckDB's IOException with a traceback ("not a valid DuckDB database file").
+    db = tmp_path / "m.db"
+    seed(db)
+    broken = tmp_path / "observability.duckdb"
+    broken.write_bytes(os.urandom(20_000))
+    before = digest(broken)
+    code, out, err = run("traces", "prune", "--db", str(db), "--keep-days", "1")
+    assert code == 1 and "Traceback" not in err
+    assert f"{broken} is not a readable trace file" in err and "nothing was pruned" in err and "delete it" in err
+    assert digest(broken) == before
+    code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes")
+    assert code == 1, err  # a place could not be reached
+    assert f"the trace file {broken} is broken" in out and "could not be searched" in out
+    assert "removed 3 row(s), 1 thread(s)" in out
+    with open_store(db, read_only=True) as store:
+        assert store.memory.get_thread("t1") is None
