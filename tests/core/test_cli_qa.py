@@ -358,3 +358,7 @@ def test_a_broken_trace_file_is_reported_by_prune_and_forget_not_a_traceback(tmp
     assert "removed 3 row(s), 1 thread(s)" in out
     with open_store(db, read_only=True) as store:
         assert store.memory.get_thread("t1") is None
+    seed(db, thread="t2")
+    code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes", "--vacuum")
+    assert code == 1 and "Traceback" not in err, err
+    assert f"MB from the database; the trace file {broken} is broken (not a DuckDB file) and was not compacted" in out
