@@ -118,7 +118,7 @@ def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.
     what_if = f" with {json.dumps(options)}" if options else ""
     if not args.quiet:
         out.write(f"memory checks: {len(checks)} from {args.file} against {where}{what_if}\n")
-    results = CheckRunner(store, options=options).run_all(checks)
+    results = CheckRunner(store, options=options, where=where).run_all(checks)
     for result in results:
         for line in format_result(result, quiet=args.quiet):
             out.write(line + "\n")

@@ -224,6 +224,19 @@ def test_test_with_both_db_and_export_is_refused(tmp_path: Path, checks_file: Pa
     assert code == 2 and out == "" and "give --db or --export, not both" in err
 
 
+def test_test_over_an_export_names_the_export_not_its_temporary_database(tmp_path: Path, checks_file: Path) -> None:
+    # A check on a thread the export lacks said "thread 'gone' is not in /tmp/memory-checks-…/fixture.db",
+    # a file deleted when the command ends.
+    db = tmp_path / "m.db"
+    seed(db)
+    export = tmp_path / "e.json"
+    assert run("export", "--db", str(db), "--thread", "t1", "-o", str(export))[0] == 0
+    checks_file.write_text('[{"name": "gone", "thread": "gone", "turn": 1, "prompt_contains": "x"}]', encoding="utf-8")
+    code, out, _ = run("test", str(checks_file), "--export", str(export))
+    assert code == 1
+    assert f"thread 'gone' is not in {export} (imported)" in out and "fixture.db" not in out
+
+
 @pytest.mark.parametrize("target", ["folder", "missing-parent-file"])
 def test_test_junit_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path: Path, checks_file: Path,
                                                                        target: str) -> None:
