@@ -375,3 +375,30 @@ def test_a_broken_trace_file_is_reported_by_prune_and_forget_not_a_traceback(tmp
     code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes", "--vacuum")
     assert code == 1 and "Traceback" not in err, err
     assert f"MB from the database; the trace file {broken} is broken (not a DuckDB file) and was not compacted" in out
+
+
+# -- a registered agent whose stored options this version cannot use --------------------------------
+
+def test_prompt_with_an_agents_unusable_registered_options_names_the_agent_and_what_to_do(tmp_path: Path) -> None:
+    # It said only "error: last_messages must be a non-negative integer or False, got 'lots'.": no word
+    # of which agent or where that value lives.
+    import json
+
+    from core import MemoryOptions
+
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        memory = Memory(store, MemoryOptions(last_messages=4), name="travel")
+        memory.register("travel")
+        memory.save_messages([Message.user("Lisbon?", thread_id="t1", resource_id="li"),
+                              Message.assistant("Yes.", thread_id="t1", resource_id="li", metadata={"agent": "travel"})])
+    conn = sqlite3.connect(db)
+    config = json.loads(conn.execute("SELECT config FROM memory_studio_agents WHERE name = 'travel'").fetchone()[0])
+    config["options"]["last_messages"] = "lots"
+    conn.execute("UPDATE memory_studio_agents SET config = ? WHERE name = 'travel'", (json.dumps(config),))
+    conn.commit()
+    conn.close()
+    code, out, err = run("prompt", "--db", str(db), "--resource", "li", "--thread", "t1", "hi")
+    assert code == 1 and out == ""
+    assert "Agent 'travel' registered memory options that cannot be used (last_messages must be" in err
+    assert "Run the agent again" in err
