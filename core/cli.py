@@ -15,6 +15,7 @@ from typing import Any, NoReturn, Sequence, TextIO
 
 from core.agent_configs import DEFAULT_MEMORY_NAME
 from core.cli_store import open_cli_store
+from core.terminal_text import visible
 from core.errors import MemoryStudioError
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message
@@ -304,7 +305,7 @@ def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
     by_source = prompt.tokens_by_source()
     lines.append("")
     lines.append("Tokens by source: " + ", ".join(f"{k} {v}" for k, v in by_source.items()))
-    return "\n".join(lines)
+    return visible("\n".join(lines), keep="\n\t")
 
 
 def _threads(args: argparse.Namespace, out: TextIO) -> int:
@@ -324,7 +325,8 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"{'THREAD':<28} {'RESOURCE':<20} {'MSGS':>6}  {'LAST ACTIVITY':<20} TITLE\n")
     for s in rows:
         last = s.last_activity.strftime("%Y-%m-%d %H:%M") if s.last_activity else "-"
-        out.write(f"{s.thread.id:<28} {s.thread.resource_id:<20} {s.message_count:>6}  {last:<20} {s.thread.title}\n")
+        out.write(f"{visible(s.thread.id):<28} {visible(s.thread.resource_id):<20} {s.message_count:>6}  {last:<20} "
+                  f"{visible(s.thread.title)}\n")
     return 0
 
 

@@ -18,6 +18,7 @@ from core.checks.runner import ERROR, FAIL, PASS, CheckResult, CheckRunner
 from core.options import MemoryOptions, OptionsError
 from core.cli_store import open_cli_store
 from core.storage import open_store
+from core.terminal_text import visible
 
 COMMANDS = ("test",)
 EXIT_BAD_FILE = 2
@@ -121,7 +122,7 @@ def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.
     results = CheckRunner(store, options=options, where=where).run_all(checks)
     for result in results:
         for line in format_result(result, quiet=args.quiet):
-            out.write(line + "\n")
+            out.write(visible(line, keep="\t") + "\n")  # excerpts hold stored text
     passed = sum(r.status == PASS for r in results)
     failed = sum(r.status == FAIL for r in results)
     errors = sum(r.status == ERROR for r in results)

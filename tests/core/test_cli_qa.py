@@ -402,3 +402,32 @@ def test_prompt_with_an_agents_unusable_registered_options_names_the_agent_and_w
     assert code == 1 and out == ""
     assert "Agent 'travel' registered memory options that cannot be used (last_messages must be" in err
     assert "Run the agent again" in err
+
+
+# -- stored text is shown, never obeyed by the terminal ------------------------------------------------
+
+def test_control_characters_in_stored_text_are_shown_as_escapes_in_tables_and_prompts(tmp_path: Path) -> None:
+    # A title with a newline broke `threads` into a bogus second row, and an escape sequence in a
+    # title or message (text from users and models) was printed raw: it drove the terminal.
+    import json
+
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        memory = Memory(store)
+        memory.create_thread(resource_id="r\x1b]0;pwned\x07", thread_id="t1", title="Line one\nline two\x1b[2J")
+        memory.save_messages([Message.user("hi \x1b[31mRED\x1b[0m", thread_id="t1", resource_id="r\x1b]0;pwned\x07")])
+    code, out, _ = run("threads", "--db", str(db))
+    assert code == 0
+    rows = out.splitlines()
+    assert len(rows) == 2 and "\x1b" not in out
+    assert rows[1].startswith("t1 ") and rows[1].endswith("Line one\\nline two\\x1b[2J")
+    assert "r\\x1b]0;pwned\\x07" in rows[1]
+    code, out, _ = run("prompt", "--db", str(db), "--resource", "r\x1b]0;pwned\x07", "--thread", "t1", "next")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "   hi \\x1b[31mRED\\x1b[0m" in out
+    checks = tmp_path / "checks.json"
+    checks.write_text('[{"name": "n", "thread": "t1", "turn": 1, "prompt_contains": "zzz"}]', encoding="utf-8")
+    code, out, _ = run("test", str(checks), "--db", str(db))
+    assert code == 1 and "hi \\x1b[31mRED" in out and "\x1b" not in out  # the failure's excerpt
+    code, out, _ = run("threads", "--db", str(db), "--json")
+    assert json.loads(out)[0]["title"] == "Line one\nline two\x1b[2J"  # machine output keeps the text as stored
