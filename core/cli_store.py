@@ -24,13 +24,16 @@ def open_cli_store(db: str | Path | None, *, read_only: bool = False, create: bo
     store = open_store(db, read_only=read_only, create=create)
     try:
         database = store.db
-        if store.location.path is not None and not database.is_mastra:
+        if not store.capabilities.server and not database.is_mastra:  # a file, or `--db :memory:`
             display = store.location.display
             if not database.is_empty:
                 raise SchemaError(
                     f"{display} is a SQLite database, but it has no memory tables (mastra_threads, "
                     f"mastra_messages). It was not written by Memory Studio or Mastra. {WHERE_HINT}"
                 )
+            if read_only and store.location.path is None:
+                raise SchemaError(f"{display} is an in-memory database, new and empty for each command: nothing is "
+                                  "stored in it. Give --db a database file.")
             if read_only:
                 raise SchemaError(
                     f"{display} has no tables yet (an empty database): nothing is stored in it. {WHERE_HINT} "

@@ -145,6 +145,9 @@ def test_an_empty_file_says_it_holds_nothing_instead_of_a_missing_table(tmp_path
         code, out, err = run(*argv, "--db", str(db))
         assert code == 1 and "no tables yet (an empty database)" in err and "no such table" not in err
     assert db.stat().st_size == 0
+    code, out, err = run("threads", "--db", ":memory:")
+    assert code == 1 and "in-memory database, new and empty for each command" in err
+    assert "Give --db a database file" in err
 
 
 def test_a_mastra_database_is_still_read_as_it_is(tmp_path: Path) -> None:
@@ -391,7 +394,8 @@ def test_prompt_with_an_agents_unusable_registered_options_names_the_agent_and_w
         memory = Memory(store, MemoryOptions(last_messages=4), name="travel")
         memory.register("travel")
         memory.save_messages([Message.user("Lisbon?", thread_id="t1", resource_id="li"),
-                              Message.assistant("Yes.", thread_id="t1", resource_id="li", metadata={"agent": "travel"})])
+                              Message.assistant("Yes.", thread_id="t1", resource_id="li",
+                                                metadata={"agent": "travel"})])
     conn = sqlite3.connect(db)
     config = json.loads(conn.execute("SELECT config FROM memory_studio_agents WHERE name = 'travel'").fetchone()[0])
     config["options"]["last_messages"] = "lots"
