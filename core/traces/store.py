@@ -577,12 +577,15 @@ def prune_main(argv: Sequence[str] | None = None) -> int:
     store = DuckDBObservabilityStore(args.db)
     try:
         result = store.prune(keep_days, keep_mb, compact=not args.no_compact)
-    except duckdb.Error as exc:
-        if not is_broken_file_error(exc):
-            raise
-        print(f"{args.db} is not a readable trace file ({str(exc).splitlines()[0]}); nothing was pruned. It holds "
-              f"traces only (no conversation): the next traced turn moves it aside as {args.db.name}.broken-<time> "
-              "and starts a new one, or delete it.", file=sys.stderr)
+    except duckdb.IOException as exc:
+        why = str(exc).splitlines()[0]
+        if is_broken_file_error(exc):
+            print(f"{args.db} is not a readable trace file ({why}); nothing was pruned. It holds traces only (no "
+                  f"conversation): the next traced turn moves it aside as {args.db.name}.broken-<time> and starts a "
+                  "new one, or delete it.", file=sys.stderr)
+        else:
+            print(f"{args.db} could not be opened for writing ({why}); nothing was pruned. Fix its permissions "
+                  "and try again.", file=sys.stderr)
         return 1
     if result.busy:
         print(f"{args.db}: busy (another process holds it); try again", file=sys.stderr)

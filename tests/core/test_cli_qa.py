@@ -435,3 +435,54 @@ def test_control_characters_in_stored_text_are_shown_as_escapes_in_tables_and_pr
     assert code == 1 and "hi \\x1b[31mRED" in out and "\x1b" not in out  # the failure's excerpt
     code, out, _ = run("threads", "--db", str(db), "--json")
     assert json.loads(out)[0]["title"] == "Line one\nline two\x1b[2J"  # machine output keeps the text as stored
+
+
+UNWRITABLE_TRACES = """
+import io, json, os, shutil, sys, tempfile
+from pathlib import Path
+from core.cli import main
+# Load every module both commands use, on a scratch copy, before privileges are dropped.
+scratch = Path(tempfile.mkdtemp())
+for name in ("m.db", "observability.duckdb"):
+    shutil.copy(Path(sys.argv[1]).with_name(name), scratch / name)
+for argv in (["traces", "prune", "--keep-days", "1"], ["forget", "--resource", "ada", "--yes"]):
+    assert main([*argv, "--db", str(scratch / "m.db")], out=io.StringIO(), err=io.StringIO()) in (0, 1)
+os.setgid(65534)
+os.setuid(65534)
+results = []
+for argv in (["traces", "prune", "--keep-days", "1"], ["forget", "--resource", "ada", "--yes"]):
+    out, err = io.StringIO(), io.StringIO()
+    code = main([*argv, "--db", sys.argv[1]], out=out, err=err)
+    results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to 'nobody' in a child process: needs root")
+def test_a_trace_file_this_user_cannot_write_is_reported_by_prune_and_forget() -> None:
+    # Both ended in DuckDB's IOException traceback ("Cannot open file ...: Permission denied"); forget
+    # had already deleted the rows, so its report was lost.
+    import json
+
+    folder = Path(tempfile.mkdtemp(prefix="ms-cli-traces-"))
+    try:
+        folder.chmod(0o777)
+        db = folder / "m.db"
+        seed(db)
+        spans = DuckDBObservabilityStore(folder / "observability.duckdb")
+        spans.write_spans(agent_trace("old", base=datetime(2001, 1, 1, tzinfo=timezone.utc), resource="ada"))
+        db.chmod(0o666)
+        (folder / "observability.duckdb").chmod(0o644)  # root's; 'nobody' may read it, not write it
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(UNWRITABLE_TRACES), str(db)],
+                              capture_output=True, text=True, cwd=folder, env=child_env(), timeout=300)
+        assert done.stdout.strip(), done.stderr
+        prune, forget = json.loads(done.stdout.strip().splitlines()[-1])
+        assert "Traceback" not in done.stderr
+        assert prune["code"] == 1 and "could not be opened for writing" in prune["err"], prune
+        assert "nothing was pruned" in prune["err"] and "permissions" in prune["err"]
+        assert forget["code"] == 1, forget
+        assert "could not be opened" in forget["out"] and "run forget again" in forget["out"]
+        assert "removed 3 row(s), 1 thread(s)" in forget["out"]
+        assert spans.count_traces() == 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
