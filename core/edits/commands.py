@@ -77,15 +77,18 @@ def vacuum_report(store: Any) -> str:
     compact = getattr(obs, "compact", None) if not store.capabilities.traces_in_database else None
     traces = 0
     if callable(compact) and getattr(obs, "path", None) is not None and obs.path.exists():
+        import duckdb
+
         from core.traces.recovery import is_broken_file_error
 
         try:
             traces = compact()
-        except Exception as exc:  # noqa: BLE001 - only a broken trace file is expected here; others raise
-            if not is_broken_file_error(exc):
-                raise
-            return (f"vacuumed: {reclaimed / 1e6:.2f} MB from the database; the trace file {obs.path} is broken "
-                    "(not a DuckDB file) and was not compacted: it holds traces only, delete it")
+        except duckdb.IOException as exc:  # the file cannot be opened: say so, the database part is done
+            if is_broken_file_error(exc):
+                return (f"vacuumed: {reclaimed / 1e6:.2f} MB from the database; the trace file {obs.path} is broken "
+                        "(not a DuckDB file) and was not compacted: it holds traces only, delete it")
+            return (f"vacuumed: {reclaimed / 1e6:.2f} MB from the database; the trace file {obs.path} could not be "
+                    f"opened ({str(exc).splitlines()[0]}) and was not compacted: fix its permissions")
     return f"vacuumed: {reclaimed / 1e6:.2f} MB from the database, {traces / 1e6:.2f} MB from the trace file"
 
 

@@ -445,12 +445,13 @@ from core.cli import main
 scratch = Path(tempfile.mkdtemp())
 for name in ("m.db", "observability.duckdb"):
     shutil.copy(Path(sys.argv[1]).with_name(name), scratch / name)
-for argv in (["traces", "prune", "--keep-days", "1"], ["forget", "--resource", "ada", "--yes"]):
+COMMANDS = (["traces", "prune", "--keep-days", "1"], ["forget", "--resource", "ada", "--yes", "--vacuum"])
+for argv in COMMANDS:
     assert main([*argv, "--db", str(scratch / "m.db")], out=io.StringIO(), err=io.StringIO()) in (0, 1)
 os.setgid(65534)
 os.setuid(65534)
 results = []
-for argv in (["traces", "prune", "--keep-days", "1"], ["forget", "--resource", "ada", "--yes"]):
+for argv in COMMANDS:
     out, err = io.StringIO(), io.StringIO()
     code = main([*argv, "--db", sys.argv[1]], out=out, err=err)
     results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
@@ -483,6 +484,7 @@ def test_a_trace_file_this_user_cannot_write_is_reported_by_prune_and_forget() -
         assert forget["code"] == 1, forget
         assert "could not be opened" in forget["out"] and "run forget again" in forget["out"]
         assert "removed 3 row(s), 1 thread(s)" in forget["out"]
+        assert "MB from the database; the trace file" in forget["out"] and "was not compacted" in forget["out"]
         assert spans.count_traces() == 1
     finally:
         shutil.rmtree(folder, ignore_errors=True)
