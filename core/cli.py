@@ -376,6 +376,10 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
         pending = store.pending_migrations()
         if args.list or not pending:
             out.write("\n".join(pending) + "\n" if pending else "nothing pending\n")
+            newer = store.db.unknown_migrations()
+            if newer:  # "nothing pending" alone reads as "up to date"; writes will be refused
+                out.write(f"written by a newer Memory Studio (migrations {', '.join(newer)}): it can be read, "
+                          "but upgrade Memory Studio before writing to it\n")
             return 0
         done = store.migrate()
     out.write("applied: " + ", ".join(done) + "\n")

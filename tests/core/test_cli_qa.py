@@ -488,3 +488,19 @@ def test_a_trace_file_this_user_cannot_write_is_reported_by_prune_and_forget() -
         assert spans.count_traces() == 1
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_migrate_on_a_database_of_a_newer_version_says_so(tmp_path: Path) -> None:
+    # "nothing pending" alone read as "up to date", while every write to the file is refused.
+    db = tmp_path / "m.db"
+    seed(db)
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO memory_studio_migrations (name, \"appliedAt\") VALUES ('9999_future', '2030-01-01')")
+    conn.commit()
+    conn.close()
+    before = digest(db)
+    for argv in (("migrate", "--list"), ("migrate",)):
+        code, out, _ = run(*argv, "--db", str(db))
+        assert code == 0 and out.startswith("nothing pending\n")
+        assert "written by a newer Memory Studio (migrations 9999_future)" in out and "upgrade Memory Studio" in out
+    assert digest(db) == before
