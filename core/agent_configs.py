@@ -32,7 +32,7 @@ from typing import Any, Mapping, NamedTuple, Sequence, Union
 
 import sqlalchemy as sa
 
-from core.options import MemoryOptions
+from core.options import MemoryOptions, OptionsError
 from core.storage import Store, dialect, driver_sql
 from core.storage import schema as t
 from core.storage.memory_store import Thread
@@ -74,7 +74,14 @@ class AgentConfig:
     def memory_options(self) -> MemoryOptions:
         """The agent's options as a ``MemoryOptions`` (unknown keys from a newer engine are dropped)."""
         known = MemoryOptions.__dataclass_fields__
-        return MemoryOptions(**{k: v for k, v in self.options.items() if k in known})
+        try:
+            return MemoryOptions(**{k: v for k, v in self.options.items() if k in known})
+        except (OptionsError, TypeError, ValueError) as exc:  # a hand-edited row, or a bug that stored it
+            why = str(exc).rstrip(".")
+            raise OptionsError(
+                f"Agent {self.name!r} registered memory options that cannot be used ({why}). Run the agent again "
+                "so it registers its current options, or correct its row in memory_studio_agents."
+            ) from None
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any, NoReturn, Sequence, TextIO
 
 from core.agent_configs import DEFAULT_MEMORY_NAME
+from core.cli_store import open_cli_store
+from core.terminal_text import visible
 from core.errors import MemoryStudioError
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message
@@ -119,7 +122,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         if not args.command:
             parser.print_help(out)
             return 2
-        return int(_dispatch(args, out, err) or 0)
+        code = int(_dispatch(args, out, err) or 0)
+        out.flush()  # here, so a reader that went away is noticed while we can still say so quietly
+        return code
     except CliError as exc:
         print(str(exc), file=err)
         return 2
@@ -130,6 +135,22 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except KeyboardInterrupt:
         print("interrupted", file=err)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a killed writer would
+        _quiet_closed_stdout(out)
+        return 141
+
+
+def _quiet_closed_stdout(out: TextIO) -> None:
+    """After a broken pipe on standard output, point it at /dev/null: the interpreter flushes it once
+    more at exit, and that flush would print a second error."""
+    if out is not sys.stdout:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor behind it (a test's stream)
+        pass
 
 
 def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -159,7 +180,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from core.traces.home import retention_from_env, trace_home
         from core.traces.store import prune_main, retention_limit
 
-        with open_store(args.db, read_only=True, create=False) as store:
+        with open_cli_store(args.db, read_only=True) as store:
             home = trace_home(store.location)
         in_database = home.kind == "postgres"  # traces in the database's own table, not in a file
         path = store.location.observability_path
@@ -185,14 +206,14 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if in_database:
             from core.traces.pg_store import PgSpanStore, prune_command
 
-            with open_store(args.db, create=False) as store:
+            with open_cli_store(args.db) as store:
                 spans = store.observability
                 assert isinstance(spans, PgSpanStore)
                 return prune_command(spans, keep_days, keep_mb, out, err)
         with redirect_stdout(out), redirect_stderr(err):
             return int(prune_main(["--db", str(path), *extra]))
     if cmd == "vacuum":
-        with open_store(args.db, create=False) as store:
+        with open_cli_store(args.db) as store:
             reclaimed = store.vacuum()
             out.write(f"{store.location.display}: reclaimed {reclaimed / 1e6:.2f} MB\n")
         return 0
@@ -207,12 +228,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         return run_mcp(args, out, err)
     if cmd == "demo":
-        from core.demo import seed_demo
-
-        with open_store(args.db) as store:
-            report = seed_demo(store)
-        print(report.summary(), file=out)
-        return 0
+        return _demo(args, out)
     raise CliError(f"unknown command {cmd}")
 
 
@@ -221,10 +237,11 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if args.last_messages is not None and args.last_messages < 0:
         raise CliError("--last-messages must be 0 or more")
-    with open_store(args.db, read_only=True, create=False) as store:
+    with open_cli_store(args.db, read_only=True) as store:
         thread = store.memory.get_thread(args.thread)
         if thread is None:
-            raise LookupError(f"Thread {args.thread!r} not found in {store.location.display}.")
+            raise LookupError(f"Thread {args.thread!r} not found in {store.location.display}. "
+                              "List the threads with 'memory-studio threads'.")
         # The same rule as the Studio's prompt inspector, so both show the same prompt.
         choice = agent_for_thread(store, args.thread)
         agent, origin = choice.agent, choice.reason
@@ -288,11 +305,14 @@ def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
     by_source = prompt.tokens_by_source()
     lines.append("")
     lines.append("Tokens by source: " + ", ".join(f"{k} {v}" for k, v in by_source.items()))
-    return "\n".join(lines)
+    return visible("\n".join(lines), keep="\n\t")
 
 
 def _threads(args: argparse.Namespace, out: TextIO) -> int:
-    with open_store(args.db, read_only=True, create=False) as store:
+    from core.ids import check_optional_id
+
+    check_optional_id(args.resource, "resource id")  # bytes that are not UTF-8 in argv become lone surrogates
+    with open_cli_store(args.db, read_only=True) as store:
         rows = store.memory.thread_summaries(args.resource)
     if args.json:
         out.write(json.dumps([{**s.thread.to_dict(), "messageCount": s.message_count,
@@ -300,12 +320,33 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
                               for s in rows], ensure_ascii=False, indent=2) + "\n")
         return 0
     if not rows:
-        out.write("no threads" + (f" for resource {args.resource}" if args.resource else "") + "\n")
+        out.write("no threads" + (f" for resource {args.resource}" if args.resource is not None else "") + "\n")
         return 0
     out.write(f"{'THREAD':<28} {'RESOURCE':<20} {'MSGS':>6}  {'LAST ACTIVITY':<20} TITLE\n")
     for s in rows:
         last = s.last_activity.strftime("%Y-%m-%d %H:%M") if s.last_activity else "-"
-        out.write(f"{s.thread.id:<28} {s.thread.resource_id:<20} {s.message_count:>6}  {last:<20} {s.thread.title}\n")
+        out.write(f"{visible(s.thread.id):<28} {visible(s.thread.resource_id):<20} {s.message_count:>6}  {last:<20} "
+                  f"{visible(s.thread.title)}\n")
+    return 0
+
+
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    """Seed demo data into a new or empty database only: into one that holds conversations it would add
+    every demo turn again (a second run doubles each thread) and mix demo users (``ada``, ``sam``) into
+    real ones."""
+    from core.demo import seed_demo
+
+    with open_cli_store(args.db, create=True) as store:
+        display = store.location.display
+        resources = store.memory.list_resources()
+        if resources:
+            threads = sum(r.thread_count for r in resources)
+            raise CliError(
+                f"memory-studio demo: {display} already holds {len(resources)} resource(s) and {threads} thread(s); "
+                "demo data goes into a new or empty database only. Give --db a file that does not exist yet."
+            )
+        report = seed_demo(store)
+    print(report.summary(), file=out)
     return 0
 
 
@@ -315,7 +356,9 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"{location.display}\n")
     out.write(f"  why: {location.reason} ({location.how})\n")
     path = location.path
-    if path is not None:
+    if path is not None and path.is_dir():
+        out.write("  exists: a folder, not a database file; choose a file inside it\n")
+    elif path is not None:
         out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
     from core.traces.home import trace_home
     from core.traces.spans import SPANS_TABLE
@@ -333,6 +376,10 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
         pending = store.pending_migrations()
         if args.list or not pending:
             out.write("\n".join(pending) + "\n" if pending else "nothing pending\n")
+            newer = store.db.unknown_migrations()
+            if newer:  # "nothing pending" alone reads as "up to date"; writes will be refused
+                out.write(f"written by a newer Memory Studio (migrations {', '.join(newer)}): it can be read, "
+                          "but upgrade Memory Studio before writing to it\n")
             return 0
         done = store.migrate()
     out.write("applied: " + ", ".join(done) + "\n")

@@ -16,7 +16,9 @@ from typing import Any, Callable, TextIO
 from core.checks.model import CheckFileError, load_checks
 from core.checks.runner import ERROR, FAIL, PASS, CheckResult, CheckRunner
 from core.options import MemoryOptions, OptionsError
+from core.cli_store import open_cli_store
 from core.storage import open_store
+from core.terminal_text import visible
 
 COMMANDS = ("test",)
 EXIT_BAD_FILE = 2
@@ -86,6 +88,10 @@ def _test(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except CheckFileError as exc:
         print(f"error: {exc}", file=err)
         return EXIT_BAD_FILE
+    if args.export and args.db:
+        print("error: give --db or --export, not both: --export runs over the export alone (imported into a "
+              "temporary database), so --db would be ignored.", file=err)
+        return EXIT_BAD_FILE
     if not checks:
         print(f"{args.file}: no checks in the file; nothing to run", file=err)
         return 0
@@ -103,20 +109,20 @@ def _test(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             with open_store(target) as store:
                 import_data(store, data)
                 where = f"{args.export} (imported)"
-                return _run(store, checks, options, args, where, out)
-    with open_store(args.db, read_only=True, create=False) as store:
-        return _run(store, checks, options, args, store.location.display, out)
+                return _run(store, checks, options, args, where, out, err)
+    with open_cli_store(args.db, read_only=True) as store:
+        return _run(store, checks, options, args, store.location.display, out, err)
 
 
 def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.Namespace, where: str,
-         out: TextIO) -> int:
+         out: TextIO, err: TextIO) -> int:
     what_if = f" with {json.dumps(options)}" if options else ""
     if not args.quiet:
         out.write(f"memory checks: {len(checks)} from {args.file} against {where}{what_if}\n")
-    results = CheckRunner(store, options=options).run_all(checks)
+    results = CheckRunner(store, options=options, where=where).run_all(checks)
     for result in results:
         for line in format_result(result, quiet=args.quiet):
-            out.write(line + "\n")
+            out.write(visible(line, keep="\t") + "\n")  # excerpts hold stored text
     passed = sum(r.status == PASS for r in results)
     failed = sum(r.status == FAIL for r in results)
     errors = sum(r.status == ERROR for r in results)
@@ -125,7 +131,12 @@ def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.
         from core.checks.junit import write_junit
 
         props = {"database": where, **({"options": json.dumps(options)} if options else {})}
-        write_junit(args.junit, results, suite=Path(args.file).name, properties=props)
+        try:
+            write_junit(args.junit, results, suite=Path(args.file).name, properties=props)
+        except OSError as exc:  # the checks ran; only the report could not be written
+            print(f"error: --junit {args.junit}: cannot be written ({exc.strerror or exc}). Give a file path "
+                  "in a folder you can write to.", file=err)
+            return EXIT_BAD_FILE
     return 0 if failed == 0 and errors == 0 else 1
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
@@ -47,10 +49,17 @@ def junit_xml(results: Sequence[CheckResult], *, suite: str, properties: Mapping
 def write_junit(path: str | os.PathLike[str], results: Sequence[CheckResult], *, suite: str,
                 properties: Mapping[str, Any] | None = None) -> None:
     where = Path(path)
+    if where.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "it is a folder", str(where))
     where.parent.mkdir(parents=True, exist_ok=True)
     tmp = where.with_name(where.name + ".tmp")
-    tmp.write_text(junit_xml(results, suite=suite, properties=properties), encoding="utf-8")
-    os.replace(tmp, where)
+    try:
+        tmp.write_text(junit_xml(results, suite=suite, properties=properties), encoding="utf-8")
+        os.replace(tmp, where)
+    except OSError:
+        with contextlib.suppress(OSError):  # no half-written report left beside the one asked for
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 __all__ = ["junit_xml", "write_junit"]

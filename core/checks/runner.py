@@ -152,12 +152,16 @@ class CheckRunner:
     """Runs checks over one store; keeps each thread's memory and turns between checks.
 
     ``memory_factory(options, name)``: how a ``Memory`` is built (the Studio passes its session's);
-    ``embedder``: the embedder for recall searches a what-if needs (default: the local model).
+    ``embedder``: the embedder for recall searches a what-if needs (default: the local model);
+    ``where``: the database as results name it (default: its location; ``--export`` names the export,
+    not the temporary database it was imported into).
     """
 
     def __init__(self, store: "Store", *, options: Mapping[str, Any] | None = None, embedder: Any = None,
-                 memory_factory: Callable[[MemoryOptions, str], "Memory"] | None = None) -> None:
+                 memory_factory: Callable[[MemoryOptions, str], "Memory"] | None = None,
+                 where: str | None = None) -> None:
         self.store = store
+        self.where = where or store.location.display
         self.options = dict(options or {})
         self.embedder = embedder
         self._factory = memory_factory
@@ -184,7 +188,7 @@ class CheckRunner:
 
             choice = agent_for_thread(self.store, thread_id)
             if choice.thread is None:
-                raise LookupError(f"thread {thread_id!r} is not in {self.store.location.display}")
+                raise LookupError(f"thread {thread_id!r} is not in {self.where}")
             turns = list_turns(self.store, thread_id)
             if choice.agent is not None:
                 base, name = choice.options(), choice.memory_name

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any, Callable, TextIO
 
-from core.storage import open_store
+from core.cli_store import open_cli_store
 
 COMMANDS = ("forget",)
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from core.edits.forget import forget_resource
 
-    with open_store(args.db, create=False) as store:
+    with open_cli_store(args.db) as store:
         preview = forget_resource(store, args.resource, dry_run=True)
         if not preview.found:
             out.write(f"{store.location.display}: nothing is stored about resource {args.resource!r}\n")
@@ -43,7 +43,7 @@ def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if not sys.stdin.isatty():
                 print("refusing to delete without confirmation: run it in a terminal, or add --yes", file=err)
                 return 1
-            answer = input(f"Delete all of this from {store.location.display}? This cannot be undone. [y/N] ")
+            answer = _ask(f"Delete all of this from {store.location.display}? This cannot be undone. [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 out.write("nothing was deleted\n")
                 return 1
@@ -52,13 +52,22 @@ def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(line + "\n")
         vacuum = args.vacuum
         if not vacuum and not args.yes and sys.stdin.isatty() and report.total:
-            vacuum = input("Vacuum now, so the freed pages no longer hold the deleted bytes? [y/N] ").strip().lower() \
+            vacuum = _ask("Vacuum now, so the freed pages no longer hold the deleted bytes? [y/N] ").strip().lower() \
                 in ("y", "yes")
         if vacuum:
             out.write(vacuum_report(store) + "\n")
         elif report.total:
             out.write("run `memory-studio vacuum` to drop the freed pages\n")
     return 0 if report.complete and not report.leftovers else 1
+
+
+def _ask(question: str) -> str:
+    """The answer typed at the terminal; end of input (Ctrl-D) answers no, as an empty line does."""
+    try:
+        return input(question)
+    except EOFError:
+        print()  # the terminal's line still ends with the question
+        return ""
 
 
 def vacuum_report(store: Any) -> str:
@@ -68,7 +77,18 @@ def vacuum_report(store: Any) -> str:
     compact = getattr(obs, "compact", None) if not store.capabilities.traces_in_database else None
     traces = 0
     if callable(compact) and getattr(obs, "path", None) is not None and obs.path.exists():
-        traces = compact()
+        import duckdb
+
+        from core.traces.recovery import is_broken_file_error
+
+        try:
+            traces = compact()
+        except duckdb.IOException as exc:  # the file cannot be opened: say so, the database part is done
+            if is_broken_file_error(exc):
+                return (f"vacuumed: {reclaimed / 1e6:.2f} MB from the database; the trace file {obs.path} is broken "
+                        "(not a DuckDB file) and was not compacted: it holds traces only, delete it")
+            return (f"vacuumed: {reclaimed / 1e6:.2f} MB from the database; the trace file {obs.path} could not be "
+                    f"opened ({str(exc).splitlines()[0]}) and was not compacted: fix its permissions")
     return f"vacuumed: {reclaimed / 1e6:.2f} MB from the database, {traces / 1e6:.2f} MB from the trace file"
 
 

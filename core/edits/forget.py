@@ -313,13 +313,28 @@ def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: Forget
     path = Path(getattr(obs, "path", "") or "")
     if path.name and path.exists():
         forget = getattr(obs, "forget", None)
+        import duckdb
+
         from core.traces.locking import StoreBusy
+        from core.traces.recovery import is_broken_file_error
 
         try:
             traces, spans = forget(targets.threads, targets.resources, dry_run=dry_run) if forget else (0, 0)
         except StoreBusy:
             report.complete = False
             report.notes.append(f"the trace file {path} stayed busy (an agent is writing); run forget again")
+            traces, spans = 0, 0
+        except duckdb.IOException as exc:  # a file that cannot be opened is a place not reached
+            report.complete = False
+            why = str(exc).splitlines()[0]
+            if is_broken_file_error(exc):
+                report.notes.append(
+                    f"the trace file {path} is broken ({why}), so it could not be searched; it holds traces only "
+                    "(no conversation): delete it to be sure nothing of this resource stays there")
+            else:
+                report.notes.append(
+                    f"the trace file {path} could not be opened ({why}), so this resource's traces in it were not "
+                    "removed; fix its permissions and run forget again")
             traces, spans = 0, 0
         report.removed[f"traces ({path.name})"] = spans
     report.removed["pending span files"] = _spill_files(path, targets, dry_run) if path.name else 0

@@ -87,6 +87,12 @@ def translate_driver_error(location: ResolvedPath, exc: BaseException) -> Storag
             "permissions (e.g. chmod u+w), or open it read-only (the Studio opens files it cannot write "
             "read-only)."
         )
+    if "database is locked" in low or "database table is locked" in low or "database is busy" in low:
+        return StorageUnavailableError(
+            f"{display} is busy: another writer (an agent, the Studio, another command) held its write lock for "
+            f"longer than the busy timeout ({BUSY_TIMEOUT_MS // 1000} s), so nothing was written. Try again when "
+            "it has finished, or close the other program."
+        )
     if "disk is full" in low or "database or disk is full" in low or "no space left" in low:
         return DiskFullError(
             f"{display}: the disk is full (or the database reached its size limit), so this write was rolled "

@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -34,7 +34,7 @@ from core.timeutil import as_utc, utc_now_ms
 from core.traces.locking import StoreBusy
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
 from core.traces.spans import COLUMNS, SPANS_TABLE, PruneResult, SpanRecord
-from core.traces.store import RetentionSettings, TraceStoreReadOnlyError, retention_limit
+from core.traces.store import RetentionSettings, TraceStoreReadOnlyError, age_cutoff, retention_limit
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage.database import Database
@@ -270,11 +270,11 @@ class PgSpanStore(SpanReader):
                                             (PRUNE_LOCK,)).scalar():
                     return PruneResult(bytes_before=before, bytes_after=before, busy=True)
                 doomed: set[str] = set()
-                if keep_days is not None:
-                    cutoff = _naive_utc((now or utc_now_ms()) - timedelta(days=keep_days))
+                cutoff = age_cutoff(now or utc_now_ms(), keep_days) if keep_days is not None else None
+                if cutoff is not None:
                     doomed |= {r[0] for r in conn.exec_driver_sql(
                         f'SELECT "traceId" FROM {SPANS_TABLE} GROUP BY "traceId" HAVING min("startedAt") < ?',
-                        (cutoff,))}
+                        (_naive_utc(cutoff),))}
                 if target is not None and before > target:
                     doomed |= self._over_size(conn, self._ensure_table(conn), target)
                 spans = 0

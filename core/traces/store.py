@@ -111,6 +111,15 @@ class RetentionSettings:
     keep_mb: float | None = None
 
 
+def age_cutoff(now: datetime, keep_days: float) -> datetime | None:
+    """When a trace that started before it is older than ``keep_days``; ``None`` when that reaches back
+    past the first date there is (``--keep-days 1e9``): then no trace is that old."""
+    try:
+        return now - timedelta(days=keep_days)
+    except OverflowError:
+        return None
+
+
 def _ts_param(value: datetime) -> datetime:
     # DuckDB TIMESTAMP is naive, microsecond precision; we always store UTC.
     return as_utc(value).replace(tzinfo=None)
@@ -411,9 +420,9 @@ class DuckDBObservabilityStore(SpanReader):
                     f'coalesce(strlen(CAST("{c}" AS VARCHAR)), 0)' for c, _, k in COLUMNS if k == "json"
                 ) + f') FROM {SPANS_TABLE} GROUP BY 1 ORDER BY s DESC, 1'
             ).fetchall()
-            if keep_days is not None:
-                cutoff = _ts_param((now or utc_now_ms()) - timedelta(days=keep_days))
-                doomed |= {tid for tid, started, _ in per_trace if started < cutoff}
+            cutoff = age_cutoff(now or utc_now_ms(), keep_days) if keep_days is not None else None
+            if cutoff is not None:
+                doomed |= {tid for tid, started, _ in per_trace if started < _ts_param(cutoff)}
             if keep_mb is not None:
                 doomed |= self._over_size(con, per_trace, keep_mb * 1024 * 1024)
             if doomed:
@@ -566,7 +575,18 @@ def prune_main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.db}: no limit given (0 means no limit); nothing pruned")
         return 0
     store = DuckDBObservabilityStore(args.db)
-    result = store.prune(keep_days, keep_mb, compact=not args.no_compact)
+    try:
+        result = store.prune(keep_days, keep_mb, compact=not args.no_compact)
+    except duckdb.IOException as exc:
+        why = str(exc).splitlines()[0]
+        if is_broken_file_error(exc):
+            print(f"{args.db} is not a readable trace file ({why}); nothing was pruned. It holds traces only (no "
+                  f"conversation): the next traced turn moves it aside as {args.db.name}.broken-<time> and starts a "
+                  "new one, or delete it.", file=sys.stderr)
+        else:
+            print(f"{args.db} could not be opened for writing ({why}); nothing was pruned. Fix its permissions "
+                  "and try again.", file=sys.stderr)
+        return 1
     if result.busy:
         print(f"{args.db}: busy (another process holds it); try again", file=sys.stderr)
         return 1
@@ -592,6 +612,7 @@ __all__ = [
     "StoreBusy",
     "TraceFilters",
     "TraceSummary",
+    "age_cutoff",
     "prune_main",
     "retention_limit",
 ]

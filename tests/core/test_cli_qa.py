@@ -1,0 +1,506 @@
+"""The command line as a developer uses it: wrong files, wrong flags, pipes, terminals, interruptions.
+
+Each test is a defect a user could cause: a traceback, data written where only looking was asked
+for, or an error that does not say what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import select
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from core import Memory, Message, open_store
+from core.cli import main as cli_main
+from core.traces.store import DuckDBObservabilityStore
+
+from .test_traces_postgres import PgSpanStore
+from .test_traces_store import agent_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def seed(path: Path, thread: str = "t1", resource: str = "ada") -> None:
+    with open_store(path) as store:
+        Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id=thread, resource_id=resource)])
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+# -- demo ----------------------------------------------------------------------------------------------
+
+def test_demo_refuses_a_database_that_already_holds_conversations(tmp_path: Path) -> None:
+    # A second `demo` (or one into a real database) added every demo turn again and mixed the demo's
+    # users into real ones.
+    db = tmp_path / "memory.db"
+    seed(db, resource="ada")
+    code, out, err = run("demo", "--db", str(db))
+    assert code == 2 and out == ""
+    assert "already holds 1 resource(s) and 1 thread(s)" in err and "a file that does not exist yet" in err
+    with open_store(db, read_only=True) as store:
+        assert [t.id for t in store.memory.list_threads()] == ["t1"]
+        assert store.memory.thread_summaries()[0].message_count == 1
+
+
+READ_ONLY_DEMO = """
+import os, sys, io, json, tempfile
+from core.cli import main
+# Every module a demo loads is loaded now, by one into a scratch folder: 'nobody' cannot read them.
+assert main(["demo", "--db", os.path.join(tempfile.mkdtemp(), "warm.db")], out=io.StringIO()) == 0
+os.setgid(65534)
+os.setuid(65534)
+out, err = io.StringIO(), io.StringIO()
+code = main(["demo", "--db", sys.argv[1]], out=out, err=err)
+print(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue()}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to 'nobody' in a child process: needs root")
+def test_demo_into_a_read_only_file_says_so_and_writes_nothing() -> None:
+    import json
+
+    folder = Path(tempfile.mkdtemp(prefix="ms-cli-ro-"))  # outside pytest's private folder: 'nobody' reaches it
+    try:
+        folder.chmod(0o777)
+        db = folder / "memory.db"
+        open_store(db).close()  # an empty memory database
+        db.chmod(0o444)
+        before = digest(db)
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(READ_ONLY_DEMO), str(db)], capture_output=True,
+                              text=True, cwd=folder, env=child_env(), timeout=300)
+        assert done.stdout.strip(), done.stderr
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["code"] == 1 and "read-only" in result["err"] and "chmod" in result["err"], result
+        assert "Traceback" not in done.stderr + result["err"]
+        assert not (folder / "observability.duckdb").exists()
+        assert digest(db) == before
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- a file that is not a memory database --------------------------------------------------------------
+
+def foreign_db(path: Path) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.execute("INSERT INTO invoices (total) VALUES (12.5)")
+    conn.commit()
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ("threads",), ("prompt", "--resource", "r", "--thread", "t", "hi"), ("vacuum",), ("demo",),
+    ("forget", "--resource", "r", "--yes"), ("traces", "prune", "--keep-days", "1"),
+])
+def test_a_sqlite_file_of_another_program_is_refused_and_left_as_it_was(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    # Read commands stopped at "no such table: mastra_threads"; `demo` added our tables and demo
+    # users to the other program's file.
+    db = foreign_db(tmp_path / "app.db")
+    before = digest(db)
+    code, out, err = run(*argv, "--db", str(db))
+    assert code == 1 and out == ""
+    assert "has no memory tables" in err and "not written by Memory Studio or Mastra" in err
+    assert "memory-studio where" in err
+    assert digest(db) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_checks_refuse_a_sqlite_file_of_another_program(tmp_path: Path) -> None:
+    db = foreign_db(tmp_path / "app.db")
+    checks = tmp_path / "checks.json"
+    checks.write_text('[{"name": "n", "thread": "t", "turn": 1, "prompt_contains": "x"}]', encoding="utf-8")
+    code, out, err = run("test", str(checks), "--db", str(db))
+    assert code == 1 and "has no memory tables" in err
+
+
+def test_an_empty_file_says_it_holds_nothing_instead_of_a_missing_table(tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    db.touch()
+    for argv in (("threads",), ("prompt", "--resource", "r", "--thread", "t", "hi")):
+        code, out, err = run(*argv, "--db", str(db))
+        assert code == 1 and "no tables yet (an empty database)" in err and "no such table" not in err
+    assert db.stat().st_size == 0
+    code, out, err = run("threads", "--db", ":memory:")
+    assert code == 1 and "in-memory database, new and empty for each command" in err
+    assert "Give --db a database file" in err
+
+
+def test_a_mastra_database_is_still_read_as_it_is(tmp_path: Path) -> None:
+    from .test_storage_layout import make_mastra_db
+
+    db = tmp_path / "mastra.db"
+    make_mastra_db(db)
+    before = digest(db)
+    code, out, _ = run("threads", "--db", str(db))
+    assert code == 0 and "From Mastra" in out
+    code, out, _ = run("prompt", "--db", str(db), "--resource", "user-1", "--thread", "mt1", "hi")
+    assert code == 0 and "My name is Ada" in out
+    assert digest(db) == before
+
+
+# -- smaller ones --------------------------------------------------------------------------------------
+
+def test_prompt_for_a_missing_thread_says_how_to_list_them(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    seed(db)
+    code, _, err = run("prompt", "--db", str(db), "--resource", "ada", "--thread", "nope", "hi")
+    assert code == 1 and "Thread 'nope' not found in" in err and "memory-studio threads" in err
+
+
+def test_threads_for_an_empty_resource_id_does_not_claim_the_database_is_empty(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, _ = run("threads", "--db", str(db), "--resource", "")
+    assert code == 0 and out.startswith("no threads for resource")
+
+
+def test_where_on_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    code, out, _ = run("where", "--db", str(tmp_path))
+    assert code == 0 and "exists: a folder, not a database file" in out and "bytes" not in out
+
+
+def test_traces_prune_with_a_huge_age_limit_deletes_nothing(tmp_path: Path) -> None:
+    # `--keep-days 1e308` (or 1e6) reached back before the year 1: OverflowError with a traceback.
+    db = tmp_path / "m.db"
+    seed(db)
+    spans = DuckDBObservabilityStore(tmp_path / "observability.duckdb")
+    spans.write_spans(agent_trace("old", base=datetime(2001, 1, 1, tzinfo=timezone.utc)))
+    for days in ("1e308", "1000000"):
+        code, out, err = run("traces", "prune", "--db", str(db), "--keep-days", days)
+        assert code == 0, err
+        assert "deleted 0 traces" in out
+    assert spans.count_traces() == 1
+    assert spans.prune(keep_days=1e308).traces_deleted == 0
+
+
+def test_postgres_prune_with_a_huge_age_limit_deletes_nothing(pg_url: str) -> None:
+    with open_store(pg_url) as store:
+        obs = store.observability
+        assert isinstance(obs, PgSpanStore)
+        obs.write_spans(agent_trace("old", base=datetime(2001, 1, 1, tzinfo=timezone.utc)))
+        assert obs.prune(keep_days=1e308).traces_deleted == 0
+        assert obs.count_traces() == 1
+
+
+# -- memory-studio test --------------------------------------------------------------------------------
+
+@pytest.fixture
+def checks_file(tmp_path: Path) -> Path:
+    path = tmp_path / "checks.json"
+    path.write_text('[{"name": "allergy", "thread": "t1", "turn": 1, "prompt_contains": "peanuts"}]',
+                    encoding="utf-8")
+    return path
+
+
+def test_test_with_both_db_and_export_is_refused(tmp_path: Path, checks_file: Path) -> None:
+    # --db was silently ignored: the checks ran over the export, and the output named a temporary file.
+    db = tmp_path / "m.db"
+    seed(db)
+    export = tmp_path / "e.json"
+    assert run("export", "--db", str(db), "--thread", "t1", "-o", str(export))[0] == 0
+    code, out, err = run("test", str(checks_file), "--db", str(db), "--export", str(export))
+    assert code == 2 and out == "" and "give --db or --export, not both" in err
+
+
+def test_test_over_an_export_names_the_export_not_its_temporary_database(tmp_path: Path, checks_file: Path) -> None:
+    # A check on a thread the export lacks said "thread 'gone' is not in /tmp/memory-checks-…/fixture.db",
+    # a file deleted when the command ends.
+    db = tmp_path / "m.db"
+    seed(db)
+    export = tmp_path / "e.json"
+    assert run("export", "--db", str(db), "--thread", "t1", "-o", str(export))[0] == 0
+    checks_file.write_text('[{"name": "gone", "thread": "gone", "turn": 1, "prompt_contains": "x"}]', encoding="utf-8")
+    code, out, _ = run("test", str(checks_file), "--export", str(export))
+    assert code == 1
+    assert f"thread 'gone' is not in {export} (imported)" in out and "fixture.db" not in out
+
+
+@pytest.mark.parametrize("target", ["folder", "missing-parent-file"])
+def test_test_junit_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path: Path, checks_file: Path,
+                                                                       target: str) -> None:
+    db = tmp_path / "m.db"
+    seed(db)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, so nothing can be made inside it", encoding="utf-8")
+    junit = tmp_path / "reports" if target == "folder" else blocker / "r.xml"
+    junit.mkdir() if target == "folder" else None
+    code, out, err = run("test", str(checks_file), "--db", str(db), "--junit", str(junit))
+    assert code == 2, err
+    assert "1 passed" in out  # the checks ran; only the report is missing
+    assert f"--junit {junit}: cannot be written" in err
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# -- forget at a terminal ------------------------------------------------------------------------------
+
+def test_forget_answered_with_end_of_input_deletes_nothing(tmp_path: Path) -> None:
+    # Ctrl-D at "Delete all of this…? [y/N]" raised EOFError with a traceback.
+    db = tmp_path / "m.db"
+    seed(db)
+    master, slave = os.openpty()  # a real terminal on all three streams, as in a shell
+    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "forget", "--db", str(db), "--resource", "ada"],
+                            stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=child_env())
+    os.close(slave)
+    seen = b""
+
+    def read_until(done: bytes) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 120
+        while done not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the child closed the terminal
+                    return
+                if not chunk:
+                    return
+                seen += chunk
+
+    try:
+        read_until(b"[y/N]")
+        assert b"[y/N]" in seen, seen
+        os.write(master, b"\x04")  # Ctrl-D: end of input
+        read_until(b"nothing was deleted")
+        proc.wait(timeout=120)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    assert b"Traceback" not in seen and b"EOFError" not in seen, seen
+    assert b"nothing was deleted" in seen and proc.returncode == 1
+    with open_store(db, read_only=True) as store:
+        assert store.memory.get_thread("t1") is not None
+
+
+# -- pipes ---------------------------------------------------------------------------------------------
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    # `memory-studio threads | head -1`: the rest of the output met a closed pipe, with a traceback.
+    db = tmp_path / "m.db"
+    for i in range(3):
+        seed(db, thread=f"t{i}")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    done = subprocess.run([sys.executable, "-m", "core.cli", "threads", "--db", str(db)], stdout=write_end,
+                          stderr=subprocess.PIPE, cwd=ROOT, env=child_env(), timeout=120)
+    os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == b""
+
+
+
+# -- a database another process is writing ------------------------------------------------------------
+
+HOLD_WRITE_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.readline()  # until the test says so
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_write_that_waits_out_another_writers_lock_says_the_database_is_busy(tmp_path: Path) -> None:
+    # It ended with a bare "error: database is locked": nothing about which file, why, or what to do.
+    db = tmp_path / "m.db"
+    seed(db)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITE_LOCK, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes")
+    finally:
+        holder.communicate("done\n", timeout=60)
+    assert code == 1
+    assert f"{db} is busy: another writer" in err and "nothing was written" in err and "Try again" in err
+    with open_store(db, read_only=True) as store:
+        assert store.memory.get_thread("t1") is not None
+
+
+def test_threads_for_a_resource_id_that_is_not_utf8_names_the_id_not_a_failed_write(tmp_path: Path) -> None:
+    # `threads --resource $'\xff'` (argv bytes that are not UTF-8 arrive as a lone surrogate) said
+    # "A value could not be stored ... Nothing was written" for a command that only reads.
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, err = run("threads", "--db", str(db), "--resource", "\udcff")
+    assert code == 1 and out == ""
+    assert "The resource id '\\udcff' cannot be used: it contains a lone surrogate (U+DCFF)" in err
+    assert "could not be stored" not in err
+
+
+# -- a broken trace file beside the database -----------------------------------------------------------
+
+def test_a_broken_trace_file_is_reported_by_prune_and_forget_not_a_traceback(tmp_path: Path) -> None:
+    # Both ended in DuckDB's IOException with a traceback ("not a valid DuckDB database file").
+    db = tmp_path / "m.db"
+    seed(db)
+    broken = tmp_path / "observability.duckdb"
+    broken.write_bytes(os.urandom(20_000))
+    before = digest(broken)
+    code, out, err = run("traces", "prune", "--db", str(db), "--keep-days", "1")
+    assert code == 1 and "Traceback" not in err
+    assert f"{broken} is not a readable trace file" in err and "nothing was pruned" in err and "delete it" in err
+    assert digest(broken) == before
+    code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes")
+    assert code == 1, err  # a place could not be reached
+    assert f"the trace file {broken} is broken" in out and "could not be searched" in out
+    assert "removed 3 row(s), 1 thread(s)" in out
+    with open_store(db, read_only=True) as store:
+        assert store.memory.get_thread("t1") is None
+    seed(db, thread="t2")
+    code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes", "--vacuum")
+    assert code == 1 and "Traceback" not in err, err
+    assert f"MB from the database; the trace file {broken} is broken (not a DuckDB file) and was not compacted" in out
+
+
+# -- a registered agent whose stored options this version cannot use --------------------------------
+
+def test_prompt_with_an_agents_unusable_registered_options_names_the_agent_and_what_to_do(tmp_path: Path) -> None:
+    # It said only "error: last_messages must be a non-negative integer or False, got 'lots'.": no word
+    # of which agent or where that value lives.
+    import json
+
+    from core import MemoryOptions
+
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        memory = Memory(store, MemoryOptions(last_messages=4), name="travel")
+        memory.register("travel")
+        memory.save_messages([Message.user("Lisbon?", thread_id="t1", resource_id="li"),
+                              Message.assistant("Yes.", thread_id="t1", resource_id="li",
+                                                metadata={"agent": "travel"})])
+    conn = sqlite3.connect(db)
+    config = json.loads(conn.execute("SELECT config FROM memory_studio_agents WHERE name = 'travel'").fetchone()[0])
+    config["options"]["last_messages"] = "lots"
+    conn.execute("UPDATE memory_studio_agents SET config = ? WHERE name = 'travel'", (json.dumps(config),))
+    conn.commit()
+    conn.close()
+    code, out, err = run("prompt", "--db", str(db), "--resource", "li", "--thread", "t1", "hi")
+    assert code == 1 and out == ""
+    assert "Agent 'travel' registered memory options that cannot be used (last_messages must be" in err
+    assert "Run the agent again" in err
+
+
+# -- stored text is shown, never obeyed by the terminal ------------------------------------------------
+
+def test_control_characters_in_stored_text_are_shown_as_escapes_in_tables_and_prompts(tmp_path: Path) -> None:
+    # A title with a newline broke `threads` into a bogus second row, and an escape sequence in a
+    # title or message (text from users and models) was printed raw: it drove the terminal.
+    import json
+
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        memory = Memory(store)
+        memory.create_thread(resource_id="r\x1b]0;pwned\x07", thread_id="t1", title="Line one\nline two\x1b[2J")
+        memory.save_messages([Message.user("hi \x1b[31mRED\x1b[0m", thread_id="t1", resource_id="r\x1b]0;pwned\x07")])
+    code, out, _ = run("threads", "--db", str(db))
+    assert code == 0
+    rows = out.splitlines()
+    assert len(rows) == 2 and "\x1b" not in out
+    assert rows[1].startswith("t1 ") and rows[1].endswith("Line one\\nline two\\x1b[2J")
+    assert "r\\x1b]0;pwned\\x07" in rows[1]
+    code, out, _ = run("prompt", "--db", str(db), "--resource", "r\x1b]0;pwned\x07", "--thread", "t1", "next")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "   hi \\x1b[31mRED\\x1b[0m" in out
+    checks = tmp_path / "checks.json"
+    checks.write_text('[{"name": "n", "thread": "t1", "turn": 1, "prompt_contains": "zzz"}]', encoding="utf-8")
+    code, out, _ = run("test", str(checks), "--db", str(db))
+    assert code == 1 and "hi \\x1b[31mRED" in out and "\x1b" not in out  # the failure's excerpt
+    code, out, _ = run("threads", "--db", str(db), "--json")
+    assert json.loads(out)[0]["title"] == "Line one\nline two\x1b[2J"  # machine output keeps the text as stored
+
+
+UNWRITABLE_TRACES = """
+import io, json, os, shutil, sys, tempfile
+from pathlib import Path
+from core.cli import main
+# Load every module both commands use, on a scratch copy, before privileges are dropped.
+scratch = Path(tempfile.mkdtemp())
+for name in ("m.db", "observability.duckdb"):
+    shutil.copy(Path(sys.argv[1]).with_name(name), scratch / name)
+COMMANDS = (["traces", "prune", "--keep-days", "1"], ["forget", "--resource", "ada", "--yes", "--vacuum"])
+for argv in COMMANDS:
+    assert main([*argv, "--db", str(scratch / "m.db")], out=io.StringIO(), err=io.StringIO()) in (0, 1)
+os.setgid(65534)
+os.setuid(65534)
+results = []
+for argv in COMMANDS:
+    out, err = io.StringIO(), io.StringIO()
+    code = main([*argv, "--db", sys.argv[1]], out=out, err=err)
+    results.append({"code": code, "out": out.getvalue(), "err": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to 'nobody' in a child process: needs root")
+def test_a_trace_file_this_user_cannot_write_is_reported_by_prune_and_forget() -> None:
+    # Both ended in DuckDB's IOException traceback ("Cannot open file ...: Permission denied"); forget
+    # had already deleted the rows, so its report was lost.
+    import json
+
+    folder = Path(tempfile.mkdtemp(prefix="ms-cli-traces-"))
+    try:
+        folder.chmod(0o777)
+        db = folder / "m.db"
+        seed(db)
+        spans = DuckDBObservabilityStore(folder / "observability.duckdb")
+        spans.write_spans(agent_trace("old", base=datetime(2001, 1, 1, tzinfo=timezone.utc), resource="ada"))
+        db.chmod(0o666)
+        (folder / "observability.duckdb").chmod(0o644)  # root's; 'nobody' may read it, not write it
+        done = subprocess.run([sys.executable, "-c", textwrap.dedent(UNWRITABLE_TRACES), str(db)],
+                              capture_output=True, text=True, cwd=folder, env=child_env(), timeout=300)
+        assert done.stdout.strip(), done.stderr
+        prune, forget = json.loads(done.stdout.strip().splitlines()[-1])
+        assert "Traceback" not in done.stderr
+        assert prune["code"] == 1 and "could not be opened for writing" in prune["err"], prune
+        assert "nothing was pruned" in prune["err"] and "permissions" in prune["err"]
+        assert forget["code"] == 1, forget
+        assert "could not be opened" in forget["out"] and "run forget again" in forget["out"]
+        assert "removed 3 row(s), 1 thread(s)" in forget["out"]
+        assert "MB from the database; the trace file" in forget["out"] and "was not compacted" in forget["out"]
+        assert spans.count_traces() == 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_migrate_on_a_database_of_a_newer_version_says_so(tmp_path: Path) -> None:
+    # "nothing pending" alone read as "up to date", while every write to the file is refused.
+    db = tmp_path / "m.db"
+    seed(db)
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO memory_studio_migrations (name, \"appliedAt\") VALUES ('9999_future', '2030-01-01')")
+    conn.commit()
+    conn.close()
+    before = digest(db)
+    for argv in (("migrate", "--list"), ("migrate",)):
+        code, out, _ = run(*argv, "--db", str(db))
+        assert code == 0 and out.startswith("nothing pending\n")
+        assert "written by a newer Memory Studio (migrations 9999_future)" in out and "upgrade Memory Studio" in out
+    assert digest(db) == before
