@@ -101,3 +101,42 @@ def test_an_id_with_surrounding_spaces_gets_its_reply(gateway, stream):
     assert (remembered["resource_id"], remembered["thread_id"]) == ("ada ", " t-space")
     stored = memory.recall(thread_id=" t-space", resource_id="ada ", per_page=False).messages
     assert [m.text for m in stored] == ["hello", "ok"]  # once: no retry stored it twice
+
+
+# -- the MCP server ----------------------------------------------------------------------------------
+
+
+def test_a_refused_remember_leaves_no_thread_behind(tmp_path):
+    """``remember`` into a new thread used to create the thread first and save the message after: a
+    message refused by the save (too large), or an empty thread id, left an empty thread behind although
+    the error said nothing was written."""
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client
+
+    from core import Memory, MemoryOptions, open_store
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    with open_store(tmp_path / "memory.db") as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True}, max_message_bytes=10_000),
+                        embedder=HashingEmbedder())
+        tools = MemoryTools(memory, Binding("ada"))
+
+        async def main() -> list[Any]:
+            async with Client(build_server(tools)) as client:
+                return [await client.call_tool("remember", args) for args in (
+                    {"text": "y" * 20_000, "thread": "too-big", "title": "Big"},
+                    {"text": "hello", "thread": ""},
+                    {"text": "hello", "thread": "kept", "title": "Kept"},
+                )]
+
+        too_big, no_thread, kept = anyio.run(main)
+        assert too_big.is_error and "Nothing was written" in too_big.content[0].text
+        assert no_thread.is_error and "id of the thread" in no_thread.content[0].text
+        assert not kept.is_error
+        threads = memory.list_threads(resource_id="ada").threads
+        assert [(t.id, t.title, t.metadata) for t in threads] == [("kept", "Kept", {"createdBy": "mcp"})]
+        assert [m.text for m in memory.recall(thread_id="kept", resource_id="ada", per_page=False).messages] == [
+            "hello"]
