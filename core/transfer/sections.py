@@ -32,6 +32,7 @@ from core.ids import id_problem, lone_surrogate
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
 from core.observational.records import lookup_key
+from core.timeutil import parse_iso
 from core.transfer.errors import ExportFormatError, TransferError
 from core.transfer.report import register_kind
 
@@ -175,7 +176,29 @@ def _text_problem(value: Any, *, top: bool) -> str | None:
     return f"holds {problem}" if problem is not None else None
 
 
+def _times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
+    """A timestamp the readers cannot parse (``parse_iso``): one such row would make every listing of its
+    resource's threads or its thread's messages fail."""
+    for name in fields:
+        value = row.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return f"its {name} must be an ISO-8601 time as a string, not {type(value).__name__}"
+        try:
+            parse_iso(value)
+        except ValueError:
+            return f"its {name} {value!r} is not an ISO-8601 time (like 2026-01-31T09:30:00.000Z)"
+    return None
+
+
+def _owner_row_rule(row: Row, index: FileIndex) -> str | None:
+    return _times_problem(row, ("createdAt", "updatedAt"))
+
+
 def _message_rule(row: Row, index: FileIndex) -> str | None:
+    if (problem := _times_problem(row, ("createdAt",))) is not None:
+        return problem
     role = row.get("role")
     if role == "system":
         return "a system message is never stored (instructions are the agent's, not the thread's)"
@@ -245,8 +268,9 @@ def _version_rows(data: Mapping[str, Any]) -> list[Row]:
             for v in entry.get("versions") or [] if isinstance(v, Mapping)]
 
 
-RESOURCES = register(Section("resources", "mastra_resources", "resource"))
-THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id", "resourceId")))
+RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_owner_row_rule))
+THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id", "resourceId"),
+                           check=_owner_row_rule))
 MESSAGES = register(Section("messages", "mastra_messages", "message", thread_field="threadId",
                             resource_field="resourceId", check=_message_rule))
 # The current values are written with their resources and threads; the entries are checked here.

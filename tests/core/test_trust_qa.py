@@ -140,3 +140,48 @@ def test_a_refused_remember_leaves_no_thread_behind(tmp_path):
         assert [(t.id, t.title, t.metadata) for t in threads] == [("kept", "Kept", {"createdBy": "mcp"})]
         assert [m.text for m in memory.recall(thread_id="kept", resource_id="ada", per_page=False).messages] == [
             "hello"]
+
+
+# -- import ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def export_of_ada(tmp_path) -> dict[str, Any]:
+    from core import Memory, Message, open_store
+    from core.transfer import ExportOptions, export_resource
+
+    with open_store(tmp_path / "source.db") as store:
+        memory = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+        memory.save_messages([Message.user("I like tea", thread_id="t-ada", resource_id="ada"),
+                              Message.assistant("Noted.", thread_id="t-ada", resource_id="ada")])
+        memory.update_working_memory(resource_id="ada", working_memory="# Ada\n- likes tea\n")
+        return export_resource(store, "ada", ExportOptions())
+
+
+@pytest.mark.parametrize("where, field, value", [
+    ("threads", "createdAt", "yesterday-ish"),
+    ("threads", "updatedAt", "soon"),
+    ("resources", "createdAt", "2026-13-45T99:00:00Z"),
+    ("messages", "createdAt", "not a date"),
+    ("threads", "updatedAt", 1767225600000),
+])
+def test_a_timestamp_the_readers_cannot_parse_refuses_the_file(tmp_path, export_of_ada, where, field, value):
+    """One thread or message whose time does not parse made every later listing of that resource's threads
+    (or of the thread's messages) fail: the gateway answered 500 to the memory API and to every turn."""
+    import copy
+
+    from core import Memory, open_store
+    from core.transfer import ExportFormatError, import_data
+
+    data = copy.deepcopy(export_of_ada)
+    data[where][0][field] = value
+    with open_store(tmp_path / "target.db") as store:
+        with pytest.raises(ExportFormatError, match=rf"{where}\[0\].*is refused: its {field} .*ISO-8601 time"):
+            import_data(store, data)
+        memory = Memory(store)
+        assert memory.list_threads(resource_id="ada").threads == []  # nothing was written
+        report = import_data(store, export_of_ada)  # the file as exported imports, and reads back
+        assert report.written["messages"] == 2
+        assert [t.id for t in memory.list_threads(resource_id="ada").threads] == ["t-ada"]
+        assert [m.text for m in memory.recall(thread_id="t-ada", resource_id="ada", per_page=False).messages] == [
+            "I like tea", "Noted."]
