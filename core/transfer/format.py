@@ -96,6 +96,11 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
             f"{name} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}). "
             "Import reads the JSON export; a Markdown transcript cannot be imported."
         ) from None
+    except RecursionError:  # Python's parser gives up on lists or objects nested about a thousand deep
+        raise ExportFormatError(
+            f"{name} nests lists or objects too deeply to be read; 'memory-studio export' never writes such a "
+            "file. Choose the .json file it wrote."
+        ) from None
     validate(data, name=name)
     return data  # type: ignore[no-any-return]
 

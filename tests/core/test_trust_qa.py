@@ -185,3 +185,19 @@ def test_a_timestamp_the_readers_cannot_parse_refuses_the_file(tmp_path, export_
         assert [t.id for t in memory.list_threads(resource_id="ada").threads] == ["t-ada"]
         assert [m.text for m in memory.recall(thread_id="t-ada", resource_id="ada", per_page=False).messages] == [
             "I like tea", "Noted."]
+
+
+def test_a_file_nested_too_deeply_is_refused_with_a_reason(tmp_path):
+    """A JSON bomb of nested brackets stopped import with Python's 'maximum recursion depth exceeded while
+    decoding a JSON array', which says nothing about the file or what to do."""
+    import io
+
+    from core.cli import main
+
+    bomb = tmp_path / "bomb.json"
+    bomb.write_text('{"format": "memory-studio-export", "version": 1, "resources": ' + "[" * 100_000 + "]" * 100_000
+                    + "}", encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["import", str(bomb), "--db", str(tmp_path / "target.db")], out=out, err=err) == 1
+    assert "nests lists or objects too deeply" in err.getvalue() and "recursion" not in err.getvalue()
+    assert not (tmp_path / "target.db").exists()  # refused before any database was opened
