@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from core.errors import MemoryStudioError
+from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation
 from core.memory import Memory
 from core.messages import Message
 from core.scopes import check_thread_owner
@@ -186,6 +187,10 @@ class MemoryTools:
             existing = self.memory.get_thread(thread)
             if existing is not None:
                 check_thread_owner(thread, existing.resource_id, owner)
+            elif anothers_conversation(thread, owner):
+                raise ResourceNotAllowed(
+                    f"Thread ids starting with {CONVERSATION_PREFIX!r} are the gateway's conversation threads, and "
+                    f"{thread!r} is not one of resource {owner!r}'s; remember into another thread id.")
             message = (Message.user if role == "user" else Message.assistant)(
                 text, thread_id=thread, resource_id=owner, metadata={"source": "mcp"})
             # A new thread is created by the save, in its transaction: a refused message leaves no thread.

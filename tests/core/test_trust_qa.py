@@ -201,3 +201,33 @@ def test_a_file_nested_too_deeply_is_refused_with_a_reason(tmp_path):
     assert main(["import", str(bomb), "--db", str(tmp_path / "target.db")], out=out, err=err) == 1
     assert "nests lists or objects too deeply" in err.getvalue() and "recursion" not in err.getvalue()
     assert not (tmp_path / "target.db").exists()  # refused before any database was opened
+
+
+def test_an_mcp_client_cannot_take_another_users_conversation_thread_first(store, gateway):
+    """The gateway refuses client thread ids in its conversation namespace so nobody can create
+    ``conversation:ada:trip`` before ada does; an MCP server bound to mallory could, with ``remember``,
+    and ada's conversation 'trip' was then 403 for good."""
+    import openai
+
+    from core import Memory, MemoryOptions
+    from core.embedding.hashing import HashingEmbedder
+    from core.gateway.turns import conversation_thread_id
+    from core.mcp_server.tools import Binding, MemoryTools, ResourceNotAllowed
+
+    server, memory = gateway
+    mallory = MemoryTools(Memory(store, MemoryOptions(working_memory={"enabled": True}), embedder=HashingEmbedder()),
+                          Binding("mallory"))
+    with pytest.raises(ResourceNotAllowed, match="conversation threads"):
+        mallory.remember("squatting", conversation_thread_id("ada", "trip"))
+    with pytest.raises(ResourceNotAllowed):  # the raw prefix, spelled any way, is refused as well
+        mallory.remember("squatting", "conversation:ada")
+    assert memory.get_thread(conversation_thread_id("ada", "trip")) is None
+    # Her own conversations stay hers to write into.
+    own = conversation_thread_id("mallory", "notes")
+    assert mallory.remember("my own", own)["thread"] == own
+
+    client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+    reply = client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "plan the trip"}],
+                                           metadata={"resource_id": "ada", "conversation_id": "trip"})
+    assert reply.model_extra["memory"]["thread_id"] == conversation_thread_id("ada", "trip")
+    assert memory.get_thread(conversation_thread_id("ada", "trip")).resource_id == "ada"
