@@ -23,7 +23,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -49,7 +49,11 @@ log = logging.getLogger(__name__)
 
 
 async def read_json(request: Request) -> Any:
-    raw = await request.body()
+    try:
+        raw = await request.body()
+    except ClientDisconnect:  # nobody to answer; a client's going away is not the gateway failing
+        raise GatewayError(400, "The client disconnected before the whole request body arrived.",
+                           code="client_disconnected") from None
     try:
         return json.loads(raw)
     except ValueError as exc:
