@@ -215,8 +215,16 @@ def _turn_rule(row: S.Row, index: S.FileIndex) -> str | None:
 
 
 def _span_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    from core.traces.spans import SpanRecord
+
     if not isinstance(row.get("traceId"), str) or not isinstance(row.get("spanId"), str):
         return "it needs a string traceId and spanId"
+    # Spans are written after the database's transaction: one that cannot be read must refuse the file
+    # here, before anything is written, not fail the import halfway.
+    try:
+        SpanRecord.from_json_dict(row)
+    except (TypeError, ValueError) as exc:
+        return f"it cannot be read as a span ({exc})"
     return None
 
 

@@ -257,3 +257,28 @@ def test_a_client_leaving_mid_body_is_not_logged_as_a_gateway_failure(gateway, c
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     status, _, _ = _request(server.url, "GET", "/health")
     assert status == 200
+
+
+def test_a_span_that_cannot_be_read_refuses_the_file_before_anything_is_written(tmp_path, export_of_ada):
+    """Spans are written after the database's transaction; a span whose startedAt did not parse used to
+    fail the import there, with the threads and messages already written and only Python's 'Invalid
+    isoformat string' to show for it."""
+    import copy
+
+    from core import Memory, open_store
+    from core.traces.spans import COLUMNS
+    from core.transfer import ExportFormatError, import_data
+
+    span = {column: None for column, _, _ in COLUMNS}
+    span.update(traceId="tr-1", spanId="sp-1", name="agent run", spanType="agent_run", isEvent=False,
+                startedAt="garbage", threadId="t-ada", resourceId="ada")
+    data = copy.deepcopy(export_of_ada)
+    data["traces"] = [span]
+    with open_store(tmp_path / "target.db") as store:
+        with pytest.raises(ExportFormatError, match=r"traces\[0\] \(traceId 'tr-1'\) is refused: it cannot be read "
+                                                    r"as a span .*garbage"):
+            import_data(store, data)
+        assert Memory(store).list_threads(resource_id="ada").threads == []
+        span["startedAt"] = "2026-01-01T00:00:00.000Z"
+        report = import_data(store, data)
+        assert (report.written["messages"], report.written["traces"]) == (2, 1)
