@@ -161,7 +161,10 @@ class RequestGuard:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": refusal.message[:120]})
                 return
-            await _send_error(send, refusal, origin=None)
+            # A listed origin's page may read why it was refused (a wrong token, say): without CORS headers
+            # the browser would hide the answer behind a bare network error.
+            listed = origin if origin is not None and self.policy.accepts_origin(origin) else None
+            await _send_error(send, refusal, origin=listed)
             return
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)

@@ -60,6 +60,36 @@ def test_an_options_request_without_origin_needs_the_token():
     assert reached == ["OPTIONS"]
 
 
+def test_a_listed_origin_can_read_why_its_request_was_refused():
+    """A browser app on a listed origin that sent a wrong or no token got a 401 without CORS headers, so
+    the browser showed a bare network error instead of the message saying to send the token."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from core.gateway.server import GatewayServer
+
+    async def rpc(request: Any) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    app = RequestGuard(Starlette(routes=[Route("/rpc", rpc, methods=["POST"])]),
+                       GuardPolicy(token="t", max_body_bytes=100, allowed_origins=frozenset({"https://app.test"})))
+    listed = {"Origin": "https://app.test", "Content-Type": "application/json"}
+    with GatewayServer(app) as server:
+        for headers, body, status in (
+            (listed, "{}", 401),
+            ({**listed, "Authorization": "Bearer wrong"}, "{}", 401),
+            ({**listed, "Authorization": "Bearer t", "Content-Type": "text/plain"}, "{}", 415),
+            ({**listed, "Authorization": "Bearer t"}, json.dumps({"a": "x" * 200}), 413),
+        ):
+            got, answer, text = _request(server.url, "POST", "/rpc", body, headers)
+            assert got == status and answer.get("access-control-allow-origin") == "https://app.test", (status, answer)
+            assert json.loads(text)["error"]["message"]
+        # An origin that is not listed still learns nothing it could read.
+        got, answer, _ = _request(server.url, "POST", "/rpc", "{}", {**listed, "Origin": "https://evil.test"})
+        assert got == 403 and "access-control-allow-origin" not in answer
+
+
 # -- the gateway -------------------------------------------------------------------------------------
 
 
