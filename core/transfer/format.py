@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
+from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
 from core.transfer.errors import ExportFormatError, TransferError
 
@@ -105,7 +106,8 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
     return data  # type: ignore[no-any-return]
 
 
-def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+             max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> None:
     """Raise ``ExportFormatError`` naming the first problem; nothing is read from a database."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ExportFormatError(
@@ -153,7 +155,8 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
         raise ExportFormatError(
             f"{name}: \"turnsTable\" names {named!r}; import writes turn records only to {sections.TURNS.table} "
             "and never writes a table a file names. Remove \"turnsTable\" (or set it to null) to import the file.")
-    sections.check_file(data, name, max_message_bytes=max_message_bytes)
+    sections.check_file(data, name, max_message_bytes=max_message_bytes,
+                        max_working_memory_bytes=max_working_memory_bytes)
 
 
 def _require(data: Mapping[str, Any], key: str, fields: tuple[str, ...], name: str) -> None:

@@ -33,6 +33,7 @@ from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
 from core.observational.records import lookup_key
 from core.timeutil import parse_iso
+from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer.errors import ExportFormatError, TransferError
 from core.transfer.report import register_kind
 
@@ -71,6 +72,7 @@ class FileIndex:
     resources: set[str] = field(default_factory=set)
     message_thread: dict[str, str] = field(default_factory=dict)
     max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
+    max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES
 
     @property
     def owners(self) -> set[str]:
@@ -109,9 +111,10 @@ def writable(table: str) -> str:
 # -- the rules ---------------------------------------------------------------------------------------
 
 
-def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+               max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> None:
     """Refuse the file (``ExportFormatError`` naming the row) when any row breaks a rule; reads no database."""
-    index = FileIndex(max_message_bytes=max_message_bytes)
+    index = FileIndex(max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
     for thread in data.get("threads", []):
         index.thread_owner[thread["id"]] = thread["resourceId"]
     index.resources = {r["id"] for r in data.get("resources", [])}
@@ -192,8 +195,26 @@ def _times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
     return None
 
 
-def _owner_row_rule(row: Row, index: FileIndex) -> str | None:
-    return _times_problem(row, ("createdAt", "updatedAt"))
+def _resource_rule(row: Row, index: FileIndex) -> str | None:
+    return _times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(row.get("workingMemory"), index)
+
+
+def _thread_rule(row: Row, index: FileIndex) -> str | None:
+    metadata = row.get("metadata")  # thread-scoped working memory is kept in the thread's metadata
+    value = metadata.get("workingMemory") if isinstance(metadata, Mapping) else None
+    return _times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(value, index)
+
+
+def _working_memory_problem(value: Any, index: FileIndex) -> str | None:
+    """A current working memory over the size limit the API holds every write to."""
+    if value is None or index.max_working_memory_bytes is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > index.max_working_memory_bytes:
+        return (f"its working memory is {size:,} bytes, over the working-memory size limit of "
+                f"{index.max_working_memory_bytes:,} bytes (every later prompt of its owner would carry it)")
+    return None
 
 
 def _message_rule(row: Row, index: FileIndex) -> str | None:
@@ -268,9 +289,9 @@ def _version_rows(data: Mapping[str, Any]) -> list[Row]:
             for v in entry.get("versions") or [] if isinstance(v, Mapping)]
 
 
-RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_owner_row_rule))
+RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_resource_rule))
 THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id", "resourceId"),
-                           check=_owner_row_rule))
+                           check=_thread_rule))
 MESSAGES = register(Section("messages", "mastra_messages", "message", thread_field="threadId",
                             resource_field="resourceId", check=_message_rule))
 # The current values are written with their resources and threads; the entries are checked here.

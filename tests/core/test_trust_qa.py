@@ -312,3 +312,29 @@ def test_a_span_that_cannot_be_read_refuses_the_file_before_anything_is_written(
         span["startedAt"] = "2026-01-01T00:00:00.000Z"
         report = import_data(store, data)
         assert (report.written["messages"], report.written["traces"]) == (2, 1)
+
+
+@pytest.mark.parametrize("where", ["resources", "threads"])
+def test_a_working_memory_over_the_size_limit_refuses_the_file(tmp_path, export_of_ada, where):
+    """Every API write of working memory is held to its size limit (256 kB by default), but import wrote a
+    file's 3 MB working memory as it was, and every later prompt of that user carried it."""
+    import copy
+
+    from core import Memory, open_store
+    from core.transfer import ExportFormatError, import_data
+
+    huge = "# Ada\n" + "- likes tea\n" * 300_000
+    data = copy.deepcopy(export_of_ada)
+    if where == "resources":
+        data["resources"][0]["workingMemory"] = huge
+    else:
+        data["threads"][0]["metadata"] = {**(data["threads"][0]["metadata"] or {}), "workingMemory": huge}
+    with open_store(tmp_path / "target.db") as store:
+        with pytest.raises(ExportFormatError, match=rf"{where}\[0\].*is refused: its working memory is 3,600,006 "
+                                                    r"bytes, over the working-memory size limit of 256,000 bytes"):
+            import_data(store, data)
+        memory = Memory(store, {"working_memory": {"enabled": True, "scope": "resource"}})
+        assert memory.list_threads(resource_id="ada").threads == [] and memory.get_working_memory(resource_id="ada") is None
+        # Whoever raised the limit for their memories can say so.
+        report = import_data(store, data, max_working_memory_bytes=4_000_000)
+        assert report.written["messages"] == 2
