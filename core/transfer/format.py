@@ -79,7 +79,7 @@ def load(path: str | Path) -> dict[str, Any]:
     """Read and check an export file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (an editor on Windows) is not content
     except FileNotFoundError:
         raise ExportFormatError(f"{p} does not exist. Check the path of the export file.") from None
     except IsADirectoryError:
