@@ -200,6 +200,8 @@ def _resource_rule(row: Row, index: FileIndex) -> str | None:
 
 
 def _thread_rule(row: Row, index: FileIndex) -> str | None:
+    if row.get("title") is not None and not isinstance(row.get("title"), str):
+        return f"its title must be text, not {type(row.get('title')).__name__}"
     metadata = row.get("metadata")  # thread-scoped working memory is kept in the thread's metadata
     value = metadata.get("workingMemory") if isinstance(metadata, Mapping) else None
     return _times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(value, index)

@@ -338,3 +338,36 @@ def test_a_working_memory_over_the_size_limit_refuses_the_file(tmp_path, export_
         # Whoever raised the limit for their memories can say so.
         report = import_data(store, data, max_working_memory_bytes=4_000_000)
         assert report.written["messages"] == 2
+
+
+def test_an_export_saved_with_a_byte_order_mark_imports(tmp_path, export_of_ada):
+    """A file edited and saved by a Windows editor starts with a UTF-8 byte-order mark; import called it
+    'not JSON' and said a Markdown transcript cannot be imported."""
+    import io
+
+    from core import Memory, open_store
+    from core.cli import main
+    from core.transfer import dumps
+
+    path = tmp_path / "ada.json"
+    path.write_bytes(b"\xef\xbb\xbf" + dumps(export_of_ada).encode("utf-8"))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["import", str(path), "--db", str(tmp_path / "target.db"), "--no-index"], out=out, err=err) == 0, \
+        err.getvalue()
+    with open_store(tmp_path / "target.db") as store:
+        assert [t.id for t in Memory(store).list_threads(resource_id="ada").threads] == ["t-ada"]
+
+
+def test_a_thread_title_that_is_not_text_is_named(tmp_path, export_of_ada):
+    """A title given as an object failed deep in the driver with a message about lone surrogates."""
+    import copy
+
+    from core import open_store
+    from core.transfer import ExportFormatError, import_data
+
+    data = copy.deepcopy(export_of_ada)
+    data["threads"][0]["title"] = {"text": "Tea"}
+    with open_store(tmp_path / "target.db") as store:
+        with pytest.raises(ExportFormatError, match=r"threads\[0\] \(id 't-ada'\) is refused: its title must be "
+                                                    r"text, not dict"):
+            import_data(store, data)
