@@ -371,3 +371,31 @@ def test_a_thread_title_that_is_not_text_is_named(tmp_path, export_of_ada):
         with pytest.raises(ExportFormatError, match=r"threads\[0\] \(id 't-ada'\) is refused: its title must be "
                                                     r"text, not dict"):
             import_data(store, data)
+
+
+def test_mcp_over_http_on_a_network_address_without_a_token_warns(tmp_path):
+    """``memory-studio serve`` warns when it listens beyond loopback without a token; ``memory-studio mcp
+    --http --host 0.0.0.0`` served the user's memory to the whole network without a word."""
+    pytest.importorskip("mcp")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "mcp", "--db", str(tmp_path / "memory.db"), "--http",
+                             "--host", "0.0.0.0", "--port", "0", "--resource", "ada"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if " on http://" in line:
+                break
+        text = "".join(lines)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert "warning: serving on 0.0.0.0 without a token" in text and "MEMORY_STUDIO_MCP_TOKEN" in text, text
