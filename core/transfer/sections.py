@@ -179,9 +179,10 @@ def _text_problem(value: Any, *, top: bool) -> str | None:
     return f"holds {problem}" if problem is not None else None
 
 
-def _times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
-    """A timestamp the readers cannot parse (``parse_iso``): one such row would make every listing of its
-    resource's threads or its thread's messages fail."""
+def times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
+    """Why a timestamp of ``row`` cannot be read by the engine's readers (``parse_iso``), or None. One such
+    row would make every read of it fail: listings of a resource's threads or a thread's messages, the
+    registered agents, or every turn of a memory (its newest override)."""
     for name in fields:
         value = row.get(name)
         if value is None:
@@ -196,7 +197,7 @@ def _times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
 
 
 def _resource_rule(row: Row, index: FileIndex) -> str | None:
-    return _times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(row.get("workingMemory"), index)
+    return times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(row.get("workingMemory"), index)
 
 
 def _thread_rule(row: Row, index: FileIndex) -> str | None:
@@ -204,7 +205,7 @@ def _thread_rule(row: Row, index: FileIndex) -> str | None:
         return f"its title must be text, not {type(row.get('title')).__name__}"
     metadata = row.get("metadata")  # thread-scoped working memory is kept in the thread's metadata
     value = metadata.get("workingMemory") if isinstance(metadata, Mapping) else None
-    return _times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(value, index)
+    return times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(value, index)
 
 
 def _working_memory_problem(value: Any, index: FileIndex) -> str | None:
@@ -220,7 +221,7 @@ def _working_memory_problem(value: Any, index: FileIndex) -> str | None:
 
 
 def _message_rule(row: Row, index: FileIndex) -> str | None:
-    if (problem := _times_problem(row, ("createdAt",))) is not None:
+    if (problem := times_problem(row, ("createdAt",))) is not None:
         return problem
     role = row.get("role")
     if role == "system":

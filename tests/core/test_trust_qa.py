@@ -399,3 +399,39 @@ def test_mcp_over_http_on_a_network_address_without_a_token_warns(tmp_path):
         proc.terminate()
         proc.wait(60)
     assert "warning: serving on 0.0.0.0 without a token" in text and "MEMORY_STUDIO_MCP_TOKEN" in text, text
+
+
+@pytest.mark.parametrize("section, row, problem", [
+    ("configs", {"id": 1, "name": "default", "template": "# Notes\n- x:\n", "schema": None, "author": "mallory",
+                 "createdAt": "garbage"}, "its createdAt 'garbage' is not an ISO-8601 time"),
+    ("configs", {"id": 1, "name": "default", "template": None, "schema": '{"type": 5}', "author": "mallory",
+                 "createdAt": "2026-01-01T00:00:00.000Z"}, "its working-memory schema cannot be used"),
+    ("agents", {"name": "helper", "config": "{}", "process": None, "updatedAt": "garbage"},
+     "its updatedAt 'garbage' is not an ISO-8601 time"),
+    ("agents", {"name": "helper", "config": json.dumps({"options": {"last_messages": "lots"}}), "process": None,
+                "updatedAt": "2026-01-01T00:00:00.000Z"}, "its memory options cannot be used"),
+])
+def test_an_override_or_agent_row_the_engine_cannot_use_refuses_the_file(tmp_path, export_of_ada, section, row,
+                                                                           problem):
+    """The newest override of a memory is read and applied on every turn of every agent using it (and when
+    an agent is made), and the registered agents are listed by the Studio and read by `memory-studio mcp`
+    at start: one imported row with a time or a schema the engine refuses stopped every user's turns on
+    that memory, or every start of `memory-studio mcp`."""
+    import copy
+
+    from core import Memory, MemoryOptions, open_store
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+    from core.transfer import ExportFormatError, import_data
+
+    data = copy.deepcopy(export_of_ada)
+    data[section] = [row]
+    with open_store(tmp_path / "target.db") as store:
+        with pytest.raises(ExportFormatError, match=rf"{section}\[0\].*is refused: {problem}"):
+            import_data(store, data)
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True}))  # the memory named "default"
+        agent = Agent("helper", instructions="Help.", model=ScriptedModel(lambda m, t: "ok"), memory=memory,
+                      tracer=False)
+        assert agent.generate("hello", memory={"thread": "t-bob", "resource": "bob"}).text == "ok"
+        from core.agent_configs import list_agents
+        assert [a.name for a in list_agents(store)] == ["helper"]  # registered by the agent itself, readable
