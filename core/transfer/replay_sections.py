@@ -243,7 +243,7 @@ def _config_rule(row: S.Row, index: S.FileIndex) -> str | None:
 def _turn_rule(row: S.Row, index: S.FileIndex) -> str | None:
     if not all(isinstance(row.get(c), str) for c in ("input_message_id", "thread_id", "record", "createdAt")):
         return "it needs a string input_message_id, thread_id, record and createdAt"
-    return None
+    return S.times_problem(row, ("createdAt",))
 
 
 def _span_rule(row: S.Row, index: S.FileIndex) -> str | None:

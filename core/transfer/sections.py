@@ -31,7 +31,7 @@ from typing import Any
 from core.ids import id_problem, lone_surrogate
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
-from core.observational.records import lookup_key
+from core.observational.records import OMRecord, lookup_key
 from core.timeutil import parse_iso
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer.errors import ExportFormatError, TransferError
@@ -269,7 +269,18 @@ def _observation_rule(row: Row, index: FileIndex) -> str | None:
     # would put these observations into someone else's memory).
     if row.get("lookupKey") is not None and row.get("lookupKey") != expected:
         return f"its lookupKey {row.get('lookupKey')!r} is not {expected!r}, the key of its own scope"
+    # The record is read on every turn of its owner: it must read as the engine reads it.
+    if (problem := times_problem(row, ("createdAt", "updatedAt", "lastObservedAt", "lastReflectionAt"))) is not None:
+        return problem
+    try:
+        OMRecord.from_row({"lookupKey": expected, "createdAt": None, "updatedAt": None, **row})
+    except (TypeError, ValueError) as exc:
+        return f"it cannot be read as an observation record ({exc})"
     return None
+
+
+def _version_rule(row: Row, index: FileIndex) -> str | None:
+    return times_problem(row, ("createdAt",))
 
 
 def _working_memory_entry_rule(row: Row, index: FileIndex) -> str | None:
@@ -301,7 +312,7 @@ MESSAGES = register(Section("messages", "mastra_messages", "message", thread_fie
 WORKING_MEMORY = register(Section("workingMemory", None, "working-memory value",
                                   id_fields=("ownerId",), check=_working_memory_entry_rule))
 WM_VERSIONS = register(Section("workingMemoryVersions", "memory_studio_wm_versions", "working-memory version",
-                               id_fields=("owner_id",), rows=_version_rows))
+                               id_fields=("owner_id",), rows=_version_rows, check=_version_rule))
 OBSERVATIONS = register(Section("observations", "mastra_observational_memory", "observation row",
                                 thread_field="threadId", resource_field="resourceId", check=_observation_rule))
 TURNS = register(Section("turns", "memory_studio_turns", "turn record", id_fields=("input_message_id",),

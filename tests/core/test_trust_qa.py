@@ -435,3 +435,39 @@ def test_an_override_or_agent_row_the_engine_cannot_use_refuses_the_file(tmp_pat
         assert agent.generate("hello", memory={"thread": "t-bob", "resource": "bob"}).text == "ok"
         from core.agent_configs import list_agents
         assert [a.name for a in list_agents(store)] == ["helper"]  # registered by the agent itself, readable
+
+
+def _observation_row(**changes: Any) -> dict[str, Any]:
+    row = {"id": "om-1", "lookupKey": "resource:ada", "scope": "resource", "resourceId": "ada", "threadId": None,
+           "activeObservations": "- likes tea", "originType": "initial", "config": "{}", "generationCount": 0,
+           "lastObservedAt": None, "lastReflectionAt": None, "pendingMessageTokens": 0, "totalTokensObserved": 0,
+           "observationTokenCount": 0, "isObserving": False, "isReflecting": False, "observedMessageIds": "[]",
+           "isBufferingObservation": False, "isBufferingReflection": False, "lastBufferedAtTokens": 0,
+           "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z"}
+    row.update(changes)
+    return row
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda d: d["workingMemory"][0]["versions"][0].update(createdAt="last week"),
+     r"workingMemoryVersions\[0\].*its createdAt 'last week' is not an ISO-8601 time"),
+    (lambda d: d.update(observations=[_observation_row(lastObservedAt="garbage")]),
+     r"observations\[0\].*its lastObservedAt 'garbage' is not an ISO-8601 time"),
+    (lambda d: d.update(observations=[_observation_row(generationCount="many")]),
+     r"observations\[0\].*cannot be read as an observation record"),
+])
+def test_history_and_observation_rows_the_engine_cannot_read_refuse_the_file(tmp_path, export_of_ada, change,
+                                                                              problem):
+    """An observation record is read on every turn of its owner (``OMRecord.from_row``: its counts made
+    integers; a thread's lastObservedAt parsed), working-memory versions whenever the history is listed
+    (createdAt parsed): such a row with a time or a count the engine cannot read imported, and every later
+    read of it failed."""
+    import copy
+
+    from core import open_store
+    from core.transfer import ExportFormatError, import_data
+
+    data = copy.deepcopy(export_of_ada)
+    change(data)
+    with open_store(tmp_path / "target.db") as store, pytest.raises(ExportFormatError, match=problem):
+        import_data(store, data)
