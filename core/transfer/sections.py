@@ -253,6 +253,9 @@ def _format2_problem(content: str) -> str | None:
     for part in value["parts"]:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             return "its content has a part without a string \"type\""
+        # Every prompt that holds the message reads the call from it (core/prompt.py).
+        if part["type"] == "tool-invocation" and not isinstance(part.get("toolInvocation") or {}, dict):
+            return "its content has a tool-invocation part whose \"toolInvocation\" is not an object"
     return None
 
 

@@ -471,3 +471,19 @@ def test_history_and_observation_rows_the_engine_cannot_read_refuse_the_file(tmp
     change(data)
     with open_store(tmp_path / "target.db") as store, pytest.raises(ExportFormatError, match=problem):
         import_data(store, data)
+
+
+def test_a_tool_call_part_the_prompt_cannot_read_refuses_the_file(tmp_path, export_of_ada):
+    """A message whose tool-invocation part held a number instead of the call imported, and every later turn
+    in its thread failed while building the prompt ('int' object has no attribute 'get')."""
+    import copy
+
+    from core import open_store
+    from core.transfer import ExportFormatError, import_data
+
+    data = copy.deepcopy(export_of_ada)
+    data["messages"][1]["content"] = json.dumps(
+        {"format": 2, "parts": [{"type": "tool-invocation", "toolInvocation": 5}]})
+    with open_store(tmp_path / "target.db") as store, pytest.raises(
+            ExportFormatError, match=r"messages\[1\].*tool-invocation part whose \"toolInvocation\" is not an object"):
+        import_data(store, data)
