@@ -36,6 +36,7 @@ from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
 from core.transfer.errors import ExportFormatError, TransferError
+from core.transfer.report import printable
 
 FORMAT = "memory-studio-export"
 VERSION = 1
@@ -135,14 +136,14 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
         for item in data.get(key, []):
             item_id = item.get("id") if isinstance(item, dict) else None
             if item_id in seen:
-                raise ExportFormatError(f"{name}: {key} lists id {item_id} twice.")
+                raise ExportFormatError(printable(f"{name}: {key} lists id {item_id} twice."))
             if isinstance(item_id, str):
                 seen.add(item_id)
     thread_ids = {t["id"] for t in data.get("threads", [])}
     for m in data.get("messages", []):
         if m["threadId"] not in thread_ids:
-            raise ExportFormatError(f"{name}: message {m['id']} belongs to thread {m['threadId']}, "
-                                    "which is not in the file.")
+            raise ExportFormatError(printable(f"{name}: message {m['id']} belongs to thread {m['threadId']}, "
+                                              "which is not in the file."))
     for entry in data.get("workingMemory", []):
         if not isinstance(entry, dict) or entry.get("scope") not in ("resource", "thread") \
                 or not isinstance(entry.get("ownerId"), str) or not isinstance(entry.get("versions", []), list):

@@ -35,7 +35,7 @@ from core.observational.records import OMRecord, lookup_key
 from core.timeutil import parse_iso
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer.errors import ExportFormatError, TransferError
-from core.transfer.report import register_kind
+from core.transfer.report import printable, register_kind
 
 #: Tables no file may ever write: the schema's journal, the recall index's own state and queue, settings.
 BOOKKEEPING_TABLES = frozenset({
@@ -124,8 +124,8 @@ def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | N
         for position, row in enumerate(rows):
             problem = row_problem(sec, row, index)
             if problem is not None:
-                raise ExportFormatError(f"{name}: {describe(sec, position, row)} is refused: {problem}. "
-                                        "Nothing was imported; fix or remove that row.")
+                raise ExportFormatError(printable(f"{name}: {describe(sec, position, row)} is refused: {problem}. "
+                                                  "Nothing was imported; fix or remove that row."))
 
 
 def describe(sec: Section, position: int, row: Any) -> str:

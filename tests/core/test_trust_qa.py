@@ -487,3 +487,36 @@ def test_a_tool_call_part_the_prompt_cannot_read_refuses_the_file(tmp_path, expo
     with open_store(tmp_path / "target.db") as store, pytest.raises(
             ExportFormatError, match=r"messages\[1\].*tool-invocation part whose \"toolInvocation\" is not an object"):
         import_data(store, data)
+
+
+def test_a_files_ids_cannot_drive_the_terminal_that_shows_the_report(tmp_path):
+    """A file whose thread t1 (here alice's) claimed the resource '\\x1b]0;pwned\\x07\\x1b[2J…' printed that
+    escape sequence raw in the conflict line: it retitled and cleared the terminal of whoever imported it."""
+    import io
+
+    from core import Memory, Message, open_store
+    from core.cli import main
+
+    with open_store(tmp_path / "target.db") as store:
+        Memory(store).save_messages([Message.user("hi", thread_id="t1", resource_id="alice")])
+    at = "2026-01-01T00:00:00.000Z"
+    evil = "\x1b]0;pwned\x07\x1b[2J\x1b[31mEVIL\x1b[0m"
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps({
+        "format": "memory-studio-export", "version": 1, "resources": [],
+        "threads": [{"id": "t1", "resourceId": evil, "createdAt": at}],
+        "messages": [{"id": "m9", "threadId": "t1", "resourceId": evil, "role": "user", "type": "v2", "createdAt": at,
+                      "content": json.dumps({"format": 2, "parts": [{"type": "text", "text": "x"}]})}]}),
+        encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["import", str(path), "--db", str(tmp_path / "target.db")], out=out, err=err) == 0
+    shown = out.getvalue() + err.getvalue()
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "thread t1: belongs to resource alice here but to \\x1b]0;pwned\\x07\\x1b[2J" in shown
+    # A refused file's message is held to the same rule.
+    path.write_text(json.dumps({"format": "memory-studio-export", "version": 1, "threads": [],
+                                "messages": [{"id": "m\x1b[2J", "threadId": "t\x07", "role": "user", "type": "v2",
+                                              "createdAt": at, "content": "{}"}]}), encoding="utf-8")
+    err = io.StringIO()
+    assert main(["import", str(path), "--db", str(tmp_path / "target.db")], out=io.StringIO(), err=err) == 1
+    assert "\x1b" not in err.getvalue() and "message m\\x1b[2J belongs to thread t\\x07" in err.getvalue()
