@@ -57,7 +57,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     token = policy.token
     app = create_app(agents, policy=policy, default_resource=args.default_resource,
                      max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
-    if not token and not _is_loopback(args.host):
+    if not token and not is_loopback(args.host):
         err.write(f"warning: serving on {args.host} without a token: anyone who can reach it can read and write "
                   f"every resource's memory. Set {TOKEN_ENV}.\n")
 
@@ -81,7 +81,7 @@ def model_agent(model: str, *, name: str, instructions: str, db: str | None) -> 
     return {name: agent}
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:

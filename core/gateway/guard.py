@@ -161,12 +161,16 @@ class RequestGuard:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": refusal.message[:120]})
                 return
-            await _send_error(send, refusal, origin=None)
+            # A listed origin's page may read why it was refused (a wrong token, say): without CORS headers
+            # the browser would hide the answer behind a bare network error.
+            listed = origin if origin is not None and self.policy.accepts_origin(origin) else None
+            await _send_error(send, refusal, origin=listed)
             return
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
             return
-        if origin is not None and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+        if _is_preflight(scope, headers, origin):
+            assert origin is not None
             await _send_preflight(send, origin, headers)
             return
         await _Exchange(self.app, self.policy, scope, receive, send, headers, origin).run()
@@ -186,8 +190,9 @@ class RequestGuard:
                 403, f"Requests from web pages are refused unless their origin is listed; this one came from "
                 f"{origin!r}. To serve a browser app, start the server with --allow-origin {origin}.",
                 type="permission_error", code="origin_not_allowed")
-        preflight = scope["type"] == "http" and scope["method"] == "OPTIONS" and \
-            "access-control-request-method" in headers
+        # A CORS preflight carries no token, so it is answered here and never reaches the app; browsers
+        # always send Origin with one, so an OPTIONS without it is an ordinary request (token needed).
+        preflight = _is_preflight(scope, headers, origin)
         if not preflight and scope["path"] not in policy.open_paths and \
                 not policy.accepts_token(headers.get("authorization")):
             given = headers.get("authorization")
@@ -424,6 +429,12 @@ def _headers(scope: MutableMapping[str, Any]) -> dict[str, str]:
         if name not in out:  # the first of a repeated header, as Starlette reads it
             out[name] = value.decode("latin-1")
     return out
+
+
+def _is_preflight(scope: MutableMapping[str, Any], headers: dict[str, str], origin: str | None) -> bool:
+    """A CORS preflight: ``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``."""
+    return scope["type"] == "http" and scope["method"] == "OPTIONS" and origin is not None and \
+        "access-control-request-method" in headers
 
 
 def _is_json(content_type: str | None) -> bool:

@@ -23,7 +23,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -49,7 +49,11 @@ log = logging.getLogger(__name__)
 
 
 async def read_json(request: Request) -> Any:
-    raw = await request.body()
+    try:
+        raw = await request.body()
+    except ClientDisconnect:  # nobody to answer; a client's going away is not the gateway failing
+        raise GatewayError(400, "The client disconnected before the whole request body arrived.",
+                           code="client_disconnected") from None
     try:
         return json.loads(raw)
     except ValueError as exc:
@@ -111,11 +115,18 @@ def memory_headers(turn: Turn) -> dict[str, str]:
     """Where the turn was remembered, so a client can continue the thread it did not name."""
     headers = {}
     # HTTP headers carry Latin-1 only; a non-ASCII id is still in the body's "memory" object.
-    if turn.thread_id and turn.thread_id.isascii():
+    if turn.thread_id and _header_value(turn.thread_id):
         headers["x-thread-id"] = turn.thread_id
-    if turn.resource_id and turn.resource_id.isascii():
+    if turn.resource_id and _header_value(turn.resource_id):
         headers["x-resource-id"] = turn.resource_id
     return headers
+
+
+def _header_value(value: str) -> bool:
+    """Whether ``value`` can be sent as a header value as it is: printable ASCII without leading or
+    trailing blanks (HTTP strips those, and the server refuses to send them, dropping the connection
+    after the turn was saved). An id that cannot is still in the body's "memory" object."""
+    return value.isascii() and value.isprintable() and value == value.strip()
 
 
 def _memory_info(turn: Turn, done: TurnFinished) -> dict[str, Any]:

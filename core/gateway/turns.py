@@ -128,6 +128,14 @@ def conversation_thread_id(resource_id: str, conversation_id: str) -> str:
     return f"{CONVERSATION_PREFIX}{_escape(resource_id)}:{_escape(conversation_id)}"
 
 
+def anothers_conversation(thread_id: str, resource_id: str) -> bool:
+    """Whether ``thread_id`` names a conversation thread of a resource other than ``resource_id``: a
+    thread created under such an id would lock its resource out of that conversation (403), so
+    nothing may create one for ``resource_id`` (the MCP server's ``remember`` asks this)."""
+    return thread_id.startswith(CONVERSATION_PREFIX) and \
+        not thread_id.startswith(conversation_thread_id(resource_id, ""))
+
+
 def _escape(part: str) -> str:
     return part.replace("%", "%25").replace(":", "%3A")
 

@@ -85,7 +85,12 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 err.flush()
                 anyio.run(server.run_stdio_async)
                 return 0
+            from core.gateway.cli import is_loopback
             from core.gateway.server import serve
+
+            if not policy.token and not is_loopback(args.host):
+                err.write(f"memory-studio mcp: warning: serving on {args.host} without a token: anyone who can reach "
+                          f"it can read and write the memory of {who}. Set ${TOKEN_ENV}.\n")
 
             def ready(url: str) -> None:
                 err.write(f"memory-studio mcp: {store.location.display}, {who}, on {url}/mcp "

@@ -17,10 +17,12 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from core.errors import MemoryStudioError
+from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation
 from core.memory import Memory
 from core.messages import Message
 from core.scopes import check_thread_owner
 from core.storage import InvalidArgumentError, NotFoundError
+from core.storage.memory_store import check_text
 from core.traces.tracer import NOOP_TRACER, SpanTracer, SpanType, tracing_disabled
 from core.working_memory_schema import WorkingMemoryError
 
@@ -179,15 +181,24 @@ class MemoryTools:
                 raise InvalidArgumentError(f"role must be 'user' or 'assistant', got {role!r}.")
             if not isinstance(text, str) or not text.strip():
                 raise InvalidArgumentError("remember needs the text to store.")
+            if not isinstance(thread, str) or not thread:
+                raise InvalidArgumentError("remember needs the id of the thread to store the message in.")
+            check_text(title, "The title")
             existing = self.memory.get_thread(thread)
             if existing is not None:
                 check_thread_owner(thread, existing.resource_id, owner)
-            else:
-                self.memory.create_thread(resource_id=owner, thread_id=thread, title=title or "",
-                                          metadata={"createdBy": "mcp"})
+            elif anothers_conversation(thread, owner):
+                raise ResourceNotAllowed(
+                    f"Thread ids starting with {CONVERSATION_PREFIX!r} are the gateway's conversation threads, and "
+                    f"{thread!r} is not one of resource {owner!r}'s; remember into another thread id.")
             message = (Message.user if role == "user" else Message.assistant)(
                 text, thread_id=thread, resource_id=owner, metadata={"source": "mcp"})
+            # A new thread is created by the save, in its transaction: a refused message leaves no thread.
             (saved,) = self.memory.save_messages([message])
+            if existing is None:
+                created = self.memory.get_thread(thread)
+                if created is not None and not created.title and not created.metadata:
+                    self.memory.update_thread(thread, title=title or "", metadata={"createdBy": "mcp"})
             return {"resource": owner, "thread": thread, "messageId": saved.id,
                     "createdAt": saved.to_dict().get("createdAt")}
 

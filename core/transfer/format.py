@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
+from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
 from core.transfer.errors import ExportFormatError, TransferError
+from core.transfer.report import printable
 
 FORMAT = "memory-studio-export"
 VERSION = 1
@@ -78,7 +80,7 @@ def load(path: str | Path) -> dict[str, Any]:
     """Read and check an export file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (an editor on Windows) is not content
     except FileNotFoundError:
         raise ExportFormatError(f"{p} does not exist. Check the path of the export file.") from None
     except IsADirectoryError:
@@ -96,11 +98,17 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
             f"{name} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}). "
             "Import reads the JSON export; a Markdown transcript cannot be imported."
         ) from None
+    except RecursionError:  # Python's parser gives up on lists or objects nested about a thousand deep
+        raise ExportFormatError(
+            f"{name} nests lists or objects too deeply to be read; 'memory-studio export' never writes such a "
+            "file. Choose the .json file it wrote."
+        ) from None
     validate(data, name=name)
     return data  # type: ignore[no-any-return]
 
 
-def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+             max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> None:
     """Raise ``ExportFormatError`` naming the first problem; nothing is read from a database."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ExportFormatError(
@@ -128,14 +136,14 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
         for item in data.get(key, []):
             item_id = item.get("id") if isinstance(item, dict) else None
             if item_id in seen:
-                raise ExportFormatError(f"{name}: {key} lists id {item_id} twice.")
+                raise ExportFormatError(printable(f"{name}: {key} lists id {item_id} twice."))
             if isinstance(item_id, str):
                 seen.add(item_id)
     thread_ids = {t["id"] for t in data.get("threads", [])}
     for m in data.get("messages", []):
         if m["threadId"] not in thread_ids:
-            raise ExportFormatError(f"{name}: message {m['id']} belongs to thread {m['threadId']}, "
-                                    "which is not in the file.")
+            raise ExportFormatError(printable(f"{name}: message {m['id']} belongs to thread {m['threadId']}, "
+                                              "which is not in the file."))
     for entry in data.get("workingMemory", []):
         if not isinstance(entry, dict) or entry.get("scope") not in ("resource", "thread") \
                 or not isinstance(entry.get("ownerId"), str) or not isinstance(entry.get("versions", []), list):
@@ -148,7 +156,8 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
         raise ExportFormatError(
             f"{name}: \"turnsTable\" names {named!r}; import writes turn records only to {sections.TURNS.table} "
             "and never writes a table a file names. Remove \"turnsTable\" (or set it to null) to import the file.")
-    sections.check_file(data, name, max_message_bytes=max_message_bytes)
+    sections.check_file(data, name, max_message_bytes=max_message_bytes,
+                        max_working_memory_bytes=max_working_memory_bytes)
 
 
 def _require(data: Mapping[str, Any], key: str, fields: tuple[str, ...], name: str) -> None:

@@ -35,6 +35,7 @@ from core.storage.capabilities import capabilities_of
 from core.storage.locks import om_key, resource_key, thread_key
 from core.storage.memory_store import dump_json, load_json
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
+from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import rows as R
 from core.transfer import sections as S
 from core.transfer.errors import TransferError
@@ -58,9 +59,10 @@ _REPLACE_MESSAGE = _INSERT_MESSAGE + (
 
 
 def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
-                   max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> ImportReport:
+                   max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+                   max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> ImportReport:
     """What ``import_data`` would do, without writing (works on a read-only database)."""
-    validate(data, max_message_bytes=max_message_bytes)
+    validate(data, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
     with store.db.read() as conn:
         importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True)
         report = importer.run()
@@ -69,11 +71,14 @@ def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = F
 
 
 def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
-                max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> ImportReport:
+                max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+                max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> ImportReport:
     """Import a checked export document in one transaction. Raises ``ReadOnlyError`` on a read-only
     store, ``ExportFormatError`` naming the row when a row breaks a rule (``sections``), and
-    ``TransferError`` when the import failed (then nothing was written)."""
-    validate(data, max_message_bytes=max_message_bytes)
+    ``TransferError`` when the import failed (then nothing was written). ``max_message_bytes`` and
+    ``max_working_memory_bytes``: the limits the file's messages and working memories are held to
+    (the engine's defaults; None: none)."""
+    validate(data, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
     try:
         with store.db.write() as conn:
             # Postgres runs writers side by side: hold what an agent's read-modify-write would hold.

@@ -191,12 +191,23 @@ def _set_rule(row: S.Row, index: S.FileIndex) -> str | None:
 
 
 def _agent_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    from core.agent_configs import AgentConfig
+    from core.errors import MemoryStudioError
+
     if not isinstance(row.get("name"), str) or not row["name"] or not isinstance(row.get("config"), str):
         return "it needs a string name and config"
     try:
-        json.loads(row["config"])
+        config = json.loads(row["config"])
     except ValueError:
         return "its config is not JSON"
+    # Read back as the engine reads it (every listing of agents parses the time; `memory-studio mcp`
+    # builds the only agent's options at start), so one row cannot stop them all.
+    if (problem := S.times_problem(row, ("updatedAt",))) is not None:
+        return problem
+    try:
+        AgentConfig(row["name"], config if isinstance(config, dict) else {}, None, None).memory_options()
+    except (MemoryStudioError, TypeError, ValueError) as exc:
+        return f"its memory options cannot be used ({exc})"
     return None
 
 
@@ -205,18 +216,47 @@ def _config_rule(row: S.Row, index: S.FileIndex) -> str | None:
         return "it needs a string name, author and createdAt"
     if row.get("id") is not None and (not isinstance(row["id"], int) or isinstance(row["id"], bool)):
         return "its id must be an integer"
+    # The newest override of a memory is read, time included, and applied on every turn of every agent
+    # using it (and when an agent is made): a time or a template/schema the engine refuses stops them all.
+    if (problem := S.times_problem(row, ("createdAt",))) is not None:
+        return problem
+    from core.agent_configs import effective_options
+    from core.errors import MemoryStudioError
+    from core.options import MemoryOptions
+
+    template, schema = row.get("template"), row.get("schema")
+    if template is not None and not isinstance(template, str):
+        return "its template must be text"
+    if schema is not None and not isinstance(schema, str):
+        return "its schema must be JSON text"
+    try:
+        schema = json.loads(schema) if schema is not None else None
+    except ValueError:
+        schema = None  # the engine ignores an unreadable schema (and logs it), as it ignores this one
+    try:
+        effective_options(MemoryOptions(working_memory={"enabled": True}), {"template": template, "schema": schema})
+    except (MemoryStudioError, TypeError, ValueError) as exc:
+        return f"its working-memory {'schema' if schema is not None else 'template'} cannot be used ({exc})"
     return None
 
 
 def _turn_rule(row: S.Row, index: S.FileIndex) -> str | None:
     if not all(isinstance(row.get(c), str) for c in ("input_message_id", "thread_id", "record", "createdAt")):
         return "it needs a string input_message_id, thread_id, record and createdAt"
-    return None
+    return S.times_problem(row, ("createdAt",))
 
 
 def _span_rule(row: S.Row, index: S.FileIndex) -> str | None:
+    from core.traces.spans import SpanRecord
+
     if not isinstance(row.get("traceId"), str) or not isinstance(row.get("spanId"), str):
         return "it needs a string traceId and spanId"
+    # Spans are written after the database's transaction: one that cannot be read must refuse the file
+    # here, before anything is written, not fail the import halfway.
+    try:
+        SpanRecord.from_json_dict(row)
+    except (TypeError, ValueError) as exc:
+        return f"it cannot be read as a span ({exc})"
     return None
 
 

@@ -20,6 +20,15 @@ def register_kind(kind: str, label: str) -> None:
     _LABELS.setdefault(kind, label)
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal or a dialog would act on (escape sequences, bells, line
+    breaks) written as its Python escape; printable text is unchanged. A file's ids reach the report's
+    lines and the errors about the file, and must not drive the terminal that shows them."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True)
 class Conflict:
     kind: str  # one of KINDS
@@ -30,7 +39,7 @@ class Conflict:
 
     def __str__(self) -> str:
         kind = _LABELS.get(self.kind, self.kind.rstrip("s"))
-        return f"{kind} {self.id}: {self.reason}" + ("; replaced" if self.overwritten else "")
+        return printable(f"{kind} {self.id}: {self.reason}" + ("; replaced" if self.overwritten else ""))
 
 
 @dataclass
@@ -74,7 +83,7 @@ class ImportReport:
         return line
 
     def details(self) -> list[str]:
-        return [*(str(c) for c in self.conflicts), *self.notes, *(f"left out: {x}" for x in self.left_out)]
+        return [*(str(c) for c in self.conflicts), *map(printable, self.notes), *(f"left out: {x}" for x in self.left_out)]
 
 
 def _label(kind: str, n: int) -> str:

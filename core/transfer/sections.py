@@ -31,9 +31,11 @@ from typing import Any
 from core.ids import id_problem, lone_surrogate
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
-from core.observational.records import lookup_key
+from core.observational.records import OMRecord, lookup_key
+from core.timeutil import parse_iso
+from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer.errors import ExportFormatError, TransferError
-from core.transfer.report import register_kind
+from core.transfer.report import printable, register_kind
 
 #: Tables no file may ever write: the schema's journal, the recall index's own state and queue, settings.
 BOOKKEEPING_TABLES = frozenset({
@@ -70,6 +72,7 @@ class FileIndex:
     resources: set[str] = field(default_factory=set)
     message_thread: dict[str, str] = field(default_factory=dict)
     max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
+    max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES
 
     @property
     def owners(self) -> set[str]:
@@ -108,9 +111,10 @@ def writable(table: str) -> str:
 # -- the rules ---------------------------------------------------------------------------------------
 
 
-def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+               max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> None:
     """Refuse the file (``ExportFormatError`` naming the row) when any row breaks a rule; reads no database."""
-    index = FileIndex(max_message_bytes=max_message_bytes)
+    index = FileIndex(max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
     for thread in data.get("threads", []):
         index.thread_owner[thread["id"]] = thread["resourceId"]
     index.resources = {r["id"] for r in data.get("resources", [])}
@@ -120,8 +124,8 @@ def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | N
         for position, row in enumerate(rows):
             problem = row_problem(sec, row, index)
             if problem is not None:
-                raise ExportFormatError(f"{name}: {describe(sec, position, row)} is refused: {problem}. "
-                                        "Nothing was imported; fix or remove that row.")
+                raise ExportFormatError(printable(f"{name}: {describe(sec, position, row)} is refused: {problem}. "
+                                                  "Nothing was imported; fix or remove that row."))
 
 
 def describe(sec: Section, position: int, row: Any) -> str:
@@ -175,7 +179,50 @@ def _text_problem(value: Any, *, top: bool) -> str | None:
     return f"holds {problem}" if problem is not None else None
 
 
+def times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
+    """Why a timestamp of ``row`` cannot be read by the engine's readers (``parse_iso``), or None. One such
+    row would make every read of it fail: listings of a resource's threads or a thread's messages, the
+    registered agents, or every turn of a memory (its newest override)."""
+    for name in fields:
+        value = row.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return f"its {name} must be an ISO-8601 time as a string, not {type(value).__name__}"
+        try:
+            parse_iso(value)
+        except ValueError:
+            return f"its {name} {value!r} is not an ISO-8601 time (like 2026-01-31T09:30:00.000Z)"
+    return None
+
+
+def _resource_rule(row: Row, index: FileIndex) -> str | None:
+    return times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(row.get("workingMemory"), index)
+
+
+def _thread_rule(row: Row, index: FileIndex) -> str | None:
+    if row.get("title") is not None and not isinstance(row.get("title"), str):
+        return f"its title must be text, not {type(row.get('title')).__name__}"
+    metadata = row.get("metadata")  # thread-scoped working memory is kept in the thread's metadata
+    value = metadata.get("workingMemory") if isinstance(metadata, Mapping) else None
+    return times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(value, index)
+
+
+def _working_memory_problem(value: Any, index: FileIndex) -> str | None:
+    """A current working memory over the size limit the API holds every write to."""
+    if value is None or index.max_working_memory_bytes is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > index.max_working_memory_bytes:
+        return (f"its working memory is {size:,} bytes, over the working-memory size limit of "
+                f"{index.max_working_memory_bytes:,} bytes (every later prompt of its owner would carry it)")
+    return None
+
+
 def _message_rule(row: Row, index: FileIndex) -> str | None:
+    if (problem := times_problem(row, ("createdAt",))) is not None:
+        return problem
     role = row.get("role")
     if role == "system":
         return "a system message is never stored (instructions are the agent's, not the thread's)"
@@ -206,6 +253,9 @@ def _format2_problem(content: str) -> str | None:
     for part in value["parts"]:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             return "its content has a part without a string \"type\""
+        # Every prompt that holds the message reads the call from it (core/prompt.py).
+        if part["type"] == "tool-invocation" and not isinstance(part.get("toolInvocation") or {}, dict):
+            return "its content has a tool-invocation part whose \"toolInvocation\" is not an object"
     return None
 
 
@@ -222,7 +272,18 @@ def _observation_rule(row: Row, index: FileIndex) -> str | None:
     # would put these observations into someone else's memory).
     if row.get("lookupKey") is not None and row.get("lookupKey") != expected:
         return f"its lookupKey {row.get('lookupKey')!r} is not {expected!r}, the key of its own scope"
+    # The record is read on every turn of its owner: it must read as the engine reads it.
+    if (problem := times_problem(row, ("createdAt", "updatedAt", "lastObservedAt", "lastReflectionAt"))) is not None:
+        return problem
+    try:
+        OMRecord.from_row({"lookupKey": expected, "createdAt": None, "updatedAt": None, **row})
+    except (TypeError, ValueError) as exc:
+        return f"it cannot be read as an observation record ({exc})"
     return None
+
+
+def _version_rule(row: Row, index: FileIndex) -> str | None:
+    return times_problem(row, ("createdAt",))
 
 
 def _working_memory_entry_rule(row: Row, index: FileIndex) -> str | None:
@@ -245,15 +306,16 @@ def _version_rows(data: Mapping[str, Any]) -> list[Row]:
             for v in entry.get("versions") or [] if isinstance(v, Mapping)]
 
 
-RESOURCES = register(Section("resources", "mastra_resources", "resource"))
-THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id", "resourceId")))
+RESOURCES = register(Section("resources", "mastra_resources", "resource", check=_resource_rule))
+THREADS = register(Section("threads", "mastra_threads", "thread", id_fields=("id", "resourceId"),
+                           check=_thread_rule))
 MESSAGES = register(Section("messages", "mastra_messages", "message", thread_field="threadId",
                             resource_field="resourceId", check=_message_rule))
 # The current values are written with their resources and threads; the entries are checked here.
 WORKING_MEMORY = register(Section("workingMemory", None, "working-memory value",
                                   id_fields=("ownerId",), check=_working_memory_entry_rule))
 WM_VERSIONS = register(Section("workingMemoryVersions", "memory_studio_wm_versions", "working-memory version",
-                               id_fields=("owner_id",), rows=_version_rows))
+                               id_fields=("owner_id",), rows=_version_rows, check=_version_rule))
 OBSERVATIONS = register(Section("observations", "mastra_observational_memory", "observation row",
                                 thread_field="threadId", resource_field="resourceId", check=_observation_rule))
 TURNS = register(Section("turns", "memory_studio_turns", "turn record", id_fields=("input_message_id",),
