@@ -395,7 +395,7 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         local_model(args.model)  # an unknown name fails before the database is opened
         if args.resource is not None:
             raise CliError("--model re-embeds the whole database; leave out --resource")
-    with open_store(args.db, create=False) as store:
+    with open_cli_store(args.db) as store:
         if args.model is not None:
             embedder = default_embedder(args.model)
         else:

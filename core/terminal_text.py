@@ -1,4 +1,4 @@
-"""Stored text as the command line prints it for a person: control characters shown, never obeyed.
+"""Text as the command line and reports print it for a person: control characters shown, never obeyed.
 
 Titles, ids and message text come from users and models. Printed as they are, an escape sequence would
 drive the terminal (hide text, retitle the window) and a newline would break a one-row-per-item table.
@@ -20,4 +20,14 @@ def visible(text: str, *, keep: str = "") -> str:
                    for c in text)
 
 
-__all__ = ["visible"]
+def printable(text: str) -> str:
+    """``text`` with every character ``str.isprintable`` refuses written as its Python escape: controls,
+    and also format characters (bidi overrides, zero-width joiners), which ``visible`` leaves alone in
+    stored text. For ids and the contents of a file quoted in a report or an error (an import's), where
+    nothing should act on the terminal or a dialog, or hide. Printable text is returned unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+__all__ = ["printable", "visible"]

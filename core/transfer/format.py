@@ -36,7 +36,7 @@ from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
 from core.transfer.errors import ExportFormatError, TransferError
-from core.transfer.report import printable
+from core.terminal_text import printable
 
 FORMAT = "memory-studio-export"
 VERSION = 1

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# A file's ids reach the report's lines (and the errors about the file), and must not drive the terminal
+# or dialog that shows them.
+from core.terminal_text import printable
+
 KINDS = ["resources", "threads", "messages", "workingMemoryVersions", "observations", "turns"]
 #: Counted even when nothing of them was written; kinds registered later appear once a row of them is.
 CORE_KINDS = tuple(KINDS)
@@ -18,15 +22,6 @@ def register_kind(kind: str, label: str) -> None:
     if kind not in KINDS:
         KINDS.append(kind)
     _LABELS.setdefault(kind, label)
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal or a dialog would act on (escape sequences, bells, line
-    breaks) written as its Python escape; printable text is unchanged. A file's ids reach the report's
-    lines and the errors about the file, and must not drive the terminal that shows them."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @dataclass(frozen=True)

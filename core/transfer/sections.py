@@ -35,7 +35,8 @@ from core.observational.records import OMRecord, lookup_key
 from core.timeutil import parse_iso
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer.errors import ExportFormatError, TransferError
-from core.transfer.report import printable, register_kind
+from core.terminal_text import printable
+from core.transfer.report import register_kind
 
 #: Tables no file may ever write: the schema's journal, the recall index's own state and queue, settings.
 BOOKKEEPING_TABLES = frozenset({

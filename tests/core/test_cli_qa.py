@@ -115,7 +115,7 @@ def foreign_db(path: Path) -> Path:
 
 @pytest.mark.parametrize("argv", [
     ("threads",), ("prompt", "--resource", "r", "--thread", "t", "hi"), ("vacuum",), ("demo",),
-    ("forget", "--resource", "r", "--yes"), ("traces", "prune", "--keep-days", "1"),
+    ("forget", "--resource", "r", "--yes"), ("traces", "prune", "--keep-days", "1"), ("reindex",),
 ])
 def test_a_sqlite_file_of_another_program_is_refused_and_left_as_it_was(tmp_path: Path, argv: tuple[str, ...]) -> None:
     # Read commands stopped at "no such table: mastra_threads"; `demo` added our tables and demo
