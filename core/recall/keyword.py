@@ -244,7 +244,8 @@ def select_terms(conn: sa.Connection, query: str, stats: TermStats | None,
     ``terms``: ``keyword_terms(query)``, when the caller has it."""
     terms = keyword_terms(query) if terms is None else terms
     kept = stats.select(conn, terms) if stats is not None and terms else terms
-    return kept, [t for t in terms if t not in kept]
+    chosen = set(kept)
+    return kept, [t for t in terms if t not in chosen]
 
 
 def search(

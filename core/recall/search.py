@@ -27,7 +27,8 @@ from core.recall.backends import KeywordBackend
 from core.recall.matrix import ScopeVectors
 from core.recall import order_cache
 from core.recall.order_cache import OrderCache
-from core.recall.text import LABEL_CHARS, SpeakerMatcher, query_dates, speaker_label
+from core.recall.text import (LABEL_CHARS, MAX_QUERY_TERMS, SpeakerMatcher, query_dates, query_text,
+                               speaker_label)
 from core.recall.types import MIGRATE_HINT, MODES, Mode, SearchHit, SearchResult
 from core.recall.schema import text_of_raw
 from core.storage import dialect
@@ -124,7 +125,7 @@ def run(
         started = time.perf_counter()
         vec = None
         try:
-            vec = np.asarray(index.embedder.embed([query], kind="query"), dtype=np.float32)[0]
+            vec = np.asarray(index.embedder.embed([query_text(query)], kind="query"), dtype=np.float32)[0]
         except Exception as exc:  # the embedder failing must not take keyword results down with it
             degrade(f"query embedding failed ({exc}); vector results missing")
         out.embed_ms = (time.perf_counter() - started) * 1000
@@ -142,6 +143,7 @@ def run(
             vset = index.vector_set(conn, resource_id, thread_id) if qvec is not None else None
             if vset is not None and not vset.skips.reasons():
                 out.terms, out.dropped_terms = index.keywords.terms(conn, query)
+                _note_long_query(out, degrade)
                 got = one_read(conn, vset, qvec, out.terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
                                narrowed=thread_id if resource_id is not None else None,
                                labels=hybrid.SPEAKER_BOOST > 0)
@@ -171,6 +173,7 @@ def run(
                 degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
             else:
                 out.terms, out.dropped_terms = index.keywords.terms(conn, query)
+                _note_long_query(out, degrade)
 
         def keyword_list() -> None:
             if mode in ("keyword", "hybrid") and index.has_fts:
@@ -285,6 +288,13 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
         entries, next_of, in_period, limit=top_k if threshold is None and not every_candidate else None,
         by_speaker=out.by_speaker or None,
     )
+
+
+def _note_long_query(out: SearchRun, degrade: Callable[..., None]) -> None:
+    """Say so when the query's keyword terms were cut to the first ``MAX_QUERY_TERMS`` (``keyword_terms``)."""
+    if len(out.terms) + len(out.dropped_terms) >= MAX_QUERY_TERMS:
+        degrade(f"the query has {MAX_QUERY_TERMS} or more keyword terms; only its first {MAX_QUERY_TERMS} are "
+                "searched", failure=False)
 
 
 def run_search(

@@ -70,10 +70,25 @@ def recall_content_text(content: Mapping[str, Any] | Any) -> str:
     return " ".join(t for t in texts if t)
 
 
+# How much of a long message, its context and a query is embedded. A text model's cost grows faster than
+# the text (USE on 2 cores: 2,000 characters ~40 ms, 8,000 0.55 s, a 440 kB message 35 s: one hostile
+# message held a gateway's turn that long, at its save and again as a query), and one vector of a long
+# text says little about any part of it. Keyword search still reads the whole message.
+MAX_EMBED_CHARS = 2_000
+MAX_CONTEXT_CHARS = 1_000
+
+
 def passage_text(context: str, text: str) -> str:
-    """What is embedded for a message: its context (the previous message of its thread), a newline,
-    then its own text (``core.recall.passages``)."""
-    return f"{context}\n{text}" if context else text
+    """What is embedded for a message: its context (the previous message of its thread: its last
+    ``MAX_CONTEXT_CHARS``), a newline, then its own text (its first ``MAX_EMBED_CHARS``;
+    ``core.recall.passages``)."""
+    text = text[:MAX_EMBED_CHARS]
+    return f"{context[-MAX_CONTEXT_CHARS:]}\n{text}" if context else text
+
+
+def query_text(query: str) -> str:
+    """What is embedded for a search: the query's first ``MAX_EMBED_CHARS``."""
+    return query[:MAX_EMBED_CHARS]
 
 
 def passage_hash(context: str, text: str) -> str:
@@ -114,8 +129,15 @@ def _derived(word: str) -> str | None:
     return None
 
 
-def keyword_terms(text: str) -> list[str]:
-    """The quoted FTS5 terms of free text, in query order, without repeats.
+# A search matches at most this many distinct keyword terms of its query, the first ones in query order. A
+# question has a few dozen; a pasted document or a hostile 400 kB message has tens of thousands, and each
+# term costs a frequency lookup and a posting list (56,755 terms took 13 s of CPU per search before the cap).
+MAX_QUERY_TERMS = 256
+
+
+def keyword_terms(text: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
+    """The quoted FTS5 terms of free text, in query order, without repeats; the first ``limit`` of them
+    (the text is read only as far as needed).
 
     Latin words become terms unless they are stop words (names, numbers and dates always stay), each
     followed by its "-y" / "-ic" counterpart (``_derived``); each CJK run contributes its character
@@ -138,7 +160,10 @@ def keyword_terms(text: str) -> list[str]:
             if (other := _derived(word)) is not None:
                 add(other)
 
-    for word in _WORD.findall(normalised):
+    for match in _WORD.finditer(normalised):
+        if len(terms) >= limit:
+            break
+        word = match.group(0)
         if not _CJK.search(word):
             add_word(word)
             continue
@@ -155,10 +180,12 @@ def keyword_terms(text: str) -> list[str]:
             else:
                 add_word(piece)
     if not terms:
-        for w in _WORD.findall(normalised):
-            if not _CJK.search(w):
-                add(w)
-    return terms
+        for match in _WORD.finditer(normalised):
+            if len(terms) >= limit:
+                break
+            if not _CJK.search(match.group(0)):
+                add(match.group(0))
+    return terms[:limit]
 
 
 def keyword_query(text: str) -> str | None:
