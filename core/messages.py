@@ -290,12 +290,27 @@ def normalize_content(raw: Any, *, message_id: str = "?") -> dict[str, Any]:
         if value.get("format") == 2:
             if not isinstance(value.get("parts"), list):
                 raise MessageFormatError(f"Stored message {message_id} has format-2 content without a parts list.")
+            _check_parts(value["parts"], message_id)
             return value
         if "parts" in value and isinstance(value["parts"], list):
+            _check_parts(value["parts"], message_id)
             return {**value, "format": 2}
         if isinstance(value.get("content"), str):
             return {"format": 2, "parts": [text_part(value["content"])], "content": value["content"]}
     raise MessageFormatError(f"Stored message {message_id} has content of an unknown shape.")
+
+
+def _check_parts(parts: list[Any], message_id: str) -> None:
+    """Refuse parts the prompt cannot be built from: a part that is not an object, or a tool call whose
+    ``toolInvocation`` is not one. Such a row (another tool wrote it) is then unreadable like any other
+    malformed row: a turn leaves it out and says so in its record, instead of failing every turn of the
+    thread when the prompt is built."""
+    for part in parts:
+        if not isinstance(part, dict):
+            raise MessageFormatError(f"Stored message {message_id} has a part that is not an object.")
+        if part.get("type") == "tool-invocation" and not isinstance(part.get("toolInvocation"), dict):
+            raise MessageFormatError(
+                f"Stored message {message_id} has a tool-invocation part whose toolInvocation is not an object.")
 
 
 def _v1_part(part: dict[str, Any]) -> dict[str, Any]:

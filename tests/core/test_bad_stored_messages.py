@@ -19,6 +19,8 @@ BAD_ROWS = {
     "not-json": '{"format": 2, "parts": [{"type": "text", "text": "cut off',
     "not-the-format": '{"format": 2, "parts": "a string, not a list"}',
     "unknown-shape": '{"hello": "world"}',
+    "part-not-an-object": '{"format": 2, "parts": ["a string, not a part"]}',
+    "call-not-an-object": '{"format": 2, "parts": [{"type": "tool-invocation", "toolInvocation": "oops"}]}',
 }
 
 
@@ -84,3 +86,23 @@ def test_the_gateway_serves_a_thread_with_a_bad_row(store):
         conn.close()
     assert [m["text"] for m in body["messages"]] == ["fine", "hi", "ok"]
     assert {u["id"] for u in body["unreadable"]} == set(BAD_ROWS)
+
+
+def test_an_assistant_row_whose_tool_call_is_not_an_object_is_left_out_and_reported(store):
+    # Building the prompt read ``toolInvocation.get(...)``: such a row (from the API, or another tool) failed
+    # every turn of its thread with an AttributeError.
+    memory = Memory(store, MemoryOptions(last_messages=10))
+    memory.save_messages([Message.user("before", thread_id="t", resource_id="ada",
+                                       created_at="2026-01-01T00:00:00.000Z")])
+    with store.db.write() as conn:
+        conn.exec_driver_sql(
+            'INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+            "VALUES ('bad-call', 't', ?, 'assistant', 'v2', '2026-01-01T00:01:00.000Z', 'ada')",
+            ('{"format": 2, "parts": [{"type": "tool-invocation", "toolInvocation": ["not", "an", "object"]}]}',))
+    model = ScriptedModel(lambda messages, tools: "still here")
+    agent = Agent("a", instructions="Help.", model=model, memory=memory, tracer=False)
+    result = agent.generate("after", memory={"thread": "t", "resource": "ada"})
+    assert result.text == "still here"
+    assert [m["role"] for m in model.requests[-1].messages] == ["system", "user", "user"]
+    unreadable = result.prompts[0].notes["message-history"]["unreadable"]
+    assert [u["id"] for u in unreadable] == ["bad-call"] and "toolInvocation" in unreadable[0]["error"]
