@@ -117,6 +117,8 @@ class Message:
         for p in part_list:
             if not isinstance(p.get("type"), str):
                 raise MessageFormatError(f"Every message part needs a string 'type'; got {p!r}.")
+            if p["type"] == "tool-invocation" and not isinstance(p.get("toolInvocation"), Mapping):
+                raise MessageFormatError(f"A tool-invocation part needs a 'toolInvocation' object; got {p!r}.")
         content: dict[str, Any] = {"format": 2, "parts": part_list}
         text = " ".join(p["text"] for p in part_list if p["type"] == "text" and isinstance(p.get("text"), str))
         if text:

@@ -106,3 +106,10 @@ def test_an_assistant_row_whose_tool_call_is_not_an_object_is_left_out_and_repor
     assert [m["role"] for m in model.requests[-1].messages] == ["system", "user", "user"]
     unreadable = result.prompts[0].notes["message-history"]["unreadable"]
     assert [u["id"] for u in unreadable] == ["bad-call"] and "toolInvocation" in unreadable[0]["error"]
+
+
+def test_such_a_tool_call_is_refused_when_the_message_is_made():
+    from core.messages import MessageFormatError
+
+    with pytest.raises(MessageFormatError, match="needs a 'toolInvocation' object"):
+        Message.create("assistant", [{"type": "tool-invocation", "toolInvocation": "oops"}], thread_id="t")
