@@ -54,8 +54,12 @@ class VectorBackend(Protocol):
     table: str
     info: Any  # the table's description (``name``, ``has_model_id``...), None when there is no table
 
-    def open(self, db: "Database", writable: bool) -> None:
-        """Find the vector table; create it when ``writable`` and missing."""
+    def open(self, db: "Database") -> None:
+        """Find the vector table (reads only: an index made for a search or a preview writes nothing)."""
+
+    def ensure(self, db: "Database") -> None:
+        """Before the first write: create the vector table (or adopt Mastra's) in a write transaction of
+        its own when it is missing or not in our shape; nothing when it is."""
 
     def upsert(self, conn: sa.Connection, rows: Sequence[VectorRow]) -> None: ...
 

@@ -133,7 +133,13 @@ class RecallIndex:
             self.migrated = not [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]
             self.keywords.available = has_table(conn, DOCS_TABLE)
         self.writable = bool(self.migrated and not db.read_only)
-        self.vectors.open(db, self.writable)
+        self.vectors.open(db)  # (reads only: the vector table is made by the first write, ``ensure_tables``)
+
+    def ensure_tables(self) -> None:
+        """Before a write: the vector table for this model's dimension, made now if missing (in a write
+        transaction of its own). A search or a preview never makes it: looking writes nothing."""
+        if self.writable:
+            self.vectors.ensure(self.store.db)
 
     @property
     def has_fts(self) -> bool:
@@ -155,7 +161,7 @@ class RecallIndex:
         probe = getattr(self.embedder, "check", None)
         if callable(probe):
             probe()
-        if self.info is None:
+        if self.info is None and not self.writable:  # (writable: the first write makes the table)
             where = self.store.location.display
             # One way forward per case: allowing writes creates nothing in a database we did not create
             # (only a migration does), so a foreign file is sent straight to the migration.
@@ -241,6 +247,12 @@ class RecallIndex:
         if not self.writable:
             why = "the database is open read-only" if self.store.db.read_only else f"recall tables missing; {MIGRATE_HINT}"
             staged.fail(f"not indexed: {why}")
+            return staged
+        try:
+            self.ensure_tables()
+        except Exception as exc:  # reported per message, never raised (spec §2.4 output)
+            log.warning("recall indexing of %d message(s) failed making the vector table", len(todo), exc_info=True)
+            staged.fail(f"making the vector table failed: {exc}")
             return staged
         try:
             staged.contexts, staged.loose = self._contexts(todo, staged.batch, texts)
@@ -421,6 +433,7 @@ class RecallIndex:
             report.failed.update((mid, f"not refreshed: {why}") for mid in ids)
             return report
         try:
+            self.ensure_tables()
             plan = self._refresh_plan(ids, report)
         except Exception as exc:
             log.warning("recall refresh of %d message(s) failed reading them", len(ids), exc_info=True)

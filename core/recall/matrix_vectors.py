@@ -46,22 +46,24 @@ class MatrixVectors:
         self._metas: dict[str, IvfMeta] = {}  # resource -> partition metadata (centroids), for writers
         self._sizes: dict[str, int] = {}  # resource -> rows, counted once per process, then kept up to date
 
-    def open(self, db: "Database", writable: bool) -> None:
-        """Find the table; create it (or adopt Mastra's) when writable and not yet in our shape.
-
-        Only then is the write lock taken: an index built for a preview or a search of an existing
-        table must not write (nor wait on a busy writer).
-        """
+    def open(self, db: "Database") -> None:
+        """Find the table. Reads only: an index built for a preview or a search must not write (nor wait
+        on a busy writer), even where the table is still missing (``ensure``, at the first write)."""
         with db.read() as conn:
             self.info = vector_table.inspect(conn, self.table, self.dim)
             self.has_ivf = has_table(conn, IVF_TABLE)
             # The change counters' table, once found (a search checks the counters every time; a
             # migration may create it later).
             self._has_state = True if has_table(conn, STATE_TABLE) else None
-        if writable and (self.info is None or not (self.info.has_model_id and self.info.has_our_indexes)):
-            with db.write() as conn:
-                ensure_vector_table(conn, self.dim)
-                self.info = vector_table.inspect(conn, self.table, self.dim)
+
+    def ensure(self, db: "Database") -> None:
+        """Create the table (or adopt Mastra's) when missing or not yet in our shape, in a transaction
+        of its own that commits before the caller's write uses it."""
+        if self.info is not None and self.info.has_model_id and self.info.has_our_indexes:
+            return
+        with db.write() as conn:
+            ensure_vector_table(conn, self.dim)
+            self.info = vector_table.inspect(conn, self.table, self.dim)
 
     # -- writing (inside the caller's write transaction) -------------------------------------------
     def upsert(self, conn: sa.Connection, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:

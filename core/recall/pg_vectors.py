@@ -292,16 +292,19 @@ class PgVectors:
         self.info: PgTableInfo | None = None
         self._db: "Database | None" = None
 
-    def open(self, db: "Database", writable: bool) -> None:
+    def open(self, db: "Database") -> None:
         self._db = db
         with db.read() as conn:
             exists = catalog.has_table(conn, self.table)
-        if writable and not exists:
-            with db.write() as conn:
-                db.lock(conn, f"recall:{self.table}")
-                ensure_table(conn, self.table, self.dim)
-            exists = True
         self.info = PgTableInfo(self.table, self.dim) if exists else None
+
+    def ensure(self, db: "Database") -> None:
+        if self.info is not None:
+            return
+        with db.write() as conn:
+            db.lock(conn, f"recall:{self.table}")
+            ensure_table(conn, self.table, self.dim)
+        self.info = PgTableInfo(self.table, self.dim)
 
     def upsert(self, conn: sa.Connection, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
         upsert(conn, self.table, rows)

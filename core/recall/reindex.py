@@ -102,6 +102,7 @@ def reindex(
     index.check()
     if not index.writable:
         raise RecallError(f"{store.location.display} is open read-only; reindexing needs writes.")
+    index.ensure_tables()
     index.sync_keywords(limit=10**9)
     todo, already = _work_list(index, resource_id)
     changed = _changed(index, resource_id)

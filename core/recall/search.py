@@ -196,7 +196,10 @@ def run(
         vector: list[hybrid.Ranked] | None = None
         if mode in ("vector", "hybrid") and qvec is not None:
             if out.vset is None:
-                degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
+                # A writable database's table is made by its first write: until then nothing was embedded,
+                # which the empty answer's reason says ("no messages indexed for ...").
+                if not getattr(index, "writable", False):
+                    degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
             else:
                 for skipped in out.vset.skips.reasons():
                     degrade(skipped, failure=False)
@@ -434,8 +437,8 @@ def thread_order(
 
 
 def _empty_reason(index: Searchable, vset: ScopeVectors | None, kw: list[hybrid.Ranked], mode: str, scope: str) -> str:
-    if mode != "keyword" and vset is not None and vset.n == 0 and not kw:
-        foreign = sum(vset.skips.other_model.values())
+    if mode != "keyword" and (vset.n == 0 if vset is not None else getattr(index, "writable", False)) and not kw:
+        foreign = sum(vset.skips.other_model.values()) if vset is not None else 0
         if foreign:
             return f"no messages indexed for {scope} with model {index.model_id}"
         return f"no messages indexed for {scope}"

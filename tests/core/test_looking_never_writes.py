@@ -62,3 +62,30 @@ def test_the_next_write_applies_the_backlog(db_path):
         assert [h.message_id for h in memory.search("boat", resource_id="r", mode="keyword")] == ["boat"]
         result = memory.recall_index.search("boat", resource_id="r", mode="keyword")
         assert result.reason is None
+
+
+def test_a_preview_or_search_on_a_database_without_the_vector_table_does_not_make_it(db_path):
+    """Found by the Studio's QA pass: opening the prompt inspector (or the recall playground) for an agent
+    with recall on, on a database that had no vector table for the model's dimension, created the table
+    and its indexes. It is now made by the first write that needs it (a save with recall on, reindex)."""
+    from core.recall import vector_table_name
+    from core.storage.catalog import has_table
+
+    with open_store(db_path) as store:  # messages written without recall: no vector table
+        Memory(store).save_messages([Message.user("my cat is called Miso", id="cat", thread_id="t1", resource_id="r")])
+    with open_store(db_path) as store:
+        memory = _recall_memory(store)  # the index is built (and checked) here
+        before = store.db.write_transactions
+        prompt = memory.assemble(thread_id="t1", resource_id="r", input=[Message.user("what about Miso?")])
+        assert "semantic-recall" in prompt.notes
+        result = memory.recall_index.search("Miso", resource_id="r", mode="hybrid")
+        assert result.hits == [] and "no messages indexed for resource r" in (result.reason or "")
+        assert store.db.write_transactions == before
+        with store.db.read() as conn:
+            assert not has_table(conn, vector_table_name(64))
+        # The first save with recall on makes it, and indexes what it saves.
+        memory.save_messages([Message.user("the boat is blue", id="boat", thread_id="t1", resource_id="r")])
+        with store.db.read() as conn:
+            assert has_table(conn, vector_table_name(64))
+        assert memory.search("boat", resource_id="r", mode="vector", top_k=1)[0].message_id == "boat"
+        assert memory.search("Miso", resource_id="r", mode="keyword", top_k=1)[0].message_id == "cat"  # (the backlog)
