@@ -33,6 +33,7 @@ from core.model_call import ModelCall, request_body_for, stream_reply
 from core.options import options_merge
 from core.prompt import AssembledPrompt
 from core.replay.record import request_hash
+from core.storage.errors import StorageError
 from core.storage.memory_store import InvalidArgumentError
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan, tracing_disabled
 from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
@@ -292,6 +293,8 @@ class Agent:
         if known is None or known != (name, config):
             try:
                 mem.register(name, instructions=self.instructions)
+            except StorageError as exc:  # a state the user can act on (read-only, busy, disk full): one line
+                log.warning("agent %r could not register its memory configuration: %s", self.name, exc)
             except Exception:  # noqa: BLE001 - the Studio's registry must never fail a turn
                 log.warning("agent %r could not register its memory configuration", self.name, exc_info=True)
         self._registered[id(mem)] = (name, config)

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QWidget
 
 from core.storage.errors import (
     CorruptDatabaseError,
+    DatabaseBusyError,
     DatabaseOpenError,
     DiskFullError,
     ReadOnlyError,
@@ -79,6 +80,9 @@ def explain(exc: BaseException, path: str | None = None) -> Problem:
                        "Choose another file with File > Open or --db PATH.", details)
     if isinstance(exc, ReadOnlyError):
         return Problem("Read-only", message, "Choose File > Allow Writes first.", details)
+    if isinstance(exc, DatabaseBusyError):  # (its message names the file and says nothing was written)
+        return Problem("Database is locked", message,
+                       "Wait for the other program to finish its write (or close it), then File > Reload.", details)
     if "database is locked" in low or "database is busy" in low:
         # the libSQL driver raises a bare ValueError for a lock met while connecting
         return Problem("Database is locked", f"{where} is locked by another process ({message}).",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from core.lazy_names import lazy_names
 from core.storage.errors import (
     CorruptDatabaseError,
+    DatabaseBusyError,
     DatabaseOpenError,
     DiskFullError,
     InvalidValueError,
@@ -186,6 +187,7 @@ __all__ = [
     "Capabilities",
     "CorruptDatabaseError",
     "Database",
+    "DatabaseBusyError",
     "DatabaseLocationError",
     "DatabaseOpenError",
     "DiskFullError",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import weakref
 import threading
 import time
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from core.storage import catalog, driver_sql, migrations
 from core.storage.capabilities import LIBSQL, Capabilities
 from core.storage.errors import (  # re-exported: the errors were defined here first
     CorruptDatabaseError as CorruptDatabaseError,
+    DatabaseBusyError as DatabaseBusyError,
     DatabaseOpenError as DatabaseOpenError,
     DiskFullError as DiskFullError,
     InvalidValueError as InvalidValueError,
@@ -39,8 +41,9 @@ from core.storage.paths import DatabaseLocationError, ResolvedPath, ensure_paren
 BUSY_TIMEOUT_MS = 10_000
 #: Read connections ``reads()`` keeps between blocks (more threads reading at once use the pool).
 _KEPT_READ_CONNECTIONS = 4
-# ``read()`` numbers every read in its connection's ``info`` under this key (``read_token``).
-_READ_KEY = "memory_studio.read"
+# ``read()`` numbers every read (``read_token``): held beside the connection object, never in it, so
+# ending a read touches nothing of a connection a driver fault has just invalidated.
+_READ_TOKENS: "weakref.WeakKeyDictionary[sa.Connection, int]" = weakref.WeakKeyDictionary()
 _READS = itertools.count(1)
 
 
@@ -48,8 +51,7 @@ def read_token(conn: sa.Connection) -> int | None:
     """Which ``Database.read()`` ``conn`` is serving: a number no other read gets, also when one kept
     connection serves many reads (``reads()``), so a cache may keep an answer for the rest of one read
     and never past it. None for a connection outside ``read()`` (a write, or one made elsewhere)."""
-    token: int | None = conn.info.get(_READ_KEY)
-    return token
+    return _READ_TOKENS.get(conn)
 
 # ``change_fingerprint``: the newest thread and resource changes, and the messages' count and rowid.
 FINGERPRINT_SQL = """
@@ -88,7 +90,7 @@ def translate_driver_error(location: ResolvedPath, exc: BaseException) -> Storag
             "read-only)."
         )
     if "database is locked" in low or "database table is locked" in low or "database is busy" in low:
-        return StorageUnavailableError(
+        return DatabaseBusyError(
             f"{display} is busy: another writer (an agent, the Studio, another command) held its write lock for "
             f"longer than the busy timeout ({BUSY_TIMEOUT_MS // 1000} s), so nothing was written. Try again when "
             "it has finished, or close the other program."
@@ -299,10 +301,10 @@ class Database:
         if held is not None:  # inside ``reads()``
             try:
                 try:
-                    held.info[_READ_KEY] = next(_READS)
+                    _READ_TOKENS[held] = next(_READS)
                     yield held
                 finally:
-                    held.info.pop(_READ_KEY, None)
+                    _READ_TOKENS.pop(held, None)
                     held.rollback()
             except BaseException as exc:
                 self._raise_ours(exc)
@@ -315,10 +317,10 @@ class Database:
         try:
             with self.engine.connect() as conn:
                 try:
-                    conn.info[_READ_KEY] = next(_READS)
+                    _READ_TOKENS[conn] = next(_READS)
                     yield conn
                 finally:
-                    conn.info.pop(_READ_KEY, None)
+                    _READ_TOKENS.pop(conn, None)
                     conn.rollback()
         except BaseException as exc:
             self._raise_ours(exc)

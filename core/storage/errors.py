@@ -24,6 +24,11 @@ class StorageUnavailableError(StorageError):
     retryable = True
 
 
+class DatabaseBusyError(StorageUnavailableError):
+    """Another writer held the file's write lock for longer than the busy timeout (libSQL): nothing was
+    written; trying again once it has finished may succeed."""
+
+
 class DatabaseOpenError(StorageError):
     """The file exists but cannot be used as a memory database."""
 

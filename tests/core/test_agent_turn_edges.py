@@ -12,8 +12,11 @@ from core.llm import ModelError, ScriptedModel
 
 
 def counts(store) -> dict[str, int]:
+    """Rows per table; a table that does not exist (the vector table before the first write) counts 0."""
+    from core.storage.catalog import has_table
+
     with store.db.read() as conn:
-        return {t: int(conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar() or 0)
+        return {t: int(conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar() or 0) if has_table(conn, t) else 0
                 for t in ("mastra_messages", "mastra_threads", "memory_messages_64", "memory_studio_fts_docs")}
 
 

@@ -293,7 +293,7 @@ def test_imported_messages_are_indexed_for_recall_when_the_target_uses_it(source
         assert "'memory-studio reindex'" in recall_after_import(store, report.message_ids, embed=False)
     with_recall = _fresh(new_db, "recall.db")
     with open_store(with_recall) as store:
-        RecallIndex.for_store(store, embedder)  # this database's memory uses recall: it has a vector table
+        RecallIndex.for_store(store, embedder).ensure_tables()  # this database's memory uses recall: it has a vector table
     report = _import(with_recall, data)
     with open_store(with_recall) as store:
         note = recall_after_import(store, report.message_ids, embedder=embedder)
