@@ -156,3 +156,22 @@ def test_jump_to_a_message_far_from_the_loaded_pages(qtbot: Any, make_session: A
     qtbot.waitUntil(lambda: pane.current_message_id() == "m0000123", timeout=10_000)
     assert pane.view.currentIndex().row() == 123
     assert sig.args is not None
+
+
+def test_search_matches_what_messages_say_not_their_stored_json(qtbot: Any, make_session: Any,
+                                                                 small_db: Path) -> None:
+    """Every stored message holds "format", "parts", "type", quotes and braces in its JSON: searching
+    for those words or characters must not list every message as a match."""
+    pane = _resources(qtbot, make_session(small_db))
+    for query in ("format", "parts", "type", '"', "{", "toolInvocation"):
+        pane.search(query)
+        qtbot.waitUntil(lambda: "Searching" not in pane.results_label.text(), timeout=10_000)
+        assert pane.results.rowCount() == 0, query
+        assert pane.results_label.text() == f"No message contains “{query}”"
+    # What a part says is still found: a tool's name and arguments, a data part's values, a file's name.
+    for query, thread in (("searchRecipes", "Weekly groceries"), ("tofu", "Weekly groceries"),
+                          ("list.txt", "Weekly groceries"), ("PLAN DINNER", "Weekly groceries")):
+        pane.search(query)
+        qtbot.waitUntil(lambda: "Searching" not in pane.results_label.text(), timeout=10_000)
+        assert pane.results.rowCount() == 1, query
+        assert thread in pane.results.index(0).data()
