@@ -175,3 +175,49 @@ def test_search_matches_what_messages_say_not_their_stored_json(qtbot: Any, make
         qtbot.waitUntil(lambda: "Searching" not in pane.results_label.text(), timeout=10_000)
         assert pane.results.rowCount() == 1, query
         assert thread in pane.results.index(0).data()
+
+
+def test_a_tree_that_cannot_be_read_says_why_instead_of_looking_empty(qtbot: Any, make_session: Any,
+                                                                      small_db: Path) -> None:
+    """A damaged file that opens but whose thread list cannot be read must not look like an empty
+    database: the tree says why, with the engine's advice (how to salvage it)."""
+    import sqlite3
+
+    con = sqlite3.connect(small_db)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'idx_messages_thread_created_at'").fetchone()[0]
+    con.close()
+    with open(small_db, "r+b") as fh:  # the index the thread list's counts read: the file still opens
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+    pane = ResourcesPane(make_session(small_db))
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.refresh()
+    qtbot.waitUntil(lambda: pane.banner.isVisible(), timeout=10_000)
+    assert pane.banner.text().startswith("The threads could not be read: ")
+    assert "is damaged" in pane.banner.text() and ".recover" in pane.banner.text()
+    assert pane.thread_rows() == []
+
+
+def test_a_search_that_fails_says_so_instead_of_searching_forever(qtbot: Any, make_session: Any,
+                                                                  tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "many.db"
+    seed_many(path, "t-bulk", 400)
+    con = sqlite3.connect(path)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    leaves = [p for p, kind in con.execute("SELECT pageno, pagetype FROM dbstat WHERE name = 'mastra_messages'")
+              if kind == "leaf"]
+    con.close()
+    with open(path, "r+b") as fh:  # one leaf of the messages table: the file opens, a scan of it fails
+        fh.seek((leaves[-1] - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+    pane = ResourcesPane(make_session(path))
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.search("message number")
+    qtbot.waitUntil(lambda: "Searching" not in pane.results_label.text(), timeout=10_000)
+    assert pane.results_label.text().startswith("The search for “message number” failed: ")
+    assert "is damaged" in pane.results_label.text() and pane.results.rowCount() == 0
