@@ -177,19 +177,25 @@ def test_search_matches_what_messages_say_not_their_stored_json(qtbot: Any, make
         assert thread in pane.results.index(0).data()
 
 
+def _damage_thread_index(path: Path) -> None:
+    """Overwrite the index the thread list and a thread's messages are read through: the file still
+    opens, those reads fail as damaged."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'idx_messages_thread_created_at'").fetchone()[0]
+    con.close()
+    with open(path, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+
+
 def test_a_tree_that_cannot_be_read_says_why_instead_of_looking_empty(qtbot: Any, make_session: Any,
                                                                       small_db: Path) -> None:
     """A damaged file that opens but whose thread list cannot be read must not look like an empty
     database: the tree says why, with the engine's advice (how to salvage it)."""
-    import sqlite3
-
-    con = sqlite3.connect(small_db)
-    page_size = con.execute("PRAGMA page_size").fetchone()[0]
-    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'idx_messages_thread_created_at'").fetchone()[0]
-    con.close()
-    with open(small_db, "r+b") as fh:  # the index the thread list's counts read: the file still opens
-        fh.seek((root - 1) * page_size)
-        fh.write(b"\xff" * page_size)
+    _damage_thread_index(small_db)
     pane = ResourcesPane(make_session(small_db))
     qtbot.addWidget(pane)
     pane.show()
@@ -221,3 +227,13 @@ def test_a_search_that_fails_says_so_instead_of_searching_forever(qtbot: Any, ma
     qtbot.waitUntil(lambda: "Searching" not in pane.results_label.text(), timeout=10_000)
     assert pane.results_label.text().startswith("The search for “message number” failed: ")
     assert "is damaged" in pane.results_label.text() and pane.results.rowCount() == 0
+
+
+def test_a_thread_that_cannot_be_read_does_not_stay_loading(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    _damage_thread_index(small_db)
+    pane = _messages(qtbot, make_session(small_db))
+    pane.set_selection(Selection("ada", "t-groceries"))
+    assert pane.header.text() == "Loading…"
+    qtbot.waitUntil(lambda: pane.header.text() != "Loading…", timeout=10_000)
+    assert pane.header.text().startswith("⚠ This thread's messages could not be read: ")
+    assert "is damaged" in pane.header.text()
