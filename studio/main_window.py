@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar, cast, runtime_checkable
 
 from PySide6.QtCore import QPoint, QSettings, Qt, QTimer, Signal
@@ -208,6 +209,14 @@ class BuiltPanes:
 
     def values(self) -> list[Pane]:
         return [page.pane for page in self._window.pages if page.pane is not None]
+
+
+def title_name(path: str) -> str:
+    """The short name the window title starts with: a file's name, a server database's name (the
+    URL's path: a socket folder in ``?host=`` or the query is not the database)."""
+    if "://" in path:
+        return urlsplit(path).path.lstrip("/") or path
+    return Path(path).name if path != ":memory:" else path
 
 
 def default_seeder(store: Any, progress: Callable[[int, int], None]) -> Any:
@@ -973,7 +982,7 @@ class MainWindow(QMainWindow):
             self.path_label.setText("")
             return
         path = self.session.display_path
-        name = Path(path).name if path != ":memory:" else path
+        name = title_name(path)
         ro = self.session.read_only
         self.setWindowTitle(f"{name} — {path}{' [read-only]' if ro else ''} — {APP_NAME}")
         location = self.session.store.location

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from studio.logic.message_format import MessageRow, summarize, unreadable_row
+from studio.logic.message_format import MessageRow, search_text, summarize, unreadable_row
 from studio.selection import Selection
 
 # The engine's modules load in the function that needs them, on the worker that runs it: importing
@@ -126,8 +126,16 @@ class SearchHit:
     created_at: Any
 
 
+SEARCH_OVERFETCH = 5  # storage candidates read per hit shown: some match only the stored JSON's structure
+
+
 def search_messages(store: Store, text: str, limit: int = 200) -> list[SearchHit]:
-    hits = store.memory.search_text(text, limit=limit)
+    """Messages whose text contains ``text`` (case-insensitive), newest first. The storage search
+    matches the stored JSON, where every message holds "format", "parts", "type", "text", quotes and
+    braces: its candidates are kept only when what the message says contains the query."""
+    wanted = text.strip().casefold()
+    candidates = store.memory.search_text(text, limit=limit * SEARCH_OVERFETCH)
+    hits = [m for m in candidates if wanted in search_text(m).casefold()][:limit]
     titles: dict[str, tuple[str, str]] = {}
     out = []
     for m in hits:

@@ -66,13 +66,42 @@ def describe(store: Store, kind: str, item_id: str) -> ExportDetails:
                          has_turns)
 
 
+class ExportFileExists(Exception):
+    """The export's file exists and the user has not agreed to replace it: nothing was written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path} already exists.")
+        self.path = path
+
+
+def write_failure(exc: OSError, path: Path) -> str:
+    """What a failed write of ``path`` means, naming the user's path (the OS error names a temporary
+    file beside it) and what to do."""
+    if isinstance(exc, NotADirectoryError):
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        return f"Cannot write {path}: {blocker} is a file, not a folder. Choose another folder."
+    if isinstance(exc, PermissionError):
+        return f"Cannot write {path}: permission denied. Choose a folder you can write to."
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"Cannot write {path}: {reason}. Choose another file name or folder."
+
+
 def run_export(store: Store, request: ExportRequest) -> Path:
+    """Export to ``request.path``; an existing file is replaced only when the request says so
+    (``ExportFileExists`` otherwise). A write the system refuses raises ``OSError`` with a message
+    that names the path and what to do."""
     from core.transfer import export_data, render, write_atomically
 
+    path = request.path
+    if not request.replace and path.is_file():
+        raise ExportFileExists(path)
     data = export_data(store, thread_id=request.id if request.kind == "thread" else None,
                        resource_id=request.id if request.kind == "resource" else None, options=request.options)
-    write_atomically(request.path, render(data, request.format))
-    return request.path
+    try:
+        write_atomically(path, render(data, request.format))
+    except OSError as exc:
+        raise OSError(exc.errno, write_failure(exc, path)) from exc
+    return path
 
 
 def run_import(store: Store, data: dict[str, Any], overwrite: bool) -> Imported:
@@ -147,7 +176,13 @@ class TransferActions(QObject):
 
         def failed(exc: BaseException) -> None:
             log.info("export failed: %s", exc)
-            if _alive(dialog):
+            if not _alive(dialog):
+                return
+            if isinstance(exc, ExportFileExists):
+                dialog.ask_replace(exc.path)
+            elif isinstance(exc, OSError) and exc.strerror:
+                dialog.failed(exc.strerror)  # run_export's sentence: the path and what to do
+            else:
                 dialog.failed(str(exc) or type(exc).__name__)
 
         session.run(lambda: run_export(session.store, request), on_result=done, on_error=failed)

@@ -77,6 +77,13 @@ def transcript_html(entries: Sequence[Entry], *, busy: bool = False) -> str:
     return "".join(parts)
 
 
+def unreadable_html() -> str:
+    """The transcript when the thread's messages could not be read (the banner says why): never the
+    empty thread's "No messages yet"."""
+    return (f"<p style='color:{DIM}'>The messages of this thread could not be read, so none are shown; "
+            "the reason is above.</p>")
+
+
 def memory_summary(opts: MemoryOptions) -> str:
     """One line: what this agent's memory brings into each turn."""
     bits = []

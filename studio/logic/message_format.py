@@ -75,6 +75,45 @@ def summarize_part(part: dict[str, Any]) -> str:
     return f"[{kind}]"
 
 
+def _leaves(value: Any) -> list[str]:
+    """The values a person reads in a JSON value: strings and numbers, never its keys or punctuation."""
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [str(value)]
+    return []
+
+
+def part_search_text(part: dict[str, Any]) -> str:
+    """What a search across messages looks in for one part: what the Studio shows of it, whole (never
+    the stored JSON's field names, part types or a file's encoded bytes)."""
+    kind = str(part.get("type", "?"))
+    if kind == "text":
+        return str(part.get("text", ""))
+    if kind == "reasoning":
+        return str(part.get("reasoning") or "") + " " + _details_text(part)
+    if kind == "tool-invocation":
+        inv = part.get("toolInvocation") or {}
+        return " ".join([str(inv.get("toolName", "")), *_leaves(inv.get("args")), *_leaves(inv.get("result"))])
+    if kind == "file":
+        return " ".join(str(part.get(k) or "") for k in ("filename", "mimeType", "mediaType"))
+    if kind == "step-start":
+        return ""
+    if kind.startswith("data-"):
+        return " ".join(_leaves(part.get("data")))
+    return " ".join(_leaves({k: v for k, v in part.items() if k != "type"}))
+
+
+def search_text(message: Message) -> str:
+    """A message's searchable text: its parts as read (``part_search_text``), else its plain text."""
+    pieces = [t for t in (part_search_text(p) for p in message.parts) if t.strip()]
+    return "\n".join(pieces) if pieces else message.text
+
+
 INVALID_UTF8_NOTE = "stored text is not valid UTF-8; the unreadable bytes are shown as \ufffd"
 
 

@@ -10,6 +10,7 @@ free to estimate either, so the Studio says "no price set" rather than $0.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -197,6 +198,8 @@ def check_rows(rows: Iterable[tuple[str, str, str]]) -> tuple[dict[str, Price], 
         try:
             pin, pout = float(inp.replace("$", "").strip() or "0"), float(out.replace("$", "").strip() or "0")
         except ValueError:
+            pin = pout = math.nan
+        if not (math.isfinite(pin) and math.isfinite(pout)):  # float() also reads "nan" and "inf"
             problems.append(f"Row {n}: prices must be numbers (US $ per million tokens).")
             continue
         if pin < 0 or pout < 0:

@@ -190,7 +190,14 @@ def list_caption(ins: Inspection | None, name: ListName) -> str:
         return ""
     reason = ins.empty_reason(name)
     summary = ins.summary(name)
-    return f"{summary} — {reason}" if reason else summary
+    if not reason:
+        return summary
+    # The reason may begin with what the summary already counts ("12 results below the threshold
+    # 0.99"): said once, followed by the rest of the reason.
+    said = next((part for part in summary.split(" · ") if reason.startswith(part)), None)
+    if said is not None:
+        return f"{summary} {reason[len(said):].lstrip()}".rstrip()
+    return f"{summary} — {reason}"
 
 
 def window_of(ins: Inspection, message_id: str) -> list[tuple[str, str]]:

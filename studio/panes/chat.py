@@ -48,6 +48,7 @@ from studio.widgets.pane_header import alive_only, pane_header, pane_layout
 TRANSCRIPT_MESSAGES = 60  # the newest messages of the thread shown above the conversation
 PAINT_MS = 30  # deltas arriving faster than this are painted together
 DEFAULT_RESOURCE = "playground-user"
+READ_FAILED = "This thread's messages could not be read"  # the banner's start, so a later read can clear it
 
 
 EMBEDDERS = EmbedderHolder()  # the database's local model, one per model and process
@@ -266,6 +267,8 @@ class ChatPane(QWidget):
         if not self.busy:
             self.entries = lay.entries_from_rows(rows)
             self._render()
+        if self.banner.level == "error" and self.banner.text().startswith(READ_FAILED):
+            self.banner.hide()  # read now
         self._update_state()
         self.context_loaded.emit()
 
@@ -452,6 +455,10 @@ class ChatPane(QWidget):
 
     def _on_read_error(self, exc: BaseException) -> None:
         self.status.setText(f"Could not read the thread: {type(exc).__name__}: {exc}")
+        # Not "No messages yet": the thread may hold many; they could not be read.
+        self.banner.show_message(f"{READ_FAILED}: {str(exc) or type(exc).__name__}", "error")
+        if not self.busy and not self.entries:
+            self.transcript.setHtml(lay.unreadable_html())
 
     # -- transcript ------------------------------------------------------------------------------
     def _render(self) -> None:

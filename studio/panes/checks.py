@@ -41,6 +41,7 @@ from studio.widgets.record_table import Column, RecordTableModel, record_table_v
 
 CHECKS_FILTER = "Memory checks (*.json *.yaml *.yml);;All files (*)"
 SETTING = "checks/file:"  # + the database's display path
+UNUSABLE_FILE = "No checks shown: this checks file cannot be used as it is;"
 
 CHECK_COLUMNS: list[Column[CheckRow]] = [
     Column("State", lambda r: r.state, foreground=lambda r: r.colour, tooltip=lambda r: r.detail),
@@ -223,6 +224,12 @@ class ChecksPane(QWidget):
     def _on_error(self, exc: BaseException) -> None:
         self._busy = False
         text = str(exc) or type(exc).__name__
+        if isinstance(exc, CheckFileError):
+            # The file named above cannot be used: the rows of the file (or version) read before are not
+            # its checks, and must not stand under its name.
+            self.run_data = None
+            self._show_rows([])
+            self.summary.setText(f"{UNUSABLE_FILE} fix it (the reason is below), then Run Checks.")
         self.status.setText(text)
         self.failed.emit(text)
 

@@ -10,6 +10,8 @@ if the user was at the end it follows the new messages, otherwise it stays where
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import (
@@ -253,8 +255,11 @@ class MessagesPane(QWidget):
             self.view.scrollToBottom()
             self._follow = True
 
-    def _on_load_failed(self, _message: str) -> None:
+    def _on_load_failed(self, message: str) -> None:
         self._opening = False  # a jump asked for meanwhile is dropped with the rows it needed
+        # Said where "Loading…" was: a read that failed must not look like one still under way.
+        self.header.setWordWrap(True)  # the engine's reason can be long (a damaged file: how to salvage it)
+        self.header.setText(f"⚠ This thread's messages could not be read: {html.escape(message)}")
 
     def _update_header(self) -> None:
         tid = self._selection.thread_id

@@ -69,6 +69,7 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_
 from studio.widgets.request_view import RequestPanel
 
 DEBOUNCE_MS = 250
+MAX_LINE_CHARS = 2**31 - 1  # QLineEdit's own limit is 32,767 characters
 MIGRATE_COMMAND = "file.migrate"
 MIGRATE_HINT_TEXT = "memory-studio migrate"  # recall errors that only a migration fixes say this
 EMBEDDERS = EmbedderHolder()  # one embedding model per process, loaded on the first recall preview
@@ -163,6 +164,10 @@ class PromptInspectorPane(QWidget):
         root.addLayout(mode)
         self.instructions_edit = QLineEdit()
         self.instructions_edit.setPlaceholderText("none — the agent recorded no instructions (type some to add them)")
+        # A line edit keeps 32,767 characters unless told otherwise: longer instructions (or a pasted
+        # message) were cut silently, and the prompt shown was not the agent's.
+        for edit in (self.message_edit, self.instructions_edit):
+            edit.setMaxLength(MAX_LINE_CHARS)
         instr = QHBoxLayout()
         instr_label = QLabel("Instructions")
         instr_label.setMinimumWidth(self.new_radio.sizeHint().width())

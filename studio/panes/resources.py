@@ -29,6 +29,7 @@ from studio.reads import SearchHit, TreeData
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
 from studio.selection import Selection
 from studio.session import StudioSession
+from studio.widgets.banner import Banner
 from studio.widgets.pane_header import elastic
 
 AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
@@ -123,6 +124,11 @@ class ResourcesPane(QWidget):
         layout.setContentsMargins(6, 6, 6, 6)
         layout.setSpacing(6)
         layout.addWidget(self.filter)
+        # A tree that could not be read must not look like an empty database: the reason (for a damaged
+        # file, how to salvage it) stays above it until a read succeeds.
+        self.banner = Banner(self)
+        self.banner.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.banner)
         layout.addWidget(self.stack)
 
         self.filter.textChanged.connect(self._on_filter)
@@ -134,9 +140,14 @@ class ResourcesPane(QWidget):
     # -- data --------------------------------------------------------------------------------
     def refresh(self) -> None:
         store = self.session.store
-        self.session.run(lambda: queries.load_tree(store), on_result=self._apply, key=f"tree:{id(self)}")
+        self.session.run(lambda: queries.load_tree(store), on_result=self._apply, on_error=self._load_failed,
+                         key=f"tree:{id(self)}")
+
+    def _load_failed(self, exc: BaseException) -> None:
+        self.banner.show_message(f"The threads could not be read: {str(exc) or type(exc).__name__}", "error")
 
     def _apply(self, data: TreeData) -> None:
+        self.banner.hide()
         self.model.apply(data)
         if not self._loaded_once and data.resources:  # the first load with data (not an empty file)
             self._loaded_once = True
@@ -211,7 +222,14 @@ class ResourcesPane(QWidget):
         self.results_label.setText(f"Searching for “{query}”…")
         self.stack.setCurrentIndex(1)
         self.session.run(lambda: queries.search_messages(store, query), key=f"search:{id(self)}",
-                         on_result=lambda hits: self._show_hits(query, hits))
+                         on_result=lambda hits: self._show_hits(query, hits),
+                         on_error=lambda exc: self._search_failed(query, exc))
+
+    def _search_failed(self, query: str, exc: BaseException) -> None:
+        """Say so where "Searching…" was, instead of leaving it there."""
+        self.results.set_hits(query, [])
+        self.results_label.setText(f"The search for “{query}” failed: {str(exc) or type(exc).__name__}")
+        self.results_label.setToolTip(self.results_label.text())
 
     def _show_hits(self, query: str, hits: list[SearchHit]) -> None:
         self.results.set_hits(query, hits)

@@ -44,6 +44,7 @@ class ExportRequest:
     format: str  # "json" | "markdown"
     options: ExportOptions
     path: Path
+    replace: bool = False  # the user agreed to replace an existing file at ``path``
 
 
 def default_file_name(kind: str, item_id: str, fmt: str) -> str:
@@ -60,6 +61,7 @@ class ExportDialog(QDialog):
         self.setObjectName("exportDialog")
         self.kind, self.item_id = kind, item_id
         self._has_turns = True
+        self._replace_path: Path | None = None  # an existing file the user agreed to replace
         self.choose_path = choose_path
         self.setWindowTitle(f"Export {kind.title()}")
         self.heading = QLabel(f"Export {kind} <b>{_escape(item_id)}</b>")
@@ -129,7 +131,7 @@ class ExportDialog(QDialog):
         self.browse.clicked.connect(self._browse)
         self.buttons.rejected.connect(self.reject)
         self.export_button.clicked.connect(self.request_export)
-        self.path_edit.textChanged.connect(lambda _t: self.error.hide())
+        self.path_edit.textChanged.connect(self._path_edited)
 
     # -- state -----------------------------------------------------------------------------------
     @property
@@ -173,6 +175,12 @@ class ExportDialog(QDialog):
     def _chosen(self, path: str) -> None:
         if path:
             self.path_edit.setText(path)
+            self._replace_path = Path(path).expanduser()  # the file chooser asked before replacing it
+
+    def _path_edited(self, _text: str) -> None:
+        self.error.hide()
+        if self.export_button.text() == "Replace":
+            self.export_button.setText("Export")  # another file: "Replace" was about the one before
 
     # -- running ---------------------------------------------------------------------------------
     def request_export(self) -> None:
@@ -180,11 +188,18 @@ class ExportDialog(QDialog):
         if not text:
             self.failed("Choose a file to export to.")
             return
+        path = Path(text).expanduser()
         self.export_button.setEnabled(False)
         self.export_button.setText("Exporting…")
         self.error.hide()
-        self.export_requested.emit(ExportRequest(self.kind, self.item_id, self.format, self.options(),
-                                                 Path(text).expanduser()))
+        self.export_requested.emit(ExportRequest(self.kind, self.item_id, self.format, self.options(), path,
+                                                 replace=path == self._replace_path))
+
+    def ask_replace(self, path: Path) -> None:
+        """The file exists (the worker looked): say so, and let a second click replace it."""
+        self.failed(f"{path} already exists. Click Replace to overwrite it, or choose another file name.")
+        self._replace_path = path
+        self.export_button.setText("Replace")
 
     def failed(self, message: str) -> None:
         """The export did not happen: say why, keep the dialog open so the path can be fixed."""

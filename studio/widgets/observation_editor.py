@@ -68,6 +68,11 @@ class ObservationLineDialog(QDialog):
         self.edit = QLineEdit(view_marks(line.strip()))  # priority emoji as marks any font can draw
         self.edit.setObjectName("observationLine")
         layout.addWidget(self.edit)
+        self.error = elastic(QLabel(""), wrap=True)  # why Save did not save (instead of a click that does nothing)
+        self.error.setStyleSheet("color: #d9534f;")
+        self.error.hide()
+        self.edit.textEdited.connect(lambda _t: self.error.hide())
+        layout.addWidget(self.error)
         buttons = QDialogButtonBox()
         self.save_btn = buttons.addButton("Save Edit", QDialogButtonBox.ButtonRole.AcceptRole)
         buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
@@ -77,9 +82,12 @@ class ObservationLineDialog(QDialog):
 
     def _save(self) -> None:
         text = unview_marks(self.edit.text()).strip()
-        if text:
-            self.saved.emit(text)
-            self.accept()
+        if not text:
+            self.error.setText("An observation cannot be empty. To remove it, use Delete Observation… instead.")
+            self.error.show()
+            return
+        self.saved.emit(text)
+        self.accept()
 
 
 class ObservationLinesEditor(QWidget):

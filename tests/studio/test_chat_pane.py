@@ -253,3 +253,32 @@ def test_the_window_follows_a_turn_and_opens_its_prompt(qtbot, make_window, tmp_
     qtbot.waitUntil(lambda: window.resources.current_selection().thread_id == outcome.request.thread_id,
                     timeout=15_000)
     assert json.dumps(window.selection.resource_id) == '"ada"'
+
+
+def test_a_thread_that_cannot_be_read_is_not_shown_as_empty(qtbot, no_leaked_widgets, tmp_path):
+    """On a damaged file, the playground says the thread could not be read (with the engine's advice),
+    not "No messages yet" over a thread that holds messages."""
+    import sqlite3
+
+    path = tmp_path / "memory.db"
+    build(path).close()
+    con = sqlite3.connect(path)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'idx_messages_thread_created_at'").fetchone()[0]
+    con.close()
+    with open(path, "r+b") as fh:  # the index a thread's messages are read through; the file still opens
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+    s = StudioSession(open_for_studio(path))
+    try:
+        p = ChatPane(s)
+        qtbot.addWidget(p)
+        p.show()
+        p.set_selection(Selection("ada", "t-food"))
+        qtbot.waitUntil(lambda: p.banner.isVisible() and p.banner.level == "error", timeout=10_000)
+        assert p.banner.text().startswith("This thread's messages could not be read: ")
+        assert "is damaged" in p.banner.text()
+        assert "No messages yet" not in p.transcript_text()
+        assert "could not be read" in p.transcript_text()
+    finally:
+        s.close()

@@ -192,3 +192,28 @@ def _query(thread_id: str) -> Any:
     from core.storage.memory_store import MessageQuery
 
     return MessageQuery(thread_id=thread_id)
+
+
+def test_a_checks_file_that_cannot_be_read_does_not_show_the_previous_files_checks(
+        qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    """The header names the file just opened: rows read from the file before must not stand under it."""
+    db = tmp_path / "memory.db"
+    seed(db)
+    good = tmp_path / "good.json"
+    save_checks(good, [Check("never a pirate", "food", turn=1, prompt_excludes=("pirate",))])
+    broken = tmp_path / "broken.json"
+    broken.write_text("[1,2", encoding="utf-8")
+    window = _open(qtbot, make_window, db)
+    pane = window.panes["checks"]
+    window.show_tab("checks")
+    pane.set_path(good, run=True)
+    _ran(qtbot, pane)
+    assert pane.model.rowCount() == 1 and "1 passed" in pane.summary.text()
+
+    pane.set_path(broken, run=True)
+    qtbot.waitUntil(lambda: not pane.busy and "not valid JSON" in pane.status.text(), timeout=30_000)
+    assert pane.subtitle.text() == str(broken)
+    assert pane.model.rowCount() == 0 and pane.run_data is None
+    assert pane.summary.text() == ("No checks shown: this checks file cannot be used as it is; fix it (the reason "
+                                   "is below), then Run Checks.")
+    assert "passed" not in pane.summary.text() and pane.detail.toPlainText() == ""

@@ -225,3 +225,21 @@ def test_a_thread_deleted_by_another_program_is_let_go_of_by_every_pane(qtbot: A
     assert window.messages_pane.model.thread_id is None
     assert "t-trip" in window.status_text.text() and "deleted" in window.status_text.text()
     qtbot.waitUntil(lambda: all(r[0] != "li" for r in window.resources.thread_rows()), timeout=15_000)
+
+
+def test_saving_an_empty_observation_says_what_to_do_instead(qtbot: Any, no_leaked_widgets: None) -> None:
+    """Save Edit with the line cleared used to do nothing at all: it now says why and what to use."""
+    from studio.widgets.observation_editor import ObservationLineDialog
+
+    dialog = ObservationLineDialog("* 🔴 (09:10) Sam is blocked on staging access.")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    saved: list[str] = []
+    dialog.saved.connect(saved.append)
+    dialog.edit.setText("   ")
+    dialog.save_btn.click()
+    assert saved == [] and dialog.isVisible()
+    assert dialog.error.isVisible()
+    assert dialog.error.text() == "An observation cannot be empty. To remove it, use Delete Observation… instead."
+    qtbot.keyClicks(dialog.edit, "x")  # typing again clears the message
+    assert not dialog.error.isVisible()

@@ -156,3 +156,84 @@ def test_jump_to_a_message_far_from_the_loaded_pages(qtbot: Any, make_session: A
     qtbot.waitUntil(lambda: pane.current_message_id() == "m0000123", timeout=10_000)
     assert pane.view.currentIndex().row() == 123
     assert sig.args is not None
+
+
+def test_search_matches_what_messages_say_not_their_stored_json(qtbot: Any, make_session: Any,
+                                                                 small_db: Path) -> None:
+    """Every stored message holds "format", "parts", "type", quotes and braces in its JSON: searching
+    for those words or characters must not list every message as a match."""
+    pane = _resources(qtbot, make_session(small_db))
+    for query in ("format", "parts", "type", '"', "{", "toolInvocation"):
+        pane.search(query)
+        qtbot.waitUntil(lambda: "Searching" not in pane.results_label.text(), timeout=10_000)
+        assert pane.results.rowCount() == 0, query
+        assert pane.results_label.text() == f"No message contains “{query}”"
+    # What a part says is still found: a tool's name and arguments, a data part's values, a file's name.
+    for query, thread in (("searchRecipes", "Weekly groceries"), ("tofu", "Weekly groceries"),
+                          ("list.txt", "Weekly groceries"), ("PLAN DINNER", "Weekly groceries")):
+        pane.search(query)
+        qtbot.waitUntil(lambda: "Searching" not in pane.results_label.text(), timeout=10_000)
+        assert pane.results.rowCount() == 1, query
+        assert thread in pane.results.index(0).data()
+
+
+def _damage_thread_index(path: Path) -> None:
+    """Overwrite the index the thread list and a thread's messages are read through: the file still
+    opens, those reads fail as damaged."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'idx_messages_thread_created_at'").fetchone()[0]
+    con.close()
+    with open(path, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+
+
+def test_a_tree_that_cannot_be_read_says_why_instead_of_looking_empty(qtbot: Any, make_session: Any,
+                                                                      small_db: Path) -> None:
+    """A damaged file that opens but whose thread list cannot be read must not look like an empty
+    database: the tree says why, with the engine's advice (how to salvage it)."""
+    _damage_thread_index(small_db)
+    pane = ResourcesPane(make_session(small_db))
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.refresh()
+    qtbot.waitUntil(lambda: pane.banner.isVisible(), timeout=10_000)
+    assert pane.banner.text().startswith("The threads could not be read: ")
+    assert "is damaged" in pane.banner.text() and ".recover" in pane.banner.text()
+    assert pane.thread_rows() == []
+
+
+def test_a_search_that_fails_says_so_instead_of_searching_forever(qtbot: Any, make_session: Any,
+                                                                  tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "many.db"
+    seed_many(path, "t-bulk", 400)
+    con = sqlite3.connect(path)
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    leaves = [p for p, kind in con.execute("SELECT pageno, pagetype FROM dbstat WHERE name = 'mastra_messages'")
+              if kind == "leaf"]
+    con.close()
+    with open(path, "r+b") as fh:  # one leaf of the messages table: the file opens, a scan of it fails
+        fh.seek((leaves[-1] - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+    pane = ResourcesPane(make_session(path))
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.search("message number")
+    qtbot.waitUntil(lambda: "Searching" not in pane.results_label.text(), timeout=10_000)
+    assert pane.results_label.text().startswith("The search for “message number” failed: ")
+    assert "is damaged" in pane.results_label.text() and pane.results.rowCount() == 0
+
+
+def test_a_thread_that_cannot_be_read_does_not_stay_loading(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    _damage_thread_index(small_db)
+    pane = _messages(qtbot, make_session(small_db))
+    pane.set_selection(Selection("ada", "t-groceries"))
+    assert pane.header.text() == "Loading…"
+    qtbot.waitUntil(lambda: pane.header.text() != "Loading…", timeout=10_000)
+    assert pane.header.text().startswith("⚠ This thread's messages could not be read: ")
+    assert "is damaged" in pane.header.text()

@@ -22,6 +22,9 @@ def test_postgres_database_opens_read_only_and_live(qtbot: Any, make_window: Any
     window.open_database(pg_url)
     _wait_open(qtbot, window, 3)
     assert window.session.read_only and "[read-only]" in window.windowTitle()
+    # The title starts with the database's name, not the last folder of the server's socket path.
+    database = pg_url.split("?")[0].rsplit("/", 1)[1]
+    assert window.windowTitle().startswith(f"{database} — postgresql://")
     assert any("上海出差" in str(r) for r in window.resources.thread_rows())
     window.set_selection(Selection("ada", "t-groceries"))
     qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() > 0, timeout=10_000)

@@ -233,3 +233,32 @@ def test_an_agent_with_a_history_budget_shows_the_trim(qtbot, no_leaked_widgets,
         pane.grab().save(str(tmp_path / "budget.png"))
     finally:
         session.close()
+
+
+def test_instructions_longer_than_a_line_edit_keeps_are_shown_and_assembled_whole(qtbot, no_leaked_widgets,
+                                                                                   tmp_path):
+    """A QLineEdit keeps 32,767 characters unless told otherwise: an agent's longer instructions were
+    cut there, so the prompt shown (its text and token counts) was not the one the agent sends."""
+    from core import Agent
+    from core.llm import ScriptedModel
+
+    long_instructions = "You plan meals. " + " ".join(f"Rule {i}: dish {i} is never served with peanuts."
+                                                       for i in range(900))
+    assert len(long_instructions) > 40_000
+    store = open_store(tmp_path / "memory.db")
+    mem = Memory(store, MemoryOptions(last_messages=4), name="chef")
+    Agent("chef", instructions=long_instructions, model=ScriptedModel([]), memory=mem)  # registers its instructions
+    mem.create_thread(resource_id="ada", thread_id="t-food", title="Food")
+    mem.save_messages([Message.user("Dinner ideas?", thread_id="t-food", resource_id="ada", created_at=T0)])
+    s = StudioSession(store)
+    try:
+        pane = PromptInspectorPane(s)
+        qtbot.addWidget(pane)
+        preview = select(qtbot, pane, Selection("ada", "t-food"))
+        assert pane.instructions_edit.text() == long_instructions
+        fragment = next(f for f in preview.prompt.fragments if f.source == "instructions")
+        assert fragment.text == long_instructions
+        pane.message_edit.setText("x" * 40_000)  # a pasted message is not cut either
+        assert len(pane.message_edit.text()) == 40_000
+    finally:
+        s.close()

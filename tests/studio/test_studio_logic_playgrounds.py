@@ -104,6 +104,9 @@ def test_list_captions_never_leave_an_empty_list_silent(searched):
     caption = recall_layout.list_caption(ins, "hybrid")
     assert caption.startswith("0 hits · 2 results below the threshold 0.999")
     assert "lower it" in caption
+    assert caption.count("below the threshold") == 1  # said once, not again in the reason
+    assert caption.startswith("0 hits · 2 results below the threshold 0.999 (best similarity ")
+    assert caption.endswith("): lower it to see them")
     ok = inspect_search(index, "allergic peanuts", resource_id="ada", top_k=1)
     assert recall_layout.list_caption(ok, "hybrid") == "1 hit · 1 outside the top 1"
     assert recall_layout.list_caption(None, "vector") == ""

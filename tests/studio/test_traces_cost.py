@@ -163,3 +163,11 @@ def test_a_bad_price_blocks_save(no_leaked_widgets: None, qtbot: Any, make_sessi
     dialog.grid.item(0, 1).setText("cheap")
     assert not dialog.validate() and "numbers" in dialog.problem.text()
     dialog.reject()
+
+
+def test_a_price_of_nan_or_infinity_is_refused_like_any_other_non_number() -> None:
+    """float() reads "nan", "inf" and "Infinity": saved, they showed costs of $nan or $inf."""
+    for bad in ("nan", "inf", "-inf", "Infinity", "$inf"):
+        table, problems = check_rows([("gpt-4o", bad, "1"), ("gpt-4o-mini", "1", bad)])
+        assert table == {} and problems == ["Row 1: prices must be numbers (US $ per million tokens).",
+                                            "Row 2: prices must be numbers (US $ per million tokens)."], bad

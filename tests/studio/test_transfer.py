@@ -264,3 +264,60 @@ def test_default_file_choosers_are_tracked_and_answer(qtbot: Any, make_window: A
     for d in dialogs:
         d.reject()
     qtbot.waitUntil(lambda: not window.presenter.open)
+
+
+def test_export_to_an_existing_file_asks_before_replacing_it(qtbot: Any, make_window: Any, small_db: Path,
+                                                             tmp_path: Path) -> None:
+    """A typed (or default) path that names an existing file is not overwritten silently: the dialog
+    says so and a second click (Replace) replaces it; a path picked in the file chooser (which asks
+    itself) is replaced at once."""
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.set_selection(Selection("ada", "t-groceries"))
+    earlier = tmp_path / "groceries.json"
+    earlier.write_text("an earlier export", encoding="utf-8")
+    window.commands.run("file.export_thread")
+    dialog = window.transfer.dialog
+    dialog.path_edit.setText(str(earlier))
+    dialog.export_button.click()
+    qtbot.waitUntil(lambda: dialog.error.isVisible(), timeout=15_000)
+    assert dialog.error.text() == f"{earlier} already exists. Click Replace to overwrite it, or choose another file name."
+    assert dialog.export_button.text() == "Replace" and dialog.export_button.isEnabled()
+    assert earlier.read_text(encoding="utf-8") == "an earlier export"
+    dialog.path_edit.setText(str(tmp_path / "other.json"))  # another file: the question was about the first
+    assert dialog.export_button.text() == "Export" and not dialog.error.isVisible()
+    dialog.path_edit.setText(str(earlier))
+    with qtbot.waitSignal(window.transfer.exported, timeout=15_000):
+        dialog.export_button.click()
+    assert json.loads(earlier.read_text(encoding="utf-8"))["scope"] == {"kind": "thread", "id": "t-groceries"}
+
+    earlier.write_text("an earlier export", encoding="utf-8")
+    window.transfer.choose_save_path = Chooser(str(earlier)).save
+    window.commands.run("file.export_thread")
+    dialog = window.transfer.dialog
+    dialog.browse.click()
+    with qtbot.waitSignal(window.transfer.exported, timeout=15_000):
+        dialog.export_button.click()
+    assert json.loads(earlier.read_text(encoding="utf-8"))["scope"] == {"kind": "thread", "id": "t-groceries"}
+
+
+def test_export_into_a_path_through_a_file_names_the_users_path(qtbot: Any, make_window: Any, small_db: Path,
+                                                               tmp_path: Path) -> None:
+    """The system's error names a temporary file the user never typed: the dialog names theirs and what to do."""
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.set_selection(Selection("ada", "t-groceries"))
+    (tmp_path / "notes").write_text("a file, not a folder", encoding="utf-8")
+    target = tmp_path / "notes" / "groceries.json"
+    window.commands.run("file.export_thread")
+    dialog = window.transfer.dialog
+    dialog.path_edit.setText(str(target))
+    dialog.export_button.click()
+    qtbot.waitUntil(lambda: dialog.error.isVisible(), timeout=15_000)
+    assert dialog.error.text() == (f"Cannot write {target}: {tmp_path / 'notes'} is a file, not a folder. "
+                                   "Choose another folder.")
+    assert ".tmp" not in dialog.error.text() and dialog.export_button.isEnabled()
+    dialog.reject()
+    qtbot.waitUntil(lambda: not window.presenter.open)
