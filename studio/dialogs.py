@@ -12,6 +12,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QWidget
 
 from core.storage.errors import (
@@ -108,6 +109,7 @@ def build_error_box(parent: QWidget | None, problem: Problem) -> QMessageBox:
     box.setObjectName("problemDialog")
     box.setIcon(QMessageBox.Icon.Warning if problem.warning_only else QMessageBox.Icon.Critical)
     box.setWindowTitle(problem.title)
+    box.setTextFormat(Qt.TextFormat.PlainText)  # its text may quote a file or a database: never rich text
     box.setText(problem.text)
     box.setInformativeText(problem.advice)
     if problem.details:
@@ -121,6 +123,7 @@ def build_confirm_box(parent: QWidget | None, title: str, text: str, advice: str
     box.setObjectName("confirmDialog")
     box.setIcon(QMessageBox.Icon.Question)
     box.setWindowTitle(title)
+    box.setTextFormat(Qt.TextFormat.PlainText)  # (an import's confirmation quotes the file's ids)
     box.setText(text)
     box.setInformativeText(advice)
     yes = box.addButton(yes_text, QMessageBox.ButtonRole.AcceptRole)

@@ -74,22 +74,10 @@ class ExportFileExists(Exception):
         self.path = path
 
 
-def write_failure(exc: OSError, path: Path) -> str:
-    """What a failed write of ``path`` means, naming the user's path (the OS error names a temporary
-    file beside it) and what to do."""
-    if isinstance(exc, NotADirectoryError):
-        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
-        return f"Cannot write {path}: {blocker} is a file, not a folder. Choose another folder."
-    if isinstance(exc, PermissionError):
-        return f"Cannot write {path}: permission denied. Choose a folder you can write to."
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    return f"Cannot write {path}: {reason}. Choose another file name or folder."
-
-
 def run_export(store: Store, request: ExportRequest) -> Path:
     """Export to ``request.path``; an existing file is replaced only when the request says so
-    (``ExportFileExists`` otherwise). A write the system refuses raises ``OSError`` with a message
-    that names the path and what to do."""
+    (``ExportFileExists`` otherwise). A write the system refuses raises ``ExportWriteError`` with a
+    message that names the path and what to do."""
     from core.transfer import export_data, render, write_atomically
 
     path = request.path
@@ -97,10 +85,7 @@ def run_export(store: Store, request: ExportRequest) -> Path:
         raise ExportFileExists(path)
     data = export_data(store, thread_id=request.id if request.kind == "thread" else None,
                        resource_id=request.id if request.kind == "resource" else None, options=request.options)
-    try:
-        write_atomically(path, render(data, request.format))
-    except OSError as exc:
-        raise OSError(exc.errno, write_failure(exc, path)) from exc
+    write_atomically(path, render(data, request.format))  # (a refused write: ``ExportWriteError``, naming ``path``)
     return path
 
 

@@ -8,7 +8,7 @@ one transaction, ids kept, idempotent, conflicts reported. The format is describ
 from __future__ import annotations
 
 from core.transfer.export import ExportOptions, export_data, export_resource, export_thread
-from core.transfer.errors import ExportFormatError, TransferError
+from core.transfer.errors import ExportFormatError, ExportWriteError, TransferError
 from core.transfer.format import (
     FORMAT,
     VERSION,
@@ -29,6 +29,7 @@ __all__ = [
     "VERSION",
     "Conflict",
     "ExportFormatError",
+    "ExportWriteError",
     "ExportOptions",
     "ImportReport",
     "RecallIndexing",

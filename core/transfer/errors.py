@@ -13,4 +13,8 @@ class ExportFormatError(TransferError):
     """The file is not a Memory Studio export this version can read."""
 
 
-__all__ = ["ExportFormatError", "TransferError"]
+class ExportWriteError(TransferError):
+    """The export file could not be written (a folder on its path is a file, permission, the disk)."""
+
+
+__all__ = ["ExportFormatError", "ExportWriteError", "TransferError"]

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
-from core.transfer.errors import ExportFormatError, TransferError
+from core.transfer.errors import ExportFormatError, ExportWriteError, TransferError
 from core.terminal_text import printable
 
 FORMAT = "memory-studio-export"
@@ -60,20 +60,39 @@ def render(data: Mapping[str, Any], fmt: str) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write beside the target, then rename: a failed export never leaves half a file behind."""
+    """Write beside the target, then rename: a failed export never leaves half a file behind. A write
+    the system refuses is an ``ExportWriteError`` naming the user's path (the system's error names the
+    temporary file beside it) and what to do."""
     path = path.expanduser()
     if path.is_dir():
         raise ValueError(f"{path} is a folder; give a file name for the export.")
-    if not path.parent.exists():
+    if not path.parent.exists() and not any(p.exists() and not p.is_dir() for p in path.parents):
         raise ValueError(f"The folder {path.parent} does not exist; create it or choose another path.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise ExportWriteError(write_failure(exc, path)) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ExportWriteError(write_failure(exc, path)) from exc
         raise
+
+
+def write_failure(exc: OSError, path: Path) -> str:
+    """What a failed write of ``path`` means, naming the user's path and what to do."""
+    if isinstance(exc, NotADirectoryError) or (isinstance(exc, FileNotFoundError)
+                                               and any(p.exists() and not p.is_dir() for p in path.parents)):
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        return f"Cannot write {path}: {blocker} is a file, not a folder. Choose another folder."
+    if isinstance(exc, PermissionError):
+        return f"Cannot write {path}: permission denied. Choose a folder you can write to."
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"Cannot write {path}: {reason}. Choose another file name or folder."
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -266,8 +266,9 @@ class MessagesPane(QWidget):
         if not tid:
             return
         n = self.model.rowCount()
-        self.header.setText(f"<b>{n:,}</b> message{'s' if n != 1 else ''}  ·  thread <code>{tid}</code>  ·  "
-                            f"resource <code>{self._selection.resource_id}</code>")
+        # (ids are user data: escaped, so one cannot restyle the header)
+        self.header.setText(f"<b>{n:,}</b> message{'s' if n != 1 else ''}  ·  thread <code>{html.escape(tid)}</code>  ·  "
+                            f"resource <code>{html.escape(self._selection.resource_id or '')}</code>")
 
     def jump_to(self, message_id: str) -> None:
         row = self.model.find_loaded(message_id)

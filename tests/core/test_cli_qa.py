@@ -504,3 +504,16 @@ def test_migrate_on_a_database_of_a_newer_version_says_so(tmp_path: Path) -> Non
         assert code == 0 and out.startswith("nothing pending\n")
         assert "written by a newer Memory Studio (migrations 9999_future)" in out and "upgrade Memory Studio" in out
     assert digest(db) == before
+
+
+def test_export_to_a_path_through_a_file_names_the_users_path(tmp_path: Path) -> None:
+    # `export -o` printed an OSError traceback naming a temporary file (found by the Studio's QA pass).
+    db = tmp_path / "m.db"
+    assert run("demo", "--db", str(db))[0] == 0
+    (tmp_path / "notes").write_text("a file, not a folder", encoding="utf-8")
+    for target, blocker in ((tmp_path / "notes" / "ada.json", tmp_path / "notes"),
+                            (tmp_path / "notes" / "deeper" / "ada.json", tmp_path / "notes")):
+        code, out, err = run("export", "--db", str(db), "--resource", "ada", "-o", str(target))
+        assert code == 1 and "Traceback" not in err and ".tmp" not in err
+        assert err == f"error: Cannot write {target}: {blocker} is a file, not a folder. Choose another folder.\n"
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]  # no half-written file left

@@ -237,3 +237,30 @@ def test_a_thread_that_cannot_be_read_does_not_stay_loading(qtbot: Any, make_ses
     qtbot.waitUntil(lambda: pane.header.text() != "Loading…", timeout=10_000)
     assert pane.header.text().startswith("⚠ This thread's messages could not be read: ")
     assert "is damaged" in pane.header.text()
+
+
+def test_ids_in_the_message_header_are_shown_as_text_not_markup(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
+    # Ids are user data (an import, the gateway): a thread named like markup must not restyle the header.
+    db = tmp_path / "markup.db"
+    with open_store(db) as store:
+        store.memory.create_thread(thread_id="<b>t</b>", resource_id="<i>ada</i>")
+        store.memory.save_messages([Message.user("hi", thread_id="<b>t</b>", resource_id="<i>ada</i>")])
+    pane = _messages(qtbot, make_session(db))
+    with qtbot.waitSignal(pane.model.loaded):
+        pane.set_selection(Selection("<i>ada</i>", "<b>t</b>"))
+    qtbot.waitUntil(lambda: "thread" in pane.header.text(), timeout=10_000)
+    assert "<code>&lt;b&gt;t&lt;/b&gt;</code>" in pane.header.text()
+    assert "<code>&lt;i&gt;ada&lt;/i&gt;</code>" in pane.header.text()
+
+
+def test_problem_and_confirm_dialogs_show_their_text_as_plain_text(qtbot: Any) -> None:
+    # An import's confirmation and refusals quote a file's ids: markup in them must not restyle the dialog.
+    from PySide6.QtCore import Qt
+
+    from studio.dialogs import Problem, build_confirm_box, build_error_box
+
+    for box in (build_error_box(None, Problem("Title", "Import resource <b>ada</b>", "<i>advice</i>")),
+                build_confirm_box(None, "Import?", "Import resource <b>ada</b>", "<i>advice</i>", "Import")):
+        qtbot.addWidget(box)
+        assert box.textFormat() == Qt.TextFormat.PlainText
+        assert box.text() == "Import resource <b>ada</b>"
