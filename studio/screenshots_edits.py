@@ -76,7 +76,7 @@ def shoot_edits(app: Any, window: Any, save: Save, wait: Wait) -> None:
     save_checks(path, [
         Check("allergy reaches the party", "ada-party", resource="ada", turn=1, prompt_contains=("peanuts",),
               working_memory_contains=("Allergies**: peanuts",)),
-        Check("the weekend chat is recalled", "ada-party", turn=1, recalled=("skip peanuts in the satay",)),
+        Check("the allergy is recalled", "ada-party", turn=1, recalled=("allergic to peanuts",)),
         Check("no other user's data", "ada-party", turn=-1, prompt_excludes=("李伟", "Priya")),
     ])
     checks = window.panes["checks"]
