@@ -154,6 +154,10 @@ def _touch(conn: sa.Connection, thread_ids: Iterable[str], now: str) -> None:
 
 
 # -- content ----------------------------------------------------------------------------------------
+# Parts that carry something to send besides text (a message made of them may have no text).
+_CARRIERS = ("tool-invocation", "file")
+
+
 def content_with_text(content: Mapping[str, Any], text: str) -> dict[str, Any]:
     """The content with its text replaced: the first text part holds ``text``, other text parts go,
     every other part (tool calls, files, reasoning) stays in place."""
@@ -183,6 +187,13 @@ def _new_content(current: dict[str, Any], message_id: str, text: str | None, con
     if text is not None:
         if not isinstance(text, str):
             raise InvalidArgumentError(f"text must be a string, got {type(text).__name__}.")
+        if not text.strip() and not any(isinstance(p, Mapping) and p.get("type") in _CARRIERS
+                                         for p in current.get("parts") or []):
+            # Nothing would be left to send: many servers refuse a message with empty content, which
+            # would fail every later turn of the thread.
+            raise InvalidArgumentError(f"The new text of message {message_id} is empty, and the message holds "
+                                       "nothing else: delete the message instead (Studio: Edit > Delete Message; "
+                                       "API: delete_messages).")
         return content_with_text(current, text)
     if isinstance(content, Message):
         content = content.content

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from core import Agent, InvalidArgumentError, Memory, MemoryOptions, NotFoundError, ThreadOwnershipError
+from core import Agent, InvalidArgumentError, Memory, MemoryOptions, Message, NotFoundError, ThreadOwnershipError
 from core.embedding import HashingEmbedder
 from core.llm import ScriptedModel
 from core.timeutil import FixedClock
@@ -284,3 +284,23 @@ def test_deleting_a_thread_deletes_its_message_versions(chat: Any, store: Any) -
     assert _rows(store, "SELECT count(*) FROM memory_studio_message_versions WHERE thread_id = ?", "t1")[0][0] == 1
     memory.delete_thread("t1")
     assert _rows(store, "SELECT count(*) FROM memory_studio_message_versions WHERE thread_id = ?", "t1")[0][0] == 0
+
+
+def test_an_edit_that_would_leave_a_message_empty_is_refused_and_changes_nothing(chat: Any, store: Any) -> None:
+    # Found by the Studio's QA pass: Edit Message saved a user message with empty text, which many model
+    # servers refuse, so every later turn of the thread could fail. Delete is the way to remove one.
+    memory, _model = chat
+    first = _stored(memory)[0]
+    before = len(memory.message_versions(first.id, resource_id="ada"))
+    for blank in ("", "   \n"):
+        with pytest.raises(InvalidArgumentError, match="delete the message instead"):
+            memory.edit_message(first.id, resource_id="ada", text=blank)
+    assert _stored(memory)[0].text == first.text
+    assert len(memory.message_versions(first.id, resource_id="ada")) == before
+    # A message that holds a tool call may lose its words: the call is still sent.
+    call = Message.create("assistant", [{"type": "text", "text": "Let me check."}, {
+        "type": "tool-invocation", "toolInvocation": {"state": "result", "toolCallId": "c1", "toolName": "weather",
+                                                      "args": {}, "result": "sunny"}}], thread_id="t1",
+        resource_id="ada")
+    memory.save_messages([call])
+    assert memory.edit_message(call.id, resource_id="ada", text="").text == ""
