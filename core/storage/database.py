@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import weakref
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar, Iterator, Sequence
