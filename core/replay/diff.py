@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 REASONS = ("outside-history-window", "below-recall-threshold", "outside-recall-top-k", "recalled-for-input",
            "observed", "token-budget", "working-memory-changed", "new-message", "options-changed", "message-edited",
-           "message-deleted", "other")
+           "message-deleted", "recall-ranked-differently", "other")
 
 ChangeKind = Literal["entered", "left", "changed"]
 HISTORY = ("message-history",)
@@ -161,7 +161,13 @@ def _changed_reason(before: "Fragment", after: "Fragment", a: "AssembledPrompt",
         if came and _option(a, "semantic_recall", "enabled") and _new_query(b, a):
             return "recalled-for-input"
         if gone or came:
-            return _recall_reason(before, b) if gone else _recall_reason(after, a)
+            reason = _recall_reason(before, b) if gone else _recall_reason(after, a)
+            if reason != "other":
+                return reason
+        if a.options == b.options and not _new_query(b, a):
+            # The same input and options, and no message edited: the search itself answers otherwise (the
+            # engine's ranking changed since, or the index holds other messages or vectors now).
+            return "recall-ranked-differently"
     if before.source != after.source:  # the same message reached the prompt another way
         moved_from = before if before.source in HISTORY else after
         return "outside-history-window" if moved_from.source in HISTORY else "other"

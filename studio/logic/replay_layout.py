@@ -34,6 +34,7 @@ REASON_LABELS: dict[str, str] = {
     "options-changed": "options changed",
     "message-edited": "a stored message was edited since",
     "message-deleted": "a stored message was deleted since",
+    "recall-ranked-differently": "recall ranks differently now (same input and options)",
     "other": "other",
 }
 # A text marker beside every colour, so the change is readable without telling colours apart.

@@ -205,3 +205,28 @@ def test_recall_hits_that_enter_a_turn_were_recalled_for_its_input(store: Any) -
     # Within one turn (a what-if), a hit that enters with recall on was left out by the options.
     off = memory.assemble(as_of=ids[3], options={"semantic_recall": False})
     assert _reasons(prompt_diff(off, memory.assemble(as_of=ids[3])), "entered") == {"options-changed"}
+
+
+def test_a_recall_block_that_todays_search_answers_otherwise_says_so(store: Any) -> None:
+    # Same input, same options, no message edited, and yet the recall block differs from what the model
+    # got: the search answers otherwise now (the engine's ranking changed, or the index holds other vectors,
+    # as here). The Studio showed this as "changed (other)".
+    from core import Message
+    from core.recall import vector_table_name
+
+    memory = Memory(store, MemoryOptions(last_messages=2, semantic_recall={"top_k": 2, "message_range": 0,
+                                                                            "scope": "resource", "mode": "vector"}),
+                    embedder=HashingEmbedder(64))
+    memory.save_messages([Message.user(t, id=f"f{i}", thread_id="a", resource_id="u") for i, t in enumerate(
+        ["herons eat fish in the river", "herons nest in tall trees by the river", "the bus leaves at nine"])])
+    agent = Agent("helper", instructions="Short.", model=ScriptedModel(["Noted."]), memory=memory, tracer=False)
+    result = agent.generate("where do herons nest by the river?", memory={"resource": "u", "thread": "b"})
+    turn = next(m.id for m in result.messages if m.role == "user")
+    recorded = memory.assemble(as_of=turn)
+    block = next(f for f in recorded.fragments if f.source == "semantic-recall")
+    assert len(block.stored_ids) == 2
+    with store.db.write() as conn:  # the block's second message loses its vector (as a reindex might)
+        conn.exec_driver_sql(f"DELETE FROM {vector_table_name(64)} WHERE vector_id = ?", (block.stored_ids[1],))
+    changes = prompt_diff(recorded, memory.assemble(as_of=turn, rebuild="now"))
+    assert [(c.kind, c.source, c.reason) for c in changes] == [
+        ("changed", "semantic-recall", "recall-ranked-differently")]
