@@ -165,9 +165,7 @@ class TransferActions(QObject):
                 return
             if isinstance(exc, ExportFileExists):
                 dialog.ask_replace(exc.path)
-            elif isinstance(exc, OSError) and exc.strerror:
-                dialog.failed(exc.strerror)  # run_export's sentence: the path and what to do
-            else:
+            else:  # (a refused write: core's ``ExportWriteError``, whose message names the path and what to do)
                 dialog.failed(str(exc) or type(exc).__name__)
 
         session.run(lambda: run_export(session.store, request), on_result=done, on_error=failed)
