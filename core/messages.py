@@ -117,7 +117,7 @@ class Message:
         for p in part_list:
             if not isinstance(p.get("type"), str):
                 raise MessageFormatError(f"Every message part needs a string 'type'; got {p!r}.")
-            if p["type"] == "tool-invocation" and not isinstance(p.get("toolInvocation"), Mapping):
+            if _bad_tool_call(p):
                 raise MessageFormatError(f"A tool-invocation part needs a 'toolInvocation' object; got {p!r}.")
         content: dict[str, Any] = {"format": 2, "parts": part_list}
         text = " ".join(p["text"] for p in part_list if p["type"] == "text" and isinstance(p.get("text"), str))
@@ -310,9 +310,15 @@ def _check_parts(parts: list[Any], message_id: str) -> None:
     for part in parts:
         if not isinstance(part, dict):
             raise MessageFormatError(f"Stored message {message_id} has a part that is not an object.")
-        if part.get("type") == "tool-invocation" and not isinstance(part.get("toolInvocation"), dict):
+        if _bad_tool_call(part):
             raise MessageFormatError(
                 f"Stored message {message_id} has a tool-invocation part whose toolInvocation is not an object.")
+
+
+def _bad_tool_call(part: Mapping[str, Any]) -> bool:
+    """A tool-invocation part without its ``toolInvocation`` object: no request can be built from it
+    (refused when a message is made, unreadable when a stored row holds one)."""
+    return part.get("type") == "tool-invocation" and not isinstance(part.get("toolInvocation"), Mapping)
 
 
 def _v1_part(part: dict[str, Any]) -> dict[str, Any]:
