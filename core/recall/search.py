@@ -49,6 +49,7 @@ class Searchable(Protocol):
     model_id: str
     table: str
     keywords: KeywordBackend
+    writable: bool  # (a writable database's vector table is made by its first write)
 
     @property
     def has_fts(self) -> bool: ...
@@ -198,7 +199,7 @@ def run(
             if out.vset is None:
                 # A writable database's table is made by its first write: until then nothing was embedded,
                 # which the empty answer's reason says ("no messages indexed for ...").
-                if not getattr(index, "writable", False):
+                if not index.writable:
                     degrade(f"no vector table {index.table}; {MIGRATE_HINT}", failure=False)
             else:
                 for skipped in out.vset.skips.reasons():
@@ -437,7 +438,7 @@ def thread_order(
 
 
 def _empty_reason(index: Searchable, vset: ScopeVectors | None, kw: list[hybrid.Ranked], mode: str, scope: str) -> str:
-    if mode != "keyword" and (vset.n == 0 if vset is not None else getattr(index, "writable", False)) and not kw:
+    if mode != "keyword" and (vset.n == 0 if vset is not None else index.writable) and not kw:
         foreign = sum(vset.skips.other_model.values()) if vset is not None else 0
         if foreign:
             return f"no messages indexed for {scope} with model {index.model_id}"
