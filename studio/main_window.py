@@ -514,7 +514,7 @@ class MainWindow(QMainWindow):
         from studio.session import StudioSession
 
         if token != self._open_token:
-            opened.store.close()  # a newer open superseded this one
+            self.pool.submit(opened.store.close)  # a newer open superseded this one (closed off the UI thread)
             return
         self._install(StudioSession(opened.store), keep)
         self.newer_migrations = opened.newer_migrations
@@ -603,8 +603,18 @@ class MainWindow(QMainWindow):
         self.pages.clear()
         self._busy["session"] = 0
         if old is not None:
-            old.close()
-            old.deleteLater()
+            # Closing waits for the old session's jobs and writes its queued traces: on the window's
+            # pool, so opening another database never freezes the window meanwhile.
+            old.begin_close()
+
+            def closed(_result: object = None, session: StudioSession = old) -> None:
+                session.deleteLater()
+
+            def failed(exc: BaseException, session: StudioSession = old) -> None:
+                self.show_status(f"⚠ Closing {session.display_path} failed: {exc}")
+                session.deleteLater()
+
+            self.pool.submit(old.finish_close, on_result=closed, on_error=failed)
 
     # -- panes: built when first shown ---------------------------------------------------------------
     def pane(self, spec: PaneSpec[T]) -> T:
@@ -1018,4 +1028,5 @@ class MainWindow(QMainWindow):
         self.pool.shutdown()
         self.pool.wait(30_000)  # an open or the demo seeder may still be using the store
         self._close_session()
+        self.pool.wait(30_000)  # the session's close, on the pool: its traces are written before the app exits
         super().closeEvent(event)

@@ -258,8 +258,20 @@ class StudioSession(QObject):
         self.error.emit(str(exc) or type(exc).__name__)
 
     def close(self) -> None:
+        """Close now, on the calling thread (``begin_close`` then ``finish_close``)."""
+        self.begin_close()
+        self.finish_close()
+
+    def begin_close(self) -> None:
+        """The UI thread's part of closing: no more polls, and no late answer reaches a pane."""
         self.stop()
         self.pool.shutdown()
+
+    def finish_close(self) -> None:
+        """The waiting part, for a worker: running jobs end, then the store closes — which finishes
+        its background work (a buffered observation may be in a model call) and writes the traces
+        still queued. On the UI thread this would freeze the window for as long (``MainWindow``
+        runs it on its pool)."""
         self.pool.wait(10_000)
         self._memories.clear()
         self.store.close()

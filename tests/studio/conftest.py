@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
+import threading
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -75,6 +78,81 @@ def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture
 def settings(tmp_path: Path) -> QSettings:
     return QSettings(str(tmp_path / "studio.ini"), QSettings.Format.IniFormat)
+
+
+# -- the UI thread never waits on a database ---------------------------------------------------------
+# Every Studio test runs with a watch on the Qt main thread: a statement, a new connection (libSQL, Postgres)
+# or a trace file opened there by the app's own code fails the test. The app's reads and writes run on its
+# worker pool (``studio.workers``); tests may still call those worker-side functions directly (they run on
+# the main thread then), so a call counts as the app's when the outermost Studio frame above it is not one
+# of them: a slot, a pane method, a model's data().
+
+STUDIO_DIR = Path(__file__).resolve().parents[2] / "studio"
+# (file under studio/, function or None for every function of the file): what the app runs on workers.
+WORKER_SIDE: set[tuple[str, str | None]] = {
+    ("reads.py", None), ("replay_jobs.py", None), ("chat_runner.py", None), ("checks_jobs.py", None),
+    ("edit_jobs.py", None), ("session.py", "open_for_studio"), ("logic/wm_editing.py", "save_wm"),
+    ("models/messages_model.py", "<lambda>"),
+    # A test closing its own session (the window closes its sessions on its pool: ``finish_close``).
+    ("session.py", "close"), ("session.py", "finish_close"),
+}
+_ui_io: list[str] = []
+
+
+@lru_cache(maxsize=None)
+def _studio_file(filename: str) -> str | None:
+    try:
+        return Path(filename).resolve().relative_to(STUDIO_DIR).as_posix()
+    except ValueError:
+        return None
+
+
+def _note_ui_io(what: str) -> None:
+    """Record ``what`` when the app's own code does it on the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    frame = sys._getframe(2)
+    outermost: tuple[str, str, int] | None = None
+    while frame is not None:
+        rel = _studio_file(frame.f_code.co_filename)
+        if rel is not None:
+            outermost = (rel, frame.f_code.co_name, frame.f_lineno)
+        frame = frame.f_back
+    if outermost is None:
+        return  # the test's own set-up (seeding through the engine), not the app
+    rel, name, line = outermost
+    if (rel, None) in WORKER_SIDE or (rel, name) in WORKER_SIDE:
+        return
+    _ui_io.append(f"{what} from studio/{rel}:{line} ({name})")
+
+
+def _watch_ui_io() -> None:
+    import duckdb
+    import sqlalchemy as sa
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute",
+                    lambda conn, cursor, statement, *rest: _note_ui_io("SQL " + " ".join(str(statement).split())[:60]))
+    sa.event.listen(sa.pool.Pool, "connect", lambda *args: _note_ui_io("a new database connection"))
+    plain_connect = duckdb.connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        _note_ui_io("a trace file opened")
+        return plain_connect(*args, **kwargs)
+
+    duckdb.connect = connect
+
+
+_watch_ui_io()
+
+
+@pytest.fixture(autouse=True)
+def _ui_thread_never_waits_on_a_database() -> Iterator[None]:
+    _ui_io.clear()
+    yield
+    if _ui_io:
+        seen = list(dict.fromkeys(_ui_io))
+        _ui_io.clear()
+        pytest.fail("The UI thread did database I/O (it belongs on the worker pool):\n  " + "\n  ".join(seen[:10]))
 
 
 # -- data -------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ databases, and the window following a turn (pytest-qt, offscreen, real libSQL fi
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -282,3 +283,46 @@ def test_a_thread_that_cannot_be_read_is_not_shown_as_empty(qtbot, no_leaked_wid
         assert "could not be read" in p.transcript_text()
     finally:
         s.close()
+
+
+def test_opening_another_database_closes_the_first_off_the_ui_thread_and_keeps_its_traces(qtbot, make_window, tmp_path):
+    """Closing a session waits for its jobs and writes the traces its turns queued (a trace file another
+    process may hold locked, a buffered observation in a model call): the window does that on its pool,
+    so opening the next database never freezes it (the suite's UI-thread watch fails the test
+    otherwise), and nothing queued is lost."""
+    first, second = tmp_path / "first" / "memory.db", tmp_path / "second" / "memory.db"
+    first.parent.mkdir()
+    second.parent.mkdir()
+    build(first).close()
+    build(second).close()
+    window = make_window()
+    window.open_database(str(first))
+    qtbot.waitUntil(lambda: window.resources is not None and len(window.resources.thread_rows()) == 1,
+                    timeout=15_000)
+    window.resources.set_selection(Selection("ada", "t-food"))
+    window.show_tab("chat")
+    chat = window.panes["chat"]
+    qtbot.waitUntil(lambda: chat.context is not None and chat.thread_radio.isChecked(), timeout=10_000)
+    use_models(chat, ModelChoice(SCRIPTED_NAME))
+    outcome, _ = send(qtbot, chat, "Something quick for lunch?")
+    old = window.session
+    closed_on: list[threading.Thread] = []
+    plain_close = old.store.close
+
+    def close() -> None:
+        closed_on.append(threading.current_thread())
+        plain_close()
+
+    old.store.close = close
+    window.open_database(str(second))
+    qtbot.waitUntil(lambda: window.session is not None and window.session is not old
+                    and window.session.display_path == str(second), timeout=15_000)
+    qtbot.waitUntil(lambda: bool(closed_on) and window.pool.running == 0, timeout=15_000)
+    assert closed_on[0] is not threading.main_thread()
+    store = open_store(first)
+    try:
+        traces = list(store.observability.list_traces(limit=50))
+    finally:
+        store.close()
+    assert any(t.thread_id == "t-food" for t in traces), "the turn's trace was lost when its database closed"
+    assert outcome.request.thread_id == "t-food"
