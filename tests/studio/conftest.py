@@ -8,6 +8,7 @@ always point into the test's temp folder, never at the user's real settings.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import sys
 import threading
@@ -126,12 +127,57 @@ def _note_ui_io(what: str) -> None:
     _ui_io.append(f"{what} from studio/{rel}:{line} ({name})")
 
 
+# -- looking never writes -----------------------------------------------------------------------------
+# A statement that changes the database fails the test unless a Studio function that writes on the user's
+# word is on the stack: a chat turn, an edit or forget, a working-memory save, opening or migrating a file
+# (the user's choice in a dialog), demo data on first launch. Browsing, previews, searches, replays and
+# checks never write (a preview that made the vector table was such a bug).
+# (file under studio/, qualified name of a function, with what it defines inside; None: the whole file)
+WRITERS: set[tuple[str, str | None]] = {
+    ("chat_runner.py", None), ("edit_jobs.py", None), ("transfer.py", None),  # a turn; edits, forget; import
+    ("logic/wm_editing.py", "save_wm"), ("panes/working_memory.py", "WorkingMemoryPane._save_config"),  # Save
+    ("session.py", "open_for_studio"), ("session.py", "open_studio_database"),  # opening, creating a file
+    ("main_window.py", "MainWindow._migrate"),  # the Migrate dialog
+    ("main_window.py", "default_seeder"), ("main_window.py", "MainWindow.seed_demo"),  # first-launch demo data
+    ("replay_jobs.py", "ReplayThread.fork"),  # Replay's Fork
+}
+_WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER|VACUUM|REINDEX|ANALYZE)\b"
+                    r"|^\s*WITH\b.*\b(INSERT|UPDATE|DELETE)\b"
+                    r"|^\s*PRAGMA\s+(\w+\.)?((journal_mode|user_version)\s*=|wal_checkpoint\b|optimize\b|incremental_vacuum\b)",
+                    re.IGNORECASE | re.DOTALL)
+_writes: list[str] = []
+
+
+def _is_writer(rel: str, qualname: str) -> bool:
+    return (rel, None) in WRITERS or any(
+        (rel, qualname[:end]) in WRITERS for end in [len(qualname)] + [i for i, c in enumerate(qualname) if c == "."])
+
+
+def _note_write(statement: str) -> None:
+    if not _WRITE.match(statement):
+        return
+    frame = sys._getframe(2)
+    studio: list[tuple[str, str, int]] = []
+    while frame is not None:
+        rel = _studio_file(frame.f_code.co_filename)
+        if rel is not None:
+            studio.append((rel, frame.f_code.co_qualname, frame.f_lineno))
+        frame = frame.f_back
+    if not studio or any(_is_writer(rel, name) for rel, name, _ in studio):
+        return  # the test's own set-up, or a write the user asked for
+    rel, name, line = next((f for f in studio if f[0] != "workers.py"), studio[0])
+    _writes.append(f"{' '.join(statement.split())[:60]} from studio/{rel}:{line} ({name})")
+
+
 def _watch_ui_io() -> None:
     import duckdb
     import sqlalchemy as sa
 
-    sa.event.listen(sa.engine.Engine, "before_cursor_execute",
-                    lambda conn, cursor, statement, *rest: _note_ui_io("SQL " + " ".join(str(statement).split())[:60]))
+    def before_execute(conn: Any, cursor: Any, statement: Any, *rest: Any) -> None:
+        _note_ui_io("SQL " + " ".join(str(statement).split())[:60])
+        _note_write(str(statement))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", before_execute)
     sa.event.listen(sa.pool.Pool, "connect", lambda *args: _note_ui_io("a new database connection"))
     plain_connect = duckdb.connect
 
@@ -148,11 +194,19 @@ _watch_ui_io()
 @pytest.fixture(autouse=True)
 def _ui_thread_never_waits_on_a_database() -> Iterator[None]:
     _ui_io.clear()
+    _writes.clear()
     yield
+    problems = []
     if _ui_io:
-        seen = list(dict.fromkeys(_ui_io))
-        _ui_io.clear()
-        pytest.fail("The UI thread did database I/O (it belongs on the worker pool):\n  " + "\n  ".join(seen[:10]))
+        problems.append("The UI thread did database I/O (it belongs on the worker pool):\n  "
+                        + "\n  ".join(list(dict.fromkeys(_ui_io))[:10]))
+    if _writes:
+        problems.append("The Studio wrote without being asked (looking must never write):\n  "
+                        + "\n  ".join(list(dict.fromkeys(_writes))[:10]))
+    _ui_io.clear()
+    _writes.clear()
+    if problems:
+        pytest.fail("\n".join(problems))
 
 
 # -- data -------------------------------------------------------------------------------------------
