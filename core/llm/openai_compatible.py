@@ -20,6 +20,7 @@ from core.llm.http import OPENAI_BASE_URL, RetryPolicy, UrlCredentials, openai_c
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
 from core.llm.wire import StreamAssembler, request_body, result_from_completion
+from core.redaction import MIN_SECRET_LENGTH, PLACEHOLDER_KEYS
 
 if TYPE_CHECKING:
     import openai
@@ -328,7 +329,10 @@ class OpenAICompatibleModel:
     def _scrub(self, text: str) -> str:
         # Some providers echo the key back in auth errors; never let it reach a message.
         secret = self._key.secret.reveal() if self._key.secret else ""
-        if secret:
+        # A key too short to be a real one ("x", "1234") or one a local server documents as "any key
+        # will do" ("ollama") is not hidden, as in traces (``core.redaction``): replacing every "x" or
+        # "ollama" would garble the server's own message ("e***ceeds the available conte***t size").
+        if secret and len(secret) >= MIN_SECRET_LENGTH and secret.lower() not in PLACEHOLDER_KEYS:
             text = text.replace(secret, "***")
         text = self._credentials.scrub(text)
         return text if len(text) <= 400 else text[:400] + "…"
