@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core import MemoryOptions
+from core import AssembledPrompt, MemoryOptions
 from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
 from studio.commands import Command, CommandRegistry
 from studio.logic.prompt_layout import (
@@ -122,6 +122,7 @@ class PromptInspectorPane(QWidget):
         self.session = session
         self.selection = Selection()
         self.preview: Preview | None = None
+        self._shown: AssembledPrompt | None = None  # the prompt of the model call on screen
         self._context: AgentChoice | None = None
         self._start: StartingPoint | None = None
         self._key = f"prompt-inspector-{id(self)}"
@@ -460,6 +461,7 @@ class PromptInspectorPane(QWidget):
         self._busy = False
         self.preview = preview
         prompt = preview.prompt
+        self._shown = prompt
         self.banner.hide()
         if preview.notes:
             self.banner.show_message(" ".join(preview.notes), "info")
@@ -486,14 +488,21 @@ class PromptInspectorPane(QWidget):
                 self._syncing = True
                 self.message_edit.setText(preview.turn.input.text)
                 self._syncing = False
-        self.status.setText(
-            f"{token_sum_text(prompt)} · {len(prompt.messages)} messages · {len(prompt.tools)} tool(s) · "
-            f"tokenizer {prompt.tokenizer}"
-        )
+        self.status.setText(self._prompt_status(prompt))
         self.commands.refresh_enabled()
         if self.fragment_model.rowCount():
             self.fragment_table.selectRow(self._first_interesting_row())
         self.assembled.emit(preview)
+
+    @staticmethod
+    def _prompt_status(prompt: AssembledPrompt) -> str:
+        return (f"{token_sum_text(prompt)} · {len(prompt.messages)} messages · {len(prompt.tools)} tool(s) · "
+                f"tokenizer {prompt.tokenizer}")
+
+    @property
+    def shown_prompt(self) -> AssembledPrompt | None:
+        """The prompt of the model call on screen (a stored turn's first call until another is picked)."""
+        return self._shown if self.preview is not None else None
 
     def _fill_calls(self, preview: Preview) -> None:
         """One entry per model call of a stored turn (one for a preview); the first is shown."""
@@ -516,7 +525,14 @@ class PromptInspectorPane(QWidget):
         info = preview.prompt.replay
         calls = [c.prompt for c in info.calls] if info is not None and info.calls else [preview.prompt]
         if index < len(calls):
+            # The table, the context bar, the status line and the copies all follow the call shown:
+            # a later call of the tool loop has more messages than the first.
+            self._shown = calls[index]
             self.fragment_model.set_rows(fragment_rows(calls[index]))
+            self.bar.set_usage(context_usage(calls[index], preview.model, preview.model_note))
+            self.status.setText(self._prompt_status(calls[index]))
+            if self.fragment_model.rowCount():
+                self.fragment_table.selectRow(self._first_interesting_row())
         if index < len(preview.requests):
             self.request_view.show_request(preview.requests[index])
 
@@ -632,13 +648,15 @@ class PromptInspectorPane(QWidget):
 
     # -- copy ------------------------------------------------------------------------------------
     def copy_json(self) -> None:
-        if self.preview is not None:
-            text = self.preview.prompt.to_json()
+        shown = self.shown_prompt
+        if shown is not None:
+            text = shown.to_json()
             QGuiApplication.clipboard().setText(text)
             self.status.setText(f"Copied the assembly record as JSON ({len(text):,} characters).")
 
     def copy_openai(self) -> None:
-        if self.preview is not None:
-            text = self.preview.prompt.openai_messages_json()
+        shown = self.shown_prompt
+        if shown is not None:
+            text = shown.openai_messages_json()
             QGuiApplication.clipboard().setText(text)
-            self.status.setText(f"Copied {len(self.preview.prompt.messages)} OpenAI messages ({len(text):,} characters).")
+            self.status.setText(f"Copied {len(shown.messages)} OpenAI messages ({len(text):,} characters).")

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel
 
 from core import Agent, Memory, MemoryOptions, Tool, open_store
@@ -263,6 +264,36 @@ def test_the_inspector_shows_a_stored_turns_calls(no_leaked_widgets: None, qtbot
     assert inspector.request_view.view.title == "Model call 3 of 3"  # type: ignore[union-attr]
     assert len(inspector.fragment_model.rows()) > len(preview.prompt.fragments)
     del blocker
+
+
+def test_the_inspectors_copies_and_totals_follow_the_model_call_shown(no_leaked_widgets: None, qtbot: Any,
+                                                                     session: StudioSession) -> None:
+    # Picking model call 3 showed its messages in the table, but the status line and the context bar
+    # kept call 1's totals, and Copy OpenAI Messages / Copy JSON copied call 1's messages.
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    turn = Memory(session.store).turns(THREAD)[2]
+    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    preview = inspector.preview
+    assert preview is not None and preview.prompt.replay is not None
+    third = preview.prompt.replay.calls[2].prompt
+    assert len(third.messages) > len(preview.prompt.messages)
+    inspector.call_combo.setCurrentIndex(2)
+    assert f"· {len(third.messages)} messages ·" in inspector.status.text()
+    assert f"{third.total_tokens:,} tokens" in inspector.status.text()
+    inspector.copy_openai()
+    assert json.loads(QGuiApplication.clipboard().text()) == json.loads(third.openai_messages_json())
+    assert inspector.status.text().startswith(f"Copied {len(third.messages)} OpenAI messages")
+    inspector.copy_json()
+    assert json.loads(QGuiApplication.clipboard().text()) == json.loads(third.to_json())
+    assert inspector.shown_prompt is third
+    inspector.call_combo.setCurrentIndex(0)
+    inspector.copy_openai()
+    assert json.loads(QGuiApplication.clipboard().text()) == json.loads(preview.prompt.openai_messages_json())
 
 
 def test_fork_dialog_radios_do_not_overlap(no_leaked_widgets: None, qtbot: Any) -> None:
