@@ -296,6 +296,31 @@ def test_the_inspectors_copies_and_totals_follow_the_model_call_shown(no_leaked_
     assert json.loads(QGuiApplication.clipboard().text()) == json.loads(preview.prompt.openai_messages_json())
 
 
+def test_a_previews_tool_list_says_it_holds_memorys_tools_only(no_leaked_widgets: None, qtbot: Any,
+                                                               session: StudioSession) -> None:
+    # The agent offers get_weather and convert on every turn, but its registration does not record its
+    # tools: a preview listed updateWorkingMemory alone under "Tool definitions (as sent)".
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    inspector.set_selection(Selection(RESOURCE, THREAD))
+    qtbot.waitUntil(lambda: inspector.preview is not None and not inspector.busy, timeout=30_000)
+    request = inspector.request_view
+    assert request.view is not None and [t.name for t in request.view.tools] == ["updateWorkingMemory"]
+    heading = request.tools.headerItem().text(0)
+    assert heading != "Tool definitions (as sent)" and "memory's own" in heading
+    assert "an agent sends its own tools too" in request.header.text()
+    # A stored turn's request is what was sent, every tool included.
+    turn = Memory(session.store).turns(THREAD)[1]
+    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    assert request.tools.headerItem().text(0) == "Tool definitions (as sent)"
+    assert [t.name for t in request.view.tools] == ["updateWorkingMemory", "get_weather", "convert"]
+    assert "an agent sends its own tools too" not in request.header.text()
+
+
 def test_fork_dialog_radios_do_not_overlap(no_leaked_widgets: None, qtbot: Any) -> None:
     for scoped in (True, False):
         dialog = ForkDialog("A fork", "turn 2", scoped)
