@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from core.context_window import CONTEXT_WINDOW_ID
 from core.llm.http import safe_url
 from core.messages import Message
 from core.processors.base import SavedAwareWrite
@@ -96,6 +97,13 @@ def history_ids(prompt: "AssembledPrompt") -> tuple[str, ...]:
                 f.detail.get("part") != "continuation":
             out.extend(f.stored_ids)
     return tuple(out)
+
+
+def window_dropped(notes: dict[str, Any]) -> tuple[str, ...]:
+    """The history messages the context window dropped from the first prompt (``fit_prompt``'s note)."""
+    note = notes.get(CONTEXT_WINDOW_ID) or {}
+    dropped = (note.get("dropped") or {}).get("history") or ()
+    return tuple(str(d) for d in dropped if not str(d).startswith("system:"))
 
 
 def recall_hits(notes: dict[str, Any]) -> tuple[RecallHitRecord, ...]:
@@ -235,6 +243,7 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         endpoint=endpoint_of(model) if model is not None else None,
         context_window=ctx.budget.context_window if ctx.budget is not None else None,
         history_ids=history_ids(prompt),
+        window_dropped=window_dropped(notes) if ctx.budget is not None else (),
         recall=recall_hits(recall),
         wm_version_id=wm.get("versionId"),
         om_generation=om.get("recordId"),
@@ -260,4 +269,4 @@ def _context_message(message: Message) -> dict[str, Any]:
 
 
 __all__ = ["TurnCapture", "capture", "endpoint_of", "hidden_parts", "history_ids", "model_id_of", "model_label",
-           "recall_hits", "section_of", "token_sections"]
+           "recall_hits", "section_of", "token_sections", "window_dropped"]

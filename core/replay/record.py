@@ -115,6 +115,10 @@ class TurnRecord:
     # Parts of the turn's reply that the stored message does not hold (working-memory tool calls,
     # ``<working_memory>`` tags): ("+", index, part) inserted, ("~", index, part) in place of the stored one.
     hidden_parts: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    # History messages the turn's processors read that the context window then dropped (the oldest,
+    # in prompt order; ``history_ids`` holds those sent). A rebuild hands them to the processors again,
+    # so recall leaves them out as the live turn did and the same fit drops them again.
+    window_dropped: tuple[str, ...] = ()
     version: int = RECORD_VERSION
 
     def memory_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
@@ -295,6 +299,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
     if len(record.input_ids) > 1:
         data["in"] = [pack_id(i) for i in record.input_ids]
     data["h"] = [pack_id(i) for i in record.history_ids]
+    if record.window_dropped:
+        data["hd"] = [pack_id(i) for i in record.window_dropped]
     if record.recall:
         # Hits in rank order. A window neighbour already in the history is named by its place there;
         # the hit itself by its place in the window; "" is the record's own thread.
@@ -394,7 +400,7 @@ def _check(data: Any) -> dict[str, Any]:
                                  f"{', '.join(map(str, READABLE_VERSIONS))}; a newer one may have written it)")
     _need((isinstance(data.get("x"), str) and bool(data["x"])) or (data["v"] >= 2 and bool(data.get("k"))),
           "'x' (the messages hash) must be a string")
-    for key in ("r", "h", "in"):
+    for key in ("r", "h", "in", "hd"):
         if key in data:
             _strs(data[key], f"'{key}'")
     _need(isinstance(data.get("o", {}), dict), "'o' (the options) must be an object")
@@ -512,6 +518,7 @@ def decode(
         calls=calls,
         context_window=data.get("cw"),
         hidden_parts=tuple((str(op), int(i), dict(p)) for op, i, p in data.get("hp", ())),
+        window_dropped=tuple(unpack_id(str(x)) for x in data.get("hd", ())),
         version=int(data["v"]),
     )
     if missing:
