@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from core.llm.base import ChatChunk, ChatResult, Message, ModelError, ToolSpec
+from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatChunk, ChatResult, Message, ModelError, ToolSpec
 from core.llm.http import OPENAI_BASE_URL, RetryPolicy, UrlCredentials, openai_client, safe_url
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
@@ -324,7 +324,7 @@ class OpenAICompatibleModel:
         else:
             fix = ("set context_window to the server's context size (llama.cpp --ctx-size, vLLM --max-model-len, "
                    "Ollama num_ctx) so the agent drops old memory to fit before sending")
-        return f"the prompt and reply do not fit: {where}; {fix}, or lower max_tokens in model_settings"
+        return f"{CONTEXT_OVERFLOW_HINT}: {where}; {fix}, or lower max_tokens in model_settings"
 
     def _scrub(self, text: str) -> str:
         # Some providers echo the key back in auth errors; never let it reach a message.
