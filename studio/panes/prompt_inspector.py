@@ -58,7 +58,7 @@ from studio.logic.replay_layout import call_labels
 from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows, short_id
 from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
-from studio.logic.edit_marks import changed_since, sources_note
+from studio.logic.edit_marks import changed_since, edited_note, sources_note
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
@@ -475,7 +475,8 @@ class PromptInspectorPane(QWidget):
                 f"Stored turn: {replay.status}"
                 + (f" — {calls} model calls; pick one under Request." if calls > 1 else ".")
                 + ("" if preview.request.as_recorded else " The options or instructions here differ from the "
-                   "agent's, so this is what the turn would have sent with them."),
+                   "agent's, so this is what the turn would have sent with them.")
+                + (f" Stored messages it used: {edited_note(replay.changed_since)}." if replay.changed_since else ""),
                 "info" if replay.exact or replay.what_if else "warning")
         self.processors_label.setText("Ran, in order: " + " → ".join(prompt.processors) if prompt.processors
                                       else "No memory processors ran.")

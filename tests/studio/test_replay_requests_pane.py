@@ -229,6 +229,26 @@ def test_an_exact_record_whose_messages_were_edited_since_says_so(qtbot: Any, pa
     assert "exact" in pane.view.request_view.view.status  # type: ignore[union-attr]
 
 
+def test_the_inspector_says_a_stored_turns_messages_were_edited_since(no_leaked_widgets: None, qtbot: Any,
+                                                                     session: StudioSession) -> None:
+    # The inspector showed the old text (rightly: what the model received) under "Stored turn: recorded
+    # (exact)." with nothing saying the message reads differently now, unless one row was clicked.
+    memory = Memory(session.store)
+    first, second = memory.turns(THREAD)[:2]
+    memory.edit_message(first.input_message_id, resource_id=RESOURCE, text="Goodbye instead.")
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    inspector.set_selection(Selection(RESOURCE, THREAD, second.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    text = inspector.banner.text()
+    assert text.startswith("Stored turn: recorded (exact)")
+    assert "Stored messages it used: 1 edited since, shown as sent." in text
+    assert any(r.text == "Hello there." for r in inspector.fragment_model.rows())
+
+
 def test_a_damaged_record_says_so_on_screen(qtbot: Any, pane: ReplayPane, session: StudioSession) -> None:
     turn = pane.source.turns[1]  # type: ignore[union-attr]
     with session.store.db.write() as conn:
