@@ -162,9 +162,7 @@ class OpenAICompatibleModel:
         user cannot be taken back.
         """
         body = self._body(messages, tools, temperature, max_tokens, settings, tool_choice)
-        body["stream"] = True
-        if self.stream_usage:
-            body["stream_options"] = {"include_usage": True}
+        body.update(self.transport(streaming=True))
         wait = self.timeout if timeout is None else timeout
         endpoint = f"{self.base_url}/chat/completions"
         sdk_stream = self._with_retries(
@@ -217,6 +215,12 @@ class OpenAICompatibleModel:
         # ``max_tokens`` rather than ``max_completion_tokens``: every local server knows it.
         wire = (settings or ModelSettings()).merged(ModelSettings(temperature=temperature, max_tokens=max_tokens))
         return request_body(self.model, messages, tools=tools, tool_choice=tool_choice, settings=wire)
+
+    def transport(self, *, streaming: bool) -> dict[str, Any]:
+        """The keys that only say how the reply travels (``stream``, ``stream_options``), as sent."""
+        if not streaming:
+            return {}
+        return {"stream": True, **({"stream_options": {"include_usage": True}} if self.stream_usage else {})}
 
     def _body(self, messages: list[Message], tools: list[ToolSpec] | None, temperature: float | None,
               max_tokens: int | None, settings: ModelSettings | None = None,

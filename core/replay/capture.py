@@ -133,13 +133,20 @@ class TurnCapture(SavedAwareWrite):
     # ``record.options`` as canonical JSON (``options_json_of``), so writing the record does not dump
     # the options again; None: the record's writer works it out.
     options_json: str | None = None
+    # The keys sent beside each request body (``stream``, ``stream_options``; {} when not streamed):
+    # one for the turn, which streams every call or none. None: not told.
+    transport: dict[str, Any] | None = None
 
-    def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None) -> None:
-        """One model call of the turn: its request body (``prompt.request``, set by the agent) and what
-        the server reported. A prompt without a body (a model the agent could not describe) is skipped."""
+    def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None,
+                 transport: Mapping[str, Any] | None = None) -> None:
+        """One model call of the turn: its request body (``prompt.request``, set by the agent), the keys
+        sent beside it (``transport``) and what the server reported. A prompt without a body (a model
+        the agent could not describe) is skipped."""
         body = prompt.request
         if body is None:
             return
+        if transport is not None and self.transport is None:
+            self.transport = dict(transport)
         tools = [dict(t) for t in body.get("tools") or ()]
         settings = {k: v for k, v in body.items() if k not in ("model", "messages", "tools", "tool_choice")}
         call = CallRecord(prompt.request_hash or request_hash(body), body.get("model"), settings,
@@ -159,7 +166,8 @@ class TurnCapture(SavedAwareWrite):
         record = self.record
         if not calls and not record.messages_hash and self.first_messages is not None:
             record = replace(record, messages_hash=messages_hash(self.first_messages))
-        return replace(record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden))
+        return replace(record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden),
+                       transport=self.transport if calls else record.transport)
 
     def commit(self, conn: Any) -> None:
         self.commit_saved(conn, ())

@@ -22,6 +22,7 @@ from core.replay import CallReplay, ReplayInfo, TurnRecord
 from core.tokens import Tokenizer
 
 NOT_RECORDED = "not recorded"
+NOT_STREAMED = "not sent: the reply came whole"
 TOOLS_AS_SENT = "Tool definitions (as sent)"
 #: A preview knows only the tools memory adds (updateWorkingMemory...): an agent's own tools are not
 #: registered with its memory configuration, so they cannot be listed or counted here.
@@ -121,6 +122,14 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
     settings = [(k, _value(v)) for k, v in body.items() if k not in _BODY_PARTS]
     if recorded and not settings:
         settings.append(("sampling settings", "none sent: the server's defaults"))
+    if recorded and record is not None:
+        # Outside the body (and its hash): how the replies travelled, as the record kept it.
+        if record.transport:
+            settings += [(k, f"{_value(v)} (how the reply travels; not in Copy Request Body)")
+                         for k, v in record.transport.items()]
+        else:
+            settings.append(("stream", NOT_STREAMED if record.transport is not None else
+                             "not recorded (records before stream options were kept)"))
     if "tool_choice" in body:
         settings.insert(0, ("tool_choice", _value(body["tool_choice"])))
     elif recorded and body.get("tools"):

@@ -341,6 +341,13 @@ def test_a_previews_tool_list_says_it_holds_memorys_tools_only(no_leaked_widgets
     assert "an agent sends its own tools too" not in request.header.text()
 
 
+def test_the_request_says_whether_the_reply_was_streamed(qtbot: Any, pane: ReplayPane) -> None:
+    go(qtbot, pane, 1)
+    view = pane.view.request_view.view
+    assert view is not None and dict(view.settings)["stream"] == "not sent: the reply came whole"
+    assert "stream" not in view.request  # the body shown and copied stays the hashed one
+
+
 def test_fork_dialog_radios_do_not_overlap(no_leaked_widgets: None, qtbot: Any) -> None:
     for scoped in (True, False):
         dialog = ForkDialog("A fork", "turn 2", scoped)
