@@ -47,6 +47,7 @@ from studio.logic.prompt_layout import (
     SkipRow,
     StartingPoint,
     context_usage,
+    options_ran_with,
     fragment_header,
     fragment_rows,
     skipped_rows,
@@ -476,7 +477,8 @@ class PromptInspectorPane(QWidget):
                 + (f" — {calls} model calls; pick one under Request." if calls > 1 else ".")
                 + ("" if preview.request.as_recorded else " The options or instructions here differ from the "
                    "agent's, so this is what the turn would have sent with them.")
-                + (f" Stored messages it used: {edited_note(replay.changed_since)}." if replay.changed_since else ""),
+                + (f" Stored messages it used: {edited_note(replay.changed_since)}." if replay.changed_since else "")
+                + self._ran_with_note(preview),
                 "info" if replay.exact or replay.what_if else "warning")
         self.processors_label.setText("Ran, in order: " + " → ".join(prompt.processors) if prompt.processors
                                       else "No memory processors ran.")
@@ -494,6 +496,25 @@ class PromptInspectorPane(QWidget):
         if self.fragment_model.rowCount():
             self.fragment_table.selectRow(self._first_interesting_row())
         self.assembled.emit(preview)
+
+    def _ran_with_note(self, preview: Preview) -> str:
+        """For a turn rebuilt from its record: what it ran with that differs from the options and
+        instructions shown (the agent's as registered now), since the prompt is the record's."""
+        replay = preview.prompt.replay
+        record = replay.record if replay is not None and replay.kind == "recorded" else None
+        if record is None or not preview.request.as_recorded:
+            return ""
+        try:
+            ran = InspectorOptions.from_memory_options(record.memory_options())
+        except Exception:  # noqa: BLE001 - options a newer engine wrote: the banner says nothing of them
+            return ""
+        differs = options_ran_with(ran, preview.request.options)
+        if "\n".join(record.instructions) != preview.request.instructions:
+            differs.append("other instructions")
+        if not differs:
+            return ""
+        return (" The options and instructions above are the agent's as registered now; this turn ran with "
+                f"{'; '.join(differs)} (its prompt is rebuilt from what it ran with).")
 
     @staticmethod
     def _prompt_status(prompt: AssembledPrompt) -> str:

@@ -348,6 +348,39 @@ def test_the_request_says_whether_the_reply_was_streamed(qtbot: Any, pane: Repla
     assert "stream" not in view.request  # the body shown and copied stays the hashed one
 
 
+def test_the_inspector_says_when_a_stored_turn_ran_with_other_options(no_leaked_widgets: None, qtbot: Any,
+                                                                     session: StudioSession) -> None:
+    # A turn answered with other options than the agent's registered ones (here the chat playground's
+    # default agent; also any turn before the agent's configuration changed) is rebuilt from its record,
+    # rightly, but the options bar and instructions showed the agent's current ones as if it ran with them.
+    from studio import chat_runner
+
+    request = chat_runner.ChatRequest(THREAD, RESOURCE, "One more thing.", None, chat_runner.DEFAULT_INSTRUCTIONS,
+                                      "playground-turn")
+    chat_runner.run_turn(session.store, request, ScriptedModel(["Sure."]), embedder=lambda: None,
+                         on_delta=lambda _piece: None)
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    inspector.set_selection(Selection(RESOURCE, THREAD, "playground-turn"))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    assert inspector.agent_combo.currentText() == "Agent 'tooly'" and inspector.instructions_edit.text() != \
+        chat_runner.DEFAULT_INSTRUCTIONS
+    text = inspector.banner.text()
+    assert text.startswith("Stored turn: recorded (exact).")
+    assert "this turn ran with last messages 10, not 6; working memory off, not on; other instructions" in text
+    fragments = inspector.fragment_model.rows()
+    assert fragments[0].text == chat_runner.DEFAULT_INSTRUCTIONS  # the prompt is the record's
+    # The agent's own turn ran with what is shown: nothing to say.
+    turn = Memory(session.store).turns(THREAD)[1]
+    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id ==
+                    turn.input_message_id and not inspector.busy, timeout=30_000)
+    assert "this turn ran with" not in inspector.banner.text()
+
+
 def test_fork_dialog_radios_do_not_overlap(no_leaked_widgets: None, qtbot: Any) -> None:
     for scoped in (True, False):
         dialog = ForkDialog("A fork", "turn 2", scoped)
