@@ -609,10 +609,19 @@ class PromptInspectorPane(QWidget):
         preview = self.preview
         if row is None or preview is None or preview.turn is None or preview.turn.input is None:
             return None
+        if not self._in_first_call(row):
+            return None  # a check rebuilds the turn's first model call: this fragment would fail it at once
         turn = preview.turn.input
         return PinTarget(thread_id=preview.request.thread_id or "", resource_id=preview.request.resource_id,
                          input_text=turn.text, turn_number=None, text=row.text, source=row.source,
                          stored_ids=tuple(row.detail.get("hit_ids") or row.stored_ids))
+
+    def _in_first_call(self, row: FragmentRow) -> bool:
+        """Whether the turn's first model call (what a check rebuilds) has this fragment."""
+        preview = self.preview
+        if preview is None or self._shown is None or self._shown is preview.prompt:
+            return True
+        return any(f.source == row.source and f.text == row.text for f in preview.prompt.fragments)
 
     def pin_selected(self) -> None:
         target = self.pin_target()
@@ -648,7 +657,9 @@ class PromptInspectorPane(QWidget):
         self.edit_btn.setEnabled(row is not None and bool(row.stored_ids))
         self.pin_btn.setEnabled(row is not None and self.pin_target(row) is not None)
         self.pin_btn.setToolTip("Pin this fragment as a memory check" if self.pin_btn.isEnabled() else
-                                "Pin… needs a stored turn: pick a message of the thread (Stored turn)")
+                                "Pin… needs a stored turn: pick a message of the thread (Stored turn)"
+                                if row is None or self._in_first_call(row) else
+                                "Pin… checks a turn's first model call, and this fragment entered at a later one")
         if row is None:
             return
         self.detail_header.setText(fragment_header(row))

@@ -381,6 +381,30 @@ def test_the_inspector_says_when_a_stored_turn_ran_with_other_options(no_leaked_
     assert "this turn ran with" not in inspector.banner.text()
 
 
+def test_pin_is_refused_for_a_fragment_that_entered_at_a_later_model_call(no_leaked_widgets: None, qtbot: Any,
+                                                                          session: StudioSession) -> None:
+    # A memory check rebuilds a turn's first model call; a tool result shown under model call 3 is not in
+    # it, so a check pinned from it failed at once.
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    turn = Memory(session.store).turns(THREAD)[2]
+    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    inspector.call_combo.setCurrentIndex(2)
+    rows = inspector.fragment_model.rows()
+    later = next(i for i, r in enumerate(rows) if r.source == "response")
+    history = next(i for i, r in enumerate(rows) if r.source == "message-history")
+    inspector.fragment_table.selectRow(later)
+    assert inspector.pin_target() is None and not inspector.pin_btn.isEnabled()
+    assert "first model call" in inspector.pin_btn.toolTip()
+    inspector.fragment_table.selectRow(history)  # also in the first call: a check can hold it
+    target = inspector.pin_target()
+    assert target is not None and inspector.pin_btn.isEnabled() and target.text == rows[history].text
+
+
 def test_fork_dialog_radios_do_not_overlap(no_leaked_widgets: None, qtbot: Any) -> None:
     for scoped in (True, False):
         dialog = ForkDialog("A fork", "turn 2", scoped)
