@@ -405,6 +405,20 @@ def test_pin_is_refused_for_a_fragment_that_entered_at_a_later_model_call(no_lea
     assert target is not None and inspector.pin_btn.isEnabled() and target.text == rows[history].text
 
 
+def test_replay_does_not_pin_a_fragment_of_a_later_model_call_only(qtbot: Any, pane: ReplayPane) -> None:
+    go(qtbot, pane, 2)
+    pane.commands.run("replay.next_call")
+    pane.commands.run("replay.next_call")
+    assert pane.call == 2
+    view = pane.view
+    rows = view.step_model.rows()
+    later = next(i for i, r in enumerate(rows) if r.source == "response")
+    history = next(i for i, r in enumerate(rows) if r.source == "message-history" and r.index is not None)
+    assert view.pin_target(later) is None
+    target = view.pin_target(history)
+    assert target is not None and target.turn_number == 3
+
+
 def test_fork_dialog_radios_do_not_overlap(no_leaked_widgets: None, qtbot: Any) -> None:
     for scoped in (True, False):
         dialog = ForkDialog("A fork", "turn 2", scoped)
