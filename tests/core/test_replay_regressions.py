@@ -158,3 +158,15 @@ def test_a_turn_fitted_to_the_context_window_with_recall_rebuilds_exactly(store:
         assert prompt.replay.status == "recorded (exact)", (turn.input_message_id, prompt.replay.differences)
         dropped += "context-window" in prompt.skipped
     assert dropped >= 2  # the window really dropped history on later turns
+    # A message the window dropped was read but not sent: editing it later does not mark the turn.
+    last = turns[-1]
+    record = memory.turn_record(last.input_message_id)
+    assert record is not None and record.window_dropped
+    memory.edit_message(record.window_dropped[0], resource_id="u", text="edited later")
+    prompt = memory.assemble(as_of=last.input_message_id, resource_id="u")
+    assert prompt.replay is not None and prompt.replay.status == "recorded (exact)"
+    assert prompt.replay.changed_since == {}
+    sent = memory.turn_record(turns[-1].input_message_id).history_ids  # type: ignore[union-attr]
+    memory.edit_message(sent[-1], resource_id="u", text="edited as well")
+    prompt = memory.assemble(as_of=last.input_message_id, resource_id="u")
+    assert prompt.replay is not None and prompt.replay.changed_since == {sent[-1]: "edited since"}
