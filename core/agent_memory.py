@@ -72,8 +72,10 @@ class TurnMemory(Protocol):
         """The memory clock's time for the reply's stamp (None: the message's own default)."""
         ...
 
-    def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None) -> None:
-        """One model call went out with ``prompt`` (the turn record keeps it)."""
+    def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
+                     transport: Mapping[str, Any] | None = None) -> None:
+        """One model call went out with ``prompt`` (the turn record keeps it); ``transport``: the keys
+        sent beside its request body (``stream``, ``stream_options``; empty when not streamed)."""
         ...
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:
@@ -175,9 +177,10 @@ class MemoryTurn:
     def now(self) -> datetime | None:
         return to_ms(self.memory.clock.now())
 
-    def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None) -> None:
+    def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
+                     transport: Mapping[str, Any] | None = None) -> None:
         if self._capture is not None:
-            self._capture.add_call(prompt, usage, finish_reason)
+            self._capture.add_call(prompt, usage, finish_reason, transport)
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:
         return self.memory.record(self.ctx, self._processors, tools)
@@ -262,7 +265,8 @@ class NullMemory:
     def now(self) -> datetime | None:
         return None
 
-    def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None) -> None:
+    def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
+                     transport: Mapping[str, Any] | None = None) -> None:
         return None
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:

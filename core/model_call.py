@@ -20,7 +20,7 @@ from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.wire import request_body
 from core.prompt import AssembledPrompt
 
-__all__ = ["ModelCall", "request_body_for", "stream_reply"]
+__all__ = ["ModelCall", "request_body_for", "stream_reply", "transport_for"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,16 @@ def request_body_for(model: ChatModel, messages: list[Message], kwargs: dict[str
     name = getattr(model, "model", None)
     return request_body(name if isinstance(name, str) and name else model.model_id.split("/", 1)[-1], messages,
                         tools=kwargs.get("tools"), tool_choice=kwargs.get("tool_choice"), settings=settings)
+
+
+def transport_for(model: ChatModel, streaming: bool) -> dict[str, Any]:
+    """The keys besides the request body that say how the reply travels, as ``model`` sends them: the
+    model's own ``transport`` (``OpenAICompatibleModel``: ``stream`` and ``stream_options``), else
+    the OpenAI form (``{"stream": true}`` when streaming; nothing otherwise)."""
+    own: Callable[..., dict[str, Any]] | None = getattr(model, "transport", None)
+    if own is not None:
+        return dict(own(streaming=streaming))
+    return {"stream": True} if streaming else {}
 
 
 @runtime_checkable

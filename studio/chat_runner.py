@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from core import Agent, Memory, MemoryOptions, Message, Store
 from core.agent_configs import DEFAULT_MEMORY_NAME, AgentConfig
-from core.llm.base import ChatModel, ModelError
+from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatModel, ModelError
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +178,11 @@ def model_problem(exc: BaseException) -> tuple[str, str]:
             todo = "Check the API key for this model (File > Preferences…): where it comes from and that it is set."
         elif status == 404:
             todo = "Check the base URL and the model name in File > Preferences… (the server does not know them)."
+        elif exc.hint.startswith(CONTEXT_OVERFLOW_HINT):
+            # Sending it again fails the same way; the playground sets no context window or max_tokens.
+            todo = ("The message and the memory sent with it are longer than the model's context: shorten the "
+                    "message, start a new thread (less history), or pick a model with a larger context. "
+                    "The prompt inspector shows what this thread's memory adds.")
         elif status is None and exc.endpoint:
             todo = (f"Check that the server{where} is running and reachable, or pick another model; "
                     "Test Connection in File > Preferences… tries it.")

@@ -20,6 +20,10 @@ Message = dict[str, Any]
 #: One OpenAI tool definition: ``{"type": "function", "function": {"name", "description", "parameters"}}``.
 ToolSpec = dict[str, Any]
 
+#: How the hint of a ``ModelError`` for a prompt longer than the server's context begins
+#: (``OpenAICompatibleModel`` recognises llama.cpp's, vLLM's and OpenAI's overflow errors).
+CONTEXT_OVERFLOW_HINT = "the prompt and reply do not fit"
+
 
 class ModelError(MemoryStudioError):
     """The one exception a chat model raises.

@@ -15,11 +15,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from core.llm.base import ChatChunk, ChatResult, Message, ModelError, ToolSpec
+from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatChunk, ChatResult, Message, ModelError, ToolSpec
 from core.llm.http import OPENAI_BASE_URL, RetryPolicy, UrlCredentials, openai_client, safe_url
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
 from core.llm.wire import StreamAssembler, request_body, result_from_completion
+from core.redaction import MIN_SECRET_LENGTH, PLACEHOLDER_KEYS
 
 if TYPE_CHECKING:
     import openai
@@ -161,9 +162,7 @@ class OpenAICompatibleModel:
         user cannot be taken back.
         """
         body = self._body(messages, tools, temperature, max_tokens, settings, tool_choice)
-        body["stream"] = True
-        if self.stream_usage:
-            body["stream_options"] = {"include_usage": True}
+        body.update(self.transport(streaming=True))
         wait = self.timeout if timeout is None else timeout
         endpoint = f"{self.base_url}/chat/completions"
         sdk_stream = self._with_retries(
@@ -216,6 +215,12 @@ class OpenAICompatibleModel:
         # ``max_tokens`` rather than ``max_completion_tokens``: every local server knows it.
         wire = (settings or ModelSettings()).merged(ModelSettings(temperature=temperature, max_tokens=max_tokens))
         return request_body(self.model, messages, tools=tools, tool_choice=tool_choice, settings=wire)
+
+    def transport(self, *, streaming: bool) -> dict[str, Any]:
+        """The keys that only say how the reply travels (``stream``, ``stream_options``), as sent."""
+        if not streaming:
+            return {}
+        return {"stream": True, **({"stream_options": {"include_usage": True}} if self.stream_usage else {})}
 
     def _body(self, messages: list[Message], tools: list[ToolSpec] | None, temperature: float | None,
               max_tokens: int | None, settings: ModelSettings | None = None,
@@ -323,12 +328,15 @@ class OpenAICompatibleModel:
         else:
             fix = ("set context_window to the server's context size (llama.cpp --ctx-size, vLLM --max-model-len, "
                    "Ollama num_ctx) so the agent drops old memory to fit before sending")
-        return f"the prompt and reply do not fit: {where}; {fix}, or lower max_tokens in model_settings"
+        return f"{CONTEXT_OVERFLOW_HINT}: {where}; {fix}, or lower max_tokens in model_settings"
 
     def _scrub(self, text: str) -> str:
         # Some providers echo the key back in auth errors; never let it reach a message.
         secret = self._key.secret.reveal() if self._key.secret else ""
-        if secret:
+        # A key too short to be a real one ("x", "1234") or one a local server documents as "any key
+        # will do" ("ollama") is not hidden, as in traces (``core.redaction``): replacing every "x" or
+        # "ollama" would garble the server's own message ("e***ceeds the available conte***t size").
+        if secret and len(secret) >= MIN_SECRET_LENGTH and secret.lower() not in PLACEHOLDER_KEYS:
             text = text.replace(secret, "***")
         text = self._credentials.scrub(text)
         return text if len(text) <= 400 else text[:400] + "…"

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from core.context_window import CONTEXT_WINDOW_ID
 from core.llm.http import safe_url
 from core.messages import Message
 from core.processors.base import SavedAwareWrite
@@ -98,6 +99,13 @@ def history_ids(prompt: "AssembledPrompt") -> tuple[str, ...]:
     return tuple(out)
 
 
+def window_dropped(notes: dict[str, Any]) -> tuple[str, ...]:
+    """The history messages the context window dropped from the first prompt (``fit_prompt``'s note)."""
+    note = notes.get(CONTEXT_WINDOW_ID) or {}
+    dropped = (note.get("dropped") or {}).get("history") or ()
+    return tuple(str(d) for d in dropped if not str(d).startswith("system:"))
+
+
 def recall_hits(notes: dict[str, Any]) -> tuple[RecallHitRecord, ...]:
     windows = notes.get("windows") or {}
     out: list[RecallHitRecord] = []
@@ -125,13 +133,20 @@ class TurnCapture(SavedAwareWrite):
     # ``record.options`` as canonical JSON (``options_json_of``), so writing the record does not dump
     # the options again; None: the record's writer works it out.
     options_json: str | None = None
+    # The keys sent beside each request body (``stream``, ``stream_options``; {} when not streamed):
+    # one for the turn, which streams every call or none. None: not told.
+    transport: dict[str, Any] | None = None
 
-    def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None) -> None:
-        """One model call of the turn: its request body (``prompt.request``, set by the agent) and what
-        the server reported. A prompt without a body (a model the agent could not describe) is skipped."""
+    def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None,
+                 transport: Mapping[str, Any] | None = None) -> None:
+        """One model call of the turn: its request body (``prompt.request``, set by the agent), the keys
+        sent beside it (``transport``) and what the server reported. A prompt without a body (a model
+        the agent could not describe) is skipped."""
         body = prompt.request
         if body is None:
             return
+        if transport is not None and self.transport is None:
+            self.transport = dict(transport)
         tools = [dict(t) for t in body.get("tools") or ()]
         settings = {k: v for k, v in body.items() if k not in ("model", "messages", "tools", "tool_choice")}
         call = CallRecord(prompt.request_hash or request_hash(body), body.get("model"), settings,
@@ -151,7 +166,8 @@ class TurnCapture(SavedAwareWrite):
         record = self.record
         if not calls and not record.messages_hash and self.first_messages is not None:
             record = replace(record, messages_hash=messages_hash(self.first_messages))
-        return replace(record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden))
+        return replace(record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden),
+                       transport=self.transport if calls else record.transport)
 
     def commit(self, conn: Any) -> None:
         self.commit_saved(conn, ())
@@ -235,6 +251,7 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         endpoint=endpoint_of(model) if model is not None else None,
         context_window=ctx.budget.context_window if ctx.budget is not None else None,
         history_ids=history_ids(prompt),
+        window_dropped=window_dropped(notes) if ctx.budget is not None else (),
         recall=recall_hits(recall),
         wm_version_id=wm.get("versionId"),
         om_generation=om.get("recordId"),
@@ -260,4 +277,4 @@ def _context_message(message: Message) -> dict[str, Any]:
 
 
 __all__ = ["TurnCapture", "capture", "endpoint_of", "hidden_parts", "history_ids", "model_id_of", "model_label",
-           "recall_hits", "section_of", "token_sections"]
+           "recall_hits", "section_of", "token_sections", "window_dropped"]

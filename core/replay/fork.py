@@ -94,6 +94,7 @@ def copy_record(record: TurnRecord, copied: Mapping[str, str], source_thread: st
     return replace(record, input_message_id=moved(record.input_message_id), thread_id=new_thread,
                    response_ids=tuple(moved(r) for r in record.response_ids if r in copied),
                    history_ids=tuple(moved(h) for h in record.history_ids), recall=recall,
+                   window_dropped=tuple(moved(h) for h in record.window_dropped),
                    input_ids=tuple(moved(i) for i in record.input_ids))
 
 

@@ -170,7 +170,7 @@ def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS)
     in another thread (history) or another resource (recall) is never handed on: it is listed."""
     wanted_parts = set(parts)
     frozen = FrozenTurn(record)
-    ids = list(record.history_ids) + list(record.om_others)
+    ids = list(record.window_dropped) + list(record.history_ids) + list(record.om_others)
     for hit in record.recall:
         ids.extend(hit.window_ids)
         ids.append(hit.message_id)
@@ -179,7 +179,8 @@ def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS)
     foreign = _foreign(source, record, found)
     for mid in foreign:
         found.pop(mid, None)
-    history = [found[mid] for mid in record.history_ids if mid in found]
+    # The history the processors read: what the context window dropped, then what was sent.
+    history = [found[mid] for mid in (*record.window_dropped, *record.history_ids) if mid in found]
     gone = sorted({mid for mid in ids if mid not in found and mid not in foreign}) if found or ids else []
     if "history" in wanted_parts:
         frozen.history = history
@@ -215,7 +216,7 @@ def _foreign(source: ReplaySource, record: TurnRecord, found: dict[str, Message]
     own = source.thread(record.thread_id)
     resource = own.resource_id if own is not None else record.resource_id
     out: dict[str, str] = {}
-    for mid in record.history_ids:
+    for mid in (*record.window_dropped, *record.history_ids):
         m = found.get(mid)
         if m is not None and m.thread_id != record.thread_id:
             out[mid] = f"thread {m.thread_id}"

@@ -203,9 +203,24 @@ def rebuild(
         record_state=state,
         record_error=damage,
         differences=tuple(d for c in calls for d in c.differences),
-        changed_since=dict(past.changed) if past is not None else {},
+        changed_since=_shown_changes(past.changed, calls, record, [m.id for m in inputs]) if past is not None else {},
     )
     return prompt
+
+
+def _shown_changes(changed: Mapping[str, str], calls: Sequence[CallReplay], record: TurnRecord | None,
+                   inputs: Sequence[str]) -> dict[str, str]:
+    """The edited or deleted messages a rebuilt turn shows: its inputs, those its calls' fragments came
+    from, and its reply (later calls show it). A message read but not sent (history the context window
+    dropped, a recall window left out) is no reason to say the turn's messages changed."""
+    if not changed:
+        return {}
+    shown: set[str] = set(inputs) | (set(record.response_ids) if record is not None else set())
+    for call in calls:
+        for f in call.prompt.fragments:
+            shown.update(f.stored_ids)
+            shown.update(str(i) for i in f.detail.get("hit_ids") or ())
+    return {mid: how for mid, how in changed.items() if mid in shown}
 
 
 def _tool_name(definition: Mapping[str, Any]) -> str:

@@ -115,6 +115,13 @@ class TurnRecord:
     # Parts of the turn's reply that the stored message does not hold (working-memory tool calls,
     # ``<working_memory>`` tags): ("+", index, part) inserted, ("~", index, part) in place of the stored one.
     hidden_parts: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    # History messages the turn's processors read that the context window then dropped (the oldest,
+    # in prompt order; ``history_ids`` holds those sent). A rebuild hands them to the processors again,
+    # so recall leaves them out as the live turn did and the same fit drops them again.
+    window_dropped: tuple[str, ...] = ()
+    # The keys sent beside every call's request body, outside its hash: ``stream`` and ``stream_options``
+    # as the model sent them ({}: the replies came whole). None: not recorded (records before this).
+    transport: dict[str, Any] | None = None
     version: int = RECORD_VERSION
 
     def memory_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
@@ -295,6 +302,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
     if len(record.input_ids) > 1:
         data["in"] = [pack_id(i) for i in record.input_ids]
     data["h"] = [pack_id(i) for i in record.history_ids]
+    if record.window_dropped:
+        data["hd"] = [pack_id(i) for i in record.window_dropped]
     if record.recall:
         # Hits in rank order. A window neighbour already in the history is named by its place there;
         # the hit itself by its place in the window; "" is the record's own thread.
@@ -342,6 +351,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
         data["cw"] = record.context_window
     if record.hidden_parts:
         data["hp"] = [list(p) for p in record.hidden_parts]
+    if record.transport is not None:
+        data["st"] = record.transport
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -394,7 +405,7 @@ def _check(data: Any) -> dict[str, Any]:
                                  f"{', '.join(map(str, READABLE_VERSIONS))}; a newer one may have written it)")
     _need((isinstance(data.get("x"), str) and bool(data["x"])) or (data["v"] >= 2 and bool(data.get("k"))),
           "'x' (the messages hash) must be a string")
-    for key in ("r", "h", "in"):
+    for key in ("r", "h", "in", "hd"):
         if key in data:
             _strs(data[key], f"'{key}'")
     _need(isinstance(data.get("o", {}), dict), "'o' (the options) must be an object")
@@ -431,6 +442,7 @@ def _check(data: Any) -> dict[str, Any]:
               "'k' entries must be [body hash, [prompt, completion] | null, finish reason?, {changes}?]")
     _need(data.get("cw") is None or (isinstance(data["cw"], int) and not isinstance(data["cw"], bool)),
           "'cw' (context window) must be an integer")
+    _need(data.get("st") is None or isinstance(data["st"], dict), "'st' (stream options) must be an object")
     _need(isinstance(data.get("hp", []), list), "'hp' (hidden reply parts) must be a list")
     for part in data.get("hp", []):
         _need(isinstance(part, list) and len(part) == 3 and part[0] in ("+", "~") and isinstance(part[1], int)
@@ -512,6 +524,8 @@ def decode(
         calls=calls,
         context_window=data.get("cw"),
         hidden_parts=tuple((str(op), int(i), dict(p)) for op, i, p in data.get("hp", ())),
+        window_dropped=tuple(unpack_id(str(x)) for x in data.get("hd", ())),
+        transport=dict(data["st"]) if isinstance(data.get("st"), dict) else None,
         version=int(data["v"]),
     )
     if missing:

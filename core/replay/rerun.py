@@ -114,10 +114,13 @@ def rerun(prompt: "AssembledPrompt", model: "ChatModel", *, model_settings: Mapp
     record = prompt.replay.record if prompt.replay is not None else None
     endpoint = endpoint_of(model)
     original_endpoint = record.endpoint if record is not None else None
+    found = differences(original if recorded else None, request, original_endpoint, endpoint)
+    if recorded and record is not None and record.transport:
+        # A re-run asks for the whole reply at once; the recorded call streamed it.
+        found += tuple((k.replace("_", " "), _show(v), "—") for k, v in record.transport.items())
     return RerunResult(
         result.text or "", int(tokens_in), int(tokens_out), latency, model_label(model),
-        result.to_assistant_message(), estimated, request, original if recorded else None,
-        differences(original if recorded else None, request, original_endpoint, endpoint),
+        result.to_assistant_message(), estimated, request, original if recorded else None, found,
         result.usage.to_dict() if result.usage is not None else None,
         replay.usage if replay is not None else None, endpoint, original_endpoint, int(sent_prompt.total_tokens))
 

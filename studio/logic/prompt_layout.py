@@ -101,6 +101,32 @@ class InspectorOptions:
         return out
 
 
+_OPTION_LABELS = {"last_messages": "last messages", "recall": "semantic recall", "top_k": "top-K", "scope": "scope",
+                  "read_only": "no writes", "working_memory": "working memory", "observational": "observational memory",
+                  "threshold": "threshold", "message_range": "range", "history_tokens": "token budget"}
+
+
+def _option_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return f"{value[0]} before, {value[1]} after"
+    return "none" if value is None else str(value)
+
+
+def options_ran_with(ran: InspectorOptions, shown: InspectorOptions) -> list[str]:
+    """The options a stored turn ran with (its record's) that differ from those shown, in words
+    ("last messages 10, not 3"); empty when they agree."""
+    out = []
+    for name, label in _OPTION_LABELS.items():
+        if name in ("top_k", "scope", "threshold", "message_range") and not ran.recall:
+            continue  # recall's settings did not matter to a turn that ran without recall
+        was, now = getattr(ran, name), getattr(shown, name)
+        if was != now:
+            out.append(f"{label} {_option_value(was)}, not {_option_value(now)}")
+    return out
+
+
 @dataclass(frozen=True)
 class StartingPoint:
     """Where the inspector's options came from, said in words the user sees."""

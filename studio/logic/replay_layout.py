@@ -498,6 +498,11 @@ def rerun_comparison(stored_text: str, stored_estimate: int | None, result: Any,
     original = getattr(result, "original_usage", None) or {}
     usage = getattr(result, "usage", None) or {}
     est = " (no usage reported: estimated)" if getattr(result, "usage_estimated", False) else ""
+    # Both sides as ``provider/model@base URL`` (``RerunResult.model`` names its endpoint), so the same
+    # server does not read as two.
+    original_endpoint = getattr(result, "original_endpoint", None)
+    if stored_model and original_endpoint and "@" not in stored_model:
+        stored_model = f"{stored_model}@{original_endpoint}"
     figures = [
         ("Model", stored_model or "not recorded", str(result.model or "?")),
         ("Prompt tokens, server-reported", _count(original.get("prompt_tokens")),

@@ -22,6 +22,11 @@ from core.replay import CallReplay, ReplayInfo, TurnRecord
 from core.tokens import Tokenizer
 
 NOT_RECORDED = "not recorded"
+NOT_STREAMED = "not sent: the reply came whole"
+TOOLS_AS_SENT = "Tool definitions (as sent)"
+#: A preview knows only the tools memory adds (updateWorkingMemory...): an agent's own tools are not
+#: registered with its memory configuration, so they cannot be listed or counted here.
+TOOLS_OF_MEMORY = "Tool definitions (memory's own; the agent adds its own)"
 SERVER = "Server-reported"
 ESTIMATE = "Our estimate (o200k_base)"
 _BODY_PARTS = ("model", "messages", "tools", "tool_choice")
@@ -59,6 +64,7 @@ class RequestView:
     usage: list[UsageRow]
     request: Mapping[str, Any]  # the whole request body
     notes: list[str] = field(default_factory=list)
+    tools_label: str = TOOLS_AS_SENT  # the tool list's heading
 
     @property
     def body(self) -> str:
@@ -116,6 +122,14 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
     settings = [(k, _value(v)) for k, v in body.items() if k not in _BODY_PARTS]
     if recorded and not settings:
         settings.append(("sampling settings", "none sent: the server's defaults"))
+    if recorded and record is not None:
+        # Outside the body (and its hash): how the replies travelled, as the record kept it.
+        if record.transport:
+            settings += [(k, f"{_value(v)} (how the reply travels; not in Copy Request Body)")
+                         for k, v in record.transport.items()]
+        else:
+            settings.append(("stream", NOT_STREAMED if record.transport is not None else
+                             "not recorded (records before stream options were kept)"))
     if "tool_choice" in body:
         settings.insert(0, ("tool_choice", _value(body["tool_choice"])))
     elif recorded and body.get("tools"):
@@ -125,6 +139,8 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
         if info is None:
             notes.append("A preview: the model, its settings and the tool choice are the agent's, chosen when it "
                          "sends the prompt.")
+            notes.append("The tool definitions listed are memory's own; an agent sends its own tools too, which "
+                         "are not listed or counted here (a stored turn's request shows every tool it sent).")
         else:
             notes.append("This turn's record does not keep its model settings and tool choice"
                          + (" (it was recorded before records kept them)." if record is not None else
@@ -143,6 +159,7 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
         usage=usage_rows(usage, shown.total_tokens, call.finish_reason if call is not None else None),
         request=body,
         notes=notes,
+        tools_label=TOOLS_AS_SENT if info is not None else TOOLS_OF_MEMORY,
     )
 
 
@@ -169,5 +186,5 @@ def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
     return "; ".join(call.differences) or "differs from the record"
 
 
-__all__ = ["ESTIMATE", "NOT_RECORDED", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
+__all__ = ["ESTIMATE", "NOT_RECORDED", "TOOLS_AS_SENT", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
            "usage_rows"]

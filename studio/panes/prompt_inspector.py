@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core import MemoryOptions
+from core import AssembledPrompt, MemoryOptions
 from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
 from studio.commands import Command, CommandRegistry
 from studio.logic.prompt_layout import (
@@ -47,6 +47,7 @@ from studio.logic.prompt_layout import (
     SkipRow,
     StartingPoint,
     context_usage,
+    options_ran_with,
     fragment_header,
     fragment_rows,
     skipped_rows,
@@ -58,7 +59,7 @@ from studio.logic.replay_layout import call_labels
 from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows, short_id
 from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
-from studio.logic.edit_marks import changed_since, sources_note
+from studio.logic.edit_marks import changed_since, edited_note, sources_note
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
@@ -122,6 +123,7 @@ class PromptInspectorPane(QWidget):
         self.session = session
         self.selection = Selection()
         self.preview: Preview | None = None
+        self._shown: AssembledPrompt | None = None  # the prompt of the model call on screen
         self._context: AgentChoice | None = None
         self._start: StartingPoint | None = None
         self._key = f"prompt-inspector-{id(self)}"
@@ -460,6 +462,7 @@ class PromptInspectorPane(QWidget):
         self._busy = False
         self.preview = preview
         prompt = preview.prompt
+        self._shown = prompt
         self.banner.hide()
         if preview.notes:
             self.banner.show_message(" ".join(preview.notes), "info")
@@ -473,7 +476,9 @@ class PromptInspectorPane(QWidget):
                 f"Stored turn: {replay.status}"
                 + (f" — {calls} model calls; pick one under Request." if calls > 1 else ".")
                 + ("" if preview.request.as_recorded else " The options or instructions here differ from the "
-                   "agent's, so this is what the turn would have sent with them."),
+                   "agent's, so this is what the turn would have sent with them.")
+                + (f" Stored messages it used: {edited_note(replay.changed_since)}." if replay.changed_since else "")
+                + self._ran_with_note(preview),
                 "info" if replay.exact or replay.what_if else "warning")
         self.processors_label.setText("Ran, in order: " + " → ".join(prompt.processors) if prompt.processors
                                       else "No memory processors ran.")
@@ -486,14 +491,40 @@ class PromptInspectorPane(QWidget):
                 self._syncing = True
                 self.message_edit.setText(preview.turn.input.text)
                 self._syncing = False
-        self.status.setText(
-            f"{token_sum_text(prompt)} · {len(prompt.messages)} messages · {len(prompt.tools)} tool(s) · "
-            f"tokenizer {prompt.tokenizer}"
-        )
+        self.status.setText(self._prompt_status(prompt))
         self.commands.refresh_enabled()
         if self.fragment_model.rowCount():
             self.fragment_table.selectRow(self._first_interesting_row())
         self.assembled.emit(preview)
+
+    def _ran_with_note(self, preview: Preview) -> str:
+        """For a turn rebuilt from its record: what it ran with that differs from the options and
+        instructions shown (the agent's as registered now), since the prompt is the record's."""
+        replay = preview.prompt.replay
+        record = replay.record if replay is not None and replay.kind == "recorded" else None
+        if record is None or not preview.request.as_recorded:
+            return ""
+        try:
+            ran = InspectorOptions.from_memory_options(record.memory_options())
+        except Exception:  # noqa: BLE001 - options a newer engine wrote: the banner says nothing of them
+            return ""
+        differs = options_ran_with(ran, preview.request.options)
+        if "\n".join(record.instructions) != preview.request.instructions:
+            differs.append("other instructions")
+        if not differs:
+            return ""
+        return (" The options and instructions above are the agent's as registered now; this turn ran with "
+                f"{'; '.join(differs)} (its prompt is rebuilt from what it ran with).")
+
+    @staticmethod
+    def _prompt_status(prompt: AssembledPrompt) -> str:
+        return (f"{token_sum_text(prompt)} · {len(prompt.messages)} messages · {len(prompt.tools)} tool(s) · "
+                f"tokenizer {prompt.tokenizer}")
+
+    @property
+    def shown_prompt(self) -> AssembledPrompt | None:
+        """The prompt of the model call on screen (a stored turn's first call until another is picked)."""
+        return self._shown if self.preview is not None else None
 
     def _fill_calls(self, preview: Preview) -> None:
         """One entry per model call of a stored turn (one for a preview); the first is shown."""
@@ -516,7 +547,14 @@ class PromptInspectorPane(QWidget):
         info = preview.prompt.replay
         calls = [c.prompt for c in info.calls] if info is not None and info.calls else [preview.prompt]
         if index < len(calls):
+            # The table, the context bar, the status line and the copies all follow the call shown:
+            # a later call of the tool loop has more messages than the first.
+            self._shown = calls[index]
             self.fragment_model.set_rows(fragment_rows(calls[index]))
+            self.bar.set_usage(context_usage(calls[index], preview.model, preview.model_note))
+            self.status.setText(self._prompt_status(calls[index]))
+            if self.fragment_model.rowCount():
+                self.fragment_table.selectRow(self._first_interesting_row())
         if index < len(preview.requests):
             self.request_view.show_request(preview.requests[index])
 
@@ -571,10 +609,19 @@ class PromptInspectorPane(QWidget):
         preview = self.preview
         if row is None or preview is None or preview.turn is None or preview.turn.input is None:
             return None
+        if not self._in_first_call(row):
+            return None  # a check rebuilds the turn's first model call: this fragment would fail it at once
         turn = preview.turn.input
         return PinTarget(thread_id=preview.request.thread_id or "", resource_id=preview.request.resource_id,
                          input_text=turn.text, turn_number=None, text=row.text, source=row.source,
                          stored_ids=tuple(row.detail.get("hit_ids") or row.stored_ids))
+
+    def _in_first_call(self, row: FragmentRow) -> bool:
+        """Whether the turn's first model call (what a check rebuilds) has this fragment."""
+        preview = self.preview
+        if preview is None or self._shown is None or self._shown is preview.prompt:
+            return True
+        return any(f.source == row.source and f.text == row.text for f in preview.prompt.fragments)
 
     def pin_selected(self) -> None:
         target = self.pin_target()
@@ -610,7 +657,9 @@ class PromptInspectorPane(QWidget):
         self.edit_btn.setEnabled(row is not None and bool(row.stored_ids))
         self.pin_btn.setEnabled(row is not None and self.pin_target(row) is not None)
         self.pin_btn.setToolTip("Pin this fragment as a memory check" if self.pin_btn.isEnabled() else
-                                "Pin… needs a stored turn: pick a message of the thread (Stored turn)")
+                                "Pin… needs a stored turn: pick a message of the thread (Stored turn)"
+                                if row is None or self._in_first_call(row) else
+                                "Pin… checks a turn's first model call, and this fragment entered at a later one")
         if row is None:
             return
         self.detail_header.setText(fragment_header(row))
@@ -632,13 +681,15 @@ class PromptInspectorPane(QWidget):
 
     # -- copy ------------------------------------------------------------------------------------
     def copy_json(self) -> None:
-        if self.preview is not None:
-            text = self.preview.prompt.to_json()
+        shown = self.shown_prompt
+        if shown is not None:
+            text = shown.to_json()
             QGuiApplication.clipboard().setText(text)
             self.status.setText(f"Copied the assembly record as JSON ({len(text):,} characters).")
 
     def copy_openai(self) -> None:
-        if self.preview is not None:
-            text = self.preview.prompt.openai_messages_json()
+        shown = self.shown_prompt
+        if shown is not None:
+            text = shown.openai_messages_json()
             QGuiApplication.clipboard().setText(text)
-            self.status.setText(f"Copied {len(self.preview.prompt.messages)} OpenAI messages ({len(text):,} characters).")
+            self.status.setText(f"Copied {len(shown.messages)} OpenAI messages ({len(text):,} characters).")

@@ -273,6 +273,9 @@ class TurnView(QSplitter):
             return None  # a fragment that left this turn's prompt is not in it to pin
         calls = step.calls
         shown = calls[self._call] if self._call < len(calls) else step.received
+        if shown is not step.received and not any(f.source == rec.source and f.text == rec.text
+                                                  for f in step.received.fragments):
+            return None  # a check rebuilds the turn's first model call, which lacks this fragment
         fragment = shown.fragments[rec.index] if rec.index < len(shown.fragments) else None
         hits = tuple(fragment.detail.get("hit_ids") or ()) if fragment is not None else ()
         return PinTarget(thread_id=self._thread_id, resource_id=step.received.resource_id,

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.logic.request_layout import ESTIMATE, SERVER, RequestView, ToolRow, UsageRow
+from studio.logic.request_layout import ESTIMATE, SERVER, TOOLS_AS_SENT, RequestView, ToolRow, UsageRow
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
@@ -85,7 +85,7 @@ class RequestPanel(QWidget):
         self.tools = QTreeWidget()
         self.tools.setObjectName("requestTools")
         self.tools.setColumnCount(2)
-        self.tools.setHeaderLabels(["Tool definitions (as sent)", "Tokens (o200k)"])
+        self.tools.setHeaderLabels([TOOLS_AS_SENT, "Tokens (o200k)"])
         self.tools.header().setStretchLastSection(False)
         self.tools.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         # the counts' column is as wide as its header (or its widest count), never cut to "Tokens (o200"
@@ -113,6 +113,8 @@ class RequestPanel(QWidget):
         _set_text(self.header, f"<b>Model</b> {_esc(view.model)} · <b>Endpoint</b> {_esc(view.endpoint)}{notes}")
         self.usage_model.update_rows(view.usage)
         self.settings_model.update_rows(view.settings)
+        if self.tools.headerItem().text(0) != view.tools_label:
+            self.tools.setHeaderLabels([view.tools_label, "Tokens (o200k)"])
         first = self.tools.topLevelItem(0)
         if view.tools == self._tools_shown and first is not None:
             first.setText(1, f"{view.tools_tokens:,}")  # the same definitions: no rebuild

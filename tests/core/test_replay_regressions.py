@@ -136,3 +136,37 @@ def test_rebuild_modes_report_whether_they_match(store: Any, rebuild: str) -> No
     assert prompt.replay.kind == ("recorded" if rebuild == "record" else "reconstructed")
     narrower = memory.assemble(as_of=input_id, rebuild=rebuild, options={"last_messages": 1})  # type: ignore[arg-type]
     assert narrower.replay is not None and narrower.replay.what_if and narrower.replay.matches is False
+
+
+def test_a_turn_fitted_to_the_context_window_with_recall_rebuilds_exactly(store: Any) -> None:
+    # The live turn's recall skipped hits already in the history window; the window then dropped the
+    # oldest history messages to fit. The record kept only the history that was sent, so the rebuild's
+    # recall no longer saw those messages in the window and put them back as recall, and the fit
+    # dropped newer history instead: "recorded, differs" for a turn nobody changed.
+    memory = Memory(store, MemoryOptions(last_messages=20, semantic_recall={
+        "top_k": 2, "message_range": 1, "scope": "thread", "mode": "vector"}), embedder=HashingEmbedder())
+    model = ScriptedModel(lambda messages, tools: "ok " + "word " * 40, context_window=900)
+    agent = Agent("fit", instructions="Be brief.", model=model, memory=memory, model_settings={"max_tokens": 100})
+    for i in range(8):
+        agent.generate(f"Message {i} about orchids and light " + "padding " * 60,
+                       memory={"resource": "u", "thread": "t"})
+    turns = memory.turns("t", resource_id="u")
+    dropped = 0
+    for turn in turns:
+        prompt = memory.assemble(as_of=turn.input_message_id, resource_id="u")
+        assert prompt.replay is not None
+        assert prompt.replay.status == "recorded (exact)", (turn.input_message_id, prompt.replay.differences)
+        dropped += "context-window" in prompt.skipped
+    assert dropped >= 2  # the window really dropped history on later turns
+    # A message the window dropped was read but not sent: editing it later does not mark the turn.
+    last = turns[-1]
+    record = memory.turn_record(last.input_message_id)
+    assert record is not None and record.window_dropped
+    memory.edit_message(record.window_dropped[0], resource_id="u", text="edited later")
+    prompt = memory.assemble(as_of=last.input_message_id, resource_id="u")
+    assert prompt.replay is not None and prompt.replay.status == "recorded (exact)"
+    assert prompt.replay.changed_since == {}
+    sent = memory.turn_record(turns[-1].input_message_id).history_ids  # type: ignore[union-attr]
+    memory.edit_message(sent[-1], resource_id="u", text="edited as well")
+    prompt = memory.assemble(as_of=last.input_message_id, resource_id="u")
+    assert prompt.replay is not None and prompt.replay.changed_since == {sent[-1]: "edited since"}

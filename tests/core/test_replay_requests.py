@@ -292,3 +292,38 @@ def test_an_import_never_replaces_the_targets_own_overrides(conversation: Any, n
         assert latest_override(target, "travel").template == "# Mine\n- Kept:\n"  # type: ignore[union-attr]
         import_data(target, data, overwrite=True)
         assert latest_override(target, "travel").template == "# Trip\n- Where:\n"  # type: ignore[union-attr]
+
+
+def test_each_record_says_how_its_replies_travelled(conversation: Any, db_path: Any) -> None:
+    # The record left ``stream`` / ``stream_options`` out of the hashed body, and kept them nowhere, so
+    # Replay could not tell a streamed turn from one answered whole. It keeps them beside the calls now.
+    store, server, memory = conversation
+    sent = server.chat_requests()
+    at = 0
+    with open_store(db_path) as fresh_store:
+        for turn in Memory(fresh_store).turns(THREAD):
+            assert turn.record is not None
+            body = sent[at]
+            at += len(turn.record.calls)
+            assert turn.record.transport == {k: body[k] for k in ("stream", "stream_options") if k in body}
+    streamed = [t.record for t in memory.turns(THREAD) if t.record is not None and t.record.transport]
+    assert [r.transport for r in streamed] == [{"stream": True, "stream_options": {"include_usage": True}}]
+    # A re-run asks for the whole reply: it says the recorded call streamed.
+    turn = next(t for t in memory.turns(THREAD) if t.record is not None and t.record.transport)
+    prompt = memory.assemble(as_of=turn.input_message_id)
+    with LoopbackServer(ScriptedModel(["again"])) as again:
+        model = OpenAICompatibleModel("loopback-chat", base_url=again.base_url, api_key="k", api_key_env=None,
+                                      keyring_service=None)
+        result = rerun(prompt, model)
+        model.close()
+    assert ("stream", "true", "—") in result.differences and "stream" not in again.chat_requests()[0]
+
+
+def test_a_scripted_models_streamed_turn_records_stream_true(tmp_path: Any) -> None:
+    store = open_store(tmp_path / "s.db")
+    memory = Memory(store, MemoryOptions(last_messages=4))
+    agent = Agent("s", instructions="Hi.", model=ScriptedModel(["one", "two"]), memory=memory)
+    agent.generate("whole", memory={"resource": "r", "thread": "t"})
+    list(agent.stream("streamed", memory={"resource": "r", "thread": "t"}))
+    assert [t.record.transport for t in memory.turns("t") if t.record is not None] == [{}, {"stream": True}]
+    store.close()

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLabel
 
 from core import Agent, Memory, MemoryOptions, Tool, open_store
@@ -228,6 +229,26 @@ def test_an_exact_record_whose_messages_were_edited_since_says_so(qtbot: Any, pa
     assert "exact" in pane.view.request_view.view.status  # type: ignore[union-attr]
 
 
+def test_the_inspector_says_a_stored_turns_messages_were_edited_since(no_leaked_widgets: None, qtbot: Any,
+                                                                     session: StudioSession) -> None:
+    # The inspector showed the old text (rightly: what the model received) under "Stored turn: recorded
+    # (exact)." with nothing saying the message reads differently now, unless one row was clicked.
+    memory = Memory(session.store)
+    first, second = memory.turns(THREAD)[:2]
+    memory.edit_message(first.input_message_id, resource_id=RESOURCE, text="Goodbye instead.")
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    inspector.set_selection(Selection(RESOURCE, THREAD, second.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    text = inspector.banner.text()
+    assert text.startswith("Stored turn: recorded (exact)")
+    assert "Stored messages it used: 1 edited since, shown as sent." in text
+    assert any(r.text == "Hello there." for r in inspector.fragment_model.rows())
+
+
 def test_a_damaged_record_says_so_on_screen(qtbot: Any, pane: ReplayPane, session: StudioSession) -> None:
     turn = pane.source.turns[1]  # type: ignore[union-attr]
     with session.store.db.write() as conn:
@@ -263,6 +284,139 @@ def test_the_inspector_shows_a_stored_turns_calls(no_leaked_widgets: None, qtbot
     assert inspector.request_view.view.title == "Model call 3 of 3"  # type: ignore[union-attr]
     assert len(inspector.fragment_model.rows()) > len(preview.prompt.fragments)
     del blocker
+
+
+def test_the_inspectors_copies_and_totals_follow_the_model_call_shown(no_leaked_widgets: None, qtbot: Any,
+                                                                     session: StudioSession) -> None:
+    # Picking model call 3 showed its messages in the table, but the status line and the context bar
+    # kept call 1's totals, and Copy OpenAI Messages / Copy JSON copied call 1's messages.
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    turn = Memory(session.store).turns(THREAD)[2]
+    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    preview = inspector.preview
+    assert preview is not None and preview.prompt.replay is not None
+    third = preview.prompt.replay.calls[2].prompt
+    assert len(third.messages) > len(preview.prompt.messages)
+    inspector.call_combo.setCurrentIndex(2)
+    assert f"· {len(third.messages)} messages ·" in inspector.status.text()
+    assert f"{third.total_tokens:,} tokens" in inspector.status.text()
+    inspector.copy_openai()
+    assert json.loads(QGuiApplication.clipboard().text()) == json.loads(third.openai_messages_json())
+    assert inspector.status.text().startswith(f"Copied {len(third.messages)} OpenAI messages")
+    inspector.copy_json()
+    assert json.loads(QGuiApplication.clipboard().text()) == json.loads(third.to_json())
+    assert inspector.shown_prompt is third
+    inspector.call_combo.setCurrentIndex(0)
+    inspector.copy_openai()
+    assert json.loads(QGuiApplication.clipboard().text()) == json.loads(preview.prompt.openai_messages_json())
+
+
+def test_a_previews_tool_list_says_it_holds_memorys_tools_only(no_leaked_widgets: None, qtbot: Any,
+                                                               session: StudioSession) -> None:
+    # The agent offers get_weather and convert on every turn, but its registration does not record its
+    # tools: a preview listed updateWorkingMemory alone under "Tool definitions (as sent)".
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    inspector.set_selection(Selection(RESOURCE, THREAD))
+    qtbot.waitUntil(lambda: inspector.preview is not None and not inspector.busy, timeout=30_000)
+    request = inspector.request_view
+    assert request.view is not None and [t.name for t in request.view.tools] == ["updateWorkingMemory"]
+    heading = request.tools.headerItem().text(0)
+    assert heading != "Tool definitions (as sent)" and "memory's own" in heading
+    assert "an agent sends its own tools too" in request.header.text()
+    # A stored turn's request is what was sent, every tool included.
+    turn = Memory(session.store).turns(THREAD)[1]
+    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    assert request.tools.headerItem().text(0) == "Tool definitions (as sent)"
+    assert [t.name for t in request.view.tools] == ["updateWorkingMemory", "get_weather", "convert"]
+    assert "an agent sends its own tools too" not in request.header.text()
+
+
+def test_the_request_says_whether_the_reply_was_streamed(qtbot: Any, pane: ReplayPane) -> None:
+    go(qtbot, pane, 1)
+    view = pane.view.request_view.view
+    assert view is not None and dict(view.settings)["stream"] == "not sent: the reply came whole"
+    assert "stream" not in view.request  # the body shown and copied stays the hashed one
+
+
+def test_the_inspector_says_when_a_stored_turn_ran_with_other_options(no_leaked_widgets: None, qtbot: Any,
+                                                                     session: StudioSession) -> None:
+    # A turn answered with other options than the agent's registered ones (here the chat playground's
+    # default agent; also any turn before the agent's configuration changed) is rebuilt from its record,
+    # rightly, but the options bar and instructions showed the agent's current ones as if it ran with them.
+    from studio import chat_runner
+
+    request = chat_runner.ChatRequest(THREAD, RESOURCE, "One more thing.", None, chat_runner.DEFAULT_INSTRUCTIONS,
+                                      "playground-turn")
+    chat_runner.run_turn(session.store, request, ScriptedModel(["Sure."]), embedder=lambda: None,
+                         on_delta=lambda _piece: None)
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    inspector.set_selection(Selection(RESOURCE, THREAD, "playground-turn"))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    assert inspector.agent_combo.currentText() == "Agent 'tooly'" and inspector.instructions_edit.text() != \
+        chat_runner.DEFAULT_INSTRUCTIONS
+    text = inspector.banner.text()
+    assert text.startswith("Stored turn: recorded (exact).")
+    assert "this turn ran with last messages 10, not 6; working memory off, not on; other instructions" in text
+    fragments = inspector.fragment_model.rows()
+    assert fragments[0].text == chat_runner.DEFAULT_INSTRUCTIONS  # the prompt is the record's
+    # The agent's own turn ran with what is shown: nothing to say.
+    turn = Memory(session.store).turns(THREAD)[1]
+    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id ==
+                    turn.input_message_id and not inspector.busy, timeout=30_000)
+    assert "this turn ran with" not in inspector.banner.text()
+
+
+def test_pin_is_refused_for_a_fragment_that_entered_at_a_later_model_call(no_leaked_widgets: None, qtbot: Any,
+                                                                          session: StudioSession) -> None:
+    # A memory check rebuilds a turn's first model call; a tool result shown under model call 3 is not in
+    # it, so a check pinned from it failed at once.
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    turn = Memory(session.store).turns(THREAD)[2]
+    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
+                    and not inspector.busy, timeout=30_000)
+    inspector.call_combo.setCurrentIndex(2)
+    rows = inspector.fragment_model.rows()
+    later = next(i for i, r in enumerate(rows) if r.source == "response")
+    history = next(i for i, r in enumerate(rows) if r.source == "message-history")
+    inspector.fragment_table.selectRow(later)
+    assert inspector.pin_target() is None and not inspector.pin_btn.isEnabled()
+    assert "first model call" in inspector.pin_btn.toolTip()
+    inspector.fragment_table.selectRow(history)  # also in the first call: a check can hold it
+    target = inspector.pin_target()
+    assert target is not None and inspector.pin_btn.isEnabled() and target.text == rows[history].text
+
+
+def test_replay_does_not_pin_a_fragment_of_a_later_model_call_only(qtbot: Any, pane: ReplayPane) -> None:
+    go(qtbot, pane, 2)
+    pane.commands.run("replay.next_call")
+    pane.commands.run("replay.next_call")
+    assert pane.call == 2
+    view = pane.view
+    rows = view.step_model.rows()
+    later = next(i for i, r in enumerate(rows) if r.source == "response")
+    history = next(i for i, r in enumerate(rows) if r.source == "message-history" and r.index is not None)
+    assert view.pin_target(later) is None
+    target = view.pin_target(history)
+    assert target is not None and target.turn_number == 3
 
 
 def test_fork_dialog_radios_do_not_overlap(no_leaked_widgets: None, qtbot: Any) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from core import Memory, MemoryOptions, Message, open_store
 from core.embedding import HashingEmbedder
-from core.llm import ScriptedModel
+from core.llm import ModelError, ScriptedModel
 from core.recall import RecallIndex
 from core.recall.explain import Candidate, Inspection, explain_message, inspect_search
 from studio import chat_runner
@@ -167,3 +167,29 @@ def test_a_fused_score_says_what_its_thread_added():
     assert recall_layout.fused_before_text(Candidate(1, "m", "t", "ada", 0.5, 0.5, None)) == "—"
     ins = Inspection("q", "ada", None, 4, None, 0, 0, "model")
     assert "fused 0.146 (0.030 from its own lists" in recall_layout.candidate_tooltip(ins, lifted)
+
+
+def test_a_context_overflow_does_not_say_try_again(tmp_path):
+    # llama.cpp's 400 for a prompt over its context: sending the same message again fails the same way,
+    # and the engine's hint names code settings (context_window, model_settings) the playground lacks.
+    from core.llm import LoopbackServer, OpenAICompatibleModel
+
+    store = open_store(tmp_path / "m.db")
+    detail = "request (5419 tokens) exceeds the available context size (4096 tokens), try increasing it"
+    with LoopbackServer(["never sent"]) as server:
+        server.fail_next(1, status=400, message=detail)
+        model = OpenAICompatibleModel("loop", base_url=server.base_url, api_key="test-key", environ={},
+                                      keyring_service=None)
+        req = ChatRequest("t-big", "ada", "word " * 50, None, "", "u-big", new_thread=True)
+        with pytest.raises(ModelError) as caught:
+            chat_runner.run_turn(store, req, model, embedder=lambda: None, on_delta=lambda _p: None)
+        model.close()
+    what, todo = chat_runner.model_problem(caught.value)
+    assert detail in what and "4,096 tokens" in what
+    assert not todo.startswith("Try again") and "shorten the message" in todo and "larger context" in todo
+    assert todo.endswith("Nothing of this turn was saved.")
+    # Other 400s keep their advice.
+    _what, other = chat_runner.model_problem(ModelError("bad tool schema", model_id="m", status=400,
+                                                        endpoint="http://h/v1"))
+    assert other.startswith("Try again")
+    store.close()

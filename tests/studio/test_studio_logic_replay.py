@@ -150,6 +150,18 @@ def test_rerun_comparison_figures() -> None:
     assert cmp.differences == [("temperature", "0.3", "0.0")]
 
 
+def test_rerun_model_figure_names_both_endpoints_alike() -> None:
+    # The re-run side read "provider/model@http://host/v1", the original "provider/model": the same
+    # server looked like another.
+    result = SimpleNamespace(text="x", tokens_in=1, tokens_out=1, latency_ms=1.0, usage_estimated=False,
+                             model="openai-compatible/m@http://127.0.0.1:8766/v1", usage=None, estimated_tokens=1,
+                             original_usage=None, differences=(), original_endpoint="http://127.0.0.1:8766/v1")
+    figures = {f[0]: f for f in rerun_comparison("x", 1, result, "openai-compatible/m").figures}
+    assert figures["Model"][1] == figures["Model"][2] == "openai-compatible/m@http://127.0.0.1:8766/v1"
+    in_process = SimpleNamespace(**{**vars(result), "model": "scripted/x", "original_endpoint": None})
+    assert {f[0]: f for f in rerun_comparison("x", 1, in_process, "scripted/x").figures}["Model"][1] == "scripted/x"
+
+
 def test_fork_source_text() -> None:
     assert fork_source({}) is None and fork_source(None) is None
     text = fork_source({"fork": {"sourceThreadId": "t1", "atMessageId": "m3", "forkedAt": "2026-05-01T10:00:00.000Z",

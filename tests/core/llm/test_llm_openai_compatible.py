@@ -276,3 +276,18 @@ def test_describe_is_safe_identity() -> None:
 
 def test_list_models(server: LoopbackServer, make_model: MakeModel) -> None:
     assert make_model(server).list_models() == ["loopback-chat", "loopback-embed"]
+
+
+@pytest.mark.parametrize("key", ["x", "1234", "ollama"])
+def test_a_short_or_placeholder_key_does_not_garble_the_servers_message(
+        script: ScriptedModel, make_model: MakeModel, key: str) -> None:
+    # Local servers take any key; users give "x" or the documented "ollama". Hiding every "x" turned
+    # llama.cpp's "exceeds the available context size" into "e***ceeds the available conte***t size".
+    detail = "request (5019 tokens) exceeds the available context size (4096 tokens); see ollama logs, 1234 B"
+    with LoopbackServer(script) as server:
+        server.fail_next(1, 400, message=detail)
+        model = make_model(server, api_key=key)
+        with pytest.raises(ModelError) as caught:
+            model.generate(USER)
+    assert detail in str(caught.value)
+    assert "the server's context is 4,096 tokens" in str(caught.value)  # the context hint still reads it
