@@ -161,6 +161,42 @@ def test_items_round_trip_and_pop_and_clear(memory: Memory) -> None:
     assert memory.get_thread("s1") is not None  # the thread (and its working memory) stays
 
 
+def test_popped_and_cleared_items_leave_recall_and_keep_a_version(memory: Memory) -> None:
+    # pop_item and clear_session delete as the Studio does: the recall index follows (no keyword doc
+    # or vector left, so the text is not recalled later) and each deletion is a version (undoable).
+    session = MemorySession("s2", memory=memory, resource_id="ada")
+    asyncio.run(session.add_items([{"role": "user", "content": "My locker code is zebra-4471"},
+                                   {"role": "user", "content": "The spare key hides under the walrus pot"}]))
+    memory.wait_idle(30)
+    stored = memory.recall(thread_id="s2", resource_id="ada", per_page=False).messages
+    assert [h.message_id for h in memory.search("walrus", resource_id="ada", mode="keyword")] == [stored[1].id]
+
+    asyncio.run(session.pop_item())
+    memory.wait_idle(30)
+    assert _recall_rows(memory, stored[1].id) == 0
+    assert memory.search("walrus", resource_id="ada", mode="keyword") == []
+    assert [v.op for v in memory.message_versions(stored[1].id, resource_id="ada")] == ["delete"]
+
+    asyncio.run(session.clear_session())
+    memory.wait_idle(30)
+    assert _recall_rows(memory, stored[0].id) == 0
+    assert memory.search("zebra locker", resource_id="ada", mode="keyword") == []
+    assert [v.op for v in memory.message_versions(stored[0].id, resource_id="ada")] == ["delete"]
+
+
+def _recall_rows(memory: Memory, message_id: str) -> int:
+    """The keyword docs and vectors the recall index holds for one message."""
+    from core.storage import catalog
+
+    with memory.store.db.read() as conn:
+        docs = conn.exec_driver_sql("SELECT count(*) FROM memory_studio_fts_docs WHERE message_id = ?",
+                                    (message_id,)).scalar()
+        vectors = sum(int(conn.exec_driver_sql(f'SELECT count(*) FROM "{t}" WHERE vector_id = ?',
+                                               (message_id,)).scalar() or 0)
+                      for t in catalog.table_names(conn, "memory_messages"))
+    return int(docs or 0) + vectors
+
+
 def test_messages_written_by_others_become_items(memory: Memory) -> None:
     memory.save_messages([_user(memory, "shared", "I like soup"),
                           _assistant(memory, "shared", "Soup it is.")])

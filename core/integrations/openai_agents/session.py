@@ -185,13 +185,17 @@ class MemorySession:
             return None
         newest = messages[-1]
         items = messages_to_items([newest])
-        self.memory.store.memory.delete_messages([newest.id])
+        self._delete([newest.id])
         return items[-1] if items else None
 
     def _clear(self) -> None:
-        ids = [m.id for m in self._messages()]
+        self._delete([m.id for m in self._messages()])
+
+    def _delete(self, ids: list[str]) -> None:
+        # Through the facade, as the Studio deletes: each kept as a version, and the recall index
+        # (vectors, keyword docs, passages) follows, so a removed item is not recalled afterwards.
         if ids:
-            self.memory.store.memory.delete_messages(ids)
+            self.memory.delete_messages(ids, resource_id=self.resource_id, author="openai-agents")
 
     def _memory_prompt(self, query: str) -> AssembledPrompt:
         """The memory processors run live for this thread, history off (the session supplies it)."""
