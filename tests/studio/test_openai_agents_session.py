@@ -153,6 +153,7 @@ def test_items_round_trip_and_pop_and_clear(memory: Memory) -> None:
     assert (call["toolName"], call["args"], call["state"]) == ("weather", {"city": "Oslo"}, "call")
     result = stored[2].parts[0]["toolInvocation"]
     assert (result["toolName"], result["result"], result["state"]) == ("weather", "sunny", "result")
+    assert result["args"] == {"city": "Oslo"}  # the call it answers, with its arguments, not {}
     assert asyncio.run(session.pop_item()) == items[-1]
     assert asyncio.run(session.get_items()) == items[:-1]
     asyncio.run(session.clear_session())
@@ -182,6 +183,17 @@ def test_popped_and_cleared_items_leave_recall_and_keep_a_version(memory: Memory
     assert _recall_rows(memory, stored[0].id) == 0
     assert memory.search("zebra locker", resource_id="ada", mode="keyword") == []
     assert [v.op for v in memory.message_versions(stored[0].id, resource_id="ada")] == ["delete"]
+
+
+def test_an_output_saved_after_its_call_names_the_call_with_its_arguments(memory: Memory) -> None:
+    # The SDK saves a tool call and its output in separate add_items calls when a run resumes.
+    session = MemorySession("s3", memory=memory, resource_id="ada")
+    asyncio.run(session.add_items([{"role": "user", "content": "Weather in Bergen?"},
+                                   {"type": "function_call", "call_id": "c9", "name": "weather",
+                                    "arguments": "{\"city\": \"Bergen\"}"}]))
+    asyncio.run(session.add_items([{"type": "function_call_output", "call_id": "c9", "output": "rain"}]))
+    result = memory.recall(thread_id="s3", resource_id="ada", per_page=False).messages[-1].parts[0]["toolInvocation"]
+    assert (result["toolName"], result["args"], result["result"]) == ("weather", {"city": "Bergen"}, "rain")
 
 
 def _recall_rows(memory: Memory, message_id: str) -> int:

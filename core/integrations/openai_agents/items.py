@@ -56,8 +56,11 @@ def content_text(content: Any) -> str:
 
 
 def item_to_message(item: Mapping[str, Any], *, thread_id: str, resource_id: str,
-                    tool_names: Mapping[str, str] | None = None) -> Message:
-    """One SDK item as one of our messages (unstamped: saving keeps the order they come in)."""
+                    tool_names: Mapping[str, str] | None = None,
+                    tool_args: Mapping[str, Mapping[str, Any]] | None = None) -> Message:
+    """One SDK item as one of our messages (unstamped: saving keeps the order they come in).
+    ``tool_names`` / ``tool_args``: call id → the tool's name / arguments, for a ``function_call_output``
+    (which carries neither): its result part then names the call it answers, with its arguments."""
     kind = item.get("type")
     role = item.get("role")
     meta: dict[str, Any] = {METADATA_KEY: {"item": dict(item)}}
@@ -77,8 +80,9 @@ def item_to_message(item: Mapping[str, Any], *, thread_id: str, resource_id: str
     if kind == "function_call_output":
         call_id = str(item.get("call_id") or "")
         name = (tool_names or {}).get(call_id, "")
+        args = dict((tool_args or {}).get(call_id) or {})
         output = item.get("output")
-        part = tool_invocation_part(call_id, name, None, output if output is not None else "", state="result")
+        part = tool_invocation_part(call_id, name, args, output if output is not None else "", state="result")
         return Message.create("assistant", [part], thread_id=thread_id, resource_id=resource_id, metadata=meta)
     return Message.create("assistant", [data_part("openai-agents-item", {"type": kind})],
                           thread_id=thread_id, resource_id=resource_id, metadata=meta)
@@ -133,6 +137,11 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
 def call_names(items: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """call id → tool name for the function calls among ``items``."""
     return {str(i.get("call_id")): str(i.get("name") or "") for i in items if i.get("type") == "function_call"}
+
+
+def call_arguments(items: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """call id → the parsed arguments of the function calls among ``items``."""
+    return {str(i.get("call_id")): _arguments(i.get("arguments")) for i in items if i.get("type") == "function_call"}
 
 
 def latest_user_text(items: Sequence[Any]) -> str:

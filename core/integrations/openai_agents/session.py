@@ -35,6 +35,7 @@ from agents.tool_context import ToolContext
 
 from core.integrations.openai_agents.items import (
     as_item,
+    call_arguments,
     call_names,
     item_to_message,
     latest_user_text,
@@ -171,11 +172,14 @@ class MemorySession:
         return messages_to_items(messages)
 
     def _add_items(self, items: Sequence[Mapping[str, Any]]) -> list[Message]:
-        names = call_names(messages_to_items(self._messages()[-50:])) | call_names(items)
+        recent = messages_to_items(self._messages()[-50:])
+        names = call_names(recent) | call_names(items)
+        args = call_arguments(recent) | call_arguments(items)
         if self.memory.get_thread(self.session_id) is None:
             self.memory.create_thread(resource_id=self.resource_id, thread_id=self.session_id, title=self.title,
                                       metadata={"framework": "openai-agents"})
-        messages = [item_to_message(i, thread_id=self.session_id, resource_id=self.resource_id, tool_names=names)
+        messages = [item_to_message(i, thread_id=self.session_id, resource_id=self.resource_id, tool_names=names,
+                                    tool_args=args)
                     for i in items]
         return self.memory.save_messages(messages)
 
