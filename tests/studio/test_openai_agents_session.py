@@ -185,6 +185,16 @@ def test_popped_and_cleared_items_leave_recall_and_keep_a_version(memory: Memory
     assert [v.op for v in memory.message_versions(stored[0].id, resource_id="ada")] == ["delete"]
 
 
+def test_get_items_without_a_limit_uses_the_session_settings_limit(memory: Memory) -> None:
+    from agents.memory import SessionSettings
+
+    session = MemorySession("s4", memory=memory, resource_id="ada", session_settings=SessionSettings(limit=2))
+    items = [{"role": "user", "content": f"note {i}"} for i in range(4)]
+    asyncio.run(session.add_items(items))
+    assert asyncio.run(session.get_items()) == items[2:]  # as the SDK's SQLiteSession does
+    assert asyncio.run(session.get_items(limit=3)) == items[1:]  # an explicit limit wins
+
+
 def test_an_output_saved_after_its_call_names_the_call_with_its_arguments(memory: Memory) -> None:
     # The SDK saves a tool call and its output in separate add_items calls when a run resumes.
     session = MemorySession("s3", memory=memory, resource_id="ada")

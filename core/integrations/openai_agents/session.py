@@ -30,6 +30,7 @@ from typing import Any
 
 from agents import FunctionTool, RunConfig
 from agents.memory import SessionSettings
+from agents.memory.session_settings import resolve_session_limit
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
@@ -82,8 +83,9 @@ class MemorySession:
 
     # -- the Session protocol --------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
-        """The thread's items, oldest first; with ``limit``, the newest ``limit`` of them."""
-        return await asyncio.to_thread(self._get_items, limit)
+        """The thread's items, oldest first; with ``limit`` (else ``session_settings.limit``, as the
+        SDK's own sessions do), the newest ``limit`` of them."""
+        return await asyncio.to_thread(self._get_items, resolve_session_limit(limit, self.session_settings))
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
