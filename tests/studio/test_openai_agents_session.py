@@ -185,6 +185,28 @@ def test_popped_and_cleared_items_leave_recall_and_keep_a_version(memory: Memory
     assert [v.op for v in memory.message_versions(stored[0].id, resource_id="ada")] == ["delete"]
 
 
+def test_an_edited_message_is_what_the_model_gets_next_and_an_undo_restores_the_item(memory: Memory) -> None:
+    with LoopbackServer([{"text": "Noted, your PIN is 1234."}, {"text": "I do not know it."}]) as server:
+        session = MemorySession("pin", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="Be brief.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        _run(agent, "My PIN is 1234", session)
+        first_items = asyncio.run(session.get_items())
+        said, replied = memory.recall(thread_id="pin", resource_id="ada", per_page=False).messages
+        memory.edit_message(said.id, resource_id="ada", text="My PIN is [removed]")
+        memory.edit_message(replied.id, resource_id="ada", text="Noted.")
+        _run(agent, "What is my PIN?", session)
+        sent = server.chat_requests()[-1]["messages"]
+    assert [(m["role"], m["content"]) for m in sent[1:]] == [
+        ("user", "My PIN is [removed]"), ("assistant", "Noted."), ("user", "What is my PIN?")]
+    assert "1234" not in json.dumps(asyncio.run(session.get_items())[:2])
+    # Undoing both edits gives the SDK back exactly the items it stored.
+    memory.undo_message_edit(said.id, resource_id="ada")
+    memory.undo_message_edit(replied.id, resource_id="ada")
+    assert asyncio.run(session.get_items())[:2] == first_items
+
+
 def test_get_items_without_a_limit_uses_the_session_settings_limit(memory: Memory) -> None:
     from agents.memory import SessionSettings
 

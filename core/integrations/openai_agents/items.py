@@ -5,7 +5,8 @@ One item becomes one stored message, readable by everything else (the Studio, re
 ``function_call`` / ``function_call_output`` becomes a ``tool-invocation`` part (state ``call`` /
 ``result``), and any other item (reasoning, hosted tool calls) a ``data-openai-agents-item`` part.
 The item itself is kept, exactly as the SDK gave it, under ``metadata.openaiAgents.item``: the SDK
-gets back byte-for-byte what it stored (it compares digests of stored items when it resumes a run).
+gets back byte-for-byte what it stored (it compares digests of stored items when it resumes a run),
+except that a message item edited since (Studio, API) comes back with the message's new text.
 A message written by someone else (our ``Agent``, the gateway, MCP ``remember``) has no such item
 and is turned into the equivalent SDK items instead.
 """
@@ -111,7 +112,7 @@ def messages_to_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
 def message_to_items(message: Message) -> list[dict[str, Any]]:
     kept = message.metadata.get(METADATA_KEY)
     if isinstance(kept, Mapping) and isinstance(kept.get("item"), Mapping):
-        return [dict(kept["item"])]
+        return [_as_edited(dict(kept["item"]), message)]
     if message.role == "user":
         return [{"role": "user", "content": message.text}]
     if message.role != "assistant":
@@ -132,6 +133,35 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
     if text:
         items.append({"role": "assistant", "content": text})
     return items
+
+
+def _as_edited(item: dict[str, Any], message: Message) -> dict[str, Any]:
+    """The kept item of a message item, with the message's text when the message was edited since
+    (Studio, API or an undo): the SDK must send what the thread now says, not the words before the
+    edit. An unedited message has exactly the item's text, and its item comes back unchanged."""
+    if item.get("type") not in (None, "message") or item.get("role") not in ("user", "system", "developer",
+                                                                             "assistant"):
+        return item
+    text = message.text
+    content = item.get("content")
+    if content_text(content) == text:
+        return item
+    if not isinstance(content, list):
+        return {**item, "content": text}
+    parts: list[Any] = []
+    placed = False
+    for part in content:
+        if isinstance(part, Mapping) and part.get("type") in _TEXT_TYPES:
+            if not placed:
+                key = "refusal" if part.get("type") == "refusal" else "text"
+                parts.append({**part, key: text, **({"annotations": []} if "annotations" in part else {})})
+                placed = True
+            continue
+        parts.append(part)
+    if not placed:
+        parts.insert(0, {"type": "output_text", "text": text, "annotations": []} if item.get("role") == "assistant"
+                     else {"type": "input_text", "text": text})
+    return {**item, "content": parts}
 
 
 def call_names(items: Sequence[Mapping[str, Any]]) -> dict[str, str]:
