@@ -207,6 +207,35 @@ def test_an_edited_message_is_what_the_model_gets_next_and_an_undo_restores_the_
     assert asyncio.run(session.get_items())[:2] == first_items
 
 
+def test_the_prompt_inspector_shows_an_sdk_thread_with_its_agents_options(
+        memory: Memory, tmp_path: Path, only_our_traces: None) -> None:
+    import io
+
+    from core.agent_configs import agent_for_thread
+    from core.cli import main as cli_main
+
+    Memory(memory.store, name="travel").register("travel")  # another agent: no "only agent" fallback
+    with LoopbackServer([{"text": "Pasta, then."}]) as server:
+        session = MemorySession("kitchen", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="You are a helpful cook.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        _run(agent, "Dinner ideas?", session)
+    choice = agent_for_thread(memory.store, "kitchen")
+    assert choice.agent is not None and choice.agent.name == "chef" and "answered last" in choice.reason
+    assert choice.agent.instructions == "You are a helpful cook."
+    # memory-studio prompt (as the Studio's inspector) now shows the thread with working memory, as
+    # the SDK's model calls had it, instead of the engine's defaults.
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["prompt", "--db", str(tmp_path / "memory.db"), "--resource", "ada", "--thread", "kitchen",
+                     "And dessert?", "--json"], out=out, err=err) == 0, err.getvalue()
+    shown = json.loads(out.getvalue())
+    assert [f["source"] for f in shown["fragments"]][:2] == ["instructions", "working-memory"]
+    assert shown["fragments"][0]["text"] == "You are a helpful cook."
+    # The reply the SDK stores is still given back to it unchanged.
+    assert asyncio.run(session.get_items())[-1]["content"][0]["text"] == "Pasta, then."
+
+
 def test_get_items_without_a_limit_uses_the_session_settings_limit(memory: Memory) -> None:
     from agents.memory import SessionSettings
 

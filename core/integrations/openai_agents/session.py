@@ -78,6 +78,8 @@ class MemorySession:
         self.memory_instructions = memory_instructions
         self.session_settings = session_settings
         self._key = uuid.uuid4().hex
+        self._agent: str | None = None  # the SDK agent whose model call came last: it answers next
+        self._registered: dict[str, str | None] = {}  # agent name → the instructions registered with it
         self._processor = trace_processor()
         self._processor.register(self._key, self)
 
@@ -123,6 +125,7 @@ class MemorySession:
         processors add for this thread and the newest user message (the conversation itself comes
         from the session, so message history is not added twice)."""
         model_data = data.model_data
+        await self._register(data.agent)
         parent, tracer = self._processor.current()
         with tracer.start_span("memory: recall", SpanType.MEMORY_OPERATION, parent=parent,
                                attributes={"operationType": "recall", "framework": "openai-agents"}) as span:
@@ -133,6 +136,25 @@ class MemorySession:
                              "skipped": prompt.skipped, "tokens": prompt.total_tokens})
         instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
         return ModelInputData(input=model_data.input, instructions=instructions or None)
+
+    async def _register(self, agent: Any) -> None:
+        """Record this memory's configuration under the SDK agent's name, as our own ``Agent`` does,
+        and name that agent on the replies saved next: the Studio's prompt inspector and
+        ``memory-studio prompt`` then show the thread with the options its model calls ran with
+        (working memory, recall...), not the engine's defaults."""
+        name = getattr(agent, "name", None)
+        if not isinstance(name, str) or not name:
+            return
+        self._agent = name
+        instructions = getattr(agent, "instructions", None)
+        text = instructions if isinstance(instructions, str) else None  # a function's output varies by run
+        if name in self._registered and self._registered[name] == text:
+            return
+        try:
+            await asyncio.to_thread(self.memory.register, name, instructions=text)
+        except Exception:  # noqa: BLE001 - the Studio's registry must never fail a run
+            log.warning("could not register the memory configuration of agent %r", name, exc_info=True)
+        self._registered[name] = text
 
     def tools(self) -> list[FunctionTool]:
         """The working-memory update tool (``updateWorkingMemory``), when the memory lets the model
@@ -183,6 +205,10 @@ class MemorySession:
         messages = [item_to_message(i, thread_id=self.session_id, resource_id=self.resource_id, tool_names=names,
                                     tool_args=args)
                     for i in items]
+        if self._agent is not None:
+            for message in messages:  # the agent that answered, as our own Agent's replies say
+                if message.role == "assistant":
+                    message.content.setdefault("metadata", {})["agent"] = self._agent
         return self.memory.save_messages(messages)
 
     def _pop_item(self) -> Any | None:
