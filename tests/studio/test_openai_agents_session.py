@@ -236,6 +236,29 @@ def test_the_prompt_inspector_shows_an_sdk_thread_with_its_agents_options(
     assert asyncio.run(session.get_items())[-1]["content"][0]["text"] == "Pasta, then."
 
 
+def test_a_model_call_the_sdk_did_not_record_is_not_shown_as_an_empty_prompt(
+        memory: Memory, only_our_traces: None) -> None:
+    with LoopbackServer([{"text": "Fine."}]) as server:
+        session = MemorySession("private", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="Be brief.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        asyncio.run(Runner.run(agent, "A private question", session=session,
+                               run_config=session.run_config(trace_include_sensitive_data=False)))
+    store = memory.store
+    store.tracer().flush(30)
+    resolver = reads.SourceResolver(store)
+    (run,) = reads.load_traces_page(resolver, TraceFilters(thread_id="private"), 0, 5).rows
+    (generation,) = [s for s in resolver.resolve().reader.get_trace(run.trace_id)
+                     if s.span_type == "model_generation"]
+    # The SDK kept the messages out of its trace: the span says so, with no empty prompt or reply.
+    assert generation.input is None and generation.output is None
+    from core.integrations.openai_agents.tracing import NOT_RECORDED
+
+    assert generation.attributes["notRecorded"] == NOT_RECORDED
+    assert "A private question" not in json.dumps([generation.input, generation.output, generation.attributes])
+
+
 def test_get_items_without_a_limit_uses_the_session_settings_limit(memory: Memory) -> None:
     from agents.memory import SessionSettings
 
