@@ -259,6 +259,25 @@ def test_a_model_call_the_sdk_did_not_record_is_not_shown_as_an_empty_prompt(
     assert "A private question" not in json.dumps([generation.input, generation.output, generation.attributes])
 
 
+def test_one_sessions_working_memory_tool_never_writes_in_another_users_run(
+        memory: Memory, only_our_traces: None) -> None:
+    script = [{"tool_calls": [{"name": "updateWorkingMemory", "id": "call_wm",
+                               "arguments": {"memory": "# Cook\n- Name: Bob\n- Allergies: shellfish\n"}}]},
+              {"text": "Noted."}]
+    with LoopbackServer(script) as server:
+        ada = MemorySession("ada-chat", memory=memory, resource_id="ada")
+        bob = MemorySession("bob-chat", memory=memory, resource_id="bob")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        # A mistake a server can make: one agent built at start-up with the first session's tools.
+        agent = Agent(name="chef", instructions="Be brief.", tools=ada.tools(),
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        with pytest.raises(agents.exceptions.UserError, match="called in a run of session 'bob-chat' "
+                           r"\(resource 'bob'\); nothing was written"):
+            _run(agent, "I'm Bob, allergic to shellfish.", bob)
+    assert "Bob" not in (memory.get_working_memory(thread_id="ada-chat", resource_id="ada") or "")
+    assert "Bob" not in (memory.get_working_memory(thread_id="bob-chat", resource_id="bob") or "")
+
+
 def test_get_items_without_a_limit_uses_the_session_settings_limit(memory: Memory) -> None:
     from agents.memory import SessionSettings
 

@@ -165,6 +165,16 @@ class MemorySession:
         function = spec["function"]
 
         async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+            running = self._processor.current_session()
+            if running is not None and (running.session_id, running.resource_id) != (self.session_id,
+                                                                                     self.resource_id):
+                # An agent built once with one session's tools, run for another user: writing here
+                # would put that user's facts into this resource's working memory.
+                raise InvalidArgumentError(
+                    f"The working-memory tool of session {self.session_id!r} (resource {self.resource_id!r}) was "
+                    f"called in a run of session {running.session_id!r} (resource {running.resource_id!r}); "
+                    "nothing was written. Give each run an agent with the tools of the session it runs with: "
+                    "Agent(..., tools=session.tools()).")
             try:
                 args = json.loads(arguments) if arguments else {}
             except ValueError as exc:

@@ -113,6 +113,15 @@ class MemoryStudioTraceProcessor(TracingProcessor):
             tracer.flush(5)
 
     # -- for the session -------------------------------------------------------------------------
+    def current_session(self) -> MemorySession | None:
+        """The live session whose run config started the SDK run going on now (None outside one)."""
+        trace = get_current_trace()
+        metadata = getattr(trace, "metadata", None) if trace is not None else None
+        if not isinstance(metadata, Mapping) or SESSION_KEY not in metadata:
+            return None
+        with self._lock:
+            return self._sessions.get(str(metadata[SESSION_KEY]))
+
     def current(self) -> tuple[Span | None, SpanTracer]:
         """Our span for the SDK span (or trace) running now and the tracer of its run; (None, the
         no-op tracer) outside a MemorySession run."""
