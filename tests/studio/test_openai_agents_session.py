@@ -153,12 +153,163 @@ def test_items_round_trip_and_pop_and_clear(memory: Memory) -> None:
     assert (call["toolName"], call["args"], call["state"]) == ("weather", {"city": "Oslo"}, "call")
     result = stored[2].parts[0]["toolInvocation"]
     assert (result["toolName"], result["result"], result["state"]) == ("weather", "sunny", "result")
+    assert result["args"] == {"city": "Oslo"}  # the call it answers, with its arguments, not {}
     assert asyncio.run(session.pop_item()) == items[-1]
     assert asyncio.run(session.get_items()) == items[:-1]
     asyncio.run(session.clear_session())
     assert asyncio.run(session.get_items()) == []
     assert asyncio.run(session.pop_item()) is None
     assert memory.get_thread("s1") is not None  # the thread (and its working memory) stays
+
+
+def test_popped_and_cleared_items_leave_recall_and_keep_a_version(memory: Memory) -> None:
+    # pop_item and clear_session delete as the Studio does: the recall index follows (no keyword doc
+    # or vector left, so the text is not recalled later) and each deletion is a version (undoable).
+    session = MemorySession("s2", memory=memory, resource_id="ada")
+    asyncio.run(session.add_items([{"role": "user", "content": "My locker code is zebra-4471"},
+                                   {"role": "user", "content": "The spare key hides under the walrus pot"}]))
+    memory.wait_idle(30)
+    stored = memory.recall(thread_id="s2", resource_id="ada", per_page=False).messages
+    assert [h.message_id for h in memory.search("walrus", resource_id="ada", mode="keyword")] == [stored[1].id]
+
+    asyncio.run(session.pop_item())
+    memory.wait_idle(30)
+    assert _recall_rows(memory, stored[1].id) == 0
+    assert memory.search("walrus", resource_id="ada", mode="keyword") == []
+    assert [v.op for v in memory.message_versions(stored[1].id, resource_id="ada")] == ["delete"]
+
+    asyncio.run(session.clear_session())
+    memory.wait_idle(30)
+    assert _recall_rows(memory, stored[0].id) == 0
+    assert memory.search("zebra locker", resource_id="ada", mode="keyword") == []
+    assert [v.op for v in memory.message_versions(stored[0].id, resource_id="ada")] == ["delete"]
+
+
+def test_an_edited_message_is_what_the_model_gets_next_and_an_undo_restores_the_item(memory: Memory) -> None:
+    with LoopbackServer([{"text": "Noted, your PIN is 1234."}, {"text": "I do not know it."}]) as server:
+        session = MemorySession("pin", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="Be brief.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        _run(agent, "My PIN is 1234", session)
+        first_items = asyncio.run(session.get_items())
+        said, replied = memory.recall(thread_id="pin", resource_id="ada", per_page=False).messages
+        memory.edit_message(said.id, resource_id="ada", text="My PIN is [removed]")
+        memory.edit_message(replied.id, resource_id="ada", text="Noted.")
+        _run(agent, "What is my PIN?", session)
+        sent = server.chat_requests()[-1]["messages"]
+    assert [(m["role"], m["content"]) for m in sent[1:]] == [
+        ("user", "My PIN is [removed]"), ("assistant", "Noted."), ("user", "What is my PIN?")]
+    assert "1234" not in json.dumps(asyncio.run(session.get_items())[:2])
+    # Undoing both edits gives the SDK back exactly the items it stored.
+    memory.undo_message_edit(said.id, resource_id="ada")
+    memory.undo_message_edit(replied.id, resource_id="ada")
+    assert asyncio.run(session.get_items())[:2] == first_items
+
+
+def test_the_prompt_inspector_shows_an_sdk_thread_with_its_agents_options(
+        memory: Memory, tmp_path: Path, only_our_traces: None) -> None:
+    import io
+
+    from core.agent_configs import agent_for_thread
+    from core.cli import main as cli_main
+
+    Memory(memory.store, name="travel").register("travel")  # another agent: no "only agent" fallback
+    with LoopbackServer([{"text": "Pasta, then."}]) as server:
+        session = MemorySession("kitchen", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="You are a helpful cook.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        _run(agent, "Dinner ideas?", session)
+    choice = agent_for_thread(memory.store, "kitchen")
+    assert choice.agent is not None and choice.agent.name == "chef" and "answered last" in choice.reason
+    assert choice.agent.instructions == "You are a helpful cook."
+    # memory-studio prompt (as the Studio's inspector) now shows the thread with working memory, as
+    # the SDK's model calls had it, instead of the engine's defaults.
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["prompt", "--db", str(tmp_path / "memory.db"), "--resource", "ada", "--thread", "kitchen",
+                     "And dessert?", "--json"], out=out, err=err) == 0, err.getvalue()
+    shown = json.loads(out.getvalue())
+    assert [f["source"] for f in shown["fragments"]][:2] == ["instructions", "working-memory"]
+    assert shown["fragments"][0]["text"] == "You are a helpful cook."
+    # The reply the SDK stores is still given back to it unchanged.
+    assert asyncio.run(session.get_items())[-1]["content"][0]["text"] == "Pasta, then."
+
+
+def test_a_model_call_the_sdk_did_not_record_is_not_shown_as_an_empty_prompt(
+        memory: Memory, only_our_traces: None) -> None:
+    with LoopbackServer([{"text": "Fine."}]) as server:
+        session = MemorySession("private", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="Be brief.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        asyncio.run(Runner.run(agent, "A private question", session=session,
+                               run_config=session.run_config(trace_include_sensitive_data=False)))
+    store = memory.store
+    store.tracer().flush(30)
+    resolver = reads.SourceResolver(store)
+    (run,) = reads.load_traces_page(resolver, TraceFilters(thread_id="private"), 0, 5).rows
+    (generation,) = [s for s in resolver.resolve().reader.get_trace(run.trace_id)
+                     if s.span_type == "model_generation"]
+    # The SDK kept the messages out of its trace: the span says so, with no empty prompt or reply.
+    assert generation.input is None and generation.output is None
+    from core.integrations.openai_agents.tracing import NOT_RECORDED
+
+    assert generation.attributes["notRecorded"] == NOT_RECORDED
+    assert "A private question" not in json.dumps([generation.input, generation.output, generation.attributes])
+
+
+def test_one_sessions_working_memory_tool_never_writes_in_another_users_run(
+        memory: Memory, only_our_traces: None) -> None:
+    script = [{"tool_calls": [{"name": "updateWorkingMemory", "id": "call_wm",
+                               "arguments": {"memory": "# Cook\n- Name: Bob\n- Allergies: shellfish\n"}}]},
+              {"text": "Noted."}]
+    with LoopbackServer(script) as server:
+        ada = MemorySession("ada-chat", memory=memory, resource_id="ada")
+        bob = MemorySession("bob-chat", memory=memory, resource_id="bob")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        # A mistake a server can make: one agent built at start-up with the first session's tools.
+        agent = Agent(name="chef", instructions="Be brief.", tools=ada.tools(),
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        with pytest.raises(agents.exceptions.UserError, match="called in a run of session 'bob-chat' "
+                           r"\(resource 'bob'\); nothing was written"):
+            _run(agent, "I'm Bob, allergic to shellfish.", bob)
+    assert "Bob" not in (memory.get_working_memory(thread_id="ada-chat", resource_id="ada") or "")
+    assert "Bob" not in (memory.get_working_memory(thread_id="bob-chat", resource_id="bob") or "")
+
+
+def test_get_items_without_a_limit_uses_the_session_settings_limit(memory: Memory) -> None:
+    from agents.memory import SessionSettings
+
+    session = MemorySession("s4", memory=memory, resource_id="ada", session_settings=SessionSettings(limit=2))
+    items = [{"role": "user", "content": f"note {i}"} for i in range(4)]
+    asyncio.run(session.add_items(items))
+    assert asyncio.run(session.get_items()) == items[2:]  # as the SDK's SQLiteSession does
+    assert asyncio.run(session.get_items(limit=3)) == items[1:]  # an explicit limit wins
+
+
+def test_an_output_saved_after_its_call_names_the_call_with_its_arguments(memory: Memory) -> None:
+    # The SDK saves a tool call and its output in separate add_items calls when a run resumes.
+    session = MemorySession("s3", memory=memory, resource_id="ada")
+    asyncio.run(session.add_items([{"role": "user", "content": "Weather in Bergen?"},
+                                   {"type": "function_call", "call_id": "c9", "name": "weather",
+                                    "arguments": "{\"city\": \"Bergen\"}"}]))
+    asyncio.run(session.add_items([{"type": "function_call_output", "call_id": "c9", "output": "rain"}]))
+    result = memory.recall(thread_id="s3", resource_id="ada", per_page=False).messages[-1].parts[0]["toolInvocation"]
+    assert (result["toolName"], result["args"], result["result"]) == ("weather", {"city": "Bergen"}, "rain")
+
+
+def _recall_rows(memory: Memory, message_id: str) -> int:
+    """The keyword docs and vectors the recall index holds for one message."""
+    from core.storage import catalog
+
+    with memory.store.db.read() as conn:
+        docs = conn.exec_driver_sql("SELECT count(*) FROM memory_studio_fts_docs WHERE message_id = ?",
+                                    (message_id,)).scalar()
+        vectors = sum(int(conn.exec_driver_sql(f'SELECT count(*) FROM "{t}" WHERE vector_id = ?',
+                                               (message_id,)).scalar() or 0)
+                      for t in catalog.table_names(conn, "memory_messages"))
+    return int(docs or 0) + vectors
 
 
 def test_messages_written_by_others_become_items(memory: Memory) -> None:

@@ -5,7 +5,8 @@ One item becomes one stored message, readable by everything else (the Studio, re
 ``function_call`` / ``function_call_output`` becomes a ``tool-invocation`` part (state ``call`` /
 ``result``), and any other item (reasoning, hosted tool calls) a ``data-openai-agents-item`` part.
 The item itself is kept, exactly as the SDK gave it, under ``metadata.openaiAgents.item``: the SDK
-gets back byte-for-byte what it stored (it compares digests of stored items when it resumes a run).
+gets back byte-for-byte what it stored (it compares digests of stored items when it resumes a run),
+except that a message item edited since (Studio, API) comes back with the message's new text.
 A message written by someone else (our ``Agent``, the gateway, MCP ``remember``) has no such item
 and is turned into the equivalent SDK items instead.
 """
@@ -56,8 +57,11 @@ def content_text(content: Any) -> str:
 
 
 def item_to_message(item: Mapping[str, Any], *, thread_id: str, resource_id: str,
-                    tool_names: Mapping[str, str] | None = None) -> Message:
-    """One SDK item as one of our messages (unstamped: saving keeps the order they come in)."""
+                    tool_names: Mapping[str, str] | None = None,
+                    tool_args: Mapping[str, Mapping[str, Any]] | None = None) -> Message:
+    """One SDK item as one of our messages (unstamped: saving keeps the order they come in).
+    ``tool_names`` / ``tool_args``: call id → the tool's name / arguments, for a ``function_call_output``
+    (which carries neither): its result part then names the call it answers, with its arguments."""
     kind = item.get("type")
     role = item.get("role")
     meta: dict[str, Any] = {METADATA_KEY: {"item": dict(item)}}
@@ -77,8 +81,9 @@ def item_to_message(item: Mapping[str, Any], *, thread_id: str, resource_id: str
     if kind == "function_call_output":
         call_id = str(item.get("call_id") or "")
         name = (tool_names or {}).get(call_id, "")
+        args = dict((tool_args or {}).get(call_id) or {})
         output = item.get("output")
-        part = tool_invocation_part(call_id, name, None, output if output is not None else "", state="result")
+        part = tool_invocation_part(call_id, name, args, output if output is not None else "", state="result")
         return Message.create("assistant", [part], thread_id=thread_id, resource_id=resource_id, metadata=meta)
     return Message.create("assistant", [data_part("openai-agents-item", {"type": kind})],
                           thread_id=thread_id, resource_id=resource_id, metadata=meta)
@@ -107,7 +112,7 @@ def messages_to_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
 def message_to_items(message: Message) -> list[dict[str, Any]]:
     kept = message.metadata.get(METADATA_KEY)
     if isinstance(kept, Mapping) and isinstance(kept.get("item"), Mapping):
-        return [dict(kept["item"])]
+        return [_as_edited(dict(kept["item"]), message)]
     if message.role == "user":
         return [{"role": "user", "content": message.text}]
     if message.role != "assistant":
@@ -130,9 +135,43 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
     return items
 
 
+def _as_edited(item: dict[str, Any], message: Message) -> dict[str, Any]:
+    """The kept item of a message item, with the message's text when the message was edited since
+    (Studio, API or an undo): the SDK must send what the thread now says, not the words before the
+    edit. An unedited message has exactly the item's text, and its item comes back unchanged."""
+    if item.get("type") not in (None, "message") or item.get("role") not in ("user", "system", "developer",
+                                                                             "assistant"):
+        return item
+    text = message.text
+    content = item.get("content")
+    if content_text(content) == text:
+        return item
+    if not isinstance(content, list):
+        return {**item, "content": text}
+    parts: list[Any] = []
+    placed = False
+    for part in content:
+        if isinstance(part, Mapping) and part.get("type") in _TEXT_TYPES:
+            if not placed:
+                key = "refusal" if part.get("type") == "refusal" else "text"
+                parts.append({**part, key: text, **({"annotations": []} if "annotations" in part else {})})
+                placed = True
+            continue
+        parts.append(part)
+    if not placed:
+        parts.insert(0, {"type": "output_text", "text": text, "annotations": []} if item.get("role") == "assistant"
+                     else {"type": "input_text", "text": text})
+    return {**item, "content": parts}
+
+
 def call_names(items: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """call id → tool name for the function calls among ``items``."""
     return {str(i.get("call_id")): str(i.get("name") or "") for i in items if i.get("type") == "function_call"}
+
+
+def call_arguments(items: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """call id → the parsed arguments of the function calls among ``items``."""
+    return {str(i.get("call_id")): _arguments(i.get("arguments")) for i in items if i.get("type") == "function_call"}
 
 
 def latest_user_text(items: Sequence[Any]) -> str:

@@ -30,11 +30,13 @@ from typing import Any
 
 from agents import FunctionTool, RunConfig
 from agents.memory import SessionSettings
+from agents.memory.session_settings import resolve_session_limit
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
 from core.integrations.openai_agents.items import (
     as_item,
+    call_arguments,
     call_names,
     item_to_message,
     latest_user_text,
@@ -76,13 +78,16 @@ class MemorySession:
         self.memory_instructions = memory_instructions
         self.session_settings = session_settings
         self._key = uuid.uuid4().hex
+        self._agent: str | None = None  # the SDK agent whose model call came last: it answers next
+        self._registered: dict[str, str | None] = {}  # agent name → the instructions registered with it
         self._processor = trace_processor()
         self._processor.register(self._key, self)
 
     # -- the Session protocol --------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[Any]:
-        """The thread's items, oldest first; with ``limit``, the newest ``limit`` of them."""
-        return await asyncio.to_thread(self._get_items, limit)
+        """The thread's items, oldest first; with ``limit`` (else ``session_settings.limit``, as the
+        SDK's own sessions do), the newest ``limit`` of them."""
+        return await asyncio.to_thread(self._get_items, resolve_session_limit(limit, self.session_settings))
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
@@ -120,6 +125,7 @@ class MemorySession:
         processors add for this thread and the newest user message (the conversation itself comes
         from the session, so message history is not added twice)."""
         model_data = data.model_data
+        await self._register(data.agent)
         parent, tracer = self._processor.current()
         with tracer.start_span("memory: recall", SpanType.MEMORY_OPERATION, parent=parent,
                                attributes={"operationType": "recall", "framework": "openai-agents"}) as span:
@@ -131,6 +137,25 @@ class MemorySession:
         instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
         return ModelInputData(input=model_data.input, instructions=instructions or None)
 
+    async def _register(self, agent: Any) -> None:
+        """Record this memory's configuration under the SDK agent's name, as our own ``Agent`` does,
+        and name that agent on the replies saved next: the Studio's prompt inspector and
+        ``memory-studio prompt`` then show the thread with the options its model calls ran with
+        (working memory, recall...), not the engine's defaults."""
+        name = getattr(agent, "name", None)
+        if not isinstance(name, str) or not name:
+            return
+        self._agent = name
+        instructions = getattr(agent, "instructions", None)
+        text = instructions if isinstance(instructions, str) else None  # a function's output varies by run
+        if name in self._registered and self._registered[name] == text:
+            return
+        try:
+            await asyncio.to_thread(self.memory.register, name, instructions=text)
+        except Exception:  # noqa: BLE001 - the Studio's registry must never fail a run
+            log.warning("could not register the memory configuration of agent %r", name, exc_info=True)
+        self._registered[name] = text
+
     def tools(self) -> list[FunctionTool]:
         """The working-memory update tool (``updateWorkingMemory``), when the memory lets the model
         update working memory; else none. Give it to the agent: ``Agent(..., tools=session.tools())``."""
@@ -140,6 +165,16 @@ class MemorySession:
         function = spec["function"]
 
         async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+            running = self._processor.current_session()
+            if running is not None and (running.session_id, running.resource_id) != (self.session_id,
+                                                                                     self.resource_id):
+                # An agent built once with one session's tools, run for another user: writing here
+                # would put that user's facts into this resource's working memory.
+                raise InvalidArgumentError(
+                    f"The working-memory tool of session {self.session_id!r} (resource {self.resource_id!r}) was "
+                    f"called in a run of session {running.session_id!r} (resource {running.resource_id!r}); "
+                    "nothing was written. Give each run an agent with the tools of the session it runs with: "
+                    "Agent(..., tools=session.tools()).")
             try:
                 args = json.loads(arguments) if arguments else {}
             except ValueError as exc:
@@ -171,12 +206,19 @@ class MemorySession:
         return messages_to_items(messages)
 
     def _add_items(self, items: Sequence[Mapping[str, Any]]) -> list[Message]:
-        names = call_names(messages_to_items(self._messages()[-50:])) | call_names(items)
+        recent = messages_to_items(self._messages()[-50:])
+        names = call_names(recent) | call_names(items)
+        args = call_arguments(recent) | call_arguments(items)
         if self.memory.get_thread(self.session_id) is None:
             self.memory.create_thread(resource_id=self.resource_id, thread_id=self.session_id, title=self.title,
                                       metadata={"framework": "openai-agents"})
-        messages = [item_to_message(i, thread_id=self.session_id, resource_id=self.resource_id, tool_names=names)
+        messages = [item_to_message(i, thread_id=self.session_id, resource_id=self.resource_id, tool_names=names,
+                                    tool_args=args)
                     for i in items]
+        if self._agent is not None:
+            for message in messages:  # the agent that answered, as our own Agent's replies say
+                if message.role == "assistant":
+                    message.content.setdefault("metadata", {})["agent"] = self._agent
         return self.memory.save_messages(messages)
 
     def _pop_item(self) -> Any | None:
@@ -185,13 +227,17 @@ class MemorySession:
             return None
         newest = messages[-1]
         items = messages_to_items([newest])
-        self.memory.store.memory.delete_messages([newest.id])
+        self._delete([newest.id])
         return items[-1] if items else None
 
     def _clear(self) -> None:
-        ids = [m.id for m in self._messages()]
+        self._delete([m.id for m in self._messages()])
+
+    def _delete(self, ids: list[str]) -> None:
+        # Through the facade, as the Studio deletes: each kept as a version, and the recall index
+        # (vectors, keyword docs, passages) follows, so a removed item is not recalled afterwards.
         if ids:
-            self.memory.store.memory.delete_messages(ids)
+            self.memory.delete_messages(ids, resource_id=self.resource_id, author="openai-agents")
 
     def _memory_prompt(self, query: str) -> AssembledPrompt:
         """The memory processors run live for this thread, history off (the session supplies it)."""

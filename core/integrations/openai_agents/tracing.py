@@ -113,6 +113,15 @@ class MemoryStudioTraceProcessor(TracingProcessor):
             tracer.flush(5)
 
     # -- for the session -------------------------------------------------------------------------
+    def current_session(self) -> MemorySession | None:
+        """The live session whose run config started the SDK run going on now (None outside one)."""
+        trace = get_current_trace()
+        metadata = getattr(trace, "metadata", None) if trace is not None else None
+        if not isinstance(metadata, Mapping) or SESSION_KEY not in metadata:
+            return None
+        with self._lock:
+            return self._sessions.get(str(metadata[SESSION_KEY]))
+
     def current(self) -> tuple[Span | None, SpanTracer]:
         """Our span for the SDK span (or trace) running now and the tracer of its run; (None, the
         no-op tracer) outside a MemorySession run."""
@@ -150,16 +159,28 @@ def _kind_and_name(data: Any) -> tuple[SpanType | None, str]:
     return None, ""
 
 
+#: Said on a model call whose messages the SDK left out of its trace, instead of an empty prompt.
+NOT_RECORDED = ("the Agents SDK did not record what this model call sent and received "
+                "(trace_include_sensitive_data is off)")
+
+
 def _fill(ours: Span, data: Any) -> None:
     kind = getattr(data, "type", "")
     if kind == "generation":
         ours.set_attributes({"model": data.model, "modelSettings": dict(data.model_config or {}),
                              "usage": _usage(data.usage)})
         ours.set_attributes({"framework": "openai-agents"})
+        if data.input is None and data.output is None:
+            # Not an empty prompt and an empty reply: the SDK kept them out (sensitive data off).
+            ours.set_attributes({"notRecorded": NOT_RECORDED})
+            return
         ours.set_input({"messages": list(data.input or [])})
         ours.set_output(_generation_output(data.output))
     elif kind == "response":
         response = data.response
+        if response is None and data.input is None:
+            ours.set_attributes({"notRecorded": NOT_RECORDED})
+            return
         instructions = getattr(response, "instructions", None) if response is not None else None
         messages = ([{"role": "system", "content": instructions}] if isinstance(instructions, str) else [])
         raw_input = data.input
