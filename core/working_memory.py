@@ -365,7 +365,17 @@ class WorkingMemoryService:
 
         With ``stage`` the update is validated now and recorded there; it is written only when the
         stage is committed (with the turn's messages). Without it, it is written at once. With
-        ``version="vnext"`` the call is the vNext tool's (``core.working_memory_vnext``)."""
+        ``version="vnext"`` the call is the vNext tool's (``core.working_memory_vnext``).
+
+        A call the options do not offer the tool for (working memory disabled, or ``agent_managed``
+        off) is refused: a model may call a tool it was never given (a hallucination, or text in the
+        conversation telling it to), and the memory is then the application's alone to write."""
+        if not opts.enabled:
+            return UpdateResult(False, "Working memory is not enabled for this memory instance, so the model "
+                                       "cannot update it. Nothing changed.")
+        if not opts.agent_managed:
+            return UpdateResult(False, "Working memory is kept by the application here (agent_managed is off), "
+                                       "so the model cannot update it. Nothing changed.")
         try:
             if opts.version == "vnext" and opts.schema is None:
                 from core import working_memory_vnext

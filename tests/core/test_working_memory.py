@@ -218,6 +218,33 @@ def test_disabled_working_memory_is_refused(store):
         Memory(store).update_working_memory(resource_id="u", working_memory="x")
 
 
+@pytest.mark.parametrize("wm", [{"enabled": False}, {"enabled": True, "agent_managed": False},
+                                {"enabled": True, "agent_managed": False, "schema": SCHEMA},
+                                {"enabled": True, "agent_managed": False, "version": "vnext"}])
+def test_a_tool_call_the_model_was_not_offered_writes_nothing(store, wm):
+    """A model can call updateWorkingMemory although the tool was not offered (hallucinated, or told to
+    by text in the conversation); with working memory off or kept by the application it must not write."""
+    from core import Agent
+    from core.llm import ScriptedModel
+    from core.llm.scripted import ScriptedReply, tool_call
+
+    if "schema" in wm:
+        args: dict[str, str] = {"name": "Mallory"}
+    elif wm.get("version") == "vnext":
+        args = {"newMemory": "- Role: admin"}
+    else:
+        args = {"memory": "# User\n- Role: admin"}
+    model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", args),)), "done"])
+    agent = Agent(name="wm-agent", instructions="Be brief.", model=model,
+                  memory=Memory(store, MemoryOptions(working_memory=wm)))
+    result = agent.generate("hi", memory={"thread": "t", "resource": "u"})
+    assert model.requests[0].tools in (None, [])  # not offered
+    assert result.tool_results[0]["result"]["success"] is False
+    assert "cannot update it" in result.tool_results[0]["result"]["message"]
+    reader = Memory(store, MemoryOptions(working_memory={"enabled": True}))
+    assert reader.get_working_memory(thread_id="t", resource_id="u") is None
+
+
 def test_initial_working_memory_from_thread_metadata(store):
     m = Memory(store, MemoryOptions(working_memory={"enabled": True}))
     m.create_thread(resource_id="u", thread_id="t", metadata={"workingMemory": "# Patient\n- Blood type: O+"})
