@@ -554,9 +554,12 @@ def hide_working_memory(message_content: dict[str, Any]) -> dict[str, Any] | Non
             if not part["text"]:
                 continue
         parts.append(part)
+    content_text = message_content.get("content")
+    if isinstance(content_text, str) and "<working_memory>" in content_text:
+        changed = True  # a client's content string may carry the tags its parts do not (Mastra strips both)
     if not changed:
         return message_content
-    if not parts:
+    if not parts and message_content.get("parts"):
         return None
     out = {**message_content, "parts": parts}
     if isinstance(out.get("content"), str):

@@ -312,6 +312,14 @@ def test_persisted_messages_hide_working_memory(store):
     assert [p["type"] for p in stored.parts] == ["text"]
     assert "working_memory" not in json.dumps(stored.content)
     assert hide_working_memory({"parts": [{"type": "text", "text": "plain"}]}) == {"parts": [{"type": "text", "text": "plain"}]}
+    # The tags in the content string alone (a client that wrote its own parts) are stripped too.
+    only_content = {"format": 2, "parts": [{"type": "text", "text": "Hi"}],
+                    "content": "Hi <working_memory>secret</working_memory>"}
+    assert hide_working_memory(only_content) == {"format": 2, "parts": [{"type": "text", "text": "Hi"}], "content": "Hi"}
+    client = Message.assistant("Hi", thread_id="t", resource_id="u")
+    client.content["content"] = only_content["content"]
+    m.save_messages([client])
+    assert "secret" not in json.dumps(m.recall(thread_id="t").messages[-1].content)
 
 
 def test_versions_are_kept_and_concurrent_studio_write_is_detected(md_memory):
