@@ -200,7 +200,7 @@ class WorkingMemoryService:
         problems = validate(opts.schema, merged)
         if problems:
             raise WorkingMemoryError("The merged working memory does not match the schema: " + "; ".join(problems))
-        return self._within_limit(opts, json.dumps(merged, ensure_ascii=False))
+        return self._within_limit(opts, _json_text(merged))
 
     def _serialize(self, opts: WorkingMemoryOptions, value: Any) -> str:
         if opts.schema is not None:
@@ -208,7 +208,7 @@ class WorkingMemoryService:
             problems = validate(opts.schema, data)
             if problems:
                 raise WorkingMemoryError("The working memory does not match the schema: " + "; ".join(problems))
-            return self._within_limit(opts, json.dumps(data, ensure_ascii=False))
+            return self._within_limit(opts, _json_text(data))
         if not isinstance(value, str):
             raise WorkingMemoryError(
                 f"Markdown working memory must be a string, got {type(value).__name__}. "
@@ -418,6 +418,19 @@ class WorkingMemoryService:
             return UpdateResult(True, "Working memory updated.", value.text)
         except (WorkingMemoryError, OptionsError, NotFoundError, ThreadOwnershipError) as exc:
             return UpdateResult(False, str(exc))
+
+
+def _json_text(data: Any) -> str:
+    """Schema-mode memory as stored: standard JSON. Python's parser takes ``NaN`` and ``Infinity`` (and
+    turns ``1e400`` into infinity) from a model's arguments, but no JSON reader does: Mastra's
+    ``JSON.parse`` would fail on the stored text and start the memory afresh."""
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise WorkingMemoryError(
+            "Working memory must be standard JSON: NaN and Infinity are not JSON numbers (nor is a number too "
+            "large for a double). Send a finite number or a string instead. Nothing changed."
+        ) from None
 
 
 def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:

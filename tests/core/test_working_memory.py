@@ -103,6 +103,25 @@ def test_optional_null_from_tool_does_not_delete(schema_memory):
     assert m.get_working_memory(resource_id="u") == {"prefs": {"food": "rice", "color": "blue"}, "tags": ["c"]}
 
 
+@pytest.mark.parametrize("raw", ['{"memory": {"score": NaN, "name": "Bo"}}', '{"memory": {"score": Infinity}}',
+                                 '{"score": 1e400}', '{"memory": {"extra": {"x": -Infinity}}}'])
+def test_non_json_numbers_from_a_model_are_refused(store, raw):
+    """Python's JSON parser takes NaN / Infinity in a model's tool arguments (and 1e400 as infinity), and
+    JSON Schema's "number" accepts them; stored, no JSON reader (Mastra's JSON.parse) could read the
+    memory back. Refused, with the stored value kept."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "score": {"type": "number"}}}
+    memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": schema}))
+    memory.update_working_memory(resource_id="u", working_memory={"name": "Ada", "score": 2.5})
+    result = memory.apply_working_memory_tool(thread_id=None, resource_id="u", args=json.loads(raw))
+    assert not result.success and "NaN and Infinity are not JSON numbers" in result.message
+    assert memory.get_working_memory(resource_id="u") == {"name": "Ada", "score": 2.5}
+    with pytest.raises(WorkingMemoryError, match="standard JSON"):
+        memory.update_working_memory(resource_id="u", working_memory={"name": "Ada", "score": float("nan")})
+    with pytest.raises(WorkingMemoryError, match="standard JSON"):
+        memory.merge_working_memory(resource_id="u", patch='{"score": -Infinity}')
+    assert memory.get_working_memory(resource_id="u") == {"name": "Ada", "score": 2.5}
+
+
 def test_merge_working_memory_api(schema_memory):
     m = schema_memory
     m.update_working_memory(resource_id="u", working_memory={"name": "A", "tone": "calm"})
