@@ -105,6 +105,32 @@ def test_tool_invocation_history_is_loaded_intact(store):
     assert prompt.messages[2]["tool_call_id"] == "c1"
 
 
+def test_history_leaves_out_tool_calls_that_never_got_a_result(store):
+    """A stored call without its result (a client-side tool never answered; Mastra stores those) would go
+    out as an assistant tool_calls message no tool message answers, which OpenAI refuses (400) on every
+    later turn of the thread. History sends completed calls only, as Mastra's prompts do."""
+    from core import Agent
+    from core.llm import ScriptedModel
+
+    mem = Memory(store)
+    mem.create_thread(resource_id="r", thread_id="t")
+    pending = Message.assistant("Let me check the browser.", parts=[
+        tool_invocation_part("c1", "readClipboard", {}),  # state "call": no result ever came
+        tool_invocation_part("c2", "getWeather", {"city": "Oslo"}, {"temp": 4})], thread_id="t", resource_id="r")
+    only_call = Message.assistant("", parts=[tool_invocation_part("c3", "askUser", {"q": "ok?"})],
+                                  thread_id="t", resource_id="r")
+    mem.save_messages([Message.user("Weather?", thread_id="t", resource_id="r"), pending, only_call])
+    prompt = mem.assemble(thread_id="t", resource_id="r", input="thanks")
+    calls = [c["id"] for m in prompt.messages for c in m.get("tool_calls") or ()]
+    answered = [m["tool_call_id"] for m in prompt.messages if m["role"] == "tool"]
+    assert calls == answered == ["c2"]
+    assert [m["role"] for m in prompt.messages] == ["user", "assistant", "tool", "assistant", "user"]
+    model = ScriptedModel(["ok"])
+    Agent(name="a", instructions="Hi.", model=model, memory=mem).generate("thanks", memory={"thread": "t", "resource": "r"})
+    sent = model.requests[0].messages
+    assert [c["id"] for m in sent for c in m.get("tool_calls") or ()] == ["c2"]
+
+
 def test_system_messages_are_never_saved_or_loaded(store):
     mem = Memory(store)
     mem.create_thread(resource_id="r", thread_id="t")
