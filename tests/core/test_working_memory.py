@@ -264,6 +264,35 @@ def test_a_tool_call_the_model_was_not_offered_writes_nothing(store, wm):
     assert reader.get_working_memory(thread_id="t", resource_id="u") is None
 
 
+def test_a_staged_update_a_concurrent_change_made_invalid_does_not_lose_the_turn(store):
+    """The model's merge is validated when it calls the tool and written with the turn's messages. If
+    another writer's change meanwhile makes it invalid for the schema (here: age needs name, and name
+    was deleted), the update is left out and the other writer's value stands; the turn's messages
+    are still saved (the whole turn used to fail with the schema error)."""
+    from core import Agent
+    from core.llm import ScriptedModel
+    from core.llm.scripted import ScriptedReply, tool_call
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "dependencies": {"age": ["name"]}}
+    mem = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": schema}))
+    mem.update_working_memory(resource_id="u", working_memory={"name": "Ada"})
+    calls = []
+
+    def respond(messages, tools):
+        calls.append(1)
+        if len(calls) == 1:
+            return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": {"age": 36}}),))
+        mem.merge_working_memory(resource_id="u", patch={"name": None})  # another thread of the user, meanwhile
+        return "Noted."
+
+    agent = Agent(name="wm-race", instructions="Be brief.", model=ScriptedModel(respond), memory=mem)
+    result = agent.generate("I am 36.", memory={"thread": "t", "resource": "u"})
+    assert result.tool_results[0]["result"]["success"] is True and result.text == "Noted."
+    assert [m.text for m in mem.recall(thread_id="t", resource_id="u").messages] == ["I am 36.", "Noted."]
+    assert mem.get_working_memory(resource_id="u") == {}
+
+
 def test_initial_working_memory_from_thread_metadata(store):
     m = Memory(store, MemoryOptions(working_memory={"enabled": True}))
     m.create_thread(resource_id="u", thread_id="t", metadata={"workingMemory": "# Patient\n- Blood type: O+"})
