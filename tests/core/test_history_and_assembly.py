@@ -131,6 +131,25 @@ def test_history_leaves_out_tool_calls_that_never_got_a_result(store):
     assert [c["id"] for m in sent for c in m.get("tool_calls") or ()] == ["c2"]
 
 
+def test_an_input_message_of_another_resource_is_refused_before_the_model_is_called(store):
+    """A message naming resource u2 given to a turn of u1 went to the model, then the save failed with
+    "Thread t belongs to resource u2" (it did not): the reply was lost. Refused up front now, as an
+    input naming another thread is."""
+    from core import Agent, InvalidArgumentError
+    from core.llm import ScriptedModel
+
+    mem = Memory(store)
+    model = ScriptedModel(["ok"])
+    agent = Agent(name="a", instructions="Hi.", model=model, memory=mem)
+    with pytest.raises(InvalidArgumentError, match="names resource u2, but this turn is for resource u1"):
+        agent.generate(Message.user("hello", resource_id="u2"), memory={"thread": "t", "resource": "u1"})
+    assert model.requests == [] and mem.get_thread("t") is None
+    with pytest.raises(InvalidArgumentError, match="names resource u2"):
+        mem.assemble(thread_id="t", resource_id="u1", input=Message.user("hello", resource_id="u2"))
+    agent.generate(Message.user("hello", resource_id="u1"), memory={"thread": "t", "resource": "u1"})
+    assert mem.get_thread("t").resource_id == "u1"
+
+
 def test_system_messages_are_never_saved_or_loaded(store):
     mem = Memory(store)
     mem.create_thread(resource_id="r", thread_id="t")
