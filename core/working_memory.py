@@ -447,6 +447,11 @@ def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:
             "properties": {"memory": dict(opts.schema)},
             "required": ["memory"],
         }
+        # The schema's local refs ("#/$defs/Address") point at its root, which is now "memory": its
+        # definitions go to the root of the parameters too, where those refs resolve.
+        for defs in ("$defs", "definitions"):
+            if isinstance(opts.schema.get(defs), Mapping):
+                parameters[defs] = opts.schema[defs]
         description = (
             "Update working memory. Fields you pass are merged into what is stored: include only the "
             "fields to add or change and leave out the rest to keep them. Set a field to null to delete it. "

@@ -67,6 +67,34 @@ def test_optional_nulls_are_stripped_for_tool_calls():
     assert strip_nulls_from_optional(SCHEMA, {"prefs": {"color": None}, "tags": ["c"]}) == {"prefs": {}, "tags": ["c"]}
 
 
+# A schema as Pydantic writes it (``Profile.model_json_schema()``): nested models are local refs.
+PYDANTIC_SCHEMA = {
+    "$defs": {"Address": {"type": "object", "title": "Address",
+                          "properties": {"city": {"type": "string"}, "zip": {"type": "string"}}}},
+    "type": "object", "title": "Profile",
+    "properties": {"name": {"type": "string"}, "home": {"$ref": "#/$defs/Address"},
+                   "work": {"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}], "default": None}},
+}
+
+
+def test_a_schema_with_local_refs_is_followed_for_the_tool_the_shape_and_optional_nulls():
+    """Refs point at the schema's root; inside the tool's parameters the schema sits under "memory", so
+    "#/$defs/Address" resolved nowhere (a provider checking the schema refuses it) and the shape showed
+    the nested model as "". Optional nulls are stripped inside referenced models as in inline ones."""
+    import jsonschema
+
+    from core.options import WorkingMemoryOptions
+
+    opts = WorkingMemoryOptions(enabled=True, schema=PYDANTIC_SCHEMA)
+    params = tool_definition(opts)["function"]["parameters"]
+    validator = jsonschema.Draft7Validator(params)
+    assert validator.is_valid({"memory": {"home": {"city": "Oslo"}}})
+    assert not validator.is_valid({"memory": {"home": {"city": 7}}})  # the ref resolved: its types apply
+    assert '{"name":"","home":{"city":"","zip":""},"work":{"city":"","zip":""}}' in instruction(opts, None, read_only=False)
+    padded = {"home": {"city": None, "zip": "0150"}, "work": {"city": "Bergen", "zip": None}}
+    assert strip_nulls_from_optional(PYDANTIC_SCHEMA, padded) == {"home": {"zip": "0150"}, "work": {"city": "Bergen"}}
+
+
 # -- facade ------------------------------------------------------------------------------------------
 @pytest.fixture
 def schema_memory(store):
