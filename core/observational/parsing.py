@@ -21,8 +21,9 @@ _DATE_RE = re.compile(r"^\s*Date:\s*[A-Z][a-z]{2,8}\s+\d{1,2},\s*\d{4}")
 _BULLET_RE = re.compile(r"^\s*[*-]\s+(?:🔴|🟡|🟢|✅|->)")
 _OBS_LINE_RE = re.compile(r"^\s*(?:[*-]\s+)?(?:🔴|🟡|🟢|✅)")
 # What an observation line may hold besides its text: thread tags, priority marks, bullets, arrows,
-# times and ``[tags]``. A section made of these alone says nothing about the messages it would replace.
-_FORM_RE = re.compile(r"</?thread\b[^>]*>|🔴|🟡|🟢|✅|->|^\s*[*-]+|\(\d{1,2}:\d{2}(?:\s*[AP]M)?\)|\[[^\]\n]*\]", re.I)
+# times and ``[tags]`` (as the context view drops them). A section made of these alone says nothing
+# about the messages it would replace.
+_FORM_RE = re.compile(r"</?thread\b[^>]*>|🔴|🟡|🟢|✅|->|^\s*[*-]+|\(\d{1,2}:\d{2}(?:\s*[AP]M)?\)|\[[^\[\]\n]{1,60}\](?!\()", re.I)
 
 
 @dataclass(frozen=True)
