@@ -23,7 +23,8 @@ _OBS_LINE_RE = re.compile(r"^\s*(?:[*-]\s+)?(?:🔴|🟡|🟢|✅)")
 # What an observation line may hold besides its text: thread tags, priority marks, bullets, arrows,
 # times and ``[tags]`` (as the context view drops them). A section made of these alone says nothing
 # about the messages it would replace.
-_FORM_RE = re.compile(r"</?thread\b[^>]*>|🔴|🟡|🟢|✅|->|^\s*[*-]+|\(\d{1,2}:\d{2}(?:\s*[AP]M)?\)|\[[^\[\]\n]{1,60}\](?!\()", re.I)
+_FORM_RE = re.compile(
+    r"</?thread\b[^>]*>|🔴|🟡|🟢|✅|->|^\s*[*-]+|\(\d{1,2}:\d{2}(?:\s*[AP]M)?\)|\[[^\[\]\n]{1,60}\](?!\()", re.I)
 
 
 @dataclass(frozen=True)
@@ -138,4 +139,5 @@ def parse_observer_output(text: str | None) -> ObserverOutput:
     return ObserverOutput(observations, first("current-task"), first("suggested-response"), first("thread-title"))
 
 
-__all__ = ["ObserverOutput", "has_observation_text", "is_degenerate", "looks_like_observations", "parse_observer_output", "sanitize_lines"]
+__all__ = ["ObserverOutput", "has_observation_text", "is_degenerate", "looks_like_observations", "parse_observer_output",
+           "sanitize_lines"]

@@ -126,7 +126,8 @@ def test_history_leaves_out_tool_calls_that_never_got_a_result(store):
     assert calls == answered == ["c2"]
     assert [m["role"] for m in prompt.messages] == ["user", "assistant", "tool", "assistant", "user"]
     model = ScriptedModel(["ok"])
-    Agent(name="a", instructions="Hi.", model=model, memory=mem).generate("thanks", memory={"thread": "t", "resource": "r"})
+    agent = Agent(name="a", instructions="Hi.", model=model, memory=mem)
+    agent.generate("thanks", memory={"thread": "t", "resource": "r"})
     sent = model.requests[0].messages
     assert [c["id"] for m in sent for c in m.get("tool_calls") or ()] == ["c2"]
 

@@ -54,7 +54,8 @@ def test_missing_tags_accepted_only_when_text_reads_as_observations() -> None:
     empty = parse_observer_output("<observations>\n</observations><current-task>x</current-task>")
     assert not empty.ok and empty.current_task == "x"
     assert not parse_observer_output("   ").ok
-    for marks_only in ("🟡", "<observations>\n* 🔴\n* -> \n</observations>", "Date: Jan 2, 2025\n* 🟢 (09:00) [tag]",
+    for marks_only in ("🟡", "<observations>\n* 🔴\n* -> \n</observations>",
+                       "Date: Jan 2, 2025\n* 🟢 (09:00) [tag]",
                        '<observations><thread id="t1">\n* ✅ (9:05 AM)\n</thread></observations>'):
         refused = parse_observer_output(marks_only)
         assert not refused.ok and "no text" in (refused.problem or ""), marks_only
