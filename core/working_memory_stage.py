@@ -30,8 +30,8 @@ class _StagedUpdate:
     owner: str
     thread_id: str | None
     resource_id: str | None
-    kind: Literal["replace", "merge"]
-    value: Any  # the replacement text, or the merge patch
+    kind: Literal["replace", "merge", "vnext"]
+    value: Any  # the replacement text, the merge patch, or the vNext tool's arguments
     note: str | None = None  # kept with the version (the vNext tool's update reason)
 
 
@@ -59,7 +59,7 @@ class StagedWorkingMemory:
         return text
 
     def add(self, opts: WorkingMemoryOptions, thread_id: str | None, resource_id: str | None,
-            kind: Literal["replace", "merge"], value: Any, *, note: str | None = None) -> str:
+            kind: Literal["replace", "merge", "vnext"], value: Any, *, note: str | None = None) -> str:
         """Validate and record one update; returns the value it leaves (raises ``WorkingMemoryError``).
         ``note``: kept with the version it writes (why the model made the update)."""
         scope, owner = self.service.owner(opts, thread_id, resource_id)
@@ -81,7 +81,9 @@ class StagedWorkingMemory:
             # a concurrent merge cannot read the same old value and drop this one's fields.
             service.store.db.lock(conn, locks.owner_key(update.scope, update.owner))
             try:
-                text = self._applied(update, service._read(conn, update.scope, update.owner))
+                current = service._read(conn, update.scope, update.owner)
+                text = self._applied(update, current)
+                note = self._vnext_note(update, current) if update.kind == "vnext" else update.note
             except WorkingMemoryError as exc:
                 why = (f"{update.scope} working memory of {update.owner}: the model's update no longer applies "
                        f"to the value stored meanwhile, which stays: {exc}")
@@ -89,13 +91,29 @@ class StagedWorkingMemory:
                 log.warning("working-memory update not written: %s", why)
                 continue
             service._store(conn, update.scope, update.owner, text, update.opts, update.thread_id, update.resource_id)
-            service._version(conn, update.scope, update.owner, text, update.opts.mode, "agent", update.note)
+            service._version(conn, update.scope, update.owner, text, update.opts.mode, "agent", note)
         self.updates.clear()
 
     def _applied(self, update: _StagedUpdate, current: str | None) -> str:
         if update.kind == "merge":
             return self.service._merged(update.opts, current, update.value)
+        if update.kind == "vnext":
+            # Planned again on what is stored by then: an edit in place keeps a concurrent change
+            # (a Studio edit during the turn), as the unstaged tool's re-read does.
+            from core.working_memory_vnext import plan
+
+            ok, why, text, _reason = plan(update.opts, current, update.value)
+            if not ok or text is None:
+                raise WorkingMemoryError(why)
+            return self.service._serialize(update.opts, text)
         return self.service._serialize(update.opts, update.value)
+
+    @staticmethod
+    def _vnext_note(update: _StagedUpdate, current: str | None) -> str | None:
+        from core.working_memory_vnext import note, plan
+
+        _ok, why, _text, reason = plan(update.opts, current, update.value)
+        return note(reason, why)
 
 
 __all__ = ["StagedWorkingMemory"]
