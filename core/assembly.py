@@ -225,6 +225,14 @@ class TurnAssembler:
                 raise InvalidArgumentError(
                     f"Input message {msg.id} names thread {msg.thread_id}, but this turn is for thread {req.thread_id}."
                 )
+            if msg.resource_id and req.resource_id and msg.resource_id != req.resource_id and req.as_of is None:
+                # Refused before the model is called: saved, it would be another user's message (and
+                # the save would fail after the reply, naming an owner the thread does not have). A
+                # rebuilt turn shows its stored inputs as they are, whatever another program wrote.
+                raise InvalidArgumentError(
+                    f"Input message {msg.id} names resource {msg.resource_id}, but this turn is for resource "
+                    f"{req.resource_id}. Leave the message's resource id unset, or run the turn for that resource."
+                )
             if not msg.created_at_given:
                 changes["created_at"] = start + timedelta(milliseconds=i)
                 changes["created_at_given"] = True

@@ -156,7 +156,8 @@ def build_prompt(
         )
 
     for conv in ml.conversation():  # a name of its own: ``entry`` above is a system entry
-        wire = to_openai(conv.message)
+        # Stored history sends only tool calls with their results; this turn's own calls go as they are.
+        wire = to_openai(conv.message, complete_calls_only=conv.source == "memory")
         if not wire:
             continue
         start = len(messages)
@@ -196,8 +197,8 @@ _iso = lru_cache(maxsize=4096)(to_iso)
 
 
 def message_tokens(tokenizer: Tokenizer, message: Message) -> int:
-    """What one conversation message costs in the prompt, counted as ``build_prompt`` counts it."""
-    return sum(count_message_tokens(tokenizer, _counted_text(w)) for w in to_openai(message))
+    """What one stored conversation message costs in the prompt, counted as ``build_prompt`` counts it."""
+    return sum(count_message_tokens(tokenizer, _counted_text(w)) for w in to_openai(message, complete_calls_only=True))
 
 
 def _tool_source(tools: list[dict[str, Any]], notes: dict[str, dict[str, Any]]) -> str:
@@ -221,11 +222,14 @@ def _counted_text(message: dict[str, Any]) -> str:
     return text
 
 
-def to_openai(message: Message) -> list[dict[str, Any]]:
+def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[dict[str, Any]]:
     """One stored message as OpenAI chat messages.
 
     An assistant message that called tools becomes: assistant(tool_calls) → tool(result) … →
     assistant(text). Reasoning, step markers and data parts are UI-only and are not sent back.
+    ``complete_calls_only`` (history): a tool call without its result (state ``call``: a client-side
+    tool never answered, a run cut short) is left out, as Mastra leaves incomplete calls out of the
+    prompts it sends; OpenAI refuses a ``tool_calls`` message that no tool message answers.
     """
     if message.role in ("user", "signal"):
         return [_user(message)]
@@ -253,7 +257,7 @@ def to_openai(message: Message) -> list[dict[str, Any]]:
             texts.append(part["text"])
         elif kind == "tool-invocation":
             inv = part.get("toolInvocation") or {}
-            if inv.get("state") == "partial-call":
+            if inv.get("state") == "partial-call" or (complete_calls_only and inv.get("state") != "result"):
                 continue
             call_id = str(inv.get("toolCallId"))
             calls.append({

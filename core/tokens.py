@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import importlib.resources
 import logging
 import math
@@ -22,6 +23,16 @@ from typing import Protocol
 MESSAGE_OVERHEAD = 3
 REPLY_PRIMER = 3
 CACHE_ENTRIES = 8192
+#: Longer texts are cached under a digest, not themselves: 8,192 pasted documents of up to a
+#: megabyte each (the message size limit) would otherwise stay in memory for the process's life.
+CACHE_TEXT_CHARS = 4096
+
+
+def cache_key(text: str) -> str:
+    """The text itself when short, else a digest of it (what the token caches keep)."""
+    if len(text) <= CACHE_TEXT_CHARS:
+        return text
+    return "\0sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 O200K_PATTERN = "|".join(
     [
@@ -62,13 +73,14 @@ class TiktokenTokenizer:
             return 0
         # Most of a prompt repeats from turn to turn (instructions, working memory, tool schemas,
         # history), so counts are cached by text.
-        cached = self._cache.get(text)
+        key = cache_key(text)
+        cached = self._cache.get(key)
         if cached is None:
             cached = len(self._enc.encode(text, disallowed_special=()))
             with self._lock:
                 if len(self._cache) >= CACHE_ENTRIES:
                     self._cache.pop(next(iter(self._cache)))
-                self._cache[text] = cached
+                self._cache[key] = cached
         return cached
 
 

@@ -200,7 +200,7 @@ class WorkingMemoryService:
         problems = validate(opts.schema, merged)
         if problems:
             raise WorkingMemoryError("The merged working memory does not match the schema: " + "; ".join(problems))
-        return self._within_limit(opts, json.dumps(merged, ensure_ascii=False))
+        return self._within_limit(opts, _json_text(merged))
 
     def _serialize(self, opts: WorkingMemoryOptions, value: Any) -> str:
         if opts.schema is not None:
@@ -208,7 +208,7 @@ class WorkingMemoryService:
             problems = validate(opts.schema, data)
             if problems:
                 raise WorkingMemoryError("The working memory does not match the schema: " + "; ".join(problems))
-            return self._within_limit(opts, json.dumps(data, ensure_ascii=False))
+            return self._within_limit(opts, _json_text(data))
         if not isinstance(value, str):
             raise WorkingMemoryError(
                 f"Markdown working memory must be a string, got {type(value).__name__}. "
@@ -365,7 +365,17 @@ class WorkingMemoryService:
 
         With ``stage`` the update is validated now and recorded there; it is written only when the
         stage is committed (with the turn's messages). Without it, it is written at once. With
-        ``version="vnext"`` the call is the vNext tool's (``core.working_memory_vnext``)."""
+        ``version="vnext"`` the call is the vNext tool's (``core.working_memory_vnext``).
+
+        A call the options do not offer the tool for (working memory disabled, or ``agent_managed``
+        off) is refused: a model may call a tool it was never given (a hallucination, or text in the
+        conversation telling it to), and the memory is then the application's alone to write."""
+        if not opts.enabled:
+            return UpdateResult(False, "Working memory is not enabled for this memory instance, so the model "
+                                       "cannot update it. Nothing changed.")
+        if not opts.agent_managed:
+            return UpdateResult(False, "Working memory is kept by the application here (agent_managed is off), "
+                                       "so the model cannot update it. Nothing changed.")
         try:
             if opts.version == "vnext" and opts.schema is None:
                 from core import working_memory_vnext
@@ -410,6 +420,19 @@ class WorkingMemoryService:
             return UpdateResult(False, str(exc))
 
 
+def _json_text(data: Any) -> str:
+    """Schema-mode memory as stored: standard JSON. Python's parser takes ``NaN`` and ``Infinity`` (and
+    turns ``1e400`` into infinity) from a model's arguments, but no JSON reader does: Mastra's
+    ``JSON.parse`` would fail on the stored text and start the memory afresh."""
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise WorkingMemoryError(
+            "Working memory must be standard JSON: NaN and Infinity are not JSON numbers (nor is a number too "
+            "large for a double). Send a finite number or a string instead. Nothing changed."
+        ) from None
+
+
 def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:
     """The update tool in OpenAI function format (``setWorkingMemory`` with state signals)."""
     if opts.version == "vnext" and opts.schema is None:
@@ -424,6 +447,11 @@ def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:
             "properties": {"memory": dict(opts.schema)},
             "required": ["memory"],
         }
+        # The schema's local refs ("#/$defs/Address") point at its root, which is now "memory": its
+        # definitions go to the root of the parameters too, where those refs resolve.
+        for defs in ("$defs", "definitions"):
+            if isinstance(opts.schema.get(defs), Mapping):
+                parameters[defs] = opts.schema[defs]
         description = (
             "Update working memory. Fields you pass are merged into what is stored: include only the "
             "fields to add or change and leave out the rest to keep them. Set a field to null to delete it. "
@@ -544,9 +572,12 @@ def hide_working_memory(message_content: dict[str, Any]) -> dict[str, Any] | Non
             if not part["text"]:
                 continue
         parts.append(part)
+    content_text = message_content.get("content")
+    if isinstance(content_text, str) and "<working_memory>" in content_text:
+        changed = True  # a client's content string may carry the tags its parts do not (Mastra strips both)
     if not changed:
         return message_content
-    if not parts:
+    if not parts and message_content.get("parts"):
         return None
     out = {**message_content, "parts": parts}
     if isinstance(out.get("content"), str):

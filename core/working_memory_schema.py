@@ -53,14 +53,42 @@ def working_memory_merge(existing: Mapping[str, Any] | None, update: Mapping[str
     return base
 
 
-def strip_nulls_from_optional(schema: Mapping[str, Any], value: Any) -> Any:
+def resolve_ref(root: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``node``, or the subschema its local ``$ref`` (``#/$defs/Address``, as Pydantic writes nested
+    models) points to within ``root``; a ref that is not local or does not resolve is left as is. An
+    optional one (``anyOf`` of it and ``null``, Pydantic's ``Address | None``) is followed too."""
+    for _ in range(32):  # a chain of refs, never a cycle
+        for key in ("anyOf", "oneOf"):
+            branches = node.get(key)
+            if isinstance(branches, list):
+                kept = [b for b in branches if isinstance(b, Mapping) and b.get("type") != "null"]
+                if len(kept) == 1 and len(branches) == 2:
+                    node = kept[0]
+                    break
+        ref = node.get("$ref")
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            return node
+        target: Any = root
+        for raw in ref[1:].split("/")[1:] if ref != "#" else []:
+            key = raw.replace("~1", "/").replace("~0", "~")
+            target = target.get(key) if isinstance(target, Mapping) else None
+        if not isinstance(target, Mapping):
+            return node
+        node = target
+    return node
+
+
+def strip_nulls_from_optional(schema: Mapping[str, Any], value: Any, root: Mapping[str, Any] | None = None) -> Any:
     """Drop ``null`` for properties the schema does not require (strict-mode providers pad with nulls).
 
     Without this, a provider that fills every optional field with ``null`` would wipe the memory
-    (Mastra #20992). A required field set to ``null`` still deletes it.
+    (Mastra #20992). A required field set to ``null`` still deletes it. Nested objects given by a
+    local ``$ref`` are followed (``root``: the whole schema, where refs point).
     """
     if not isinstance(value, Mapping) or not isinstance(schema, Mapping):
         return value
+    root = schema if root is None else root
+    schema = resolve_ref(root, schema)
     props = schema.get("properties") or {}
     required = set(schema.get("required") or [])
     out: dict[str, Any] = {}
@@ -68,7 +96,7 @@ def strip_nulls_from_optional(schema: Mapping[str, Any], value: Any) -> Any:
         if item is None and key not in required:
             continue
         sub = props.get(key)
-        out[key] = strip_nulls_from_optional(sub, item) if isinstance(sub, Mapping) else item
+        out[key] = strip_nulls_from_optional(sub, item, root) if isinstance(sub, Mapping) else item
     return out
 
 
@@ -102,13 +130,19 @@ def _path(parts: Any) -> str:
     return out
 
 
-def empty_object(schema: Mapping[str, Any]) -> Any:
-    """The compact "shape" shown to the model in schema mode: strings empty, arrays empty, objects recursed."""
+def empty_object(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None, depth: int = 0) -> Any:
+    """The compact "shape" shown to the model in schema mode: strings empty, arrays empty, objects recursed
+    (through local ``$ref``s, as Pydantic writes nested models; ``root``: where they point)."""
+    root = schema if root is None else root
+    schema = resolve_ref(root, schema)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), None)
     if kind == "object" or (kind is None and "properties" in schema):
-        return {k: empty_object(v) for k, v in (schema.get("properties") or {}).items() if isinstance(v, Mapping)}
+        if depth >= 8:  # a recursive model (a tree of itself): the shape stops here
+            return {}
+        return {k: empty_object(v, root, depth + 1) for k, v in (schema.get("properties") or {}).items()
+                if isinstance(v, Mapping)}
     if kind == "array":
         return []
     if kind in ("number", "integer"):

@@ -122,8 +122,8 @@ def apply(service: "WorkingMemoryService", opts: WorkingMemoryOptions, *, thread
     ok, why, text, reason = plan(opts, current, args)
     if not ok or text is None:
         return UpdateResult(False, why, reason=reason or None)
-    if stage is not None:
-        stage.add(opts, thread_id, resource_id, "replace", text, note=note(reason, why))
+    if stage is not None:  # planned again at commit, on the value stored by then
+        stage.add(opts, thread_id, resource_id, "vnext", dict(args), note=note(reason, why))
         return UpdateResult(True, why, text, reason=reason)
     for _attempt in range(3):
         try:  # written only if nobody changed the memory since it was read; else planned again

@@ -20,6 +20,11 @@ _FENCE_RE = re.compile(r"^\s*```[\w-]*\s*\n(.*?)\n\s*```\s*$", re.S)
 _DATE_RE = re.compile(r"^\s*Date:\s*[A-Z][a-z]{2,8}\s+\d{1,2},\s*\d{4}")
 _BULLET_RE = re.compile(r"^\s*[*-]\s+(?:🔴|🟡|🟢|✅|->)")
 _OBS_LINE_RE = re.compile(r"^\s*(?:[*-]\s+)?(?:🔴|🟡|🟢|✅)")
+# What an observation line may hold besides its text: thread tags, priority marks, bullets, arrows,
+# times and ``[tags]`` (as the context view drops them). A section made of these alone says nothing
+# about the messages it would replace.
+_FORM_RE = re.compile(
+    r"</?thread\b[^>]*>|🔴|🟡|🟢|✅|->|^\s*[*-]+|\(\d{1,2}:\d{2}(?:\s*[AP]M)?\)|\[[^\[\]\n]{1,60}\](?!\()", re.I)
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,17 @@ def looks_like_observations(text: str) -> bool:
         return False
     marked = sum(1 for ln in lines if _DATE_RE.match(ln) or _BULLET_RE.match(ln) or _OBS_LINE_RE.match(ln))
     return marked >= max(1, len(lines) // 2)
+
+
+def has_observation_text(text: str) -> bool:
+    """Whether some line says something: not only date headers, priority marks, bullets, times or tags
+    (a small model's "🟡" would otherwise stand in for every message it covered)."""
+    for line in text.splitlines():
+        if _DATE_RE.match(line):
+            continue
+        if re.search(r"\w", _FORM_RE.sub(" ", line)):
+            return True
+    return False
 
 
 def is_degenerate(text: str) -> bool:
@@ -117,7 +133,11 @@ def parse_observer_output(text: str | None) -> ObserverOutput:
     observations = sanitize_lines(observations)
     if not observations:
         return ObserverOutput("", problem="the <observations> section was empty")
+    if not has_observation_text(observations):
+        return ObserverOutput("", first("current-task"), first("suggested-response"), first("thread-title"),
+                              problem="the observations hold no text, only priority marks, dates or times")
     return ObserverOutput(observations, first("current-task"), first("suggested-response"), first("thread-title"))
 
 
-__all__ = ["ObserverOutput", "is_degenerate", "looks_like_observations", "parse_observer_output", "sanitize_lines"]
+__all__ = ["ObserverOutput", "has_observation_text", "is_degenerate", "looks_like_observations", "parse_observer_output",
+           "sanitize_lines"]

@@ -11,7 +11,7 @@ import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterable
 
-from core.tokens import MESSAGE_OVERHEAD
+from core.tokens import CACHE_TEXT_CHARS, MESSAGE_OVERHEAD
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.messages import Message
@@ -76,6 +76,8 @@ def _count(tokenizer: Any, text: str) -> int:  # Any: the Tokenizer protocol doe
 def count_text(tokenizer: "Tokenizer", text: str) -> int:
     if not text:
         return 0
+    if len(text) > CACHE_TEXT_CHARS:  # not kept by this cache (the tokenizer's keeps a digest of it)
+        return int(tokenizer.count(text))
     try:
         return _count(tokenizer, text)  # type: ignore[arg-type]
     except TypeError:  # an unhashable tokenizer: count without the cache

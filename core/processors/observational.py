@@ -209,7 +209,8 @@ class ObservationalMemory(BaseProcessor):
                              f"{_block_wait(opts):.0f} s; this turn goes on with the messages raw")
                 elif self._pending(ctx, turn, input_tokens) >= opts.message_tokens and turn.unobserved:
                     turn = self._observe(ctx, job, turn, input_tokens, now, blocked=True)
-        elif pending >= opts.message_tokens:
+        elif pending >= opts.message_tokens and not self._backing_off(ctx, turn, "observer", now):
+            # (Backing off, the record says so: nothing is being buffered for this turn to promise.)
             ctx.note(self.id, observation=f"{pending:,} unobserved tokens ≥ {opts.message_tokens:,}: what the "
                      "background observer has buffered is activated as it becomes ready; this turn did not wait")
         ctx.note(self.id, blocked=blocked)

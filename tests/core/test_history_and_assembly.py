@@ -105,6 +105,52 @@ def test_tool_invocation_history_is_loaded_intact(store):
     assert prompt.messages[2]["tool_call_id"] == "c1"
 
 
+def test_history_leaves_out_tool_calls_that_never_got_a_result(store):
+    """A stored call without its result (a client-side tool never answered; Mastra stores those) would go
+    out as an assistant tool_calls message no tool message answers, which OpenAI refuses (400) on every
+    later turn of the thread. History sends completed calls only, as Mastra's prompts do."""
+    from core import Agent
+    from core.llm import ScriptedModel
+
+    mem = Memory(store)
+    mem.create_thread(resource_id="r", thread_id="t")
+    pending = Message.assistant("Let me check the browser.", parts=[
+        tool_invocation_part("c1", "readClipboard", {}),  # state "call": no result ever came
+        tool_invocation_part("c2", "getWeather", {"city": "Oslo"}, {"temp": 4})], thread_id="t", resource_id="r")
+    only_call = Message.assistant("", parts=[tool_invocation_part("c3", "askUser", {"q": "ok?"})],
+                                  thread_id="t", resource_id="r")
+    mem.save_messages([Message.user("Weather?", thread_id="t", resource_id="r"), pending, only_call])
+    prompt = mem.assemble(thread_id="t", resource_id="r", input="thanks")
+    calls = [c["id"] for m in prompt.messages for c in m.get("tool_calls") or ()]
+    answered = [m["tool_call_id"] for m in prompt.messages if m["role"] == "tool"]
+    assert calls == answered == ["c2"]
+    assert [m["role"] for m in prompt.messages] == ["user", "assistant", "tool", "assistant", "user"]
+    model = ScriptedModel(["ok"])
+    agent = Agent(name="a", instructions="Hi.", model=model, memory=mem)
+    agent.generate("thanks", memory={"thread": "t", "resource": "r"})
+    sent = model.requests[0].messages
+    assert [c["id"] for m in sent for c in m.get("tool_calls") or ()] == ["c2"]
+
+
+def test_an_input_message_of_another_resource_is_refused_before_the_model_is_called(store):
+    """A message naming resource u2 given to a turn of u1 went to the model, then the save failed with
+    "Thread t belongs to resource u2" (it did not): the reply was lost. Refused up front now, as an
+    input naming another thread is."""
+    from core import Agent, InvalidArgumentError
+    from core.llm import ScriptedModel
+
+    mem = Memory(store)
+    model = ScriptedModel(["ok"])
+    agent = Agent(name="a", instructions="Hi.", model=model, memory=mem)
+    with pytest.raises(InvalidArgumentError, match="names resource u2, but this turn is for resource u1"):
+        agent.generate(Message.user("hello", resource_id="u2"), memory={"thread": "t", "resource": "u1"})
+    assert model.requests == [] and mem.get_thread("t") is None
+    with pytest.raises(InvalidArgumentError, match="names resource u2"):
+        mem.assemble(thread_id="t", resource_id="u1", input=Message.user("hello", resource_id="u2"))
+    agent.generate(Message.user("hello", resource_id="u1"), memory={"thread": "t", "resource": "u1"})
+    assert mem.get_thread("t").resource_id == "u1"
+
+
 def test_system_messages_are_never_saved_or_loaded(store):
     mem = Memory(store)
     mem.create_thread(resource_id="r", thread_id="t")

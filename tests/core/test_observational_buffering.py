@@ -198,6 +198,23 @@ def test_a_failed_observer_backs_off_instead_of_retrying_every_turn(db_path: Pat
     store.close()
 
 
+def test_a_turn_past_the_threshold_says_the_background_observer_is_backing_off(db_path: Path | str) -> None:
+    """Between message_tokens and block_after the turn does not wait; when the background observer has
+    failed and is backing off, its record says so instead of promising buffered observations."""
+    gate = Gate([], hold=False, fail=100)
+    clock = FixedClock(T0, step_ms=10)
+    store, memory, agent, _ = make(db_path, gate, clock=clock, block_after=10)  # blocks only at 2,000
+    for i in range(4):
+        result = turn(agent, i)
+        memory.wait_idle(30)
+    assert gate.calls >= 1 and load_current(store, thread_id="t").studio["observerBackoff"]["failures"] >= 1
+    notes = om_notes(result)
+    assert notes["unobservedTokens"] >= 200 and notes["blocked"] is False
+    assert "backing off until" in notes.get("observationError", "")
+    assert "activated as it becomes ready" not in notes.get("observation", "")
+    store.close()
+
+
 def test_reflection_is_buffered_and_swapped_in_without_waiting(db_path: Path | str) -> None:
     events: list[str] = []
     gate = Gate(events, hold=False)

@@ -54,6 +54,12 @@ def test_missing_tags_accepted_only_when_text_reads_as_observations() -> None:
     empty = parse_observer_output("<observations>\n</observations><current-task>x</current-task>")
     assert not empty.ok and empty.current_task == "x"
     assert not parse_observer_output("   ").ok
+    for marks_only in ("🟡", "<observations>\n* 🔴\n* -> \n</observations>",
+                       "Date: Jan 2, 2025\n* 🟢 (09:00) [tag]",
+                       '<observations><thread id="t1">\n* ✅ (9:05 AM)\n</thread></observations>'):
+        refused = parse_observer_output(marks_only)
+        assert not refused.ok and "no text" in (refused.problem or ""), marks_only
+    assert parse_observer_output("* ✅ (09:00) 42").ok and parse_observer_output("* 🔴 用户喜欢茶").ok
 
 
 def test_degenerate_repetition_is_refused_and_duplicates_dropped() -> None:

@@ -234,7 +234,11 @@ def test_reflection_compresses_into_a_new_generation(db_path: Path | str) -> Non
 @pytest.mark.parametrize("failure", [ModelError("provider down", model_id="scripted/observer", status=503),
                                      "I'm sorry, I can't summarise this conversation.",
                                      "",
-                                     "* 🔴 (09:00) loop\n" * 60])
+                                     "* 🔴 (09:00) loop\n" * 60,
+                                     # a small model's reply of marks alone: it says nothing about the
+                                     # messages it would replace, so they must stay raw
+                                     "<observations>\n* 🟡\n</observations>",
+                                     "Date: Jan 2, 2025\n* 🔴 (09:00)"])
 def test_failed_observer_call_loses_nothing_and_retries(db_path: Path | str, failure: Any) -> None:
     exporter = InMemorySpanExporter()
     h = Harness(db_path, [failure, OBSERVED], tracer=Tracer(exporter))
@@ -262,6 +266,24 @@ def test_failed_observer_call_loses_nothing_and_retries(db_path: Path | str, fai
     row = load_current(h.store, thread_id="t1")
     assert row is not None and set(row.observed_message_ids) == {m.id for m in stored}
     assert prompt.messages[6]["content"] == CONTINUATION_TEXT
+
+
+def test_reflection_of_marks_alone_keeps_the_log(db_path: Path | str) -> None:
+    """A reflector reply with no text ("🔴") is smaller than any log; taken, it would replace the
+    whole memory with nothing. It is refused at every level and the generation stays."""
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    empty = "<observations>\n* 🔴\n</observations>"
+    h = Harness(db_path, [big, empty, empty], max_compression_level=1)
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Summarise my beds.", "Done.")
+    assert len(h.observer.requests) == 3  # observer, reflector levels 0 and 1
+    history = load_history(h.store, thread_id="t1")
+    assert [r.generation_count for r in history] == [0]
+    assert "garden bed number 39" in history[0].active_observations
+    assert "garden bed number 39" in "\n".join(m["content"] for m in prompt.messages if m["role"] == "system")
 
 
 def test_preview_never_writes_or_calls_the_model(harness: Harness) -> None:

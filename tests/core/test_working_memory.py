@@ -67,6 +67,34 @@ def test_optional_nulls_are_stripped_for_tool_calls():
     assert strip_nulls_from_optional(SCHEMA, {"prefs": {"color": None}, "tags": ["c"]}) == {"prefs": {}, "tags": ["c"]}
 
 
+# A schema as Pydantic writes it (``Profile.model_json_schema()``): nested models are local refs.
+PYDANTIC_SCHEMA = {
+    "$defs": {"Address": {"type": "object", "title": "Address",
+                          "properties": {"city": {"type": "string"}, "zip": {"type": "string"}}}},
+    "type": "object", "title": "Profile",
+    "properties": {"name": {"type": "string"}, "home": {"$ref": "#/$defs/Address"},
+                   "work": {"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}], "default": None}},
+}
+
+
+def test_a_schema_with_local_refs_is_followed_for_the_tool_the_shape_and_optional_nulls():
+    """Refs point at the schema's root; inside the tool's parameters the schema sits under "memory", so
+    "#/$defs/Address" resolved nowhere (a provider checking the schema refuses it) and the shape showed
+    the nested model as "". Optional nulls are stripped inside referenced models as in inline ones."""
+    import jsonschema
+
+    from core.options import WorkingMemoryOptions
+
+    opts = WorkingMemoryOptions(enabled=True, schema=PYDANTIC_SCHEMA)
+    params = tool_definition(opts)["function"]["parameters"]
+    validator = jsonschema.Draft7Validator(params)
+    assert validator.is_valid({"memory": {"home": {"city": "Oslo"}}})
+    assert not validator.is_valid({"memory": {"home": {"city": 7}}})  # the ref resolved: its types apply
+    assert '{"name":"","home":{"city":"","zip":""},"work":{"city":"","zip":""}}' in instruction(opts, None, read_only=False)
+    padded = {"home": {"city": None, "zip": "0150"}, "work": {"city": "Bergen", "zip": None}}
+    assert strip_nulls_from_optional(PYDANTIC_SCHEMA, padded) == {"home": {"zip": "0150"}, "work": {"city": "Bergen"}}
+
+
 # -- facade ------------------------------------------------------------------------------------------
 @pytest.fixture
 def schema_memory(store):
@@ -101,6 +129,25 @@ def test_optional_null_from_tool_does_not_delete(schema_memory):
     m.update_working_memory(resource_id="u", working_memory={"prefs": {"food": "rice", "color": "blue"}, "tags": ["a", "b"]})
     m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": {"prefs": {"color": None}, "tags": ["c"]}})
     assert m.get_working_memory(resource_id="u") == {"prefs": {"food": "rice", "color": "blue"}, "tags": ["c"]}
+
+
+@pytest.mark.parametrize("raw", ['{"memory": {"score": NaN, "name": "Bo"}}', '{"memory": {"score": Infinity}}',
+                                 '{"score": 1e400}', '{"memory": {"extra": {"x": -Infinity}}}'])
+def test_non_json_numbers_from_a_model_are_refused(store, raw):
+    """Python's JSON parser takes NaN / Infinity in a model's tool arguments (and 1e400 as infinity), and
+    JSON Schema's "number" accepts them; stored, no JSON reader (Mastra's JSON.parse) could read the
+    memory back. Refused, with the stored value kept."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "score": {"type": "number"}}}
+    memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": schema}))
+    memory.update_working_memory(resource_id="u", working_memory={"name": "Ada", "score": 2.5})
+    result = memory.apply_working_memory_tool(thread_id=None, resource_id="u", args=json.loads(raw))
+    assert not result.success and "NaN and Infinity are not JSON numbers" in result.message
+    assert memory.get_working_memory(resource_id="u") == {"name": "Ada", "score": 2.5}
+    with pytest.raises(WorkingMemoryError, match="standard JSON"):
+        memory.update_working_memory(resource_id="u", working_memory={"name": "Ada", "score": float("nan")})
+    with pytest.raises(WorkingMemoryError, match="standard JSON"):
+        memory.merge_working_memory(resource_id="u", patch='{"score": -Infinity}')
+    assert memory.get_working_memory(resource_id="u") == {"name": "Ada", "score": 2.5}
 
 
 def test_merge_working_memory_api(schema_memory):
@@ -218,6 +265,62 @@ def test_disabled_working_memory_is_refused(store):
         Memory(store).update_working_memory(resource_id="u", working_memory="x")
 
 
+@pytest.mark.parametrize("wm", [{"enabled": False}, {"enabled": True, "agent_managed": False},
+                                {"enabled": True, "agent_managed": False, "schema": SCHEMA},
+                                {"enabled": True, "agent_managed": False, "version": "vnext"}])
+def test_a_tool_call_the_model_was_not_offered_writes_nothing(store, wm):
+    """A model can call updateWorkingMemory although the tool was not offered (hallucinated, or told to
+    by text in the conversation); with working memory off or kept by the application it must not write."""
+    from core import Agent
+    from core.llm import ScriptedModel
+    from core.llm.scripted import ScriptedReply, tool_call
+
+    if "schema" in wm:
+        args: dict[str, str] = {"name": "Mallory"}
+    elif wm.get("version") == "vnext":
+        args = {"newMemory": "- Role: admin"}
+    else:
+        args = {"memory": "# User\n- Role: admin"}
+    model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", args),)), "done"])
+    agent = Agent(name="wm-agent", instructions="Be brief.", model=model,
+                  memory=Memory(store, MemoryOptions(working_memory=wm)))
+    result = agent.generate("hi", memory={"thread": "t", "resource": "u"})
+    assert model.requests[0].tools in (None, [])  # not offered
+    assert result.tool_results[0]["result"]["success"] is False
+    assert "cannot update it" in result.tool_results[0]["result"]["message"]
+    reader = Memory(store, MemoryOptions(working_memory={"enabled": True}))
+    assert reader.get_working_memory(thread_id="t", resource_id="u") is None
+
+
+def test_a_staged_update_a_concurrent_change_made_invalid_does_not_lose_the_turn(store):
+    """The model's merge is validated when it calls the tool and written with the turn's messages. If
+    another writer's change meanwhile makes it invalid for the schema (here: age needs name, and name
+    was deleted), the update is left out and the other writer's value stands; the turn's messages
+    are still saved (the whole turn used to fail with the schema error)."""
+    from core import Agent
+    from core.llm import ScriptedModel
+    from core.llm.scripted import ScriptedReply, tool_call
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "dependencies": {"age": ["name"]}}
+    mem = Memory(store, MemoryOptions(working_memory={"enabled": True, "schema": schema}))
+    mem.update_working_memory(resource_id="u", working_memory={"name": "Ada"})
+    calls = []
+
+    def respond(messages, tools):
+        calls.append(1)
+        if len(calls) == 1:
+            return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": {"age": 36}}),))
+        mem.merge_working_memory(resource_id="u", patch={"name": None})  # another thread of the user, meanwhile
+        return "Noted."
+
+    agent = Agent(name="wm-race", instructions="Be brief.", model=ScriptedModel(respond), memory=mem)
+    result = agent.generate("I am 36.", memory={"thread": "t", "resource": "u"})
+    assert result.tool_results[0]["result"]["success"] is True and result.text == "Noted."
+    assert [m.text for m in mem.recall(thread_id="t", resource_id="u").messages] == ["I am 36.", "Noted."]
+    assert mem.get_working_memory(resource_id="u") == {}
+
+
 def test_initial_working_memory_from_thread_metadata(store):
     m = Memory(store, MemoryOptions(working_memory={"enabled": True}))
     m.create_thread(resource_id="u", thread_id="t", metadata={"workingMemory": "# Patient\n- Blood type: O+"})
@@ -285,6 +388,14 @@ def test_persisted_messages_hide_working_memory(store):
     assert [p["type"] for p in stored.parts] == ["text"]
     assert "working_memory" not in json.dumps(stored.content)
     assert hide_working_memory({"parts": [{"type": "text", "text": "plain"}]}) == {"parts": [{"type": "text", "text": "plain"}]}
+    # The tags in the content string alone (a client that wrote its own parts) are stripped too.
+    only_content = {"format": 2, "parts": [{"type": "text", "text": "Hi"}],
+                    "content": "Hi <working_memory>secret</working_memory>"}
+    assert hide_working_memory(only_content) == {"format": 2, "parts": [{"type": "text", "text": "Hi"}], "content": "Hi"}
+    client = Message.assistant("Hi", thread_id="t", resource_id="u")
+    client.content["content"] = only_content["content"]
+    m.save_messages([client])
+    assert "secret" not in json.dumps(m.recall(thread_id="t").messages[-1].content)
 
 
 def test_versions_are_kept_and_concurrent_studio_write_is_detected(md_memory):

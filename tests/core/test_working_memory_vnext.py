@@ -101,6 +101,29 @@ def test_replace_irrelevant_memory_never_deletes_in_resource_scope(store: Any) -
     assert memory2.get_working_memory(thread_id="t2", resource_id="u2") == "- Planning a trip"
 
 
+def test_an_edit_in_place_keeps_a_change_made_while_the_turn_ran(store: Any) -> None:
+    """The turn's update is written with its messages; meanwhile the user edited working memory in the
+    Studio. The vNext tool sends one line, so that line is applied to what is stored by then: the
+    user's edit stays (it was overwritten by the text computed before it)."""
+    memory = Memory(store, MemoryOptions(working_memory=VNEXT))
+    memory.update_working_memory(resource_id="u", working_memory="- Name: Ann")
+    calls: list[int] = []
+
+    def respond(messages: Any, tools: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"newMemory": "- Pet: a cat"}),))
+        memory.update_working_memory(resource_id="u", working_memory="- Name: Ann\n- City: Oslo", author="studio")
+        return "Noted."
+
+    agent = Agent("vnext", instructions="Remember things.", model=ScriptedModel(respond), memory=memory, tracer=False)
+    result = agent.generate("I have a cat.", memory={"thread": "t", "resource": "u"})
+    assert tool_results(result)[0]["success"] is True
+    assert memory.get_working_memory(resource_id="u") == "- Name: Ann\n- City: Oslo\n- Pet: a cat"
+    newest = memory.working_memory_service.versions("resource", "u")[0]
+    assert newest.author == "agent" and reason_of(newest.note) == "append-new-memory"
+
+
 def test_vnext_instruction_describes_the_tool_and_shows_the_template(store: Any) -> None:
     memory = Memory(store, MemoryOptions(working_memory={**VNEXT, "template": "# Me\n- Name:\n"}))
     prompt = memory.assemble(thread_id="t", resource_id="u", input="hi")
