@@ -356,7 +356,8 @@ class Agent:
                 outcome = self._execute(tc, turn, thread_id, resource_id, scopes, values, messages_list, overrides,
                                         tracer)
                 tool_results.append({"tool": tc.name, "args": tc.arguments, "result": outcome})
-                parts.append(tool_invocation_part(tc.id, tc.name, tc.arguments, _jsonable(outcome)))
+                # A tool that returned None has answered too (sent as null): never a call left unanswered.
+                parts.append(tool_invocation_part(tc.id, tc.name, tc.arguments, _jsonable(outcome), state="result"))
                 yield StreamEvent("tool-result", tool_call_id=tc.id, tool_name=tc.name, args=dict(tc.arguments),
                                   output=_jsonable(outcome))
             if result.text:

@@ -135,6 +135,22 @@ def test_user_tools_run_in_the_loop(memory, tracer):
     assert result.text == "4 degrees."
 
 
+def test_a_tool_that_returns_nothing_still_answers_its_call(memory):
+    """A tool returning None has a result (sent as ``null``): the next model call must carry the tool message,
+    or OpenAI refuses an assistant ``tool_calls`` message nothing answered (400), and the stored call is complete."""
+    model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("logVisit", {"page": "home"}),)), "Logged."])
+    agent = Agent("chat", instructions="I", model=model, memory=memory,
+                  tools=[Tool("logVisit", "log a visit", lambda args, ctx: None,
+                              {"type": "object", "properties": {"page": {"type": "string"}}})])
+    agent.generate("Log it", memory={"resource": "u", "thread": "t"})
+    second = model.requests[1].messages
+    call_id = next(m for m in second if m.get("tool_calls"))["tool_calls"][0]["id"]
+    answers = [m for m in second if m["role"] == "tool" and m["tool_call_id"] == call_id]
+    assert [a["content"] for a in answers] == ["null"]
+    inv = memory.recall(thread_id="t").messages[-1].tool_invocations()[0]
+    assert inv["state"] == "result" and inv["toolName"] == "logVisit"
+
+
 def test_malformed_tool_arguments_are_reported_back(memory):
     model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("getWeather", "{not json"),)), "sorry"])
     agent = Agent("chat", instructions="I", model=model, memory=memory,
