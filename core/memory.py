@@ -794,10 +794,13 @@ def _model_setting(options: Any, name: str, what: str) -> "ChatModel | None":
     label = getattr(options, name, None)
     if not label or not getattr(options, "enabled", True):
         return None
-    from core.llm.providers import is_model_name, resolve_model
+    from core.llm.providers import is_label_only, is_model_name, resolve_model
 
-    if not is_model_name(label):
-        return None  # a bare label ("gpt-4o-mini") only names the model for the Studio
+    if not is_model_name(label) or is_label_only(label):
+        # A bare label ("gpt-4o-mini") only names the model for the Studio; so does the registered name of
+        # a model object ("openai-compatible/<model>", "scripted/<name>"), which no provider can rebuild:
+        # a preview from registered options calls no model, and a live turn falls back to the agent's.
+        return None
     return resolve_model(label, what=what)  # type: ignore[no-any-return]
 
 

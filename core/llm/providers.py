@@ -81,6 +81,18 @@ class ModelName:
         return f"{self.provider.name}/{self.model}"
 
 
+# The provider part of the names our own model objects give themselves when no provider entry can
+# rebuild them: ``OpenAICompatibleModel`` at an endpoint of its own ("openai-compatible/<model>") and
+# ``ScriptedModel`` ("scripted/<name>"). Registered options keep such a name as a label of the model that
+# ran; it cannot be resolved again (the endpoint or the script is not in it).
+LABEL_ONLY_PROVIDERS = frozenset({"openai-compatible", "scripted"})
+
+
+def is_label_only(value: Any) -> bool:
+    """Whether ``value`` is a ``provider/model`` name that only labels a model object (see above)."""
+    return is_model_name(value) and value.strip().partition("/")[0] in LABEL_ONLY_PROVIDERS
+
+
 def is_model_name(value: Any) -> bool:
     """Whether ``value`` looks like a ``provider/model`` string (not whether the provider is known)."""
     return isinstance(value, str) and "/" in value.strip("/ ")
@@ -146,5 +158,5 @@ def model_label(spec: Any) -> str | None:
     return str(getattr(spec, "model_id", None) or type(spec).__name__)
 
 
-__all__ = ["PROVIDERS", "ModelName", "Provider", "is_model_name", "model_label", "parse_model_name",
-           "resolve_model"]
+__all__ = ["LABEL_ONLY_PROVIDERS", "PROVIDERS", "ModelName", "Provider", "is_label_only", "is_model_name",
+           "model_label", "parse_model_name", "resolve_model"]

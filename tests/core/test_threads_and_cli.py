@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import core
-from core import AlreadyExistsError, InvalidArgumentError, Memory, MemoryOptions, Message, NotFoundError
+from core import AlreadyExistsError, ConfigurationError, InvalidArgumentError, Memory, MemoryOptions, Message, NotFoundError
 from core.cli import main as cli_main
 
 # Engine behaviour: every test here runs on libSQL and on Postgres.
@@ -256,3 +256,30 @@ def test_cli_traces_prune_refuses_negative_and_zero_means_no_limit(db_path):
     code, out, err = run_cli("traces", "--db", str(db_path), "prune", "--keep-days", "0", "--keep-mb", "100")
     assert code == 0 and "deleted 0 traces" in out, err
     assert obs.count_traces() == 1
+
+
+@pytest.mark.parametrize("observer", ["endpoint", "scripted"])
+def test_cli_prompt_of_an_agent_whose_observer_is_a_model_object(db_path, observer):
+    """A model object has no provider of ours to rebuild it from its registered name ("openai-compatible/<model>"
+    for an endpoint such as a local llama.cpp server, "scripted/<name>"): a preview calls no model, so the
+    name is a label there, not an error that stops every reader of the registration."""
+    from core.llm import OpenAICompatibleModel, ScriptedModel
+
+    model = (OpenAICompatibleModel("smollm2-135m", base_url="http://127.0.0.1:9/v1", api_key="x")
+             if observer == "endpoint" else ScriptedModel([], name="observer"))
+    with core.open_store(db_path) as s:
+        m = Memory(s, MemoryOptions(observational_memory={"enabled": True, "observer_model": model}), name="om")
+        m.register("om")
+        m.create_thread(resource_id="u1", thread_id="t1")
+        m.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="u1"),
+                         Message.assistant("Noted.", thread_id="t1", resource_id="u1", metadata={"agent": "om"})])
+    code, out, err = run_cli("prompt", "--db", str(db_path), "--resource", "u1", "--thread", "t1", "--agent", "om",
+                             "What can I eat?")
+    assert code == 0, err
+    assert "What can I eat?" in out
+
+
+def test_a_typo_in_a_provider_is_still_refused_at_once():
+    with pytest.raises(ConfigurationError, match="openai"):
+        Memory(core.open_store(":memory:"), MemoryOptions(
+            observational_memory={"enabled": True, "observer_model": "opneai/gpt-4o-mini"}))
