@@ -381,3 +381,23 @@ def test_observational_memory_observes_and_reaches_the_instructions(tmp_path: Pa
         assert system.startswith("You are a gardening helper.")
         assert "User is planning a garden with raised cedar beds" in system
     assert [m["content"] for m in sent[-1]["messages"] if m["role"] == "user"][-1] == "How many beds did I want?"
+
+
+def test_our_prompt_sends_an_sdk_threads_tool_call_once_with_its_reply(memory: Memory) -> None:
+    """The SDK stores a call and its output as two messages; read as history by our prompt builder (our Agent
+    continuing the thread, a rebuilt turn, the inspector) the call goes once, answered: OpenAI refuses a
+    ``tool_calls`` message that no tool message answers, and a call sent twice."""
+    session = MemorySession("s5", memory=memory, resource_id="ada")
+    asyncio.run(session.add_items([
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{\"city\": \"Oslo\"}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "It is sunny.", "annotations": []}]},
+    ]))
+    sent = memory.assemble(thread_id="s5", resource_id="ada", input="And tomorrow?").messages
+    calls = [c["id"] for m in sent if m.get("tool_calls") for c in m["tool_calls"]]
+    replies = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    assert calls == ["c1"] and replies == ["c1"]
+    at = next(i for i, m in enumerate(sent) if m.get("tool_calls"))
+    assert sent[at + 1] == {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
