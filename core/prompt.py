@@ -277,19 +277,30 @@ def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[di
 
 
 def _user(message: Message) -> dict[str, Any]:
-    files = [p for p in message.parts if p.get("type") == "file"]
+    # What a user message carries besides its text, in the order it is sent: "file" parts (format 2),
+    # "image" parts (the AI SDK's core shape, which clients sometimes store as they are) and
+    # ``experimental_attachments`` (where AI SDK v4 clients, and so Mastra, keep a message's attachments).
+    files: list[tuple[str, str, str | None]] = []  # (media type, data or URL, file name)
+    for p in message.parts:
+        if p.get("type") == "file":
+            files.append((str(p.get("mimeType") or p.get("mediaType") or ""), str(p.get("data") or p.get("url") or ""),
+                          p.get("filename")))
+        elif p.get("type") == "image" and isinstance(p.get("image"), str):
+            files.append((str(p.get("mimeType") or p.get("mediaType") or "image/png"), p["image"], None))
+    attachments = message.content.get("experimental_attachments") if isinstance(message.content, dict) else None
+    for a in attachments if isinstance(attachments, list) else ():
+        if isinstance(a, dict) and isinstance(a.get("url"), str):
+            files.append((str(a.get("contentType") or ""), a["url"], a.get("name")))
     text = message.text
     if not files:
         return {"role": "user", "content": text}
     content: list[dict[str, Any]] = []
     if text:
         content.append({"type": "text", "text": text})
-    for f in files:
-        mime = str(f.get("mimeType") or f.get("mediaType") or "")
-        data = str(f.get("data") or f.get("url") or "")
+    for mime, data, filename in files:
         if mime.startswith("image/"):
             url = data if data.startswith(("http", "data:")) else f"data:{mime};base64,{data}"
             content.append({"type": "image_url", "image_url": {"url": url}})
         else:
-            content.append({"type": "text", "text": f"[file {f.get('filename') or ''} ({mime})]"})
+            content.append({"type": "text", "text": f"[file {filename or ''} ({mime})]"})
     return {"role": "user", "content": content}

@@ -151,6 +151,30 @@ def test_an_input_message_of_another_resource_is_refused_before_the_model_is_cal
     assert mem.get_thread("t").resource_id == "u1"
 
 
+def test_a_users_attachments_and_image_parts_reach_the_model(store):
+    """Images a message carries go to the model as ``image_url``, wherever the message keeps them: "file"
+    parts, AI SDK "image" parts, and ``experimental_attachments`` (where Mastra keeps an AI SDK v4 client's
+    attachments). Before, the last two were dropped from the request without a word."""
+    m = Memory(store, MemoryOptions(last_messages=10))
+    m.create_thread(thread_id="t", resource_id="u")
+    stored = Message.create("user", [text_part("What is in these?"),
+                                     {"type": "image", "image": "iVBORw0KGgo=", "mimeType": "image/png"}],
+                            thread_id="t", resource_id="u", created_at=at(0))
+    stored = stored.copy(content={**stored.content, "experimental_attachments": [
+        {"url": "https://example.com/cat.jpg", "contentType": "image/jpeg", "name": "cat.jpg"},
+        {"url": "data:application/pdf;base64,JVBERi0=", "contentType": "application/pdf", "name": "menu.pdf"}]})
+    m.save_messages([stored, Message.assistant("A cat and a menu.", thread_id="t", resource_id="u",
+                                               created_at=at(1))])
+    sent = m.assemble(thread_id="t", resource_id="u", input="And now?").messages
+    first = next(msg for msg in sent if msg["role"] == "user")
+    assert first["content"] == [
+        {"type": "text", "text": "What is in these?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
+        {"type": "text", "text": "[file menu.pdf (application/pdf)]"},
+    ]
+
+
 def test_system_messages_are_never_saved_or_loaded(store):
     mem = Memory(store)
     mem.create_thread(resource_id="r", thread_id="t")
