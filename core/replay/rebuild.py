@@ -156,7 +156,11 @@ def rebuild(
         if options is None:
             unknowns.append("the options in force (the current configuration is used)")
         if instructions is None:
-            unknowns.append("the agent's instructions (older turns do not store them)")
+            framework = _framework(source, turn.thread_id)
+            unknowns.append(
+                f"the agent's instructions ({framework} ran this thread's turns and built their prompts itself: "
+                "what it sent is in the run's trace)" if framework
+                else "the agent's instructions (older turns do not store them)")
         if not tools:
             unknowns.append("the model, its settings and the tool definitions it was offered (no record)")
     first = min(m.created_at for m in inputs)
@@ -344,3 +348,13 @@ def _options(record: TurnRecord | None, options: Mapping[str, Any] | None, curre
 
 
 __all__ = ["NO_CALLS", "REBUILDS", "Rebuild", "rebuild"]
+
+
+def _framework(source: Any, thread_id: str | None) -> str | None:
+    """The agent framework a thread says ran it (``metadata.framework``, e.g. "openai-agents" from
+    ``core.integrations.openai_agents``), whose turns leave no record of ours; None for our own threads."""
+    thread = source.thread(thread_id or "")
+    metadata = getattr(thread, "metadata", None)
+    framework = metadata.get("framework") if isinstance(metadata, Mapping) else None
+    return framework if isinstance(framework, str) and framework else None
+

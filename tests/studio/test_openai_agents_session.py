@@ -401,3 +401,19 @@ def test_our_prompt_sends_an_sdk_threads_tool_call_once_with_its_reply(memory: M
     assert calls == ["c1"] and replies == ["c1"]
     at = next(i for i, m in enumerate(sent) if m.get("tool_calls"))
     assert sent[at + 1] == {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+
+
+def test_a_rebuilt_sdk_turn_says_the_sdk_built_its_prompt(memory: Memory) -> None:
+    """An SDK turn leaves no turn record of ours: its rebuild is a reconstruction, and what it cannot know
+    (the instructions) is put down to the SDK having built the prompt, not to the turn being old."""
+    session = MemorySession("s6", memory=memory, resource_id="ada")
+    asyncio.run(session.add_items([
+        {"role": "user", "content": "Hello"},
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "Hi.", "annotations": []}]},
+    ]))
+    first = memory.recall(thread_id="s6", resource_id="ada", per_page=False).messages[0]
+    info = memory.assemble(thread_id="s6", resource_id="ada", as_of=first.id).replay
+    assert info is not None and info.kind == "reconstructed"
+    said = [u for u in info.unknowns if "instructions" in u]
+    assert said and "openai-agents" in said[0] and "older turns" not in said[0]
