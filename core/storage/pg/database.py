@@ -157,8 +157,14 @@ class PgDatabase(Database):
                 self.lock(conn, MIGRATION_LOCK)
                 yield conn
 
-        with self._lock:
-            done = migrations.apply(self.read, serialized, names)
+        try:
+            with self._lock:
+                done = migrations.apply(self.read, serialized, names)
+        except (sa.exc.DBAPIError, psycopg.Error) as exc:
+            ours = explain_extension_error(self.location.display, exc)
+            if ours is None:
+                raise
+            raise ours from None
         self.owned = True
         self._newer = None
         return done
@@ -244,6 +250,31 @@ def translate_pg_error(display: str, exc: BaseException) -> StorageError | None:
         "was committed. Try again once the server is back; connections are re-made automatically.")
     error.sqlstate = state  # type: ignore[attr-defined]
     return error
+
+
+def explain_extension_error(display: str, exc: BaseException) -> DatabaseOpenError | None:
+    """What to do when a migration cannot enable pgvector (else None): the role may not create the
+    extension (it is not a trusted one), or the server has none installed. Without this, the first start
+    on a managed database ended in a driver traceback showing ``CREATE EXTENSION`` and its SQL."""
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(orig, psycopg.Error):
+        return None
+    text = str(orig).strip()
+    if 'extension "vector"' not in text:
+        return None
+    first = text.splitlines()[0]
+    state = orig.sqlstate or ""
+    if state == "42501":  # insufficient_privilege
+        return DatabaseOpenError(
+            f"{display} needs the pgvector extension, and this role may not create it ({first}). Ask the "
+            "database's owner or your provider to run `CREATE EXTENSION vector;` in this database (as a "
+            "superuser), then start again: the remaining migrations run then.")
+    if state in ("0A000", "58P01"):  # not available / no control file: pgvector is not installed
+        return DatabaseOpenError(
+            f"{display} needs the pgvector extension, which this server does not have ({first}). Install "
+            "pgvector 0.8 or newer on the server (a managed service: enable its `vector` extension), then "
+            "start again.")
+    return None
 
 
 def _pool_size() -> int:

@@ -1,0 +1,46 @@
+"""Setting up a Postgres database the way a team does on a managed server: the errors of a first start
+say what to do, never a driver traceback with SQL in it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from core import open_store
+from core.storage import DatabaseOpenError
+
+_ids = itertools.count(1)
+
+
+@pytest.fixture
+def unprivileged_url(pg_server: Any) -> Iterator[str]:
+    """A database owned by a role that is not a superuser, without pgvector (the suite's template has
+    it: dropped here), as on a managed server where only the provider may create the extension."""
+    n = next(_ids)
+    role, name = f"agent{os.getpid()}_{n}", f"novec{os.getpid()}_{n}"
+    with pg_server.admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+        conn.execute(f'CREATE DATABASE "{name}" OWNER "{role}"')
+    import psycopg
+
+    with psycopg.connect(pg_server.url(name), autocommit=True) as conn:
+        conn.execute("DROP EXTENSION IF EXISTS vector")
+    url = pg_server.url(name).replace("postgres:@", f"{role}:@", 1)
+    assert role in url
+    yield url
+    with pg_server.admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_a_role_that_may_not_create_pgvector_is_told_what_to_ask_for(unprivileged_url: str) -> None:
+    with pytest.raises(DatabaseOpenError) as caught:
+        open_store(unprivileged_url)
+    text = str(caught.value)
+    assert "pgvector" in text and "CREATE EXTENSION vector;" in text and "superuser" in text
+    assert "[SQL:" not in text and "Traceback" not in text
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
