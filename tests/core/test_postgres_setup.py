@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from core import open_store
-from core.storage import DatabaseOpenError
+from core.storage import DatabaseOpenError, SchemaError
 
 _ids = itertools.count(1)
 
@@ -43,4 +43,39 @@ def test_a_role_that_may_not_create_pgvector_is_told_what_to_ask_for(unprivilege
     text = str(caught.value)
     assert "pgvector" in text and "CREATE EXTENSION vector;" in text and "superuser" in text
     assert "[SQL:" not in text and "Traceback" not in text
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    import io
+
+    from core.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_reading_an_empty_database_says_so_instead_of_a_missing_table(pg_url: str) -> None:
+    for argv in (["threads"], ["prompt", "--resource", "ada", "--thread", "t", "hi"], ["export", "--resource", "ada"]):
+        code, _out, err = _cli(*argv, "--db", pg_url)
+        assert code == 1, (argv, err)
+        assert "has no tables yet (an empty database): nothing is stored in it" in err, (argv, err)
+        assert "[SQL:" not in err and "UndefinedTable" not in err and "Traceback" not in err
+    # Listing what a first write would apply still works on it, and nothing above created a table.
+    code, out, _err = _cli("migrate", "--list", "--db", pg_url)
+    assert code == 0 and "0001" in out
+    with open_store(pg_url, read_only=True) as store:
+        assert store.db.is_empty
+
+
+def test_reading_a_database_of_another_program_names_the_missing_memory_tables(pg_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    with open_store(pg_url, read_only=True) as store:
+        with pytest.raises(SchemaError) as caught:
+            store.memory.thread_summaries(None)
+    assert "has no memory tables (mastra_threads, mastra_messages)" in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__

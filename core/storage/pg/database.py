@@ -30,6 +30,7 @@ from sqlalchemy.engine.interfaces import BindTyping
 from core.storage import catalog, migrations
 from core.storage.capabilities import POSTGRES, Capabilities
 from core.storage.database import Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError
+from core.storage.errors import SchemaError
 from core.storage.pg import adapt
 from core.storage.pg.location import PgLocation
 
@@ -138,6 +139,8 @@ class PgDatabase(Database):
         """A server fault becomes a ``StorageError`` naming the database and what to do, never a raw
         driver error carrying SQL text and parameters (``from None``: not even chained)."""
         ours = translate_pg_error(self.location.display, exc)
+        if ours is None and not self.is_mastra:
+            ours = _no_memory_tables(self.location.display, exc, empty=self.is_empty)
         if ours is not None:
             raise ours from None
 
@@ -250,6 +253,24 @@ def translate_pg_error(display: str, exc: BaseException) -> StorageError | None:
         "was committed. Try again once the server is back; connections are re-made automatically.")
     error.sqlstate = state  # type: ignore[attr-defined]
     return error
+
+
+def _no_memory_tables(display: str, exc: BaseException, *, empty: bool) -> SchemaError | None:
+    """A read of a database that had no memory tables when it was opened (read-only: not migrated),
+    failing on a missing table: what the command line says of such a file, not the driver's error with
+    the statement (a Postgres database is not checked by ``core.cli_store``, which knows files)."""
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(orig, psycopg.errors.UndefinedTable):
+        return None
+    if empty:
+        return SchemaError(
+            f"{display} has no tables yet (an empty database): nothing is stored in it. Check --db or "
+            "$MEMORY_STUDIO_DB (`memory-studio where` shows which database is used). A command that writes "
+            "(`memory-studio import`, `memory-studio demo`, `memory-studio serve`) or File > Allow Writes in "
+            "the Studio makes it a memory database.")
+    return SchemaError(
+        f"{display} has no memory tables (mastra_threads, mastra_messages): it was not written by Memory "
+        "Studio or Mastra. Check --db or $MEMORY_STUDIO_DB (`memory-studio where` shows which database is used).")
 
 
 def explain_extension_error(display: str, exc: BaseException) -> DatabaseOpenError | None:
