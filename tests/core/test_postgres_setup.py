@@ -79,3 +79,17 @@ def test_reading_a_database_of_another_program_names_the_missing_memory_tables(p
             store.memory.thread_summaries(None)
     assert "has no memory tables (mastra_threads, mastra_messages)" in str(caught.value)
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_the_connect_dialogs_url_keeps_an_ipv6_host_apart_from_the_port() -> None:
+    from urllib.parse import urlsplit
+
+    from core.storage.pg.location import PgLocation, make_url
+
+    for host in ("::1", "2001:db8::5", "[::1]"):
+        url = make_url(host=host, port=6543, database="memory", user="agent")
+        parts = urlsplit(url)
+        assert (parts.hostname, parts.port, parts.username) == (host.strip("[]"), 6543, "agent"), url
+        assert PgLocation.parse(url, "explicit").keyring_key() == f"agent@{host.strip('[]')}:6543/memory"
+    assert make_url(host="db.internal", port=5432, database="memory", user="agent") == \
+        "postgresql://agent@db.internal:5432/memory"

@@ -45,6 +45,8 @@ def make_url(*, host: str, port: int | None, database: str, user: str) -> str:
         return f"postgresql://{auth}/{quote(database, safe='')}?host={quote(host, safe='/')}" + (
             f"&port={port}" if port else "")
     where = host or "localhost"
+    if ":" in where and not where.startswith("["):  # an IPv6 address: in brackets, or its colons read as the port
+        where = f"[{where}]"
     return f"postgresql://{auth}{where}{f':{port}' if port else ''}/{quote(database, safe='')}"
 
 
