@@ -36,7 +36,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv.attributes import exception_attributes, service_attributes
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
-from core.traces.otel_env import otel_endpoint_from_env, traces_url
+from core.traces.otel_env import otel_endpoint_from_env, shown_endpoint, traces_url
 from core.traces.otel_genai import DEFAULT_MAX_ATTRIBUTE_CHARS, describe_span
 from core.timeutil import as_utc
 from core.traces.spans import SpanRecord
@@ -92,7 +92,7 @@ class OTelSpanExporter:
 
             sdk_exporter = OTLPSpanExporter(endpoint=url, headers=dict(headers) if headers else None,
                                             timeout=timeout_s)
-            self.endpoint: str = url
+            self.endpoint: str = shown_endpoint(url)  # what logs and stats show; the SDK keeps the URL
         else:
             self.endpoint = endpoint or type(sdk_exporter).__name__
         self.capture_content = capture_content

@@ -346,3 +346,28 @@ def test_a_real_provider_call_names_provider_and_bare_model_names(store, receive
     assert a[gen_ai.GEN_AI_REQUEST_MODEL] == "loopback-chat" and a[gen_ai.GEN_AI_RESPONSE_MODEL] == "loopback-chat"
     assert b"sk-loopback-secret" not in b"".join(receiver.bodies)
     exporter.shutdown()
+
+
+def test_an_endpoints_credentials_never_reach_a_log_line(store, caplog):
+    """``http://user:token@collector`` is how some collectors take HTTP Basic auth (the exporter sends
+    it): the lines that name the endpoint show it without the credential, and without a query."""
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = "Tok3nValue99xyz"
+    url = f"http://collector:{token}@127.0.0.1:{port}?auth={token}"
+    with caplog.at_level(logging.INFO, logger="core.traces"):
+        composite = with_env_exporters(InMemorySpanExporter(), {"MEMORY_STUDIO_OTEL_ENDPOINT": url})
+        assert isinstance(composite, CompositeSpanExporter)
+        composite.shutdown(1.0)
+        otel = OTelSpanExporter(url, timeout_s=0.5)
+        memory = Memory(store, MemoryOptions(last_messages=5))
+        agent = Agent("a", instructions="I", model=ScriptedModel(["ok"]), memory=memory, tracer=Tracer(otel))
+        assert agent.generate("hi", memory={"resource": "r", "thread": "t"}).text == "ok"
+        otel.flush(10.0)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("core.traces")]
+    assert any("spans also go to OpenTelemetry at" in line for line in lines), lines
+    assert any("failed" in line and f"http://127.0.0.1:{port}/v1/traces" in line for line in lines), lines
+    assert not any(token in line for line in lines), lines
+    assert otel.stats.failed > 0 and token not in otel.endpoint
+    otel.shutdown(1.0)
