@@ -371,3 +371,26 @@ def test_an_endpoints_credentials_never_reach_a_log_line(store, caplog):
     assert not any(token in line for line in lines), lines
     assert otel.stats.failed > 0 and token not in otel.endpoint
     otel.shutdown(1.0)
+
+
+def test_a_dead_collector_does_not_flood_the_log_with_the_sdks_lines(store, caplog):
+    """Each failed batch made the OTLP exporter log an error (and a warning per retry): with steady
+    traffic, about a line a second. Each kind of those lines now comes at most once a minute."""
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    exporter = OTelSpanExporter(dead, timeout_s=0.5)
+    memory = Memory(store, MemoryOptions(last_messages=5))
+    agent = Agent("a", instructions="I", model=ScriptedModel(["one", "two", "three"]), memory=memory,
+                  tracer=Tracer(exporter))
+    with caplog.at_level(logging.WARNING):
+        for text in ("a", "b", "c"):  # three batches, each sent (and failed) on its own
+            agent.generate(text, memory={"resource": "r", "thread": "t"})
+            exporter.flush(10.0)
+    assert exporter.stats.failed > 0 and exporter.stats.sent == 0
+    sdk = [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
+    # Without the limit: one "Failed to export" line per batch. (The limit is per process, so an earlier
+    # test's dead endpoint may already have used this minute's line: at most one, not exactly one.)
+    assert sum(line.startswith("Failed to export") for line in sdk) <= 1, sdk
+    assert sum(line.startswith("Transient error") for line in sdk) <= 1, sdk
+    exporter.shutdown(1.0)
