@@ -139,7 +139,7 @@ class PgDatabase(Database):
         """A server fault becomes a ``StorageError`` naming the database and what to do, never a raw
         driver error carrying SQL text and parameters (``from None``: not even chained)."""
         ours = translate_pg_error(self.location.display, exc)
-        if ours is None and not self.is_mastra:
+        if ours is None and self.read_only and not self.is_mastra:  # a writer migrated it when it opened
             ours = _no_memory_tables(self.location.display, exc, empty=self.is_empty)
         if ours is not None:
             raise ours from None
