@@ -93,3 +93,19 @@ def test_the_connect_dialogs_url_keeps_an_ipv6_host_apart_from_the_port() -> Non
         assert PgLocation.parse(url, "explicit").keyring_key() == f"agent@{host.strip('[]')}:6543/memory"
     assert make_url(host="db.internal", port=5432, database="memory", user="agent") == \
         "postgresql://agent@db.internal:5432/memory"
+
+
+def test_a_libpq_connection_string_is_refused_with_the_url_to_give(tmp_path: Any, monkeypatch: Any) -> None:
+    """Taken for a file name, ``host=… password=…`` became a new SQLite file in the working folder,
+    named after it (password included), and the import went there instead of to the server."""
+    from core.storage.paths import resolve_db_path
+
+    monkeypatch.chdir(tmp_path)
+    conninfo = "host=db.internal port=6543 dbname=memory user=agent password=s3cret-in-dsn"
+    code, _out, err = _cli("threads", "--db", conninfo)
+    assert code == 1 and "libpq connection string" in err
+    assert "postgresql://agent@db.internal:6543/memory" in err and "s3cret-in-dsn" not in err
+    monkeypatch.setenv("MEMORY_STUDIO_DB", "dbname=memory host=/var/run/postgresql")
+    with pytest.raises(ValueError, match="libpq connection string"):
+        resolve_db_path(None)
+    assert list(tmp_path.iterdir()) == []  # no file was made
