@@ -8,6 +8,7 @@ driver, never written into a URL.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 from dataclasses import dataclass, field
@@ -72,9 +73,16 @@ def make_url(*, host: str, port: int | None, database: str, user: str) -> str:
         return f"postgresql://{auth}/{quote(database, safe='')}?host={quote(host, safe='/')}" + (
             f"&port={port}" if port else "")
     where = host or "localhost"
-    if ":" in where and not where.startswith("["):  # an IPv6 address: in brackets, or its colons read as the port
+    if _is_ipv6(where):  # in brackets, or its colons are read as the port
         where = f"[{where}]"
     return f"postgresql://{auth}{where}{f':{port}' if port else ''}/{quote(database, safe='')}"
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
