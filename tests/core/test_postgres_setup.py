@@ -16,25 +16,36 @@ from core.storage import DatabaseOpenError, SchemaError
 _ids = itertools.count(1)
 
 
-@pytest.fixture
-def unprivileged_url(pg_server: Any) -> Iterator[str]:
-    """A database owned by a role that is not a superuser, without pgvector (the suite's template has
-    it: dropped here), as on a managed server where only the provider may create the extension."""
+def _own_database(pg_server: Any, *, pgvector: bool, role_options: str = "") -> Iterator[str]:
+    """A database owned by a role that is not a superuser; the URL signs in as that role."""
     n = next(_ids)
-    role, name = f"agent{os.getpid()}_{n}", f"novec{os.getpid()}_{n}"
+    role, name = f"agent{os.getpid()}_{n}", f"own{os.getpid()}_{n}"
     with pg_server.admin() as conn:
-        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER {role_options}')
         conn.execute(f'CREATE DATABASE "{name}" OWNER "{role}"')
     import psycopg
 
-    with psycopg.connect(pg_server.url(name), autocommit=True) as conn:
-        conn.execute("DROP EXTENSION IF EXISTS vector")
+    if not pgvector:  # the suite's template has it
+        with psycopg.connect(pg_server.url(name), autocommit=True) as conn:
+            conn.execute("DROP EXTENSION IF EXISTS vector")
     url = pg_server.url(name).replace("postgres:@", f"{role}:@", 1)
     assert role in url
     yield url
     with pg_server.admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+@pytest.fixture
+def unprivileged_url(pg_server: Any) -> Iterator[str]:
+    """Without pgvector, as on a managed server where only the provider may create the extension."""
+    yield from _own_database(pg_server, pgvector=False)
+
+
+@pytest.fixture
+def one_connection_url(pg_server: Any) -> Iterator[str]:
+    """A role the server lets open one connection at a time (``CONNECTION LIMIT 1``)."""
+    yield from _own_database(pg_server, pgvector=True, role_options="CONNECTION LIMIT 1")
 
 
 def test_a_role_that_may_not_create_pgvector_is_told_what_to_ask_for(unprivileged_url: str) -> None:
@@ -109,3 +120,34 @@ def test_a_libpq_connection_string_is_refused_with_the_url_to_give(tmp_path: Any
     with pytest.raises(ValueError, match="libpq connection string"):
         resolve_db_path(None)
     assert list(tmp_path.iterdir()) == []  # no file was made
+
+
+def test_a_server_out_of_connections_says_how_to_use_fewer(one_connection_url: str, monkeypatch: Any) -> None:
+    """'Try again once the server is back' does not help when the server is up and full: the error
+    names the pool size setting and the server's limit instead."""
+    import threading
+
+    from core.storage import StorageUnavailableError
+
+    monkeypatch.delenv("MEMORY_STUDIO_PG_POOL_SIZE", raising=False)
+    with open_store(one_connection_url) as store:  # the pool keeps the one connection it opened
+        holding, done = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with store.db.read() as conn:
+                conn.exec_driver_sql("SELECT 1")
+                holding.set()
+                done.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert holding.wait(30)
+            with pytest.raises(StorageUnavailableError) as caught:
+                store.memory.thread_summaries(None)  # needs a second connection
+        finally:
+            done.set()
+            holder.join(30)
+    text = str(caught.value)
+    assert "too many connections" in text and "MEMORY_STUDIO_PG_POOL_SIZE (now 5)" in text
+    assert "max_connections" in text and "Try again once the server is back" not in text

@@ -250,9 +250,24 @@ def translate_pg_error(display: str, exc: BaseException) -> StorageError | None:
     code = f", SQLSTATE {state}" if state else ""
     error = StorageUnavailableError(
         f"The Postgres server for {display} could not complete this call: {why} ({first}{code}). Nothing of it "
-        "was committed. Try again once the server is back; connections are re-made automatically.")
+        f"was committed. {_what_to_do(first)}")
     error.sqlstate = state  # type: ignore[attr-defined]
     return error
+
+
+def _what_to_do(first: str) -> str:
+    """The advice for a connection the server refused or lost: waiting helps when it was down, not when
+    it is full."""
+    low = first.lower()
+    if "too many connections" in low or "connection slots are reserved" in low:  # SQLSTATE 53300
+        try:
+            size = f" (now {_pool_size()})"
+        except DatabaseOpenError:
+            size = ""
+        return (f"The server has as many connections as it allows. Each process keeps up to {POOL_SIZE_ENV}{size} "
+                "connections and as many again when busy: lower it, raise the server's max_connections (or the "
+                "role's connection limit), or put PgBouncer (transaction mode) in front; then try again.")
+    return "Try again once the server is back; connections are re-made automatically."
 
 
 def _no_memory_tables(display: str, exc: BaseException, *, empty: bool) -> SchemaError | None:
