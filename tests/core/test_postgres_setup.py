@@ -151,3 +151,15 @@ def test_a_server_out_of_connections_says_how_to_use_fewer(one_connection_url: s
     text = str(caught.value)
     assert "too many connections" in text and "MEMORY_STUDIO_PG_POOL_SIZE (now 5)" in text
     assert "max_connections" in text and "Try again once the server is back" not in text
+
+
+def test_no_statement_is_prepared_on_the_server(pg_url: str) -> None:
+    """Behind a transaction-mode pooler (PgBouncer before 1.21) consecutive transactions of one client
+    connection run on different server connections, so a statement psycopg prepared (it does after
+    five runs) is missing or already taken on the next one: recall and span writes failed with
+    'prepared statement "_pg3_0" already exists'. Nothing is prepared now."""
+    with open_store(pg_url) as store:
+        with store.db.read() as conn:
+            for _ in range(8):
+                conn.exec_driver_sql("SELECT count(*) FROM mastra_threads WHERE id = ?", ("x",)).all()
+            assert conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar() == 0

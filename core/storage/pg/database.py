@@ -96,8 +96,13 @@ class PgDatabase(Database):
         if self.read_only:
             # Enforced by the server, like SQLite's query_only: no code path of ours can write by mistake.
             options += " -c default_transaction_read_only=on"
+        # ``prepare_threshold=None``: no server-side prepared statements. psycopg prepares a statement
+        # run five times on a connection; behind a transaction-mode pooler (PgBouncer before 1.21, which
+        # the README suggests for large fleets) the next transaction may run on another server
+        # connection, which fails with "prepared statement _pg3_N does not exist / already exists"
+        # (recall index writes and span writes failed). Plan caching did not change search times here.
         kwargs: dict[str, Any] = {"options": options, "connect_timeout": CONNECT_TIMEOUT_S,
-                                  "application_name": "memory-studio"}
+                                  "application_name": "memory-studio", "prepare_threshold": None}
         if self._password is not None:
             kwargs["password"] = self._password
         conn = psycopg.connect(self.location.url, **kwargs)
@@ -266,7 +271,7 @@ def _what_to_do(first: str) -> str:
             size = ""
         return (f"The server has as many connections as it allows. Each process keeps up to {POOL_SIZE_ENV}{size} "
                 "connections and as many again when busy: lower it, raise the server's max_connections (or the "
-                "role's connection limit), or put PgBouncer (transaction mode) in front; then try again.")
+                "role's connection limit), or put PgBouncer (transaction mode, see the README) in front; then try again.")
     return "Try again once the server is back; connections are re-made automatically."
 
 
