@@ -163,3 +163,17 @@ def test_no_statement_is_prepared_on_the_server(pg_url: str) -> None:
             for _ in range(8):
                 conn.exec_driver_sql("SELECT count(*) FROM mastra_threads WHERE id = ?", ("x",)).all()
             assert conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar() == 0
+
+
+def test_a_pooler_that_refuses_the_startup_settings_is_named_with_the_setting_to_change() -> None:
+    """PgBouncer answers the connect with 'unsupported startup parameter: options' (seen with 1.18);
+    the error said only 'Cannot open …' with that line."""
+    import psycopg
+
+    from core.storage.pg.database import explain_connect_error
+
+    refused = psycopg.OperationalError('connection failed: connection to server at "127.0.0.1", port 6432 '
+                                       "failed: FATAL:  unsupported startup parameter: options")
+    text = explain_connect_error("postgresql://agent@127.0.0.1:6432/memory", refused)
+    assert text.startswith("Cannot open postgresql://agent@127.0.0.1:6432/memory: connection failed")
+    assert "ignore_startup_parameters" in text and "PgBouncer" in text

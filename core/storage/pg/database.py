@@ -342,4 +342,8 @@ def explain_connect_error(display: str, exc: BaseException) -> str:
     if "connection refused" in low or "could not connect" in low or "timeout" in low or "no such file" in low:
         return (f"Cannot reach the Postgres server for {display}: {text.splitlines()[0]}. "
                 "Check that it is running and that host and port are right.")
+    if "unsupported startup parameter" in low:  # a pooler (PgBouncer) between us and the server
+        return (f"Cannot open {display}: {text.splitlines()[0]}. A connection pooler such as PgBouncer refuses the "
+                "settings sent at connect: add `options` to its ignore_startup_parameters and set pgvector's "
+                "search settings for the role instead (README, Running on PostgreSQL).")
     return f"Cannot open {display}: {text.splitlines()[0] if text else type(exc).__name__}"
