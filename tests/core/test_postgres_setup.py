@@ -177,3 +177,37 @@ def test_a_pooler_that_refuses_the_startup_settings_is_named_with_the_setting_to
     text = explain_connect_error("postgresql://agent@127.0.0.1:6432/memory", refused)
     assert text.startswith("Cannot open postgresql://agent@127.0.0.1:6432/memory: connection failed")
     assert "ignore_startup_parameters" in text and "PgBouncer" in text
+
+
+def test_a_role_that_may_only_read_is_told_what_to_grant(pg_server: Any, pg_url: str) -> None:
+    """A reporting role (SELECT only) running `forget` got the driver's error with the DELETE and the
+    resource's message ids as its parameters; nothing was deleted, and still nothing is."""
+    from core import Memory, Message
+    from core.storage import StorageError
+
+    with open_store(pg_url) as store:
+        Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+    role = f"viewer{os.getpid()}_{next(_ids)}"
+    import psycopg
+
+    with pg_server.admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+    try:
+        viewer_url = pg_url.replace("postgres:@", f"{role}:@", 1)
+        code, _out, err = _cli("forget", "--resource", "ada", "--yes", "--db", viewer_url)
+        assert code == 1, err
+        assert f"the role '{role}' may not do this (permission denied for table" in err
+        assert "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public" in err
+        assert "[SQL:" not in err and "[parameters:" not in err and "Traceback" not in err
+        with open_store(viewer_url) as store:
+            with pytest.raises(StorageError) as caught:
+                Memory(store).save_messages([Message.user("hi", thread_id="t1", resource_id="ada")])
+            assert caught.value.__cause__ is None and caught.value.__suppress_context__
+            assert [s.message_count for s in store.memory.thread_summaries("ada")] == [1]  # reading works
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
+        with pg_server.admin() as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')

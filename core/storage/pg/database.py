@@ -21,6 +21,7 @@ import os
 import threading
 from contextlib import contextmanager
 from typing import Any, ClassVar, Iterator, Sequence
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 import sqlalchemy as sa
@@ -146,6 +147,8 @@ class PgDatabase(Database):
         ours = translate_pg_error(self.location.display, exc)
         if ours is None and self.read_only and not self.is_mastra:  # a writer migrated it when it opened
             ours = _no_memory_tables(self.location.display, exc, empty=self.is_empty)
+        if ours is None:
+            ours = _permission_denied(self.location, exc)
         if ours is not None:
             raise ours from None
 
@@ -273,6 +276,22 @@ def _what_to_do(first: str) -> str:
                 "connections and as many again when busy: lower it, raise the server's max_connections (or the "
                 "role's connection limit), or put PgBouncer (transaction mode, see the README) in front; then try again.")
     return "Try again once the server is back; connections are re-made automatically."
+
+
+def _permission_denied(location: PgLocation, exc: BaseException) -> StorageError | None:
+    """The role may not read or write a table (SQLSTATE 42501): say which role and what to grant, not
+    the driver's error with the statement and its parameters (message ids of the resource). Enabling
+    pgvector is left to ``explain_extension_error``."""
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(orig, psycopg.errors.InsufficientPrivilege) or "extension" in str(orig):
+        return None
+    first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    role = unquote(urlsplit(location.url).username or "") or "this role"
+    return StorageError(
+        f"{location.display}: the role {role!r} may not do this ({first}). Use a role that may write the memory "
+        f"tables (the one that created them), or ask the database's owner to grant them: GRANT SELECT, INSERT, "
+        f"UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \"{role}\"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA "
+        f"public TO \"{role}\";")
 
 
 def _no_memory_tables(display: str, exc: BaseException, *, empty: bool) -> SchemaError | None:
