@@ -211,3 +211,44 @@ def test_a_role_that_may_only_read_is_told_what_to_grant(pg_server: Any, pg_url:
             conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
         with pg_server.admin() as conn:
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_a_database_that_takes_no_writes_says_so(pg_url: str) -> None:
+    """A read replica, or default_transaction_read_only set for the database: forget showed the
+    driver's ReadOnlySqlTransaction with the DELETE and the resource's message ids."""
+    import psycopg
+
+    from core import Memory, Message
+    from core.storage import ReadOnlyError
+
+    with open_store(pg_url) as store:
+        Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+    name = pg_url.split("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    code, _out, err = _cli("forget", "--resource", "ada", "--yes", "--db", pg_url)
+    assert code == 1 and "accepts no writes (cannot execute DELETE in a read-only transaction)" in err, err
+    assert "read replica" in err and "[SQL:" not in err and "[parameters:" not in err
+    with open_store(pg_url) as store:
+        with pytest.raises(ReadOnlyError) as caught:
+            Memory(store).save_messages([Message.user("hi", thread_id="t1", resource_id="ada")])
+        assert caught.value.__cause__ is None
+
+
+def test_a_statement_the_servers_timeout_cancels_names_the_setting(pg_url: str) -> None:
+    from core.storage import StorageError
+    from core.storage.pg.database import explain_connect_error
+
+    with open_store(pg_url) as store:
+        with pytest.raises(StorageError) as caught:
+            with store.db.read() as conn:
+                conn.exec_driver_sql("SET LOCAL statement_timeout = '20ms'")
+                conn.exec_driver_sql("SELECT pg_sleep(5)")
+    text = str(caught.value)
+    assert "canceling statement due to statement timeout" in text and "ALTER ROLE" in text
+    assert "[SQL:" not in text and caught.value.__cause__ is None
+    import psycopg
+
+    opening = psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+    said = explain_connect_error("postgresql://agent@db/memory", opening)
+    assert "statement_timeout" in said and "Cannot reach" not in said

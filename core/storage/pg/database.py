@@ -148,7 +148,7 @@ class PgDatabase(Database):
         if ours is None and self.read_only and not self.is_mastra:  # a writer migrated it when it opened
             ours = _no_memory_tables(self.location.display, exc, empty=self.is_empty)
         if ours is None:
-            ours = _permission_denied(self.location, exc)
+            ours = _permission_denied(self.location, exc, opened_read_only=self.read_only)
         if ours is not None:
             raise ours from None
 
@@ -278,15 +278,32 @@ def _what_to_do(first: str) -> str:
     return "Try again once the server is back; connections are re-made automatically."
 
 
-def _permission_denied(location: PgLocation, exc: BaseException) -> StorageError | None:
-    """The role may not read or write a table (SQLSTATE 42501): say which role and what to grant, not
-    the driver's error with the statement and its parameters (message ids of the resource). Enabling
-    pgvector is left to ``explain_extension_error``."""
+def _permission_denied(location: PgLocation, exc: BaseException, *, opened_read_only: bool = False
+                       ) -> StorageError | None:
+    """The server refused a statement for a reason of its set-up, not of the statement: the role may not
+    read or write a table (42501; enabling pgvector is left to ``explain_extension_error``), the
+    database takes no writes (25006), or the role's ``statement_timeout`` cancelled it (57014). Say
+    which and what to change, not the driver's error with the statement and its parameters (message
+    ids of the resource)."""
     orig = getattr(exc, "orig", exc)
-    if not isinstance(orig, psycopg.errors.InsufficientPrivilege) or "extension" in str(orig):
+    if not isinstance(orig, psycopg.Error):
         return None
     first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     role = unquote(urlsplit(location.url).username or "") or "this role"
+    if isinstance(orig, psycopg.errors.ReadOnlySqlTransaction) and opened_read_only:  # our own setting
+        return ReadOnlyError(f"{location.display} is open read-only. Allow writes first (Studio: File > Allow Writes).")
+    if isinstance(orig, psycopg.errors.ReadOnlySqlTransaction):  # 25006: a standby, or read-only by setting
+        return ReadOnlyError(
+            f"{location.display} accepts no writes ({first}): it is a read replica (hot standby), or "
+            f"default_transaction_read_only is on for the role {role!r} or the database. Point the URL at the "
+            "primary server, or ask the database's owner to turn that setting off.")
+    if isinstance(orig, psycopg.errors.QueryCanceled) and "statement timeout" in first:  # 57014
+        return StorageError(
+            f"{location.display}: the server cancelled a statement ({first}): the statement_timeout set for the "
+            f"role {role!r} or the database is shorter than this call needs. Raise it (ALTER ROLE \"{role}\" SET "
+            "statement_timeout = '60s'), then try again; nothing of the call was committed.")
+    if not isinstance(orig, psycopg.errors.InsufficientPrivilege) or "extension" in str(orig):
+        return None
     return StorageError(
         f"{location.display}: the role {role!r} may not do this ({first}). Use a role that may write the memory "
         f"tables (the one that created them), or ask the database's owner to grant them: GRANT SELECT, INSERT, "
@@ -358,6 +375,9 @@ def explain_connect_error(display: str, exc: BaseException) -> str:
                 "~/.pgpass, or keep it in the system keyring (memory-studio never stores it).")
     if "does not exist" in low and "database" in low:
         return f"{display}: {text.splitlines()[0]}. Create the database first (createdb), then try again."
+    if "statement timeout" in low:  # the role's statement_timeout, not the network
+        return (f"Cannot open {display}: {text.splitlines()[0]}. The statement_timeout set for this role or "
+                "database is too short for opening it; raise it (ALTER ROLE ... SET statement_timeout = '60s').")
     if "connection refused" in low or "could not connect" in low or "timeout" in low or "no such file" in low:
         return (f"Cannot reach the Postgres server for {display}: {text.splitlines()[0]}. "
                 "Check that it is running and that host and port are right.")
