@@ -3,7 +3,7 @@
 ``memory_messages_<dim>`` as ``@mastra/pg``'s ``PgVector.createIndex`` makes it: ``id SERIAL``,
 ``vector_id TEXT``, ``embedding vector(<dim>)``, ``metadata JSONB``, ``namespace`` with a unique
 ``(namespace, vector_id)`` index, and an HNSW index ``<table>_vector_idx`` with ``vector_cosine_ops``
-(m 8, ef_construction 32, Mastra's defaults). We add ``model_id`` (as on libSQL) and expression
+(m 8, ef_construction 32, Mastra's defaults; none above ``HNSW_MAX_DIM`` dimensions). We add ``model_id`` (as on libSQL) and expression
 indexes on the metadata keys a scope filters by.
 
 Unlike libSQL, nothing is cached in the process: Postgres answers the nearest-neighbour query itself,
