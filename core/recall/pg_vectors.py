@@ -3,7 +3,7 @@
 ``memory_messages_<dim>`` as ``@mastra/pg``'s ``PgVector.createIndex`` makes it: ``id SERIAL``,
 ``vector_id TEXT``, ``embedding vector(<dim>)``, ``metadata JSONB``, ``namespace`` with a unique
 ``(namespace, vector_id)`` index, and an HNSW index ``<table>_vector_idx`` with ``vector_cosine_ops``
-(m 8, ef_construction 32, Mastra's defaults). We add ``model_id`` (as on libSQL) and expression
+(m 8, ef_construction 32, Mastra's defaults; none above ``HNSW_MAX_DIM`` dimensions). We add ``model_id`` (as on libSQL) and expression
 indexes on the metadata keys a scope filters by.
 
 Unlike libSQL, nothing is cached in the process: Postgres answers the nearest-neighbour query itself,
@@ -13,6 +13,7 @@ so every process of a fleet sees every other's vectors at once.
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -32,9 +33,15 @@ from core.storage.pg.adapt import HNSW_SESSION
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage.database import Database
 
+log = logging.getLogger(__name__)
+
 NAMESPACE = "default"  # Mastra's DEFAULT_NAMESPACE
 HNSW_M, HNSW_EF_CONSTRUCTION = 8, 32
 EF_SEARCH_MIN = 40
+# pgvector refuses an HNSW index on a ``vector`` column of more dimensions ("column cannot have more than
+# 2000 dimensions for hnsw index"): OpenAI's text-embedding-3-large has 3072. Without this limit the vector
+# table was never made and recall found nothing, a traceback logged for every indexed batch.
+HNSW_MAX_DIM = 2000
 EF_SEARCH_MAX = 1000  # pgvector's upper bound for ``hnsw.ef_search``
 EF_SEARCH_SESSION = int(HNSW_SESSION["hnsw.ef_search"])  # what every connection starts with
 META_KEYS = ("resource_id", "thread_id", "message_id")
@@ -51,10 +58,14 @@ def ensure_table(conn: sa.Connection, table: str, dim: int) -> None:
     conn.exec_driver_sql(
         f"CREATE UNIQUE INDEX IF NOT EXISTS {quoted(table + '_namespace_vector_id_idx')} ON {q} (namespace, vector_id)"
     )
-    conn.exec_driver_sql(
-        f"CREATE INDEX IF NOT EXISTS {quoted(table + '_vector_idx')} ON {q} USING hnsw (embedding vector_cosine_ops) "
-        f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
-    )
+    if dim <= HNSW_MAX_DIM:
+        conn.exec_driver_sql(
+            f"CREATE INDEX IF NOT EXISTS {quoted(table + '_vector_idx')} ON {q} USING hnsw (embedding vector_cosine_ops) "
+            f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
+        )
+    else:  # an exact scan answers the same statements (as for a ranking deeper than HNSW lists)
+        log.info("%s: %d dimensions are more than pgvector's HNSW index takes (%d); searches scan the table",
+                 table, dim, HNSW_MAX_DIM)
     for key in META_KEYS:
         conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {quoted(table + '_' + key)} ON {q} ((metadata->>'{key}'))")
 

@@ -12,7 +12,8 @@ turned into an SDK ``ReadableSpan`` with those same ids and handed to the offici
 ``BatchSpanProcessor`` and ``OTLPSpanExporter``. ``export`` only converts and enqueues; the SDK's
 worker thread does the network I/O, so a slow or dead collector never holds up a turn: a failed
 batch is dropped (traces are derived data) and logged, once when failures start and then at most
-once a minute. The tracer has redacted secrets before any exporter sees the record.
+once a minute (the SDK's own lines for retries and failed batches too: each kind at most once a
+minute). The tracer has redacted secrets before any exporter sees the record.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv.attributes import exception_attributes, service_attributes
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
-from core.traces.otel_env import otel_endpoint_from_env, traces_url
+from core.traces.otel_env import otel_endpoint_from_env, shown_endpoint, traces_url
 from core.traces.otel_genai import DEFAULT_MAX_ATTRIBUTE_CHARS, describe_span
 from core.timeutil import as_utc
 from core.traces.spans import SpanRecord
@@ -92,7 +93,8 @@ class OTelSpanExporter:
 
             sdk_exporter = OTLPSpanExporter(endpoint=url, headers=dict(headers) if headers else None,
                                             timeout=timeout_s)
-            self.endpoint: str = url
+            _quiet_sdk_failures()
+            self.endpoint: str = shown_endpoint(url)  # what logs and stats show; the SDK keeps the URL
         else:
             self.endpoint = endpoint or type(sdk_exporter).__name__
         self.capture_content = capture_content
@@ -227,6 +229,43 @@ class _ReportingExporter(SdkSpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.inner.force_flush(timeout_millis)
+
+
+class _OncePerInterval(logging.Filter):
+    """Lets each kind of the OTLP exporter's failure line through once per ``_FAILURE_LOG_EVERY_S``.
+
+    The SDK logs every retry and every failed batch (about one line a second with a dead collector
+    and steady traffic); ``_ReportingExporter`` already says when export starts and stops failing.
+    The first line of each kind still shows the SDK's own cause (refused, 401, timeout)."""
+
+    KINDS = ("Transient error", "Failed to export")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = next((k for k in self.KINDS if str(record.msg).startswith(k)), None)
+        if kind is None:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < _FAILURE_LOG_EVERY_S:
+                return False
+            self._last[kind] = now
+        return True
+
+
+_SDK_LOGGER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+_SDK_FILTER = _OncePerInterval()
+
+
+def _quiet_sdk_failures() -> None:
+    sdk_log = logging.getLogger(_SDK_LOGGER)
+    if _SDK_FILTER not in sdk_log.filters:
+        sdk_log.addFilter(_SDK_FILTER)
 
 
 def _bounded(fn: Any, timeout: float, name: str) -> bool:

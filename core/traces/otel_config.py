@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.traces.otel_env import _OFF, ENDPOINT_ENV as ENDPOINT_ENV, TRACES_PATH as TRACES_PATH
 from core.traces.otel_env import otel_endpoint_from_env as otel_endpoint_from_env, traces_url as traces_url
+from core.traces.otel_env import shown_endpoint
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.traces.tracer import SpanExporter
@@ -59,5 +60,5 @@ def with_env_exporters(exporter: SpanExporter, env: Mapping[str, str] | None = N
     from core.traces.composite import CompositeSpanExporter
 
     otel: Any = OTelSpanExporter(endpoint, capture_content=capture_content_from_env(env))
-    log.info("spans also go to OpenTelemetry at %s", endpoint)
+    log.info("spans also go to OpenTelemetry at %s", shown_endpoint(endpoint))
     return CompositeSpanExporter([exporter, otel])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 ENDPOINT_ENV = "MEMORY_STUDIO_OTEL_ENDPOINT"
 TRACES_PATH = "/v1/traces"
@@ -42,4 +42,16 @@ def traces_url(endpoint: str) -> str:
     path = parts.path.rstrip("/")
     if path.endswith(TRACES_PATH):
         return endpoint
+    if parts.query or parts.fragment:  # the path goes before a query, not after it
+        return urlunsplit((parts.scheme, parts.netloc, path + TRACES_PATH, parts.query, ""))
     return endpoint.rstrip("/") + TRACES_PATH
+
+
+def shown_endpoint(url: str) -> str:
+    """``url`` fit for a log line: without a ``user:password@`` (sent as HTTP Basic by the exporter,
+    so it is a credential) or a query string (where some collectors take a token)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc and not parts.query:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

@@ -230,3 +230,24 @@ def test_why_not_ranks_a_scope_larger_than_hnsw_can_list(pg_url: str):
         assert better < placed.rank <= better + tied
     finally:
         store.close()
+
+
+def test_an_embedder_of_more_dimensions_than_hnsw_takes_still_recalls(pg_url: str) -> None:
+    """pgvector refuses an HNSW index above 2,000 dimensions (OpenAI's text-embedding-3-large has 3,072):
+    the vector table was never made, every indexed batch logged a traceback and vector recall found
+    nothing. Such a table has no HNSW index and is scanned exactly."""
+    from core import Memory, MemoryOptions, Message, open_store
+    from core.embedding.hashing import HashingEmbedder
+
+    with open_store(pg_url) as store:
+        memory = Memory(store, MemoryOptions(semantic_recall={"top_k": 1, "mode": "vector", "message_range": 0}),
+                        embedder=HashingEmbedder(2048))
+        saved = memory.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada"),
+                                      Message.user("The train leaves at nine", thread_id="t1", resource_id="ada")])
+        found = memory.recall(thread_id="t1", resource_id="ada", vector_search_string="allergic to peanuts",
+                              last_messages=0)
+        assert [h.hit.message_id for h in found.hits] == [saved[0].id]
+        with store.db.read() as conn:
+            names = {r[0] for r in conn.exec_driver_sql(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'memory_messages_2048'")}
+        assert names and "memory_messages_2048_vector_idx" not in names

@@ -346,3 +346,51 @@ def test_a_real_provider_call_names_provider_and_bare_model_names(store, receive
     assert a[gen_ai.GEN_AI_REQUEST_MODEL] == "loopback-chat" and a[gen_ai.GEN_AI_RESPONSE_MODEL] == "loopback-chat"
     assert b"sk-loopback-secret" not in b"".join(receiver.bodies)
     exporter.shutdown()
+
+
+def test_an_endpoints_credentials_never_reach_a_log_line(store, caplog):
+    """``http://user:token@collector`` is how some collectors take HTTP Basic auth (the exporter sends
+    it): the lines that name the endpoint show it without the credential, and without a query."""
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = "Tok3nValue99xyz"
+    url = f"http://collector:{token}@127.0.0.1:{port}?auth={token}"
+    with caplog.at_level(logging.INFO, logger="core.traces"):
+        composite = with_env_exporters(InMemorySpanExporter(), {"MEMORY_STUDIO_OTEL_ENDPOINT": url})
+        assert isinstance(composite, CompositeSpanExporter)
+        composite.shutdown(1.0)
+        otel = OTelSpanExporter(url, timeout_s=0.5)
+        memory = Memory(store, MemoryOptions(last_messages=5))
+        agent = Agent("a", instructions="I", model=ScriptedModel(["ok"]), memory=memory, tracer=Tracer(otel))
+        assert agent.generate("hi", memory={"resource": "r", "thread": "t"}).text == "ok"
+        otel.flush(10.0)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("core.traces")]
+    assert any("spans also go to OpenTelemetry at" in line for line in lines), lines
+    assert any("failed" in line and f"http://127.0.0.1:{port}/v1/traces" in line for line in lines), lines
+    assert not any(token in line for line in lines), lines
+    assert otel.stats.failed > 0 and token not in otel.endpoint
+    otel.shutdown(1.0)
+
+
+def test_a_dead_collector_does_not_flood_the_log_with_the_sdks_lines(store, caplog):
+    """Each failed batch made the OTLP exporter log an error (and a warning per retry): with steady
+    traffic, about a line a second. Each kind of those lines now comes at most once a minute."""
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    exporter = OTelSpanExporter(dead, timeout_s=0.5)
+    memory = Memory(store, MemoryOptions(last_messages=5))
+    agent = Agent("a", instructions="I", model=ScriptedModel(["one", "two", "three"]), memory=memory,
+                  tracer=Tracer(exporter))
+    with caplog.at_level(logging.WARNING):
+        for text in ("a", "b", "c"):  # three batches, each sent (and failed) on its own
+            agent.generate(text, memory={"resource": "r", "thread": "t"})
+            exporter.flush(10.0)
+    assert exporter.stats.failed > 0 and exporter.stats.sent == 0
+    sdk = [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry.exporter")]
+    # Without the limit: one "Failed to export" line per batch. (The limit is per process, so an earlier
+    # test's dead endpoint may already have used this minute's line: at most one, not exactly one.)
+    assert sum(line.startswith("Failed to export") for line in sdk) <= 1, sdk
+    assert sum(line.startswith("Transient error") for line in sdk) <= 1, sdk
+    exporter.shutdown(1.0)

@@ -21,6 +21,7 @@ import os
 import threading
 from contextlib import contextmanager
 from typing import Any, ClassVar, Iterator, Sequence
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 import sqlalchemy as sa
@@ -30,6 +31,7 @@ from sqlalchemy.engine.interfaces import BindTyping
 from core.storage import catalog, migrations
 from core.storage.capabilities import POSTGRES, Capabilities
 from core.storage.database import Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError
+from core.storage.errors import SchemaError
 from core.storage.pg import adapt
 from core.storage.pg.location import PgLocation
 
@@ -95,8 +97,13 @@ class PgDatabase(Database):
         if self.read_only:
             # Enforced by the server, like SQLite's query_only: no code path of ours can write by mistake.
             options += " -c default_transaction_read_only=on"
+        # ``prepare_threshold=None``: no server-side prepared statements. psycopg prepares a statement
+        # run five times on a connection; behind a transaction-mode pooler (PgBouncer before 1.21, which
+        # the README suggests for large fleets) the next transaction may run on another server
+        # connection, which fails with "prepared statement _pg3_N does not exist / already exists"
+        # (recall index writes and span writes failed). Plan caching did not change search times here.
         kwargs: dict[str, Any] = {"options": options, "connect_timeout": CONNECT_TIMEOUT_S,
-                                  "application_name": "memory-studio"}
+                                  "application_name": "memory-studio", "prepare_threshold": None}
         if self._password is not None:
             kwargs["password"] = self._password
         conn = psycopg.connect(self.location.url, **kwargs)
@@ -138,6 +145,10 @@ class PgDatabase(Database):
         """A server fault becomes a ``StorageError`` naming the database and what to do, never a raw
         driver error carrying SQL text and parameters (``from None``: not even chained)."""
         ours = translate_pg_error(self.location.display, exc)
+        if ours is None and self.read_only and not self.is_mastra:  # a writer migrated it when it opened
+            ours = _no_memory_tables(self.location.display, exc, empty=self.is_empty)
+        if ours is None:
+            ours = _permission_denied(self.location, exc, opened_read_only=self.read_only)
         if ours is not None:
             raise ours from None
 
@@ -157,8 +168,14 @@ class PgDatabase(Database):
                 self.lock(conn, MIGRATION_LOCK)
                 yield conn
 
-        with self._lock:
-            done = migrations.apply(self.read, serialized, names)
+        try:
+            with self._lock:
+                done = migrations.apply(self.read, serialized, names)
+        except (sa.exc.DBAPIError, psycopg.Error) as exc:
+            ours = explain_extension_error(self.location.display, exc)
+            if ours is None:
+                raise
+            raise ours from None
         self.owned = True
         self._newer = None
         return done
@@ -241,9 +258,100 @@ def translate_pg_error(display: str, exc: BaseException) -> StorageError | None:
     code = f", SQLSTATE {state}" if state else ""
     error = StorageUnavailableError(
         f"The Postgres server for {display} could not complete this call: {why} ({first}{code}). Nothing of it "
-        "was committed. Try again once the server is back; connections are re-made automatically.")
+        f"was committed. {_what_to_do(first)}")
     error.sqlstate = state  # type: ignore[attr-defined]
     return error
+
+
+def _what_to_do(first: str) -> str:
+    """The advice for a connection the server refused or lost: waiting helps when it was down, not when
+    it is full."""
+    low = first.lower()
+    if "too many connections" in low or "connection slots are reserved" in low:  # SQLSTATE 53300
+        try:
+            size = f" (now {_pool_size()})"
+        except DatabaseOpenError:
+            size = ""
+        return (f"The server has as many connections as it allows. Each process keeps up to {POOL_SIZE_ENV}{size} "
+                "connections and as many again when busy: lower it, raise the server's max_connections (or the "
+                "role's connection limit), or put PgBouncer (transaction mode, see the README) in front; then try again.")
+    return "Try again once the server is back; connections are re-made automatically."
+
+
+def _permission_denied(location: PgLocation, exc: BaseException, *, opened_read_only: bool = False
+                       ) -> StorageError | None:
+    """The server refused a statement for a reason of its set-up, not of the statement: the role may not
+    read or write a table (42501; enabling pgvector is left to ``explain_extension_error``), the
+    database takes no writes (25006), or the role's ``statement_timeout`` cancelled it (57014). Say
+    which and what to change, not the driver's error with the statement and its parameters (message
+    ids of the resource)."""
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(orig, psycopg.Error):
+        return None
+    first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    role = unquote(urlsplit(location.url).username or "") or "this role"
+    if isinstance(orig, psycopg.errors.ReadOnlySqlTransaction) and opened_read_only:  # our own setting
+        return ReadOnlyError(f"{location.display} is open read-only. Allow writes first (Studio: File > Allow Writes).")
+    if isinstance(orig, psycopg.errors.ReadOnlySqlTransaction):  # 25006: a standby, or read-only by setting
+        return ReadOnlyError(
+            f"{location.display} accepts no writes ({first}): it is a read replica (hot standby), or "
+            f"default_transaction_read_only is on for the role {role!r} or the database. Point the URL at the "
+            "primary server, or ask the database's owner to turn that setting off.")
+    if isinstance(orig, psycopg.errors.QueryCanceled) and "statement timeout" in first:  # 57014
+        return StorageError(
+            f"{location.display}: the server cancelled a statement ({first}): the statement_timeout set for the "
+            f"role {role!r} or the database is shorter than this call needs. Raise it (ALTER ROLE \"{role}\" SET "
+            "statement_timeout = '60s'), then try again; nothing of the call was committed.")
+    if not isinstance(orig, psycopg.errors.InsufficientPrivilege) or "extension" in str(orig):
+        return None
+    return StorageError(
+        f"{location.display}: the role {role!r} may not do this ({first}). Use a role that may write the memory "
+        f"tables (the one that created them), or ask the database's owner to grant them: GRANT SELECT, INSERT, "
+        f"UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \"{role}\"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA "
+        f"public TO \"{role}\";")
+
+
+def _no_memory_tables(display: str, exc: BaseException, *, empty: bool) -> SchemaError | None:
+    """A read of a database that had no memory tables when it was opened (read-only: not migrated),
+    failing on a missing table: what the command line says of such a file, not the driver's error with
+    the statement (a Postgres database is not checked by ``core.cli_store``, which knows files)."""
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(orig, psycopg.errors.UndefinedTable):
+        return None
+    if empty:
+        return SchemaError(
+            f"{display} has no tables yet (an empty database): nothing is stored in it. Check --db or "
+            "$MEMORY_STUDIO_DB (`memory-studio where` shows which database is used). A command that writes "
+            "(`memory-studio import`, `memory-studio demo`, `memory-studio serve`) or File > Allow Writes in "
+            "the Studio makes it a memory database.")
+    return SchemaError(
+        f"{display} has no memory tables (mastra_threads, mastra_messages): it was not written by Memory "
+        "Studio or Mastra. Check --db or $MEMORY_STUDIO_DB (`memory-studio where` shows which database is used).")
+
+
+def explain_extension_error(display: str, exc: BaseException) -> DatabaseOpenError | None:
+    """What to do when a migration cannot enable pgvector (else None): the role may not create the
+    extension (it is not a trusted one), or the server has none installed. Without this, the first start
+    on a managed database ended in a driver traceback showing ``CREATE EXTENSION`` and its SQL."""
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(orig, psycopg.Error):
+        return None
+    text = str(orig).strip()
+    if 'extension "vector"' not in text:
+        return None
+    first = text.splitlines()[0]
+    state = orig.sqlstate or ""
+    if state == "42501":  # insufficient_privilege
+        return DatabaseOpenError(
+            f"{display} needs the pgvector extension, and this role may not create it ({first}). Ask the "
+            "database's owner or your provider to run `CREATE EXTENSION vector;` in this database (as a "
+            "superuser), then start again: the remaining migrations run then.")
+    if state in ("0A000", "58P01"):  # not available / no control file: pgvector is not installed
+        return DatabaseOpenError(
+            f"{display} needs the pgvector extension, which this server does not have ({first}). Install "
+            "pgvector 0.8 or newer on the server (a managed service: enable its `vector` extension), then "
+            "start again.")
+    return None
 
 
 def _pool_size() -> int:
@@ -267,7 +375,14 @@ def explain_connect_error(display: str, exc: BaseException) -> str:
                 "~/.pgpass, or keep it in the system keyring (memory-studio never stores it).")
     if "does not exist" in low and "database" in low:
         return f"{display}: {text.splitlines()[0]}. Create the database first (createdb), then try again."
+    if "statement timeout" in low:  # the role's statement_timeout, not the network
+        return (f"Cannot open {display}: {text.splitlines()[0]}. The statement_timeout set for this role or "
+                "database is too short for opening it; raise it (ALTER ROLE ... SET statement_timeout = '60s').")
     if "connection refused" in low or "could not connect" in low or "timeout" in low or "no such file" in low:
         return (f"Cannot reach the Postgres server for {display}: {text.splitlines()[0]}. "
                 "Check that it is running and that host and port are right.")
+    if "unsupported startup parameter" in low:  # a pooler (PgBouncer) between us and the server
+        return (f"Cannot open {display}: {text.splitlines()[0]}. A connection pooler such as PgBouncer refuses the "
+                "settings sent at connect: add `options` to its ignore_startup_parameters and set pgvector's "
+                "search settings for the role instead (README, Running on PostgreSQL).")
     return f"Cannot open {display}: {text.splitlines()[0] if text else type(exc).__name__}"

@@ -8,7 +8,9 @@ driver, never written into a URL.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
@@ -21,8 +23,34 @@ SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 KEYRING_SERVICE = "memory-studio-postgres"
 
 
+# The keywords a libpq connection string ("host=db dbname=memory user=agent") starts with.
+_CONNINFO = re.compile(r"^\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options|"
+                       r"application_name|connect_timeout|target_session_attrs)\s*=", re.IGNORECASE)
+
+
 def is_postgres_url(target: object) -> bool:
-    return isinstance(target, str) and target.strip().lower().startswith(SCHEMES)
+    """A ``postgresql://`` URL, or a libpq ``key=value`` connection string (which ``PgLocation.parse``
+    refuses with the URL to give instead: taken for a file name, it became a new SQLite file named
+    after it, password included, in the working folder)."""
+    return isinstance(target, str) and (target.strip().lower().startswith(SCHEMES) or bool(_CONNINFO.match(target)))
+
+
+def _conninfo_refusal(conninfo: str) -> ValueError:
+    """What to give instead of a connection string, as a URL without its password (never echoed)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        fields = {k: str(v) for k, v in conninfo_to_dict(conninfo).items()}
+        port = fields.get("port", "")
+        suggestion = make_url(host=fields.get("host") or fields.get("hostaddr") or "localhost",
+                              port=int(port) if port.isdigit() else None,
+                              database=fields.get("dbname") or "memory", user=fields.get("user") or "")
+    except Exception:  # noqa: BLE001 - not parseable, or no psycopg: a generic example
+        suggestion = "postgresql://user@host:5432/database"
+    return ValueError(
+        "--db / $MEMORY_STUDIO_DB holds a libpq connection string (key=value pairs); Memory Studio takes a "
+        f"URL instead: {suggestion} . Keep the password out of it: PGPASSWORD, ~/.pgpass or the system "
+        f"keyring (service {KEYRING_SERVICE!r}).")
 
 
 def redact_url(url: str) -> str:
@@ -45,7 +73,16 @@ def make_url(*, host: str, port: int | None, database: str, user: str) -> str:
         return f"postgresql://{auth}/{quote(database, safe='')}?host={quote(host, safe='/')}" + (
             f"&port={port}" if port else "")
     where = host or "localhost"
+    if _is_ipv6(where):  # in brackets, or its colons are read as the port
+        where = f"[{where}]"
     return f"postgresql://{auth}{where}{f':{port}' if port else ''}/{quote(database, safe='')}"
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -57,6 +94,8 @@ class PgLocation(ResolvedPath):
     @classmethod
     def parse(cls, url: str, how: str) -> "PgLocation":
         url = url.strip()
+        if not url.lower().startswith(SCHEMES):
+            raise _conninfo_refusal(url)
         if url.lower().startswith("postgresql+psycopg://"):
             url = "postgresql://" + url[len("postgresql+psycopg://"):]
         why = "the URL was given explicitly (--db or open_store(url))" if how == "explicit" else "$MEMORY_STUDIO_DB is set"

@@ -1,0 +1,254 @@
+"""Setting up a Postgres database the way a team does on a managed server: the errors of a first start
+say what to do, never a driver traceback with SQL in it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from core import open_store
+from core.storage import DatabaseOpenError, SchemaError
+
+_ids = itertools.count(1)
+
+
+def _own_database(pg_server: Any, *, pgvector: bool, role_options: str = "") -> Iterator[str]:
+    """A database owned by a role that is not a superuser; the URL signs in as that role."""
+    n = next(_ids)
+    role, name = f"agent{os.getpid()}_{n}", f"own{os.getpid()}_{n}"
+    with pg_server.admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER {role_options}')
+        conn.execute(f'CREATE DATABASE "{name}" OWNER "{role}"')
+    import psycopg
+
+    if not pgvector:  # the suite's template has it
+        with psycopg.connect(pg_server.url(name), autocommit=True) as conn:
+            conn.execute("DROP EXTENSION IF EXISTS vector")
+    url = pg_server.url(name).replace("postgres:@", f"{role}:@", 1)
+    assert role in url
+    yield url
+    with pg_server.admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+@pytest.fixture
+def unprivileged_url(pg_server: Any) -> Iterator[str]:
+    """Without pgvector, as on a managed server where only the provider may create the extension."""
+    yield from _own_database(pg_server, pgvector=False)
+
+
+@pytest.fixture
+def one_connection_url(pg_server: Any) -> Iterator[str]:
+    """A role the server lets open one connection at a time (``CONNECTION LIMIT 1``)."""
+    yield from _own_database(pg_server, pgvector=True, role_options="CONNECTION LIMIT 1")
+
+
+def test_a_role_that_may_not_create_pgvector_is_told_what_to_ask_for(unprivileged_url: str) -> None:
+    with pytest.raises(DatabaseOpenError) as caught:
+        open_store(unprivileged_url)
+    text = str(caught.value)
+    assert "pgvector" in text and "CREATE EXTENSION vector;" in text and "superuser" in text
+    assert "[SQL:" not in text and "Traceback" not in text
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    import io
+
+    from core.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_reading_an_empty_database_says_so_instead_of_a_missing_table(pg_url: str) -> None:
+    for argv in (["threads"], ["prompt", "--resource", "ada", "--thread", "t", "hi"], ["export", "--resource", "ada"]):
+        code, _out, err = _cli(*argv, "--db", pg_url)
+        assert code == 1, (argv, err)
+        assert "has no tables yet (an empty database): nothing is stored in it" in err, (argv, err)
+        assert "[SQL:" not in err and "UndefinedTable" not in err and "Traceback" not in err
+    # Listing what a first write would apply still works on it, and nothing above created a table.
+    code, out, _err = _cli("migrate", "--list", "--db", pg_url)
+    assert code == 0 and "0001" in out
+    with open_store(pg_url, read_only=True) as store:
+        assert store.db.is_empty
+
+
+def test_reading_a_database_of_another_program_names_the_missing_memory_tables(pg_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    with open_store(pg_url, read_only=True) as store:
+        with pytest.raises(SchemaError) as caught:
+            store.memory.thread_summaries(None)
+    assert "has no memory tables (mastra_threads, mastra_messages)" in str(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_the_connect_dialogs_url_keeps_an_ipv6_host_apart_from_the_port() -> None:
+    from urllib.parse import urlsplit
+
+    from core.storage.pg.location import PgLocation, make_url
+
+    for host in ("::1", "2001:db8::5", "[::1]"):
+        url = make_url(host=host, port=6543, database="memory", user="agent")
+        parts = urlsplit(url)
+        assert (parts.hostname, parts.port, parts.username) == (host.strip("[]"), 6543, "agent"), url
+        assert PgLocation.parse(url, "explicit").keyring_key() == f"agent@{host.strip('[]')}:6543/memory"
+    assert make_url(host="db.internal", port=5432, database="memory", user="agent") == \
+        "postgresql://agent@db.internal:5432/memory"
+
+
+def test_a_libpq_connection_string_is_refused_with_the_url_to_give(tmp_path: Any, monkeypatch: Any) -> None:
+    """Taken for a file name, ``host=… password=…`` became a new SQLite file in the working folder,
+    named after it (password included), and the import went there instead of to the server."""
+    from core.storage.paths import resolve_db_path
+
+    monkeypatch.chdir(tmp_path)
+    conninfo = "host=db.internal port=6543 dbname=memory user=agent password=s3cret-in-dsn"
+    code, _out, err = _cli("threads", "--db", conninfo)
+    assert code == 1 and "libpq connection string" in err
+    assert "postgresql://agent@db.internal:6543/memory" in err and "s3cret-in-dsn" not in err
+    monkeypatch.setenv("MEMORY_STUDIO_DB", "dbname=memory host=/var/run/postgresql")
+    with pytest.raises(ValueError, match="libpq connection string"):
+        resolve_db_path(None)
+    assert list(tmp_path.iterdir()) == []  # no file was made
+
+
+def test_a_server_out_of_connections_says_how_to_use_fewer(one_connection_url: str, monkeypatch: Any) -> None:
+    """'Try again once the server is back' does not help when the server is up and full: the error
+    names the pool size setting and the server's limit instead."""
+    import threading
+
+    from core.storage import StorageUnavailableError
+
+    monkeypatch.delenv("MEMORY_STUDIO_PG_POOL_SIZE", raising=False)
+    with open_store(one_connection_url) as store:  # the pool keeps the one connection it opened
+        holding, done = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with store.db.read() as conn:
+                conn.exec_driver_sql("SELECT 1")
+                holding.set()
+                done.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert holding.wait(30)
+            with pytest.raises(StorageUnavailableError) as caught:
+                store.memory.thread_summaries(None)  # needs a second connection
+        finally:
+            done.set()
+            holder.join(30)
+    text = str(caught.value)
+    assert "too many connections" in text and "MEMORY_STUDIO_PG_POOL_SIZE (now 5)" in text
+    assert "max_connections" in text and "Try again once the server is back" not in text
+
+
+def test_no_statement_is_prepared_on_the_server(pg_url: str) -> None:
+    """Behind a transaction-mode pooler (PgBouncer before 1.21) consecutive transactions of one client
+    connection run on different server connections, so a statement psycopg prepared (it does after
+    five runs) is missing or already taken on the next one: recall and span writes failed with
+    'prepared statement "_pg3_0" already exists'. Nothing is prepared now."""
+    with open_store(pg_url) as store:
+        with store.db.read() as conn:
+            for _ in range(8):
+                conn.exec_driver_sql("SELECT count(*) FROM mastra_threads WHERE id = ?", ("x",)).all()
+            assert conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar() == 0
+
+
+def test_a_pooler_that_refuses_the_startup_settings_is_named_with_the_setting_to_change() -> None:
+    """PgBouncer answers the connect with 'unsupported startup parameter: options' (seen with 1.18);
+    the error said only 'Cannot open …' with that line."""
+    import psycopg
+
+    from core.storage.pg.database import explain_connect_error
+
+    refused = psycopg.OperationalError('connection failed: connection to server at "127.0.0.1", port 6432 '
+                                       "failed: FATAL:  unsupported startup parameter: options")
+    text = explain_connect_error("postgresql://agent@127.0.0.1:6432/memory", refused)
+    assert text.startswith("Cannot open postgresql://agent@127.0.0.1:6432/memory: connection failed")
+    assert "ignore_startup_parameters" in text and "PgBouncer" in text
+
+
+def test_a_role_that_may_only_read_is_told_what_to_grant(pg_server: Any, pg_url: str) -> None:
+    """A reporting role (SELECT only) running `forget` got the driver's error with the DELETE and the
+    resource's message ids as its parameters; nothing was deleted, and still nothing is."""
+    from core import Memory, Message
+    from core.storage import StorageError
+
+    with open_store(pg_url) as store:
+        Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+    role = f"viewer{os.getpid()}_{next(_ids)}"
+    import psycopg
+
+    with pg_server.admin() as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER')
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+    try:
+        viewer_url = pg_url.replace("postgres:@", f"{role}:@", 1)
+        code, _out, err = _cli("forget", "--resource", "ada", "--yes", "--db", viewer_url)
+        assert code == 1, err
+        assert f"the role '{role}' may not do this (permission denied for table" in err
+        assert "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public" in err
+        assert "[SQL:" not in err and "[parameters:" not in err and "Traceback" not in err
+        with open_store(viewer_url) as store:
+            with pytest.raises(StorageError) as caught:
+                Memory(store).save_messages([Message.user("hi", thread_id="t1", resource_id="ada")])
+            assert caught.value.__cause__ is None and caught.value.__suppress_context__
+            assert [s.message_count for s in store.memory.thread_summaries("ada")] == [1]  # reading works
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "{role}"')
+        with pg_server.admin() as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def test_a_database_that_takes_no_writes_says_so(pg_url: str) -> None:
+    """A read replica, or default_transaction_read_only set for the database: forget showed the
+    driver's ReadOnlySqlTransaction with the DELETE and the resource's message ids."""
+    import psycopg
+
+    from core import Memory, Message
+    from core.storage import ReadOnlyError
+
+    with open_store(pg_url) as store:
+        Memory(store).save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada")])
+    name = pg_url.split("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    code, _out, err = _cli("forget", "--resource", "ada", "--yes", "--db", pg_url)
+    assert code == 1 and "accepts no writes (cannot execute DELETE in a read-only transaction)" in err, err
+    assert "read replica" in err and "[SQL:" not in err and "[parameters:" not in err
+    with open_store(pg_url) as store:
+        with pytest.raises(ReadOnlyError) as caught:
+            Memory(store).save_messages([Message.user("hi", thread_id="t1", resource_id="ada")])
+        assert caught.value.__cause__ is None
+
+
+def test_a_statement_the_servers_timeout_cancels_names_the_setting(pg_url: str) -> None:
+    from core.storage import StorageError
+    from core.storage.pg.database import explain_connect_error
+
+    with open_store(pg_url) as store:
+        with pytest.raises(StorageError) as caught:
+            with store.db.read() as conn:
+                conn.exec_driver_sql("SET LOCAL statement_timeout = '20ms'")
+                conn.exec_driver_sql("SELECT pg_sleep(5)")
+    text = str(caught.value)
+    assert "canceling statement due to statement timeout" in text and "ALTER ROLE" in text
+    assert "[SQL:" not in text and caught.value.__cause__ is None
+    import psycopg
+
+    opening = psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+    said = explain_connect_error("postgresql://agent@db/memory", opening)
+    assert "statement_timeout" in said and "Cannot reach" not in said
