@@ -83,7 +83,10 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if not args.http:
                 err.write(f"memory-studio mcp: {store.location.display}, {who}, on stdio\n")
                 err.flush()
-                anyio.run(server.run_stdio_async)
+                from core.gateway.server import exit_on_sigterm
+
+                with exit_on_sigterm():  # a client stopping the server still gets its traces written
+                    anyio.run(server.run_stdio_async)
                 return 0
             from core.gateway.cli import is_loopback
             from core.gateway.server import serve
