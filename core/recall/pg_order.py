@@ -4,8 +4,8 @@ For each candidate the re-rank needs the next user/assistant message of its thre
 was written and the speaker its text starts with. ``search.thread_order`` asks with ``id IN (?, ?,
 …)``: one statement text per number of candidates, so on Postgres every search paid psycopg's query
 parsing and the server's planning again, and SQLAlchemy's per-statement machinery. Here the ids go as
-one ``text[]`` parameter: one statement text whatever the count (psycopg keeps it parsed and, from
-its fifth use on a connection, prepared on the server), run on psycopg's own cursor
+one ``text[]`` parameter: one statement text whatever the count (psycopg keeps it parsed; connections
+prepare nothing on the server, so a transaction-mode pooler works: ``pg.database``), run on psycopg's own cursor
 (``core.storage.pg.cursor``). The same subquery, the same decoding (``order_cache.day_of``,
 ``text_of_raw``, ``speaker_label``), so the answers are the same (test).
 
