@@ -61,6 +61,19 @@ def explain(exc: BaseException, path: str | None = None) -> Problem:
                        "Fix the permissions of the file and its folder, or copy it to a writable folder.", details)
     if isinstance(exc, DiskFullError):
         return Problem("Disk full", message, "Free some disk space, then repeat what you were doing.", details)
+    if isinstance(exc, DatabaseOpenError) and where.startswith(("postgresql://", "postgres://")):
+        # A server database: the file advice below (File > Open, "this file") would point nowhere.
+        if low.startswith("cannot sign in"):
+            return Problem("Cannot sign in", message,
+                           "Check the user name and password as the message says, then connect again with "
+                           "File > Connect to Postgres…. Nothing was changed.", details)
+        if "does not exist" in low:
+            return Problem("Database not found", message,
+                           "Create it first (createdb), or connect to another database with "
+                           "File > Connect to Postgres….", details)
+        return Problem("Cannot open the database", message,
+                       "Do what the message says, then connect again with File > Connect to Postgres…. "
+                       "Nothing was changed.", details)
     if isinstance(exc, DatabaseOpenError):
         if "does not exist" in low:
             return Problem("Database not found", message,

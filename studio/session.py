@@ -87,8 +87,9 @@ def open_studio_database(path: str | Path | None, *, allow_writes: bool | None =
     store = open_for_studio(path, allow_writes=allow_writes, create_missing=create_missing, init_empty=init_empty)
     try:
         if not store.db.is_mastra and not store.db.is_empty:
+            kind = "PostgreSQL" if store.capabilities.server else "SQLite"
             raise SchemaError(
-                f"{store.location.display} is a SQLite database, but it has no memory tables (mastra_threads, "
+                f"{store.location.display} is a {kind} database, but it has no memory tables (mastra_threads, "
                 "mastra_messages). It was not written by Memory Studio or Mastra."
             )
         newer = store.db.unknown_migrations() if store.db.has_table("memory_studio_migrations") else []

@@ -92,7 +92,8 @@ STUDIO_DIR = Path(__file__).resolve().parents[2] / "studio"
 # (file under studio/, function or None for every function of the file): what the app runs on workers.
 WORKER_SIDE: set[tuple[str, str | None]] = {
     ("reads.py", None), ("replay_jobs.py", None), ("chat_runner.py", None), ("checks_jobs.py", None),
-    ("edit_jobs.py", None), ("session.py", "open_for_studio"), ("logic/wm_editing.py", "save_wm"),
+    ("edit_jobs.py", None), ("session.py", "open_for_studio"), ("session.py", "open_studio_database"),
+    ("logic/wm_editing.py", "save_wm"),
     ("models/messages_model.py", "<lambda>"),
     # A test closing its own session (the window closes its sessions on its pool: ``finish_close``).
     ("session.py", "close"), ("session.py", "finish_close"),

@@ -137,6 +137,21 @@ def test_explain_says_what_to_do(exc: Exception, title: str, advice: str) -> Non
     assert advice in problem.advice
 
 
+@pytest.mark.parametrize(("message", "title", "advice"), [
+    ("Cannot sign in to postgresql://agent@db/memory: password authentication failed for user \"agent\". Set "
+     "PGPASSWORD, add the password to ~/.pgpass, or keep it in the system keyring", "Cannot sign in", "Connect to Postgres"),
+    ("postgresql://agent@db/memory: database \"memory\" does not exist. Create the database first (createdb), "
+     "then try again.", "Database not found", "createdb"),
+    ("Cannot reach postgresql://agent@db/memory: connection refused", "Cannot open the database", "Connect to Postgres"),
+])
+def test_a_postgres_database_that_cannot_be_opened_gets_server_advice_not_file_advice(
+        message: str, title: str, advice: str) -> None:
+    problem = explain(DatabaseOpenError(message), "postgresql://agent@db/memory")
+    assert (problem.title, problem.text) == (title, message)
+    assert advice in problem.advice
+    assert "File > Open" not in problem.advice and "this file" not in problem.advice.lower()
+
+
 # -- message model ------------------------------------------------------------------------------
 
 def test_message_model_reads_only_the_pages_it_is_asked_for(qapp: Any, tmp_path: Path) -> None:

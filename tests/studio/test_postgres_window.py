@@ -101,3 +101,19 @@ def test_traces_pane_shows_the_runs_kept_in_the_postgres_database(
     _traced_turn(pg_url, "And dessert?", "t-dessert")
     qtbot.waitUntil(lambda: len(pane.traces) == 2, timeout=30_000)
     assert pane.traces[0].thread_id == "t-dessert"
+
+
+def test_another_programs_postgres_database_is_named_as_postgres(pg_url: str) -> None:
+    """The refusal names the database's kind: it said "a SQLite database" for a Postgres one."""
+    import psycopg
+    import pytest
+
+    from core import SchemaError
+    from studio.session import open_studio_database
+
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute("CREATE TABLE invoices (id serial PRIMARY KEY, total numeric)")
+    with pytest.raises(SchemaError) as caught:
+        open_studio_database(pg_url)
+    assert "is a PostgreSQL database, but it has no memory tables" in str(caught.value)
+    assert "SQLite" not in str(caught.value)
