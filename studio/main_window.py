@@ -582,6 +582,8 @@ class MainWindow(QMainWindow):
         session.changed.connect(self._on_changed)
         session.read_only_changed.connect(lambda _ro: self._update_title())
         session.file_lost.connect(self._on_file_lost)
+        session.server_lost.connect(self._on_server_lost)
+        session.server_back.connect(self._on_server_back)
         self.file_banner.hide()
         self.center.setCurrentIndex(1)
         if keep is not None and not keep.empty:
@@ -997,6 +999,8 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{name} — {path}{' [read-only]' if ro else ''} — {APP_NAME}")
         location = self.session.store.location
         source = SOURCE_LABELS.get(location.how, location.how)
+        if location.how == "explicit" and self.session.store.capabilities.server:
+            source = "opened by URL"  # a server database is given by its URL, not a path
         self.path_label.setText(f"{path} · {source}")  # which rule chose the file (issue 9, item 22)
         self.path_label.setToolTip(f"Why this file: {location.reason}" if location.reason else "")
         self.badge.setObjectName("readOnlyBadge" if ro else "writableBadge")
@@ -1019,6 +1023,17 @@ class MainWindow(QMainWindow):
             actions.append(("Reopen", lambda: self.open_database(path, create_missing=False, keep=self.selection)))
         self.file_banner.show_message(message, "error", actions)
         self.show_status(f"⚠ {message}")
+
+    def _on_server_lost(self, message: str) -> None:
+        """The database server stopped answering: the panes keep what they last read, so say so."""
+        self.file_banner.show_message(
+            f"{message} What the Studio shows may be out of date; it keeps asking, and reads again when the "
+            "server answers.", "warning")
+        self.show_status("⚠ The database server does not answer")
+
+    def _on_server_back(self) -> None:
+        self.file_banner.hide()
+        self.show_status("The database server answers again")
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.settings.setValue("geometry", self.saveGeometry())

@@ -122,6 +122,10 @@ class StudioSession(QObject):
     read_only_changed = Signal(bool)
     error = Signal(str)
     file_lost = Signal(str)  # the database file was deleted or replaced; the message says what to do
+    # A server database stopped answering the change poll (the message says why), and answers again: what
+    # the panes show may be out of date meanwhile, and nobody would know from the panes alone.
+    server_lost = Signal(str)
+    server_back = Signal()
 
     def __init__(self, store: Store, pool: WorkerPool | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -138,6 +142,7 @@ class StudioSession(QObject):
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.poll)
         self._polling = False
+        self.unreachable: str | None = None  # why the server does not answer, while it does not
 
     # -- identity --------------------------------------------------------------------------------
     @property
@@ -206,6 +211,12 @@ class StudioSession(QObject):
 
     def _on_fingerprint(self, value: Any) -> None:
         self._polling = False
+        if self.unreachable is not None:
+            self.unreachable = None
+            self.server_back.emit()
+            self._fingerprint = value
+            self.changed.emit()  # whatever was written meanwhile: the panes read again
+            return
         if isinstance(value, _FileLost):
             self.mark_lost(value.message)
             return
@@ -217,6 +228,12 @@ class StudioSession(QObject):
 
     def _on_poll_error(self, exc: BaseException) -> None:
         self._polling = False  # a busy file or a passing lock: try again on the next tick
+        from core.storage.errors import DatabaseBusyError, StorageUnavailableError
+
+        if (self.store.capabilities.server and isinstance(exc, StorageUnavailableError)
+                and not isinstance(exc, DatabaseBusyError) and self.unreachable is None):
+            self.unreachable = str(exc) or type(exc).__name__
+            self.server_lost.emit(self.unreachable)
 
     def mark_lost(self, message: str) -> None:
         """The file is gone: refuse every further write, stop polling, and tell the window and panes."""

@@ -25,6 +25,7 @@ def test_postgres_database_opens_read_only_and_live(qtbot: Any, make_window: Any
     # The title starts with the database's name, not the last folder of the server's socket path.
     database = pg_url.split("?")[0].rsplit("/", 1)[1]
     assert window.windowTitle().startswith(f"{database} — postgresql://")
+    assert window.path_label.text().endswith(" · opened by URL")  # not "by path"
     assert any("上海出差" in str(r) for r in window.resources.thread_rows())
     window.set_selection(Selection("ada", "t-groceries"))
     qtbot.waitUntil(lambda: window.messages_pane.model.rowCount() > 0, timeout=10_000)
@@ -117,3 +118,31 @@ def test_another_programs_postgres_database_is_named_as_postgres(pg_url: str) ->
         open_studio_database(pg_url)
     assert "is a PostgreSQL database, but it has no memory tables" in str(caught.value)
     assert "SQLite" not in str(caught.value)
+
+
+def test_a_server_that_stops_answering_is_said_above_the_panes(qtbot: Any, make_window: Any, pg_url: str,
+                                                               monkeypatch: Any) -> None:
+    """The panes keep what they last read while the server is down: a banner says it may be out of date,
+    and goes when the server answers again (the panes then read again)."""
+    from core.storage.errors import StorageUnavailableError
+
+    seed_small(pg_url)  # type: ignore[arg-type]
+    window = make_window()
+    window.open_database(pg_url)
+    _wait_open(qtbot, window, 3)
+    db = window.session.store.db
+    plain = db.change_fingerprint
+
+    def down() -> Any:  # what the change poll meets while the server is stopped
+        raise StorageUnavailableError("Cannot reach the database server: connection refused. Try again once the "
+                                      "server is back; connections are re-made automatically.")
+
+    monkeypatch.setattr(db, "change_fingerprint", down)
+    window.session.poll()
+    qtbot.waitUntil(lambda: window.file_banner.isVisible(), timeout=10_000)
+    assert "connection refused" in window.file_banner.label.text()
+    assert "may be out of date" in window.file_banner.label.text()
+    monkeypatch.setattr(db, "change_fingerprint", plain)
+    with qtbot.waitSignal(window.session.changed, timeout=10_000):
+        window.session.poll()
+    qtbot.waitUntil(lambda: not window.file_banner.isVisible(), timeout=10_000)
