@@ -375,9 +375,17 @@ class Memory:
 
             from core.edits.messages import delete_thread_versions
 
+            from core.observational.records import lookup_key
+            from core.storage import catalog
+
             with self.store.db.write() as conn:
                 records.delete_for_threads(conn, [thread_id], self.store)
                 delete_thread_versions(conn, thread_id)
+                # Its own observation log (thread scope) holds what its messages said: a new thread given
+                # the same id must not start with it. A resource-scoped log stays with the resource.
+                if catalog.has_table(conn, "mastra_observational_memory"):
+                    conn.exec_driver_sql('DELETE FROM mastra_observational_memory WHERE "lookupKey" = ?',
+                                         (lookup_key("thread", thread_id=thread_id, resource_id=None),))
         if self._recall_index is not None:
             self._recall_index.delete_thread(thread_id)
             return

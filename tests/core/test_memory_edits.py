@@ -286,6 +286,20 @@ def test_deleting_a_thread_deletes_its_message_versions(chat: Any, store: Any) -
     assert _rows(store, "SELECT count(*) FROM memory_studio_message_versions WHERE thread_id = ?", "t1")[0][0] == 0
 
 
+def test_deleting_a_thread_deletes_its_observations(observed: Any, store: Any) -> None:
+    """A thread's own observation log holds what its messages said: it goes with the thread, or a new thread
+    given the same id would start with a deleted conversation's facts in its prompt."""
+    from core.observational import load_current
+
+    memory, _model = observed
+    assert load_current(store, thread_id="om") is not None
+    memory.delete_thread("om")
+    assert _rows(store, 'SELECT count(*) FROM mastra_observational_memory WHERE "lookupKey" = ?', "thread:om")[0][0] == 0
+    memory.create_thread(thread_id="om", resource_id="ada")
+    fresh = memory.assemble(thread_id="om", resource_id="ada", input="What do you know about me?")
+    assert "peanuts" not in "\n".join(str(m["content"]) for m in fresh.messages)
+
+
 def test_an_edit_that_would_leave_a_message_empty_is_refused_and_changes_nothing(chat: Any, store: Any) -> None:
     # Found by the Studio's QA pass: Edit Message saved a user message with empty text, which many model
     # servers refuse, so every later turn of the thread could fail. Delete is the way to remove one.
