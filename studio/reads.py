@@ -22,6 +22,7 @@ from studio.selection import Selection
 if TYPE_CHECKING:  # pragma: no cover
     from core import AssembledPrompt, Memory, Store
     from core.messages import Message
+    from core.context_window import PromptBudget
     from core.observational import OMRecord, ThreadHints
     from core.recall import RecallIndex
     from core.recall.explain import Explanation, Inspection
@@ -241,10 +242,15 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
             notes.append(f"History and recall end at this turn; working memory: {as_of}.")
     else:
         inputs = [Message.user(req.text)] if req.text.strip() else []
+        budget = recorded_budget(store, req.thread_id) if req.thread_id else None
         prompt = memory.assemble(
             thread_id=req.thread_id, resource_id=req.resource_id, input=inputs,
-            instructions=req.instructions or None, options=overrides,
+            instructions=req.instructions or None, options=overrides, budget=budget,
         )
+        if budget is not None:
+            notes.append(f"Fitted into the {budget.context_window:,}-token context window of {budget.model_id}, "
+                         f"as this thread's last recorded turn was ({budget.reply_tokens:,} tokens kept for the "
+                         f"reply: {budget.reply_source}); the next turn on that model is fitted the same way.")
         from studio.logic.om_buffer_layout import prompt_buffer_note
 
         buffering = prompt_buffer_note(prompt.notes)
@@ -257,6 +263,27 @@ def assemble_preview(store: Store, req: PreviewRequest, memory_factory: MemoryFa
 
 
 MODEL_LOOKBACK = 50  # newest messages searched for a reply that names its model
+
+
+def recorded_budget(store: Store, thread_id: str) -> "PromptBudget | None":
+    """The context window the thread's newest recorded turn was fitted into, with its reply cap
+    (``max_tokens`` of its first call): a new message's preview is fitted the same way, as the next turn
+    on that model would be. None when no recorded turn of the thread had a window."""
+    from core.context_window import ContextWindowError, PromptBudget
+    from core.replay import store as records
+
+    newest = None
+    for record in records.for_thread(store, thread_id).values():
+        if record.context_window and (newest is None or record.created_at >= newest.created_at):
+            newest = record
+    if newest is None or newest.context_window is None:
+        return None
+    cap = newest.calls[0].settings.get("max_tokens") if newest.calls else None
+    try:
+        return PromptBudget.for_model(newest.context_window, max_tokens=cap if isinstance(cap, int) else None,
+                                      model_id=newest.model or "the model")
+    except ContextWindowError:
+        return None
 
 
 def thread_model(store: Store, thread_id: str) -> tuple[str | None, str]:

@@ -179,3 +179,30 @@ def test_inspector_options_start_from_any_memory_options_including_a_schema_and_
     merged = opts.merged(start.to_overrides())
     assert list(merged.working_memory.schema["properties"]) == ["name", "city"]
     assert merged.message_history.max_tokens == 900
+
+
+def test_a_new_messages_preview_is_fitted_into_the_window_the_threads_turns_had(tmp_path):
+    """A thread whose turns ran on a model with a small context window: the preview of its next message is
+    fitted into that window (measured against it, the oldest history dropped) as the next turn would be,
+    not measured against a 128,000-token default with every message shown."""
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+
+    s = open_store(tmp_path / "small.db")
+    try:
+        memory = Memory(s, MemoryOptions(last_messages=20), name="small")
+        model = ScriptedModel(lambda messages, tools: "ok " + "word " * 40, context_window=900)
+        agent = Agent("small", instructions="Be brief.", model=model, memory=memory,
+                      model_settings={"max_tokens": 100})
+        for i in range(8):
+            agent.generate(f"Message {i} about orchids " + "padding " * 60, memory={"resource": "u", "thread": "t"})
+        start = starting_point(list_agents(s)[0], "test")
+        req = PreviewRequest("t", "u", start.base, start.options, "small", text="And the next one?",
+                             instructions="Be brief.")
+        preview = assemble_preview(s, req, factory(s), EmbedderHolder(no_embedder))
+        usage = context_usage(preview.prompt)
+        assert usage.window == 900 and not usage.over
+        assert "context-window" in preview.prompt.skipped  # the oldest history did not fit
+        assert any("900-token context window" in note for note in preview.notes)
+    finally:
+        s.close()
