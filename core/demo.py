@@ -67,8 +67,11 @@ def _recall_embedder() -> tuple[Any, str]:
     """The real multilingual model when it is installed (``make run`` provisions it)."""
     try:
         from core.embedding import default_embedder
+        from core.embedding.models import ALIASES, configured_model
 
-        return default_embedder(), "use-multilingual-v3"
+        chosen = configured_model()  # $MEMORY_STUDIO_EMBEDDER, else use: the label names the model that indexed
+        label = next((alias for alias, name in ALIASES.items() if name == chosen.name), chosen.name)
+        return default_embedder(chosen.name), label
     except Exception:  # noqa: BLE001 - the demo still runs; it says which embedder it used
         from core.embedding import HashingEmbedder
 

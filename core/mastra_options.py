@@ -65,9 +65,20 @@ def _check(data: Mapping[str, Any], known: Any, where: str) -> None:
         if path in UNSUPPORTED:
             raise OptionsError(f"Mastra option {path!r} has no equivalent in Memory Studio: {UNSUPPORTED[path]}.")
         if key not in known:
-            near = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
+            nested = _nested_home(str(key)) if not where else None
+            near = [nested] if nested else difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
             hint = f" Did you mean {(where + '.' if where else '') + near[0]!r}?" if near else ""
             raise OptionsError(f"Unknown Mastra memory option {path!r}.{hint} Known here: {', '.join(names)}.")
+
+
+def _nested_home(key: str) -> str | None:
+    """The one nested option a top-level ``key`` names (``topk`` → ``semanticRecall.topK``), if exactly one."""
+    sections = {"semanticRecall": _RECALL, "workingMemory": _WORKING, "messageHistory": _HISTORY,
+                "generateTitle": _TITLE, "observationalMemory": _OM_TOP,
+                "observationalMemory.observation": _OBSERVATION, "observationalMemory.reflection": _REFLECTION}
+    homes = [f"{section}.{name}" for section, table in sections.items() for name in table
+             if name.lower() == key.lower()]
+    return homes[0] if len(homes) == 1 else None
 
 
 def from_mastra(options: Mapping[str, Any]) -> dict[str, Any]:

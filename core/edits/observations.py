@@ -94,9 +94,12 @@ def _find_line(log: str, line: str) -> int:
     lines = log.split("\n")
     at = [i for i, text in enumerate(lines) if text.strip() == target]
     if not at:
+        part_of = [text.strip() for text in lines if target and target in text and is_observation_line(text)]
+        hint = (f" It is part of the line {part_of[0]!r}: give the whole line, as stored (with its priority and "
+                "time), as the old text." if len(part_of) == 1 else "")
         raise ObservationConflictError(
             f"The observation {target[:80]!r} is not in the current log any more (the observer or another edit "
-            "changed it). Refresh and try again. Nothing was changed.")
+            f"changed it). Refresh and try again. Nothing was changed.{hint}")
     if len(at) > 1:
         raise InvalidArgumentError(f"The observation {target[:80]!r} appears {len(at)} times in the log; edit the "
                                    "log so each line is unique first. Nothing was changed.")

@@ -150,3 +150,14 @@ def test_models_status_names_both_local_models(capsys) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@needs_e5
+def test_the_demo_names_the_model_that_indexed_it(tmp_path, monkeypatch, capsys) -> None:
+    """With $MEMORY_STUDIO_EMBEDDER=e5 the demo indexes with e5; it said 'semantic recall: use-multilingual-v3'."""
+    monkeypatch.setenv("MEMORY_STUDIO_EMBEDDER", "e5")
+    db = tmp_path / "demo.db"
+    assert cli_main(["demo", "--db", str(db)]) == 0
+    assert "semantic recall: multilingual-e5-small" in capsys.readouterr().out
+    with core.open_store(db) as store:
+        assert stored_model(store) == E5_MODEL_ID

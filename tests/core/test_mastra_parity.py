@@ -224,6 +224,11 @@ def test_from_mastra_reads_mastras_options_and_to_mastra_gives_them_back() -> No
     ({"semanticRecall": {"topk": 3}}, "'semanticRecall.topK'"),
     ({"workingMemory": {"enabeld": True}}, "'workingMemory.enabled'"),
     ({"observationalMemory": {"observation": {"messageToken": 10}}}, "'observationalMemory.observation.messageTokens'"),
+    # a nested key written at the top level names its section (it was "'maxMessageBytes'" or no hint)
+    ({"topk": 3}, "'semanticRecall.topK'"),
+    ({"messageRange": 2}, "'semanticRecall.messageRange'"),
+    ({"template": "# User"}, "'workingMemory.template'"),
+    ({"messageTokens": 10}, "'observationalMemory.observation.messageTokens'"),
 ])
 def test_unknown_keys_are_refused_with_the_nearest_known_name(bad: dict[str, Any], nearest: str) -> None:
     with pytest.raises(OptionsError, match=f"Did you mean {nearest}"):

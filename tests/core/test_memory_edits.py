@@ -272,6 +272,9 @@ def test_an_observation_edit_is_versioned_seen_next_turn_and_replays_as_it_was(o
         memory.edit_observation(record.id, "Date: Mar 2, 2026", "Date: Mar 3, 2026", resource_id="ada")
     with pytest.raises(InvalidArgumentError, match="not in the current log"):
         memory.delete_observation(record.id, "* 🔴 no such line", resource_id="ada")
+    # Part of a line (the text without its "* 🟡 (09:11)" prefix) names the whole line to give instead.
+    with pytest.raises(InvalidArgumentError, match=r"part of the line '\* 🟡 \(09:11\) The user plans a trip to Lisbon\.'"):
+        memory.edit_observation(record.id, "The user plans a trip to Lisbon.", "x", resource_id="ada")
     with store.db.read() as conn:
         n = conn.execute(sa.text("SELECT count(*) FROM memory_studio_om_versions")).scalar()
     assert n == 3
