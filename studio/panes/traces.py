@@ -507,7 +507,14 @@ class TracesPane(QWidget):
 
     def _on_error(self, exc: BaseException) -> None:
         self._loading = False
-        self.banner.show_message(f"Traces could not be read: {exc or type(exc).__name__}", "error")
+        text = f"Traces could not be read: {exc or type(exc).__name__}"
+        from core.traces.recovery import is_broken_file_error  # loaded already: the error is DuckDB's
+
+        if is_broken_file_error(exc):
+            # A damaged (or foreign) trace file: say what it holds and how the user gets a working one.
+            text += (" The trace file holds traces only (no conversation): the next traced turn moves it aside "
+                     "(its name ending in .broken- and the time) and starts a new one; or delete it, then Reload.")
+        self.banner.show_message(text, "error")
         self.status.setText("")
 
     # -- one trace ---------------------------------------------------------------------------------
