@@ -239,6 +239,26 @@ def test_a_thread_that_cannot_be_read_does_not_stay_loading(qtbot: Any, make_ses
     assert "is damaged" in pane.header.text()
 
 
+def test_a_failed_read_names_the_file_as_it_is_spelled(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    """The reason is escaped for the header, so the header must show it as markup: a folder named with
+    ``&`` or an apostrophe read ``R&amp;D&#x27;s`` when Qt took the escaped text for plain text."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QTextDocument
+
+    folder = small_db.parent / "R&D's notes"
+    folder.mkdir()
+    path = folder / "small.db"
+    small_db.rename(path)
+    _damage_thread_index(path)
+    pane = _messages(qtbot, make_session(path))
+    pane.set_selection(Selection("ada", "t-groceries"))
+    qtbot.waitUntil(lambda: pane.header.text().startswith("⚠"), timeout=10_000)
+    assert pane.header.textFormat() == Qt.TextFormat.RichText
+    shown = QTextDocument()
+    shown.setHtml(pane.header.text())
+    assert f"{path} is damaged" in shown.toPlainText()
+
+
 def test_ids_in_the_message_header_are_shown_as_text_not_markup(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
     # Ids are user data (an import, the gateway): a thread named like markup must not restyle the header.
     db = tmp_path / "markup.db"
