@@ -227,6 +227,7 @@ class TracesPane(QWidget):
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
         self.span_title = caption("Span")
+        self.span_title.setTextFormat(Qt.TextFormat.PlainText)  # a span's name comes from the trace file
         self.span_facts = elastic(QLabel(""))
         self.span_facts.setTextFormat(Qt.TextFormat.RichText)
         self.span_facts.setWordWrap(True)

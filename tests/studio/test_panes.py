@@ -273,6 +273,35 @@ def test_ids_in_the_message_header_are_shown_as_text_not_markup(qtbot: Any, make
     assert "<code>&lt;i&gt;ada&lt;/i&gt;</code>" in pane.header.text()
 
 
+def test_ids_in_pane_titles_are_shown_as_text_not_markup(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
+    # The Working Memory title and the Traces / Recall subtitles name the selected thread or resource.
+    from PySide6.QtCore import Qt
+
+    from studio.panes.recall_playground import RecallPlaygroundPane
+    from studio.panes.traces import TracesPane
+    from studio.panes.working_memory import WorkingMemoryPane
+
+    db = tmp_path / "markup.db"
+    with open_store(db) as store:
+        store.memory.create_thread(thread_id="<b>t</b>", resource_id="<i>ada</i>")
+        store.memory.save_messages([Message.user("hi", thread_id="<b>t</b>", resource_id="<i>ada</i>")])
+    session = make_session(db)
+    wm = WorkingMemoryPane(session)
+    traces = TracesPane(session)
+    recall = RecallPlaygroundPane(session)
+    for pane in (wm, traces, recall):
+        qtbot.addWidget(pane)
+        pane.show()
+    with qtbot.waitSignal(wm.loaded, timeout=10_000):
+        wm.set_selection(Selection("<i>ada</i>", "<b>t</b>"))
+    traces.set_selection(Selection("<i>ada</i>", "<b>t</b>"))
+    recall.set_selection(Selection("<i>ada</i>", "<b>t</b>"))
+    qtbot.waitUntil(lambda: "<b>t</b>" in traces.subtitle.text() and "<" in recall.subtitle.text(), timeout=10_000)
+    assert "<i>ada</i>" in wm.title.text()
+    for label in (wm.title, traces.title, traces.subtitle, traces.span_title, recall.subtitle):
+        assert label.textFormat() == Qt.TextFormat.PlainText, label.text()
+
+
 def test_problem_and_confirm_dialogs_show_their_text_as_plain_text(qtbot: Any) -> None:
     # An import's confirmation and refusals quote a file's ids: markup in them must not restyle the dialog.
     from PySide6.QtCore import Qt
