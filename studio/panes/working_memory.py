@@ -343,7 +343,7 @@ class WorkingMemoryPane(QWidget):
         store = self.session.store
         self.status.setText("Loading…")
         self.session.run(lambda: load_wm(store, selection, agent), on_result=alive_only(self, self._on_loaded),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-load")
+                         on_error=alive_only(self, self._on_load_error), key=self._key + "-load")
 
     def _on_loaded(self, snap: WmSnapshot) -> None:
         previous = self.snapshot
@@ -763,6 +763,13 @@ class WorkingMemoryPane(QWidget):
         self.status.setText("Something went wrong; nothing was written unless it says so above.")
         self._update_actions()
         self.failed.emit(message)
+
+    def _on_load_error(self, exc: BaseException) -> None:
+        """The read failed: what was shown belongs to the owner read before (Save would write there), so it
+        goes; an unsaved edit is kept for when its owner reads again."""
+        self._keep_unsaved()
+        self._show_empty("Working memory could not be read.")
+        self._on_error(exc)
 
     def _show_empty(self, text: str) -> None:
         self.snapshot = None

@@ -207,3 +207,22 @@ def test_a_kept_edit_whose_owner_changed_meanwhile_goes_through_the_conflict(qtb
     assert "changed while you were editing" in pane.info_banner.label.text()
     save_and_wait(qtbot, pane, pane.conflict)  # both versions shown before anything is overwritten
     assert stored(session, "t1", "alice") == "# User\n- Name: Alice\n- Pet: cat"
+
+
+def test_a_load_that_fails_does_not_leave_the_previous_owner_editable(qtbot: Any, pane: Any,
+                                                                     session: Any) -> None:
+    """Picking another owner whose read fails: the previous owner's text stayed in the editor with Save on,
+    under the new selection; now nothing is shown (an unsaved edit is kept aside for its owner)."""
+    import sqlite3
+
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.replace_all("# User\n- Name: Alice\n- City: Berlin")
+    con = sqlite3.connect(session.store.location.path)  # another program reshapes a table: reads fail
+    con.execute("ALTER TABLE mastra_threads RENAME TO mastra_threads_old")
+    con.commit()
+    con.close()
+    with qtbot.waitSignal(pane.failed, timeout=WAIT):
+        pane.set_selection(Selection("bob", "t2"))
+    assert pane.title.text() == "Working memory" and pane.editor.toPlainText() == ""
+    assert not pane.commands.action("wm.save").isEnabled()
+    assert pane.info_banner.isVisible() and pane.info_banner.level == "error"
