@@ -48,6 +48,11 @@ from studio.widgets.pane_header import alive_only, caption, pane_header, pane_la
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 DEBOUNCE_MS = 300
+# What a failure banner says failed (the search, or a read around it).
+SEARCH_FAILED = "The search failed"
+THREAD_FAILED = "This thread's messages could not be read (the list under “Why not this message?” is empty)"
+AGENT_FAILED = "The agent's recall options could not be read (the controls keep their values)"
+EXPLAIN_FAILED = "Why this message is in or out could not be worked out"
 # Column widths come from sample text, not from the rows: sizing to contents re-read every cell of
 # every list on each search (~100 ms at 10k messages, more than the search itself).
 SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "Fused": "0.000", "Vector": "-0.000 #00",
@@ -330,7 +335,8 @@ class RecallPlaygroundPane(QWidget):
         store = self.session.store
         self.session.run(lambda: _agent_recall(store, thread_id),
                          on_result=alive_only(self, lambda start: self._on_start(thread_id, start)),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-agent")
+                         on_error=alive_only(self, lambda exc: self._on_error(exc, AGENT_FAILED)),
+                         key=self._key + "-agent")
 
     def _on_start(self, thread_id: str | None, start: lay.RecallStart) -> None:
         if thread_id != self.selection.thread_id:
@@ -392,7 +398,8 @@ class RecallPlaygroundPane(QWidget):
         store = self.session.store
         self.session.run(lambda: (last_messages(store, thread_id), store.memory.get_thread(thread_id)),
                          on_result=alive_only(self, lambda r: self._on_thread_messages(thread_id, *r)),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-thread")
+                         on_error=alive_only(self, lambda exc: self._on_error(exc, THREAD_FAILED)),
+                         key=self._key + "-thread")
 
     def _on_thread_messages(self, thread_id: str, rows: list[MessageRow], thread: Any) -> None:
         if thread_id != self.selection.thread_id:
@@ -458,10 +465,12 @@ class RecallPlaygroundPane(QWidget):
         if self.why_edit.text().strip():
             self.explain_now()
 
-    def _on_error(self, exc: BaseException) -> None:
+    def _on_error(self, exc: BaseException, what: str = SEARCH_FAILED) -> None:
+        """``what`` failed: the search, or one of the reads around it (each says which, so a thread that
+        could not be read is not reported as a failed search)."""
         text = f"{type(exc).__name__}: {exc}"
         self.status.setText("")
-        self.banner.show_message(f"The search failed: {text}", "error")
+        self.banner.show_message(f"{what}: {text}", "error")
         self.failed.emit(text)
 
     def _show_empty(self, why: str | None = None) -> None:
@@ -501,7 +510,8 @@ class RecallPlaygroundPane(QWidget):
         store, embedders = self.session.store, self.embedders
         self.session.run(lambda: explain_recall(store, embedders, ins, message_id),
                          on_result=alive_only(self, lambda e: self._on_explained(e, ins)),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-why")
+                         on_error=alive_only(self, lambda exc: self._on_error(exc, EXPLAIN_FAILED)),
+                         key=self._key + "-why")
 
     def _on_explained(self, e: Explanation, ins: Inspection) -> None:
         if ins is not self.inspection:

@@ -224,3 +224,18 @@ def test_a_database_without_recall_tables_gives_one_way_forward(qtbot, no_leaked
         assert p.captions["hybrid"].text()  # says why it is empty
     finally:
         s.close()
+
+
+def test_a_thread_that_cannot_be_read_is_not_reported_as_a_failed_search(qtbot, pane, session):
+    """No search was run: the banner must say the thread's messages could not be read, not "The search failed"."""
+    import sqlite3
+
+    con = sqlite3.connect(session.store.location.path)  # another program reshapes the table: reads fail
+    con.execute("ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
+    con.commit()
+    con.close()
+    with qtbot.waitSignal(pane.failed, timeout=15_000):
+        pane.set_selection(Selection("ada", "t-food"))
+    qtbot.waitUntil(lambda: pane.banner.isVisible(), timeout=15_000)
+    assert pane.banner.label.text().startswith("This thread's messages could not be read")
+    assert "The search failed" not in pane.banner.label.text()
