@@ -138,6 +138,7 @@ class RecallPlaygroundPane(QWidget):
         self.resource_id: str | None = None
         self.view: RecallView | None = None
         self.explanation: Explanation | None = None
+        self._read_failure: str | None = None  # a failed read of the selection's thread or agent: it stays said
         self._key = f"recall-playground-{id(self)}"
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
@@ -319,6 +320,7 @@ class RecallPlaygroundPane(QWidget):
         self.selection = selection
         self.resource_id = selection.resource_id
         if selection.thread_id != previous.thread_id:
+            self._read_failure = None
             self.thread_list.clear()
             if selection.thread_id is not None:
                 self._load_thread_messages(selection.thread_id)
@@ -458,7 +460,7 @@ class RecallPlaygroundPane(QWidget):
         elif notes:
             self.banner.show_message("; ".join(notes), "info")
         else:
-            self.banner.hide()
+            self._hide_banner()
         self.summary.setText(lay.search_summary(ins) + "\n" + lay.indexed_by_text(view.indexed_by, ins.model_id))
         self.status.setText("")
         self.searched.emit(view)
@@ -469,7 +471,13 @@ class RecallPlaygroundPane(QWidget):
         """``what`` failed: the search, or one of the reads around it (each says which, so a thread that
         could not be read is not reported as a failed search)."""
         text = f"{type(exc).__name__}: {exc}"
+        if what == SEARCH_FAILED:  # the lists of the search before are not this query's: they go
+            self._show_empty("")
+            self.explanation = None
+            self.explain_view.clear()
         self.status.setText("")
+        if what != SEARCH_FAILED and what != EXPLAIN_FAILED:
+            self._read_failure = f"{what}: {text}"
         self.banner.show_message(f"{what}: {text}", "error")
         self.failed.emit(text)
 
@@ -478,9 +486,16 @@ class RecallPlaygroundPane(QWidget):
         for name in LISTS:
             self.models[name].set_rows([])
             self.captions[name].setText("")
-        self.banner.hide()
+        self._hide_banner()
         self.summary.setText(why or "Type a query to see what recall finds, list by list.")
         self.status.setText("")
+
+    def _hide_banner(self) -> None:
+        """A new search has nothing to say: a failed read of the selection's thread or agent is still said."""
+        if self._read_failure:
+            self.banner.show_message(self._read_failure, "error")
+        else:
+            self.banner.hide()
 
     # -- why not? --------------------------------------------------------------------------------
     def _row_picked(self, name: ListName, selected: QItemSelection) -> None:
