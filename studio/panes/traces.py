@@ -509,9 +509,7 @@ class TracesPane(QWidget):
     def _on_error(self, exc: BaseException) -> None:
         self._loading = False
         text = f"Traces could not be read: {exc or type(exc).__name__}"
-        from core.traces.recovery import is_broken_file_error  # loaded already: the error is DuckDB's
-
-        if is_broken_file_error(exc):
+        if _damaged_trace_file(exc):
             # A damaged (or foreign) trace file: say what it holds and how the user gets a working one.
             text += (" The trace file holds traces only (no conversation): the next traced turn moves it aside "
                      "(its name ending in .broken- and the time) and starts a new one; or delete it, then Reload.")
@@ -642,6 +640,16 @@ class TracesPane(QWidget):
             text = pretty_json(span.to_json_dict())
             QGuiApplication.clipboard().setText(text)
             self.status.setText(f"Copied span '{span.name}' as JSON ({len(text):,} characters).")
+
+
+# DuckDB's words for a file that is not (or no longer) a DuckDB database (the engine's writer sets such a file
+# aside on the next traced turn: ``core.traces.recovery``, which the Studio does not import).
+_DAMAGED = ("not a valid duckdb database file", "could not read enough bytes", "corrupt database file", "checksum")
+
+
+def _damaged_trace_file(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("duckdb", "_duckdb") and any(
+        marker in str(exc).lower() for marker in _DAMAGED)
 
 
 def _esc(text: str) -> str:
