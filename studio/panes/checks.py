@@ -11,6 +11,7 @@ Pin… (Prompt Inspector, Replay) opens ``PinDialog`` here, which appends to the
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -190,7 +191,7 @@ class ChecksPane(QWidget):
         try:
             options = parse_options(self.options_edit.text().strip() or None)
         except CheckFileError as exc:
-            self.status.setText(str(exc))
+            self.status.setText(_typed_here(str(exc)))
             return
         self.run_checks(options or None)
 
@@ -275,6 +276,14 @@ class ChecksPane(QWidget):
 
     def set_selection(self, selection: Selection) -> None:
         """Checks are the file's, not a thread's: the selection does not change what is listed."""
+
+
+def _typed_here(message: str) -> str:
+    """The command line's words for its ``--options`` flag, said of the field they were typed in here."""
+    message = re.sub(r"--options '(\{.*?\})'", r"\1", message)  # the example: the JSON alone
+    message = message.replace("--options is not", "The what-if options are not")
+    message = message.replace("--options must be", "The what-if options must be")
+    return message.replace("--options", "What-if options")
 
 
 __all__ = ["ChecksPane", "SETTING"]

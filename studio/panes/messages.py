@@ -146,6 +146,9 @@ class MessagesPane(QWidget):
 
         self.header = elastic(QLabel("Pick a thread on the left.", self))
         self.header.setObjectName("paneHeader")
+        # Always markup (ids and reasons in it are escaped): left to guess, Qt showed an escaped reason as plain
+        # text, so a path like "R&D's notes" read "R&amp;D&#x27;s notes".
+        self.header.setTextFormat(Qt.TextFormat.RichText)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.model = MessageListModel(session.run, session.store, parent=self)

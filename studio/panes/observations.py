@@ -91,6 +91,7 @@ class ObservationsPane(QWidget):
         self.stack = QStackedWidget(self)
         self.empty_label = QLabel("")
         self.empty_label.setWordWrap(True)
+        self.empty_label.setTextFormat(Qt.TextFormat.PlainText)  # it may name a thread (user data)
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setStyleSheet("color: palette(placeholder-text); padding: 24px;")
         self.stack.addWidget(self.empty_label)
@@ -212,8 +213,14 @@ class ObservationsPane(QWidget):
     def _on_error(self, exc: BaseException, gen: int) -> None:
         if gen != self._gen:
             return
+        # Nothing of what was shown before stays on screen: it belongs to the previous selection, and its
+        # Edit… / Delete… would act on that selection's lines.
+        self._apply(OMView(self.selection))
+        sel = self.selection
+        owner = f"thread {sel.thread_id}" if sel.thread_id else f"resource {sel.resource_id}"
+        self.empty_label.setText(f"The observational memory of {owner} could not be read (the reason is below). "
+                                 "Nothing was changed; Reload (F5) reads it again.")
         self.status.setText(f"Could not read observational memory: {exc}")
-        self.loaded.emit()
 
     def _apply(self, view: OMView) -> None:
         self.view = view

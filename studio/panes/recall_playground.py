@@ -48,6 +48,11 @@ from studio.widgets.pane_header import alive_only, caption, pane_header, pane_la
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel
 
 DEBOUNCE_MS = 300
+# What a failure banner says failed (the search, or a read around it).
+SEARCH_FAILED = "The search failed"
+THREAD_FAILED = "This thread's messages could not be read (the list under “Why not this message?” is empty)"
+AGENT_FAILED = "The agent's recall options could not be read (the controls keep their values)"
+EXPLAIN_FAILED = "Why this message is in or out could not be worked out"
 # Column widths come from sample text, not from the rows: sizing to contents re-read every cell of
 # every list on each search (~100 ms at 10k messages, more than the search itself).
 SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "Fused": "0.000", "Vector": "-0.000 #00",
@@ -133,6 +138,7 @@ class RecallPlaygroundPane(QWidget):
         self.resource_id: str | None = None
         self.view: RecallView | None = None
         self.explanation: Explanation | None = None
+        self._read_failure: str | None = None  # a failed read of the selection's thread or agent: it stays said
         self._key = f"recall-playground-{id(self)}"
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
@@ -314,6 +320,7 @@ class RecallPlaygroundPane(QWidget):
         self.selection = selection
         self.resource_id = selection.resource_id
         if selection.thread_id != previous.thread_id:
+            self._read_failure = None
             self.thread_list.clear()
             if selection.thread_id is not None:
                 self._load_thread_messages(selection.thread_id)
@@ -330,7 +337,8 @@ class RecallPlaygroundPane(QWidget):
         store = self.session.store
         self.session.run(lambda: _agent_recall(store, thread_id),
                          on_result=alive_only(self, lambda start: self._on_start(thread_id, start)),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-agent")
+                         on_error=alive_only(self, lambda exc: self._on_error(exc, AGENT_FAILED)),
+                         key=self._key + "-agent")
 
     def _on_start(self, thread_id: str | None, start: lay.RecallStart) -> None:
         if thread_id != self.selection.thread_id:
@@ -392,7 +400,8 @@ class RecallPlaygroundPane(QWidget):
         store = self.session.store
         self.session.run(lambda: (last_messages(store, thread_id), store.memory.get_thread(thread_id)),
                          on_result=alive_only(self, lambda r: self._on_thread_messages(thread_id, *r)),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-thread")
+                         on_error=alive_only(self, lambda exc: self._on_error(exc, THREAD_FAILED)),
+                         key=self._key + "-thread")
 
     def _on_thread_messages(self, thread_id: str, rows: list[MessageRow], thread: Any) -> None:
         if thread_id != self.selection.thread_id:
@@ -451,17 +460,25 @@ class RecallPlaygroundPane(QWidget):
         elif notes:
             self.banner.show_message("; ".join(notes), "info")
         else:
-            self.banner.hide()
+            self._hide_banner()
         self.summary.setText(lay.search_summary(ins) + "\n" + lay.indexed_by_text(view.indexed_by, ins.model_id))
         self.status.setText("")
         self.searched.emit(view)
         if self.why_edit.text().strip():
             self.explain_now()
 
-    def _on_error(self, exc: BaseException) -> None:
+    def _on_error(self, exc: BaseException, what: str = SEARCH_FAILED) -> None:
+        """``what`` failed: the search, or one of the reads around it (each says which, so a thread that
+        could not be read is not reported as a failed search)."""
         text = f"{type(exc).__name__}: {exc}"
+        if what == SEARCH_FAILED:  # the lists of the search before are not this query's: they go
+            self._show_empty("")
+            self.explanation = None
+            self.explain_view.clear()
         self.status.setText("")
-        self.banner.show_message(f"The search failed: {text}", "error")
+        if what != SEARCH_FAILED and what != EXPLAIN_FAILED:
+            self._read_failure = f"{what}: {text}"
+        self.banner.show_message(f"{what}: {text}", "error")
         self.failed.emit(text)
 
     def _show_empty(self, why: str | None = None) -> None:
@@ -469,9 +486,16 @@ class RecallPlaygroundPane(QWidget):
         for name in LISTS:
             self.models[name].set_rows([])
             self.captions[name].setText("")
-        self.banner.hide()
+        self._hide_banner()
         self.summary.setText(why or "Type a query to see what recall finds, list by list.")
         self.status.setText("")
+
+    def _hide_banner(self) -> None:
+        """A new search has nothing to say: a failed read of the selection's thread or agent is still said."""
+        if self._read_failure:
+            self.banner.show_message(self._read_failure, "error")
+        else:
+            self.banner.hide()
 
     # -- why not? --------------------------------------------------------------------------------
     def _row_picked(self, name: ListName, selected: QItemSelection) -> None:
@@ -501,7 +525,8 @@ class RecallPlaygroundPane(QWidget):
         store, embedders = self.session.store, self.embedders
         self.session.run(lambda: explain_recall(store, embedders, ins, message_id),
                          on_result=alive_only(self, lambda e: self._on_explained(e, ins)),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-why")
+                         on_error=alive_only(self, lambda exc: self._on_error(exc, EXPLAIN_FAILED)),
+                         key=self._key + "-why")
 
     def _on_explained(self, e: Explanation, ins: Inspection) -> None:
         if ins is not self.inspection:

@@ -227,6 +227,7 @@ class TracesPane(QWidget):
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
         self.span_title = caption("Span")
+        self.span_title.setTextFormat(Qt.TextFormat.PlainText)  # a span's name comes from the trace file
         self.span_facts = elastic(QLabel(""))
         self.span_facts.setTextFormat(Qt.TextFormat.RichText)
         self.span_facts.setWordWrap(True)
@@ -507,7 +508,12 @@ class TracesPane(QWidget):
 
     def _on_error(self, exc: BaseException) -> None:
         self._loading = False
-        self.banner.show_message(f"Traces could not be read: {exc or type(exc).__name__}", "error")
+        text = f"Traces could not be read: {exc or type(exc).__name__}"
+        if _damaged_trace_file(exc):
+            # A damaged (or foreign) trace file: say what it holds and how the user gets a working one.
+            text += (" The trace file holds traces only (no conversation): the next traced turn moves it aside "
+                     "(its name ending in .broken- and the time) and starts a new one; or delete it, then Reload.")
+        self.banner.show_message(text, "error")
         self.status.setText("")
 
     # -- one trace ---------------------------------------------------------------------------------
@@ -634,6 +640,16 @@ class TracesPane(QWidget):
             text = pretty_json(span.to_json_dict())
             QGuiApplication.clipboard().setText(text)
             self.status.setText(f"Copied span '{span.name}' as JSON ({len(text):,} characters).")
+
+
+# DuckDB's words for a file that is not (or no longer) a DuckDB database (the engine's writer sets such a file
+# aside on the next traced turn: ``core.traces.recovery``, which the Studio does not import).
+_DAMAGED = ("not a valid duckdb database file", "could not read enough bytes", "corrupt database file", "checksum")
+
+
+def _damaged_trace_file(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("duckdb", "_duckdb") and any(
+        marker in str(exc).lower() for marker in _DAMAGED)
 
 
 def _esc(text: str) -> str:

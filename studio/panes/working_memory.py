@@ -38,6 +38,7 @@ from studio.logic.wm_editing import (
     VersionRow,
     WmDraft,
     WmSnapshot,
+    WmTarget,
     changed_paths,
     pretty_json,
     save_wm,
@@ -111,6 +112,9 @@ class WorkingMemoryPane(QWidget):
         self._in_conflict = False
         self._conflict_current: str | None = None
         self._stale_warning = False  # the info banner says the stored value changed under the edit
+        # Unsaved edits of owners the user moved away from (another resource, thread or agent), by owner and
+        # format: picking that owner again brings the edit back instead of the stored text replacing it.
+        self._kept: dict[tuple[WmTarget, str], tuple[WmDraft, str]] = {}
         self._build()
         self._register_commands()
         session.changed.connect(self.reload)
@@ -309,8 +313,15 @@ class WorkingMemoryPane(QWidget):
         return self.commands.commands()
 
     # -- selection and loading -------------------------------------------------------------------
+    def _keep_unsaved(self) -> None:
+        """The pane is about to show another owner: keep the editor's unsaved edit for when it comes back."""
+        snap, draft = self.snapshot, self.draft
+        if snap is not None and snap.target is not None and draft is not None and self._is_dirty():
+            self._kept[(snap.target, draft.fmt)] = (draft, self.editor.toPlainText())
+
     def set_selection(self, selection: Selection) -> None:
         if selection.resource_id is None and selection.thread_id is None:
+            self._keep_unsaved()
             self.selection = selection
             self._show_empty("Pick a resource or a thread to see its working memory.")
             return
@@ -318,6 +329,7 @@ class WorkingMemoryPane(QWidget):
                                                                       self.selection.thread_id)
         self.selection = selection
         if not same_owner or self.snapshot is None:
+            self._keep_unsaved()
             self.reload()
 
     def _chosen_agent(self) -> str | None:
@@ -331,7 +343,7 @@ class WorkingMemoryPane(QWidget):
         store = self.session.store
         self.status.setText("Loading…")
         self.session.run(lambda: load_wm(store, selection, agent), on_result=alive_only(self, self._on_loaded),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-load")
+                         on_error=alive_only(self, self._on_load_error), key=self._key + "-load")
 
     def _on_loaded(self, snap: WmSnapshot) -> None:
         previous = self.snapshot
@@ -367,6 +379,9 @@ class WorkingMemoryPane(QWidget):
             self._stored_changed(snap.text)  # "Stored now" and the merge preview follow what is stored
         else:
             self._start_draft(snap)
+            self._restore_kept(snap)
+        if snap.target is not None:
+            self._kept.pop((snap.target, snap.fmt), None)  # shown (or still in the editor): no longer kept aside
         self.version_model.set_rows(snap.version_rows())
         self.history.set_kept(snap.versions_kept, len(snap.versions))
         self._fill_template_tab(snap)
@@ -413,6 +428,30 @@ class WorkingMemoryPane(QWidget):
         self.editor.load(self.draft.initial_text())
         self._on_edit()
 
+    def _restore_kept(self, snap: WmSnapshot) -> None:
+        """Bring back the unsaved edit made to this owner before the user looked elsewhere."""
+        kept = self._kept.get((snap.target, snap.fmt)) if snap.target is not None else None
+        if kept is None:
+            return
+        draft, text = kept
+        self.draft = draft
+        if draft.fmt == "json":
+            self.json_mode.blockSignals(True)
+            self.json_mode.setCurrentIndex(max(self.json_mode.findData(draft.json_mode), 0))
+            self.json_mode.blockSignals(False)
+        self.editor.load(text)
+        if snap.text != draft.baseline:  # stored meanwhile: Save shows both versions, as during an edit
+            self._stale_warning = True
+            self.info_banner.show_message(
+                "The stored working memory changed while you were editing (another process). "
+                "Your edit is kept; Save will show both versions before anything is overwritten.", "warning")
+            self._stored_changed(snap.text)
+        else:
+            self.info_banner.show_message(
+                "Your unsaved edit of this working memory was kept while you looked elsewhere: "
+                "Save it, or Revert to the stored text.", "info")
+            self._on_edit()
+
     def _fill_agents(self, snap: WmSnapshot) -> None:
         chosen = self._chosen_agent()
         self.agent_combo.blockSignals(True)
@@ -443,6 +482,7 @@ class WorkingMemoryPane(QWidget):
         self.template_editor.set_state(kind, text, snap.config.versions if snap.config else [], effect)
 
     def _agent_chosen(self, _i: int) -> None:
+        self._keep_unsaved()
         self.snapshot = None  # a different agent may mean another scope, mode or template
         self.reload()
 
@@ -723,6 +763,13 @@ class WorkingMemoryPane(QWidget):
         self.status.setText("Something went wrong; nothing was written unless it says so above.")
         self._update_actions()
         self.failed.emit(message)
+
+    def _on_load_error(self, exc: BaseException) -> None:
+        """The read failed: what was shown belongs to the owner read before (Save would write there), so it
+        goes; an unsaved edit is kept for when its owner reads again."""
+        self._keep_unsaved()
+        self._show_empty("Working memory could not be read.")
+        self._on_error(exc)
 
     def _show_empty(self, text: str) -> None:
         self.snapshot = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import shiboken6
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 ELASTIC_MIN_WIDTH = 40
@@ -28,12 +29,15 @@ def pane_header(title: str, subtitle: QLabel | None = None) -> tuple[QHBoxLayout
     """(row, title label, subtitle label); callers add their buttons to the row."""
     row = QHBoxLayout()
     title_label = QLabel(title)
+    # Titles and subtitles name threads, resources and files (user data): shown as typed, never as markup.
+    title_label.setTextFormat(Qt.TextFormat.PlainText)
     font = title_label.font()
     font.setPointSize(font.pointSize() + 2)
     font.setBold(True)
     title_label.setFont(font)
     if subtitle is None:
         subtitle = QLabel("")
+        subtitle.setTextFormat(Qt.TextFormat.PlainText)
         subtitle.setStyleSheet("color: palette(placeholder-text);")
     elastic(title_label)
     elastic(subtitle)

@@ -217,3 +217,25 @@ def test_a_checks_file_that_cannot_be_read_does_not_show_the_previous_files_chec
     assert pane.summary.text() == ("No checks shown: this checks file cannot be used as it is; fix it (the reason "
                                    "is below), then Run Checks.")
     assert "passed" not in pane.summary.text() and pane.detail.toPlainText() == ""
+
+
+def test_what_if_errors_speak_of_the_field_not_the_command_line(qtbot: Any, no_leaked_widgets: None,
+                                                                 make_session: Any, tmp_path: Path) -> None:
+    """The options are checked by the CLI's parser, whose messages name its ``--options`` flag; in the
+    pane there is no flag, so the advice (and its example) must be about the field."""
+    from studio.panes.checks import ChecksPane
+
+    db = tmp_path / "memory.db"
+    seed(db)
+    pane = ChecksPane(make_session(db))
+    qtbot.addWidget(pane)
+    for typed, expected in (("{nope", "The what-if options are not valid JSON"),
+                            ("[1]", "The what-if options must be a JSON object"),
+                            ('{"no_such_option": 1}', "What-if options: ")):
+        pane.options_edit.setText(typed)
+        pane.what_if_btn.click()
+        assert pane.status.text().startswith(expected), pane.status.text()
+        assert "--options" not in pane.status.text()
+    pane.options_edit.setText("{nope")
+    pane.what_if_btn.click()
+    assert "for example {\"semantic_recall\": false}." in pane.status.text()

@@ -139,3 +139,23 @@ def test_priority_markers_are_drawn_without_an_emoji_font(no_leaked_widgets, qtb
     assert isinstance(image, QImage) and not image.isNull()
     centre = QColor(image.pixel(image.width() // 2, image.height() // 2))
     assert centre.name() == "#e5534b"
+
+
+def test_a_read_that_fails_does_not_leave_the_previous_log_on_screen(no_leaked_widgets, qtbot, make_session,
+                                                                   demo_db):
+    """A failed read says why and shows no observations: the log, hints and Edit… of the thread shown
+    before stayed on screen under the new selection."""
+    import sqlite3
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    assert pane.stack.currentIndex() == PAGE_CONTENT
+    con = sqlite3.connect(demo_db)  # another program reshapes the table: the next read fails
+    con.execute("DROP INDEX idx_om_lookup_key")
+    con.execute("ALTER TABLE mastra_observational_memory DROP COLUMN scope")
+    con.commit()
+    con.close()
+    select(qtbot, pane, Selection("sam", "sam-retro"))
+    assert pane.status.text().startswith("Could not read observational memory: ")
+    assert pane.stack.currentIndex() == PAGE_EMPTY
+    assert pane.empty_label.text().startswith("The observational memory of thread sam-retro could not be read")
+    assert pane.view.history == [] and "sam-standup" not in pane.subtitle.text()

@@ -239,6 +239,26 @@ def test_a_thread_that_cannot_be_read_does_not_stay_loading(qtbot: Any, make_ses
     assert "is damaged" in pane.header.text()
 
 
+def test_a_failed_read_names_the_file_as_it_is_spelled(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    """The reason is escaped for the header, so the header must show it as markup: a folder named with
+    ``&`` or an apostrophe read ``R&amp;D&#x27;s`` when Qt took the escaped text for plain text."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QTextDocument
+
+    folder = small_db.parent / "R&D's notes"
+    folder.mkdir()
+    path = folder / "small.db"
+    small_db.rename(path)
+    _damage_thread_index(path)
+    pane = _messages(qtbot, make_session(path))
+    pane.set_selection(Selection("ada", "t-groceries"))
+    qtbot.waitUntil(lambda: pane.header.text().startswith("⚠"), timeout=10_000)
+    assert pane.header.textFormat() == Qt.TextFormat.RichText
+    shown = QTextDocument()
+    shown.setHtml(pane.header.text())
+    assert f"{path} is damaged" in shown.toPlainText()
+
+
 def test_ids_in_the_message_header_are_shown_as_text_not_markup(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
     # Ids are user data (an import, the gateway): a thread named like markup must not restyle the header.
     db = tmp_path / "markup.db"
@@ -251,6 +271,35 @@ def test_ids_in_the_message_header_are_shown_as_text_not_markup(qtbot: Any, make
     qtbot.waitUntil(lambda: "thread" in pane.header.text(), timeout=10_000)
     assert "<code>&lt;b&gt;t&lt;/b&gt;</code>" in pane.header.text()
     assert "<code>&lt;i&gt;ada&lt;/i&gt;</code>" in pane.header.text()
+
+
+def test_ids_in_pane_titles_are_shown_as_text_not_markup(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
+    # The Working Memory title and the Traces / Recall subtitles name the selected thread or resource.
+    from PySide6.QtCore import Qt
+
+    from studio.panes.recall_playground import RecallPlaygroundPane
+    from studio.panes.traces import TracesPane
+    from studio.panes.working_memory import WorkingMemoryPane
+
+    db = tmp_path / "markup.db"
+    with open_store(db) as store:
+        store.memory.create_thread(thread_id="<b>t</b>", resource_id="<i>ada</i>")
+        store.memory.save_messages([Message.user("hi", thread_id="<b>t</b>", resource_id="<i>ada</i>")])
+    session = make_session(db)
+    wm = WorkingMemoryPane(session)
+    traces = TracesPane(session)
+    recall = RecallPlaygroundPane(session)
+    for pane in (wm, traces, recall):
+        qtbot.addWidget(pane)
+        pane.show()
+    with qtbot.waitSignal(wm.loaded, timeout=10_000):
+        wm.set_selection(Selection("<i>ada</i>", "<b>t</b>"))
+    traces.set_selection(Selection("<i>ada</i>", "<b>t</b>"))
+    recall.set_selection(Selection("<i>ada</i>", "<b>t</b>"))
+    qtbot.waitUntil(lambda: "<b>t</b>" in traces.subtitle.text() and "<" in recall.subtitle.text(), timeout=10_000)
+    assert "<i>ada</i>" in wm.title.text()
+    for label in (wm.title, traces.title, traces.subtitle, traces.span_title, recall.subtitle):
+        assert label.textFormat() == Qt.TextFormat.PlainText, label.text()
 
 
 def test_problem_and_confirm_dialogs_show_their_text_as_plain_text(qtbot: Any) -> None:

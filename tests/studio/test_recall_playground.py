@@ -224,3 +224,38 @@ def test_a_database_without_recall_tables_gives_one_way_forward(qtbot, no_leaked
         assert p.captions["hybrid"].text()  # says why it is empty
     finally:
         s.close()
+
+
+def test_a_thread_that_cannot_be_read_is_not_reported_as_a_failed_search(qtbot, pane, session):
+    """No search was run: the banner must say the thread's messages could not be read, not "The search failed"."""
+    import sqlite3
+
+    con = sqlite3.connect(session.store.location.path)  # another program reshapes the table: reads fail
+    con.execute("ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
+    con.commit()
+    con.close()
+    with qtbot.waitSignal(pane.failed, timeout=15_000):
+        pane.set_selection(Selection("ada", "t-food"))
+    qtbot.waitUntil(lambda: not pane._debounce.isActive(), timeout=15_000)  # the (empty) search ran after it
+    assert pane.banner.isVisible()  # still said: the empty query's search does not hide it
+    from studio.panes.recall_playground import AGENT_FAILED, THREAD_FAILED
+
+    text = pane.banner.label.text()  # both reads touch the messages: whichever answered last is said
+    assert text.startswith((THREAD_FAILED, AGENT_FAILED)) and "The search failed" not in text
+
+
+def test_a_failed_search_does_not_leave_the_previous_lists_on_screen(qtbot, pane, session):
+    import sqlite3
+
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "peanut allergy")
+    assert pane.models["vector"].rowCount() > 0
+    con = sqlite3.connect(session.store.location.path)  # another program reshapes the table: reads fail
+    con.execute("ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
+    con.commit()
+    con.close()
+    with qtbot.waitSignal(pane.failed, timeout=15_000):
+        pane.query_edit.setText("birthday party")
+        pane.search_now()
+    assert pane.banner.label.text().startswith("The search failed: ")
+    assert pane.view is None and all(pane.models[name].rowCount() == 0 for name in pane.models)

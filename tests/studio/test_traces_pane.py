@@ -335,3 +335,20 @@ def test_mastra_point_events_do_not_show_as_running(no_leaked_widgets, qtbot, ma
     duration = index.sibling(index.row(), COL_DURATION).data()
     assert duration == "event" and "running" not in pane.span_facts.text()
     assert "point event" in pane.span_facts.text()
+
+
+def test_a_damaged_trace_file_says_what_to_do(no_leaked_widgets, qtbot, make_session, demo_db):
+    """A trace file that is not DuckDB's (damaged, or another program's) must not end at DuckDB's own error:
+    the banner says the file holds no conversation and how to get a working one."""
+    trace_file = demo_db.parent / "observability.duckdb"
+    trace_file.write_bytes(b"not a duckdb file " * 500)
+    before = trace_file.read_bytes()
+    pane = TracesPane(make_session(demo_db))
+    qtbot.addWidget(pane)
+    pane.show()
+    qtbot.waitUntil(lambda: pane.banner.isVisible() and "could not be read" in pane.banner.label.text(),
+                    timeout=WAIT)
+    text = pane.banner.label.text()
+    assert text.startswith("Traces could not be read: ")
+    assert "holds traces only (no conversation)" in text and "delete it, then Reload" in text
+    assert trace_file.read_bytes() == before  # looking never moves or rewrites the file

@@ -175,3 +175,54 @@ def test_compare_any_two_versions_or_a_version_with_the_editor(qtbot: Any, pane:
     assert pane.version_diff_label.text().startswith("Version 4 → the editor")
     assert [(ln.kind, ln.text) for ln in pane.version_diff.lines if ln.kind != "equal"] == [
         ("insert", "from the editor")]
+
+
+def test_an_unsaved_edit_survives_looking_at_another_owner(qtbot: Any, pane: Any, session: Any) -> None:
+    """Picking another resource while an edit is unsaved, then coming back, shows the edit again (it was
+    silently replaced by the stored text before); Save then writes it."""
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.replace_all("# User\n- Name: Alice\n- City: Berlin")
+    load(qtbot, pane, Selection("bob", "t2"))
+    assert "Bob" in pane.editor.toPlainText()
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert pane.editor.toPlainText() == "# User\n- Name: Alice\n- City: Berlin"
+    assert pane.dirty_label.text() == "● unsaved changes" and pane.commands.action("wm.save").isEnabled()
+    assert "was kept" in pane.info_banner.label.text()
+    save_and_wait(qtbot, pane, pane.saved)
+    assert stored(session, "t1", "alice") == "# User\n- Name: Alice\n- City: Berlin"
+    load(qtbot, pane, Selection("bob", "t2"))
+    load(qtbot, pane, Selection("alice", "t1"))  # saved: nothing kept aside any more
+    assert pane.editor.toPlainText() == "# User\n- Name: Alice\n- City: Berlin" and not pane.info_banner.isVisible()
+
+
+def test_a_kept_edit_whose_owner_changed_meanwhile_goes_through_the_conflict(qtbot: Any, pane: Any,
+                                                                            session: Any) -> None:
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.replace_all("# User\n- Name: Alice\n- City: Berlin")
+    load(qtbot, pane, Selection("bob", "t2"))
+    assistant(session).update_working_memory(thread_id="t1", resource_id="alice",
+                                             working_memory="# User\n- Name: Alice\n- Pet: cat")
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert pane.editor.toPlainText() == "# User\n- Name: Alice\n- City: Berlin"
+    assert "changed while you were editing" in pane.info_banner.label.text()
+    save_and_wait(qtbot, pane, pane.conflict)  # both versions shown before anything is overwritten
+    assert stored(session, "t1", "alice") == "# User\n- Name: Alice\n- Pet: cat"
+
+
+def test_a_load_that_fails_does_not_leave_the_previous_owner_editable(qtbot: Any, pane: Any,
+                                                                     session: Any) -> None:
+    """Picking another owner whose read fails: the previous owner's text stayed in the editor with Save on,
+    under the new selection; now nothing is shown (an unsaved edit is kept aside for its owner)."""
+    import sqlite3
+
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.replace_all("# User\n- Name: Alice\n- City: Berlin")
+    con = sqlite3.connect(session.store.location.path)  # another program reshapes a table: reads fail
+    con.execute("ALTER TABLE mastra_threads RENAME TO mastra_threads_old")
+    con.commit()
+    con.close()
+    with qtbot.waitSignal(pane.failed, timeout=WAIT):
+        pane.set_selection(Selection("bob", "t2"))
+    assert pane.title.text() == "Working memory" and pane.editor.toPlainText() == ""
+    assert not pane.commands.action("wm.save").isEnabled()
+    assert pane.info_banner.isVisible() and pane.info_banner.level == "error"
