@@ -273,6 +273,7 @@ class MainWindow(QMainWindow):
         self.is_ready = False  # finish_building() has run
         self.pool = WorkerPool(self, max_threads=2)
         self.session: StudioSession | None = None
+        self._discard_confirmed = False  # the user chose to close with unsaved edits
         self.pages: list[PanePage] = []  # one per tab, in PANES order, while a database is open
         self.panes = BuiltPanes(self)
         self.resources: ResourcesPane | None = None
@@ -483,13 +484,26 @@ class MainWindow(QMainWindow):
 
     # -- opening ---------------------------------------------------------------------------------
     def open_database(self, path: str | None, *, allow_writes: bool | None = None, create_missing: bool = False,
-                      seed_if_empty: bool = False, keep: Selection | None = None, init_empty: bool = False) -> None:
-        """Open ``path`` (None: the project's anchored database) in a worker; errors become dialogs."""
+                      seed_if_empty: bool = False, keep: Selection | None = None, init_empty: bool = False,
+                      discard_unsaved: bool = False) -> None:
+        """Open ``path`` (None: the project's anchored database) in a worker; errors become dialogs.
+        Edits not saved in the panes of the open database are discarded only when the user says so."""
         from studio.session import open_studio_database
 
         self.finish_building()  # what the open and its outcome use (dialogs, recent files, commands)
         if self.seeding:  # the seeder is writing through the current store; let it finish
             self.show_status("Creating demo data — open another database when it is done")
+            return
+        unsaved = self.unsaved_edits() if self.session is not None and not discard_unsaved else 0
+        if unsaved:
+            self.presenter.confirm(
+                self, "Discard unsaved edits?",
+                f"{unsaved} working-memory edit(s) typed in the Working Memory pane are not saved.",
+                "Opening a database discards them. Choose Cancel, then Save them in the Working Memory pane, "
+                "to keep them.", "Discard and Open",
+                lambda: self.open_database(path, allow_writes=allow_writes, create_missing=create_missing,
+                                           seed_if_empty=seed_if_empty, keep=keep, init_empty=init_empty,
+                                           discard_unsaved=True))
             return
         self._open_token += 1
         token = self._open_token
@@ -1024,6 +1038,10 @@ class MainWindow(QMainWindow):
         self.file_banner.show_message(message, "error", actions)
         self.show_status(f"⚠ {message}")
 
+    def _close_discarding(self) -> None:
+        self._discard_confirmed = True
+        self.close()
+
     def _on_server_lost(self, message: str) -> None:
         """The database server stopped answering: the panes keep what they last read, so say so."""
         self.file_banner.show_message(
@@ -1035,7 +1053,21 @@ class MainWindow(QMainWindow):
         self.file_banner.hide()
         self.show_status("The database server answers again")
 
+    def unsaved_edits(self) -> int:
+        """Edits typed in the panes and not saved (closing the window or the database discards them)."""
+        return sum(int(counter()) for pane in self.panes.values()
+                   if callable(counter := getattr(pane, "unsaved_edits", None)))
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        unsaved = self.unsaved_edits() if self.session is not None and not self._discard_confirmed else 0
+        if unsaved:
+            event.ignore()  # asked first: closing would throw away what the user typed
+            self.presenter.confirm(
+                self, "Close with unsaved edits?",
+                f"{unsaved} working-memory edit(s) typed in the Working Memory pane are not saved.",
+                "Closing discards them. Choose Cancel, then Save them in the Working Memory pane, to keep them.",
+                "Discard and Close", self._close_discarding)
+            return
         self.settings.setValue("geometry", self.saveGeometry())
         if self.is_ready:
             self.presenter.close_all()

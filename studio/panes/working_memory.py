@@ -493,6 +493,11 @@ class WorkingMemoryPane(QWidget):
             self.agent_config_view.load(json.dumps(agent.config, ensure_ascii=False, indent=2))
 
     # -- editing ---------------------------------------------------------------------------------
+    def unsaved_edits(self) -> int:
+        """Owners whose working memory has an edit not saved: the one in the editor, and those kept aside
+        while the user looked elsewhere (the window asks before closing them)."""
+        return len(self._kept) + (1 if self._is_dirty() else 0)
+
     def _is_dirty(self) -> bool:
         return self.draft is not None and self.draft.is_dirty(self.editor.toPlainText())
 

@@ -277,3 +277,31 @@ def test_history_says_how_many_versions_are_kept_and_a_too_large_save_is_refused
         assert [r.version.text for r in pane.version_model.rows()] == ["# User\n- v5", "# User\n- v4", "# User\n- v3"]
     finally:
         session.close()
+
+
+def test_closing_or_opening_another_database_asks_before_discarding_an_unsaved_edit(qtbot, make_window, tmp_path):
+    """What the user typed and did not save is not thrown away without a word: closing the window or opening
+    a database asks first; Cancel keeps the window and the edit, Discard goes on."""
+    path = tmp_path / "m.db"
+    build_db(path).close()
+    window = make_window()
+    window.open_database(str(path))
+    qtbot.waitUntil(lambda: window.resources is not None and len(window.resources.thread_rows()) >= 1,
+                    timeout=15_000)
+    window.show_tab("working_memory")
+    pane = window.panes["working_memory"]
+    load(qtbot, pane, Selection("alice", "t1"))
+    pane.editor.setPlainText(pane.editor.toPlainText() + "\n- Likes: tea")
+    assert window.unsaved_edits() == 1
+    session = window.session
+    window.open_database(str(path))
+    box = window.presenter.open[-1]
+    assert box.windowTitle() == "Discard unsaved edits?" or "Discard unsaved edits?" in box.text()
+    box.reject()  # Cancel
+    assert window.session is session and "Likes: tea" in pane.editor.toPlainText()
+    window.close()
+    assert window.isVisible()  # not closed: it asked
+    box = window.presenter.open[-1]
+    assert "not saved" in box.text() or "not saved" in box.informativeText()
+    box.property("yesButton").click()  # Discard and Close
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=10_000)
