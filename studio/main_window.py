@@ -429,7 +429,7 @@ class MainWindow(QMainWindow):
         self.edits.register(c)
         c.add("app.preferences", "Preferences…", self.show_preferences, shortcut="Ctrl+,", menu="File",
               group="preferences", keywords="settings models endpoint api key openai ollama")
-        c.add("app.quit", "Quit", self.close, shortcut="Ctrl+Q", menu="File", group="quit")
+        c.add("app.quit", "Quit", self.request_close, shortcut="Ctrl+Q", menu="File", group="quit")
         c.add("view.palette", "Command Palette…", self.show_palette, shortcut="Ctrl+K", menu="View", group="palette")
         c.add("view.filter", "Filter Threads", self.focus_filter, shortcut="Ctrl+F", menu="View", group="find",
               enabled=has_db)
@@ -1058,15 +1058,30 @@ class MainWindow(QMainWindow):
         return sum(int(counter()) for pane in self.panes.values()
                    if callable(counter := getattr(pane, "unsaved_edits", None)))
 
-    def closeEvent(self, event: QCloseEvent) -> None:
+    def request_close(self) -> None:
+        """Quit, as the user asks it (File > Quit): first ask about edits not saved."""
+        if self._ask_before_closing():
+            return
+        self._discard_confirmed = True
+        self.close()
+
+    def _ask_before_closing(self) -> bool:
+        """Ask before closing discards unsaved edits; True: asked (the close waits for the answer)."""
         unsaved = self.unsaved_edits() if self.session is not None and not self._discard_confirmed else 0
-        if unsaved:
-            event.ignore()  # asked first: closing would throw away what the user typed
-            self.presenter.confirm(
-                self, "Close with unsaved edits?",
-                f"{unsaved} working-memory edit(s) typed in the Working Memory pane are not saved.",
-                "Closing discards them. Choose Cancel, then Save them in the Working Memory pane, to keep them.",
-                "Discard and Close", self._close_discarding)
+        if not unsaved:
+            return False
+        self.presenter.confirm(
+            self, "Close with unsaved edits?",
+            f"{unsaved} working-memory edit(s) typed in the Working Memory pane are not saved.",
+            "Closing discards them. Choose Cancel, then Save them in the Working Memory pane, to keep them.",
+            "Discard and Close", self._close_discarding)
+        return True
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        # The window system's close (the title bar's button) asks like File > Quit; a close from code
+        # (a script, a test harness) closes as it is told.
+        if event.spontaneous() and self._ask_before_closing():
+            event.ignore()
             return
         self.settings.setValue("geometry", self.saveGeometry())
         if self.is_ready:

@@ -281,9 +281,13 @@ class StudioSession(QObject):
         self.finish_close()
 
     def begin_close(self) -> None:
-        """The UI thread's part of closing: no more polls, and no late answer reaches a pane."""
+        """The UI thread's part of closing: no more polls, and no late answer reaches a pane or the
+        window (its jobs may still end while ``finish_close`` waits for them: their busy counts and
+        errors must not reach widgets that are gone by then)."""
         self.stop()
         self.pool.shutdown()
+        self.pool.blockSignals(True)
+        self.blockSignals(True)
 
     def finish_close(self) -> None:
         """The waiting part, for a worker: running jobs end, then the store closes — which finishes
