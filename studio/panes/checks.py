@@ -231,6 +231,13 @@ class ChecksPane(QWidget):
             self.run_data = None
             self._show_rows([])
             self.summary.setText(f"{UNUSABLE_FILE} fix it (the reason is below), then Run Checks.")
+        elif self.run_data is not None and self.run_data.results is not None:
+            # The run failed (a database that cannot be read, a lock): the results shown are the previous
+            # run's, and must not pass for this one's. The checks stay, not run.
+            self.run_data = checks_jobs.ChecksRun(self.run_data.path, self.run_data.checks)
+            self._show_rows(check_rows(self.run_data.checks, None, None))
+            self.summary.setText(f"{len(self.run_data.checks)} check(s), not run: the last run failed (the "
+                                 "reason is below). Run Checks again.")
         self.status.setText(text)
         self.failed.emit(text)
 

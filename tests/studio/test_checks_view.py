@@ -239,3 +239,31 @@ def test_what_if_errors_speak_of_the_field_not_the_command_line(qtbot: Any, no_l
     pane.options_edit.setText("{nope")
     pane.what_if_btn.click()
     assert "for example {\"semantic_recall\": false}." in pane.status.text()
+
+
+def test_a_run_that_fails_does_not_leave_the_previous_runs_results(qtbot: Any, make_window: Any, tmp_path: Path,
+                                                                   monkeypatch: Any) -> None:
+    """A run that fails for the database's sake shows its checks as not run, not the previous run's passes
+    under the new status."""
+    from core.storage import StorageUnavailableError
+    from studio import checks_jobs
+
+    db = tmp_path / "memory.db"
+    seed(db)
+    good = tmp_path / "good.json"
+    save_checks(good, [Check("never a pirate", "food", turn=1, prompt_excludes=("pirate",))])
+    window = _open(qtbot, make_window, db)
+    pane = window.panes["checks"]
+    window.show_tab("checks")
+    pane.set_path(good, run=True)
+    _ran(qtbot, pane)
+    assert "1 passed" in pane.summary.text()
+
+    def locked(*_args: Any, **_kw: Any) -> Any:
+        raise StorageUnavailableError(f"{db} is locked by another program: wait for it, then try again.")
+
+    monkeypatch.setattr(checks_jobs, "run", locked)
+    pane.run_checks()
+    qtbot.waitUntil(lambda: not pane.busy and "locked" in pane.status.text(), timeout=30_000)
+    assert "passed" not in pane.summary.text() and "not run: the last run failed" in pane.summary.text()
+    assert [r.result for r in pane.model.rows()] == [None] and pane.run_data.results is None
