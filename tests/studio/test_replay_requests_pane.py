@@ -229,6 +229,22 @@ def test_an_exact_record_whose_messages_were_edited_since_says_so(qtbot: Any, pa
     assert "exact" in pane.view.request_view.view.status  # type: ignore[union-attr]
 
 
+def _inspector(qtbot: Any, session: StudioSession) -> PromptInspectorPane:
+    """A prompt inspector over the test's session, shown at the size the Studio gives it."""
+    inspector = PromptInspectorPane(session)
+    qtbot.addWidget(inspector)
+    inspector.resize(1300, 860)
+    inspector.show()
+    return inspector
+
+
+def _show_turn(qtbot: Any, inspector: PromptInspectorPane, message_id: str) -> None:
+    """Select the stored turn whose input is ``message_id`` and wait until its rebuild is shown."""
+    inspector.set_selection(Selection(RESOURCE, THREAD, message_id))
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id == message_id
+                    and not inspector.busy, timeout=30_000)
+
+
 def test_the_inspector_says_a_stored_turns_messages_were_edited_since(no_leaked_widgets: None, qtbot: Any,
                                                                      session: StudioSession) -> None:
     # The inspector showed the old text (rightly: what the model received) under "Stored turn: recorded
@@ -236,13 +252,8 @@ def test_the_inspector_says_a_stored_turns_messages_were_edited_since(no_leaked_
     memory = Memory(session.store)
     first, second = memory.turns(THREAD)[:2]
     memory.edit_message(first.input_message_id, resource_id=RESOURCE, text="Goodbye instead.")
-    inspector = PromptInspectorPane(session)
-    qtbot.addWidget(inspector)
-    inspector.resize(1300, 860)
-    inspector.show()
-    inspector.set_selection(Selection(RESOURCE, THREAD, second.input_message_id))
-    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
-                    and not inspector.busy, timeout=30_000)
+    inspector = _inspector(qtbot, session)
+    _show_turn(qtbot, inspector, second.input_message_id)
     text = inspector.banner.text()
     assert text.startswith("Stored turn: recorded (exact)")
     assert "Stored messages it used: 1 edited since, shown as sent." in text
@@ -290,14 +301,8 @@ def test_the_inspectors_copies_and_totals_follow_the_model_call_shown(no_leaked_
                                                                      session: StudioSession) -> None:
     # Picking model call 3 showed its messages in the table, but the status line and the context bar
     # kept call 1's totals, and Copy OpenAI Messages / Copy JSON copied call 1's messages.
-    inspector = PromptInspectorPane(session)
-    qtbot.addWidget(inspector)
-    inspector.resize(1300, 860)
-    inspector.show()
-    turn = Memory(session.store).turns(THREAD)[2]
-    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
-    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
-                    and not inspector.busy, timeout=30_000)
+    inspector = _inspector(qtbot, session)
+    _show_turn(qtbot, inspector, Memory(session.store).turns(THREAD)[2].input_message_id)
     preview = inspector.preview
     assert preview is not None and preview.prompt.replay is not None
     third = preview.prompt.replay.calls[2].prompt
@@ -320,10 +325,7 @@ def test_a_previews_tool_list_says_it_holds_memorys_tools_only(no_leaked_widgets
                                                                session: StudioSession) -> None:
     # The agent offers get_weather and convert on every turn, but its registration does not record its
     # tools: a preview listed updateWorkingMemory alone under "Tool definitions (as sent)".
-    inspector = PromptInspectorPane(session)
-    qtbot.addWidget(inspector)
-    inspector.resize(1300, 860)
-    inspector.show()
+    inspector = _inspector(qtbot, session)
     inspector.set_selection(Selection(RESOURCE, THREAD))
     qtbot.waitUntil(lambda: inspector.preview is not None and not inspector.busy, timeout=30_000)
     request = inspector.request_view
@@ -332,10 +334,7 @@ def test_a_previews_tool_list_says_it_holds_memorys_tools_only(no_leaked_widgets
     assert heading != "Tool definitions (as sent)" and "memory's own" in heading
     assert "an agent sends its own tools too" in request.header.text()
     # A stored turn's request is what was sent, every tool included.
-    turn = Memory(session.store).turns(THREAD)[1]
-    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
-    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
-                    and not inspector.busy, timeout=30_000)
+    _show_turn(qtbot, inspector, Memory(session.store).turns(THREAD)[1].input_message_id)
     assert request.tools.headerItem().text(0) == "Tool definitions (as sent)"
     assert [t.name for t in request.view.tools] == ["updateWorkingMemory", "get_weather", "convert"]
     assert "an agent sends its own tools too" not in request.header.text()
@@ -359,13 +358,8 @@ def test_the_inspector_says_when_a_stored_turn_ran_with_other_options(no_leaked_
                                       "playground-turn")
     chat_runner.run_turn(session.store, request, ScriptedModel(["Sure."]), embedder=lambda: None,
                          on_delta=lambda _piece: None)
-    inspector = PromptInspectorPane(session)
-    qtbot.addWidget(inspector)
-    inspector.resize(1300, 860)
-    inspector.show()
-    inspector.set_selection(Selection(RESOURCE, THREAD, "playground-turn"))
-    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
-                    and not inspector.busy, timeout=30_000)
+    inspector = _inspector(qtbot, session)
+    _show_turn(qtbot, inspector, "playground-turn")
     assert inspector.agent_combo.currentText() == "Agent 'tooly'" and inspector.instructions_edit.text() != \
         chat_runner.DEFAULT_INSTRUCTIONS
     text = inspector.banner.text()
@@ -374,10 +368,7 @@ def test_the_inspector_says_when_a_stored_turn_ran_with_other_options(no_leaked_
     fragments = inspector.fragment_model.rows()
     assert fragments[0].text == chat_runner.DEFAULT_INSTRUCTIONS  # the prompt is the record's
     # The agent's own turn ran with what is shown: nothing to say.
-    turn = Memory(session.store).turns(THREAD)[1]
-    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
-    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id ==
-                    turn.input_message_id and not inspector.busy, timeout=30_000)
+    _show_turn(qtbot, inspector, Memory(session.store).turns(THREAD)[1].input_message_id)
     assert "this turn ran with" not in inspector.banner.text()
 
 
@@ -385,14 +376,8 @@ def test_pin_is_refused_for_a_fragment_that_entered_at_a_later_model_call(no_lea
                                                                           session: StudioSession) -> None:
     # A memory check rebuilds a turn's first model call; a tool result shown under model call 3 is not in
     # it, so a check pinned from it failed at once.
-    inspector = PromptInspectorPane(session)
-    qtbot.addWidget(inspector)
-    inspector.resize(1300, 860)
-    inspector.show()
-    turn = Memory(session.store).turns(THREAD)[2]
-    inspector.set_selection(Selection(RESOURCE, THREAD, turn.input_message_id))
-    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.request.message_id is not None
-                    and not inspector.busy, timeout=30_000)
+    inspector = _inspector(qtbot, session)
+    _show_turn(qtbot, inspector, Memory(session.store).turns(THREAD)[2].input_message_id)
     inspector.call_combo.setCurrentIndex(2)
     rows = inspector.fragment_model.rows()
     later = next(i for i, r in enumerate(rows) if r.source == "response")
