@@ -109,23 +109,29 @@ def _studio_file(filename: str) -> str | None:
         return None
 
 
+def _studio_frames() -> list[tuple[str, Any, int]]:
+    """The app's own frames on the calling stack, innermost first: (file under studio/, code, line)."""
+    frames: list[tuple[str, Any, int]] = []
+    frame = sys._getframe(2)
+    while frame is not None:
+        rel = _studio_file(frame.f_code.co_filename)
+        if rel is not None:
+            frames.append((rel, frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return frames
+
+
 def _note_ui_io(what: str) -> None:
     """Record ``what`` when the app's own code does it on the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return
-    frame = sys._getframe(2)
-    outermost: tuple[str, str, int] | None = None
-    while frame is not None:
-        rel = _studio_file(frame.f_code.co_filename)
-        if rel is not None:
-            outermost = (rel, frame.f_code.co_name, frame.f_lineno)
-        frame = frame.f_back
-    if outermost is None:
+    frames = _studio_frames()
+    if not frames:
         return  # the test's own set-up (seeding through the engine), not the app
-    rel, name, line = outermost
-    if (rel, None) in WORKER_SIDE or (rel, name) in WORKER_SIDE:
+    rel, code, line = frames[-1]  # the outermost: what the event loop or the test called
+    if (rel, None) in WORKER_SIDE or (rel, code.co_name) in WORKER_SIDE:
         return
-    _ui_io.append(f"{what} from studio/{rel}:{line} ({name})")
+    _ui_io.append(f"{what} from studio/{rel}:{line} ({code.co_name})")
 
 
 # -- looking never writes -----------------------------------------------------------------------------
@@ -157,17 +163,11 @@ def _is_writer(rel: str, qualname: str) -> bool:
 def _note_write(statement: str) -> None:
     if not _WRITE.match(statement):
         return
-    frame = sys._getframe(2)
-    studio: list[tuple[str, str, int]] = []
-    while frame is not None:
-        rel = _studio_file(frame.f_code.co_filename)
-        if rel is not None:
-            studio.append((rel, frame.f_code.co_qualname, frame.f_lineno))
-        frame = frame.f_back
-    if not studio or any(_is_writer(rel, name) for rel, name, _ in studio):
+    frames = _studio_frames()
+    if not frames or any(_is_writer(rel, code.co_qualname) for rel, code, _ in frames):
         return  # the test's own set-up, or a write the user asked for
-    rel, name, line = next((f for f in studio if f[0] != "workers.py"), studio[0])
-    _writes.append(f"{' '.join(statement.split())[:60]} from studio/{rel}:{line} ({name})")
+    rel, code, line = next((f for f in frames if f[0] != "workers.py"), frames[0])
+    _writes.append(f"{' '.join(statement.split())[:60]} from studio/{rel}:{line} ({code.co_qualname})")
 
 
 def _watch_ui_io() -> None:
