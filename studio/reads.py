@@ -269,21 +269,10 @@ def recorded_budget(store: Store, thread_id: str) -> "PromptBudget | None":
     """The context window the thread's newest recorded turn was fitted into, with its reply cap
     (``max_tokens`` of its first call): a new message's preview is fitted the same way, as the next turn
     on that model would be. None when no recorded turn of the thread had a window."""
-    from core.context_window import ContextWindowError, PromptBudget
     from core.replay import store as records
 
-    newest = None
-    for record in records.for_thread(store, thread_id).values():
-        if record.context_window and (newest is None or record.created_at >= newest.created_at):
-            newest = record
-    if newest is None or newest.context_window is None:
-        return None
-    cap = newest.calls[0].settings.get("max_tokens") if newest.calls else None
-    try:
-        return PromptBudget.for_model(newest.context_window, max_tokens=cap if isinstance(cap, int) else None,
-                                      model_id=newest.model or "the model")
-    except ContextWindowError:
-        return None
+    record = records.newest_windowed(store, thread_id)
+    return record.budget() if record is not None else None
 
 
 def thread_model(store: Store, thread_id: str) -> tuple[str | None, str]:

@@ -26,7 +26,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
-from core.context_window import ContextWindowError, PromptBudget
 from core.message_list import Provenance
 from core.messages import Message
 from core.options import MemoryOptions
@@ -165,13 +164,8 @@ def rebuild(
             unknowns.append("the model, its settings and the tool definitions it was offered (no record)")
     first = min(m.created_at for m in inputs)
     ctx = assembler.new_context(request)
-    if record is not None and record.context_window and options is None:
-        max_tokens = record.calls[0].settings.get("max_tokens") if record.calls else None
-        try:
-            ctx.budget = PromptBudget.for_model(record.context_window, model_id=record.model or "the model",
-                                                max_tokens=max_tokens if isinstance(max_tokens, int) else None)
-        except ContextWindowError:
-            ctx.budget = None
+    if record is not None and options is None:
+        ctx.budget = record.budget()
     # Context sits just before the input, as in the live turn; then the processors see the turn's clock.
     ctx.services = replace(ctx.services, clock=_stopped_clock(first - timedelta(milliseconds=1)))
     if record is not None:

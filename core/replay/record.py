@@ -27,11 +27,14 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from core.errors import MemoryStudioError
 from core.options import MemoryOptions, options_merge
 from core.tokens import REPLY_PRIMER
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.context_window import PromptBudget
 
 RECORD_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -123,6 +126,20 @@ class TurnRecord:
     # as the model sent them ({}: the replies came whole). None: not recorded (records before this).
     transport: dict[str, Any] | None = None
     version: int = RECORD_VERSION
+
+    def budget(self) -> "PromptBudget | None":
+        """The context window this turn's prompts were fitted into, with its first call's ``max_tokens``
+        kept for the reply (None: the model had no window, or the recorded one cannot hold a prompt)."""
+        from core.context_window import ContextWindowError, PromptBudget
+
+        if not self.context_window:
+            return None
+        cap = self.calls[0].settings.get("max_tokens") if self.calls else None
+        try:
+            return PromptBudget.for_model(self.context_window, model_id=self.model or "the model",
+                                          max_tokens=cap if isinstance(cap, int) else None)
+        except ContextWindowError:
+            return None
 
     def memory_options(self, overrides: Mapping[str, Any] | None = None) -> MemoryOptions:
         """The options in force at this turn, with ``overrides`` deep-merged over them (a what-if)."""

@@ -164,6 +164,27 @@ def read_state(store: "Store", input_message_id: str) -> tuple[TurnRecord | None
     return (found[0] if found else None), damaged.get(input_message_id)
 
 
+def newest_windowed(store: "Store", thread_id: str) -> TurnRecord | None:
+    """The thread's newest readable record of a turn whose prompts were fitted into a context window
+    (what a preview of its next turn is fitted into). Rows are parsed newest first and only the one
+    found is decoded: a preview asks on every change, and a long thread holds many records."""
+    if not has_table(store):
+        return None
+    with store.db.read() as conn:
+        rows = conn.exec_driver_sql(
+            f'SELECT {_COLUMNS} FROM {TABLE} WHERE thread_id = ? ORDER BY "createdAt" DESC', (thread_id,)).all()
+        for row in rows:
+            try:
+                data = parse(row[4])
+            except DamagedRecordError:
+                continue
+            if isinstance(data, dict) and data.get("cw"):
+                found, _damaged = _decode_rows(conn, [row])
+                if found:
+                    return found[0]
+    return None
+
+
 def for_thread(store: "Store", thread_id: str) -> dict[str, TurnRecord]:
     """Every readable record of a thread, by input message id."""
     return thread_state(store, thread_id)[0]
@@ -189,4 +210,4 @@ def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str], store: "S
                              tuple(thread_ids))
 
 
-__all__ = ["TABLE", "delete_for_threads", "for_thread", "has_table", "read", "read_state", "thread_state", "write"]
+__all__ = ["TABLE", "delete_for_threads", "for_thread", "has_table", "newest_windowed", "read", "read_state", "thread_state", "write"]
