@@ -37,6 +37,18 @@ class Problem:
     warning_only: bool = False  # e.g. "opened read-only because…": not an error
 
 
+def _is_server(path: str | None) -> bool:
+    """Whether ``path`` names a server database (a Postgres URL), as the engine's location rules say."""
+    from core.storage.paths import resolve_db_path
+
+    if not path:
+        return False
+    try:
+        return resolve_db_path(path).capabilities.server
+    except Exception:  # noqa: BLE001 - a location the rules cannot read is not a server's; explain must not fail
+        return False
+
+
 def explain(exc: BaseException, path: str | None = None) -> Problem:
     from core.storage.paths import DatabaseLocationError  # loaded by whatever raised it, after first paint
 
@@ -61,7 +73,7 @@ def explain(exc: BaseException, path: str | None = None) -> Problem:
                        "Fix the permissions of the file and its folder, or copy it to a writable folder.", details)
     if isinstance(exc, DiskFullError):
         return Problem("Disk full", message, "Free some disk space, then repeat what you were doing.", details)
-    if isinstance(exc, DatabaseOpenError) and where.startswith(("postgresql://", "postgres://")):
+    if isinstance(exc, DatabaseOpenError) and _is_server(path):
         # A server database: the file advice below (File > Open, "this file") would point nowhere.
         if low.startswith("cannot sign in"):
             return Problem("Cannot sign in", message,
