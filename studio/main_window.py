@@ -24,7 +24,7 @@ from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QMenu, QProgressBar, QStackedWidget, QVBoxLayout, QWidget
 
 from core.version import __version__
-from studio.pane_protocol import Pane, PaneHost, PaneSpec
+from studio.pane_protocol import EditingPane, Pane, PaneHost, PaneSpec
 from studio.selection import Selection
 from studio.theme import apply_theme, current_theme
 from studio.widgets.banner import Banner
@@ -1055,8 +1055,7 @@ class MainWindow(QMainWindow):
 
     def unsaved_edits(self) -> int:
         """Edits typed in the panes and not saved (closing the window or the database discards them)."""
-        return sum(int(counter()) for pane in self.panes.values()
-                   if callable(counter := getattr(pane, "unsaved_edits", None)))
+        return sum(pane.unsaved_edits() for pane in self.panes.values() if isinstance(pane, EditingPane))
 
     def request_close(self) -> None:
         """Quit, as the user asks it (File > Quit): first ask about edits not saved."""

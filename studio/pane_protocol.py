@@ -43,6 +43,15 @@ class Pane(Protocol):
         """The pane's own commands, listed in the command palette while the pane exists."""
 
 
+@runtime_checkable
+class EditingPane(Protocol):
+    """A pane that can hold edits the user typed and has not saved: the window asks before closing
+    them away (closing the window, opening another database)."""
+
+    def unsaved_edits(self) -> int:
+        """How many edits would be lost now."""
+
+
 class PaneHost(Protocol):
     """What a pane may ask of the window around it (``MainWindow`` implements it). A spec's factory
     connects the pane's signals to these slots; a slot that needs another pane builds it."""
