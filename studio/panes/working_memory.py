@@ -115,6 +115,10 @@ class WorkingMemoryPane(QWidget):
         # Unsaved edits of owners the user moved away from (another resource, thread or agent), by owner and
         # format: picking that owner again brings the edit back instead of the stored text replacing it.
         self._kept: dict[tuple[WmTarget, str], tuple[WmDraft, str]] = {}
+        # The template tab shows one memory's template/schema (None: nobody's); an unsaved edit of it is kept
+        # aside by memory name while another memory's (or none) is shown, and never saved into another one.
+        self._template_owner: str | None = None
+        self._kept_templates: dict[str, tuple[str, str]] = {}
         self._build()
         self._register_commands()
         session.changed.connect(self.reload)
@@ -466,7 +470,17 @@ class WorkingMemoryPane(QWidget):
         if snap.agent is not None and snap.agent in snap.agents:
             self.agent_table.selectRow(snap.agents.index(snap.agent))
 
+    def _keep_template_edit(self) -> None:
+        """The template tab is about to show another memory's template (or none): keep its unsaved edit."""
+        edit = self.template_editor.edit()
+        if self._template_owner is not None and edit is not None:
+            self._kept_templates[self._template_owner] = edit
+
     def _fill_template_tab(self, snap: WmSnapshot) -> None:
+        same_owner = self._template_owner == snap.memory_name
+        if not same_owner:
+            self._keep_template_edit()
+        self._template_owner = snap.memory_name
         opts = snap.options
         kind = "schema" if opts.schema is not None else "template"
         text = json.dumps(opts.schema, ensure_ascii=False, indent=2) if opts.schema is not None else opts.effective_template
@@ -479,7 +493,11 @@ class WorkingMemoryPane(QWidget):
         else:
             effect = (f"In effect: the agent's own {kind}. Saving here overrides it for memory "
                       f"'{snap.memory_name}' from the agent's next turn — no restart.")
-        self.template_editor.set_state(kind, text, snap.config.versions if snap.config else [], effect)
+        self.template_editor.set_state(kind, text, snap.config.versions if snap.config else [], effect,
+                                       keep_edit=same_owner)
+        kept = None if same_owner else self._kept_templates.pop(snap.memory_name, None)
+        if kept is not None:
+            self.template_editor.restore_edit(*kept)
 
     def _agent_chosen(self, _i: int) -> None:
         self._keep_unsaved()
@@ -758,8 +776,11 @@ class WorkingMemoryPane(QWidget):
             self.readonly_banner.hide()
         self.editor.setReadOnly(bool(reason) or self.snapshot is None or self.snapshot.target is None)
         self.json_mode.setEnabled(not reason)
-        self.template_editor.set_writable(not reason and (self.snapshot is None or self.snapshot.config is None
-                                                          or self.snapshot.config.available), reason)
+        snap = self.snapshot
+        if snap is None:  # no memory's template is shown: nothing to edit or save
+            self.template_editor.set_writable(False, reason or "No working memory is shown.")
+        else:
+            self.template_editor.set_writable(not reason and (snap.config is None or snap.config.available), reason)
 
     def _on_error(self, exc: BaseException) -> None:
         self._saving = False
@@ -779,6 +800,16 @@ class WorkingMemoryPane(QWidget):
     def _show_empty(self, text: str) -> None:
         self.snapshot = None
         self.draft = None
+        # The template tab showed the previous owner's memory: it goes too (an unsaved edit is kept aside).
+        self._keep_template_edit()
+        self._template_owner = None
+        self.template_editor.set_state("template", "", [], f"{text} No template or schema is shown.",
+                                       keep_edit=False)
+        self.template_editor.diff_label.setText("")
+        self.agent_reason.setText("")  # named the previous owner's agent and memory
+        if self.agent_combo.count() and self.agent_combo.itemData(0) == AUTO:
+            self.agent_combo.setItemText(0, "Automatic")  # "Automatic (<the previous owner's agent>)"
+        self.tabs.setTabText(1, "History")
         self.title.setText("Working memory")
         self.badges.setText("")
         self.editor.load("")

@@ -132,9 +132,11 @@ class TemplateEditor(QWidget):
         self.restore_btn.clicked.connect(self.restore_selected)
 
     # -- data in ---------------------------------------------------------------------------------
-    def set_state(self, kind: str, text: str, versions: list[ConfigVersion], effect: str) -> None:
-        """Show the effective template/schema. Keeps the user's unsaved edit if there is one."""
-        dirty = self.is_dirty()
+    def set_state(self, kind: str, text: str, versions: list[ConfigVersion], effect: str, *,
+                  keep_edit: bool = True) -> None:
+        """Show the effective template/schema. Keeps the user's unsaved edit if there is one, unless
+        ``keep_edit`` is False (the state shown is another memory's, or nobody's)."""
+        dirty = self.is_dirty() and keep_edit
         self._baseline, self._baseline_kind = text, kind
         self._versions = versions
         self.version_model.set_rows(versions)
@@ -145,6 +147,16 @@ class TemplateEditor(QWidget):
         if not dirty:
             self._set_kind(kind)
             self.editor.load(text)
+        self.revalidate()
+
+    def edit(self) -> tuple[str, str] | None:
+        """The unsaved edit (kind, text), or None."""
+        return (self.kind, self.editor.toPlainText()) if self.is_dirty() else None
+
+    def restore_edit(self, kind: str, text: str) -> None:
+        """Bring back an unsaved edit kept aside (undoable against the stored text now shown)."""
+        self._set_kind(kind)
+        self.editor.replace_all(text)
         self.revalidate()
 
     def set_writable(self, writable: bool, reason: str = "") -> None:
@@ -177,6 +189,8 @@ class TemplateEditor(QWidget):
 
     def revalidate(self) -> None:
         value, problems = self.check()
+        if not self._writable and not self.editor.toPlainText():
+            problems = []  # nothing is shown (no memory's template): nothing to fix either
         self.problem.setText("✖ " + problems[0] if problems else "")
         self.problem.setVisible(bool(problems))
         self.editor.mark_error_line(error_line("JSON syntax: " + problems[0]) if problems and

@@ -280,6 +280,21 @@ def make_mastra_db(path: Path) -> None:
     con.close()
 
 
+def another_program(path: Path, *statements: str) -> None:
+    """Run ``statements`` on the database at ``path`` from another process, as another program would.
+
+    Never from this process with Python's ``sqlite3``: that is a second SQLite library beside libSQL's,
+    and POSIX file locks belong to the process, so closing its connection drops the locks libSQL's
+    connections hold on the same file. A libSQL connection of the Studio then kept reading an old
+    snapshot of the file (a table renamed away and back stayed missing; rows written later were not
+    seen) and a new one could even find the file "malformed" (SQLite's "How To Corrupt" page, 2.2.1)."""
+    import subprocess
+
+    script = ("import sqlite3, sys\ncon = sqlite3.connect(sys.argv[1])\n"
+              "for s in sys.argv[2:]:\n    con.execute(s)\ncon.commit()\ncon.close()\n")
+    subprocess.run([sys.executable, "-c", script, str(path), *statements], check=True, timeout=60)
+
+
 def file_state(path: Path) -> tuple[bytes, int] | None:
     return (path.read_bytes(), path.stat().st_mtime_ns) if path.exists() and path.is_file() else None
 

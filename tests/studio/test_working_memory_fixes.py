@@ -17,7 +17,7 @@ from studio.selection import Selection
 from studio.session import StudioSession, open_for_studio
 from studio.widgets.version_history import COMPARE_EDITOR
 
-from .conftest import make_mastra_db
+from .conftest import another_program, make_mastra_db
 from .test_working_memory_pane import SCHEMA, build_db, load, save_and_wait, stored
 
 WAIT = 10_000
@@ -213,16 +213,67 @@ def test_a_load_that_fails_does_not_leave_the_previous_owner_editable(qtbot: Any
                                                                      session: Any) -> None:
     """Picking another owner whose read fails: the previous owner's text stayed in the editor with Save on,
     under the new selection; now nothing is shown (an unsaved edit is kept aside for its owner)."""
-    import sqlite3
-
     load(qtbot, pane, Selection("alice", "t1"))
     pane.editor.replace_all("# User\n- Name: Alice\n- City: Berlin")
-    con = sqlite3.connect(session.store.location.path)  # another program reshapes a table: reads fail
-    con.execute("ALTER TABLE mastra_threads RENAME TO mastra_threads_old")
-    con.commit()
-    con.close()
+    # another program reshapes a table: reads fail
+    another_program(session.store.location.path, "ALTER TABLE mastra_threads RENAME TO mastra_threads_old")
     with qtbot.waitSignal(pane.failed, timeout=WAIT):
         pane.set_selection(Selection("bob", "t2"))
     assert pane.title.text() == "Working memory" and pane.editor.toPlainText() == ""
     assert not pane.commands.action("wm.save").isEnabled()
     assert pane.info_banner.isVisible() and pane.info_banner.level == "error"
+
+
+def _fail_next_read(qtbot: Any, pane: Any, session: Any, selection: Selection) -> None:
+    another_program(session.store.location.path, "ALTER TABLE mastra_threads RENAME TO mastra_threads_old")
+    with qtbot.waitSignal(pane.failed, timeout=WAIT):
+        pane.set_selection(selection)
+
+
+def test_a_load_that_fails_clears_the_template_tab_too(qtbot: Any, pane: Any, session: Any, tmp_path: Path) -> None:
+    """After a failed read the template tab kept the previous owner's memory ('assistant'): its template,
+    its versions and "In effect … memory 'assistant'", editable under the new selection. Now it shows no
+    one's template and cannot be edited or saved; an unsaved template edit comes back with its memory."""
+    load(qtbot, pane, Selection("alice", "t1"))
+    ed = pane.template_editor
+    ed.editor.replace_all("# Traveller\n- Home city:")
+    _fail_next_read(qtbot, pane, session, Selection("bob", "t2"))
+    assert ed.editor.toPlainText() == "" and ed.version_model.rowCount() == 0
+    assert "assistant" not in ed.effect.text() and "could not be read" in ed.effect.text()
+    assert ed.editor.isReadOnly() and not ed.save_btn.isEnabled() and not ed.reset_btn.isEnabled()
+    assert not ed.problem.isVisible()  # no "the template is empty" over nobody's template
+    assert "assistant" not in pane.agent_reason.text() and pane.tabs.tabText(1) == "History"
+    pane.tabs.setCurrentWidget(ed)
+    pane.grab().save(str(tmp_path / "template-after-failed-read.png"))
+    another_program(session.store.location.path, "ALTER TABLE mastra_threads_old RENAME TO mastra_threads")
+    load(qtbot, pane, Selection("alice", "t1"))  # a later read of the same memory brings the edit back
+    assert ed.editor.toPlainText() == "# Traveller\n- Home city:" and ed.save_btn.isEnabled()
+
+
+def test_a_template_edit_is_never_saved_into_another_memory(qtbot: Any, pane: Any, session: Any) -> None:
+    """An unsaved template edit of memory 'assistant' stayed in the tab when the user picked a thread of
+    memory 'profiler', and Save wrote it as profiler's template."""
+    load(qtbot, pane, Selection("alice", "t1"))
+    ed = pane.template_editor
+    ed.editor.replace_all("# Traveller\n- Home city:")
+    load(qtbot, pane, Selection("bob", "t2"))
+    assert ed.kind == "schema" and json.loads(ed.editor.toPlainText()) == SCHEMA  # profiler's own schema
+    assert not ed.save_btn.isEnabled()  # nothing of profiler's was edited
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert ed.editor.toPlainText() == "# Traveller\n- Home city:"  # kept for its memory
+    with qtbot.waitSignal(pane.config_saved, timeout=WAIT) as saved:
+        ed.save_btn.click()
+    assert saved.args[0].name == "assistant" and saved.args[0].template == "# Traveller\n- Home city:"
+
+
+def test_reads_work_again_when_another_program_renames_a_table_away_and_back(qtbot: Any, pane: Any,
+                                                                            session: Any) -> None:
+    """A read failed while the table was renamed away; once it is back the next read works (no kept
+    connection stays on the old schema)."""
+    load(qtbot, pane, Selection("alice", "t1"))
+    _fail_next_read(qtbot, pane, session, Selection("bob", "t2"))
+    another_program(session.store.location.path, "ALTER TABLE mastra_threads_old RENAME TO mastra_threads")
+    profiler(session).merge_working_memory(thread_id="t2", resource_id="bob", patch={"city": "Kyoto"})
+    with qtbot.waitSignal(pane.loaded, timeout=WAIT):
+        pane.commands.run("wm.reload")
+    assert pane.title.text() != "Working memory" and json.loads(pane.editor.toPlainText())["city"] == "Kyoto"
