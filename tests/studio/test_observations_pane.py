@@ -17,7 +17,7 @@ from studio.main_window import OBSERVATIONS, PANES
 from studio.panes.observations import PAGE_CONTENT, PAGE_EMPTY, ObservationsPane
 from studio.selection import Selection
 
-from .conftest import file_state
+from .conftest import another_program, file_state
 
 WAIT = 20_000
 STANDUP = Selection("sam", "sam-standup")
@@ -145,15 +145,10 @@ def test_a_read_that_fails_does_not_leave_the_previous_log_on_screen(no_leaked_w
                                                                    demo_db):
     """A failed read says why and shows no observations: the log, hints and Edit… of the thread shown
     before stayed on screen under the new selection."""
-    import sqlite3
-
     pane = open_pane(qtbot, make_session, demo_db)
     assert pane.stack.currentIndex() == PAGE_CONTENT
-    con = sqlite3.connect(demo_db)  # another program reshapes the table: the next read fails
-    con.execute("DROP INDEX idx_om_lookup_key")
-    con.execute("ALTER TABLE mastra_observational_memory DROP COLUMN scope")
-    con.commit()
-    con.close()
+    another_program(demo_db, "DROP INDEX idx_om_lookup_key",  # another program reshapes the table: reads fail
+                    "ALTER TABLE mastra_observational_memory DROP COLUMN scope")
     select(qtbot, pane, Selection("sam", "sam-retro"))
     assert pane.status.text().startswith("Could not read observational memory: ")
     assert pane.stack.currentIndex() == PAGE_EMPTY

@@ -18,6 +18,8 @@ from studio.panes.recall_playground import RecallPlaygroundPane
 from studio.selection import Selection
 from studio.session import StudioSession
 
+from .conftest import another_program
+
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 ADA = [
     "I am allergic to peanuts and shellfish",
@@ -228,12 +230,8 @@ def test_a_database_without_recall_tables_gives_one_way_forward(qtbot, no_leaked
 
 def test_a_thread_that_cannot_be_read_is_not_reported_as_a_failed_search(qtbot, pane, session):
     """No search was run: the banner must say the thread's messages could not be read, not "The search failed"."""
-    import sqlite3
-
-    con = sqlite3.connect(session.store.location.path)  # another program reshapes the table: reads fail
-    con.execute("ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
-    con.commit()
-    con.close()
+    # another program reshapes the table: reads fail
+    another_program(session.store.location.path, "ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
     with qtbot.waitSignal(pane.failed, timeout=15_000):
         pane.set_selection(Selection("ada", "t-food"))
     qtbot.waitUntil(lambda: not pane._debounce.isActive(), timeout=15_000)  # the (empty) search ran after it
@@ -245,15 +243,11 @@ def test_a_thread_that_cannot_be_read_is_not_reported_as_a_failed_search(qtbot, 
 
 
 def test_a_failed_search_does_not_leave_the_previous_lists_on_screen(qtbot, pane, session):
-    import sqlite3
-
     pane.set_selection(Selection("ada", "t-food"))
     search(qtbot, pane, "peanut allergy")
     assert pane.models["vector"].rowCount() > 0
-    con = sqlite3.connect(session.store.location.path)  # another program reshapes the table: reads fail
-    con.execute("ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
-    con.commit()
-    con.close()
+    # another program reshapes the table: reads fail
+    another_program(session.store.location.path, "ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
     with qtbot.waitSignal(pane.failed, timeout=15_000):
         pane.query_edit.setText("birthday party")
         pane.search_now()
