@@ -12,3 +12,20 @@
 - ``pg_store``: on Postgres, spans in the database's own ``mastra_ai_spans`` table (Mastra's PgStore
   layout), written by the same exporter, read by the same API, with the same retention.
 """
+
+from __future__ import annotations
+
+
+def is_broken_trace_file_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is DuckDB saying the trace file is not (or no longer) a usable DuckDB database: empty,
+    truncated, overwritten or failing its checksums. Such a file holds traces only; the next traced write
+    sets it aside and starts a new one. A lock conflict or a permission error is not such a file.
+
+    For readers outside the engine (the Studio's Traces pane), which tell the user what to do about it
+    without importing the engine's recovery machinery."""
+    from core.traces.recovery import is_broken_file_error
+
+    return is_broken_file_error(exc)
+
+
+__all__ = ["is_broken_trace_file_error"]

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from core.traces import is_broken_trace_file_error
 from core.traces.spans import ModelUsage, ReadResult, SpanRecord, TraceFilters, TraceSummary
 from studio.commands import Command, CommandRegistry
 from studio.logic.traces_layout import (
@@ -509,7 +510,7 @@ class TracesPane(QWidget):
     def _on_error(self, exc: BaseException) -> None:
         self._loading = False
         text = f"Traces could not be read: {exc or type(exc).__name__}"
-        if _damaged_trace_file(exc):
+        if is_broken_trace_file_error(exc):
             # A damaged (or foreign) trace file: say what it holds and how the user gets a working one.
             text += (" The trace file holds traces only (no conversation): the next traced turn moves it aside "
                      "(its name ending in .broken- and the time) and starts a new one; or delete it, then Reload.")
@@ -640,16 +641,6 @@ class TracesPane(QWidget):
             text = pretty_json(span.to_json_dict())
             QGuiApplication.clipboard().setText(text)
             self.status.setText(f"Copied span '{span.name}' as JSON ({len(text):,} characters).")
-
-
-# DuckDB's words for a file that is not (or no longer) a DuckDB database (the engine's writer sets such a file
-# aside on the next traced turn: ``core.traces.recovery``, which the Studio does not import).
-_DAMAGED = ("not a valid duckdb database file", "could not read enough bytes", "corrupt database file", "checksum")
-
-
-def _damaged_trace_file(exc: BaseException) -> bool:
-    return type(exc).__module__.split(".")[0] in ("duckdb", "_duckdb") and any(
-        marker in str(exc).lower() for marker in _DAMAGED)
 
 
 def _esc(text: str) -> str:

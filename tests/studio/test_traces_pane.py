@@ -352,3 +352,30 @@ def test_a_damaged_trace_file_says_what_to_do(no_leaked_widgets, qtbot, make_ses
     assert text.startswith("Traces could not be read: ")
     assert "holds traces only (no conversation)" in text and "delete it, then Reload" in text
     assert trace_file.read_bytes() == before  # looking never moves or rewrites the file
+
+
+def test_the_pane_tells_a_broken_trace_file_by_the_engines_own_rule(no_leaked_widgets, qtbot, make_session,
+                                                                   demo_db):
+    """One home for DuckDB's words about a broken file: the writer that sets such a file aside and the pane
+    that explains it use ``core.traces.is_broken_trace_file_error``; the pane kept its own copy of the
+    phrases (which would drift from the writer's)."""
+    import duckdb
+
+    from core.traces import is_broken_trace_file_error
+
+    studio = Path(__file__).resolve().parents[2] / "studio"
+    copies = [p.name for p in studio.rglob("*.py") if "not a valid duckdb database file" in p.read_text("utf-8")]
+    assert copies == []
+    trace_file = demo_db.parent / "observability.duckdb"
+    trace_file.write_bytes(trace_file.read_bytes()[:5000] if trace_file.exists() else b"\0" * 5000)  # truncated
+    with pytest.raises(duckdb.Error) as caught:
+        duckdb.connect(str(trace_file), read_only=True).close()
+    assert is_broken_trace_file_error(caught.value)
+    assert not is_broken_trace_file_error(duckdb.IOException(
+        'Could not set lock on file "observability.duckdb": Conflicting lock is held'))  # busy, not broken
+    pane = TracesPane(make_session(demo_db))
+    qtbot.addWidget(pane)
+    pane.show()
+    qtbot.waitUntil(lambda: pane.banner.isVisible() and "could not be read" in pane.banner.label.text(),
+                    timeout=WAIT)
+    assert "holds traces only (no conversation)" in pane.banner.label.text()
