@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import shiboken6
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QCheckBox, QDialog, QFileDialog, QWidget
+from PySide6.QtWidgets import QCheckBox, QDialog, QFileDialog, QMessageBox, QWidget
 
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
     from core.transfer import ImportReport
     from studio.main_window import MainWindow
+    from studio.session import StudioSession
     from studio.widgets.export_dialog import ExportDialog, ExportRequest, PathChooser
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,11 @@ class TransferActions(QObject):
         self.dialog: ExportDialog | None = None
         self.choose_save_path: PathChooser = self._native_save
         self.choose_open_path: Callable[[QWidget, str, Callable[[str], None]], None] = self._native_open
+        # The import under way between its preview and its confirmation: the database it was previewed on, the
+        # file, and the confirmation box once shown. It goes into that database or nowhere: another one
+        # opened meanwhile (an open started before) ends it with a dialog, and nothing is written.
+        self._pending: tuple[Any, str, QMessageBox | None] | None = None
+        window.session_opened.connect(self._session_opened)
 
     def register(self, registry: CommandRegistry) -> None:
         w = self.window
@@ -188,6 +194,7 @@ class TransferActions(QObject):
         if session is None or not path:
             return
         self._remember_folder(Path(path))
+        self._pending = (session, path, None)
 
         def job() -> tuple[dict[str, Any], ImportReport]:
             from core.transfer import load, preview_import
@@ -195,14 +202,47 @@ class TransferActions(QObject):
             data = load(path)
             return data, preview_import(session.store, data)
 
-        session.run(job, on_result=lambda r: self._confirm(path, r[0], r[1]),
-                    on_error=lambda exc: self._import_failed(path, exc))
+        session.run(job, on_result=lambda r: self._confirm(session, path, r[0], r[1]),
+                    on_error=lambda exc: self._preview_failed(session, path, exc))
 
-    def _confirm(self, path: str, data: dict[str, Any], preview: ImportReport) -> None:
-        session = self.window.session
-        if session is None:
+    def _preview_failed(self, session: StudioSession, path: str, exc: BaseException) -> None:
+        if self._pending is not None and self._pending[0] is session:
+            self._pending = None
+        self._import_failed(path, exc)
+
+    def _still_open(self, session: StudioSession, path: str) -> bool:
+        """Whether ``session`` (the database the import was previewed on) is still the one open; if not,
+        say that nothing was imported and where a new File > Import… would go."""
+        if self.window.session is session:
+            return True
+        current = self.window.session
+        self.window.show_status("Import not started")
+        self.window.presenter.error(self.window, Problem(
+            "Not imported", f"{Path(path).name} was previewed on {session.display_path}, which is no longer the "
+            "open database, so nothing was imported.",
+            "Nothing was written to either database. Choose File > Import… again to preview the file "
+            + (f"on {current.display_path}." if current is not None else "on the database you open.")))
+        return False
+
+    def _session_opened(self, session: StudioSession) -> None:
+        """Another database is open now: an import previewed on the one before never goes into it."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending[0] is session:
+            self._pending = pending
+            return
+        previewed, path, box = pending
+        if box is not None and _alive(box) and box.isVisible():
+            box.reject()  # its Import button would have imported the old preview into this database
+        self._still_open(previewed, path)
+
+    def _confirm(self, session: StudioSession, path: str, data: dict[str, Any], preview: ImportReport) -> None:
+        if self._pending is None or self._pending[0] is not session:
+            return  # ended already (another database was opened and the user was told)
+        if not self._still_open(session, path):
+            self._pending = None
             return
         if not preview.changed and not preview.conflicts and not preview.notes:
+            self._pending = None
             self.window.presenter.error(self.window, Problem(
                 "Nothing to import", f"Everything in {Path(path).name} is already in {session.display_path}.",
                 "Importing it again would change nothing.", warning_only=True))
@@ -215,13 +255,19 @@ class TransferActions(QObject):
         check = QCheckBox("Replace the rows that differ (overwrite)") if needs_choice else None
         box = self.window.presenter.confirm(
             self.window, "Import?", text, _advice(preview), "Import",
-            lambda: self._import(data, overwrite=check is not None and check.isChecked()))
+            lambda: self._import(session, path, data, overwrite=check is not None and check.isChecked()))
         if check is not None:
             box.setCheckBox(check)
+        self._pending = (session, path, box)
+        box.finished.connect(lambda _r: self._confirm_closed(box))
 
-    def _import(self, data: dict[str, Any], *, overwrite: bool) -> None:
-        session = self.window.session
-        if session is None:
+    def _confirm_closed(self, box: QMessageBox) -> None:
+        if self._pending is not None and self._pending[2] is box:
+            self._pending = None
+
+    def _import(self, session: StudioSession, path: str, data: dict[str, Any], *, overwrite: bool) -> None:
+        """Import into ``session``, the database the user saw the preview of (never another one)."""
+        if not self._still_open(session, path):
             return
         self.window.show_status("Importing…")
 

@@ -321,3 +321,36 @@ def test_export_into_a_path_through_a_file_names_the_users_path(qtbot: Any, make
     assert ".tmp" not in dialog.error.text() and dialog.export_button.isEnabled()
     dialog.reject()
     qtbot.waitUntil(lambda: not window.presenter.open)
+
+
+def test_an_import_goes_into_the_database_it_was_previewed_on_or_nowhere(qtbot: Any, make_window: Any,
+                                                                       small_db: Path, tmp_path: Path) -> None:
+    """Another database opened while the import's confirmation was up (an open started before Import…):
+    its Import button imported the first database's preview into the new database. Now the confirmation
+    closes, a dialog says nothing was imported, and neither database changes."""
+    from core.transfer import dumps, export_resource
+
+    with open_store(small_db, read_only=True) as store:
+        export = tmp_path / "ada.json"
+        export.write_text(dumps(export_resource(store, "ada")), encoding="utf-8")
+    first, second = tmp_path / "first.db", tmp_path / "second.db"
+    seed_small_other(first)
+    seed_small_other(second)
+    window = make_window()
+    window.open_database(str(first))
+    _wait_open(qtbot, window, 1)
+    window.transfer.choose_open_path = Chooser(str(export)).open
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Import?")
+    assert "into " + str(first) in box.text()
+    window.open_database(str(second))  # the open the user started before choosing Import… ends now
+    qtbot.waitUntil(lambda: window.session is not None and window.session.display_path == str(second),
+                    timeout=15_000)
+    refused = _box(qtbot, window, "Not imported")
+    assert box not in window.presenter.open  # the confirmation is gone: its button would import here
+    assert str(first) in refused.text() and "nothing was imported" in refused.text()
+    assert "File > Import… again" in refused.informativeText() and str(second) in refused.informativeText()
+    refused.accept()
+    for path in (first, second):
+        with open_store(path, read_only=True) as store:
+            assert [t.id for t in store.memory.list_threads(resource_id="ada")] == []
