@@ -10,6 +10,14 @@ memory name, so Studio overrides apply, and its instructions when it recorded th
 default agent. Its memory is passed as a factory, so the playground never re-registers the agent it
 borrows. A model error saves nothing: the engine keeps a turn whose model call failed out of history
 (and, with recall, out of the index).
+
+A registration holds no model settings and no tools, so the agent's model settings come from its
+newest recorded turn on the thread (``recorded_runs``: the settings its first model call was sent
+with). Its own tools are code in its process, which the Studio cannot run: they are not offered (the
+pane says so and names them); memory's own tools are. Every reply is capped (``max_tokens``): the
+user's reply cap, which starts at the agent's recorded one, else ``DEFAULT_REPLY_CAP``; an uncapped
+reply of a small local model can run to the server's context size, be stored, and overflow every
+later turn of the thread.
 """
 
 from __future__ import annotations
@@ -27,6 +35,12 @@ from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatModel, ModelError
 logger = logging.getLogger(__name__)
 
 PLAYGROUND_AGENT = "studio-playground"  # the name a plain default agent answers under
+DEFAULT_REPLY_CAP = 1024  # tokens: the reply cap when the agent recorded none (the user may change it)
+MAX_REPLY_CAP = 131_072
+RECORDS_READ = 8  # the newest turns of a thread looked up for each agent's recorded run
+# In the metadata of every user message the playground sends: its turns are the playground's, not the agent's
+# own, so they never stand for the agent's model settings or tools (``recorded_runs``).
+SENT_FROM = {"createdBy": "memory-studio chat playground"}
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 TITLE_CHARS = 60
 
@@ -72,6 +86,27 @@ class ChatRequest:
     instructions: str
     input_id: str  # the user message's id, known before the turn so its prompt link can be shown
     new_thread: bool = False
+    max_tokens: int | None = DEFAULT_REPLY_CAP  # the reply cap
+    model_settings: Mapping[str, Any] = field(default_factory=dict)  # the agent's own (``AgentRun``), cap aside
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """What an agent's newest recorded turn on a thread ran with: its first model call's settings and
+    the tools of its own it offered (memory's tools left out)."""
+
+    settings: Mapping[str, Any]  # ``ModelSettings`` keys as sent (max_tokens too, when it had one)
+    tools: tuple[str, ...]
+    input_id: str  # the user message that started that turn
+
+    @property
+    def max_tokens(self) -> int | None:
+        cap = self.settings.get("max_tokens")
+        return cap if isinstance(cap, int) and cap > 0 else None
+
+    def sampling(self) -> dict[str, Any]:
+        """The settings the playground sends as the agent's, the reply cap aside (the pane's control)."""
+        return {k: v for k, v in self.settings.items() if k != "max_tokens"}
 
 
 @dataclass
@@ -86,6 +121,79 @@ class TurnOutcome:
     completion_tokens: int = 0
     seconds: float = 0.0
     tools: list[str] = field(default_factory=list)
+    finish_reason: str = "stop"  # "length": the reply stopped at the cap
+
+
+def recorded_runs(store: Store, rows: Sequence[Any]) -> dict[str, AgentRun]:
+    """Agent name → its newest recorded turn among ``rows`` (a thread's messages, oldest first; see
+    ``AgentRun``), the playground's own turns left out. An agent whose replies name it (``metadata.agent``)
+    but whose turns recorded no model call (older records) is left out: its settings are not known."""
+    from dataclasses import fields as dataclass_fields
+
+    from core.llm.settings import ModelSettings
+    from core.replay import store as records
+    from core.working_memory import STATE_TOOL_NAME, TOOL_NAME
+
+    known = {f.name for f in dataclass_fields(ModelSettings)}
+    memory_tools = {TOOL_NAME, STATE_TOOL_NAME}
+    runs: dict[str, AgentRun] = {}
+    done: set[str] = set()
+    answering: str | None = None  # the agent whose reply was seen (newest first) until its turn's input
+    reads = 0
+    for row in reversed(rows):
+        msg = row.message
+        if msg is None:
+            continue
+        if row.role == "assistant":
+            name = msg.metadata.get("agent") if isinstance(msg.metadata, Mapping) else None
+            answering = str(name) if name and str(name) not in done else None
+            continue
+        if row.role != "user" or answering is None:
+            continue
+        name, answering = answering, None
+        if isinstance(msg.metadata, Mapping) and msg.metadata.get("createdBy") == SENT_FROM["createdBy"]:
+            continue  # a turn this playground ran: what it sent, not what the agent runs with
+        if reads >= RECORDS_READ:
+            break
+        reads += 1
+        record = records.read(store, row.id)
+        if record is None or not record.calls:
+            continue
+        first = record.calls[0]
+        done.add(name)
+        runs[name] = AgentRun({k: v for k, v in first.settings.items() if k in known},
+                              tuple(t for t in record.tools if t not in memory_tools), row.id)
+    return runs
+
+
+def settings_summary(run: AgentRun | None, agent: AgentConfig | None) -> str:
+    """One line for the pane: which model settings the turn is sent with, and where they come from."""
+    if agent is None:
+        return "Model settings: the model's defaults (a plain default agent), with the reply cap."
+    if run is None:
+        return (f"Model settings: the model's defaults. Agent '{agent.name}' did not register its settings, and "
+                "no recorded turn of it on the selected thread holds them; the reply cap applies.")
+    shown = ", ".join(f"{k} {_setting_text(v)}" for k, v in run.sampling().items())
+    return (f"Model settings: {shown or 'none beyond the reply cap'} (as sent in the newest turn agent "
+            f"'{agent.name}' recorded on this thread).")
+
+
+def tools_summary(run: AgentRun | None, agent: AgentConfig | None) -> str:
+    """One line for the pane: the agent's own tools are not offered here (the Studio cannot run them)."""
+    if agent is None:
+        return "Tools: memory's own only (updateWorkingMemory when working memory is on)."
+    own = f" ({', '.join(run.tools)}, offered in the turn it recorded)" if run is not None and run.tools else ""
+    return (f"Tools: the tools of agent '{agent.name}' itself{own} are not offered here: they are code in the "
+            "agent's process, which the Studio cannot run, so its replies may differ where it would call one. "
+            "Memory's own tools are offered.")
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(repr(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return str(value.get("type", "…"))
+    return str(value)
 
 
 def agent_instructions(agent: AgentConfig | None) -> str:
@@ -127,12 +235,16 @@ def run_turn(
     mem = memory_for(store, request.agent, model, embedder)
     name = request.agent.name if request.agent is not None else PLAYGROUND_AGENT
     # Borrowing a registered agent never registers it again (its record is the agent process's).
-    agent = Agent(name, instructions=request.instructions, model=model, memory=lambda _values: mem, register=False)
+    # The agent's own model settings (from its recorded turn), and the user's reply cap over them.
+    agent = Agent(name, instructions=request.instructions, model=model, memory=lambda _values: mem, register=False,
+                  model_settings=dict(request.model_settings))
     message = Message.user(request.text, id=request.input_id, thread_id=request.thread_id,
-                           resource_id=request.resource_id)
+                           resource_id=request.resource_id, metadata=SENT_FROM)
     deltas = 0
     result = None
-    with agent.stream(message, memory={"resource": request.resource_id, "thread": request.thread_id}) as stream:
+    cap = {"max_tokens": request.max_tokens} if request.max_tokens else None
+    with agent.stream(message, memory={"resource": request.resource_id, "thread": request.thread_id},
+                      model_settings=cap) as stream:
         for event in stream:
             if stop is not None and stop.is_set():
                 # Leaving the ``with`` closes the stream: the turn is abandoned and nothing is saved.
@@ -151,7 +263,7 @@ def run_turn(
     usage = result.usage
     return TurnOutcome(request, result.text, model.model_id, deltas, [m.id for m in result.saved],
                        result.trace_id, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
-                       time.perf_counter() - started, tools_seen)
+                       time.perf_counter() - started, tools_seen, result.finish_reason or "stop")
 
 
 def _name_new_thread(mem: Memory, request: ChatRequest) -> None:
@@ -179,7 +291,7 @@ def model_problem(exc: BaseException) -> tuple[str, str]:
         elif status == 404:
             todo = "Check the base URL and the model name in File > Preferences… (the server does not know them)."
         elif exc.hint.startswith(CONTEXT_OVERFLOW_HINT):
-            # Sending it again fails the same way; the playground sets no context window or max_tokens.
+            # Sending it again fails the same way (the playground sets no context window of its own).
             todo = ("The message and the memory sent with it are longer than the model's context: shorten the "
                     "message, start a new thread (less history), or pick a model with a larger context. "
                     "The prompt inspector shows what this thread's memory adds.")

@@ -1,8 +1,10 @@
 """Chat playground: talk to an agent on the selected thread, or on a new one, and watch memory work.
 
 The agent is one registered in the database (its memory options, its memory name so Studio overrides
-apply, its instructions when it recorded them) or a plain default agent; the model is one from
-Preferences, or the offline scripted model. Each turn runs on a worker (``studio.chat_runner``) and
+apply, its instructions when it recorded them, the model settings of its newest recorded turn on the
+thread) or a plain default agent; the model is one from Preferences, or the offline scripted model. The
+agent's own tools are not offered (the Studio cannot run its code; the pane says so), and every reply is
+capped by the Reply cap control. Each turn runs on a worker (``studio.chat_runner``) and
 the reply streams in: every text delta crosses to the UI thread by a queued signal and is painted
 within a frame. When the turn is saved the session is told, so the tree, the message view, working
 memory and traces follow at once. Every turn links to its prompt in the inspector (``as_of`` its user
@@ -27,6 +29,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QRadioButton,
     QSizePolicy,
+    QSpinBox,
     QTextBrowser,
     QWidget,
 )
@@ -35,7 +38,7 @@ from core import MemoryOptions
 from core.agent_configs import AgentChoice, AgentConfig, agent_for_thread
 from core.messages import new_id
 from studio import chat_runner
-from studio.chat_runner import ChatRequest, ModelOption, TurnOutcome
+from studio.chat_runner import AgentRun, ChatRequest, ModelOption, TurnOutcome
 from studio.commands import Command, CommandRegistry
 from studio.logic import chat_layout as lay
 from studio.logic.prompt_layout import EmbedderHolder
@@ -77,6 +80,7 @@ class ChatPane(QWidget):
             host_prefs.changed.connect(self.refresh_models)
         self.selection = Selection()
         self.context: AgentChoice | None = None
+        self.runs: dict[str, AgentRun] = {}  # agent name -> its newest recorded turn on the selected thread
         self.entries: list[lay.Entry] = []
         self.busy = False
         self._turn: ChatRequest | None = None
@@ -135,6 +139,20 @@ class ChatPane(QWidget):
         where.addWidget(self.new_radio)
         where.addWidget(self.resource_edit)
         where.addStretch(1)
+        self.cap_spin = QSpinBox()
+        self.cap_spin.setObjectName("chatReplyCap")
+        self.cap_spin.setRange(1, chat_runner.MAX_REPLY_CAP)
+        self.cap_spin.setSingleStep(128)
+        self.cap_spin.setSuffix(" tokens")
+        self.cap_spin.setValue(chat_runner.DEFAULT_REPLY_CAP)
+        self.cap_spin.setToolTip(
+            "The longest reply the model may write (max_tokens). It starts at the agent's own cap from its "
+            "recorded turn on this thread, else at 1,024. An uncapped reply of a small local model can fill "
+            "its context, be stored, and make the thread's later turns too long for the model.")
+        self.cap_spin.valueChanged.connect(lambda _v: setattr(self, "_cap_picked", True))
+        self._cap_picked = False  # the user set the cap here: keep it when the agent changes
+        where.addWidget(QLabel("Reply cap"))
+        where.addWidget(self.cap_spin)
         root.addLayout(where)
 
         self.memory_label = QLabel("")
@@ -142,6 +160,13 @@ class ChatPane(QWidget):
         self.memory_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.memory_label.setStyleSheet("color: palette(placeholder-text);")
         root.addWidget(self.memory_label)
+        self.settings_label = QLabel("")  # the model settings sent as the agent's, and where they come from
+        self.tools_label = QLabel("")  # the agent's own tools are not offered here
+        for label in (self.settings_label, self.tools_label):
+            label.setWordWrap(True)
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            label.setStyleSheet("color: palette(placeholder-text);")
+            root.addWidget(label)
         self.instructions_edit = QPlainTextEdit()
         self.instructions_edit.setObjectName("chatInstructions")
         self.instructions_edit.setPlaceholderText("Instructions (the system message); not saved")
@@ -239,20 +264,22 @@ class ChatPane(QWidget):
         thread_id = self.selection.thread_id
         store = self.session.store
 
-        def job() -> tuple[AgentChoice, list[Any]]:
+        def job() -> tuple[AgentChoice, list[Any], dict[str, AgentRun]]:
             choice = agent_for_thread(store, thread_id)
             rows = last_messages(store, thread_id, TRANSCRIPT_MESSAGES) if thread_id else []
-            return choice, rows
+            return choice, rows, chat_runner.recorded_runs(store, rows)
 
         self.session.run(job, on_result=alive_only(self, lambda r: self._on_context(thread_id, *r)),
                          on_error=alive_only(self, self._on_read_error), key=self._key + "-ctx")
 
-    def _on_context(self, thread_id: str | None, choice: AgentChoice, rows: list[Any]) -> None:
+    def _on_context(self, thread_id: str | None, choice: AgentChoice, rows: list[Any],
+                    runs: dict[str, AgentRun] | None = None) -> None:
         if thread_id != self.selection.thread_id:
             return
         previous = self.agent_combo.currentData() if self.context is not None else None
         first = self.context is None or (self.context.thread.id if self.context.thread else None) != thread_id
         self.context = choice
+        self.runs = dict(runs or {})
         self.agent_combo.blockSignals(True)
         self.agent_combo.clear()
         for agent in choice.agents:
@@ -264,6 +291,8 @@ class ChatPane(QWidget):
         self.agent_combo.blockSignals(False)
         if first:
             self._agent_chosen()
+        else:
+            self._show_run()  # a new turn may have been recorded meanwhile
         if not self.busy:
             self.entries = lay.entries_from_rows(rows)
             self._render()
@@ -289,6 +318,22 @@ class ChatPane(QWidget):
             self.memory_label.setText(lay.memory_summary(opts))
         except Exception as exc:  # noqa: BLE001 - a configuration from a newer engine
             self.memory_label.setText(f"Memory: this agent's registered options cannot be read ({exc}).")
+        run = self.run()
+        if run is not None and run.max_tokens is not None and not self._cap_picked:
+            self.cap_spin.blockSignals(True)
+            self.cap_spin.setValue(min(run.max_tokens, chat_runner.MAX_REPLY_CAP))  # the agent's own cap
+            self.cap_spin.blockSignals(False)
+        self._show_run()
+
+    def run(self) -> AgentRun | None:
+        """The chosen agent's newest recorded turn on the selected thread (its model settings), if any."""
+        agent = self.agent()
+        return self.runs.get(agent.name) if agent is not None else None
+
+    def _show_run(self) -> None:
+        agent, run = self.agent(), self.run()
+        self.settings_label.setText(chat_runner.settings_summary(run, agent))
+        self.tools_label.setText(chat_runner.tools_summary(run, agent))
 
     # -- selection -------------------------------------------------------------------------------
     def palette_commands(self) -> list[Command]:
@@ -338,6 +383,7 @@ class ChatPane(QWidget):
         self.stop_btn.setEnabled(self.busy)
         self.agent_combo.setEnabled(not self.busy)
         self.model_combo.setEnabled(not self.busy)
+        self.cap_spin.setEnabled(not self.busy)
 
     # -- a turn ----------------------------------------------------------------------------------
     def request(self, text: str) -> ChatRequest | str:
@@ -355,12 +401,17 @@ class ChatPane(QWidget):
             if not resource:
                 return "The selected thread's resource is not known yet; wait a moment and send again."
             return ChatRequest(self.selection.thread_id, resource, text, self.agent(),
-                               self.instructions_edit.toPlainText(), new_id())
+                               self.instructions_edit.toPlainText(), new_id(), **self._settings())
         resource = self.resource_edit.text().strip()
         if not resource:
             return "Name the resource (the user) the new thread belongs to."
         return ChatRequest(f"thread_{new_id().replace('-', '')[:16]}", resource, text, self.agent(),
-                           self.instructions_edit.toPlainText(), new_id(), new_thread=True)
+                           self.instructions_edit.toPlainText(), new_id(), new_thread=True, **self._settings())
+
+    def _settings(self) -> dict[str, Any]:
+        """The reply cap, and the model settings the agent's recorded turn ran with."""
+        run = self.run()
+        return {"max_tokens": self.cap_spin.value(), "model_settings": run.sampling() if run is not None else {}}
 
     def send(self) -> None:
         if self.busy:
@@ -425,13 +476,22 @@ class ChatPane(QWidget):
         self.busy = False
         self._turn = None
         req = outcome.request
+        capped = (f"the reply stopped at the cap of {req.max_tokens:,} tokens (raise Reply cap for longer replies)"
+                  if outcome.finish_reason == "length" and req.max_tokens else "")
+
+        def note(e: lay.Entry) -> str:
+            if e.role != "assistant" or not capped:
+                return e.note
+            return (e.note + " · " if e.note else "") + capped
+
         self.entries = [lay.Entry(e.role, outcome.text if e.role == "assistant" and e.turn_id == req.input_id else e.text,
-                                  e.turn_id, e.id, "stored", e.note) if e.turn_id == req.input_id else e
+                                  e.turn_id, e.id, "stored", note(e)) if e.turn_id == req.input_id else e
                         for e in self.entries]
         self._render()
         tokens = f"{outcome.prompt_tokens:,} → {outcome.completion_tokens:,} tokens"
+        capped = f" · {capped}" if capped else ""
         self.status.setText(f"Saved {len(outcome.saved_ids)} messages · {outcome.model_id} · {tokens} · "
-                            f"{outcome.seconds:.1f} s · the reply arrived in {outcome.deltas} pieces")
+                            f"{outcome.seconds:.1f} s · the reply arrived in {outcome.deltas} pieces{capped}")
         self._update_state()
         self.session.notify_local_write()  # the tree, the message view, working memory and traces follow
         if req.new_thread:

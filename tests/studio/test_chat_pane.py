@@ -326,3 +326,66 @@ def test_opening_another_database_closes_the_first_off_the_ui_thread_and_keeps_i
         store.close()
     assert any(t.thread_id == "t-food" for t in traces), "the turn's trace was lost when its database closed"
     assert outcome.request.thread_id == "t-food"
+
+
+# -- the agent's model settings, its tools, and the reply cap ---------------------------------------------
+
+def _chef_ran_a_turn(store) -> None:
+    """Agent 'chef' (from its own process) answers on t-food with its sampling settings and a tool of its own."""
+    from core.agent import Tool
+
+    weather = Tool("getWeather", "Current weather for a city.", lambda city: {"city": city, "sky": "rain"},
+                   {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    mem = Memory(store, MemoryOptions(last_messages=6, working_memory={"enabled": True}), name="chef-memory")
+    chef = Agent("chef", instructions=CHEF, model=ScriptedModel(["Soup, then."]), memory=mem, tools=[weather],
+                 model_settings={"temperature": 0.3, "top_p": 0.8, "max_tokens": 300})
+    chef.generate("Something warm tonight?", memory={"resource": "ada", "thread": "t-food"})
+
+
+def test_the_borrowed_agent_runs_with_its_recorded_model_settings_and_says_its_tools_are_not_offered(
+        qtbot, pane, session, tmp_path):
+    """The playground borrowed a registered agent's memory options and instructions only: its turns went out
+    with the server's default sampling, no reply cap, and nothing said that the agent's tools were missing."""
+    _chef_ran_a_turn(session.store)
+    with LoopbackServer(["Lentil soup."]) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url))
+        select(qtbot, pane, Selection("ada", "t-food"))
+        assert pane.agent_combo.currentData() == "chef"
+        pane.grab().save(str(tmp_path / "chat-agent-settings.png"))
+        assert pane.cap_spin.value() == 300  # the agent's own cap
+        assert "temperature 0.3" in pane.settings_label.text() and "top_p 0.8" in pane.settings_label.text()
+        tools = pane.tools_label.text()
+        assert "getWeather" in tools and "not offered" in tools and "cannot run" in tools
+        pane.cap_spin.setValue(120)
+        with qtbot.waitSignal(pane.context_loaded, timeout=10_000):  # read again after the turn
+            send(qtbot, pane, "And tomorrow?")
+        body = server.chat_requests()[-1]
+    assert (body["temperature"], body["top_p"], body["max_tokens"]) == (0.3, 0.8, 120)
+    offered = [t["function"]["name"] for t in body.get("tools", [])]
+    assert "getWeather" not in offered and "updateWorkingMemory" in offered  # memory's own tool is offered
+    # The playground's own turn (sent as chef, with the user's cap) never stands for chef's settings or tools.
+    assert pane.run() is not None and pane.run().max_tokens == 300 and pane.run().tools == ("getWeather",)
+    assert "getWeather" in pane.tools_label.text()
+
+
+def test_every_reply_is_capped_and_the_user_sets_the_cap(qtbot, pane, session, tmp_path):
+    """No recorded settings (a new thread, the default agent): the reply is still capped, at a visible
+    default the user may change; a reply cut at the cap says so."""
+    from core.llm.scripted import ScriptedReply
+
+    with LoopbackServer(["Short answer.", ScriptedReply("Cut off here", finish_reason="length")]) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url))
+        qtbot.waitUntil(lambda: pane.context is not None, timeout=10_000)
+        pane.agent_combo.setCurrentIndex(pane.agent_combo.count() - 1)  # the default agent
+        assert pane.agent() is None
+        assert pane.cap_spin.isVisible() and pane.cap_spin.value() == 1024
+        assert "model's defaults" in pane.settings_label.text()
+        send(qtbot, pane, "Hello")
+        assert server.chat_requests()[-1]["max_tokens"] == 1024
+        pane.cap_spin.setValue(64)
+        outcome, _ = send(qtbot, pane, "Tell me a long story")
+        assert server.chat_requests()[-1]["max_tokens"] == 64
+    assert outcome.finish_reason == "length"
+    assert "stopped at the cap of 64 tokens" in pane.status.text() and "Reply cap" in pane.status.text()
+    assert "stopped at the cap of 64 tokens" in pane.transcript_text()  # beside the reply it cut
+    pane.grab().save(str(tmp_path / "chat-capped.png"))
