@@ -150,6 +150,14 @@ class ReplayState:
         """Nothing to show (no thread, or a thread without turns)."""
         self.step = None
 
+    def open_failed(self) -> None:
+        """The thread asked for could not be read: the one open before is not shown under it (nor stepped,
+        forked or re-run)."""
+        self.source = None
+        self.step = None
+        self.trace = None
+        self.loading_step = False
+
     # -- what-if and re-run ----------------------------------------------------------------------
     def rerun_elsewhere(self, detail: WhatIfDetail) -> bool:
         """"Re-Run This What-If Prompt" on another turn than the one shown: remember it and say so (the

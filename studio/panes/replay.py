@@ -327,7 +327,8 @@ class ReplayPane(QWidget):
         factory = self._memory_factory()
         self.status.setText("Reading the thread's turns…")
         self.session.run(lambda: ReplayThread.open(store, factory, thread_id, message_id), key=self._key + "-open",
-                         on_result=alive_only(self, self._on_opened), on_error=alive_only(self, self._on_error))
+                         on_result=alive_only(self, self._on_opened),
+                         on_error=alive_only(self, lambda exc: self._on_open_error(thread_id, exc)))
 
     def _on_opened(self, source: ReplayThread) -> None:
         self.state.opened(source)
@@ -559,6 +560,19 @@ class ReplayPane(QWidget):
         message = str(exc) or type(exc).__name__
         self.banner.show_message(message, "error")
         self.status.setText("Replay could not rebuild this.")
+        self.failed.emit(message)
+
+    def _on_open_error(self, thread_id: str, exc: BaseException) -> None:
+        """The thread could not be read: what was shown is the thread open before (stepping, Fork… and
+        Re-Run would act on it under the new selection), so it goes, and the error says which thread."""
+        self.state.open_failed()
+        self.what_if.set_source(None)
+        self.title.setText("Replay")
+        self.subtitle.setText(f"thread {thread_id}")
+        self.subtitle.setToolTip("")
+        self._show_empty(f"Thread {thread_id} could not be read; File > Reload reads it again.")
+        message = str(exc) or type(exc).__name__
+        self.banner.show_message(message, "error")
         self.failed.emit(message)
 
     def _show_empty(self, text: str) -> None:

@@ -461,3 +461,20 @@ def test_a_mastra_database_replays_reconstructed_and_read_only(qtbot: Any, tmp_p
         session.pool.wait(20_000)
         session.close()
     assert file_state(path) == before  # looking never writes, not even a migration
+
+
+def test_a_thread_that_cannot_be_read_does_not_leave_the_previous_one_to_step_or_fork(
+        qtbot: Any, pane: ReplayPane, session: StudioSession) -> None:
+    """Picking another thread whose read fails: the thread open before stayed on screen under the new
+    selection (its turn, its title), with Fork…, Re-Run and stepping enabled on it."""
+    from .conftest import another_program
+
+    open_thread(qtbot, pane)
+    another_program(session.store.location.path, "ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
+    with qtbot.waitSignal(pane.failed, timeout=30_000):
+        pane.set_selection(Selection(RESOURCE, OTHER))
+    assert pane.source is None and pane.step is None
+    assert THREAD not in pane.title.text() and OTHER in pane.subtitle.text()
+    assert pane.banner.isVisible() and pane.banner.level == "error"
+    assert "could not be read" in pane.status.text() and "File > Reload" in pane.status.text()
+    assert [c.id for c in pane.palette_commands() if c.is_enabled] == []  # no stepping, Fork…, Re-Run
