@@ -65,6 +65,7 @@ class WorkerPool(QObject):
         self._callbacks: dict[int, tuple[Any, Any, Any, str | None]] = {}
         self._latest: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._shut = False  # shut down: no new job runs (its session is closing, its panes are going)
 
     def submit(
         self,
@@ -76,6 +77,11 @@ class WorkerPool(QObject):
         key: str | None = None,
     ) -> int:
         job_id = next(self._ids)
+        if self._shut:
+            # A late request of a closed session's pane (a model's paging timer firing while the window
+            # installs another database): it would run on a store being closed and answer a widget that is
+            # gone by then. Dropped: nothing runs, no callback comes.
+            return job_id
         with self._lock:
             self._callbacks[job_id] = (on_result, on_error, on_progress, key)
             if key is not None:
@@ -107,7 +113,8 @@ class WorkerPool(QObject):
 
     def shutdown(self) -> None:
         """Forget every pending callback: results that arrive after this are dropped, so a closed
-        session's late answers never reach panes that are gone."""
+        session's late answers never reach panes that are gone; jobs submitted after this never run."""
+        self._shut = True
         with self._lock:
             self._callbacks.clear()
             self._latest.clear()

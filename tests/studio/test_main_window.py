@@ -303,3 +303,21 @@ def test_status_bar_says_where_the_file_came_from(qtbot: Any, make_window: Any, 
     qtbot.waitUntil(lambda: window.session.display_path == str(tmp_path / "env.db"), timeout=10_000)
     assert window.path_label.text().endswith("· from $MEMORY_STUDIO_DB")
     assert "MEMORY_STUDIO_DB is set" in window.path_label.toolTip()
+
+
+def test_a_closed_sessions_pool_runs_no_late_request(qtbot: Any, tmp_path: Path) -> None:
+    """A messages model's paging timer fired after its session began closing (another database opened) and
+    submitted a page read to the closed session's pool: the read ran on a store being closed and its answer
+    reached a model Qt had deleted ("Internal C++ object (MessageListModel) already deleted"). A pool that
+    is shut down now runs nothing new and calls nothing back."""
+    from studio.workers import WorkerPool
+
+    pool = WorkerPool()
+    ran: list[str] = []
+    answered: list[object] = []
+    pool.shutdown()
+    pool.submit(lambda: ran.append("ran"), on_result=answered.append, on_error=answered.append)
+    assert pool.wait(5_000)
+    qtbot.wait(50)  # a queued answer would be delivered by now
+    assert ran == [] and answered == [] and pool.running == 0
+    pool.deleteLater()
