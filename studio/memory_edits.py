@@ -54,6 +54,10 @@ class MemoryEditActions(QObject):
         self.history = EditHistory()
         self.dialog: QDialog | None = None
         self._busy = False
+        # The database the undo stack's edits were made in (its target): another database opened clears the
+        # stack, so Undo never reverts a message of the same id there (a copy of the file holds them all).
+        self._target: str | None = None
+        window.session_opened.connect(self._session_opened)
 
     # -- commands ----------------------------------------------------------------------------------
     def register(self, registry: CommandRegistry) -> None:
@@ -99,6 +103,26 @@ class MemoryEditActions(QObject):
     def _status(self, text: str) -> None:
         self.window.show_status(text)
 
+    def _session_opened(self, session: Any) -> None:
+        if session.target == self._target:
+            return  # the same database again (File > Reload, Allow Writes): its edits can still be undone
+        self._target = session.target
+        self.history.clear()
+        dialog, self.dialog = self.dialog, None
+        if dialog is not None and shiboken6.isValid(dialog) and dialog.isVisible():
+            dialog.reject()  # an edit or history dialog of a message of the database closed
+        self.window.commands.refresh_enabled()
+
+    def _same_database(self, session: Any) -> bool:
+        """Whether ``session`` (where a dialog's message was read) is still the open database; if not,
+        say that nothing was changed."""
+        if session is not None and self._session() is session:
+            return True
+        self.window.presenter.error(self.window, Problem(
+            "Not changed", "The database this message was read from is no longer open, so nothing was changed.",
+            "Select the message in the open database and try again."))
+        return False
+
     def _problem(self, exc: BaseException) -> None:
         self.window.presenter.error(self.window, explain(exc, self._session().display_path if self._session() else None))
 
@@ -121,12 +145,15 @@ class MemoryEditActions(QObject):
         from studio.widgets.message_edit_dialog import MessageEditDialog
 
         dialog = MessageEditDialog(target, self.window)
-        dialog.save_requested.connect(lambda text, content: self._save(dialog, target, text, content))
+        session = self._session()
+        dialog.save_requested.connect(lambda text, content: self._save(dialog, target, text, content, session))
         self.dialog = dialog
         self.window.presenter.show(dialog)
 
-    def _save(self, dialog: MessageEditDialog, target: edit_jobs.MessageTarget, text: Any, content: Any) -> None:
-        session = self._session()
+    def _save(self, dialog: MessageEditDialog, target: edit_jobs.MessageTarget, text: Any, content: Any,
+              session: Any) -> None:
+        if not self._same_database(session):
+            return
         store, factory = session.store, self._factory()
 
         def done(outcome: edit_jobs.EditOutcome) -> None:
@@ -147,6 +174,7 @@ class MemoryEditActions(QObject):
     def _pushed(self, record: EditRecord, note: str = "") -> None:
         self.history.push(record)
         session = self._session()
+        self._target = session.target if session is not None else self._target
         if session is not None:
             session.notify_local_write()
         self.window.commands.refresh_enabled()
@@ -166,10 +194,11 @@ class MemoryEditActions(QObject):
             f"Delete the {target.message.role} message “{preview or '(no text)'}” from thread {target.thread_id}?",
             "Its recall vector and keyword doc go with it, and the next message's passage is rebuilt. Turns that "
             "ran before keep what their model saw. Edit > Undo Memory Edit brings it back.",
-            "Delete", lambda: self._delete(target))
+            "Delete", lambda session=self._session(): self._delete(target, session))
 
-    def _delete(self, target: edit_jobs.MessageTarget) -> None:
-        session = self._session()
+    def _delete(self, target: edit_jobs.MessageTarget, session: Any) -> None:
+        if not self._same_database(session):
+            return
         store, factory = session.store, self._factory()
 
         def done(outcome: edit_jobs.EditOutcome) -> None:
@@ -190,12 +219,13 @@ class MemoryEditActions(QObject):
         dialog = MessageHistoryDialog(target, self.window)
         record = EditRecord("message", target.message.id, target.resource_id, target.thread_id,
                             f"change of message {target.message.id[:8]}…")
-        dialog.undo_requested.connect(lambda: self._undo_from_history(dialog, record))
+        session = self._session()
+        dialog.undo_requested.connect(lambda: self._undo_from_history(dialog, record, session))
         self.dialog = dialog
         self.window.presenter.show(dialog)
 
-    def _undo_from_history(self, dialog: MessageHistoryDialog, record: EditRecord) -> None:
-        if not self._writable():
+    def _undo_from_history(self, dialog: MessageHistoryDialog, record: EditRecord, session: Any) -> None:
+        if not self._writable() or not self._same_database(session):
             return
 
         def refresh(_line: str) -> None:

@@ -243,3 +243,27 @@ def test_saving_an_empty_observation_says_what_to_do_instead(qtbot: Any, no_leak
     assert dialog.error.text() == "An observation cannot be empty. To remove it, use Delete Observation… instead."
     qtbot.keyClicks(dialog.edit, "x")  # typing again clears the message
     assert not dialog.error.isVisible()
+
+
+def test_undo_never_reverts_an_edit_in_another_database(qtbot: Any, make_window: Any, small_db: Path,
+                                                        tmp_path: Path) -> None:
+    """An edit made in one database stayed on Edit > Undo after another database was opened: Undo then
+    reverted that message in the new database (a copy of the first holds the same message and its edit)."""
+    from .conftest import another_program
+
+    window = _open(qtbot, make_window, small_db)
+    _select_message(qtbot, window, "ada", "t-groceries", 0)
+    window.messages_pane.action_buttons["message.edit"].click()
+    dialog = _dialog(qtbot, window, MessageEditDialog)
+    dialog.editor.setPlainText("I am allergic to sesame. Plan dinner.")
+    with qtbot.waitSignal(window.edits.edited, timeout=15_000):
+        dialog.save_btn.click()
+    copy = tmp_path / "copy.db"
+    another_program(small_db, f"VACUUM INTO '{copy}'")  # the user keeps a copy, edit included
+    window.open_database(str(copy))
+    qtbot.waitUntil(lambda: window.session is not None and window.session.display_path == str(copy)
+                    and window.resources is not None and len(window.resources.thread_rows()) >= 1, timeout=15_000)
+    assert not window.commands.command("edit.undo").is_enabled
+    window.commands.run("edit.undo")  # the shortcut, pressed anyway
+    qtbot.wait(200)  # nothing was started; give a stray job the time to show itself
+    assert _texts(copy, "t-groceries", "ada")[0] == "I am allergic to sesame. Plan dinner."
