@@ -343,8 +343,21 @@ class PromptInspectorPane(QWidget):
         self.session.run(
             lambda: agent_for_thread(self.session.store, thread_id),
             on_result=alive_only(self, lambda ctx: self._on_context(ctx, thread_id, reset_options)),
-            on_error=alive_only(self, self._on_error), key=self._key + "-ctx",
+            on_error=alive_only(self, lambda exc: self._on_context_error(thread_id, exc)), key=self._key + "-ctx",
         )
+
+    def _on_context_error(self, thread_id: str | None, exc: BaseException) -> None:
+        """The selected thread could not be read: the header and the agent's options shown are the thread read
+        before, and a reassembly would send that thread's resource with this thread (which the engine refuses
+        with a sentence about ownership). Forget them; Reassemble reads the thread again."""
+        if thread_id != self.selection.thread_id:
+            return
+        self._context = None
+        self._start = None
+        self.title.setText(thread_id or "No thread selected")
+        self.subtitle.setText(f"thread {thread_id} could not be read; Reassemble (F5) reads it again")
+        self.options_bar.set_origin("")
+        self._on_error(exc)
 
     def _on_context(self, ctx: AgentChoice, thread_id: str | None, reset_options: bool) -> None:
         if thread_id != self.selection.thread_id:
@@ -442,6 +455,9 @@ class PromptInspectorPane(QWidget):
 
     def assemble_now(self) -> None:
         self._debounce.stop()
+        if self._context is None and self.selection.thread_id is not None:
+            self._load_context(reset_options=True)  # its read failed: read it again (it assembles when read)
+            return
         req = self.request()
         if req is None:
             return

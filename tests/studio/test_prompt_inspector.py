@@ -262,3 +262,28 @@ def test_instructions_longer_than_a_line_edit_keeps_are_shown_and_assembled_whol
         assert len(pane.message_edit.text()) == 40_000
     finally:
         s.close()
+
+
+def test_a_thread_that_cannot_be_read_does_not_keep_the_previous_threads_header_or_resource(qtbot, pane, session):
+    """Picking a thread whose read failed: the header still named the thread read before ("Trip to Lisbon",
+    resource alice), and Reassemble then sent alice as the new thread's resource, which the engine refused
+    with a sentence about thread ownership. Now the header names the thread that could not be read, and
+    Reassemble reads it again, then assembles it for its own resource."""
+    from .conftest import another_program
+
+    pane.show()
+    mem = Memory(session.store, MemoryOptions(), name="assistant")
+    mem.create_thread(resource_id="bob", thread_id="t-bob", title="Bob's chat")
+    mem.save_messages([Message.user("Hi, it is Bob.", thread_id="t-bob", resource_id="bob", created_at=T0)])
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    another_program(session.store.location.path, "ALTER TABLE mastra_threads RENAME TO mastra_threads_old")
+    with qtbot.waitSignal(pane.failed, timeout=15_000):
+        pane.set_selection(Selection("bob", "t-bob"))
+    assert "Lisbon" not in pane.title.text() and "alice" not in pane.subtitle.text()
+    assert "t-bob" in pane.subtitle.text() and "could not be read" in pane.subtitle.text()
+    another_program(session.store.location.path, "ALTER TABLE mastra_threads_old RENAME TO mastra_threads")
+    with qtbot.waitSignal(pane.assembled, timeout=15_000) as blocker:
+        pane.commands.run("prompt.reassemble")
+    assert pane.title.text() == "Bob's chat" and "resource bob" in pane.subtitle.text()
+    texts = [m.get("content") for m in blocker.args[0].prompt.messages]
+    assert "Hi, it is Bob." in texts and not any("Alice" in str(t) for t in texts)
