@@ -345,6 +345,8 @@ class ChatPane(QWidget):
         if selection.resource_id and not self.busy:
             self.resource_edit.setText(selection.resource_id)
         if selection.thread_id != previous.thread_id:
+            self.runs = {}  # the previous thread's recorded turns: not what its agents ran with on this one
+            self._show_run()
             self.thread_radio.setChecked(selection.thread_id is not None)
             self.new_radio.setChecked(selection.thread_id is None)
             if not self.busy:
@@ -514,6 +516,8 @@ class ChatPane(QWidget):
         self.turn_failed.emit(f"{what} {todo}")
 
     def _on_read_error(self, exc: BaseException) -> None:
+        self.runs = {}
+        self._show_run()
         self.status.setText(f"Could not read the thread: {type(exc).__name__}: {exc}")
         # Not "No messages yet": the thread may hold many; they could not be read.
         self.banner.show_message(f"{READ_FAILED}: {str(exc) or type(exc).__name__}", "error")

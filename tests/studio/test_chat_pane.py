@@ -389,3 +389,18 @@ def test_every_reply_is_capped_and_the_user_sets_the_cap(qtbot, pane, session, t
     assert "stopped at the cap of 64 tokens" in pane.status.text() and "Reply cap" in pane.status.text()
     assert "stopped at the cap of 64 tokens" in pane.transcript_text()  # beside the reply it cut
     pane.grab().save(str(tmp_path / "chat-capped.png"))
+
+
+def test_another_threads_recorded_settings_never_apply_here(qtbot, pane, session):
+    """The model settings come from the agent's recorded turn on the selected thread only: picking a thread
+    whose read fails (or before its read arrives) must not keep the previous thread's."""
+    from tests.studio.conftest import another_program
+
+    _chef_ran_a_turn(session.store)
+    select(qtbot, pane, Selection("ada", "t-food"))
+    assert pane.run() is not None
+    another_program(session.store.location.path, "ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
+    pane.set_selection(Selection("ada", "t-other"))
+    qtbot.waitUntil(lambda: pane.banner.isVisible() and pane.banner.level == "error", timeout=10_000)
+    assert pane.run() is None and "on this thread" not in pane.settings_label.text()
+    assert pane._settings()["model_settings"] == {}
