@@ -144,7 +144,7 @@ class TransferActions(QObject):
         from studio.widgets.export_dialog import ExportDialog
 
         dialog = ExportDialog(kind, item_id, self._folder(), self.choose_save_path, self.window)
-        dialog.export_requested.connect(lambda request: self._export(dialog, request))
+        dialog.export_requested.connect(lambda request: self._export(dialog, request, session))
         self.dialog = dialog
         self._show(dialog)
         session.run(lambda: describe(session.store, kind, item_id),
@@ -152,10 +152,11 @@ class TransferActions(QObject):
                     on_error=alive_only(dialog, lambda exc: dialog.set_details(str(exc))))
         return dialog
 
-    def _export(self, dialog: ExportDialog, request: ExportRequest) -> None:
-        session = self.window.session
-        if session is None:
-            dialog.failed("No database is open.")
+    def _export(self, dialog: ExportDialog, request: ExportRequest, session: StudioSession) -> None:
+        """Export from ``session``, the database the dialog was opened on (never another one opened since)."""
+        if self.window.session is not session:
+            dialog.failed(f"{session.display_path} is no longer the open database, so nothing was exported. "
+                          "Close this dialog and choose File > Export… again.")
             return
 
         def done(path: Path) -> None:
@@ -225,7 +226,11 @@ class TransferActions(QObject):
         return False
 
     def _session_opened(self, session: StudioSession) -> None:
-        """Another database is open now: an import previewed on the one before never goes into it."""
+        """Another database is open now: an import previewed on the one before never goes into it, and an
+        export dialog of the one before closes (its subject is that database's thread or resource)."""
+        dialog = self.dialog
+        if dialog is not None and _alive(dialog) and dialog.isVisible():
+            dialog.reject()
         pending, self._pending = self._pending, None
         if pending is None or pending[0] is session:
             self._pending = pending

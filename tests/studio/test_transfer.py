@@ -354,3 +354,26 @@ def test_an_import_goes_into_the_database_it_was_previewed_on_or_nowhere(qtbot: 
     for path in (first, second):
         with open_store(path, read_only=True) as store:
             assert [t.id for t in store.memory.list_threads(resource_id="ada")] == []
+
+
+def test_an_export_dialog_closes_when_another_database_opens(qtbot: Any, make_window: Any, small_db: Path,
+                                                            tmp_path: Path) -> None:
+    """The export dialog describes a thread of the database it was opened on; with another database opened
+    meanwhile (a copy holds the same thread) its Export button exported the new database's thread."""
+    from .conftest import another_program
+
+    copy = tmp_path / "copy.db"
+    another_program(small_db, f"VACUUM INTO '{copy}'")
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.set_selection(Selection("ada", "t-groceries"))
+    window.commands.run("file.export_thread")
+    dialog = window.transfer.dialog
+    assert dialog is not None and dialog.isVisible()
+    out = tmp_path / "out.json"
+    dialog.path_edit.setText(str(out))
+    window.open_database(str(copy))  # an open started before File > Export Thread… ends now
+    qtbot.waitUntil(lambda: window.session is not None and window.session.display_path == str(copy), timeout=15_000)
+    qtbot.waitUntil(lambda: window.transfer.dialog is None, timeout=5_000)  # closed with its database
+    assert not out.exists()
