@@ -116,11 +116,13 @@ class MemoryEditActions(QObject):
     def _same_database(self, session: Any) -> bool:
         """Whether ``session`` (where a dialog's message was read) is still the open database; if not,
         say that nothing was changed."""
-        if session is not None and self._session() is session:
-            return True
+        current = self._session()
+        if session is not None and current is not None and current.target == session.target:
+            return True  # (the same database reopened, File > Reload, is still it)
         self.window.presenter.error(self.window, Problem(
-            "Not changed", "The database this message was read from is no longer open, so nothing was changed.",
-            "Select the message in the open database and try again."))
+            "Not changed", f"{session.display_path if session is not None else 'The database'} is no longer the "
+            "open database, so nothing was changed there or here.",
+            "Select what to change in the open database and try again."))
         return False
 
     def _problem(self, exc: BaseException) -> None:
@@ -312,12 +314,15 @@ class MemoryEditActions(QObject):
         from studio.widgets.forget_dialog import ForgetDialog
 
         dialog = ForgetDialog(preview, session.display_path, self.window)
-        dialog.forget_requested.connect(lambda: self._forget(dialog, preview.resource_id))
+        dialog.forget_requested.connect(lambda: self._forget(dialog, preview.resource_id, session))
         dialog.vacuum_requested.connect(lambda: self._vacuum(dialog))
         self.dialog = dialog
         self.window.presenter.show(dialog)
 
-    def _forget(self, dialog: ForgetDialog, resource_id: str) -> None:
+    def _forget(self, dialog: ForgetDialog, resource_id: str, previewed: Any) -> None:
+        """Forget in the database the summary was counted in (never another one opened since)."""
+        if not self._same_database(previewed):
+            return
         session = self._session()
         store = session.store
 

@@ -267,3 +267,28 @@ def test_undo_never_reverts_an_edit_in_another_database(qtbot: Any, make_window:
     window.commands.run("edit.undo")  # the shortcut, pressed anyway
     qtbot.wait(200)  # nothing was started; give a stray job the time to show itself
     assert _texts(copy, "t-groceries", "ada")[0] == "I am allergic to sesame. Plan dinner."
+
+
+def test_forget_never_deletes_from_another_database(qtbot: Any, make_window: Any, small_db: Path,
+                                                   tmp_path: Path) -> None:
+    """Forget Resource… counts what the open database holds and asks; with another database opened while
+    it asked (an open started before; a copy holds the same resource), the confirmation deleted there."""
+    from .conftest import another_program
+
+    copy = tmp_path / "copy.db"
+    another_program(small_db, f"VACUUM INTO '{copy}'")
+    window = _open(qtbot, make_window, small_db)
+    _select_message(qtbot, window, "ada", "t-groceries", 0)
+    window.commands.run("resource.forget")
+    dialog = _dialog(qtbot, window, ForgetDialog)
+    first = window.session
+    window.open_database(str(copy))
+    qtbot.waitUntil(lambda: window.session is not None and window.session.display_path == str(copy), timeout=15_000)
+    import shiboken6
+
+    assert not shiboken6.isValid(dialog) or not dialog.isVisible()  # closed with the database it counted
+    window.edits._forget(dialog, "ada", first)  # a confirmation that arrives anyway changes nothing
+    qtbot.waitUntil(lambda: any(isinstance(d, QMessageBox) and d.windowTitle() == "Not changed"
+                                for d in window.presenter.open), timeout=5_000)
+    with open_store(copy, read_only=True) as store:
+        assert [t.id for t in store.memory.list_threads(resource_id="ada")] != []
