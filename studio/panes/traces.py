@@ -386,7 +386,21 @@ class TracesPane(QWidget):
         resolver = self.resolver
         self.session.run(lambda: load_traces_page(resolver, filters, 0, limit),
                          on_result=alive_only(self, lambda page: self._on_page(page, gen, filters, keep)),
-                         on_error=alive_only(self, self._on_error), key=self._key + "-list")
+                         on_error=alive_only(self, lambda exc: self._on_list_error(gen, exc)), key=self._key + "-list")
+
+    def _on_list_error(self, gen: int, exc: BaseException) -> None:
+        """The list could not be read: what it showed is the scope read before (another thread's traces, with
+        its header), so it goes; the header names the scope asked for."""
+        if gen != self._gen:
+            return
+        self.traces = []
+        self.trace_model.set_rows([])
+        self.total = None
+        self._clear_trace("")
+        self.count_label.setText("")
+        self.subtitle.setText(self._scope_text())
+        self.subtitle.setToolTip("")
+        self._on_error(exc)
 
     def load_more(self) -> None:
         if self.total is None or len(self.traces) >= self.total:

@@ -379,3 +379,23 @@ def test_the_pane_tells_a_broken_trace_file_by_the_engines_own_rule(no_leaked_wi
     qtbot.waitUntil(lambda: pane.banner.isVisible() and "could not be read" in pane.banner.label.text(),
                     timeout=WAIT)
     assert "holds traces only (no conversation)" in pane.banner.label.text()
+
+
+def test_a_list_that_cannot_be_read_does_not_keep_the_previous_threads_traces(no_leaked_widgets, qtbot,
+                                                                             make_session, demo_db):
+    """Another thread picked while the trace file became unreadable: the list kept the thread shown before
+    (its traces, "thread ada-weekend" in the header) under the new selection, its spans "reading…" forever."""
+    from studio.selection import Selection
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    pane.set_selection(Selection("ada", "ada-weekend"))
+    qtbot.waitUntil(lambda: bool(pane.traces) and all(t.thread_id == "ada-weekend" for t in pane.traces),
+                    timeout=WAIT)
+    (demo_db.parent / "observability.duckdb").write_bytes(b"not a duckdb file " * 500)
+    pane.set_selection(Selection("li-wei", "liwei-shanghai"))
+    # (the open trace's own read may fail first, with the same banner: wait for the list's answer)
+    qtbot.waitUntil(lambda: pane.banner.isVisible() and "could not be read" in pane.banner.label.text()
+                    and pane.trace_model.rowCount() == 0, timeout=WAIT)
+    assert pane.traces == [] and pane.spans == []
+    assert pane.subtitle.text().startswith("thread liwei-shanghai") and "ada-weekend" not in pane.subtitle.text()
+    assert "reading" not in pane.tree_caption.text()
