@@ -513,8 +513,10 @@ class WorkingMemoryPane(QWidget):
     # -- editing ---------------------------------------------------------------------------------
     def unsaved_edits(self) -> int:
         """Owners whose working memory has an edit not saved: the one in the editor, and those kept aside
-        while the user looked elsewhere (the window asks before closing them)."""
-        return len(self._kept) + (1 if self._is_dirty() else 0)
+        while the user looked elsewhere; and memories whose template or schema has one (in the Template /
+        schema tab, or kept aside). The window asks before closing them."""
+        template_dirty = self._template_owner is not None and self.template_editor.edit() is not None
+        return len(self._kept) + (1 if self._is_dirty() else 0) + len(self._kept_templates) + (1 if template_dirty else 0)
 
     def _is_dirty(self) -> bool:
         return self.draft is not None and self.draft.is_dirty(self.editor.toPlainText())

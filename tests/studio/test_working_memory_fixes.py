@@ -277,3 +277,14 @@ def test_reads_work_again_when_another_program_renames_a_table_away_and_back(qtb
     with qtbot.waitSignal(pane.loaded, timeout=WAIT):
         pane.commands.run("wm.reload")
     assert pane.title.text() != "Working memory" and json.loads(pane.editor.toPlainText())["city"] == "Kyoto"
+
+
+def test_an_unsaved_template_edit_counts_as_unsaved(qtbot: Any, pane: Any, session: Any) -> None:
+    """The window asks before discarding unsaved working-memory edits; a template edit (in the tab, or kept
+    aside for its memory) was not counted, so closing the window or opening a database lost it silently."""
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert pane.unsaved_edits() == 0
+    pane.template_editor.editor.replace_all("# Traveller\\n- Home city:")
+    assert pane.unsaved_edits() == 1
+    load(qtbot, pane, Selection("bob", "t2"))  # another memory: the edit is kept aside
+    assert pane.unsaved_edits() == 1
