@@ -191,12 +191,13 @@ class MemoryEditActions(QObject):
     def _confirm_delete(self, target: edit_jobs.MessageTarget) -> None:
         preview = " ".join(target.message.text.split())
         preview = preview if len(preview) <= 160 else preview[:159] + "…"
+        session = self._session()  # the database the message was read from
         self.window.presenter.confirm(
             self.window, "Delete this message?",
             f"Delete the {target.message.role} message “{preview or '(no text)'}” from thread {target.thread_id}?",
             "Its recall vector and keyword doc go with it, and the next message's passage is rebuilt. Turns that "
             "ran before keep what their model saw. Edit > Undo Memory Edit brings it back.",
-            "Delete", lambda session=self._session(): self._delete(target, session))
+            "Delete", lambda: self._delete(target, session))
 
     def _delete(self, target: edit_jobs.MessageTarget, session: Any) -> None:
         if not self._same_database(session):
