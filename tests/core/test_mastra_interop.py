@@ -1,0 +1,149 @@
+"""A database shared with Mastra (``@mastra/memory`` 1.31 on ``@mastra/libsql`` 1.23): the rows here are
+the shapes a real Mastra wrote in such a file (its DDL, JSONB thread metadata, vector rows with a random
+``vector_id`` and the embedded text in their metadata, libSQL's DiskANN index with its shadow table,
+), written with SQL so the suite runs without node."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import libsql_experimental as libsql
+import pytest
+
+from core import Memory, MemoryOptions, open_store
+from core.embedding import HashingEmbedder
+
+# Mastra's own DDL, as its LibSQLStore / LibSQLVector created it.
+MASTRA_DDL = [
+    'CREATE TABLE mastra_threads (\n  "id" TEXT NOT NULL PRIMARY KEY,\n  "resourceId" TEXT NOT NULL,\n  "title" TEXT NOT NULL,\n'
+    '  "metadata" TEXT,\n  "createdAt" TEXT NOT NULL,\n  "updatedAt" TEXT NOT NULL\n)',
+    'CREATE TABLE mastra_messages (\n  "id" TEXT NOT NULL PRIMARY KEY,\n  "thread_id" TEXT NOT NULL,\n  "content" TEXT NOT NULL,\n'
+    '  "role" TEXT NOT NULL,\n  "type" TEXT NOT NULL,\n  "createdAt" TEXT NOT NULL,\n  "resourceId" TEXT\n)',
+    'CREATE TABLE mastra_resources (\n  "id" TEXT NOT NULL PRIMARY KEY,\n  "workingMemory" TEXT,\n  "metadata" TEXT,\n'
+    '  "createdAt" TEXT NOT NULL,\n  "updatedAt" TEXT NOT NULL\n)',
+    'CREATE INDEX idx_messages_thread_created_at ON mastra_messages (thread_id, "createdAt")',
+]
+VECTOR_DDL = [
+    "CREATE TABLE memory_messages_384 (\n            id SERIAL PRIMARY KEY,\n            vector_id TEXT UNIQUE NOT NULL,\n"
+    "            embedding F32_BLOB(384),\n            metadata TEXT DEFAULT '{}'\n          )",
+    "CREATE INDEX memory_messages_384_vector_idx\n          ON memory_messages_384 (libsql_vector_idx(embedding))\n        ",
+]
+STAMP = "2026-12-03T17:56:29.183Z"
+# (id, thread, resource, role, text) of the messages Mastra saved with semantic recall on.
+MESSAGES = [
+    ("s-1", "sec", "dee", "user", "my bank password is hunter2 zebra"),
+    ("s-2", "sec", "dee", "assistant", "Please do not share passwords."),
+    ("s-3", "sec", "dee", "user", "ok, lunch tomorrow at noon"),
+    ("k-1", "keep", "dee", "user", "my cat is called Tofu"),
+    ("e-1", "eve-t", "eve", "user", "eve's own note about hunter2"),
+]
+
+
+def _mastra_file(path: Path) -> None:
+    emb = HashingEmbedder(384)  # the vectors' values do not matter here, only where they are
+    conn = libsql.connect(str(path))
+    for ddl in [*MASTRA_DDL, *VECTOR_DDL]:
+        conn.execute(ddl)
+    threads = {(t, r) for _, t, r, _, _ in MESSAGES}
+    for tid, rid in sorted(threads):
+        conn.execute('INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "updatedAt") '
+                     "VALUES (?, ?, ?, jsonb(?), ?, ?)", (tid, rid, tid.title(), '{"channel":"web"}', STAMP, STAMP))
+    for i, (mid, tid, rid, role, text) in enumerate(MESSAGES):
+        created = f"2026-11-05T08:00:0{i}.000Z"
+        content = json.dumps({"format": 2, "parts": [{"type": "text", "text": text}]}, separators=(",", ":"))
+        conn.execute('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+                     "VALUES (?, ?, ?, ?, 'v2', ?, ?)", (mid, tid, content, role, created, rid))
+        meta = {"channel": "web", "message_id": mid, "thread_id": tid, "resource_id": rid, "role": role,
+                "content": text, "created_at": created}
+        conn.execute("INSERT INTO memory_messages_384 (vector_id, embedding, metadata) VALUES (?, vector32(?), ?)",
+                     (f"964c3d93-c8df-4e8c-a7b0-d0b2142d14{i:02d}", json.dumps([float(x) for x in emb.embed([text])[0]]),
+                      json.dumps(meta, separators=(",", ":"))))
+    conn.commit()
+    conn.close()
+
+
+def _vector_rows(path: Path) -> list[tuple[str, str, str]]:
+    """(table, message id, text) of every vector row of every vector table."""
+    conn = libsql.connect(str(path))
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'memory_messages%' "
+        "AND name NOT LIKE '%shadow'").fetchall()]
+    rows = [(t, r[0], r[1]) for t in tables for r in conn.execute(
+        f"SELECT json_extract(metadata, '$.message_id'), json_extract(metadata, '$.content') FROM \"{t}\" NOT INDEXED").fetchall()]
+    conn.close()
+    return sorted(rows)
+
+
+@pytest.fixture
+def mastra_db(tmp_path: Path) -> Path:
+    path = tmp_path / "mastra.db"
+    _mastra_file(path)
+    assert (path.parent / "mastra.db").exists()
+    return path
+
+
+def _migrated(path: Path) -> None:
+    with open_store(path) as store:
+        store.migrate()
+
+
+def test_forgetting_a_resource_of_a_mastra_database_with_semantic_recall(mastra_db: Path):
+    """libSQL keeps a DiskANN index's data in ``memory_messages_384_vector_idx_shadow``, a table that shares
+    the vector tables' prefix: forget read it as one and stopped with "no such column: metadata", having
+    deleted nothing (``memory-studio forget`` printed only that error)."""
+    for migrate in (False, True):
+        path = mastra_db.with_name(f"forget-{migrate}.db")
+        path.write_bytes(mastra_db.read_bytes())
+        if migrate:
+            _migrated(path)
+        with open_store(path) as store:
+            report = Memory(store).forget_resource("dee")
+            assert report.removed["vectors (memory_messages_384)"] == 4
+            assert not any("shadow" in name for name in report.removed)
+        assert [(m, t) for _, m, t in _vector_rows(path)] == [("e-1", "eve's own note about hunter2")]
+
+
+@pytest.mark.parametrize("recall", [False, True])
+def test_deleting_a_thread_removes_mastras_vectors_of_it(mastra_db: Path, recall: bool):
+    """Mastra's deleteThread removes the thread's vectors from every message index. Ours removed them only
+    from the table of its own embedder (here 64 dimensions; Mastra's are 384) and, with recall off, only
+    from tables it had indexed itself: the thread's text stayed in Mastra's rows, and Mastra's semantic
+    recall kept finding it."""
+    _migrated(mastra_db)
+    with open_store(mastra_db) as store:
+        options = MemoryOptions(semantic_recall={"top_k": 2, "message_range": 0} if recall else False)
+        memory = Memory(store, options, embedder=HashingEmbedder(64) if recall else None)
+        memory.delete_thread("sec")
+        memory.wait_idle(10)
+    assert [m for _, m, _ in _vector_rows(mastra_db)] == ["e-1", "k-1"]
+
+
+def test_deleting_a_thread_of_an_unmigrated_mastra_database_removes_its_vectors(mastra_db: Path):
+    with open_store(mastra_db) as store:
+        Memory(store).delete_thread("sec")
+    assert [m for _, m, _ in _vector_rows(mastra_db)] == ["e-1", "k-1"]
+
+
+@pytest.mark.parametrize("dim", [384, 64])
+def test_an_edited_or_deleted_mastra_message_leaves_no_vector_with_its_old_text(mastra_db: Path, dim: int):
+    """Editing a message Mastra had embedded wrote our vector beside Mastra's row (its own ``vector_id``, or
+    in another dimension's table) and left that row as it was: the old text ("hunter2") stayed in the file
+    and a search for it still found the message, with Mastra's recall too. A deleted message's Mastra row
+    stayed in the other table. Mastra removes every vector of a message when it changes or goes; so do we
+    now, keeping the rows whose text is still the message's."""
+    _migrated(mastra_db)
+    with open_store(mastra_db) as store:
+        memory = Memory(store, MemoryOptions(semantic_recall={"top_k": 2, "message_range": 0}),
+                        embedder=HashingEmbedder(dim))
+        memory.edit_message("s-1", resource_id="dee", text="my bank password is [removed]")
+        memory.delete_messages(["s-3"], resource_id="dee")
+        memory.wait_idle(10)
+        hits = memory.search("hunter2 zebra", resource_id="dee", top_k=5, mode="vector")
+        assert all(h.message_id != "s-1" or h.score < 0.5 for h in hits)
+    rows = _vector_rows(mastra_db)
+    assert not [r for r in rows if r[1] == "s-1" and "hunter2" in r[2]]
+    assert not [r for r in rows if r[1] == "s-3"]
+    assert ("memory_messages_384", "s-2", "Please do not share passwords.") in rows  # unchanged: kept
+    assert ("memory_messages_384", "e-1", "eve's own note about hunter2") in rows  # another message: kept
+    assert [r for r in rows if r[1] == "s-1"] == [(f"memory_messages_{dim}", "s-1", "my bank password is [removed]")]
