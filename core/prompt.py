@@ -249,7 +249,7 @@ def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[di
             out.append({"role": "assistant", "content": "\n".join(texts)})
         texts, calls, results = [], [], []
 
-    for part in message.parts:
+    for part in _with_legacy_calls(message):
         kind = part.get("type")
         if kind == "text" and isinstance(part.get("text"), str) and part["text"]:
             if calls:
@@ -276,6 +276,20 @@ def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[di
     return out
 
 
+def _with_legacy_calls(message: Message) -> list[dict[str, Any]]:
+    """The parts an assistant message is sent from. A message whose parts hold no tool invocation but
+    whose ``toolInvocations`` field does (AI SDK v4 clients and older Mastra versions wrote calls only
+    there; Mastra's working-memory hiding leaves that field as it was) is sent with those calls first,
+    then its parts, as Mastra builds its prompt from such a row."""
+    parts = message.parts
+    legacy = message.content.get("toolInvocations") if isinstance(message.content, dict) else None
+    if not isinstance(legacy, list) or not legacy or any(p.get("type") == "tool-invocation" for p in parts):
+        return parts
+    calls = [{"type": "tool-invocation", "toolInvocation": inv} for inv in legacy
+             if isinstance(inv, dict) and isinstance(inv.get("toolName"), str)]
+    return [*calls, *parts]
+
+
 def _user(message: Message) -> dict[str, Any]:
     # What a user message carries besides its text, in the order it is sent: "file" parts (format 2),
     # "image" parts (the AI SDK's core shape, which clients sometimes store as they are) and
@@ -287,8 +301,11 @@ def _user(message: Message) -> dict[str, Any]:
                           p.get("filename")))
         elif p.get("type") == "image" and isinstance(p.get("image"), str):
             files.append((str(p.get("mimeType") or p.get("mediaType") or "image/png"), p["image"], None))
+    # Attachments count only when the parts hold no "file" part: a client that stores both keeps the
+    # same files twice, and Mastra then sends the file parts alone (each image once).
+    has_file_part = any(p.get("type") == "file" for p in message.parts)
     attachments = message.content.get("experimental_attachments") if isinstance(message.content, dict) else None
-    for a in attachments if isinstance(attachments, list) else ():
+    for a in attachments if isinstance(attachments, list) and not has_file_part else ():
         if isinstance(a, dict) and isinstance(a.get("url"), str):
             files.append((str(a.get("contentType") or ""), a["url"], a.get("name")))
     text = message.text

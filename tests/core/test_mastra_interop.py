@@ -1,7 +1,8 @@
 """A database shared with Mastra (``@mastra/memory`` 1.31 on ``@mastra/libsql`` 1.23): the rows here are
 the shapes a real Mastra wrote in such a file (its DDL, JSONB thread metadata, vector rows with a random
 ``vector_id`` and the embedded text in their metadata, libSQL's DiskANN index with its shadow table,
-), written with SQL so the suite runs without node."""
+messages whose tool calls live only in the legacy ``toolInvocations`` field, a file part repeated in
+``experimental_attachments``), written with SQL so the suite runs without node."""
 
 from __future__ import annotations
 
@@ -147,3 +148,48 @@ def test_an_edited_or_deleted_mastra_message_leaves_no_vector_with_its_old_text(
     assert ("memory_messages_384", "s-2", "Please do not share passwords.") in rows  # unchanged: kept
     assert ("memory_messages_384", "e-1", "eve's own note about hunter2") in rows  # another message: kept
     assert [r for r in rows if r[1] == "s-1"] == [(f"memory_messages_{dim}", "s-1", "my bank password is [removed]")]
+
+
+def _legacy_thread(path: Path) -> None:
+    """Rows a Mastra saved as AI SDK v4 clients shape them (format 2)."""
+    conn = libsql.connect(str(path))
+    png = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    contents = [
+        ("lg-2", "assistant", {"format": 2, "parts": [{"type": "text", "text": "A cat, and a pdf."}], "toolInvocations": [
+            {"state": "result", "toolCallId": "lc-1", "toolName": "vision", "args": {"url": "cat.png"}, "result": {"label": "cat"}},
+            {"state": "call", "toolCallId": "lc-2", "toolName": "pending", "args": {}}]}),
+        ("lg-3", "user", {"format": 2, "parts": [{"type": "text", "text": "thanks"},
+                                                 {"type": "file", "mimeType": "image/png", "data": png}],
+                          "experimental_attachments": [{"name": "dog.png", "contentType": "image/png", "url": png}]}),
+        ("lg-4", "assistant", {"format": 2, "parts": [
+            {"type": "tool-invocation", "toolInvocation": {"state": "result", "toolCallId": "lc-3", "toolName": "a",
+                                                           "args": {}, "result": 1}},
+            {"type": "text", "text": "done"}],
+            "toolInvocations": [{"state": "result", "toolCallId": "lc-4", "toolName": "b", "args": {}, "result": 2}]}),
+    ]
+    conn.execute('INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "updatedAt") '
+                 "VALUES ('lg', 'eve', 'legacy', jsonb('{}'), ?, ?)", (STAMP, STAMP))
+    for i, (mid, role, content) in enumerate(contents):
+        conn.execute('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+                     "VALUES (?, 'lg', ?, ?, 'v2', ?, 'eve')",
+                     (mid, json.dumps(content, separators=(",", ":")), role, f"2026-11-07T08:00:0{i}.000Z"))
+    conn.commit()
+    conn.close()
+
+
+def test_the_prompt_over_mastras_legacy_rows_is_what_mastra_sends(mastra_db: Path):
+    """What Mastra 1.71's Agent sent the model over these rows (captured from a real run): the calls kept
+    only in ``toolInvocations`` (its working-memory hiding leaves that field; AI SDK v4 clients write only
+    there) go out before the text, the unanswered one left out; a file kept both as a part and as an
+    attachment goes once; ``toolInvocations`` beside tool-invocation parts are not read. We sent the
+    first message as text only and the image of the second twice."""
+    _legacy_thread(mastra_db)
+    with open_store(mastra_db, read_only=True) as store:
+        sent = Memory(store, MemoryOptions(last_messages=10)).assemble(
+            thread_id="lg", resource_id="eve", input="next").messages
+    assert [(m["role"], m.get("tool_call_id") or [c["id"] for c in m.get("tool_calls") or ()]) for m in sent] == [
+        ("assistant", ["lc-1"]), ("tool", "lc-1"), ("assistant", []), ("user", []),
+        ("assistant", ["lc-3"]), ("tool", "lc-3"), ("assistant", []), ("user", [])]
+    assert sent[0]["tool_calls"][0]["function"] == {"name": "vision", "arguments": '{"url": "cat.png"}'}
+    assert sent[1]["content"] == '{"label": "cat"}' and sent[2]["content"] == "A cat, and a pdf."
+    assert [p["type"] for p in sent[3]["content"]] == ["text", "image_url"]
