@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from core.recall import vector_table
 from core.recall.schema import quoted
 from core.storage import bulk, dialect
+from core.storage.capabilities import capabilities_of
 from core.storage.catalog import table_columns, table_names
 
 PREFIX = "memory_messages"
@@ -31,10 +32,15 @@ def vector_tables(conn: sa.Connection) -> list[str]:
     return [t for t in table_names(conn, PREFIX) if _COLUMNS <= {c[0] for c in table_columns(conn, t)}]
 
 
+def _blob_rows(conn: sa.Connection) -> bool:
+    """Whether vectors are libSQL blob rows (Mastra's LibSQLVector layout), not pgvector columns."""
+    return capabilities_of(conn).vectors == "blob-matrix"
+
+
 def _scan(conn: sa.Connection, table: str) -> str:
     """How a lookup by message id reads ``table``: by our index on it when it has one; on a Mastra table
     ``NOT INDEXED`` (its DiskANN index is a b-tree plain SQLite sees as empty). Postgres plans alone."""
-    if dialect.is_postgres(conn):
+    if not _blob_rows(conn):
         return ""
     info = vector_table.inspect(conn, table, 0)
     return vector_table.scan_hint(info, "message_id") if info is not None else "NOT INDEXED"
@@ -42,7 +48,7 @@ def _scan(conn: sa.Connection, table: str) -> str:
 
 def _path(conn: sa.Connection, key: str) -> str:
     # libSQL: the expression of our message_id index (vector metadata is JSON text, whoever wrote it).
-    return dialect.json_path_sql(conn, "metadata", key) if dialect.is_postgres(conn) else f"json_extract(metadata, '$.{key}')"
+    return f"json_extract(metadata, '$.{key}')" if _blob_rows(conn) else dialect.json_path_sql(conn, "metadata", key)
 
 
 def drop_stale_copies(conn: sa.Connection, current: Mapping[str, str | None], own_table: str | None) -> int:
