@@ -193,3 +193,42 @@ def test_the_prompt_over_mastras_legacy_rows_is_what_mastra_sends(mastra_db: Pat
     assert sent[0]["tool_calls"][0]["function"] == {"name": "vision", "arguments": '{"url": "cat.png"}'}
     assert sent[1]["content"] == '{"label": "cat"}' and sent[2]["content"] == "A cat, and a pdf."
     assert [p["type"] for p in sent[3]["content"]] == ["text", "image_url"]
+
+
+def test_mastras_signals_go_to_the_model_in_their_tags(mastra_db: Path):
+    """Signals Mastra stored (role ``signal``, ``metadata.signal``) went out as their bare text: a
+    reminder read like something the user typed. Mastra 1.71 sends every signal but a plain user one as
+    the user message ``<tag attributes>text</tag>`` (escaped; ``<tag />`` when empty); these rows and
+    the texts expected are a real Mastra's."""
+    signals = [
+        ("system-reminder", [{"type": "text", "text": "Reminder: the user prefers short answers."}],
+         {"type": "system-reminder", "tagName": "system-reminder"}),
+        ("user", [{"type": "text", "text": "typed from the studio harness"}], {"type": "user"}),
+        ("notification", [{"type": "text", "text": 'Build <done> & "green"'}],
+         {"type": "notification", "tagName": "notification",
+          "attributes": {"source": "ci", "count": 3, "ok": True, "gone": None, "q": 'a"b<c'}}),
+        ("state", [{"type": "text", "text": ""}], {"type": "state", "tagName": "state", "attributes": {"id": "x"}}),
+        ("reactive", [{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}], {"type": "reactive"}),
+        ("user", [{"type": "text", "text": "from user with attrs"}], {"type": "user", "attributes": {"via": "slack"}}),
+    ]
+    conn = libsql.connect(str(mastra_db))
+    conn.execute('INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "updatedAt") '
+                 "VALUES ('sg', 'gil', 'signals', NULL, ?, ?)", (STAMP, STAMP))
+    for i, (kind, parts, signal) in enumerate(signals):
+        content = {"format": 2, "parts": parts, "metadata": {"signal": signal}}
+        conn.execute('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+                     "VALUES (?, 'sg', ?, 'signal', ?, ?, 'gil')",
+                     (f"sg-{i}", json.dumps(content, separators=(",", ":")), kind, f"2026-11-09T08:00:0{i}.000Z"))
+    conn.commit()
+    conn.close()
+    with open_store(mastra_db, read_only=True) as store:
+        sent = Memory(store, MemoryOptions(last_messages=10)).assemble(thread_id="sg", resource_id="gil", input="next").messages
+    assert [(m["role"], m["content"]) for m in sent] == [
+        ("user", "<system-reminder>Reminder: the user prefers short answers.</system-reminder>"),
+        ("user", "typed from the studio harness"),
+        ("user", '<notification source="ci" count="3" ok="true" q="a&quot;b&lt;c">Build &lt;done&gt; &amp; "green"</notification>'),
+        ("user", '<state id="x" />'),
+        ("user", "<system-reminder>line one\nline two</system-reminder>"),
+        ("user", '<user via="slack">from user with attrs</user>'),
+        ("user", "next"),
+    ]
