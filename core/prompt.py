@@ -310,12 +310,17 @@ def _signal_markup(message: Message) -> str | None:
     signal = message.metadata.get("signal")
     if not isinstance(signal, dict):
         return None
-    stored = signal.get("type") if isinstance(signal.get("type"), str) else message.type or "user-message"
-    kind, tag = _SIGNAL_KINDS.get(stored, (stored, None))
+    stored = signal.get("type")
+    if not isinstance(stored, str):
+        stored = message.type or "user-message"
+    kind: str = stored
+    tag: str | None = None
+    if stored in _SIGNAL_KINDS:
+        kind, tag = _SIGNAL_KINDS[stored]
     if isinstance(signal.get("tagName"), str):
         tag = signal["tagName"]
-    attributes = signal.get("attributes") if isinstance(signal.get("attributes"), dict) else {}
-    attrs = [(str(k), v) for k, v in attributes.items() if v is not None]
+    attributes = signal.get("attributes")
+    attrs = [(str(k), v) for k, v in attributes.items() if v is not None] if isinstance(attributes, dict) else []
     if (kind == "user" and not attrs) or tag is None or not _XML_NAME.match(tag) \
             or not all(_XML_NAME.match(k) for k, _ in attrs):
         return None  # (Mastra refuses a signal it cannot name: it goes as plain text here)
