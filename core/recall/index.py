@@ -767,6 +767,24 @@ def vector_backend_class(caps: Capabilities) -> type[MatrixVectors] | type[PgVec
     return MatrixVectors if caps.vectors == "blob-matrix" else PgVectors
 
 
+def drop_stale_vectors_everywhere(store: "Store", message_ids: Sequence[str]) -> int:
+    """Recall off in this process: the vector rows of these changed or deleted messages that hold another
+    text than the message has now go from every vector table, Mastra's included (Mastra's
+    ``updateMessages`` / ``deleteMessages`` remove them), so an edit leaves no copy of the old text for
+    a search, ours or Mastra's, to find. Rows of the current text stay; ``reindex`` embeds the rest."""
+    db = store.db
+    ids = list(dict.fromkeys(message_ids))
+    if db.read_only or not ids:
+        return 0
+    found = store.memory.get_messages(ids)
+    now = {m.id: recall_text(m) for m in found if isinstance(m, Message)}
+    unread = {m.id for m in found if not isinstance(m, Message)}  # (a row that cannot be read: left alone)
+    texts: dict[str, str | None] = {mid: now[mid] if now.get(mid, "").strip() else None
+                                    for mid in ids if mid not in unread}
+    with db.write() as conn:
+        return copies.drop_stale_copies(conn, texts, None)
+
+
 def delete_thread_everywhere(store: "Store", thread_id: str) -> None:
     """Drop a deleted thread's vectors from every vector table and its keyword rows, whatever the model.
 

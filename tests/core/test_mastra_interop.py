@@ -150,6 +150,18 @@ def test_an_edited_or_deleted_mastra_message_leaves_no_vector_with_its_old_text(
     assert [r for r in rows if r[1] == "s-1"] == [(f"memory_messages_{dim}", "s-1", "my bank password is [removed]")]
 
 
+
+def test_an_edit_made_with_recall_off_leaves_no_vector_with_the_old_text(mastra_db: Path):
+    """The Studio edits with the thread's agent's options, which for a Mastra file (no agent registered)
+    have recall off: the edit and the delete then left Mastra's rows as they were, the old text in them
+    until some recall write, which never touches Mastra's rows. They go at once now."""
+    _migrated(mastra_db)
+    with open_store(mastra_db) as store:
+        memory = Memory(store, MemoryOptions())
+        memory.edit_message("s-1", resource_id="dee", text="my bank password is [removed]")
+        memory.delete_messages(["s-3"], resource_id="dee")
+    assert [m for _, m, _ in _vector_rows(mastra_db)] == ["e-1", "k-1", "s-2"]
+
 def _legacy_thread(path: Path) -> None:
     """Rows a Mastra saved as AI SDK v4 clients shape them (format 2)."""
     conn = libsql.connect(str(path))
