@@ -20,7 +20,7 @@ from core.recall import copies, ivf_packs, ivf_store, matrix, vector_table
 from core.recall.ivf_store import IvfMeta, IvfScope
 from core.recall.matrix import ScopeVectors, VectorSet
 from core.recall.schema import ensure_vector_table, quoted, vector_table_name
-from core.storage.catalog import has_table, table_names
+from core.storage.catalog import has_table
 from core.recall.tables import IVF_TABLE, STATE_TABLE
 from core.recall.vector_table import TableInfo, VectorState
 
