@@ -575,8 +575,16 @@ class Memory:
         """Hand changed or deleted message ids to the recall index (``RecallIndex.refresh_messages``:
         new vectors and keyword docs, rows of deleted messages removed, the next messages' passages
         rebuilt). Without an index in this memory the database's triggers have queued the change, and
-        the next recall write applies it (searches already leave deleted messages out)."""
-        if self._recall_index is None or self.store.read_only:
+        the next recall write applies it (searches already leave deleted messages out); vector rows
+        holding the old text are dropped now, in every table (``drop_stale_vectors_everywhere``)."""
+        if self.store.read_only:
+            return
+        if self._recall_index is None:
+            # Rows holding the old text (Mastra's, another model's) must not wait for a recall write: the
+            # Studio edits with the thread's agent's options, recall off for a Mastra file.
+            from core.recall import drop_stale_vectors_everywhere
+
+            drop_stale_vectors_everywhere(self.store, ids)
             return
         report = self._recall_index.refresh_messages(list(ids))
         if report.failed:

@@ -8,6 +8,7 @@ recomputes the prompt another way (Mastra #17797: the panel showed recall the mo
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -232,7 +233,7 @@ def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[di
     prompts it sends; OpenAI refuses a ``tool_calls`` message that no tool message answers.
     """
     if message.role in ("user", "signal"):
-        return [_user(message)]
+        return [_user(message, _signal_markup(message) if message.role == "signal" else None)]
     if message.role == "system":
         return [{"role": "system", "content": message.text}]
     out: list[dict[str, Any]] = []
@@ -249,7 +250,7 @@ def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[di
             out.append({"role": "assistant", "content": "\n".join(texts)})
         texts, calls, results = [], [], []
 
-    for part in message.parts:
+    for part in _with_legacy_calls(message):
         kind = part.get("type")
         if kind == "text" and isinstance(part.get("text"), str) and part["text"]:
             if calls:
@@ -276,7 +277,70 @@ def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[di
     return out
 
 
-def _user(message: Message) -> dict[str, Any]:
+def _with_legacy_calls(message: Message) -> list[dict[str, Any]]:
+    """The parts an assistant message is sent from. A message whose parts hold no tool invocation but
+    whose ``toolInvocations`` field does (AI SDK v4 clients and older Mastra versions wrote calls only
+    there; Mastra's working-memory hiding leaves that field as it was) is sent with those calls first,
+    then its parts, as Mastra builds its prompt from such a row."""
+    parts = message.parts
+    legacy = message.content.get("toolInvocations") if isinstance(message.content, dict) else None
+    if not isinstance(legacy, list) or not legacy or any(p.get("type") == "tool-invocation" for p in parts):
+        return parts
+    calls = [{"type": "tool-invocation", "toolInvocation": inv} for inv in legacy
+             if isinstance(inv, dict) and isinstance(inv.get("toolName"), str)]
+    return [*calls, *parts]
+
+
+# Mastra's signal types and the XML tag each is sent in (a stored ``tagName`` wins); "user" is plain text.
+_SIGNAL_KINDS = {"user-message": ("user", "user"), "system-reminder": ("reactive", "system-reminder"),
+                 "reactive": ("reactive", "system-reminder"), "user": ("user", "user"), "state": ("state", "state"),
+                 "notification": ("notification", "notification")}
+_XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def _xml_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _signal_markup(message: Message) -> str | None:
+    """The text Mastra sends for a signal it stored (``metadata.signal``): a reminder, notification or
+    state signal goes to the model wrapped in its tag, ``<system-reminder>text</system-reminder>``
+    (with its attributes; ``<tag />`` when it has no text); a user signal without attributes goes as its
+    text (None here). Our own signals (the working-memory state message) carry their markup already."""
+    signal = message.metadata.get("signal")
+    if not isinstance(signal, dict):
+        return None
+    stored = signal.get("type")
+    if not isinstance(stored, str):
+        stored = message.type or "user-message"
+    kind: str = stored
+    tag: str | None = None
+    if stored in _SIGNAL_KINDS:
+        kind, tag = _SIGNAL_KINDS[stored]
+    if isinstance(signal.get("tagName"), str):
+        tag = signal["tagName"]
+    attributes = signal.get("attributes")
+    attrs = [(str(k), v) for k, v in attributes.items() if v is not None] if isinstance(attributes, dict) else []
+    if (kind == "user" and not attrs) or tag is None or not _XML_NAME.match(tag) \
+            or not all(_XML_NAME.match(k) for k, _ in attrs):
+        return None  # (Mastra refuses a signal it cannot name: it goes as plain text here)
+    attr_xml = "".join(f' {k}="{_xml_escape(_attribute_text(v)).replace(chr(34), "&quot;")}"' for k, v in attrs)
+    legacy = signal.get("contents")
+    texts = [p["text"] for p in message.parts if p.get("type") == "text" and isinstance(p.get("text"), str)]
+    contents = legacy if isinstance(legacy, str) else "\n".join(texts)
+    return f"<{tag}{attr_xml}>{_xml_escape(contents)}</{tag}>" if contents else f"<{tag}{attr_xml} />"
+
+
+def _attribute_text(value: Any) -> str:
+    # As JavaScript's String(value) writes a scalar.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _user(message: Message, text: str | None = None) -> dict[str, Any]:
     # What a user message carries besides its text, in the order it is sent: "file" parts (format 2),
     # "image" parts (the AI SDK's core shape, which clients sometimes store as they are) and
     # ``experimental_attachments`` (where AI SDK v4 clients, and so Mastra, keep a message's attachments).
@@ -287,11 +351,14 @@ def _user(message: Message) -> dict[str, Any]:
                           p.get("filename")))
         elif p.get("type") == "image" and isinstance(p.get("image"), str):
             files.append((str(p.get("mimeType") or p.get("mediaType") or "image/png"), p["image"], None))
+    # Attachments count only when the parts hold no "file" part: a client that stores both keeps the
+    # same files twice, and Mastra then sends the file parts alone (each image once).
+    has_file_part = any(p.get("type") == "file" for p in message.parts)
     attachments = message.content.get("experimental_attachments") if isinstance(message.content, dict) else None
-    for a in attachments if isinstance(attachments, list) else ():
+    for a in attachments if isinstance(attachments, list) and not has_file_part else ():
         if isinstance(a, dict) and isinstance(a.get("url"), str):
             files.append((str(a.get("contentType") or ""), a["url"], a.get("name")))
-    text = message.text
+    text = message.text if text is None else text
     if not files:
         return {"role": "user", "content": text}
     content: list[dict[str, Any]] = []

@@ -226,7 +226,12 @@ def _tables(conn: sa.Connection, place: Place, existing: set[str]) -> list[str]:
     if place.needs is not None and capabilities_of(conn).full_text != place.needs:
         return []
     if place.prefix:
-        return [n for n in sorted(existing) if n == place.table or n.startswith(place.table + "_")]
+        # Only tables with the columns the conditions read: libSQL keeps a vector index's data in a table
+        # named after it (``memory_messages_384_vector_idx_shadow``, in every Mastra database with
+        # semantic recall), which shares the prefix and has none of them.
+        needed = {"metadata" if column.startswith("{json:") else column.strip('"') for column, _ in place.conditions}
+        return [n for n in sorted(existing) if (n == place.table or n.startswith(place.table + "_"))
+                and needed <= {name for name, _type, _pk in catalog.table_columns(conn, n)}]
     return [place.table] if place.table in existing else []
 
 

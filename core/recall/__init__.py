@@ -8,7 +8,10 @@ fused by normalised scores (``hybrid.combine``).
 
 from __future__ import annotations
 
-from core.recall.index import IndexReport, RecallError, RecallIndex, SearchHit, SearchResult, delete_thread_everywhere
+from core.recall.index import (
+    IndexReport, RecallError, RecallIndex, SearchHit, SearchResult, delete_thread_everywhere,
+    drop_stale_vectors_everywhere,
+)
 from core.recall.reindex import ReindexReport, reindex
 from core.recall.schema import RECALL_MIGRATIONS, vector_table_name
 from core.recall.text import keyword_query, recall_text, segment
@@ -25,6 +28,7 @@ __all__ = [
     "recall_text",
     "reindex",
     "delete_thread_everywhere",
+    "drop_stale_vectors_everywhere",
     "segment",
     "vector_table_name",
 ]

@@ -26,7 +26,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.messages import Message
-from core.recall import keyword, passages, pg_hybrid, pg_keywords, search as pipeline
+from core.recall import copies, keyword, passages, pg_hybrid, pg_keywords, search as pipeline
 from core.recall.backends import KeywordBackend, VectorBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.matrix_vectors import MatrixVectors
@@ -439,7 +439,7 @@ class RecallIndex:
             log.warning("recall refresh of %d message(s) failed reading them", len(ids), exc_info=True)
             report.failed.update((mid, f"reading the messages failed: {exc}") for mid in ids)
             return report
-        remove, docs, embed = plan
+        remove, docs, embed, texts = plan
         rows: list[VectorRow] = []
         drop: list[str] = []
         if embed:
@@ -466,7 +466,7 @@ class RecallIndex:
                     rows.append((p.message_id, vec, meta, self.model_id))
         try:
             self._replace(remove, [(p.message_id, p.thread_id, p.resource_id, p.text, p.context) for p in docs],
-                          rows, drop)
+                          rows, drop, texts)
         except Exception as exc:
             log.warning("recall refresh write of %d message(s) failed", len(ids), exc_info=True)
             report.failed.update((mid, f"write failed: {exc}") for mid in ids)
@@ -480,8 +480,9 @@ class RecallIndex:
 
     def _refresh_plan(
         self, ids: list[str], report: IndexReport
-    ) -> tuple[list[str], list[passages.StoredPassage], list[passages.StoredPassage]]:
-        """(ids whose rows go, passages whose keyword doc is rewritten, passages to re-embed)."""
+    ) -> tuple[list[str], list[passages.StoredPassage], list[passages.StoredPassage], dict[str, str | None]]:
+        """(ids whose rows go, passages whose keyword doc is rewritten, passages to re-embed, each asked
+        message's recall text now: None when it is gone or has no text)."""
         with self.store.db.read() as conn:
             current = passages.load(conn, ids)
             docs_of, vecs_of = self.indexed_state(conn, ids)
@@ -531,7 +532,11 @@ class RecallIndex:
                     embed.append(p)
             elif mid in asked:
                 embed.append(p)
-        return remove, docs, embed
+        texts: dict[str, str | None] = {}
+        for mid in ids:
+            now = current.get(mid)
+            texts[mid] = now.text if now is not None and now.text.strip() else None
+        return remove, docs, embed, texts
 
     def indexed_state(
         self, conn: sa.Connection, ids: list[str]
@@ -540,12 +545,17 @@ class RecallIndex:
         docs = doc_state(conn, ids) if self.has_fts else {}
         return docs, self.vectors.stored_state(conn, ids)
 
-    def _replace(self, remove: list[str], docs: list[DocRow], rows: list[VectorRow], drop: list[str]) -> None:
-        """One write: rows of ``remove`` go, ``docs`` are rewritten, ``rows`` upserted, ``drop``'s vectors go."""
+    def _replace(self, remove: list[str], docs: list[DocRow], rows: list[VectorRow], drop: list[str],
+                 texts: dict[str, str | None] | None = None) -> None:
+        """One write: rows of ``remove`` go, ``docs`` are rewritten, ``rows`` upserted, ``drop``'s vectors go;
+        ``texts`` (message id: its text now, None when gone): their other vector rows holding another
+        text (Mastra's, any table) go too (``copies.drop_stale_copies``)."""
         with self.store.db.write() as conn:
             if self.has_fts:
                 self.keywords.delete_docs(conn, remove)
                 self.keywords.write_docs(conn, docs)
+            if texts:
+                copies.drop_stale_copies(conn, texts, self.info.name if self.info is not None else None)
             self.vectors.delete(conn, "message_id", [*remove, *drop])
             if rows:
                 self.vectors.upsert(conn, rows)
@@ -568,11 +578,13 @@ class RecallIndex:
         return {r[0]: r[1] for r in rows}
 
     def delete_thread(self, thread_id: str) -> None:
-        if not self.writable or self.info is None:
+        if self.store.db.read_only:
             return
         with self.store.db.write() as conn:
-            self.vectors.delete(conn, "thread_id", [thread_id])
-            if self.has_fts:
+            # Every vector table, not only this model's, and before any migration: Mastra's rows of the
+            # thread (its embedder, maybe another dimension) would otherwise keep its text for Mastra to recall.
+            vector_backend_class(self.store.capabilities).delete_thread_everywhere(conn, thread_id)
+            if self.writable and self.has_fts:
                 self.keywords.delete_thread(conn, thread_id)
 
     def sync_keywords(self, limit: int = DRAIN_PER_SEARCH) -> str | None:
@@ -751,6 +763,28 @@ class StagedIndex:
         return self.report
 
 
+def vector_backend_class(caps: Capabilities) -> type[MatrixVectors] | type[PgVectors]:
+    return MatrixVectors if caps.vectors == "blob-matrix" else PgVectors
+
+
+def drop_stale_vectors_everywhere(store: "Store", message_ids: Sequence[str]) -> int:
+    """Recall off in this process: the vector rows of these changed or deleted messages that hold another
+    text than the message has now go from every vector table, Mastra's included (Mastra's
+    ``updateMessages`` / ``deleteMessages`` remove them), so an edit leaves no copy of the old text for
+    a search, ours or Mastra's, to find. Rows of the current text stay; ``reindex`` embeds the rest."""
+    db = store.db
+    ids = list(dict.fromkeys(message_ids))
+    if db.read_only or not ids:
+        return 0
+    found = store.memory.get_messages(ids)
+    now = {m.id: recall_text(m) for m in found if isinstance(m, Message)}
+    unread = {m.id for m in found if not isinstance(m, Message)}  # (a row that cannot be read: left alone)
+    texts: dict[str, str | None] = {mid: now[mid] if now.get(mid, "").strip() else None
+                                    for mid in ids if mid not in unread}
+    with db.write() as conn:
+        return copies.drop_stale_copies(conn, texts, None)
+
+
 def delete_thread_everywhere(store: "Store", thread_id: str) -> None:
     """Drop a deleted thread's vectors from every vector table and its keyword rows, whatever the model.
 
@@ -760,13 +794,11 @@ def delete_thread_everywhere(store: "Store", thread_id: str) -> None:
     db = store.db
     if db.read_only:
         return
-    with db.read() as conn:
-        if [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]:
-            return
-        has_fts = has_table(conn, DOCS_TABLE)
+    with db.read() as conn:  # (vectors go before any migration too: Mastra's own tables hold them)
+        has_fts = has_table(conn, DOCS_TABLE) and not [
+            n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]
     caps = store.capabilities
-    vectors = MatrixVectors if caps.vectors == "blob-matrix" else PgVectors
     with db.write() as conn:
-        vectors.delete_thread_everywhere(conn, thread_id)
+        vector_backend_class(caps).delete_thread_everywhere(conn, thread_id)
         if has_fts:
             keyword_backend(caps, True).delete_thread(conn, thread_id)

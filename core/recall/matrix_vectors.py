@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall import ivf_packs, ivf_store, matrix, vector_table
+from core.recall import copies, ivf_packs, ivf_store, matrix, vector_table
 from core.recall.ivf_store import IvfMeta, IvfScope
 from core.recall.matrix import ScopeVectors, VectorSet
 from core.recall.schema import ensure_vector_table, quoted, vector_table_name
-from core.storage.catalog import has_table, table_names
+from core.storage.catalog import has_table
 from core.recall.tables import IVF_TABLE, STATE_TABLE
 from core.recall.vector_table import TableInfo, VectorState
 
@@ -244,6 +244,8 @@ class MatrixVectors:
     # -- every vector table of a database (a thread deleted while recall is off) -------------------
     @staticmethod
     def delete_thread_everywhere(conn: sa.Connection, thread_id: str) -> None:
-        for info in (vector_table.inspect(conn, t, 0) for t in table_names(conn, "memory_messages")):
-            if info is not None and info.has_our_indexes:
+        # Mastra's tables too (no indexes of ours: scanned), as Mastra's deleteThread does: a deleted
+        # thread's text must not stay in a vector row's metadata, to be recalled by Mastra later.
+        for info in (vector_table.inspect(conn, t, 0) for t in copies.vector_tables(conn)):
+            if info is not None:
                 vector_table.delete_where(conn, info, "thread_id", [thread_id])

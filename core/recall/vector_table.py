@@ -71,6 +71,9 @@ def _scan_hint(info: TableInfo, key: str | None) -> str:
     return "NOT INDEXED"
 
 
+scan_hint = _scan_hint  # for the other modules of this package that read a table by message or thread
+
+
 def row_columns(info: TableInfo) -> str:
     """The columns of a ``RawRow`` (rowid, embedding, message_id, thread_id, resource_id, model id,
     vector_id, created_at) of the table aliased ``v``."""
