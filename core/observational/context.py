@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 
 from core.messages import Message
 from core.observational.records import OMRecord
@@ -61,8 +61,56 @@ class ContextBlock:
     chunk_index: int | None = None
 
 
-def relative_label(day: datetime, now: datetime) -> str:
+#: How date headers are annotated in the actor's view. 1: this engine's first rules ("9 days ago",
+#: no gap lines, inline dates left alone), kept for rebuilding turns recorded with them (a record
+#: without the key). 2: Mastra 1.71's (``formatRelativeTime``, gap lines between headers, inline
+#: ``(estimated …)`` / ``(meaning …)`` dates expanded), what a new turn sends.
+LEGACY_DATES, MASTRA_DATES = 1, 2
+DATE_STYLE = MASTRA_DATES
+
+
+def relative_label(day: datetime, now: datetime, style: int = DATE_STYLE) -> str:
+    """How long before ``now`` (or after it) ``day`` was, in whole calendar days (UTC)."""
     days = (now.date() - day.date()).days
+    if style == LEGACY_DATES:
+        return _legacy_label(days)
+    if days < 0:
+        ahead = -days
+        if ahead == 1:
+            return "tomorrow"
+        if ahead < 7:
+            return f"in {ahead} days"
+        if ahead < 60:
+            return _weeks_or_month(ahead, "in {} weeks", "in 1 week", "in 1 month")
+        if ahead < 365:
+            return f"in {ahead // 30} months"
+        return f"in {_years(ahead)}"
+    if days == 0:
+        return "today"
+    if days == 1:
+        return "yesterday"
+    if days < 7:
+        return f"{days} days ago"
+    if days < 60:
+        return _weeks_or_month(days, "{} weeks ago", "1 week ago", "1 month ago")
+    if days < 365:
+        return f"{days // 30} months ago"
+    return f"{_years(days)} ago"
+
+
+def _weeks_or_month(days: int, weeks: str, one_week: str, one_month: str) -> str:
+    # 7-13 days: one week; 14-29: whole weeks; 30-59: one month.
+    if days < 14:
+        return one_week
+    return weeks.format(days // 7) if days < 30 else one_month
+
+
+def _years(days: int) -> str:
+    years = days // 365
+    return f"{years} year{'s' if years > 1 else ''}"
+
+
+def _legacy_label(days: int) -> str:
     if days < 0:
         return "in the future"
     if days == 0:
@@ -80,18 +128,83 @@ def relative_label(day: datetime, now: datetime) -> str:
     return f"{years} year{'s' if years != 1 else ''} ago"
 
 
+def gap_label(before: date, after: date) -> str | None:
+    """The line Mastra puts between two date headers more than a day apart (None: a day or less)."""
+    days = (after - before).days
+    if days <= 1:
+        return None
+    if days < 7:
+        return f"[{days} days later]"
+    if days < 60:
+        return _weeks_or_month(days, "[{} weeks later]", "[1 week later]", "[1 month later]")
+    return f"[{days // 30} months later]"
+
+
+def _month_day(month: str, day: str, year: str) -> date | None:
+    """A date from a month name (its first three letters count, as JavaScript's parser reads them)."""
+    try:
+        return datetime.strptime(f"{month[:3]} {int(day)} {year}", "%b %d %Y").date()
+    except ValueError:
+        return None
+
+
+_SIMPLE_DATE = re.compile(r"([A-Z][a-z]+)\s+(\d{1,2}),?\s+(\d{4})")
+_RANGE_DATE = re.compile(r"([A-Z][a-z]+)\s+(\d{1,2})-\d{1,2},?\s+(\d{4})")
+_VAGUE_DATE = re.compile(r"(late|early|mid)[- ]?(?:to[- ]?(?:late|early|mid)[- ]?)?([A-Z][a-z]+)\s+(\d{4})", re.I)
+_CROSS_MONTH = re.compile(r"([A-Z][a-z]+)\s+to\s+(?:early\s+)?([A-Z][a-z]+)\s+(\d{4})", re.I)
+_VAGUE_DAY = {"early": "7", "mid": "15", "late": "23"}
+
+
+def date_in(text: str) -> date | None:
+    """The date an inline estimate names: "May 30, 2023", "May 27-28, 2023" (its first day), "late
+    April 2023" (the 7th, 15th or 23rd), "April to early May 2023" (the 1st of the second month)."""
+    m = _SIMPLE_DATE.search(text)
+    found = _month_day(*m.groups()) if m else None
+    if found is None and (m := _RANGE_DATE.search(text)):
+        found = _month_day(*m.groups())
+    if found is None and (m := _VAGUE_DATE.search(text)):
+        found = _month_day(m.group(2), _VAGUE_DAY[m.group(1).lower()], m.group(3))
+    if found is None and (m := _CROSS_MONTH.search(text)):
+        found = _month_day(m.group(2), "1", m.group(3))
+    return found
+
+
+_INLINE_DATE = re.compile(r"\((estimated|meaning)\s+([^)]+\d{4})\)", re.I)
+_FUTURE_INTENT = re.compile(
+    r"\bwill\s+(?:be\s+)?\w+\b|\bplans?\s+to\b|\bplanning\s+to\b|\blooking\s+forward\s+to\b|"
+    r"\bgoing\s+to\b|\bintends?\s+to\b|\bwants?\s+to\b|\bneeds?\s+to\b|\babout\s+to\b", re.I)
+
+
+def _expand_inline_dates(text: str, now: datetime) -> str:
+    """"(estimated May 27, 2023)" -> "(estimated May 27, 2023 - 3 weeks ago)"; a past date on a line that
+    states an intention ("plans to", "will") also says ", likely already happened"."""
+
+    def expand(m: re.Match[str]) -> str:
+        when = date_in(m.group(2))
+        if when is None:
+            return m.group(0)
+        label = relative_label(datetime(when.year, when.month, when.day, tzinfo=timezone.utc), now)
+        line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+        past = datetime(when.year, when.month, when.day, tzinfo=timezone.utc) < now
+        tail = ", likely already happened" if past and _FUTURE_INTENT.search(line) else ""
+        return f"({m.group(1)} {m.group(2)} - {label}{tail})"
+
+    return _INLINE_DATE.sub(expand, text)
+
+
+_MASTRA_HEADER_RE = re.compile(r"^(Date:\s*)([A-Z][a-z]+) (\d{1,2}), (\d{4})$", re.M)
+
+
 def _with_relative_date(match: re.Match[str], now: datetime) -> str:
     prefix, month, day, year = match.groups()
     try:
         when = datetime.strptime(f"{month[:3]} {day} {year}", "%b %d %Y").replace(tzinfo=timezone.utc)
     except ValueError:
         return match.group(0)
-    return f"{prefix}{month} {day}, {year} ({relative_label(when, now)})"
+    return f"{prefix}{month} {day}, {year} ({relative_label(when, now, LEGACY_DATES)})"
 
 
-def optimize_chunk(text: str, now: datetime) -> str:
-    """The actor's view of a chunk: only 🔴 and ✅ markers stay, ``[tags]`` go, ``->`` becomes a space,
-    runs of spaces shrink, and date headers say how long ago they were."""
+def _trimmed(text: str) -> str:
     out: list[str] = []
     for line in text.splitlines():
         indent = line[: len(line) - len(line.lstrip())]
@@ -101,12 +214,41 @@ def optimize_chunk(text: str, now: datetime) -> str:
         if body in ("*", "-"):
             continue
         out.append(indent[:4] + body if body else "")
-    collapsed = re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
-    return _DATE_HEADER_RE.sub(lambda m: _with_relative_date(m, now), collapsed)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
+
+
+def optimize_chunk(text: str, now: datetime, *, style: int = DATE_STYLE,
+                   previous: list[date] | None = None) -> str:
+    """The actor's view of a chunk: only 🔴 and ✅ markers stay, ``[tags]`` go, ``->`` becomes a space,
+    runs of spaces shrink, and date headers say how long ago they were. In Mastra's style (``style``
+    2) inline estimated dates say it too, and a line such as "[2 weeks later]" comes before a header
+    more than a day after the one before it (``previous``: the last header of the chunks before, kept
+    up to date, so the log reads as one text as in Mastra)."""
+    collapsed = _trimmed(text)
+    if style == LEGACY_DATES:
+        return _DATE_HEADER_RE.sub(lambda m: _with_relative_date(m, now), collapsed)
+    expanded = _expand_inline_dates(collapsed, now)
+    last = previous if previous is not None else []
+    out: list[str] = []
+    at = 0
+    for m in _MASTRA_HEADER_RE.finditer(expanded):
+        when = _month_day(m.group(2), m.group(3), m.group(4))
+        if when is None:
+            continue
+        out.append(expanded[at:m.start()])
+        gap = gap_label(last[-1], when) if last else None
+        if gap:
+            out.append(f"\n{gap}\n\n")
+        label = relative_label(datetime(when.year, when.month, when.day, tzinfo=timezone.utc), now)
+        out.append(f"{m.group(1)}{m.group(2)} {m.group(3)}, {m.group(4)} ({label})")
+        at = m.end()
+        last[:] = [when]
+    out.append(expanded[at:])
+    return "".join(out).strip()
 
 
 def context_blocks(record: OMRecord | None, hints: ThreadHints, now: datetime,
-                   other_conversations: str = "") -> list[ContextBlock]:
+                   other_conversations: str = "", *, style: int = DATE_STYLE) -> list[ContextBlock]:
     """The system messages, in order. Empty when there is nothing observed yet (and, in resource
     scope, no other conversation has unobserved messages: ``other_conversations`` is then the only
     block)."""
@@ -116,8 +258,9 @@ def context_blocks(record: OMRecord | None, hints: ThreadHints, now: datetime,
         return others
     blocks = [ContextBlock(f"{CONTEXT_PROMPT}\n\n{CONTEXT_INSTRUCTIONS}", "instructions"), *others,
               ContextBlock("<observations>", "open")]
+    previous: list[date] = []  # the last date header so far (Mastra's gap lines run across chunks)
     for i, chunk in enumerate(chunks):
-        text = optimize_chunk(chunk.text, now)
+        text = optimize_chunk(chunk.text, now, style=style, previous=previous)
         if text:
             blocks.append(ContextBlock(text, "chunk", i))
     if hints.current_task:

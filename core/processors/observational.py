@@ -30,7 +30,7 @@ from core.observational import buffer_store
 from core.observational import resource_scope as rs
 from core.observational import store as om_store
 from core.observational.buffer import activated_log, activation_count
-from core.observational.context import TAG, context_blocks, continuation_message
+from core.observational.context import DATE_STYLE, TAG, context_blocks, continuation_message
 from core.observational.jobs import OMJob, buffer_observations, buffer_reflection
 from core.observational.records import BufferedChunk, OMRecord, append_chunk, lookup_key
 from core.observational.tokens import count_text, messages_tokens
@@ -426,7 +426,9 @@ class ObservationalMemory(BaseProcessor):
             ctx.messages.add(msg, "memory", Provenance(self.id, (msg.id,), detail={"unobserved": True}))
         ctx.messages.clear_system(TAG)
         others = rs.other_conversations_block(turn.others)
-        blocks = context_blocks(record, turn.hints, now, others)
+        # A recorded turn rebuilt annotates its dates as it did (its record says how); a new turn as Mastra.
+        style = req.frozen.record.om_dates if req.frozen is not None else DATE_STYLE
+        blocks = context_blocks(record, turn.hints, now, others, style=style)
         stored: tuple[str, ...] = (record.id,) if record is not None else ()
         generation = record.generation_count if record is not None else None
         chunk_texts = record.chunks if record is not None else []

@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.context_window import PromptBudget
 
 RECORD_VERSION = 2
+OM_DATE_STYLES = (1, 2)  # ``core.observational.context``'s LEGACY_DATES, MASTRA_DATES
+OM_DATES = OM_DATE_STYLES[-1]  # what a new record's turn used
 READABLE_VERSIONS = (1, 2)
 HASH_HEX = 32  # a record keeps 128 bits of each sha256: ample to tell a changed request from the one sent
 TOKEN_SECTIONS = ("system", "working_memory", "observations", "history", "recall", "input", "tools", "total")
@@ -125,6 +127,10 @@ class TurnRecord:
     # The keys sent beside every call's request body, outside its hash: ``stream`` and ``stream_options``
     # as the model sent them ({}: the replies came whole). None: not recorded (records before this).
     transport: dict[str, Any] | None = None
+    # How observational memory's date headers were annotated in the prompt (``core.observational.context``:
+    # 1 this engine's first rules, 2 Mastra's); a rebuild annotates them the same way. Records without
+    # the key were written before Mastra's rules.
+    om_dates: int = OM_DATES
     version: int = RECORD_VERSION
 
     def budget(self) -> "PromptBudget | None":
@@ -339,6 +345,7 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
                       {k: text_keys[v] for k, v in record.om_hints.items()}]
         if record.om_others:
             data["om"].append([pack_id(i) for i in record.om_others])
+        data["od"] = record.om_dates
     if record.tools and not record.calls:
         data["t"] = list(record.tools)  # version 1 kept only names; the calls' tool sets hold them now
     # The total is the sections plus the reply primer (``AssembledPrompt.total_tokens``): not stored twice.
@@ -460,6 +467,7 @@ def _check(data: Any) -> dict[str, Any]:
     _need(data.get("cw") is None or (isinstance(data["cw"], int) and not isinstance(data["cw"], bool)),
           "'cw' (context window) must be an integer")
     _need(data.get("st") is None or isinstance(data["st"], dict), "'st' (stream options) must be an object")
+    _need(data.get("od") in (None, *OM_DATE_STYLES), f"'od' (observation dates) must be one of {OM_DATE_STYLES}")
     _need(isinstance(data.get("hp", []), list), "'hp' (hidden reply parts) must be a list")
     for part in data.get("hp", []):
         _need(isinstance(part, list) and len(part) == 3 and part[0] in ("+", "~") and isinstance(part[1], int)
@@ -543,6 +551,7 @@ def decode(
         hidden_parts=tuple((str(op), int(i), dict(p)) for op, i, p in data.get("hp", ())),
         window_dropped=tuple(unpack_id(str(x)) for x in data.get("hd", ())),
         transport=dict(data["st"]) if isinstance(data.get("st"), dict) else None,
+        om_dates=int(data.get("od", OM_DATE_STYLES[0])),
         version=int(data["v"]),
     )
     if missing:

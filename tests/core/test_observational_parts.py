@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,9 @@ from core.observational import (
     split_chunks,
 )
 from core.observational import store as om_store
+from core.observational.context import LEGACY_DATES, context_blocks, relative_label
+from core.observational.records import OMRecord
+from core.observational.store import ThreadHints
 from core.observational.observer import build_task_prompt
 from core.observational.reflector import COMPRESSION_GUIDANCE
 from core.storage import open_store
@@ -75,9 +78,45 @@ def test_degenerate_repetition_is_refused_and_duplicates_dropped() -> None:
 def test_context_view_trims_priorities_tags_arrows_and_adds_relative_dates() -> None:
     raw = ("Date: Jan 2, 2025\n* 🔴 (09:00) User [bio] owns a  bakery.\n* 🟡 (09:05) Asked -> ovens\n"
            "* ✅ (09:10) Oven chosen.\n  * -> searched catalogue\n\n\n\nDate: Feb 20, 2026\n* 🟢 (08:00) Hi.")
+    # Mastra 1.71's rules (a new turn): "1 week ago" from 7 days, a gap line between headers far apart.
     view = optimize_chunk(raw, NOW)
     assert view == ("Date: Jan 2, 2025 (1 year ago)\n* 🔴 (09:00) User owns a bakery.\n* (09:05) Asked ovens\n"
-                    "* ✅ (09:10) Oven chosen.\n  * searched catalogue\n\nDate: Feb 20, 2026 (9 days ago)\n* (08:00) Hi.")
+                    "* ✅ (09:10) Oven chosen.\n  * searched catalogue\n\n\n[13 months later]\n\n"
+                    "Date: Feb 20, 2026 (1 week ago)\n* (08:00) Hi.")
+    # This engine's first rules, which turns recorded before Mastra's rebuild with.
+    legacy = optimize_chunk(raw, NOW, style=LEGACY_DATES)
+    assert legacy == ("Date: Jan 2, 2025 (1 year ago)\n* 🔴 (09:00) User owns a bakery.\n* (09:05) Asked ovens\n"
+                      "* ✅ (09:10) Oven chosen.\n  * searched catalogue\n\nDate: Feb 20, 2026 (9 days ago)\n* (08:00) Hi.")
+
+
+@pytest.mark.parametrize(("days", "label"), [
+    (0, "today"), (1, "yesterday"), (6, "6 days ago"), (7, "1 week ago"), (13, "1 week ago"), (14, "2 weeks ago"),
+    (29, "4 weeks ago"), (30, "1 month ago"), (59, "1 month ago"), (60, "2 months ago"), (364, "12 months ago"),
+    (365, "1 year ago"), (730, "2 years ago"), (-1, "tomorrow"), (-6, "in 6 days"), (-7, "in 1 week"),
+    (-20, "in 2 weeks"), (-45, "in 1 month"), (-90, "in 3 months"), (-400, "in 1 year"), (-800, "in 2 years"),
+])
+def test_relative_dates_follow_mastra(days: int, label: str) -> None:
+    assert relative_label(NOW - timedelta(days=days), NOW) == label
+
+
+def test_gap_lines_run_across_chunks_and_inline_estimates_say_when() -> None:
+    log = append_chunk("", "Date: Feb 1, 2026\n* 🔴 (09:00) User plans to visit Porto (meaning Feb 10, 2026).\n"
+                           "* 🔴 (09:01) User will fly home (estimated late March 2026).",
+                       "2026-02-01T09:00:00.000Z")
+    log = append_chunk(log, "Date: Feb 2, 2026\n* 🔴 (10:00) Same week.", "2026-02-02T10:00:00.000Z")
+    log = append_chunk(log, "Date: Feb 20, 2026\n* 🔴 (10:00) Later.", "2026-02-20T10:00:00.000Z")
+    record = OMRecord.from_row({"id": "om-1", "lookupKey": "thread:t", "scope": "thread", "threadId": "t",
+                                "resourceId": "r", "activeObservations": log, "createdAt": "2026-02-01T09:00:00.000Z",
+                                "updatedAt": "2026-02-20T10:00:00.000Z"})
+    chunks = [b.text for b in context_blocks(record, ThreadHints(), NOW) if b.part == "chunk"]
+    assert chunks == [
+        "Date: Feb 1, 2026 (4 weeks ago)\n* 🔴 (09:00) User plans to visit Porto (meaning Feb 10, 2026 - 2 weeks ago, "
+        "likely already happened).\n* 🔴 (09:01) User will fly home (estimated late March 2026 - in 3 weeks).",
+        "Date: Feb 2, 2026 (3 weeks ago)\n* 🔴 (10:00) Same week.",
+        "[2 weeks later]\n\nDate: Feb 20, 2026 (1 week ago)\n* 🔴 (10:00) Later.",
+    ]
+    legacy = [b.text for b in context_blocks(record, ThreadHints(), NOW, style=LEGACY_DATES) if b.part == "chunk"]
+    assert legacy[2] == "Date: Feb 20, 2026 (9 days ago)\n* 🔴 (10:00) Later." and "meaning Feb 10, 2026)" in legacy[0]
 
 
 def test_chunks_round_trip_through_the_boundary_delimiter() -> None:
