@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -39,6 +40,17 @@ class CliError(MemoryStudioError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too; keep it short)
         raise CliError(f"{self.prog}: {message}")
+
+
+def _finite(text: str) -> float:
+    """A number a person gives (``inf`` and ``nan`` are floats to Python, not limits)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None  # argparse's own words
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"give a finite number (0 means no limit), not {text!r}")
+    return value
 
 
 def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
@@ -85,8 +97,8 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p = sub.add_parser("traces", help="manage the trace store")
     db_arg(p)
     p.add_argument("action", choices=("prune",))
-    p.add_argument("--keep-days", type=float, default=None, help="delete traces older than this (0: no age limit)")
-    p.add_argument("--keep-mb", type=float, default=None, help="shrink the file to about this size (0: no size limit)")
+    p.add_argument("--keep-days", type=_finite, default=None, help="delete traces older than this (0: no age limit)")
+    p.add_argument("--keep-mb", type=_finite, default=None, help="shrink the file to about this size (0: no size limit)")
 
     p = sub.add_parser("migrate", help="apply pending schema migrations (needed once for a Mastra database)")
     db_arg(p)

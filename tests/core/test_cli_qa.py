@@ -517,3 +517,37 @@ def test_export_to_a_path_through_a_file_names_the_users_path(tmp_path: Path) ->
         assert code == 1 and "Traceback" not in err and ".tmp" not in err
         assert err == f"error: Cannot write {target}: {blocker} is a file, not a folder. Choose another folder.\n"
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]  # no half-written file left
+
+
+# -- session 12: what forget --vacuum says, retention limits that are not numbers ----------------------
+
+def test_forget_with_vacuum_does_not_say_the_bytes_stay_until_a_vacuum_it_then_runs(tmp_path: Path) -> None:
+    # It printed "deleted rows keep their bytes ... until it is vacuumed (`memory-studio vacuum`)" and,
+    # on the next line, "vacuumed: ...": the note read as if the user still had to run it.
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes", "--vacuum")
+    assert code == 0, err
+    note = next(line for line in out.splitlines() if "until it is vacuumed" in line)
+    assert note.endswith("until it is vacuumed (`memory-studio vacuum`); --vacuum was given, so it is vacuumed now")
+    assert out.index(note) < out.index("vacuumed: ")
+    seed(db, thread="t2")
+    code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes")
+    assert code == 0, err
+    assert "  note: deleted rows keep their bytes in the file's free pages until it is vacuumed " \
+           "(`memory-studio vacuum`)\n" in out
+    assert "run `memory-studio vacuum` to drop the freed pages" in out
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e400", "-inf"])
+def test_traces_prune_refuses_a_limit_that_is_not_a_finite_number_with_the_right_reason(
+        tmp_path: Path, value: str) -> None:
+    # "--keep-mb inf" was refused as "must not be negative ... got inf": inf is not negative.
+    db = tmp_path / "m.db"
+    seed(db)
+    for flag in ("--keep-days", "--keep-mb"):
+        code, out, err = run("traces", "prune", "--db", str(db), f"{flag}={value}")
+        assert code == 2 and "negative" not in err, err
+        assert f"argument {flag}: give a finite number (0 means no limit), not '{value}'" in err
+    code, out, err = run("traces", "prune", "--db", str(db), "--keep-mb", "lots")
+    assert code == 2 and "argument --keep-mb: invalid float value: 'lots'" in err
