@@ -18,6 +18,7 @@ from core.agent_configs import DEFAULT_MEMORY_NAME
 from core.cli_store import open_cli_store
 from core.terminal_text import visible
 from core.errors import MemoryStudioError
+from core.ids import lone_surrogate
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message
 from core.options import MemoryOptions, OptionsError
@@ -181,6 +182,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd in TRANSFER_COMMANDS:
         from core.transfer.commands import run as run_transfer
 
+        _check_ids(args, ("thread", "resource"))
+
         return run_transfer(args, out, err)
     if cmd == "threads":
         return _threads(args, out)
@@ -249,6 +252,12 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if args.last_messages is not None and args.last_messages < 0:
         raise CliError("--last-messages must be 0 or more")
+    _check_ids(args, ("resource", "thread"))
+    for name, what in (("message", "the message"), ("instructions", "--instructions")):
+        problem = lone_surrogate(getattr(args, name))  # bytes of argv that are not UTF-8 (surrogateescape)
+        if problem is not None:
+            raise CliError(f"memory-studio prompt: {what} holds {problem} (bytes that are not UTF-8 in the "
+                           "argument): no model could be sent it, and --json could not show it. Pass UTF-8 text.")
     with open_cli_store(args.db, read_only=True) as store:
         thread = store.memory.get_thread(args.thread)
         if thread is None:
@@ -294,6 +303,17 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         where = f"agent '{agent.name}'" if agent is not None else "engine defaults"
         out.write(render_prompt(prompt, origin=f"{where} ({origin})") + "\n")
     return 0
+
+
+def _check_ids(args: argparse.Namespace, names: Sequence[str]) -> None:
+    """Refuse an id argument that cannot be an id (a NUL, bytes of argv that are not UTF-8) with the
+    rule's own sentence, before a query would fail with the driver's words."""
+    from core.ids import check_optional_id
+
+    for name in names:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            check_optional_id(value, f"{name} id")
 
 
 def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import select
 import shutil
@@ -551,3 +552,32 @@ def test_traces_prune_refuses_a_limit_that_is_not_a_finite_number_with_the_right
         assert f"argument {flag}: give a finite number (0 means no limit), not '{value}'" in err
     code, out, err = run("traces", "prune", "--db", str(db), "--keep-mb", "lots")
     assert code == 2 and "argument --keep-mb: invalid float value: 'lots'" in err
+
+
+def test_prompt_json_is_never_invalid_utf8_from_an_argument_that_is_not_utf8(tmp_path: Path) -> None:
+    # A message argument with bytes that are not UTF-8 ("caf\xe9" from a Latin-1 terminal) reached
+    # --json as a lone surrogate and was written back as the raw byte: the output was not UTF-8, so no
+    # JSON reader could load it (exit 0), and no model could have been sent that message.
+    db = tmp_path / "m.db"
+    seed(db)
+    env = {**child_env(), "PYTHONPATH": str(ROOT), "LC_ALL": "C.UTF-8"}
+    argv = [sys.executable, "-m", "core.cli", "prompt", "--db", str(db), "--resource", "ada", "--thread", "t1",
+            "--no-recall", "--json"]
+    done = subprocess.run([*argv, b"caf\xe9 au lait"], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == b"", done.stdout[:200]
+    assert b"the message holds a lone surrogate (U+DCE9)" in done.stderr and b"Pass UTF-8 text." in done.stderr
+    fine = subprocess.run([*argv, "café au lait"], env=env, capture_output=True, timeout=120)
+    assert fine.returncode == 0, fine.stderr
+    assert json.loads(fine.stdout.decode("utf-8"))["messages"][-1]["content"] == "café au lait"
+
+
+def test_export_of_an_id_that_cannot_be_an_id_says_so_not_that_nothing_was_written(tmp_path: Path) -> None:
+    # It said "A value could not be stored in m.db ... Nothing was written" for a read-only export.
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, err = run("export", "--db", str(db), "--thread", "t\udcff")
+    assert code == 1 and out == ""
+    assert "The thread id 't\\udcff' cannot be used: it contains a lone surrogate (U+DCFF)" in err
+    assert "stored" not in err
+    code, out, err = run("export", "--db", str(db), "--resource", "a\x00b")
+    assert code == 1 and "The resource id 'a\\x00b' cannot be used: it contains a NUL character" in err
