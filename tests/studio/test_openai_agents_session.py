@@ -547,3 +547,35 @@ def test_one_sessions_working_memory_tool_is_refused_in_another_users_run_withou
             asyncio.run(Runner.run(agent, "I'm Bob, allergic to shellfish.", session=bob,
                                    run_config=bob.run_config(tracing_disabled=True)))
     assert "Bob" not in (memory.get_working_memory(thread_id="ada-chat", resource_id="ada") or "")
+
+
+def test_a_nested_run_of_another_session_keeps_its_own_memory_and_tools(memory: Memory, only_our_traces: None) -> None:
+    """An agent used as a tool runs its own Runner.run with its own session (another user's notes
+    service, a sub-agent per thread): that inner run shares the outer run's trace. Its working-memory
+    tool and its memory belong to the inner session and work there; the outer run keeps its own."""
+    from agents import function_tool
+
+    script = [{"tool_calls": [{"name": "ask_notes", "id": "c1", "arguments": {}}]},
+              {"tool_calls": [{"name": "updateWorkingMemory", "id": "c2",
+                               "arguments": {"memory": "# Cook\n- Name: Carol\n- Allergies: none\n"}}]},
+              {"text": "Noted for Carol."}, {"text": "Done."}]
+    with LoopbackServer(script) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client)
+        ada = MemorySession("ada-chat", memory=memory, resource_id="ada")
+        carol = MemorySession("carol-notes", memory=memory, resource_id="carol")
+        inner = Agent(name="notes", instructions="Keep notes.", tools=carol.tools(), model=model)
+
+        @function_tool
+        async def ask_notes() -> str:
+            """Ask the notes agent."""
+            result = await Runner.run(inner, "Note: Carol has no allergies.", session=carol,
+                                      run_config=carol.run_config())
+            return str(result.final_output)
+
+        outer = Agent(name="chef", instructions="Be brief.", tools=[ask_notes, *ada.tools()], model=model)
+        result = _run(outer, "Ask the notes agent.", ada)
+    assert result.final_output == "Done."
+    assert memory.get_working_memory(thread_id="carol-notes", resource_id="carol") == \
+        "# Cook\n- Name: Carol\n- Allergies: none\n"
+    assert "Carol" not in (memory.get_working_memory(thread_id="ada-chat", resource_id="ada") or "")
