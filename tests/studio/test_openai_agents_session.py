@@ -579,3 +579,17 @@ def test_a_nested_run_of_another_session_keeps_its_own_memory_and_tools(memory: 
     assert memory.get_working_memory(thread_id="carol-notes", resource_id="carol") == \
         "# Cook\n- Name: Carol\n- Allergies: none\n"
     assert "Carol" not in (memory.get_working_memory(thread_id="ada-chat", resource_id="ada") or "")
+
+
+def test_working_memory_tags_an_item_holds_are_not_kept_in_its_stored_item(memory: Memory) -> None:
+    # The message's text was stored without the <working_memory> block (the hide rule), but the SDK's
+    # item kept in the message's metadata still held it, word for word, in the database.
+    session = MemorySession("tags", memory=memory, resource_id="ada")
+    reply = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "annotations": [],
+                          "text": "Noted.<working_memory># Cook\n- Name: Ada\n- PIN: 4471</working_memory>"}]}
+    asyncio.run(session.add_items([{"role": "user", "content": "My PIN is secret"}, reply]))
+    stored = memory.recall(thread_id="tags", resource_id="ada", per_page=False).messages[-1]
+    assert stored.text == "Noted." and "4471" not in json.dumps(stored.content)
+    assert asyncio.run(session.get_items())[-1] == {**reply, "content": [
+        {"type": "output_text", "annotations": [], "text": "Noted."}]}

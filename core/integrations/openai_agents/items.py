@@ -28,6 +28,7 @@ from typing import Any
 
 from core.messages import Message, data_part, text_part, tool_invocation_part
 from core.prompt import to_openai
+from core.working_memory import hide_working_memory
 
 #: Where the SDK's own item is kept in a message's metadata.
 METADATA_KEY = "openaiAgents"
@@ -92,11 +93,12 @@ def item_to_message(item: Mapping[str, Any], *, thread_id: str, resource_id: str
         meta[METADATA_KEY]["item"] = kept
         text = content_text(item.get("content"))
         parts = [text_part(text)] if text or not files else []
-        return Message.create("user", [*parts, *files], thread_id=thread_id, resource_id=resource_id,
-                              metadata=meta)
+        return _hidden(Message.create("user", [*parts, *files], thread_id=thread_id, resource_id=resource_id,
+                                      metadata=meta))
     if kind in (None, "message") and role == "assistant":
         parts = [text_part(content_text(item.get("content")))]
-        return Message.create("assistant", parts, thread_id=thread_id, resource_id=resource_id, metadata=meta)
+        return _hidden(Message.create("assistant", parts, thread_id=thread_id, resource_id=resource_id,
+                                      metadata=meta))
     if kind == "function_call":
         call_id = str(item.get("call_id") or item.get("id") or "")
         part = tool_invocation_part(call_id, str(item.get("name") or ""), _arguments(item.get("arguments")),
@@ -111,6 +113,19 @@ def item_to_message(item: Mapping[str, Any], *, thread_id: str, resource_id: str
         return Message.create("assistant", [part], thread_id=thread_id, resource_id=resource_id, metadata=meta)
     return Message.create("assistant", [data_part("openai-agents-item", {"type": kind})],
                           thread_id=thread_id, resource_id=resource_id, metadata=meta)
+
+
+def _hidden(message: Message) -> Message:
+    """The save path's hide rule (``<working_memory>`` tags are not stored) applied to the kept item
+    too, so the hidden text does not stay in the message's metadata; the item keeps the text the
+    message keeps (``get_items`` gave back that text already)."""
+    hidden = hide_working_memory(message.content)
+    if hidden is None or hidden is message.content:
+        return message  # nothing hidden, or nothing left (the message is then not saved at all)
+    meta = dict(hidden.get("metadata") or {})
+    kept = meta[METADATA_KEY]
+    meta[METADATA_KEY] = {**kept, "item": _as_edited(dict(kept["item"]), message.copy(content=hidden))}
+    return message.copy(content={**hidden, "metadata": meta})
 
 
 def _move_media(item: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
