@@ -241,6 +241,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd == "mcp":
         from core.mcp_server.cli import run_mcp
 
+        _check_ids(args, ("resource",))  # else it serves, and every tool call fails on the id
+
         return run_mcp(args, out, err)
     if cmd == "demo":
         return _demo(args, out)

@@ -581,3 +581,15 @@ def test_export_of_an_id_that_cannot_be_an_id_says_so_not_that_nothing_was_writt
     assert "stored" not in err
     code, out, err = run("export", "--db", str(db), "--resource", "a\x00b")
     assert code == 1 and "The resource id 'a\\x00b' cannot be used: it contains a NUL character" in err
+
+
+def test_mcp_refuses_a_resource_id_that_cannot_be_an_id_before_serving(tmp_path: Path) -> None:
+    # `mcp --resource $'\xff'` (bytes that are not UTF-8) started serving "resource '\udcff'" on stdio.
+    db = tmp_path / "m.db"
+    seed(db)
+    done = subprocess.run([sys.executable, "-m", "core.cli", "mcp", "--db", str(db), "--resource", b"ada\xff"],
+                          env={**child_env(), "LC_ALL": "C.UTF-8"}, stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert b"The resource id 'ada\\udcff' cannot be used: it contains a lone surrogate" in done.stderr
+    assert b"on stdio" not in done.stderr
