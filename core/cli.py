@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -17,6 +18,7 @@ from core.agent_configs import DEFAULT_MEMORY_NAME
 from core.cli_store import open_cli_store
 from core.terminal_text import visible
 from core.errors import MemoryStudioError
+from core.ids import lone_surrogate
 from core.memory import Memory, ThreadOwnershipError
 from core.messages import Message
 from core.options import MemoryOptions, OptionsError
@@ -39,6 +41,17 @@ class CliError(MemoryStudioError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too; keep it short)
         raise CliError(f"{self.prog}: {message}")
+
+
+def _finite(text: str) -> float:
+    """A number a person gives (``inf`` and ``nan`` are floats to Python, not limits)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None  # argparse's own words
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"give a finite number (0 means no limit), not {text!r}")
+    return value
 
 
 def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
@@ -85,8 +98,8 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     p = sub.add_parser("traces", help="manage the trace store")
     db_arg(p)
     p.add_argument("action", choices=("prune",))
-    p.add_argument("--keep-days", type=float, default=None, help="delete traces older than this (0: no age limit)")
-    p.add_argument("--keep-mb", type=float, default=None, help="shrink the file to about this size (0: no size limit)")
+    p.add_argument("--keep-days", type=_finite, default=None, help="delete traces older than this (0: no age limit)")
+    p.add_argument("--keep-mb", type=_finite, default=None, help="shrink the file to about this size (0: no size limit)")
 
     p = sub.add_parser("migrate", help="apply pending schema migrations (needed once for a Mastra database)")
     db_arg(p)
@@ -169,6 +182,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd in TRANSFER_COMMANDS:
         from core.transfer.commands import run as run_transfer
 
+        _check_ids(args, ("thread", "resource"))
+
         return run_transfer(args, out, err)
     if cmd == "threads":
         return _threads(args, out)
@@ -226,6 +241,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if cmd == "mcp":
         from core.mcp_server.cli import run_mcp
 
+        _check_ids(args, ("resource",))  # else it serves, and every tool call fails on the id
+
         return run_mcp(args, out, err)
     if cmd == "demo":
         return _demo(args, out)
@@ -237,6 +254,12 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if args.last_messages is not None and args.last_messages < 0:
         raise CliError("--last-messages must be 0 or more")
+    _check_ids(args, ("resource", "thread"))
+    for name, what in (("message", "the message"), ("instructions", "--instructions")):
+        problem = lone_surrogate(getattr(args, name))  # bytes of argv that are not UTF-8 (surrogateescape)
+        if problem is not None:
+            raise CliError(f"memory-studio prompt: {what} holds {problem} (bytes that are not UTF-8 in the "
+                           "argument): no model could be sent it, and --json could not show it. Pass UTF-8 text.")
     with open_cli_store(args.db, read_only=True) as store:
         thread = store.memory.get_thread(args.thread)
         if thread is None:
@@ -282,6 +305,17 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         where = f"agent '{agent.name}'" if agent is not None else "engine defaults"
         out.write(render_prompt(prompt, origin=f"{where} ({origin})") + "\n")
     return 0
+
+
+def _check_ids(args: argparse.Namespace, names: Sequence[str]) -> None:
+    """Refuse an id argument that cannot be an id (a NUL, bytes of argv that are not UTF-8) with the
+    rule's own sentence, before a query would fail with the driver's words."""
+    from core.ids import check_optional_id
+
+    for name in names:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            check_optional_id(value, f"{name} id")
 
 
 def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:

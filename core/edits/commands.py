@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from core.edits.forget import forget_resource
+    from core.edits.forget import VACUUM_NOTE, forget_resource
 
     with open_cli_store(args.db) as store:
         preview = forget_resource(store, args.resource, dry_run=True)
@@ -48,6 +48,9 @@ def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 out.write("nothing was deleted\n")
                 return 1
         report = forget_resource(store, args.resource)
+        if args.vacuum:  # the note is true until the next line: say that it is vacuumed now
+            report.notes = [f"{n}; --vacuum was given, so it is vacuumed now" if n == VACUUM_NOTE else n
+                            for n in report.notes]
         for line in report.summary_lines():
             out.write(line + "\n")
         vacuum = args.vacuum

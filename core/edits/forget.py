@@ -404,6 +404,10 @@ def mentions(store: "Store", values: Sequence[str]) -> dict[str, int]:
     return found
 
 
+#: The note a forget that deleted rows ends with (``memory-studio forget --vacuum`` says it vacuums next).
+VACUUM_NOTE = "deleted rows keep their bytes in the file's free pages until it is vacuumed (`memory-studio vacuum`)"
+
+
 def forget_resource(store: "Store", resource_id: str, *, dry_run: bool = False,
                     check: Callable[["Store", Sequence[str]], Mapping[str, int]] | None = mentions) -> ForgetReport:
     """Delete (``dry_run``: count) every row about ``resource_id``; see the module docstring."""
@@ -421,9 +425,8 @@ def forget_resource(store: "Store", resource_id: str, *, dry_run: bool = False,
         if check is not None:
             report.leftovers = dict(check(store, [*targets.resources, *targets.threads]))
         if report.total:
-            report.notes.append("deleted rows keep their bytes in the file's free pages until it is vacuumed "
-                                "(`memory-studio vacuum`)")
+            report.notes.append(VACUUM_NOTE)
     return report
 
 
-__all__ = ["ForgetReport", "PLACES", "Place", "Targets", "forget_resource", "mentions"]
+__all__ = ["VACUUM_NOTE", "ForgetReport", "PLACES", "Place", "Targets", "forget_resource", "mentions"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import select
 import shutil
@@ -517,3 +518,78 @@ def test_export_to_a_path_through_a_file_names_the_users_path(tmp_path: Path) ->
         assert code == 1 and "Traceback" not in err and ".tmp" not in err
         assert err == f"error: Cannot write {target}: {blocker} is a file, not a folder. Choose another folder.\n"
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]  # no half-written file left
+
+
+# -- session 12: what forget --vacuum says, retention limits that are not numbers ----------------------
+
+def test_forget_with_vacuum_does_not_say_the_bytes_stay_until_a_vacuum_it_then_runs(tmp_path: Path) -> None:
+    # It printed "deleted rows keep their bytes ... until it is vacuumed (`memory-studio vacuum`)" and,
+    # on the next line, "vacuumed: ...": the note read as if the user still had to run it.
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes", "--vacuum")
+    assert code == 0, err
+    note = next(line for line in out.splitlines() if "until it is vacuumed" in line)
+    assert note.endswith("until it is vacuumed (`memory-studio vacuum`); --vacuum was given, so it is vacuumed now")
+    assert out.index(note) < out.index("vacuumed: ")
+    seed(db, thread="t2")
+    code, out, err = run("forget", "--db", str(db), "--resource", "ada", "--yes")
+    assert code == 0, err
+    assert "  note: deleted rows keep their bytes in the file's free pages until it is vacuumed " \
+           "(`memory-studio vacuum`)\n" in out
+    assert "run `memory-studio vacuum` to drop the freed pages" in out
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e400", "-inf"])
+def test_traces_prune_refuses_a_limit_that_is_not_a_finite_number_with_the_right_reason(
+        tmp_path: Path, value: str) -> None:
+    # "--keep-mb inf" was refused as "must not be negative ... got inf": inf is not negative.
+    db = tmp_path / "m.db"
+    seed(db)
+    for flag in ("--keep-days", "--keep-mb"):
+        code, out, err = run("traces", "prune", "--db", str(db), f"{flag}={value}")
+        assert code == 2 and "negative" not in err, err
+        assert f"argument {flag}: give a finite number (0 means no limit), not '{value}'" in err
+    code, out, err = run("traces", "prune", "--db", str(db), "--keep-mb", "lots")
+    assert code == 2 and "argument --keep-mb: invalid float value: 'lots'" in err
+
+
+def test_prompt_json_is_never_invalid_utf8_from_an_argument_that_is_not_utf8(tmp_path: Path) -> None:
+    # A message argument with bytes that are not UTF-8 ("caf\xe9" from a Latin-1 terminal) reached
+    # --json as a lone surrogate and was written back as the raw byte: the output was not UTF-8, so no
+    # JSON reader could load it (exit 0), and no model could have been sent that message.
+    db = tmp_path / "m.db"
+    seed(db)
+    env = {**child_env(), "PYTHONPATH": str(ROOT), "LC_ALL": "C.UTF-8"}
+    argv = [sys.executable, "-m", "core.cli", "prompt", "--db", str(db), "--resource", "ada", "--thread", "t1",
+            "--no-recall", "--json"]
+    done = subprocess.run([*argv, b"caf\xe9 au lait"], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == b"", done.stdout[:200]
+    assert b"the message holds a lone surrogate (U+DCE9)" in done.stderr and b"Pass UTF-8 text." in done.stderr
+    fine = subprocess.run([*argv, "café au lait"], env=env, capture_output=True, timeout=120)
+    assert fine.returncode == 0, fine.stderr
+    assert json.loads(fine.stdout.decode("utf-8"))["messages"][-1]["content"] == "café au lait"
+
+
+def test_export_of_an_id_that_cannot_be_an_id_says_so_not_that_nothing_was_written(tmp_path: Path) -> None:
+    # It said "A value could not be stored in m.db ... Nothing was written" for a read-only export.
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, err = run("export", "--db", str(db), "--thread", "t\udcff")
+    assert code == 1 and out == ""
+    assert "The thread id 't\\udcff' cannot be used: it contains a lone surrogate (U+DCFF)" in err
+    assert "stored" not in err
+    code, out, err = run("export", "--db", str(db), "--resource", "a\x00b")
+    assert code == 1 and "The resource id 'a\\x00b' cannot be used: it contains a NUL character" in err
+
+
+def test_mcp_refuses_a_resource_id_that_cannot_be_an_id_before_serving(tmp_path: Path) -> None:
+    # `mcp --resource $'\xff'` (bytes that are not UTF-8) started serving "resource '\udcff'" on stdio.
+    db = tmp_path / "m.db"
+    seed(db)
+    done = subprocess.run([sys.executable, "-m", "core.cli", "mcp", "--db", str(db), "--resource", b"ada\xff"],
+                          env={**child_env(), "LC_ALL": "C.UTF-8"}, stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert b"The resource id 'ada\\udcff' cannot be used: it contains a lone surrogate" in done.stderr
+    assert b"on stdio" not in done.stderr

@@ -417,3 +417,179 @@ def test_a_rebuilt_sdk_turn_says_the_sdk_built_its_prompt(memory: Memory) -> Non
     assert info is not None and info.kind == "reconstructed"
     said = [u for u in info.unknowns if "instructions" in u]
     assert said and "openai-agents" in said[0] and "older turns" not in said[0]
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+def test_an_image_only_message_is_shown_as_its_image_stored_once_and_sent_again(memory: Memory) -> None:
+    """An image the SDK stores is one of the message's file parts (the Studio and a prompt preview see
+    it, not an empty message), its data stored once, and the SDK gets the item back whole next run."""
+    said = {"role": "user", "content": [{"type": "input_image", "image_url": f"data:image/png;base64,{PNG}",
+                                         "detail": "auto"}]}
+    with LoopbackServer([{"text": "A red dot."}, {"text": "It was a red dot."}]) as server:
+        session = MemorySession("photos", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="Be brief.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        asyncio.run(Runner.run(agent, [said], session=session, run_config=session.run_config()))
+        _run(agent, "What was in the picture?", session)
+        sent = server.chat_requests()[-1]["messages"]
+    assert sent[1] == {"role": "user", "content": [{"type": "image_url", "image_url": {
+        "url": f"data:image/png;base64,{PNG}", "detail": "auto"}}]}
+    assert asyncio.run(session.get_items())[0] == said  # the SDK's own item, whole
+
+    stored = memory.recall(thread_id="photos", resource_id="ada", per_page=False).messages[0]
+    assert [(p["type"], p.get("mimeType"), p.get("data")) for p in stored.parts] == [("file", "image/png", PNG)]
+    assert json.dumps(stored.content).count(PNG) == 1  # once: a large image cannot pass the size limit twice
+    (row,) = reads.load_page(memory.store, "photos", 0, 1)
+    assert "image/png" in row.preview  # not an empty message
+    preview = memory.assemble(thread_id="photos", resource_id="ada", input="And now?").messages
+    first_user = next(m for m in preview if m["role"] == "user")
+    assert first_user["content"] == [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]
+
+    # The image taken out of the message (an edit) is no longer sent; the words put in are.
+    memory.edit_message(stored.id, resource_id="ada",
+                        content={**stored.content, "parts": [{"type": "text", "text": "(a picture, removed)"}]})
+    assert asyncio.run(session.get_items())[0] == {
+        "role": "user", "content": [{"type": "input_text", "text": "(a picture, removed)"}]}
+
+
+def test_an_image_another_writer_stored_reaches_the_sdk(memory: Memory) -> None:
+    from core.messages import Message, file_part, text_part
+
+    memory.save_messages([Message.create("user", [text_part("Look"), file_part(PNG, "image/png", "dot.png")],
+                                         thread_id="shared-img", resource_id="ada")])
+    session = MemorySession("shared-img", memory=memory, resource_id="ada")
+    assert asyncio.run(session.get_items()) == [{"role": "user", "content": [
+        {"type": "input_text", "text": "Look"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"}]}]
+
+
+def test_read_only_memory_reads_and_saves_nothing(tmp_path: Path, only_our_traces: None) -> None:
+    """MemoryOptions(read_only=True), Mastra's readOnly: the session reads the thread and memory but
+    saves no item, and deletes none; working memory is shown read-only and no tool is offered."""
+    store = open_store(tmp_path / "ro.db")
+    wm = {"enabled": True, "scope": "resource", "template": TEMPLATE}
+    writer = Memory(store, MemoryOptions(working_memory=wm), name="chef")
+    asyncio.run(MemorySession("kept", memory=writer, resource_id="ada").add_items(
+        [{"role": "user", "content": "I am Ada."}, {"role": "assistant", "content": "Hello Ada."}]))
+    writer.update_working_memory(thread_id="kept", resource_id="ada", working_memory="# Cook\n- Name: Ada\n")
+    reader = Memory(store, MemoryOptions(working_memory=wm, read_only=True), name="chef")
+    try:
+        with LoopbackServer([{"text": "Hi Ada."}, {"text": "You are Ada."}]) as server:
+            session = MemorySession("kept", memory=reader, resource_id="ada")
+            assert session.tools() == []
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+            agent = Agent(name="chef", instructions="Be brief.", tools=session.tools(),
+                          model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+            _run(agent, "Hello again", session)
+            _run(agent, "Who am I?", session)
+            sent = server.chat_requests()
+        # Memory was read: the stored turns and working memory (read-only) reached the model...
+        assert "- Name: Ada" in sent[-1]["messages"][0]["content"]
+        assert "READ-ONLY" in sent[-1]["messages"][0]["content"]
+        assert [m["content"] for m in sent[-1]["messages"][1:]] == ["I am Ada.", "Hello Ada.", "Who am I?"]
+        # ...and nothing was saved: the first run's turn is not in the thread, nor in the second call.
+        assert [m.text for m in reader.recall(thread_id="kept", resource_id="ada", per_page=False).messages] == [
+            "I am Ada.", "Hello Ada."]
+        with pytest.raises(Exception, match="read-only"):
+            asyncio.run(session.pop_item())
+        with pytest.raises(Exception, match="read-only"):
+            asyncio.run(session.clear_session())
+        assert len(reader.recall(thread_id="kept", resource_id="ada", per_page=False).messages) == 2
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("tracing_disabled", [False, True])
+def test_another_sessions_run_config_is_refused_before_the_model_is_called(
+        memory: Memory, only_our_traces: None, tracing_disabled: bool) -> None:
+    from agents import SQLiteSession
+
+    from core.storage import InvalidArgumentError
+
+    memory.update_working_memory(thread_id="ada-chat", resource_id="ada", working_memory="# Cook\n- Name: Ada\n")
+    with LoopbackServer([{"text": "Hello Bob."}, {"text": "Fine."}]) as server:
+        ada = MemorySession("ada-chat", memory=memory, resource_id="ada")
+        bob = MemorySession("bob-chat", memory=memory, resource_id="bob")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="Be brief.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        with pytest.raises(InvalidArgumentError, match="run config of session 'ada-chat' \\(resource 'ada'\\) was "
+                           "used in a run of session 'bob-chat' \\(resource 'bob'\\); its memory was not added"):
+            asyncio.run(Runner.run(agent, "Hi, I'm Bob.", session=bob,
+                                   run_config=ada.run_config(tracing_disabled=tracing_disabled)))
+        assert server.chat_requests() == []  # Ada's memory reached no model call
+        # Each session with its own run config works, and an earlier run leaves nothing behind.
+        async def both() -> None:
+            await Runner.run(agent, "Hi, I'm Bob.", session=bob, run_config=bob.run_config(
+                tracing_disabled=tracing_disabled))
+            await Runner.run(agent, "Hi", session=SQLiteSession("elsewhere"), run_config=ada.run_config(
+                tracing_disabled=tracing_disabled))
+        asyncio.run(both())
+        sent = server.chat_requests()
+    assert "Name: Ada" not in json.dumps(sent[0]) and "Name: Ada" in json.dumps(sent[1])
+
+
+def test_one_sessions_working_memory_tool_is_refused_in_another_users_run_without_tracing(
+        memory: Memory, only_our_traces: None) -> None:
+    script = [{"tool_calls": [{"name": "updateWorkingMemory", "id": "call_wm",
+                               "arguments": {"memory": "# Cook\n- Name: Bob\n- Allergies: shellfish\n"}}]},
+              {"text": "Noted."}]
+    with LoopbackServer(script) as server:
+        ada = MemorySession("ada-chat", memory=memory, resource_id="ada")
+        bob = MemorySession("bob-chat", memory=memory, resource_id="bob")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="Be brief.", tools=ada.tools(),
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        with pytest.raises(agents.exceptions.UserError, match="called in a run of session 'bob-chat'"):
+            asyncio.run(Runner.run(agent, "I'm Bob, allergic to shellfish.", session=bob,
+                                   run_config=bob.run_config(tracing_disabled=True)))
+    assert "Bob" not in (memory.get_working_memory(thread_id="ada-chat", resource_id="ada") or "")
+
+
+def test_a_nested_run_of_another_session_keeps_its_own_memory_and_tools(memory: Memory, only_our_traces: None) -> None:
+    """An agent used as a tool runs its own Runner.run with its own session (another user's notes
+    service, a sub-agent per thread): that inner run shares the outer run's trace. Its working-memory
+    tool and its memory belong to the inner session and work there; the outer run keeps its own."""
+    from agents import function_tool
+
+    script = [{"tool_calls": [{"name": "ask_notes", "id": "c1", "arguments": {}}]},
+              {"tool_calls": [{"name": "updateWorkingMemory", "id": "c2",
+                               "arguments": {"memory": "# Cook\n- Name: Carol\n- Allergies: none\n"}}]},
+              {"text": "Noted for Carol."}, {"text": "Done."}]
+    with LoopbackServer(script) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        model = OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client)
+        ada = MemorySession("ada-chat", memory=memory, resource_id="ada")
+        carol = MemorySession("carol-notes", memory=memory, resource_id="carol")
+        inner = Agent(name="notes", instructions="Keep notes.", tools=carol.tools(), model=model)
+
+        @function_tool
+        async def ask_notes() -> str:
+            """Ask the notes agent."""
+            result = await Runner.run(inner, "Note: Carol has no allergies.", session=carol,
+                                      run_config=carol.run_config())
+            return str(result.final_output)
+
+        outer = Agent(name="chef", instructions="Be brief.", tools=[ask_notes, *ada.tools()], model=model)
+        result = _run(outer, "Ask the notes agent.", ada)
+    assert result.final_output == "Done."
+    assert memory.get_working_memory(thread_id="carol-notes", resource_id="carol") == \
+        "# Cook\n- Name: Carol\n- Allergies: none\n"
+    assert "Carol" not in (memory.get_working_memory(thread_id="ada-chat", resource_id="ada") or "")
+
+
+def test_working_memory_tags_an_item_holds_are_not_kept_in_its_stored_item(memory: Memory) -> None:
+    # The message's text was stored without the <working_memory> block (the hide rule), but the SDK's
+    # item kept in the message's metadata still held it, word for word, in the database.
+    session = MemorySession("tags", memory=memory, resource_id="ada")
+    reply = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "annotations": [],
+                          "text": "Noted.<working_memory># Cook\n- Name: Ada\n- PIN: 4471</working_memory>"}]}
+    asyncio.run(session.add_items([{"role": "user", "content": "My PIN is secret"}, reply]))
+    stored = memory.recall(thread_id="tags", resource_id="ada", per_page=False).messages[-1]
+    assert stored.text == "Noted." and "4471" not in json.dumps(stored.content)
+    assert asyncio.run(session.get_items())[-1] == {**reply, "content": [
+        {"type": "output_text", "annotations": [], "text": "Noted."}]}

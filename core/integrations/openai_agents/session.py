@@ -16,19 +16,25 @@ own ``Agent`` see the conversation. ``run_config()`` adds, before each model cal
 processors give (working memory, recall from other threads, observational memory) to the agent's
 instructions, and mirrors the run's trace into the trace store beside the database
 (``tracing.py``). ``tools()`` offers the model the working-memory update tool.
+
+A run config belongs to its session: used in a run of another session it refuses to add its memory
+(the model is not called). With ``MemoryOptions(read_only=True)`` (Mastra's ``readOnly``) the session
+reads memory and the thread but saves no item and deletes none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agents import FunctionTool, RunConfig
+from agents import FunctionTool, RunConfig, RunContextWrapper
+from agents.tracing import get_current_trace
 from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 from agents.run_config import CallModelData, ModelInputData
@@ -53,6 +59,22 @@ log = logging.getLogger(__name__)
 
 #: Prompt fragments that are the conversation or the agent's own text, not memory.
 _NOT_MEMORY = ("instructions", "input", "context", "tools")
+
+
+@dataclass
+class _RunSession:
+    """Which MemorySession the Runner was given, seen from inside a run: set when the Runner calls
+    one of the session's methods (it passes its run context), read by the run config's memory filter
+    and the working-memory tool. A run's trace (the SDK makes a no-op one when tracing is off) tells
+    this run's record from one an earlier run of the same task left behind."""
+
+    thread_id: str
+    resource_id: str
+    traces: list[Any] = field(default_factory=list)
+
+
+_RUN_SESSION: contextvars.ContextVar[_RunSession | None] = contextvars.ContextVar("memory_studio_run_session",
+                                                                                  default=None)
 
 
 class MemorySession:
@@ -84,28 +106,74 @@ class MemorySession:
         self._processor.register(self._key, self)
 
     # -- the Session protocol --------------------------------------------------------------------
-    async def get_items(self, limit: int | None = None) -> list[Any]:
+    # ``wrapper``: the run context the Runner passes (SDK ≥ 0.24, to sessions that take it); the
+    # session then knows it is the one this run was given (``_RunSession``).
+    async def get_items(self, limit: int | None = None, wrapper: RunContextWrapper[Any] | None = None) -> list[Any]:
         """The thread's items, oldest first; with ``limit`` (else ``session_settings.limit``, as the
         SDK's own sessions do), the newest ``limit`` of them."""
+        self._mark_run(wrapper)
         return await asyncio.to_thread(self._get_items, resolve_session_limit(limit, self.session_settings))
 
-    async def add_items(self, items: list[Any]) -> None:
+    async def add_items(self, items: list[Any], wrapper: RunContextWrapper[Any] | None = None) -> None:
+        """Save the items as messages of the thread; with ``MemoryOptions(read_only=True)`` nothing is
+        saved (memory is read, as in Mastra's ``readOnly``: the next run does not see these items)."""
+        self._mark_run(wrapper)
         if not items:
             return
         plain = [as_item(i) for i in items]
         parent, tracer = self._processor.current()
         with tracer.start_span("memory: save", SpanType.MEMORY_OPERATION, parent=parent,
                                attributes={"operationType": "save-messages", "framework": "openai-agents"}) as span:
+            if self.read_only:
+                span.set_output({"saved": [], "items": len(plain), "readOnly": True})
+                return
             saved = await asyncio.to_thread(self._add_items, plain)
             span.set_output({"saved": [m.id for m in saved], "items": len(plain)})
 
-    async def pop_item(self) -> Any | None:
+    async def pop_item(self, wrapper: RunContextWrapper[Any] | None = None) -> Any | None:
         """Remove the newest stored message and return its (last) item; None when the thread is empty."""
+        self._mark_run(wrapper)
+        self._refuse_if_read_only("pop_item")
         return await asyncio.to_thread(self._pop_item)
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Delete the thread's messages (the thread, its title and its working memory stay)."""
+        self._mark_run(wrapper)
+        self._refuse_if_read_only("clear_session")
         await asyncio.to_thread(self._clear)
+
+    @property
+    def read_only(self) -> bool:
+        """``MemoryOptions(read_only=True)``: the session reads the thread and memory, saves and deletes nothing."""
+        return bool(self.memory.options.read_only)
+
+    def _refuse_if_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise InvalidArgumentError(
+                f"{what} deletes nothing: the memory of session {self.session_id!r} is read-only "
+                "(MemoryOptions(read_only=True)). Use a memory without read_only to change the thread.")
+
+    def _mark_run(self, wrapper: RunContextWrapper[Any] | None) -> None:
+        """Note, for this run, that the Runner was given this session (only the Runner passes ``wrapper``)."""
+        if wrapper is None:
+            return
+        trace = get_current_trace()
+        record = _RUN_SESSION.get()
+        if record is None or (record.thread_id, record.resource_id) != (self.session_id, self.resource_id):
+            record = _RunSession(self.session_id, self.resource_id)
+            _RUN_SESSION.set(record)
+        if not any(t is trace for t in record.traces):
+            record.traces.append(trace)
+            del record.traces[:-8]
+
+    @staticmethod
+    def _run_session() -> _RunSession | None:
+        """The MemorySession the running SDK run was given, when the Runner has called it in this run."""
+        record = _RUN_SESSION.get()
+        trace = get_current_trace()
+        if record is None or trace is None or not any(t is trace for t in record.traces):
+            return None
+        return record
 
     # -- running with memory ---------------------------------------------------------------------
     def run_config(self, **settings: Any) -> RunConfig:
@@ -125,6 +193,14 @@ class MemorySession:
         processors add for this thread and the newest user message (the conversation itself comes
         from the session, so message history is not added twice)."""
         model_data = data.model_data
+        running = self._run_session()
+        if running is not None and (running.thread_id, running.resource_id) != (self.session_id, self.resource_id):
+            # Another user's (or thread's) run: this session's memory must not reach its model.
+            raise InvalidArgumentError(
+                f"The run config of session {self.session_id!r} (resource {self.resource_id!r}) was used in a run "
+                f"of session {running.thread_id!r} (resource {running.resource_id!r}); its memory was not added "
+                "and the model was not called. Pass each run the run config of the session it runs with: "
+                "Runner.run(agent, input, session=session, run_config=session.run_config()).")
         await self._register(data.agent)
         parent, tracer = self._processor.current()
         with tracer.start_span("memory: recall", SpanType.MEMORY_OPERATION, parent=parent,
@@ -165,14 +241,16 @@ class MemorySession:
         function = spec["function"]
 
         async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
-            running = self._processor.current_session()
-            if running is not None and (running.session_id, running.resource_id) != (self.session_id,
-                                                                                     self.resource_id):
+            given = self._run_session()  # the session the Runner was given, else the run config's
+            configured = self._processor.current_session() if given is None else None
+            running = ((given.thread_id, given.resource_id) if given is not None else
+                       (configured.session_id, configured.resource_id) if configured is not None else None)
+            if running is not None and running != (self.session_id, self.resource_id):
                 # An agent built once with one session's tools, run for another user: writing here
                 # would put that user's facts into this resource's working memory.
                 raise InvalidArgumentError(
                     f"The working-memory tool of session {self.session_id!r} (resource {self.resource_id!r}) was "
-                    f"called in a run of session {running.session_id!r} (resource {running.resource_id!r}); "
+                    f"called in a run of session {running[0]!r} (resource {running[1]!r}); "
                     "nothing was written. Give each run an agent with the tools of the session it runs with: "
                     "Agent(..., tools=session.tools()).")
             try:
