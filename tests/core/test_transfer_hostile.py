@@ -218,3 +218,60 @@ def test_the_cli_names_the_refused_row(exported, target, tmp_path):
     assert "messages[2] (id 'g2') is refused: a system message is never stored" in err.getvalue()
     assert "Traceback" not in err.getvalue() and err.getvalue().count("\n") == 1
     assert everything(target) == before
+
+
+# -- traces: a file's spans stay with the file's own threads and resources --------------------------
+
+
+def test_spans_never_reach_another_resources_traces(new_db):
+    """A span naming a resource the file is not about would be listed among that resource's traces: the
+    file is refused. A span whose trace id is a run of another thread here would join that run: the
+    file's spans of that trace are left out, with a line saying so, overwrite or not."""
+    from core import MemoryOptions
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+    from core.traces.spans import TraceFilters
+
+    # Each database in a folder of its own: a libSQL file keeps its traces in the folder beside it.
+    source, target = new_db("src/source.db"), new_db("dst/target.db")
+    for path in (source, target):
+        if isinstance(path, Path):
+            path.parent.mkdir()
+
+    def turn(path: "Path | str", resource: str, thread: str, text: str) -> str:
+        with open_store(path) as store:
+            agent = Agent("a", instructions="Be brief.", model=ScriptedModel([f"ok: {text}"]),
+                          memory=Memory(store, MemoryOptions(last_messages=4)))
+            result = agent.generate(text, memory={"resource": resource, "thread": thread})
+            assert store.tracer().flush(10.0)
+            assert result.trace_id is not None
+            return result.trace_id
+
+    turn(source, "eve", "t-eve", "hello")
+    bob_run = turn(target, "bob", "t-bob", "my private talk")
+    with open_store(source, read_only=True, create=False) as store:
+        data = export_resource(store, "eve", ExportOptions(traces=True))
+    span = data["traces"][0]
+
+    claims_bob = copy.deepcopy(data)
+    claims_bob["traces"].append({**span, "spanId": "f00d0001", "threadId": None, "resourceId": "bob",
+                                 "name": "mcp: 'read_thread'"})
+    refused(target, claims_bob, r"traces\[\d+\] \(traceId '[0-9a-f]+'\) is refused: it names resource 'bob', "
+                                "which is not in the file")
+    wrong_owner = copy.deepcopy(data)
+    wrong_owner["traces"][0]["resourceId"] = "bob"
+    refused(target, wrong_owner, "it says resource 'bob', but its thread 't-eve' belongs to 'eve'")
+
+    joins_bob = copy.deepcopy(data)
+    joins_bob["traces"].append({**span, "spanId": "f00d0002", "traceId": bob_run, "parentSpanId": None,
+                                "name": "injected into bob's run"})
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, joins_bob, overwrite=overwrite)
+            assert store.observability is not None
+            bobs = store.observability.get_trace(bob_run)
+            eves = store.observability.list_traces(filters=TraceFilters(thread_id="t-eve"))
+        assert {s.thread_id for s in bobs} == {"t-bob"} and "f00d0002" not in {s.span_id for s in bobs}
+        assert any(f"1 span of trace {bob_run} not imported" in line and "a run of thread 't-bob'" in line
+                   for line in report.details()), report.details()
+        assert len(eves) == 1  # the file's own run came in
