@@ -122,6 +122,11 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
             f"{name} nests lists or objects too deeply to be read; 'memory-studio export' never writes such a "
             "file. Choose the .json file it wrote."
         ) from None
+    except ValueError as exc:  # a number Python will not read (an integer of more than 4,300 digits)
+        raise ExportFormatError(
+            f"{name} holds a value that cannot be read ({exc.args[0].split(';')[0] if exc.args else exc}); "
+            "'memory-studio export' never writes one. Choose the .json file it wrote."
+        ) from None
     validate(data, name=name)
     return data  # type: ignore[no-any-return]
 

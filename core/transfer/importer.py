@@ -313,9 +313,32 @@ class _Importer:
                 f"{self.report.target} has no {table} table. Run 'memory-studio migrate' on it first.")
             return
         self._check_columns(table, wanted, "observations")
+        # The newest record of a key is the one its agent reads. When the target keeps records of its own for a
+        # key (ids the file does not hold), a new record of the file would become current and hide them, or be
+        # hidden: two lineages of one memory. Such rows are left out, overwrite or not; rows of a lineage the
+        # target shares with the file (a record imported before) are matched by id as usual.
+        file_ids = {r.get("id") for r in wanted}
+        own: dict[str, int] = {}
+        for key in sorted({r["lookupKey"] for r in wanted if isinstance(r.get("lookupKey"), str)}):
+            theirs = [r for r in R.select_rows(self.conn, table, f"{R.quote('lookupKey')} = ?", [key])
+                      if r["id"] not in file_ids]
+            if theirs:
+                own[key] = len(theirs)
+        left: dict[str, int] = {}
         for row in wanted:
+            key = row.get("lookupKey")
+            if isinstance(key, str) and key in own and \
+                    not R.select_rows(self.conn, table, "id = ?", [row["id"]]):
+                left[key] = left.get(key, 0) + 1
+                continue
             self._upsert_by_key(table, ["id"], row, "observations", ignore=("updatedAt",),
                                 owner_fields=("lookupKey", "threadId", "resourceId"))
+        for key, n in sorted(left.items()):
+            self.report.notes.append(
+                f"{n} observational-memory row{'s' if n != 1 else ''} of {key} not imported: {self.report.target} keeps "
+                f"observations of its own for it ({own[key]} record{'s' if own[key] != 1 else ''}), and an imported "
+                "record would take or lose the place of the one its agent reads (not even with overwrite); the "
+                "target's observations are kept.")
 
     def _turns(self, rows: list[Mapping[str, Any]]) -> None:
         wanted = [r for r in rows if r.get(S.TURNS.thread_field or "") not in self.blocked]

@@ -275,3 +275,43 @@ def test_spans_never_reach_another_resources_traces(new_db):
         assert any(f"1 span of trace {bob_run} not imported" in line and "a run of thread 't-bob'" in line
                    for line in report.details()), report.details()
         assert len(eves) == 1  # the file's own run came in
+
+
+def test_observations_never_take_the_place_of_the_targets_own(exported, target):
+    """The newest record of a lookup key is the one its agent reads: a file's record for a key the target
+    keeps observations of its own for would have become current (or been hidden), replacing what the
+    agent sees without --overwrite. Such rows are left out, with a line saying so; a record the target
+    already shares with the file (imported before) is matched by id as usual."""
+    from core.observational.records import lookup_key
+    from core.observational.store import Cursor, Observation, commit_observation, current_record
+
+    key = lookup_key("thread", thread_id="t-groceries", resource_id="ada")
+    data = copy.deepcopy(exported)
+    for row in data["observations"]:  # exported after the target's own record was made
+        row["createdAt"] = "2099-01-01T00:00:00.000Z"
+    with open_store(target) as store:
+        Memory(store).create_thread(thread_id="t-groceries", resource_id="ada", title="Weekly groceries",
+                                    metadata={"topic": "food"})
+        commit_observation(store, record=None, key=key, scope="thread", thread_id="t-groceries", resource_id="ada",
+                           config={"messageTokens": 100}, obs=Observation(
+                               active_observations="* 🔴 (10:00) Ada moved to Oslo", observation_tokens=9,
+                               observed_ids=[], tokens_observed=40, pending_after=0,
+                               cursor=Cursor("2026-03-01T10:01:00.000Z", "x"), current_task=None))
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, data, overwrite=overwrite)
+            current = current_record(store, key)
+        assert current is not None and current.active_observations == "* 🔴 (10:00) Ada moved to Oslo"
+        assert report.written["observations"] == 0
+        assert any(f"1 observational-memory row of {key} not imported" in line and "of its own" in line
+                   for line in report.details()), report.details()
+    assert len([r for r in table_rows(target, "mastra_observational_memory")]) == 1
+
+    # Into a database without observations of its own the record comes in, and a second import matches it.
+    elsewhere = copy.deepcopy(exported)
+    for row in elsewhere["observations"]:
+        row.update(lookupKey=lookup_key("thread", thread_id="t-party", resource_id="ada"), threadId="t-party")
+    with open_store(target) as store:
+        first, second = import_data(store, elsewhere), import_data(store, elsewhere)
+    assert first.written["observations"] == 1 and second.written["observations"] == 0
+    assert second.unchanged["observations"] == 1
