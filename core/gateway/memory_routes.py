@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from core.gateway.errors import bad_request
 from core.gateway.openai_routes import read_json
+from core.ids import lone_surrogate
 from core.memory import Memory
 from core.scopes import check_thread_owner
 from core.working_memory_schema import WorkingMemoryError
@@ -119,6 +120,12 @@ async def put_working_memory(request: Request) -> Response:
     if not isinstance(body, Mapping) or "workingMemory" not in body:
         raise bad_request('Send {"workingMemory": ...}: Markdown text, or an object for schema working memory.',
                           param="workingMemory")
+    # Refused here, naming the character: the driver's own refusal names the server's database file and no
+    # character in particular.
+    problem = lone_surrogate(body["workingMemory"])
+    if problem is not None:
+        raise bad_request(f"The working memory holds {problem}; decode the text properly (or replace the character) "
+                          "before sending it. Nothing was written.", param="workingMemory")
 
     def write() -> dict[str, Any]:
         opts = _wm_options(memory)

@@ -146,3 +146,14 @@ def test_client_mistakes_are_4xx_with_the_reason(server, memory, what, path, bod
     assert got == status, reply
     assert reply["error"]["type"] != "server_error" and reply["error"]["message"]
     assert memory.list_threads(resource_id="default").total == 0  # nothing was stored
+
+
+def test_a_lone_surrogate_in_working_memory_is_named_and_the_database_is_not(server, memory, store):
+    """The storage layer's refusal named the server's database file and "\\ud800" whatever the character
+    was; the gateway now refuses the value itself, naming the character."""
+    raw = b'{"workingMemory": "# Notes\\n- likes caf\\udc00"}'
+    got, _, reply = send(server, "PUT", "/api/memory/threads/t1/working-memory?resourceId=ada", raw=raw)
+    assert got == 400 and reply["error"]["param"] == "workingMemory"
+    assert "U+DC00" in reply["error"]["message"] and "Nothing was written" in reply["error"]["message"]
+    assert str(store.location.display) not in reply["error"]["message"]
+    assert memory.get_working_memory(resource_id="ada") is None
