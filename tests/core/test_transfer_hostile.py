@@ -188,6 +188,14 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
     (lambda d: d["messages"][1].update(content=json.dumps({"format": 2, "parts": [{"type": "text",
                                                                                    "text": "x" * 1_100_000}]})),
      "over the message size limit of 1,000,000 bytes"),
+
+    # Stored as the API stores them: metadata a JSON object, working memory text (a list or a number was written
+    # as it was; our readers took it as empty, Mastra's JSON.parse of the row failed).
+    (lambda d: d["threads"][0].update(metadata=[1, 2]), r"threads\[0\] .* its metadata must be a JSON object, not list"),
+    (lambda d: d["resources"][0].update(metadata="not json"), r"resources\[0\] .* its metadata is text that is not JSON"),
+    (lambda d: d["resources"][0].update(metadata='["a"]'), "its metadata must be a JSON object, not list"),
+    (lambda d: d["resources"][0].update(workingMemory=5), r"resources\[0\] .* its workingMemory must be text .* not int"),
+    (lambda d: d["resources"][0].update(workingMemory={"name": "Ada"}), "its workingMemory must be text"),
 ])
 def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, match):
     data = copy.deepcopy(exported)
@@ -315,3 +323,4 @@ def test_observations_never_take_the_place_of_the_targets_own(exported, target):
         first, second = import_data(store, elsewhere), import_data(store, elsewhere)
     assert first.written["observations"] == 1 and second.written["observations"] == 0
     assert second.unchanged["observations"] == 1
+
