@@ -72,6 +72,7 @@ class FileIndex:
     thread_owner: dict[str, str] = field(default_factory=dict)
     resources: set[str] = field(default_factory=set)
     message_thread: dict[str, str] = field(default_factory=dict)
+    observations: dict[str, Row] = field(default_factory=dict)  # observation record id -> its row
     max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
     max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES
 
@@ -120,6 +121,7 @@ def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | N
         index.thread_owner[thread["id"]] = thread["resourceId"]
     index.resources = {r["id"] for r in data.get("resources", [])}
     index.message_thread = {m["id"]: m["threadId"] for m in data.get("messages", [])}
+    index.observations = {str(o["id"]): o for o in data.get("observations", []) if isinstance(o, Mapping)}
     for sec in SECTIONS.values():
         rows = sec.rows(data) if sec.rows is not None else data.get(sec.key) or []
         for position, row in enumerate(rows):

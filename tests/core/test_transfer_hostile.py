@@ -324,3 +324,50 @@ def test_observations_never_take_the_place_of_the_targets_own(exported, target):
     assert first.written["observations"] == 1 and second.written["observations"] == 0
     assert second.unchanged["observations"] == 1
 
+
+# -- the edit history: versions are read by message id, wherever the message is ------------------------
+
+
+def _version(message_id: str, thread: str, text: str, resource: str = "ada") -> dict[str, Any]:
+    def row(body: str) -> str:
+        return json.dumps({"id": message_id, "thread_id": thread, "content": body, "role": "user", "type": "v1",
+                           "createdAt": "2026-03-01T09:00:00.000Z", "resourceId": resource})
+
+    return {"id": 1, "message_id": message_id, "thread_id": thread, "resource_id": resource, "op": "edit",
+            "author": "api", "before_row": row(text), "after_row": row("after"), "note": None,
+            "createdAt": "2026-03-02T09:00:00.000Z"}
+
+
+def test_a_version_never_reaches_another_threads_message(exported, target):
+    """A message version is read by message id (Message History, undo, the replay of turns before an
+    edit): one naming bob's message would have rewritten what bob's turns were shown to have seen."""
+    from core.edits.messages import version_rows
+
+    data = copy.deepcopy(exported)  # a version of bob's message, filed under ada's thread
+    data["messageVersions"] = [_version("b-note", "t-groceries", "bob said: my PIN is 1234")]
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, data, overwrite=overwrite)
+            assert version_rows(store, ["b-note"]) == {}
+        assert report.written.get("messageVersions", 0) == 0
+        assert any("1 message version not imported: its message is in another thread" in line
+                   for line in report.details()), report.details()
+
+    bad = copy.deepcopy(exported)
+    bad["messageVersions"] = [_version("g1", "t-party", "moved")]  # g1 is t-groceries' in the file
+    refused(target, bad, r"messageVersions\[0\] \(message_id 'g1'\) is refused: its message 'g1' is in thread "
+                         "'t-groceries' of the file, not 't-party'")
+    bad = copy.deepcopy(exported)
+    bad["messageVersions"] = [{**_version("g1", "t-groceries", "x"),
+                               "before_row": json.dumps({"id": "m-secret", "thread_id": "t-mallory", "content": "x",
+                                                         "role": "user", "resourceId": "mallory"})}]
+    refused(target, bad, "its before_row is message 'm-secret' of thread 't-mallory', not the version's message 'g1'")
+    bad = copy.deepcopy(exported)
+    bad["messageVersions"] = [_version("g1", "t-groceries", "x", resource="mallory")]
+    refused(target, bad, "it says resource 'mallory', but its thread 't-groceries' belongs to 'ada'")
+    bad = copy.deepcopy(exported)
+    bad["observationVersions"] = [{"id": 1, "record_id": "om-of-someone", "lookup_key": "resource:mallory",
+                                   "thread_id": None, "resource_id": "mallory", "op": "edit", "author": "api",
+                                   "line_before": "a", "line_after": "b", "before_text": "a", "after_text": "b",
+                                   "note": None, "createdAt": "2026-03-02T09:00:00.000Z"}]
+    refused(target, bad, "it is a version of observation record 'om-of-someone', which is not in the file")
