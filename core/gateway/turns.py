@@ -117,7 +117,14 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
         thread, legacy = conversation_thread_id(resource, conversation), f"{resource}:{conversation}"
     elif not thread:
         thread = f"thread_{uuid.uuid4().hex[:16]}"
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        # Answering a JSON completion to a client that asked (wrongly) for events fails in its parser instead.
+        raise bad_request(f"'stream' must be true or false, got {stream!r}.", param="stream")
     stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, Mapping):
+        raise bad_request("'stream_options' must be an object, like {\"include_usage\": true}.",
+                          param="stream_options")
     include_usage = isinstance(stream_options, Mapping) and bool(stream_options.get("include_usage"))
     return Turn(model, message, thread, resource, body.get("stream") is True, include_usage, legacy)
 
