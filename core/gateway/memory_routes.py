@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from core.gateway.errors import bad_request
 from core.gateway.openai_routes import read_json
+from core.gateway.turns import client_id
 from core.ids import lone_surrogate
 from core.memory import Memory
 from core.scopes import check_thread_owner
@@ -115,6 +116,9 @@ async def get_working_memory(request: Request) -> Response:
 async def put_working_memory(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     asked = _resource(request, "working memory")
+    # A write may create the resource's row: its id follows the rule a chat turn's ids follow, so the
+    # gateway never makes a resource that no chat request could name (control characters, 5,000 characters).
+    client_id("resourceId", asked)
     memory = _memory(request, working_memory=True)
     body = await read_json(request)
     if not isinstance(body, Mapping) or "workingMemory" not in body:

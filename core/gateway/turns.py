@@ -192,6 +192,10 @@ def _id(name: str, value: Any) -> str | None:
     return value
 
 
+#: The rule for an id a client names (``thread_id``, ``resource_id``, ``user``...): printable, at most 256 characters.
+client_id = _id
+
+
 # -- running ----------------------------------------------------------------------------------------
 
 

@@ -134,6 +134,11 @@ MISTAKES: list[tuple[str, str, Any, bytes | None, int]] = [
      {"workingMemory": "# Notes\n" + "y" * 2_000}, None, 413),
     ("working memory of the wrong type", "/api/memory/threads/t1/working-memory?resourceId=ada",
      {"workingMemory": ["not", "markdown"]}, None, 400),
+    # A working-memory write may create the resource: its id follows the chat route's rule (printable, <= 256).
+    ("control character in a written resource id", "/api/memory/threads/t1/working-memory?resourceId=ev%1B%5B31mil",
+     {"workingMemory": "# Notes"}, None, 400),
+    ("written resource id over 256 characters", "/api/memory/threads/t1/working-memory?resourceId=" + "r" * 257,
+     {"workingMemory": "# Notes"}, None, 400),
     ("NUL in a path thread id", "/api/memory/threads/t%00x/messages?resourceId=ada", None, None, 400),
     ("lone surrogate in a path", "/api/memory/threads/%ED%A0%80/messages?resourceId=ada", None, None, 404),
 ]
