@@ -27,6 +27,8 @@ from starlette.routing import Route
 
 from core.gateway.errors import bad_request
 from core.gateway.openai_routes import read_json
+from core.gateway.turns import client_id
+from core.ids import lone_surrogate
 from core.memory import Memory
 from core.scopes import check_thread_owner
 from core.working_memory_schema import WorkingMemoryError
@@ -114,11 +116,20 @@ async def get_working_memory(request: Request) -> Response:
 async def put_working_memory(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     asked = _resource(request, "working memory")
+    # A write may create the resource's row: its id follows the rule a chat turn's ids follow, so the
+    # gateway never makes a resource that no chat request could name (control characters, 5,000 characters).
+    client_id("resourceId", asked)
     memory = _memory(request, working_memory=True)
     body = await read_json(request)
     if not isinstance(body, Mapping) or "workingMemory" not in body:
         raise bad_request('Send {"workingMemory": ...}: Markdown text, or an object for schema working memory.',
                           param="workingMemory")
+    # Refused here, naming the character: the driver's own refusal names the server's database file and no
+    # character in particular.
+    problem = lone_surrogate(body["workingMemory"])
+    if problem is not None:
+        raise bad_request(f"The working memory holds {problem}; decode the text properly (or replace the character) "
+                          "before sending it. Nothing was written.", param="workingMemory")
 
     def write() -> dict[str, Any]:
         opts = _wm_options(memory)

@@ -117,7 +117,14 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
         thread, legacy = conversation_thread_id(resource, conversation), f"{resource}:{conversation}"
     elif not thread:
         thread = f"thread_{uuid.uuid4().hex[:16]}"
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        # Answering a JSON completion to a client that asked (wrongly) for events fails in its parser instead.
+        raise bad_request(f"'stream' must be true or false, got {stream!r}.", param="stream")
     stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, Mapping):
+        raise bad_request("'stream_options' must be an object, like {\"include_usage\": true}.",
+                          param="stream_options")
     include_usage = isinstance(stream_options, Mapping) and bool(stream_options.get("include_usage"))
     return Turn(model, message, thread, resource, body.get("stream") is True, include_usage, legacy)
 
@@ -183,6 +190,10 @@ def _id(name: str, value: Any) -> str | None:
     if not isinstance(value, str) or len(value) > _MAX_ID or not value.isprintable():
         raise bad_request(f"{name} must be a printable string of at most {_MAX_ID} characters.", param=name)
     return value
+
+
+#: The rule for an id a client names (``thread_id``, ``resource_id``, ``user``...): printable, at most 256 characters.
+client_id = _id
 
 
 # -- running ----------------------------------------------------------------------------------------

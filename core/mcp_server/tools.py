@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from core.errors import MemoryStudioError
-from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation
+from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_id
 from core.memory import Memory
 from core.messages import Message
 from core.scopes import check_thread_owner
@@ -187,7 +187,13 @@ class MemoryTools:
             existing = self.memory.get_thread(thread)
             if existing is not None:
                 check_thread_owner(thread, existing.resource_id, owner)
-            elif anothers_conversation(thread, owner):
+            else:
+                # A new thread (and, with --any-resource, maybe a new resource) gets ids the gateway's chat
+                # route could name too: printable, at most 256 characters.
+                client_id("thread", thread)
+                if self.binding.any_resource:
+                    client_id("resource", owner)
+            if existing is None and anothers_conversation(thread, owner):
                 raise ResourceNotAllowed(
                     f"Thread ids starting with {CONVERSATION_PREFIX!r} are the gateway's conversation threads, and "
                     f"{thread!r} is not one of resource {owner!r}'s; remember into another thread id.")

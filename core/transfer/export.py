@@ -21,6 +21,7 @@ from core.storage import Store, catalog
 from core.storage.memory_store import NotFoundError, load_json
 from core.timeutil import Clock, iso_now
 from core.transfer import rows as R
+from core.transfer.edit_sections import export_versions
 from core.transfer.format import FORMAT, VERSION
 from core.transfer.replay_sections import export_sections, section_counts
 
@@ -107,9 +108,13 @@ def export_data(
             **export_sections(conn, store, thread_ids=thread_ids, threads=threads, messages=messages,
                               resource_id=owner, turns=opts.turns, agents=opts.agents, traces=opts.traces),
         }
+        # The edit history: Message History and undo read it, and turns before an edit replay from it. Only
+        # when there is one, so the file of a memory never edited is what it was before these lists existed.
+        data.update({k: v for k, v in export_versions(conn, thread_ids, data["observations"]).items() if v})
     data["counts"] = {k: len(data[k]) for k in ("resources", "threads", "messages", "observations", "turns")}
     data["counts"]["workingMemoryVersions"] = sum(len(e["versions"]) for e in data["workingMemory"])
     data["counts"].update(section_counts(data))
+    data["counts"].update({k: len(data[k]) for k in ("messageVersions", "observationVersions") if k in data})
     log.info("exported %s %s: %s", scope["kind"], scope["id"], data["counts"])
     return data
 

@@ -19,6 +19,9 @@ Version 1 (``{"format": "memory-studio-export", "version": 1, ...}``):
   existed simply lack them; the import summary says what that leaves out. ``turnsTable`` names the
   turn table for readers; import never takes a table from a file (``core.transfer.sections`` decides
   what each list writes) and refuses a file whose ``turnsTable`` names any other.
+- ``messageVersions`` and ``observationVersions`` (``core.transfer.edit_sections``): the rows of
+  ``memory_studio_message_versions`` of the threads and of ``memory_studio_om_versions`` of the observation
+  records, so Message History, undo and the replay of turns before an edit work in the copy.
 
 Every row is checked before anything is written (``sections.check_file``): the API's rules for ids,
 text and roles, format-2 content, and rows tied to the file's own threads and resources.
@@ -41,7 +44,7 @@ from core.terminal_text import printable
 FORMAT = "memory-studio-export"
 VERSION = 1
 LIST_KEYS = ("resources", "threads", "messages", "workingMemory", "observations", "turns", "toolDefinitions",
-             "toolSets", "agents", "configs", "traces")
+             "toolSets", "agents", "configs", "traces", "messageVersions", "observationVersions")
 
 
 def dumps(data: Mapping[str, Any]) -> str:
@@ -121,6 +124,11 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
         raise ExportFormatError(
             f"{name} nests lists or objects too deeply to be read; 'memory-studio export' never writes such a "
             "file. Choose the .json file it wrote."
+        ) from None
+    except ValueError as exc:  # a number Python will not read (an integer of more than 4,300 digits)
+        raise ExportFormatError(
+            f"{name} holds a value that cannot be read ({exc.args[0].split(';')[0] if exc.args else exc}); "
+            "'memory-studio export' never writes one. Choose the .json file it wrote."
         ) from None
     validate(data, name=name)
     return data  # type: ignore[no-any-return]

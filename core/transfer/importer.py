@@ -38,6 +38,7 @@ from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import rows as R
 from core.transfer import sections as S
+from core.transfer.edit_sections import import_versions
 from core.transfer.errors import TransferError
 from core.transfer.format import validate
 from core.transfer.replay_sections import import_sections, import_traces
@@ -118,6 +119,7 @@ class _Importer:
         self.report = ImportReport(target, dry_run=dry_run)
         self.blocked: set[str] = set()  # threads owned by another resource in the target
         self.version_ids: dict[int, int] = {}  # exported version id -> id in the target
+        self.observation_records: dict[str, str] = {}  # observation record id -> lookup key, of records kept
 
     def run(self) -> ImportReport:
         for name in ("mastra_threads", "mastra_messages", "mastra_resources"):
@@ -132,6 +134,7 @@ class _Importer:
         self._versions(self.data.get("workingMemory", []))
         self._observations(self.data.get("observations", []))
         self._turns(self.data.get("turns", []))
+        import_versions(self)  # message and observation-log versions, after the rows they belong to
         import_sections(self)  # tool definitions, agent configurations (tables chosen there, never by the file)
         return self.report
 
@@ -313,9 +316,34 @@ class _Importer:
                 f"{self.report.target} has no {table} table. Run 'memory-studio migrate' on it first.")
             return
         self._check_columns(table, wanted, "observations")
+        # The newest record of a key is the one its agent reads. When the target keeps records of its own for a
+        # key (ids the file does not hold), a new record of the file would become current and hide them, or be
+        # hidden: two lineages of one memory. Such rows are left out, overwrite or not; rows of a lineage the
+        # target shares with the file (a record imported before) are matched by id as usual.
+        file_ids = {r.get("id") for r in wanted}
+        own: dict[str, int] = {}
+        for key in sorted({r["lookupKey"] for r in wanted if isinstance(r.get("lookupKey"), str)}):
+            theirs = [r for r in R.select_rows(self.conn, table, f"{R.quote('lookupKey')} = ?", [key])
+                      if r["id"] not in file_ids]
+            if theirs:
+                own[key] = len(theirs)
+        left: dict[str, int] = {}
+        owner_fields = ("lookupKey", "threadId", "resourceId")
         for row in wanted:
-            self._upsert_by_key(table, ["id"], row, "observations", ignore=("updatedAt",),
-                                owner_fields=("lookupKey", "threadId", "resourceId"))
+            key = row.get("lookupKey")
+            found = R.select_rows(self.conn, table, "id = ?", [row["id"]])
+            if isinstance(key, str) and key in own and not found:
+                left[key] = left.get(key, 0) + 1
+                continue
+            self._upsert_by_key(table, ["id"], row, "observations", ignore=("updatedAt",), owner_fields=owner_fields)
+            if not found or all(found[0].get(f) == row.get(f) for f in owner_fields if f in found[0]):
+                self.observation_records[str(row["id"])] = str(key)
+        for key, n in sorted(left.items()):
+            self.report.notes.append(
+                f"{n} observational-memory row{'s' if n != 1 else ''} of {key} not imported: {self.report.target} keeps "
+                f"observations of its own for it ({own[key]} record{'s' if own[key] != 1 else ''}), and an imported "
+                "record would take or lose the place of the one its agent reads (not even with overwrite); the "
+                "target's observations are kept.")
 
     def _turns(self, rows: list[Mapping[str, Any]]) -> None:
         wanted = [r for r in rows if r.get(S.TURNS.thread_field or "") not in self.blocked]

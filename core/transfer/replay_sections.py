@@ -265,8 +265,10 @@ S.register(S.Section("toolSets", SETS, "tool set", id_fields=("hash",), check=_s
 S.register(S.Section("agents", AGENTS, "agent configuration", id_fields=("name",), check=_agent_rule))
 S.register(S.Section("configs", CONFIGS, "override", id_fields=(), check=_config_rule))
 # Spans go to the trace store beside the database (``import_traces``), never to a table of it.
+# A span's resource is its thread's owner, or (a span of no thread) a resource of the file: a span naming
+# another resource would show in that resource's traces.
 S.register(S.Section("traces", None, "span", id_fields=("traceId", "spanId"), thread_field="threadId",
-                     check=_span_rule))
+                     resource_field="resourceId", check=_span_rule))
 register_kind("traces", "span")
 # The turn records' section is the importer's (``sections.TURNS``); a record's own fields must be text.
 S.register(replace(S.TURNS, check=_turn_rule))
@@ -373,7 +375,8 @@ def _import_agents(imp: "_Importer", agents: list[Mapping[str, Any]], configs: l
 def import_traces(store: "Store", data: Mapping[str, Any], report: "ImportReport", blocked: set[str]) -> None:
     """Write the file's spans into the target's trace store (after the import's transaction: spans
     live beside the database). A span already stored is left alone; spans of threads that were left
-    out (owned by another resource here) are left out too."""
+    out (owned by another resource here) are left out too, and so are the spans of a trace whose id is
+    a run of another thread or resource here (they would join that run)."""
     from core.traces.spans import SpanRecord
 
     wanted = [s for s in data.get("traces") or [] if s.get("threadId") not in blocked]
@@ -385,7 +388,10 @@ def import_traces(store: "Store", data: Mapping[str, Any], report: "ImportReport
                             f"{report.target} keeps no traces (an in-memory database).")
         return
     records = [SpanRecord.from_json_dict(s) for s in wanted]
+    threads = {t["id"] for t in data.get("threads") or []}
+    owners = {r["id"] for r in data.get("resources") or []} | {t["resourceId"] for t in data.get("threads") or []}
     stored: set[tuple[str, str]] = set()
+    foreign: dict[str, str] = {}  # trace id -> whose run it is here, for traces the file may not add to
     for trace_id in sorted({r.trace_id for r in records}):
         found = obs.get_trace(trace_id)
         if found.busy:
@@ -394,7 +400,21 @@ def import_traces(store: "Store", data: Mapping[str, Any], report: "ImportReport
                                 "later: only the spans will be added.")
             return
         stored.update((s.trace_id, s.span_id) for s in found)
-    new = [r for r in records if (r.trace_id, r.span_id) not in stored]
+        # A trace id already used here by a run of another thread or resource: the file's spans would join
+        # that run (shown in its trace, counted in its resource's traces), so none of them is added.
+        other = next((s for s in found if (s.thread_id is not None and s.thread_id not in threads)
+                      or (s.resource_id is not None and s.resource_id not in owners)), None)
+        if other is not None:
+            foreign[trace_id] = (f"thread {other.thread_id!r}" if other.thread_id is not None and
+                                 other.thread_id not in threads else f"resource {other.resource_id!r}")
+    new = [r for r in records if (r.trace_id, r.span_id) not in stored and r.trace_id not in foreign]
+    for trace_id, whose in sorted(foreign.items()):
+        n = sum(1 for r in records if r.trace_id == trace_id and (r.trace_id, r.span_id) not in stored)
+        if n:
+            report.notes.append(
+                f"{n} span{'s' if n != 1 else ''} of trace {trace_id} not imported: that trace id is a run of {whose} "
+                f"in {report.target}, and a file never adds spans to another thread's or resource's run "
+                "(not even with overwrite).")
     if new and not report.dry_run:
         obs.write_spans(new)
     report.written["traces"] = report.written.get("traces", 0) + len(new)

@@ -72,6 +72,7 @@ class FileIndex:
     thread_owner: dict[str, str] = field(default_factory=dict)
     resources: set[str] = field(default_factory=set)
     message_thread: dict[str, str] = field(default_factory=dict)
+    observations: dict[str, Row] = field(default_factory=dict)  # observation record id -> its row
     max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
     max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES
 
@@ -120,6 +121,7 @@ def check_file(data: Mapping[str, Any], name: str, *, max_message_bytes: int | N
         index.thread_owner[thread["id"]] = thread["resourceId"]
     index.resources = {r["id"] for r in data.get("resources", [])}
     index.message_thread = {m["id"]: m["threadId"] for m in data.get("messages", [])}
+    index.observations = {str(o["id"]): o for o in data.get("observations", []) if isinstance(o, Mapping)}
     for sec in SECTIONS.values():
         rows = sec.rows(data) if sec.rows is not None else data.get(sec.key) or []
         for position, row in enumerate(rows):
@@ -198,7 +200,11 @@ def times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
 
 
 def _resource_rule(row: Row, index: FileIndex) -> str | None:
-    return times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(row.get("workingMemory"), index)
+    value = row.get("workingMemory")  # stored as text: Markdown, or a schema memory's JSON text
+    if value is not None and not isinstance(value, str):
+        return f"its workingMemory must be text (Markdown, or JSON text for a schema), not {type(value).__name__}"
+    return times_problem(row, ("createdAt", "updatedAt")) or _metadata_problem(row.get("metadata")) \
+        or _working_memory_problem(value, index)
 
 
 def _thread_rule(row: Row, index: FileIndex) -> str | None:
@@ -206,7 +212,21 @@ def _thread_rule(row: Row, index: FileIndex) -> str | None:
         return f"its title must be text, not {type(row.get('title')).__name__}"
     metadata = row.get("metadata")  # thread-scoped working memory is kept in the thread's metadata
     value = metadata.get("workingMemory") if isinstance(metadata, Mapping) else None
-    return times_problem(row, ("createdAt", "updatedAt")) or _working_memory_problem(value, index)
+    return times_problem(row, ("createdAt", "updatedAt")) or _metadata_problem(metadata) \
+        or _working_memory_problem(value, index)
+
+
+def _metadata_problem(value: Any) -> str | None:
+    """Metadata as the API stores it: a JSON object (or none). Mastra parses it on every read of the row, and
+    our readers take anything else as empty, so the stored value would be lost at the next write."""
+    if isinstance(value, str):  # JSON text, as an older export may hold it
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return "its metadata is text that is not JSON (metadata must be a JSON object)"
+    if value is not None and not isinstance(value, Mapping):
+        return f"its metadata must be a JSON object, not {type(value).__name__}"
+    return None
 
 
 def _working_memory_problem(value: Any, index: FileIndex) -> str | None:

@@ -134,6 +134,11 @@ MISTAKES: list[tuple[str, str, Any, bytes | None, int]] = [
      {"workingMemory": "# Notes\n" + "y" * 2_000}, None, 413),
     ("working memory of the wrong type", "/api/memory/threads/t1/working-memory?resourceId=ada",
      {"workingMemory": ["not", "markdown"]}, None, 400),
+    # A working-memory write may create the resource: its id follows the chat route's rule (printable, <= 256).
+    ("control character in a written resource id", "/api/memory/threads/t1/working-memory?resourceId=ev%1B%5B31mil",
+     {"workingMemory": "# Notes"}, None, 400),
+    ("written resource id over 256 characters", "/api/memory/threads/t1/working-memory?resourceId=" + "r" * 257,
+     {"workingMemory": "# Notes"}, None, 400),
     ("NUL in a path thread id", "/api/memory/threads/t%00x/messages?resourceId=ada", None, None, 400),
     ("lone surrogate in a path", "/api/memory/threads/%ED%A0%80/messages?resourceId=ada", None, None, 404),
 ]
@@ -146,3 +151,14 @@ def test_client_mistakes_are_4xx_with_the_reason(server, memory, what, path, bod
     assert got == status, reply
     assert reply["error"]["type"] != "server_error" and reply["error"]["message"]
     assert memory.list_threads(resource_id="default").total == 0  # nothing was stored
+
+
+def test_a_lone_surrogate_in_working_memory_is_named_and_the_database_is_not(server, memory, store):
+    """The storage layer's refusal named the server's database file and "\\ud800" whatever the character
+    was; the gateway now refuses the value itself, naming the character."""
+    raw = b'{"workingMemory": "# Notes\\n- likes caf\\udc00"}'
+    got, _, reply = send(server, "PUT", "/api/memory/threads/t1/working-memory?resourceId=ada", raw=raw)
+    assert got == 400 and reply["error"]["param"] == "workingMemory"
+    assert "U+DC00" in reply["error"]["message"] and "Nothing was written" in reply["error"]["message"]
+    assert str(store.location.display) not in reply["error"]["message"]
+    assert memory.get_working_memory(resource_id="ada") is None

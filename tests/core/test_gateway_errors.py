@@ -194,3 +194,17 @@ def test_the_listening_socket_gives_connections_tcp_nodelay():
         return seen[0]
 
     assert asyncio.run(asyncio.wait_for(check(), 30)) != 0
+
+
+def test_a_stream_flag_that_is_not_a_boolean_is_400(client, memory):
+    """'stream': "true" was taken as false: the client got a JSON completion where it waited for events (and
+    the turn was stored). OpenAI refuses a wrong type with 400, naming the parameter; so does the gateway."""
+    for body in ({"stream": "true"}, {"stream": 1}, {"stream": True, "stream_options": "include_usage"}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="echo", messages=[user("x")], extra_body=body,
+                                           metadata={"thread_id": "s", "resource_id": "ada"})
+        assert caught.value.body["param"] == next(iter(reversed(body)))
+    assert memory.get_thread("s") is None  # nothing was run or stored
+    chunks = list(client.chat.completions.create(model="echo", messages=[user("x")], stream=True,
+                                                 stream_options={"include_usage": True}))
+    assert chunks and all(c.object == "chat.completion.chunk" for c in chunks)  # a real boolean still streams

@@ -260,3 +260,32 @@ def test_transcript_uris_take_any_thread_id(tmp_path: Path) -> None:
     assert len(texts) == len(ids)
     for thread in ids:
         assert any(f"hello {thread}" in text for text in texts.values()), thread
+
+
+def test_remember_makes_no_thread_the_gateway_could_not_name(tmp_path: Path) -> None:
+    """remember created threads named by any text (an ANSI escape, 100,000 characters); the gateway's chat
+    route refuses such ids, so nobody could continue those threads there. A new thread's id (and, with
+    --any-resource, its resource's) now follows the gateway's rule; existing threads are reached as before."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    with open_store(tmp_path / "memory.db") as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True}), embedder=HashingEmbedder())
+        memory.save_messages([Message.user("old", thread_id="legacy\x1b[31m", resource_id="ada")])  # another tool's
+        bound = MemoryTools(memory, Binding("ada"))
+        anyone = MemoryTools(memory, Binding(None, any_resource=True))
+
+        async def main() -> list[Any]:
+            async with Client(build_server(bound)) as client:
+                out = [await client.call_tool("remember", {"text": "hi", "thread": thread})
+                       for thread in ("evil\x1b[31m", "t" * 100_000, "legacy\x1b[31m", "fine")]
+            async with Client(build_server(anyone)) as client:
+                out.append(await client.call_tool("remember", {"text": "hi", "thread": "x", "resource": "ev\x1bil"}))
+            return out
+
+        results = anyio.run(main)
+        threads = {t.id for t in memory.list_threads(resource_id="ada").threads}
+    assert [r.is_error for r in results] == [True, True, False, False, True]
+    assert "printable string of at most 256 characters" in _error(results[0])
+    assert threads == {"legacy\x1b[31m", "fine"}

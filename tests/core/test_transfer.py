@@ -244,6 +244,10 @@ def test_read_only_target_is_refused_with_advice(source: Target, new_db: NewDb) 
     ('{"format": "memory-studio-export", "version": 1, "threads": [], "messages": [{"id": "m", "threadId": "x", '
      '"role": "user", "type": "v2", "createdAt": "2026-01-01T00:00:00.000Z", "content": "hi"}]}',
      "belongs to thread x, which is not in the file"),
+    # Python refuses integers of more than 4,300 digits with advice for programmers (set_int_max_str_digits).
+    ('{"format": "memory-studio-export", "version": 1, "x": ' + "9" * 5000 + "}",
+     r"^bad.json holds a value that cannot be read \(Exceeds the limit \(4300 digits\)[^;]*\); 'memory-studio "
+     r"export' never writes one"),
 ])
 def test_bad_files_get_clear_errors(text: str, message: str) -> None:
     with pytest.raises(ExportFormatError, match=message):
@@ -306,3 +310,54 @@ def test_every_table_is_covered() -> None:
     assert set(TABLES) >= {"mastra_threads", "mastra_messages", "mastra_resources", "mastra_observational_memory",
                            "memory_studio_wm_versions"}
     assert json.loads(dumps({"a": "é"})) == {"a": "é"}
+
+
+def test_the_edit_history_travels_and_turns_before_an_edit_stay_exact(new_db: NewDb) -> None:
+    """Message and observation-log versions are exported: without them a copy of a thread whose message
+    was edited after a turn replayed that turn as not exact ("changed or deleted since, with no version
+    kept"), and Message History and undo had nothing in the copy."""
+    from core import MemoryOptions
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+    from core.observational.records import lookup_key
+    from core.observational.store import Cursor, Observation, commit_observation, current_record
+
+    source = new_db("source.db")
+    key = lookup_key("thread", thread_id="t-tea", resource_id="ada")
+    with open_store(source) as store:
+        memory = Memory(store, MemoryOptions(last_messages=10))
+        agent = Agent("a", instructions="Be brief.", model=ScriptedModel(["One.", "Two."]), memory=memory,
+                      tracer=False)
+        agent.generate("I like tea", memory={"resource": "ada", "thread": "t-tea"})
+        agent.generate("and coffee", memory={"resource": "ada", "thread": "t-tea"})
+        first = memory.recall(thread_id="t-tea", per_page=False).messages[0]
+        memory.edit_message(first.id, resource_id="ada", text="I like green tea")
+        commit_observation(store, record=None, key=key, scope="thread", thread_id="t-tea", resource_id="ada",
+                           config={"messageTokens": 100}, obs=Observation(
+                               active_observations="* 🔴 (09:00) Ada is allergic to peanuts", observation_tokens=9,
+                               observed_ids=[], tokens_observed=40, pending_after=0,
+                               cursor=Cursor("2026-03-01T09:01:00.000Z", "x"), current_task=None))
+        record = current_record(store, key)
+        assert record is not None
+        memory.edit_observation(record.id, "* 🔴 (09:00) Ada is allergic to peanuts",
+                                "* 🔴 (09:00) Ada is allergic to peanuts and cashews", resource_id="ada")
+        assert all(memory.assemble(as_of=t.input_message_id).replay.exact for t in memory.turns("t-tea"))
+    data = _export(source, resource="ada")
+    assert data["counts"]["messageVersions"] == 1 and data["counts"]["observationVersions"] == 1
+    target = new_db("target.db")  # a database of ours as it is (with today's turn table)
+    report = _import(target, data)
+    assert report.written["messageVersions"] == 1 and report.written["observationVersions"] == 1
+    with open_store(target) as store:
+        memory = Memory(store)
+        turns = memory.turns("t-tea")
+        assert len(turns) == 2
+        for turn in turns:
+            replay = memory.assemble(as_of=turn.input_message_id).replay
+            assert replay.exact, replay
+        history = memory.message_versions(first.id, resource_id="ada")
+        assert len(history) == 1
+        assert memory.undo_message_edit(first.id, resource_id="ada").text == "I like tea"
+    for table in ("memory_studio_message_versions", "memory_studio_om_versions"):
+        assert len(table_rows(target, table)) == len(table_rows(source, table)) + (table.endswith("message_versions"))
+    second = _import(target, data)  # the undo above is the target's own version; the file's are all there
+    assert second.written.get("messageVersions", 0) == 0 and second.unchanged["messageVersions"] == 1

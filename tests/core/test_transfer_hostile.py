@@ -188,6 +188,14 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
     (lambda d: d["messages"][1].update(content=json.dumps({"format": 2, "parts": [{"type": "text",
                                                                                    "text": "x" * 1_100_000}]})),
      "over the message size limit of 1,000,000 bytes"),
+
+    # Stored as the API stores them: metadata a JSON object, working memory text (a list or a number was written
+    # as it was; our readers took it as empty, Mastra's JSON.parse of the row failed).
+    (lambda d: d["threads"][0].update(metadata=[1, 2]), r"threads\[0\] .* its metadata must be a JSON object, not list"),
+    (lambda d: d["resources"][0].update(metadata="not json"), r"resources\[0\] .* its metadata is text that is not JSON"),
+    (lambda d: d["resources"][0].update(metadata='["a"]'), "its metadata must be a JSON object, not list"),
+    (lambda d: d["resources"][0].update(workingMemory=5), r"resources\[0\] .* its workingMemory must be text .* not int"),
+    (lambda d: d["resources"][0].update(workingMemory={"name": "Ada"}), "its workingMemory must be text"),
 ])
 def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, match):
     data = copy.deepcopy(exported)
@@ -218,3 +226,148 @@ def test_the_cli_names_the_refused_row(exported, target, tmp_path):
     assert "messages[2] (id 'g2') is refused: a system message is never stored" in err.getvalue()
     assert "Traceback" not in err.getvalue() and err.getvalue().count("\n") == 1
     assert everything(target) == before
+
+
+# -- traces: a file's spans stay with the file's own threads and resources --------------------------
+
+
+def test_spans_never_reach_another_resources_traces(new_db):
+    """A span naming a resource the file is not about would be listed among that resource's traces: the
+    file is refused. A span whose trace id is a run of another thread here would join that run: the
+    file's spans of that trace are left out, with a line saying so, overwrite or not."""
+    from core import MemoryOptions
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+    from core.traces.spans import TraceFilters
+
+    # Each database in a folder of its own: a libSQL file keeps its traces in the folder beside it.
+    source, target = new_db("src/source.db"), new_db("dst/target.db")
+    for path in (source, target):
+        if isinstance(path, Path):
+            path.parent.mkdir()
+
+    def turn(path: "Path | str", resource: str, thread: str, text: str) -> str:
+        with open_store(path) as store:
+            agent = Agent("a", instructions="Be brief.", model=ScriptedModel([f"ok: {text}"]),
+                          memory=Memory(store, MemoryOptions(last_messages=4)))
+            result = agent.generate(text, memory={"resource": resource, "thread": thread})
+            assert store.tracer().flush(10.0)
+            assert result.trace_id is not None
+            return result.trace_id
+
+    turn(source, "eve", "t-eve", "hello")
+    bob_run = turn(target, "bob", "t-bob", "my private talk")
+    with open_store(source, read_only=True, create=False) as store:
+        data = export_resource(store, "eve", ExportOptions(traces=True))
+    span = data["traces"][0]
+
+    claims_bob = copy.deepcopy(data)
+    claims_bob["traces"].append({**span, "spanId": "f00d0001", "threadId": None, "resourceId": "bob",
+                                 "name": "mcp: 'read_thread'"})
+    refused(target, claims_bob, r"traces\[\d+\] \(traceId '[0-9a-f]+'\) is refused: it names resource 'bob', "
+                                "which is not in the file")
+    wrong_owner = copy.deepcopy(data)
+    wrong_owner["traces"][0]["resourceId"] = "bob"
+    refused(target, wrong_owner, "it says resource 'bob', but its thread 't-eve' belongs to 'eve'")
+
+    joins_bob = copy.deepcopy(data)
+    joins_bob["traces"].append({**span, "spanId": "f00d0002", "traceId": bob_run, "parentSpanId": None,
+                                "name": "injected into bob's run"})
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, joins_bob, overwrite=overwrite)
+            assert store.observability is not None
+            bobs = store.observability.get_trace(bob_run)
+            eves = store.observability.list_traces(filters=TraceFilters(thread_id="t-eve"))
+        assert {s.thread_id for s in bobs} == {"t-bob"} and "f00d0002" not in {s.span_id for s in bobs}
+        assert any(f"1 span of trace {bob_run} not imported" in line and "a run of thread 't-bob'" in line
+                   for line in report.details()), report.details()
+        assert len(eves) == 1  # the file's own run came in
+
+
+def test_observations_never_take_the_place_of_the_targets_own(exported, target):
+    """The newest record of a lookup key is the one its agent reads: a file's record for a key the target
+    keeps observations of its own for would have become current (or been hidden), replacing what the
+    agent sees without --overwrite. Such rows are left out, with a line saying so; a record the target
+    already shares with the file (imported before) is matched by id as usual."""
+    from core.observational.records import lookup_key
+    from core.observational.store import Cursor, Observation, commit_observation, current_record
+
+    key = lookup_key("thread", thread_id="t-groceries", resource_id="ada")
+    data = copy.deepcopy(exported)
+    for row in data["observations"]:  # exported after the target's own record was made
+        row["createdAt"] = "2099-01-01T00:00:00.000Z"
+    with open_store(target) as store:
+        Memory(store).create_thread(thread_id="t-groceries", resource_id="ada", title="Weekly groceries",
+                                    metadata={"topic": "food"})
+        commit_observation(store, record=None, key=key, scope="thread", thread_id="t-groceries", resource_id="ada",
+                           config={"messageTokens": 100}, obs=Observation(
+                               active_observations="* 🔴 (10:00) Ada moved to Oslo", observation_tokens=9,
+                               observed_ids=[], tokens_observed=40, pending_after=0,
+                               cursor=Cursor("2026-03-01T10:01:00.000Z", "x"), current_task=None))
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, data, overwrite=overwrite)
+            current = current_record(store, key)
+        assert current is not None and current.active_observations == "* 🔴 (10:00) Ada moved to Oslo"
+        assert report.written["observations"] == 0
+        assert any(f"1 observational-memory row of {key} not imported" in line and "of its own" in line
+                   for line in report.details()), report.details()
+    assert len([r for r in table_rows(target, "mastra_observational_memory")]) == 1
+
+    # Into a database without observations of its own the record comes in, and a second import matches it.
+    elsewhere = copy.deepcopy(exported)
+    for row in elsewhere["observations"]:
+        row.update(lookupKey=lookup_key("thread", thread_id="t-party", resource_id="ada"), threadId="t-party")
+    with open_store(target) as store:
+        first, second = import_data(store, elsewhere), import_data(store, elsewhere)
+    assert first.written["observations"] == 1 and second.written["observations"] == 0
+    assert second.unchanged["observations"] == 1
+
+
+# -- the edit history: versions are read by message id, wherever the message is ------------------------
+
+
+def _version(message_id: str, thread: str, text: str, resource: str = "ada") -> dict[str, Any]:
+    def row(body: str) -> str:
+        return json.dumps({"id": message_id, "thread_id": thread, "content": body, "role": "user", "type": "v1",
+                           "createdAt": "2026-03-01T09:00:00.000Z", "resourceId": resource})
+
+    return {"id": 1, "message_id": message_id, "thread_id": thread, "resource_id": resource, "op": "edit",
+            "author": "api", "before_row": row(text), "after_row": row("after"), "note": None,
+            "createdAt": "2026-03-02T09:00:00.000Z"}
+
+
+def test_a_version_never_reaches_another_threads_message(exported, target):
+    """A message version is read by message id (Message History, undo, the replay of turns before an
+    edit): one naming bob's message would have rewritten what bob's turns were shown to have seen."""
+    from core.edits.messages import version_rows
+
+    data = copy.deepcopy(exported)  # a version of bob's message, filed under ada's thread
+    data["messageVersions"] = [_version("b-note", "t-groceries", "bob said: my PIN is 1234")]
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, data, overwrite=overwrite)
+            assert version_rows(store, ["b-note"]) == {}
+        assert report.written.get("messageVersions", 0) == 0
+        assert any("1 message version not imported: its message is in another thread" in line
+                   for line in report.details()), report.details()
+
+    bad = copy.deepcopy(exported)
+    bad["messageVersions"] = [_version("g1", "t-party", "moved")]  # g1 is t-groceries' in the file
+    refused(target, bad, r"messageVersions\[0\] \(message_id 'g1'\) is refused: its message 'g1' is in thread "
+                         "'t-groceries' of the file, not 't-party'")
+    bad = copy.deepcopy(exported)
+    bad["messageVersions"] = [{**_version("g1", "t-groceries", "x"),
+                               "before_row": json.dumps({"id": "m-secret", "thread_id": "t-mallory", "content": "x",
+                                                         "role": "user", "resourceId": "mallory"})}]
+    refused(target, bad, "its before_row is message 'm-secret' of thread 't-mallory', not the version's message 'g1'")
+    bad = copy.deepcopy(exported)
+    bad["messageVersions"] = [_version("g1", "t-groceries", "x", resource="mallory")]
+    refused(target, bad, "it says resource 'mallory', but its thread 't-groceries' belongs to 'ada'")
+    bad = copy.deepcopy(exported)
+    bad["observationVersions"] = [{"id": 1, "record_id": "om-of-someone", "lookup_key": "resource:mallory",
+                                   "thread_id": None, "resource_id": "mallory", "op": "edit", "author": "api",
+                                   "line_before": "a", "line_after": "b", "before_text": "a", "after_text": "b",
+                                   "note": None, "createdAt": "2026-03-02T09:00:00.000Z"}]
+    refused(target, bad, "it is a version of observation record 'om-of-someone', which is not in the file")

@@ -25,7 +25,7 @@ TURNS_DDL = ("CREATE TABLE memory_studio_turns (input_message_id TEXT NOT NULL P
              "resource_id TEXT, wm_version_id INTEGER, record TEXT NOT NULL, \"createdAt\" TEXT NOT NULL)")
 TABLES = ("mastra_resources", "mastra_threads", "mastra_messages", "memory_studio_wm_versions",
           "mastra_observational_memory", "memory_studio_turns", "memory_studio_tool_defs", "memory_studio_tool_sets",
-          "memory_studio_agents", "memory_studio_configs")
+          "memory_studio_agents", "memory_studio_configs", "memory_studio_message_versions", "memory_studio_om_versions")
 
 
 def at(minutes: float) -> datetime:
