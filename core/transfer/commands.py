@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from core.storage import open_store
+from core.terminal_text import visible
 from core.transfer.export import ExportOptions, export_data
 from core.transfer.format import load, render, write_atomically
 from core.transfer.importer import import_data, preview_import
@@ -54,7 +55,10 @@ def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         data = export_data(store, thread_id=args.thread, resource_id=args.resource, options=options)
     text = render(data, args.format)
     if not args.output:
-        out.write(text)
+        # A transcript on standard output is for a person's terminal: stored text (a message, a title)
+        # must not drive it with an escape sequence. JSON escapes control characters itself; a file
+        # (``--output``) keeps the text exactly.
+        out.write(visible(text, keep="\n\t") if args.format == "markdown" else text)
         return 0
     write_atomically(Path(args.output), text)
     err.write(f"exported {describe_counts(data['counts'])} to {args.output}\n")

@@ -11,7 +11,7 @@ from typing import Callable
 
 import pytest
 
-from core import open_store
+from core import Memory, MemoryOptions, Message, open_store
 from core.cli import main
 from core.transfer import export_thread, import_data, to_markdown
 
@@ -74,6 +74,22 @@ def test_export_to_stdout_as_json_and_markdown(new_db: NewDb) -> None:
     assert code == 0 and json.loads(out)["threads"][0]["id"] == "t-bob"
     code, out, _ = run("export", "--db", str(source), "--thread", "t-bob", "--format", "markdown")
     assert code == 0 and out.startswith("# Bob's notes\n") and "Remember: standup moved to 10am" in out
+
+
+def test_a_markdown_transcript_on_the_terminal_shows_escape_sequences_instead_of_obeying_them(
+        tmp_path: Path, new_db: NewDb) -> None:
+    source = new_db("source.db")
+    with open_store(source) as store:
+        memory = Memory(store, MemoryOptions())
+        memory.create_thread(resource_id="eve", thread_id="t-esc", title="Notes \x1b]0;pwned\x07")
+        memory.save_messages([Message.user("hi \x1b[2J\x1b[31mred", thread_id="t-esc", resource_id="eve")])
+    code, out, _ = run("export", "--db", str(source), "--thread", "t-esc", "--format", "markdown")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "Notes \\x1b]0;pwned\\x07" in out and "hi \\x1b[2J\\x1b[31mred" in out
+    # A file keeps the text exactly as stored.
+    code, _, _ = run("export", "--db", str(source), "--thread", "t-esc", "--format", "markdown",
+                     "-o", str(tmp_path / "t.md"))
+    assert code == 0 and "hi \x1b[2J\x1b[31mred" in (tmp_path / "t.md").read_text()
 
 
 def test_cli_errors_are_one_clear_line(tmp_path: Path, new_db: NewDb) -> None:
