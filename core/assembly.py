@@ -243,12 +243,18 @@ class TurnAssembler:
         check_messages(inputs, req.options.max_message_bytes)  # before any model call or write
         if inputs:
             ctx.messages.add(inputs, "input", Provenance("input"))
+            if req.as_of is None:
+                # Everything stored when the input was stamped sorts before ``start``; what sorts at
+                # or after it was saved since, by another turn of this thread running beside this one.
+                req.input_at = (start, "")
         return inputs
 
     def run_input(self, ctx: ProcessorContext, *, extra_tools: Sequence[Mapping[str, Any]] = ()) -> AssembledPrompt:
         chain = self.input_processors(ctx.request.options)
         for processor in chain:
             self._run(processor, ctx, "input")
+        if ctx.request.as_of is None:  # a rebuilt turn shows what its turn had, whatever it was
+            _leave_out_later_turns(ctx)
         return self.record(ctx, [p.id for p in chain], extra_tools)
 
     def record(
@@ -292,6 +298,28 @@ class TurnAssembler:
             method(ctx)
             reason = ctx.skipped.get(processor.id)
             span.set_attributes({"skipped": reason} if reason else {"notes": ctx.notes.get(processor.id, {})})
+
+
+#: The note that names memory messages left out because they sort after the turn's own input.
+LATER_TURNS_ID = "turn-order"
+
+
+def _leave_out_later_turns(ctx: ProcessorContext) -> None:
+    """Memory dated at or after the turn's input (``RequestContext.input_at``) is left out, and the
+    note says which: it was stored after the input was prepared, by another turn of the same thread
+    running beside this one (a client's retry, two gateway workers), and would otherwise follow the
+    turn's own input in its prompt. History stops there already; this covers every other reader
+    (observational memory's unobserved messages, same-thread recall, user processors)."""
+    cutoff = ctx.request.input_at
+    if cutoff is None:
+        return
+    later = sorted(ctx.messages.memory_from(cutoff), key=lambda e: (e.message.created_at, e.seq))
+    if not later:
+        return
+    ids = [e.message.id for e in later]
+    ctx.messages.remove(ids)
+    ctx.note(LATER_TURNS_ID, leftOut=ids,
+             reason="stored after this turn's input by another turn of this thread, so not part of its prompt")
 
 
 def _take(user: dict[str, Processor], builtin: type[BaseProcessor]) -> Processor:
