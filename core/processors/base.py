@@ -39,6 +39,20 @@ class SavedAwareWrite:
         self.commit(conn)
 
 
+@dataclass(frozen=True)
+class ThreadMustStillExist:
+    """A staged write of a turn that began on a stored thread: it writes nothing, but the save of the
+    turn (``Memory.save_messages``) refuses to run when the thread is gone by then. The thread was
+    deleted, or its resource forgotten (``memory-studio forget``), while the turn ran, maybe in
+    another process: saving would create the thread again with this turn's messages, and bring back
+    what its prompt held (a working-memory update, the turn record)."""
+
+    thread_id: str
+
+    def commit(self, conn: Any) -> None:
+        return None
+
+
 @dataclass
 class RequestContext:
     """Who and what this turn is for."""
