@@ -321,3 +321,60 @@ def test_resource_scope_uses_resource_key(db_path: Path | str) -> None:
     prompt, _ = h.turn("Hello from another thread", thread="t2")
     assert any(m["content"] == "<observations>" for m in prompt.messages)
     assert prompt_ids(prompt)[-1] and len(prompt_ids(prompt)) == 2  # reminder + input
+
+
+def test_a_small_context_window_drops_observations_with_what_frames_them(db_path: Path | str) -> None:
+    # Regression: fitting a prompt into a small window dropped the continuation reminder first (as
+    # "the oldest history message") and then the header that says what the notes are, and sent the
+    # observation chunks bare. Now the log's chunks go oldest first, and the last one takes the header,
+    # the hints and the reminder with it: observations never arrive without their framing.
+    from core.agent import Agent
+    from core.context_window import PromptBudget
+
+    h = Harness(db_path, [OBSERVED, OBSERVED.replace("garden", "orchard").replace("cedar", "oak")])
+    for i in range(6):
+        h.turn(long_text(f"w{i}"), long_text(f"r{i}"))
+    assert len(h.observer.requests) == 2
+
+    def preview(limit: int | None) -> Any:
+        budget = None if limit is None else PromptBudget(limit + 10, 10, "m")
+        return h.memory.assemble(thread_id="t1", resource_id="u1", input="Next?",
+                                 instructions="You are a gardening helper.", budget=budget)
+
+    def parts(prompt: Any) -> list[str]:
+        return [f.detail.get("part") or "raw" for f in prompt.fragments if f.source == "observational-memory"]
+
+    full = preview(None)
+    assert parts(full) == ["instructions", "open", "chunk", "chunk", "current-task", "suggested-response",
+                           "continuation", "raw", "raw", "raw", "raw"]
+    raw = sum(f.tokens for f in full.fragments if f.source == "observational-memory" and "part" not in f.detail)
+    oldest_chunk = next(f for f in full.fragments if f.detail.get("part") == "chunk").tokens
+    # Room for everything but the raw messages and half the oldest chunk: the raw messages go (history,
+    # oldest first), then the oldest chunk; the header, the newest chunk, the hints and the reminder stay.
+    fitted = preview(full.total_tokens - raw - oldest_chunk // 2)
+    assert parts(fitted) == ["instructions", "open", "chunk", "current-task", "suggested-response", "continuation"]
+    assert fitted.messages[-2]["content"] == CONTINUATION_TEXT and fitted.messages[-1]["content"] == "Next?"
+    assert "observational memory: the oldest 1 chunk of observations" in fitted.skipped["context-window"]
+    # One token less than the framing and the newest chunk need: no observation is sent, nor the framing.
+    bare = preview(full.total_tokens - raw - oldest_chunk - 1)
+    assert parts(bare) == []
+    assert "every observation (2 chunks) with the header, task hints and reminder" in bare.skipped["context-window"]
+    assert [m["content"] for m in bare.messages] == ["You are a gardening helper.", "Next?"]
+
+    # A live turn with such a window sends exactly what its record shows, and the record rebuilds it.
+    actor = ScriptedModel(["Oak."], name="actor", context_window=2_000)
+    agent = Agent("gardener", instructions="You are a gardening helper.", model=actor, memory=h.memory, tracer=False)
+    window = 600
+    while PromptBudget.for_model(window, max_tokens=None, model_id="m").prompt_limit < \
+            full.total_tokens - raw - oldest_chunk // 2:
+        window += 1
+    actor.context_window = window
+    result = agent.generate("Next?", memory={"resource": "u1", "thread": "t1"})
+    sent = actor.requests[-1].messages
+    assert sent == result.prompts[0].messages
+    om = [f.detail.get("part") for f in result.prompts[0].fragments
+          if f.source == "observational-memory" and f.role == "system"]
+    assert om and om[0] == "instructions" and "chunk" in om
+    assert CONTINUATION_TEXT in [m["content"] for m in sent]
+    rebuilt = h.memory.assemble(as_of=result.messages[0].id, resource_id="u1")
+    assert rebuilt.replay is not None and rebuilt.replay.matches and rebuilt.messages == sent
