@@ -378,3 +378,29 @@ def test_a_small_context_window_drops_observations_with_what_frames_them(db_path
     assert CONTINUATION_TEXT in [m["content"] for m in sent]
     rebuilt = h.memory.assemble(as_of=result.messages[0].id, resource_id="u1")
     assert rebuilt.replay is not None and rebuilt.replay.matches and rebuilt.messages == sent
+
+
+def test_an_uncapped_observer_that_times_out_is_told_where_its_cap_is(db_path: Path | str) -> None:
+    # Regression (seen with SmolLM2 on llama.cpp): the observer's call set no reply length and timed
+    # out; the error said to cap the reply with model_settings={'max_tokens': ...}, which only reaches
+    # the agent's own calls. It now names observational memory's own setting too.
+    from core.llm import LoopbackServer, OpenAICompatibleModel, RetryPolicy
+
+    with LoopbackServer(ScriptedModel([OBSERVED])) as server:
+        observer = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
+                                         retry=RetryPolicy(max_retries=0))
+        h = Harness(db_path, [])
+        h.memory = Memory(h.store, MemoryOptions(observational_memory={
+            "enabled": True, "message_tokens": 200, "buffer_tokens": False, "timeout": 0.2}),
+            observer_model=observer, tokenizer=TOKENIZER, clock=h.clock)
+        h.turn(long_text("alpha"), long_text("beta"))
+        h.turn(long_text("gamma"), long_text("delta"))
+        server.stall_next()
+        try:
+            prompt, _ = h.turn(long_text("epsilon"))
+        finally:
+            server.release()
+    error = prompt.notes["observational-memory"]["observationError"]
+    assert "no response within 0.2s" in error and "model_settings={'max_tokens': 512}" in error
+    assert "observational_memory={'max_output_tokens': 2000}" in error
+    assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]  # the messages stay raw
