@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from core.ids import check_ids
 from core.context_window import PromptBudget, fit_prompt
-from core.message_list import MessageList, Provenance
+from core.message_list import Entry, MessageList, Provenance
 from core.message_size import check_messages
 from core.messages import Message, MessageFormatError
 from core.options import MemoryOptions
@@ -305,21 +305,35 @@ LATER_TURNS_ID = "turn-order"
 
 
 def _leave_out_later_turns(ctx: ProcessorContext) -> None:
-    """Memory dated at or after the turn's input (``RequestContext.input_at``) is left out, and the
-    note says which: it was stored after the input was prepared, by another turn of the same thread
-    running beside this one (a client's retry, two gateway workers), and would otherwise follow the
-    turn's own input in its prompt. History stops there already; this covers every other reader
-    (observational memory's unobserved messages, same-thread recall, user processors)."""
+    """The turn's own input ends its prompt: memory that would follow it is left out, and the note
+    ``turn-order`` names it.
+
+    Memory dated at or after the turn's cut-off (``RequestContext.input_at``) was stored after the
+    input was prepared, by another turn of the same thread running beside this one (a client's
+    retry, two gateway workers). History stops there already; this covers every other reader
+    (observational memory's unobserved messages, same-thread recall, user processors).
+
+    An input that is a stored message sent again unchanged (a retry or a regenerate by message id)
+    keeps its stored place; what followed it (its first answer, later turns) is left out, so the
+    model answers the message again rather than its own earlier reply. A message sent again with
+    new content keeps Mastra's order (its stored place, the later messages after it)."""
+    later: dict[str, Entry] = {}
     cutoff = ctx.request.input_at
-    if cutoff is None:
-        return
-    later = sorted(ctx.messages.memory_from(cutoff), key=lambda e: (e.message.created_at, e.seq))
+    if cutoff is not None:
+        later.update((e.message.id, e) for e in ctx.messages.memory_from(cutoff))
+    resent = ctx.messages.memory_after_resent()
+    later.update((e.message.id, e) for e in resent)
     if not later:
         return
-    ids = [e.message.id for e in later]
+    ids = [e.message.id for e in sorted(later.values(), key=lambda e: (e.message.created_at, e.seq))]
     ctx.messages.remove(ids)
-    ctx.note(LATER_TURNS_ID, leftOut=ids,
-             reason="stored after this turn's input by another turn of this thread, so not part of its prompt")
+    reasons = []
+    if len(resent) < len(later):
+        reasons.append("stored after this turn's input by another turn of this thread")
+    if resent:
+        reasons.append("stored after this turn's input, which was sent again unchanged (a retry): the model "
+                       "answers it again")
+    ctx.note(LATER_TURNS_ID, leftOut=ids, reason="; ".join(reasons) + ", so not part of its prompt")
 
 
 def _take(user: dict[str, Processor], builtin: type[BaseProcessor]) -> Processor:

@@ -32,6 +32,8 @@ class Entry:
     source: Source
     provenance: Provenance
     seq: int  # insertion order; breaks createdAt ties so ordering is stable
+    # An input that memory holds already, unchanged: the same message sent again by id (a retry).
+    resent: bool = False
 
 
 @dataclass
@@ -75,6 +77,8 @@ class MessageList:
                     # conversation, whether its text changed or not.
                     if existing.message.created_at != msg.created_at:
                         existing.message = existing.message.copy(created_at=msg.created_at)
+                    if existing.source == "input" and existing.message.content_key() == msg.content_key():
+                        existing.resent = True
                     continue
                 if existing.message.content_key() == msg.content_key():
                     continue
@@ -133,6 +137,12 @@ class MessageList:
 
     def entry(self, message_id: str) -> Entry | None:
         return self._entries.get(message_id)
+
+    def memory_after_resent(self) -> list[Entry]:
+        """Memory entries that sort after the first input sent again unchanged (``Entry.resent``)."""
+        order = self.conversation()
+        first = next((i for i, e in enumerate(order) if e.source == "input" and e.resent), None)
+        return [] if first is None else [e for e in order[first + 1:] if e.source == "memory"]
 
     def memory_from(self, cutoff: tuple[datetime, str]) -> list[Entry]:
         """Memory entries (not system messages) whose (createdAt, id) is ``cutoff`` or later."""

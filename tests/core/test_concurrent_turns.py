@@ -104,12 +104,12 @@ def test_a_turn_that_saves_while_another_builds_its_prompt_is_not_in_that_prompt
     assert [(m["role"], m["content"]) for m in now.messages] == sent
 
 
-def test_a_message_sent_again_by_id_keeps_its_place(store: Any) -> None:
+def test_a_message_sent_again_by_id_keeps_its_place_and_is_answered_again(store: Any) -> None:
     # Regression: a client that retried with the same message (same id) after the first turn had
     # answered got the message restamped as new: its save moved it after its own first answer
-    # ("reply to C", then "C"). Now it keeps its stored place, as a message re-sent by id does in
-    # Mastra (spec item 3: the stored copy's place, the live content), and its turn's prompt is the
-    # stored conversation up to it and what followed it, as Mastra orders it.
+    # ("reply to C", then "C"), and the prompt held that first answer before the message. Now the
+    # message keeps its stored place, and what followed it is left out of the retry's prompt: the
+    # prompt ends with the message, as a regenerate of it.
     mem = Memory(store, MemoryOptions(last_messages=10))
     model = ScriptedModel(echo)
     agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
@@ -119,11 +119,27 @@ def test_a_message_sent_again_by_id_keeps_its_place(store: Any) -> None:
     retry = agent.generate(message, memory={"resource": R, "thread": T})
 
     sent = [(m["role"], m["content"]) for m in model.requests[-1].messages]
-    assert sent == [("system", "be brief"), ("user", "first"), ("assistant", "reply to first"), ("user", "C"),
-                    ("assistant", "reply to C")]
-    assert LATER_TURNS_ID not in retry.prompts[0].notes
+    assert sent == [("system", "be brief"), ("user", "first"), ("assistant", "reply to first"), ("user", "C")]
+    first_answer = [m.id for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)
+                    if m.text == "reply to C"][0]
+    note = retry.prompts[0].notes[LATER_TURNS_ID]
+    assert note["leftOut"] == [first_answer] and "sent again unchanged" in note["reason"]
     assert transcript(mem) == [("user", "first"), ("assistant", "reply to first"), ("user", "C"),
-                               ("assistant", "reply to C"), ("assistant", "reply to reply to C")]
+                               ("assistant", "reply to C"), ("assistant", "reply to C")]
     rebuilt = mem.assemble(as_of=message.id, resource_id=R)
     assert rebuilt.replay is not None and rebuilt.replay.matches
     assert [(m["role"], m["content"]) for m in rebuilt.messages] == sent
+
+
+def test_a_message_sent_again_with_new_content_keeps_mastras_order(store: Any) -> None:
+    # Mastra (spec, message history item 3): the stored copy's place, the new content, later messages after it.
+    mem = Memory(store, MemoryOptions(last_messages=10))
+    agent = Agent("a", instructions="be brief", model=ScriptedModel(echo), memory=mem, tracer=False)
+    message = Message.user("C")
+    agent.generate(message, memory={"resource": R, "thread": T})
+    edited = message.copy(content={**message.content, "parts": [{"type": "text", "text": "C, edited"}],
+                                   "content": "C, edited"})
+    prompt = mem.assemble(thread_id=T, resource_id=R, input=[edited], instructions="be brief")
+    assert [(m["role"], m["content"]) for m in prompt.messages] == [
+        ("system", "be brief"), ("user", "C, edited"), ("assistant", "reply to C")]
+    assert LATER_TURNS_ID not in prompt.notes
