@@ -30,7 +30,7 @@ from core.observational.buffer import next_backoff
 from core.observational.observer import build_observer_messages
 from core.observational.parsing import ObserverOutput, parse_observer_output
 from core.observational.records import BufferedChunk, OMRecord
-from core.observational.reflector import Reflection, reflect
+from core.observational.reflector import Reflection, ReplyCutOff, reflect
 from core.observational.tokens import count_text, messages_tokens
 from core.options import ObservationalMemoryOptions
 from core.timeutil import to_iso
@@ -83,6 +83,12 @@ class OMJob:
             span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
                                  "finishReason": result.finish_reason})
             span.set_output(result.text)
+            if result.finish_reason == "length":
+                cap = (f"observational_memory max_output_tokens ({opts.max_output_tokens:,})"
+                       if opts.max_output_tokens is not None else "the server's own reply limit")
+                raise ReplyCutOff(
+                    f"the {role} reply was cut off at {cap} (finish reason 'length'), so its last lines are "
+                    "missing and none of it was used; raise observational_memory={'max_output_tokens': ...}")
             return str(result.text or "")
 
     def observe(self, batch: list["Message"], *, previous: str, current_task: str | None,

@@ -404,3 +404,32 @@ def test_an_uncapped_observer_that_times_out_is_told_where_its_cap_is(db_path: P
     assert "no response within 0.2s" in error and "model_settings={'max_tokens': 512}" in error
     assert "observational_memory={'max_output_tokens': 2000}" in error
     assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]  # the messages stay raw
+
+
+def test_a_reply_cut_off_at_the_length_cap_is_not_used(db_path: Path | str) -> None:
+    # Regression (seen with SmolLM2 as reflector, max_output_tokens 300): the reflector's rewrite ended
+    # at the length cap, mid-line, and was taken as the new log: the observations after the cut (and the
+    # date header) were gone. A cut-off observer reply would likewise let its messages leave the context
+    # half described. Such a reply is now refused; the reflector tries its next, shorter level.
+    from core.llm import ScriptedReply
+
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    cut = ScriptedReply("<observations>\nDate: Jan 2, 2025\n* 🟡 (09:00) User described garden bed number 0 in",
+                        finish_reason="length")
+    small = ("<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds; "
+             "soil notes recorded per bed.\n</observations>")
+    h = Harness(db_path, [cut, big, cut, small], max_output_tokens=300)
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Which beds?", "Some.")  # the threshold is reached: the observer's reply is cut off
+    error = prompt.notes["observational-memory"]["observationError"]
+    assert "the observer reply was cut off at observational_memory max_output_tokens (300)" in error
+    assert set(prompt_ids(prompt)) >= {m.id for m in h.stored()[:4]}  # nothing observed: the messages stay raw
+    prompt, _ = h.turn("Summarise my beds.", "Done.")  # past the back-off: observed, then reflected
+    attempts = prompt.notes["observational-memory"]["reflected"]["attempts"]
+    assert "the reflector (level 0) reply was cut off" in attempts[0]["problem"] and attempts[1]["problem"] is None
+    current = load_current(h.store, thread_id="t1")
+    assert current is not None
+    assert current.active_observations.startswith("Date: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds")
