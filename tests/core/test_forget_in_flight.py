@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core import Agent, Memory, MemoryOptions, open_store
+from core import Agent, Memory, MemoryOptions, Message, open_store
 from core.edits.forget import forget_resource
 from core.llm import ScriptedModel, ScriptedReply, tool_call
 from core.storage.memory_store import NotFoundError
@@ -87,4 +87,35 @@ def test_a_new_conversation_is_still_saved(db_path: Path | str) -> None:
     agent = Agent("a", instructions="be brief", model=ScriptedModel(["Hello."]), memory=mem, tracer=False)
     agent.generate("Hi.", memory={"resource": R, "thread": T})
     assert [m.text for m in mem.recall(thread_id=T, resource_id=R)] == ["Hi.", "Hello."]
+    store.close()
+
+
+def test_an_observation_made_while_the_resource_is_forgotten_is_not_written(db_path: Path | str) -> None:
+    # Regression: a turn's synchronous observer ran while another process forgot the resource; the
+    # observation (about the forgotten messages) was then written as the thread's first record, and
+    # the thread's hints (current task...) with it.
+    store = open_store(db_path)
+    observed = ("<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) The user's secret is ZEBRA-7781.\n"
+                "</observations>")
+
+    def observer(messages: list[dict[str, Any]], tools: Any) -> str:
+        other = open_store(db_path)  # another process forgets the resource while the observer runs
+        try:
+            forget_resource(other, R)
+        finally:
+            other.close()
+        return observed
+
+    mem = Memory(store, MemoryOptions(observational_memory={"enabled": True, "message_tokens": 40,
+                                                            "buffer_tokens": False}),
+                 observer_model=ScriptedModel(observer))
+    agent = Agent("a", instructions="be brief", model=ScriptedModel(["Noted, a long and careful reply."] * 2),
+                  memory=mem, tracer=False)
+    # Messages stored before observational memory was turned on: the thread has no record yet.
+    mem.save_messages([Message.user("My secret is ZEBRA-7781, please keep it safe for me.", thread_id=T,
+                                    resource_id=R),
+                       Message.assistant("Noted, a long and careful reply.", thread_id=T, resource_id=R)])
+    with pytest.raises(NotFoundError, match="was deleted while this turn ran"):
+        agent.generate("And my cat is called Tom.", memory={"resource": R, "thread": T})
+    assert rows_about(db_path)["found"] is False
     store.close()
