@@ -143,3 +143,21 @@ def test_a_message_sent_again_with_new_content_keeps_mastras_order(store: Any) -
     assert [(m["role"], m["content"]) for m in prompt.messages] == [
         ("system", "be brief"), ("user", "C, edited"), ("assistant", "reply to C")]
     assert LATER_TURNS_ID not in prompt.notes
+
+
+def test_an_echo_of_stored_messages_before_a_new_question_is_not_a_retry(store: Any) -> None:
+    # With retain_full_input, a client echoes the conversation (stored messages, by id) before its new
+    # question: the echo keeps its stored places and a stored message the client never saw (another
+    # device's) stays in the prompt, as Mastra orders them; only a re-sent LAST message is a retry.
+    mem = Memory(store, MemoryOptions(last_messages=10))
+    model = ScriptedModel(echo)
+    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
+    first = Message.user("first")
+    agent.generate(first, memory={"resource": R, "thread": T})
+    agent.generate("from another device", memory={"resource": R, "thread": T})
+    result = agent.generate([first, Message.user("new question")], memory={"resource": R, "thread": T},
+                            options={"retain_full_input": True})
+    assert [(m["role"], m["content"]) for m in model.requests[-1].messages] == [
+        ("system", "be brief"), ("user", "first"), ("assistant", "reply to first"), ("user", "from another device"),
+        ("assistant", "reply to from another device"), ("user", "new question")]
+    assert LATER_TURNS_ID not in result.prompts[0].notes
