@@ -8,8 +8,8 @@ order until it fits: the oldest history messages, then recall (same-thread messa
 then the other-threads block), then other memory system messages, then observational memory (the
 other-conversations block, then the log's chunks oldest first; the last chunk goes with the header,
 the task hints and the continuation reminder, so observations are never sent without what says what
-they are), then working memory. Each drop is recorded as the ``context-window`` skip reason and note, so the prompt record,
-the trace and the Studio show it. What cannot be dropped (instructions, the input, call-time
+they are), then working memory. Each drop is recorded as the ``context-window`` skip reason and
+note, so the prompt record, the trace and the Studio show it. What cannot be dropped (instructions, the input, call-time
 context, this turn's tool results, tool definitions) raises ``ContextWindowError`` when it alone
 does not fit: the request is never sent.
 
@@ -147,7 +147,8 @@ def _drop(ml: MessageList, prompt: AssembledPrompt, over: int, note: dict[str, A
     candidates: dict[str, list[list[tuple[Fragment, SystemEntry | None]]]] = {t: [] for t in _TIER_LABELS}
     observational: list[tuple[Fragment, SystemEntry | None]] = []
     for f in prompt.fragments:
-        if f.source == _OM_ID and f.kind == "memory" and (f.role == "system" or f.detail.get("part") == "continuation"):
+        framing_or_log = f.role == "system" or f.detail.get("part") == "continuation"
+        if f.source == _OM_ID and f.kind == "memory" and framing_or_log:
             entry = systems[f.index] if f.role == "system" and f.index < len(systems) else None
             observational.append((f, entry))
             continue
@@ -184,7 +185,10 @@ def _drop(ml: MessageList, prompt: AssembledPrompt, over: int, note: dict[str, A
 _OM_ID = "observational-memory"
 
 
-def _observation_units(parts: list[tuple[Fragment, SystemEntry | None]]) -> list[list[tuple[Fragment, SystemEntry | None]]]:
+_Part = tuple[Fragment, "SystemEntry | None"]
+
+
+def _observation_units(parts: list[_Part]) -> list[list[_Part]]:
     """Observational memory's fragments as drop units: the other-conversations block, then each chunk
     of the log oldest first, the last chunk together with everything that frames the log (the header
     and ``<observations>`` marker, the current task and suggested response, the continuation
