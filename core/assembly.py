@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from core.ids import check_ids
 from core.context_window import PromptBudget, fit_prompt
-from core.message_list import MessageList, Provenance
+from core.message_list import Entry, MessageList, Provenance
 from core.message_size import check_messages
 from core.messages import Message, MessageFormatError
 from core.options import MemoryOptions
@@ -243,12 +243,18 @@ class TurnAssembler:
         check_messages(inputs, req.options.max_message_bytes)  # before any model call or write
         if inputs:
             ctx.messages.add(inputs, "input", Provenance("input"))
+            if req.as_of is None:
+                # Everything stored when the input was stamped sorts before ``start``; what sorts at
+                # or after it was saved since, by another turn of this thread running beside this one.
+                req.input_at = (start, "")
         return inputs
 
     def run_input(self, ctx: ProcessorContext, *, extra_tools: Sequence[Mapping[str, Any]] = ()) -> AssembledPrompt:
         chain = self.input_processors(ctx.request.options)
         for processor in chain:
             self._run(processor, ctx, "input")
+        if ctx.request.as_of is None:  # a rebuilt turn shows what its turn had, whatever it was
+            _leave_out_later_turns(ctx)
         return self.record(ctx, [p.id for p in chain], extra_tools)
 
     def record(
@@ -292,6 +298,42 @@ class TurnAssembler:
             method(ctx)
             reason = ctx.skipped.get(processor.id)
             span.set_attributes({"skipped": reason} if reason else {"notes": ctx.notes.get(processor.id, {})})
+
+
+#: The note that names memory messages left out because they sort after the turn's own input.
+LATER_TURNS_ID = "turn-order"
+
+
+def _leave_out_later_turns(ctx: ProcessorContext) -> None:
+    """The turn's own input ends its prompt: memory that would follow it is left out, and the note
+    ``turn-order`` names it.
+
+    Memory dated at or after the turn's cut-off (``RequestContext.input_at``) was stored after the
+    input was prepared, by another turn of the same thread running beside this one (a client's
+    retry, two gateway workers). History stops there already; this covers every other reader
+    (observational memory's unobserved messages, same-thread recall, user processors).
+
+    An input that is a stored message sent again unchanged (a retry or a regenerate by message id)
+    keeps its stored place; what followed it (its first answer, later turns) is left out, so the
+    model answers the message again rather than its own earlier reply. A message sent again with
+    new content keeps Mastra's order (its stored place, the later messages after it)."""
+    later: dict[str, Entry] = {}
+    cutoff = ctx.request.input_at
+    if cutoff is not None:
+        later.update((e.message.id, e) for e in ctx.messages.memory_from(cutoff))
+    resent = ctx.messages.memory_after_resent()
+    later.update((e.message.id, e) for e in resent)
+    if not later:
+        return
+    ids = [e.message.id for e in sorted(later.values(), key=lambda e: (e.message.created_at, e.seq))]
+    ctx.messages.remove(ids)
+    reasons = []
+    if len(resent) < len(later):
+        reasons.append("stored after this turn's input by another turn of this thread")
+    if resent:
+        reasons.append("stored after this turn's input, which was sent again unchanged (a retry): the model "
+                       "answers it again")
+    ctx.note(LATER_TURNS_ID, leftOut=ids, reason="; ".join(reasons) + ", so not part of its prompt")
 
 
 def _take(user: dict[str, Processor], builtin: type[BaseProcessor]) -> Processor:

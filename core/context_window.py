@@ -5,9 +5,11 @@ context_window=N)``) gets a ``PromptBudget``: the window, and the tokens kept fr
 (``model_settings`` ``max_tokens``, else ``DEFAULT_REPLY_RESERVE`` capped at a quarter of the window).
 When the assembled prompt plus that reply budget is over the window, memory is dropped in this
 order until it fits: the oldest history messages, then recall (same-thread messages, oldest first,
-then the other-threads block), then other memory system messages (observations), then working
-memory. Each drop is recorded as the ``context-window`` skip reason and note, so the prompt record,
-the trace and the Studio show it. What cannot be dropped (instructions, the input, call-time
+then the other-threads block), then other memory system messages, then observational memory (the
+other-conversations block, then the log's chunks oldest first; the last chunk goes with the header,
+the task hints and the continuation reminder, so observations are never sent without what says what
+they are), then working memory. Each drop is recorded as the ``context-window`` skip reason and
+note, so the prompt record, the trace and the Studio show it. What cannot be dropped (instructions, the input, call-time
 context, this turn's tool results, tool definitions) raises ``ContextWindowError`` when it alone
 does not fit: the request is never sent.
 
@@ -42,6 +44,7 @@ _TIER_LABELS = {
     "history": "history",
     "recall": "recall",
     "memory": "other memory",
+    "observations": "observational memory",
     "working-memory": "working memory",
 }
 
@@ -134,33 +137,72 @@ def fit_prompt(
 
 
 def _drop(ml: MessageList, prompt: AssembledPrompt, over: int, note: dict[str, Any]) -> int:
-    """Remove memory from ``ml``, cheapest tier first, until ``over`` tokens are freed."""
+    """Remove memory from ``ml``, cheapest tier first, until ``over`` tokens are freed.
+
+    Each candidate is a unit dropped whole. Observational memory's view is fitted as one piece
+    (``_observation_units``): its chunks go oldest first, and the last chunk takes the header that
+    says what the notes are, the task hints and the continuation reminder with it, so the model never
+    receives observations without what frames them (nor the framing without observations)."""
     systems = ml.system_entries()
-    candidates: dict[str, list[tuple[Fragment, SystemEntry | None]]] = {t: [] for t in _TIER_LABELS}
+    candidates: dict[str, list[list[tuple[Fragment, SystemEntry | None]]]] = {t: [] for t in _TIER_LABELS}
+    observational: list[tuple[Fragment, SystemEntry | None]] = []
     for f in prompt.fragments:
+        framing_or_log = f.role == "system" or f.detail.get("part") == "continuation"
+        if f.source == _OM_ID and f.kind == "memory" and framing_or_log:
+            entry = systems[f.index] if f.role == "system" and f.index < len(systems) else None
+            observational.append((f, entry))
+            continue
         tier, entry = _tier(f, systems)
         if tier is not None:
-            candidates[tier].append((f, entry))
+            candidates[tier].append([(f, entry)])
     # Within recall, same-thread messages go before the other-threads block.
-    candidates["recall"].sort(key=lambda c: c[1] is not None)
+    candidates["recall"].sort(key=lambda unit: unit[0][1] is not None)
+    candidates["observations"] = _observation_units(observational)
     freed = 0
     conversation: list[str] = []
     system: list[SystemEntry] = []
     for tier in _TIER_LABELS:
-        for f, entry in candidates[tier]:
+        for unit in candidates[tier]:
             if freed >= over:
                 break
-            label = str(f.detail.get("messageId")) if entry is None else f"system:{f.source}"
-            note["dropped"].setdefault(tier, []).append(label)
-            note["droppedTokens"][tier] = note["droppedTokens"].get(tier, 0) + f.tokens
-            freed += f.tokens
-            if entry is None:
-                conversation.append(label)
-            else:
-                system.append(entry)
+            for f, entry in unit:
+                label = str(f.detail.get("messageId")) if entry is None else f"system:{f.source}"
+                if tier == "observations" and entry is not None:
+                    label = f"{label}:{f.detail.get('part')}"  # the reason counts chunks and framing apart
+                note["dropped"].setdefault(tier, []).append(label)
+                note["droppedTokens"][tier] = note["droppedTokens"].get(tier, 0) + f.tokens
+                freed += f.tokens
+                if entry is None:
+                    conversation.append(label)
+                else:
+                    system.append(entry)
     ml.remove(conversation)
     ml.remove_system_entries(system)
     return freed
+
+
+#: Observational memory's processor id (its system blocks and its continuation reminder carry it).
+_OM_ID = "observational-memory"
+
+
+_Part = tuple[Fragment, "SystemEntry | None"]
+
+
+def _observation_units(parts: list[_Part]) -> list[list[_Part]]:
+    """Observational memory's fragments as drop units: the other-conversations block, then each chunk
+    of the log oldest first, the last chunk together with everything that frames the log (the header
+    and ``<observations>`` marker, the current task and suggested response, the continuation
+    reminder). Its raw unobserved messages are not here: they are history, dropped with history."""
+    others = [p for p in parts if p[0].detail.get("part") == "other-conversations"]
+    chunks = [p for p in parts if p[0].detail.get("part") == "chunk"]
+    framing = [p for p in parts if p[0].detail.get("part") not in ("chunk", "other-conversations")]
+    units = [[p] for p in others]
+    if chunks:
+        units.extend([c] for c in chunks[:-1])
+        units.append([chunks[-1], *framing])
+    elif framing:
+        units.append(framing)
+    return units
 
 
 def _tier(f: Fragment, systems: list[SystemEntry]) -> tuple[str | None, SystemEntry | None]:
@@ -183,6 +225,9 @@ def _reason(note: dict[str, Any], budget: PromptBudget) -> str:
         if not dropped:
             continue
         tokens = note["droppedTokens"][tier]
+        if tier == "observations":
+            parts.append(f"{label}: {_observations_dropped(dropped)} ({tokens:,} tokens)")
+            continue
         messages = sum(1 for d in dropped if not d.startswith("system:"))
         blocks = len(dropped) - messages
         what = []
@@ -192,6 +237,23 @@ def _reason(note: dict[str, Any], budget: PromptBudget) -> str:
             what.append("the system message" if blocks == 1 else f"{blocks} system messages")
         parts.append(f"{label}: {' and '.join(what)} ({tokens:,} tokens)")
     return f"dropped to fit {budget.describe()}: " + "; ".join(parts)
+
+
+def _observations_dropped(labels: list[str]) -> str:
+    """What the window took of observational memory, in words: its oldest chunks, the other
+    conversations, or the whole view (the last chunk goes with the header, hints and reminder)."""
+    chunks = sum(1 for d in labels if d.endswith(":chunk"))
+    whole = any(d.endswith(":instructions") or d == "om-continuation" for d in labels)
+    others = any(d.endswith(":other-conversations") for d in labels)
+    what = []
+    if others:
+        what.append("the other conversations block")
+    if whole:
+        what.append(f"every observation ({chunks} chunk{'s' if chunks != 1 else ''}) with the header, "
+                    "task hints and reminder that frame them")
+    elif chunks:
+        what.append(f"the oldest {chunks} chunk{'s' if chunks != 1 else ''} of observations")
+    return " and ".join(what) or f"{len(labels)} part{'s' if len(labels) != 1 else ''}"
 
 
 def _too_big(prompt: AssembledPrompt, budget: PromptBudget) -> str:

@@ -21,7 +21,7 @@ from core.message_list import MessageList
 from core.ids import check_ids
 from core.messages import Message, MessageFormatError, new_id
 from core.options import MemoryOptions, OptionsError
-from core.processors.base import Processor, ProcessorContext, RequestContext, SavedAwareWrite
+from core.processors.base import Processor, ProcessorContext, RequestContext, SavedAwareWrite, ThreadMustStillExist
 from core.processors.services import MemoryServices
 from core.prompt import AssembledPrompt
 from core.scopes import ScopeConflictError, ThreadOwnershipError, check_thread_owner, parse_scopes
@@ -468,8 +468,9 @@ class Memory:
         staged = (self._recall_index.stage(prepared)
                   if _index and self._recall_index is not None and not self.options.read_only else None)
         # One write transaction: ownership check, thread creation, ordering and the upsert are atomic.
+        must_exist = {w.thread_id for w in _writes if isinstance(w, ThreadMustStillExist)}
         with self.store.db.write() as conn:
-            self._ensure_threads(prepared, conn)
+            self._ensure_threads(prepared, conn, must_exist)
             newest = self.store.memory.newest_message_times(
                 {m.thread_id for m in prepared if not m.created_at_given and m.thread_id}, conn
             )
@@ -591,7 +592,7 @@ class Memory:
             logger.warning("recall did not follow %d edited message(s): %s", len(report.failed),
                            "; ".join(f"{k}: {v}" for k, v in list(report.failed.items())[:3]))
 
-    def _ensure_threads(self, messages: Iterable[Message], conn: Any) -> None:
+    def _ensure_threads(self, messages: Iterable[Message], conn: Any, must_exist: Iterable[str] = ()) -> None:
         # Every message is checked, not only the first of its thread: one foreign message refuses the
         # whole batch, and the caller's transaction then rolls back everything (threads included).
         claims: dict[str, list[str]] = {}
@@ -603,6 +604,11 @@ class Memory:
         self.store.db.lock(conn, *(locks.thread_key(tid) for tid in claims))
         for thread_id, resource_ids in claims.items():
             stored = self.store.memory.thread_owner(thread_id, conn)
+            if stored is None and thread_id in must_exist:
+                raise NotFoundError(
+                    f"Thread {thread_id} was deleted while this turn ran (the thread was deleted, or its resource "
+                    "forgotten), so nothing of the turn was saved: saving it would have brought the thread back. "
+                    "Start a new conversation to go on.")
             new_owner = resource_ids[0] if resource_ids else thread_id
             owner = stored[0] if stored is not None else new_owner
             for resource_id in resource_ids:

@@ -7,7 +7,7 @@ because the assembled-prompt record is built from this list and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Literal
 
 from core.messages import Message
@@ -32,6 +32,8 @@ class Entry:
     source: Source
     provenance: Provenance
     seq: int  # insertion order; breaks createdAt ties so ordering is stable
+    # An input that memory holds already, unchanged: the same message sent again by id (a retry).
+    resent: bool = False
 
 
 @dataclass
@@ -69,12 +71,16 @@ class MessageList:
                 msg = msg.copy(thread_id=self.thread_id, resource_id=msg.resource_id or self.resource_id)
             existing = self._entries.get(msg.id)
             if existing is not None:
-                if existing.message.content_key() == msg.content_key():
-                    continue
                 if source == "memory":
-                    # Live content layered on the stored copy: keep the live text, take the stored
-                    # time so the message stays where it was in the conversation.
-                    existing.message = existing.message.copy(created_at=msg.created_at)
+                    # Live content layered on the stored copy (a message sent again by id): keep the
+                    # live text, take the stored time so the message stays where it was in the
+                    # conversation, whether its text changed or not.
+                    if existing.message.created_at != msg.created_at:
+                        existing.message = existing.message.copy(created_at=msg.created_at)
+                    if existing.source == "input" and existing.message.content_key() == msg.content_key():
+                        existing.resent = True
+                    continue
+                if existing.message.content_key() == msg.content_key():
                     continue
                 # Newer content replaces the older copy; it keeps the original place in time.
                 self._entries[msg.id] = Entry(
@@ -131,6 +137,17 @@ class MessageList:
 
     def entry(self, message_id: str) -> Entry | None:
         return self._entries.get(message_id)
+
+    def memory_after_resent(self) -> list[Entry]:
+        """Memory entries that sort after the first input sent again unchanged (``Entry.resent``)."""
+        order = self.conversation()
+        first = next((i for i, e in enumerate(order) if e.source == "input" and e.resent), None)
+        return [] if first is None else [e for e in order[first + 1:] if e.source == "memory"]
+
+    def memory_from(self, cutoff: tuple[datetime, str]) -> list[Entry]:
+        """Memory entries (not system messages) whose (createdAt, id) is ``cutoff`` or later."""
+        return [e for e in self._entries.values()
+                if e.source == "memory" and (e.message.created_at, e.message.id) >= cutoff]
 
     def last_user_message(self) -> Message | None:
         for entry in reversed(self.conversation()):

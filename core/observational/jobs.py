@@ -23,13 +23,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Mapping
 
 from core.background import CANCELLED, CancelToken
+from core.llm.base import ModelError
 from core.observational import buffer_store
 from core.observational import store as om_store
 from core.observational.buffer import next_backoff
 from core.observational.observer import build_observer_messages
 from core.observational.parsing import ObserverOutput, parse_observer_output
 from core.observational.records import BufferedChunk, OMRecord
-from core.observational.reflector import Reflection, reflect
+from core.observational.reflector import Reflection, ReplyCutOff, reflect
 from core.observational.tokens import count_text, messages_tokens
 from core.options import ObservationalMemoryOptions
 from core.timeutil import to_iso
@@ -71,11 +72,23 @@ class OMJob:
         with self.tracer.start_span(f"{role}: {model.model_id}", "model_generation", input={"messages": messages},
                                     thread_id=self.thread_id, resource_id=self.resource_id,
                                     attributes={"model": model.model_id, "role": role}) as span:
-            result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
-                                    timeout=opts.timeout)
+            try:
+                result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
+                                        timeout=opts.timeout)
+            except ModelError as exc:
+                told = _where_to_cap(exc, opts)
+                if told is exc:
+                    raise
+                raise told from exc
             span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
                                  "finishReason": result.finish_reason})
             span.set_output(result.text)
+            if result.finish_reason == "length":
+                cap = (f"observational_memory max_output_tokens ({opts.max_output_tokens:,})"
+                       if opts.max_output_tokens is not None else "the server's own reply limit")
+                raise ReplyCutOff(
+                    f"the {role} reply was cut off at {cap} (finish reason 'length'), so its last lines are "
+                    "missing and none of it was used; raise observational_memory={'max_output_tokens': ...}")
             return str(result.text or "")
 
     def observe(self, batch: list["Message"], *, previous: str, current_task: str | None,
@@ -121,6 +134,22 @@ class OMJob:
         except Exception:  # noqa: BLE001 - the back-off is a courtesy; the failure is already logged
             log.warning("could not record the %s back-off of %s", which, self.key, exc_info=True)
         return retry.retry_at
+
+
+#: What a model client's hint says when a call that set no reply length timed out.
+_UNCAPPED_HINT = "model_settings={'max_tokens'"
+
+
+def _where_to_cap(exc: ModelError, opts: ObservationalMemoryOptions) -> ModelError:
+    """The model client's timeout hint tells to cap the reply with the agent's ``model_settings``;
+    those never reach the observer and the reflector, whose cap is ``max_output_tokens`` in the
+    observational-memory options: say so (the client's sentence stays)."""
+    if opts.max_output_tokens is not None or _UNCAPPED_HINT not in exc.hint:
+        return exc
+    hint = (f"{exc.hint}; for observational memory's observer and reflector, which the agent's model_settings "
+            "do not reach: observational_memory={'max_output_tokens': 2000}")
+    return ModelError(exc.detail, model_id=exc.model_id, endpoint=exc.endpoint, status=exc.status, hint=hint,
+                      attempts=exc.attempts, retryable=exc.retryable, method=exc.method)
 
 
 def _instruction(custom: str | None, title_hint: bool) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from core.errors import MemoryStudioError
 from core.observational.observer import OBSERVER_SYSTEM_PROMPT
 from core.observational.parsing import parse_observer_output
 from core.observational.tokens import count_text
@@ -76,6 +77,12 @@ def build_reflector_messages(observations: str, *, level: int = 0, guidance: str
     ]
 
 
+class ReplyCutOff(MemoryStudioError):
+    """An observer or reflector reply that ended at the length cap (finish reason ``length``): its
+    last lines are missing, so it is not used (a reflection would replace the whole log with the part
+    that fitted; an observation would let its messages leave the context half described)."""
+
+
 @dataclass
 class Attempt:
     level: int
@@ -107,6 +114,9 @@ def reflect(
     for level in range(0, max_level + 1):
         try:
             reply = generate(build_reflector_messages(observations, level=level, guidance=guidance), level)
+        except ReplyCutOff as exc:  # a stronger compression level asks for a shorter rewrite: try it
+            attempts.append(Attempt(level, problem=str(exc)))
+            continue
         except Exception as exc:  # noqa: BLE001 - reported in the result; the log is left as it was
             attempts.append(Attempt(level, problem=f"{type(exc).__name__}: {exc}"))
             break
@@ -131,6 +141,7 @@ __all__ = [
     "COMPRESSION_GUIDANCE",
     "REFLECTOR_SYSTEM_PROMPT",
     "Reflection",
+    "ReplyCutOff",
     "build_reflector_messages",
     "build_reflector_prompt",
     "reflect",

@@ -198,6 +198,8 @@ def commit_observation(
         if record is None:
             if latest is not None:
                 return None
+            if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first() is None:
+                return None  # the thread was deleted (or its resource forgotten) while the observer ran
             row = _new_row(key, scope, thread_id, resource_id, config, now)
             conn.execute(OM.insert().values(**row))
             record_id, old_ids, total = row["id"], [], 0

@@ -8,6 +8,7 @@ why through ``ctx.skip``. The Studio shows those reasons; silent no-ops were a t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from core.message_list import MessageList
@@ -38,6 +39,20 @@ class SavedAwareWrite:
         self.commit(conn)
 
 
+@dataclass(frozen=True)
+class ThreadMustStillExist:
+    """A staged write of a turn that began on a stored thread: it writes nothing, but the save of the
+    turn (``Memory.save_messages``) refuses to run when the thread is gone by then. The thread was
+    deleted, or its resource forgotten (``memory-studio forget``), while the turn ran, maybe in
+    another process: saving would create the thread again with this turn's messages, and bring back
+    what its prompt held (a working-memory update, the turn record)."""
+
+    thread_id: str
+
+    def commit(self, conn: Any) -> None:
+        return None
+
+
 @dataclass
 class RequestContext:
     """Who and what this turn is for."""
@@ -53,6 +68,20 @@ class RequestContext:
     as_of: "Message | None" = None
     # Rebuilding a recorded turn: processors take their inputs from the record, not from queries.
     frozen: "FrozenTurn | None" = None
+    # A new turn (or its preview): the time a new input of this turn is stamped with (after every
+    # message stored when the input was prepared), as a (createdAt, "") cut-off. Memory is what sorts
+    # before it: a turn of the same thread running beside this one can save its messages (dated
+    # after it) while this prompt is being built; they are the other turn's, not this one's history,
+    # and would end this prompt after its own input.
+    input_at: "tuple[datetime, str] | None" = None
+
+    @property
+    def before(self) -> "tuple[datetime, str] | None":
+        """The (createdAt, id) memory must sort strictly before: the replayed turn's input, else this
+        turn's own first input (None before the input is prepared, or without one)."""
+        if self.as_of is not None:
+            return (self.as_of.created_at, self.as_of.id)
+        return self.input_at
 
     @property
     def read_only(self) -> bool:

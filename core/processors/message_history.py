@@ -37,7 +37,7 @@ class MessageHistory(BaseProcessor):
         if not opts.enabled:
             ctx.skip(self.id, "history is disabled (last_messages or message_history.max_tokens is 0 or False)")
             return
-        before = (req.as_of.created_at, req.as_of.id) if req.as_of is not None else None
+        before = req.before  # a replayed turn's input, or this turn's own: what was stored before it
         # Storage errors propagate: a turn without its history would silently mislead the model.
         # A stored row that does not parse is left out and reported, never fatal (Invariant 15).
         unreadable: list[UnreadableMessage] = []

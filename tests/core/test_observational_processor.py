@@ -321,3 +321,115 @@ def test_resource_scope_uses_resource_key(db_path: Path | str) -> None:
     prompt, _ = h.turn("Hello from another thread", thread="t2")
     assert any(m["content"] == "<observations>" for m in prompt.messages)
     assert prompt_ids(prompt)[-1] and len(prompt_ids(prompt)) == 2  # reminder + input
+
+
+def test_a_small_context_window_drops_observations_with_what_frames_them(db_path: Path | str) -> None:
+    # Regression: fitting a prompt into a small window dropped the continuation reminder first (as
+    # "the oldest history message") and then the header that says what the notes are, and sent the
+    # observation chunks bare. Now the log's chunks go oldest first, and the last one takes the header,
+    # the hints and the reminder with it: observations never arrive without their framing.
+    from core.agent import Agent
+    from core.context_window import PromptBudget
+
+    h = Harness(db_path, [OBSERVED, OBSERVED.replace("garden", "orchard").replace("cedar", "oak")])
+    for i in range(6):
+        h.turn(long_text(f"w{i}"), long_text(f"r{i}"))
+    assert len(h.observer.requests) == 2
+
+    def preview(limit: int | None) -> Any:
+        budget = None if limit is None else PromptBudget(limit + 10, 10, "m")
+        return h.memory.assemble(thread_id="t1", resource_id="u1", input="Next?",
+                                 instructions="You are a gardening helper.", budget=budget)
+
+    def parts(prompt: Any) -> list[str]:
+        return [f.detail.get("part") or "raw" for f in prompt.fragments if f.source == "observational-memory"]
+
+    full = preview(None)
+    assert parts(full) == ["instructions", "open", "chunk", "chunk", "current-task", "suggested-response",
+                           "continuation", "raw", "raw", "raw", "raw"]
+    raw = sum(f.tokens for f in full.fragments if f.source == "observational-memory" and "part" not in f.detail)
+    oldest_chunk = next(f for f in full.fragments if f.detail.get("part") == "chunk").tokens
+    # Room for everything but the raw messages and half the oldest chunk: the raw messages go (history,
+    # oldest first), then the oldest chunk; the header, the newest chunk, the hints and the reminder stay.
+    fitted = preview(full.total_tokens - raw - oldest_chunk // 2)
+    assert parts(fitted) == ["instructions", "open", "chunk", "current-task", "suggested-response", "continuation"]
+    assert fitted.messages[-2]["content"] == CONTINUATION_TEXT and fitted.messages[-1]["content"] == "Next?"
+    assert "observational memory: the oldest 1 chunk of observations" in fitted.skipped["context-window"]
+    # One token less than the framing and the newest chunk need: no observation is sent, nor the framing.
+    bare = preview(full.total_tokens - raw - oldest_chunk - 1)
+    assert parts(bare) == []
+    assert "every observation (2 chunks) with the header, task hints and reminder" in bare.skipped["context-window"]
+    assert [m["content"] for m in bare.messages] == ["You are a gardening helper.", "Next?"]
+
+    # A live turn with such a window sends exactly what its record shows, and the record rebuilds it.
+    actor = ScriptedModel(["Oak."], name="actor", context_window=2_000)
+    agent = Agent("gardener", instructions="You are a gardening helper.", model=actor, memory=h.memory, tracer=False)
+    window = 600
+    while PromptBudget.for_model(window, max_tokens=None, model_id="m").prompt_limit < \
+            full.total_tokens - raw - oldest_chunk // 2:
+        window += 1
+    actor.context_window = window
+    result = agent.generate("Next?", memory={"resource": "u1", "thread": "t1"})
+    sent = actor.requests[-1].messages
+    assert sent == result.prompts[0].messages
+    om = [f.detail.get("part") for f in result.prompts[0].fragments
+          if f.source == "observational-memory" and f.role == "system"]
+    assert om and om[0] == "instructions" and "chunk" in om
+    assert CONTINUATION_TEXT in [m["content"] for m in sent]
+    rebuilt = h.memory.assemble(as_of=result.messages[0].id, resource_id="u1")
+    assert rebuilt.replay is not None and rebuilt.replay.matches and rebuilt.messages == sent
+
+
+def test_an_uncapped_observer_that_times_out_is_told_where_its_cap_is(db_path: Path | str) -> None:
+    # Regression (seen with SmolLM2 on llama.cpp): the observer's call set no reply length and timed
+    # out; the error said to cap the reply with model_settings={'max_tokens': ...}, which only reaches
+    # the agent's own calls. It now names observational memory's own setting too.
+    from core.llm import LoopbackServer, OpenAICompatibleModel, RetryPolicy
+
+    with LoopbackServer(ScriptedModel([OBSERVED])) as server:
+        observer = OpenAICompatibleModel("observer", base_url=server.base_url, environ={}, keyring_service=None,
+                                         retry=RetryPolicy(max_retries=0))
+        h = Harness(db_path, [])
+        h.memory = Memory(h.store, MemoryOptions(observational_memory={
+            "enabled": True, "message_tokens": 200, "buffer_tokens": False, "timeout": 0.2}),
+            observer_model=observer, tokenizer=TOKENIZER, clock=h.clock)
+        h.turn(long_text("alpha"), long_text("beta"))
+        h.turn(long_text("gamma"), long_text("delta"))
+        server.stall_next()
+        try:
+            prompt, _ = h.turn(long_text("epsilon"))
+        finally:
+            server.release()
+    error = prompt.notes["observational-memory"]["observationError"]
+    assert "no response within 0.2s" in error and "model_settings={'max_tokens': 512}" in error
+    assert "observational_memory={'max_output_tokens': 2000}" in error
+    assert [m.id for m in h.stored()[:4]] == prompt_ids(prompt)[:4]  # the messages stay raw
+
+
+def test_a_reply_cut_off_at_the_length_cap_is_not_used(db_path: Path | str) -> None:
+    # Regression (seen with SmolLM2 as reflector, max_output_tokens 300): the reflector's rewrite ended
+    # at the length cap, mid-line, and was taken as the new log: the observations after the cut (and the
+    # date header) were gone. A cut-off observer reply would likewise let its messages leave the context
+    # half described. Such a reply is now refused; the reflector tries its next, shorter level.
+    from core.llm import ScriptedReply
+
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    cut = ScriptedReply("<observations>\nDate: Jan 2, 2025\n* 🟡 (09:00) User described garden bed number 0 in",
+                        finish_reason="length")
+    small = ("<observations>\nDate: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds; "
+             "soil notes recorded per bed.\n</observations>")
+    h = Harness(db_path, [cut, big, cut, small], max_output_tokens=300)
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Which beds?", "Some.")  # the threshold is reached: the observer's reply is cut off
+    error = prompt.notes["observational-memory"]["observationError"]
+    assert "the observer reply was cut off at observational_memory max_output_tokens (300)" in error
+    assert set(prompt_ids(prompt)) >= {m.id for m in h.stored()[:4]}  # nothing observed: the messages stay raw
+    prompt, _ = h.turn("Summarise my beds.", "Done.")  # past the back-off: observed, then reflected
+    attempts = prompt.notes["observational-memory"]["reflected"]["attempts"]
+    assert "the reflector (level 0) reply was cut off" in attempts[0]["problem"] and attempts[1]["problem"] is None
+    current = load_current(h.store, thread_id="t1")
+    assert current is not None
+    assert current.active_observations.startswith("Date: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds")

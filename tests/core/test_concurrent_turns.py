@@ -1,0 +1,163 @@
+"""Two turns of one conversation at once (a client's retry while the first still runs, two gateway
+workers on one thread), and a message sent again by id: each turn's prompt ends with its own input,
+the stored conversation keeps every message where it was asked, and the turn record is what the
+model received."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from core import Agent, Memory, MemoryOptions
+from core.assembly import LATER_TURNS_ID
+from core.llm import ScriptedModel
+from core.messages import Message
+from core.processors.message_history import MessageHistory
+from core.processors.observational import ObservationalMemory
+
+pytestmark = pytest.mark.backends
+
+R, T = "user-1", "thread-1"
+
+
+def echo(messages: list[dict[str, Any]], tools: Any) -> str:
+    return f"reply to {messages[-1]['content']}"
+
+
+class HistoryWithAHook(MessageHistory):
+    """The built-in history, with a hook run before it reads (a slow read, a busy database...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_read: Callable[[Any], None] = lambda ctx: None
+
+    def process_input(self, ctx: Any) -> None:
+        self.before_read(ctx)
+        super().process_input(ctx)
+
+
+class ObservationsWithAHook(ObservationalMemory):
+    """The built-in observational memory (its unobserved messages are the history), with the same hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_read: Callable[[Any], None] = lambda ctx: None
+
+    def process_input(self, ctx: Any) -> None:
+        self.before_read(ctx)
+        super().process_input(ctx)
+
+
+def transcript(mem: Memory) -> list[tuple[str, str]]:
+    return [(m.role, m.text) for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)]
+
+
+@pytest.mark.parametrize("kind", ["history", "observational"])
+def test_a_turn_that_saves_while_another_builds_its_prompt_is_not_in_that_prompt(store: Any, kind: str) -> None:
+    # Regression: turn A's history was read after turn B (started later, finished sooner) had saved,
+    # so A's prompt ended with B's question and B's reply, after A's own input, and the model
+    # answered B's reply ("reply to reply to B").
+    history: HistoryWithAHook | ObservationsWithAHook
+    if kind == "history":
+        history = HistoryWithAHook()
+        options = MemoryOptions(last_messages=10)
+    else:  # observational memory loads the thread's unobserved messages instead of history
+        history = ObservationsWithAHook()
+        options = MemoryOptions(observational_memory={"enabled": True, "message_tokens": 30_000})
+    mem = Memory(store, options, processors=[history])
+    model = ScriptedModel(echo)
+    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
+    agent.generate("first", memory={"resource": R, "thread": T})
+
+    def run_b_meanwhile(ctx: Any) -> None:
+        if ctx.messages.messages("input")[0].text != "A":
+            return
+        history.before_read = lambda ctx: None
+        other = threading.Thread(target=agent.generate, args=("B",), kwargs={"memory": {"resource": R, "thread": T}})
+        other.start()
+        other.join()
+
+    history.before_read = run_b_meanwhile
+    result = agent.generate("A", memory={"resource": R, "thread": T})
+
+    sent = [(m["role"], m["content"]) for m in model.requests[-1].messages]
+    assert sent == [("system", "be brief"), ("user", "first"), ("assistant", "reply to first"), ("user", "A")]
+    assert result.text == "reply to A"
+    prompt = result.prompts[0]
+    assert [(m["role"], m["content"]) for m in prompt.messages] == sent
+    if kind == "history":  # its read stops at the turn's input
+        assert LATER_TURNS_ID not in prompt.notes
+    else:  # what was read past the input is left out, and the record says so
+        b_ids = [m.id for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)
+                 if m.text in ("B", "reply to B")]
+        assert prompt.notes[LATER_TURNS_ID]["leftOut"] == b_ids
+    # Each reply follows its own question in the stored conversation.
+    assert transcript(mem) == [("user", "first"), ("assistant", "reply to first"), ("user", "A"), ("user", "B"),
+                               ("assistant", "reply to B"), ("assistant", "reply to A")]
+    # The record rebuilds exactly what was sent, and so does a rebuild without it (history before the input).
+    rebuilt = mem.assemble(as_of=result.messages[0].id, resource_id=R)
+    assert rebuilt.replay is not None and rebuilt.replay.kind == "recorded" and rebuilt.replay.matches
+    assert [(m["role"], m["content"]) for m in rebuilt.messages] == sent
+    now = mem.assemble(as_of=result.messages[0].id, resource_id=R, rebuild="now")
+    assert [(m["role"], m["content"]) for m in now.messages] == sent
+
+
+def test_a_message_sent_again_by_id_keeps_its_place_and_is_answered_again(store: Any) -> None:
+    # Regression: a client that retried with the same message (same id) after the first turn had
+    # answered got the message restamped as new: its save moved it after its own first answer
+    # ("reply to C", then "C"), and the prompt held that first answer before the message. Now the
+    # message keeps its stored place, and what followed it is left out of the retry's prompt: the
+    # prompt ends with the message, as a regenerate of it.
+    mem = Memory(store, MemoryOptions(last_messages=10))
+    model = ScriptedModel(echo)
+    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
+    agent.generate("first", memory={"resource": R, "thread": T})
+    message = Message.user("C")
+    agent.generate(message, memory={"resource": R, "thread": T})
+    retry = agent.generate(message, memory={"resource": R, "thread": T})
+
+    sent = [(m["role"], m["content"]) for m in model.requests[-1].messages]
+    assert sent == [("system", "be brief"), ("user", "first"), ("assistant", "reply to first"), ("user", "C")]
+    first_answer = [m.id for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)
+                    if m.text == "reply to C"][0]
+    note = retry.prompts[0].notes[LATER_TURNS_ID]
+    assert note["leftOut"] == [first_answer] and "sent again unchanged" in note["reason"]
+    assert transcript(mem) == [("user", "first"), ("assistant", "reply to first"), ("user", "C"),
+                               ("assistant", "reply to C"), ("assistant", "reply to C")]
+    rebuilt = mem.assemble(as_of=message.id, resource_id=R)
+    assert rebuilt.replay is not None and rebuilt.replay.matches
+    assert [(m["role"], m["content"]) for m in rebuilt.messages] == sent
+
+
+def test_a_message_sent_again_with_new_content_keeps_mastras_order(store: Any) -> None:
+    # Mastra (spec, message history item 3): the stored copy's place, the new content, later messages after it.
+    mem = Memory(store, MemoryOptions(last_messages=10))
+    agent = Agent("a", instructions="be brief", model=ScriptedModel(echo), memory=mem, tracer=False)
+    message = Message.user("C")
+    agent.generate(message, memory={"resource": R, "thread": T})
+    edited = message.copy(content={**message.content, "parts": [{"type": "text", "text": "C, edited"}],
+                                   "content": "C, edited"})
+    prompt = mem.assemble(thread_id=T, resource_id=R, input=[edited], instructions="be brief")
+    assert [(m["role"], m["content"]) for m in prompt.messages] == [
+        ("system", "be brief"), ("user", "C, edited"), ("assistant", "reply to C")]
+    assert LATER_TURNS_ID not in prompt.notes
+
+
+def test_an_echo_of_stored_messages_before_a_new_question_is_not_a_retry(store: Any) -> None:
+    # With retain_full_input, a client echoes the conversation (stored messages, by id) before its new
+    # question: the echo keeps its stored places and a stored message the client never saw (another
+    # device's) stays in the prompt, as Mastra orders them; only a re-sent LAST message is a retry.
+    mem = Memory(store, MemoryOptions(last_messages=10))
+    model = ScriptedModel(echo)
+    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
+    first = Message.user("first")
+    agent.generate(first, memory={"resource": R, "thread": T})
+    agent.generate("from another device", memory={"resource": R, "thread": T})
+    result = agent.generate([first, Message.user("new question")], memory={"resource": R, "thread": T},
+                            options={"retain_full_input": True})
+    assert [(m["role"], m["content"]) for m in model.requests[-1].messages] == [
+        ("system", "be brief"), ("user", "first"), ("assistant", "reply to first"), ("user", "from another device"),
+        ("assistant", "reply to from another device"), ("user", "new question")]
+    assert LATER_TURNS_ID not in result.prompts[0].notes
