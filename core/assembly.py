@@ -15,6 +15,7 @@ from core.ids import check_ids
 from core.context_window import PromptBudget, fit_prompt
 from core.message_list import Entry, MessageList, Provenance
 from core.message_size import check_messages
+from core.observational.context import LEGACY_DATES
 from core.messages import Message, MessageFormatError
 from core.options import MemoryOptions
 from core.processors.base import BaseProcessor, Processor, ProcessorContext, RequestContext
@@ -273,7 +274,11 @@ class TurnAssembler:
                 context_window=budget.context_window if budget else ctx.request.options.context_window,
             )
 
-        return build() if budget is None else fit_prompt(ctx.messages, build, budget, ctx.skipped, ctx.notes)
+        # A turn recorded before observational memory was fitted as framed units is fitted as it was then
+        # (its record has no ``od``: the same release changed both).
+        whole = frozen is None or frozen.record.om_dates != LEGACY_DATES
+        return build() if budget is None else fit_prompt(ctx.messages, build, budget, ctx.skipped, ctx.notes,
+                                                         observations_whole=whole)
 
     def run_output(self, ctx: ProcessorContext) -> list[Message]:
         """Run output processors (indexing, saving) after the model answered."""

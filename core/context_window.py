@@ -109,9 +109,13 @@ class PromptBudget:
 
 def fit_prompt(
     ml: MessageList, build: Callable[[], AssembledPrompt], budget: PromptBudget,
-    skipped: dict[str, str], notes: dict[str, dict[str, Any]],
+    skipped: dict[str, str], notes: dict[str, dict[str, Any]], *, observations_whole: bool = True,
 ) -> AssembledPrompt:
     """``build()``'s prompt, with memory dropped from ``ml`` until it fits ``budget``.
+
+    ``observations_whole`` (default): observational memory is dropped as framed units (below). False
+    fits it as turns recorded before that rule were fitted (each of its system messages with the other
+    memory system messages, then its reminder with history), so such a turn rebuilds exactly.
 
     Drops accumulate in ``notes["context-window"]`` across the calls of one turn (a tool loop
     re-fits a growing prompt), and ``skipped["context-window"]`` says all of them in words.
@@ -125,7 +129,7 @@ def fit_prompt(
     prompt = build()
     over = prompt.total_tokens - budget.prompt_limit
     if over > 0:
-        freed = _drop(ml, prompt, over, note)
+        freed = _drop(ml, prompt, over, note, observations_whole)
         if freed:
             skipped[CONTEXT_WINDOW_ID] = _reason(note, budget)
             prompt = build()
@@ -136,7 +140,8 @@ def fit_prompt(
     return prompt
 
 
-def _drop(ml: MessageList, prompt: AssembledPrompt, over: int, note: dict[str, Any]) -> int:
+def _drop(ml: MessageList, prompt: AssembledPrompt, over: int, note: dict[str, Any],
+          observations_whole: bool = True) -> int:
     """Remove memory from ``ml``, cheapest tier first, until ``over`` tokens are freed.
 
     Each candidate is a unit dropped whole. Observational memory's view is fitted as one piece
@@ -148,7 +153,7 @@ def _drop(ml: MessageList, prompt: AssembledPrompt, over: int, note: dict[str, A
     observational: list[tuple[Fragment, SystemEntry | None]] = []
     for f in prompt.fragments:
         framing_or_log = f.role == "system" or f.detail.get("part") == "continuation"
-        if f.source == _OM_ID and f.kind == "memory" and framing_or_log:
+        if observations_whole and f.source == _OM_ID and f.kind == "memory" and framing_or_log:
             entry = systems[f.index] if f.role == "system" and f.index < len(systems) else None
             observational.append((f, entry))
             continue

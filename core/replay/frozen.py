@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import sqlalchemy as sa
 
 from core.messages import Message
+from core.observational.context import CONTINUATION_ID
 from core.options import MemoryOptions
 from core.replay import observations
 from core.replay import store as records
@@ -170,7 +171,10 @@ def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS)
     in another thread (history) or another resource (recall) is never handed on: it is listed."""
     wanted_parts = set(parts)
     frozen = FrozenTurn(record)
-    ids = list(record.window_dropped) + list(record.history_ids) + list(record.om_others)
+    # Observational memory's continuation reminder is no stored message: the processor makes it again. A
+    # window that fitted it as history (records before ``od``) named it among the dropped messages.
+    dropped = tuple(mid for mid in record.window_dropped if mid != CONTINUATION_ID)
+    ids = list(dropped) + list(record.history_ids) + list(record.om_others)
     for hit in record.recall:
         ids.extend(hit.window_ids)
         ids.append(hit.message_id)
@@ -180,7 +184,7 @@ def load(source: ReplaySource, record: TurnRecord, parts: Iterable[str] = PARTS)
     for mid in foreign:
         found.pop(mid, None)
     # The history the processors read: what the context window dropped, then what was sent.
-    history = [found[mid] for mid in (*record.window_dropped, *record.history_ids) if mid in found]
+    history = [found[mid] for mid in (*dropped, *record.history_ids) if mid in found]
     gone = sorted({mid for mid in ids if mid not in found and mid not in foreign}) if found or ids else []
     if "history" in wanted_parts:
         frozen.history = history

@@ -127,9 +127,10 @@ class TurnRecord:
     # The keys sent beside every call's request body, outside its hash: ``stream`` and ``stream_options``
     # as the model sent them ({}: the replies came whole). None: not recorded (records before this).
     transport: dict[str, Any] | None = None
-    # How observational memory's date headers were annotated in the prompt (``core.observational.context``:
-    # 1 this engine's first rules, 2 Mastra's); a rebuild annotates them the same way. Records without
-    # the key were written before Mastra's rules.
+    # How observational memory was shown in the prompt: 1, this engine's first rules (its own relative
+    # dates; fitted into a context window message by message); 2, Mastra's dates (``core.observational.
+    # context``) and fitted as framed units (``core.context_window``). A rebuild shows it the same way.
+    # Records without the key were written before rules 2.
     om_dates: int = OM_DATES
     version: int = RECORD_VERSION
 
@@ -345,7 +346,6 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
                       {k: text_keys[v] for k, v in record.om_hints.items()}]
         if record.om_others:
             data["om"].append([pack_id(i) for i in record.om_others])
-        data["od"] = record.om_dates
     if record.tools and not record.calls:
         data["t"] = list(record.tools)  # version 1 kept only names; the calls' tool sets hold them now
     # The total is the sections plus the reply primer (``AssembledPrompt.total_tokens``): not stored twice.
@@ -377,6 +377,7 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
         data["hp"] = [list(p) for p in record.hidden_parts]
     if record.transport is not None:
         data["st"] = record.transport
+    data["od"] = record.om_dates  # every record: a record without it was written before these rules
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -380,6 +380,53 @@ def test_a_small_context_window_drops_observations_with_what_frames_them(db_path
     assert rebuilt.replay is not None and rebuilt.replay.matches and rebuilt.messages == sent
 
 
+def test_a_turn_fitted_before_observations_were_framed_units_rebuilds_as_it_was_sent(
+        db_path: Path | str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A turn recorded by the engine before this rule (its record has no ``od``) was fitted message by
+    # message: the continuation reminder went first, as the oldest history message. Its rebuild must
+    # fit it the same way, or an exact turn would show as changed.
+    import core.assembly
+    from core.agent import Agent
+    from core.context_window import PromptBudget, fit_prompt
+    from core.observational.context import LEGACY_DATES
+    from core.processors import observational as om_processor
+
+    h = Harness(db_path, [OBSERVED, OBSERVED.replace("garden", "orchard").replace("cedar", "oak")])
+    for i in range(6):
+        h.turn(long_text(f"w{i}"), long_text(f"r{i}"))
+    full = h.memory.assemble(thread_id="t1", resource_id="u1", input="Next?", instructions="You are a gardening helper.")
+    raw = sum(f.tokens for f in full.fragments if f.source == "observational-memory" and "part" not in f.detail)
+    oldest_chunk = next(f for f in full.fragments if f.detail.get("part") == "chunk").tokens
+    window = 600
+    while PromptBudget.for_model(window, max_tokens=None, model_id="m").prompt_limit < \
+            full.total_tokens - raw - oldest_chunk // 2:
+        window += 1
+
+    def as_before(*args: Any, **kwargs: Any) -> Any:
+        kwargs["observations_whole"] = False
+        return fit_prompt(*args, **kwargs)
+
+    monkeypatch.setattr(core.assembly, "fit_prompt", as_before)
+    monkeypatch.setattr(om_processor, "DATE_STYLE", LEGACY_DATES)
+    actor = ScriptedModel(["Oak."], name="actor", context_window=window)
+    agent = Agent("gardener", instructions="You are a gardening helper.", model=actor, memory=h.memory, tracer=False)
+    result = agent.generate("Next?", memory={"resource": "u1", "thread": "t1"})
+    monkeypatch.undo()
+    sent = actor.requests[-1].messages
+    assert CONTINUATION_TEXT not in [m["content"] for m in sent], "the old fit dropped the reminder first"
+    with h.store.db.write() as conn:
+        raw_record = conn.exec_driver_sql("SELECT record FROM memory_studio_turns WHERE input_message_id = ?",
+                                          (result.messages[0].id,)).scalar()
+        data = json.loads(raw_record)
+        del data["od"]
+        conn.exec_driver_sql("UPDATE memory_studio_turns SET record = ? WHERE input_message_id = ?",
+                             (json.dumps(data), result.messages[0].id))
+    rebuilt = h.memory.assemble(as_of=result.messages[0].id, resource_id="u1")
+    assert "om-continuation" in data["hd"], "the old fit named the reminder among the dropped history"
+    assert rebuilt.replay is not None and rebuilt.replay.matches and rebuilt.messages == sent
+    assert rebuilt.replay.unknowns == (), "the reminder is made again, not a stored message gone missing"
+
+
 def test_an_uncapped_observer_that_times_out_is_told_where_its_cap_is(db_path: Path | str) -> None:
     # Regression (seen with SmolLM2 on llama.cpp): the observer's call set no reply length and timed
     # out; the error said to cap the reply with model_settings={'max_tokens': ...}, which only reaches

@@ -95,8 +95,7 @@ def test_a_turn_recorded_before_mastras_dates_rebuilds_with_its_own(db_path: Any
             rows = conn.exec_driver_sql("SELECT input_message_id, record FROM memory_studio_turns").fetchall()
             for mid, raw in rows:
                 data = json.loads(raw)
-                if "om" in data:  # a turn with observational memory says how it wrote the dates
-                    assert data.pop("od") == 2
+                assert data.pop("od") == 2  # every new record says how it showed observational memory
                 conn.exec_driver_sql("UPDATE memory_studio_turns SET record = ? WHERE input_message_id = ?",
                                      (json.dumps(data, separators=(",", ":")), mid))
         fresh = Memory(store, MemoryOptions(observational_memory={"message_tokens": 60, "observation_tokens": 50_000,
