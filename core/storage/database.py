@@ -623,4 +623,9 @@ def _explain_open_error(display: str, exc: Exception) -> str:
         )
     if "not a database" in text or "malformed" in text:
         return f"{display} is not a usable database ({exc.__class__.__name__}: {exc}). It was left unchanged."
+    if "unable to open" in text or "cantopen" in text:
+        return (
+            f"Cannot open {display}: {exc}. SQLite could not open or create the file there: check that its folder "
+            "exists, is a folder on an ordinary disk and is writable by this user, or choose another path."
+        )
     return f"Cannot open {display}: {exc}"
