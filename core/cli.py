@@ -392,6 +392,7 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
     path = location.path
     if path is not None and path.is_dir():
         out.write("  exists: a folder, not a database file; choose a file inside it\n")
+        return 0  # no database here, so no trace file beside one either
     elif path is not None:
         out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
     from core.traces.home import trace_home

@@ -23,6 +23,7 @@ from core.messages import Message
 from core.scopes import check_thread_owner
 from core.storage import InvalidArgumentError, NotFoundError
 from core.storage.memory_store import check_text
+from core.stored_text import utf8_problem
 from core.traces.tracer import NOOP_TRACER, SpanTracer, SpanType, tracing_disabled
 from core.working_memory_schema import WorkingMemoryError
 
@@ -91,6 +92,10 @@ class MemoryTools:
         def run(owner: str) -> dict[str, Any]:
             if not 1 <= top_k <= MAX_TOP_K:
                 raise InvalidArgumentError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}.")
+            problem = utf8_problem(query) if isinstance(query, str) else None
+            if problem is not None:  # the answer repeats the query, and no client could read it back
+                raise InvalidArgumentError(f"The query contains {problem}, which has no UTF-8 form; decode the "
+                                           "text properly before searching with it.")
             if thread is not None:
                 self._owned(thread, owner)
             hits = self.memory.search(query, resource_id=owner, thread_id=thread, top_k=top_k, mode="hybrid")
@@ -159,6 +164,8 @@ class MemoryTools:
             opts = self._wm_options()
             if thread is not None:
                 self._owned(thread, owner, must_exist=opts.scope == "thread")
+            if _traceable(working_memory) != working_memory:  # its text holds a lone surrogate
+                check_text(next(t for t in _texts(working_memory) if utf8_problem(t)), "The working memory")
             if opts.schema is not None:
                 data = self.memory.merge_working_memory(thread_id=thread, resource_id=owner, patch=working_memory,
                                                         author="mcp")
@@ -260,6 +267,11 @@ class MemoryTools:
         shown = self.binding.resource or asked
         if asked is not None and asked != shown:
             arguments = {**arguments, "resource": asked}
+        # A refused argument is still traced; text with a lone surrogate (which JSON allows) could never
+        # be stored in the trace file, so the span shows it escaped.
+        arguments = _traceable(arguments)
+        shown = _traceable(shown)
+        thread = _traceable(thread)
         with tracer.start_span(f"mcp: '{tool}'", SpanType.AGENT_RUN, new_trace=True, input=arguments,
                                thread_id=thread, resource_id=shown, entity_type="agent", entity_id="mcp",
                                entity_name="mcp", attributes={"framework": "mcp", "tool": tool}) as root:
@@ -270,3 +282,25 @@ class MemoryTools:
                 span.set_output(summary(result))
             root.set_output(summary(result))
         return result
+
+
+def _traceable(value: Any) -> Any:
+    """``value`` with each lone surrogate of its text written as ``\\udXXX`` (a span must be UTF-8)."""
+    if isinstance(value, str):
+        return value if utf8_problem(value) is None else value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_traceable(k): _traceable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_traceable(v) for v in value]
+    return value
+
+
+def _texts(value: Any) -> list[str]:
+    """Every text in a JSON value (its keys too)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in (*_texts(k), *_texts(v))]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _texts(v)]
+    return []

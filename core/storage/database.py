@@ -129,9 +129,10 @@ def _unreadable(display: str, exc: BaseException) -> UnreadableValueError:
     why = "holds text that is not valid UTF-8" if "utf8" in detail.lower() else "holds a value the driver cannot read"
     return UnreadableValueError(
         f"{display} {why} in a column Memory Studio reads as plain text ({detail}). Message text, titles, "
-        "metadata and working memory are read safely, so the bad value is in another column (an id, role "
-        "or timestamp). Find it with the sqlite3 shell (e.g. SELECT rowid, hex(role) FROM mastra_messages) "
-        "and repair or delete that row; a backup of the file first is wise."
+        "metadata and working memory are read safely where threads and messages are listed and shown, so "
+        "the bad value is most likely in another column (an id, role or timestamp). Find it with the sqlite3 "
+        "shell (e.g. SELECT rowid, hex(role) FROM mastra_messages) and repair or delete that row; a backup "
+        "of the file first is wise."
     )
 
 
@@ -249,8 +250,15 @@ class Database:
             conn.exec_driver_sql("BEGIN")
             try:
                 yield conn
-            finally:
-                conn.exec_driver_sql("ROLLBACK")
+            except BaseException:
+                # A failed read (a driver panic invalidates the connection) must surface as itself:
+                # ``read()`` turns it into our error and its own rollback ends the transaction.
+                try:
+                    conn.exec_driver_sql("ROLLBACK")
+                except Exception:  # noqa: BLE001 - the error being raised says what went wrong
+                    pass
+                raise
+            conn.exec_driver_sql("ROLLBACK")
 
     def change_fingerprint(self) -> tuple[object, ...]:
         """A cheap value that changes whenever another connection (or process) changed threads,
@@ -615,4 +623,9 @@ def _explain_open_error(display: str, exc: Exception) -> str:
         )
     if "not a database" in text or "malformed" in text:
         return f"{display} is not a usable database ({exc.__class__.__name__}: {exc}). It was left unchanged."
+    if "unable to open" in text or "cantopen" in text:
+        return (
+            f"Cannot open {display}: {exc}. SQLite could not open or create the file there: check that its folder "
+            "exists, is a folder on an ordinary disk and is writable by this user, or choose another path."
+        )
     return f"Cannot open {display}: {exc}"

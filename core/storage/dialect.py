@@ -30,17 +30,24 @@ def is_postgres(conn: sa.Connection) -> bool:
 
 
 class json_text(FunctionElement[Any]):
-    """A JSON column as JSON text: Mastra's libSQL writes JSONB blobs; Postgres has ``jsonb``."""
+    """A JSON column as JSON text: Mastra's libSQL writes JSONB blobs; Postgres has ``jsonb``.
 
-    type = sa.Text()
+    On libSQL the text is selected as a blob and decoded in Python (``DecodedText``), like
+    ``stored_text``: metadata holding invalid UTF-8 would otherwise make the driver panic and lose
+    the whole result set (a thread list, a working-memory read)."""
+
     inherit_cache = True
     name = "json_text"
+
+    def __init__(self, column: ColumnElement[Any]) -> None:
+        super().__init__(column)
+        self.type = DecodedText()
 
 
 @compiles(json_text)
 def _json_text_sqlite(element: json_text, compiler: Any, **kw: Any) -> str:
     col = compiler.process(list(element.clauses)[0], **kw)
-    return f"CASE WHEN typeof({col}) = 'blob' THEN json({col}) ELSE {col} END"
+    return f"CAST(CASE WHEN typeof({col}) = 'blob' THEN json({col}) ELSE {col} END AS BLOB)"
 
 
 @compiles(json_text, POSTGRES)
@@ -114,10 +121,11 @@ def json_string_head_sql(conn: sa.Connection, column: str, key: str, chars: int)
 
 
 def json_text_sql(conn: sa.Connection, column: str) -> str:
-    """The same as ``json_text`` for hand-written driver SQL."""
+    """The same as ``json_text`` for hand-written driver SQL: on libSQL a blob, so decode the value
+    (``core.stored_text.decode_stored_text``; ``memory_store.load_json`` does)."""
     if is_postgres(conn):
         return f"CAST({column} AS TEXT)"
-    return f"CASE WHEN typeof({column}) = 'blob' THEN json({column}) ELSE {column} END"
+    return f"CAST(CASE WHEN typeof({column}) = 'blob' THEN json({column}) ELSE {column} END AS BLOB)"
 
 
 class json_path(FunctionElement[Any]):

@@ -7,6 +7,7 @@ Rendered from the export document itself, so the transcript and the JSON never d
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Mapping
 
 from core.messages import MessageFormatError, normalize_content
@@ -14,6 +15,16 @@ from core.timeutil import parse_iso
 
 ARG_CHARS = 160  # a tool's arguments or result beyond this is cut: the JSON export has it whole
 ROLE_NAMES = {"user": "User", "assistant": "Assistant", "system": "System", "signal": "Signal", "tool": "Tool"}
+# A line of a message's text that could pass for the transcript's own structure (a heading, a turn's
+# "**Role** · time" line, a setext underline making the line above a heading) gets its first mark
+# escaped with a backslash: shown as written when rendered, and no longer starting like one when read.
+# Lines inside a fenced code block the message closes itself are code, shown as they are.
+_STRUCTURE = re.compile(
+    r"([ \t]*)(#|\*\*(?=[^*]+\*\*[ \t]*·|(?:" + "|".join(ROLE_NAMES.values()) + r")\*\*[ \t]*$)|=+[ \t]*$|-+[ \t]*$)",
+    re.IGNORECASE,
+)
+_FENCE = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})")
+_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 
 
 def to_markdown(data: Mapping[str, Any]) -> str:
@@ -27,12 +38,12 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         t = threads[0]
         lines.append(f"# {_title(t)}")
         lines.append("")
-        lines.append(f"- Thread: `{t['id']}`")
-        lines.append(f"- Resource: `{t['resourceId']}`")
+        lines.append(f"- Thread: `{_inline(t['id'])}`")
+        lines.append(f"- Resource: `{_inline(t['resourceId'])}`")
     else:
-        lines.append(f"# Resource {scope.get('id', '?')}")
+        lines.append(f"# Resource {_inline(scope.get('id', '?'))}")
         lines.append("")
-        lines.append(f"- Resource: `{scope.get('id', '?')}`")
+        lines.append(f"- Resource: `{_inline(scope.get('id', '?'))}`")
         lines.append(f"- Threads: {len(threads)}")
     lines.append(f"- Messages: {len(data.get('messages') or [])}")
     source = data.get("source") or {}
@@ -43,7 +54,7 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         if scope.get("kind") != "thread":
             lines.append(f"## {_title(t)}")
             lines.append("")
-            lines.append(f"Thread `{t['id']}` · started {_when(t.get('createdAt'))} · {len(msgs)} messages")
+            lines.append(f"Thread `{_inline(t['id'])}` · started {_when(t.get('createdAt'))} · {len(msgs)} messages")
             lines.append("")
         else:
             lines.append("## Conversation")
@@ -58,7 +69,45 @@ def to_markdown(data: Mapping[str, Any]) -> str:
 
 
 def _title(thread: Mapping[str, Any]) -> str:
-    return str(thread.get("title") or "").strip() or f"Thread {thread['id']}"
+    return _inline(str(thread.get("title") or "").strip() or f"Thread {thread['id']}")
+
+
+def _inline(value: Any) -> str:
+    """A value shown inside one line (a title, an id): its line breaks become spaces, so it cannot
+    start lines of its own (a turn, a heading)."""
+    return _BREAKS.sub(" ", str(value))
+
+
+def _text(text: str) -> str:
+    """A message's text as its own lines, none of them passing for the transcript's structure."""
+    lines = _BREAKS.split(text)
+    if len(lines) == 1 and not _STRUCTURE.match(text):
+        return text
+    breaks = _BREAKS.findall(text)
+    code = _fenced(lines)
+    out = []
+    for i, line in enumerate(lines):
+        m = None if i in code else _STRUCTURE.match(line)
+        if m:
+            line = m.group(1) + "\\" + m.group(2).replace("**", "*\\*") + line[m.end():]
+        out.append(line + (breaks[i] if i < len(breaks) else ""))
+    return "".join(out)
+
+
+def _fenced(lines: list[str]) -> set[int]:
+    """Which lines are inside (or are the fences of) a fenced code block that is closed."""
+    inside: set[int] = set()
+    start: int | None = None
+    mark = ""
+    for i, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if start is None:
+            if m:
+                start, mark = i, m.group(1)
+        elif m and m.group(1)[0] == mark[0] and len(m.group(1)) >= len(mark) and not line[m.end():].strip():
+            inside.update(range(start, i + 1))
+            start = None
+    return inside
 
 
 def _when(value: Any) -> str:
@@ -88,33 +137,33 @@ def _message(m: Mapping[str, Any]) -> list[str]:
 def _part(part: Mapping[str, Any]) -> str:
     kind = str(part.get("type", "?"))
     if kind == "text":
-        return str(part.get("text", "")).strip()
+        return _text(str(part.get("text", "")).strip())
     if kind == "tool-invocation":
         inv = part.get("toolInvocation") or {}
-        line = f"> Tool call `{inv.get('toolName', '?')}`({_compact(inv.get('args', {}))})"
+        line = f"> Tool call `{_inline(inv.get('toolName', '?'))}`({_compact(inv.get('args', {}))})"
         if "result" in inv:
             line += f" → {_compact(inv.get('result'))}"
         elif inv.get("state") not in (None, "result"):
-            line += f" ({inv.get('state')})"
+            line += f" ({_inline(inv.get('state'))})"
         return line
     if kind == "reasoning":
         text = str(part.get("reasoning") or "").strip()
         return f"> _Reasoning:_ {_cut(' '.join(text.split()))}" if text else ""
     if kind == "file":
         name = part.get("filename") or "file"
-        return f"> File: {name} ({part.get('mimeType') or part.get('mediaType') or '?'})"
+        return f"> File: {_inline(name)} ({_inline(part.get('mimeType') or part.get('mediaType') or '?')})"
     if kind.startswith("data-"):
-        return f"> Data `{kind[5:]}`: {_compact(part.get('data'))}"
+        return f"> Data `{_inline(kind[5:])}`: {_compact(part.get('data'))}"
     if kind.startswith("source"):
-        return f"> Source: {part.get('url') or part.get('title') or _compact(part)}"
+        return f"> Source: {_inline(part.get('url') or part.get('title') or _compact(part))}"
     if kind == "step-start":
         return ""
-    return f"> {kind}: {_compact(part)}"
+    return f"> {_inline(kind)}: {_compact(part)}"
 
 
 def _compact(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
-    return _cut(text.replace("\n", " "))
+    return _cut(_inline(text))
 
 
 def _cut(text: str) -> str:
@@ -137,7 +186,7 @@ def _working_memory(data: Mapping[str, Any]) -> list[str]:
         value = str(e["value"])
         versions = len(e.get("versions") or [])
         label = "Resource" if e["scope"] == "resource" else "Thread"
-        out.append(f"### {label} `{e['ownerId']}`" + (f" ({versions} versions)" if versions else ""))
+        out.append(f"### {label} `{_inline(e['ownerId'])}`" + (f" ({versions} versions)" if versions else ""))
         out.append("")
         lang = "json" if value.lstrip().startswith(("{", "[")) else "markdown"
         if lang == "json":
@@ -163,7 +212,8 @@ def _observations(data: Mapping[str, Any]) -> list[str]:
     out = ["", "## Observations", ""]
     for r in rows:
         owner = r.get("threadId") if r.get("scope") == "thread" else r.get("resourceId")
-        out.append(f"### {str(r.get('scope', '')).title()} `{owner}` · generation {r.get('generationCount', 0)}")
+        out.append(f"### {_inline(str(r.get('scope', '')).title())} `{_inline(owner)}` · generation "
+                   f"{_inline(r.get('generationCount', 0))}")
         out.append("")
         out.extend(_fence(str(r["activeObservations"]), "text"))
         out.append("")

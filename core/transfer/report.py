@@ -74,7 +74,8 @@ class ImportReport:
             line += (f"; {replaced} row{'s' if replaced != 1 else ''} that differed "
                      f"{'would be ' if self.dry_run else ''}replaced")
         if self.left_out:
-            line += "; left out: " + "; ".join(self.left_out)
+            # What, not why: ``details()`` gives each reason (a reader shows both, so it is said once).
+            line += "; left out: " + "; ".join(x.split(": ", 1)[0] for x in self.left_out)
         return line
 
     def details(self) -> list[str]:

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from core.storage import catalog
 from core.storage.capabilities import capabilities_of
+from core.storage.errors import UnreadableValueError
 
 BLOB_KEY = "$base64"
 _CACHE_KEY = "memory-studio:transfer-columns"
@@ -60,19 +61,61 @@ def row_order(conn: sa.Connection, table: str) -> str | None:
 def select_rows(
     conn: sa.Connection, table: str, where: str = "", params: Sequence[Any] = (), order: str | None = None
 ) -> list[dict[str, Any]]:
-    """Every column of the matching rows, JSONB read as JSON text, blobs made JSON-safe."""
+    """Every column of the matching rows, JSONB read as JSON text, blobs made JSON-safe.
+
+    On libSQL text is selected as a blob and decoded here: the driver panics on a TEXT value that is
+    not valid UTF-8 and loses the whole result set, so such a value is reported as
+    ``UnreadableValueError`` naming the table, the row and the column instead. One more column marks
+    which values are real blobs (not JSONB), kept as ``{"$base64": ...}``."""
     names = [c[0] for c in columns(conn, table)]
-    if not capabilities_of(conn).json_blobs:
-        cols = ", ".join(quote(n) for n in names)
-    else:
-        cols = ", ".join(
-            f"CASE WHEN typeof({quote(n)}) = 'blob' AND json_valid({quote(n)}, 8) THEN json({quote(n)}) "
-            f"ELSE {quote(n)} END" for n in names
-        )
     order = order or row_order(conn, table)
-    sql = (f"SELECT {cols} FROM {quote(table)}" + (f" WHERE {where}" if where else "")
-           + (f" ORDER BY {order}" if order else ""))
-    return [{n: to_json_value(v) for n, v in zip(names, row)} for row in conn.exec_driver_sql(sql, tuple(params))]
+    tail = f" FROM {quote(table)}" + (f" WHERE {where}" if where else "") + (f" ORDER BY {order}" if order else "")
+    if not capabilities_of(conn).json_blobs:
+        sql = f"SELECT {', '.join(quote(n) for n in names)}{tail}"
+        return [{n: to_json_value(v) for n, v in zip(names, row)} for row in conn.exec_driver_sql(sql, tuple(params))]
+    cols = [
+        f"CASE WHEN typeof({q}) = 'blob' AND json_valid({q}, 8) THEN CAST(json({q}) AS BLOB) "
+        f"WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) ELSE {q} END"
+        for q in map(quote, names)
+    ]
+    blobs = " || ".join(
+        f"(CASE WHEN typeof({q}) = 'blob' AND NOT json_valid({q}, 8) THEN '1' ELSE '0' END)" for q in map(quote, names)
+    )
+    sql = f"SELECT {', '.join(cols)}, {blobs}{tail}"
+    key = primary_key(conn, table) or names[:1]
+    out = []
+    for row in conn.exec_driver_sql(sql, tuple(params)):
+        marks = row[-1]
+        values: dict[str, Any] = {}
+        for i, (name, value) in enumerate(zip(names, row)):
+            if isinstance(value, (bytes, bytearray, memoryview)) and marks[i] == "0":
+                try:
+                    value = bytes(value).decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise _unreadable_row(conn, table, name, key, names, row, exc) from None
+            values[name] = to_json_value(value)
+        out.append(values)
+    return out
+
+
+def _unreadable_row(
+    conn: sa.Connection, table: str, column: str, key: list[str], names: list[str], row: Sequence[Any],
+    exc: UnicodeDecodeError,
+) -> UnreadableValueError:
+    def shown(value: Any) -> str:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return repr(bytes(value).decode("utf-8", errors="replace"))
+        return repr(value)
+
+    which = ", ".join(f"{k} = {shown(row[names.index(k)])}" for k in key)
+    where = " AND ".join(f"{quote(k)} = ..." for k in key)
+    db = getattr(conn.engine.url, "database", None) or "the database"
+    return UnreadableValueError(
+        f"{db}: the {table} row with {which} holds text that is not valid UTF-8 in its {column} column "
+        f"(byte {exc.start + 1} of {len(exc.object)}), so it cannot be exported as it is; nothing was written. "
+        f"Repair that value with the sqlite3 shell (e.g. SELECT hex({quote(column)}) FROM {quote(table)} WHERE "
+        f"{where}; then UPDATE it to valid text), or delete the row; a backup of the file first is wise."
+    )
 
 
 def to_json_value(value: Any) -> Any:

@@ -100,3 +100,58 @@ def test_recall_indexes_and_recalls_around_a_bad_row(spoiled):
     assert "bad" in {h.message_id for h in hits}
     prompt = memory.assemble(thread_id="t1", resource_id="u1", input=[Message.user("caf again?")])
     assert any("caf\ufffd(" in m.get("content", "") for m in prompt.messages if isinstance(m.get("content"), str))
+
+
+def _spoil_metadata(store) -> None:
+    bad = BAD.format(_hex('{"a":"A') + "ff" + _hex('B"}'))  # {"a":"A<0xff>B"}
+    with store.db.write() as conn:
+        conn.exec_driver_sql(f"UPDATE mastra_threads SET metadata = {bad} WHERE id = 't1'")
+
+
+def test_a_bad_byte_in_thread_metadata_leaves_listing_and_the_cli_working(spoiled, db_path):
+    store = spoiled.store
+    _spoil_metadata(store)
+    assert store.memory.thread_summaries("u1")[0].thread.metadata == {"a": "A\ufffdB"}
+    assert store.memory.get_thread("t1").metadata == {"a": "A\ufffdB"}
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["threads", "--db", str(db_path)], out=out, err=err) == 0, err.getvalue()
+    assert "Trip\ufffd" in out.getvalue()
+
+
+def test_working_memory_of_a_thread_with_bad_metadata_is_read(spoiled):
+    _spoil_metadata(spoiled.store)
+    memory = Memory(spoiled.store, MemoryOptions(working_memory={"enabled": True, "scope": "thread"}))
+    assert memory.get_working_memory(thread_id="t1", resource_id="u1") is None
+    memory.update_working_memory(thread_id="t1", resource_id="u1", working_memory="# Notes")
+    assert memory.get_working_memory(thread_id="t1", resource_id="u1") == "# Notes"
+
+
+@pytest.mark.parametrize("column", ["title", "metadata"])
+def test_export_of_a_thread_with_a_bad_byte_says_which_row_and_column(spoiled, db_path, tmp_path, column):
+    if column == "metadata":
+        _spoil_metadata(spoiled.store)
+        with spoiled.store.db.write() as conn:
+            conn.exec_driver_sql("UPDATE mastra_threads SET title = 'Trip' WHERE id = 't1'")
+    with spoiled.store.db.write() as conn:  # the message's bad byte is not what this test is about
+        conn.exec_driver_sql("DELETE FROM mastra_messages WHERE id = 'bad'")
+    target = tmp_path / "t1.json"
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["export", "--db", str(db_path), "--thread", "t1", "-o", str(target)], out=out, err=err)
+    text = err.getvalue()
+    assert code != 0 and not target.exists()
+    assert "Traceback" not in text and "PendingRollbackError" not in text
+    assert "mastra_threads row with id = 't1'" in text and f"in its {column} column" in text
+    assert "not valid UTF-8" in text and "sqlite3 shell" in text
+
+
+def test_a_failed_read_in_a_snapshot_is_reported_as_itself(spoiled, db_path):
+    from core.storage import UnreadableValueError
+
+    with spoiled.store.db.write() as conn:
+        conn.exec_driver_sql(f"UPDATE mastra_messages SET role = {BAD.format('75ff')} WHERE id = 'bad'")
+    with pytest.raises(UnreadableValueError, match="not valid UTF-8") as info:
+        with spoiled.store.db.snapshot() as conn:
+            conn.exec_driver_sql("SELECT role FROM mastra_messages").all()
+    assert str(db_path) in str(info.value)
+    with spoiled.store.db.snapshot() as conn:  # the database is still usable afterwards
+        assert conn.exec_driver_sql("SELECT count(*) FROM mastra_threads").scalar() == 1

@@ -593,3 +593,19 @@ def test_mcp_refuses_a_resource_id_that_cannot_be_an_id_before_serving(tmp_path:
     assert done.returncode == 1, done.stderr
     assert b"The resource id 'ada\\udcff' cannot be used: it contains a lone surrogate" in done.stderr
     assert b"on stdio" not in done.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no file can be created")
+def test_a_database_that_cannot_be_created_where_asked_gets_advice() -> None:
+    code, out, err = run("demo", "--db", "/proc/memory-studio-qa.db")
+    assert code == 1 and not out
+    assert "Cannot open /proc/memory-studio-qa.db" in err
+    assert "check that its folder exists, is a folder on an ordinary disk and is writable by this user" in err
+
+
+def test_where_for_a_folder_names_no_trace_file_outside_it(tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    code, out, _err = run("where", "--db", str(folder))
+    assert code == 0 and "a folder, not a database file" in out
+    assert "traces:" not in out and str(tmp_path / "observability.duckdb") not in out

@@ -289,3 +289,35 @@ def test_remember_makes_no_thread_the_gateway_could_not_name(tmp_path: Path) -> 
     assert [r.is_error for r in results] == [True, True, False, False, True]
     assert "printable string of at most 256 characters" in _error(results[0])
     assert threads == {"legacy\x1b[31m", "fine"}
+
+
+def test_text_with_a_lone_surrogate_is_refused_with_a_clear_tool_error(tmp_path: Path) -> None:
+    """JSON allows "\\ud800"; an in-process client passes it on. search_memory failed in the answer's
+    serialization ("Error executing tool"), update_working_memory named the server's database file, and the
+    spans of such calls could never be written to the trace file (set aside as poison)."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    with open_store(tmp_path / "memory.db") as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True}, semantic_recall=True),
+                        embedder=HashingEmbedder())
+        tools = MemoryTools(memory, Binding("ada"))
+        tools.remember("hello world", "t1")
+
+        async def main() -> list[Any]:
+            async with Client(build_server(tools)) as client:
+                return [await client.call_tool("search_memory", {"query": "hello \ud800"}),
+                        await client.call_tool("search_memory", {"query": "hello", "thread": "t\udc00"}),
+                        await client.call_tool("update_working_memory", {"working_memory": "# Notes \ud800"}),
+                        await client.call_tool("search_memory", {"query": "hello"})]
+
+        results = anyio.run(main)
+        assert store.tracer().flush(30)
+        assert memory.get_working_memory(resource_id="ada") is None
+    assert [r.is_error for r in results] == [True, True, True, False]
+    assert "The query contains a lone surrogate (U+D800 at character 6)" in _error(results[0])
+    assert "lone surrogate (U+DC00)" in _error(results[1])
+    assert "The working memory contains a lone surrogate" in _error(results[2])
+    assert str(tmp_path) not in _error(results[2])
+    assert not list(tmp_path.rglob("*poison*"))

@@ -206,3 +206,24 @@ def test_with_traces_carries_the_runs_and_the_summary_says_what_was_left_out(tmp
     assert code == 0, err
     code, out, err = run("import", "--db", str(other), str(without))
     assert code == 0 and "left out: traces" in out and "--with-traces" in err
+
+
+def test_import_says_each_left_out_reason_once(tmp_path: Path, new_db: NewDb) -> None:
+    """The summary line names what was left out; the reason is said once, on its own line."""
+    source, target = new_db("source.db"), new_db("target.db")
+    with open_store(source) as store:
+        Memory(store).save_messages([Message.user("hello", thread_id="t", resource_id="r")])
+    dump = tmp_path / "t.json"
+    code, _out, err = run("export", "--db", str(source), "--thread", "t", "-o", str(dump))
+    assert code == 0, err
+    data = json.loads(dump.read_text())
+    del data["agents"]  # as an older Memory Studio wrote it: a second reason
+    dump.write_text(json.dumps(data))
+    for extra in (("--dry-run",), ()):
+        code, out, err = run("import", "--db", str(target), str(dump), *extra)
+        assert code == 0, err
+        both = out + err
+        assert "left out: traces" in out and "--with-traces" in err
+        assert both.count("--with-traces") == 1, both
+        assert both.count("the Studio previews these threads with this database's agents") == 1, both
+        assert "left out: traces; the agents' registered configurations and the Studio's overrides" in out
