@@ -53,6 +53,10 @@ class RequestContext:
     as_of: "Message | None" = None
     # Rebuilding a recorded turn: processors take their inputs from the record, not from queries.
     frozen: "FrozenTurn | None" = None
+    # Stored messages the model receives by another way than this context's list (an SDK session
+    # sends the thread itself): semantic recall fills its top k with other messages. Empty for our
+    # own turns, whose recall keeps Mastra's rule (a hit already in the prompt is dropped, not replaced).
+    recall_exclude: frozenset[str] = frozenset()
 
     @property
     def read_only(self) -> bool:

@@ -593,3 +593,54 @@ def test_working_memory_tags_an_item_holds_are_not_kept_in_its_stored_item(memor
     assert stored.text == "Noted." and "4471" not in json.dumps(stored.content)
     assert asyncio.run(session.get_items())[-1] == {**reply, "content": [
         {"type": "output_text", "annotations": [], "text": "Noted."}]}
+
+
+def test_recall_fills_its_top_k_with_messages_the_session_does_not_send(tmp_path: Path, only_our_traces: None) -> None:
+    # The SDK saves the run's input before the model call, and the session sends the whole thread:
+    # recall's places went to that input (the best hit of its own query) and to the thread's own
+    # messages, and the only block the adapter passes on (other threads) lost what it was for.
+    store = open_store(tmp_path / "recall.db")
+    options = MemoryOptions(semantic_recall={"top_k": 2, "message_range": 0, "scope": "resource"})
+    memory = Memory(store, options, embedder=HashingEmbedder(), name="chef")
+    try:
+        memory.save_messages([_user(memory, "fruit", "My favourite fruit is mango."),
+                              _assistant(memory, "fruit", "Mango it is.")])
+        with LoopbackServer([{"text": "Hello Ada."}, {"text": "Noted."}, {"text": "Mango, Ada."}]) as server:
+            session = MemorySession("chat", memory=memory, resource_id="ada")
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+            agent = Agent(name="chef", instructions="You are a helpful cook.",
+                          model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+            _run(agent, "My name is Ada, what is my name?", session)
+            _run(agent, "Do I like fruit? What fruit do I like?", session)
+            _run(agent, "What fruit do I like, and what is my name?", session)
+            sent = server.chat_requests()
+        thread = memory.recall(thread_id="chat", resource_id="ada", per_page=False).messages
+        assert [m.text for m in thread if m.role == "user"] == [
+            "My name is Ada, what is my name?", "Do I like fruit? What fruit do I like?",
+            "What fruit do I like, and what is my name?"]
+        last = sent[-1]["messages"]
+        assert last[0]["role"] == "system" and "My favourite fruit is mango." in last[0]["content"]
+        # The thread reached the model once, as the conversation: never again as recalled memory.
+        assert [m["content"] for m in last[1:] if m["role"] == "user"] == [m.text for m in thread if m.role == "user"]
+        assert "What fruit do I like, and what is my name?" not in last[0]["content"]
+
+        # The trace holds what was sent, and the recall span says what recall passed over and found.
+        store.tracer().flush(30)
+        resolver = reads.SourceResolver(store)
+        runs = list(reads.load_traces_page(resolver, TraceFilters(thread_id="chat"), 0, 20).rows)
+        spans = [s for run in runs for s in resolver.resolve().reader.get_trace(run.trace_id)]
+        generations = [s for s in spans if s.span_type == "model_generation"]
+        assert sorted(json.dumps(g.input["messages"], sort_keys=True) for g in generations) == sorted(
+            json.dumps(r["messages"], sort_keys=True) for r in sent)
+        recalls = [s for s in spans if s.name == "memory: recall"
+                   and s.output["recall"]["query"] == "What fruit do I like, and what is my name?"]
+        assert len(recalls) == 1
+        found = recalls[0].output["recall"]
+        own = {m.id for m in thread[:-1]}  # the thread at that call: its reply was saved after it
+        assert found["excluded"] == len(own) and set(found["passed_over"]) <= own
+        assert found["passed_over"] and not {h["message_id"] for h in found["hits"]} & own
+        mango = next(m.id for m in memory.recall(thread_id="fruit", resource_id="ada", per_page=False).messages
+                     if m.text == "My favourite fruit is mango.")
+        assert mango in {h["message_id"] for h in found["hits"]}
+    finally:
+        store.close()
