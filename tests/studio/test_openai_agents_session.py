@@ -644,3 +644,79 @@ def test_recall_fills_its_top_k_with_messages_the_session_does_not_send(tmp_path
         assert mango in {h["message_id"] for h in found["hits"]}
     finally:
         store.close()
+
+
+class _ResponsesServer:
+    """A Responses endpoint on loopback that answers as llama.cpp's does: without echoing the
+    request's ``instructions`` in the response. It keeps each request body."""
+
+    def __init__(self, replies: list[str]) -> None:
+        import http.server
+        import threading
+
+        self.replies, self.requests = list(replies), []  # type: list[str], list[dict[str, Any]]
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                owner.requests.append(body)
+                n = len(owner.requests)
+                payload = json.dumps({
+                    "id": f"resp_{n}", "object": "response", "created_at": 0, "model": body.get("model"),
+                    "status": "completed", "usage": {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7},
+                    "output": [{"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
+                                "content": [{"type": "output_text", "text": owner.replies.pop(0),
+                                             "annotations": []}]}]}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "_ResponsesServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+def test_a_responses_call_is_traced_with_the_instructions_it_sent_when_the_server_does_not_echo_them(
+        memory: Memory, only_our_traces: None) -> None:
+    # The trace took a Responses call's instructions from the response only; llama.cpp's server does
+    # not echo them, so the Studio showed the call without its system text: the agent's instructions,
+    # working memory and the recalled block the model did receive.
+    from agents import OpenAIResponsesModel
+
+    memory.save_messages([_user(memory, "fruit", "My favourite fruit is mango.")])
+    with _ResponsesServer(["Hello.", "Mango."]) as server:
+        session = MemorySession("resp", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="You are a helpful cook.",
+                      model=OpenAIResponsesModel(model="local-responses", openai_client=client))
+        _run(agent, "Hi there.", session)
+        _run(agent, "Which fruit do I like?", session)
+        sent = server.requests
+    assert len(sent) == 2 and "My favourite fruit is mango." in sent[1]["instructions"]
+
+    memory.store.tracer().flush(30)
+    resolver = reads.SourceResolver(memory.store)
+    runs = list(reads.load_traces_page(resolver, TraceFilters(thread_id="resp"), 0, 20).rows)
+    generations = [s for run in runs for s in resolver.resolve().reader.get_trace(run.trace_id)
+                   if s.span_type == "model_generation"]
+    traced = sorted(json.dumps(g.input["messages"], sort_keys=True) for g in generations)
+    expected = sorted(json.dumps([{"role": "system", "content": r["instructions"]}, *r["input"]], sort_keys=True)
+                      for r in sent)
+    assert traced == expected

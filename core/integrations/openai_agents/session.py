@@ -48,7 +48,7 @@ from core.integrations.openai_agents.items import (
     latest_user_text,
     messages_to_items,
 )
-from core.integrations.openai_agents.tracing import SESSION_KEY, trace_processor
+from core.integrations.openai_agents.tracing import SENT_INSTRUCTIONS, SESSION_KEY, trace_processor
 from core.memory import Memory
 from core.messages import Message
 from core.prompt import AssembledPrompt
@@ -215,6 +215,8 @@ class MemorySession:
                 output["recall"] = {k: recall[k] for k in ("query", "hits", "excluded", "passed_over") if k in recall}
             span.set_output(output)
         instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
+        trace = get_current_trace()
+        SENT_INSTRUCTIONS.set((trace.trace_id, instructions or None) if trace is not None else None)
         return ModelInputData(input=model_data.input, instructions=instructions or None)
 
     async def _register(self, agent: Any) -> None:
