@@ -74,6 +74,10 @@ class RequestContext:
     # after it) while this prompt is being built; they are the other turn's, not this one's history,
     # and would end this prompt after its own input.
     input_at: "tuple[datetime, str] | None" = None
+    # Stored messages the model receives by another way than this context's list (an SDK session
+    # sends the thread itself): semantic recall fills its top k with other messages. Empty for our
+    # own turns, whose recall keeps Mastra's rule (a hit already in the prompt is dropped, not replaced).
+    recall_exclude: frozenset[str] = frozenset()
 
     @property
     def before(self) -> "tuple[datetime, str] | None":

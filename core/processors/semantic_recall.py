@@ -98,11 +98,14 @@ class SemanticRecall(BaseProcessor):
             hits, reason = list(req.frozen.hits), None
         else:
             assert index is not None
+            excluded = req.recall_exclude
             result = index.search(
                 query,
                 resource_id=req.resource_id if resource_scope else None,
                 thread_id=None if resource_scope else req.thread_id,
-                top_k=opts.top_k,
+                # Messages the model receives anyway take no place: asked deep enough that the top k
+                # is still full when every one of them ranks first.
+                top_k=opts.top_k + len(excluded),
                 mode=opts.mode,
                 threshold=opts.threshold,
                 # Rebuilding a past turn: messages written since are never scored, so they cannot take
@@ -110,6 +113,12 @@ class SemanticRecall(BaseProcessor):
                 until=req.as_of.created_at if req.as_of is not None else None,
             )
             hits, reason = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id], result.reason
+            if excluded:
+                passed = [h for h in hits if h.message_id in excluded]
+                hits = [h for h in hits if h.message_id not in excluded][:opts.top_k]
+                ctx.note(self.id, excluded=len(excluded), passed_over=[h.message_id for h in passed])
+                if not hits and passed and reason is None:
+                    reason = f"every similar message ({len(passed)}) is one the model already receives"
         ctx.note(
             self.id, query=query, scope="resource" if resource_scope else "thread", mode=opts.mode,
             hits=[_hit_detail(h) for h in hits], reason=reason,
@@ -118,7 +127,7 @@ class SemanticRecall(BaseProcessor):
             ctx.skip(self.id, reason or "no similar messages found")
             return
         windows = self._windows(ctx, hits, opts, req.resource_id if resource_scope else None)
-        present = ctx.messages.ids()
+        present = ctx.messages.ids() | req.recall_exclude
         fresh = {mid: pair for mid, pair in windows.items() if mid not in present}
         later = 0
         if req.as_of is not None:  # replay: only what existed before the replayed turn is memory

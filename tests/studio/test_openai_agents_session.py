@@ -593,3 +593,130 @@ def test_working_memory_tags_an_item_holds_are_not_kept_in_its_stored_item(memor
     assert stored.text == "Noted." and "4471" not in json.dumps(stored.content)
     assert asyncio.run(session.get_items())[-1] == {**reply, "content": [
         {"type": "output_text", "annotations": [], "text": "Noted."}]}
+
+
+def test_recall_fills_its_top_k_with_messages_the_session_does_not_send(tmp_path: Path, only_our_traces: None) -> None:
+    # The SDK saves the run's input before the model call, and the session sends the whole thread:
+    # recall's places went to that input (the best hit of its own query) and to the thread's own
+    # messages, and the only block the adapter passes on (other threads) lost what it was for.
+    store = open_store(tmp_path / "recall.db")
+    options = MemoryOptions(semantic_recall={"top_k": 2, "message_range": 0, "scope": "resource"})
+    memory = Memory(store, options, embedder=HashingEmbedder(), name="chef")
+    try:
+        memory.save_messages([_user(memory, "fruit", "My favourite fruit is mango."),
+                              _assistant(memory, "fruit", "Mango it is.")])
+        with LoopbackServer([{"text": "Hello Ada."}, {"text": "Noted."}, {"text": "Mango, Ada."}]) as server:
+            session = MemorySession("chat", memory=memory, resource_id="ada")
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+            agent = Agent(name="chef", instructions="You are a helpful cook.",
+                          model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+            _run(agent, "My name is Ada, what is my name?", session)
+            _run(agent, "Do I like fruit? What fruit do I like?", session)
+            _run(agent, "What fruit do I like, and what is my name?", session)
+            sent = server.chat_requests()
+        thread = memory.recall(thread_id="chat", resource_id="ada", per_page=False).messages
+        assert [m.text for m in thread if m.role == "user"] == [
+            "My name is Ada, what is my name?", "Do I like fruit? What fruit do I like?",
+            "What fruit do I like, and what is my name?"]
+        last = sent[-1]["messages"]
+        assert last[0]["role"] == "system" and "My favourite fruit is mango." in last[0]["content"]
+        # The thread reached the model once, as the conversation: never again as recalled memory.
+        assert [m["content"] for m in last[1:] if m["role"] == "user"] == [m.text for m in thread if m.role == "user"]
+        assert "What fruit do I like, and what is my name?" not in last[0]["content"]
+
+        # The trace holds what was sent, and the recall span says what recall passed over and found.
+        store.tracer().flush(30)
+        resolver = reads.SourceResolver(store)
+        runs = list(reads.load_traces_page(resolver, TraceFilters(thread_id="chat"), 0, 20).rows)
+        spans = [s for run in runs for s in resolver.resolve().reader.get_trace(run.trace_id)]
+        generations = [s for s in spans if s.span_type == "model_generation"]
+        assert sorted(json.dumps(g.input["messages"], sort_keys=True) for g in generations) == sorted(
+            json.dumps(r["messages"], sort_keys=True) for r in sent)
+        recalls = [s for s in spans if s.name == "memory: recall"
+                   and s.output["recall"]["query"] == "What fruit do I like, and what is my name?"]
+        assert len(recalls) == 1
+        found = recalls[0].output["recall"]
+        own = {m.id for m in thread[:-1]}  # the thread at that call: its reply was saved after it
+        assert found["excluded"] == len(own) and set(found["passed_over"]) <= own
+        assert found["passed_over"] and not {h["message_id"] for h in found["hits"]} & own
+        mango = next(m.id for m in memory.recall(thread_id="fruit", resource_id="ada", per_page=False).messages
+                     if m.text == "My favourite fruit is mango.")
+        assert mango in {h["message_id"] for h in found["hits"]}
+    finally:
+        store.close()
+
+
+class _ResponsesServer:
+    """A Responses endpoint on loopback that answers as llama.cpp's does: without echoing the
+    request's ``instructions`` in the response. It keeps each request body."""
+
+    def __init__(self, replies: list[str]) -> None:
+        import http.server
+        import threading
+
+        self.replies, self.requests = list(replies), []  # type: list[str], list[dict[str, Any]]
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                owner.requests.append(body)
+                n = len(owner.requests)
+                payload = json.dumps({
+                    "id": f"resp_{n}", "object": "response", "created_at": 0, "model": body.get("model"),
+                    "status": "completed", "usage": {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7},
+                    "output": [{"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
+                                "content": [{"type": "output_text", "text": owner.replies.pop(0),
+                                             "annotations": []}]}]}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "_ResponsesServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+def test_a_responses_call_is_traced_with_the_instructions_it_sent_when_the_server_does_not_echo_them(
+        memory: Memory, only_our_traces: None) -> None:
+    # The trace took a Responses call's instructions from the response only; llama.cpp's server does
+    # not echo them, so the Studio showed the call without its system text: the agent's instructions,
+    # working memory and the recalled block the model did receive.
+    from agents import OpenAIResponsesModel
+
+    memory.save_messages([_user(memory, "fruit", "My favourite fruit is mango.")])
+    with _ResponsesServer(["Hello.", "Mango."]) as server:
+        session = MemorySession("resp", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="You are a helpful cook.",
+                      model=OpenAIResponsesModel(model="local-responses", openai_client=client))
+        _run(agent, "Hi there.", session)
+        _run(agent, "Which fruit do I like?", session)
+        sent = server.requests
+    assert len(sent) == 2 and "My favourite fruit is mango." in sent[1]["instructions"]
+
+    memory.store.tracer().flush(30)
+    resolver = reads.SourceResolver(memory.store)
+    runs = list(reads.load_traces_page(resolver, TraceFilters(thread_id="resp"), 0, 20).rows)
+    generations = [s for run in runs for s in resolver.resolve().reader.get_trace(run.trace_id)
+                   if s.span_type == "model_generation"]
+    traced = sorted(json.dumps(g.input["messages"], sort_keys=True) for g in generations)
+    expected = sorted(json.dumps([{"role": "system", "content": r["instructions"]}, *r["input"]], sort_keys=True)
+                      for r in sent)
+    assert traced == expected

@@ -48,7 +48,7 @@ from core.integrations.openai_agents.items import (
     latest_user_text,
     messages_to_items,
 )
-from core.integrations.openai_agents.tracing import SESSION_KEY, trace_processor
+from core.integrations.openai_agents.tracing import SENT_INSTRUCTIONS, SESSION_KEY, trace_processor
 from core.memory import Memory
 from core.messages import Message
 from core.prompt import AssembledPrompt
@@ -207,10 +207,16 @@ class MemorySession:
                                attributes={"operationType": "recall", "framework": "openai-agents"}) as span:
             prompt = await asyncio.to_thread(self._memory_prompt, latest_user_text(model_data.input))
             blocks = memory_blocks(prompt)
-            span.set_output({"fragments": [f.source for f in prompt.fragments if f.role == "system"
-                                           and f.source not in _NOT_MEMORY],
-                             "skipped": prompt.skipped, "tokens": prompt.total_tokens})
+            output: dict[str, Any] = {"fragments": [f.source for f in prompt.fragments if f.role == "system"
+                                                    and f.source not in _NOT_MEMORY],
+                                      "skipped": prompt.skipped, "tokens": prompt.total_tokens}
+            recall = prompt.notes.get("semantic-recall")
+            if recall:  # which messages recall searched past (the thread's own) and which it found
+                output["recall"] = {k: recall[k] for k in ("query", "hits", "excluded", "passed_over") if k in recall}
+            span.set_output(output)
         instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
+        trace = get_current_trace()
+        SENT_INSTRUCTIONS.set((trace.trace_id, instructions or None) if trace is not None else None)
         return ModelInputData(input=model_data.input, instructions=instructions or None)
 
     async def _register(self, agent: Any) -> None:
@@ -318,10 +324,16 @@ class MemorySession:
             self.memory.delete_messages(ids, resource_id=self.resource_id, author="openai-agents")
 
     def _memory_prompt(self, query: str) -> AssembledPrompt:
-        """The memory processors run live for this thread, history off (the session supplies it)."""
+        """The memory processors run live for this thread, history off (the session supplies it).
+
+        Recall fills its top k with other threads' messages: the thread's own messages are what the
+        session sends (the input the SDK saved just before this call among them), and a same-thread
+        hit would reach the model only as a repeat, since only the memory's system blocks are added."""
         mem = self.memory
         request = mem.request_context(thread_id=self.session_id, resource_id=self.resource_id,
                                       options={"last_messages": 0})
+        if request.options.semantic_recall.enabled:
+            request = replace(request, recall_exclude=frozenset(m.id for m in self._messages()))
         ctx = mem.new_context(request, services=replace(mem.services(), tracer=NOOP_TRACER))
         ctx.live = True  # observational memory may observe; working memory and recall read
         mem.prepare_input(ctx, input=[Message.user(query)] if query else [])

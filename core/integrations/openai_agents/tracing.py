@@ -11,6 +11,7 @@ own exporter) keep working beside this one.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import threading
@@ -29,6 +30,13 @@ log = logging.getLogger(__name__)
 
 #: The trace-metadata key a MemorySession's run config sets; its value names the session.
 SESSION_KEY = "memory_studio_session"
+
+#: The instructions the memory filter gave the model call about to run: (SDK trace id, text). A
+#: Responses call's span has its instructions only from the response, and a server need not echo them
+#: (llama.cpp's does not); the span then takes these, once (a later call, or a nested run started
+#: from a tool, sets its own or finds none).
+SENT_INSTRUCTIONS: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
+    "memory_studio_sent_instructions", default=None)
 
 
 class MemoryStudioTraceProcessor(TracingProcessor):
@@ -98,7 +106,7 @@ class MemoryStudioTraceProcessor(TracingProcessor):
         if ours is None:
             return
         try:
-            _fill(ours, span.span_data)
+            _fill(ours, span.span_data, getattr(span, "trace_id", None))
         except Exception:  # noqa: BLE001 - tracing never fails a run
             log.warning("could not record the SDK's %s span", type(span.span_data).__name__, exc_info=True)
         error = getattr(span, "error", None)
@@ -164,7 +172,7 @@ NOT_RECORDED = ("the Agents SDK did not record what this model call sent and rec
                 "(trace_include_sensitive_data is off)")
 
 
-def _fill(ours: Span, data: Any) -> None:
+def _fill(ours: Span, data: Any, trace_id: str | None = None) -> None:
     kind = getattr(data, "type", "")
     if kind == "generation":
         ours.set_attributes({"model": data.model, "modelSettings": dict(data.model_config or {}),
@@ -182,6 +190,10 @@ def _fill(ours: Span, data: Any) -> None:
             ours.set_attributes({"notRecorded": NOT_RECORDED})
             return
         instructions = getattr(response, "instructions", None) if response is not None else None
+        sent = SENT_INSTRUCTIONS.get()
+        SENT_INSTRUCTIONS.set(None)
+        if not isinstance(instructions, str) and sent is not None and sent[0] == trace_id:
+            instructions = sent[1]  # what the memory filter passed on: the server did not echo it
         messages = ([{"role": "system", "content": instructions}] if isinstance(instructions, str) else [])
         raw_input = data.input
         messages += [{"role": "user", "content": raw_input}] if isinstance(raw_input, str) else list(raw_input or [])
