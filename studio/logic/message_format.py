@@ -113,10 +113,19 @@ def shown_parts(message: Message) -> list[dict[str, Any]]:
     ``content.toolInvocations`` field first (AI SDK v4 clients and older Mastra versions wrote calls only
     there, and Mastra's working-memory hiding leaves that field as it was) when no part is a tool
     invocation: the rule ``core.prompt`` sends such a message to the model by, so the list shows the calls
-    the model received (a call still waiting for its result is shown too, as any unanswered call is)."""
+    the model received (a call still waiting for its result is shown too, as any unanswered call is); and
+    a user message's ``experimental_attachments`` after its parts when no part is a file (the prompt's
+    rule for them too)."""
     parts = message.parts
-    content = message.content
-    legacy = content.get("toolInvocations") if isinstance(content, dict) else None
+    content = message.content if isinstance(message.content, dict) else {}
+    attachments = content.get("experimental_attachments")
+    if message.role == "user" and isinstance(attachments, list) and not any(p.get("type") == "file" for p in parts):
+        # A user message's files kept only as attachments (AI SDK v4 clients, Mastra): the prompt sends
+        # them after the text when no part is a file, so they are shown there, as file parts are.
+        parts = [*parts, *({"type": "file", "filename": a.get("name"), "mimeType": a.get("contentType"),
+                            "data": a["url"]} for a in attachments
+                           if isinstance(a, dict) and isinstance(a.get("url"), str))]
+    legacy = content.get("toolInvocations")
     if not isinstance(legacy, list) or not legacy or any(p.get("type") == "tool-invocation" for p in parts):
         return parts
     calls = [{"type": "tool-invocation", "toolInvocation": inv} for inv in legacy

@@ -35,7 +35,8 @@ def _mastra_db(path: Path) -> None:
     """Three threads of two resources, as Mastra writes them: ``bob-plan`` keeps its working memory itself
     (scope "thread"), resource ``ada`` keeps one and so does its thread ``ada-groceries`` (two agents with
     different scopes), ``ada-trip`` keeps none; an assistant message whose calls are only in
-    ``toolInvocations`` (a result and a call still waiting for its result) beside a plain text part."""
+    ``toolInvocations`` (a result and a call still waiting for its result) beside a plain text part; a user
+    message whose files are only in ``experimental_attachments``."""
     con = sqlite3.connect(path)
     for ddl in schema.MASTRA_MEMORY_DDL:
         con.execute(ddl)
@@ -60,6 +61,10 @@ def _mastra_db(path: Path) -> None:
                         "content": "weather in Bergen?"}),
         ("m1", "assistant", {"format": 2, "parts": [{"type": "text", "text": "Rainy; I asked for a ferry."}],
                              "content": "Rainy; I asked for a ferry.", "toolInvocations": legacy}),
+        ("m2", "user", {"format": 2, "parts": [{"type": "text", "text": "Look at the ferry map"}],
+                        "experimental_attachments": [
+                            {"name": "map.png", "contentType": "image/png", "url": "data:image/png;base64,iVBORw0K"},
+                            {"name": "times.pdf", "contentType": "application/pdf", "url": "data:application/pdf;base64,JVBE"}]}),
     ]
     for i, (mid, role, content) in enumerate(rows):
         con.execute('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
@@ -163,6 +168,27 @@ def test_calls_kept_only_in_tool_invocations_show_in_the_message_list(
                    "Rainy; I asked for a ferry."):
         assert needle in html, needle
     _shot(pane, "messages-mastra-legacy-tool-invocations")
+    assert _digest(mastra_db) == before
+
+
+def test_files_kept_only_as_attachments_show_in_the_message_list(qtbot: Any, make_session: Any, mastra_db: Path) -> None:
+    """A user message whose files Mastra kept only in ``experimental_attachments`` showed as its text alone,
+    while the prompt sends its files to the model."""
+    before = _digest(mastra_db)
+    pane = MessagesPane(make_session(mastra_db))
+    qtbot.addWidget(pane)
+    pane.resize(900, 600)
+    pane.show()
+    with qtbot.waitSignal(pane.model.loaded, timeout=10_000):
+        pane.set_selection(Selection("bob", "bob-plan"))
+    model = pane.model
+    qtbot.waitUntil(lambda: model.index(2).data(MessageRoles.LOADED), timeout=10_000)
+    assert model.index(2).data(MessageRoles.PREVIEW) == (
+        "Look at the ferry map · [map.png · image/png] · [times.pdf · application/pdf]")
+    pane._select_row(2)
+    html = pane.detail.toHtml()
+    assert "FILE map.png" in html and "FILE times.pdf" in html
+    _shot(pane, "messages-mastra-attachments")
     assert _digest(mastra_db) == before
 
 
