@@ -288,11 +288,14 @@ class Agent:
         names = self._registration_names
         name = names.setdefault(mem.name, self.name if not names else f"{self.name}:{mem.name}")
         known = self._registered.get(id(mem))
-        config = json.dumps(mem.describe(), sort_keys=True, default=str) if known is None or known[0] != name \
-            else known[1]
+        # The agent's model settings and own tools (sub-agents as the tools they are offered as) go with it.
+        settings = self.model_settings.to_dict()
+        tools = [*self.tools, *(f"agent-{sub}" for sub in self.sub_agents)]
+        config = json.dumps([mem.describe(), settings, tools], sort_keys=True, default=str) \
+            if known is None or known[0] != name else known[1]
         if known is None or known != (name, config):
             try:
-                mem.register(name, instructions=self.instructions)
+                mem.register(name, instructions=self.instructions, model_settings=settings, tools=tools)
             except StorageError as exc:  # a state the user can act on (read-only, busy, disk full): one line
                 log.warning("agent %r could not register its memory configuration: %s", self.name, exc)
             except Exception:  # noqa: BLE001 - the Studio's registry must never fail a turn

@@ -4,7 +4,9 @@ Memory Studio keeps two tables of its own for this (``core/storage/schema.py``);
 only code that reads or writes them:
 
 * ``memory_studio_agents``: every agent process registers the resolved memory configuration it runs
-  with (``Memory.register`` calls ``register_agent``), one row per agent name.
+  with (``Memory.register`` calls ``register_agent``), one row per agent name; an ``Agent`` adds its
+  instructions, model settings (``modelSettings``) and own tools' names (``tools``), keys a row of an
+  older engine lacks (``AgentConfig.model_settings`` / ``tool_names`` are None then).
 * ``memory_studio_configs``: an insert-only history of working-memory template/schema overrides per
   memory name, written from the Studio. The newest row wins and the engine reads it on every turn
   (``Memory.effective_options`` calls ``effective_options``), so a running agent picks an edit up on
@@ -70,6 +72,21 @@ class AgentConfig:
         """The agent's instructions, when it recorded them at registration (older engines did not)."""
         text = self.config.get("instructions")
         return text if isinstance(text, str) and text.strip() else None
+
+    @property
+    def model_settings(self) -> dict[str, Any] | None:
+        """The model settings the agent registered (``ModelSettings`` names; {} when it sets none), or
+        None when its row holds none (registered by an older engine, or by ``Memory.register`` alone)."""
+        settings = self.config.get("modelSettings")
+        return dict(settings) if isinstance(settings, Mapping) else None
+
+    @property
+    def tool_names(self) -> tuple[str, ...] | None:
+        """The names of the agent's own tools, as it registered them; None when its row holds none."""
+        tools = self.config.get("tools")
+        if not isinstance(tools, list):
+            return None
+        return tuple(str(name) for name in tools if isinstance(name, str))
 
     def memory_options(self) -> MemoryOptions:
         """The agent's options as a ``MemoryOptions`` (unknown keys from a newer engine are dropped)."""

@@ -793,14 +793,22 @@ class Memory:
         }
 
     # -- registry --------------------------------------------------------------------------------
-    def register(self, agent_name: str | None = None, *, instructions: str | None = None) -> None:
+    def register(self, agent_name: str | None = None, *, instructions: str | None = None,
+                 model_settings: Mapping[str, Any] | None = None, tools: Sequence[str] | None = None) -> None:
         """Record this memory's resolved configuration so the Studio can show what agents run with
-        (and, given the agent's instructions, chat as that agent in the playground)."""
+        (and, given the agent's instructions, chat as that agent in the playground). ``model_settings``
+        (``ModelSettings.to_dict()``) and ``tools`` (the names of the agent's own tools), when given, are
+        recorded beside it (``modelSettings``, ``tools``: the playground sends those settings and names
+        those tools when no recorded turn says more)."""
         from core.agent_configs import register_agent
 
         config = self.describe()
         if instructions:
             config["instructions"] = instructions
+        if model_settings is not None:
+            config["modelSettings"] = dict(model_settings)
+        if tools is not None:
+            config["tools"] = [str(name) for name in tools]
         register_agent(self.store, agent_name or self.name, config)
 
 

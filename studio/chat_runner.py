@@ -11,9 +11,10 @@ default agent. Its memory is passed as a factory, so the playground never re-reg
 borrows. A model error saves nothing: the engine keeps a turn whose model call failed out of history
 (and, with recall, out of the index).
 
-A registration holds no model settings and no tools, so the agent's model settings come from its
-newest recorded turn on the thread (``recorded_runs``: the settings its first model call was sent
-with). Its own tools are code in its process, which the Studio cannot run: they are not offered (the
+The agent's model settings come from its newest recorded turn on the thread (``recorded_runs``: the
+settings its first model call was sent with), else from its registration (``registered_run``: an
+``Agent`` records its model settings and its tools' names; a row of an older engine holds neither,
+and the model's defaults apply). Its own tools are code in its process, which the Studio cannot run: they are not offered (the
 pane says so and names them); memory's own tools are. Every reply is capped (``max_tokens``): the
 user's reply cap, which starts at the agent's recorded one, else ``DEFAULT_REPLY_CAP``; an uncapped
 reply of a small local model can run to the server's context size, be stored, and overflow every
@@ -97,7 +98,8 @@ class AgentRun:
 
     settings: Mapping[str, Any]  # ``ModelSettings`` keys as sent (max_tokens too, when it had one)
     tools: tuple[str, ...]
-    input_id: str  # the user message that started that turn
+    input_id: str  # the user message that started that turn ("" for a registration)
+    registered: bool = False  # from the agent's registration (no recorded turn of it on the thread)
 
     @property
     def max_tokens(self) -> int | None:
@@ -166,6 +168,28 @@ def recorded_runs(store: Store, rows: Sequence[Any]) -> dict[str, AgentRun]:
     return runs
 
 
+def registered_run(agent: AgentConfig | None) -> AgentRun | None:
+    """The model settings and tools agent ``agent`` registered, as the run the playground sends with when no
+    recorded turn of it on the thread says more; None when its registration holds neither (an older engine)."""
+    if agent is None:
+        return None
+    from dataclasses import fields as dataclass_fields
+
+    from core.llm.settings import ModelSettings, ModelSettingsError
+
+    settings, tools = agent.model_settings, agent.tool_names
+    if settings is None and tools is None:
+        return None
+    known = {f.name for f in dataclass_fields(ModelSettings)}
+    kept = {k: v for k, v in (settings or {}).items() if k in known}
+    try:
+        ModelSettings.parse(kept)
+    except (ModelSettingsError, TypeError, ValueError):  # a hand-edited row: the model's defaults, said so
+        logger.warning("agent %r registered model settings that cannot be used; ignored", agent.name)
+        kept = {}
+    return AgentRun(kept, tuple(tools or ()), "", registered=True)
+
+
 def settings_summary(run: AgentRun | None, agent: AgentConfig | None) -> str:
     """One line for the pane: which model settings the turn is sent with, and where they come from."""
     if agent is None:
@@ -174,6 +198,12 @@ def settings_summary(run: AgentRun | None, agent: AgentConfig | None) -> str:
         return (f"Model settings: the model's defaults. Agent '{agent.name}' did not register its settings, and "
                 "no recorded turn of it on the selected thread holds them; the reply cap applies.")
     shown = ", ".join(f"{k} {_setting_text(v)}" for k, v in run.sampling().items())
+    if run.registered and not shown:
+        return (f"Model settings: the model's defaults (agent '{agent.name}' registered none, and no recorded "
+                "turn of it on the selected thread holds any); the reply cap applies.")
+    if run.registered:
+        return (f"Model settings: {shown} (as agent '{agent.name}' registered them; no recorded turn of it on "
+                "the selected thread).")
     return (f"Model settings: {shown or 'none beyond the reply cap'} (as sent in the newest turn agent "
             f"'{agent.name}' recorded on this thread).")
 
@@ -182,7 +212,8 @@ def tools_summary(run: AgentRun | None, agent: AgentConfig | None) -> str:
     """One line for the pane: the agent's own tools are not offered here (the Studio cannot run them)."""
     if agent is None:
         return "Tools: memory's own only (updateWorkingMemory when working memory is on)."
-    own = f" ({', '.join(run.tools)}, offered in the turn it recorded)" if run is not None and run.tools else ""
+    where = "as it registered them" if run is not None and run.registered else "offered in the turn it recorded"
+    own = f" ({', '.join(run.tools)}, {where})" if run is not None and run.tools else ""
     return (f"Tools: the tools of agent '{agent.name}' itself{own} are not offered here: they are code in the "
             "agent's process, which the Studio cannot run, so its replies may differ where it would call one. "
             "Memory's own tools are offered.")

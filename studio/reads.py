@@ -327,21 +327,43 @@ def load_wm(store: Store, selection: Selection, agent_name: str | None = None) -
     declared = bool(base.working_memory.enabled)
     if not declared:  # shown (and editable) even when this agent keeps none
         base = base.merged({"working_memory": {"enabled": True}})
+    service = WorkingMemoryService(store)
+    scope_note = ""
+    if agent is None and thread is not None and base.working_memory.scope == "resource" \
+            and _thread_keeps_wm(thread.metadata):
+        # No registered configuration says which scope applies, and the defaults' resource scope would hide
+        # the working memory this thread keeps itself (Mastra's scope "thread" keeps it in the thread's
+        # metadata): show the thread's, and say so. Only the read changes; nothing is written.
+        base = base.merged({"working_memory": {"scope": "thread"}})
+        scope_note = THREAD_SCOPE_NOTE
+        if service.get(MemoryOptions(working_memory={"enabled": True}).working_memory, thread_id=thread.id,
+                       resource_id=thread.resource_id).text is not None:
+            scope_note += f" Resource '{thread.resource_id}' keeps one too: pick the resource itself to see it."
     memory_name = agent.memory_name if agent is not None else DEFAULT_MEMORY_NAME
     opts = effective_options_for(store, memory_name, base).working_memory
     target, why = target_for(selection, opts)
     snap = WmSnapshot(choice.agents, agent, reason, memory_name, declared, opts, target, why,
                       config=config_state(store, memory_name),
                       history_available=store.db.has_table(tables.wm_versions.name),
-                      max_bytes=base.max_working_memory_bytes, versions_kept=base.max_working_memory_versions)
+                      max_bytes=base.max_working_memory_bytes, versions_kept=base.max_working_memory_versions,
+                      scope_note=scope_note)
     if target is not None:
-        service = WorkingMemoryService(store)
         snap.text = service.get(opts, thread_id=target.thread_id, resource_id=target.resource_id).text
         snap.versions = service.versions(target.scope, target.owner_id)
         tokenizer = default_tokenizer()  # loaded here, off the UI thread, before the editor counts live
         snap.tokens = tokenizer.count(snap.text or "")
         snap.version_tokens = {v.id: tokenizer.count(v.text or "") for v in snap.versions}
     return snap
+
+
+THREAD_SCOPE_NOTE = ("Showing this thread's own working memory (thread scope): it is kept in the thread, "
+                     "as Mastra keeps it with scope 'thread', and no registered agent says which scope applies.")
+
+
+def _thread_keeps_wm(metadata: Any) -> bool:
+    """Whether a thread's metadata holds a working memory (Mastra's thread scope: ``workingMemory``)."""
+    value = metadata.get("workingMemory") if isinstance(metadata, dict) else None
+    return value is not None and value != ""
 
 
 def config_state(store: Store, name: str) -> ConfigState:

@@ -108,9 +108,34 @@ def part_search_text(part: dict[str, Any]) -> str:
     return " ".join(_leaves({k: v for k, v in part.items() if k != "type"}))
 
 
+def shown_parts(message: Message) -> list[dict[str, Any]]:
+    """The parts the Studio shows for a message: its parts, with the tool calls kept only in the legacy
+    ``content.toolInvocations`` field first (AI SDK v4 clients and older Mastra versions wrote calls only
+    there, and Mastra's working-memory hiding leaves that field as it was) when no part is a tool
+    invocation: the rule ``core.prompt`` sends such a message to the model by, so the list shows the calls
+    the model received (a call still waiting for its result is shown too, as any unanswered call is); and
+    a user message's ``experimental_attachments`` after its parts when no part is a file (the prompt's
+    rule for them too)."""
+    parts = message.parts
+    content = message.content if isinstance(message.content, dict) else {}
+    attachments = content.get("experimental_attachments")
+    if message.role == "user" and isinstance(attachments, list) and not any(p.get("type") == "file" for p in parts):
+        # A user message's files kept only as attachments (AI SDK v4 clients, Mastra): the prompt sends
+        # them after the text when no part is a file, so they are shown there, as file parts are.
+        parts = [*parts, *({"type": "file", "filename": a.get("name"), "mimeType": a.get("contentType"),
+                            "data": a["url"]} for a in attachments
+                           if isinstance(a, dict) and isinstance(a.get("url"), str))]
+    legacy = content.get("toolInvocations")
+    if not isinstance(legacy, list) or not legacy or any(p.get("type") == "tool-invocation" for p in parts):
+        return parts
+    calls = [{"type": "tool-invocation", "toolInvocation": inv} for inv in legacy
+             if isinstance(inv, dict) and isinstance(inv.get("toolName"), str)]
+    return [*calls, *parts]
+
+
 def search_text(message: Message) -> str:
     """A message's searchable text: its parts as read (``part_search_text``), else its plain text."""
-    pieces = [t for t in (part_search_text(p) for p in message.parts) if t.strip()]
+    pieces = [t for t in (part_search_text(p) for p in shown_parts(message)) if t.strip()]
     return "\n".join(pieces) if pieces else message.text
 
 
@@ -118,11 +143,12 @@ INVALID_UTF8_NOTE = "stored text is not valid UTF-8; the unreadable bytes are sh
 
 
 def summarize(message: Message) -> MessageRow:
-    pieces = [s for s in (summarize_part(p) for p in message.parts) if s]
+    parts = shown_parts(message)
+    pieces = [s for s in (summarize_part(p) for p in parts) if s]
     if not pieces and message.text:
         pieces = [message.text]
     preview = " · ".join(" ".join(p.split()) for p in pieces)[:PREVIEW_CHARS]
-    kinds = tuple(part_kind(p) for p in message.parts if p.get("type") != "step-start")
+    kinds = tuple(part_kind(p) for p in parts if p.get("type") != "step-start")
     if message.invalid_utf8:  # readable, but not as stored: say so in the list and the detail
         return MessageRow(message.id, message.role, message.created_at, f"[partly unreadable] {preview}",
                           ("error", *kinds), message, INVALID_UTF8_NOTE)
@@ -225,7 +251,7 @@ def message_html(row: MessageRow) -> str:
     )
     if row.message is None:
         return head + _block("UNREADABLE", "#e06c75", _text_html(row.error or "?"))
-    body = "".join(part_html(p) for p in row.message.parts) or _text_html(row.message.text)
+    body = "".join(part_html(p) for p in shown_parts(row.message)) or _text_html(row.message.text)
     if row.error:
         body = _block("PARTLY UNREADABLE", "#e06c75", _text_html(row.error)) + body
     meta = row.message.metadata

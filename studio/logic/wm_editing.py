@@ -77,6 +77,9 @@ class WmSnapshot:
     # The agent's limits (MemoryOptions): the largest value saved, and how many versions are kept.
     max_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES
     versions_kept: int | None = DEFAULT_KEPT_VERSIONS
+    # Why the scope shown is not the configuration's (a thread keeping its own working memory, no agent
+    # registered); "" when the configuration's scope is shown.
+    scope_note: str = ""
 
     @property
     def fmt(self) -> str:

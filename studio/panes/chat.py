@@ -147,8 +147,9 @@ class ChatPane(QWidget):
         self.cap_spin.setValue(chat_runner.DEFAULT_REPLY_CAP)
         self.cap_spin.setToolTip(
             "The longest reply the model may write (max_tokens). It starts at the agent's own cap from its "
-            "recorded turn on this thread, else at 1,024. An uncapped reply of a small local model can fill "
-            "its context, be stored, and make the thread's later turns too long for the model.")
+            "recorded turn on this thread (else the cap it registered), else at 1,024. An uncapped reply of a "
+            "small local model can fill its context, be stored, and make the thread's later turns too long for "
+            "the model.")
         self.cap_spin.valueChanged.connect(lambda _v: setattr(self, "_cap_picked", True))
         self._cap_picked = False  # the user set the cap here: keep it when the agent changes
         where.addWidget(QLabel("Reply cap"))
@@ -326,9 +327,12 @@ class ChatPane(QWidget):
         self._show_run()
 
     def run(self) -> AgentRun | None:
-        """The chosen agent's newest recorded turn on the selected thread (its model settings), if any."""
+        """The chosen agent's newest recorded turn on the selected thread (its model settings), else what
+        it registered (a new thread, or one it has not answered), if anything."""
         agent = self.agent()
-        return self.runs.get(agent.name) if agent is not None else None
+        if agent is None:
+            return None
+        return self.runs.get(agent.name) or chat_runner.registered_run(agent)
 
     def _show_run(self) -> None:
         agent, run = self.agent(), self.run()

@@ -363,6 +363,8 @@ class WorkingMemoryPane(QWidget):
         )
         self.agent_reason.setText(f"Configuration: {snap.agent_reason}; memory name '{snap.memory_name}'.")
         self.info_banner.hide()
+        if snap.scope_note:  # the scope shown is not the configuration's: say which one and why
+            self.info_banner.show_message(snap.scope_note, "info")
         if not snap.declared_enabled:
             self.info_banner.show_message(
                 f"Working memory is not enabled for {('agent ' + repr(snap.agent.name)) if snap.agent else 'the defaults'}: "

@@ -131,3 +131,37 @@ def test_cli_applies_the_override_kept_under_the_memory_name_not_the_agent_name(
     data = cli_prompt(db_path, "--resource", "u1", "--thread", "t1", "hi")
     system = "\n".join(m["content"] for m in data["messages"] if m["role"] == "system")
     assert "- Destination:" in system
+
+
+def test_an_agent_registers_its_model_settings_and_tool_names_and_older_rows_still_read(store):
+    """An agent's registration held its memory configuration only: a Studio chatting as it on a thread it had
+    not answered knew neither its sampling settings nor its tools. They are recorded beside it now; a row an
+    older engine wrote (without them) reads as "not known", not as "none"."""
+    from core import Agent
+    from core.agent import Tool
+    from core.llm import ScriptedModel
+
+    weather = Tool("getWeather", "Weather for a city.", lambda city: {"sky": "rain"},
+                   {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    helper = Agent("sous-chef", instructions="Chop.", model=ScriptedModel([]), register=False)
+    mem = Memory(store, MemoryOptions(working_memory={"enabled": True}), name="chef-memory")
+    Agent("chef", instructions="Plan meals.", model=ScriptedModel([]), memory=mem, tools=[weather], agents=[helper],
+          temperature=0.4, model_settings={"maxTokens": 256, "stopSequences": ["END"]})
+    chef = named_agent(store, "chef")
+    assert chef.model_settings == {"temperature": 0.4, "max_tokens": 256, "stop": ["END"]}
+    assert chef.tool_names == ("getWeather", "agent-sous-chef")
+    assert chef.memory_name == "chef-memory" and chef.instructions == "Plan meals."  # the rest as before
+    assert chef.memory_options().working_memory.enabled
+
+    # An agent with no settings of its own registers that it has none (known: the model's defaults).
+    Agent("plain", instructions="Hi.", model=ScriptedModel([]), memory=Memory(store, name="plain-memory"))
+    plain = named_agent(store, "plain")
+    assert (plain.model_settings, plain.tool_names) == ({}, ())
+
+    # A row without the keys (an older engine; Memory.register on its own): not known.
+    Memory(store, name="bare").register("bare-agent")
+    bare = named_agent(store, "bare-agent")
+    assert (bare.model_settings, bare.tool_names) == (None, None)
+    register_agent(store, "odd", {"name": "odd", "options": {}, "modelSettings": "hot", "tools": "x"})
+    odd = named_agent(store, "odd")
+    assert (odd.model_settings, odd.tool_names) == (None, None)

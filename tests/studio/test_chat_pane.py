@@ -368,6 +368,49 @@ def test_the_borrowed_agent_runs_with_its_recorded_model_settings_and_says_its_t
     assert "getWeather" in pane.tools_label.text()
 
 
+def test_an_agent_with_no_recorded_turn_here_runs_with_the_settings_and_names_the_tools_it_registered(
+        qtbot, pane, session, tmp_path):
+    """A registration held no model settings and no tools: on a thread the agent had not answered (or a new
+    one) the playground sent the model's defaults and could not name the agent's tools. The agent records both
+    when it registers now, and the playground uses them when no recorded turn of it is on the thread."""
+    from core.agent import Tool
+
+    weather = Tool("getWeather", "Current weather for a city.", lambda city: {"city": city, "sky": "rain"},
+                   {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    mem = Memory(session.store, MemoryOptions(last_messages=6, working_memory={"enabled": True}), name="chef-memory")
+    Agent("chef", instructions=CHEF, model=ScriptedModel([]), memory=mem, tools=[weather],
+          model_settings={"temperature": 0.3, "top_p": 0.8, "max_tokens": 300})  # registers; answers nothing
+    with LoopbackServer(["Lentil soup."]) as server:
+        use_models(pane, Endpoint("Loopback", server.base_url))
+        select(qtbot, pane, Selection("ada", "t-food"))  # chef never answered here
+        assert pane.agent_combo.currentData() == "chef"
+        pane.grab().save(str(tmp_path / "chat-registered-settings.png"))
+        assert pane.cap_spin.value() == 300  # the agent's own cap, as registered
+        settings = pane.settings_label.text()
+        assert "temperature 0.3" in settings and "top_p 0.8" in settings and "registered" in settings
+        tools = pane.tools_label.text()
+        assert "getWeather" in tools and "as it registered them" in tools and "not offered" in tools
+        send(qtbot, pane, "Something warm?")
+        body = server.chat_requests()[-1]
+    assert (body["temperature"], body["top_p"], body["max_tokens"]) == (0.3, 0.8, 300)
+    assert "getWeather" not in [t["function"]["name"] for t in body.get("tools", [])]
+
+
+def test_an_agent_registered_without_settings_or_by_an_older_engine_gets_the_models_defaults(qtbot, pane, session):
+    """The build's chef registered with no settings of its own: the model's defaults, said as before; a row of
+    an older engine (no settings, no tools recorded) reads the same way."""
+    from core.agent_configs import register_agent
+
+    select(qtbot, pane, Selection("ada", "t-food"))
+    assert pane.agent_combo.currentData() == "chef" and pane._settings()["model_settings"] == {}
+    assert "model's defaults" in pane.settings_label.text() and pane.cap_spin.value() == 1024
+    older = {k: v for k, v in named_agent(session.store, "chef").config.items() if k not in ("modelSettings", "tools")}
+    register_agent(session.store, "chef", older)
+    with qtbot.waitSignal(pane.context_loaded, timeout=10_000):
+        pane._on_db_changed()  # the database changed: read again
+    assert pane.run() is None and "did not register its settings" in pane.settings_label.text()
+
+
 def test_every_reply_is_capped_and_the_user_sets_the_cap(qtbot, pane, session, tmp_path):
     """No recorded settings (a new thread, the default agent): the reply is still capped, at a visible
     default the user may change; a reply cut at the cap says so."""
@@ -402,5 +445,7 @@ def test_another_threads_recorded_settings_never_apply_here(qtbot, pane, session
     another_program(session.store.location.path, "ALTER TABLE mastra_messages RENAME TO mastra_messages_old")
     pane.set_selection(Selection("ada", "t-other"))
     qtbot.waitUntil(lambda: pane.banner.isVisible() and pane.banner.level == "error", timeout=10_000)
-    assert pane.run() is None and "on this thread" not in pane.settings_label.text()
-    assert pane._settings()["model_settings"] == {}
+    # What chef registered may apply (it holds on every thread); the previous thread's recorded turn never does.
+    run = pane.run()
+    assert (run is None or (run.registered and run.input_id == "")) and "on this thread" not in pane.settings_label.text()
+    assert pane._settings()["model_settings"] == (run.sampling() if run is not None else {})
