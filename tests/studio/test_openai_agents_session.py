@@ -236,6 +236,32 @@ def test_the_prompt_inspector_shows_an_sdk_thread_with_its_agents_options(
     assert asyncio.run(session.get_items())[-1]["content"][0]["text"] == "Pasta, then."
 
 
+def test_an_sdk_agent_registers_its_model_settings_and_own_tools(memory: Memory, only_our_traces: None) -> None:
+    # The chat playground sends a registered agent's settings and names its tools when no recorded turn
+    # says more; an SDK agent registered its instructions only.
+    from agents import ModelSettings, function_tool
+
+    from core.agent_configs import named_agent
+
+    @function_tool
+    def lookup_recipe(dish: str) -> str:
+        """Find a recipe."""
+        return f"A recipe for {dish}."
+
+    with LoopbackServer([{"text": "Pasta, then."}]) as server:
+        session = MemorySession("kitchen", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="You are a helpful cook.",
+                      model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client),
+                      model_settings=ModelSettings(temperature=0.2, max_tokens=300),
+                      tools=[lookup_recipe, *session.tools()])
+        _run(agent, "Dinner ideas?", session)
+    chef = named_agent(memory.store, "chef")
+    assert chef is not None and chef.instructions == "You are a helpful cook."
+    assert chef.model_settings == {"temperature": 0.2, "max_tokens": 300}
+    assert chef.tool_names == ("lookup_recipe",)  # the working-memory tool is the memory's, not the agent's
+
+
 def test_a_model_call_the_sdk_did_not_record_is_not_shown_as_an_empty_prompt(
         memory: Memory, only_our_traces: None) -> None:
     with LoopbackServer([{"text": "Fine."}]) as server:

@@ -54,6 +54,7 @@ from core.messages import Message
 from core.prompt import AssembledPrompt
 from core.storage import InvalidArgumentError, NotFoundError
 from core.traces.tracer import NOOP_TRACER, SpanType
+from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ class MemorySession:
         self.session_settings = session_settings
         self._key = uuid.uuid4().hex
         self._agent: str | None = None  # the SDK agent whose model call came last: it answers next
-        self._registered: dict[str, str | None] = {}  # agent name → the instructions registered with it
+        self._registered: dict[str, str] = {}  # agent name → what was registered with it (instructions, settings, tools)
         self._processor = trace_processor()
         self._processor.register(self._key, self)
 
@@ -230,13 +231,17 @@ class MemorySession:
         self._agent = name
         instructions = getattr(agent, "instructions", None)
         text = instructions if isinstance(instructions, str) else None  # a function's output varies by run
-        if name in self._registered and self._registered[name] == text:
+        settings = _settings_of(agent)
+        tools = _own_tools(agent)
+        key = json.dumps([text, settings, tools], sort_keys=True, default=str)
+        if self._registered.get(name) == key:
             return
         try:
-            await asyncio.to_thread(self.memory.register, name, instructions=text)
+            await asyncio.to_thread(self.memory.register, name, instructions=text, model_settings=settings,
+                                    tools=tools)
         except Exception:  # noqa: BLE001 - the Studio's registry must never fail a run
             log.warning("could not register the memory configuration of agent %r", name, exc_info=True)
-        self._registered[name] = text
+        self._registered[name] = key
 
     def tools(self) -> list[FunctionTool]:
         """The working-memory update tool (``updateWorkingMemory``), when the memory lets the model
@@ -344,3 +349,24 @@ def memory_blocks(prompt: AssembledPrompt) -> list[str]:
     """The system texts the memory processors added to ``prompt`` (working memory, recall from other
     threads, observations), in prompt order."""
     return [f.text for f in prompt.fragments if f.role == "system" and f.source not in _NOT_MEMORY and f.text]
+
+
+#: The SDK's sampling settings that have a name of ours (``core.llm.settings.ModelSettings``).
+_SDK_SETTINGS = ("max_tokens", "temperature", "top_p", "frequency_penalty", "presence_penalty")
+
+
+def _settings_of(agent: Any) -> dict[str, Any]:
+    """The SDK agent's model settings that are set, by our names (what the playground sends)."""
+    sdk = getattr(agent, "model_settings", None)
+    out: dict[str, Any] = {}
+    for name in _SDK_SETTINGS:
+        value = getattr(sdk, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
+def _own_tools(agent: Any) -> list[str]:
+    """The names of the SDK agent's own tools (the working-memory tool a session offers left out)."""
+    names = [getattr(t, "name", None) for t in getattr(agent, "tools", None) or ()]
+    return [n for n in names if isinstance(n, str) and n and n not in WM_TOOL_NAMES]
