@@ -83,7 +83,11 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
         return lay.candidate_tooltip(ins, c) if ins is not None else ""
 
     text = Column("Message", message_text, tooltip=message_tooltip, foreground=lay.row_colour)
-    status = Column("Status", lay.status_text, foreground=lay.status_colour)
+    def status_text(c: Candidate) -> str:
+        view = pane.view
+        return lay.status_text(c, view.unreadable if view is not None else ())
+
+    status = Column("Status", status_text, foreground=lay.status_colour)
     rank = Column("#", lambda c: c.rank, RIGHT, foreground=lay.row_colour)
     cosine = Column("Cosine", lambda c: lay.score_text(c.vector_score), RIGHT, foreground=lay.row_colour)
     bm25 = Column("BM25", lambda c: lay.score_text(c.keyword_score, 2), RIGHT, foreground=lay.row_colour)
@@ -92,7 +96,7 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
     if name == "keyword":
         return [rank, bm25, cosine, status, text]
     return [
-        rank, Column("Fused", lambda c: lay.score_text(c.score), RIGHT, foreground=lay.row_colour,
+        rank, Column("Fused", lay.fused_text, RIGHT, foreground=lay.row_colour,
                      tooltip=lambda c: f"before the re-rank: {lay.fused_before_text(c)}"),
         Column("Vector", lambda c: lay.ranked_score(c.vector_score, c.vector_rank), RIGHT, foreground=lay.row_colour,
                tooltip=lambda c: "cosine similarity · rank in the vector list"),

@@ -253,3 +253,37 @@ def test_a_failed_search_does_not_leave_the_previous_lists_on_screen(qtbot, pane
         pane.search_now()
     assert pane.banner.label.text().startswith("The search failed: ")
     assert pane.view is None and all(pane.models[name].rowCount() == 0 for name in pane.models)
+
+
+def test_an_unreadable_row_is_not_called_deleted_and_a_deleted_row_has_no_fused_score(qtbot, pane, session):
+    """A stored row whose content does not parse is left out by the search as if deleted: the lists, the
+    banner and "why not?" say it is stored but unreadable (a user looked for a deletion that never
+    happened). A row deleted since it was indexed carries its raw BM25 in the hybrid list: its Fused
+    cell is a dash, not a BM25 of 4 shown as a fused score above every hit."""
+    another_program(session.store.location.path,
+                    "UPDATE mastra_messages SET content = '{not json' WHERE id = 't-food-0'",
+                    "DELETE FROM mastra_messages WHERE id = 't-food-1'")
+    pane.set_selection(Selection("ada", "t-food"))
+    view = search(qtbot, pane, "peanuts shellfish")
+    assert view.unreadable.keys() == {"t-food-0"}
+    for name in ("vector", "keyword", "hybrid"):
+        rows = {r[-1] for r in cells(pane, name)}
+        assert any(str(r).startswith("user: (its stored row cannot be read: ") for r in rows), (name, rows)
+        status = [r for r in cells(pane, name) if "cannot be read" in str(r[-1])][0][-2]
+        assert status == "unreadable row"
+    assert pane.banner.isVisible() and "t-food-0" in pane.banner.label.text()
+    assert "cannot be read" in pane.banner.label.text()
+    # the deleted one: still "deleted", and no fused score in the hybrid list
+    deleted = [r for r in cells(pane, "hybrid") if r[-1] == "(deleted)"]
+    assert deleted and all(r[1] == "—" for r in deleted)
+    assert [r for r in view.inspection.lists["hybrid"] if r.status == "deleted"]
+
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.explain("t-food-0")
+    e = blocker.args[0]
+    assert e.verdict == "unreadable" and "is stored, but its row cannot be read" in e.summary
+    assert "not stored any more" not in pane.explain_view.toPlainText()
+    assert "Excluded: its stored row cannot be read" in pane.explain_view.toPlainText()
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.explain("t-food-1")
+    assert blocker.args[0].verdict == "deleted"  # a row really gone is still called deleted
