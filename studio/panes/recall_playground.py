@@ -459,8 +459,8 @@ class RecallPlaygroundPane(QWidget):
             self.captions[name].setStyleSheet(
                 "" if ins.hits(name) else f"color: {lay.WARN_COLOUR};")
         notes = [n for n in ins.notes if n]
-        if view.problem:
-            self.banner.show_message(view.problem, "warning")
+        if view.problem:  # the notes follow it: "keyword results work" must not hide that none are indexed
+            self.banner.show_message(view.problem + (" Also: " + "; ".join(notes) if notes else ""), "warning")
         elif notes:
             self.banner.show_message("; ".join(notes), "info")
         else:

@@ -287,3 +287,26 @@ def test_an_unreadable_row_is_not_called_deleted_and_a_deleted_row_has_no_fused_
     with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
         pane.explain("t-food-1")
     assert blocker.args[0].verdict == "deleted"  # a row really gone is still called deleted
+
+
+def test_a_database_without_vectors_still_says_what_the_keyword_list_lacks(qtbot, no_leaked_widgets, tmp_path):
+    """No vectors yet: the banner's way forward said "keyword results below work already" and hid the note
+    that no message of the scope was keyword-indexed either, so an empty keyword list went unexplained."""
+    path = tmp_path / "plain.db"
+    store = open_store(path)
+    store.memory.create_thread(thread_id="t", resource_id="ada", title="t")
+    store.memory.save_messages([Message.user("peanut allergy noted", id="m0", thread_id="t", resource_id="ada",
+                                             created_at=T0)])
+    s = StudioSession(store)
+    try:
+        p = RecallPlaygroundPane(s)
+        p.embedders = EmbedderHolder(lambda: HashingEmbedder(64))
+        qtbot.addWidget(p)
+        p.set_selection(Selection("ada", "t"))
+        view = search(qtbot, p, "peanut")
+        assert view.problem and view.inspection.hits("keyword") == []
+        text = p.banner.label.text()
+        assert text.startswith(view.problem)  # the way forward, as before
+        assert "1 message of this scope is not keyword-indexed yet" in text
+    finally:
+        s.close()
