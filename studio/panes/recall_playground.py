@@ -487,6 +487,10 @@ class RecallPlaygroundPane(QWidget):
 
     def _show_empty(self, why: str | None = None) -> None:
         self.view = None
+        # "Why not?" answers a search: with no search on screen, its last answer (ranks in lists no longer
+        # shown, "Returned: a hit") goes too; the id stays typed and is explained again by the next search.
+        self.explanation = None
+        self.explain_view.clear()
         for name in LISTS:
             self.models[name].set_rows([])
             self.captions[name].setText("")

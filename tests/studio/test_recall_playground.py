@@ -310,3 +310,20 @@ def test_a_database_without_vectors_still_says_what_the_keyword_list_lacks(qtbot
         assert "1 message of this scope is not keyword-indexed yet" in text
     finally:
         s.close()
+
+
+def test_clearing_the_query_takes_the_why_not_answer_of_the_search_that_went(qtbot, pane):
+    """The lists emptied when the query was cleared, but "Returned: a hit … rank 1" stayed below them."""
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts")
+    with qtbot.waitSignal(pane.explained, timeout=15_000):
+        pane.tables["hybrid"].selectRow(0)
+    assert "Returned: a hit" in pane.explain_view.toPlainText()
+    pane.query_edit.clear()
+    pane.search_now()
+    assert all(pane.models[name].rowCount() == 0 for name in pane.models)
+    assert pane.explain_view.toPlainText() == "" and pane.explanation is None
+    assert pane.why_edit.text()  # the id stays: the next search explains it again
+    with qtbot.waitSignal(pane.explained, timeout=15_000):
+        search(qtbot, pane, "allergic to peanuts")
+    assert "Returned: a hit" in pane.explain_view.toPlainText()
