@@ -99,6 +99,7 @@ class RecallStart:
     after: int
     scope: Scope
     label: str
+    mode: str = "hybrid"  # the agent's recall mode: which list its turns take the hits of
 
 
 def recall_start(recall: Any, agent_name: str | None, enabled: bool = True) -> RecallStart:
@@ -110,13 +111,18 @@ def recall_start(recall: Any, agent_name: str | None, enabled: bool = True) -> R
     bits = [f"top-k {opts.top_k}", f"range {rng.before}/{rng.after}", f"scope {opts.scope}"]
     if opts.threshold is not None:
         bits.append(f"threshold {opts.threshold:.2f}")
+    if opts.mode != "hybrid":
+        # Its turns take one list's hits, while the verdict of "why not?" follows the hybrid list: said here,
+        # so a "Returned: a hit" is not read as what this agent recalls (its list's row below says that).
+        bits.append(f"mode {opts.mode}: its turns take the {LIST_TITLES[opts.mode].split(' (')[0]} list's hits; "
+                    "“why not?” judges the hybrid list (its row for that list says what the agent gets)")
     if agent_name is None:
         label = "no agent applies to this thread: engine defaults (" + ", ".join(bits) + ")"
     elif not enabled:
         label = f"agent '{agent_name}' has recall off; showing what its settings would find (" + ", ".join(bits) + ")"
     else:
         label = f"agent '{agent_name}': " + ", ".join(bits)
-    return RecallStart(opts.top_k, opts.threshold, rng.before, rng.after, opts.scope, label)
+    return RecallStart(opts.top_k, opts.threshold, rng.before, rng.after, opts.scope, label, opts.mode)
 
 
 def scope_problem(scope: Scope, selection: Selection, resource_id: str | None) -> str | None:

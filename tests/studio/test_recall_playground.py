@@ -327,3 +327,30 @@ def test_clearing_the_query_takes_the_why_not_answer_of_the_search_that_went(qtb
     with qtbot.waitSignal(pane.explained, timeout=15_000):
         search(qtbot, pane, "allergic to peanuts")
     assert "Returned: a hit" in pane.explain_view.toPlainText()
+
+
+def test_an_agent_that_recalls_with_one_list_says_so_where_the_controls_start(qtbot, no_leaked_widgets, tmp_path):
+    """An agent with ``semantic_recall.mode`` "vector" takes the vector list's hits, but "why not?" judges the
+    hybrid list: the line that says where the controls come from ("what the agent really recalls") named
+    top-k, range and scope only, so "Returned: a hit" read as what that agent gets."""
+    from core import Memory, MemoryOptions
+
+    path = tmp_path / "vector.db"
+    with open_store(path) as store:
+        memory = Memory(store, MemoryOptions(semantic_recall={"top_k": 2, "scope": "thread", "mode": "vector"}),
+                        embedder=HashingEmbedder(64), name="vec")
+        memory.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada"),
+                              Message.assistant("Noted.", thread_id="t1", resource_id="ada")])
+        memory.register("vec")
+    s = StudioSession(open_store(path))
+    try:
+        p = RecallPlaygroundPane(s)
+        qtbot.addWidget(p)
+        p.set_selection(Selection("ada", "t1"))
+        qtbot.waitUntil(lambda: p.start is not None, timeout=15_000)
+        label = p.start_label.text()
+        assert label.startswith("agent 'vec': top-k 2, range 1/1, scope thread, mode vector")
+        assert "Vector list's hits" in label and "hybrid list" in label
+        assert p.start.mode == "vector"
+    finally:
+        s.close()
