@@ -160,6 +160,8 @@ class RecallView:
     problem: str | None = None
     # vectors per embedding model in the whole database (None: written without a model id, by Mastra)
     indexed_by: dict[str | None, int] = field(default_factory=dict)
+    # Candidates the search left out as gone that are still stored, as rows that cannot be read: id -> why.
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 def recall_index(store: Store, embedders: EmbedderHolder) -> RecallIndex:
@@ -180,13 +182,45 @@ def inspect_recall(store: Store, embedders: EmbedderHolder, req: RecallRequest) 
                          threshold=req.threshold, before=req.before, after=req.after)
     problem = index_problem(migrated=index.migrated, has_vectors=index.info is not None, model_id=index.model_id,
                             location=store.location.display)
-    return RecallView(req, ins, problem, dict(stored_models(store)))
+    unreadable = _unreadable_candidates(store, ins)
+    return RecallView(req, ins, problem, dict(stored_models(store)), unreadable)
+
+
+def _unreadable_candidates(store: Store, ins: Inspection) -> dict[str, str]:
+    """The candidates the search left out as deleted that are still stored, as rows that do not parse.
+
+    The search cannot tell them from deleted ones (it reads no message it cannot parse); the playground
+    says what they are, so nobody looks for a deletion that never happened. Their rows read here show
+    in the lists in their place (``ins.messages``), with the reason."""
+    from core.recall.explain import Shown
+    from studio.logic.recall_layout import unreadable_note, unreadable_text
+
+    gone = list(dict.fromkeys(c.message_id for cands in ins.lists.values() for c in cands
+                              if c.status == "deleted" and c.message_id not in ins.messages))
+    if not gone:
+        return {}
+    rows = store.memory.get_messages(gone).unreadable
+    for row in rows:
+        ins.messages[row.id] = Shown(row.id, row.thread_id, row.role, row.created_at, unreadable_text(row.error))
+    if rows:
+        ins.notes.append(unreadable_note([row.id for row in rows]))
+    return {row.id: row.error for row in rows}
 
 
 def explain_recall(store: Store, embedders: EmbedderHolder, ins: Inspection, message_id: str) -> Explanation:
-    from core.recall.explain import explain_message
+    from core.recall.explain import Shown, explain_message
+    from studio.logic.recall_layout import UNREADABLE_VERDICT, unreadable_summary, unreadable_text
 
-    return explain_message(recall_index(store, embedders), message_id.strip(), ins)
+    explanation = explain_message(recall_index(store, embedders), message_id.strip(), ins)
+    if explanation.verdict == "deleted" and explanation.message_id:
+        # "Deleted" is what the search sees of a row it cannot parse: say that the row is stored.
+        rows = store.memory.get_messages([explanation.message_id]).unreadable
+        if rows:
+            row = rows[0]
+            explanation.verdict = UNREADABLE_VERDICT
+            explanation.summary = unreadable_summary(row.id, row.error)
+            explanation.message = Shown(row.id, row.thread_id, row.role, row.created_at, unreadable_text(row.error))
+    return explanation
 
 
 def last_messages(store: Store, thread_id: str, limit: int = 500) -> list[MessageRow]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Collection, Literal, Mapping
 
 from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
 from studio.selection import Selection
@@ -43,7 +43,29 @@ VERDICT_TITLES = {
     "no-text": "Excluded: no text",
     "not-indexed": "Excluded: not indexed",
     "wrong-model": "Excluded: embedded by another model",
+    "unreadable": "Excluded: its stored row cannot be read",
 }
+UNREADABLE_VERDICT = "unreadable"
+UNREADABLE_STATUS = "unreadable row"
+
+
+def unreadable_text(error: str) -> str:
+    """What a list row and the why-not answer show of a stored row that does not parse."""
+    return f"(its stored row cannot be read: {error})"
+
+
+def unreadable_summary(message_id: str, error: str) -> str:
+    return (f"Message {message_id} is stored, but its row cannot be read ({error.rstrip('.')}). Recall leaves it out of "
+            "every search, as it does a deleted message. Repair or delete the row (the Messages view shows it "
+            "in its place), then search again.")
+
+
+def unreadable_note(ids: list[str]) -> str:
+    n = len(ids)
+    shown = ", ".join(ids[:3]) + (f" and {n - 3} more" if n > 3 else "")
+    return (f"{n} candidate{'s' if n != 1 else ''} counted as deleted {'are' if n != 1 else 'is'} stored, but "
+            f"{'their rows' if n != 1 else 'its row'} cannot be read ({shown}): recall leaves "
+            f"{'them' if n != 1 else 'it'} out; repair or delete {'those rows' if n != 1 else 'that row'}")
 
 
 @dataclass(frozen=True)
@@ -77,6 +99,7 @@ class RecallStart:
     after: int
     scope: Scope
     label: str
+    mode: str = "hybrid"  # the agent's recall mode: which list its turns take the hits of
 
 
 def recall_start(recall: Any, agent_name: str | None, enabled: bool = True) -> RecallStart:
@@ -88,13 +111,18 @@ def recall_start(recall: Any, agent_name: str | None, enabled: bool = True) -> R
     bits = [f"top-k {opts.top_k}", f"range {rng.before}/{rng.after}", f"scope {opts.scope}"]
     if opts.threshold is not None:
         bits.append(f"threshold {opts.threshold:.2f}")
+    if opts.mode != "hybrid":
+        # Its turns take one list's hits, while the verdict of "why not?" follows the hybrid list: said here,
+        # so a "Returned: a hit" is not read as what this agent recalls (its list's row below says that).
+        bits.append(f"mode {opts.mode}: its turns take the {LIST_TITLES[opts.mode].split(' (')[0]} list's hits; "
+                    "“why not?” judges the hybrid list (its row for that list says what the agent gets)")
     if agent_name is None:
         label = "no agent applies to this thread: engine defaults (" + ", ".join(bits) + ")"
     elif not enabled:
         label = f"agent '{agent_name}' has recall off; showing what its settings would find (" + ", ".join(bits) + ")"
     else:
         label = f"agent '{agent_name}': " + ", ".join(bits)
-    return RecallStart(opts.top_k, opts.threshold, rng.before, rng.after, opts.scope, label)
+    return RecallStart(opts.top_k, opts.threshold, rng.before, rng.after, opts.scope, label, opts.mode)
 
 
 def scope_problem(scope: Scope, selection: Selection, resource_id: str | None) -> str | None:
@@ -134,7 +162,11 @@ def rank_text(value: int | None) -> str:
     return "—" if value is None else str(value)
 
 
-def status_text(c: Candidate) -> str:
+def status_text(c: Candidate, unreadable: Collection[str] = ()) -> str:
+    """The status word; a candidate the search took for deleted whose row is stored but unreadable
+    (``unreadable``: such ids) says so."""
+    if c.status == "deleted" and c.message_id in unreadable:
+        return UNREADABLE_STATUS
     return STATUS_WORDS.get(c.status, c.status)
 
 
@@ -159,6 +191,13 @@ def preview(ins: Inspection, message_id: str, limit: int = 160) -> str:
 def thread_label(ins: Inspection, message_id: str) -> str:
     shown = ins.messages.get(message_id)
     return (shown.thread_id or "") if shown is not None else ""
+
+
+def fused_text(c: Candidate) -> str:
+    """A hybrid row's fused score. A message deleted since it was indexed was never fused: the score it
+    carries is its raw cosine or BM25 from the list that found it (a BM25 of 4 read as a fused score
+    above every hit), so its Fused cell is a dash."""
+    return "—" if c.status == "deleted" else score_text(c.score)
 
 
 def fused_before_text(c: Candidate) -> str:

@@ -77,6 +77,9 @@ class ChecksPane(QWidget):
         self.choose_path: PathChooser = self._native_choose
         self._key = f"checks-{id(self)}"
         self._busy = False
+        # The newest job this pane started (a run, or a read of the file): a run it superseded still
+        # reports its progress from its worker, and that must not paint over this one's status.
+        self._job = 0
         self._build()
         self._restore_path()
 
@@ -162,6 +165,7 @@ class ChecksPane(QWidget):
         path = self.path
         if path is None:
             return
+        self._job += 1
         self.session.run(lambda: checks_jobs.read(path), on_result=alive_only(self, self._on_run),
                          on_error=alive_only(self, self._on_error), key=self._key)
 
@@ -180,12 +184,18 @@ class ChecksPane(QWidget):
         store = session.store
         factory = lambda o, n: session.memory(o, name=n)  # noqa: E731
         self._busy = True
+        self._job += 1
+        job = self._job
         self.status.setText("Rebuilding each pinned turn (offline, no model call)…" if not options else
                             f"Running each check as it stands and with {json.dumps(dict(options))}…")
         session.run(lambda report: checks_jobs.run(store, factory, path, options, report),
                     on_result=alive_only(self, self._on_run), on_error=alive_only(self, self._on_error),
-                    on_progress=alive_only(self, lambda d, t: self.status.setText(f"Checked {d} of {t}…")),
+                    on_progress=alive_only(self, lambda d, t: self._on_progress(job, d, t)),
                     key=self._key)
+
+    def _on_progress(self, job: int, done: int, total: int) -> None:
+        if job == self._job and self._busy:  # a superseded run, or one already shown, says nothing
+            self.status.setText(f"Checked {done} of {total}…")
 
     def run_what_if_text(self) -> None:
         try:

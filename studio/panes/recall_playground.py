@@ -83,7 +83,11 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
         return lay.candidate_tooltip(ins, c) if ins is not None else ""
 
     text = Column("Message", message_text, tooltip=message_tooltip, foreground=lay.row_colour)
-    status = Column("Status", lay.status_text, foreground=lay.status_colour)
+    def status_text(c: Candidate) -> str:
+        view = pane.view
+        return lay.status_text(c, view.unreadable if view is not None else ())
+
+    status = Column("Status", status_text, foreground=lay.status_colour)
     rank = Column("#", lambda c: c.rank, RIGHT, foreground=lay.row_colour)
     cosine = Column("Cosine", lambda c: lay.score_text(c.vector_score), RIGHT, foreground=lay.row_colour)
     bm25 = Column("BM25", lambda c: lay.score_text(c.keyword_score, 2), RIGHT, foreground=lay.row_colour)
@@ -92,7 +96,7 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
     if name == "keyword":
         return [rank, bm25, cosine, status, text]
     return [
-        rank, Column("Fused", lambda c: lay.score_text(c.score), RIGHT, foreground=lay.row_colour,
+        rank, Column("Fused", lay.fused_text, RIGHT, foreground=lay.row_colour,
                      tooltip=lambda c: f"before the re-rank: {lay.fused_before_text(c)}"),
         Column("Vector", lambda c: lay.ranked_score(c.vector_score, c.vector_rank), RIGHT, foreground=lay.row_colour,
                tooltip=lambda c: "cosine similarity · rank in the vector list"),
@@ -455,8 +459,8 @@ class RecallPlaygroundPane(QWidget):
             self.captions[name].setStyleSheet(
                 "" if ins.hits(name) else f"color: {lay.WARN_COLOUR};")
         notes = [n for n in ins.notes if n]
-        if view.problem:
-            self.banner.show_message(view.problem, "warning")
+        if view.problem:  # the notes follow it: "keyword results work" must not hide that none are indexed
+            self.banner.show_message(view.problem + (" Also: " + "; ".join(notes) if notes else ""), "warning")
         elif notes:
             self.banner.show_message("; ".join(notes), "info")
         else:
@@ -483,6 +487,10 @@ class RecallPlaygroundPane(QWidget):
 
     def _show_empty(self, why: str | None = None) -> None:
         self.view = None
+        # "Why not?" answers a search: with no search on screen, its last answer (ranks in lists no longer
+        # shown, "Returned: a hit") goes too; the id stays typed and is explained again by the next search.
+        self.explanation = None
+        self.explain_view.clear()
         for name in LISTS:
             self.models[name].set_rows([])
             self.captions[name].setText("")

@@ -267,3 +267,42 @@ def test_a_run_that_fails_does_not_leave_the_previous_runs_results(qtbot: Any, m
     qtbot.waitUntil(lambda: not pane.busy and "locked" in pane.status.text(), timeout=30_000)
     assert "passed" not in pane.summary.text() and "not run: the last run failed" in pane.summary.text()
     assert [r.result for r in pane.model.rows()] == [None] and pane.run_data.results is None
+
+
+def test_a_superseded_run_does_not_paint_its_progress_over_the_newer_runs_status(
+        qtbot: Any, no_leaked_widgets: None, make_session: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    """Run Checks on one file, then another file before the first run ends: the first run's result is
+    dropped, but its "Checked 2 of 2…" arrived after the second run's "Ran 1 check(s)" and stayed, so
+    the pane said it was still checking (and counted the other file's checks)."""
+    import threading
+
+    from studio import checks_jobs
+    from studio.panes.checks import ChecksPane
+
+    db = tmp_path / "memory.db"
+    seed(db)
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    save_checks(first, [Check("one", "food", turn=1, prompt_contains=("peanut",)),
+                        Check("two", "intro", turn=1, prompt_contains=("Ada",))])
+    save_checks(second, [Check("allergy reaches dessert", "food", input=DESSERT, prompt_contains=("peanut",))])
+    go = threading.Event()
+    real_run = checks_jobs.run
+
+    def run(store: Any, factory: Any, path: Path, options: Any = None, report: Any = None) -> Any:
+        if path == first:
+            assert go.wait(60)  # the first run goes on only once the second one is on screen
+        return real_run(store, factory, path, options, report)
+
+    monkeypatch.setattr(checks_jobs, "run", run)
+    session = make_session(db)
+    pane = ChecksPane(session)
+    qtbot.addWidget(pane)
+    pane.set_path(first, run=True)
+    pane.set_path(second, run=True)
+    run_data = _ran(qtbot, pane)
+    assert run_data.path == second and pane.status.text() == "Ran 1 check(s) from second.json."
+    go.set()
+    qtbot.waitUntil(lambda: session.pool.running == 0, timeout=60_000)  # the first run ended; its answer dropped
+    qtbot.wait(0)
+    assert pane.status.text() == "Ran 1 check(s) from second.json."
+    assert pane.run_data is run_data

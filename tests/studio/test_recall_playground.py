@@ -253,3 +253,104 @@ def test_a_failed_search_does_not_leave_the_previous_lists_on_screen(qtbot, pane
         pane.search_now()
     assert pane.banner.label.text().startswith("The search failed: ")
     assert pane.view is None and all(pane.models[name].rowCount() == 0 for name in pane.models)
+
+
+def test_an_unreadable_row_is_not_called_deleted_and_a_deleted_row_has_no_fused_score(qtbot, pane, session):
+    """A stored row whose content does not parse is left out by the search as if deleted: the lists, the
+    banner and "why not?" say it is stored but unreadable (a user looked for a deletion that never
+    happened). A row deleted since it was indexed carries its raw BM25 in the hybrid list: its Fused
+    cell is a dash, not a BM25 of 4 shown as a fused score above every hit."""
+    another_program(session.store.location.path,
+                    "UPDATE mastra_messages SET content = '{not json' WHERE id = 't-food-0'",
+                    "DELETE FROM mastra_messages WHERE id = 't-food-1'")
+    pane.set_selection(Selection("ada", "t-food"))
+    view = search(qtbot, pane, "peanuts shellfish")
+    assert view.unreadable.keys() == {"t-food-0"}
+    for name in ("vector", "keyword", "hybrid"):
+        rows = {r[-1] for r in cells(pane, name)}
+        assert any(str(r).startswith("user: (its stored row cannot be read: ") for r in rows), (name, rows)
+        status = [r for r in cells(pane, name) if "cannot be read" in str(r[-1])][0][-2]
+        assert status == "unreadable row"
+    assert pane.banner.isVisible() and "t-food-0" in pane.banner.label.text()
+    assert "cannot be read" in pane.banner.label.text()
+    # the deleted one: still "deleted", and no fused score in the hybrid list
+    deleted = [r for r in cells(pane, "hybrid") if r[-1] == "(deleted)"]
+    assert deleted and all(r[1] == "—" for r in deleted)
+    assert [r for r in view.inspection.lists["hybrid"] if r.status == "deleted"]
+
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.explain("t-food-0")
+    e = blocker.args[0]
+    assert e.verdict == "unreadable" and "is stored, but its row cannot be read" in e.summary
+    assert "not stored any more" not in pane.explain_view.toPlainText()
+    assert "Excluded: its stored row cannot be read" in pane.explain_view.toPlainText()
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.explain("t-food-1")
+    assert blocker.args[0].verdict == "deleted"  # a row really gone is still called deleted
+
+
+def test_a_database_without_vectors_still_says_what_the_keyword_list_lacks(qtbot, no_leaked_widgets, tmp_path):
+    """No vectors yet: the banner's way forward said "keyword results below work already" and hid the note
+    that no message of the scope was keyword-indexed either, so an empty keyword list went unexplained."""
+    path = tmp_path / "plain.db"
+    store = open_store(path)
+    store.memory.create_thread(thread_id="t", resource_id="ada", title="t")
+    store.memory.save_messages([Message.user("peanut allergy noted", id="m0", thread_id="t", resource_id="ada",
+                                             created_at=T0)])
+    s = StudioSession(store)
+    try:
+        p = RecallPlaygroundPane(s)
+        p.embedders = EmbedderHolder(lambda: HashingEmbedder(64))
+        qtbot.addWidget(p)
+        p.set_selection(Selection("ada", "t"))
+        view = search(qtbot, p, "peanut")
+        assert view.problem and view.inspection.hits("keyword") == []
+        text = p.banner.label.text()
+        assert text.startswith(view.problem)  # the way forward, as before
+        assert "1 message of this scope is not keyword-indexed yet" in text
+    finally:
+        s.close()
+
+
+def test_clearing_the_query_takes_the_why_not_answer_of_the_search_that_went(qtbot, pane):
+    """The lists emptied when the query was cleared, but "Returned: a hit … rank 1" stayed below them."""
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts")
+    with qtbot.waitSignal(pane.explained, timeout=15_000):
+        pane.tables["hybrid"].selectRow(0)
+    assert "Returned: a hit" in pane.explain_view.toPlainText()
+    pane.query_edit.clear()
+    pane.search_now()
+    assert all(pane.models[name].rowCount() == 0 for name in pane.models)
+    assert pane.explain_view.toPlainText() == "" and pane.explanation is None
+    assert pane.why_edit.text()  # the id stays: the next search explains it again
+    with qtbot.waitSignal(pane.explained, timeout=15_000):
+        search(qtbot, pane, "allergic to peanuts")
+    assert "Returned: a hit" in pane.explain_view.toPlainText()
+
+
+def test_an_agent_that_recalls_with_one_list_says_so_where_the_controls_start(qtbot, no_leaked_widgets, tmp_path):
+    """An agent with ``semantic_recall.mode`` "vector" takes the vector list's hits, but "why not?" judges the
+    hybrid list: the line that says where the controls come from ("what the agent really recalls") named
+    top-k, range and scope only, so "Returned: a hit" read as what that agent gets."""
+    from core import Memory, MemoryOptions
+
+    path = tmp_path / "vector.db"
+    with open_store(path) as store:
+        memory = Memory(store, MemoryOptions(semantic_recall={"top_k": 2, "scope": "thread", "mode": "vector"}),
+                        embedder=HashingEmbedder(64), name="vec")
+        memory.save_messages([Message.user("I am allergic to peanuts", thread_id="t1", resource_id="ada"),
+                              Message.assistant("Noted.", thread_id="t1", resource_id="ada")])
+        memory.register("vec")
+    s = StudioSession(open_store(path))
+    try:
+        p = RecallPlaygroundPane(s)
+        qtbot.addWidget(p)
+        p.set_selection(Selection("ada", "t1"))
+        qtbot.waitUntil(lambda: p.start is not None, timeout=15_000)
+        label = p.start_label.text()
+        assert label.startswith("agent 'vec': top-k 2, range 1/1, scope thread, mode vector")
+        assert "Vector list's hits" in label and "hybrid list" in label
+        assert p.start.mode == "vector"
+    finally:
+        s.close()
