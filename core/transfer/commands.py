@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from core.cli_store import open_cli_store
 from core.storage import open_store
 from core.terminal_text import visible
 from core.transfer.export import ExportOptions, export_data
@@ -51,7 +52,7 @@ def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     options = ExportOptions(working_memory_versions=not args.no_versions, observations=not args.no_observations,
                             turns=not args.no_turns, agents=not args.no_agents, traces=args.with_traces)
     # Read-only and never created: exporting a Mastra database leaves it exactly as it was.
-    with open_store(args.db, read_only=True, create=False) as store:
+    with open_cli_store(args.db, read_only=True) as store:
         data = export_data(store, thread_id=args.thread, resource_id=args.resource, options=options)
     text = render(data, args.format)
     if not args.output:

@@ -92,6 +92,21 @@ def test_a_markdown_transcript_on_the_terminal_shows_escape_sequences_instead_of
     assert code == 0 and "hi \x1b[2J\x1b[31mred" in (tmp_path / "t.md").read_text()
 
 
+def test_export_of_a_file_without_memory_tables_says_what_it_is(tmp_path: Path) -> None:
+    # Export said only "error: near \",\": syntax error" for another program's SQLite file or an empty one.
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as con:
+        con.execute("CREATE TABLE notes (body TEXT)")
+    before = other.read_bytes()
+    code, out, err = run("export", "--db", str(other), "--thread", "t")
+    assert code == 1 and out == "" and "has no memory tables" in err and "Check --db" in err
+    assert other.read_bytes() == before
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    code, _, err = run("export", "--db", str(empty), "--thread", "t")
+    assert code == 1 and "has no tables yet" in err and empty.read_bytes() == b""
+
+
 def test_cli_errors_are_one_clear_line(tmp_path: Path, new_db: NewDb) -> None:
     source = new_db("source.db")
     seed_source(source)
