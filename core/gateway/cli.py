@@ -25,10 +25,9 @@ def add_serve_parser(sub: Any) -> None:
                        help="serve one agent with a default memory on this model, named as agents take it "
                             "(openai/gpt-4o-mini, ollama/llama3.1, groq/..., vllm/...; keys from the usual "
                             "variables, base URLs from <PROVIDER>_BASE_URL)")
-    p.add_argument("--name", default="assistant", help="with --model: the agent's name, what clients send as "
-                                                      "'model' (default assistant)")
-    p.add_argument("--instructions", default="You are a helpful assistant.",
-                   help="with --model: the agent's instructions")
+    p.add_argument("--name", help="with --model: the agent's name, what clients send as 'model' (default assistant)")
+    p.add_argument("--instructions", help="with --model: the agent's instructions (default: You are a helpful "
+                                          "assistant.)")
     p.add_argument("--db", help="with --model: the memory database (default: $MEMORY_STUDIO_DB, else "
                                 "<project>/.temp/memory.db)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -51,9 +50,20 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
+    if args.agents:
+        # The module's agents bring their own memory (its database), names and instructions: these flags
+        # would be ignored without a word.
+        given = [flag for flag, value in (("--db", args.db), ("--name", args.name),
+                                          ("--instructions", args.instructions)) if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --model only: with "
+                             "--agents, each agent runs with the memory, name and instructions its module gives "
+                             f"it. Drop {' and '.join(given)}, or set them in {args.agents.split(':')[0]}.")
     policy = policy_from_args(args, token_env=TOKEN_ENV)
-    agents = load_agents(args.agents) if args.agents else model_agent(args.model, name=args.name,
-                                                                       instructions=args.instructions, db=args.db)
+    agents = load_agents(args.agents) if args.agents else model_agent(
+        args.model, name=args.name if args.name is not None else "assistant",
+        instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
+        db=args.db)
     token = policy.token
     app = create_app(agents, policy=policy, default_resource=args.default_resource,
                      max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)

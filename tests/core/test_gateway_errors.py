@@ -159,6 +159,18 @@ def test_serve_command_explains_a_bad_agents_spec(tmp_path, monkeypatch):
     assert code == 1 and "holds no agents" in err
 
 
+def test_serve_refuses_model_flags_it_would_ignore_with_agents(tmp_path, monkeypatch):
+    # --db, --name and --instructions were accepted with --agents and silently ignored: the server
+    # started on the module's own database, not the one the user named.
+    require_serve_extra()
+    monkeypatch.chdir(tmp_path)
+    code, err = serve_cli("--agents", "gw_some_agents:agents", "--db", str(tmp_path / "other.db"))
+    assert code == 1 and "--db goes with --model only" in err and "gw_some_agents" in err
+    assert not (tmp_path / "other.db").exists()
+    code, err = serve_cli("--agents", "gw_some_agents:agents", "--name", "bot", "--instructions", "Be brief.")
+    assert code == 1 and "--name, --instructions go with --model only" in err
+
+
 def test_serve_without_the_extra_names_the_pip_command(monkeypatch):
     import importlib.util
 
