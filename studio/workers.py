@@ -107,8 +107,12 @@ class WorkerPool(QObject):
 
     @Slot(object, int, int)
     def _on_progress(self, job_id: int, done: int, total: int) -> None:
-        entry = self._callbacks.get(job_id)
-        if entry and entry[2] is not None:
+        with self._lock:
+            entry = self._callbacks.get(job_id)
+            # A job a newer one of its key replaced reports to nobody, as its result is dropped: its
+            # "4 of 4" would overwrite the newer job's status on screen.
+            stale = entry is not None and entry[3] is not None and self._latest.get(entry[3]) != job_id
+        if entry and entry[2] is not None and not stale:
             entry[2](done, total)
 
     def shutdown(self) -> None:

@@ -321,3 +321,34 @@ def test_a_closed_sessions_pool_runs_no_late_request(qtbot: Any, tmp_path: Path)
     qtbot.wait(50)  # a queued answer would be delivered by now
     assert ran == [] and answered == [] and pool.running == 0
     pool.deleteLater()
+
+
+def test_a_replaced_jobs_progress_reaches_nobody(qtbot: Any) -> None:
+    """Regression: a job that a newer one of the same key replaced had its result dropped, but its progress
+    still reached the pane, so the old run's "4 of 4" overwrote the newer run's status. Both go now."""
+    import threading
+
+    from studio.workers import WorkerPool
+
+    pool = WorkerPool()
+    release = threading.Event()
+    seen: list[tuple[str, int, int]] = []
+
+    def old_run(progress: Any) -> str:
+        release.wait(5)
+        progress(4, 4)
+        return "old"
+
+    def new_run(progress: Any) -> str:
+        progress(1, 2)
+        return "new"
+
+    results: list[str] = []
+    pool.submit(old_run, on_result=results.append, on_progress=lambda d, t: seen.append(("old", d, t)), key="checks")
+    pool.submit(new_run, on_result=results.append, on_progress=lambda d, t: seen.append(("new", d, t)), key="checks")
+    qtbot.waitUntil(lambda: results == ["new"], timeout=5_000)
+    release.set()
+    assert pool.wait(5_000)
+    qtbot.wait(50)  # a queued progress report would be delivered by now
+    assert seen == [("new", 1, 2)] and results == ["new"]
+    pool.deleteLater()
