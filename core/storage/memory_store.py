@@ -175,9 +175,12 @@ _MESSAGE_FIELDS = ("id", "thread_id", "content", "role", "type", "createdAt", "r
 _MESSAGE_SELECT = ", ".join("{content}" if c == "content" else f'"{c}"' for c in _MESSAGE_FIELDS)
 # A save's rows go in one multi-row statement (``bulk.insert_rows``): head, the values, then this tail.
 _INSERT_MESSAGES = 'INSERT INTO mastra_messages ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")'
+# A message saved again keeps its stored place in time, as Mastra's saveMessages does (its upsert sets
+# every column but ``createdAt``): a retry of a message by id after its first answer was saved must not
+# move it after that answer.
 _ON_CONFLICT_MESSAGE = (
     "ON CONFLICT (id) DO UPDATE SET thread_id = excluded.thread_id, "
-    'content = excluded.content, role = excluded.role, type = excluded.type, "createdAt" = excluded."createdAt", '
+    'content = excluded.content, role = excluded.role, type = excluded.type, '
     '"resourceId" = excluded."resourceId"'
 )
 

@@ -166,3 +166,21 @@ def test_an_echo_of_stored_messages_before_a_new_question_is_not_a_retry(store: 
         ("system", "be brief"), ("user", "first"), ("assistant", "reply to first"), ("user", "from another device"),
         ("assistant", "reply to from another device"), ("user", "new question")]
     assert LATER_TURNS_ID not in result.prompts[0].notes
+
+
+def test_a_message_saved_again_keeps_its_stored_time_as_mastra_does(store: Any) -> None:
+    # A retry by id whose turn read history before the first attempt saved stamps the message anew; its
+    # save used to take that newer createdAt and move the message after its own first answer. Mastra's
+    # saveMessages upsert sets every column but createdAt; so does ours now.
+    from datetime import datetime, timedelta, timezone
+
+    mem = Memory(store, MemoryOptions(last_messages=10))
+    mem.create_thread(resource_id=R, thread_id=T)
+    t0 = datetime(2026, 5, 1, 9, 0, tzinfo=timezone.utc)
+    asked = Message.user("C", thread_id=T, resource_id=R, created_at=t0)
+    answer = Message.assistant("reply to C", thread_id=T, resource_id=R, created_at=t0 + timedelta(seconds=1))
+    mem.save_messages([asked, answer])
+    mem.save_messages([asked.copy(created_at=t0 + timedelta(seconds=5))])  # the retry's restamped copy
+    assert transcript(mem) == [("user", "C"), ("assistant", "reply to C")]
+    stored = {m.id: m.created_at for m in mem.recall(thread_id=T, resource_id=R, last_messages=10)}
+    assert stored[asked.id] == t0
