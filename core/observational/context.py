@@ -74,40 +74,30 @@ def relative_label(day: datetime, now: datetime, style: int = DATE_STYLE) -> str
     days = (now.date() - day.date()).days
     if style == LEGACY_DATES:
         return _legacy_label(days)
-    if days < 0:
-        ahead = -days
-        if ahead == 1:
-            return "tomorrow"
-        if ahead < 7:
-            return f"in {ahead} days"
-        if ahead < 60:
-            return _weeks_or_month(ahead, "in {} weeks", "in 1 week", "in 1 month")
-        if ahead < 365:
-            return f"in {ahead // 30} months"
-        return f"in {_years(ahead)}"
     if days == 0:
         return "today"
     if days == 1:
         return "yesterday"
+    if days == -1:
+        return "tomorrow"
+    return f"{_span(days)} ago" if days > 0 else f"in {_span(-days)}"
+
+
+def _span(days: int, *, years: bool = True) -> str:
+    """Mastra's wording of a number of days (2 or more): "N days" to 6, "1 week" to 13, "N weeks" to 29,
+    "1 month" to 59, then "N months" (N = days // 30), from 365 "N year(s)" unless ``years`` is False."""
     if days < 7:
-        return f"{days} days ago"
-    if days < 60:
-        return _weeks_or_month(days, "{} weeks ago", "1 week ago", "1 month ago")
-    if days < 365:
-        return f"{days // 30} months ago"
-    return f"{_years(days)} ago"
-
-
-def _weeks_or_month(days: int, weeks: str, one_week: str, one_month: str) -> str:
-    # 7-13 days: one week; 14-29: whole weeks; 30-59: one month.
+        return f"{days} days"
     if days < 14:
-        return one_week
-    return weeks.format(days // 7) if days < 30 else one_month
-
-
-def _years(days: int) -> str:
-    years = days // 365
-    return f"{years} year{'s' if years > 1 else ''}"
+        return "1 week"
+    if days < 30:
+        return f"{days // 7} weeks"
+    if days < 60:
+        return "1 month"
+    if days < 365 or not years:
+        return f"{days // 30} months"
+    n = days // 365
+    return f"{n} year{'s' if n > 1 else ''}"
 
 
 def _legacy_label(days: int) -> str:
@@ -131,13 +121,7 @@ def _legacy_label(days: int) -> str:
 def gap_label(before: date, after: date) -> str | None:
     """The line Mastra puts between two date headers more than a day apart (None: a day or less)."""
     days = (after - before).days
-    if days <= 1:
-        return None
-    if days < 7:
-        return f"[{days} days later]"
-    if days < 60:
-        return _weeks_or_month(days, "[{} weeks later]", "[1 week later]", "[1 month later]")
-    return f"[{days // 30} months later]"
+    return f"[{_span(days, years=False)} later]" if days > 1 else None
 
 
 def _month_day(month: str, day: str, year: str) -> date | None:
