@@ -20,7 +20,7 @@ another thread here, or of an observation record not imported are left out with 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import sqlalchemy as sa
 
@@ -147,12 +147,8 @@ def _import_message_versions(imp: "_Importer", rows: list[Mapping[str, Any]]) ->
         clause, params = R.in_clause(ids[start:start + 500])
         for found in R.select_rows(imp.conn, "mastra_messages", f"id IN {clause}", params):
             elsewhere[str(found["id"])] = str(found["thread_id"])
-    left = 0
-    for row in sorted(wanted, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
-        if elsewhere.get(str(row["message_id"]), row["thread_id"]) != row["thread_id"]:
-            left += 1
-            continue
-        _write(imp, table, row, "messageVersions")
+    left = _write_in_order(imp, table, wanted, "messageVersions",
+                           lambda row: elsewhere.get(str(row["message_id"]), row["thread_id"]) == row["thread_id"])
     if left:
         imp.report.notes.append(
             f"{left} message version{'s' if left != 1 else ''} not imported: {'its message is' if left == 1 else 'their messages are'} "
@@ -168,16 +164,24 @@ def _import_observation_versions(imp: "_Importer", rows: list[Mapping[str, Any]]
         imp.report.notes.append(_no_table(len(wanted), "observation-log version", table, imp.report.target))
         return
     imported = imp.observation_records  # record id -> lookup key, of the records this import keeps
-    left = 0
-    for row in sorted(wanted, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
-        if imported.get(str(row["record_id"])) != row["lookup_key"]:
-            left += 1
-            continue
-        _write(imp, table, row, "observationVersions")
+    left = _write_in_order(imp, table, wanted, "observationVersions",
+                           lambda row: imported.get(str(row["record_id"])) == row["lookup_key"])
     if left:
         imp.report.notes.append(
             f"{left} observation-log version{'s' if left != 1 else ''} not imported: the observation record "
             f"{'it belongs' if left == 1 else 'they belong'} to was not imported (see above).")
+
+
+def _write_in_order(imp: "_Importer", table: str, rows: list[Mapping[str, Any]], kind: str,
+                    keep: Callable[[Mapping[str, Any]], bool]) -> int:
+    """Write the ``rows`` that ``keep`` accepts, oldest version first; returns how many it left out."""
+    left = 0
+    for row in sorted(rows, key=lambda r: (str(r.get("createdAt")), int(r.get("id") or 0))):
+        if keep(row):
+            _write(imp, table, row, kind)
+        else:
+            left += 1
+    return left
 
 
 def _write(imp: "_Importer", table: str, row: Mapping[str, Any], kind: str) -> None:
