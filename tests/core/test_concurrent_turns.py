@@ -26,8 +26,8 @@ def echo(messages: list[dict[str, Any]], tools: Any) -> str:
     return f"reply to {messages[-1]['content']}"
 
 
-class HistoryWithAHook(MessageHistory):
-    """The built-in history, with a hook run before it reads (a slow read, a busy database...)."""
+class _ReadHook:
+    """A built-in processor with a hook run before it reads (a slow read, a busy database...)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -35,19 +35,15 @@ class HistoryWithAHook(MessageHistory):
 
     def process_input(self, ctx: Any) -> None:
         self.before_read(ctx)
-        super().process_input(ctx)
+        super().process_input(ctx)  # type: ignore[misc]
 
 
-class ObservationsWithAHook(ObservationalMemory):
-    """The built-in observational memory (its unobserved messages are the history), with the same hook."""
+class HistoryWithAHook(_ReadHook, MessageHistory):
+    """The built-in history, with the hook."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.before_read: Callable[[Any], None] = lambda ctx: None
 
-    def process_input(self, ctx: Any) -> None:
-        self.before_read(ctx)
-        super().process_input(ctx)
+class ObservationsWithAHook(_ReadHook, ObservationalMemory):
+    """The built-in observational memory (its unobserved messages are the history), with the hook."""
 
 
 def transcript(mem: Memory) -> list[tuple[str, str]]:
