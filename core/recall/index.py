@@ -26,12 +26,12 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.messages import Message
-from core.recall import copies, keyword, passages, pg_hybrid, pg_keywords, search as pipeline
+from core.recall import pg_changes, copies, keyword, passages, pg_hybrid, pg_keywords, search as pipeline
 from core.recall.backends import KeywordBackend, VectorBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.matrix_vectors import MatrixVectors
 from core.recall.order_cache import OrderCache
-from core.recall.pg_order import PgThreadOrder
+from core.recall.pg_order import PgOrderCache
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import (
     DOCS_TABLE, RECALL_MIGRATIONS, batch_passage_hash, count_and_previous, doc_state, previous_text,
@@ -80,11 +80,11 @@ def _utc_iso(dt: datetime) -> str:
 to_iso = lru_cache(maxsize=4096)(_utc_iso)
 
 
-def keyword_backend(caps: Capabilities, available: bool) -> KeywordBackend:
-    """The keyword backend for a database that can do ``caps.full_text``."""
+def keyword_backend(caps: Capabilities, available: bool, log: pg_changes.ChangeLog | None = None) -> KeywordBackend:
+    """The keyword backend for a database that can do ``caps.full_text`` (``log``: Postgres's change log)."""
     if caps.full_text == "fts5":
         return keyword.Fts5Keywords(available)
-    return pg_keywords.TsvectorKeywords(available)
+    return pg_keywords.TsvectorKeywords(available, log)
 
 
 def vector_backend(caps: Capabilities, dim: int, model_id: str) -> VectorBackend:
@@ -102,11 +102,13 @@ class RecallIndex:
         self.dim = int(embedder.dim)
         self.table = vector_table_name(self.dim)
         caps = store.capabilities
-        self.keywords = keyword_backend(caps, available=False)
+        self.keywords = keyword_backend(caps, available=False,
+                                        log=None if caps.implicit_rowid else pg_changes.log_for(store.db))
         self.vectors = vector_backend(caps, self.dim, self.model_id)
-        # The hybrid re-rank's reads, kept while messages do not change (appends told by ``rowid``); a
-        # database without rowids (Postgres) reads them every time, in one statement.
-        self.order: OrderCache | PgThreadOrder = OrderCache() if caps.implicit_rowid else PgThreadOrder()
+        # The hybrid re-rank's reads, kept while messages do not change (appends told by ``rowid`` on
+        # libSQL, by the change log on Postgres: ``pg_changes``).
+        self.order: OrderCache | PgOrderCache = (OrderCache() if caps.implicit_rowid
+                                                 else PgOrderCache(pg_changes.log_for(store.db)))
         # A hybrid search's lists, cosines and thread order in one statement, where the server answers
         # both halves (``pg_hybrid``); else each step reads its own (``search.run``).
         self.read_hybrid = pg_hybrid.read if caps.full_text == "tsvector" and caps.vectors == "pgvector" else None

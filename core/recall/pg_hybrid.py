@@ -91,7 +91,10 @@ def statement(vset: PgVectorSet, q: str, terms: list[str], *, resource_id: str |
 def read(conn: sa.Connection, vset: PgVectorSet, qvec: np.ndarray, terms: list[str], *, resource_id: str | None,
          thread_id: str | None, depth: int, narrowed: str | None, labels: bool) -> HybridRead | None:
     """Every read of a hybrid search over this scope, in ``conn``'s transaction (None: not possible in
-    one statement, see ``statement``). ``terms``: the selected quoted keyword terms (may be empty)."""
+    one statement, see ``statement``, or the scope's vectors are kept in process: ``pg_vector_cache``).
+    ``terms``: the selected quoted keyword terms (may be empty)."""
+    if not isinstance(vset, PgVectorSet):
+        return None
     q = literal(qvec)
     built = statement(vset, q, terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
                       narrowed=narrowed, labels=labels)

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from core.recall.keyword import CONTEXT_WEIGHT, STATS_MAX_TERMS, KeywordHit, TermStats, select_terms
 from core.recall import passages
+from core.recall.pg_changes import ChangeLog
 from core.recall.schema import DOCS_TABLE, QUEUE_TABLE
 from core.recall.text import passage_hash, segment
 from core.recall.types import DocRow
@@ -210,9 +211,10 @@ class TsvectorKeywords:
     """The keyword half of a ``RecallIndex`` on Postgres: ``tsvector`` docs and ``ts_rank``, fed by the
     statement-level trigger queue (this module)."""
 
-    def __init__(self, available: bool) -> None:
+    def __init__(self, available: bool, log: ChangeLog | None = None) -> None:
         self.available = available
         self.stats: TermStats = PgTermStats()
+        self.log = log  # the database's change log: its read says whether the queue waits
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
         return select_terms(conn, query, self.stats)
@@ -235,6 +237,10 @@ class TsvectorKeywords:
         return drain_queue(conn)
 
     def has_pending(self, conn: sa.Connection) -> bool:
+        if self.log is not None and self.log.sync(conn):
+            queued = self.log.queued(conn)  # (read with the log, in this read's one statement)
+            if queued is not None:
+                return queued
         return has_pending(conn)
 
     def pending_deletes(self, conn: sa.Connection) -> set[str]:

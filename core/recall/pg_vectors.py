@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall import hybrid, pg_keywords
-from core.recall.matrix import SkipCounts
+from core.recall import hybrid, pg_changes, pg_keywords
+from core.recall.matrix import ScopeVectors, SkipCounts
 from core.recall.pg_order import text_array
+from core.recall.pg_vector_cache import PgVectorCache
 from core.recall.schema import DOCS_TABLE, quoted, vector_table_name
 from core.recall.vector_table import VectorState
 from core.storage import catalog
@@ -68,6 +69,15 @@ def ensure_table(conn: sa.Connection, table: str, dim: int) -> None:
                  table, dim, HNSW_MAX_DIM)
     for key in META_KEYS:
         conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {quoted(table + '_' + key)} ON {q} ((metadata->>'{key}'))")
+    log_table_writes(conn, table)
+
+
+def log_table_writes(conn: sa.Connection, table: str) -> None:
+    """Have the table's writes told in the change log (``pg_changes``), when the database has one and
+    they are not yet (a table made by Mastra after the log's migration gets them at our first write)."""
+    if cursor.scalar(conn, "SELECT to_regclass(?) IS NOT NULL", (pg_changes.LOG_TABLE,)) and not pg_changes.has_log(conn, table):
+        for sql in pg_changes.vector_table_ddl(table):
+            conn.exec_driver_sql(sql)
 
 
 def literal(vec: np.ndarray) -> str:
@@ -293,8 +303,9 @@ class PgTableInfo:
 
 
 class PgVectors:
-    """The vector half of a ``RecallIndex`` on Postgres: pgvector in Mastra's layout, searched by the
-    server (HNSW), so every process of a fleet sees every other's vectors at once; nothing is cached."""
+    """The vector half of a ``RecallIndex`` on Postgres: pgvector in Mastra's layout. Scopes are searched
+    in process (``pg_vector_cache``), every process told of every other's writes by the change log;
+    a scope the cache does not take is searched by the server (HNSW)."""
 
     def __init__(self, dim: int, model_id: str) -> None:
         self.dim = dim
@@ -302,19 +313,28 @@ class PgVectors:
         self.table = vector_table_name(dim)
         self.info: PgTableInfo | None = None
         self._db: "Database | None" = None
+        self._cache: PgVectorCache | None = None
+        self._logged = False  # this table's writes go into the change log
 
     def open(self, db: "Database") -> None:
         self._db = db
         with db.read() as conn:
             exists = catalog.has_table(conn, self.table)
+            self._logged = exists and pg_changes.has_log(conn, self.table)
         self.info = PgTableInfo(self.table, self.dim) if exists else None
+        if self._cache is None:
+            self._cache = PgVectorCache(self.table, self.dim, self.model_id, pg_changes.log_for(db))
 
     def ensure(self, db: "Database") -> None:
-        if self.info is not None:
+        if self.info is not None and (self._logged or db.read_only):
             return
         with db.write() as conn:
             db.lock(conn, f"recall:{self.table}")
-            ensure_table(conn, self.table, self.dim)
+            if self.info is None:
+                ensure_table(conn, self.table, self.dim)
+            else:  # a table made without our triggers (by Mastra): its writes are logged from now on
+                log_table_writes(conn, self.table)
+            self._logged = pg_changes.has_log(conn, self.table)
         self.info = PgTableInfo(self.table, self.dim)
 
     def upsert(self, conn: sa.Connection, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
@@ -339,9 +359,13 @@ class PgVectors:
             f"SELECT model_id FROM {quoted(self.table)} WHERE metadata->>'message_id' = ? OR vector_id = ?",
             (message_id, message_id))}
 
-    def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> PgVectorSet | None:
+    def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None:
         if self.info is None or self._db is None:
             return None
+        if self._cache is not None:
+            kept = self._cache.scope(conn, resource_id, thread_id)
+            if kept is not None:
+                return kept
         view = PgVectorSet(self._db, self.table, self.model_id, resource_id, thread_id)
         view.conn = conn
         return view
@@ -364,10 +388,11 @@ class PgVectors:
         return []
 
     def status(self) -> dict[str, Any]:
-        return {"backend": "pgvector"}
+        return {"backend": "pgvector", **(self._cache.status() if self._cache is not None else {})}
 
     def close(self) -> None:
-        pass
+        if self._cache is not None:
+            self._cache.close()
 
     @staticmethod
     def delete_thread_everywhere(conn: sa.Connection, thread_id: str) -> None:

@@ -48,7 +48,7 @@ import sqlalchemy as sa
 from core.storage import bulk, catalog, dialect, driver_sql
 
 from core.storage import migrations
-from core.recall import pg_schema  # the same steps on Postgres
+from core.recall import pg_changes, pg_schema  # the same steps on Postgres
 from core.recall.tables import DOCS_TABLE as DOCS_TABLE, FTS_TABLE as FTS_TABLE, FTS_WATERMARK as FTS_WATERMARK
 from core.recall.tables import QUEUE_TABLE as QUEUE_TABLE, STATE_TABLE as STATE_TABLE
 from core.recall.tables import IVF_PACKS, IVF_ROWS, IVF_TABLE, VOCAB_TABLE
@@ -60,8 +60,9 @@ IVF_MIGRATION = "0017_recall_ivf"
 APPENDS_MIGRATION = "0018_recall_vector_appends"
 PACKS_MIGRATION = "0021_recall_ivf_packs"  # registered by ``ivf_packs`` (its step reads vector rows)
 KEYWORD_MEMORY_MIGRATION = "0023_recall_keyword_memory"
+CHANGE_LOG_MIGRATION = "0024_recall_change_log"
 RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION, APPENDS_MIGRATION, PACKS_MIGRATION,
-                     KEYWORD_MEMORY_MIGRATION)
+                     KEYWORD_MEMORY_MIGRATION, CHANGE_LOG_MIGRATION)
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -174,6 +175,13 @@ def _register() -> None:
             KEYWORD_MEMORY_MIGRATION, "Keyword search in process: an fts5vocab view of the keyword index and "
             "rewrite counters on its docs and on messages", _KEYWORD_MEMORY_DDL,
             postgres=(),  # Postgres ranks with tsvector on the server
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            CHANGE_LOG_MIGRATION, "A change log of messages, keyword docs and vectors, so every process keeps "
+            "its recall reads in memory (Postgres)", (),  # libSQL has its markers (0018, 0023)
+            postgres=pg_changes.DDL, postgres_run=pg_changes.log_vector_tables,
         )
     )
 

@@ -1,4 +1,5 @@
-"""A Postgres hybrid search reads its lists in one statement (``pg_hybrid``) and answers exactly what
+"""A Postgres hybrid search of a scope the server searches (too large to keep in process) reads its
+lists in one statement (``pg_hybrid``) and answers exactly what
 the step-by-step reads answer: the same hits, scores, lists, cosines, re-rank and notes, for every
 scope, depth, threshold, speaker labels on or off, deleted messages still queued, and the searches
 that keep the step-by-step path (``until``, a ranking deeper than HNSW lists). One statement per
@@ -15,11 +16,12 @@ import sqlalchemy as sa
 
 from core.embedding import HashingEmbedder
 from core.messages import Message
-from core.recall import RecallIndex, hybrid, pg_hybrid
+from core.recall import RecallIndex, hybrid, pg_hybrid, pg_vector_cache
 from core.recall import search as pipeline
 from core.storage import Store, open_store
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+LOG_READ = "SELECT 0, pg_snapshot_xmin("  # the change log's read (``pg_changes.ChangeLog.sync``)
 WORDS = ("garden", "tomatoes", "Lisbon", "東京の会議", "旅行", "bicycle", "concert")
 QUERIES = ("tomatoes item7", "東京 会議", "garden", "what did Caroline say about Lisbon", "旅行 bicycle concert",
            "item12 garden tomatoes", "nothing matches zzz", "Mel concert last week")
@@ -42,8 +44,10 @@ def _fill(store) -> RecallIndex:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def filled(pg_url: str) -> Iterator[tuple[Store, RecallIndex]]:
-    """A Postgres store and its recall index over ``_fill``'s 240 messages; closed after the test."""
+def filled(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Store, RecallIndex]]:
+    """A Postgres store and its recall index over ``_fill``'s 240 messages, its scopes searched by the
+    server (as those too large to keep in process are: ``pg_vector_cache``); closed after the test."""
+    monkeypatch.setattr(pg_vector_cache, "MAX_ROWS", 0)
     store = open_store(pg_url)
     try:
         yield store, _fill(store)
@@ -95,12 +99,14 @@ def test_one_statement_per_search_once_its_terms_are_counted(filled: tuple[Store
         index.search(query, resource_id="u", top_k=5, mode="hybrid")  # counts the new terms
         seen.clear()
         result = index.search(query, resource_id="u", top_k=5, mode="hybrid")
-        assert len(seen) == 1 and seen[0].startswith("WITH kw "), (query, seen)
+        # The change log's read (with the queue's check: ``pg_changes``), then the one statement.
+        assert len(seen) == 2 and seen[0].startswith(LOG_READ) and seen[1].startswith("WITH kw "), (query, seen)
         assert result.hits
-    index.read_hybrid = None  # the reads one by one: queue, keyword list, vector list + cosines, order
-    seen.clear()
+    index.read_hybrid = None  # the reads one by one: the log (and queue), keyword list, vector list + cosines
+    index.search(QUERIES[0], resource_id="u", top_k=5, mode="hybrid")  # (reads the candidates' threads whole)
+    seen.clear()  # (the thread order is kept in process: ``pg_order.PgOrderCache``)
     index.search(QUERIES[0], resource_id="u", top_k=5, mode="hybrid")
-    assert len(seen) == 4
+    assert len(seen) == 3 and seen[0].startswith(LOG_READ)
 
 
 def test_messages_deleted_since_indexed_are_left_out_the_same_way(filled: tuple[Store, RecallIndex]):
@@ -121,7 +127,7 @@ def test_messages_deleted_since_indexed_are_left_out_the_same_way(filled: tuple[
     assert not {h.message_id for h in before.hits[:3]} & {f.message_id for f in run.reranked}
     seen.clear()
     index.search(gone_query, resource_id="u", top_k=5, mode="hybrid")
-    assert seen[0].startswith("WITH kw ") and len(seen) == 3  # + the queue's check and its deletes
+    assert seen[0].startswith(LOG_READ) and seen[1].startswith("WITH kw ") and len(seen) == 3  # + the deletes
 
 
 def test_searches_the_one_statement_does_not_cover_keep_the_reads_one_by_one(filled: tuple[Store, RecallIndex]):

@@ -21,7 +21,7 @@ from core.messages import Message
 from core.recall import RecallIndex, hybrid, keyword
 from core.recall import pg_order
 from core.recall import search as pipeline
-from core.recall.pg_order import PgThreadOrder
+from core.recall.pg_order import PgOrderCache
 from core.recall.text import SpeakerMatcher, query_dates
 
 pytestmark = pytest.mark.backends
@@ -110,7 +110,7 @@ def test_hybrid_hits_are_every_candidate_propagated_from_a_full_thread_order_the
     monkeypatch.setattr(keyword, "STATS_CHECK_S", 1e9)
     index = RecallIndex.for_store(store, HashingEmbedder(64))
     assert index.index_messages(corpus(store, "u", "t", 180, 1) + corpus(store, "u", "t2", 90, 2)).ok
-    reader = pg_order.thread_order if isinstance(index.order, PgThreadOrder) else pipeline.thread_order
+    reader = pg_order.thread_order if isinstance(index.order, PgOrderCache) else pipeline.thread_order
     share, tshare = hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE
     assert share > 0 and tshare > 0
     changed = 0

@@ -1,0 +1,278 @@
+"""Postgres's change log (``pg_changes``) and the recall reads it keeps in process.
+
+Two stores on one database stand for two processes. What one writes (saves, edits, deletes, a
+truncated table) the other's kept vectors and thread order follow, and they then answer exactly what
+reads from scratch answer. The log is read in commit order: a transaction that commits after a later
+one is told all the same, an open one only once it commits. Pruned rows make a reader start over. A
+vector table whose writes are not logged (made by Mastra before the log) is searched by the server,
+until our first write logs it; the migration logs the vector tables already there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from core import Memory, MemoryOptions
+from core.embedding import HashingEmbedder
+from core.messages import Message
+from core.recall import RecallIndex, pg_changes, pg_order, pg_vector_cache
+from core.recall.matrix import VectorSet
+from core.recall.pg_changes import LOG_TABLE, Change
+from core.recall.pg_vectors import PgVectorSet
+from core.recall.schema import CHANGE_LOG_MIGRATION
+from core.storage import Store, open_store
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+WORDS = ("garden", "tomatoes", "Lisbon", "bicycle", "concert", "violin", "harbour")
+
+
+def _msg(i: int, thread: str = "t", text: str | None = None, **kw: object) -> Message:
+    make = Message.user if i % 2 == 0 else Message.assistant
+    return make(text or f"{('Caroline', 'Mel')[i % 2]}: note {i} about {WORDS[i % len(WORDS)]}",
+                id=f"m{i:03d}", thread_id=thread, resource_id="u", created_at=T0 + timedelta(minutes=i), **kw)
+
+
+@pytest.fixture
+def two(pg_url: str) -> Iterator[tuple[Store, Store]]:
+    """Two stores over one fresh database (two processes), with 40 indexed messages in threads t and s."""
+    a, b = open_store(pg_url), open_store(pg_url)
+    try:
+        for t in ("t", "s"):
+            b.memory.create_thread(thread_id=t, resource_id="u")
+        msgs = [_msg(i, "ts"[i % 2]) for i in range(40)]
+        b.memory.save_messages(msgs)
+        assert not _index(b).index_messages(msgs).failed
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def _index(store: Store) -> RecallIndex:
+    return RecallIndex.for_store(store, HashingEmbedder(16))
+
+
+def _answers(store: Store, query: str, mode: str = "hybrid") -> list[tuple[str, float]]:
+    return [(h.message_id, round(h.score, 6)) for h in _index(store).search(query, resource_id="u", top_k=8, mode=mode).hits]  # type: ignore[arg-type]
+
+
+def _fresh(url: str, query: str, mode: str = "hybrid") -> list[tuple[str, float]]:
+    """What a process that kept nothing yet answers."""
+    store = open_store(url)
+    try:
+        return _answers(store, query, mode)
+    finally:
+        store.close()
+
+
+QUERIES = ("garden note", "Mel violin", "harbour zebra", "note 41", "Caroline Lisbon bicycle")
+
+
+def _same_as_fresh(a: Store, url: str) -> None:
+    for query in QUERIES:
+        for mode in ("vector", "hybrid"):
+            assert _answers(a, query, mode) == _fresh(url, query, mode), (query, mode)
+
+
+def test_kept_vectors_and_order_follow_another_process_writes(two: tuple[Store, Store], pg_url: str) -> None:
+    a, b = two
+    ia = _index(a)
+    with a.db.read() as conn:
+        assert isinstance(ia.vector_set(conn, "u", None), VectorSet)  # kept in process
+    _same_as_fresh(a, pg_url)
+    # Appended by the other process: found by the next search, in place in its thread.
+    new = [_msg(i, "t", text=f"Caroline: a zebra at the harbour {i}") for i in (41, 43)]
+    new.append(_msg(45, "s", text="Mel: note 45 the harbour zebra again", ))
+    b.memory.save_messages(new)
+    assert not _index(b).index_messages(new).failed
+    assert _answers(a, "harbour zebra", "vector")[0][0] in {"m041", "m043", "m045"}
+    _same_as_fresh(a, pg_url)
+    # Edited (a new vector and keyword doc), then deleted, by the other process.
+    memory_b = Memory(b, MemoryOptions(semantic_recall=True), embedder=HashingEmbedder(16))
+    memory_b.edit_message("m010", resource_id="u", text="Caroline: the violin concert is on Friday")
+    _same_as_fresh(a, pg_url)
+    assert "m010" in [m for m, _ in _answers(a, "violin concert Friday", "vector")][:3]
+    memory_b.delete_messages(["m041", "m012"], resource_id="u")
+    assert "m041" not in [m for m, _ in _answers(a, "harbour zebra", "hybrid")]
+    _same_as_fresh(a, pg_url)
+
+
+def test_kept_thread_order_answers_what_the_read_answers(two: tuple[Store, Store]) -> None:
+    """After appends (also before older messages, and at equal times where ids decide by code point),
+    a message of another role, an edit that moves a message and deletes, the kept answers equal ``thread_order``."""
+    a, b = two
+    ia = _index(a)
+    ids = [f"m{i:03d}" for i in range(40)]
+
+    def check() -> None:
+        with a.db.read() as conn:
+            every = [r[0] for r in conn.exec_driver_sql("SELECT id FROM mastra_messages ORDER BY id")]
+            threads = dict(conn.exec_driver_sql("SELECT id, thread_id FROM mastra_messages").all())
+            kept = ia.order.read(conn, every, labels=True, threads=lambda: threads)
+            assert kept == pg_order.thread_order(conn, every, labels=True)
+            assert ia.order.read(conn, every, labels=False, threads=lambda: threads) == pg_order.thread_order(conn, every, labels=False)
+
+    check()
+    assert ids  # (the threads are kept now)
+    late = T0 + timedelta(minutes=5)
+    b.memory.save_messages([
+        Message.user("Mel: slipped in early", id="early", thread_id="t", resource_id="u", created_at=T0 - timedelta(days=1)),
+        Message.user("Caroline: same time, upper", id="B-tie", thread_id="t", resource_id="u", created_at=late),
+        Message.assistant("Mel: same time, lower", id="a-tie", thread_id="t", resource_id="u", created_at=late),
+        Message.create("signal", [{"type": "text", "text": "a signal"}], id="signal1", thread_id="t",
+                       resource_id="u", created_at=T0 + timedelta(minutes=7)),
+        Message.user("a new thread", id="n1", thread_id="s", resource_id="u", created_at=T0 + timedelta(hours=9)),
+    ])
+    check()
+    with b.db.write() as conn:  # moved in time and deleted, as another writer (Mastra) may do
+        conn.exec_driver_sql('UPDATE mastra_messages SET "createdAt" = ? WHERE id = ?', ("2026-03-01T08:00:00.000Z", "m020"))
+        conn.exec_driver_sql("DELETE FROM mastra_messages WHERE id IN ('m002', 'B-tie')")
+    check()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.changes: list[Change] = []
+        self.resets = 0
+
+    def changed(self, changes: list[Change]) -> None:
+        self.changes.extend(changes)
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+def _doc(conn: sa.Connection, mid: str) -> None:
+    conn.exec_driver_sql("INSERT INTO memory_studio_fts_docs (message_id, thread_id, resource_id, terms) "
+                         "VALUES (?, 't', 'u', to_tsvector('simple', 'x'))", (mid,))
+
+
+def _told(a: Store, log: pg_changes.ChangeLog, rec: _Recorder) -> set[str]:
+    with a.db.read() as conn:
+        assert log.sync(conn)
+    out = {m for c in rec.changes if c.source == "docs" for m in c.message_ids or ()}
+    rec.changes.clear()
+    return out
+
+
+def test_the_log_is_read_in_commit_order(two: tuple[Store, Store]) -> None:
+    """A transaction that started first but commits last is told once it commits, and never twice."""
+    a, b = two
+    log = pg_changes.log_for(a.db)
+    rec = _Recorder()
+    log.listen(rec)
+    _told(a, log, rec)
+    rec.resets = 0  # (a log's first read starts its listeners over)
+    first, second = b.db.engine.connect(), b.db.engine.connect()
+    try:
+        first.begin()
+        _doc(first, "x-first")  # the older transaction id
+        second.begin()
+        _doc(second, "x-second")
+        second.commit()
+        assert _told(a, log, rec) == {"x-second"}  # the first is still running
+        first.commit()
+        assert _told(a, log, rec) == {"x-first"}
+        assert _told(a, log, rec) == set()
+    finally:
+        first.close()
+        second.close()
+    assert rec.resets == 0
+
+
+def test_a_reader_behind_pruned_rows_starts_over(two: tuple[Store, Store]) -> None:
+    a, b = two
+    log = pg_changes.log_for(a.db)
+    rec = _Recorder()
+    log.listen(rec)
+    _told(a, log, rec)
+    rec.resets = 0  # (a log's first read starts its listeners over)
+    with b.db.write() as conn:
+        _doc(conn, "x-old")
+    with b.db.write() as conn:
+        conn.exec_driver_sql(f"UPDATE {LOG_TABLE} SET at = now() - interval '1 hour'")
+    with b.db.write() as conn:  # (the prune's horizon is a later transaction's snapshot)
+        conn.exec_driver_sql("SELECT memory_studio_recall_log_prune()")
+        assert conn.exec_driver_sql(f"SELECT count(*) FROM {LOG_TABLE}").scalar() == 0
+    with a.db.read() as conn:
+        assert log.sync(conn)
+    assert rec.resets == 1 and not rec.changes
+    # What was kept is read again: the search still answers what a fresh one does.
+    ia = _index(a)
+    assert ia.search("garden", resource_id="u", mode="vector").hits
+
+
+def test_a_truncated_vector_table_is_not_searched_from_memory(two: tuple[Store, Store]) -> None:
+    a, b = two
+    assert _answers(a, "garden", "vector")
+    with b.db.write() as conn:
+        conn.exec_driver_sql(f'TRUNCATE "{_index(b).table}"')
+    assert _answers(a, "garden", "vector") == []
+
+
+def test_a_vector_table_without_logged_writes_is_searched_by_the_server(two: tuple[Store, Store], pg_url: str) -> None:
+    """A table made by Mastra after the log's migration has no triggers: searched by the server (so
+    nothing kept goes stale) until our first write to it logs its writes."""
+    a, b = two
+    table = _index(b).table
+    with b.db.write() as conn:
+        for op in "iudt":
+            conn.exec_driver_sql(f'DROP TRIGGER "{table}_ms_log_{op}" ON "{table}"')
+    fresh = open_store(pg_url)
+    try:
+        index = _index(fresh)
+        with fresh.db.read() as conn:
+            assert isinstance(index.vector_set(conn, "u", None), PgVectorSet)
+        assert index.search("garden", resource_id="u", mode="vector").hits
+        msgs = [_msg(50, "t")]
+        fresh.memory.save_messages(msgs)
+        assert not index.index_messages(msgs).failed
+        with fresh.db.read() as conn:
+            assert pg_changes.has_log(conn, table)
+    finally:
+        fresh.close()
+    other = open_store(pg_url)
+    try:
+        with other.db.read() as conn:
+            assert isinstance(_index(other).vector_set(conn, "u", None), VectorSet)
+    finally:
+        other.close()
+
+
+def test_the_migration_logs_the_vector_tables_already_there(two: tuple[Store, Store], pg_url: str) -> None:
+    a, b = two
+    table = _index(b).table
+    with b.db.write() as conn:  # the database as it was before the log's migration
+        for op in "iudt":
+            conn.exec_driver_sql(f'DROP TRIGGER "{table}_ms_log_{op}" ON "{table}"')
+            conn.exec_driver_sql(f'DROP TRIGGER "mastra_messages_ms_log_{op}" ON mastra_messages')
+            conn.exec_driver_sql(f'DROP TRIGGER "memory_studio_fts_docs_ms_log_{op}" ON memory_studio_fts_docs')
+        conn.exec_driver_sql(f"DROP TABLE {LOG_TABLE}")
+        conn.exec_driver_sql("DELETE FROM memory_studio_migrations WHERE name = ?", (CHANGE_LOG_MIGRATION,))
+    a.close()
+    b.close()
+    again = open_store(pg_url)
+    try:
+        with again.db.read() as conn:
+            assert pg_changes.has_log(conn) and pg_changes.has_log(conn, table)
+    finally:
+        again.close()
+
+
+def test_large_scopes_are_searched_by_the_server_with_the_same_answers(two: tuple[Store, Store], pg_url: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    a, _ = two
+    kept = {q: _answers(a, q, "vector") for q in QUERIES}
+    monkeypatch.setattr(pg_vector_cache, "MAX_ROWS", 10)
+    store = open_store(pg_url)
+    try:
+        with store.db.read() as conn:
+            assert isinstance(_index(store).vector_set(conn, "u", None), PgVectorSet)
+        for q in QUERIES:  # (HNSW lists these 40 rows exactly; scores agree to the sixth place)
+            assert _answers(store, q, "vector") == kept[q]
+    finally:
+        store.close()
