@@ -181,11 +181,13 @@ class Listener(Protocol):
 
 
 # The log's rows from ``?`` on (its first read: from this snapshot's xmin), after a head row: the
-# snapshot's xmin, the pruned-below id and whether the recall queue holds changes. One statement, so
-# one snapshot for all of it.
+# snapshot's xmin, the pruned-below id, whether the recall queue holds changes, and which vector tables
+# log their writes (their oids: a table dropped, or made again without our triggers, changes it). One
+# statement, so one snapshot for all of it.
 _SYNC = (
     f"SELECT 0, pg_snapshot_xmin(pg_current_snapshot())::text, (SELECT value FROM {STATE_TABLE} "
-    f"WHERE key = '{PRUNED_KEY}')::text, EXISTS (SELECT 1 FROM {QUEUE_TABLE})::text, NULL::text[], NULL::text[] "
+    f"WHERE key = '{PRUNED_KEY}')::text, EXISTS (SELECT 1 FROM {QUEUE_TABLE})::text, "
+    f"ARRAY(SELECT tgrelid::text FROM pg_trigger WHERE tgfoid = to_regproc('{VECTOR_FN}') ORDER BY 1), NULL::text[] "
     f"UNION ALL SELECT 1, l.xid::text, l.source, l.op, l.message_ids, l.thread_ids FROM {LOG_TABLE} l "
     "WHERE l.xid >= coalesce(CAST(? AS xid8), pg_snapshot_xmin(pg_current_snapshot()))"
 )
@@ -201,6 +203,7 @@ class ChangeLog:
         self._applied: set[int] = set()  # transactions at or above the horizon already told
         self._token: int | None = None  # the read transaction the last sync served
         self._queued = False
+        self._tables: list[str] | None = None  # the oids of the vector tables whose writes are logged
         self.available: bool | None = None  # the log table exists (None: not looked yet)
 
     def listen(self, listener: Listener) -> None:
@@ -227,13 +230,15 @@ class ChangeLog:
             horizon = self._horizon
         rows = cursor.rows(conn, _SYNC, (str(horizon) if horizon is not None else None,))
         head = next(r for r in rows if r[0] == 0)
-        xmin, pruned, queued = int(head[1]), head[2], head[3] == "true"
+        xmin, pruned, queued, tables = int(head[1]), head[2], head[3] == "true", list(head[4] or ())
         logged = [(int(r[1]), r) for r in rows if r[0] == 1]
         changes: list[Change] = []
         with self._lock:
             if self._horizon != horizon:  # another thread synced meanwhile: its answer stands
                 return True
-            reset = horizon is None or (pruned is not None and int(pruned) > horizon)
+            # Rows this reader has not seen may be pruned, or a vector table went or came without our
+            # triggers: what is kept may be out of date in ways the log does not say.
+            reset = horizon is None or (pruned is not None and int(pruned) > horizon) or tables != self._tables
             if not reset:
                 changes = [Change(r[2], r[3], tuple(r[4]) if r[4] is not None else None,
                                   tuple(r[5]) if r[5] is not None else None)
@@ -245,6 +250,7 @@ class ChangeLog:
                              if x >= self._horizon}
             self._token = token
             self._queued = queued
+            self._tables = tables
             listeners = list(self._listeners)
         for listener in listeners:
             if reset:

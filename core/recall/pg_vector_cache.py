@@ -99,16 +99,19 @@ class PgVectorCache:
         """The scope's vectors, up to date as of this read; None: the server searches this scope."""
         key: Key = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
         with self._lock:
-            if self._logged is None:
-                self._logged = has_log(conn, self.table)
-            if not self._logged or not self._log.sync(conn):
+            if not self._log.sync(conn):
                 return None
             reset, appended = self._take()
-            if reset:
+            if reset:  # (also when a vector table went or came: whether this one is logged is looked again)
                 self._sets.clear()
                 self._rowids.clear()
                 self._large.clear()
-            elif appended:
+                self._logged = None
+            if self._logged is None:
+                self._logged = has_log(conn, self.table)
+            if not self._logged:
+                return None
+            if appended:
                 self._large.clear()  # (a scope may have grown past the limit)
                 if self._sets:
                     self._append(conn, sorted(appended))

@@ -218,10 +218,13 @@ def test_a_vector_table_without_logged_writes_is_searched_by_the_server(two: tup
     """A table made by Mastra after the log's migration has no triggers: searched by the server (so
     nothing kept goes stale) until our first write to it logs its writes."""
     a, b = two
+    assert _answers(a, "garden", "vector")  # (a keeps the scope)
     table = _index(b).table
     with b.db.write() as conn:
         for op in "iudt":
             conn.exec_driver_sql(f'DROP TRIGGER "{table}_ms_log_{op}" ON "{table}"')
+    with a.db.read() as conn:  # what a keeps is let go: later writes would not be told
+        assert isinstance(_index(a).vector_set(conn, "u", None), PgVectorSet)
     fresh = open_store(pg_url)
     try:
         index = _index(fresh)
