@@ -2,6 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python bench/pg_rank_speed.py                 # 10,000 messages
     PYTHONPATH=. .venv/bin/python bench/pg_rank_speed.py --sizes 2000 10000 --queries 200
+    PYTHONPATH=. .venv/bin/python bench/pg_rank_speed.py --single      # each of scale.py's words alone
 
 The messages are bench/scale.py's (``_bench_messages``), saved and indexed through the real path on
 the test suite's PostgreSQL server; the queries are scale.py's (``"{word} topic {q}"``), their terms
@@ -36,7 +37,7 @@ def _ms(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=10)[int(q * 10) - 1] if len(values) > 1 else values[0]
 
 
-def run(url: str, n: int, queries: int) -> None:
+def run(url: str, n: int, queries: int, single: bool) -> None:
     store = open_store(url)
     memory = Memory(store, MemoryOptions())
     msgs = _bench_messages(n)
@@ -56,7 +57,7 @@ def run(url: str, n: int, queries: int) -> None:
         prepared = []
         parse_ms = []
         for q in range(queries):
-            text = f"{WORDS[q % len(WORDS)]} topic {q}"
+            text = f"{WORDS[q % len(WORDS)]} topic {q}" if not single else WORDS[q % len(WORDS)]
             terms = index.keywords.terms(conn, text)[0]
             if not terms:
                 continue
@@ -95,13 +96,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000])
     parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--single", action="store_true",
+                        help="one word a query (a CJK word alone is one phrase: ts_rank's calc_rank_and path)")
     args = parser.parse_args(argv)
     server = _pg_server()
-    print("pg_rank: Postgres's keyword list answered in process (bench/scale.py's messages and queries)")
+    print("pg_rank: Postgres's keyword list answered in process (bench/scale.py's messages and queries"
+          + (", one word each" if args.single else "") + ")")
     for n in args.sizes:
         url, drop = server.fresh_database()  # type: ignore[attr-defined]
         try:
-            run(url, n, args.queries)
+            run(url, n, args.queries, args.single)
         finally:
             drop()
 

@@ -494,14 +494,18 @@ class _Postings:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        counts = np.fromiter((len(p[2]) for p in pending), dtype=np.int64, count=len(pending))
-        self.slots = np.concatenate([self.slots, np.fromiter((p[0] for p in pending), dtype=np.int64,
-                                                             count=len(pending))])
-        self.parts = np.concatenate([self.parts, np.fromiter((p[1] for p in pending), dtype=np.float64,
-                                                             count=len(pending))])
-        self.starts = np.concatenate([self.starts, self.starts[-1] + np.cumsum(counts)])
-        flat = [x for p in pending for x in p[2]]
-        self.pos = np.concatenate([self.pos, np.array(flat, dtype=np.int64)])
+        slots = np.array([p[0] for p in pending], dtype=np.int64)
+        parts = np.array([p[1] for p in pending], dtype=np.float64)
+        ends = np.cumsum([len(p[2]) for p in pending], dtype=np.int64)
+        pos = np.array([x for p in pending for x in p[2]], dtype=np.int64)
+        if not len(self.slots):
+            self.slots, self.parts, self.pos = slots, parts, pos
+            self.starts = np.concatenate([self.starts, ends])
+            return
+        self.slots = np.concatenate([self.slots, slots])
+        self.parts = np.concatenate([self.parts, parts])
+        self.starts = np.concatenate([self.starts, self.starts[-1] + ends])
+        self.pos = np.concatenate([self.pos, pos])
 
     def keep(self, alive: np.ndarray, remap: np.ndarray) -> None:
         """Only the postings of live slots, renumbered (``TsIndex._compact``)."""
@@ -534,11 +538,15 @@ class TsIndex:
         self._reset()
 
     def _reset(self) -> None:
-        self._parts: dict[tuple[int, ...], float] = {}  # positions' weight classes -> rank_or_part / (pi^2/6)
+        self._parts: dict[tuple[int, ...], float] = {}  # a lexeme's positions -> rank_or_part / (pi^2/6)
+        self._by_classes: dict[tuple[int, ...], float] = {}  # the same by the positions' weight classes
         self._postings: dict[str, _Postings] = {}
         self._slot_of: dict[str, int] = {}
         self._mids: list[str] = []
-        self._docs: list[dict[str, tuple[int, ...]] | None] = []  # slot -> lexeme -> positions (None: dropped)
+        # per slot: still held (False: dropped or replaced), its lexemes' count (a doc's positions are
+        # kept in the postings only: ``_doc_of``)
+        self._live: list[bool] = []
+        self._sizes: list[int] = []
         self._tids: list[str | None] = []
         self._rids: list[str | None] = []
         self._codes: dict[str | None, int] = {None: -1}
@@ -560,6 +568,8 @@ class TsIndex:
         self._reset()
         rows = conn.exec_driver_sql(LOAD_SQL).all()
         self.put(rows)
+        for post in self._postings.values():  # as arrays now, not as pending tuples until searched
+            post.flush()
         return len(rows)
 
     def put(self, rows: Iterable[Sequence[object]]) -> None:
@@ -577,7 +587,8 @@ class TsIndex:
         doc = dict(lexemes)
         self._slot_of[message_id] = slot
         self._mids.append(message_id)
-        self._docs.append(doc)
+        self._live.append(True)
+        self._sizes.append(len(doc))
         self._tids.append(thread_id)
         self._rids.append(resource_id)
         for code in (thread_id, resource_id):
@@ -586,15 +597,27 @@ class TsIndex:
         self._grown += 1
         parts = self._parts
         for lexeme, positions in doc.items():
-            classes = tuple(p >> _POS_BITS for p in positions)
-            part = parts.get(classes)
+            part = parts.get(positions)
             if part is None:
-                part = rank_or_part(self.weights, positions) / _RANK_OR_DIVISOR
-                parts[classes] = part
+                part = self._part_of(positions)
             post = self._postings.get(lexeme)
             if post is None:
                 post = self._postings[lexeme] = _Postings()
             post.add(slot, part, positions)
+
+    def _part_of(self, positions: tuple[int, ...]) -> float:
+        """``rank_or_part`` / (pi^2 / 6) of a lexeme's positions, kept by the positions and by their
+        weight classes (what it depends on)."""
+        classes = tuple(p >> _POS_BITS for p in positions)
+        part = self._by_classes.get(classes)
+        if part is None:
+            if len(self._by_classes) > 100_000:
+                self._by_classes.clear()
+            part = self._by_classes[classes] = rank_or_part(self.weights, positions) / _RANK_OR_DIVISOR
+        if len(self._parts) > 200_000:
+            self._parts.clear()
+        self._parts[positions] = part
+        return part
 
     def drop(self, message_ids: Iterable[str]) -> None:
         """Remove docs (ids not held are ignored)."""
@@ -602,7 +625,7 @@ class TsIndex:
             slot = self._slot_of.pop(mid, None)
             if slot is None:
                 continue
-            self._docs[slot] = None
+            self._live[slot] = False
             self._dead += 1
             if slot < len(self._alive):
                 self._alive[slot] = False
@@ -615,7 +638,7 @@ class TsIndex:
             return
         start = len(self._alive)
         new = range(start, len(self._mids))
-        self._alive = np.concatenate([self._alive, np.fromiter((self._docs[s] is not None for s in new), dtype=bool)])
+        self._alive = np.concatenate([self._alive, np.array(self._live[start:], dtype=bool)])
         self._thread = np.concatenate([self._thread, np.fromiter((self._codes[self._tids[s]] for s in new),
                                                                  dtype=np.int64)])
         self._resource = np.concatenate([self._resource, np.fromiter((self._codes[self._rids[s]] for s in new),
@@ -635,7 +658,8 @@ class TsIndex:
                 del self._postings[lexeme]
         keep = np.flatnonzero(alive).tolist()
         self._mids = [self._mids[s] for s in keep]
-        self._docs = [self._docs[s] for s in keep]
+        self._live = [True] * len(keep)
+        self._sizes = [self._sizes[s] for s in keep]
         self._tids = [self._tids[s] for s in keep]
         self._rids = [self._rids[s] for s in keep]
         self._slot_of = {mid: i for i, mid in enumerate(self._mids)}
@@ -716,10 +740,22 @@ class TsIndex:
             slow = slots[nopos]
         else:
             slow = slots
+        lexemes = [operand.lexeme for operand in operands]
         for slot in slow.tolist():
-            doc = self._docs[slot]
-            if doc is not None and _phrase_execute(node, doc, None) == _YES:
+            if _phrase_execute(node, self._doc_of(slot, lexemes), None) == _YES:
                 out[slot] = True
+        return out
+
+    def _doc_of(self, slot: int, lexemes: Iterable[str]) -> dict[str, tuple[int, ...]]:
+        """These lexemes of one doc, with their WordEntryPos values (absent: not in the doc)."""
+        out: dict[str, tuple[int, ...]] = {}
+        for lexeme in lexemes:
+            post = self._posting(lexeme)
+            if post is None:
+                continue
+            at = int(np.searchsorted(post.slots, slot))
+            if at < len(post.slots) and post.slots[at] == slot:
+                out[lexeme] = tuple(post.pos[post.starts[at]:post.starts[at + 1]].tolist())
         return out
 
     def _keys(self, node: Node, slots: np.ndarray, rows: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
@@ -783,7 +819,7 @@ class TsIndex:
         if query.root is None or not len(slots):
             return np.zeros(len(slots), dtype=np.float32)
         scores = self._rank(query, slots, len(self._mids))
-        empty = np.fromiter((not self._docs[int(s)] for s in slots), dtype=bool, count=len(slots))
+        empty = np.fromiter((not self._sizes[int(s)] for s in slots), dtype=bool, count=len(slots))
         return np.where(empty, np.float32(0), scores).astype(np.float32)  # calc_rank: an empty doc is 0
 
     def _rank(self, query: TsQuery, slots: np.ndarray, n: int) -> np.ndarray:
@@ -848,12 +884,16 @@ class TsIndex:
         owner = np.concatenate(doc_parts) if doc_parts else np.empty(0, dtype=np.int64)
         if len(owner):
             curw = np.concatenate(curw_parts)
-            order = np.argsort(owner, kind="stable")  # by doc, each doc's pairs still in C's order
-            owner, curw = owner[order], curw[order]
+            if len(doc_parts) > 1:  # one block is in doc order already
+                order = np.argsort(owner, kind="stable")  # by doc, each doc's pairs still in C's order
+                owner, curw = owner[order], curw[order]
             first = np.concatenate([[True], owner[1:] != owner[:-1]])
-            step = np.arange(len(owner)) - np.maximum.accumulate(np.where(first, np.arange(len(owner)), 0))
-            by_step = np.argsort(step, kind="stable")
-            bounds = np.searchsorted(step[by_step], np.arange(int(step.max()) + 2))
+            if first.all():  # one pair a doc (two lexemes found once each): one step
+                by_step, bounds = np.arange(len(owner)), np.array([0, len(owner)])
+            else:
+                step = np.arange(len(owner)) - np.maximum.accumulate(np.where(first, np.arange(len(owner)), 0))
+                by_step = np.argsort(step, kind="stable")
+                bounds = np.searchsorted(step[by_step], np.arange(int(step.max()) + 2))
             for t in range(len(bounds) - 1):
                 take = by_step[bounds[t]:bounds[t + 1]]
                 d, c = owner[take], curw[take]
@@ -861,8 +901,7 @@ class TsIndex:
                 folded = (1.0 - (1.0 - cur) * (1.0 - c)).astype(np.float32).astype(np.float64)
                 res[d] = np.where(cur < 0, c, folded)
         for i in np.flatnonzero(alone).tolist():
-            doc = self._docs[int(slots[i])]
-            assert doc is not None
+            doc = self._doc_of(int(slots[i]), query.operands)
             res[i] = rank_and(self.weights, [doc.get(lex) for lex in query.operands])
         return np.where(res < 0, 1e-20, res).astype(np.float32)  # C's 1e-20f
 
