@@ -21,11 +21,14 @@ What it reproduces, from Postgres's ``tsvector_op.c`` and ``tsrank.c``:
 ``calc_rank_or``'s part for one lexeme of one doc depends on the doc alone (its positions' weights), so
 it is computed when the doc is put; a search then adds, for each query lexeme in sorted order, that
 part over every doc holding it (``float`` accumulator, ``double`` addition, as C does), one numpy step
-per lexeme. ``calc_rank_and`` (a query that is one phrase of two or more lexemes) walks each matching
-doc's position pairs in C's order.
+per lexeme. ``calc_rank_and`` (a query that is one phrase of two or more lexemes, e.g. a CJK bigram
+alone) lists every matching doc's position pairs in C's loop order and folds them together, one numpy
+step per pair index. A phrase of operands joined by ``<N>`` / ``&`` is matched over (doc, position)
+pairs in numpy; other phrases (with ``!`` or ``|`` inside) one doc at a time.
 
-Prefix operands (``:*``) are not answered (``Unsupported``): the engine's queries
-(``phraseto_tsquery`` of each term, OR-ed) never have one.
+Not answered: prefix operands (``:*``, ``Unsupported``; the engine's queries, ``phraseto_tsquery`` of
+each term OR-ed, never have one) and ``search_sql``'s ``until`` (it needs the messages' times): the
+caller runs the statement for those. Not thread-safe: the caller serialises puts, drops and searches.
 """
 
 from __future__ import annotations
@@ -248,10 +251,6 @@ _WORD_DISTANCE_F32 = np.array(_WORD_DISTANCE + [_FAR], dtype=np.float32)  # by m
 _FOLD_STEPS = 64  # calc_rank_and: docs with more position pairs than this are folded one at a time
 
 
-def _word_distance(dist: int) -> float:
-    return _FAR if dist > 100 else _WORD_DISTANCE[dist]
-
-
 def _weights(context_weight: float) -> tuple[float, float, float, float]:
     """The ``'{0, 0, w, 1}'`` array of ``search_sql`` as ``float`` values, by weight class D, C, B, A."""
     return (0.0, 0.0, f32(float(context_weight)), 1.0)
@@ -269,10 +268,28 @@ def rank_or_part(w: Sequence[float], positions: Sequence[int]) -> float:
     return f32(f32(wjm + resj) - f32(wjm / float((jm + 1) * (jm + 1))))
 
 
+_CURW: dict[tuple[float, ...], list[list[list[float]]]] = {}
+
+
+def _curw_table(w: Sequence[float]) -> list[list[list[float]]]:
+    """calc_rank_and's ``curw`` by the two positions' weight classes and min(distance, 101), for these
+    weights: ``sqrt(wpos * wpos * word_distance(dist))`` with C's ``float`` products."""
+    key = tuple(w)
+    table = _CURW.get(key)
+    if table is None:
+        wd = _WORD_DISTANCE + [_FAR]
+        table = [[[f32(math.sqrt(f32(f32(w[a] * w[b]) * wd[d]))) for d in range(102)] for b in range(4)]
+                 for a in range(4)]
+        _CURW[key] = table
+    return table
+
+
 def rank_and(w: Sequence[float], lexemes: Sequence[tuple[int, ...] | None]) -> float:
     """``calc_rank_and`` (before ``calc_rank``'s floor) of one doc: ``lexemes`` are the positions of the
     query's sorted distinct operands in it (None: not in the doc; empty: stored without positions)."""
     posnull = MAXENTRYPOS - 1  # a lexeme without positions: one at MAXENTRYPOS - 1, weight D
+    table = _curw_table(w)
+    pack, unpack = _F32.pack, _F32.unpack
     res = -1.0
     seen: list[tuple[tuple[int, ...], bool]] = []
     for found in lexemes:
@@ -281,16 +298,18 @@ def rank_and(w: Sequence[float], lexemes: Sequence[tuple[int, ...] | None]) -> f
         null_i = not found
         post = (posnull,) if null_i else found
         for ct, null_k in seen:
+            either = null_i or null_k
             for wl in post:
                 pl = wl & _POS_MASK
-                wwl = w[wl >> _POS_BITS]
+                row = table[wl >> _POS_BITS]
                 for wp in ct:
-                    dist = abs(pl - (wp & _POS_MASK))
-                    if dist or null_i or null_k:
-                        if not dist:
-                            dist = MAXENTRYPOS
-                        curw = f32(math.sqrt(f32(f32(wwl * w[wp >> _POS_BITS]) * _word_distance(dist))))
-                        res = curw if res < 0 else f32(1.0 - (1.0 - res) * (1.0 - curw))
+                    dist = pl - (wp & _POS_MASK)
+                    if dist < 0:
+                        dist = -dist
+                    if dist or either:
+                        # a distance of 0 (a lexeme without positions) counts as MAXENTRYPOS: over 100
+                        curw = row[wp >> _POS_BITS][dist if 0 < dist <= 100 else 101]
+                        res = curw if res < 0 else unpack(pack(1.0 - (1.0 - res) * (1.0 - curw)))[0]
         seen.append((post, null_i))
     return res
 
