@@ -191,7 +191,8 @@ def search_sql(
         f"SELECT d.message_id, d.thread_id, d.resource_id, "
         f"ts_rank('{{0, 0, {float(weight)}, 1}}', d.terms, q.q) AS s "
         f"FROM {DOCS_TABLE} d, (SELECT {tsquery} AS q) q WHERE {' AND '.join(where)} "
-        "ORDER BY s DESC, d.message_id LIMIT ?",
+        # Ties in code point order whatever the database's collation (as libSQL's BINARY and ``pg_rank``).
+        'ORDER BY s DESC, d.message_id COLLATE "C" LIMIT ?',
         params,
     )
 
