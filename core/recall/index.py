@@ -31,6 +31,7 @@ from core.recall.backends import KeywordBackend, VectorBackend
 from core.recall.matrix import ScopeVectors
 from core.recall.matrix_vectors import MatrixVectors
 from core.recall.order_cache import OrderCache
+from core.recall.pg_keyword_cache import PgKeywordCache
 from core.recall.pg_order import PgOrderCache
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import (
@@ -84,7 +85,7 @@ def keyword_backend(caps: Capabilities, available: bool, log: pg_changes.ChangeL
     """The keyword backend for a database that can do ``caps.full_text`` (``log``: Postgres's change log)."""
     if caps.full_text == "fts5":
         return keyword.Fts5Keywords(available)
-    return pg_keywords.TsvectorKeywords(available, log)
+    return pg_keywords.TsvectorKeywords(available, log, PgKeywordCache(log) if log is not None else None)
 
 
 def vector_backend(caps: Capabilities, dim: int, model_id: str) -> VectorBackend:

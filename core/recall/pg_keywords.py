@@ -14,14 +14,20 @@ as ranking the whole resource (bench/scale.py: 168 ms at 10k messages before, se
 
 from __future__ import annotations
 
+import threading
 import weakref
-from collections.abc import Collection
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from core.recall.keyword import CONTEXT_WEIGHT, STATS_MAX_TERMS, KeywordHit, TermStats, select_terms
 from core.recall import passages
 from core.recall.pg_changes import ChangeLog
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.recall.pg_keyword_cache import PgKeywordCache
 from core.recall.schema import DOCS_TABLE, QUEUE_TABLE
 from core.recall.text import passage_hash, segment
 from core.recall.types import DocRow
@@ -37,22 +43,58 @@ _COUNT = f"(SELECT count(*) FROM {DOCS_TABLE} WHERE terms @@ phraseto_tsquery('{
 
 class PgTermStats(TermStats):
     """``TermStats`` counted in the ``tsvector`` documents: a GIN lookup per term, no ranking. The
-    terms of one query not counted yet are counted in one statement (one round trip, not one each)."""
+    terms of one query not counted yet are counted in one statement (one round trip, not one each),
+    which also parses them as a search's query does (``parsed``: kept for ``pg_keyword_cache``)."""
 
     def _frequency_of(self, conn: sa.Connection, term: str) -> int:
-        return int(cursor.scalar(conn, f"SELECT {_COUNT}", (_unquote(term),)) or 0)
+        return self._count(conn, [term])[0]
+
+    def _count(self, conn: sa.Connection, terms: list[str]) -> list[int]:
+        plain = [_unquote(t) for t in terms]
+        row = cursor.rows(conn, "SELECT " + ", ".join([_COUNT] * len(terms) + [_PARSE] * len(terms)), plain + plain)[0]
+        _keep_parsed(zip(terms, row[len(terms):]))
+        return [int(c or 0) for c in row[: len(terms)]]
 
     def frequencies(self, conn: sa.Connection, terms: list[str]) -> list[int]:
         with self._lock:
             unknown = [t for t in dict.fromkeys(terms) if t not in self._df]
         if len(unknown) > 1:
-            counts = cursor.rows(conn, "SELECT " + ", ".join([_COUNT] * len(unknown)), [_unquote(t) for t in unknown])[0]
+            counts = self._count(conn, unknown)
             with self._lock:
                 for term, count in zip(unknown, counts):
-                    self._df[term] = int(count or 0)
+                    self._df[term] = count
                 while len(self._df) > STATS_MAX_TERMS:
                     self._df.popitem(last=False)
         return super().frequencies(conn, terms)
+
+
+# Each quoted term's ``phraseto_tsquery`` as text (Postgres's parser and stemmer: what a search's
+# query is made of), kept for the in-process keyword list (``pg_keyword_cache``).
+_PARSE = f"phraseto_tsquery('{CONFIG}', ?)::text"
+_PARSED: "OrderedDict[str, str]" = OrderedDict()
+_PARSED_LOCK = threading.Lock()
+
+
+def _keep_parsed(pairs: Iterable[tuple[str, object]]) -> None:
+    with _PARSED_LOCK:
+        for term, text in pairs:
+            _PARSED[term] = str(text or "")
+            _PARSED.move_to_end(term)
+        while len(_PARSED) > STATS_MAX_TERMS:
+            _PARSED.popitem(last=False)
+
+
+def parsed(conn: sa.Connection, terms: list[str]) -> list[str]:
+    """Each quoted term's query as Postgres parses it (text; empty: only stop words), from what was
+    kept, the others read in one statement."""
+    with _PARSED_LOCK:
+        found = {t: _PARSED[t] for t in terms if t in _PARSED}
+    missing = [t for t in dict.fromkeys(terms) if t not in found]
+    if missing:
+        row = cursor.rows(conn, "SELECT " + ", ".join([_PARSE] * len(missing)), [_unquote(t) for t in missing])[0]
+        _keep_parsed(zip(missing, row))
+        found.update((t, str(text or "")) for t, text in zip(missing, row))
+    return [found[t] for t in terms]
 
 
 def _unquote(term: str) -> str:
@@ -212,16 +254,26 @@ class TsvectorKeywords:
     """The keyword half of a ``RecallIndex`` on Postgres: ``tsvector`` docs and ``ts_rank``, fed by the
     statement-level trigger queue (this module)."""
 
-    def __init__(self, available: bool, log: ChangeLog | None = None) -> None:
+    def __init__(self, available: bool, log: ChangeLog | None = None, kept: "PgKeywordCache | None" = None) -> None:
         self.available = available
         self.stats: TermStats = PgTermStats()
         self.log = log  # the database's change log: its read says whether the queue waits
+        self.kept = kept  # the scopes' docs in memory (``pg_keyword_cache``), told of writes by ``log``
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
         return select_terms(conn, query, self.stats)
 
     def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
                limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]:
+        if self.kept is not None and until is None:  # (a past turn's view needs the messages' times)
+            quoted = terms if terms is not None else select_terms(conn, query, self.stats)[0]
+            if not quoted:
+                return []
+            hits = self.kept.search(conn, quoted, resource_id=resource_id, thread_id=thread_id, limit=limit)
+            if hits is not None:
+                _LISTED[conn] = [h.message_id for h in hits]
+                return hits
+            terms = quoted
         return search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, stats=self.stats,
                       until=until, terms=terms)
 

@@ -81,18 +81,20 @@ class PgVectorCache:
             self._inbox.clear()
             self._reset = True
 
-    def _take(self) -> tuple[bool, set[str]]:
-        """(whether to drop everything kept, the message ids appended) since the last call."""
+    def _take(self) -> tuple[bool, bool, set[str]]:
+        """(whether the log said to start over, whether rows were changed or removed, the message ids
+        appended) since the last call."""
         with self._inbox_lock:
             inbox, self._inbox = self._inbox, []
             reset, self._reset = self._reset, False
+        rewritten = False
         appended: set[str] = set()
         for change in inbox:
             if change.op == "append" and change.message_ids is not None:
                 appended.update(m for m in change.message_ids if m is not None)
             else:
-                reset = True
-        return reset, appended
+                rewritten = True
+        return reset, rewritten, appended
 
     # -- reading -------------------------------------------------------------------------------
     def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> VectorSet | None:
@@ -101,20 +103,19 @@ class PgVectorCache:
         with self._lock:
             if not self._log.sync(conn):
                 return None
-            reset, appended = self._take()
-            if reset:  # (also when a vector table went or came: whether this one is logged is looked again)
+            reset, rewritten, appended = self._take()
+            if reset or rewritten:  # (rows changed or gone: reloaded when next searched, as on libSQL)
                 self._sets.clear()
                 self._rowids.clear()
+            if reset:  # (also when a vector table went or came: whether this one is logged is looked again)
                 self._large.clear()
                 self._logged = None
             if self._logged is None:
                 self._logged = has_log(conn, self.table)
             if not self._logged:
                 return None
-            if appended:
-                self._large.clear()  # (a scope may have grown past the limit)
-                if self._sets:
-                    self._append(conn, sorted(appended))
+            if appended and self._sets:
+                self._append(conn, sorted(appended))
             if key in self._large:
                 return None
             vset = self._sets.get(key)
@@ -122,12 +123,12 @@ class PgVectorCache:
                 self._sets.move_to_end(key)
                 return vset
             where, params = _where(key)
-            rows = cursor.rows(conn, f"SELECT {_COLUMNS} FROM {quoted(self.table)} WHERE {where} ORDER BY id LIMIT ?",
-                               (*params, MAX_ROWS + 1))
-            if len(rows) > MAX_ROWS:
-                self._large.add(key)
+            table = quoted(self.table)
+            if cursor.scalar(conn, f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT ?) s",
+                             (*params, MAX_ROWS + 1)) > MAX_ROWS:
+                self._large.add(key)  # (until the log says to start over: scopes grow, they rarely shrink)
                 return None
-            raw = _raw(rows)
+            raw = _raw(cursor.rows(conn, f"SELECT {_COLUMNS} FROM {table} WHERE {where} ORDER BY id", params))
             vset = VectorSet(self.dim, self.model_id)
             vset.extend(raw)
             self._sets[key] = vset

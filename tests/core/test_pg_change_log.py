@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from core import Memory, MemoryOptions
 from core.embedding import HashingEmbedder
 from core.messages import Message
-from core.recall import RecallIndex, pg_changes, pg_order, pg_vector_cache
+from core.recall import RecallIndex, pg_changes, pg_keywords, pg_order, pg_vector_cache
 from core.recall.matrix import VectorSet
 from core.recall.pg_changes import LOG_TABLE, Change
 from core.recall.pg_vectors import PgVectorSet
@@ -279,3 +279,38 @@ def test_large_scopes_are_searched_by_the_server_with_the_same_answers(two: tupl
             assert _answers(store, q, "vector") == kept[q]
     finally:
         store.close()
+
+
+KEYWORD_QUERIES = ("garden note", "Mel", "the and of", "東京の会議", "会議 旅行", "note 41 harbour", "Caroline Lisbon bicycle",
+                   "violins concerts", "zzz nothing")
+SCOPES = (dict(resource_id="u", thread_id=None), dict(resource_id=None, thread_id="t"), dict(resource_id="u", thread_id="s"))
+
+
+def _keyword_lists_agree(store: Store) -> None:
+    """Every query and scope: the kept keyword list equals the statement's (same ids, ``real`` scores, order)."""
+    index = _index(store)
+    assert index.keywords.kept is not None  # type: ignore[attr-defined]
+    for query in KEYWORD_QUERIES:
+        for scope in SCOPES:
+            for limit in (3, 50):
+                with store.db.read() as conn:
+                    terms = index.keywords.terms(conn, query)[0]
+                    kept = index.keywords.search(conn, query, limit=limit, terms=terms, **scope)  # type: ignore[arg-type]
+                    told = pg_keywords.search(conn, query, limit=limit, terms=terms, **scope)  # type: ignore[arg-type]
+                assert kept == told, (query, scope, limit)
+    assert index.keywords.kept.status()["keyword_scopes"] == 2  # (resource u, thread t)  # type: ignore[attr-defined]
+
+
+def test_kept_keyword_lists_answer_what_the_statement_answers(two: tuple[Store, Store]) -> None:
+    a, b = two
+    b.memory.save_messages([_msg(60, "t", text="Caroline: 東京の会議は月曜日です"),
+                            _msg(61, "s", text="Mel: 旅行の会議, and the violins")])
+    assert not _index(b).index_messages(list(b.memory.get_messages(["m060", "m061"]))).failed
+    _keyword_lists_agree(a)
+    new = [_msg(70, "t", text="Mel: the garden note 41 again"), _msg(71, "s", text="Caroline: 会議 in Lisbon")]
+    b.memory.save_messages(new)
+    assert not _index(b).index_messages(new).failed
+    memory_b = Memory(b, MemoryOptions(semantic_recall=True), embedder=HashingEmbedder(16))
+    memory_b.edit_message("m004", resource_id="u", text="Caroline: concerts and violins in the garden")
+    memory_b.delete_messages(["m006", "m061"], resource_id="u")
+    _keyword_lists_agree(a)
