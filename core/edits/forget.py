@@ -12,7 +12,9 @@ DuckDB file and its pending spill files; on Postgres the span table is in the da
 index, so the queue comes after the messages). Each place names a table (or, for vector tables, a
 name prefix) and the columns that point at the targets. A table this list does not know but that has
 a thread or resource column (another feature's table, a Mastra table) is swept by the same rule and
-reported under its own name. Afterwards every table is scanned for the resource's ids
+reported under its own name. On Postgres the recall change log goes last (every delete before it logged
+the ids it touched), and every process's kept recall reads are told to start over. Afterwards every
+table is scanned for the resource's ids
 (``mentions``): anything left is reported, never silently kept.
 
 Deleted rows leave their bytes in free pages until ``vacuum`` rewrites the file; the report says so
@@ -45,6 +47,8 @@ SPANS = "mastra_ai_spans"
 _FTS = "memory_studio_message_fts"
 _DOCS = "memory_studio_fts_docs"
 _QUEUE = "memory_studio_recall_queue"
+_LOG = "memory_studio_recall_log"  # Postgres: the recall change log (``core.recall.pg_changes``)
+_LOG_PRUNED = ("memory_studio_recall_state", "log:pruned_below")  # where readers learn rows may be gone
 _VECTORS = "memory_messages"
 _CHUNK = 400
 
@@ -264,6 +268,22 @@ def _apply(conn: sa.Connection, table: str, conditions: Iterable[tuple[str, str]
     return len(seen) if dry_run else removed
 
 
+def _forget_log(conn: sa.Connection, targets: Targets, dry_run: bool) -> int:
+    """The change log's rows naming the targets' messages or threads (the deletes of this forget wrote
+    some too). Every process's readers are then told to start over, as after a prune (the log no longer
+    says what changed): what they keep of the resource is dropped at their next read."""
+    where = "message_ids && CAST(? AS text[]) OR thread_ids && CAST(? AS text[])"
+    params = (list(targets.messages), list(targets.threads))
+    if dry_run:
+        return int(conn.exec_driver_sql(f"SELECT count(*) FROM {_LOG} WHERE {where}", params).scalar() or 0)
+    removed = int(conn.exec_driver_sql(f"DELETE FROM {_LOG} WHERE {where}", params).rowcount or 0)
+    table, key = _LOG_PRUNED
+    conn.exec_driver_sql(
+        f"INSERT INTO {table} (key, value) VALUES (?, pg_current_xact_id()::text::bigint + 1) "
+        f"ON CONFLICT (key) DO UPDATE SET value = greatest({table}.value, EXCLUDED.value)", (key,))
+    return removed
+
+
 def _unknown_tables(conn: sa.Connection, existing: set[str], known: set[str]) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
     out = []
     for table in sorted(existing - known):
@@ -296,6 +316,8 @@ def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetRep
         known |= {t for t in existing if t.startswith(_FTS + "_")}  # FTS5's own shadow tables
         for table, conditions in _unknown_tables(conn, existing, known):
             report.removed[f"other: {table}"] = _apply(conn, table, conditions, targets, dry_run)
+        if _LOG in existing:  # last: every delete above logged the ids it touched
+            report.removed["recall change log"] = _forget_log(conn, targets, dry_run)
         if not dry_run and targets.fts_rows and capabilities_of(conn).full_text == "fts5" and _FTS in existing:
             # Merge the index's segments, so deleted terms leave the index itself, not only its doc list.
             conn.exec_driver_sql(f"INSERT INTO {_FTS}({_FTS}) VALUES ('optimize')")

@@ -43,6 +43,7 @@ from typing import Union
 import numpy as np
 import sqlalchemy as sa
 
+from core.errors import MemoryStudioError
 from core.recall.keyword import CONTEXT_WEIGHT
 from core.recall.pg_keywords import CONFIG, _unquote
 from core.recall.tables import DOCS_TABLE
@@ -61,7 +62,7 @@ def query_sql(quoted: Sequence[str]) -> tuple[str, list[object]]:
     return f"SELECT ({expr})::text", list(terms)
 
 
-class Unsupported(ValueError):
+class Unsupported(MemoryStudioError, ValueError):
     """A query this module does not answer (a prefix operand): run the statement instead."""
 
 

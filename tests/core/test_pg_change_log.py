@@ -314,3 +314,17 @@ def test_kept_keyword_lists_answer_what_the_statement_answers(two: tuple[Store, 
     memory_b.edit_message("m004", resource_id="u", text="Caroline: concerts and violins in the garden")
     memory_b.delete_messages(["m006", "m061"], resource_id="u")
     _keyword_lists_agree(a)
+
+
+def test_a_forgotten_resource_leaves_no_log_row_and_no_kept_copy(two: tuple[Store, Store]) -> None:
+    """Forgetting deletes the log's rows naming the resource (its deletes wrote some), so the log cannot
+    tell other processes what went: it tells them to start over, and nothing they kept is answered."""
+    a, b = two
+    for mode in ("vector", "keyword", "hybrid"):
+        assert _answers(a, "garden note", mode)
+    report = Memory(b).forget_resource("u")
+    assert report.complete and report.leftovers == {}
+    with b.db.read() as conn:
+        assert conn.exec_driver_sql(f"SELECT count(*) FROM {LOG_TABLE}").scalar() == 0
+    for mode in ("vector", "keyword", "hybrid"):
+        assert _answers(a, "garden note", mode) == [], mode

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from core.embedding import HashingEmbedder
 from core.messages import Message
-from core.recall import RecallIndex, hybrid, pg_hybrid, pg_vector_cache
+from core.recall import RecallIndex, hybrid, pg_hybrid, pg_keyword_cache, pg_vector_cache
 from core.recall import search as pipeline
 from core.storage import Store, open_store
 
@@ -48,6 +48,7 @@ def filled(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Store
     """A Postgres store and its recall index over ``_fill``'s 240 messages, its scopes searched by the
     server (as those too large to keep in process are: ``pg_vector_cache``); closed after the test."""
     monkeypatch.setattr(pg_vector_cache, "MAX_ROWS", 0)
+    monkeypatch.setattr(pg_keyword_cache, "MAX_DOCS", 0)
     store = open_store(pg_url)
     try:
         yield store, _fill(store)

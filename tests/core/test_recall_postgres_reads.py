@@ -22,7 +22,7 @@ from psycopg import pq
 
 from core.embedding import HashingEmbedder
 from core.messages import Message
-from core.recall import RecallIndex, pg_order, pg_vector_cache
+from core.recall import RecallIndex, pg_keyword_cache, pg_order, pg_vector_cache
 from core.recall import search as pipeline
 from core.recall.pg_keywords import GIN_INDEX, PgTermStats
 from core.storage import open_store
@@ -107,6 +107,7 @@ def test_written_keyword_docs_leave_no_pending_gin_entries(pg_url: str):
 def _on_the_server(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Scopes searched by the server (as those too large to keep in process are), not from memory."""
     monkeypatch.setattr(pg_vector_cache, "MAX_ROWS", 0)
+    monkeypatch.setattr(pg_keyword_cache, "MAX_DOCS", 0)
 
 
 def test_hnsw_settings_are_the_ones_a_search_asks_for(pg_url: str, monkeypatch):  # type: ignore[no-untyped-def]
