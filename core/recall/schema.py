@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -351,7 +352,7 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
         _delete_doc_ids(conn, old)
     if not keep:
         return
-    bulk.insert_rows(
+    insert_json_rows(
         conn, f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash)",
         [(top + i, mid, tid, rid, batch_passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
     )
@@ -365,10 +366,43 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
             done = segmented[text] = segment(text)
         return done
 
-    bulk.insert_rows(
+    insert_json_rows(
         conn, f"INSERT INTO {FTS_TABLE} (rowid, body, context)",
         [(top + i, seg(text), seg(ctx)) for i, (_, _, _, text, ctx) in enumerate(keep, 1)],
     )
+
+
+# What a JSON document does not carry unchanged into SQLite's json_each: NUL (its strings end there;
+# the encoder writes it as the escape ``\u0000``) and lone surrogates (no UTF-8 text holds them; the
+# driver refuses them either way). A text holding a backslash then "u0000" matches too (encoded
+# ``\\u0000``): such rows are bound one by one, which stores the same.
+_NOT_JSON_SAFE = re.compile("\\\\u0000|[\ud800-\udfff]")
+_json_rows = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def json_rows_param(rows: list[tuple[Any, ...]]) -> str | None:
+    """``rows`` as one JSON array of arrays for ``json_each``, or None when a value would not come
+    back from it as it went in (a NUL, a lone surrogate). Values: str, int (SQLite's range) or None
+    only, which the callers' rows are (a float or a bool would come back as another type)."""
+    doc = _json_rows(rows)
+    return None if _NOT_JSON_SAFE.search(doc) else doc
+
+
+def insert_json_rows(conn: sa.Connection, head: str, rows: list[tuple[Any, ...]]) -> None:
+    """``bulk.insert_rows(conn, head, rows)`` on libSQL with the rows bound as one JSON parameter read
+    by ``json_each`` (``INSERT ... SELECT value->>0, ... ORDER BY key``): the same rows, stored in the
+    same order with the same types (a JSON string comes back as TEXT, an integer as INTEGER, null as
+    NULL), but one bound value per batch. The driver's binding, not SQLite, was most of such a
+    statement's cost: a keyword doc row ~3.4 µs with five placeholders, ~2.1 µs this way (FTS rows
+    ~3.4 -> ~2.8). Elsewhere (Postgres) or for values JSON would change, ``bulk.insert_rows``."""
+    if not rows:
+        return
+    doc = None if dialect.is_postgres(conn) else json_rows_param(rows)
+    if doc is None:
+        bulk.insert_rows(conn, head, rows)
+        return
+    cols = ", ".join(f"value->>{i}" for i in range(len(rows[0])))
+    driver_sql.execute(conn, f"{head} SELECT {cols} FROM json_each(?) ORDER BY key", (doc,))
 
 
 def doc_state(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:

@@ -16,6 +16,7 @@ from core import Memory, MemoryOptions, open_store
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, QUEUE_TABLE, STATE_TABLE
+from core.recall import schema, vector_table
 from core.storage import bulk
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -85,6 +86,72 @@ def test_json_id_lists_write_exactly_the_rows_of_the_placeholder_path(tmp_path: 
     assert "NUL\\u0000inside" in metadata["m2"]  # the whole text, NUL included, in the vector's metadata
     assert len(batched["vectors"]) == len(batched["docs"]) == 11 + 120 - 2  # m4 and m6 have none
     assert [r[0] for r in batched["docs"]] == sorted(r[0] for r in batched["docs"])
+
+
+def test_rows_bound_as_one_json_document_store_exactly_the_rows_of_placeholders(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keyword docs, FTS rows and vector rows bound as one JSON document (and the vectors and
+    metadata as two blobs) store the same rows, bytes, types and rowids as one placeholder per value;
+    rows a JSON document would not carry unchanged go by placeholders (test below)."""
+    seen: list[str] = []
+
+    def listener(*args: Any) -> None:
+        seen.append(args[2])
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", listener)
+    try:
+        packed = _run(tmp_path / "packed.db")
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", listener)
+    for table in (DOCS_TABLE, FTS_TABLE, "memory_messages_64"):  # the packed statements did run
+        assert any(s.startswith(f"INSERT INTO {table}") or s.startswith(f'INSERT INTO "{table}"') for s in seen
+                   if "json_each" in s), table
+    with_types = _types(tmp_path / "packed.db")
+    monkeypatch.setattr(schema, "json_rows_param", lambda rows: None)  # every row by placeholders
+    monkeypatch.setattr(vector_table, "json_rows_param", lambda rows: None)
+    plain = _run(tmp_path / "placeholders.db")
+    assert packed == plain
+    assert with_types == _types(tmp_path / "placeholders.db")
+    assert with_types["vectors"] == {("integer", "text", "blob", "text", "text")}
+    metadata = {r[1]: r[3] for r in packed["vectors"]}
+    assert '"content": "quotes \\"here\\" and back\\\\slash"' in metadata['id "q" \\ ид']
+    assert '"content": "a NUL\\u0000inside the text"' in metadata["m2"]
+    assert len(packed["fts"]) == len(packed["docs"])
+
+
+def _types(path: Path) -> dict[str, set[tuple[str, ...]]]:
+    store = open_store(path)
+    try:
+        with store.db.read() as conn:
+            return {
+                "docs": {tuple(r) for r in conn.exec_driver_sql(
+                    f"SELECT typeof(doc_id), typeof(message_id), typeof(thread_id), typeof(resource_id), "
+                    f"typeof(content_hash) FROM {DOCS_TABLE}")},
+                "vectors": {tuple(r) for r in conn.exec_driver_sql(
+                    "SELECT typeof(id), typeof(vector_id), typeof(embedding), typeof(metadata), typeof(model_id) "
+                    "FROM memory_messages_64")},
+            }
+    finally:
+        store.close()
+
+
+def test_json_rows_param_refuses_what_json_each_would_not_give_back(tmp_path: Path) -> None:
+    rows: list[tuple[Any, ...]] = [(1, "plain", None), (2, 'q"uote \\ back\\slash', "é 花 🙂"),
+                                   (3, "tab\tnew\nline\x01", "")]
+    doc = schema.json_rows_param(rows)
+    assert doc is not None
+    assert schema.json_rows_param([(1, "a\x00b")]) is None
+    assert schema.json_rows_param([(1, "lone \ud800")]) is None
+    assert schema.json_rows_param([(1, "a backslash then \\u0000")]) is None  # (bound one by one: same rows)
+    engine = sa.create_engine(f"sqlite+libsql:///{tmp_path / 'x.db'}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT, c TEXT)")
+        schema.insert_json_rows(conn, "INSERT INTO t (a, b, c)", rows)
+        schema.insert_json_rows(conn, "INSERT INTO t (a, b, c)", [(4, "NUL\x00kept", "x")])  # placeholders
+        got = [tuple(r) for r in conn.exec_driver_sql("SELECT a, b, c, typeof(c) FROM t ORDER BY a")]
+    engine.dispose()
+    assert got[:3] == [(*r, "null" if r[2] is None else "text") for r in rows]
+    assert got[3][0] == 4 and got[3][1].startswith("NUL")
 
 
 def test_in_lists_use_one_json_parameter_unless_a_value_has_a_nul(tmp_path: Path) -> None:
