@@ -24,6 +24,7 @@ from core.recall.schema import (
     QUEUE_TABLE,
     STATE_TABLE,
     delete_docs,
+    json_rows_param,
     upsert_docs,
 )
 from core.recall import passages
@@ -188,6 +189,20 @@ _DRAIN_READ_SQL = (
     f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0) ORDER BY rowid LIMIT ?) n "
     "ORDER BY 1, 3"
 )
+# The same read when the caller indexed messages just now (``indexed``, the 5th parameter, a JSON
+# list): of the rows inserted since the watermark, part 1 is their count and newest rowid, and part 2
+# only those not indexed just now (or with a change queued): a save's own hundred rows are not
+# fetched into Python to be set aside there.
+_DRAIN_READ_INDEXED_SQL = (
+    "WITH n AS (SELECT rowid, id FROM mastra_messages WHERE rowid > "
+    f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?3), 0) ORDER BY rowid LIMIT ?4) "
+    f"SELECT 0, (SELECT value FROM {STATE_TABLE} WHERE key = ?1), q.seq, q.message_id, q.op, q.row_id "
+    f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?2) q "
+    "UNION ALL SELECT 1, (SELECT count(*) FROM n), (SELECT max(rowid) FROM n), NULL, NULL, NULL "
+    "UNION ALL SELECT 2, NULL, n.rowid, n.id, NULL, NULL FROM n WHERE n.id NOT IN (SELECT value FROM json_each(?5)) "
+    f"OR n.id IN (SELECT message_id FROM {QUEUE_TABLE}) "
+    "ORDER BY 1, 3"
+)
 
 
 def drain_queue(
@@ -204,10 +219,20 @@ def drain_queue(
     """
     # The watermark, the queue (empty on most saves) and the rows inserted above the watermark, in
     # one statement: part 0 is the watermark and the queue by seq, part 1 the new rows by rowid.
-    rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit, FTS_WATERMARK, limit))
+    # With ``indexed``: the rows inserted since the watermark that were indexed just now (and have no
+    # queued change) are only counted (``fresh_count``, ``newest``), not read: they are found, as
+    # the whole list would find them, and neither loaded nor gone.
+    ids_doc = json_rows_param(list(indexed)) if indexed else None
+    if ids_doc is None:
+        rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit, FTS_WATERMARK, limit))
+    else:
+        rows = driver_sql.rows(conn, _DRAIN_READ_INDEXED_SQL, (FTS_WATERMARK, limit, FTS_WATERMARK, limit, ids_doc))
     mark = int(rows[0][1] or 0) if rows else 0
     queued = [tuple(r[2:6]) for r in rows if r[0] == 0 and r[2] is not None]
-    fresh = [(r[2], r[3]) for r in rows if r[0] == 1]
+    fresh = [(r[2], r[3]) for r in rows if r[0] == (1 if ids_doc is None else 2)]
+    fresh_count, newest = len(fresh), fresh[-1][0] if fresh else None
+    if ids_doc is not None:
+        fresh_count, newest = next(((int(r[1] or 0), r[2]) for r in rows if r[0] == 1), (0, None))
     # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
     # from just below it (re-indexing is idempotent).
     reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]
@@ -215,7 +240,8 @@ def drain_queue(
         mark = min(mark, min(reused) - 1)
         fresh = driver_sql.rows(conn, "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
                                 (mark, limit))
-    if not queued and not fresh:
+        fresh_count, newest = len(fresh), fresh[-1][0] if fresh else None
+    if not queued and not fresh_count:
         return 0, []
     last_op: dict[str, str] = {}
     for _seq, mid, op, _row in queued:
@@ -232,10 +258,10 @@ def drain_queue(
     delete_docs(conn, gone)
     if queued:
         conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq <= ?", (queued[-1][0],))
-    if fresh:
-        mark = fresh[-1][0]
+    if newest is not None:
+        mark = newest
     driver_sql.execute(conn, f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(mark)))
-    return len(queued) + len(fresh), gone
+    return len(queued) + fresh_count, gone
 
 
 def select_terms(conn: sa.Connection, query: str, stats: TermStats | None,

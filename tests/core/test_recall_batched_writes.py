@@ -16,7 +16,7 @@ from core import Memory, MemoryOptions, open_store
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, QUEUE_TABLE, STATE_TABLE
-from core.recall import schema, vector_table
+from core.recall import keyword, schema, vector_table
 from core.storage import bulk
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -109,6 +109,7 @@ def test_rows_bound_as_one_json_document_store_exactly_the_rows_of_placeholders(
     with_types = _types(tmp_path / "packed.db")
     monkeypatch.setattr(schema, "json_rows_param", lambda rows: None)  # every row by placeholders
     monkeypatch.setattr(vector_table, "json_rows_param", lambda rows: None)
+    monkeypatch.setattr(keyword, "json_rows_param", lambda rows: None)  # the drain reads every new row
     plain = _run(tmp_path / "placeholders.db")
     assert packed == plain
     assert with_types == _types(tmp_path / "placeholders.db")
@@ -117,6 +118,37 @@ def test_rows_bound_as_one_json_document_store_exactly_the_rows_of_placeholders(
     assert '"content": "quotes \\"here\\" and back\\\\slash"' in metadata['id "q" \\ ид']
     assert '"content": "a NUL\\u0000inside the text"' in metadata["m2"]
     assert len(packed["fts"]) == len(packed["docs"])
+
+
+def _resave_run(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    store = open_store(path)
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=True), embedder=HashingEmbedder(64))
+        memory.create_thread(resource_id=RESOURCE, thread_id="t")
+        memory.save_messages([_msg(i, f"first save {i}") for i in (0, 1, 3, 5)])
+        # Saved and deleted with recall off (another process): rows above the watermark, never drained.
+        plain = Memory(store, MemoryOptions(last_messages=10))
+        plain.save_messages([_msg(2, "m2 first"), _msg(4, "m4 first")])
+        plain.delete_messages(["m2", "m4"], resource_id=RESOURCE)
+        # m2 comes back under its id in a save with recall (a new rowid, indexed by that save, with a
+        # delete queued), m4 stays gone: the drain must keep m2's fresh rows and drop m4's none.
+        memory.save_messages([_msg(2, "m2 saved again"), _msg(6, "a new one")])
+        memory.save_messages([_msg(7, "and one more")])
+        return _dump(store)
+    finally:
+        store.close()
+
+
+def test_the_drain_of_a_save_set_aside_in_sql_the_rows_it_indexed_as_when_it_reads_them_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save's drain counts the new rows it has just indexed without reading them (one JSON list);
+    a message deleted and saved again under its id in that save keeps its rows, as when every new row
+    is read."""
+    counted = _resave_run(tmp_path / "counted.db")
+    monkeypatch.setattr(keyword, "json_rows_param", lambda rows: None)
+    assert counted == _resave_run(tmp_path / "read.db")
+    assert {r[1] for r in counted["docs"]} == {r[1] for r in counted["vectors"]} == {"m0", "m1", "m2", "m3", "m5", "m6", "m7"}
+    assert counted["queue"] == []
 
 
 def _types(path: Path) -> dict[str, set[tuple[str, ...]]]:
