@@ -10,6 +10,7 @@ the rows to score shrink by an order of magnitude (bench/recall_speed.py).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -24,7 +25,6 @@ from core.recall.schema import (
     QUEUE_TABLE,
     STATE_TABLE,
     delete_docs,
-    json_rows_param,
     upsert_docs,
 )
 from core.recall import passages
@@ -181,28 +181,18 @@ def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
     return {mid for mid, op in last.items() if op == "delete"}
 
 
+# Part 1 is one row: how many rows were inserted since the watermark (up to the limit), the newest
+# rowid, and their ids as one JSON array (a save's hundred rows, fetched one tuple each, cost more
+# than the statement).
 _DRAIN_READ_SQL = (
-    f"SELECT 0, (SELECT value FROM {STATE_TABLE} WHERE key = ?), q.seq, q.message_id, q.op, q.row_id "
-    f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
-    "UNION ALL "
-    "SELECT 1, NULL, n.rowid, n.id, NULL, NULL FROM (SELECT rowid, id FROM mastra_messages WHERE rowid > "
-    f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0) ORDER BY rowid LIMIT ?) n "
-    "ORDER BY 1, 3"
-)
-# The same read when the caller indexed messages just now (``indexed``, the 5th parameter, a JSON
-# list): of the rows inserted since the watermark, part 1 is their count and newest rowid, and part 2
-# only those not indexed just now (or with a change queued): a save's own hundred rows are not
-# fetched into Python to be set aside there.
-_DRAIN_READ_INDEXED_SQL = (
-    "WITH n AS (SELECT rowid, id FROM mastra_messages WHERE rowid > "
-    f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?3), 0) ORDER BY rowid LIMIT ?4) "
     f"SELECT 0, (SELECT value FROM {STATE_TABLE} WHERE key = ?1), q.seq, q.message_id, q.op, q.row_id "
     f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?2) q "
-    "UNION ALL SELECT 1, (SELECT count(*) FROM n), (SELECT max(rowid) FROM n), NULL, NULL, NULL "
-    "UNION ALL SELECT 2, NULL, n.rowid, n.id, NULL, NULL FROM n WHERE n.id NOT IN (SELECT value FROM json_each(?5)) "
-    f"OR n.id IN (SELECT message_id FROM {QUEUE_TABLE}) "
+    "UNION ALL "
+    "SELECT 1, count(*), max(n.rowid), json_group_array(n.id), NULL, NULL FROM (SELECT rowid, id FROM mastra_messages "
+    f"WHERE rowid > coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?1), 0) ORDER BY rowid LIMIT ?2) n "
     "ORDER BY 1, 3"
 )
+_FRESH_SQL = "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?"
 
 
 def drain_queue(
@@ -218,35 +208,29 @@ def drain_queue(
     save that triggered the drain); they are counted as applied without being read again.
     """
     # The watermark, the queue (empty on most saves) and the rows inserted above the watermark, in
-    # one statement: part 0 is the watermark and the queue by seq, part 1 the new rows by rowid.
-    # With ``indexed``: the rows inserted since the watermark that were indexed just now (and have no
-    # queued change) are only counted (``fresh_count``, ``newest``), not read: they are found, as
-    # the whole list would find them, and neither loaded nor gone.
-    ids_doc = json_rows_param(list(indexed)) if indexed else None
-    if ids_doc is None:
-        rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit, FTS_WATERMARK, limit))
-    else:
-        rows = driver_sql.rows(conn, _DRAIN_READ_INDEXED_SQL, (FTS_WATERMARK, limit, FTS_WATERMARK, limit, ids_doc))
+    # one statement: part 0 is the watermark and the queue by seq, part 1 the new rows (one row).
+    rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit))
     mark = int(rows[0][1] or 0) if rows else 0
     queued = [tuple(r[2:6]) for r in rows if r[0] == 0 and r[2] is not None]
-    fresh = [(r[2], r[3]) for r in rows if r[0] == (1 if ids_doc is None else 2)]
-    fresh_count, newest = len(fresh), fresh[-1][0] if fresh else None
-    if ids_doc is not None:
-        fresh_count, newest = next(((int(r[1] or 0), r[2]) for r in rows if r[0] == 1), (0, None))
+    part = next((r for r in rows if r[0] == 1), None)
+    fresh_count, newest, listed = (int(part[1] or 0), part[2], str(part[3])) if part is not None else (0, None, "[]")
+    if "\\u0000" in listed:  # an id with a NUL (another client's): read as the driver reads it, row by row
+        fresh_ids = [mid for _rowid, mid in driver_sql.rows(conn, _FRESH_SQL, (mark, limit))]
+    else:
+        fresh_ids = json.loads(listed) if fresh_count else []
     # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
     # from just below it (re-indexing is idempotent).
     reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]
     if reused:
         mark = min(mark, min(reused) - 1)
-        fresh = driver_sql.rows(conn, "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                                (mark, limit))
-        fresh_count, newest = len(fresh), fresh[-1][0] if fresh else None
+        fresh = driver_sql.rows(conn, _FRESH_SQL, (mark, limit))
+        fresh_count, newest, fresh_ids = len(fresh), fresh[-1][0] if fresh else None, [mid for _rowid, mid in fresh]
     if not queued and not fresh_count:
         return 0, []
     last_op: dict[str, str] = {}
     for _seq, mid, op, _row in queued:
         last_op[mid] = op  # only the newest change of a message matters
-    candidates = {m for m, op in last_op.items() if op == "upsert"} | {mid for _rowid, mid in fresh}
+    candidates = {m for m, op in last_op.items() if op == "upsert"} | set(fresh_ids)
     found: set[str] = candidates & set(indexed)
     # One read for every candidate's text and context, one write for every doc (not a few per message).
     stored = passages.load(conn, sorted(candidates - found))

@@ -16,7 +16,7 @@ from core import Memory, MemoryOptions, open_store
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, QUEUE_TABLE, STATE_TABLE
-from core.recall import keyword, schema, vector_table
+from core.recall import schema, vector_table
 from core.storage import bulk
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -109,7 +109,6 @@ def test_rows_bound_as_one_json_document_store_exactly_the_rows_of_placeholders(
     with_types = _types(tmp_path / "packed.db")
     monkeypatch.setattr(schema, "json_rows_param", lambda rows: None)  # every row by placeholders
     monkeypatch.setattr(vector_table, "json_rows_param", lambda rows: None)
-    monkeypatch.setattr(keyword, "json_rows_param", lambda rows: None)  # the drain reads every new row
     plain = _run(tmp_path / "placeholders.db")
     assert packed == plain
     assert with_types == _types(tmp_path / "placeholders.db")
@@ -139,16 +138,42 @@ def _resave_run(path: Path) -> dict[str, list[tuple[Any, ...]]]:
         store.close()
 
 
-def test_the_drain_of_a_save_set_aside_in_sql_the_rows_it_indexed_as_when_it_reads_them_all(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A save's drain counts the new rows it has just indexed without reading them (one JSON list);
-    a message deleted and saved again under its id in that save keeps its rows, as when every new row
-    is read."""
+def test_the_drain_reads_the_new_rows_as_one_json_list_and_keeps_a_message_saved_again(tmp_path: Path) -> None:
+    """A save's drain reads the ids of the rows inserted since the watermark as one JSON array; a
+    message deleted (change queued) and saved again under its id by a save with recall keeps its rows."""
     counted = _resave_run(tmp_path / "counted.db")
-    monkeypatch.setattr(keyword, "json_rows_param", lambda rows: None)
-    assert counted == _resave_run(tmp_path / "read.db")
     assert {r[1] for r in counted["docs"]} == {r[1] for r in counted["vectors"]} == {"m0", "m1", "m2", "m3", "m5", "m6", "m7"}
     assert counted["queue"] == []
+    store = open_store(tmp_path / "counted.db")
+    try:
+        with store.db.read() as conn:
+            top = conn.exec_driver_sql("SELECT max(rowid) FROM mastra_messages").scalar()
+    finally:
+        store.close()
+    assert ("fts:rowid", top) in counted["state"]
+
+
+def test_the_drain_reads_an_id_holding_a_nul_row_by_row(tmp_path: Path) -> None:
+    """An id with a NUL (written by another client: our driver cuts parameters there) comes back from
+    the JSON array whole; the drain then reads the new rows one by one, as the driver gives them."""
+    store = open_store(tmp_path / "nul.db")
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=True), embedder=HashingEmbedder(64))
+        memory.create_thread(resource_id=RESOURCE, thread_id="t")
+        memory.save_messages([_msg(0, "before")])
+        with store.db.write() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO mastra_messages (id, thread_id, content, role, type, \"createdAt\", \"resourceId\") "
+                "SELECT 'nul' || char(0) || 'id', thread_id, content, role, type, '2026-03-01T09:00:00.500Z', \"resourceId\" "
+                "FROM mastra_messages WHERE id = 'm0'")
+        memory.save_messages([_msg(1, "after")])  # its drain meets the NUL id
+        dump = _dump(store)
+        with store.db.read() as conn:
+            top = conn.exec_driver_sql("SELECT max(rowid) FROM mastra_messages").scalar()
+    finally:
+        store.close()
+    assert ("fts:rowid", top) in dump["state"]
+    assert {"m0", "m1"} <= {r[1] for r in dump["docs"]}
 
 
 def _types(path: Path) -> dict[str, set[tuple[str, ...]]]:
