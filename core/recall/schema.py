@@ -357,13 +357,14 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
         [(top + i, mid, tid, rid, batch_passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
     )
     # A message's context is the previous message's text: in a batch of a thread's messages each
-    # text is segmented once, for its own row and for the next one's context.
+    # text is segmented once, for its own row and for the next one's context. An ASCII text without
+    # a NUL is its own segmentation (NFKC leaves ASCII as it is; no CJK, no NUL to replace).
     segmented: dict[str, str] = {}
 
     def seg(text: str) -> str:
         done = segmented.get(text)
         if done is None:
-            done = segmented[text] = segment(text)
+            done = segmented[text] = text if text.isascii() and "\x00" not in text else segment(text)
         return done
 
     insert_json_rows(

@@ -254,3 +254,27 @@ def test_a_batch_of_new_messages_writes_its_recall_rows_in_a_fixed_number_of_sta
         assert len(seen) <= 16, seen
     finally:
         store.close()
+
+
+def test_keyword_rows_hold_the_segmented_text_for_ascii_texts_too(tmp_path: Path) -> None:
+    """An ASCII text without a NUL is stored as it is (its own segmentation, taken without running
+    ``segment``); any other text as ``segment`` makes it: checked against ``segment`` itself."""
+    import random
+
+    from core.recall.text import segment
+
+    rnd = random.Random(3)
+    texts = ["plain ascii", "tabs\tand\r\nbreaks\x01\x7f", "NUL\x00here", "ﬁne café", "我对花生过敏 ok",
+             *("".join(chr(rnd.randrange(1, 128)) for _ in range(rnd.randrange(1, 30))) + "w" for _ in range(40))]
+    store = open_store(tmp_path / "seg.db")
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=True), embedder=HashingEmbedder(64))
+        memory.create_thread(resource_id=RESOURCE, thread_id="t")
+        memory.save_messages([_msg(i, text) for i, text in enumerate(texts)])
+        dump = _dump(store)
+    finally:
+        store.close()
+    body = {mid: fts[1:] for (_, mid, *_), fts in zip(dump["docs"], dump["fts"])}
+    for i, text in enumerate(texts):
+        context = texts[i - 1] if i else ""
+        assert body[f"m{i}"] == (segment(text), segment(context)), i
