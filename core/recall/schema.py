@@ -435,9 +435,13 @@ def _top_and_doc_ids(conn: sa.Connection, message_ids: list[str]) -> tuple[int, 
     lists = list(bulk.in_lists(conn, message_ids))
     if len(lists) != 1 or not lists[0][0].startswith("SELECT"):
         return None
+    # The ids' docs by one index seek per id (json_each first, CROSS JOIN keeps that order: ``IN
+    # (SELECT ...)`` built a temporary index of the list first), once (MATERIALIZED: the two uses
+    # below read it twice otherwise); DISTINCT, as IN, for an id listed twice. ~60 -> ~25 µs a batch.
     row = driver_sql.first(
         conn,
-        f"WITH gone AS (SELECT doc_id FROM {DOCS_TABLE} WHERE message_id IN ({lists[0][0]})) "
+        f"WITH gone AS MATERIALIZED (SELECT DISTINCT d.doc_id FROM json_each(?) j CROSS JOIN {DOCS_TABLE} d "
+        "ON d.message_id = j.value) "
         f"SELECT (SELECT doc_id FROM {DOCS_TABLE} WHERE doc_id NOT IN gone ORDER BY doc_id DESC LIMIT 1), "
         "(SELECT json_group_array(doc_id) FROM gone)",
         lists[0][1])
