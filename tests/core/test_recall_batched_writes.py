@@ -278,3 +278,39 @@ def test_keyword_rows_hold_the_segmented_text_for_ascii_texts_too(tmp_path: Path
     for i, text in enumerate(texts):
         context = texts[i - 1] if i else ""
         assert body[f"m{i}"] == (segment(text), segment(context)), i
+
+
+def _staging_run(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    store = open_store(path)
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=True), embedder=HashingEmbedder(64))
+        memory.create_thread(resource_id=RESOURCE, thread_id="t")
+        memory.create_thread(resource_id=RESOURCE, thread_id="t2")
+        memory.save_messages([_msg(i, f"in order {i}") for i in range(10)])  # one thread, in order
+        # Two threads, out of order, with equal times broken by id.
+        memory.save_messages([_msg(14, "t late"), _msg(12, "t2 a", thread="t2"), _msg(11, "t early"),
+                              _msg(13, "t2 b", thread="t2"), _msg(11, "same time", mid="m11b")])
+        # A signal saved with them (stored, not indexed: the saved list is longer than the batch).
+        tool = Message.create("signal", [{"type": "text", "text": "a signal"}], id="signal1", thread_id="t",
+                              resource_id=RESOURCE, created_at=T0 + timedelta(seconds=15, milliseconds=500))
+        memory.save_messages([_msg(15, "before the signal"), tool, _msg(16, "after the signal")])
+        # Times not given: the save moves them after the thread's newest (copies, re-chained).
+        memory.save_messages([_msg(1, f"no time {i}", mid=f"n{i}").copy(created_at_given=False) for i in range(3)])
+        memory.save_messages([_msg(5, "in order 5, rewritten"), _msg(20, "new after a rewrite")])
+        return _dump(store)
+    finally:
+        store.close()
+
+
+def test_a_save_stored_as_staged_writes_the_rows_of_the_general_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the save stored the very messages staged (the usual save), the write keeps the staged
+    batch as it is and the re-check reuses the stage's order; turned off, every save takes the
+    general path (messages matched by id, threads sorted again): the same rows either way."""
+    from core.recall.index import StagedIndex
+
+    fast = _staging_run(tmp_path / "fast.db")
+    monkeypatch.setattr(StagedIndex, "_stored_as_staged", lambda self, saved: False)
+    assert fast == _staging_run(tmp_path / "general.db")
+    contexts = {r[1]: r[3] for r in fast["vectors"]}
+    assert '"content": "after the signal"' in contexts["m16"] and len(fast["vectors"]) == 10 + 5 + 2 + 3 + 1
