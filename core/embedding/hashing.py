@@ -72,15 +72,15 @@ class HashingEmbedder:
         # of 0.5, so every sum is exact in any order: the vectors are those of featurising each text
         # whole (test_embedding_hashing).
         line_of: dict[str, int] = {}
+        number = line_of.setdefault  # a line's index: the next one when it is new
         text_lines: list[int] = []  # each text's lines, as indexes into line_of, text after text
         starts: list[int] = []
         for text in texts:
             starts.append(len(text_lines))
-            for line in (text.split("\n") if "\n" in text else (text,)):
-                at = line_of.get(line)
-                if at is None:
-                    at = line_of[line] = len(line_of)
-                text_lines.append(at)
+            if "\n" in text:
+                text_lines.extend([number(line, len(line_of)) for line in text.split("\n")])
+            else:
+                text_lines.append(number(text, len(line_of)))
         sums, worded = self._line_sums(list(line_of))
         if len(text_lines) == len(texts):  # one line per text
             out = sums[text_lines]

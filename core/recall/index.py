@@ -388,8 +388,9 @@ class RecallIndex:
             self.vectors.delete(conn, "message_id", gone)
         if rows:
             self.vectors.upsert(conn, rows)
-        report.keyword_indexed.extend(m.id for m, _ in todo if self.has_fts)
-        report.indexed.extend(r[0] for r in rows)
+        if self.has_fts:
+            report.keyword_indexed.extend([m.id for m, _ in todo])
+        report.indexed.extend([r[0] for r in rows])
         return {str(r[2]["resource_id"]) for r in rows if r[2].get("resource_id")}
 
     def _rows(
@@ -403,19 +404,20 @@ class RecallIndex:
         docs = [(m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
                 for i, (m, text) in enumerate(todo)]
         rows: list[VectorRow] = []
-        finite = np.isfinite(vectors).all(axis=1).tolist() if vectors is not None else []  # one pass per batch
-        for i, (m, text) in enumerate(todo if vectors is not None else ()):
-            assert vectors is not None
-            vec = vectors[i]
-            if not finite[i]:
+        if vectors is None:
+            return docs, rows
+        finite = np.isfinite(vectors).all(axis=1).tolist()  # one pass per batch
+        model_id = self.model_id
+        for (m, text), doc, context, vec, ok in zip(todo, docs, contexts, vectors, finite):
+            if not ok:
                 report.failed[m.id] = "embedding failed: vector is not finite"
                 continue
             meta = {
-                "message_id": m.id, "thread_id": m.thread_id, "resource_id": docs[i][2] or "",
+                "message_id": m.id, "thread_id": m.thread_id, "resource_id": doc[2] or "",
                 "role": m.role, "content": text, "created_at": to_iso(m.created_at),
-                "content_hash": batch_passage_hash(contexts[i], text),  # its keyword doc's too (remembered)
+                "content_hash": batch_passage_hash(context, text),  # its keyword doc's too (remembered)
             }
-            rows.append((m.id, vec, meta, self.model_id))
+            rows.append((m.id, vec, meta, model_id))
         return docs, rows
 
     def unindexed(self, messages: Sequence[Message]) -> list[Message]:
