@@ -9,6 +9,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import re
+
 import pytest
 import sqlalchemy as sa
 
@@ -77,6 +79,7 @@ def _run(path: Path) -> dict[str, list[tuple[Any, ...]]]:
 def test_json_id_lists_write_exactly_the_rows_of_the_placeholder_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     batched = _run(tmp_path / "json.db")
     monkeypatch.setattr(bulk, "_json_safe", lambda values: False)  # every id list as placeholders
+    monkeypatch.setattr(schema, "_NOT_PLAIN", re.compile("(?s)."))  # (the batch's own lists too)
     plain = _run(tmp_path / "placeholders.db")
     assert batched == plain
     docs = {r[1]: r for r in batched["docs"]}
@@ -235,6 +238,24 @@ def test_in_lists_use_one_json_parameter_unless_a_value_has_a_nul(tmp_path: Path
             == [0, 2, 7]
         assert list(bulk.in_lists(conn, [])) == []
         assert [len(p) for _, p in bulk.in_lists(conn, ["a\x00"] * 1001, chunk=500)] == [500, 500, 1]
+    engine.dispose()
+
+
+def test_id_lists_join_plain_ids_into_the_json_list_json_each_reads_back(tmp_path: Path) -> None:
+    """A batch's ids that need no JSON escaping are joined into the list by hand; any other list goes
+    through ``bulk.in_lists`` (escaped, or as placeholders): json_each gives back every id as it was."""
+    engine = sa.create_engine(f"sqlite+libsql:///{tmp_path / 'ids.db'}")
+    plain = ["01a23df7-db30-7ed8", "é 花 🙂", "a'b", "x\x7fy", "9"]
+    escaped = ['q"uote', "back\\slash", "tab\tline\nbreak"]
+    with engine.begin() as conn:
+        lists = list(schema.id_lists(conn, plain))
+        assert lists == [(schema.JSON_LIST, ('["' + '","'.join(plain) + '"]',))]
+        assert [r[0] for r in conn.exec_driver_sql(f"SELECT value FROM ({lists[0][0]})", lists[0][1])] == plain
+        for ids in (escaped, [*plain, *escaped], ["a\x00b", "c"], [1, 2]):
+            assert list(schema.id_lists(conn, ids)) == list(bulk.in_lists(conn, ids))  # type: ignore[arg-type]
+        found = list(schema.id_lists(conn, escaped))
+        assert [r[0] for r in conn.exec_driver_sql(f"SELECT value FROM ({found[0][0]})", found[0][1])] == escaped
+        assert list(schema.id_lists(conn, [])) == []
     engine.dispose()
 
 
