@@ -396,11 +396,17 @@ _NOT_PLAIN = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
 JSON_LIST = "SELECT value FROM json_each(?)"  # ``bulk.in_lists``'s one-parameter list
 
 
+def takes_json_lists(conn: sa.Connection) -> bool:
+    """Whether ``conn``'s database reads a JSON list with ``json_each``: asked of ``bulk.in_lists``,
+    which knows the backends (one id that JSON carries unchanged)."""
+    return next(bulk.in_lists(conn, ["x"]))[0] == JSON_LIST
+
+
 def id_lists(conn: sa.Connection, ids: Sequence[str], chunk: int = bulk.IN_CHUNK) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """``bulk.in_lists`` for a batch's ids: the same lists, the one JSON list written by joining the
     ids when none needs escaping (the usual id: no quote, backslash or control character), which
     costs a fifth of ``json.dumps`` and its safety check (~25 µs a batch, twice per save)."""
-    if ids and not dialect.is_postgres(conn):
+    if ids and takes_json_lists(conn):
         try:
             plain = not _NOT_PLAIN.search("".join(ids))
         except TypeError:  # an id that is not a str: bulk's rules
@@ -420,7 +426,7 @@ def insert_json_rows(conn: sa.Connection, head: str, rows: list[tuple[Any, ...]]
     ~3.4 -> ~2.8). Elsewhere (Postgres) or for values JSON would change, ``bulk.insert_rows``."""
     if not rows:
         return
-    doc = None if dialect.is_postgres(conn) else json_rows_param(rows)
+    doc = json_rows_param(rows) if takes_json_lists(conn) else None
     if doc is None:
         bulk.insert_rows(conn, head, rows)
         return
