@@ -25,6 +25,7 @@ class TableInfo:
     dim: int
     has_model_id: bool  # False: written by Mastra; the model is unknown
     has_our_indexes: bool
+    utf8: bool = True  # the database's text encoding is UTF-8 (what ``_upsert_packed``'s CAST reads)
 
 
 @dataclass
@@ -62,7 +63,8 @@ def inspect(conn: sa.Connection, name: str, dim: int) -> TableInfo | None:
         return None
     cols = columns(conn, name)
     indexes = {r[1] for r in conn.exec_driver_sql(f"PRAGMA index_list({quoted(name)})")}
-    return TableInfo(name, dim, "model_id" in cols, f"{name}_resource_id" in indexes)
+    encoding = str(conn.exec_driver_sql("PRAGMA encoding").scalar() or "")
+    return TableInfo(name, dim, "model_id" in cols, f"{name}_resource_id" in indexes, encoding.upper() == "UTF-8")
 
 
 def _scan_hint(info: TableInfo, key: str | None) -> str:
@@ -160,7 +162,7 @@ def upsert(conn: sa.Connection, info: TableInfo, rows: Sequence[tuple[str, np.nd
         head = f"INSERT INTO {q} (vector_id, embedding, metadata)"
         tail = "ON CONFLICT(vector_id) DO UPDATE SET embedding = excluded.embedding, metadata = excluded.metadata"
     metas = [_metadata_json(meta) for _, _, meta, _ in rows]
-    if _upsert_packed(conn, head, tail, rows, metas, info.has_model_id):
+    if info.utf8 and _upsert_packed(conn, head, tail, rows, metas, info.has_model_id):
         return
     params: list[tuple[Any, ...]] = [
         (vid, np.asarray(vec, dtype="<f4").tobytes(), meta, *((model,) if info.has_model_id else ()))
@@ -176,7 +178,8 @@ def _upsert_packed(conn: sa.Connection, head: str, tail: str, rows: Sequence[tup
     by byte, O(1)) and read back with ``CAST(... AS TEXT)`` (the same bytes, as TEXT); the ids, cuts
     and model ids as one JSON document read by ``json_each``, in order. The same rows as the
     placeholders write (same values, types, order, so the same rowids), for a quarter of the binding
-    that was most of the statement's cost. False (nothing written) when the rows do not all have one
+    that was most of the statement's cost (a UTF-8 database only: the CAST reads the bytes in the
+    database's encoding). False (nothing written) when the rows do not all have one
     vector size, or an id or model id would not come back from JSON as it went in: the caller binds
     them one by one."""
     try:

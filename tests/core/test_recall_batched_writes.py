@@ -335,3 +335,29 @@ def test_a_save_stored_as_staged_writes_the_rows_of_the_general_path(
     assert fast == _staging_run(tmp_path / "general.db")
     contexts = {r[1]: r[3] for r in fast["vectors"]}
     assert '"content": "after the signal"' in contexts["m16"] and len(fast["vectors"]) == 10 + 5 + 2 + 3 + 1
+
+
+def test_a_utf16_database_gets_its_vector_metadata_bound_as_text(tmp_path: Path) -> None:
+    """The packed vector write reads the metadata bytes back with CAST(... AS TEXT), which takes them
+    in the database's encoding: a UTF-16 database (made by another program) binds them as text."""
+    import libsql_experimental
+
+    path = tmp_path / "utf16.db"
+    raw = libsql_experimental.connect(str(path))
+    raw.execute("PRAGMA encoding = 'UTF-16le'")
+    raw.execute("CREATE TABLE made_elsewhere (x)")
+    raw.commit()
+    raw.close()
+    store = open_store(path)
+    try:
+        store.migrate()  # (a file we did not create: the explicit step)
+        memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=True), embedder=HashingEmbedder(64))
+        memory.create_thread(resource_id=RESOURCE, thread_id="t")
+        memory.save_messages([_msg(0, "café 花生 🙂"), _msg(1, "plain")])
+        with store.db.read() as conn:
+            assert conn.exec_driver_sql("PRAGMA encoding").scalar() == "UTF-16le"
+        dump = _dump(store)
+    finally:
+        store.close()
+    metadata = {r[1]: r[3] for r in dump["vectors"]}
+    assert '"content": "café 花生 🙂"' in metadata["m0"] and metadata["m0"].startswith('{"message_id": "m0"')
