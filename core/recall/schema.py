@@ -382,9 +382,9 @@ _json_rows = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def json_rows_param(rows: Sequence[Any]) -> str | None:
-    """``rows`` (tuples, or single values) as one JSON array for ``json_each``, or None when a value would not come
-    back from it as it went in (a NUL, a lone surrogate). Values: str, int (SQLite's range) or None
-    only, which the callers' rows are (a float or a bool would come back as another type)."""
+    """``rows`` (tuples, or single values) as one JSON array for ``json_each``, or None when a value
+    would not come back from it as it went in (a NUL, a lone surrogate). Values: str, int (SQLite's
+    range) or None only, which the callers' rows are (a float or a bool would come back as another type)."""
     doc = _json_rows(rows)
     if "\\u0000" in doc or (not doc.isascii() and _SURROGATE.search(doc)):  # (a find and an ASCII check: C speed)
         return None

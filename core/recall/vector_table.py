@@ -173,7 +173,7 @@ def upsert(conn: sa.Connection, info: TableInfo, rows: Sequence[tuple[str, np.nd
 
 def _upsert_packed(conn: sa.Connection, head: str, tail: str, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]],
                    metas: list[str], with_model: bool) -> bool:
-    """``upsert``'s rows in one statement with four bound values, whatever their number: the vectors
+    """``upsert``'s rows in one statement with three bound values, whatever their number: the vectors
     as one blob and the metadata texts as one UTF-8 blob, each row's cut by ``substr`` (a blob's is
     by byte, O(1)) and read back with ``CAST(... AS TEXT)`` (the same bytes, as TEXT); the ids, cuts
     and model ids as one JSON document read by ``json_each``, in order. The same rows as the
