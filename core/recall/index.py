@@ -17,6 +17,7 @@ or degraded answer carries a ``reason`` a person can act on.
 from __future__ import annotations
 
 import logging
+import operator
 from datetime import datetime, timezone
 from functools import lru_cache
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -71,7 +72,10 @@ def _utc_iso(dt: datetime) -> str:
     """``timeutil.to_iso``: for the UTC times messages carry, ``isoformat`` once (to_iso's timezone
     check and ``replace`` cost twice as much again); any other time through ``to_iso`` itself."""
     if dt.tzinfo is timezone.utc:
-        return dt.isoformat(timespec="milliseconds")[:-6] + "Z"  # "+00:00" -> "Z"
+        # "YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00", cut to milliseconds: the default timespec costs less
+        # than timespec="milliseconds".
+        text = dt.isoformat()
+        return text[:23] + "Z" if dt.microsecond else text[:19] + ".000Z"
     return _to_iso(dt)
 
 
@@ -258,7 +262,7 @@ class RecallIndex:
             staged.fail(f"making the vector table failed: {exc}")
             return staged
         try:
-            staged.contexts, staged.loose = self._contexts(todo, staged.batch, texts)
+            staged.contexts, staged.loose = self._contexts(todo, staged.batch, texts, staged.ordered)
         except Exception as exc:  # reported per message, never raised (spec §2.4 output)
             log.warning("recall indexing of %d message(s) failed reading their context", len(todo), exc_info=True)
             staged.fail(f"reading the previous messages failed: {exc}")
@@ -290,6 +294,7 @@ class RecallIndex:
 
     def _contexts(
         self, todo: list[tuple[Message, str]], batch: Sequence[Message], texts: "Texts | None" = None,
+        ordered: "dict[str, list[Message]] | None" = None,
     ) -> tuple[list[str], set[str]]:
         """The previous message's text for each message, and the ids whose context was chained
         through ``batch`` (its user/assistant messages, in (createdAt, id) order) because they are not
@@ -300,27 +305,31 @@ class RecallIndex:
         "Yes, last Tuesday!" says nothing by itself; with the turn it answers it does. Measured on
         LoCoMo (public split, USE): vector recall@10 .333 for the message alone, .485 with the previous
         message, .434 with the next one, .464 with both. Only the previous message is known when a
-        message is indexed live, so that is the recipe. The metadata keeps the bare text.
+        message is indexed live, so that is the recipe. The metadata keeps the bare text. ``ordered``:
+        filled with each thread's chained messages in order (``_chain``).
         """
         with self.store.db.read() as conn:
             stored = passages.contexts(conn, [m.id for m, _ in todo])
             loose_ids = {m.id for m, _ in todo if m.id not in stored}
             if loose_ids:
                 chain = [m for m in batch if m.id not in stored or m.id in loose_ids]
-                stored.update(self._chain(conn, chain, loose_ids, texts))
+                stored.update(self._chain(conn, chain, loose_ids, texts, ordered))
         return [stored[m.id] for m, _ in todo], loose_ids
 
     @staticmethod
-    def _chain(conn: sa.Connection, chain: Sequence[Message], wanted: set[str], texts: "Texts | None" = None) -> dict[str, str]:
+    def _chain(conn: sa.Connection, chain: Sequence[Message], wanted: set[str], texts: "Texts | None" = None,
+               ordered: "dict[str, list[Message]] | None" = None) -> dict[str, str]:
         """Contexts of ``wanted`` messages chained through ``chain`` (per thread, by (createdAt, id)),
         the first of each thread taking the stored message before it. ``texts``: recall texts already
-        computed (``StagedIndex.texts``)."""
+        computed (``StagedIndex.texts``); ``ordered``: filled with each thread's messages in that order."""
         out: dict[str, str] = {}
         by_thread: dict[str, list[Message]] = {}
         for m in chain:
             by_thread.setdefault(m.thread_id or "", []).append(m)
         for thread_id, msgs in by_thread.items():
             msgs.sort(key=_order_key)
+            if ordered is not None:
+                ordered[thread_id] = msgs
             first = msgs[0]
             previous = previous_text(conn, thread_id or None, to_iso(first.created_at), first.id) if thread_id else ""
             for m in msgs:
@@ -339,13 +348,20 @@ class RecallIndex:
             if m.id in staged.loose:
                 by_thread.setdefault(m.thread_id or "", []).append(i)
         right: dict[str, str] = {}
+        # The save stored the staged user/assistant messages unmoved and nothing else: the saved
+        # messages in a thread's span are its batch messages. Stored as staged (the very objects, in
+        # order): each thread's are in the order the stage chained them, when it chained all of them.
+        only_batch = staged.unmoved and len(staged.saved) == len(staged.batch)
         for thread_id, positions in by_thread.items():
-            mine = sorted((m for m in staged.batch if (m.thread_id or "") == thread_id), key=_order_key)
+            mine = [m for m in staged.batch if (m.thread_id or "") == thread_id]
+            chained = staged.ordered.get(thread_id) if staged.as_staged else None
+            mine = chained if chained is not None and len(chained) == len(mine) else sorted(mine, key=_order_key)
             wanted = {staged.todo[i][0].id for i in positions}
             # Another message stored among the batch's (in its span of time) would be the context of
             # one of them: counted on the (thread_id, createdAt) index alone, every role included.
             first, last = to_iso(mine[0].created_at), to_iso(mine[-1].created_at)
-            saved_here = sum(1 for m in staged.saved if (m.thread_id or "") == thread_id and first <= to_iso(m.created_at) <= last)
+            saved_here = len(mine) if only_batch else sum(
+                1 for m in staged.saved if (m.thread_id or "") == thread_id and first <= to_iso(m.created_at) <= last)
             head = mine[0]
             # The count and the first message's stored previous text, in one read per thread.
             stored, head_previous = (count_and_previous(conn, thread_id, first, last, head.id) if thread_id
@@ -375,8 +391,9 @@ class RecallIndex:
             self.vectors.delete(conn, "message_id", gone)
         if rows:
             self.vectors.upsert(conn, rows)
-        report.keyword_indexed.extend(m.id for m, _ in todo if self.has_fts)
-        report.indexed.extend(r[0] for r in rows)
+        if self.has_fts:
+            report.keyword_indexed.extend([m.id for m, _ in todo])
+        report.indexed.extend([r[0] for r in rows])
         return {str(r[2]["resource_id"]) for r in rows if r[2].get("resource_id")}
 
     def _rows(
@@ -390,19 +407,20 @@ class RecallIndex:
         docs = [(m.id, m.thread_id, m.resource_id or resources.get(m.thread_id or ""), text, contexts[i])
                 for i, (m, text) in enumerate(todo)]
         rows: list[VectorRow] = []
-        finite = np.isfinite(vectors).all(axis=1).tolist() if vectors is not None else []  # one pass per batch
-        for i, (m, text) in enumerate(todo if vectors is not None else ()):
-            assert vectors is not None
-            vec = vectors[i]
-            if not finite[i]:
+        if vectors is None:
+            return docs, rows
+        finite = np.isfinite(vectors).all(axis=1).tolist()  # one pass per batch
+        model_id = self.model_id
+        for (m, text), doc, context, vec, ok in zip(todo, docs, contexts, vectors, finite):
+            if not ok:
                 report.failed[m.id] = "embedding failed: vector is not finite"
                 continue
             meta = {
-                "message_id": m.id, "thread_id": m.thread_id, "resource_id": docs[i][2] or "",
+                "message_id": m.id, "thread_id": m.thread_id, "resource_id": doc[2] or "",
                 "role": m.role, "content": text, "created_at": to_iso(m.created_at),
-                "content_hash": batch_passage_hash(contexts[i], text),  # its keyword doc's too (remembered)
+                "content_hash": batch_passage_hash(context, text),  # its keyword doc's too (remembered)
             }
-            rows.append((m.id, vec, meta, self.model_id))
+            rows.append((m.id, vec, meta, model_id))
         return docs, rows
 
     def unindexed(self, messages: Sequence[Message]) -> list[Message]:
@@ -700,9 +718,11 @@ class StagedIndex:
         self.saved: list[Message] = list(batch)  # every message the save stored (any role)
         self.contexts: list[str] = []
         self.loose: set[str] = set()  # ids whose context was chained through the batch
+        self.ordered: dict[str, list[Message]] = {}  # each thread's chained messages in (createdAt, id) order
         self.vectors: np.ndarray | None = None
         self.texts: Texts = {}  # recall text of each staged message (``_text_of``)
         self.unmoved = False  # the save stored every staged message as it was staged (``commit``)
+        self.as_staged = False  # ... and nothing else: the very objects staged, in order
         self.pending = bool(todo)
         self._written: set[str] = set()
 
@@ -720,7 +740,10 @@ class StagedIndex:
             return
         self.pending = False
         index = self.index
-        if saved is not None:
+        if saved is not None and self._stored_as_staged(saved):
+            self.unmoved = self.as_staged = True  # nothing left out, nothing moved: todo and batch stay
+            self.saved = list(saved)
+        elif saved is not None:
             final = {m.id: m for m in saved}
             kept = [i for i, (m, _) in enumerate(self.todo) if m.id in final]
             if len(kept) < len(self.todo):
@@ -758,6 +781,10 @@ class StagedIndex:
             conn.exec_driver_sql("RELEASE SAVEPOINT recall_index")
             self.fail(f"write failed: {exc}")
             self._written = set()
+
+    def _stored_as_staged(self, saved: Sequence[Message]) -> bool:
+        """Whether the save stored the very messages staged, in order, and no other (the usual save)."""
+        return len(saved) == len(self.saved) and all(map(operator.is_, saved, self.saved))
 
     def finish(self) -> IndexReport:
         """After the transaction committed: partition upkeep of the resources written; the report."""

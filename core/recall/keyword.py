@@ -10,6 +10,7 @@ the rows to score shrink by an order of magnitude (bench/recall_speed.py).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -180,14 +181,18 @@ def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
     return {mid for mid, op in last.items() if op == "delete"}
 
 
+# Part 1 is one row: how many rows were inserted since the watermark (up to the limit), the newest
+# rowid, and their ids as one JSON array (a save's hundred rows, fetched one tuple each, cost more
+# than the statement).
 _DRAIN_READ_SQL = (
-    f"SELECT 0, (SELECT value FROM {STATE_TABLE} WHERE key = ?), q.seq, q.message_id, q.op, q.row_id "
-    f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
+    f"SELECT 0, (SELECT value FROM {STATE_TABLE} WHERE key = ?1), q.seq, q.message_id, q.op, q.row_id "
+    f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?2) q "
     "UNION ALL "
-    "SELECT 1, NULL, n.rowid, n.id, NULL, NULL FROM (SELECT rowid, id FROM mastra_messages WHERE rowid > "
-    f"coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?), 0) ORDER BY rowid LIMIT ?) n "
+    "SELECT 1, count(*), max(n.rowid), json_group_array(n.id), NULL, NULL FROM (SELECT rowid, id FROM mastra_messages "
+    f"WHERE rowid > coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?1), 0) ORDER BY rowid LIMIT ?2) n "
     "ORDER BY 1, 3"
 )
+_FRESH_SQL = "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?"
 
 
 def drain_queue(
@@ -203,24 +208,29 @@ def drain_queue(
     save that triggered the drain); they are counted as applied without being read again.
     """
     # The watermark, the queue (empty on most saves) and the rows inserted above the watermark, in
-    # one statement: part 0 is the watermark and the queue by seq, part 1 the new rows by rowid.
-    rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit, FTS_WATERMARK, limit))
+    # one statement: part 0 is the watermark and the queue by seq, part 1 the new rows (one row).
+    rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit))
     mark = int(rows[0][1] or 0) if rows else 0
     queued = [tuple(r[2:6]) for r in rows if r[0] == 0 and r[2] is not None]
-    fresh = [(r[2], r[3]) for r in rows if r[0] == 1]
+    part = next((r for r in rows if r[0] == 1), None)
+    fresh_count, newest, listed = (int(part[1] or 0), part[2], str(part[3])) if part is not None else (0, None, "[]")
+    if "\\u0000" in listed:  # an id with a NUL (another client's): read as the driver reads it, row by row
+        fresh_ids = [mid for _rowid, mid in driver_sql.rows(conn, _FRESH_SQL, (mark, limit))]
+    else:
+        fresh_ids = json.loads(listed) if fresh_count else []
     # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
     # from just below it (re-indexing is idempotent).
     reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]
     if reused:
         mark = min(mark, min(reused) - 1)
-        fresh = driver_sql.rows(conn, "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                                (mark, limit))
-    if not queued and not fresh:
+        fresh = driver_sql.rows(conn, _FRESH_SQL, (mark, limit))
+        fresh_count, newest, fresh_ids = len(fresh), fresh[-1][0] if fresh else None, [mid for _rowid, mid in fresh]
+    if not queued and not fresh_count:
         return 0, []
     last_op: dict[str, str] = {}
     for _seq, mid, op, _row in queued:
         last_op[mid] = op  # only the newest change of a message matters
-    candidates = {m for m, op in last_op.items() if op == "upsert"} | {mid for _rowid, mid in fresh}
+    candidates = {m for m, op in last_op.items() if op == "upsert"} | set(fresh_ids)
     found: set[str] = candidates & set(indexed)
     # One read for every candidate's text and context, one write for every doc (not a few per message).
     stored = passages.load(conn, sorted(candidates - found))
@@ -232,10 +242,10 @@ def drain_queue(
     delete_docs(conn, gone)
     if queued:
         conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq <= ?", (queued[-1][0],))
-    if fresh:
-        mark = fresh[-1][0]
+    if newest is not None:
+        mark = newest
     driver_sql.execute(conn, f"INSERT OR REPLACE INTO {STATE_TABLE} (key, value) VALUES (?, ?)", (FTS_WATERMARK, int(mark)))
-    return len(queued) + len(fresh), gone
+    return len(queued) + fresh_count, gone
 
 
 def select_terms(conn: sa.Connection, query: str, stats: TermStats | None,

@@ -72,11 +72,14 @@ class MatrixVectors:
         vector_table.upsert(conn, self.info, rows)
         if not self.has_ivf:
             return
+        resources = [meta.get("resource_id") for _, _, meta, _ in rows]
         by_scope: dict[str, list[tuple[str, np.ndarray]]] = {}
-        for vid, vec, meta, _model in rows:
-            resource = meta.get("resource_id")
-            if resource:
-                by_scope.setdefault(str(resource), []).append((vid, vec))
+        if resources and resources[0] and resources.count(resources[0]) == len(resources):  # the usual: one resource
+            by_scope[str(resources[0])] = [(vid, vec) for vid, vec, _, _ in rows]
+        else:
+            for (vid, vec, _, _), resource in zip(rows, resources):
+                if resource:
+                    by_scope.setdefault(str(resource), []).append((vid, vec))
         for resource, written in by_scope.items():
             known = self._sizes.get(resource)
             if known is not None:

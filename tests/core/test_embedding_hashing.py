@@ -197,3 +197,29 @@ def test_a_database_indexed_with_hashing_vectors_is_searched_with_them(db_path) 
         m = Memory(store, MemoryOptions(semantic_recall=True))
         assert m.embedder is not None and m.embedder.model_id == "hashing-ngram-v1@d256"
         assert m.search("train to Lisbon", resource_id="u", mode="vector", top_k=1)[0].message_id == "m1"
+
+
+def test_ascii_lines_are_cut_into_the_words_the_regex_finds() -> None:
+    # An ASCII line is cut by a byte translation and a split instead of NFKC, case folding and \w+:
+    # the same words for every ASCII character (control characters, punctuation, capitals, "_"),
+    # and the regex for any other line. Checked against the definition over random ASCII lines.
+    import random
+    import re
+    import unicodedata
+
+    from core.embedding.hashing import _words
+
+    def regex(line: str) -> list[str]:
+        return re.findall(r"\w+", unicodedata.normalize("NFKC", line).casefold())
+
+    rnd = random.Random(7)
+    alphabet = [chr(c) for c in range(128)]
+    lines = ["", " ", "Hello, World!", "Caroline's LGBTQ_group: 9 Oct 2022?", "a\tb\x00c\x7fD", "x\r\ny",
+             *("".join(rnd.choice(alphabet) for _ in range(rnd.randrange(40))) for _ in range(3000))]
+    for line in lines:
+        assert _words(line) == regex(line), repr(line)
+    for line in ["Straße ÉCOLE", "ﬁne Ⅻ", "我对花生过敏 ok", "ΟΔΟΣ"]:  # not ASCII: the regex itself
+        assert _words(line) == regex(line)
+    emb = HashingEmbedder(64)
+    texts = ["Message number 12, about TOPIC_7!\nwith some words", "plain words", "Ünïcode line\nASCII line"]
+    assert np.array_equal(emb.embed(texts), _reference(texts, 64))

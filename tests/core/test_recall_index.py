@@ -411,3 +411,21 @@ def test_index_batches_writes_what_index_messages_writes_batch_after_batch(tmp_p
     assert list(stores[1][1].index_batches([])) == []
     for s, _ in stores:
         s.close()
+
+
+def test_the_index_writes_times_as_to_iso_does() -> None:
+    # The index formats a batch's times its own way for UTC times (a cheaper isoformat, cut to
+    # milliseconds), cached per time: the text must be timeutil.to_iso's for every time.
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from core.recall.index import _utc_iso, to_iso as index_iso
+    from core.timeutil import to_iso
+
+    rnd = random.Random(5)
+    times = [datetime(rnd.randrange(1, 10000), rnd.randrange(1, 13), rnd.randrange(1, 29), rnd.randrange(24),
+                      rnd.randrange(60), rnd.randrange(60), rnd.choice([0, 1, 999, 1000, 999_999, rnd.randrange(10**6)]),
+                      tzinfo=timezone.utc) for _ in range(5000)]
+    times += [datetime(2026, 3, 1, 9, 0), datetime(2026, 3, 1, 9, 0, 0, 1500, tzinfo=timezone(timedelta(hours=5)))]
+    for dt in times:
+        assert _utc_iso(dt) == index_iso(dt) == to_iso(dt), dt
