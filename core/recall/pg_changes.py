@@ -34,6 +34,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
@@ -184,13 +185,16 @@ class Listener(Protocol):
 # snapshot's xmin, the pruned-below id, whether the recall queue holds changes, and which vector tables
 # log their writes (their oids: a table dropped, or made again without our triggers, changes it). One
 # statement, so one snapshot for all of it.
+# ``{extra}``: a ``text[]`` a caller reads in the same statement (``sync_with``), else NULL.
 _SYNC = (
     f"SELECT 0, pg_snapshot_xmin(pg_current_snapshot())::text, (SELECT value FROM {STATE_TABLE} "
     f"WHERE key = '{PRUNED_KEY}')::text, EXISTS (SELECT 1 FROM {QUEUE_TABLE})::text, "
-    f"ARRAY(SELECT tgrelid::text FROM pg_trigger WHERE tgfoid = to_regproc('{VECTOR_FN}') ORDER BY 1), NULL::text[] "
+    f"ARRAY(SELECT tgrelid::text FROM pg_trigger WHERE tgfoid = to_regproc('{VECTOR_FN}') ORDER BY 1), "
+    "{extra} "
     f"UNION ALL SELECT 1, l.xid::text, l.source, l.op, l.message_ids, l.thread_ids FROM {LOG_TABLE} l "
     "WHERE l.xid >= coalesce(CAST(? AS xid8), pg_snapshot_xmin(pg_current_snapshot()))"
 )
+_PLAIN_SYNC = _SYNC.format(extra="NULL::text[]")
 
 
 class ChangeLog:
@@ -219,23 +223,38 @@ class ChangeLog:
     def sync(self, conn: sa.Connection) -> bool:
         """Tell the listeners every change committed since the last sync (once per read transaction);
         False: this database has no log (not migrated), so nothing kept can be trusted."""
+        return self._sync(conn, None) is not None
+
+    def sync_with(self, conn: sa.Connection, extra: str, params: Sequence[Any]) -> list[Any] | None:
+        """``sync``, reading ``extra`` (a ``text[]`` expression with ``params``) in the same statement,
+        when this read has not synced yet: its value; None when it had (or there is no log), then the
+        caller reads it itself. A search's first read of new terms' counts rides along this way."""
+        got = self._sync(conn, (extra, params))
+        return got if isinstance(got, list) else None
+
+    def _sync(self, conn: sa.Connection, extra: tuple[str, Sequence[Any]] | None) -> list[Any] | bool | None:
+        """None: no log; True: synced already in this read; else the extra's value (a list)."""
         if self.available is None:
             self.available = has_log(conn)
         if not self.available:
-            return False
+            return None
         token = read_token(conn)
         with self._lock:
             if token is not None and token == self._token:
                 return True
             horizon = self._horizon
-        rows = cursor.rows(conn, _SYNC, (str(horizon) if horizon is not None else None,))
+        start = str(horizon) if horizon is not None else None
+        if extra is None:
+            rows = cursor.rows(conn, _PLAIN_SYNC, (start,))
+        else:
+            rows = cursor.rows(conn, _SYNC.format(extra=f"CAST({extra[0]} AS text[])"), (*extra[1], start))
         head = next(r for r in rows if r[0] == 0)
         xmin, pruned, queued, tables = int(head[1]), head[2], head[3] == "true", list(head[4] or ())
         logged = [(int(r[1]), r) for r in rows if r[0] == 1]
         changes: list[Change] = []
         with self._lock:
             if self._horizon != horizon:  # another thread synced meanwhile: its answer stands
-                return True
+                return list(head[5] or ()) if extra is not None else True
             # Rows this reader has not seen may be pruned, or a vector table went or came without our
             # triggers: what is kept may be out of date in ways the log does not say.
             reset = horizon is None or (pruned is not None and int(pruned) > horizon) or tables != self._tables
@@ -257,7 +276,7 @@ class ChangeLog:
                 listener.reset()
             elif changes:
                 listener.changed(changes)
-        return True
+        return list(head[5] or ()) if extra is not None else True
 
 
 _LOGS: "weakref.WeakKeyDictionary[Database, ChangeLog]" = weakref.WeakKeyDictionary()

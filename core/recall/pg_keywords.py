@@ -46,12 +46,19 @@ class PgTermStats(TermStats):
     terms of one query not counted yet are counted in one statement (one round trip, not one each),
     which also parses them as a search's query does (``parsed``: kept for ``pg_keyword_cache``)."""
 
+    def __init__(self, log: ChangeLog | None = None) -> None:
+        super().__init__()
+        self.log = log  # a search's first statement reads the change log: new terms' counts go with it
+
     def _frequency_of(self, conn: sa.Connection, term: str) -> int:
         return self._count(conn, [term])[0]
 
     def _count(self, conn: sa.Connection, terms: list[str]) -> list[int]:
         plain = [_unquote(t) for t in terms]
-        row = cursor.rows(conn, "SELECT " + ", ".join([_COUNT] * len(terms) + [_PARSE] * len(terms)), plain + plain)[0]
+        columns = [f"({_COUNT})::text"] * len(terms) + [_PARSE] * len(terms)
+        row = self.log.sync_with(conn, "ARRAY[" + ", ".join(columns) + "]", plain + plain) if self.log else None
+        if row is None:
+            row = list(cursor.rows(conn, "SELECT " + ", ".join(columns), plain + plain)[0])
         _keep_parsed(zip(terms, row[len(terms):]))
         return [int(c or 0) for c in row[: len(terms)]]
 
@@ -84,14 +91,18 @@ def _keep_parsed(pairs: Iterable[tuple[str, object]]) -> None:
             _PARSED.popitem(last=False)
 
 
-def parsed(conn: sa.Connection, terms: list[str]) -> list[str]:
+def parsed(conn: sa.Connection, terms: list[str], log: ChangeLog | None = None) -> list[str]:
     """Each quoted term's query as Postgres parses it (text; empty: only stop words), from what was
-    kept, the others read in one statement."""
+    kept, the others read in one statement (with the change log's read when this read has not
+    synced yet: ``log``)."""
     with _PARSED_LOCK:
         found = {t: _PARSED[t] for t in terms if t in _PARSED}
     missing = [t for t in dict.fromkeys(terms) if t not in found]
     if missing:
-        row = cursor.rows(conn, "SELECT " + ", ".join([_PARSE] * len(missing)), [_unquote(t) for t in missing])[0]
+        plain = [_unquote(t) for t in missing]
+        row = log.sync_with(conn, "ARRAY[" + ", ".join([_PARSE] * len(missing)) + "]", plain) if log else None
+        if row is None:
+            row = list(cursor.rows(conn, "SELECT " + ", ".join([_PARSE] * len(missing)), plain)[0])
         _keep_parsed(zip(missing, row))
         found.update((t, str(text or "")) for t, text in zip(missing, row))
     return [found[t] for t in terms]
@@ -256,12 +267,15 @@ class TsvectorKeywords:
 
     def __init__(self, available: bool, log: ChangeLog | None = None, kept: "PgKeywordCache | None" = None) -> None:
         self.available = available
-        self.stats: TermStats = PgTermStats()
+        self.stats: TermStats = PgTermStats(log)
         self.log = log  # the database's change log: its read says whether the queue waits
         self.kept = kept  # the scopes' docs in memory (``pg_keyword_cache``), told of writes by ``log``
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
-        return select_terms(conn, query, self.stats)
+        chosen = select_terms(conn, query, self.stats)
+        if self.kept is not None and chosen[0]:  # their parse, for the list in process (with the log's read)
+            parsed(conn, chosen[0], self.log)
+        return chosen
 
     def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
                limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]:

@@ -135,16 +135,21 @@ def run(
     embedded = qvec is not None
     # One read connection (one snapshot) for every step below.
     with index.store.db.read() as conn:
+        # The keyword terms first (their notes come where they did): on Postgres, counting a query's new
+        # terms is then the read's first statement and goes with the change log's (``pg_changes``).
+        if mode in ("keyword", "hybrid") and index.has_fts:
+            out.terms, out.dropped_terms = index.keywords.terms(conn, query)
         # A backend that reads a hybrid search's lists in one statement (Postgres: ``pg_hybrid``) does,
         # with the query embedded first; the same lists, fused and re-ranked by the same code below.
         one_read = getattr(index, "read_hybrid", None)
+        noted = False  # the long query's note said
         if mode == "hybrid" and until_iso is None and index.has_fts and one_read is not None:
             if not embedded:
                 qvec, embedded = embed(), True
             vset = index.vector_set(conn, resource_id, thread_id) if qvec is not None else None
             if vset is not None and not vset.skips.reasons():
-                out.terms, out.dropped_terms = index.keywords.terms(conn, query)
                 _note_long_query(out, degrade)
+                noted = True
                 got = one_read(conn, vset, qvec, out.terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
                                narrowed=thread_id if resource_id is not None else None,
                                labels=hybrid.SPEAKER_BOOST > 0)
@@ -172,8 +177,7 @@ def run(
         if mode in ("keyword", "hybrid"):
             if not index.has_fts:
                 degrade(f"keyword index missing; {MIGRATE_HINT}", failure=False)
-            else:
-                out.terms, out.dropped_terms = index.keywords.terms(conn, query)
+            elif not noted:  # (said once: the one statement's branch may have said it, then not answered)
                 _note_long_query(out, degrade)
 
         def keyword_list() -> None:

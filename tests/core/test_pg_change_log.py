@@ -328,3 +328,27 @@ def test_a_forgotten_resource_leaves_no_log_row_and_no_kept_copy(two: tuple[Stor
         assert conn.exec_driver_sql(f"SELECT count(*) FROM {LOG_TABLE}").scalar() == 0
     for mode in ("vector", "keyword", "hybrid"):
         assert _answers(a, "garden note", mode) == [], mode
+
+
+def test_a_long_query_is_noted_once_when_its_scope_is_kept(two: tuple[Store, Store]) -> None:
+    from core.recall import search as pipeline
+    from core.recall.text import MAX_QUERY_TERMS
+
+    a, _ = two
+    query = " ".join(f"word{i}" for i in range(MAX_QUERY_TERMS + 5))
+    run = pipeline.run(_index(a), query, resource_id="u", thread_id=None, top_k=5, mode="hybrid")
+    assert sum("keyword terms" in n for n in run.notes) == 1, run.notes
+
+
+def test_a_search_of_a_kept_scope_is_one_statement_with_its_new_terms_counted(two: tuple[Store, Store]) -> None:
+    """The change log's read, the queue's check and the new terms' counts and parses in one statement;
+    the lists, cosines and thread order from memory."""
+    a, _ = two
+    index = _index(a)
+    index.search("garden warmup", resource_id="u", mode="hybrid")  # (loads the scope's kept reads)
+    seen: list[str] = []
+    sa.event.listen(a.db.engine, "before_cursor_execute", lambda conn, cur, sql, params, ctx, many: seen.append(sql))
+    for query in ("violin harbour 17", "Caroline bicycle 23", "garden warmup"):
+        seen.clear()
+        assert index.search(query, resource_id="u", mode="hybrid").hits
+        assert len(seen) == 1 and seen[0].startswith("SELECT 0, pg_snapshot_xmin("), (query, seen)
