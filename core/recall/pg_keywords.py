@@ -25,13 +25,13 @@ import sqlalchemy as sa
 from core.recall.keyword import CONTEXT_WEIGHT, STATS_MAX_TERMS, KeywordHit, TermStats, select_terms
 from core.recall import passages
 from core.recall.pg_changes import ChangeLog
-
-if TYPE_CHECKING:  # pragma: no cover
-    from core.recall.pg_keyword_cache import PgKeywordCache
 from core.recall.schema import DOCS_TABLE, QUEUE_TABLE
 from core.recall.text import passage_hash, segment
 from core.recall.types import DocRow
 from core.storage.pg import cursor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.recall.pg_keyword_cache import PgKeywordCache
 
 CONFIG = "english"
 DRAIN_BATCH = 2000

@@ -314,19 +314,21 @@ class PgVectors:
         self.info: PgTableInfo | None = None
         self._db: "Database | None" = None
         self._cache: PgVectorCache | None = None
-        self._logged = False  # this table's writes go into the change log
+        self._log_table = False  # the database has the change log (migration ``0024_recall_change_log``)
+        self._logged = False  # this table's writes go into it
 
     def open(self, db: "Database") -> None:
         self._db = db
         with db.read() as conn:
             exists = catalog.has_table(conn, self.table)
-            self._logged = exists and pg_changes.has_log(conn, self.table)
+            self._log_table = catalog.has_table(conn, pg_changes.LOG_TABLE)
+            self._logged = exists and self._log_table and pg_changes.has_log(conn, self.table)
         self.info = PgTableInfo(self.table, self.dim) if exists else None
         if self._cache is None:
             self._cache = PgVectorCache(self.table, self.dim, self.model_id, pg_changes.log_for(db))
 
     def ensure(self, db: "Database") -> None:
-        if self.info is not None and (self._logged or db.read_only):
+        if self.info is not None and (self._logged or not self._log_table or db.read_only):
             return
         with db.write() as conn:
             db.lock(conn, f"recall:{self.table}")
