@@ -89,7 +89,8 @@ def keyword_backend(caps: Capabilities, available: bool, log: pg_changes.ChangeL
     """The keyword backend for a database that can do ``caps.full_text`` (``log``: Postgres's change log)."""
     if caps.full_text == "fts5":
         return keyword.Fts5Keywords(available)
-    return pg_keywords.TsvectorKeywords(available, log, PgKeywordCache(log) if log is not None else None)
+    kept = log.shared("keywords", lambda: PgKeywordCache(log)) if log is not None else None
+    return pg_keywords.TsvectorKeywords(available, log, kept)
 
 
 def vector_backend(caps: Capabilities, dim: int, model_id: str) -> VectorBackend:
@@ -113,11 +114,15 @@ class RecallIndex:
         # The hybrid re-rank's reads, kept while messages do not change (appends told by ``rowid`` on
         # libSQL, by the change log on Postgres: ``pg_changes``).
         self.order: OrderCache | PgOrderCache = (OrderCache() if caps.implicit_rowid
-                                                 else PgOrderCache(pg_changes.log_for(store.db)))
+                                                 else self._shared_order(pg_changes.log_for(store.db)))
         # A hybrid search's lists, cosines and thread order in one statement, where the server answers
         # both halves (``pg_hybrid``); else each step reads its own (``search.run``).
         self.read_hybrid = pg_hybrid.read if caps.full_text == "tsvector" and caps.vectors == "pgvector" else None
         self._prepare()
+
+    @staticmethod
+    def _shared_order(log: pg_changes.ChangeLog) -> PgOrderCache:
+        return log.shared("order", lambda: PgOrderCache(log))
 
     @classmethod
     def for_store(cls, store: "Store", embedder: "Embedder") -> "RecallIndex":

@@ -35,7 +35,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 import sqlalchemy as sa
 
@@ -46,6 +46,8 @@ from core.storage.pg import cursor
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage.database import Database
+
+T = TypeVar("T")
 
 LOG_TABLE = "memory_studio_recall_log"
 PRUNED_KEY = "log:pruned_below"  # state key: log rows of transactions below this id may have been deleted
@@ -208,11 +210,23 @@ class ChangeLog:
         self._token: int | None = None  # the read transaction the last sync served
         self._queued = False
         self._tables: list[str] | None = None  # the oids of the vector tables whose writes are logged
+        self._shared: dict[str, Any] = {}  # readers every index over the database shares (``shared``)
         self.available: bool | None = None  # the log table exists (None: not looked yet)
 
     def listen(self, listener: Listener) -> None:
         with self._lock:
             self._listeners.add(listener)
+
+    def shared(self, name: str, make: Callable[[], T]) -> T:
+        """The one reader named ``name`` of this database, made on first ask: every recall index over
+        the database (one per embedding model) shares its keyword docs and thread order."""
+        with self._lock:
+            found = self._shared.get(name)
+        if found is None:
+            made = make()  # (outside the lock: a reader listens to this log as it is made)
+            with self._lock:
+                found = self._shared.setdefault(name, made)
+        return found  # type: ignore[no-any-return]
 
     def queued(self, conn: sa.Connection) -> bool | None:
         """Whether the recall queue held changes as of this read's sync (None: not synced in this read)."""

@@ -352,3 +352,11 @@ def test_a_search_of_a_kept_scope_is_one_statement_with_its_new_terms_counted(tw
         seen.clear()
         assert index.search(query, resource_id="u", mode="hybrid").hits
         assert len(seen) == 1 and seen[0].startswith("SELECT 0, pg_snapshot_xmin("), (query, seen)
+
+
+def test_indexes_of_two_models_share_the_kept_keyword_docs_and_threads(two: tuple[Store, Store]) -> None:
+    a, _ = two
+    first, second = RecallIndex.for_store(a, HashingEmbedder(16)), RecallIndex.for_store(a, HashingEmbedder(32))
+    assert first is not second
+    assert first.keywords.kept is second.keywords.kept is not None  # type: ignore[attr-defined]
+    assert first.order is second.order
