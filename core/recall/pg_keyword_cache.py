@@ -8,7 +8,8 @@ first use and told of every docs write by ``pg_changes`` (any process's): the do
 written are read again and put in place of the old, or dropped.
 
 Each query's parsed form comes from the server once (``pg_rank.query_sql``: Postgres's own parser and
-stemmer) and is kept by its terms. A scope of more than ``MAX_DOCS`` docs, a search ``as of`` a past
+stemmer) and is kept by its terms. At most ``MAX_CACHED_SCOPES`` scopes and ``MAX_KEPT_DOCS`` docs are
+kept (the least recently searched go first). A scope of more than ``MAX_DOCS`` docs, a search ``as of`` a past
 turn (``until``) and a database without the log are answered by the statement (``search`` returns None).
 """
 
@@ -27,8 +28,9 @@ from core.recall.pg_rank import LOAD_SQL, TsIndex, TsQuery, Unsupported, parse_t
 from core.recall.tables import DOCS_TABLE
 from core.storage.pg import cursor
 
-MAX_DOCS = 200_000  # a larger scope is searched by the server
+MAX_DOCS = 100_000  # a larger scope is searched by the server
 MAX_CACHED_SCOPES = 64
+MAX_KEPT_DOCS = 300_000  # docs kept in all (~1.3 kB each; the least recently searched scopes go first)
 MAX_QUERIES = 1024  # parsed queries kept, by their terms
 
 Key = tuple[str, str]  # ("resource", id) or ("thread", id)
@@ -114,7 +116,8 @@ class PgKeywordCache:
         index = TsIndex()
         index.put(rows)
         self._scopes[key] = index
-        while len(self._scopes) > MAX_CACHED_SCOPES:
+        while len(self._scopes) > 1 and (len(self._scopes) > MAX_CACHED_SCOPES
+                                         or sum(len(i) for i in self._scopes.values()) > MAX_KEPT_DOCS):
             self._scopes.popitem(last=False)
         return index
 

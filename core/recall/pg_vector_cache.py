@@ -8,6 +8,7 @@ write by ``pg_changes``: rows appended to the table are read and appended to the
 them; a row changed or removed drops every kept scope (reloaded on its next search, as on libSQL).
 The search is then exact, where HNSW lists approximately.
 
+At most ``MAX_CACHED_SETS`` scopes and ``MAX_BYTES`` are kept (the least recently searched go first).
 A scope of more than ``MAX_ROWS`` rows, a table whose writes are not logged (made by Mastra before the
 log's migration, in a database opened read-only) or a database without the log is searched by the
 server as before (``scope`` returns None).
@@ -28,8 +29,9 @@ from core.recall.schema import quoted
 from core.recall.vector_table import RawRow
 from core.storage.pg import cursor
 
-MAX_ROWS = 200_000  # a larger scope is searched by the server (its HNSW index)
+MAX_ROWS = 100_000  # a larger scope is searched by the server (its HNSW index)
 MAX_CACHED_SETS = 64
+MAX_BYTES = 512 * 2**20  # kept sets' memory in all (the least recently searched go first)
 
 Key = tuple[str, str]  # ("resource", id) or ("thread", id)
 
@@ -133,7 +135,8 @@ class PgVectorCache:
             vset.extend(raw)
             self._sets[key] = vset
             self._rowids[key] = {r.rowid for r in raw}
-            while len(self._sets) > MAX_CACHED_SETS:
+            while len(self._sets) > 1 and (len(self._sets) > MAX_CACHED_SETS
+                                           or sum(v.nbytes() for v in self._sets.values()) > MAX_BYTES):
                 old, _ = self._sets.popitem(last=False)
                 del self._rowids[old]
             return vset

@@ -288,17 +288,21 @@ SCOPES = (dict(resource_id="u", thread_id=None), dict(resource_id=None, thread_i
 
 def _keyword_lists_agree(store: Store) -> None:
     """Every query and scope: the kept keyword list equals the statement's (same ids, ``real`` scores, order)."""
+    _keyword_lists_agree_in(store, SCOPES)
+    assert _index(store).keywords.kept.status()["keyword_scopes"] == 2  # (resource u, thread t)  # type: ignore[attr-defined]
+
+
+def _keyword_lists_agree_in(store: Store, scopes: tuple[dict[str, str | None], ...]) -> None:
     index = _index(store)
     assert index.keywords.kept is not None  # type: ignore[attr-defined]
     for query in KEYWORD_QUERIES:
-        for scope in SCOPES:
+        for scope in scopes:
             for limit in (3, 50):
                 with store.db.read() as conn:
                     terms = index.keywords.terms(conn, query)[0]
                     kept = index.keywords.search(conn, query, limit=limit, terms=terms, **scope)  # type: ignore[arg-type]
                     told = pg_keywords.search(conn, query, limit=limit, terms=terms, **scope)  # type: ignore[arg-type]
                 assert kept == told, (query, scope, limit)
-    assert index.keywords.kept.status()["keyword_scopes"] == 2  # (resource u, thread t)  # type: ignore[attr-defined]
 
 
 def test_kept_keyword_lists_answer_what_the_statement_answers(two: tuple[Store, Store]) -> None:
@@ -360,3 +364,18 @@ def test_indexes_of_two_models_share_the_kept_keyword_docs_and_threads(two: tupl
     assert first is not second
     assert first.keywords.kept is second.keywords.kept is not None  # type: ignore[attr-defined]
     assert first.order is second.order
+
+
+def test_kept_scopes_stay_within_their_budget(two: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.recall import pg_keyword_cache
+
+    a, _ = two
+    monkeypatch.setattr(pg_keyword_cache, "MAX_KEPT_DOCS", 30)  # (one scope of the two: 40 docs, then 20)
+    monkeypatch.setattr(pg_vector_cache, "MAX_BYTES", 1)
+    index = _index(a)
+    for scope in (dict(resource_id="u", thread_id=None), dict(resource_id=None, thread_id="t")):
+        for mode in ("keyword", "vector"):
+            assert index.search("garden note", mode=mode, **scope).hits  # type: ignore[arg-type]
+    assert index.keywords.kept.status()["keyword_scopes"] == 1  # type: ignore[attr-defined]
+    assert index.vectors.status()["cached_sets"] == 1  # type: ignore[attr-defined]
+    _keyword_lists_agree_in(a, SCOPES[:2])
