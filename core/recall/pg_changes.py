@@ -293,6 +293,39 @@ class ChangeLog:
         return list(head[5] or ()) if extra is not None else True
 
 
+class Inbox:
+    """A reader's share of the log: the changes of the sources it keeps, waiting for its next use.
+
+    The log only appends here (under this inbox's own lock, never held across anything else); the
+    reader takes them under its own lock, which it may hold across its reads. A listener that waited
+    on such a lock could deadlock with another reader syncing the log from inside its own."""
+
+    def __init__(self, log: ChangeLog, keeps: Callable[[str], bool]) -> None:
+        self._keeps = keeps  # which sources the reader keeps
+        self._lock = threading.Lock()
+        self._changes: list[Change] = []
+        self._reset = False
+        log.listen(self)
+
+    def changed(self, changes: list[Change]) -> None:
+        mine = [c for c in changes if self._keeps(c.source)]
+        if mine:
+            with self._lock:
+                self._changes.extend(mine)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._changes.clear()
+            self._reset = True
+
+    def take(self) -> tuple[bool, list[Change]]:
+        """(whether to start over, the changes since) the last call."""
+        with self._lock:
+            changes, self._changes = self._changes, []
+            reset, self._reset = self._reset, False
+        return reset, changes
+
+
 _LOGS: "weakref.WeakKeyDictionary[Database, ChangeLog]" = weakref.WeakKeyDictionary()
 _LOGS_LOCK = threading.Lock()
 

@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from core.recall.keyword import KeywordHit
-from core.recall.pg_changes import Change, ChangeLog
+from core.recall.pg_changes import ChangeLog, Inbox
 from core.recall import pg_keywords
 from core.recall.pg_rank import LOAD_SQL, TsIndex, TsQuery, Unsupported, parse_tsquery
 from core.recall.tables import DOCS_TABLE
@@ -37,8 +37,8 @@ Key = tuple[str, str]  # ("resource", id) or ("thread", id)
 
 
 class PgKeywordCache:
-    """The kept keyword docs of one database, by scope. Thread-safe; a ``pg_changes`` listener (changes
-    wait in an inbox and are applied by the next search, under the lock held across its reads)."""
+    """The kept keyword docs of one database, by scope. Thread-safe: changes wait in an ``Inbox`` and are
+    applied by the next search, under the lock held across its reads."""
 
     def __init__(self, log: ChangeLog) -> None:
         self._log = log
@@ -46,22 +46,7 @@ class PgKeywordCache:
         self._scopes: OrderedDict[Key, TsIndex] = OrderedDict()
         self._large: set[Key] = set()
         self._queries: OrderedDict[tuple[str, ...], TsQuery] = OrderedDict()
-        self._inbox_lock = threading.Lock()
-        self._inbox: list[Change] = []
-        self._reset = False
-        log.listen(self)
-
-    # -- pg_changes.Listener -------------------------------------------------------------------
-    def changed(self, changes: list[Change]) -> None:
-        mine = [c for c in changes if c.source == "docs"]
-        if mine:
-            with self._inbox_lock:
-                self._inbox.extend(mine)
-
-    def reset(self) -> None:
-        with self._inbox_lock:
-            self._inbox.clear()
-            self._reset = True
+        self._inbox = Inbox(log, lambda source: source == "docs")
 
     # -- reading -------------------------------------------------------------------------------
     def search(self, conn: sa.Connection, terms: list[str], *, resource_id: str | None, thread_id: str | None,
@@ -124,9 +109,7 @@ class PgKeywordCache:
     def _apply(self, conn: sa.Connection) -> None:
         """The inbox's changes (under ``_lock``): the docs of the messages written read again, each put
         in the kept scopes it belongs to and dropped from the others."""
-        with self._inbox_lock:
-            inbox, self._inbox = self._inbox, []
-            reset, self._reset = self._reset, False
+        reset, inbox = self._inbox.take()
         if any(c.message_ids is None for c in inbox):  # (a TRUNCATE: every doc went)
             reset = True
         if reset:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import sqlalchemy as sa
 
-from core.recall.pg_changes import Change, ChangeLog
+from core.recall.pg_changes import ChangeLog, Inbox
 from core.recall.schema import text_of_raw
 from core.recall.order_cache import day_of
 from core.recall.text import speaker_label
@@ -116,8 +116,8 @@ class _Thread:
 
 
 class PgOrderCache:
-    """``thread_order``'s answers kept per whole thread, told of writes by the change log. Thread-safe;
-    a ``pg_changes`` listener (changes wait in an inbox and are applied by the next search)."""
+    """``thread_order``'s answers kept per whole thread, told of writes by the change log. Thread-safe:
+    changes wait in an ``Inbox`` and are applied by the next search."""
 
     def __init__(self, log: ChangeLog) -> None:
         self._log = log
@@ -126,22 +126,7 @@ class PgOrderCache:
         self._of: dict[str, _Thread] = {}  # message id -> its kept thread
         self._whole_rows = 0
         self._too_large: set[str] = set()  # threads that did not fit (read per search)
-        self._inbox_lock = threading.Lock()
-        self._inbox: list[Change] = []
-        self._reset = False
-        log.listen(self)
-
-    # -- pg_changes.Listener -------------------------------------------------------------------
-    def changed(self, changes: list[Change]) -> None:
-        mine = [c for c in changes if c.source == "messages"]
-        if mine:
-            with self._inbox_lock:
-                self._inbox.extend(mine)
-
-    def reset(self) -> None:
-        with self._inbox_lock:
-            self._inbox.clear()
-            self._reset = True
+        self._inbox = Inbox(log, lambda source: source == "messages")
 
     # -- reading -------------------------------------------------------------------------------
     def sync(self, conn: sa.Connection) -> bool:
@@ -212,9 +197,7 @@ class PgOrderCache:
 
     def _apply(self, conn: sa.Connection) -> None:
         """The inbox's changes (under ``_lock``): appends read and put in place, rewrites drop threads."""
-        with self._inbox_lock:
-            inbox, self._inbox = self._inbox, []
-            reset, self._reset = self._reset, False
+        reset, inbox = self._inbox.take()
         appended: set[str] = set()
         threads: set[str] = set()
         for change in inbox:

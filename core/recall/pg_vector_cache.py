@@ -24,7 +24,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.recall.matrix import VectorSet
-from core.recall.pg_changes import Change, ChangeLog, has_log
+from core.recall.pg_changes import ChangeLog, Inbox, has_log
 from core.recall.schema import quoted
 from core.recall.vector_table import RawRow
 from core.storage.pg import cursor
@@ -52,11 +52,8 @@ def _raw(rows: list[tuple[Any, ...]]) -> list[RawRow]:
 
 
 class PgVectorCache:
-    """The kept scopes of one vector table (one dimension). Thread-safe; a ``pg_changes`` listener.
-
-    Changes wait in an inbox (its own lock, never held across anything else) and are applied by the
-    next ``scope`` under the cache's lock, which is held across its reads, as ``MatrixVectors`` does:
-    a listener that waited on a lock held across a read could deadlock with another reader's."""
+    """The kept scopes of one vector table (one dimension). Thread-safe: changes wait in an ``Inbox`` and
+    are applied by the next ``scope`` under the cache's lock, held across its reads (as ``MatrixVectors``)."""
 
     def __init__(self, table: str, dim: int, model_id: str, log: ChangeLog) -> None:
         self.table, self.dim, self.model_id = table, dim, model_id
@@ -66,29 +63,12 @@ class PgVectorCache:
         self._rowids: dict[Key, set[int]] = {}  # the table rows each kept scope holds
         self._large: set[Key] = set()  # scopes of more than MAX_ROWS rows (searched by the server)
         self._logged: bool | None = None  # the table's writes are logged (None: not looked yet)
-        self._inbox_lock = threading.Lock()
-        self._inbox: list[Change] = []
-        self._reset = False
-        log.listen(self)
-
-    # -- pg_changes.Listener -------------------------------------------------------------------
-    def changed(self, changes: list[Change]) -> None:
-        mine = [c for c in changes if c.source == self.table]
-        if mine:
-            with self._inbox_lock:
-                self._inbox.extend(mine)
-
-    def reset(self) -> None:
-        with self._inbox_lock:
-            self._inbox.clear()
-            self._reset = True
+        self._inbox = Inbox(log, lambda source: source == table)
 
     def _take(self) -> tuple[bool, bool, set[str]]:
         """(whether the log said to start over, whether rows were changed or removed, the message ids
         appended) since the last call."""
-        with self._inbox_lock:
-            inbox, self._inbox = self._inbox, []
-            reset, self._reset = self._reset, False
+        reset, inbox = self._inbox.take()
         rewritten = False
         appended: set[str] = set()
         for change in inbox:

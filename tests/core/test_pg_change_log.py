@@ -159,14 +159,20 @@ def _told(a: Store, log: pg_changes.ChangeLog, rec: _Recorder) -> set[str]:
     return out
 
 
-def test_the_log_is_read_in_commit_order(two: tuple[Store, Store]) -> None:
-    """A transaction that started first but commits last is told once it commits, and never twice."""
-    a, b = two
+def _listening(a: Store) -> tuple[pg_changes.ChangeLog, _Recorder]:
+    """``a``'s log with a recorder listening, after a first read (which starts listeners over)."""
     log = pg_changes.log_for(a.db)
     rec = _Recorder()
     log.listen(rec)
     _told(a, log, rec)
-    rec.resets = 0  # (a log's first read starts its listeners over)
+    rec.resets = 0
+    return log, rec
+
+
+def test_the_log_is_read_in_commit_order(two: tuple[Store, Store]) -> None:
+    """A transaction that started first but commits last is told once it commits, and never twice."""
+    a, b = two
+    log, rec = _listening(a)
     first, second = b.db.engine.connect(), b.db.engine.connect()
     try:
         first.begin()
@@ -186,11 +192,7 @@ def test_the_log_is_read_in_commit_order(two: tuple[Store, Store]) -> None:
 
 def test_a_reader_behind_pruned_rows_starts_over(two: tuple[Store, Store]) -> None:
     a, b = two
-    log = pg_changes.log_for(a.db)
-    rec = _Recorder()
-    log.listen(rec)
-    _told(a, log, rec)
-    rec.resets = 0  # (a log's first read starts its listeners over)
+    log, rec = _listening(a)
     with b.db.write() as conn:
         _doc(conn, "x-old")
     with b.db.write() as conn:
