@@ -381,3 +381,46 @@ def test_kept_scopes_stay_within_their_budget(two: tuple[Store, Store], monkeypa
     assert index.keywords.kept.status()["keyword_scopes"] == 1  # type: ignore[attr-defined]
     assert index.vectors.status()["cached_sets"] == 1  # type: ignore[attr-defined]
     _keyword_lists_agree_in(a, SCOPES[:2])
+
+
+def test_threads_searching_while_another_writes_agree_with_a_fresh_read(two: tuple[Store, Store], pg_url: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process's threads search (every mode) while another thread of it writes: no deadlock, no
+    error, and afterwards the kept reads answer what a fresh process answers."""
+    import threading
+
+    from core.recall import keyword
+
+    monkeypatch.setattr(keyword, "COMMON_SHARE", 1.0)  # (term counts kept a while may differ between processes)
+    a, _ = two
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def search() -> None:
+        try:
+            i = 0
+            while not done.is_set():
+                for mode in ("vector", "keyword", "hybrid"):
+                    _answers(a, QUERIES[i % len(QUERIES)], mode)
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    readers = [threading.Thread(target=search) for _ in range(4)]
+    for t in readers:
+        t.start()
+    memory = Memory(a, MemoryOptions(semantic_recall=True), embedder=HashingEmbedder(16))
+    try:
+        for b in range(15):
+            memory.save_messages([_msg(100 + 2 * b + k, "ts"[b % 2], text=f"Mel: batch {b} harbour zebra {k}") for k in (0, 1)])
+            if b % 5 == 4:
+                memory.edit_message(f"m{b:03d}", resource_id="u", text=f"Caroline: edited {b} violin garden")
+    finally:
+        done.set()
+        for t in readers:
+            t.join(timeout=120)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in readers)
+    _same_as_fresh(a, pg_url)
+    for query in QUERIES:
+        assert _answers(a, query, "keyword") == _fresh(pg_url, query, "keyword"), query
