@@ -33,6 +33,7 @@ from core.storage.memory_store import Include
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.recall.index import RecallIndex
+    from core.storage import Store
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class Inspection:
     vectors_in_scope: int = 0
     timings: dict[str, float] = field(default_factory=dict)  # ms: embed, search (everything else)
     qvec: Any = None  # the query vector, reused by ``explain_message``
+    keyword_scoring: str = "BM25"  # what the keyword list's scores are: BM25 (libSQL) or ts_rank (Postgres)
 
     @property
     def scope(self) -> str:
@@ -134,7 +136,7 @@ class Inspection:
         if gone:
             parts.append(f"{gone} deleted since indexed")
         if name == "keyword" and self.threshold is not None:
-            parts.append("threshold not applied to BM25")
+            parts.append(f"threshold not applied to {self.keyword_scoring}")
         return " · ".join(parts)
 
     def empty_reason(self, name: ListName) -> str | None:
@@ -201,7 +203,8 @@ def inspect_search(
         raise ValueError(f"top_k must be a positive integer, not {top_k!r}")
     if before < 0 or after < 0:
         raise ValueError("the message range must not be negative")
-    out = Inspection(query, resource_id, thread_id, top_k, threshold, before, after, index.model_id)
+    out = Inspection(query, resource_id, thread_id, top_k, threshold, before, after, index.model_id,
+                     keyword_scoring=keyword_scoring(index.store))
     out.lists = {name: [] for name in LISTS}
     if resource_id is None and thread_id is None:
         out.notes.append("no resource or thread given: recall needs a scope")
@@ -256,6 +259,11 @@ def inspect_search(
     out.windows = _windows(index, out, resource_id)
     out.timings = {"embed": embed_ms, "search": (time.perf_counter() - started) * 1000 - embed_ms}
     return out
+
+
+def keyword_scoring(store: "Store") -> str:
+    """What a store's keyword scores are: FTS5's BM25 on libSQL, ``ts_rank`` on Postgres."""
+    return "ts_rank" if store.capabilities.full_text == "tsvector" else "BM25"
 
 
 def _plain(term: str) -> str:
@@ -450,7 +458,7 @@ def _keyword_placement(index: "RecallIndex", ins: Inspection, message_id: str, h
                          "message before it.", None, len(full))
     score = full[rank - 1].score
     cand = next((c for c in ins.lists["keyword"] if c.message_id == message_id), None)
-    status, why = _cut_reason(ins, cand, rank, score, "BM25", threshold_applies=False)
+    status, why = _cut_reason(ins, cand, rank, score, ins.keyword_scoring, threshold_applies=False)
     return Placement("keyword", status, why, rank, len(full), score)
 
 

@@ -29,6 +29,12 @@ LIST_TITLES: dict[ListName, str] = {
     "keyword": "Keyword (BM25)",
     "hybrid": "Hybrid (fused, re-ranked)",
 }
+
+
+def list_title(name: ListName, scoring: str = "BM25") -> str:
+    """A list's heading; the keyword list's names what its scores are (``explain.keyword_scoring``:
+    BM25 on libSQL, ts_rank on Postgres)."""
+    return f"Keyword ({scoring})" if name == "keyword" else LIST_TITLES[name]
 VERDICT_TITLES = {
     "hit": "Returned: a hit",
     "neighbour": "Returned as a neighbour of a hit",
@@ -211,7 +217,7 @@ def fused_before_text(c: Candidate) -> str:
 
 def candidate_tooltip(ins: Inspection, c: Candidate) -> str:
     lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
-             f"cosine {score_text(c.vector_score)} · BM25 {score_text(c.keyword_score)}"]
+             f"cosine {score_text(c.vector_score)} · {ins.keyword_scoring} {score_text(c.keyword_score)}"]
     if c.combined is not None:
         lines.append(f"fused {fused_before_text(c)} before the re-rank, {score_text(c.score)} after "
                      "(next message in the thread, dates and speakers named in the query)")

@@ -97,7 +97,7 @@ RECALLED_COLUMNS: list[Column[RecalledRow]] = [
            foreground=lambda r: None if r.hit else "#8A8F98"),
     Column("Score", lambda r: fmt_score(r.score), RIGHT),
     Column("Vector", lambda r: fmt_score(r.vector), RIGHT, tooltip=lambda r: "cosine similarity to the query"),
-    Column("Keyword", lambda r: fmt_score(r.keyword), RIGHT, tooltip=lambda r: "keyword (BM25) score"),
+    Column("Keyword", lambda r: fmt_score(r.keyword), RIGHT, tooltip=lambda r: "keyword score (BM25 on libSQL, ts_rank on Postgres)"),
     Column("Thread", lambda r: short_id(r.thread_id) if r.thread_id else "this thread"),
     Column("Role", lambda r: r.role),
 ]

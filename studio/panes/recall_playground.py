@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.agent_configs import agent_for_thread
-from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
+from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName, keyword_scoring
 from studio.commands import Command
 from studio.logic import recall_layout as lay
 from studio.logic.message_format import MessageRow
@@ -55,7 +55,8 @@ AGENT_FAILED = "The agent's recall options could not be read (the controls keep 
 EXPLAIN_FAILED = "Why this message is in or out could not be worked out"
 # Column widths come from sample text, not from the rows: sizing to contents re-read every cell of
 # every list on each search (~100 ms at 10k messages, more than the search itself).
-SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "Fused": "0.000", "Vector": "-0.000 #00",
+SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "ts_rank": "000.00", "Fused": "0.000",
+           "Vector": "-0.000 #00",
            "Keyword": "00.00 #00", "Status": "below threshold"}
 
 
@@ -90,7 +91,8 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
     status = Column("Status", status_text, foreground=lay.status_colour)
     rank = Column("#", lambda c: c.rank, RIGHT, foreground=lay.row_colour)
     cosine = Column("Cosine", lambda c: lay.score_text(c.vector_score), RIGHT, foreground=lay.row_colour)
-    bm25 = Column("BM25", lambda c: lay.score_text(c.keyword_score, 2), RIGHT, foreground=lay.row_colour)
+    scoring = pane.keyword_scoring  # BM25 on libSQL, ts_rank on Postgres
+    bm25 = Column(scoring, lambda c: lay.score_text(c.keyword_score, 2), RIGHT, foreground=lay.row_colour)
     if name == "vector":
         return [rank, cosine, status, text]
     if name == "keyword":
@@ -101,7 +103,7 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
         Column("Vector", lambda c: lay.ranked_score(c.vector_score, c.vector_rank), RIGHT, foreground=lay.row_colour,
                tooltip=lambda c: "cosine similarity · rank in the vector list"),
         Column("Keyword", lambda c: lay.ranked_score(c.keyword_score, c.keyword_rank, 2), RIGHT,
-               foreground=lay.row_colour, tooltip=lambda c: "BM25 · rank in the keyword list"),
+               foreground=lay.row_colour, tooltip=lambda c: f"{scoring} · rank in the keyword list"),
         status, text,
     ]
 
@@ -144,6 +146,7 @@ class RecallPlaygroundPane(QWidget):
         self.explanation: Explanation | None = None
         self._read_failure: str | None = None  # a failed read of the selection's thread or agent: it stays said
         self._key = f"recall-playground-{id(self)}"
+        self.keyword_scoring = keyword_scoring(session.store)  # what the keyword list's scores are
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(DEBOUNCE_MS)
@@ -229,7 +232,7 @@ class RecallPlaygroundPane(QWidget):
             box = QWidget()
             bl = QVBoxLayout(box)
             bl.setContentsMargins(0, 0, 0, 0)
-            bl.addWidget(caption(lay.LIST_TITLES[name]))
+            bl.addWidget(caption(lay.list_title(name, self.keyword_scoring)))
             note = QLabel("")
             note.setWordWrap(True)
             note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)

@@ -354,3 +354,27 @@ def test_an_agent_that_recalls_with_one_list_says_so_where_the_controls_start(qt
         assert p.start.mode == "vector"
     finally:
         s.close()
+
+
+def test_the_keyword_list_says_what_its_scores_are_on_each_backend(qtbot, tmp_path, pg_url, no_leaked_widgets):
+    """BM25 on libSQL, ts_rank on Postgres: the list's heading, its score column and the explanation."""
+    from PySide6.QtWidgets import QLabel
+
+    for target, scoring in ((tmp_path / "memory.db", "BM25"), (pg_url, "ts_rank")):
+        session = StudioSession(build(target))
+        try:
+            pane = RecallPlaygroundPane(session)
+            pane.embedders = EmbedderHolder(lambda: HashingEmbedder(64))
+            qtbot.addWidget(pane)
+            pane.show()
+            assert f"Keyword ({scoring})" in [label.text() for label in pane.findChildren(QLabel)]
+            pane.set_selection(Selection("ada", "t-food"))
+            search(qtbot, pane, "allergic to peanuts")
+            model = pane.models["keyword"]
+            assert model.headerData(1, Qt.Orientation.Horizontal) == scoring
+            with qtbot.waitSignal(pane.explained, timeout=15_000):
+                pane.tables["keyword"].selectRow(0)
+            assert f"({scoring} " in pane.explain_view.toPlainText()
+            pane.close()
+        finally:
+            session.close()
