@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import threading
 from bisect import bisect_left
+from collections import OrderedDict
 from datetime import date
 from typing import Any, Callable, Mapping
 
@@ -72,7 +73,7 @@ def thread_order(
     return out
 
 
-MAX_WHOLE_ROWS = 100_000  # messages of whole threads kept (a thread that does not fit is read per search)
+MAX_WHOLE_ROWS = 100_000  # messages of whole threads kept (the least recently asked go first; a larger thread is read per search)
 
 # A thread's user/assistant messages: id, createdAt in microseconds (the order's key: the text form
 # keeps milliseconds only), createdAt as read (its day), content (its speaker label).
@@ -91,9 +92,10 @@ class _Thread:
     """A kept thread: (createdAt µs, id) ascending (ids by code point, as ``NEXT_ID`` compares them),
     and each message's answer as ``thread_order`` gives it (with its label)."""
 
-    __slots__ = ("keys", "answers")
+    __slots__ = ("thread_id", "keys", "answers")
 
-    def __init__(self, rows: list[tuple[str, int, Any, Any]]) -> None:
+    def __init__(self, thread_id: str, rows: list[tuple[str, int, Any, Any]]) -> None:
+        self.thread_id = thread_id
         rows.sort(key=lambda r: (r[1], r[0]))
         self.keys = [(micros, mid) for mid, micros, _, _ in rows]
         self.answers: dict[str, Order] = {}
@@ -122,10 +124,10 @@ class PgOrderCache:
     def __init__(self, log: ChangeLog) -> None:
         self._log = log
         self._lock = threading.Lock()  # held across a search's reads (``sync``, ``read``)
-        self._threads: dict[str, _Thread] = {}
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()  # least recently asked first
         self._of: dict[str, _Thread] = {}  # message id -> its kept thread
         self._whole_rows = 0
-        self._too_large: set[str] = set()  # threads that did not fit (read per search)
+        self._too_large: set[str] = set()  # threads larger than MAX_WHOLE_ROWS (read per search)
         self._inbox = Inbox(log, lambda source: source == "messages")
 
     # -- reading -------------------------------------------------------------------------------
@@ -163,34 +165,42 @@ class PgOrderCache:
     def _known(self, message_ids: list[str], labels: bool, out: dict[str, Order]) -> list[str]:
         missing: list[str] = []
         of = self._of
+        used: set[_Thread] = set()
         for mid in message_ids:
             thread = of.get(mid)
             if thread is None:
                 missing.append(mid)
             else:
+                used.add(thread)
                 found = thread.answers[mid]
                 out[mid] = found if labels else (found[0], found[1], None)
+        for thread in used:  # (recently asked: kept longest)
+            self._threads.move_to_end(thread.thread_id)
         return missing
 
     def _load(self, conn: sa.Connection, thread_ids: list[str]) -> None:
         sizes = dict(cursor.rows(conn, "SELECT thread_id, count(*) FROM mastra_messages "
                                        "WHERE thread_id = ANY(CAST(? AS text[])) GROUP BY thread_id", (text_array(thread_ids),)))
-        room = MAX_WHOLE_ROWS - self._whole_rows
         fit: list[str] = []
+        need = 0
         for t in thread_ids:
             size = int(sizes.get(t, 0))
-            if size <= room:
-                fit.append(t)
-                room -= size
-            else:
-                self._too_large.add(t)
+            if size > MAX_WHOLE_ROWS:
+                self._too_large.add(t)  # never kept whole: read per search
+                continue
+            if need + size > MAX_WHOLE_ROWS:
+                continue  # (this search's other threads take the room: read per search this time)
+            fit.append(t)
+            need += size
         if not fit:
             return
+        while self._threads and self._whole_rows + need > MAX_WHOLE_ROWS:  # the least recently asked go
+            self._drop(next(iter(self._threads)))
         rows: dict[str, list[tuple[str, int, Any, Any]]] = {t: [] for t in fit}
         for thread_id, mid, micros, created, content in cursor.rows(conn, _THREAD_ROWS, (text_array(fit),)):
             rows[thread_id].append((sys.intern(mid), int(micros), created, content))
         for thread_id, found in rows.items():
-            thread = self._threads[thread_id] = _Thread(found)
+            thread = self._threads[thread_id] = _Thread(thread_id, found)
             for mid in thread.answers:
                 self._of[mid] = thread
             self._whole_rows += len(found)

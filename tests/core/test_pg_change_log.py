@@ -424,3 +424,18 @@ def test_threads_searching_while_another_writes_agree_with_a_fresh_read(two: tup
     _same_as_fresh(a, pg_url)
     for query in QUERIES:
         assert _answers(a, query, "keyword") == _fresh(pg_url, query, "keyword"), query
+
+
+def test_kept_threads_make_room_for_newly_asked_ones(two: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole threads up to ``MAX_WHOLE_ROWS`` messages in all: a newly asked thread takes the place of the
+    least recently asked, and every answer still equals ``thread_order``'s."""
+    a, _ = two
+    monkeypatch.setattr(pg_order, "MAX_WHOLE_ROWS", 25)  # (threads t and s hold 20 messages each)
+    index = _index(a)
+    with a.db.read() as conn:
+        threads = dict(conn.exec_driver_sql("SELECT id, thread_id FROM mastra_messages").all())
+        for thread in ("t", "s", "t"):
+            ids = sorted(m for m, t in threads.items() if t == thread)
+            assert index.order.read(conn, ids, labels=True, threads=lambda: threads) == \
+                pg_order.thread_order(conn, ids, labels=True)
+            assert list(index.order._threads) == [thread]  # type: ignore[union-attr]
