@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 
-from core.recall.schema import JSON_LIST, id_lists, text_of_raw
+from core.recall.schema import text_of_raw
 from core.recall.text import passage_hash
 from core.storage import bulk, dialect, driver_sql
 from core.timeutil import to_iso
@@ -86,11 +86,11 @@ def contexts(conn: sa.Connection, message_ids: Iterable[str]) -> dict[str, str]:
     wanted = list(dict.fromkeys(message_ids))
     out: dict[str, str] = {}
     previous = _previous_sql(conn)
-    for marks, params in id_lists(conn, wanted, CHUNK):
+    for marks, params in bulk.in_lists(conn, wanted, CHUNK):
         # One JSON list (libSQL): walked in order with a primary-key seek per id (CROSS JOIN keeps
         # json_each outside), where ``IN (SELECT ...)`` first built a temporary index of the list.
         sql = (f"SELECT m.id, {previous} FROM json_each(?) j CROSS JOIN mastra_messages m ON m.id = j.value"
-               if marks == JSON_LIST else f"SELECT m.id, {previous} FROM mastra_messages m WHERE m.id IN ({marks})")
+               if marks == bulk.JSON_LIST else f"SELECT m.id, {previous} FROM mastra_messages m WHERE m.id IN ({marks})")
         for mid, prev in driver_sql.rows(conn, sql, params):
             out[mid] = text_of_raw(prev) if prev is not None else ""
     return out

@@ -42,7 +42,6 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any, Iterator, Sequence
 
 import sqlalchemy as sa
 
@@ -360,7 +359,7 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
         _delete_doc_ids(conn, old)
     if not keep:
         return
-    insert_json_rows(
+    bulk.insert_json_rows(
         conn, f"INSERT INTO {DOCS_TABLE} (doc_id, message_id, thread_id, resource_id, content_hash)",
         [(top + i, mid, tid, rid, batch_passage_hash(ctx, text)) for i, (mid, tid, rid, text, ctx) in enumerate(keep, 1)],
     )
@@ -375,71 +374,10 @@ def upsert_docs(conn: sa.Connection, docs: list[tuple[str, str | None, str | Non
             done = segmented[text] = text if text.isascii() and "\x00" not in text else segment(text)
         return done
 
-    insert_json_rows(
+    bulk.insert_json_rows(
         conn, f"INSERT INTO {FTS_TABLE} (rowid, body, context)",
         [(top + i, seg(text), seg(ctx)) for i, (_, _, _, text, ctx) in enumerate(keep, 1)],
     )
-
-
-# What a JSON document does not carry unchanged into SQLite's json_each: NUL (its strings end there;
-# the encoder writes it as the escape ``\u0000``) and lone surrogates (no UTF-8 text holds them; the
-# driver refuses them either way). A text holding a backslash then "u0000" is refused too (encoded
-# ``\\u0000``): such rows are bound one by one, which stores the same.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_json_rows = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def json_rows_param(rows: Sequence[Any]) -> str | None:
-    """``rows`` (tuples, or single values) as one JSON array for ``json_each``, or None when a value
-    would not come back from it as it went in (a NUL, a lone surrogate). Values: str, int (SQLite's
-    range) or None only, which the callers' rows are (a float or a bool would come back as another type)."""
-    doc = _json_rows(rows)
-    if "\\u0000" in doc or (not doc.isascii() and _SURROGATE.search(doc)):  # (a find and an ASCII check: C speed)
-        return None
-    return doc
-
-
-# What a JSON string must escape, and what json_each would not give back (NUL, lone surrogates).
-_NOT_PLAIN = re.compile('["\\\\\x00-\x1f\ud800-\udfff]')
-JSON_LIST = "SELECT value FROM json_each(?)"  # ``bulk.in_lists``'s one-parameter list
-
-
-def takes_json_lists(conn: sa.Connection) -> bool:
-    """Whether ``conn``'s database reads a JSON list with ``json_each``: asked of ``bulk.in_lists``,
-    which knows the backends (one id that JSON carries unchanged)."""
-    return next(bulk.in_lists(conn, ["x"]))[0] == JSON_LIST
-
-
-def id_lists(conn: sa.Connection, ids: Sequence[str], chunk: int = bulk.IN_CHUNK) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """``bulk.in_lists`` for a batch's ids: the same lists, the one JSON list written by joining the
-    ids when none needs escaping (the usual id: no quote, backslash or control character), which
-    costs a fifth of ``json.dumps`` and its safety check (~25 µs a batch, twice per save)."""
-    if ids and takes_json_lists(conn):
-        try:
-            plain = not _NOT_PLAIN.search("".join(ids))
-        except TypeError:  # an id that is not a str: bulk's rules
-            plain = False
-        if plain:
-            yield JSON_LIST, ('["' + '","'.join(ids) + '"]',)
-            return
-    yield from bulk.in_lists(conn, ids, chunk)
-
-
-def insert_json_rows(conn: sa.Connection, head: str, rows: list[tuple[Any, ...]]) -> None:
-    """``bulk.insert_rows(conn, head, rows)`` on libSQL with the rows bound as one JSON parameter read
-    by ``json_each`` (``INSERT ... SELECT value->>0, ... ORDER BY key``): the same rows, stored in the
-    same order with the same types (a JSON string comes back as TEXT, an integer as INTEGER, null as
-    NULL), but one bound value per batch. The driver's binding, not SQLite, was most of such a
-    statement's cost: a keyword doc row ~3.4 µs with five placeholders, ~2.1 µs this way (FTS rows
-    ~3.4 -> ~2.8). Elsewhere (Postgres) or for values JSON would change, ``bulk.insert_rows``."""
-    if not rows:
-        return
-    doc = json_rows_param(rows) if takes_json_lists(conn) else None
-    if doc is None:
-        bulk.insert_rows(conn, head, rows)
-        return
-    cols = ", ".join(f"value->>{i}" for i in range(len(rows[0])))
-    driver_sql.execute(conn, f"{head} SELECT {cols} FROM json_each(?) ORDER BY key", (doc,))
 
 
 def doc_state(conn: sa.Connection, message_ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
@@ -466,7 +404,7 @@ def _top_and_doc_ids(conn: sa.Connection, message_ids: list[str]) -> tuple[int, 
     messages), read in one statement when the ids go as one JSON list (``bulk.in_lists``); else None.
     The newest id is the one the deletes leave (the descending rowid scan stops at the first doc
     kept), as when it is read after them: a batch writes the same doc ids and FTS rowids either way."""
-    lists = list(id_lists(conn, message_ids))
+    lists = list(bulk.in_lists(conn, message_ids))
     if len(lists) != 1 or not lists[0][0].startswith("SELECT"):
         return None
     # The ids' docs by one index seek per id (json_each first, CROSS JOIN keeps that order: ``IN

@@ -14,8 +14,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import sqlalchemy as sa
 
-from core.recall.schema import STATE_TABLE, columns, json_rows_param, quoted
+from core.recall.schema import STATE_TABLE, columns, quoted
 from core.storage import bulk, driver_sql
+from core.storage.bulk import json_rows_param
 from core.storage.catalog import has_table
 
 

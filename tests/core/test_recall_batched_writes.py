@@ -5,6 +5,8 @@ characters, empty text, ids JSON must escape, repeated ids in one batch, edits a
 
 from __future__ import annotations
 
+import json
+
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from core import Memory, MemoryOptions, open_store
 from core.embedding import HashingEmbedder
 from core.messages import Message
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, QUEUE_TABLE, STATE_TABLE
-from core.recall import schema, vector_table
+from core.recall import vector_table
 from core.storage import bulk
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -79,7 +81,7 @@ def _run(path: Path) -> dict[str, list[tuple[Any, ...]]]:
 def test_json_id_lists_write_exactly_the_rows_of_the_placeholder_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     batched = _run(tmp_path / "json.db")
     monkeypatch.setattr(bulk, "_json_safe", lambda values: False)  # every id list as placeholders
-    monkeypatch.setattr(schema, "_NOT_PLAIN", re.compile("(?s)."))  # (the batch's own lists too)
+    monkeypatch.setattr(bulk, "_NOT_PLAIN", re.compile("(?s)."))  # (the hand-joined lists too)
     plain = _run(tmp_path / "placeholders.db")
     assert batched == plain
     docs = {r[1]: r for r in batched["docs"]}
@@ -110,7 +112,7 @@ def test_rows_bound_as_one_json_document_store_exactly_the_rows_of_placeholders(
         assert any(s.startswith(f"INSERT INTO {table}") or s.startswith(f'INSERT INTO "{table}"') for s in seen
                    if "json_each" in s), table
     with_types = _types(tmp_path / "packed.db")
-    monkeypatch.setattr(schema, "json_rows_param", lambda rows: None)  # every row by placeholders
+    monkeypatch.setattr(bulk, "json_rows_param", lambda rows: None)  # every row by placeholders
     monkeypatch.setattr(vector_table, "json_rows_param", lambda rows: None)
     plain = _run(tmp_path / "placeholders.db")
     assert packed == plain
@@ -198,16 +200,16 @@ def _types(path: Path) -> dict[str, set[tuple[str, ...]]]:
 def test_json_rows_param_refuses_what_json_each_would_not_give_back(tmp_path: Path) -> None:
     rows: list[tuple[Any, ...]] = [(1, "plain", None), (2, 'q"uote \\ back\\slash', "é 花 🙂"),
                                    (3, "tab\tnew\nline\x01", "")]
-    doc = schema.json_rows_param(rows)
+    doc = bulk.json_rows_param(rows)
     assert doc is not None
-    assert schema.json_rows_param([(1, "a\x00b")]) is None
-    assert schema.json_rows_param([(1, "lone \ud800")]) is None
-    assert schema.json_rows_param([(1, "a backslash then \\u0000")]) is None  # (bound one by one: same rows)
+    assert bulk.json_rows_param([(1, "a\x00b")]) is None
+    assert bulk.json_rows_param([(1, "lone \ud800")]) is None
+    assert bulk.json_rows_param([(1, "a backslash then \\u0000")]) is None  # (bound one by one: same rows)
     engine = sa.create_engine(f"sqlite+libsql:///{tmp_path / 'x.db'}")
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT, c TEXT)")
-        schema.insert_json_rows(conn, "INSERT INTO t (a, b, c)", rows)
-        schema.insert_json_rows(conn, "INSERT INTO t (a, b, c)", [(4, "NUL\x00kept", "x")])  # placeholders
+        bulk.insert_json_rows(conn, "INSERT INTO t (a, b, c)", rows)
+        bulk.insert_json_rows(conn, "INSERT INTO t (a, b, c)", [(4, "NUL\x00kept", "x")])  # placeholders
         got = [tuple(r) for r in conn.exec_driver_sql("SELECT a, b, c, typeof(c) FROM t ORDER BY a")]
     engine.dispose()
     assert got[:3] == [(*r, "null" if r[2] is None else "text") for r in rows]
@@ -242,20 +244,21 @@ def test_in_lists_use_one_json_parameter_unless_a_value_has_a_nul(tmp_path: Path
 
 
 def test_id_lists_join_plain_ids_into_the_json_list_json_each_reads_back(tmp_path: Path) -> None:
-    """A batch's ids that need no JSON escaping are joined into the list by hand; any other list goes
-    through ``bulk.in_lists`` (escaped, or as placeholders): json_each gives back every id as it was."""
+    """Ids that need no JSON escaping are joined into the list by hand; any other list is escaped by
+    the encoder, or goes as placeholders: json_each gives back every id as it was."""
     engine = sa.create_engine(f"sqlite+libsql:///{tmp_path / 'ids.db'}")
     plain = ["01a23df7-db30-7ed8", "é 花 🙂", "a'b", "x\x7fy", "9"]
     escaped = ['q"uote', "back\\slash", "tab\tline\nbreak"]
     with engine.begin() as conn:
-        lists = list(schema.id_lists(conn, plain))
-        assert lists == [(schema.JSON_LIST, ('["' + '","'.join(plain) + '"]',))]
+        lists = list(bulk.in_lists(conn, plain))
+        assert lists == [(bulk.JSON_LIST, ('["' + '","'.join(plain) + '"]',))]
         assert [r[0] for r in conn.exec_driver_sql(f"SELECT value FROM ({lists[0][0]})", lists[0][1])] == plain
-        for ids in (escaped, [*plain, *escaped], ["a\x00b", "c"], [1, 2]):
-            assert list(schema.id_lists(conn, ids)) == list(bulk.in_lists(conn, ids))  # type: ignore[arg-type]
-        found = list(schema.id_lists(conn, escaped))
+        for ids in (escaped, [*plain, *escaped], [1, 2]):
+            assert list(bulk.in_lists(conn, ids)) == [(bulk.JSON_LIST, (json.dumps(ids, ensure_ascii=False),))]
+        assert list(bulk.in_lists(conn, ["a\x00b", "c"])) == [("?,?", ("a\x00b", "c"))]
+        found = list(bulk.in_lists(conn, escaped))
         assert [r[0] for r in conn.exec_driver_sql(f"SELECT value FROM ({found[0][0]})", found[0][1])] == escaped
-        assert list(schema.id_lists(conn, [])) == []
+        assert list(bulk.in_lists(conn, [])) == []
     engine.dispose()
 
 
