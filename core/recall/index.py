@@ -108,21 +108,17 @@ class RecallIndex:
         self.dim = int(embedder.dim)
         self.table = vector_table_name(self.dim)
         caps = store.capabilities
-        self.keywords = keyword_backend(caps, available=False,
-                                        log=None if caps.implicit_rowid else pg_changes.log_for(store.db))
+        log = None if caps.implicit_rowid else pg_changes.log_for(store.db)  # Postgres's change log
+        self.keywords = keyword_backend(caps, available=False, log=log)
         self.vectors = vector_backend(caps, self.dim, self.model_id)
         # The hybrid re-rank's reads, kept while messages do not change (appends told by ``rowid`` on
         # libSQL, by the change log on Postgres: ``pg_changes``).
-        self.order: OrderCache | PgOrderCache = (OrderCache() if caps.implicit_rowid
-                                                 else self._shared_order(pg_changes.log_for(store.db)))
+        self.order: OrderCache | PgOrderCache = (OrderCache() if log is None
+                                                 else log.shared("order", lambda: PgOrderCache(log)))
         # A hybrid search's lists, cosines and thread order in one statement, where the server answers
         # both halves (``pg_hybrid``); else each step reads its own (``search.run``).
         self.read_hybrid = pg_hybrid.read if caps.full_text == "tsvector" and caps.vectors == "pgvector" else None
         self._prepare()
-
-    @staticmethod
-    def _shared_order(log: pg_changes.ChangeLog) -> PgOrderCache:
-        return log.shared("order", lambda: PgOrderCache(log))
 
     @classmethod
     def for_store(cls, store: "Store", embedder: "Embedder") -> "RecallIndex":

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 import sqlalchemy as sa
 
 from core.recall.tables import DOCS_TABLE, QUEUE_TABLE, STATE_TABLE
-from core.storage import catalog
 from core.storage.database import read_token
 from core.storage.pg import cursor
 
@@ -140,15 +139,11 @@ def vector_table_ddl(table: str) -> tuple[str, ...]:
 
 def log_vector_tables(conn: sa.Connection) -> None:
     """The migration's step: every vector table already there gets its triggers."""
-    for table in catalog.table_names(conn, "memory_messages"):
-        if _is_vector_table(conn, table):
-            for sql in vector_table_ddl(table):
-                conn.exec_driver_sql(sql)
+    from core.recall.copies import vector_tables  # (copies imports the schema, which imports this)
 
-
-def _is_vector_table(conn: sa.Connection, table: str) -> bool:
-    cols = {name for name, _type, _key in catalog.table_columns(conn, table)}
-    return {"vector_id", "embedding", "metadata"} <= cols
+    for table in vector_tables(conn):
+        for sql in vector_table_ddl(table):
+            conn.exec_driver_sql(sql)
 
 
 def has_log(conn: sa.Connection, table: str | None = None) -> bool:

@@ -75,7 +75,7 @@ def ensure_table(conn: sa.Connection, table: str, dim: int) -> None:
 def log_table_writes(conn: sa.Connection, table: str) -> None:
     """Have the table's writes told in the change log (``pg_changes``), when the database has one and
     they are not yet (a table made by Mastra after the log's migration gets them at our first write)."""
-    if cursor.scalar(conn, "SELECT to_regclass(?) IS NOT NULL", (pg_changes.LOG_TABLE,)) and not pg_changes.has_log(conn, table):
+    if catalog.has_table(conn, pg_changes.LOG_TABLE) and not pg_changes.has_log(conn, table):
         for sql in pg_changes.vector_table_ddl(table):
             conn.exec_driver_sql(sql)
 
