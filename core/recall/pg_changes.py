@@ -288,6 +288,14 @@ class ChangeLog:
         return list(head[5] or ()) if extra is not None else True
 
 
+Scope = tuple[str, str]  # what a reader keeps apart: ("resource", id) or ("thread", id)
+
+
+def scope_of(resource_id: str | None, thread_id: str | None) -> Scope:
+    """The scope a search reads: its resource (narrowed to a thread or not), else its thread."""
+    return ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
+
+
 class Inbox:
     """A reader's share of the log: the changes of the sources it keeps, waiting for its next use.
 

@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from core.recall.keyword import KeywordHit
-from core.recall.pg_changes import ChangeLog, Inbox
+from core.recall.pg_changes import ChangeLog, Inbox, Scope as Key, scope_of
 from core.recall import pg_keywords
 from core.recall.pg_rank import LOAD_SQL, TsIndex, TsQuery, Unsupported, parse_tsquery
 from core.recall.tables import DOCS_TABLE
@@ -32,8 +32,6 @@ MAX_DOCS = 100_000  # a larger scope is searched by the server
 MAX_CACHED_SCOPES = 64
 MAX_KEPT_DOCS = 300_000  # docs kept in all (~1.3 kB each; the least recently searched scopes go first)
 MAX_QUERIES = 1024  # parsed queries kept, by their terms
-
-Key = tuple[str, str]  # ("resource", id) or ("thread", id)
 
 
 class PgKeywordCache:
@@ -53,7 +51,7 @@ class PgKeywordCache:
                limit: int) -> list[KeywordHit] | None:
         """``pg_keywords.search_sql``'s rows for these selected (quoted) terms, from memory; None: the
         statement answers (no log, a scope too large, a query this cannot answer)."""
-        key: Key = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
+        key = scope_of(resource_id, thread_id)
         with self._lock:
             if not self._log.sync(conn):
                 return None
@@ -117,9 +115,7 @@ class PgKeywordCache:
             self._large.clear()
             return
         ids = sorted({m for c in inbox for m in c.message_ids or () if m is not None})
-        if not ids:
-            return
-        if not self._scopes:
+        if not ids or not self._scopes:
             return
         rows = cursor.rows(conn, f"{LOAD_SQL} WHERE message_id = ANY(CAST(? AS text[]))", (ids,))
         for (kind, value), index in self._scopes.items():

@@ -24,7 +24,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.recall.matrix import VectorSet
-from core.recall.pg_changes import ChangeLog, Inbox, has_log
+from core.recall.pg_changes import ChangeLog, Inbox, Scope as Key, has_log, scope_of
 from core.recall.schema import quoted
 from core.recall.vector_table import RawRow
 from core.storage.pg import cursor
@@ -32,8 +32,6 @@ from core.storage.pg import cursor
 MAX_ROWS = 100_000  # a larger scope is searched by the server (its HNSW index)
 MAX_CACHED_SETS = 64
 MAX_BYTES = 512 * 2**20  # kept sets' memory in all (the least recently searched go first)
-
-Key = tuple[str, str]  # ("resource", id) or ("thread", id)
 
 _COLUMNS = ("id, vector_send(embedding), metadata->>'message_id', metadata->>'thread_id', "
             "metadata->>'resource_id', model_id, metadata->>'created_at'")
@@ -81,7 +79,7 @@ class PgVectorCache:
     # -- reading -------------------------------------------------------------------------------
     def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> VectorSet | None:
         """The scope's vectors, up to date as of this read; None: the server searches this scope."""
-        key: Key = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
+        key = scope_of(resource_id, thread_id)
         with self._lock:
             if not self._log.sync(conn):
                 return None
