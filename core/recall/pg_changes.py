@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 import sqlalchemy as sa
 
 from core.recall.tables import DOCS_TABLE, QUEUE_TABLE, STATE_TABLE
+from core.storage import catalog
 from core.storage.database import read_token
 from core.storage.pg import cursor
 
@@ -138,12 +139,12 @@ def vector_table_ddl(table: str) -> tuple[str, ...]:
 
 
 def log_vector_tables(conn: sa.Connection) -> None:
-    """The migration's step: every vector table already there gets its triggers."""
-    from core.recall.copies import vector_tables  # (copies imports the schema, which imports this)
-
-    for table in vector_tables(conn):
-        for sql in vector_table_ddl(table):
-            conn.exec_driver_sql(sql)
+    """The migration's step: every vector table already there gets its triggers (the tables
+    ``copies.vector_tables`` finds; that module imports the schema, which imports this one)."""
+    for table in catalog.table_names(conn, "memory_messages"):
+        if {"vector_id", "embedding", "metadata"} <= {c[0] for c in catalog.table_columns(conn, table)}:
+            for sql in vector_table_ddl(table):
+                conn.exec_driver_sql(sql)
 
 
 def has_log(conn: sa.Connection, table: str | None = None) -> bool:
