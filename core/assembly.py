@@ -195,16 +195,6 @@ class TurnAssembler:
                 ctx.messages.add_system(text, None, Provenance("instructions"))
         store = ctx.services.store
         now = to_ms(ctx.services.clock.now())
-        ctx_msgs = [m if isinstance(m, Message) else Message.user(str(m)) for m in context]
-        for i, m in enumerate(ctx_msgs):
-            if m.role == "system":
-                ctx.messages.add_system(m.text, None, Provenance("context", (m.id,)))
-                continue
-            ctx.messages.add(m.copy(created_at=now + timedelta(microseconds=i), created_at_given=True), "context",
-                             Provenance("context"))
-        if isinstance(input, (str, Message)):
-            input = [input]  # type: ignore[list-item]
-        inputs: list[Message] = []
         start = now + timedelta(milliseconds=1)
         if req.thread_id and req.as_of is None:
             # A new turn sorts after everything already stored, even when turns follow each other
@@ -213,6 +203,19 @@ class TurnAssembler:
                 newest = store.memory.newest_message_times([req.thread_id], conn).get(req.thread_id)
             if newest is not None and newest >= start:
                 start = newest + timedelta(milliseconds=1)
+        ctx_msgs = [m if isinstance(m, Message) else Message.user(str(m)) for m in context]
+        context_at = start - timedelta(microseconds=1)
+        for m in ctx_msgs:
+            if m.role == "system":
+                ctx.messages.add_system(m.text, None, Provenance("context", (m.id,)))
+                continue
+            # A microsecond before the input's millisecond: after every stored message (stamped in whole
+            # milliseconds before it), even when the clock reads the newest message's millisecond. The
+            # context messages share that time and keep their given order.
+            ctx.messages.add(m.copy(created_at=context_at, created_at_given=True), "context", Provenance("context"))
+        if isinstance(input, (str, Message)):
+            input = [input]  # type: ignore[list-item]
+        inputs: list[Message] = []
         for i, m in enumerate(input):
             made_here = isinstance(m, str)
             msg = Message.user(m) if isinstance(m, str) else m

@@ -81,10 +81,15 @@ class RequestContext:
 
     @property
     def before(self) -> "tuple[datetime, str] | None":
-        """The (createdAt, id) memory must sort strictly before: the replayed turn's input, else this
-        turn's own first input (None before the input is prepared, or without one)."""
+        """The (createdAt, id) memory must sort strictly before: the millisecond of the replayed turn's
+        input, else of this turn's own first input (None before the input is prepared, or without one).
+
+        A rebuilt turn takes the live turn's cut-off: a live turn's input is stamped after every stored
+        message, so a message of the same millisecond was stored after it (another turn of the thread
+        running beside it); which of two such messages came first is not in the data, and their ids'
+        order is not the order they were stored in."""
         if self.as_of is not None:
-            return (self.as_of.created_at, self.as_of.id)
+            return (self.as_of.created_at, "")
         return self.input_at
 
     @property

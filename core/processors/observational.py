@@ -122,8 +122,9 @@ class ObservationalMemory(BaseProcessor):
         if req.frozen is not None and req.frozen.om is not None:
             om = req.frozen.om
             return _Turn(key, om.record, om.hints, list(om.unobserved), {k: list(v) for k, v in om.others.items()})
+        assert req.before is not None
         state = observations.as_of(ctx.store, key=key, thread_id=req.thread_id, resource_id=req.resource_id,
-                                   before=(req.as_of.created_at, req.as_of.id))
+                                   before=req.before, turn_input=(req.as_of.created_at, req.as_of.id))
         if state.unknowns:
             ctx.note(self.id, unknown=state.unknowns)
         return _Turn(key, state.record, state.hints, state.unobserved, dict(state.others))

@@ -131,7 +131,8 @@ class SemanticRecall(BaseProcessor):
         fresh = {mid: pair for mid, pair in windows.items() if mid not in present}
         later = 0
         if req.as_of is not None:  # replay: only what existed before the replayed turn is memory
-            cutoff = (req.as_of.created_at, req.as_of.id)
+            cutoff = req.before
+            assert cutoff is not None
             kept = {mid: p for mid, p in fresh.items() if (p[0].created_at, p[0].id) < cutoff}
             later, fresh = len(fresh) - len(kept), kept
         if not fresh:

@@ -92,8 +92,11 @@ def _generations(store: "Store", key: str) -> list[OMRecord]:
 
 def as_of(
     store: "Store", *, key: str, thread_id: str, resource_id: str | None, before: tuple[datetime, str],
+    turn_input: tuple[datetime, str] | None = None,
 ) -> ObservationState:
-    """The generation, log, hints and unobserved messages in force just before ``before`` (reconstructed)."""
+    """The generation, log, hints and unobserved messages in force just before ``before`` (reconstructed):
+    the unobserved messages are those that sort before it. ``turn_input``: the (createdAt, id) of the
+    turn's input, whose next stored message ends the turn (default ``before``)."""
     cutoff = to_iso(before[0])
     unknowns: list[str] = []
     rows = _generations(store, key)
@@ -112,7 +115,7 @@ def as_of(
         # before its reply: the marks of its own time are those before the next stored message (of
         # the resource, when its threads share the log: another thread's later turn marks it too).
         shared = resource_id if record.scope == "resource" else None
-        marked = chunks_at(record.studio, _turn_end(store, thread_id, shared, before) or "\uffff")
+        marked = chunks_at(record.studio, _turn_end(store, thread_id, shared, turn_input or before) or "\uffff")
     if record is not None and marked is not None:
         kept, cursor = marked
         record = with_log(record, log_prefix(record.active_observations, kept))

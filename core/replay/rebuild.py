@@ -9,9 +9,10 @@ of the past:
   what they would have queried, including the tool definitions the model was offered. With a
   what-if's options, only the parts whose options changed are queried again (as of the turn's time).
 - *reconstructed* (no record, a damaged one, or ``rebuild="now"``): the processors query with the
-  turn's input as the cut-off (``RequestContext.as_of``): history strictly before it, recall over
-  messages created before it, working memory and observations as they stood then. What could not be
-  known is listed, and a damaged record says why it could not be used.
+  turn's input as the cut-off (``RequestContext.as_of``): memory is what is older than the input's
+  millisecond, as in the live turn (history, recall and observational memory's unobserved messages),
+  working memory and observations as they stood then. What could not be known is listed (among it,
+  other messages stamped in the input's millisecond), and a damaged record says why it could not be used.
 
 Every model call of the turn is rebuilt (``ReplayInfo.calls``): the first from the processors; each
 later one, as the agent's tool loop built it, from the same list with the turn's reply as it stood
@@ -34,7 +35,7 @@ from core.replay import frozen as frozen_mod
 from core.replay import store as records
 from core.replay import tools as tool_defs
 from core.replay.record import CallRecord, CallReplay, RecordState, ReplayInfo, TurnRecord, request_hash
-from core.storage.memory_store import InvalidArgumentError, NotFoundError
+from core.storage.memory_store import InvalidArgumentError, MessageQuery, NotFoundError
 from core.timeutil import FixedClock
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
 
@@ -180,6 +181,8 @@ def rebuild(
         unknowns.append("recall scores at the time (ranked over today's index, limited to older messages)")
     if frozen is not None:
         unknowns.extend(m if m.endswith(")") else f"{m} (no longer stored)" for m in frozen.missing)
+    if not use_record:
+        unknowns.extend(_same_millisecond(assembler, request.as_of, resource_id, [m.id for m in inputs]))
     if past is not None and not use_record and edited.thread_changed_since(source, turn.thread_id or "", turn_time):
         unknowns.append("messages edited or deleted since the turn (a reconstruction shows today's text)")
     calls, call_notes = _calls(assembler, ctx, prompt, record, source, agent_tools, frozen)
@@ -204,6 +207,23 @@ def rebuild(
         changed_since=_shown_changes(past.changed, calls, record, [m.id for m in inputs]) if past is not None else {},
     )
     return prompt
+
+
+def _same_millisecond(assembler: "TurnAssembler", turn: Message, resource_id: str | None,
+                      inputs: Sequence[str]) -> list[str]:
+    """The reconstruction's word on the thread's other messages stamped in the input's millisecond:
+    memory is what is older than that millisecond (as in the live turn), so they are left out, but
+    whether they were stored before the input is not in the data."""
+    if not turn.thread_id:
+        return []
+    rows = assembler.store.memory.list_messages(MessageQuery(
+        thread_id=turn.thread_id, resource_id=resource_id, since=turn.created_at, until=turn.created_at))
+    ids = [m.id for m in rows if m.id not in inputs]
+    if not ids:
+        return []
+    named = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return [f"whether {len(ids)} message(s) stamped in the same millisecond as the turn's input ({named}) were "
+            "stored before it (left out: a turn's memory is what is older than its input's millisecond)"]
 
 
 def _shown_changes(changed: Mapping[str, str], calls: Sequence[CallReplay], record: TurnRecord | None,

@@ -6,7 +6,6 @@ model received."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any, Callable
 
 import pytest
@@ -72,9 +71,6 @@ def test_a_turn_that_saves_while_another_builds_its_prompt_is_not_in_that_prompt
         if ctx.messages.messages("input")[0].text != "A":
             return
         history.before_read = lambda ctx: None
-        # B's input is stamped in a later millisecond than A's: a tie is the known problem of the
-        # reconstruction (``test_a_turn_rebuilt_now_in_a_millisecond_tie`` below), not this test's race.
-        time.sleep(0.002)
         other = threading.Thread(target=agent.generate, args=("B",), kwargs={"memory": {"resource": R, "thread": T}})
         other.start()
         other.join()
@@ -187,16 +183,12 @@ def test_a_message_saved_again_keeps_its_stored_time_as_mastra_does(store: Any) 
 
 
 @pytest.mark.parametrize("kind", ["history", "observational"])
-@pytest.mark.parametrize("b_first", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-        "Known problem (ARCHITECTURE): a reconstruction takes into history another turn's input stamped in "
-        "the same millisecond whose id sorts first, which the live turn left out"))),
-])
+@pytest.mark.parametrize("b_first", [False, True])
 def test_a_turn_rebuilt_now_in_a_millisecond_tie(store: Any, kind: str, b_first: bool) -> None:
     """A stopped clock stamps B's input (run while A builds its prompt) in A's millisecond. A's prompt
-    leaves B out, its record rebuilds exactly that, and a rebuild from the data as it is now should too:
-    it does when B's id sorts after A's, not yet when it sorts first."""
+    leaves B out, its record rebuilds exactly that, and so does a rebuild from the data as it is now,
+    whichever id sorts first (regression: when B's sorted first, the reconstruction took B into history
+    and ended A's prompt with B's question). The reconstruction says it left B out, and why."""
     from datetime import datetime, timezone
 
     from core.timeutil import FixedClock
@@ -230,3 +222,17 @@ def test_a_turn_rebuilt_now_in_a_millisecond_tie(store: Any, kind: str, b_first:
     assert [(m["role"], m["content"]) for m in rebuilt.messages] == sent
     now = mem.assemble(as_of=a_id, resource_id=R, rebuild="now")
     assert [(m["role"], m["content"]) for m in now.messages] == sent
+    assert now.replay is not None and now.replay.kind == "reconstructed"
+    tied = [u for u in now.replay.unknowns if "same millisecond" in u]
+    assert len(tied) == 1 and f"1 message(s) stamped in the same millisecond as the turn's input ({b_id})" in tied[0]
+    # B's turn, rebuilt the same way, leaves A out (A was saved after it) and says so too.
+    b_now = mem.assemble(as_of=b_id, resource_id=R, rebuild="now")
+    assert [(m["role"], m["content"]) for m in b_now.messages] == [
+        ("system", "be brief"), ("user", "first"), ("assistant", "reply to first"), ("user", "B")]
+    assert b_now.replay is not None
+    assert [u for u in b_now.replay.unknowns if f"same millisecond as the turn's input ({a_id})" in u]
+    # The first turn had no other message in its millisecond: nothing to say.
+    first = mem.recall(thread_id=T, resource_id=R, last_messages=50)[0]
+    assert first.text == "first"
+    first_now = mem.assemble(as_of=first.id, resource_id=R, rebuild="now")
+    assert first_now.replay is not None and not [u for u in first_now.replay.unknowns if "same millisecond" in u]

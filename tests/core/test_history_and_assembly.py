@@ -276,6 +276,30 @@ def test_context_messages_are_sent_once_before_input_and_never_saved(store):
     assert store.memory.count_messages("thread-1") == 3  # assembling wrote nothing
 
 
+def test_context_sits_just_before_the_input_when_the_clock_reads_the_newest_messages_millisecond(store):
+    # Regression: call-time context was stamped with the clock's reading, so a turn in the millisecond
+    # of the thread's newest message (turns within a millisecond, a clock behind another writer's) put
+    # the context before the history it should follow; the record rebuilt that order too.
+    from core import Agent
+    from core.llm import ScriptedModel
+    from core.timeutil import FixedClock
+
+    mem = Memory(store, MemoryOptions(last_messages=10), clock=FixedClock(T0, step_ms=0))
+    model = ScriptedModel(lambda messages, tools: f"reply to {messages[-1]['content']}")
+    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
+    scope = {"resource": "resource-1", "thread": "thread-1"}
+    agent.generate("first", memory=scope)
+    result = agent.generate("second", memory=scope, context=[Message.user("App state: 1"), Message.user("App state: 2")])
+    sent = [(m["role"], m["content"]) for m in model.requests[-1].messages]
+    assert sent == [("system", "be brief"), ("user", "first"), ("assistant", "reply to first"),
+                    ("user", "App state: 1"), ("user", "App state: 2"), ("user", "second")]
+    stored = mem.recall(thread_id="thread-1", resource_id="resource-1")
+    assert stored[1].text == "reply to first" and stored[1].created_at > T0  # the clock is behind it
+    rebuilt = mem.assemble(as_of=result.messages[0].id, resource_id="resource-1")
+    assert rebuilt.replay is not None and rebuilt.replay.matches
+    assert [(m["role"], m["content"]) for m in rebuilt.messages] == sent
+
+
 @pytest.mark.libsql_only  # compares the file's bytes; test_postgres_backend covers Postgres
 def test_assemble_writes_nothing(store, db_path):
     mem = Memory(store, MemoryOptions(working_memory={"enabled": True}))
