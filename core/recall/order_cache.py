@@ -18,7 +18,9 @@ each re-rank. A database without the counter (not migrated, or Postgres) reads e
 Whole threads. Reading the candidates one search at a time cost ~40 rows a search (tens of µs each)
 at 10k messages: the read of a thread's user/assistant messages, done once (``_Thread``, up to
 ``MAX_WHOLE_ROWS`` rows kept in all), answers every later candidate of that thread from memory, like
-the vector matrix. A user/assistant message's next message is the one after it in the thread's
+the vector matrix; when a new thread needs the room, the least recently asked threads go (asked since
+the kept threads filled half their room; the others in the order they were read). A
+user/assistant message's next message is the one after it in the thread's
 (createdAt, id) order, which is the read's subquery's order when every time and id is text (a thread
 with any other value is not kept whole); its day and label come from the same columns and the same
 decoding as ``search.thread_order`` (a text whose start the database could not cut out is read by
@@ -31,6 +33,7 @@ from __future__ import annotations
 import sys
 import threading
 from bisect import bisect_left
+from collections import OrderedDict
 from datetime import date, timezone
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -44,7 +47,7 @@ from core.timeutil import parse_iso
 
 MESSAGES_REWRITES = "messages:rewrites"  # state key bumped by triggers on message updates and deletes
 MAX_KEPT = 200_000
-MAX_WHOLE_ROWS = 100_000  # messages of whole threads kept (a larger thread is read per candidate)
+MAX_WHOLE_ROWS = 100_000  # messages of whole threads kept (the least recently asked go first; a larger thread is read per candidate)
 
 _STATE_SQL = (f"SELECT (SELECT max(rowid) FROM mastra_messages), "
               f"(SELECT value FROM {STATE_TABLE} WHERE key = '{MESSAGES_REWRITES}')")
@@ -113,13 +116,14 @@ class OrderCache:
         self._state: tuple[int, int] | None = None
         self._kept: dict[str, _Kept] = {}
         self._by_thread: dict[str, set[str]] = {}
-        self._threads: dict[str, _Thread] = {}  # threads kept whole
+        self._threads: OrderedDict[str, _Thread] = OrderedDict()  # threads kept whole, least recently asked first
         self._every: dict[str, list[Any]] = {}  # their entries by message id
+        self._of: dict[str, str] = {}  # their messages' thread ids
         # The labelled answers of those entries (each entry's [3]) by message id: a search looks up about a
         # hundred candidates with cold caches, and the entry's list is two more misses than its answer.
         self._answers: dict[str, Order] = {}
         self._whole_rows = 0
-        self._not_whole: set[str] = set()  # threads too large for ``MAX_WHOLE_ROWS``, or not all text
+        self._not_whole: set[str] = set()  # threads larger than ``MAX_WHOLE_ROWS``, or not all text
 
     def sync(self, conn: sa.Connection) -> bool:
         """Bring what is kept up to date with the messages table; False: this database reads every time.
@@ -174,17 +178,25 @@ class OrderCache:
         missing: list[str] = []
         with self._lock:
             every, answers = self._every, self._answers
+            # Which threads were asked is only tracked once the kept threads fill half their room (a
+            # tenth of a search's re-rank read at 100 candidates): before, nothing has to make room.
+            of = self._of if self._whole_rows > MAX_WHOLE_ROWS // 2 else None
+            used: set[str] = set()
             for mid in message_ids:
                 if labels:
                     found = answers.get(mid)
                     if found is not None:
                         out[mid] = found
+                        if of is not None:
+                            used.add(of[mid])
                         continue
                 row = every.get(mid)
                 if row is not None:
                     found = row[3] if labels and row[3] is not None else _answer(row, labels)
                     if found is not None:
                         out[mid] = found
+                        if of is not None:
+                            used.add(of[mid])
                         if labels:
                             answers[mid] = found
                         continue
@@ -193,22 +205,30 @@ class OrderCache:
                     out[mid] = kept.order
                 else:
                     missing.append(mid)
+            threads = self._threads
+            for thread_id in used:  # (recently asked: kept longest)
+                threads.move_to_end(thread_id)
         return missing
 
     def _load(self, conn: sa.Connection, thread_ids: list[str], state: tuple[int, int] | None) -> bool:
-        """Read these threads whole and keep them (those that fit ``MAX_WHOLE_ROWS``); False if none was."""
+        """Read these threads whole and keep them, making room by dropping the least recently asked
+        threads; False if none was kept. A thread larger than ``MAX_WHOLE_ROWS`` is never kept whole;
+        one that does not fit beside this search's other threads is read per candidate this time."""
         sizes: dict[str, int] = {}
         for start in range(0, len(thread_ids), 500):
             chunk = tuple(thread_ids[start : start + 500])
             sizes.update(driver_sql.rows(conn, "SELECT thread_id, count(*) FROM mastra_messages "
                                          f"WHERE thread_id IN ({','.join('?' * len(chunk))}) GROUP BY thread_id", chunk))
-        room = MAX_WHOLE_ROWS - self._whole_rows
         fit: list[str] = []
+        too_large: list[str] = []
+        need = 0
         for t in thread_ids:
             size = sizes.get(t, 0)
-            if size <= room:
+            if size > MAX_WHOLE_ROWS:
+                too_large.append(t)
+            elif need + size <= MAX_WHOLE_ROWS:
                 fit.append(t)
-                room -= size
+                need += size
         rows: dict[str, list[tuple[str, str, object]]] = {t: [] for t in fit}
         bad: set[str] = set()
         head = dialect.json_string_head_sql(conn, "content", "content", LABEL_CHARS)
@@ -225,11 +245,16 @@ class OrderCache:
         with self._lock:
             if self._state != state:  # changed while reading: keep nothing of this read
                 return False
-            self._not_whole.update(t for t in thread_ids if t not in rows or t in bad)
-            for t, found in rows.items():
-                if t not in bad and t not in self._threads:
-                    self._threads[t] = _Thread(found, self._every)
-                    self._whole_rows += len(found)
+            self._not_whole.update(too_large)
+            self._not_whole.update(bad)
+            new = {t: found for t, found in rows.items() if t not in bad and t not in self._threads}
+            adding = sum(len(found) for found in new.values())
+            while self._threads and self._whole_rows + adding > MAX_WHOLE_ROWS:  # the least recently asked go
+                self._drop(next(iter(self._threads)))
+            for t, found in new.items():
+                self._threads[t] = _Thread(found, self._every)
+                self._of.update(dict.fromkeys(self._threads[t].rows, t))
+                self._whole_rows += len(found)
         return len(rows) > len(bad)
 
     def _sync(self, conn: sa.Connection) -> bool:
@@ -268,13 +293,11 @@ class OrderCache:
                 if whole is None:
                     continue
                 if mid in whole.rows:  # (not an append after all: read the thread again when needed)
-                    del self._threads[thread_id]
-                    self._whole_rows -= len(whole.keys)
-                    for gone in whole.rows:
-                        del self._every[gone]
-                        self._answers.pop(gone, None)
+                    self._drop(thread_id)
                 else:
-                    whole.add(sys.intern(mid), created, first, self._every, self._answers)
+                    mid = sys.intern(mid)
+                    whole.add(mid, created, first, self._every, self._answers)
+                    self._of[mid] = thread_id
                     self._whole_rows += 1
             # A kept message before an appended one, in its thread, may now have it as its next message:
             # unless its next message comes before the appended one (then nothing changed for it).
@@ -294,6 +317,16 @@ class OrderCache:
             self._state = state
         return True
 
+    def _drop(self, thread_id: str) -> None:
+        """No longer keep this thread whole (under ``_lock``)."""
+        whole = self._threads.pop(thread_id, None)
+        if whole is not None:
+            for gone in whole.rows:
+                del self._every[gone]
+                self._answers.pop(gone, None)
+                self._of.pop(gone, None)
+            self._whole_rows -= len(whole.keys)
+
     def _forget(self, mid: str) -> None:
         kept = self._kept.pop(mid, None)
         if kept is not None:
@@ -308,6 +341,7 @@ class OrderCache:
         self._by_thread.clear()
         self._threads.clear()
         self._every.clear()
+        self._of.clear()
         self._answers.clear()
         self._whole_rows = 0
         self._not_whole.clear()

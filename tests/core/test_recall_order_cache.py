@@ -204,3 +204,40 @@ def test_a_database_mastra_wrote_reads_every_time(tmp_path: Path):
         pipeline.run(index, "hello", resource_id="u", thread_id=None, top_k=3, mode="hybrid")  # no state table: no error
     finally:
         store.close()
+
+
+def test_kept_threads_make_room_for_newly_asked_ones(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    """Whole threads up to ``MAX_WHOLE_ROWS`` messages in all: a newly asked thread takes the place of the
+    least recently asked (regression: once full, no new thread was kept, and a long-running process read
+    every new thread's candidates one by one from then on); a thread larger than the limit is never kept."""
+    from core.recall import order_cache
+
+    monkeypatch.setattr(order_cache, "MAX_WHOLE_ROWS", 25)  # (threads a, b and c hold 10 messages each, d 30)
+    store = open_store(tmp_path / "m.db")
+    index = RecallIndex.for_store(store, HashingEmbedder(16))
+    for thread, n in (("a", 10), ("b", 10), ("c", 10), ("d", 30)):
+        store.memory.create_thread(thread_id=thread, resource_id="u")
+        store.memory.save_messages([msg(i, thread, f"Mel: {thread} line {i}", 10 * i) for i in range(n)])
+    hints: dict[str, str | None] = {f"{t}-{i}": t for t in "abcd" for i in range(30)}
+
+    def ask(thread: str, n: int = 10) -> list[str]:
+        return agree_whole(index, [f"{thread}-{i}" for i in range(n)], hints)
+
+    assert ask("a") == [] and ask("b") == []
+    assert list(index.order._threads) == ["a", "b"]
+    assert ask("a") == []  # a is now the most recently asked
+    assert ask("c") == []  # b goes, a stays
+    assert list(index.order._threads) == ["a", "c"]
+    assert ask("b") == []  # and b comes back in a's place
+    assert list(index.order._threads) == ["c", "b"]
+    assert index.order._whole_rows == 20
+    assert set(index.order._of) == {f"{t}-{i}" for t in "cb" for i in range(10)}
+    assert sorted(ask("d", 30)) == sorted(f"d-{i}" for i in range(30))  # too large: read one by one
+    assert list(index.order._threads) == ["c", "b"]
+    # Appends to a kept thread are kept in place and count towards the limit.
+    store.memory.save_messages([msg(10, "b", "Mel: b at the end", 200)])
+    assert agree_whole(index, [f"b-{i}" for i in range(11)], hints) == []
+    assert index.order._whole_rows == 21
+    assert ask("a") == []  # c goes (b was asked since)
+    assert list(index.order._threads) == ["b", "a"] and index.order._whole_rows == 21
+    store.close()
