@@ -530,7 +530,7 @@ class MainWindow(QMainWindow):
         if token != self._open_token:
             self.pool.submit(opened.store.close)  # a newer open superseded this one (closed off the UI thread)
             return
-        self._install(StudioSession(opened.store), keep)
+        self._install(StudioSession(opened.store, baseline=opened.baseline), keep)
         self.newer_migrations = opened.newer_migrations
         display = opened.store.location.display
         if opened.store.location.path is not None or opened.store.capabilities.server:

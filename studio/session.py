@@ -79,6 +79,36 @@ class OpenedDatabase:
     store: Store
     newer_migrations: list[str]  # non-empty: written by a newer version, so open read-only
     has_data: bool  # any resource or thread (an empty default database gets demo data)
+    baseline: "Baseline | None" = None  # what the change poll compares its first answer with
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The file's identity and the change fingerprint when the database was opened, before any pane
+    read it: a write or a replaced file between the open and the session's first poll is then seen
+    as a change (the first poll used to take whatever it found as the starting point)."""
+
+    identity: tuple[int, int] | None
+    fingerprint: Any
+
+
+def read_baseline(store: Store) -> Baseline | None:
+    """``Baseline`` of an open store (on a worker thread); None for a database without memory tables."""
+    if not store.db.is_mastra:
+        return None
+    path = store.location.path
+    identity = None
+    if path is not None and str(path) != ":memory:":
+        try:
+            st = os.stat(path)
+            identity = (st.st_dev, st.st_ino)
+        except OSError:
+            identity = None
+    try:
+        fingerprint = store.db.change_fingerprint()
+    except StorageError:  # (a damaged file still opens to show what is readable: the first poll starts it)
+        fingerprint = None
+    return Baseline(identity, fingerprint)
 
 
 def open_studio_database(path: str | Path | None, *, allow_writes: bool | None = None,
@@ -94,10 +124,11 @@ def open_studio_database(path: str | Path | None, *, allow_writes: bool | None =
             )
         newer = store.db.unknown_migrations() if store.db.has_table("memory_studio_migrations") else []
         has_data = bool(store.db.is_mastra and store.memory.list_resources())
+        baseline = read_baseline(store)
     except BaseException:
         store.close()
         raise
-    return OpenedDatabase(store, newer, has_data)
+    return OpenedDatabase(store, newer, has_data, baseline)
 
 
 def _exists(path: str | Path | None) -> bool:
@@ -127,7 +158,10 @@ class StudioSession(QObject):
     server_lost = Signal(str)
     server_back = Signal()
 
-    def __init__(self, store: Store, pool: WorkerPool | None = None, parent: QObject | None = None) -> None:
+    def __init__(self, store: Store, pool: WorkerPool | None = None, parent: QObject | None = None,
+                 baseline: Baseline | None = None) -> None:
+        """``baseline``: read when the database was opened (``read_baseline``); without it, the first
+        poll's answer is the starting point."""
         super().__init__(parent)
         self.store = store
         self.pool = pool or WorkerPool(self)
@@ -135,8 +169,9 @@ class StudioSession(QObject):
         path = store.location.path if store.location.path is not None and str(store.location.path) != ":memory:" \
             else None
         self._path: Path | None = path
-        self._identity: tuple[int, int] | None = None  # (device, inode) of the file, from the first poll
-        self._fingerprint: Any = None
+        # (device, inode) of the file, and the change fingerprint: from the open, else from the first poll
+        self._identity: tuple[int, int] | None = baseline.identity if baseline is not None else None
+        self._fingerprint: Any = baseline.fingerprint if baseline is not None else None
         self._memories: dict[str, Memory] = {}
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)

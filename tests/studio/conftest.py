@@ -93,6 +93,7 @@ STUDIO_DIR = Path(__file__).resolve().parents[2] / "studio"
 WORKER_SIDE: set[tuple[str, str | None]] = {
     ("reads.py", None), ("replay_jobs.py", None), ("chat_runner.py", None), ("checks_jobs.py", None),
     ("edit_jobs.py", None), ("session.py", "open_for_studio"), ("session.py", "open_studio_database"),
+    ("session.py", "read_baseline"),
     ("logic/wm_editing.py", "save_wm"),
     ("models/messages_model.py", "<lambda>"),
     # A test closing its own session (the window closes its sessions on its pool: ``finish_close``).
@@ -308,12 +309,13 @@ def small_db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_session(qapp: QApplication) -> Iterator[Callable[..., Any]]:
-    from studio.session import StudioSession, open_for_studio
+    from studio.session import StudioSession, open_for_studio, read_baseline
 
     sessions: list[Any] = []
 
     def make(path: Path, **kw: Any) -> Any:
-        session = StudioSession(open_for_studio(path, **kw))
+        store = open_for_studio(path, **kw)
+        session = StudioSession(store, baseline=read_baseline(store))  # as the window opens one
         sessions.append(session)
         return session
 

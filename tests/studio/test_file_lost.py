@@ -95,3 +95,41 @@ def test_the_window_shows_a_banner_and_the_badge_stops_saying_writable(qtbot, ma
     assert "was deleted while the Studio had it open" in window.file_banner.text()
     assert window.badge.text() == "FILE GONE · READ-ONLY" and "[read-only]" in window.windowTitle()
     assert [b.text() for b in window.file_banner.buttons] == ["Reopen"]
+
+
+def test_a_write_between_the_open_and_the_first_poll_is_seen_as_a_change(qtbot, qapp, db):
+    # Regression: the first poll took whatever it found as the starting point, so a write that landed
+    # after the panes' first read but before that poll (another process, a busy worker pool) was never
+    # shown. The window's open reads the starting point with the database, before any pane reads it.
+    from core.messages import Message
+    from studio.session import open_studio_database
+
+    opened = open_studio_database(db)
+    assert opened.baseline is not None
+    writer = open_store(db)
+    writer.memory.save_messages([Message.user("meanwhile", thread_id="t1", resource_id="alice")])
+    writer.close()
+    session = StudioSession(opened.store, baseline=opened.baseline)
+    try:
+        with qtbot.waitSignal(session.changed, timeout=10_000):
+            session.start()
+    finally:
+        session.pool.wait(10_000)
+        session.close()
+
+
+def test_a_file_replaced_between_the_open_and_the_first_poll_is_seen(qtbot, qapp, db, tmp_path):
+    from studio.session import open_studio_database
+
+    opened = open_studio_database(db)
+    other = tmp_path / "other.db"
+    shutil.copy(db, other)
+    os.replace(other, db)
+    session = StudioSession(opened.store, baseline=opened.baseline)
+    try:
+        with qtbot.waitSignal(session.file_lost, timeout=10_000) as lost:
+            session.start()
+        assert "was replaced by another file" in lost.args[0]
+    finally:
+        session.pool.wait(10_000)
+        session.close()
