@@ -8,6 +8,7 @@ output when given (``--mastra``), so both are measured in the same hour:
     .venv/bin/python bench/storage.py [--messages 10000] [--mastra /tmp/mastra/out.json]
     .venv/bin/python bench/storage.py --save-only [--runs 3]   # just the batches-of-100 save path
     .venv/bin/python bench/storage.py --where                  # where a save's time and bytes go, recall on / off
+    .venv/bin/python bench/storage.py --layouts [--runs 11]    # the recall-on save with each stored-layout candidate
 
 ``--save-only`` does what Mastra's ``benchSave('storage-only', 10_000, 100, runs)`` does (a fresh
 database per run, only the save loop timed), for a side-by-side run of the two commands. Mastra's
@@ -146,6 +147,72 @@ def where_time_goes(n: int) -> None:
         driver_sql._cursor = plain
 
 
+# Stored-layout candidates for the recall tables (issue 20 item 3b), applied to a scratch database after its
+# first batch; none is the stored layout: each either changes what a search answers or slows a read (ARCHITECTURE,
+# Known problems). (name, statements)
+_FTS, _DOCS, _VEC = "memory_studio_message_fts", "memory_studio_fts_docs", "memory_messages_64"
+_CONTENTLESS = (
+    "DROP TABLE memory_studio_fts_vocab", f"DROP TABLE {_FTS}",
+    f"CREATE VIRTUAL TABLE {_FTS} USING fts5(body, context, content='', contentless_delete=1, "
+    "tokenize = 'porter unicode61 remove_diacritics 2')",
+    f"CREATE VIRTUAL TABLE memory_studio_fts_vocab USING fts5vocab({_FTS}, instance)",
+)
+_NO_DOC_INDEXES = (f"DROP INDEX {_DOCS}_thread", f"DROP INDEX {_DOCS}_resource")
+_NO_VECTOR_SCOPE_INDEXES = (f"DROP INDEX {_VEC}_thread_id", f"DROP INDEX {_VEC}_resource_id")
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "as stored": (),
+    "contentless FTS5 (contentless_delete=1)": _CONTENTLESS,
+    "no keyword-doc thread/resource indexes": _NO_DOC_INDEXES,
+    "no keyword-doc resource index": (f"DROP INDEX {_DOCS}_resource",),
+    "no vector message_id index": (f"DROP INDEX {_VEC}_message_id",),
+    "no vector thread/resource indexes": _NO_VECTOR_SCOPE_INDEXES,
+    "all of the above": _CONTENTLESS + _NO_DOC_INDEXES + _NO_VECTOR_SCOPE_INDEXES + (f"DROP INDEX {_VEC}_message_id",),
+}
+
+
+def layout_rate(n: int, statements: tuple[str, ...], recall: bool = True) -> tuple[float, float]:
+    """(µs of CPU per message, bytes per message of the whole file) saving ``n`` messages in batches of 100
+    with ``statements`` run on the database after a first batch of another thread (which made the tables)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store, memory = save_bench_memory(Path(tmp), recall)
+        memory.create_thread(resource_id="bench", thread_id="warm")
+        memory.save_messages(make_messages(100, "warm"))
+        with store.db.write() as conn:
+            before = int(conn.exec_driver_sql("SELECT sum(pgsize) FROM dbstat").scalar() or 0)
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+        msgs = make_messages(n, "t")
+        cpu = time.process_time()
+        for i in range(0, n, 100):
+            memory.save_messages(msgs[i:i + 100])
+        cpu = time.process_time() - cpu
+        with store.db.write() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            after = int(conn.exec_driver_sql("SELECT sum(pgsize) FROM dbstat").scalar() or 0)
+        store.close()
+    return cpu * 1e6 / n, (after - before) / n
+
+
+def layouts(n: int, runs: int) -> None:
+    """The recall-on save's CPU per message with each of ``LAYOUTS``, and recall off for the ratio, run in
+    turn (the order reversed every other round, so a drift of the machine's speed hits all alike)."""
+    names = ["recall off", *LAYOUTS]
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    size: dict[str, float] = {}
+    layout_rate(n, (), recall=False)  # (warm-up: imports, the embedder's feature table)
+    layout_rate(n, (), recall=True)
+    for r in range(runs):
+        for name in names if r % 2 == 0 else names[::-1]:
+            spent, size[name] = layout_rate(n, LAYOUTS.get(name, ()), recall=name != "recall off")
+            cpu[name].append(spent)
+    off = statistics.median(cpu["recall off"])
+    print(f"{n:,} messages in batches of 100, median of {runs} (µs of CPU a message; bytes a message in the file):")
+    for name in names:
+        mid = statistics.median(cpu[name])
+        print(f"  {name:42s} {mid:6.2f} µs  ({min(cpu[name]):.1f}–{max(cpu[name]):.1f})  x{off / mid:.3f} of off  "
+              f"{size[name]:7,.0f} B")
+
+
 def make_messages(n: int, thread: str) -> list[Message]:
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     return [
@@ -172,10 +239,14 @@ def main() -> None:
     parser.add_argument("--save-only", action="store_true", help="only the batches-of-100 save, fresh db per run")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--where", action="store_true", help="where a save's time and bytes go, recall on / off")
+    parser.add_argument("--layouts", action="store_true", help="the recall-on save with each stored-layout candidate")
     args = parser.parse_args()
     n = args.messages
     if args.where:
         where_time_goes(n)
+        return
+    if args.layouts:
+        layouts(n, args.runs)
         return
     if args.save_only:
         wall, cpu = save_rates(n, False, args.runs)
