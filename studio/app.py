@@ -53,6 +53,7 @@ from core.version import __version__
 from studio.assets import APP_ID, icon_files
 from studio.main_window import APP_NAME, MainWindow
 from studio.theme import apply_theme
+from studio.ui_gc import UiThreadCollector
 from studio.workers import WorkerPool
 
 ORGANIZATION = "memory-studio"
@@ -232,6 +233,7 @@ def start(window: MainWindow, db: str | None, allow_writes: bool = False, seed_d
 
 def main(db: str | None = None, allow_writes: bool = False, seed_demo: bool = True) -> int:
     app = make_app()
+    UiThreadCollector(app)  # cycles (Qt objects among them) are freed on the UI thread, never on a worker
     settings = QSettings()
     apply_theme(app, str(settings.value("theme", "dark")))
     window = MainWindow(settings, finish_later=True)  # what its first paint shows; the rest right after

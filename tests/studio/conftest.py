@@ -69,6 +69,23 @@ def no_leaked_widgets(qapp: QApplication) -> Iterator[None]:
         pytest.fail(f"Top-level widgets leaked by this test: {names}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cycles_collected_on_the_ui_thread(qapp: QApplication) -> Iterator[Any]:
+    """As in the app (``studio.app.main``): Python's cycle collector runs on the UI thread only, so a
+    worker never frees a Qt object (the hang ``studio/ui_gc.py`` describes)."""
+    from studio.ui_gc import UiThreadCollector
+
+    collector = UiThreadCollector(qapp)
+    yield collector
+    collector.stop()
+
+
+@pytest.fixture(autouse=True)
+def _cycles_of_each_test_collected_here(_cycles_collected_on_the_ui_thread: Any) -> Iterator[None]:
+    yield
+    _cycles_collected_on_the_ui_thread.collect_due()  # (what the test left, on this thread)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(tmp_path_factory: pytest.TempPathFactory) -> None:
     folder = tmp_path_factory.mktemp("qsettings")
