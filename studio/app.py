@@ -233,12 +233,15 @@ def start(window: MainWindow, db: str | None, allow_writes: bool = False, seed_d
 
 def main(db: str | None = None, allow_writes: bool = False, seed_demo: bool = True) -> int:
     app = make_app()
-    UiThreadCollector(app)  # cycles (Qt objects among them) are freed on the UI thread, never on a worker
+    collector = UiThreadCollector(app)  # cycles (Qt objects among them) are freed on the UI thread, never on a worker
     settings = QSettings()
     apply_theme(app, str(settings.value("theme", "dark")))
     window = MainWindow(settings, finish_later=True)  # what its first paint shows; the rest right after
     launch(window, lambda: start(window, db, allow_writes, seed_demo))
-    return int(app.exec())
+    try:
+        return int(app.exec())
+    finally:
+        collector.stop()
 
 
 if __name__ == "__main__":  # pragma: no cover
