@@ -78,6 +78,10 @@ class RequestContext:
     # sends the thread itself): semantic recall fills its top k with other messages. Empty for our
     # own turns, whose recall keeps Mastra's rule (a hit already in the prompt is dropped, not replaced).
     recall_exclude: frozenset[str] = frozenset()
+    # Rebuilding a turn from the data (a reconstruction): stored messages older than its input that
+    # were not stored yet when it ran (other turns of the thread still running then, by their records),
+    # so not its memory: left out of history, observational memory's unobserved messages and recall.
+    not_memory: frozenset[str] = frozenset()
 
     @property
     def before(self) -> "tuple[datetime, str] | None":

@@ -45,13 +45,16 @@ class MessageHistory(BaseProcessor):
             rows = list(req.frozen.history)
         elif limit is None:
             rows = self._newest_within(ctx, req.thread_id, req.resource_id, before, int(opts.max_tokens or 0),
-                                       unreadable)
+                                       unreadable, req.not_memory)
         else:
+            skip = req.not_memory  # (a reconstruction's: read as many more, so the window keeps its size)
             read = ctx.store.memory.list_messages(
-                MessageQuery(thread_id=req.thread_id, resource_id=req.resource_id, last=limit, exclude_system=True,
-                             before=before)
+                MessageQuery(thread_id=req.thread_id, resource_id=req.resource_id, last=limit + len(skip),
+                             exclude_system=True, before=before)
             )
             rows, unreadable = list(read), read.unreadable
+            if skip:
+                rows = [m for m in rows if m.id not in skip][-limit:] if limit else []
         if unreadable:
             ctx.note(self.id, unreadable=[u.to_dict() for u in unreadable])
         if not rows:
@@ -66,7 +69,7 @@ class MessageHistory(BaseProcessor):
 
     def _newest_within(self, ctx: ProcessorContext, thread_id: str, resource_id: str | None,
                        before: tuple[datetime, str] | None, max_tokens: int,
-                       unreadable: list[UnreadableMessage]) -> list[Message]:
+                       unreadable: list[UnreadableMessage], skip: frozenset[str] = frozenset()) -> list[Message]:
         """No count cap: the newest messages, page by page, until they alone pass the token budget.
 
         The message that crosses the budget is loaded too, so the token limiter sees the thread as
@@ -82,6 +85,8 @@ class MessageHistory(BaseProcessor):
             )
             unreadable.extend(page.unreadable)
             for msg in reversed(page):
+                if msg.id in skip:
+                    continue
                 newest_first.append(msg)
                 tokens += message_tokens(ctx.tokenizer, msg)
                 if tokens > max_tokens:

@@ -124,7 +124,8 @@ class ObservationalMemory(BaseProcessor):
             return _Turn(key, om.record, om.hints, list(om.unobserved), {k: list(v) for k, v in om.others.items()})
         assert req.before is not None
         state = observations.as_of(ctx.store, key=key, thread_id=req.thread_id, resource_id=req.resource_id,
-                                   before=req.before, turn_input=(req.as_of.created_at, req.as_of.id))
+                                   before=req.before, turn_input=(req.as_of.created_at, req.as_of.id),
+                                   not_memory=req.not_memory)
         if state.unknowns:
             ctx.note(self.id, unknown=state.unknowns)
         return _Turn(key, state.record, state.hints, state.unobserved, dict(state.others))

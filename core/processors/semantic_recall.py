@@ -99,13 +99,14 @@ class SemanticRecall(BaseProcessor):
         else:
             assert index is not None
             excluded = req.recall_exclude
+            unstored = req.not_memory  # (a reconstruction's: not indexed yet when the turn ran)
             result = index.search(
                 query,
                 resource_id=req.resource_id if resource_scope else None,
                 thread_id=None if resource_scope else req.thread_id,
                 # Messages the model receives anyway take no place: asked deep enough that the top k
                 # is still full when every one of them ranks first.
-                top_k=opts.top_k + len(excluded),
+                top_k=opts.top_k + len(excluded) + len(unstored),
                 mode=opts.mode,
                 threshold=opts.threshold,
                 # Rebuilding a past turn: messages written since are never scored, so they cannot take
@@ -113,6 +114,8 @@ class SemanticRecall(BaseProcessor):
                 until=req.as_of.created_at if req.as_of is not None else None,
             )
             hits, reason = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id], result.reason
+            if unstored:
+                hits = [h for h in hits if h.message_id not in unstored][:opts.top_k + len(excluded)]
             if excluded:
                 passed = [h for h in hits if h.message_id in excluded]
                 hits = [h for h in hits if h.message_id not in excluded][:opts.top_k]
@@ -133,7 +136,8 @@ class SemanticRecall(BaseProcessor):
         if req.as_of is not None:  # replay: only what existed before the replayed turn is memory
             cutoff = req.before
             assert cutoff is not None
-            kept = {mid: p for mid, p in fresh.items() if (p[0].created_at, p[0].id) < cutoff}
+            kept = {mid: p for mid, p in fresh.items()
+                    if (p[0].created_at, p[0].id) < cutoff and mid not in req.not_memory}
             later, fresh = len(fresh) - len(kept), kept
         if not fresh:
             present_count = len(windows) - later

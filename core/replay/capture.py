@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from core.context_window import CONTEXT_WINDOW_ID
@@ -28,7 +29,7 @@ from core.replay import tools as tool_defs
 from core.replay.record import (CallRecord, RecallHitRecord, TurnRecord, messages_hash, options_json_of,
                                  request_hash)
 from core.storage import driver_sql
-from core.timeutil import parse_iso
+from core.timeutil import parse_iso, to_ms
 from core.working_memory import hide_working_memory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,6 +137,8 @@ class TurnCapture(SavedAwareWrite):
     # The keys sent beside each request body (``stream``, ``stream_options``; {} when not streamed):
     # one for the turn, which streams every call or none. None: not told.
     transport: dict[str, Any] | None = None
+    # The turn's clock: its reading when the messages are stored is ``TurnRecord.stored_at``.
+    clock: Callable[[], datetime] | None = None
 
     def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None,
                  transport: Mapping[str, Any] | None = None) -> None:
@@ -193,6 +196,8 @@ class TurnCapture(SavedAwareWrite):
         hidden = hidden_parts(reply, stored=reply is not None and reply.id in stored) if len(calls) > 1 else ()
         record = self.complete([i for i in ids if i in stored], calls, hidden)
         if record is not None:
+            if self.clock is not None:
+                record = replace(record, stored_at=to_ms(self.clock()))
             records.write(conn, self.store, record, options_json=self.options_json)
 
 
@@ -266,10 +271,11 @@ def capture(ctx: "ProcessorContext", prompt: "AssembledPrompt", *, model: Any = 
         om_chunks=om.get("chunkCount") if om.get("recordId") else None,
         om_hints=hints,
         om_others=tuple(om.get("otherIds") or ()),
+        began_at=to_ms(ctx.services.clock.now()),  # (after every read of memory)
     )
     log.debug("turn record of %s built in %.3f ms", record.input_message_id, (time.perf_counter() - t0) * 1000)
     return TurnCapture(record, ctx.services.store, ctx.messages.new_messages, first_messages=prompt.messages,
-                       options_json=options_json_of(req.options, options))
+                       options_json=options_json_of(req.options, options), clock=ctx.services.clock.now)
 
 
 def _context_message(message: Message) -> dict[str, Any]:

@@ -92,11 +92,12 @@ def _generations(store: "Store", key: str) -> list[OMRecord]:
 
 def as_of(
     store: "Store", *, key: str, thread_id: str, resource_id: str | None, before: tuple[datetime, str],
-    turn_input: tuple[datetime, str] | None = None,
+    turn_input: tuple[datetime, str] | None = None, not_memory: frozenset[str] = frozenset(),
 ) -> ObservationState:
     """The generation, log, hints and unobserved messages in force just before ``before`` (reconstructed):
     the unobserved messages are those that sort before it. ``turn_input``: the (createdAt, id) of the
-    turn's input, whose next stored message ends the turn (default ``before``)."""
+    turn's input, whose next stored message ends the turn (default ``before``). ``not_memory``: messages
+    that sort before it but were not stored yet then (``RequestContext.not_memory``)."""
     cutoff = to_iso(before[0])
     unknowns: list[str] = []
     rows = _generations(store, key)
@@ -151,9 +152,9 @@ def as_of(
     rows_before = store.memory.list_messages(MessageQuery(
         thread_id=thread_id, resource_id=resource_id, since=parse_iso(cursor) if cursor else None,
         before=before, exclude_system=True))
-    unobserved = [m for m in rows_before
-                  if cursor is None or to_iso(m.created_at) > cursor or
-                  (to_iso(m.created_at) == cursor and m.id not in observed)]
+    unobserved = [m for m in rows_before if m.id not in not_memory and (
+                  cursor is None or to_iso(m.created_at) > cursor or
+                  (to_iso(m.created_at) == cursor and m.id not in observed))]
     return ObservationState(record, hints, unobserved, unknowns)
 
 

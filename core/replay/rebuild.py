@@ -136,6 +136,11 @@ def rebuild(
     effective = _options(record if use_record else None, options, request.options)
     request.options = effective
     request.as_of = inputs[0]
+    running: tuple[frozenset[str], int] = (frozenset(), 0)
+    if not use_record:
+        running = _still_running(assembler, source, request.as_of, {m.id for m in inputs},
+                                 record.began_at if record is not None else None)
+        request.not_memory = running[0]
     frozen = None
     recorded_tools = list(record.calls[0].tools) if record is not None and record.calls else None
     agent_tools = [dict(t) for t in tools] if tools or recorded_tools is None else \
@@ -183,6 +188,10 @@ def rebuild(
         unknowns.extend(m if m.endswith(")") else f"{m} (no longer stored)" for m in frozen.missing)
     if not use_record:
         unknowns.extend(_same_millisecond(assembler, request.as_of, resource_id, [m.id for m in inputs]))
+    if running[0]:
+        unknowns.append(
+            f"the turns running beside this one: {len(running[0])} message(s) of {running[1]} other turn(s) of this "
+            "thread, older than its input but stored after it began (their records say so), are left out")
     if past is not None and not use_record and edited.thread_changed_since(source, turn.thread_id or "", turn_time):
         unknowns.append("messages edited or deleted since the turn (a reconstruction shows today's text)")
     calls, call_notes = _calls(assembler, ctx, prompt, record, source, agent_tools, frozen)
@@ -207,6 +216,36 @@ def rebuild(
         changed_since=_shown_changes(past.changed, calls, record, [m.id for m in inputs]) if past is not None else {},
     )
     return prompt
+
+
+def _still_running(assembler: "TurnAssembler", source: Any, turn: Message, inputs: set[str],
+                   began: datetime | None) -> tuple[frozenset[str], int]:
+    """The messages older than ``turn`` (the rebuilt turn's first input) that other turns of its thread
+    stored only after it had read its memory (``began``: its record's ``began_at``), and how many turns
+    stored them: by their records' ``stored_at``, in a later millisecond (a turn stores its input with
+    its reply, at its end, and its reply is stamped when its model call starts, so neither stamp says
+    when). A message a record stored earlier (a retry sends a stored message again), or that no record
+    dates, was there already and stays memory; without ``began`` nothing is left out."""
+    if not turn.thread_id or began is None:
+        return frozenset(), 0
+    turns = [r for r in records.for_thread(assembler.store, turn.thread_id).values()
+             if not inputs.intersection(r.input_ids or (r.input_message_id,))]
+    cut = turn.created_at
+    if not any(r.stored_at is not None and r.stored_at > began for r in turns):
+        return frozenset(), 0
+    found = source.messages(sorted({i for r in turns for i in (*(r.input_ids or (r.input_message_id,)),
+                                                              *r.response_ids)}))
+    late: list[set[str]] = []
+    early: set[str] = set()
+    for r in turns:
+        own = {i for i in (*(r.input_ids or (r.input_message_id,)), *r.response_ids)
+               if i in found and found[i].thread_id == turn.thread_id and found[i].created_at < cut}
+        if r.stored_at is not None and r.stored_at > began:
+            late.append(own)
+        else:
+            early |= own
+    left = [ids - early for ids in late]
+    return frozenset().union(*left), sum(1 for ids in left if ids)
 
 
 def _same_millisecond(assembler: "TurnAssembler", turn: Message, resource_id: str | None,

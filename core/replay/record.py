@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from core.errors import MemoryStudioError
 from core.options import MemoryOptions, options_merge
+from core.timeutil import to_iso
 from core.tokens import REPLY_PRIMER
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -132,6 +133,12 @@ class TurnRecord:
     # context``) and fitted as framed units (``core.context_window``). A rebuild shows it the same way.
     # Records without the key were written before rules 2.
     om_dates: int = OM_DATES
+    # The turn's clock when its prompt had been built (its memory read: ``began_at``) and when it stored
+    # its messages (the save that wrote this record: ``stored_at``). A turn stores its input with its
+    # reply, at its end, so a turn of the thread that began before then did not see them; their stamps
+    # do not say when (a reply is stamped when its model call starts). None: not recorded (older records).
+    began_at: datetime | None = None
+    stored_at: datetime | None = None
     version: int = RECORD_VERSION
 
     def budget(self) -> "PromptBudget | None":
@@ -377,6 +384,10 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
         data["hp"] = [list(p) for p in record.hidden_parts]
     if record.transport is not None:
         data["st"] = record.transport
+    if record.began_at is not None:
+        data["ba"] = to_iso(record.began_at)
+    if record.stored_at is not None:
+        data["sa"] = to_iso(record.stored_at)
     data["od"] = record.om_dates  # every record: a record without it was written before these rules
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
@@ -552,6 +563,8 @@ def decode(
         hidden_parts=tuple((str(op), int(i), dict(p)) for op, i, p in data.get("hp", ())),
         window_dropped=tuple(unpack_id(str(x)) for x in data.get("hd", ())),
         transport=dict(data["st"]) if isinstance(data.get("st"), dict) else None,
+        began_at=parse_time(data["ba"]) if isinstance(data.get("ba"), str) else None,
+        stored_at=parse_time(data["sa"]) if isinstance(data.get("sa"), str) else None,
         om_dates=int(data.get("od", OM_DATE_STYLES[0])),
         version=int(data["v"]),
     )

@@ -236,3 +236,81 @@ def test_a_turn_rebuilt_now_in_a_millisecond_tie(store: Any, kind: str, b_first:
     assert first.text == "first"
     first_now = mem.assemble(as_of=first.id, resource_id=R, rebuild="now")
     assert first_now.replay is not None and not [u for u in first_now.replay.unknowns if "same millisecond" in u]
+
+
+@pytest.mark.parametrize("kind", ["history", "observational"])
+def test_a_turn_begun_while_another_ran_is_rebuilt_now_without_the_other(store: Any, kind: str) -> None:
+    """Turn B runs while turn A waits for its model: A stores its input with its reply, after B, so B's
+    prompt has no A. Rebuilt now (from the data), A's input (and its reply, stamped when A's model call
+    started) are older than B's input and would count as B's history; A's record says when A stored
+    them (after B began), so they are left out and said so (regression: "rebuilt now" differed from what
+    B's model received for every overlapping turn, seen with four clients on one thread of the gateway)."""
+    # (Recall is left out: a rebuilt turn's recall is ranked over today's index, which the rebuild says.)
+    from datetime import datetime, timezone
+
+    from core.timeutil import FixedClock
+
+    if kind == "history":
+        options = MemoryOptions(last_messages=3)  # (a window the other turn's messages would move)
+    else:
+        options = MemoryOptions(observational_memory={"enabled": True, "message_tokens": 30_000})
+    clock = FixedClock(datetime(2026, 5, 1, tzinfo=timezone.utc), step_ms=1)  # (each reading a millisecond on)
+    mem = Memory(store, options, clock=clock)
+
+    def reply(messages: list[dict[str, Any]], tools: Any) -> str:
+        asked = messages[-1]["content"]
+        if asked == "A question about apples":  # another client's request, served by another worker
+            other = threading.Thread(target=worker.generate, args=("B question about apples",),
+                                     kwargs={"memory": {"resource": R, "thread": T}})
+            other.start()
+            other.join()
+        return f"reply to {asked}"
+
+    model, worker_model = ScriptedModel(reply), ScriptedModel(echo)
+    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
+    worker = Agent("a", instructions="be brief", model=worker_model, memory=mem, tracer=False)
+    for text in ("first, about apples", "second", "third"):
+        agent.generate(text, memory={"resource": R, "thread": T})
+    agent.generate("A question about apples", memory={"resource": R, "thread": T})
+    stored = {m.text: m for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)}
+    a, b = stored["A question about apples"], stored["B question about apples"]
+    assert a.created_at < b.created_at  # (A's reply is stamped when its model call starts: before B's too)
+    older = [m for m in (a, stored["reply to A question about apples"]) if m.created_at < b.created_at]
+    from core.replay import store as records
+
+    kept = records.for_thread(store, T)  # each record says when its turn stored its messages
+    a_at, b_at = kept[a.id].stored_at, kept[b.id].stored_at
+    assert a_at is not None and b_at is not None and b.created_at <= b_at < a_at
+    assert kept[b.id].began_at is not None and kept[b.id].began_at < a_at  # A stored after B read its memory
+    for turn in (b, a):
+        sent = next([(m["role"], m["content"]) for m in r.messages] for r in model.requests + worker_model.requests
+                    if r.messages[-1]["content"] == turn.text)
+        assert ("user", "A question about apples") not in sent[:-1]
+        recorded = mem.assemble(as_of=turn.id, resource_id=R)
+        assert recorded.replay is not None and recorded.replay.matches
+        now = mem.assemble(as_of=turn.id, resource_id=R, rebuild="now")
+        assert [(m["role"], m["content"]) for m in now.messages] == sent, turn.text
+        assert now.replay is not None
+        said = [u for u in now.replay.unknowns if "the turns running beside this one" in u]
+        assert len(said) == (1 if turn is b else 0)
+        if turn is b:
+            assert f"{len(older)} message(s) of 1 other turn(s)" in said[0]
+
+
+def test_turns_given_older_times_leave_none_of_the_turns_before_them_out(store: Any) -> None:
+    """Inputs stamped by the caller with times long past (a conversation replayed into memory): every turn
+    stored its messages long after its input's stamp, but before the next turn began, so a rebuild from
+    the data leaves none of them out as "running beside" (what the turns stored is compared with when
+    the rebuilt turn read its memory, not with its input's stamp)."""
+    from datetime import datetime, timedelta, timezone
+
+    mem = Memory(store, MemoryOptions(last_messages=10))
+    agent = Agent("a", instructions="be brief", model=ScriptedModel(echo), memory=mem, tracer=False)
+    long_ago = datetime(2023, 5, 1, 9, tzinfo=timezone.utc)
+    for i, text in enumerate(("first", "second", "third")):
+        agent.generate(Message.user(text, created_at=long_ago + timedelta(hours=i)), memory={"resource": R, "thread": T})
+    third = next(m for m in mem.recall(thread_id=T, resource_id=R, last_messages=50) if m.text == "third")
+    now = mem.assemble(as_of=third.id, resource_id=R, rebuild="now")
+    assert [(m["role"], m["content"]) for m in now.messages][:3] == [
+        ("system", "be brief"), ("user", "first"), ("user", "second")]
+    assert now.replay is not None and not [u for u in now.replay.unknowns if "running beside" in u]
