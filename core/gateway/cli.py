@@ -1,6 +1,6 @@
 """``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--default-resource]``
 ``[--allowed-host NAME]... [--allow-origin ORIGIN]... [--max-body-mb MB]``, or ``memory-studio serve
---model provider/model [--name] [--instructions] [--db]``: one agent with a default memory, its model
+--model provider/model [--name] [--instructions] [--db] [--max-tokens]``: one agent with a default memory, its model
 named as ``Agent(model=...)`` takes it (``core.llm.providers``)."""
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ def add_serve_parser(sub: Any) -> None:
                                           "assistant.)")
     p.add_argument("--db", help="with --model: the memory database (default: $MEMORY_STUDIO_DB, else "
                                 "<project>/.temp/memory.db)")
+    p.add_argument("--max-tokens", type=int, metavar="N",
+                   help="with --model: cap each reply at N tokens (the agent's model setting max_tokens; default: "
+                        "none, the server's own limit). A small local model may otherwise write until its "
+                        "context is full; clients' own sampling parameters are not used")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
     add_guard_arguments(p, token_env=TOKEN_ENV)
@@ -54,16 +58,19 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # The module's agents bring their own memory (its database), names and instructions: these flags
         # would be ignored without a word.
         given = [flag for flag, value in (("--db", args.db), ("--name", args.name),
-                                          ("--instructions", args.instructions)) if value is not None]
+                                          ("--instructions", args.instructions), ("--max-tokens", args.max_tokens))
+                 if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --model only: with "
-                             "--agents, each agent runs with the memory, name and instructions its module gives "
-                             f"it. Drop {' and '.join(given)}, or set them in {args.agents.split(':')[0]}.")
+                             "--agents, each agent runs with the memory, name, instructions and model settings its "
+                             f"module gives it. Drop {' and '.join(given)}, or set them in {args.agents.split(':')[0]}.")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be a positive number of tokens, got {args.max_tokens}.")
     policy = policy_from_args(args, token_env=TOKEN_ENV)
     agents = load_agents(args.agents) if args.agents else model_agent(
         args.model, name=args.name if args.name is not None else "assistant",
         instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
-        db=args.db)
+        db=args.db, max_tokens=args.max_tokens)
     token = policy.token
     app = create_app(agents, policy=policy, default_resource=args.default_resource,
                      max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
@@ -80,14 +87,17 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def model_agent(model: str, *, name: str, instructions: str, db: str | None) -> dict[str, Any]:
+def model_agent(model: str, *, name: str, instructions: str, db: str | None,
+                max_tokens: int | None = None) -> dict[str, Any]:
     """``--model``: one agent on the named model with a default memory (an unknown provider or a
-    missing key is a ``ConfigurationError`` now, before the server starts)."""
+    missing key is a ``ConfigurationError`` now, before the server starts); ``max_tokens`` caps its
+    replies (``--max-tokens``)."""
     from core.agent import Agent
     from core.memory import Memory
     from core.storage import open_store
 
-    agent = Agent(name, instructions=instructions, model=model, memory=Memory(open_store(db)))
+    agent = Agent(name, instructions=instructions, model=model, memory=Memory(open_store(db)),
+                  model_settings={"max_tokens": max_tokens} if max_tokens is not None else None)
     return {name: agent}
 
 

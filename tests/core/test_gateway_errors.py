@@ -169,6 +169,16 @@ def test_serve_refuses_model_flags_it_would_ignore_with_agents(tmp_path, monkeyp
     assert not (tmp_path / "other.db").exists()
     code, err = serve_cli("--agents", "gw_some_agents:agents", "--name", "bot", "--instructions", "Be brief.")
     assert code == 1 and "--name, --instructions go with --model only" in err
+    code, err = serve_cli("--agents", "gw_some_agents:agents", "--max-tokens", "256")
+    assert code == 1 and "--max-tokens goes with --model only" in err
+
+
+def test_serve_refuses_a_reply_cap_that_is_not_a_positive_number(tmp_path, monkeypatch):
+    require_serve_extra()
+    monkeypatch.chdir(tmp_path)
+    code, err = serve_cli("--model", "ollama/llama3.1", "--max-tokens", "0", "--db", str(tmp_path / "m.db"))
+    assert code == 1 and "--max-tokens must be a positive number of tokens, got 0" in err
+    assert not (tmp_path / "m.db").exists()  # refused before anything was opened
 
 
 def test_serve_without_the_extra_names_the_pip_command(monkeypatch):

@@ -321,5 +321,14 @@ def test_the_gateway_serves_an_agent_named_by_its_model(tmp_path: Any, monkeypat
             client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0)
             reply = client.chat.completions.create(model="helper", messages=[{"role": "user", "content": "hi"}])
         assert reply.choices[0].message.content == "Hello through the gateway."
+        assert upstream.model.requests[-1].max_tokens is None  # no cap unless asked (the server's own)
+        # ``serve --model ... --max-tokens 64``: every reply of the agent is capped, whatever the client asks.
+        capped = model_agent("vllm/served-model", name="helper", instructions="Be brief.",
+                             db=str(tmp_path / "gateway.db"), max_tokens=64)
+        with GatewayServer(create_app(capped)) as server:
+            client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0)
+            client.chat.completions.create(model="helper", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=4000)
+        assert upstream.model.requests[-1].max_tokens == 64
     with pytest.raises(ConfigurationError, match="Did you mean 'vllm/served-model'"):
         model_agent("vlm/served-model", name="helper", instructions="x", db=str(tmp_path / "gateway.db"))
