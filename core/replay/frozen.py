@@ -51,13 +51,22 @@ class ReplaySource:
         self._generations: dict[str, "OMRecord | None"] = {}
         self.thread_messages: list[Message] = []
         self._threads: dict[str, "Thread | None"] = {}
+        self._thread_records: dict[str, dict[str, TurnRecord]] = {}
 
     def preload(self, thread_id: str) -> "ReplaySource":
         self.thread_messages = self.store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=False))
         for m in self.thread_messages:
             self._messages[m.id] = m
         self._records, self._damaged = records.thread_state(self.store, thread_id)
+        self._thread_records[thread_id] = self._records
         return self
+
+    def thread_records(self, thread_id: str) -> dict[str, TurnRecord]:
+        """Every readable record of a thread by input message id, read once (a replay pane or a
+        what-if rebuilds each turn of a thread, and each reconstruction asks for the others')."""
+        if thread_id not in self._thread_records:
+            self._thread_records[thread_id] = records.for_thread(self.store, thread_id)
+        return self._thread_records[thread_id]
 
     @property
     def records(self) -> dict[str, TurnRecord]:

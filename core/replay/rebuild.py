@@ -138,7 +138,7 @@ def rebuild(
     request.as_of = inputs[0]
     running: tuple[frozenset[str], int] = (frozenset(), 0)
     if not use_record:
-        running = _still_running(assembler, source, request.as_of, {m.id for m in inputs},
+        running = _still_running(stored, source, request.as_of, {m.id for m in inputs},
                                  record.began_at if record is not None else None)
         request.not_memory = running[0]
     frozen = None
@@ -218,7 +218,7 @@ def rebuild(
     return prompt
 
 
-def _still_running(assembler: "TurnAssembler", source: Any, turn: Message, inputs: set[str],
+def _still_running(stored: frozen_mod.ReplaySource, source: Any, turn: Message, inputs: set[str],
                    began: datetime | None) -> tuple[frozenset[str], int]:
     """The messages older than ``turn`` (the rebuilt turn's first input) that other turns of its thread
     stored only after it had read its memory (``began``: its record's ``began_at``), and how many turns
@@ -228,7 +228,7 @@ def _still_running(assembler: "TurnAssembler", source: Any, turn: Message, input
     dates, was there already and stays memory; without ``began`` nothing is left out."""
     if not turn.thread_id or began is None:
         return frozenset(), 0
-    turns = [r for r in records.for_thread(assembler.store, turn.thread_id).values()
+    turns = [r for r in stored.thread_records(turn.thread_id).values()
              if not inputs.intersection(r.input_ids or (r.input_message_id,))]
     cut = turn.created_at
     if not any(r.stored_at is not None and r.stored_at > began for r in turns):
