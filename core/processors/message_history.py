@@ -54,7 +54,7 @@ class MessageHistory(BaseProcessor):
             )
             rows, unreadable = list(read), read.unreadable
             if skip:
-                rows = [m for m in rows if m.id not in skip][-limit:] if limit else []
+                rows = [m for m in rows if m.id not in skip][-limit:]  # (limit > 0: 0 disables history)
         if unreadable:
             ctx.note(self.id, unreadable=[u.to_dict() for u in unreadable])
         if not rows:

@@ -228,17 +228,16 @@ def _still_running(stored: frozen_mod.ReplaySource, source: Any, turn: Message, 
     dates, was there already and stays memory; without ``began`` nothing is left out."""
     if not turn.thread_id or began is None:
         return frozenset(), 0
-    turns = [r for r in stored.thread_records(turn.thread_id).values()
-             if not inputs.intersection(r.input_ids or (r.input_message_id,))]
-    cut = turn.created_at
-    if not any(r.stored_at is not None and r.stored_at > began for r in turns):
+    # (A decoded record's ``input_ids`` always holds at least its ``input_message_id``.)
+    others = [r for r in stored.thread_records(turn.thread_id).values() if not inputs.intersection(r.input_ids)]
+    if not any(r.stored_at is not None and r.stored_at > began for r in others):
         return frozenset(), 0
-    found = source.messages(sorted({i for r in turns for i in (*(r.input_ids or (r.input_message_id,)),
-                                                              *r.response_ids)}))
+    found = source.messages(sorted({i for r in others for i in (*r.input_ids, *r.response_ids)}))
+    cut = turn.created_at
     late: list[set[str]] = []
     early: set[str] = set()
-    for r in turns:
-        own = {i for i in (*(r.input_ids or (r.input_message_id,)), *r.response_ids)
+    for r in others:
+        own = {i for i in (*r.input_ids, *r.response_ids)
                if i in found and found[i].thread_id == turn.thread_id and found[i].created_at < cut}
         if r.stored_at is not None and r.stored_at > began:
             late.append(own)
