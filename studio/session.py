@@ -92,16 +92,25 @@ class Baseline:
     fingerprint: Any
 
 
+def _file_of(store: Store) -> Path | None:
+    """The database file the change poll watches (None: a server or an in-memory database)."""
+    path = store.location.path
+    return path if path is not None and str(path) != ":memory:" else None
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
 def read_baseline(store: Store) -> Baseline | None:
     """``Baseline`` of an open store (on a worker thread); None for a database without memory tables."""
     if not store.db.is_mastra:
         return None
-    path = store.location.path
+    path = _file_of(store)
     identity = None
-    if path is not None and str(path) != ":memory:":
+    if path is not None:
         try:
-            st = os.stat(path)
-            identity = (st.st_dev, st.st_ino)
+            identity = _identity(os.stat(path))
         except OSError:
             identity = None
     try:
@@ -166,9 +175,7 @@ class StudioSession(QObject):
         self.store = store
         self.pool = pool or WorkerPool(self)
         self.lost: str | None = None  # why the file is gone, once it is
-        path = store.location.path if store.location.path is not None and str(store.location.path) != ":memory:" \
-            else None
-        self._path: Path | None = path
+        self._path: Path | None = _file_of(store)
         # (device, inode) of the file, and the change fingerprint: from the open, else from the first poll
         self._identity: tuple[int, int] | None = baseline.identity if baseline is not None else None
         self._fingerprint: Any = baseline.fingerprint if baseline is not None else None
@@ -228,7 +235,7 @@ class StudioSession(QObject):
                     "read-only: anything written would be lost with the deleted file.")
         except OSError:
             return None  # a passing problem (a network folder): the next poll asks again
-        identity = (st.st_dev, st.st_ino)
+        identity = _identity(st)
         if self._identity is None:
             self._identity = identity
         elif identity != self._identity:
