@@ -38,6 +38,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core import Memory, MemoryOptions, Message, open_store  # noqa: E402
+from core.recall.schema import vector_table_name  # noqa: E402
+from core.recall.tables import DOCS_TABLE, FTS_TABLE, VOCAB_TABLE  # noqa: E402
 from core.storage.memory_store import MessageQuery  # noqa: E402
 
 # Mastra's figures when none are given: batches of 100 measured on 2026-12-03 beside ours on the same host (median of three)
@@ -150,12 +152,12 @@ def where_time_goes(n: int) -> None:
 # Stored-layout candidates for the recall tables (issue 20 item 3b), applied to a scratch database after its
 # first batch; none is the stored layout: each either changes what a search answers or slows a read (ARCHITECTURE,
 # Known problems). (name, statements)
-_FTS, _DOCS, _VEC = "memory_studio_message_fts", "memory_studio_fts_docs", "memory_messages_64"
+_FTS, _DOCS, _VOCAB, _VEC = FTS_TABLE, DOCS_TABLE, VOCAB_TABLE, vector_table_name(64)  # (the hashing embedder's)
 _CONTENTLESS = (
-    "DROP TABLE memory_studio_fts_vocab", f"DROP TABLE {_FTS}",
+    f"DROP TABLE {_VOCAB}", f"DROP TABLE {_FTS}",
     f"CREATE VIRTUAL TABLE {_FTS} USING fts5(body, context, content='', contentless_delete=1, "
     "tokenize = 'porter unicode61 remove_diacritics 2')",
-    f"CREATE VIRTUAL TABLE memory_studio_fts_vocab USING fts5vocab({_FTS}, instance)",
+    f"CREATE VIRTUAL TABLE {_VOCAB} USING fts5vocab({_FTS}, instance)",
 )
 _NO_DOC_INDEXES = (f"DROP INDEX {_DOCS}_thread", f"DROP INDEX {_DOCS}_resource")
 _NO_VECTOR_SCOPE_INDEXES = (f"DROP INDEX {_VEC}_thread_id", f"DROP INDEX {_VEC}_resource_id")
