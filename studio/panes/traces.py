@@ -429,7 +429,7 @@ class TracesPane(QWidget):
             pass  # nothing new could be read: keep showing what is on screen
         else:
             new = list(rows) if page.offset == 0 else [*self.traces, *rows]
-            self._set_traces(new)
+            self._set_traces(new, reload=keep)
         if page.total is not None and not page.total.busy:
             self.total = int(page.total)
         elif page.total is None:
@@ -440,7 +440,10 @@ class TracesPane(QWidget):
             self._load_usage(filters)
         self.traces_loaded.emit()
 
-    def _set_traces(self, traces: list[TraceSummary]) -> None:
+    def _set_traces(self, traces: list[TraceSummary], *, reload: bool = False) -> None:
+        """Show ``traces``, keeping the trace shown when it is among them. ``reload``: the same scope and
+        filters read again (the file changed, more rows): a trace opened by id that was not on the list
+        before (Replay's Open Trace, past the first page) stays, read again; another scope clears it."""
         selected = self.trace_id
         before = {t.trace_id: t for t in self.traces}
         self.traces = traces
@@ -451,6 +454,9 @@ class TracesPane(QWidget):
             fresh = traces[row]
             if before.get(fresh.trace_id) != fresh or self._trace_busy:
                 self.open_trace(fresh.trace_id, keep_span=True)
+            return
+        if selected is not None and reload and selected not in before:
+            self.open_trace(selected, keep_span=True)  # opened by id, never on the list: still shown, fresh
             return
         if selected is not None and not self.flags["busy"]:
             self._clear_trace("The trace shown before is not in this list any more.")
@@ -558,6 +564,10 @@ class TracesPane(QWidget):
         self._trace_busy = spans.busy
         if spans.busy and not spans:
             self.tree_caption.setText("Spans · the trace file is busy; retrying…")
+            return
+        if not spans:  # (a trace opened by id that was deleted, or never written to this store)
+            self._clear_trace(f"Trace {trace_id} is not in the trace store (any more): it may have been forgotten, "
+                              "or written to another trace file.")
             return
         self.spans = list(spans)
         self.layout_model = layout_trace(self.spans)

@@ -171,6 +171,39 @@ def test_paged_list_loads_more_on_request(no_leaked_widgets, qtbot, make_session
     assert pane.count_label.text().startswith("120 of 120")
 
 
+def test_a_trace_opened_by_id_past_the_first_page_stays_when_the_list_reloads(no_leaked_widgets, qtbot,
+                                                                              make_session, tmp_path):
+    """Replay's Open Trace opens a trace by id, which may not be on the list's first page; a later reload of
+    the same list (the trace file changed) keeps showing it, read again. Another scope clears it."""
+    db = tmp_path / "memory.db"
+    open_store(db).close()
+    duck = tmp_path / "observability.duckdb"
+    DuckDBObservabilityStore(duck).write_spans(
+        [span(f"T{i:03d}", f"s{i}", i, i + 0.5, name=f"run {i:03d}") for i in range(120)])
+    pane = open_pane(qtbot, make_session, db)
+    assert "T005" not in {t.trace_id for t in pane.traces}
+    pane.open_trace("T005")
+    qtbot.waitUntil(lambda: bool(pane.spans) and pane.spans[0].trace_id == "T005", timeout=WAIT)
+
+    DuckDBObservabilityStore(duck).write_spans([span("T500", "s500", 500, 501, name="run 500")])
+    reload(qtbot, pane, pane.poll)  # the file changed: the same list is read again
+    assert pane.traces[0].trace_id == "T500"
+    qtbot.waitUntil(lambda: pane.trace_id == "T005" and bool(pane.spans) and pane.spans[0].trace_id == "T005",
+                    timeout=WAIT)
+    assert "not in this list" not in pane.span_facts.text()
+
+    reload(qtbot, pane, lambda: pane.filter_edit.setText("run 11"))  # another list: the trace goes
+    assert pane.trace_id != "T005" and all(s.trace_id != "T005" for s in pane.spans)
+
+
+def test_a_trace_opened_by_id_that_is_not_stored_says_so(no_leaked_widgets, qtbot, make_session, demo_db):
+    pane = open_pane(qtbot, make_session, demo_db)
+    pane.open_trace("no-such-trace")
+    qtbot.waitUntil(lambda: pane.trace_id is None, timeout=WAIT)
+    assert pane.spans == []
+    assert "Trace no-such-trace is not in the trace store" in pane.span_facts.text()
+
+
 HOLD_LOCK = textwrap.dedent(
     """
     import sys, duckdb
