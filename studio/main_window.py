@@ -329,11 +329,15 @@ class MainWindow(QMainWindow):
         self.center.addWidget(self.placeholder)
         # Above everything: problems with the open file itself (it was deleted or replaced).
         self.file_banner = Banner(self)
+        # Text shown that no installed font can draw (CJK on a bare Linux): said once, with the package to install.
+        self.font_banner = Banner(self)
+        self._font_noted = False
         shell = QWidget(self)
         column = QVBoxLayout(shell)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
         column.addWidget(self.file_banner)
+        column.addWidget(self.font_banner)
         column.addWidget(self.center, 1)
         self.setCentralWidget(shell)
 
@@ -582,6 +586,7 @@ class MainWindow(QMainWindow):
         self.left.addWidget(self.resources)
         self.resources.selection_changed.connect(self.set_selection)
         self.resources.hit_activated.connect(self.set_selection)
+        self.resources.texts_shown.connect(self._check_fonts)
         self.selection = Selection()
         for spec in PANES:
             page = PanePage(spec, self)
@@ -591,6 +596,8 @@ class MainWindow(QMainWindow):
         messages = self.messages_pane
         messages.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         messages.view.customContextMenuRequested.connect(self._message_menu)
+        messages.model.loaded.connect(lambda total: self._check_message_fonts(0, total - 1))
+        messages.model.rows_arrived.connect(self._check_message_fonts)
         self.history.clear()
         self._update_back()
         session.changed.connect(self._on_changed)
@@ -1037,6 +1044,22 @@ class MainWindow(QMainWindow):
             actions.append(("Reopen", lambda: self.open_database(path, create_missing=False, keep=self.selection)))
         self.file_banner.show_message(message, "error", actions)
         self.show_status(f"⚠ {message}")
+
+    def _check_message_fonts(self, first: int, last: int) -> None:
+        if not self._font_noted and self.session is not None:
+            self._check_fonts(self.messages_pane.model.previews(first, last))
+
+    def _check_fonts(self, texts: list[str]) -> None:
+        """Say once, above the panes, when the Studio shows text of a script no installed font can draw."""
+        if self._font_noted:
+            return
+        from studio import fonts
+
+        scripts = fonts.undrawable(texts)
+        if not scripts:
+            return
+        self._font_noted = True
+        self.font_banner.show_message(fonts.notice(scripts), "warning", [("Dismiss", self.font_banner.hide)])
 
     def _close_discarding(self) -> None:
         self._discard_confirmed = True

@@ -197,6 +197,11 @@ class MessageListModel(QAbstractListModel):
         if not self._flush.isActive():
             self._flush.start()
 
+    def previews(self, first: int, last: int) -> list[str]:
+        """The preview texts of the loaded rows ``first``..``last``."""
+        rows = (self._cache.row(i) for i in range(max(first, 0), min(last + 1, self._total)))
+        return [row.preview for row in rows if row is not None]
+
     def flush_requests(self) -> None:
         while self._wanted and self._in_flight < MAX_IN_FLIGHT:
             page, _ = self._wanted.popitem(last=True)  # newest wish first

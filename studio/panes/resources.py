@@ -68,6 +68,7 @@ class SearchResultsModel(QAbstractListModel):
 class ResourcesPane(QWidget):
     selection_changed = Signal(object)  # Selection (resource, thread) picked in the tree
     hit_activated = Signal(object)  # Selection with message_id: a search hit to open
+    texts_shown = Signal(list)  # the thread titles and resource ids a load put in the tree (the font check)
 
     def __init__(self, session: StudioSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -161,6 +162,8 @@ class ResourcesPane(QWidget):
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self.set_selection(pending)
+        self.texts_shown.emit([r.id for r in data.resources]
+                              + [s.thread.title or "" for threads in data.threads.values() for s in threads])
 
     def thread_rows(self) -> list[tuple[str, str, int]]:
         """(resource id, thread title, message count) of every visible thread (tests, screenshots)."""
