@@ -27,6 +27,9 @@ SCRIPTS: tuple[tuple[str, re.Pattern[str], tuple[QFontDatabase.WritingSystem, ..
 )
 
 
+SAMPLES = "上海 ひらがな 한국어"  # a character of each script, for ``machine_note``
+
+
 @lru_cache(maxsize=None)
 def installed_font_for(system: QFontDatabase.WritingSystem) -> bool:
     """Whether any installed font draws ``system`` (Qt's font database; needs a QGuiApplication)."""
@@ -51,12 +54,25 @@ def undrawable(texts: Iterable[str], has_font: Callable[[QFontDatabase.WritingSy
     return [name for name, _p, _s in SCRIPTS if name in found]
 
 
+def _names(scripts: list[str]) -> str:
+    return ", ".join(scripts[:-1]) + (" and " if len(scripts) > 1 else "") + scripts[-1]
+
+
+def machine_note(has_font: Callable[[QFontDatabase.WritingSystem], bool] | None = None) -> str:
+    """For ``--self-check``: which of the scripts this machine has no font for, and what to install ("" if none)."""
+    missing = undrawable([SAMPLES], has_font)
+    if not missing:
+        return ""
+    return (f"no font here draws {_names(missing)} text (it would show as empty boxes; Debian/Ubuntu: "
+            "sudo apt-get install fonts-noto-cjk)")
+
+
 def notice(scripts: list[str]) -> str:
     """What the window says when it shows text of ``scripts`` that no installed font draws."""
-    names = ", ".join(scripts[:-1]) + (" and " if len(scripts) > 1 else "") + scripts[-1]
+    names = _names(scripts)
     return (f"No font on this machine can draw {names} text, so it shows as empty boxes (the data itself is "
             "fine). Install a CJK font and restart the Studio: Debian/Ubuntu <code>sudo apt-get install "
             "fonts-noto-cjk</code>, Fedora <code>sudo dnf install google-noto-sans-cjk-fonts</code>.")
 
 
-__all__ = ["SCRIPTS", "installed_font_for", "notice", "undrawable"]
+__all__ = ["SAMPLES", "SCRIPTS", "installed_font_for", "machine_note", "notice", "undrawable"]

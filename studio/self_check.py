@@ -202,8 +202,11 @@ def _render(state: dict[str, Any], folder: Path) -> str:
         image = window.grab()
         if image.isNull() or image.width() < 100:
             raise SelfCheckError("grabbing the window gave an empty image")
+        from studio.fonts import machine_note
+
+        note = machine_note()  # (not a failure: the Studio says so too when it shows such text)
         return (f"{image.width()}×{image.height()} px, {window.tabs.count()} tabs, {len(rows)} threads listed, "
-                f"platform {app.platformName()}, Qt {_qt_version()}")
+                f"platform {app.platformName()}, Qt {_qt_version()}" + (f"\n      note: {note}" if note else ""))
     finally:
         window.close()
         window.deleteLater()

@@ -36,6 +36,13 @@ def test_the_notice_names_the_scripts_and_the_packages() -> None:
     assert "Chinese text" in fonts.notice(["Chinese"])
 
 
+def test_the_self_checks_note_names_what_is_missing() -> None:
+    assert fonts.machine_note(lambda _s: True) == ""
+    korean_only = lambda system: system == fonts.QFontDatabase.WritingSystem.Korean  # noqa: E731
+    note = fonts.machine_note(korean_only)
+    assert note.startswith("no font here draws Chinese and Japanese text") and "fonts-noto-cjk" in note
+
+
 def _english_db(path: Path, *, chinese_message: bool) -> Path:
     store = open_store(path)
     memory = Memory(store)
