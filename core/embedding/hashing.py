@@ -171,9 +171,13 @@ class _FeatureTable:
         per_word = [_word_features(word) for word in words]
         sizes = [len(feats) for feats in per_word]
         pairs = [pair for feats in per_word for pair in feats]
-        hashed = np.array(list(map(_bucket, [f for f, _ in pairs], repeat(self.dim))), dtype=np.float64).reshape(-1, 2)
-        buckets = hashed[:, 0].astype(np.intp)
-        weights = hashed[:, 1] * np.array([w for _, w in pairs], dtype=np.float64)  # exact: ±1 times 1 or 0.5
+        # Each feature's bucket as one signed int (bucket + 1, negative for a minus sign): an int array is
+        # made in one pass, where (bucket, sign) pairs cost a tuple array's conversion (most of this step).
+        signed = np.fromiter(map(_signed_bucket, [f for f, _ in pairs], repeat(self.dim)), dtype=np.intp,
+                             count=len(pairs))
+        buckets = np.abs(signed) - 1
+        weights = np.where(signed > 0, 1.0, -1.0) * np.fromiter([w for _, w in pairs], dtype=np.float64,
+                                                                 count=len(pairs))  # exact: ±1 times 1 or 0.5
         at, first = self._used, len(self._ids)
         end, last = at + len(buckets), first + len(words)
         if end > len(self._buckets):
@@ -235,6 +239,13 @@ def _word_features(word: str) -> list[tuple[str, float]]:
                 + [("b:" + a + b, _WORD_WEIGHT) for a, b in zip(word, word[1:])])
     padded = f" {word} "
     return [("w:" + word, _WORD_WEIGHT)] + [("c:" + padded[i : i + 3], _NGRAM_WEIGHT) for i in range(len(padded) - 2)]
+
+
+@lru_cache(maxsize=65536)
+def _signed_bucket(feature: str, dim: int) -> int:
+    """``_bucket`` as one int: bucket + 1, negated when the sign is minus."""
+    index, sign = _bucket(feature, dim)
+    return index + 1 if sign > 0 else -(index + 1)
 
 
 @lru_cache(maxsize=65536)
