@@ -112,6 +112,9 @@ class SemanticRecall(BaseProcessor):
                 # Rebuilding a past turn: messages written since are never scored, so they cannot take
                 # a place in the top-k that an older message had then.
                 until=req.as_of.created_at if req.as_of is not None else None,
+                # ... nor those stored after it ran (a reconstruction's): left out before the fusion, they
+                # move no other message's score.
+                unstored=unstored,
             )
             hits, reason = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id], result.reason
             if unstored:

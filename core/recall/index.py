@@ -678,10 +678,12 @@ class RecallIndex:
         mode: Mode = "hybrid",
         threshold: float | None = None,
         until: datetime | None = None,
+        unstored: frozenset[str] = frozenset(),
     ) -> SearchResult:
-        """``until``: only messages created strictly before this time are scored (a past turn's view)."""
+        """``until``: only messages created strictly before this time are scored (a past turn's view);
+        ``unstored``: messages searched as if not indexed (that view's messages stored after it)."""
         return pipeline.run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
-                                   threshold=threshold, until=until)
+                                   threshold=threshold, until=until, unstored=unstored)
 
     def close(self) -> None:
         self.vectors.close()

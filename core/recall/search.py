@@ -80,6 +80,9 @@ class SearchRun:
     receivers: list[tuple[float, float, str]] = field(default_factory=list)  # entries of ``combined.order`` re-ranked
     reranked: list[hybrid.Fused] = field(default_factory=list)  # ``rerank`` (all, or those that may reach top_k)
     gone: set[str] = field(default_factory=set)  # deleted since indexed (left out of every list)
+    # Not stored yet at the time searched (a rebuilt turn's ``unstored``): left out of every list before the
+    # fusion, as if not indexed, so they move no other candidate's score (neighbours' share, thread prior).
+    unstored: frozenset[str] = frozenset()
     left_out: list[tuple[Literal["vector", "keyword"], hybrid.Ranked]] = field(default_factory=list)  # (list, candidate) left out as deleted
     date_spans: int = 0
     by_speaker: set[str] = field(default_factory=set)  # candidates spoken by a speaker the query names
@@ -105,12 +108,15 @@ def run(
     until: datetime | None = None,
     qvec: Any = None,
     every_candidate: bool = False,
+    unstored: frozenset[str] = frozenset(),
 ) -> SearchRun:
     """The steps of one search. ``qvec``: the query's vector, when the caller has it already.
     ``every_candidate``: re-rank every hybrid candidate (the playground shows them all), not only
-    those that can still reach the top ``top_k`` (their order is the same either way)."""
+    those that can still reach the top ``top_k`` (their order is the same either way). ``unstored``:
+    message ids to search as if they were not indexed (a rebuilt turn's messages stored after it ran)."""
     scope = f"resource {resource_id}" if resource_id is not None else f"thread {thread_id}"
     out = SearchRun(mode, scope)
+    out.unstored = unstored
 
     def degrade(reason: str, *, failure: bool = True) -> None:
         # The search answers anyway, with less, and says why in its reason; the log keeps a line too:
@@ -219,6 +225,8 @@ def run(
 
 def _listed(out: SearchRun, which: Literal["vector", "keyword"], ranked: list[hybrid.Ranked]) -> None:
     """A list as read, less the messages deleted since they were indexed (kept in ``left_out``)."""
+    if out.unstored:
+        ranked = [r for r in ranked if r.message_id not in out.unstored]
     setattr(out, which, [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked)
     if out.gone:
         out.left_out.extend((which, r) for r in ranked if r.message_id in out.gone)
@@ -315,6 +323,7 @@ def run_search(
     mode: Mode,
     threshold: float | None,
     until: datetime | None = None,
+    unstored: frozenset[str] = frozenset(),
 ) -> SearchResult:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -325,7 +334,7 @@ def run_search(
     if not query or not query.strip():
         return SearchResult([], "the query has no text", mode)
     done = run(index, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
-               threshold=threshold, until=until)
+               threshold=threshold, until=until, unstored=unstored)
     notes = [*([done.backlog] if done.backlog else []), *done.notes]
     if mode == "vector":
         hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "vector", r.score, None) for r in done.vector]

@@ -52,6 +52,7 @@ class ReplaySource:
         self.thread_messages: list[Message] = []
         self._threads: dict[str, "Thread | None"] = {}
         self._thread_records: dict[str, dict[str, TurnRecord]] = {}
+        self._other_records: dict[tuple[str, str], dict[str, TurnRecord]] = {}
 
     def preload(self, thread_id: str) -> "ReplaySource":
         self.thread_messages = self.store.memory.list_messages(MessageQuery(thread_id=thread_id, exclude_system=False))
@@ -67,6 +68,13 @@ class ReplaySource:
         if thread_id not in self._thread_records:
             self._thread_records[thread_id] = records.for_thread(self.store, thread_id)
         return self._thread_records[thread_id]
+
+    def other_threads_records(self, resource_id: str, thread_id: str) -> dict[str, TurnRecord]:
+        """Every readable record of the resource's threads but ``thread_id``, read once."""
+        key = (resource_id, thread_id)
+        if key not in self._other_records:
+            self._other_records[key] = records.for_other_threads(self.store, resource_id, thread_id)
+        return self._other_records[key]
 
     @property
     def records(self) -> dict[str, TurnRecord]:

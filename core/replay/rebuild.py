@@ -137,9 +137,13 @@ def rebuild(
     request.options = effective
     request.as_of = inputs[0]
     running: tuple[frozenset[str], int] = (frozenset(), 0)
+    across: str | None = None
     if not use_record:
+        # Recall over the user's other conversations (resource scope) would also find their turns' messages.
+        recall = effective.semantic_recall
+        across = request.resource_id if recall.enabled and recall.scope == "resource" else None
         running = _still_running(stored, source, request.as_of, {m.id for m in inputs},
-                                 record.began_at if record is not None else None)
+                                 record.began_at if record is not None else None, across)
         request.not_memory = running[0]
     frozen = None
     recorded_tools = list(record.calls[0].tools) if record is not None and record.calls else None
@@ -189,9 +193,10 @@ def rebuild(
     if not use_record:
         unknowns.extend(_same_millisecond(assembler, request.as_of, resource_id, [m.id for m in inputs]))
     if running[0]:
+        where = "this thread" if across is None else "this thread and the user's other conversations (recall reads them)"
         unknowns.append(
-            f"the turns running beside this one: {len(running[0])} message(s) of {running[1]} other turn(s) of this "
-            "thread, older than its input but stored after it began (their records say so), are left out")
+            f"the turns running beside this one: {len(running[0])} message(s) of {running[1]} other turn(s) of "
+            f"{where}, older than its input but stored after it began (their records say so), are left out")
     if past is not None and not use_record and edited.thread_changed_since(source, turn.thread_id or "", turn_time):
         unknowns.append("messages edited or deleted since the turn (a reconstruction shows today's text)")
     calls, call_notes = _calls(assembler, ctx, prompt, record, source, agent_tools, frozen)
@@ -219,17 +224,22 @@ def rebuild(
 
 
 def _still_running(stored: frozen_mod.ReplaySource, source: Any, turn: Message, inputs: set[str],
-                   began: datetime | None) -> tuple[frozenset[str], int]:
+                   began: datetime | None, resource_id: str | None = None) -> tuple[frozenset[str], int]:
     """The messages older than ``turn`` (the rebuilt turn's first input) that other turns of its thread
     stored only after it had read its memory (``began``: its record's ``began_at``), and how many turns
     stored them: by their records' ``stored_at``, in a later millisecond (a turn stores its input with
     its reply, at its end, and its reply is stamped when its model call starts, so neither stamp says
     when). A message a record stored earlier (a retry sends a stored message again), or that no record
-    dates, was there already and stays memory; without ``began`` nothing is left out."""
+    dates, was there already and stays memory; without ``began`` nothing is left out. ``resource_id``:
+    the turn's memory also read the resource's other threads (resource-scoped recall), whose turns
+    count too."""
     if not turn.thread_id or began is None:
         return frozenset(), 0
     # (A decoded record's ``input_ids`` always holds at least its ``input_message_id``.)
-    others = [r for r in stored.thread_records(turn.thread_id).values() if not inputs.intersection(r.input_ids)]
+    kept = list(stored.thread_records(turn.thread_id).values())
+    if resource_id:
+        kept += stored.other_threads_records(resource_id, turn.thread_id).values()
+    others = [r for r in kept if not inputs.intersection(r.input_ids)]
     if not any(r.stored_at is not None and r.stored_at > began for r in others):
         return frozenset(), 0
     found = source.messages(sorted({i for r in others for i in (*r.input_ids, *r.response_ids)}))
@@ -238,7 +248,7 @@ def _still_running(stored: frozen_mod.ReplaySource, source: Any, turn: Message, 
     early: set[str] = set()
     for r in others:
         own = {i for i in (*r.input_ids, *r.response_ids)
-               if i in found and found[i].thread_id == turn.thread_id and found[i].created_at < cut}
+               if i in found and found[i].thread_id == r.thread_id and found[i].created_at < cut}
         if r.stored_at is not None and r.stored_at > began:
             late.append(own)
         else:
@@ -318,7 +328,7 @@ def _calls(assembler: "TurnAssembler", ctx: "ProcessorContext", first: "Assemble
         if k > 0:
             prompt.request = body
         out.append(CallReplay(k, prompt, body, matches, call.usage, call.finish_reason,
-                              () if matches else (_difference(k, call, prompt, record),), call))
+                              () if matches else (_difference(k, call, prompt, record, frozen is None),), call))
     return out, notes
 
 
@@ -334,8 +344,10 @@ def _body(call: CallRecord, prompt: "AssembledPrompt") -> dict[str, Any]:
     return body
 
 
-def _difference(k: int, call: CallRecord, prompt: "AssembledPrompt", record: TurnRecord) -> str:
-    """What makes call ``k``'s rebuilt body differ from the record's, in words."""
+def _difference(k: int, call: CallRecord, prompt: "AssembledPrompt", record: TurnRecord,
+                reconstructed: bool = False) -> str:
+    """What makes call ``k``'s rebuilt body differ from the record's, in words. ``reconstructed``: rebuilt
+    from today's data and engine ("now"), not from the record, so an edit is only one possible cause."""
     label = f"model call {k + 1}"
     rebuilt_tools = tool_defs.set_key(prompt.tools)[0] if prompt.tools else None
     if rebuilt_tools != call.tools_key:
@@ -344,6 +356,9 @@ def _difference(k: int, call: CallRecord, prompt: "AssembledPrompt", record: Tur
         return f"{label}: the tool definitions differ from those sent"
     if k == 0 and record.sent_messages(prompt.messages):
         return f"{label}: the request differs from the one sent outside its messages and tools"
+    if reconstructed:
+        return (f"{label}: the messages differ from those sent (rebuilt from today's data and engine, not from "
+                "the record: see what the reconstruction could not know)")
     return (f"{label}: the messages differ from those sent (a message it names was changed or deleted since, "
             "with no version kept to rebuild it from)")
 

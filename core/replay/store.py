@@ -201,6 +201,19 @@ def thread_state(store: "Store", thread_id: str) -> tuple[dict[str, TurnRecord],
     return {r.input_message_id: r for r in found}, damaged
 
 
+def for_other_threads(store: "Store", resource_id: str, thread_id: str) -> dict[str, TurnRecord]:
+    """Every readable record of the resource's other threads, by input message id (a turn rebuilt with
+    resource-scoped recall asks which of them ran beside it)."""
+    if not has_table(store):
+        return {}
+    with store.db.read() as conn:
+        rows = conn.exec_driver_sql(
+            f'SELECT {_COLUMNS} FROM {TABLE} WHERE resource_id = ? AND thread_id <> ? ORDER BY "createdAt"',
+            (resource_id, thread_id)).all()
+        found, _damaged = _decode_rows(conn, rows)
+    return {r.input_message_id: r for r in found}
+
+
 def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str], store: "Store | None" = None) -> None:
     if store is not None:
         for tid in thread_ids:
@@ -210,4 +223,4 @@ def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str], store: "S
                              tuple(thread_ids))
 
 
-__all__ = ["TABLE", "delete_for_threads", "for_thread", "has_table", "newest_windowed", "read", "read_state", "thread_state", "write"]
+__all__ = ["TABLE", "delete_for_threads", "for_other_threads", "for_thread", "has_table", "newest_windowed", "read", "read_state", "thread_state", "write"]

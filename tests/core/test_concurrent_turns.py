@@ -297,6 +297,64 @@ def test_a_turn_begun_while_another_ran_is_rebuilt_now_without_the_other(store: 
             assert f"{len(older)} message(s) of 1 other turn(s)" in said[0]
 
 
+def test_a_turn_rebuilt_now_leaves_out_what_another_conversation_of_the_user_stored_after_it_began(
+        store: Any) -> None:
+    """Turn B (thread 2) runs while turn A (thread 1, same user) waits for its model; B's recall reads the
+    user's other conversations (resource scope) and could not find A's question, stored with A's reply
+    at A's end. Rebuilt now, A's question is older than B's input and recall would find it: A's record
+    says it was stored after B began, so it is left out and said so (regression, seen in a QA pass: the
+    gateway on a local model, two threads of one user at once; "rebuilt now" showed another recalled
+    message and blamed an edit that never happened)."""
+    from datetime import datetime, timezone
+
+    from core.embedding import HashingEmbedder
+    from core.timeutil import FixedClock
+
+    clock = FixedClock(datetime(2026, 5, 1, tzinfo=timezone.utc), step_ms=1)
+    recall = {"scope": "resource", "top_k": 2, "message_range": 0}
+    mem = Memory(store, MemoryOptions(last_messages=2, semantic_recall=recall), embedder=HashingEmbedder(),
+                 clock=clock)
+    T2 = "thread-2"
+
+    def reply(messages: list[dict[str, Any]], tools: Any) -> str:
+        asked = messages[-1]["content"]
+        if asked == "Which apples make the best apple pie?":  # the user's other tab, served by another worker
+            other = threading.Thread(target=worker.generate, args=("Apple pie for dessert: which apples?",),
+                                     kwargs={"memory": {"resource": R, "thread": T2}})
+            other.start()
+            other.join()
+        return f"noted: {asked}"
+
+    model, worker_model = ScriptedModel(reply), ScriptedModel(echo)
+    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
+    worker = Agent("a", instructions="be brief", model=worker_model, memory=mem, tracer=False)
+    for text in ("I like pears", "The weather is grey", "Plums are in season"):
+        agent.generate(text, memory={"resource": R, "thread": T})
+    agent.generate("Which apples make the best apple pie?", memory={"resource": R, "thread": T})
+    b = next(m for m in mem.recall(thread_id=T2, resource_id=R, last_messages=10)
+             if m.text == "Apple pie for dessert: which apples?")
+    a = next(m for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)
+             if m.text == "Which apples make the best apple pie?")
+    assert a.created_at < b.created_at  # A's question is older than B's input, but was stored after B ran
+    sent = [(m["role"], m["content"]) for m in worker_model.requests[0].messages]
+    assert not any("best apple pie" in str(c) for _r, c in sent)  # B's recall could not find it
+    recorded = mem.assemble(as_of=b.id, resource_id=R)
+    assert recorded.replay is not None and recorded.replay.matches
+    now = mem.assemble(as_of=b.id, resource_id=R, rebuild="now")
+    assert [(m["role"], m["content"]) for m in now.messages] == sent
+    assert now.replay is not None and now.replay.matches
+    said = [u for u in now.replay.unknowns if "the turns running beside this one" in u]
+    assert len(said) == 1 and "the user's other conversations" in said[0]
+    # Rebuilt now by an engine configured otherwise (a shorter history): the difference is put down to
+    # the reconstruction, not to an edit that never happened.
+    shorter = Memory(store, MemoryOptions(last_messages=1, semantic_recall=recall), embedder=HashingEmbedder())
+    other = shorter.assemble(as_of=a.id, resource_id=R, rebuild="now")
+    assert other.replay is not None and other.replay.matches is False
+    assert other.replay.differences == (
+        "model call 1: the messages differ from those sent (rebuilt from today's data and engine, not from the "
+        "record: see what the reconstruction could not know)",)
+
+
 def test_turns_given_older_times_leave_none_of_the_turns_before_them_out(store: Any) -> None:
     """Inputs stamped by the caller with times long past (a conversation replayed into memory): every turn
     stored its messages long after its input's stamp, but before the next turn began, so a rebuild from
