@@ -9,7 +9,7 @@ message says what to do; anything else is logged here and reported as a failure 
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
 HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
-``memory-studio serve``).
+``memory-studio serve``; the guard's body limit is the only one).
 """
 
 from __future__ import annotations
@@ -135,7 +135,9 @@ def http_app(server: MCPServer, policy: Any) -> Any:
     # copy of those rules stays off, so there is one set of rules and one error shape.
     from mcp.server.transport_security import TransportSecuritySettings
 
+    # The body limit is the guard's too (--max-body-mb, a JSON 413 naming the flag): the SDK's own,
+    # 4 MB by default, would otherwise refuse bodies the flag allows, in plain text.
     app = server.streamable_http_app(
-        streamable_http_path="/mcp", host=policy.host or "127.0.0.1",
+        streamable_http_path="/mcp", host=policy.host or "127.0.0.1", max_request_body_size=policy.max_body_bytes,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     return RequestGuard(app, policy)

@@ -239,6 +239,32 @@ def test_http_server_keeps_the_gateways_rules(db: Path) -> None:
     assert (not_json.status_code, not_json.json()["error"]["code"]) == (415, "unsupported_media_type")
 
 
+def test_http_bodies_are_limited_by_max_body_mb_alone(tmp_path: Path) -> None:
+    """The SDK refused any body over its own 4 MB, in plain text ("Request body too large"), under the
+    guard's 16 MB default and whatever --max-body-mb said, so a client's tool call failed with "Server
+    returned an error response" and raising the flag changed nothing. The flag's limit is the only one."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    server = HttpServer(tmp_path / "memory.db", "--resource", "ada", "--max-body-mb", "8")
+    try:
+        async def main() -> tuple[str, Any]:
+            async with httpx2.AsyncClient(timeout=120) as http:
+                async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    # 5 MB of arguments: the tool runs, and refuses the message with the memory's own reason.
+                    refused = _error(await client.call_tool("remember", {"text": "x" * 5_000_000, "thread": "t"}))
+                over = await http.post(server.url, content=b'{"jsonrpc": "2.0", "x": "' + b"y" * (9 * 1024 * 1024)
+                                       + b'"}', headers={"Content-Type": "application/json",
+                                                         "Accept": "application/json, text/event-stream"})
+            return refused, over
+
+        refused, over = anyio.run(main)
+    finally:
+        server.stop()
+    assert "over the limit of 1,000,000 bytes" in refused
+    assert over.status_code == 413 and "--max-body-mb" in over.json()["error"]["message"]
+
+
 def test_transcript_uris_take_any_thread_id(tmp_path: Path) -> None:
     from core.embedding.hashing import HashingEmbedder
     from core.mcp_server.server import build_server
