@@ -77,7 +77,7 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ValueError(f"--any-resource serves every user's memory, so it needs a token: set ${TOKEN_ENV} "
                          "(or --token); HTTP clients then send it as 'Authorization: Bearer <token>'.")
     logging.basicConfig(stream=err, level=args.log_level.upper(), format="memory-studio mcp: %(message)s")
-    from core.mcp_server.server import build_server, http_app
+    from core.mcp_server.server import build_server, http_app, run_stdio
 
     with open_store(args.db) as store:
         memory = _memory(store, args.agent, err)
@@ -91,7 +91,7 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 from core.gateway.server import exit_on_sigterm
 
                 with exit_on_sigterm():  # a client stopping the server still gets its traces written
-                    anyio.run(server.run_stdio_async)
+                    anyio.run(run_stdio, server)
                 return 0
             from core.gateway.cli import is_loopback
             from core.gateway.server import serve
