@@ -131,6 +131,18 @@ def test_schema_working_memory_and_choosing_the_agent(server):
     assert status == 404
 
 
+def test_an_unknown_agent_id_is_named_as_the_parameter_sent(server):
+    """agentId=nobody answered 404 with param 'model' ("There is no agent named 'nobody'"): a memory-API
+    client sent no 'model', so a client reading param looked for the wrong mistake."""
+    for method, body in (("GET", None), ("PUT", {"workingMemory": "# Profile"})):
+        status, data = call(server, method, "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=nobody",
+                            body)
+        assert status == 404 and data["error"]["param"] == "agentId", data
+        assert "agentId='nobody' names no agent" in data["error"]["message"] and "'chat'" in data["error"]["message"]
+    status, data = call(server, "GET", "/api/memory/threads?resourceId=ada&agentId=nobody")
+    assert status == 404 and data["error"]["param"] == "agentId"
+
+
 def test_ids_with_unusual_characters_round_trip(server):
     thread = "conv 1/ü:ß"
     chat(server, "hi", thread, "ada")
