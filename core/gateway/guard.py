@@ -94,6 +94,11 @@ class GuardPolicy:
             raise ValueError(f"The body limit must be positive, got {self.max_body_bytes} bytes.")
         if self.max_json_depth < 1:
             raise ValueError(f"The JSON nesting limit must be at least 1, got {self.max_json_depth}.")
+        if self.token:
+            problem = token_problem(self.token)
+            if problem is not None:
+                raise ValueError(f"The API token {problem}: no HTTP client can send that in its Authorization "
+                                 "header, so every request would be refused with 401. Set the token without it.")
         object.__setattr__(self, "allowed_hosts", frozenset(_host_entry(h) for h in self.allowed_hosts))
         object.__setattr__(self, "allowed_origins", frozenset(normalize_origin(o) for o in self.allowed_origins))
         object.__setattr__(self, "open_paths", frozenset(self.open_paths))
@@ -345,6 +350,24 @@ def add_guard_arguments(parser: argparse.ArgumentParser, *, token_env: str) -> N
                         help=f"largest request body accepted, in MB (default {DEFAULT_MAX_BODY_MB}); larger ones get 413")
 
 
+def token_problem(token: str) -> str | None:
+    """Why ``token`` could never match a request's ``Authorization`` header, or None.
+
+    HTTP strips blanks around a header value and carries ASCII (clients refuse control characters and
+    most refuse other text), so a token with a trailing newline or carriage return (a ``.env`` file
+    written on Windows, ``echo`` into a secret), blanks at either end, or characters outside printable
+    ASCII would make the server refuse every request.
+    """
+    if token != token.strip():
+        return "starts or ends with whitespace (a space, tab, newline or carriage return)"
+    at = next((i for i, c in enumerate(token) if not (c.isascii() and c.isprintable())), None)
+    if at is not None:  # where, not which: the message may be logged, and the token is a secret
+        bad = token[at]
+        kind = "a control character" if bad.isascii() or not bad.isprintable() else "a character outside ASCII"
+        return f"contains {kind} (character {at + 1})"
+    return None
+
+
 def policy_from_args(args: argparse.Namespace, *, token_env: str, host: str | None = None,
                      port: int | None = None) -> GuardPolicy:
     """The policy the flags of ``add_guard_arguments`` (and ``--host``/``--port``) describe.
@@ -354,6 +377,11 @@ def policy_from_args(args: argparse.Namespace, *, token_env: str, host: str | No
     if not args.max_body_mb > 0:
         raise ValueError(f"--max-body-mb must be a positive number of megabytes, got {args.max_body_mb}.")
     token = args.token if args.token is not None else os.environ.get(token_env, "")
+    problem = token_problem(token) if token else None
+    if problem is not None:
+        where = "--token" if args.token is not None else f"${token_env}"
+        raise ValueError(f"The token in {where} {problem}: no HTTP client can send that in its Authorization "
+                         f"header, so every request would be refused with 401. Set {where} without it.")
     return GuardPolicy(host=host if host is not None else args.host, port=port if port is not None else args.port,
                        allowed_hosts=frozenset(args.allowed_host), allowed_origins=frozenset(args.allow_origin),
                        token=token or None, max_body_bytes=int(args.max_body_mb * MB))
@@ -489,4 +517,5 @@ def _cors_headers(origin: str, response_headers: Iterable[tuple[bytes, bytes]]) 
 
 
 __all__ = ["DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_JSON_DEPTH", "GuardPolicy", "JsonDepth", "RequestGuard",
-           "RequestRefused", "add_guard_arguments", "json_depth_exceeds", "normalize_origin", "policy_from_args"]
+           "RequestRefused", "add_guard_arguments", "json_depth_exceeds", "normalize_origin", "policy_from_args",
+           "token_problem"]

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from core.gateway.errors import bad_request
+from core.gateway.errors import GatewayError, bad_request
 from core.gateway.openai_routes import read_json
 from core.gateway.turns import client_id
 from core.ids import lone_surrogate
@@ -135,6 +135,10 @@ async def put_working_memory(request: Request) -> Response:
         opts = _wm_options(memory)
         thread = memory.get_thread(thread_id)
         resource_id = _owner(thread_id, thread.resource_id if thread else None, asked)
+        if thread is None and opts.scope == "thread":  # the engine's refusal says only "not found"
+            raise GatewayError(404, f"There is no thread {thread_id!r}, and this memory keeps working memory per "
+                               "thread: start the thread with a chat turn (metadata.thread_id) first, then write "
+                               "its working memory. Nothing was written.", type="not_found_error", code="not_found")
         memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,
                                      working_memory=body["workingMemory"], author="gateway")
         value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)

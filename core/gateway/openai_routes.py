@@ -40,6 +40,7 @@ from core.gateway.turns import (
     run_turn,
     turn_events,
 )
+from core.message_size import MessageTooLargeError
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.agent import Agent, AgentResult
@@ -91,8 +92,28 @@ async def chat_completions(request: Request) -> Response:
 def _timed_turn(agent: Agent, turn: Turn) -> tuple[AgentResult, float, Turn]:
     start = time.perf_counter()
     turn = resolve_thread(agent, turn)
-    result = run_turn(agent, turn)
+    try:
+        result = run_turn(agent, turn)
+    except MessageTooLargeError as exc:
+        raise reply_too_large(exc, turn) from exc
     return result, (time.perf_counter() - start) * 1000, turn
+
+
+def reply_too_large(exc: MessageTooLargeError, turn: Turn) -> Exception:
+    """The error a client gets for a turn refused by the message size limit.
+
+    The client's own message over the limit is its mistake (413, as ``classify`` says). Any other message
+    of the turn is the agent's reply (its text, tool calls and results): the request was small, so "shorten
+    it" would mislead. That is the agent's failure (502, like a model's), and the turn was not saved.
+    """
+    if exc.message_id == turn.message.id:
+        return exc
+    return GatewayError(
+        502, f"The agent's reply is {exc.size:,} bytes as stored (its text, tool calls and tool results), over "
+        f"this memory's limit of {exc.limit:,} bytes per message, so the turn was not saved, your message "
+        "neither. Ask for a shorter answer; the gateway's operator can cap replies (the agent's model setting "
+        "max_tokens, or --max-tokens) or raise MemoryOptions(max_message_bytes=...).",
+        type="api_error", code="reply_too_large")
 
 
 async def list_models(request: Request) -> Response:
@@ -217,6 +238,8 @@ class TurnStream(Response):
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             log.info("client left during a streamed reply; the turn was stopped at that point")
         except Exception as exc:  # noqa: BLE001 - reported to the client as an error response/event
+            if isinstance(exc, MessageTooLargeError):
+                exc = reply_too_large(exc, self.turn)
             try:
                 anyio.from_thread.run(sender.send, _Failed(exc))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):

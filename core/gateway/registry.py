@@ -103,6 +103,9 @@ class AgentRegistry:
         must say which agent it means.
         """
         if agent_id:
+            if agent_id not in self.agents:  # the memory API's parameter, not a chat request's 'model'
+                raise GatewayError(404, f"agentId={agent_id!r} names no agent. This gateway serves "
+                                   f"{self._listing()}.", code="model_not_found", param="agentId")
             memory = resolve_memory(self.get(agent_id).memory, request_context)
             if memory is None:
                 raise bad_request(f"Agent {agent_id!r} has no memory.", param="agentId")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 from typing import Any, TextIO
 
 from core.errors import MemoryStudioError
@@ -67,12 +68,16 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ValueError("Say whose memory to serve: --resource ID (one user), or --any-resource with a token.")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
-    policy = policy_from_args(args, token_env=TOKEN_ENV)
-    if args.any_resource and not policy.token:
+    # Over stdio the token is only checked at start (it must be set for --any-resource), never sent in a
+    # header, so only HTTP needs one an Authorization header can carry (policy_from_args checks that).
+    policy = policy_from_args(args, token_env=TOKEN_ENV) if args.http else None
+    token = policy.token if policy is not None else \
+        (args.token if args.token is not None else os.environ.get(TOKEN_ENV, "")) or None
+    if args.any_resource and not token:
         raise ValueError(f"--any-resource serves every user's memory, so it needs a token: set ${TOKEN_ENV} "
                          "(or --token); HTTP clients then send it as 'Authorization: Bearer <token>'.")
     logging.basicConfig(stream=err, level=args.log_level.upper(), format="memory-studio mcp: %(message)s")
-    from core.mcp_server.server import build_server, http_app
+    from core.mcp_server.server import build_server, http_app, run_stdio
 
     with open_store(args.db) as store:
         memory = _memory(store, args.agent, err)
@@ -86,11 +91,12 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 from core.gateway.server import exit_on_sigterm
 
                 with exit_on_sigterm():  # a client stopping the server still gets its traces written
-                    anyio.run(server.run_stdio_async)
+                    anyio.run(run_stdio, server)
                 return 0
             from core.gateway.cli import is_loopback
             from core.gateway.server import serve
 
+            assert policy is not None
             if not policy.token and not is_loopback(args.host):
                 err.write(f"memory-studio mcp: warning: serving on {args.host} without a token: anyone who can reach "
                           f"it can read and write the memory of {who}. Set ${TOKEN_ENV}.\n")

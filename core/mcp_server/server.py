@@ -9,16 +9,18 @@ message says what to do; anything else is logged here and reported as a failure 
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
 HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
-``memory-studio serve``).
+``memory-studio serve``; the guard's body limit is the only one).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
+import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -27,6 +29,7 @@ from mcp_types import Resource as MCPResource
 from pydantic import Field
 
 from core.errors import MemoryStudioError
+from core.ids import lone_surrogate
 from core.mcp_server.tools import DEFAULT_READ, URI_PREFIX, MemoryTools, transcript_uri
 from core.version import __version__
 
@@ -124,7 +127,81 @@ def build_server(tools: MemoryTools, *, log_level: str = "WARNING") -> MemoryMCP
 
 
 async def run_stdio(server: MCPServer) -> None:
-    await server.run_stdio_async()
+    """Serve over stdin/stdout with the SDK's transport, answering the requests it cannot parse (``_Answering``)."""
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs, with the read side wrapped
+    async with stdio_server() as (read_stream, write_stream):
+        await lowlevel.run(_Answering(read_stream, write_stream), write_stream,
+                           lowlevel.create_initialization_options())
+
+
+class _Answering:
+    """The stdio transport's read side, answering a request whose line the SDK's parser refused.
+
+    JSON allows a lone surrogate escape (``"\\ud800"``; JavaScript's ``JSON.stringify`` writes one for a
+    broken string), which the SDK's parser refuses: over HTTP the client gets a parse error, but over stdio
+    the refusal only reached the server's log, and the client waited for an answer that never came. Such a
+    request (still JSON to Python's parser, so its id is known) gets an error naming the character; anything
+    else passes through as the SDK gave it.
+    """
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self._inner, self._write = inner, write
+
+    @property
+    def last_context(self) -> Any:  # the sender's context, which the SDK reads from its stream
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            reply = _refusal(item) if isinstance(item, Exception) else None
+            if reply is None:
+                return item
+            await self._write.send(reply)
+
+    def __aiter__(self) -> _Answering:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Answering:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _refusal(exc: Exception) -> Any:
+    """The JSON-RPC error answering a request line refused for a lone surrogate, or None."""
+    from mcp.shared.message import SessionMessage
+    from mcp_types import ErrorData, JSONRPCError
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return None
+    line = next((e.get("input") for e in exc.errors() if isinstance(e.get("input"), str)), None)
+    try:
+        request = json.loads(line) if line is not None else None
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or not isinstance(request.get("id"), (int, str)) or "method" not in request:
+        return None
+    problem = lone_surrogate(request)
+    if problem is None:
+        return None
+    log.warning("refused request %r: it holds %s", request["id"], problem)
+    message = (f"The request holds {problem}; decode the text properly (or replace the character) before "
+               "sending it. Nothing was run or saved.")
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=request["id"], error=ErrorData(code=-32602, message=message)))
 
 
 def http_app(server: MCPServer, policy: Any) -> Any:
@@ -135,7 +212,9 @@ def http_app(server: MCPServer, policy: Any) -> Any:
     # copy of those rules stays off, so there is one set of rules and one error shape.
     from mcp.server.transport_security import TransportSecuritySettings
 
+    # The body limit is the guard's too (--max-body-mb, a JSON 413 naming the flag): the SDK's own,
+    # 4 MB by default, would otherwise refuse bodies the flag allows, in plain text.
     app = server.streamable_http_app(
-        streamable_http_path="/mcp", host=policy.host or "127.0.0.1",
+        streamable_http_path="/mcp", host=policy.host or "127.0.0.1", max_request_body_size=policy.max_body_bytes,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     return RequestGuard(app, policy)

@@ -162,3 +162,32 @@ def test_a_lone_surrogate_in_working_memory_is_named_and_the_database_is_not(ser
     assert "U+DC00" in reply["error"]["message"] and "Nothing was written" in reply["error"]["message"]
     assert str(store.location.display) not in reply["error"]["message"]
     assert memory.get_working_memory(resource_id="ada") is None
+
+
+def test_a_reply_over_the_message_limit_is_the_agents_failure_not_the_clients(memory):
+    """A two-character question whose reply (with its tool results) was over max_message_bytes got 413
+    "Message <an id the client never saw> is ... bytes ... Shorten it": the client's request was small and
+    nothing in it could be shortened. It is the agent's failure (502, like a model's), said as such."""
+    import openai
+
+    agent = Agent("wordy", instructions="Talk.", model=ScriptedModel(lambda m, t: "y" * 20_000), memory=memory,
+                  tracer=False)
+    with GatewayServer(create_app([agent], token="")) as server:
+        status, _, body = send(server, "POST", "/v1/chat/completions", {
+            "model": "wordy", "messages": [{"role": "user", "content": "hi"}],
+            "metadata": {"thread_id": "w1", "resource_id": "ada"}})
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+        with pytest.raises(openai.APIError) as streamed:
+            for _ in client.chat.completions.create(model="wordy", stream=True,
+                                                    messages=[{"role": "user", "content": "hi"}],
+                                                    metadata={"thread_id": "w2", "resource_id": "ada"}):
+                pass
+        # The client's own message over the limit stays its mistake.
+        own, _, own_body = send(server, "POST", "/v1/chat/completions", {
+            "model": "wordy", "messages": [{"role": "user", "content": "x" * 20_000}]})
+    assert (status, body["error"]["code"], body["error"]["type"]) == (502, "reply_too_large", "api_error")
+    for message in (body["error"]["message"], streamed.value.message):
+        assert "The agent's reply is 40," in message and "limit of 10,000 bytes" in message, message
+        assert "not saved" in message and "Shorten it" not in message
+    assert (own, own_body["error"]["code"]) == (413, "too_large") and "Shorten it" in own_body["error"]["message"]
+    assert memory.get_thread("w1") is None and memory.get_thread("w2") is None  # nothing of either turn

@@ -163,6 +163,44 @@ def test_the_token_scheme_is_case_insensitive(served):
     assert served.request("GET", "/health")[0] == 200  # load balancers probe without it
 
 
+def _refused_at_start(command: list[str], tmp_path: Path, env: dict[str, str]) -> str:
+    """Runs a server command that must refuse to start; its stderr. A server that starts instead is stopped
+    (that is the defect: it would have served, refusing every request with 401)."""
+    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", *command, "--port", "0", "--log-level", "warning"],
+                            cwd=tmp_path, env={**os.environ, "GW_GUARD_DB": str(tmp_path / "guard.db"), **env},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"{command[0]} started with a token no client can send") from None
+    assert proc.returncode == 1, err
+    return err
+
+
+def test_a_token_no_client_can_send_is_refused_at_start(tmp_path):
+    """A token ending in a carriage return (a .env file saved on Windows) or a newline, or holding text
+    outside ASCII, was taken: HTTP strips the blanks a client sends and clients refuse control characters
+    in a header, so every request got 401 "The API token is not valid" and nothing said why."""
+    (tmp_path / "gw_guard_agents.py").write_text(AGENTS)
+    serve = ["serve", "--agents", "gw_guard_agents:agents"]
+    err = _refused_at_start(serve, tmp_path, {"MEMORY_STUDIO_GATEWAY_TOKEN": "s3cret\r"})
+    assert "The token in $MEMORY_STUDIO_GATEWAY_TOKEN starts or ends with whitespace" in err
+    assert "refused with 401" in err and "s3cret" not in err  # the secret itself is never printed
+    err = _refused_at_start([*serve, "--token", "s3cret "], tmp_path, {})
+    assert "The token in --token starts or ends with whitespace" in err
+    err = _refused_at_start([*serve, "--token", "s3crét"], tmp_path, {})
+    assert "The token in --token contains a character outside ASCII (character 5)" in err
+    err = _refused_at_start(["mcp", "--db", str(tmp_path / "mcp.db"), "--http", "--any-resource"], tmp_path,
+                            {"MEMORY_STUDIO_MCP_TOKEN": "s3cret\n"})
+    assert "The token in $MEMORY_STUDIO_MCP_TOKEN starts or ends with whitespace" in err
+    with pytest.raises(ValueError, match="The API token contains a control character"):
+        GuardPolicy(token="s3\x00cret")
+    # A blank inside is sent and compared as it is.
+    assert GuardPolicy(token="two words").accepts_token("Bearer two words")
+
+
 def test_bodies_are_capped(served):
     big = json.dumps({"model": "echo", "messages": [{"role": "user", "content": "x" * (2 * 1024 * 1024)}]})
     status, headers, body = served.request("POST", "/v1/chat/completions", big, {**AUTH, **JSON})

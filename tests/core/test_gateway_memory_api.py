@@ -131,6 +131,35 @@ def test_schema_working_memory_and_choosing_the_agent(server):
     assert status == 404
 
 
+def test_an_unknown_agent_id_is_named_as_the_parameter_sent(server):
+    """agentId=nobody answered 404 with param 'model' ("There is no agent named 'nobody'"): a memory-API
+    client sent no 'model', so a client reading param looked for the wrong mistake."""
+    for method, body in (("GET", None), ("PUT", {"workingMemory": "# Profile"})):
+        status, data = call(server, method, "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=nobody",
+                            body)
+        assert status == 404 and data["error"]["param"] == "agentId", data
+        assert "agentId='nobody' names no agent" in data["error"]["message"] and "'chat'" in data["error"]["message"]
+    status, data = call(server, "GET", "/api/memory/threads?resourceId=ada&agentId=nobody")
+    assert status == 404 and data["error"]["param"] == "agentId"
+
+
+def test_thread_working_memory_of_a_thread_not_started_says_how_to_start_it(store):
+    """A PUT of thread-scoped working memory to a thread that does not exist answered 404 "Thread t9 not
+    found", though the client named that thread on purpose: it must be started by a chat turn first."""
+    memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "thread", "template": TEMPLATE}))
+    agent = Agent("chat", instructions="Chat.", model=ScriptedModel(show_system), memory=memory, tracer=False)
+    with GatewayServer(create_app([agent])) as server:
+        status, data = call(server, "PUT", "/api/memory/threads/t9/working-memory?resourceId=ada",
+                            {"workingMemory": "# Profile\n- Name: Ada\n"})
+        assert status == 404 and data["error"]["type"] == "not_found_error"
+        assert "start the thread with a chat turn" in data["error"]["message"]
+        chat(server, "hello", "t9", "ada")
+        status, data = call(server, "PUT", "/api/memory/threads/t9/working-memory?resourceId=ada",
+                            {"workingMemory": "# Profile\n- Name: Ada\n"})
+        assert status == 200 and data["scope"] == "thread" and "Ada" in data["workingMemory"]
+    assert memory.get_thread("t9").resource_id == "ada"
+
+
 def test_ids_with_unusual_characters_round_trip(server):
     thread = "conv 1/ü:ß"
     chat(server, "hi", thread, "ada")

@@ -239,6 +239,72 @@ def test_http_server_keeps_the_gateways_rules(db: Path) -> None:
     assert (not_json.status_code, not_json.json()["error"]["code"]) == (415, "unsupported_media_type")
 
 
+def test_http_bodies_are_limited_by_max_body_mb_alone(tmp_path: Path) -> None:
+    """The SDK refused any body over its own 4 MB, in plain text ("Request body too large"), under the
+    guard's 16 MB default and whatever --max-body-mb said, so a client's tool call failed with "Server
+    returned an error response" and raising the flag changed nothing. The flag's limit is the only one."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    server = HttpServer(tmp_path / "memory.db", "--resource", "ada", "--max-body-mb", "8")
+    try:
+        async def main() -> tuple[str, Any]:
+            async with httpx2.AsyncClient(timeout=120) as http:
+                async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    # 5 MB of arguments: the tool runs, and refuses the message with the memory's own reason.
+                    refused = _error(await client.call_tool("remember", {"text": "x" * 5_000_000, "thread": "t"}))
+                over = await http.post(server.url, content=b'{"jsonrpc": "2.0", "x": "' + b"y" * (9 * 1024 * 1024)
+                                       + b'"}', headers={"Content-Type": "application/json",
+                                                         "Accept": "application/json, text/event-stream"})
+            return refused, over
+
+        refused, over = anyio.run(main)
+    finally:
+        server.stop()
+    assert "over the limit of 1,000,000 bytes" in refused
+    assert over.status_code == 413 and "--max-body-mb" in over.json()["error"]["message"]
+
+
+def test_a_stdio_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
+    """JSON allows "\\ud800" (JavaScript's JSON.stringify writes it for a broken string); the SDK's parser
+    refuses it. Over stdio the refusal went to the server's log only: the client's request was never
+    answered and it waited for good. It is now answered with an error naming the character, and the
+    session goes on."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "mcp", "--db", str(tmp_path / "memory.db"),
+                             "--resource", "ada"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, encoding="utf-8", env=dict(os.environ))
+    stdin, stdout = proc.stdin, proc.stdout
+    assert stdin is not None and stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+
+    def ask(line: str) -> Any:
+        stdin.write(line + "\n")
+        stdin.flush()
+        try:  # a bound for a reply that never comes (the defect), not a timing assumption
+            return json.loads(lines.get(timeout=120))
+        except queue.Empty:
+            raise AssertionError(f"no answer to {line[:80]}") from None
+
+    try:
+        ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
+        stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        remembered = ask('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "remember", '
+                         '"arguments": {"text": "caf\\udc00", "thread": "t"}}}')
+        listed = ask('{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_threads", '
+                     '"arguments": {}}}')
+    finally:
+        stdin.close()
+        proc.wait(60)
+    assert remembered["id"] == 2 and "a lone surrogate (U+DC00)" in remembered["error"]["message"]
+    assert "Nothing was run or saved" in remembered["error"]["message"]
+    assert listed["id"] == 3 and json.loads(listed["result"]["content"][0]["text"])["threads"] == []
+
+
 def test_transcript_uris_take_any_thread_id(tmp_path: Path) -> None:
     from core.embedding.hashing import HashingEmbedder
     from core.mcp_server.server import build_server
