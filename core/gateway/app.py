@@ -138,6 +138,6 @@ def _guarded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Re
             return await endpoint(request)
         except Exception as exc:  # noqa: BLE001 - classify logs what it does not recognise
             reply = classify(exc)
-            return JSONResponse(reply.body, status_code=reply.status)
+            return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers or None)
 
     return run

@@ -9,7 +9,7 @@ the memory API and the streaming path always agree.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.context_window import ContextWindowError
@@ -35,13 +35,16 @@ class GatewayError(MemoryStudioError):
     """An error the gateway raises itself, already knowing its status and OpenAI error type."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None) -> None:
+                 code: str | None = None, param: str | None = None, retry: bool | None = None) -> None:
+        """``retry``: whether a client should send the request again by itself (the ``x-should-retry``
+        header, which OpenAI's SDKs obey before their own rule of retrying 5xx); None: their rule."""
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type
         self.code = code
         self.param = param
+        self.retry = retry
 
 
 def bad_request(message: str, *, param: str | None = None, code: str = "invalid_request") -> GatewayError:
@@ -52,12 +55,16 @@ def bad_request(message: str, *, param: str | None = None, code: str = "invalid_
 class ErrorReply:
     status: int
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def classify(exc: BaseException) -> ErrorReply:
     """The HTTP status and OpenAI-style body for ``exc``. Unknown errors are logged, never shown."""
     if isinstance(exc, GatewayError):
-        return _reply(exc.status, exc.message, exc.type, exc.code, exc.param)
+        reply = _reply(exc.status, exc.message, exc.type, exc.code, exc.param)
+        if exc.retry is not None:
+            reply.headers["x-should-retry"] = "true" if exc.retry else "false"
+        return reply
     if isinstance(exc, ThreadOwnershipError):
         return _reply(403, str(exc), "permission_error", "thread_ownership")
     if isinstance(exc, ReadOnlyError):

@@ -113,7 +113,9 @@ def reply_too_large(exc: MessageTooLargeError, turn: Turn) -> Exception:
         f"this memory's limit of {exc.limit:,} bytes per message, so the turn was not saved, your message "
         "neither. Ask for a shorter answer; the gateway's operator can cap replies (the agent's model setting "
         "max_tokens, or --max-tokens) or raise MemoryOptions(max_message_bytes=...).",
-        type="api_error", code="reply_too_large")
+        # Not sent again by the client's SDK on its own: the same prompt tends to the same reply, and the
+        # turn's tools, which ran, would run again.
+        type="api_error", code="reply_too_large", retry=False)
 
 
 async def list_models(request: Request) -> Response:
@@ -188,7 +190,8 @@ class TurnStream(Response):
                 first = await _next(events)
                 if isinstance(first, _Failed):
                     reply = classify(first.exc)
-                    await JSONResponse(reply.body, status_code=reply.status)(scope, receive, send)
+                    await JSONResponse(reply.body, status_code=reply.status, headers=reply.headers or None)(
+                        scope, receive, send)
                     return
                 try:
                     await send({"type": "http.response.start", "status": 200, "headers": self._sse_headers()})

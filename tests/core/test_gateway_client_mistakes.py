@@ -170,12 +170,20 @@ def test_a_reply_over_the_message_limit_is_the_agents_failure_not_the_clients(me
     nothing in it could be shortened. It is the agent's failure (502, like a model's), said as such."""
     import openai
 
-    agent = Agent("wordy", instructions="Talk.", model=ScriptedModel(lambda m, t: "y" * 20_000), memory=memory,
-                  tracer=False)
+    model = ScriptedModel(lambda m, t: "y" * 20_000)
+    agent = Agent("wordy", instructions="Talk.", model=model, memory=memory, tracer=False)
     with GatewayServer(create_app([agent], token="")) as server:
-        status, _, body = send(server, "POST", "/v1/chat/completions", {
+        status, headers, body = send(server, "POST", "/v1/chat/completions", {
             "model": "wordy", "messages": [{"role": "user", "content": "hi"}],
             "metadata": {"thread_id": "w1", "resource_id": "ada"}})
+        # The SDK's default retries 5xx; this one says not to (the same reply, its tools run again).
+        assert headers.get("x-should-retry") == "false"
+        calls = len(model.requests)
+        retrying = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=2, timeout=60)
+        with pytest.raises(openai.APIError):
+            retrying.chat.completions.create(model="wordy", messages=[{"role": "user", "content": "hi"}],
+                                             metadata={"thread_id": "w3", "resource_id": "ada"})
+        assert len(model.requests) == calls + 1  # asked once, not three times
         client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
         with pytest.raises(openai.APIError) as streamed:
             for _ in client.chat.completions.create(model="wordy", stream=True,
@@ -191,3 +199,4 @@ def test_a_reply_over_the_message_limit_is_the_agents_failure_not_the_clients(me
         assert "not saved" in message and "Shorten it" not in message
     assert (own, own_body["error"]["code"]) == (413, "too_large") and "Shorten it" in own_body["error"]["message"]
     assert memory.get_thread("w1") is None and memory.get_thread("w2") is None  # nothing of either turn
+    assert memory.get_thread("w3") is None
