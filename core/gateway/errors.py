@@ -72,7 +72,12 @@ def classify(exc: BaseException) -> ErrorReply:
     if isinstance(exc, ModelError):
         # The upstream model failed: a bad gateway, not a bad request. The message names the
         # endpoint and status and never holds a key (ModelError's own guarantee).
-        return _reply(502, str(exc), "api_error", "model_error")
+        reply = _reply(502, str(exc), "api_error", "model_error")
+        if getattr(exc, "tools_run", None):
+            # Tools had run (``TurnFailedError``): a retry runs them again, which is the client's choice to
+            # make knowingly, not its SDK's to make silently (their default retries a 5xx twice).
+            reply.headers["x-should-retry"] = "false"
+        return reply
     if isinstance(exc, StorageUnavailableError):
         # The database server is restarting or unreachable: retryable, and nothing was committed.
         return _reply(503, str(exc), "api_error", "storage_unavailable")

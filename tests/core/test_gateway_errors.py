@@ -111,6 +111,44 @@ def test_a_failing_model_is_502_plain_and_streamed(client):
         assert "http://model.test" in caught.value.message and "HTTP 500" in caught.value.message
 
 
+def test_a_model_failing_after_tools_ran_is_not_retried_by_the_sdk(memory):
+    """OpenAI's SDKs retry a 5xx twice by default; a turn whose model failed after its tools had run would
+    run them again, silently. The 502 says not to (``x-should-retry: false``); a plain model failure
+    (nothing run) keeps the SDK's own rule."""
+    from core.agent import Tool
+    from core.llm import ScriptedReply, tool_call
+
+    ran: list[str] = []
+    weather = Tool("getWeather", "weather", lambda args, ctx: ran.append(args["city"]) or {"temp": 4})
+    script: list[object] = []
+    for _ in range(3):
+        script += [ScriptedReply(tool_calls=(tool_call("getWeather", {"city": "Oslo"}),)),
+                   ModelError("provider went away", model_id="scripted/x", status=503)]
+    agent = Agent("tooly", instructions="I", model=ScriptedModel(script), memory=memory, tools=[weather], tracer=False)
+    with GatewayServer(create_app([agent], token="")) as running:
+        retrying = openai.OpenAI(base_url=running.base_url, api_key="-", max_retries=2, timeout=60)
+        with pytest.raises(openai.APIStatusError) as caught:
+            retrying.chat.completions.create(model="tooly", messages=[user("Weather in Oslo?")])
+    assert caught.value.status_code == 502 and caught.value.response.headers.get("x-should-retry") == "false"
+    assert "getWeather" in caught.value.message
+    assert ran == ["Oslo"]  # the tool ran once: the SDK did not send the turn again
+
+
+def test_a_plain_model_failure_keeps_the_sdks_retry_rule(server):
+    status, headers, _body = _raw_with_headers(server, "POST", "/v1/chat/completions", json.dumps(
+        {"model": "broken", "messages": [user("hi")]}))
+    assert status == 502 and "x-should-retry" not in headers
+
+
+def _raw_with_headers(server: GatewayServer, method: str, path: str, body: str) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    conn.request(method, path, body, {"content-type": "application/json"})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+
 def test_unknown_paths_and_methods_answer_as_json(server):
     status, body = raw(server, "GET", "/v1/nothing-here")
     assert status == 404 and body["error"]["code"] == "not_found"
