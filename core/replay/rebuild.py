@@ -188,6 +188,8 @@ def rebuild(
         unknowns.extend(str(u) for u in notes.get("unknown", ()) or ())
     if record is None and effective.semantic_recall.enabled:
         unknowns.append("recall scores at the time (ranked over today's index, limited to older messages)")
+    elif record is not None and not use_record and effective.semantic_recall.enabled:
+        unknowns.extend(_recall_moved(prompt, record))
     if frozen is not None:
         unknowns.extend(m if m.endswith(")") else f"{m} (no longer stored)" for m in frozen.missing)
     if not use_record:
@@ -255,6 +257,20 @@ def _still_running(stored: frozen_mod.ReplaySource, source: Any, turn: Message, 
             early |= own
     left = [ids - early for ids in late]
     return frozenset().union(*left), sum(1 for ids in left if ids)
+
+
+def _recall_moved(prompt: "AssembledPrompt", record: TurnRecord) -> list[str]:
+    """The reconstruction's word on recall when its hits are not the record's: it ranks over today's index,
+    whose statistics (keyword frequencies, the fusion's spans, thread neighbours) count messages written
+    since, and which only the live turn saw as it was; the record keeps the hits the model got."""
+    now = [str(h.get("message_id")) for h in (prompt.notes.get("semantic-recall", {}).get("hits") or ())]
+    then = [h.message_id for h in record.recall]
+    if now == then:
+        return []
+    new, gone = len(set(now) - set(then)), len(set(then) - set(now))
+    how = f"{new} hit(s) not in the record, {gone} of the record's missing" if new or gone else "in another order"
+    return [f"recall's ranking at the time: rebuilt over today's index, whose statistics count the messages written "
+            f"since, it differs from the record's hits ({how}); the record keeps what the model got"]
 
 
 def _same_millisecond(assembler: "TurnAssembler", turn: Message, resource_id: str | None,

@@ -345,6 +345,18 @@ def test_a_turn_rebuilt_now_leaves_out_what_another_conversation_of_the_user_sto
     assert now.replay is not None and now.replay.matches
     said = [u for u in now.replay.unknowns if "the turns running beside this one" in u]
     assert len(said) == 1 and "the user's other conversations" in said[0]
+    assert not [u for u in now.replay.unknowns if "recall's ranking" in u]  # the hits are the record's
+    # Hits that are not the record's (today's index ranks otherwise) are said to be, not left unexplained.
+    from dataclasses import replace
+
+    from core.replay.rebuild import _recall_moved
+
+    record = now.replay.record
+    assert record is not None and len(record.recall) == 2
+    assert _recall_moved(now, record) == []
+    moved = _recall_moved(now, replace(record, recall=record.recall[:1]))
+    assert len(moved) == 1 and "1 hit(s) not in the record, 0 of the record's missing" in moved[0]
+    assert "in another order" in _recall_moved(now, replace(record, recall=record.recall[::-1]))[0]
     # Rebuilt now by an engine configured otherwise (a shorter history): the difference is put down to
     # the reconstruction, not to an edit that never happened.
     shorter = Memory(store, MemoryOptions(last_messages=1, semantic_recall=recall), embedder=HashingEmbedder())
