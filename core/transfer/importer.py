@@ -9,7 +9,8 @@ left out and reported.
 Which table a list of the file goes to is decided by ``core.transfer.sections``, never by the file,
 and every row is checked there before anything is written (a bad row refuses the whole file). A
 message whose id is already in another thread here is never moved (a message never changes thread),
-and an observation or turn record whose key is taken by another thread's row is never replaced,
+nor is the turn record of such a message imported (a record is read by its input message id), and an
+observation or turn record whose key is taken by another thread's row is never replaced,
 overwrite or not: such rows are left out and reported, like threads of another resource.
 
 Working-memory versions have database-wide integer ids, so they are matched by content; an imported
@@ -118,6 +119,7 @@ class _Importer:
         self.overwrite = overwrite
         self.report = ImportReport(target, dry_run=dry_run)
         self.blocked: set[str] = set()  # threads owned by another resource in the target
+        self.elsewhere: dict[str, str] = {}  # message id -> its thread here, of the file's messages left out
         self.version_ids: dict[int, int] = {}  # exported version id -> id in the target
         self.observation_records: dict[str, str] = {}  # observation record id -> lookup key, of records kept
 
@@ -227,6 +229,7 @@ class _Importer:
                     inserts.append(values)
                     continue
                 if old["thread_id"] != m["threadId"]:
+                    self.elsewhere[m["id"]] = old["thread_id"]
                     self._conflict("messages", m["id"], f"is in thread {old['thread_id']} here, not "
                                    f"{m['threadId']}; a message never moves to another thread, so it was not "
                                    "imported (not even with overwrite)", may_overwrite=False)
@@ -361,6 +364,12 @@ class _Importer:
         dangling = 0
         for raw in wanted:
             row = dict(raw)
+            key = str(row.get(S.TURNS.message_field or ""))
+            if key in self.elsewhere:  # a record is read by its input message id: it would be that thread's turn's
+                self._conflict("turns", key, f"its input message is in thread {self.elsewhere[key]} here, not "
+                               f"{row.get(S.TURNS.thread_field or '')}; a record is read by its input message, so it "
+                               "was not imported (not even with overwrite)", may_overwrite=False)
+                continue
             if "wm_version_id" in row and row["wm_version_id"] is not None:
                 mapped = self.version_ids.get(row["wm_version_id"])
                 if mapped is None:

@@ -156,6 +156,27 @@ def test_overwrite_never_takes_another_threads_turn_record(exported, target, new
     assert [r[2] for r in table_rows(target, "memory_studio_turns") if r[0] == "g1"] == ["t-bob"]
 
 
+def test_a_turn_record_never_takes_the_key_of_another_threads_message(exported, target):
+    """A record is read by its input message id (``Memory.turn_record``, a fork's recorded working
+    memory): one keyed by mallory's message, imported while that message itself was left out (it is in
+    mallory's thread here), was read as the record of mallory's turn. (This module's turn table has a
+    shape of its own, so the rows are checked, not ``turn_record``.)"""
+    data = copy.deepcopy(exported)  # ada's file claims mallory's message and files a turn record under it
+    data["messages"][0]["id"] = "m-secret"
+    data["turns"][0]["input_message_id"] = "m-secret"
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, data, overwrite=overwrite)
+        conflict = next(c for c in report.conflicts if c.kind == "turns")
+        assert conflict.id == "m-secret" and not conflict.replaceable and not conflict.overwritten
+        assert "its input message is in thread t-mallory here" in conflict.reason
+        assert report.written["turns"] == 0
+        assert "m-secret" not in [r[0] for r in table_rows(target, "memory_studio_turns")]
+        # No thread was left out: the summary names what was (it said "1 thread owned by another resource").
+        assert "owned by another resource" not in report.summary(), report.summary()
+        assert "; 2 rows of another thread here left out" in report.summary(), report.summary()
+
+
 # -- item 3: the API's rules --------------------------------------------------------------------
 
 
