@@ -217,6 +217,19 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
     (lambda d: d["resources"][0].update(metadata='["a"]'), "its metadata must be a JSON object, not list"),
     (lambda d: d["resources"][0].update(workingMemory=5), r"resources\[0\] .* its workingMemory must be text .* not int"),
     (lambda d: d["resources"][0].update(workingMemory={"name": "Ada"}), "its workingMemory must be text"),
+
+    # Times as they are stored (UTC, milliseconds, Z): the engine orders rows by that text, so a message stamped
+    # "14:00+05:00" (09:00 UTC) was taken for the newest of its thread's last messages; and one the engine cannot
+    # step a millisecond past (year 9999) made every prompt of its thread fail with Python's OverflowError.
+    (lambda d: d["messages"][0].update(createdAt="2026-03-01T14:00:00.000+05:00"),
+     r"messages\[0\] .* its createdAt '2026-03-01T14:00:00.000\+05:00' is not in the stored form .* write it as "
+     "'2026-03-01T09:00:00.000Z'"),
+    (lambda d: d["messages"][0].update(createdAt="2026-03-01"), "write it as '2026-03-01T00:00:00.000Z'"),
+    (lambda d: d["threads"][0].update(updatedAt="2026-03-01T09:00:00Z"), "write it as '2026-03-01T09:00:00.000Z'"),
+    (lambda d: d["messages"][0].update(createdAt="9999-12-31T23:59:59.999Z"),
+     r"its createdAt '9999-12-31T23:59:59.999Z' is outside the times the engine can work with"),
+    (lambda d: d["threads"][0].update(createdAt="9999-12-31T23:59:59.999-14:00"), "outside the times"),
+    (lambda d: d["resources"][0].update(createdAt="0001-01-01T00:00:00.000Z"), "outside the times"),
 ])
 def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, match):
     data = copy.deepcopy(exported)
