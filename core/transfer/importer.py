@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping
 
 import sqlalchemy as sa
 
-from core.storage import Store, catalog
+from core.storage import SchemaError, Store, catalog
 from core.storage.capabilities import capabilities_of
 from core.storage.locks import om_key, resource_key, thread_key
 from core.storage.memory_store import dump_json, load_json
@@ -63,8 +63,13 @@ _REPLACE_MESSAGE = _INSERT_MESSAGE + (
 def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
                    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
                    max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> ImportReport:
-    """What ``import_data`` would do, without writing (works on a read-only database)."""
+    """What ``import_data`` would do, without writing (works on a read-only database). A database a newer
+    Memory Studio wrote is refused as the import refuses it (``SchemaError``)."""
     validate(data, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
+    newer = store.db.unknown_migrations()
+    if newer:
+        raise SchemaError(f"{store.location.display} was written by a newer Memory Studio (migrations "
+                          f"{', '.join(newer)}). Upgrade Memory Studio before importing into it.")
     with store.db.read() as conn:
         importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True)
         report = importer.run()
@@ -364,9 +369,9 @@ class _Importer:
         dangling = 0
         for raw in wanted:
             row = dict(raw)
-            key = str(row.get(S.TURNS.message_field or ""))
-            if key in self.elsewhere:  # a record is read by its input message id: it would be that thread's turn's
-                self._conflict("turns", key, f"its input message is in thread {self.elsewhere[key]} here, not "
+            input_id = str(row.get(S.TURNS.message_field or ""))
+            if input_id in self.elsewhere:  # a record is read by its input message id: it would be that thread's turn's
+                self._conflict("turns", input_id, f"its input message is in thread {self.elsewhere[input_id]} here, not "
                                f"{row.get(S.TURNS.thread_field or '')}; a record is read by its input message, so it "
                                "was not imported (not even with overwrite)", may_overwrite=False)
                 continue
