@@ -303,8 +303,31 @@ def _observation_rule(row: Row, index: FileIndex) -> str | None:
     return None
 
 
+#: The integer ids a table's key can hold (SQLite's and Postgres' BIGINT range, the rowid's positive half).
+MAX_INTEGER_ID = 2**63 - 1
+
+
+def integer_id_problem(row: Row, name: str) -> str | None:
+    """Why ``row[name]`` cannot be an integer id as the tables keep it (absent or null is allowed)."""
+    value = row.get(name)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_INTEGER_ID):
+        return None
+    return f"its {name} must be a whole number from 1 to {MAX_INTEGER_ID:,} (or null), not {value!r:.40}"
+
+
+def text_problem(row: Row, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> str | None:
+    """Why a column of ``row`` that the table keeps as text is not text (``optional`` ones may be null)."""
+    for name in (*required, *optional):
+        value = row.get(name)
+        if not isinstance(value, str) and not (value is None and name in optional):
+            return f"its {name} must be text{' or null' if name in optional else ''}, not {type(value).__name__}"
+    return None
+
+
 def _version_rule(row: Row, index: FileIndex) -> str | None:
-    return times_problem(row, ("createdAt",))
+    # The table's columns, as the importer binds them (it sorts the rows by id and keeps a free id).
+    return integer_id_problem(row, "id") or text_problem(row, ("format", "author"), ("working_memory", "note")) \
+        or times_problem(row, ("createdAt",))
 
 
 def _working_memory_entry_rule(row: Row, index: FileIndex) -> str | None:

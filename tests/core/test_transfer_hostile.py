@@ -230,6 +230,25 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
      r"its createdAt '9999-12-31T23:59:59.999Z' is outside the times the engine can work with"),
     (lambda d: d["threads"][0].update(createdAt="9999-12-31T23:59:59.999-14:00"), "outside the times"),
     (lambda d: d["resources"][0].update(createdAt="0001-01-01T00:00:00.000Z"), "outside the times"),
+
+    # A working-memory version's columns as the table holds them: the import failed after the checks with
+    # "invalid literal for int() with base 10: 'abc'", "datatype mismatch", "NOT NULL constraint failed", or the
+    # driver's sentence about lone surrogates for a list, none naming the row.
+    (lambda d: d["workingMemory"][0]["versions"][0].update(id="abc"),
+     r"workingMemoryVersions\[0\] \(owner_id 'ada'\) is refused: its id must be a whole number from 1 to "),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(id=10**30), "its id must be a whole number"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(id=True), "its id must be a whole number"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(format={"a": 1}), "its format must be text, not dict"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(author=None), "its author must be text, not NoneType"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(note=[1]), "its note must be text or null, not list"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(working_memory=5),
+     "its working_memory must be text or null, not int"),
+    (lambda d: d["turns"][0].update(wm_version_id="x"), r"turns\[0\] .* its wm_version_id must be a whole number"),
+    (lambda d: d.update(messageVersions=[{**_version("g1", "t-groceries", "x"), "id": 10**30}]),
+     r"messageVersions\[0\] \(message_id 'g1'\) is refused: its id must be a whole number"),
+    (lambda d: d.update(configs=[{"id": 10**30, "name": "default", "template": "# Notes", "schema": None,
+                                  "author": "studio", "createdAt": "2026-03-01T09:00:00.000Z"}]),
+     r"configs\[0\] is refused: its id must be a whole number"),
 ])
 def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, match):
     data = copy.deepcopy(exported)
