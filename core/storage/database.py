@@ -64,6 +64,20 @@ SELECT (SELECT max("updatedAt") FROM mastra_threads),
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+def no_memory_tables(display: str, *, empty: bool) -> SchemaError:
+    """What a database without memory tables is, said when a read needs one (libSQL and Postgres alike;
+    the command line refuses such a file before reading, ``core.cli_store``)."""
+    if empty:
+        return SchemaError(
+            f"{display} has no tables yet (an empty database): nothing is stored in it. Check --db or "
+            "$MEMORY_STUDIO_DB (`memory-studio where` shows which database is used). A command that writes "
+            "(`memory-studio import`, `memory-studio demo`, `memory-studio serve`) or File > Allow Writes in "
+            "the Studio makes it a memory database.")
+    return SchemaError(
+        f"{display} has no memory tables (mastra_threads, mastra_messages): it was not written by Memory "
+        "Studio or Mastra. Check --db or $MEMORY_STUDIO_DB (`memory-studio where` shows which database is used).")
+
+
 def translate_driver_error(location: ResolvedPath, exc: BaseException) -> StorageError | None:
     """Our error, naming the file and what to do, for a driver error we recognise (else None).
 
@@ -448,6 +462,11 @@ class Database:
         ours = translate_driver_error(self.location, exc)
         if ours is not None:
             raise ours from exc
+        # A file that had no memory tables when it was opened and was not migrated then (another program's
+        # file, or an empty one opened read-only): a missing table is what the file is, not a fault.
+        if not self.is_mastra and (self.read_only or not self.is_empty) and (type(exc) is ValueError or isinstance(
+                exc, sa.exc.DBAPIError)) and "no such table" in str(getattr(exc, "orig", None) or exc).lower():
+            raise no_memory_tables(self.location.display, empty=self.is_empty) from None
 
     def refuse_writes(self, reason: str) -> None:
         """From now on every write raises ``ReadOnlyError(reason)``: for a database that must not be
@@ -490,6 +509,8 @@ class Database:
             done = migrations.apply(self.read, self.transaction, names)
         self.owned = True
         self._newer = None
+        with self.read() as conn:  # another program's file has memory tables now (a missing one is a fault again)
+            self.is_mastra = catalog.has_table(conn, "mastra_threads")
         return done
 
     def vacuum(self) -> int:
