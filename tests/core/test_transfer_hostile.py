@@ -249,6 +249,14 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
     (lambda d: d.update(configs=[{"id": 10**30, "name": "default", "template": "# Notes", "schema": None,
                                   "author": "studio", "createdAt": "2026-03-01T09:00:00.000Z"}]),
      r"configs\[0\] is refused: its id must be a whole number"),
+
+    # One row per key: a second turn record (agent, tool definition, working memory) of the same key was taken for
+    # a row of the target ("differs here"; with overwrite the file's later one won).
+    (lambda d: d["turns"].append({**d["turns"][0], "record": "{}"}),
+     "turns lists input_message_id 'g1' twice; keep one of them"),
+    (lambda d: d["workingMemory"].append({**d["workingMemory"][0], "value": "other", "versions": []}),
+     r"workingMemory lists scope/ownerId \('resource', 'ada'\) twice"),
+    (lambda d: d["messages"].append(dict(d["messages"][0])), "messages lists id 'g0' twice"),
 ])
 def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, match):
     data = copy.deepcopy(exported)
