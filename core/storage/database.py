@@ -462,10 +462,11 @@ class Database:
         ours = translate_driver_error(self.location, exc)
         if ours is not None:
             raise ours from exc
-        # A file that had no memory tables when it was opened and was not migrated then (another program's
-        # file, or an empty one opened read-only): a missing table is what the file is, not a fault.
-        if not self.is_mastra and (self.read_only or not self.is_empty) and (type(exc) is ValueError or isinstance(
-                exc, sa.exc.DBAPIError)) and "no such table" in str(getattr(exc, "orig", None) or exc).lower():
+        # A file without memory tables that was not migrated (another program's file, until `migrate` makes it
+        # ours; an empty one opened read-only): a missing table is what the file is, not a fault.
+        unmigrated = not self.owned or (self.read_only and self.is_empty)
+        if not self.is_mastra and unmigrated and (type(exc) is ValueError or isinstance(exc, sa.exc.DBAPIError)) \
+                and "no such table" in str(getattr(exc, "orig", None) or exc).lower():
             raise no_memory_tables(self.location.display, empty=self.is_empty) from None
 
     def refuse_writes(self, reason: str) -> None:
@@ -509,8 +510,6 @@ class Database:
             done = migrations.apply(self.read, self.transaction, names)
         self.owned = True
         self._newer = None
-        with self.read() as conn:  # another program's file has memory tables now (a missing one is a fault again)
-            self.is_mastra = catalog.has_table(conn, "mastra_threads")
         return done
 
     def vacuum(self) -> int:
