@@ -407,7 +407,9 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _migrate(args: argparse.Namespace, out: TextIO) -> int:
-    with open_store(args.db, read_only=args.list, create=False) as store:
+    # What is pending is read first, read-only: opening an empty file to write makes it a memory database
+    # (every migration applied as it opens), which a later look would report as "nothing pending".
+    with open_store(args.db, read_only=True, create=False) as store:
         pending = store.pending_migrations()
         if args.list or not pending:
             out.write("\n".join(pending) + "\n" if pending else "nothing pending\n")
@@ -416,8 +418,10 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
                 out.write(f"written by a newer Memory Studio (migrations {', '.join(newer)}): it can be read, "
                           "but upgrade Memory Studio before writing to it\n")
             return 0
-        done = store.migrate()
-    out.write("applied: " + ", ".join(done) + "\n")
+    with open_store(args.db, create=False) as store:
+        store.migrate()
+        left = set(store.pending_migrations())
+    out.write("applied: " + ", ".join(name for name in pending if name not in left) + "\n")
     return 0
 
 

@@ -66,6 +66,32 @@ def parse_iso(value: str | datetime | int | float) -> datetime:
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
+#: The times the engine can work with. It stamps a new turn a millisecond after its thread's newest message
+#: and rebuilds a turn from a millisecond before its input, so the first and last day Python holds stay free.
+EARLIEST = datetime(1, 1, 2, tzinfo=timezone.utc)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999000, tzinfo=timezone.utc)
+
+
+def stored_form_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as a timestamp as it is (None: it can). Stored times are ``to_iso``'s
+    text, between EARLIEST and LATEST: the storage queries order and compare them as text, and the
+    engine steps from them by a millisecond."""
+    try:
+        dt = parse_iso(text)
+        canonical = to_iso(dt)  # converting an offset to UTC can leave Python's range
+    except OverflowError:
+        dt, canonical = None, None
+    except ValueError:
+        return "is not an ISO-8601 time (like 2026-01-31T09:30:00.000Z)"
+    if dt is None or not EARLIEST <= dt <= LATEST:
+        return (f"is outside the times the engine can work with ({to_iso(EARLIEST)[:10]} to "
+                f"{to_iso(LATEST)[:10]} UTC)")
+    if canonical != text:
+        return (f"is not in the stored form (UTC with milliseconds and Z: rows are ordered by this text); "
+                f"write it as {canonical!r}")
+    return None
+
+
 def parse_optional_iso(value: object) -> datetime | None:
     """``parse_iso`` for a nullable column: ``None`` stays ``None``."""
     if value is None:

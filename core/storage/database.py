@@ -64,6 +64,20 @@ SELECT (SELECT max("updatedAt") FROM mastra_threads),
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+def no_memory_tables(display: str, *, empty: bool) -> SchemaError:
+    """What a database without memory tables is, said when a read needs one (libSQL and Postgres alike;
+    the command line refuses such a file before reading, ``core.cli_store``)."""
+    if empty:
+        return SchemaError(
+            f"{display} has no tables yet (an empty database): nothing is stored in it. Check --db or "
+            "$MEMORY_STUDIO_DB (`memory-studio where` shows which database is used). A command that writes "
+            "(`memory-studio import`, `memory-studio demo`, `memory-studio serve`) or File > Allow Writes in "
+            "the Studio makes it a memory database.")
+    return SchemaError(
+        f"{display} has no memory tables (mastra_threads, mastra_messages): it was not written by Memory "
+        "Studio or Mastra. Check --db or $MEMORY_STUDIO_DB (`memory-studio where` shows which database is used).")
+
+
 def translate_driver_error(location: ResolvedPath, exc: BaseException) -> StorageError | None:
     """Our error, naming the file and what to do, for a driver error we recognise (else None).
 
@@ -448,6 +462,12 @@ class Database:
         ours = translate_driver_error(self.location, exc)
         if ours is not None:
             raise ours from exc
+        # A file without memory tables that was not migrated (another program's file, until `migrate` makes it
+        # ours; an empty one opened read-only): a missing table is what the file is, not a fault.
+        unmigrated = not self.owned or (self.read_only and self.is_empty)
+        if not self.is_mastra and unmigrated and (type(exc) is ValueError or isinstance(exc, sa.exc.DBAPIError)) \
+                and "no such table" in str(getattr(exc, "orig", None) or exc).lower():
+            raise no_memory_tables(self.location.display, empty=self.is_empty) from None
 
     def refuse_writes(self, reason: str) -> None:
         """From now on every write raises ``ReadOnlyError(reason)``: for a database that must not be

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from core.cli_store import open_cli_store
 from core.storage import open_store
+from core.storage.paths import caller_file, resolve_db_path
 from core.terminal_text import visible
 from core.transfer.export import ExportOptions, export_data
 from core.transfer.format import load, render, write_atomically
@@ -76,16 +78,35 @@ def describe_counts(counts: dict[str, int]) -> str:
 
 def _import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     data = load(args.file)
+    if args.dry_run:
+        _print_report(_preview(args.db, data, overwrite=args.overwrite), out, err)
+        return 0
     with open_store(args.db) as store:
-        if args.dry_run:
-            report = preview_import(store, data, overwrite=args.overwrite)
-            _print_report(report, out, err)
-            return 0
         report = import_data(store, data, overwrite=args.overwrite)
         _print_report(report, out, err)
         if report.message_ids:
             out.write("note: " + recall_after_import(store, report.message_ids, embed=not args.no_index) + "\n")
     return 0
+
+
+def _preview(db: str | None, data: dict[str, Any], *, overwrite: bool) -> ImportReport:
+    """What an import would do, looking only: the target is opened read-only, never created or migrated.
+    A database that does not exist yet or has no tables (an import would make it a memory database) is
+    previewed as that new database: a scratch one in a temporary folder."""
+    location = resolve_db_path(db, caller=caller_file() if not db else None)
+    path = location.path
+    missing = path is not None and not path.exists()
+    if not missing:
+        with open_store(db, read_only=True, create=False) as store:
+            if not store.db.is_empty:
+                return preview_import(store, data, overwrite=overwrite)
+    with tempfile.TemporaryDirectory(prefix="memory-studio-preview-") as scratch, \
+            open_store(Path(scratch) / "new.db") as store:
+        report = preview_import(store, data, overwrite=overwrite)
+    report.target = location.display
+    report.notes.insert(0, f"{location.display} {'does not exist yet' if missing else 'is empty'}: the import would "
+                           "make it a memory database and write every row of the file.")
+    return report
 
 
 def _print_report(report: ImportReport, out: TextIO, err: TextIO) -> None:

@@ -61,9 +61,7 @@ def _common(row: S.Row) -> str | None:
         return f"its op {row.get('op')!r} is not one of {', '.join(OPS)}"
     if not isinstance(row.get("author"), str):
         return "it needs a string author"
-    if row.get("id") is not None and (not isinstance(row["id"], int) or isinstance(row["id"], bool)):
-        return "its id must be an integer"
-    return S.times_problem(row, ("createdAt",))
+    return S.integer_id_problem(row, "id") or S.times_problem(row, ("createdAt",))
 
 
 def _message_version_rule(row: S.Row, index: S.FileIndex) -> str | None:

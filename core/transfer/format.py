@@ -43,6 +43,10 @@ from core.terminal_text import printable
 
 FORMAT = "memory-studio-export"
 VERSION = 1
+#: The key of each list's rows: a file holds one row per key.
+UNIQUE_KEYS = {"resources": ("id",), "threads": ("id",), "messages": ("id",), "observations": ("id",),
+               "turns": ("input_message_id",), "agents": ("name",), "toolDefinitions": ("hash",),
+               "toolSets": ("hash",), "workingMemory": ("scope", "ownerId")}
 LIST_KEYS = ("resources", "threads", "messages", "workingMemory", "observations", "turns", "toolDefinitions",
              "toolSets", "agents", "configs", "traces", "messageVersions", "observationVersions")
 
@@ -158,14 +162,18 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
     _require(data, "resources", ("id", "createdAt"), name)
     _require(data, "threads", ("id", "resourceId", "createdAt"), name)
     _require(data, "messages", ("id", "threadId", "role", "type", "createdAt", "content"), name)
-    for key in ("resources", "threads", "messages", "observations"):
-        seen: set[str] = set()
+    for key, fields in UNIQUE_KEYS.items():
+        # One row per key: a second one would be matched against the first as if it were the target's row.
+        seen: set[Any] = set()
         for item in data.get(key, []):
-            item_id = item.get("id") if isinstance(item, dict) else None
-            if item_id in seen:
-                raise ExportFormatError(printable(f"{name}: {key} lists id {item_id} twice."))
-            if isinstance(item_id, str):
-                seen.add(item_id)
+            values = tuple(item.get(f) for f in fields) if isinstance(item, dict) else ()
+            if not all(isinstance(v, str) for v in values) or not values:
+                continue  # the section's rules say what is wrong with it
+            if values in seen:
+                shown = repr(values[0]) if len(values) == 1 else repr(values)
+                raise ExportFormatError(printable(f"{name}: {key} lists {'/'.join(fields)} {shown} twice; keep one of "
+                                                  "them. Nothing was imported."))
+            seen.add(values)
     thread_ids = {t["id"] for t in data.get("threads", [])}
     for m in data.get("messages", []):
         if m["threadId"] not in thread_ids:

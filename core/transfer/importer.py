@@ -9,7 +9,8 @@ left out and reported.
 Which table a list of the file goes to is decided by ``core.transfer.sections``, never by the file,
 and every row is checked there before anything is written (a bad row refuses the whole file). A
 message whose id is already in another thread here is never moved (a message never changes thread),
-and an observation or turn record whose key is taken by another thread's row is never replaced,
+nor is the turn record of such a message imported (a record is read by its input message id), and an
+observation or turn record whose key is taken by another thread's row is never replaced,
 overwrite or not: such rows are left out and reported, like threads of another resource.
 
 Working-memory versions have database-wide integer ids, so they are matched by content; an imported
@@ -30,7 +31,7 @@ from typing import Any, Iterable, Mapping
 
 import sqlalchemy as sa
 
-from core.storage import Store, catalog
+from core.storage import SchemaError, Store, catalog
 from core.storage.capabilities import capabilities_of
 from core.storage.locks import om_key, resource_key, thread_key
 from core.storage.memory_store import dump_json, load_json
@@ -62,8 +63,13 @@ _REPLACE_MESSAGE = _INSERT_MESSAGE + (
 def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
                    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
                    max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> ImportReport:
-    """What ``import_data`` would do, without writing (works on a read-only database)."""
+    """What ``import_data`` would do, without writing (works on a read-only database). A database a newer
+    Memory Studio wrote is refused as the import refuses it (``SchemaError``)."""
     validate(data, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
+    newer = store.db.unknown_migrations()
+    if newer:
+        raise SchemaError(f"{store.location.display} was written by a newer Memory Studio (migrations "
+                          f"{', '.join(newer)}). Upgrade Memory Studio before importing into it.")
     with store.db.read() as conn:
         importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True)
         report = importer.run()
@@ -118,6 +124,7 @@ class _Importer:
         self.overwrite = overwrite
         self.report = ImportReport(target, dry_run=dry_run)
         self.blocked: set[str] = set()  # threads owned by another resource in the target
+        self.elsewhere: dict[str, str] = {}  # message id -> its thread here, of the file's messages left out
         self.version_ids: dict[int, int] = {}  # exported version id -> id in the target
         self.observation_records: dict[str, str] = {}  # observation record id -> lookup key, of records kept
 
@@ -227,6 +234,7 @@ class _Importer:
                     inserts.append(values)
                     continue
                 if old["thread_id"] != m["threadId"]:
+                    self.elsewhere[m["id"]] = old["thread_id"]
                     self._conflict("messages", m["id"], f"is in thread {old['thread_id']} here, not "
                                    f"{m['threadId']}; a message never moves to another thread, so it was not "
                                    "imported (not even with overwrite)", may_overwrite=False)
@@ -361,6 +369,12 @@ class _Importer:
         dangling = 0
         for raw in wanted:
             row = dict(raw)
+            input_id = str(row.get(S.TURNS.message_field or ""))
+            if input_id in self.elsewhere:  # a record is read by its input message id: it would be that thread's turn's
+                self._conflict("turns", input_id, f"its input message is in thread {self.elsewhere[input_id]} here, not "
+                               f"{row.get(S.TURNS.thread_field or '')}; a record is read by its input message, so it "
+                               "was not imported (not even with overwrite)", may_overwrite=False)
+                continue
             if "wm_version_id" in row and row["wm_version_id"] is not None:
                 mapped = self.version_ids.get(row["wm_version_id"])
                 if mapped is None:

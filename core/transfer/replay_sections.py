@@ -214,8 +214,8 @@ def _agent_rule(row: S.Row, index: S.FileIndex) -> str | None:
 def _config_rule(row: S.Row, index: S.FileIndex) -> str | None:
     if not all(isinstance(row.get(k), str) for k in ("name", "author", "createdAt")):
         return "it needs a string name, author and createdAt"
-    if row.get("id") is not None and (not isinstance(row["id"], int) or isinstance(row["id"], bool)):
-        return "its id must be an integer"
+    if (problem := S.integer_id_problem(row, "id")) is not None:
+        return problem
     # The newest override of a memory is read, time included, and applied on every turn of every agent
     # using it (and when an agent is made): a time or a template/schema the engine refuses stops them all.
     if (problem := S.times_problem(row, ("createdAt",))) is not None:
@@ -243,7 +243,7 @@ def _config_rule(row: S.Row, index: S.FileIndex) -> str | None:
 def _turn_rule(row: S.Row, index: S.FileIndex) -> str | None:
     if not all(isinstance(row.get(c), str) for c in ("input_message_id", "thread_id", "record", "createdAt")):
         return "it needs a string input_message_id, thread_id, record and createdAt"
-    return S.times_problem(row, ("createdAt",))
+    return S.integer_id_problem(row, "wm_version_id") or S.times_problem(row, ("createdAt",))
 
 
 def _span_rule(row: S.Row, index: S.FileIndex) -> str | None:

@@ -65,10 +65,14 @@ class ImportReport:
             line += (f"; {kept} row{'' if one else 's'} that differ{'s' if one else ''} "
                      f"{'would be kept' if self.dry_run else 'kept'} as {'it is' if one else 'they are'} "
                      f"(overwrite replaces {'it' if one else 'them'})")
-        owned = sum(1 for c in self.conflicts if not c.replaceable)
+        would = "would be " if self.dry_run else ""
+        owned = sum(1 for c in self.conflicts if not c.replaceable and c.kind == "threads")
         if owned:
-            line += (f"; {owned} thread{'s' if owned != 1 else ''} owned by another resource here "
-                     f"{'would be ' if self.dry_run else ''}left out")
+            line += f"; {owned} thread{'s' if owned != 1 else ''} owned by another resource here {would}left out"
+        # A message (or a record keyed by one) in another thread here, a row another thread owns: not threads.
+        others = sum(1 for c in self.conflicts if not c.replaceable and c.kind != "threads")
+        if others:
+            line += f"; {others} row{'s' if others != 1 else ''} of another thread here {would}left out"
         replaced = sum(1 for c in self.conflicts if c.overwritten)
         if replaced:
             line += (f"; {replaced} row{'s' if replaced != 1 else ''} that differed "

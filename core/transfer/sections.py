@@ -32,7 +32,7 @@ from core.ids import id_problem, lone_surrogate
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.messages import MessageFormatError, normalize_content
 from core.observational.records import OMRecord, lookup_key
-from core.timeutil import parse_iso
+from core.timeutil import stored_form_problem
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer.errors import ExportFormatError, TransferError
 from core.terminal_text import printable
@@ -183,19 +183,19 @@ def _text_problem(value: Any, *, top: bool) -> str | None:
 
 
 def times_problem(row: Row, fields: tuple[str, ...]) -> str | None:
-    """Why a timestamp of ``row`` cannot be read by the engine's readers (``parse_iso``), or None. One such
-    row would make every read of it fail: listings of a resource's threads or a thread's messages, the
-    registered agents, or every turn of a memory (its newest override)."""
+    """Why a timestamp of ``row`` cannot be stored as it is (``timeutil.stored_form_problem``), or None. A time
+    the readers cannot parse would make every read of it fail: listings of a resource's threads or a thread's
+    messages, the registered agents, or every turn of a memory (its newest override); one in another form
+    (an offset, no milliseconds) sorts as text in the wrong place; one at the end of Python's range fails
+    every turn of its thread (the next is stamped a millisecond after it)."""
     for name in fields:
         value = row.get(name)
         if value is None:
             continue
         if not isinstance(value, str):
             return f"its {name} must be an ISO-8601 time as a string, not {type(value).__name__}"
-        try:
-            parse_iso(value)
-        except ValueError:
-            return f"its {name} {value!r} is not an ISO-8601 time (like 2026-01-31T09:30:00.000Z)"
+        if (problem := stored_form_problem(value)) is not None:
+            return f"its {name} {value!r} {problem}"
     return None
 
 
@@ -303,8 +303,31 @@ def _observation_rule(row: Row, index: FileIndex) -> str | None:
     return None
 
 
+#: The integer ids a table's key can hold (SQLite's and Postgres' BIGINT range, the rowid's positive half).
+MAX_INTEGER_ID = 2**63 - 1
+
+
+def integer_id_problem(row: Row, name: str) -> str | None:
+    """Why ``row[name]`` cannot be an integer id as the tables keep it (absent or null is allowed)."""
+    value = row.get(name)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_INTEGER_ID):
+        return None
+    return f"its {name} must be a whole number from 1 to {MAX_INTEGER_ID:,} (or null), not {value!r:.40}"
+
+
+def text_problem(row: Row, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> str | None:
+    """Why a column of ``row`` that the table keeps as text is not text (``optional`` ones may be null)."""
+    for name in (*required, *optional):
+        value = row.get(name)
+        if not isinstance(value, str) and not (value is None and name in optional):
+            return f"its {name} must be text{' or null' if name in optional else ''}, not {type(value).__name__}"
+    return None
+
+
 def _version_rule(row: Row, index: FileIndex) -> str | None:
-    return times_problem(row, ("createdAt",))
+    # The table's columns, as the importer binds them (it sorts the rows by id and keeps a free id).
+    return integer_id_problem(row, "id") or text_problem(row, ("format", "author"), ("working_memory", "note")) \
+        or times_problem(row, ("createdAt",))
 
 
 def _working_memory_entry_rule(row: Row, index: FileIndex) -> str | None:

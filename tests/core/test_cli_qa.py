@@ -507,6 +507,20 @@ def test_migrate_on_a_database_of_a_newer_version_says_so(tmp_path: Path) -> Non
     assert digest(db) == before
 
 
+def test_migrate_on_an_empty_file_says_what_it_applied(tmp_path: Path) -> None:
+    # Opening an empty file to write makes it a memory database, so `migrate` found nothing left and said
+    # "nothing pending" for a file it had just given every table.
+    db = tmp_path / "empty.db"
+    db.touch()
+    code, out, _ = run("migrate", "--list", "--db", str(db))
+    assert code == 0 and out.startswith("0001_") and db.stat().st_size == 0
+    listed = out.split()
+    code, out, _ = run("migrate", "--db", str(db))
+    assert code == 0 and out == "applied: " + ", ".join(listed) + "\n", out
+    code, out, _ = run("migrate", "--db", str(db))
+    assert code == 0 and out == "nothing pending\n"
+
+
 def test_export_to_a_path_through_a_file_names_the_users_path(tmp_path: Path) -> None:
     # `export -o` printed an OSError traceback naming a temporary file (found by the Studio's QA pass).
     db = tmp_path / "m.db"

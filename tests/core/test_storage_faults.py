@@ -184,3 +184,31 @@ def test_a_newer_schema_file_is_byte_identical_after_open(tmp_path):
         with pytest.raises(StorageError, match="newer"):
             _save(store, "refused")
     assert _digest(tmp_path) == before
+
+
+def test_reading_a_file_without_memory_tables_says_what_the_file_is(tmp_path):
+    """``open_store`` opens a SQLite file of another program (it is not migrated: not ours) and an empty file
+    read-only; the first read ended in the driver's "no such table: mastra_threads". On Postgres that was
+    already the command line's sentence (``pg.database._no_memory_tables``)."""
+    import sqlite3
+
+    from core.storage import SchemaError
+
+    app = tmp_path / "app.db"
+    conn = sqlite3.connect(app)
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.commit()
+    conn.close()
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    before = _digest(tmp_path)
+    for path, read_only, says in ((app, False, "has no memory tables"), (app, True, "has no memory tables"),
+                                  (empty, True, r"has no tables yet \(an empty database\)")):
+        with open_store(path, read_only=read_only, create=False) as store:
+            with pytest.raises(SchemaError, match=says) as info:
+                Memory(store).list_threads(resource_id="r")
+        assert str(info.value).startswith(str(path)) and "no such table" not in str(info.value)
+    assert _digest(tmp_path) == before
+    with open_store(app, create=False) as store:  # migrated on request: a memory database from then on
+        store.migrate()
+        assert Memory(store).list_threads(resource_id="r").threads == []

@@ -157,6 +157,52 @@ def test_mastra_database_exports_read_only_and_stays_byte_identical(tmp_path: Pa
         assert thread is not None and thread.metadata == {"workingMemory": "# Notes\n- a", "custom": True}
 
 
+@pytest.mark.libsql_only  # about a file's bytes
+def test_a_dry_run_never_creates_migrates_or_writes_the_target(tmp_path: Path) -> None:
+    """``import --dry-run`` only reports. It opened the target for writing: a path that did not exist became
+    a new database file and an empty file was given every table of ours, by a command that writes nothing."""
+    source = tmp_path / "source.db"
+    seed_source(source)
+    dump = tmp_path / "ada.json"
+    assert run("export", "--db", str(source), "--resource", "ada", "-o", str(dump))[0] == 0
+    folder = tmp_path / "targets"
+    folder.mkdir()
+    (folder / "empty.db").write_bytes(b"")
+    make_mastra_db(folder / "mastra.db")
+    before = folder_state(folder)
+    for name in ("new.db", "empty.db"):  # what an import would write into a new database: every row of the file
+        code, out, err = run("import", "--db", str(folder / name), str(dump), "--dry-run")
+        assert code == 0, err
+        assert out.startswith(f"{folder / name}: would write 1 resource, 2 threads, 5 messages, 2 working-memory "
+                              "versions, 1 observation row, 1 turn record"), out
+        assert f"{folder / name} {'does not exist yet' if name == 'new.db' else 'is empty'}: the import would " \
+               "make it a memory database" in err, err
+    code, out, err = run("import", "--db", str(folder / "mastra.db"), str(dump), "--dry-run")
+    assert code == 0 and "would write 1 resource, 2 threads, 5 messages" in out, err
+    assert folder_state(folder) == before  # no new file, the empty one still empty, Mastra's not migrated
+
+
+@pytest.mark.libsql_only  # about a file's bytes
+def test_a_dry_run_on_a_newer_database_says_what_the_import_would(tmp_path: Path) -> None:
+    """The import refuses a database a newer Memory Studio wrote; its dry run said "would write …"."""
+    source = tmp_path / "source.db"
+    seed_source(source)
+    dump = tmp_path / "ada.json"
+    assert run("export", "--db", str(source), "--resource", "ada", "-o", str(dump))[0] == 0
+    newer = tmp_path / "newer" / "memory.db"
+    newer.parent.mkdir()
+    open_store(newer).close()
+    run_sql(newer, ("INSERT INTO memory_studio_migrations VALUES ('9999_from_the_future', ?)",
+                    ("2030-01-01T00:00:00.000Z",)))
+    before = folder_state(newer.parent)
+    for extra in ((), ("--dry-run",)):
+        code, out, err = run("import", "--db", str(newer), str(dump), *extra)
+        assert code == 1 and out == "", out
+        assert f"{newer} was written by a newer Memory Studio (migrations 9999_from_the_future). Upgrade Memory " \
+               "Studio before" in err, err
+    assert folder_state(newer.parent) == before
+
+
 def test_import_into_a_mastra_database_keeps_what_it_can_and_says_what_it_skipped(new_db: NewDb) -> None:
     source, mastra = new_db("source.db"), new_db("mastra.db")
     seed_source(source)

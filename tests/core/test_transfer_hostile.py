@@ -156,6 +156,27 @@ def test_overwrite_never_takes_another_threads_turn_record(exported, target, new
     assert [r[2] for r in table_rows(target, "memory_studio_turns") if r[0] == "g1"] == ["t-bob"]
 
 
+def test_a_turn_record_never_takes_the_key_of_another_threads_message(exported, target):
+    """A record is read by its input message id (``Memory.turn_record``, a fork's recorded working
+    memory): one keyed by mallory's message, imported while that message itself was left out (it is in
+    mallory's thread here), was read as the record of mallory's turn. (This module's turn table has a
+    shape of its own, so the rows are checked, not ``turn_record``.)"""
+    data = copy.deepcopy(exported)  # ada's file claims mallory's message and files a turn record under it
+    data["messages"][0]["id"] = "m-secret"
+    data["turns"][0]["input_message_id"] = "m-secret"
+    for overwrite in (False, True):
+        with open_store(target) as store:
+            report = import_data(store, data, overwrite=overwrite)
+        conflict = next(c for c in report.conflicts if c.kind == "turns")
+        assert conflict.id == "m-secret" and not conflict.replaceable and not conflict.overwritten
+        assert "its input message is in thread t-mallory here" in conflict.reason
+        assert report.written["turns"] == 0
+        assert "m-secret" not in [r[0] for r in table_rows(target, "memory_studio_turns")]
+        # No thread was left out: the summary names what was (it said "1 thread owned by another resource").
+        assert "owned by another resource" not in report.summary(), report.summary()
+        assert "; 2 rows of another thread here left out" in report.summary(), report.summary()
+
+
 # -- item 3: the API's rules --------------------------------------------------------------------
 
 
@@ -196,6 +217,46 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
     (lambda d: d["resources"][0].update(metadata='["a"]'), "its metadata must be a JSON object, not list"),
     (lambda d: d["resources"][0].update(workingMemory=5), r"resources\[0\] .* its workingMemory must be text .* not int"),
     (lambda d: d["resources"][0].update(workingMemory={"name": "Ada"}), "its workingMemory must be text"),
+
+    # Times as they are stored (UTC, milliseconds, Z): the engine orders rows by that text, so a message stamped
+    # "14:00+05:00" (09:00 UTC) was taken for the newest of its thread's last messages; and one the engine cannot
+    # step a millisecond past (year 9999) made every prompt of its thread fail with Python's OverflowError.
+    (lambda d: d["messages"][0].update(createdAt="2026-03-01T14:00:00.000+05:00"),
+     r"messages\[0\] .* its createdAt '2026-03-01T14:00:00.000\+05:00' is not in the stored form .* write it as "
+     "'2026-03-01T09:00:00.000Z'"),
+    (lambda d: d["messages"][0].update(createdAt="2026-03-01"), "write it as '2026-03-01T00:00:00.000Z'"),
+    (lambda d: d["threads"][0].update(updatedAt="2026-03-01T09:00:00Z"), "write it as '2026-03-01T09:00:00.000Z'"),
+    (lambda d: d["messages"][0].update(createdAt="9999-12-31T23:59:59.999Z"),
+     r"its createdAt '9999-12-31T23:59:59.999Z' is outside the times the engine can work with"),
+    (lambda d: d["threads"][0].update(createdAt="9999-12-31T23:59:59.999-14:00"), "outside the times"),
+    (lambda d: d["resources"][0].update(createdAt="0001-01-01T00:00:00.000Z"), "outside the times"),
+
+    # A working-memory version's columns as the table holds them: the import failed after the checks with
+    # "invalid literal for int() with base 10: 'abc'", "datatype mismatch", "NOT NULL constraint failed", or the
+    # driver's sentence about lone surrogates for a list, none naming the row.
+    (lambda d: d["workingMemory"][0]["versions"][0].update(id="abc"),
+     r"workingMemoryVersions\[0\] \(owner_id 'ada'\) is refused: its id must be a whole number from 1 to "),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(id=10**30), "its id must be a whole number"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(id=True), "its id must be a whole number"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(format={"a": 1}), "its format must be text, not dict"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(author=None), "its author must be text, not NoneType"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(note=[1]), "its note must be text or null, not list"),
+    (lambda d: d["workingMemory"][0]["versions"][0].update(working_memory=5),
+     "its working_memory must be text or null, not int"),
+    (lambda d: d["turns"][0].update(wm_version_id="x"), r"turns\[0\] .* its wm_version_id must be a whole number"),
+    (lambda d: d.update(messageVersions=[{**_version("g1", "t-groceries", "x"), "id": 10**30}]),
+     r"messageVersions\[0\] \(message_id 'g1'\) is refused: its id must be a whole number"),
+    (lambda d: d.update(configs=[{"id": 10**30, "name": "default", "template": "# Notes", "schema": None,
+                                  "author": "studio", "createdAt": "2026-03-01T09:00:00.000Z"}]),
+     r"configs\[0\] is refused: its id must be a whole number"),
+
+    # One row per key: a second turn record (agent, tool definition, working memory) of the same key was taken for
+    # a row of the target ("differs here"; with overwrite the file's later one won).
+    (lambda d: d["turns"].append({**d["turns"][0], "record": "{}"}),
+     "turns lists input_message_id 'g1' twice; keep one of them"),
+    (lambda d: d["workingMemory"].append({**d["workingMemory"][0], "value": "other", "versions": []}),
+     r"workingMemory lists scope/ownerId \('resource', 'ada'\) twice"),
+    (lambda d: d["messages"].append(dict(d["messages"][0])), "messages lists id 'g0' twice"),
 ])
 def test_rows_breaking_the_api_rules_refuse_the_file(exported, target, change, match):
     data = copy.deepcopy(exported)

@@ -30,7 +30,8 @@ from sqlalchemy.engine.interfaces import BindTyping
 
 from core.storage import catalog, migrations
 from core.storage.capabilities import POSTGRES, Capabilities
-from core.storage.database import Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError
+from core.storage.database import (Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError,
+                                   no_memory_tables)
 from core.storage.errors import SchemaError
 from core.storage.pg import adapt
 from core.storage.pg.location import PgLocation
@@ -318,15 +319,7 @@ def _no_memory_tables(display: str, exc: BaseException, *, empty: bool) -> Schem
     orig = getattr(exc, "orig", exc)
     if not isinstance(orig, psycopg.errors.UndefinedTable):
         return None
-    if empty:
-        return SchemaError(
-            f"{display} has no tables yet (an empty database): nothing is stored in it. Check --db or "
-            "$MEMORY_STUDIO_DB (`memory-studio where` shows which database is used). A command that writes "
-            "(`memory-studio import`, `memory-studio demo`, `memory-studio serve`) or File > Allow Writes in "
-            "the Studio makes it a memory database.")
-    return SchemaError(
-        f"{display} has no memory tables (mastra_threads, mastra_messages): it was not written by Memory "
-        "Studio or Mastra. Check --db or $MEMORY_STUDIO_DB (`memory-studio where` shows which database is used).")
+    return no_memory_tables(display, empty=empty)
 
 
 def explain_extension_error(display: str, exc: BaseException) -> DatabaseOpenError | None:
