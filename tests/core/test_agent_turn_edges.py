@@ -48,3 +48,24 @@ def test_an_agent_records_its_instructions_when_it_registers(tmp_path):
     Memory(store, name="bare").register("bare")  # registered without an agent: nothing to record
     assert [a.instructions for a in list_agents(store) if a.name == "bare"] == [None]
     store.close()
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T12:00:00.000Z", "0001-01-01T00:00:00.000Z"])
+def test_a_message_dated_at_the_ends_of_time_is_refused_with_a_reason(tmp_path, when):
+    """A message dated on the last (or first) day Python holds was stored, and then every turn of its
+    thread failed with Python's OverflowError: the next input is stamped a millisecond after the newest
+    message (import refused such times already). It is refused when saved, saying why; nothing is saved."""
+    from core import Message
+    from core.messages import MessageFormatError
+
+    store = open_store(tmp_path / "m.db")
+    mem = Memory(store, MemoryOptions(last_messages=5))
+    mem.create_thread(resource_id="u", thread_id="t")
+    with pytest.raises(MessageFormatError) as caught:
+        mem.save_messages([Message.user("hello", thread_id="t", resource_id="u", created_at="2026-01-01T00:00:00.000Z"),
+                           Message.user("from the end of time", thread_id="t", resource_id="u", created_at=when)])
+    assert "outside the times the engine can work with" in str(caught.value) and "Nothing was saved" in str(caught.value)
+    assert store.memory.count_messages("t") == 0
+    agent = Agent("a", instructions="be brief", model=ScriptedModel(["ok"]), memory=mem, tracer=False)
+    assert agent.generate("still works", memory={"resource": "u", "thread": "t"}).text == "ok"
+    store.close()
