@@ -50,6 +50,29 @@ def transcript(mem: Memory) -> list[tuple[str, str]]:
     return [(m.role, m.text) for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)]
 
 
+def one_turn_inside_another(mem: Memory, earlier: tuple[str, ...], a_text: str, b_text: str, b_thread: str, *,
+                            reply: str = "reply to ") -> tuple[ScriptedModel, ScriptedModel]:
+    """Turns ``earlier`` on thread T, then turn A (``a_text``), during whose model call turn B (``b_text``, on
+    ``b_thread``) runs to its end on another worker: another client's request. A's model replies ``reply`` +
+    its input, B's echoes. Returns (A's model, B's model)."""
+
+    def answer(messages: list[dict[str, Any]], tools: Any) -> str:
+        asked = messages[-1]["content"]
+        if asked == a_text:
+            other = threading.Thread(target=worker.generate, args=(b_text,),
+                                     kwargs={"memory": {"resource": R, "thread": b_thread}})
+            other.start()
+            other.join()
+        return f"{reply}{asked}"
+
+    model, worker_model = ScriptedModel(answer), ScriptedModel(echo)
+    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
+    worker = Agent("a", instructions="be brief", model=worker_model, memory=mem, tracer=False)
+    for text in (*earlier, a_text):
+        agent.generate(text, memory={"resource": R, "thread": T})
+    return model, worker_model
+
+
 @pytest.mark.parametrize("kind", ["history", "observational"])
 def test_a_turn_that_saves_while_another_builds_its_prompt_is_not_in_that_prompt(store: Any, kind: str) -> None:
     # Regression: turn A's history was read after turn B (started later, finished sooner) had saved,
@@ -257,21 +280,8 @@ def test_a_turn_begun_while_another_ran_is_rebuilt_now_without_the_other(store: 
     clock = FixedClock(datetime(2026, 5, 1, tzinfo=timezone.utc), step_ms=1)  # (each reading a millisecond on)
     mem = Memory(store, options, clock=clock)
 
-    def reply(messages: list[dict[str, Any]], tools: Any) -> str:
-        asked = messages[-1]["content"]
-        if asked == "A question about apples":  # another client's request, served by another worker
-            other = threading.Thread(target=worker.generate, args=("B question about apples",),
-                                     kwargs={"memory": {"resource": R, "thread": T}})
-            other.start()
-            other.join()
-        return f"reply to {asked}"
-
-    model, worker_model = ScriptedModel(reply), ScriptedModel(echo)
-    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
-    worker = Agent("a", instructions="be brief", model=worker_model, memory=mem, tracer=False)
-    for text in ("first, about apples", "second", "third"):
-        agent.generate(text, memory={"resource": R, "thread": T})
-    agent.generate("A question about apples", memory={"resource": R, "thread": T})
+    model, worker_model = one_turn_inside_another(mem, ("first, about apples", "second", "third"),
+                                                  "A question about apples", "B question about apples", T)
     stored = {m.text: m for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)}
     a, b = stored["A question about apples"], stored["B question about apples"]
     assert a.created_at < b.created_at  # (A's reply is stamped when its model call starts: before B's too)
@@ -316,21 +326,9 @@ def test_a_turn_rebuilt_now_leaves_out_what_another_conversation_of_the_user_sto
                  clock=clock)
     T2 = "thread-2"
 
-    def reply(messages: list[dict[str, Any]], tools: Any) -> str:
-        asked = messages[-1]["content"]
-        if asked == "Which apples make the best apple pie?":  # the user's other tab, served by another worker
-            other = threading.Thread(target=worker.generate, args=("Apple pie for dessert: which apples?",),
-                                     kwargs={"memory": {"resource": R, "thread": T2}})
-            other.start()
-            other.join()
-        return f"noted: {asked}"
-
-    model, worker_model = ScriptedModel(reply), ScriptedModel(echo)
-    agent = Agent("a", instructions="be brief", model=model, memory=mem, tracer=False)
-    worker = Agent("a", instructions="be brief", model=worker_model, memory=mem, tracer=False)
-    for text in ("I like pears", "The weather is grey", "Plums are in season"):
-        agent.generate(text, memory={"resource": R, "thread": T})
-    agent.generate("Which apples make the best apple pie?", memory={"resource": R, "thread": T})
+    _model, worker_model = one_turn_inside_another(  # B: the user's other tab, served by another worker
+        mem, ("I like pears", "The weather is grey", "Plums are in season"), "Which apples make the best apple pie?",
+        "Apple pie for dessert: which apples?", T2, reply="noted: ")
     b = next(m for m in mem.recall(thread_id=T2, resource_id=R, last_messages=10)
              if m.text == "Apple pie for dessert: which apples?")
     a = next(m for m in mem.recall(thread_id=T, resource_id=R, last_messages=50)
