@@ -21,6 +21,12 @@ class ThreadOwnershipError(MemoryStudioError, PermissionError):
         )
         self.thread_id, self.owner, self.resource_id = thread_id, owner, resource_id
 
+    def without_owner(self) -> str:
+        """The refusal for a caller who may be another user (the gateway, the MCP server): it does not name
+        the resource that owns the thread, an identifier of another user."""
+        return (f'Thread "{self.thread_id}" belongs to another resource, not "{self.resource_id}". A thread is owned '
+                f'by one resource for life; use a thread of "{self.resource_id}" or a new thread id.')
+
 
 class ScopeConflictError(MemoryStudioError, ValueError):
     """The scopes of a call disagree with each other or with the ids given beside them."""

@@ -65,8 +65,8 @@ def classify(exc: BaseException) -> ErrorReply:
         if exc.retry is not None:
             reply.headers["x-should-retry"] = "true" if exc.retry else "false"
         return reply
-    if isinstance(exc, ThreadOwnershipError):
-        return _reply(403, str(exc), "permission_error", "thread_ownership")
+    if isinstance(exc, ThreadOwnershipError):  # (the owner not named: the caller may be another user)
+        return _reply(403, exc.without_owner(), "permission_error", "thread_ownership")
     if isinstance(exc, ReadOnlyError):
         return _reply(403, str(exc), "permission_error", "read_only")
     if isinstance(exc, ModelError):

@@ -31,6 +31,7 @@ from pydantic import Field
 from core.errors import MemoryStudioError
 from core.ids import lone_surrogate
 from core.mcp_server.tools import DEFAULT_READ, URI_PREFIX, MemoryTools, transcript_uri
+from core.scopes import ThreadOwnershipError
 from core.version import __version__
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
     """Run ``fn`` on a worker thread; our errors become the SDK's tool/resource errors (shown to the client)."""
     try:
         return await anyio.to_thread.run_sync(fn)
+    except ThreadOwnershipError as exc:  # (the owner not named: the client may be another user)
+        raise failure(exc.without_owner()) from exc
     except (MemoryStudioError, LookupError, PermissionError, ValueError) as exc:
         raise failure(str(exc)) from exc
 

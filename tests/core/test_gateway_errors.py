@@ -98,7 +98,10 @@ def test_someone_elses_thread_is_403_before_any_model_call(client, agents, memor
             client.chat.completions.create(model="echo", messages=[user("let me in")], stream=stream,
                                            metadata={"thread_id": "t", "resource_id": "mallory"})
         assert caught.value.status_code == 403 and caught.value.code == "thread_ownership"
-        assert 'belongs to resource "ada"' in caught.value.message
+        # The refusal says why without naming the owner: the caller may be another user, and a resource id
+        # (an email, a user name) is that user's.
+        assert 'Thread "t" belongs to another resource, not "mallory"' in caught.value.message
+        assert "ada" not in caught.value.message
     assert len(agents["echo"].model.requests) == calls
     assert [m.text for m in memory.recall(thread_id="t").messages] == ["mine", "ok"]
 

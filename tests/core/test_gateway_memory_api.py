@@ -84,6 +84,7 @@ def test_messages_of_a_thread_oldest_first_and_owner_checked(server):
     assert [m["role"] for m in newest["messages"]] == ["assistant"] and newest["hasMore"]
     status, data = call(server, "GET", "/api/memory/threads/t1/messages?resourceId=mallory")
     assert status == 403 and data["error"]["code"] == "thread_ownership"
+    assert "ada" not in data["error"]["message"]  # the owner, another user, is not named
     status, data = call(server, "GET", "/api/memory/threads/nope/messages?resourceId=ada")
     assert status == 404 and data["error"]["type"] == "not_found_error"
     # Issue 17: without a resource, no thread is readable (it used to read any thread).

@@ -124,6 +124,9 @@ def test_stdio_server_bound_to_one_resource(db: Path) -> None:
 
     for refusal in ("read_bob", "remember_bob"):
         assert "bob" in seen[refusal] and "zebra-4321-quartz" not in seen[refusal]
+        # The thread's id is named (the client gave it), its owner is not: another user's identifier.
+        assert 'belongs to another resource, not "ada"' in seen[refusal], seen[refusal]
+        assert 'resource "bob"' not in seen[refusal]
     assert "bound to resource 'ada'" in seen["search_bob"]
 
     assert seen["wm_before"]["workingMemory"] is None and seen["wm_before"]["template"] == TEMPLATE
