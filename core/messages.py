@@ -13,13 +13,13 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
 
 from core.stored_text import decode_stored_text, is_invalid_utf8
 from core.errors import MemoryStudioError
 from core.ids import check_ids
-from core.timeutil import EARLIEST, LATEST, SystemClock, parse_iso, to_iso, to_ms
+from core.timeutil import SystemClock, parse_iso, range_problem, to_iso, to_ms
 
 if TYPE_CHECKING:  # pragma: no cover
     from sqlalchemy import RowMapping
@@ -217,12 +217,10 @@ class Message:
     def _check_time(self) -> None:
         """A time at the very ends of Python's range cannot be stored: the next turn of its thread is stamped
         a millisecond after its newest message, and a rebuilt turn looks a millisecond before its input."""
-        at = self.created_at if self.created_at.tzinfo else self.created_at.replace(tzinfo=timezone.utc)
-        if not EARLIEST <= at <= LATEST:
-            raise MessageFormatError(
-                f"Message {self.id} is dated {at.isoformat()}, outside the times the engine can work with "
-                f"({to_iso(EARLIEST)[:10]} to {to_iso(LATEST)[:10]} UTC); give it a created_at inside them. "
-                "Nothing was saved.")
+        problem = range_problem(self.created_at)
+        if problem is not None:
+            raise MessageFormatError(f"Message {self.id} dated {self.created_at.isoformat()} {problem}; give it a "
+                                     "created_at inside them. Nothing was saved.")
 
     def to_row(self) -> dict[str, Any]:
         if not self.thread_id:

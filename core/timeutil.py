@@ -72,6 +72,16 @@ EARLIEST = datetime(1, 1, 2, tzinfo=timezone.utc)
 LATEST = datetime(9999, 12, 30, 23, 59, 59, 999000, tzinfo=timezone.utc)
 
 
+_OUT_OF_RANGE = (f"is outside the times the engine can work with ({EARLIEST.date().isoformat()} to "
+                 f"{LATEST.date().isoformat()} UTC)")
+
+
+def range_problem(dt: datetime) -> str | None:
+    """Why ``dt`` (aware, or naive UTC) is outside the times the engine can work with, or None."""
+    at = dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return None if EARLIEST <= at <= LATEST else _OUT_OF_RANGE
+
+
 def stored_form_problem(text: str) -> str | None:
     """Why ``text`` cannot be stored as a timestamp as it is (None: it can). Stored times are ``to_iso``'s
     text, between EARLIEST and LATEST: the storage queries order and compare them as text, and the
@@ -80,12 +90,11 @@ def stored_form_problem(text: str) -> str | None:
         dt = parse_iso(text)
         canonical = to_iso(dt)  # converting an offset to UTC can leave Python's range
     except OverflowError:
-        dt, canonical = None, None
+        return _OUT_OF_RANGE
     except ValueError:
         return "is not an ISO-8601 time (like 2026-01-31T09:30:00.000Z)"
-    if dt is None or not EARLIEST <= dt <= LATEST:
-        return (f"is outside the times the engine can work with ({to_iso(EARLIEST)[:10]} to "
-                f"{to_iso(LATEST)[:10]} UTC)")
+    if (problem := range_problem(dt)) is not None:
+        return problem
     if canonical != text:
         return (f"is not in the stored form (UTC with milliseconds and Z: rows are ordered by this text); "
                 f"write it as {canonical!r}")
