@@ -95,10 +95,7 @@ class GuardPolicy:
         if self.max_json_depth < 1:
             raise ValueError(f"The JSON nesting limit must be at least 1, got {self.max_json_depth}.")
         if self.token:
-            problem = token_problem(self.token)
-            if problem is not None:
-                raise ValueError(f"The API token {problem}: no HTTP client can send that in its Authorization "
-                                 "header, so every request would be refused with 401. Set the token without it.")
+            check_token(self.token, "The API token", "the token")
         object.__setattr__(self, "allowed_hosts", frozenset(_host_entry(h) for h in self.allowed_hosts))
         object.__setattr__(self, "allowed_origins", frozenset(normalize_origin(o) for o in self.allowed_origins))
         object.__setattr__(self, "open_paths", frozenset(self.open_paths))
@@ -368,6 +365,23 @@ def token_problem(token: str) -> str | None:
     return None
 
 
+def check_token(token: str, named: str, fix: str) -> None:
+    """Refuse a token no client can send (``token_problem``): ``named`` says where it came from, ``fix`` what
+    to set without the character."""
+    problem = token_problem(token)
+    if problem is not None:
+        raise ValueError(f"{named} {problem}: no HTTP client can send that in its Authorization header, so every "
+                         f"request would be refused with 401. Set {fix} without it.")
+
+
+def token_from_args(args: argparse.Namespace, token_env: str) -> tuple[str | None, str]:
+    """The token of ``add_guard_arguments``'s flags (``--token``, else ``$token_env``; None: none) and where it
+    came from, as a message names it."""
+    if args.token is not None:
+        return args.token or None, "--token"
+    return os.environ.get(token_env, "") or None, f"${token_env}"
+
+
 def policy_from_args(args: argparse.Namespace, *, token_env: str, host: str | None = None,
                      port: int | None = None) -> GuardPolicy:
     """The policy the flags of ``add_guard_arguments`` (and ``--host``/``--port``) describe.
@@ -376,15 +390,12 @@ def policy_from_args(args: argparse.Namespace, *, token_env: str, host: str | No
     """
     if not args.max_body_mb > 0:
         raise ValueError(f"--max-body-mb must be a positive number of megabytes, got {args.max_body_mb}.")
-    token = args.token if args.token is not None else os.environ.get(token_env, "")
-    problem = token_problem(token) if token else None
-    if problem is not None:
-        where = "--token" if args.token is not None else f"${token_env}"
-        raise ValueError(f"The token in {where} {problem}: no HTTP client can send that in its Authorization "
-                         f"header, so every request would be refused with 401. Set {where} without it.")
+    token, where = token_from_args(args, token_env)
+    if token:
+        check_token(token, f"The token in {where}", where)
     return GuardPolicy(host=host if host is not None else args.host, port=port if port is not None else args.port,
                        allowed_hosts=frozenset(args.allowed_host), allowed_origins=frozenset(args.allow_origin),
-                       token=token or None, max_body_bytes=int(args.max_body_mb * MB))
+                       token=token, max_body_bytes=int(args.max_body_mb * MB))
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -517,5 +528,5 @@ def _cors_headers(origin: str, response_headers: Iterable[tuple[bytes, bytes]]) 
 
 
 __all__ = ["DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_JSON_DEPTH", "GuardPolicy", "JsonDepth", "RequestGuard",
-           "RequestRefused", "add_guard_arguments", "json_depth_exceeds", "normalize_origin", "policy_from_args",
-           "token_problem"]
+           "RequestRefused", "add_guard_arguments", "check_token", "json_depth_exceeds", "normalize_origin",
+           "policy_from_args", "token_from_args", "token_problem"]

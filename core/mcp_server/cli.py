@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
-import os
 from typing import Any, TextIO
 
 from core.errors import MemoryStudioError
@@ -59,7 +58,7 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Serve until the client goes away (stdio) or until interrupted (HTTP)."""
     import anyio
 
-    from core.gateway.guard import policy_from_args
+    from core.gateway.guard import policy_from_args, token_from_args
     from core.mcp_server.tools import Binding, MemoryTools
     from core.storage import open_store
 
@@ -71,8 +70,7 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # Over stdio the token is only checked at start (it must be set for --any-resource), never sent in a
     # header, so only HTTP needs one an Authorization header can carry (policy_from_args checks that).
     policy = policy_from_args(args, token_env=TOKEN_ENV) if args.http else None
-    token = policy.token if policy is not None else \
-        (args.token if args.token is not None else os.environ.get(TOKEN_ENV, "")) or None
+    token = policy.token if policy is not None else token_from_args(args, TOKEN_ENV)[0]
     if args.any_resource and not token:
         raise ValueError(f"--any-resource serves every user's memory, so it needs a token: set ${TOKEN_ENV} "
                          "(or --token); HTTP clients then send it as 'Authorization: Bearer <token>'.")
