@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -210,6 +211,7 @@ def run_model(args: argparse.Namespace, model: str) -> dict[str, tuple[float, di
         print("recall@10 by conversation: " + "  ".join(f"{c} {r:.3f}" for c, r in conv.items()), flush=True)
     for memory in memories.values():
         memory.store.close()
+    shutil.rmtree(db_dir, ignore_errors=True)
     return result
 
 

@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections import defaultdict
@@ -98,6 +99,7 @@ def synthetic(n: int, queries: int) -> Iterator[dict[str, Any]]:
             yield {"corpus": "synthetic", "query": q, "mode": mode, "settings": exact({k: str(v) for k, v in kw.items()}),
                    "hits": [hit_row(h) for h in result.hits], "reason": result.reason, "details": exact(result.details)}
     store.close()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def locomo(data: Path, limit: int) -> Iterator[dict[str, Any]]:
@@ -127,6 +129,7 @@ def locomo(data: Path, limit: int) -> Iterator[dict[str, Any]]:
         yield {"corpus": "locomo", "query": q["query_id"], "mode": "inspect", "lists": lists}
     for memory in memories.values():
         memory.store.close()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ restart ≤ 1 s; ingest with the model ≥ 1,000 messages/s. Mastra: 8.5 ms at 1
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -196,6 +197,7 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
     if with_model:
         bench_ingest_with_model(store, msgs[:500], model_name)
     store.close()
+    shutil.rmtree(tmp, ignore_errors=True)  # (47 MB a run)
 
 
 def bench_ingest_with_model(store: Any, sample: list[Message], model_name: str) -> None:

@@ -162,7 +162,7 @@ def _trace(state: dict[str, Any]) -> str:
 
 
 def _render(state: dict[str, Any], folder: Path) -> str:
-    from PySide6.QtCore import QEventLoop, QSettings, QTimer
+    from PySide6.QtCore import QCoreApplication, QEvent, QEventLoop, QSettings, QTimer
 
     from studio.app import make_app
     from studio.main_window import MainWindow
@@ -172,7 +172,8 @@ def _render(state: dict[str, Any], folder: Path) -> str:
     app = make_app()
     _quiet_offscreen_warnings()
     apply_theme(app, "dark")
-    window = MainWindow(QSettings(str(folder / "studio.ini"), QSettings.Format.IniFormat), _recording_presenter())
+    settings = QSettings(str(folder / "studio.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings, _recording_presenter())
     failures: list[Any] = []
     window.open_failed.connect(failures.append)
     window.resize(1280, 800)
@@ -208,8 +209,13 @@ def _render(state: dict[str, Any], folder: Path) -> str:
         return (f"{image.width()}×{image.height()} px, {window.tabs.count()} tabs, {len(rows)} threads listed, "
                 f"platform {app.platformName()}, Qt {_qt_version()}" + (f"\n      note: {note}" if note else ""))
     finally:
+        # Closed, deleted and its settings written now: a window or settings object left to the interpreter's
+        # exit wrote studio.ini after ``run`` had removed the folder, which made it again (left in the temp dir).
         window.close()
         window.deleteLater()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        settings.sync()
+        del settings
 
 
 def _quiet_offscreen_warnings() -> None:

@@ -114,7 +114,12 @@ def test_desktop_installer_refuses_a_missing_program(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_self_check_runs_every_step_offscreen(tmp_path: Path) -> None:
-    proc = _run_cli("--self-check", cwd=tmp_path, env={"QT_QPA_PLATFORM": "xcb"})  # it forces offscreen itself
+    scratch = tmp_path / "tmp"  # the check's own folder (database, settings) is made here, then removed
+    scratch.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = _run_cli("--self-check", cwd=work, env={"QT_QPA_PLATFORM": "xcb",  # it forces offscreen itself
+                                                    "TMPDIR": str(scratch)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for n, step in enumerate(["Opening a fresh database", "Creating demo data with the engine",
                               "Assembling a prompt", "Embedding a sentence with the local model",
@@ -122,7 +127,10 @@ def test_self_check_runs_every_step_offscreen(tmp_path: Path) -> None:
         assert f"[{n}/6] {step}… ok" in proc.stdout
     assert "semantic recall: use-multilingual-v3" in proc.stdout
     assert "platform offscreen" in proc.stdout and "Self-check passed" in proc.stdout
-    assert list(tmp_path.iterdir()) == []  # nothing left in the working directory
+    assert list(work.iterdir()) == []  # nothing left in the working directory
+    # nor in the temporary one (the Studio's settings were written there after the folder was removed).
+    # onnxruntime writes a ".ses" file of its own there on import (no network: checked with strace).
+    assert [p.name for p in scratch.iterdir() if p.name != ".ses"] == []
 
 
 @pytest.mark.slow
