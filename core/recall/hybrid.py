@@ -259,9 +259,7 @@ class Combined:
         if not self._takes(share):
             return
         base = self._score_of
-        vec_at, kw_at, vector, keyword = self._vec_at, self._kw_at, self._vector, self._keyword
-        thread_of = {mid: (vector[vec_at[mid]] if mid in vec_at else keyword[kw_at[mid]]).thread_id
-                     for _, _, mid in self.order}
+        thread_of = self._thread_of()
         # Per thread: its best candidate's id and score, and the second-best score (None: no other).
         best_of: dict[str | None, tuple[str, float]] = {}
         second_of: dict[str | None, float] = {}
@@ -279,6 +277,66 @@ class Combined:
             other = second_of.get(thread, 0.0) if mid == best_id else best
             scored.append((-((base[mid] + share * other) * scale), tie, mid))
         self._reorder(scored)
+
+    def reshape(self, next_of: Mapping[str, str], neighbour_share: float, thread_share: float) -> None:
+        """``propagate(next_of, neighbour_share)`` then ``thread_prior(thread_share)``: the same scores and
+        the same order, with ``order`` sorted once instead of twice (each thread's best and second-best
+        candidate after the neighbours' share found by comparing their entries, not by sorting them)."""
+        takes_neighbours, takes_thread = self._takes(neighbour_share), self._takes(thread_share)
+        if not (takes_neighbours and takes_thread):
+            if takes_neighbours:
+                self.propagate(next_of, neighbour_share)
+            elif takes_thread:
+                self.thread_prior(thread_share)
+            return
+        base = self._score_of
+        prev_of = {nxt: mid for mid, nxt in next_of.items() if nxt != mid and nxt in base and mid in base}
+        scale = 1.0 / (1.0 + 2.0 * neighbour_share)
+        thread_of = self._thread_of()
+        # ``propagate``'s entries (its arithmetic, to the bit), and per thread its two smallest (best) entries
+        entries: list[tuple[float, float, str]] = []
+        best_of: dict[str | None, tuple[float, float, str]] = {}
+        second_of: dict[str | None, tuple[float, float, str]] = {}
+        for neg, tie, mid in self.order:
+            score = -neg
+            nxt = next_of.get(mid)
+            if nxt is not None and nxt != mid:
+                score += neighbour_share * base.get(nxt, 0.0)
+            prev = prev_of.get(mid)
+            if prev is not None:
+                score += neighbour_share * base[prev]
+            entry = (-(score * scale), tie, mid)
+            entries.append(entry)
+            thread = thread_of[mid]
+            best = best_of.get(thread)
+            if best is None:
+                best_of[thread] = entry
+            elif entry < best:
+                second_of[thread] = best
+                best_of[thread] = entry
+            else:
+                second = second_of.get(thread)
+                if second is None or entry < second:
+                    second_of[thread] = entry
+        # ``thread_prior``'s step over those entries (its ``base`` is ``propagate``'s scores, ``-neg``)
+        scale = 1.0 / (1.0 + thread_share)
+        scored: list[tuple[float, float, str]] = []
+        for neg, tie, mid in entries:
+            thread = thread_of[mid]
+            best = best_of[thread]
+            if best[2] == mid:
+                second = second_of.get(thread)
+                other = -second[0] if second is not None else 0.0
+            else:
+                other = -best[0]
+            scored.append((-((-neg + thread_share * other) * scale), tie, mid))
+        self._reorder(scored)
+
+    def _thread_of(self) -> dict[str, str | None]:
+        """Each candidate's thread, as its hit in either list names it (the vector list's first)."""
+        vec_at, kw_at, vector, keyword = self._vec_at, self._kw_at, self._vector, self._keyword
+        return {mid: (vector[vec_at[mid]] if mid in vec_at else keyword[kw_at[mid]]).thread_id
+                for _, _, mid in self.order}
 
     def _takes(self, share: float) -> bool:
         """Whether a step with this share changes anything (a negative share is refused)."""

@@ -275,12 +275,9 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
                 order = thread_order(conn, ids, labels=labels)
         except sa.exc.DBAPIError as exc:  # ranking without neighbours and dates beats no answer
             degrade(f"thread order not read ({exc.__class__.__name__}); hits ranked without it")
-    if reshaped:
-        if neighbours:
-            combined.propagate({mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None},
-                               hybrid.NEIGHBOUR_SHARE)
-        if hybrid.THREAD_SHARE > 0:
-            combined.thread_prior(hybrid.THREAD_SHARE)
+    if reshaped:  # (``propagate`` then ``thread_prior``, sorted once)
+        combined.reshape({mid: nxt for mid, (nxt, _, _) in order.items() if nxt is not None},
+                         hybrid.NEIGHBOUR_SHARE, hybrid.THREAD_SHARE)
         out.receivers = receivers = combined.order if everyone else _may_reach(combined.order, top_k, dated=bool(spans))
         if len(receivers) < len(order):
             order = {mid: found for _, _, mid in receivers if (found := order.get(mid)) is not None}

@@ -368,6 +368,32 @@ def test_thread_prior_is_the_written_out_formula_and_keeps_a_thread_s_own_order(
                 assert base[x] >= base[y] or got[x] == got[y], (x, y)
 
 
+@settings(max_examples=120, deadline=None)
+@given(
+    vec=st.dictionaries(st.sampled_from("abcdefgh"), st.sampled_from([-0.5, 0.0, 0.25, 0.5, 0.9, 1.0]), max_size=8),
+    kw=st.dictionaries(st.sampled_from("efghijkl"), st.sampled_from([0.0, 1.0, 2.5, 10.0]), max_size=8),
+    threads=st.dictionaries(st.sampled_from("abcdefghijkl"), st.sampled_from(["t1", "t2", "t3", None])),
+    nexts=st.dictionaries(st.sampled_from("abcdefghijkl"), st.sampled_from("abcdefghijklmn")),
+    shares=st.sampled_from([(0.4, 0.3), (0.1, 0.9), (1.0, 1.0), (0.0, 0.3), (0.4, 0.0), (0.0, 0.0)]),
+)
+def test_reshape_is_propagate_then_thread_prior_to_the_bit(vec, kw, threads, nexts, shares):
+    # (scores from a few values: ties within a thread and across threads are common, as in real lists)
+    seen: set[str] = set()
+    nexts = {m: n for m, n in sorted(nexts.items()) if not (n in seen or seen.add(n))}  # type: ignore[func-returns-value]
+    R2 = lambda m, s: hybrid.Ranked(m, threads.get(m, "t1"), "u", s)  # noqa: E731
+    vector = [R2(m, s) for m, s in sorted(vec.items(), key=lambda x: (-x[1], x[0]))]
+    keyword_list = [R2(m, s) for m, s in sorted(kw.items(), key=lambda x: (-x[1], x[0]))]
+    two_steps, one_pass = hybrid.Combined(vector, keyword_list, {}), hybrid.Combined(vector, keyword_list, {})
+    neighbours, thread = shares
+    two_steps.propagate(nexts, neighbours)
+    two_steps.thread_prior(thread)
+    one_pass.reshape(nexts, neighbours, thread)
+    assert [(neg.hex(), tie.hex(), m) for neg, tie, m in one_pass.order] == \
+        [(neg.hex(), tie.hex(), m) for neg, tie, m in two_steps.order]
+    assert one_pass.scores() == two_steps.scores()
+    assert one_pass.own == two_steps.own
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     raw=st.dictionaries(st.sampled_from("abcdefgh"), st.floats(min_value=-0.2, max_value=1.0), min_size=1),
