@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import threading
 import traceback
+
+import shiboken6
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
@@ -44,9 +46,16 @@ class _Job(QRunnable):
                 result = self.fn()
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the UI as a message
             exc.__traceback_text__ = traceback.format_exc()  # type: ignore[attr-defined]
-            self.signals.done.emit(self.job_id, None, exc)
+            self._tell(None, exc)
             return
-        self.signals.done.emit(self.job_id, result, None)
+        self._tell(result, None)
+
+    def _tell(self, result: Any, error: BaseException | None) -> None:
+        try:
+            self.signals.done.emit(self.job_id, result, error)
+        except RuntimeError:  # the pool went with its window while this ran (the app closing): nobody to tell
+            if shiboken6.isValid(self.signals):
+                raise
 
 
 class WorkerPool(QObject):

@@ -46,12 +46,12 @@ def list_turns(store: "Store", thread_id: str, source: "ReplaySource | None" = N
         record = recorded.get(msg.id)
         if record is not None:
             responses = record.response_ids
-        else:
+        else:  # (the messages up to the next user input; not a slice of the rest: that was O(n²) in a thread)
             after = []
-            for later in messages[i + 1:]:
-                if later.role == "user":
-                    break
-                after.append(later.id)
+            j = i + 1
+            while j < len(messages) and messages[j].role != "user":
+                after.append(messages[j].id)
+                j += 1
             responses = tuple(after)
         turns.append(Turn(msg.id, thread_id, msg.created_at, msg.text, responses, record, damaged.get(msg.id)))
     return turns

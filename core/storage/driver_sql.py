@@ -35,13 +35,25 @@ def _cursor(conn: sa.Connection, sql: str, params: Any) -> Any:
     return cursor
 
 
+# Rows fetched per call of the driver. libsql-experimental keeps the GIL for the whole of a fetch (its
+# statement steps inside it), so one ``fetchall`` of a 100,000-message thread held every other thread of
+# the process for ~0.2-0.5 s: the Studio's UI thread froze while a worker read. A fetch of this many
+# rows takes ~1-2 ms; between two the interpreter hands the GIL to whoever waits.
+FETCH_ROWS = 500
+
+
 def rows(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """Every row of ``sql`` as tuples."""
+    """Every row of ``sql`` as tuples (fetched ``FETCH_ROWS`` at a time)."""
     cursor = _cursor(conn, sql, tuple(params))
     if cursor is None:
         return [tuple(r) for r in conn.exec_driver_sql(sql, tuple(params)).all()]
     try:
-        return list(cursor.fetchall())
+        out: list[tuple[Any, ...]] = []
+        while True:
+            chunk = cursor.fetchmany(FETCH_ROWS)
+            out.extend(chunk)
+            if len(chunk) < FETCH_ROWS:
+                return out
     finally:
         cursor.close()
 

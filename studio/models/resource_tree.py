@@ -39,6 +39,9 @@ class TreeRoles:
     FILTER = Qt.ItemDataRole.UserRole + 5  # what the text filter matches
 
 
+_SORT_ROLE = int(TreeRoles.SORT)
+
+
 def plan_update(old: Sequence[str], new: Sequence[str]) -> tuple[list[int], list[str]]:
     """Rows to remove (highest first, so earlier rows keep their numbers) and ids to append."""
     keep = set(new)
@@ -110,11 +113,13 @@ class ResourceTreeModel(QAbstractItemModel):
             del self._by_key[node.key]
             self._reindex()
             self.endRemoveRows()
+        changed: list[int] = []
         for r, node in enumerate(self._nodes):
+            if node.summary != fresh[node.id]:
+                changed.append(r)
             node.summary = fresh[node.id]
             self._apply_threads(r, node, data.threads.get(node.id, []))
-        if self._nodes:
-            self.dataChanged.emit(self.index(0, 0), self.index(len(self._nodes) - 1, len(COLUMNS) - 1))
+        self._changed(QModelIndex(), changed)
         if added:
             start = len(self._nodes)
             self.beginInsertRows(QModelIndex(), start, start + len(added) - 1)
@@ -124,6 +129,18 @@ class ResourceTreeModel(QAbstractItemModel):
                 self._by_key[node.key] = node
             self._reindex()
             self.endInsertRows()
+
+    def _changed(self, parent: QModelIndex, rows: list[int]) -> None:
+        """``dataChanged`` for these rows of ``parent`` (ascending), a signal per run of adjacent rows. Only
+        rows whose summary changed: the sorting proxy sorts again on every signal, which cost ~0.2 s of
+        the UI thread with 3,000 threads when every refresh signalled every row."""
+        start = 0
+        while start < len(rows):
+            end = start
+            while end + 1 < len(rows) and rows[end + 1] == rows[end] + 1:
+                end += 1
+            self.dataChanged.emit(self.index(rows[start], 0, parent), self.index(rows[end], len(COLUMNS) - 1, parent))
+            start = end + 1
 
     def _reindex(self) -> None:
         self._row_of = {n.key: r for r, n in enumerate(self._nodes)}
@@ -136,9 +153,10 @@ class ResourceTreeModel(QAbstractItemModel):
             self.beginRemoveRows(parent, t, t)
             node.threads.pop(t)
             self.endRemoveRows()
-        node.threads = [fresh[s.thread.id] for s in node.threads]
-        if node.threads:
-            self.dataChanged.emit(self.index(0, 0, parent), self.index(len(node.threads) - 1, len(COLUMNS) - 1, parent))
+        kept = [fresh[s.thread.id] for s in node.threads]
+        changed = [t for t, (old, new) in enumerate(zip(node.threads, kept)) if old != new]
+        node.threads = kept
+        self._changed(parent, changed)
         if added:
             start = len(node.threads)
             self.beginInsertRows(parent, start, start + len(added) - 1)
@@ -147,12 +165,16 @@ class ResourceTreeModel(QAbstractItemModel):
 
     # -- Qt model ------------------------------------------------------------------------------
     def index(self, row: int, column: int, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> QModelIndex:  # noqa: B008
-        if not self.hasIndex(row, column, parent):
+        # ``hasIndex``'s checks written out: it asks ``rowCount`` and ``columnCount`` back through Qt, and the
+        # proxy's sort and filter call this a hundred thousand times for 3,000 threads.
+        if row < 0 or not 0 <= column < len(COLUMNS):
             return QModelIndex()
         if not parent.isValid():
-            return self.createIndex(row, column, 0)
+            return self.createIndex(row, column, 0) if row < len(self._nodes) else QModelIndex()
+        if parent.internalId() != 0 or parent.column() != 0:  # (a thread, or a resource's other columns: no rows)
+            return QModelIndex()
         node = self._nodes[parent.row()]
-        return self.createIndex(row, column, node.key)
+        return self.createIndex(row, column, node.key) if row < len(node.threads) else QModelIndex()
 
     def parent(self, index: QModelIndex | QPersistentModelIndex = QModelIndex()) -> QModelIndex:  # type: ignore[override]  # noqa: B008
         if not index.isValid() or index.internalId() == 0:
@@ -178,6 +200,15 @@ class ResourceTreeModel(QAbstractItemModel):
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
+        if role == _SORT_ROLE:  # (first: the proxy's sort asks it n log n times, comparing rows)
+            key = index.internalId()
+            if key == 0:
+                return _epoch(self._nodes[index.row()].summary.last_activity)
+            owner = self._by_key.get(key)
+            if owner is None or index.row() >= len(owner.threads):
+                return None
+            s = owner.threads[index.row()]
+            return _epoch(s.last_activity or s.thread.updated_at)
         col = index.column()
         if index.internalId() == 0:
             node = self._nodes[index.row()]

@@ -7,6 +7,7 @@ that message. A refresh (the file changed) updates rows in place, so selection a
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from PySide6.QtCore import QAbstractListModel, QItemSelectionModel, QModelIndex, QPersistentModelIndex, Qt, Signal
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QListView,
+    QStyle,
     QStackedWidget,
     QToolButton,
     QTreeView,
@@ -24,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio import reads as queries
+from studio.logic.dates import format_datetime
 from studio.logic.message_format import format_time, snippet
 from studio.reads import SearchHit, TreeData
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
@@ -94,8 +97,10 @@ class ResourcesPane(QWidget):
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        # The count and date columns are sized from the loaded data's texts (``_size_columns``), not by Qt's
+        # ResizeToContents, which asks a thousand rows or more for their text on every load.
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Fixed)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Fixed)
 
         self.results = SearchResultsModel(self)
         self.results_view = QListView(self)
@@ -150,6 +155,7 @@ class ResourcesPane(QWidget):
     def _apply(self, data: TreeData) -> None:
         self.banner.hide()
         self.model.apply(data)
+        self._size_columns(data)
         if not self._loaded_once and data.resources:  # the first load with data (not an empty file)
             self._loaded_once = True
             if len(data.resources) <= AUTO_EXPAND_LIMIT:
@@ -164,6 +170,22 @@ class ResourcesPane(QWidget):
             self.set_selection(pending)
         self.texts_shown.emit([r.id for r in data.resources]
                               + [s.thread.title or "" for threads in data.threads.values() for s in threads])
+
+    def _size_columns(self, data: TreeData) -> None:
+        """The count and date columns as wide as their widest text in ``data`` (and their titles): what
+        ResizeToContents gives, measured on the distinct texts instead of asked of every row."""
+        counts = {s.message_count for s in data.resources}
+        counts.update(t.message_count for threads in data.threads.values() for t in threads)
+        metrics = self.tree.fontMetrics()
+        # (a date is always ``YYYY-MM-DD HH:MM:SS`` or a dash: ``format_datetime``)
+        widest = {1: max((metrics.horizontalAdvance(f"{n:,}") for n in counts), default=0),
+                  2: max(metrics.horizontalAdvance(format_datetime(datetime.now(timezone.utc))),
+                         metrics.horizontalAdvance("0000-00-00 00:00:00"))}
+        # (the item's text margins, as the style adds them to a cell's size hint)
+        margin = 2 * (self.tree.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self.tree) + 1)
+        header = self.tree.header()
+        for column, width in widest.items():
+            header.resizeSection(column, max(width + margin + 2, header.sectionSizeHint(column)))
 
     def thread_rows(self) -> list[tuple[str, str, int]]:
         """(resource id, thread title, message count) of every visible thread (tests, screenshots)."""

@@ -345,3 +345,16 @@ def test_browsing_pages_keep_a_corrupt_row_in_place_and_find_positions(store, db
     assert [store.memory.message_position("t1", mid) for mid in ("a", "z", "b", "c", "d")] == [0, 1, 2, 3, 4]
     assert store.memory.message_position("t1", "missing") is None
     assert store.memory.message_position("other-thread", "a") is None
+
+
+@pytest.mark.parametrize("count", [0, 1, 499, 500, 501, 1000, 1001, 2345])
+def test_rows_reads_every_row_fetched_in_pieces(store, count):
+    # (read a few hundred at a time: libSQL's driver keeps the GIL for a whole fetch, so one fetch of a
+    # large thread froze every other thread of the process, the Studio's UI among them)
+    from core.storage import driver_sql
+
+    with store.db.read() as conn:
+        got = driver_sql.rows(conn, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+                              "SELECT i, 'row ' || i FROM n WHERE ? > 0", (max(count, 1), count))
+    assert got == [(i, f"row {i}") for i in range(1, count + 1)]
+    assert driver_sql.FETCH_ROWS == 500  # (the sizes above straddle it)

@@ -323,6 +323,27 @@ def test_a_closed_sessions_pool_runs_no_late_request(qtbot: Any, tmp_path: Path)
     pool.deleteLater()
 
 
+def test_a_job_finishing_after_its_pool_is_gone_tells_nobody_and_prints_nothing(capfd: Any) -> None:
+    """Closing the window while a long read ran (a 100,000-message thread's turns) printed "Error calling
+    Python override of QRunnable::run(): ... Signal source has been deleted" when the read finished. The
+    job has nobody to tell then, and says nothing."""
+    import shiboken6
+
+    from studio.workers import _Job, _Signals
+
+    signals = _Signals()
+    job = _Job(1, lambda: "done", signals, False)
+    job.setAutoDelete(False)
+    shiboken6.delete(signals)  # (what the window's going takes with it)
+    job.run()  # (as the pool's thread runs it)
+    assert capfd.readouterr().err == ""
+    live = _Signals()
+    told: list[object] = []
+    live.done.connect(lambda *args: told.append(args))
+    _Job(2, lambda: "answer", live, False).run()
+    assert told == [(2, "answer", None)]
+
+
 def test_a_replaced_jobs_progress_reaches_nobody(qtbot: Any) -> None:
     """Regression: a job that a newer one of the same key replaced had its result dropped, but its progress
     still reached the pane, so the old run's "4 of 4" overwrote the newer run's status. Both go now."""

@@ -313,3 +313,51 @@ def test_problem_and_confirm_dialogs_show_their_text_as_plain_text(qtbot: Any) -
         qtbot.addWidget(box)
         assert box.textFormat() == Qt.TextFormat.PlainText
         assert box.text() == "Import resource <b>ada</b>"
+
+
+def test_a_tree_of_thousands_of_threads_sizes_its_columns_without_reading_every_row(
+        qtbot: Any, make_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sized to their contents by Qt, the count and date columns asked every row for its text (a thousand
+    # at least) on each load: a second of the UI thread with 3,000 threads, at the open and at every refresh
+    # the database's changes bring; and a wide count further down was cut ("100,…").
+    from datetime import timedelta
+
+    from PySide6.QtCore import Qt
+
+    from studio.models.resource_tree import ResourceTreeModel
+
+    from .conftest import T0
+
+    path = tmp_path / "many.db"
+    store = open_store(path)
+    for k in range(1500):
+        store.memory.create_thread(thread_id=f"t{k:04d}", resource_id="many", title=f"Thread {k}")
+    store.memory.save_messages([Message.user("hi", id=f"m{k}", thread_id=f"t{k:04d}", resource_id="many",
+                                             created_at=T0 + timedelta(hours=5, minutes=k)) for k in range(1500)])
+    store.close()
+    seed_many(path, "long", 12_345, resource_id="old")  # older: listed last, below the 1,500 others
+    asked: list[int] = []
+    shown = ResourceTreeModel._thread_data
+
+    def counting(self: Any, node: Any, s: Any, col: int, role: int) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole and col in (1, 2):
+            asked.append(col)
+        return shown(self, node, s, col, role)
+
+    monkeypatch.setattr(ResourceTreeModel, "_thread_data", counting)
+    pane = ResourcesPane(make_session(path))
+    qtbot.addWidget(pane)
+    pane.resize(420, 500)
+    pane.show()
+    pane.refresh()
+    qtbot.waitUntil(lambda: pane.proxy.rowCount() == 2, timeout=10_000)
+    qtbot.wait(200)
+    assert len(asked) < 400, len(asked)  # the rows shown (a few dozen), not every row
+    assert len(pane.thread_rows()) == 1501
+    header, metrics = pane.tree.header(), pane.tree.fontMetrics()
+    assert header.sectionSize(1) > metrics.horizontalAdvance("12,345")  # the widest count fits
+    assert header.sectionSize(2) > metrics.horizontalAdvance("2026-01-01 00:00:00")
+    asked.clear()
+    pane.refresh()  # (what each change of the database brings)
+    qtbot.wait(300)
+    assert len(asked) < 400, len(asked)

@@ -1,0 +1,150 @@
+"""How long the Studio's UI thread stops answering on a large database: a resource of 3,000 threads and a
+thread of 100,000 messages, each pane shown in turn, through the app's own start-up path (its UI-thread
+cycle collector, ``launch`` with the warm-up on a worker).
+
+    .venv/bin/python bench/studio_stalls.py            # offscreen unless a display is set
+    .venv/bin/python bench/studio_stalls.py --keep     # keep the database (under .temp/bench/)
+
+A 5 ms timer on the UI thread notes every gap between its ticks; a gap is the time the UI thread could
+not run Python (its own work, or waiting for the GIL while a worker holds it). Printed per step: the
+longest gap and how many exceeded 50 ms. Also the time ``Memory.turns`` takes to list the 50,000 turns
+of the large thread (what Replay reads on its worker before it shows the first turn). No aim is set in
+an issue; a stall of a few hundred milliseconds is what a user notices as a freeze.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+THREADS = 3_000
+MESSAGES = 100_000
+
+
+def build(path: Path) -> None:
+    from core.messages import Message
+    from core.storage import open_store
+
+    store = open_store(path)
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    store.memory.create_thread(thread_id="huge", resource_id="big", title=f"{MESSAGES:,} messages")
+    for start in range(0, MESSAGES, 2000):
+        store.memory.save_messages([
+            (Message.user if i % 2 == 0 else Message.assistant)(
+                f"message {i}: " + "some words about the project and its plans " * (1 + i % 7), id=f"h{i}",
+                thread_id="huge", resource_id="big", created_at=t0 + timedelta(seconds=i))
+            for i in range(start, min(MESSAGES, start + 2000))])
+    for k in range(THREADS):
+        store.memory.create_thread(thread_id=f"t{k:04d}", resource_id="many", title=f"Thread number {k}")
+        store.memory.save_messages([
+            Message.user(f"hello {k}", id=f"m{k}a", thread_id=f"t{k:04d}", resource_id="many",
+                         created_at=t0 + timedelta(minutes=k)),
+            Message.assistant(f"hi {k}", id=f"m{k}b", thread_id=f"t{k:04d}", resource_id="many",
+                              created_at=t0 + timedelta(minutes=k, seconds=1))])
+    store.close()
+
+
+def turns_time(path: Path) -> float:
+    from core import Memory, MemoryOptions
+    from core.storage import open_store
+
+    store = open_store(path)
+    try:
+        started = time.perf_counter()
+        turns = Memory(store, MemoryOptions()).turns("huge")
+        assert len(turns) == MESSAGES // 2
+        return time.perf_counter() - started
+    finally:
+        store.close()
+
+
+def stalls(path: Path) -> list[tuple[str, float, int]]:
+    if not os.environ.get("DISPLAY"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="studio-stalls-config-")  # (the app's settings)
+    from PySide6.QtCore import QEventLoop, QSettings, QTimer
+
+    from studio.app import launch, make_app, start
+    from studio.main_window import (CHECKS, MESSAGES as MESSAGES_PANE, OBSERVATIONS, PROMPT, RECALL, REPLAY, TRACES,
+                                    WORKING_MEMORY, MainWindow)
+    from studio.selection import Selection
+    from studio.theme import apply_theme
+    from studio.ui_gc import UiThreadCollector
+
+    app = make_app()
+    collector = UiThreadCollector(app)
+    apply_theme(app, "dark")
+    window = MainWindow(QSettings(), finish_later=True)
+    window.resize(1400, 900)
+    gaps: list[float] = []
+    last = [time.perf_counter()]
+
+    def tick() -> None:
+        now = time.perf_counter()
+        gaps.append((now - last[0]) * 1000)
+        last[0] = now
+
+    timer = QTimer()
+    timer.timeout.connect(tick)
+    timer.start(5)
+
+    def wait(seconds: float) -> None:
+        loop = QEventLoop()
+        QTimer.singleShot(int(seconds * 1000), loop.quit)
+        loop.exec()
+
+    out: list[tuple[str, float, int]] = []
+
+    def step(label: str, action: object, seconds: float) -> None:
+        gaps.clear()
+        last[0] = time.perf_counter()
+        action()  # type: ignore[operator]
+        tick()  # (the action's own time on the UI thread counts as a gap)
+        wait(seconds)
+        out.append((label, max(gaps), sum(1 for g in gaps if g > 50)))
+
+    step("start, open the database", lambda: launch(window, lambda: start(window, str(path))), 6)
+    step(f"open the {MESSAGES:,}-message thread", lambda: window.select_thread(Selection("big", "huge")), 3)
+    for spec in (PROMPT, WORKING_MEMORY, TRACES, OBSERVATIONS, RECALL, REPLAY, CHECKS):
+        step(f"show {spec.title}", lambda spec=spec: window.show_tab(spec), 6 if spec is REPLAY else 3)
+    step("back to Messages", lambda: window.show_tab(MESSAGES_PANE), 2)
+    step(f"a thread of the {THREADS:,}-thread resource", lambda: window.select_thread(Selection("many", "t2999")), 3)
+    timer.stop()
+    window.close()
+    collector.stop()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keep", action="store_true", help="keep the database under .temp/bench/")
+    args = ap.parse_args()
+    folder = REPO / ".temp" / "bench" if args.keep else Path(tempfile.mkdtemp(prefix="studio-stalls-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "stalls.db"
+    if not path.exists():
+        started = time.perf_counter()
+        build(path)
+        print(f"built {path}: {THREADS:,} threads and one of {MESSAGES:,} messages in {time.perf_counter() - started:.1f} s")
+    try:
+        print(f"Memory.turns of the {MESSAGES:,}-message thread ({MESSAGES // 2:,} turns): {turns_time(path):.2f} s")
+        print(f"{'step':<46} {'longest UI gap':>15} {'gaps > 50 ms':>13}")
+        for label, longest, over in stalls(path):
+            print(f"{label:<46} {longest:>12.0f} ms {over:>13}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
