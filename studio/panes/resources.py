@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QListView,
-    QStyle,
     QStackedWidget,
     QToolButton,
     QTreeView,
@@ -173,7 +172,12 @@ class ResourcesPane(QWidget):
 
     def _size_columns(self, data: TreeData) -> None:
         """The count and date columns as wide as their widest text in ``data`` (and their titles): what
-        ResizeToContents gives, measured on the distinct texts instead of asked of every row."""
+        ResizeToContents gives, measured on the distinct texts instead of asked of every row. The cell's
+        padding (the theme's style sheet adds some) is what the view's size hint for one row adds to that
+        row's text."""
+        reference = self.proxy.index(0, 0)
+        if not reference.isValid():
+            return
         counts = {s.message_count for s in data.resources}
         counts.update(t.message_count for threads in data.threads.values() for t in threads)
         metrics = self.tree.fontMetrics()
@@ -181,11 +185,11 @@ class ResourcesPane(QWidget):
         widest = {1: max((metrics.horizontalAdvance(f"{n:,}") for n in counts), default=0),
                   2: max(metrics.horizontalAdvance(format_datetime(datetime.now(timezone.utc))),
                          metrics.horizontalAdvance("0000-00-00 00:00:00"))}
-        # (the item's text margins, as the style adds them to a cell's size hint)
-        margin = 2 * (self.tree.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, self.tree) + 1)
         header = self.tree.header()
         for column, width in widest.items():
-            header.resizeSection(column, max(width + margin + 2, header.sectionSizeHint(column)))
+            cell = reference.siblingAtColumn(column)
+            padding = self.tree.sizeHintForIndex(cell).width() - metrics.horizontalAdvance(str(cell.data() or ""))
+            header.resizeSection(column, max(width + max(padding, 0) + 2, header.sectionSizeHint(column)))
 
     def thread_rows(self) -> list[tuple[str, str, int]]:
         """(resource id, thread title, message count) of every visible thread (tests, screenshots)."""
