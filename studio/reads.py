@@ -48,9 +48,9 @@ class TreeData:
 
 
 def load_tree(store: Store) -> TreeData:
-    resources = store.memory.list_resources()
+    resources, summaries = store.memory.tree_summaries()
     threads: dict[str, list[ThreadSummary]] = {}
-    for summary in store.memory.thread_summaries(None):
+    for summary in summaries:
         threads.setdefault(summary.thread.resource_id, []).append(summary)
     return TreeData(resources, threads)
 

@@ -601,7 +601,7 @@ class MemoryStore:
                r."workingMemory" IS NOT NULL AND r."workingMemory" != ''
         FROM ids LEFT JOIN th ON th.id = ids.id LEFT JOIN ms ON ms.id = ids.id
         LEFT JOIN mastra_resources r ON r.id = ids.id
-        ORDER BY coalesce(ms.last, th.last) DESC, ids.id
+        ORDER BY coalesce(ms.last, th.last) DESC NULLS LAST, ids.id
         """
         with self.db.read() as conn:
             rows = conn.exec_driver_sql(sql).all()
@@ -609,7 +609,40 @@ class MemoryStore:
             ResourceSummary(r[0], int(r[1]), int(r[2]), parse_iso(r[3]) if r[3] else None, bool(r[4])) for r in rows
         ]
 
+    def tree_summaries(self) -> tuple[list[ResourceSummary], list[ThreadSummary]]:
+        """``list_resources()`` and ``thread_summaries()`` from one read, counting the messages once: each
+        resource's counts and last activity are summed from its threads'. (The Studio's tree reloads both
+        on every change of the database, and with libSQL's driver a statement keeps the GIL while it runs:
+        the second count of every message was ~70 ms of every other thread's time at 100,000 messages.)"""
+        with self.db.read() as conn:
+            threads = self._thread_summaries(conn, None)
+            flags = conn.exec_driver_sql(
+                'SELECT id, "workingMemory" IS NOT NULL AND "workingMemory" != \'\' FROM mastra_resources').all()
+        # per resource: thread count, message count, newest message, newest thread update
+        acc: dict[str, list[Any]] = {}
+        for summary in threads:
+            entry = acc.setdefault(summary.thread.resource_id, [0, 0, None, None])
+            entry[0] += 1
+            entry[1] += summary.message_count
+            if summary.last_activity is not None and (entry[2] is None or summary.last_activity > entry[2]):
+                entry[2] = summary.last_activity
+            updated = summary.thread.updated_at
+            if updated is not None and (entry[3] is None or updated > entry[3]):
+                entry[3] = updated
+        with_memory = {rid: bool(flag) for rid, flag in flags}
+        resources = [ResourceSummary(rid, entry[0], entry[1], entry[2] if entry[2] is not None else entry[3],
+                                     with_memory.get(rid, False)) for rid, entry in acc.items()]
+        resources += [ResourceSummary(rid, 0, 0, None, flag) for rid, flag in with_memory.items() if rid not in acc]
+        # ``list_resources``' order: the latest activity first (none: last), then the id
+        resources.sort(key=lambda r: r.id)
+        resources.sort(key=lambda r: (r.last_activity is not None, r.last_activity or datetime.min), reverse=True)
+        return resources, threads
+
     def thread_summaries(self, resource_id: str | None = None) -> list[ThreadSummary]:
+        with self.db.read() as conn:
+            return self._thread_summaries(conn, resource_id)
+
+    def _thread_summaries(self, conn: sa.Connection, resource_id: str | None) -> list[ThreadSummary]:
         counts = (
             sa.select(
                 t.messages.c.thread_id, sa.func.count().label("n"), sa.func.max(t.messages.c.createdAt).label("last")
@@ -621,8 +654,7 @@ class MemoryStore:
         if resource_id is not None:
             stmt = stmt.where(t.threads.c.resourceId == resource_id)
         stmt = stmt.order_by(sa.func.coalesce(counts.c.last, t.threads.c.updatedAt).desc(), t.threads.c.id)
-        with self.db.read() as conn:
-            rows = conn.execute(stmt).all()
+        rows = conn.execute(stmt).all()
         return [ThreadSummary(_thread(r), int(r.n or 0), parse_iso(r.last) if r.last else None) for r in rows]
 
 

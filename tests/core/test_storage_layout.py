@@ -358,3 +358,38 @@ def test_rows_reads_every_row_fetched_in_pieces(store, count):
                               "SELECT i, 'row ' || i FROM n WHERE ? > 0", (max(count, 1), count))
     assert got == [(i, f"row {i}") for i in range(1, count + 1)]
     assert driver_sql.FETCH_ROWS == 500  # (the sizes above straddle it)
+
+
+@pytest.mark.backends
+def test_tree_summaries_are_list_resources_and_thread_summaries_from_one_read(store, tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    t0 = datetime(2026, 5, 1, 9, tzinfo=timezone.utc)
+    mem = store.memory
+    mem.create_thread(thread_id="a1", resource_id="ada", title="with messages")
+    mem.create_thread(thread_id="a2", resource_id="ada", title="empty")
+    mem.create_thread(thread_id="c1", resource_id="cy", title="no messages either")
+    mem.create_thread(thread_id="d1", resource_id="dee", title="later")
+    mem.save_messages([Message.user(f"m{i}", thread_id="a1", resource_id="ada", created_at=t0 + timedelta(minutes=i))
+                       for i in range(3)]
+                      + [Message.user("late", thread_id="d1", resource_id="dee", created_at=t0 + timedelta(days=1))])
+    mem.update_resource("bo", working_memory="# Notes\n- likes tea")  # a resource row, no thread
+    mem.update_resource("ada", working_memory="")  # an empty working memory is none
+    resources, threads = mem.tree_summaries()
+    assert resources == mem.list_resources()
+    assert threads == mem.thread_summaries(None)
+    ids = [r.id for r in resources]
+    # (a thread without messages counts its update: "cy"'s is now; "bo" has no activity at all: last)
+    assert ids == ["cy", "dee", "ada", "bo"]
+    bo = next(r for r in resources if r.id == "bo")
+    assert (bo.thread_count, bo.message_count, bo.has_working_memory) == (0, 0, True)
+
+
+def test_tree_summaries_of_a_database_mastra_wrote(tmp_path):
+    path = tmp_path / "mastra.db"
+    make_mastra_db(path)
+    store = open_store(path)
+    try:
+        assert store.memory.tree_summaries() == (store.memory.list_resources(), store.memory.thread_summaries(None))
+    finally:
+        store.close()
