@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.llm.base import ChatModel
     from core.recall import RecallIndex, SearchHit
     from core.recall.index import Mode
+    from core.replay.frozen import ReplaySource
     from core.replay.rebuild import Rebuild
     from core.replay.record import TurnRecord
     from core.replay.turns import Turn
@@ -264,12 +265,14 @@ class Memory:
         return self.assembler.record(ctx, processors, extra_tools)
 
     # -- replay (core/replay) --------------------------------------------------------------------
-    def turns(self, thread_id: str, *, resource_id: str | None = None) -> list["Turn"]:
-        """Every user-input turn of the thread in time order, with its record when it has one."""
+    def turns(self, thread_id: str, *, resource_id: str | None = None,
+              source: "ReplaySource | None" = None) -> list["Turn"]:
+        """Every user-input turn of the thread in time order, with its record when it has one.
+        ``source``: the thread preloaded already (``ReplaySource.preload``), read from it instead."""
         from core.replay.turns import list_turns
 
         self._owned_thread(thread_id, resource_id)
-        return list_turns(self.store, thread_id)
+        return list_turns(self.store, thread_id, source)
 
     def turn_record(self, input_message_id: str) -> "TurnRecord | None":
         """The record of the live turn whose input is this message (None: older data, or Mastra's)."""

@@ -130,8 +130,8 @@ class ReplayThread:
             raise LookupError(f"Thread {thread_id} is not in this database any more.")
         agent = f"agent '{choice.agent.name}' ({choice.reason})" if choice.agent else f"defaults ({choice.reason})"
         memory = memory_factory(choice.options(), choice.memory_name)
-        turns = memory.turns(thread_id)
         rows = ReplaySource(store).preload(thread_id)
+        turns = memory.turns(thread_id, source=rows)  # (from the same read: a long thread is decoded once)
         start = len(turns) - 1 if turns else 0
         if message_id is not None:
             found = store.memory.get_messages([message_id])
