@@ -227,6 +227,10 @@ class Combined:
         at most .005."""
         if not self._takes(share):
             return
+        self._reorder(self._propagated(next_of, share))
+
+    def _propagated(self, next_of: Mapping[str, str], share: float) -> list[tuple[float, float, str]]:
+        """``order``'s entries with ``propagate``'s scores, in ``order``'s order (not sorted again)."""
         base = self._score_of
         prev_of = {nxt: mid for mid, nxt in next_of.items() if nxt != mid and nxt in base and mid in base}
         scale = 1.0 / (1.0 + 2.0 * share)
@@ -240,7 +244,7 @@ class Combined:
             if prev is not None:
                 score += share * base[prev]
             scored.append((-(score * scale), tie, mid))
-        self._reorder(scored)
+        return scored
 
     def thread_prior(self, share: float) -> None:
         """Each candidate's score becomes ``(score + share * best) / (1 + share)``, ``best`` being the best
@@ -289,25 +293,13 @@ class Combined:
             elif takes_thread:
                 self.thread_prior(thread_share)
             return
-        base = self._score_of
-        prev_of = {nxt: mid for mid, nxt in next_of.items() if nxt != mid and nxt in base and mid in base}
-        scale = 1.0 / (1.0 + 2.0 * neighbour_share)
+        entries = self._propagated(next_of, neighbour_share)
         thread_of = self._thread_of()
-        # ``propagate``'s entries (its arithmetic, to the bit), and per thread its two smallest (best) entries
-        entries: list[tuple[float, float, str]] = []
+        # per thread its two smallest (best) entries after the neighbours' share
         best_of: dict[str | None, tuple[float, float, str]] = {}
         second_of: dict[str | None, tuple[float, float, str]] = {}
-        for neg, tie, mid in self.order:
-            score = -neg
-            nxt = next_of.get(mid)
-            if nxt is not None and nxt != mid:
-                score += neighbour_share * base.get(nxt, 0.0)
-            prev = prev_of.get(mid)
-            if prev is not None:
-                score += neighbour_share * base[prev]
-            entry = (-(score * scale), tie, mid)
-            entries.append(entry)
-            thread = thread_of[mid]
+        for entry in entries:
+            thread = thread_of[entry[2]]
             best = best_of.get(thread)
             if best is None:
                 best_of[thread] = entry
