@@ -30,6 +30,7 @@ from core.working_memory import WorkingMemoryService
 from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import turn_index_for
 from studio.logic.request_layout import RequestView, call_view
+from studio.logic.short_ids import short_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from studio.preferences import ModelChoice
@@ -227,7 +228,7 @@ class ReplayThread:
         chunks = f" · {record.om_chunks} chunk(s)" if record is not None and record.om_chunks is not None else ""
         seen = f" · observed up to {cursor.split(' ')[0]}" if cursor else ""
         activity = self._om_activity(opts, record)
-        return f"{gen} (row {row[:8]}…){chunks}{seen}" + (f" · at this turn: {activity}" if activity else "")
+        return f"{gen} (row {short_id(row)}){chunks}{seen}" + (f" · at this turn: {activity}" if activity else "")
 
     def _om_activity(self, opts: Any, record: TurnRecord | None) -> str:
         """What background buffering did at this turn (activation, a turn that waited), from the

@@ -17,6 +17,7 @@ from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
 from core.storage import Store
 from studio.logic.dates import format_datetime
+from studio.logic.short_ids import short_id
 
 # Stable colours per source so the bar, the table and the legend agree (colour-blind-safe-ish hues).
 SOURCE_COLORS: dict[str, str] = {
@@ -253,7 +254,7 @@ class FragmentRow:
         if not self.stored_ids:
             return ""
         if len(self.stored_ids) == 1:
-            return _short(self.stored_ids[0])
+            return short_id(self.stored_ids[0])
         return f"{len(self.stored_ids)} messages"
 
     @property
@@ -275,10 +276,6 @@ class FragmentRow:
             hit = "" if self.score is None else f" (the hit scored {self.score:.3f})"
             return f"Neighbour of hit {self.neighbour_of}{hit}: recalled with it, not scored itself."
         return "" if self.score is None else f"score {self.score:.6f}"
-
-
-def _short(message_id: str) -> str:
-    return message_id if len(message_id) <= 10 else message_id[:8] + "…"
 
 
 def _preview(text: str, limit: int = 140) -> str:

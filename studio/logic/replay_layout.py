@@ -19,6 +19,7 @@ from core.replay.turns import Turn
 from studio.logic.dates import format_datetime
 from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.prompt_layout import ROLE_LABELS, source_color
+from studio.logic.short_ids import short_id
 
 Change = Literal["entered", "left", "changed"]
 
@@ -127,8 +128,7 @@ class StepRow:
     def stored_label(self) -> str:
         if not self.stored_ids:
             return ""
-        first = self.stored_ids[0]
-        first = first if len(first) <= 10 else first[:8] + "…"
+        first = short_id(self.stored_ids[0])
         return first if len(self.stored_ids) == 1 else f"{first} +{len(self.stored_ids) - 1}"
 
 

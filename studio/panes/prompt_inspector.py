@@ -56,7 +56,8 @@ from studio.logic.prompt_layout import (
 )
 from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import call_labels
-from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows, short_id
+from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows
+from studio.logic.short_ids import short_id
 from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, edited_note, sources_note
@@ -324,7 +325,7 @@ class PromptInspectorPane(QWidget):
                              "Pick one of this resource's threads: a prompt is assembled for a thread.")
             return
         self.turn_radio.setEnabled(selection.message_id is not None)
-        self.turn_label.setText(f"message {selection.message_id[:8]}…" if selection.message_id else "")
+        self.turn_label.setText(f"message {short_id(selection.message_id)}" if selection.message_id else "")
         self._syncing = True
         if selection.message_id is not None:
             self.turn_radio.setChecked(True)
@@ -501,7 +502,7 @@ class PromptInspectorPane(QWidget):
         self.bar.set_usage(context_usage(prompt, preview.model, preview.model_note))
         if preview.turn is not None:
             when = format_datetime(preview.turn.created_at)
-            first = preview.turn.input.id[:8] if preview.turn.input is not None else "?"
+            first = short_id(preview.turn.input.id) if preview.turn.input is not None else "?"
             self.turn_label.setText(f"as of {when} (turn starts at {first})")
             if preview.turn.input is not None:
                 self._syncing = True
