@@ -47,6 +47,7 @@ from studio.logic.replay_layout import (
     compare,
     default_fork_title,
     fork_source,
+    input_caption,
     step_label,
     turn_facts,
 )
@@ -411,6 +412,7 @@ class ReplayPane(QWidget):
             self.call_combo.addItems(labels)
             self.call_combo.blockSignals(False)
         self.call_combo.setEnabled(len(step.calls) > 1)
+        self.input_label.setText(input_caption(step.received, step.turn))  # what the model received
         self.rerun.set_step(step, self.state.call)
         self._show_call(step)
         detail = self.state.take_rerun(step.index)

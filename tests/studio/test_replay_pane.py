@@ -226,6 +226,37 @@ def test_a_turn_without_a_record_is_labelled_reconstructed(qtbot: Any, db: Path,
         session.close()
 
 
+
+def test_an_input_edited_since_shows_what_the_model_received(qtbot: Any, db: Path, prefs: Preferences,
+                                                             template: Any, no_leaked_widgets: None) -> None:
+    """The turn's caption showed the input as stored now (the edited text, unmarked), and its input fragment
+    said "Not from a stored message", so nothing said the model had received other words (found by the
+    Studio QA pass)."""
+    store = open_store(db)
+    Memory(store).edit_message(template[1]["turns"][1], resource_id=RESOURCE, text="EDITED AFTER THE TURN")
+    store.close()
+    session = StudioSession(open_for_studio(db))
+    pane = ReplayPane(session, preferences=prefs)
+    qtbot.addWidget(pane)
+    pane.show()
+    try:
+        open_thread(qtbot, pane)
+        with qtbot.waitSignal(pane.step_shown, timeout=30_000):
+            pane.go_to(1)
+        assert pane.step.received.replay.exact
+        caption = pane.input_label.text()
+        assert TURNS[1] in caption and "EDITED" not in caption and caption.startswith("edited since")
+        assert "a stored message was edited since" in pane.banner.text() and "(other)" not in pane.banner.text()
+        row = next(i for i, r in enumerate(pane.view.step_model.rows()) if r.source == "input")
+        assert pane.view.step_model.rows()[row].stored_ids == (template[1]["turns"][1],)
+        pane.view.step_table.selectRow(row)
+        assert "edited since" in pane.view.fragment_header.text()
+        assert "From stored messages" in pane.view.fragment_sources.text()
+        assert pane.view.fragment_text.toPlainText() == TURNS[1]
+    finally:
+        session.pool.wait(20_000)
+        session.close()
+
 # -- what-if ---------------------------------------------------------------------------------------
 def test_what_if_table_for_the_whole_thread(qtbot: Any, pane: ReplayPane, session: StudioSession) -> None:
     before = checksum(session.store)
