@@ -19,7 +19,7 @@ from core.replay.turns import Turn
 from studio.logic.dates import format_datetime
 from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.edit_marks import changed_since
-from studio.logic.prompt_layout import ROLE_LABELS, source_color
+from studio.logic.prompt_layout import ROLE_LABELS, input_stored_ids, source_color
 from studio.logic.short_ids import short_id
 
 Change = Literal["entered", "left", "changed"]
@@ -144,18 +144,6 @@ def input_ids(turn: Turn) -> tuple[str, ...]:
     return tuple(record.input_ids) if record is not None and record.input_ids else (turn.input_message_id,)
 
 
-def _input_stored_ids(prompt: AssembledPrompt, inputs: Sequence[str]) -> dict[int, tuple[str, ...]]:
-    """Fragment index -> the stored input message(s) it holds. The engine's input fragments carry no
-    stored ids (a new input is not stored yet); a stored turn's input is a stored message, which can
-    have been edited since, so its row must name it."""
-    frags = [f for f in prompt.fragments if f.source == "input" and not f.stored_ids]
-    if not frags or not inputs:
-        return {}
-    if len(frags) == len(inputs):
-        return {f.index: (i,) for f, i in zip(frags, inputs)}
-    return {f.index: tuple(inputs) for f in frags}
-
-
 def input_caption(prompt: AssembledPrompt, turn: Turn, limit: int = 220) -> str:
     """The turn's input as the rebuilt prompt holds it (what its model received, for a recorded turn),
     quoted; marked when the stored message was edited or deleted since."""
@@ -173,7 +161,7 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
     """This turn's fragments in prompt order, each marked with its change since the previous turn; the
     fragments that left are listed where they were. ``inputs``: the turn's stored input message ids,
     which its input fragments hold."""
-    input_stored = _input_stored_ids(prompt, inputs)
+    input_stored = input_stored_ids(prompt, inputs)
     pending: dict[tuple[str, tuple[str, ...], str | None], list[FragmentChange]] = {}
     for c in changes:
         if c.kind != "left":

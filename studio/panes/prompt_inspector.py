@@ -53,6 +53,7 @@ from studio.logic.prompt_layout import (
     skipped_rows,
     starting_point,
     token_sum_text,
+    turn_input_ids,
 )
 from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import call_labels
@@ -483,7 +484,7 @@ class PromptInspectorPane(QWidget):
         self.banner.hide()
         if preview.notes:
             self.banner.show_message(" ".join(preview.notes), "info")
-        self.fragment_model.set_rows(fragment_rows(prompt))
+        self.fragment_model.set_rows(fragment_rows(prompt, turn_input_ids(prompt, preview.turn)))
         self.skip_model.set_rows(skipped_rows(prompt))
         self._fill_calls(preview)
         replay = prompt.replay
@@ -567,7 +568,7 @@ class PromptInspectorPane(QWidget):
             # The table, the context bar, the status line and the copies all follow the call shown:
             # a later call of the tool loop has more messages than the first.
             self._shown = calls[index]
-            self.fragment_model.set_rows(fragment_rows(calls[index]))
+            self.fragment_model.set_rows(fragment_rows(calls[index], turn_input_ids(preview.prompt, preview.turn)))
             self.bar.set_usage(context_usage(calls[index], preview.model, preview.model_note))
             self.status.setText(self._prompt_status(calls[index]))
             if self.fragment_model.rowCount():

@@ -152,6 +152,23 @@ def test_stored_turn_is_reassembled_as_of_that_turn(qtbot, pane):
     assert pane.message_edit.text() == TURNS[2][1] and not pane.message_edit.isEnabled()
 
 
+
+def test_a_stored_turns_input_names_its_stored_message(qtbot, pane, session):
+    """A stored turn's input fragment said "Not from a stored message: the new input (not stored yet)", with
+    Edit Stored Message… off, and so no "edited since" for an input edited after its turn (found by the
+    Studio QA pass)."""
+    Memory(session.store, name="assistant").edit_message("m2", resource_id="alice", text="EDITED later")
+    select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))
+    rows = pane.fragment_model.rows()
+    row = next(i for i, r in enumerate(rows) if r.source == "input")
+    assert rows[row].stored_ids == ("m2",)
+    pane.fragment_table.selectRow(row)
+    assert "From stored messages" in pane.detail_sources.text() and "m2" in pane.detail_sources.text()
+    assert pane.edit_btn.isEnabled()
+    new = select(qtbot, pane, Selection("alice", "t-lisbon"))  # a new input is not stored: no id
+    assert all(not r.stored_ids for r in pane.fragment_model.rows() if r.source == "input")
+    assert new.turn is None
+
 def test_fragment_detail_links_to_stored_messages(qtbot, pane):
     select(qtbot, pane, Selection("alice", "t-lisbon"))
     rows = pane.fragment_model.rows()
