@@ -13,6 +13,19 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
 
+
+class RowTableView(QTableView):
+    """A table whose rows are the items (whole rows selected): Home and End go to the first and the last
+    row. A plain QTableView moves them along the columns of the current row, which with whole-row
+    selection changes nothing the user can see (only Ctrl+Home / Ctrl+End reached the ends)."""
+
+    def moveCursor(self, cursorAction: QAbstractItemView.CursorAction,  # noqa: N802, N803 - Qt's names
+                   modifiers: Qt.KeyboardModifier) -> QModelIndex:
+        rows = self.selectionBehavior() == QAbstractItemView.SelectionBehavior.SelectRows
+        if rows and cursorAction in (QAbstractItemView.CursorAction.MoveHome, QAbstractItemView.CursorAction.MoveEnd):
+            modifiers = modifiers | Qt.KeyboardModifier.ControlModifier
+        return super().moveCursor(cursorAction, modifiers)
+
 R = TypeVar("R")
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the record itself
@@ -109,7 +122,7 @@ def record_table_view(
     rows, columns sized to their contents and the last one stretched. ``widths`` (title → pixels)
     fixes those columns instead: a table re-filled often must not measure every cell again, and a
     column of long texts must never widen the window."""
-    table = QTableView()
+    table = RowTableView()
     table.setModel(model)
     table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     table.setSelectionMode(selection)
