@@ -154,6 +154,28 @@ def test_home_and_end_go_to_the_first_and_last_message(qtbot: Any, make_session:
     qtbot.keyClick(table, Qt.Key.Key_Home)
     assert table.currentIndex().row() == 0
 
+
+def test_the_first_key_in_a_long_thread_starts_from_the_messages_on_screen(qtbot: Any, make_session: Any,
+                                                                          tmp_path: Path) -> None:
+    """A thread opens at its newest message with no row current; the first Up, Down or End jumped to the
+    oldest message (Qt starts from the model's first row), hundreds of rows away from what was on screen
+    (found by the Studio QA pass on a thread of 300 messages)."""
+    path = tmp_path / "long.db"
+    seed_many(path, "long", 300)
+    pane = _messages(qtbot, make_session(path))
+    with qtbot.waitSignal(pane.model.loaded, timeout=20_000):
+        pane.set_selection(Selection("bulk", "long"))
+    view = pane.view
+    qtbot.waitUntil(lambda: view.rowAt(view.viewport().height() - 1) >= 290, timeout=10_000)  # at the end
+    assert not view.currentIndex().isValid()
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Up)
+    assert view.currentIndex().row() >= 290
+    view.setCurrentIndex(pane.model.index(-1))
+    assert not view.currentIndex().isValid()
+    qtbot.keyClick(view, Qt.Key.Key_End)
+    assert view.currentIndex().row() == 299
+
 def test_new_messages_appear_and_the_view_follows_the_end(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
     path = tmp_path / "live.db"
     seed_many(path, "live", 300)
