@@ -424,10 +424,12 @@ class ReplayPane(QWidget):
     def _show_call(self, step: StepData) -> None:
         received, now = step.received, step.now
         cmp = compare(received, now, step.now_changes)
-        if cmp.level is None:
+        note = self.state.source.recall_note if self.state.source is not None else ""
+        if cmp.level is None and not note:
             self.banner.hide()
         else:
-            self.banner.show_message(cmp.text, cmp.level)
+            self.banner.show_message(" ".join(t for t in (note, cmp.text if cmp.level else "") if t),
+                                     "warning" if note else cmp.level or "info")
         self.facts.setText(" · ".join(f"<b>{k}</b> {esc(v)}" for k, v in turn_facts(received, step.wm_label,
                                                                                      step.om_label, self.state.call)))
         self.call_combo.setCurrentIndex(self.state.call)
