@@ -404,7 +404,7 @@ def skipped_rows(prompt: AssembledPrompt) -> list[SkipRow]:
 
 def fragment_header(row: FragmentRow) -> str:
     """The provenance line above a fragment's full text in the detail view."""
-    bits = [f"#{row.index}", row.role, f"from {row.source}", f"{row.tokens} tokens"]
+    bits = [f"#{row.index}", row.role, f"from {row.source}", f"{row.tokens:,} tokens"]  # as the table writes it
     if row.neighbour_of is not None:
         bits.append(f"neighbour of hit {row.neighbour_of}")
     elif row.score is not None:

@@ -211,6 +211,7 @@ class PromptInspectorPane(QWidget):
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
         self.detail_header = caption("Fragment")
+        self.detail_header.setWordWrap(True)  # its time and score wrap, never cut off by the Request side
         self.detail_sources = elastic(QLabel(""), wrap=True)  # a long list of message ids wraps
         self.detail_sources.setTextFormat(Qt.TextFormat.RichText)
         self.detail_sources.linkActivated.connect(self.open_message.emit)
