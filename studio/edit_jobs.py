@@ -18,6 +18,7 @@ from core.agent_configs import agent_for_thread
 from core.edits.forget import ForgetReport, forget_resource
 from core.edits.messages import MessageVersion
 from studio.logic.edit_history import EditRecord
+from studio.logic.short_ids import short_id
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def edit_message(store: Store, factory: MemoryFactory, target: MessageTarget, *,
                                   author="studio")
     changed = len(memory.message_versions(target.message.id, resource_id=target.resource_id)) > before
     record = EditRecord("message", target.message.id, target.resource_id, target.thread_id,
-                        f"edit of message {target.message.id[:8]}…") if changed else None
+                        f"edit of message {short_id(target.message.id)}") if changed else None
     return EditOutcome(record, message, note)
 
 
@@ -86,7 +87,7 @@ def delete_message(store: Store, factory: MemoryFactory, target: MessageTarget) 
     memory, note = memory_for_thread(store, factory, target.thread_id)
     memory.delete_messages([target.message.id], resource_id=target.resource_id, author="studio")
     return EditOutcome(EditRecord("message", target.message.id, target.resource_id, target.thread_id,
-                                  f"delete of message {target.message.id[:8]}…"), None, note)
+                                  f"delete of message {short_id(target.message.id)}"), None, note)
 
 
 def revert(store: Store, factory: MemoryFactory, record: EditRecord) -> str:
@@ -95,7 +96,7 @@ def revert(store: Store, factory: MemoryFactory, record: EditRecord) -> str:
     if record.kind == "message":
         now = memory.undo_message_edit(record.target_id, resource_id=record.resource_id, author="studio")
         what = "deleted again" if now is None else "restored"
-        return f"Message {record.target_id[:8]}… {what}" + (f"; {note}" if note else "")
+        return f"Message {short_id(record.target_id)} {what}" + (f"; {note}" if note else "")
     memory.undo_observation_edit(record.target_id, resource_id=record.resource_id, author="studio")
     return "Observation log restored"
 

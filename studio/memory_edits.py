@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QDialog
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
 from studio.logic.edit_history import EditHistory, EditRecord
+from studio.logic.short_ids import short_id
 from studio.selection import Selection
 
 # The jobs and the dialogs load the engine (SQLAlchemy): the jobs are imported by the worker that
@@ -221,7 +222,7 @@ class MemoryEditActions(QObject):
 
         dialog = MessageHistoryDialog(target, self.window)
         record = EditRecord("message", target.message.id, target.resource_id, target.thread_id,
-                            f"change of message {target.message.id[:8]}…")
+                            f"change of message {short_id(target.message.id)}")
         session = self._session()
         dialog.undo_requested.connect(lambda: self._undo_from_history(dialog, record, session))
         self.dialog = dialog

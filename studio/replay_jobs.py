@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from core import AssembledPrompt, Memory, Store
+from core import AssembledPrompt, Memory, MemoryOptions, ModelNotInstalledError, Store
 from core.agent_configs import agent_for_thread
 from core.messages import Message
 from core.replay import KEEP, FragmentChange, RerunResult, TurnRecord, messages_hash, prompt_diff, rerun
@@ -30,6 +30,7 @@ from core.working_memory import WorkingMemoryService
 from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import turn_index_for
 from studio.logic.request_layout import RequestView, call_view
+from studio.logic.short_ids import short_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from studio.preferences import ModelChoice
@@ -93,10 +94,24 @@ def edits_mark(store: Store) -> tuple[str | None, str | None]:
     return messages.newest_change(store), observations.newest_change(store)
 
 
+def _replay_memory(memory_factory: MemoryFactory, options: MemoryOptions, name: str) -> tuple[Memory, str]:
+    """The memory a thread replays with, and a note when it has to leave semantic recall out. A recorded
+    turn rebuilds from its record (its recall hits included) and needs no embedding model; only "rebuilt
+    now" and what-ifs search again. So a missing model costs those their recall, not the whole replay."""
+    try:
+        return memory_factory(options, name), ""
+    except ModelNotInstalledError as exc:
+        logger.warning("replaying without semantic recall: %s", exc)
+        return memory_factory(options.merged({"semantic_recall": False}), name), (
+            f"{exc} Until then, every turn replays as its record holds it; \"rebuilt now\", What-If and Re-Run "
+            "leave semantic recall out.")
+
+
 class ReplayThread:
     def __init__(self, store: Store, memory: Memory, thread: Thread, turns: list[Turn], agent: str,
-                 start: int = 0, rows: ReplaySource | None = None) -> None:
+                 start: int = 0, rows: ReplaySource | None = None, recall_note: str = "") -> None:
         self.store = store
+        self.recall_note = recall_note  # why "rebuilt now" leaves semantic recall out ("" when it does not)
         self.rows = rows or ReplaySource(store).preload(thread.id)
         self.memory = memory
         self.thread = thread
@@ -129,7 +144,7 @@ class ReplayThread:
         if choice.thread is None:
             raise LookupError(f"Thread {thread_id} is not in this database any more.")
         agent = f"agent '{choice.agent.name}' ({choice.reason})" if choice.agent else f"defaults ({choice.reason})"
-        memory = memory_factory(choice.options(), choice.memory_name)
+        memory, recall_note = _replay_memory(memory_factory, choice.options(), choice.memory_name)
         rows = ReplaySource(store).preload(thread_id)
         turns = memory.turns(thread_id, source=rows)  # (from the same read: a long thread is decoded once)
         start = len(turns) - 1 if turns else 0
@@ -139,7 +154,7 @@ class ReplayThread:
             if when is None:
                 raise LookupError(f"Message {message_id} is not in thread {thread_id} any more.")
             start = turn_index_for(turns, message_id, when)
-        return cls(store, memory, choice.thread, turns, agent, start, rows)
+        return cls(store, memory, choice.thread, turns, agent, start, rows, recall_note)
 
     # -- rebuilding --------------------------------------------------------------------------------
     def prompt(self, index: int, mode: str = "record") -> AssembledPrompt:
@@ -227,7 +242,7 @@ class ReplayThread:
         chunks = f" · {record.om_chunks} chunk(s)" if record is not None and record.om_chunks is not None else ""
         seen = f" · observed up to {cursor.split(' ')[0]}" if cursor else ""
         activity = self._om_activity(opts, record)
-        return f"{gen} (row {row[:8]}…){chunks}{seen}" + (f" · at this turn: {activity}" if activity else "")
+        return f"{gen} (row {short_id(row)}){chunks}{seen}" + (f" · at this turn: {activity}" if activity else "")
 
     def _om_activity(self, opts: Any, record: TurnRecord | None) -> str:
         """What background buffering did at this turn (activation, a turn that waited), from the

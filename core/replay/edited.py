@@ -122,6 +122,12 @@ def edit_reason(fragment: Any, *prompts: Any) -> str | None:
     """``"message-edited"`` / ``"message-deleted"`` when a fragment differs between two prompts because
     one of its stored messages changed after the earlier turn (``prompt_diff``'s reason), else None."""
     ids = set(getattr(fragment, "stored_ids", ()) or ())
+    if not ids and getattr(fragment, "source", None) == "input":
+        # An input fragment names no stored message (a new input is not stored yet); a stored turn's input
+        # is its record's input messages, which may have been edited since.
+        for prompt in prompts:
+            record = getattr(getattr(prompt, "replay", None), "record", None)
+            ids.update(getattr(record, "input_ids", ()) or ())
     kinds = {str(changed[i]) for p in prompts for changed in [getattr(getattr(p, "replay", None), "changed_since", None)
                                                               or {}] for i in ids if i in changed}
     if DELETED in kinds:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from studio.logic.short_ids import short_id
+
 
 def changed_since(prompt: Any) -> Mapping[str, str]:
     """Message id -> "edited since" / "deleted since" for a rebuilt prompt (empty otherwise)."""
@@ -28,7 +30,7 @@ def sources_note(changed: Mapping[str, str], stored_ids: Iterable[str]) -> str:
     ids = [i for i in stored_ids if i in changed]
     if not ids:
         return ""
-    listed = ", ".join(f"{i[:8]}… ({changed[i]})" for i in ids[:4]) + (" …" if len(ids) > 4 else "")
+    listed = ", ".join(f"{short_id(i)} ({changed[i]})" for i in ids[:4]) + (" …" if len(ids) > 4 else "")
     return f"Shown as the model saw it at this turn; changed since: {listed}."
 
 

@@ -11,12 +11,13 @@ import hashlib
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
 from core.storage import Store
 from studio.logic.dates import format_datetime
+from studio.logic.short_ids import short_id
 
 # Stable colours per source so the bar, the table and the legend agree (colour-blind-safe-ish hues).
 SOURCE_COLORS: dict[str, str] = {
@@ -253,7 +254,7 @@ class FragmentRow:
         if not self.stored_ids:
             return ""
         if len(self.stored_ids) == 1:
-            return _short(self.stored_ids[0])
+            return short_id(self.stored_ids[0])
         return f"{len(self.stored_ids)} messages"
 
     @property
@@ -277,24 +278,42 @@ class FragmentRow:
         return "" if self.score is None else f"score {self.score:.6f}"
 
 
-def _short(message_id: str) -> str:
-    return message_id if len(message_id) <= 10 else message_id[:8] + "…"
-
-
 def _preview(text: str, limit: int = 140) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def fragment_rows(prompt: AssembledPrompt) -> list[FragmentRow]:
+def input_stored_ids(prompt: AssembledPrompt, inputs: Sequence[str]) -> dict[int, tuple[str, ...]]:
+    """Fragment index -> the stored input message(s) it holds. The engine's input fragments carry no
+    stored ids (a new input is not stored yet); a stored turn's input is a stored message, which can
+    have been edited since, so its row must name it."""
+    frags = [f for f in prompt.fragments if f.source == "input" and not f.stored_ids]
+    if not frags or not inputs:
+        return {}
+    if len(frags) == len(inputs):
+        return {f.index: (i,) for f, i in zip(frags, inputs)}
+    return {f.index: tuple(inputs) for f in frags}
+
+
+def turn_input_ids(prompt: AssembledPrompt, turn: "TurnRef | None") -> tuple[str, ...]:
+    """The stored input messages of the stored turn ``prompt`` rebuilds (none for a new input)."""
+    record = prompt.replay.record if prompt.replay is not None else None
+    if record is not None and record.input_ids:
+        return tuple(record.input_ids)
+    return (turn.input.id,) if turn is not None and turn.input is not None else ()
+
+
+def fragment_rows(prompt: AssembledPrompt, inputs: Sequence[str] = ()) -> list[FragmentRow]:
+    """One row per fragment. ``inputs``: a stored turn's input message ids, which its input fragments hold."""
     total = max(prompt.total_tokens, 1)
-    return [_row(f, total) for f in prompt.fragments]
+    input_stored = input_stored_ids(prompt, inputs)
+    return [_row(f, total, input_stored.get(f.index)) for f in prompt.fragments]
 
 
-def _row(f: Fragment, total: int) -> FragmentRow:
+def _row(f: Fragment, total: int, stored: tuple[str, ...] | None = None) -> FragmentRow:
     return FragmentRow(
         index=f.index, role=ROLE_LABELS.get(f.role, f.role), source=f.source, kind=f.kind,
-        stored_ids=tuple(f.stored_ids), score=f.score, tokens=f.tokens, share=f.tokens / total,
+        stored_ids=stored if stored is not None else tuple(f.stored_ids), score=f.score, tokens=f.tokens, share=f.tokens / total,
         preview=_preview(f.text), text=f.text, created_at=f.created_at, color=source_color(f.source),
         detail=dict(f.detail),
     )
@@ -385,7 +404,7 @@ def skipped_rows(prompt: AssembledPrompt) -> list[SkipRow]:
 
 def fragment_header(row: FragmentRow) -> str:
     """The provenance line above a fragment's full text in the detail view."""
-    bits = [f"#{row.index}", row.role, f"from {row.source}", f"{row.tokens} tokens"]
+    bits = [f"#{row.index}", row.role, f"from {row.source}", f"{row.tokens:,} tokens"]  # as the table writes it
     if row.neighbour_of is not None:
         bits.append(f"neighbour of hit {row.neighbour_of}")
     elif row.score is not None:

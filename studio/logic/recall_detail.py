@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from studio.logic.prompt_layout import FragmentRow
+from studio.logic.short_ids import short_id
 
 RECALL_SOURCE = "semantic-recall"
 
@@ -46,9 +47,6 @@ def fmt_score(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
-def short_id(message_id: str) -> str:
-    """Ids are often UUIDs: the first characters tell them apart on screen (the tooltip has it all)."""
-    return message_id if len(message_id) <= 12 else message_id[:10] + "…"
 
 
 def _num(value: Any) -> float | None:

@@ -18,7 +18,9 @@ from core.replay.capture import recall_hits, token_sections
 from core.replay.turns import Turn
 from studio.logic.dates import format_datetime
 from studio.logic.diffing import DiffLine, line_diff
-from studio.logic.prompt_layout import ROLE_LABELS, source_color
+from studio.logic.edit_marks import changed_since
+from studio.logic.prompt_layout import ROLE_LABELS, input_stored_ids, source_color
+from studio.logic.short_ids import short_id
 
 Change = Literal["entered", "left", "changed"]
 
@@ -127,8 +129,7 @@ class StepRow:
     def stored_label(self) -> str:
         if not self.stored_ids:
             return ""
-        first = self.stored_ids[0]
-        first = first if len(first) <= 10 else first[:8] + "…"
+        first = short_id(self.stored_ids[0])
         return first if len(self.stored_ids) == 1 else f"{first} +{len(self.stored_ids) - 1}"
 
 
@@ -137,9 +138,30 @@ def _preview(text: str, limit: int = 140) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = ()) -> list[StepRow]:
+def input_ids(turn: Turn) -> tuple[str, ...]:
+    """The stored messages a turn sent as its input, oldest first (a turn may send several)."""
+    record = turn.record
+    return tuple(record.input_ids) if record is not None and record.input_ids else (turn.input_message_id,)
+
+
+def input_caption(prompt: AssembledPrompt, turn: Turn, limit: int = 220) -> str:
+    """The turn's input as the rebuilt prompt holds it (what its model received, for a recorded turn),
+    quoted; marked when the stored message was edited or deleted since."""
+    texts = [f.text for f in prompt.fragments if f.source == "input"]
+    flat = " ".join(" ".join(texts).split()) if texts else " ".join(turn.input_text.split())
+    quoted = f"“{flat[:limit]}{'…' if len(flat) > limit else ''}”"
+    changed = changed_since(prompt)
+    kinds = sorted({changed[i] for i in input_ids(turn) if i in changed})
+    # The mark first: a long input is cut at the label's right edge.
+    return (f"{' and '.join(kinds)}; the model received {quoted}") if kinds else quoted
+
+
+def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
+              inputs: Sequence[str] = ()) -> list[StepRow]:
     """This turn's fragments in prompt order, each marked with its change since the previous turn; the
-    fragments that left are listed where they were."""
+    fragments that left are listed where they were. ``inputs``: the turn's stored input message ids,
+    which its input fragments hold."""
+    input_stored = input_stored_ids(prompt, inputs)
     pending: dict[tuple[str, tuple[str, ...], str | None], list[FragmentChange]] = {}
     for c in changes:
         if c.kind != "left":
@@ -169,7 +191,8 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = ()) -
             rows.append(_left_row(c))
         change = marked.get(f.index)
         rows.append(StepRow(
-            f.index, ROLE_LABELS.get(f.role, f.role), f.source, tuple(f.stored_ids), f.tokens, f.text,
+            f.index, ROLE_LABELS.get(f.role, f.role), f.source, input_stored.get(f.index, tuple(f.stored_ids)),
+            f.tokens, f.text,
             _preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
             change.text_before if change else None, source_color(f.source)))
     for rest in placed.values():

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
-    QTableView,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -38,6 +37,7 @@ from studio.models.messages_model import MessageListModel, MessageRoles
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.pane_header import elastic
+from studio.widgets.record_table import RowTableView
 
 KIND_LABELS = {"text": "", "tool-invocation": "tool", "reasoning": "reasoning", "file": "file", "data": "data",
                "error": "error", "source": "source", "source-url": "source", "source-document": "source",
@@ -152,7 +152,7 @@ class MessagesPane(QWidget):
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
         self.model = MessageListModel(session.run, session.store, parent=self)
-        self.view = QTableView(self)
+        self.view = RowTableView(self)
         self.view.setObjectName("messageList")
         self.view.setModel(self.model)
         delegate = MessageDelegate(self.view)

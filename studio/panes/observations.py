@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QSplitter,
     QStackedWidget,
-    QTableView,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -46,7 +45,7 @@ from studio.widgets.observation_editor import ObservationLinesEditor
 from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
 
@@ -132,7 +131,7 @@ class ObservationsPane(QWidget):
         ll.setContentsMargins(0, 0, 0, 0)
         ll.addWidget(caption("Generations"))
         self.gen_model: RecordTableModel[GenerationRow] = RecordTableModel(GENERATION_COLUMNS, self)
-        self.gen_table = QTableView(self)
+        self.gen_table = RowTableView(self)
         self.gen_table.setModel(self.gen_model)
         self.gen_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.gen_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

@@ -53,10 +53,12 @@ from studio.logic.prompt_layout import (
     skipped_rows,
     starting_point,
     token_sum_text,
+    turn_input_ids,
 )
 from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import call_labels
-from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows, short_id
+from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows
+from studio.logic.short_ids import short_id
 from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, edited_note, sources_note
@@ -209,6 +211,7 @@ class PromptInspectorPane(QWidget):
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
         self.detail_header = caption("Fragment")
+        self.detail_header.setWordWrap(True)  # its time and score wrap, never cut off by the Request side
         self.detail_sources = elastic(QLabel(""), wrap=True)  # a long list of message ids wraps
         self.detail_sources.setTextFormat(Qt.TextFormat.RichText)
         self.detail_sources.linkActivated.connect(self.open_message.emit)
@@ -324,7 +327,7 @@ class PromptInspectorPane(QWidget):
                              "Pick one of this resource's threads: a prompt is assembled for a thread.")
             return
         self.turn_radio.setEnabled(selection.message_id is not None)
-        self.turn_label.setText(f"message {selection.message_id[:8]}…" if selection.message_id else "")
+        self.turn_label.setText(f"message {short_id(selection.message_id)}" if selection.message_id else "")
         self._syncing = True
         if selection.message_id is not None:
             self.turn_radio.setChecked(True)
@@ -482,7 +485,7 @@ class PromptInspectorPane(QWidget):
         self.banner.hide()
         if preview.notes:
             self.banner.show_message(" ".join(preview.notes), "info")
-        self.fragment_model.set_rows(fragment_rows(prompt))
+        self.fragment_model.set_rows(fragment_rows(prompt, turn_input_ids(prompt, preview.turn)))
         self.skip_model.set_rows(skipped_rows(prompt))
         self._fill_calls(preview)
         replay = prompt.replay
@@ -501,7 +504,7 @@ class PromptInspectorPane(QWidget):
         self.bar.set_usage(context_usage(prompt, preview.model, preview.model_note))
         if preview.turn is not None:
             when = format_datetime(preview.turn.created_at)
-            first = preview.turn.input.id[:8] if preview.turn.input is not None else "?"
+            first = short_id(preview.turn.input.id) if preview.turn.input is not None else "?"
             self.turn_label.setText(f"as of {when} (turn starts at {first})")
             if preview.turn.input is not None:
                 self._syncing = True
@@ -566,7 +569,7 @@ class PromptInspectorPane(QWidget):
             # The table, the context bar, the status line and the copies all follow the call shown:
             # a later call of the tool loop has more messages than the first.
             self._shown = calls[index]
-            self.fragment_model.set_rows(fragment_rows(calls[index]))
+            self.fragment_model.set_rows(fragment_rows(calls[index], turn_input_ids(preview.prompt, preview.turn)))
             self.bar.set_usage(context_usage(calls[index], preview.model, preview.model_note))
             self.status.setText(self._prompt_status(calls[index]))
             if self.fragment_model.rowCount():

@@ -45,7 +45,7 @@ from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
 
 DEBOUNCE_MS = 300
 # What a failure banner says failed (the search, or a read around it).
@@ -238,7 +238,7 @@ class RecallPlaygroundPane(QWidget):
             note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             bl.addWidget(note)
             model: RecordTableModel[Candidate] = RecordTableModel(_columns(self, name), self)
-            table = QTableView(self)
+            table = RowTableView(self)
             table.setObjectName(f"recall-{name}")
             table.setModel(model)
             table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)

@@ -47,6 +47,7 @@ from studio.logic.replay_layout import (
     compare,
     default_fork_title,
     fork_source,
+    input_caption,
     step_label,
     turn_facts,
 )
@@ -411,6 +412,7 @@ class ReplayPane(QWidget):
             self.call_combo.addItems(labels)
             self.call_combo.blockSignals(False)
         self.call_combo.setEnabled(len(step.calls) > 1)
+        self.input_label.setText(input_caption(step.received, step.turn))  # what the model received
         self.rerun.set_step(step, self.state.call)
         self._show_call(step)
         detail = self.state.take_rerun(step.index)
@@ -422,10 +424,12 @@ class ReplayPane(QWidget):
     def _show_call(self, step: StepData) -> None:
         received, now = step.received, step.now
         cmp = compare(received, now, step.now_changes)
-        if cmp.level is None:
+        note = self.state.source.recall_note if self.state.source is not None else ""
+        if cmp.level is None and not note:
             self.banner.hide()
         else:
-            self.banner.show_message(cmp.text, cmp.level)
+            self.banner.show_message(" ".join(t for t in (note, cmp.text if cmp.level else "") if t),
+                                     "warning" if note else cmp.level or "info")
         self.facts.setText(" · ".join(f"<b>{k}</b> {esc(v)}" for k, v in turn_facts(received, step.wm_label,
                                                                                      step.om_label, self.state.call)))
         self.call_combo.setCurrentIndex(self.state.call)

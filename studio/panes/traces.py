@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QSplitter,
-    QTableView,
     QTabWidget,
     QTextBrowser,
     QToolButton,
@@ -67,7 +66,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.price_editor import PriceEditor
-from studio.widgets.record_table import RIGHT, Column, RecordTableModel
+from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
 from studio.widgets.timeline import (
     COL_DURATION,
     COL_NAME,
@@ -177,7 +176,7 @@ class TracesPane(QWidget):
         columns.insert(COL_COST, Column("Cost", lambda t: self.cost_of(t).label, RIGHT,
                                         tooltip=lambda t: self.cost_of(t).tooltip))
         self.trace_model: RecordTableModel[TraceSummary] = RecordTableModel(columns, self)
-        self.trace_table = QTableView(self)
+        self.trace_table = RowTableView(self)
         self.trace_table.setModel(self.trace_model)
         self.trace_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.trace_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

@@ -13,6 +13,34 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
 
+
+class RowTableView(QTableView):
+    """A table whose rows are the items (whole rows selected): Home and End go to the first and the last
+    row. A plain QTableView moves them along the columns of the current row, which with whole-row
+    selection changes nothing the user can see (only Ctrl+Home / Ctrl+End reached the ends). With no
+    current row yet, a key starts from the rows on screen: Qt jumps to the first row of the model, which
+    for a message list opened at its newest message is the oldest one, hundreds of rows away."""
+
+    def moveCursor(self, cursorAction: QAbstractItemView.CursorAction,  # noqa: N802, N803 - Qt's names
+                   modifiers: Qt.KeyboardModifier) -> QModelIndex:
+        action = QAbstractItemView.CursorAction
+        rows = self.selectionBehavior() == QAbstractItemView.SelectionBehavior.SelectRows
+        if rows and cursorAction in (action.MoveHome, action.MoveEnd):
+            modifiers = modifiers | Qt.KeyboardModifier.ControlModifier
+        model = self.model()
+        if not self.currentIndex().isValid() and model is not None and model.rowCount(self.rootIndex()):
+            count = model.rowCount(self.rootIndex())
+            if cursorAction == action.MoveHome:
+                row = 0
+            elif cursorAction == action.MoveEnd:
+                row = count - 1
+            else:  # the first row on screen, or the last for a move up
+                up = cursorAction in (action.MoveUp, action.MovePageUp, action.MovePrevious)
+                row = self.rowAt(self.viewport().height() - 1 if up else 0)
+                row = (count - 1 if up else 0) if row < 0 else row
+            return model.index(row, max(self.columnAt(0), 0), self.rootIndex())
+        return super().moveCursor(cursorAction, modifiers)
+
 R = TypeVar("R")
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the record itself
@@ -109,7 +137,7 @@ def record_table_view(
     rows, columns sized to their contents and the last one stretched. ``widths`` (title → pixels)
     fixes those columns instead: a table re-filled often must not measure every cell again, and a
     column of long texts must never widen the window."""
-    table = QTableView()
+    table = RowTableView()
     table.setModel(model)
     table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     table.setSelectionMode(selection)

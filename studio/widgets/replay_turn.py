@@ -23,6 +23,7 @@ from studio.logic.replay_layout import (
     StepRow,
     TokenRow,
     change_summary,
+    input_ids,
     prompt_text,
     prompt_text_diff,
     reason_label,
@@ -211,7 +212,7 @@ class TurnView(QSplitter):
         else:
             self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
                                       f"Since turn {step.index}: {change_summary(changes)}")
-        self.step_model.set_rows(step_rows(received, changes))
+        self.step_model.set_rows(step_rows(received, changes, input_ids(step.turn)))
         info = step.received.replay
         if info is not None and info.record is not None and info.kind == "recorded":
             edited = f"; {edited_note(info.changed_since)}" if info.changed_since else ""

@@ -39,6 +39,7 @@ from studio.logic.replay_layout import (
     what_if_rows,
     what_if_summary,
 )
+from studio.logic.short_ids import short_id
 from studio.replay_jobs import ReplayThread, WhatIfDetail, WhatIfOutcome
 from studio.session import StudioSession
 from studio.widgets.diff_view import DiffView
@@ -63,7 +64,7 @@ WHAT_IF_COLUMNS: list[Column[WhatIfTableRow]] = [
 CHANGE_COLUMNS: list[Column[FragmentChange]] = [
     Column("Change", lambda c: CHANGE_MARKS.get(c.kind, c.kind)),
     Column("Source", lambda c: c.source),
-    Column("Stored", lambda c: ", ".join(i[:8] + "…" if len(i) > 9 else i for i in c.stored_ids[:2])
+    Column("Stored", lambda c: ", ".join(short_id(i) for i in c.stored_ids[:2])
            + (" …" if len(c.stored_ids) > 2 else ""), tooltip=lambda c: "\n".join(c.stored_ids)),
     Column("Tokens", lambda c: f"{c.tokens_before:,} → {c.tokens_after:,}", RIGHT),
     Column("Why", lambda c: reason_label(c.reason)),

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QSplitter,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -31,7 +30,7 @@ from studio.widgets.code_editor import CodeEditor, error_line
 from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout
 from studio.widgets.pane_header import elastic
-from studio.widgets.record_table import Column, RecordTableModel
+from studio.widgets.record_table import Column, RecordTableModel, RowTableView
 
 KINDS = [("template", "Markdown template"), ("schema", "JSON schema")]
 
@@ -88,7 +87,7 @@ class TemplateEditor(QWidget):
         ll.addWidget(self.effect)
 
         self.version_model: RecordTableModel[ConfigVersion] = RecordTableModel(VERSION_COLUMNS, self)
-        self.versions = QTableView()
+        self.versions = RowTableView()
         self.versions.setModel(self.version_model)
         self.versions.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.versions.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 
 from core import Message, open_store
 from studio.models.messages_model import MessageRoles
@@ -125,6 +126,55 @@ def test_large_thread_opens_at_the_end_and_loads_pages_on_scroll(qtbot: Any, mak
     qtbot.waitUntil(lambda: model.index(10_000).data(MessageRoles.PREVIEW) == "message number 10000", timeout=10_000)
     assert len(model._cache) <= 4
 
+
+
+def test_home_and_end_go_to_the_first_and_last_message(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    """Home and End moved along the columns of the current row (Qt's table keys), which with whole rows
+    selected did nothing visible: the message list and every table of the Studio (found by the Studio QA
+    pass on a thread of 300 messages)."""
+    from studio.widgets.record_table import Column, RecordTableModel, record_table_view
+
+    pane = _messages(qtbot, make_session(small_db))
+    with qtbot.waitSignal(pane.model.loaded):
+        pane.set_selection(Selection("ada", "t-groceries"))
+    view = pane.view
+    view.setFocus()
+    view.setCurrentIndex(pane.model.index(1))
+    qtbot.keyClick(view, Qt.Key.Key_End)
+    assert view.currentIndex().row() == pane.model.rowCount() - 1 == 2
+    qtbot.keyClick(view, Qt.Key.Key_Home)
+    assert view.currentIndex().row() == 0
+    model: RecordTableModel[int] = RecordTableModel([Column("A", str), Column("B", str), Column("C", str)])
+    model.set_rows(list(range(5)))
+    table = record_table_view(model)
+    qtbot.addWidget(table)
+    table.setCurrentIndex(model.index(2, 0))
+    qtbot.keyClick(table, Qt.Key.Key_End)
+    assert table.currentIndex().row() == 4
+    qtbot.keyClick(table, Qt.Key.Key_Home)
+    assert table.currentIndex().row() == 0
+
+
+def test_the_first_key_in_a_long_thread_starts_from_the_messages_on_screen(qtbot: Any, make_session: Any,
+                                                                          tmp_path: Path) -> None:
+    """A thread opens at its newest message with no row current; the first Up, Down or End jumped to the
+    oldest message (Qt starts from the model's first row), hundreds of rows away from what was on screen
+    (found by the Studio QA pass on a thread of 300 messages)."""
+    path = tmp_path / "long.db"
+    seed_many(path, "long", 300)
+    pane = _messages(qtbot, make_session(path))
+    with qtbot.waitSignal(pane.model.loaded, timeout=20_000):
+        pane.set_selection(Selection("bulk", "long"))
+    view = pane.view
+    qtbot.waitUntil(lambda: view.rowAt(view.viewport().height() - 1) >= 290, timeout=10_000)  # at the end
+    assert not view.currentIndex().isValid()
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Up)
+    assert view.currentIndex().row() >= 290
+    view.setCurrentIndex(pane.model.index(-1))
+    assert not view.currentIndex().isValid()
+    qtbot.keyClick(view, Qt.Key.Key_End)
+    assert view.currentIndex().row() == 299
 
 def test_new_messages_appear_and_the_view_follows_the_end(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
     path = tmp_path / "live.db"

@@ -152,6 +152,48 @@ def test_stored_turn_is_reassembled_as_of_that_turn(qtbot, pane):
     assert pane.message_edit.text() == TURNS[2][1] and not pane.message_edit.isEnabled()
 
 
+
+def test_a_stored_turns_input_names_its_stored_message(qtbot, pane, session):
+    """A stored turn's input fragment said "Not from a stored message: the new input (not stored yet)", with
+    Edit Stored Message… off, and so no "edited since" for an input edited after its turn (found by the
+    Studio QA pass)."""
+    Memory(session.store, name="assistant").edit_message("m2", resource_id="alice", text="EDITED later")
+    select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))
+    rows = pane.fragment_model.rows()
+    row = next(i for i, r in enumerate(rows) if r.source == "input")
+    assert rows[row].stored_ids == ("m2",)
+    pane.fragment_table.selectRow(row)
+    assert "From stored messages" in pane.detail_sources.text() and "m2" in pane.detail_sources.text()
+    assert pane.edit_btn.isEnabled()
+    new = select(qtbot, pane, Selection("alice", "t-lisbon"))  # a new input is not stored: no id
+    assert all(not r.stored_ids for r in pane.fragment_model.rows() if r.source == "input")
+    assert new.turn is None
+
+
+def test_the_fragment_header_writes_tokens_as_the_table_does_and_wraps(qtbot, pane, session):
+    """A long message's detail header said "20005 tokens" beside the table's "20,005" and was cut at the
+    Request side ("… 20005 toke"), losing its time (found by the Studio QA pass)."""
+    Memory(session.store, name="assistant").save_messages([Message.user(
+        "word " * 6000, thread_id="t-lisbon", resource_id="alice", created_at=T0 + timedelta(minutes=30))])
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    pane.resize(700, 700)
+    pane.show()
+    rows = pane.fragment_model.rows()
+    row = next(i for i, r in enumerate(rows) if r.tokens > 1000)
+    pane.fragment_table.selectRow(row)
+    header = pane.detail_header
+    assert f"{rows[row].tokens:,} tokens" in header.text() and "," in f"{rows[row].tokens:,}"
+    from PySide6.QtCore import QRect, Qt
+
+    metrics = header.fontMetrics()
+    assert metrics.horizontalAdvance(header.text()) > header.width()  # one line cannot hold it here
+
+    def whole_text_shown() -> bool:
+        needed = metrics.boundingRect(QRect(0, 0, header.width(), 10_000), Qt.TextFlag.TextWordWrap, header.text())
+        return header.height() >= needed.height()
+
+    qtbot.waitUntil(whole_text_shown, timeout=5_000)
+
 def test_fragment_detail_links_to_stored_messages(qtbot, pane):
     select(qtbot, pane, Selection("alice", "t-lisbon"))
     rows = pane.fragment_model.rows()

@@ -226,6 +226,74 @@ def test_a_turn_without_a_record_is_labelled_reconstructed(qtbot: Any, db: Path,
         session.close()
 
 
+
+def test_an_input_edited_since_shows_what_the_model_received(qtbot: Any, db: Path, prefs: Preferences,
+                                                             template: Any, no_leaked_widgets: None) -> None:
+    """The turn's caption showed the input as stored now (the edited text, unmarked), and its input fragment
+    said "Not from a stored message", so nothing said the model had received other words (found by the
+    Studio QA pass)."""
+    store = open_store(db)
+    Memory(store).edit_message(template[1]["turns"][1], resource_id=RESOURCE, text="EDITED AFTER THE TURN")
+    store.close()
+    session = StudioSession(open_for_studio(db))
+    pane = ReplayPane(session, preferences=prefs)
+    qtbot.addWidget(pane)
+    pane.show()
+    try:
+        open_thread(qtbot, pane)
+        with qtbot.waitSignal(pane.step_shown, timeout=30_000):
+            pane.go_to(1)
+        assert pane.step.received.replay.exact
+        caption = pane.input_label.text()
+        assert TURNS[1] in caption and "EDITED" not in caption and caption.startswith("edited since")
+        assert "a stored message was edited since" in pane.banner.text() and "(other)" not in pane.banner.text()
+        row = next(i for i, r in enumerate(pane.view.step_model.rows()) if r.source == "input")
+        assert pane.view.step_model.rows()[row].stored_ids == (template[1]["turns"][1],)
+        pane.view.step_table.selectRow(row)
+        assert "edited since" in pane.view.fragment_header.text()
+        assert "From stored messages" in pane.view.fragment_sources.text()
+        assert pane.view.fragment_text.toPlainText() == TURNS[1]
+    finally:
+        session.pool.wait(20_000)
+        session.close()
+
+
+def test_without_the_embedding_model_turns_still_replay_exactly(qtbot: Any, tmp_path: Path, prefs: Preferences,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 no_leaked_widgets: None) -> None:
+    """A thread whose agent recalls could not be replayed at all without the embedding model ("No turns",
+    "could not be read"), though a recorded turn rebuilds from its record alone (found by the Studio QA pass,
+    a user data folder without the model)."""
+    import core.embedding as embedding
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+
+    store = open_store(tmp_path / "recall.db")
+    memory = Memory(store, MemoryOptions(last_messages=2, semantic_recall={"top_k": 2, "scope": "resource"}),
+                    name="rec")
+    Agent("rec", instructions="Be brief.", model=ScriptedModel(["Noted.", "Peanuts.", "Sure."]),
+          memory=memory).generate("I am allergic to peanuts", memory={"resource": "u", "thread": "t"})
+    for text in ("What am I allergic to?", "Thanks"):
+        Agent("rec", instructions="Be brief.", model=ScriptedModel(["ok"]), memory=memory).generate(
+            text, memory={"resource": "u", "thread": "t"})
+    store.close()
+    monkeypatch.setenv("MEMORY_STUDIO_MODELS", str(tmp_path / "no-models-here"))
+    monkeypatch.setattr(embedding, "_shared", None)
+    session = StudioSession(open_for_studio(tmp_path / "recall.db"))
+    pane = ReplayPane(session, preferences=prefs)
+    qtbot.addWidget(pane)
+    pane.show()
+    try:
+        with qtbot.waitSignal(pane.step_shown, timeout=30_000):
+            pane.set_selection(Selection("u", "t"))
+        assert len(pane.state.source.turns) == 3
+        assert pane.step.received.replay.exact
+        assert any(f.source == "semantic-recall" for f in pane.step.received.fragments)  # as recorded
+        assert "models install" in pane.banner.text() and "replays as its record holds it" in pane.banner.text()
+    finally:
+        session.pool.wait(20_000)
+        session.close()
+
 # -- what-if ---------------------------------------------------------------------------------------
 def test_what_if_table_for_the_whole_thread(qtbot: Any, pane: ReplayPane, session: StudioSession) -> None:
     before = checksum(session.store)

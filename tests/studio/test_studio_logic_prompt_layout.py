@@ -206,3 +206,30 @@ def test_a_new_messages_preview_is_fitted_into_the_window_the_threads_turns_had(
         assert any("900-token context window" in note for note in preview.notes)
     finally:
         s.close()
+
+
+def test_stored_message_labels_tell_engine_ids_apart(tmp_path):
+    """The engine's ids are UUIDv7: messages written in the same minute share their first eight characters,
+    so the inspector's Stored column showed "01a24241…" on every row (found by the Studio QA pass)."""
+    from studio.logic.replay_layout import step_rows
+
+    s = open_store(tmp_path / "ids.db")
+    mem = Memory(s, MemoryOptions(last_messages=10), name="assistant")
+    mem.create_thread(resource_id="bo", thread_id="t", title="t")
+    mem.save_messages([Message.user(f"message {i}", thread_id="t", resource_id="bo") for i in range(6)])
+    prompt = mem.assemble(thread_id="t", resource_id="bo", input="next")
+    rows = [r for r in fragment_rows(prompt) if r.stored_ids]
+    assert len(rows) == 6 and len({r.stored_ids[0][:8] for r in rows}) == 1  # the ids do share their head
+    assert len({r.stored_label for r in rows}) == 6
+    assert all(r.stored_label.startswith("…") and r.stored_ids[0].endswith(r.stored_label[1:]) for r in rows)
+    replay_rows = [r for r in step_rows(prompt) if r.stored_ids]
+    assert len({r.stored_label for r in replay_rows}) == 6
+    s.close()
+
+
+def test_short_ids_keep_names_readable():
+    from studio.logic.short_ids import short_id
+
+    assert short_id("ada-weekend") == "ada-weekend"
+    assert short_id("a-very-long-thread-name") == "a-very-lon…"
+    assert short_id("01a24241-7e4b-7126-b608-840c0eded229") == "…0eded229"
