@@ -58,6 +58,11 @@ SELECT (SELECT max("updatedAt") FROM mastra_threads),
 """
 
 
+#: The tables ``vacuum`` rewrites: Mastra's, ours, and the vector tables (Mastra's PgVector names).
+MEMORY_TABLE_PREFIXES = ("mastra_", "memory_studio_", "memory_messages")
+VACUUM_LOCK_TIMEOUT_S = 30.0
+
+
 class PgDatabase(Database):
     """One Postgres database (the schema on its ``search_path``)."""
 
@@ -180,6 +185,40 @@ class PgDatabase(Database):
         self.owned = True
         self._newer = None
         return done
+
+    def _reclaim(self) -> int:
+        """``VACUUM FULL`` of the memory tables (Mastra's, ours, the vector tables), one at a time; returns
+        the bytes their files gave back. A plain delete leaves the rows' bytes in the tables' pages, which
+        Postgres reuses and never returns (the note a forget ends with); only a rewrite drops them. Another
+        application's tables in the same database are not touched. Each table is locked while it is
+        rewritten (writers and readers of it wait): a lock not granted within ``VACUUM_LOCK_TIMEOUT_S``
+        stops the vacuum with what it already gave back kept, and says to try again."""
+        with self.read() as conn:
+            tables = [t for t in catalog.all_tables(conn) if t.startswith(MEMORY_TABLE_PREFIXES)]
+        if not tables:
+            return 0
+        sizes = "SELECT coalesce(sum(pg_total_relation_size(to_regclass(quote_ident(t)))), 0) FROM unnest(CAST(? AS text[])) t"
+        try:
+            with self._lock, self.engine.connect() as conn:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
+                before = int(conn.exec_driver_sql(sizes, (tables,)).scalar() or 0)
+                conn.exec_driver_sql(f"SET lock_timeout = '{int(VACUUM_LOCK_TIMEOUT_S * 1000)}ms'")
+                try:
+                    for table in tables:
+                        conn.exec_driver_sql('VACUUM FULL "' + table.replace('"', '""') + '"')
+                finally:
+                    conn.exec_driver_sql("RESET lock_timeout")
+                after = int(conn.exec_driver_sql(sizes, (tables,)).scalar() or 0)
+        except (sa.exc.DBAPIError, psycopg.Error) as exc:
+            if isinstance(getattr(exc, "orig", exc), psycopg.errors.LockNotAvailable):
+                raise StorageError(
+                    f"{self.location.display}: a memory table stayed in use for {VACUUM_LOCK_TIMEOUT_S:.0f} s, so the "
+                    "vacuum stopped there (the tables rewritten so far keep their gain). Try again when fewer agents "
+                    "are writing, or stop them for the vacuum."
+                ) from None
+            self._raise_ours(exc)
+            raise
+        return max(before - after, 0)
 
     def close(self) -> None:
         self.engine.dispose()
