@@ -92,6 +92,24 @@ def test_reading_a_database_of_another_program_names_the_missing_memory_tables(p
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
+def test_commands_that_write_refuse_a_database_of_another_program_without_a_traceback(pg_url: str) -> None:
+    # `forget` printed the driver's traceback (relation "mastra_threads" does not exist, with its SQL and the
+    # resource id as a parameter) and `vacuum` said "reclaimed 0.00 MB" of a database holding no memory.
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    for argv in (["forget", "--resource", "ada@example.com", "--yes"], ["vacuum"], ["reindex"]):
+        code, out, err = _cli(*argv, "--db", pg_url)
+        assert code == 1, (argv, out, err)
+        assert "is a PostgreSQL database, but it has no memory tables" in err, (argv, err)
+        assert "memory-studio migrate --db URL" in err
+        assert "Traceback" not in err and "[SQL:" not in err and "ada@example.com" not in err
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+    assert tables == ["orders"]  # nothing was added to it
+
+
 def test_the_connect_dialogs_url_keeps_an_ipv6_host_apart_from_the_port() -> None:
     from urllib.parse import urlsplit
 
