@@ -110,6 +110,19 @@ def test_commands_that_write_refuse_a_database_of_another_program_without_a_trac
     assert tables == ["orders"]  # nothing was added to it
 
 
+def test_serve_refuses_a_database_of_another_program_before_it_starts(pg_url: str) -> None:
+    # `serve --model --db URL` started and answered every request 500, its log holding the driver's traceback.
+    import psycopg
+
+    from core.gateway.cli import model_agent
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    with pytest.raises(SchemaError) as caught:
+        model_agent("ollama/llama3.1", name="assistant", instructions="Be brief.", db=pg_url)
+    assert "is a PostgreSQL database, but it has no memory tables" in str(caught.value)
+
+
 def test_the_connect_dialogs_url_keeps_an_ipv6_host_apart_from_the_port() -> None:
     from urllib.parse import urlsplit
 
