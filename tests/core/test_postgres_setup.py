@@ -123,6 +123,28 @@ def test_serve_refuses_a_database_of_another_program_before_it_starts(pg_url: st
     assert "is a PostgreSQL database, but it has no memory tables" in str(caught.value)
 
 
+def test_the_urls_own_options_choose_the_schema_and_the_engines_settings_still_apply(pg_url: str) -> None:
+    # `?options=-c search_path=memory` (a team keeping the memory in a schema of its own) was replaced by the
+    # engine's own `options`: the tables went to `public`, beside the application's, and so did every read.
+    import psycopg
+
+    from core import Memory, Message
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA memory")
+    sep = "&" if "?" in pg_url else "?"
+    url = f"{pg_url}{sep}options=-c%20search_path%3Dmemory,public&application_name=agent-7"
+    with open_store(url) as store:
+        Memory(store).save_messages([Message.user("hello", thread_id="t", resource_id="ada@example.com")])
+        with store.db.read() as conn:
+            settings = conn.exec_driver_sql(
+                "SELECT current_schema(), current_setting('TimeZone'), current_setting('application_name')").first()
+    assert tuple(settings or ()) == ("memory", "UTC", "agent-7")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        where = {r[0] for r in conn.execute("SELECT schemaname FROM pg_tables WHERE tablename = 'mastra_messages'")}
+    assert where == {"memory"}
+
+
 def test_the_connect_dialogs_url_keeps_an_ipv6_host_apart_from_the_port() -> None:
     from urllib.parse import urlsplit
 

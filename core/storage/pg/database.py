@@ -76,6 +76,7 @@ class PgDatabase(Database):
         self._held = threading.local()  # stays empty: ``reads()`` holds nothing here
         self._newer: list[str] | None = None
         self._password = location.password_from_keyring()
+        self._given = given_settings(location.url)
         size = _pool_size()
         self.engine = sa.create_engine(
             "postgresql+psycopg://", creator=self._connect, pool_size=size, max_overflow=size,
@@ -99,7 +100,7 @@ class PgDatabase(Database):
             self.migrate()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        options = adapt.CONNECT_OPTIONS
+        options = self._given["options"] + adapt.CONNECT_OPTIONS
         if self.read_only:
             # Enforced by the server, like SQLite's query_only: no code path of ours can write by mistake.
             options += " -c default_transaction_read_only=on"
@@ -108,8 +109,7 @@ class PgDatabase(Database):
         # the README suggests for large fleets) the next transaction may run on another server
         # connection, which fails with "prepared statement _pg3_N does not exist / already exists"
         # (recall index writes and span writes failed). Plan caching did not change search times here.
-        kwargs: dict[str, Any] = {"options": options, "connect_timeout": CONNECT_TIMEOUT_S,
-                                  "application_name": "memory-studio", "prepare_threshold": None}
+        kwargs: dict[str, Any] = {"options": options, "prepare_threshold": None, **self._given["defaults"]}
         if self._password is not None:
             kwargs["password"] = self._password
         conn = psycopg.connect(self.location.url, **kwargs)
@@ -222,6 +222,27 @@ class PgDatabase(Database):
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def given_settings(url: str) -> dict[str, Any]:
+    """What the user's URL (or libpq's variables) already says, which a keyword argument of
+    ``psycopg.connect`` would silently replace: ``options`` (a ``search_path`` choosing the schema that
+    holds the memory, a ``statement_timeout``; else ``$PGOPTIONS``) goes before ours, so ours win only
+    where the engine needs them (UTC, ISO dates); ``connect_timeout`` and ``application_name`` keep the
+    URL's (or ``$PGCONNECT_TIMEOUT`` / ``$PGAPPNAME``), ours are defaults."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:  # not parseable: psycopg.connect says so, naming what is wrong
+        params = {}
+    options = str(params.get("options") or os.environ.get("PGOPTIONS") or "").strip()
+    defaults: dict[str, Any] = {}
+    if not params.get("connect_timeout") and not os.environ.get("PGCONNECT_TIMEOUT"):
+        defaults["connect_timeout"] = CONNECT_TIMEOUT_S
+    if not params.get("application_name") and not os.environ.get("PGAPPNAME"):
+        defaults["application_name"] = "memory-studio"
+    return {"options": options + " " if options else "", "defaults": defaults}
 
 
 def _begin_on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
