@@ -145,6 +145,25 @@ def test_the_urls_own_options_choose_the_schema_and_the_engines_settings_still_a
     assert where == {"memory"}
 
 
+def test_mcp_refuses_a_database_of_another_program_with_what_it_is(pg_url: str) -> None:
+    # It said the recall tables were missing and to migrate, "leaving Mastra's data as it is", of a database
+    # holding no memory and no Mastra data.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "core.cli", "mcp", "--resource", "ada", "--db", pg_url], cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "is a PostgreSQL database, but it has no memory tables" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_the_connect_dialogs_url_keeps_an_ipv6_host_apart_from_the_port() -> None:
     from urllib.parse import urlsplit
 
