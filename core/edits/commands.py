@@ -79,7 +79,7 @@ def vacuum_report(store: Any) -> str:
     if store.capabilities.traces_in_database:  # the span table is one of the tables just rewritten
         return f"vacuumed: {reclaimed / 1e6:.2f} MB from the database (its traces included)"
     obs = store.observability
-    compact = getattr(obs, "compact", None) if not store.capabilities.traces_in_database else None
+    compact = getattr(obs, "compact", None)
     traces = 0
     if callable(compact) and getattr(obs, "path", None) is not None and obs.path.exists():
         import duckdb

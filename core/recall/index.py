@@ -37,8 +37,7 @@ from core.recall.pg_order import PgOrderCache
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import (
     DOCS_TABLE, RECALL_MIGRATIONS, batch_passage_hash, count_and_previous, doc_state, ids_in_span, previous_text,
-    span_and_next,
-    vector_table_name,
+    span_and_next, vector_table_name,
 )
 from core.storage.catalog import has_table
 from core.recall.text import passage_text, recall_text
@@ -385,12 +384,12 @@ class RecallIndex:
 
     def _followers(self, conn: sa.Connection, staged: "StagedIndex") -> list[str]:
         """Messages stored after a batch just written whose passage may now hold one of its messages as
-        context, among those the index holds: the next user/assistant message after each thread's
-        batch, and, when other messages lie among the batch's (a turn saved after a turn that began
-        later, two processes on one thread), every one of those; each only if it has a vector. One statement per thread; the rare
-        second only when the span holds messages not in the batch; none for a thread the save's re-check
-        read (``_recheck``: ``staged.spans``). ``StagedIndex.finish`` refreshes them (``refresh_messages``
-        rewrites only those whose passage hash changed)."""
+        context: the next user/assistant message after each thread's batch, and, when other messages
+        lie among the batch's (a turn saved after a turn that began later, two processes on one
+        thread), every one of those; each only if it has a vector. One statement per thread (none for a
+        thread the save's re-check read: ``staged.spans``), a second only when the span holds messages
+        not in the batch. ``StagedIndex.finish`` refreshes them (``refresh_messages`` rewrites only
+        those whose passage hash changed)."""
         ids = {m.id for m in staged.batch}
         by_thread: dict[str, list[Message]] = {}
         for m in staged.batch:

@@ -76,7 +76,7 @@ class PgDatabase(Database):
         self._held = threading.local()  # stays empty: ``reads()`` holds nothing here
         self._newer: list[str] | None = None
         self._password = location.password_from_keyring()
-        self._given = given_settings(location.url)
+        self._given_options, self._connect_defaults = given_settings(location.url)
         size = _pool_size()
         self.engine = sa.create_engine(
             "postgresql+psycopg://", creator=self._connect, pool_size=size, max_overflow=size,
@@ -100,7 +100,7 @@ class PgDatabase(Database):
             self.migrate()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        options = self._given["options"] + adapt.CONNECT_OPTIONS
+        options = self._given_options + adapt.CONNECT_OPTIONS
         if self.read_only:
             # Enforced by the server, like SQLite's query_only: no code path of ours can write by mistake.
             options += " -c default_transaction_read_only=on"
@@ -109,7 +109,7 @@ class PgDatabase(Database):
         # the README suggests for large fleets) the next transaction may run on another server
         # connection, which fails with "prepared statement _pg3_N does not exist / already exists"
         # (recall index writes and span writes failed). Plan caching did not change search times here.
-        kwargs: dict[str, Any] = {"options": options, "prepare_threshold": None, **self._given["defaults"]}
+        kwargs: dict[str, Any] = {"options": options, "prepare_threshold": None, **self._connect_defaults}
         if self._password is not None:
             kwargs["password"] = self._password
         conn = psycopg.connect(self.location.url, **kwargs)
@@ -197,7 +197,8 @@ class PgDatabase(Database):
             tables = [t for t in catalog.all_tables(conn) if t.startswith(MEMORY_TABLE_PREFIXES)]
         if not tables:
             return 0
-        sizes = "SELECT coalesce(sum(pg_total_relation_size(to_regclass(quote_ident(t)))), 0) FROM unnest(CAST(? AS text[])) t"
+        sizes = ("SELECT coalesce(sum(pg_total_relation_size(to_regclass(quote_ident(t)))), 0) "
+                 "FROM unnest(CAST(? AS text[])) t")
         try:
             with self._lock, self.engine.connect() as conn:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
@@ -224,12 +225,13 @@ class PgDatabase(Database):
         self.engine.dispose()
 
 
-def given_settings(url: str) -> dict[str, Any]:
-    """What the user's URL (or libpq's variables) already says, which a keyword argument of
-    ``psycopg.connect`` would silently replace: ``options`` (a ``search_path`` choosing the schema that
-    holds the memory, a ``statement_timeout``; else ``$PGOPTIONS``) goes before ours, so ours win only
-    where the engine needs them (UTC, ISO dates); ``connect_timeout`` and ``application_name`` keep the
-    URL's (or ``$PGCONNECT_TIMEOUT`` / ``$PGAPPNAME``), ours are defaults."""
+def given_settings(url: str) -> tuple[str, dict[str, Any]]:
+    """(the options to send before ours, the connect keywords to add): what the user's URL (or libpq's
+    variables) already says, which a keyword argument of ``psycopg.connect`` would silently replace.
+    ``options`` (a ``search_path`` choosing the schema that holds the memory, a ``statement_timeout``;
+    else ``$PGOPTIONS``) goes before ours, so ours win only where the engine needs them (UTC, ISO dates);
+    ``connect_timeout`` and ``application_name`` keep the URL's (or ``$PGCONNECT_TIMEOUT`` /
+    ``$PGAPPNAME``), ours are defaults."""
     from psycopg.conninfo import conninfo_to_dict
 
     try:
@@ -242,7 +244,7 @@ def given_settings(url: str) -> dict[str, Any]:
         defaults["connect_timeout"] = CONNECT_TIMEOUT_S
     if not params.get("application_name") and not os.environ.get("PGAPPNAME"):
         defaults["application_name"] = "memory-studio"
-    return {"options": options + " " if options else "", "defaults": defaults}
+    return (options + " " if options else ""), defaults
 
 
 def _begin_on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
