@@ -1,7 +1,8 @@
 """How the command line opens a database: ``open_store``, then a check that the file is a memory database.
 
 A SQLite file some other program wrote (no ``mastra_threads`` table) would otherwise get as far as a
-bare ``no such table`` from the first query, and a command that writes would add our tables to it.
+bare ``no such table`` from the first query, and a command that writes would add our tables to it; a
+Postgres database of another program is refused the same way (opened to write, it is not migrated).
 The Studio refuses such a file with the same sentence (``studio.session.open_studio_database``).
 ``memory-studio migrate`` does not use this check: adding the tables is what it is asked to do.
 """
@@ -24,6 +25,15 @@ def open_cli_store(db: str | Path | None, *, read_only: bool = False, create: bo
     store = open_store(db, read_only=read_only, create=create)
     try:
         database = store.db
+        if store.capabilities.server and not database.owned and not database.is_mastra:
+            # Another application's database: opened to write, it is not migrated, so a command failed on
+            # its first statement (`forget`: the driver's traceback) or did nothing (`vacuum`).
+            raise SchemaError(
+                f"{store.location.display} is a PostgreSQL database, but it has no memory tables (mastra_threads, "
+                "mastra_messages): it was not written by Memory Studio or Mastra, and nothing was changed. Check --db "
+                "or $MEMORY_STUDIO_DB (`memory-studio where` shows which database is used); to keep memory in this "
+                "database beside its other tables, `memory-studio migrate --db URL` adds them."
+            )
         if not store.capabilities.server and not database.is_mastra:  # a file, or `--db :memory:`
             display = store.location.display
             if not database.is_empty:

@@ -58,9 +58,15 @@ def explain(exc: BaseException, path: str | None = None) -> Problem:
     details = getattr(exc, "__traceback_text__", "") or "".join(
         traceback.format_exception(type(exc), exc, exc.__traceback__)
     )
+    server = _is_server(path)
     if isinstance(exc, SchemaError) and ("newer" in low or "upgrade" in low):
         return Problem("Newer database", message,
-                       "Upgrade Memory Studio to work with this file. It was not changed.", details)
+                       f"Upgrade Memory Studio to work with this {'database' if server else 'file'}. It was not changed.",
+                       details)
+    if isinstance(exc, SchemaError) and server:
+        return Problem("Not a memory database", message,
+                       "Connect to a database written by Memory Studio or by Mastra (PgStore) with File > Connect to "
+                       "Postgres…. It was not changed.", details)
     if isinstance(exc, SchemaError):
         return Problem("Not a memory database", message,
                        "Open a database written by Memory Studio or by Mastra (LibSQLStore). It was not changed.",
@@ -73,7 +79,7 @@ def explain(exc: BaseException, path: str | None = None) -> Problem:
                        "Fix the permissions of the file and its folder, or copy it to a writable folder.", details)
     if isinstance(exc, DiskFullError):
         return Problem("Disk full", message, "Free some disk space, then repeat what you were doing.", details)
-    if isinstance(exc, DatabaseOpenError) and _is_server(path):
+    if isinstance(exc, DatabaseOpenError) and server:
         # A server database: the file advice below (File > Open, "this file") would point nowhere.
         if low.startswith("cannot sign in"):
             return Problem("Cannot sign in", message,

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from core.edits.forget import VACUUM_NOTE, forget_resource
+    from core.edits.forget import forget_resource, vacuum_note
 
     with open_cli_store(args.db) as store:
         preview = forget_resource(store, args.resource, dry_run=True)
@@ -49,7 +49,7 @@ def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 return 1
         report = forget_resource(store, args.resource)
         if args.vacuum:  # the note is true until the next line: say that it is vacuumed now
-            report.notes = [f"{n}; --vacuum was given, so it is vacuumed now" if n == VACUUM_NOTE else n
+            report.notes = [f"{n}; --vacuum was given, so it is vacuumed now" if n == vacuum_note(store) else n
                             for n in report.notes]
         for line in report.summary_lines():
             out.write(line + "\n")
@@ -76,8 +76,10 @@ def _ask(question: str) -> str:
 def vacuum_report(store: Any) -> str:
     """Vacuum the database and compact the trace file beside it; one line saying what came back."""
     reclaimed = store.vacuum()
+    if store.capabilities.traces_in_database:  # the span table is one of the tables just rewritten
+        return f"vacuumed: {reclaimed / 1e6:.2f} MB from the database (its traces included)"
     obs = store.observability
-    compact = getattr(obs, "compact", None) if not store.capabilities.traces_in_database else None
+    compact = getattr(obs, "compact", None)
     traces = 0
     if callable(compact) and getattr(obs, "path", None) is not None and obs.path.exists():
         import duckdb

@@ -428,6 +428,14 @@ def mentions(store: "Store", values: Sequence[str]) -> dict[str, int]:
 
 #: The note a forget that deleted rows ends with (``memory-studio forget --vacuum`` says it vacuums next).
 VACUUM_NOTE = "deleted rows keep their bytes in the file's free pages until it is vacuumed (`memory-studio vacuum`)"
+#: The same on a server database, whose tables keep deleted rows' bytes in their pages (``PgDatabase._reclaim``).
+VACUUM_NOTE_SERVER = ("deleted rows keep their bytes in the tables' pages on the server until they are vacuumed "
+                      "(`memory-studio vacuum` rewrites the memory tables)")
+
+
+def vacuum_note(store: "Store") -> str:
+    """The note for this store's kind of database."""
+    return VACUUM_NOTE_SERVER if store.capabilities.server else VACUUM_NOTE
 
 
 def forget_resource(store: "Store", resource_id: str, *, dry_run: bool = False,
@@ -447,8 +455,9 @@ def forget_resource(store: "Store", resource_id: str, *, dry_run: bool = False,
         if check is not None:
             report.leftovers = dict(check(store, [*targets.resources, *targets.threads]))
         if report.total:
-            report.notes.append(VACUUM_NOTE)
+            report.notes.append(vacuum_note(store))
     return report
 
 
-__all__ = ["VACUUM_NOTE", "ForgetReport", "PLACES", "Place", "Targets", "forget_resource", "mentions"]
+__all__ = ["VACUUM_NOTE", "VACUUM_NOTE_SERVER", "ForgetReport", "PLACES", "Place", "Targets", "forget_resource", "mentions",
+           "vacuum_note"]

@@ -93,10 +93,12 @@ def model_agent(model: str, *, name: str, instructions: str, db: str | None,
     missing key is a ``ConfigurationError`` now, before the server starts); ``max_tokens`` caps its
     replies (``--max-tokens``)."""
     from core.agent import Agent
+    from core.cli_store import open_cli_store
     from core.memory import Memory
-    from core.storage import open_store
 
-    agent = Agent(name, instructions=instructions, model=model, memory=Memory(open_store(db)),
+    # As every command opens it: another program's database is refused before the server starts (each
+    # request failed with 500 on its first read of a table it does not have).
+    agent = Agent(name, instructions=instructions, model=model, memory=Memory(open_cli_store(db, create=True)),
                   model_settings={"max_tokens": max_tokens} if max_tokens is not None else None)
     return {name: agent}
 

@@ -60,7 +60,7 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     from core.gateway.guard import policy_from_args, token_from_args
     from core.mcp_server.tools import Binding, MemoryTools
-    from core.storage import open_store
+    from core.cli_store import open_cli_store
 
     require_mcp_extra()
     if not args.resource and not args.any_resource:
@@ -77,7 +77,8 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     logging.basicConfig(stream=err, level=args.log_level.upper(), format="memory-studio mcp: %(message)s")
     from core.mcp_server.server import build_server, http_app, run_stdio
 
-    with open_store(args.db) as store:
+    # As every command opens it: another program's database is refused with what it is.
+    with open_cli_store(args.db, create=True) as store:
         memory = _memory(store, args.agent, err)
         tools = MemoryTools(memory, Binding(args.resource, args.any_resource))
         server = build_server(tools, log_level=args.log_level)

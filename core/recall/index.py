@@ -36,8 +36,8 @@ from core.recall.pg_keyword_cache import PgKeywordCache
 from core.recall.pg_order import PgOrderCache
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import (
-    DOCS_TABLE, RECALL_MIGRATIONS, batch_passage_hash, count_and_previous, doc_state, previous_text,
-    vector_table_name,
+    DOCS_TABLE, RECALL_MIGRATIONS, batch_passage_hash, count_and_previous, doc_state, ids_in_span, previous_text,
+    span_and_next, vector_table_name,
 )
 from core.storage.catalog import has_table
 from core.recall.text import passage_text, recall_text
@@ -364,9 +364,11 @@ class RecallIndex:
             saved_here = len(mine) if only_batch else sum(
                 1 for m in staged.saved if (m.thread_id or "") == thread_id and first <= to_iso(m.created_at) <= last)
             head = mine[0]
-            # The count and the first message's stored previous text, in one read per thread.
-            stored, head_previous = (count_and_previous(conn, thread_id, first, last, head.id) if thread_id
-                                     else (saved_here, ""))
+            # The count, the first message's stored previous text and the message after the last, in
+            # one read per thread (the last for ``_followers``).
+            stored, head_previous, after = (count_and_previous(conn, thread_id, first, last, head.id, mine[-1].id)
+                                            if thread_id else (saved_here, "", None))
+            staged.spans[thread_id] = (stored != saved_here, after)
             if stored != saved_here:  # read every context from storage
                 right.update(passages.contexts(conn, sorted(wanted)))
             elif staged.unmoved:
@@ -379,6 +381,39 @@ class RecallIndex:
                 right.update(self._chain(conn, mine, wanted, staged.texts))
         return {i: right[m.id] for i, (m, _) in enumerate(staged.todo)
                 if m.id in right and m.id in batch and right[m.id] != staged.contexts[i]}
+
+    def _followers(self, conn: sa.Connection, staged: "StagedIndex") -> list[str]:
+        """Messages stored after a batch just written whose passage may now hold one of its messages as
+        context: the next user/assistant message after each thread's batch, and, when other messages
+        lie among the batch's (a turn saved after a turn that began later, two processes on one
+        thread), every one of those; each only if it has a vector. One statement per thread (none for a
+        thread the save's re-check read: ``staged.spans``), a second only when the span holds messages
+        not in the batch. ``StagedIndex.finish`` refreshes them (``refresh_messages`` rewrites only
+        those whose passage hash changed)."""
+        ids = {m.id for m in staged.batch}
+        by_thread: dict[str, list[Message]] = {}
+        for m in staged.batch:
+            if m.thread_id:
+                by_thread.setdefault(m.thread_id, []).append(m)
+        out: list[str] = []
+        for thread_id, msgs in by_thread.items():
+            msgs.sort(key=_order_key)
+            first, last = to_iso(msgs[0].created_at), to_iso(msgs[-1].created_at)
+            known = staged.spans.get(thread_id)
+            if known is None:
+                stored, after = span_and_next(conn, thread_id, first, last, msgs[-1].id)
+                known = (stored != len(msgs), after)
+            others_among, after = known
+            if after is not None and after not in ids:
+                out.append(after)
+            if others_among:
+                out.extend(mid for mid in ids_in_span(conn, thread_id, first, last) if mid not in ids)
+        if not out:
+            return out
+        # Only those with a vector: one without is waiting for its own indexing (a save's next step, the
+        # next batch of a reindex), which reads its passage then; a drain may have written its doc already.
+        _docs, vectors = self.indexed_state(conn, out)
+        return [mid for mid in dict.fromkeys(out) if mid in vectors]
 
     def _write_staged(self, conn: sa.Connection, staged: "StagedIndex") -> set[str]:
         """Write a batch's keyword docs and vectors in the caller's transaction; returns the resources written."""
@@ -728,6 +763,9 @@ class StagedIndex:
         self.as_staged = False  # ... and nothing else: the very objects staged, in order
         self.pending = bool(todo)
         self._written: set[str] = set()
+        self.followers: list[str] = []  # stored after the batch, their passages to check (``finish``)
+        # thread id: (other messages stored among the batch's, the message after its last), read by ``_recheck``
+        self.spans: dict[str, tuple[bool, str | None]] = {}
 
     def fail(self, why: str) -> None:
         """Nothing of this batch gets indexed; every message says why."""
@@ -777,6 +815,7 @@ class StagedIndex:
                         else:
                             self.vectors[list(moved)] = again
             self._written = index._write_staged(conn, self)
+            self.followers = index._followers(conn, self)
             driver_sql.execute(conn, "RELEASE SAVEPOINT recall_index")
         except Exception as exc:
             log.warning("recall index write of %d message(s) failed", len(self.todo), exc_info=True)
@@ -790,9 +829,16 @@ class StagedIndex:
         return len(saved) == len(self.saved) and all(map(operator.is_, saved, self.saved))
 
     def finish(self) -> IndexReport:
-        """After the transaction committed: partition upkeep of the resources written; the report."""
+        """After the transaction committed: partition upkeep of the resources written, the passages of
+        the messages the batch became the context of (``RecallIndex._followers``); the report."""
         self.index._maintain(self._written)
         self._written = set()
+        followers, self.followers = self.followers, []
+        if followers:
+            try:
+                self.index.refresh_messages(followers)
+            except Exception:  # a stale context costs recall a little, never the save (reindex finds it)
+                log.warning("recall refresh of %d message(s) after the batch failed", len(followers), exc_info=True)
         return self.report
 
 

@@ -171,6 +171,21 @@ def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
     return {r[0] for r in rows}
 
 
+def claim_queued(conn: sa.Connection, message_ids: list[str]) -> None:
+    """Lock the queue rows of the messages this transaction is about to write docs for, before it
+    writes them. An agent's turn is indexed in the transaction after its save, so its messages sit
+    in the queue meanwhile: another writer's drain would write their docs too, and two writers each
+    writing their own docs and then the other's deadlock (Postgres then fails one index write, whose
+    messages keep no vector). Claimed rows are skipped by every other drain (``SKIP LOCKED``); a claim
+    waits only for a drain that took them first, which waits for nothing of this transaction. In
+    ``seq`` order, so two claims of the same messages (a reindex beside a turn) cannot cross."""
+    if message_ids:
+        conn.exec_driver_sql(
+            f"SELECT seq FROM {QUEUE_TABLE} WHERE message_id = ANY(CAST(? AS text[])) ORDER BY seq FOR UPDATE",
+            (message_ids,),
+        )
+
+
 def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, list[str]]:
     """Apply queued message changes (from any process). Returns (entries applied, ids deleted).
 
@@ -292,6 +307,7 @@ class TsvectorKeywords:
                       until=until, terms=terms)
 
     def write_docs(self, conn: sa.Connection, docs: list[DocRow]) -> None:
+        claim_queued(conn, [d[0] for d in docs])
         upsert_docs(conn, docs)
 
     def delete_docs(self, conn: sa.Connection, message_ids: list[str]) -> None:

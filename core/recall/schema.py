@@ -278,18 +278,55 @@ def previous_text(conn: sa.Connection, thread_id: str | None, created_at: str, m
     return text_of_raw(row[0]) if row is not None and row[0] is not None else ""
 
 
-def count_and_previous(conn: sa.Connection, thread_id: str, first: str, last: str, message_id: str) -> tuple[int, str]:
+def count_and_previous(
+    conn: sa.Connection, thread_id: str, first: str, last: str, message_id: str, last_id: str
+) -> tuple[int, str, str | None]:
     """(messages of the thread stored from ``first`` to ``last``, every role; ``previous_text`` of
-    the message ``message_id`` at ``first``), in one statement: a batch's re-check inside its save."""
+    the message ``message_id`` at ``first``; the id of the first user/assistant message after the
+    message ``last_id`` at ``last``, None at the end), in one statement: a batch's re-check inside its save."""
     row = driver_sql.first(
         conn,
         'SELECT (SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND "createdAt" >= ? AND "createdAt" <= ?), '
-        f"{_previous_sql(conn)}",
-        (thread_id, first, last, thread_id, first, first, message_id),
+        f"{_previous_sql(conn)}, {_NEXT_SQL}",
+        (thread_id, first, last, thread_id, first, first, message_id, thread_id, last, last, last_id),
     )
     if row is None:
-        return 0, ""
-    return int(row[0] or 0), text_of_raw(row[1]) if row[1] is not None else ""
+        return 0, "", None
+    return (int(row[0] or 0), text_of_raw(row[1]) if row[1] is not None else "",
+            str(row[2]) if row[2] is not None else None)
+
+
+#: A scalar subquery: the id of the user/assistant message after (thread_id, createdAt, id), the
+#: inverse of ``_previous_sql``'s order.
+_NEXT_SQL = (
+    "(SELECT id FROM mastra_messages WHERE thread_id = ? AND role IN ('user', 'assistant') AND \"createdAt\" >= ? "
+    'AND ("createdAt" > ? OR id > ?) ORDER BY "createdAt", id LIMIT 1)'
+)
+
+
+def span_and_next(conn: sa.Connection, thread_id: str, first: str, last: str, last_id: str) -> tuple[int, str | None]:
+    """(user/assistant messages of the thread stored from ``first`` to ``last``; the id of the first one
+    after the message ``last_id`` at ``last``, None at the end), in one statement: what a batch just
+    written may be the context of (``RecallIndex._followers``)."""
+    row = driver_sql.first(
+        conn,
+        "SELECT (SELECT count(*) FROM mastra_messages WHERE thread_id = ? AND role IN ('user', 'assistant') "
+        f'AND "createdAt" >= ? AND "createdAt" <= ?), {_NEXT_SQL}',
+        (thread_id, first, last, thread_id, last, last, last_id),
+    )
+    if row is None:
+        return 0, None
+    return int(row[0] or 0), (str(row[1]) if row[1] is not None else None)
+
+
+def ids_in_span(conn: sa.Connection, thread_id: str, first: str, last: str) -> list[str]:
+    """The user/assistant messages of the thread stored from ``first`` to ``last``."""
+    return [str(r[0]) for r in driver_sql.rows(
+        conn,
+        "SELECT id FROM mastra_messages WHERE thread_id = ? AND role IN ('user', 'assistant') "
+        'AND "createdAt" >= ? AND "createdAt" <= ?',
+        (thread_id, first, last),
+    )]
 
 
 def _previous_sql(conn: sa.Connection) -> str:

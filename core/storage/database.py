@@ -527,6 +527,10 @@ class Database:
                 f"{self.location.display} was written by a newer Memory Studio (migrations {', '.join(newer)}). "
                 "Upgrade Memory Studio before vacuuming it."
             )
+        return self._reclaim()
+
+    def _reclaim(self) -> int:
+        """``vacuum``'s work once it may run: the file rewritten (a server database rewrites its tables)."""
         path = self.location.path
         if path is None:
             return 0

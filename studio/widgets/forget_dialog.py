@@ -50,8 +50,8 @@ class ForgetDialog(QDialog):
         layout.addWidget(self.understood)
         row = QHBoxLayout()
         self.vacuum_btn = QPushButton("Vacuum Now")
-        self.vacuum_btn.setToolTip("Rewrite the database (and the trace file) without its free pages, which still "
-                                   "hold the deleted bytes")
+        self.vacuum_btn.setToolTip("Rewrite the database (and a database file's trace file) without the space of the "
+                                   "deleted rows, which still holds their bytes")
         self.vacuum_btn.hide()
         self.forget_btn = QPushButton("Forget")
         self.forget_btn.setObjectName("forgetButton")

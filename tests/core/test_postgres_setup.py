@@ -92,6 +92,78 @@ def test_reading_a_database_of_another_program_names_the_missing_memory_tables(p
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
+def test_commands_that_write_refuse_a_database_of_another_program_without_a_traceback(pg_url: str) -> None:
+    # `forget` printed the driver's traceback (relation "mastra_threads" does not exist, with its SQL and the
+    # resource id as a parameter) and `vacuum` said "reclaimed 0.00 MB" of a database holding no memory.
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    for argv in (["forget", "--resource", "ada@example.com", "--yes"], ["vacuum"], ["reindex"]):
+        code, out, err = _cli(*argv, "--db", pg_url)
+        assert code == 1, (argv, out, err)
+        assert "is a PostgreSQL database, but it has no memory tables" in err, (argv, err)
+        assert "memory-studio migrate --db URL" in err
+        assert "Traceback" not in err and "[SQL:" not in err and "ada@example.com" not in err
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+    assert tables == ["orders"]  # nothing was added to it
+
+
+def test_serve_refuses_a_database_of_another_program_before_it_starts(pg_url: str) -> None:
+    # `serve --model --db URL` started and answered every request 500, its log holding the driver's traceback.
+    import psycopg
+
+    from core.gateway.cli import model_agent
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    with pytest.raises(SchemaError) as caught:
+        model_agent("ollama/llama3.1", name="assistant", instructions="Be brief.", db=pg_url)
+    assert "is a PostgreSQL database, but it has no memory tables" in str(caught.value)
+
+
+def test_the_urls_own_options_choose_the_schema_and_the_engines_settings_still_apply(pg_url: str) -> None:
+    # `?options=-c search_path=memory` (a team keeping the memory in a schema of its own) was replaced by the
+    # engine's own `options`: the tables went to `public`, beside the application's, and so did every read.
+    import psycopg
+
+    from core import Memory, Message
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA memory")
+    sep = "&" if "?" in pg_url else "?"
+    url = f"{pg_url}{sep}options=-c%20search_path%3Dmemory,public&application_name=agent-7"
+    with open_store(url) as store:
+        Memory(store).save_messages([Message.user("hello", thread_id="t", resource_id="ada@example.com")])
+        with store.db.read() as conn:
+            settings = conn.exec_driver_sql(
+                "SELECT current_schema(), current_setting('TimeZone'), current_setting('application_name')").first()
+    assert tuple(settings or ()) == ("memory", "UTC", "agent-7")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        where = {r[0] for r in conn.execute("SELECT schemaname FROM pg_tables WHERE tablename = 'mastra_messages'")}
+    assert where == {"memory"}
+
+
+def test_mcp_refuses_a_database_of_another_program_with_what_it_is(pg_url: str) -> None:
+    # It said the recall tables were missing and to migrate, "leaving Mastra's data as it is", of a database
+    # holding no memory and no Mastra data.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "core.cli", "mcp", "--resource", "ada", "--db", pg_url], cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "is a PostgreSQL database, but it has no memory tables" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_the_connect_dialogs_url_keeps_an_ipv6_host_apart_from_the_port() -> None:
     from urllib.parse import urlsplit
 

@@ -185,3 +185,26 @@ def test_reindex_re_embeds_rows_whose_content_changed(store):
     assert cosine_to(index, passage_text("We should visit her in June", TEXTS[3]), "t-3") == pytest.approx(1.0, abs=1e-5)
     again = reindex(store, embedder)
     assert again.total == 0 and again.changed == 0 and again.already_indexed == 4
+
+
+def test_a_turn_saved_into_the_middle_of_its_thread_rebuilds_the_next_messages_passage(store):
+    # Two turns at once on one thread (two gateway requests, two processes): the turn that started first is
+    # saved last, its messages among the other turn's. The other turn's user message then follows this
+    # turn's input, but its passage still held the message before it: `reindex` found it "changed since"
+    # (42 of 180 messages after three processes ran 30 turns each on one thread).
+    from core import Memory, MemoryOptions
+
+    embedder = Counting()
+    memory = Memory(store, MemoryOptions(semantic_recall={"top_k": 2}), embedder=embedder)
+    memory.create_thread(thread_id="t", resource_id="u")
+
+    def at(seconds: int, make, text: str) -> Message:  # type: ignore[no-untyped-def]
+        return make(text, id=f"m{seconds}", thread_id="t", resource_id="u", created_at=T0 + timedelta(seconds=seconds))
+
+    memory.save_messages([at(0, Message.user, "Hello there"), at(1, Message.assistant, "Hi, how can I help?")])
+    memory.save_messages([at(3, Message.user, "What about cashews?"), at(4, Message.assistant, "Cashews are fine.")])
+    memory.save_messages([at(2, Message.user, "I am allergic to peanuts."), at(5, Message.assistant, "Noted.")])
+    index = RecallIndex.for_store(store, embedder)
+    assert cosine_to(index, passage_text("I am allergic to peanuts.", "What about cashews?"), "m3") == pytest.approx(1.0)
+    report = reindex(store, embedder)
+    assert (report.changed, report.total) == (0, 0)

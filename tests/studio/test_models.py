@@ -152,6 +152,20 @@ def test_a_postgres_database_that_cannot_be_opened_gets_server_advice_not_file_a
     assert "File > Open" not in problem.advice and "this file" not in problem.advice.lower()
 
 
+@pytest.mark.parametrize(("exc", "title", "advice"), [
+    (SchemaError("postgresql://agent@db/memory is a PostgreSQL database, but it has no memory tables"),
+     "Not a memory database", "Mastra (PgStore) with File > Connect to Postgres"),
+    (SchemaError("postgresql://agent@db/memory was written by a newer Memory Studio"), "Newer database",
+     "Upgrade Memory Studio to work with this database"),
+])
+def test_a_postgres_database_that_is_not_ours_gets_server_advice_not_file_advice(
+        exc: Exception, title: str, advice: str) -> None:
+    # It said "Open a database written by ... Mastra (LibSQLStore)" and "this file" for a Postgres database.
+    problem = explain(exc, "postgresql://agent@db/memory")
+    assert problem.title == title and advice in problem.advice
+    assert "LibSQLStore" not in problem.advice and "this file" not in problem.advice.lower()
+
+
 # -- message model ------------------------------------------------------------------------------
 
 def test_message_model_reads_only_the_pages_it_is_asked_for(qapp: Any, tmp_path: Path) -> None:

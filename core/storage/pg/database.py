@@ -58,6 +58,11 @@ SELECT (SELECT max("updatedAt") FROM mastra_threads),
 """
 
 
+#: The tables ``vacuum`` rewrites: Mastra's, ours, and the vector tables (Mastra's PgVector names).
+MEMORY_TABLE_PREFIXES = ("mastra_", "memory_studio_", "memory_messages")
+VACUUM_LOCK_TIMEOUT_S = 30.0
+
+
 class PgDatabase(Database):
     """One Postgres database (the schema on its ``search_path``)."""
 
@@ -71,6 +76,7 @@ class PgDatabase(Database):
         self._held = threading.local()  # stays empty: ``reads()`` holds nothing here
         self._newer: list[str] | None = None
         self._password = location.password_from_keyring()
+        self._given_options, self._connect_defaults = given_settings(location.url)
         size = _pool_size()
         self.engine = sa.create_engine(
             "postgresql+psycopg://", creator=self._connect, pool_size=size, max_overflow=size,
@@ -94,7 +100,7 @@ class PgDatabase(Database):
             self.migrate()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        options = adapt.CONNECT_OPTIONS
+        options = self._given_options + adapt.CONNECT_OPTIONS
         if self.read_only:
             # Enforced by the server, like SQLite's query_only: no code path of ours can write by mistake.
             options += " -c default_transaction_read_only=on"
@@ -103,8 +109,7 @@ class PgDatabase(Database):
         # the README suggests for large fleets) the next transaction may run on another server
         # connection, which fails with "prepared statement _pg3_N does not exist / already exists"
         # (recall index writes and span writes failed). Plan caching did not change search times here.
-        kwargs: dict[str, Any] = {"options": options, "connect_timeout": CONNECT_TIMEOUT_S,
-                                  "application_name": "memory-studio", "prepare_threshold": None}
+        kwargs: dict[str, Any] = {"options": options, "prepare_threshold": None, **self._connect_defaults}
         if self._password is not None:
             kwargs["password"] = self._password
         conn = psycopg.connect(self.location.url, **kwargs)
@@ -181,8 +186,65 @@ class PgDatabase(Database):
         self._newer = None
         return done
 
+    def _reclaim(self) -> int:
+        """``VACUUM FULL`` of the memory tables (Mastra's, ours, the vector tables), one at a time; returns
+        the bytes their files gave back. A plain delete leaves the rows' bytes in the tables' pages, which
+        Postgres reuses and never returns (the note a forget ends with); only a rewrite drops them. Another
+        application's tables in the same database are not touched. Each table is locked while it is
+        rewritten (writers and readers of it wait): a lock not granted within ``VACUUM_LOCK_TIMEOUT_S``
+        stops the vacuum with what it already gave back kept, and says to try again."""
+        with self.read() as conn:
+            tables = [t for t in catalog.all_tables(conn) if t.startswith(MEMORY_TABLE_PREFIXES)]
+        if not tables:
+            return 0
+        sizes = ("SELECT coalesce(sum(pg_total_relation_size(to_regclass(quote_ident(t)))), 0) "
+                 "FROM unnest(CAST(? AS text[])) t")
+        try:
+            with self._lock, self.engine.connect() as conn:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
+                before = int(conn.exec_driver_sql(sizes, (tables,)).scalar() or 0)
+                conn.exec_driver_sql(f"SET lock_timeout = '{int(VACUUM_LOCK_TIMEOUT_S * 1000)}ms'")
+                try:
+                    for table in tables:
+                        conn.exec_driver_sql('VACUUM FULL "' + table.replace('"', '""') + '"')
+                finally:
+                    conn.exec_driver_sql("RESET lock_timeout")
+                after = int(conn.exec_driver_sql(sizes, (tables,)).scalar() or 0)
+        except (sa.exc.DBAPIError, psycopg.Error) as exc:
+            if isinstance(getattr(exc, "orig", exc), psycopg.errors.LockNotAvailable):
+                raise StorageError(
+                    f"{self.location.display}: a memory table stayed in use for {VACUUM_LOCK_TIMEOUT_S:.0f} s, so the "
+                    "vacuum stopped there (the tables rewritten so far keep their gain). Try again when fewer agents "
+                    "are writing, or stop them for the vacuum."
+                ) from None
+            self._raise_ours(exc)
+            raise
+        return max(before - after, 0)
+
     def close(self) -> None:
         self.engine.dispose()
+
+
+def given_settings(url: str) -> tuple[str, dict[str, Any]]:
+    """(the options to send before ours, the connect keywords to add): what the user's URL (or libpq's
+    variables) already says, which a keyword argument of ``psycopg.connect`` would silently replace.
+    ``options`` (a ``search_path`` choosing the schema that holds the memory, a ``statement_timeout``;
+    else ``$PGOPTIONS``) goes before ours, so ours win only where the engine needs them (UTC, ISO dates);
+    ``connect_timeout`` and ``application_name`` keep the URL's (or ``$PGCONNECT_TIMEOUT`` /
+    ``$PGAPPNAME``), ours are defaults."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:  # not parseable: psycopg.connect says so, naming what is wrong
+        params = {}
+    options = str(params.get("options") or os.environ.get("PGOPTIONS") or "").strip()
+    defaults: dict[str, Any] = {}
+    if not params.get("connect_timeout") and not os.environ.get("PGCONNECT_TIMEOUT"):
+        defaults["connect_timeout"] = CONNECT_TIMEOUT_S
+    if not params.get("application_name") and not os.environ.get("PGAPPNAME"):
+        defaults["application_name"] = "memory-studio"
+    return (options + " " if options else ""), defaults
 
 
 def _begin_on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
