@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 import threading
 import traceback
+from typing import Any, Callable
 
 import shiboken6
-from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
