@@ -132,7 +132,7 @@ def open_studio_database(path: str | Path | None, *, allow_writes: bool | None =
                 "mastra_messages). It was not written by Memory Studio or Mastra."
             )
         newer = store.db.unknown_migrations() if store.db.has_table("memory_studio_migrations") else []
-        has_data = bool(store.db.is_mastra and store.memory.list_resources())
+        has_data = bool(store.db.is_mastra and store.memory.has_memory())  # (not counting: ~0.7 s at 1M messages)
         baseline = read_baseline(store)
     except BaseException:
         store.close()

@@ -393,3 +393,13 @@ def test_tree_summaries_of_a_database_mastra_wrote(tmp_path):
         assert store.memory.tree_summaries() == (store.memory.list_resources(), store.memory.thread_summaries(None))
     finally:
         store.close()
+
+
+@pytest.mark.backends
+def test_has_memory_is_whether_list_resources_has_any(store):
+    mem = store.memory
+    assert mem.has_memory() is False and mem.list_resources() == []
+    mem.update_resource("bo", working_memory="# Notes")  # a resource row alone
+    assert mem.has_memory() is True and [r.id for r in mem.list_resources()] == ["bo"]
+    mem.create_thread(thread_id="t1", resource_id="ada")
+    assert mem.has_memory() is True and {r.id for r in mem.list_resources()} == {"ada", "bo"}
