@@ -51,6 +51,7 @@ _LOG = "memory_studio_recall_log"  # Postgres: the recall change log (``core.rec
 _LOG_PRUNED = ("memory_studio_recall_state", "log:pruned_below")  # where readers learn rows may be gone
 _VECTORS = "memory_messages"
 _CHUNK = 400
+_MENTION_TESTS = 200  # column-value tests in one statement of the check after a forget
 
 
 @dataclass(frozen=True)
@@ -189,17 +190,18 @@ def _targets(conn: sa.Connection, resource_id: str) -> Targets:
     resources = [resource_id]
     seen = {resource_id}
     threads: list[str] = []
+    seen_threads: set[str] = set()
     frontier = [resource_id]
     while frontier:  # a sub-agent may delegate again
         new_threads = _ids(conn, 'SELECT id FROM mastra_threads WHERE "resourceId" IN {in}', frontier)
-        threads += [t for t in new_threads if t not in threads]
+        threads += [t for t in new_threads if t not in seen_threads]
+        seen_threads.update(new_threads)
         frontier = sorted(r for r in _delegations(conn, new_threads) if r not in seen)
         seen.update(frontier)
         resources += frontier
     t = Targets(resources, threads)
     t.messages = _ids(conn, "SELECT id FROM mastra_messages WHERE thread_id IN {in}", threads)
-    t.messages += [m for m in _ids(conn, 'SELECT id FROM mastra_messages WHERE "resourceId" IN {in}', resources)
-                   if m not in t.messages]
+    t.messages += _ids(conn, 'SELECT id FROM mastra_messages WHERE "resourceId" IN {in}', resources)
     if catalog.has_table(conn, MESSAGE_VERSIONS):  # deleted messages too: their recall rows may linger
         for sql, values in (("SELECT message_id FROM " + MESSAGE_VERSIONS + " WHERE thread_id IN {in}", threads),
                             ("SELECT message_id FROM " + MESSAGE_VERSIONS + " WHERE resource_id IN {in}", resources)):
@@ -393,9 +395,20 @@ def _spill_files(db: Path, targets: Targets, dry_run: bool) -> int:
 
 
 # -- checking ----------------------------------------------------------------------------------------
+def _has_rowid(conn: sa.Connection, quoted: str) -> bool:
+    """SQLite: whether the table has a rowid (not a WITHOUT ROWID table, nor a virtual table without one)."""
+    try:
+        conn.exec_driver_sql(f"SELECT rowid FROM {quoted} LIMIT 0").fetchall()
+        return True
+    except (ValueError, sa.exc.DBAPIError):
+        return False
+
+
 def mentions(store: "Store", values: Sequence[str]) -> dict[str, int]:
     """Rows of every table that still name one of ``values``: a column equal to it, or JSON holding it
-    as a string (``"value"``). The check after a forget; reads only."""
+    as a string (``"value"``). The check after a forget; reads only. The tests go in statements of at most
+    ``_MENTION_TESTS`` (SQLite refuses an expression deeper than 1,000: a resource of 3,000 threads made
+    one statement of ~50,000 tests), and a row is counted once however many statements find it."""
     found: dict[str, int] = {}
     if not values:
         return found
@@ -405,24 +418,28 @@ def mentions(store: "Store", values: Sequence[str]) -> dict[str, int]:
             columns = [name for name, _type, _pk in catalog.table_columns(conn, table)]
             if not columns:
                 continue
-            tests, params = [], []
-            for column in columns:
-                text = f'CAST("{column}" AS TEXT)' if pg else f'CAST("{column}" AS BLOB)'
-                for value in values:
-                    if pg:
-                        tests.append(f"({text} = ? OR strpos({text}, ?) > 0)")
-                    else:
-                        tests.append(f"({text} = CAST(? AS BLOB) OR instr({text}, CAST(? AS BLOB)) > 0)")
-                    params += [value, json.dumps(value, ensure_ascii=False)]
             quoted = '"' + table.replace('"', '""') + '"'
+            per = max(1, _MENTION_TESTS // len(columns))
+            key = _row_key(conn) if pg or _has_rowid(conn, quoted) else "*"  # (a whole row, where there is no key)
+            rows: set[Any] = set()
             try:
-                n = int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted} WHERE {' OR '.join(tests)}",
-                                             tuple(params)).scalar() or 0)
+                for start in range(0, len(values), per):
+                    tests, params = [], []
+                    for column in columns:
+                        text = f'CAST("{column}" AS TEXT)' if pg else f'CAST("{column}" AS BLOB)'
+                        for value in values[start:start + per]:
+                            if pg:
+                                tests.append(f"({text} = ? OR strpos({text}, ?) > 0)")
+                            else:
+                                tests.append(f"({text} = CAST(? AS BLOB) OR instr({text}, CAST(? AS BLOB)) > 0)")
+                            params += [value, json.dumps(value, ensure_ascii=False)]
+                    rows.update(tuple(r) for r in conn.exec_driver_sql(
+                        f"SELECT {key} FROM {quoted} WHERE {' OR '.join(tests)}", tuple(params)))
             except sa.exc.DBAPIError as exc:  # a virtual table that cannot be scanned this way
                 log.warning("forget check could not scan %s: %s", table, exc)
                 continue
-            if n:
-                found[table] = n
+            if rows:
+                found[table] = len(rows)
     return found
 
 

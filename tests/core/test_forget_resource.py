@@ -264,3 +264,28 @@ def test_forget_refuses_a_read_only_database_and_a_bad_id(db_path: Any) -> None:
         with pytest.raises(InvalidArgumentError):
             Memory(store).forget_resource("u\x00evil")
         assert Memory(store).get_thread("t") is not None
+
+
+def test_forget_of_a_resource_with_hundreds_of_threads_checks_every_table_and_counts_a_row_once(db_path: Any) -> None:
+    """The check after a forget looked for every thread id in one statement per table, which SQLite refuses
+    past an expression depth of 1,000 ("Expression tree is too large"): the rows were deleted and then the
+    command failed without its report. Found forgetting a resource of 3,000 threads."""
+    from core import Message
+
+    threads = [f"{GONE}-many-{k:03d}" for k in range(300)]
+    with open_store(db_path) as store:
+        memory = Memory(store)
+        for thread in threads:
+            memory.create_thread(resource_id=GONE, thread_id=thread)
+        memory.save_messages([Message.user(f"hello {k}", thread_id=t, resource_id=GONE) for k, t in enumerate(threads)])
+        memory.create_thread(resource_id=KEPT, thread_id=f"{KEPT}-t1")
+        with store.db.write() as conn:  # another program's table, naming threads in a column forget does not know
+            conn.exec_driver_sql("CREATE TABLE app_notes (id INTEGER PRIMARY KEY, body TEXT)")
+            for i, body in enumerate([f'{{"thread": "{threads[-1]}"}}', f'{{"a": "{threads[0]}", "b": "{threads[-1]}"}}',
+                                      f'{{"thread": "{KEPT}-t1"}}']):
+                conn.exec_driver_sql("INSERT INTO app_notes (id, body) VALUES (?, ?)", (i + 1, body))
+        report = Memory(store).forget_resource(GONE)
+        assert report.removed["threads"] == 300 and report.removed["messages"] == 300
+        assert report.leftovers == {"app_notes": 2}, "each row still naming a thread, counted once"
+        assert "STILL NAMING IT: app_notes (2)" in "\n".join(report.summary_lines())
+        assert Memory(store).list_threads(resource_id=KEPT).total == 1

@@ -305,3 +305,28 @@ def test_closing_or_opening_another_database_asks_before_discarding_an_unsaved_e
     assert "not saved" in box.text() or "not saved" in box.informativeText()
     box.property("yesButton").click()  # Discard and Close
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=10_000)
+
+
+def test_a_long_document_renders_its_preview_once_typing_pauses_not_on_every_key(qtbot, pane, session):
+    """Found typing into a 200 KB working memory: each key re-rendered the whole preview on the UI thread
+    (~80 ms of ~95 a key), so the editor lagged behind the keyboard."""
+    from PySide6.QtGui import QTextCursor
+    from PySide6.QtTest import QTest
+
+    long_text = "# User\n- Name: Alice\n" + "".join(f"- Fact {i}: something the user said about item {i}\n"
+                                                   for i in range(1500))
+    Memory(session.store, MemoryOptions(working_memory={"enabled": True}), name="assistant").update_working_memory(
+        thread_id="t1", resource_id="alice", working_memory=long_text)
+    load(qtbot, pane, Selection("alice", "t1"))
+    assert len(pane.editor.toPlainText()) > 20_000
+    qtbot.waitUntil(lambda: "item 1499" in pane.preview.toPlainText(), timeout=10_000)
+    renders: list[int] = []
+    pane.preview.document().contentsChanged.connect(lambda: renders.append(1))
+    cursor = pane.editor.textCursor()
+    cursor.movePosition(QTextCursor.MoveOperation.End)
+    pane.editor.setTextCursor(cursor)
+    QTest.keyClicks(pane.editor, "Berlin")
+    assert pane.editor.toPlainText().endswith("Berlin")
+    assert renders == [], "no key rendered the preview by itself"
+    qtbot.waitUntil(lambda: "Berlin" in pane.preview.toPlainText(), timeout=10_000)
+    assert 0 < len(renders) <= 3, "rendered once when typing paused"
