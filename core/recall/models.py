@@ -43,12 +43,19 @@ def model_counts(conn: sa.Connection) -> Counter[str | None]:
     """Vectors per model id over every vector table (None: written without a model id, e.g. by Mastra)."""
     counts: Counter[str | None] = Counter()
     for table, has_model in _vector_tables(conn):
-        if has_model:
-            for model_id, n in conn.exec_driver_sql(f"SELECT model_id, count(*) FROM {quoted(table)} GROUP BY model_id"):
-                counts[model_id] += int(n)
-        else:
-            counts[None] += int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted(table)}").scalar() or 0)
+        counts.update(_table_counts(conn, table, has_model))
     return counts
+
+
+def _table_counts(conn: sa.Connection, table: str, has_model: bool) -> Counter[str | None]:
+    """Vectors per model id in one vector table (a table without a model id column: all under None)."""
+    found: Counter[str | None] = Counter()
+    if has_model:
+        for model_id, n in conn.exec_driver_sql(f"SELECT model_id, count(*) FROM {quoted(table)} GROUP BY model_id"):
+            found[model_id] += int(n)
+    else:
+        found[None] += int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted(table)}").scalar() or 0)
+    return found
 
 
 def _marker(conn: sa.Connection, table: str) -> tuple[int, int] | None:
@@ -75,18 +82,13 @@ def stored_models(store: "Store") -> Counter[str | None]:
     counts: Counter[str | None] = Counter()
     with store.db.read() as conn:
         for table, has_model in _vector_tables(conn):
-            if not has_model:
-                counts[None] += int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted(table)}").scalar() or 0)
-                continue
-            marker = _marker(conn, table)
+            marker = _marker(conn, table) if has_model else None  # (a table without model ids: counted each time)
             with _counts_lock:
                 held = cache.get(table)
             if marker is not None and held is not None and held[0] == marker:
                 counts.update(held[1])
                 continue
-            found: Counter[str | None] = Counter()
-            for model_id, n in conn.exec_driver_sql(f"SELECT model_id, count(*) FROM {quoted(table)} GROUP BY model_id"):
-                found[model_id] += int(n)
+            found = _table_counts(conn, table, has_model)
             if marker is not None:
                 with _counts_lock:
                     cache[table] = (marker, found)
