@@ -50,6 +50,7 @@ class ReplaySource:
         self._versions: dict[int, tuple[bool, str | None]] = {}
         self._generations: dict[str, "OMRecord | None"] = {}
         self.thread_messages: list[Message] = []
+        self.preloaded: str | None = None  # the thread ``preload`` read (``thread_messages``' thread)
         self._threads: dict[str, "Thread | None"] = {}
         self._thread_records: dict[str, dict[str, TurnRecord]] = {}
         self._other_records: dict[tuple[str, str], dict[str, TurnRecord]] = {}
@@ -60,6 +61,7 @@ class ReplaySource:
             self._messages[m.id] = m
         self._records, self._damaged = records.thread_state(self.store, thread_id)
         self._thread_records[thread_id] = self._records
+        self.preloaded = thread_id
         return self
 
     def thread_records(self, thread_id: str) -> dict[str, TurnRecord]:

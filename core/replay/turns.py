@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from core.replay import store as records
 from core.replay.record import TurnRecord
-from core.storage.memory_store import MessageQuery
+from core.storage.memory_store import InvalidArgumentError, MessageQuery
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.replay.frozen import ReplaySource
@@ -32,6 +32,10 @@ class Turn:
 def list_turns(store: "Store", thread_id: str, source: "ReplaySource | None" = None) -> list[Turn]:
     """Every user-input turn of the thread, oldest first (``source``: a cache that preloaded the thread)."""
     if source is not None:
+        if source.preloaded != thread_id:  # (its messages are another thread's, or none were read)
+            raise InvalidArgumentError(f"The replay source given for thread {thread_id!r} preloaded "
+                                       f"{'thread ' + repr(source.preloaded) if source.preloaded else 'no thread'}; "
+                                       f"pass ReplaySource(store).preload({thread_id!r}), or no source.")
         messages = [m for m in source.thread_messages if m.role != "system"]
         recorded, damaged = source.records, source.damaged
     else:

@@ -43,6 +43,23 @@ def test_every_live_turn_writes_a_record_naming_what_it_used(store) -> None:
     assert memory.turn_record(turns[2].input_message_id) == three
 
 
+def test_turns_from_a_preloaded_source_equal_turns_read_and_refuse_another_threads(store) -> None:
+    import pytest
+
+    from core.replay.frozen import ReplaySource
+    from core.storage import InvalidArgumentError
+
+    memory = Memory(store, MemoryOptions(last_messages=3))
+    agent = _agent(memory, ["One.", "Two.", "Three."])
+    for text, thread in (("first", "t1"), ("second", "t1"), ("elsewhere", "t2")):
+        agent.generate(text, memory={"resource": "ada", "thread": thread})
+    assert memory.turns("t1", source=ReplaySource(store).preload("t1")) == memory.turns("t1")
+    with pytest.raises(InvalidArgumentError, match=r"preloaded thread 't2'.*preload\('t1'\)"):
+        memory.turns("t1", source=ReplaySource(store).preload("t2"))  # (t2's turns, listed as t1's, before)
+    with pytest.raises(InvalidArgumentError, match="preloaded no thread"):
+        memory.turns("t1", source=ReplaySource(store))
+
+
 def test_a_rebuilt_turn_matches_what_the_model_was_sent(store) -> None:
     memory = Memory(store, MemoryOptions(last_messages=2))
     model = ScriptedModel(["One.", "Two.", "Three."])
