@@ -4,12 +4,14 @@ cycle collector, ``launch`` with the warm-up on a worker).
 
     .venv/bin/python bench/studio_stalls.py            # offscreen unless a display is set
     .venv/bin/python bench/studio_stalls.py --keep     # keep the database (under .temp/bench/)
+    .venv/bin/python bench/studio_stalls.py --messages 1000000 --no-ui   # the reads alone, a larger thread
 
 A 5 ms timer on the UI thread notes every gap between its ticks; a gap is the time the UI thread could
 not run Python (its own work, or waiting for the GIL while a worker holds it). Printed per step: the
 longest gap and how many exceeded 50 ms. Also the time ``Memory.turns`` takes to list the 50,000 turns
 of the large thread (what Replay reads on its worker before it shows the first turn). No aim is set in
-an issue; a stall of a few hundred milliseconds is what a user notices as a freeze.
+an issue; a stall of a few hundred milliseconds is what a user notices as a freeze. And the tree's reads
+(``list_resources``, ``tree_summaries``: best of 5), each one statement that holds the GIL on libSQL.
 """
 
 from __future__ import annotations
@@ -30,19 +32,19 @@ THREADS = 3_000
 MESSAGES = 100_000
 
 
-def build(path: Path) -> None:
+def build(path: Path, messages: int) -> None:
     from core.messages import Message
     from core.storage import open_store
 
     store = open_store(path)
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    store.memory.create_thread(thread_id="huge", resource_id="big", title=f"{MESSAGES:,} messages")
-    for start in range(0, MESSAGES, 2000):
+    store.memory.create_thread(thread_id="huge", resource_id="big", title=f"{messages:,} messages")
+    for start in range(0, messages, 2000):
         store.memory.save_messages([
             (Message.user if i % 2 == 0 else Message.assistant)(
                 f"message {i}: " + "some words about the project and its plans " * (1 + i % 7), id=f"h{i}",
                 thread_id="huge", resource_id="big", created_at=t0 + timedelta(seconds=i))
-            for i in range(start, min(MESSAGES, start + 2000))])
+            for i in range(start, min(messages, start + 2000))])
     for k in range(THREADS):
         store.memory.create_thread(thread_id=f"t{k:04d}", resource_id="many", title=f"Thread number {k}")
         store.memory.save_messages([
@@ -53,7 +55,27 @@ def build(path: Path) -> None:
     store.close()
 
 
-def turns_time(path: Path) -> float:
+def tree_reads(path: Path) -> dict[str, float]:
+    """Best of 5 milliseconds of each read the thread tree (and the command line) makes."""
+    from core.storage import open_store
+
+    store = open_store(path)
+    try:
+        out = {}
+        for name in ("list_resources", "tree_summaries"):
+            read = getattr(store.memory, name)
+            times = []
+            for _ in range(5):
+                started = time.perf_counter()
+                read()
+                times.append((time.perf_counter() - started) * 1000)
+            out[name] = min(times)
+        return out
+    finally:
+        store.close()
+
+
+def turns_time(path: Path, messages: int) -> float:
     from core import Memory, MemoryOptions
     from core.storage import open_store
 
@@ -61,13 +83,13 @@ def turns_time(path: Path) -> float:
     try:
         started = time.perf_counter()
         turns = Memory(store, MemoryOptions()).turns("huge")
-        assert len(turns) == MESSAGES // 2
+        assert len(turns) == messages // 2
         return time.perf_counter() - started
     finally:
         store.close()
 
 
-def stalls(path: Path) -> list[tuple[str, float, int]]:
+def stalls(path: Path, messages: int) -> list[tuple[str, float, int]]:
     if not os.environ.get("DISPLAY"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="studio-stalls-config-")  # (the app's settings)
@@ -113,7 +135,7 @@ def stalls(path: Path) -> list[tuple[str, float, int]]:
         out.append((label, max(gaps), sum(1 for g in gaps if g > 50)))
 
     step("start, open the database", lambda: launch(window, lambda: start(window, str(path))), 6)
-    step(f"open the {MESSAGES:,}-message thread", lambda: window.select_thread(Selection("big", "huge")), 3)
+    step(f"open the {messages:,}-message thread", lambda: window.select_thread(Selection("big", "huge")), 3)
     for spec in (PROMPT, WORKING_MEMORY, TRACES, OBSERVATIONS, RECALL, REPLAY, CHECKS):
         step(f"show {spec.title}", lambda spec=spec: window.show_tab(spec), 6 if spec is REPLAY else 3)
     step("back to Messages", lambda: window.show_tab(MESSAGES_PANE), 2)
@@ -127,18 +149,25 @@ def stalls(path: Path) -> list[tuple[str, float, int]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", action="store_true", help="keep the database under .temp/bench/")
+    ap.add_argument("--messages", type=int, default=MESSAGES, help="messages of the large thread (even)")
+    ap.add_argument("--no-ui", action="store_true", help="the reads only, not the Studio")
     args = ap.parse_args()
+    messages = args.messages
     folder = REPO / ".temp" / "bench" if args.keep else Path(tempfile.mkdtemp(prefix="studio-stalls-"))
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "stalls.db"
+    path = folder / f"stalls-{messages}.db"
     if not path.exists():
         started = time.perf_counter()
-        build(path)
-        print(f"built {path}: {THREADS:,} threads and one of {MESSAGES:,} messages in {time.perf_counter() - started:.1f} s")
+        build(path, messages)
+        print(f"built {path}: {THREADS:,} threads and one of {messages:,} messages in {time.perf_counter() - started:.1f} s")
     try:
-        print(f"Memory.turns of the {MESSAGES:,}-message thread ({MESSAGES // 2:,} turns): {turns_time(path):.2f} s")
+        reads = tree_reads(path)
+        print("tree reads: " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in reads.items()))
+        print(f"Memory.turns of the {messages:,}-message thread ({messages // 2:,} turns): {turns_time(path, messages):.2f} s")
+        if args.no_ui:
+            return 0
         print(f"{'step':<46} {'longest UI gap':>15} {'gaps > 50 ms':>13}")
-        for label, longest, over in stalls(path):
+        for label, longest, over in stalls(path, messages):
             print(f"{label:<46} {longest:>12.0f} ms {over:>13}")
     finally:
         if not args.keep:
