@@ -2,7 +2,8 @@
 
 libSQL is the store of record; this is a cache of it: loaded lazily, extended with rows newer than the
 last load, dropped when rows were updated or deleted (see ``RecallIndex``). Vectors are unit length,
-so cosine similarity is a dot product. Above ``IVF_MIN_ROWS`` an IVF partition bounds the scan.
+so cosine similarity is a dot product. A resource of ``IVF_MIN_ROWS`` rows or more gets an IVF partition
+stored with its rows (``ivf_store``), searched list by list; a set this large held here is scanned whole.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from core.recall.hybrid import Ranked
 from core.recall.types import ranked_of
 from core.recall.vector_table import RawRow
 
-IVF_MIN_ROWS = 100_000  # below this an exact scan is within the 2 ms budget class
+IVF_MIN_ROWS = 100_000  # a resource this large is partitioned on disk; below it an exact scan is within ~2 ms
 # From this many rows an unfiltered search scans a dimension-major copy of the matrix first (``_scan``):
 # below it the one product is cheaper than the scan's selection and re-score steps.
 SCAN_MIN_ROWS = 2_048
@@ -146,6 +147,18 @@ class VectorSet:
     def nbytes(self) -> int:
         return (int(self._matrix.nbytes) + (int(self._scan_t.nbytes) if self._scan_t is not None else 0)
                 + (sum(int(c.nbytes) for c in self._columns) if self._columns is not None else 0))  # (pointers)
+
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` rows in all (a load that knows its size: the matrix is allocated once, not
+        doubled and copied as it grows)."""
+        if rows > self._matrix.shape[0]:
+            grown = np.empty((rows, self.dim), dtype=np.float32)
+            grown[: self.n] = self._matrix[: self.n]
+            self._matrix = grown
+            if self._scan_t is not None:
+                wide = np.empty((self.dim, rows), dtype=np.float32)
+                wide[:, : self.n] = self._scan_t[:, : self.n]
+                self._scan_t = wide
 
     def extend(self, rows: list[RawRow]) -> None:
         """Append the usable rows (this model's or no model's, a finite vector of this size, a message
@@ -339,9 +352,17 @@ class VectorSet:
                 if until is not None:
                     keep &= self.before(until)
                 pos = np.flatnonzero(keep)
-                return _top(pos, self.matrix[pos] @ q, k)
+                if len(pos) < self.n:
+                    return _top(pos, self.matrix[pos] @ q, k)
+                # Every row kept (a thread's own set narrowed to that thread): no copy of the matrix.
             if self.n >= IVF_MIN_ROWS:
-                return self._search_ivf(q, k, nprobe)
+                if self.partition is not None:  # partitioned by hand (``build_partition``): approximate
+                    return self._search_ivf(q, k, nprobe)
+                # A large set held in memory (a thread's, or a resource whose partition is not stored: a
+                # read-only file) is scanned exactly by one product: clustering it here made its first
+                # search wait for a k-means (3.6 s at 100,000 x 512) and the scan's dimension-major copy
+                # would double its memory; the product is ~0.25 µs a row (24 ms at 100,000 x 512).
+                return _top(None, self.matrix @ q, k)
             if self.n >= SCAN_MIN_ROWS and self.n > k and _groups_reproduce(self.dim) and np.isfinite(q).all():
                 return self._search_scan(q, k)
             return _top(None, self.matrix @ q, k)

@@ -37,9 +37,9 @@ class MatrixVectors:
         self.table = vector_table_name(dim)
         self.info: TableInfo | None = None
         self._lock = threading.RLock()
-        self._sets: OrderedDict[tuple[str, str], VectorSet] = OrderedDict()
+        self._sets: OrderedDict[tuple[str, ...], VectorSet] = OrderedDict()
         self._counters: tuple[int, int] | None = None
-        self._stale: set[tuple[str, str]] = set()
+        self._stale: set[tuple[str, ...]] = set()
         self.has_ivf = False  # the partition tables exist (migration 0017_recall_ivf)
         self._has_state: bool | None = None  # the recall state table exists (None: look each time)
         self._partitioned: dict[str, IvfScope] = {}  # resource -> its persisted partition, as searched
@@ -192,10 +192,12 @@ class MatrixVectors:
     def scope(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None:
         """The vectors of a scope, refreshed against the table's change counters: a resource with a
         persisted partition is read list by list (``IvfScope``), any other scope is loaded whole
-        and cached (``VectorSet``)."""
+        and cached (``VectorSet``), a thread of a partitioned resource too."""
         if self.info is None:
             return None
-        key = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
+        # What a scope's set holds: a resource's rows, or a thread's (of any resource, or of one).
+        key: tuple[str, ...] = ("resource", resource_id) if resource_id is not None else ("thread", thread_id or "")
+        load: tuple[str | None, str | None] = (resource_id, None) if resource_id is not None else (None, thread_id)
         with self._lock:
             counters = vector_table.change_counters(conn, self.info, self._has_state)
             if self._counters is not None and counters != self._counters:
@@ -213,24 +215,27 @@ class MatrixVectors:
                     meta = ivf_store.find(conn, self.table, self.model_id, ivf_store.scope_key(resource_id))
                     if meta is not None:
                         part = self._partitioned[resource_id] = IvfScope(self.info, self.model_id, resource_id, meta)
-                if part is not None:
+                if part is not None and thread_id is None:
                     part.conn = conn
                     return part
+                if part is not None:
+                    # One thread of a partitioned resource: its rows exactly (not the probed lists), kept as
+                    # a set of their own like a thread's, not read again by every search.
+                    key, load = ("thread", thread_id or "", resource_id), (resource_id, thread_id)
             vset = self._sets.get(key)
             if vset is None:
                 vset = VectorSet(self.dim, self.model_id)
-                vset.extend(vector_table.load_rows(conn, self.info, resource_id=resource_id, thread_id=thread_id))
+                vset.reserve(vector_table.count_rows(conn, self.info, resource_id=load[0], thread_id=load[1]))
+                for chunk in vector_table.row_chunks(conn, self.info, resource_id=load[0], thread_id=load[1]):
+                    vset.extend(chunk)
                 self._sets[key] = vset
                 self._stale.discard(key)
                 while len(self._sets) > MAX_CACHED_SETS:
                     old, _ = self._sets.popitem(last=False)
                     self._stale.discard(old)
             elif key in self._stale:
-                vset.extend(
-                    vector_table.load_rows(
-                        conn, self.info, resource_id=resource_id, thread_id=thread_id, after_rowid=vset.max_rowid
-                    )
-                )
+                vset.extend(vector_table.load_rows(conn, self.info, resource_id=load[0], thread_id=load[1],
+                                                   after_rowid=vset.max_rowid))
                 self._stale.discard(key)
             self._sets.move_to_end(key)
             return vset

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import sqlalchemy as sa
@@ -93,7 +93,18 @@ def row_columns(info: TableInfo) -> str:
 def load_rows(
     conn: sa.Connection, info: TableInfo, *, resource_id: str | None, thread_id: str | None, after_rowid: int = 0
 ) -> list[RawRow]:
-    """Rows for one resource (or one thread when no resource is given), newer than ``after_rowid``."""
+    """Rows for one resource, one thread, or one thread within a resource (both given), newer than
+    ``after_rowid``."""
+    return [row for chunk in row_chunks(conn, info, resource_id=resource_id, thread_id=thread_id,
+                                        after_rowid=after_rowid) for row in chunk]
+
+
+def row_chunks(
+    conn: sa.Connection, info: TableInfo, *, resource_id: str | None, thread_id: str | None, after_rowid: int = 0,
+    size: int = 4_096,
+) -> Iterator[list[RawRow]]:
+    """``load_rows`` a piece at a time (``size`` rows), so a large scope's blobs need not all be held
+    as Python objects at once while they are copied into a matrix."""
     where = ["v.rowid > ?"]
     params: list[object] = [after_rowid]
     key = None
@@ -101,17 +112,34 @@ def load_rows(
         where.append("json_extract(metadata, '$.resource_id') = ?")
         params.append(resource_id)
         key = "resource_id"
-    elif thread_id is not None:
+    if thread_id is not None:  # (within a resource too: the thread's index is the narrower)
         where.append("json_extract(metadata, '$.thread_id') = ?")
         params.append(thread_id)
         key = "thread_id"
     hint = _scan_hint(info, key) if after_rowid == 0 else "NOT INDEXED" if not info.has_our_indexes else ""
     sql = f"SELECT {row_columns(info)} FROM {quoted(info.name)} v {hint} WHERE {' AND '.join(where)} ORDER BY v.rowid"
-    out = []
-    for r in conn.exec_driver_sql(sql, tuple(params)):
+    result = conn.exec_driver_sql(sql, tuple(params))
+    while True:
+        got = result.fetchmany(size)
+        if not got:
+            return
         # Rows written by Mastra's SemanticRecall processor use vector_id = message id.
-        out.append(RawRow(int(r[0]), r[1], r[2] or r[6], r[3], r[4], r[5], r[7]))
-    return out
+        yield [RawRow(int(r[0]), r[1], r[2] or r[6], r[3], r[4], r[5], r[7]) for r in got]
+
+
+def count_rows(conn: sa.Connection, info: TableInfo, *, resource_id: str | None, thread_id: str | None) -> int:
+    """How many rows ``load_rows`` would read at most (every model's), from the scope's index alone."""
+    where, params, key = [], [], None
+    if resource_id is not None:
+        where.append("json_extract(metadata, '$.resource_id') = ?")
+        params.append(resource_id)
+        key = "resource_id"
+    if thread_id is not None:
+        where.append("json_extract(metadata, '$.thread_id') = ?")
+        params.append(thread_id)
+        key = "thread_id"
+    sql = f"SELECT count(*) FROM {quoted(info.name)} {_scan_hint(info, key)} WHERE {' AND '.join(where) or '1'}"
+    return int(conn.exec_driver_sql(sql, tuple(params)).scalar() or 0)
 
 
 def decode(blob: Any, dim: int) -> np.ndarray | None:

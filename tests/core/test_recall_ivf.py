@@ -142,3 +142,93 @@ def test_the_partitioned_answer_agrees_with_the_exact_one(db_path, small_thresho
             agree.append(len(truth & got) / 10)
     assert np.mean(agree) >= 0.9
     store.close()
+
+
+def test_a_thread_of_a_partitioned_resource_is_read_once_and_only_its_own_rows(db_path, small_threshold):
+    """Narrowed to one thread, a partitioned resource's search read that thread's every vector row again on
+    every search (3.9 s a search for a 100,000-message thread): the thread's rows are kept as a set of
+    their own now, extended by rows written since, and hold no row of another resource."""
+    from sqlalchemy import event
+
+    embedder = Table()
+    store = open_store(db_path)
+    index = seed(store, embedder, N)
+    seed(store, embedder, 20, start=N, thread="t2")
+    # Another program wrote a row under thread t2's id for another resource: never this resource's.
+    other = np.asarray(embedder.embed(["elsewhere"])[0], dtype="<f4")
+    with store.db.write() as conn:
+        conn.exec_driver_sql(
+            f'INSERT INTO "memory_messages_{DIM}" (vector_id, embedding, metadata, model_id) VALUES (?, ?, ?, ?)',
+            ("x2", other.tobytes(), '{"message_id": "x2", "thread_id": "t2", "resource_id": "v"}', embedder.model_id))
+    statements: list[str] = []
+    event.listen(store.db.engine, "before_cursor_execute",
+                 lambda conn, cursor, sql, *rest: statements.append(sql))
+    first = index.search("note 2", resource_id="u", thread_id="t2", mode="vector", top_k=50).hits
+    assert {h.message_id for h in first} == {f"m{i}" for i in range(N, N + 20)}
+    read_rows = [s for s in statements if "v.embedding" in s]
+    assert len(read_rows) == 1  # the thread's rows, once
+    statements.clear()
+    again = index.search(passage(N + 4, N), resource_id="u", thread_id="t2", mode="vector", top_k=1).hits
+    assert again[0].message_id == f"m{N + 4}"
+    assert not [s for s in statements if "v.embedding" in s]  # kept: nothing read again
+    with store.db.read() as conn:
+        view = index.vector_set(conn, "u", "t2")
+        assert isinstance(view, VectorSet) and view.n == 20
+    # A message saved in the thread later is found by the same kept set.
+    seed(store, embedder, 1, start=N + 20, thread="t2")
+    hits = index.search(passage(N + 20, N), resource_id="u", thread_id="t2", mode="vector", top_k=1).hits
+    assert hits[0].message_id == f"m{N + 20}"
+    assert index.search("elsewhere", resource_id="u", thread_id="t2", mode="vector", top_k=30).hits
+    assert "x2" not in {h.message_id for h in index.search("elsewhere", resource_id="u", thread_id="t2",
+                                                            mode="vector", top_k=30).hits}
+    store.close()
+
+
+def test_a_large_set_held_in_memory_is_scanned_exactly_without_a_k_means(db_path, small_threshold):
+    """A thread's set of IVF_MIN_ROWS rows or more was clustered by its first search (a k-means: 3.6 s at
+    100,000 x 512 rows, the first query of a long thread after a restart) and then answered from the
+    probed lists: now every search of it is the exact product, and it is allocated once."""
+    embedder = Table()
+    store = open_store(db_path)
+    index = seed(store, embedder, N)
+    restarted = open_store(db_path)
+    again = RecallIndex.for_store(restarted, embedder)
+    for i in (3, 150, 399):
+        hits = again.search(passage(i), resource_id=None, thread_id="t", mode="vector", top_k=10).hits
+        assert hits[0].message_id == f"m{i}"
+    with restarted.db.read() as conn:
+        vset = again.vector_set(conn, None, "t")
+    assert isinstance(vset, VectorSet) and vset.n == N >= matrix.IVF_MIN_ROWS
+    assert vset.partition is None  # no k-means ran
+    for c in embedder.centers[:4]:
+        q = (c / np.linalg.norm(c)).astype(np.float32)
+        pos, scores = vset.search(q, 10)
+        truth = np.argsort(-(vset.matrix @ q), kind="stable")[:10]
+        assert list(scores) == list((vset.matrix @ q)[truth])
+        assert set(pos.tolist()) == set(truth.tolist()) or len(set((vset.matrix @ q)[truth].tolist())) < 10
+    restarted.close()
+    store.close()
+
+
+def test_a_set_loaded_in_pieces_is_allocated_once(db_path):
+    """A scope's rows are read in pieces (``row_chunks``) into a matrix sized by a count first, so a large
+    thread's load holds one matrix, not its blobs, their join and a doubled copy at once."""
+    from core.recall import vector_table
+
+    embedder = Table()
+    store = open_store(db_path)
+    index = seed(store, embedder, 300)
+    with store.db.read() as conn:
+        assert vector_table.count_rows(conn, index.info, resource_id=None, thread_id="t") == 300
+        chunks = list(vector_table.row_chunks(conn, index.info, resource_id=None, thread_id="t", size=64))
+        whole = vector_table.load_rows(conn, index.info, resource_id=None, thread_id="t")
+    assert [len(c) for c in chunks] == [64, 64, 64, 64, 44]
+    pieces = VectorSet(DIM, embedder.model_id)
+    pieces.reserve(300)
+    for chunk in chunks:
+        pieces.extend(chunk)
+    at_once = VectorSet(DIM, embedder.model_id)
+    at_once.extend(whole)
+    assert pieces._matrix.shape[0] == 300 and pieces.n == 300
+    assert np.array_equal(pieces.matrix, at_once.matrix) and pieces.message_ids == at_once.message_ids
+    store.close()
