@@ -87,6 +87,15 @@ def varints(blob: bytes) -> list[int]:
     return out
 
 
+def _ints(listed: str) -> np.ndarray:
+    """The integers of a ``group_concat`` list (``"1,2,3"``), parsed by numpy's C loop: a common word's list
+    holds every row it is in, and splitting it into Python strings first took seven times as long."""
+    keys = np.fromstring(listed, dtype=np.int64, sep=",")
+    if len(keys) != listed.count(",") + 1:  # (never: the list is SQLite's own text of integers)
+        keys = np.array(listed.split(","), dtype=np.int64)
+    return keys
+
+
 def _inner(term: str) -> str:
     """The text of a quoted FTS5 term (``text.keyword_terms``)."""
     return term[1:-1].replace('""', '"') if len(term) >= 2 and term[0] == term[-1] == '"' else term
@@ -354,7 +363,7 @@ class KeywordMemory:
             f"| \"offset\"), max(\"offset\") FROM {VOCAB_TABLE} WHERE {where}doc <= ? GROUP BY term", (*params, top)):
             if last >= 1 << _OFFSET_BITS:
                 return None
-            out[term] = np.sort(np.array(listed.split(","), dtype=np.int64))
+            out[term] = np.sort(_ints(listed))
         return out
 
     def _keys(self, conn: sa.Connection, tokens: set[str]) -> dict[str, np.ndarray] | None:
