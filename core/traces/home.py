@@ -2,7 +2,8 @@
 
 Conversations are user data that cannot be rebuilt; traces are derived data. So for a database file
 they live in a second file and engine beside it (seed 001): ``observability.duckdb`` in the same
-folder, and deleting it never loses a conversation. A database whose backend keeps traces in the
+folder, and deleting it never loses a conversation. A second database in that folder has its own,
+``<file name>.observability.duckdb`` (``core.storage.location.trace_file_for``). A database whose backend keeps traces in the
 database itself (``Capabilities.traces_in_database``: a server shared by a fleet of hosts that share
 no folder) has them in its own ``mastra_ai_spans`` table (``core.traces.pg_store``). An in-memory
 database has no trace store: its spans stay in memory.
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from core.storage.errors import StorageError
+from core.storage.location import claim_trace_file
 from core.traces.spans import SPANS_TABLE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,6 +102,10 @@ def open_trace_store(
     target = path if path is not None else home.path
     if target is None:
         return None
+    if path is None and not store.read_only and store.location.path is not None:
+        # A process that may write spans claims the folder's shared trace file for its database when
+        # nobody has (``claim_trace_file``); a read-only one (the Studio looking) never writes the claim.
+        target = claim_trace_file(Path(store.location.path))
     from core.traces.store import DuckDBObservabilityStore
 
     return DuckDBObservabilityStore(target, read_only=store.read_only, retention=retention_from_env())
