@@ -1,23 +1,30 @@
 """How long the Studio's UI thread stops answering on a large database: a resource of 3,000 threads and a
-thread of 100,000 messages, each pane shown in turn, through the app's own start-up path (its UI-thread
-cycle collector, ``launch`` with the warm-up on a worker).
+thread of 100,000 messages with an observation log of 5,000 lines, each pane shown in turn, through the
+app's own start-up path (its UI-thread cycle collector, ``launch`` with the warm-up on a worker), and the
+first Recall Playground search.
 
     .venv/bin/python bench/studio_stalls.py            # offscreen unless a display is set
     .venv/bin/python bench/studio_stalls.py --keep     # keep the database (under .temp/bench/)
     .venv/bin/python bench/studio_stalls.py --messages 1000000 --no-ui   # the reads alone, a larger thread
+    .venv/bin/python bench/studio_stalls.py --keep --traces /tmp/stalls.txt   # and what ran in each stall
 
 A 5 ms timer on the UI thread notes every gap between its ticks; a gap is the time the UI thread could
 not run Python (its own work, or waiting for the GIL while a worker holds it). Printed per step: the
-longest gap and how many exceeded 50 ms. Also the time ``Memory.turns`` takes to list the 50,000 turns
-of the large thread, and the whole of Replay's open of it on its worker (rows, records, turns) before it
-shows the first turn. No aim is set in
-an issue; a stall of a few hundred milliseconds is what a user notices as a freeze. And the tree's reads
-(``list_resources``, ``tree_summaries``: best of 5), each one statement that holds the GIL on libSQL.
+longest gap and how many exceeded 50 ms. With ``--traces``, every tick re-arms
+``faulthandler.dump_traceback_later``, so a stall of 100 ms or more writes every thread's stack (what
+the UI thread ran, or which worker held the GIL). faulthandler reads the other threads' stacks without
+the GIL, so now and then a run with ``--traces`` dies in the middle of a dump: take its figures from a
+run without it. Also the time ``Memory.turns`` takes to list the 50,000
+turns of the large thread, and the whole of Replay's open of it on its worker (rows, records, turns)
+before it shows the first turn. No aim is set in an issue; a stall of a few hundred milliseconds is what
+a user notices as a freeze. And the tree's reads (``list_resources``, ``tree_summaries``: best of 5),
+each one statement that holds the GIL on libSQL.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import shutil
 import sys
@@ -31,6 +38,8 @@ sys.path.insert(0, str(REPO))
 
 THREADS = 3_000
 MESSAGES = 100_000
+OBSERVATIONS = 5_000  # lines of the large thread's observation log
+QUERY = "plans of the project"  # the Recall Playground's first search
 
 
 def build(path: Path, messages: int) -> None:
@@ -46,6 +55,7 @@ def build(path: Path, messages: int) -> None:
                 f"message {i}: " + "some words about the project and its plans " * (1 + i % 7), id=f"h{i}",
                 thread_id="huge", resource_id="big", created_at=t0 + timedelta(seconds=i))
             for i in range(start, min(messages, start + 2000))])
+    observe(store, OBSERVATIONS)
     for k in range(THREADS):
         store.memory.create_thread(thread_id=f"t{k:04d}", resource_id="many", title=f"Thread number {k}")
         store.memory.save_messages([
@@ -54,6 +64,24 @@ def build(path: Path, messages: int) -> None:
             Message.assistant(f"hi {k}", id=f"m{k}b", thread_id=f"t{k:04d}", resource_id="many",
                               created_at=t0 + timedelta(minutes=k, seconds=1))])
     store.close()
+
+
+def observe(store: object, count: int) -> None:
+    """An observation log of ``count`` lines on the large thread (a date line every 50), as the observer
+    commits one."""
+    from core.observational.records import lookup_key
+    from core.observational.store import Cursor, Observation, commit_observation
+
+    marks = ("\U0001F534", "\U0001F7E1", "\U0001F7E2", "\u2705")  # the observer's priorities
+    lines: list[str] = []
+    for i in range(count):
+        if i % 50 == 0:
+            lines.append(f"Date: Jan {1 + i // 50 % 28}, 2026")
+        lines.append(f"* {marks[i % 4]} ({i % 24:02d}:{i % 60:02d}) observation {i}: the user talked about the "
+                     f"project and its plans, item {i}")
+    obs = Observation("\n".join(lines), 20 * count, ["h0"], 100, 0, Cursor("2026-01-01T00:00:00.000Z", "h0"))
+    commit_observation(store, record=None, key=lookup_key("thread", thread_id="huge", resource_id="big"),  # type: ignore[arg-type]
+                       scope="thread", thread_id="huge", resource_id="big", config={}, obs=obs)
 
 
 def tree_reads(path: Path) -> dict[str, float]:
@@ -107,7 +135,7 @@ def replay_open_time(path: Path) -> float:
         store.close()
 
 
-def stalls(path: Path, messages: int) -> list[tuple[str, float, int]]:
+def stalls(path: Path, messages: int, traces: str | None = None) -> list[tuple[str, float, int]]:
     if not os.environ.get("DISPLAY"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="studio-stalls-config-")  # (the app's settings)
@@ -128,10 +156,14 @@ def stalls(path: Path, messages: int) -> list[tuple[str, float, int]]:
     gaps: list[float] = []
     last = [time.perf_counter()]
 
+    trace_file = open(traces, "w") if traces else None  # noqa: SIM115 - open for the whole run
+
     def tick() -> None:
         now = time.perf_counter()
         gaps.append((now - last[0]) * 1000)
         last[0] = now
+        if trace_file is not None:  # what runs when the UI thread has not ticked for 100 ms
+            faulthandler.dump_traceback_later(0.1, file=trace_file)
 
     timer = QTimer()
     timer.timeout.connect(tick)
@@ -145,6 +177,9 @@ def stalls(path: Path, messages: int) -> list[tuple[str, float, int]]:
     out: list[tuple[str, float, int]] = []
 
     def step(label: str, action: object, seconds: float) -> None:
+        if trace_file is not None:
+            trace_file.write(f"\n=== {label}\n")
+            trace_file.flush()
         gaps.clear()
         last[0] = time.perf_counter()
         action()  # type: ignore[operator]
@@ -156,9 +191,16 @@ def stalls(path: Path, messages: int) -> list[tuple[str, float, int]]:
     step(f"open the {messages:,}-message thread", lambda: window.select_thread(Selection("big", "huge")), 3)
     for spec in (PROMPT, WORKING_MEMORY, TRACES, OBSERVATIONS, RECALL, REPLAY, CHECKS):
         step(f"show {spec.title}", lambda spec=spec: window.show_tab(spec), 6 if spec is REPLAY else 3)
+        if spec is RECALL:
+            recall = window.pane(RECALL)
+            step("the first Recall Playground search",
+                 lambda: (recall.query_edit.setText(QUERY), recall.search_now()), 6)
     step("back to Messages", lambda: window.show_tab(MESSAGES_PANE), 2)
     step(f"a thread of the {THREADS:,}-thread resource", lambda: window.select_thread(Selection("many", "t2999")), 3)
     timer.stop()
+    if trace_file is not None:
+        faulthandler.cancel_dump_traceback_later()
+        trace_file.close()
     window.close()
     collector.stop()
     return out
@@ -169,6 +211,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the database under .temp/bench/")
     ap.add_argument("--messages", type=int, default=MESSAGES, help="messages of the large thread (even)")
     ap.add_argument("--no-ui", action="store_true", help="the reads only, not the Studio")
+    ap.add_argument("--traces", metavar="FILE", help="write the UI thread's stack (and every other thread's) "
+                    "to FILE whenever it has not ticked for 100 ms")
     args = ap.parse_args()
     messages = args.messages
     folder = REPO / ".temp" / "bench" if args.keep else Path(tempfile.mkdtemp(prefix="studio-stalls-"))
@@ -186,7 +230,7 @@ def main() -> int:
         if args.no_ui:
             return 0
         print(f"{'step':<46} {'longest UI gap':>15} {'gaps > 50 ms':>13}")
-        for label, longest, over in stalls(path, messages):
+        for label, longest, over in stalls(path, messages, args.traces):
             print(f"{label:<46} {longest:>12.0f} ms {over:>13}")
     finally:
         if not args.keep:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.traces.reader import SpanReader
     from core.traces.spans import ModelUsage, ReadCount, ReadResult, TraceFilters, TraceSummary
     from studio.logic.memory_config import ConfigState
-    from studio.logic.observations_layout import Lookup
+    from studio.logic.observations_layout import LogText, Lookup
     from studio.logic.prompt_layout import EmbedderHolder, MemoryFactory, Preview, PreviewRequest, TurnRef
     from studio.logic.recall_layout import RecallRequest
     from studio.logic.wm_editing import WmSnapshot
@@ -418,6 +418,9 @@ class OMView:
     hints: ThreadHints = field(default_factory=lambda: _thread_hints())
     # A resource-scoped log names the threads its observations came from: their titles, by id.
     thread_titles: dict[str, str] = field(default_factory=dict)
+    # Each generation's log as shown (paragraphs, and the current one's lines), by record id: made here,
+    # on the worker, since a log of thousands of observations took ~50 ms to take apart.
+    texts: dict[str, LogText] = field(default_factory=dict)
 
 
 def _thread_hints() -> ThreadHints:
@@ -430,7 +433,7 @@ def _thread_hints() -> ThreadHints:
 def load_observations(store: Store, selection: Selection) -> OMView:
     """The first lookup with a record wins (a thread's own record, else its resource's)."""
     from core.observational import load_history, thread_hints
-    from studio.logic.observations_layout import lookups_for
+    from studio.logic.observations_layout import log_texts, lookups_for
 
     view = OMView(selection)
     if selection.thread_id:
@@ -446,6 +449,7 @@ def load_observations(store: Store, selection: Selection) -> OMView:
     if view.lookup is not None and view.lookup.scope == "resource" and view.lookup.resource_id:
         threads = store.memory.list_threads(resource_id=view.lookup.resource_id, per_page=None).threads
         view.thread_titles = {t.id: t.title for t in threads if t.title}
+    view.texts = log_texts(view.history, view.thread_titles)
     return view
 
 

@@ -66,8 +66,8 @@ def shoot_edits(app: Any, window: Any, save: Save, wait: Wait) -> None:
     om = window.panes["observations"]
     window.resources.set_selection(Selection("sam", "sam-standup"))
     wait(app, lambda: bool(om.view.history) and om.view.selection.thread_id == "sam-standup"
-         and om.line_editor.list.count() > 0, 30)
-    om.line_editor.list.setCurrentRow(2)
+         and om.line_editor.model.rowCount() > 0, 30)
+    om.line_editor.set_current_row(2)
     save(window, "observations-edit")
 
     # Checks: a file with three checks, one pinned from the inspector.

@@ -30,6 +30,9 @@ speed; ``batching`` says which mode is on and why. ``batch_size=1`` asks for one
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -236,13 +239,38 @@ def _open(path: Path) -> Any:
 
 
 def _runtime() -> tuple[ModuleType, str]:
-    """Import onnxruntime and the extensions library lazily: importing them costs ~0.2 s."""
+    """Import onnxruntime lazily (~60 ms) and find the extensions' custom-ops library."""
     try:
         ort = importlib.import_module("onnxruntime")
-        extensions = importlib.import_module("onnxruntime_extensions")
+        library = _extensions_library()
     except ImportError as exc:
         raise EmbedderError(
             f"The local embedder needs onnxruntime and onnxruntime-extensions ({exc.name} is missing). "
             "Reinstall Memory Studio's dependencies (`make install` or `pip install memory-studio`)."
         ) from exc
-    return ort, str(extensions.get_library_path())
+    return ort, library
+
+
+EXTENSIONS = "onnxruntime_extensions"
+_EXTENSIONS_LIBRARY = "_extensions_pydll"  # the compiled library inside the package (its get_library_path())
+
+
+def _extensions_library() -> str:
+    """The path of onnxruntime-extensions' custom-ops library, found without importing the package.
+
+    Its ``__init__`` imports ``onnx``, and with it ``ml_dtypes``, whose compiled module holds the GIL for
+    about half a second while it loads; a session needs neither, only the library's path. Importing it
+    on a worker froze the Studio's UI thread for that long on the first recall search. Falls back to
+    the package's own ``get_library_path()`` when the file is not where this release keeps it."""
+    loaded = sys.modules.get(EXTENSIONS)
+    if loaded is not None:
+        return str(loaded.get_library_path())
+    spec = importlib.util.find_spec(EXTENSIONS)  # finds the package folder; runs none of its code
+    if spec is None:
+        raise ImportError(f"No module named {EXTENSIONS!r}", name=EXTENSIONS)
+    for folder in spec.submodule_search_locations or ():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            candidate = Path(folder) / f"{_EXTENSIONS_LIBRARY}{suffix}"
+            if candidate.is_file():
+                return str(candidate)
+    return str(importlib.import_module(EXTENSIONS).get_library_path())

@@ -13,8 +13,9 @@ import html
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
+from core.edits.observations import is_observation_line
 from core.observational import OMRecord, ThreadHints
 from core.observational.records import split_chunks
 from core.observational.resource_scope import chunk_thread
@@ -188,25 +189,55 @@ def chunk_source(text: str, titles: Mapping[str, str] | None = None) -> str | No
     return f"thread {thread} ({title})" if title else f"thread {thread}"
 
 
-def log_html(active_observations: str, thread_titles: Mapping[str, str] | None = None) -> str:
+def log_paragraphs(active_observations: str, thread_titles: Mapping[str, str] | None = None) -> Iterator[str]:
+    """The log as HTML paragraphs, made as they are asked for: a pane can show a long log a slice at a
+    time (``ObservationLogView.show_log``) instead of all of it in one go."""
     sections = log_sections(active_observations, thread_titles)
     if not sections:
-        return f"<p><i>{html.escape(EMPTY_LOG_TEXT)}</i></p>"
-    parts: list[str] = []
+        yield f"<p><i>{html.escape(EMPTY_LOG_TEXT)}</i></p>"
+        return
     for i, section in enumerate(sections):
         if i:
-            parts.append("<hr/>")
-        parts.append(f"<p style='color: gray; font-size: small;'>{html.escape(section.heading)}</p>")
+            yield "<hr/>"
+        yield f"<p style='color: gray; font-size: small;'>{html.escape(section.heading)}</p>"
         for line in section.lines:
             if not line.strip():
                 continue
             text = _marks(html.escape(line.strip()))
             if _DATE_RE.match(line):
-                parts.append(f"<p style='margin-top: 6px;'><b>{text}</b></p>")
+                yield f"<p style='margin-top: 6px;'><b>{text}</b></p>"
             else:
                 indent = 16 + 12 * ((len(line) - len(line.lstrip())) // 2)
-                parts.append(f"<p style='margin: 1px 0 1px {indent}px;'>{text}</p>")
-    return "\n".join(parts)
+                yield f"<p style='margin: 1px 0 1px {indent}px;'>{text}</p>"
+
+
+@dataclass(frozen=True)
+class LogText:
+    """A generation's log as the pane shows it, made on the worker that reads it (``studio.reads``):
+    the log view's paragraphs and, for the current generation, the editable observation lines."""
+
+    paragraphs: tuple[str, ...]
+    lines: tuple[str, ...] = ()
+
+
+def observation_lines(active_observations: str) -> tuple[str, ...]:
+    """The observations of a log, one per line, as stored (not dates, boundaries or tags)."""
+    return tuple(ln.strip() for ln in active_observations.splitlines() if is_observation_line(ln))
+
+
+def log_text(record: OMRecord, thread_titles: Mapping[str, str] | None = None, *, current: bool) -> LogText:
+    """``record``'s ``LogText``; only the current generation lists its lines (only it can be edited)."""
+    return LogText(tuple(log_paragraphs(record.active_observations, thread_titles)),
+                   observation_lines(record.active_observations) if current else ())
+
+
+def log_texts(history: Sequence[OMRecord], thread_titles: Mapping[str, str] | None = None) -> dict[str, LogText]:
+    """Every generation's ``LogText`` by record id (``history`` newest first: the first is current)."""
+    return {r.id: log_text(r, thread_titles, current=i == 0) for i, r in enumerate(history)}
+
+
+def log_html(active_observations: str, thread_titles: Mapping[str, str] | None = None) -> str:
+    return "\n".join(log_paragraphs(active_observations, thread_titles))
 
 
 # -- hints --------------------------------------------------------------------------------------------
@@ -256,6 +287,7 @@ __all__ = [
     "PRIORITY_MARKS",
     "GenerationRow",
     "LogSection",
+    "LogText",
     "Lookup",
     "TokenBar",
     "empty_text",
@@ -264,6 +296,10 @@ __all__ = [
     "generation_rows",
     "hint_rows",
     "log_html",
+    "log_paragraphs",
+    "log_text",
+    "log_texts",
+    "observation_lines",
     "log_sections",
     "lookups_for",
     "subtitle",

@@ -629,3 +629,23 @@ def fork_source(metadata: Mapping[str, Any] | None) -> str | None:
     when = str(fork.get("forkedAt") or "")[:19].replace("T", " ")
     return (f"Forked from thread {fork['sourceThreadId']} at message {fork.get('atMessageId', '?')}"
             + (f" on {when}" if when else "") + (f"; {wm}" if wm else ""))
+
+
+# -- the context table's columns ------------------------------------------------------------------------
+# Each column's widest usual text (the width it gets when the pane has room for it), and the share of
+# the width left after the narrow columns that each wider one takes when it has not. The Text column,
+# the last, stretches into whatever remains.
+STEP_SAMPLES = {"#": "00", "Change": "+ entered", "Role": "assistant", "Stored": "…00000000", "Tokens": "00,000"}
+STEP_SHARES = {"Source": 0.45, "Why": 0.45}
+
+
+def fit_columns(total: int, fixed: Mapping[str, int], shares: Mapping[str, float],
+                minimum: Mapping[str, int], last: str, rest: int = 0) -> dict[str, int]:
+    """Widths in pixels for a table ``total`` pixels wide: the ``fixed`` columns as given, each column of
+    ``shares`` its share of what is left once the ``last`` column has its ``rest`` (and at least its
+    ``minimum``), and ``last`` the remainder (at least ``rest``). A column cut short elides its text,
+    whose whole is in the cell's tooltip."""
+    spare = max(0, total - sum(fixed.values()) - rest)
+    out = {**fixed, **{title: max(minimum.get(title, 0), int(spare * share)) for title, share in shares.items()}}
+    out[last] = max(rest, total - sum(out.values()))
+    return out

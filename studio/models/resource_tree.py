@@ -23,6 +23,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont
 
 from studio.logic.dates import date_tooltip, format_datetime
+from studio.logic.thread_labels import UNTITLED, repeated_titles, thread_label
 from studio.reads import TreeData
 
 if TYPE_CHECKING:  # pragma: no cover - loaded with the tree's data, on a worker
@@ -56,6 +57,14 @@ class _ResourceNode:
     key: int
     summary: ResourceSummary
     threads: list[ThreadSummary] = field(default_factory=list)
+    # The titles more than one of its threads has (``thread_labels.repeated_titles``): worked out when a
+    # thread's text is first asked for, again after the threads change.
+    repeated: frozenset[str] | None = None
+
+    def repeated_titles(self) -> frozenset[str]:
+        if self.repeated is None:
+            self.repeated = repeated_titles(s.thread.title for s in self.threads)
+        return self.repeated
 
     @property
     def id(self) -> str:
@@ -156,11 +165,13 @@ class ResourceTreeModel(QAbstractItemModel):
         kept = [fresh[s.thread.id] for s in node.threads]
         changed = [t for t, (old, new) in enumerate(zip(node.threads, kept)) if old != new]
         node.threads = kept
+        node.repeated = None  # (a sibling's title may have changed what this one needs to show)
         self._changed(parent, changed)
         if added:
             start = len(node.threads)
             self.beginInsertRows(parent, start, start + len(added) - 1)
             node.threads.extend(fresh[tid] for tid in added)
+            node.repeated = None
             self.endInsertRows()
 
     # -- Qt model ------------------------------------------------------------------------------
@@ -241,9 +252,11 @@ class ResourceTreeModel(QAbstractItemModel):
         return None
 
     def _thread_data(self, node: _ResourceNode, s: ThreadSummary, col: int, role: int) -> Any:
-        title = s.thread.title or "(untitled)"
+        title = s.thread.title or UNTITLED
         if role == Qt.ItemDataRole.DisplayRole:
-            return (title, f"{s.message_count:,}", _short_time(s.last_activity or s.thread.updated_at))[col]
+            if col == 0:
+                return thread_label(s.thread.title, s.thread.id, node.repeated_titles())
+            return f"{s.message_count:,}" if col == 1 else _short_time(s.last_activity or s.thread.updated_at)
         if role == TreeRoles.KIND:
             return "thread"
         if role == TreeRoles.RESOURCE_ID:

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.observational import ThreadHints
+from core.observational import OMRecord, ThreadHints
 from studio.commands import Command, CommandRegistry
 from studio.logic.observations_layout import (
     GenerationRow,
@@ -33,7 +33,7 @@ from studio.logic.observations_layout import (
     empty_text,
     generation_rows,
     hint_rows,
-    log_html,
+    log_text,
     subtitle,
     token_bars,
 )
@@ -73,6 +73,7 @@ class ObservationsPane(QWidget):
         self.session = session
         self.selection = Selection()
         self.view = OMView(Selection())
+        self._shown: OMRecord | None = None  # the generation whose log is on screen
         self._gen = 0
         self._key = f"observations-{id(self)}"
         self._build()
@@ -223,6 +224,7 @@ class ObservationsPane(QWidget):
 
     def _apply(self, view: OMView) -> None:
         self.view = view
+        self._shown = None
         self.status.setText("")
         self.subtitle.setText(subtitle(view.lookup, view.history))
         if not view.history:
@@ -265,10 +267,17 @@ class ObservationsPane(QWidget):
         if not 0 <= row < len(self.view.history):
             return
         record = self.view.history[row]
+        if record is self._shown:
+            return  # (selecting the first row of a new view shows it; _apply asks again)
+        self._shown = record
         which = "current" if row == 0 else "earlier"
         self.log_caption.setText(f"Observation log · generation {record.generation_count} ({which}, "
                                  f"{record.origin_type})")
-        self.log_view.setHtml(log_html(record.active_observations, self.view.thread_titles))
+        text = self.view.texts.get(record.id)
+        if text is None:  # a view made without its texts: take the log apart here
+            text = log_text(record, self.view.thread_titles, current=row == 0)
+        self.log_view.show_log(text.paragraphs)
         lookup = self.view.lookup
         self.line_editor.set_record(record, current=row == 0, thread_id=lookup.thread_id if lookup else None,
-                                    resource_id=record.resource_id or self.selection.resource_id or "")
+                                    resource_id=record.resource_id or self.selection.resource_id or "",
+                                    lines=text.lines)

@@ -91,6 +91,9 @@ class ResourcesPane(QWidget):
         self.tree.setObjectName("resourceTree")
         self.tree.setModel(self.proxy)
         self.tree.setUniformRowHeights(True)
+        # A long title is cut in the middle: a series of alike titles differs at the end ("… day 2"), which
+        # a cut at the right hid (``studio.logic.thread_labels``).
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.tree.setAlternatingRowColors(False)
         self.tree.setSortingEnabled(False)
         header = self.tree.header()

@@ -5,29 +5,36 @@ only for the current generation: earlier ones are history no turn reads. Edit…
 editor; Delete… asks first. Nothing is written here: ``change_requested(record id, thread id,
 resource id, old line, new line or None)`` goes to the window's edit actions, which write it on a
 worker, version it, and put it on the undo stack.
+
+The list is a model Qt asks for the rows it draws (``ObservationLinesModel``: one-line rows of one
+height, the whole line in the tooltip). A list widget of a 5,000-line generation made 5,000 items and
+laid them all out, word-wrapped, on the UI thread.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from typing import Any, Sequence
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
 from PySide6.QtGui import QIcon, QPixmap
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QDialog,
     QDialogButtonBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
-    QListWidgetItem,
+    QListView,
     QPushButton,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
 
-from core.edits.observations import is_observation_line
 from core.observational import OMRecord
 from studio.dialogs import build_confirm_box
-from studio.logic.observations_layout import PRIORITY_MARKS
+from studio.logic.observations_layout import PRIORITY_MARKS, observation_lines
 from studio.widgets.code_editor import unview_marks, view_marks
 from studio.widgets.pane_header import elastic
 from studio.widgets.priority_marks import marker_image
@@ -37,21 +44,64 @@ LINE_ROLE = Qt.ItemDataRole.UserRole + 1  # the line exactly as stored
 _ICONS: dict[str, QIcon] = {}
 
 
-def _item(line: str) -> QListWidgetItem:
-    """A list row: the priority drawn as an icon (no emoji font needed), the rest as text."""
-    item = QListWidgetItem()
-    item.setData(LINE_ROLE, line)
-    text = line
-    for emoji, (name, colour, meaning) in PRIORITY_MARKS.items():
+def _shown(line: str) -> tuple[str, QIcon | None, str]:
+    """A row as shown: the priority drawn as an icon (no emoji font needed), the rest as text; the
+    tooltip holds the whole line (a row is one line, cut at the list's width) and what the mark means."""
+    text, icon, meaning = line, None, ""
+    for emoji, (name, colour, what) in PRIORITY_MARKS.items():
         if emoji in text:
             if name not in _ICONS:
                 _ICONS[name] = QIcon(QPixmap.fromImage(marker_image(name, colour)))
-            item.setIcon(_ICONS[name])
-            item.setToolTip(meaning)
+            icon, meaning = _ICONS[name], what
             text = text.replace(emoji, "").replace("*  ", "* ")
             break
-    item.setText(text.lstrip("*- ").strip())
-    return item
+    text = text.lstrip("*- ").strip()
+    return text, icon, f"{text}\n({meaning})" if meaning else text
+
+
+class _OneLine(QStyledItemDelegate):
+    """Rows as wide as the list, not as their text: a long line is cut with "…" (its tooltip has all of
+    it) instead of widening every row and adding a horizontal scroll bar."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:  # noqa: N802
+        return QSize(1, super().sizeHint(option, index).height())
+
+
+class ObservationLinesModel(QAbstractListModel):
+    """The observation lines as a list model: a row's text and icon are made the first time Qt asks for
+    that row (only rows on screen are asked for) and kept until the lines change."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self._lines: list[str] = []
+        self.made: dict[int, tuple[str, QIcon | None, str]] = {}  # row -> (text, icon, tooltip), as asked
+
+    def set_lines(self, lines: list[str]) -> None:
+        self.beginResetModel()
+        self._lines, self.made = lines, {}
+        self.endResetModel()
+
+    def line(self, row: int) -> str | None:
+        return self._lines[row] if 0 <= row < len(self._lines) else None
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self._lines)
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        row = index.row()
+        if not index.isValid() or not 0 <= row < len(self._lines):
+            return None
+        if role == LINE_ROLE:
+            return self._lines[row]
+        if role not in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.DecorationRole, Qt.ItemDataRole.ToolTipRole):
+            return None
+        shown = self.made.get(row)
+        if shown is None:
+            shown = self.made[row] = _shown(self._lines[row])
+        text, icon, tooltip = shown
+        if role == Qt.ItemDataRole.DisplayRole:
+            return text
+        return icon if role == Qt.ItemDataRole.DecorationRole else tooltip
 
 
 class ObservationLineDialog(QDialog):
@@ -102,9 +152,16 @@ class ObservationLinesEditor(QWidget):
         self.dialog: QDialog | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.list = QListWidget(self)
+        self.model = ObservationLinesModel(self)
+        self.list = QListView(self)
         self.list.setObjectName("observationLineList")
-        self.list.setWordWrap(True)
+        self.list.setModel(self.model)
+        # One height for every row: Qt then measures one row, not each of thousands.
+        self.list.setUniformItemSizes(True)
+        self.list.setWordWrap(False)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setItemDelegate(_OneLine(self.list))
+        self.list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         layout.addWidget(self.list)
         row = QHBoxLayout()
         self.edit_btn = QPushButton("Edit Observation…")
@@ -116,29 +173,34 @@ class ObservationLinesEditor(QWidget):
             row.addWidget(button)
         row.addWidget(self.note, 1)
         layout.addLayout(row)
-        self.list.currentRowChanged.connect(self._update)
-        self.list.itemDoubleClicked.connect(lambda _item: self.edit_current())
+        self.list.selectionModel().currentRowChanged.connect(self._update)
+        self.list.doubleClicked.connect(lambda _index: self.edit_current())
         self.edit_btn.clicked.connect(self.edit_current)
         self.delete_btn.clicked.connect(self.delete_current)
 
-    def set_record(self, record: OMRecord | None, *, current: bool, thread_id: str | None, resource_id: str) -> None:
+    def set_record(self, record: OMRecord | None, *, current: bool, thread_id: str | None, resource_id: str,
+                   lines: Sequence[str] | None = None) -> None:
+        """``lines``: the record's observation lines when the caller has them (taken apart on a worker);
+        otherwise they are taken from the record here."""
         self.record = record if current else None
         self.thread_id, self.resource_id = thread_id, resource_id
-        self.list.clear()
+        shown: list[str] = []
         if record is None:
             self.note.setText("")
         elif not current:
             self.note.setText("An earlier generation: only the current one can be edited.")
         else:
-            lines = [ln.strip() for ln in record.active_observations.splitlines() if is_observation_line(ln)]
-            for line in lines:
-                self.list.addItem(_item(line))
-            self.note.setText(f"{len(lines)} observation(s) in the current generation")
+            shown = list(lines if lines is not None else observation_lines(record.active_observations))
+            self.note.setText(f"{len(shown):,} observation(s) in the current generation")
+        self.model.set_lines(shown)
         self._update()
 
+    def set_current_row(self, row: int) -> None:
+        self.list.setCurrentIndex(self.model.index(row))
+
     def current_line(self) -> str | None:
-        item = self.list.currentItem()
-        return str(item.data(LINE_ROLE)) if item is not None else None
+        index = self.list.currentIndex()
+        return self.model.line(index.row()) if index.isValid() else None
 
     def _update(self, *_args: object) -> None:
         can = self.record is not None and self.current_line() is not None and bool(self.resource_id)
@@ -170,4 +232,4 @@ class ObservationLinesEditor(QWidget):
         box.open()
 
 
-__all__ = ["ObservationLineDialog", "ObservationLinesEditor"]
+__all__ = ["ObservationLineDialog", "ObservationLinesEditor", "ObservationLinesModel"]

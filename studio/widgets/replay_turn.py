@@ -12,17 +12,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QLabel, QSizePolicy, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHeaderView, QLabel, QSizePolicy, QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget
 
 from studio.logic.replay_layout import (
     CHANGE_TINTS,
+    STEP_SAMPLES,
+    STEP_SHARES,
     Comparison,
     RecallRow,
     StepRow,
     TokenRow,
     change_summary,
+    fit_columns,
     input_ids,
     prompt_text,
     prompt_text_diff,
@@ -47,15 +50,15 @@ from studio.widgets.request_view import RequestPanel
 
 STEP_COLUMNS: list[Column[StepRow]] = [
     Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
-    Column("Change", lambda r: r.mark),
-    Column("Role", lambda r: r.role),
-    Column("Source", lambda r: r.source, color=lambda r: r.color),
+    Column("Change", lambda r: r.mark, tooltip=lambda r: r.mark),
+    Column("Role", lambda r: r.role, tooltip=lambda r: r.role),
+    Column("Source", lambda r: r.source, color=lambda r: r.color, tooltip=lambda r: r.source),
     Column("Stored", lambda r: r.stored_label, tooltip=lambda r: "\n".join(r.stored_ids)),
     Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
-    Column("Why", lambda r: r.why),
+    Column("Why", lambda r: r.why, tooltip=lambda r: r.why),
     Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
 ]
-STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 176, "Tokens": 60, "Why": 190}
+STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 176, "Tokens": 60, "Why": 190}  # (until the first resize)
 RECALL_COLUMNS: list[Column[RecallRow]] = [
     Column("Rank", lambda r: r.rank, RIGHT),
     Column("Message", lambda r: r.message_id, tooltip=lambda r: "Double-click to open this message"),
@@ -116,6 +119,39 @@ class StepTableModel(RecordTableModel[StepRow]):
         return None
 
 
+class _FitToPane(QObject):
+    """Keeps the context table as wide as its pane (it was ~1,070 px of columns in a ~520 px pane at a
+    1,500 px window, Why and Text out of sight): on each resize the narrow columns get what their usual
+    text needs, Source, Stored and Why a share of the rest, and Text what is left; a cut cell ends in
+    "…" and its tooltip holds the whole."""
+
+    def __init__(self, table: QTableView) -> None:
+        super().__init__(table)
+        self.table = table
+        header = table.horizontalHeader()
+        header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
+        header.setSectionResizeMode(table.model().columnCount() - 1, QHeaderView.ResizeMode.Interactive)
+        table.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.Resize:
+            self.fit()
+        return False
+
+    def fit(self) -> None:
+        table, model = self.table, self.table.model()
+        metrics, pad = table.fontMetrics(), 16
+        titles = {str(model.headerData(c, Qt.Orientation.Horizontal)): c for c in range(model.columnCount())}
+        fixed = {t: max(metrics.horizontalAdvance(sample), metrics.horizontalAdvance(t)) + pad
+                 for t, sample in STEP_SAMPLES.items()}
+        minimum = {t: metrics.horizontalAdvance(t) + pad for t in STEP_SHARES}
+        text = metrics.horizontalAdvance("Text") + pad  # the last column takes what is left, at least this
+        table.horizontalHeader().setMinimumSectionSize(min(text, metrics.horizontalAdvance("#") + pad))
+        widths = fit_columns(table.viewport().width(), fixed, STEP_SHARES, minimum, last="Text", rest=text)
+        for title, width in widths.items():
+            table.setColumnWidth(titles[title], width)
+
+
 def _ignored_width(label: QLabel) -> QLabel:
     """Long dynamic text must never widen the window: it wraps or is cut, the width comes from the pane."""
     label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -139,6 +175,8 @@ class TurnView(QSplitter):
         self.step_model = StepTableModel(STEP_COLUMNS, self)
         self.step_table = table_for(self.step_model, STEP_WIDTHS)
         self.step_table.setObjectName("replayFragments")
+        self.step_table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self._fit = _FitToPane(self.step_table)
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
@@ -188,7 +226,7 @@ class TurnView(QSplitter):
         self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
         self.tabs.addTab(table_for(self.token_model), "Tokens")
         self.addWidget(self.tabs)
-        self.setSizes([560, 620])
+        self.setSizes([660, 520])  # the context table's eight columns get the larger part
         self.step_table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_fragment(cur.row()))
         self.step_table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.step_table.customContextMenuRequested.connect(self._fragment_menu)

@@ -159,3 +159,29 @@ def test_concurrent_first_use_loads_once_and_agrees(use: UseOnnxEmbedder) -> Non
         t.join()
     assert len(results) == 4
     assert all(np.array_equal(r, expected) for r in results)
+
+
+LOAD_AND_EMBED = """
+import sys
+from core.embedding.use_onnx import UseOnnxEmbedder
+emb = UseOnnxEmbedder()
+emb.check()
+print(emb.embed(["where do we meet?"], "query").shape)
+print(sorted(name for name in ("onnx", "ml_dtypes", "onnxruntime_extensions") if name in sys.modules))
+"""
+
+
+@needs_model
+def test_loading_the_model_imports_neither_onnx_nor_ml_dtypes() -> None:
+    """A search's first embed loads the model on a worker; the extensions package's ``__init__`` imports
+    ``onnx`` and ``ml_dtypes`` (whose compiled module holds the GIL ~0.5 s: the Studio's UI thread froze
+    on the first recall search). Only the custom-ops library's path is needed, found without them."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", LOAD_AND_EMBED], cwd=repo, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(repo)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["(1, 512)", "[]"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from core import Memory, MemoryOptions, open_store
@@ -170,16 +171,18 @@ def test_observation_lines_are_edited_in_the_observations_pane(qtbot: Any, make_
     window.show_tab("observations")
     pane = window.panes["observations"]
     editor = pane.line_editor
-    qtbot.waitUntil(lambda: editor.list.count() == 2, timeout=15_000)
-    assert editor.list.item(0).text() == "(09:10) Sam is blocked on staging access."  # the emoji is drawn
-    assert not editor.list.item(0).icon().isNull()
-    editor.list.setCurrentRow(0)
+    qtbot.waitUntil(lambda: editor.model.rowCount() == 2, timeout=15_000)
+    first = editor.model.index(0)
+    assert first.data() == "(09:10) Sam is blocked on staging access."  # the emoji is drawn
+    assert not first.data(Qt.ItemDataRole.DecorationRole).isNull()
+    editor.set_current_row(0)
     editor.edit_current()
     line = editor.dialog
     line.edit.setText(line.edit.text().replace("staging access", "production access"))
     with qtbot.waitSignal(window.edits.edited, timeout=15_000):
         line.save_btn.click()
-    qtbot.waitUntil(lambda: editor.list.count() == 2 and "production" in editor.list.item(0).text(), timeout=15_000)
+    qtbot.waitUntil(lambda: editor.model.rowCount() == 2 and "production" in editor.model.index(0).data(),
+                    timeout=15_000)
     with open_store(path, read_only=True) as store:
         from core.observational import load_current
 
@@ -187,7 +190,7 @@ def test_observation_lines_are_edited_in_the_observations_pane(qtbot: Any, make_
         assert record is not None and "* 🔴 (09:10) Sam is blocked on production access." in record.active_observations
     with qtbot.waitSignal(window.edits.reverted, timeout=15_000):
         window.commands.run("edit.undo")
-    qtbot.waitUntil(lambda: "staging" in editor.list.item(0).text(), timeout=15_000)
+    qtbot.waitUntil(lambda: "staging" in editor.model.index(0).data(), timeout=15_000)
 
 
 def test_forget_resource_shows_a_summary_asks_and_every_pane_lets_go(qtbot: Any, make_window: Any,

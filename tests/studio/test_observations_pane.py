@@ -154,3 +154,54 @@ def test_a_read_that_fails_does_not_leave_the_previous_log_on_screen(no_leaked_w
     assert pane.stack.currentIndex() == PAGE_EMPTY
     assert pane.empty_label.text().startswith("The observational memory of thread sam-retro could not be read")
     assert pane.view.history == [] and "sam-standup" not in pane.subtitle.text()
+
+
+def _long_log(path: Path, count: int) -> str:
+    """A thread whose observation log holds ``count`` observations (a date line every 50), committed as
+    the observer commits; returns its last observation."""
+    from core.messages import Message
+    from core.observational.records import lookup_key
+    from core.observational.store import Cursor, Observation, commit_observation
+
+    store = open_store(path)
+    store.memory.create_thread(thread_id="long-om", resource_id="sam", title="A long log")
+    store.memory.save_messages([Message.user("hello", id="lm1", thread_id="long-om", resource_id="sam")])
+    lines = []
+    for i in range(count):
+        if i % 50 == 0:
+            lines.append(f"Date: Jan {1 + i // 50 % 28}, 2026")
+        lines.append(f"* {'🔴🟡🟢✅'[i % 4]} ({i % 24:02d}:00) observation {i} about the project and its plans")
+    commit_observation(store, record=None, key=lookup_key("thread", thread_id="long-om", resource_id="sam"),
+                       scope="thread", thread_id="long-om", resource_id="sam", config={},
+                       obs=Observation("\n".join(lines), 10 * count, ["lm1"], 10, 0,
+                                       Cursor("2026-01-01T00:00:00.000Z", "lm1")))
+    store.close()
+    return f"observation {count - 1} about the project"
+
+
+def test_a_log_of_thousands_of_observations_is_shown_in_slices_and_its_lines_made_as_drawn(
+        no_leaked_widgets, qtbot, make_session, demo_db):
+    """5,000 observations held the UI thread ~380 ms (the log's 5,000 paragraphs parsed in one setHtml,
+    5,000 list items made and laid out wrapped, the log taken apart twice). Now the log is taken apart on
+    the worker, the view gets it a slice per turn of the event loop, and the list of lines is a model
+    that makes a row only when Qt draws it."""
+    last = _long_log(demo_db, 5000)
+    pane = open_pane(qtbot, make_session, demo_db, Selection("sam", "long-om"))
+    record = pane.view.history[0]
+    assert record.id in pane.view.texts  # taken apart by the read, on its worker
+    assert pane.log_view.filling and last not in pane.log_view.toPlainText()
+    assert pane.log_view.document().blockCount() < 500  # one slice so far, not 5,000 paragraphs
+
+    model = pane.line_editor.model
+    assert model.rowCount() == 5000
+    pane.grab()  # paint: the list asks for the rows it shows
+    assert 0 < len(model.made) < 100
+    assert model.index(4999).data() == f"({4999 % 24:02d}:00) {last} and its plans"  # made when asked
+    pane.line_editor.set_current_row(4999)
+    assert pane.line_editor.current_line() == f"* ✅ ({4999 % 24:02d}:00) {last} and its plans"
+
+    with qtbot.waitSignal(pane.log_view.filled, timeout=WAIT):
+        pass
+    shown = pane.log_view.toPlainText()
+    rows = [ln for ln in shown.splitlines() if "observation " in ln]
+    assert len(rows) == 5000 and last in rows[-1]  # one paragraph each: no slice joined the one before

@@ -85,6 +85,31 @@ def test_tree_refresh_keeps_selection(qtbot: Any, make_session: Any, small_db: P
     assert pane.current_selection() == Selection("ada", "t-party")
 
 
+def test_alike_thread_titles_are_told_apart_in_the_tree(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    """Alike titles looked the same in the tree (cut at the right; two untitled threads both "(untitled)"):
+    only the tooltip told them apart. A long title is now cut in the middle (a series differs at its
+    end), and a title that does not name its thread (none, or a sibling's) gets the id's short form."""
+    uuid = "0195f3c2-7a1b-7c3d-8e4f-a1b2c3d4e5f6"
+    writer = open_store(small_db)
+    for tid, title in (("t-sync-1", "Weekly sync"), (uuid, "weekly  sync"), ("t-none-1", None), ("t-none-2", None)):
+        writer.memory.create_thread(thread_id=tid, resource_id="ada", title=title)
+    writer.close()
+    pane = _resources(qtbot, make_session(small_db))
+    qtbot.waitUntil(lambda: len(pane.thread_rows()) == 7, timeout=10_000)
+    labels = {r[1] for r in pane.thread_rows() if r[0] == "ada"}
+    assert labels == {"Weekly groceries", "Birthday party",  # a title of its own: no id
+                      "Weekly sync · t-sync-1", "weekly  sync · …c3d4e5f6",  # the same title (case, spaces)
+                      "(untitled) · t-none-1", "(untitled) · t-none-2"}
+    assert pane.tree.textElideMode() == Qt.TextElideMode.ElideMiddle
+
+    writer = open_store(small_db)  # a sibling takes a title another thread has: both follow on refresh
+    writer.memory.update_thread("t-none-1", title="Birthday party")
+    writer.close()
+    pane.refresh()
+    qtbot.waitUntil(lambda: "Birthday party · t-party" in {r[1] for r in pane.thread_rows()}, timeout=10_000)
+    assert {"Birthday party · t-none-1", "(untitled) · t-none-2"} <= {r[1] for r in pane.thread_rows()}
+
+
 def _messages(qtbot: Any, session: Any) -> MessagesPane:
     pane = MessagesPane(session)
     qtbot.addWidget(pane)

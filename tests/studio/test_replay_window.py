@@ -170,3 +170,31 @@ def test_stepping_keys_work_right_after_switching_to_replay(qtbot: Any, window: 
                     timeout=30_000)
     qtbot.keyClick(bar, Qt.Key.Key_Left)  # a plain arrow on the tab bar still moves between tabs
     assert window.current_pane() is not replay
+
+
+def test_the_context_table_fits_its_pane_and_a_cut_cell_has_its_whole_text_in_the_tooltip(
+        qtbot: Any, window: Any) -> None:
+    """At a 1500 px wide window the context table's columns came to ~1,070 px in a ~520 px pane: Why and
+    Text were out of sight behind a horizontal scroll bar."""
+    from PySide6.QtWidgets import QApplication
+
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    window.show_tab("replay")
+    replay = window.panes["replay"]
+    qtbot.waitUntil(lambda: replay.step is not None and not replay.busy, timeout=30_000)
+    QApplication.processEvents()
+    table = replay.view.step_table
+    header, model = table.horizontalHeader(), table.model()
+    titles = [str(model.headerData(c, Qt.Orientation.Horizontal)) for c in range(model.columnCount())]
+    assert header.length() <= table.viewport().width()
+    assert table.horizontalScrollBar().maximum() == 0
+    for column, title in enumerate(titles):  # every column on screen, its title readable
+        assert header.sectionSize(column) >= table.fontMetrics().horizontalAdvance(title), title
+    why, source = titles.index("Why"), titles.index("Source")
+    left = next(r for r in range(model.rowCount()) if model.index(r, why).data())
+    for column in (why, source):  # cut cells say all of it on hover
+        assert model.index(left, column).data(Qt.ItemDataRole.ToolTipRole) == model.index(left, column).data()
+
+    window.resize(1400, 800)  # and it follows the pane when the window narrows
+    QApplication.processEvents()
+    assert header.length() <= table.viewport().width()

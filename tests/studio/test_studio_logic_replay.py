@@ -17,6 +17,7 @@ from studio.logic.replay_layout import (
     change_summary,
     clamp_step,
     compare,
+    fit_columns,
     fork_source,
     prompt_text,
     recall_rows,
@@ -179,3 +180,13 @@ def test_step_data_for_a_turn(source: ReplayThread) -> None:
     assert source.step(2).wm_label == "thread scope · empty"
 
 
+
+
+def test_context_columns_share_the_panes_width_and_the_last_takes_the_rest() -> None:
+    fixed = {"#": 30, "Change": 80, "Role": 70, "Stored": 90, "Tokens": 60}
+    widths = fit_columns(600, fixed, {"Source": 0.45, "Why": 0.45}, {"Source": 60, "Why": 40}, "Text", rest=50)
+    assert {k: widths[k] for k in fixed} == fixed
+    assert widths["Source"] == widths["Why"] == int((600 - 330 - 50) * 0.45)
+    assert sum(widths.values()) == 600 and widths["Text"] >= 50
+    narrow = fit_columns(400, fixed, {"Source": 0.45, "Why": 0.45}, {"Source": 60, "Why": 40}, "Text", rest=50)
+    assert (narrow["Source"], narrow["Why"], narrow["Text"]) == (60, 40, 50)  # minima: only then it scrolls
