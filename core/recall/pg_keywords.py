@@ -198,7 +198,9 @@ def claim_queued(conn: sa.Connection, message_ids: list[str]) -> None:
     writing their own docs and then the other's deadlock (Postgres then fails one index write, whose
     messages keep no vector). Claimed rows are skipped by every other drain (``SKIP LOCKED``); a claim
     waits only for a drain that took them first, which waits for nothing of this transaction. In
-    ``seq`` order, so two claims of the same messages (a reindex beside a turn) cannot cross."""
+    ``seq`` order, so two claims of the same messages (a reindex beside a turn) cannot cross. Found
+    by the queue's ``message_id`` index (migration ``0025_recall_queue_by_message``), not by reading
+    the queue: a backlog of 100,000 made each claim ~12 ms."""
     if message_ids:
         conn.exec_driver_sql(
             f"SELECT seq FROM {QUEUE_TABLE} WHERE message_id = ANY(CAST(? AS text[])) ORDER BY seq FOR UPDATE",

@@ -6,6 +6,11 @@
   Chinese and Japanese are found. Statement-level triggers with transition tables queue every change
   to ``mastra_messages`` by any process (Mastra included), in one row per message, not per statement.
 - ``0016_recall_content_hash``: the docs' ``content_hash`` column, as on libSQL.
+- ``0025_recall_queue_by_message``: the queue indexed by ``message_id``. A writer claims the queue rows
+  of the messages it keys (``pg_keywords.claim_queued``); without the index each claim read the whole
+  queue, ~12 ms a write while a backlog of 100,000 drains (``bench/pg_queue_claim.py``). Made in the
+  migration's transaction (``CONCURRENTLY`` cannot be): message saves, whose triggers write the queue,
+  wait for the build (a backlog of 100,000: well under a second).
 - ``0026_recall_keyword_config``: the engine's text search configuration ``KEYWORD_CONFIG``, a copy
   of ``english`` whose words go to a snowball English stemmer without a stop-word list: Postgres's
   ``english`` drops ``any``, ``what``, ``about``, ``you``…, FTS5's porter tokenizer keeps every word, so
@@ -64,6 +69,9 @@ FTS_DDL = (
     # Messages stored before the migration are queued like any later write; the first search drains them.
     f"INSERT INTO {QUEUE_TABLE} (message_id, op) SELECT id, 'insert' FROM mastra_messages WHERE role <> 'system'",
 )
+
+QUEUE_INDEX = f"{QUEUE_TABLE}_message"
+QUEUE_INDEX_DDL = (f"CREATE INDEX IF NOT EXISTS {QUEUE_INDEX} ON {QUEUE_TABLE} (message_id)",)
 
 HASH_DDL = (f"ALTER TABLE {DOCS_TABLE} ADD COLUMN IF NOT EXISTS content_hash TEXT",)
 
