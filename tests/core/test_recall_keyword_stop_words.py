@@ -155,6 +155,16 @@ def test_making_the_configuration_again_or_at_once_in_two_processes_is_harmless(
 
             runner = threading.Thread(target=second)
             runner.start()
+            # The second waits on the first's catalog rows before the first commits (checked, not slept on).
+            for _ in range(3000):
+                with store.db.read() as look:
+                    if look.exec_driver_sql(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND wait_event_type = 'Lock'").scalar():
+                        break
+                runner.join(0.01)
+            else:
+                raise AssertionError("the second process never waited for the first")
         runner.join()
         assert errors == []
         with store.db.transaction() as conn:
