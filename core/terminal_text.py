@@ -30,4 +30,44 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-__all__ = ["printable", "visible"]
+_ZWJ, _VS16 = "\u200d", "\ufe0f"
+
+
+def _is_emoji_modifier(c: str) -> bool:
+    return 0x1F3FB <= ord(c) <= 0x1F3FF  # skin tones: drawn inside the emoji before them
+
+
+def display_width(text: str) -> int:
+    """How many terminal columns ``text`` takes (``visible``'s output: no control characters): a wide or
+    full-width character (``east_asian_width`` W or F: CJK, most emoji) takes 2, a symbol followed by the
+    emoji selector (U+FE0F: "❤️") 2, combining marks, format characters (zero-width joiners, bidi marks)
+    and variation selectors none; an emoji joined to the one before by a zero-width joiner ("👩‍💻") or a
+    skin tone after an emoji adds nothing (one glyph, as terminals that draw such sequences show them)."""
+    width = 0
+    last = 0  # the width of the last character that took columns
+    joined = False  # the character before was a zero-width joiner
+    for c in text:
+        if c == _VS16:
+            if last == 1:
+                width, last = width + 1, 2
+            continue
+        if unicodedata.category(c) in ("Mn", "Me", "Cf"):
+            joined = joined or c == _ZWJ
+            continue
+        w = 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+        if (joined or _is_emoji_modifier(c)) and last == 2 and w == 2:
+            w = 0  # drawn in the glyph before
+        joined = False
+        width += w
+        last = w or last
+    return width
+
+
+def pad(text: str, width: int, *, right: bool = False) -> str:
+    """``text`` padded with spaces to ``width`` terminal columns (``display_width``), on the right (left
+    aligned) unless ``right``; text already that wide or wider is returned as it is."""
+    fill = " " * max(width - display_width(text), 0)
+    return fill + text if right else text + fill
+
+
+__all__ = ["display_width", "pad", "printable", "visible"]

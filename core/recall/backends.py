@@ -26,6 +26,9 @@ class KeywordBackend(Protocol):
     available: bool  # the docs table exists (the recall migrations were applied)
     stats: TermStats  # document frequencies, for dropping very common query terms
 
+    def open(self, conn: sa.Connection) -> None:
+        """Find the docs table and how its docs were made (reads only): sets ``available``."""
+
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
         """(the query's quoted terms that are searched, the very common ones dropped)."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import operator
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import lru_cache, partial
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence
 
@@ -117,7 +117,9 @@ class RecallIndex:
                                                  else log.shared("order", lambda: PgOrderCache(log)))
         # A hybrid search's lists, cosines and thread order in one statement, where the server answers
         # both halves (``pg_hybrid``); else each step reads its own (``search.run``).
-        self.read_hybrid = pg_hybrid.read if caps.full_text == "tsvector" and caps.vectors == "pgvector" else None
+        self.read_hybrid = (partial(pg_hybrid.read, keywords=self.keywords)
+                            if isinstance(self.keywords, pg_keywords.TsvectorKeywords) and caps.vectors == "pgvector"
+                            else None)
         self._prepare()
 
     @classmethod
@@ -139,7 +141,7 @@ class RecallIndex:
             db.migrate(pending)  # our own database: our migrations apply, like at open time
         with db.read() as conn:
             self.migrated = not [n for n in storage_migrations.pending(conn) if n in RECALL_MIGRATIONS]
-            self.keywords.available = has_table(conn, DOCS_TABLE)
+            self.keywords.open(conn)
         self.writable = bool(self.migrated and not db.read_only)
         self.vectors.open(db)  # (reads only: the vector table is made by the first write, ``ensure_tables``)
 

@@ -32,6 +32,7 @@ from core.recall.keyword_memory import KeywordMemory
 from core.recall.types import DocRow, Ranked
 from core.recall.text import keyword_terms
 from core.storage import driver_sql
+from core.storage.catalog import has_table
 
 DRAIN_BATCH = 2000
 # BM25 weight of the previous-message column against the message's own (1.0); tuned on LoCoMo public.
@@ -316,6 +317,9 @@ class Fts5Keywords:
         self.stats: TermStats = MemoryTermStats(self.memory)
         self._waiting: OrderedDict[tuple[object, ...], int] = OrderedDict()
         self._lock = threading.Lock()
+
+    def open(self, conn: sa.Connection) -> None:
+        self.available = has_table(conn, DOCS_TABLE)
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
         terms = keyword_terms(query)  # (cut once: the prefetch and the selection read the same terms)

@@ -36,7 +36,7 @@ import sqlalchemy as sa
 
 from core.recall import hybrid, pg_order
 from core.recall.keyword import KeywordHit
-from core.recall.pg_keywords import search_sql
+from core.recall.pg_keywords import CONFIG, TsvectorKeywords, search_sql
 from core.recall.pg_vectors import PgVectorSet, literal
 from core.recall.schema import QUEUE_TABLE, quoted, text_of_raw
 from core.recall.order_cache import day_of
@@ -58,14 +58,15 @@ class HybridRead:
 
 
 def statement(vset: PgVectorSet, q: str, terms: list[str], *, resource_id: str | None, thread_id: str | None,
-              depth: int, narrowed: str | None, labels: bool) -> tuple[str, list[Any], int] | None:
+              depth: int, narrowed: str | None, labels: bool, config: str = CONFIG) -> tuple[str, list[Any], int] | None:
     """(SQL, parameters, the ``hnsw.ef_search`` it needs); None when the vector list is an exact scan
-    (a depth HNSW may not list: the general path reads it)."""
+    (a depth HNSW may not list: the general path reads it). ``config``: the keyword docs' text search
+    configuration."""
     listing, vparams, ef_search, exact = vset.listing(q, depth, narrowed, None)
     if exact:
         return None
     if terms:
-        kw_sql, kparams = search_sql(terms, resource_id=resource_id, thread_id=thread_id, limit=depth)
+        kw_sql, kparams = search_sql(terms, resource_id=resource_id, thread_id=thread_id, limit=depth, config=config)
     else:
         kw_sql, kparams = _NO_KEYWORDS, []
     table = quoted(vset.table)
@@ -89,15 +90,17 @@ def statement(vset: PgVectorSet, q: str, terms: list[str], *, resource_id: str |
 
 
 def read(conn: sa.Connection, vset: PgVectorSet, qvec: np.ndarray, terms: list[str], *, resource_id: str | None,
-         thread_id: str | None, depth: int, narrowed: str | None, labels: bool) -> HybridRead | None:
+         thread_id: str | None, depth: int, narrowed: str | None, labels: bool,
+         keywords: TsvectorKeywords | None = None) -> HybridRead | None:
     """Every read of a hybrid search over this scope, in ``conn``'s transaction (None: not possible in
     one statement, see ``statement``, or the scope's vectors are kept in process: ``pg_vector_cache``).
-    ``terms``: the selected quoted keyword terms (may be empty)."""
+    ``terms``: the selected quoted keyword terms (may be empty); ``keywords``: the index's keyword
+    backend, whose docs' configuration parses them."""
     if not isinstance(vset, PgVectorSet):
         return None
     q = literal(qvec)
     built = statement(vset, q, terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
-                      narrowed=narrowed, labels=labels)
+                      narrowed=narrowed, labels=labels, config=keywords.config if keywords is not None else CONFIG)
     if built is None:
         return None
     sql, params, ef_search = built

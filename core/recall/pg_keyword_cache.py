@@ -43,14 +43,15 @@ class PgKeywordCache:
         self._lock = threading.Lock()
         self._scopes: OrderedDict[Key, TsIndex] = OrderedDict()
         self._large: set[Key] = set()
-        self._queries: OrderedDict[tuple[str, ...], TsQuery] = OrderedDict()
+        self._queries: OrderedDict[tuple[str, ...], TsQuery] = OrderedDict()  # by (configuration, *terms)
         self._inbox = Inbox(log, lambda source: source == "docs")
 
     # -- reading -------------------------------------------------------------------------------
     def search(self, conn: sa.Connection, terms: list[str], *, resource_id: str | None, thread_id: str | None,
-               limit: int) -> list[KeywordHit] | None:
+               limit: int, config: str = pg_keywords.CONFIG) -> list[KeywordHit] | None:
         """``pg_keywords.search_sql``'s rows for these selected (quoted) terms, from memory; None: the
-        statement answers (no log, a scope too large, a query this cannot answer)."""
+        statement answers (no log, a scope too large, a query this cannot answer). ``config``: the
+        docs' text search configuration, which parses the terms."""
         key = scope_of(resource_id, thread_id)
         with self._lock:
             if not self._log.sync(conn):
@@ -65,25 +66,26 @@ class PgKeywordCache:
                     return None
             else:
                 self._scopes.move_to_end(key)
-            query = self._query(conn, terms)
+            query = self._query(conn, terms, config)
             try:
                 rows = index.search(query, resource_id=resource_id, thread_id=thread_id, limit=limit)
             except Unsupported:
                 return None
         return [KeywordHit(mid, tid, rid, score) for mid, tid, rid, score in rows]
 
-    def _query(self, conn: sa.Connection, terms: list[str]) -> TsQuery:
+    def _query(self, conn: sa.Connection, terms: list[str], config: str) -> TsQuery:
         """These terms' query as ``search_sql`` makes it (``phraseto_tsquery`` of each, OR-ed with
         ``||``), from the server's parse of each term (``pg_keywords.parsed``: read with the terms'
         counts), kept by the terms. ``||`` of a query and an empty one (a term of stop words only) is
         the other; the OR of several is the same operands under one OR, whatever the grouping."""
-        found = self._queries.get(tuple(terms))
+        key = (config, *terms)
+        found = self._queries.get(key)
         if found is not None:
-            self._queries.move_to_end(tuple(terms))
+            self._queries.move_to_end(key)
             return found
-        parts = [p for p in pg_keywords.parsed(conn, terms) if p.strip()]
+        parts = [p for p in pg_keywords.parsed(conn, terms, config=config) if p.strip()]
         query = parse_tsquery(" | ".join(f"( {p} )" for p in parts) if len(parts) > 1 else "".join(parts))
-        self._queries[tuple(terms)] = query
+        self._queries[key] = query
         while len(self._queries) > MAX_QUERIES:
             self._queries.popitem(last=False)
         return query

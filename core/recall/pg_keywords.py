@@ -2,9 +2,12 @@
 
 A document is the message (weight A) and the previous message of its thread (weight B), both run
 through ``text.segment`` first — the same CJK character expansion the FTS5 index stores — so a
-Chinese or Japanese query finds its characters and bigrams (as phrases). The ``english``
-configuration stems Latin words as FTS5's porter tokenizer does and leaves the spaced CJK
-characters alone. Queries use ``text.keyword_terms``, each term a phrase, OR-ed.
+Chinese or Japanese query finds its characters and bigrams (as phrases). The engine's text search
+configuration (``CONFIG``, ``pg_schema``: ``english`` with a snowball stemmer that has no stop-word list)
+stems Latin words as FTS5's porter tokenizer does, keeps every word as it does, and leaves the spaced
+CJK characters alone. Queries use ``text.keyword_terms``, each term a phrase, OR-ed, parsed with the
+configuration the docs were keyed with: a database whose migration ``0026_recall_keyword_config`` has not
+run (opened read-only) is searched with ``english`` (``LEGACY_CONFIG``), as its docs were keyed.
 
 Very common query terms are dropped first, by the same rule and numbers as on libSQL
 (``keyword.TermStats``, ``COMMON_SHARE``): ``ts_rank`` is computed for every row the query matches
@@ -25,20 +28,30 @@ import sqlalchemy as sa
 from core.recall.keyword import CONTEXT_WEIGHT, STATS_MAX_TERMS, KeywordHit, TermStats, select_terms
 from core.recall import passages
 from core.recall.pg_changes import ChangeLog
+from core.recall.pg_schema import KEYWORD_CONFIG, LEGACY_CONFIG
 from core.recall.schema import DOCS_TABLE, QUEUE_TABLE
 from core.recall.text import passage_hash, segment
 from core.recall.types import DocRow
+from core.storage import catalog
 from core.storage.pg import cursor
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.recall.pg_keyword_cache import PgKeywordCache
 
-CONFIG = "english"
+CONFIG = KEYWORD_CONFIG  # what every doc is keyed with (writers run only once its migration has)
 DRAIN_BATCH = 2000
 _DOC = f"setweight(to_tsvector('{CONFIG}', ?), 'A') || setweight(to_tsvector('{CONFIG}', ?), 'B')"
 
 
-_COUNT = f"(SELECT count(*) FROM {DOCS_TABLE} WHERE terms @@ phraseto_tsquery('{CONFIG}', ?))"
+def _count_sql(config: str) -> str:
+    return f"(SELECT count(*) FROM {DOCS_TABLE} WHERE terms @@ phraseto_tsquery('{config}', ?))"
+
+
+def keyed_with(conn: sa.Connection) -> str:
+    """The configuration this database's docs are keyed with (read only): ``CONFIG`` once migration
+    ``0026_recall_keyword_config`` has run (its ``keyed_with`` column is there), else ``english``."""
+    columns = {c[0] for c in catalog.table_columns(conn, DOCS_TABLE)}
+    return CONFIG if "keyed_with" in columns else LEGACY_CONFIG
 
 
 class PgTermStats(TermStats):
@@ -46,20 +59,21 @@ class PgTermStats(TermStats):
     terms of one query not counted yet are counted in one statement (one round trip, not one each),
     which also parses them as a search's query does (``parsed``: kept for ``pg_keyword_cache``)."""
 
-    def __init__(self, log: ChangeLog | None = None) -> None:
+    def __init__(self, log: ChangeLog | None = None, config: str = CONFIG) -> None:
         super().__init__()
         self.log = log  # a search's first statement reads the change log: new terms' counts go with it
+        self.config = config  # the docs' text search configuration (``keyed_with``)
 
     def _frequency_of(self, conn: sa.Connection, term: str) -> int:
         return self._count(conn, [term])[0]
 
     def _count(self, conn: sa.Connection, terms: list[str]) -> list[int]:
         plain = [_unquote(t) for t in terms]
-        columns = [f"({_COUNT})::text"] * len(terms) + [_PARSE] * len(terms)
+        columns = [f"({_count_sql(self.config)})::text"] * len(terms) + [_parse_sql(self.config)] * len(terms)
         row = self.log.sync_with(conn, "ARRAY[" + ", ".join(columns) + "]", plain + plain) if self.log else None
         if row is None:
             row = list(cursor.rows(conn, "SELECT " + ", ".join(columns), plain + plain)[0])
-        _keep_parsed(zip(terms, row[len(terms):]))
+        _keep_parsed(self.config, zip(terms, row[len(terms):]))
         return [int(c or 0) for c in row[: len(terms)]]
 
     def frequencies(self, conn: sa.Connection, terms: list[str]) -> list[int]:
@@ -76,34 +90,38 @@ class PgTermStats(TermStats):
 
 
 # Each quoted term's ``phraseto_tsquery`` as text (Postgres's parser and stemmer: what a search's
-# query is made of), kept for the in-process keyword list (``pg_keyword_cache``).
-_PARSE = f"phraseto_tsquery('{CONFIG}', ?)::text"
-_PARSED: "OrderedDict[str, str]" = OrderedDict()
+# query is made of), kept for the in-process keyword list (``pg_keyword_cache``), by configuration.
+def _parse_sql(config: str) -> str:
+    return f"phraseto_tsquery('{config}', ?)::text"
+
+
+_PARSED: "OrderedDict[tuple[str, str], str]" = OrderedDict()
 _PARSED_LOCK = threading.Lock()
 
 
-def _keep_parsed(pairs: Iterable[tuple[str, object]]) -> None:
+def _keep_parsed(config: str, pairs: Iterable[tuple[str, object]]) -> None:
     with _PARSED_LOCK:
         for term, text in pairs:
-            _PARSED[term] = str(text or "")
-            _PARSED.move_to_end(term)
+            _PARSED[config, term] = str(text or "")
+            _PARSED.move_to_end((config, term))
         while len(_PARSED) > STATS_MAX_TERMS:
             _PARSED.popitem(last=False)
 
 
-def parsed(conn: sa.Connection, terms: list[str], log: ChangeLog | None = None) -> list[str]:
-    """Each quoted term's query as Postgres parses it (text; empty: only stop words), from what was
-    kept, the others read in one statement (with the change log's read when this read has not
-    synced yet: ``log``)."""
+def parsed(conn: sa.Connection, terms: list[str], log: ChangeLog | None = None, config: str = CONFIG) -> list[str]:
+    """Each quoted term's query as Postgres parses it with ``config`` (text; empty: nothing to search,
+    e.g. punctuation), from what was kept, the others read in one statement (with the change log's
+    read when this read has not synced yet: ``log``)."""
     with _PARSED_LOCK:
-        found = {t: _PARSED[t] for t in terms if t in _PARSED}
+        found = {t: _PARSED[config, t] for t in terms if (config, t) in _PARSED}
     missing = [t for t in dict.fromkeys(terms) if t not in found]
     if missing:
         plain = [_unquote(t) for t in missing]
-        row = log.sync_with(conn, "ARRAY[" + ", ".join([_PARSE] * len(missing)) + "]", plain) if log else None
+        parse = _parse_sql(config)
+        row = log.sync_with(conn, "ARRAY[" + ", ".join([parse] * len(missing)) + "]", plain) if log else None
         if row is None:
-            row = list(cursor.rows(conn, "SELECT " + ", ".join([_PARSE] * len(missing)), plain)[0])
-        _keep_parsed(zip(missing, row))
+            row = list(cursor.rows(conn, "SELECT " + ", ".join([parse] * len(missing)), plain)[0])
+        _keep_parsed(config, zip(missing, row))
         found.update((t, str(text or "")) for t, text in zip(missing, row))
     return [found[t] for t in terms]
 
@@ -120,9 +138,11 @@ def upsert_docs(conn: sa.Connection, docs: list[DocRow]) -> None:
     if not keep:
         return
     conn.exec_driver_sql(
-        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash, terms) VALUES (?, ?, ?, ?, {_DOC}) "
+        f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, content_hash, terms, keyed_with) "
+        f"VALUES (?, ?, ?, ?, {_DOC}, '{CONFIG}') "
         "ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, "
-        "resource_id = EXCLUDED.resource_id, content_hash = EXCLUDED.content_hash, terms = EXCLUDED.terms",
+        "resource_id = EXCLUDED.resource_id, content_hash = EXCLUDED.content_hash, terms = EXCLUDED.terms, "
+        "keyed_with = EXCLUDED.keyed_with",
         [(mid, tid, rid, passage_hash(ctx, text), segment(text), segment(ctx)) for mid, tid, rid, text, ctx in keep],
     )
     merge_pending(conn)
@@ -178,7 +198,9 @@ def claim_queued(conn: sa.Connection, message_ids: list[str]) -> None:
     writing their own docs and then the other's deadlock (Postgres then fails one index write, whose
     messages keep no vector). Claimed rows are skipped by every other drain (``SKIP LOCKED``); a claim
     waits only for a drain that took them first, which waits for nothing of this transaction. In
-    ``seq`` order, so two claims of the same messages (a reindex beside a turn) cannot cross."""
+    ``seq`` order, so two claims of the same messages (a reindex beside a turn) cannot cross. Found
+    by the queue's ``message_id`` index (migration ``0025_recall_queue_by_message``), not by reading
+    the queue: a backlog of 100,000 made each claim ~12 ms."""
     if message_ids:
         conn.exec_driver_sql(
             f"SELECT seq FROM {QUEUE_TABLE} WHERE message_id = ANY(CAST(? AS text[])) ORDER BY seq FOR UPDATE",
@@ -218,16 +240,16 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
     context_weight: float | None = None, stats: TermStats | None = None, until: str | None = None,
-    terms: list[str] | None = None,
+    terms: list[str] | None = None, config: str = CONFIG,
 ) -> list[KeywordHit]:
     """Best ``limit`` documents of the scope by ``ts_rank``. With ``stats``, very common terms are
     dropped first (``terms``: already selected, quoted). ``until``: only messages created before it
-    (ISO text), for a past turn's view."""
+    (ISO text), for a past turn's view. ``config``: the docs' configuration (``keyed_with``)."""
     quoted = terms if terms is not None else select_terms(conn, query, stats)[0]
     if not quoted:
         return []
     sql, params = search_sql(quoted, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                             context_weight=context_weight, until=until)
+                             context_weight=context_weight, until=until, config=config)
     rows = cursor.rows(conn, sql, params)
     _LISTED[conn] = [r[0] for r in rows]
     return [KeywordHit(r[0], r[1], r[2], float(r[3])) for r in rows]
@@ -235,14 +257,14 @@ def search(
 
 def search_sql(
     quoted: list[str], *, resource_id: str | None, thread_id: str | None, limit: int,
-    context_weight: float | None = None, until: str | None = None,
+    context_weight: float | None = None, until: str | None = None, config: str = CONFIG,
 ) -> tuple[str, list[object]]:
     """``search``'s statement for these selected (quoted, non-empty) terms: (SQL, parameters); its rows
     are (message id, thread id, resource id, ``ts_rank`` as ``real``), best first. ``pg_hybrid`` runs
     the same text inside the one statement of a hybrid search."""
     terms = [_unquote(t) for t in quoted]
     weight = CONTEXT_WEIGHT if context_weight is None else context_weight
-    tsquery = " || ".join([f"phraseto_tsquery('{CONFIG}', ?)"] * len(terms))
+    tsquery = " || ".join([f"phraseto_tsquery('{config}', ?)"] * len(terms))
     where = ["d.terms @@ q.q"]
     params: list[object] = list(terms)
     if resource_id is not None:
@@ -282,14 +304,20 @@ class TsvectorKeywords:
 
     def __init__(self, available: bool, log: ChangeLog | None = None, kept: "PgKeywordCache | None" = None) -> None:
         self.available = available
-        self.stats: TermStats = PgTermStats(log)
+        self.config = CONFIG  # the docs' text search configuration (``open``: the database's)
+        self._stats = PgTermStats(log)
+        self.stats: TermStats = self._stats
         self.log = log  # the database's change log: its read says whether the queue waits
         self.kept = kept  # the scopes' docs in memory (``pg_keyword_cache``), told of writes by ``log``
+
+    def open(self, conn: sa.Connection) -> None:
+        self.available = catalog.has_table(conn, DOCS_TABLE)
+        self.config = self._stats.config = keyed_with(conn) if self.available else CONFIG
 
     def terms(self, conn: sa.Connection, query: str) -> tuple[list[str], list[str]]:
         chosen = select_terms(conn, query, self.stats)
         if self.kept is not None and chosen[0]:  # their parse, for the list in process (with the log's read)
-            parsed(conn, chosen[0], self.log)
+            parsed(conn, chosen[0], self.log, self.config)
         return chosen
 
     def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
@@ -298,13 +326,14 @@ class TsvectorKeywords:
             quoted = terms if terms is not None else select_terms(conn, query, self.stats)[0]
             if not quoted:
                 return []
-            hits = self.kept.search(conn, quoted, resource_id=resource_id, thread_id=thread_id, limit=limit)
+            hits = self.kept.search(conn, quoted, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                                    config=self.config)
             if hits is not None:
                 _LISTED[conn] = [h.message_id for h in hits]
                 return hits
             terms = quoted
         return search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, stats=self.stats,
-                      until=until, terms=terms)
+                      until=until, terms=terms, config=self.config)
 
     def write_docs(self, conn: sa.Connection, docs: list[DocRow]) -> None:
         claim_queued(conn, [d[0] for d in docs])

@@ -54,11 +54,11 @@ from core.recall.tables import DOCS_TABLE
 LOAD_SQL = f"SELECT message_id, thread_id, resource_id, terms::text FROM {DOCS_TABLE}"
 
 
-def query_sql(quoted: Sequence[str]) -> tuple[str, list[object]]:
+def query_sql(quoted: Sequence[str], config: str = CONFIG) -> tuple[str, list[object]]:
     """The statement whose one value is the text of ``search_sql``'s query for these selected (quoted)
     terms: the same ``tsquery`` expression, cast to text (parse it with ``parse_tsquery``)."""
     terms = [_unquote(t) for t in quoted]
-    expr = " || ".join([f"phraseto_tsquery('{CONFIG}', ?)"] * len(terms)) or "''::tsquery"
+    expr = " || ".join([f"phraseto_tsquery('{config}', ?)"] * len(terms)) or "''::tsquery"
     return f"SELECT ({expr})::text", list(terms)
 
 

@@ -19,6 +19,10 @@ Two named migrations (registered on import):
   and the docs' rewrite counter ``fts:rewrites``, bumped by triggers on every update or delete of a doc
   (an append is seen in FTS5's own records); and ``messages:rewrites``, bumped on every update or
   delete of a message, for the hybrid re-rank's kept reads (``order_cache``). libSQL only.
+- ``0025_recall_queue_by_message``: Postgres only (``pg_schema``): the recall queue indexed by message id,
+  for a writer's claim of its messages' rows (``pg_keywords.claim_queued``).
+- ``0026_recall_keyword_config``: Postgres only (``pg_schema``): keyword docs keyed with the engine's
+  own text search configuration, which keeps stop words as FTS5's porter tokenizer does.
 - ``0005_vector_index``: a small counters table. Each vector table gets triggers that bump
   ``<table>:rewrites`` on every update and delete; an in-process matrix compares it, and the table's
   ``max(rowid)`` for appends, with what it loaded, so vectors written by another process appear
@@ -61,8 +65,10 @@ APPENDS_MIGRATION = "0018_recall_vector_appends"
 PACKS_MIGRATION = "0021_recall_ivf_packs"  # registered by ``ivf_packs`` (its step reads vector rows)
 KEYWORD_MEMORY_MIGRATION = "0023_recall_keyword_memory"
 CHANGE_LOG_MIGRATION = "0024_recall_change_log"
+QUEUE_INDEX_MIGRATION = "0025_recall_queue_by_message"
+KEYWORD_CONFIG_MIGRATION = "0026_recall_keyword_config"
 RECALL_MIGRATIONS = (FTS_MIGRATION, VECTOR_MIGRATION, HASH_MIGRATION, IVF_MIGRATION, APPENDS_MIGRATION, PACKS_MIGRATION,
-                     KEYWORD_MEMORY_MIGRATION, CHANGE_LOG_MIGRATION)
+                     KEYWORD_MEMORY_MIGRATION, CHANGE_LOG_MIGRATION, QUEUE_INDEX_MIGRATION, KEYWORD_CONFIG_MIGRATION)
 
 _FTS_DDL = (
     f"CREATE TABLE {DOCS_TABLE} (doc_id INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -182,6 +188,20 @@ def _register() -> None:
             CHANGE_LOG_MIGRATION, "A change log of messages, keyword docs and vectors, so every process keeps "
             "its recall reads in memory (Postgres)", (),  # libSQL has its markers (0018, 0023)
             postgres=pg_changes.DDL, postgres_run=pg_changes.log_vector_tables,
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            QUEUE_INDEX_MIGRATION, "The recall queue indexed by message id, so a writer claims its messages' "
+            "rows without reading the whole queue (Postgres)", (),  # libSQL's queue is never read by message
+            postgres=pg_schema.QUEUE_INDEX_DDL,
+        )
+    )
+    migrations.register(
+        migrations.Migration(
+            KEYWORD_CONFIG_MIGRATION, "Keyword docs keyed with a text search configuration that keeps stop words, "
+            "as FTS5 does (Postgres; the docs already there are re-keyed through the recall queue)", (),
+            postgres=pg_schema.KEYWORD_CONFIG_DDL,
         )
     )
 

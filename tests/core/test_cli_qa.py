@@ -623,3 +623,30 @@ def test_where_for_a_folder_names_no_trace_file_outside_it(tmp_path: Path) -> No
     code, out, _err = run("where", "--db", str(folder))
     assert code == 0 and "a folder, not a database file" in out
     assert "traces:" not in out and str(tmp_path / "observability.duckdb") not in out
+
+
+def test_threads_aligns_its_columns_by_terminal_width_with_cjk_and_emoji(tmp_path: Path) -> None:
+    """A CJK character or an emoji takes two terminal columns: padded by characters, every column after
+    such an id started further right than in the other rows."""
+    db = tmp_path / "m.db"
+    with open_store(db) as store:
+        memory = Memory(store)
+        for thread, resource, title in (("t-plain", "ada", "Plain"), ("スレッド-1", "ユーザー", "日本語のタイトル"),
+                                        ("t-❤️", "sam😀", "Party 🎉"), ("会議", "ada", "")):
+            store.memory.create_thread(thread_id=thread, resource_id=resource, title=title)
+            memory.save_messages([Message.user("hello", thread_id=thread, resource_id=resource)])
+    code, out, err = run("threads", "--db", str(db))
+    assert code == 0, err
+    rows = {line.split(" ")[0]: line for line in out.splitlines()[1:]}
+    # (thread id, its columns, resource id, its columns): each padded to 28 and 20 columns.
+    for thread, thread_cols, resource, resource_cols in (("t-plain", 7, "ada", 3), ("スレッド-1", 10, "ユーザー", 8),
+                                                           ("t-❤️", 4, "sam😀", 5), ("会議", 4, "ada", 3)):
+        expected = thread + " " * (28 - thread_cols) + " " + resource + " " * (20 - resource_cols) + " " + f"{1:>6}"
+        assert rows[thread].startswith(expected), (rows[thread], expected)
+
+
+def test_display_width_counts_terminal_columns() -> None:
+    from core.terminal_text import display_width, pad
+
+    assert [display_width(t) for t in ("abc", "日本語", "ada😀", "❤️", "e\u0301", "ｱﾚﾙｷﾞｰ", "👍🏽", "")] == [3, 6, 5, 2, 1, 6, 2, 0]
+    assert pad("会議", 6) == "会議  " and pad("7", 3, right=True) == "  7" and pad("toolong", 3) == "toolong"

@@ -22,6 +22,7 @@ from core.messages import Message
 from core.recall import RecallIndex, pg_changes, pg_keywords, pg_order, pg_vector_cache
 from core.recall.matrix import VectorSet
 from core.recall.pg_changes import LOG_TABLE, Change
+from core.recall.pg_schema import KEYWORD_CONFIG
 from core.recall.pg_vectors import PgVectorSet
 from core.recall.schema import CHANGE_LOG_MIGRATION
 from core.storage import Store, open_store
@@ -147,8 +148,8 @@ class _Recorder:
 
 
 def _doc(conn: sa.Connection, mid: str) -> None:
-    conn.exec_driver_sql("INSERT INTO memory_studio_fts_docs (message_id, thread_id, resource_id, terms) "
-                         "VALUES (?, 't', 'u', to_tsvector('simple', 'x'))", (mid,))
+    conn.exec_driver_sql("INSERT INTO memory_studio_fts_docs (message_id, thread_id, resource_id, terms, keyed_with) "
+                         "VALUES (?, 't', 'u', to_tsvector('simple', 'x'), ?)", (mid, KEYWORD_CONFIG))
 
 
 def _told(a: Store, log: pg_changes.ChangeLog, rec: _Recorder) -> set[str]:

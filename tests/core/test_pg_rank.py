@@ -23,6 +23,7 @@ from core.embedding import HashingEmbedder
 from core.recall import RecallIndex, pg_keywords, pg_rank
 from core.recall.pg_keywords import search_sql, upsert_docs
 from core.recall.pg_rank import LOAD_SQL, TsIndex, parse_tsquery, parse_tsvector, query_sql
+from core.recall.pg_schema import KEYWORD_CONFIG
 from core.recall.tables import DOCS_TABLE
 from core.recall.text import keyword_terms
 from core.storage import Store, open_store
@@ -235,12 +236,13 @@ def test_any_tsquery_matches_and_ranks_as_the_server(store: Store):
     rng = random.Random(11)
     _write(store, _docs(rng, 150))
     with store.db.write() as conn:
-        conn.exec_driver_sql(f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, terms) VALUES "
-                             "('nopos-1', 't', 'r0', $$'garden' 'cedar':2A 'sister':3B,4B$$), "
+        conn.exec_driver_sql(f"INSERT INTO {DOCS_TABLE} (message_id, thread_id, resource_id, terms, keyed_with) "
+                             f"SELECT *, '{KEYWORD_CONFIG}' FROM (VALUES "
+                             "('nopos-1', 't', 'r0', $$'garden' 'cedar':2A 'sister':3B,4B$$::tsvector), "
                              "('nopos-2', 't', 'r0', $$'garden' 'cedar'$$), "
                              "('nopos-3', 't', 'r0', $$'cedar':1 'garden':2C 'lisbon':3$$), "
                              "('pos-1', 't', 'r0', $$'garden':1A,9 'cedar':5,10C 'sister':7,11B$$), "
-                             "('pos-2', 't', 'r0', $$'garden':3D 'cedar':4B 'sister':5 'lisbon':4$$)")
+                             "('pos-2', 't', 'r0', $$'garden':3D 'cedar':4B 'sister':5 'lisbon':4$$)) v")
     index = _loaded(store)
     lexemes = ["garden", "cedar", "sister", "lisbon", "concert", "旅", "行", "run", "e-mail", "mail", "happi", "very"]
     fixed = ["!('garden' <-> 'cedar') <-> 'sister'", "('garden' | 'cedar') <-> 'sister'", "!'garden' <-> !'cedar'",

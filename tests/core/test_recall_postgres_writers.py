@@ -48,3 +48,34 @@ def test_a_drain_leaves_alone_the_messages_another_writer_is_indexing(pg_url: st
     finally:
         other_store.close()
         owner_store.close()
+
+
+def test_a_claim_locks_its_messages_queue_rows_by_the_index_while_a_backlog_waits(pg_url: str) -> None:
+    """A migrated Mastra database's backlog (here 20,000 queued messages) drains over many writes; each
+    write's claim finds its messages' rows by the queue's ``message_id`` index (before: a scan of the
+    whole queue, ~12 ms a write at 100,000) and still locks exactly those rows."""
+    from core.recall import pg_keywords
+    from core.recall.pg_schema import QUEUE_INDEX
+    from core.recall.schema import QUEUE_TABLE
+
+    store, other_store = open_store(pg_url), open_store(pg_url)
+    try:
+        with store.db.transaction() as conn:
+            conn.exec_driver_sql(f"INSERT INTO {QUEUE_TABLE} (message_id, op) SELECT 'backlog-' || i, 'insert' "
+                                 "FROM generate_series(1, 20000) i")
+            conn.exec_driver_sql(f"INSERT INTO {QUEUE_TABLE} (message_id, op) VALUES ('q1', 'insert'), ('a1', 'insert')")
+            conn.exec_driver_sql(f"ANALYZE {QUEUE_TABLE}")
+        with store.db.write() as conn:
+            plan = "\n".join(r[0] for r in conn.exec_driver_sql(
+                f"EXPLAIN SELECT seq FROM {QUEUE_TABLE} WHERE message_id = ANY(CAST(? AS text[])) ORDER BY seq FOR UPDATE",
+                (["q1", "a1"],)))
+            assert QUEUE_INDEX in plan and "Seq Scan" not in plan, plan
+            pg_keywords.claim_queued(conn, ["q1", "a1", "not-queued"])
+            with other_store.db.write() as drain:
+                drain.exec_driver_sql("SET LOCAL lock_timeout = '5s'")
+                free = {r[0] for r in drain.exec_driver_sql(
+                    f"SELECT message_id FROM {QUEUE_TABLE} FOR UPDATE SKIP LOCKED")}
+            assert len(free) == 20000 and not {"q1", "a1"} & free
+    finally:
+        other_store.close()
+        store.close()
