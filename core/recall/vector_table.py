@@ -105,20 +105,11 @@ def row_chunks(
 ) -> Iterator[list[RawRow]]:
     """``load_rows`` a piece at a time (``size`` rows), so a large scope's blobs need not all be held
     as Python objects at once while they are copied into a matrix."""
-    where = ["v.rowid > ?"]
-    params: list[object] = [after_rowid]
-    key = None
-    if resource_id is not None:
-        where.append("json_extract(metadata, '$.resource_id') = ?")
-        params.append(resource_id)
-        key = "resource_id"
-    if thread_id is not None:  # (within a resource too: the thread's index is the narrower)
-        where.append("json_extract(metadata, '$.thread_id') = ?")
-        params.append(thread_id)
-        key = "thread_id"
+    scope, params, key = _scope_where(resource_id, thread_id)
     hint = _scan_hint(info, key) if after_rowid == 0 else "NOT INDEXED" if not info.has_our_indexes else ""
-    sql = f"SELECT {row_columns(info)} FROM {quoted(info.name)} v {hint} WHERE {' AND '.join(where)} ORDER BY v.rowid"
-    result = conn.exec_driver_sql(sql, tuple(params))
+    where = " AND ".join(["v.rowid > ?", *scope])
+    sql = f"SELECT {row_columns(info)} FROM {quoted(info.name)} v {hint} WHERE {where} ORDER BY v.rowid"
+    result = conn.exec_driver_sql(sql, (after_rowid, *params))
     while True:
         got = result.fetchmany(size)
         if not got:
@@ -128,18 +119,27 @@ def row_chunks(
 
 
 def count_rows(conn: sa.Connection, info: TableInfo, *, resource_id: str | None, thread_id: str | None) -> int:
-    """How many rows ``load_rows`` would read at most (every model's), from the scope's index alone."""
-    where, params, key = [], [], None
+    """At least as many rows as ``load_rows`` reads (every model's), counted from one index alone: the
+    thread's when one is given (its rows of any resource), else the resource's."""
+    scope, params, key = _scope_where(None if thread_id is not None else resource_id, thread_id)
+    sql = f"SELECT count(*) FROM {quoted(info.name)} {_scan_hint(info, key)} WHERE {' AND '.join(scope) or '1'}"
+    return int(conn.exec_driver_sql(sql, tuple(params)).scalar() or 0)
+
+
+def _scope_where(resource_id: str | None, thread_id: str | None) -> tuple[list[str], list[object], str | None]:
+    """A scope's conditions on the metadata, their values, and the index that narrows it most."""
+    where: list[str] = []
+    params: list[object] = []
+    key = None
     if resource_id is not None:
         where.append("json_extract(metadata, '$.resource_id') = ?")
         params.append(resource_id)
         key = "resource_id"
-    if thread_id is not None:
+    if thread_id is not None:  # (within a resource too: the thread's index is the narrower)
         where.append("json_extract(metadata, '$.thread_id') = ?")
         params.append(thread_id)
         key = "thread_id"
-    sql = f"SELECT count(*) FROM {quoted(info.name)} {_scan_hint(info, key)} WHERE {' AND '.join(where) or '1'}"
-    return int(conn.exec_driver_sql(sql, tuple(params)).scalar() or 0)
+    return where, params, key
 
 
 def decode(blob: Any, dim: int) -> np.ndarray | None:
