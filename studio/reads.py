@@ -127,16 +127,42 @@ class SearchHit:
     created_at: Any
 
 
-SEARCH_OVERFETCH = 5  # storage candidates read per hit shown: some match only the stored JSON's structure
+SEARCH_PAGE = 1_000  # stored messages read at a time, newest first, while looking for hits
+SEARCH_SCAN_LIMIT = 50_000  # at most this many are read for one search (the newest); the answer says so
 
 
-def search_messages(store: Store, text: str, limit: int = 200) -> list[SearchHit]:
-    """Messages whose text contains ``text`` (case-insensitive), newest first. The storage search
-    matches the stored JSON, where every message holds "format", "parts", "type", "text", quotes and
-    braces: its candidates are kept only when what the message says contains the query."""
-    wanted = text.strip().casefold()
-    candidates = store.memory.search_text(text, limit=limit * SEARCH_OVERFETCH)
-    hits = [m for m in candidates if wanted in search_text(m).casefold()][:limit]
+@dataclass(frozen=True)
+class SearchFound:
+    """A search's hits, and whether every message that could hold the text was looked at: a search of a
+    word that every stored message's JSON holds ("type", "text") reads the newest ``SEARCH_SCAN_LIMIT``
+    and says so (``searched``: how many were read; ``complete`` False: older ones were not)."""
+
+    hits: list[SearchHit]
+    searched: int
+    complete: bool
+    limit: int = 200  # hits asked for: as many found means newer ones, not all
+
+
+def search_messages(store: Store, text: str, limit: int = 200) -> SearchFound:
+    """Messages whose text contains ``text`` (case-insensitive), newest first. The storage matches the
+    stored JSON, where every message holds "format", "parts", "type", "text", quotes and braces: its
+    candidates are kept only when what the message says contains the query, and more are read, page
+    by page, until ``limit`` are found or every candidate was read (at most ``SEARCH_SCAN_LIMIT``)."""
+    query = text.strip()
+    wanted = query.casefold()
+    found: list[Message] = []
+    searched, after, complete = 0, None, True
+    while len(found) < limit:
+        if searched >= SEARCH_SCAN_LIMIT:
+            complete = False
+            break
+        page = store.memory.search_text_page(query, limit=min(SEARCH_PAGE, SEARCH_SCAN_LIMIT - searched), after=after)
+        searched += page.rows
+        found.extend(m for m in page.messages if wanted in search_text(m).casefold())
+        if page.next is None:
+            break
+        after = page.next
+    hits = found[:limit]
     titles: dict[str, tuple[str, str]] = {}
     out = []
     for m in hits:
@@ -147,7 +173,19 @@ def search_messages(store: Store, text: str, limit: int = 200) -> list[SearchHit
         title, resource = titles[tid]
         body = summarize(m).preview
         out.append(SearchHit(m.id, tid, resource, title, m.role, body, m.created_at))
-    return out
+    return SearchFound(out, searched, complete, limit)
+
+
+def search_summary(query: str, found: SearchFound) -> str:
+    """The line above a search's results: how many, and what was not searched."""
+    n = len(found.hits)
+    said = (f"The newest {n} messages that contain “{query}”" if n >= found.limit else
+            f"{n:,} message{'s' if n != 1 else ''} contain{'s' if n == 1 else ''} “{query}”" if n else
+            f"No message contains “{query}”")
+    if not found.complete:
+        said += (f" (among the newest {found.searched:,} messages that might: older ones were not searched; "
+                 "a longer query narrows it)")
+    return said
 
 
 # -- recall playground -----------------------------------------------------------------------------

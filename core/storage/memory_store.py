@@ -37,6 +37,26 @@ class InvalidArgumentError(StorageError, ValueError):
     pass
 
 
+def _like_needle(text: str, *, fold_all: bool) -> str:
+    """What a LIKE (``fold_all``: an ILIKE) looks for to find every stored message holding ``text`` in any
+    case: ``text`` as it sits inside a JSON string, or, where LIKE folds only ASCII letters, the longest
+    piece of it without a letter that has a case outside ASCII ("" when there is none: match everything)."""
+    pieces = [text] if fold_all else "".join(
+        "\0" if not ch.isascii() and ch.lower() != ch.upper() else ch for ch in text).split("\0")
+    longest = max(pieces, key=len)
+    return json.dumps(longest, ensure_ascii=False)[1:-1] if longest.strip() else ""
+
+
+@dataclass(frozen=True)
+class TextPage:
+    """A page of ``MemoryStore.search_text_page``: the messages read (rows that do not parse left out), how
+    many rows were read, and where the next page starts (None: this was the last)."""
+
+    messages: list[Message]
+    rows: int
+    next: Any = None
+
+
 @dataclass
 class Thread:
     id: str
@@ -522,16 +542,37 @@ class MemoryStore:
             return int(conn.execute(t.messages.delete().where(t.messages.c.id.in_(wanted))).rowcount or 0)
 
     def search_text(self, text: str, *, resource_id: str | None = None, limit: int = 50) -> list[Message]:
-        """Plain substring search (case-insensitive for ASCII). Full-text ranking lives in the recall index."""
+        """Plain substring search, newest first (``search_text_page``'s first page). Full-text ranking
+        lives in the recall index."""
         if not text.strip():
             return []
+        return self.search_text_page(text, resource_id=resource_id, limit=limit).messages
+
+    def search_text_page(
+        self, text: str | None, *, resource_id: str | None = None, limit: int = 50, after: Any = None,
+    ) -> "TextPage":
+        """One page of the candidates for a case-insensitive search of ``text``, newest first: every message
+        whose stored content may hold it (``text`` None: every message). The content is matched as a JSON
+        string holds the text (a quote, a backslash or a newline escaped). SQLite's LIKE folds only ASCII
+        letters, so on libSQL the needle is the longest piece of ``text`` without a letter that has a case
+        outside ASCII ("München": "nchen"; none: every message); Postgres's ILIKE folds every letter. The
+        stored JSON also holds field names and part types ("type", "text"), so the caller checks what each
+        candidate says. ``after``: the previous page's ``next``."""
         msg = t.messages.c
-        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        stmt = sa.select(t.messages).where(msg.content.like(pattern, escape="\\"), msg.role != "system")
+        stmt = sa.select(t.messages).where(msg.role != "system")
         if resource_id is not None:
             stmt = stmt.join(t.threads, t.threads.c.id == msg.thread_id).where(t.threads.c.resourceId == resource_id)
-        stmt = stmt.order_by(msg.createdAt.desc()).limit(limit)
+        if after is not None:
+            at, last_id = after
+            stmt = stmt.where(sa.or_(msg.createdAt < at, sa.and_(msg.createdAt == at, msg.id < last_id)))
+        stmt = stmt.order_by(msg.createdAt.desc(), msg.id.desc()).limit(limit)
         with self.db.read() as conn:
+            postgres = dialect.is_postgres(conn)
+            needle = _like_needle(text, fold_all=postgres) if text is not None else ""
+            if needle:
+                pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+                stmt = stmt.where(msg.content.ilike(pattern, escape="\\") if postgres
+                                  else msg.content.like(pattern, escape="\\"))
             rows = conn.execute(stmt).mappings().all()
         out = []
         for r in rows:
@@ -539,7 +580,8 @@ class MemoryStore:
                 out.append(Message.from_row(r))
             except ValueError:
                 continue  # a corrupt row must not hide the other hits
-        return out
+        last = rows[-1] if len(rows) == limit else None
+        return TextPage(out, len(rows), None if last is None else (last["createdAt"], last["id"]))
 
     # -- resources -------------------------------------------------------------------------------
     def get_resource(self, resource_id: str) -> Resource | None:

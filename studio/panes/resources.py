@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from studio import reads as queries
 from studio.logic.dates import format_datetime
 from studio.logic.message_format import format_time, snippet
-from studio.reads import SearchHit, TreeData
+from studio.reads import SearchFound, SearchHit, TreeData, search_summary
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -263,11 +263,10 @@ class ResourcesPane(QWidget):
         self.results_label.setText(f"The search for “{query}” failed: {str(exc) or type(exc).__name__}")
         self.results_label.setToolTip(self.results_label.text())
 
-    def _show_hits(self, query: str, hits: list[SearchHit]) -> None:
-        self.results.set_hits(query, hits)
-        n = len(hits)
-        self.results_label.setText(f"{n} message{'s' if n != 1 else ''} match “{query}”" if n else
-                                   f"No message contains “{query}”")
+    def _show_hits(self, query: str, found: SearchFound) -> None:
+        self.results.set_hits(query, found.hits)
+        self.results_label.setText(search_summary(query, found))
+        self.results_label.setToolTip(self.results_label.text())
 
     def show_tree(self) -> None:
         self.stack.setCurrentIndex(0)
