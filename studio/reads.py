@@ -151,17 +151,19 @@ def search_messages(store: Store, text: str, limit: int = 200) -> SearchFound:
     query = text.strip()
     wanted = query.casefold()
     found: list[Message] = []
-    searched, after, complete = 0, None, True
-    while len(found) < limit:
-        if searched >= SEARCH_SCAN_LIMIT:
-            complete = False
-            break
-        page = store.memory.search_text_page(query, limit=min(SEARCH_PAGE, SEARCH_SCAN_LIMIT - searched), after=after)
-        searched += page.rows
-        found.extend(m for m in page.messages if wanted in search_text(m).casefold())
-        if page.next is None:
-            break
-        after = page.next
+    searched, complete = 0, True
+    pages = store.memory.search_text_pages(query, page=SEARCH_PAGE)
+    try:
+        for page in pages:
+            searched += page.rows
+            found.extend(m for m in page.messages if wanted in search_text(m).casefold())
+            if len(found) >= limit:
+                break
+            if searched >= SEARCH_SCAN_LIMIT:
+                complete = next(pages, None) is None  # (cut here, unless that was the last candidate)
+                break
+    finally:
+        pages.close()
     hits = found[:limit]
     titles: dict[str, tuple[str, str]] = {}
     out = []
