@@ -179,15 +179,19 @@ def search_messages(store: Store, text: str, limit: int = 200) -> SearchFound:
 
 
 def search_summary(query: str, found: SearchFound) -> str:
-    """The line above a search's results: how many, and what was not searched."""
+    """The line above a search's results: how many."""
     n = len(found.hits)
-    said = (f"The newest {n} messages that contain “{query}”" if n >= found.limit else
+    return (f"The newest {n} messages that contain “{query}”" if n >= found.limit else
             f"{n:,} message{'s' if n != 1 else ''} contain{'s' if n == 1 else ''} “{query}”" if n else
             f"No message contains “{query}”")
-    if not found.complete:
-        said += (f" (among the newest {found.searched:,} messages that might: older ones were not searched; "
-                 "a longer query narrows it)")
-    return said
+
+
+def search_note(found: SearchFound) -> str:
+    """What a search did not look at ("" when it looked at every message that could hold the text)."""
+    if found.complete:
+        return ""
+    return (f"Searched the newest {found.searched:,} messages that might hold it; older ones were not searched. "
+            "A longer query narrows the search.")
 
 
 # -- recall playground -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from studio import reads as queries
 from studio.logic.dates import format_datetime
 from studio.logic.message_format import format_time, snippet
-from studio.reads import SearchFound, SearchHit, TreeData, search_summary
+from studio.reads import SearchFound, SearchHit, TreeData, search_note, search_summary
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -122,6 +122,12 @@ class ResourcesPane(QWidget):
         top.addWidget(self.results_label, 1)
         top.addWidget(back)
         rl.addLayout(top)
+        # What a search did not look at (``search_note``), in full: it changes what the list means.
+        self.results_note = QLabel(self)
+        self.results_note.setObjectName("searchNote")
+        self.results_note.setWordWrap(True)
+        self.results_note.hide()
+        rl.addWidget(self.results_note)
         rl.addWidget(self.results_view)
 
         self.stack = QStackedWidget(self)
@@ -252,6 +258,7 @@ class ResourcesPane(QWidget):
             return
         store = self.session.store
         self.results_label.setText(f"Searching for “{query}”…")
+        self.results_note.hide()
         self.stack.setCurrentIndex(1)
         self.session.run(lambda: queries.search_messages(store, query), key=f"search:{id(self)}",
                          on_result=lambda hits: self._show_hits(query, hits),
@@ -267,6 +274,9 @@ class ResourcesPane(QWidget):
         self.results.set_hits(query, found.hits)
         self.results_label.setText(search_summary(query, found))
         self.results_label.setToolTip(self.results_label.text())
+        note = search_note(found)
+        self.results_note.setText(note)
+        self.results_note.setVisible(bool(note))
 
     def show_tree(self) -> None:
         self.stack.setCurrentIndex(0)

@@ -12,7 +12,7 @@ import pytest
 
 from core.messages import Message
 from studio import reads
-from studio.reads import search_messages, search_summary
+from studio.reads import search_messages, search_note, search_summary
 
 pytestmark = pytest.mark.backends
 
@@ -32,7 +32,7 @@ def test_an_old_message_is_found_behind_a_thousand_newer_ones_holding_the_word_o
     found = search_messages(store, "type")
     assert [h.message_id for h in found.hits] == ["m00000"]
     assert found.complete and found.searched == 1_501
-    assert search_summary("type", found) == "1 message contains “type”"
+    assert search_summary("type", found) == "1 message contains “type”" and search_note(found) == ""
 
 
 def test_case_quotes_and_letters_outside_ascii(store):
@@ -52,7 +52,8 @@ def test_a_search_that_stops_early_says_how_far_it_looked(store, monkeypatch: py
     _seed(store, ["What type of tea is this?", *(f"note {i}" for i in range(500))])
     found = search_messages(store, "type")
     assert found.hits == [] and not found.complete and found.searched == 300
-    assert search_summary("type", found) == ("No message contains “type” (among the newest 300 messages that might: "
-                                             "older ones were not searched; a longer query narrows it)")
+    assert search_summary("type", found) == "No message contains “type”"
+    assert search_note(found) == ("Searched the newest 300 messages that might hold it; older ones were not searched. "
+                                  "A longer query narrows the search.")
     # A query the stored JSON does not hold everywhere is matched by the storage: all of it is searched.
     assert [h.message_id for h in search_messages(store, "tea is").hits] == ["m00000"]
