@@ -366,32 +366,63 @@ def _trace_store(store: "Store", targets: Targets, dry_run: bool, report: Forget
                     "removed; fix its permissions and run forget again")
             traces, spans = 0, 0
         report.removed[f"traces ({path.name})"] = spans
-    report.removed["pending span files"] = _spill_files(path, targets, dry_run) if path.name else 0
+    if path.name:
+        report.removed["pending span files"] = _spill_files(path, targets, dry_run, report)
+        _broken_copies(path, report)
 
 
-def _spill_files(db: Path, targets: Targets, dry_run: bool) -> int:
-    """Spans a busy trace file made an exporter spill to ``<file>.spill-*.jsonl``: the next flush
-    would import them, so the resource's traces are dropped from them too."""
+def _spill_files(db: Path, targets: Targets, dry_run: bool, report: ForgetReport) -> int:
+    """Spans a busy trace file made an exporter spill to ``<file>.spill-*.jsonl`` (the next flush would
+    import them) and spans the store could never take, set aside in ``<file>.poison-*.jsonl``: the
+    resource's traces are dropped from both. A line that is not a span's JSON cannot be told apart: it
+    is kept, and the report says where."""
     if not db.parent.exists():
         return 0
     threads, resources = set(targets.threads), set(targets.resources)
     dropped = 0
-    for path in sorted(db.parent.glob(f"{db.name}.spill-*")):
+    files = sorted({*db.parent.glob(f"{db.name}.spill-*"), *db.parent.glob(f"{db.name}.poison-*.jsonl")})
+    for path in files:
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            log.warning("span spill file %s not readable for forget: %s", path, exc)
+            lines = [x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("span file %s not readable for forget: %s", path, exc)
+            report.complete = False
+            report.notes.append(f"the span file {path} could not be read ({exc}), so it was not searched; it holds "
+                                "traces only (no conversation): delete it to be sure nothing of this resource stays")
             continue
-        spans = [json.loads(line) for line in lines if line.strip()]
-        doomed = {s.get("traceId") for s in spans if s.get("threadId") in threads or s.get("resourceId") in resources}
-        keep = [line for line, s in zip([x for x in lines if x.strip()], spans) if s.get("traceId") not in doomed]
-        dropped += len(spans) - len(keep)
-        if dry_run or len(keep) == len(spans):
+        spans: list[dict[str, Any] | None] = []
+        for line in lines:
+            try:
+                span = json.loads(line)
+            except ValueError:
+                span = None
+            spans.append(span if isinstance(span, dict) else None)
+        if any(s is None for s in spans):
+            report.complete = False
+            report.notes.append(f"the span file {path} has lines that are not spans; they were kept: delete the file to "
+                                "be sure nothing of this resource stays there (it holds traces only)")
+        doomed = {s.get("traceId") for s in spans
+                  if s is not None and (s.get("threadId") in threads or s.get("resourceId") in resources)}
+        keep = [line for line, s in zip(lines, spans) if s is None or s.get("traceId") not in doomed]
+        dropped += len(lines) - len(keep)
+        if dry_run or len(keep) == len(lines):
             continue
         tmp = path.with_name(path.name + ".forget")
         tmp.write_text("".join(x + "\n" for x in keep), encoding="utf-8")
         os.replace(tmp, path)
     return dropped
+
+
+def _broken_copies(db: Path, report: ForgetReport) -> None:
+    """Trace files set aside as broken (``<file>.broken-<time>``, ``core.traces.recovery``) cannot be opened,
+    so they cannot be searched: the report names them and says they are safe to delete."""
+    found = sorted(db.parent.glob(f"{db.name}.broken-*")) if db.parent.exists() else []
+    if found:
+        report.complete = False
+        names = ", ".join(str(p) for p in found)
+        report.notes.append(f"{len(found)} trace file{'s' if len(found) != 1 else ''} set aside as broken could not be "
+                            f"searched ({names}); they hold traces only (no conversation): delete them to be sure "
+                            "nothing of this resource stays there")
 
 
 # -- checking ----------------------------------------------------------------------------------------

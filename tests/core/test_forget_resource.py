@@ -289,3 +289,29 @@ def test_forget_of_a_resource_with_hundreds_of_threads_checks_every_table_and_co
         assert report.leftovers == {"app_notes": 2}, "each row still naming a thread, counted once"
         assert "STILL NAMING IT: app_notes (2)" in "\n".join(report.summary_lines())
         assert Memory(store).list_threads(resource_id=KEPT).total == 1
+
+
+@pytest.mark.libsql_only
+def test_forget_clears_set_aside_span_files_and_names_broken_trace_files(tmp_path: Path) -> None:
+    """Beside the trace file: spans a busy file spilled, spans the store could never take (``.poison-*.jsonl``)
+    and trace files set aside as broken. The resource's spans go from the first two (the poison file was
+    left untouched before); a broken file cannot be opened, so the report names it as not searched."""
+    import json
+
+    db = tmp_path / "memory.db"
+    with open_store(db) as store:
+        _conversation(store, GONE, SECRET)
+        trace_file = store.observability.path
+        span = {"traceId": "t-gone", "spanId": "s1", "threadId": f"{GONE}-t1", "resourceId": GONE,
+                "input": SECRET}
+        kept = {"traceId": "t-kept", "spanId": "s2", "threadId": f"{KEPT}-t1", "resourceId": KEPT,
+                "input": KEPT_TEXT}
+        poison = trace_file.with_name(f"{trace_file.name}.poison-4242.jsonl")
+        poison.write_text(json.dumps(span) + "\n" + json.dumps(kept) + "\n", encoding="utf-8")
+        broken = trace_file.with_name(f"{trace_file.name}.broken-20261204T120000Z")
+        broken.write_bytes(b"not a duckdb file " + SECRET.encode())
+        report = Memory(store).forget_resource(GONE)
+    assert SECRET not in poison.read_text(encoding="utf-8") and KEPT_TEXT in poison.read_text(encoding="utf-8")
+    assert report.removed["pending span files"] == 1
+    assert not report.complete
+    assert any(str(broken) in note and "delete" in note for note in report.notes)
