@@ -6,7 +6,8 @@ Builds a scratch libSQL database and the DuckDB trace store beside it in /tmp: o
 ``--threads`` threads ran ``--traces`` traces of ``--spans`` spans each (a root, a model call with
 token usage, tool calls, one span in ten with an error), then runs the export command in a child
 process and prints its wall time, its peak RSS (the child's own ``VmHWM``: Linux), and the file's
-size and span count. The scratch files are removed at the end.
+size, span count and digest (without its ``exportedAt`` and the scratch path: equal digests from two
+checkouts are equal files). The scratch files are removed at the end.
 
 ``--code PATH`` runs the export with another checkout's code (``PYTHONPATH=PATH``), e.g.
 ``--code /work/main`` for the figure before a change; the data is built by this checkout's code.
@@ -15,8 +16,10 @@ size and span count. The scratch files are removed at the end.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +49,7 @@ def trace_spans(t: int, n_threads: int, per_trace: int) -> list[SpanRecord]:
             trace_id=f"{t:08d}" + "ab" * 12, span_id=root if i == 0 else f"s{t:06d}-{i}",
             parent_span_id=None if i == 0 else root, name=f"{kind}: bench {i}", span_type=kind,
             started_at=base + timedelta(milliseconds=i), ended_at=base + timedelta(milliseconds=40 + i),
+            created_at=base + timedelta(milliseconds=40 + i),  # not the time of the build: the same file every run
             thread_id=thread, resource_id=RESOURCE, entity_name="bench-agent",
             input={"messages": [{"role": "user", "content": f"question {t} " + "words " * 20}]},
             output={"text": f"answer {t}.{i}"},
@@ -113,9 +117,14 @@ def main() -> None:
               f"in {time.perf_counter() - began:.1f} s")
         out = scratch / "export.json"
         wall, peak_mb = export(db, out, args.code.resolve())
-        spans = len(json.loads(out.read_text(encoding="utf-8"))["traces"])
+        text = out.read_text(encoding="utf-8")
+        spans = len(json.loads(text)["traces"])
+        # The file but for its time of export and the scratch path: the same digest from two checkouts
+        # means the same file.
+        kept = re.sub(r'\n  "exportedAt": "[^"]*",|\n    "database": "[^"]*",', "", text, count=2)
+        digest = hashlib.sha256(kept.encode()).hexdigest()
         print(f"export --resource --with-traces ({args.code.resolve()}): {wall:.1f} s wall, peak RSS {peak_mb:,.0f} MB, "
-              f"file {out.stat().st_size / 1e6:,.1f} MB with {spans:,} spans")
+              f"file {out.stat().st_size / 1e6:,.1f} MB with {spans:,} spans, sha256 without time and path {digest[:16]}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
