@@ -79,14 +79,17 @@ def run_export(store: Store, request: ExportRequest) -> Path:
     """Export to ``request.path``; an existing file is replaced only when the request says so
     (``ExportFileExists`` otherwise). A write the system refuses raises ``ExportWriteError`` with a
     message that names the path and what to do."""
-    from core.transfer import export_data, render, write_atomically
+    from core.transfer import export_data, render_chunks, write_atomically
 
     path = request.path
     if not request.replace and path.is_file():
         raise ExportFileExists(path)
+    # Spans (with traces) are read while the file is written, never all held at once.
     data = export_data(store, thread_id=request.id if request.kind == "thread" else None,
-                       resource_id=request.id if request.kind == "resource" else None, options=request.options)
-    write_atomically(path, render(data, request.format))  # (a refused write: ``ExportWriteError``, naming ``path``)
+                       resource_id=request.id if request.kind == "resource" else None, options=request.options,
+                       streamed=request.format == "json")
+    # (a refused write: ``ExportWriteError``, naming ``path``)
+    write_atomically(path, render_chunks(data, request.format))
     return path
 
 

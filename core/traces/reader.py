@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from core.traces.locking import StoreBusy, StoreMissing
 from core.traces.spans import (
@@ -40,8 +40,17 @@ _CACHE_SIZE = 64
 log = logging.getLogger(__name__)
 
 
+class ThreadTraceKey(NamedTuple):
+    """A run of a thread, as ``thread_trace_keys`` lists it: the keyset of its paging."""
+
+    thread_id: str
+    started_at: object  # the root's ``startedAt`` as the backend returns it (handed back as a parameter)
+    trace_id: str
+
+
 class SpanReader(ABC):
-    """``list_traces`` / ``get_trace`` / ``count_traces`` over a ``mastra_ai_spans`` table."""
+    """``list_traces`` / ``get_trace`` / ``count_traces`` over a ``mastra_ai_spans`` table, and the
+    batched reads of an export (``thread_trace_keys``, ``get_traces``)."""
 
     def __init__(self, read_budget_s: float = DEFAULT_READ_BUDGET_S) -> None:
         self.read_budget_s = read_budget_s
@@ -84,6 +93,21 @@ class SpanReader(ABC):
         """All spans of a trace in tree order (depth-first, siblings by start time)."""
         return self._cached_read(("trace", trace_id), lambda con: self._get_trace(con, trace_id))
 
+    def thread_trace_keys(
+        self, thread_ids: Sequence[str], *, limit: int, after: ThreadTraceKey | None = None
+    ) -> ReadResult[ThreadTraceKey]:
+        """One keyset page of the runs of these threads: a trace is a thread's run when one of its
+        spans names the thread (``TraceFilters(thread_id=...)``). Ordered by thread id, then as
+        ``list_traces`` orders a thread's runs (newest root first, then trace id); a trace with two
+        roots is listed once per root. ``after``: the last key of the previous page. Not cached."""
+        return self._read(lambda con: self._thread_trace_keys(con, list(thread_ids), limit, after))
+
+    def get_traces(self, trace_ids: Sequence[str]) -> ReadResult[SpanRecord]:
+        """The spans of many traces in one query: each trace in tree order (as ``get_trace`` gives
+        it), the traces in the order asked, an id asked twice given once. Not cached: an export
+        reads each batch once."""
+        return self._read(lambda con: self._get_traces(con, list(dict.fromkeys(trace_ids))))
+
     def usage_by_model(self, filters: TraceFilters | None = None) -> ReadResult[ModelUsage]:
         """Token usage per model over every trace the filters match (a thread's whole history)."""
         filters = filters or TraceFilters()
@@ -103,7 +127,11 @@ class SpanReader(ABC):
 
     # -- implementation ------------------------------------------------------------------------
 
-    def _cached_read(self, key: tuple[Any, ...], query: Any) -> ReadResult[Any]:
+    def _read(self, query: Any) -> ReadResult[Any]:
+        """A read whose answer is not kept: a busy store answers empty (``busy``)."""
+        return self._cached_read(None, query)
+
+    def _cached_read(self, key: tuple[Any, ...] | None, query: Any) -> ReadResult[Any]:
         try:
             with self._read_connection() as con:
                 if not self._table_exists(con):
@@ -113,13 +141,15 @@ class SpanReader(ABC):
             return ReadResult(missing=True)
         except StoreBusy as busy:
             with self._cache_lock:
-                cached = self._cache.get(key)
+                cached = self._cache.get(key) if key is not None else None
             # The last good answer beats an empty screen while the agent is writing.
             log.info("trace read answered from %s: %s", "the last good answer" if cached is not None else "nothing",
                      busy)
             return ReadResult(
                 cached or [], busy=True, stale=cached is not None, waited_s=busy.waited_s
             )
+        if key is None:
+            return ReadResult(rows)
         with self._cache_lock:
             self._cache[key] = rows
             self._cache.move_to_end(key)
@@ -226,6 +256,39 @@ class SpanReader(ABC):
     def _get_trace(self, con: Any, trace_id: str) -> list[SpanRecord]:
         sql = f'SELECT {self._select_list("s")} FROM {SPANS_TABLE} s WHERE s."traceId" = ?'
         return order_for_tree(SpanRecord.from_row(row) for row in con.execute(sql, (trace_id,)).fetchall())
+
+    def _get_traces(self, con: Any, trace_ids: list[str]) -> list[SpanRecord]:
+        if not trace_ids:
+            return []
+        marks = ", ".join("?" for _ in trace_ids)
+        sql = f'SELECT {self._select_list("s")} FROM {SPANS_TABLE} s WHERE s."traceId" IN ({marks})'
+        by_trace: dict[str, list[SpanRecord]] = {t: [] for t in trace_ids}
+        for row in con.execute(sql, tuple(trace_ids)).fetchall():
+            span = SpanRecord.from_row(row)
+            by_trace.setdefault(span.trace_id, []).append(span)
+        return [span for spans in by_trace.values() for span in order_for_tree(spans)]
+
+    def _thread_trace_keys(
+        self, con: Any, thread_ids: list[str], limit: int, after: ThreadTraceKey | None
+    ) -> list[ThreadTraceKey]:
+        if not thread_ids:
+            return []
+        marks = ", ".join("?" for _ in thread_ids)
+        params: list[object] = list(thread_ids)
+        # The thread of a run is any of its spans' (``_where``: the root's own threadId is one of them).
+        where = f'r."parentSpanId" IS NULL AND m."threadId" IN ({marks})'
+        if after is not None:
+            # The raw startedAt handed back: equal to the stored value on every backend, however it is stored.
+            where += (' AND (m."threadId" > ? OR (m."threadId" = ? AND (r."startedAt" < ? '
+                      'OR (r."startedAt" = ? AND r."traceId" > ?))))')
+            params += [after.thread_id, after.thread_id, after.started_at, after.started_at, after.trace_id]
+        sql = (
+            f'SELECT m."threadId", r."startedAt", r."traceId" FROM {SPANS_TABLE} r '
+            f'JOIN {SPANS_TABLE} m ON m."traceId" = r."traceId" WHERE {where} '
+            'GROUP BY m."threadId", r."startedAt", r."traceId" '
+            'ORDER BY m."threadId", r."startedAt" DESC, r."traceId" LIMIT ?'
+        )
+        return [ThreadTraceKey(str(t), s, str(i)) for t, s, i in con.execute(sql, (*params, limit)).fetchall()]
 
 
 def _loads(value: object) -> object:

@@ -360,8 +360,12 @@ def _first_int(usage: Mapping[str, Any], *keys: str) -> int:
 
 
 def order_for_tree(spans: Iterable[SpanRecord]) -> list[SpanRecord]:
-    """Depth-first pre-order, siblings by start time; spans whose parent is absent become roots."""
-    items = list(spans)
+    """Depth-first pre-order, siblings by start time; spans whose parent is absent become roots.
+
+    The order never depends on the order the spans come in (a query without ORDER BY), so one trace
+    read alone (``get_trace``) and in a batch (``get_traces``) comes out the same, spans caught in a
+    parent cycle included."""
+    items = sorted(spans, key=lambda s: (s.started_at, s.span_id))
     ids = {s.span_id for s in items}
     children: dict[str | None, list[SpanRecord]] = {}
     for span in items:

@@ -61,9 +61,13 @@ def export_resource(store: Store, resource_id: str, options: ExportOptions | Non
 
 def export_data(
     store: Store, *, thread_id: str | None = None, resource_id: str | None = None,
-    options: ExportOptions | None = None, clock: Clock | None = None,
+    options: ExportOptions | None = None, clock: Clock | None = None, streamed: bool = False,
 ) -> dict[str, Any]:
-    """The export document of one thread (``thread_id``) or one resource (``resource_id``)."""
+    """The export document of one thread (``thread_id``) or one resource (``resource_id``).
+
+    ``streamed``: the spans (``options.traces``) are a ``format.Streamed`` list, read from the trace
+    store while ``format.render_chunks`` writes the file, so they are never all held; the store must
+    stay open until then, and ``counts["traces"]`` is filled in once they are written."""
     if (thread_id is None) == (resource_id is None):
         raise ValueError("Export needs exactly one of a thread id or a resource id.")
     opts = options or ExportOptions()
@@ -106,7 +110,8 @@ def export_data(
             "workingMemory": _working_memory(conn, resources, threads, opts.working_memory_versions),
             "observations": _observations(conn, owner, thread_ids) if opts.observations else [],
             **export_sections(conn, store, thread_ids=thread_ids, threads=threads, messages=messages,
-                              resource_id=owner, turns=opts.turns, agents=opts.agents, traces=opts.traces),
+                              resource_id=owner, turns=opts.turns, agents=opts.agents, traces=opts.traces,
+                              streamed=streamed),
         }
         # The edit history: Message History and undo read it, and turns before an edit replay from it. Only
         # when there is one, so the file of a memory never edited is what it was before these lists existed.

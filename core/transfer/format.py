@@ -33,7 +33,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
@@ -51,8 +51,68 @@ LIST_KEYS = ("resources", "threads", "messages", "workingMemory", "observations"
              "toolSets", "agents", "configs", "traces", "messageVersions", "observationVersions")
 
 
+class Streamed:
+    """A list of the export document that is read while the file is written (``render_chunks``), so
+    its rows are never all held at once: the spans of ``--with-traces``. ``rows`` gives the rows anew
+    each time it is called; the document's ``counts`` entry of the list is filled in when it has been
+    written (``count``: the rows of the last full pass)."""
+
+    def __init__(self, rows: Callable[[], Iterator[Mapping[str, Any]]]) -> None:
+        self._rows = rows
+        self.count: int | None = None
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        n = 0
+        for row in self._rows():
+            n += 1
+            yield row
+        self.count = n
+
+
 def dumps(data: Mapping[str, Any]) -> str:
+    if any(isinstance(v, Streamed) for v in data.values()):
+        return "".join(_json_chunks(data))
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _json_chunks(data: Mapping[str, Any]) -> Iterator[str]:
+    """``json.dumps(data, ensure_ascii=False, indent=2) + "\\n"``, byte for byte, in pieces: a value
+    nested one level down is its own dump with every line indented two more spaces (a JSON string
+    never holds a raw newline), and a ``Streamed`` list is written row by row."""
+    counts = data.get("counts")
+    streamed = [k for k, v in data.items() if isinstance(v, Streamed)]
+    keys = list(data)
+    if streamed and isinstance(counts, dict) and keys.index("counts") < max(keys.index(k) for k in streamed):
+        raise ValueError("A streamed list must come before the document's counts.")
+    if not data:
+        yield "{}\n"
+        return
+    for i, (key, value) in enumerate(data.items()):
+        yield ("{\n  " if i == 0 else ",\n  ") + json.dumps(str(key), ensure_ascii=False) + ": "
+        if isinstance(value, Streamed):
+            empty = True
+            for row in value:
+                yield ("[\n    " if empty else ",\n    ") + _nested(row, "\n    ")
+                empty = False
+            yield "[]" if empty else "\n  ]"
+            if isinstance(counts, dict) and key in counts:
+                counts[key] = value.count
+        else:
+            yield _nested(value, "\n  ")
+    yield "\n}\n"
+
+
+def _nested(value: Any, newline: str) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2).replace("\n", newline)
+
+
+def render_chunks(data: Mapping[str, Any], fmt: str) -> Iterator[str]:
+    """The export as text, in pieces (``write_atomically`` writes them as they come): a ``Streamed``
+    list is read while it is written, never held whole, in JSON. A Markdown transcript leaves such
+    lists out (it never shows spans)."""
+    if fmt == "json":
+        return _json_chunks(data)
+    return iter([render(data, fmt)])
 
 
 def render(data: Mapping[str, Any], fmt: str) -> str:
@@ -62,12 +122,13 @@ def render(data: Mapping[str, Any], fmt: str) -> str:
     if fmt == "markdown":
         from core.transfer.markdown import to_markdown
 
-        return to_markdown(data)
+        return to_markdown({k: v for k, v in data.items() if not isinstance(v, Streamed)})
     raise ValueError(f"Unknown export format {fmt!r}; use json or markdown.")
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write beside the target, then rename: a failed export never leaves half a file behind. A write
+def write_atomically(path: Path, text: str | Iterable[str]) -> None:
+    """Write beside the target, then rename: a failed export never leaves half a file behind (nor does
+    one whose text, given in pieces, fails halfway). A write
     the system refuses is an ``ExportWriteError`` naming the user's path (the system's error names the
     temporary file beside it) and what to do."""
     path = path.expanduser()
@@ -79,13 +140,21 @@ def write_atomically(path: Path, text: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise ExportWriteError(write_failure(exc, path)) from exc
+    pieces = iter([text] if isinstance(text, str) else text)
+    reading = False  # an error while the pieces are made (reading the trace store) is not the write's
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            while True:
+                reading = True
+                piece = next(pieces, None)
+                reading = False
+                if piece is None:
+                    break
+                fh.write(piece)
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and not reading:
             raise ExportWriteError(write_failure(exc, path)) from exc
         raise
 

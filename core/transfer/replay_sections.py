@@ -23,16 +23,18 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
 from core.replay import tools as tool_defs
 from core.replay.store import set_keys
 from core.storage import catalog, schema
+from core.traces.reader import iter_chunks
 from core.transfer import rows as R
 from core.transfer import sections as S
 from core.transfer.errors import TransferError
+from core.transfer.format import Streamed
 from core.transfer.report import register_kind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,7 +51,9 @@ DEFS = schema.TOOL_DEFS_TABLE
 SETS = schema.TOOL_SETS_TABLE
 _AGENT_KEYS = ("agent", "agentName", "agentId")  # thread metadata naming its agent (core.agent_configs)
 SECTION_KEYS = ("toolDefinitions", "toolSets", "agents", "configs", "traces")
-TRACE_PAGE = 500
+THREAD_CHUNK = 200  # threads whose runs one keyset listing pages through
+TRACE_PAGE = 5000  # runs per page of that listing
+TRACE_BATCH = 500  # runs whose spans one query reads
 
 
 # -- export ------------------------------------------------------------------------------------------
@@ -60,9 +64,9 @@ def has_turn_records(conn: sa.Connection) -> bool:
 
 def export_sections(conn: sa.Connection, store: "Store", *, thread_ids: list[str], threads: list[dict[str, Any]],
                     messages: list[dict[str, Any]], resource_id: str, turns: bool, agents: bool,
-                    traces: bool) -> dict[str, Any]:
+                    traces: bool, streamed: bool = False) -> dict[str, Any]:
     """The replay sections of an export, read inside the export's snapshot (traces from the trace
-    store beside it)."""
+    store beside it; ``streamed``: as a ``Streamed`` list, read while the file is written)."""
     turn_rows = _turn_rows(conn, thread_ids) if turns else []
     defs, sets = tool_defs.read_rows(conn, (k for r in turn_rows for k in _set_keys(r.get("record"))))
     agent_rows, config_rows = _agents(conn, threads, messages, resource_id) if agents else ([], [])
@@ -73,13 +77,19 @@ def export_sections(conn: sa.Connection, store: "Store", *, thread_ids: list[str
         "toolSets": [{"hash": k, "members": v} for k, v in sorted(sets.items())],
         "agents": agent_rows,
         "configs": config_rows,
-        "traces": export_traces(store, thread_ids) if traces else [],
+        "traces": (Streamed(lambda: iter_trace_spans(store, list(thread_ids))) if streamed
+                   else export_traces(store, thread_ids)) if traces else [],
     }
 
 
 def section_counts(data: Mapping[str, Any]) -> dict[str, int]:
     return {"toolDefinitions": len(data.get("toolDefinitions") or []), "agents": len(data.get("agents") or []),
-            "configs": len(data.get("configs") or []), "traces": len(data.get("traces") or [])}
+            "configs": len(data.get("configs") or []), "traces": _count(data.get("traces"))}
+
+
+def _count(rows: Any) -> int:
+    # A streamed list's count is known once it has been written: the writer fills it in.
+    return rows.count or 0 if isinstance(rows, Streamed) else len(rows or [])
 
 
 def _turn_rows(conn: sa.Connection, thread_ids: list[str]) -> list[dict[str, Any]]:
@@ -143,31 +153,59 @@ def _memory_name(agent_row: Mapping[str, Any]) -> str:
 
 
 def export_traces(store: "Store", thread_ids: Sequence[str]) -> list[dict[str, Any]]:
-    """Every span of every run of these threads, oldest run first (``SpanRecord.to_json_dict``)."""
-    from core.traces.spans import TraceFilters
+    """Every span of every run of these threads (``iter_trace_spans``), as one list."""
+    return list(iter_trace_spans(store, thread_ids))
 
+
+def iter_trace_spans(store: "Store", thread_ids: Sequence[str], *, thread_chunk: int = THREAD_CHUNK,
+                     page: int = TRACE_PAGE, batch_size: int = TRACE_BATCH) -> Iterator[dict[str, Any]]:
+    """Every span of every run of these threads (``SpanRecord.to_json_dict``), read as it is used: the
+    threads in the order given, each thread's runs as the Traces list shows them (newest first), a run
+    of two of the threads under the first, each run's spans in tree order (``get_trace``'s).
+
+    The runs of ``thread_chunk`` threads are listed by keyset pages of ``page`` runs and their spans
+    read ``batch_size`` runs per query, so only one batch of spans is held at a time. A busy trace store
+    raises ``TransferError`` (nothing of a file is kept: ``format.write_atomically``)."""
     reader = store.observability
     if reader is None:
-        return []
-    out: list[dict[str, Any]] = []
+        return
     seen: set[str] = set()
-    for tid in thread_ids:
-        offset = 0
+    batch: list[str] = []
+    for chunk in iter_chunks(list(thread_ids), thread_chunk):
+        runs: dict[str, list[str]] = {}
+        after = None
         while True:
-            page = reader.list_traces(limit=TRACE_PAGE, offset=offset, filters=TraceFilters(thread_id=tid))
-            if page.busy:
-                raise TransferError(f"The trace store of {store.location.display} is busy (an agent is writing "
-                                    "traces); export again in a moment, or export without --with-traces.")
-            for summary in page:
-                if summary.trace_id in seen:
-                    continue
-                seen.add(summary.trace_id)
-                spans = reader.get_trace(summary.trace_id)
-                out.extend(s.to_json_dict() for s in spans)
-            if len(page) < TRACE_PAGE:
+            keys = reader.thread_trace_keys(chunk, limit=page, after=after)
+            _not_busy(keys.busy, store)
+            for key in keys:
+                runs.setdefault(key.thread_id, []).append(key.trace_id)
+            if len(keys) < page:
                 break
-            offset += TRACE_PAGE
-    return out
+            after = keys[-1]
+        for tid in chunk:
+            for trace_id in runs.get(tid, ()):
+                if trace_id in seen:
+                    continue
+                seen.add(trace_id)
+                batch.append(trace_id)
+                if len(batch) == batch_size:
+                    yield from _batch_spans(store, batch)
+                    batch = []
+    if batch:
+        yield from _batch_spans(store, batch)
+
+
+def _batch_spans(store: "Store", trace_ids: list[str]) -> Iterator[dict[str, Any]]:
+    assert store.observability is not None
+    spans = store.observability.get_traces(trace_ids)
+    _not_busy(spans.busy, store)
+    return (s.to_json_dict() for s in spans)
+
+
+def _not_busy(busy: bool, store: "Store") -> None:
+    if busy:
+        raise TransferError(f"The trace store of {store.location.display} is busy (an agent is writing "
+                            "traces); export again in a moment, or export without --with-traces.")
 
 
 # -- the sections and their rules ----------------------------------------------------------------------
@@ -422,4 +460,4 @@ def import_traces(store: "Store", data: Mapping[str, Any], report: "ImportReport
 
 
 __all__ = ["SECTION_KEYS", "export_sections", "has_turn_records", "export_traces", "import_sections", "import_traces",
-           "left_out", "section_counts"]
+           "iter_trace_spans", "left_out", "section_counts"]

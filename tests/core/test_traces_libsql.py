@@ -141,3 +141,15 @@ def test_usage_by_model_reads_mastra_spans(tmp_path: Path) -> None:
     usage = reader.usage_by_model(TraceFilters(thread_id="th-1"))
     assert [(u.model, u.input_tokens, u.output_tokens) for u in usage] == [("unknown model", 11, 4)]
     assert reader.list_traces()[1].models[0].input_tokens == 11
+
+
+def test_batched_reads_of_mastra_spans_match_the_per_trace_ones(tmp_path: Path) -> None:
+    """The export's reads (``thread_trace_keys``, ``get_traces``) over Mastra's jsonb blobs and ISO text."""
+    path = tmp_path / "mastra.db"
+    mastra_db(path)
+    reader = LibSQLSpanReader(path)
+    keys = reader.thread_trace_keys(["th-2", "th-1"], limit=1)
+    assert [(k.thread_id, k.trace_id) for k in keys] == [("th-1", "T1")]
+    assert [(k.thread_id, k.trace_id) for k in reader.thread_trace_keys(["th-2", "th-1"], limit=5, after=keys[-1])] \
+        == [("th-2", "T2")]
+    assert reader.get_traces(["T2", "T1", "T2"]) == [*reader.get_trace("T2"), *reader.get_trace("T1")]
