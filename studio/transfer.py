@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import shiboken6
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QCheckBox, QDialog, QFileDialog, QMessageBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QGridLayout, QMessageBox, QWidget
 
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
@@ -93,10 +93,33 @@ def run_export(store: Store, request: ExportRequest) -> Path:
     return path
 
 
-def run_import(store: Store, data: dict[str, Any], overwrite: bool) -> Imported:
+CONFIGS_CHOICE = "Also take the file's memory overrides (working-memory templates and schemas)"
+
+
+def _add_choice_under_check_box(box: QMessageBox, choice: QCheckBox) -> None:
+    """A second check box in a message box, right under its own one, the buttons moved down under both."""
+    grid = box.layout()
+    own = box.checkBox()
+    buttons = box.findChild(QDialogButtonBox)
+    if not isinstance(grid, QGridLayout) or own is None or buttons is None:
+        return
+    row, col, _rows, span = _position(grid, own)
+    b_row, b_col, b_rows, b_span = _position(grid, buttons)
+    grid.removeWidget(buttons)
+    grid.addWidget(choice, row + 1, col, 1, span)
+    grid.addWidget(buttons, max(b_row, row + 1) + 1, b_col, b_rows, b_span)
+
+
+def _position(grid: QGridLayout, widget: QWidget) -> tuple[int, int, int, int]:
+    """(row, column, rows, columns) of ``widget`` in ``grid``."""
+    found: Any = grid.getItemPosition(grid.indexOf(widget))  # (PySide6 returns the four as a tuple)
+    return int(found[0]), int(found[1]), int(found[2]), int(found[3])
+
+
+def run_import(store: Store, data: dict[str, Any], overwrite: bool, with_configs: bool = False) -> Imported:
     from core.transfer import import_data, recall_after_import
 
-    report = import_data(store, data, overwrite=overwrite)
+    report = import_data(store, data, overwrite=overwrite, with_configs=with_configs)
     note = recall_after_import(store, report.message_ids) if report.message_ids else ""
     return Imported(report, note)
 
@@ -261,11 +284,20 @@ class TransferActions(QObject):
                 f"(exported from {source}) into {session.display_path}?")
         needs_choice = any(c.replaceable for c in preview.conflicts)
         check = QCheckBox("Replace the rows that differ (overwrite)") if needs_choice else None
+        # A file's memory overrides set what every user of that memory is asked to keep: taken only when asked.
+        configs = (QCheckBox(CONFIGS_CHOICE) if data.get("configs") else None)
         box = self.window.presenter.confirm(
             self.window, "Import?", text, _advice(preview), "Import",
-            lambda: self._import(session, path, data, overwrite=check is not None and check.isChecked()))
+            lambda: self._import(session, path, data, overwrite=check is not None and check.isChecked(),
+                                 with_configs=configs is not None and configs.isChecked()))
         if check is not None:
             box.setCheckBox(check)
+        if configs is not None:
+            configs.setObjectName("importConfigs")
+            if check is None:
+                box.setCheckBox(configs)
+            else:  # (a message box holds one check box of its own: the second goes under it, the buttons after)
+                _add_choice_under_check_box(box, configs)
         self._pending = (session, path, box)
         box.finished.connect(lambda _r: self._confirm_closed(box))
 
@@ -273,7 +305,8 @@ class TransferActions(QObject):
         if self._pending is not None and self._pending[2] is box:
             self._pending = None
 
-    def _import(self, session: StudioSession, path: str, data: dict[str, Any], *, overwrite: bool) -> None:
+    def _import(self, session: StudioSession, path: str, data: dict[str, Any], *, overwrite: bool,
+                with_configs: bool = False) -> None:
         """Import into ``session``, the database the user saw the preview of (never another one)."""
         if not self._still_open(session, path):
             return
@@ -292,7 +325,7 @@ class TransferActions(QObject):
                     warning_only=True))
             self.imported.emit(result)
 
-        session.run(lambda: run_import(session.store, data, overwrite), on_result=done,
+        session.run(lambda: run_import(session.store, data, overwrite, with_configs), on_result=done,
                     on_error=lambda exc: self._import_failed(None, exc))
 
     def _import_failed(self, path: str | None, exc: BaseException) -> None:

@@ -42,6 +42,9 @@ def add_parsers(sub: Any, db_arg: Callable[[argparse.ArgumentParser], None]) -> 
     p.add_argument("file", help="a file written by 'memory-studio export --format json'")
     p.add_argument("--overwrite", action="store_true",
                    help="replace rows that exist with different content (default: keep them and report)")
+    p.add_argument("--with-configs", action="store_true",
+                   help="also take the file's memory overrides (working-memory templates and schemas, which "
+                        "change what every user of that memory is asked to keep; default: leave them out and report)")
     p.add_argument("--dry-run", action="store_true", help="only report what would be written")
     p.add_argument("--no-index", action="store_true", help="do not embed the imported messages for recall now")
 
@@ -82,17 +85,17 @@ def describe_counts(counts: dict[str, int]) -> str:
 def _import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     data = load(args.file)
     if args.dry_run:
-        _print_report(_preview(args.db, data, overwrite=args.overwrite), out, err)
+        _print_report(_preview(args.db, data, overwrite=args.overwrite, with_configs=args.with_configs), out, err)
         return 0
     with open_store(args.db) as store:
-        report = import_data(store, data, overwrite=args.overwrite)
+        report = import_data(store, data, overwrite=args.overwrite, with_configs=args.with_configs)
         _print_report(report, out, err)
         if report.message_ids:
             out.write("note: " + recall_after_import(store, report.message_ids, embed=not args.no_index) + "\n")
     return 0
 
 
-def _preview(db: str | None, data: dict[str, Any], *, overwrite: bool) -> ImportReport:
+def _preview(db: str | None, data: dict[str, Any], *, overwrite: bool, with_configs: bool = False) -> ImportReport:
     """What an import would do, looking only: the target is opened read-only, never created or migrated.
     A database that does not exist yet or has no tables (an import would make it a memory database) is
     previewed as that new database: a scratch one in a temporary folder."""
@@ -102,10 +105,10 @@ def _preview(db: str | None, data: dict[str, Any], *, overwrite: bool) -> Import
     if not missing:
         with open_store(db, read_only=True, create=False) as store:
             if not store.db.is_empty:
-                return preview_import(store, data, overwrite=overwrite)
+                return preview_import(store, data, overwrite=overwrite, with_configs=with_configs)
     with tempfile.TemporaryDirectory(prefix="memory-studio-preview-") as scratch, \
             open_store(Path(scratch) / "new.db") as store:
-        report = preview_import(store, data, overwrite=overwrite)
+        report = preview_import(store, data, overwrite=overwrite, with_configs=with_configs)
     report.target = location.display
     report.notes.insert(0, f"{location.display} {'does not exist yet' if missing else 'is empty'}: the import would "
                            "make it a memory database and write every row of the file.")

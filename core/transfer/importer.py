@@ -60,7 +60,7 @@ _REPLACE_MESSAGE = _INSERT_MESSAGE + (
 )
 
 
-def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
+def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False, with_configs: bool = False,
                    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
                    max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> ImportReport:
     """What ``import_data`` would do, without writing (works on a read-only database). A database a newer
@@ -71,26 +71,28 @@ def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = F
         raise SchemaError(f"{store.location.display} was written by a newer Memory Studio (migrations "
                           f"{', '.join(newer)}). Upgrade Memory Studio before importing into it.")
     with store.db.read() as conn:
-        importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True)
+        importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True, with_configs=with_configs)
         report = importer.run()
     import_traces(store, data, report, importer.blocked)
     return report
 
 
-def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False,
+def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False, with_configs: bool = False,
                 max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
                 max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> ImportReport:
     """Import a checked export document in one transaction. Raises ``ReadOnlyError`` on a read-only
     store, ``ExportFormatError`` naming the row when a row breaks a rule (``sections``), and
     ``TransferError`` when the import failed (then nothing was written). ``max_message_bytes`` and
     ``max_working_memory_bytes``: the limits the file's messages and working memories are held to
-    (the engine's defaults; None: none)."""
+    (the engine's defaults; None: none). ``with_configs``: also take the file's memory overrides (its
+    ``configs``: working-memory templates and schemas, which change what every user of that memory is asked
+    to keep); without it they are left out and the report says so."""
     validate(data, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
     try:
         with store.db.write() as conn:
             # Postgres runs writers side by side: hold what an agent's read-modify-write would hold.
             store.db.lock(conn, *_lock_keys(data))
-            importer = _Importer(conn, data, overwrite, store.location.display, dry_run=False)
+            importer = _Importer(conn, data, overwrite, store.location.display, dry_run=False, with_configs=with_configs)
             report = importer.run()
     except (sa.exc.DBAPIError, ValueError) as exc:
         if isinstance(exc, TransferError):
@@ -117,11 +119,12 @@ def _db_message(exc: BaseException) -> str:
 
 class _Importer:
     def __init__(self, conn: sa.Connection, data: Mapping[str, Any], overwrite: bool, target: str,
-                 *, dry_run: bool) -> None:
+                 *, dry_run: bool, with_configs: bool = False) -> None:
         self.conn = conn
         R.forget_columns(conn)
         self.data = data
         self.overwrite = overwrite
+        self.with_configs = with_configs  # the file's memory overrides are taken only when asked
         self.report = ImportReport(target, dry_run=dry_run)
         self.blocked: set[str] = set()  # threads owned by another resource in the target
         self.elsewhere: dict[str, str] = {}  # message id -> its thread here, of the file's messages left out

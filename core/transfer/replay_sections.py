@@ -374,6 +374,16 @@ def _missing(conn: sa.Connection, table: str, keys: Iterable[str]) -> list[str]:
 
 
 def _import_agents(imp: "_Importer", agents: list[Mapping[str, Any]], configs: list[Mapping[str, Any]]) -> None:
+    if configs and not imp.with_configs:
+        # A file's override would set the working-memory template or schema of a memory here that has none of
+        # its own: what every user of that memory is asked to keep. A file from elsewhere never does that
+        # unless the operator asks for it.
+        names = sorted({str(r.get("name")) for r in configs})
+        imp.report.notes.append(
+            f"{len(configs)} memory override{'s' if len(configs) != 1 else ''} ({', '.join(map(repr, names))}) not "
+            "imported: an override sets the working-memory template or schema every user of that memory gets. "
+            "Import with --with-configs (in the Studio: “Also take the file's memory overrides”) to take them.")
+        configs = []
     if not agents and not configs:
         return
     report = imp.report

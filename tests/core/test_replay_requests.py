@@ -273,24 +273,32 @@ def test_turns_whose_messages_were_edited_since_still_rebuild_what_the_server_re
 
 
 def test_an_import_never_replaces_the_targets_own_overrides(conversation: Any, new_db: Callable[[str], Any]) -> None:
-    """The file's working-memory overrides come along (a fresh copy previews with them), but a target
-    with overrides of its own for that memory keeps them: the newest override is what its agents run with."""
+    """The file's working-memory overrides come along only when asked (``with_configs``: an override sets what
+    every user of that memory is asked to keep, and a file may come from anywhere); then a fresh copy takes
+    them, but a target with overrides of its own for that memory keeps them: the newest override is what its
+    agents run with."""
     from core.agent_configs import latest_override, save_override
 
     store, _server, _memory = conversation
     save_override(store, "travel", template="# Trip\n- Where:\n")
     data = loads(dumps(export_thread(store, THREAD)))
     assert data["counts"]["configs"] == 1
+    with open_store(new_db("unasked")) as unasked:
+        report = import_data(unasked, data)
+        assert report.written.get("configs", 0) == 0 and latest_override(unasked, "travel") is None
+        assert any("1 memory override ('travel') not imported" in n and "--with-configs" in n for n in report.notes)
     with open_store(new_db("fresh")) as fresh:
-        assert import_data(fresh, data).written["configs"] == 1
+        assert import_data(fresh, data, with_configs=True).written["configs"] == 1
         assert latest_override(fresh, "travel").template == "# Trip\n- Where:\n"  # type: ignore[union-attr]
     with open_store(new_db("own")) as target:
         save_override(target, "travel", template="# Mine\n- Kept:\n")
-        report = import_data(target, data)
+        report = import_data(target, data, with_configs=True)
         assert report.written.get("configs", 0) == 0
         assert any("override of memory 'travel' not imported" in n and "--overwrite" in n for n in report.notes)
         assert latest_override(target, "travel").template == "# Mine\n- Kept:\n"  # type: ignore[union-attr]
-        import_data(target, data, overwrite=True)
+        import_data(target, data, overwrite=True)  # (overwrite alone never takes a file's overrides)
+        assert latest_override(target, "travel").template == "# Mine\n- Kept:\n"  # type: ignore[union-attr]
+        import_data(target, data, overwrite=True, with_configs=True)
         assert latest_override(target, "travel").template == "# Trip\n- Where:\n"  # type: ignore[union-attr]
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QCheckBox, QMessageBox
 
 from core import open_store
 from studio.selection import Selection
@@ -377,3 +377,58 @@ def test_an_export_dialog_closes_when_another_database_opens(qtbot: Any, make_wi
     qtbot.waitUntil(lambda: window.session is not None and window.session.display_path == str(copy), timeout=15_000)
     qtbot.waitUntil(lambda: window.transfer.dialog is None, timeout=5_000)  # closed with its database
     assert not out.exists()
+
+
+def test_an_import_takes_the_files_memory_overrides_only_when_asked(qtbot: Any, make_window: Any, small_db: Path,
+                                                                  tmp_path: Path) -> None:
+    """A file's memory override sets the working-memory template every user of that memory gets: the import
+    box offers it as a choice, unticked, beside the overwrite choice when there is one too."""
+    from core.agent_configs import latest_override
+    from core.transfer import dumps, export_thread
+    from studio.transfer import CONFIGS_CHOICE
+
+    with open_store(small_db, read_only=True) as store:
+        data = export_thread(store, "t-party")
+    data["configs"] = [{"id": 7, "name": "default", "template": "# From elsewhere\n- Secret:\n", "schema": None,
+                        "author": "someone else", "createdAt": "2026-01-01T00:00:00.000Z"}]
+    data["threads"][0]["title"] = "Party (edited elsewhere)"  # (a conflict where the thread is: see the end)
+    export = tmp_path / "party.json"
+    export.write_text(dumps(data), encoding="utf-8")
+    target = tmp_path / "target.db"
+    seed_small_other(target)
+    window = make_window()
+    window.open_database(str(target))
+    _wait_open(qtbot, window, 1)
+    window.transfer.choose_open_path = Chooser(str(export)).open
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Import?")
+    configs = box.findChild(QCheckBox, "importConfigs")
+    assert configs is not None and configs.text() == CONFIGS_CHOICE and not configs.isChecked()
+    with qtbot.waitSignal(window.transfer.imported, timeout=15_000) as sig:
+        box.property("yesButton").click()
+    assert sig.args[0].report.written.get("configs", 0) == 0
+    assert any("--with-configs" in n for n in sig.args[0].report.notes)
+    _box(qtbot, window, "Import finished").accept()
+    with open_store(target, read_only=True) as store:
+        assert latest_override(store, "default") is None
+
+    window.commands.run("file.import")  # again, ticked this time
+    box = _box(qtbot, window, "Import?")
+    box.findChild(QCheckBox, "importConfigs").setChecked(True)
+    with qtbot.waitSignal(window.transfer.imported, timeout=15_000) as sig:
+        box.property("yesButton").click()
+    assert sig.args[0].report.written.get("configs", 0) >= 1
+    _box(qtbot, window, "Import finished").accept()
+    with open_store(target, read_only=True) as store:
+        assert latest_override(store, "default").template == "# From elsewhere\n- Secret:\n"  # type: ignore[union-attr]
+
+    # Where the file conflicts too, both choices are offered, each unticked.
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Import?")
+    assert box.checkBox() is not None and not box.checkBox().isChecked()  # overwrite
+    configs = box.findChild(QCheckBox, "importConfigs")
+    assert configs is not None and configs is not box.checkBox() and not configs.isChecked()
+    qtbot.waitUntil(configs.isVisible, timeout=5_000)
+    box.reject()
