@@ -107,7 +107,8 @@ def _test(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(f"error: {args.export}: {exc}", file=err)
                 return EXIT_BAD_FILE
             with open_store(target) as store:
-                import_data(store, data)
+                # A scratch copy of the file alone: its memory overrides are the ones its turns ran with.
+                import_data(store, data, with_configs=True)
                 where = f"{args.export} (imported)"
                 return _run(store, checks, options, args, where, out, err)
     with open_cli_store(args.db, read_only=True) as store:
