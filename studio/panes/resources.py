@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from studio import reads as queries
 from studio.logic.dates import format_datetime
 from studio.logic.message_format import format_time, snippet
+from studio.logic.thread_labels import thread_label
 from studio.reads import SearchFound, SearchHit, TreeData, search_note, search_summary
 from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_proxy
 from studio.selection import Selection
@@ -58,7 +59,7 @@ class SearchResultsModel(QAbstractListModel):
             return None
         hit = self.hits[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
-            title = hit.thread_title or "(untitled)"
+            title = thread_label(hit.thread_title, hit.thread_id, frozenset())  # (untitled: its short id too)
             return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
         if role == self.HIT:
             return hit

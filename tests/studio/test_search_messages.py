@@ -57,3 +57,19 @@ def test_a_search_that_stops_early_says_how_far_it_looked(store, monkeypatch: py
                                   "A longer query narrows the search.")
     # A query the stored JSON does not hold everywhere is matched by the storage: all of it is searched.
     assert [h.message_id for h in search_messages(store, "tea is").hits] == ["m00000"]
+
+
+def test_a_hit_of_an_untitled_thread_names_the_thread_by_its_short_id(store):
+    """A search hit of a thread without a title read "(untitled)" for every such thread; like the tree, it
+    shows the thread's short id after it."""
+    from studio.logic.short_ids import short_id
+    from studio.panes.resources import SearchResultsModel
+
+    store.memory.create_thread(thread_id="0197a1b2-0000-7000-8000-00000000beef", resource_id="ada")
+    store.memory.save_messages([Message.user("peanut butter", id="p1", thread_id="0197a1b2-0000-7000-8000-00000000beef",
+                                             resource_id="ada", created_at=T0)])
+    found = search_messages(store, "peanut")
+    model = SearchResultsModel()
+    model.set_hits("peanut", found.hits)
+    shown = model.index(0).data()
+    assert shown.startswith(f"(untitled) · {short_id('0197a1b2-0000-7000-8000-00000000beef')}  ·  user")
