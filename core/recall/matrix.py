@@ -155,10 +155,7 @@ class VectorSet:
             grown = np.empty((rows, self.dim), dtype=np.float32)
             grown[: self.n] = self._matrix[: self.n]
             self._matrix = grown
-            if self._scan_t is not None:
-                wide = np.empty((self.dim, rows), dtype=np.float32)
-                wide[:, : self.n] = self._scan_t[:, : self.n]
-                self._scan_t = wide
+            self._scan_t = None  # (made again, at the new size, by the next scan that needs it)
 
     def extend(self, rows: list[RawRow]) -> None:
         """Append the usable rows (this model's or no model's, a finite vector of this size, a message

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from core.recall.schema import quoted
 from core.recall.tables import IVF_PACKS, IVF_ROWS, IVF_TABLE, STATE_TABLE
+from core.recall.vector_table import triggered_counters
 from core.storage.capabilities import capabilities_of
 from core.storage.catalog import has_table, table_columns, table_names
 
@@ -64,12 +65,8 @@ def _marker(conn: sa.Connection, table: str) -> tuple[int, int] | None:
     the database keeps no counter (Postgres, a Mastra database without our migrations): count each time."""
     if not capabilities_of(conn).implicit_rowid or not has_table(conn, STATE_TABLE):
         return None
-    row = conn.exec_driver_sql(
-        f"SELECT (SELECT max(rowid) FROM {quoted(table)}), (SELECT value FROM {STATE_TABLE} WHERE key = ?)",
-        (f"{table}:rewrites",)).first()
-    if row is None or row[1] is None:
-        return None
-    return int(row[0] or 0), int(row[1])
+    newest, rewrites = triggered_counters(conn, table)
+    return None if rewrites is None else (newest, rewrites)
 
 
 def stored_models(store: "Store") -> Counter[str | None]:

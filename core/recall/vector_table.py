@@ -279,20 +279,26 @@ def stored_state(conn: sa.Connection, info: TableInfo, model_id: str, message_id
     return out
 
 
+def triggered_counters(conn: sa.Connection, table: str) -> tuple[int, int | None]:
+    """A vector table's newest rowid (a new row always gets a rowid above the others) and the count its
+    update/delete triggers bump in the recall state table (None: no such count is kept)."""
+    # On the driver's cursor: this runs before every vector search (SQLAlchemy's result costs more).
+    row = driver_sql.first(
+        conn,
+        f"SELECT (SELECT max(rowid) FROM {quoted(table)} NOT INDEXED), (SELECT value FROM {STATE_TABLE} WHERE key = ?)",
+        (f"{table}:rewrites",),
+    )
+    newest, rewrites = row if row is not None else (0, None)
+    return int(newest or 0), None if rewrites is None else int(rewrites)
+
+
 def change_counters(conn: sa.Connection, info: TableInfo, has_state: bool | None = None) -> tuple[int, int]:
     """(appends, rewrites): the newest rowid (a new row always gets a rowid above the others) and the
     count the table's update/delete triggers bump; a Mastra table without triggers is scanned.
     ``has_state``: whether the recall state table exists, when the caller knows (else looked up)."""
     if info.has_our_indexes and (has_table(conn, STATE_TABLE) if has_state is None else has_state):
-        # On the driver's cursor: this runs before every vector search (SQLAlchemy's result costs more).
-        row = driver_sql.first(
-            conn,
-            f"SELECT (SELECT max(rowid) FROM {quoted(info.name)} NOT INDEXED), "
-            f"(SELECT value FROM {STATE_TABLE} WHERE key = ?)",
-            (f"{info.name}:rewrites",),
-        )
-        newest, rewrites = row if row is not None else (0, 0)
-        return int(newest or 0), int(rewrites or 0)
+        newest, rewrites = triggered_counters(conn, info.name)
+        return newest, rewrites or 0
     # No triggers: max(rowid) sees appends, count sees deletes; an in-place update is missed until restart.
     row = conn.exec_driver_sql(f"SELECT max(rowid), count(vector_id) FROM {quoted(info.name)} NOT INDEXED").first()
     return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)

@@ -552,11 +552,11 @@ class MemoryStore:
             pages.close()
 
     def search_text_pages(
-        self, text: str | None, *, resource_id: str | None = None, page: int = 1_000, limit: int | None = None,
+        self, text: str, *, resource_id: str | None = None, page: int = 1_000, limit: int | None = None,
     ) -> Generator["TextPage", None, None]:
         """The candidates for a case-insensitive search of ``text``, newest first, ``page`` at a time, from one
-        statement in one read (stop iterating to end it): every message whose stored content may hold it
-        (``text`` None: every message). The content is matched as a JSON string holds the text (a quote, a
+        statement in one read (stop iterating to end it): every message whose stored content may hold it.
+        The content is matched as a JSON string holds the text (a quote, a
         backslash or a newline escaped). SQLite's LIKE folds only ASCII letters, so on libSQL the needle
         is the longest piece of ``text`` without a letter that has a case outside ASCII ("München":
         "nchen"; none: every message); Postgres's ILIKE folds every letter. The stored JSON also holds
@@ -570,7 +570,7 @@ class MemoryStore:
             stmt = stmt.limit(limit)
         with self.db.read() as conn:
             postgres = dialect.is_postgres(conn)
-            needle = _like_needle(text, fold_all=postgres) if text is not None else ""
+            needle = _like_needle(text, fold_all=postgres)
             if needle:
                 pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
                 stmt = stmt.where(msg.content.ilike(pattern, escape="\\") if postgres

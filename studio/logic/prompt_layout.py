@@ -11,13 +11,16 @@ import hashlib
 import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
 from core.storage import Store
 from studio.logic.dates import format_datetime
 from studio.logic.short_ids import short_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.replay import TurnRecord
 
 # Stable colours per source so the bar, the table and the legend agree (colour-blind-safe-ish hues).
 SOURCE_COLORS: dict[str, str] = {
@@ -295,12 +298,18 @@ def input_stored_ids(prompt: AssembledPrompt, inputs: Sequence[str]) -> dict[int
     return {f.index: tuple(inputs) for f in frags}
 
 
-def turn_input_ids(prompt: AssembledPrompt, turn: "TurnRef | None") -> tuple[str, ...]:
-    """The stored input messages of the stored turn ``prompt`` rebuilds (none for a new input)."""
-    record = prompt.replay.record if prompt.replay is not None else None
+def recorded_input_ids(record: "TurnRecord | None", input_id: str | None) -> tuple[str, ...]:
+    """A stored turn's input messages, oldest first: those its record names (a turn may send several),
+    else its one input message (``input_id``; none for a new input)."""
     if record is not None and record.input_ids:
         return tuple(record.input_ids)
-    return (turn.input.id,) if turn is not None and turn.input is not None else ()
+    return (input_id,) if input_id is not None else ()
+
+
+def turn_input_ids(prompt: AssembledPrompt, turn: "TurnRef | None") -> tuple[str, ...]:
+    """The stored input messages of the stored turn ``prompt`` rebuilds (none for a new input)."""
+    return recorded_input_ids(prompt.replay.record if prompt.replay is not None else None,
+                              turn.input.id if turn is not None and turn.input is not None else None)
 
 
 def fragment_rows(prompt: AssembledPrompt, inputs: Sequence[str] = ()) -> list[FragmentRow]:

@@ -19,7 +19,7 @@ from core.replay.turns import Turn
 from studio.logic.dates import format_datetime
 from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.edit_marks import changed_since
-from studio.logic.prompt_layout import ROLE_LABELS, input_stored_ids, source_color
+from studio.logic.prompt_layout import ROLE_LABELS, input_stored_ids, recorded_input_ids, source_color
 from studio.logic.short_ids import short_id
 
 Change = Literal["entered", "left", "changed"]
@@ -140,8 +140,7 @@ def _preview(text: str, limit: int = 140) -> str:
 
 def input_ids(turn: Turn) -> tuple[str, ...]:
     """The stored messages a turn sent as its input, oldest first (a turn may send several)."""
-    record = turn.record
-    return tuple(record.input_ids) if record is not None and record.input_ids else (turn.input_message_id,)
+    return recorded_input_ids(turn.record, turn.input_message_id)
 
 
 def input_caption(prompt: AssembledPrompt, turn: Turn, limit: int = 220) -> str:
