@@ -118,6 +118,15 @@ def _messages(qtbot: Any, session: Any) -> MessagesPane:
     return pane
 
 
+def _bulk_thread(qtbot: Any, make_session: Any, path: Path, thread: str, messages: int) -> MessagesPane:
+    """A messages pane showing ``thread`` of ``messages`` messages (``seed_many``), loaded."""
+    seed_many(path, thread, messages)
+    pane = _messages(qtbot, make_session(path))
+    with qtbot.waitSignal(pane.model.loaded, timeout=20_000):
+        pane.set_selection(Selection("bulk", thread))
+    return pane
+
+
 def test_message_view_renders_parts_role_and_time(qtbot: Any, make_session: Any, small_db: Path) -> None:
     pane = _messages(qtbot, make_session(small_db))
     with qtbot.waitSignal(pane.model.loaded):
@@ -138,10 +147,7 @@ def test_message_view_renders_parts_role_and_time(qtbot: Any, make_session: Any,
 def test_large_thread_opens_at_the_end_and_loads_pages_on_scroll(qtbot: Any, make_session: Any,
                                                                   tmp_path: Path) -> None:
     path = tmp_path / "large.db"
-    seed_many(path, "large", 20_000)
-    pane = _messages(qtbot, make_session(path))
-    with qtbot.waitSignal(pane.model.loaded, timeout=20_000):
-        pane.set_selection(Selection("bulk", "large"))
+    pane = _bulk_thread(qtbot, make_session, path, "large", 20_000)
     model = pane.model
     assert model.rowCount() == 20_000
     qtbot.waitUntil(lambda: model.index(19_999).data(MessageRoles.LOADED), timeout=10_000)
@@ -186,10 +192,7 @@ def test_the_first_key_in_a_long_thread_starts_from_the_messages_on_screen(qtbot
     oldest message (Qt starts from the model's first row), hundreds of rows away from what was on screen
     (found by the Studio QA pass on a thread of 300 messages)."""
     path = tmp_path / "long.db"
-    seed_many(path, "long", 300)
-    pane = _messages(qtbot, make_session(path))
-    with qtbot.waitSignal(pane.model.loaded, timeout=20_000):
-        pane.set_selection(Selection("bulk", "long"))
+    pane = _bulk_thread(qtbot, make_session, path, "long", 300)
     view = pane.view
     qtbot.waitUntil(lambda: view.rowAt(view.viewport().height() - 1) >= 290, timeout=10_000)  # at the end
     assert not view.currentIndex().isValid()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -78,6 +79,23 @@ def checksum(store: Any) -> str:
 def open_thread(qtbot: Any, pane: ReplayPane, thread: str = THREAD) -> None:
     with qtbot.waitSignal(pane.step_shown, timeout=30_000):
         pane.set_selection(Selection(RESOURCE, thread))
+
+
+@contextmanager
+def replay_on(qtbot: Any, db: Path, prefs: Preferences,
+              selection: Selection = Selection(RESOURCE, THREAD)) -> Iterator[ReplayPane]:
+    """A Replay pane on ``db`` as the test left it, ``selection``'s thread open; its session closed after."""
+    session = StudioSession(open_for_studio(db))
+    pane = ReplayPane(session, preferences=prefs)
+    qtbot.addWidget(pane)
+    pane.show()
+    try:
+        with qtbot.waitSignal(pane.step_shown, timeout=30_000):
+            pane.set_selection(selection)
+        yield pane
+    finally:
+        session.pool.wait(20_000)
+        session.close()
 
 
 def wait_step(qtbot: Any, pane: ReplayPane, index: int) -> None:
@@ -185,21 +203,13 @@ def test_banner_when_the_engine_rebuilds_differently_now(qtbot: Any, db: Path, p
     Memory(store, MemoryOptions(last_messages=2, working_memory={"enabled": True, "scope": "thread"}),
            name="travel").register("travel-agent")
     store.close()
-    session = StudioSession(open_for_studio(db))
-    pane = ReplayPane(session, preferences=prefs)
-    qtbot.addWidget(pane)
-    pane.show()
-    try:
-        open_thread(qtbot, pane)
+    with replay_on(qtbot, db, prefs) as pane:
         assert pane.banner.isVisible() and pane.banner.level == "warning"
         assert "rebuilds this turn differently now" in pane.banner.text()
         assert "outside the history window" in pane.banner.text()
         assert pane.view.received_view.toPlainText() != pane.view.now_view.toPlainText()
         assert pane.view.now_diff.lines and "−" in pane.view.now_diff.summary()
         assert pane.step.received.replay.kind == "recorded"  # what was sent is still exact
-    finally:
-        session.pool.wait(20_000)
-        session.close()
 
 
 def test_a_turn_without_a_record_is_labelled_reconstructed(qtbot: Any, db: Path, prefs: Preferences,
@@ -209,21 +219,13 @@ def test_a_turn_without_a_record_is_labelled_reconstructed(qtbot: Any, db: Path,
         conn.exec_driver_sql("DELETE FROM memory_studio_turns WHERE input_message_id = ?",
                              (template[1]["turns"][2],))
     store.close()
-    session = StudioSession(open_for_studio(db))
-    pane = ReplayPane(session, preferences=prefs)
-    qtbot.addWidget(pane)
-    pane.show()
-    try:
-        open_thread(qtbot, pane)
+    with replay_on(qtbot, db, prefs) as pane:
         pane.go_to(2)
         wait_step(qtbot, pane, 2)
         assert pane.step.received.replay.kind == "reconstructed"
         assert pane.banner.isVisible()
         assert pane.banner.text().startswith("Reconstructed — no record of this turn; unknown:")
         assert "instructions" in pane.banner.text()
-    finally:
-        session.pool.wait(20_000)
-        session.close()
 
 
 
@@ -235,12 +237,7 @@ def test_an_input_edited_since_shows_what_the_model_received(qtbot: Any, db: Pat
     store = open_store(db)
     Memory(store).edit_message(template[1]["turns"][1], resource_id=RESOURCE, text="EDITED AFTER THE TURN")
     store.close()
-    session = StudioSession(open_for_studio(db))
-    pane = ReplayPane(session, preferences=prefs)
-    qtbot.addWidget(pane)
-    pane.show()
-    try:
-        open_thread(qtbot, pane)
+    with replay_on(qtbot, db, prefs) as pane:
         with qtbot.waitSignal(pane.step_shown, timeout=30_000):
             pane.go_to(1)
         assert pane.step.received.replay.exact
@@ -253,9 +250,6 @@ def test_an_input_edited_since_shows_what_the_model_received(qtbot: Any, db: Pat
         assert "edited since" in pane.view.fragment_header.text()
         assert "From stored messages" in pane.view.fragment_sources.text()
         assert pane.view.fragment_text.toPlainText() == TURNS[1]
-    finally:
-        session.pool.wait(20_000)
-        session.close()
 
 
 def test_without_the_embedding_model_turns_still_replay_exactly(qtbot: Any, tmp_path: Path, prefs: Preferences,
@@ -279,20 +273,11 @@ def test_without_the_embedding_model_turns_still_replay_exactly(qtbot: Any, tmp_
     store.close()
     monkeypatch.setenv("MEMORY_STUDIO_MODELS", str(tmp_path / "no-models-here"))
     monkeypatch.setattr(embedding, "_shared", None)
-    session = StudioSession(open_for_studio(tmp_path / "recall.db"))
-    pane = ReplayPane(session, preferences=prefs)
-    qtbot.addWidget(pane)
-    pane.show()
-    try:
-        with qtbot.waitSignal(pane.step_shown, timeout=30_000):
-            pane.set_selection(Selection("u", "t"))
+    with replay_on(qtbot, tmp_path / "recall.db", prefs, Selection("u", "t")) as pane:
         assert len(pane.state.source.turns) == 3
         assert pane.step.received.replay.exact
         assert any(f.source == "semantic-recall" for f in pane.step.received.fragments)  # as recorded
         assert "models install" in pane.banner.text() and "replays as its record holds it" in pane.banner.text()
-    finally:
-        session.pool.wait(20_000)
-        session.close()
 
 # -- what-if ---------------------------------------------------------------------------------------
 def test_what_if_table_for_the_whole_thread(qtbot: Any, pane: ReplayPane, session: StudioSession) -> None:
@@ -512,22 +497,13 @@ def test_a_mastra_database_replays_reconstructed_and_read_only(qtbot: Any, tmp_p
     path = tmp_path / "mastra.db"
     make_mastra_db(path)
     before = file_state(path)
-    session = StudioSession(open_for_studio(path))
-    assert session.read_only
-    pane = ReplayPane(session, preferences=prefs)
-    qtbot.addWidget(pane)
-    pane.show()
-    try:
-        with qtbot.waitSignal(pane.step_shown, timeout=30_000):
-            pane.set_selection(Selection("user-42", "mastra-thread"))
+    with replay_on(qtbot, path, prefs, Selection("user-42", "mastra-thread")) as pane:
+        assert pane.session.read_only
         assert len(pane.source.turns) == 1 and pane.step.received.replay.kind == "reconstructed"
         assert pane.banner.text().startswith("Reconstructed — no record of this turn")
         assert pane.view.reply_view.toPlainText() == "hi, I remember you"
         with qtbot.waitSignal(pane.failed):
             pane.commands.run("replay.fork")
-    finally:
-        session.pool.wait(20_000)
-        session.close()
     assert file_state(path) == before  # looking never writes, not even a migration
 
 

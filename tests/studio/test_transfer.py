@@ -37,6 +37,15 @@ def _wait_open(qtbot: Any, window: Any, threads: int = 1) -> None:
                     and len(window.resources.thread_rows()) >= threads, timeout=15_000)
 
 
+def _import_box(qtbot: Any, window: Any, db: Path, threads: int, export: Path) -> QMessageBox:
+    """Open ``db`` (``threads`` in its tree), choose File > Import… of ``export``: the box that asks."""
+    window.open_database(str(db))
+    _wait_open(qtbot, window, threads)
+    window.transfer.choose_open_path = Chooser(str(export)).open
+    window.commands.run("file.import")
+    return _box(qtbot, window, "Import?")
+
+
 def _box(qtbot: Any, window: Any, title: str) -> QMessageBox:
     qtbot.waitUntil(lambda: any(isinstance(d, QMessageBox) and d.windowTitle() == title
                                 for d in window.presenter.open), timeout=15_000)
@@ -162,12 +171,7 @@ def test_import_previews_asks_then_imports_and_refreshes_the_tree(qtbot: Any, ma
     target = tmp_path / "target.db"
     seed_small_other(target)
     window = make_window()
-    window.open_database(str(target))
-    _wait_open(qtbot, window, 1)
-    chooser = Chooser(str(export))
-    window.transfer.choose_open_path = chooser.open
-    window.commands.run("file.import")
-    box = _box(qtbot, window, "Import?")
+    box = _import_box(qtbot, window, target, 1, export)
     assert "Import resource ada from ada.json" in box.text()
     assert "It would write 2 threads, 4 messages" in box.informativeText()
     assert box.checkBox() is None  # no conflicts: nothing to overwrite
@@ -201,11 +205,7 @@ def test_import_with_conflicts_offers_overwrite(qtbot: Any, make_window: Any, sm
     export = tmp_path / "party.json"
     export.write_text(dumps(data), encoding="utf-8")
     window = make_window()
-    window.open_database(str(small_db))
-    _wait_open(qtbot, window, 3)
-    window.transfer.choose_open_path = Chooser(str(export)).open
-    window.commands.run("file.import")
-    box = _box(qtbot, window, "Import?")
+    box = _import_box(qtbot, window, small_db, 3, export)
     assert "thread t-party: differs here (title)" in box.informativeText()
     assert box.checkBox() is not None and not box.checkBox().isChecked()
     box.checkBox().setChecked(True)
@@ -337,11 +337,7 @@ def test_an_import_goes_into_the_database_it_was_previewed_on_or_nowhere(qtbot: 
     seed_small_other(first)
     seed_small_other(second)
     window = make_window()
-    window.open_database(str(first))
-    _wait_open(qtbot, window, 1)
-    window.transfer.choose_open_path = Chooser(str(export)).open
-    window.commands.run("file.import")
-    box = _box(qtbot, window, "Import?")
+    box = _import_box(qtbot, window, first, 1, export)
     assert "into " + str(first) in box.text()
     window.open_database(str(second))  # the open the user started before choosing Import… ends now
     qtbot.waitUntil(lambda: window.session is not None and window.session.display_path == str(second),
@@ -397,11 +393,7 @@ def test_an_import_takes_the_files_memory_overrides_only_when_asked(qtbot: Any, 
     target = tmp_path / "target.db"
     seed_small_other(target)
     window = make_window()
-    window.open_database(str(target))
-    _wait_open(qtbot, window, 1)
-    window.transfer.choose_open_path = Chooser(str(export)).open
-    window.commands.run("file.import")
-    box = _box(qtbot, window, "Import?")
+    box = _import_box(qtbot, window, target, 1, export)
     configs = box.findChild(QCheckBox, "importConfigs")
     assert configs is not None and configs.text() == CONFIGS_CHOICE and not configs.isChecked()
     with qtbot.waitSignal(window.transfer.imported, timeout=15_000) as sig:
@@ -423,10 +415,7 @@ def test_an_import_takes_the_files_memory_overrides_only_when_asked(qtbot: Any, 
         assert latest_override(store, "default").template == "# From elsewhere\n- Secret:\n"  # type: ignore[union-attr]
 
     # Where the file conflicts too, both choices are offered, each unticked.
-    window.open_database(str(small_db))
-    _wait_open(qtbot, window, 3)
-    window.commands.run("file.import")
-    box = _box(qtbot, window, "Import?")
+    box = _import_box(qtbot, window, small_db, 3, export)
     assert box.checkBox() is not None and not box.checkBox().isChecked()  # overwrite
     configs = box.findChild(QCheckBox, "importConfigs")
     assert configs is not None and configs is not box.checkBox() and not configs.isChecked()
