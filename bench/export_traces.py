@@ -1,6 +1,6 @@
 """``memory-studio export --resource … --with-traces`` at scale: wall time and peak memory of the export.
 
-    .venv/bin/python bench/export_traces.py [--traces 20000] [--spans 7] [--threads 3000] [--code PATH]
+    .venv/bin/python bench/export_traces.py [--traces 20000] [--spans 7] [--threads 3000] [--code PATH] [--stdout]
 
 Builds a scratch libSQL database and the DuckDB trace store beside it in /tmp: one resource whose
 ``--threads`` threads ran ``--traces`` traces of ``--spans`` spans each (a root, a model call with
@@ -11,6 +11,7 @@ checkouts are equal files). The scratch files are removed at the end.
 
 ``--code PATH`` runs the export with another checkout's code (``PYTHONPATH=PATH``), e.g.
 ``--code /work/main`` for the figure before a change; the data is built by this checkout's code.
+``--stdout`` exports to standard output (no ``-o``), which the bench sends to the file it checks.
 """
 
 from __future__ import annotations
@@ -89,13 +90,15 @@ sys.exit(code)
 """
 
 
-def export(db: Path, out: Path, code: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of ``memory-studio export --resource … --with-traces -o out``."""
+def export(db: Path, out: Path, code: Path, stdout: bool = False) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of ``memory-studio export --resource … --with-traces -o out`` (with
+    ``stdout``: without ``-o``, its standard output sent to ``out``)."""
     env = {**os.environ, "PYTHONPATH": str(code)}
-    argv = ["export", "--db", str(db), "--resource", RESOURCE, "--with-traces", "-o", str(out)]
+    argv = ["export", "--db", str(db), "--resource", RESOURCE, "--with-traces", *([] if stdout else ["-o", str(out)])]
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", CHILD.format(argv=argv)], env=env, cwd=code, check=True,
-                          stderr=subprocess.PIPE, text=True)
+    with open(out, "wb") if stdout else open(os.devnull, "wb") as sink:
+        done = subprocess.run([sys.executable, "-c", CHILD.format(argv=argv)], env=env, cwd=code, check=True,
+                              stdout=sink, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - began
     peak_kb = int(done.stderr.split("peak-kb")[-1].split()[0])
     return wall, peak_kb / 1024
@@ -107,6 +110,7 @@ def main() -> None:
     p.add_argument("--spans", type=int, default=7, help="spans per trace")
     p.add_argument("--threads", type=int, default=3_000)
     p.add_argument("--code", type=Path, default=ROOT, help="the checkout whose code runs the export")
+    p.add_argument("--stdout", action="store_true", help="export to standard output instead of a file (-o)")
     args = p.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="memory-studio-export-bench-"))
     try:
@@ -116,14 +120,15 @@ def main() -> None:
         print(f"built {args.traces:,} traces ({args.traces * args.spans:,} spans) across {args.threads:,} threads "
               f"in {time.perf_counter() - began:.1f} s")
         out = scratch / "export.json"
-        wall, peak_mb = export(db, out, args.code.resolve())
+        wall, peak_mb = export(db, out, args.code.resolve(), args.stdout)
         text = out.read_text(encoding="utf-8")
         spans = len(json.loads(text)["traces"])
         # The file but for its time of export and the scratch path: the same digest from two checkouts
         # means the same file.
         kept = re.sub(r'\n  "exportedAt": "[^"]*",|\n    "database": "[^"]*",', "", text, count=2)
         digest = hashlib.sha256(kept.encode()).hexdigest()
-        print(f"export --resource --with-traces ({args.code.resolve()}): {wall:.1f} s wall, peak RSS {peak_mb:,.0f} MB, "
+        where = "to standard output" if args.stdout else "-o FILE"
+        print(f"export --resource --with-traces {where} ({args.code.resolve()}): {wall:.1f} s wall, peak RSS {peak_mb:,.0f} MB, "
               f"file {out.stat().st_size / 1e6:,.1f} MB with {spans:,} spans, sha256 without time and path {digest[:16]}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -12,7 +12,7 @@ from core.storage import open_store
 from core.storage.paths import caller_file, resolve_db_path
 from core.terminal_text import visible
 from core.transfer.export import ExportOptions, export_data
-from core.transfer.format import load, render, render_chunks, write_atomically
+from core.transfer.format import load, render, render_chunks, write_atomically, write_whole
 from core.transfer.importer import import_data, preview_import
 from core.transfer.report import ImportReport
 from core.transfer.recall import recall_after_import
@@ -58,16 +58,19 @@ def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                             turns=not args.no_turns, agents=not args.no_agents, traces=args.with_traces)
     # Read-only and never created: exporting a Mastra database leaves it exactly as it was.
     with open_cli_store(args.db, read_only=True) as store:
-        # Spans are read while the file is written (never all held); standard output gets the whole text
-        # at once, so a trace store that turns busy halfway never leaves half a document there.
+        # Spans are read while the JSON is written, never all held; standard output gets it only once it
+        # is whole (``write_whole``), so a trace store that turns busy halfway never leaves half a document
+        # there. A Markdown transcript has no spans.
         data = export_data(store, thread_id=args.thread, resource_id=args.resource, options=options,
-                           streamed=bool(args.output) and args.format == "json")
+                           streamed=args.format == "json")
         if not args.output:
-            text = render(data, args.format)
+            if args.format == "json":
+                write_whole(out, render_chunks(data, "json"))
+                return 0
             # A transcript on standard output is for a person's terminal: stored text (a message, a title)
             # must not drive it with an escape sequence. JSON escapes control characters itself; a file
             # (``--output``) keeps the text exactly.
-            out.write(visible(text, keep="\n\t") if args.format == "markdown" else text)
+            out.write(visible(render(data, args.format), keep="\n\t"))
             return 0
         write_atomically(Path(args.output), render_chunks(data, args.format))
     err.write(f"exported {describe_counts(data['counts'])} to {args.output}\n")

@@ -33,7 +33,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
@@ -157,6 +157,41 @@ def write_atomically(path: Path, text: str | Iterable[str]) -> None:
         if isinstance(exc, OSError) and not reading:
             raise ExportWriteError(write_failure(exc, path)) from exc
         raise
+
+
+# A stream's text is held in memory up to this size, past it in a file of the system's temporary folder.
+HELD_IN_MEMORY = 8 * 1024 * 1024
+
+
+def write_whole(out: TextIO, text: Iterable[str], *, held_in_memory: int | None = None) -> None:
+    """Write the pieces to a stream (standard output) only once all of them are made: a trace store
+    that turns busy halfway leaves nothing there, not half a document. Past ``held_in_memory``
+    characters (``HELD_IN_MEMORY``) they wait in a temporary file, not in memory (an export with every span of a large
+    resource's runs is gigabytes of JSON), and are copied to the stream in pieces of 65,536 characters."""
+    try:
+        held = tempfile.SpooledTemporaryFile(max_size=HELD_IN_MEMORY if held_in_memory is None else held_in_memory,
+                                             mode="w+", encoding="utf-8", newline="")
+    except OSError as exc:
+        raise ExportWriteError(_spool_failure(exc)) from exc
+    with held:
+        pieces = iter(text)
+        while True:
+            piece = next(pieces, None)  # (an error made here, reading the trace store, is not the spool's)
+            if piece is None:
+                break
+            try:
+                held.write(piece)
+            except OSError as exc:  # the temporary folder is full or gone
+                raise ExportWriteError(_spool_failure(exc)) from exc
+        held.seek(0)
+        while chunk := held.read(64 * 1024):
+            out.write(chunk)
+
+
+def _spool_failure(exc: OSError) -> str:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return (f"Cannot hold the export for standard output in the temporary folder ({tempfile.gettempdir()}): "
+            f"{reason}. Write it to a file with -o PATH, or free space there (or set TMPDIR to another folder).")
 
 
 def write_failure(exc: OSError, path: Path) -> str:

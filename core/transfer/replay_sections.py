@@ -158,14 +158,16 @@ def export_traces(store: "Store", thread_ids: Sequence[str]) -> list[dict[str, A
 
 
 def iter_trace_spans(store: "Store", thread_ids: Sequence[str], *, thread_chunk: int = THREAD_CHUNK,
-                     page: int = TRACE_PAGE, batch_size: int = TRACE_BATCH) -> Iterator[dict[str, Any]]:
+                     page: int = TRACE_PAGE, batch_size: int | None = None) -> Iterator[dict[str, Any]]:
     """Every span of every run of these threads (``SpanRecord.to_json_dict``), read as it is used: the
     threads in the order given, each thread's runs as the Traces list shows them (newest first), a run
     of two of the threads under the first, each run's spans in tree order (``get_trace``'s).
 
     The runs of ``thread_chunk`` threads are listed by keyset pages of ``page`` runs and their spans
-    read ``batch_size`` runs per query, so only one batch of spans is held at a time. A busy trace store
-    raises ``TransferError`` (nothing of a file is kept: ``format.write_atomically``)."""
+    read ``batch_size`` runs per query (``TRACE_BATCH``), so only one batch of spans is held at a time. A
+    busy trace store raises ``TransferError`` (nothing of a file is kept: ``format.write_atomically``; nothing
+    reaches standard output: ``format.write_whole``)."""
+    batch_size = TRACE_BATCH if batch_size is None else batch_size
     reader = store.observability
     if reader is None:
         return

@@ -210,3 +210,90 @@ def test_a_trace_store_busy_halfway_leaves_the_file_as_it_was(tmp_path: Path, db
                 holder.release()
     assert holders and out.read_text(encoding="utf-8") == "previous export\n"
     assert [p.name for p in out.parent.iterdir()] == ["r.json"]
+
+
+@pytest.mark.libsql_only
+def test_export_to_standard_output_writes_the_file_export_and_holds_no_span_list(
+        tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``export --with-traces`` without ``-o`` writes what ``-o`` writes, with the spans read in batches
+    as for a file: what it holds at once is a batch of runs and a bounded buffer, not every span and the
+    whole text (600 runs read 20 a query, ~4 MB of JSON: the peak was ~8x the text before)."""
+    import tracemalloc
+
+    import core.transfer.format as fmt
+    import core.transfer.replay_sections as sections
+
+    with open_store(db_path) as store:
+        store.memory.create_thread(thread_id="t", resource_id="r", created_at=T0)
+        assert store.observability is not None
+        spans: list[SpanRecord] = []
+        for k in range(600):
+            spans += run_of(f"{k:08d}" + "a" * 24, "t", k)
+        store.observability.write_spans(spans)
+
+    class Sink(io.TextIOBase):
+        """Standard output that counts what it is given and keeps none of it (the test holds no copy)."""
+
+        size = 0
+
+        def write(self, s: str) -> int:
+            self.size += len(s)
+            return len(s)
+
+    # (a small buffer and small batches, so that both bounds are far below this test's text)
+    monkeypatch.setattr(fmt, "HELD_IN_MEMORY", 256 * 1024)
+    monkeypatch.setattr(sections, "TRACE_BATCH", 20)
+    # The file export first: what the command imports and opens is then in memory before the peak is taken.
+    written = tmp_path / "t.json"
+    assert main(["export", "--db", str(db_path), "--thread", "t", "--with-traces", "-o", str(written)],
+                out=io.StringIO(), err=io.StringIO()) == 0
+    text = re.sub(r'\n  "exportedAt": "[^"]*",', "", written.read_text(encoding="utf-8"), count=1)
+    assert json.loads(text)["counts"]["traces"] == len(spans)
+    sink = Sink()
+    tracemalloc.start()
+    try:
+        code = main(["export", "--db", str(db_path), "--thread", "t", "--with-traces"], out=sink, err=io.StringIO())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 0
+    assert peak < sink.size / 4, (peak, sink.size)
+    # The same document but for its time: the stream's bytes less its exportedAt line.
+    stamp = len(written.read_text(encoding="utf-8")) - len(text)
+    assert sink.size - stamp == len(text)
+
+
+@pytest.mark.libsql_only
+def test_a_trace_store_busy_halfway_leaves_standard_output_empty(
+        tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written to standard output, a trace store that turns busy after the first batch leaves nothing
+    there (not half a document, even past the size held in memory) and says what to do."""
+    from core.transfer import TransferError
+    from core.transfer.format import write_whole
+
+    from .test_traces_locking import Holder
+
+    seed(db_path)
+    holders: list[Holder] = []
+    with open_store(db_path) as store:
+        assert store.observability is not None
+        store.observability.read_budget_s = 0.2
+        data = export_data(store, resource_id="r", options=ExportOptions(traces=True), streamed=True)
+        data["traces"] = Streamed(lambda: iter_trace_spans(store, list(THREADS), batch_size=2))
+
+        def chunks() -> Any:
+            for n, piece in enumerate(render_chunks(data, "json")):
+                if n == 40 and not holders:  # well inside the spans: the compaction starts now
+                    holders.append(Holder(store.observability.path.with_name(
+                        store.observability.path.name + ".lock"), "ex"))
+                yield piece
+
+        out = io.StringIO()
+        try:
+            with pytest.raises(TransferError, match="is busy .*export again in a moment, or export without "
+                                                    "--with-traces"):
+                write_whole(out, chunks(), held_in_memory=64)
+        finally:
+            for holder in holders:
+                holder.release()
+    assert holders and out.getvalue() == ""
