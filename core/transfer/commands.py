@@ -54,13 +54,17 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # A transcript shows no spans: reading every one of them only to leave them out cost the JSON's time.
+    traces = args.with_traces and args.format == "json"
+    if args.with_traces and not traces:
+        err.write("note: a Markdown transcript holds no spans; --with-traces applies to --format json\n")
     options = ExportOptions(working_memory_versions=not args.no_versions, observations=not args.no_observations,
-                            turns=not args.no_turns, agents=not args.no_agents, traces=args.with_traces)
+                            turns=not args.no_turns, agents=not args.no_agents, traces=traces)
     # Read-only and never created: exporting a Mastra database leaves it exactly as it was.
     with open_cli_store(args.db, read_only=True) as store:
         # Spans are read while the JSON is written, never all held; standard output gets it only once it
         # is whole (``write_whole``), so a trace store that turns busy halfway never leaves half a document
-        # there. A Markdown transcript has no spans.
+        # there.
         data = export_data(store, thread_id=args.thread, resource_id=args.resource, options=options,
                            streamed=args.format == "json")
         if not args.output:

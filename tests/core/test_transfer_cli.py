@@ -267,6 +267,15 @@ def test_with_traces_carries_the_runs_and_the_summary_says_what_was_left_out(tmp
     assert code == 0, err
     code, out, err = run("import", "--db", str(other), str(without))
     assert code == 0 and "left out: traces" in out and "--with-traces" in err
+    # A transcript holds no spans: none are read for it, and the summary claims none.
+    md_with, md_without = tmp_path / "with.md", tmp_path / "without.md"
+    code, _out, err = run("export", "--db", str(source), "--thread", "t", "--format", "markdown", "--with-traces",
+                          "-o", str(md_with))
+    assert code == 0 and "note: a Markdown transcript holds no spans; --with-traces applies to --format json" in err
+    assert " 0 spans to " in err, err
+    code, _out, err = run("export", "--db", str(source), "--thread", "t", "--format", "markdown", "-o", str(md_without))
+    assert code == 0 and "note:" not in err
+    assert md_with.read_text(encoding="utf-8") == md_without.read_text(encoding="utf-8")
 
 
 def test_import_says_each_left_out_reason_once(tmp_path: Path, new_db: NewDb) -> None:
