@@ -620,6 +620,16 @@ class Memory:
                 self.store.memory.create_thread(thread_id=thread_id, resource_id=new_owner, title="", metadata={},
                                                 conn=conn)
 
+    def thread_message_ids(self, *, thread_id: str, resource_id: str | None = None) -> frozenset[str]:
+        """The ids of every message of a thread, checked like ``recall`` (an unknown thread raises
+        ``NotFoundError``, another resource's is refused), without reading the messages themselves."""
+        check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
+        thread = self.get_thread(thread_id)
+        if thread is None:
+            raise NotFoundError(f"No thread found with id {thread_id}")
+        check_thread_owner(thread_id, thread.resource_id, resource_id)
+        return frozenset(self.store.memory.thread_message_ids(thread_id))
+
     def recall(
         self, *, thread_id: str, resource_id: str | None = None, last_messages: int | bool | None = None,
         page: int = 0, per_page: int | bool | None = None, vector_search_string: str | None = None,

@@ -480,6 +480,12 @@ class MemoryStore:
                 ).scalar() or 0
             )
 
+    def thread_message_ids(self, thread_id: str) -> list[str]:
+        """The ids of a thread's messages (no content read or decoded), in no particular order."""
+        with self.db.read() as conn:
+            return [r[0] for r in driver_sql.rows(conn, "SELECT id FROM mastra_messages WHERE thread_id = ?",
+                                                  (thread_id,))]
+
     def get_messages(self, ids: Iterable[str]) -> MessageRows:
         wanted = list(dict.fromkeys(ids))
         if not wanted:

@@ -172,6 +172,7 @@ def test_every_ownership_check_raises_the_same_error(store) -> None:
     calls = [
         lambda: mem.request_context(thread_id="t", resource_id="intruder"),
         lambda: mem.recall(thread_id="t", resource_id="intruder"),
+        lambda: mem.thread_message_ids(thread_id="t", resource_id="intruder"),
         lambda: mem.save_messages([Message.user("x", thread_id="t", resource_id="intruder")]),
         lambda: mem.update_working_memory(thread_id="t", resource_id="intruder", working_memory="# x"),
         lambda: service.write(opts, thread_id="t", resource_id="intruder", value="# x"),
@@ -185,6 +186,23 @@ def test_every_ownership_check_raises_the_same_error(store) -> None:
     result = service.apply_tool_call(opts, thread_id="t", resource_id="intruder", args={"memory": "# x"})
     assert not result.success and 'belongs to resource "owner"' in result.message
     assert mem.get_working_memory(thread_id="t", resource_id="owner") is None
+
+
+def test_a_threads_message_ids_are_its_stored_messages_and_nothing_else(store) -> None:
+    """``thread_message_ids``: what ``recall(per_page=False)`` lists, by id, without reading them; checked
+    like ``recall``."""
+    from core.storage import NotFoundError
+
+    mem = Memory(store)
+    mem.save_messages([Message.user(f"m{i}", thread_id="t", resource_id="r") for i in range(3)]
+                      + [Message.user("elsewhere", thread_id="other", resource_id="r")])
+    mem.create_thread(resource_id="r", thread_id="empty")
+    listed = mem.recall(thread_id="t", resource_id="r", per_page=False).messages
+    assert mem.thread_message_ids(thread_id="t", resource_id="r") == {m.id for m in listed} and len(listed) == 3
+    assert mem.thread_message_ids(thread_id="t") == {m.id for m in listed}
+    assert mem.thread_message_ids(thread_id="empty", resource_id="r") == frozenset()
+    with pytest.raises(NotFoundError, match="No thread found with id missing"):
+        mem.thread_message_ids(thread_id="missing", resource_id="r")
 
 
 # -- one exception root ---------------------------------------------------------------------------

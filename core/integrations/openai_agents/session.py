@@ -337,8 +337,12 @@ class MemorySession:
         mem = self.memory
         request = mem.request_context(thread_id=self.session_id, resource_id=self.resource_id,
                                       options={"last_messages": 0})
-        if request.options.semantic_recall.enabled:
-            request = replace(request, recall_exclude=frozenset(m.id for m in self._messages()))
+        if request.options.semantic_recall.enabled:  # (their ids only: reading the messages cost ~30 µs each)
+            try:
+                sent = self.memory.thread_message_ids(thread_id=self.session_id, resource_id=self.resource_id)
+            except NotFoundError:
+                sent = frozenset()
+            request = replace(request, recall_exclude=sent)
         ctx = mem.new_context(request, services=replace(mem.services(), tracer=NOOP_TRACER))
         ctx.live = True  # observational memory may observe; working memory and recall read
         mem.prepare_input(ctx, input=[Message.user(query)] if query else [])
