@@ -6,8 +6,9 @@
 
 Builds a scratch libSQL database: one resource with the session's thread of ``--messages`` messages and another
 thread of 200, resource-scoped recall (top 4, one message each side, the hashing embedder at 512 dimensions,
-so the model costs nothing), then times 12 memory prompts after a first one and prints their median. The
-recall search leaves out the messages the session sends (the thread's own), which it learns per turn.
+so the model costs nothing), then times 12 memory prompts after a first one, then 12 times what a run asks of
+the session itself (``get_items(limit=20)``, then ``add_items`` of a question and its answer), and prints the
+medians. The recall search leaves out the messages the session sends (the thread's own), learnt per turn.
 ``--code PATH`` runs the timing with another checkout's code (the data is built by this one's).
 """
 
@@ -49,7 +50,7 @@ def build(path: Path, n: int) -> None:
             for i in range(200)])
 
 
-CHILD = """import statistics, sys, time
+CHILD = """import asyncio, statistics, sys, time
 from core import Memory, MemoryOptions, open_store
 from core.embedding import HashingEmbedder
 from core.integrations.openai_agents.session import MemorySession
@@ -62,7 +63,16 @@ with open_store({path!r}) as store:
         began = time.perf_counter()
         session._memory_prompt(f"tell me about topic {{i}}")
         times.append((time.perf_counter() - began) * 1000)
-print(f"{{statistics.median(times):.1f}}")
+    reads, adds = [], []
+    for i in range(12):
+        began = time.perf_counter()
+        asyncio.run(session.get_items(limit=20))
+        reads.append((time.perf_counter() - began) * 1000)
+        began = time.perf_counter()
+        asyncio.run(session.add_items([{{"role": "user", "content": f"question {{i}}"}},
+                                       {{"role": "assistant", "content": f"answer {{i}}"}}]))
+        adds.append((time.perf_counter() - began) * 1000)
+print(f"{{statistics.median(times):.1f}} {{statistics.median(reads):.1f}} {{statistics.median(adds):.1f}}")
 """
 
 
@@ -79,8 +89,9 @@ def main() -> None:
         code = args.code.resolve()
         done = subprocess.run([sys.executable, "-c", CHILD.format(path=str(db), options=OPTIONS)], cwd=code,
                               env={**os.environ, "PYTHONPATH": str(code)}, check=True, capture_output=True, text=True)
-        print(f"Agents SDK memory prompt, a {args.messages:,}-message session ({code}): "
-              f"median {done.stdout.strip()} ms a turn (12 turns)")
+        prompt, reads, adds = done.stdout.split()
+        print(f"Agents SDK session of {args.messages:,} messages ({code}), median of 12 each: memory prompt "
+              f"{prompt} ms, get_items(limit=20) {reads} ms, add_items (2 items) {adds} ms")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

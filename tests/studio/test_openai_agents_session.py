@@ -162,6 +162,24 @@ def test_items_round_trip_and_pop_and_clear(memory: Memory) -> None:
     assert memory.get_thread("s1") is not None  # the thread (and its working memory) stays
 
 
+def test_the_newest_items_are_the_newest_readable_ones_whatever_is_read(memory: Memory) -> None:
+    """``get_items(limit)`` and ``pop_item`` read only a session's newest messages, and give what the whole
+    thread's readable messages give: a stored row that does not parse among the newest takes no place."""
+    session = MemorySession("s2", memory=memory, resource_id="ada")
+    items = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(8)]
+    asyncio.run(session.add_items(items))
+    assert asyncio.run(session.get_items(limit=3)) == items[-3:]
+    assert asyncio.run(session.get_items(limit=50)) == items
+    stored = memory.recall(thread_id="s2", resource_id="ada", per_page=False).messages
+    with memory.store.db.write() as conn:  # the newest but one no longer parses
+        conn.exec_driver_sql("UPDATE mastra_messages SET content = '{broken' WHERE id = ?", (stored[-2].id,))
+    readable = items[:6] + items[7:]
+    assert asyncio.run(session.get_items(limit=3)) == readable[-3:]
+    assert asyncio.run(session.get_items()) == readable
+    assert asyncio.run(session.pop_item()) == items[7]
+    assert asyncio.run(session.pop_item()) == items[5]  # (the unparsable one is skipped, as a listing skips it)
+
+
 def test_popped_and_cleared_items_leave_recall_and_keep_a_version(memory: Memory) -> None:
     # pop_item and clear_session delete as the Studio does: the recall index follows (no keyword doc
     # or vector left, so the text is not recalled later) and each deletion is a version (undoable).

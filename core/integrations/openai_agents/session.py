@@ -285,17 +285,27 @@ class MemorySession:
         except NotFoundError:
             return []
 
+    def _newest(self, n: int) -> list[Message]:
+        """``_messages()[-n:]``, reading only the newest ``n`` rows (a long session is read whole only to
+        list it whole): the thread's last ``n`` messages, oldest first."""
+        try:
+            found = self.memory.recall(thread_id=self.session_id, resource_id=self.resource_id, last_messages=n)
+        except NotFoundError:
+            return []
+        if found.unreadable and found.total > n:  # a row that does not parse took a place: read them all
+            return self._messages()[-n:]
+        return found.messages
+
     def _get_items(self, limit: int | None) -> list[Any]:
-        messages = self._messages()
         if limit is not None:
             if limit <= 0:
                 return []
-            items = messages_to_items(messages[-limit:])  # a message holds one item or more
+            items = messages_to_items(self._newest(limit))  # a message holds one item or more
             return items[-limit:]
-        return messages_to_items(messages)
+        return messages_to_items(self._messages())
 
     def _add_items(self, items: Sequence[Mapping[str, Any]]) -> list[Message]:
-        recent = messages_to_items(self._messages()[-50:])
+        recent = messages_to_items(self._newest(50))
         names = call_names(recent) | call_names(items)
         args = call_arguments(recent) | call_arguments(items)
         if self.memory.get_thread(self.session_id) is None:
@@ -311,7 +321,7 @@ class MemorySession:
         return self.memory.save_messages(messages)
 
     def _pop_item(self) -> Any | None:
-        messages = self._messages()
+        messages = self._newest(1)
         if not messages:
             return None
         newest = messages[-1]
