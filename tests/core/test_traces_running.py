@@ -239,3 +239,28 @@ def test_a_process_exiting_mid_run_writes_the_open_spans_as_never_finished(tmp_p
 @pytest.mark.parametrize("name", ["", "../x", "a/b"])
 def test_a_writer_id_that_is_not_a_plain_name_is_never_probed(tmp_path: Path, name: str) -> None:
     assert writer_alive(tmp_path / "observability.duckdb", name) is None
+
+
+def test_behind_a_composite_exporter_only_the_trace_store_gets_running_rows(tmp_path: Path) -> None:
+    """With an OpenTelemetry backend configured the DuckDB exporter sits behind a composite: the running
+    rows still reach the trace file, and the other exporters only ever get ended spans."""
+    from core.traces.composite import CompositeSpanExporter
+    from core.traces.tracer import DuckDBSpanExporter, InMemorySpanExporter, SpanType, Tracer
+
+    path = tmp_path / "observability.duckdb"
+    duck = DuckDBSpanExporter(path, background=False, running_after_s=0.0, prune_interval_s=None)
+    other = InMemorySpanExporter()
+    tracer = Tracer(CompositeSpanExporter([other, duck]))
+    reader = DuckDBObservabilityStore(path, read_only=True)
+    try:
+        with tracer.start_span("agent run: slow", SpanType.AGENT_RUN, thread_id="t", input={"q": 1}) as root:
+            assert duck.flush(10)
+            (row,) = reader.get_trace(root.trace_id)
+            assert row.running and row.input == {"q": 1} and other.spans == []
+            assert reader.list_traces()[0].status == "running"
+        assert duck.flush(10)
+        (row,) = reader.get_trace(root.trace_id)
+        assert not row.running and row.metadata is None
+        assert [s.span_id for s in other.spans] == [root.span_id] and other.spans[0].ended_at is not None
+    finally:
+        duck.shutdown(5)
