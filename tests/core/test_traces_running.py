@@ -264,3 +264,45 @@ def test_behind_a_composite_exporter_only_the_trace_store_gets_running_rows(tmp_
         assert [s.span_id for s in other.spans] == [root.span_id] and other.spans[0].ended_at is not None
     finally:
         duck.shutdown(5)
+
+
+def test_open_spans_at_shutdown_on_a_busy_store_are_spilled_and_read_as_never_finished(tmp_path: Path) -> None:
+    """Shut down while the trace store is busy: the open span's running row goes to a spill file with
+    the queue (not lost), and once another writer imports it the run reads as never finished."""
+    from core.traces.locking import StoreBusy
+    from core.traces.store import RetentionSettings
+    from core.traces.tracer import DuckDBSpanExporter, SpanType, Tracer
+
+    path = tmp_path / "observability.duckdb"
+
+    class BusyStore:  # the file stays locked by another process until this writer has shut down
+        running_rows = True
+        retention = RetentionSettings()
+
+        @property
+        def path(self) -> Path:
+            return path
+
+        def write_spans(self, spans: object, budget_s: float | None = None) -> int:
+            raise StoreBusy(path, 0.0)
+
+        def prune(self, *args: object, **kwargs: object) -> object:
+            raise AssertionError("not asked")
+
+    exporter = DuckDBSpanExporter(BusyStore(), background=False, prune_interval_s=None)  # type: ignore[arg-type]
+    tracer = Tracer(exporter)
+    root = tracer.start_span("agent run: cut short", SpanType.AGENT_RUN, thread_id="t")
+    with tracer.start_span("llm: m", SpanType.MODEL_GENERATION, parent=root):
+        pass
+    exporter.shutdown(0.2)
+    assert exporter.stats.spilled == 2 and exporter.stats.dropped == 0
+
+    importer = DuckDBSpanExporter(path, background=False, prune_interval_s=None)
+    try:
+        assert importer.flush(10)
+    finally:
+        importer.shutdown(5)
+    reader = DuckDBObservabilityStore(path, read_only=True)
+    (summary,) = reader.list_traces()
+    assert summary.status == "unfinished" and summary.span_count == 2
+    assert reader.get_trace(summary.trace_id).unfinished == {root.span_id}
