@@ -552,7 +552,15 @@ class SourceResolver:
             return TraceSource("postgres", home.display, reader, (reader.change_mark,))
         if home.path is None:
             return TraceSource("memory", home.display, None, ())
-        return TraceSource(home.kind, home.display, self._reader(home.kind, home.path), home.files)
+        watch: tuple[Path | Callable[[], Any], ...] = home.files
+        if home.kind == "duckdb":
+            from core.traces.live import live_writers
+
+            # A writer dying changes no file of the trace store, only its lease: its running rows must
+            # then be read again to say they never finished (a lock probe, no DuckDB open).
+            trace_file = home.path
+            watch = (*watch, lambda: live_writers(trace_file))
+        return TraceSource(home.kind, home.display, self._reader(home.kind, home.path), watch)
 
 
 def traces_fingerprint(paths: tuple[Path | Callable[[], Any], ...]) -> tuple[Any, ...]:
@@ -577,6 +585,8 @@ class TracePage:
     total: ReadCount | None
     offset: int
     fingerprint: tuple[Any, ...]
+    #: The first page's token usage per model over the whole scope (``load_usage``), read in the same open.
+    usage: ReadResult[ModelUsage] | None = None
 
 
 def load_traces_page(resolver: SourceResolver, filters: TraceFilters, offset: int, limit: int) -> TracePage:
@@ -586,17 +596,28 @@ def load_traces_page(resolver: SourceResolver, filters: TraceFilters, offset: in
     stamp = traces_fingerprint(source.watch)  # taken before reading: a write during the read shows next poll
     if source.reader is None:
         return TracePage(source, ReadResult(missing=True), None, offset, stamp)
-    rows = source.reader.list_traces(limit=limit, offset=offset, filters=filters)
-    total = source.reader.count_traces(filters) if not rows.missing else None
-    return TracePage(source, rows, total, offset, stamp)
+    reader = source.reader
+    usage: ReadResult[ModelUsage] | None = None
+    with reader.reading():  # one open of the trace file for the page, its count and (first page) its bill
+        rows = reader.list_traces(limit=limit, offset=offset, filters=filters)
+        total = reader.count_traces(filters) if not rows.missing else None
+        if offset == 0 and not rows.missing:
+            usage = reader.usage_by_model(usage_filters(filters))
+    return TracePage(source, rows, total, offset, stamp, usage)
 
 
 def load_usage(resolver: SourceResolver, filters: TraceFilters) -> ReadResult[ModelUsage]:
     """Token usage per model over every run the filters match (the cost line of the traces pane)."""
-    from core.traces.spans import ReadResult, TraceFilters
+    from core.traces.spans import ReadResult
 
     source = resolver.resolve()
     if source.reader is None:
         return ReadResult(missing=True)
-    # The name and status filters narrow the list, not the thread's bill.
-    return source.reader.usage_by_model(TraceFilters(resource_id=filters.resource_id, thread_id=filters.thread_id))
+    return source.reader.usage_by_model(usage_filters(filters))
+
+
+def usage_filters(filters: TraceFilters) -> TraceFilters:
+    """The name and status filters narrow the list, not the thread's bill."""
+    from core.traces.spans import TraceFilters
+
+    return TraceFilters(resource_id=filters.resource_id, thread_id=filters.thread_id)

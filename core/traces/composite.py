@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from core.traces.spans import SpanRecord
+from core.traces.tracer import LiveSpanExporter
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.traces.tracer import SpanExporter
+    from core.traces.tracer import Span, SpanExporter
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,15 @@ class CompositeSpanExporter:
         if not exporters:
             raise ValueError("CompositeSpanExporter needs at least one exporter.")
         self.exporters: tuple[SpanExporter, ...] = tuple(exporters)
+        # Only those that show running spans hear of starts (an OpenTelemetry exporter takes ended spans).
+        self._live = tuple(e for e in self.exporters if isinstance(e, LiveSpanExporter))
+
+    def span_started(self, span: Span) -> None:
+        for exporter in self._live:
+            try:
+                exporter.span_started(span)
+            except Exception:  # noqa: BLE001 - one broken exporter must not starve the others
+                log.exception("span exporter %s failed on a span's start", type(exporter).__name__)
 
     def export(self, spans: Sequence[SpanRecord]) -> None:
         for exporter in self.exporters:

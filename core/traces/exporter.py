@@ -24,6 +24,12 @@ with a lone surrogate) would otherwise be retried forever, holding every later s
 Such a failure is split until the bad spans are found; the others are written, and each bad span is
 set aside as a *poison pill*: logged, counted in ``stats.poisoned`` and kept in a ``.poison-*.jsonl``
 file beside the store (escaped, so it can always be written), and the flusher goes on.
+
+Runs in progress: a span that is still open ``running_after_s`` after it started is written as a
+*running row* (``core.traces.live``: its values so far, no end time, and the mark of this process's
+lease) by the next write, once; its end replaces the row. A span that ends sooner costs nothing but a
+dict entry, so an ordinary turn writes what it wrote before. At shutdown every span still open is
+written as a running row, and the lease ends: a reader then sees that run never finished.
 """
 
 from __future__ import annotations
@@ -37,15 +43,19 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import duckdb
 
 from core.traces.store import DuckDBObservabilityStore, RetentionSettings
+from core.traces.live import WriterLease, running_writer
 from core.traces.locking import StoreBusy
 from core.traces.spans import PruneResult, SpanRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.traces.tracer import Span
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +88,9 @@ class SpanSink(Protocol):
     """Where the exporter writes: ``DuckDBObservabilityStore`` or ``PgSpanStore``."""
 
     retention: RetentionSettings
+    #: Whether a running row (``endedAt`` null, ``core.traces.live``) is later replaced by the finished
+    #: span; only then are spans shown while they run (a sink without the attribute: not).
+    running_rows: bool
 
     @property
     def path(self) -> Path:
@@ -102,6 +115,7 @@ class DuckDBSpanExporter:
         write_budget_s: float = 0.25,
         prune_interval_s: float | None = 3600.0,
         background: bool = True,
+        running_after_s: float = 0.5,
     ) -> None:
         self.store: SpanSink = DuckDBObservabilityStore(store) if isinstance(store, (str, os.PathLike)) else store
         self.max_queue = max_queue
@@ -109,6 +123,7 @@ class DuckDBSpanExporter:
         self.flush_interval_s = flush_interval_s
         self.write_budget_s = write_budget_s
         self.prune_interval_s = prune_interval_s
+        self.running_after_s = running_after_s
         self.stats = ExporterStats()
         self._queue: deque[SpanRecord] = deque()
         self._cond = threading.Condition()
@@ -130,6 +145,13 @@ class DuckDBSpanExporter:
             self.store if background and isinstance(self.store, DuckDBObservabilityStore) else None
         if self._kept is not None:
             self._kept.keep_connection = True
+        # Spans started and not yet ended (with when they started), and those of them written as running
+        # rows; only kept when the sink replaces running rows (one that does not say so: not), with this
+        # process's lease as the proof of life their rows name.
+        self._lease = WriterLease(self.store.path) if getattr(self.store, "running_rows", False) else None
+        self._open: dict[tuple[str, str], tuple[Span, float]] = {}
+        self._placed: set[tuple[str, str]] = set()
+        self._all_open = False  # shutting down: every open span becomes a running row
         self._release_orphan_claims()
         self._thread: threading.Thread | None = None
         if background:
@@ -139,9 +161,19 @@ class DuckDBSpanExporter:
 
     # -- SpanExporter --------------------------------------------------------------------------
 
+    def span_started(self, span: Span) -> None:
+        """Note an open span (``LiveSpanExporter``): a dict entry, nothing more, on the run's thread."""
+        if self._lease is not None:
+            self._open[(span.trace_id, span.span_id)] = (span, time.monotonic())
+
     def export(self, spans: Sequence[SpanRecord]) -> None:
         overflow: list[SpanRecord] = []
         with self._cond:
+            if self._open:
+                for span in spans:
+                    key = (span.trace_id, span.span_id)
+                    self._open.pop(key, None)
+                    self._placed.discard(key)
             self._queue.extend(spans)
             self.stats.exported += len(spans)
             if len(self._queue) > self.max_queue:
@@ -197,15 +229,19 @@ class DuckDBSpanExporter:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._all_open = True  # a run still open when the process ends is written as running, never lost
         self.flush(timeout)
         with self._cond:
             rest = list(self._queue)
             self._queue.clear()
+        rest += self._running_rows()  # open spans the flush could not write (busy): spilled with the rest
         if rest:
             self._spill(rest)
         if self._kept is not None:
             self._kept.keep_connection = False
         self._release(force=True)
+        if self._lease is not None:
+            self._lease.close()  # from now on this process's running rows read as never finished
         atexit.unregister(self._at_exit)
 
     @property
@@ -274,6 +310,35 @@ class DuckDBSpanExporter:
     def _pending(self) -> bool:
         return bool(self._queue) or bool(self._spill_files())
 
+    def _due_running(self) -> list[tuple[tuple[str, str], Span]]:
+        """Open spans to write as running rows now: open ``running_after_s`` (all at shutdown), not yet written."""
+        if not self._open:
+            return []
+        now = time.monotonic()
+        return [(key, span) for key, (span, began) in list(self._open.items())
+                if key not in self._placed and not span.ended
+                and (self._all_open or now - began >= self.running_after_s)]
+
+    def _running_rows(self) -> list[SpanRecord]:
+        """Snapshots of the spans ``_due_running`` names, marked with this process's lease."""
+        due = self._due_running()
+        if not due or self._lease is None or not self._lease.acquire():
+            return []
+        rows: list[SpanRecord] = []
+        for _key, span in due:
+            try:
+                record = span.snapshot()
+            except Exception:  # noqa: BLE001 - a value changing under the snapshot: taken again next time
+                log.debug("a running span could not be read; tried again at the next write", exc_info=True)
+                continue
+            if span.ended:
+                continue  # ended meanwhile: its finished record is on its way
+            metadata = record.metadata if isinstance(record.metadata, dict) else (
+                {} if record.metadata is None else {"value": record.metadata})
+            rows.append(replace(record, ended_at=None, updated_at=None,
+                                metadata={**metadata, **self._lease.mark}))
+        return rows
+
     def _idle(self) -> bool:
         return not self._pending()
 
@@ -294,11 +359,12 @@ class DuckDBSpanExporter:
                 claimed.append(path)
             with self._cond:
                 batch = [self._queue.popleft() for _ in range(min(limit or self.batch_size, len(self._queue)))]
-            if not batch and not spilled:
+            running = self._running_rows()  # after the batch: a span that ended by now is in it, not here
+            if not batch and not spilled and not running:
                 return True
             poisoned: set[tuple[str, str]] = set()
             try:
-                self._write(spilled + batch, budget_s, poisoned)
+                self._write(spilled + batch + running, budget_s, poisoned)
             except StoreBusy:
                 self.stats.busy += 1
                 self._requeue(_without(batch, poisoned), claimed)
@@ -311,6 +377,9 @@ class DuckDBSpanExporter:
                 return False
             for path in claimed:
                 path.unlink(missing_ok=True)
+            if running:  # running rows are not queued: one that was not written is taken again next time
+                with self._cond:
+                    self._placed.update(k for k in map(_key, running) if k in self._open)
             self._last_spans = time.monotonic()
             self.stats.written += len(batch) + len(spilled)
             self.stats.imported += len(spilled)
@@ -325,6 +394,11 @@ class DuckDBSpanExporter:
             raise
         except _DATA_ERRORS as exc:
             if len(spans) == 1:
+                if spans[0].ended_at is None and running_writer(spans[0].metadata):
+                    # A running row the store cannot take: its finished span will be set aside if it fails too.
+                    log.debug("running row of span %s not stored: %s", spans[0].span_id, exc)
+                    poisoned.add(_key(spans[0]))
+                    return
                 self._set_aside(spans[0], exc)
                 poisoned.add(_key(spans[0]))
                 return

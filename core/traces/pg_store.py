@@ -88,6 +88,10 @@ def spill_folder() -> Path:
 class PgSpanStore(SpanReader):
     """Writes and reads spans in the ``mastra_ai_spans`` table of a Postgres ``Database``."""
 
+    #: Spans are written when they end: a run in progress does not show here yet (no running rows,
+    #: ``core.traces.live``; a fleet shares no folder for the writers' leases).
+    running_rows = False
+
     def __init__(
         self,
         db: "Database",

@@ -223,7 +223,9 @@ class TraceSummary:
     started_at: datetime
     ended_at: datetime | None
     duration_ms: float | None
-    status: Literal["ok", "error", "running"]
+    #: "running": the root has not ended; "unfinished": it never will, the process writing it is gone
+    #: (``core.traces.live``); neither has an end time or a duration.
+    status: Literal["ok", "error", "running", "unfinished"]
     span_count: int
     error_count: int
     input_tokens: int
@@ -253,6 +255,8 @@ class ReadResult(list[T], Generic[T]):
     ``busy``: the file stayed locked by a writer for the whole retry budget.
     ``stale``: the rows are the last good answer to the same question, not a fresh read.
     ``missing``: there is no trace store yet (no file, or no table in it).
+    ``unfinished``: (``get_trace``) the ids of its spans that never ended because the process writing
+    them is gone (``core.traces.live``); a span without an end that is not among them is running.
     """
 
     def __init__(
@@ -263,12 +267,14 @@ class ReadResult(list[T], Generic[T]):
         stale: bool = False,
         missing: bool = False,
         waited_s: float = 0.0,
+        unfinished: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(items)
         self.busy = busy
         self.stale = stale
         self.missing = missing
         self.waited_s = waited_s
+        self.unfinished = unfinished
 
 
 class ReadCount(int):

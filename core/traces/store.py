@@ -47,6 +47,7 @@ from core.traces.spans import (
     TraceFilters,
     TraceSummary,
 )
+from core.traces.live import writer_alive
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
 from core.timeutil import as_utc, utc_now_ms
 from core.traces.recovery import is_broken_file_error, set_aside_if_broken
@@ -64,6 +65,34 @@ _DUCK_TYPES = {"text": "VARCHAR", "bool": "BOOLEAN", "ts": "TIMESTAMP", "json": 
 
 
 _QUOTED_COLUMNS = ", ".join(f'"{c}"' for c in COLUMN_NAMES)
+_KEY_COLUMNS = ("spanId", "traceId")
+# A stored span is a fact and stays as it is (a spill imported twice changes nothing), with one
+# exception: a running row (no end, not a point event: a span written while it ran, core.traces.live)
+# gives way to the same span finished. A running row never replaces anything, whenever it arrives.
+_INSERT_SQL = (
+    f"INSERT INTO {SPANS_TABLE} SELECT {_QUOTED_COLUMNS} FROM span_batch "
+    'ON CONFLICT ("spanId", "traceId") DO UPDATE SET '
+    + ", ".join(f'"{c}" = excluded."{c}"' for c in COLUMN_NAMES if c not in _KEY_COLUMNS)
+    + f' WHERE {SPANS_TABLE}."endedAt" IS NULL AND NOT {SPANS_TABLE}."isEvent" '
+    'AND (excluded."endedAt" IS NOT NULL OR excluded."isEvent")'
+)
+
+
+def _finished(span: SpanRecord) -> bool:
+    return span.ended_at is not None or bool(span.is_event)
+
+
+def _one_per_span(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+    """One record per (trace, span): the finished one when a batch holds the span running and finished
+    (whatever their order), else the last."""
+    unique: dict[tuple[str, str], SpanRecord] = {}
+    for span in spans:
+        key = (span.trace_id, span.span_id)
+        kept = unique.get(key)
+        if kept is not None and _finished(kept) and not _finished(span):
+            continue
+        unique[key] = span
+    return list(unique.values())
 
 
 def _spans_ddl() -> str:
@@ -177,6 +206,9 @@ def _row_params(span: SpanRecord, now: datetime) -> list[object]:
 class DuckDBObservabilityStore(SpanReader):
     """Writes and reads spans in one DuckDB file; safe to use from two processes at once."""
 
+    #: A running row (``endedAt`` null, ``core.traces.live``) gives way to its finished span (``_insert``).
+    running_rows = True
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -287,6 +319,9 @@ class DuckDBObservabilityStore(SpanReader):
     def _ts_param(self, value: datetime) -> object:
         return _ts_param(value)
 
+    def _writer_alive(self, writer: str) -> bool | None:
+        return writer_alive(self.path, writer)
+
     def _table_exists(self, con: Any) -> bool:
         row = con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [SPANS_TABLE]
@@ -296,7 +331,8 @@ class DuckDBObservabilityStore(SpanReader):
     # -- writing -------------------------------------------------------------------------------
 
     def write_spans(self, spans: Sequence[SpanRecord], budget_s: float | None = None) -> int:
-        """Insert spans in one transaction; a span already stored is left as it is.
+        """Insert spans in one transaction; a span already stored is left as it is, unless it is a
+        running row and the new one is the same span finished (``_INSERT_SQL``).
 
         Returns the number of spans handed in. Raises ``StoreBusy`` if the file stays locked
         for ``budget_s``; the caller keeps the spans and tries again later. With ``keep_connection``
@@ -306,7 +342,7 @@ class DuckDBObservabilityStore(SpanReader):
         self._check_writable()
         if not spans:
             return 0
-        unique = list({(s.trace_id, s.span_id): s for s in spans}.values())
+        unique = _one_per_span(spans)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         budget = self.write_budget_s if budget_s is None else budget_s
         trusted = self._migrated_file is not None
@@ -344,10 +380,7 @@ class DuckDBObservabilityStore(SpanReader):
                     }
                     con.register("span_batch", batch)
                     try:
-                        con.execute(
-                            f"INSERT INTO {SPANS_TABLE} SELECT {_QUOTED_COLUMNS} FROM span_batch "
-                            "ON CONFLICT DO NOTHING"
-                        )
+                        con.execute(_INSERT_SQL)
                     finally:
                         _quietly(con.unregister, "span_batch")
                 con.execute("COMMIT")

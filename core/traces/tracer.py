@@ -29,7 +29,7 @@ from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, runtime_checkable
 
 from core.redaction import REDACTED, redact_text, redact_value
 from core.traces.spans import COLUMNS, SpanRecord, SpanType
@@ -53,6 +53,7 @@ __all__ = [
     "DuckDBSpanExporter",
     "ExporterStats",
     "InMemorySpanExporter",
+    "LiveSpanExporter",
     "NOOP_TRACER",
     "NoopSpan",
     "NoopTracer",
@@ -145,6 +146,15 @@ class SpanExporter(Protocol):
     def flush(self, timeout: float | None = None) -> bool: ...
 
     def shutdown(self, timeout: float | None = None) -> None: ...
+
+
+@runtime_checkable
+class LiveSpanExporter(Protocol):
+    """An exporter that also shows spans while they run (``DuckDBSpanExporter``): told of each span as
+    it starts, it may ask the span for a snapshot (``Span.snapshot``) until the span ends and is
+    exported. ``span_started`` must be as cheap as ``export``: agent runs call it inline."""
+
+    def span_started(self, span: Span) -> None: ...
 
 
 class InMemorySpanExporter:
@@ -267,6 +277,15 @@ class Span:
     def to_record(self) -> SpanRecord:
         return SpanRecord(**self._fields)
 
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def snapshot(self) -> SpanRecord:
+        """The span as it stands, redacted as its end will be, with no end time: what a running row
+        shows. May be called from another thread while the span runs."""
+        return self._tracer._redacted(dict(self._fields))
+
     def __enter__(self) -> Span:
         self._tokens.append(_current.set(self))
         return self
@@ -306,6 +325,9 @@ class Tracer:
         self.clock: Callable[[], datetime] = clock or StrictClock()
         self._new_id = id_factory or _random_id
         self._redact = redactor
+        # Asked once: an exporter that shows running spans is told of each span as it starts.
+        self._started: Callable[[Span], None] | None = \
+            self.exporter.span_started if isinstance(self.exporter, LiveSpanExporter) else None
 
     def start_span(
         self,
@@ -384,7 +406,13 @@ class Tracer:
             input=input,
             created_at=now,
         )
-        return Span(self, record)
+        span = Span(self, record)
+        if self._started is not None:
+            try:
+                self._started(span)
+            except Exception:  # noqa: BLE001 - a broken exporter must never fail an agent run
+                log.warning("span %r start was not passed on to the exporter", name, exc_info=True)
+        return span
 
     def memory_operation(self, operation_type: str, **kwargs: Any) -> Span:
         """``memory: <operation>`` span with ``attributes.operationType``, as Mastra names them."""
@@ -402,14 +430,16 @@ class Tracer:
     def shutdown(self, timeout: float | None = None) -> None:
         self.exporter.shutdown(timeout)
 
-    def _finish(self, span: Span) -> SpanRecord:
-        values = dict(span._fields)
+    def _redacted(self, values: dict[str, Any]) -> SpanRecord:
         redact = self._redact
         values["name"] = redact(values["name"])
         for attr in _JSON_ATTRS:
             if values[attr] is not None or redact is not redact_secrets:  # ours keeps None as None
                 values[attr] = redact(values[attr])
-        record = _span_record(values)
+        return _span_record(values)
+
+    def _finish(self, span: Span) -> SpanRecord:
+        record = self._redacted(dict(span._fields))
         try:
             self.exporter.export([record])
         except Exception:  # noqa: BLE001 - a broken exporter must never fail an agent run

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from core.traces.live import RUNNING_KEY, running_writer
 from core.traces.spans import (
     SpanRecord,
     TokenTotals,
@@ -45,8 +46,21 @@ SPAN_LABELS: dict[str, str] = {
 }
 ERROR_COLOR = "#E5534B"
 RUNNING_COLOR = "#D9A441"
+UNFINISHED_COLOR = "#8A8F98"
 OK_COLOR = "#3FB68B"
-STATUS_COLORS = {"ok": OK_COLOR, "error": ERROR_COLOR, "running": RUNNING_COLOR}
+STATUS_COLORS = {"ok": OK_COLOR, "error": ERROR_COLOR, "running": RUNNING_COLOR, "unfinished": UNFINISHED_COLOR}
+#: How a trace's status reads in the list: a run whose writer died is said to be so, never "ok" or "running".
+STATUS_TEXT = {"unfinished": "never finished"}
+NEVER_FINISHED = "never finished"
+
+
+def status_text(summary: TraceSummary) -> str:
+    return STATUS_TEXT.get(summary.status, summary.status)
+
+
+def trace_duration_text(summary: TraceSummary) -> str:
+    """A run in progress reads "running"; one whose writer died "never finished": no made-up duration."""
+    return NEVER_FINISHED if summary.status == "unfinished" else format_duration(summary.duration_ms)
 ROLE_COLORS = {"system": "#8A8F98", "user": "#4F9CF7", "assistant": "#3FB68B", "tool": "#E0B050"}
 
 
@@ -74,6 +88,8 @@ class TimelineRow:
     duration_ms: float | None  # None while the span is still running
     running: bool
     error: bool
+    #: Never ended: the process writing it is gone (``ReadResult.unfinished``); not running either.
+    unfinished: bool = False
 
     @property
     def event(self) -> bool:
@@ -82,11 +98,15 @@ class TimelineRow:
 
     @property
     def duration_text(self) -> str:
+        if self.unfinished:
+            return NEVER_FINISHED
         return "event" if self.event else format_duration(self.duration_ms)
 
     @property
     def color(self) -> str:
-        return ERROR_COLOR if self.error else span_color(self.span.span_type)
+        if self.error:
+            return ERROR_COLOR
+        return UNFINISHED_COLOR if self.unfinished else span_color(self.span.span_type)
 
 
 @dataclass(frozen=True)
@@ -104,10 +124,13 @@ def _ms(a: datetime, b: datetime) -> float:
     return (b - a).total_seconds() * 1000.0
 
 
-def layout_trace(spans: Sequence[SpanRecord], now: datetime | None = None) -> TraceLayout:
+def layout_trace(spans: Sequence[SpanRecord], now: datetime | None = None,
+                 unfinished: frozenset[str] = frozenset()) -> TraceLayout:
     """Tree order, depth, and a waterfall position for every span of one trace.
 
-    A span that has not ended runs to ``now`` when given (a live trace), else to the trace's end.
+    A span that has not ended runs to ``now`` when given (a live trace), else to the trace's end;
+    one in ``unfinished`` (its writer died: it never ends) is drawn to the trace's last known moment
+    and never to ``now``, marked so rather than running.
     Offsets and widths are clamped to [0, 1] so clock skew in foreign data cannot draw outside.
     """
     ordered = order_for_tree(spans)
@@ -116,7 +139,7 @@ def layout_trace(spans: Sequence[SpanRecord], now: datetime | None = None) -> Tr
     start = min(s.started_at for s in ordered)
     ends = [s.ended_at or s.started_at for s in ordered]
     end = max(ends)
-    if now is not None and any(s.running for s in ordered):
+    if now is not None and any(s.running and s.span_id not in unfinished for s in ordered):
         end = max(end, now)
     total = max(_ms(start, end), 0.0)
     index_of = {s.span_id: i for i, s in enumerate(ordered)}
@@ -143,7 +166,8 @@ def layout_trace(spans: Sequence[SpanRecord], now: datetime | None = None) -> Tr
         rows.append(TimelineRow(
             index=i, span=span, depth=depth[i], parent=parents[i], children=tuple(children.get(i, ())),
             offset=offset, width=width, start_ms=begin, duration_ms=span.duration_ms,
-            running=span.running, error=has_error(span),
+            running=span.running and span.span_id not in unfinished, error=has_error(span),
+            unfinished=span.span_id in unfinished,
         ))
     roots = tuple(i for i, p in enumerate(parents) if p is None)
     return TraceLayout(tuple(rows), roots, start, total)
@@ -267,14 +291,21 @@ def span_usage(span: SpanRecord) -> TokenTotals | None:
     return totals if totals.total_tokens or totals.input_tokens or totals.output_tokens else None
 
 
-def span_facts(span: SpanRecord, trace_start: datetime | None = None) -> list[tuple[str, str]]:
-    """(label, value) lines for the detail header: only the facts this span actually has."""
+def span_facts(span: SpanRecord, trace_start: datetime | None = None,
+               unfinished: bool = False) -> list[tuple[str, str]]:
+    """(label, value) lines for the detail header: only the facts this span actually has.
+    ``unfinished``: the span never ended because the process writing it is gone."""
     facts: list[tuple[str, str]] = [("type", span.span_type)]
     when = format_started(span.started_at)
     if trace_start is not None:
         when += f"  (+{format_duration(_ms(trace_start, span.started_at))})"
     facts.append(("started", f"{when}  ({relative_time(span.started_at)})"))
-    facts.append(("duration", "point event" if span.is_event else format_duration(span.duration_ms)))
+    if unfinished:
+        facts.append(("duration", f"never finished: {writer_text(span)} ended before this span did"))
+    elif span.running and running_writer(span.metadata):
+        facts.append(("duration", f"running, written by {writer_text(span)}"))
+    else:
+        facts.append(("duration", "point event" if span.is_event else format_duration(span.duration_ms)))
     if span.entity_name or span.entity_id:
         facts.append(("entity", f"{span.entity_type or ''} {span.entity_name or span.entity_id}".strip()))
     if span.thread_id:
@@ -290,6 +321,15 @@ def span_facts(span: SpanRecord, trace_start: datetime | None = None) -> list[tu
         facts.append(("model", str(attrs["model"])))
     facts.append(("span id", span.span_id))
     return facts
+
+
+def writer_text(span: SpanRecord) -> str:
+    """The process a running row names (``core.traces.live``), as a person reads it."""
+    mark = span.metadata.get(RUNNING_KEY) if isinstance(span.metadata, Mapping) else None
+    if not isinstance(mark, Mapping):
+        return "the process writing it"
+    host = f" on {mark['host']}" if mark.get("host") else ""
+    return f"the process writing it (pid {mark.get('pid', '?')}{host})"
 
 
 def error_parts(error: Any) -> tuple[str, str]:

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.traces import is_broken_trace_file_error
+from core.traces.live import running_writer
 from core.traces.spans import ModelUsage, ReadResult, SpanRecord, TraceFilters, TraceSummary
 from studio.commands import Command, CommandRegistry
 from studio.logic.traces_layout import (
@@ -53,8 +54,10 @@ from studio.logic.traces_layout import (
     layout_trace,
     pretty_json,
     span_facts,
+    status_text,
     store_notice,
     tokens_tooltip,
+    trace_duration_text,
     transcript_html,
 )
 from studio.logic.dates import date_tooltip, format_datetime
@@ -86,12 +89,12 @@ TAB_MESSAGES, TAB_INPUT, TAB_OUTPUT, TAB_ATTRIBUTES, TAB_ERROR, TAB_SPAN = range
 
 # -- the pane ---------------------------------------------------------------------------------------
 TRACE_COLUMNS: list[Column[TraceSummary]] = [
-    Column("Status", lambda t: t.status, color=lambda t: STATUS_COLORS.get(t.status),
+    Column("Status", status_text, color=lambda t: STATUS_COLORS.get(t.status),
            foreground=lambda t: ERROR_COLOR if t.status == "error" else None),
     Column("Trace", lambda t: t.name, tooltip=lambda t: f"{t.name}\ntrace {t.trace_id}"),
     Column("Agent", lambda t: t.entity_name or ""),
     Column("Started", lambda t: format_started(t.started_at), tooltip=lambda t: date_tooltip(t.started_at)),
-    Column("Duration", lambda t: format_duration(t.duration_ms), RIGHT),
+    Column("Duration", trace_duration_text, RIGHT),
     Column("Spans", format_spans, RIGHT),
     Column("Tokens", format_tokens, RIGHT, tooltip=tokens_tooltip),
     Column("Thread", lambda t: t.thread_id or "", tooltip=lambda t: f"resource {t.resource_id or '?'}"),
@@ -436,7 +439,10 @@ class TracesPane(QWidget):
         self._update_banner(filters)
         self._update_counts()
         if page.offset == 0:
-            self._load_usage(filters)
+            if page.usage is not None:  # read with the page
+                self._on_usage(page.usage, self._scope_text(), filters)
+            else:
+                self._load_usage(filters)
         self.traces_loaded.emit()
 
     def _set_traces(self, traces: list[TraceSummary], *, reload: bool = False) -> None:
@@ -569,12 +575,20 @@ class TracesPane(QWidget):
                               "or written to another trace file.")
             return
         self.spans = list(spans)
-        self.layout_model = layout_trace(self.spans)
+        # A run whose writer is known to live is drawn up to now: its open spans have lasted that long
+        # at least. Others (Mastra's own open spans, whose writer nobody can ask) run to the trace's end.
+        live = any(s.running and s.span_id not in spans.unfinished and running_writer(s.metadata) for s in spans)
+        self.layout_model = layout_trace(self.spans, now=datetime.now(timezone.utc) if live else None,
+                                         unfinished=spans.unfinished)
         self.span_model.set_layout(self.layout_model)
         self.tree.expandAll()
         n = len(self.spans)
         errors = sum(1 for r in self.layout_model.rows if r.error)
-        self.tree_caption.setText(f"Spans · {n} · {format_duration(self.layout_model.total_ms)}"
+        running = sum(1 for r in self.layout_model.rows if r.running)
+        # A run in progress has no length yet, and one whose writer died never will: no total is made up.
+        length = ("never finished (the process writing it is gone)" if spans.unfinished
+                  else f"{running} running" if running else format_duration(self.layout_model.total_ms))
+        self.tree_caption.setText(f"Spans · {n} · {length}"
                                   + (f" · {errors} with errors" if errors else "")
                                   + (" · stale" if spans.stale else ""))
         index = self.span_model.index_of(span_id) if span_id else QModelIndex()
@@ -629,7 +643,8 @@ class TracesPane(QWidget):
             self.tabs.setTabVisible(TAB_ERROR, False)
             return
         self.span_title.setText(("⚠ " if span.error is not None else "") + span.name)
-        facts = span_facts(span, self.layout_model.start)
+        row = self.layout_model.row_of(span.span_id)
+        facts = span_facts(span, self.layout_model.start, unfinished=row is not None and row.unfinished)
         cells = "".join(f"<tr><td style='color:#7d8590; padding-right:10px'>{label}</td><td>{_esc(value)}</td></tr>"
                         for label, value in facts)
         self.span_facts.setText(f"<table cellspacing='0' cellpadding='1'>{cells}</table>")

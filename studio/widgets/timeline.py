@@ -167,7 +167,7 @@ class TimelineDelegate(QStyledItemDelegate):
             painter.drawPolygon(QPolygonF([QPointF(x, cy - half), QPointF(x + half, cy), QPointF(x, cy + half),
                                            QPointF(x - half, cy)]))
             w = half
-        elif node.running:  # still open: a hatched bar
+        elif node.running or node.unfinished:  # still open (or never closed: grey): a hatched bar
             painter.setBrush(QBrush(colour, Qt.BrushStyle.BDiagPattern))
         else:
             painter.setBrush(colour)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
@@ -91,3 +92,39 @@ def test_a_waiting_writer_in_another_process_makes_readers_step_aside(trace_file
         holder.release()
     with open_duckdb(trace_file, read_only=True, budget_s=5) as con:
         assert con.execute("select 4").fetchone() == (4,)
+
+
+def test_the_reads_of_one_reading_block_open_the_file_once_and_wait_once_when_busy(trace_file: Path) -> None:
+    """The Studio's page read (list, count, the thread's bill) opens the trace file once, not once per
+    read (each open of a DuckDB file costs ~12–20 ms of CPU); a busy file is waited for once."""
+    from core.traces.spans import SpanRecord, TraceFilters
+    from core.traces.store import DuckDBObservabilityStore
+
+    start = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
+    writer = DuckDBObservabilityStore(trace_file)
+    writer.write_spans([SpanRecord(f"t{i}", "root", f"run {i}", "agent_run", start, thread_id="th",
+                                   ended_at=start + timedelta(seconds=1), created_at=start) for i in range(3)])
+    reader = DuckDBObservabilityStore(trace_file, read_only=True, read_budget_s=0.1)
+    alone = (reader.list_traces(filters=TraceFilters(thread_id="th")), reader.count_traces(),
+             reader.usage_by_model(), reader.get_trace("t1"))
+    opens = reader.wait_stats.opens
+    with reader.reading():
+        shared = (reader.list_traces(filters=TraceFilters(thread_id="th")), reader.count_traces(),
+                  reader.usage_by_model(), reader.get_trace("t1"))
+        with reader.reading():  # nested: the same connection
+            assert reader.count_traces() == 3
+    assert reader.wait_stats.opens == opens + 1
+    assert shared == alone and len(shared[0]) == 3
+
+    holder = Holder(trace_file.with_name(trace_file.name + ".write-intent"), "ex")  # a writer waits: readers step aside
+    try:
+        failures = reader.wait_stats.busy_failures
+        with reader.reading():
+            page, count = reader.list_traces(filters=TraceFilters(thread_id="th")), reader.count_traces()
+        assert reader.wait_stats.busy_failures == failures + 1  # one wait for the block, not one per read
+        assert page.busy and page.stale and page == alone[0]  # the last good answers, flagged
+        assert count.busy and count == 3
+    finally:
+        holder.release()
+    with reader.reading():
+        assert not reader.list_traces().busy  # a block after a busy one opens again

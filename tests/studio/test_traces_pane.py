@@ -432,3 +432,144 @@ def test_a_list_that_cannot_be_read_does_not_keep_the_previous_threads_traces(no
     assert pane.traces == [] and pane.spans == []
     assert pane.subtitle.text().startswith("thread liwei-shanghai") and "ada-weekend" not in pane.subtitle.text()
     assert "reading" not in pane.tree_caption.text()
+
+
+def _blocking_turn(db: Path, gate: Any, entered: Any) -> Any:
+    """A real agent turn (scripted model) whose tool call blocks until ``gate`` is set, in a thread."""
+    import threading
+
+    from core import Agent
+    from core.agent import Tool
+    from core.llm import ScriptedModel
+    from core.llm.scripted import ScriptedReply, tool_call
+
+    def lookup(args: dict[str, Any], _ctx: Any) -> dict[str, Any]:
+        entered.set()
+        gate.wait(120)
+        return {"found": args.get("q")}
+
+    store = open_store(db)
+    agent = Agent("chef", instructions="Be brief.", tracer=store.tracer(),
+                  model=ScriptedModel([ScriptedReply(tool_calls=(tool_call("lookup", {"q": "peanuts"}),)), "None."]),
+                  tools=[Tool("lookup", "Look it up.", lookup)])
+
+    def run() -> None:
+        try:
+            agent.generate("Anything with peanuts?", memory={"resource": "ada", "thread": "t1"})
+            store.tracer().flush(30)
+        finally:
+            store.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _tool_running(pane: TracesPane) -> bool:
+    return any(r.running and r.span.span_type == "tool_call" for r in pane.layout_model.rows)
+
+
+def test_a_run_in_progress_shows_as_running_then_as_finished(no_leaked_widgets, qtbot, make_session, tmp_path):
+    import threading
+
+    db = tmp_path / "memory.db"
+    open_store(db).close()
+    gate, entered = threading.Event(), threading.Event()
+    turn = _blocking_turn(db, gate, entered)
+    try:
+        assert entered.wait(60)
+        pane = open_pane(qtbot, make_session, db)
+
+        def poll_until_tool_runs() -> bool:  # the pane's own 2 s poll, driven here
+            if not _tool_running(pane) and not pane._polling and not pane.loading:
+                pane.poll()
+            return _tool_running(pane)
+
+        qtbot.waitUntil(poll_until_tool_runs, timeout=WAIT)
+        (trace,) = pane.traces
+        assert trace.status == "running" and pane.trace_model.index(0, 0).data() == "running"
+        assert pane.trace_model.index(0, 4).data() == "running"  # Duration: no made-up length
+        assert "running" in pane.tree_caption.text()
+        tool_row = next(r for r in pane.layout_model.rows if r.span.span_type == "tool_call")
+        assert tool_row.duration_text == "running"
+        assert pane.select_span(tool_row.span.span_id)
+        assert "running, written by the process writing it (pid" in pane.span_facts.text()
+        Path("/tmp/s18tr").mkdir(exist_ok=True)
+        pane.grab().save("/tmp/s18tr/running.png")
+        seen = {r.span.span_id for r in pane.layout_model.rows}
+    finally:
+        gate.set()
+        turn.join(60)
+
+    qtbot.waitUntil(lambda: (not pane._polling and not pane.loading and pane.poll() is None
+                             and bool(pane.traces) and pane.traces[0].status == "ok"), timeout=WAIT)
+    qtbot.waitUntil(lambda: bool(pane.spans) and all(not s.running for s in pane.spans), timeout=WAIT)
+    ids = [s.span_id for s in pane.spans]
+    assert len(ids) == len(set(ids)) == pane.traces[0].span_count and seen <= set(ids)
+    assert pane.trace_model.index(0, 0).data() == "ok"
+    pane.grab().save("/tmp/s18tr/finished.png")
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from core import Agent, open_store
+    from core.agent import Tool
+    from core.llm import ScriptedModel
+    from core.llm.scripted import ScriptedReply, tool_call
+
+    def lookup(args, ctx):
+        print("in tool", flush=True)
+        sys.stdin.readline()
+        return {}
+
+    store = open_store(Path(sys.argv[1]))
+    model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("lookup", {"q": "x"}),)), "done"])
+    Agent("chef", instructions="Be brief.", model=model, tools=[Tool("lookup", "Look it up.", lookup)],
+          tracer=store.tracer()).generate("Anything?", memory={"resource": "ada", "thread": "t1"})
+    """
+)
+
+
+def test_a_run_whose_process_was_killed_says_it_never_finished(no_leaked_widgets, qtbot, make_session, tmp_path):
+    import os
+    import signal
+
+    db = tmp_path / "memory.db"
+    open_store(db).close()
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(db)], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "in tool"
+        pane = open_pane(qtbot, make_session, db)
+
+        def poll_until_tool_runs() -> bool:
+            if not _tool_running(pane) and not pane._polling and not pane.loading:
+                pane.poll()
+            return _tool_running(pane)
+
+        qtbot.waitUntil(poll_until_tool_runs, timeout=WAIT)
+        assert pane.traces[0].status == "running"
+        child.send_signal(signal.SIGKILL)
+        child.wait(60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(60)
+
+    # No file of the trace store changed: the poll sees the writer's lease go, and reads again.
+    reload(qtbot, pane, pane.poll)
+    qtbot.waitUntil(lambda: any(r.unfinished for r in pane.layout_model.rows), timeout=WAIT)
+    (trace,) = pane.traces
+    assert trace.status == "unfinished"
+    assert pane.trace_model.index(0, 0).data() == "never finished"
+    assert pane.trace_model.index(0, 4).data() == "never finished"
+    assert "never finished" in pane.tree_caption.text()
+    assert not any(r.running for r in pane.layout_model.rows)
+    root = next(r for r in pane.layout_model.rows if r.span.parent_span_id is None)
+    assert root.unfinished and root.duration_text == "never finished"
+    assert pane.select_span(root.span.span_id)
+    assert f"never finished: the process writing it (pid {child.pid}" in pane.span_facts.text()
+    pane.grab().save("/tmp/s18tr/unfinished.png")
