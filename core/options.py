@@ -579,7 +579,7 @@ def _semantic(value: Any) -> SemanticRecallOptions:
             pass
         elif isinstance(rng, int) and not isinstance(rng, bool) and rng >= 0:
             data["message_range"] = MessageRange(rng, rng)
-        elif isinstance(rng, Mapping):
+        elif isinstance(rng, Mapping) and min(int(rng.get("before", 1)), int(rng.get("after", 1))) >= 0:
             data["message_range"] = MessageRange(int(rng.get("before", 1)), int(rng.get("after", 1)))
         else:
             raise OptionsError("semantic_recall.message_range must be a non-negative integer or {before, after}.")

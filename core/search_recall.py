@@ -50,9 +50,10 @@ def search_with_ranges(
     rng = options.message_range
     ranges: list[RecalledRange] = []
     found: dict[str, Message] = {}
-    for hit in result.hits:
-        window = store.memory.messages_with_context(
-            [Include(hit.message_id, hit.thread_id, before=rng.before, after=rng.after)], resource_id=resource_id)
+    windows = store.memory.message_windows(
+        [Include(hit.message_id, hit.thread_id, before=rng.before, after=rng.after) for hit in result.hits],
+        resource_id=resource_id)
+    for hit, window in zip(result.hits, windows):
         ranges.append(RecalledRange(hit, tuple(m.id for m in window)))
         found.update((m.id, m) for m in window)
     return sorted(found.values(), key=lambda m: (m.created_at, m.id)), ranges, result.reason

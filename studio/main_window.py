@@ -887,13 +887,17 @@ class MainWindow(QMainWindow):
                                keep=self.selection)
 
     def request_allow_writes(self) -> None:
-        from studio.dialogs import newer_schema_notice
+        from studio.dialogs import Problem, newer_schema_notice
 
         session = self.session
         if session is None or not session.read_only:
             return
         if self.newer_migrations:
             self.presenter.error(self, newer_schema_notice(session.display_path, self.newer_migrations))
+            return
+        if session.write_refusal is not None:  # its folder cannot be written: allowing would not help
+            self.presenter.error(self, Problem("Cannot write this file", session.write_refusal,
+                                               "Copy the file to a writable folder and open the copy."))
             return
         self.presenter.confirm(
             self, "Allow writes?",
@@ -1026,9 +1030,10 @@ class MainWindow(QMainWindow):
         self.path_label.setToolTip(f"Why this file: {location.reason}" if location.reason else "")
         self.badge.setObjectName("readOnlyBadge" if ro else "writableBadge")
         lost = self.session.lost
-        self.badge.setText("FILE GONE · READ-ONLY" if lost else "READ-ONLY" if ro else "WRITABLE")
-        self.badge.setToolTip(lost or ("File > Allow Writes… to edit this database" if ro
-                                       else "Editors can save to this file"))
+        gone = "FILE CHANGED · READ-ONLY" if self.session.frozen else "FILE GONE · READ-ONLY"
+        self.badge.setText(gone if lost else "READ-ONLY" if ro else "WRITABLE")
+        self.badge.setToolTip(lost or self.session.write_refusal or (
+            "File > Allow Writes… to edit this database" if ro else "Editors can save to this file"))
         self.badge.style().unpolish(self.badge)
         self.badge.style().polish(self.badge)
         self.badge.show()

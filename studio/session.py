@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from core import DatabaseOpenError, SchemaError, StorageError, open_store
+from core.storage.errors import FileChangedError
 from studio.workers import WorkerPool
 
 if TYPE_CHECKING:  # pragma: no cover - the engine loads on the worker that first builds a Memory
@@ -65,7 +66,7 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
             return open_store(path)  # a new file is ours
         owned = probe.db.owned
         newer = probe.db.unknown_migrations()
-        if owned and not newer:
+        if owned and not newer and probe.db.refusal is None:  # (a refusal: its folder cannot be written)
             probe.close()
             return open_store(path)
         return probe
@@ -204,6 +205,17 @@ class StudioSession(QObject):
     def owned(self) -> bool:
         return self.store.db.owned
 
+    @property
+    def write_refusal(self) -> str | None:
+        """Why this database cannot be written whatever the user allows (its folder is not writable,
+        or the file is gone), or None."""
+        return self.store.db.refusal
+
+    @property
+    def frozen(self) -> bool:
+        """Read as a snapshot of the file (its folder cannot be written): changes end the session."""
+        return self.store.db.frozen_at is not None
+
     def start(self) -> None:
         self._timer.start()
         self.poll()
@@ -222,7 +234,10 @@ class StudioSession(QObject):
         problem = self._file_problem()
         if problem is not None:
             return _FileLost(problem)
-        return self.store.db.change_fingerprint()
+        try:
+            return self.store.db.change_fingerprint()
+        except FileChangedError as exc:  # a snapshot whose file moved on: what is shown is not the file
+            return _FileLost(str(exc))
 
     def _file_problem(self) -> str | None:
         """Why the open file is not the file at its path any more, or None (runs on a worker)."""

@@ -165,3 +165,41 @@ def start_server(pgdata: Path) -> PgTestServer:
         with psycopg.connect(test_server.url("template1"), autocommit=True) as tpl:
             tpl.execute("CREATE EXTENSION IF NOT EXISTS vector")
     return test_server
+
+
+# -- folders this process cannot write ------------------------------------------------------------
+_NO_OVERRIDE = "-dac_override,-dac_read_search"
+
+
+@pytest.fixture
+def bound_python() -> list[str]:
+    """The command of a Python that folder and file permissions bind. As root they bind no one
+    (CAP_DAC_OVERRIDE), so there it is root without that capability (``setpriv``); skipped only when
+    running as root with no ``setpriv`` to drop it."""
+    import shutil
+    import sys
+
+    if os.geteuid() != 0:
+        return [sys.executable]
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root, and setpriv (util-linux) is missing to drop the capability that lets "
+                    "root write any folder; without it no folder is read-only to this test")
+    return [setpriv, f"--inh-caps={_NO_OVERRIDE}", f"--bounding-set={_NO_OVERRIDE}", "--", sys.executable]
+
+
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """An empty folder outside pytest's temp root (which is private, 0700, so a ``bound_python`` run as
+    root without its override could not enter it); permissions restored and removed afterwards."""
+    import shutil
+    import tempfile
+
+    made = Path(tempfile.mkdtemp(prefix="memory-studio-ro-"))
+    os.chmod(made, 0o755)
+    try:
+        yield made
+    finally:
+        for p in (made, *made.rglob("*")):
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        shutil.rmtree(made, ignore_errors=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from core.message_list import Provenance
 from core.messages import Message
@@ -182,13 +182,14 @@ class SemanticRecall(BaseProcessor):
         if frozen is not None and frozen.hits is None:
             frozen = None  # recall re-queried (a what-if changed its options): windows are queried too
         seen: dict[str, list[str]] = {}
-        for hit in hits:  # best first, so a shared neighbour keeps the better hit's score
-            if frozen is not None:
-                msgs = frozen.window(hit.message_id)
-            else:
-                msgs = ctx.store.memory.messages_with_context(
-                    [Include(hit.message_id, hit.thread_id, rng.before, rng.after)], resource_id=resource_id
-                )
+        windows: Sequence[list[Message]]
+        if frozen is not None:
+            windows = [frozen.window(hit.message_id) for hit in hits]
+        else:  # every hit's window in one statement
+            windows = ctx.store.memory.message_windows(
+                [Include(hit.message_id, hit.thread_id, rng.before, rng.after) for hit in hits], resource_id=resource_id
+            )
+        for hit, msgs in zip(hits, windows):  # best first, so a shared neighbour keeps the better hit's score
             seen[hit.message_id] = [m.id for m in msgs]
             for m in msgs:
                 if m.role != "system" and m.id not in out:

@@ -295,10 +295,11 @@ def _windows(index: "RecallIndex", out: Inspection, resource_id: str | None) -> 
     if out.before == 0 and out.after == 0:
         return [Window(c.message_id, (c.message_id,)) for c in out.hits("hybrid")]
     memory = index.store.memory
-    for c in out.hits("hybrid"):
-        msgs = memory.messages_with_context([Include(c.message_id, c.thread_id, out.before, out.after)],
-                                            resource_id=resource_id)
-        msgs = [m for m in msgs if m.role != "system"]
+    hits = out.hits("hybrid")
+    found = memory.message_windows([Include(c.message_id, c.thread_id, out.before, out.after) for c in hits],
+                                   resource_id=resource_id)
+    for c, window in zip(hits, found):
+        msgs = [m for m in window if m.role != "system"]
         for m in msgs:
             out.messages.setdefault(m.id, _show(m))
         windows.append(Window(c.message_id, tuple(m.id for m in msgs)))

@@ -21,7 +21,7 @@ from typing import ClassVar, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-from core.storage import catalog, driver_sql, migrations
+from core.storage import catalog, driver_sql, frozen_file, migrations
 from core.storage.capabilities import LIBSQL, Capabilities
 from core.storage.errors import (  # re-exported: the errors were defined here first
     CorruptDatabaseError as CorruptDatabaseError,
@@ -94,9 +94,11 @@ def translate_driver_error(location: ResolvedPath, exc: BaseException) -> Storag
     if "readonly database" in low or "read-only" in low or "unable to open database file" in low:
         if folder is not None and not os.access(folder, os.W_OK):
             return ReadOnlyFileError(
-                f"{display} cannot be used: its folder {folder} is not writable, and SQLite must create "
-                f"{name}-wal and {name}-shm beside the file (even to read a file in WAL mode). Nothing was "
-                "changed. Make the folder writable, or copy the file to a writable folder and open the copy."
+                f"{display} cannot be written: its folder {folder} is not writable, and SQLite must create "
+                f"{name}-wal and {name}-shm beside the file. Nothing was changed. Make the folder writable, or "
+                "copy the file to a writable folder and open the copy. Looking needs no writable folder: the "
+                "Studio and the commands that only read (`memory-studio threads`, `prompt`, `export`) open it "
+                "read-only."
             )
         return ReadOnlyFileError(
             f"{display} is read-only for this user (permission denied), so nothing was written. Fix its "
@@ -154,10 +156,15 @@ class Database:
     """One database file: an engine, its ownership and its migrations."""
 
     capabilities: ClassVar[Capabilities] = LIBSQL
-    #: Why writes are refused when ``refuse_writes`` said so (None: the usual read-only message).
+    #: Why writes are refused when ``refuse_writes`` said so, or when the file's folder cannot be
+    #: written (None: the usual read-only message); ``_refuse_as`` is the error that says it.
     refusal: str | None = None
+    _refuse_as: type[ReadOnlyError] = ReadOnlyError
     #: One connection shared by every thread (an in-memory database): reads queue behind writes.
     _shared_connection: bool = False
+    #: Opened as a snapshot (SQLite's ``immutable``) because its folder cannot be written: the file's
+    #: state then, which every read checks (``core.storage.frozen_file``). None: an ordinary open.
+    frozen_at: "frozen_file.State | None" = None
 
     def __init__(self, location: ResolvedPath, *, read_only: bool = False, create: bool = True) -> None:
         self.location = location
@@ -196,26 +203,60 @@ class Database:
                 "sqlite+libsql:///:memory:", poolclass=StaticPool,
                 connect_args={"check_same_thread": False, "isolation_level": None},
             )
-        sa.event.listen(self.engine, "connect", self._on_connect)
-        # ``engine.dispose()`` means "new connections from now on": the kept ones follow it.
-        sa.event.listen(self.engine, "engine_disposed", self._drop_kept)
+        self._listen()
         try:
-            with self.engine.connect() as conn:
-                conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
-                self.is_empty = not catalog.has_user_tables(conn)
-                self.owned = self.is_empty or catalog.has_table(conn, migrations.MIGRATIONS_TABLE)
-                self.is_mastra = catalog.has_table(conn, "mastra_threads")
+            self._look()
         except (sa.exc.DBAPIError, ValueError) as exc:  # libsql raises bare ValueErrors for some errors
             self.engine.dispose()
             ours = translate_driver_error(location, exc)
             if isinstance(ours, CorruptDatabaseError) or ours is None:
                 raise DatabaseOpenError(_explain_open_error(location.display, exc)) from exc
-            raise ours from exc
+            if not (read_only and isinstance(ours, ReadOnlyFileError) and path is not None
+                    and not frozen_file.folder_writable(path)):
+                raise ours from exc
+            self._open_frozen(path, exc)
+        if read_only and path is not None and not frozen_file.folder_writable(path):
+            # (A snapshot, or read with the -wal and -shm it found there.) "Allow writes" cannot help.
+            self.refusal, self._refuse_as = frozen_file.refusal(path), ReadOnlyFileError
         try:
             self._prepare()
         except BaseException:
             self.engine.dispose()
             raise
+
+    def _listen(self) -> None:
+        sa.event.listen(self.engine, "connect", self._on_connect)
+        # ``engine.dispose()`` means "new connections from now on": the kept ones follow it.
+        sa.event.listen(self.engine, "engine_disposed", self._drop_kept)
+
+    def _look(self) -> None:
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+            self.is_empty = not catalog.has_user_tables(conn)
+            self.owned = self.is_empty or catalog.has_table(conn, migrations.MIGRATIONS_TABLE)
+            self.is_mastra = catalog.has_table(conn, "mastra_threads")
+
+    def _open_frozen(self, path: Path, cause: BaseException) -> None:
+        """Open ``path``, in a folder this user cannot write, as a snapshot when that shows all of it
+        (``core.storage.frozen_file``); else raise why not."""
+        at_open = frozen_file.state(path)
+        problem = frozen_file.unreadable_changes(path)
+        if problem is not None:
+            raise problem from cause
+        self.engine = sa.create_engine(frozen_file.url(path), pool_size=4, max_overflow=8,
+                                       connect_args={"isolation_level": None})
+        self._listen()
+        try:
+            self._look()
+            frozen_file.check(path, at_open)  # (a -wal written meanwhile: not in what was just read)
+        except BaseException as exc:
+            self.engine.dispose()
+            ours = translate_driver_error(self.location, exc) if isinstance(exc, (sa.exc.DBAPIError, ValueError)) \
+                else None
+            if ours is not None:
+                raise ours from exc
+            raise
+        self.frozen_at = at_open
 
     def _prepare(self) -> None:
         if not self.owned or self.read_only:
@@ -319,12 +360,16 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
+        if self.frozen_at is not None:  # a snapshot: what it reads must still be the file (frozen_file)
+            self._check_frozen()
         held: sa.Connection | None = getattr(self._held, "conn", None)
         if held is not None:  # inside ``reads()``
             try:
                 try:
                     _READ_TOKENS[held] = next(_READS)
                     yield held
+                    if self.frozen_at is not None:
+                        self._check_frozen()
                 finally:
                     _READ_TOKENS.pop(held, None)
                     held.rollback()
@@ -341,6 +386,8 @@ class Database:
                 try:
                     _READ_TOKENS[conn] = next(_READS)
                     yield conn
+                    if self.frozen_at is not None:
+                        self._check_frozen()
                 finally:
                     _READ_TOKENS.pop(conn, None)
                     conn.rollback()
@@ -351,6 +398,10 @@ class Database:
             if self._shared_connection:
                 self._writer.release()
 
+    def _check_frozen(self) -> None:
+        assert self.frozen_at is not None and self.location.path is not None
+        frozen_file.check(self.location.path, self.frozen_at)
+
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
         """A write transaction. Refused on read-only or newer-schema databases.
@@ -360,7 +411,7 @@ class Database:
         another process committed in between — and no busy timeout helps with that.
         """
         if self.read_only:
-            raise ReadOnlyError(self.refusal or
+            raise self._refuse_as(self.refusal or
                 f"{self.location.display} is open read-only. Allow writes first (Studio: File > Allow Writes)."
             )
         newer = self._newer_schema()
@@ -472,7 +523,7 @@ class Database:
     def refuse_writes(self, reason: str) -> None:
         """From now on every write raises ``ReadOnlyError(reason)``: for a database that must not be
         written any more (the Studio's, once its file was deleted or replaced under it)."""
-        self.refusal = reason
+        self.refusal, self._refuse_as = reason, ReadOnlyError
         self.read_only = True
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:

@@ -45,6 +45,10 @@ class ReadOnlyFileError(ReadOnlyError):
     """The file, or the folder it sits in, cannot be written by this user."""
 
 
+class FileChangedError(StorageError):
+    """A file opened as a snapshot (its folder cannot be written) changed on disk after it was opened."""
+
+
 class DiskFullError(StorageError):
     """A write failed because the disk (or the database's page limit) is full; it was rolled back."""
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from core.message_size import check_rows
 from core.ids import check_id, check_ids
 from core.messages import Message
-from core.storage import bulk, catalog, dialect, driver_sql, locks, message_pages
+from core.storage import bulk, catalog, dialect, driver_sql, locks, message_pages, message_windows
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.storage.message_pages import MessageRows, UnreadableMessage
@@ -505,37 +505,26 @@ class MemoryStore:
         found.sort(key=lambda m: (m.created_at, m.id))
         return found
 
+    def message_windows(self, includes: Sequence[Include], resource_id: str | None = None) -> list[MessageRows]:
+        """The window of each include, in the same order: the target and its ``before`` / ``after``
+        neighbours in the target's own thread, each once, oldest first; empty when the target is
+        missing or another resource's (``core.storage.message_windows``). One statement for all."""
+        for inc in includes:
+            for side in (inc.before, inc.after):
+                if not isinstance(side, int) or side < 0:
+                    raise InvalidArgumentError(
+                        f"A recall range must count messages (0 or more), not {side!r}: "
+                        "set message_range's before and after to non-negative integers.")
+        if not includes:
+            return []
+        with self.db.read() as conn:
+            return message_windows.read(conn, [(inc.id, inc.before, inc.after) for inc in includes], resource_id)
+
     def messages_with_context(self, includes: Sequence[Include], resource_id: str | None = None) -> list[Message]:
         """Each target plus its neighbours in the target's own thread, de-duplicated, oldest first."""
         found: dict[str, Message] = {}
-        msg = t.messages.c
-        with self.db.read() as conn:
-            for inc in includes:
-                target = conn.execute(sa.select(t.messages).where(msg.id == inc.id)).mappings().first()
-                if target is None:
-                    continue
-                if resource_id is not None and target["resourceId"] not in (None, resource_id):
-                    continue
-                for m in message_pages.readable([target]):
-                    found[m.id] = m
-                base = sa.select(t.messages).where(msg.thread_id == target["thread_id"], msg.role != "system")
-                if resource_id is not None:
-                    # A neighbour is held to the same rule as the hit: another resource's row in the
-                    # thread (written before ownership was checked per message) never comes along.
-                    base = base.where(sa.or_(msg.resourceId.is_(None), msg.resourceId == resource_id))
-                key = (target["createdAt"], target["id"])
-                if inc.before:
-                    rows = conn.execute(
-                        base.where(sa.tuple_(msg.createdAt, msg.id) < key)
-                        .order_by(msg.createdAt.desc(), msg.id.desc()).limit(inc.before)
-                    ).mappings().all()
-                    found.update((m.id, m) for m in message_pages.readable(rows))
-                if inc.after:
-                    rows = conn.execute(
-                        base.where(sa.tuple_(msg.createdAt, msg.id) > key)
-                        .order_by(msg.createdAt.asc(), msg.id.asc()).limit(inc.after)
-                    ).mappings().all()
-                    found.update((m.id, m) for m in message_pages.readable(rows))
+        for window in self.message_windows(includes, resource_id):
+            found.update((m.id, m) for m in window)
         return sorted(found.values(), key=lambda m: (m.created_at, m.id))
 
     def delete_messages(self, ids: Iterable[str]) -> int:
