@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -220,16 +222,11 @@ def test_a_trace_store_busy_halfway_leaves_the_file_as_it_was(tmp_path: Path, db
 
 
 @pytest.mark.libsql_only
-def test_export_to_standard_output_writes_the_file_export_and_holds_no_span_list(
-        tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_to_standard_output_writes_the_file_export_and_holds_no_span_list(tmp_path: Path, db_path: Path) -> None:
     """``export --with-traces`` without ``-o`` writes what ``-o`` writes, with the spans read in batches
     as for a file: what it holds at once is a batch of runs and a bounded buffer, not every span and the
-    whole text (600 runs read 20 a query, ~4 MB of JSON: the peak was ~8x the text before)."""
-    import tracemalloc
-
-    import core.transfer.format as fmt
-    import core.transfer.replay_sections as sections
-
+    whole text (600 runs read 20 a query, ~4 MB of JSON: the peak was ~8x the text before). Measured in
+    a process of its own, so that no other test's threads allocate while the peak is taken."""
     with open_store(db_path) as store:
         store.memory.create_thread(thread_id="t", resource_id="r", created_at=T0)
         assert store.observability is not None
@@ -237,37 +234,40 @@ def test_export_to_standard_output_writes_the_file_export_and_holds_no_span_list
         for k in range(600):
             spans += run_of(f"{k:08d}" + "a" * 24, "t", k)
         store.observability.write_spans(spans)
-
-    class Sink(io.TextIOBase):
-        """Standard output that counts what it is given and keeps none of it (the test holds no copy)."""
-
-        size = 0
-
-        def write(self, s: str) -> int:
-            self.size += len(s)
-            return len(s)
-
-    # (a small buffer and small batches, so that both bounds are far below this test's text)
-    monkeypatch.setattr(fmt, "HELD_IN_MEMORY", 256 * 1024)
-    monkeypatch.setattr(sections, "TRACE_BATCH", 20)
-    # The file export first: what the command imports and opens is then in memory before the peak is taken.
     written = tmp_path / "t.json"
-    assert main(["export", "--db", str(db_path), "--thread", "t", "--with-traces", "-o", str(written)],
-                out=io.StringIO(), err=io.StringIO()) == 0
+    child = f"""
+import io, json, sys, tracemalloc
+import core.transfer.format as fmt
+import core.transfer.replay_sections as sections
+from core.cli import main
+
+class Sink(io.TextIOBase):  # standard output that counts what it is given and keeps none of it
+    size = 0
+    def write(self, s):
+        self.size += len(s)
+        return len(s)
+
+fmt.HELD_IN_MEMORY = 256 * 1024  # (a small buffer and small batches: both bounds far below the text)
+sections.TRACE_BATCH = 20
+argv = ["export", "--db", {str(db_path)!r}, "--thread", "t", "--with-traces"]
+# The file export first: what the command imports and opens is in memory before the peak is taken.
+assert main([*argv, "-o", {str(written)!r}], out=io.StringIO(), err=io.StringIO()) == 0
+sink = Sink()
+tracemalloc.start()
+code = main(argv, out=sink, err=io.StringIO())
+print(json.dumps([code, tracemalloc.get_traced_memory()[1], sink.size]))
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    code, peak, size = json.loads(done.stdout.strip().splitlines()[-1])
+    assert code == 0
+    assert peak < size / 2, (peak, size)  # (about a quarter now, 8x before)
     text = re.sub(r'\n  "exportedAt": "[^"]*",', "", written.read_text(encoding="utf-8"), count=1)
     assert json.loads(text)["counts"]["traces"] == len(spans)
-    sink = Sink()
-    tracemalloc.start()
-    try:
-        code = main(["export", "--db", str(db_path), "--thread", "t", "--with-traces"], out=sink, err=io.StringIO())
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert code == 0
-    assert peak < sink.size / 2, (peak, sink.size)  # (about a quarter now, 8x before)
-    # The same document but for its time: the stream's bytes less its exportedAt line.
+    # The same document but for its time: the stream's size less its exportedAt line.
     stamp = len(written.read_text(encoding="utf-8")) - len(text)
-    assert sink.size - stamp == len(text)
+    assert size - stamp == len(text)
 
 
 @pytest.mark.libsql_only
