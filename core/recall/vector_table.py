@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from core.recall.schema import STATE_TABLE, columns, quoted
 from core.storage import bulk, driver_sql
-from core.storage.bulk import json_rows_param
+from core.storage.bulk import json_rows_param, plain_text
 from core.storage.catalog import has_table
 
 
@@ -159,22 +159,49 @@ _quote = json.encoder.encode_basestring  # json's own string quoting (C)
 def _metadata_json(meta: dict[str, Any]) -> str:
     """``json.dumps(meta, ensure_ascii=False)``, the metadata bytes Mastra reads: written here for a
     dict of strings (every row the index writes) with json's own string quoting, several times
-    cheaper than the encoder, which takes any other value."""
+    cheaper than the encoder, which takes any other value. The keys and punctuation come from one
+    template per key order (the same few every row)."""
     try:
-        return "{" + ", ".join([(_KEYS.get(k) or _key(k)) + _quote(v) for k, v in meta.items()]) + "}"
-    except TypeError:  # a value that is not a string (None, a number): the encoder says it
+        keys = tuple(meta)
+        templates = _TEMPLATES.get(keys) or _templates(keys)
+        return templates[0] % tuple(map(_quote, meta.values()))
+    except TypeError:  # a value or key that is not a string (None, a number): the encoder says it
         return _encode(meta)
 
 
-_KEYS: dict[str, str] = {}  # a metadata key quoted, with its colon (the same few keys every row)
+def _metadata_texts(metas: Sequence[dict[str, Any]]) -> list[str]:
+    """``_metadata_json`` of each of a batch's metadata. The usual batch (one key order, every value a
+    string JSON writes as it is: ``bulk.plain_text`` over all of them at once) by one ``%`` a row with
+    the values put between the template's quotes; any other batch row by row."""
+    if not metas:
+        return []
+    keys = tuple(metas[0])
+    try:
+        rows = [tuple(meta.values()) for meta in metas]
+        if all(tuple(meta) == keys for meta in metas):
+            values = [v for row in rows for v in row]
+            if not set(map(type, values)) - _STR and plain_text("".join(values)):
+                plain = (_TEMPLATES.get(keys) or _templates(keys))[1]
+                return [plain % row for row in rows]
+    except TypeError:  # a key that is not a string
+        pass
+    return [_metadata_json(meta) for meta in metas]
 
 
-def _key(k: str) -> str:
-    if not isinstance(k, str):
-        raise TypeError(k)  # the encoder's rules for other keys
-    if len(_KEYS) < 64:
-        _KEYS[k] = _quote(k) + ": "
-    return _quote(k) + ": "
+_STR = {str}
+# A key order's templates: values quoted by the caller ('{"k": %s, ...}'), values written between quotes
+# ('{"k": "%s", ...}'). The same few key orders every row.
+_TEMPLATES: dict[tuple[str, ...], tuple[str, str]] = {}
+
+
+def _templates(keys: tuple[str, ...]) -> tuple[str, str]:
+    if set(map(type, keys)) - _STR:
+        raise TypeError("a key that is not a string")  # the encoder's rules for other keys
+    heads = [_quote(k).replace("%", "%%") + ": " for k in keys]
+    found = ("{" + ", ".join(h + "%s" for h in heads) + "}", "{" + ", ".join(h + '"%s"' for h in heads) + "}")
+    if len(_TEMPLATES) < 64:
+        _TEMPLATES[keys] = found
+    return found
 
 
 def upsert(conn: sa.Connection, info: TableInfo, rows: Sequence[tuple[str, np.ndarray, dict[str, Any], str]]) -> None:
@@ -190,7 +217,7 @@ def upsert(conn: sa.Connection, info: TableInfo, rows: Sequence[tuple[str, np.nd
     else:
         head = f"INSERT INTO {q} (vector_id, embedding, metadata)"
         tail = "ON CONFLICT(vector_id) DO UPDATE SET embedding = excluded.embedding, metadata = excluded.metadata"
-    metas = [_metadata_json(meta) for _, _, meta, _ in rows]
+    metas = _metadata_texts([meta for _, _, meta, _ in rows])
     if info.utf8 and _upsert_packed(conn, head, tail, rows, metas, info.has_model_id):
         return
     params: list[tuple[Any, ...]] = [
