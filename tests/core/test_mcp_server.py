@@ -390,3 +390,37 @@ def test_text_with_a_lone_surrogate_is_refused_with_a_clear_tool_error(tmp_path:
     assert "The working memory contains a lone surrogate" in _error(results[2])
     assert str(tmp_path) not in _error(results[2])
     assert not list(tmp_path.rglob("*poison*"))
+
+
+def test_a_search_that_finds_nothing_says_when_messages_are_not_indexed(tmp_path: Path) -> None:
+    """Messages saved by a memory with semantic recall off (the README's engine sample, a Mastra agent
+    without it) have no vector and no keyword doc: search_memory answered an empty list, which a client
+    reads as "nothing was said about it". The answer now says how many are not indexed and what to run."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.recall import reindex
+
+    embedder = HashingEmbedder()
+    with open_store(tmp_path / "memory.db") as store:
+        Memory(store, MemoryOptions(), embedder=embedder).save_messages([  # recall off: nothing indexed
+            Message.user("I'm allergic to peanuts", thread_id="groceries", resource_id="ada"),
+            Message.assistant("Noted: no peanuts.", thread_id="groceries", resource_id="ada"),
+            Message.user("Bob's own note about peanuts", thread_id="bob-t", resource_id="bob"),
+        ])
+        tools = MemoryTools(Memory(store, MemoryOptions(), embedder=embedder), Binding("ada"))
+
+        async def search() -> list[Any]:
+            async with Client(build_server(tools)) as client:
+                return [await client.call_tool("search_memory", {"query": "peanuts"}),
+                        await client.call_tool("search_memory", {"query": "peanuts", "thread": "groceries"})]
+
+        before = [_data(r) for r in anyio.run(search)]
+        reindex(store, embedder, resource_id="ada")
+        after = [_data(r) for r in anyio.run(search)]
+    assert [b["results"] for b in before] == [[], []]
+    assert before[0]["note"].startswith("2 of the 2 messages in this user's threads are not in the recall index")
+    assert "memory-studio reindex --resource ada" in before[0]["note"]
+    assert before[1]["note"].startswith("2 of the 2 messages in thread 'groceries' are not in the recall index")
+    assert [r["text"] for r in after[0]["results"]][0] == "I'm allergic to peanuts"
+    assert "note" not in after[0] and "note" not in after[1]
