@@ -424,3 +424,26 @@ def test_a_search_that_finds_nothing_says_when_messages_are_not_indexed(tmp_path
     assert before[1]["note"].startswith("2 of the 2 messages in thread 'groceries' are not in the recall index")
     assert [r["text"] for r in after[0]["results"]][0] == "I'm allergic to peanuts"
     assert "note" not in after[0] and "note" not in after[1]
+
+
+def test_a_database_path_with_a_typo_is_refused_or_said_to_be_new(tmp_path: Path) -> None:
+    """An MCP client's configuration holds the database's absolute path. A typo in it served a new, empty
+    memory without a word (folders included): the client saw no threads and no error. A folder that does
+    not exist is now refused; a new file in an existing folder is served, saying it is new."""
+    def start(db: Path, **env: str) -> subprocess.CompletedProcess[str]:
+        args = ["mcp", "--resource", "ada"] + ([] if env else ["--db", str(db)])
+        return subprocess.run([sys.executable, "-m", "studio.cli", *args], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+                              cwd=str(Path(__file__).resolve().parents[2]))
+
+    typo = tmp_path / "memroy-studio" / "memory.db"
+    for refused in (start(typo), start(typo, MEMORY_STUDIO_DB=str(typo))):
+        assert refused.returncode == 1
+        assert f"The folder {typo.parent} does not exist" in refused.stderr
+        assert "`memory-studio where` prints the database the Studio opens" in refused.stderr
+    assert not typo.parent.exists()
+    new = tmp_path / "new.db"
+    first, second = start(new), start(new)
+    assert first.returncode == 0 and second.returncode == 0
+    assert f"{new} did not exist: this is a new, empty database" in first.stderr
+    assert "did not exist" not in second.stderr and f"{new}, resource 'ada', on stdio" in second.stderr
