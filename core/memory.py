@@ -345,9 +345,17 @@ class Memory:
         if initial is not None and wm_opts.enabled and wm_opts.schema is not None:
             # Validate before anything is written: a bad initial value must not leave a half-made thread.
             self.working_memory_service._serialize(wm_opts, initial)
-        thread = self.store.memory.create_thread(
-            thread_id=thread_id or new_id(), resource_id=resource_id, title=title, metadata=metadata
-        )
+        tid = thread_id or new_id()
+        try:
+            thread = self.store.memory.create_thread(thread_id=tid, resource_id=resource_id, title=title,
+                                                     metadata=metadata)
+        except AlreadyExistsError:
+            # A script run a second time on the file it wrote lands here: say how to go on.
+            raise AlreadyExistsError(
+                f"Thread with id {tid} already exists (stored earlier in {self.store.location.display}). To go on "
+                f"with it, read it with memory.get_thread({tid!r}) instead of creating it; for a new thread, give "
+                "another thread_id, or none (a new id is made)."
+            ) from None
         if initial is not None and wm_opts.enabled and wm_opts.scope == "resource":
             self.working_memory_service.write(
                 wm_opts, thread_id=thread.id, resource_id=resource_id, value=initial, author="api",

@@ -77,8 +77,14 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     logging.basicConfig(stream=err, level=args.log_level.upper(), format="memory-studio mcp: %(message)s")
     from core.mcp_server.server import build_server, http_app, run_stdio
 
+    # A client's configuration holds the database's path: a typo there must not serve a new, empty memory
+    # unnoticed (the client shows the server's stderr in a log at best).
+    new_file = _check_new_database(args.db)
     # As every command opens it: another program's database is refused with what it is.
     with open_cli_store(args.db, create=True) as store:
+        if new_file:
+            err.write(f"memory-studio mcp: {store.location.display} did not exist: this is a new, empty database. "
+                      "If you meant the Studio's, give its path (`memory-studio where` prints it).\n")
         memory = _memory(store, args.agent, err)
         tools = MemoryTools(memory, Binding(args.resource, args.any_resource))
         server = build_server(tools, log_level=args.log_level)
@@ -110,6 +116,24 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return 0
         finally:
             memory.turn_tracer().flush(10)
+
+
+def _check_new_database(db: str | None) -> bool:
+    """Whether the database file to serve does not exist yet (it is then created). A path given with
+    ``--db`` or ``$MEMORY_STUDIO_DB`` whose folder does not exist is refused: that is a typo, not a new
+    memory (the default locations' folders are made)."""
+    from core.storage.paths import resolve_db_path
+
+    location = resolve_db_path(db)
+    path = location.path  # (None: a server database, or an in-memory one)
+    if path is None or path.exists():
+        return False
+    if location.how in ("explicit", "environment") and not path.parent.is_dir():
+        given = "--db" if location.how == "explicit" else "$MEMORY_STUDIO_DB"
+        raise ValueError(f"The folder {path.parent} does not exist, so {given} cannot name a database in it. Check "
+                         "the path (`memory-studio where` prints the database the Studio opens), or create the "
+                         "folder to start a new memory there.")
+    return True
 
 
 def _memory(store: Any, agent_name: str | None, err: TextIO) -> Any:

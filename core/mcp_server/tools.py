@@ -109,10 +109,40 @@ class MemoryTools:
                                 "text": message.text, "createdAt": message.to_dict().get("createdAt"),
                                 "score": hit.score, "vectorScore": hit.vector_score,
                                 "keywordScore": hit.keyword_score})
-            return {"query": query, "resource": owner, "results": results}
+            answer: dict[str, Any] = {"query": query, "resource": owner, "results": results}
+            if not results:
+                note = self._unindexed_note(owner, thread)
+                if note:
+                    answer["note"] = note
+            return answer
 
         return self._traced("search_memory", "search", {"query": query, "top_k": top_k, "thread": thread},
                             resource, thread, run, lambda r: {"hits": [h["messageId"] for h in r["results"]]})
+
+    def _unindexed_note(self, owner: str, thread: str | None) -> str | None:
+        """Why a search found nothing when the searched messages are not in the recall index (saved by a
+        memory with semantic recall off, a Mastra agent without it): an empty answer alone reads as
+        "nothing was said about it"."""
+        from core.recall import recall_text
+        from core.recall.passages import INDEXED_ROLES
+        from core.storage.memory_store import MessageQuery
+
+        index = self.memory.recall_index
+        if index is None:
+            return None
+        store = self.memory.store.memory
+        threads = [thread] if thread is not None else [
+            t.id for t in store.list_threads(resource_id=owner, per_page=None).threads]
+        searchable = [m for tid in threads for m in store.list_messages(MessageQuery(thread_id=tid))
+                      if m.role in INDEXED_ROLES and recall_text(m).strip()]
+        missing = len(index.unindexed(searchable))
+        if not missing:
+            return None
+        where = f"thread {thread!r}" if thread is not None else "this user's threads"
+        return (f"{missing} of the {len(searchable)} messages in {where} are not in the recall index (saved while "
+                f"semantic recall was off), so search_memory cannot find them. Ask the user to run "
+                f"`memory-studio reindex --resource {owner}` on this database, then search again; meanwhile "
+                "read_thread reads them.")
 
     def list_threads(self, resource: str | None = None) -> dict[str, Any]:
         """The resource's threads, newest activity first, with message counts."""

@@ -390,3 +390,60 @@ def test_text_with_a_lone_surrogate_is_refused_with_a_clear_tool_error(tmp_path:
     assert "The working memory contains a lone surrogate" in _error(results[2])
     assert str(tmp_path) not in _error(results[2])
     assert not list(tmp_path.rglob("*poison*"))
+
+
+def test_a_search_that_finds_nothing_says_when_messages_are_not_indexed(tmp_path: Path) -> None:
+    """Messages saved by a memory with semantic recall off (the README's engine sample, a Mastra agent
+    without it) have no vector and no keyword doc: search_memory answered an empty list, which a client
+    reads as "nothing was said about it". The answer now says how many are not indexed and what to run."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server.server import build_server
+    from core.mcp_server.tools import Binding, MemoryTools
+    from core.recall import reindex
+
+    embedder = HashingEmbedder()
+    with open_store(tmp_path / "memory.db") as store:
+        Memory(store, MemoryOptions(), embedder=embedder).save_messages([  # recall off: nothing indexed
+            Message.user("I'm allergic to peanuts", thread_id="groceries", resource_id="ada"),
+            Message.assistant("Noted: no peanuts.", thread_id="groceries", resource_id="ada"),
+            Message.user("Bob's own note about peanuts", thread_id="bob-t", resource_id="bob"),
+        ])
+        tools = MemoryTools(Memory(store, MemoryOptions(), embedder=embedder), Binding("ada"))
+
+        async def search() -> list[Any]:
+            async with Client(build_server(tools)) as client:
+                return [await client.call_tool("search_memory", {"query": "peanuts"}),
+                        await client.call_tool("search_memory", {"query": "peanuts", "thread": "groceries"})]
+
+        before = [_data(r) for r in anyio.run(search)]
+        reindex(store, embedder, resource_id="ada")
+        after = [_data(r) for r in anyio.run(search)]
+    assert [b["results"] for b in before] == [[], []]
+    assert before[0]["note"].startswith("2 of the 2 messages in this user's threads are not in the recall index")
+    assert "memory-studio reindex --resource ada" in before[0]["note"]
+    assert before[1]["note"].startswith("2 of the 2 messages in thread 'groceries' are not in the recall index")
+    assert [r["text"] for r in after[0]["results"]][0] == "I'm allergic to peanuts"
+    assert "note" not in after[0] and "note" not in after[1]
+
+
+def test_a_database_path_with_a_typo_is_refused_or_said_to_be_new(tmp_path: Path) -> None:
+    """An MCP client's configuration holds the database's absolute path. A typo in it served a new, empty
+    memory without a word (folders included): the client saw no threads and no error. A folder that does
+    not exist is now refused; a new file in an existing folder is served, saying it is new."""
+    def start(db: Path, **env: str) -> subprocess.CompletedProcess[str]:
+        args = ["mcp", "--resource", "ada"] + ([] if env else ["--db", str(db)])
+        return subprocess.run([sys.executable, "-m", "studio.cli", *args], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+                              cwd=str(Path(__file__).resolve().parents[2]))
+
+    typo = tmp_path / "memroy-studio" / "memory.db"
+    for refused in (start(typo), start(typo, MEMORY_STUDIO_DB=str(typo))):
+        assert refused.returncode == 1
+        assert f"The folder {typo.parent} does not exist" in refused.stderr
+        assert "`memory-studio where` prints the database the Studio opens" in refused.stderr
+    assert not typo.parent.exists()
+    new = tmp_path / "new.db"
+    first, second = start(new), start(new)
+    assert first.returncode == 0 and second.returncode == 0
+    assert f"{new} did not exist: this is a new, empty database" in first.stderr
+    assert "did not exist" not in second.stderr and f"{new}, resource 'ada', on stdio" in second.stderr

@@ -30,6 +30,18 @@ def test_create_thread_defaults_and_listing_order(store):
         m.create_thread(resource_id="u1", thread_id="a")
 
 
+def test_creating_a_thread_that_exists_says_how_to_go_on(store):
+    # A script run twice on the file it wrote (the README's sample before it checked) met a bare
+    # "already exists"; the refusal now says to read the thread instead, or to pick another id.
+    m = Memory(store)
+    m.create_thread(resource_id="ada", thread_id="groceries", title="Groceries")
+    with pytest.raises(AlreadyExistsError) as refused:
+        m.create_thread(resource_id="ada", thread_id="groceries", title="Groceries")
+    assert str(refused.value).startswith("Thread with id groceries already exists")
+    assert "memory.get_thread('groceries')" in str(refused.value) and "another thread_id" in str(refused.value)
+    assert [t.title for t in m.list_threads(resource_id="ada")] == ["Groceries"]
+
+
 def test_list_threads_metadata_filter(store):
     m = Memory(store)
     m.create_thread(resource_id="u", thread_id="x", metadata={"custom": True, "team": "a"})
