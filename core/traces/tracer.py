@@ -568,9 +568,23 @@ class NoopTracer:
         return None
 
 
+_TRACING_OFF = ("off", "0", "false", "no")
+_TRACING_ON = ("", "on", "1", "true", "yes")
+_told_tracing: set[str] = set()  # values of the variable already warned about (once a process each)
+
+
 def tracing_disabled() -> bool:
-    """``$MEMORY_STUDIO_TRACING`` is ``off`` (or ``0``/``false``): runs record no spans."""
-    return os.environ.get("MEMORY_STUDIO_TRACING", "").lower() in ("off", "0", "false")
+    """``$MEMORY_STUDIO_TRACING`` is ``off`` (or ``0``/``false``/``no``): runs record no spans. Any value
+    that is neither off nor on (``on``/``1``/``true``/``yes``, or unset) leaves tracing on and says so
+    once in the log, so a typo (``of``, ``disabled``) does not pass for "off" unnoticed."""
+    value = os.environ.get("MEMORY_STUDIO_TRACING", "").strip().lower()
+    if value in _TRACING_OFF:
+        return True
+    if value not in _TRACING_ON and value not in _told_tracing:
+        _told_tracing.add(value)
+        log.warning("MEMORY_STUDIO_TRACING=%r is neither off (off, 0, false, no) nor on (on, 1, true, yes); "
+                    "tracing stays on. Set it to off to record no spans.", os.environ.get("MEMORY_STUDIO_TRACING"))
+    return False
 
 
 #: The tracer every engine component holds: a real one, or the no-op stand-in when tracing is off,

@@ -199,3 +199,28 @@ def test_a_failed_span_export_leaves_a_log_line(caplog: pytest.LogCaptureFixture
     (record,) = [r for r in caplog.records if r.name == "core.traces.tracer"]
     assert record.levelno == logging.WARNING and "agent run: a" in record.getMessage()
     assert record.exc_info is not None and "disk on fire" in str(record.exc_info[1])
+
+
+@pytest.mark.parametrize(("value", "off"), [("off", True), ("OFF", True), ("0", True), ("false", True), (" no ", True),
+                                            ("", False), ("on", False), ("1", False), ("True", False), ("yes", False)])
+def test_the_tracing_switch_reads_off_and_on(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+                                            value: str, off: bool) -> None:
+    from core.traces.tracer import tracing_disabled
+
+    monkeypatch.setenv("MEMORY_STUDIO_TRACING", value)
+    with caplog.at_level(logging.WARNING, logger="core.traces.tracer"):
+        assert tracing_disabled() is off
+    assert not caplog.records
+
+
+def test_a_tracing_switch_that_is_neither_off_nor_on_says_tracing_stays_on(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A typo ("of", "disabled") must not pass for off unnoticed: tracing stays on, and the log says so once."""
+    from core.traces.tracer import tracing_disabled
+
+    monkeypatch.setenv("MEMORY_STUDIO_TRACING", "disabled-please")
+    with caplog.at_level(logging.WARNING, logger="core.traces.tracer"):
+        assert tracing_disabled() is False
+        assert tracing_disabled() is False
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "'disabled-please' is neither off" in said[0] and "tracing stays on" in said[0]
