@@ -5,10 +5,12 @@ message of the thread was edited.
     .venv/bin/python bench/replay_edits.py
 """
 
+import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # (--help says what this times; no options)
 
 import statistics, time, tempfile
 from pathlib import Path
