@@ -446,9 +446,13 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         live = bool(getattr(err, "isatty", lambda: False)())
         lead = "\r" if live else ""
 
+        drawn = False
+
         def progress(done: int, total: int) -> None:
-            if not live and done < total:
+            nonlocal drawn
+            if total == 0 or (not live and done < total):  # (nothing to embed: the summary says so, no bar)
                 return
+            drawn = True
             width = 30
             filled = int(width * done / total) if total else width
             err.write(f"{lead}[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
@@ -456,7 +460,8 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         report = reindex(store, embedder, resource_id=args.resource, progress=progress,
                          replace=args.model is not None)
-        err.write("\n")
+        if drawn:
+            err.write("\n")
     for line in report.summary_lines():
         out.write(line + "\n")
     if args.model is not None and report.failed:

@@ -110,3 +110,19 @@ def test_reindex_report_reads_as_sentences_grouped_by_reason(store):
         "Run `memory-studio reindex` again to retry the failed messages: nothing already embedded is embedded twice.",
         "Dropped 7 vector(s) of old@0: the database is now indexed by x@1.",
     ]
+
+
+def test_reindex_with_nothing_to_embed_draws_no_empty_bar(tmp_path):
+    """Piped or on a terminal, `memory-studio reindex` with nothing to embed prints its summary, not a
+    bar of ``0/0``."""
+    import io
+
+    from core import open_store
+    from core.cli import main
+
+    db = tmp_path / "empty.db"
+    open_store(db).close()
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["reindex", "--db", str(db)], out=out, err=err) == 0, err.getvalue()
+    assert "0/0" not in err.getvalue() and "[" not in err.getvalue(), err.getvalue()
+    assert out.getvalue().startswith("Nothing new: 0 indexed"), out.getvalue()
