@@ -494,8 +494,7 @@ def test_a_run_in_progress_shows_as_running_then_as_finished(no_leaked_widgets, 
         assert tool_row.duration_text == "running"
         assert pane.select_span(tool_row.span.span_id)
         assert "running, written by the process writing it (pid" in pane.span_facts.text()
-        Path("/tmp/s18tr").mkdir(exist_ok=True)
-        pane.grab().save("/tmp/s18tr/running.png")
+        assert pane.grab().save(str(tmp_path / "running.png"))  # (the pane as drawn, to look at)
         seen = {r.span.span_id for r in pane.layout_model.rows}
     finally:
         gate.set()
@@ -507,7 +506,7 @@ def test_a_run_in_progress_shows_as_running_then_as_finished(no_leaked_widgets, 
     ids = [s.span_id for s in pane.spans]
     assert len(ids) == len(set(ids)) == pane.traces[0].span_count and seen <= set(ids)
     assert pane.trace_model.index(0, 0).data() == "ok"
-    pane.grab().save("/tmp/s18tr/finished.png")
+    assert pane.grab().save(str(tmp_path / "finished.png"))
 
 
 KILLED_WRITER = textwrap.dedent(
@@ -572,4 +571,4 @@ def test_a_run_whose_process_was_killed_says_it_never_finished(no_leaked_widgets
     assert root.unfinished and root.duration_text == "never finished"
     assert pane.select_span(root.span.span_id)
     assert f"never finished: the process writing it (pid {child.pid}" in pane.span_facts.text()
-    pane.grab().save("/tmp/s18tr/unfinished.png")
+    assert pane.grab().save(str(tmp_path / "unfinished.png"))
