@@ -116,6 +116,7 @@ class DuckDBSpanExporter:
         prune_interval_s: float | None = 3600.0,
         background: bool = True,
         running_after_s: float = 0.5,
+        max_open: int = 10_000,
     ) -> None:
         self.store: SpanSink = DuckDBObservabilityStore(store) if isinstance(store, (str, os.PathLike)) else store
         self.max_queue = max_queue
@@ -124,6 +125,7 @@ class DuckDBSpanExporter:
         self.write_budget_s = write_budget_s
         self.prune_interval_s = prune_interval_s
         self.running_after_s = running_after_s
+        self.max_open = max_open
         self.stats = ExporterStats()
         self._queue: deque[SpanRecord] = deque()
         self._cond = threading.Condition()
@@ -310,6 +312,19 @@ class DuckDBSpanExporter:
     def _pending(self) -> bool:
         return bool(self._queue) or bool(self._spill_files())
 
+    def _bound_open(self) -> None:
+        """Keep at most ``max_open`` open spans in mind (under ``_cond``). A span that never ends (its run
+        abandoned without closing it) would otherwise be kept, and looked at by every write, for the life
+        of the process. Only spans already written as running rows (or ended) are let go, oldest first:
+        nothing is lost, since a running row stays in the store and a span's end is written whenever
+        it comes."""
+        excess = len(self._open) - self.max_open
+        if excess <= 0:
+            return
+        for key in [k for k, (span, _) in self._open.items() if k in self._placed or span.ended][:excess]:
+            del self._open[key]
+            self._placed.discard(key)
+
     def _due_running(self) -> list[tuple[tuple[str, str], Span]]:
         """Open spans to write as running rows now: open ``running_after_s`` (all at shutdown), not yet written."""
         if not self._open:
@@ -380,6 +395,7 @@ class DuckDBSpanExporter:
             if running:  # running rows are not queued: one that was not written is taken again next time
                 with self._cond:
                     self._placed.update(k for k in map(_key, running) if k in self._open)
+                    self._bound_open()
             self._last_spans = time.monotonic()
             self.stats.written += len(batch) + len(spilled)
             self.stats.imported += len(spilled)

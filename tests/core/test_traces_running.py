@@ -306,3 +306,30 @@ def test_open_spans_at_shutdown_on_a_busy_store_are_spilled_and_read_as_never_fi
     (summary,) = reader.list_traces()
     assert summary.status == "unfinished" and summary.span_count == 2
     assert reader.get_trace(summary.trace_id).unfinished == {root.span_id}
+
+
+def test_spans_that_never_end_are_not_kept_in_mind_forever_and_nothing_is_lost(tmp_path: Path) -> None:
+    """A run abandoned without closing its spans: the exporter lets go of the open spans it has written as
+    running rows once more than ``max_open`` are open (their rows stay in the store), keeps those not
+    written yet, and a span it let go of is still written whole when it does end."""
+    from core.traces.tracer import DuckDBSpanExporter, SpanType, Tracer
+
+    path = tmp_path / "observability.duckdb"
+    exporter = DuckDBSpanExporter(path, background=False, running_after_s=0.0, prune_interval_s=None, max_open=3)
+    tracer = Tracer(exporter)
+    reader = DuckDBObservabilityStore(path, read_only=True)
+    try:
+        # Eight runs opened and never ended (each its own trace: no span is entered as the current one).
+        spans = [tracer.start_span(f"agent run: abandoned {n}", SpanType.AGENT_RUN, thread_id="t") for n in range(8)]
+        assert exporter.flush(10)
+        assert len(exporter._open) <= 3  # (the bound itself: private, but it is what this test is about)
+        listed = reader.list_traces(limit=20)
+        assert sorted(t.name for t in listed) == sorted(s.name for s in spans)
+        assert all(t.status == "running" for t in listed)  # every one written, none lost
+        first = spans[0]
+        first.end()  # let go of long ago: its end is written all the same
+        assert exporter.flush(10)
+        (row,) = reader.get_trace(first.trace_id)
+        assert not row.running and row.ended_at is not None
+    finally:
+        exporter.shutdown(5)
