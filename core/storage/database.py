@@ -152,6 +152,21 @@ def _unreadable(display: str, exc: BaseException) -> UnreadableValueError:
     )
 
 
+def _holds_changes(path: Path) -> bool:
+    """Whether ``path``'s -wal exists and is not empty (changes not yet copied into the file)."""
+    try:
+        return path.with_name(path.name + "-wal").stat().st_size > 0
+    except OSError:
+        return False
+
+
+def read_only_url(path: Path, **flags: str) -> sa.engine.URL:
+    """The SQLAlchemy URL of a database file opened read-only by SQLite (``mode=ro``; ``flags``: more URI
+    parameters, e.g. ``immutable``). libsql-experimental hands the URI to ``sqlite3_open_v2``."""
+    return sa.engine.URL.create("sqlite+libsql", database=path.resolve().as_uri(),
+                                query={"mode": "ro", **flags, "uri": "true"})
+
+
 class Database:
     """One database file: an engine, its ownership and its migrations."""
 
@@ -192,7 +207,13 @@ class Database:
             _check_file(path, create=create and not read_only)
             if not path.exists():
                 ensure_parent(path)
-            url = f"sqlite+libsql:///{path}"
+            # Looking at a file whose -wal holds changes (its writer ended without closing it, or still
+            # runs): opened read-only by SQLite itself (``mode=ro``), not only with writes refused
+            # (``query_only``), as the last connection to close would otherwise checkpoint the -wal into the
+            # file and delete it, rewriting the file's bytes just by looking. A file without such a -wal is
+            # opened as usual, so the -wal and -shm a look needs are removed again when it closes.
+            url: str | sa.engine.URL = (read_only_url(path) if read_only and _holds_changes(path)
+                                        else f"sqlite+libsql:///{path}")
             # Autocommit at the driver: we issue BEGIN ourselves, so a write can start with
             # BEGIN IMMEDIATE (see ``write``) instead of upgrading a read snapshot mid-transaction.
             self.engine = sa.create_engine(
@@ -243,7 +264,7 @@ class Database:
         problem = frozen_file.unreadable_changes(path)
         if problem is not None:
             raise problem from cause
-        self.engine = sa.create_engine(frozen_file.url(path), pool_size=4, max_overflow=8,
+        self.engine = sa.create_engine(read_only_url(path, immutable="1"), pool_size=4, max_overflow=8,
                                        connect_args={"isolation_level": None})
         self._listen()
         try:

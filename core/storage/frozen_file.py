@@ -19,16 +19,14 @@ What ``Database`` does then, for an open that only looks (``read_only``):
   a word. Refused (``ReadOnlyFileError``), saying to copy the file with its ``-wal`` somewhere writable.
   (A ``-wal`` and ``-shm`` both present need no fallback: SQLite reads them read-only itself.)
 
-libsql-experimental passes the URI on to ``sqlite3_open_v2`` (``uri=true`` in the SQLAlchemy URL).
+The snapshot's URL is ``database.read_only_url(path, immutable="1")``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import quote
 
-import sqlalchemy as sa
 
 from core.storage.errors import FileChangedError, ReadOnlyFileError
 
@@ -67,14 +65,6 @@ def unreadable_changes(path: Path) -> ReadOnlyFileError | None:
     )
 
 
-def url(path: Path) -> sa.engine.URL:
-    """The SQLAlchemy URL of ``path`` opened read-only and immutable (a snapshot without ``-wal`` / ``-shm``)."""
-    return sa.engine.URL.create(
-        "sqlite+libsql", database="file:" + quote(str(path.resolve())),
-        query={"mode": "ro", "immutable": "1", "uri": "true"},
-    )
-
-
 def refusal(path: Path) -> str:
     """Why writes are refused on such a file (``Database.refusal``)."""
     return (f"{path} is open for looking only: its folder {path.parent} is not writable by this user, and SQLite "
@@ -94,4 +84,4 @@ def check(path: Path, at_open: State) -> None:
         )
 
 
-__all__ = ["State", "check", "folder_writable", "refusal", "state", "unreadable_changes", "url"]
+__all__ = ["State", "check", "folder_writable", "refusal", "state", "unreadable_changes"]

@@ -212,3 +212,40 @@ def test_reading_a_file_without_memory_tables_says_what_the_file_is(tmp_path):
     with open_store(app, create=False) as store:  # migrated on request: a memory database from then on
         store.migrate()
         assert Memory(store).list_threads(resource_id="r").threads == []
+
+
+def test_looking_at_a_file_whose_writer_ended_without_closing_changes_none_of_its_bytes(tmp_path: Path) -> None:
+    """A writer that ends without closing (killed, or ``os._exit``) leaves its changes in the -wal. Opening
+    the file read-only, reading and closing must leave the file and its -wal byte for byte as they were:
+    the last connection to close would otherwise copy the -wal into the file and delete it. The changes
+    are read all the same; a file without such a -wal leaves its folder as it found it."""
+    db = tmp_path / "memory.db"
+    writer = textwrap.dedent(f"""
+        import os
+        from core import Memory, Message, open_store
+        store = open_store({str(db)!r})
+        Memory(store).save_messages([Message.user(f"note {{i}}", thread_id="t", resource_id="r") for i in range(40)])
+        os._exit(0)  # no close: the changes stay in the -wal
+    """)
+    done = subprocess.run([sys.executable, "-c", writer], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    wal = db.with_name(db.name + "-wal")
+    assert wal.stat().st_size > 0
+
+    def data() -> dict[str, bytes]:  # (the -shm is SQLite's index of the -wal, rebuilt by any reader)
+        return {p.name: p.read_bytes() for p in (db, wal) if p.exists()}
+
+    before = data()
+    with open_store(db, read_only=True) as store:
+        assert len(store.memory.list_messages_page("t", 0, 100)) == 40
+    assert data() == before
+
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    with open_store(clean / "memory.db") as store:
+        Memory(store).save_messages([Message.user("hello", thread_id="t", resource_id="r")])
+    files = sorted(p.name for p in clean.iterdir())
+    with open_store(clean / "memory.db", read_only=True) as store:
+        assert len(store.memory.list_messages_page("t", 0, 10)) == 1
+    assert sorted(p.name for p in clean.iterdir()) == files
