@@ -632,10 +632,7 @@ class Memory:
         """The ids of every message of a thread, checked like ``recall`` (an unknown thread raises
         ``NotFoundError``, another resource's is refused), without reading the messages themselves."""
         check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
-        thread = self.get_thread(thread_id)
-        if thread is None:
-            raise NotFoundError(f"No thread found with id {thread_id}")
-        check_thread_owner(thread_id, thread.resource_id, resource_id)
+        self._owned_thread(thread_id, resource_id)
         return frozenset(self.store.memory.thread_message_ids(thread_id))
 
     def recall(
@@ -668,10 +665,7 @@ class Memory:
         if threshold is not None or top_k is not None:
             raise InvalidArgumentError("threshold and top_k apply to a search: give vector_search_string too.")
         check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
-        thread = self.get_thread(thread_id)
-        if thread is None:
-            raise NotFoundError(f"No thread found with id {thread_id}")
-        check_thread_owner(thread_id, thread.resource_id, resource_id)
+        self._owned_thread(thread_id, resource_id)
         total = self.store.memory.count_messages(thread_id)
         if per_page is False:
             msgs = self.store.memory.list_messages(MessageQuery(thread_id=thread_id))

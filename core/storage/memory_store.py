@@ -508,7 +508,7 @@ class MemoryStore:
     def message_windows(self, includes: Sequence[Include], resource_id: str | None = None) -> list[MessageRows]:
         """The window of each include, in the same order: the target and its ``before`` / ``after``
         neighbours in the target's own thread, each once, oldest first; empty when the target is
-        missing or another resource's (``core.storage.message_windows``). One statement for all."""
+        missing or another resource's (``core.storage.message_windows``). Two statements for all of them."""
         for inc in includes:
             for side in (inc.before, inc.after):
                 if not isinstance(side, int) or side < 0:

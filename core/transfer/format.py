@@ -166,19 +166,16 @@ HELD_IN_MEMORY = 8 * 1024 * 1024
 def write_whole(out: TextIO, text: Iterable[str], *, held_in_memory: int | None = None) -> None:
     """Write the pieces to a stream (standard output) only once all of them are made: a trace store
     that turns busy halfway leaves nothing there, not half a document. Past ``held_in_memory``
-    characters (``HELD_IN_MEMORY``) they wait in a temporary file, not in memory (an export with every span of a large
-    resource's runs is gigabytes of JSON), and are copied to the stream in pieces of 65,536 characters."""
+    characters (``HELD_IN_MEMORY``) they wait in a temporary file, not in memory (an export with every
+    span of a large resource's runs is gigabytes of JSON), and are copied to the stream in pieces of
+    65,536 characters. An error made while the pieces are made (reading the trace store) passes as it is."""
     try:
         held = tempfile.SpooledTemporaryFile(max_size=HELD_IN_MEMORY if held_in_memory is None else held_in_memory,
                                              mode="w+", encoding="utf-8", newline="")
     except OSError as exc:
         raise ExportWriteError(_spool_failure(exc)) from exc
     with held:
-        pieces = iter(text)
-        while True:
-            piece = next(pieces, None)  # (an error made here, reading the trace store, is not the spool's)
-            if piece is None:
-                break
+        for piece in text:
             try:
                 held.write(piece)
             except OSError as exc:  # the temporary folder is full or gone
