@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
+import os
 import threading
 import time
 import weakref
@@ -228,6 +229,83 @@ class BackgroundWork:
         return False
 
 
+class BackgroundLoads:
+    """Caches filled on threads of their own while their users answer without them (recall's keyword
+    memory and thread order: a search answers by statements until they are loaded).
+
+    ``start(key, fn)`` runs ``fn(token)`` on a new thread unless a load of that key is running or this
+    is closed; True when started. A load checks its token between its reads and returns early once it
+    is cancelled. ``close()`` (``Store.close`` calls it before the database closes, and interpreter exit
+    does) refuses new loads, cancels the running ones and waits for them to return: none is left
+    reading a closed database or running in SQLite while the interpreter goes. A failing load is
+    logged; its cache stays unloaded, and a later search may start it again.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._running: dict[str, threading.Thread] = {}
+        self._token = CancelToken()
+        self._closed = False
+        self._pid = os.getpid()
+        _LIVE_LOADS.add(self)
+
+    def start(self, key: str, fn: Callable[[CancelToken], Any]) -> bool:
+        with self._lock:
+            if os.getpid() != self._pid:  # a forked child: its parent's threads are not its own
+                self._running.clear()
+                self._pid = os.getpid()
+            if self._closed or key in self._running:
+                return False
+            thread = threading.Thread(target=self._run, args=(key, fn), name=f"{self.name}-load-{key}", daemon=True)
+            self._running[key] = thread
+        thread.start()
+        return True
+
+    def _run(self, key: str, fn: Callable[[CancelToken], Any]) -> None:
+        try:
+            fn(self._token)
+        except BaseException as exc:  # noqa: BLE001 - a load that fails leaves its cache unloaded
+            if not self._token.cancelled:
+                log.warning("loading %s of %r in the background failed: %s: %s", key, self.name,
+                            type(exc).__name__, exc, exc_info=not isinstance(exc, Exception))
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+
+    def busy(self, key: str | None = None) -> bool:
+        with self._lock:
+            return bool(self._running) if key is None else key in self._running
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no load runs; False if ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                threads = list(self._running.values())
+            if not threads:
+                return True
+            for thread in threads:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                thread.join(remaining)
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        """Refuse new loads, cancel the running ones and wait for them (True once none runs)."""
+        with self._lock:
+            self._closed = True
+        self._token.cancel()
+        done = self.wait(timeout)
+        if not done:
+            log.warning("background loads of %r still running after %s s at close", self.name, timeout)
+        return done
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
 class InlineWork:
     """The null object for ``MemoryServices.background`` when no memory owns the services (a test
     building services by hand): jobs run at once, on the caller's thread."""
@@ -266,6 +344,7 @@ _CANCELLED = object()
 CANCELLED = _CANCELLED
 
 _LIVE: "weakref.WeakSet[BackgroundWork]" = weakref.WeakSet()
+_LIVE_LOADS: "weakref.WeakSet[BackgroundLoads]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -276,6 +355,11 @@ def _finish_at_exit() -> None:
             work.close(timeout=EXIT_WAIT_SECONDS)
         except Exception:  # noqa: BLE001 - exiting anyway
             log.debug("closing background work at exit failed", exc_info=True)
+    for loads in list(_LIVE_LOADS):  # (cancelled, not finished: a cache nobody will read)
+        try:
+            loads.close(timeout=EXIT_WAIT_SECONDS)
+        except Exception:  # noqa: BLE001 - exiting anyway
+            log.debug("closing background loads at exit failed", exc_info=True)
 
 
-__all__ = ["CANCELLED", "INLINE_WORK", "KINDS", "InlineWork", "BackgroundClosedError", "BackgroundJob", "BackgroundWork", "CancelToken"]
+__all__ = ["CANCELLED", "INLINE_WORK", "KINDS", "InlineWork", "BackgroundClosedError", "BackgroundLoads", "BackgroundJob", "BackgroundWork", "CancelToken"]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterable, Sequence
 import numpy as np
 import sqlalchemy as sa
 
+from core.background import BackgroundLoads
 from core.messages import Message
 from core.recall import pg_changes, copies, keyword, passages, pg_hybrid, pg_keywords, search as pipeline
 from core.recall.backends import KeywordBackend, VectorBackend
@@ -120,6 +121,15 @@ class RecallIndex:
         self.read_hybrid = (partial(pg_hybrid.read, keywords=self.keywords)
                             if isinstance(self.keywords, pg_keywords.TsvectorKeywords) and caps.vectors == "pgvector"
                             else None)
+        # A large database's keyword memory and threads' order are loaded on threads of their own, while
+        # the searches that need them answer by statements (the same hits); ``Store.close`` stops them.
+        self.loads = BackgroundLoads(f"recall index of {store.location.display}")
+        store.register_background(self.loads)
+        if getattr(store.db.location, "path", None) is not None:  # (not the in-memory database: its one connection is shared)
+            if isinstance(self.keywords, keyword.Fts5Keywords):
+                self.keywords.memory.attach(store.db.snapshot, self.loads)
+            if isinstance(self.order, OrderCache):
+                self.order.attach(store.db.snapshot, self.loads)
         self._prepare()
 
     @classmethod

@@ -34,13 +34,15 @@ import sys
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
 import sqlalchemy as sa
 
+from core.background import BackgroundLoads, CancelToken
 from core.recall.types import Ranked, ranked_of
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, STATE_TABLE, VOCAB_TABLE
+from core.storage import driver_sql
 from core.storage.catalog import has_table, virtual_table_sql
 from core.storage.database import read_token
 from core.storage.scratch import scratch_connection
@@ -48,6 +50,9 @@ from core.storage.scratch import scratch_connection
 FTS_REWRITES = "fts:rewrites"  # state key: updates and deletes of keyword docs (migration 0023)
 MAX_ROWS = 500_000  # above this many keyword rows the FTS5 statement answers (memory stays bounded)
 MAX_TOKENS_KEPT = 4_000_000  # postings kept (8 bytes each), least recently used dropped first
+# From this many rows a table is loaded in the background (``KeywordMemory.attach``): ~0.2 s of load at
+# 20,000 messages, ~1 s at 100,000, which the search that needed it used to wait for.
+BACKGROUND_ROWS = 20_000
 _OFFSET_BITS = 23  # key of one instance: rowid << 24 | column << 23 | offset
 _K1, _B = 1.2, 0.75  # FTS5's bm25() constants
 _STRUCTURE_ID, _AVERAGES_ID = 10, 1  # FTS5's structure and averages records in its %_data table
@@ -64,6 +69,10 @@ _STATE_SQL = (
 # ``KeywordMemory._rowids``, None when a row has no size; its BM25 parts as last computed, with the
 # (rows, tokens, column weight) they were computed for: ``KeywordMemory._parts_of``).
 Phrase = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None", "list[Any]"]
+
+
+class _Cancelled(Exception):
+    """A background load told to stop (its store is closing)."""
 
 
 def varints(blob: bytes) -> list[int]:
@@ -94,6 +103,43 @@ def _ints(listed: str) -> np.ndarray:
     if len(keys) != listed.count(",") + 1:  # (never: the list is SQLite's own text of integers)
         keys = np.array(listed.split(","), dtype=np.int64)
     return keys
+
+
+def _lists(listed: list[str]) -> list[np.ndarray]:
+    """``_ints`` of each list, sorted, parsed as one text: a load reads one list per token of the index
+    (100,000 at 100,000 messages), and numpy's calls per list were most of its time. Each result is a
+    view of one array. A list already ascending (``fts5vocab`` gives a token's instances in row, column
+    and offset order, so every list) is not sorted again."""
+    if not listed:
+        return []
+    counts = np.fromiter(map(_commas, listed), np.int64, len(listed))
+    every = np.fromstring(",".join(listed), dtype=np.int64, sep=",")
+    if len(every) != int(counts.sum()):  # (never: SQLite's own text of integers)
+        return [np.sort(_ints(one)) for one in listed]
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    rising = np.diff(every) > 0
+    rising[ends[:-1] - 1] = True  # (a list's first key after another's last)
+    out = list(map(every.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+    if not rising.all():
+        for at in np.unique(np.searchsorted(ends, np.flatnonzero(~rising), side="right")).tolist():
+            out[at] = np.sort(out[at])
+    return out
+
+
+def _token_counts(records: list[Any]) -> np.ndarray:
+    """Each row's tokens (its ``docsize`` record's varints summed), as float64. Every record of a
+    table of fewer than 128 tokens a column is one byte a column: those are summed by numpy at once."""
+    blobs = [bytes(r) for r in records]
+    joined = b"".join(blobs)
+    lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
+    if joined.isascii() and (lengths > 0).all():  # (all bytes below 0x80: each byte a varint)
+        return np.add.reduceat(np.frombuffer(joined, np.uint8).astype(np.int64), np.cumsum(lengths) - lengths).astype(np.float64)
+    return np.fromiter((sum(varints(b)) for b in blobs), np.float64, len(blobs))
+
+
+def _commas(listed: str) -> int:
+    return listed.count(",") + 1
 
 
 def _inner(term: str) -> str:
@@ -162,7 +208,18 @@ class KeywordMemory:
         self._tokenizer: Tokenizer | None = None
         self._usable: bool | None = None  # None: not looked at yet
         self._local = threading.local()  # per thread: the read last synced in (``read_token``), and the answer
+        # Loading in the background (``attach``): how to open one read transaction, and the loads' threads.
+        self._background: tuple[Callable[[], ContextManager[sa.Connection]], BackgroundLoads] | None = None
+        self.background_rows = BACKGROUND_ROWS
+        self._failed: tuple[Any, ...] | None = None  # the stored state a background load could not load
+        self._cancel: CancelToken | None = None  # (of a copy loading in the background)
         self._reset()
+
+    def attach(self, snapshot: Callable[[], ContextManager[sa.Connection]], loads: BackgroundLoads) -> None:
+        """Load a table of ``background_rows`` rows or more on a thread of ``loads``, reading in one
+        ``snapshot()``, instead of inside the search that needs it: that search, and those that come
+        while the load runs, are answered by the FTS5 statement (the same hits)."""
+        self._background = (snapshot, loads)
 
     def _reset(self) -> None:
         self._state: tuple[Any, ...] | None = None
@@ -242,11 +299,15 @@ class KeywordMemory:
                 return False
             if self._state is None or self._state[2] != state[2] or not self._loaded:
                 self._reset()
+                if self._later(rows, state):
+                    return False
                 self._load(conn)
             else:
                 self._append(conn)
             if not self._loaded or (self._rows, self._tokens) != (rows, tokens):  # written meanwhile, or
                 self._reset()  # not as expected: load again
+                if self._later(rows, state):
+                    return False
                 self._load(conn)
                 if (self._rows, self._tokens) != (rows, tokens):
                     self._reset()
@@ -254,6 +315,36 @@ class KeywordMemory:
             self._avg = (rows, tokens)
             self._state = state
             return True
+
+    def _later(self, rows: int, state: tuple[Any, ...]) -> bool:
+        """Whether the table is loaded in the background (started now, or already loading): True when
+        attached and the table has ``background_rows`` rows, unless a background load of this very
+        stored state failed (then the search loads it, as without a background)."""
+        if self._background is None or rows < self.background_rows or state == self._failed:
+            return False
+        snapshot, loads = self._background
+
+        def load(token: CancelToken) -> None:
+            fresh = KeywordMemory()  # (loaded apart, then taken over whole: searches never wait for it)
+            fresh._tokenizer, fresh._usable, fresh._cancel = self._tokenizer, self._usable, token
+            with snapshot() as conn:  # (one read transaction: the counts check cannot meet a write)
+                ready = fresh._sync(conn)
+            if token.cancelled:
+                return
+            with self._lock:
+                if not ready:
+                    self._failed = state
+                elif self._state is None:  # (nobody loaded it meanwhile)
+                    for name in _LOADED:
+                        setattr(self, name, getattr(fresh, name))
+
+        loads.start("keywords", load)
+        return True
+
+    def _cancelled(self) -> bool:
+        if self._cancel is not None and self._cancel.cancelled:
+            raise _Cancelled
+        return False
 
     def _code(self, value: str | None) -> int:
         if value is None:
@@ -265,16 +356,18 @@ class KeywordMemory:
         return code
 
     def _load(self, conn: sa.Connection) -> None:
-        sizes = conn.exec_driver_sql(f"SELECT id, sz FROM {FTS_TABLE}_docsize ORDER BY id").all()
+        # (the driver's cursor: SQLAlchemy's rows cost more than the statements, at 100,000 rows ~0.2 s)
+        sizes = driver_sql.rows(conn, f"SELECT id, sz FROM {FTS_TABLE}_docsize ORDER BY id")
+        self._cancelled()
         rowids = np.fromiter((r[0] for r in sizes), np.int64, len(sizes))
         self._rowids = rowids
-        self._sizes = np.fromiter((sum(varints(bytes(r[1]))) for r in sizes), np.float64, len(sizes))
+        self._sizes = _token_counts([r[1] for r in sizes])
         self._rows, self._tokens = len(sizes), int(self._sizes.sum())
         self._resources = np.full(len(sizes), -1, dtype=np.int64)
         self._threads = np.full(len(sizes), -1, dtype=np.int64)
         self._mids = [None] * len(sizes)
-        self._add_docs(conn.exec_driver_sql(
-            f"SELECT doc_id, message_id, thread_id, resource_id FROM {DOCS_TABLE}").all())
+        self._add_docs(driver_sql.rows(conn, f"SELECT doc_id, message_id, thread_id, resource_id FROM {DOCS_TABLE}"))
+        self._cancelled()
         if self._tokens <= MAX_TOKENS_KEPT:  # every posting, read in one pass (like the vector matrix)
             every = self._read_postings(conn, "", ())
             if every is not None:
@@ -284,27 +377,46 @@ class KeywordMemory:
         self._loaded = True
 
     def _add_docs(self, docs: Sequence[Any]) -> None:
+        """Each (doc_id, message, thread, resource) whose FTS5 row is kept: its message and scope codes
+        (a doc whose row is not kept yet comes with a later sync). In bulk: a load adds every doc."""
         if not docs:
             return
         ids = np.fromiter((d[0] for d in docs), np.int64, len(docs))
         at = np.searchsorted(self._rowids, ids)
+        ok = at < len(self._rowids)
+        ok[ok] = self._rowids[at[ok]] == ids[ok]
+        chosen = list(docs) if ok.all() else [docs[i] for i in np.flatnonzero(ok).tolist()]
+        if not chosen:
+            return
+        places = at[ok]
+        self._max_doc = max(self._max_doc, int(ids[ok].max()))
+        intern = sys.intern
+        found = [intern(mid) if type(mid) is str else mid for _, mid, _, _ in chosen]  # (as ``VectorSet`` keeps them)
+        mids = self._mids
+        for p, mid in zip(places.tolist(), found):
+            mids[p] = mid
+        self._threads[places] = self._codes_of([d[2] for d in chosen])
+        self._resources[places] = self._codes_of([d[3] for d in chosen])
         keys = self._mid_keys
-        for (doc_id, mid, thread, resource), p in zip(docs, at.tolist()):
-            if p < len(self._rowids) and self._rowids[p] == doc_id:  # (else its row comes with a later sync)
-                self._max_doc = max(self._max_doc, int(doc_id))
-                self._mids[p] = sys.intern(mid) if type(mid) is str else mid  # (as ``VectorSet`` keeps them)
-                if keys is not None:
-                    if p < len(keys) and _plain(mid) and len(mid or "") <= keys.dtype.itemsize // 4:
-                        keys[p] = mid or ""
-                    else:
-                        keys = self._mid_keys = None  # built again when needed
-                if self._mid_objs is not None:
-                    if p < len(self._mid_objs):
-                        self._mid_objs[p] = self._mids[p] or ""
-                    else:
-                        self._mid_objs = None
-                self._threads[p] = self._code(thread)
-                self._resources[p] = self._code(resource)
+        if keys is not None:
+            for p, mid in zip(places.tolist(), found):
+                if p < len(keys) and _plain(mid) and len(mid or "") <= keys.dtype.itemsize // 4:
+                    keys[p] = mid or ""
+                else:
+                    self._mid_keys = None  # built again when needed
+                    break
+        if self._mid_objs is not None:
+            if len(places) and int(places.max()) < len(self._mid_objs):
+                self._mid_objs[places] = [m or "" for m in found]
+            else:
+                self._mid_objs = None
+
+    def _codes_of(self, values: list[Any]) -> np.ndarray:
+        """``_code`` of each value."""
+        for value in dict.fromkeys(values):
+            self._code(value)
+        codes = self._codes
+        return np.fromiter((codes[v] if v is not None else -2 for v in values), np.int64, len(values))
 
     def _append(self, conn: sa.Connection) -> None:
         """Rows added since (no doc was rewritten: the rewrite counter did not move)."""
@@ -358,12 +470,13 @@ class KeywordMemory:
         written since is appended by the next ``sync``, once); None if an offset is too large to key."""
         top = int(self._rowids[-1]) if len(self._rowids) else 0
         out: dict[str, np.ndarray] = {}
-        for term, listed, last in conn.exec_driver_sql(
-            f"SELECT term, group_concat((doc << {_OFFSET_BITS + 1}) | ((col = 'context') << {_OFFSET_BITS}) "
+        for found in driver_sql.chunks(
+            conn, f"SELECT term, group_concat((doc << {_OFFSET_BITS + 1}) | ((col = 'context') << {_OFFSET_BITS}) "
             f"| \"offset\"), max(\"offset\") FROM {VOCAB_TABLE} WHERE {where}doc <= ? GROUP BY term", (*params, top)):
-            if last >= 1 << _OFFSET_BITS:
+            if any(last >= 1 << _OFFSET_BITS for _, _, last in found):
                 return None
-            out[term] = np.sort(_ints(listed))
+            out.update(zip([term for term, _, _ in found], _lists([listed for _, listed, _ in found])))
+            self._cancelled()
         return out
 
     def _keys(self, conn: sa.Connection, tokens: set[str]) -> dict[str, np.ndarray] | None:
@@ -561,3 +674,13 @@ class KeywordMemory:
 def _plain(mid: object) -> bool:
     """An id numpy's text array sorts as Python does: None (as ""), or text not ending in NUL."""
     return mid is None or (isinstance(mid, str) and not mid.endswith("\x00"))
+
+
+def _loaded_names() -> tuple[str, ...]:
+    """What ``KeywordMemory._reset`` sets: the loaded index, which a background load hands over whole."""
+    probe = KeywordMemory.__new__(KeywordMemory)
+    KeywordMemory._reset(probe)
+    return tuple(vars(probe))
+
+
+_LOADED = _loaded_names()

@@ -35,10 +35,11 @@ import threading
 from bisect import bisect_left
 from collections import OrderedDict
 from datetime import date, timezone
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, ContextManager, Mapping, NamedTuple
 
 import sqlalchemy as sa
 
+from core.background import BackgroundLoads, CancelToken
 from core.recall.tables import STATE_TABLE
 from core.recall.text import LABEL_CHARS, speaker_label
 from core.storage import dialect, driver_sql
@@ -47,6 +48,9 @@ from core.timeutil import parse_iso
 
 MESSAGES_REWRITES = "messages:rewrites"  # state key bumped by triggers on message updates and deletes
 MAX_KEPT = 200_000
+# From this many messages (of a search's threads not kept yet) they are read whole in the background when
+# attached (``OrderCache.attach``): ~0.4 s at 100,000 messages, which the search that needed them used to wait for.
+BACKGROUND_ROWS = 20_000
 MAX_WHOLE_ROWS = 100_000  # messages of whole threads kept (the least recently asked go first; a larger thread is read per candidate)
 
 _STATE_SQL = (f"SELECT (SELECT max(rowid) FROM mastra_messages), "
@@ -124,6 +128,9 @@ class OrderCache:
         self._answers: dict[str, Order] = {}
         self._whole_rows = 0
         self._not_whole: set[str] = set()  # threads larger than ``MAX_WHOLE_ROWS``, or not all text
+        # Reading large threads in the background (``attach``): how to open one read transaction, and the loads.
+        self._background: tuple[Callable[[], ContextManager[sa.Connection]], BackgroundLoads] | None = None
+        self.background_rows = BACKGROUND_ROWS
 
     def sync(self, conn: sa.Connection) -> bool:
         """Bring what is kept up to date with the messages table; False: this database reads every time.
@@ -210,10 +217,13 @@ class OrderCache:
                 threads.move_to_end(thread_id)
         return missing
 
-    def _load(self, conn: sa.Connection, thread_ids: list[str], state: tuple[int, int] | None) -> bool:
+    def _load(self, conn: sa.Connection, thread_ids: list[str], state: tuple[int, int] | None,
+              cancel: CancelToken | None = None) -> bool:
         """Read these threads whole and keep them, making room by dropping the least recently asked
         threads; False if none was kept. A thread larger than ``MAX_WHOLE_ROWS`` is never kept whole;
-        one that does not fit beside this search's other threads is read per candidate this time."""
+        one that does not fit beside this search's other threads is read per candidate this time.
+        Threads of ``background_rows`` messages or more are read by a background load when attached
+        (False now: this search reads its candidates by id)."""
         sizes: dict[str, int] = {}
         for start in range(0, len(thread_ids), 500):
             chunk = tuple(thread_ids[start : start + 500])
@@ -229,19 +239,25 @@ class OrderCache:
             elif need + size <= MAX_WHOLE_ROWS:
                 fit.append(t)
                 need += size
+        if cancel is None and self._later(fit, need, too_large):
+            return False
         rows: dict[str, list[tuple[str, str, object]]] = {t: [] for t in fit}
         bad: set[str] = set()
         head = dialect.json_string_head_sql(conn, "content", "content", LABEL_CHARS)
+        intern = sys.intern
         for start in range(0, len(fit), 500):
             chunk = tuple(fit[start : start + 500])
-            for thread, mid, created, first in driver_sql.rows(
+            for part in driver_sql.chunks(
                 conn, f'SELECT thread_id, id, "createdAt", {head or "NULL"} FROM mastra_messages '
                 f"WHERE thread_id IN ({','.join('?' * len(chunk))}) AND role IN ('user', 'assistant')", chunk,
             ):
-                if isinstance(mid, str) and isinstance(created, str) and thread in rows:
-                    rows[thread].append((sys.intern(mid), created, first))  # (as ``VectorSet`` keeps them)
-                else:
-                    bad.add(thread)
+                for thread, mid, created, first in part:
+                    if isinstance(mid, str) and isinstance(created, str) and thread in rows:
+                        rows[thread].append((intern(mid), created, first))  # (as ``VectorSet`` keeps them)
+                    else:
+                        bad.add(thread)
+                if cancel is not None and cancel.cancelled:
+                    return False
         with self._lock:
             if self._state != state:  # changed while reading: keep nothing of this read
                 return False
@@ -256,6 +272,32 @@ class OrderCache:
                 self._of.update(dict.fromkeys(self._threads[t].rows, t))
                 self._whole_rows += len(found)
         return len(rows) > len(bad)
+
+    def attach(self, snapshot: Callable[[], ContextManager[sa.Connection]], loads: BackgroundLoads) -> None:
+        """Read threads of ``background_rows`` messages or more whole on a thread of ``loads`` (in one
+        ``snapshot()``), not inside the search that first needs them: until they are kept, searches
+        read their candidates by id (the same answers)."""
+        self._background = (snapshot, loads)
+
+    def _later(self, fit: list[str], need: int, too_large: list[str]) -> bool:
+        """Whether these threads are read whole by a background load (started now, or one is running)."""
+        if self._background is None or need < self.background_rows:
+            return False
+        snapshot, loads = self._background
+        with self._lock:
+            self._not_whole.update(too_large)  # (known now; the load may not take them)
+
+        def load(token: CancelToken) -> None:
+            with snapshot() as conn:  # (the state and the rows as of one moment)
+                top, rewrites = driver_sql.first(conn, _STATE_SQL) or (None, None)
+                state = (int(top or 0), int(rewrites or 0))
+                with self._lock:
+                    if self._state != state:  # (a search synced another state: a later one starts it again)
+                        return
+                self._load(conn, fit, state, token)
+
+        loads.start("thread-order", load)
+        return True
 
     def _sync(self, conn: sa.Connection) -> bool:
         if self._usable is None:  # (a database Mastra wrote, opened without our migrations, has no state table)

@@ -15,7 +15,7 @@ unwrapped (libSQL's ``ValueError``), which ``Database.read()``/``write()`` trans
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import sqlalchemy as sa
 
@@ -44,16 +44,29 @@ FETCH_ROWS = 500
 
 def rows(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """Every row of ``sql`` as tuples (fetched ``FETCH_ROWS`` at a time)."""
+    out: list[tuple[Any, ...]] = []
+    for chunk in chunks(conn, sql, params):
+        out.extend(chunk)
+    return out
+
+
+def chunks(conn: sa.Connection, sql: str, params: Sequence[Any] = ()) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``sql`` as tuples, ``FETCH_ROWS`` at a time (a reader that may stop early, or that
+    works on each part while the GIL is free for others between two; the statement ends when the
+    generator does)."""
     cursor = _cursor(conn, sql, tuple(params))
     if cursor is None:
-        return [tuple(r) for r in conn.exec_driver_sql(sql, tuple(params)).all()]
+        every = [tuple(r) for r in conn.exec_driver_sql(sql, tuple(params)).all()]
+        for start in range(0, len(every), FETCH_ROWS):
+            yield every[start : start + FETCH_ROWS]
+        return
     try:
-        out: list[tuple[Any, ...]] = []
         while True:
             chunk = cursor.fetchmany(FETCH_ROWS)
-            out.extend(chunk)
+            if chunk:
+                yield chunk
             if len(chunk) < FETCH_ROWS:
-                return out
+                return
     finally:
         cursor.close()
 
