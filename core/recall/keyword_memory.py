@@ -40,6 +40,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from core.background import BackgroundLoads, CancelToken
+from core.errors import MemoryStudioError
 from core.recall.types import Ranked, ranked_of
 from core.recall.tables import DOCS_TABLE, FTS_TABLE, STATE_TABLE, VOCAB_TABLE
 from core.storage import driver_sql
@@ -71,8 +72,8 @@ _STATE_SQL = (
 Phrase = tuple[np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None", "list[Any]"]
 
 
-class _Cancelled(Exception):
-    """A background load told to stop (its store is closing)."""
+class _Cancelled(MemoryStudioError):
+    """A background load told to stop (its store is closing); never leaves the load."""
 
 
 def varints(blob: bytes) -> list[int]:
