@@ -8,7 +8,7 @@ Builds a scratch libSQL database: one resource with the session's thread of ``--
 thread of 200, resource-scoped recall (top 4, one message each side, the hashing embedder at 512 dimensions,
 so the model costs nothing), then times 12 memory prompts after a first one, then 12 times what a run asks of
 the session itself (``get_items(limit=20)``, then ``add_items`` of a question and its answer), and prints the
-medians. The recall search leaves out the messages the session sends (the thread's own), learnt per turn.
+medians. The recall search leaves out the session's own thread (what the session sends) by a filter.
 ``--code PATH`` runs the timing with another checkout's code (the data is built by this one's).
 """
 

@@ -78,6 +78,11 @@ class RequestContext:
     # sends the thread itself): semantic recall fills its top k with other messages. Empty for our
     # own turns, whose recall keeps Mastra's rule (a hit already in the prompt is dropped, not replaced).
     recall_exclude: frozenset[str] = frozenset()
+    # A thread whose every message the model receives by another way (an SDK session's own thread): a
+    # resource-scoped recall search leaves it out by a filter, so its top k is one search of top k and
+    # other threads' messages alone are ranked, however long the thread (``RecallIndex.search``'s
+    # ``exclude_thread``). None for our own turns.
+    recall_exclude_thread: str | None = None
     # Rebuilding a turn from the data (a reconstruction): stored messages older than its input that
     # were not stored yet when it ran (other turns of the thread still running then, by their records),
     # so not its memory: left out of history, observational memory's unobserved messages and recall.

@@ -94,18 +94,29 @@ class SemanticRecall(BaseProcessor):
             ctx.skip(self.id, "the last user message has no text to search with")
             return
         resource_scope = opts.scope == "resource" and bool(req.resource_id)
+        left_out = req.recall_exclude_thread
+        if left_out is not None and not resource_scope and left_out == req.thread_id and req.frozen is None:
+            # The scope is the thread the model receives whole: nothing recall could find is new to it.
+            ctx.note(self.id, query=query, scope="thread", mode=opts.mode, hits=[], excluded_thread=left_out,
+                     passed_over=[], reason=None)
+            ctx.skip(self.id, "recall searches this thread only (scope \"thread\"), and the model receives "
+                              "every message of it already; set semantic recall's scope to \"resource\" to "
+                              "recall from the user's other threads")
+            return
         if req.frozen is not None and req.frozen.hits is not None:  # a recorded turn: exactly its hits
             hits, reason = list(req.frozen.hits), None
         else:
             assert index is not None
             excluded = req.recall_exclude
             unstored = req.not_memory  # (a reconstruction's: not indexed yet when the turn ran)
+            filtered = left_out if resource_scope else None
             result = index.search(
                 query,
                 resource_id=req.resource_id if resource_scope else None,
                 thread_id=None if resource_scope else req.thread_id,
-                # Messages the model receives anyway take no place: asked deep enough that the top k
-                # is still full when every one of them ranks first.
+                # Messages the model receives anyway take no place: a whole thread is left out by the
+                # search itself (never ranked, so the top k is one search of top k); single messages by
+                # asking deep enough that the top k is still full when every one of them ranks first.
                 top_k=opts.top_k + len(excluded) + len(unstored),
                 mode=opts.mode,
                 threshold=opts.threshold,
@@ -115,14 +126,24 @@ class SemanticRecall(BaseProcessor):
                 # ... nor those stored after it ran (a reconstruction's): left out before the fusion, they
                 # move no other message's score.
                 unstored=unstored,
+                exclude_thread=filtered,
             )
             hits, reason = [h for h in result.hits if req.as_of is None or h.message_id != req.as_of.id], result.reason
             if unstored:
                 hits = [h for h in hits if h.message_id not in unstored][:opts.top_k + len(excluded)]
-            if excluded:
-                passed = [h for h in hits if h.message_id in excluded]
-                hits = [h for h in hits if h.message_id not in excluded][:opts.top_k]
-                ctx.note(self.id, excluded=len(excluded), passed_over=[h.message_id for h in passed])
+            if excluded or filtered is not None:
+                # (the filtered thread's hits dropped too, should a search ever return one)
+                passed = [h for h in hits if h.message_id in excluded
+                          or (filtered is not None and h.thread_id == filtered)]
+                dropped = {h.message_id for h in passed}
+                hits = [h for h in hits if h.message_id not in dropped][:opts.top_k]
+                # ``passed_over``: hits that were the model's own messages, dropped here. A thread left out
+                # by the search is never ranked, so its messages are not among them (``excluded_thread``).
+                ctx.note(self.id, passed_over=[h.message_id for h in passed])
+                if excluded:
+                    ctx.note(self.id, excluded=len(excluded))
+                if filtered is not None:
+                    ctx.note(self.id, excluded_thread=filtered)
                 if not hits and passed and reason is None:
                     reason = f"every similar message ({len(passed)}) is one the model already receives"
         ctx.note(

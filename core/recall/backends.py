@@ -33,7 +33,10 @@ class KeywordBackend(Protocol):
         """(the query's quoted terms that are searched, the very common ones dropped)."""
 
     def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
-               limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]: ...
+               limit: int, until: str | None = None, terms: list[str] | None = None,
+               exclude_thread: str | None = None) -> list[KeywordHit]:
+        """The scope's best ``limit`` docs for the query; ``until``: of messages created before it (ISO
+        text); ``exclude_thread``: none of that thread's (left out before the ``limit``)."""
 
     def write_docs(self, conn: sa.Connection, docs: list[DocRow]) -> None:
         """Replace these messages' docs (an empty text removes the doc), in one pass per batch."""

@@ -726,11 +726,14 @@ class RecallIndex:
         threshold: float | None = None,
         until: datetime | None = None,
         unstored: frozenset[str] = frozenset(),
+        exclude_thread: str | None = None,
     ) -> SearchResult:
         """``until``: only messages created strictly before this time are scored (a past turn's view);
-        ``unstored``: messages searched as if not indexed (that view's messages stored after it)."""
+        ``unstored``: messages searched as if not indexed (that view's messages stored after it);
+        ``exclude_thread``: a thread whose messages are never candidates, as if not indexed in this
+        scope (an SDK session's own thread: its model receives it anyway)."""
         return pipeline.run_search(self, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
-                                   threshold=threshold, until=until, unstored=unstored)
+                                   threshold=threshold, until=until, unstored=unstored, exclude_thread=exclude_thread)
 
     def close(self) -> None:
         self.vectors.close()

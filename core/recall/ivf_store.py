@@ -239,7 +239,7 @@ class IvfScope:
             return self._tail
 
     def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None = None,
-               nprobe: int | None = None) -> list[Ranked]:
+               exclude_thread: str | None = None, nprobe: int | None = None) -> list[Ranked]:
         conn = self.conn
         assert conn is not None, "IvfScope is read through MatrixVectors.scope"
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
@@ -248,14 +248,14 @@ class IvfScope:
                     if r.resource_id == self.resource_id]
             vset = VectorSet(self.info.dim, self.model_id)
             vset.extend(rows)
-            return vset.ranked(q, depth, None, until)
+            return vset.ranked(q, depth, None, until, exclude_thread)
         nprobe = nprobe or max(8, int(self.meta.nlist * DEFAULT_NPROBE_SHARE))
         scores = self.meta.centroids @ q
         nearest = np.argsort(-scores)[: min(nprobe, len(scores))].tolist()
         sets = [*self._load_lists(conn, nearest), self.tail(conn)]
         best: dict[str, Ranked] = {}
         for vset in sets:
-            for r in vset.ranked(q, depth, thread_id, until):
+            for r in vset.ranked(q, depth, thread_id, until, exclude_thread):
                 if r.message_id not in best or r.score > best[r.message_id].score:
                     best[r.message_id] = r
         return sorted(best.values(), key=lambda r: (-r.score, r.message_id))[:depth]

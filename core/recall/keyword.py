@@ -262,10 +262,11 @@ def select_terms(conn: sa.Connection, query: str, stats: TermStats | None,
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
     context_weight: float | None = None, stats: TermStats | None = None, until: str | None = None,
-    terms: list[str] | None = None,
+    terms: list[str] | None = None, exclude_thread: str | None = None,
 ) -> list[KeywordHit]:
     """Best ``limit`` messages of the scope by BM25. With ``stats``, very common terms are dropped first
-    (``terms``: already selected). ``until`` (ISO text): only messages created strictly before it."""
+    (``terms``: already selected). ``until`` (ISO text): only messages created strictly before it;
+    ``exclude_thread``: none of that thread's."""
     weight = CONTEXT_WEIGHT if context_weight is None else context_weight
     if terms is None:
         terms, _dropped = select_terms(conn, query, stats)
@@ -280,6 +281,9 @@ def search(
     if thread_id is not None:
         where.append("d.thread_id = ?")
         params.append(thread_id)
+    if exclude_thread is not None:  # (docs without a thread are kept)
+        where.append("d.thread_id IS NOT ?")
+        params.append(exclude_thread)
     join = ""
     if until is not None:
         join = "JOIN mastra_messages m ON m.id = d.message_id "
@@ -328,17 +332,18 @@ class Fts5Keywords:
         return select_terms(conn, query, self.stats, terms)
 
     def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
-               limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]:
+               limit: int, until: str | None = None, terms: list[str] | None = None,
+               exclude_thread: str | None = None) -> list[KeywordHit]:
         """Answered in process (``keyword_memory``) when it can be exactly; else by the FTS5 statement."""
         if terms is None:
             terms = self.terms(conn, query)[0]
         if until is None and terms:
             found = self.memory.search(conn, terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                                       weight=CONTEXT_WEIGHT)
+                                       weight=CONTEXT_WEIGHT, exclude_thread=exclude_thread)
             if found is not None:
                 return found
         return search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, stats=self.stats,
-                      until=until, terms=terms)
+                      until=until, terms=terms, exclude_thread=exclude_thread)
 
     def write_docs(self, conn: sa.Connection, docs: list[DocRow]) -> None:
         upsert_docs(conn, docs)

@@ -593,9 +593,10 @@ class KeywordMemory:
         return parts
 
     def search(self, conn: sa.Connection, terms: list[str], *, resource_id: str | None, thread_id: str | None,
-               limit: int, weight: float) -> list[Ranked] | None:
+               limit: int, weight: float, exclude_thread: str | None = None) -> list[Ranked] | None:
         """(message, thread, resource, -bm25) of the best ``limit`` docs of the scope matching any term,
-        as ``keyword.search``'s statement ranks them; None when that statement must answer."""
+        as ``keyword.search``'s statement ranks them; None when that statement must answer.
+        ``exclude_thread``: no doc of that thread."""
         if not terms or weight < 0 or float(weight).as_integer_ratio()[1] > 1024 or not self.sync(conn):
             return None
         with self._lock:
@@ -626,6 +627,8 @@ class KeywordMemory:
                 keep = self._threads[places] == self._codes.get(thread_id, -3)  # (a row without a doc has -1)
             else:
                 keep = self._resources[places] != -1
+            if exclude_thread is not None:
+                keep &= self._threads[places] != self._codes.get(exclude_thread, -3)
             places = places[keep]
             score = dense[places]
             if len(score) > limit:

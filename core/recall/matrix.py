@@ -97,7 +97,11 @@ class ScopeVectors(Protocol):
     @property
     def n(self) -> int: ...
 
-    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None = None) -> list[Ranked]: ...
+    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None = None,
+               exclude_thread: str | None = None) -> list[Ranked]:
+        """The best ``depth`` messages; ``thread_id``: of that thread only; ``until``: created before it (ISO
+        text); ``exclude_thread``: none of that thread (its rows are never candidates)."""
+        ...
 
     def cosines(self, qvec: np.ndarray, message_ids: list[str]) -> dict[str, float]: ...
 
@@ -242,17 +246,20 @@ class VectorSet:
         self.n = need
 
     # -- search --------------------------------------------------------------------------------
-    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None = None) -> list[Ranked]:
+    def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None, until: str | None = None,
+               exclude_thread: str | None = None) -> list[Ranked]:
         """The best ``depth`` messages (Mastra's saveMessages may store several chunk vectors per
-        message: ask for more, keep each message's best). ``until``: only messages created before it."""
-        if self._depth_suffices(qvec, depth, thread_id, until):  # (one row a message: nothing to merge)
+        message: ask for more, keep each message's best). ``until``: only messages created before it;
+        ``exclude_thread``: none of that thread's."""
+        # (one row a message: nothing to merge)
+        if exclude_thread is None and self._depth_suffices(qvec, depth, thread_id, until):
             pos, scores = self.search(qvec, depth)
             # The rows' fields gathered by numpy, not looked up one by one: after the scan they are out of
             # the CPU's caches, and numpy's loop waits for many of them at once (half the time at depth 50).
             mids, threads, resources = self._id_columns()
             return list(map(ranked_of, zip(mids[pos].tolist(), threads[pos].tolist(), resources[pos].tolist(),
                                            scores.tolist())))
-        pos, scores = self.search(qvec, depth * 2, thread_id=thread_id, until=until)
+        pos, scores = self.search(qvec, depth * 2, thread_id=thread_id, until=until, exclude_thread=exclude_thread)
         out: list[Ranked] = []
         seen: set[str] = set()
         for p, s in zip(pos.tolist(), scores.tolist()):
@@ -332,23 +339,31 @@ class VectorSet:
         return np.asarray(self._created < until)
 
     def search(self, query: np.ndarray, k: int, *, thread_id: str | None = None, nprobe: int | None = None,
-               until: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+               until: str | None = None, exclude_thread: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Positions and scores of the best rows, best first (at most ``k``). ``until``: only rows of
-        messages created strictly before it are candidates (a past turn's view)."""
+        messages created strictly before it are candidates (a past turn's view); ``exclude_thread``: no
+        row of that thread is (an SDK session's own thread, which the model receives anyway)."""
         if self.n == 0 or k <= 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         with single_blas_thread():
-            if thread_id is not None or until is not None:
+            left_out = self._thread_index.get(exclude_thread) if exclude_thread is not None else None
+            if thread_id is not None or until is not None or left_out is not None:
                 keep = np.ones(self.n, dtype=bool)
                 if thread_id is not None:
                     code = self._thread_index.get(thread_id)
                     if code is None:
                         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
                     keep &= self._thread_codes[: self.n] == code
+                if left_out is not None:
+                    keep &= self._thread_codes[: self.n] != left_out
                 if until is not None:
                     keep &= self.before(until)
                 pos = np.flatnonzero(keep)
+                if 2 * len(pos) > self.n and left_out is not None:
+                    # Most rows kept (a short thread left out): one product of the whole matrix, the kept
+                    # rows' scores taken from it, costs less than copying those rows first.
+                    return _top(pos, (self.matrix @ q)[pos], k)
                 if len(pos) < self.n:
                     return _top(pos, self.matrix[pos] @ q, k)
                 # Every row kept (a thread's own set narrowed to that thread): no copy of the matrix.

@@ -58,15 +58,17 @@ class HybridRead:
 
 
 def statement(vset: PgVectorSet, q: str, terms: list[str], *, resource_id: str | None, thread_id: str | None,
-              depth: int, narrowed: str | None, labels: bool, config: str = CONFIG) -> tuple[str, list[Any], int] | None:
+              depth: int, narrowed: str | None, labels: bool, config: str = CONFIG,
+              exclude_thread: str | None = None) -> tuple[str, list[Any], int] | None:
     """(SQL, parameters, the ``hnsw.ef_search`` it needs); None when the vector list is an exact scan
     (a depth HNSW may not list: the general path reads it). ``config``: the keyword docs' text search
-    configuration."""
-    listing, vparams, ef_search, exact = vset.listing(q, depth, narrowed, None)
+    configuration; ``exclude_thread``: neither list has a message of that thread."""
+    listing, vparams, ef_search, exact = vset.listing(q, depth, narrowed, None, exclude_thread)
     if exact:
         return None
     if terms:
-        kw_sql, kparams = search_sql(terms, resource_id=resource_id, thread_id=thread_id, limit=depth, config=config)
+        kw_sql, kparams = search_sql(terms, resource_id=resource_id, thread_id=thread_id, limit=depth, config=config,
+                                     exclude_thread=exclude_thread)
     else:
         kw_sql, kparams = _NO_KEYWORDS, []
     table = quoted(vset.table)
@@ -91,7 +93,7 @@ def statement(vset: PgVectorSet, q: str, terms: list[str], *, resource_id: str |
 
 def read(conn: sa.Connection, vset: PgVectorSet, qvec: np.ndarray, terms: list[str], *, resource_id: str | None,
          thread_id: str | None, depth: int, narrowed: str | None, labels: bool,
-         keywords: TsvectorKeywords | None = None) -> HybridRead | None:
+         keywords: TsvectorKeywords | None = None, exclude_thread: str | None = None) -> HybridRead | None:
     """Every read of a hybrid search over this scope, in ``conn``'s transaction (None: not possible in
     one statement, see ``statement``, or the scope's vectors are kept in process: ``pg_vector_cache``).
     ``terms``: the selected quoted keyword terms (may be empty); ``keywords``: the index's keyword
@@ -100,7 +102,8 @@ def read(conn: sa.Connection, vset: PgVectorSet, qvec: np.ndarray, terms: list[s
         return None
     q = literal(qvec)
     built = statement(vset, q, terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
-                      narrowed=narrowed, labels=labels, config=keywords.config if keywords is not None else CONFIG)
+                      narrowed=narrowed, labels=labels, config=keywords.config if keywords is not None else CONFIG,
+                      exclude_thread=exclude_thread)
     if built is None:
         return None
     sql, params, ef_search = built

@@ -48,7 +48,7 @@ class PgKeywordCache:
 
     # -- reading -------------------------------------------------------------------------------
     def search(self, conn: sa.Connection, terms: list[str], *, resource_id: str | None, thread_id: str | None,
-               limit: int, config: str = pg_keywords.CONFIG) -> list[KeywordHit] | None:
+               limit: int, config: str = pg_keywords.CONFIG, exclude_thread: str | None = None) -> list[KeywordHit] | None:
         """``pg_keywords.search_sql``'s rows for these selected (quoted) terms, from memory; None: the
         statement answers (no log, a scope too large, a query this cannot answer). ``config``: the
         docs' text search configuration, which parses the terms."""
@@ -68,7 +68,8 @@ class PgKeywordCache:
                 self._scopes.move_to_end(key)
             query = self._query(conn, terms, config)
             try:
-                rows = index.search(query, resource_id=resource_id, thread_id=thread_id, limit=limit)
+                rows = index.search(query, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                                    exclude_thread=exclude_thread)
             except Unsupported:
                 return None
         return [KeywordHit(mid, tid, rid, score) for mid, tid, rid, score in rows]

@@ -240,16 +240,17 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
 def search(
     conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None, limit: int,
     context_weight: float | None = None, stats: TermStats | None = None, until: str | None = None,
-    terms: list[str] | None = None, config: str = CONFIG,
+    terms: list[str] | None = None, config: str = CONFIG, exclude_thread: str | None = None,
 ) -> list[KeywordHit]:
     """Best ``limit`` documents of the scope by ``ts_rank``. With ``stats``, very common terms are
     dropped first (``terms``: already selected, quoted). ``until``: only messages created before it
-    (ISO text), for a past turn's view. ``config``: the docs' configuration (``keyed_with``)."""
+    (ISO text), for a past turn's view. ``config``: the docs' configuration (``keyed_with``);
+    ``exclude_thread``: no document of that thread."""
     quoted = terms if terms is not None else select_terms(conn, query, stats)[0]
     if not quoted:
         return []
     sql, params = search_sql(quoted, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                             context_weight=context_weight, until=until, config=config)
+                             context_weight=context_weight, until=until, config=config, exclude_thread=exclude_thread)
     rows = cursor.rows(conn, sql, params)
     _LISTED[conn] = [r[0] for r in rows]
     return [KeywordHit(r[0], r[1], r[2], float(r[3])) for r in rows]
@@ -258,6 +259,7 @@ def search(
 def search_sql(
     quoted: list[str], *, resource_id: str | None, thread_id: str | None, limit: int,
     context_weight: float | None = None, until: str | None = None, config: str = CONFIG,
+    exclude_thread: str | None = None,
 ) -> tuple[str, list[object]]:
     """``search``'s statement for these selected (quoted, non-empty) terms: (SQL, parameters); its rows
     are (message id, thread id, resource id, ``ts_rank`` as ``real``), best first. ``pg_hybrid`` runs
@@ -273,6 +275,9 @@ def search_sql(
     if thread_id is not None:
         where.append("d.thread_id = ?")
         params.append(thread_id)
+    if exclude_thread is not None:  # (documents without a thread are kept)
+        where.append("d.thread_id IS DISTINCT FROM ?")
+        params.append(exclude_thread)
     if until is not None:
         where.append('EXISTS (SELECT 1 FROM mastra_messages m WHERE m.id = d.message_id AND m."createdAt" < ?)')
         params.append(until)
@@ -321,19 +326,20 @@ class TsvectorKeywords:
         return chosen
 
     def search(self, conn: sa.Connection, query: str, *, resource_id: str | None, thread_id: str | None,
-               limit: int, until: str | None = None, terms: list[str] | None = None) -> list[KeywordHit]:
+               limit: int, until: str | None = None, terms: list[str] | None = None,
+               exclude_thread: str | None = None) -> list[KeywordHit]:
         if self.kept is not None and until is None:  # (a past turn's view needs the messages' times)
             quoted = terms if terms is not None else select_terms(conn, query, self.stats)[0]
             if not quoted:
                 return []
             hits = self.kept.search(conn, quoted, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                                    config=self.config)
+                                    config=self.config, exclude_thread=exclude_thread)
             if hits is not None:
                 _LISTED[conn] = [h.message_id for h in hits]
                 return hits
             terms = quoted
         return search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=limit, stats=self.stats,
-                      until=until, terms=terms, config=self.config)
+                      until=until, terms=terms, config=self.config, exclude_thread=exclude_thread)
 
     def write_docs(self, conn: sa.Connection, docs: list[DocRow]) -> None:
         claim_queued(conn, [d[0] for d in docs])

@@ -808,10 +808,10 @@ class TsIndex:
         return np.intersect1d(left + loff, right + roff, assume_unique=True), width
 
     def search(self, query: TsQuery, *, resource_id: str | None = None, thread_id: str | None = None,
-               limit: int) -> list[Row]:
+               limit: int, exclude_thread: str | None = None) -> list[Row]:
         """``search_sql``'s rows for this query: (message id, thread id, resource id, rank), best first,
         ties by message id in code point order. The rank is the ``real`` Postgres computes, as the
-        Python float psycopg gives for it."""
+        Python float psycopg gives for it. ``exclude_thread``: no doc of that thread."""
         if query.has_prefix:
             raise Unsupported("prefix operands are not answered in process")
         if query.root is None or limit <= 0:
@@ -823,6 +823,8 @@ class TsIndex:
             matched &= self._resource == self._codes.get(resource_id, -2)
         if thread_id is not None:
             matched &= self._thread == self._codes.get(thread_id, -2)
+        if exclude_thread is not None:
+            matched &= self._thread != self._codes.get(exclude_thread, -2)
         slots = np.flatnonzero(matched)
         if not len(slots):
             return []

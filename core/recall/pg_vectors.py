@@ -191,14 +191,19 @@ class PgVectorSet:
                 self.skips.other_model[str(model)] += int(count)
         return self._n
 
-    def listing(self, q: str, depth: int, thread_id: str | None, until: str | None) -> tuple[str, list[Any], int, bool]:
+    def listing(self, q: str, depth: int, thread_id: str | None, until: str | None,
+                exclude_thread: str | None = None) -> tuple[str, list[Any], int, bool]:
         """``ranked``'s statement: (SQL, parameters, the ``hnsw.ef_search`` it needs, whether it is an
         exact scan). Rows: (message id, thread id, resource id, cosine), nearest first, ``2 * depth``
-        of them (several chunk vectors of one message are possible). ``q``: the query's ``literal``."""
+        of them (several chunk vectors of one message are possible). ``q``: the query's ``literal``;
+        ``exclude_thread``: no row of that thread (the iterative scan goes on past them)."""
         where, params = self._scope(thread_id)
         if until is not None:  # a past turn's view: only messages created before it (ISO text order)
             where += " AND metadata->>'created_at' < ?"
             params = [*params, until]
+        if exclude_thread is not None:  # (rows without a thread are kept, as on libSQL)
+            where += " AND metadata->>'thread_id' IS DISTINCT FROM ?"
+            params = [*params, exclude_thread]
         ef_search = max(EF_SEARCH_MIN, 2 * depth)
         # More rows than HNSW may list (explain's ranking of a whole scope above 500 vectors): an exact
         # scan, by an order the index cannot serve (the distance plus zero), no HNSW settings needed.
@@ -222,9 +227,9 @@ class PgVectorSet:
                 self._ef_local = ef_search
 
     def ranked(self, qvec: np.ndarray, depth: int, thread_id: str | None,
-               until: str | None = None) -> list[hybrid.Ranked]:
+               until: str | None = None, exclude_thread: str | None = None) -> list[hybrid.Ranked]:
         q = literal(qvec)
-        listing, params, ef_search, exact = self.listing(q, depth, thread_id, until)
+        listing, params, ef_search, exact = self.listing(q, depth, thread_id, until, exclude_thread)
         with self._read() as conn:
             mine = conn is self.conn
             if not exact:

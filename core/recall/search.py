@@ -109,12 +109,18 @@ def run(
     qvec: Any = None,
     every_candidate: bool = False,
     unstored: frozenset[str] = frozenset(),
+    exclude_thread: str | None = None,
 ) -> SearchRun:
     """The steps of one search. ``qvec``: the query's vector, when the caller has it already.
     ``every_candidate``: re-rank every hybrid candidate (the playground shows them all), not only
     those that can still reach the top ``top_k`` (their order is the same either way). ``unstored``:
-    message ids to search as if they were not indexed (a rebuilt turn's messages stored after it ran)."""
+    message ids to search as if they were not indexed (a rebuilt turn's messages stored after it ran).
+    ``exclude_thread``: a thread of the resource whose messages are never candidates (an SDK session's
+    own, which its model receives anyway): each list leaves them out as it is read, so it is ``depth``
+    long without them, and the fusion, neighbours' share and thread prior see only other threads'."""
     scope = f"resource {resource_id}" if resource_id is not None else f"thread {thread_id}"
+    if exclude_thread is not None:
+        scope += f" (thread {exclude_thread} left out)"
     out = SearchRun(mode, scope)
     out.unstored = unstored
 
@@ -158,7 +164,7 @@ def run(
                 noted = True
                 got = one_read(conn, vset, qvec, out.terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
                                narrowed=thread_id if resource_id is not None else None,
-                               labels=hybrid.SPEAKER_BOOST > 0)
+                               labels=hybrid.SPEAKER_BOOST > 0, exclude_thread=exclude_thread)
                 if got is not None:
                     if got.queued:
                         out.backlog, out.gone = index.backlog(conn)
@@ -189,7 +195,7 @@ def run(
         def keyword_list() -> None:
             if mode in ("keyword", "hybrid") and index.has_fts:
                 kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
-                                           until=until_iso, terms=out.terms)
+                                           until=until_iso, terms=out.terms, exclude_thread=exclude_thread)
                 _listed(out, "keyword", kw)  # (``KeywordHit`` is ``Ranked``: the hits go in as they come)
 
         if mode in ("vector", "hybrid") and not embedded:
@@ -215,7 +221,7 @@ def run(
                 for skipped in out.vset.skips.reasons():
                     degrade(skipped, failure=False)
                 narrowed = thread_id if resource_id is not None else None
-                vector = out.vset.ranked(qvec, depth, narrowed, until_iso)
+                vector = out.vset.ranked(qvec, depth, narrowed, until_iso, exclude_thread)
         if vector is not None:
             _listed(out, "vector", vector)
         if mode == "hybrid":
@@ -321,6 +327,7 @@ def run_search(
     threshold: float | None,
     until: datetime | None = None,
     unstored: frozenset[str] = frozenset(),
+    exclude_thread: str | None = None,
 ) -> SearchResult:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -331,7 +338,7 @@ def run_search(
     if not query or not query.strip():
         return SearchResult([], "the query has no text", mode)
     done = run(index, query, resource_id=resource_id, thread_id=thread_id, top_k=top_k, mode=mode,
-               threshold=threshold, until=until, unstored=unstored)
+               threshold=threshold, until=until, unstored=unstored, exclude_thread=exclude_thread)
     notes = [*([done.backlog] if done.backlog else []), *done.notes]
     if mode == "vector":
         hits = [SearchHit(r.message_id, r.thread_id, r.resource_id, r.score, "vector", r.score, None) for r in done.vector]

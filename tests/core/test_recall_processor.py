@@ -262,3 +262,36 @@ def test_output_in_read_only_mode_writes_nothing(store):
 def test_missing_embedder_fails_at_construction(store):
     with pytest.raises(RecallError, match="embedder"):
         SemanticRecall(store=store)
+
+
+def test_a_thread_the_model_receives_whole_is_left_out_by_the_search(store):
+    # An SDK session sends its thread itself: recall leaves that thread out by the search's filter, so
+    # its top k is other threads' best however many of the thread's own messages rank above them, and
+    # none of them is ranked (``passed_over`` is empty; ``excluded_thread`` names the thread).
+    mine = [f"mine{i}" for i in range(8)]
+    emb = ScoreEmbedder({**{t: 0.99 - i * 0.001 for i, t in enumerate(mine)}, "a0": 0.6, "b0": 0.7, "b1": 0.5})
+    index = setup(store, emb, {"thread-1": mine, "a": ["a0"], "b": ["b0", "b1"]})
+    for mode in ("vector", "hybrid"):
+        ctx = make_ctx(store, recall={"top_k": 2, "mode": mode, "message_range": 0})
+        ctx.request.recall_exclude_thread = "thread-1"
+        SemanticRecall(index).process_input(ctx)
+        notes = ctx.notes["semantic-recall"]
+        hits = [h["message_id"] for h in notes["hits"]]
+        # (hybrid: b:1 gains a share of its thread's best candidate, b:0, and passes a:0)
+        assert hits == (["b:0", "a:0"] if mode == "vector" else ["b:0", "b:1"]), mode
+        assert notes["excluded_thread"] == "thread-1" and notes["passed_over"] == [] and "excluded" not in notes
+        assert [sorted(e.provenance.stored_ids) for e in ctx.messages.system_entries()] == [sorted(hits)]
+        assert memory_ids(ctx) == []
+    # Single messages the model receives are still passed over after the search (other callers').
+    ctx = make_ctx(store, recall={"top_k": 1, "mode": "vector", "message_range": 0})
+    ctx.request.recall_exclude_thread = "thread-1"
+    ctx.request.recall_exclude = frozenset({"b:0"})
+    SemanticRecall(index).process_input(ctx)
+    notes = ctx.notes["semantic-recall"]
+    assert [h["message_id"] for h in notes["hits"]] == ["a:0"] and notes["passed_over"] == ["b:0"]
+    assert notes["excluded"] == 1
+    # Recall scoped to the thread itself finds nothing the model does not receive, and says what to change.
+    ctx = make_ctx(store, recall={"scope": "thread", "mode": "vector"})
+    ctx.request.recall_exclude_thread = "thread-1"
+    SemanticRecall(index).process_input(ctx)
+    assert 'scope to "resource"' in ctx.skipped["semantic-recall"] and memory_ids(ctx) == []

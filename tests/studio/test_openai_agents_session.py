@@ -668,7 +668,7 @@ def test_recall_fills_its_top_k_with_messages_the_session_does_not_send(tmp_path
         assert [m["content"] for m in last[1:] if m["role"] == "user"] == [m.text for m in thread if m.role == "user"]
         assert "What fruit do I like, and what is my name?" not in last[0]["content"]
 
-        # The trace holds what was sent, and the recall span says what recall passed over and found.
+        # The trace holds what was sent, and the recall span says which thread recall left out and found.
         store.tracer().flush(30)
         resolver = reads.SourceResolver(store)
         runs = list(reads.load_traces_page(resolver, TraceFilters(thread_id="chat"), 0, 20).rows)
@@ -681,8 +681,11 @@ def test_recall_fills_its_top_k_with_messages_the_session_does_not_send(tmp_path
         assert len(recalls) == 1
         found = recalls[0].output["recall"]
         own = {m.id for m in thread[:-1]}  # the thread at that call: its reply was saved after it
-        assert found["excluded"] == len(own) and set(found["passed_over"]) <= own
-        assert found["passed_over"] and not {h["message_id"] for h in found["hits"]} & own
+        # The search leaves the session's thread out by a filter: none of its messages is ranked, so
+        # none is passed over after the search, and the hits are other threads' only.
+        assert found["excluded_thread"] == "chat" and found["passed_over"] == [] and "excluded" not in found
+        assert not {h["message_id"] for h in found["hits"]} & own
+        assert {h["thread_id"] for h in found["hits"]} == {"fruit"}
         mango = next(m.id for m in memory.recall(thread_id="fruit", resource_id="ada", per_page=False).messages
                      if m.text == "My favourite fruit is mango.")
         assert mango in {h["message_id"] for h in found["hits"]}

@@ -212,8 +212,9 @@ class MemorySession:
                                                     and f.source not in _NOT_MEMORY],
                                       "skipped": prompt.skipped, "tokens": prompt.total_tokens}
             recall = prompt.notes.get("semantic-recall")
-            if recall:  # which messages recall searched past (the thread's own) and which it found
-                output["recall"] = {k: recall[k] for k in ("query", "hits", "excluded", "passed_over") if k in recall}
+            if recall:  # which thread recall left out (the session's own), what it passed over and found
+                shown = ("query", "hits", "excluded_thread", "excluded", "passed_over")
+                output["recall"] = {k: recall[k] for k in shown if k in recall}
             span.set_output(output)
         instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
         trace = get_current_trace()
@@ -343,16 +344,14 @@ class MemorySession:
 
         Recall fills its top k with other threads' messages: the thread's own messages are what the
         session sends (the input the SDK saved just before this call among them), and a same-thread
-        hit would reach the model only as a repeat, since only the memory's system blocks are added."""
+        hit would reach the model only as a repeat, since only the memory's system blocks are added.
+        The search leaves the thread out by a filter (``recall_exclude_thread``): one search of top k
+        whatever the thread's length, and no message of it is read or ranked."""
         mem = self.memory
         request = mem.request_context(thread_id=self.session_id, resource_id=self.resource_id,
                                       options={"last_messages": 0})
-        if request.options.semantic_recall.enabled:  # (their ids only: reading the messages cost ~30 µs each)
-            try:
-                sent = self.memory.thread_message_ids(thread_id=self.session_id, resource_id=self.resource_id)
-            except NotFoundError:
-                sent = frozenset()
-            request = replace(request, recall_exclude=sent)
+        if request.options.semantic_recall.enabled:
+            request = replace(request, recall_exclude_thread=self.session_id)
         ctx = mem.new_context(request, services=replace(mem.services(), tracer=NOOP_TRACER))
         ctx.live = True  # observational memory may observe; working memory and recall read
         mem.prepare_input(ctx, input=[Message.user(query)] if query else [])
