@@ -50,7 +50,9 @@ class KeywordBackend(Protocol):
 
     def has_pending(self, conn: sa.Connection) -> bool: ...
 
-    def pending_deletes(self, conn: sa.Connection) -> set[str]: ...
+    def pending_changes(self, conn: sa.Connection) -> tuple[set[str], set[str] | None]:
+        """(ids of queued messages deleted since indexed; ids of queued messages whose newest change
+        is an update, or None when the backend does not list them and every keyword hit is checked)."""
 
     def waiting(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> int:
         """How many messages of a scope wait to be keyword-indexed (read only)."""

@@ -8,11 +8,14 @@ below the threshold or outside the top-k. Its hits are the hits ``search`` retur
 
 ``explain_message`` answers "why not this message?" for any stored message: its rank and score in
 each list over the whole scope (not only the candidates), and what excluded it: deleted, another
-resource or thread, a role that is never indexed, no text, no vector (or one from another embedding
-model), no keyword match, below the threshold, outside the top-k, or never a hybrid candidate.
+resource or thread, a role that is never indexed, no text, edited since it was keyword-indexed, no
+vector (or one from another embedding model), no keyword match, below the threshold, outside the
+top-k, or never a hybrid candidate.
 
 Both only read: they never apply the keyword queue or write a row (looking never writes). Messages
-deleted since they were indexed are shown as deleted and never counted as hits.
+deleted since they were indexed are shown as deleted and never counted as hits; keyword candidates
+edited since (by a process without recall, or another program) are shown as edited, left out of the
+keyword list as the search leaves them out (``search.SearchRun.edited``).
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ logger = logging.getLogger(__name__)
 
 ListName = Literal["vector", "keyword", "hybrid"]
 LISTS: tuple[ListName, ...] = ("vector", "keyword", "hybrid")
-Status = Literal["hit", "below-threshold", "outside-top-k", "deleted"]
+Status = Literal["hit", "below-threshold", "outside-top-k", "deleted", "edited"]
 FULL_RANKING = 1_000_000  # "every match": keyword ranks for one explained message are over the whole scope
 
 # Codes of ``Explanation.verdict`` (and ``Placement.status``), in the order they decide the verdict.
 VERDICTS = (
     "deleted", "other-resource", "other-thread", "role-not-indexed", "no-text", "not-indexed", "wrong-model",
-    "hit", "neighbour", "below-threshold", "outside-top-k", "not-a-candidate", "no-match",
+    "hit", "neighbour", "below-threshold", "outside-top-k", "edited", "not-a-candidate", "no-match",
 )
 
 
@@ -135,6 +138,9 @@ class Inspection:
         gone = self.count(name, "deleted")
         if gone:
             parts.append(f"{gone} deleted since indexed")
+        edited = self.count(name, "edited")
+        if edited:
+            parts.append(f"{edited} edited since indexed")
         if name == "keyword" and self.threshold is not None:
             parts.append(f"threshold not applied to {self.keyword_scoring}")
         return " · ".join(parts)
@@ -150,7 +156,12 @@ class Inspection:
             tail = f" (best similarity {best:.3f})" if best is not None else ""
             return f"{below} result{'s' if below != 1 else ''} below the threshold {self.threshold:g}{tail}: lower it to see them"
         if cands:
-            return "every candidate was deleted since it was indexed"
+            edited = self.count(name, "edited")
+            if edited == len(cands):
+                return ("every candidate was edited since it was keyword-indexed (the next save with recall or "
+                        "`memory-studio reindex` indexes the new text)")
+            return ("every candidate was deleted since it was indexed" if not edited else
+                    "every candidate was deleted or edited since it was indexed")
         if name == "keyword":
             return f"no keyword matches in {self.scope}" if self.terms else "the query has no searchable words"
         if name == "vector" and self.vectors_in_scope == 0:
@@ -234,7 +245,9 @@ def inspect_search(
     cos_of = {**done.cosines, **{r.message_id: r.score for r in vec_ranked}}
 
     ids = list(dict.fromkeys([r.message_id for r in vec_ranked] + [r.message_id for r in kw_ranked]))
-    out.messages = _shown(index, ids)
+    # (and the keyword candidates left out as edited since indexed: shown with their text now)
+    edited = [r.message_id for _, r in done.left_out if r.message_id in done.edited]
+    out.messages = _shown(index, list(dict.fromkeys(ids + edited)))
     gone = {mid for mid in ids if mid not in out.messages}
     kw_at = {r.message_id: r.score for r in kw_ranked}
     out.lists["vector"] = _mark(
@@ -249,9 +262,11 @@ def inspect_search(
         [Candidate(i, f.message_id, f.thread_id, f.resource_id, f.score, f.vector_score, f.keyword_score,
                    f.vector_rank, f.keyword_rank, combined.get(f.message_id), own=own.get(f.message_id))
          for i, f in enumerate(done.reranked, start=1)], top_k, threshold, gone)
-    # Candidates the search left out as deleted since they were indexed: shown last, marked deleted.
+    # Candidates the search left out as deleted (or, keyword ones, edited) since they were indexed: shown
+    # last, marked so (an edited row that cannot be read as deleted, as the search sees such a row).
     for found_in, r in done.left_out:
-        cand = Candidate(0, r.message_id, r.thread_id, r.resource_id, r.score, None, None, status="deleted")
+        cand = Candidate(0, r.message_id, r.thread_id, r.resource_id, r.score, None, None,
+                         status="edited" if r.message_id in done.edited and r.message_id in out.messages else "deleted")
         names: tuple[ListName, ...] = (found_in, "hybrid")
         for name in names:
             if not any(c.message_id == r.message_id for c in out.lists[name]):
@@ -441,11 +456,18 @@ def _vector_placement(index: "RecallIndex", ins: Inspection, message_id: str, ha
     return Placement("vector", status, why, rank, len(full), cos)
 
 
+EDITED_WHY = ("It was edited since it was keyword-indexed (by a process without recall, or another program): its "
+              "keyword entry still holds the text before the edit, so keyword search leaves it out until the next "
+              "save with recall or `memory-studio reindex` indexes the new text.")
+
+
 def _keyword_placement(index: "RecallIndex", ins: Inspection, message_id: str, has_doc: bool) -> Placement:
     if not has_doc:
         return Placement("keyword", "not-indexed",
                          "It has no keyword entry yet (the keyword index picks up new messages at the next save "
                          "with recall, or `memory-studio reindex`).")
+    if _edited_since_indexed(index, message_id):
+        return Placement("keyword", "edited", EDITED_WHY)
     if not ins.terms:
         return Placement("keyword", "no-match", "The query has no searchable words.")
     with index.store.db.read() as conn:
@@ -463,6 +485,15 @@ def _keyword_placement(index: "RecallIndex", ins: Inspection, message_id: str, h
     return Placement("keyword", status, why, rank, len(full), score)
 
 
+def _edited_since_indexed(index: "RecallIndex", message_id: str) -> bool:
+    """Whether the search leaves this message's keyword hits out as edited since indexed (reads only)."""
+    with index.store.db.read() as conn:
+        _note, gone, updated = index.backlog(conn)
+        if message_id in gone or (updated is not None and message_id not in updated):
+            return False
+        return message_id in index.edited_since_indexed(conn, [message_id], queued=updated is not None)
+
+
 def _hybrid_placement(ins: Inspection, message_id: str, cand: Candidate | None) -> Placement:
     ranked = len(ins.lists["hybrid"])
     if cand is None:
@@ -471,7 +502,9 @@ def _hybrid_placement(ins: Inspection, message_id: str, cand: Candidate | None) 
                          f"Hybrid fuses the best {depth} of each list; it is in neither, so it was never a "
                          "candidate.", None, ranked)
     status, why = _cut_reason(ins, cand, cand.rank, cand.score, "fused score")
-    return Placement("hybrid", status, why + thread_share_part(cand), cand.rank, ranked, cand.score)
+    # (a candidate left out as edited since indexed was never fused: its score is its raw keyword score)
+    return Placement("hybrid", status, why + thread_share_part(cand), cand.rank, ranked,
+                     None if status == "edited" else cand.score)
 
 
 def thread_share_part(cand: Candidate) -> str:
@@ -501,6 +534,9 @@ def _cut_reason(ins: Inspection, cand: Candidate | None, rank: int, score: float
         return "below-threshold", f"{where}, but its similarity {cand.vector_score:.3f} is below the threshold {ins.threshold:g}."
     if cand.status == "deleted":
         return "deleted", f"Rank {rank}, but it was deleted after it was indexed."
+    if cand.status == "edited":
+        return "edited", ("Matched by its keyword entry from before an edit, so left out (the next save with recall "
+                          "or `memory-studio reindex` indexes the new text).")
     return "outside-top-k", f"Rank {rank} ({what} {shown}): outside the top {ins.top_k}."
 
 
@@ -518,6 +554,10 @@ def _verdict(ins: Inspection, e: Explanation, has_vector: bool, has_doc: bool, o
                              f"({e.neighbour_of}; message range {ins.before} before, {ins.after} after).")
     if hyb.status in ("below-threshold", "outside-top-k"):
         return hyb.status, hyb.why
+    if hyb.status == "edited" or (hyb.status == "not-a-candidate" and e.placements["keyword"].status == "edited"):
+        dropped = (" Its vector from before the edit was dropped with it; `memory-studio reindex` embeds the new text."
+                   if not has_vector else "")
+        return "edited", EDITED_WHY + dropped
     if not has_vector:
         return ("wrong-model" if others else "not-indexed"), e.placements["vector"].why
     if hyb.status == "not-a-candidate":

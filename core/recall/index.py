@@ -37,7 +37,7 @@ from core.recall.pg_keyword_cache import PgKeywordCache
 from core.recall.pg_order import PgOrderCache
 from core.recall.pg_vectors import PgVectors
 from core.recall.schema import (
-    DOCS_TABLE, RECALL_MIGRATIONS, batch_passage_hash, count_and_previous, doc_state, ids_in_span, previous_text,
+    DOCS_TABLE, QUEUE_TABLE, RECALL_MIGRATIONS, batch_passage_hash, count_and_previous, doc_state, ids_in_span, previous_text,
     span_and_next, vector_table_name,
 )
 from core.storage.catalog import has_table
@@ -55,7 +55,7 @@ from core.recall.types import (
     VectorRow,
 )
 from core.recall.vector_table import VectorState
-from core.storage import driver_sql, migrations as storage_migrations
+from core.storage import bulk, driver_sql, migrations as storage_migrations
 from core.storage.capabilities import Capabilities
 from core.timeutil import to_iso as _to_iso
 
@@ -684,24 +684,63 @@ class RecallIndex:
             done += applied
         return f"more than {limit} message changes waited for keyword indexing; the rest are applied on later searches"
 
-    def backlog(self, conn: sa.Connection | None = None) -> tuple[str | None, set[str]]:
+    def backlog(self, conn: sa.Connection | None = None) -> tuple[str | None, set[str], set[str] | None]:
         """What a search must know about changes not yet applied to the index, without applying them.
 
         Returns (a note for the search's reason, or None; ids of messages deleted since they were
-        indexed, which the search leaves out). Read-only: looking never writes. ``conn``: a read
-        connection the caller holds (else one is opened).
+        indexed, which the search leaves out; ids of messages updated since, whose keyword hits
+        ``edited_since_indexed`` checks, or None: check every hit). Read-only: looking never writes.
+        ``conn``: a read connection the caller holds (else one is opened).
         """
         if not self.has_fts:
-            return None, set()
+            return None, set(), set()
         if conn is None:
             with self.store.db.read() as own:
                 return self.backlog(own)
         if not self.keywords.has_pending(conn):
-            return None, set()
-        gone = self.keywords.pending_deletes(conn)
+            return None, set(), set()
+        gone, updated = self.keywords.pending_changes(conn)
         how = ("open this database with writes allowed to index them" if not self.writable
                else "the next save with recall indexes them (or run `memory-studio reindex`)")
-        return f"some recent message changes are not keyword-indexed yet; {how}", gone
+        return f"some recent message changes are not keyword-indexed yet; {how}", gone, updated
+
+    def edited_since_indexed(self, conn: sa.Connection, message_ids: Sequence[str], *, queued: bool = True) -> set[str]:
+        """Of these messages, those with an update queued whose keyword doc holds another passage than
+        the message has now: edited (or emptied) since indexed by a process without recall or by another
+        program. ``queued``: each id is known to have an update queued (libSQL lists them:
+        ``KeywordBackend.pending_changes``); else only those the queue holds an update of are checked
+        (Postgres). Read-only: their docs' passage hashes against their passages now, two statements
+        (none when no id is given). A doc whose hash is equal (an edit undone, a re-save of the same text,
+        a re-key queued by ``pg_schema`` 0026) stands; a message without a doc (written by another
+        program, never keyword-indexed) is not one. The passage holds the previous message's text too:
+        a message re-saved with its own text unchanged after its previous message was edited, both before
+        a recall write, is left out as well (until that write)."""
+        ids = list(dict.fromkeys(message_ids))
+        if not ids or not self.has_fts:
+            return set()
+        docs: dict[str, tuple[str | None, str | None]] = {}
+        if queued:
+            docs = doc_state(conn, ids)
+        else:  # (the queue's ``message_id`` index, migration ``0025_recall_queue_by_message``, finds them)
+            for marks, params in bulk.in_lists(conn, ids):
+                docs.update((mid, (digest, None)) for mid, digest in conn.exec_driver_sql(
+                    f"SELECT d.message_id, d.content_hash FROM {DOCS_TABLE} d WHERE d.message_id IN ({marks}) "
+                    f"AND EXISTS (SELECT 1 FROM {QUEUE_TABLE} q WHERE q.message_id = d.message_id AND q.op = 'upsert')",
+                    params))
+        if not docs:
+            return set()
+        now = passages.load(conn, list(docs))
+        return {mid for mid, (digest, _thread) in docs.items()
+                if (p := now.get(mid)) is None or not p.indexable or p.hash != digest}
+
+    def edited_note(self, count: int) -> str:
+        """The search's reason for ``count`` keyword candidates left out as edited since indexed."""
+        one = count == 1
+        until = ("this database is opened with writes allowed" if not self.writable
+                 else "the next save with recall or `memory-studio reindex`")
+        return (f"{count} message{'' if one else 's'} edited since {'it was' if one else 'they were'} keyword-indexed "
+                f"{'is' if one else 'are'} left out of keyword results until {until} indexes "
+                f"{'its' if one else 'their'} new text (the keyword index still holds the text before the edit)")
 
     # -- reading -------------------------------------------------------------------------------
     def keyword_search(

@@ -168,8 +168,9 @@ _PENDING_SQL = (
 )
 
 
-def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
-    """Messages whose newest queued change is a delete: still in the index, gone from the store.
+def pending_changes(conn: sa.Connection, limit: int = 20_000) -> tuple[set[str], set[str]]:
+    """(messages whose newest queued change is a delete: still in the index, gone from the store;
+    messages whose newest queued change is an update: their keyword doc may hold an older text).
 
     Read-only, so a search can leave them out without applying the queue (only writers apply it).
     """
@@ -179,7 +180,7 @@ def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
     last: dict[str, str] = {}
     for mid, op in rows:
         last[mid] = op
-    return {mid for mid, op in last.items() if op == "delete"}
+    return {mid for mid, op in last.items() if op == "delete"}, {mid for mid, op in last.items() if op == "upsert"}
 
 
 # Part 1 is one row: how many rows were inserted since the watermark (up to the limit), the newest
@@ -360,8 +361,8 @@ class Fts5Keywords:
     def has_pending(self, conn: sa.Connection) -> bool:
         return has_pending(conn)
 
-    def pending_deletes(self, conn: sa.Connection) -> set[str]:
-        return pending_deletes(conn)
+    def pending_changes(self, conn: sa.Connection) -> tuple[set[str], set[str] | None]:
+        return pending_changes(conn)
 
     def waiting(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> int:
         """User/assistant messages of a scope not keyword-indexed yet: new since the watermark without a

@@ -182,13 +182,18 @@ def has_pending(conn: sa.Connection) -> bool:
     return bool(cursor.rows(conn, f"SELECT 1 FROM {QUEUE_TABLE} LIMIT 1"))
 
 
-def pending_deletes(conn: sa.Connection, limit: int = 20_000) -> set[str]:
-    """Queued messages that no longer exist: still in the index, gone from the store (read-only)."""
+def pending_changes(conn: sa.Connection, limit: int = 20_000) -> tuple[set[str], set[str] | None]:
+    """(queued messages that no longer exist: still in the index, gone from the store; None when an
+    update is queued, so any keyword hit's doc may hold an older text (``RecallIndex.edited_since_indexed``
+    checks the hits), else an empty set). One statement, read-only: a row with no id says an update waits
+    (the queue holds every doc of a re-key, ``pg_schema`` 0026: their ids are not read on every search)."""
     rows = conn.exec_driver_sql(
         f"SELECT DISTINCT q.message_id FROM (SELECT message_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
-        "WHERE NOT EXISTS (SELECT 1 FROM mastra_messages m WHERE m.id = q.message_id)", (limit,)
+        "WHERE NOT EXISTS (SELECT 1 FROM mastra_messages m WHERE m.id = q.message_id) "
+        f"UNION ALL SELECT NULL WHERE EXISTS (SELECT 1 FROM {QUEUE_TABLE} WHERE op = 'upsert')", (limit,)
     ).all()
-    return {r[0] for r in rows}
+    gone = {r[0] for r in rows if r[0] is not None}
+    return gone, (None if len(gone) < len(rows) else set())
 
 
 def claim_queued(conn: sa.Connection, message_ids: list[str]) -> None:
@@ -361,8 +366,8 @@ class TsvectorKeywords:
                 return queued
         return has_pending(conn)
 
-    def pending_deletes(self, conn: sa.Connection) -> set[str]:
-        return pending_deletes(conn)
+    def pending_changes(self, conn: sa.Connection) -> tuple[set[str], set[str] | None]:
+        return pending_changes(conn)
 
     def waiting(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> int:
         """User/assistant messages of a scope whose change waits in the queue."""

@@ -54,7 +54,11 @@ class Searchable(Protocol):
     @property
     def has_fts(self) -> bool: ...
 
-    def backlog(self, conn: sa.Connection | None = None) -> tuple[str | None, set[str]]: ...
+    def backlog(self, conn: sa.Connection | None = None) -> tuple[str | None, set[str], set[str] | None]: ...
+
+    def edited_since_indexed(self, conn: sa.Connection, message_ids: list[str], *, queued: bool = True) -> set[str]: ...
+
+    def edited_note(self, count: int) -> str: ...
 
     def vector_set(self, conn: sa.Connection, resource_id: str | None, thread_id: str | None) -> ScopeVectors | None: ...
 
@@ -80,10 +84,15 @@ class SearchRun:
     receivers: list[tuple[float, float, str]] = field(default_factory=list)  # entries of ``combined.order`` re-ranked
     reranked: list[hybrid.Fused] = field(default_factory=list)  # ``rerank`` (all, or those that may reach top_k)
     gone: set[str] = field(default_factory=set)  # deleted since indexed (left out of every list)
+    # Updated since indexed (queued; None: the backend does not list them, every keyword hit is checked),
+    # and of the keyword hits among them, those whose keyword doc holds an older text: left out of the
+    # keyword list (not of the vector list: an edit drops the old vectors at once, ``Memory._recall_follow``).
+    updated: set[str] | None = field(default_factory=set)
+    edited: set[str] = field(default_factory=set)
     # Not stored yet at the time searched (a rebuilt turn's ``unstored``): left out of every list before the
     # fusion, as if not indexed, so they move no other candidate's score (neighbours' share, thread prior).
     unstored: frozenset[str] = frozenset()
-    left_out: list[tuple[Literal["vector", "keyword"], hybrid.Ranked]] = field(default_factory=list)  # (list, candidate) left out as deleted
+    left_out: list[tuple[Literal["vector", "keyword"], hybrid.Ranked]] = field(default_factory=list)  # (list, candidate) left out as deleted or edited
     date_spans: int = 0
     by_speaker: set[str] = field(default_factory=set)  # candidates spoken by a speaker the query names
     embed_ms: float = 0.0  # time spent embedding the query
@@ -167,16 +176,16 @@ def run(
                                labels=hybrid.SPEAKER_BOOST > 0, exclude_thread=exclude_thread)
                 if got is not None:
                     if got.queued:
-                        out.backlog, out.gone = index.backlog(conn)
+                        out.backlog, out.gone, out.updated = index.backlog(conn)
                     out.qvec, out.vset = qvec, vset
-                    _listed(out, "keyword", got.keyword)
+                    _keyword_listed(index, conn, out, got.keyword, degrade)
                     _listed(out, "vector", got.vector)
                     _fuse(out, conn, query, top_k, threshold, until, every_candidate, degrade, fusion.keyword_share,
                           got.order, False)
                     return out
         # Changes since the last write are left to the next writer (a search never writes); messages
         # deleted since they were indexed are left out here.
-        pending, out.gone = index.backlog(conn)
+        pending, out.gone, out.updated = index.backlog(conn)
         if mode != "vector":
             out.backlog = pending
         kept: OrderCache | None = getattr(index, "order", None) if mode == "hybrid" else None
@@ -196,7 +205,7 @@ def run(
             if mode in ("keyword", "hybrid") and index.has_fts:
                 kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
                                            until=until_iso, terms=out.terms, exclude_thread=exclude_thread)
-                _listed(out, "keyword", kw)  # (``KeywordHit`` is ``Ranked``: the hits go in as they come)
+                _keyword_listed(index, conn, out, kw, degrade)  # (``KeywordHit`` is ``Ranked``: as they come)
 
         if mode in ("vector", "hybrid") and not embedded:
             qvec = embed()
@@ -230,12 +239,28 @@ def run(
 
 
 def _listed(out: SearchRun, which: Literal["vector", "keyword"], ranked: list[hybrid.Ranked]) -> None:
-    """A list as read, less the messages deleted since they were indexed (kept in ``left_out``)."""
+    """A list as read, less the messages deleted since they were indexed and, from the keyword list,
+    those edited since (``_keyword_listed``): kept in ``left_out``."""
     if out.unstored:
         ranked = [r for r in ranked if r.message_id not in out.unstored]
-    setattr(out, which, [r for r in ranked if r.message_id not in out.gone] if out.gone else ranked)
-    if out.gone:
-        out.left_out.extend((which, r) for r in ranked if r.message_id in out.gone)
+    left = out.gone | out.edited if which == "keyword" and out.edited else out.gone
+    setattr(out, which, [r for r in ranked if r.message_id not in left] if left else ranked)
+    if left:
+        out.left_out.extend((which, r) for r in ranked if r.message_id in left)
+
+
+def _keyword_listed(index: Searchable, conn: sa.Connection, out: SearchRun, ranked: list[hybrid.Ranked],
+                    degrade: Callable[..., None]) -> None:
+    """The keyword list, less the hits whose keyword doc holds a text from before an edit not indexed
+    yet (``RecallIndex.edited_since_indexed``: read only for hits with an update queued), said in the
+    reason; then ``_listed``."""
+    if out.updated is None or out.updated:
+        asked = [r.message_id for r in ranked if r.message_id not in out.gone and r.message_id not in out.unstored
+                 and (out.updated is None or r.message_id in out.updated)]
+        out.edited = index.edited_since_indexed(conn, asked, queued=out.updated is not None) if asked else set()
+        if out.edited:
+            degrade(index.edited_note(len(out.edited)), failure=False)
+    _listed(out, "keyword", ranked)
 
 
 def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold: float | None,

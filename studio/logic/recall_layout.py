@@ -23,6 +23,7 @@ STATUS_WORDS = {
     "below-threshold": "below threshold",
     "outside-top-k": "outside top-k",
     "deleted": "deleted",
+    "edited": "edited since indexed",
 }
 LIST_TITLES: dict[ListName, str] = {
     "vector": "Vector (cosine similarity)",
@@ -43,6 +44,7 @@ VERDICT_TITLES = {
     "not-a-candidate": "Excluded: never a candidate",
     "no-match": "Not found by this query",
     "deleted": "Excluded: deleted",
+    "edited": "Excluded from keyword results: edited since indexed",
     "other-resource": "Excluded: another resource",
     "other-thread": "Excluded: another thread",
     "role-not-indexed": "Excluded: this role is never indexed",
@@ -182,7 +184,7 @@ def row_colour(c: Candidate) -> str | None:
 
 
 def status_colour(c: Candidate) -> str:
-    return HIT_COLOUR if c.status == "hit" else WARN_COLOUR if c.status == "deleted" else CUT_COLOUR
+    return HIT_COLOUR if c.status == "hit" else WARN_COLOUR if c.status in ("deleted", "edited") else CUT_COLOUR
 
 
 def preview(ins: Inspection, message_id: str, limit: int = 160) -> str:
@@ -202,8 +204,8 @@ def thread_label(ins: Inspection, message_id: str) -> str:
 def fused_text(c: Candidate) -> str:
     """A hybrid row's fused score. A message deleted since it was indexed was never fused: the score it
     carries is its raw cosine or BM25 from the list that found it (a BM25 of 4 read as a fused score
-    above every hit), so its Fused cell is a dash."""
-    return "—" if c.status == "deleted" else score_text(c.score)
+    above every hit), so its Fused cell is a dash; so is one left out as edited since indexed."""
+    return "—" if c.status in ("deleted", "edited") else score_text(c.score)
 
 
 def fused_before_text(c: Candidate) -> str:

@@ -57,7 +57,7 @@ EXPLAIN_FAILED = "Why this message is in or out could not be worked out"
 # every list on each search (~100 ms at 10k messages, more than the search itself).
 SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "ts_rank": "000.00", "Fused": "0.000",
            "Vector": "-0.000 #00",
-           "Keyword": "00.00 #00", "Status": "below threshold"}
+           "Keyword": "00.00 #00", "Status": "edited since indexed"}
 
 
 EMBEDDERS = EmbedderHolder()  # the database's local model, one per model and process, loaded on the first search

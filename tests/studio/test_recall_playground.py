@@ -289,6 +289,31 @@ def test_an_unreadable_row_is_not_called_deleted_and_a_deleted_row_has_no_fused_
     assert blocker.args[0].verdict == "deleted"  # a row really gone is still called deleted
 
 
+def test_a_message_edited_without_recall_shows_as_edited_since_indexed(qtbot, pane, session):
+    """A message edited by a memory with recall off keeps its keyword doc until the next recall write: the
+    search leaves it out of the keyword list, and the playground shows that candidate as "edited since
+    indexed" (no fused score) with its text now, the banner says why, and "why not?" names it."""
+    from core.memory import Memory
+
+    Memory(session.store).edit_message("t-food-0", resource_id="ada", text="I like olives and capers")
+    pane.set_selection(Selection("ada", "t-food"))
+    pane.before_spin.setValue(0)  # (else it joins the prompt as its next message's neighbour)
+    pane.after_spin.setValue(0)
+    view = search(qtbot, pane, "allergic to peanuts shellfish")
+    assert [c.status for c in view.inspection.lists["keyword"] if c.message_id == "t-food-0"] == ["edited"]
+    for name in ("keyword", "hybrid"):
+        [row] = [r for r in cells(pane, name) if "olives and capers" in str(r[-1])]
+        assert row[-2] == "edited since indexed", (name, row)
+    [row] = [r for r in cells(pane, "hybrid") if "olives and capers" in str(r[-1])]
+    assert row[1] == "—"  # never fused
+    assert "1 edited since indexed" in pane.captions["keyword"].text()
+    assert pane.banner.isVisible() and "edited since it was keyword-indexed" in pane.banner.label.text()
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.explain("t-food-0")
+    assert blocker.args[0].verdict == "edited"
+    assert "Excluded from keyword results: edited since indexed" in pane.explain_view.toPlainText()
+
+
 def test_a_database_without_vectors_still_says_what_the_keyword_list_lacks(qtbot, no_leaked_widgets, tmp_path):
     """No vectors yet: the banner's way forward said "keyword results below work already" and hid the note
     that no message of the scope was keyword-indexed either, so an empty keyword list went unexplained."""
