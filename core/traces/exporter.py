@@ -151,6 +151,10 @@ class DuckDBSpanExporter:
         # rows; only kept when the sink replaces running rows (one that does not say so: not), with this
         # process's lease as the proof of life their rows name.
         self._lease = WriterLease(self.store.path) if getattr(self.store, "running_rows", False) else None
+        # Whether the sink has settled where this writer's spans go (``claim``: a DuckDB store opened for
+        # a database claims the folder's shared trace file at its first span). Until then this writer
+        # neither imports spill files nor prunes: a process with tracing off changes nothing there.
+        self._claimed = not getattr(self.store, "claim_pending", False)
         self._open: dict[tuple[str, str], tuple[Span, float]] = {}
         self._placed: set[tuple[str, str]] = set()
         self._all_open = False  # shutting down: every open span becomes a running row
@@ -310,7 +314,22 @@ class DuckDBSpanExporter:
             backoff = self.flush_interval_s if ok else min(backoff * 2, 5.0)
 
     def _pending(self) -> bool:
-        return bool(self._queue) or bool(self._spill_files())
+        return bool(self._queue) or (self._claimed and bool(self._spill_files()))
+
+    def _claim_store(self) -> None:
+        """Before this writer's first span goes anywhere (the store, a spill file, a lease beside it):
+        let the store settle its file (``DuckDBObservabilityStore.claim``), once."""
+        if self._claimed:
+            return
+        self._claimed = True
+        claim = getattr(self.store, "claim", None)
+        if callable(claim):
+            try:
+                claim()
+            except Exception:  # noqa: BLE001 - the spans are kept; the write that follows says what is wrong
+                log.warning("could not settle where this database's traces go", exc_info=True)
+        if self._lease is not None and not self._lease.held:
+            self._lease.trace_file = self.store.path  # (its file goes beside the one settled on)
 
     def _bound_open(self) -> None:
         """Keep at most ``max_open`` open spans in mind (under ``_cond``). A span that never ends (its run
@@ -361,6 +380,10 @@ class DuckDBSpanExporter:
         """One write of at most ``limit`` queued spans (default ``batch_size``), plus any spill files;
         True unless the store was busy or failed."""
         with self._flush_lock:
+            if not self._claimed:
+                if not self._queue and not self._due_running():
+                    return True  # nothing of this writer's own yet: leave the store (and its spill files) alone
+                self._claim_store()
             claimed: list[Path] = []
             spilled: list[SpanRecord] = []
             for path in self._claim_spill_files():
@@ -444,6 +467,8 @@ class DuckDBSpanExporter:
             path.rename(_unclaimed_name(path))
 
     def _maybe_prune(self) -> None:
+        if not self._claimed:
+            return  # (a writer that wrote nothing changes nothing)
         retention = self.store.retention
         if self.prune_interval_s is None or (retention.keep_days is None and retention.keep_mb is None):
             return
@@ -462,6 +487,7 @@ class DuckDBSpanExporter:
         return sorted(db.parent.glob(f"{db.name}{_SPILL_INFIX}*.jsonl"))
 
     def _spill(self, spans: list[SpanRecord]) -> None:
+        self._claim_store()
         db = self.store.path
         final = db.with_name(f"{db.name}{_SPILL_INFIX}{os.getpid()}-{uuid.uuid4().hex}.jsonl")
         tmp = final.with_suffix(".tmp")

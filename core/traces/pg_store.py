@@ -120,6 +120,10 @@ class PgSpanStore(SpanReader):
     def close(self) -> None:
         """Nothing to release: connections belong to the database's pool."""
 
+    def claim(self) -> str | None:
+        """Nothing to settle: a server database's spans always go to its own table."""
+        return None
+
     # -- SpanReader hooks ----------------------------------------------------------------------
 
     @contextmanager
