@@ -83,7 +83,7 @@ def _finished(span: SpanRecord) -> bool:
     return span.ended_at is not None or bool(span.is_event)
 
 
-def _one_per_span(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+def one_per_span(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
     """One record per (trace, span): the finished one when a batch holds the span running and finished
     (whatever their order), else the last."""
     unique: dict[tuple[str, str], SpanRecord] = {}
@@ -384,7 +384,7 @@ class DuckDBObservabilityStore(SpanReader):
             return 0
         if self._claim is not None:
             self.claim()
-        unique = _one_per_span(spans)
+        unique = one_per_span(spans)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         budget = self.write_budget_s if budget_s is None else budget_s
         trusted = self._migrated_file is not None
