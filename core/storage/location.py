@@ -60,13 +60,20 @@ def trace_file_for(db_file: Path) -> Path:
 
 
 def claim_trace_file(db_file: Path) -> Path:
-    """``trace_file_for``, for a process about to write traces: an unowned ``observability.duckdb`` is
+    """``try_claim_trace_file`` without its note."""
+    return try_claim_trace_file(db_file)[0]
+
+
+def try_claim_trace_file(db_file: Path) -> tuple[Path, str | None]:
+    """``trace_file_for``, for a process about to write spans: an unowned ``observability.duckdb`` is
     claimed for ``db_file`` first (atomically: of two databases claiming at once, one gets it and the
-    other its own file). A folder that cannot be written is left as it is."""
+    other its own file). Also returns, when the claim could not be written (a read-only folder, a file
+    system without links), a sentence saying so and what to do; the shared file is then written
+    unclaimed, as before claims existed."""
     target = trace_file_for(db_file)
     shared = db_file.with_name(OBSERVABILITY_FILE)
     if target != shared:
-        return target
+        return target, None
     if _owner_of(shared) is None:
         owner = shared.with_name(shared.name + OWNER_SUFFIX)
         draft = owner.with_name(f"{owner.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -78,9 +85,12 @@ def claim_trace_file(db_file: Path) -> Path:
                 pass  # claimed meanwhile: by this database's other process, or by another database
             finally:
                 draft.unlink(missing_ok=True)
-        except OSError:  # a read-only folder, a file system without links: nothing claimed, nothing lost
-            return target
-    return trace_file_for(db_file)  # (as claimed now, by whoever claimed it)
+        except OSError as exc:  # nothing claimed, nothing lost
+            return target, (f"could not claim {shared.name} for {db_file.name} ({owner.name}: "
+                            f"{exc.strerror or exc}); its traces go there unclaimed, so another database of "
+                            f"{shared.parent} may later write there too. Make the folder writable, or give "
+                            "each database its own folder")
+    return trace_file_for(db_file), None  # (as claimed now, by whoever claimed it)
 
 
 def _owner_of(shared: Path) -> str | None:

@@ -27,7 +27,8 @@ file beside the store (escaped, so it can always be written), and the flusher go
 
 Runs in progress: a span that is still open ``running_after_s`` after it started is written as a
 *running row* (``core.traces.live``: its values so far, no end time, and the mark of this process's
-lease) by the next write, once; its end replaces the row. A span that ends sooner costs nothing but a
+lease: a lock file beside a DuckDB file, an advisory lock in a Postgres database, made at the first
+running row) by the next write, once; its end replaces the row. A span that ends sooner costs nothing but a
 dict entry, so an ordinary turn writes what it wrote before. At shutdown every span still open is
 written as a running row, and the lease ends: a reader then sees that run never finished.
 """
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING, Protocol
 import duckdb
 
 from core.traces.store import DuckDBObservabilityStore, RetentionSettings
-from core.traces.live import WriterLease, running_writer
+from core.traces.live import Lease, WriterLease, running_writer
 from core.traces.locking import StoreBusy
 from core.traces.spans import PruneResult, SpanRecord
 
@@ -149,8 +150,13 @@ class DuckDBSpanExporter:
             self._kept.keep_connection = True
         # Spans started and not yet ended (with when they started), and those of them written as running
         # rows; only kept when the sink replaces running rows (one that does not say so: not), with this
-        # process's lease as the proof of life their rows name.
-        self._lease = WriterLease(self.store.path) if getattr(self.store, "running_rows", False) else None
+        # process's lease as the proof of life their rows name (made at the first running row).
+        self._live = bool(getattr(self.store, "running_rows", False))
+        self._lease: Lease | None = None
+        # Whether the sink has settled where this writer's spans go (``claim``: a DuckDB store opened for
+        # a database claims the folder's shared trace file at its first span). Until then this writer
+        # neither imports spill files nor prunes: a process with tracing off changes nothing there.
+        self._claimed = not getattr(self.store, "claim_pending", False)
         self._open: dict[tuple[str, str], tuple[Span, float]] = {}
         self._placed: set[tuple[str, str]] = set()
         self._all_open = False  # shutting down: every open span becomes a running row
@@ -165,7 +171,7 @@ class DuckDBSpanExporter:
 
     def span_started(self, span: Span) -> None:
         """Note an open span (``LiveSpanExporter``): a dict entry, nothing more, on the run's thread."""
-        if self._lease is not None:
+        if self._live:
             self._open[(span.trace_id, span.span_id)] = (span, time.monotonic())
 
     def export(self, spans: Sequence[SpanRecord]) -> None:
@@ -310,7 +316,26 @@ class DuckDBSpanExporter:
             backoff = self.flush_interval_s if ok else min(backoff * 2, 5.0)
 
     def _pending(self) -> bool:
-        return bool(self._queue) or bool(self._spill_files())
+        return bool(self._queue) or (self._claimed and bool(self._spill_files()))
+
+    def _claim_store(self) -> None:
+        """Before this writer's first span goes anywhere (the store, a spill file, a lease beside it):
+        let the store settle its file (``DuckDBObservabilityStore.claim``), once."""
+        if self._claimed:
+            return
+        self._claimed = True
+        claim = getattr(self.store, "claim", None)
+        if callable(claim):
+            try:
+                claim()
+            except Exception:  # noqa: BLE001 - the spans are kept; the write that follows says what is wrong
+                log.warning("could not settle where this database's traces go", exc_info=True)
+
+    def _writer_lease(self) -> Lease:
+        if self._lease is None:
+            make = getattr(self.store, "writer_lease", None)
+            self._lease = make() if callable(make) else WriterLease(self.store.path)
+        return self._lease
 
     def _bound_open(self) -> None:
         """Keep at most ``max_open`` open spans in mind (under ``_cond``). A span that never ends (its run
@@ -337,7 +362,10 @@ class DuckDBSpanExporter:
     def _running_rows(self) -> list[SpanRecord]:
         """Snapshots of the spans ``_due_running`` names, marked with this process's lease."""
         due = self._due_running()
-        if not due or self._lease is None or not self._lease.acquire():
+        if not due or not self._live:
+            return []
+        lease = self._writer_lease()
+        if not lease.acquire():
             return []
         rows: list[SpanRecord] = []
         for _key, span in due:
@@ -351,7 +379,7 @@ class DuckDBSpanExporter:
             metadata = record.metadata if isinstance(record.metadata, dict) else (
                 {} if record.metadata is None else {"value": record.metadata})
             rows.append(replace(record, ended_at=None, updated_at=None,
-                                metadata={**metadata, **self._lease.mark}))
+                                metadata={**metadata, **lease.mark}))
         return rows
 
     def _idle(self) -> bool:
@@ -361,6 +389,12 @@ class DuckDBSpanExporter:
         """One write of at most ``limit`` queued spans (default ``batch_size``), plus any spill files;
         True unless the store was busy or failed."""
         with self._flush_lock:
+            if not self._claimed:
+                if not self._queue and not self._due_running():
+                    return True  # nothing of this writer's own yet: leave the store (and its spill files) alone
+                self._claim_store()
+            if self._placed and self._lease is not None:
+                self._lease.keep()  # running rows of this writer are open: its lease must still hold
             claimed: list[Path] = []
             spilled: list[SpanRecord] = []
             for path in self._claim_spill_files():
@@ -444,6 +478,8 @@ class DuckDBSpanExporter:
             path.rename(_unclaimed_name(path))
 
     def _maybe_prune(self) -> None:
+        if not self._claimed:
+            return  # (a writer that wrote nothing changes nothing)
         retention = self.store.retention
         if self.prune_interval_s is None or (retention.keep_days is None and retention.keep_mb is None):
             return
@@ -462,6 +498,7 @@ class DuckDBSpanExporter:
         return sorted(db.parent.glob(f"{db.name}{_SPILL_INFIX}*.jsonl"))
 
     def _spill(self, spans: list[SpanRecord]) -> None:
+        self._claim_store()
         db = self.store.path
         final = db.with_name(f"{db.name}{_SPILL_INFIX}{os.getpid()}-{uuid.uuid4().hex}.jsonl")
         tmp = final.with_suffix(".tmp")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from core.storage.errors import StorageError
-from core.storage.location import claim_trace_file
+from core.storage.location import trace_file_for, try_claim_trace_file
 from core.traces.spans import SPANS_TABLE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,13 +102,21 @@ def open_trace_store(
     target = path if path is not None else home.path
     if target is None:
         return None
+    claim = None
     if path is None and not store.read_only and store.location.path is not None:
-        # A process that may write spans claims the folder's shared trace file for its database when
-        # nobody has (``claim_trace_file``); a read-only one (the Studio looking) never writes the claim.
-        target = claim_trace_file(Path(store.location.path))
+        # The folder's shared trace file is claimed for this database (``try_claim_trace_file``) when the
+        # store writes its first span, not now: a process with tracing off that never writes one (an
+        # agent, a forget, an import without traces) leaves it to another database of the folder. A
+        # read-only store (the Studio looking) never claims.
+        db_file = Path(store.location.path)
+        target = trace_file_for(db_file)
+
+        def claim() -> "tuple[Path, str | None]":
+            return try_claim_trace_file(db_file)
+
     from core.traces.store import DuckDBObservabilityStore
 
-    return DuckDBObservabilityStore(target, read_only=store.read_only, retention=retention_from_env())
+    return DuckDBObservabilityStore(target, read_only=store.read_only, retention=retention_from_env(), claim=claim)
 
 
 def tracer_for(store: TracedStore, **kwargs: Any) -> "Tracer":

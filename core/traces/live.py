@@ -13,6 +13,9 @@ long as it lives (``WriterLease``), and the operating system lets go of it when 
 however it ends. A reader probes that lock with a shared, non-blocking attempt that creates nothing
 (``writer_alive``): taken means nobody holds it, so the run never finished. A process id alone could
 be reused by another program; a heartbeat would call a writer dead while it waits for a busy file.
+
+A Postgres span table has no folder its writers share, so there the lease is a session-level advisory
+lock instead (``core.traces.pg_store.PgWriterLease``): the same ``Lease`` shape, the same mark.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import secrets
 import socket
 import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import portalocker
 
@@ -32,6 +35,28 @@ log = logging.getLogger(__name__)
 #: The ``metadata`` key of a running row; its value names the writer (never present on a finished span).
 RUNNING_KEY = "memoryStudio.running"
 _LIVE_INFIX = ".live-"
+
+
+class Lease(Protocol):
+    """A writing process's proof of life, as the span writer uses it: ``mark`` goes into each running
+    row's ``metadata``; ``acquire`` takes it (once; False: no running rows, nobody could tell this
+    writer died); ``keep``, called while running rows of it are open, makes sure it still holds (taking
+    it again if it was lost); ``close`` ends it, so its running rows read as never finished."""
+
+    writer: str
+    mark: dict[str, Any]
+
+    def acquire(self) -> bool: ...
+
+    def keep(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def new_writer() -> tuple[str, dict[str, Any]]:
+    """A fresh writer id and the mark its running rows carry."""
+    writer = f"{os.getpid()}-{secrets.token_hex(6)}"
+    return writer, {RUNNING_KEY: {"writer": writer, "pid": os.getpid(), "host": socket.gethostname()}}
 
 
 def live_file(trace_file: Path, writer: str) -> Path:
@@ -94,9 +119,7 @@ class WriterLease:
 
     def __init__(self, trace_file: Path) -> None:
         self.trace_file = trace_file
-        self.writer = f"{os.getpid()}-{secrets.token_hex(6)}"
-        self.mark: dict[str, Any] = {RUNNING_KEY: {"writer": self.writer, "pid": os.getpid(),
-                                                   "host": socket.gethostname()}}
+        self.writer, self.mark = new_writer()
         self._handle: IO[bytes] | None = None
         self._lock = threading.Lock()
 
@@ -126,6 +149,9 @@ class WriterLease:
                 return False
             self._handle = handle
             return True
+
+    def keep(self) -> None:
+        """Nothing to do: the operating system keeps a file lock for as long as the process lives."""
 
     def close(self) -> None:
         with self._lock:
@@ -167,4 +193,4 @@ def _remove_dead_leases(trace_file: Path) -> None:
             handle.close()
 
 
-__all__ = ["RUNNING_KEY", "WriterLease", "live_file", "live_writers", "running_writer", "writer_alive"]
+__all__ = ["RUNNING_KEY", "Lease", "WriterLease", "new_writer", "live_file", "live_writers", "running_writer", "writer_alive"]

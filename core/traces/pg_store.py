@@ -12,6 +12,13 @@ queues its spans. A write that would wait on a lock longer than its budget (``lo
 ``StoreBusy`` and the spans stay queued. Readers never wait: Postgres readers see the last commit.
 Retention deletes whole traces, oldest first; ``compact`` rewrites the table (``VACUUM FULL``) so the
 disk space really goes back, which holds an exclusive lock on the table while it runs.
+
+Runs in progress (``core.traces.live``): a span open for a while is written as a running row that its
+end replaces, as in the DuckDB store. The writers of one database share no folder (a fleet on many
+hosts), so the proof that a running row's writer lives is a session-level advisory lock held by a
+connection of its own (``PgWriterLease``): the server lets go of it when that session ends, which it
+does when the process dies, however it dies (its socket closes; a host that vanishes is noticed by TCP
+keepalives, set on the session to about a minute). Readers look at ``pg_locks``, which takes nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import hashlib
 import json
 import logging
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
@@ -31,10 +39,11 @@ import sqlalchemy as sa
 
 from core.storage.catalog import has_table, table_columns
 from core.timeutil import as_utc, utc_now_ms
+from core.traces.live import Lease, new_writer, running_writer
 from core.traces.locking import StoreBusy
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
 from core.traces.spans import COLUMNS, SPANS_TABLE, PruneResult, SpanRecord
-from core.traces.store import RetentionSettings, TraceStoreReadOnlyError, age_cutoff, retention_limit
+from core.traces.store import RetentionSettings, TraceStoreReadOnlyError, age_cutoff, one_per_span, retention_limit
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage.database import Database
@@ -46,6 +55,7 @@ DDL_LOCK = "memory-studio:mastra_ai_spans"
 PRUNE_LOCK = "memory-studio:traces-prune"
 _PG_TYPES = {"text": "TEXT", "bool": "BOOLEAN", "ts": "TIMESTAMP", "json": "JSONB"}
 _NOT_NULL = {"traceId", "spanId", "name", "spanType", "isEvent", "startedAt", "createdAt"}
+_KEY = ("traceId", "spanId")
 _TS_COLUMNS = tuple(c for c, _, k in COLUMNS if k == "ts")
 _MIRRORS = tuple(f"{c}Z" for c in _TS_COLUMNS)
 _INDEXES = (  # MastraStorage's default span indexes, by name, so ``CREATE INDEX IF NOT EXISTS`` agrees
@@ -60,6 +70,25 @@ _INDEXES = (  # MastraStorage's default span indexes, by name, so ``CREATE INDEX
     ("metadata_gin_idx", 'USING gin ("metadata")'),
     ("tags_gin_idx", 'USING gin ("tags")'),
 )
+#: The first key of every writer lease's advisory lock (``pg_advisory_lock(int, int)``: ``pg_locks``
+#: shows it as ``classid``, the writer's key as ``objid``, ``objsubid`` 2), so no lock of another kind
+#: (``Database.lock`` takes one-key locks, ``objsubid`` 1) is ever read as a writer's.
+LEASE_SPACE = 0x4D53_5452  # "MSTR"
+_LEASE_SQL = (
+    "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
+    f"AND classid = {LEASE_SPACE}::oid AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+# Server-side TCP keepalives of a lease's session (seconds): a writer whose host vanishes without closing
+# its connection (power, network) is let go of after about idle + interval * count. Settable by any user.
+_LEASE_SESSION = {"tcp_keepalives_idle": 30, "tcp_keepalives_interval": 10, "tcp_keepalives_count": 3,
+                  # an idle session limit set on the server must not end a lease while its writer lives
+                  "idle_session_timeout": 0, "statement_timeout": 10_000}
+# The client's side of the same: a ping of a lease whose server vanished gives up, never hangs the writer.
+_LEASE_CONNECT = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+                  "tcp_user_timeout": 30_000, "connect_timeout": 10}
+# A running row (no end, not a point event) gives way to the same span finished; nothing else is replaced.
+_UPSERT_WHERE = (f' WHERE {SPANS_TABLE}."endedAt" IS NULL AND NOT {SPANS_TABLE}."isEvent" '
+                 'AND (excluded."endedAt" IS NOT NULL OR excluded."isEvent")')
 # A JSON escape of NUL (Postgres's jsonb refuses it), not preceded by an escaping backslash.
 _JSON_NUL = re.compile(r'(?<!\\)((?:\\\\)*)\\u0000')
 
@@ -88,9 +117,9 @@ def spill_folder() -> Path:
 class PgSpanStore(SpanReader):
     """Writes and reads spans in the ``mastra_ai_spans`` table of a Postgres ``Database``."""
 
-    #: Spans are written when they end: a run in progress does not show here yet (no running rows,
-    #: ``core.traces.live``; a fleet shares no folder for the writers' leases).
-    running_rows = False
+    #: A running row (``endedAt`` null, ``core.traces.live``) gives way to its finished span (``_insert``);
+    #: its writer's lease is an advisory lock (``PgWriterLease``).
+    running_rows = True
 
     def __init__(
         self,
@@ -119,6 +148,33 @@ class PgSpanStore(SpanReader):
 
     def close(self) -> None:
         """Nothing to release: connections belong to the database's pool."""
+
+    def claim(self) -> str | None:
+        """Nothing to settle: a server database's spans always go to its own table."""
+        return None
+
+    def writer_lease(self) -> "PgWriterLease":
+        """This process's proof of life for its running rows in this database (the span writer's)."""
+        return PgWriterLease(self.db)
+
+    def live_writers(self) -> frozenset[str]:
+        """The lease keys held now in this database (``PgWriterLease.key``): one read of ``pg_locks``."""
+        with self.db.read() as conn:
+            return frozenset(str(k) for (k,) in conn.exec_driver_sql(_LEASE_SQL).all())
+
+    def _gone(self, spans: Sequence[SpanRecord]) -> frozenset[str]:
+        """Running rows whose writer holds no lease in this database: one look at ``pg_locks`` for all
+        of them (none at all when no span is running)."""
+        writers = {span.span_id: w for span in spans
+                   if span.running and (w := running_writer(span.metadata)) is not None}
+        if not writers:
+            return frozenset()
+        try:
+            held = self.live_writers()
+        except sa.exc.DBAPIError as exc:  # cannot tell: shown as running, as a reader without leases shows them
+            log.info("could not read the span writers' leases of %s: %s", self.db.location.display, exc)
+            return frozenset()
+        return frozenset(sid for sid, writer in writers.items() if str(lease_key(writer)) not in held)
 
     # -- SpanReader hooks ----------------------------------------------------------------------
 
@@ -154,10 +210,13 @@ class PgSpanStore(SpanReader):
         with self.db.read() as conn:
             if not has_table(conn, SPANS_TABLE):
                 return (None,)
+            # Updates count too (a running row replaced by its end), and so do the writers' leases: a
+            # writer dying changes no row, only whether its running rows read as never finished.
             row = conn.exec_driver_sql(
                 f'SELECT (SELECT max("startedAt") FROM {SPANS_TABLE} WHERE "parentSpanId" IS NULL), '
-                "(SELECT n_tup_ins + n_tup_del FROM pg_stat_all_tables "
-                f"WHERE relid = to_regclass('{SPANS_TABLE}'))"
+                "(SELECT n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_all_tables "
+                f"WHERE relid = to_regclass('{SPANS_TABLE}')), "
+                f"(SELECT array_agg(k ORDER BY k) FROM ({_LEASE_SQL}) AS leases(k))"
             ).first()
         return tuple(row) if row else (None,)
 
@@ -191,14 +250,15 @@ class PgSpanStore(SpanReader):
         return self._columns
 
     def write_spans(self, spans: Sequence[SpanRecord], budget_s: float | None = None) -> int:
-        """Insert spans in one transaction; a span already stored is left as it is.
+        """Insert spans in one transaction; a span already stored is left as it is, unless it is a
+        running row and the new one is the same span finished (``_UPSERT_WHERE``).
 
         Raises ``StoreBusy`` if a lock stays held past ``budget_s``; the caller keeps the spans.
         """
         self._check_writable()
         if not spans:
             return 0
-        unique = list({(s.trace_id, s.span_id): s for s in spans}.values())
+        unique = one_per_span(spans)
         budget = self.write_budget_s if budget_s is None else budget_s
         try:
             self._insert(unique, budget)
@@ -213,8 +273,10 @@ class PgSpanStore(SpanReader):
         now = utc_now_ms()
         with self._write(budget) as conn:
             columns = self._ensure_table(conn)
+            update = ", ".join(f"{_quote(c)} = excluded.{_quote(c)}" for c in columns if c not in _KEY)
             sql = (f"INSERT INTO {SPANS_TABLE} ({', '.join(_quote(c) for c in columns)}) "
-                   f"VALUES ({', '.join('?' for _ in columns)}) ON CONFLICT DO NOTHING")
+                   f"VALUES ({', '.join('?' for _ in columns)}) "
+                   f'ON CONFLICT ("traceId", "spanId") DO UPDATE SET {update}{_UPSERT_WHERE}')
             rows = [_row(span, columns, now) for span in unique]
             try:
                 with conn.begin_nested():
@@ -339,6 +401,93 @@ def prune_command(spans: "PgSpanStore", keep_days: float | None, keep_mb: float 
     out.write(f"{where}: deleted {result.traces_deleted} traces ({result.spans_deleted} spans); "
               f"{result.bytes_before / 1e6:.1f} MB -> {result.bytes_after / 1e6:.1f} MB{note}\n")
     return 0
+
+
+def lease_key(writer: str) -> int:
+    """The advisory lock key of a writer id: 31 bits of its hash (``pg_locks`` shows it as ``objid``)."""
+    return int.from_bytes(hashlib.sha256(writer.encode()).digest()[:4], "big") & 0x7FFF_FFFF
+
+
+class PgWriterLease:
+    """A writing process's proof of life in one Postgres database: a session-level advisory lock
+    (``LEASE_SPACE``, ``lease_key(writer)``) held by a connection of its own from its first running
+    row until its span writer shuts down. The server lets go of it when the session ends: the process
+    exited or was killed (its socket closes at once), or its host vanished (the session's TCP
+    keepalives notice within about a minute). No clock is read: a writer waiting for a busy table, or
+    paused, still holds it. One connection a writing process, and only while it has written running rows."""
+
+    def __init__(self, db: "Database") -> None:
+        self.db = db
+        self.writer, self.mark = new_writer()
+        self.key = lease_key(self.writer)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> bool:
+        return self._conn is not None
+
+    def acquire(self) -> bool:
+        """Take the lease (once); False when it cannot be taken (the server refused a connection): then
+        no running rows are written, since nothing could tell a reader that this writer died."""
+        with self._lock:
+            if self._conn is not None:
+                return True
+            return self._take()
+
+    def keep(self) -> None:
+        """While running rows of this writer are open: make sure the lock is still held (one round trip:
+        taking it again is a no-op for the session holding it, and takes it back if the server had let go
+        of it, behind a pooler that closed the session it was taken on), and if the connection was lost,
+        take it again on a new one under the same key, so those rows read as running again rather than
+        never finished."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                return
+            try:
+                conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LEASE_SPACE, self.key))
+                return
+            except psycopg.Error as exc:
+                log.warning("the trace writer's lease connection to %s was lost (%s); taking it again",
+                            self.db.location.display, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                self._drop()
+            self._take()
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _take(self) -> bool:
+        connect = getattr(self.db, "dedicated_connection", None)
+        if not callable(connect):
+            return False
+        try:
+            conn = connect(**_LEASE_CONNECT)
+            for name, value in _LEASE_SESSION.items():
+                conn.execute(f"SET {name} = {int(value)}")
+            for _attempt in range(3):
+                if conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LEASE_SPACE, self.key)).fetchone() == (True,):
+                    self._conn = conn
+                    return True
+                # Another live writer's key (a 31-bit hash): vanishingly rare; a fresh id settles it.
+                self.writer, self.mark = new_writer()
+                self.key = lease_key(self.writer)
+            conn.close()
+            log.warning("no free trace writer lease in %s; runs in progress are not shown until they end",
+                        self.db.location.display)
+        except psycopg.Error as exc:
+            log.warning("cannot take a trace writer lease in %s (%s); runs in progress are not shown until "
+                        "they end", self.db.location.display, str(exc).splitlines()[0] if str(exc) else exc)
+        return False
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()  # the session ends, and with it the lock
+            except psycopg.Error:
+                log.debug("closing the lease connection failed", exc_info=True)
 
 
 class _Cursor:

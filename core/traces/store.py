@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ def _finished(span: SpanRecord) -> bool:
     return span.ended_at is not None or bool(span.is_event)
 
 
-def _one_per_span(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+def one_per_span(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
     """One record per (trace, span): the finished one when a batch holds the span running and finished
     (whatever their order), else the last."""
     unique: dict[tuple[str, str], SpanRecord] = {}
@@ -217,10 +218,15 @@ class DuckDBObservabilityStore(SpanReader):
         read_only: bool = False,
         read_budget_s: float = DEFAULT_READ_BUDGET_S,
         write_budget_s: float = DEFAULT_WRITE_BUDGET_S,
+        claim: Callable[[], tuple[Path, str | None]] | None = None,
     ) -> None:
         super().__init__(read_budget_s)
         self.path = Path(path)
         self.read_only = read_only
+        # Where spans go is settled at the first span written (``claim``): the folder's shared trace
+        # file is claimed for a database only by a process that writes spans (``core.traces.home``).
+        self._claim = claim
+        self._claim_lock = threading.Lock()
         self.retention = retention or RetentionSettings()
         self.write_budget_s = write_budget_s
         self.wait_stats = WaitStats()
@@ -252,6 +258,40 @@ class DuckDBObservabilityStore(SpanReader):
     def _check_writable(self) -> None:
         if self.read_only:
             raise TraceStoreReadOnlyError(f"{self.path} was opened read-only")
+
+    @property
+    def claim_pending(self) -> bool:
+        """Whether the file spans go to is settled only at the first span (``claim``)."""
+        return self._claim is not None
+
+    def claim(self) -> str | None:
+        """Settle the file this store writes spans to, before its first span (``write_spans`` calls it;
+        the span writer calls it before spilling or taking a lease beside the file). Until then ``path``
+        is where the database's traces are read from: the folder's shared ``observability.duckdb`` when
+        nobody owns it. Claiming it names this database its owner; when another database of the folder
+        claimed it meanwhile, spans go to this database's own ``<file name>.observability.duckdb``.
+
+        Returns a sentence for the person when the outcome is not the file shown so far (that other
+        file, or a shared file that could not be claimed); None otherwise, and on every later call."""
+        if self._claim is None:
+            return None
+        with self._claim_lock:
+            claim, self._claim = self._claim, None
+            if claim is None:
+                return None
+            before = self.path
+            after, why = claim()
+            if after != before:
+                self.release_connection(force=True)
+                self.path = after
+                self._migrated_file = None
+                with self._cache_lock:
+                    self._cache.clear()
+                why = (f"{before.name} was claimed by another database of this folder meanwhile; "
+                       f"this database's traces go to {after.name}")
+        if why is not None:
+            _log.warning("traces: %s", why)
+        return why
 
     # -- schema --------------------------------------------------------------------------------
 
@@ -342,7 +382,9 @@ class DuckDBObservabilityStore(SpanReader):
         self._check_writable()
         if not spans:
             return 0
-        unique = _one_per_span(spans)
+        if self._claim is not None:
+            self.claim()
+        unique = one_per_span(spans)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         budget = self.write_budget_s if budget_s is None else budget_s
         trusted = self._migrated_file is not None

@@ -437,6 +437,11 @@ def import_traces(store: "Store", data: Mapping[str, Any], report: "ImportReport
         report.notes.append(f"{len(wanted)} span{'s' if len(wanted) != 1 else ''} not imported: "
                             f"{report.target} keeps no traces (an in-memory database).")
         return
+    # The spans are this process's first for the database (tracing off, say): settle where they go
+    # before reading what is stored there, and say so when it is not the folder's shared file.
+    where = obs.claim()
+    if where is not None:
+        report.notes.append(f"Traces: {where}.")
     records = [SpanRecord.from_json_dict(s) for s in wanted]
     threads = {t["id"] for t in data.get("threads") or []}
     owners = {r["id"] for r in data.get("resources") or []} | {t["resourceId"] for t in data.get("threads") or []}

@@ -6,6 +6,7 @@ other's runs, and `forget` on one deleted the other's matching traces."""
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from pathlib import Path
 
 from core import Agent, open_store
@@ -94,3 +95,81 @@ def test_two_databases_claiming_at_once_get_one_file_each(tmp_path: Path) -> Non
         if db != shared[0]:
             assert path == tmp_path / f"{db.name}.{OBSERVABILITY_FILE}"
     assert not list(tmp_path.glob("*.tmp"))  # no draft left behind
+
+
+def test_a_process_with_tracing_off_claims_the_shared_trace_file_only_when_it_writes_spans(
+        tmp_path: Path, monkeypatch, caplog) -> None:
+    """Tracing off, a process opening a database to write (an agent with the store's tracer, a forget) wrote no
+    span yet claimed ``observability.duckdb``, so the folder's next database got a file of its own. Now the claim
+    waits for the first span (an import with traces): and when another database claimed the shared file
+    meanwhile, the spans go to this database's own file and the import says so."""
+    from core.traces.spans import SpanRecord
+    from core.traces.store import DuckDBObservabilityStore
+    from core.transfer import ExportOptions, export_thread, import_data
+
+    source = tmp_path / "elsewhere" / "source.db"
+    source.parent.mkdir()
+    with open_store(source) as store:
+        store.memory.create_thread(thread_id="t9", resource_id="ada", title="old run")
+        assert store.observability is not None
+        store.observability.write_spans([SpanRecord("a" * 32, "root", "agent run: old", "agent_run",
+                                                     started_at=datetime(2026, 12, 1, 9),
+                                                     ended_at=datetime(2026, 12, 1, 9, 1),
+                                                     thread_id="t9", resource_id="ada")])
+        exported = export_thread(store, "t9", ExportOptions(traces=True))
+    assert len(exported["traces"]) == 1
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    first, second = folder / "support.db", folder / "sales.db"
+    shared = folder / OBSERVABILITY_FILE
+    monkeypatch.setenv("MEMORY_STUDIO_TRACING", "off")
+    with open_store(first) as store:
+        tracer = store.tracer()  # what a server or a script holds, tracing on or off
+        Agent("main", instructions="Be brief.", model=ScriptedModel(["Noted."]), tracer=tracer).generate(
+            "Remember PELICAN-1.", memory={"resource": "ada", "thread": "ada-t"})
+        assert tracer.flush(10)
+        obs = store.observability  # (what a forget opens)
+        assert isinstance(obs, DuckDBObservabilityStore) and obs.list_traces().missing
+        assert not shared.with_name(shared.name + ".owner").exists()  # nothing claimed: nothing written
+    assert not shared.exists()
+    monkeypatch.delenv("MEMORY_STUDIO_TRACING")
+
+    with open_store(first) as looking:  # opened to write before the other database claims the file
+        obs = looking.observability
+        assert isinstance(obs, DuckDBObservabilityStore) and obs.path == shared  # (unowned: would be its)
+        _turn(second, "bob", "ZEBRA-2")  # the folder's other database traces: the shared file is its
+        assert trace_file_for(second) == shared and trace_file_for(first) != shared
+        with caplog.at_level("WARNING", logger="core.traces.store"):
+            report = import_data(looking, exported)  # an import with traces: this database's first spans
+        own = folder / f"{first.name}.{OBSERVABILITY_FILE}"
+        assert obs.path == own
+        assert any(own.name in note and "claimed by another database" in note for note in report.notes)
+        assert any(own.name in r.getMessage() for r in caplog.records)
+    assert {s.thread_id for s in DuckDBObservabilityStore(own, read_only=True).get_trace("a" * 32)} == {"t9"}
+    assert not DuckDBObservabilityStore(shared, read_only=True).get_trace("a" * 32)  # sales' file untouched
+    assert any("ZEBRA-2" in t for t in _traced_texts(second))
+
+
+def test_a_claim_the_folder_refuses_says_so_and_the_spans_are_still_written(tmp_path: Path) -> None:
+    """The owner file cannot be written (a read-only folder; here, since the tests may run as root, a directory
+    standing in the name of this thread's draft of it): the spans go to the shared file unclaimed, as before
+    claims existed, and the store says what happened and what to do."""
+    import os
+    from core.traces.spans import SpanRecord
+    from core.traces.store import DuckDBObservabilityStore
+
+    db = tmp_path / "support.db"
+    shared = tmp_path / OBSERVABILITY_FILE
+    (tmp_path / f"{OBSERVABILITY_FILE}.owner.{os.getpid()}.{threading.get_ident()}.tmp").mkdir()
+    with open_store(db) as store:
+        obs = store.observability
+        assert isinstance(obs, DuckDBObservabilityStore) and obs.path == shared
+        when = datetime(2026, 12, 1, 9)
+        note = obs.claim()
+        assert note is not None and "could not claim observability.duckdb for support.db" in note
+        assert "Make the folder writable" in note
+        obs.write_spans([SpanRecord("b" * 32, "root", "agent run", "agent_run", started_at=when, ended_at=when)])
+        assert obs.path == shared and [t.trace_id for t in obs.list_traces()] == ["b" * 32]
+        assert obs.claim() is None  # said once
+    assert not (tmp_path / f"{OBSERVABILITY_FILE}.owner").exists()

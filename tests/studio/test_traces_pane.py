@@ -572,3 +572,62 @@ def test_a_run_whose_process_was_killed_says_it_never_finished(no_leaked_widgets
     assert pane.select_span(root.span.span_id)
     assert f"never finished: the process writing it (pid {child.pid}" in pane.span_facts.text()
     assert pane.grab().save(str(tmp_path / "unfinished.png"))
+
+
+def test_a_postgres_run_shows_running_then_never_finished_once_its_process_was_killed(
+        no_leaked_widgets, qtbot, make_session, pg_url, tmp_path):
+    """The same as on DuckDB for a database whose spans live in its own Postgres table: the writer's lease is
+    an advisory lock, and the poll (which reads no file) sees it go when the process is killed."""
+    import os
+    import signal
+
+    open_store(pg_url).close()
+    writer = KILLED_WRITER.replace("open_store(Path(sys.argv[1]))", "open_store(sys.argv[1])")
+    child = subprocess.Popen([sys.executable, "-c", writer, pg_url], cwd=REPO, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "in tool"
+        pane = open_pane(qtbot, make_session, pg_url)
+        assert pane.source is not None and pane.source.kind == "postgres"
+
+        def poll_until_tool_runs() -> bool:
+            if not _tool_running(pane) and not pane._polling and not pane.loading:
+                pane.poll()
+            return _tool_running(pane)
+
+        qtbot.waitUntil(poll_until_tool_runs, timeout=WAIT)
+        (trace,) = pane.traces
+        assert trace.status == "running" and pane.trace_model.index(0, 0).data() == "running"
+        assert pane.trace_model.index(0, 4).data() == "running"
+        assert "running" in pane.tree_caption.text()
+        tool_row = next(r for r in pane.layout_model.rows if r.span.span_type == "tool_call")
+        assert tool_row.duration_text == "running"
+        assert pane.select_span(tool_row.span.span_id)
+        assert f"running, written by the process writing it (pid {child.pid}" in pane.span_facts.text()
+        assert pane.grab().save(str(tmp_path / "pg-running.png"))
+        child.send_signal(signal.SIGKILL)
+        child.wait(60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(60)
+
+    # No row changed: the poll sees the writer's lease go (pg_locks), and reads again.
+    def poll_until_unfinished() -> bool:
+        if not pane._polling and not pane.loading and not any(r.unfinished for r in pane.layout_model.rows):
+            pane.poll()
+        return any(r.unfinished for r in pane.layout_model.rows)
+
+    qtbot.waitUntil(poll_until_unfinished, timeout=WAIT)
+    (trace,) = pane.traces
+    assert trace.status == "unfinished"
+    assert pane.trace_model.index(0, 0).data() == "never finished"
+    assert pane.trace_model.index(0, 4).data() == "never finished"
+    assert "never finished" in pane.tree_caption.text()
+    assert not any(r.running for r in pane.layout_model.rows)
+    root = next(r for r in pane.layout_model.rows if r.span.parent_span_id is None)
+    assert root.unfinished and root.duration_text == "never finished"
+    assert pane.select_span(root.span.span_id)
+    assert f"never finished: the process writing it (pid {child.pid}" in pane.span_facts.text()
+    assert pane.grab().save(str(tmp_path / "pg-unfinished.png"))

@@ -99,7 +99,7 @@ class PgDatabase(Database):
         if self.owned and not self.read_only and self.pending_migrations():
             self.migrate()
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect(self, **libpq: Any) -> psycopg.Connection[Any]:
         options = self._given_options + adapt.CONNECT_OPTIONS
         if self.read_only:
             # Enforced by the server, like SQLite's query_only: no code path of ours can write by mistake.
@@ -109,11 +109,20 @@ class PgDatabase(Database):
         # the README suggests for large fleets) the next transaction may run on another server
         # connection, which fails with "prepared statement _pg3_N does not exist / already exists"
         # (recall index writes and span writes failed). Plan caching did not change search times here.
-        kwargs: dict[str, Any] = {"options": options, "prepare_threshold": None, **self._connect_defaults}
+        kwargs: dict[str, Any] = {"options": options, "prepare_threshold": None, **self._connect_defaults, **libpq}
         if self._password is not None:
             kwargs["password"] = self._password
         conn = psycopg.connect(self.location.url, **kwargs)
         adapt.configure(conn)
+        return conn
+
+    def dedicated_connection(self, **libpq: Any) -> psycopg.Connection[Any]:
+        """A connection of the caller's own, outside the pool, in autocommit, opened as the pool's are
+        (same options, password, loaders) plus ``libpq`` parameters: for a session that must outlive
+        any one transaction (the trace writer's lease, ``core.traces.pg_store.PgWriterLease``). The
+        caller closes it."""
+        conn = self._connect(**libpq)
+        conn.autocommit = True
         return conn
 
     def _enable_wal(self) -> None:  # a file-only concern
