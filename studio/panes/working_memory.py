@@ -784,8 +784,11 @@ class WorkingMemoryPane(QWidget):
         if self.session.lost:
             return self.session.lost
         if self.session.read_only:
+            refusal = self.session.write_refusal  # its folder cannot be written: Allow Writes would not help
+            if refusal:
+                return f"Read-only: {refusal}"
             return (f"Read-only: {self.session.display_path} was opened read-only, so nothing can be saved. "
-                    "Use File > Allow Writes to edit.")
+                    f"{self.session.write_advice}")
         return ""
 
     def _apply_read_only(self) -> None:

@@ -1,0 +1,47 @@
+"""Defects found by using the Studio as its users do (windows of 1,100 and 1,500 px, screenshots looked
+at): what each pane showed, checked in the real window offscreen."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from studio.selection import Selection
+
+from .replay_data import RESOURCE, THREAD, build_replay_db
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ui-pass")
+    build_replay_db(folder / "replay.db")
+    return folder
+
+
+@pytest.mark.parametrize("width", [1100, 1500])
+def test_the_prompt_inspector_keeps_its_fragment_table_in_sight(template: Path, tmp_path: Path, make_window: Any,
+                                                                qtbot: Any, width: int) -> None:
+    """In a window 800 px high the request side (usage, settings and tool tables) asked ~350 px, and the
+    splitter left the prompt's own table one row of a turn's eight fragments: the pane's reason to be was
+    behind a scroll bar. The request scrolls in its tab now, and the table keeps four rows."""
+    folder = tmp_path / "data"
+    shutil.copytree(template, folder)
+    window = make_window()
+    window.resize(width, 800)
+    window.open_database(str(folder / "replay.db"))
+    qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()), timeout=20_000)
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    window.show_tab("prompt")
+    pane = window.panes["prompt"]
+    qtbot.waitUntil(lambda: pane.preview is not None and not pane.busy and pane.fragment_model.rowCount() >= 4,
+                    timeout=30_000)
+    qtbot.wait(50)  # (laid out)
+    table = pane.fragment_table
+    row = table.verticalHeader().defaultSectionSize()
+    assert table.viewport().height() >= 4 * row, (table.viewport().height(), row)
+    assert pane.side_tabs.isVisible() and pane.request_view.isVisibleTo(pane)
+    window.session.pool.wait(20_000)
+
