@@ -439,3 +439,19 @@ def test_a_tree_of_thousands_of_threads_sizes_its_columns_without_reading_every_
     pane.refresh()  # (what each change of the database brings)
     qtbot.wait(300)
     assert len(asked) < 400, len(asked)
+
+
+def test_threads_whose_ids_share_a_head_are_told_apart_in_the_tree(qtbot: Any, make_session: Any,
+                                                                   small_db: Path) -> None:
+    """Found by a QA pass with 360 threads: a resource's "Standup" threads, ids "customer-029-6ea9ab1b-t2",
+    "…-t5", …, were all "Standup · customer-0…" in the tree (the id's head, the same for every one)."""
+    writer = open_store(small_db)
+    ids = [f"customer-029-6ea9ab1b-t{n}" for n in (2, 5, 11)]
+    for tid in ids:
+        writer.memory.create_thread(thread_id=tid, resource_id="customer-029-6ea9ab1b", title="Standup")
+    writer.memory.create_thread(thread_id="customer-029-6ea9ab1b-t3", resource_id="customer-029-6ea9ab1b")
+    writer.close()
+    pane = _resources(qtbot, make_session(small_db))
+    qtbot.waitUntil(lambda: any(r[0] == "customer-029-6ea9ab1b" for r in pane.thread_rows()), timeout=10_000)
+    labels = sorted(r[1] for r in pane.thread_rows() if r[0] == "customer-029-6ea9ab1b")
+    assert labels == ["(untitled) · …t3", "Standup · …t11", "Standup · …t2", "Standup · …t5"]
