@@ -204,6 +204,10 @@ class TurnView(QSplitter):
         self.fragment_text = CodeEditor("prose", read_only=True)
         for part in (self.fragment_header, self.fragment_sources, self.fragment_text):
             ll.addWidget(part)
+        # A few lines of the fragment stay in sight when the view is crowded (stacked, with a banner above)
+        self.fragment_text.setMinimumHeight(4 * self.fragment_text.fontMetrics().lineSpacing()
+                                            + self.fragment_text.horizontalScrollBar().sizeHint().height()
+                                            + 2 * self.fragment_text.frameWidth() + 8)
         left.addWidget(lower)
         left.setSizes([380, 200])
         self.addWidget(left)
@@ -264,8 +268,10 @@ class TurnView(QSplitter):
         want = Qt.Orientation.Horizontal if event.size().width() >= STACK_BELOW else Qt.Orientation.Vertical
         if want != self.orientation():
             self.setOrientation(want)
-            whole = event.size().width() if want == Qt.Orientation.Horizontal else event.size().height()
-            self.setSizes([whole * 55 // 100, whole - whole * 55 // 100])
+            # (stacked, the table and the fragment's text above get the larger part: the tabs scroll)
+            whole, share = ((event.size().width(), 55) if want == Qt.Orientation.Horizontal
+                            else (event.size().height(), 62))
+            self.setSizes([whole * share // 100, whole - whole * share // 100])
         super().resizeEvent(event)
 
     def show_step(self, step: StepData, thread_id: str, cmp: Comparison, call: int = 0) -> None:
