@@ -45,3 +45,41 @@ def test_the_prompt_inspector_keeps_its_fragment_table_in_sight(template: Path, 
     assert pane.side_tabs.isVisible() and pane.request_view.isVisibleTo(pane)
     window.session.pool.wait(20_000)
 
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_the_tab_bars_scroll_buttons_show_their_arrows(template: Path, tmp_path: Path, qtbot: Any, qapp: Any,
+                                                        make_window: Any, theme: str) -> None:
+    """In a 1,100 px window the nine tabs do not fit: Recall Playground, Replay and Checks are behind the tab
+    bar's scroll buttons, which the theme drew as two blank boxes (its ``QToolButton`` padding, 8 px a
+    side, left a 16 px button no room for its arrow), so nothing said more tabs were there."""
+    from PySide6.QtWidgets import QToolButton
+
+    from studio.theme import apply_theme
+
+    saved = (qapp.palette(), qapp.styleSheet(), qapp.property("studioTheme"), qapp.style().name(), qapp.font())
+    try:
+        apply_theme(qapp, theme)
+        folder = tmp_path / "data"
+        shutil.copytree(template, folder)
+        window = make_window()
+        window.resize(1100, 800)
+        window.open_database(str(folder / "replay.db"))
+        qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()),
+                        timeout=20_000)
+        qtbot.waitUntil(lambda: len([b for b in window.tabs.tabBar().findChildren(QToolButton) if b.isVisible()])
+                        == 2, timeout=5_000)
+        buttons = [b for b in window.tabs.tabBar().findChildren(QToolButton) if b.isVisible()]
+        assert len(buttons) == 2  # the tabs do not fit: the scroll buttons are shown
+        for button in buttons:
+            image = button.grab().toImage()
+            back = image.pixelColor(2, image.height() // 2).lightness()  # (inside the border)
+            drawn = [image.pixelColor(x, y).lightness() for x in range(image.width()) for y in range(image.height())]
+            assert max(abs(v - back) for v in drawn) > 60, (button.objectName(), sorted(set(drawn)))
+        window.session.pool.wait(20_000)
+    finally:
+        qapp.setPalette(saved[0])
+        qapp.setStyleSheet(saved[1])
+        qapp.setProperty("studioTheme", saved[2])
+        qapp.setStyle(saved[3])
+        qapp.setFont(saved[4])
