@@ -83,3 +83,21 @@ def test_the_tab_bars_scroll_buttons_show_their_arrows(template: Path, tmp_path:
         qapp.setProperty("studioTheme", saved[2])
         qapp.setStyle(saved[3])
         qapp.setFont(saved[4])
+
+
+def test_model_text_wraps_so_a_long_reply_is_read_without_scrolling_sideways(qtbot: Any) -> None:
+    """Replay's fragment text, the received and rebuilt prompts, the reply and Re-Run's two replies (the
+    ``prose`` viewers) did not wrap: a message of 4,000 words was one line behind a horizontal scroll bar,
+    and Re-Run's stored reply read "Added: rice noodles, limes, tofu, green curry pa" in a 1,100 px window."""
+    from PySide6.QtWidgets import QApplication
+
+    from studio.widgets.code_editor import CodeEditor
+
+    view = CodeEditor("prose", read_only=True)
+    qtbot.addWidget(view)
+    view.resize(320, 200)
+    view.show()
+    view.load("Added: rice noodles, limes, tofu, green curry paste, coconut milk, Thai basil. " * 8)
+    QApplication.processEvents()  # (laid out)
+    assert view.horizontalScrollBar().maximum() == 0
+    assert view.document().firstBlock().layout().lineCount() > 1
