@@ -101,3 +101,26 @@ def test_model_text_wraps_so_a_long_reply_is_read_without_scrolling_sideways(qtb
     QApplication.processEvents()  # (laid out)
     assert view.horizontalScrollBar().maximum() == 0
     assert view.document().firstBlock().layout().lineCount() > 1
+
+
+def test_a_pane_title_that_does_not_fit_ends_in_an_ellipsis_and_says_all_of_it_on_hover(qtbot: Any) -> None:
+    """Pane titles and subtitles were cut at the label's edge with no mark: "Replay · Weekly groceri" read
+    like a title of its own (a 1,100 px window), and a subtitle lost its end without a sign."""
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    from studio.widgets.pane_header import pane_header
+
+    holder = QWidget()
+    qtbot.addWidget(holder)
+    row, title, subtitle = pane_header("Replay · Weekly groceries for the whole team offsite in Lisbon")
+    holder.setLayout(row)
+    subtitle.setText("thread ada-groceries · resource ada · options from agent 'chef'")
+    holder.resize(260, 40)
+    holder.show()
+    QApplication.processEvents()
+    assert title.text() == "Replay · Weekly groceries for the whole team offsite in Lisbon"  # the text stays whole
+    assert title.toolTip() == title.text() and subtitle.toolTip() == subtitle.text()  # cut: all of it on hover
+    subtitle.setToolTip("/data/observability.duckdb")  # a caller's own tooltip is kept
+    holder.resize(900, 40)
+    QApplication.processEvents()
+    assert subtitle.toolTip() == "/data/observability.duckdb" and title.toolTip() == ""  # fits: no tooltip
