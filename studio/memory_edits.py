@@ -40,8 +40,13 @@ def _jobs() -> Any:
     return edit_jobs
 
 
-READ_ONLY = Problem("Read-only", "This database is open read-only, so nothing in it can be changed.",
-                    "Choose File > Allow Writes… first. Nothing was changed.", warning_only=True)
+def read_only_problem(advice: str) -> Problem:
+    """The refusal of an edit of a read-only database; ``advice`` is the session's ``write_advice``."""
+    return Problem("Read-only", "This database is open read-only, so nothing in it can be changed.",
+                   f"{advice} Nothing was changed.", warning_only=True)
+
+
+READ_ONLY = read_only_problem("Choose File > Allow Writes… first.")
 
 
 class MemoryEditActions(QObject):
@@ -93,7 +98,7 @@ class MemoryEditActions(QObject):
         if session is None:
             return False
         if session.read_only:
-            self.window.presenter.error(self.window, READ_ONLY)
+            self.window.presenter.error(self.window, read_only_problem(session.write_advice))
             return False
         return True
 
@@ -370,4 +375,4 @@ class MemoryEditActions(QObject):
                     key="memory-edit-selection")
 
 
-__all__ = ["MemoryEditActions", "READ_ONLY"]
+__all__ = ["MemoryEditActions", "READ_ONLY", "read_only_problem"]

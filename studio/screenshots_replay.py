@@ -29,7 +29,7 @@ def shoot_replay(app: Any, window: Any, save: Save, wait: Wait) -> None:
     # (model, settings, tool definitions with their tokens, usage beside our estimate).
     at("li-wei", "liwei-shanghai", 2)
     pane.tabs.setCurrentIndex(0)
-    pane.view.tabs.setCurrentWidget(pane.view.request_view)
+    pane.view.tabs.setCurrentWidget(pane.view.request_page)
     top = pane.view.request_view.tools.topLevelItem(0)
     if top is not None and top.childCount():
         top.child(top.childCount() - 1).setExpanded(True)  # one definition opened: description and schema
@@ -41,7 +41,7 @@ def shoot_replay(app: Any, window: Any, save: Save, wait: Wait) -> None:
     at("ada", "ada-weekend", 0)
     pane.go_to_call(1)
     wait(app, lambda: pane.call == 1, 10)
-    pane.view.tabs.setCurrentWidget(pane.view.request_view)
+    pane.view.tabs.setCurrentWidget(pane.view.request_page)
     save(window, "replay-calls")
     pane.go_to_call(0)
 

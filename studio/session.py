@@ -212,6 +212,17 @@ class StudioSession(QObject):
         return self.store.db.refusal
 
     @property
+    def write_advice(self) -> str:
+        """What to do to change this database: the end of every refusal of an edit. File > Allow Writes…
+        helps only a database open read-only by choice; a file whose folder cannot be written (or that was
+        deleted or replaced) stays read-only whatever is allowed, so its refusal says what does help."""
+        if self.lost is not None:
+            return "Reopen the file (File > Open) to change it."
+        if self.write_refusal is not None:
+            return "Copy the file to a writable folder and open the copy (File > Open) to change it."
+        return "Choose File > Allow Writes first."
+
+    @property
     def frozen(self) -> bool:
         """Read as a snapshot of the file (its folder cannot be written): changes end the session."""
         return self.store.db.frozen_at is not None

@@ -211,7 +211,7 @@ class TransferActions(QObject):
         if session.read_only:
             self.window.presenter.error(self.window, Problem(
                 "Read-only database", f"{session.display_path} is open read-only, so nothing can be imported into it.",
-                "Choose File > Allow Writes… first, then File > Import… again."))
+                f"{session.write_advice} Then File > Import… again."))
             return
         self.choose_open_path(self.window, self._folder(), self.preview)
 

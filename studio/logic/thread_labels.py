@@ -9,17 +9,22 @@ Two things make them distinguishable:
   series puts the number or the date) both stay on screen;
 * a thread whose title does not name it (none at all, or the same title as another thread of its
   resource) gets its id after the title, shortened as everywhere else (``short_ids.short_id``). A
-  thread with a title of its own does not: an id is noise to whoever wrote the title.
+  thread with a title of its own does not: an id is noise to whoever wrote the title. Ids of one
+  resource often share a head ("customer-029-6ea9ab1b-t2", "…-t5"; "thread-2026-03-"): that shared
+  head, up to its last separator, is left out ("Standup · …t5"), since the head alone ("customer-0…")
+  named every sibling alike (``shared_id_prefix``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from studio.logic.short_ids import short_id
 
 UNTITLED = "(untitled)"
 SEPARATOR = " · "
+_ID_SEPARATORS = re.compile(r"[-_:./]")
 
 
 def title_key(title: str | None) -> str:
@@ -38,12 +43,37 @@ def repeated_titles(titles: Iterable[str | None]) -> frozenset[str]:
     return frozenset(repeated)
 
 
-def thread_label(title: str | None, thread_id: str, repeated: frozenset[str]) -> str:
+def shared_id_prefix(ids: Iterable[str]) -> str:
+    """The head that all of ``ids`` (the threads of one resource, two or more) share, up to and with its
+    last separator (``-``, ``_``, ``:``, ``.``, ``/``), so what is left of each id starts where they
+    differ and keeps whole words: "customer-7-t2" and "customer-7-t5" share "customer-7-"; "t1" and
+    "t10" share nothing (no separator). Empty for fewer than two ids."""
+    listed = list(ids)
+    if len(listed) < 2:
+        return ""
+    low, high = min(listed), max(listed)  # the common head of all is the common head of these two
+    n = 0
+    while n < len(low) and low[n] == high[n]:
+        n += 1
+    cut = max((m.end() for m in _ID_SEPARATORS.finditer(low[:n])), default=0)
+    return low[:cut] if cut < len(low) else ""
+
+
+def _id_part(thread_id: str, prefix: str) -> str:
+    if prefix and thread_id.startswith(prefix) and len(thread_id) > len(prefix):
+        return "…" + short_id(thread_id[len(prefix):])
+    return short_id(thread_id)
+
+
+def thread_label(title: str | None, thread_id: str, repeated: frozenset[str], shared_prefix: str = "") -> str:
     """The tree's text for a thread: its title, with its short id after it when the title alone does not
-    tell it from the other threads of its resource (no title, or one of the ``repeated`` ones)."""
+    tell it from the other threads of its resource (no title, or one of the ``repeated`` ones); the head
+    the resource's thread ids share (``shared_prefix``, from ``shared_id_prefix``) is left out of it."""
     if not (title or "").strip():
-        return f"{UNTITLED}{SEPARATOR}{short_id(thread_id)}"
-    return f"{title}{SEPARATOR}{short_id(thread_id)}" if title_key(title) in repeated else str(title)
+        return f"{UNTITLED}{SEPARATOR}{_id_part(thread_id, shared_prefix)}"
+    if title_key(title) in repeated:
+        return f"{title}{SEPARATOR}{_id_part(thread_id, shared_prefix)}"
+    return str(title)
 
 
-__all__ = ["SEPARATOR", "UNTITLED", "repeated_titles", "thread_label", "title_key"]
+__all__ = ["SEPARATOR", "UNTITLED", "repeated_titles", "shared_id_prefix", "thread_label", "title_key"]

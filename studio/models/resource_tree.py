@@ -23,7 +23,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont
 
 from studio.logic.dates import date_tooltip, format_datetime
-from studio.logic.thread_labels import UNTITLED, repeated_titles, thread_label
+from studio.logic.thread_labels import UNTITLED, repeated_titles, shared_id_prefix, thread_label
 from studio.reads import TreeData
 
 if TYPE_CHECKING:  # pragma: no cover - loaded with the tree's data, on a worker
@@ -60,11 +60,18 @@ class _ResourceNode:
     # The titles more than one of its threads has (``thread_labels.repeated_titles``): worked out when a
     # thread's text is first asked for, again after the threads change.
     repeated: frozenset[str] | None = None
+    # The head its threads' ids share (``thread_labels.shared_id_prefix``), left out of the ids shown.
+    id_prefix: str | None = None
 
     def repeated_titles(self) -> frozenset[str]:
         if self.repeated is None:
             self.repeated = repeated_titles(s.thread.title for s in self.threads)
         return self.repeated
+
+    def shared_id_prefix(self) -> str:
+        if self.id_prefix is None:
+            self.id_prefix = shared_id_prefix(s.thread.id for s in self.threads)
+        return self.id_prefix
 
     @property
     def id(self) -> str:
@@ -165,13 +172,13 @@ class ResourceTreeModel(QAbstractItemModel):
         kept = [fresh[s.thread.id] for s in node.threads]
         changed = [t for t, (old, new) in enumerate(zip(node.threads, kept)) if old != new]
         node.threads = kept
-        node.repeated = None  # (a sibling's title may have changed what this one needs to show)
+        node.repeated = node.id_prefix = None  # (a sibling's title may have changed what this one needs to show)
         self._changed(parent, changed)
         if added:
             start = len(node.threads)
             self.beginInsertRows(parent, start, start + len(added) - 1)
             node.threads.extend(fresh[tid] for tid in added)
-            node.repeated = None
+            node.repeated = node.id_prefix = None
             self.endInsertRows()
 
     # -- Qt model ------------------------------------------------------------------------------
@@ -255,7 +262,7 @@ class ResourceTreeModel(QAbstractItemModel):
         title = s.thread.title or UNTITLED
         if role == Qt.ItemDataRole.DisplayRole:
             if col == 0:
-                return thread_label(s.thread.title, s.thread.id, node.repeated_titles())
+                return thread_label(s.thread.title, s.thread.id, node.repeated_titles(), node.shared_id_prefix())
             return f"{s.message_count:,}" if col == 1 else _short_time(s.last_activity or s.thread.updated_at)
         if role == TreeRoles.KIND:
             return "thread"

@@ -378,11 +378,14 @@ class ChatPane(QWidget):
             self.subtitle.setText(f"a new thread for resource {self.resource_edit.text().strip() or '?'}")
         read_only = bool(self.session.read_only)
         if read_only:
+            refusal = self.session.write_refusal  # its folder cannot be written: Allow Writes would not help
             actions: list[tuple[str, Callable[[], None]]] = (
-                [("Allow Writes…", self._allow_writes)] if self._has_window_command("file.allow_writes") else [])
+                [("Allow Writes…", self._allow_writes)]
+                if refusal is None and self._has_window_command("file.allow_writes") else [])
             self.banner.show_message(
                 "This database is open read-only, and a chat turn saves messages. Choose File > Allow Writes… "
-                "to chat here (browsing stays read-only either way).", "warning", actions)
+                "to chat here (browsing stays read-only either way)." if refusal is None else
+                f"This database is read-only here, and a chat turn saves messages: {refusal}", "warning", actions)
         elif self.banner.level == "warning" and "read-only" in self.banner.text():
             self.banner.hide()
         self.send_btn.setEnabled(not self.busy and not read_only)
@@ -397,7 +400,7 @@ class ChatPane(QWidget):
         if not text.strip():
             return "Type a message first."
         if self.session.read_only:
-            return "This database is open read-only: choose File > Allow Writes… to chat."
+            return f"This database is open read-only, so a chat turn cannot be saved. {self.session.write_advice}"
         if self.thread_radio.isChecked() and self.selection.thread_id is not None:
             thread = self.context.thread if self.context is not None else None
             if thread is not None and thread.id == self.selection.thread_id:

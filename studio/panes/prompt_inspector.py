@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QRadioButton,
+    QScrollArea,
     QSplitter,
     QTabWidget,
     QToolButton,
@@ -75,6 +76,7 @@ from studio.widgets.request_view import RequestPanel
 
 DEBOUNCE_MS = 250
 MAX_LINE_CHARS = 2**31 - 1  # QLineEdit's own limit is 32,767 characters
+MIN_FRAGMENT_ROWS = 4  # the fragment table keeps at least this many rows in sight
 MIGRATE_COMMAND = "file.migrate"
 MIGRATE_HINT_TEXT = "memory-studio migrate"  # recall errors that only a migration fixes say this
 EMBEDDERS = EmbedderHolder()  # one embedding model per process, loaded on the first recall preview
@@ -204,6 +206,10 @@ class PromptInspectorPane(QWidget):
         self.fragment_model: RecordTableModel[FragmentRow] = RecordTableModel(FRAGMENT_COLUMNS, self)
         self.fragment_table = record_table_view(self.fragment_model)
         ul.addWidget(self.fragment_table)
+        # The prompt's fragments are what this pane is for: never squeezed below a few rows.
+        self.fragment_table.setMinimumHeight(self.fragment_table.horizontalHeader().sizeHint().height()
+                                             + MIN_FRAGMENT_ROWS * self.fragment_table.verticalHeader()
+                                             .defaultSectionSize() + 2 * self.fragment_table.frameWidth())
         split.addWidget(upper)
 
         lower = QSplitter(Qt.Orientation.Horizontal)
@@ -263,12 +269,23 @@ class PromptInspectorPane(QWidget):
         self.processors_label.setStyleSheet("color: palette(placeholder-text);")
         sl.addWidget(self.skip_table)
         sl.addWidget(self.processors_label)
-        self.side_tabs.addTab(request, "Request")
+        # The request's tables (usage, settings, tools) asked ~350 px of height: in a window of 800 px the
+        # splitter gave the prompt's own table what was left, one row. They scroll in their tab instead.
+        request_scroll = QScrollArea()
+        request_scroll.setObjectName("inspectorRequestScroll")
+        request_scroll.setWidgetResizable(True)
+        request_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        request_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        request_scroll.setWidget(request)
+        self.side_tabs.addTab(request_scroll, "Request")
         self.side_tabs.addTab(skip, "Skipped")
         lower.addWidget(self.side_tabs)
         lower.setSizes([540, 460])
         split.addWidget(lower)
         split.setSizes([250, 330])
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
+        split.setChildrenCollapsible(False)
         root.addWidget(split, 1)
 
         self.status = status_label()

@@ -506,7 +506,7 @@ class ReplayPane(QWidget):
             return
         if self.session.read_only:
             self._problem(Problem("Read-only", f"{self.session.display_path} is open read-only, so a fork cannot "
-                                  "be written.", "Choose File > Allow Writes first, then fork again."))
+                                  "be written.", f"{self.session.write_advice} Then fork again."))
             return
         dialog = ForkDialog(default_fork_title(source.thread.title, source.thread_id, step.index + 1),
                             f"turn {step.index + 1}", source.thread_scoped_wm, self)

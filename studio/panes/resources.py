@@ -36,6 +36,8 @@ from studio.widgets.banner import Banner
 from studio.widgets.pane_header import elastic
 
 AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
+NO_THREADS = ("No threads in this database yet. An agent's first turn here starts one (or the Chat Playground, "
+              "Ctrl+6); File > Import… brings in threads exported from another database.")
 
 
 class SearchResultsModel(QAbstractListModel):
@@ -162,7 +164,10 @@ class ResourcesPane(QWidget):
         self.banner.show_message(f"The threads could not be read: {str(exc) or type(exc).__name__}", "error")
 
     def _apply(self, data: TreeData) -> None:
-        self.banner.hide()
+        if data.resources:
+            self.banner.hide()
+        else:  # an empty tree alone looked like a list still loading, or a filter hiding everything
+            self.banner.show_message(NO_THREADS, "info")
         self.model.apply(data)
         self._size_columns(data)
         if not self._loaded_once and data.resources:  # the first load with data (not an empty file)

@@ -565,8 +565,12 @@ class WorkingMemoryPane(QWidget):
                                   else "(fix the problems above to see the result)")
             rule = ("Merge rules: objects merge deeply, null deletes a field, arrays are replaced."
                     if self.draft.json_mode == "merge" else "The editor's object replaces the stored one.")
-            changes = changed_paths(p.current, p.result) if p is not None and p.result is not None else []
-            self.merge_caption.setText(rule + ("  Changes: " + ", ".join(changes) if changes else "  No changes."))
+            if p is None or p.result is None:  # (said "No changes." beside an edit that does not parse)
+                self.merge_caption.setText(rule + "  Changes: known once the problems above are fixed.")
+            else:
+                changes = changed_paths(p.current, p.result)
+                self.merge_caption.setText(rule + ("  Changes: " + ", ".join(changes) if changes
+                                                   else "  No changes."))
         self._update_actions()
 
     def _render_preview(self) -> None:
@@ -784,8 +788,11 @@ class WorkingMemoryPane(QWidget):
         if self.session.lost:
             return self.session.lost
         if self.session.read_only:
+            refusal = self.session.write_refusal  # its folder cannot be written: Allow Writes would not help
+            if refusal:
+                return f"Read-only: {refusal}"
             return (f"Read-only: {self.session.display_path} was opened read-only, so nothing can be saved. "
-                    "Use File > Allow Writes to edit.")
+                    f"{self.session.write_advice}")
         return ""
 
     def _apply_read_only(self) -> None:

@@ -143,12 +143,14 @@ class ProseHighlighter(MarkdownHighlighter):
 
 
 class CodeEditor(QPlainTextEdit):
-    """A monospace editor; ``language`` is "json", "markdown" or "" (plain)."""
+    """A monospace editor; ``language`` is "json", "markdown", "prose" (model text: prompt fragments,
+    replies) or "" (plain). Markdown and prose wrap at the widget's width; a reply or a message of the
+    model's on one line was read by scrolling sideways, a window's width at a time."""
 
     def __init__(self, language: str = "", parent: QWidget | None = None, *, read_only: bool = False) -> None:
         super().__init__(parent)
         self.setFont(mono_font())
-        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth if language == "markdown"
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth if language in ("markdown", "prose")
                              else QPlainTextEdit.LineWrapMode.NoWrap)
         self.setTabStopDistance(self.fontMetrics().horizontalAdvance(" ") * 2)
         self.setReadOnly(read_only)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import shiboken6
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 ELASTIC_MIN_WIDTH = 40
@@ -27,17 +26,18 @@ def pane_layout(pane: QWidget) -> QVBoxLayout:
 
 def pane_header(title: str, subtitle: QLabel | None = None) -> tuple[QHBoxLayout, QLabel, QLabel]:
     """(row, title label, subtitle label); callers add their buttons to the row."""
+    from studio.widgets.elided_label import ElidedLabel
+
     row = QHBoxLayout()
-    title_label = QLabel(title)
-    # Titles and subtitles name threads, resources and files (user data): shown as typed, never as markup.
-    title_label.setTextFormat(Qt.TextFormat.PlainText)
+    # Titles and subtitles name threads, resources and files (user data): shown as typed, never as markup,
+    # and one that does not fit ends in "…" (whole in the tooltip), never cut with no mark.
+    title_label = ElidedLabel(title)
     font = title_label.font()
     font.setPointSize(font.pointSize() + 2)
     font.setBold(True)
     title_label.setFont(font)
     if subtitle is None:
-        subtitle = QLabel("")
-        subtitle.setTextFormat(Qt.TextFormat.PlainText)
+        subtitle = ElidedLabel("")
         subtitle.setStyleSheet("color: palette(placeholder-text);")
     elastic(title_label)
     elastic(subtitle)

@@ -13,8 +13,18 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QHeaderView, QLabel, QSizePolicy, QSplitter, QTableView, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QResizeEvent
+from PySide6.QtWidgets import (
+    QHeaderView,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QSplitter,
+    QTableView,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from studio.logic.replay_layout import (
     CHANGE_TINTS,
@@ -158,6 +168,9 @@ def _ignored_width(label: QLabel) -> QLabel:
     return label
 
 
+STACK_BELOW = 860  # px: a view narrower than this puts its tabs under the context table, not beside it
+
+
 class TurnView(QSplitter):
     open_message = Signal(str)  # a stored message id (a fragment's source, a recall hit)
     edit_requested = Signal(str)  # Edit Stored Message… (a fragment's context menu)
@@ -191,6 +204,10 @@ class TurnView(QSplitter):
         self.fragment_text = CodeEditor("prose", read_only=True)
         for part in (self.fragment_header, self.fragment_sources, self.fragment_text):
             ll.addWidget(part)
+        # A few lines of the fragment stay in sight when the view is crowded (stacked, with a banner above)
+        self.fragment_text.setMinimumHeight(4 * self.fragment_text.fontMetrics().lineSpacing()
+                                            + self.fragment_text.horizontalScrollBar().sizeHint().height()
+                                            + 2 * self.fragment_text.frameWidth() + 8)
         left.addWidget(lower)
         left.setSizes([380, 200])
         self.addWidget(left)
@@ -198,7 +215,15 @@ class TurnView(QSplitter):
         self.tabs = QTabWidget()
         self.tabs.setObjectName("replayTabs")
         self.request_view = RequestPanel()
-        self.tabs.addTab(self.request_view, "Request")
+        # Its usage, settings and tool tables ask ~310 px of height: they scroll in their tab, so the
+        # view can stack (``STACK_BELOW``) in a pane of ordinary height.
+        self.request_page = QScrollArea()
+        self.request_page.setObjectName("replayRequestScroll")
+        self.request_page.setWidgetResizable(True)
+        self.request_page.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.request_page.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.request_page.setWidget(self.request_view)
+        self.tabs.addTab(self.request_page, "Request")
         compare_tab = QSplitter(Qt.Orientation.Vertical)
         sides = QSplitter(Qt.Orientation.Horizontal)
         self.received_view = CodeEditor("prose", read_only=True)
@@ -227,12 +252,27 @@ class TurnView(QSplitter):
         self.tabs.addTab(table_for(self.token_model), "Tokens")
         self.addWidget(self.tabs)
         self.setSizes([660, 520])  # the context table's eight columns get the larger part
+        self.setChildrenCollapsible(False)
         self.step_table.selectionModel().currentRowChanged.connect(lambda cur, _prev: self._show_fragment(cur.row()))
         self.step_table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.step_table.customContextMenuRequested.connect(self._fragment_menu)
         self._step: StepData | None = None
         self._thread_id = ""
         self._call = 0  # the model call shown
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        """Side by side from ``STACK_BELOW`` px wide, else the tabs under the context table: side by side in
+        a narrower pane (a 1,100 px window) the table had ~385 px, below what its columns' titles need, so
+        Source, Why and Text sat behind a scroll bar, and the received and rebuilt prompts were ~150 px
+        columns each."""
+        want = Qt.Orientation.Horizontal if event.size().width() >= STACK_BELOW else Qt.Orientation.Vertical
+        if want != self.orientation():
+            self.setOrientation(want)
+            # (stacked, the table and the fragment's text above get the larger part: the tabs scroll)
+            whole, share = ((event.size().width(), 55) if want == Qt.Orientation.Horizontal
+                            else (event.size().height(), 62))
+            self.setSizes([whole * share // 100, whole - whole * share // 100])
+        super().resizeEvent(event)
 
     def show_step(self, step: StepData, thread_id: str, cmp: Comparison, call: int = 0) -> None:
         """Turn ``step``'s model call ``call`` (0: the first)."""

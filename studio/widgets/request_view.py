@@ -96,6 +96,13 @@ class RequestPanel(QWidget):
         split.setSizes([140, 260])
         root.addWidget(split, 1)
 
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt's name
+        """None (-1): it sits in a scroll area (the inspector's and Replay's Request tab), which made the
+        panel as tall as its layout's preferred height for the width (its wrapped labels' and its tables'),
+        taller than the tab, with a scroll bar, where it fits by letting its tables give up rows. It
+        scrolls only below its minimum height."""
+        return -1
+
     def show_request(self, view: RequestView | None) -> None:
         self.view = view
         if view is None:

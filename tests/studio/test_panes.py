@@ -439,3 +439,41 @@ def test_a_tree_of_thousands_of_threads_sizes_its_columns_without_reading_every_
     pane.refresh()  # (what each change of the database brings)
     qtbot.wait(300)
     assert len(asked) < 400, len(asked)
+
+
+def test_threads_whose_ids_share_a_head_are_told_apart_in_the_tree(qtbot: Any, make_session: Any,
+                                                                   small_db: Path) -> None:
+    """Found by a QA pass with 360 threads: a resource's "Standup" threads, ids "customer-029-6ea9ab1b-t2",
+    "…-t5", …, were all "Standup · customer-0…" in the tree (the id's head, the same for every one)."""
+    writer = open_store(small_db)
+    ids = [f"customer-029-6ea9ab1b-t{n}" for n in (2, 5, 11)]
+    for tid in ids:
+        writer.memory.create_thread(thread_id=tid, resource_id="customer-029-6ea9ab1b", title="Standup")
+    writer.memory.create_thread(thread_id="customer-029-6ea9ab1b-t3", resource_id="customer-029-6ea9ab1b")
+    writer.close()
+    pane = _resources(qtbot, make_session(small_db))
+    qtbot.waitUntil(lambda: any(r[0] == "customer-029-6ea9ab1b" for r in pane.thread_rows()), timeout=10_000)
+    labels = sorted(r[1] for r in pane.thread_rows() if r[0] == "customer-029-6ea9ab1b")
+    assert labels == ["(untitled) · …t3", "Standup · …t11", "Standup · …t2", "Standup · …t5"]
+
+
+def test_an_empty_database_says_it_has_no_threads_and_how_one_starts(qtbot: Any, make_session: Any,
+                                                                     tmp_path: Path) -> None:
+    """Found by a QA pass on an empty database: the tree was a blank list under its header, beside "No
+    thread selected. Pick one in the tree": nothing said the file has no threads (rather than still
+    loading) or how a thread comes to be."""
+    path = tmp_path / "empty.db"
+    open_store(path).close()
+    pane = ResourcesPane(make_session(path))
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.refresh()
+    qtbot.waitUntil(lambda: pane.banner.isVisible(), timeout=10_000)
+    assert "No threads in this database yet" in pane.banner.text() and "Chat Playground" in pane.banner.text()
+    assert pane.banner.level == "info"
+    writer = open_store(path)
+    writer.memory.create_thread(thread_id="t1", resource_id="u1", title="First")
+    writer.close()
+    pane.refresh()
+    qtbot.waitUntil(lambda: len(pane.thread_rows()) == 1, timeout=10_000)
+    assert not pane.banner.isVisible()

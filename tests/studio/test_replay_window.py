@@ -198,3 +198,32 @@ def test_the_context_table_fits_its_pane_and_a_cut_cell_has_its_whole_text_in_th
     window.resize(1400, 800)  # and it follows the pane when the window narrows
     QApplication.processEvents()
     assert header.length() <= table.viewport().width()
+
+
+def test_in_a_narrow_window_the_turn_stacks_so_every_column_is_readable(qtbot: Any, window: Any) -> None:
+    """In a 1,100 px window the context table had ~385 px beside the request tabs, below what its columns'
+    titles need (~470): Source, Why and Text sat behind a horizontal scroll bar, and "Received vs Rebuilt
+    Now" was two ~150 px columns. Below ``STACK_BELOW`` the tabs go under the table; wider, beside it."""
+    from PySide6.QtWidgets import QApplication
+
+    from studio.widgets.replay_turn import STACK_BELOW
+
+    window.resize(1100, 800)
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    window.show_tab("replay")
+    replay = window.panes["replay"]
+    qtbot.waitUntil(lambda: replay.step is not None and not replay.busy, timeout=30_000)
+    QApplication.processEvents()
+    view, table = replay.view, replay.view.step_table
+    header, model = table.horizontalHeader(), table.model()
+    assert table.horizontalScrollBar().maximum() == 0 and header.length() <= table.viewport().width()
+    for column in range(model.columnCount()):
+        title = str(model.headerData(column, Qt.Orientation.Horizontal))
+        assert header.sectionSize(column) >= table.fontMetrics().horizontalAdvance(title), title
+    assert view.width() < STACK_BELOW and view.orientation() == Qt.Orientation.Vertical
+    assert view.tabs.height() >= 150 and table.viewport().height() >= 3 * table.verticalHeader().defaultSectionSize()
+
+    window.resize(1500, 800)  # wide enough again: side by side, and still no scroll bar
+    QApplication.processEvents()
+    assert view.width() >= STACK_BELOW and view.orientation() == Qt.Orientation.Horizontal
+    assert table.horizontalScrollBar().maximum() == 0

@@ -162,6 +162,9 @@ def test_schema_validation_blocks_save_and_merge_preview(qtbot, pane, session):
     pane.editor.replace_all('{"name": ')
     assert "JSON syntax: line 1" in pane.problem_label.text()
     assert not pane.commands.action("wm.save").isEnabled()
+    # An edit that does not parse has no result to compare: the caption said "No changes." beside it.
+    assert "No changes" not in pane.merge_caption.text()
+    assert "known once the problems above are fixed" in pane.merge_caption.text()
     # Patch mode: current + patch = result under the merge rules.
     pane.json_mode.setCurrentIndex(pane.json_mode.findData("merge"))
     pane.editor.replace_all('{"prefs": {"color": null}, "tags": ["x", "y"], "city": "Osaka"}')

@@ -1,0 +1,126 @@
+"""Defects found by using the Studio as its users do (windows of 1,100 and 1,500 px, screenshots looked
+at): what each pane showed, checked in the real window offscreen."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from studio.selection import Selection
+
+from .replay_data import RESOURCE, THREAD, build_replay_db
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ui-pass")
+    build_replay_db(folder / "replay.db")
+    return folder
+
+
+@pytest.mark.parametrize("width", [1100, 1500])
+def test_the_prompt_inspector_keeps_its_fragment_table_in_sight(template: Path, tmp_path: Path, make_window: Any,
+                                                                qtbot: Any, width: int) -> None:
+    """In a window 800 px high the request side (usage, settings and tool tables) asked ~350 px, and the
+    splitter left the prompt's own table one row of a turn's eight fragments: the pane's reason to be was
+    behind a scroll bar. The request scrolls in its tab now, and the table keeps four rows."""
+    folder = tmp_path / "data"
+    shutil.copytree(template, folder)
+    window = make_window()
+    window.resize(width, 800)
+    window.open_database(str(folder / "replay.db"))
+    qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()), timeout=20_000)
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    window.show_tab("prompt")
+    pane = window.panes["prompt"]
+    qtbot.waitUntil(lambda: pane.preview is not None and not pane.busy and pane.fragment_model.rowCount() >= 4,
+                    timeout=30_000)
+    qtbot.wait(50)  # (laid out)
+    table = pane.fragment_table
+    row = table.verticalHeader().defaultSectionSize()
+    assert table.viewport().height() >= 4 * row, (table.viewport().height(), row)
+    assert pane.side_tabs.isVisible() and pane.request_view.isVisibleTo(pane)
+    window.session.pool.wait(20_000)
+
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_the_tab_bars_scroll_buttons_show_their_arrows(template: Path, tmp_path: Path, qtbot: Any, qapp: Any,
+                                                        make_window: Any, theme: str) -> None:
+    """In a 1,100 px window the nine tabs do not fit: Recall Playground, Replay and Checks are behind the tab
+    bar's scroll buttons, which the theme drew as two blank boxes (its ``QToolButton`` padding, 8 px a
+    side, left a 16 px button no room for its arrow), so nothing said more tabs were there."""
+    from PySide6.QtWidgets import QToolButton
+
+    from studio.theme import apply_theme
+
+    saved = (qapp.palette(), qapp.styleSheet(), qapp.property("studioTheme"), qapp.style().name(), qapp.font())
+    try:
+        apply_theme(qapp, theme)
+        folder = tmp_path / "data"
+        shutil.copytree(template, folder)
+        window = make_window()
+        window.resize(1100, 800)
+        window.open_database(str(folder / "replay.db"))
+        qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()),
+                        timeout=20_000)
+        qtbot.waitUntil(lambda: len([b for b in window.tabs.tabBar().findChildren(QToolButton) if b.isVisible()])
+                        == 2, timeout=5_000)
+        buttons = [b for b in window.tabs.tabBar().findChildren(QToolButton) if b.isVisible()]
+        assert len(buttons) == 2  # the tabs do not fit: the scroll buttons are shown
+        for button in buttons:
+            image = button.grab().toImage()
+            back = image.pixelColor(2, image.height() // 2).lightness()  # (inside the border)
+            drawn = [image.pixelColor(x, y).lightness() for x in range(image.width()) for y in range(image.height())]
+            assert max(abs(v - back) for v in drawn) > 60, (button.objectName(), sorted(set(drawn)))
+        window.session.pool.wait(20_000)
+    finally:
+        qapp.setPalette(saved[0])
+        qapp.setStyleSheet(saved[1])
+        qapp.setProperty("studioTheme", saved[2])
+        qapp.setStyle(saved[3])
+        qapp.setFont(saved[4])
+
+
+def test_model_text_wraps_so_a_long_reply_is_read_without_scrolling_sideways(qtbot: Any) -> None:
+    """Replay's fragment text, the received and rebuilt prompts, the reply and Re-Run's two replies (the
+    ``prose`` viewers) did not wrap: a message of 4,000 words was one line behind a horizontal scroll bar,
+    and Re-Run's stored reply read "Added: rice noodles, limes, tofu, green curry pa" in a 1,100 px window."""
+    from PySide6.QtWidgets import QApplication
+
+    from studio.widgets.code_editor import CodeEditor
+
+    view = CodeEditor("prose", read_only=True)
+    qtbot.addWidget(view)
+    view.resize(320, 200)
+    view.show()
+    view.load("Added: rice noodles, limes, tofu, green curry paste, coconut milk, Thai basil. " * 8)
+    QApplication.processEvents()  # (laid out)
+    assert view.horizontalScrollBar().maximum() == 0
+    assert view.document().firstBlock().layout().lineCount() > 1
+
+
+def test_a_pane_title_that_does_not_fit_ends_in_an_ellipsis_and_says_all_of_it_on_hover(qtbot: Any) -> None:
+    """Pane titles and subtitles were cut at the label's edge with no mark: "Replay · Weekly groceri" read
+    like a title of its own (a 1,100 px window), and a subtitle lost its end without a sign."""
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    from studio.widgets.pane_header import pane_header
+
+    holder = QWidget()
+    qtbot.addWidget(holder)
+    row, title, subtitle = pane_header("Replay · Weekly groceries for the whole team offsite in Lisbon")
+    holder.setLayout(row)
+    subtitle.setText("thread ada-groceries · resource ada · options from agent 'chef'")
+    holder.resize(260, 40)
+    holder.show()
+    QApplication.processEvents()
+    assert title.text() == "Replay · Weekly groceries for the whole team offsite in Lisbon"  # the text stays whole
+    assert title.toolTip() == title.text() and subtitle.toolTip() == subtitle.text()  # cut: all of it on hover
+    subtitle.setToolTip("/data/observability.duckdb")  # a caller's own tooltip is kept
+    holder.resize(900, 40)
+    QApplication.processEvents()
+    assert subtitle.toolTip() == "/data/observability.duckdb" and title.toolTip() == ""  # fits: no tooltip
