@@ -31,13 +31,13 @@ from typing import Any
 from core.agent import Agent, AgentResult
 from core.agent_stream import AgentStream
 from core.gateway.errors import bad_request
+from core.ids import MAX_NEW_ID, new_id_problem
 from core.llm.base import Usage
 from core.memory import resolve_memory
 from core.messages import Message, text_part
 
 log = logging.getLogger(__name__)
 
-_MAX_ID = 256
 #: Threads of conversation ids live under this prefix, which clients may not use for thread ids.
 CONVERSATION_PREFIX = "conversation:"
 # Our finish reasons → the ones OpenAI clients know.
@@ -177,6 +177,14 @@ def _texts(content: Any) -> list[str]:
 
 
 def _one(name: str, from_body: Any, from_header: Any) -> str | None:
+    header = f"x-{name.replace('_', '-')}"
+    if isinstance(from_header, str) and not from_header.isascii():
+        # A header carries bytes: the server reads them as Latin-1, and a client may have sent UTF-8 (curl, most
+        # HTTP libraries given bytes), so "josé" would arrive as "josÃ©", another resource, the same as a client
+        # naming "josÃ©" in metadata. Non-ASCII ids go in the body, which is UTF-8 JSON.
+        raise bad_request(f"The {header} header holds characters outside ASCII, which HTTP headers cannot carry "
+                          f"unambiguously; send this id as metadata.{name} in the request body instead.",
+                          param=header)
     body_value, header_value = _id(name, from_body), _id(name, from_header)
     if body_value and header_value and body_value != header_value:
         raise bad_request(f"metadata.{name} ({body_value!r}) and the x-{name.replace('_', '-')} header "
@@ -187,8 +195,11 @@ def _one(name: str, from_body: Any, from_header: Any) -> str | None:
 def _id(name: str, value: Any) -> str | None:
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or len(value) > _MAX_ID or not value.isprintable():
-        raise bad_request(f"{name} must be a printable string of at most {_MAX_ID} characters.", param=name)
+    problem = new_id_problem(value)
+    if problem is not None:
+        raise bad_request(f"{name} must be a printable string of at most {MAX_NEW_ID} characters ({problem}).",
+                          param=name)
+    assert isinstance(value, str)
     return value
 
 

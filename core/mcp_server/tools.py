@@ -194,6 +194,11 @@ class MemoryTools:
             opts = self._wm_options()
             if thread is not None:
                 self._owned(thread, owner, must_exist=opts.scope == "thread")
+            if self.binding.any_resource and opts.scope == "resource" and \
+                    self.memory.store.memory.get_resource(owner) is None:
+                # The write makes the resource: its id follows the rule remember's new resources follow (and the
+                # gateway's), so no MCP client makes a resource no chat request could name.
+                client_id("resource", owner)
             if _traceable(working_memory) != working_memory:  # its text holds a lone surrogate
                 check_text(next(t for t in _texts(working_memory) if utf8_problem(t)), "The working memory")
             if opts.schema is not None:

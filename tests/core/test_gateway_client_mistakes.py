@@ -200,3 +200,25 @@ def test_a_reply_over_the_message_limit_is_the_agents_failure_not_the_clients(me
     assert (own, own_body["error"]["code"]) == (413, "too_large") and "Shorten it" in own_body["error"]["message"]
     assert memory.get_thread("w1") is None and memory.get_thread("w2") is None  # nothing of either turn
     assert memory.get_thread("w3") is None
+
+
+def test_an_id_header_outside_ascii_is_refused_not_read_as_latin_1(server, memory):
+    """A header carries bytes, which the server read as Latin-1: curl's UTF-8 "josé" in x-resource-id became
+    the resource "josÃ©", a memory of its own that also belongs to any client naming "josÃ©" in metadata.
+    Such a header is now refused, saying to send the id in metadata (UTF-8 JSON), which keeps working."""
+    utf8 = "josé".encode().decode("latin-1")  # what http.client sends for these bytes: UTF-8, as curl does
+    for header, value in (("x-resource-id", utf8), ("x-thread-id", "t-é"), ("x-conversation-id", utf8)):
+        got, _, reply = send(server, "POST", "/v1/chat/completions",
+                             {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+                             headers={header: value})
+        assert got == 400 and reply["error"]["param"] == header, reply
+        assert "metadata." in reply["error"]["message"] and "ASCII" in reply["error"]["message"]
+    assert memory.list_threads(resource_id="josÃ©").total == 0 and memory.list_threads(resource_id="default").total == 0
+    got, headers, reply = chat(server, metadata={"resource_id": "josé", "thread_id": "t-é"})
+    assert got == 200 and reply["memory"]["resource_id"] == "josé"
+    assert memory.get_thread("t-é").resource_id == "josé"
+    # ASCII ids in headers are read as before.
+    got, headers, _ = send(server, "POST", "/v1/chat/completions",
+                           {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+                           headers={"x-resource-id": "jose", "x-thread-id": "t-1"})
+    assert got == 200 and memory.get_thread("t-1").resource_id == "jose"

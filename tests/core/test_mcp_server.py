@@ -447,3 +447,30 @@ def test_a_database_path_with_a_typo_is_refused_or_said_to_be_new(tmp_path: Path
     assert first.returncode == 0 and second.returncode == 0
     assert f"{new} did not exist: this is a new, empty database" in first.stderr
     assert "did not exist" not in second.stderr and f"{new}, resource 'ada', on stdio" in second.stderr
+
+
+def test_working_memory_of_a_new_resource_follows_the_id_rule_over_stdio(db: Path) -> None:
+    """update_working_memory with --any-resource made the resource row of any id it was given (an escape
+    sequence, 5,000 characters), which remember and the gateway refuse to create; a resource another tool
+    wrote with such an id is still written as before."""
+    with open_store(db) as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
+        memory.update_working_memory(resource_id="legacy\x1b[31m", working_memory="# User\n- Name: Old\n")
+    env = {**os.environ, "MEMORY_STUDIO_MCP_TOKEN": "s3cret-token-value"}
+
+    async def main() -> list[Any]:
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "studio.cli", "mcp", "--db", str(db), "--any-resource"], env=env)
+        async with Client(params) as client:
+            return [await client.call_tool("update_working_memory", {"working_memory": "# User\n- Name: X\n",
+                                                                     "resource": resource})
+                    for resource in ("ev\x1b]0;owned\x07il", "r" * 5000, "legacy\x1b[31m", "carol")]
+
+    results = anyio.run(main)
+    assert [r.is_error for r in results] == [True, True, False, False]
+    assert "control character (U+001B)" in _error(results[0])
+    assert "5,000 characters long" in _error(results[1])
+    with open_store(db, read_only=True) as store:
+        ids = {r.id for r in store.memory.list_resources()}
+    assert "legacy\x1b[31m" in ids and "carol" in ids
+    assert not any("\x1b]" in i or len(i) > 256 for i in ids)
