@@ -493,3 +493,49 @@ def test_rows_another_tool_wrote_with_such_ids_still_import(new_db):
         report = import_data(store, data)
     assert report.conflicts == [] and report.written.get("threads", 0) == 0
     assert report.unchanged["threads"] == 1 and report.unchanged["messages"] == 1
+
+
+def test_a_refused_request_for_anothers_thread_never_reaches_that_threads_export(new_db, tmp_path):
+    """A gateway request naming bob's thread for mallory is refused (403), but its run is traced under the
+    thread it named, with mallory's message as its input: `export --resource bob --with-traces` carried
+    mallory's text in bob's file, and the file could not be imported anywhere ("it says resource 'mallory',
+    but its thread 't-bob' belongs to 'bob'"), so one such request broke every backup of bob's memory with
+    traces. The export now leaves such runs out; the trace store keeps them (the Traces pane shows the attempt)."""
+    import openai
+
+    from core import MemoryOptions
+    from core.agent import Agent
+    from core.gateway import GatewayServer, create_app
+    from core.llm import ScriptedModel
+
+    path = new_db("gw/memory.db")
+    if isinstance(path, Path):
+        path.parent.mkdir()
+    with open_store(path) as store:
+        memory = Memory(store, MemoryOptions(last_messages=10))
+        memory.save_messages([Message.user("bob's own note", thread_id="t-bob", resource_id="bob")])
+        agent = Agent("chat", instructions="Chat.", model=ScriptedModel(["ok"] * 5), memory=memory)
+        with GatewayServer(create_app([agent], token="")) as server:
+            client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+            with pytest.raises(openai.PermissionDeniedError):
+                client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "MALLORY-PROBE"}],
+                                               metadata={"thread_id": "t-bob", "resource_id": "mallory"})
+            client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "bob again"}],
+                                           metadata={"thread_id": "t-bob", "resource_id": "bob"})
+        assert store.tracer().flush(30)
+        assert store.observability is not None
+        assert any(r.resource_id == "mallory" for r in store.observability.list_traces(limit=10))  # kept there
+    exported = tmp_path / "bob.json"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["export", "--db", str(path), "--resource", "bob", "--with-traces", "-o", str(exported)],
+                out=out, err=err) == 0, err.getvalue()
+    text = exported.read_text()
+    assert "MALLORY-PROBE" not in text and "mallory" not in text
+    data = json.loads(text)
+    assert data["traces"] and {s["resourceId"] for s in data["traces"]} == {"bob"}
+    fresh = new_db("fresh/memory.db")
+    if isinstance(fresh, Path):
+        fresh.parent.mkdir()
+    with open_store(fresh) as store:
+        report = import_data(store, data)
+    assert report.written["threads"] == 1 and report.written["traces"] == len(data["traces"])
