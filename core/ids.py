@@ -50,6 +50,8 @@ def new_id_problem(value: object) -> str | None:
     if problem is not None:
         return problem
     assert isinstance(value, str)
+    if not value:
+        return "it is empty (a thread without an owner would be anyone's)"
     if len(value) > MAX_NEW_ID:
         return f"it is {len(value):,} characters long; an id may have at most {MAX_NEW_ID}"
     if not value.isprintable():

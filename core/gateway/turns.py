@@ -34,6 +34,7 @@ from core.gateway.errors import bad_request
 from core.ids import MAX_NEW_ID, new_id_problem
 from core.llm.base import Usage
 from core.memory import resolve_memory
+from core.scopes import check_caller_owns
 from core.messages import Message, text_part
 
 log = logging.getLogger(__name__)
@@ -151,10 +152,20 @@ def resolve_thread(agent: Agent, turn: Turn) -> Turn:
     """``turn`` in the thread it continues: a conversation begun under the old ``<resource>:<id>``
     naming goes on there while its new thread does not exist yet and the old one is the resource's
     own (so a thread someone else created under that name is never joined). Runs on a worker thread."""
-    if turn.legacy_thread_id is None or turn.thread_id is None:
+    if turn.thread_id is None:
         return turn
     memory = resolve_memory(agent.memory, turn.request_context())
-    if memory is None or memory.get_thread(turn.thread_id) is not None:
+    if memory is None:
+        return turn
+    thread = memory.get_thread(turn.thread_id)
+    if thread is not None:
+        if not thread.resource_id:
+            # A thread without an owner (another program stored it so) is nobody's: the turn's own check lets it
+            # through, and a client would read it and add to it under any resource. (Another resource's thread is
+            # refused by the turn, which traces the refusal.)
+            check_caller_owns(thread.id, thread.resource_id or "", turn.resource_id or "")
+        return turn
+    if turn.legacy_thread_id is None:
         return turn
     old = memory.get_thread(turn.legacy_thread_id)
     if old is None or old.resource_id != turn.resource_id:

@@ -3,7 +3,7 @@
 ``MemoryTools`` is bound to one resource, or to any resource (``any_resource``: each call names
 it). A bound server refuses a call naming another resource and never reads another resource's
 threads: every thread is checked against its owner with the one ownership rule
-(``check_thread_owner``). Every call is traced like an agent turn: an ``agent_run`` root span named
+(``check_caller_owns``: a thread without an owner is nobody's). Every call is traced like an agent turn: an ``agent_run`` root span named
 ``mcp: '<tool>'`` on the thread and resource it touched, with a ``memory_operation`` child holding
 the arguments and what was read or written, so the Studio's Traces pane shows what an MCP client
 read and wrote.
@@ -20,7 +20,7 @@ from core.errors import MemoryStudioError
 from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_id
 from core.memory import Memory
 from core.messages import Message
-from core.scopes import check_thread_owner
+from core.scopes import check_caller_owns
 from core.storage import InvalidArgumentError, NotFoundError
 from core.storage.memory_store import check_text
 from core.stored_text import utf8_problem
@@ -228,7 +228,7 @@ class MemoryTools:
             check_text(title, "The title")
             existing = self.memory.get_thread(thread)
             if existing is not None:
-                check_thread_owner(thread, existing.resource_id, owner)
+                check_caller_owns(thread, existing.resource_id or "", owner)
             else:
                 # A new thread (and, with --any-resource, maybe a new resource) gets ids the gateway's chat
                 # route could name too: printable, at most 256 characters.
@@ -273,7 +273,7 @@ class MemoryTools:
         asked = found.resource_id if self.binding.any_resource else None  # the token holder reads any thread
 
         def run(owner: str) -> str:
-            check_thread_owner(thread, found.resource_id, owner)
+            check_caller_owns(thread, found.resource_id or "", owner)
             return to_markdown(export_thread(self.memory.store, thread))
 
         return self._traced("read_resource", "read", {"uri": transcript_uri(thread)}, asked, thread, run,
@@ -286,7 +286,7 @@ class MemoryTools:
             if must_exist:
                 raise NotFoundError(f"No thread {thread!r} for resource {owner!r}.")
             return None
-        check_thread_owner(thread, found.resource_id, owner)
+        check_caller_owns(thread, found.resource_id or "", owner)
         return found
 
     def _wm_options(self) -> Any:

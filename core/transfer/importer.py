@@ -222,7 +222,7 @@ class _Importer:
         existing = R.select_rows(self.conn, "mastra_threads", "id = ?", [tid])
         if not existing:
             self._check_new_id("thread", tid, "id", tid)
-            if not self._known_resource(row["resourceId"]):
+            if not row["resourceId"] or not self._known_resource(row["resourceId"]):
                 self._check_new_id("thread", tid, "resourceId", row["resourceId"])
             self._exec('INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "updatedAt") '
                        "VALUES (?, ?, ?, ?, ?, ?)", (tid, row["resourceId"], *values))

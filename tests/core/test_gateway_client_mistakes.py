@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from core import Memory, MemoryOptions, Message
+from core.storage.memory_store import MessageQuery
 from core.agent import Agent
 from core.gateway import GatewayServer, create_app
 from core.gateway.turns import conversation_thread_id
@@ -222,3 +223,30 @@ def test_an_id_header_outside_ascii_is_refused_not_read_as_latin_1(server, memor
                            {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
                            headers={"x-resource-id": "jose", "x-thread-id": "t-1"})
     assert got == 200 and memory.get_thread("t-1").resource_id == "jose"
+
+
+def test_a_thread_without_an_owner_is_nobodys(server, memory, store):
+    """A thread another program stored without a resource (an empty resourceId; the engine never stores one)
+    passed every ownership check: any client read its messages through the memory API under any resourceId
+    and added turns to it. It is refused now (403, saying why) on every route, and nothing is written."""
+    import openai
+
+    memory.save_messages([Message.user("the victim's secret kiwi-777", thread_id="orphan", resource_id="victim")])
+    with store.db.write() as conn:
+        conn.exec_driver_sql('UPDATE mastra_threads SET "resourceId" = ? WHERE id = ?', ("", "orphan"))
+    before = [m.id for m in memory.store.memory.list_messages(MessageQuery(thread_id="orphan"))]
+    replies = [send(server, "GET", "/api/memory/threads/orphan/messages?resourceId=mallory"),
+               send(server, "GET", "/api/memory/threads/orphan/working-memory?resourceId=mallory"),
+               send(server, "PUT", "/api/memory/threads/orphan/working-memory?resourceId=mallory",
+                    {"workingMemory": "# Notes"}),
+               chat(server, "what was said here?", metadata={"thread_id": "orphan", "resource_id": "mallory"}),
+               chat(server, "and streamed?", stream=True, metadata={"thread_id": "orphan", "resource_id": "mallory"})]
+    for status, _, reply in replies:
+        assert status == 403 and reply["error"]["code"] == "thread_ownership", reply
+        assert "has no owner" in reply["error"]["message"] and "kiwi" not in json.dumps(reply)
+    client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+    with pytest.raises(openai.PermissionDeniedError, match="has no owner"):
+        client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "hi"}], user="mallory",
+                                       metadata={"thread_id": "orphan"})
+    assert [m.id for m in memory.store.memory.list_messages(MessageQuery(thread_id="orphan"))] == before
+    assert memory.get_working_memory(resource_id="mallory") is None

@@ -474,3 +474,31 @@ def test_working_memory_of_a_new_resource_follows_the_id_rule_over_stdio(db: Pat
         ids = {r.id for r in store.memory.list_resources()}
     assert "legacy\x1b[31m" in ids and "carol" in ids
     assert not any("\x1b]" in i or len(i) > 256 for i in ids)
+
+
+def test_a_thread_without_an_owner_is_nobodys_over_stdio(db: Path) -> None:
+    """A thread another program stored without a resource passed the ownership check: a server bound to ada
+    read it, searched it, listed it as a transcript and remembered into it. Every tool refuses it now."""
+    with open_store(db) as store:
+        Memory(store).save_messages([Message.user("orphaned secret kiwi-777", thread_id="orphan", resource_id="x")])
+        with store.db.write() as conn:
+            conn.exec_driver_sql('UPDATE mastra_threads SET "resourceId" = ? WHERE id = ?', ("", "orphan"))
+
+    async def main() -> tuple[list[Any], str]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            results = [await client.call_tool(tool, args) for tool, args in (
+                ("read_thread", {"thread": "orphan"}), ("search_memory", {"query": "kiwi", "thread": "orphan"}),
+                ("remember", {"text": "mine now", "thread": "orphan"}))]
+            try:
+                read = await client.read_resource("memory://threads/orphan")
+                transcript = " ".join(getattr(c, "text", "") for c in read.contents)
+            except Exception as exc:  # the SDK raises the server's error
+                transcript = f"refused: {exc}"
+            return results, transcript
+
+    results, transcript = anyio.run(main)
+    for result in results:
+        assert "has no owner" in _error(result) and "kiwi" not in _error(result)
+    assert transcript.startswith("refused") and "kiwi" not in transcript
+    with open_store(db, read_only=True) as store:
+        assert [m.text for m in Memory(store).recall(thread_id="orphan", per_page=False)] == ["orphaned secret kiwi-777"]

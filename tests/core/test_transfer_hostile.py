@@ -460,6 +460,9 @@ def _with_new_thread(data: dict[str, Any], thread_id: str, *, resource_id: str =
     (lambda d: _with_new_thread(d, "t" * 300), r"thread 't{60}…' would be new .* it is 300 characters long"),
     (lambda d: _with_new_thread(d, "fresh", resource_id="ev\x1b[8mil"),
      r"thread 'fresh' would be new .* its resourceId cannot be a new id: it contains a control character"),
+    # A thread without an owner: every ownership check let it through, so the gateway handed it to anyone.
+    (lambda d: _with_new_thread(d, "fresh", resource_id=""),
+     r"thread 'fresh' would be new .* its resourceId cannot be a new id: it is empty"),
     (lambda d: {**d, "resources": [*d["resources"], {**d["resources"][0], "id": "eve\u200b"}]},
      r"resource 'eve\\u200b' would be new .* not printable \(U\+200B\)"),
 ])
