@@ -502,3 +502,51 @@ def test_a_thread_without_an_owner_is_nobodys_over_stdio(db: Path) -> None:
     assert transcript.startswith("refused") and "kiwi" not in transcript
     with open_store(db, read_only=True) as store:
         assert [m.text for m in Memory(store).recall(thread_id="orphan", per_page=False)] == ["orphaned secret kiwi-777"]
+
+
+def test_a_stdio_request_the_sdk_cannot_read_is_answered_and_the_server_goes_on(tmp_path: Path) -> None:
+    """Over stdio, a request line the SDK's JSON reader refused (arguments nested 200 deep, a number of 5,000
+    digits, a line cut short) went to the log only and the client waited for good; one nested 100,000 deep
+    also made Python's reader (used to find the request's id) raise RecursionError, which ended the server.
+    Each is now answered with a parse error for its id, and the session goes on."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "mcp", "--db", str(tmp_path / "memory.db"),
+                             "--resource", "ada"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, encoding="utf-8", env=dict(os.environ))
+    stdin, stdout = proc.stdin, proc.stdout
+    assert stdin is not None and stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+
+    def ask(line: str) -> Any:
+        stdin.write(line + "\n")
+        stdin.flush()
+        try:  # a bound for a reply that never comes (the defect), not a timing assumption
+            return json.loads(lines.get(timeout=120))
+        except queue.Empty:
+            raise AssertionError(f"no answer to {line[:80]}") from None
+
+    def call(request_id: int, name: str, arguments: str) -> str:
+        return (f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {{"name": "{name}", '
+                f'"arguments": {arguments}}}}}')
+
+    try:
+        ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
+        stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        answers = [ask(call(2, "update_working_memory", '{"working_memory": ' + "[" * 200 + "]" * 200 + "}")),
+                   ask(call(3, "update_working_memory", '{"working_memory": ' + "[" * 100_000 + "]" * 100_000 + "}")),
+                   ask(call(4, "read_thread", '{"thread": "t", "last": ' + "9" * 5000 + "}")),
+                   ask('{"jsonrpc": "2.0", "id": "five", "method": "tools/call", "params": {"name": ')]
+        listed = ask(call(6, "list_threads", "{}"))
+    finally:
+        stdin.close()
+        proc.wait(60)
+    assert [a["id"] for a in answers] == [2, 3, 4, "five"]
+    for answer in answers:
+        assert answer["error"]["code"] == -32700 and "Nothing was run or saved" in answer["error"]["message"]
+    assert "recursion limit" in answers[1]["error"]["message"] and "number out of range" in answers[2]["error"]["message"]
+    assert listed["id"] == 6 and json.loads(listed["result"]["content"][0]["text"])["threads"] == []
+    assert proc.returncode == 0
