@@ -33,6 +33,8 @@ T = TypeVar("T")
 DEFAULT_READ = 50
 MAX_READ = 1000
 MAX_TOP_K = 50
+#: The longest title ``remember`` gives a new thread (a generated title is at most 80 characters).
+MAX_TITLE = 1000
 #: Where thread transcripts live: ``memory://threads/<percent-encoded thread id>``.
 URI_PREFIX = "memory://threads/"
 
@@ -226,6 +228,10 @@ class MemoryTools:
             if not isinstance(thread, str) or not thread:
                 raise InvalidArgumentError("remember needs the id of the thread to store the message in.")
             check_text(title, "The title")
+            if title is not None and len(title) > MAX_TITLE:
+                # Every later list_threads answer (and so the client model's context) would carry it.
+                raise InvalidArgumentError(f"The title is {len(title):,} characters long; a thread's title may have "
+                                           f"at most {MAX_TITLE:,}. Nothing was stored.")
             existing = self.memory.get_thread(thread)
             if existing is not None:
                 check_caller_owns(thread, existing.resource_id or "", owner)

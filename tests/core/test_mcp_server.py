@@ -550,3 +550,20 @@ def test_a_stdio_request_the_sdk_cannot_read_is_answered_and_the_server_goes_on(
     assert "recursion limit" in answers[1]["error"]["message"] and "number out of range" in answers[2]["error"]["message"]
     assert listed["id"] == 6 and json.loads(listed["result"]["content"][0]["text"])["threads"] == []
     assert proc.returncode == 0
+
+
+def test_remember_refuses_a_title_no_thread_list_should_carry(db: Path) -> None:
+    """remember stored any title a client gave (10 MB took a quarter of a second), and every later list_threads
+    answer, which a client puts in its model's context, carried it whole. A title over 1,000 characters is
+    refused, saying the limit, and no thread is made."""
+    async def main() -> list[Any]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            return [await client.call_tool("remember", {"text": "hi", "thread": thread, "title": title})
+                    for thread, title in (("t-long", "T" * 100_000), ("t-fine", "T" * 1000))]
+
+    long, fine = anyio.run(main)
+    assert "100,000 characters long" in _error(long) and "at most 1,000" in _error(long)
+    assert not fine.is_error
+    with open_store(db, read_only=True) as store:
+        assert store.memory.get_thread("t-long") is None
+        assert store.memory.get_thread("t-fine").title == "T" * 1000
