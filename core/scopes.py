@@ -25,9 +25,9 @@ class ThreadOwnershipError(MemoryStudioError, PermissionError):
         """The refusal for a caller who may be another user (the gateway, the MCP server): it does not name
         the resource that owns the thread, an identifier of another user."""
         if not self.owner:
-            return (f'Thread "{self.thread_id}" has no owner (another program stored it without a resource), so it is '
-                    f'not "{self.resource_id}"\'s to read or write from here; use a thread of "{self.resource_id}" or a '
-                    "new thread id.")
+            return (f'Thread "{self.thread_id}" has no owner (another program stored it without a resource), so '
+                    f'it is not "{self.resource_id}"\'s to read or write from here; use a thread of '
+                    f'"{self.resource_id}" or a new thread id.')
         return (f'Thread "{self.thread_id}" belongs to another resource, not "{self.resource_id}". A thread is owned '
                 f'by one resource for life; use a thread of "{self.resource_id}" or a new thread id.')
 

@@ -34,8 +34,8 @@ from core.gateway.errors import bad_request
 from core.ids import MAX_NEW_ID, new_id_problem
 from core.llm.base import Usage
 from core.memory import resolve_memory
-from core.scopes import check_caller_owns
 from core.messages import Message, text_part
+from core.scopes import check_caller_owns
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def _one(name: str, from_body: Any, from_header: Any) -> str | None:
                           param=header)
     body_value, header_value = _id(name, from_body), _id(name, from_header)
     if body_value and header_value and body_value != header_value:
-        raise bad_request(f"metadata.{name} ({body_value!r}) and the x-{name.replace('_', '-')} header "
+        raise bad_request(f"metadata.{name} ({body_value!r}) and the {header} header "
                           f"({header_value!r}) disagree; send one.", param="metadata")
     return body_value or header_value
 

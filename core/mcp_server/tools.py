@@ -2,11 +2,11 @@
 
 ``MemoryTools`` is bound to one resource, or to any resource (``any_resource``: each call names
 it). A bound server refuses a call naming another resource and never reads another resource's
-threads: every thread is checked against its owner with the one ownership rule
-(``check_caller_owns``: a thread without an owner is nobody's). Every call is traced like an agent turn: an ``agent_run`` root span named
-``mcp: '<tool>'`` on the thread and resource it touched, with a ``memory_operation`` child holding
-the arguments and what was read or written, so the Studio's Traces pane shows what an MCP client
-read and wrote.
+threads: every thread is checked against its owner with the one ownership rule for callers from
+outside (``check_caller_owns``: a thread without an owner is nobody's). Every call is traced like an
+agent turn: an ``agent_run`` root span named ``mcp: '<tool>'`` on the thread and resource it touched,
+with a ``memory_operation`` child holding the arguments and what was read or written, so the Studio's
+Traces pane shows what an MCP client read and wrote.
 """
 
 from __future__ import annotations
