@@ -250,3 +250,23 @@ def test_a_thread_without_an_owner_is_nobodys(server, memory, store):
                                        metadata={"thread_id": "orphan"})
     assert [m.id for m in memory.store.memory.list_messages(MessageQuery(thread_id="orphan"))] == before
     assert memory.get_working_memory(resource_id="mallory") is None
+
+
+def test_a_body_in_utf_16_cannot_slip_past_the_nesting_limit(server, memory):
+    """The guard counts brackets in the body's bytes as UTF-8 reads them, but the app let `json.loads` guess the
+    encoding, which reads UTF-16 too: a UTF-16 body with a character whose bytes hold a quote ("≢" is 62 22)
+    hid its brackets from the count, and a working memory nested 900 deep was stored (the limit is 64). A body
+    is now read as UTF-8 only; UTF-16 is refused saying so, and a UTF-8 byte-order mark is still accepted."""
+    deep = '{"workingMemory": {"note": "\u2262", "deep": ' + "[" * 900 + "]" * 900 + "}}"
+    path = "/api/memory/threads/t1/working-memory?resourceId=ada"
+    for raw in (deep.encode("utf-16-le"), deep.encode("utf-16")):
+        got, _, reply = send(server, "PUT", path, raw=raw)
+        assert got == 400 and "UTF-8" in reply["error"]["message"], reply
+    assert memory.get_working_memory(resource_id="ada") is None
+    got, _, reply = send(server, "PUT", path, raw=deep.encode("utf-8"))
+    assert got == 400 and reply["error"]["code"] == "json_too_deep"
+    chat_body = json.dumps({"model": "echo", "messages": [{"role": "user", "content": "hi"}]})
+    got, _, reply = send(server, "POST", "/v1/chat/completions", raw=chat_body.encode("utf-16"))
+    assert got == 400 and "UTF-8" in reply["error"]["message"]
+    got, _, reply = send(server, "POST", "/v1/chat/completions", raw=chat_body.encode("utf-8-sig"))
+    assert got == 200, reply

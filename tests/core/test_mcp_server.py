@@ -567,3 +567,27 @@ def test_remember_refuses_a_title_no_thread_list_should_carry(db: Path) -> None:
     with open_store(db, read_only=True) as store:
         assert store.memory.get_thread("t-long") is None
         assert store.memory.get_thread("t-fine").title == "T" * 1000
+
+
+def test_http_bodies_in_utf_16_are_refused_by_the_guard(db: Path) -> None:
+    """The guard counts a body's nesting on its bytes as UTF-8 reads them, and the SDK's HTTP handler reads a body
+    with `json.loads`, which takes UTF-16 too: a UTF-16 body with a character whose bytes hold a quote hid its
+    brackets from the count. A JSON body holding NUL bytes (UTF-16 and UTF-32 always do) is refused first."""
+    import httpx2
+
+    server = HttpServer(db, "--resource", "ada", env={**os.environ, "MEMORY_STUDIO_MCP_TOKEN": "s3cret-token-value"})
+    try:
+        body = ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "update_working_memory", '
+                '"arguments": {"working_memory": "\u2262", "x": ' + "[" * 900 + "]" * 900 + "}}}")
+        headers = {"Authorization": "Bearer s3cret-token-value", "Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream"}
+
+        async def main() -> Any:
+            async with httpx2.AsyncClient(timeout=60) as raw:
+                return await raw.post(server.url, content=body.encode("utf-16-le"), headers=headers)
+
+        reply = anyio.run(main)
+    finally:
+        server.stop()
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "json_not_utf8", reply.text
+    assert "UTF-8" in reply.json()["error"]["message"]
