@@ -222,8 +222,10 @@ class _Importer:
         existing = R.select_rows(self.conn, "mastra_threads", "id = ?", [tid])
         if not existing:
             self._check_new_id("thread", tid, "id", tid)
-            if not row["resourceId"] or not self._known_resource(row["resourceId"]):
-                self._check_new_id("thread", tid, "resourceId", row["resourceId"])
+            owner = row["resourceId"]
+            # (The owner's id is asked about only when it breaks the rule: most threads' owners pass at once.)
+            if new_id_problem(owner) is not None and (not owner or not self._known_resource(owner)):
+                self._check_new_id("thread", tid, "resourceId", owner)
             self._exec('INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "updatedAt") '
                        "VALUES (?, ?, ?, ?, ?, ?)", (tid, row["resourceId"], *values))
             self._wrote("threads")

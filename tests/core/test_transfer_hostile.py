@@ -487,7 +487,8 @@ def test_new_ids_an_api_client_could_not_create_refuse_the_file(exported, target
 
 def test_rows_another_tool_wrote_with_such_ids_still_import(new_db):
     """The rule is for ids an import would create: a database whose rows have such ids (another tool wrote
-    them) exports and imports into itself as before (identical rows are left alone)."""
+    them) exports and imports into itself as before (identical rows are left alone), and takes a new thread
+    of such a resource it already knows."""
     path = new_db("legacy.db")
     with open_store(path) as store:
         Memory(store).save_messages([Message.user("old", id="m\x1b[31m", thread_id="legacy\x1b[31m",
@@ -496,6 +497,10 @@ def test_rows_another_tool_wrote_with_such_ids_still_import(new_db):
         report = import_data(store, data)
     assert report.conflicts == [] and report.written.get("threads", 0) == 0
     assert report.unchanged["threads"] == 1 and report.unchanged["messages"] == 1
+    # A new thread (with a printable id) of that resource, which the target knows, is imported too.
+    with open_store(path) as store:
+        report = import_data(store, _with_new_thread(data, "fresh", resource_id="ada\x1b[1m"))
+        assert report.written["threads"] == 1 and store.memory.get_thread("fresh").resource_id == "ada\x1b[1m"
 
 
 def test_a_refused_request_for_anothers_thread_never_reaches_that_threads_export(new_db, tmp_path):
