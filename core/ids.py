@@ -6,11 +6,19 @@ cut at its first NUL: ``"r1\\x00evil"`` is looked up, compared and stored as ``"
 collide (a thread created for ``r1\\x00evil`` reads back as owned by ``r1``). A lone surrogate has no
 UTF-8 form at all and makes the driver fail with a bare ``ValueError``. Everything else round-trips
 exactly (checked by a property test over arbitrary text), so only these two are refused.
+
+A *new* id that arrives from outside (a gateway request, an MCP call, an import file) is held to a
+stricter rule, ``new_id_problem``: printable text (no control, format or separator characters other
+than the space: an escape sequence drives the terminal that prints it, a bidirectional override or a
+zero-width character makes two ids look alike) of at most ``MAX_NEW_ID`` characters, so every id
+such a surface creates can be named again by the gateway's chat route. Rows other tools wrote keep
+working: the rule is asked only where a surface would create a thread, resource or message.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any, Iterable
 
 # A surrogate code point on its own (Python strings may hold them; UTF-8 cannot).
@@ -28,6 +36,28 @@ def id_problem(value: object) -> str | None:
     if match is not None:
         return (f"it contains a lone surrogate (U+{ord(match.group()):04X}), which has no UTF-8 form; "
                 "decode the text properly before using it as an id")
+    return None
+
+
+#: The longest id a gateway, MCP or import client may create.
+MAX_NEW_ID = 256
+
+
+def new_id_problem(value: object) -> str | None:
+    """Why ``value`` may not become a new id through an untrusted surface (``id_problem``'s reasons, then
+    length and printability, naming the first character that is not printable), or None."""
+    problem = id_problem(value)
+    if problem is not None:
+        return problem
+    assert isinstance(value, str)
+    if not value:
+        return "it is empty (a thread without an owner would be anyone's)"
+    if len(value) > MAX_NEW_ID:
+        return f"it is {len(value):,} characters long; an id may have at most {MAX_NEW_ID}"
+    if not value.isprintable():
+        bad = next(c for c in value if not c.isprintable())
+        kind = "a control character" if unicodedata.category(bad) == "Cc" else "a character that is not printable"
+        return f"it contains {kind} (U+{ord(bad):04X}); an id must be printable text"
     return None
 
 
@@ -72,4 +102,4 @@ def lone_surrogate(value: Any) -> str | None:
     return None
 
 
-__all__ = ["check_id", "check_ids", "check_optional_id", "id_problem", "lone_surrogate"]
+__all__ = ["MAX_NEW_ID", "check_id", "check_ids", "check_optional_id", "id_problem", "lone_surrogate", "new_id_problem"]

@@ -24,6 +24,10 @@ class ThreadOwnershipError(MemoryStudioError, PermissionError):
     def without_owner(self) -> str:
         """The refusal for a caller who may be another user (the gateway, the MCP server): it does not name
         the resource that owns the thread, an identifier of another user."""
+        if not self.owner:
+            return (f'Thread "{self.thread_id}" has no owner (another program stored it without a resource), so '
+                    f'it is not "{self.resource_id}"\'s to read or write from here; use a thread of '
+                    f'"{self.resource_id}" or a new thread id.')
         return (f'Thread "{self.thread_id}" belongs to another resource, not "{self.resource_id}". A thread is owned '
                 f'by one resource for life; use a thread of "{self.resource_id}" or a new thread id.')
 
@@ -40,6 +44,16 @@ def check_thread_owner(thread_id: str, owner: str | None, resource_id: str | Non
     """
     if owner and resource_id and owner != resource_id:
         raise ThreadOwnershipError(thread_id, owner, resource_id)
+
+
+def check_caller_owns(thread_id: str, owner: str | None, resource_id: str) -> None:
+    """``check_thread_owner`` for a caller from outside (a gateway request, an MCP call), who always names
+    a resource: a stored thread without an owner (``owner`` empty; the engine never stores one, another
+    program may have) is nobody's, so such a caller may not read or write it either. ``owner`` None: no
+    such thread."""
+    if owner is not None and not owner:
+        raise ThreadOwnershipError(thread_id, owner, resource_id)
+    check_thread_owner(thread_id, owner, resource_id)
 
 
 def parse_scopes(

@@ -15,7 +15,8 @@ ASGI app (the chat gateway, the MCP server's HTTP transport) and refuses, before
 - a body over ``max_body_bytes`` (413): at once when ``Content-Length`` says so, otherwise as soon as
   the bytes read pass the limit, without reading the rest;
 - JSON nested deeper than ``max_json_depth`` (400), found while the body streams in, before the app
-  has the last byte.
+  has the last byte, and a JSON body holding a NUL byte (400): UTF-16 or UTF-32 text, which the count
+  (made on the bytes as UTF-8) would misread and ``json.loads`` would read.
 
     policy = GuardPolicy(host="127.0.0.1", port=8787, token="s3cret")
     app = RequestGuard(app, policy)
@@ -250,6 +251,12 @@ class _Exchange:
         refusal: RequestRefused | None = None
         if self.read > self.policy.max_body_bytes:
             refusal = _too_large(self.policy, None)
+        elif self.depth is not None and b"\x00" in chunk:
+            # JSON text never holds a NUL byte (a string writes it \u0000), UTF-16 and UTF-32 text always does: such
+            # a body, which a parser guessing its encoding would read, hides its brackets from the nesting count.
+            refusal = RequestRefused(
+                400, "The JSON body holds NUL bytes, as UTF-16 or UTF-32 text does; send it encoded as UTF-8.",
+                code="json_not_utf8")
         elif self.depth is not None and not self.depth.feed(chunk):
             refusal = RequestRefused(
                 400, f"The JSON body is nested more than {self.policy.max_json_depth} levels deep; "

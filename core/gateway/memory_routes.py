@@ -30,7 +30,7 @@ from core.gateway.openai_routes import read_json
 from core.gateway.turns import client_id
 from core.ids import lone_surrogate
 from core.memory import Memory
-from core.scopes import check_thread_owner
+from core.scopes import check_caller_owns
 from core.working_memory_schema import WorkingMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,8 +90,14 @@ async def list_messages(request: Request) -> Response:
     page = _int(request, "page", 0, 0, 1_000_000)
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
     memory = _memory(request)
-    result = await _run(request, lambda: memory.recall(thread_id=thread_id, resource_id=resource_id, page=page,
-                                                       per_page=per_page))
+
+    def read() -> Any:
+        thread = memory.get_thread(thread_id)
+        if thread is not None:  # (the engine's own check lets a thread without an owner through)
+            check_caller_owns(thread_id, thread.resource_id or "", resource_id)
+        return memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page)
+
+    result = await _run(request, read)
     return JSONResponse({"messages": [{**m.to_dict(), "text": m.text} for m in result.messages],
                          "total": result.total, "page": result.page, "perPage": result.per_page,
                          "hasMore": result.has_more, "unreadable": [u.to_dict() for u in result.unreadable]})
@@ -105,7 +111,7 @@ async def get_working_memory(request: Request) -> Response:
     def read() -> dict[str, Any]:
         opts = _wm_options(memory)
         thread = memory.get_thread(thread_id)
-        resource_id = _owner(thread_id, thread.resource_id if thread else None, asked)
+        resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
         value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
         return {"workingMemory": value.data if value.text is not None else None, "format": value.format,
                 "scope": value.scope, "threadExists": thread is not None, "resourceId": resource_id}
@@ -134,7 +140,7 @@ async def put_working_memory(request: Request) -> Response:
     def write() -> dict[str, Any]:
         opts = _wm_options(memory)
         thread = memory.get_thread(thread_id)
-        resource_id = _owner(thread_id, thread.resource_id if thread else None, asked)
+        resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
         if thread is None and opts.scope == "thread":  # the engine's refusal says only "not found"
             raise GatewayError(404, f"There is no thread {thread_id!r}, and this memory keeps working memory per "
                                "thread: start the thread with a chat turn (metadata.thread_id) first, then write "
@@ -157,7 +163,7 @@ def _wm_options(memory: Memory) -> Any:
 
 def _owner(thread_id: str, owner: str | None, asked: str) -> str:
     """The resource a working-memory call is about: the asker, who must own the thread if it exists."""
-    check_thread_owner(thread_id, owner, asked)
+    check_caller_owns(thread_id, owner, asked)
     return asked
 
 

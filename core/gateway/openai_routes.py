@@ -56,7 +56,14 @@ async def read_json(request: Request) -> Any:
         raise GatewayError(400, "The client disconnected before the whole request body arrived.",
                            code="client_disconnected") from None
     try:
-        return json.loads(raw)
+        # As UTF-8 text (RFC 8259), never by json's guess from the bytes: a UTF-16 body read as such hides its
+        # brackets from the guard's nesting count, which reads the bytes as UTF-8 does.
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise bad_request(f"The request body is not UTF-8 (a byte at position {exc.start} is not); send JSON encoded "
+                          "as UTF-8.") from None
+    try:
+        return json.loads(text)
     except ValueError as exc:
         raise bad_request(f"The request body is not valid JSON ({exc}).") from None
     except RecursionError:  # the guard refuses deep nesting first; this is for an app without it

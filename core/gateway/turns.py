@@ -31,13 +31,14 @@ from typing import Any
 from core.agent import Agent, AgentResult
 from core.agent_stream import AgentStream
 from core.gateway.errors import bad_request
+from core.ids import MAX_NEW_ID, new_id_problem
 from core.llm.base import Usage
 from core.memory import resolve_memory
 from core.messages import Message, text_part
+from core.scopes import check_caller_owns
 
 log = logging.getLogger(__name__)
 
-_MAX_ID = 256
 #: Threads of conversation ids live under this prefix, which clients may not use for thread ids.
 CONVERSATION_PREFIX = "conversation:"
 # Our finish reasons → the ones OpenAI clients know.
@@ -151,10 +152,20 @@ def resolve_thread(agent: Agent, turn: Turn) -> Turn:
     """``turn`` in the thread it continues: a conversation begun under the old ``<resource>:<id>``
     naming goes on there while its new thread does not exist yet and the old one is the resource's
     own (so a thread someone else created under that name is never joined). Runs on a worker thread."""
-    if turn.legacy_thread_id is None or turn.thread_id is None:
+    if turn.thread_id is None:
         return turn
     memory = resolve_memory(agent.memory, turn.request_context())
-    if memory is None or memory.get_thread(turn.thread_id) is not None:
+    if memory is None:
+        return turn
+    thread = memory.get_thread(turn.thread_id)
+    if thread is not None:
+        if not thread.resource_id:
+            # A thread without an owner (another program stored it so) is nobody's: the turn's own check lets it
+            # through, and a client would read it and add to it under any resource. (Another resource's thread is
+            # refused by the turn, which traces the refusal.)
+            check_caller_owns(thread.id, thread.resource_id or "", turn.resource_id or "")
+        return turn
+    if turn.legacy_thread_id is None:
         return turn
     old = memory.get_thread(turn.legacy_thread_id)
     if old is None or old.resource_id != turn.resource_id:
@@ -177,9 +188,17 @@ def _texts(content: Any) -> list[str]:
 
 
 def _one(name: str, from_body: Any, from_header: Any) -> str | None:
+    header = f"x-{name.replace('_', '-')}"
+    if isinstance(from_header, str) and not from_header.isascii():
+        # A header carries bytes: the server reads them as Latin-1, and a client may have sent UTF-8 (curl, most
+        # HTTP libraries given bytes), so "josé" would arrive as "josÃ©", another resource, the same as a client
+        # naming "josÃ©" in metadata. Non-ASCII ids go in the body, which is UTF-8 JSON.
+        raise bad_request(f"The {header} header holds characters outside ASCII, which HTTP headers cannot carry "
+                          f"unambiguously; send this id as metadata.{name} in the request body instead.",
+                          param=header)
     body_value, header_value = _id(name, from_body), _id(name, from_header)
     if body_value and header_value and body_value != header_value:
-        raise bad_request(f"metadata.{name} ({body_value!r}) and the x-{name.replace('_', '-')} header "
+        raise bad_request(f"metadata.{name} ({body_value!r}) and the {header} header "
                           f"({header_value!r}) disagree; send one.", param="metadata")
     return body_value or header_value
 
@@ -187,8 +206,11 @@ def _one(name: str, from_body: Any, from_header: Any) -> str | None:
 def _id(name: str, value: Any) -> str | None:
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or len(value) > _MAX_ID or not value.isprintable():
-        raise bad_request(f"{name} must be a printable string of at most {_MAX_ID} characters.", param=name)
+    problem = new_id_problem(value)
+    if problem is not None:
+        raise bad_request(f"{name} must be a printable string of at most {MAX_NEW_ID} characters ({problem}).",
+                          param=name)
+    assert isinstance(value, str)
     return value
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -184,27 +185,82 @@ class _Answering:
 
 
 def _refusal(exc: Exception) -> Any:
-    """The JSON-RPC error answering a request line refused for a lone surrogate, or None."""
+    """The JSON-RPC error answering a request line the SDK's parser refused, or None (not a request, or
+    no id found: nothing can be answered)."""
     from mcp.shared.message import SessionMessage
     from mcp_types import ErrorData, JSONRPCError
     from pydantic import ValidationError
 
     if not isinstance(exc, ValidationError):
         return None
-    line = next((e.get("input") for e in exc.errors() if isinstance(e.get("input"), str)), None)
-    try:
-        request = json.loads(line) if line is not None else None
-    except ValueError:
+    errors = exc.errors()
+    line = next((e.get("input") for e in errors if isinstance(e.get("input"), str)), None)
+    if line is None:
         return None
-    if not isinstance(request, dict) or not isinstance(request.get("id"), (int, str)) or "method" not in request:
+    try:
+        request = json.loads(line)
+    except (ValueError, RecursionError):  # too deep or too large for Python too: find the id by scanning
+        keys, request_id = _top_level(line)
+        request = {"id": request_id, "method": None} if "method" in keys and request_id is not None else None
+    if not isinstance(request, dict) or not _is_id(request.get("id")) or "method" not in request:
         return None
     problem = lone_surrogate(request)
-    if problem is None:
-        return None
-    log.warning("refused request %r: it holds %s", request["id"], problem)
-    message = (f"The request holds {problem}; decode the text properly (or replace the character) before "
-               "sending it. Nothing was run or saved.")
-    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=request["id"], error=ErrorData(code=-32602, message=message)))
+    if problem is not None:
+        log.warning("refused request %r: it holds %s", request["id"], problem)
+        message = (f"The request holds {problem}; decode the text properly (or replace the character) before "
+                   "sending it. Nothing was run or saved.")
+        return SessionMessage(JSONRPCError(jsonrpc="2.0", id=request["id"], error=ErrorData(code=-32602,
+                                                                                            message=message)))
+    # The SDK's JSON reader refused the line (nested too deeply, a number out of its range, not JSON): over stdio
+    # that went to the log only and the client waited for good. (Python's reader may have managed where it did not.)
+    why = next((str(e.get("msg")) for e in errors if e.get("msg")), "it is not valid JSON")
+    why = why.removeprefix("Invalid JSON: ")
+    log.warning("refused request %r: %s", request["id"], why)
+    message = (f"The request could not be read ({why}): send it as plain JSON, with arguments nested less deeply "
+               "and numbers of ordinary size. Nothing was run or saved.")
+    return SessionMessage(JSONRPCError(jsonrpc="2.0", id=request["id"], error=ErrorData(code=-32700, message=message)))
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]|[^\s\[\]{}:,"]+', re.S)
+
+
+def _top_level(line: str) -> tuple[set[str], Any]:
+    """The keys of the top-level object of a JSON line no parser would read whole (nested past any
+    recursion limit), and its ``id`` (None when absent or not a plain value): tokens are scanned with their
+    depth, nothing is built."""
+    depth, key, pending = 0, None, None
+    keys: set[str] = set()
+    request_id: Any = None
+    for match in _TOKEN.finditer(line):
+        token = match.group()
+        if token in ("{", "["):
+            depth += 1
+        elif token in ("}", "]"):
+            depth -= 1
+        elif depth != 1:
+            continue
+        elif token == ":":
+            key, pending = pending, None
+            if isinstance(key, str):
+                keys.add(key)
+        elif token == ",":
+            key = pending = None
+        elif key == "id":
+            try:
+                request_id = json.loads(token)
+            except ValueError:
+                request_id = None
+            key = None
+        elif token.startswith('"'):
+            try:
+                pending = json.loads(token)
+            except ValueError:
+                pending = None
+    return keys, request_id if _is_id(request_id) else None
 
 
 def http_app(server: MCPServer, policy: Any) -> Any:

@@ -2,11 +2,11 @@
 
 ``MemoryTools`` is bound to one resource, or to any resource (``any_resource``: each call names
 it). A bound server refuses a call naming another resource and never reads another resource's
-threads: every thread is checked against its owner with the one ownership rule
-(``check_thread_owner``). Every call is traced like an agent turn: an ``agent_run`` root span named
-``mcp: '<tool>'`` on the thread and resource it touched, with a ``memory_operation`` child holding
-the arguments and what was read or written, so the Studio's Traces pane shows what an MCP client
-read and wrote.
+threads: every thread is checked against its owner with the one ownership rule for callers from
+outside (``check_caller_owns``: a thread without an owner is nobody's). Every call is traced like an
+agent turn: an ``agent_run`` root span named ``mcp: '<tool>'`` on the thread and resource it touched,
+with a ``memory_operation`` child holding the arguments and what was read or written, so the Studio's
+Traces pane shows what an MCP client read and wrote.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from core.errors import MemoryStudioError
 from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_id
 from core.memory import Memory
 from core.messages import Message
-from core.scopes import check_thread_owner
+from core.scopes import check_caller_owns
 from core.storage import InvalidArgumentError, NotFoundError
 from core.storage.memory_store import check_text
 from core.stored_text import utf8_problem
@@ -33,6 +33,8 @@ T = TypeVar("T")
 DEFAULT_READ = 50
 MAX_READ = 1000
 MAX_TOP_K = 50
+#: The longest title ``remember`` gives a new thread (a generated title is at most 80 characters).
+MAX_TITLE = 1000
 #: Where thread transcripts live: ``memory://threads/<percent-encoded thread id>``.
 URI_PREFIX = "memory://threads/"
 
@@ -194,6 +196,11 @@ class MemoryTools:
             opts = self._wm_options()
             if thread is not None:
                 self._owned(thread, owner, must_exist=opts.scope == "thread")
+            if self.binding.any_resource and opts.scope == "resource" and \
+                    self.memory.store.memory.get_resource(owner) is None:
+                # The write makes the resource: its id follows the rule remember's new resources follow (and the
+                # gateway's), so no MCP client makes a resource no chat request could name.
+                client_id("resource", owner)
             if _traceable(working_memory) != working_memory:  # its text holds a lone surrogate
                 check_text(next(t for t in _texts(working_memory) if utf8_problem(t)), "The working memory")
             if opts.schema is not None:
@@ -221,9 +228,13 @@ class MemoryTools:
             if not isinstance(thread, str) or not thread:
                 raise InvalidArgumentError("remember needs the id of the thread to store the message in.")
             check_text(title, "The title")
+            if title is not None and len(title) > MAX_TITLE:
+                # Every later list_threads answer (and so the client model's context) would carry it.
+                raise InvalidArgumentError(f"The title is {len(title):,} characters long; a thread's title may have "
+                                           f"at most {MAX_TITLE:,}. Nothing was stored.")
             existing = self.memory.get_thread(thread)
             if existing is not None:
-                check_thread_owner(thread, existing.resource_id, owner)
+                check_caller_owns(thread, existing.resource_id or "", owner)
             else:
                 # A new thread (and, with --any-resource, maybe a new resource) gets ids the gateway's chat
                 # route could name too: printable, at most 256 characters.
@@ -268,7 +279,7 @@ class MemoryTools:
         asked = found.resource_id if self.binding.any_resource else None  # the token holder reads any thread
 
         def run(owner: str) -> str:
-            check_thread_owner(thread, found.resource_id, owner)
+            check_caller_owns(thread, found.resource_id or "", owner)
             return to_markdown(export_thread(self.memory.store, thread))
 
         return self._traced("read_resource", "read", {"uri": transcript_uri(thread)}, asked, thread, run,
@@ -281,7 +292,7 @@ class MemoryTools:
             if must_exist:
                 raise NotFoundError(f"No thread {thread!r} for resource {owner!r}.")
             return None
-        check_thread_owner(thread, found.resource_id, owner)
+        check_caller_owns(thread, found.resource_id or "", owner)
         return found
 
     def _wm_options(self) -> Any:

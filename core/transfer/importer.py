@@ -13,6 +13,12 @@ nor is the turn record of such a message imported (a record is read by its input
 observation or turn record whose key is taken by another thread's row is never replaced,
 overwrite or not: such rows are left out and reported, like threads of another resource.
 
+A thread, resource or message the import would create takes its id only when the id follows the rule
+for new ids from outside (``core.ids.new_id_problem``: printable, at most 256 characters; the gateway
+and the MCP server hold their clients to it): an escape sequence or a bidirectional override in a new
+id refuses the file, naming the row. Rows already in the target with such ids (another tool wrote them)
+are matched and imported as before.
+
 Working-memory versions have database-wide integer ids, so they are matched by content; an imported
 version keeps its id when that id is free in the target, and turn records that point at a version
 follow it when it gets a new one. Tables only Memory Studio has (versions, turn records) may be
@@ -31,6 +37,7 @@ from typing import Any, Iterable, Mapping
 
 import sqlalchemy as sa
 
+from core.ids import new_id_problem
 from core.storage import SchemaError, Store, catalog
 from core.storage.capabilities import capabilities_of
 from core.storage.locks import om_key, resource_key, thread_key
@@ -40,10 +47,11 @@ from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import rows as R
 from core.transfer import sections as S
 from core.transfer.edit_sections import import_versions
-from core.transfer.errors import TransferError
+from core.transfer.errors import ExportFormatError, TransferError
 from core.transfer.format import validate
 from core.transfer.replay_sections import import_sections, import_traces
 from core.transfer.report import Conflict, ImportReport
+from core.terminal_text import printable
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +169,24 @@ class _Importer:
         self.report.conflicts.append(Conflict(kind, row_id, reason, replace, may_overwrite))
         return replace
 
+    def _check_new_id(self, kind: str, row_id: str, field: str, value: str) -> None:
+        """Refuse the file when a row it would create here gets an id no gateway or MCP client could create
+        (``new_id_problem``); rows already here are matched whatever their ids."""
+        problem = new_id_problem(value)
+        if problem is None:
+            return
+        shown = row_id if len(row_id) <= 80 else row_id[:60] + "…"
+        raise ExportFormatError(printable(
+            f"The file's {kind} {shown!r} would be new in {self.report.target}, and its {field} cannot be a new id: "
+            f"{problem}. Nothing was imported; give it an id of printable text of at most 256 characters in the "
+            "file (rows already in the database keep their ids and are imported as before)."))
+
+    def _known_resource(self, resource_id: str) -> bool:
+        """Whether the target has the resource: its row, or a thread of it."""
+        return bool(R.select_rows(self.conn, "mastra_resources", "id = ?", [resource_id])) or \
+            bool(self.conn.exec_driver_sql('SELECT 1 FROM mastra_threads WHERE "resourceId" = ? LIMIT 1',
+                                           (resource_id,)).first())
+
     def _exec(self, sql: str, params: Any = ()) -> None:
         if not self.report.dry_run:
             self.conn.exec_driver_sql(sql, params)
@@ -172,6 +198,7 @@ class _Importer:
                   row.get("createdAt") or row.get("updatedAt"), row.get("updatedAt") or row.get("createdAt"))
         existing = R.select_rows(self.conn, "mastra_resources", "id = ?", [rid])
         if not existing:
+            self._check_new_id("resource", rid, "id", rid)
             self._exec('INSERT INTO mastra_resources (id, "workingMemory", metadata, "createdAt", "updatedAt") '
                        "VALUES (?, ?, ?, ?, ?)", (rid, *values))
             self._wrote("resources")
@@ -194,6 +221,11 @@ class _Importer:
                   row.get("updatedAt") or row["createdAt"])
         existing = R.select_rows(self.conn, "mastra_threads", "id = ?", [tid])
         if not existing:
+            self._check_new_id("thread", tid, "id", tid)
+            owner = row["resourceId"]
+            # (The owner's id is asked about only when it breaks the rule: most threads' owners pass at once.)
+            if new_id_problem(owner) is not None and (not owner or not self._known_resource(owner)):
+                self._check_new_id("thread", tid, "resourceId", owner)
             self._exec('INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "updatedAt") '
                        "VALUES (?, ?, ?, ?, ?, ?)", (tid, row["resourceId"], *values))
             self._wrote("threads")
@@ -234,6 +266,7 @@ class _Importer:
                           m.get("resourceId"))
                 old = existing.get(m["id"])
                 if old is None:
+                    self._check_new_id("message", m["id"], "id", m["id"])
                     inserts.append(values)
                     continue
                 if old["thread_id"] != m["threadId"]:

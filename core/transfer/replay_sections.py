@@ -70,6 +70,7 @@ def export_sections(conn: sa.Connection, store: "Store", *, thread_ids: list[str
     turn_rows = _turn_rows(conn, thread_ids) if turns else []
     defs, sets = tool_defs.read_rows(conn, (k for r in turn_rows for k in _set_keys(r.get("record"))))
     agent_rows, config_rows = _agents(conn, threads, messages, resource_id) if agents else ([], [])
+    owners = {str(t["id"]): str(t["resourceId"]) for t in threads}
     return {
         "turnsTable": TURNS if turns and catalog.has_table(conn, TURNS) else None,  # for readers before issue 16
         "turns": turn_rows,
@@ -77,8 +78,8 @@ def export_sections(conn: sa.Connection, store: "Store", *, thread_ids: list[str
         "toolSets": [{"hash": k, "members": v} for k, v in sorted(sets.items())],
         "agents": agent_rows,
         "configs": config_rows,
-        "traces": (Streamed(lambda: iter_trace_spans(store, list(thread_ids))) if streamed
-                   else export_traces(store, thread_ids)) if traces else [],
+        "traces": (Streamed(lambda: iter_trace_spans(store, list(thread_ids), owners=owners)) if streamed
+                   else export_traces(store, thread_ids, owners=owners)) if traces else [],
     }
 
 
@@ -152,13 +153,15 @@ def _memory_name(agent_row: Mapping[str, Any]) -> str:
     return str(name or agent_row["name"])
 
 
-def export_traces(store: "Store", thread_ids: Sequence[str]) -> list[dict[str, Any]]:
+def export_traces(store: "Store", thread_ids: Sequence[str], *,
+                  owners: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Every span of every run of these threads (``iter_trace_spans``), as one list."""
-    return list(iter_trace_spans(store, thread_ids))
+    return list(iter_trace_spans(store, thread_ids, owners=owners))
 
 
-def iter_trace_spans(store: "Store", thread_ids: Sequence[str], *, thread_chunk: int = THREAD_CHUNK,
-                     page: int = TRACE_PAGE, batch_size: int | None = None) -> Iterator[dict[str, Any]]:
+def iter_trace_spans(store: "Store", thread_ids: Sequence[str], *, owners: Mapping[str, str] | None = None,
+                     thread_chunk: int = THREAD_CHUNK, page: int = TRACE_PAGE,
+                     batch_size: int | None = None) -> Iterator[dict[str, Any]]:
     """Every span of every run of these threads (``SpanRecord.to_json_dict``), read as it is used: the
     threads in the order given, each thread's runs as the Traces list shows them (newest first), a run
     of two of the threads under the first, each run's spans in tree order (``get_trace``'s).
@@ -166,7 +169,12 @@ def iter_trace_spans(store: "Store", thread_ids: Sequence[str], *, thread_chunk:
     The runs of ``thread_chunk`` threads are listed by keyset pages of ``page`` runs and their spans
     read ``batch_size`` runs per query (``TRACE_BATCH``), so only one batch of spans is held at a time. A
     busy trace store raises ``TransferError`` (nothing of a file is kept: ``format.write_atomically``; nothing
-    reaches standard output: ``format.write_whole``)."""
+    reaches standard output: ``format.write_whole``).
+
+    ``owners`` (thread id -> its resource): a run with a span naming one of these threads for another
+    resource is that resource's, not the thread's, and is left out: a gateway request or MCP call that
+    named someone else's thread is refused, but its run (with the caller's message as input) is traced
+    under the thread it named."""
     batch_size = TRACE_BATCH if batch_size is None else batch_size
     reader = store.observability
     if reader is None:
@@ -191,17 +199,23 @@ def iter_trace_spans(store: "Store", thread_ids: Sequence[str], *, thread_chunk:
                 seen.add(trace_id)
                 batch.append(trace_id)
                 if len(batch) == batch_size:
-                    yield from _batch_spans(store, batch)
+                    yield from _batch_spans(store, batch, owners)
                     batch = []
     if batch:
-        yield from _batch_spans(store, batch)
+        yield from _batch_spans(store, batch, owners)
 
 
-def _batch_spans(store: "Store", trace_ids: list[str]) -> Iterator[dict[str, Any]]:
+def _batch_spans(store: "Store", trace_ids: list[str], owners: Mapping[str, str] | None) -> Iterator[dict[str, Any]]:
     assert store.observability is not None
     spans = store.observability.get_traces(trace_ids)
     _not_busy(spans.busy, store)
-    return (s.to_json_dict() for s in spans)
+    if owners is None:
+        return (s.to_json_dict() for s in spans)
+    anothers = {s.trace_id for s in spans if s.thread_id is not None and s.thread_id in owners
+                and s.resource_id is not None and s.resource_id != owners[s.thread_id]}
+    if anothers:
+        log.info("export: %d run(s) of another resource naming an exported thread left out", len(anothers))
+    return (s.to_json_dict() for s in spans if s.trace_id not in anothers)
 
 
 def _not_busy(busy: bool, store: "Store") -> None:

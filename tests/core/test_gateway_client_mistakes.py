@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from core import Memory, MemoryOptions, Message
+from core.storage.memory_store import MessageQuery
 from core.agent import Agent
 from core.gateway import GatewayServer, create_app
 from core.gateway.turns import conversation_thread_id
@@ -200,3 +201,72 @@ def test_a_reply_over_the_message_limit_is_the_agents_failure_not_the_clients(me
     assert (own, own_body["error"]["code"]) == (413, "too_large") and "Shorten it" in own_body["error"]["message"]
     assert memory.get_thread("w1") is None and memory.get_thread("w2") is None  # nothing of either turn
     assert memory.get_thread("w3") is None
+
+
+def test_an_id_header_outside_ascii_is_refused_not_read_as_latin_1(server, memory):
+    """A header carries bytes, which the server read as Latin-1: curl's UTF-8 "josé" in x-resource-id became
+    the resource "josÃ©", a memory of its own that also belongs to any client naming "josÃ©" in metadata.
+    Such a header is now refused, saying to send the id in metadata (UTF-8 JSON), which keeps working."""
+    utf8 = "josé".encode().decode("latin-1")  # what http.client sends for these bytes: UTF-8, as curl does
+    for header, value in (("x-resource-id", utf8), ("x-thread-id", "t-é"), ("x-conversation-id", utf8)):
+        got, _, reply = send(server, "POST", "/v1/chat/completions",
+                             {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+                             headers={header: value})
+        assert got == 400 and reply["error"]["param"] == header, reply
+        assert "metadata." in reply["error"]["message"] and "ASCII" in reply["error"]["message"]
+    assert memory.list_threads(resource_id="josÃ©").total == 0 and memory.list_threads(resource_id="default").total == 0
+    got, headers, reply = chat(server, metadata={"resource_id": "josé", "thread_id": "t-é"})
+    assert got == 200 and reply["memory"]["resource_id"] == "josé"
+    assert memory.get_thread("t-é").resource_id == "josé"
+    # ASCII ids in headers are read as before.
+    got, headers, _ = send(server, "POST", "/v1/chat/completions",
+                           {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+                           headers={"x-resource-id": "jose", "x-thread-id": "t-1"})
+    assert got == 200 and memory.get_thread("t-1").resource_id == "jose"
+
+
+def test_a_thread_without_an_owner_is_nobodys(server, memory, store):
+    """A thread another program stored without a resource (an empty resourceId; the engine never stores one)
+    passed every ownership check: any client read its messages through the memory API under any resourceId
+    and added turns to it. It is refused now (403, saying why) on every route, and nothing is written."""
+    import openai
+
+    memory.save_messages([Message.user("the victim's secret kiwi-777", thread_id="orphan", resource_id="victim")])
+    with store.db.write() as conn:
+        conn.exec_driver_sql('UPDATE mastra_threads SET "resourceId" = ? WHERE id = ?', ("", "orphan"))
+    before = [m.id for m in memory.store.memory.list_messages(MessageQuery(thread_id="orphan"))]
+    replies = [send(server, "GET", "/api/memory/threads/orphan/messages?resourceId=mallory"),
+               send(server, "GET", "/api/memory/threads/orphan/working-memory?resourceId=mallory"),
+               send(server, "PUT", "/api/memory/threads/orphan/working-memory?resourceId=mallory",
+                    {"workingMemory": "# Notes"}),
+               chat(server, "what was said here?", metadata={"thread_id": "orphan", "resource_id": "mallory"}),
+               chat(server, "and streamed?", stream=True, metadata={"thread_id": "orphan", "resource_id": "mallory"})]
+    for status, _, reply in replies:
+        assert status == 403 and reply["error"]["code"] == "thread_ownership", reply
+        assert "has no owner" in reply["error"]["message"] and "kiwi" not in json.dumps(reply)
+    client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+    with pytest.raises(openai.PermissionDeniedError, match="has no owner"):
+        client.chat.completions.create(model="echo", messages=[{"role": "user", "content": "hi"}], user="mallory",
+                                       metadata={"thread_id": "orphan"})
+    assert [m.id for m in memory.store.memory.list_messages(MessageQuery(thread_id="orphan"))] == before
+    assert memory.get_working_memory(resource_id="mallory") is None
+
+
+def test_a_body_in_utf_16_cannot_slip_past_the_nesting_limit(server, memory):
+    """The guard counts brackets in the body's bytes as UTF-8 reads them, but the app let `json.loads` guess the
+    encoding, which reads UTF-16 too: a UTF-16 body with a character whose bytes hold a quote ("≢" is 62 22)
+    hid its brackets from the count, and a working memory nested 900 deep was stored (the limit is 64). A body
+    is now read as UTF-8 only; UTF-16 is refused saying so, and a UTF-8 byte-order mark is still accepted."""
+    deep = '{"workingMemory": {"note": "\u2262", "deep": ' + "[" * 900 + "]" * 900 + "}}"
+    path = "/api/memory/threads/t1/working-memory?resourceId=ada"
+    for raw in (deep.encode("utf-16-le"), deep.encode("utf-16")):
+        got, _, reply = send(server, "PUT", path, raw=raw)
+        assert got == 400 and "UTF-8" in reply["error"]["message"], reply
+    assert memory.get_working_memory(resource_id="ada") is None
+    got, _, reply = send(server, "PUT", path, raw=deep.encode("utf-8"))
+    assert got == 400 and reply["error"]["code"] == "json_too_deep"
+    chat_body = json.dumps({"model": "echo", "messages": [{"role": "user", "content": "hi"}]})
+    got, _, reply = send(server, "POST", "/v1/chat/completions", raw=chat_body.encode("utf-16"))
+    assert got == 400 and "UTF-8" in reply["error"]["message"]
+    got, _, reply = send(server, "POST", "/v1/chat/completions", raw=chat_body.encode("utf-8-sig"))
+    assert got == 200, reply

@@ -447,3 +447,147 @@ def test_a_database_path_with_a_typo_is_refused_or_said_to_be_new(tmp_path: Path
     assert first.returncode == 0 and second.returncode == 0
     assert f"{new} did not exist: this is a new, empty database" in first.stderr
     assert "did not exist" not in second.stderr and f"{new}, resource 'ada', on stdio" in second.stderr
+
+
+def test_working_memory_of_a_new_resource_follows_the_id_rule_over_stdio(db: Path) -> None:
+    """update_working_memory with --any-resource made the resource row of any id it was given (an escape
+    sequence, 5,000 characters), which remember and the gateway refuse to create; a resource another tool
+    wrote with such an id is still written as before."""
+    with open_store(db) as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
+        memory.update_working_memory(resource_id="legacy\x1b[31m", working_memory="# User\n- Name: Old\n")
+    env = {**os.environ, "MEMORY_STUDIO_MCP_TOKEN": "s3cret-token-value"}
+
+    async def main() -> list[Any]:
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-m", "studio.cli", "mcp", "--db", str(db), "--any-resource"], env=env)
+        async with Client(params) as client:
+            return [await client.call_tool("update_working_memory", {"working_memory": "# User\n- Name: X\n",
+                                                                     "resource": resource})
+                    for resource in ("ev\x1b]0;owned\x07il", "r" * 5000, "legacy\x1b[31m", "carol")]
+
+    results = anyio.run(main)
+    assert [r.is_error for r in results] == [True, True, False, False]
+    assert "control character (U+001B)" in _error(results[0])
+    assert "5,000 characters long" in _error(results[1])
+    with open_store(db, read_only=True) as store:
+        ids = {r.id for r in store.memory.list_resources()}
+    assert "legacy\x1b[31m" in ids and "carol" in ids
+    assert not any("\x1b]" in i or len(i) > 256 for i in ids)
+
+
+def test_a_thread_without_an_owner_is_nobodys_over_stdio(db: Path) -> None:
+    """A thread another program stored without a resource passed the ownership check: a server bound to ada
+    read it, searched it, listed it as a transcript and remembered into it. Every tool refuses it now."""
+    with open_store(db) as store:
+        Memory(store).save_messages([Message.user("orphaned secret kiwi-777", thread_id="orphan", resource_id="x")])
+        with store.db.write() as conn:
+            conn.exec_driver_sql('UPDATE mastra_threads SET "resourceId" = ? WHERE id = ?', ("", "orphan"))
+
+    async def main() -> tuple[list[Any], str]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            results = [await client.call_tool(tool, args) for tool, args in (
+                ("read_thread", {"thread": "orphan"}), ("search_memory", {"query": "kiwi", "thread": "orphan"}),
+                ("remember", {"text": "mine now", "thread": "orphan"}))]
+            try:
+                read = await client.read_resource("memory://threads/orphan")
+                transcript = " ".join(getattr(c, "text", "") for c in read.contents)
+            except Exception as exc:  # the SDK raises the server's error
+                transcript = f"refused: {exc}"
+            return results, transcript
+
+    results, transcript = anyio.run(main)
+    for result in results:
+        assert "has no owner" in _error(result) and "kiwi" not in _error(result)
+    assert transcript.startswith("refused") and "kiwi" not in transcript
+    with open_store(db, read_only=True) as store:
+        assert [m.text for m in Memory(store).recall(thread_id="orphan", per_page=False)] == ["orphaned secret kiwi-777"]
+
+
+def test_a_stdio_request_the_sdk_cannot_read_is_answered_and_the_server_goes_on(tmp_path: Path) -> None:
+    """Over stdio, a request line the SDK's JSON reader refused (arguments nested 200 deep, a number of 5,000
+    digits, a line cut short) went to the log only and the client waited for good; one nested 100,000 deep
+    also made Python's reader (used to find the request's id) raise RecursionError, which ended the server.
+    Each is now answered with a parse error for its id, and the session goes on."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "mcp", "--db", str(tmp_path / "memory.db"),
+                             "--resource", "ada"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, encoding="utf-8", env=dict(os.environ))
+    stdin, stdout = proc.stdin, proc.stdout
+    assert stdin is not None and stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+
+    def ask(line: str) -> Any:
+        stdin.write(line + "\n")
+        stdin.flush()
+        try:  # a bound for a reply that never comes (the defect), not a timing assumption
+            return json.loads(lines.get(timeout=120))
+        except queue.Empty:
+            raise AssertionError(f"no answer to {line[:80]}") from None
+
+    def call(request_id: int, name: str, arguments: str) -> str:
+        return (f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {{"name": "{name}", '
+                f'"arguments": {arguments}}}}}')
+
+    try:
+        ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
+        stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        answers = [ask(call(2, "update_working_memory", '{"working_memory": ' + "[" * 200 + "]" * 200 + "}")),
+                   ask(call(3, "update_working_memory", '{"working_memory": ' + "[" * 100_000 + "]" * 100_000 + "}")),
+                   ask(call(4, "read_thread", '{"thread": "t", "last": ' + "9" * 5000 + "}")),
+                   ask('{"jsonrpc": "2.0", "id": "five", "method": "tools/call", "params": {"name": ')]
+        listed = ask(call(6, "list_threads", "{}"))
+    finally:
+        stdin.close()
+        proc.wait(60)
+    assert [a["id"] for a in answers] == [2, 3, 4, "five"]
+    for answer in answers:
+        assert answer["error"]["code"] == -32700 and "Nothing was run or saved" in answer["error"]["message"]
+    assert "recursion limit" in answers[1]["error"]["message"] and "number out of range" in answers[2]["error"]["message"]
+    assert listed["id"] == 6 and json.loads(listed["result"]["content"][0]["text"])["threads"] == []
+    assert proc.returncode == 0
+
+
+def test_remember_refuses_a_title_no_thread_list_should_carry(db: Path) -> None:
+    """remember stored any title a client gave (10 MB took a quarter of a second), and every later list_threads
+    answer, which a client puts in its model's context, carried it whole. A title over 1,000 characters is
+    refused, saying the limit, and no thread is made."""
+    async def main() -> list[Any]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            return [await client.call_tool("remember", {"text": "hi", "thread": thread, "title": title})
+                    for thread, title in (("t-long", "T" * 100_000), ("t-fine", "T" * 1000))]
+
+    long, fine = anyio.run(main)
+    assert "100,000 characters long" in _error(long) and "at most 1,000" in _error(long)
+    assert not fine.is_error
+    with open_store(db, read_only=True) as store:
+        assert store.memory.get_thread("t-long") is None
+        assert store.memory.get_thread("t-fine").title == "T" * 1000
+
+
+def test_http_bodies_in_utf_16_are_refused_by_the_guard(db: Path) -> None:
+    """The guard counts a body's nesting on its bytes as UTF-8 reads them, and the SDK's HTTP handler reads a body
+    with `json.loads`, which takes UTF-16 too: a UTF-16 body with a character whose bytes hold a quote hid its
+    brackets from the count. A JSON body holding NUL bytes (UTF-16 and UTF-32 always do) is refused first."""
+    import httpx2
+
+    server = HttpServer(db, "--resource", "ada", env={**os.environ, "MEMORY_STUDIO_MCP_TOKEN": "s3cret-token-value"})
+    try:
+        body = ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "update_working_memory", '
+                '"arguments": {"working_memory": "\u2262", "x": ' + "[" * 900 + "]" * 900 + "}}}")
+        headers = {"Authorization": "Bearer s3cret-token-value", "Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream"}
+
+        async def main() -> Any:
+            async with httpx2.AsyncClient(timeout=60) as raw:
+                return await raw.post(server.url, content=body.encode("utf-16-le"), headers=headers)
+
+        reply = anyio.run(main)
+    finally:
+        server.stop()
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "json_not_utf8", reply.text
+    assert "UTF-8" in reply.json()["error"]["message"]

@@ -13,7 +13,14 @@ import pytest
 
 from core import Memory, Message, open_store
 from core.cli import main
-from core.transfer import ExportFormatError, ExportOptions, TransferError, export_resource, import_data
+from core.transfer import (
+    ExportFormatError,
+    ExportOptions,
+    TransferError,
+    export_resource,
+    import_data,
+    preview_import,
+)
 from core.transfer import sections
 
 from .transfer_data import TABLES, add_turn_table, seed_source, snapshot, table_rows
@@ -432,3 +439,111 @@ def test_a_version_never_reaches_another_threads_message(exported, target):
                                    "line_before": "a", "line_after": "b", "before_text": "a", "after_text": "b",
                                    "note": None, "createdAt": "2026-03-02T09:00:00.000Z"}]
     refused(target, bad, "it is a version of observation record 'om-of-someone', which is not in the file")
+
+
+def _with_new_thread(data: dict[str, Any], thread_id: str, *, resource_id: str = "ada",
+                     message_id: str = "fresh-m1") -> dict[str, Any]:
+    """``data`` and one more thread of one message, copied from the file's first ones."""
+    data = copy.deepcopy(data)
+    data["threads"].append({**data["threads"][0], "id": thread_id, "resourceId": resource_id})
+    data["messages"].append({**data["messages"][0], "id": message_id, "threadId": thread_id,
+                             "resourceId": resource_id})
+    return data
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda d: _with_new_thread(d, "fresh\x1b]0;owned\x07"),
+     r"thread 'fresh\\x1b\]0;owned\\x07' would be new .* its id cannot be a new id: it contains a control "
+     r"character \(U\+001B\)"),
+    (lambda d: _with_new_thread(d, "fresh", message_id="m\u202e1gp.exe"),
+     r"message 'm\\u202e1gp.exe' would be new .* a character that is not printable \(U\+202E\)"),
+    (lambda d: _with_new_thread(d, "t" * 300), r"thread 't{60}…' would be new .* it is 300 characters long"),
+    (lambda d: _with_new_thread(d, "fresh", resource_id="ev\x1b[8mil"),
+     r"thread 'fresh' would be new .* its resourceId cannot be a new id: it contains a control character"),
+    # A thread without an owner: every ownership check let it through, so the gateway handed it to anyone.
+    (lambda d: _with_new_thread(d, "fresh", resource_id=""),
+     r"thread 'fresh' would be new .* its resourceId cannot be a new id: it is empty"),
+    (lambda d: {**d, "resources": [*d["resources"], {**d["resources"][0], "id": "eve\u200b"}]},
+     r"resource 'eve\\u200b' would be new .* not printable \(U\+200B\)"),
+])
+def test_new_ids_an_api_client_could_not_create_refuse_the_file(exported, target, tmp_path, change, match):
+    """A file's new thread, resource or message took any id but NUL and lone surrogates: an escape sequence
+    (which the command line and the Studio print), a bidirectional override, 300 characters, ids that the
+    gateway's chat route and the MCP server refuse to create. The file is refused naming the row (import,
+    preview and the command line); nothing is written."""
+    data = change(exported)
+    refused(target, data, match)
+    refused(target, data, match, overwrite=True)
+    before = everything(target)
+    with open_store(target, read_only=True) as store, pytest.raises(ExportFormatError, match=match):
+        preview_import(store, data)
+    path = tmp_path / "new-ids.json"
+    path.write_text(json.dumps(data))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["import", "--db", str(target), str(path)], out=out, err=err) == 1
+    assert "Nothing was imported" in err.getvalue() and "\x1b" not in err.getvalue() + out.getvalue()
+    assert everything(target) == before
+
+
+def test_rows_another_tool_wrote_with_such_ids_still_import(new_db):
+    """The rule is for ids an import would create: a database whose rows have such ids (another tool wrote
+    them) exports and imports into itself as before (identical rows are left alone), and takes a new thread
+    of such a resource it already knows."""
+    path = new_db("legacy.db")
+    with open_store(path) as store:
+        Memory(store).save_messages([Message.user("old", id="m\x1b[31m", thread_id="legacy\x1b[31m",
+                                                  resource_id="ada\x1b[1m")])
+        data = export_resource(store, "ada\x1b[1m", ExportOptions())
+        report = import_data(store, data)
+    assert report.conflicts == [] and report.written.get("threads", 0) == 0
+    assert report.unchanged["threads"] == 1 and report.unchanged["messages"] == 1
+    # A new thread (with a printable id) of that resource, which the target knows, is imported too.
+    with open_store(path) as store:
+        report = import_data(store, _with_new_thread(data, "fresh", resource_id="ada\x1b[1m"))
+        assert report.written["threads"] == 1 and store.memory.get_thread("fresh").resource_id == "ada\x1b[1m"
+
+
+def test_a_refused_request_for_anothers_thread_never_reaches_that_threads_export(new_db, tmp_path):
+    """A gateway request naming bob's thread for mallory is refused (403), but its run is traced under the
+    thread it named, with mallory's message as its input: `export --resource bob --with-traces` carried
+    mallory's text in bob's file, and the file could not be imported anywhere ("it says resource 'mallory',
+    but its thread 't-bob' belongs to 'bob'"), so one such request broke every backup of bob's memory with
+    traces. The export now leaves such runs out; the trace store keeps them (the Traces pane shows the attempt)."""
+    import openai
+
+    from core import MemoryOptions
+    from core.agent import Agent
+    from core.gateway import GatewayServer, create_app
+    from core.llm import ScriptedModel
+
+    path = new_db("gw/memory.db")
+    if isinstance(path, Path):
+        path.parent.mkdir()
+    with open_store(path) as store:
+        memory = Memory(store, MemoryOptions(last_messages=10))
+        memory.save_messages([Message.user("bob's own note", thread_id="t-bob", resource_id="bob")])
+        agent = Agent("chat", instructions="Chat.", model=ScriptedModel(["ok"] * 5), memory=memory)
+        with GatewayServer(create_app([agent], token="")) as server:
+            client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=60)
+            with pytest.raises(openai.PermissionDeniedError):
+                client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "MALLORY-PROBE"}],
+                                               metadata={"thread_id": "t-bob", "resource_id": "mallory"})
+            client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "bob again"}],
+                                           metadata={"thread_id": "t-bob", "resource_id": "bob"})
+        assert store.tracer().flush(30)
+        assert store.observability is not None
+        assert any(r.resource_id == "mallory" for r in store.observability.list_traces(limit=10))  # kept there
+    exported = tmp_path / "bob.json"
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["export", "--db", str(path), "--resource", "bob", "--with-traces", "-o", str(exported)],
+                out=out, err=err) == 0, err.getvalue()
+    text = exported.read_text()
+    assert "MALLORY-PROBE" not in text and "mallory" not in text
+    data = json.loads(text)
+    assert data["traces"] and {s["resourceId"] for s in data["traces"]} == {"bob"}
+    fresh = new_db("fresh/memory.db")
+    if isinstance(fresh, Path):
+        fresh.parent.mkdir()
+    with open_store(fresh) as store:
+        report = import_data(store, data)
+    assert report.written["threads"] == 1 and report.written["traces"] == len(data["traces"])
