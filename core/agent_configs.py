@@ -44,6 +44,9 @@ from core.working_memory_schema import WorkingMemoryError, check_schema
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_NAME = "default"
+# The ``process`` of a registration an import wrote (``core.transfer``): no agent process of this database
+# registered it, so nothing serves it unless told to by name (``memory-studio mcp --agent``).
+IMPORTED_PROCESS = "imported"
 _AGENT_KEYS = ("agent", "agentName", "agentId")  # thread metadata naming its agent (Mastra playground style)
 
 
@@ -54,8 +57,13 @@ class AgentConfig:
 
     name: str  # agent name
     config: dict[str, Any]  # ``Memory.describe()`` as the agent saw it
-    process: str | None
+    process: str | None  # "host:pid" of the agent process that registered it, or ``IMPORTED_PROCESS``
     updated_at: datetime | None
+
+    @property
+    def imported(self) -> bool:
+        """Written by an import (a file's registration), not by an agent process of this database."""
+        return self.process == IMPORTED_PROCESS
 
     @property
     def memory_name(self) -> str:

@@ -147,8 +147,16 @@ def _memory(store: Any, agent_name: str | None, err: TextIO) -> Any:
 
     config = named_agent(store, agent_name) if agent_name else None
     if config is None:
+        # The only agent of this database that registered itself. A registration an import wrote is not
+        # taken up unnamed: a file's agent would otherwise set the template every client is asked to fill.
         agents = list_agents(store)
-        config = agents[0] if len(agents) == 1 else None
+        own = [a for a in agents if not a.imported]
+        config = own[0] if len(own) == 1 else None
+        imported = [a.name for a in agents if a.imported]
+        if imported:
+            err.write(f"memory-studio mcp: not serving the memory configuration of {', '.join(map(repr, imported))} "
+                      f"(registered by an import, not by an agent of this database); pass --agent NAME to serve "
+                      f"one.\n")
     options = config.memory_options() if config is not None else MemoryOptions(working_memory={"enabled": True})
     name = config.memory_name if config is not None else DEFAULT_MEMORY_NAME
     if not options.semantic_recall.enabled:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 
+from core.agent_configs import IMPORTED_PROCESS
 from core.replay import tools as tool_defs
 from core.replay.store import set_keys
 from core.storage import catalog, schema
@@ -412,8 +413,11 @@ def _import_agents(imp: "_Importer", agents: list[Mapping[str, Any]], configs: l
     imp._check_columns(AGENTS, agents, "agent configurations")
     imp._check_columns(CONFIGS, configs, "overrides")
     for row in agents:
-        # The time and process of the registration say nothing about the configuration itself.
-        imp._upsert_by_key(AGENTS, ["name"], row, "agents", ignore=("updatedAt", "process"))
+        # The time and process of the registration say nothing about the configuration itself. A row
+        # written here is marked imported: a replay reads it, but no server takes it up unless named
+        # (``memory-studio mcp`` without ``--agent`` serves only a registration of its own database's agents).
+        imp._upsert_by_key(AGENTS, ["name"], {**row, "process": IMPORTED_PROCESS}, "agents",
+                           ignore=("updatedAt", "process"))
     cols = {c[0] for c in R.columns(imp.conn, CONFIGS)}
     # The newest override of a memory is the one its agents run with: a file never replaces overrides
     # the target has of its own for that memory (unless overwrite), it only fills a memory without any.
