@@ -217,6 +217,12 @@ def fused_before_text(c: Candidate) -> str:
     return f"{score_text(c.combined)} ({score_text(c.own)} from its own lists, the rest its thread's share)"
 
 
+def scores_tooltip(c: Candidate, keyword_scoring: str) -> str:
+    """Both raw scores with their ranks, for a list too narrow to show every score column."""
+    return (f"cosine {ranked_score(c.vector_score, c.vector_rank)} · "
+            f"{keyword_scoring} {ranked_score(c.keyword_score, c.keyword_rank, 2)}")
+
+
 def candidate_tooltip(ins: Inspection, c: Candidate) -> str:
     lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
              f"cosine {score_text(c.vector_score)} · {ins.keyword_scoring} {score_text(c.keyword_score)}"]

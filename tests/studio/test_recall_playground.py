@@ -403,3 +403,59 @@ def test_the_keyword_list_says_what_its_scores_are_on_each_backend(qtbot, tmp_pa
             pane.close()
         finally:
             session.close()
+
+
+def _shown_lists(qtbot, pane):
+    """Each list as the user sees it: side by side, or each tab brought to the top in turn."""
+    for name in ("vector", "keyword", "hybrid"):
+        if not getattr(pane, "side_by_side", lambda: True)():  # (one at a time in tabs when narrow)
+            pane.lists_tabs.setCurrentWidget(pane.list_boxes[name])
+        table = pane.tables[name]
+        qtbot.waitUntil(lambda t=table: t.isVisible() and t.viewport().width() > 0, timeout=5_000)
+        yield name, table
+
+
+@pytest.mark.parametrize("width", [700, 1100])  # the pane in a main window 1,100 and 1,500 px wide
+def test_every_list_fits_the_pane_with_status_scores_and_message_readable(qtbot, pane, session, width):
+    """The lists' columns were sized once, so Status (and at 1,100 px the scores) ran past each list's
+    edge and were read only by scrolling sideways. Every list now fits: rank, scores and the status word
+    at their full width, the message with what is left; a cut cell ends in "…" and its tooltip holds it."""
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from core.memory import Memory
+
+    Memory(session.store).edit_message("t-food-0", resource_id="ada", text="I like olives and capers " * 8)
+    pane.resize(width, 800)
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts shellfish")
+    statuses = set()
+    for name, table in _shown_lists(qtbot, pane):
+        model, header = pane.models[name], table.horizontalHeader()
+        shown = [c for c in range(model.columnCount()) if not table.isColumnHidden(c)]
+        assert sum(table.columnWidth(c) for c in shown) <= table.viewport().width(), (width, name)
+        assert table.horizontalScrollBar().maximum() == 0, (width, name)
+        metrics = table.fontMetrics()
+        bold = QFont(header.font())
+        bold.setWeight(QFont.Weight.DemiBold)
+        titles = {model.headerData(c, Qt.Orientation.Horizontal): c for c in range(model.columnCount())}
+        status, message = titles["Status"], titles["Message"]
+        assert table.columnWidth(status) > metrics.horizontalAdvance("below threshold")
+        assert table.columnWidth(message) > metrics.horizontalAdvance("user: Message")
+        for title, c in titles.items():
+            if c in shown and title not in ("Message", "Status"):  # a heading is never cut
+                assert table.columnWidth(c) > QFontMetrics(bold).horizontalAdvance(title), (name, title)
+            for r in range(model.rowCount()):
+                text = str(model.index(r, c).data())
+                if c in shown and title != "Message":  # ranks and scores whole; a long status word has a tooltip
+                    fits = metrics.horizontalAdvance(text) < table.columnWidth(c)
+                    assert fits or model.index(r, c).data(Qt.ItemDataRole.ToolTipRole) == text, (name, title, text)
+        statuses |= {model.index(r, status).data() for r in range(model.rowCount())}
+        # a score column left out of a narrow list is still said in the row's tooltips
+        for title in ("Vector", "Keyword", "Cosine"):
+            if title in titles and titles[title] not in shown and model.rowCount():
+                assert "cosine" in model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)
+        assert table.textElideMode() == Qt.TextElideMode.ElideRight
+    assert "edited since indexed" in statuses
+    assert pane.side_by_side() == (width > 1000)
+    # the thread's messages below: as wide as the pane, a long one cut with "…"
+    assert pane.thread_list.horizontalScrollBar().maximum() == 0 or not pane.thread_list.horizontalScrollBar().isVisible()
