@@ -223,17 +223,18 @@ def scores_tooltip(c: Candidate, keyword_scoring: str) -> str:
             f"{keyword_scoring} {ranked_score(c.keyword_score, c.keyword_rank, 2)}")
 
 
-def candidate_tooltip(ins: Inspection, c: Candidate) -> str:
+def candidate_tooltip(ins: Inspection, c: Candidate, unreadable: Collection[str] = ()) -> str:
+    """A row's Message tooltip; its status as the Status cell says it (``unreadable``: ``status_text``)."""
     lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
              f"cosine {score_text(c.vector_score)} · {ins.keyword_scoring} {score_text(c.keyword_score)}"]
     if c.combined is not None:
         lines.append(f"fused {fused_before_text(c)} before the re-rank, {score_text(c.score)} after "
                      "(next message in the thread, dates and speakers named in the query)")
-    lines.append(f"status: {status_text(c)}")
+    lines.append(f"status: {status_text(c, unreadable)}")
     shown = ins.messages.get(c.message_id)
     if shown is not None:
         lines.append("")
-        lines.append(shown.text[:600])
+        lines.append(shown.text if len(shown.text) <= 600 else shown.text[:599] + "…")  # (a cut is marked)
     return "\n".join(lines)
 
 

@@ -95,7 +95,8 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
 
     def message_tooltip(c: Candidate) -> str:
         ins = pane.inspection
-        return lay.candidate_tooltip(ins, c) if ins is not None else ""
+        view = pane.view
+        return lay.candidate_tooltip(ins, c, view.unreadable if view is not None else ()) if ins is not None else ""
 
     text = Column("Message", message_text, tooltip=message_tooltip, foreground=lay.row_colour)
     def status_text(c: Candidate) -> str:

@@ -459,3 +459,29 @@ def test_every_list_fits_the_pane_with_status_scores_and_message_readable(qtbot,
     assert pane.side_by_side() == (width > 1000)
     # the thread's messages below: as wide as the pane, a long one cut with "…"
     assert pane.thread_list.horizontalScrollBar().maximum() == 0 or not pane.thread_list.horizontalScrollBar().isVisible()
+
+
+def test_a_rows_tooltip_says_its_status_as_its_status_cell_does(qtbot, pane, session):
+    """The Message cell's tooltip (what a user reads of a cut message) said "status: deleted" for a
+    row stored but unreadable, whose Status cell says "unreadable row"; and it cut a long message at
+    600 characters without a mark."""
+    another_program(session.store.location.path,
+                    "UPDATE mastra_messages SET content = '{not json' WHERE id = 't-food-0'")
+    long_text = "peanuts " + "and a long note about dinner " * 40
+    from core.memory import Memory
+
+    Memory(session.store).edit_message("t-food-2", resource_id="ada", text=long_text)
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "peanuts shellfish dinner")
+    cut = 0
+    for name in ("vector", "keyword", "hybrid"):
+        model = pane.models[name]
+        message = model.columnCount() - 1
+        for r in range(model.rowCount()):
+            status = model.index(r, message - 1).data()
+            tip = model.index(r, message).data(Qt.ItemDataRole.ToolTipRole)
+            assert f"status: {status}" in tip, (name, status, tip)
+            if model.row_at(r).message_id == "t-food-2":
+                assert tip.endswith("…") and long_text[:500] in tip
+                cut += 1
+    assert cut  # (the long one is listed: as "edited since indexed" in the keyword list)
