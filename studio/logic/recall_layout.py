@@ -238,6 +238,15 @@ def candidate_tooltip(ins: Inspection, c: Candidate, unreadable: Collection[str]
     return "\n".join(lines)
 
 
+def tab_title(name: ListName, ins: Inspection | None) -> str:
+    """A list's tab when the lists are shown one at a time: "Hybrid · 3 hits" (its name alone before a search)."""
+    short = LIST_TITLES[name].split(" (")[0]
+    if ins is None:
+        return short
+    hits = len(ins.hits(name))
+    return f"{short} · {hits} hit" + ("" if hits == 1 else "s")
+
+
 def list_caption(ins: Inspection | None, name: ListName) -> str:
     """The line under a list's title: hits and cuts, or why it is empty (never a silent empty list)."""
     if ins is None:

@@ -353,9 +353,19 @@ class RecallPlaygroundPane(QWidget):
             self.lists_split.setSizes([n + int(spare * share) for n, share in zip(least, LIST_SHARES)])
         elif self.side_by_side():
             for name in LISTS:
-                self.lists_tabs.addTab(self.list_boxes[name], lay.LIST_TITLES[name].split(" (")[0])
+                self.lists_tabs.addTab(self.list_boxes[name], "")
+            self._title_tabs()
             self.lists_tabs.setCurrentIndex(self._tab_index)
             self.lists_stack.setCurrentWidget(self.lists_tabs)
+
+    def _title_tabs(self) -> None:
+        """In tabs, each list's name and its hits ("Keyword · 0 hits"), so the lists not on top still say
+        what they hold."""
+        ins = self.inspection
+        for name in LISTS:
+            index = self.lists_tabs.indexOf(self.list_boxes[name])
+            if index >= 0:
+                self.lists_tabs.setTabText(index, lay.tab_title(name, ins))
 
     def _threshold_toggled(self, on: bool) -> None:
         self.threshold_spin.setEnabled(on)
@@ -512,6 +522,7 @@ class RecallPlaygroundPane(QWidget):
         else:
             self._hide_banner()
         self.summary.setText(lay.search_summary(ins) + "\n" + lay.indexed_by_text(view.indexed_by, ins.model_id))
+        self._title_tabs()
         self.status.setText("")
         self.searched.emit(view)
         if self.why_edit.text().strip():
@@ -542,6 +553,7 @@ class RecallPlaygroundPane(QWidget):
             self.captions[name].setText("")
         self._hide_banner()
         self.summary.setText(why or "Type a query to see what recall finds, list by list.")
+        self._title_tabs()
         self.status.setText("")
 
     def _hide_banner(self) -> None:

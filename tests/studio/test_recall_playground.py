@@ -457,6 +457,10 @@ def test_every_list_fits_the_pane_with_status_scores_and_message_readable(qtbot,
         assert table.textElideMode() == Qt.TextElideMode.ElideRight
     assert "edited since indexed" in statuses
     assert pane.side_by_side() == (width > 1000)
+    if not pane.side_by_side():  # the lists not on top still say what they hold
+        texts = [pane.lists_tabs.tabText(i) for i in range(pane.lists_tabs.count())]
+        assert [t.split(" · ")[0] for t in texts] == ["Vector", "Keyword", "Hybrid"]
+        assert all(" hit" in t for t in texts)
     # the thread's messages below: as wide as the pane, a long one cut with "…"
     assert pane.thread_list.horizontalScrollBar().maximum() == 0 or not pane.thread_list.horizontalScrollBar().isVisible()
 
