@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -332,8 +333,9 @@ class RecallPlaygroundPane(QWidget):
         return self.lists_stack.currentWidget() is self.lists_split
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
-        if watched is self.lists_stack and event.type() == QEvent.Type.Resize:
-            self._arrange_lists(self.lists_stack.width())
+        if watched is self.lists_stack and event.type() == QEvent.Type.Resize and isinstance(event, QResizeEvent):
+            if event.size().width() != event.oldSize().width():  # (a handle the user dragged holds otherwise)
+                self._arrange_lists(event.size().width())
         return False
 
     def _arrange_lists(self, width: int) -> None:
@@ -349,7 +351,7 @@ class RecallPlaygroundPane(QWidget):
                     self.list_boxes[name].show()  # (a tab not on top was hidden)
                 self.lists_stack.setCurrentWidget(self.lists_split)
             # each list what it needs, and a share of the rest (a handle the user dragged holds until
-            # the pane's width changes)
+            # the pane's width changes: a change of its height alone, such as the splitter below, keeps it)
             self.lists_split.setSizes([n + int(spare * share) for n, share in zip(least, LIST_SHARES)])
         elif self.side_by_side():
             for name in LISTS:

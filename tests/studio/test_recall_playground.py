@@ -489,3 +489,23 @@ def test_a_rows_tooltip_says_its_status_as_its_status_cell_does(qtbot, pane, ses
                 assert tip.endswith("…") and long_text[:500] in tip
                 cut += 1
     assert cut  # (the long one is listed: as "edited since indexed" in the keyword list)
+
+
+def test_a_lists_width_the_user_set_holds_when_only_the_height_changes(qtbot, pane):
+    """The lists share the width by what each needs on every change of the pane's width; a handle the user
+    dragged is kept when only the height changes (the splitter under the lists, a taller window)."""
+    pane.resize(1100, 800)
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts")
+    assert pane.side_by_side()
+    split = pane.lists_split
+    sizes = split.sizes()
+    dragged = [sizes[0] + 60, sizes[1] - 60, sizes[2]]
+    split.setSizes(dragged)
+    qtbot.waitUntil(lambda: split.sizes() == dragged, timeout=5_000)
+    height = pane.lists_stack.height()
+    pane.resize(1100, 700)
+    qtbot.waitUntil(lambda: pane.lists_stack.height() != height, timeout=5_000)
+    assert split.sizes() == dragged
+    pane.resize(1200, 700)  # a new width: each list its need and a share of the rest again
+    qtbot.waitUntil(lambda: split.sizes() != dragged, timeout=5_000)
