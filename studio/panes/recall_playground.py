@@ -476,7 +476,7 @@ class RecallPlaygroundPane(QWidget):
         for r in rows:
             item = QListWidgetItem(f"{r.role}: {' '.join(r.preview.split())[:120]}")
             item.setData(Qt.ItemDataRole.UserRole, r.id)
-            item.setToolTip(f"{r.id}\n{r.preview[:400]}")
+            item.setToolTip(f"{r.id}\n{r.preview if len(r.preview) <= 400 else r.preview[:399] + '…'}")
             self.thread_list.addItem(item)
 
     # -- searching -------------------------------------------------------------------------------

@@ -462,7 +462,8 @@ def test_every_list_fits_the_pane_with_status_scores_and_message_readable(qtbot,
         assert [t.split(" · ")[0] for t in texts] == ["Vector", "Keyword", "Hybrid"]
         assert all(" hit" in t for t in texts)
     # the thread's messages below: as wide as the pane, a long one cut with "…"
-    assert pane.thread_list.horizontalScrollBar().maximum() == 0 or not pane.thread_list.horizontalScrollBar().isVisible()
+    qtbot.waitUntil(lambda: pane.thread_list.count() == 4, timeout=15_000)
+    assert not pane.thread_list.horizontalScrollBar().isVisible()
 
 
 def test_a_rows_tooltip_says_its_status_as_its_status_cell_does(qtbot, pane, session):
