@@ -389,7 +389,7 @@ class RecallPlaygroundPane(QWidget):
             self._touched = False
             self._load_agent_options(selection.thread_id)
         if selection.message_id is not None and selection.message_id != previous.message_id:
-            self.why_edit.setText(selection.message_id)
+            self._show_id(selection.message_id)
         if (selection.resource_id, selection.thread_id) != (previous.resource_id, previous.thread_id):
             self.subtitle.setText(self._scope_text())
             self.schedule()
@@ -578,8 +578,14 @@ class RecallPlaygroundPane(QWidget):
         if item is not None:
             self.explain(str(item.data(Qt.ItemDataRole.UserRole)))
 
-    def explain(self, message_id: str) -> None:
+    def _show_id(self, message_id: str) -> None:
+        """An id put in the field shows from its start (the cursor at its end showed "…-8eb4-1d840e194a10"
+        in a narrow pane, the start out of sight)."""
         self.why_edit.setText(message_id)
+        self.why_edit.setCursorPosition(0)
+
+    def explain(self, message_id: str) -> None:
+        self._show_id(message_id)
         self.explain_now()
 
     def explain_now(self) -> None:

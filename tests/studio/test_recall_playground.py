@@ -510,3 +510,17 @@ def test_a_lists_width_the_user_set_holds_when_only_the_height_changes(qtbot, pa
     assert split.sizes() == dragged
     pane.resize(1200, 700)  # a new width: each list its need and a share of the rest again
     qtbot.waitUntil(lambda: split.sizes() != dragged, timeout=5_000)
+
+
+def test_a_picked_message_id_shows_from_its_start(qtbot, pane):
+    """A row clicked or a message picked put its id in the "why not?" field with the cursor at its end: in
+    a narrow pane the field showed the id's tail ("-8eb4-1d840e194a10") and not its start."""
+    pane.resize(700, 800)
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts")
+    long_id = "t-food-0"
+    with qtbot.waitSignal(pane.explained, timeout=15_000):
+        pane.explain(long_id)
+    assert pane.why_edit.text() == long_id and pane.why_edit.cursorPosition() == 0
+    pane.set_selection(Selection("ada", "t-food", "t-food-1"))
+    assert pane.why_edit.text() == "t-food-1" and pane.why_edit.cursorPosition() == 0
