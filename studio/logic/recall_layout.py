@@ -217,18 +217,34 @@ def fused_before_text(c: Candidate) -> str:
     return f"{score_text(c.combined)} ({score_text(c.own)} from its own lists, the rest its thread's share)"
 
 
-def candidate_tooltip(ins: Inspection, c: Candidate) -> str:
+def scores_tooltip(c: Candidate, keyword_scoring: str) -> str:
+    """Both raw scores with their ranks, for a list too narrow to show every score column."""
+    return (f"cosine {ranked_score(c.vector_score, c.vector_rank)} · "
+            f"{keyword_scoring} {ranked_score(c.keyword_score, c.keyword_rank, 2)}")
+
+
+def candidate_tooltip(ins: Inspection, c: Candidate, unreadable: Collection[str] = ()) -> str:
+    """A row's Message tooltip; its status as the Status cell says it (``unreadable``: ``status_text``)."""
     lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
              f"cosine {score_text(c.vector_score)} · {ins.keyword_scoring} {score_text(c.keyword_score)}"]
     if c.combined is not None:
         lines.append(f"fused {fused_before_text(c)} before the re-rank, {score_text(c.score)} after "
                      "(next message in the thread, dates and speakers named in the query)")
-    lines.append(f"status: {status_text(c)}")
+    lines.append(f"status: {status_text(c, unreadable)}")
     shown = ins.messages.get(c.message_id)
     if shown is not None:
         lines.append("")
-        lines.append(shown.text[:600])
+        lines.append(shown.text if len(shown.text) <= 600 else shown.text[:599] + "…")  # (a cut is marked)
     return "\n".join(lines)
+
+
+def tab_title(name: ListName, ins: Inspection | None) -> str:
+    """A list's tab when the lists are shown one at a time: "Hybrid · 3 hits" (its name alone before a search)."""
+    short = LIST_TITLES[name].split(" (")[0]
+    if ins is None:
+        return short
+    hits = len(ins.hits(name))
+    return f"{short} · {hits} hit" + ("" if hits == 1 else "s")
 
 
 def list_caption(ins: Inspection | None, name: ListName) -> str:

@@ -16,6 +16,7 @@ from core import AssembledPrompt
 from core.replay import FragmentChange, RecallHitRecord, TurnRecord
 from core.replay.capture import recall_hits, token_sections
 from core.replay.turns import Turn
+from studio.logic.column_fit import fit_columns as fit_columns  # (where Replay and its tests import it)
 from studio.logic.dates import format_datetime
 from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.edit_marks import changed_since
@@ -636,15 +637,3 @@ def fork_source(metadata: Mapping[str, Any] | None) -> str | None:
 # the last, stretches into whatever remains.
 STEP_SAMPLES = {"#": "00", "Change": "+ entered", "Role": "assistant", "Stored": "…00000000", "Tokens": "00,000"}
 STEP_SHARES = {"Source": 0.45, "Why": 0.45}
-
-
-def fit_columns(total: int, fixed: Mapping[str, int], shares: Mapping[str, float],
-                minimum: Mapping[str, int], last: str, rest: int = 0) -> dict[str, int]:
-    """Widths in pixels for a table ``total`` pixels wide: the ``fixed`` columns as given, each column of
-    ``shares`` its share of what is left once the ``last`` column has its ``rest`` (and at least its
-    ``minimum``), and ``last`` the remainder (at least ``rest``). A column cut short elides its text,
-    whose whole is in the cell's tooltip."""
-    spare = max(0, total - sum(fixed.values()) - rest)
-    out = {**fixed, **{title: max(minimum.get(title, 0), int(spare * share)) for title, share in shares.items()}}
-    out[last] = max(rest, total - sum(out.values()))
-    return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -28,7 +29,9 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QSpinBox,
     QSplitter,
+    QStackedWidget,
     QTableView,
+    QTabWidget,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -44,6 +47,7 @@ from studio.reads import RecallView, explain_recall, inspect_recall, last_messag
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
 
@@ -54,10 +58,21 @@ THREAD_FAILED = "This thread's messages could not be read (the list under “Why
 AGENT_FAILED = "The agent's recall options could not be read (the controls keep their values)"
 EXPLAIN_FAILED = "Why this message is in or out could not be worked out"
 # Column widths come from sample text, not from the rows: sizing to contents re-read every cell of
-# every list on each search (~100 ms at 10k messages, more than the search itself).
+# every list on each search (~100 ms at 10k messages, more than the search itself). Every resize fits
+# the columns to the list (``FitToPane``): the rank and scores get their samples' width, Status a share
+# of the rest (at most its longest word), Message what is left; a cut cell ends in "…" with the whole
+# in its tooltip. Sized once, the lists ran past their edges at 1,100 and 1,500 px windows (Status and
+# scores only seen by scrolling).
 SAMPLES = {"#": "000", "Cosine": "-0.000", "BM25": "000.00", "ts_rank": "000.00", "Fused": "0.000",
-           "Vector": "-0.000 #00",
-           "Keyword": "00.00 #00", "Status": "edited since indexed"}
+           "Vector": "-0.000 #00", "Keyword": "00.00 #00"}
+STATUS_SHARE = {"Status": 0.5}
+STATUS_CAP = {"Status": "edited since indexed"}
+STATUS_FLOOR = {"Status": "below threshold"}  # (at least: every status word but "edited since indexed")
+MESSAGE_LEAST = "user: Message"
+# Left out, in this order, when a list is too narrow for them all: each is shown in the list beside it
+# (the vector list's cosine, the keyword list's score) and in the row's tooltips.
+LIST_SHARES = (0.3, 0.3, 0.4)  # vector, keyword, hybrid: of the width the lists side by side do not need
+OPTIONAL: dict[ListName, tuple[str, ...]] = {"vector": (), "keyword": ("Cosine",), "hybrid": ("Keyword", "Vector")}
 
 
 EMBEDDERS = EmbedderHolder()  # the database's local model, one per model and process, loaded on the first search
@@ -81,53 +96,38 @@ def _columns(pane: "RecallPlaygroundPane", name: ListName) -> list[Column[Candid
 
     def message_tooltip(c: Candidate) -> str:
         ins = pane.inspection
-        return lay.candidate_tooltip(ins, c) if ins is not None else ""
+        view = pane.view
+        return lay.candidate_tooltip(ins, c, view.unreadable if view is not None else ()) if ins is not None else ""
 
     text = Column("Message", message_text, tooltip=message_tooltip, foreground=lay.row_colour)
     def status_text(c: Candidate) -> str:
         view = pane.view
         return lay.status_text(c, view.unreadable if view is not None else ())
 
-    status = Column("Status", status_text, foreground=lay.status_colour)
-    rank = Column("#", lambda c: c.rank, RIGHT, foreground=lay.row_colour)
-    cosine = Column("Cosine", lambda c: lay.score_text(c.vector_score), RIGHT, foreground=lay.row_colour)
+    def scores(c: Candidate) -> str:  # what a list too narrow for every score column still tells
+        return lay.scores_tooltip(c, scoring)
+
+    # A cell cut short ends in "…": its tooltip holds the whole.
+    status = Column("Status", status_text, foreground=lay.status_colour, tooltip=status_text)
+    rank = Column("#", lambda c: c.rank, RIGHT, foreground=lay.row_colour, tooltip=scores)
+    cosine = Column("Cosine", lambda c: lay.score_text(c.vector_score), RIGHT, foreground=lay.row_colour,
+                    tooltip=scores)
     scoring = pane.keyword_scoring  # BM25 on libSQL, ts_rank on Postgres
-    bm25 = Column(scoring, lambda c: lay.score_text(c.keyword_score, 2), RIGHT, foreground=lay.row_colour)
+    bm25 = Column(scoring, lambda c: lay.score_text(c.keyword_score, 2), RIGHT, foreground=lay.row_colour,
+                  tooltip=scores)
     if name == "vector":
         return [rank, cosine, status, text]
     if name == "keyword":
         return [rank, bm25, cosine, status, text]
     return [
         rank, Column("Fused", lay.fused_text, RIGHT, foreground=lay.row_colour,
-                     tooltip=lambda c: f"before the re-rank: {lay.fused_before_text(c)}"),
+                     tooltip=lambda c: f"before the re-rank: {lay.fused_before_text(c)}\n{scores(c)}"),
         Column("Vector", lambda c: lay.ranked_score(c.vector_score, c.vector_rank), RIGHT, foreground=lay.row_colour,
                tooltip=lambda c: "cosine similarity · rank in the vector list"),
         Column("Keyword", lambda c: lay.ranked_score(c.keyword_score, c.keyword_rank, 2), RIGHT,
                foreground=lay.row_colour, tooltip=lambda c: f"{scoring} · rank in the keyword list"),
         status, text,
     ]
-
-
-def _fit_columns(table: QTableView, model: RecordTableModel[Candidate]) -> None:
-    metrics = table.fontMetrics()
-    for col in range(model.columnCount() - 1):
-        title = str(model.headerData(col, Qt.Orientation.Horizontal))
-        sample = SAMPLES.get(title, title)
-        table.setColumnWidth(col, max(metrics.horizontalAdvance(sample), metrics.horizontalAdvance(title)) + 22)
-
-
-class _MessageWidth(QObject):
-    """Keeps each list's Message column at about half of the list's width as it is resized."""
-
-    SHARE, MINIMUM = 0.5, 170
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
-        if event.type() == QEvent.Type.Resize and isinstance(watched, QWidget):
-            table = watched.parent()
-            if isinstance(table, QTableView) and table.model() is not None:
-                column = table.model().columnCount() - 1
-                table.setColumnWidth(column, max(self.MINIMUM, int(watched.width() * self.SHARE)))
-        return False
 
 
 class RecallPlaygroundPane(QWidget):
@@ -223,8 +223,19 @@ class RecallPlaygroundPane(QWidget):
         root.addWidget(self.summary)
 
         vsplit = QSplitter(Qt.Orientation.Vertical)
+        # Side by side when the pane has room for the three lists' rank, scores, status and some message
+        # text; else one list at a time, in tabs (side by side at a 1,100 px window, each list was
+        # ~200 px wide and showed neither its status nor its message).
         lists = QSplitter(Qt.Orientation.Horizontal)
-        self._message_width = _MessageWidth(self)
+        self.lists_split = lists
+        self.lists_tabs = QTabWidget()
+        self.lists_tabs.setObjectName("recallListTabs")
+        self.lists_stack = QStackedWidget()
+        self.lists_stack.addWidget(lists)
+        self.lists_stack.addWidget(self.lists_tabs)
+        self.list_boxes: dict[ListName, QWidget] = {}
+        self._tab_index = LISTS.index("hybrid")  # the list a turn's prompt takes its hits from, shown first
+        self.fits: dict[ListName, FitToPane] = {}
         self.models: dict[ListName, RecordTableModel[Candidate]] = {}
         self.tables: dict[ListName, QTableView] = {}
         self.captions: dict[ListName, QLabel] = {}
@@ -248,22 +259,22 @@ class RecallPlaygroundPane(QWidget):
             table.setWordWrap(False)
             header = table.horizontalHeader()
             header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-            header.setStretchLastSection(True)
-            _fit_columns(table, model)
-            # The message is what people read: shown right after the rank, at half the list's width
-            # (the scores follow, and scroll into view); at the end it was cut to a few characters.
+            # The message is what people read: shown right after the rank (at the end it was cut to a
+            # few characters), with what is left once the rank, scores and status have their widths.
             header.moveSection(model.columnCount() - 1, 1)
-            header.setStretchLastSection(False)
-            table.viewport().installEventFilter(self._message_width)
+            self.fits[name] = FitToPane(table, SAMPLES, STATUS_SHARE, last="Message", pad=14, caps=STATUS_CAP,
+                                        floors=STATUS_FLOOR,
+                                        rest_sample=MESSAGE_LEAST, optional=OPTIONAL[name])
             table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
             table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
             table.selectionModel().selectionChanged.connect(
                 lambda sel, _old, n=name: self._row_picked(n, sel))
             bl.addWidget(table, 1)
             lists.addWidget(box)
+            self.list_boxes[name] = box
             self.models[name], self.tables[name], self.captions[name] = model, table, note
-        lists.setSizes([330, 380, 470])
-        vsplit.addWidget(lists)
+        vsplit.addWidget(self.lists_stack)
+        self.lists_stack.installEventFilter(self)
 
         bottom = QSplitter(Qt.Orientation.Horizontal)
         picker = QWidget()
@@ -280,6 +291,9 @@ class RecallPlaygroundPane(QWidget):
         self.thread_list = QListWidget(self)
         self.thread_list.setObjectName("recallThreadMessages")
         self.thread_list.setUniformItemSizes(True)
+        # As wide as the pane: a long message ends in "…" (its tooltip holds it), no sideways scrolling.
+        self.thread_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.thread_list.setTextElideMode(Qt.TextElideMode.ElideRight)
         pl.addWidget(self.thread_list, 1)
         bottom.addWidget(picker)
         self.explain_view = QTextBrowser(self)
@@ -314,6 +328,47 @@ class RecallPlaygroundPane(QWidget):
         self.why_edit.returnPressed.connect(self.explain_now)
         self.thread_list.currentItemChanged.connect(self._thread_message_picked)
 
+    # -- side by side, or in tabs --------------------------------------------------------------------
+    def side_by_side(self) -> bool:
+        return self.lists_stack.currentWidget() is self.lists_split
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if watched is self.lists_stack and event.type() == QEvent.Type.Resize and isinstance(event, QResizeEvent):
+            if event.size().width() != event.oldSize().width():  # (a handle the user dragged holds otherwise)
+                self._arrange_lists(event.size().width())
+        return False
+
+    def _arrange_lists(self, width: int) -> None:
+        handles = self.lists_split.handleWidth() * (len(LISTS) - 1)
+        least = [self.fits[name].least() for name in LISTS]
+        spare = width - sum(least) - handles
+        side = spare >= 0
+        if side:
+            if not self.side_by_side():
+                self._tab_index = self.lists_tabs.currentIndex()
+                for name in LISTS:
+                    self.lists_split.addWidget(self.list_boxes[name])  # (taken out of its tab)
+                    self.list_boxes[name].show()  # (a tab not on top was hidden)
+                self.lists_stack.setCurrentWidget(self.lists_split)
+            # each list what it needs, and a share of the rest (a handle the user dragged holds until
+            # the pane's width changes: a change of its height alone, such as the splitter below, keeps it)
+            self.lists_split.setSizes([n + int(spare * share) for n, share in zip(least, LIST_SHARES)])
+        elif self.side_by_side():
+            for name in LISTS:
+                self.lists_tabs.addTab(self.list_boxes[name], "")
+            self._title_tabs()
+            self.lists_tabs.setCurrentIndex(self._tab_index)
+            self.lists_stack.setCurrentWidget(self.lists_tabs)
+
+    def _title_tabs(self) -> None:
+        """In tabs, each list's name and its hits ("Keyword · 0 hits"), so the lists not on top still say
+        what they hold."""
+        ins = self.inspection
+        for name in LISTS:
+            index = self.lists_tabs.indexOf(self.list_boxes[name])
+            if index >= 0:
+                self.lists_tabs.setTabText(index, lay.tab_title(name, ins))
+
     def _threshold_toggled(self, on: bool) -> None:
         self.threshold_spin.setEnabled(on)
         self.schedule()
@@ -334,7 +389,7 @@ class RecallPlaygroundPane(QWidget):
             self._touched = False
             self._load_agent_options(selection.thread_id)
         if selection.message_id is not None and selection.message_id != previous.message_id:
-            self.why_edit.setText(selection.message_id)
+            self._show_id(selection.message_id)
         if (selection.resource_id, selection.thread_id) != (previous.resource_id, previous.thread_id):
             self.subtitle.setText(self._scope_text())
             self.schedule()
@@ -421,7 +476,7 @@ class RecallPlaygroundPane(QWidget):
         for r in rows:
             item = QListWidgetItem(f"{r.role}: {' '.join(r.preview.split())[:120]}")
             item.setData(Qt.ItemDataRole.UserRole, r.id)
-            item.setToolTip(f"{r.id}\n{r.preview[:400]}")
+            item.setToolTip(f"{r.id}\n{r.preview if len(r.preview) <= 400 else r.preview[:399] + '…'}")
             self.thread_list.addItem(item)
 
     # -- searching -------------------------------------------------------------------------------
@@ -469,6 +524,7 @@ class RecallPlaygroundPane(QWidget):
         else:
             self._hide_banner()
         self.summary.setText(lay.search_summary(ins) + "\n" + lay.indexed_by_text(view.indexed_by, ins.model_id))
+        self._title_tabs()
         self.status.setText("")
         self.searched.emit(view)
         if self.why_edit.text().strip():
@@ -499,6 +555,7 @@ class RecallPlaygroundPane(QWidget):
             self.captions[name].setText("")
         self._hide_banner()
         self.summary.setText(why or "Type a query to see what recall finds, list by list.")
+        self._title_tabs()
         self.status.setText("")
 
     def _hide_banner(self) -> None:
@@ -521,8 +578,14 @@ class RecallPlaygroundPane(QWidget):
         if item is not None:
             self.explain(str(item.data(Qt.ItemDataRole.UserRole)))
 
-    def explain(self, message_id: str) -> None:
+    def _show_id(self, message_id: str) -> None:
+        """An id put in the field shows from its start (the cursor at its end showed "…-8eb4-1d840e194a10"
+        in a narrow pane, the start out of sight)."""
         self.why_edit.setText(message_id)
+        self.why_edit.setCursorPosition(0)
+
+    def explain(self, message_id: str) -> None:
+        self._show_id(message_id)
         self.explain_now()
 
     def explain_now(self) -> None:

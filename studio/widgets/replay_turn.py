@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QEvent, QModelIndex, QObject, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal
 from PySide6.QtGui import QColor, QResizeEvent
 from PySide6.QtWidgets import (
-    QHeaderView,
     QLabel,
     QScrollArea,
     QSizePolicy,
     QSplitter,
-    QTableView,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -35,7 +33,6 @@ from studio.logic.replay_layout import (
     StepRow,
     TokenRow,
     change_summary,
-    fit_columns,
     input_ids,
     prompt_text,
     prompt_text_diff,
@@ -51,6 +48,7 @@ from studio.logic.edit_marks import changed_since, edited_note, fragment_mark, s
 from studio.replay_jobs import StepData
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.fitted_label import FittedLabel
 from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.pane_header import caption
@@ -129,39 +127,6 @@ class StepTableModel(RecordTableModel[StepRow]):
         return None
 
 
-class _FitToPane(QObject):
-    """Keeps the context table as wide as its pane (it was ~1,070 px of columns in a ~520 px pane at a
-    1,500 px window, Why and Text out of sight): on each resize the narrow columns get what their usual
-    text needs, Source, Stored and Why a share of the rest, and Text what is left; a cut cell ends in
-    "…" and its tooltip holds the whole."""
-
-    def __init__(self, table: QTableView) -> None:
-        super().__init__(table)
-        self.table = table
-        header = table.horizontalHeader()
-        header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
-        header.setSectionResizeMode(table.model().columnCount() - 1, QHeaderView.ResizeMode.Interactive)
-        table.viewport().installEventFilter(self)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
-        if event.type() == QEvent.Type.Resize:
-            self.fit()
-        return False
-
-    def fit(self) -> None:
-        table, model = self.table, self.table.model()
-        metrics, pad = table.fontMetrics(), 16
-        titles = {str(model.headerData(c, Qt.Orientation.Horizontal)): c for c in range(model.columnCount())}
-        fixed = {t: max(metrics.horizontalAdvance(sample), metrics.horizontalAdvance(t)) + pad
-                 for t, sample in STEP_SAMPLES.items()}
-        minimum = {t: metrics.horizontalAdvance(t) + pad for t in STEP_SHARES}
-        text = metrics.horizontalAdvance("Text") + pad  # the last column takes what is left, at least this
-        table.horizontalHeader().setMinimumSectionSize(min(text, metrics.horizontalAdvance("#") + pad))
-        widths = fit_columns(table.viewport().width(), fixed, STEP_SHARES, minimum, last="Text", rest=text)
-        for title, width in widths.items():
-            table.setColumnWidth(titles[title], width)
-
-
 def _ignored_width(label: QLabel) -> QLabel:
     """Long dynamic text must never widen the window: it wraps or is cut, the width comes from the pane."""
     label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -189,7 +154,7 @@ class TurnView(QSplitter):
         self.step_table = table_for(self.step_model, STEP_WIDTHS)
         self.step_table.setObjectName("replayFragments")
         self.step_table.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self._fit = _FitToPane(self.step_table)
+        self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text")
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)

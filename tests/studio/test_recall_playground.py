@@ -403,3 +403,124 @@ def test_the_keyword_list_says_what_its_scores_are_on_each_backend(qtbot, tmp_pa
             pane.close()
         finally:
             session.close()
+
+
+def _shown_lists(qtbot, pane):
+    """Each list as the user sees it: side by side, or each tab brought to the top in turn."""
+    for name in ("vector", "keyword", "hybrid"):
+        if not getattr(pane, "side_by_side", lambda: True)():  # (one at a time in tabs when narrow)
+            pane.lists_tabs.setCurrentWidget(pane.list_boxes[name])
+        table = pane.tables[name]
+        qtbot.waitUntil(lambda t=table: t.isVisible() and t.viewport().width() > 0, timeout=5_000)
+        yield name, table
+
+
+@pytest.mark.parametrize("width", [700, 1100])  # the pane in a main window 1,100 and 1,500 px wide
+def test_every_list_fits_the_pane_with_status_scores_and_message_readable(qtbot, pane, session, width):
+    """The lists' columns were sized once, so Status (and at 1,100 px the scores) ran past each list's
+    edge and were read only by scrolling sideways. Every list now fits: rank, scores and the status word
+    at their full width, the message with what is left; a cut cell ends in "…" and its tooltip holds it."""
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from core.memory import Memory
+
+    Memory(session.store).edit_message("t-food-0", resource_id="ada", text="I like olives and capers " * 8)
+    pane.resize(width, 800)
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts shellfish")
+    statuses = set()
+    for name, table in _shown_lists(qtbot, pane):
+        model, header = pane.models[name], table.horizontalHeader()
+        shown = [c for c in range(model.columnCount()) if not table.isColumnHidden(c)]
+        assert sum(table.columnWidth(c) for c in shown) <= table.viewport().width(), (width, name)
+        assert table.horizontalScrollBar().maximum() == 0, (width, name)
+        metrics = table.fontMetrics()
+        bold = QFont(header.font())
+        bold.setWeight(QFont.Weight.DemiBold)
+        titles = {model.headerData(c, Qt.Orientation.Horizontal): c for c in range(model.columnCount())}
+        status, message = titles["Status"], titles["Message"]
+        assert table.columnWidth(status) > metrics.horizontalAdvance("below threshold")
+        assert table.columnWidth(message) > metrics.horizontalAdvance("user: Message")
+        for title, c in titles.items():
+            if c in shown and title not in ("Message", "Status"):  # a heading is never cut
+                assert table.columnWidth(c) > QFontMetrics(bold).horizontalAdvance(title), (name, title)
+            for r in range(model.rowCount()):
+                text = str(model.index(r, c).data())
+                if c in shown and title != "Message":  # ranks and scores whole; a long status word has a tooltip
+                    fits = metrics.horizontalAdvance(text) < table.columnWidth(c)
+                    assert fits or model.index(r, c).data(Qt.ItemDataRole.ToolTipRole) == text, (name, title, text)
+        statuses |= {model.index(r, status).data() for r in range(model.rowCount())}
+        # a score column left out of a narrow list is still said in the row's tooltips
+        for title in ("Vector", "Keyword", "Cosine"):
+            if title in titles and titles[title] not in shown and model.rowCount():
+                assert "cosine" in model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)
+        assert table.textElideMode() == Qt.TextElideMode.ElideRight
+    assert "edited since indexed" in statuses
+    assert pane.side_by_side() == (width > 1000)
+    if not pane.side_by_side():  # the lists not on top still say what they hold
+        texts = [pane.lists_tabs.tabText(i) for i in range(pane.lists_tabs.count())]
+        assert [t.split(" · ")[0] for t in texts] == ["Vector", "Keyword", "Hybrid"]
+        assert all(" hit" in t for t in texts)
+    # the thread's messages below: as wide as the pane, a long one cut with "…"
+    qtbot.waitUntil(lambda: pane.thread_list.count() == 4, timeout=15_000)
+    assert not pane.thread_list.horizontalScrollBar().isVisible()
+
+
+def test_a_rows_tooltip_says_its_status_as_its_status_cell_does(qtbot, pane, session):
+    """The Message cell's tooltip (what a user reads of a cut message) said "status: deleted" for a
+    row stored but unreadable, whose Status cell says "unreadable row"; and it cut a long message at
+    600 characters without a mark."""
+    another_program(session.store.location.path,
+                    "UPDATE mastra_messages SET content = '{not json' WHERE id = 't-food-0'")
+    long_text = "peanuts " + "and a long note about dinner " * 40
+    from core.memory import Memory
+
+    Memory(session.store).edit_message("t-food-2", resource_id="ada", text=long_text)
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "peanuts shellfish dinner")
+    cut = 0
+    for name in ("vector", "keyword", "hybrid"):
+        model = pane.models[name]
+        message = model.columnCount() - 1
+        for r in range(model.rowCount()):
+            status = model.index(r, message - 1).data()
+            tip = model.index(r, message).data(Qt.ItemDataRole.ToolTipRole)
+            assert f"status: {status}" in tip, (name, status, tip)
+            if model.row_at(r).message_id == "t-food-2":
+                assert tip.endswith("…") and long_text[:500] in tip
+                cut += 1
+    assert cut  # (the long one is listed: as "edited since indexed" in the keyword list)
+
+
+def test_a_lists_width_the_user_set_holds_when_only_the_height_changes(qtbot, pane):
+    """The lists share the width by what each needs on every change of the pane's width; a handle the user
+    dragged is kept when only the height changes (the splitter under the lists, a taller window)."""
+    pane.resize(1100, 800)
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts")
+    assert pane.side_by_side()
+    split = pane.lists_split
+    sizes = split.sizes()
+    dragged = [sizes[0] + 60, sizes[1] - 60, sizes[2]]
+    split.setSizes(dragged)
+    qtbot.waitUntil(lambda: split.sizes() == dragged, timeout=5_000)
+    height = pane.lists_stack.height()
+    pane.resize(1100, 700)
+    qtbot.waitUntil(lambda: pane.lists_stack.height() != height, timeout=5_000)
+    assert split.sizes() == dragged
+    pane.resize(1200, 700)  # a new width: each list its need and a share of the rest again
+    qtbot.waitUntil(lambda: split.sizes() != dragged, timeout=5_000)
+
+
+def test_a_picked_message_id_shows_from_its_start(qtbot, pane):
+    """A row clicked or a message picked put its id in the "why not?" field with the cursor at its end: in
+    a narrow pane the field showed the id's tail ("-8eb4-1d840e194a10") and not its start."""
+    pane.resize(700, 800)
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts")
+    long_id = "t-food-0"
+    with qtbot.waitSignal(pane.explained, timeout=15_000):
+        pane.explain(long_id)
+    assert pane.why_edit.text() == long_id and pane.why_edit.cursorPosition() == 0
+    pane.set_selection(Selection("ada", "t-food", "t-food-1"))
+    assert pane.why_edit.text() == "t-food-1" and pane.why_edit.cursorPosition() == 0

@@ -1,0 +1,39 @@
+"""Column widths that keep a table as wide as its pane (pure: no Qt).
+
+A table whose columns were sized once ran past its pane's edge at ordinary window widths, so what was
+at its right end (a status, a score) could only be read by scrolling. ``fit_columns`` gives each column
+a width from the table's width on every resize: the narrow columns what their usual text needs, the
+wider ones a share of the rest, the last what is left; a cut cell elides its text ("…") and its
+tooltip holds the whole. Used by Replay's context table and the recall playground's lists
+(``studio.widgets.fit_to_pane``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+
+def fit_columns(total: int, fixed: Mapping[str, int], shares: Mapping[str, float],
+                minimum: Mapping[str, int], last: str, rest: int = 0,
+                maximum: Mapping[str, int] | None = None, optional: Sequence[str] = ()) -> dict[str, int]:
+    """Widths in pixels for a table ``total`` pixels wide: the ``fixed`` columns as given, each column of
+    ``shares`` its share of what is left once the ``last`` column has its ``rest`` (and at least its
+    ``minimum``, at most its ``maximum``), and ``last`` the remainder (at least ``rest``). A column cut
+    short elides its text, whose whole is in the cell's tooltip.
+
+    ``optional``: fixed columns left out, in this order, while the table is too narrow for the others'
+    widths and minima (a left-out column is absent from the answer: its table hides it)."""
+    fixed = dict(fixed)
+    floor = sum(minimum.get(title, 0) for title in shares) + rest
+    for title in optional:
+        if sum(fixed.values()) + floor <= total:
+            break
+        fixed.pop(title, None)
+    spare = max(0, total - sum(fixed.values()) - rest)
+    cap = maximum or {}
+    out = {**fixed}
+    for title, share in shares.items():
+        width = max(minimum.get(title, 0), int(spare * share))
+        out[title] = min(width, cap[title]) if title in cap else width
+    out[last] = max(rest, total - sum(out.values()))
+    return out

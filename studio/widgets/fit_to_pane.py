@@ -1,0 +1,89 @@
+"""Keeps a table's columns as wide as its pane on every resize (``studio.logic.column_fit``).
+
+Before this, Replay's context table was ~1,070 px of columns in a ~520 px pane at a 1,500 px window, and
+the recall playground's lists ran past their edges at 1,100 and 1,500 px (Status and scores out of
+sight): the narrow columns now get what their usual text needs, the wider ones a share of the rest, the
+last what is left; a cut cell ends in "…" and its tooltip holds the whole.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QFont, QFontMetrics
+from PySide6.QtWidgets import QHeaderView, QTableView
+
+from studio.logic.column_fit import fit_columns
+
+
+def titles_of(table: QTableView) -> dict[str, int]:
+    """Each column's title and its (logical) index."""
+    model = table.model()
+    return {str(model.headerData(c, Qt.Orientation.Horizontal)): c for c in range(model.columnCount())}
+
+
+class FitToPane(QObject):
+    """``samples``: each narrow column's widest usual text (it gets that width); ``shares``: each wider
+    column's share of what is left (at least its title and its ``floors`` sample, at most its ``caps``
+    sample, when given);
+    ``last``: the column that takes the rest (at least its title, or ``rest_sample``); ``optional``:
+    narrow columns hidden, in this order, while the table cannot hold the others (what they show is
+    said elsewhere)."""
+
+    def __init__(self, table: QTableView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
+                 *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
+                 rest_sample: str | None = None, optional: Sequence[str] = ()) -> None:
+        super().__init__(table)
+        self.table = table
+        self.samples, self.shares, self.last, self.pad = dict(samples), dict(shares), last, pad
+        self.caps, self.floors = dict(caps or {}), dict(floors or {})
+        self.rest_sample, self.optional = rest_sample, tuple(optional)
+        table.setTextElideMode(Qt.TextElideMode.ElideRight)
+        header = table.horizontalHeader()
+        header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
+        header.setSectionResizeMode(titles_of(table)[last], QHeaderView.ResizeMode.Interactive)
+        table.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.Resize:
+            self.fit()
+        return False
+
+    def _widths(self) -> tuple[dict[str, int], dict[str, int], dict[str, int], int]:
+        """The fixed columns' widths, the shared ones' minima and caps, and the last column's least."""
+        metrics, pad, titles = self.table.fontMetrics(), self.pad, titles_of(self.table)
+        bold = QFont(self.table.horizontalHeader().font())
+        bold.setWeight(QFont.Weight.DemiBold)  # (the themes draw the headings at weight 600)
+        heading = QFontMetrics(bold)
+        fixed = {t: max(metrics.horizontalAdvance(sample), heading.horizontalAdvance(t)) + pad
+                 for t, sample in self.samples.items() if t in titles}
+        minimum = {t: max(heading.horizontalAdvance(t), metrics.horizontalAdvance(self.floors.get(t, ""))) + pad
+                   for t in self.shares}
+        caps = {t: metrics.horizontalAdvance(sample) + pad for t, sample in self.caps.items()}
+        rest = metrics.horizontalAdvance(self.rest_sample or self.last) + pad  # the last column's least
+        return fixed, minimum, caps, rest
+
+    def least(self) -> int:
+        """The narrowest the table can be without scrolling sideways (the optional columns left out), its
+        frame and vertical scroll bar included."""
+        fixed, minimum, _caps, rest = self._widths()
+        kept = sum(w for t, w in fixed.items() if t not in self.optional)
+        chrome = self.table.width() - self.table.viewport().width() if self.table.isVisible() else 0
+        chrome = max(chrome, 2 * self.table.frameWidth() + self.table.verticalScrollBar().sizeHint().width())
+        return kept + sum(minimum.values()) + rest + chrome
+
+    def fit(self) -> None:
+        table = self.table
+        metrics, pad = table.fontMetrics(), self.pad
+        titles = titles_of(table)
+        fixed, minimum, caps, rest = self._widths()
+        table.horizontalHeader().setMinimumSectionSize(min(rest, metrics.horizontalAdvance("#") + pad))
+        widths = fit_columns(table.viewport().width(), fixed, self.shares, minimum, last=self.last, rest=rest,
+                             maximum=caps, optional=[t for t in self.optional if t in titles])
+        for title, column in titles.items():
+            hidden = title not in widths
+            if table.isColumnHidden(column) != hidden:
+                table.setColumnHidden(column, hidden)
+            if not hidden:
+                table.setColumnWidth(column, widths[title])
