@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from core.recall.keyword import KeywordHit, TermStats
 from core.recall.matrix import ScopeVectors
+from core.recall.passages import StoredPassage
 from core.recall.types import DocRow, VectorRow
 from core.recall.vector_table import VectorState
 
@@ -45,8 +46,10 @@ class KeywordBackend(Protocol):
 
     def delete_thread(self, conn: sa.Connection, thread_id: str) -> None: ...
 
-    def drain(self, conn: sa.Connection, indexed: Collection[str] = ()) -> tuple[int, list[str]]:
-        """Apply one batch of queued message changes; (changes applied, ids of messages gone)."""
+    def drain(self, conn: sa.Connection, indexed: Collection[str] = (),
+              changed: "dict[str, StoredPassage] | None" = None) -> tuple[int, list[str]]:
+        """Apply one batch of queued message changes; (changes applied, ids of messages gone).
+        ``changed``: filled with the stored messages whose doc was rewritten for a queued change."""
 
     def has_pending(self, conn: sa.Connection) -> bool: ...
 

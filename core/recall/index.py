@@ -65,6 +65,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 INDEXED_ROLES = passages.INDEXED_ROLES
 DRAIN_PER_SEARCH = 20_000
+# Messages a write re-embeds at most because the drain found their vector of another passage
+# (``RecallIndex.stale_vectors``); ``refresh_messages`` checks their next messages on top.
+STALE_PER_WRITE = 100
 
 log = logging.getLogger(__name__)
 
@@ -435,14 +438,54 @@ class RecallIndex:
             self.keywords.write_docs(conn, docs)
             # Writers apply the change queue (searches never write): the rows just saved, plus
             # whatever other processes changed since, up to one batch per save.
-            _applied, gone = self.keywords.drain(conn, indexed={m.id for m, _ in todo})
+            changed: dict[str, passages.StoredPassage] = {}
+            _applied, gone = self.keywords.drain(conn, indexed={m.id for m, _ in todo}, changed=changed)
             self.vectors.delete(conn, "message_id", gone)
+            if changed:  # only when other processes' updates were queued: a plain save reads nothing more
+                staged.stale = self.stale_vectors(conn, changed)
         if rows:
             self.vectors.upsert(conn, rows)
         if self.has_fts:
             report.keyword_indexed.extend([m.id for m, _ in todo])
         report.indexed.extend([r[0] for r in rows])
         return {str(r[2]["resource_id"]) for r in rows if r[2].get("resource_id")}
+
+    def stale_vectors(self, conn: sa.Connection, changed: dict[str, passages.StoredPassage]) -> list[str]:
+        """Of the messages a drain just re-keyed for a queued change (``changed``: their passages now),
+        those whose vector of this model was embedded from another passage: a row rewritten by a program
+        that left our vector in place (an SQL ``UPDATE``; a delete and a re-insert under the same id).
+        Also the next message of each changed message that has no vector of ours (a ``Memory`` with recall
+        off drops an edited message's vectors at once) when the next one's vector was embedded from
+        another passage (its context, the changed message's text, moved). ``StagedIndex.finish`` hands
+        them to ``refresh_messages`` after the commit, which re-embeds them (and checks the next message
+        of each), never under the write lock.
+
+        At most ``STALE_PER_WRITE`` changed messages of each kind a write, so one save never embeds
+        thousands; the other stale ones are queued again (an ``upsert``: their docs are current) for the
+        next writes. Reads one vector state per changed message (one statement; per 500 on Postgres), then a
+        seek per changed message without a vector for its next one; a plain save (nothing queued) none."""
+        held = self.vectors.stored_state(conn, list(changed))
+        ours = {mid for mid, v in held.items() if v.model_id in (None, self.model_id)}
+        stale = [mid for mid, p in changed.items()
+                 if mid in ours and (not p.indexable or held[mid].stale(p.hash, p.text))]
+        bare = [mid for mid, p in changed.items() if mid not in ours and p.thread_id]
+        stale, later = stale[:STALE_PER_WRITE], stale[STALE_PER_WRITE:]
+        if later:
+            conn.exec_driver_sql(f"INSERT INTO {QUEUE_TABLE} (message_id, op) VALUES (?, 'upsert')",
+                                 [(mid,) for mid in later])
+        # Not queued again: a message without our vector may be any other program's re-save, or one a
+        # model change left unembedded, so many of them would keep coming back; past the bound their
+        # next messages wait for ``memory-studio reindex``, as before.
+        bare = bare[:STALE_PER_WRITE]
+        after = passages.next_ids(conn, [(str(changed[mid].thread_id), changed[mid].created_at, mid) for mid in bare])
+        after -= set(changed)
+        if after:
+            nexts = passages.load(conn, after)
+            states = self.vectors.stored_state(conn, list(nexts))
+            stale.extend(mid for mid, p in nexts.items()
+                         if (v := states.get(mid)) is not None and v.model_id in (None, self.model_id)
+                         and p.indexable and v.stale(p.hash, p.text))
+        return stale
 
     def _rows(
         self, todo: list[tuple[Message, str]], contexts: list[str], vectors: np.ndarray | None, report: IndexReport,
@@ -725,7 +768,8 @@ class RecallIndex:
             for marks, params in bulk.in_lists(conn, ids):
                 docs.update((mid, (digest, None)) for mid, digest in conn.exec_driver_sql(
                     f"SELECT d.message_id, d.content_hash FROM {DOCS_TABLE} d WHERE d.message_id IN ({marks}) "
-                    f"AND EXISTS (SELECT 1 FROM {QUEUE_TABLE} q WHERE q.message_id = d.message_id AND q.op = 'upsert')",
+                    f"AND EXISTS (SELECT 1 FROM {QUEUE_TABLE} q WHERE q.message_id = d.message_id "
+                    "AND q.op IN ('upsert', 'delete'))",  # a delete of a message stored now: written again since
                     params))
         if not docs:
             return set()
@@ -818,6 +862,7 @@ class StagedIndex:
         self.pending = bool(todo)
         self._written: set[str] = set()
         self.followers: list[str] = []  # stored after the batch, their passages to check (``finish``)
+        self.stale: list[str] = []  # re-keyed by the drain, their vectors of another passage (``finish``)
         # thread id: (other messages stored among the batch's, the message after its last), read by ``_recheck``
         self.spans: dict[str, tuple[bool, str | None]] = {}
 
@@ -870,6 +915,8 @@ class StagedIndex:
                             self.vectors[list(moved)] = again
             self._written = index._write_staged(conn, self)
             self.followers = index._followers(conn, self)
+            if self.stale:
+                self.followers = list(dict.fromkeys([*self.followers, *self.stale]))
             driver_sql.execute(conn, "RELEASE SAVEPOINT recall_index")
         except Exception as exc:
             log.warning("recall index write of %d message(s) failed", len(self.todo), exc_info=True)
@@ -877,6 +924,7 @@ class StagedIndex:
             conn.exec_driver_sql("RELEASE SAVEPOINT recall_index")
             self.fail(f"write failed: {exc}")
             self._written = set()
+            self.stale = []
 
     def _stored_as_staged(self, saved: Sequence[Message]) -> bool:
         """Whether the save stored the very messages staged, in order, and no other (the usual save)."""

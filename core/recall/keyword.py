@@ -198,7 +198,8 @@ _FRESH_SQL = "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY row
 
 
 def drain_queue(
-    conn: sa.Connection, limit: int = DRAIN_BATCH, indexed: Collection[str] = ()
+    conn: sa.Connection, limit: int = DRAIN_BATCH, indexed: Collection[str] = (),
+    changed: "dict[str, passages.StoredPassage] | None" = None,
 ) -> tuple[int, list[str]]:
     """Apply up to ``limit`` message changes to the keyword index: rows inserted since the watermark
     (from any process, Mastra included) and queued updates and deletes.
@@ -208,6 +209,9 @@ def drain_queue(
     Runs inside the caller's write transaction, so nothing is inserted while it reads the rowids.
     ``indexed``: messages whose keyword rows the caller has just written in this transaction (the
     save that triggered the drain); they are counted as applied without being read again.
+    ``changed``: when given, the stored messages whose doc this drain rewrote for a queued change (an
+    update, or a delete followed by a re-insert under the same id) are added to it with their passage
+    now, so the caller can check their vectors (``RecallIndex.stale_vectors``); new rows are not.
     """
     # The watermark, the queue (empty on most saves) and the rows inserted above the watermark, in
     # one statement: part 0 is the watermark and the queue by seq, part 1 the new rows (one row).
@@ -242,6 +246,8 @@ def drain_queue(
     # Deleted (or deleted again after a queued upsert): whatever no longer exists.
     gone = sorted(({m for m, op in last_op.items() if op == "delete"} | candidates) - found)
     delete_docs(conn, gone)
+    if changed is not None:
+        changed.update((mid, stored[mid]) for mid in last_op if mid in stored)
     if queued:
         conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq <= ?", (queued[-1][0],))
     if newest is not None:
@@ -355,8 +361,9 @@ class Fts5Keywords:
     def delete_thread(self, conn: sa.Connection, thread_id: str) -> None:
         delete_thread(conn, thread_id)
 
-    def drain(self, conn: sa.Connection, indexed: Collection[str] = ()) -> tuple[int, list[str]]:
-        return drain_queue(conn, indexed=indexed)
+    def drain(self, conn: sa.Connection, indexed: Collection[str] = (),
+              changed: "dict[str, passages.StoredPassage] | None" = None) -> tuple[int, list[str]]:
+        return drain_queue(conn, indexed=indexed, changed=changed)
 
     def has_pending(self, conn: sa.Connection) -> bool:
         return has_pending(conn)

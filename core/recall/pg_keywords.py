@@ -184,13 +184,15 @@ def has_pending(conn: sa.Connection) -> bool:
 
 def pending_changes(conn: sa.Connection, limit: int = 20_000) -> tuple[set[str], set[str] | None]:
     """(queued messages that no longer exist: still in the index, gone from the store; None when an
-    update is queued, so any keyword hit's doc may hold an older text (``RecallIndex.edited_since_indexed``
+    update is queued (or a delete of a message stored again since under the same id), so any keyword
+    hit's doc may hold an older text (``RecallIndex.edited_since_indexed``
     checks the hits), else an empty set). One statement, read-only: a row with no id says an update waits
     (the queue holds every doc of a re-key, ``pg_schema`` 0026: their ids are not read on every search)."""
     rows = conn.exec_driver_sql(
         f"SELECT DISTINCT q.message_id FROM (SELECT message_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?) q "
         "WHERE NOT EXISTS (SELECT 1 FROM mastra_messages m WHERE m.id = q.message_id) "
-        f"UNION ALL SELECT NULL WHERE EXISTS (SELECT 1 FROM {QUEUE_TABLE} WHERE op = 'upsert')", (limit,)
+        f"UNION ALL SELECT NULL WHERE EXISTS (SELECT 1 FROM {QUEUE_TABLE} u WHERE u.op = 'upsert' OR (u.op = 'delete' "
+        "AND EXISTS (SELECT 1 FROM mastra_messages m WHERE m.id = u.message_id)))", (limit,)
     ).all()
     gone = {r[0] for r in rows if r[0] is not None}
     return gone, (None if len(gone) < len(rows) else set())
@@ -213,11 +215,13 @@ def claim_queued(conn: sa.Connection, message_ids: list[str]) -> None:
         )
 
 
-def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, list[str]]:
+def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH,
+                changed: "dict[str, passages.StoredPassage] | None" = None) -> tuple[int, list[str]]:
     """Apply queued message changes (from any process). Returns (entries applied, ids deleted).
 
     Runs in the caller's write transaction; ``SKIP LOCKED`` lets two processes drain at once
-    without waiting on each other or applying one change twice.
+    without waiting on each other or applying one change twice. ``changed``: when given, the stored
+    messages whose doc this drain rewrote are added to it with their passage (``keyword.drain_queue``).
     """
     queued = conn.exec_driver_sql(
         f"SELECT seq, message_id, op FROM {QUEUE_TABLE} ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED", (limit,)
@@ -225,19 +229,28 @@ def drain_queue(conn: sa.Connection, limit: int = DRAIN_BATCH) -> tuple[int, lis
     if not queued:
         return 0, []
     last: dict[str, str] = {}
+    deleted: set[str] = set()
     for _seq, mid, op in queued:
         last[mid] = op
+        if op == "delete":
+            deleted.add(mid)
     ids = list(last)
     have = {r[0] for r in conn.exec_driver_sql(
         f"SELECT message_id FROM {DOCS_TABLE} WHERE message_id = ANY(CAST(? AS text[]))", (ids,)
     )}
-    # Inserted and indexed by the process that saved them (with their context): nothing to do.
-    todo = [mid for mid, op in last.items() if not (op == "insert" and mid in have)]
+    # Inserted and indexed by the process that saved them (with their context): nothing to do. Not an
+    # insert after a delete of the same id (another program deleted the message and wrote it again,
+    # maybe with another text): the doc there is the deleted message's, so it is keyed again.
+    skip = {mid for mid, op in last.items() if op == "insert" and mid in have and mid not in deleted}
+    todo = [mid for mid in ids if mid not in skip]
     stored = passages.load(conn, todo)
-    gone = [mid for mid in ids if mid not in stored and not (last[mid] == "insert" and mid in have)]
+    gone = [mid for mid in todo if mid not in stored]
     delete_docs(conn, gone)
     upsert_docs(conn, [(p.message_id, p.thread_id, p.resource_id, p.text if p.indexable else "", p.context)
                        for p in stored.values()])
+    if changed is not None:
+        # Updated, or deleted and written again (a new message another program wrote is not one); oldest first.
+        changed.update((mid, stored[mid]) for mid in todo if mid in stored and (last[mid] != "insert" or mid in deleted))
     conn.exec_driver_sql(f"DELETE FROM {QUEUE_TABLE} WHERE seq = ANY(CAST(? AS bigint[]))", ([q[0] for q in queued],))
     return len(queued), gone
 
@@ -356,8 +369,9 @@ class TsvectorKeywords:
     def delete_thread(self, conn: sa.Connection, thread_id: str) -> None:
         delete_thread(conn, thread_id)
 
-    def drain(self, conn: sa.Connection, indexed: Collection[str] = ()) -> tuple[int, list[str]]:
-        return drain_queue(conn)
+    def drain(self, conn: sa.Connection, indexed: Collection[str] = (),
+              changed: "dict[str, passages.StoredPassage] | None" = None) -> tuple[int, list[str]]:
+        return drain_queue(conn, changed=changed)
 
     def has_pending(self, conn: sa.Connection) -> bool:
         if self.log is not None and self.log.sync(conn):
