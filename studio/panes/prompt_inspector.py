@@ -66,6 +66,7 @@ from studio.logic.edit_marks import changed_since, edited_note, sources_note
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
+from studio.widgets.fitted_label import FittedLabel
 from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
@@ -216,8 +217,13 @@ class PromptInspectorPane(QWidget):
         detail = QWidget()
         dl = QVBoxLayout(detail)
         dl.setContentsMargins(0, 0, 0, 0)
-        self.detail_header = caption("Fragment")
-        self.detail_header.setWordWrap(True)  # its time and score wrap, never cut off by the Request side
+        # Its time and score wrap, never cut off by the Request side, and a crowded pane never cuts its
+        # lines either (a themed window of 700 px gave it four of five: ``FittedLabel``).
+        self.detail_header = FittedLabel("Fragment")
+        self.detail_header.setObjectName("caption")
+        bold = self.detail_header.font()
+        bold.setBold(True)
+        self.detail_header.setFont(bold)
         self.detail_sources = elastic(QLabel(""), wrap=True)  # a long list of message ids wraps
         self.detail_sources.setTextFormat(Qt.TextFormat.RichText)
         self.detail_sources.linkActivated.connect(self.open_message.emit)
@@ -235,7 +241,10 @@ class PromptInspectorPane(QWidget):
         for button in (self.edit_btn, self.pin_btn):
             button.setEnabled(False)
             actions.addWidget(button)
-        actions.addWidget(self.detail_header, 1)
+        actions.addStretch(1)
+        # The header on a line of its own, the whole width: beside the two buttons it had a third of a
+        # narrow pane and wrapped to five lines, more than a crowded pane gave it.
+        dl.addWidget(self.detail_header)
         dl.addLayout(actions)
         dl.addWidget(self.detail_sources)
         detail_split = QSplitter(Qt.Orientation.Vertical)  # recalled messages above the fragment's text

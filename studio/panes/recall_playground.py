@@ -69,6 +69,9 @@ STATUS_SHARE = {"Status": 0.5}
 STATUS_CAP = {"Status": "edited since indexed"}
 STATUS_FLOOR = {"Status": "below threshold"}  # (at least: every status word but "edited since indexed")
 MESSAGE_LEAST = "user: Message"
+# ... and never less than half of its list, nor 170 px: the message is what people read (the scores and
+# the status give way first, the optional ones left out).
+MESSAGE_SHARE, MESSAGE_MIN_PX = 0.5, 170
 # Left out, in this order, when a list is too narrow for them all: each is shown in the list beside it
 # (the vector list's cosine, the keyword list's score) and in the row's tooltips.
 LIST_SHARES = (0.3, 0.3, 0.4)  # vector, keyword, hybrid: of the width the lists side by side do not need
@@ -264,7 +267,8 @@ class RecallPlaygroundPane(QWidget):
             header.moveSection(model.columnCount() - 1, 1)
             self.fits[name] = FitToPane(table, SAMPLES, STATUS_SHARE, last="Message", pad=14, caps=STATUS_CAP,
                                         floors=STATUS_FLOOR,
-                                        rest_sample=MESSAGE_LEAST, optional=OPTIONAL[name])
+                                        rest_sample=MESSAGE_LEAST, optional=OPTIONAL[name],
+                                        last_share=MESSAGE_SHARE, last_least=MESSAGE_MIN_PX)
             table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
             table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
             table.selectionModel().selectionChanged.connect(
@@ -359,6 +363,9 @@ class RecallPlaygroundPane(QWidget):
             self._title_tabs()
             self.lists_tabs.setCurrentIndex(self._tab_index)
             self.lists_stack.setCurrentWidget(self.lists_tabs)
+        # (a list in a tab not on top gets no resize event until it is shown: fitted now from the width it has)
+        for fit in self.fits.values():
+            fit.fit()
 
     def _title_tabs(self) -> None:
         """In tabs, each list's name and its hits ("Keyword · 0 hits"), so the lists not on top still say

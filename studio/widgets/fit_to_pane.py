@@ -33,12 +33,16 @@ class FitToPane(QObject):
 
     def __init__(self, table: QTableView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
                  *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
-                 rest_sample: str | None = None, optional: Sequence[str] = ()) -> None:
+                 rest_sample: str | None = None, optional: Sequence[str] = (), last_share: float = 0.0,
+                 last_least: int = 0) -> None:
         super().__init__(table)
         self.table = table
         self.samples, self.shares, self.last, self.pad = dict(samples), dict(shares), last, pad
         self.caps, self.floors = dict(caps or {}), dict(floors or {})
         self.rest_sample, self.optional = rest_sample, tuple(optional)
+        # The last column's least also as a share of the table's width and in pixels (the recall lists'
+        # message: at least half of its list, at least ``last_least``): the others give way first.
+        self.last_share, self.last_least = last_share, last_least
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = table.horizontalHeader()
         header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
@@ -68,10 +72,16 @@ class FitToPane(QObject):
         """The narrowest the table can be without scrolling sideways (the optional columns left out), its
         frame and vertical scroll bar included."""
         fixed, minimum, _caps, rest = self._widths()
-        kept = sum(w for t, w in fixed.items() if t not in self.optional)
+        others = sum(w for t, w in fixed.items() if t not in self.optional) + sum(minimum.values())
+        last = max(rest, self.last_least)
+        if self.last_share > 0:  # (the last column's share of the width is at least ``last``, the rest the others)
+            inner = max(others + last, int(last / self.last_share + 0.999),
+                        int(others / (1 - self.last_share) + 0.999) if self.last_share < 1 else 0)
+        else:
+            inner = others + last
         chrome = self.table.width() - self.table.viewport().width() if self.table.isVisible() else 0
         chrome = max(chrome, 2 * self.table.frameWidth() + self.table.verticalScrollBar().sizeHint().width())
-        return kept + sum(minimum.values()) + rest + chrome
+        return inner + chrome
 
     def fit(self) -> None:
         table = self.table
@@ -79,7 +89,9 @@ class FitToPane(QObject):
         titles = titles_of(table)
         fixed, minimum, caps, rest = self._widths()
         table.horizontalHeader().setMinimumSectionSize(min(rest, metrics.horizontalAdvance("#") + pad))
-        widths = fit_columns(table.viewport().width(), fixed, self.shares, minimum, last=self.last, rest=rest,
+        total = table.viewport().width()
+        rest = max(rest, self.last_least, int(total * self.last_share))
+        widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=rest,
                              maximum=caps, optional=[t for t in self.optional if t in titles])
         for title, column in titles.items():
             hidden = title not in widths
