@@ -342,10 +342,10 @@ class KeywordMemory:
         loads.start("keywords", load)
         return True
 
-    def _cancelled(self) -> bool:
+    def _cancelled(self) -> None:
+        """Stop a background load whose store is closing (raises ``_Cancelled``, which ends the load)."""
         if self._cancel is not None and self._cancel.cancelled:
             raise _Cancelled
-        return False
 
     def _code(self, value: str | None) -> int:
         if value is None:

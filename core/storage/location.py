@@ -48,7 +48,7 @@ def trace_file_for(db_file: Path) -> Path:
     file Mastra's dev server writes) unless another database of the folder owns that one, then
     ``<file name>.observability.duckdb``, so two databases in one folder never read, prune or forget
     each other's traces. Who owns ``observability.duckdb`` is said by ``observability.duckdb.owner``
-    (the owning file's name), written by the first process that opens it to write (``claim_trace_file``);
+    (the owning file's name), written by the first process that writes a span there (``try_claim_trace_file``);
     a file without one (Mastra's, or from before 2026-12-04) is the traces of whichever database
     claims it first. Reads only."""
     own = db_file.with_name(f"{db_file.name}.{OBSERVABILITY_FILE}")
@@ -57,11 +57,6 @@ def trace_file_for(db_file: Path) -> Path:
     shared = db_file.with_name(OBSERVABILITY_FILE)
     owner = _owner_of(shared)
     return shared if owner is None or owner == db_file.name else own
-
-
-def claim_trace_file(db_file: Path) -> Path:
-    """``try_claim_trace_file`` without its note."""
-    return try_claim_trace_file(db_file)[0]
 
 
 def try_claim_trace_file(db_file: Path) -> tuple[Path, str | None]:

@@ -72,9 +72,9 @@ MESSAGE_LEAST = "user: Message"
 # ... and never less than half of its list, nor 170 px: the message is what people read (the scores and
 # the status give way first, the optional ones left out).
 MESSAGE_SHARE, MESSAGE_MIN_PX = 0.5, 170
+LIST_SHARES = (0.3, 0.3, 0.4)  # vector, keyword, hybrid: of the width the lists side by side do not need
 # Left out, in this order, when a list is too narrow for them all: each is shown in the list beside it
 # (the vector list's cosine, the keyword list's score) and in the row's tooltips.
-LIST_SHARES = (0.3, 0.3, 0.4)  # vector, keyword, hybrid: of the width the lists side by side do not need
 OPTIONAL: dict[ListName, tuple[str, ...]] = {"vector": (), "keyword": ("Cosine",), "hybrid": ("Keyword", "Vector")}
 
 
@@ -363,9 +363,11 @@ class RecallPlaygroundPane(QWidget):
             self._title_tabs()
             self.lists_tabs.setCurrentIndex(self._tab_index)
             self.lists_stack.setCurrentWidget(self.lists_tabs)
-        # (a list in a tab not on top gets no resize event until it is shown: fitted now from the width it has)
+        # (a list in a tab not on top gets no resize event until it is shown: fitted now from the width it
+        # has; a shown one is fitted by its own resize)
         for fit in self.fits.values():
-            fit.fit()
+            if not fit.table.isVisible():
+                fit.fit()
 
     def _title_tabs(self) -> None:
         """In tabs, each list's name and its hits ("Keyword · 0 hits"), so the lists not on top still say

@@ -8,6 +8,7 @@ last what is left; a cut cell ends in "…" and its tooltip holds the whole.
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 from PySide6.QtCore import QEvent, QObject, Qt
@@ -74,11 +75,9 @@ class FitToPane(QObject):
         fixed, minimum, _caps, rest = self._widths()
         others = sum(w for t, w in fixed.items() if t not in self.optional) + sum(minimum.values())
         last = max(rest, self.last_least)
-        if self.last_share > 0:  # (the last column's share of the width is at least ``last``, the rest the others)
-            inner = max(others + last, int(last / self.last_share + 0.999),
-                        int(others / (1 - self.last_share) + 0.999) if self.last_share < 1 else 0)
-        else:
-            inner = others + last
+        inner = others + last
+        if 0 < self.last_share < 1:  # (the last column's share is at least ``last``, the others' share ``others``)
+            inner = max(math.ceil(last / self.last_share), math.ceil(others / (1 - self.last_share)))
         chrome = self.table.width() - self.table.viewport().width() if self.table.isVisible() else 0
         chrome = max(chrome, 2 * self.table.frameWidth() + self.table.verticalScrollBar().sizeHint().width())
         return inner + chrome

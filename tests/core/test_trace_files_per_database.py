@@ -12,7 +12,7 @@ from pathlib import Path
 from core import Agent, open_store
 from core.cli import main as cli_main
 from core.llm import ScriptedModel
-from core.storage.location import OBSERVABILITY_FILE, claim_trace_file, trace_file_for
+from core.storage.location import OBSERVABILITY_FILE, trace_file_for, try_claim_trace_file
 from core.traces.home import trace_home
 
 
@@ -79,7 +79,7 @@ def test_two_databases_claiming_at_once_get_one_file_each(tmp_path: Path) -> Non
 
     def claim(db: Path) -> None:
         start.wait()
-        got[db] = claim_trace_file(db)
+        got[db] = try_claim_trace_file(db)[0]
 
     threads = [threading.Thread(target=claim, args=(db,)) for db in names]
     for t in threads:
