@@ -12,7 +12,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import anyio
 import pytest
@@ -273,36 +274,11 @@ def test_a_stdio_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> No
     refuses it. Over stdio the refusal went to the server's log only: the client's request was never
     answered and it waited for good. It is now answered with an error naming the character, and the
     session goes on."""
-    import queue
-    import threading
-
-    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "mcp", "--db", str(tmp_path / "memory.db"),
-                             "--resource", "ada"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, encoding="utf-8", env=dict(os.environ))
-    stdin, stdout = proc.stdin, proc.stdout
-    assert stdin is not None and stdout is not None
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
-
-    def ask(line: str) -> Any:
-        stdin.write(line + "\n")
-        stdin.flush()
-        try:  # a bound for a reply that never comes (the defect), not a timing assumption
-            return json.loads(lines.get(timeout=120))
-        except queue.Empty:
-            raise AssertionError(f"no answer to {line[:80]}") from None
-
-    try:
-        ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
-        stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+    with _raw_stdio(tmp_path / "memory.db") as (ask, _proc):
         remembered = ask('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "remember", '
                          '"arguments": {"text": "caf\\udc00", "thread": "t"}}}')
         listed = ask('{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_threads", '
                      '"arguments": {}}}')
-    finally:
-        stdin.close()
-        proc.wait(60)
     assert remembered["id"] == 2 and "a lone surrogate (U+DC00)" in remembered["error"]["message"]
     assert "Nothing was run or saved" in remembered["error"]["message"]
     assert listed["id"] == 3 and json.loads(listed["result"]["content"][0]["text"])["threads"] == []
@@ -509,41 +485,17 @@ def test_a_stdio_request_the_sdk_cannot_read_is_answered_and_the_server_goes_on(
     digits, a line cut short) went to the log only and the client waited for good; one nested 100,000 deep
     also made Python's reader (used to find the request's id) raise RecursionError, which ended the server.
     Each is now answered with a parse error for its id, and the session goes on."""
-    import queue
-    import threading
-
-    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "mcp", "--db", str(tmp_path / "memory.db"),
-                             "--resource", "ada"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, encoding="utf-8", env=dict(os.environ))
-    stdin, stdout = proc.stdin, proc.stdout
-    assert stdin is not None and stdout is not None
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
-
-    def ask(line: str) -> Any:
-        stdin.write(line + "\n")
-        stdin.flush()
-        try:  # a bound for a reply that never comes (the defect), not a timing assumption
-            return json.loads(lines.get(timeout=120))
-        except queue.Empty:
-            raise AssertionError(f"no answer to {line[:80]}") from None
 
     def call(request_id: int, name: str, arguments: str) -> str:
         return (f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {{"name": "{name}", '
                 f'"arguments": {arguments}}}}}')
 
-    try:
-        ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
-        stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+    with _raw_stdio(tmp_path / "memory.db") as (ask, proc):
         answers = [ask(call(2, "update_working_memory", '{"working_memory": ' + "[" * 200 + "]" * 200 + "}")),
                    ask(call(3, "update_working_memory", '{"working_memory": ' + "[" * 100_000 + "]" * 100_000 + "}")),
                    ask(call(4, "read_thread", '{"thread": "t", "last": ' + "9" * 5000 + "}")),
                    ask('{"jsonrpc": "2.0", "id": "five", "method": "tools/call", "params": {"name": ')]
         listed = ask(call(6, "list_threads", "{}"))
-    finally:
-        stdin.close()
-        proc.wait(60)
     assert [a["id"] for a in answers] == [2, 3, 4, "five"]
     for answer in answers:
         assert answer["error"]["code"] == -32700 and "Nothing was run or saved" in answer["error"]["message"]
@@ -634,3 +586,37 @@ def test_an_imported_agent_registration_is_served_only_when_named(tmp_path: Path
             "hi", memory={"thread": "t0", "resource": "ada"})
         import_data(store, data)
         assert _memory(store, None, io.StringIO()).effective_options().working_memory.template == mine
+
+
+@contextmanager
+def _raw_stdio(db: Path) -> Iterator[tuple[Callable[[str], Any], "subprocess.Popen[str]"]]:
+    """``memory-studio mcp --resource ada`` over stdio, initialized, driven by raw JSON-RPC lines (what the
+    SDK's client would refuse to send): ``ask(line)`` writes one and returns the next line the server
+    writes, parsed. Its standard input is closed, and the server waited for, at the end."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "studio.cli", "mcp", "--db", str(db), "--resource", "ada"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            encoding="utf-8", env=dict(os.environ))
+    stdin, stdout = proc.stdin, proc.stdout
+    assert stdin is not None and stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+
+    def ask(line: str) -> Any:
+        stdin.write(line + "\n")
+        stdin.flush()
+        try:  # a bound for a reply that never comes (the defect), not a timing assumption
+            return json.loads(lines.get(timeout=120))
+        except queue.Empty:
+            raise AssertionError(f"no answer to {line[:80]}") from None
+
+    try:
+        ask(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
+        stdin.write('{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        yield ask, proc
+    finally:
+        stdin.close()
+        proc.wait(60)

@@ -49,9 +49,15 @@ def filled(request: pytest.FixtureRequest, db_path: object,
     if request.param == "by the server":
         monkeypatch.setattr(pg_vector_cache, "MAX_ROWS", 0)
         monkeypatch.setattr(pg_keyword_cache, "MAX_DOCS", 0)
+    yield from indexed_thread(db_path, 32)
+
+
+def indexed_thread(db_path: object, dim: int) -> Iterator[tuple[Store, RecallIndex]]:
+    """A store whose thread "t" of resource "u" holds ``TEXTS`` (ids t-0…), indexed by a hashing embedder
+    of ``dim`` dimensions; closed at the end."""
     store = open_store(db_path)  # type: ignore[arg-type]
     try:
-        index = RecallIndex.for_store(store, HashingEmbedder(32))
+        index = RecallIndex.for_store(store, HashingEmbedder(dim))
         store.memory.create_thread(thread_id="t", resource_id="u")
         msgs = [(Message.user if i % 2 == 0 else Message.assistant)(
             text, id=f"t-{i}", thread_id="t", resource_id="u", created_at=T0 + timedelta(minutes=i))

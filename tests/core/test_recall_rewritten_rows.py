@@ -9,45 +9,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 
-from core.embedding import HashingEmbedder
 from core.memory import Memory
 from core.messages import Message
 from core.recall import RecallIndex, index as recall_index, passages
 from core.recall import search as pipeline
-from core.storage import Store, open_store
+from core.storage import Store
+from tests.core.test_recall_queued_edits import T0, indexed_thread
 
 pytestmark = pytest.mark.backends
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
-TEXTS = [
-    "I planted tomatoes in the garden today",
-    "Lovely, what else did you do?",
-    "We rode to Lisbon by bicycle last spring",
-    "That sounds like a long ride",
-    "The concert on Friday was very loud",
-    "Earplugs help with loud concerts",
-]
 EDITED, NEXT = "t-2", "t-3"
 
 
 @pytest.fixture
 def filled(db_path: object) -> Iterator[tuple[Store, RecallIndex]]:
-    store = open_store(db_path)  # type: ignore[arg-type]
-    try:
-        index = RecallIndex.for_store(store, HashingEmbedder(64))
-        store.memory.create_thread(thread_id="t", resource_id="u")
-        msgs = [(Message.user if i % 2 == 0 else Message.assistant)(
-            text, id=f"t-{i}", thread_id="t", resource_id="u", created_at=T0 + timedelta(minutes=i))
-            for i, text in enumerate(TEXTS)]
-        store.memory.save_messages(msgs)
-        assert index.index_messages(msgs).ok
-        yield store, index
-    finally:
-        store.close()
+    yield from indexed_thread(db_path, 64)
 
 
 def rewrite_row(index: RecallIndex, message_id: str, old: str, new: str) -> None:

@@ -561,16 +561,7 @@ def test_a_run_whose_process_was_killed_says_it_never_finished(no_leaked_widgets
     # No file of the trace store changed: the poll sees the writer's lease go, and reads again.
     reload(qtbot, pane, pane.poll)
     qtbot.waitUntil(lambda: any(r.unfinished for r in pane.layout_model.rows), timeout=WAIT)
-    (trace,) = pane.traces
-    assert trace.status == "unfinished"
-    assert pane.trace_model.index(0, 0).data() == "never finished"
-    assert pane.trace_model.index(0, 4).data() == "never finished"
-    assert "never finished" in pane.tree_caption.text()
-    assert not any(r.running for r in pane.layout_model.rows)
-    root = next(r for r in pane.layout_model.rows if r.span.parent_span_id is None)
-    assert root.unfinished and root.duration_text == "never finished"
-    assert pane.select_span(root.span.span_id)
-    assert f"never finished: the process writing it (pid {child.pid}" in pane.span_facts.text()
+    _says_never_finished(pane, child.pid)
     assert pane.grab().save(str(tmp_path / "unfinished.png"))
 
 
@@ -620,6 +611,13 @@ def test_a_postgres_run_shows_running_then_never_finished_once_its_process_was_k
         return any(r.unfinished for r in pane.layout_model.rows)
 
     qtbot.waitUntil(poll_until_unfinished, timeout=WAIT)
+    _says_never_finished(pane, child.pid)
+    assert pane.grab().save(str(tmp_path / "pg-unfinished.png"))
+
+
+def _says_never_finished(pane, pid: int) -> None:
+    """The pane's one run, whose writer (process ``pid``) was killed, reads as never finished everywhere:
+    its list row, the tree's caption and root row, the root span's facts; no row reads as running."""
     (trace,) = pane.traces
     assert trace.status == "unfinished"
     assert pane.trace_model.index(0, 0).data() == "never finished"
@@ -629,5 +627,4 @@ def test_a_postgres_run_shows_running_then_never_finished_once_its_process_was_k
     root = next(r for r in pane.layout_model.rows if r.span.parent_span_id is None)
     assert root.unfinished and root.duration_text == "never finished"
     assert pane.select_span(root.span.span_id)
-    assert f"never finished: the process writing it (pid {child.pid}" in pane.span_facts.text()
-    assert pane.grab().save(str(tmp_path / "pg-unfinished.png"))
+    assert f"never finished: the process writing it (pid {pid}" in pane.span_facts.text()
