@@ -128,7 +128,7 @@ class RecallIndex:
         # the searches that need them answer by statements (the same hits); ``Store.close`` stops them.
         self.loads = BackgroundLoads(f"recall index of {store.location.display}")
         store.register_background(self.loads)
-        if getattr(store.db.location, "path", None) is not None:  # (not the in-memory database: its one connection is shared)
+        if store.db.concurrent_reads:  # (a long read of the in-memory database would hold up every search)
             if isinstance(self.keywords, keyword.Fts5Keywords):
                 self.keywords.memory.attach(store.db.snapshot, self.loads)
             if isinstance(self.order, OrderCache):

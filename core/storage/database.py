@@ -318,6 +318,13 @@ class Database:
             if str(mode).lower() != "wal":
                 conn.exec_driver_sql("PRAGMA journal_mode = WAL")
 
+    @property
+    def concurrent_reads(self) -> bool:
+        """Whether a read on one thread runs beside reads and writes on others (each takes a connection of
+        its own); not for the in-memory database, whose one connection is shared under the writers' lock,
+        so a long read there holds every other thread up (a background load waits for a search instead)."""
+        return not self._shared_connection
+
     @contextmanager
     def snapshot(self) -> Iterator[sa.Connection]:
         """One read transaction: every statement in it sees the database as of the same moment, and
