@@ -147,6 +147,10 @@ def record_table_view(
     table.setShowGrid(False)
     table.setWordWrap(False)
     header = table.horizontalHeader()
+    # A title longer than its column is cut at its end with "…" (Qt's header here elides nothing: a
+    # right-aligned title lost its start, "Our estimate" showing as ":imate"; the themes give the header
+    # the weight its sections are painted in, which the cut is measured in).
+    header.setTextElideMode(Qt.TextElideMode.ElideRight)
     header.setStretchLastSection(True)
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setSectionResizeMode(model.columnCount() - 1, QHeaderView.ResizeMode.Stretch)

@@ -186,6 +186,57 @@ def test_home_and_end_go_to_the_first_and_last_message(qtbot: Any, make_session:
     assert table.currentIndex().row() == 0
 
 
+def test_a_table_title_longer_than_its_column_is_cut_at_its_end(qtbot: Any) -> None:
+    """A right-aligned title wider than its column lost its start ("Our estimate (o200k_base)" showed as
+    ":imate (o200k_base)" in Replay's usage table at a 1,360 px window): Qt's header elided nothing, and the
+    theme painted the titles in a heavier font than the header's own. Every record table now cuts a title
+    at its end with "…", measured in the font it is painted in, in both themes."""
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QApplication
+    from studio.theme import apply_theme
+    from studio.widgets.record_table import Column, RecordTableModel, record_table_view
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    # (the application as it was, put back after: other tests see the theme only when they set it)
+    before = (app.style().name(), app.palette(), app.font(), app.styleSheet(), app.property("studioTheme"))
+    try:
+        for theme in ("light", "dark"):
+            apply_theme(app, theme)
+            _title_is_cut_at_its_end(qtbot, Column, RecordTableModel, record_table_view, QFontMetrics)
+    finally:
+        style, palette, font, sheet, name = before
+        app.setStyle(style)
+        app.setPalette(palette)
+        app.setFont(font)
+        app.setStyleSheet(sheet)
+        app.setProperty("studioTheme", name)
+
+
+def _title_is_cut_at_its_end(qtbot: Any, Column: Any, RecordTableModel: Any, record_table_view: Any,  # noqa: N803
+                             QFontMetrics: Any) -> None:  # noqa: N803
+
+    right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+    title = "Our estimate (o200k_base)"
+    model: RecordTableModel[int] = RecordTableModel([Column("", str), Column("Server-reported", str, right),
+                                                     Column(title, str, right)])
+    model.set_rows([1, 2])
+    table = record_table_view(model, widths={"": 120, "Server-reported": 130})
+    qtbot.addWidget(table)
+    table.resize(410, 120)
+    table.show()
+    table.selectRow(0)
+    header = table.horizontalHeader()
+    qtbot.waitUntil(lambda: header.sectionSize(2) > 0)
+    room = header.sectionSize(2) - 12  # (the themes' padding: 6 px each side)
+    painted = QFontMetrics(header.font())
+    assert painted.horizontalAdvance(title) > room  # (the case: the title does not fit)
+    assert header.font().weight() >= 600  # (the sections' weight in both themes)
+    shown = painted.elidedText(title, header.textElideMode(), room)
+    assert shown.startswith("Our") and shown.endswith("…")
+    assert painted.horizontalAdvance(shown) <= room
+
+
 def test_the_first_key_in_a_long_thread_starts_from_the_messages_on_screen(qtbot: Any, make_session: Any,
                                                                           tmp_path: Path) -> None:
     """A thread opens at its newest message with no row current; the first Up, Down or End jumped to the
