@@ -177,6 +177,10 @@ class Combined:
         # lookups would otherwise build a new float per candidate from ``order``.
         self._score_of: dict[str, float] = {}
         score_of = self._score_of
+        # Each candidate's thread, as its hit in either list names it (the vector list's first): the thread
+        # prior's groups, noted here while the hit is at hand rather than looked up again per candidate.
+        self._thread_of: dict[str, str | None] = {}
+        thread_of = self._thread_of
         # Each candidate's score from its own two lists, kept when ``propagate`` adds its neighbours' share
         # (the recall playground shows both parts).
         self.own: dict[str, float] = score_of
@@ -193,6 +197,7 @@ class Combined:
             score = (keyword[k].score * kw_scale if k is not None else 0.0) + vec_share * part
             scored.append((-score, -cos, h.message_id))
             score_of[h.message_id] = score
+            thread_of[h.message_id] = h.thread_id
         for i in kw_at.values():
             h = keyword[i]
             if h.message_id in vec_at:
@@ -205,8 +210,19 @@ class Combined:
                 score = h.score * kw_scale + vec_share * vec_part(known)
             scored.append((-score, -(known if known is not None else -2.0), h.message_id))
             score_of[h.message_id] = score
-        scored.sort()
-        self.order = scored
+            thread_of[h.message_id] = h.thread_id
+        # Sorted when ``order`` is first asked: a search that reshapes the scores (``reshape``) sorts only
+        # their new entries, and reads the candidates in any order (``entries``).
+        self.entries = scored
+        self._order: list[tuple[float, float, str]] | None = None
+
+    @property
+    def order(self) -> list[tuple[float, float, str]]:
+        """Every candidate's ``(-score, -(cosine or -2.0), message id)``, best first."""
+        if self._order is None:
+            self.entries.sort()
+            self._order = self.entries
+        return self._order
 
     def scores(self) -> dict[str, float]:
         return {mid: -neg for neg, _, mid in self.order}
@@ -227,24 +243,45 @@ class Combined:
         at most .005."""
         if not self._takes(share):
             return
-        self._reorder(self._propagated(next_of, share))
+        self._reorder(self._propagated(next_of, share)[0])
 
-    def _propagated(self, next_of: Mapping[str, str], share: float) -> list[tuple[float, float, str]]:
-        """``order``'s entries with ``propagate``'s scores, in ``order``'s order (not sorted again)."""
+    def _propagated(self, next_of: Mapping[str, str], share: float, *, grouped: bool = False) -> tuple[
+            list[tuple[float, float, str]], dict[str | None, tuple[float, float, str]],
+            dict[str | None, tuple[float, float, str]]]:
+        """The candidates' entries with ``propagate``'s scores, in ``entries``' order (not sorted again);
+        with ``grouped``, in the same pass, each thread's best and second-best new entry (else two empty
+        maps)."""
         base = self._score_of
         prev_of = {nxt: mid for mid, nxt in next_of.items() if nxt != mid and nxt in base and mid in base}
         scale = 1.0 / (1.0 + 2.0 * share)
+        thread_of = self._thread_of
         scored: list[tuple[float, float, str]] = []
-        for neg, tie, mid in self.order:
+        best_of: dict[str | None, tuple[float, float, str]] = {}
+        second_of: dict[str | None, tuple[float, float, str]] = {}
+        get_next, get_prev, get_base = next_of.get, prev_of.get, base.get
+        for neg, tie, mid in self.entries:
             score = -neg
-            nxt = next_of.get(mid)
+            nxt = get_next(mid)
             if nxt is not None and nxt != mid:
-                score += share * base.get(nxt, 0.0)
-            prev = prev_of.get(mid)
+                score += share * get_base(nxt, 0.0)
+            prev = get_prev(mid)
             if prev is not None:
                 score += share * base[prev]
-            scored.append((-(score * scale), tie, mid))
-        return scored
+            entry = (-(score * scale), tie, mid)
+            scored.append(entry)
+            if grouped:  # (entries are unique, so the two best of a thread do not depend on the pass's order)
+                thread = thread_of[mid]
+                best = best_of.get(thread)
+                if best is None:
+                    best_of[thread] = entry
+                elif entry < best:
+                    second_of[thread] = best
+                    best_of[thread] = entry
+                else:
+                    second = second_of.get(thread)
+                    if second is None or entry < second:
+                        second_of[thread] = entry
+        return scored, best_of, second_of
 
     def thread_prior(self, share: float) -> None:
         """Each candidate's score becomes ``(score + share * best) / (1 + share)``, ``best`` being the best
@@ -263,7 +300,7 @@ class Combined:
         if not self._takes(share):
             return
         base = self._score_of
-        thread_of = self._thread_of()
+        thread_of = self._thread_of
         # Per thread: its best candidate's id and score, and the second-best score (None: no other).
         best_of: dict[str | None, tuple[str, float]] = {}
         second_of: dict[str | None, float] = {}
@@ -293,23 +330,8 @@ class Combined:
             elif takes_thread:
                 self.thread_prior(thread_share)
             return
-        entries = self._propagated(next_of, neighbour_share)
-        thread_of = self._thread_of()
-        # per thread its two smallest (best) entries after the neighbours' share
-        best_of: dict[str | None, tuple[float, float, str]] = {}
-        second_of: dict[str | None, tuple[float, float, str]] = {}
-        for entry in entries:
-            thread = thread_of[entry[2]]
-            best = best_of.get(thread)
-            if best is None:
-                best_of[thread] = entry
-            elif entry < best:
-                second_of[thread] = best
-                best_of[thread] = entry
-            else:
-                second = second_of.get(thread)
-                if second is None or entry < second:
-                    second_of[thread] = entry
+        entries, best_of, second_of = self._propagated(next_of, neighbour_share, grouped=True)
+        thread_of = self._thread_of
         # ``thread_prior``'s step over those entries (its ``base`` is ``propagate``'s scores, ``-neg``)
         scale = 1.0 / (1.0 + thread_share)
         scored: list[tuple[float, float, str]] = []
@@ -324,22 +346,16 @@ class Combined:
             scored.append((-((-neg + thread_share * other) * scale), tie, mid))
         self._reorder(scored)
 
-    def _thread_of(self) -> dict[str, str | None]:
-        """Each candidate's thread, as its hit in either list names it (the vector list's first)."""
-        vec_at, kw_at, vector, keyword = self._vec_at, self._kw_at, self._vector, self._keyword
-        return {mid: (vector[vec_at[mid]] if mid in vec_at else keyword[kw_at[mid]]).thread_id
-                for _, _, mid in self.order}
-
     def _takes(self, share: float) -> bool:
         """Whether a step with this share changes anything (a negative share is refused)."""
         if share < 0:
             raise ValueError(f"share must not be negative, not {share}")
-        return share != 0 and bool(self.order)
+        return share != 0 and bool(self.entries)
 
     def _reorder(self, scored: list[tuple[float, float, str]]) -> None:
         """``order`` and the scores by id from a step's new (negated score, tie, id) entries."""
         scored.sort()
-        self.order = scored
+        self.entries = self._order = scored
         self._score_of = {mid: -neg for neg, _, mid in scored}
 
     def reranked(

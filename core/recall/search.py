@@ -288,7 +288,8 @@ def _fuse(out: SearchRun, conn: sa.Connection, query: str, top_k: int, threshold
     # thread prior (``Combined.thread_prior``) moves candidates too, so the cut comes after both.
     neighbours = hybrid.NEIGHBOUR_SHARE > 0
     reshaped = neighbours or hybrid.THREAD_SHARE > 0
-    out.receivers = receivers = (combined.order if everyone or reshaped
+    # (every candidate, unsorted, when the scores are reshaped: ``reshape`` sorts their new entries once)
+    out.receivers = receivers = (combined.entries if reshaped else combined.order if everyone
                                  else _may_reach(combined.order, top_k, dated=bool(spans)))
     order: dict[str, tuple[str | None, date | None, str | None]] = {}
     if receivers and (hybrid.NEXT_SHARE > 0 or spans or hybrid.SPEAKER_BOOST > 0 or neighbours):
