@@ -36,6 +36,7 @@ from core.gateway.tokens import (
     parse_entries,
     token_sha256,
 )
+from core.embedding.hashing import HashingEmbedder
 from core.llm import ScriptedModel
 
 SHARED = "shared-secret-token"
@@ -68,7 +69,10 @@ def model() -> ScriptedModel:
 
 @pytest.fixture
 def memory(store) -> Memory:
-    return Memory(store, MemoryOptions(last_messages=20, working_memory={"enabled": True, "scope": "resource"}))
+    # Semantic recall over all of a resource's threads: what another user said must never be recalled.
+    return Memory(store, MemoryOptions(last_messages=20, working_memory={"enabled": True, "scope": "resource"},
+                                       semantic_recall={"enabled": True, "scope": "resource", "top_k": 5}),
+                  embedder=HashingEmbedder(64))
 
 
 @pytest.fixture
@@ -108,8 +112,12 @@ def bobs_memory(server: GatewayServer, users: Users, memory: Memory) -> None:
 
 def test_chat_with_a_scoped_token_reaches_only_its_resources(server, users, memory, model):
     bobs_memory(server, users, memory)
-    # Alice's token with no resource named: her own, never the server's --default-resource.
-    reply = chat(server, users.alice, "hello", metadata={"thread_id": "alice-thread"})
+    # Bob, in a new thread, gets his own memory back (his working memory, recall of the other thread).
+    recalled = chat(server, users.bob, "what is my bank PIN?", metadata={"thread_id": "bob-other"})
+    assert "zebra-4321-quartz" in recalled.parse().choices[0].message.content
+    # Alice's token with no resource named: her own, never the server's --default-resource; the same
+    # question recalls nothing of Bob's, and his working memory is not hers.
+    reply = chat(server, users.alice, "what is my bank PIN?", metadata={"thread_id": "alice-thread"})
     assert reply.headers["x-resource-id"] == "alice" and memory.get_thread("alice-thread").resource_id == "alice"
     assert "zebra" not in reply.parse().choices[0].message.content
     calls = len(model.requests)
