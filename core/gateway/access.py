@@ -18,7 +18,7 @@ token at all: the routes then behave as they did before tokens files existed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,12 +75,6 @@ class Caller:
                 "token was given (its entry in the server's tokens file lists them), or use that resource's own "
                 "token. Nothing was read or written.", param=param)
         return resource_id
-
-    def check_all(self, named: Iterable[tuple[str | None, str]]) -> None:
-        """``check`` each ``(resource, param)`` a request named (None: not named)."""
-        for resource_id, param in named:
-            if resource_id:
-                self.check(resource_id, param=param)
 
     def resource_for(self, named: str | None, *, param: str, fallback: str | None = None) -> str | None:
         """The resource a request is about: the one it named (checked), else the caller's only one, else

@@ -114,8 +114,10 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     resource = _one("resource_id", metadata.get("resource_id"), headers.get("x-resource-id"))
     conversation = _one("conversation_id", metadata.get("conversation_id"), headers.get("x-conversation-id"))
     user = _id("user", body.get("user"))
-    caller.check_all([(resource, "metadata.resource_id"), (user, "user")])
-    resource = caller.resource_for(resource or user, param="metadata.resource_id", fallback=default_resource)
+    # (``user`` names the resource only when nothing else does: beside a resource id it is the end-user tag
+    # OpenAI's clients send, never read, so only the resource the turn is about is checked)
+    resource = caller.resource_for(resource or user, param="user" if user and not resource else "metadata.resource_id",
+                                   fallback=default_resource)
     assert resource is not None
     if conversation and thread:
         raise bad_request("Give either a thread id or a conversation id, not both.", param="metadata")

@@ -125,7 +125,7 @@ def test_chat_with_a_scoped_token_reaches_only_its_resources(server, users, memo
     # Every way of naming Bob, plain and streamed, alone or beside her own: 403 before the model is asked.
     for stream in (False, True):
         for how in ({"metadata": {"resource_id": "bob"}}, {"extra_headers": {"x-resource-id": "bob"}},
-                    {"user": "bob"}, {"metadata": {"resource_id": "alice"}, "user": "bob"},
+                    {"user": "bob"},
                     {"metadata": {"resource_id": "bob", "thread_id": "bob-thread"}},
                     {"metadata": {"resource_id": "bob", "conversation_id": "c1"}}):
             with pytest.raises(openai.PermissionDeniedError) as refused:
@@ -134,6 +134,12 @@ def test_chat_with_a_scoped_token_reaches_only_its_resources(server, users, memo
             assert refused.value.code == "resource_not_allowed", how
             # (The refusal does not list what else the token reaches: a stolen token should not tell.)
             assert "zebra" not in str(refused.value.body) and "'alice'" not in refused.value.message
+    # ``user`` beside her own resource id is an end-user tag, not read: the turn is hers, and nothing of Bob's.
+    tagged = alice.chat.completions.with_raw_response.create(
+        model="chat", messages=[{"role": "user", "content": "what is my bank PIN?"}],
+        metadata={"resource_id": "alice", "thread_id": "alice-tagged"}, user="bob")
+    assert tagged.headers["x-resource-id"] == "alice" and "zebra" not in tagged.parse().choices[0].message.content
+    calls = len(model.requests)
     # Bob's thread under her own resource stays the documented 403 thread_ownership.
     for stream in (False, True):
         with pytest.raises(openai.PermissionDeniedError) as refused:
