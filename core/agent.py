@@ -263,7 +263,7 @@ class Agent:
             f"agent run: '{self.name}'", "agent_run", parent=parent_span, new_trace=parent_span is None,
             input={"message": _describe_input(message)}, thread_id=thread_id, resource_id=resource_id,
             entity_type="agent", entity_id=self.name, entity_name=self.name,
-            attributes={"model": self.model.describe()},
+            attributes={"model": self.model.describe(), **_caller(values)},
         ) as run_span:
             try:
                 result = yield from self._run(turn, message, thread_id, resource_id, other_scopes, overrides, context,
@@ -511,6 +511,13 @@ def _refuse_unencodable(message: Any, context: Sequence[Any]) -> None:
         if problem is not None:
             raise InvalidArgumentError(f"The input holds {problem}; decode the text properly (or replace the "
                                        "character) before sending it. Nothing was run or saved.")
+
+
+def _caller(values: Mapping[str, Any]) -> dict[str, str]:
+    """Who asked for the turn, when the request context says (``"caller"``: the gateway puts the name of the
+    request's token there), as the run span's attribute."""
+    caller = values.get("caller")
+    return {"caller": caller} if isinstance(caller, str) else {}
 
 
 def _describe_input(message: Any) -> Any:

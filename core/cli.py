@@ -31,7 +31,7 @@ from core.checks import cli as checks_cli
 from core.edits import commands as edit_commands
 
 COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo", "serve",
-            "mcp", *TRANSFER_COMMANDS, *checks_cli.COMMANDS, *edit_commands.COMMANDS)
+            "mcp", "tokens", *TRANSFER_COMMANDS, *checks_cli.COMMANDS, *edit_commands.COMMANDS)
 
 
 class CliError(MemoryStudioError):
@@ -123,6 +123,9 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     from core.mcp_server.cli import add_mcp_parser
 
     add_mcp_parser(sub, db_arg)
+    from core.gateway.tokens_cli import add_tokens_parser
+
+    add_tokens_parser(sub)
     return parser
 
 
@@ -244,6 +247,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         _check_ids(args, ("resource",))  # else it serves, and every tool call fails on the id
 
         return run_mcp(args, out, err)
+    if cmd == "tokens":
+        from core.gateway.tokens_cli import run_tokens
+
+        return run_tokens(args, out, err)
     if cmd == "demo":
         return _demo(args, out)
     raise CliError(f"unknown command {cmd}")

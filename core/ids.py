@@ -41,6 +41,24 @@ def id_problem(value: object) -> str | None:
 
 #: The longest id a gateway, MCP or import client may create.
 MAX_NEW_ID = 256
+#: How much of a client's value an error message repeats (``shown``).
+SHOWN_CHARS = 80
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for an error message that repeats what a client sent, cut to its first ``limit``
+    characters and "…" when longer (with the full length): a refused id or field may be as large as the
+    request body, and an answer (and the log line beside it) repeating it whole would be as large again."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}… ({len(value):,} characters)"
+    text = repr(value)
+    return text if len(text) <= limit + 2 else text[:limit] + "…"
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` as it is when short, else ``shown``'s cut without the quotes (for messages that print an id
+    bare)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def new_id_problem(value: object) -> str | None:
@@ -65,7 +83,7 @@ def check_id(value: object, what: str, error: type[Exception] = ValueError) -> N
     """Raise ``error`` naming ``what`` (``"thread id"``, ``"resource id"``...) when ``value`` is unusable."""
     problem = id_problem(value)
     if problem is not None:
-        raise error(f"The {what} {value!r} cannot be used: {problem}. Use an id without it.")
+        raise error(f"The {what} {shown(value)} cannot be used: {problem}. Use an id without it.")
 
 
 def check_ids(values: Iterable[tuple[object, str]], error: type[Exception] = ValueError) -> None:
@@ -102,4 +120,4 @@ def lone_surrogate(value: Any) -> str | None:
     return None
 
 
-__all__ = ["MAX_NEW_ID", "check_id", "check_ids", "check_optional_id", "id_problem", "lone_surrogate", "new_id_problem"]
+__all__ = ["MAX_NEW_ID", "SHOWN_CHARS", "check_id", "clipped", "check_ids", "check_optional_id", "id_problem", "lone_surrogate", "new_id_problem", "shown"]

@@ -18,7 +18,7 @@ from core.assembly import TurnAssembler
 from core.background import BackgroundWork
 from core.errors import ConfigurationError
 from core.message_list import MessageList
-from core.ids import check_ids
+from core.ids import check_ids, clipped
 from core.messages import Message, MessageFormatError, new_id
 from core.options import MemoryOptions, OptionsError
 from core.processors.base import Processor, ProcessorContext, RequestContext, SavedAwareWrite, ThreadMustStillExist
@@ -312,7 +312,7 @@ class Memory:
     def _owned_thread(self, thread_id: str, resource_id: str | None) -> Thread:
         thread = self.get_thread(thread_id)
         if thread is None:
-            raise NotFoundError(f"No thread found with id {thread_id}")
+            raise NotFoundError(f"No thread found with id {clipped(thread_id)}")
         check_thread_owner(thread_id, thread.resource_id, resource_id)
         return thread
 
@@ -748,7 +748,7 @@ class Memory:
             if not thread_id:
                 raise WorkingMemoryError("Thread-scoped working memory needs a thread id.")
             if self.get_thread(thread_id) is None:
-                raise NotFoundError(f"Thread {thread_id} not found")
+                raise NotFoundError(f"Thread {clipped(thread_id)} not found")
         if thread_id and resource_id:
             thread = self.get_thread(thread_id)
             if thread is not None:

@@ -9,6 +9,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from core.errors import MemoryStudioError
+from core.ids import clipped
+
+
+def _quoted(value: str) -> str:
+    """``"value"`` for a message, cut as ``core.ids.clipped`` cuts it: a thread id an MCP client sent may be
+    as long as its request."""
+    return f'"{clipped(value)}"'
 
 
 class ThreadOwnershipError(MemoryStudioError, PermissionError):
@@ -16,7 +23,8 @@ class ThreadOwnershipError(MemoryStudioError, PermissionError):
 
     def __init__(self, thread_id: str, owner: str, resource_id: str) -> None:
         super().__init__(
-            f'Thread "{thread_id}" belongs to resource "{owner}", but resource "{resource_id}" was given. '
+            f'Thread {_quoted(thread_id)} belongs to resource {_quoted(owner)}, but resource {_quoted(resource_id)} '
+            "was given. "
             "A thread is owned by one resource for life; use a thread of that resource or a new thread id."
         )
         self.thread_id, self.owner, self.resource_id = thread_id, owner, resource_id
@@ -24,12 +32,12 @@ class ThreadOwnershipError(MemoryStudioError, PermissionError):
     def without_owner(self) -> str:
         """The refusal for a caller who may be another user (the gateway, the MCP server): it does not name
         the resource that owns the thread, an identifier of another user."""
+        thread, resource = _quoted(self.thread_id), _quoted(self.resource_id)
         if not self.owner:
-            return (f'Thread "{self.thread_id}" has no owner (another program stored it without a resource), so '
-                    f'it is not "{self.resource_id}"\'s to read or write from here; use a thread of '
-                    f'"{self.resource_id}" or a new thread id.')
-        return (f'Thread "{self.thread_id}" belongs to another resource, not "{self.resource_id}". A thread is owned '
-                f'by one resource for life; use a thread of "{self.resource_id}" or a new thread id.')
+            return (f"Thread {thread} has no owner (another program stored it without a resource), so it is not "
+                    f"{resource}'s to read or write from here; use a thread of {resource} or a new thread id.")
+        return (f"Thread {thread} belongs to another resource, not {resource}. A thread is owned by one resource for "
+                f"life; use a thread of {resource} or a new thread id.")
 
 
 class ScopeConflictError(MemoryStudioError, ValueError):

@@ -8,8 +8,11 @@
 - ``errors``: OpenAI-style error bodies and their statuses;
 - ``guard``: ``RequestGuard``/``GuardPolicy``, the ASGI middleware checking Host, Origin, token, JSON
   bodies and their size before any app sees a request (reusable by any ASGI app);
+- ``tokens``: tokens files (``--tokens-file``), one token per user or app, stored as SHA-256 hashes;
+- ``access``: ``Caller``, who the guard let in and which resources it may use (every route asks it);
 - ``server``: uvicorn in the foreground, or on a thread (``GatewayServer``) for tests and benchmarks;
-- ``settings``: the environment variable the token is read from (``TOKEN_ENV``).
+- ``settings``: the environment variables the token and the tokens file are read from (``TOKEN_ENV``,
+  ``TOKENS_FILE_ENV``).
 
 Starlette and uvicorn come with the ``serve`` extra; importing this package does not need them,
 ``require_serve_extra()`` says how to install them.
@@ -23,6 +26,7 @@ from typing import Any
 from core.errors import MemoryStudioError
 
 from core.gateway.settings import TOKEN_ENV as TOKEN_ENV
+from core.gateway.settings import TOKENS_FILE_ENV as TOKENS_FILE_ENV
 
 INSTALL_HINT = "pip install 'memory-studio[serve]'"
 
@@ -56,5 +60,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'core.gateway' has no attribute {name!r}")
 
 
-__all__ = ["INSTALL_HINT", "TOKEN_ENV", "AgentLoadError", "GatewayServer", "ServeExtraMissing", "create_app", "load_agents",
+__all__ = ["INSTALL_HINT", "TOKENS_FILE_ENV", "TOKEN_ENV", "AgentLoadError", "GatewayServer", "ServeExtraMissing", "create_app", "load_agents",
            "require_serve_extra"]

@@ -29,7 +29,8 @@ from core.gateway import memory_routes, openai_routes
 from core.gateway.errors import classify
 from core.gateway.guard import GuardPolicy, RequestGuard
 from core.gateway.registry import AgentRegistry
-from core.gateway.settings import TOKEN_ENV
+from core.gateway.settings import TOKEN_ENV, TOKENS_FILE_ENV
+from core.gateway.tokens import load_tokens_file
 
 DEFAULT_RESOURCE = "default"
 
@@ -82,10 +83,11 @@ def create_app(
 ) -> Starlette:
     """The gateway for ``agents`` (name → Agent, or a list served under their names).
 
-    ``policy``: what requests are accepted (``GuardPolicy``: Host names, web origins, token, body
-    limits); without one, the defaults with ``token``. ``token``: clients must send
-    ``Authorization: Bearer <token>``; when None it is read from ``$MEMORY_STUDIO_GATEWAY_TOKEN``, and
-    an empty string turns the check off.
+    ``policy``: what requests are accepted (``GuardPolicy``: Host names, web origins, token, tokens
+    file, body limits); without one, the defaults with ``token`` and the tokens file named by
+    ``$MEMORY_STUDIO_GATEWAY_TOKENS_FILE``. ``token``: clients must send ``Authorization: Bearer
+    <token>``; when None it is read from ``$MEMORY_STUDIO_GATEWAY_TOKEN``, and an empty string turns
+    the check off (a tokens file's tokens are still required then).
     ``max_concurrency``: turns running at once; more wait their turn. ``memory_workers``: memory API
     calls running at once, on workers of their own (default: a quarter of ``max_concurrency``, at
     least 4). ``stream_write_timeout``: seconds a streamed reply waits for a client to read before
@@ -109,7 +111,8 @@ def create_app(
     app.state.gateway = gateway
     if policy is None:
         secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
-        policy = GuardPolicy(token=secret or None)
+        tokens_file = os.environ.get(TOKENS_FILE_ENV, "")
+        policy = GuardPolicy(token=secret or None, tokens=load_tokens_file(tokens_file) if tokens_file else None)
     elif token is not None:
         raise ValueError("Give the token inside the policy (GuardPolicy(token=...)), not beside it.")
     app.add_middleware(RequestGuard, policy=policy)

@@ -1,4 +1,5 @@
-"""``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--default-resource]``
+"""``memory-studio serve --agents package.module:agents [--host] [--port] [--token] [--tokens-file PATH]``
+``[--default-resource]
 ``[--allowed-host NAME]... [--allow-origin ORIGIN]... [--max-body-mb MB]``, or ``memory-studio serve
 --model provider/model [--name] [--instructions] [--db] [--max-tokens]``: one agent with a default memory, its model
 named as ``Agent(model=...)`` takes it (``core.llm.providers``)."""
@@ -9,7 +10,7 @@ import argparse
 import ipaddress
 from typing import Any, TextIO
 
-from core.gateway import TOKEN_ENV, require_serve_extra
+from core.gateway import TOKEN_ENV, TOKENS_FILE_ENV, require_serve_extra
 from core.gateway.guard import add_guard_arguments, policy_from_args
 
 DEFAULT_PORT = 8787
@@ -36,9 +37,10 @@ def add_serve_parser(sub: Any) -> None:
                         "context is full; clients' own sampling parameters are not used")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    add_guard_arguments(p, token_env=TOKEN_ENV)
+    add_guard_arguments(p, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
     p.add_argument("--default-resource", default="default",
-                   help="resource for requests that name none (no metadata.resource_id, x-resource-id or user)")
+                   help="resource for requests that name none (no metadata.resource_id, x-resource-id or user); "
+                        "a tokens file's token with one resource uses that one instead")
     p.add_argument("--max-concurrency", type=int, default=40, help="turns running at once (default 40)")
     p.add_argument("--stream-write-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="drop a streaming client that reads nothing for this long, releasing its turn's worker "
@@ -66,20 +68,23 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                              f"module gives it. Drop {' and '.join(given)}, or set them in {args.agents.split(':')[0]}.")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be a positive number of tokens, got {args.max_tokens}.")
-    policy = policy_from_args(args, token_env=TOKEN_ENV)
+    policy = policy_from_args(args, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
+    for warning in policy.tokens.warnings if policy.tokens is not None else ():
+        err.write(f"warning: {warning}\n")
     agents = load_agents(args.agents) if args.agents else model_agent(
         args.model, name=args.name if args.name is not None else "assistant",
         instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
         db=args.db, max_tokens=args.max_tokens)
-    token = policy.token
+    token = policy.needs_token
     app = create_app(agents, policy=policy, default_resource=args.default_resource,
                      max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
     if not token and not is_loopback(args.host):
         err.write(f"warning: serving on {args.host} without a token: anyone who can reach it can read and write "
-                  f"every resource's memory. Set {TOKEN_ENV}.\n")
+                  f"every resource's memory. Set {TOKEN_ENV}, or give each user a token (--tokens-file).\n")
 
     def ready(url: str) -> None:
-        auth = "token required" if token else "no token"
+        auth = "no token" if not token else "token required" if policy.tokens is None else \
+            f"token required, {len(policy.tokens.entries)} token(s) from {policy.tokens.path}"
         out.write(f"memory-studio gateway: {len(agents)} agent(s) ({', '.join(agents)}) on {url} ({auth})\n")
         out.flush()
 

@@ -10,7 +10,10 @@ ASGI app (the chat gateway, the MCP server's HTTP transport) and refuses, before
   an IP cannot be rebound);
 - an ``Origin`` not listed with ``--allow-origin`` (403). Listed origins get CORS answers
   (preflights, ``Access-Control-Allow-Origin``), so a browser app can call the server;
-- a missing or wrong bearer token, when one is set (401; the scheme is case-insensitive, RFC 7235);
+- a missing or wrong bearer token, when one is set (401; the scheme is case-insensitive, RFC 7235):
+  the shared ``token``, or one of a tokens file's (``tokens``, ``core.gateway.tokens``), whose entry's
+  resources the request may then use. The caller (``core.gateway.access.Caller``) goes into the ASGI
+  scope for the routes to ask;
 - a body that is not ``application/json`` (415);
 - a body over ``max_body_bytes`` (413): at once when ``Content-Length`` says so, otherwise as soon as
   the bytes read pass the limit, without reading the rest;
@@ -42,7 +45,10 @@ from typing import Any
 
 import numpy as np
 
+from core.gateway.access import ANYONE, CALLER_KEY, Caller
 from core.gateway.errors import GatewayError
+from core.gateway.tokens import TokensFile, load_tokens_file
+from core.ids import SHOWN_CHARS, shown
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +81,9 @@ class GuardPolicy:
     ``host``/``port``: where the server is bound (the bound address is an accepted ``Host``).
     ``allowed_hosts``: more ``Host`` names (``--allowed-host``): ``name`` for any port, ``name:port``
     for that port only. ``allowed_origins``: web origins (``scheme://host[:port]``) whose pages may
-    call the server (``--allow-origin``). ``token``: the bearer token clients must send (None or ""
-    turns the check off). ``max_body_bytes``: the largest request body (``--max-body-mb``, 16 MB).
+    call the server (``--allow-origin``). ``token``: the shared bearer token, for every resource (None
+    or "" and no ``tokens``: no check). ``tokens``: a tokens file's entries (``--tokens-file``), each
+    token for the resources its entry lists. ``max_body_bytes``: the largest request body (``--max-body-mb``, 16 MB).
     ``max_json_depth``: the deepest nesting of arrays and objects in a JSON body. ``open_paths``:
     paths answered without the token (load-balancer probes).
     """
@@ -86,6 +93,7 @@ class GuardPolicy:
     allowed_hosts: frozenset[str] = frozenset()
     allowed_origins: frozenset[str] = frozenset()
     token: str | None = None
+    tokens: TokensFile | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * MB
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     open_paths: frozenset[str] = field(default=DEFAULT_OPEN_PATHS)
@@ -132,15 +140,29 @@ class GuardPolicy:
         except ValueError:
             return False
 
+    @property
+    def needs_token(self) -> bool:
+        """Whether requests must carry a token (a shared one, or a tokens file's)."""
+        return bool(self.token) or self.tokens is not None
+
     def accepts_token(self, authorization: str | None) -> bool:
         """``Authorization: Bearer <token>``, the scheme in any case, the token compared in constant time."""
-        if not self.token:
-            return True
+        return self.caller(authorization) is not None
+
+    def caller(self, authorization: str | None) -> Caller | None:
+        """Who sent ``authorization``: every resource for the shared token (or when no token is set), a
+        tokens file entry's resources for its token; None when the token is missing or wrong."""
+        if not self.needs_token:
+            return ANYONE
         scheme, _, given = (authorization or "").strip().partition(" ")
         if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"),
-                                   self.token.encode("utf-8", "surrogateescape"))
+            return None
+        given = given.strip()
+        if self.token and hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
+                                              self.token.encode("utf-8", "surrogateescape")):
+            return ANYONE
+        entry = self.tokens.match(given) if self.tokens is not None and given else None
+        return Caller(entry.name, entry.resources) if entry is not None else None
 
 
 # -- the middleware ---------------------------------------------------------------------------------
@@ -159,7 +181,11 @@ class RequestGuard:
             return
         headers = _headers(scope)
         origin = headers.get("origin")
-        refusal = self._refusal(scope, headers, origin)
+        caller = self.policy.caller(headers.get("authorization"))
+        refusal = self._refusal(scope, headers, origin, caller)
+        if refusal is None:
+            # (None passes only on an open path or as a preflight, which name no resource.)
+            scope[CALLER_KEY] = caller or ANYONE
         if refusal is not None:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": refusal.message[:120]})
@@ -178,26 +204,26 @@ class RequestGuard:
             return
         await _Exchange(self.app, self.policy, scope, receive, send, headers, origin).run()
 
-    def _refusal(self, scope: MutableMapping[str, Any], headers: dict[str, str],
-                 origin: str | None) -> RequestRefused | None:
+    def _refusal(self, scope: MutableMapping[str, Any], headers: dict[str, str], origin: str | None,
+                 caller: Caller | None) -> RequestRefused | None:
         policy = self.policy
         host = headers.get("host")
         server = scope.get("server")
         if not policy.accepts_host(host, str(server[0]) if server else None):
             return RequestRefused(
-                421, f"This server is not served as {host!r}. Use the address it listens on or localhost; to "
+                421, f"This server is not served as {shown(host)}. Use the address it listens on or localhost; to "
                 "serve it under another name, start it with --allowed-host NAME.",
                 type="invalid_request_error", code="host_not_allowed")
         if origin is not None and not policy.accepts_origin(origin):
             return RequestRefused(
                 403, f"Requests from web pages are refused unless their origin is listed; this one came from "
-                f"{origin!r}. To serve a browser app, start the server with --allow-origin {origin}.",
+                f"{shown(origin)}. To serve a browser app, start the server with --allow-origin "
+                f"{origin if len(origin) <= SHOWN_CHARS else 'ORIGIN'}.",
                 type="permission_error", code="origin_not_allowed")
         # A CORS preflight carries no token, so it is answered here and never reaches the app; browsers
         # always send Origin with one, so an OPTIONS without it is an ordinary request (token needed).
         preflight = _is_preflight(scope, headers, origin)
-        if not preflight and scope["path"] not in policy.open_paths and \
-                not policy.accepts_token(headers.get("authorization")):
+        if not preflight and scope["path"] not in policy.open_paths and caller is None:
             given = headers.get("authorization")
             message = ("This server needs an API token: send 'Authorization: Bearer <token>' (with the openai "
                        "client, api_key=<token>)." if not given else "The API token is not valid for this server.")
@@ -209,7 +235,7 @@ class RequestGuard:
         if has_body and not _is_json(headers.get("content-type")):
             got = headers.get("content-type") or "no Content-Type"
             return RequestRefused(
-                415, f"Send the request body as JSON with 'Content-Type: application/json' (got {got!r}).",
+                415, f"Send the request body as JSON with 'Content-Type: application/json' (got {shown(got)}).",
                 code="unsupported_media_type")
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > policy.max_body_bytes:
@@ -339,8 +365,9 @@ def json_depth_exceeds(data: bytes | str, limit: int) -> bool:
 # -- command-line flags ------------------------------------------------------------------------------
 
 
-def add_guard_arguments(parser: argparse.ArgumentParser, *, token_env: str) -> None:
-    """``--allowed-host``, ``--allow-origin``, ``--token`` and ``--max-body-mb`` (read by ``policy_from_args``)."""
+def add_guard_arguments(parser: argparse.ArgumentParser, *, token_env: str, tokens_file_env: str) -> None:
+    """``--allowed-host``, ``--allow-origin``, ``--token``, ``--tokens-file`` and ``--max-body-mb`` (read by
+    ``policy_from_args``)."""
     parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME[:PORT]",
                         help="another Host name this server answers to (repeatable), for example the name a "
                              "reverse proxy or LAN clients use; the bound address and localhost always work")
@@ -349,7 +376,11 @@ def add_guard_arguments(parser: argparse.ArgumentParser, *, token_env: str) -> N
                              "requests from any other origin are refused")
     parser.add_argument("--token", default=None,
                         help="API token clients must send as 'Authorization: Bearer <token>' "
-                             f"(default: ${token_env}; prefer the variable, a flag shows in ps)")
+                             f"(default: ${token_env}; prefer the variable, a flag shows in ps); it may use "
+                             "every resource")
+    parser.add_argument("--tokens-file", default=None, metavar="PATH",
+                        help="a JSON file of tokens, each reaching only the resources listed for it (default: "
+                             f"${tokens_file_env}); `memory-studio tokens new` makes one. Works beside --token")
     parser.add_argument("--max-body-mb", type=float, default=float(DEFAULT_MAX_BODY_MB), metavar="MB",
                         help=f"largest request body accepted, in MB (default {DEFAULT_MAX_BODY_MB}); larger ones get 413")
 
@@ -389,7 +420,13 @@ def token_from_args(args: argparse.Namespace, token_env: str) -> tuple[str | Non
     return os.environ.get(token_env, "") or None, f"${token_env}"
 
 
-def policy_from_args(args: argparse.Namespace, *, token_env: str, host: str | None = None,
+def tokens_file_from_args(args: argparse.Namespace, tokens_file_env: str) -> TokensFile | None:
+    """The tokens file of ``--tokens-file`` (else ``$tokens_file_env``), read and checked, or None."""
+    path = args.tokens_file if args.tokens_file is not None else os.environ.get(tokens_file_env, "")
+    return load_tokens_file(path) if path else None
+
+
+def policy_from_args(args: argparse.Namespace, *, token_env: str, tokens_file_env: str, host: str | None = None,
                      port: int | None = None) -> GuardPolicy:
     """The policy the flags of ``add_guard_arguments`` (and ``--host``/``--port``) describe.
 
@@ -402,7 +439,8 @@ def policy_from_args(args: argparse.Namespace, *, token_env: str, host: str | No
         check_token(token, f"The token in {where}", where)
     return GuardPolicy(host=host if host is not None else args.host, port=port if port is not None else args.port,
                        allowed_hosts=frozenset(args.allowed_host), allowed_origins=frozenset(args.allow_origin),
-                       token=token, max_body_bytes=int(args.max_body_mb * MB))
+                       token=token, tokens=tokens_file_from_args(args, tokens_file_env),
+                       max_body_bytes=int(args.max_body_mb * MB))
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -536,4 +574,4 @@ def _cors_headers(origin: str, response_headers: Iterable[tuple[bytes, bytes]]) 
 
 __all__ = ["DEFAULT_MAX_BODY_MB", "DEFAULT_MAX_JSON_DEPTH", "GuardPolicy", "JsonDepth", "RequestGuard",
            "RequestRefused", "add_guard_arguments", "check_token", "json_depth_exceeds", "normalize_origin",
-           "policy_from_args", "token_from_args", "token_problem"]
+           "policy_from_args", "token_from_args", "token_problem", "tokens_file_from_args"]

@@ -10,8 +10,9 @@
   (Markdown text, or an object for schema working memory)
 
 ``agentId=`` picks whose memory is meant when the agents do not share one. Every route needs
-``resourceId=`` (400 without it): a call is always about one resource's memory, and a
-``resourceId`` that does not own the thread gets 403, exactly as a chat turn would. A thread id may hold any character,
+``resourceId=`` (400 without it; a tokens file's token with one resource may leave it out): a call
+is always about one resource's memory, and a ``resourceId`` that does not own the thread gets 403,
+exactly as a chat turn would, as does one the caller's token may not use (``resource_not_allowed``). A thread id may hold any character,
 ``/`` included, when percent-encoded. Every call runs on a worker thread.
 """
 
@@ -25,10 +26,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from core.gateway.access import caller_of
 from core.gateway.errors import GatewayError, bad_request
 from core.gateway.openai_routes import read_json
 from core.gateway.turns import client_id
-from core.ids import lone_surrogate
+from core.ids import lone_surrogate, shown
 from core.memory import Memory
 from core.scopes import check_caller_owns
 from core.working_memory_schema import WorkingMemoryError
@@ -45,10 +47,9 @@ async def _run(request: Request, fn: Callable[[], T]) -> T:
     return await anyio.to_thread.run_sync(fn, limiter=gateway.memory_limiter)
 
 
-def _memory(request: Request, *, working_memory: bool = False) -> Memory:
+def _memory(request: Request, resource_id: str, *, working_memory: bool = False) -> Memory:
     gateway: Gateway = request.app.state.gateway
-    context = {"resourceId": request.query_params.get("resourceId"),
-               "threadId": request.path_params.get("thread_id"), "source": "gateway"}
+    context = {"resourceId": resource_id, "threadId": request.path_params.get("thread_id"), "source": "gateway"}
     return gateway.registry.memory_for(request.query_params.get("agentId"), context, working_memory=working_memory)
 
 
@@ -59,15 +60,17 @@ def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise bad_request(f"{name} must be a whole number, got {raw!r}.", param=name) from None
+        raise bad_request(f"{name} must be a whole number, got {shown(raw)}.", param=name) from None
     if not low <= value <= high:
-        raise bad_request(f"{name} must be between {low} and {high}, got {value}.", param=name)
+        raise bad_request(f"{name} must be between {low} and {high}, got {shown(value)}.", param=name)
     return value
 
 
 def _resource(request: Request, what: str) -> str:
-    """The ``resourceId`` every memory call needs: without one, any thread could be read or written."""
-    resource_id = request.query_params.get("resourceId")
+    """The ``resourceId`` every memory call needs: without one, any thread could be read or written. The
+    caller's token must allow it; a token with one resource may leave it out."""
+    named = request.query_params.get("resourceId") or None
+    resource_id = caller_of(request.scope).resource_for(named, param="resourceId")
     if not resource_id:
         raise bad_request(f"Say whose {what} this is about: add ?resourceId=<the resource that owns it>.",
                           param="resourceId")
@@ -78,7 +81,7 @@ async def list_threads(request: Request) -> Response:
     resource_id = _resource(request, "threads")
     page = _int(request, "page", 0, 0, 1_000_000)
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
-    memory = _memory(request)
+    memory = _memory(request, resource_id)
     result = await _run(request, lambda: memory.list_threads(resource_id=resource_id, page=page, per_page=per_page))
     return JSONResponse({"threads": [t.to_dict() for t in result.threads], "total": result.total,
                          "page": result.page, "perPage": result.per_page, "hasMore": result.has_more})
@@ -89,7 +92,7 @@ async def list_messages(request: Request) -> Response:
     resource_id = _resource(request, "messages")
     page = _int(request, "page", 0, 0, 1_000_000)
     per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
-    memory = _memory(request)
+    memory = _memory(request, resource_id)
 
     def read() -> Any:
         thread = memory.get_thread(thread_id)
@@ -106,7 +109,7 @@ async def list_messages(request: Request) -> Response:
 async def get_working_memory(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     asked = _resource(request, "working memory")
-    memory = _memory(request, working_memory=True)
+    memory = _memory(request, asked, working_memory=True)
 
     def read() -> dict[str, Any]:
         opts = _wm_options(memory)
@@ -125,7 +128,7 @@ async def put_working_memory(request: Request) -> Response:
     # A write may create the resource's row: its id follows the rule a chat turn's ids follow, so the
     # gateway never makes a resource that no chat request could name (control characters, 5,000 characters).
     client_id("resourceId", asked)
-    memory = _memory(request, working_memory=True)
+    memory = _memory(request, asked, working_memory=True)
     body = await read_json(request)
     if not isinstance(body, Mapping) or "workingMemory" not in body:
         raise bad_request('Send {"workingMemory": ...}: Markdown text, or an object for schema working memory.',
@@ -142,7 +145,7 @@ async def put_working_memory(request: Request) -> Response:
         thread = memory.get_thread(thread_id)
         resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
         if thread is None and opts.scope == "thread":  # the engine's refusal says only "not found"
-            raise GatewayError(404, f"There is no thread {thread_id!r}, and this memory keeps working memory per "
+            raise GatewayError(404, f"There is no thread {shown(thread_id)}, and this memory keeps working memory per "
                                "thread: start the thread with a chat turn (metadata.thread_id) first, then write "
                                "its working memory. Nothing was written.", type="not_found_error", code="not_found")
         memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from core.gateway.access import caller_of
 from core.gateway.errors import GatewayError, bad_request, classify
 from core.gateway.turns import (
     TextDelta,
@@ -78,7 +79,7 @@ async def chat_completions(request: Request) -> Response:
         raise bad_request("The request body must be a JSON object.")
     agent = gateway.registry.get(body.get("model"))
     turn = parse_turn(body, request.headers, model=str(body["model"]), has_memory=agent.memory is not None,
-                      default_resource=gateway.default_resource)
+                      default_resource=gateway.default_resource, caller=caller_of(request.scope))
     if turn.stream:
         return TurnStream(gateway, agent, turn)
     result, agent_ms, turn = await anyio.to_thread.run_sync(_timed_turn, agent, turn, limiter=gateway.limiter)

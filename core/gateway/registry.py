@@ -16,6 +16,7 @@ from typing import Any
 from core.agent import Agent
 from core.errors import MemoryStudioError
 from core.gateway.errors import GatewayError, bad_request
+from core.ids import shown
 from core.memory import Memory, resolve_memory
 
 
@@ -90,7 +91,7 @@ class AgentRegistry:
             raise bad_request("Say which agent answers: set 'model' to one of " + self._listing() + ".", param="model")
         agent = self.agents.get(name)
         if agent is None:
-            raise GatewayError(404, f"There is no agent named {name!r}. This gateway serves {self._listing()}.",
+            raise GatewayError(404, f"There is no agent named {shown(name)}. This gateway serves {self._listing()}.",
                                code="model_not_found", param="model")
         return agent
 
@@ -104,7 +105,7 @@ class AgentRegistry:
         """
         if agent_id:
             if agent_id not in self.agents:  # the memory API's parameter, not a chat request's 'model'
-                raise GatewayError(404, f"agentId={agent_id!r} names no agent. This gateway serves "
+                raise GatewayError(404, f"agentId={shown(agent_id)} names no agent. This gateway serves "
                                    f"{self._listing()}.", code="model_not_found", param="agentId")
             memory = resolve_memory(self.get(agent_id).memory, request_context)
             if memory is None:

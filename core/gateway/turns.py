@@ -11,7 +11,9 @@ Thread and resource come from ``metadata.thread_id`` / ``metadata.resource_id`` 
 (``conversation_thread_id``: ``%`` and ``:`` percent-encoded in both parts, so no two pairs share a
 thread, and thread ids starting ``conversation:`` are refused when a client names them, so nobody
 can take another resource's conversation first); OpenAI's ``user`` field names the resource when
-nothing else does; then the gateway's default resource. A request with no thread gets a new one, as
+nothing else does; then the caller's one resource (a tokens file's token with exactly one), else the
+gateway's default resource. A caller whose token lists its resources may name only those, in every
+one of these places (403 ``resource_not_allowed``, before anything is read or the model called). A request with no thread gets a new one, as
 ``Agent.generate`` does. A conversation that began before this encoding (thread
 ``<resource>:<conversation>``, owned by that resource) goes on in its old thread.
 
@@ -30,8 +32,9 @@ from typing import Any
 
 from core.agent import Agent, AgentResult
 from core.agent_stream import AgentStream
+from core.gateway.access import ANYONE, Caller
 from core.gateway.errors import bad_request
-from core.ids import MAX_NEW_ID, new_id_problem
+from core.ids import MAX_NEW_ID, new_id_problem, shown
 from core.llm.base import Usage
 from core.memory import resolve_memory
 from core.messages import Message, text_part
@@ -55,13 +58,18 @@ class Turn:
     include_usage: bool
     # A conversation's thread as it was named before conversation_thread_id (used while it exists).
     legacy_thread_id: str | None = None
+    # The tokens file entry that sent the request (None: the shared token, or no token).
+    caller: str | None = None
 
     def memory_arg(self) -> dict[str, Any]:
         return {"resource": self.resource_id, "thread": self.thread_id}
 
     def request_context(self) -> dict[str, Any]:
-        return {"resourceId": self.resource_id, "threadId": self.thread_id, "agent": self.agent,
-                "source": "gateway"}
+        values = {"resourceId": self.resource_id, "threadId": self.thread_id, "agent": self.agent,
+                  "source": "gateway"}
+        if self.caller is not None:  # who called, as the trace shows it: the token's name, never the token
+            values["caller"] = self.caller
+        return values
 
 
 @dataclass(frozen=True)
@@ -81,8 +89,9 @@ TurnEvent = TextDelta | TurnFinished
 
 
 def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: str, has_memory: bool,
-               default_resource: str) -> Turn:
-    """Check a chat-completions body and decide thread and resource; 400 with a reason otherwise."""
+               default_resource: str, caller: Caller = ANYONE) -> Turn:
+    """Check a chat-completions body and decide thread and resource; 400 with a reason otherwise, 403 when
+    ``caller`` names a resource its token may not use."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list of chat messages.", param="messages")
@@ -105,7 +114,11 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     resource = _one("resource_id", metadata.get("resource_id"), headers.get("x-resource-id"))
     conversation = _one("conversation_id", metadata.get("conversation_id"), headers.get("x-conversation-id"))
     user = _id("user", body.get("user"))
-    resource = resource or user or default_resource
+    # (``user`` names the resource only when nothing else does: beside a resource id it is the end-user tag
+    # OpenAI's clients send, never read, so only the resource the turn is about is checked)
+    resource = caller.resource_for(resource or user, param="user" if user and not resource else "metadata.resource_id",
+                                   fallback=default_resource)
+    assert resource is not None
     if conversation and thread:
         raise bad_request("Give either a thread id or a conversation id, not both.", param="metadata")
     if thread and thread.startswith(CONVERSATION_PREFIX):
@@ -121,13 +134,13 @@ def parse_turn(body: Mapping[str, Any], headers: Mapping[str, str], *, model: st
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         # Answering a JSON completion to a client that asked (wrongly) for events fails in its parser instead.
-        raise bad_request(f"'stream' must be true or false, got {stream!r}.", param="stream")
+        raise bad_request(f"'stream' must be true or false, got {shown(stream)}.", param="stream")
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, Mapping):
         raise bad_request("'stream_options' must be an object, like {\"include_usage\": true}.",
                           param="stream_options")
     include_usage = isinstance(stream_options, Mapping) and bool(stream_options.get("include_usage"))
-    return Turn(model, message, thread, resource, body.get("stream") is True, include_usage, legacy)
+    return Turn(model, message, thread, resource, body.get("stream") is True, include_usage, legacy, caller.name)
 
 
 def conversation_thread_id(resource_id: str, conversation_id: str) -> str:
@@ -181,7 +194,7 @@ def _texts(content: Any) -> list[str]:
         for part in content:
             if not isinstance(part, Mapping) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
-                raise bad_request(f"Only text content parts are supported, not {kind!r}.", param="messages")
+                raise bad_request(f"Only text content parts are supported, not {shown(kind)}.", param="messages")
             texts.append(part["text"])
         return texts
     raise bad_request("The user message's 'content' must be a string or a list of text parts.", param="messages")
@@ -198,8 +211,8 @@ def _one(name: str, from_body: Any, from_header: Any) -> str | None:
                           param=header)
     body_value, header_value = _id(name, from_body), _id(name, from_header)
     if body_value and header_value and body_value != header_value:
-        raise bad_request(f"metadata.{name} ({body_value!r}) and the {header} header "
-                          f"({header_value!r}) disagree; send one.", param="metadata")
+        raise bad_request(f"metadata.{name} ({shown(body_value)}) and the {header} header "
+                          f"({shown(header_value)}) disagree; send one.", param="metadata")
     return body_value or header_value
 
 

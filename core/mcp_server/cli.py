@@ -4,7 +4,9 @@ stdio by default (the client starts this command and talks over its stdin/stdout
 the protocol is ever written to stdout; notes go to stderr). ``--http`` serves streamable HTTP at
 ``http://HOST:PORT/mcp`` under the gateway's rules (Host, Origin, token, body size; the same flags as
 ``memory-studio serve``). ``--any-resource`` lets each call name its resource, and is refused unless
-a token is set (``--token`` or ``$MEMORY_STUDIO_MCP_TOKEN``): over HTTP every request must carry it.
+a token is set (``--token`` or ``$MEMORY_STUDIO_MCP_TOKEN``, or over HTTP a tokens file,
+``--tokens-file`` or ``$MEMORY_STUDIO_MCP_TOKENS_FILE``, whose tokens reach only their own resources):
+over HTTP every request must carry one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from core.errors import MemoryStudioError
 
 #: Where ``memory-studio mcp`` reads its token when ``--token`` is not given.
 TOKEN_ENV = "MEMORY_STUDIO_MCP_TOKEN"
+#: Where it reads the path of its tokens file (per-resource tokens, over HTTP) when ``--tokens-file`` is not given.
+TOKENS_FILE_ENV = "MEMORY_STUDIO_MCP_TOKENS_FILE"
 DEFAULT_PORT = 8788
 INSTALL_HINT = "pip install 'memory-studio[mcp]'"
 
@@ -37,7 +41,8 @@ def add_mcp_parser(sub: Any, db_arg: Any) -> None:
     who.add_argument("--resource", default=None, metavar="ID",
                      help="the one resource (user) whose memory is served; calls can never reach another's")
     who.add_argument("--any-resource", action="store_true",
-                     help="let every call name its resource (needs a token: --token or $" + TOKEN_ENV + ")")
+                     help="let every call name its resource (needs a token: --token or $" + TOKEN_ENV +
+                          ", or with --http a tokens file, whose tokens reach only their own resources)")
     p.add_argument("--agent", default=None,
                    help="use the memory configuration this registered agent recorded (working-memory template "
                         "or schema, recall); default: the only registered agent, else engine defaults")
@@ -45,7 +50,7 @@ def add_mcp_parser(sub: Any, db_arg: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="with --http: address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"with --http: port (default {DEFAULT_PORT}; 0 picks one)")
     p.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
-    add_guard_arguments(p, token_env=TOKEN_ENV)
+    add_guard_arguments(p, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
 
 
 def require_mcp_extra() -> None:
@@ -69,12 +74,18 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
     # Over stdio the token is only checked at start (it must be set for --any-resource), never sent in a
     # header, so only HTTP needs one an Authorization header can carry (policy_from_args checks that).
-    policy = policy_from_args(args, token_env=TOKEN_ENV) if args.http else None
-    token = policy.token if policy is not None else token_from_args(args, TOKEN_ENV)[0]
+    if not args.http and args.tokens_file:
+        raise ValueError("--tokens-file is for --http: over stdio there is no request to carry a token (the client "
+                         "starts the server itself). Drop --tokens-file, or add --http.")
+    policy = policy_from_args(args, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV) if args.http else None
+    token = policy.needs_token if policy is not None else bool(token_from_args(args, TOKEN_ENV)[0])
     if args.any_resource and not token:
         raise ValueError(f"--any-resource serves every user's memory, so it needs a token: set ${TOKEN_ENV} "
-                         "(or --token); HTTP clients then send it as 'Authorization: Bearer <token>'.")
+                         "(or --token); HTTP clients then send it as 'Authorization: Bearer <token>'. With --http, a "
+                         f"tokens file (--tokens-file, ${TOKENS_FILE_ENV}) gives each user a token of their own.")
     logging.basicConfig(stream=err, level=args.log_level.upper(), format="memory-studio mcp: %(message)s")
+    for warning in policy.tokens.warnings if policy is not None and policy.tokens is not None else ():
+        err.write(f"memory-studio mcp: warning: {warning}\n")
     from core.mcp_server.server import build_server, http_app, run_stdio
 
     # A client's configuration holds the database's path: a typo there must not serve a new, empty memory
@@ -102,13 +113,13 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             from core.gateway.server import serve
 
             assert policy is not None
-            if not policy.token and not is_loopback(args.host):
+            if not policy.needs_token and not is_loopback(args.host):
                 err.write(f"memory-studio mcp: warning: serving on {args.host} without a token: anyone who can reach "
                           f"it can read and write the memory of {who}. Set ${TOKEN_ENV}.\n")
 
             def ready(url: str) -> None:
                 err.write(f"memory-studio mcp: {store.location.display}, {who}, on {url}/mcp "
-                          f"({'token required' if policy.token else 'no token'})\n")
+                          f"({'token required' if policy.needs_token else 'no token'})\n")
                 err.flush()
 
             serve(http_app(server, policy), host=args.host, port=args.port, log_level=args.log_level,

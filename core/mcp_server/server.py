@@ -9,7 +9,9 @@ message says what to do; anything else is logged here and reported as a failure 
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
 HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
-``memory-studio serve``; the guard's body limit is the only one).
+``memory-studio serve``; the guard's body limit is the only one). Each HTTP call's caller (the guard's
+verdict on its token, ``core.gateway.access``) is read from the HTTP request the SDK hands the tool
+(``_caller``) and passed to ``MemoryTools``, which keeps a tokens file's token to its resources.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp_types import Resource as MCPResource
 from pydantic import Field
 
 from core.errors import MemoryStudioError
+from core.gateway.access import ANYONE, Caller, caller_of
 from core.ids import lone_surrogate
 from core.mcp_server.tools import DEFAULT_READ, URI_PREFIX, MemoryTools, transcript_uri
 from core.scopes import ThreadOwnershipError
@@ -72,12 +75,28 @@ class MemoryMCPServer(MCPServer):
         self.memory_tools = tools
         _register(self, tools)
 
-    async def list_resources(self) -> list[MCPResource]:
-        rows = await _call(self.memory_tools.transcripts, ResourceError)
+    async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
+        # The SDK's handler calls list_resources() without the request; a tokens file's caller lists only its own.
+        from mcp_types import ListResourcesResult
+
+        return ListResourcesResult(resources=await self.list_resources(_request_caller(ctx)))
+
+    async def list_resources(self, caller: Caller | None = None) -> list[MCPResource]:
+        rows = await _call(lambda: self.memory_tools.transcripts(caller or ANYONE), ResourceError)
         return [MCPResource(uri=transcript_uri(r["threadId"]), name=str(r["name"]), mime_type="text/markdown",
                             description=f"Transcript of thread {r['threadId']} (resource {r['resource']}, "
                                         f"{r['messageCount']} messages)")
                 for r in rows]
+
+
+def _request_caller(request_context: Any) -> Caller:
+    """The caller of an MCP request: from the HTTP request the guard let in, or ``ANYONE`` over stdio."""
+    request = getattr(request_context, "request", None)
+    return caller_of(getattr(request, "scope", None) if request is not None else None)
+
+
+def _caller(ctx: Context) -> Caller:
+    return _request_caller(ctx.request_context)
 
 
 def _register(server: MCPServer, tools: MemoryTools) -> None:
@@ -85,43 +104,52 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
 
     @server.tool(description="Search this user's memory: hybrid recall (keyword + vector) over every stored "
                              "message, best first, with fused, vector and keyword scores. Optionally only one thread.")
-    async def search_memory(query: str, top_k: int = 5, thread: str | None = None,
+    async def search_memory(ctx: Context, query: str, top_k: int = 5, thread: str | None = None,
                             resource: ResourceArg = None) -> dict[str, Any]:
-        return await run(lambda: tools.search_memory(query, top_k, thread, resource))
+        caller = _caller(ctx)
+        return await run(lambda: tools.search_memory(query, top_k, thread, resource, caller=caller))
 
     @server.tool(description="List this user's threads (conversations), newest activity first, with message counts.")
-    async def list_threads(resource: ResourceArg = None) -> dict[str, Any]:
-        return await run(lambda: tools.list_threads(resource))
+    async def list_threads(ctx: Context, resource: ResourceArg = None) -> dict[str, Any]:
+        caller = _caller(ctx)
+        return await run(lambda: tools.list_threads(resource, caller=caller))
 
     @server.tool(description=f"Read a thread: its newest messages (default {DEFAULT_READ}), oldest first.")
-    async def read_thread(thread: str, last: int = DEFAULT_READ, resource: ResourceArg = None) -> dict[str, Any]:
-        return await run(lambda: tools.read_thread(thread, last, resource))
+    async def read_thread(ctx: Context, thread: str, last: int = DEFAULT_READ,
+                          resource: ResourceArg = None) -> dict[str, Any]:
+        caller = _caller(ctx)
+        return await run(lambda: tools.read_thread(thread, last, resource, caller=caller))
 
     @server.tool(description="The working memory kept about this user (Markdown following a template, or JSON "
                              "following a schema), with the template or schema it follows.")
-    async def get_working_memory(thread: str | None = None, resource: ResourceArg = None) -> dict[str, Any]:
-        return await run(lambda: tools.get_working_memory(thread, resource))
+    async def get_working_memory(ctx: Context, thread: str | None = None,
+                                 resource: ResourceArg = None) -> dict[str, Any]:
+        caller = _caller(ctx)
+        return await run(lambda: tools.get_working_memory(thread, resource, caller=caller))
 
     @server.tool(description="Change the working memory: Markdown memory is replaced by the whole text you send "
                              "(keep the template's structure); JSON memory is merged with the object you send "
                              "(null deletes a field). Refused when it breaks the template or schema rules.")
-    async def update_working_memory(working_memory: str | dict[str, Any], thread: str | None = None,
+    async def update_working_memory(ctx: Context, working_memory: str | dict[str, Any], thread: str | None = None,
                                     resource: ResourceArg = None) -> dict[str, Any]:
-        return await run(lambda: tools.update_working_memory(working_memory, thread, resource))
+        caller = _caller(ctx)
+        return await run(lambda: tools.update_working_memory(working_memory, thread, resource, caller=caller))
 
     @server.tool(description="Store a message in a thread of this user (created if new), so it is remembered "
                              "and found by search_memory later.")
-    async def remember(text: str, thread: str, role: str = "user", title: str | None = None,
+    async def remember(ctx: Context, text: str, thread: str, role: str = "user", title: str | None = None,
                        resource: ResourceArg = None) -> dict[str, Any]:
-        return await run(lambda: tools.remember(text, thread, role, title, resource))
+        caller = _caller(ctx)
+        return await run(lambda: tools.remember(text, thread, role, title, resource, caller=caller))
 
     # A thread id is a name, not a path: ".." or a leading "/" are ordinary characters of it (the SDK
     # decodes the percent-encoding before calling).
     @server.resource(URI_PREFIX + "{thread_id}", name="thread-transcript", mime_type="text/markdown",
                      description="A thread's transcript (Markdown)",
                      security=ResourceSecurity(exempt_params=frozenset({"thread_id"})))
-    async def thread_transcript(thread_id: str) -> str:
-        return await _call(lambda: tools.transcript(thread_id), ResourceError)
+    async def thread_transcript(thread_id: str, ctx: Context) -> str:
+        caller = _caller(ctx)
+        return await _call(lambda: tools.transcript(thread_id, caller=caller), ResourceError)
 
 
 

@@ -7,6 +7,12 @@ outside (``check_caller_owns``: a thread without an owner is nobody's). Every ca
 agent turn: an ``agent_run`` root span named ``mcp: '<tool>'`` on the thread and resource it touched,
 with a ``memory_operation`` child holding the arguments and what was read or written, so the Studio's
 Traces pane shows what an MCP client read and wrote.
+
+Over HTTP each call also has a ``Caller`` (``core.gateway.access``): the request guard's verdict on its
+token. A tokens file's token reaches only the resources its entry lists: a call about another is
+refused (403's message, as a tool error), a call naming none is about the token's only resource when
+it has one, the transcripts listed are its resources' only, and the span names the token's entry as
+who called (``caller``).
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from core.errors import MemoryStudioError
+from core.gateway.access import ANYONE, Caller
 from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, client_id
+from core.ids import shown
 from core.memory import Memory
 from core.messages import Message
-from core.scopes import check_caller_owns
+from core.scopes import ThreadOwnershipError, check_caller_owns
 from core.storage import InvalidArgumentError, NotFoundError
 from core.storage.memory_store import check_text
 from core.stored_text import utf8_problem
@@ -60,17 +68,18 @@ class Binding:
             raise InvalidArgumentError("Bind the MCP server to one resource (--resource ID) or to any resource "
                                        "(--any-resource, with a token), not both and not neither.")
 
-    def resolve(self, asked: str | None) -> str:
-        """The resource a call is about."""
+    def resolve(self, asked: str | None, caller: Caller = ANYONE) -> str:
+        """The resource a call is about, which ``caller`` (the call's token) must be allowed to use."""
         if self.resource is not None:
             if asked and asked != self.resource:
                 raise ResourceNotAllowed(
-                    f"This MCP server is bound to resource {self.resource!r}; it cannot read or write {asked!r}. "
+                    f"This MCP server is bound to resource {self.resource!r}; it cannot read or write {shown(asked)}. "
                     "Start another server with --resource for that user, or one with --any-resource and a token.")
-            return self.resource
+            return caller.check(self.resource, param="resource")
+        asked = asked or caller.only_resource
         if not asked:
             raise ResourceNotAllowed("This MCP server serves any resource: name one with the 'resource' argument.")
-        return asked
+        return caller.check(asked, param="resource")
 
 
 class MemoryTools:
@@ -89,7 +98,8 @@ class MemoryTools:
 
     # -- tools -----------------------------------------------------------------------------------
     def search_memory(self, query: str, top_k: int = 5, thread: str | None = None,
-                      resource: str | None = None) -> dict[str, Any]:
+                      resource: str | None = None, *,
+                 caller: Caller = ANYONE) -> dict[str, Any]:
         """Hybrid recall (vector + keyword) over the resource's messages, best first, with scores."""
         def run(owner: str) -> dict[str, Any]:
             if not 1 <= top_k <= MAX_TOP_K:
@@ -119,7 +129,7 @@ class MemoryTools:
             return answer
 
         return self._traced("search_memory", "search", {"query": query, "top_k": top_k, "thread": thread},
-                            resource, thread, run, lambda r: {"hits": [h["messageId"] for h in r["results"]]})
+                            resource, thread, run, lambda r: {"hits": [h["messageId"] for h in r["results"]]}, caller)
 
     def _unindexed_note(self, owner: str, thread: str | None) -> str | None:
         """Why a search found nothing when the searched messages are not in the recall index (saved by a
@@ -140,13 +150,14 @@ class MemoryTools:
         missing = len(index.unindexed(searchable))
         if not missing:
             return None
-        where = f"thread {thread!r}" if thread is not None else "this user's threads"
+        where = f"thread {shown(thread)}" if thread is not None else "this user's threads"
         return (f"{missing} of the {len(searchable)} messages in {where} are not in the recall index (saved while "
                 f"semantic recall was off), so search_memory cannot find them. Ask the user to run "
                 f"`memory-studio reindex --resource {owner}` on this database, then search again; meanwhile "
                 "read_thread reads them.")
 
-    def list_threads(self, resource: str | None = None) -> dict[str, Any]:
+    def list_threads(self, resource: str | None = None, *,
+                 caller: Caller = ANYONE) -> dict[str, Any]:
         """The resource's threads, newest activity first, with message counts."""
         def run(owner: str) -> dict[str, Any]:
             rows = self.memory.store.memory.thread_summaries(owner)
@@ -156,9 +167,10 @@ class MemoryTools:
                  "uri": transcript_uri(s.thread.id)} for s in rows]}
 
         return self._traced("list_threads", "read", {}, resource, None, run,
-                            lambda r: {"threads": [t["id"] for t in r["threads"]]})
+                            lambda r: {"threads": [t["id"] for t in r["threads"]]}, caller)
 
-    def read_thread(self, thread: str, last: int = DEFAULT_READ, resource: str | None = None) -> dict[str, Any]:
+    def read_thread(self, thread: str, last: int = DEFAULT_READ, resource: str | None = None, *,
+                 caller: Caller = ANYONE) -> dict[str, Any]:
         """The newest ``last`` messages of a thread of this resource, oldest first."""
         def run(owner: str) -> dict[str, Any]:
             if not 1 <= last <= MAX_READ:
@@ -170,9 +182,10 @@ class MemoryTools:
                                   "createdAt": m.to_dict().get("createdAt")} for m in page.messages]}
 
         return self._traced("read_thread", "read", {"thread": thread, "last": last}, resource, thread, run,
-                            lambda r: {"messages": [m["id"] for m in r["messages"]]})
+                            lambda r: {"messages": [m["id"] for m in r["messages"]]}, caller)
 
-    def get_working_memory(self, thread: str | None = None, resource: str | None = None) -> dict[str, Any]:
+    def get_working_memory(self, thread: str | None = None, resource: str | None = None, *,
+                 caller: Caller = ANYONE) -> dict[str, Any]:
         """The working memory in force for the resource (or the thread, when it is thread-scoped)."""
         def run(owner: str) -> dict[str, Any]:
             opts = self._wm_options()
@@ -186,10 +199,11 @@ class MemoryTools:
                     "template": opts.template if opts.schema is None else None, "schema": opts.schema}
 
         return self._traced("get_working_memory", "read-working-memory", {"thread": thread}, resource, thread, run,
-                            lambda r: {"workingMemory": r["workingMemory"]})
+                            lambda r: {"workingMemory": r["workingMemory"]}, caller)
 
     def update_working_memory(self, working_memory: Any, thread: str | None = None,
-                              resource: str | None = None) -> dict[str, Any]:
+                              resource: str | None = None, *,
+                 caller: Caller = ANYONE) -> dict[str, Any]:
         """Replace working memory (Markdown: the template's rules; schema: validated, merged as the
         agent's tool merges). The update is versioned like any other, authored ``mcp``."""
         def run(owner: str) -> dict[str, Any]:
@@ -215,14 +229,15 @@ class MemoryTools:
 
         return self._traced("update_working_memory", "update-working-memory",
                             {"thread": thread, "workingMemory": working_memory}, resource, thread, run,
-                            lambda r: {"workingMemory": r["workingMemory"]})
+                            lambda r: {"workingMemory": r["workingMemory"]}, caller)
 
     def remember(self, text: str, thread: str, role: str = "user", title: str | None = None,
-                 resource: str | None = None) -> dict[str, Any]:
+                 resource: str | None = None, *,
+                 caller: Caller = ANYONE) -> dict[str, Any]:
         """Store a message in a thread of this resource (the thread is created when it is new)."""
         def run(owner: str) -> dict[str, Any]:
             if role not in ("user", "assistant"):
-                raise InvalidArgumentError(f"role must be 'user' or 'assistant', got {role!r}.")
+                raise InvalidArgumentError(f"role must be 'user' or 'assistant', got {shown(role)}.")
             if not isinstance(text, str) or not text.strip():
                 raise InvalidArgumentError("remember needs the text to store.")
             if not isinstance(thread, str) or not thread:
@@ -244,7 +259,7 @@ class MemoryTools:
             if existing is None and anothers_conversation(thread, owner):
                 raise ResourceNotAllowed(
                     f"Thread ids starting with {CONVERSATION_PREFIX!r} are the gateway's conversation threads, and "
-                    f"{thread!r} is not one of resource {owner!r}'s; remember into another thread id.")
+                    f"{shown(thread)} is not one of resource {shown(owner)}'s; remember into another thread id.")
             message = (Message.user if role == "user" else Message.assistant)(
                 text, thread_id=thread, resource_id=owner, metadata={"source": "mcp"})
             # A new thread is created by the save, in its transaction: a refused message leaves no thread.
@@ -257,40 +272,50 @@ class MemoryTools:
                     "createdAt": saved.to_dict().get("createdAt")}
 
         return self._traced("remember", "save-messages", {"thread": thread, "role": role, "text": text},
-                            resource, thread, run, lambda r: {"saved": [r["messageId"]]})
+                            resource, thread, run, lambda r: {"saved": [r["messageId"]]}, caller)
 
     # -- resources -------------------------------------------------------------------------------
-    def transcripts(self) -> list[dict[str, Any]]:
-        """The thread transcripts this server offers as resources (newest activity first, at most 500)."""
-        owner = self.binding.resource  # None: any resource
-        rows = self.memory.store.memory.thread_summaries(owner)[:500]
+    def transcripts(self, caller: Caller = ANYONE) -> list[dict[str, Any]]:
+        """The thread transcripts this server offers ``caller`` as resources (newest activity first, at most 500)."""
+        if self.binding.resource is not None:
+            owners: list[str | None] = [self.binding.resource] if caller.allows(self.binding.resource) else []
+        else:
+            owners = [None] if caller.resources is None else [*sorted(caller.resources)]  # None: any resource
+        store = self.memory.store.memory
+        rows = [s for owner in owners for s in store.thread_summaries(owner)]
+        if len(owners) > 1:
+            rows.sort(key=lambda s: s.last_activity.timestamp() if s.last_activity else float("-inf"), reverse=True)
+        rows = rows[:500]
         return [{"uri": transcript_uri(s.thread.id), "threadId": s.thread.id,
                  "name": s.thread.title or s.thread.id, "resource": s.thread.resource_id,
                  "messageCount": s.message_count} for s in rows]
 
-    def transcript(self, thread: str) -> str:
+    def transcript(self, thread: str, *, caller: Caller = ANYONE) -> str:
         """A thread's transcript as Markdown (``memory-studio export --format markdown``'s rendering)."""
         from core.transfer.export import export_thread
         from core.transfer.markdown import to_markdown
 
         found = self.memory.get_thread(thread)
         if found is None:
-            raise NotFoundError(f"No thread {thread!r} in this memory.")
+            raise NotFoundError(f"No thread {shown(thread)} in this memory.")
         asked = found.resource_id if self.binding.any_resource else None  # the token holder reads any thread
+        if asked is not None and not caller.allows(asked):
+            # Refused as a thread of another resource is, without naming the resource (another user's id).
+            raise ThreadOwnershipError(thread, asked, caller.only_resource or f"token {caller.name}")
 
         def run(owner: str) -> str:
             check_caller_owns(thread, found.resource_id or "", owner)
             return to_markdown(export_thread(self.memory.store, thread))
 
         return self._traced("read_resource", "read", {"uri": transcript_uri(thread)}, asked, thread, run,
-                            lambda r: {"characters": len(r)})
+                            lambda r: {"characters": len(r)}, caller)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _owned(self, thread: str, owner: str, *, must_exist: bool = True) -> Any:
         found = self.memory.get_thread(thread)
         if found is None:
             if must_exist:
-                raise NotFoundError(f"No thread {thread!r} for resource {owner!r}.")
+                raise NotFoundError(f"No thread {shown(thread)} for resource {shown(owner)}.")
             return None
         check_caller_owns(thread, found.resource_id or "", owner)
         return found
@@ -302,21 +327,23 @@ class MemoryTools:
         return opts
 
     def _traced(self, tool: str, operation: str, arguments: dict[str, Any], asked: str | None,
-                thread: str | None, run: Callable[[str], T], summary: Callable[[T], Any]) -> T:
+                thread: str | None, run: Callable[[str], T], summary: Callable[[T], Any], caller: Caller) -> T:
         """Run ``run(owner)`` as a traced call; a refused resource is a traced run with an error too."""
         tracer = self.tracer
-        shown = self.binding.resource or asked
-        if asked is not None and asked != shown:
+        traced_as = self.binding.resource or asked or caller.only_resource
+        if asked is not None and asked != traced_as:
             arguments = {**arguments, "resource": asked}
         # A refused argument is still traced; text with a lone surrogate (which JSON allows) could never
         # be stored in the trace file, so the span shows it escaped.
         arguments = _traceable(arguments)
-        shown = _traceable(shown)
+        traced_as = _traceable(traced_as)
         thread = _traceable(thread)
         with tracer.start_span(f"mcp: '{tool}'", SpanType.AGENT_RUN, new_trace=True, input=arguments,
-                               thread_id=thread, resource_id=shown, entity_type="agent", entity_id="mcp",
-                               entity_name="mcp", attributes={"framework": "mcp", "tool": tool}) as root:
-            owner = self.binding.resolve(asked)
+                               thread_id=thread, resource_id=traced_as, entity_type="agent", entity_id="mcp",
+                               entity_name="mcp", attributes={"framework": "mcp", "tool": tool,
+                                                              **({"caller": caller.name} if caller.name else {})}
+                               ) as root:
+            owner = self.binding.resolve(asked, caller)
             with tracer.start_span(f"memory: {operation}", SpanType.MEMORY_OPERATION, parent=root,
                                    input=arguments, attributes={"operationType": operation}) as span:
                 result = run(owner)

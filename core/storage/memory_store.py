@@ -15,7 +15,7 @@ from typing import Any, Generator, Iterable, Iterator, Mapping, Sequence
 import sqlalchemy as sa
 
 from core.message_size import check_rows
-from core.ids import check_id, check_ids
+from core.ids import check_id, check_ids, clipped
 from core.messages import Message
 from core.storage import bulk, catalog, dialect, driver_sql, locks, message_pages, message_windows
 from core.storage import schema as t
@@ -333,7 +333,7 @@ class MemoryStore:
             self.db.lock(conn, locks.thread_key(thread_id))
             row = conn.execute(sa.select(*_THREAD_COLS).where(t.threads.c.id == thread_id)).first()
             if row is None:
-                raise NotFoundError(f"Thread {thread_id} not found")
+                raise NotFoundError(f"Thread {clipped(thread_id)} not found")
             current = _thread(row)
             values: dict[str, Any] = {"updatedAt": iso_now()}
             if title is not None:

@@ -270,3 +270,21 @@ def test_a_body_in_utf_16_cannot_slip_past_the_nesting_limit(server, memory):
     assert got == 400 and "UTF-8" in reply["error"]["message"]
     got, _, reply = send(server, "POST", "/v1/chat/completions", raw=chat_body.encode("utf-8-sig"))
     assert got == 200, reply
+
+
+def test_a_400_repeats_at_most_80_characters_of_what_the_client_sent(server):
+    """'stream', a content part's type, 'model', a page number or a thread id as long as the body limit came
+    back whole in the error message (megabytes of answer, and of log line beside it)."""
+    huge = "x" * 200_000
+    answers = [chat(server, stream=huge),
+               send(server, "POST", "/v1/chat/completions", {"model": "echo", "messages": [
+                   {"role": "user", "content": [{"type": huge}]}]}),
+               send(server, "POST", "/v1/chat/completions", {"model": huge, "messages": [
+                   {"role": "user", "content": "hi"}]}),
+               send(server, "GET", "/api/memory/threads?resourceId=ada&perPage=" + "9x" * 3000),
+               send(server, "GET", "/api/memory/threads?resourceId=ada&perPage=" + "9" * 4000),
+               send(server, "GET", "/api/memory/threads?resourceId=ada&agentId=" + "a" * 6000),
+               send(server, "GET", "/api/memory/threads/" + "t" * 6000 + "/messages?resourceId=ada")]
+    for status, _, body in answers:
+        message = body["error"]["message"]
+        assert status in (400, 404) and len(message) < 600 and "…" in message, (status, message[:300])

@@ -620,3 +620,101 @@ def _raw_stdio(db: Path) -> Iterator[tuple[Callable[[str], Any], "subprocess.Pop
     finally:
         stdin.close()
         proc.wait(60)
+
+
+def test_http_tokens_of_a_tokens_file_reach_only_their_own_resources(db: Path, tmp_path: Path) -> None:
+    """`mcp --http --any-resource --tokens-file`: Ada's token reads and writes Ada's memory only, by every tool,
+    the transcript list and the transcripts; Bob's data never reaches her; the admin's "*" token reaches both;
+    a wrong token gets 401; each call's trace names the token's entry as who called."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from core.gateway.tokens import add_entry, entry_for, new_token
+
+    ada, admin = new_token(), new_token()
+    tokens_file = tmp_path / "tokens.json"
+    add_entry(tokens_file, entry_for("ada-app", ["ada"], ada))
+    add_entry(tokens_file, entry_for("admin", ["*"], admin))
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+
+    async def as_ada(http: Any) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with Client(streamable_http_client(server.url, http_client=http)) as client:
+            seen["remember"] = _data(await client.call_tool("remember", {"text": "I like tea", "thread": "ada-t"}))
+            seen["threads"] = _data(await client.call_tool("list_threads", {}))
+            seen["wm"] = _data(await client.call_tool("update_working_memory",
+                                                      {"working_memory": "# User\n- Name: Ada\n- Allergies:\n"}))
+            for tool, args in (("search_memory", {"query": "PIN", "resource": "bob"}),
+                               ("list_threads", {"resource": "bob"}),
+                               ("read_thread", {"thread": "bob-secret", "resource": "bob"}),
+                               ("get_working_memory", {"resource": "bob"}),
+                               ("update_working_memory", {"working_memory": "# User\n- Name: Mallory\n",
+                                                          "resource": "bob"}),
+                               ("remember", {"text": "hi", "thread": "bob-secret", "resource": "bob"})):
+                seen[f"{tool}_bob"] = _error(await client.call_tool(tool, args))
+            seen["read_thread_own"] = _error(await client.call_tool("read_thread", {"thread": "bob-secret"}))
+            seen["search_own"] = _data(await client.call_tool("search_memory", {"query": "PIN peanuts"}))
+            seen["resources"] = [str(r.uri) for r in (await client.list_resources()).resources]
+            try:
+                bob = await client.read_resource("memory://threads/bob-secret")
+                seen["transcript_bob"] = " ".join(getattr(c, "text", "") for c in bob.contents)
+            except Exception as exc:  # the SDK raises the server's error
+                seen["transcript_bob_error"] = str(exc)
+        return seen
+
+    async def main() -> tuple[Any, ...]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {ada}"}, timeout=60) as http:
+            seen = await as_ada(http)
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {admin}"}, timeout=60) as http:
+            async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                admin_read = _data(await client.call_tool("read_thread", {"thread": "bob-secret", "resource": "bob"}))
+                admin_resources = [str(r.uri) for r in (await client.list_resources()).resources]
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        async with httpx2.AsyncClient(timeout=60) as raw:
+            wrong = await raw.post(server.url, content=body, headers={
+                "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                "Authorization": "Bearer mst_wrong"})
+        return seen, admin_read, admin_resources, wrong
+
+    try:
+        seen, admin_read, admin_resources, wrong = anyio.run(main)
+    finally:
+        server.stop()
+    assert seen["remember"]["resource"] == "ada"  # named no resource: the token's only one
+    assert [t["id"] for t in seen["threads"]["threads"]] == ["ada-t"] and seen["wm"]["resource"] == "ada"
+    for tool in ("search_memory", "list_threads", "read_thread", "get_working_memory", "update_working_memory",
+                 "remember"):
+        assert "may not use resource 'bob'" in seen[f"{tool}_bob"], (tool, seen[f"{tool}_bob"])
+    assert "belongs to another resource" in seen["read_thread_own"]
+    assert seen["resources"] == ["memory://threads/ada-t"] and "transcript_bob_error" in seen
+    assert "zebra-4321-quartz" not in json.dumps(seen)
+    assert {r["threadId"] for r in seen["search_own"]["results"]} == {"ada-t"}  # none of Bob's, though they match
+    assert "zebra-4321-quartz" in json.dumps(admin_read)
+    assert set(admin_resources) == {"memory://threads/ada-t", "memory://threads/bob-secret"}
+    assert (wrong.status_code, wrong.json()["error"]["code"]) == (401, "invalid_api_key")
+    with open_store(db, read_only=True) as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
+        assert memory.get_working_memory(resource_id="bob") == "# User\n- Name: Bob\n- Allergies: peanuts\n"
+        assert [m.text for m in memory.recall(thread_id="bob-secret", resource_id="bob", per_page=False)][-1] == \
+            "I will keep your peanut allergy in mind, Bob."
+        traces = DuckDBObservabilityStore(store.location.observability_path, read_only=True)
+        runs = traces.list_traces(limit=100, filters=TraceFilters(resource_id="ada"))
+        callers = {span.attributes.get("caller") for run in runs for span in traces.get_trace(run.trace_id)
+                   if span.parent_span_id is None}
+    assert callers == {"ada-app"}
+
+
+def test_error_messages_repeat_at_most_80_characters_of_a_client_value(db: Path) -> None:
+    """A thread id (or role) as long as the request body came back whole in the tool error (and the log)."""
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    with open_store(db) as store:
+        tools = MemoryTools(Memory(store, MemoryOptions(working_memory={"enabled": True})), Binding("ada"),
+                            tracer=None)
+        huge = "t" * 100_000
+        for call in (lambda: tools.read_thread(huge), lambda: tools.remember("hi", "t1", role=huge),
+                     lambda: tools.search_memory("x", thread=huge)):
+            with pytest.raises(Exception) as refused:
+                call()
+            assert len(str(refused.value)) < 500 and "t" * 80 + "'… (100,000 characters)" in str(refused.value)

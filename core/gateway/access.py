@@ -1,0 +1,114 @@
+"""Who called, and which resources' memory they may use: the one rule every HTTP route asks.
+
+The request guard (``core.gateway.guard``) knows the caller once it has checked the bearer token: the
+shared token (``--token``), or an entry of a tokens file (``--tokens-file``, ``core.gateway.tokens``)
+with its own list of resources. It puts a ``Caller`` into the request's ASGI scope (``CALLER_KEY``);
+the chat route, the memory API and the MCP server's tools read it back with ``caller_of`` and ask it
+before they read or write anything:
+
+- a resource the request names (``metadata.resource_id``, ``x-resource-id``, ``user``, ``resourceId``,
+  an MCP tool's ``resource``) outside the caller's list is refused with 403 (``ResourceNotAllowed``);
+- a request that names none gets the caller's only resource when it has exactly one
+  (``Caller.only_resource``), else whatever the route did before (a default resource, a 400).
+
+A caller with every resource (``Caller.resources`` None) is the shared token's, or a server with no
+token at all: the routes then behave as they did before tokens files existed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.gateway.errors import GatewayError
+from core.ids import shown
+
+log = logging.getLogger(__name__)
+
+#: The ASGI scope key the guard stores the request's ``Caller`` under.
+CALLER_KEY = "memory_studio.caller"
+
+
+class ResourceNotAllowed(GatewayError, PermissionError):
+    """A request named a resource its token may not use (403, ``resource_not_allowed``)."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(403, message, type="permission_error", code="resource_not_allowed", param=param)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated caller of one request.
+
+    ``name``: the tokens file entry's name (what traces and logs show as who called), or None for the
+    shared token and for a server without one. ``resources``: the resources it may use, or None for all.
+    """
+
+    name: str | None = None
+    resources: frozenset[str] | None = None
+
+    @property
+    def scoped(self) -> bool:
+        """Whether this caller is limited to some resources (a tokens file entry without ``"*"``)."""
+        return self.resources is not None
+
+    @property
+    def only_resource(self) -> str | None:
+        """The caller's resource when it has exactly one (a request naming none is about it)."""
+        if self.resources is not None and len(self.resources) == 1:
+            return next(iter(self.resources))
+        return None
+
+    def allows(self, resource_id: str) -> bool:
+        return self.resources is None or resource_id in self.resources
+
+    def check(self, resource_id: str, *, param: str | None = None) -> str:
+        """``resource_id`` when this caller may use it; ``ResourceNotAllowed`` otherwise. The message does not
+        list the resources the token may use (a stolen token should not tell what else it reaches)."""
+        if not self.allows(resource_id):
+            # Who tried what, for whoever watches the log (the token's name, never the token).
+            log.warning("refused: token %r asked for resource %s, which it may not use", self.name, shown(resource_id))
+            raise ResourceNotAllowed(
+                f"The API token {self.name!r} may not use resource {shown(resource_id)}. Send a resource this "
+                "token was given (its entry in the server's tokens file lists them), or use that resource's own "
+                "token. Nothing was read or written.", param=param)
+        return resource_id
+
+    def resource_for(self, named: str | None, *, param: str, fallback: str | None = None) -> str | None:
+        """The resource a request is about: the one it named (checked), else the caller's only one, else
+        ``fallback`` (checked too; None: the route decides what a request naming none means)."""
+        if named:
+            return self.check(named, param=param)
+        only = self.only_resource
+        if only is not None:
+            return only
+        if fallback is not None and self.scoped:
+            if not self.allows(fallback):
+                raise GatewayError(
+                    400, f"The API token {self.name!r} may use several resources, and this request names none: "
+                    f"say which with {param}.", param=param, code="resource_required")
+        return fallback
+
+
+#: A caller that may use every resource: the shared token, or a server without a token.
+ANYONE = Caller()
+
+
+def caller_of(scope: Mapping[str, Any] | None) -> Caller:
+    """The caller the guard authenticated for a request's ASGI ``scope``.
+
+    None (no HTTP request: the MCP server over stdio) is ``ANYONE``: that server is bound by its own flags.
+    An HTTP scope without a caller never passed the guard; it is refused rather than trusted.
+    """
+    if scope is None:
+        return ANYONE
+    caller = scope.get(CALLER_KEY)
+    if not isinstance(caller, Caller):
+        raise RuntimeError("This request did not pass the request guard (RequestGuard), so its caller is unknown; "
+                           "serve the app only behind the guard.")
+    return caller
+
+
+__all__ = ["ANYONE", "CALLER_KEY", "Caller", "ResourceNotAllowed", "caller_of"]
