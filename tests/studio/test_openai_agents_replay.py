@@ -162,6 +162,13 @@ def test_a_streamed_run_replays_exactly_and_keeps_how_its_reply_travelled(
     assert [m["content"] for m in info.calls[0].prompt.messages if m["role"] == "user"] == [
         "Hi.", "How do I get downtown?"]
 
+    # A fork before the second turn carries the first turn's record: it replays as sent there too.
+    second = [m for m in memory.recall(thread_id="city", resource_id="ada", per_page=False).messages
+              if m.role == "user"][1]
+    fork = memory.fork_thread("city", at=second.id, new_thread_id="city-fork")
+    forked = _replay(memory, fork.id, 0).replay
+    assert forked is not None and forked.exact and [c.request for c in forked.calls] == [_sent(sent[0])]
+
 
 def test_a_run_with_tracing_off_still_keeps_its_record(memory: Memory, only_our_traces: None) -> None:
     with LoopbackServer([{"text": "Noted."}]) as server:

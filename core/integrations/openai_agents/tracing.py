@@ -218,6 +218,7 @@ def _to_turn_record(data: Any) -> None:
     pending = ARMED.get() if kind in ("generation", "response") else None
     if pending is None:
         return
+    ARMED.set(None)  # this call is done: a later model call in this task (a nested run's) is not it
     try:
         from_span(pending, getattr(data, "model", None), getattr(data, "input", None) if kind == "generation" else None,
                   _usage(getattr(data, "usage", None)))
