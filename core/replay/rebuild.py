@@ -132,12 +132,14 @@ def rebuild(
         past = _as_recorded(stored, as_of, None) if rebuild == "record" else None
         source = past if past is not None else stored  # type: ignore[assignment]
         inputs = _inputs(source, as_of, None, thread_id)
+    built_by = record.framework if record is not None else None
     if record is not None and record.framework:
         if rebuild == "record" and options is None:
             # Another framework built the prompts: the record keeps what each call sent, shown as it is.
             return verbatim.replay(record, assembler.services().tokenizer)
-        # A what-if, or "now": our processors' view of the turn, which never built its prompts.
-        record, state = None, "missing"
+        # A what-if, or "now": our processors' view of the turn, which never built its prompts (its record,
+        # present, describes the framework's prompts: nothing of ours to freeze or compare with).
+        record = None
         past = _as_recorded(stored, as_of, None) if rebuild == "record" else None
         source = past if past is not None else stored  # type: ignore[assignment]
         inputs = _inputs(source, as_of, None, thread_id)
@@ -185,7 +187,9 @@ def rebuild(
                 "run's trace)" if framework
                 else "the agent's instructions (older turns do not store them)")
         if not tools:
-            unknowns.append("the model, its settings and the tool definitions it was offered (no record)")
+            unknowns.append("the model, its settings and the tool definitions it was offered " + (
+                f"(the turn's record keeps those {built_by} sent: rebuild it from the record)" if built_by
+                else "(no record)"))
     first = min(m.created_at for m in inputs)
     ctx = assembler.new_context(request)
     if record is not None and options is None:

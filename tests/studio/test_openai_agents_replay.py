@@ -249,7 +249,9 @@ def test_a_what_if_over_an_sdk_turn_is_our_processors_view_and_says_so(
     info = memory.assemble(thread_id="wi", resource_id="ada", as_of=first.id,
                            options={"last_messages": 2}).replay
     assert info is not None and info.kind == "reconstructed" and info.what_if
+    assert info.status == "what-if over a reconstruction" and info.record_state == "present"
     assert any("openai-agents" in u and "record" in u for u in info.unknowns)
+    assert any("record keeps those openai-agents sent" in u for u in info.unknowns)
 
 
 def test_run_config_keeps_the_callers_own_model_input_filter(memory: Memory, only_our_traces: None) -> None:
