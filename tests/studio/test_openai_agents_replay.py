@@ -271,3 +271,18 @@ def test_run_config_keeps_the_callers_own_model_input_filter(memory: Memory, onl
     assert seen == ["guide"]
     info = _replay(memory, "own", 0).replay
     assert info is not None and info.exact and info.calls[0].request == _sent(sent)
+
+
+def test_a_run_config_from_another_session_object_of_the_same_thread_still_records_the_turn(
+        memory: Memory, only_our_traces: None) -> None:
+    # A script that makes a session for the Runner and another for the run config (one thread, one
+    # user: allowed) saves through the first and calls the model through the second's filter.
+    with LoopbackServer([{"text": "Sure."}]) as server:
+        session = MemorySession("twin", memory=memory, resource_id="ada")
+        twin = MemorySession("twin", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        asyncio.run(Runner.run(_agent(session, client), "Can I walk there?", session=session,
+                               run_config=twin.run_config()))
+        (sent,) = server.chat_requests()
+    info = _replay(memory, "twin", 0).replay
+    assert info is not None and info.exact and info.calls[0].request == _sent(sent)

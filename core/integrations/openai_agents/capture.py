@@ -23,8 +23,11 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from agents.tracing import get_current_trace
 
 from core.llm.http import safe_url
 from core.processors.base import SavedAwareWrite
@@ -139,6 +142,8 @@ class SdkTurn:
     calls."""
 
     trace: Any  # the run's SDK trace (a no-op one when tracing is off): which run this is
+    thread_id: str = ""
+    resource_id: str = ""
     input_ids: list[str] = field(default_factory=list)
     response_ids: list[str] = field(default_factory=list)
     user_id: str | None = None  # its last user input message (the record's key)
@@ -182,6 +187,29 @@ class SdkTurn:
             transport=dict(first.transport) if first is not None else None, framework=FRAMEWORK)
 
 
+_RECENT = 256  # runs remembered (each holds its trace, so a trace's id is not reused while it is here)
+_TURNS: list[SdkTurn] = []
+_TURNS_LOCK = threading.Lock()
+
+
+def turn_for(thread_id: str, resource_id: str, *, create: bool) -> SdkTurn | None:
+    """The SDK run going on now on this thread (by its trace; None outside a run). Kept per process,
+    not per session object: the Runner's session and the run config's may be two objects of one thread."""
+    trace = get_current_trace()
+    if trace is None:
+        return None
+    with _TURNS_LOCK:
+        for turn in reversed(_TURNS):
+            if turn.trace is trace and (turn.thread_id, turn.resource_id) == (thread_id, resource_id):
+                return turn
+        if not create:
+            return None
+        turn = SdkTurn(trace, thread_id, resource_id)
+        _TURNS.append(turn)
+        del _TURNS[:-_RECENT]
+        return turn
+
+
 @dataclass
 class TurnWrite(SavedAwareWrite):
     """A save of the run's items, staged: the run learns what was stored, and once it has made a model
@@ -214,4 +242,5 @@ class TurnWrite(SavedAwareWrite):
             records.rewrite(conn, store, record)
 
 
-__all__ = ["ARMED", "FRAMEWORK", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "from_span", "watch"]
+__all__ = ["ARMED", "FRAMEWORK", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "from_span", "turn_for",
+           "watch"]

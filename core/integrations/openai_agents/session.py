@@ -41,7 +41,7 @@ from agents.models.multi_provider import MultiProvider
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
-from core.integrations.openai_agents.capture import SdkTurn, TurnWrite, watch
+from core.integrations.openai_agents.capture import SdkTurn, TurnWrite, turn_for, watch
 from core.integrations.openai_agents.items import (
     as_item,
     call_arguments,
@@ -107,7 +107,6 @@ class MemorySession:
         self._registered: dict[str, str] = {}  # agent name → what was registered with it (instructions, settings, tools)
         self._processor = trace_processor()
         self._processor.register(self._key, self)
-        self._turns: list[SdkTurn] = []  # the recent runs of this session (``_turn``), newest last
 
     # -- the Session protocol --------------------------------------------------------------------
     # ``wrapper``: the run context the Runner passes (SDK ≥ 0.24, to sessions that take it); the
@@ -172,19 +171,8 @@ class MemorySession:
             del record.traces[:-8]
 
     def _turn(self, *, create: bool) -> SdkTurn | None:
-        """This session's record of the SDK run going on now (by its trace; None outside a run)."""
-        trace = get_current_trace()
-        if trace is None:
-            return None
-        for turn in reversed(self._turns):
-            if turn.trace is trace:
-                return turn
-        if not create:
-            return None
-        turn = SdkTurn(trace)
-        self._turns.append(turn)
-        del self._turns[:-8]
-        return turn
+        """The SDK run going on now on this session's thread (``capture.turn_for``)."""
+        return turn_for(self.session_id, self.resource_id, create=create)
 
     def _arm(self, agent: Any) -> None:
         """A model call of this run is about to be made: what it sends is kept for the turn's record
