@@ -29,6 +29,7 @@ from core.replay.frozen import ReplaySource  # noqa: E402
 from core.replay.turns import list_turns  # noqa: E402
 from core.transfer.export import export_thread  # noqa: E402
 from core.transfer.importer import import_data  # noqa: E402
+from studio.logic.replay_layout import compare  # noqa: E402
 from studio.logic.request_layout import PARTIAL, call_view  # noqa: E402
 from studio.replay_jobs import ReplayThread  # noqa: E402
 
@@ -215,6 +216,11 @@ def test_a_call_whose_body_the_hook_cannot_see_is_kept_from_its_trace_as_message
     view = call_view(prompt, memory.tokenizer, 0)
     assert ("settings, tool choice and tools", PARTIAL) in view.settings
     assert "exact" not in view.status
+    assert info.record is not None
+    now = memory.assemble(thread_id="coat", resource_id="ada", as_of=info.record.input_message_id, rebuild="now")
+    banner = compare(prompt, now)
+    assert banner.level == "info" and "does not match" not in banner.text
+    assert "Kept from the trace of openai-agents: the messages are exactly those sent" in banner.text
 
 
 def test_a_record_whose_kept_text_was_changed_since_says_it_differs(

@@ -187,7 +187,7 @@ class SdkTurn:
             transport=dict(first.transport) if first is not None else None, framework=FRAMEWORK)
 
 
-_RECENT = 256  # runs remembered (each holds its trace, so a trace's id is not reused while it is here)
+_RECENT = 128  # runs remembered (each holds its trace, so a trace's id is not reused while it is here)
 _TURNS: list[SdkTurn] = []
 _TURNS_LOCK = threading.Lock()
 
