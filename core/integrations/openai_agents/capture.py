@@ -80,15 +80,16 @@ async def _on_request(request: Any) -> None:
         return
     try:
         body = json.loads(await request.aread())
-    except (ValueError, TypeError):
-        log.warning("the Agents SDK's request to %s was not JSON: its turn record keeps what the trace saw", path)
+    except Exception:  # noqa: BLE001 - the record never fails the request it watches
+        log.warning("could not read the Agents SDK's request to %s: its turn record keeps what the trace saw", path,
+                    exc_info=True)
         return
     if not isinstance(body, dict):
         return
+    base = str(request.url).split("?", 1)[0]
+    pending.endpoint = safe_url(base[: len(base) - len(suffix)])
     pending.transport = {k: body.pop(k) for k in _TRANSPORT if k in body}
     pending.body = body
-    base = str(request.url.copy_with(query=None))
-    pending.endpoint = safe_url(base[: len(base) - len(suffix)])
 
 
 def watch(model: Any) -> bool:
