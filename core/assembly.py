@@ -132,6 +132,10 @@ class TurnAssembler:
             values=dict(values or {}), memory_name=self.name,
         )
 
+    def services(self) -> MemoryServices:
+        """The services of one turn (the memory's store, tokenizer, clock...), built now."""
+        return self._services()
+
     def new_context(
         self, request: RequestContext, messages: MessageList | None = None, *, services: MemoryServices | None = None
     ) -> ProcessorContext:

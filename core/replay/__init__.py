@@ -5,7 +5,8 @@
 - ``capture``: building a live turn's record from its assembled prompt, processor notes and requests.
 - ``store``: reading and writing records; ``tools``: tool definitions stored once by content hash.
 - ``frozen`` / ``observations``: the inputs of a past turn, from its record or as of its time.
-- ``rebuild``: ``Memory.assemble(as_of=...)``.
+- ``rebuild``: ``Memory.assemble(as_of=...)``; ``verbatim``: a turn another framework built (an Agents
+  SDK run), shown as its record says it was sent.
 - ``diff``: ``prompt_diff`` and the reasons a fragment entered, left or changed.
 - ``turns``, ``what_if``, ``fork``, ``rerun``: the thread-level operations the Studio's Replay pane uses.
 """

@@ -14,6 +14,9 @@ of the past:
   working memory and observations as they stood then. What could not be known is listed (among it,
   other messages stamped in the input's millisecond), and a damaged record says why it could not be used.
 
+A turn another framework built (an Agents SDK run: ``TurnRecord.framework``) is shown from its record
+as sent (``core.replay.verbatim``); a what-if over it, or "now", is our processors' view instead.
+
 Every model call of the turn is rebuilt (``ReplayInfo.calls``): the first from the processors; each
 later one, as the agent's tool loop built it, from the same list with the turn's reply as it stood
 after each earlier call (the stored reply, with the parts its stored copy lacks put back from the
@@ -34,6 +37,7 @@ from core.replay import edited
 from core.replay import frozen as frozen_mod
 from core.replay import store as records
 from core.replay import tools as tool_defs
+from core.replay import verbatim
 from core.replay.record import CallRecord, CallReplay, RecordState, ReplayInfo, TurnRecord, request_hash
 from core.storage.memory_store import InvalidArgumentError, MessageQuery, NotFoundError
 from core.timeutil import FixedClock
@@ -128,6 +132,17 @@ def rebuild(
         past = _as_recorded(stored, as_of, None) if rebuild == "record" else None
         source = past if past is not None else stored  # type: ignore[assignment]
         inputs = _inputs(source, as_of, None, thread_id)
+    built_by = record.framework if record is not None else None
+    if record is not None and record.framework:
+        if rebuild == "record" and options is None:
+            # Another framework built the prompts: the record keeps what each call sent, shown as it is.
+            return verbatim.replay(record, assembler.services().tokenizer)
+        # A what-if, or "now": our processors' view of the turn, which never built its prompts (its record,
+        # present, describes the framework's prompts: nothing of ours to freeze or compare with).
+        record = None
+        past = _as_recorded(stored, as_of, None) if rebuild == "record" else None
+        source = past if past is not None else stored  # type: ignore[assignment]
+        inputs = _inputs(source, as_of, None, thread_id)
     use_record = record is not None and rebuild == "record"
     request = assembler.request_context(thread_id=turn.thread_id, resource_id=resource_id, options=None,
                                         scopes=scopes, values=request_context, resolve=not use_record,
@@ -168,10 +183,13 @@ def rebuild(
             framework = _framework(source, turn.thread_id)
             unknowns.append(
                 f"the agent's instructions ({framework} ran this thread's turns and built their prompts itself: "
-                "what it sent is in the run's trace)" if framework
+                "what it sent is in the turn's record when it has one (rebuild it from the record), else in the "
+                "run's trace)" if framework
                 else "the agent's instructions (older turns do not store them)")
         if not tools:
-            unknowns.append("the model, its settings and the tool definitions it was offered (no record)")
+            unknowns.append("the model, its settings and the tool definitions it was offered " + (
+                f"(the turn's record keeps those {built_by} sent: rebuild it from the record)" if built_by
+                else "(no record)"))
     first = min(m.created_at for m in inputs)
     ctx = assembler.new_context(request)
     if record is not None and options is None:

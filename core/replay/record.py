@@ -15,6 +15,13 @@ same hash as ``requestHash``); a rebuild is exact when every call's body hashes 
 without calls keeps ``messages_hash`` instead, that of the exact messages of the first call.
 
 Version 1 records (before issue 16) hold no calls: their tools and settings are unknown.
+
+A turn whose prompts another framework built (an OpenAI Agents SDK run: ``TurnRecord.framework``)
+cannot be rebuilt by our processors: its record (version 3) keeps what each call sent besides
+(``CallRecord.sent``: the body's messages, or a Responses call's instructions and input, stored once
+per thread like the other long texts), and Replay shows those (``core.replay.verbatim``). A call
+taken from the framework's trace rather than from the wire (``CallRecord.partial``) knows its
+messages only, and says so.
 """
 
 from __future__ import annotations
@@ -38,9 +45,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from core.context_window import PromptBudget
 
 RECORD_VERSION = 2
+VERBATIM_VERSION = 3  # a record that keeps what each call sent (``TurnRecord.framework``)
 OM_DATE_STYLES = (1, 2)  # ``core.observational.context``'s LEGACY_DATES, MASTRA_DATES
 OM_DATES = OM_DATE_STYLES[-1]  # what a new record's turn used
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 HASH_HEX = 32  # a record keeps 128 bits of each sha256: ample to tell a changed request from the one sent
 TOKEN_SECTIONS = ("system", "working_memory", "observations", "history", "recall", "input", "tools", "total")
 SCORE_DIGITS = 3  # scores are shown (to three decimals), never part of the prompt: keeps records small
@@ -65,7 +73,10 @@ class CallRecord:
     ``wire_model`` (the body's ``model``), ``settings`` (every other key of the body: sampling settings,
     ``response_format``...), ``tool_choice``, the tool definitions offered (``tools``, stored once by
     hash: ``tools_key``), and the hash of the whole body. ``usage`` and ``finish_reason``: what the
-    server reported about its reply."""
+    server reported about its reply. ``sent``: the body's conversation as sent (``messages``; for a
+    Responses call ``instructions`` and ``input``), kept only when no processor of ours built it (a
+    framework's turn); ``partial``: taken from the framework's trace, which holds the messages and
+    model but not the tools or settings sent (those are then unknown, not empty)."""
 
     body_hash: str
     wire_model: str | None
@@ -75,6 +86,19 @@ class CallRecord:
     tools: tuple[dict[str, Any], ...] = ()
     usage: dict[str, int] | None = None
     finish_reason: str | None = None
+    sent: dict[str, Any] | None = None
+    partial: bool = False
+
+    def sent_body(self) -> dict[str, Any]:
+        """The request body the server received, from what the call kept (``sent``); a partial call's
+        holds what its trace knew (model and messages)."""
+        body: dict[str, Any] = {"model": self.wire_model, **dict(self.sent or {})}
+        if self.tools:
+            body["tools"] = [dict(t) for t in self.tools]
+        if self.tool_choice is not None:
+            body["tool_choice"] = self.tool_choice
+        body.update(self.settings)
+        return body
 
     def body(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """The request body with these messages: what the server received when they are the call's."""
@@ -140,6 +164,9 @@ class TurnRecord:
     began_at: datetime | None = None
     stored_at: datetime | None = None
     version: int = RECORD_VERSION
+    # The agent framework that built the turn's prompts ("openai-agents"): our processors did not, so
+    # each call keeps what it sent (``CallRecord.sent``) and Replay shows that. None: our own turn.
+    framework: str | None = None
 
     def budget(self) -> "PromptBudget | None":
         """The context window this turn's prompts were fitted into, with its first call's ``max_tokens``
@@ -298,8 +325,9 @@ def unpack_id(value: str) -> str:
     return value
 
 
-def _call_entry(call: CallRecord, first: CallRecord | None) -> list[Any]:
-    """``[body hash, [prompt, completion tokens] | null, finish reason?, {what differs from call 1}?]``."""
+def _call_entry(call: CallRecord, first: CallRecord | None, text_keys: Mapping[str, str]) -> list[Any]:
+    """``[body hash, [prompt, completion tokens] | null, finish reason?, {what differs from call 1}?]``;
+    a call that kept what it sent names that text (``sm``) there, and a partial one says so (``p``)."""
     usage = [int(call.usage.get("prompt_tokens", 0)), int(call.usage.get("completion_tokens", 0))] \
         if call.usage else None
     delta: dict[str, Any] = {}
@@ -312,6 +340,11 @@ def _call_entry(call: CallRecord, first: CallRecord | None) -> list[Any]:
             delta["tc"] = call.tool_choice
         if call.tools_key != first.tools_key:
             delta["ts"] = call.tools_key
+    if call.sent is not None:
+        delta["sm"] = {k: [text_keys[t] for t in texts] if isinstance(texts, list) else text_keys[texts]
+                       for k, texts in sent_texts(call.sent).items()}
+    if call.partial:
+        delta["p"] = 1
     entry: list[Any] = [call.body_hash, usage]
     if call.finish_reason != "stop" or delta:
         entry.append(call.finish_reason)  # "stop", the usual end, is left out
@@ -324,7 +357,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
     """The compact JSON stored in the ``record`` column; ``text_keys`` maps each long text to its key.
     ``options_json``: the canonical JSON of ``record.options`` when the caller has it (a live turn)."""
     history_at = {mid: i for i, mid in enumerate(record.history_ids)}
-    data: dict[str, Any] = {"v": RECORD_VERSION, "r": [pack_id(i) for i in record.response_ids],
+    data: dict[str, Any] = {"v": VERBATIM_VERSION if record.framework else RECORD_VERSION,
+                            "r": [pack_id(i) for i in record.response_ids],
                             "o": stored_options(record.options, options_json)}
     if record.model:
         data["m"] = record.model
@@ -377,7 +411,7 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
             data["tc"] = first.tool_choice
         if first.tools_key:
             data["ts"] = first.tools_key
-        data["k"] = [_call_entry(c, None if i == 0 else first) for i, c in enumerate(record.calls)]
+        data["k"] = [_call_entry(c, None if i == 0 else first, text_keys) for i, c in enumerate(record.calls)]
     if record.context_window is not None:
         data["cw"] = record.context_window
     if record.hidden_parts:
@@ -388,6 +422,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
         data["ba"] = to_iso(record.began_at)
     if record.stored_at is not None:
         data["sa"] = to_iso(record.stored_at)
+    if record.framework:
+        data["b"] = record.framework
     data["od"] = record.om_dates  # every record: a record without it was written before these rules
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
@@ -401,6 +437,18 @@ def _format_text(fmt: Any) -> str:
     return json.dumps(fmt, ensure_ascii=False, separators=(",", ":"))
 
 
+def sent_texts(sent: Mapping[str, Any]) -> dict[str, str | list[str]]:
+    """How a call's ``sent`` is stored: each field as compact JSON (keys in the order they were sent), a
+    list field (the messages, the input items) element by element, so a thread's calls, which resend
+    its conversation, store each message once (texts are kept once per thread by hash)."""
+    return {k: [_compact(v) for v in value] if isinstance(value, list) else _compact(value)
+            for k, value in sent.items()}
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def long_texts(record: TurnRecord) -> list[str]:
     """The texts a record names by key rather than holding."""
     out = list(record.instructions)
@@ -409,6 +457,9 @@ def long_texts(record: TurnRecord) -> list[str]:
     out.extend(record.om_hints.values())
     if record.calls and record.calls[0].settings.get("response_format") is not None:
         out.append(_format_text(record.calls[0].settings["response_format"]))
+    for call in record.calls:
+        for texts in sent_texts(call.sent or {}).values():
+            out.extend(texts if isinstance(texts, list) else [texts])
     return out
 
 
@@ -445,7 +496,7 @@ def _check(data: Any) -> dict[str, Any]:
         if key in data:
             _strs(data[key], f"'{key}'")
     _need(isinstance(data.get("o", {}), dict), "'o' (the options) must be an object")
-    for key in ("m", "e", "w", "wt", "rf", "ts"):
+    for key in ("m", "e", "w", "wt", "rf", "ts", "b"):
         _need(data.get(key) is None or isinstance(data[key], str), f"'{key}' must be a string")
     _need(isinstance(data.get("rc", []), list), "'rc' (recall hits) must be a list")
     for item in data.get("rc", []):
@@ -476,6 +527,11 @@ def _check(data: Any) -> dict[str, Any]:
               and (len(entry) < 3 or entry[2] is None or isinstance(entry[2], str))
               and (len(entry) < 4 or isinstance(entry[3], dict)),
               "'k' entries must be [body hash, [prompt, completion] | null, finish reason?, {changes}?]")
+        delta = entry[3] if len(entry) > 3 else {}
+        sent = delta.get("sm", {})
+        _need(isinstance(sent, dict) and all(isinstance(v, str) or (isinstance(v, list) and all(
+            isinstance(x, str) for x in v)) for v in sent.values()),
+              "a call's 'sm' (what it sent) must map each field to a text key or a list of them")
     _need(data.get("cw") is None or (isinstance(data["cw"], int) and not isinstance(data["cw"], bool)),
           "'cw' (context window) must be an integer")
     _need(data.get("st") is None or isinstance(data["st"], dict), "'st' (stream options) must be an object")
@@ -567,6 +623,7 @@ def decode(
         stored_at=parse_time(data["sa"]) if isinstance(data.get("sa"), str) else None,
         om_dates=int(data.get("od", OM_DATE_STYLES[0])),
         version=int(data["v"]),
+        framework=data.get("b"),
     )
     if missing:
         record = _with_unresolved(record, tuple(missing))
@@ -605,8 +662,28 @@ def _calls(data: Mapping[str, Any], model: str | None, text: Any,
                  "total_tokens": entry[1][0] + entry[1][1]} if entry[1] else None
         finish = entry[2] if len(entry) > 2 else "stop"
         out.append(CallRecord(str(entry[0]), delta.get("w", first.wire_model), dict(delta.get("s", first.settings)),
-                              delta.get("tc", first.tool_choice), key, tools(key), usage, finish))
+                              delta.get("tc", first.tool_choice), key, tools(key), usage, finish,
+                              _sent(delta["sm"], text) if "sm" in delta else None, bool(delta.get("p"))))
     return tuple(out)
+
+
+def _sent(keys: Mapping[str, Any], text: Any) -> dict[str, Any] | None:
+    """A call's ``sent`` from its stored texts (None when one is gone: ``unresolved`` names it)."""
+    gone = False
+
+    def load(key: str) -> Any:
+        nonlocal gone
+        found = text(key)
+        if not found:
+            gone = True
+            return None
+        try:
+            return json.loads(found)
+        except ValueError:
+            raise DamagedRecordError("what a model call sent (a text it names) is not JSON") from None
+
+    out = {k: [load(x) for x in v] if isinstance(v, list) else load(v) for k, v in keys.items()}
+    return None if gone else out
 
 
 def _with_unresolved(record: TurnRecord, missing: tuple[str, ...]) -> TurnRecord:
@@ -675,12 +752,13 @@ class ReplayInfo:
     @property
     def status(self) -> str:
         """How the Studio names it: ``recorded (exact)``, ``recorded, differs``, ``recorded (messages
-        only)`` (a record from before calls were kept), ``reconstructed``, ``reconstructed (damaged
+        only)`` (a record from before calls were kept, or a framework's turn taken from its trace, which
+        lacks the tools and settings sent), ``reconstructed``, ``reconstructed (damaged
         record)``, or ``what-if over the record`` / ``what-if over a reconstruction``."""
         if self.what_if:
             return "what-if over the record" if self.kind == "recorded" else "what-if over a reconstruction"
         if self.kind == "recorded":
-            if self.record is not None and not self.record.calls:
+            if self.record is not None and (not self.record.calls or any(c.partial for c in self.record.calls)):
                 return "recorded (messages only)" if self.matches else "recorded, differs"
             return "recorded (exact)" if self.exact else "recorded, differs"
         return "reconstructed (damaged record)" if self.record_state == "damaged" else "reconstructed"
@@ -693,7 +771,9 @@ __all__ = [
     "RecallHitRecord",
     "ReplayInfo",
     "TOKEN_SECTIONS",
+    "VERBATIM_VERSION",
     "request_hash",
+    "sent_texts",
     "TurnRecord",
     "canonical_json",
     "decode",

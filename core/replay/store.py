@@ -67,10 +67,12 @@ def _cached_keys(store: "Store") -> dict[str, set[str]]:
     return cache
 
 
-def write(conn: sa.Connection, store: "Store", record: TurnRecord, *, options_json: str | None = None) -> bool:
+def write(conn: sa.Connection, store: "Store", record: TurnRecord, *, options_json: str | None = None,
+          keep_texts: Mapping[str, str] | None = None) -> bool:
     """Insert (or replace) one record inside the caller's write transaction. False when the
     database has no turn-record table. ``options_json``: the canonical JSON of ``record.options``,
-    when the caller has it (``record.options_json_of``)."""
+    when the caller has it (``record.options_json_of``). ``keep_texts``: texts the row held before
+    (``rewrite``), kept in it."""
     if not has_table(store, conn):
         return False
     wanted = {text_key(x): x for x in long_texts(record)}
@@ -85,6 +87,8 @@ def write(conn: sa.Connection, store: "Store", record: TurnRecord, *, options_js
             known = cache[record.thread_id] = _known_keys(conn, record.thread_id)
         new = {k: x for k, x in wanted.items() if k not in known}
         known.update(new)
+    if keep_texts:
+        new = {**keep_texts, **new}
     driver_sql.execute(  # every turn writes one: the driver's cursor
         conn,
         f'INSERT INTO {TABLE} (input_message_id, thread_id, resource_id, wm_version_id, record, texts, '
@@ -95,6 +99,16 @@ def write(conn: sa.Connection, store: "Store", record: TurnRecord, *, options_js
          encode(record, keys, options_json), json.dumps(new, ensure_ascii=False) if new else None, to_iso(record.created_at)),
     )
     return True
+
+
+def rewrite(conn: sa.Connection, store: "Store", record: TurnRecord) -> bool:
+    """``write`` for a record written before (an Agents SDK run's record grows with each save of the run):
+    the texts its row held stay in it, as other records of the thread may name them."""
+    if not has_table(store, conn):
+        return False
+    row = conn.exec_driver_sql(f"SELECT texts FROM {TABLE} WHERE input_message_id = ?",
+                               (record.input_message_id,)).first()
+    return write(conn, store, record, keep_texts=_load(row[0]) if row is not None else None)
 
 
 def _texts(conn: sa.Connection, thread_ids: Iterable[str]) -> dict[str, str]:
@@ -223,4 +237,5 @@ def delete_for_threads(conn: sa.Connection, thread_ids: Sequence[str], store: "S
                              tuple(thread_ids))
 
 
-__all__ = ["TABLE", "delete_for_threads", "for_other_threads", "for_thread", "has_table", "newest_windowed", "read", "read_state", "thread_state", "write"]
+__all__ = ["TABLE", "delete_for_threads", "for_other_threads", "for_thread", "has_table", "newest_windowed", "read",
+           "read_state", "rewrite", "thread_state", "write"]

@@ -260,11 +260,25 @@ def compare(received: AssembledPrompt, now: AssembledPrompt,
         notes.append("Recorded before records kept the whole request: the messages are exactly those sent; the "
                      "tools, settings and later model calls are unknown.")
         level = "info"
+    elif info is not None and info.record is not None and info.matches and not info.what_if and \
+            any(c.partial for c in info.record.calls):
+        notes.append(f"Kept from the trace of {info.record.framework or 'the agent framework'}: the messages are "
+                     "exactly those sent; the tool definitions and settings of "
+                     + ", ".join(f"model call {k + 1}" for k, c in enumerate(info.record.calls) if c.partial)
+                     + " are unknown.")
+        level = "info"
     elif info is not None and info.kind == "recorded" and not exact and not info.what_if:
         why = "; ".join([*info.differences, *info.unknowns]) or "a message or version it names was changed or deleted since"
         notes.append(f"The rebuild does not match the record: {why}.")
         level = "error"
-    if not same:
+    framework = info.record.framework if info is not None and info.record is not None else None
+    if not same and framework:
+        # Our processors never built this turn: "now" is their view of it, not a change since.
+        what = change_summary(now_changes) if now_changes else "the messages or model calls differ"
+        notes.append(f"{framework} built this turn's prompts; rebuilt now is our memory processors' view of it, "
+                     f"which it did not send: {what}.")
+        level = level or "info"
+    elif not same:
         what = change_summary(now_changes) if now_changes else "the messages or model calls differ"
         notes.append(f"The engine rebuilds this turn differently now: {what}.")
         level = level if level == "error" else "warning"

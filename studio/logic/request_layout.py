@@ -29,7 +29,9 @@ TOOLS_AS_SENT = "Tool definitions (as sent)"
 TOOLS_OF_MEMORY = "Tool definitions (memory's own; the agent adds its own)"
 SERVER = "Server-reported"
 ESTIMATE = "Our estimate (o200k_base)"
-_BODY_PARTS = ("model", "messages", "tools", "tool_choice")
+_BODY_PARTS = ("model", "messages", "tools", "tool_choice", "instructions", "input")  # (a Responses call: the last two)
+#: A call of another framework's turn taken from its trace (``CallRecord.partial``): what it does not know.
+PARTIAL = "not recorded (taken from the agent framework's trace, which holds the model and messages only)"
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,11 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
     body: Mapping[str, Any] = call.request if call is not None else (prompt.request or {
         "messages": prompt.messages, **({"tools": prompt.tools} if prompt.tools else {})})
     recorded = call is not None and call.record is not None
+    partial = call is not None and call.record is not None and call.record.partial
     settings = [(k, _value(v)) for k, v in body.items() if k not in _BODY_PARTS]
-    if recorded and not settings:
+    if partial:
+        settings = [("settings, tool choice and tools", PARTIAL)]
+    elif recorded and not settings:
         settings.append(("sampling settings", "none sent: the server's defaults"))
     if recorded and record is not None:
         # Outside the body (and its hash): how the replies travelled, as the record kept it.
@@ -181,10 +186,12 @@ def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
         return info.status
     if info.what_if:
         return info.status
+    if call.matches and call.record.partial:
+        return "the messages match the record; its tools and settings were " + PARTIAL
     if call.matches:
         return "the whole request matches the record (exact)"
     return "; ".join(call.differences) or "differs from the record"
 
 
-__all__ = ["ESTIMATE", "NOT_RECORDED", "TOOLS_AS_SENT", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
+__all__ = ["ESTIMATE", "NOT_RECORDED", "PARTIAL", "TOOLS_AS_SENT", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
            "usage_rows"]

@@ -767,3 +767,25 @@ def test_a_responses_call_is_traced_with_the_instructions_it_sent_when_the_serve
     expected = sorted(json.dumps([{"role": "system", "content": r["instructions"]}, *r["input"]], sort_keys=True)
                       for r in sent)
     assert traced == expected
+
+
+def test_a_responses_call_replays_exactly_the_body_the_server_received(memory: Memory, only_our_traces: None) -> None:
+    # The Responses API sends instructions and input items, not chat messages: the turn's record keeps
+    # them as sent, and Replay shows that body whole (tools and settings too).
+    from agents import ModelSettings, OpenAIResponsesModel
+
+    with _ResponsesServer(["Hello."]) as server:
+        session = MemorySession("resp-replay", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = Agent(name="chef", instructions="You are a helpful cook.", tools=session.tools(),
+                      model=OpenAIResponsesModel(model="local-responses", openai_client=client),
+                      model_settings=ModelSettings(temperature=0.4))
+        _run(agent, "Hi there.", session)
+        (sent,) = server.requests
+    assert sent["tools"] and sent["temperature"] == 0.4
+    first = memory.recall(thread_id="resp-replay", resource_id="ada", per_page=False).messages[0]
+    prompt = memory.assemble(thread_id="resp-replay", resource_id="ada", as_of=first.id)
+    info = prompt.replay
+    assert info is not None and info.status == "recorded (exact)"
+    assert [c.request for c in info.calls] == [{k: v for k, v in sent.items() if k not in ("stream", "stream_options")}]
+    assert prompt.messages == [{"role": "system", "content": sent["instructions"]}, *sent["input"]]

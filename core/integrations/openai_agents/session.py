@@ -33,13 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agents import FunctionTool, RunConfig, RunContextWrapper
+from agents import FunctionTool, Model, ModelProvider, RunConfig, RunContextWrapper
 from agents.tracing import get_current_trace
 from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
+from agents.models.multi_provider import MultiProvider
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
+from core.integrations.openai_agents.capture import SdkTurn, TurnWrite, turn_for, watch
 from core.integrations.openai_agents.items import (
     as_item,
     call_arguments,
@@ -122,13 +124,14 @@ class MemorySession:
         if not items:
             return
         plain = [as_item(i) for i in items]
+        turn = self._turn(create=True) if wrapper is not None else None  # only the Runner passes ``wrapper``
         parent, tracer = self._processor.current()
         with tracer.start_span("memory: save", SpanType.MEMORY_OPERATION, parent=parent,
                                attributes={"operationType": "save-messages", "framework": "openai-agents"}) as span:
             if self.read_only:
                 span.set_output({"saved": [], "items": len(plain), "readOnly": True})
                 return
-            saved = await asyncio.to_thread(self._add_items, plain)
+            saved = await asyncio.to_thread(self._add_items, plain, turn)
             span.set_output({"saved": [m.id for m in saved], "items": len(plain)})
 
     async def pop_item(self, wrapper: RunContextWrapper[Any] | None = None) -> Any | None:
@@ -167,6 +170,20 @@ class MemorySession:
             record.traces.append(trace)
             del record.traces[:-8]
 
+    def _turn(self, *, create: bool) -> SdkTurn | None:
+        """The SDK run going on now on this session's thread (``capture.turn_for``)."""
+        return turn_for(self.session_id, self.resource_id, create=create)
+
+    def _arm(self, agent: Any) -> None:
+        """A model call of this run is about to be made: what it sends is kept for the turn's record
+        (``capture``); the hook that reads it is added to the agent's model's client when it has one."""
+        model = getattr(agent, "model", None)
+        if isinstance(model, Model):
+            watch(model)
+        turn = self._turn(create=True)
+        if turn is not None:
+            turn.arm()
+
     @staticmethod
     def _run_session() -> _RunSession | None:
         """The MemorySession the running SDK run was given, when the Runner has called it in this run."""
@@ -185,8 +202,16 @@ class MemorySession:
                     "threadId": self.session_id, "resourceId": self.resource_id}
         settings.setdefault("workflow_name", "openai-agents")
         settings.setdefault("group_id", self.session_id)
-        if self.memory_instructions:
-            settings.setdefault("call_model_input_filter", self.add_memory)
+        given = settings.get("call_model_input_filter")
+        if given is not None:
+            settings["call_model_input_filter"] = _Arming(self, given)
+        else:
+            settings["call_model_input_filter"] = self.add_memory if self.memory_instructions else _Arming(self, None)
+        # What each model call sends is read at the wire, on the client of the model the run uses.
+        if isinstance(settings.get("model"), Model):
+            watch(settings["model"])
+        provider = settings.get("model_provider")
+        settings["model_provider"] = _Watching(provider if provider is not None else MultiProvider())
         return RunConfig(trace_metadata=metadata, **settings)
 
     async def add_memory(self, data: CallModelData[Any]) -> ModelInputData:
@@ -219,6 +244,7 @@ class MemorySession:
         instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
         trace = get_current_trace()
         SENT_INSTRUCTIONS.set((trace.trace_id, instructions or None) if trace is not None else None)
+        self._arm(data.agent)
         return ModelInputData(input=model_data.input, instructions=instructions or None)
 
     async def _register(self, agent: Any) -> None:
@@ -305,7 +331,7 @@ class MemorySession:
             return items[-limit:]
         return messages_to_items(self._messages())
 
-    def _add_items(self, items: Sequence[Mapping[str, Any]]) -> list[Message]:
+    def _add_items(self, items: Sequence[Mapping[str, Any]], turn: SdkTurn | None = None) -> list[Message]:
         recent = messages_to_items(self._newest(50))
         names = call_names(recent) | call_names(items)
         args = call_arguments(recent) | call_arguments(items)
@@ -319,7 +345,9 @@ class MemorySession:
             for message in messages:  # the agent that answered, as our own Agent's replies say
                 if message.role == "assistant":
                     message.content.setdefault("metadata", {})["agent"] = self._agent
-        return self.memory.save_messages(messages)
+        # The run's record is written with its messages (once it has made a model call).
+        writes = [TurnWrite(turn, self.memory, self.session_id, self.resource_id)] if turn is not None else []
+        return self.memory.save_messages(messages, _writes=writes)
 
     def _pop_item(self) -> Any | None:
         messages = self._newest(1)
@@ -383,3 +411,36 @@ def _own_tools(agent: Any) -> list[str]:
     """The names of the SDK agent's own tools (the working-memory tool a session offers left out)."""
     names = [getattr(t, "name", None) for t in getattr(agent, "tools", None) or ()]
     return [n for n in names if isinstance(n, str) and n and n not in WM_TOOL_NAMES]
+
+
+class _Arming:
+    """A ``call_model_input_filter`` that keeps what each model call sends for the turn's record: the
+    caller's own filter (run first), or none when the session adds no memory."""
+
+    def __init__(self, session: MemorySession, inner: Any) -> None:
+        self.session = session
+        self.inner = inner
+
+    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        if self.inner is not None:
+            result = self.inner(data)
+            out: ModelInputData = await result if asyncio.iscoroutine(result) else result
+        else:
+            out = data.model_data
+        self.session._arm(data.agent)
+        return out
+
+
+class _Watching(ModelProvider):
+    """The run's model provider, with the request hook added to each model it gives (``capture.watch``)."""
+
+    def __init__(self, inner: ModelProvider) -> None:
+        self.inner = inner
+
+    def get_model(self, model_name: str | None) -> Model:
+        model = self.inner.get_model(model_name)
+        watch(model)
+        return model
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.tracing import TracingProcessor, add_trace_processor, get_current_span, get_current_trace
 
+from core.integrations.openai_agents.capture import ARMED, from_span
 from core.traces.tracer import NOOP_TRACER, Span, SpanTracer, SpanType, tracing_disabled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,6 +101,7 @@ class MemoryStudioTraceProcessor(TracingProcessor):
                 self._spans[span.span_id] = ours
 
     def on_span_end(self, span: Any) -> None:
+        _to_turn_record(span.span_data)
         with self._lock:
             ours = self._spans.pop(span.span_id, None)
             self._aliases.pop(span.span_id, None)
@@ -207,6 +209,21 @@ def _fill(ours: Span, data: Any, trace_id: str | None = None) -> None:
         ours.set_output(data.output if isinstance(data.output, (str, int, float, bool, type(None))) else str(data.output))
     elif kind == "agent":
         ours.set_attributes({"tools": data.tools, "handoffs": data.handoffs})
+
+
+def _to_turn_record(data: Any) -> None:
+    """A model call's span ends in the task that made the call: its usage (and, when the wire hook did
+    not see the body, its model and messages) go to the call the session armed (``capture``)."""
+    kind = getattr(data, "type", "")
+    pending = ARMED.get() if kind in ("generation", "response") else None
+    if pending is None:
+        return
+    ARMED.set(None)  # this call is done: a later model call in this task (a nested run's) is not it
+    try:
+        from_span(pending, getattr(data, "model", None), getattr(data, "input", None) if kind == "generation" else None,
+                  _usage(getattr(data, "usage", None)))
+    except Exception:  # noqa: BLE001 - a record never fails a run
+        log.warning("could not keep the SDK's %s span for the turn record", kind, exc_info=True)
 
 
 def _arguments(raw: Any) -> Any:

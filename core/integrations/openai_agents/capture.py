@@ -1,0 +1,247 @@
+"""What each model call of an Agents SDK run sent, kept as the turn's record (Replay shows it exactly).
+
+The SDK builds its own prompts, so our processors cannot rebuild them: the record keeps what was
+sent instead (``core.replay.record``, version 3; ``core.replay.verbatim`` shows it). It is taken at
+the wire: an ``httpx`` request hook on the model's OpenAI client (``watch``) reads the whole body of
+each ``/chat/completions`` or ``/responses`` request (messages, tool definitions, tool choice, every
+setting, ``extra_body`` merged in), which nothing else holds: the SDK's generation span carries the
+messages, the model and the SDK's own settings object, not the tool definitions nor keys such as
+``response_format``, ``parallel_tool_calls`` or ``store``. A model call whose body the hook did not
+see (a model that is no OpenAI client, or a hook that could not be added) is taken from its
+generation span when the span holds its messages (``partial``: its tools and settings are then
+unknown, and Replay says so); with neither, the turn writes no record and stays a reconstruction.
+
+Which call a body belongs to: the session's memory filter runs right before each model call, in the
+task that makes it, and arms a ``PendingCall`` in a context variable (``ARMED``); the hook and the
+generation span's end, in that same task, fill it. The record is written with the turn's messages
+(a staged write of ``Memory.save_messages``), again at each save of the run: the last one, after the
+last model call, holds every call and every reply.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import threading
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from agents.tracing import get_current_trace
+
+from core.llm.http import safe_url
+from core.processors.base import SavedAwareWrite
+from core.replay import store as records
+from core.replay import tools as tool_defs
+from core.replay.record import CallRecord, TurnRecord, request_hash
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.memory import Memory
+    from core.messages import Message
+
+log = logging.getLogger(__name__)
+
+FRAMEWORK = "openai-agents"
+#: A body's keys that are its conversation (kept verbatim in the record); the rest are settings.
+_CONVERSATION = ("messages", "instructions", "input")
+_TRANSPORT = ("stream", "stream_options")
+_PATHS = ("/chat/completions", "/responses")
+
+
+@dataclass
+class PendingCall:
+    """One model call of a run: the body the server received (``body``, from the wire hook), else what
+    its generation span knew (``messages``, ``model``); the usage the span reported."""
+
+    body: dict[str, Any] | None = None
+    transport: dict[str, Any] = field(default_factory=dict)
+    endpoint: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    model: str | None = None
+    usage: dict[str, int] | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.body is not None or self.messages is not None
+
+
+#: The model call about to be made in this task (set by the memory filter, filled by the hook and span).
+ARMED: contextvars.ContextVar[PendingCall | None] = contextvars.ContextVar("memory_studio_sdk_call", default=None)
+
+
+async def _on_request(request: Any) -> None:
+    """The ``httpx`` request hook: the whole body of a model call this task armed."""
+    pending = ARMED.get()
+    if pending is None or pending.body is not None or request.method != "POST":
+        return
+    path = request.url.path
+    suffix = next((p for p in _PATHS if path.endswith(p)), None)
+    if suffix is None:
+        return
+    try:
+        body = json.loads(await request.aread())
+    except Exception:  # noqa: BLE001 - the record never fails the request it watches
+        log.warning("could not read the Agents SDK's request to %s: its turn record keeps what the trace saw", path,
+                    exc_info=True)
+        return
+    if not isinstance(body, dict):
+        return
+    base = str(request.url).split("?", 1)[0]
+    pending.endpoint = safe_url(base[: len(base) - len(suffix)])
+    pending.transport = {k: body.pop(k) for k in _TRANSPORT if k in body}
+    pending.body = body
+
+
+def watch(model: Any) -> bool:
+    """Add the request hook to the OpenAI client of an SDK model (``OpenAIChatCompletionsModel``,
+    ``OpenAIResponsesModel``), once; False when the model has no such client (its calls are then taken
+    from their trace). The hook reads a body only for a call a ``MemorySession`` armed."""
+    client = getattr(model, "_client", None)  # the SDK's models keep their AsyncOpenAI here
+    http = getattr(client, "_client", None)  # ...and AsyncOpenAI its httpx client
+    hooks = getattr(http, "event_hooks", None)
+    if not isinstance(hooks, Mapping) or not isinstance(hooks.get("request"), list):
+        return False
+    if _on_request not in hooks["request"]:
+        hooks["request"].append(_on_request)
+    return True
+
+
+def from_span(pending: PendingCall, model: str | None, messages: Any, usage: dict[str, int] | None) -> None:
+    """What the call's generation span knew (its end runs in the task that armed the call)."""
+    pending.usage = usage if usage and any(usage.values()) else None  # a stream without usage reports zeros
+    if pending.body is None and isinstance(messages, list):
+        pending.messages = [dict(m) for m in messages if isinstance(m, Mapping)]
+        pending.model = model
+
+
+def call_record(pending: PendingCall) -> tuple[CallRecord, list[dict[str, Any]]]:
+    """A pending call as the record keeps it, and its tool definitions (stored by hash when written)."""
+    if pending.body is None:
+        messages: dict[str, Any] = {"messages": pending.messages or []}
+        return CallRecord(request_hash({"model": pending.model, **messages}), pending.model, usage=pending.usage,
+                          sent=messages, partial=True), []
+    body = pending.body
+    sent: dict[str, Any] = {k: body[k] for k in _CONVERSATION if k in body}
+    raw_tools = body.get("tools")
+    tools = [dict(t) for t in raw_tools] if isinstance(raw_tools, list) and raw_tools and \
+        all(isinstance(t, Mapping) for t in raw_tools) else []
+    taken = {"model", *sent}
+    if tools:
+        taken.add("tools")
+    if body.get("tool_choice") is not None:
+        taken.add("tool_choice")
+    settings = {k: v for k, v in body.items() if k not in taken}
+    model = body.get("model")
+    return CallRecord(request_hash(body), model if isinstance(model, str) else None, settings,
+                      body.get("tool_choice"), None, tuple(tools),
+                      pending.usage, None, sent), tools
+
+
+@dataclass
+class SdkTurn:
+    """One SDK run of a session: the messages its saves stored (the user's are its input) and its model
+    calls."""
+
+    trace: Any  # the run's SDK trace (a no-op one when tracing is off): which run this is
+    thread_id: str = ""
+    resource_id: str = ""
+    input_ids: list[str] = field(default_factory=list)
+    response_ids: list[str] = field(default_factory=list)
+    user_id: str | None = None  # its last user input message (the record's key)
+    input_at: Any = None  # that message's stamp
+    calls: list[PendingCall] = field(default_factory=list)
+
+    def arm(self) -> PendingCall:
+        """A model call is about to be made in this task."""
+        pending = PendingCall()
+        self.calls.append(pending)
+        ARMED.set(pending)
+        return pending
+
+    def saved(self, messages: Sequence["Message"]) -> None:
+        """Messages a save of the run stored: its input (the user's: a streamed run saves it while its
+        first model call runs) or what answered it."""
+        for m in messages:
+            if m.role == "user":
+                if m.id not in self.input_ids:
+                    self.input_ids.append(m.id)
+                self.user_id, self.input_at = m.id, m.created_at
+            elif m.id not in self.response_ids:
+                self.response_ids.append(m.id)
+
+    def record(self, memory: "Memory", thread_id: str, resource_id: str,
+               calls: Sequence[CallRecord]) -> TurnRecord | None:
+        """The turn's record with the calls made so far; None while it has no stored user input."""
+        stored_user = self.user_id
+        if stored_user is None or not calls or self.input_at is None:
+            return None
+        first = next((c for c in self.calls if c.body is not None), None)
+        tools = calls[0].tools
+        return TurnRecord(
+            input_message_id=stored_user, thread_id=thread_id, resource_id=resource_id,
+            response_ids=tuple(self.response_ids), created_at=self.input_at, options=memory.options.to_dict(),
+            model=calls[0].wire_model, history_ids=(), recall=(), wm_version_id=None, om_generation=None,
+            om_cursor=None, tools=tuple(str((t.get("function") or {}).get("name") or t.get("name") or "?")
+                                        for t in tools),
+            tokens={}, messages_hash="", input_ids=tuple(self.input_ids),
+            endpoint=first.endpoint if first is not None else None, calls=tuple(calls),
+            transport=dict(first.transport) if first is not None else None, framework=FRAMEWORK)
+
+
+_RECENT = 128  # runs remembered (each holds its trace, so a trace's id is not reused while it is here)
+_TURNS: list[SdkTurn] = []
+_TURNS_LOCK = threading.Lock()
+
+
+def turn_for(thread_id: str, resource_id: str, *, create: bool) -> SdkTurn | None:
+    """The SDK run going on now on this thread (by its trace; None outside a run). Kept per process,
+    not per session object: the Runner's session and the run config's may be two objects of one thread."""
+    trace = get_current_trace()
+    if trace is None:
+        return None
+    with _TURNS_LOCK:
+        for turn in reversed(_TURNS):
+            if turn.trace is trace and (turn.thread_id, turn.resource_id) == (thread_id, resource_id):
+                return turn
+        if not create:
+            return None
+        turn = SdkTurn(trace, thread_id, resource_id)
+        _TURNS.append(turn)
+        del _TURNS[:-_RECENT]
+        return turn
+
+
+@dataclass
+class TurnWrite(SavedAwareWrite):
+    """A save of the run's items, staged: the run learns what was stored, and once it has made a model
+    call its record is written (again) in the same transaction."""
+
+    turn: SdkTurn
+    memory: "Memory"
+    thread_id: str
+    resource_id: str
+
+    def commit(self, conn: Any) -> None:
+        self.commit_saved(conn, ())
+
+    def commit_saved(self, conn: Any, saved: Sequence["Message"]) -> None:
+        turn = self.turn
+        turn.saved(saved)
+        if not turn.calls:
+            return
+        if not all(c.known for c in turn.calls):
+            log.info("an Agents SDK run on thread %s made a model call neither the wire hook nor its trace "
+                     "recorded: its turn keeps no record (Replay reconstructs it)", self.thread_id)
+            return
+        store = self.memory.store
+        calls: list[CallRecord] = []
+        for pending in turn.calls:
+            call, tools = call_record(pending)
+            calls.append(replace(call, tools_key=tool_defs.write(conn, store, tools)) if tools else call)
+        record = turn.record(self.memory, self.thread_id, self.resource_id, calls)
+        if record is not None:
+            records.rewrite(conn, store, record)
+
+
+__all__ = ["ARMED", "FRAMEWORK", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "from_span", "turn_for",
+           "watch"]
