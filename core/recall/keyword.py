@@ -191,7 +191,7 @@ _DRAIN_READ_SQL = (
     f"FROM (SELECT 1) LEFT JOIN (SELECT seq, message_id, op, row_id FROM {QUEUE_TABLE} ORDER BY seq LIMIT ?2) q "
     "UNION ALL "
     "SELECT 1, count(*), max(n.rowid), json_group_array(n.id), NULL, NULL FROM (SELECT rowid, id FROM mastra_messages "
-    f"WHERE rowid > coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?1), 0) ORDER BY rowid LIMIT ?2) n "
+    f"WHERE rowid > coalesce((SELECT value FROM {STATE_TABLE} WHERE key = ?1), 0) ORDER BY rowid LIMIT ?3) n "
     "ORDER BY 1, 3"
 )
 _FRESH_SQL = "SELECT rowid, id FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?"
@@ -202,7 +202,8 @@ def drain_queue(
     changed: "dict[str, passages.StoredPassage] | None" = None,
 ) -> tuple[int, list[str]]:
     """Apply up to ``limit`` message changes to the keyword index: rows inserted since the watermark
-    (from any process, Mastra included) and queued updates and deletes.
+    (from any process, Mastra included; up to ``limit`` besides the caller's ``indexed``) and queued
+    updates and deletes.
 
     Returns (changes applied, ids of messages that no longer exist), so the caller can drop their
     vectors too: a thread deleted by any process loses its vectors at the next drain.
@@ -213,15 +214,20 @@ def drain_queue(
     update, or a delete followed by a re-insert under the same id) are added to it with their passage
     now, so the caller can check their vectors (``RecallIndex.stale_vectors``); new rows are not.
     """
+    # The rows inserted above the watermark are read up to ``limit`` past the caller's own: a save of
+    # more than ``limit`` messages otherwise left the watermark inside its own rows, and the next saves'
+    # drains rewrote those docs again (thousands of FTS deletes and inserts, and every process's
+    # in-process keyword index loaded again: the rewrite counter moved).
+    fresh_limit = limit + len(indexed)
     # The watermark, the queue (empty on most saves) and the rows inserted above the watermark, in
     # one statement: part 0 is the watermark and the queue by seq, part 1 the new rows (one row).
-    rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit))
+    rows = driver_sql.rows(conn, _DRAIN_READ_SQL, (FTS_WATERMARK, limit, fresh_limit))
     mark = int(rows[0][1] or 0) if rows else 0
     queued = [tuple(r[2:6]) for r in rows if r[0] == 0 and r[2] is not None]
     part = next((r for r in rows if r[0] == 1), None)
     fresh_count, newest, listed = (int(part[1] or 0), part[2], str(part[3])) if part is not None else (0, None, "[]")
     if "\\u0000" in listed:  # an id with a NUL (another client's): read as the driver reads it, row by row
-        fresh_ids = [mid for _rowid, mid in driver_sql.rows(conn, _FRESH_SQL, (mark, limit))]
+        fresh_ids = [mid for _rowid, mid in driver_sql.rows(conn, _FRESH_SQL, (mark, fresh_limit))]
     else:
         fresh_ids = json.loads(listed) if fresh_count else []
     # A deleted row at or below the watermark may have its rowid reused by a later insert: rescan
@@ -229,7 +235,7 @@ def drain_queue(
     reused = [r[3] for r in queued if r[2] == "delete" and r[3] is not None and r[3] <= mark]
     if reused:
         mark = min(mark, min(reused) - 1)
-        fresh = driver_sql.rows(conn, _FRESH_SQL, (mark, limit))
+        fresh = driver_sql.rows(conn, _FRESH_SQL, (mark, fresh_limit))
         fresh_count, newest, fresh_ids = len(fresh), fresh[-1][0] if fresh else None, [mid for _rowid, mid in fresh]
     if not queued and not fresh_count:
         return 0, []

@@ -364,3 +364,36 @@ def test_a_utf16_database_gets_its_vector_metadata_bound_as_text(tmp_path: Path)
         store.close()
     metadata = {r[1]: r[3] for r in dump["vectors"]}
     assert '"content": "café 花生 🙂"' in metadata["m0"] and metadata["m0"].startswith('{"message_id": "m0"')
+
+
+def test_a_save_larger_than_a_drain_leaves_no_doc_for_the_next_saves_to_rewrite(tmp_path: Path) -> None:
+    """A save of more messages than one drain applies (``keyword.DRAIN_BATCH``) writes their docs itself;
+    its drain moves the watermark past all of them, so the next saves rewrite none of those docs (each
+    rewrite is an FTS delete and insert, and bumps the counter that makes every process load its
+    in-process keyword index again). Before: the watermark stopped DRAIN_BATCH rows in, and the next
+    saves' drains rewrote the rest, DRAIN_BATCH docs a save."""
+    from core.recall import keyword
+
+    big = keyword.DRAIN_BATCH + 300
+    store = open_store(tmp_path / "big.db")
+    try:
+        memory = Memory(store, MemoryOptions(last_messages=10, semantic_recall=True), embedder=HashingEmbedder(64))
+        memory.create_thread(resource_id=RESOURCE, thread_id="t")
+        memory.save_messages([_msg(i, f"message {i} of a large import") for i in range(big)])
+
+        def state() -> tuple[dict[str, int], list[tuple[Any, ...]]]:
+            with store.db.read() as conn:
+                counters = dict(conn.exec_driver_sql(f"SELECT key, value FROM {STATE_TABLE}").all())
+                docs = conn.exec_driver_sql(f"SELECT doc_id, message_id FROM {DOCS_TABLE} ORDER BY doc_id").all()
+                top = conn.exec_driver_sql("SELECT max(rowid) FROM mastra_messages").scalar()
+            return {**counters, "top": top}, [tuple(r) for r in docs]
+
+        after_big, docs = state()
+        assert after_big["fts:rowid"] == after_big["top"]
+        memory.save_messages([_msg(big + i, f"a later message {i}") for i in range(10)])
+        later, docs_later = state()
+        assert later["fts:rewrites"] == after_big["fts:rewrites"] == 0
+        assert docs_later[:len(docs)] == docs and len(docs_later) == len(docs) + 10
+        assert later["fts:rowid"] == later["top"]
+    finally:
+        store.close()
