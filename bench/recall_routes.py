@@ -39,6 +39,8 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
   few messages of the keyword list, of the engine's hybrid ranking (``fused``) or of the two lists'
   combination alone (``head``), weighted by idf (``rm``: and by each word's frequency in those messages
   and their BM25 scores), the best of them added to every message's keyword score at a small weight;
+- within: the same expansion scoring only the candidates the two lists already hold
+  (``expand_within_routes``);
 - peaked: a per-query keyword share in the fusion that follows how peaked each list is (``peaked_routes``);
 - cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
   keyword copy would run it; ``expansion_cost``).
@@ -586,6 +588,29 @@ def expand_routes(D: dict[str, Any]) -> None:
                         score(D, lambda q: ranked_hybrid(D, q, kw=lists[q["query_id"]]), f"{tag}: hybrid")
 
 
+def expand_within_routes(D: dict[str, Any]) -> None:
+    """The expansion scoring only the candidates the two lists already hold (no new candidate: no new cosine
+    or thread order to read; what an expansion inside the fusion could do), fed by the hybrid ranking or the
+    two lists' combination, ``idf`` weighting."""
+    qs = D["queries"]
+    fusion = hybrid.fusion_for(D["model_id"])
+    R = lambda m, s: hybrid.Ranked(m, None, None, s)  # noqa: E731
+    fused = {q["query_id"]: ranked_hybrid(D, q) for q in qs}
+    head = {q["query_id"]: [m for _, _, m in hybrid.Combined(
+        [R(*x) for x in D["q"][q["query_id"]]["v"][:fusion.candidates]],
+        [R(*x) for x in D["q"][q["query_id"]]["k"][:fusion.candidates]], D["q"][q["query_id"]]["cos"],
+        keyword_share=fusion.keyword_share).order] for q in qs}
+    held = {q["query_id"]: {m for m, _ in D["q"][q["query_id"]]["v"][:fusion.candidates]}
+            | {m for m, _ in D["q"][q["query_id"]]["k"][:fusion.candidates]} for q in qs}
+    for feed, fed in (("fused", fused), ("head", head)):
+        for docs in (3, 5):
+            for weight in (0.1, 0.2, 0.3, 0.5):
+                lists = {q["query_id"]: [(m, s) for m, s in expanded(D, q, fed[q["query_id"]], docs, 10, weight, "idf")
+                                         if m in held[q["query_id"]]] for q in qs}
+                score(D, lambda q: ranked_hybrid(D, q, kw=lists[q["query_id"]]),
+                      f"expand within {feed} idf docs {docs} terms 10 w {weight}: hybrid")
+
+
 def peak(scores: list[float], at: int = 10) -> float:
     """How peaked a ranked list is: (best - the at-th) / (best - the last), 0 to 1."""
     if len(scores) < 2:
@@ -681,7 +706,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
     ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
                     help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread, asked, "
-                         "expand, peaked, cost (cost alone: no LoCoMo pass) "
+                         "expand, within, peaked, cost (cost alone: no LoCoMo pass) "
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
@@ -720,6 +745,8 @@ def main() -> None:
         expand_routes(D)
     if "peaked" in only:
         peaked_routes(D)
+    if "within" in only:
+        expand_within_routes(D)
     if "propagate" in only:
         for ps, ns in ((0.05, 0), (0.1, 0), (0.2, 0), (0.3, 0), (0, 0.1), (0, 0.2), (0, 0.3), (0.05, 0.05), (0.1, 0.1), (0.15, 0.15),
                        (0.2, 0.2), (0.25, 0.25), (0.3, 0.3), (0.4, 0.4), (0.5, 0.5), (0.2, 0.1), (0.1, 0.2), (0.3, 0.2), (0.2, 0.3)):
