@@ -34,7 +34,16 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
 - bm25: the keyword list with other BM25 constants (k1, b) and context-column weights (FTS5 fixes k1
   and b, so only the in-process copy can be changed: a lab figure);
 - prompt: what the recall processor would show at top k 4 and 10 with its default range (each hit with
-  its previous and next message), with and without skipping hits already shown.
+  its previous and next message), with and without skipping hits already shown;
+- expand: pseudo-relevance expansion of the keyword list (RM3-like, ``expanded``): the words of the best
+  few messages of the keyword list, of the engine's hybrid ranking (``fused``) or of the two lists'
+  combination alone (``head``), weighted by idf (``rm``: and by each word's frequency in those messages
+  and their BM25 scores), the best of them added to every message's keyword score at a small weight;
+- within: the same expansion scoring only the candidates the two lists already hold
+  (``expand_within_routes``);
+- peaked: a per-query keyword share in the fusion that follows how peaked each list is (``peaked_routes``);
+- cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
+  keyword copy would run it; ``expansion_cost``).
 
 Prints recall@10 overall, the worst conversation, each conversation and each category. Public split
 only; a route is worth landing when it helps both models and is not a constant fitted to these
@@ -91,7 +100,7 @@ def collect(model: str, cache_dir: Path, bm25: list[tuple[float, float, float]] 
             mats[q["conv_id"]] = (ids, np.array(run.vset.matrix, dtype=np.float32), {m: i for i, m in enumerate(ids)})
         with index.store.db.read() as conn:
             every = run.vset.ranked(run.qvec, 100_000, None, None)
-            kw = index.keywords.search(conn, q["query"], resource_id=q["conv_id"], thread_id=None, limit=300,
+            kw = index.keywords.search(conn, q["query"], resource_id=q["conv_id"], thread_id=None, limit=100_000,
                                        terms=run.terms)
             df = {t: index.keywords.memory.frequency(conn, t) for t in run.terms}
         per_q[q["query_id"]] = {
@@ -116,11 +125,71 @@ def collect(model: str, cache_dir: Path, bm25: list[tuple[float, float, float]] 
             keyword_memory._K1, keyword_memory._B, keyword.CONTEXT_WEIGHT = saved
             for memory in memories.values():
                 memory.recall_index.keywords.memory._phrases_seen = {}
+    fuse_us = _fuse_cost(memories, queries)
+    fwd = {c: forward_index(memory.recall_index.keywords.memory) for c, memory in memories.items()}
+    for q in queries:  # (each query's keyword terms as tokens, for the expansion routes)
+        tok = memories[q["conv_id"]].recall_index.keywords.memory._tokenizer
+        d = per_q[q["query_id"]]
+        d["tokens"] = {t for tokens in tok.tokens([keyword_memory._inner(t) for t in d["terms"]]) for t in tokens}
     for memory in memories.values():
         memory.store.close()
     shutil.rmtree(db_dir, ignore_errors=True)
     return {"queries": queries, "order": order, "q": per_q, "by_conv": by_conv, "embedder": embedder,
-            "model_id": embedder.model_id, "mats": mats}
+            "model_id": embedder.model_id, "mats": mats, "fwd": fwd, "fuse_us": fuse_us}
+
+
+def _fuse_cost(memories: dict[str, Any], queries: list[dict[str, Any]], rounds: int = 5) -> list[float]:
+    """CPU time of the fusion steps of a default hybrid search (``search._fuse``: the keyword candidates'
+    cosines, ``Combined``, the thread order, the neighbours' share, the thread prior, the re-rank), what
+    an expansion fed by the fused hits would run a second time: per round, the median over the questions
+    in microseconds. (Candidates come from the two lists' depth, not from the table's size.)"""
+    import time
+    real = search._fuse
+    took: list[float] = []
+
+    def timed(*args: Any, **kwargs: Any) -> None:
+        t0 = time.process_time()
+        real(*args, **kwargs)
+        took.append(time.process_time() - t0)
+
+    medians = []
+    search._fuse = timed  # type: ignore[assignment]
+    try:
+        for _ in range(rounds):
+            took.clear()
+            for q in queries:
+                search.run(memories[q["conv_id"]].recall_index, q["query"], resource_id=q["conv_id"], thread_id=None,
+                           top_k=10, mode="hybrid")
+            medians.append(sorted(took)[len(took) // 2] * 1e6)
+    finally:
+        search._fuse = real  # type: ignore[assignment]
+    return medians
+
+
+def forward_index(mem: Any) -> dict[str, Any]:
+    """A conversation's keyword index turned around (from the in-process copy's postings): each message's
+    tokens with their body and context frequencies, each token's rows, the rows' sizes."""
+    n_rows, n_tokens = mem._avg
+    docs: dict[str, dict[str, list[float]]] = defaultdict(dict)
+    df: dict[str, int] = {}
+    size: dict[str, float] = {}
+    for place, mid in enumerate(mem._mids):
+        if mid:
+            size[mid] = float(mem._sizes[place])
+    for token, keys in mem._postings.items():
+        rows = keys >> (keyword_memory._OFFSET_BITS + 1)
+        ctx = (keys >> keyword_memory._OFFSET_BITS) & 1
+        places = np.searchsorted(mem._rowids, rows)
+        df[token] = len(np.unique(rows))
+        for p, c in zip(places.tolist(), ctx.tolist()):
+            mid = mem._mids[p]
+            if mid:
+                docs[mid].setdefault(token, [0.0, 0.0])[c] += 1.0
+    post: dict[str, list[tuple[str, list[float]]]] = defaultdict(list)
+    for mid, toks in docs.items():
+        for token, f in toks.items():
+            post[token].append((mid, f))
+    return {"docs": docs, "df": df, "size": size, "rows": n_rows, "avgdl": n_tokens / n_rows, "post": post}
 
 
 def ranked_hybrid(D: dict[str, Any], q: dict[str, Any], vec: list[tuple[str, float]] | None = None,
@@ -453,13 +522,191 @@ def asked_score(D: dict[str, Any], ranked_of: Callable[[dict[str, Any]], list[st
     return total
 
 
+def expanded(D: dict[str, Any], q: dict[str, Any], fed: list[str], docs: int, terms: int, weight: float,
+             kind: str = "rm", ctx: float = 0.5) -> list[tuple[str, float]]:
+    """Pseudo-relevance expansion of the keyword list (RM3-like): the words of the best ``docs`` messages of
+    ``fed`` (their own text, not the context column), less the query's and the very common ones
+    (``keyword.COMMON_SHARE``), each weighted by ``kind``: ``rm`` the sum over those messages of its
+    frequency over the message's length times the message's share of their BM25 scores, times its idf;
+    ``idf`` how many of those messages hold it, times its idf. The best ``terms`` of them score every
+    message by BM25 (weights relative to the best word's) and are added at ``weight`` to its keyword score."""
+    d = D["q"][q["query_id"]]
+    F = D["fwd"][q["conv_id"]]
+    kw = dict(d["k"])
+    N, avgdl, fdf, fdocs, fsize = F["rows"], F["avgdl"], F["df"], F["docs"], F["size"]
+    top = [m for m in fed[:docs] if m in fdocs]
+    total = sum(kw.get(m, 0.0) for m in top) or 1.0
+    w: dict[str, float] = defaultdict(float)
+    for m in top:
+        toks = fdocs[m]
+        length = sum(b for b, _ in toks.values()) or 1.0
+        for t, (b, _) in toks.items():
+            if b <= 0 or t in d["tokens"] or fdf[t] > keyword.COMMON_SHARE * N:
+                continue
+            w[t] += (b / length) * (kw.get(m, 0.0) / total) if kind == "rm" else 1.0
+    for t in w:
+        w[t] *= _idf(N, fdf[t])
+    chosen = sorted(w.items(), key=lambda x: (-x[1], x[0]))[:terms]
+    if not chosen or weight <= 0:
+        return d["k"]
+    best = chosen[0][1] or 1.0
+    out = dict(kw)
+    k1, b = keyword_memory._K1, keyword_memory._B
+    for t, wt in chosen:
+        idf = _idf(N, fdf[t]) * wt / best * weight
+        for m, f in F["post"][t]:
+            freq = f[0] + ctx * f[1]
+            if freq <= 0:
+                continue
+            out[m] = out.get(m, 0.0) + idf * freq * (k1 + 1) / (freq + k1 * (1 - b + b * fsize[m] / avgdl))
+    return sorted(out.items(), key=lambda x: (-x[1], x[0]))
+
+
+def expand_routes(D: dict[str, Any]) -> None:
+    qs = D["queries"]
+    fused = {q["query_id"]: ranked_hybrid(D, q) for q in qs}
+    fusion = hybrid.fusion_for(D["model_id"])
+    R = lambda m, s: hybrid.Ranked(m, None, None, s)  # noqa: E731
+    # ``head``: the two lists' combination alone (``Combined``, before the neighbours' share, the thread
+    # prior and the re-rank), as a search has it once both lists are read
+    head = {q["query_id"]: [m for _, _, m in hybrid.Combined(
+        [R(*x) for x in D["q"][q["query_id"]]["v"][:fusion.candidates]],
+        [R(*x) for x in D["q"][q["query_id"]]["k"][:fusion.candidates]], D["q"][q["query_id"]]["cos"],
+        keyword_share=fusion.keyword_share).order] for q in qs}
+    feeds = {"keyword": lambda q: [m for m, _ in D["q"][q["query_id"]]["k"]], "fused": lambda q: fused[q["query_id"]],
+             "head": lambda q: head[q["query_id"]]}
+    for feed in ("keyword", "fused", "head"):
+        for kind in ("rm", "idf"):
+            for docs in (3, 5, 10):
+                for terms in (5, 10, 20):
+                    for weight in (0.1, 0.2, 0.3, 0.5):
+                        fed = feeds[feed]
+                        lists = {q["query_id"]: expanded(D, q, fed(q), docs, terms, weight, kind) for q in qs}
+                        tag = f"expand {feed} {kind} docs {docs} terms {terms} w {weight}"
+                        if feed == "keyword":
+                            score(D, lambda q: [m for m, _ in lists[q["query_id"]]], f"{tag}: keyword")
+                        score(D, lambda q: ranked_hybrid(D, q, kw=lists[q["query_id"]]), f"{tag}: hybrid")
+
+
+def expand_within_routes(D: dict[str, Any]) -> None:
+    """The expansion scoring only the candidates the two lists already hold (no new candidate: no new cosine
+    or thread order to read; what an expansion inside the fusion could do), fed by the hybrid ranking or the
+    two lists' combination, ``idf`` weighting."""
+    qs = D["queries"]
+    fusion = hybrid.fusion_for(D["model_id"])
+    R = lambda m, s: hybrid.Ranked(m, None, None, s)  # noqa: E731
+    fused = {q["query_id"]: ranked_hybrid(D, q) for q in qs}
+    head = {q["query_id"]: [m for _, _, m in hybrid.Combined(
+        [R(*x) for x in D["q"][q["query_id"]]["v"][:fusion.candidates]],
+        [R(*x) for x in D["q"][q["query_id"]]["k"][:fusion.candidates]], D["q"][q["query_id"]]["cos"],
+        keyword_share=fusion.keyword_share).order] for q in qs}
+    held = {q["query_id"]: {m for m, _ in D["q"][q["query_id"]]["v"][:fusion.candidates]}
+            | {m for m, _ in D["q"][q["query_id"]]["k"][:fusion.candidates]} for q in qs}
+    for feed, fed in (("fused", fused), ("head", head)):
+        for docs in (3, 5):
+            for weight in (0.1, 0.2, 0.3, 0.5):
+                lists = {q["query_id"]: [(m, s) for m, s in expanded(D, q, fed[q["query_id"]], docs, 10, weight, "idf")
+                                         if m in held[q["query_id"]]] for q in qs}
+                score(D, lambda q: ranked_hybrid(D, q, kw=lists[q["query_id"]]),
+                      f"expand within {feed} idf docs {docs} terms 10 w {weight}: hybrid")
+
+
+def peak(scores: list[float], at: int = 10) -> float:
+    """How peaked a ranked list is: (best - the at-th) / (best - the last), 0 to 1."""
+    if len(scores) < 2:
+        return 1.0
+    span = scores[0] - scores[-1]
+    return (scores[0] - scores[min(at, len(scores)) - 1]) / span if span > 1e-12 else 1.0
+
+
+def peaked_routes(D: dict[str, Any]) -> None:
+    """Fusion whose keyword share follows how peaked each list is: ``a' = a pk^g / (a pk^g + (1 - a) pv^g)``."""
+    fusion = hybrid.fusion_for(D["model_id"])
+    a, depth = fusion.keyword_share, fusion.candidates
+    for at in (5, 10, 20):
+        for g in (0.5, 1.0, 2.0):
+            def share(q: dict[str, Any]) -> float:
+                d = D["q"][q["query_id"]]
+                pk = peak([s for _, s in d["k"][:depth]], at)
+                pv = peak([s for _, s in d["v"][:depth]], at)
+                num = a * pk ** g
+                den = num + (1 - a) * pv ** g
+                return num / den if den > 0 else a
+            score(D, lambda q: ranked_hybrid(D, q, share=share(q)), f"peaked fusion at {at} g {g}")
+
+
+def expansion_cost(rows: int = 10_000, runs: int = 7, number: int = 2000) -> None:
+    """CPU time of the expansion step as the in-process keyword copy would run it at ``rows`` rows, in numpy
+    (synthetic Zipf text as ``recall_speed.py`` writes; each row's tokens kept as a CSR forward index, each
+    token's BM25 parts kept as ``KeywordMemory._parts_of`` keeps them): the words of 5 fed rows counted and
+    weighted by idf, the best 10 (less the query's and the very common), their parts added to the first
+    pass's per-row sums at a weight, and the scope's best 50 picked again."""
+    import time
+    rng = np.random.default_rng(0)
+    V = 5000
+    zipf = 1.0 / np.arange(1, V + 1) ** 1.1
+    zipf /= zipf.sum()
+    lens = rng.integers(8, 40, rows)
+    per_row = [np.unique(rng.choice(V, n, p=zipf), return_counts=True) for n in lens]
+    indptr = np.zeros(rows + 1, np.int64)
+    indptr[1:] = np.cumsum([len(t) for t, _ in per_row])
+    toks = np.concatenate([t for t, _ in per_row])
+    cnts = np.concatenate([c for _, c in per_row]).astype(np.float64)
+    df = np.bincount(toks, minlength=V)
+    idf = np.log((rows - df + 0.5) / (df + 0.5))
+    idf[idf <= 0] = 1e-6
+    sizes = lens.astype(np.float64)
+    by_tok = np.argsort(toks, kind="stable")
+    row_of = np.repeat(np.arange(rows), np.diff(indptr))[by_tok]
+    tf = cnts[by_tok]
+    start = np.zeros(V + 1, np.int64)
+    start[1:] = np.cumsum(df)
+    parts = {}
+    for t in range(V):
+        r, f = row_of[start[t]:start[t + 1]], tf[start[t]:start[t + 1]]
+        parts[t] = (r, idf[t] * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * sizes[r] / sizes.mean())))
+    resources = np.zeros(rows, np.int64)
+    first = rng.random(rows) * (rng.random(rows) < 0.15)  # the first pass's per-row sums
+    query = {100, 200, 300}
+    common = df > keyword.COMMON_SHARE * rows
+    fed = np.argsort(-first)[:5]
+
+    def step(terms: int = 10, weight: float = 0.2, limit: int = 50) -> np.ndarray:
+        t, c = np.unique(toks[np.concatenate([np.arange(indptr[p], indptr[p + 1]) for p in fed])], return_counts=True)
+        keep = ~common[t] & np.array([x not in query for x in t.tolist()], dtype=bool)
+        t, c = t[keep], c[keep]
+        w = c * idf[t]
+        top = np.argsort(-w, kind="stable")[:terms]
+        t, w = t[top], w[top] / w[top[0]] * weight
+        at = np.concatenate([parts[x][0] for x in t.tolist()])
+        ps = np.concatenate([parts[x][1] * y for x, y in zip(t.tolist(), w.tolist())])
+        dense = first + np.bincount(at, weights=ps, minlength=rows)
+        places = np.flatnonzero(dense > 0)
+        places = places[resources[places] == 0]
+        score = dense[places]
+        best = np.flatnonzero(score >= np.partition(score, len(score) - limit)[len(score) - limit])
+        return places[best[np.argsort(-score[best])]][:limit]
+
+    for _ in range(200):
+        step()
+    took = []
+    for _ in range(runs):
+        t0 = time.process_time()
+        for _ in range(number):
+            step()
+        took.append((time.process_time() - t0) / number * 1e6)
+    print(f"expansion step at {rows} rows, CPU us per search, {runs} runs of {number}: "
+          f"{' '.join(f'{x:.1f}' for x in took)} (best {min(took):.1f})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="use", help="use or e5")
     ap.add_argument("--passages", default="", help="comma-separated: ctx, own, ctx_date, ctx_next, ctx2 (re-embeds)")
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
     ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
-                    help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread, asked "
+                    help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread, asked, "
+                         "expand, within, peaked, cost (cost alone: no LoCoMo pass) "
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
@@ -473,11 +720,17 @@ def main() -> None:
     if args.thread_share is not None:
         hybrid.THREAD_SHARE = args.thread_share
     only = set(args.only.split(","))
+    if "cost" in only:
+        expansion_cost()
+        if only == {"cost"}:
+            return
     settings = [tuple(float(x) for x in s.split(":")) for s in args.bm25.split(",") if s] if "bm25" in only else []
     D = collect(args.model, args.cache_dir, settings)  # type: ignore[arg-type]
     for d in D["q"].values():
         d["cos"] = dict(d["v"])
     print(f"model {D['model_id']}; recall@10 (public split), worst conversation, per conversation, per category")
+    print(f"the fusion steps of a hybrid search (search._fuse), median CPU us per round: "
+          f"{' '.join(f'{x:.0f}' for x in D['fuse_us'])}")
     score(D, lambda q: D["q"][q["query_id"]]["engine"], "engine hybrid (search.run)")
     score(D, lambda q: ranked_hybrid(D, q), "base: rebuilt from the lists")
     score(D, lambda q: [m for m, _ in D["q"][q["query_id"]]["v"]], "vector")
@@ -488,6 +741,12 @@ def main() -> None:
             score(D, lambda q: ranked_hybrid(D, q, ceiling=r), f"fusion: keyword over max(best, {r} sum idf)")
     if "prf" in only:
         prf_routes(D)
+    if "expand" in only:
+        expand_routes(D)
+    if "peaked" in only:
+        peaked_routes(D)
+    if "within" in only:
+        expand_within_routes(D)
     if "propagate" in only:
         for ps, ns in ((0.05, 0), (0.1, 0), (0.2, 0), (0.3, 0), (0, 0.1), (0, 0.2), (0, 0.3), (0.05, 0.05), (0.1, 0.1), (0.15, 0.15),
                        (0.2, 0.2), (0.25, 0.25), (0.3, 0.3), (0.4, 0.4), (0.5, 0.5), (0.2, 0.1), (0.1, 0.2), (0.3, 0.2), (0.2, 0.3)):
