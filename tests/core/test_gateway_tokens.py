@@ -38,6 +38,7 @@ from core.gateway.tokens import (
 )
 from core.embedding.hashing import HashingEmbedder
 from core.llm import ScriptedModel
+from core.messages import Message
 
 SHARED = "shared-secret-token"
 BOB_SECRET = "my bank PIN is zebra-4321-quartz"
@@ -322,3 +323,32 @@ def test_tokens_new_adds_an_entry_and_a_server_refuses_a_bad_file_at_start(tmp_p
     assert refused.returncode == 1 and "nope.json does not exist" in refused.stderr
     stdio = _cli("mcp", "--db", str(tmp_path / "m.db"), "--resource", "ada", "--tokens-file", str(path), cwd=tmp_path)
     assert stdio.returncode == 1 and "--tokens-file is for --http" in stdio.stderr
+
+
+def test_the_shared_token_cannot_also_be_a_tokens_files_entry(tmp_path, model, users, store):
+    """An existing secret hashed into the file (`tokens hash`, as DEPLOYMENT says) while the shared token's variable
+    still holds it: the guard compared the shared token first, so the entry's user reached every resource (Bob's
+    secret), and the trace named nobody. The server now refuses to start, naming the entry, never the token."""
+    bobs = Memory(store, MemoryOptions(last_messages=20))
+    bobs.save_messages([Message.user(BOB_SECRET, thread_id="bob-thread", resource_id="bob")])
+    alice_app = TokensFile(None, (entry_for("alice-app", ["alice"], SHARED),))
+    with pytest.raises(ValueError) as refused:
+        GuardPolicy(token=SHARED, tokens=alice_app)
+    assert "'alice-app'" in str(refused.value) and SHARED not in str(refused.value)
+    assert "every resource" in str(refused.value)
+    # From the command line, for both servers: no start, the entry named, the token never shown.
+    path = write(tmp_path / "tokens.json", {"tokens": [entry_for("alice-app", ["alice"], SHARED).to_json()]})
+    for command, variable in ((["serve", "--model", "openai/gpt-4o-mini"], "MEMORY_STUDIO_GATEWAY_TOKEN"),
+                              (["mcp", "--http", "--any-resource"], "MEMORY_STUDIO_MCP_TOKEN")):
+        done = _cli(*command, "--db", str(tmp_path / "m.db"), "--port", "0", "--tokens-file", str(path), cwd=tmp_path,
+                    env={"OPENAI_API_KEY": "sk-unused", variable: SHARED})
+        assert done.returncode == 1 and "'alice-app'" in done.stderr and SHARED not in done.stderr, done.stderr
+    # A shared token of its own beside the file is fine, each reaching what it should.
+    agent = Agent("chat", instructions="Chat.", model=model, memory=bobs, tracer=False)
+    policy = GuardPolicy(token=SHARED, tokens=users.file)
+    with GatewayServer(create_app([agent], policy=policy, default_resource="default")) as server:
+        with pytest.raises(openai.PermissionDeniedError):
+            chat(server, users.alice, "what did I say?", metadata={"thread_id": "bob-thread", "resource_id": "bob"})
+        shared = chat(server, SHARED, "what did I say?", metadata={"thread_id": "bob-thread", "resource_id": "bob"})
+        assert BOB_SECRET in shared.parse().choices[0].message.content
+
