@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -352,3 +353,26 @@ def test_the_shared_token_cannot_also_be_a_tokens_files_entry(tmp_path, model, u
         shared = chat(server, SHARED, "what did I say?", metadata={"thread_id": "bob-thread", "resource_id": "bob"})
         assert BOB_SECRET in shared.parse().choices[0].message.content
 
+
+def test_a_token_in_a_message_or_in_the_wrong_field_stays_out_of_traces_and_logs(tmp_path, users, caplog):
+    """The redaction nets knew provider keys (sk-, ghp_, hf_...) but not our own tokens, which this process never
+    sees (the file holds hashes): a user pasting theirs into a chat had it in the turn's trace, and an app sending
+    its token as OpenAI's `user` field (refused: not a resource of the token) had it in the server's log line."""
+    from core import open_store
+    from core.traces.store import DuckDBObservabilityStore
+
+    with open_store(tmp_path / "traced.db") as store:
+        agent = Agent("chat", instructions="Chat.", model=ScriptedModel(everything_sent), memory=Memory(store))
+        with GatewayServer(create_app([agent], policy=GuardPolicy(tokens=users.file))) as server:
+            reply = chat(server, users.alice, f"keep my key {users.alice} and sk-abcdefghijklmnop safe").parse()
+            with caplog.at_level(logging.WARNING):
+                with pytest.raises(openai.PermissionDeniedError):
+                    client(server, users.alice).chat.completions.create(
+                        model="chat", messages=[{"role": "user", "content": "hi"}], user=users.alice)
+        assert store.tracer().flush(30)
+        traces = DuckDBObservabilityStore(store.location.observability_path, read_only=True)
+        spans = repr(traces.get_trace(reply.model_extra["memory"]["trace_id"]))
+    assert "sk-abcdefghijklmnop" not in spans and "keep my key" in spans  # (provider keys were already kept out)
+    assert users.alice not in spans
+    refused = [r.getMessage() for r in caplog.records if "refused: token 'alice-app'" in r.getMessage()]
+    assert refused and not any(users.alice in line for line in refused)
