@@ -3,8 +3,8 @@
 Two nets. The literal values of the keys this process uses: every place that resolves a key wraps
 it in ``Secret``, which registers it here, so a key is caught in any text whatever its shape (a
 server that echoes it in a 401 body, a model that copies it into tool arguments). And the usual
-key shapes (``sk-…``, ``Bearer …``, ``api_key=…``, GitHub/Hugging Face/Google/AWS tokens) for keys
-this process never saw. ``redact_text`` applies both; the tracer runs it over every span before
+key shapes (``sk-…``, ``Bearer …``, ``api_key=…``, GitHub/Hugging Face/Google/AWS tokens, and our own
+tokens files' ``mst_…``) for keys this process never saw. ``redact_text`` applies both; the tracer runs it over every span before
 export, and ``SecretLogFilter`` over every record of the ``core`` loggers.
 """
 
@@ -38,6 +38,7 @@ _SHAPES = tuple((literal, re.compile(p)) for literal, p in (
     ("xai-", r"xai-[A-Za-z0-9]{20,}"),  # xAI
     ("AIza", r"AIza[0-9A-Za-z_-]{30,}"),  # Google
     ("AKIA", r"AKIA[0-9A-Z]{16}"),  # AWS access key id
+    ("mst_", r"mst_[A-Za-z0-9_-]{20,}"),  # ours: a tokens file's token (the process holds only its hash)
 ))
 _ANY_CASE_BEARER = re.compile(r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{8,}")
 # ``api_key=abc``, ``"x-api-key": "abc"``, ``Authorization: xyz``: the name stays, the value goes.

@@ -105,6 +105,16 @@ class GuardPolicy:
             raise ValueError(f"The JSON nesting limit must be at least 1, got {self.max_json_depth}.")
         if self.token:
             check_token(self.token, "The API token", "the token")
+            # The shared token is compared first: an entry holding it (an existing secret hashed into the file while
+            # the shared token's variable still holds it) would reach every resource, and no trace would name it.
+            entry = self.tokens.match(self.token) if self.tokens is not None else None
+            if entry is not None:
+                where = f" {self.tokens.path}" if self.tokens is not None and self.tokens.path is not None else ""
+                raise ValueError(
+                    f"The shared API token (--token, or its environment variable) is also the token of entry "
+                    f"{entry.name!r} of the tokens file{where}: sent by that entry's user it would reach every "
+                    "resource, not only the entry's. Give the entry a new token (`memory-studio tokens new`), or "
+                    "unset the shared token.")
         object.__setattr__(self, "allowed_hosts", frozenset(_host_entry(h) for h in self.allowed_hosts))
         object.__setattr__(self, "allowed_origins", frozenset(normalize_origin(o) for o in self.allowed_origins))
         object.__setattr__(self, "open_paths", frozenset(self.open_paths))

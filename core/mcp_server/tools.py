@@ -331,6 +331,10 @@ class MemoryTools:
         """Run ``run(owner)`` as a traced call; a refused resource is a traced run with an error too."""
         tracer = self.tracer
         traced_as = self.binding.resource or asked or caller.only_resource
+        if traced_as is not None and not caller.allows(traced_as):
+            # Refused below: traced as the caller's own, never under a resource its token may not use (its
+            # arguments would land in that user's traces and export).
+            traced_as = caller.only_resource
         if asked is not None and asked != traced_as:
             arguments = {**arguments, "resource": asked}
         # A refused argument is still traced; text with a lone surrogate (which JSON allows) could never

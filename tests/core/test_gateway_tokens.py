@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -38,6 +39,7 @@ from core.gateway.tokens import (
 )
 from core.embedding.hashing import HashingEmbedder
 from core.llm import ScriptedModel
+from core.messages import Message
 
 SHARED = "shared-secret-token"
 BOB_SECRET = "my bank PIN is zebra-4321-quartz"
@@ -322,3 +324,55 @@ def test_tokens_new_adds_an_entry_and_a_server_refuses_a_bad_file_at_start(tmp_p
     assert refused.returncode == 1 and "nope.json does not exist" in refused.stderr
     stdio = _cli("mcp", "--db", str(tmp_path / "m.db"), "--resource", "ada", "--tokens-file", str(path), cwd=tmp_path)
     assert stdio.returncode == 1 and "--tokens-file is for --http" in stdio.stderr
+
+
+def test_the_shared_token_cannot_also_be_a_tokens_files_entry(tmp_path, model, users, store):
+    """An existing secret hashed into the file (`tokens hash`, as DEPLOYMENT says) while the shared token's variable
+    still holds it: the guard compared the shared token first, so the entry's user reached every resource (Bob's
+    secret), and the trace named nobody. The server now refuses to start, naming the entry, never the token."""
+    bobs = Memory(store, MemoryOptions(last_messages=20))
+    bobs.save_messages([Message.user(BOB_SECRET, thread_id="bob-thread", resource_id="bob")])
+    alice_app = TokensFile(None, (entry_for("alice-app", ["alice"], SHARED),))
+    with pytest.raises(ValueError) as refused:
+        GuardPolicy(token=SHARED, tokens=alice_app)
+    assert "'alice-app'" in str(refused.value) and SHARED not in str(refused.value)
+    assert "every resource" in str(refused.value)
+    # From the command line, for both servers: no start, the entry named, the token never shown.
+    path = write(tmp_path / "tokens.json", {"tokens": [entry_for("alice-app", ["alice"], SHARED).to_json()]})
+    for command, variable in ((["serve", "--model", "openai/gpt-4o-mini"], "MEMORY_STUDIO_GATEWAY_TOKEN"),
+                              (["mcp", "--http", "--any-resource"], "MEMORY_STUDIO_MCP_TOKEN")):
+        done = _cli(*command, "--db", str(tmp_path / "m.db"), "--port", "0", "--tokens-file", str(path), cwd=tmp_path,
+                    env={"OPENAI_API_KEY": "sk-unused", variable: SHARED})
+        assert done.returncode == 1 and "'alice-app'" in done.stderr and SHARED not in done.stderr, done.stderr
+    # A shared token of its own beside the file is fine, each reaching what it should.
+    agent = Agent("chat", instructions="Chat.", model=model, memory=bobs, tracer=False)
+    policy = GuardPolicy(token=SHARED, tokens=users.file)
+    with GatewayServer(create_app([agent], policy=policy, default_resource="default")) as server:
+        with pytest.raises(openai.PermissionDeniedError):
+            chat(server, users.alice, "what did I say?", metadata={"thread_id": "bob-thread", "resource_id": "bob"})
+        shared = chat(server, SHARED, "what did I say?", metadata={"thread_id": "bob-thread", "resource_id": "bob"})
+        assert BOB_SECRET in shared.parse().choices[0].message.content
+
+
+def test_a_token_in_a_message_or_in_the_wrong_field_stays_out_of_traces_and_logs(tmp_path, users, caplog):
+    """The redaction nets knew provider keys (sk-, ghp_, hf_...) but not our own tokens, which this process never
+    sees (the file holds hashes): a user pasting theirs into a chat had it in the turn's trace, and an app sending
+    its token as OpenAI's `user` field (refused: not a resource of the token) had it in the server's log line."""
+    from core import open_store
+    from core.traces.store import DuckDBObservabilityStore
+
+    with open_store(tmp_path / "traced.db") as store:
+        agent = Agent("chat", instructions="Chat.", model=ScriptedModel(everything_sent), memory=Memory(store))
+        with GatewayServer(create_app([agent], policy=GuardPolicy(tokens=users.file))) as server:
+            reply = chat(server, users.alice, f"keep my key {users.alice} and sk-abcdefghijklmnop safe").parse()
+            with caplog.at_level(logging.WARNING):
+                with pytest.raises(openai.PermissionDeniedError):
+                    client(server, users.alice).chat.completions.create(
+                        model="chat", messages=[{"role": "user", "content": "hi"}], user=users.alice)
+        assert store.tracer().flush(30)
+        traces = DuckDBObservabilityStore(store.location.observability_path, read_only=True)
+        spans = repr(traces.get_trace(reply.model_extra["memory"]["trace_id"]))
+    assert "sk-abcdefghijklmnop" not in spans and "keep my key" in spans  # (provider keys were already kept out)
+    assert users.alice not in spans
+    refused = [r.getMessage() for r in caplog.records if "refused: token 'alice-app'" in r.getMessage()]
+    assert refused and not any(users.alice in line for line in refused)

@@ -718,3 +718,59 @@ def test_error_messages_repeat_at_most_80_characters_of_a_client_value(db: Path)
             with pytest.raises(Exception) as refused:
                 call()
             assert len(str(refused.value)) < 500 and "t" * 80 + "'… (100,000 characters)" in str(refused.value)
+
+
+def test_http_a_call_refused_by_its_token_is_never_traced_under_the_resource_it_named(db: Path, tmp_path: Path) -> None:
+    """A tokens file's token naming a resource it may not use (`resource` of any tool, or a server bound to another
+    user) was refused, but its run was traced under that resource, with the caller's arguments: Ada's text landed
+    in Bob's traces (the Traces pane, `export --resource bob --with-traces`). It is traced as the caller's own."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from core.gateway.tokens import add_entry, entry_for, new_token
+
+    ada, bob = new_token(), new_token()
+    tokens_file = tmp_path / "tokens.json"
+    add_entry(tokens_file, entry_for("ada-app", ["ada"], ada))
+    add_entry(tokens_file, entry_for("bob-app", ["bob"], bob))
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+    planted = "# User\n- Name: Mallory was here\n"
+
+    async def refused(url: str, token: str, calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                return [_error(await client.call_tool(tool, args)) for tool, args in calls]
+
+    any_resource = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    try:
+        errors = anyio.run(refused, any_resource.url, ada, [
+            ("update_working_memory", {"working_memory": planted, "resource": "bob"}),
+            ("remember", {"text": planted, "thread": "ada-note", "resource": "bob"})])
+    finally:
+        any_resource.stop()
+    bound_to_bob = HttpServer(db, "--resource", "bob", "--tokens-file", str(tokens_file), env=env)
+    try:  # Ada's token on a server bound to Bob: refused, and not traced as Bob's either
+        errors += anyio.run(refused, bound_to_bob.url, ada, [("update_working_memory", {"working_memory": planted})])
+    finally:
+        bound_to_bob.stop()
+    assert all("may not use resource 'bob'" in e for e in errors), errors
+    with open_store(db, read_only=True) as store:
+        traces = DuckDBObservabilityStore(store.location.observability_path, read_only=True)
+
+        bob_runs = traces.list_traces(limit=100, filters=TraceFilters(resource_id="bob"))
+        bobs = [span for run in bob_runs for span in traces.get_trace(run.trace_id)]
+        ada_runs = traces.list_traces(limit=100, filters=TraceFilters(resource_id="ada"))
+        adas = [span for run in ada_runs for span in traces.get_trace(run.trace_id) if span.parent_span_id is None]
+        assert memory_of_bob_unchanged(store)
+    assert "Mallory" not in repr(bobs) and not any(s.attributes.get("caller") == "ada-app" for s in bobs)
+    # The attempts are still runs, errors, as the caller's own, naming the resource they asked for.
+    assert sorted((r.name, r.status) for r in ada_runs) == [
+        ("mcp: 'remember'", "error"), ("mcp: 'update_working_memory'", "error"),
+        ("mcp: 'update_working_memory'", "error")]
+    assert all(s.attributes.get("caller") == "ada-app" and "Mallory" in repr(s.input) for s in adas)
+
+
+def memory_of_bob_unchanged(store: Any) -> bool:
+    memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
+    return memory.get_working_memory(resource_id="bob") == "# User\n- Name: Bob\n- Allergies: peanuts\n" and \
+        memory.get_thread("ada-note") is None
