@@ -124,3 +124,30 @@ def test_a_pane_title_that_does_not_fit_ends_in_an_ellipsis_and_says_all_of_it_o
     holder.resize(900, 40)
     QApplication.processEvents()
     assert subtitle.toolTip() == "/data/observability.duckdb" and title.toolTip() == ""  # fits: no tooltip
+
+
+def test_status_lines_captions_and_replays_input_end_in_an_ellipsis_when_cut(template: Path, tmp_path: Path,
+                                                                             make_window: Any, qtbot: Any) -> None:
+    """In a 1,100 px window Replay's status line read "… · Rebuilt now: identical to what" and its quoted
+    input, the playgrounds' status lines, the section captions (a span's name above its details) were cut
+    at their edge with no mark: every one of them ends in "…" now, its whole text on hover."""
+    from studio.widgets.elided_label import ElidedLabel
+    from studio.widgets.pane_header import caption
+
+    folder = tmp_path / "data"
+    shutil.copytree(template, folder)
+    window = make_window()
+    window.resize(1100, 800)
+    window.open_database(str(folder / "replay.db"))
+    qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()), timeout=20_000)
+    replay = window.panes["replay"]
+    labels = {"replay status": replay.status, "replay input": replay.input_label,
+              "chat status": window.panes["chat"].status, "recall status": window.panes["recall"].status,
+              "caption": caption("Spans")}
+    for name, label in labels.items():
+        assert isinstance(label, ElidedLabel), name
+        label.setParent(window) if label.parent() is None else None
+        label.setText("8 fragments · 7 messages · 653 tokens (o200k estimate) · model call 1 of 2 · " * 4)
+        label.resize(300, label.height())
+        assert label.elided() and label.toolTip() == label.text(), name
+    window.session.pool.wait(20_000)
