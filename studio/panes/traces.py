@@ -111,10 +111,11 @@ TRACE_CAPS = {"Status": "never finished", "Duration": "never finished", "Spans":
 TRACE_LEAST = "agent run: '…"
 TRACE_SHARE = 0.25  # the trace's name: at least this share of the list (the others give way first)
 # Left out while the list is too narrow for every column: the Thread column when the list shows one
-# thread's traces (the header names it; with all threads it stays, and Spans goes), the span tree's Type
-# (each span's colour says it, the legend above the tree names the colours).
-TRACE_OPTIONAL_ONE_THREAD = ("Thread",)
-TRACE_OPTIONAL_ALL_THREADS = ("Spans",)  # (the span tree's caption counts a trace's spans)
+# thread's traces (the header names it; with all threads it stays, and Spans goes), then Agent; the span
+# tree's Type (each span's colour says it, the legend above the tree names the colours).
+TRACE_OPTIONAL_ONE_THREAD = ("Thread", "Agent")
+# (the span tree's caption counts a trace's spans; an agent run's name holds its agent's: "agent run: 'chef'")
+TRACE_OPTIONAL_ALL_THREADS = ("Spans", "Agent")
 SPAN_SAMPLES = {"Type": "processor", "Duration": "00.00 ms"}
 SPAN_SHARES = {"Span": 1.0}
 SPAN_FLOORS = {"Span": "processor: working-m…"}  # below this, the Type column goes first

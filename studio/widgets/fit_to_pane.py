@@ -97,9 +97,15 @@ class FitToPane(QObject):
         fixed, minimum, caps, rest = self._widths()
         header_of(table).setMinimumSectionSize(min(rest, metrics.horizontalAdvance("#") + pad))
         total = table.viewport().width()
-        rest = max(rest, self.last_least, int(total * self.last_share))
+        least = max(rest, self.last_least)
+        rest = max(least, int(total * self.last_share))
+        optional = [t for t in self.optional if t in titles]
         widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=rest,
-                             maximum=caps, optional=[t for t in self.optional if t in titles])
+                             maximum=caps, optional=optional)
+        over = sum(widths.values()) - total
+        if over > 0 and rest > least:  # (the last column's share gives way, down to its least, before the edge)
+            widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=max(least, rest - over),
+                                 maximum=caps, optional=optional)
         for title, column in titles.items():
             hidden = title not in widths
             if table.isColumnHidden(column) != hidden:
