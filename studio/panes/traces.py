@@ -295,7 +295,9 @@ class TracesPane(QWidget):
                 enabled=lambda: self.total is not None and len(self.traces) < self.total),
             add("traces.all_threads", "Show Traces of All Threads", self.toggle_all_threads,
                 checkable=True, keywords="filter thread"),
-            add("traces.filter", "Filter Traces by Name", self.filter_edit.setFocus, shortcut="Ctrl+F"),
+            # (no shortcut of its own: View > Filter's Ctrl+F comes here while the focus is in this pane;
+            # the same key on both was ambiguous to Qt, which then ran neither)
+            add("traces.filter", "Filter Traces by Name", self.focus_own_filter),
             add("traces.copy_span", "Copy Span as JSON", self.copy_span, shortcut="Ctrl+Shift+C",
                 enabled=has_span, keywords="clipboard"),
             add("traces.raw_input", "Show Raw Span Input (JSON)", lambda: self.tabs.setCurrentIndex(TAB_INPUT),
@@ -313,6 +315,10 @@ class TracesPane(QWidget):
             action.setToolTip(action.text())
             button.setDefaultAction(action)
         self.commands.refresh_enabled()
+
+    def focus_own_filter(self) -> None:
+        self.filter_edit.setFocus()
+        self.filter_edit.selectAll()
 
     @property
     def all_threads_action(self) -> QAction:

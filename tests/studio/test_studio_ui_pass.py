@@ -152,3 +152,33 @@ def test_status_lines_captions_and_replays_input_end_in_an_ellipsis_when_cut(tem
         label.resize(300, label.height())
         assert label.elided() and label.toolTip() == label.text(), name
     window.session.pool.wait(20_000)
+
+
+def test_ctrl_f_in_the_traces_pane_filters_traces_and_elsewhere_the_threads(template: Path, tmp_path: Path,
+                                                                            make_window: Any, qtbot: Any) -> None:
+    """View > Filter Threads and the Traces pane's "Filter Traces by Name" both had Ctrl+F: with the focus in
+    the Traces pane Qt found two shortcuts for the key ("Ambiguous shortcut overload") and ran neither, so
+    Ctrl+F did nothing there. One shortcut now: the pane's own filter while the focus is in it."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    folder = tmp_path / "data"
+    shutil.copytree(template, folder)
+    window = make_window()
+    window.resize(1100, 800)
+    window.open_database(str(folder / "replay.db"))
+    qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()), timeout=20_000)
+    window.activateWindow()
+    window.show_tab("traces")
+    traces = window.panes["traces"]
+    qtbot.waitUntil(lambda: not traces.loading, timeout=20_000)
+    traces.tree.setFocus()
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is traces.tree, timeout=5_000)
+    qtbot.keyClick(traces.tree, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert QApplication.focusWidget() is traces.filter_edit
+    tree = window.resources.tree
+    tree.setFocus()
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is tree, timeout=5_000)
+    qtbot.keyClick(tree, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert QApplication.focusWidget() is window.resources.filter  # outside the pane: the threads' filter
+    window.session.pool.wait(20_000)
