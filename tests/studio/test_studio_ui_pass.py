@@ -182,3 +182,30 @@ def test_ctrl_f_in_the_traces_pane_filters_traces_and_elsewhere_the_threads(temp
     qtbot.keyClick(tree, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     assert QApplication.focusWidget() is window.resources.filter  # outside the pane: the threads' filter
     window.session.pool.wait(20_000)
+
+
+def test_the_request_usage_tables_headings_are_whole_in_the_inspectors_panel(qtbot: Any) -> None:
+    """At a 1,440 px window the inspector's request panel is ~450 px: the usage table's row names and
+    "Server-reported" had 120 and 130 px fixed, and the last heading, right-aligned in what was left, lost
+    its start ("ur estimate (o200k_base)"). The columns are fitted to the panel now."""
+    from PySide6.QtGui import QFont, QFontMetrics
+    from PySide6.QtWidgets import QApplication
+
+    from studio.logic.request_layout import ESTIMATE
+    from studio.widgets.request_view import RequestPanel
+
+    panel = RequestPanel()
+    qtbot.addWidget(panel)
+    panel.resize(450, 600)
+    panel.show()
+    QApplication.processEvents()
+    table = panel.usage_table
+    bold = QFont(table.horizontalHeader().font())
+    bold.setWeight(QFont.Weight.DemiBold)
+    need = QFontMetrics(bold).horizontalAdvance(ESTIMATE)
+    # (the width of the Studio's own font at ~450 px: the row names, the server's column and this heading)
+    panel.resize(450 + (250 + need + 4) - table.viewport().width(), 600)
+    QApplication.processEvents()
+    last = table.model().columnCount() - 1
+    assert table.columnWidth(last) >= need + 8, (table.columnWidth(last), need)
+    assert table.horizontalHeader().length() <= table.viewport().width()  # and nothing past the edge
