@@ -209,3 +209,23 @@ def test_the_request_usage_tables_headings_are_whole_in_the_inspectors_panel(qtb
     last = table.model().columnCount() - 1
     assert table.columnWidth(last) >= need + 8, (table.columnWidth(last), need)
     assert table.horizontalHeader().length() <= table.viewport().width()  # and nothing past the edge
+
+
+def test_the_template_tabs_no_versions_line_wraps_instead_of_being_cut(qtbot: Any) -> None:
+    """Working Memory > Template / schema in a 1,100 px window: "No Studio versions yet: the agent's own
+    template or schema is in effect." read "No Studio versions ye", cut at the label's edge beside Restore
+    into Editor. It wraps now, so all of it is read."""
+    from PySide6.QtWidgets import QApplication
+
+    from studio.widgets.template_editor import TemplateEditor
+
+    editor = TemplateEditor()
+    qtbot.addWidget(editor)
+    editor.resize(700, 600)
+    editor.show()
+    editor.set_state("template", "# Profile\n- **Name**:", [], "In effect: the agent's own template.")
+    QApplication.processEvents()
+    label = editor.diff_label
+    assert label.text().startswith("No Studio versions yet")
+    assert label.fontMetrics().horizontalAdvance(label.text()) > label.width()  # (longer than its place)
+    assert label.wordWrap() and label.height() >= label.heightForWidth(label.width())  # on as many lines as it needs
