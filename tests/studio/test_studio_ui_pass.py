@@ -129,9 +129,10 @@ def test_a_pane_title_that_does_not_fit_ends_in_an_ellipsis_and_says_all_of_it_o
 def test_status_lines_captions_and_replays_input_end_in_an_ellipsis_when_cut(template: Path, tmp_path: Path,
                                                                              make_window: Any, qtbot: Any) -> None:
     """In a 1,100 px window Replay's status line read "… · Rebuilt now: identical to what" and its quoted
-    input, the playgrounds' status lines, the Observations pane's count ("8 observation"), the section
-    captions (a span's name above its details) were cut at their edge with no mark: every one of them
-    ends in "…" now, its whole text on hover."""
+    input, the playgrounds' status lines, the Observations pane's count ("8 observation"), the Messages
+    pane's "edited since it was stored" note, the section captions (a span's name above its details) were
+    cut at their edge with no mark: every one of them ends in "…" now, its whole text on hover (Working
+    Memory's configuration reason wraps)."""
     from studio.widgets.elided_label import ElidedLabel
     from studio.widgets.pane_header import caption
 
@@ -144,13 +145,15 @@ def test_status_lines_captions_and_replays_input_end_in_an_ellipsis_when_cut(tem
     replay = window.panes["replay"]
     labels = {"replay status": replay.status, "replay input": replay.input_label,
               "chat status": window.panes["chat"].status, "recall status": window.panes["recall"].status,
-              "observation count": window.panes["observations"].line_editor.note, "caption": caption("Spans")}
+              "observation count": window.panes["observations"].line_editor.note,
+              "message edited": window.panes["messages"].edited_label, "caption": caption("Spans")}
     for name, label in labels.items():
         assert isinstance(label, ElidedLabel), name
         label.setParent(window) if label.parent() is None else None
         label.setText("8 fragments · 7 messages · 653 tokens (o200k estimate) · model call 1 of 2 · " * 4)
         label.resize(300, label.height())
         assert label.elided() and label.toolTip() == label.text(), name
+    assert window.panes["working_memory"].agent_reason.wordWrap()  # (its reason wraps instead)
     window.session.pool.wait(20_000)
 
 
