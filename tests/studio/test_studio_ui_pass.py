@@ -184,6 +184,10 @@ def test_ctrl_f_in_the_traces_pane_filters_traces_and_elsewhere_the_threads(temp
     qtbot.waitUntil(lambda: QApplication.focusWidget() is tree, timeout=5_000)
     qtbot.keyClick(tree, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     assert QApplication.focusWidget() is window.resources.filter  # outside the pane: the threads' filter
+    # Ctrl let go: the keyboard state outlives the test (a Ctrl left down makes a later test's selectRow
+    # extend the selection).
+    qtbot.keyRelease(window.resources.filter, Qt.Key.Key_Control)
+    assert QApplication.keyboardModifiers() == Qt.KeyboardModifier.NoModifier
     window.session.pool.wait(20_000)
 
 
