@@ -24,7 +24,7 @@ from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QMenu, QProgressBar, QStackedWidget, QVBoxLayout, QWidget
 
 from core.version import __version__
-from studio.pane_protocol import EditingPane, Pane, PaneHost, PaneSpec
+from studio.pane_protocol import EditingPane, FilteringPane, Pane, PaneHost, PaneSpec
 from studio.selection import Selection
 from studio.theme import apply_theme, current_theme
 from studio.widgets.banner import Banner
@@ -983,6 +983,13 @@ class MainWindow(QMainWindow):
         self.preferences_dialog = None
 
     def focus_filter(self) -> None:
+        """The filter of the pane the focus is in when it has one (``FilteringPane``), else the threads'."""
+        pane = self.current_pane()
+        focus = QApplication.focusWidget()
+        if isinstance(pane, FilteringPane) and isinstance(pane, QWidget) and focus is not None \
+                and (focus is pane or pane.isAncestorOf(focus)):
+            pane.focus_own_filter()
+            return
         if self.resources is not None:
             self.resources.focus_filter()
 

@@ -44,6 +44,16 @@ class Pane(Protocol):
 
 
 @runtime_checkable
+class FilteringPane(Protocol):
+    """A pane with a filter of its own (Traces: by trace or agent name). View > Filter (Ctrl+F) goes to it
+    while the focus is inside the pane, and to the thread filter otherwise: one shortcut, so Qt never
+    finds two for the key (an ambiguous shortcut runs neither)."""
+
+    def focus_own_filter(self) -> None:
+        """Put the keyboard focus in the pane's filter field."""
+
+
+@runtime_checkable
 class EditingPane(Protocol):
     """A pane that can hold edits the user typed and has not saved: the window asks before closing
     them away (closing the window, opening another database)."""

@@ -21,6 +21,7 @@ keyword list as the search leaves them out (``search.SearchRun.edited``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from core.messages import Message
 from core.recall.passages import INDEXED_ROLES
-from core.recall.schema import DOCS_TABLE
+from core.recall.schema import DOCS_TABLE, FTS_TABLE
 from core.recall.search import run
 from core.recall.text import recall_text
 from core.recall.hybrid import fusion_for
@@ -43,6 +44,34 @@ logger = logging.getLogger(__name__)
 ListName = Literal["vector", "keyword", "hybrid"]
 LISTS: tuple[ListName, ...] = ("vector", "keyword", "hybrid")
 Status = Literal["hit", "below-threshold", "outside-top-k", "deleted", "edited"]
+# A score shown with three decimals read "0.000" for FTS5's BM25 of a word found in half or more of the
+# keyword-indexed messages (its weight is clamped to ~1e-6: every word of a small database is such a word),
+# which looks like no score at all. Below this, a score is shown with two significant digits, and a BM25
+# this small is said to weigh (almost) nothing.
+NEAR_ZERO = 0.0005
+
+
+def score_text(score: float | None, digits: int = 3) -> str:
+    """A score as people read it: ``digits`` decimals, or two significant digits when that would show
+    a non-zero score as 0 ("0.00000052", never "0.000"); "?" when there is none."""
+    if score is None:
+        return "?"
+    if score == 0 or abs(score) >= 10 ** -digits / 2:
+        return f"{score:.{digits}f}"
+    return f"{score:.{min(12, 1 - math.floor(math.log10(abs(score))))}f}"
+
+
+def near_zero_weight(score: float | None, scoring: str) -> str:
+    """What a BM25 near 0 means, said after it ("" otherwise): its words are in half or more of the
+    keyword-indexed messages, so BM25 weighs them at almost nothing (FTS5 clamps such a word's weight
+    to ~1e-6)."""
+    if scoring != "BM25" or score is None or not 0 < score < NEAR_ZERO:
+        return ""
+    return (" Its BM25 is near 0: the words it matched are in half or more of the keyword-indexed messages "
+            "(in a small database, even ordinary words are), so BM25 weighs them at almost nothing and this "
+            "rank says little.")
+
+
 FULL_RANKING = 1_000_000  # "every match": keyword ranks for one explained message are over the whole scope
 
 # Codes of ``Explanation.verdict`` (and ``Placement.status``), in the order they decide the verdict.
@@ -232,11 +261,15 @@ def inspect_search(
     out.qvec = done.qvec
     with index.store.db.read() as conn:
         waiting = index.keywords.waiting(conn, resource_id, thread_id) if index.has_fts else 0
+    # The messages left out as edited since indexed are among those waiting (an update is queued for each)
+    # and have a note of their own (``done.notes``): counted once, there.
+    waiting = max(0, waiting - len(done.edited))
     if waiting:
         how = ("allow writes to this database to index them" if index.store.db.read_only
                else "the next save with recall indexes them (or run `memory-studio reindex`)")
-        out.notes.append(f"{waiting} message{'s' if waiting != 1 else ''} of this scope {'are' if waiting != 1 else 'is'} "
-                         f"not keyword-indexed yet (new or edited since); {how}")
+        other = " other" if done.edited else ""
+        out.notes.append(f"{waiting}{other} message{'s' if waiting != 1 else ''} of this scope "
+                         f"{'are' if waiting != 1 else 'is'} not keyword-indexed yet (new or edited since); {how}")
     out.notes.extend(done.notes)
     out.terms = [_plain(t) for t in done.terms]
     out.dropped_terms = [_plain(t) for t in done.dropped_terms]
@@ -482,7 +515,24 @@ def _keyword_placement(index: "RecallIndex", ins: Inspection, message_id: str, h
     score = full[rank - 1].score
     cand = next((c for c in ins.lists["keyword"] if c.message_id == message_id), None)
     status, why = _cut_reason(ins, cand, rank, score, ins.keyword_scoring, threshold_applies=False)
-    return Placement("keyword", status, why, rank, len(full), score)
+    if _matched_by_context_only(index, ins, message_id):
+        why += (" None of the words searched is in the message itself: it matched through the message before "
+                "it, whose words its keyword entry holds too (weighed less).")
+    return Placement("keyword", status, why + near_zero_weight(score, ins.keyword_scoring), rank, len(full), score)
+
+
+def _matched_by_context_only(index: "RecallIndex", ins: Inspection, message_id: str) -> bool:
+    """Whether a message the keyword search ranks holds none of the words searched in its own text (so
+    it matched through its context, the message before it). Told on FTS5 (its body column); Postgres's
+    one weighted vector does not tell the two apart, so False there (reads only)."""
+    if index.store.capabilities.full_text != "fts5" or not ins.terms:
+        return False
+    expr = "body : (" + " OR ".join('"' + t.replace('"', '""') + '"' for t in ins.terms) + ")"
+    with index.store.db.read() as conn:
+        found = conn.exec_driver_sql(
+            f"SELECT 1 FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? AND rowid = "
+            f"(SELECT doc_id FROM {DOCS_TABLE} WHERE message_id = ?)", (expr, message_id)).first()
+    return found is None
 
 
 def _edited_since_indexed(index: "RecallIndex", message_id: str) -> bool:
@@ -520,7 +570,7 @@ def thread_share_part(cand: Candidate) -> str:
 
 def _cut_reason(ins: Inspection, cand: Candidate | None, rank: int, score: float | None, what: str,
                 threshold_applies: bool = True) -> tuple[str, str]:
-    shown = f"{score:.3f}" if score is not None else "?"
+    shown = score_text(score)
     if cand is None:  # ranked in the scope, but below the candidates a search looks at
         depth = max(ins.top_k, fusion_for(ins.model_id).candidates)
         return "outside-top-k", f"Rank {rank} ({what} {shown}): below the {depth} candidates a search keeps."
@@ -578,4 +628,6 @@ __all__ = [
     "Window",
     "explain_message",
     "inspect_search",
+    "near_zero_weight",
+    "score_text",
 ]

@@ -10,6 +10,7 @@ tooltip holds the whole. Used by Replay's context table and the recall playgroun
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 
@@ -21,19 +22,27 @@ def fit_columns(total: int, fixed: Mapping[str, int], shares: Mapping[str, float
     ``minimum``, at most its ``maximum``), and ``last`` the remainder (at least ``rest``). A column cut
     short elides its text, whose whole is in the cell's tooltip.
 
-    ``optional``: fixed columns left out, in this order, while the table is too narrow for the others'
-    widths and minima (a left-out column is absent from the answer: its table hides it)."""
-    fixed = dict(fixed)
-    floor = sum(minimum.get(title, 0) for title in shares) + rest
+    ``optional``: columns (fixed or shared) left out, in this order, while the table is too narrow for the
+    others' widths and minima (a left-out column is absent from the answer: its table hides it)."""
+    fixed, shares = dict(fixed), dict(shares)
     for title in optional:
-        if sum(fixed.values()) + floor <= total:
+        if sum(fixed.values()) + sum(minimum.get(t, 0) for t in shares) + rest <= total:
             break
         fixed.pop(title, None)
+        shares.pop(title, None)
     spare = max(0, total - sum(fixed.values()) - rest)
     cap = maximum or {}
     out = {**fixed}
     for title, share in shares.items():
         width = max(minimum.get(title, 0), int(spare * share))
         out[title] = min(width, cap[title]) if title in cap else width
+    # Columns raised to their minimum take from the others' shares (above their own minima), not from
+    # ``last``: otherwise the shares and minima together ran past the table's edge.
+    over = sum(out.values()) + rest - total
+    room = {t: out[t] - minimum.get(t, 0) for t in shares if out[t] > minimum.get(t, 0)}
+    if over > 0 and room:
+        spare_room = sum(room.values())
+        for title, r in room.items():
+            out[title] -= min(r, math.ceil(over * r / spare_room))
     out[last] = max(rest, total - sum(out.values()))
     return out

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Collection, Literal, Mapping
 
 from core.recall.explain import LISTS, Candidate, Explanation, Inspection, ListName
+from core.recall.explain import score_text as exact_score
 from studio.selection import Selection
 
 Scope = Literal["resource", "thread"]
@@ -155,8 +156,27 @@ def index_problem(*, migrated: bool, has_vectors: bool, model_id: str, location:
     return None
 
 
+NEAR_ZERO_CELL = "≈0"
+
+
 def score_text(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
+    """A score in a list's cell: ``digits`` decimals, "≈0" for one those would show as 0 (a BM25 of
+    0.0000012 read "0.00", as if the message had no score), "—" for none. Tooltips and the why-not
+    answer give such a score its digits (``exact_score``)."""
+    if value is None:
+        return "—"
+    if value != 0 and abs(value) < 10 ** -digits / 2:
+        return NEAR_ZERO_CELL
+    return f"{value:.{digits}f}"
+
+
+def near_zero_note(ins: Inspection, name: ListName) -> str:
+    """Said under a list with a BM25 shown as "≈0" (never on Postgres, whose ts_rank has no such floor)."""
+    if ins.keyword_scoring != "BM25" or name != "keyword":
+        return ""
+    tiny = any(c.keyword_score is not None and 0 < c.keyword_score < 0.005 for c in ins.lists.get(name, []))
+    return (" · BM25 ≈0: words in half or more of the indexed messages, weighed at almost nothing "
+            "(a small database)" if tiny else "")
 
 
 def ranked_score(score: float | None, rank: int | None, digits: int = 3) -> str:
@@ -219,14 +239,22 @@ def fused_before_text(c: Candidate) -> str:
 
 def scores_tooltip(c: Candidate, keyword_scoring: str) -> str:
     """Both raw scores with their ranks, for a list too narrow to show every score column."""
-    return (f"cosine {ranked_score(c.vector_score, c.vector_rank)} · "
-            f"{keyword_scoring} {ranked_score(c.keyword_score, c.keyword_rank, 2)}")
+    def exact(score: float | None, rank: int | None, digits: int = 3) -> str:
+        shown = "—" if score is None else exact_score(score, digits)
+        return shown if rank is None else f"{shown} #{rank}"
+
+    return (f"cosine {exact(c.vector_score, c.vector_rank)} · "
+            f"{keyword_scoring} {exact(c.keyword_score, c.keyword_rank, 2)}")
+
+
+def _exact(value: float | None) -> str:
+    return "—" if value is None else exact_score(value)
 
 
 def candidate_tooltip(ins: Inspection, c: Candidate, unreadable: Collection[str] = ()) -> str:
     """A row's Message tooltip; its status as the Status cell says it (``unreadable``: ``status_text``)."""
     lines = [f"{c.message_id} · thread {thread_label(ins, c.message_id) or '?'}",
-             f"cosine {score_text(c.vector_score)} · {ins.keyword_scoring} {score_text(c.keyword_score)}"]
+             f"cosine {_exact(c.vector_score)} · {ins.keyword_scoring} {_exact(c.keyword_score)}"]
     if c.combined is not None:
         lines.append(f"fused {fused_before_text(c)} before the re-rank, {score_text(c.score)} after "
                      "(next message in the thread, dates and speakers named in the query)")
@@ -253,14 +281,15 @@ def list_caption(ins: Inspection | None, name: ListName) -> str:
         return ""
     reason = ins.empty_reason(name)
     summary = ins.summary(name)
+    note = near_zero_note(ins, name)
     if not reason:
-        return summary
+        return summary + note
     # The reason may begin with what the summary already counts ("12 results below the threshold
     # 0.99"): said once, followed by the rest of the reason.
     said = next((part for part in summary.split(" · ") if reason.startswith(part)), None)
     if said is not None:
-        return f"{summary} {reason[len(said):].lstrip()}".rstrip()
-    return f"{summary} — {reason}"
+        return f"{summary} {reason[len(said):].lstrip()}".rstrip() + note
+    return f"{summary} — {reason}{note}"
 
 
 def window_of(ins: Inspection, message_id: str) -> list[tuple[str, str]]:
@@ -291,7 +320,7 @@ def explanation_html(e: Explanation, ins: Inspection) -> str:
                 continue
             rank = f"{p.rank} of {p.ranked}" if p.rank is not None else f"— of {p.ranked}"
             out.append(f"<tr><td>{esc(name)}</td><td align='right'>{esc(rank)}</td>"
-                       f"<td align='right'>{esc(score_text(p.score))}</td><td>{esc(p.why)}</td></tr>")
+                       f"<td align='right'>{esc(_exact(p.score))}</td><td>{esc(p.why)}</td></tr>")
         out.append("</table>")
     if e.facts:
         out.append("<p style='color:" + CUT_COLOUR + "'>" + esc(" · ".join(e.facts)) + "</p>")

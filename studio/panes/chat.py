@@ -46,7 +46,7 @@ from studio.reads import last_messages
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
-from studio.widgets.pane_header import alive_only, pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
 
 TRANSCRIPT_MESSAGES = 60  # the newest messages of the thread shown above the conversation
 PAINT_MS = 30  # deltas arriving faster than this are painted together
@@ -199,9 +199,8 @@ class ChatPane(QWidget):
         send_row.addWidget(self.send_btn)
         send_row.addWidget(self.stop_btn)
         root.addLayout(send_row)
-        self.status = QLabel("")
+        self.status = status_label()  # cut with "…", whole in the tooltip
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.status.setStyleSheet("color: palette(placeholder-text);")
         root.addWidget(self.status)
 
         self.send_btn.clicked.connect(self.send)

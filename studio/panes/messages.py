@@ -36,6 +36,7 @@ from studio.logic.message_format import DETAIL_CSS, ROLE_COLOURS, MessageRow, fo
 from studio.models.messages_model import MessageListModel, MessageRoles
 from studio.selection import Selection
 from studio.session import StudioSession
+from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import RowTableView
 
@@ -193,7 +194,7 @@ class MessagesPane(QWidget):
             button.clicked.connect(lambda _checked=False, cid=cid: self.request_command.emit(cid))
             actions.addWidget(button)
             self.action_buttons[cid] = button
-        self.edited_label = elastic(QLabel(""))
+        self.edited_label = elastic(ElidedLabel(""))  # beside the buttons: cut with "…", whole on hover
         self.edited_label.setStyleSheet("color: palette(placeholder-text);")
         actions.addWidget(self.edited_label, 1)
         ll.addLayout(actions)

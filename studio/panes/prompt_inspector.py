@@ -421,6 +421,7 @@ class PromptInspectorPane(QWidget):
         # The agent's instructions are part of what the model reads: start from those it recorded.
         with QSignalBlocker(self.instructions_edit):
             self.instructions_edit.setText((agent.instructions if agent is not None else None) or "")
+            self.instructions_edit.setCursorPosition(0)  # shown from their start, not their tail
 
     def options(self) -> InspectorOptions:
         return self.options_bar.options()

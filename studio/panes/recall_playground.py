@@ -48,7 +48,7 @@ from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fit_to_pane import FitToPane
-from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout
+from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
 
 DEBOUNCE_MS = 300
@@ -309,8 +309,7 @@ class RecallPlaygroundPane(QWidget):
         vsplit.setSizes([430, 300])
         root.addWidget(vsplit, 1)
 
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()  # cut with "…", whole in the tooltip
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addWidget(self.status)
 

@@ -59,7 +59,8 @@ from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.fork_dialog import ForkDialog
-from studio.widgets.pane_header import alive_only, pane_header, pane_layout
+from studio.widgets.elided_label import ElidedLabel
+from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
 from studio.widgets.replay_rerun import RerunPanel
 from studio.widgets.replay_turn import TurnView, esc
 from studio.widgets.replay_what_if import WhatIfPanel
@@ -135,7 +136,7 @@ class ReplayPane(QWidget):
         calls.addWidget(self.prev_call_btn)
         calls.addWidget(self.call_combo)
         calls.addWidget(self.next_call_btn)
-        self.input_label = QLabel("")
+        self.input_label = ElidedLabel("")  # a long input ends in "…" (whole in the tooltip)
         self.input_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         calls.addWidget(self.input_label, 1)
         root.addLayout(calls)
@@ -160,8 +161,7 @@ class ReplayPane(QWidget):
         for mode, panel in self._modes.items():
             self.tabs.addTab(panel, mode.value)
         root.addWidget(self.tabs, 1)
-        self.status = QLabel("")
-        self.status.setStyleSheet("color: palette(placeholder-text);")
+        self.status = status_label()  # cut with "…", whole in the tooltip
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         root.addWidget(self.status)
 

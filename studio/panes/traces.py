@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QSplitter,
@@ -67,13 +66,12 @@ from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
+from studio.widgets.elided_label import ElidedLabel
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.price_editor import PriceEditor
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
 from studio.widgets.timeline import (
-    COL_DURATION,
-    COL_NAME,
-    COL_TYPE,
     ROW_ROLE,
     SpanTreeModel,
     TimelineDelegate,
@@ -90,16 +88,39 @@ TAB_MESSAGES, TAB_INPUT, TAB_OUTPUT, TAB_ATTRIBUTES, TAB_ERROR, TAB_SPAN = range
 # -- the pane ---------------------------------------------------------------------------------------
 TRACE_COLUMNS: list[Column[TraceSummary]] = [
     Column("Status", status_text, color=lambda t: STATUS_COLORS.get(t.status),
-           foreground=lambda t: ERROR_COLOR if t.status == "error" else None),
+           foreground=lambda t: ERROR_COLOR if t.status == "error" else None, tooltip=status_text),
     Column("Trace", lambda t: t.name, tooltip=lambda t: f"{t.name}\ntrace {t.trace_id}"),
-    Column("Agent", lambda t: t.entity_name or ""),
+    Column("Agent", lambda t: t.entity_name or "", tooltip=lambda t: t.entity_name or ""),
     Column("Started", lambda t: format_started(t.started_at), tooltip=lambda t: date_tooltip(t.started_at)),
-    Column("Duration", trace_duration_text, RIGHT),
-    Column("Spans", format_spans, RIGHT),
+    Column("Duration", trace_duration_text, RIGHT, tooltip=trace_duration_text),
+    Column("Spans", format_spans, RIGHT, tooltip=format_spans),
     Column("Tokens", format_tokens, RIGHT, tooltip=tokens_tooltip),
-    Column("Thread", lambda t: t.thread_id or "", tooltip=lambda t: f"resource {t.resource_id or '?'}"),
+    Column("Thread", lambda t: t.thread_id or "",
+           tooltip=lambda t: f"{t.thread_id or '(no thread)'}\nresource {t.resource_id or '?'}"),
 ]
 COL_COST = 7  # inserted after Tokens, per pane: it reads the pane's price table
+# Column widths follow the pane on every resize (``FitToPane``): sized to their contents, the trace list
+# and the span tree ran past their edges at a 1,100 px window (the Trace column "agent r…", the span
+# Timeline out of sight). The usual text of the narrow columns sets their width, the others share the rest
+# (a cut cell ends in "…", its tooltip holds the whole); the trace's name, and the span's, take what is left.
+TRACE_SAMPLES = {"Started": "2026-12-05 04:26:43", "Tokens": "00,000"}
+TRACE_SHARES = {"Status": 0.1, "Duration": 0.12, "Spans": 0.08, "Cost": 0.08, "Agent": 0.25, "Thread": 0.37}
+TRACE_FLOORS = {"Status": "running", "Duration": "00.0 ms", "Spans": "00"}
+TRACE_CAPS = {"Status": "never finished", "Duration": "never finished", "Spans": "000 (00 err)", "Cost": "$0.0000+",
+              "Agent": "an-agent-name-of-some-length", "Thread": "a-thread-id-of-some-length-000000"}
+TRACE_LEAST = "agent run: '…"
+TRACE_SHARE = 0.25  # the trace's name: at least this share of the list (the others give way first)
+# Left out while the list is too narrow for every column: the Thread column when the list shows one
+# thread's traces (the header names it; with all threads it stays, and Spans goes), then Agent; the span
+# tree's Type (each span's colour says it, the legend above the tree names the colours).
+TRACE_OPTIONAL_ONE_THREAD = ("Thread", "Agent")
+# (the span tree's caption counts a trace's spans; an agent run's name holds its agent's: "agent run: 'chef'")
+TRACE_OPTIONAL_ALL_THREADS = ("Spans", "Agent")
+SPAN_SAMPLES = {"Type": "processor", "Duration": "00.00 ms"}
+SPAN_SHARES = {"Span": 1.0}
+SPAN_FLOORS = {"Span": "processor: working-m…"}  # below this, the Type column goes first
+SPAN_OPTIONAL = ("Type",)
+SPAN_TIMELINE_SHARE, SPAN_TIMELINE_PX = 0.3, 110  # the waterfall: at least this share of the tree and this wide
 PRICES_KEY = "modelPrices"  # in the Studio's settings (QSettings), never in the memory database
 
 
@@ -166,7 +187,7 @@ class TracesPane(QWidget):
         bar.addWidget(self.all_threads_btn)
         root.addLayout(bar)
 
-        self.usage_label = elastic(QLabel(""))  # tokens and estimated cost of every run in view
+        self.usage_label = elastic(ElidedLabel(""))  # tokens and estimated cost of every run in view
         root.addWidget(self.usage_label)
         self.banner = Banner()
         root.addWidget(self.banner)
@@ -188,12 +209,11 @@ class TracesPane(QWidget):
         self.trace_table.setAlternatingRowColors(True)
         self.trace_table.setShowGrid(False)
         self.trace_table.setWordWrap(False)
-        header = self.trace_table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.trace_fit = FitToPane(self.trace_table, TRACE_SAMPLES, TRACE_SHARES, last="Trace", caps=TRACE_CAPS,
+                                   floors=TRACE_FLOORS, rest_sample=TRACE_LEAST, pad=12, last_share=TRACE_SHARE)
         ul.addWidget(self.trace_table)
         more = QHBoxLayout()
-        self.count_label = elastic(QLabel(""))
+        self.count_label = elastic(ElidedLabel(""))
         self.count_label.setStyleSheet("color: palette(placeholder-text);")
         self.more_btn = QToolButton(self)
         more.addWidget(self.count_label, 1)
@@ -216,13 +236,9 @@ class TracesPane(QWidget):
         self.tree.setAlternatingRowColors(True)
         self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.tree.setIndentation(14)
-        th = self.tree.header()
-        th.setStretchLastSection(True)
-        th.setSectionResizeMode(COL_NAME, QHeaderView.ResizeMode.Interactive)
-        th.setSectionResizeMode(COL_TYPE, QHeaderView.ResizeMode.ResizeToContents)
-        th.setSectionResizeMode(COL_DURATION, QHeaderView.ResizeMode.ResizeToContents)
-        th.resizeSection(COL_NAME, 230)
-        th.setMinimumSectionSize(40)
+        self.span_fit = FitToPane(self.tree, SPAN_SAMPLES, SPAN_SHARES, last="Timeline", floors=SPAN_FLOORS,
+                                  last_share=SPAN_TIMELINE_SHARE, last_least=SPAN_TIMELINE_PX, pad=14,
+                                  optional=SPAN_OPTIONAL)
         tl.addWidget(self.tree)
         lower.addWidget(tree_box)
 
@@ -279,7 +295,9 @@ class TracesPane(QWidget):
                 enabled=lambda: self.total is not None and len(self.traces) < self.total),
             add("traces.all_threads", "Show Traces of All Threads", self.toggle_all_threads,
                 checkable=True, keywords="filter thread"),
-            add("traces.filter", "Filter Traces by Name", self.filter_edit.setFocus, shortcut="Ctrl+F"),
+            # (no shortcut of its own: View > Filter's Ctrl+F comes here while the focus is in this pane;
+            # the same key on both was ambiguous to Qt, which then ran neither)
+            add("traces.filter", "Filter Traces by Name", self.focus_own_filter),
             add("traces.copy_span", "Copy Span as JSON", self.copy_span, shortcut="Ctrl+Shift+C",
                 enabled=has_span, keywords="clipboard"),
             add("traces.raw_input", "Show Raw Span Input (JSON)", lambda: self.tabs.setCurrentIndex(TAB_INPUT),
@@ -297,6 +315,10 @@ class TracesPane(QWidget):
             action.setToolTip(action.text())
             button.setDefaultAction(action)
         self.commands.refresh_enabled()
+
+    def focus_own_filter(self) -> None:
+        self.filter_edit.setFocus()
+        self.filter_edit.selectAll()
 
     @property
     def all_threads_action(self) -> QAction:
@@ -431,7 +453,10 @@ class TracesPane(QWidget):
             pass  # nothing new could be read: keep showing what is on screen
         else:
             new = list(rows) if page.offset == 0 else [*self.traces, *rows]
+            # (one thread's list may leave its Thread column out when narrow: the header names the thread)
+            self.trace_fit.optional = TRACE_OPTIONAL_ONE_THREAD if filters.thread_id else TRACE_OPTIONAL_ALL_THREADS
             self._set_traces(new, reload=keep)
+            self.trace_fit.fit()
         if page.total is not None and not page.total.busy:
             self.total = int(page.total)
         elif page.total is None:
@@ -516,7 +541,7 @@ class TracesPane(QWidget):
     def _show_usage(self, scope: str | None = None) -> None:
         text, tip = usage_summary(scope or self._scope_text(), self.usage, self.prices)
         self.usage_label.setText(text)
-        self.usage_label.setToolTip(tip)
+        self.usage_label.setToolTip(f"{text}\n\n{tip}" if tip else "")  # (the line whole, should it be cut)
 
     def edit_prices(self) -> None:
         dialog = PriceEditor(self.prices, self)

@@ -144,7 +144,7 @@ class WorkingMemoryPane(QWidget):
         self.agent_combo.setMinimumContentsLength(16)
         head.addWidget(self.agent_combo)
         root.addLayout(head)
-        self.agent_reason = elastic(QLabel(""))
+        self.agent_reason = elastic(QLabel(""), wrap=True)  # (a long reason was cut with no mark)
         self.agent_reason.setStyleSheet("color: palette(placeholder-text);")
         root.addWidget(self.agent_reason)
         self.readonly_banner = Banner()

@@ -18,7 +18,11 @@ class ElidedLabel(QLabel):
         self._own_tip = False  # a tooltip the caller set: kept as it is
 
     def elided(self) -> bool:
-        """Whether the text is wider than the label (so it is drawn cut, with "…")."""
+        """Whether the text is wider than the label (so it is drawn cut, with "…"); a label set to wrap
+        (``setWordWrap``) wraps instead, and one of several lines is cut line by line by Qt: neither
+        is elided here."""
+        if self.wordWrap() or "\n" in self.text():
+            return False
         return self.fontMetrics().horizontalAdvance(self.text()) > self.contentsRect().width()
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name

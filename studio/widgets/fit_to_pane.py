@@ -13,15 +13,23 @@ from typing import Mapping, Sequence
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QFont, QFontMetrics
-from PySide6.QtWidgets import QHeaderView, QTableView
+from PySide6.QtWidgets import QHeaderView, QTableView, QTreeView
 
 from studio.logic.column_fit import fit_columns
 
 
-def titles_of(table: QTableView) -> dict[str, int]:
+FitView = QTableView | QTreeView  # (a tree's columns too: the Traces pane's span tree)
+
+
+def titles_of(table: FitView) -> dict[str, int]:
     """Each column's title and its (logical) index."""
     model = table.model()
     return {str(model.headerData(c, Qt.Orientation.Horizontal)): c for c in range(model.columnCount())}
+
+
+def header_of(view: FitView) -> QHeaderView:
+    """The column header: a table's horizontal one, a tree's one."""
+    return view.horizontalHeader() if isinstance(view, QTableView) else view.header()
 
 
 class FitToPane(QObject):
@@ -29,10 +37,10 @@ class FitToPane(QObject):
     column's share of what is left (at least its title and its ``floors`` sample, at most its ``caps``
     sample, when given);
     ``last``: the column that takes the rest (at least its title, or ``rest_sample``); ``optional``:
-    narrow columns hidden, in this order, while the table cannot hold the others (what they show is
-    said elsewhere)."""
+    columns hidden, in this order, while the table cannot hold the others (what they show is said
+    elsewhere; settable: what is said elsewhere may change)."""
 
-    def __init__(self, table: QTableView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
+    def __init__(self, table: FitView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
                  *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
                  rest_sample: str | None = None, optional: Sequence[str] = (), last_share: float = 0.0,
                  last_least: int = 0) -> None:
@@ -45,7 +53,7 @@ class FitToPane(QObject):
         # message: at least half of its list, at least ``last_least``): the others give way first.
         self.last_share, self.last_least = last_share, last_least
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
-        header = table.horizontalHeader()
+        header = header_of(table)
         header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
         header.setSectionResizeMode(titles_of(table)[last], QHeaderView.ResizeMode.Interactive)
         table.viewport().installEventFilter(self)
@@ -58,7 +66,7 @@ class FitToPane(QObject):
     def _widths(self) -> tuple[dict[str, int], dict[str, int], dict[str, int], int]:
         """The fixed columns' widths, the shared ones' minima and caps, and the last column's least."""
         metrics, pad, titles = self.table.fontMetrics(), self.pad, titles_of(self.table)
-        bold = QFont(self.table.horizontalHeader().font())
+        bold = QFont(header_of(self.table).font())
         bold.setWeight(QFont.Weight.DemiBold)  # (the themes draw the headings at weight 600)
         heading = QFontMetrics(bold)
         fixed = {t: max(metrics.horizontalAdvance(sample), heading.horizontalAdvance(t)) + pad
@@ -73,7 +81,7 @@ class FitToPane(QObject):
         """The narrowest the table can be without scrolling sideways (the optional columns left out), its
         frame and vertical scroll bar included."""
         fixed, minimum, _caps, rest = self._widths()
-        others = sum(w for t, w in fixed.items() if t not in self.optional) + sum(minimum.values())
+        others = sum(w for t, w in {**fixed, **minimum}.items() if t not in self.optional)
         last = max(rest, self.last_least)
         inner = others + last
         if 0 < self.last_share < 1:  # (the last column's share is at least ``last``, the others' share ``others``)
@@ -87,11 +95,17 @@ class FitToPane(QObject):
         metrics, pad = table.fontMetrics(), self.pad
         titles = titles_of(table)
         fixed, minimum, caps, rest = self._widths()
-        table.horizontalHeader().setMinimumSectionSize(min(rest, metrics.horizontalAdvance("#") + pad))
+        header_of(table).setMinimumSectionSize(min(rest, metrics.horizontalAdvance("#") + pad))
         total = table.viewport().width()
-        rest = max(rest, self.last_least, int(total * self.last_share))
+        least = max(rest, self.last_least)
+        rest = max(least, int(total * self.last_share))
+        optional = [t for t in self.optional if t in titles]
         widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=rest,
-                             maximum=caps, optional=[t for t in self.optional if t in titles])
+                             maximum=caps, optional=optional)
+        over = sum(widths.values()) - total
+        if over > 0 and rest > least:  # (the last column's share gives way, down to its least, before the edge)
+            widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=max(least, rest - over),
+                                 maximum=caps, optional=optional)
         for title, column in titles.items():
             hidden = title not in widths
             if table.isColumnHidden(column) != hidden:

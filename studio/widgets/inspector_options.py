@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.logic.prompt_layout import InspectorOptions
+from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.flow_layout import FlowLayout
 
 NO_WRITES_LABEL = "No writes from the agent"
@@ -74,7 +75,7 @@ class InspectorOptionsBar(QFrame):
         self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.agent_combo.setMinimumContentsLength(16)
         top.addWidget(self.agent_combo)
-        self.origin_label = QLabel("")
+        self.origin_label = ElidedLabel("")  # cut with "…", never at the edge with no mark
         self.origin_label.setStyleSheet("color: palette(placeholder-text);")
         # Long provenance text must not widen the pane; the full text is in the tooltip.
         self.origin_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -180,8 +181,11 @@ class InspectorOptionsBar(QFrame):
             self._syncing = False
 
     def set_origin(self, text: str, *, modified: bool = False) -> None:
-        self.origin_label.setText(text + ("  · modified" if modified else ""))
-        self.origin_label.setToolTip(text)
+        # "modified" first: at the end of a long origin it was cut off in a narrow pane (a 1,100 px window),
+        # so options changed here read as the agent's own.
+        shown = ("modified here · " if modified else "") + text
+        self.origin_label.setText(shown)
+        self.origin_label.setToolTip(shown)
 
     def _update_states(self) -> None:
         recall = self.recall_check.isChecked()

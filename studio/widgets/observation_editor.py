@@ -36,6 +36,7 @@ from core.observational import OMRecord
 from studio.dialogs import build_confirm_box
 from studio.logic.observations_layout import PRIORITY_MARKS, observation_lines
 from studio.widgets.code_editor import unview_marks, view_marks
+from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.priority_marks import marker_image
 
@@ -166,7 +167,7 @@ class ObservationLinesEditor(QWidget):
         row = QHBoxLayout()
         self.edit_btn = QPushButton("Edit Observation…")
         self.delete_btn = QPushButton("Delete Observation…")
-        self.note = elastic(QLabel(""))
+        self.note = elastic(ElidedLabel(""))  # ("8 observation(s) in the current generation": cut with "…")
         self.note.setStyleSheet("color: palette(placeholder-text);")
         for button in (self.edit_btn, self.delete_btn):
             button.setEnabled(False)

@@ -47,8 +47,10 @@ def pane_header(title: str, subtitle: QLabel | None = None) -> tuple[QHBoxLayout
 
 
 def caption(text: str) -> QLabel:
-    """A bold section caption."""
-    label = QLabel(text)
+    """A bold section caption; one too long for its place ends in "…" (whole in the tooltip)."""
+    from studio.widgets.elided_label import ElidedLabel
+
+    label = ElidedLabel(text)
     label.setObjectName("caption")
     font = label.font()
     font.setBold(True)
@@ -69,8 +71,10 @@ def elastic(label: QLabel, *, wrap: bool = False) -> QLabel:
 
 
 def status_label() -> QLabel:
-    """The dim one-line status at the bottom of a pane."""
-    label = QLabel("")
+    """The dim one-line status at the bottom of a pane; cut with "…" (whole in the tooltip)."""
+    from studio.widgets.elided_label import ElidedLabel
+
+    label = ElidedLabel("")
     label.setStyleSheet("color: palette(placeholder-text);")
     return elastic(label)
 

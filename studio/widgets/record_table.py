@@ -102,6 +102,8 @@ class RecordTableModel(QAbstractTableModel, Generic[R]):
             return self._columns[section].title
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.TextAlignmentRole:
             return int(self._columns[section].align)
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.ToolTipRole:
+            return self._columns[section].title  # (a heading cut short is read whole on hover)
         return None
 
     def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.logic.request_layout import ESTIMATE, SERVER, TOOLS_AS_SENT, RequestView, ToolRow, UsageRow
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
@@ -74,7 +75,12 @@ class RequestPanel(QWidget):
         root.addWidget(self.header)
         self.usage_model: RecordTableModel[UsageRow] = RecordTableModel(USAGE_COLUMNS, self)
         # Fixed column widths: the panel is re-filled on every step, and measuring cells costs a relayout.
-        self.usage_table = record_table_view(self.usage_model, widths={"": 120, SERVER: 130})
+        self.usage_table = record_table_view(self.usage_model)
+        # Fitted to the panel: with 120 and 130 px fixed, the last column's heading lost its start in the
+        # inspector's ~450 px panel ("ur estimate (o200k_base)"): the row names and the server's column
+        # take what their text needs (headings measured bold), the estimate the rest.
+        self._usage_fit = FitToPane(self.usage_table, {"": "Finish reason", SERVER: "not reported"}, {},
+                                    last=ESTIMATE, rest_sample="000,000")
         self.usage_table.setObjectName("requestUsage")
         self.usage_table.setFixedHeight(self.usage_table.verticalHeader().defaultSectionSize() * 4 + 6)
         root.addWidget(self.usage_table)

@@ -96,7 +96,9 @@ class TemplateEditor(QWidget):
         self.versions.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.versions.horizontalHeader().setStretchLastSection(True)
         self.diff = DiffView()
-        self.diff_label = elastic(QLabel("Select a version to see what it changed."))
+        # (wraps: "No Studio versions yet: the agent's own template or schema is in effect." and a
+        # comparison's line were cut at the label's edge with no mark in a narrow pane)
+        self.diff_label = elastic(QLabel("Select a version to see what it changed."), wrap=True)
         self.restore_btn = QPushButton("Restore into Editor")
         self.restore_btn.setEnabled(False)
         right = QWidget()

@@ -68,7 +68,9 @@ class VersionHistory(QWidget):
         self.compare_combo.setToolTip("What one selected version is compared with. Select two versions "
                                       "(Ctrl+click) to compare them with each other.")
         self.diff = DiffView()
-        self.diff_label = elastic(QLabel("Select a version to see what it changed."))
+        # (wraps: "No Studio versions yet: the agent's own template or schema is in effect." and a
+        # comparison's line were cut at the label's edge with no mark in a narrow pane)
+        self.diff_label = elastic(QLabel("Select a version to see what it changed."), wrap=True)
         self.restore_btn = QToolButton()
 
         left = QWidget()

@@ -329,3 +329,37 @@ def test_a_thread_that_cannot_be_read_does_not_keep_the_previous_threads_header_
     assert pane.title.text() == "Bob's chat" and "resource bob" in pane.subtitle.text()
     texts = [m.get("content") for m in blocker.args[0].prompt.messages]
     assert "Hi, it is Bob." in texts and not any("Alice" in str(t) for t in texts)
+
+
+def test_in_a_narrow_pane_the_instructions_show_their_start_and_a_change_says_modified(qtbot, no_leaked_widgets,
+                                                                                      tmp_path):
+    """At a 1,100 px window (a ~700 px pane) the agent's instructions showed their tail ("a travel
+    assistant. Answer …": the cursor left at their end), and "· modified" at the end of a long "Options
+    from" line was cut off with no mark, so options changed here read as the agent's own."""
+    from core import Agent
+    from core.llm import ScriptedModel
+
+    store = open_store(tmp_path / "memory.db")
+    mem = Memory(store, MemoryOptions(last_messages=4), name="a-travel-agent-with-a-long-name")
+    Agent("a-travel-agent-with-a-long-name", instructions="You are a travel assistant. " + "Answer kindly. " * 20,
+          model=ScriptedModel([]), memory=mem)
+    mem.create_thread(resource_id="ada", thread_id="t-trip", title="Trip")
+    mem.save_messages([Message.user("Where to?", thread_id="t-trip", resource_id="ada", created_at=T0)])
+    s = StudioSession(store)
+    try:
+        pane = PromptInspectorPane(s)
+        qtbot.addWidget(pane)
+        pane.resize(700, 800)
+        pane.show()
+        qtbot.waitExposed(pane)
+        select(qtbot, pane, Selection("ada", "t-trip"))
+        assert pane.instructions_edit.text().startswith("You are")
+        assert pane.instructions_edit.cursorPosition() == 0  # shown from the start
+        with qtbot.waitSignal(pane.assembled, timeout=15_000):
+            pane.last_spin.setValue(2)
+        label = pane.origin_label
+        assert label.text().startswith("modified")  # drawn first, whatever is cut
+        assert label.fontMetrics().horizontalAdvance(label.text()) > label.width()  # (too long for its place)
+        assert label.toolTip() == label.text() and getattr(label, "elided", lambda: False)()  # cut with "…"
+    finally:
+        s.close()

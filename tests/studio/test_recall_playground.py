@@ -526,3 +526,56 @@ def test_a_picked_message_id_shows_from_its_start(qtbot, pane):
     assert pane.why_edit.text() == long_id and pane.why_edit.cursorPosition() == 0
     pane.set_selection(Selection("ada", "t-food", "t-food-1"))
     assert pane.why_edit.text() == "t-food-1" and pane.why_edit.cursorPosition() == 0
+
+
+def test_a_bm25_near_zero_says_so_and_why_not_says_how_the_message_matched(qtbot, pane):
+    """On a small database a word in half or more of the messages gets a BM25 of ~1e-6: its cell read
+    "0.00" and "why not?" said "Rank 3 (BM25 0.000): a hit" for a message holding none of the words (it
+    matched through the message before it, which its keyword entry holds). The cell says "≈0", the caption
+    says what that means, the tooltip and the answer give the score its digits and say how it matched."""
+    pane.set_selection(Selection("ada", "t-food"))
+    view = search(qtbot, pane, "allergic to peanuts")
+    [tiny] = [c for c in view.inspection.lists["keyword"] if c.message_id == "t-food-2"]
+    assert 0 < tiny.keyword_score < 0.0005  # (the words are in half or more of the indexed messages)
+    model = pane.models["keyword"]
+    [row] = [r for r in range(model.rowCount()) if "My cat" in str(model.index(r, model.columnCount() - 1).data())]
+    cell = model.index(row, 1)
+    assert cell.data() == "≈0"
+    tip = cell.data(Qt.ItemDataRole.ToolTipRole)
+    assert "BM25 0.0000" in tip and "BM25 0.00 " not in tip + " "
+    assert "BM25 ≈0: words in half or more of the indexed messages" in pane.captions["keyword"].text()
+    top = model.index(0, 1).data()
+    assert top not in ("≈0", "0.00")  # a real weight keeps its two decimals
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.explain("t-food-2")
+    keyword = blocker.args[0].placements["keyword"]
+    assert keyword.status == "hit"
+    assert "0.000)" not in keyword.why and "(BM25 0.0000" in keyword.why
+    assert "it matched through the message before it" in keyword.why
+    assert "BM25 is near 0" in keyword.why
+    answer = pane.explain_view.toPlainText()
+    assert "0.0000" in answer and "matched through the message before it" in answer
+    with qtbot.waitSignal(pane.explained, timeout=15_000) as blocker:
+        pane.explain("t-food-0")  # holds the words itself, with a real weight: nothing more said
+    why = blocker.args[0].placements["keyword"].why
+    assert "message before it" not in why and "near 0" not in why
+
+
+def test_a_message_edited_without_recall_is_counted_once_in_the_banner(qtbot, pane, session):
+    """The banner said "1 message … not keyword-indexed yet (new or edited since)" and "1 message edited
+    since it was keyword-indexed is left out …" for one edited message: it is counted once."""
+    from core.memory import Memory
+
+    Memory(session.store).edit_message("t-food-0", resource_id="ada", text="I like olives and capers")
+    pane.set_selection(Selection("ada", "t-food"))
+    search(qtbot, pane, "allergic to peanuts shellfish")
+    text = pane.banner.label.text()
+    assert "1 message edited since it was keyword-indexed" in text
+    assert "not keyword-indexed yet" not in text
+    # another message waiting besides it (new, saved without recall) is counted as another one
+    session.store.memory.save_messages([Message.user("peanuts again", id="t-food-9", thread_id="t-food",
+                                                     resource_id="ada", created_at=T0 + timedelta(seconds=50))])
+    search(qtbot, pane, "allergic to peanuts shellfish olives")
+    text = pane.banner.label.text()
+    assert "1 other message of this scope is not keyword-indexed yet" in text
+    assert "1 message edited since it was keyword-indexed" in text

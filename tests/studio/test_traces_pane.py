@@ -628,3 +628,37 @@ def _says_never_finished(pane, pid: int) -> None:
     assert root.unfinished and root.duration_text == "never finished"
     assert pane.select_span(root.span.span_id)
     assert f"never finished: the process writing it (pid {pid}" in pane.span_facts.text()
+
+
+@pytest.mark.parametrize("all_threads", [False, True])
+def test_at_a_1100_px_window_the_lists_fit_with_the_names_and_the_timeline_readable(
+        no_leaked_widgets, qtbot, make_session, demo_db, all_threads):
+    """The pane's width in a 1,100 px window (~700 px): the trace list and the span tree hold every column
+    they show inside their edge (no sideways scrolling), the trace's name is whole, and the waterfall has
+    room; a label too long for its place (the span's name above its details) ends in "…"."""
+    from studio.widgets.elided_label import ElidedLabel
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    pane.set_selection(Selection("li-wei", "liwei-shanghai"))
+    qtbot.waitUntil(lambda: not pane.loading and bool(pane.traces)
+                    and pane.traces[0].thread_id == "liwei-shanghai", timeout=WAIT)
+    if all_threads:
+        reload(qtbot, pane, pane.toggle_all_threads)
+    pane.resize(660, 740)  # (a little narrower than in a 1,100 px window: fonts and scroll bars differ by style)
+    qtbot.waitUntil(lambda: pane.trace_table.viewport().width() < 670 and bool(pane.spans), timeout=WAIT)
+    qtbot.wait(50)  # (the resize events are delivered)
+    metrics = pane.trace_table.fontMetrics()
+    for view in (pane.trace_table, pane.tree):
+        header = view.horizontalHeader() if view is pane.trace_table else pane.tree.header()
+        assert header.length() <= view.viewport().width(), view  # nothing past the edge
+    name_col = 1
+    assert pane.trace_table.columnWidth(name_col) >= metrics.horizontalAdvance("agent run: 'travel'") + 8
+    thread_col = pane.trace_model.columnCount() - 1
+    assert pane.trace_table.isColumnHidden(thread_col) is (not all_threads)  # the header names the one thread
+    timeline = pane.span_model.columnCount() - 1
+    assert pane.tree.columnWidth(timeline) >= 110
+    assert pane.tree.columnWidth(0) >= metrics.horizontalAdvance("memory: recall") + 40  # (+ its indent)
+    title = pane.span_title
+    assert isinstance(title, ElidedLabel)
+    title.setText("llm: '" + "a-very-long-model-name/" * 8 + "'")
+    assert title.elided() and title.toolTip() == title.text()
