@@ -13,7 +13,8 @@ resource, as the shared ``--token`` does.
 
 ``load_tokens_file`` reads and checks a file when a server starts: each problem is an error naming
 the entry (a hash that is not 64 hex digits, a token written where its hash belongs, no resources,
-a repeated name or hash, an unknown key); a file other users can read is a warning (``warnings``).
+a repeated name or hash, an unknown key), or one other users can change; a file they can only read is a
+warning (``warnings``).
 ``TokensFile.match`` finds the entry of a token a request sent, comparing hashes in constant time.
 The file is read once, at start: restart the server after changing it.
 """
@@ -185,9 +186,15 @@ def _permission_warnings(where: Path) -> list[str]:
         mode = where.stat().st_mode
     except OSError:
         return []
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        # (refused, not warned: whoever can change the file can give themselves a token to every resource)
+        raise TokensFileError(
+            f"The tokens file {where} can be changed by other users of this machine (mode {stat.S_IMODE(mode):04o}): "
+            f"whoever can change it can give themselves a token to any resource. Run: chmod 600 {where} "
+            "and start again.")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        return [f"the tokens file {where} can be read or changed by other users of this machine (mode "
-                f"{stat.S_IMODE(mode):04o}); whoever can change it can give themselves a token. Run: chmod 600 {where}"]
+        return [f"the tokens file {where} can be read by other users of this machine (mode "
+                f"{stat.S_IMODE(mode):04o}); it holds only the tokens' hashes, but keep it yours. Run: chmod 600 {where}"]
     return []
 
 

@@ -269,7 +269,7 @@ def test_a_tokens_file_entry_that_cannot_work_is_named(tmp_path, tokens, message
     assert message in str(refused.value) and str(tmp_path / "tokens.json") in str(refused.value)
 
 
-def test_tokens_files_that_are_not_one_and_files_others_can_read(tmp_path):
+def test_tokens_files_that_are_not_one_and_files_others_can_read_or_change(tmp_path):
     with pytest.raises(TokensFileError, match="does not exist"):
         load_tokens_file(tmp_path / "missing.json")
     with pytest.raises(TokensFileError, match="not valid JSON"):
@@ -283,6 +283,10 @@ def test_tokens_files_that_are_not_one_and_files_others_can_read(tmp_path):
     if os.name == "posix":
         shared = load_tokens_file(write(tmp_path / "t.json", good, 0o644))
         assert len(shared.warnings) == 1 and "chmod 600" in shared.warnings[0]
+        # One that others can change is refused: they could give themselves a token to any resource.
+        for mode in (0o664, 0o602):
+            with pytest.raises(TokensFileError, match="can be changed by other users.*chmod 600"):
+                load_tokens_file(write(tmp_path / "t.json", good, mode))
     assert parse_entries({"tokens": []}) == ()
     with pytest.raises(TokensFileError, match="holds no tokens, so no request could use it"):
         load_tokens_file(write(tmp_path / "t.json", {"tokens": []}))
