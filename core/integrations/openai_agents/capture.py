@@ -67,6 +67,11 @@ class PendingCall:
 
 #: The model call about to be made in this task (set by the memory filter, filled by the hook and span).
 ARMED: contextvars.ContextVar[PendingCall | None] = contextvars.ContextVar("memory_studio_sdk_call", default=None)
+#: The run going on in this task: the run context (``RunContextWrapper``) the Runner passed the session
+#: (one per ``Runner.run``; set when the Runner first calls the session, before any model call). Two
+#: runs inside one trace of the caller's (``with trace(...)``), one after the other or side by side,
+#: are two runs, not one.
+RUN: contextvars.ContextVar[Any] = contextvars.ContextVar("memory_studio_sdk_run", default=None)
 
 
 async def _on_request(request: Any) -> None:
@@ -142,7 +147,8 @@ class SdkTurn:
     """One SDK run of a session: the messages its saves stored (the user's are its input) and its model
     calls."""
 
-    trace: Any  # the run's SDK trace (a no-op one when tracing is off): which run this is
+    trace: Any  # the run's SDK trace (a no-op one when tracing is off)
+    run: Any = None  # ...and its run context (``RUN``): which run this is
     thread_id: str = ""
     resource_id: str = ""
     input_ids: list[str] = field(default_factory=list)
@@ -194,18 +200,21 @@ _TURNS_LOCK = threading.Lock()
 
 
 def turn_for(thread_id: str, resource_id: str, *, create: bool) -> SdkTurn | None:
-    """The SDK run going on now on this thread (by its trace; None outside a run). Kept per process,
-    not per session object: the Runner's session and the run config's may be two objects of one thread."""
+    """The SDK run going on now on this thread (by its trace and run context; None outside a run).
+    Kept per process, not per session object: the Runner's session and the run config's may be two
+    objects of one thread."""
     trace = get_current_trace()
     if trace is None:
         return None
+    run = RUN.get()
     with _TURNS_LOCK:
         for turn in reversed(_TURNS):
-            if turn.trace is trace and (turn.thread_id, turn.resource_id) == (thread_id, resource_id):
+            if turn.trace is trace and turn.run is run and (turn.thread_id, turn.resource_id) == (thread_id,
+                                                                                              resource_id):
                 return turn
         if not create:
             return None
-        turn = SdkTurn(trace, thread_id, resource_id)
+        turn = SdkTurn(trace, run, thread_id, resource_id)
         _TURNS.append(turn)
         del _TURNS[:-_RECENT]
         return turn
@@ -243,5 +252,5 @@ class TurnWrite(SavedAwareWrite):
             records.rewrite(conn, store, record)
 
 
-__all__ = ["ARMED", "FRAMEWORK", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "from_span", "turn_for",
+__all__ = ["ARMED", "FRAMEWORK", "RUN", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "from_span", "turn_for",
            "watch"]

@@ -41,7 +41,7 @@ from agents.models.multi_provider import MultiProvider
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
-from core.integrations.openai_agents.capture import SdkTurn, TurnWrite, turn_for, watch
+from core.integrations.openai_agents.capture import RUN, SdkTurn, TurnWrite, turn_for, watch
 from core.integrations.openai_agents.items import (
     as_item,
     call_arguments,
@@ -161,6 +161,8 @@ class MemorySession:
         """Note, for this run, that the Runner was given this session (only the Runner passes ``wrapper``)."""
         if wrapper is None:
             return
+        if RUN.get() is not wrapper:  # a new run in this task (``capture.RUN``)
+            RUN.set(wrapper)
         trace = get_current_trace()
         record = _RUN_SESSION.get()
         if record is None or (record.thread_id, record.resource_id) != (self.session_id, self.resource_id):

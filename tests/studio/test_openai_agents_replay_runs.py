@@ -1,0 +1,108 @@
+"""Replay of Agents SDK turns when runs share a trace, a task or a thread: each turn's record holds the
+calls of its own run, exactly as the server received them, and no other run's.
+
+A real SDK ``Runner`` runs against the loopback OpenAI server, which keeps every request body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+agents = pytest.importorskip("agents")
+from agents import (Agent, OpenAIChatCompletionsModel, Runner, set_trace_processors,  # noqa: E402
+                    trace)
+from openai import AsyncOpenAI  # noqa: E402
+
+from core import Memory, MemoryOptions, open_store  # noqa: E402
+from core.embedding.hashing import HashingEmbedder  # noqa: E402
+from core.integrations.openai_agents import MemorySession, trace_processor  # noqa: E402
+from core.llm.loopback import LoopbackServer  # noqa: E402
+from core.replay.record import ReplayInfo  # noqa: E402
+
+
+@pytest.fixture()
+def only_our_traces() -> Iterator[None]:
+    # The SDK's default processor would export to OpenAI's backend; tests are offline.
+    set_trace_processors([trace_processor()])
+    yield
+    set_trace_processors([trace_processor()])
+
+
+@pytest.fixture()
+def memory(tmp_path: Path) -> Iterator[Memory]:
+    store = open_store(tmp_path / "memory.db")
+    yield Memory(store, MemoryOptions(last_messages=10), embedder=HashingEmbedder(), name="guide")
+    store.close()
+
+
+def _agent(client: AsyncOpenAI, name: str = "guide", **kw: Any) -> Agent[Any]:
+    return Agent(name=name, instructions="You are a terse travel guide.",
+                 model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client), **kw)
+
+
+def _sent(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+
+
+def _replays(memory: Memory, thread: str) -> dict[str, ReplayInfo | None]:
+    """Each stored user input's text → its turn's Replay."""
+    inputs = [m for m in memory.recall(thread_id=thread, resource_id="ada", per_page=False).messages
+              if m.role == "user"]
+    return {m.text: memory.assemble(thread_id=thread, resource_id="ada", as_of=m.id).replay
+            for m in inputs}
+
+
+def _asked(body: dict[str, Any]) -> str:
+    """The last user message of a request body."""
+    return str([m for m in body["messages"] if m["role"] == "user"][-1]["content"])
+
+
+def test_two_runs_in_one_trace_of_the_callers_are_two_turns_each_with_its_own_call(
+        memory: Memory, only_our_traces: None) -> None:
+    # The SDK's own docs group runs as one workflow: `with trace("..."):` around several `Runner.run`.
+    with LoopbackServer(["Take the tram.", "About ten minutes."]) as server:
+        session = MemorySession("trip", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+
+        async def workflow() -> None:
+            with trace("planning"):
+                await Runner.run(_agent(client), "How do I get downtown?", session=session,
+                                 run_config=session.run_config())
+                await Runner.run(_agent(client), "How long does it take?", session=session,
+                                 run_config=session.run_config())
+
+        asyncio.run(workflow())
+        sent = server.chat_requests()
+    assert len(sent) == 2
+    replays = _replays(memory, "trip")
+    first, second = replays["How do I get downtown?"], replays["How long does it take?"]
+    assert first is not None and first.exact and [c.request for c in first.calls] == [_sent(sent[0])]
+    # The second turn's record holds its own call only (it held the first run's call first, as "exact").
+    assert second is not None and second.exact and [c.request for c in second.calls] == [_sent(sent[1])]
+    assert second.record is not None and first.record is not None
+    assert set(second.record.input_ids).isdisjoint(first.record.input_ids)
+
+
+def test_two_runs_of_one_thread_side_by_side_in_one_trace_keep_their_own_calls(
+        memory: Memory, only_our_traces: None) -> None:
+    with LoopbackServer(lambda messages, tools: "Noted.") as server:
+        one = MemorySession("trip", memory=memory, resource_id="ada")
+        two = MemorySession("trip", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+
+        async def both() -> None:
+            with trace("planning"):
+                await asyncio.gather(
+                    Runner.run(_agent(client), "Book the ferry.", session=one, run_config=one.run_config()),
+                    Runner.run(_agent(client), "Book the hotel.", session=two, run_config=two.run_config()))
+
+        asyncio.run(both())
+        sent = {_asked(b): _sent(b) for b in server.chat_requests()}
+    assert set(sent) == {"Book the ferry.", "Book the hotel."}
+    for asked, info in _replays(memory, "trip").items():
+        assert info is not None and info.exact, asked
+        assert [c.request for c in info.calls] == [sent[asked]], asked
