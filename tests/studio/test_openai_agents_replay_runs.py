@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import pytest
 
 agents = pytest.importorskip("agents")
-from agents import (Agent, OpenAIChatCompletionsModel, Runner, set_trace_processors,  # noqa: E402
+from agents import (Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_trace_processors,  # noqa: E402
                     trace)
 from openai import AsyncOpenAI  # noqa: E402
 
@@ -106,3 +106,59 @@ def test_two_runs_of_one_thread_side_by_side_in_one_trace_keep_their_own_calls(
     for asked, info in _replays(memory, "trip").items():
         assert info is not None and info.exact, asked
         assert [c.request for c in info.calls] == [sent[asked]], asked
+
+
+class _Relay:
+    """An OpenAI client seen through a wrapper (as instrumentation libraries wrap one): the SDK calls it
+    as usual, but it has no ``httpx`` client of its own for a request hook."""
+
+    def __init__(self, client: AsyncOpenAI) -> None:
+        self._real = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_client":
+            raise AttributeError(name)
+        return getattr(self._real, name)
+
+
+def test_a_call_without_a_hook_does_not_take_the_body_of_another_agents_request_made_meanwhile(
+        memory: Memory, only_our_traces: None) -> None:
+    def answer(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if "checker" in str(messages[0].get("content")):
+            return "Looks fine."
+        if messages[-1]["role"] == "user":
+            return {"tool_calls": [{"name": "check", "id": "call_1", "arguments": {"text": "the plan"}}]}
+        return "Checked: go ahead."
+
+    with LoopbackServer(answer) as server:
+        shared = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        checker = Agent(name="checker", instructions="You are a checker.",
+                        model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=shared))
+        # The app's checker ran in a session run once: its client has the request hook.
+        earlier = MemorySession("earlier", memory=memory, resource_id="ada")
+        asyncio.run(Runner.run(checker, "Warm up.", session=earlier, run_config=earlier.run_config()))
+
+        @function_tool
+        async def check(text: str) -> str:
+            """Ask the checker about a text."""
+            result = await Runner.run(checker, f"Check {text}.")  # its own run: no session, no memory
+            return str(result.final_output)
+
+        # This agent's model has no client the hook can reach, and tracing is off: none of its calls
+        # is seen. The checker's request, made in the tool while the run's first call was armed, is not
+        # that call's.
+        relayed = OpenAIChatCompletionsModel(
+            model="loopback-chat", openai_client=_Relay(AsyncOpenAI(base_url=server.base_url, api_key="test-key",
+                                                                    max_retries=0)))  # type: ignore[arg-type]
+        planner = Agent(name="planner", instructions="You are a planner.", model=relayed, tools=[check])
+        session = MemorySession("plan", memory=memory, resource_id="ada")
+        asyncio.run(Runner.run(planner, "Plan the day.", session=session,
+                               run_config=session.run_config(tracing_disabled=True)))
+        sent = server.chat_requests()
+    assert [str(b["messages"][0]["content"]) for b in sent][1:] == [
+        "You are a planner.", "You are a checker.", "You are a planner."]
+    info = _replays(memory, "plan")["Plan the day."]
+    assert info is not None
+    # Neither "exact" nor the checker's request as the planner's call: the turn is a reconstruction.
+    assert info.kind == "reconstructed" and not info.exact
+    assert all("checker" not in str(c.request) for c in info.calls)

@@ -54,6 +54,11 @@ class PendingCall:
     its generation span knew (``messages``, ``model``); the usage the span reported."""
 
     body: dict[str, Any] | None = None
+    #: The ``httpx`` client the call's request goes through (``http_of`` its model): only a request of
+    #: that client is this call's (a model that is no OpenAI client: ``None``, no request is). ``ANY``
+    #: while the model is not known (a model name the run's provider has not resolved yet).
+    client: Any = None
+    by_provider: bool = False  # the model is the one the run's provider resolves (``resolved``)
     transport: dict[str, Any] = field(default_factory=dict)
     endpoint: str | None = None
     messages: list[dict[str, Any]] | None = None
@@ -74,8 +79,62 @@ ARMED: contextvars.ContextVar[PendingCall | None] = contextvars.ContextVar("memo
 RUN: contextvars.ContextVar[Any] = contextvars.ContextVar("memory_studio_sdk_run", default=None)
 
 
+#: ``PendingCall.client`` of a call whose model is not known yet.
+ANY: Any = object()
+#: The model the run's provider resolved last in this task (the SDK resolves a streamed call's model
+#: before its input filter runs, a call's that is not streamed after).
+_RESOLVED: contextvars.ContextVar[Any] = contextvars.ContextVar("memory_studio_sdk_model", default=None)
+
+
+def http_of(model: Any) -> Any:
+    """The ``httpx`` client of an SDK model's OpenAI client (``OpenAIChatCompletionsModel``,
+    ``OpenAIResponsesModel``); None for a model that has none (LiteLLM, a wrapped client...)."""
+    client = getattr(model, "_client", None)  # the SDK's models keep their AsyncOpenAI here
+    http = getattr(client, "_client", None)  # ...and AsyncOpenAI its httpx client
+    hooks = getattr(http, "event_hooks", None)
+    if not isinstance(hooks, Mapping) or not isinstance(hooks.get("request"), list):
+        return None
+    return http
+
+
+def expect(pending: PendingCall, model: Any) -> None:
+    """The call about to be made goes to ``model``: an SDK ``Model``, or None when the run's provider
+    resolves it (``resolved``)."""
+    if model is None:
+        pending.by_provider = True
+        model = _RESOLVED.get()
+        if model is None:
+            pending.client = ANY
+            return
+    pending.client = http_of(model)
+
+
+def resolved(model: Any) -> None:
+    """The run's provider gave ``model`` in this task: the call armed here, if its model is the
+    provider's, goes to it."""
+    _RESOLVED.set(model)
+    pending = ARMED.get()
+    if pending is not None and pending.by_provider and pending.body is None:
+        pending.client = http_of(model)
+
+
+class _Hook:
+    """The ``httpx`` request hook of one client: the whole body of a model call this task armed for
+    that client (a request of another client, e.g. a guardrail's or a tool's own run while a call whose
+    model has no hook is armed, is not that call's)."""
+
+    def __init__(self, http: Any) -> None:
+        self.http = http
+
+    async def __call__(self, request: Any) -> None:
+        pending = ARMED.get()
+        if pending is None or (pending.client is not ANY and pending.client is not self.http):
+            return
+        await _on_request(request)
+
+
 async def _on_request(request: Any) -> None:
-    """The ``httpx`` request hook: the whole body of a model call this task armed."""
+    """The whole body of a model call this task armed."""
     pending = ARMED.get()
     if pending is None or pending.body is not None or request.method != "POST":
         return
@@ -101,13 +160,12 @@ def watch(model: Any) -> bool:
     """Add the request hook to the OpenAI client of an SDK model (``OpenAIChatCompletionsModel``,
     ``OpenAIResponsesModel``), once; False when the model has no such client (its calls are then taken
     from their trace). The hook reads a body only for a call a ``MemorySession`` armed."""
-    client = getattr(model, "_client", None)  # the SDK's models keep their AsyncOpenAI here
-    http = getattr(client, "_client", None)  # ...and AsyncOpenAI its httpx client
-    hooks = getattr(http, "event_hooks", None)
-    if not isinstance(hooks, Mapping) or not isinstance(hooks.get("request"), list):
+    http = http_of(model)
+    if http is None:
         return False
-    if _on_request not in hooks["request"]:
-        hooks["request"].append(_on_request)
+    hooks = http.event_hooks
+    if not any(isinstance(h, _Hook) for h in hooks["request"]):
+        hooks["request"].append(_Hook(http))
     return True
 
 
@@ -157,9 +215,10 @@ class SdkTurn:
     input_at: Any = None  # that message's stamp
     calls: list[PendingCall] = field(default_factory=list)
 
-    def arm(self) -> PendingCall:
-        """A model call is about to be made in this task."""
+    def arm(self, model: Any = None) -> PendingCall:
+        """A model call is about to be made in this task, to ``model`` (``expect``)."""
         pending = PendingCall()
+        expect(pending, model)
         self.calls.append(pending)
         ARMED.set(pending)
         return pending
@@ -252,5 +311,5 @@ class TurnWrite(SavedAwareWrite):
             records.rewrite(conn, store, record)
 
 
-__all__ = ["ARMED", "FRAMEWORK", "RUN", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "from_span", "turn_for",
-           "watch"]
+__all__ = ["ANY", "ARMED", "FRAMEWORK", "RUN", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "expect", "from_span",
+           "http_of", "resolved", "turn_for", "watch"]

@@ -41,7 +41,7 @@ from agents.models.multi_provider import MultiProvider
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
-from core.integrations.openai_agents.capture import RUN, SdkTurn, TurnWrite, turn_for, watch
+from core.integrations.openai_agents.capture import RUN, SdkTurn, TurnWrite, resolved, turn_for, watch
 from core.integrations.openai_agents.items import (
     as_item,
     call_arguments,
@@ -176,15 +176,17 @@ class MemorySession:
         """The SDK run going on now on this session's thread (``capture.turn_for``)."""
         return turn_for(self.session_id, self.resource_id, create=create)
 
-    def _arm(self, agent: Any) -> None:
+    def _arm(self, agent: Any, config_model: Any = None) -> None:
         """A model call of this run is about to be made: what it sends is kept for the turn's record
-        (``capture``); the hook that reads it is added to the agent's model's client when it has one."""
-        model = getattr(agent, "model", None)
+        (``capture``); the hook that reads it is added to its model's client when it has one. The
+        model is the SDK's choice: the run config's (``config_model``), else the agent's; a name is
+        resolved by the run's provider (``_Watching``)."""
+        model = config_model if config_model is not None else getattr(agent, "model", None)
         if isinstance(model, Model):
             watch(model)
         turn = self._turn(create=True)
         if turn is not None:
-            turn.arm()
+            turn.arm(model if isinstance(model, Model) else None)
 
     @staticmethod
     def _run_session() -> _RunSession | None:
@@ -205,10 +207,8 @@ class MemorySession:
         settings.setdefault("workflow_name", "openai-agents")
         settings.setdefault("group_id", self.session_id)
         given = settings.get("call_model_input_filter")
-        if given is not None:
-            settings["call_model_input_filter"] = _Arming(self, given)
-        else:
-            settings["call_model_input_filter"] = self.add_memory if self.memory_instructions else _Arming(self, None)
+        inner = given if given is not None else self._memory_input if self.memory_instructions else None
+        settings["call_model_input_filter"] = _Arming(self, inner, settings.get("model"))
         # What each model call sends is read at the wire, on the client of the model the run uses.
         if isinstance(settings.get("model"), Model):
             watch(settings["model"])
@@ -220,6 +220,12 @@ class MemorySession:
         """The SDK's ``call_model_input_filter``: the agent's instructions plus what the memory
         processors add for this thread and the newest user message (the conversation itself comes
         from the session, so message history is not added twice)."""
+        out = await self._memory_input(data)
+        self._arm(data.agent)
+        return out
+
+    async def _memory_input(self, data: CallModelData[Any]) -> ModelInputData:
+        """``add_memory`` without keeping the call for the turn's record (``_Arming`` keeps it)."""
         model_data = data.model_data
         running = self._run_session()
         if running is not None and (running.thread_id, running.resource_id) != (self.session_id, self.resource_id):
@@ -246,7 +252,6 @@ class MemorySession:
         instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
         trace = get_current_trace()
         SENT_INSTRUCTIONS.set((trace.trace_id, instructions or None) if trace is not None else None)
-        self._arm(data.agent)
         return ModelInputData(input=model_data.input, instructions=instructions or None)
 
     async def _register(self, agent: Any) -> None:
@@ -419,9 +424,10 @@ class _Arming:
     """A ``call_model_input_filter`` that keeps what each model call sends for the turn's record: the
     caller's own filter (run first), or none when the session adds no memory."""
 
-    def __init__(self, session: MemorySession, inner: Any) -> None:
+    def __init__(self, session: MemorySession, inner: Any, model: Any = None) -> None:
         self.session = session
         self.inner = inner
+        self.model = model  # the run config's model (a ``Model`` or a name), which the SDK uses first
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         if self.inner is not None:
@@ -429,7 +435,7 @@ class _Arming:
             out: ModelInputData = await result if asyncio.iscoroutine(result) else result
         else:
             out = data.model_data
-        self.session._arm(data.agent)
+        self.session._arm(data.agent, self.model)
         return out
 
 
@@ -442,6 +448,7 @@ class _Watching(ModelProvider):
     def get_model(self, model_name: str | None) -> Model:
         model = self.inner.get_model(model_name)
         watch(model)
+        resolved(model)
         return model
 
     async def aclose(self) -> None:
