@@ -162,3 +162,45 @@ def test_a_call_without_a_hook_does_not_take_the_body_of_another_agents_request_
     # Neither "exact" nor the checker's request as the planner's call: the turn is a reconstruction.
     assert info.kind == "reconstructed" and not info.exact
     assert all("checker" not in str(c.request) for c in info.calls)
+
+
+@function_tool(needs_approval=True)
+def pay(amount: int) -> str:
+    """Pay the hotel."""
+    return f"paid {amount}"
+
+
+@pytest.mark.parametrize("kept", ["in memory", "as a string"])
+def test_a_run_resumed_after_an_approval_adds_its_calls_to_the_turn_it_answers(
+        memory: Memory, only_our_traces: None, kept: str) -> None:
+    from agents import RunState
+
+    script: list[Any] = [{"tool_calls": [{"name": "pay", "id": "call_1", "arguments": {"amount": 80}}]},
+                         {"text": "Paid 80 for the hotel."}]
+    with LoopbackServer(script) as server:
+        session = MemorySession("hotel", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = _agent(client, tools=[pay])
+
+        async def ask() -> Any:
+            result = await Runner.run(agent, "Pay the hotel.", session=session, run_config=session.run_config())
+            assert len(result.interruptions) == 1
+            state = result.to_state()
+            state.approve(result.interruptions[0])
+            return state if kept == "in memory" else state.to_string()
+
+        async def resume(state: Any) -> Any:  # another request of a web app: a new event loop
+            if isinstance(state, str):
+                state = await RunState.from_string(agent, state)
+            return await Runner.run(agent, state, session=session, run_config=session.run_config())
+
+        state = asyncio.run(ask())
+        assert asyncio.run(resume(state)).final_output == "Paid 80 for the hotel."
+        sent = server.chat_requests()
+    assert len(sent) == 2
+    info = _replays(memory, "hotel")["Pay the hotel."]
+    # The turn's model received two requests: the one that asked to pay and the one after the approval.
+    assert info is not None and info.exact and [c.request for c in info.calls] == [_sent(b) for b in sent]
+    stored = memory.recall(thread_id="hotel", resource_id="ada", per_page=False).messages
+    assert info.record is not None and stored[-1].text == "Paid 80 for the hotel."
+    assert set(info.record.response_ids) == {m.id for m in stored[1:]}

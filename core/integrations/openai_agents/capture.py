@@ -214,6 +214,9 @@ class SdkTurn:
     user_id: str | None = None  # its last user input message (the record's key)
     input_at: Any = None  # that message's stamp
     calls: list[PendingCall] = field(default_factory=list)
+    #: The record of the thread's last input, when this run stores none of its own (a run resumed after a
+    #: tool approval): the run's calls and replies continue that turn.
+    base: TurnRecord | None = None
 
     def arm(self, model: Any = None) -> PendingCall:
         """A model call is about to be made in this task, to ``model`` (``expect``)."""
@@ -237,20 +240,28 @@ class SdkTurn:
     def record(self, memory: "Memory", thread_id: str, resource_id: str,
                calls: Sequence[CallRecord]) -> TurnRecord | None:
         """The turn's record with the calls made so far; None while it has no stored user input."""
-        stored_user = self.user_id
-        if stored_user is None or not calls or self.input_at is None:
+        stored_user, input_at, input_ids, response_ids = self.user_id, self.input_at, self.input_ids, self.response_ids
+        base = self.base if stored_user is None else None
+        if base is not None:  # a resumed run: the turn it continues, its calls first
+            stored_user, input_at, input_ids = base.input_message_id, base.created_at, list(base.input_ids)
+            response_ids = [*base.response_ids, *(i for i in self.response_ids if i not in base.response_ids)]
+            calls = (*base.calls, *calls)
+        if stored_user is None or not calls or input_at is None:
             return None
         first = next((c for c in self.calls if c.body is not None), None)
+        endpoint = first.endpoint if first is not None else None
+        transport = dict(first.transport) if first is not None else None
+        if base is not None and any(not c.partial for c in base.calls):
+            endpoint, transport = base.endpoint, base.transport
         tools = calls[0].tools
         return TurnRecord(
             input_message_id=stored_user, thread_id=thread_id, resource_id=resource_id,
-            response_ids=tuple(self.response_ids), created_at=self.input_at, options=memory.options.to_dict(),
+            response_ids=tuple(response_ids), created_at=input_at, options=memory.options.to_dict(),
             model=calls[0].wire_model, history_ids=(), recall=(), wm_version_id=None, om_generation=None,
             om_cursor=None, tools=tuple(str((t.get("function") or {}).get("name") or t.get("name") or "?")
                                         for t in tools),
-            tokens={}, messages_hash="", input_ids=tuple(self.input_ids),
-            endpoint=first.endpoint if first is not None else None, calls=tuple(calls),
-            transport=dict(first.transport) if first is not None else None, framework=FRAMEWORK)
+            tokens={}, messages_hash="", input_ids=tuple(input_ids), endpoint=endpoint, calls=tuple(calls),
+            transport=transport, framework=FRAMEWORK)
 
 
 _RECENT = 128  # runs remembered (each holds its trace, so a trace's id is not reused while it is here)

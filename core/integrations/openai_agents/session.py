@@ -41,7 +41,7 @@ from agents.models.multi_provider import MultiProvider
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
-from core.integrations.openai_agents.capture import RUN, SdkTurn, TurnWrite, resolved, turn_for, watch
+from core.integrations.openai_agents.capture import FRAMEWORK, RUN, SdkTurn, TurnWrite, resolved, turn_for, watch
 from core.integrations.openai_agents.items import (
     as_item,
     call_arguments,
@@ -54,6 +54,7 @@ from core.integrations.openai_agents.tracing import SENT_INSTRUCTIONS, SESSION_K
 from core.memory import Memory
 from core.messages import Message
 from core.prompt import AssembledPrompt
+from core.replay import store as records
 from core.storage import InvalidArgumentError, NotFoundError
 from core.traces.tracer import NOOP_TRACER, SpanType
 from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
@@ -339,7 +340,10 @@ class MemorySession:
         return messages_to_items(self._messages())
 
     def _add_items(self, items: Sequence[Mapping[str, Any]], turn: SdkTurn | None = None) -> list[Message]:
-        recent = messages_to_items(self._newest(50))
+        newest = self._newest(50)
+        if turn is not None:
+            self._continues(turn, newest, items)
+        recent = messages_to_items(newest)
         names = call_names(recent) | call_names(items)
         args = call_arguments(recent) | call_arguments(items)
         if self.memory.get_thread(self.session_id) is None:
@@ -355,6 +359,19 @@ class MemorySession:
         # The run's record is written with its messages (once it has made a model call).
         writes = [TurnWrite(turn, self.memory, self.session_id, self.resource_id)] if turn is not None else []
         return self.memory.save_messages(messages, _writes=writes)
+
+    def _continues(self, turn: SdkTurn, newest: Sequence[Message], items: Sequence[Mapping[str, Any]]) -> None:
+        """A run that has made a model call but stores no user input (one resumed after a tool approval,
+        ``Runner.run(agent, state)``) answers the thread's last input: its calls and replies go to that
+        turn's record, after the calls recorded there (``SdkTurn.base``). Without that record (or with
+        the last input further back than ``newest``) its calls are not claimed for any turn."""
+        if turn.user_id is not None or turn.base is not None or not turn.calls or \
+                any(i.get("role") == "user" for i in items):
+            return
+        last = next((m for m in reversed(newest) if m.role == "user"), None)
+        base = records.read(self.memory.store, last.id) if last is not None else None
+        if base is not None and base.framework == FRAMEWORK and base.thread_id == self.session_id:
+            turn.base = base
 
     def _pop_item(self) -> Any | None:
         messages = self._newest(1)
