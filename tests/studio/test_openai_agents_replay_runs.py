@@ -39,8 +39,9 @@ def memory(tmp_path: Path) -> Iterator[Memory]:
     store.close()
 
 
-def _agent(client: AsyncOpenAI, name: str = "guide", **kw: Any) -> Agent[Any]:
-    return Agent(name=name, instructions="You are a terse travel guide.",
+def _agent(client: AsyncOpenAI, name: str = "guide", instructions: str = "You are a terse travel guide.",
+           **kw: Any) -> Agent[Any]:
+    return Agent(name=name, instructions=instructions,
                  model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client), **kw)
 
 
@@ -204,3 +205,30 @@ def test_a_run_resumed_after_an_approval_adds_its_calls_to_the_turn_it_answers(
     stored = memory.recall(thread_id="hotel", resource_id="ada", per_page=False).messages
     assert info.record is not None and stored[-1].text == "Paid 80 for the hotel."
     assert set(info.record.response_ids) == {m.id for m in stored[1:]}
+
+
+def test_an_agent_used_as_a_tool_with_the_same_session_records_its_own_turn(
+        memory: Memory, only_our_traces: None) -> None:
+    def answer(messages: list[dict[str, Any]], tools: Any) -> Any:
+        if "finder" in str(messages[0].get("content")):
+            return "Hotel Alma."
+        if messages[-1]["role"] == "user":
+            return {"tool_calls": [{"name": "find", "id": "call_1", "arguments": {"input": "a hotel in Porto"}}]}
+        return "Try Hotel Alma."
+
+    with LoopbackServer(answer) as server:
+        session = MemorySession("porto", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        finder = _agent(client, name="finder", instructions="You are a hotel finder.")
+        finder_tool = finder.as_tool("find", "Find a hotel.", session=session)  # the nested run: same thread
+        planner = Agent(name="planner", instructions="You are a planner.", tools=[finder_tool],
+                        model=OpenAIChatCompletionsModel(model="loopback-chat", openai_client=client))
+        asyncio.run(Runner.run(planner, "Where do I sleep?", session=session, run_config=session.run_config()))
+        sent = server.chat_requests()
+    assert [str(b["messages"][0]["content"]) for b in sent] == [
+        "You are a planner.", "You are a hotel finder.", "You are a planner."]
+    replays = _replays(memory, "porto")
+    outer, inner = replays["Where do I sleep?"], replays["a hotel in Porto"]
+    # The planner's turn: its two calls; the finder's run (its input stored as a user message): its own.
+    assert outer is not None and outer.exact and [c.request for c in outer.calls] == [_sent(sent[0]), _sent(sent[2])]
+    assert inner is not None and inner.exact and [c.request for c in inner.calls] == [_sent(sent[1])]
