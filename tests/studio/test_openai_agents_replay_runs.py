@@ -232,3 +232,40 @@ def test_an_agent_used_as_a_tool_with_the_same_session_records_its_own_turn(
     # The planner's turn: its two calls; the finder's run (its input stored as a user message): its own.
     assert outer is not None and outer.exact and [c.request for c in outer.calls] == [_sent(sent[0]), _sent(sent[2])]
     assert inner is not None and inner.exact and [c.request for c in inner.calls] == [_sent(sent[1])]
+
+
+def test_an_approval_given_after_a_newer_input_adds_its_calls_to_the_turn_that_asked_for_it(
+        memory: Memory, only_our_traces: None) -> None:
+    from agents import RunState
+
+    def answer(messages: list[dict[str, Any]], tools: Any) -> Any:
+        last = messages[-1]
+        if last["role"] == "user" and last["content"] == "Pay the hotel.":
+            return {"tool_calls": [{"name": "pay", "id": "call_1", "arguments": {"amount": 80}}]}
+        return "Paid 80 for the hotel." if last["role"] == "tool" else "It opens at nine."
+
+    with LoopbackServer(answer) as server:
+        session = MemorySession("later", memory=memory, resource_id="ada")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        agent = _agent(client, tools=[pay])
+
+        async def ask() -> str:
+            result = await Runner.run(agent, "Pay the hotel.", session=session, run_config=session.run_config())
+            state = result.to_state()
+            state.approve(result.interruptions[0])
+            return state.to_string()
+
+        async def resume(kept: str) -> Any:
+            state = await RunState.from_string(agent, kept)
+            return await Runner.run(agent, state, session=session, run_config=session.run_config())
+
+        kept = asyncio.run(ask())
+        asyncio.run(Runner.run(agent, "When does the museum open?", session=session,
+                               run_config=session.run_config()))
+        assert asyncio.run(resume(kept)).final_output == "Paid 80 for the hotel."
+        sent = server.chat_requests()
+    assert [_asked(b) for b in sent] == ["Pay the hotel.", "When does the museum open?", "Pay the hotel."]
+    replays = _replays(memory, "later")
+    paying, museum = replays["Pay the hotel."], replays["When does the museum open?"]
+    assert paying is not None and paying.exact and [c.request for c in paying.calls] == [_sent(sent[0]), _sent(sent[2])]
+    assert museum is not None and museum.exact and [c.request for c in museum.calls] == [_sent(sent[1])]

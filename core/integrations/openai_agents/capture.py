@@ -217,6 +217,7 @@ class SdkTurn:
     #: The record of the thread's last input, when this run stores none of its own (a run resumed after a
     #: tool approval): the run's calls and replies continue that turn.
     base: TurnRecord | None = None
+    answered: set[str] = field(default_factory=set)  # ...and the tool calls whose outputs it stored
 
     def arm(self, model: Any = None) -> PendingCall:
         """A model call is about to be made in this task, to ``model`` (``expect``)."""

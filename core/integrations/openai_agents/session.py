@@ -362,13 +362,20 @@ class MemorySession:
 
     def _continues(self, turn: SdkTurn, newest: Sequence[Message], items: Sequence[Mapping[str, Any]]) -> None:
         """A run that has made a model call but stores no user input (one resumed after a tool approval,
-        ``Runner.run(agent, state)``) answers the thread's last input: its calls and replies go to that
-        turn's record, after the calls recorded there (``SdkTurn.base``). Without that record (or with
-        the last input further back than ``newest``) its calls are not claimed for any turn."""
-        if turn.user_id is not None or turn.base is not None or not turn.calls or \
-                any(i.get("role") == "user" for i in items):
+        ``Runner.run(agent, state)``) answers an earlier input: the last one before the tool call whose
+        output it stores (an approval may come after newer inputs), else the thread's last. Its calls and
+        replies go to that turn's record, after the calls recorded there (``SdkTurn.base``). Without that
+        record (or with that input further back than ``newest``) its calls are not claimed for any turn."""
+        if turn.user_id is not None or turn.base is not None or any(i.get("role") == "user" for i in items):
             return
-        last = next((m for m in reversed(newest) if m.role == "user"), None)
+        turn.answered.update(str(i.get("call_id")) for i in items if i.get("type") == "function_call_output")
+        if not turn.calls:
+            return  # the tool's output is saved before the call that reads it
+        answered = turn.answered
+        end = len(newest)
+        if answered:
+            end = next((k for k, m in enumerate(newest) if answered & set(call_names(messages_to_items([m])))), -1)
+        last = next((m for m in reversed(newest[:end]) if m.role == "user"), None) if end >= 0 else None
         base = records.read(self.memory.store, last.id) if last is not None else None
         if base is not None and base.framework == FRAMEWORK and base.thread_id == self.session_id:
             turn.base = base
