@@ -269,3 +269,30 @@ def test_an_approval_given_after_a_newer_input_adds_its_calls_to_the_turn_that_a
     paying, museum = replays["Pay the hotel."], replays["When does the museum open?"]
     assert paying is not None and paying.exact and [c.request for c in paying.calls] == [_sent(sent[0]), _sent(sent[2])]
     assert museum is not None and museum.exact and [c.request for c in museum.calls] == [_sent(sent[1])]
+
+
+def test_a_model_call_a_hook_makes_before_the_runs_call_is_not_taken_for_it(
+        memory: Memory, only_our_traces: None) -> None:
+    from agents import RunHooks
+
+    def answer(messages: list[dict[str, Any]], tools: Any) -> Any:
+        return "Travel." if "classifier" in str(messages[0].get("content")) else "Take the night train."
+
+    with LoopbackServer(answer) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+        classifier = _agent(client, name="classifier", instructions="You are a topic classifier.")
+
+        class Classify(RunHooks[Any]):
+            async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
+                await Runner.run(classifier, "Classify: how do I get to Vienna?")  # same client, own run
+
+        session = MemorySession("vienna", memory=memory, resource_id="ada")
+        asyncio.run(Runner.run(_agent(client), "How do I get to Vienna?", session=session,
+                               run_config=session.run_config(), hooks=Classify()))
+        sent = server.chat_requests()
+    assert [str(b["messages"][0]["content"]) for b in sent] == [
+        "You are a topic classifier.", "You are a terse travel guide."]
+    info = _replays(memory, "vienna")["How do I get to Vienna?"]
+    # The turn's call is the guide's request, not the classifier's that went out first on the same client.
+    assert info is not None and info.exact and [c.request for c in info.calls] == [_sent(sent[1])]
+    assert info.calls[0].usage is not None

@@ -59,6 +59,9 @@ class PendingCall:
     #: while the model is not known (a model name the run's provider has not resolved yet).
     client: Any = None
     by_provider: bool = False  # the model is the one the run's provider resolves (``resolved``)
+    #: The instructions the input filter gave the call (None: none, or not known): a request that sends
+    #: others is another agent's (a run started from a hook while this call was armed).
+    instructions: str | None = None
     transport: dict[str, Any] = field(default_factory=dict)
     endpoint: str | None = None
     messages: list[dict[str, Any]] | None = None
@@ -150,10 +153,22 @@ async def _on_request(request: Any) -> None:
         return
     if not isinstance(body, dict):
         return
+    if pending.instructions is not None and _instructions(body) != pending.instructions:
+        return  # another agent's request on this client (a run a hook started): not this call's
     base = str(request.url).split("?", 1)[0]
     pending.endpoint = safe_url(base[: len(base) - len(suffix)])
     pending.transport = {k: body.pop(k) for k in _TRANSPORT if k in body}
     pending.body = body
+
+
+def _instructions(body: Mapping[str, Any]) -> Any:
+    """The instructions a request body sends: a Responses body's ``instructions``, a chat body's
+    leading system message (the SDK puts them there)."""
+    if "instructions" in body or "input" in body:
+        return body.get("instructions")
+    messages = body.get("messages")
+    first = messages[0] if isinstance(messages, list) and messages else None
+    return first.get("content") if isinstance(first, Mapping) and first.get("role") == "system" else None
 
 
 def watch(model: Any) -> bool:
@@ -171,6 +186,9 @@ def watch(model: Any) -> bool:
 
 def from_span(pending: PendingCall, model: str | None, messages: Any, usage: dict[str, int] | None) -> None:
     """What the call's generation span knew (its end runs in the task that armed the call)."""
+    if pending.instructions is not None and isinstance(messages, list) and \
+            _instructions({"messages": messages}) != pending.instructions:
+        return  # another agent's call (a run a hook started while this call was armed)
     pending.usage = usage if usage and any(usage.values()) else None  # a stream without usage reports zeros
     if pending.body is None and isinstance(messages, list):
         pending.messages = [dict(m) for m in messages if isinstance(m, Mapping)]
@@ -219,9 +237,10 @@ class SdkTurn:
     base: TurnRecord | None = None
     answered: set[str] = field(default_factory=set)  # ...and the tool calls whose outputs it stored
 
-    def arm(self, model: Any = None) -> PendingCall:
-        """A model call is about to be made in this task, to ``model`` (``expect``)."""
-        pending = PendingCall()
+    def arm(self, model: Any = None, instructions: str | None = None) -> PendingCall:
+        """A model call is about to be made in this task, to ``model`` (``expect``), with these
+        instructions."""
+        pending = PendingCall(instructions=instructions or None)
         expect(pending, model)
         self.calls.append(pending)
         ARMED.set(pending)

@@ -177,7 +177,7 @@ class MemorySession:
         """The SDK run going on now on this session's thread (``capture.turn_for``)."""
         return turn_for(self.session_id, self.resource_id, create=create)
 
-    def _arm(self, agent: Any, config_model: Any = None) -> None:
+    def _arm(self, agent: Any, config_model: Any = None, instructions: str | None = None) -> None:
         """A model call of this run is about to be made: what it sends is kept for the turn's record
         (``capture``); the hook that reads it is added to its model's client when it has one. The
         model is the SDK's choice: the run config's (``config_model``), else the agent's; a name is
@@ -187,7 +187,7 @@ class MemorySession:
             watch(model)
         turn = self._turn(create=True)
         if turn is not None:
-            turn.arm(model if isinstance(model, Model) else None)
+            turn.arm(model if isinstance(model, Model) else None, instructions)
 
     @staticmethod
     def _run_session() -> _RunSession | None:
@@ -222,7 +222,7 @@ class MemorySession:
         processors add for this thread and the newest user message (the conversation itself comes
         from the session, so message history is not added twice)."""
         out = await self._memory_input(data)
-        self._arm(data.agent)
+        self._arm(data.agent, instructions=out.instructions)
         return out
 
     async def _memory_input(self, data: CallModelData[Any]) -> ModelInputData:
@@ -459,7 +459,7 @@ class _Arming:
             out: ModelInputData = await result if asyncio.iscoroutine(result) else result
         else:
             out = data.model_data
-        self.session._arm(data.agent, self.model)
+        self.session._arm(data.agent, self.model, out.instructions if isinstance(out, ModelInputData) else None)
         return out
 
 
