@@ -13,7 +13,10 @@ unknown, and Replay says so); with neither, the turn writes no record and stays 
 
 Which call a body belongs to: the session's memory filter runs right before each model call, in the
 task that makes it, and arms a ``PendingCall`` in a context variable (``ARMED``); the hook and the
-generation span's end, in that same task, fill it. The record is written with the turn's messages
+generation span's end, in that same task, fill it, with a request of the client of the call's model
+that sends the instructions the filter gave (tasks started meanwhile, a hook's, a tool's or a
+guardrail's own run, inherit the armed call). A run is its trace and its run context (``RUN``); a run
+resumed after a tool approval continues the turn it answers. The record is written with the turn's messages
 (a staged write of ``Memory.save_messages``), again at each save of the run: the last one, after the
 last model call, holds every call and every reply.
 """
@@ -232,8 +235,8 @@ class SdkTurn:
     user_id: str | None = None  # its last user input message (the record's key)
     input_at: Any = None  # that message's stamp
     calls: list[PendingCall] = field(default_factory=list)
-    #: The record of the thread's last input, when this run stores none of its own (a run resumed after a
-    #: tool approval): the run's calls and replies continue that turn.
+    #: When this run stores no input of its own (one resumed after a tool approval): the record of the
+    #: input it answers (``MemorySession._continues``), whose turn its calls and replies continue.
     base: TurnRecord | None = None
     answered: set[str] = field(default_factory=set)  # ...and the tool calls whose outputs it stored
 
@@ -342,5 +345,5 @@ class TurnWrite(SavedAwareWrite):
             records.rewrite(conn, store, record)
 
 
-__all__ = ["ANY", "ARMED", "FRAMEWORK", "RUN", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "expect", "from_span",
-           "http_of", "resolved", "turn_for", "watch"]
+__all__ = ["ANY", "ARMED", "FRAMEWORK", "RUN", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "expect",
+           "from_span", "http_of", "resolved", "turn_for", "watch"]
