@@ -13,7 +13,10 @@ unknown, and Replay says so); with neither, the turn writes no record and stays 
 
 Which call a body belongs to: the session's memory filter runs right before each model call, in the
 task that makes it, and arms a ``PendingCall`` in a context variable (``ARMED``); the hook and the
-generation span's end, in that same task, fill it. The record is written with the turn's messages
+generation span's end, in that same task, fill it, with a request of the client of the call's model
+that sends the instructions the filter gave (tasks started meanwhile, a hook's, a tool's or a
+guardrail's own run, inherit the armed call). A run is its trace and its run context (``RUN``); a run
+resumed after a tool approval continues the turn it answers. The record is written with the turn's messages
 (a staged write of ``Memory.save_messages``), again at each save of the run: the last one, after the
 last model call, holds every call and every reply.
 """
@@ -54,6 +57,14 @@ class PendingCall:
     its generation span knew (``messages``, ``model``); the usage the span reported."""
 
     body: dict[str, Any] | None = None
+    #: The ``httpx`` client the call's request goes through (``http_of`` its model): only a request of
+    #: that client is this call's (a model that is no OpenAI client: ``None``, no request is). ``ANY``
+    #: while the model is not known (a model name the run's provider has not resolved yet).
+    client: Any = None
+    by_provider: bool = False  # the model is the one the run's provider resolves (``resolved``)
+    #: The instructions the input filter gave the call (None: none, or not known): a request that sends
+    #: others is another agent's (a run started from a hook while this call was armed).
+    instructions: str | None = None
     transport: dict[str, Any] = field(default_factory=dict)
     endpoint: str | None = None
     messages: list[dict[str, Any]] | None = None
@@ -67,10 +78,69 @@ class PendingCall:
 
 #: The model call about to be made in this task (set by the memory filter, filled by the hook and span).
 ARMED: contextvars.ContextVar[PendingCall | None] = contextvars.ContextVar("memory_studio_sdk_call", default=None)
+#: The run going on in this task: the run context (``RunContextWrapper``) the Runner passed the session
+#: (one per ``Runner.run``; set when the Runner first calls the session, before any model call). Two
+#: runs inside one trace of the caller's (``with trace(...)``), one after the other or side by side,
+#: are two runs, not one.
+RUN: contextvars.ContextVar[Any] = contextvars.ContextVar("memory_studio_sdk_run", default=None)
+
+
+#: ``PendingCall.client`` of a call whose model is not known yet.
+ANY: Any = object()
+#: The model the run's provider resolved last in this task (the SDK resolves a streamed call's model
+#: before its input filter runs, a call's that is not streamed after).
+_RESOLVED: contextvars.ContextVar[Any] = contextvars.ContextVar("memory_studio_sdk_model", default=None)
+
+
+def http_of(model: Any) -> Any:
+    """The ``httpx`` client of an SDK model's OpenAI client (``OpenAIChatCompletionsModel``,
+    ``OpenAIResponsesModel``); None for a model that has none (LiteLLM, a wrapped client...)."""
+    client = getattr(model, "_client", None)  # the SDK's models keep their AsyncOpenAI here
+    http = getattr(client, "_client", None)  # ...and AsyncOpenAI its httpx client
+    hooks = getattr(http, "event_hooks", None)
+    if not isinstance(hooks, Mapping) or not isinstance(hooks.get("request"), list):
+        return None
+    return http
+
+
+def expect(pending: PendingCall, model: Any) -> None:
+    """The call about to be made goes to ``model``: an SDK ``Model``, or None when the run's provider
+    resolves it (``resolved``)."""
+    if model is None:
+        pending.by_provider = True
+        model = _RESOLVED.get()
+        if model is None:
+            pending.client = ANY
+            return
+    pending.client = http_of(model)
+
+
+def resolved(model: Any) -> None:
+    """The run's provider gave ``model`` in this task: the call armed here, if its model is the
+    provider's, goes to it."""
+    _RESOLVED.set(model)
+    pending = ARMED.get()
+    if pending is not None and pending.by_provider and pending.body is None:
+        pending.client = http_of(model)
+
+
+class _Hook:
+    """The ``httpx`` request hook of one client: the whole body of a model call this task armed for
+    that client (a request of another client, e.g. a guardrail's or a tool's own run while a call whose
+    model has no hook is armed, is not that call's)."""
+
+    def __init__(self, http: Any) -> None:
+        self.http = http
+
+    async def __call__(self, request: Any) -> None:
+        pending = ARMED.get()
+        if pending is None or (pending.client is not ANY and pending.client is not self.http):
+            return
+        await _on_request(request)
 
 
 async def _on_request(request: Any) -> None:
-    """The ``httpx`` request hook: the whole body of a model call this task armed."""
+    """The whole body of a model call this task armed."""
     pending = ARMED.get()
     if pending is None or pending.body is not None or request.method != "POST":
         return
@@ -86,28 +156,42 @@ async def _on_request(request: Any) -> None:
         return
     if not isinstance(body, dict):
         return
+    if pending.instructions is not None and _instructions(body) != pending.instructions:
+        return  # another agent's request on this client (a run a hook started): not this call's
     base = str(request.url).split("?", 1)[0]
     pending.endpoint = safe_url(base[: len(base) - len(suffix)])
     pending.transport = {k: body.pop(k) for k in _TRANSPORT if k in body}
     pending.body = body
 
 
+def _instructions(body: Mapping[str, Any]) -> Any:
+    """The instructions a request body sends: a Responses body's ``instructions``, a chat body's
+    leading system message (the SDK puts them there)."""
+    if "instructions" in body or "input" in body:
+        return body.get("instructions")
+    messages = body.get("messages")
+    first = messages[0] if isinstance(messages, list) and messages else None
+    return first.get("content") if isinstance(first, Mapping) and first.get("role") == "system" else None
+
+
 def watch(model: Any) -> bool:
     """Add the request hook to the OpenAI client of an SDK model (``OpenAIChatCompletionsModel``,
     ``OpenAIResponsesModel``), once; False when the model has no such client (its calls are then taken
     from their trace). The hook reads a body only for a call a ``MemorySession`` armed."""
-    client = getattr(model, "_client", None)  # the SDK's models keep their AsyncOpenAI here
-    http = getattr(client, "_client", None)  # ...and AsyncOpenAI its httpx client
-    hooks = getattr(http, "event_hooks", None)
-    if not isinstance(hooks, Mapping) or not isinstance(hooks.get("request"), list):
+    http = http_of(model)
+    if http is None:
         return False
-    if _on_request not in hooks["request"]:
-        hooks["request"].append(_on_request)
+    hooks = http.event_hooks
+    if not any(isinstance(h, _Hook) for h in hooks["request"]):
+        hooks["request"].append(_Hook(http))
     return True
 
 
 def from_span(pending: PendingCall, model: str | None, messages: Any, usage: dict[str, int] | None) -> None:
     """What the call's generation span knew (its end runs in the task that armed the call)."""
+    if pending.instructions is not None and isinstance(messages, list) and \
+            _instructions({"messages": messages}) != pending.instructions:
+        return  # another agent's call (a run a hook started while this call was armed)
     pending.usage = usage if usage and any(usage.values()) else None  # a stream without usage reports zeros
     if pending.body is None and isinstance(messages, list):
         pending.messages = [dict(m) for m in messages if isinstance(m, Mapping)]
@@ -142,7 +226,8 @@ class SdkTurn:
     """One SDK run of a session: the messages its saves stored (the user's are its input) and its model
     calls."""
 
-    trace: Any  # the run's SDK trace (a no-op one when tracing is off): which run this is
+    trace: Any  # the run's SDK trace (a no-op one when tracing is off)
+    run: Any = None  # ...and its run context (``RUN``): which run this is
     thread_id: str = ""
     resource_id: str = ""
     input_ids: list[str] = field(default_factory=list)
@@ -150,10 +235,16 @@ class SdkTurn:
     user_id: str | None = None  # its last user input message (the record's key)
     input_at: Any = None  # that message's stamp
     calls: list[PendingCall] = field(default_factory=list)
+    #: When this run stores no input of its own (one resumed after a tool approval): the record of the
+    #: input it answers (``MemorySession._continues``), whose turn its calls and replies continue.
+    base: TurnRecord | None = None
+    answered: set[str] = field(default_factory=set)  # ...and the tool calls whose outputs it stored
 
-    def arm(self) -> PendingCall:
-        """A model call is about to be made in this task."""
-        pending = PendingCall()
+    def arm(self, model: Any = None, instructions: str | None = None) -> PendingCall:
+        """A model call is about to be made in this task, to ``model`` (``expect``), with these
+        instructions."""
+        pending = PendingCall(instructions=instructions or None)
+        expect(pending, model)
         self.calls.append(pending)
         ARMED.set(pending)
         return pending
@@ -172,20 +263,28 @@ class SdkTurn:
     def record(self, memory: "Memory", thread_id: str, resource_id: str,
                calls: Sequence[CallRecord]) -> TurnRecord | None:
         """The turn's record with the calls made so far; None while it has no stored user input."""
-        stored_user = self.user_id
-        if stored_user is None or not calls or self.input_at is None:
+        stored_user, input_at, input_ids, response_ids = self.user_id, self.input_at, self.input_ids, self.response_ids
+        base = self.base if stored_user is None else None
+        if base is not None:  # a resumed run: the turn it continues, its calls first
+            stored_user, input_at, input_ids = base.input_message_id, base.created_at, list(base.input_ids)
+            response_ids = [*base.response_ids, *(i for i in self.response_ids if i not in base.response_ids)]
+            calls = (*base.calls, *calls)
+        if stored_user is None or not calls or input_at is None:
             return None
         first = next((c for c in self.calls if c.body is not None), None)
+        endpoint = first.endpoint if first is not None else None
+        transport = dict(first.transport) if first is not None else None
+        if base is not None and any(not c.partial for c in base.calls):
+            endpoint, transport = base.endpoint, base.transport
         tools = calls[0].tools
         return TurnRecord(
             input_message_id=stored_user, thread_id=thread_id, resource_id=resource_id,
-            response_ids=tuple(self.response_ids), created_at=self.input_at, options=memory.options.to_dict(),
+            response_ids=tuple(response_ids), created_at=input_at, options=memory.options.to_dict(),
             model=calls[0].wire_model, history_ids=(), recall=(), wm_version_id=None, om_generation=None,
             om_cursor=None, tools=tuple(str((t.get("function") or {}).get("name") or t.get("name") or "?")
                                         for t in tools),
-            tokens={}, messages_hash="", input_ids=tuple(self.input_ids),
-            endpoint=first.endpoint if first is not None else None, calls=tuple(calls),
-            transport=dict(first.transport) if first is not None else None, framework=FRAMEWORK)
+            tokens={}, messages_hash="", input_ids=tuple(input_ids), endpoint=endpoint, calls=tuple(calls),
+            transport=transport, framework=FRAMEWORK)
 
 
 _RECENT = 128  # runs remembered (each holds its trace, so a trace's id is not reused while it is here)
@@ -194,18 +293,21 @@ _TURNS_LOCK = threading.Lock()
 
 
 def turn_for(thread_id: str, resource_id: str, *, create: bool) -> SdkTurn | None:
-    """The SDK run going on now on this thread (by its trace; None outside a run). Kept per process,
-    not per session object: the Runner's session and the run config's may be two objects of one thread."""
+    """The SDK run going on now on this thread (by its trace and run context; None outside a run).
+    Kept per process, not per session object: the Runner's session and the run config's may be two
+    objects of one thread."""
     trace = get_current_trace()
     if trace is None:
         return None
+    run = RUN.get()
     with _TURNS_LOCK:
         for turn in reversed(_TURNS):
-            if turn.trace is trace and (turn.thread_id, turn.resource_id) == (thread_id, resource_id):
+            if turn.trace is trace and turn.run is run and (turn.thread_id, turn.resource_id) == (thread_id,
+                                                                                              resource_id):
                 return turn
         if not create:
             return None
-        turn = SdkTurn(trace, thread_id, resource_id)
+        turn = SdkTurn(trace, run, thread_id, resource_id)
         _TURNS.append(turn)
         del _TURNS[:-_RECENT]
         return turn
@@ -243,5 +345,5 @@ class TurnWrite(SavedAwareWrite):
             records.rewrite(conn, store, record)
 
 
-__all__ = ["ARMED", "FRAMEWORK", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "from_span", "turn_for",
-           "watch"]
+__all__ = ["ANY", "ARMED", "FRAMEWORK", "RUN", "PendingCall", "SdkTurn", "TurnWrite", "call_record", "expect",
+           "from_span", "http_of", "resolved", "turn_for", "watch"]

@@ -41,7 +41,7 @@ from agents.models.multi_provider import MultiProvider
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool_context import ToolContext
 
-from core.integrations.openai_agents.capture import SdkTurn, TurnWrite, turn_for, watch
+from core.integrations.openai_agents.capture import FRAMEWORK, RUN, SdkTurn, TurnWrite, resolved, turn_for, watch
 from core.integrations.openai_agents.items import (
     as_item,
     call_arguments,
@@ -54,6 +54,7 @@ from core.integrations.openai_agents.tracing import SENT_INSTRUCTIONS, SESSION_K
 from core.memory import Memory
 from core.messages import Message
 from core.prompt import AssembledPrompt
+from core.replay import store as records
 from core.storage import InvalidArgumentError, NotFoundError
 from core.traces.tracer import NOOP_TRACER, SpanType
 from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
@@ -161,6 +162,8 @@ class MemorySession:
         """Note, for this run, that the Runner was given this session (only the Runner passes ``wrapper``)."""
         if wrapper is None:
             return
+        if RUN.get() is not wrapper:  # a new run in this task (``capture.RUN``)
+            RUN.set(wrapper)
         trace = get_current_trace()
         record = _RUN_SESSION.get()
         if record is None or (record.thread_id, record.resource_id) != (self.session_id, self.resource_id):
@@ -174,15 +177,17 @@ class MemorySession:
         """The SDK run going on now on this session's thread (``capture.turn_for``)."""
         return turn_for(self.session_id, self.resource_id, create=create)
 
-    def _arm(self, agent: Any) -> None:
+    def _arm(self, agent: Any, config_model: Any = None, instructions: str | None = None) -> None:
         """A model call of this run is about to be made: what it sends is kept for the turn's record
-        (``capture``); the hook that reads it is added to the agent's model's client when it has one."""
-        model = getattr(agent, "model", None)
+        (``capture``); the hook that reads it is added to its model's client when it has one. The
+        model is the SDK's choice: the run config's (``config_model``), else the agent's; a name is
+        resolved by the run's provider (``_Watching``)."""
+        model = config_model if config_model is not None else getattr(agent, "model", None)
         if isinstance(model, Model):
             watch(model)
         turn = self._turn(create=True)
         if turn is not None:
-            turn.arm()
+            turn.arm(model if isinstance(model, Model) else None, instructions)
 
     @staticmethod
     def _run_session() -> _RunSession | None:
@@ -203,10 +208,8 @@ class MemorySession:
         settings.setdefault("workflow_name", "openai-agents")
         settings.setdefault("group_id", self.session_id)
         given = settings.get("call_model_input_filter")
-        if given is not None:
-            settings["call_model_input_filter"] = _Arming(self, given)
-        else:
-            settings["call_model_input_filter"] = self.add_memory if self.memory_instructions else _Arming(self, None)
+        inner = given if given is not None else self._memory_input if self.memory_instructions else None
+        settings["call_model_input_filter"] = _Arming(self, inner, settings.get("model"))
         # What each model call sends is read at the wire, on the client of the model the run uses.
         if isinstance(settings.get("model"), Model):
             watch(settings["model"])
@@ -218,6 +221,12 @@ class MemorySession:
         """The SDK's ``call_model_input_filter``: the agent's instructions plus what the memory
         processors add for this thread and the newest user message (the conversation itself comes
         from the session, so message history is not added twice)."""
+        out = await self._memory_input(data)
+        self._arm(data.agent, instructions=out.instructions)
+        return out
+
+    async def _memory_input(self, data: CallModelData[Any]) -> ModelInputData:
+        """``add_memory`` without keeping the call for the turn's record (``_Arming`` keeps it)."""
         model_data = data.model_data
         running = self._run_session()
         if running is not None and (running.thread_id, running.resource_id) != (self.session_id, self.resource_id):
@@ -244,7 +253,6 @@ class MemorySession:
         instructions = "\n\n".join(t for t in (model_data.instructions, *blocks) if t)
         trace = get_current_trace()
         SENT_INSTRUCTIONS.set((trace.trace_id, instructions or None) if trace is not None else None)
-        self._arm(data.agent)
         return ModelInputData(input=model_data.input, instructions=instructions or None)
 
     async def _register(self, agent: Any) -> None:
@@ -332,7 +340,10 @@ class MemorySession:
         return messages_to_items(self._messages())
 
     def _add_items(self, items: Sequence[Mapping[str, Any]], turn: SdkTurn | None = None) -> list[Message]:
-        recent = messages_to_items(self._newest(50))
+        newest = self._newest(50)
+        if turn is not None:
+            self._continues(turn, newest, items)
+        recent = messages_to_items(newest)
         names = call_names(recent) | call_names(items)
         args = call_arguments(recent) | call_arguments(items)
         if self.memory.get_thread(self.session_id) is None:
@@ -348,6 +359,26 @@ class MemorySession:
         # The run's record is written with its messages (once it has made a model call).
         writes = [TurnWrite(turn, self.memory, self.session_id, self.resource_id)] if turn is not None else []
         return self.memory.save_messages(messages, _writes=writes)
+
+    def _continues(self, turn: SdkTurn, newest: Sequence[Message], items: Sequence[Mapping[str, Any]]) -> None:
+        """A run that has made a model call but stores no user input (one resumed after a tool approval,
+        ``Runner.run(agent, state)``) answers an earlier input: the last one before the tool call whose
+        output it stores (an approval may come after newer inputs), else the thread's last. Its calls and
+        replies go to that turn's record, after the calls recorded there (``SdkTurn.base``). Without that
+        record (or with that input further back than ``newest``) its calls are not claimed for any turn."""
+        if turn.user_id is not None or turn.base is not None or any(i.get("role") == "user" for i in items):
+            return
+        turn.answered.update(str(i.get("call_id")) for i in items if i.get("type") == "function_call_output")
+        if not turn.calls:
+            return  # the tool's output is saved before the call that reads it
+        answered = turn.answered
+        end = len(newest)
+        if answered:
+            end = next((k for k, m in enumerate(newest) if answered & set(call_names(messages_to_items([m])))), -1)
+        last = next((m for m in reversed(newest[:end]) if m.role == "user"), None) if end >= 0 else None
+        base = records.read(self.memory.store, last.id) if last is not None else None
+        if base is not None and base.framework == FRAMEWORK and base.thread_id == self.session_id:
+            turn.base = base
 
     def _pop_item(self) -> Any | None:
         messages = self._newest(1)
@@ -417,9 +448,10 @@ class _Arming:
     """A ``call_model_input_filter`` that keeps what each model call sends for the turn's record: the
     caller's own filter (run first), or none when the session adds no memory."""
 
-    def __init__(self, session: MemorySession, inner: Any) -> None:
+    def __init__(self, session: MemorySession, inner: Any, model: Any = None) -> None:
         self.session = session
         self.inner = inner
+        self.model = model  # the run config's model (a ``Model`` or a name), which the SDK uses first
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         if self.inner is not None:
@@ -427,7 +459,7 @@ class _Arming:
             out: ModelInputData = await result if asyncio.iscoroutine(result) else result
         else:
             out = data.model_data
-        self.session._arm(data.agent)
+        self.session._arm(data.agent, self.model, out.instructions if isinstance(out, ModelInputData) else None)
         return out
 
 
@@ -440,6 +472,7 @@ class _Watching(ModelProvider):
     def get_model(self, model_name: str | None) -> Model:
         model = self.inner.get_model(model_name)
         watch(model)
+        resolved(model)
         return model
 
     async def aclose(self) -> None:
