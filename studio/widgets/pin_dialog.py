@@ -57,6 +57,8 @@ class PinDialog(QDialog):
         self.name_edit.setObjectName("pinName")
         self.input_label = elastic(QLabel(target.input_text or "(the turn's input has no text: pinned by number)"),
                                    wrap=True)
+        # (beside its row's title, from the top: the dialog's spare height goes below the form, not into a gap here)
+        self.input_label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         file_row = QHBoxLayout()
         self.path_edit = QLineEdit(path)
         self.path_edit.setObjectName("pinFile")
@@ -71,6 +73,7 @@ class PinDialog(QDialog):
         form.addRow("Name", self.name_edit)
         form.addRow("Checks file", file_row)
         layout.addLayout(form)
+        layout.addStretch(1)
         self.error = elastic(QLabel(""), wrap=True)
         self.error.setStyleSheet("color: #d9534f;")
         self.error.hide()

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import Qt
+
 from core import Agent, Memory, MemoryOptions, open_store
 from core.checks import Check, load_checks, save_checks
 from core.embedding import HashingEmbedder
@@ -306,3 +308,20 @@ def test_a_superseded_run_does_not_paint_its_progress_over_the_newer_runs_status
     qtbot.wait(0)
     assert pane.status.text() == "Ran 1 check(s) from second.json."
     assert pane.run_data is run_data
+
+
+def test_the_pin_dialog_shows_the_turn_input_beside_its_title_without_a_gap(qtbot: Any) -> None:
+    """The turn's input sat in the middle of a tall empty field ("Turn (its input)" with a gap of some
+    hundred pixels above its text): the wrapped label took the dialog's spare height and centred its text
+    (found 2026-12-05 walking the Studio). Its text now starts beside the row's title; the spare height
+    goes below the form."""
+    target = PinTarget("food", "ada", "Any dessert ideas? I'd like something with fruit, nothing too heavy after "
+                       "a long dinner.", 3, "Messages recalled…", "semantic-recall", ("m1", "m2"))
+    dialog = PinDialog(target, "/tmp/checks.json")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    label = dialog.input_label
+    qtbot.waitUntil(lambda: label.width() > 100)
+    lines = label.heightForWidth(label.width())
+    assert label.height() <= lines + 4  # no empty band around the text
+    assert label.alignment() & Qt.AlignmentFlag.AlignTop
