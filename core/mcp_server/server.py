@@ -73,13 +73,20 @@ class MemoryMCPServer(MCPServer):
                          instructions=INSTRUCTIONS + (f" Every call is about resource {bound!r}." if bound else
                                                       " Name the resource in every call."))
         self.memory_tools = tools
+        # Served over HTTP (``http_app``): every request then has its caller from the guard, and one without
+        # (an SDK that stopped handing tools the HTTP request) is refused rather than trusted as stdio's.
+        self.over_http = False
         _register(self, tools)
 
     async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
         # The SDK's handler calls list_resources() without the request; a tokens file's caller lists only its own.
         from mcp_types import ListResourcesResult
 
-        return ListResourcesResult(resources=await self.list_resources(_request_caller(ctx)))
+        try:
+            caller = _request_caller(self, ctx)
+        except PermissionError as exc:
+            raise ResourceError(str(exc)) from exc
+        return ListResourcesResult(resources=await self.list_resources(caller))
 
     async def list_resources(self, caller: Caller | None = None) -> list[MCPResource]:
         rows = await _call(lambda: self.memory_tools.transcripts(caller or ANYONE), ResourceError)
@@ -89,14 +96,23 @@ class MemoryMCPServer(MCPServer):
                 for r in rows]
 
 
-def _request_caller(request_context: Any) -> Caller:
-    """The caller of an MCP request: from the HTTP request the guard let in, or ``ANYONE`` over stdio."""
+def _request_caller(server: Any, request_context: Any) -> Caller:
+    """The caller of an MCP request: from the HTTP request the guard let in, or ``ANYONE`` over stdio. A
+    server served over HTTP refuses a request that comes without its HTTP request (fails closed)."""
     request = getattr(request_context, "request", None)
+    if request is None and getattr(server, "over_http", False):
+        raise PermissionError("This MCP request reached the server without its HTTP request, so who sent it is "
+                              "unknown; it is refused. (The installed MCP SDK may have changed how it hands "
+                              "requests to tools: report it.)")
     return caller_of(getattr(request, "scope", None) if request is not None else None)
 
 
-def _caller(ctx: Context) -> Caller:
-    return _request_caller(ctx.request_context)
+def _caller(server: Any, ctx: Context, failure: type[Exception] = ToolError) -> Caller:
+    """``_request_caller``, its refusal as the SDK's ``failure`` (a tool's or a resource's error: shown whole)."""
+    try:
+        return _request_caller(server, ctx.request_context)
+    except PermissionError as exc:
+        raise failure(str(exc)) from exc
 
 
 def _register(server: MCPServer, tools: MemoryTools) -> None:
@@ -106,25 +122,25 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
                              "message, best first, with fused, vector and keyword scores. Optionally only one thread.")
     async def search_memory(ctx: Context, query: str, top_k: int = 5, thread: str | None = None,
                             resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(ctx)
+        caller = _caller(server, ctx)
         return await run(lambda: tools.search_memory(query, top_k, thread, resource, caller=caller))
 
     @server.tool(description="List this user's threads (conversations), newest activity first, with message counts.")
     async def list_threads(ctx: Context, resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(ctx)
+        caller = _caller(server, ctx)
         return await run(lambda: tools.list_threads(resource, caller=caller))
 
     @server.tool(description=f"Read a thread: its newest messages (default {DEFAULT_READ}), oldest first.")
     async def read_thread(ctx: Context, thread: str, last: int = DEFAULT_READ,
                           resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(ctx)
+        caller = _caller(server, ctx)
         return await run(lambda: tools.read_thread(thread, last, resource, caller=caller))
 
     @server.tool(description="The working memory kept about this user (Markdown following a template, or JSON "
                              "following a schema), with the template or schema it follows.")
     async def get_working_memory(ctx: Context, thread: str | None = None,
                                  resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(ctx)
+        caller = _caller(server, ctx)
         return await run(lambda: tools.get_working_memory(thread, resource, caller=caller))
 
     @server.tool(description="Change the working memory: Markdown memory is replaced by the whole text you send "
@@ -132,14 +148,14 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
                              "(null deletes a field). Refused when it breaks the template or schema rules.")
     async def update_working_memory(ctx: Context, working_memory: str | dict[str, Any], thread: str | None = None,
                                     resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(ctx)
+        caller = _caller(server, ctx)
         return await run(lambda: tools.update_working_memory(working_memory, thread, resource, caller=caller))
 
     @server.tool(description="Store a message in a thread of this user (created if new), so it is remembered "
                              "and found by search_memory later.")
     async def remember(ctx: Context, text: str, thread: str, role: str = "user", title: str | None = None,
                        resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(ctx)
+        caller = _caller(server, ctx)
         return await run(lambda: tools.remember(text, thread, role, title, resource, caller=caller))
 
     # A thread id is a name, not a path: ".." or a leading "/" are ordinary characters of it (the SDK
@@ -148,7 +164,7 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
                      description="A thread's transcript (Markdown)",
                      security=ResourceSecurity(exempt_params=frozenset({"thread_id"})))
     async def thread_transcript(thread_id: str, ctx: Context) -> str:
-        caller = _caller(ctx)
+        caller = _caller(server, ctx, ResourceError)
         return await _call(lambda: tools.transcript(thread_id, caller=caller), ResourceError)
 
 
@@ -301,6 +317,8 @@ def http_app(server: MCPServer, policy: Any) -> Any:
 
     # The body limit is the guard's too (--max-body-mb, a JSON 413 naming the flag): the SDK's own,
     # 4 MB by default, would otherwise refuse bodies the flag allows, in plain text.
+    if isinstance(server, MemoryMCPServer):
+        server.over_http = True
     app = server.streamable_http_app(
         streamable_http_path="/mcp", host=policy.host or "127.0.0.1", max_request_body_size=policy.max_body_bytes,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))

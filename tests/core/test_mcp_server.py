@@ -774,3 +774,38 @@ def memory_of_bob_unchanged(store: Any) -> bool:
     memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
     return memory.get_working_memory(resource_id="bob") == "# User\n- Name: Bob\n- Allergies: peanuts\n" and \
         memory.get_thread("ada-note") is None
+
+
+def test_a_server_served_over_http_refuses_a_request_that_comes_without_its_http_request(tmp_path: Path) -> None:
+    """Over HTTP, a tool learns who called from the HTTP request the MCP SDK hands it; one without (as
+    every in-process request is, and as an SDK that stopped handing it over would make every HTTP request)
+    was treated as stdio's, which may use the whole binding. A server served over HTTP now refuses it
+    (fails closed); the same server over stdio or in process answers."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.gateway.guard import GuardPolicy
+    from core.mcp_server.server import build_server, http_app
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    with open_store(tmp_path / "memory.db") as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True}), embedder=HashingEmbedder())
+        tools = MemoryTools(memory, Binding(None, any_resource=True))
+        tools.remember("Bob's PIN is zebra", "bob-thread", resource="bob")
+
+        async def call(server: Any) -> tuple[bool, str]:
+            async with Client(server) as client:  # in process: no HTTP request reaches the tools
+                result = await client.call_tool("read_thread", {"thread": "bob-thread", "resource": "bob"})
+                return result.is_error, json.dumps(result.model_dump(mode="json"))
+
+        async def listed(server: Any) -> str:
+            async with Client(server) as client:
+                return repr(await client.list_resources())
+
+        error, text = anyio.run(call, build_server(tools))  # in process, as over stdio: the binding's
+        assert not error and "zebra" in text and "bob-thread" in anyio.run(listed, build_server(tools))
+        served = build_server(tools)
+        http_app(served, GuardPolicy(host="127.0.0.1", port=0, token="t"))
+        with pytest.raises(Exception) as refused:
+            anyio.run(listed, served)
+        assert "bob-thread" not in str(refused.value)
+        error, text = anyio.run(call, served)
+        assert error and "without its HTTP request" in text and "zebra" not in text
