@@ -140,6 +140,10 @@ async def put_working_memory(request: Request) -> Response:
         raise bad_request(f"The working memory holds {problem}; decode the text properly (or replace the character) "
                           "before sending it. Nothing was written.", param="workingMemory")
 
+    # The version's author: the tokens file entry that wrote it (its name, never the token), as traces show.
+    caller = caller_of(request.scope)
+    author = "gateway" if caller.name is None else f"gateway: {caller.name}"
+
     def write() -> dict[str, Any]:
         opts = _wm_options(memory)
         thread = memory.get_thread(thread_id)
@@ -149,7 +153,7 @@ async def put_working_memory(request: Request) -> Response:
                                "thread: start the thread with a chat turn (metadata.thread_id) first, then write "
                                "its working memory. Nothing was written.", type="not_found_error", code="not_found")
         memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,
-                                     working_memory=body["workingMemory"], author="gateway")
+                                     working_memory=body["workingMemory"], author=author)
         value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
         return {"workingMemory": value.data, "format": value.format, "scope": value.scope,
                 "threadExists": thread is not None, "resourceId": resource_id}

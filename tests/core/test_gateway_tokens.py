@@ -209,6 +209,9 @@ def test_the_memory_api_keeps_each_token_to_its_resources(server, users, memory)
     assert status == 200 and data["resourceId"] == "alice"
     status, data = call(server, users.alice, "GET", wm.format("alice-thread"))
     assert data["workingMemory"] == "# Alice\n"
+    # The version says which token wrote it (its name, never the token).
+    authors = [v.author for v in memory.working_memory_service.versions("resource", "alice")]
+    assert authors[-1] == "gateway: alice-app" and users.alice not in repr(authors)
     # Bob's memory is as he left it; the desk token, with two resources, must say which.
     assert memory.get_working_memory(resource_id="bob") == f"# Bob\n{BOB_SECRET}\n"
     status, data = call(server, users.bob, "GET", wm.format("bob-thread"))
