@@ -205,7 +205,10 @@ class MemoryTools:
                               resource: str | None = None, *,
                  caller: Caller = ANYONE) -> dict[str, Any]:
         """Replace working memory (Markdown: the template's rules; schema: validated, merged as the
-        agent's tool merges). The update is versioned like any other, authored ``mcp``."""
+        agent's tool merges). The update is versioned like any other, authored ``mcp`` (``mcp: <name>`` for a
+        tokens file's token: its name, never the token)."""
+        author = "mcp" if caller.name is None else f"mcp: {caller.name}"
+
         def run(owner: str) -> dict[str, Any]:
             opts = self._wm_options()
             if thread is not None:
@@ -219,12 +222,12 @@ class MemoryTools:
                 check_text(next(t for t in _texts(working_memory) if utf8_problem(t)), "The working memory")
             if opts.schema is not None:
                 data = self.memory.merge_working_memory(thread_id=thread, resource_id=owner, patch=working_memory,
-                                                        author="mcp")
+                                                        author=author)
             else:
                 if not isinstance(working_memory, str):
                     raise WorkingMemoryError("This memory keeps working memory as Markdown: send the whole text.")
                 data = self.memory.update_working_memory(thread_id=thread, resource_id=owner,
-                                                         working_memory=working_memory, author="mcp")
+                                                         working_memory=working_memory, author=author)
             return {"resource": owner, "thread": thread, "scope": opts.scope, "workingMemory": data}
 
         return self._traced("update_working_memory", "update-working-memory",

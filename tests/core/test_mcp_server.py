@@ -698,6 +698,8 @@ def test_http_tokens_of_a_tokens_file_reach_only_their_own_resources(db: Path, t
         assert memory.get_working_memory(resource_id="bob") == "# User\n- Name: Bob\n- Allergies: peanuts\n"
         assert [m.text for m in memory.recall(thread_id="bob-secret", resource_id="bob", per_page=False)][-1] == \
             "I will keep your peanut allergy in mind, Bob."
+        # Ada's version of her working memory names her token (its name, never the token).
+        assert [v.author for v in memory.working_memory_service.versions("resource", "ada")][-1] == "mcp: ada-app"
         traces = DuckDBObservabilityStore(store.location.observability_path, read_only=True)
         runs = traces.list_traces(limit=100, filters=TraceFilters(resource_id="ada"))
         callers = {span.attributes.get("caller") for run in runs for span in traces.get_trace(run.trace_id)
