@@ -72,9 +72,12 @@ def _recall_embedder() -> tuple[Any, str]:
         chosen = configured_model()  # $MEMORY_STUDIO_EMBEDDER, else use: the label names the model that indexed
         label = next((alias for alias, name in ALIASES.items() if name == chosen.name), chosen.name)
         return default_embedder(chosen.name), label
-    except Exception:  # noqa: BLE001 - the demo still runs; it says which embedder it used
+    except Exception as exc:  # noqa: BLE001 - the demo still runs; it says which embedder it used, and why
         from core.embedding import HashingEmbedder
+        from core.embedding.base import EmbedderError, ModelNotInstalledError
 
+        if isinstance(exc, EmbedderError) and not isinstance(exc, ModelNotInstalledError):
+            return HashingEmbedder(dim=256), f"hashing ({exc})"  # e.g. a misspelt $MEMORY_STUDIO_EMBEDDER
         return HashingEmbedder(dim=256), ("hashing (model not installed: run `memory-studio models install`, "
                                           "then `memory-studio reindex --model use`)")
 

@@ -107,7 +107,7 @@ def _seed(state: dict[str, Any]) -> str:
     report = seed_demo(state["store"])
     if not report.threads or not report.turns:
         raise SelfCheckError("the demo created no threads")
-    if not report.recall.startswith("use-"):
+    if report.recall.startswith("hashing"):  # a local model is "use-…" or, with $MEMORY_STUDIO_EMBEDDER=e5, "multilingual-e5-…"
         raise SelfCheckError(f"the demo could not use the local embedding model: semantic recall was {report.recall}")
     state["thread"] = report.threads[0]
     return report.summary()
@@ -141,7 +141,8 @@ def _embed() -> str:
     norm = float(np.linalg.norm(vectors[0]))
     if vectors.shape[0] != 1 or abs(norm - 1.0) > 1e-3:
         raise SelfCheckError(f"unexpected embedding: shape {vectors.shape}, norm {norm:.4f}")
-    return f"{embedder.model_id}: {vectors.shape[1]}-d unit vector; model file {model_path()}"
+    path = getattr(getattr(embedder, "inner", embedder), "path", None) or model_path()  # the configured model's file
+    return f"{embedder.model_id}: {vectors.shape[1]}-d unit vector; model file {path}"
 
 
 def _trace(state: dict[str, Any]) -> str:

@@ -161,3 +161,13 @@ def test_the_demo_names_the_model_that_indexed_it(tmp_path, monkeypatch, capsys)
     assert "semantic recall: multilingual-e5-small" in capsys.readouterr().out
     with core.open_store(db) as store:
         assert stored_model(store) == E5_MODEL_ID
+
+
+def test_the_demo_names_a_misspelt_embedder_instead_of_a_missing_model(tmp_path, monkeypatch, capsys) -> None:
+    """With $MEMORY_STUDIO_EMBEDDER=e5x the demo fell back to hashing saying the model was not installed
+    and to run `memory-studio models install` (the self-check's failure said the same), which fixes nothing."""
+    monkeypatch.setenv("MEMORY_STUDIO_EMBEDDER", "e5x")
+    assert cli_main(["demo", "--db", str(tmp_path / "demo.db")]) == 0
+    out = capsys.readouterr().out
+    assert "$MEMORY_STUDIO_EMBEDDER='e5x'" in out and "choose one of use, e5" in out
+    assert "models install" not in out

@@ -145,6 +145,39 @@ def test_the_urls_own_options_choose_the_schema_and_the_engines_settings_still_a
     assert where == {"memory"}
 
 
+def test_a_schema_the_search_path_names_first_is_created_not_passed_over_for_public(pg_url: str) -> None:
+    # The README's `?options=-c search_path=memory,public`, given before anyone ran CREATE SCHEMA memory: the
+    # server skips a schema that does not exist, so every memory table went to `public`, beside the
+    # application's, without a word (found 2026-12-05 following the README's Postgres section).
+    import psycopg
+
+    from core import Memory, Message
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    sep = "&" if "?" in pg_url else "?"
+    url = f"{pg_url}{sep}options=-c%20search_path%3Dmemory,public"
+    with open_store(url, read_only=True) as store:  # a reader (the Studio, `migrate --list`) sees an empty memory
+        assert store.db.is_empty and "0001_mastra_memory_tables" in store.pending_migrations()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'memory'").fetchone() is None  # reading made nothing
+    with open_store(url) as store:
+        Memory(store).save_messages([Message.user("hello", thread_id="t", resource_id="ada")])
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        where = {r[0] for r in conn.execute("SELECT schemaname FROM pg_tables WHERE tablename LIKE 'mastra%'")}
+        public = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert where == {"memory"} and public == {"orders"}
+
+
+def test_first_schema_reads_a_search_path_as_the_server_does() -> None:
+    from core.storage.pg.database import first_schema
+
+    assert first_schema("memory, public") == "memory"
+    assert first_schema("Memory,public") == "memory"  # unquoted names fold to lower case
+    assert first_schema('"My, Memory" , public') == "My, Memory"
+    assert first_schema('"$user", public') is None and first_schema("") is None
+
+
 def test_mcp_refuses_a_database_of_another_program_with_what_it_is(pg_url: str) -> None:
     # It said the recall tables were missing and to migrate, "leaving Mastra's data as it is", of a database
     # holding no memory and no Mastra data.

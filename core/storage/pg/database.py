@@ -89,13 +89,19 @@ class PgDatabase(Database):
         self.engine.dialect.bind_typing = BindTyping.NONE
         sa.event.listen(self.engine, "before_cursor_execute", _translate, retval=True)
         try:
+            # Before the engine's first connection: SQLAlchemy reads the default schema once, on it.
+            with self._connect() as raw:
+                new_schema = _ensure_first_schema(raw, location.display, read_only=read_only)
             with self.engine.connect() as conn:
-                self.is_empty = not catalog.has_user_tables(conn)
+                self.is_empty = new_schema or not catalog.has_user_tables(conn)
                 self.owned = self.is_empty or catalog.has_table(conn, migrations.MIGRATIONS_TABLE)
                 self.is_mastra = catalog.has_table(conn, "mastra_threads")
         except (sa.exc.DBAPIError, psycopg.Error) as exc:
             self.engine.dispose()
             raise DatabaseOpenError(explain_connect_error(location.display, exc)) from exc
+        except DatabaseOpenError:
+            self.engine.dispose()
+            raise
         if self.owned and not self.read_only and self.pending_migrations():
             self.migrate()
 
@@ -232,6 +238,65 @@ class PgDatabase(Database):
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def first_schema(search_path: str) -> str | None:
+    """The schema a ``search_path`` names first, as the server reads it (unquoted names in lower case,
+    ``"..."`` kept as written); None when it names none or starts with ``"$user"`` (the default, which
+    the server skips when no schema has the role's name)."""
+    name, quoted, i = "", False, 0
+    text = search_path.strip()
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == '"' and text[i + 1:i + 2] == '"':
+                name, i = name + '"', i + 2
+                continue
+            if ch == '"':
+                quoted = False
+            else:
+                name += ch
+        elif ch == '"':
+            quoted = True
+        elif ch == ",":
+            break
+        elif not ch.isspace():  # blanks outside quotes separate, never belong to a name
+            name += ch.lower()
+        i += 1
+    if not name or name == "$user":
+        return None
+    return name
+
+
+def _ensure_first_schema(conn: psycopg.Connection[Any], display: str, *, read_only: bool) -> bool:
+    """The memory's tables go to the first schema of the session's ``search_path`` (a URL's
+    ``options=-c search_path=memory,public``, ``$PGOPTIONS`` or the role's setting). When that schema
+    does not exist the server silently uses the next one (``public``, beside the application's tables),
+    so a writer creates it here; a role that may not is refused, naming it. Returns True when it was
+    missing (created now, or left to a writer when open read-only): the memory's schema is empty, though
+    the application's tables further on the path are visible."""
+    row = conn.execute("SHOW search_path").fetchone()
+    schema = first_schema(str(row[0] if row else ""))
+    if schema is None or schema.startswith("pg_"):
+        return False
+    if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None:
+        return False
+    if read_only:
+        return True
+    quoted = '"' + schema.replace('"', '""') + '"'
+    try:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+        conn.commit()
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
+        conn.rollback()  # another process created it at the same moment (and migrates it, as this one may)
+    except psycopg.errors.InsufficientPrivilege:
+        conn.rollback()
+        raise DatabaseOpenError(
+            f"{display}: its search_path names the schema {schema!r} first, which does not exist, and this "
+            f"role may not create it, so the memory's tables would go to the next schema instead. Ask the "
+            f"database's owner to run CREATE SCHEMA {quoted} AUTHORIZATION <this role>; (or correct the "
+            f"schema's name in the URL's options or the role's search_path).") from None
+    return True
 
 
 def given_settings(url: str) -> tuple[str, dict[str, Any]]:
