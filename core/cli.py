@@ -93,7 +93,7 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="install or check the local embedding model")
     p.add_argument("action", choices=("install", "status"))
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--force", action="store_true", help="install: reinstall even if a verified model file is present")
 
     p = sub.add_parser("traces", help="manage the trace store")
     db_arg(p)

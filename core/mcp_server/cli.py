@@ -99,10 +99,11 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         memory = _memory(store, args.agent, err)
         tools = MemoryTools(memory, Binding(args.resource, args.any_resource))
         server = build_server(tools, log_level=args.log_level)
-        who = f"resource {args.resource!r}" if args.resource else "any resource (token required)"
+        who = f"resource {args.resource!r}" if args.resource else "any resource"
         try:
             if not args.http:
-                err.write(f"memory-studio mcp: {store.location.display}, {who}, on stdio\n")
+                err.write(f"memory-studio mcp: {store.location.display}, {who}"
+                          f"{' (token required)' if args.any_resource else ''}, on stdio\n")
                 err.flush()
                 from core.gateway.server import exit_on_sigterm
 
