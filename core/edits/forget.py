@@ -193,9 +193,12 @@ def _delegated_resources(raw: Any) -> set[tuple[str, str | None]]:
         if not isinstance(inv, dict) or not str(inv.get("toolName") or "").startswith("agent-"):
             continue
         result = inv.get("result")
-        if isinstance(result, dict) and isinstance(result.get("resource"), str):
-            child = result.get("thread")
-            out.add((result["resource"], child if isinstance(child, str) else None))
+        if not isinstance(result, dict):
+            continue
+        for resource_key, thread_key in (("resource", "thread"), ("subAgentResourceId", "subAgentThreadId")):
+            if isinstance(result.get(resource_key), str):  # ours, then Mastra's (a delegation Mastra ran)
+                child = result.get(thread_key)
+                out.add((result[resource_key], child if isinstance(child, str) else None))
     return out
 
 

@@ -211,10 +211,13 @@ def test_delegation_resources_are_one_per_resource_and_agent():
     assert nested == "delegation:delegation%3Aalice%3Ahelper:checker"
 
 
-def _legacy_delegation(memory: Memory, parent: str, thread: str, child_thread: str, text: str) -> None:
+def _legacy_delegation(memory: Memory, parent: str, thread: str, child_thread: str, text: str, *,
+                       mastra: bool = False) -> None:
     """A delegation stored as before the ``delegation:`` namespace (and as Mastra names it): the sub-agent ran on
-    ``<parent>-helper``, and the supervisor's tool result names that resource and the sub-agent's thread."""
-    result = {"agent": "helper", "thread": child_thread, "resource": f"{parent}-helper", "text": text}
+    ``<parent>-helper``, and the supervisor's tool result names that resource and the sub-agent's thread (in
+    Mastra's keys when ``mastra``)."""
+    result = ({"text": text, "subAgentThreadId": child_thread, "subAgentResourceId": f"{parent}-helper"} if mastra
+              else {"agent": "helper", "thread": child_thread, "resource": f"{parent}-helper", "text": text})
     memory.save_messages([
         Message.create("user", [text_part(f"delegate: {text}")], thread_id=thread, resource_id=parent),
         Message.create("assistant", [tool_invocation_part("c1", "agent-helper", {"prompt": text}, result)],
@@ -233,8 +236,8 @@ def test_forgetting_a_resource_never_takes_a_user_whose_id_reads_like_its_old_de
     memory.save_messages([Message.create("user", [text_part(HELPER_SECRET)], thread_id="helper-own",
                                          resource_id="alice-helper")])
     memory.update_working_memory(resource_id="alice-helper", working_memory=HELPER_WM)
-    # Bob delegated the same way, and nobody's id reads like bob-helper: his old delegation resource is his.
-    _legacy_delegation(memory, "bob", "bob-main", "helper-old2", "bob's errand")
+    # Bob's agent ran in Mastra, and nobody's id reads like bob-helper: his delegation resource is his.
+    _legacy_delegation(memory, "bob", "bob-main", "helper-old2", "bob's errand", mastra=True)
     memory.update_working_memory(resource_id="bob-helper", working_memory="# Notes\n- bob's errand\n")
 
     report = memory.forget_resource("alice")
