@@ -33,6 +33,7 @@ from core.model_call import ModelCall, request_body_for, stream_reply, transport
 from core.options import options_merge
 from core.prompt import AssembledPrompt
 from core.replay.record import request_hash
+from core.scopes import delegation_resource
 from core.storage.errors import StorageError
 from core.storage.memory_store import InvalidArgumentError
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan, tracing_disabled
@@ -455,12 +456,14 @@ class Agent:
 
     def _delegate(self, sub: "Agent", call: ToolCall, mem: Memory | None, resource_id: str | None,
                   ml: MessageList, tracer: SpanTracer) -> Any:
-        """A delegation: a fresh thread, resource ``{parent}-{agent}``, the supervisor's memory
-        unless the sub-agent has its own; only the delegation prompt and the reply are saved."""
+        """A delegation: a fresh thread, resource ``delegation:<parent>:<agent>`` (``delegation_resource``: a
+        namespace no client may name, unlike Mastra's ``<parent>-<agent>``, which a user's own id can equal),
+        the supervisor's memory unless the sub-agent has its own; only the delegation prompt and the reply
+        are saved."""
         prompt_text = str(call.arguments.get("prompt") or call.arguments.get("task") or "")
         if not prompt_text:
             return {"error": "Delegation needs a 'prompt' argument."}
-        child_resource = f"{resource_id}-{sub.name}" if resource_id else sub.name
+        child_resource = delegation_resource(resource_id, sub.name)
         child_thread = f"{sub.name}-{new_id()}"
         # The memory is passed, never assigned to the sub-agent: it may serve other supervisors
         # (with other memories) at the same time.

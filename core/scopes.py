@@ -2,6 +2,12 @@
 
 A thread belongs to one resource for life. Scopes (``resource:<id>``, ``thread:<id>``, and others
 such as ``org:acme``) may name the resource and thread too; they must agree with what else was given.
+
+A sub-agent a turn delegates to runs on a resource of its own, ``delegation:<resource>:<agent>``
+(``delegation_resource``), a namespace no client-named id may take (``check_client_resource``): the
+gateway and the MCP server refuse a resource id starting ``delegation:``, so a user whose id happens to
+read like another's delegation (Mastra's ``<resource>-<agent>``: user ``alice-helper`` and Alice's
+sub-agent ``helper``) never shares its memory.
 """
 
 from __future__ import annotations
@@ -42,6 +48,42 @@ class ThreadOwnershipError(MemoryStudioError, PermissionError):
 
 class ScopeConflictError(MemoryStudioError, ValueError):
     """The scopes of a call disagree with each other or with the ids given beside them."""
+
+
+#: Resources of delegations (sub-agents' runs) live under this prefix, which clients may not use.
+DELEGATION_PREFIX = "delegation:"
+
+
+class ReservedResourceError(MemoryStudioError, PermissionError):
+    """A caller from outside named a resource in the delegation namespace (``delegation:``)."""
+
+
+def delegation_resource(resource_id: str | None, agent_name: str) -> str:
+    """The resource a delegation from ``resource_id``'s turn to sub-agent ``agent_name`` runs on:
+    ``delegation:<resource>:<agent>``, with ``%`` and ``:`` percent-encoded in both parts, so the id splits
+    back into exactly one (resource, agent) pair (a nested delegation's resource is encoded whole) and no
+    two pairs share a resource. A turn without a resource delegates to ``delegation::<agent>``."""
+    return f"{DELEGATION_PREFIX}{_escape(resource_id or '')}:{_escape(agent_name)}"
+
+
+def is_delegation_resource(resource_id: str) -> bool:
+    return resource_id.startswith(DELEGATION_PREFIX)
+
+
+def check_client_resource(resource_id: str) -> str:
+    """``resource_id`` when a caller from outside (a gateway request, an MCP call) may name it: never one in
+    the delegation namespace, which only the engine's delegations write (``ReservedResourceError``)."""
+    if is_delegation_resource(resource_id):
+        raise ReservedResourceError(
+            f"Resource ids starting with {DELEGATION_PREFIX!r} belong to the agents' delegations (a sub-agent's "
+            f"memory of a resource's turns), so no client may name one: {_quoted(resource_id)} was refused and "
+            "nothing was read or written. Use the user's own resource id; a delegation's reply is in the "
+            "supervisor's thread, and its own memory can be inspected in the Studio.")
+    return resource_id
+
+
+def _escape(part: str) -> str:
+    return part.replace("%", "%25").replace(":", "%3A")
 
 
 def check_thread_owner(thread_id: str, owner: str | None, resource_id: str | None) -> None:

@@ -2,7 +2,8 @@
 
 ``forget_resource(store, resource_id)`` first works out *what* belongs to the resource (``Targets``):
 the resource itself and its agent-scoped resources (a sub-agent a turn delegated to runs on resource
-``<resource>-<agent>``; the delegation's tool result names it), their threads, every message id those
+``delegation:<resource>:<agent>``, before that namespace ``<resource>-<agent>``; the delegation's tool
+result names it, and ``_targets`` says when one is taken), their threads, every message id those
 threads hold or once held (message versions keep deleted ones), observation records and their lookup
 keys, keyword-index rows, and the traces that name a thread or resource. Then it deletes, place by
 place, in one write transaction of the database, and afterwards in the trace store beside it (the
@@ -34,6 +35,7 @@ import sqlalchemy as sa
 
 from core.edits.schema import MESSAGE_VERSIONS, OBSERVATION_VERSIONS
 from core.ids import check_id
+from core.scopes import delegation_resource, is_delegation_resource
 from core.storage import catalog, dialect, locks
 from core.storage.capabilities import capabilities_of
 from core.storage.memory_store import InvalidArgumentError
@@ -105,6 +107,7 @@ class Targets:
     om_keys: list[str] = field(default_factory=list)
     fts_rows: list[int] = field(default_factory=list)
     traces: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def of(self, kind: str) -> Sequence[Any]:
         return list(getattr(self, kind))
@@ -154,52 +157,96 @@ def _ids(conn: sa.Connection, sql: str, values: Sequence[Any]) -> list[Any]:
     return list(dict.fromkeys(out))
 
 
-def _delegations(conn: sa.Connection, threads: Sequence[str]) -> set[str]:
-    """Resources that sub-agents ran on when these threads' turns delegated to them."""
-    found: set[str] = set()
+def _pairs(conn: sa.Connection, sql: str, values: Sequence[Any]) -> list[tuple[Any, Any]]:
+    out: list[tuple[Any, Any]] = []
+    for start in range(0, len(values), _CHUNK):
+        chunk = list(values[start:start + _CHUNK])
+        marks = ",".join("?" * len(chunk))
+        out.extend((r[0], r[1]) for r in conn.exec_driver_sql(sql.replace("{in}", f"({marks})"), tuple(chunk)))
+    return out
+
+
+def _delegations(conn: sa.Connection, threads: Sequence[str]) -> list[tuple[str, str, str | None]]:
+    """The delegations these threads' turns made: (the thread, the resource the sub-agent ran on, its thread)."""
+    found: list[tuple[str, str, str | None]] = []
     content = dialect.stored_text_sql(conn, '"content"')
     for start in range(0, len(threads), _CHUNK):
         chunk = list(threads[start:start + _CHUNK])
         rows = conn.exec_driver_sql(
-            f"SELECT {content} FROM mastra_messages WHERE thread_id IN ({','.join('?' * len(chunk))}) "
+            f"SELECT thread_id, {content} FROM mastra_messages WHERE thread_id IN ({','.join('?' * len(chunk))}) "
             "AND content LIKE '%agent-%'", tuple(chunk))
-        for (raw,) in rows:
-            found |= _delegated_resources(raw)
+        for thread, raw in rows:
+            found += [(thread, resource, child) for resource, child in _delegated_resources(raw)]
     return found
 
 
-def _delegated_resources(raw: Any) -> set[str]:
+def _delegated_resources(raw: Any) -> set[tuple[str, str | None]]:
     if isinstance(raw, (bytes, bytearray)):
         raw = raw.decode("utf-8", errors="replace")
     try:
         content = json.loads(raw)
     except (TypeError, ValueError):
         return set()
-    out: set[str] = set()
+    out: set[tuple[str, str | None]] = set()
     for part in (content.get("parts") or []) if isinstance(content, dict) else []:
         inv = part.get("toolInvocation") if isinstance(part, dict) else None
         if not isinstance(inv, dict) or not str(inv.get("toolName") or "").startswith("agent-"):
             continue
         result = inv.get("result")
-        if isinstance(result, dict) and isinstance(result.get("resource"), str):
-            out.add(result["resource"])
+        if not isinstance(result, dict):
+            continue
+        for resource_key, thread_key in (("resource", "thread"), ("subAgentResourceId", "subAgentThreadId")):
+            if isinstance(result.get(resource_key), str):  # ours, then Mastra's (a delegation Mastra ran)
+                child = result.get(thread_key)
+                out.add((result[resource_key], child if isinstance(child, str) else None))
     return out
 
 
 def _targets(conn: sa.Connection, resource_id: str) -> Targets:
+    """What belongs to ``resource_id``: its threads, and its delegations' resources and threads.
+
+    A delegation's resource is the resource's only when it is the one its delegations are named
+    (``delegation:<resource>:<agent>``). One named as before that namespace (``<resource>-<agent>``,
+    Mastra's naming) may also be a user's own resource whose id reads so (``alice-helper``): it is
+    taken whole only when it holds nothing but the delegations' threads; otherwise only those threads
+    are, and a note says its resource-wide rows (working memory, observations) were kept. A delegation
+    result naming any other resource is not followed."""
     resources = [resource_id]
     seen = {resource_id}
     threads: list[str] = []
     seen_threads: set[str] = set()
-    frontier = [resource_id]
-    while frontier:  # a sub-agent may delegate again
-        new_threads = _ids(conn, 'SELECT id FROM mastra_threads WHERE "resourceId" IN {in}', frontier)
-        threads += [t for t in new_threads if t not in seen_threads]
-        seen_threads.update(new_threads)
-        frontier = sorted(r for r in _delegations(conn, new_threads) if r not in seen)
-        seen.update(frontier)
+    notes: list[str] = []
+    frontier = [resource_id]  # resources to take whole
+    extra: list[tuple[str, str]] = []  # (thread, owner): threads of an old-named resource that is a user's too
+    while frontier or extra:  # a sub-agent may delegate again
+        found = _pairs(conn, 'SELECT id, "resourceId" FROM mastra_threads WHERE "resourceId" IN {in}', frontier)
+        new = [(t, r) for t, r in [*found, *extra] if t not in seen_threads]
+        threads += [t for t, _ in new]
+        seen_threads.update(t for t, _ in new)
+        owner = dict(new)
+        frontier, extra = [], []
+        legacy: dict[str, set[str]] = {}
+        for at, resource, child in _delegations(conn, [t for t, _ in new]):
+            parent = owner.get(at) or ""
+            if resource in seen or not parent:
+                continue
+            if resource.startswith(delegation_resource(parent, "")):
+                frontier.append(resource)
+                seen.add(resource)
+            elif not is_delegation_resource(resource) and resource.startswith(parent + "-"):
+                legacy.setdefault(resource, set()).update([child] if child else [])
+        for resource, named in sorted(legacy.items()):
+            own = set(_ids(conn, 'SELECT id FROM mastra_threads WHERE "resourceId" IN {in}', [resource]))
+            if own <= named:  # nothing but these delegations: the sub-agent's resource
+                frontier.append(resource)
+                seen.add(resource)
+            else:
+                extra += [(t, resource) for t in sorted(own & named)]
+                notes.append(f"resource {resource!r} holds this resource's delegations and threads of its own (its "
+                             "id reads like a delegation's): only the delegations' threads were taken, its working "
+                             "memory and observations were kept")
         resources += frontier
-    t = Targets(resources, threads)
+    t = Targets(resources, threads, notes=notes)
     t.messages = _ids(conn, "SELECT id FROM mastra_messages WHERE thread_id IN {in}", threads)
     t.messages += _ids(conn, 'SELECT id FROM mastra_messages WHERE "resourceId" IN {in}', resources)
     if catalog.has_table(conn, MESSAGE_VERSIONS):  # deleted messages too: their recall rows may linger
@@ -301,6 +348,7 @@ def _database(store: "Store", resource_id: str, dry_run: bool, report: ForgetRep
     def run(conn: sa.Connection) -> Targets:
         targets = _targets(conn, resource_id)
         report.resources, report.threads = list(targets.resources), list(targets.threads)
+        report.notes += targets.notes
         if not dry_run:
             store.db.lock(conn, *(locks.resource_key(r) for r in targets.resources),
                           *(locks.thread_key(t) for t in targets.threads))

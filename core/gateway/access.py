@@ -9,7 +9,11 @@ before they read or write anything:
 - a resource the request names (``metadata.resource_id``, ``x-resource-id``, ``user``, ``resourceId``,
   an MCP tool's ``resource``) outside the caller's list is refused with 403 (``ResourceNotAllowed``);
 - a request that names none gets the caller's only resource when it has exactly one
-  (``Caller.only_resource``), else whatever the route did before (a default resource, a 400).
+  (``Caller.only_resource``), else whatever the route did before (a default resource, a 400);
+- a resource in the delegation namespace (``delegation:``, ``core.scopes.delegation_resource``: where a
+  sub-agent runs for a resource's turns) is refused whoever names it, the shared token too (400
+  ``reserved_resource``): only the engine's delegations use those resources, so no caller can read or
+  write a sub-agent's memory of another user's turns, and no user's own id can equal one.
 
 A caller with every resource (``Caller.resources`` None) is the shared token's, or a server with no
 token at all: the routes then behave as they did before tokens files existed.
@@ -24,6 +28,7 @@ from typing import Any
 
 from core.gateway.errors import GatewayError
 from core.ids import shown
+from core.scopes import ReservedResourceError, check_client_resource
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,12 @@ class Caller:
 
     def check(self, resource_id: str, *, param: str | None = None) -> str:
         """``resource_id`` when this caller may use it; ``ResourceNotAllowed`` otherwise. The message does not
-        list the resources the token may use (a stolen token should not tell what else it reaches)."""
+        list the resources the token may use (a stolen token should not tell what else it reaches). A resource
+        in the delegation namespace is refused to every caller (400 ``reserved_resource``)."""
+        try:
+            check_client_resource(resource_id)
+        except ReservedResourceError as exc:
+            raise GatewayError(400, str(exc), code="reserved_resource", param=param) from None
         if not self.allows(resource_id):
             # Who tried what, for whoever watches the log (the token's name, never the token).
             log.warning("refused: token %r asked for resource %s, which it may not use", self.name, shown(resource_id))

@@ -31,6 +31,7 @@ from core.gateway.guard import GuardPolicy, RequestGuard
 from core.gateway.registry import AgentRegistry
 from core.gateway.settings import TOKEN_ENV, TOKENS_FILE_ENV
 from core.gateway.tokens import load_tokens_file
+from core.scopes import DELEGATION_PREFIX, is_delegation_resource
 
 DEFAULT_RESOURCE = "default"
 
@@ -95,6 +96,9 @@ def create_app(
     """
     if not default_resource:
         raise ValueError("default_resource must be a non-empty resource id.")
+    if is_delegation_resource(default_resource):
+        raise ValueError(f"default_resource {default_resource!r}: ids starting with {DELEGATION_PREFIX!r} belong to "
+                         "the agents' delegations, which no request may use; give a resource of its own.")
     if max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1.")
     if memory_workers is not None and memory_workers < 1:

@@ -34,6 +34,7 @@ from typing import Any
 
 from core.errors import MemoryStudioError
 from core.ids import new_id_problem, shown
+from core.scopes import DELEGATION_PREFIX, is_delegation_resource
 
 #: A resources entry meaning every resource.
 ALL_RESOURCES = "*"
@@ -170,6 +171,9 @@ def _entry(raw: Any, label: str) -> TokenEntry:
         if resource == ALL_RESOURCES:
             continue
         problem = new_id_problem(resource)
+        if problem is None and is_delegation_resource(resource):
+            problem = (f"ids starting with {DELEGATION_PREFIX!r} are the agents' delegations, which no token may "
+                       "reach; list the user's own resource")
         if problem is not None:
             raise TokensFileError(f"{label}: the resource {shown(resource)} cannot be used ({problem}).")
         allowed.add(resource)

@@ -66,10 +66,15 @@ def run_mcp(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from core.gateway.guard import policy_from_args, token_from_args
     from core.mcp_server.tools import Binding, MemoryTools
     from core.cli_store import open_cli_store
+    from core.scopes import DELEGATION_PREFIX, is_delegation_resource
 
     require_mcp_extra()
     if not args.resource and not args.any_resource:
         raise ValueError("Say whose memory to serve: --resource ID (one user), or --any-resource with a token.")
+    if args.resource and is_delegation_resource(args.resource):  # before the database is opened (or made)
+        raise ValueError(f"--resource {args.resource!r}: resource ids starting with {DELEGATION_PREFIX!r} belong to "
+                         "the agents' delegations (a sub-agent's memory of a resource's turns), which no MCP client "
+                         "may read or write. Serve the user's own resource; look at a delegation in the Studio.")
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
     # Over stdio the token is only checked at start (it must be set for --any-resource), never sent in a

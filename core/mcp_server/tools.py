@@ -28,7 +28,7 @@ from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, clien
 from core.ids import shown
 from core.memory import Memory
 from core.messages import Message
-from core.scopes import ThreadOwnershipError, check_caller_owns
+from core.scopes import ThreadOwnershipError, check_caller_owns, check_client_resource, is_delegation_resource
 from core.storage import InvalidArgumentError, NotFoundError
 from core.storage.memory_store import check_text
 from core.stored_text import utf8_problem
@@ -67,6 +67,8 @@ class Binding:
         if self.any_resource == bool(self.resource):
             raise InvalidArgumentError("Bind the MCP server to one resource (--resource ID) or to any resource "
                                        "(--any-resource, with a token), not both and not neither.")
+        if self.resource is not None:
+            check_client_resource(self.resource)
 
     def resolve(self, asked: str | None, caller: Caller = ANYONE) -> str:
         """The resource a call is about, which ``caller`` (the call's token) must be allowed to use."""
@@ -76,6 +78,8 @@ class Binding:
                     f"This MCP server is bound to resource {self.resource!r}; it cannot read or write {shown(asked)}. "
                     "Start another server with --resource for that user, or one with --any-resource and a token.")
             return caller.check(self.resource, param="resource")
+        if asked:
+            check_client_resource(asked)  # (before the token's list: the same refusal for every caller)
         asked = asked or caller.only_resource
         if not asked:
             raise ResourceNotAllowed("This MCP server serves any resource: name one with the 'resource' argument.")
@@ -285,7 +289,8 @@ class MemoryTools:
         else:
             owners = [None] if caller.resources is None else [*sorted(caller.resources)]  # None: any resource
         store = self.memory.store.memory
-        rows = [s for owner in owners for s in store.thread_summaries(owner)]
+        rows = [s for owner in owners for s in store.thread_summaries(owner)
+                if owner is not None or not is_delegation_resource(s.thread.resource_id or "")]  # (refused if read)
         if len(owners) > 1:
             rows.sort(key=lambda s: s.last_activity.timestamp() if s.last_activity else float("-inf"), reverse=True)
         rows = rows[:500]

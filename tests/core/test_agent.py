@@ -18,6 +18,7 @@ from core.llm import (
     ScriptedReply,
     tool_call,
 )
+from core.scopes import delegation_resource
 from core.traces.tracer import InMemorySpanExporter, Tracer
 
 # Engine behaviour: every test here runs on libSQL and on Postgres.
@@ -168,7 +169,7 @@ def test_supervisor_delegation(memory, store):
     ])
     supervisor = Agent("boss", instructions="Delegate.", model=sup_model, memory=memory, agents=[researcher])
     supervisor.generate("Capital of France?", memory={"resource": "u1", "thread": "main"})
-    child_threads = [t for t in memory.list_threads(resource_id="u1-researcher")]
+    child_threads = [t for t in memory.list_threads(resource_id=delegation_resource("u1", "researcher"))]
     assert len(child_threads) == 1
     child = memory.recall(thread_id=child_threads[0].id).messages
     assert [m.text for m in child] == ["What is the capital of France?", "Paris is the capital of France."]
@@ -258,7 +259,7 @@ def test_sub_agents_may_be_given_as_a_mapping(memory):
     boss = Agent("boss", instructions="Delegate.", memory=memory, agents={"helper": helper}, model=ScriptedModel([
         ScriptedReply(tool_calls=(tool_call("agent-helper", {"prompt": "do it"}),)), "ok"]))
     boss.generate("go", memory={"resource": "u", "thread": "t"})
-    assert [t.id for t in memory.list_threads(resource_id="u-helper")]
+    assert [t.id for t in memory.list_threads(resource_id=delegation_resource("u", "helper"))]
 
 
 class HeldModel:
@@ -315,9 +316,10 @@ def test_one_sub_agent_serves_two_supervisors_at_once(tmp_path):
     def child_texts(mem: Memory, resource: str) -> list[list[str]]:
         return [[m.text for m in mem.recall(thread_id=t.id).messages] for t in mem.list_threads(resource_id=resource)]
 
-    assert child_texts(mem_a, "ua-helper") == [["alpha task", "done: alpha task"]]
-    assert child_texts(mem_b, "ub-helper") == [["beta task", "done: beta task"]]
-    assert child_texts(mem_a, "ub-helper") == [] and child_texts(mem_b, "ua-helper") == []
+    assert child_texts(mem_a, delegation_resource("ua", "helper")) == [["alpha task", "done: alpha task"]]
+    assert child_texts(mem_b, delegation_resource("ub", "helper")) == [["beta task", "done: beta task"]]
+    assert child_texts(mem_a, delegation_resource("ub", "helper")) == []
+    assert child_texts(mem_b, delegation_resource("ua", "helper")) == []
     assert helper.memory is None
     for s in stores:
         s.close()

@@ -19,6 +19,7 @@ import pytest
 from core import Agent, Memory, MemoryOptions, open_store
 from core.embedding import HashingEmbedder
 from core.llm import ScriptedModel, ScriptedReply, tool_call
+from core.scopes import delegation_resource
 
 pytestmark = pytest.mark.backends
 
@@ -197,7 +198,8 @@ def test_forget_leaves_no_row_naming_the_resource_anywhere(db_path: Any) -> None
         preview = Memory(store).forget_resource(GONE, dry_run=True)
         assert preview.dry_run and preview.removed["messages"] > 0
         assert scan(db_path, needles) == before, "a dry run deletes nothing"
-        assert f"{GONE}-researcher" in preview.resources, "the sub-agent's rows are the resource's too"
+        assert delegation_resource(GONE, "researcher") in preview.resources, \
+            "the sub-agent's rows are the resource's too"
 
         report = Memory(store).forget_resource(GONE)
         store.tracer().flush(5.0)
