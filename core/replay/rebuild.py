@@ -400,6 +400,9 @@ def _difference(k: int, call: CallRecord, prompt: "AssembledPrompt", record: Tur
     if reconstructed:
         return (f"{label}: the messages differ from those sent (rebuilt from today's data and engine, not from "
                 "the record: see what the reconstruction could not know)")
+    if any(not key.startswith("tools:") for key in record.unresolved):
+        return (f"{label}: the messages differ from those sent (a text the record names is no longer stored: the "
+                "agent's instructions, working memory, observation hints or a response format it kept by hash)")
     return (f"{label}: the messages differ from those sent (a message it names was changed or deleted since, "
             "with no version kept to rebuild it from)")
 

@@ -59,3 +59,24 @@ def test_a_record_with_every_call_stays_exact(tmp_path: Any) -> None:
         for turn in memory.turns("t"):
             info = memory.assemble(as_of=turn.input_message_id).replay
             assert info is not None and info.exact and not info.differences
+
+
+def test_a_record_whose_texts_are_gone_says_so_not_that_a_message_changed(tmp_path: Any) -> None:
+    """The record's long texts (the agent's instructions here) are kept by hash in its row's ``texts``;
+    a row without them (a hand-edited file, a manual delete) rebuilds without them, so the call differs:
+    the reason given is the missing text, not an edited message (none was edited)."""
+    with open_store(tmp_path / "memory.db") as store:
+        memory = Memory(store, MemoryOptions(last_messages=4))
+        agent = Agent("a", instructions="Be brief, and keep these instructions long enough to be kept by hash. " * 4,
+                      model=ScriptedModel(lambda m, t: "Noted."), memory=memory, tracer=False)
+        agent.generate("hello", memory={"resource": "ada", "thread": "t"})
+        with store.db.write() as conn:
+            conn.exec_driver_sql("UPDATE memory_studio_turns SET texts = NULL")
+    with open_store(tmp_path / "memory.db") as store:
+        memory = Memory(store)
+        (turn,) = memory.turns("t")
+        info = memory.assemble(as_of=turn.input_message_id).replay
+        assert info is not None and not info.exact and info.status == "recorded, differs"
+        assert any("named by the record (no longer stored)" in u for u in info.unknowns)
+        (why,) = info.differences
+        assert "changed or deleted since" not in why and "a text the record names is no longer stored" in why, why
