@@ -79,7 +79,8 @@ def _context(record: TurnRecord, at: datetime) -> list[Message]:
 def _inputs(source: frozen_mod.ReplaySource, as_of: str, record: TurnRecord | None,
             thread_id: str | None) -> list[Message]:
     wanted = list(record.input_ids) if record is not None else [as_of]
-    found = source.messages(wanted)
+    # The reply too, in the same read: its step marks say how many model calls the turn made (``_calls``).
+    found = source.messages([*wanted, *(record.response_ids if record is not None else ())])
     if as_of not in found:
         raise NotFoundError(f"Message {as_of} not found")
     turn = found[as_of]
