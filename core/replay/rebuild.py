@@ -79,7 +79,8 @@ def _context(record: TurnRecord, at: datetime) -> list[Message]:
 def _inputs(source: frozen_mod.ReplaySource, as_of: str, record: TurnRecord | None,
             thread_id: str | None) -> list[Message]:
     wanted = list(record.input_ids) if record is not None else [as_of]
-    found = source.messages(wanted)
+    # The reply too, in the same read: its step marks say how many model calls the turn made (``_calls``).
+    found = source.messages([*wanted, *(record.response_ids if record is not None else ())])
     if as_of not in found:
         raise NotFoundError(f"Message {as_of} not found")
     turn = found[as_of]
@@ -219,12 +220,12 @@ def rebuild(
             f"{where}, older than its input but stored after it began (their records say so), are left out")
     if past is not None and not use_record and edited.thread_changed_since(source, turn.thread_id or "", turn_time):
         unknowns.append("messages edited or deleted since the turn (a reconstruction shows today's text)")
-    calls, call_notes = _calls(assembler, ctx, prompt, record, source, agent_tools, frozen)
+    calls, call_notes, missed = _calls(assembler, ctx, prompt, record, source, agent_tools, frozen)
     unknowns.extend(call_notes)
     if record is None:
         matches = None
     elif record.calls:
-        matches = all(c.matches for c in calls) and len(calls) == len(record.calls)
+        matches = all(c.matches for c in calls) and len(calls) == len(record.calls) and missed is None
     else:
         matches = record.sent_messages(prompt.messages)
     prompt.request = calls[0].request
@@ -237,7 +238,7 @@ def rebuild(
         calls=tuple(calls),
         record_state=state,
         record_error=damage,
-        differences=tuple(d for c in calls for d in c.differences),
+        differences=(*(d for c in calls for d in c.differences), *((missed,) if missed else ())),
         changed_since=_shown_changes(past.changed, calls, record, [m.id for m in inputs]) if past is not None else {},
     )
     return prompt
@@ -330,20 +331,27 @@ def _tool_name(definition: Mapping[str, Any]) -> str:
 
 def _calls(assembler: "TurnAssembler", ctx: "ProcessorContext", first: "AssembledPrompt", record: TurnRecord | None,
            source: frozen_mod.ReplaySource, agent_tools: list[dict[str, Any]],
-           frozen: frozen_mod.FrozenTurn | None) -> tuple[list[CallReplay], list[str]]:
-    """Every model call of the turn, rebuilt, with its request body compared with the record's."""
+           frozen: frozen_mod.FrozenTurn | None) -> tuple[list[CallReplay], list[str], str | None]:
+    """Every model call of the turn, rebuilt, with its request body compared with the record's; and, when
+    the turn's reply shows more model calls than the record keeps, what says so (a record is data: a
+    hand-edited one may have lost calls, and the calls it keeps still match)."""
     if record is None or not record.calls:
         body: dict[str, Any] = {"messages": first.messages, **({"tools": first.tools} if first.tools else {})}
         if record is not None and record.model:
             body = {"model": record.model.split("/", 1)[-1], **body}
-        return [CallReplay(0, first, body, None)], []
+        return [CallReplay(0, first, body, None)], [], None
     notes: list[str] = []
     prompts = [first]
+    # The reply has one step mark per model call: read even for a one-call record, which it checks.
+    reply, note = _reply(source, record)
+    parts = _with_hidden(list(reply.parts) if reply is not None else [], record.hidden_parts)
+    steps = sum(1 for p in parts if p.get("type") == "step-start")
+    missed = None if steps <= len(record.calls) else (
+        f"the turn's reply shows {steps} model calls, but its record keeps {len(record.calls)}: the later "
+        "calls' requests are not recorded")
     if len(record.calls) > 1:
-        reply, note = _reply(source, record)
         if note:
             notes.append(note)
-        parts = _with_hidden(list(reply.parts) if reply is not None else [], record.hidden_parts)
         template = reply or Message(id=f"reply-{record.input_message_id}", role="assistant",
                                     content={"format": 2, "parts": []}, thread_id=record.thread_id,
                                     resource_id=record.resource_id,
@@ -363,7 +371,7 @@ def _calls(assembler: "TurnAssembler", ctx: "ProcessorContext", first: "Assemble
             prompt.request = body
         out.append(CallReplay(k, prompt, body, matches, call.usage, call.finish_reason,
                               () if matches else (_difference(k, call, prompt, record, frozen is None),), call))
-    return out, notes
+    return out, notes, missed
 
 
 def _body(call: CallRecord, prompt: "AssembledPrompt") -> dict[str, Any]:
@@ -393,6 +401,9 @@ def _difference(k: int, call: CallRecord, prompt: "AssembledPrompt", record: Tur
     if reconstructed:
         return (f"{label}: the messages differ from those sent (rebuilt from today's data and engine, not from "
                 "the record: see what the reconstruction could not know)")
+    if any(not key.startswith("tools:") for key in record.unresolved):
+        return (f"{label}: the messages differ from those sent (a text the record names is no longer stored: the "
+                "agent's instructions, working memory, observation hints or a response format it kept by hash)")
     return (f"{label}: the messages differ from those sent (a message it names was changed or deleted since, "
             "with no version kept to rebuild it from)")
 

@@ -150,6 +150,9 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
             notes.append("This turn's record does not keep its model settings and tool choice"
                          + (" (it was recorded before records kept them)." if record is not None else
                             " (it has no usable record)."))
+    if info is not None:
+        # What the turn's calls do not say (a record that lost its later calls): beside every call shown.
+        notes += [d for d in info.differences if not any(d in c.differences for c in calls)]
     usage = call.usage if call is not None else None
     total = len(calls) or 1
     return RequestView(
