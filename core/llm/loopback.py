@@ -53,6 +53,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]  # lower-cased names
     body: Any  # parsed JSON, or None
+    raw: bytes = b""  # the body's bytes exactly as received
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,10 @@ class LoopbackServer:
         """Bodies of the chat-completion requests received, oldest first."""
         return [r.body for r in self.requests if r.path.endswith("/chat/completions")]
 
+    def chat_request_bytes(self) -> list[bytes]:
+        """The chat-completion request bodies exactly as received (bytes), oldest first."""
+        return [r.raw for r in self.requests if r.path.endswith("/chat/completions")]
+
     # -- request handling (called from server threads) --------------------------------------
 
     def _admit(self, request: RecordedRequest) -> tuple[_Failure | None, bool]:
@@ -236,7 +241,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, _error_body("request body is not valid JSON", "invalid_request_error"))
             return
         owner = self.owner
-        failure, stall = owner._admit(RecordedRequest(method, self.path, headers, body))
+        failure, stall = owner._admit(RecordedRequest(method, self.path, headers, body, payload))
         if stall:
             owner._released.wait()
         try:

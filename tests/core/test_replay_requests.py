@@ -23,6 +23,7 @@ from core.embedding import HashingEmbedder
 from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
 from core.llm.wire import without_transport
 from core.replay import rerun
+from core.replay.wire import call_bytes
 from core.transfer import ExportOptions, dumps, export_thread, import_data, loads
 
 pytestmark = pytest.mark.backends
@@ -270,6 +271,30 @@ def test_turns_whose_messages_were_edited_since_still_rebuild_what_the_server_re
         # Rebuilt now, the edits show: the first call of the later turn no longer matches what was sent.
         now = fresh.assemble(as_of=turns[1].input_message_id, rebuild="now")
         assert "someone else entirely" in json.dumps(now.request)
+
+
+def _bytes_of_every_call(memory: Memory, thread: str) -> list[bytes | None]:
+    out: list[bytes | None] = []
+    for turn in memory.turns(thread):
+        info = memory.assemble(as_of=turn.input_message_id).replay
+        assert info is not None
+        out.extend(call_bytes(info, call) for call in info.calls)
+    return out
+
+
+def test_every_call_gives_the_exact_bytes_the_server_received(conversation: Any,
+                                                              new_db: Callable[[str], Any]) -> None:
+    """Byte for byte (key order, separators, escaping, the ``stream`` keys where sent), every call of
+    every turn (tools, a forced tool choice, a response format, ``top_k`` sent as extra body, a
+    streamed turn), from the database alone and from an exported-then-imported copy."""
+    store, server, memory = conversation
+    received = server.chat_request_bytes()
+    assert any(b'"stream":true,' in b for b in received) and any(b'"response_format"' in b for b in received)
+    assert _bytes_of_every_call(Memory(store), THREAD) == received
+    data = loads(dumps(export_thread(store, THREAD, ExportOptions())))
+    with open_store(new_db("copy-bytes")) as target:
+        import_data(target, data)
+        assert _bytes_of_every_call(Memory(target), THREAD) == received
 
 
 def test_an_import_never_replaces_the_targets_own_overrides(conversation: Any, new_db: Callable[[str], Any]) -> None:

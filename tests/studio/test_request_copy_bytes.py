@@ -1,0 +1,97 @@
+"""The request view's "Copy Request Body" copies the exact bytes the server received, and says so;
+where those are not knowable (a custom model's turn, a record from before), its button and the view
+say the copy is the body as JSON, not the bytes sent. The indented JSON stays, labelled for reading."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtGui import QGuiApplication
+
+from core import Agent, Memory, MemoryOptions, Tool, open_store
+from core.embedding import HashingEmbedder
+from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
+from core.replay.wire import NOT_BYTES_CUSTOM, NOT_BYTES_OLD
+from studio.logic.request_layout import COPY_BYTES, COPY_JSON, call_view
+from studio.widgets.request_view import RequestPanel
+
+TOOL = Tool("wetter", "Das Wetter — „Köln“ ☀️.", lambda args, _ctx: {"himmel": "sonnig ☀️"},
+            {"type": "object", "properties": {"stadt": {"type": "string"}}, "required": ["stadt"]})
+
+
+def responder(messages: list[dict[str, Any]], tools: Any) -> Any:
+    if messages[-1]["role"] == "user":
+        return ScriptedReply(tool_calls=(tool_call("wetter", {"stadt": "Köln"}),))
+    return "Sonnig ☀️ — „gern“."
+
+
+def _turn(tmp_path: Path, model: Any, *, stream: bool) -> tuple[Any, Memory]:
+    store = open_store(tmp_path / "m.db")
+    memory = Memory(store, MemoryOptions(last_messages=4), embedder=HashingEmbedder(), name="reise")
+    agent = Agent("reise", instructions="Kurz – “höflich”.", model=model, memory=memory, tools=[TOOL],
+                  model_settings={"temperature": 0.2, "top_k": 5})
+    where = {"resource": "zoë", "thread": "t"}
+    if stream:
+        list(agent.stream("Wetter in Köln? 👋🏽 \"bitte\"", memory=where))
+    else:
+        agent.generate("Wetter in Köln? 👋🏽 \"bitte\"", memory=where)
+    return store, memory
+
+
+def test_copy_request_body_copies_the_bytes_the_server_received(qtbot: Any, tmp_path: Path) -> None:
+    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
+        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
+                                      keyring_service=None)
+        store, memory = _turn(tmp_path, model, stream=True)
+        model.close()
+        received = server.chat_request_bytes()
+    try:
+        (turn,) = memory.turns("t")
+        prompt = memory.assemble(as_of=turn.input_message_id)
+        panel = RequestPanel()
+        qtbot.addWidget(panel)
+        assert len(received) == 2
+        for k, sent in enumerate(received):
+            view = call_view(prompt, memory.tokenizer, k)
+            panel.show_request(view)
+            assert panel.copy_btn.text() == COPY_BYTES and "exact bytes" in panel.copy_btn.toolTip()
+            assert "the exact bytes sent" in panel.header.text()
+            panel.copy_btn.click()
+            assert QGuiApplication.clipboard().text().encode("utf-8") == sent
+            # The readable copy is the indented JSON, and says it is for reading.
+            assert not panel.copy_readable_btn.isHidden()
+            panel.copy_readable_btn.click()
+            readable = QGuiApplication.clipboard().text()
+            assert "\n  " in readable and json.loads(readable) == {
+                k2: v for k2, v in json.loads(sent).items() if k2 not in ("stream", "stream_options")}
+    finally:
+        store.close()
+
+
+def test_a_custom_models_turn_says_its_copy_is_json_not_bytes(qtbot: Any, tmp_path: Path) -> None:
+    store, memory = _turn(tmp_path, ScriptedModel(responder, name="custom"), stream=False)
+    try:
+        (turn,) = memory.turns("t")
+        prompt = memory.assemble(as_of=turn.input_message_id)
+        view = call_view(prompt, memory.tokenizer, 0)
+        assert not view.exact_bytes and view.bytes_note == NOT_BYTES_CUSTOM
+        panel = RequestPanel()
+        qtbot.addWidget(panel)
+        panel.show_request(view)
+        assert panel.copy_btn.text() == COPY_JSON and "not the bytes sent" in panel.copy_btn.toolTip()
+        assert "not the bytes sent" in panel.header.text() and panel.copy_readable_btn.isHidden()
+        panel.copy_btn.click()
+        assert json.loads(QGuiApplication.clipboard().text()) == view.request
+
+        # A record written before records kept the wire form says so too.
+        info = prompt.replay
+        assert info is not None and info.record is not None
+        old = replace(info.record, wire=None)
+        prompt.replay = replace(info, record=old)
+        view = call_view(prompt, memory.tokenizer, 0)
+        assert view.copy_label == COPY_JSON and view.bytes_note == NOT_BYTES_OLD
+    finally:
+        store.close()
