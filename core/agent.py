@@ -29,7 +29,7 @@ from core.llm.settings import ModelSettings, ToolChoice, parse_tool_choice
 from core.memory import Memory, MemoryFactory, ThreadOwnershipError, parse_scopes, resolve_memory
 from core.message_list import MessageList, Provenance
 from core.messages import Message, new_id, text_part, tool_invocation_part
-from core.model_call import ModelCall, request_body_for, stream_reply, transport_for
+from core.model_call import ModelCall, request_body_for, stream_reply, transport_for, wire_form_of
 from core.options import options_merge
 from core.prompt import AssembledPrompt
 from core.replay.record import request_hash
@@ -348,7 +348,7 @@ class Agent:
                 error, finish_reason = exc, "error"
                 break
             turn.model_called(prompt, result.usage.to_dict() if result.usage else None, result.finish_reason,
-                              transport_for(self.model, call.streaming))
+                              transport_for(self.model, call.streaming), wire_form_of(self.model))
             if result.usage:
                 usage = Usage(usage.prompt_tokens + result.usage.prompt_tokens,
                               usage.completion_tokens + result.usage.completion_tokens,

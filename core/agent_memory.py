@@ -73,9 +73,10 @@ class TurnMemory(Protocol):
         ...
 
     def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
-                     transport: Mapping[str, Any] | None = None) -> None:
+                     transport: Mapping[str, Any] | None = None, wire: str | None = None) -> None:
         """One model call went out with ``prompt`` (the turn record keeps it); ``transport``: the keys
-        sent beside its request body (``stream``, ``stream_options``; empty when not streamed)."""
+        sent beside its request body (``stream``, ``stream_options``; empty when not streamed); ``wire``:
+        how the model serialised the body (``core.llm.wire.WIRE_FORMS``; None: not known)."""
         ...
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:
@@ -181,9 +182,9 @@ class MemoryTurn:
         return to_ms(self.memory.clock.now())
 
     def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
-                     transport: Mapping[str, Any] | None = None) -> None:
+                     transport: Mapping[str, Any] | None = None, wire: str | None = None) -> None:
         if self._capture is not None:
-            self._capture.add_call(prompt, usage, finish_reason, transport)
+            self._capture.add_call(prompt, usage, finish_reason, transport, wire)
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:
         return self.memory.record(self.ctx, self._processors, tools)
@@ -269,7 +270,7 @@ class NullMemory:
         return None
 
     def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
-                     transport: Mapping[str, Any] | None = None) -> None:
+                     transport: Mapping[str, Any] | None = None, wire: str | None = None) -> None:
         return None
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:

@@ -17,10 +17,10 @@ from core.agent_stream import StreamEvent
 from core.context_window import PromptBudget
 from core.llm.base import ChatModel, ChatResult, Message, ModelError
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
-from core.llm.wire import request_body
+from core.llm.wire import WIRE_FORMS, request_body
 from core.prompt import AssembledPrompt
 
-__all__ = ["ModelCall", "request_body_for", "stream_reply", "transport_for"]
+__all__ = ["ModelCall", "request_body_for", "stream_reply", "transport_for", "wire_form_of"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,14 @@ def transport_for(model: ChatModel, streaming: bool) -> dict[str, Any]:
     if own is not None:
         return dict(own(streaming=streaming))
     return {"stream": True} if streaming else {}
+
+
+def wire_form_of(model: ChatModel) -> str | None:
+    """How ``model`` serialises a request body on the wire, when it says (``OpenAICompatibleModel``:
+    ``core.llm.wire.OPENAI_PYTHON_WIRE``); None for a model whose bytes we do not know (a scripted or
+    custom ``ChatModel``): Replay then shows its body as JSON, never as the bytes sent."""
+    form = getattr(model, "wire_form", None)
+    return form if isinstance(form, str) and form in WIRE_FORMS else None
 
 
 @runtime_checkable

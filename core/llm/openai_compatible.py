@@ -19,7 +19,7 @@ from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatChunk, ChatResult, Message,
 from core.llm.http import OPENAI_BASE_URL, RetryPolicy, UrlCredentials, openai_client, safe_url
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
-from core.llm.wire import StreamAssembler, request_body, result_from_completion
+from core.llm.wire import OPENAI_PYTHON_WIRE, StreamAssembler, request_body, result_from_completion
 from core.redaction import MIN_SECRET_LENGTH, PLACEHOLDER_KEYS
 
 if TYPE_CHECKING:
@@ -35,6 +35,10 @@ class OpenAICompatibleModel:
     the user defaulting to ``api_key_env``). It is never shown by ``repr``, ``describe()``
     or error messages. ``environ`` and ``sleep`` exist so tests can supply their own.
     """
+
+    #: How a body goes on the wire (the ``openai`` client's key order and JSON settings): a turn record
+    #: names it, so Replay can give the exact bytes the server received (``core.llm.wire.wire_bytes``).
+    wire_form = OPENAI_PYTHON_WIRE
 
     def __init__(
         self,

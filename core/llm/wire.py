@@ -8,6 +8,7 @@ plain dicts, not SDK types, because local servers add and omit fields freely.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from core.llm.base import (
@@ -181,3 +182,36 @@ def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict
 def without_transport(body: dict[str, Any]) -> dict[str, Any]:
     """A request body without the keys that only say how the reply travels (``TRANSPORT_KEYS``)."""
     return {k: v for k, v in body.items() if k not in TRANSPORT_KEYS}
+
+
+#: How ``OpenAICompatibleModel`` puts a body on the wire, as a turn record names it (``TurnRecord.wire``):
+#: the ``openai`` client (``chat.completions.create``) orders the body's keys by its own parameter list
+#: (``SDK_KEY_ORDER``), adds what goes as ``extra_body`` (``top_k``) after them, and serialises with
+#: ``json.dumps(ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` in UTF-8
+#: (``openai._utils._json.openapi_dumps``); nested objects keep their keys in the order given.
+#: ``wire_bytes`` makes the same bytes from a recorded body; the loopback tests prove them equal to
+#: what the server received. A new serialisation gets a new name; records without one are shown as JSON.
+OPENAI_PYTHON_WIRE = "openai-python-1"
+WIRE_FORMS = (OPENAI_PYTHON_WIRE,)
+SDK_KEY_ORDER = (
+    "model", "stream", "service_tier", "messages", "audio", "frequency_penalty", "function_call", "functions",
+    "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "moderation", "n",
+    "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key", "prompt_cache_options",
+    "prompt_cache_retention", "reasoning_effort", "response_format", "safety_identifier", "seed", "stop", "store",
+    "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity",
+    "web_search_options",
+)
+
+
+def wire_bytes(body: Mapping[str, Any], transport: Mapping[str, Any] | None = None,
+               form: str = OPENAI_PYTHON_WIRE) -> bytes:
+    """The exact bytes of ``body`` (with ``transport``'s ``stream`` / ``stream_options``) as ``form``
+    sends it (``OPENAI_PYTHON_WIRE``: see there). Keys the client has no parameter for go last, in the
+    body's order (the client merges ``extra_body`` after its own)."""
+    if form != OPENAI_PYTHON_WIRE:
+        raise ValueError(f"unknown wire form {form!r} (known: {', '.join(WIRE_FORMS)})")
+    whole = {**body, **(transport or {})}
+    known = set(SDK_KEY_ORDER)
+    ordered = {k: whole[k] for k in SDK_KEY_ORDER if k in whole}
+    ordered.update((k, v) for k, v in whole.items() if k not in known)
+    return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from core.context_window import CONTEXT_WINDOW_ID
 from core.llm.http import safe_url
+from core.llm.wire import wire_bytes
 from core.messages import Message
 from core.processors.base import SavedAwareWrite
 from core.replay import store as records
 from core.replay import tools as tool_defs
-from core.replay.record import (CallRecord, RecallHitRecord, TurnRecord, messages_hash, options_json_of,
+from core.replay.record import (CallRecord, RecallHitRecord, TurnRecord, bytes_hash, messages_hash, options_json_of,
                                  request_hash)
 from core.storage import driver_sql
 from core.timeutil import parse_iso, to_ms
@@ -137,14 +138,17 @@ class TurnCapture(SavedAwareWrite):
     # The keys sent beside each request body (``stream``, ``stream_options``; {} when not streamed):
     # one for the turn, which streams every call or none. None: not told.
     transport: dict[str, Any] | None = None
+    # How the model serialised every call's body (``core.llm.wire.WIRE_FORMS``); None: not known.
+    wire: str | None = None
     # The turn's clock: its reading when the messages are stored is ``TurnRecord.stored_at``.
     clock: Callable[[], datetime] | None = None
 
     def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None,
-                 transport: Mapping[str, Any] | None = None) -> None:
+                 transport: Mapping[str, Any] | None = None, wire: str | None = None) -> None:
         """One model call of the turn: its request body (``prompt.request``, set by the agent), the keys
-        sent beside it (``transport``) and what the server reported. A prompt without a body (a model
-        the agent could not describe) is skipped."""
+        sent beside it (``transport``), how the model serialised it (``wire``: the record then keeps the
+        hash of the bytes sent, ``CallRecord.wire_hash``) and what the server reported. A prompt without
+        a body (a model the agent could not describe) is skipped."""
         body = prompt.request
         if body is None:
             return
@@ -155,7 +159,10 @@ class TurnCapture(SavedAwareWrite):
         call = CallRecord(prompt.request_hash or request_hash(body), body.get("model"), settings,
                           body.get("tool_choice") if tools else None, None, tuple(tools),
                           {k: int(usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
-                          if usage else None, finish_reason)
+                          if usage else None, finish_reason,
+                          wire_hash=bytes_hash(wire_bytes(body, transport, wire)) if wire is not None else None)
+        if wire is not None and self.wire is None and not self.calls:
+            self.wire = wire
         self.calls.append((call, tools))
 
     def complete(self, saved: Sequence[Message] | Sequence[str], calls: Sequence[CallRecord] = (),
@@ -170,7 +177,8 @@ class TurnCapture(SavedAwareWrite):
         if not calls and not record.messages_hash and self.first_messages is not None:
             record = replace(record, messages_hash=messages_hash(self.first_messages))
         return replace(record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden),
-                       transport=self.transport if calls else record.transport)
+                       transport=self.transport if calls else record.transport,
+                       wire=(self.wire if all(c.wire_hash for c in calls) else "") if calls else record.wire)
 
     def commit(self, conn: Any) -> None:
         self.commit_saved(conn, ())

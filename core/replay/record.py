@@ -14,6 +14,10 @@ received, ``stream`` / ``stream_options`` left out (the trace's ``model_generati
 same hash as ``requestHash``); a rebuild is exact when every call's body hashes the same. A record
 without calls keeps ``messages_hash`` instead, that of the exact messages of the first call.
 
+A record also names how its model put each body on the wire (``wire``, key ``wf``) and keeps each
+call's bytes hash (``CallRecord.wire_hash``, ``wb``): ``core.replay.wire`` gives the exact bytes the
+server received when the rebuilt body makes them again. Records without ``wf`` came before.
+
 Version 1 records (before issue 16) hold no calls: their tools and settings are unknown.
 
 A turn whose prompts another framework built (an OpenAI Agents SDK run: ``TurnRecord.framework``)
@@ -88,6 +92,9 @@ class CallRecord:
     finish_reason: str | None = None
     sent: dict[str, Any] | None = None
     partial: bool = False
+    #: ``bytes_hash`` of the exact bytes the server received (the body with its ``stream`` keys, as the
+    #: turn's wire form serialises it: ``TurnRecord.wire``); None: not known (a custom model, an older record).
+    wire_hash: str | None = None
 
     def sent_body(self) -> dict[str, Any]:
         """The request body the server received, from what the call kept (``sent``); a partial call's
@@ -167,6 +174,11 @@ class TurnRecord:
     # The agent framework that built the turn's prompts ("openai-agents"): our processors did not, so
     # each call keeps what it sent (``CallRecord.sent``) and Replay shows that. None: our own turn.
     framework: str | None = None
+    # How the model put every call's body on the wire (``core.llm.wire.WIRE_FORMS``: our
+    # ``OpenAICompatibleModel``, or the Agents SDK's OpenAI client when its bytes were checked): with each
+    # call's ``wire_hash``, Replay gives the exact bytes the server received. "": not knowable (a custom
+    # or scripted model); None: a record from before records said (both: only the body as JSON).
+    wire: str | None = None
 
     def budget(self) -> "PromptBudget | None":
         """The context window this turn's prompts were fitted into, with its first call's ``max_tokens``
@@ -206,6 +218,11 @@ def request_hash(body: Mapping[str, Any]) -> str:
     wanted = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     return hashlib.sha256(json.dumps(wanted, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                                      default=str).encode("utf-8")).hexdigest()[:HASH_HEX]
+
+
+def bytes_hash(data: bytes) -> str:
+    """sha256 (``HASH_HEX`` hex digits) of the exact bytes of a request body as sent."""
+    return hashlib.sha256(data).hexdigest()[:HASH_HEX]
 
 
 def text_key(text: str) -> str:
@@ -345,6 +362,8 @@ def _call_entry(call: CallRecord, first: CallRecord | None, text_keys: Mapping[s
                        for k, texts in sent_texts(call.sent).items()}
     if call.partial:
         delta["p"] = 1
+    if call.wire_hash:
+        delta["wb"] = call.wire_hash
     entry: list[Any] = [call.body_hash, usage]
     if call.finish_reason != "stop" or delta:
         entry.append(call.finish_reason)  # "stop", the usual end, is left out
@@ -424,6 +443,8 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
         data["sa"] = to_iso(record.stored_at)
     if record.framework:
         data["b"] = record.framework
+    if record.wire is not None:
+        data["wf"] = record.wire  # "": the bytes are not knowable (a key absent: a record from before)
     data["od"] = record.om_dates  # every record: a record without it was written before these rules
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
@@ -496,7 +517,7 @@ def _check(data: Any) -> dict[str, Any]:
         if key in data:
             _strs(data[key], f"'{key}'")
     _need(isinstance(data.get("o", {}), dict), "'o' (the options) must be an object")
-    for key in ("m", "e", "w", "wt", "rf", "ts", "b"):
+    for key in ("m", "e", "w", "wt", "rf", "ts", "b", "wf"):
         _need(data.get(key) is None or isinstance(data[key], str), f"'{key}' must be a string")
     _need(isinstance(data.get("rc", []), list), "'rc' (recall hits) must be a list")
     for item in data.get("rc", []):
@@ -529,6 +550,7 @@ def _check(data: Any) -> dict[str, Any]:
               "'k' entries must be [body hash, [prompt, completion] | null, finish reason?, {changes}?]")
         delta = entry[3] if len(entry) > 3 else {}
         sent = delta.get("sm", {})
+        _need(delta.get("wb") is None or isinstance(delta["wb"], str), "a call's 'wb' (bytes hash) must be a string")
         _need(isinstance(sent, dict) and all(isinstance(v, str) or (isinstance(v, list) and all(
             isinstance(x, str) for x in v)) for v in sent.values()),
               "a call's 'sm' (what it sent) must map each field to a text key or a list of them")
@@ -624,6 +646,7 @@ def decode(
         om_dates=int(data.get("od", OM_DATE_STYLES[0])),
         version=int(data["v"]),
         framework=data.get("b"),
+        wire=data.get("wf"),
     )
     if missing:
         record = _with_unresolved(record, tuple(missing))
@@ -663,7 +686,8 @@ def _calls(data: Mapping[str, Any], model: str | None, text: Any,
         finish = entry[2] if len(entry) > 2 else "stop"
         out.append(CallRecord(str(entry[0]), delta.get("w", first.wire_model), dict(delta.get("s", first.settings)),
                               delta.get("tc", first.tool_choice), key, tools(key), usage, finish,
-                              _sent(delta["sm"], text) if "sm" in delta else None, bool(delta.get("p"))))
+                              _sent(delta["sm"], text) if "sm" in delta else None, bool(delta.get("p")),
+                              delta.get("wb")))
     return tuple(out)
 
 
@@ -773,6 +797,7 @@ __all__ = [
     "TOKEN_SECTIONS",
     "VERBATIM_VERSION",
     "request_hash",
+    "bytes_hash",
     "sent_texts",
     "TurnRecord",
     "canonical_json",

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from core import AssembledPrompt
 from core.replay import CallReplay, ReplayInfo, TurnRecord
+from core.replay.wire import call_bytes, not_bytes_reason
 from core.tokens import Tokenizer
 
 NOT_RECORDED = "not recorded"
@@ -32,6 +33,11 @@ ESTIMATE = "Our estimate (o200k_base)"
 _BODY_PARTS = ("model", "messages", "tools", "tool_choice", "instructions", "input")  # (a Responses call: the last two)
 #: A call of another framework's turn taken from its trace (``CallRecord.partial``): what it does not know.
 PARTIAL = "not recorded (taken from the agent framework's trace, which holds the model and messages only)"
+#: What "Copy Request Body" copies, on its button: the exact bytes the server received, or (when they are
+#: not knowable: ``core.replay.wire.not_bytes_reason``) the body as JSON, which is not those bytes.
+COPY_BYTES = "Copy Request Body (exact bytes)"
+COPY_JSON = "Copy Request Body (as JSON, not the bytes sent)"
+COPY_READABLE = "Copy as Indented JSON"
 
 
 @dataclass(frozen=True)
@@ -67,11 +73,45 @@ class RequestView:
     request: Mapping[str, Any]  # the whole request body
     notes: list[str] = field(default_factory=list)
     tools_label: str = TOOLS_AS_SENT  # the tool list's heading
+    #: The exact bytes the server received (``core.replay.wire.call_bytes``: the body with its ``stream``
+    #: keys, serialised as its model did); None when not knowable, ``bytes_note`` then says why.
+    wire: bytes | None = None
+    bytes_note: str | None = None
 
     @property
     def body(self) -> str:
-        """The whole request body as indented JSON (made on demand: a long conversation makes it large)."""
+        """The whole request body as indented JSON, for reading (made on demand: a long conversation
+        makes it large). Not the bytes sent: keys, spaces and escapes may differ (``copy_text``)."""
         return json.dumps(self.request, ensure_ascii=False, indent=2)
+
+    @property
+    def exact_bytes(self) -> bool:
+        return self.wire is not None
+
+    @property
+    def copy_text(self) -> str:
+        """What "Copy Request Body" copies: the exact bytes the server received (UTF-8 text, with
+        ``stream`` / ``stream_options`` where they were sent), else the body as indented JSON."""
+        return self.wire.decode("utf-8") if self.wire is not None else self.body
+
+    @property
+    def copy_label(self) -> str:
+        return COPY_BYTES if self.wire is not None else COPY_JSON
+
+    @property
+    def copy_tip(self) -> str:
+        if self.wire is not None:
+            return ("Copy the exact bytes the server received for this call (UTF-8, byte for byte, with stream "
+                    "and stream_options as sent). The view here is laid out for reading; "
+                    f"{COPY_READABLE} copies the body indented.")
+        return f"Copy the whole request body as indented JSON: {self.bytes_note or 'not the bytes sent'}."
+
+    @property
+    def copy_line(self) -> str:
+        """The line under the title that says what the copy is."""
+        if self.wire is not None:
+            return f"Copy Request Body: the exact bytes sent ({len(self.wire):,} bytes); the view is laid out for reading"
+        return f"Copy Request Body: {self.bytes_note or 'the body as JSON, not the bytes sent'}"
 
     @property
     def summary(self) -> str:
@@ -168,6 +208,8 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
         request=body,
         notes=notes,
         tools_label=TOOLS_AS_SENT if info is not None else TOOLS_OF_MEMORY,
+        wire=call_bytes(info, call),
+        bytes_note=not_bytes_reason(info, call),
     )
 
 
@@ -196,5 +238,5 @@ def _status(call: CallReplay | None, info: ReplayInfo | None) -> str:
     return "; ".join(call.differences) or "differs from the record"
 
 
-__all__ = ["ESTIMATE", "NOT_RECORDED", "PARTIAL", "TOOLS_AS_SENT", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
+__all__ = ["COPY_BYTES", "COPY_JSON", "COPY_READABLE", "ESTIMATE", "NOT_RECORDED", "PARTIAL", "TOOLS_AS_SENT", "TOOLS_OF_MEMORY", "RequestView", "SERVER", "ToolRow", "UsageRow", "call_view", "tool_rows",
            "usage_rows"]

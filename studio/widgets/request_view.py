@@ -21,7 +21,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.logic.request_layout import ESTIMATE, SERVER, TOOLS_AS_SENT, RequestView, ToolRow, UsageRow
+from studio.logic.request_layout import (
+    COPY_JSON,
+    COPY_READABLE,
+    ESTIMATE,
+    SERVER,
+    TOOLS_AS_SENT,
+    RequestView,
+    ToolRow,
+    UsageRow,
+)
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
@@ -59,12 +68,21 @@ class RequestPanel(QWidget):
         self.title = caption("Request")
         self.title.setWordWrap(True)
         self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # What the copy is, on the button: the exact bytes sent, or (not knowable) the body as JSON.
         self.copy_btn = QToolButton()
-        self.copy_btn.setText("Copy Request Body")
-        self.copy_btn.setToolTip("Copy the whole JSON body this call sent (stream options left out)")
+        self.copy_btn.setObjectName("copyRequestBody")
+        self.copy_btn.setText(COPY_JSON)
+        self.copy_btn.setToolTip("Copy the whole request body as indented JSON: not the bytes sent")
         self.copy_btn.clicked.connect(self.copy_body)
+        self.copy_readable_btn = QToolButton()
+        self.copy_readable_btn.setObjectName("copyRequestReadable")
+        self.copy_readable_btn.setText(COPY_READABLE)
+        self.copy_readable_btn.setToolTip("Copy the whole request body as indented JSON, for reading: not the "
+                                          "bytes sent (keys, spaces and escapes may differ)")
+        self.copy_readable_btn.clicked.connect(self.copy_readable)
         head.addWidget(self.title, 1)
         head.addWidget(self.copy_btn)
+        head.addWidget(self.copy_readable_btn)
         root.addLayout(head)
         self.header = QLabel("")
         self.header.setObjectName("requestHeader")
@@ -116,13 +134,19 @@ class RequestPanel(QWidget):
             self._tools_shown = None
             self.title.setText("Request")
             self.header.setText("")
+            self.copy_btn.setText(COPY_JSON)
+            self.copy_readable_btn.setVisible(False)
             self.usage_model.set_rows([])
             self.settings_model.set_rows([])
             return
         # Stepping re-fills this on every turn: texts and rows that did not change are left alone, so
         # Qt does not lay the panel out again for nothing.
         _set_text(self.title, f"{view.title} · {view.status}")
-        notes = "".join(f"<br><i>{_esc(n)}</i>" for n in view.notes)
+        if self.copy_btn.text() != view.copy_label:
+            self.copy_btn.setText(view.copy_label)
+        self.copy_btn.setToolTip(view.copy_tip)
+        self.copy_readable_btn.setVisible(view.exact_bytes)  # else the copy is that JSON already
+        notes = "".join(f"<br><i>{_esc(n)}</i>" for n in [*view.notes, view.copy_line])
         _set_text(self.header, f"<b>Model</b> {_esc(view.model)} · <b>Endpoint</b> {_esc(view.endpoint)}{notes}")
         self.usage_model.update_rows(view.usage)
         self.settings_model.update_rows(view.settings)
@@ -155,6 +179,13 @@ class RequestPanel(QWidget):
         top.setExpanded(True)  # the list of tools shows; each definition opens on demand
 
     def copy_body(self) -> None:
+        """The exact bytes the server received when they are knowable, else the body as JSON (the
+        button's text says which)."""
+        if self.view is not None:
+            QGuiApplication.clipboard().setText(self.view.copy_text)
+
+    def copy_readable(self) -> None:
+        """The body as indented JSON, for reading."""
         if self.view is not None:
             QGuiApplication.clipboard().setText(self.view.body)
 

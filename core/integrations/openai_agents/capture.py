@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from agents.tracing import get_current_trace
 
 from core.llm.http import safe_url
+from core.llm.wire import OPENAI_PYTHON_WIRE, wire_bytes
 from core.processors.base import SavedAwareWrite
 from core.replay import store as records
 from core.replay import tools as tool_defs
-from core.replay.record import CallRecord, TurnRecord, request_hash
+from core.replay.record import CallRecord, TurnRecord, bytes_hash, request_hash
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.memory import Memory
@@ -70,6 +71,7 @@ class PendingCall:
     messages: list[dict[str, Any]] | None = None
     model: str | None = None
     usage: dict[str, int] | None = None
+    raw: bytes | None = None  # the body's bytes as sent (``body`` is them parsed)
 
     @property
     def known(self) -> bool:
@@ -149,7 +151,8 @@ async def _on_request(request: Any) -> None:
     if suffix is None:
         return
     try:
-        body = json.loads(await request.aread())
+        raw = await request.aread()
+        body = json.loads(raw)
     except Exception:  # noqa: BLE001 - the record never fails the request it watches
         log.warning("could not read the Agents SDK's request to %s: its turn record keeps what the trace saw", path,
                     exc_info=True)
@@ -161,6 +164,7 @@ async def _on_request(request: Any) -> None:
     base = str(request.url).split("?", 1)[0]
     pending.endpoint = safe_url(base[: len(base) - len(suffix)])
     pending.transport = {k: body.pop(k) for k in _TRANSPORT if k in body}
+    pending.raw = bytes(raw)
     pending.body = body
 
 
@@ -216,9 +220,14 @@ def call_record(pending: PendingCall) -> tuple[CallRecord, list[dict[str, Any]]]
         taken.add("tool_choice")
     settings = {k: v for k, v in body.items() if k not in taken}
     model = body.get("model")
-    return CallRecord(request_hash(body), model if isinstance(model, str) else None, settings,
-                      body.get("tool_choice"), None, tuple(tools),
-                      pending.usage, None, sent), tools
+    call = CallRecord(request_hash(body), model if isinstance(model, str) else None, settings,
+                      body.get("tool_choice"), None, tuple(tools), pending.usage, None, sent)
+    # The bytes are kept (by hash) only when the record makes them again exactly: the SDK's OpenAI client
+    # serialises as our own model does (``OPENAI_PYTHON_WIRE``); a body it does not (a Responses call,
+    # whose keys go in another order) is shown as JSON, labelled so.
+    if pending.raw is not None and wire_bytes(call.sent_body(), pending.transport) == pending.raw:
+        call = replace(call, wire_hash=bytes_hash(pending.raw))
+    return call, tools
 
 
 @dataclass
@@ -284,7 +293,8 @@ class SdkTurn:
             om_cursor=None, tools=tuple(str((t.get("function") or {}).get("name") or t.get("name") or "?")
                                         for t in tools),
             tokens={}, messages_hash="", input_ids=tuple(input_ids), endpoint=endpoint, calls=tuple(calls),
-            transport=transport, framework=FRAMEWORK)
+            transport=transport, framework=FRAMEWORK,
+            wire=OPENAI_PYTHON_WIRE if any(c.wire_hash for c in calls) else "")
 
 
 _RECENT = 128  # runs remembered (each holds its trace, so a trace's id is not reused while it is here)
