@@ -27,6 +27,7 @@ NOT_BYTES_NEWER = ("the body as JSON, not the bytes sent: a newer Memory Studio 
 NOT_BYTES_DIFFERS = ("the body as JSON, not the bytes sent: the rebuilt body no longer serialises to the bytes "
                      "the server received")
 NOT_BYTES_PREVIEW = "the body as JSON: a preview was never sent"
+NOT_BYTES_WHAT_IF = "the body as JSON: a what-if's request was never sent"
 NOT_BYTES_PARTIAL = ("the body as JSON, not the bytes sent: this call was taken from the agent framework's trace, "
                      "not from the wire")
 
@@ -38,7 +39,9 @@ def not_bytes_reason(info: ReplayInfo | None, call: CallReplay | None) -> str | 
     record = info.record
     if call.record.partial:
         return NOT_BYTES_PARTIAL
-    if info.what_if or not call.matches:
+    if info.what_if:
+        return NOT_BYTES_WHAT_IF
+    if not call.matches:
         return NOT_BYTES_DIFFERS
     if record is None or record.wire is None:
         return NOT_BYTES_OLD
@@ -60,5 +63,5 @@ def call_bytes(info: ReplayInfo | None, call: CallReplay | None) -> bytes | None
     return wire_bytes(dict(call.request), info.record.transport, info.record.wire)
 
 
-__all__ = ["NOT_BYTES_CUSTOM", "NOT_BYTES_DIFFERS", "NOT_BYTES_OLD", "NOT_BYTES_PARTIAL", "NOT_BYTES_NEWER", "NOT_BYTES_PREVIEW", "NOT_BYTES_SDK",
-           "call_bytes", "not_bytes_reason"]
+__all__ = ["NOT_BYTES_CUSTOM", "NOT_BYTES_DIFFERS", "NOT_BYTES_NEWER", "NOT_BYTES_OLD", "NOT_BYTES_PARTIAL",
+           "NOT_BYTES_PREVIEW", "NOT_BYTES_SDK", "NOT_BYTES_WHAT_IF", "call_bytes", "not_bytes_reason"]

@@ -36,8 +36,8 @@ PARTIAL = "not recorded (taken from the agent framework's trace, which holds the
 #: What "Copy Request Body" copies, on its button: the exact bytes the server received, or (when they are
 #: not knowable: ``core.replay.wire.not_bytes_reason``) the body as JSON, which is not those bytes.
 COPY_BYTES = "Copy Request Body (exact bytes)"
-COPY_JSON = "Copy Request Body (as JSON, not the bytes sent)"
-COPY_READABLE = "Copy as Indented JSON"
+COPY_JSON = "Copy Request Body (JSON, not bytes)"
+COPY_READABLE = "Copy as Indented JSON (for reading)"
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class RequestView:
         if self.wire is not None:
             return ("Copy the exact bytes the server received for this call (UTF-8, byte for byte, with stream "
                     "and stream_options as sent). The view here is laid out for reading; "
-                    f"{COPY_READABLE} copies the body indented.")
+                    "its menu's Copy as Indented JSON copies the body indented.")
         return f"Copy the whole request body as indented JSON: {self.bytes_note or 'not the bytes sent'}."
 
     @property

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMenu,
     QSizePolicy,
     QSplitter,
     QToolButton,
@@ -74,15 +75,16 @@ class RequestPanel(QWidget):
         self.copy_btn.setText(COPY_JSON)
         self.copy_btn.setToolTip("Copy the whole request body as indented JSON: not the bytes sent")
         self.copy_btn.clicked.connect(self.copy_body)
-        self.copy_readable_btn = QToolButton()
-        self.copy_readable_btn.setObjectName("copyRequestReadable")
-        self.copy_readable_btn.setText(COPY_READABLE)
-        self.copy_readable_btn.setToolTip("Copy the whole request body as indented JSON, for reading: not the "
-                                          "bytes sent (keys, spaces and escapes may differ)")
-        self.copy_readable_btn.clicked.connect(self.copy_readable)
+        # The readable copy is in the button's menu (the inspector's panel is narrow).
+        menu = QMenu(self.copy_btn)
+        self.copy_readable_action = menu.addAction(COPY_READABLE)
+        self.copy_readable_action.setToolTip("Copy the whole request body as indented JSON, for reading: not "
+                                             "the bytes sent (keys, spaces and escapes may differ)")
+        self.copy_readable_action.triggered.connect(self.copy_readable)
+        self.copy_btn.setMenu(menu)
+        self.copy_btn.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
         head.addWidget(self.title, 1)
         head.addWidget(self.copy_btn)
-        head.addWidget(self.copy_readable_btn)
         root.addLayout(head)
         self.header = QLabel("")
         self.header.setObjectName("requestHeader")
@@ -135,7 +137,7 @@ class RequestPanel(QWidget):
             self.title.setText("Request")
             self.header.setText("")
             self.copy_btn.setText(COPY_JSON)
-            self.copy_readable_btn.setVisible(False)
+            self.copy_readable_action.setEnabled(False)
             self.usage_model.set_rows([])
             self.settings_model.set_rows([])
             return
@@ -145,7 +147,7 @@ class RequestPanel(QWidget):
         if self.copy_btn.text() != view.copy_label:
             self.copy_btn.setText(view.copy_label)
         self.copy_btn.setToolTip(view.copy_tip)
-        self.copy_readable_btn.setVisible(view.exact_bytes)  # else the copy is that JSON already
+        self.copy_readable_action.setEnabled(view.exact_bytes)  # else the button copies that JSON already
         notes = "".join(f"<br><i>{_esc(n)}</i>" for n in [*view.notes, view.copy_line])
         _set_text(self.header, f"<b>Model</b> {_esc(view.model)} · <b>Endpoint</b> {_esc(view.endpoint)}{notes}")
         self.usage_model.update_rows(view.usage)

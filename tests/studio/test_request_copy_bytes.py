@@ -62,8 +62,8 @@ def test_copy_request_body_copies_the_bytes_the_server_received(qtbot: Any, tmp_
             panel.copy_btn.click()
             assert QGuiApplication.clipboard().text().encode("utf-8") == sent
             # The readable copy is the indented JSON, and says it is for reading.
-            assert not panel.copy_readable_btn.isHidden()
-            panel.copy_readable_btn.click()
+            assert panel.copy_readable_action.isEnabled()
+            panel.copy_readable_action.trigger()
             readable = QGuiApplication.clipboard().text()
             assert "\n  " in readable and json.loads(readable) == {
                 k2: v for k2, v in json.loads(sent).items() if k2 not in ("stream", "stream_options")}
@@ -82,7 +82,7 @@ def test_a_custom_models_turn_says_its_copy_is_json_not_bytes(qtbot: Any, tmp_pa
         qtbot.addWidget(panel)
         panel.show_request(view)
         assert panel.copy_btn.text() == COPY_JSON and "not the bytes sent" in panel.copy_btn.toolTip()
-        assert "not the bytes sent" in panel.header.text() and panel.copy_readable_btn.isHidden()
+        assert "not the bytes sent" in panel.header.text() and not panel.copy_readable_action.isEnabled()
         panel.copy_btn.click()
         assert json.loads(QGuiApplication.clipboard().text()) == view.request
 
