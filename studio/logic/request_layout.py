@@ -161,6 +161,7 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
     body: Mapping[str, Any] = call.request if call is not None else (prompt.request or {
         "messages": prompt.messages, **({"tools": prompt.tools} if prompt.tools else {})})
     recorded = call is not None and call.record is not None
+    wire = call_bytes(info, call)  # the exact bytes sent, when knowable (with the stream keys in them)
     partial = call is not None and call.record is not None and call.record.partial
     settings = [(k, _value(v)) for k, v in body.items() if k not in _BODY_PARTS]
     if partial:
@@ -170,8 +171,8 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
     if recorded and record is not None:
         # Outside the body (and its hash): how the replies travelled, as the record kept it.
         if record.transport:
-            settings += [(k, f"{_value(v)} (how the reply travels; not in Copy Request Body)")
-                         for k, v in record.transport.items()]
+            where = "in the bytes copied, not in the JSON" if wire is not None else "not in Copy Request Body"
+            settings += [(k, f"{_value(v)} (how the reply travels; {where})") for k, v in record.transport.items()]
         else:
             settings.append(("stream", NOT_STREAMED if record.transport is not None else
                              "not recorded (records before stream options were kept)"))
@@ -208,7 +209,7 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
         request=body,
         notes=notes,
         tools_label=TOOLS_AS_SENT if info is not None else TOOLS_OF_MEMORY,
-        wire=call_bytes(info, call),
+        wire=wire,
         bytes_note=not_bytes_reason(info, call),
     )
 

@@ -59,6 +59,7 @@ def test_copy_request_body_copies_the_bytes_the_server_received(qtbot: Any, tmp_
             panel.show_request(view)
             assert panel.copy_btn.text() == COPY_BYTES and "exact bytes" in panel.copy_btn.toolTip()
             assert "the exact bytes sent" in panel.header.text()
+            assert ("stream", "true (how the reply travels; in the bytes copied, not in the JSON)") in view.settings
             panel.copy_btn.click()
             assert QGuiApplication.clipboard().text().encode("utf-8") == sent
             # The readable copy is the indented JSON, and says it is for reading.
