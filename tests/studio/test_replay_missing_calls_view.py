@@ -8,21 +8,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core import Agent, Memory, MemoryOptions, Tool, open_store
-from core.llm import ScriptedModel, ScriptedReply, tool_call
+from core import Agent, Memory, MemoryOptions, open_store
+from core.llm import ScriptedModel
 from core.transfer import export_thread, import_data
 from studio.logic.request_layout import call_view
-
-NOOP = Tool("noop", "Does nothing.", lambda args, _ctx: {"ok": True},
-            {"type": "object", "properties": {"n": {"type": "integer"}}})
-
-
-def responder(messages: list[dict[str, Any]], tools: Any) -> Any:
-    """Two tool steps, then the answer: three model calls."""
-    done = sum(1 for m in messages if m["role"] == "tool")
-    if "tools" in str(messages[-1].get("content")) or messages[-1]["role"] == "tool" and done < 2:
-        return ScriptedReply(tool_calls=(tool_call("noop", {"n": done}),))
-    return "Done."
+from tests.core.test_replay_adversarial import NOOP, responder  # (two tool steps, then the answer: three calls)
 
 
 def test_each_call_view_says_the_record_lost_calls(tmp_path: Any) -> None:
