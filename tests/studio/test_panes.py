@@ -528,3 +528,57 @@ def test_an_empty_database_says_it_has_no_threads_and_how_one_starts(qtbot: Any,
     pane.refresh()
     qtbot.waitUntil(lambda: len(pane.thread_rows()) == 1, timeout=10_000)
     assert not pane.banner.isVisible()
+
+
+def test_a_tree_of_thousands_of_threads_is_not_sorted_on_the_ui_thread(
+        qtbot: Any, make_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sorting proxy asked the model for two rows' last activity per comparison, n log n times: ~0.15 s of
+    # the UI thread for a resource of 3,000 threads at every load, expanded or not (bench/studio_stalls.py,
+    # "start, open the database"). The model keeps its rows in order itself; a refresh that changes the
+    # order moves the rows and keeps the selection.
+    from datetime import timedelta
+
+    from studio.models.resource_tree import ResourceTreeModel, TreeRoles
+
+    from .conftest import T0
+
+    path = tmp_path / "many.db"
+    store = open_store(path)
+    for k in range(1500):
+        store.memory.create_thread(thread_id=f"t{k:04d}", resource_id="many", title=f"Thread {k}")
+    store.memory.save_messages([Message.user("hi", id=f"m{k}", thread_id=f"t{k:04d}", resource_id="many",
+                                             created_at=T0 + timedelta(hours=5, minutes=k)) for k in range(1500)])
+    store.close()
+    seed_many(path, "long", 3, resource_id="old")  # older: listed last
+    asked: list[int] = []
+    data = ResourceTreeModel.data
+
+    def counting(self: Any, index: Any, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if role == TreeRoles.SORT:
+            asked.append(role)
+        return data(self, index, role)
+
+    monkeypatch.setattr(ResourceTreeModel, "data", counting)
+    pane = ResourcesPane(make_session(path))
+    qtbot.addWidget(pane)
+    pane.resize(420, 500)
+    pane.show()
+    pane.refresh()
+    qtbot.waitUntil(lambda: pane.proxy.rowCount() == 2, timeout=10_000)
+    qtbot.wait(100)
+    rows = pane.thread_rows()
+    assert [r[1] for r in rows[:3]] == ["Thread 1499", "Thread 1498", "Thread 1497"] and rows[-1][0] == "old"
+    pane.set_selection(Selection("many", "t0700"))
+    writer = open_store(path)  # the oldest thread of each resource has the newest message now
+    writer.memory.save_messages([Message.user("late", id="late-a", thread_id="t0000", resource_id="many",
+                                              created_at=T0 + timedelta(days=3)),
+                                 Message.user("later", id="late-b", thread_id="long", resource_id="old",
+                                              created_at=T0 + timedelta(days=4))])
+    writer.close()
+    pane.refresh()
+    qtbot.waitUntil(lambda: pane.thread_rows()[0][0] == "old", timeout=10_000)
+    rows = pane.thread_rows()
+    assert [r[1] for r in rows[1:4]] == ["Thread 0", "Thread 1499", "Thread 1498"] and len(rows) == 1501
+    assert pane.current_selection() == Selection("many", "t0700")
+    assert pane.tree.currentIndex().data() == "Thread 700"
+    assert asked == []  # nothing sorted the rows by asking the model, row by row
