@@ -177,3 +177,35 @@ def test_a_call_whose_rebuilt_body_differs_from_its_bytes_gives_none(tmp_path: P
         assert json.loads(json.dumps(call.request))  # the readable JSON is still there
     finally:
         store.close()
+
+
+def test_each_call_gets_its_own_bytes_when_calls_run_at_once(tmp_path: Path) -> None:
+    """One model, many calls from several threads and from asyncio tasks at once: each result's bytes as
+    sent (``ChatResult.sent``, read by the request hook) are its own request's, one of those the server
+    received, and our reproduction of them."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from core.llm.wire import wire_bytes
+
+    with LoopbackServer(ScriptedModel(lambda messages, tools: "ok", name="server")) as server:
+        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
+                                      keyring_service=None)
+        asks = [[{"role": "user", "content": f"Frage {i} — „{'ü' * i}“"}] for i in range(12)]
+
+        def ask(messages: list[dict[str, Any]]) -> Any:
+            return model.generate(messages)  # type: ignore[arg-type]
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            threaded = list(pool.map(ask, asks[:6]))
+
+        async def tasks() -> list[Any]:
+            return list(await asyncio.gather(*(asyncio.to_thread(ask, m) for m in asks[6:])))
+
+        awaited = asyncio.run(tasks())
+        model.close()
+        received = server.chat_request_bytes()
+    assert len(received) == 12
+    for messages, result in zip(asks, threaded + awaited):
+        assert result.sent is not None and result.sent in received
+        assert result.sent == wire_bytes(model.request_body(messages))  # type: ignore[arg-type]
