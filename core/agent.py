@@ -348,7 +348,7 @@ class Agent:
                 error, finish_reason = exc, "error"
                 break
             turn.model_called(prompt, result.usage.to_dict() if result.usage else None, result.finish_reason,
-                              transport_for(self.model, call.streaming), wire_form_of(self.model))
+                              transport_for(self.model, call.streaming), wire_form_of(self.model), result.sent)
             if result.usage:
                 usage = Usage(usage.prompt_tokens + result.usage.prompt_tokens,
                               usage.completion_tokens + result.usage.completion_tokens,

@@ -73,10 +73,12 @@ class TurnMemory(Protocol):
         ...
 
     def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
-                     transport: Mapping[str, Any] | None = None, wire: str | None = None) -> None:
+                     transport: Mapping[str, Any] | None = None, wire: str | None = None,
+                     sent: bytes | None = None) -> None:
         """One model call went out with ``prompt`` (the turn record keeps it); ``transport``: the keys
         sent beside its request body (``stream``, ``stream_options``; empty when not streamed); ``wire``:
-        how the model serialised the body (``core.llm.wire.WIRE_FORMS``; None: not known)."""
+        how the model serialised the body (``core.llm.wire.WIRE_FORMS``; None: not known); ``sent``: the
+        bytes its HTTP client actually sent (``ChatResult.sent``; None: not known)."""
         ...
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:
@@ -182,9 +184,10 @@ class MemoryTurn:
         return to_ms(self.memory.clock.now())
 
     def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
-                     transport: Mapping[str, Any] | None = None, wire: str | None = None) -> None:
+                     transport: Mapping[str, Any] | None = None, wire: str | None = None,
+                     sent: bytes | None = None) -> None:
         if self._capture is not None:
-            self._capture.add_call(prompt, usage, finish_reason, transport, wire)
+            self._capture.add_call(prompt, usage, finish_reason, transport, wire, sent)
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:
         return self.memory.record(self.ctx, self._processors, tools)
@@ -270,7 +273,8 @@ class NullMemory:
         return None
 
     def model_called(self, prompt: AssembledPrompt, usage: dict[str, Any] | None, finish_reason: str | None,
-                     transport: Mapping[str, Any] | None = None, wire: str | None = None) -> None:
+                     transport: Mapping[str, Any] | None = None, wire: str | None = None,
+                     sent: bytes | None = None) -> None:
         return None
 
     def next_prompt(self, tools: list[dict[str, Any]]) -> AssembledPrompt:

@@ -150,6 +150,10 @@ class ChatResult:
     model_id: str = ""
     #: The provider's response as JSON-compatible dicts (for traces); None for scripted replies.
     raw: dict[str, Any] | None = None
+    #: The request body's bytes exactly as the model's HTTP client sent them (``OpenAICompatibleModel``
+    #: reads them with a request hook); None: not known (a scripted or custom model). A turn record keeps
+    #: a call's bytes hash only when its reproduction of the body's bytes equals these.
+    sent: bytes | None = field(default=None, repr=False, compare=False)
 
     def to_assistant_message(self) -> Message:
         """The assistant message to append to the conversation before sending tool results."""

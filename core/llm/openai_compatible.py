@@ -9,10 +9,14 @@ the policy is visible, configurable and counted in the error the user finally se
 
 from __future__ import annotations
 
+import contextvars
 import json
+import logging
 import re
 import time
+from dataclasses import replace
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatChunk, ChatResult, Message, ModelError, ToolSpec
@@ -26,6 +30,24 @@ if TYPE_CHECKING:
     import openai
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
+
+
+class _Sent:
+    """The request bytes of one model call, filled by the client's request hook (``_watch``)."""
+
+    __slots__ = ("http", "raw")
+
+    def __init__(self, http: Any) -> None:
+        self.http = http  # the httpx client the call goes through: another client's request is not its
+        self.raw: bytes | None = None
+
+
+#: The model call being made in this thread or task (``OpenAICompatibleModel._sending``): a context
+#: variable, so calls made at once from several threads or tasks each see their own request only.
+_SENDING: contextvars.ContextVar[_Sent | None] = contextvars.ContextVar("memory_studio_llm_sent", default=None)
+_CHAT_PATH = "/chat/completions"
 
 class OpenAICompatibleModel:
     """A ``ChatModel`` backed by an OpenAI-compatible ``/chat/completions`` endpoint.
@@ -78,6 +100,7 @@ class OpenAICompatibleModel:
             explicit=api_key, env_var=api_key_env, keyring_service=keyring_service,
             keyring_username=keyring_username, environ=environ)
         self._client = openai_client(base_url, self._key, timeout=timeout, default_headers=default_headers)
+        self._watching = _watch(self._client)
 
     # -- identity -------------------------------------------------------------------------
 
@@ -126,10 +149,23 @@ class OpenAICompatibleModel:
         body = self._body(messages, tools, temperature, max_tokens, settings, tool_choice)
         wait = self.timeout if timeout is None else timeout
         endpoint = f"{self.base_url}/chat/completions"
-        response = self._with_retries(
-            lambda: self._client.chat.completions.create(**body, timeout=wait),
-            endpoint=endpoint, timeout=wait, uncapped=not _caps_length(body))
-        return result_from_completion(self._completion_dict(response, endpoint), model_id=self.model_id)
+        with self._sending() as sent:
+            response = self._with_retries(
+                lambda: self._client.chat.completions.create(**body, timeout=wait),
+                endpoint=endpoint, timeout=wait, uncapped=not _caps_length(body))
+        result = result_from_completion(self._completion_dict(response, endpoint), model_id=self.model_id)
+        return replace(result, sent=sent.raw)
+
+    @contextmanager
+    def _sending(self) -> Iterator[_Sent]:
+        """While a model call is made: its request's bytes as the client sends them (``ChatResult.sent``,
+        read by the request hook ``_watch`` added; None when it could not be added or read)."""
+        sent = _Sent(getattr(self._client, "_client", None))
+        token = _SENDING.set(sent if self._watching else None)
+        try:
+            yield sent
+        finally:
+            _SENDING.reset(token)
 
     def _completion_dict(self, response: Any, endpoint: str) -> dict[str, Any]:
         # A proxy's login page or a web server's index answers 200 too; the SDK then hands back the
@@ -169,12 +205,13 @@ class OpenAICompatibleModel:
         body.update(self.transport(streaming=True))
         wait = self.timeout if timeout is None else timeout
         endpoint = f"{self.base_url}/chat/completions"
-        sdk_stream = self._with_retries(
-            lambda: self._client.chat.completions.create(**body, timeout=wait),
-            endpoint=endpoint, timeout=wait)
-        return self._iterate(sdk_stream, endpoint, wait)
+        with self._sending() as sent:
+            sdk_stream = self._with_retries(
+                lambda: self._client.chat.completions.create(**body, timeout=wait),
+                endpoint=endpoint, timeout=wait)
+        return self._iterate(sdk_stream, endpoint, wait, sent.raw)
 
-    def _iterate(self, sdk_stream: Any, endpoint: str, wait: float) -> Iterator[ChatChunk]:
+    def _iterate(self, sdk_stream: Any, endpoint: str, wait: float, sent: bytes | None = None) -> Iterator[ChatChunk]:
         import openai
 
         assembler = StreamAssembler(model_id=self.model_id)
@@ -200,7 +237,7 @@ class OpenAICompatibleModel:
                 f"{assembler.chunk_count} chunk(s)); the partial reply was discarded", endpoint,
                 hint="the server or a proxy closed the connection early; check the server's log "
                      "(it may have crashed or run out of memory) and try again")
-        yield ChatChunk(result=assembler.result())
+        yield ChatChunk(result=replace(assembler.result(), sent=sent))
 
     def list_models(self, *, timeout: float | None = None) -> list[str]:
         """The model names the server offers (``GET /models``)."""
@@ -344,6 +381,33 @@ class OpenAICompatibleModel:
             text = text.replace(secret, "***")
         text = self._credentials.scrub(text)
         return text if len(text) <= 400 else text[:400] + "…"
+
+
+def _watch(client: Any) -> bool:
+    """Add the request hook that reads each model call's bytes as sent to ``client``'s ``httpx`` client,
+    once; False when it has none to add it to (its calls then record no bytes hash)."""
+    http = getattr(client, "_client", None)  # ``openai.OpenAI`` keeps its httpx client here
+    hooks = getattr(http, "event_hooks", None)
+    if not isinstance(hooks, Mapping) or not isinstance(hooks.get("request"), list):
+        log.info("the OpenAI client has no httpx request hooks: turn records keep no bytes hash")
+        return False
+    hooks["request"].append(lambda request: _on_request(http, request))
+    return True
+
+
+def _on_request(http: Any, request: Any) -> None:
+    """The request hook of ``http``: the body's bytes of the model call this thread or task is making
+    through it, as sent (the last attempt's, when retried). It never fails the request it watches."""
+    sent = _SENDING.get()
+    if sent is None or sent.http is not http:
+        return
+    try:
+        if request.method != "POST" or not request.url.path.endswith(_CHAT_PATH):
+            return
+        sent.raw = bytes(request.read())
+    except Exception:  # noqa: BLE001 - reading the bytes must never fail the model call
+        sent.raw = None
+        log.warning("could not read a model call's request bytes: its record keeps the body as JSON", exc_info=True)
 
 
 def _caps_length(body: dict[str, Any]) -> bool:

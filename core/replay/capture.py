@@ -138,17 +138,23 @@ class TurnCapture(SavedAwareWrite):
     # The keys sent beside each request body (``stream``, ``stream_options``; {} when not streamed):
     # one for the turn, which streams every call or none. None: not told.
     transport: dict[str, Any] | None = None
-    # How the model serialised every call's body (``core.llm.wire.WIRE_FORMS``); None: not known.
+    # How the model says it serialises each call's body (``core.llm.wire.WIRE_FORMS``); None: not known.
+    # A call whose bytes as sent were not this form's keeps no ``wire_hash`` (``add_call``).
     wire: str | None = None
     # The turn's clock: its reading when the messages are stored is ``TurnRecord.stored_at``.
     clock: Callable[[], datetime] | None = None
 
     def add_call(self, prompt: "AssembledPrompt", usage: Mapping[str, Any] | None, finish_reason: str | None,
-                 transport: Mapping[str, Any] | None = None, wire: str | None = None) -> None:
+                 transport: Mapping[str, Any] | None = None, wire: str | None = None,
+                 sent: bytes | None = None) -> None:
         """One model call of the turn: its request body (``prompt.request``, set by the agent), the keys
-        sent beside it (``transport``), how the model serialised it (``wire``: the record then keeps the
-        hash of the bytes sent, ``CallRecord.wire_hash``) and what the server reported. A prompt without
-        a body (a model the agent could not describe) is skipped."""
+        sent beside it (``transport``), how the model says it serialised it (``wire``), the bytes its
+        HTTP client actually sent (``sent``, ``ChatResult.sent``) and what the server reported. The
+        record keeps the call's bytes hash (``CallRecord.wire_hash``) only when ``wire`` makes exactly
+        ``sent`` from the body: a client that serialised otherwise (an ``openai`` upgrade that changed
+        its key order or JSON settings), or bytes not seen, leave none, and Replay copies that call's
+        body as JSON, saying why (``core.replay.wire.NOT_BYTES_CLIENT``). A prompt without a body (a
+        model the agent could not describe) is skipped."""
         body = prompt.request
         if body is None:
             return
@@ -160,7 +166,7 @@ class TurnCapture(SavedAwareWrite):
                           body.get("tool_choice") if tools else None, None, tuple(tools),
                           {k: int(usage.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
                           if usage else None, finish_reason,
-                          wire_hash=bytes_hash(wire_bytes(body, transport, wire)) if wire is not None else None)
+                          wire_hash=_sent_hash(body, transport, wire, sent))
         if wire is not None and self.wire is None and not self.calls:
             self.wire = wire
         self.calls.append((call, tools))
@@ -178,7 +184,7 @@ class TurnCapture(SavedAwareWrite):
             record = replace(record, messages_hash=messages_hash(self.first_messages))
         return replace(record, response_ids=responses, calls=tuple(calls), hidden_parts=tuple(hidden),
                        transport=self.transport if calls else record.transport,
-                       wire=(self.wire if all(c.wire_hash for c in calls) else "") if calls else record.wire)
+                       wire=(self.wire or "") if calls else record.wire)
 
     def commit(self, conn: Any) -> None:
         self.commit_saved(conn, ())
@@ -207,6 +213,21 @@ class TurnCapture(SavedAwareWrite):
             if self.clock is not None:
                 record = replace(record, stored_at=to_ms(self.clock()))
             records.write(conn, self.store, record, options_json=self.options_json)
+
+
+def _sent_hash(body: Mapping[str, Any], transport: Mapping[str, Any] | None, wire: str | None,
+               sent: bytes | None) -> str | None:
+    """The bytes hash of a call whose reproduced bytes (``wire_bytes``) are the ones its client sent."""
+    if wire is None or sent is None:
+        return None
+    try:
+        made = wire_bytes(body, transport, wire)
+    except (TypeError, ValueError):  # an unknown form, a body JSON cannot hold: no exact bytes
+        return None
+    if made != sent:
+        log.info("a model call's bytes differ from their %s reproduction: its record keeps no bytes hash", wire)
+        return None
+    return bytes_hash(made)
 
 
 def hidden_parts(reply: Message | None, *, stored: bool) -> list[tuple[str, int, dict[str, Any]]]:

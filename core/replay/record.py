@@ -176,8 +176,9 @@ class TurnRecord:
     framework: str | None = None
     # How the model put every call's body on the wire (``core.llm.wire.WIRE_FORMS``: our
     # ``OpenAICompatibleModel``, or the Agents SDK's OpenAI client when its bytes were checked): with each
-    # call's ``wire_hash``, Replay gives the exact bytes the server received. "": not knowable (a custom
-    # or scripted model); None: a record from before records said (both: only the body as JSON).
+    # call's ``wire_hash``, Replay gives the exact bytes the server received (a call without one: its
+    # client's bytes as sent were not this form's). "": not knowable (a custom or scripted model); None:
+    # a record from before records said (both: only the body as JSON).
     wire: str | None = None
 
     def budget(self) -> "PromptBudget | None":

@@ -4,7 +4,8 @@ A call's request (``CallReplay.request``) equals the body the server received as
 depend on how the model serialised it as well (key order, separators, escaping). A turn record names
 that serialisation (``TurnRecord.wire``: ``core.llm.wire.OPENAI_PYTHON_WIRE`` for our
 ``OpenAICompatibleModel`` and for the Agents SDK's OpenAI client once its bytes were checked) and
-keeps each call's bytes hash (``CallRecord.wire_hash``). ``call_bytes`` makes the bytes again from
+keeps each call's bytes hash (``CallRecord.wire_hash``), taken only when the bytes the model's client
+actually sent were the form's (``core.replay.capture.TurnCapture.add_call``). ``call_bytes`` makes the bytes again from
 the rebuilt body and the record's ``stream`` keys and gives them only when they hash as the ones sent;
 otherwise ``not_bytes_reason`` says why there are none (a custom model, an older record, a body that
 no longer matches), and the Studio copies the body as JSON, labelled so.
@@ -22,6 +23,9 @@ NOT_BYTES_OLD = ("the body as JSON, not the bytes sent: this turn was recorded b
                  "was serialised")
 NOT_BYTES_SDK = ("the body as JSON, not the bytes sent: the agent framework's client serialised this call in a way "
                  "its record cannot reproduce")
+NOT_BYTES_CLIENT = ("the body as JSON, not the bytes sent: the model's HTTP client serialised this call differently "
+                    "from how its record reproduces the bytes (a newer openai package, or bytes the request hook did "
+                    "not see)")
 NOT_BYTES_NEWER = ("the body as JSON, not the bytes sent: a newer Memory Studio recorded how the body was "
                    "serialised, in a form this one does not know")
 NOT_BYTES_DIFFERS = ("the body as JSON, not the bytes sent: the rebuilt body no longer serialises to the bytes "
@@ -46,7 +50,10 @@ def not_bytes_reason(info: ReplayInfo | None, call: CallReplay | None) -> str | 
     if record is None or record.wire is None:
         return NOT_BYTES_OLD
     if not record.wire or not call.record.wire_hash:
-        return NOT_BYTES_SDK if record.framework else NOT_BYTES_CUSTOM
+        if record.framework:
+            return NOT_BYTES_SDK
+        # Our own model named its form, but this call's bytes as sent were not the form's (``add_call``).
+        return NOT_BYTES_CLIENT if record.wire else NOT_BYTES_CUSTOM
     if record.wire not in WIRE_FORMS:
         return NOT_BYTES_NEWER
     if bytes_hash(wire_bytes(dict(call.request), record.transport, record.wire)) != call.record.wire_hash:
@@ -63,5 +70,5 @@ def call_bytes(info: ReplayInfo | None, call: CallReplay | None) -> bytes | None
     return wire_bytes(dict(call.request), info.record.transport, info.record.wire)
 
 
-__all__ = ["NOT_BYTES_CUSTOM", "NOT_BYTES_DIFFERS", "NOT_BYTES_NEWER", "NOT_BYTES_OLD", "NOT_BYTES_PARTIAL",
+__all__ = ["NOT_BYTES_CLIENT", "NOT_BYTES_CUSTOM", "NOT_BYTES_DIFFERS", "NOT_BYTES_NEWER", "NOT_BYTES_OLD", "NOT_BYTES_PARTIAL",
            "NOT_BYTES_PREVIEW", "NOT_BYTES_SDK", "NOT_BYTES_WHAT_IF", "call_bytes", "not_bytes_reason"]

@@ -21,7 +21,8 @@ import pytest
 from core import Agent, Memory, MemoryOptions, Tool, open_store
 from core.embedding import HashingEmbedder
 from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
-from core.replay.wire import NOT_BYTES_CUSTOM, NOT_BYTES_OLD, call_bytes, not_bytes_reason
+from core.replay.record import bytes_hash
+from core.replay.wire import NOT_BYTES_CLIENT, NOT_BYTES_CUSTOM, NOT_BYTES_OLD, call_bytes, not_bytes_reason
 
 SETTINGS = {"temperature": 0.3, "max_tokens": 96, "top_p": 0.9, "top_k": 40, "seed": 7, "stop": ["###"]}
 WETTER = Tool("wetter", "Das Wetter heute in einer Stadt — „Köln“, 東京 ☀️.",
@@ -90,6 +91,40 @@ def test_each_call_gives_the_exact_bytes_the_server_received(tmp_path: Path) -> 
         for (info, call), sent in zip(calls, received):
             assert not_bytes_reason(info, call) is None
             assert call_bytes(info, call) == sent
+            assert call.record.wire_hash == bytes_hash(sent)  # the hash of the bytes the server received
+    finally:
+        store.close()
+
+
+def test_bytes_the_client_serialised_otherwise_are_not_claimed_exact(tmp_path: Path, monkeypatch: Any) -> None:
+    """An ``openai`` client whose JSON dump settings differ from our reproduction (as an upgrade might
+    make them): every call's bytes as sent differ, so the record keeps no bytes hash and Replay gives the
+    body as JSON, saying the client serialised it otherwise, never bytes the server did not receive."""
+    import openai._base_client
+
+    def spaced(obj: Any) -> bytes:
+        return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "), allow_nan=False).encode("utf-8")
+
+    monkeypatch.setattr(openai._base_client, "openapi_dumps", spaced)
+    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
+        store = open_store(tmp_path / "m.db")
+        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
+                                      keyring_service=None)
+        _run(store, model)
+        model.close()
+        received = server.chat_request_bytes()
+        store.close()
+    assert len(received) == 4 and all(b'", "' in sent for sent in received)
+
+    store = open_store(tmp_path / "m.db")
+    try:
+        calls = _calls(_memory(store))
+        assert len(calls) == len(received)
+        for (info, call), sent in zip(calls, received):
+            assert info.exact and json.loads(sent) == {**call.request, **info.record.transport}
+            assert call.record.wire_hash is None and call_bytes(info, call) is None
+            assert not_bytes_reason(info, call) == NOT_BYTES_CLIENT
+            assert NOT_BYTES_CLIENT.startswith("the body as JSON, not the bytes sent")
     finally:
         store.close()
 
@@ -142,3 +177,35 @@ def test_a_call_whose_rebuilt_body_differs_from_its_bytes_gives_none(tmp_path: P
         assert json.loads(json.dumps(call.request))  # the readable JSON is still there
     finally:
         store.close()
+
+
+def test_each_call_gets_its_own_bytes_when_calls_run_at_once(tmp_path: Path) -> None:
+    """One model, many calls from several threads and from asyncio tasks at once: each result's bytes as
+    sent (``ChatResult.sent``, read by the request hook) are its own request's, one of those the server
+    received, and our reproduction of them."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from core.llm.wire import wire_bytes
+
+    with LoopbackServer(ScriptedModel(lambda messages, tools: "ok", name="server")) as server:
+        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
+                                      keyring_service=None)
+        asks = [[{"role": "user", "content": f"Frage {i} — „{'ü' * i}“"}] for i in range(12)]
+
+        def ask(messages: list[dict[str, Any]]) -> Any:
+            return model.generate(messages)  # type: ignore[arg-type]
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            threaded = list(pool.map(ask, asks[:6]))
+
+        async def tasks() -> list[Any]:
+            return list(await asyncio.gather(*(asyncio.to_thread(ask, m) for m in asks[6:])))
+
+        awaited = asyncio.run(tasks())
+        model.close()
+        received = server.chat_request_bytes()
+    assert len(received) == 12
+    for messages, result in zip(asks, threaded + awaited):
+        assert result.sent is not None and result.sent in received
+        assert result.sent == wire_bytes(model.request_body(messages))  # type: ignore[arg-type]

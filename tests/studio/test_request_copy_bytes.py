@@ -14,7 +14,7 @@ from PySide6.QtGui import QGuiApplication
 from core import Agent, Memory, MemoryOptions, Tool, open_store
 from core.embedding import HashingEmbedder
 from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel, ScriptedReply, tool_call
-from core.replay.wire import NOT_BYTES_CUSTOM, NOT_BYTES_OLD
+from core.replay.wire import NOT_BYTES_CLIENT, NOT_BYTES_CUSTOM, NOT_BYTES_OLD
 from studio.logic.request_layout import COPY_BYTES, COPY_JSON, call_view
 from studio.widgets.request_view import RequestPanel
 
@@ -94,5 +94,42 @@ def test_a_custom_models_turn_says_its_copy_is_json_not_bytes(qtbot: Any, tmp_pa
         prompt.replay = replace(info, record=old)
         view = call_view(prompt, memory.tokenizer, 0)
         assert view.copy_label == COPY_JSON and view.bytes_note == NOT_BYTES_OLD
+    finally:
+        store.close()
+
+
+def _spaced_dumps(obj: Any) -> bytes:
+    """JSON as a client with other dump settings would write it (spaces after separators)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "), allow_nan=False).encode("utf-8")
+
+
+def test_a_client_that_serialises_otherwise_gives_json_not_a_wrong_exact_copy(qtbot: Any, tmp_path: Path,
+                                                                               monkeypatch: Any) -> None:
+    """The openai client's JSON dump settings changed (as an upgrade might): the record keeps no bytes
+    hash for calls whose bytes as sent differ from our reproduction, and the view says JSON, not bytes."""
+    import openai._base_client
+
+    monkeypatch.setattr(openai._base_client, "openapi_dumps", _spaced_dumps)
+    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
+        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
+                                      keyring_service=None)
+        store, memory = _turn(tmp_path, model, stream=True)
+        model.close()
+        received = server.chat_request_bytes()
+    try:
+        assert len(received) == 2 and all(b'"model": "loopback-chat"' in sent for sent in received)
+        (turn,) = memory.turns("t")
+        prompt = memory.assemble(as_of=turn.input_message_id)
+        panel = RequestPanel()
+        qtbot.addWidget(panel)
+        for k, sent in enumerate(received):
+            view = call_view(prompt, memory.tokenizer, k)
+            assert not view.exact_bytes and view.bytes_note == NOT_BYTES_CLIENT
+            panel.show_request(view)
+            assert panel.copy_btn.text() == COPY_JSON and "not the bytes sent" in panel.copy_btn.toolTip()
+            assert "not the bytes sent" in panel.header.text()
+            panel.copy_btn.click()
+            copied = QGuiApplication.clipboard().text()
+            assert copied.encode("utf-8") != sent and json.loads(copied) == view.request
     finally:
         store.close()
