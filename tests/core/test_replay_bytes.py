@@ -62,6 +62,21 @@ def _run(store: Any, model: Any) -> Memory:
     return memory
 
 
+def _run_served(path: Path) -> list[bytes]:
+    """``TURNS`` on our own provider against the loopback server, into the database at ``path``; the bytes
+    of every request the server received."""
+    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
+        store = open_store(path)
+        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
+                                      keyring_service=None)
+        try:
+            _run(store, model)
+        finally:
+            model.close()
+            store.close()
+        return server.chat_request_bytes()
+
+
 def _calls(memory: Memory) -> list[tuple[Any, Any]]:
     out = []
     for turn in memory.turns("t-reise"):
@@ -72,14 +87,7 @@ def _calls(memory: Memory) -> list[tuple[Any, Any]]:
 
 
 def test_each_call_gives_the_exact_bytes_the_server_received(tmp_path: Path) -> None:
-    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
-        store = open_store(tmp_path / "m.db")
-        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
-                                      keyring_service=None)
-        _run(store, model)
-        model.close()
-        received = server.chat_request_bytes()
-        store.close()
+    received = _run_served(tmp_path / "m.db")
     assert len(received) == 4  # the weather turn calls the tool, then answers
     assert any(b'"stream":true' in b for b in received) and any(b'"tools":[' in b for b in received)
     assert "Köln".encode() in received[1] and "👋🏽".encode() in received[0]  # sent as UTF-8, not \u escapes
@@ -106,14 +114,7 @@ def test_bytes_the_client_serialised_otherwise_are_not_claimed_exact(tmp_path: P
         return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "), allow_nan=False).encode("utf-8")
 
     monkeypatch.setattr(openai._base_client, "openapi_dumps", spaced)
-    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
-        store = open_store(tmp_path / "m.db")
-        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
-                                      keyring_service=None)
-        _run(store, model)
-        model.close()
-        received = server.chat_request_bytes()
-        store.close()
+    received = _run_served(tmp_path / "m.db")
     assert len(received) == 4 and all(b'", "' in sent for sent in received)
 
     store = open_store(tmp_path / "m.db")
@@ -141,13 +142,10 @@ def test_a_custom_chat_model_gives_no_bytes_and_says_the_copy_is_json(tmp_path: 
 
 
 def test_a_record_from_before_wire_forms_gives_no_bytes(tmp_path: Path) -> None:
-    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
-        store = open_store(tmp_path / "m.db")
-        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
-                                      keyring_service=None)
-        memory = _run(store, model)
-        model.close()
+    _run_served(tmp_path / "m.db")
+    store = open_store(tmp_path / "m.db")
     try:
+        memory = _memory(store)
         # What an older version wrote: the record without the wire form and the bytes' hashes.
         info, call = _calls(memory)[0]
         assert info.record is not None
@@ -161,13 +159,10 @@ def test_a_record_from_before_wire_forms_gives_no_bytes(tmp_path: Path) -> None:
 
 
 def test_a_call_whose_rebuilt_body_differs_from_its_bytes_gives_none(tmp_path: Path) -> None:
-    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
-        store = open_store(tmp_path / "m.db")
-        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
-                                      keyring_service=None)
-        memory = _run(store, model)
-        model.close()
+    _run_served(tmp_path / "m.db")
+    store = open_store(tmp_path / "m.db")
     try:
+        memory = _memory(store)
         info, call = _calls(memory)[0]
         changed = dict(call.request, messages=[*call.request["messages"], {"role": "user", "content": "x"}])
         other = replace(call, request=changed)
