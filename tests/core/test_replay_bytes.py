@@ -45,6 +45,11 @@ def responder(messages: list[dict[str, Any]], tools: Any) -> Any:
     return "Gern 😊 — „so“ geht’s."
 
 
+def spaced_dumps(obj: Any) -> bytes:
+    """JSON as a client with other dump settings would write it (spaces after separators)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "), allow_nan=False).encode("utf-8")
+
+
 def _memory(store: Any) -> Memory:
     return Memory(store, MemoryOptions(last_messages=6), embedder=HashingEmbedder(), name="reise")
 
@@ -110,10 +115,7 @@ def test_bytes_the_client_serialised_otherwise_are_not_claimed_exact(tmp_path: P
     body as JSON, saying the client serialised it otherwise, never bytes the server did not receive."""
     import openai._base_client
 
-    def spaced(obj: Any) -> bytes:
-        return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "), allow_nan=False).encode("utf-8")
-
-    monkeypatch.setattr(openai._base_client, "openapi_dumps", spaced)
+    monkeypatch.setattr(openai._base_client, "openapi_dumps", spaced_dumps)
     received = _run_served(tmp_path / "m.db")
     assert len(received) == 4 and all(b'", "' in sent for sent in received)
 

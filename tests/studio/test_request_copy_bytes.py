@@ -17,6 +17,7 @@ from core.llm import LoopbackServer, OpenAICompatibleModel, ScriptedModel, Scrip
 from core.replay.wire import NOT_BYTES_CLIENT, NOT_BYTES_CUSTOM, NOT_BYTES_OLD
 from studio.logic.request_layout import COPY_BYTES, COPY_JSON, call_view
 from studio.widgets.request_view import RequestPanel
+from tests.core.test_replay_bytes import spaced_dumps  # (a client with other JSON dump settings)
 
 TOOL = Tool("wetter", "Das Wetter — „Köln“ ☀️.", lambda args, _ctx: {"himmel": "sonnig ☀️"},
             {"type": "object", "properties": {"stadt": {"type": "string"}}, "required": ["stadt"]})
@@ -41,13 +42,21 @@ def _turn(tmp_path: Path, model: Any, *, stream: bool) -> tuple[Any, Memory]:
     return store, memory
 
 
-def test_copy_request_body_copies_the_bytes_the_server_received(qtbot: Any, tmp_path: Path) -> None:
+def _served_turn(tmp_path: Path) -> tuple[Any, Memory, list[bytes]]:
+    """A streamed turn on our own provider against the loopback server: the store, the memory and the bytes
+    of every request the server received."""
     with LoopbackServer(ScriptedModel(responder, name="server")) as server:
         model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
                                       keyring_service=None)
-        store, memory = _turn(tmp_path, model, stream=True)
-        model.close()
-        received = server.chat_request_bytes()
+        try:
+            store, memory = _turn(tmp_path, model, stream=True)
+        finally:
+            model.close()
+        return store, memory, server.chat_request_bytes()
+
+
+def test_copy_request_body_copies_the_bytes_the_server_received(qtbot: Any, tmp_path: Path) -> None:
+    store, memory, received = _served_turn(tmp_path)
     try:
         (turn,) = memory.turns("t")
         prompt = memory.assemble(as_of=turn.input_message_id)
@@ -98,24 +107,14 @@ def test_a_custom_models_turn_says_its_copy_is_json_not_bytes(qtbot: Any, tmp_pa
         store.close()
 
 
-def _spaced_dumps(obj: Any) -> bytes:
-    """JSON as a client with other dump settings would write it (spaces after separators)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "), allow_nan=False).encode("utf-8")
-
-
 def test_a_client_that_serialises_otherwise_gives_json_not_a_wrong_exact_copy(qtbot: Any, tmp_path: Path,
                                                                                monkeypatch: Any) -> None:
     """The openai client's JSON dump settings changed (as an upgrade might): the record keeps no bytes
     hash for calls whose bytes as sent differ from our reproduction, and the view says JSON, not bytes."""
     import openai._base_client
 
-    monkeypatch.setattr(openai._base_client, "openapi_dumps", _spaced_dumps)
-    with LoopbackServer(ScriptedModel(responder, name="server")) as server:
-        model = OpenAICompatibleModel("loopback-chat", base_url=server.base_url, api_key="k", api_key_env=None,
-                                      keyring_service=None)
-        store, memory = _turn(tmp_path, model, stream=True)
-        model.close()
-        received = server.chat_request_bytes()
+    monkeypatch.setattr(openai._base_client, "openapi_dumps", spaced_dumps)
+    store, memory, received = _served_turn(tmp_path)
     try:
         assert len(received) == 2 and all(b'"model": "loopback-chat"' in sent for sent in received)
         (turn,) = memory.turns("t")
