@@ -11,7 +11,6 @@ sub-agent (the scripted model calls the ``agent-helper`` tool); the two users ar
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
 from collections.abc import Iterator
@@ -21,10 +20,9 @@ from urllib.parse import quote
 import openai
 import pytest
 
-from core import Memory, MemoryOptions
+from core import Memory
 from core.agent import Agent
 from core.cli import main
-from core.embedding.hashing import HashingEmbedder
 from core.gateway import GatewayServer, create_app
 from core.gateway.access import ANYONE, Caller
 from core.gateway.guard import GuardPolicy
@@ -33,16 +31,13 @@ from core.llm import ScriptedModel, ScriptedReply, tool_call
 from core.mcp_server.tools import Binding, MemoryTools
 from core.messages import Message, text_part, tool_invocation_part
 from core.scopes import ReservedResourceError, delegation_resource
+# The gateway tokens test's pieces: its HTTP call, client, echoing model and resource-scoped memory fixture.
+from tests.core.test_gateway_tokens import call, client, everything_sent, memory  # noqa: F401 (memory: a fixture)
 
 SHARED = "shared-secret-token"
 HELPER_SECRET = "my locker code is heron-5512"
 HELPER_WM = "# alice-helper\n- Locker: heron-5512\n"
 ALICE_SECRET = "falcon-0427"
-
-
-def everything_sent(messages: list[Message]) -> str:
-    """Every text the model was sent (tool results too), so anything of another user's would show."""
-    return " | ".join(str(m.get("content") or "") for m in messages)
 
 
 def supervisor(messages: list[Message], tools: Any) -> Any:
@@ -51,7 +46,7 @@ def supervisor(messages: list[Message], tools: Any) -> Any:
     last = messages[-1]
     if last.get("role") == "user" and str(last.get("content")).startswith("delegate: "):
         return ScriptedReply(tool_calls=(tool_call("agent-helper", {"prompt": str(last["content"])[10:]}),))
-    return everything_sent(messages)
+    return everything_sent(messages, tools)
 
 
 def sub_agent(messages: list[Message], tools: Any) -> Any:
@@ -61,7 +56,7 @@ def sub_agent(messages: list[Message], tools: Any) -> Any:
     if last.get("role") == "user" and str(last.get("content")).startswith("note "):
         return ScriptedReply(tool_calls=(tool_call("updateWorkingMemory",
                                                    {"memory": f"# Notes\n- {str(last['content'])[5:]}\n"}),))
-    return everything_sent(messages)
+    return everything_sent(messages, tools)
 
 
 class Users:
@@ -77,14 +72,6 @@ def users() -> Users:
 
 
 @pytest.fixture
-def memory(store) -> Memory:
-    # Resource-scoped working memory and recall: the two things a shared resource id would share.
-    return Memory(store, MemoryOptions(last_messages=20, working_memory={"enabled": True, "scope": "resource"},
-                                       semantic_recall={"enabled": True, "scope": "resource", "top_k": 5}),
-                  embedder=HashingEmbedder(64))
-
-
-@pytest.fixture
 def server(memory, users) -> Iterator[GatewayServer]:
     helper = Agent("helper", instructions="Help.", model=ScriptedModel(sub_agent), tracer=False)  # uses boss's memory
     boss = Agent("boss", instructions="Delegate.", model=ScriptedModel(supervisor), memory=memory, agents=[helper],
@@ -95,20 +82,9 @@ def server(memory, users) -> Iterator[GatewayServer]:
 
 
 def chat(server: GatewayServer, token: str, text: str, **kwargs: Any) -> str:
-    client = openai.OpenAI(base_url=server.base_url, api_key=token, max_retries=0, timeout=60)
-    reply = client.chat.completions.create(model="boss", messages=[{"role": "user", "content": text}], **kwargs)
+    reply = client(server, token).chat.completions.create(model="boss", messages=[{"role": "user", "content": text}],
+                                                          **kwargs)
     return reply.choices[0].message.content or ""
-
-
-def call(server: GatewayServer, token: str, method: str, path: str, body: Any = None,
-         headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
-    conn.request(method, path, None if body is None else json.dumps(body),
-                 {"content-type": "application/json", "authorization": f"Bearer {token}", **(headers or {})})
-    response = conn.getresponse()
-    status, data = response.status, json.loads(response.read())
-    conn.close()
-    return status, data
 
 
 def test_a_user_named_like_a_delegation_and_the_delegation_never_share_memory(server, users, memory):
@@ -152,11 +128,11 @@ def test_no_client_may_name_a_delegations_resource(server, users, memory, tmp_pa
     delegated = delegation_resource("alice", "helper")
     (child,) = memory.list_threads(resource_id=delegated).threads
     for token in (SHARED, users.alice, users.helper):  # the shared token too: nobody's id is a delegation's
-        client = openai.OpenAI(base_url=server.base_url, api_key=token, max_retries=0, timeout=60)
+        sender = client(server, token)
         for how in ({"metadata": {"resource_id": delegated}}, {"extra_headers": {"x-resource-id": delegated}},
                     {"user": delegated}, {"metadata": {"resource_id": delegated, "thread_id": child.id}}):
             with pytest.raises(openai.BadRequestError) as refused:
-                client.chat.completions.create(model="boss", messages=[{"role": "user", "content": "notes?"}], **how)
+                sender.chat.completions.create(model="boss", messages=[{"role": "user", "content": "notes?"}], **how)
             assert refused.value.code == "reserved_resource" and ALICE_SECRET not in str(refused.value.body), how
             assert "delegation:" in refused.value.message and "nothing was read or written" in refused.value.message
         for method, path, body in (("GET", "/api/memory/threads", None),
