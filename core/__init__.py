@@ -37,6 +37,7 @@ if _typing.TYPE_CHECKING:  # pragma: no cover
         ThreadOwnershipError,
     )
     from core.background import BackgroundWork
+    from core.scopes import ReservedResourceError, check_client_resource
     from core.message_list import MessageList, Provenance
     from core.message_size import MessageTooLargeError
     from core.messages import Message, MessageFormatError
@@ -98,6 +99,8 @@ _LAZY = {
     "ScopeConflictError": "core.memory",
     "ThreadOwnershipError": "core.memory",
     "BackgroundWork": "core.background",
+    "ReservedResourceError": "core.scopes",
+    "check_client_resource": "core.scopes",
     "MessageList": "core.message_list",
     "Provenance": "core.message_list",
     "MessageTooLargeError": "core.message_size",
@@ -187,6 +190,7 @@ __all__ = [
     "RecallError",
     "RecallResult",
     "RequestContext",
+    "ReservedResourceError",
     "SchemaError",
     "ScopeConflictError",
     "ScriptedModel",
@@ -202,6 +206,7 @@ __all__ = [
     "Version",
     "WorkingMemoryError",
     "WorkingMemoryOptions",
+    "check_client_resource",
     "open_store",
     "resolve_memory",
 ]

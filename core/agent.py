@@ -33,7 +33,7 @@ from core.model_call import ModelCall, request_body_for, stream_reply, transport
 from core.options import options_merge
 from core.prompt import AssembledPrompt
 from core.replay.record import request_hash
-from core.scopes import delegation_resource
+from core.scopes import SCOPES_KEY, check_client_resource, delegation_resource, run_scopes, scope_list
 from core.storage.errors import StorageError
 from core.storage.memory_store import InvalidArgumentError
 from core.traces.tracer import NOOP_TRACER, SpanTracer, TracedSpan, tracing_disabled
@@ -153,6 +153,7 @@ class Agent:
         temperature: float | None = None,
         model_settings: ModelSettings | Mapping[str, Any] | None = None,
         register: bool = True,
+        scopes: Sequence[str] | Callable[[Mapping[str, Any]], Sequence[str]] | None = None,
     ) -> None:
         """``model``: a ``ChatModel`` or a ``provider/model`` name (``"openai/gpt-4o-mini"``,
         ``"ollama/llama3.1"``...) resolved through ``core.llm.providers``; an unknown provider or a
@@ -162,9 +163,18 @@ class Agent:
         ``model_settings={"temperature": ...}``. A memory with observational memory or generated
         titles and no model of its own for them uses this agent's model. ``register`` (default True):
         record the memory configuration this agent runs with (a memory factory's, per memory it
-        resolves to) so the Studio can show it; a caller borrowing a registered agent passes False."""
+        resolves to) so the Studio can show it; a caller borrowing a registered agent passes False.
+        ``scopes``: scopes of every run (``["org:acme"]``), or a function of the request context returning
+        them; each run joins them with the call's ``scopes`` and the request context's ``SCOPES_KEY``
+        (Mastra's agent ``scopes``). Give it values from server code, never from a client."""
         if not name or not isinstance(name, str):
             raise AgentError("An agent needs a name.")
+        if scopes is not None and not callable(scopes):
+            try:
+                scope_list(scopes, f"The scopes of agent {name!r}")
+            except ValueError as exc:
+                raise AgentError(str(exc)) from None
+        self.scopes = scopes
         self.name = name
         self.instructions = instructions
         self.model: ChatModel = resolve_model(model, what=f"model of agent {name!r}")
@@ -199,10 +209,12 @@ class Agent:
         """One turn. ``model_settings`` override the agent's per key; ``tool_choice``: "auto",
         "none", "required" or ``{"name": <tool>}`` (also Mastra's and OpenAI's object forms), applied
         to the turn's first model call (later calls of the tool loop use "auto", except "none")."""
+        _refuse_delegation_resource(memory, scopes)
         values = dict(request_context or {})
         return _drain(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
                                  context=context, options=options, values=values, parent_span=None,
-                                 model_settings=model_settings, tool_choice=tool_choice, streaming=False))
+                                 model_settings=model_settings, tool_choice=tool_choice, streaming=False,
+                                 from_app=True))
 
     def stream(
         self,
@@ -219,10 +231,12 @@ class Agent:
         """The same turn as ``generate``, as ``StreamEvent``s while the model produces them (see
         ``core.agent_stream``). Nothing runs until the first event is asked for; the turn is saved
         once it completes, and not at all if it fails or the consumer stops early."""
+        _refuse_delegation_resource(memory, scopes)
         values = dict(request_context or {})
         return AgentStream(self._turn(resolve_memory(self.memory, values), message, memory=memory, scopes=scopes,
                                       context=context, options=options, values=values, parent_span=None,
-                                      model_settings=model_settings, tool_choice=tool_choice, streaming=True))
+                                      model_settings=model_settings, tool_choice=tool_choice, streaming=True,
+                                      from_app=True))
 
     def _generate(
         self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
@@ -239,7 +253,7 @@ class Agent:
         self, mem: Memory | None, message: str | Message | Sequence[Message], *, memory: Mapping[str, Any] | None,
         scopes: Sequence[str] | None, context: Sequence[Message], options: Mapping[str, Any] | None,
         values: dict[str, Any], parent_span: TracedSpan | None, model_settings: ModelSettings | Mapping[str, Any] | None,
-        tool_choice: ToolChoice | None, streaming: bool,
+        tool_choice: ToolChoice | None, streaming: bool, from_app: bool = False,
     ) -> TurnEvents:
         """The turn as a generator of events; its return value is the result."""
         _refuse_unencodable(message, context)
@@ -251,9 +265,15 @@ class Agent:
         budget = PromptBudget.for_model(window, max_tokens=settings.max_tokens, model_id=self.model.model_id) \
             if window is not None else None
         mem_arg = dict(memory or {})
+        own = self.scopes(values) if callable(self.scopes) else self.scopes
+        scopes = run_scopes((values.get(SCOPES_KEY), f"The request context's {SCOPES_KEY!r}"),
+                            (own, f"The scopes of agent {self.name!r}"), (scopes, "The call's scopes"),
+                            resource_id=mem_arg.get("resource"), thread_id=mem_arg.get("thread"))
         resource_id, thread_id, other_scopes = parse_scopes(
             scopes, resource_id=mem_arg.get("resource"), thread_id=mem_arg.get("thread")
         )
+        if from_app and resource_id is not None:  # (the agent's own scopes and the request context's too)
+            check_client_resource(resource_id, advice=_APP_ADVICE)
         overrides = options_merge(mem_arg.get("options") or {}, options or {})
         turn = turn_memory(mem)
         thread_id = turn.thread_for(thread_id, resource_id)
@@ -434,7 +454,7 @@ class Agent:
         if own is not None:
             return own
         if call.name.startswith("agent-") and call.name[6:] in self.sub_agents:
-            return self._delegate(self.sub_agents[call.name[6:]], call, turn.memory, resource_id, ml, tracer)
+            return self._delegate(self.sub_agents[call.name[6:]], call, turn.memory, resource_id, scopes, ml, tracer)
         tool = self.tools.get(call.name)
         if tool is None:
             return {"error": f"There is no tool named {call.name!r}. Available: {', '.join(self._tool_names())}."}
@@ -455,11 +475,11 @@ class Agent:
             return out
 
     def _delegate(self, sub: "Agent", call: ToolCall, mem: Memory | None, resource_id: str | None,
-                  ml: MessageList, tracer: SpanTracer) -> Any:
+                  scopes: tuple[str, ...], ml: MessageList, tracer: SpanTracer) -> Any:
         """A delegation: a fresh thread, resource ``delegation:<parent>:<agent>`` (``delegation_resource``: a
         namespace no client may name, unlike Mastra's ``<parent>-<agent>``, which a user's own id can equal),
         the supervisor's memory unless the sub-agent has its own; only the delegation prompt and the reply
-        are saved."""
+        are saved. The run's scopes other than ``resource:`` / ``thread:`` go with it (as Mastra's)."""
         prompt_text = str(call.arguments.get("prompt") or call.arguments.get("task") or "")
         if not prompt_text:
             return {"error": "Delegation needs a 'prompt' argument."}
@@ -468,9 +488,12 @@ class Agent:
         # The memory is passed, never assigned to the sub-agent: it may serve other supervisors
         # (with other memories) at the same time.
         sub_mem = resolve_memory(sub.memory, {}) if sub.memory is not None else mem
+        # Titles are the top-level thread's: on the supervisor's memory a delegation thread (a throwaway
+        # no one browses) is not named, which would cost a model call per delegation (as Mastra).
+        inherited = {"generate_title": False} if sub.memory is None else None
         forwarded = [m.copy(id=f"ctx-{m.id}", thread_id=None, resource_id=None) for m in ml.messages("memory", "input")]
         result = sub._generate(sub_mem, prompt_text, memory={"resource": child_resource, "thread": child_thread},
-                               scopes=None, context=forwarded, options=None, values={},
+                               scopes=scopes, context=forwarded, options=inherited, values={},
                                parent_span=tracer.current_span())
         return {"agent": sub.name, "thread": child_thread, "resource": child_resource, "text": result.text}
 
@@ -504,6 +527,25 @@ def _as_messages(message: Any) -> list[Any]:
     if isinstance(message, (str, Message)):
         return [message]
     return list(message)
+
+
+#: What an application told that its caller named a delegation's resource should do.
+_APP_ADVICE = ("An application passing its users' ids to Agent.generate or Agent.stream (memory={'resource': ...} "
+               "or a 'resource:' scope) should refuse such an id where it takes it, or pass its own id for the user "
+               "(core.check_client_resource does the check). A delegation's own memory is read with Memory's calls "
+               "under the id its tool result names, or in the Studio.")
+
+
+def _refuse_delegation_resource(memory: Mapping[str, Any] | None, scopes: Sequence[str] | None) -> None:
+    """A turn an application starts (``generate``, ``stream``) may not run on a delegation's resource: an
+    application passing its end user's id through would let a user named ``delegation:alice:helper`` read and
+    write the memory Alice's sub-agent keeps of her turns. Delegations start their turns through ``_generate``,
+    which does not ask. Checked when the call is made, before anything is read (a stream's too)."""
+    named = [(memory or {}).get("resource")]
+    named += [s.split(":", 1)[1] for s in scopes or () if isinstance(s, str) and s.startswith("resource:")]
+    for resource in named:
+        if isinstance(resource, str):
+            check_client_resource(resource, advice=_APP_ADVICE)
 
 
 def _refuse_unencodable(message: Any, context: Sequence[Any]) -> None:

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Sequence, TextIO
 
 from core.agent_configs import DEFAULT_MEMORY_NAME
 from core.cli_store import open_cli_store
-from core.terminal_text import pad, visible
+from core.terminal_text import display_width, pad, visible
 from core.errors import MemoryStudioError
 from core.ids import lone_surrogate
 from core.memory import Memory, ThreadOwnershipError
@@ -363,11 +363,16 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
     if not rows:
         out.write("no threads" + (f" for resource {args.resource}" if args.resource is not None else "") + "\n")
         return 0
-    out.write(f"{'THREAD':<28} {'RESOURCE':<20} {'MSGS':>6}  {'LAST ACTIVITY':<20} TITLE\n")
-    for s in rows:
+    # Padded by terminal columns, not characters: a CJK or emoji id takes two columns a character. A column
+    # is as wide as its longest id (a delegation's `helper-<uuid>` on `delegation:alice:helper`), so every
+    # row's count, date and title stay under their headings.
+    ids = [(visible(s.thread.id), visible(s.thread.resource_id)) for s in rows]
+    thread_w = max([28, *(display_width(t) for t, _ in ids)])
+    resource_w = max([20, *(display_width(r) for _, r in ids)])
+    out.write(f"{pad('THREAD', thread_w)} {pad('RESOURCE', resource_w)} {'MSGS':>6}  {'LAST ACTIVITY':<20} TITLE\n")
+    for s, (thread_id, resource_id) in zip(rows, ids):
         last = s.last_activity.strftime("%Y-%m-%d %H:%M") if s.last_activity else "-"
-        # Padded by terminal columns, not characters: a CJK or emoji id takes two columns a character.
-        out.write(f"{pad(visible(s.thread.id), 28)} {pad(visible(s.thread.resource_id), 20)} {s.message_count:>6}  "
+        out.write(f"{pad(thread_id, thread_w)} {pad(resource_id, resource_w)} {s.message_count:>6}  "
                   f"{last:<20} {visible(s.thread.title)}\n")
     return 0
 

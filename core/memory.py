@@ -24,7 +24,14 @@ from core.options import MemoryOptions, OptionsError
 from core.processors.base import Processor, ProcessorContext, RequestContext, SavedAwareWrite, ThreadMustStillExist
 from core.processors.services import MemoryServices
 from core.prompt import AssembledPrompt
-from core.scopes import ScopeConflictError, ThreadOwnershipError, check_thread_owner, parse_scopes
+from core.scopes import (
+    DELEGATION_PREFIX,
+    ScopeConflictError,
+    ThreadOwnershipError,
+    check_thread_owner,
+    is_delegation_of,
+    parse_scopes,
+)
 from core.storage import Store, locks, open_store
 from core.storage.memory_store import (
     AlreadyExistsError,
@@ -33,6 +40,7 @@ from core.storage.memory_store import (
     NotFoundError,
     Thread,
     ThreadPage,
+    ThreadSummary,
 )
 from core.storage.message_pages import UnreadableMessage
 from core.timeutil import Clock, SystemClock, iso_now
@@ -310,11 +318,7 @@ class Memory:
                            working_memory=working_memory, resource_id=resource_id)  # type: ignore[arg-type]
 
     def _owned_thread(self, thread_id: str, resource_id: str | None) -> Thread:
-        thread = self.get_thread(thread_id)
-        if thread is None:
-            raise NotFoundError(f"No thread found with id {clipped(thread_id)}")
-        check_thread_owner(thread_id, thread.resource_id, resource_id)
-        return thread
+        return _owned(thread_id, self.get_thread(thread_id), resource_id)
 
     def _build_recall_index(self) -> "RecallIndex":
         if self.embedder is None:
@@ -373,6 +377,15 @@ class Memory:
         return self.store.memory.list_threads(
             resource_id=resource_id, page=page, per_page=per_page, metadata_filter=metadata
         )
+
+    def delegation_threads(self, resource_id: str) -> list[ThreadSummary]:
+        """The threads of ``resource_id``'s delegations (``delegation:<resource>:<agent>``, and nested ones:
+        ``core.scopes.is_delegation_of``), as ``ThreadSummary`` rows, newest activity first: what a caller that
+        may use ``resource_id`` may read besides its own threads, listed so it need not know their ids. Old
+        delegations (``<resource>-<agent>``, before the namespace) are not among them: such an id may be a user's."""
+        check_ids(((resource_id, "resource id"),), InvalidArgumentError)
+        return [s for s in self.store.memory.thread_summaries_starting(DELEGATION_PREFIX)
+                if is_delegation_of(s.thread.resource_id or "", resource_id)]
 
     def update_thread(
         self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
@@ -645,7 +658,9 @@ class Memory:
         ``vector_search_string``: also what semantic recall finds for it (``top_k`` hits over
         ``threshold``, defaults from ``semantic_recall``), each hit with its ``message_range``
         neighbours, merged into ``messages``; ``hits`` names each hit and its range (Mastra's
-        ``recall({vectorSearchString})``)."""
+        ``recall({vectorSearchString})``). A thread not stored yet is refused ("No thread found"), unless a
+        resource id is given and semantic recall is on with resource scope: then it has no messages, and a
+        search string finds the resource's (a new conversation searching its user's memory, as in Mastra)."""
         if vector_search_string is not None:
             if not isinstance(vector_search_string, str) or not vector_search_string.strip():
                 raise InvalidArgumentError("vector_search_string must be a non-empty string (what to search for).")
@@ -665,7 +680,14 @@ class Memory:
         if threshold is not None or top_k is not None:
             raise InvalidArgumentError("threshold and top_k apply to a search: give vector_search_string too.")
         check_ids(((thread_id, "thread id"), (resource_id, "resource id")), InvalidArgumentError)
-        self._owned_thread(thread_id, resource_id)
+        thread = self.get_thread(thread_id)
+        if resource_id and thread is None:
+            recall = self.effective_options().semantic_recall
+            if recall.enabled and recall.scope == "resource":
+                # A conversation not stored yet, searching its user's memory (Mastra's resource-scoped recall):
+                # no messages of its own, nothing created.
+                return RecallResult([], 0, page, per_page if type(per_page) is int else None, False)
+        _owned(thread_id, thread, resource_id)  # (the thread read once)
         total = self.store.memory.count_messages(thread_id)
         if per_page is False:
             msgs = self.store.memory.list_messages(MessageQuery(thread_id=thread_id))
@@ -863,6 +885,15 @@ def resolve_memory(memory: Memory | MemoryFactory | None, request_context: Mappi
         return chosen
     raise ConfigurationError(f"memory must be a Memory or a factory function, got {type(memory).__name__}.")
 
+
+
+def _owned(thread_id: str, thread: Thread | None, resource_id: str | None) -> Thread:
+    """``thread`` (read for ``thread_id``) when it exists and ``resource_id`` may use it; else the errors
+    every caller gets (``NotFoundError``, ``ThreadOwnershipError``)."""
+    if thread is None:
+        raise NotFoundError(f"No thread found with id {clipped(thread_id)}")
+    check_thread_owner(thread_id, thread.resource_id, resource_id)
+    return thread
 
 __all__ = [
     "ConfigurationError",

@@ -294,6 +294,10 @@ def normalize_content(raw: Any, *, message_id: str = "?") -> dict[str, Any]:
                 raise MessageFormatError(
                     f"Stored message {message_id} has malformed content JSON ({exc.msg} at position {exc.pos})."
                 ) from exc
+            except RecursionError:  # Python's parser gives up about a thousand levels down (another tool wrote it)
+                raise MessageFormatError(
+                    f"Stored message {message_id} has content JSON that nests lists or objects too deeply to be read."
+                ) from None
         else:
             return {"format": 2, "parts": [text_part(raw)], "content": raw}
     if isinstance(value, str):

@@ -5,9 +5,11 @@ such as ``org:acme``) may name the resource and thread too; they must agree with
 
 A sub-agent a turn delegates to runs on a resource of its own, ``delegation:<resource>:<agent>``
 (``delegation_resource``), a namespace no client-named id may take (``check_client_resource``): the
-gateway and the MCP server refuse a resource id starting ``delegation:``, so a user whose id happens to
-read like another's delegation (Mastra's ``<resource>-<agent>``: user ``alice-helper`` and Alice's
-sub-agent ``helper``) never shares its memory.
+gateway's chat route, ``Agent.generate``/``stream`` and ``MemorySession`` refuse a resource id starting
+``delegation:``, so a user whose id happens to read like another's delegation (Mastra's
+``<resource>-<agent>``: user ``alice-helper`` and Alice's sub-agent ``helper``) never shares its memory.
+The memory API and the MCP tools let a caller of resource R read R's own delegations, found by parsing
+the id back (``delegation_parent``, ``delegation_root``), never by comparing a prefix.
 """
 
 from __future__ import annotations
@@ -70,20 +72,91 @@ def is_delegation_resource(resource_id: str) -> bool:
     return resource_id.startswith(DELEGATION_PREFIX)
 
 
-def check_client_resource(resource_id: str) -> str:
-    """``resource_id`` when a caller from outside (a gateway request, an MCP call) may name it: never one in
-    the delegation namespace, which only the engine's delegations write (``ReservedResourceError``)."""
+def delegation_parent(resource_id: str) -> tuple[str, str] | None:
+    """The (resource, agent) pair ``resource_id`` is the delegation resource of, or None when it is not one
+    exactly as ``delegation_resource`` writes it: not in the namespace, not two parts, or not in their one
+    encoding (``delegation:ali%63e:x``, ``delegation:a%3ab:x`` name no pair). A nested delegation's parent is a
+    delegation resource itself. A turn without a resource (``delegation::<agent>``) has the parent ``""``."""
+    if not is_delegation_resource(resource_id):
+        return None
+    parts = resource_id[len(DELEGATION_PREFIX):].split(":")
+    if len(parts) != 2 or not parts[1]:
+        return None
+    parent, agent = (_unescape(part) for part in parts)
+    return (parent, agent) if delegation_resource(parent, agent) == resource_id else None
+
+
+def delegation_root(resource_id: str) -> str | None:
+    """The resource whose turns ``resource_id``'s delegations (nested ones too) ran for: ``alice`` for
+    ``delegation:alice:helper`` and for a delegation of that one; None when it is no delegation resource
+    (``delegation_parent``), or one of a turn without a resource."""
+    pair = delegation_parent(resource_id)
+    while pair is not None and is_delegation_resource(pair[0]):
+        pair = delegation_parent(pair[0])
+    return (pair[0] or None) if pair is not None else None
+
+
+def delegation_chain(resource_id: str) -> tuple[str, tuple[str, ...]] | None:
+    """The resource a delegation resource's turns ran for and the agents it was handed to, first first:
+    ``("alice", ("helper", "checker"))`` for a delegation of ``delegation:alice:helper`` to ``checker``. None
+    when ``delegation_root`` is None (no delegation resource as the engine writes them, or a turn without a
+    resource)."""
+    agents: list[str] = []
+    pair = delegation_parent(resource_id)
+    while pair is not None:
+        agents.append(pair[1])
+        if not is_delegation_resource(pair[0]):
+            return (pair[0], tuple(reversed(agents))) if pair[0] else None
+        pair = delegation_parent(pair[0])
+    return None
+
+
+def is_delegation_of(resource_id: str, owner: str) -> bool:
+    """Whether ``resource_id`` is a delegation resource of ``owner``'s turns, directly or nested (a delegation
+    of one of its delegations): parsed back with ``delegation_parent``, never compared by prefix, so
+    ``delegation:alice:helper`` is no delegation of ``al``."""
+    pair = delegation_parent(resource_id)
+    while pair is not None:
+        if pair[0] == owner:
+            return bool(owner)
+        pair = delegation_parent(pair[0])
+    return False
+
+
+def delegation_label(resource_id: str) -> str | None:
+    """How a client is told what a delegation resource is: "delegation of alice to helper" (nested: "...
+    to helper, then to checker"); None for any other id."""
+    chain = delegation_chain(resource_id)
+    if chain is None:
+        return None
+    root, agents = chain
+    return f"delegation of {root} to " + ", then to ".join(agents)
+
+
+#: What a refusal of a delegation resource tells a caller from outside to do instead.
+CLIENT_ADVICE = ("Use the user's own resource id; a delegation's reply is in the supervisor's thread, and its own "
+                 "memory is read with that resource's token on the memory API (resourceId=delegation:<resource>:"
+                 "<agent>) or the MCP tools, or in the Studio.")
+
+
+def check_client_resource(resource_id: str, *, advice: str = CLIENT_ADVICE) -> str:
+    """``resource_id`` when a caller from outside (a gateway request, an MCP call, an application's end user
+    through ``Agent.generate``) may name it: never one in the delegation namespace, which only the engine's
+    delegations write (``ReservedResourceError``, ending with ``advice``: what the caller should do)."""
     if is_delegation_resource(resource_id):
         raise ReservedResourceError(
             f"Resource ids starting with {DELEGATION_PREFIX!r} belong to the agents' delegations (a sub-agent's "
             f"memory of a resource's turns), so no client may name one: {_quoted(resource_id)} was refused and "
-            "nothing was read or written. Use the user's own resource id; a delegation's reply is in the "
-            "supervisor's thread, and its own memory can be inspected in the Studio.")
+            f"nothing was read or written. {advice}")
     return resource_id
 
 
 def _escape(part: str) -> str:
     return part.replace("%", "%25").replace(":", "%3A")
+
+
+def _unescape(part: str) -> str:
+    return part.replace("%3A", ":").replace("%25", "%")
 
 
 def check_thread_owner(thread_id: str, owner: str | None, resource_id: str | None) -> None:
@@ -130,3 +203,48 @@ def parse_scopes(
         else:
             others.append(scope)
     return resource_id, thread_id, tuple(others)
+
+
+#: The request-context key where trusted server code (never a client's request body) puts scopes of a run,
+#: beside the call's and the agent's own (Mastra's ``MASTRA_SCOPES_KEY``, the same string).
+SCOPES_KEY = "mastra__scopes"
+
+
+def scope_list(value: object, source: str) -> list[str]:
+    """``value`` as a list of scopes, or ``ScopeConflictError`` naming ``source`` (where it came from)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise ScopeConflictError(f"{source} must be a list of 'type:value' scopes (for example ['org:acme']); "
+                                 f"got {type(value).__name__}.")
+    for scope in value:
+        if not isinstance(scope, str) or ":" not in scope or scope.startswith(":") or scope.endswith(":"):
+            raise ScopeConflictError(f"{source}: a scope looks like 'type:value' (for example 'org:acme'); "
+                                     f"got {scope!r}.")
+    return list(value)
+
+
+def run_scopes(*sources: tuple[object, str], resource_id: str | None = None,
+               thread_id: str | None = None) -> list[str]:
+    """The scopes of one run: every source's ``(scopes, name)`` in turn, each scope once, in first-seen order.
+    A ``resource:`` or ``thread:`` scope that disagrees with another source's, or with the ``resource_id`` /
+    ``thread_id`` the call's ``memory`` names, is refused naming both and where each came from
+    (``ScopeConflictError``): one side may be the agent's definition or server code, not the caller's."""
+    first: dict[str, tuple[str, str]] = {}
+    for kind, given in (("resource", resource_id), ("thread", thread_id)):
+        if isinstance(given, str) and given:
+            first[kind] = (repr(given), f"the call's memory={{{kind!r}: ...}}")
+    out: list[str] = []
+    for value, source in sources:
+        for scope in scope_list(value, source):
+            kind, _, named = scope.partition(":")
+            if kind in ("resource", "thread"):
+                seen = first.setdefault(kind, (repr(scope), source[:1].lower() + source[1:]))
+                if seen[0] not in (repr(scope), repr(named)):
+                    raise ScopeConflictError(
+                        f"Scope {scope!r} ({source[:1].lower() + source[1:]}) disagrees with {seen[0]} ({seen[1]}): "
+                        f"a run is about one {kind}. Make them agree, or name the {kind} in one place only. Nothing "
+                        "was read or written.")
+            if scope not in out:
+                out.append(scope)
+    return out

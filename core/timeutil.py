@@ -3,6 +3,10 @@
 Sorting these strings as text equals sorting by time, which the storage queries rely on. This is the
 one module that formats and parses timestamps: the memory store, the trace store and the Studio all
 use it, so a value written by one reads back the same in the others.
+
+Dates written into a prompt use the English names below, never ``strftime``'s ``%a`` / ``%b`` / ``%p``,
+which follow the process's locale (Qt sets it from the environment when the Studio starts): the text a
+model gets, and its rebuild in another process, must not depend on where it was made.
 """
 
 from __future__ import annotations
@@ -122,3 +126,29 @@ def utc_now_ms() -> datetime:
 
 def iso_now(clock: Clock | None = None) -> str:
     return to_iso((clock or SystemClock()).now())
+
+
+MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+WEEKDAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTH_NUMBERS = {name.lower(): i for i, name in enumerate(MONTH_NAMES, start=1)}
+
+
+def month_name(dt: datetime) -> str:
+    """``Dec``: what ``strftime("%b")`` gives under the C locale, under any locale."""
+    return MONTH_NAMES[dt.month - 1]
+
+
+def weekday_name(dt: datetime) -> str:
+    """``Sat``: ``strftime("%a")`` under the C locale."""
+    return WEEKDAY_NAMES[dt.weekday()]
+
+
+def month_number(name: str) -> int | None:
+    """1–12 for an English month name or its first three letters, any case (``strptime("%b")`` under the C
+    locale, as JavaScript's date parser reads the first three letters); None for anything else."""
+    return _MONTH_NUMBERS.get(name[:3].lower())
+
+
+def clock_12h(dt: datetime) -> str:
+    """``3:04 PM``: the 12-hour time without a leading zero, AM/PM in English."""
+    return f"{dt.hour % 12 or 12}:{dt.minute:02d} {'AM' if dt.hour < 12 else 'PM'}"

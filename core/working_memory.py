@@ -27,6 +27,7 @@ from core.working_memory_update import (  # defined below this module, so the vN
     ConcurrentUpdateError as ConcurrentUpdateError,
     UpdateResult as UpdateResult,
     normalize_ws as normalize_ws,
+    unwrap_own_tags,
 )
 from core.working_memory_schema import (
     WorkingMemoryError,
@@ -384,6 +385,9 @@ class WorkingMemoryService:
                                                   args=args, stage=stage)
             if opts.schema is not None:
                 payload = args.get("memory", args) if isinstance(args, Mapping) else args
+                if isinstance(payload, str):
+                    # JSON text wrapped in our prompt's tags, echoed back by the model: the JSON inside.
+                    payload = unwrap_own_tags(payload)
                 if payload is None:
                     return UpdateResult(True, "No memory data was given; working memory is unchanged.")
                 if stage is not None:
@@ -398,6 +402,9 @@ class WorkingMemoryService:
             memory_text = args.get("memory") if isinstance(args, Mapping) else None
             if not isinstance(memory_text, str):
                 return UpdateResult(False, "The 'memory' argument must be a Markdown string.")
+            # Our prompt's tags echoed back around the memory would be stored, and the next prompt would
+            # nest them inside its own: one enclosing pair is dropped (a memory that mentions them stays).
+            memory_text = unwrap_own_tags(memory_text)
             if stage is not None:
                 current = stage.preview(*self.owner(opts, thread_id, resource_id))
             else:
@@ -410,6 +417,12 @@ class WorkingMemoryService:
             ):
                 return UpdateResult(
                     False, "Refused: that is the empty template and would erase the stored memory. Nothing changed."
+                )
+            if not memory_text.strip() and current is not None and current.strip():
+                # A small model's empty argument is no decision to forget everything.
+                return UpdateResult(
+                    False, "Refused: an empty memory would erase the stored memory. Nothing changed. Send the whole "
+                           "memory, with what it keeps."
                 )
             if stage is not None:
                 text = stage.add(opts, thread_id, resource_id, "replace", memory_text)
@@ -454,8 +467,9 @@ def tool_definition(opts: WorkingMemoryOptions) -> dict[str, Any]:
                 parameters[defs] = opts.schema[defs]
         description = (
             "Update working memory. Fields you pass are merged into what is stored: include only the "
-            "fields to add or change and leave out the rest to keep them. Set a field to null to delete it. "
-            "Arrays replace the stored array entirely, so pass the full array."
+            "fields to add or change and leave out the rest to keep them. Arrays replace the stored array "
+            "entirely, so pass the full array. A null never deletes a field (a field the schema does not "
+            "require is kept as stored); to clear a text field, send an empty string."
         )
     else:
         parameters = {

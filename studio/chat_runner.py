@@ -190,8 +190,16 @@ def registered_run(agent: AgentConfig | None) -> AgentRun | None:
     return AgentRun(kept, tuple(tools or ()), "", registered=True)
 
 
-def settings_summary(run: AgentRun | None, agent: AgentConfig | None) -> str:
-    """One line for the pane: which model settings the turn is sent with, and where they come from."""
+def settings_summary(run: AgentRun | None, agent: AgentConfig | None, chosen: Mapping[str, Any] | None = None) -> str:
+    """One line for the pane: which model settings the turn is sent with, and where they come from
+    (``chosen``: the sampling settings set in the pane, sent over the agent's own)."""
+    line = _agent_settings(run, agent)
+    if chosen:
+        line += " Sent instead, as set here: " + ", ".join(f"{k} {_setting_text(v)}" for k, v in chosen.items()) + "."
+    return line
+
+
+def _agent_settings(run: AgentRun | None, agent: AgentConfig | None) -> str:
     if agent is None:
         return "Model settings: the model's defaults (a plain default agent), with the reply cap."
     if run is None:

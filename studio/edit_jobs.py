@@ -1,5 +1,5 @@
 """Worker jobs for memory edits (no Qt): edit, delete and undo stored messages and observation lines,
-forget a resource, vacuum. Each runs on a session worker, only after the user confirmed it.
+delete a thread, forget a resource, vacuum. Each runs on a session worker, only after the user confirmed it.
 
 Edits go through the ``Memory`` the thread's agent runs with (``agent_for_thread``, the rule the
 inspector, Replay and the CLI use), so recall follows with that agent's index. When the embedding
@@ -54,6 +54,45 @@ def memory_for_thread(store: Store, factory: MemoryFactory, thread_id: str | Non
     except Exception as exc:  # noqa: BLE001 - a missing model must not block an edit
         log.warning("editing without recall (%s)", exc)
         return factory(options.merged({"semantic_recall": False}), name), RECALL_LATER
+
+
+@dataclass(frozen=True)
+class ThreadTarget:
+    """A thread about to be deleted, as the confirmation names it."""
+
+    thread_id: str
+    resource_id: str
+    title: str
+    messages: int
+
+
+def load_thread(store: Store, thread_id: str) -> ThreadTarget:
+    thread = store.memory.get_thread(thread_id)
+    if thread is None:
+        from core import NotFoundError
+
+        raise NotFoundError(f"Thread {thread_id} is no longer stored (another program deleted it); nothing to delete.")
+    return ThreadTarget(thread.id, thread.resource_id, thread.title, store.memory.count_messages(thread_id))
+
+
+def delete_thread(store: Store, factory: MemoryFactory, target: ThreadTarget) -> ThreadTarget:
+    """Delete the thread, its messages and everything kept about them (``Memory.delete_thread``: versions, turn
+    records, its own observation log, its vectors in every vector table, Mastra's included). Recall is left
+    off: deleting needs no embedding model, and the vectors go all the same. Only the thread the user confirmed:
+    one another program deleted meanwhile, or added messages to (or removed some from), is not deleted, and
+    the error says so (``load_thread`` again shows what it holds now)."""
+    now = load_thread(store, target.thread_id)  # (gone: "another program deleted it")
+    if now.messages != target.messages:
+        from core.edits.messages import EditConflictError
+
+        raise EditConflictError(
+            f"Thread {target.thread_id} now has {now.messages:,} messages, not the {target.messages:,} the "
+            "confirmation named (another program changed it meanwhile). Nothing was deleted; choose Delete "
+            "Thread… again to see what it holds now.")
+    choice = agent_for_thread(store, target.thread_id)
+    memory = factory(choice.options().merged({"semantic_recall": False}), choice.memory_name)
+    memory.delete_thread(target.thread_id)
+    return target
 
 
 def load_message(store: Store, message_id: str) -> MessageTarget:
@@ -132,6 +171,7 @@ def vacuum(store: Store) -> str:
 
 
 __all__ = [
-    "EditOutcome", "MessageTarget", "RECALL_LATER", "delete_message", "edit_message", "edit_observation", "forget",
-    "load_message", "memory_for_thread", "message_history", "preview_forget", "revert", "vacuum",
+    "EditOutcome", "MessageTarget", "RECALL_LATER", "ThreadTarget", "delete_message", "delete_thread", "edit_message",
+    "edit_observation", "forget", "load_message", "load_thread", "memory_for_thread", "message_history",
+    "preview_forget", "revert", "vacuum",
 ]

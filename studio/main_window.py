@@ -28,6 +28,9 @@ from studio.pane_protocol import EditingPane, FilteringPane, Pane, PaneHost, Pan
 from studio.selection import Selection
 from studio.theme import apply_theme, current_theme
 from studio.widgets.banner import Banner
+from studio.widgets.elided_label import ElidedLabel
+from studio.widgets.pane_header import elastic
+from studio.widgets.plain_tip import plain_tip
 from studio.workers import WorkerPool, traceback_text
 
 # Imported where they are used, after the first paint (``finish_building``, the open, the panes): the
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
     from studio.preferences import Preferences
     from studio.session import EmptyFileError, OpenedDatabase, StudioSession
     from studio.transfer import TransferActions
+    from studio.widgets.fitted_tabs import FittedTabs
 
 APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
@@ -165,6 +169,12 @@ CHECKS = PaneSpec("checks", "Checks", "Ctrl+9", _checks)
 # The tabs, in order.
 PANES: tuple[PaneSpec[Pane], ...] = (MESSAGES, PROMPT, WORKING_MEMORY, TRACES, OBSERVATIONS, CHAT, RECALL, REPLAY,
                                      CHECKS)
+# The tabs' shorter titles, used while the full ones don't fit the window (below ~1,450 px the last
+# tabs hid behind scroll arrows); each tab's tooltip holds its full title and its key.
+SHORT_TITLES = {"Prompt Inspector": "Prompt", "Working Memory": "Memory", "Chat Playground": "Chat",
+                "Recall Playground": "Recall"}
+PANE_TABS = tuple((spec.title, SHORT_TITLES.get(spec.title, spec.title), f"{spec.title} ({spec.shortcut})")
+                  for spec in PANES)
 
 
 def spec_named(name: str) -> PaneSpec[Pane]:
@@ -259,6 +269,7 @@ class MainWindow(QMainWindow):
     recent_menu: QMenu
     split: QSplitter
     tabs: QTabWidget
+    tab_fit: FittedTabs
     back_btn: QToolButton
     left: QStackedWidget
 
@@ -342,7 +353,9 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(shell)
 
         bar = self.statusBar()
-        self.status_text = QLabel("", self)
+        # What the window says last: cut with "…" (the whole text on hover) where the path beside it leaves no
+        # room, never at the path's edge with no mark; plain text, since it names data (a thread, a file).
+        self.status_text = elastic(ElidedLabel("", self))
         self.busy_bar = QProgressBar(self)
         self.busy_bar.setObjectName("busyBar")
         self.busy_bar.setFixedWidth(140)
@@ -354,6 +367,7 @@ class MainWindow(QMainWindow):
         self.badge.hide()
         self.path_label = QLabel("", self)
         self.path_label.setObjectName("pathLabel")
+        self.path_label.setTextFormat(Qt.TextFormat.PlainText)  # a path is data (a folder may be named "<b>…")
         self.path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         bar.addWidget(self.status_text, 1)
         bar.addPermanentWidget(self.busy_bar)
@@ -369,6 +383,8 @@ class MainWindow(QMainWindow):
         """The thread tree's place on the left and the panes' tabs on the right (shown once a database is open)."""
         from PySide6.QtWidgets import QSplitter, QTabWidget, QToolButton
 
+        from studio.widgets.fitted_tabs import FittedTabs
+
         self.split = QSplitter(Qt.Orientation.Horizontal, self)
         self.split.setChildrenCollapsible(False)
         self.tabs = QTabWidget(self)
@@ -379,6 +395,7 @@ class MainWindow(QMainWindow):
         self.back_btn.hide()
         self.tabs.setCornerWidget(self.back_btn, Qt.Corner.TopRightCorner)
         self.tabs.currentChanged.connect(self._tab_shown)
+        self.tab_fit = FittedTabs(self.tabs, PANE_TABS, scroll=True)
         self.left = QStackedWidget(self)
         # Thread titles are what users scan; the panes on the right are wide and would squeeze them.
         self.left.setMinimumWidth(340)
@@ -592,6 +609,7 @@ class MainWindow(QMainWindow):
             page = PanePage(spec, self)
             self.pages.append(page)
             self.tabs.addTab(page, spec.title)
+        self.tab_fit.fit()
         self._tab_shown(self.tabs.currentIndex())  # the first tab is shown at once: built now
         messages = self.messages_pane
         messages.view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -1034,13 +1052,13 @@ class MainWindow(QMainWindow):
         if location.how == "explicit" and self.session.store.capabilities.server:
             source = "opened by URL"  # a server database is given by its URL, not a path
         self.path_label.setText(f"{path} · {source}")  # which rule chose the file (issue 9, item 22)
-        self.path_label.setToolTip(f"Why this file: {location.reason}" if location.reason else "")
+        self.path_label.setToolTip(plain_tip(f"Why this file: {location.reason}") if location.reason else "")
         self.badge.setObjectName("readOnlyBadge" if ro else "writableBadge")
         lost = self.session.lost
         gone = "FILE CHANGED · READ-ONLY" if self.session.frozen else "FILE GONE · READ-ONLY"
         self.badge.setText(gone if lost else "READ-ONLY" if ro else "WRITABLE")
-        self.badge.setToolTip(lost or self.session.write_refusal or (
-            "File > Allow Writes… to edit this database" if ro else "Editors can save to this file"))
+        self.badge.setToolTip(plain_tip(lost or self.session.write_refusal or (
+            "File > Allow Writes… to edit this database" if ro else "Editors can save to this file")))
         self.badge.style().unpolish(self.badge)
         self.badge.style().polish(self.badge)
         self.badge.show()

@@ -1,6 +1,8 @@
-"""Edit > Edit Message…, Delete Message…, Message History…, Undo / Redo Memory Edit, Forget Resource….
+"""Edit > Edit Message…, Delete Message…, Message History…, Undo / Redo Memory Edit, Delete Thread…,
+Forget Resource….
 
-Every edit is explicit and confirmed: the edit dialog's Save Edit, a confirmation box for a delete,
+Every edit is explicit and confirmed: the edit dialog's Save Edit, a confirmation box for a delete (a
+message's, a thread's),
 Forget's summary with a tick box. The work runs on a session worker (``studio.edit_jobs``); the dialog
 stays open with the user's text when the engine refuses (a message changed meanwhile, a read-only
 file). Each edit goes on the window's undo stack (``studio.logic.edit_history``): Undo Memory Edit
@@ -53,6 +55,7 @@ class MemoryEditActions(QObject):
     edited = Signal(object)  # EditRecord of an edit just made
     reverted = Signal(str)  # one line: what an undo / redo did
     forgotten = Signal(object)  # ForgetReport
+    thread_deleted = Signal(object)  # edit_jobs.ThreadTarget of the thread just deleted
 
     def __init__(self, window: "MainWindow") -> None:
         super().__init__(window)
@@ -86,6 +89,9 @@ class MemoryEditActions(QObject):
                      enabled=message, keywords="remove stored message")
         registry.add("message.history", "Message History…", lambda: self.show_history(), menu="Edit",
                      group="message", enabled=message, keywords="versions changes who when before after")
+        registry.add("thread.delete", "Delete Thread…", lambda: self.delete_thread(), menu="Edit", group="forget",
+                     enabled=lambda: w.session is not None and w.selection.thread_id is not None,
+                     keywords="remove conversation chat thread and its messages")
         registry.add("resource.forget", "Forget Resource…", lambda: self.forget_resource(), menu="Edit",
                      group="forget", enabled=lambda: w.session is not None and w.selection.resource_id is not None,
                      keywords="erase delete user gdpr data subject request privacy")
@@ -299,6 +305,45 @@ class MemoryEditActions(QObject):
 
         session.run(lambda: _jobs().edit_observation(store, factory, record_id, thread_id, resource_id, old, new),
                     on_result=done, on_error=self._problem)
+
+    # -- delete a thread -------------------------------------------------------------------------------
+    def delete_thread(self, thread_id: str | None = None) -> None:
+        session = self._session()
+        thread_id = thread_id or self.window.selection.thread_id
+        if session is None or not thread_id or not self._writable():
+            return
+        store = session.store
+        session.run(lambda: _jobs().load_thread(store, thread_id), on_result=self._confirm_delete_thread,
+                    on_error=self._problem)
+
+    def _confirm_delete_thread(self, target: edit_jobs.ThreadTarget) -> None:
+        session = self._session()  # the database the thread was read from
+        named = f"“{target.title}” ({target.thread_id})" if target.title else target.thread_id
+        self.window.presenter.confirm(
+            self.window, "Delete this thread?",
+            f"Delete thread {named} of resource {target.resource_id} with its {target.messages:,} message(s)?",
+            "Its messages, their edit history, its turn records, its own working memory and observations and its "
+            "recall vectors go with it; the resource's other threads, its resource-scoped memory and the traces of "
+            "the thread's runs stay (Forget Resource… removes those too). This cannot be undone (File > Export "
+            "Thread… keeps a copy first).",
+            "Delete Thread", lambda: self._delete_thread(target, session))
+
+    def _delete_thread(self, target: edit_jobs.ThreadTarget, previewed: Any) -> None:
+        if not self._same_database(previewed):
+            return
+        session = self._session()
+        store, factory = session.store, self._factory()
+
+        def done(deleted: edit_jobs.ThreadTarget) -> None:
+            self.history.forget_thread(deleted.thread_id)
+            if self.window.selection.thread_id == deleted.thread_id:
+                self.window.select_thread(Selection(deleted.resource_id, None))
+            session.notify_local_write()
+            self.window.commands.refresh_enabled()
+            self._status(f"Deleted thread {deleted.thread_id} and its {deleted.messages:,} message(s).")
+            self.thread_deleted.emit(deleted)
+
+        session.run(lambda: _jobs().delete_thread(store, factory, target), on_result=done, on_error=self._problem)
 
     # -- forget ------------------------------------------------------------------------------------------
     def forget_resource(self, resource_id: str | None = None) -> None:

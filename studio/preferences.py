@@ -217,11 +217,11 @@ class ModelChoice:
 
 def offline_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     """The scripted model's answer: deterministic, and plainly not from a language model."""
-    from core.llm.scripted import estimate_tokens
+    from core.llm.scripted import prompt_estimate
 
     last_user = next((str(m.get("content") or "") for m in reversed(messages) if m.get("role") == "user"), "")
     quoted = last_user if len(last_user) <= 160 else last_user[:160] + "…"
-    size = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
+    size = prompt_estimate(messages, tools)  # what the model reports as the prompt's tokens (the footer's count)
     return (f"Offline scripted reply (no language model was called). The prompt had {len(messages)} "
             f"message(s), about {size:,} tokens" + (f" and {len(tools)} tool(s)" if tools else "")
             + (f"; the last user message was: “{quoted}”" if quoted else "") + ".")

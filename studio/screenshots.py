@@ -7,6 +7,7 @@ models) in a temporary folder, so the project's own database is never touched.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -47,7 +48,11 @@ def render(out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     app = make_app()
     apply_theme(app, "dark")
-    tmp = Path(tempfile.mkdtemp(prefix="studio-shots-"))
+    # One folder name on every run: its path shows in the pictures (status bar, error dialog), and a
+    # random one changed every picture at each run.
+    tmp = Path(tempfile.gettempdir()) / "memory-studio-screenshots"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     db = tmp / "memory.db"
     store = open_store(db)
     seed_demo(store)

@@ -51,14 +51,21 @@ def shoot_edits(app: Any, window: Any, save: Save, wait: Wait) -> None:
     # Replay of the next turn: the edited message is shown as the model saw it, and marked.
     replay = window.panes["replay"]
     window.show_tab("replay")
-    wait(app, lambda: replay.source is not None and replay.source.thread_id == "ada-groceries"
-         and replay.step is not None and not replay.busy, 60)
+    # (and the pane's re-read of the edited thread landed: it comes back to the turn shown when it was asked)
+    wait(app, lambda: replay.state.pending is None and replay.source is not None
+         and replay.source.thread_id == "ada-groceries" and replay.step is not None and not replay.busy
+         and window.session.pool.running == 0, 60)
     replay.go_to(1)
     wait(app, lambda: replay.step is not None and replay.step.index == 1 and not replay.busy, 60)
     rows = replay.view.step_model.rows()
     at = next((i for i, r in enumerate(rows) if first in r.stored_ids), None)
     if at is not None:
         replay.view.step_table.selectRow(at)
+    # The tree and Replay on one thread (the picture showed "Weekly groceries" selected beside a Replay of
+    # "Weekend plans"): a picture that says otherwise is not taken.
+    shown = window.resources.current_selection().thread_id
+    if shown != replay.state.thread_id:
+        raise RuntimeError(f"replay-edited-since: the tree shows {shown!r}, Replay {replay.state.thread_id!r}")
     save(window, "replay-edited-since")
 
     # Observations: edit a line of the stand-up log.
@@ -71,7 +78,8 @@ def shoot_edits(app: Any, window: Any, save: Save, wait: Wait) -> None:
     save(window, "observations-edit")
 
     # Checks: a file with three checks, one pinned from the inspector.
-    folder = Path(tempfile.mkdtemp(prefix="studio-checks-"))
+    folder = Path(tempfile.gettempdir()) / "memory-studio-screenshots" / "checks"  # (one path on every run)
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "checks.json"
     save_checks(path, [
         Check("allergy reaches the party", "ada-party", resource="ada", turn=1, prompt_contains=("peanuts",),

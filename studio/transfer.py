@@ -222,6 +222,8 @@ class TransferActions(QObject):
             return
         self._remember_folder(Path(path))
         self._pending = (session, path, None)
+        # The status bar follows this file from now on (it said "Import failed" of the file before).
+        self.window.show_status(f"Checking {Path(path).name}: nothing is written yet…")
 
         def job() -> tuple[dict[str, Any], ImportReport]:
             from core.transfer import load, preview_import
@@ -274,6 +276,7 @@ class TransferActions(QObject):
             return
         if not preview.changed and not preview.conflicts and not preview.notes:
             self._pending = None
+            self.window.show_status(f"Nothing to import: everything in {Path(path).name} is already here")
             self.window.presenter.error(self.window, Problem(
                 "Nothing to import", f"Everything in {Path(path).name} is already in {session.display_path}.",
                 "Importing it again would change nothing.", warning_only=True))
@@ -282,6 +285,7 @@ class TransferActions(QObject):
         source = (data.get("source") or {}).get("database", "?")
         text = (f"Import {scope.get('kind', '?')} {scope.get('id', '?')} from {Path(path).name} "
                 f"(exported from {source}) into {session.display_path}?")
+        self.window.show_status(f"Checked {Path(path).name}: nothing is written unless you choose Import")
         needs_choice = any(c.replaceable for c in preview.conflicts)
         check = QCheckBox("Replace the rows that differ (overwrite)") if needs_choice else None
         # A file's memory overrides set what every user of that memory is asked to keep: taken only when asked.

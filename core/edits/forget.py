@@ -1,7 +1,7 @@
 """Forgetting a resource, as a data-subject request needs: every row about it, in every place.
 
 ``forget_resource(store, resource_id)`` first works out *what* belongs to the resource (``Targets``):
-the resource itself and its agent-scoped resources (a sub-agent a turn delegated to runs on resource
+the resource itself and the resources of its delegations (a sub-agent a turn delegated to runs on resource
 ``delegation:<resource>:<agent>``, before that namespace ``<resource>-<agent>``; the delegation's tool
 result names it, and ``_targets`` says when one is taken), their threads, every message id those
 threads hold or once held (message versions keep deleted ones), observation records and their lookup
@@ -138,7 +138,7 @@ class ForgetReport:
         verb = "would remove" if self.dry_run else "removed"
         head = f"Forget resource {self.resource_id!r}: {verb} {self.total:,} row(s)"
         if len(self.resources) > 1:
-            head += f" (with its agent-scoped resources {', '.join(self.resources[1:])})"
+            head += f" (with the resources of its delegations to sub-agents {', '.join(self.resources[1:])})"
         lines = [head + f", {len(self.threads)} thread(s)"]
         lines += [f"  {name}: {count:,}" for name, count in self.removed.items() if count]
         if self.leftovers:

@@ -2,7 +2,8 @@
 
 - ``app``: ``create_app(agents, token=..., default_resource=...)``, the Starlette app;
 - ``openai_routes``: ``POST /v1/chat/completions`` (plain and SSE-streamed), ``GET /v1/models``;
-- ``memory_routes``: ``/api/memory/threads...`` (threads, messages, working memory);
+- ``memory_routes``: ``/api/memory/threads...`` (threads, messages, working memory) and
+  ``/api/memory/delegations`` (a resource's delegations and their threads);
 - ``turns``: one request → one agent turn (thread/resource rules, events);
 - ``registry``: loading ``package.module:agents`` and looking agents up by name;
 - ``errors``: OpenAI-style error bodies and their statuses;

@@ -11,9 +11,12 @@ before they read or write anything:
 - a request that names none gets the caller's only resource when it has exactly one
   (``Caller.only_resource``), else whatever the route did before (a default resource, a 400);
 - a resource in the delegation namespace (``delegation:``, ``core.scopes.delegation_resource``: where a
-  sub-agent runs for a resource's turns) is refused whoever names it, the shared token too (400
-  ``reserved_resource``): only the engine's delegations use those resources, so no caller can read or
-  write a sub-agent's memory of another user's turns, and no user's own id can equal one.
+  sub-agent runs for a resource's turns) is refused on the chat route whoever names it, the shared token
+  too (400 ``reserved_resource``): only the engine's delegations run turns there, and no user's own id can
+  equal one. The memory API and the MCP tools (``check(..., delegations=True)``) let a caller that may use
+  resource R read and write R's delegations' memory (``delegation:R:<agent>``, nested ones too:
+  ``core.scopes.delegation_root``), never another resource's: it is R's memory. A delegation id not
+  written exactly as ``delegation_resource`` writes it names no resource's delegation and is refused.
 
 A caller with every resource (``Caller.resources`` None) is the shared token's, or a server with no
 token at all: the routes then behave as they did before tokens files existed.
@@ -28,7 +31,7 @@ from typing import Any
 
 from core.gateway.errors import GatewayError
 from core.ids import shown
-from core.scopes import ReservedResourceError, check_client_resource
+from core.scopes import ReservedResourceError, check_client_resource, delegation_root, is_delegation_resource
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +72,35 @@ class Caller:
     def allows(self, resource_id: str) -> bool:
         return self.resources is None or resource_id in self.resources
 
-    def check(self, resource_id: str, *, param: str | None = None) -> str:
+    def reaches(self, resource_id: str) -> bool:
+        """``allows``, and for a delegation resource: whether this caller may use the resource it ran for
+        (``delegation_root``; a malformed delegation id, or one of a turn without a resource, is nobody's)."""
+        if not is_delegation_resource(resource_id):
+            return self.allows(resource_id)
+        root = delegation_root(resource_id)
+        return root is not None and not is_delegation_resource(root) and self.allows(root)
+
+    def check(self, resource_id: str, *, param: str | None = None, delegations: bool = False) -> str:
         """``resource_id`` when this caller may use it; ``ResourceNotAllowed`` otherwise. The message does not
         list the resources the token may use (a stolen token should not tell what else it reaches). A resource
-        in the delegation namespace is refused to every caller (400 ``reserved_resource``)."""
-        try:
-            check_client_resource(resource_id)
-        except ReservedResourceError as exc:
-            raise GatewayError(400, str(exc), code="reserved_resource", param=param) from None
-        if not self.allows(resource_id):
+        in the delegation namespace is refused to every caller (400 ``reserved_resource``), except with
+        ``delegations`` (the memory API, the MCP tools): then one of the caller's own resources' delegations is
+        allowed (``reaches``), another's is 403 as another resource is, and a malformed one 400."""
+        if delegations and is_delegation_resource(resource_id):
+            if delegation_root(resource_id) is None:
+                raise GatewayError(
+                    400, f"{shown(resource_id)} is not a delegation resource as the engine names them "
+                    "(delegation:<resource>:<agent>, with '%' and ':' in either part written %25 and %3A), or is "
+                    "one of a turn without a resource, which no token reaches. Copy the id from the delegation's "
+                    "tool result ('resource'). Nothing was read or written.", code="reserved_resource", param=param)
+            allowed = self.reaches(resource_id)
+        else:
+            try:
+                check_client_resource(resource_id)
+            except ReservedResourceError as exc:
+                raise GatewayError(400, str(exc), code="reserved_resource", param=param) from None
+            allowed = self.allows(resource_id)
+        if not allowed:
             # Who tried what, for whoever watches the log (the token's name, never the token).
             log.warning("refused: token %r asked for resource %s, which it may not use", self.name, shown(resource_id))
             raise ResourceNotAllowed(
@@ -86,11 +109,13 @@ class Caller:
                 "token. Nothing was read or written.", param=param)
         return resource_id
 
-    def resource_for(self, named: str | None, *, param: str, fallback: str | None = None) -> str | None:
-        """The resource a request is about: the one it named (checked), else the caller's only one, else
-        ``fallback`` (checked too; None: the route decides what a request naming none means)."""
+    def resource_for(self, named: str | None, *, param: str, fallback: str | None = None,
+                     delegations: bool = False) -> str | None:
+        """The resource a request is about: the one it named (checked, ``delegations`` as ``check``), else the
+        caller's only one, else ``fallback`` (checked too; None: the route decides what a request naming none
+        means)."""
         if named:
-            return self.check(named, param=param)
+            return self.check(named, param=param, delegations=delegations)
         only = self.only_resource
         if only is not None:
             return only

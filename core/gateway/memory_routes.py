@@ -14,6 +14,17 @@
 is always about one resource's memory, and a ``resourceId`` that does not own the thread gets 403,
 exactly as a chat turn would, as does one the caller's token may not use (``resource_not_allowed``). A thread id may hold any character,
 ``/`` included, when percent-encoded. Every call runs on a worker thread.
+
+A resource's delegations are its memory too: ``resourceId=delegation:<resource>:<agent>`` (the id a
+delegation's tool result names, ``core.scopes.delegation_resource``) reads and writes what the sub-agent
+keeps of that resource's turns, for a caller that may use ``<resource>`` (``Caller.check(...,
+delegations=True)``); another resource's delegation is 403, a malformed one 400 ``reserved_resource``.
+
+- ``GET /api/memory/delegations?resourceId=`` → ``{resourceId, delegations: [{resourceId, label, agents,
+  threads}]}``: the resource's delegations (nested ones too), newest activity first, each with its threads
+  (a thread's fields as in the thread list, with ``messageCount`` and ``lastActivity``), so a client finds
+  them without knowing their ids. The same ``resourceId`` rule as every route: a token lists its own
+  resources' delegations only (403 for another's), the shared and ``"*"`` tokens any resource's.
 """
 
 from __future__ import annotations
@@ -30,9 +41,11 @@ from core.gateway.access import caller_of
 from core.gateway.errors import GatewayError, bad_request
 from core.gateway.openai_routes import read_json
 from core.gateway.turns import client_id
-from core.ids import lone_surrogate, shown
+from core.ids import clipped, lone_surrogate, shown
 from core.memory import Memory
-from core.scopes import check_caller_owns
+from core.scopes import check_caller_owns, delegation_chain, delegation_label, delegation_root, is_delegation_resource
+from core.storage import NotFoundError
+from core.timeutil import to_iso
 from core.working_memory_schema import WorkingMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,8 +61,13 @@ async def _run(request: Request, fn: Callable[[], T]) -> T:
 
 
 def _memory(request: Request, resource_id: str, *, working_memory: bool = False) -> Memory:
+    """The memory the call is about. A memory factory gets the request context a chat turn would; for a
+    delegation's resource, the resource its turns ran for (``delegation_root``): the delegation ran on the
+    memory of that resource's turn, never on one a factory would make for the delegation's own id."""
     gateway: Gateway = request.app.state.gateway
-    context = {"resourceId": resource_id, "threadId": request.path_params.get("thread_id"), "source": "gateway"}
+    owner = delegation_root(resource_id) if is_delegation_resource(resource_id) else resource_id
+    context = {"resourceId": owner or resource_id, "threadId": request.path_params.get("thread_id"),
+               "source": "gateway"}
     return gateway.registry.memory_for(request.query_params.get("agentId"), context, working_memory=working_memory)
 
 
@@ -70,7 +88,8 @@ def _resource(request: Request, what: str) -> str:
     """The ``resourceId`` every memory call needs: without one, any thread could be read or written. The
     caller's token must allow it; a token with one resource may leave it out."""
     named = request.query_params.get("resourceId") or None
-    resource_id = caller_of(request.scope).resource_for(named, param="resourceId")
+    # A delegation of a resource the caller may use is that resource's memory (``Caller.check``).
+    resource_id = caller_of(request.scope).resource_for(named, param="resourceId", delegations=True)
     if not resource_id:
         raise bad_request(f"Say whose {what} this is about: add ?resourceId=<the resource that owns it>.",
                           param="resourceId")
@@ -87,6 +106,25 @@ async def list_threads(request: Request) -> Response:
                          "page": result.page, "perPage": result.per_page, "hasMore": result.has_more})
 
 
+async def list_delegations(request: Request) -> Response:
+    """The resource's delegations (``Memory.delegation_threads``), each with its threads, so a caller that may
+    use the resource finds what its sub-agents keep without knowing their ids; never another resource's."""
+    resource_id = _resource(request, "delegations")
+    memory = _memory(request, resource_id)
+    rows = await _run(request, lambda: memory.delegation_threads(resource_id))
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for s in rows:  # newest activity first, a delegation where its newest thread is
+        grouped.setdefault(s.thread.resource_id, []).append(
+            {**s.thread.to_dict(), "messageCount": s.message_count,
+             "lastActivity": to_iso(s.last_activity) if s.last_activity else None})
+    delegations = []
+    for delegated, threads in grouped.items():
+        chain = delegation_chain(delegated)
+        delegations.append({"resourceId": delegated, "label": delegation_label(delegated),
+                            "agents": list(chain[1]) if chain else [], "threads": threads})
+    return JSONResponse({"resourceId": resource_id, "delegations": delegations})
+
+
 async def list_messages(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
     resource_id = _resource(request, "messages")
@@ -96,8 +134,9 @@ async def list_messages(request: Request) -> Response:
 
     def read() -> Any:
         thread = memory.get_thread(thread_id)
-        if thread is not None:  # (the engine's own check lets a thread without an owner through)
-            check_caller_owns(thread_id, thread.resource_id or "", resource_id)
+        if thread is None:  # 404, even where resource-scoped recall lets ``recall`` read a thread not stored yet
+            raise NotFoundError(f"No thread found with id {clipped(thread_id)}")
+        check_caller_owns(thread_id, thread.resource_id or "", resource_id)  # (the engine's lets no owner through)
         return memory.recall(thread_id=thread_id, resource_id=resource_id, page=page, per_page=per_page)
 
     result = await _run(request, read)
@@ -177,6 +216,7 @@ def _owner(thread_id: str, owner: str | None, asked: str) -> str:
 def routes() -> list[Route]:
     return [
         Route("/api/memory/threads", list_threads, methods=["GET"]),
+        Route("/api/memory/delegations", list_delegations, methods=["GET"]),
         Route("/api/memory/threads/{thread_id:path}/messages", list_messages, methods=["GET"]),
         Route("/api/memory/threads/{thread_id:path}/working-memory", get_working_memory, methods=["GET"]),
         Route("/api/memory/threads/{thread_id:path}/working-memory", put_working_memory, methods=["PUT"]),

@@ -23,6 +23,7 @@ from core.llm.base import CONTEXT_OVERFLOW_HINT, ChatChunk, ChatResult, Message,
 from core.llm.http import OPENAI_BASE_URL, RetryPolicy, UrlCredentials, openai_client, safe_url
 from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.keys import DEFAULT_KEYRING_SERVICE, ResolvedKey, Secret, resolve_api_key, where_to_put_key
+from core.llm.request_hook import RequestWatch
 from core.llm.wire import OPENAI_PYTHON_WIRE, StreamAssembler, request_body, result_from_completion
 from core.redaction import MIN_SECRET_LENGTH, PLACEHOLDER_KEYS
 
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class _Sent:
-    """The request bytes of one model call, filled by the client's request hook (``_watch``)."""
+    """The request bytes of one model call, filled by the client's request hook (``_WATCH``)."""
 
     __slots__ = ("http", "raw")
 
@@ -43,11 +44,21 @@ class _Sent:
         self.http = http  # the httpx client the call goes through: another client's request is not its
         self.raw: bytes | None = None
 
+    def takes(self, http: Any) -> bool:
+        return http is self.http
+
+    def sent(self, request: Any, raw: bytes, path: str) -> None:
+        self.raw = raw  # a retried call: the last attempt's
+
+    def unread(self) -> None:
+        self.raw = None
+
 
 #: The model call being made in this thread or task (``OpenAICompatibleModel._sending``): a context
 #: variable, so calls made at once from several threads or tasks each see their own request only.
 _SENDING: contextvars.ContextVar[_Sent | None] = contextvars.ContextVar("memory_studio_llm_sent", default=None)
-_CHAT_PATH = "/chat/completions"
+_WATCH = RequestWatch(_SENDING, ("/chat/completions",),
+                      "could not read a model call's request bytes (%s): its record keeps the body as JSON")
 
 class OpenAICompatibleModel:
     """A ``ChatModel`` backed by an OpenAI-compatible ``/chat/completions`` endpoint.
@@ -100,7 +111,9 @@ class OpenAICompatibleModel:
             explicit=api_key, env_var=api_key_env, keyring_service=keyring_service,
             keyring_username=keyring_username, environ=environ)
         self._client = openai_client(base_url, self._key, timeout=timeout, default_headers=default_headers)
-        self._watching = _watch(self._client)
+        self._http = _WATCH.watch(self._client)  # the httpx client its requests go through, hooked
+        if self._http is None:
+            log.info("the OpenAI client has no httpx request hooks: turn records keep no bytes hash")
 
     # -- identity -------------------------------------------------------------------------
 
@@ -159,9 +172,9 @@ class OpenAICompatibleModel:
     @contextmanager
     def _sending(self) -> Iterator[_Sent]:
         """While a model call is made: its request's bytes as the client sends them (``ChatResult.sent``,
-        read by the request hook ``_watch`` added; None when it could not be added or read)."""
-        sent = _Sent(getattr(self._client, "_client", None))
-        token = _SENDING.set(sent if self._watching else None)
+        read by the request hook ``_WATCH`` added; None when it could not be added or read)."""
+        sent = _Sent(self._http)
+        token = _SENDING.set(sent if self._http is not None else None)
         try:
             yield sent
         finally:
@@ -381,33 +394,6 @@ class OpenAICompatibleModel:
             text = text.replace(secret, "***")
         text = self._credentials.scrub(text)
         return text if len(text) <= 400 else text[:400] + "…"
-
-
-def _watch(client: Any) -> bool:
-    """Add the request hook that reads each model call's bytes as sent to ``client``'s ``httpx`` client,
-    once; False when it has none to add it to (its calls then record no bytes hash)."""
-    http = getattr(client, "_client", None)  # ``openai.OpenAI`` keeps its httpx client here
-    hooks = getattr(http, "event_hooks", None)
-    if not isinstance(hooks, Mapping) or not isinstance(hooks.get("request"), list):
-        log.info("the OpenAI client has no httpx request hooks: turn records keep no bytes hash")
-        return False
-    hooks["request"].append(lambda request: _on_request(http, request))
-    return True
-
-
-def _on_request(http: Any, request: Any) -> None:
-    """The request hook of ``http``: the body's bytes of the model call this thread or task is making
-    through it, as sent (the last attempt's, when retried). It never fails the request it watches."""
-    sent = _SENDING.get()
-    if sent is None or sent.http is not http:
-        return
-    try:
-        if request.method != "POST" or not request.url.path.endswith(_CHAT_PATH):
-            return
-        sent.raw = bytes(request.read())
-    except Exception:  # noqa: BLE001 - reading the bytes must never fail the model call
-        sent.raw = None
-        log.warning("could not read a model call's request bytes: its record keeps the body as JSON", exc_info=True)
 
 
 def _caps_length(body: dict[str, Any]) -> bool:

@@ -101,6 +101,12 @@ def estimate_tokens(text: str) -> int:
     return 0 if not text else max(1, -(-len(text) // 4))
 
 
+def prompt_estimate(messages: list[Message], tools: list[ToolSpec] | None) -> int:
+    """The prompt tokens a scripted model reports for a request (its usage): ``estimate_tokens`` of the
+    messages' text, their tool calls and the tools' definitions."""
+    return estimate_tokens(_prompt_text(messages, tools))
+
+
 def _prompt_text(messages: list[Message], tools: list[ToolSpec] | None) -> str:
     parts = [str(m.get("content") or "") for m in messages]
     parts += [json.dumps(m.get("tool_calls")) for m in messages if m.get("tool_calls")]
@@ -219,7 +225,7 @@ class ScriptedModel:
         )
         usage = reply.usage
         if usage is None:
-            prompt = estimate_tokens(_prompt_text(messages, tools))
+            prompt = prompt_estimate(messages, tools)
             completion = estimate_tokens(reply.text + "".join(c.raw_arguments for c in calls))
             usage = Usage(prompt, completion, prompt + completion)
         finish = reply.finish_reason or ("tool_calls" if calls else "stop")

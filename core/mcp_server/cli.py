@@ -174,6 +174,17 @@ def _memory(store: Any, agent_name: str | None, err: TextIO) -> Any:
             err.write(f"memory-studio mcp: not serving the memory configuration of {', '.join(map(repr, imported))} "
                       f"(registered by an import, not by an agent of this database); pass --agent NAME to serve "
                       f"one.\n")
+        # Which settings the tools follow (a working-memory template, recall's scope), said once at start.
+        if config is not None:
+            err.write(f"memory-studio mcp: serving the memory configuration agent {config.name!r} registered (the "
+                      "only one of this database).\n")
+        elif len(own) > 1:
+            err.write(f"memory-studio mcp: {len(own)} agents registered their memory configuration here "
+                      f"({', '.join(repr(a.name) for a in own)}): serving the engine's defaults (working memory "
+                      "on, no template); pass --agent NAME to serve one's.\n")
+        else:
+            err.write("memory-studio mcp: no agent registered its memory configuration here: serving the engine's "
+                      "defaults (working memory on, no template).\n")
     options = config.memory_options() if config is not None else MemoryOptions(working_memory={"enabled": True})
     name = config.memory_name if config is not None else DEFAULT_MEMORY_NAME
     if not options.semantic_recall.enabled:

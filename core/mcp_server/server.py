@@ -51,7 +51,8 @@ INSTRUCTIONS = (
 )
 #: The optional ``resource`` argument every tool takes.
 ResourceArg = Annotated[str | None, Field(
-    description="Whose memory: only on a server started with --any-resource (a bound server refuses others).")]
+    description="Whose memory: only on a server started with --any-resource (a bound server refuses others), or a "
+                "delegation of the resource (delegation:<resource>:<agent>, as a delegation's result names it).")]
 
 
 async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
@@ -82,37 +83,29 @@ class MemoryMCPServer(MCPServer):
         # The SDK's handler calls list_resources() without the request; a tokens file's caller lists only its own.
         from mcp_types import ListResourcesResult
 
-        try:
-            caller = _request_caller(self, ctx)
-        except PermissionError as exc:
-            raise ResourceError(str(exc)) from exc
-        return ListResourcesResult(resources=await self.list_resources(caller))
+        return ListResourcesResult(resources=await self.list_resources(_caller(self, ctx, ResourceError)))
 
     async def list_resources(self, caller: Caller | None = None) -> list[MCPResource]:
         rows = await _call(lambda: self.memory_tools.transcripts(caller or ANYONE), ResourceError)
         return [MCPResource(uri=transcript_uri(r["threadId"]), name=str(r["name"]), mime_type="text/markdown",
-                            description=f"Transcript of thread {r['threadId']} (resource {r['resource']}, "
-                                        f"{r['messageCount']} messages)")
+                            description=(f"Transcript of thread {r['threadId']}: "
+                                         + (f"the {r['delegation']}, what the sub-agent keeps of that resource's turns "
+                                            if r["delegation"] else "")
+                                         + f"(resource {r['resource']}, {r['messageCount']} messages)"))
                 for r in rows]
 
 
-def _request_caller(server: Any, request_context: Any) -> Caller:
-    """The caller of an MCP request: from the HTTP request the guard let in, or ``ANYONE`` over stdio. A
-    server served over HTTP refuses a request that comes without its HTTP request (fails closed)."""
+def _caller(server: Any, request_context: Any, failure: type[Exception] = ToolError) -> Caller:
+    """The caller of an MCP request (a tool's ``ctx.request_context``, or the request context the resource
+    list is handed): from the HTTP request the guard let in, or ``ANYONE`` over stdio. A server served over
+    HTTP refuses a request that comes without its HTTP request (fails closed), as the SDK's ``failure`` (a
+    tool's or a resource's error: shown whole)."""
     request = getattr(request_context, "request", None)
     if request is None and getattr(server, "over_http", False):
-        raise PermissionError("This MCP request reached the server without its HTTP request, so who sent it is "
-                              "unknown; it is refused. (The installed MCP SDK may have changed how it hands "
-                              "requests to tools: report it.)")
+        raise failure("This MCP request reached the server without its HTTP request, so who sent it is "
+                      "unknown; it is refused. (The installed MCP SDK may have changed how it hands "
+                      "requests to tools: report it.)")
     return caller_of(getattr(request, "scope", None) if request is not None else None)
-
-
-def _caller(server: Any, ctx: Context, failure: type[Exception] = ToolError) -> Caller:
-    """``_request_caller``, its refusal as the SDK's ``failure`` (a tool's or a resource's error: shown whole)."""
-    try:
-        return _request_caller(server, ctx.request_context)
-    except PermissionError as exc:
-        raise failure(str(exc)) from exc
 
 
 def _register(server: MCPServer, tools: MemoryTools) -> None:
@@ -122,25 +115,25 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
                              "message, best first, with fused, vector and keyword scores. Optionally only one thread.")
     async def search_memory(ctx: Context, query: str, top_k: int = 5, thread: str | None = None,
                             resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(server, ctx)
+        caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.search_memory(query, top_k, thread, resource, caller=caller))
 
     @server.tool(description="List this user's threads (conversations), newest activity first, with message counts.")
     async def list_threads(ctx: Context, resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(server, ctx)
+        caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.list_threads(resource, caller=caller))
 
     @server.tool(description=f"Read a thread: its newest messages (default {DEFAULT_READ}), oldest first.")
     async def read_thread(ctx: Context, thread: str, last: int = DEFAULT_READ,
                           resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(server, ctx)
+        caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.read_thread(thread, last, resource, caller=caller))
 
     @server.tool(description="The working memory kept about this user (Markdown following a template, or JSON "
                              "following a schema), with the template or schema it follows.")
     async def get_working_memory(ctx: Context, thread: str | None = None,
                                  resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(server, ctx)
+        caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.get_working_memory(thread, resource, caller=caller))
 
     @server.tool(description="Change the working memory: Markdown memory is replaced by the whole text you send "
@@ -148,14 +141,14 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
                              "(null deletes a field). Refused when it breaks the template or schema rules.")
     async def update_working_memory(ctx: Context, working_memory: str | dict[str, Any], thread: str | None = None,
                                     resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(server, ctx)
+        caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.update_working_memory(working_memory, thread, resource, caller=caller))
 
     @server.tool(description="Store a message in a thread of this user (created if new), so it is remembered "
                              "and found by search_memory later.")
     async def remember(ctx: Context, text: str, thread: str, role: str = "user", title: str | None = None,
                        resource: ResourceArg = None) -> dict[str, Any]:
-        caller = _caller(server, ctx)
+        caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.remember(text, thread, role, title, resource, caller=caller))
 
     # A thread id is a name, not a path: ".." or a leading "/" are ordinary characters of it (the SDK
@@ -164,7 +157,7 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
                      description="A thread's transcript (Markdown)",
                      security=ResourceSecurity(exempt_params=frozenset({"thread_id"})))
     async def thread_transcript(thread_id: str, ctx: Context) -> str:
-        caller = _caller(server, ctx, ResourceError)
+        caller = _caller(server, ctx.request_context, ResourceError)
         return await _call(lambda: tools.transcript(thread_id, caller=caller), ResourceError)
 
 

@@ -2,7 +2,8 @@
 
 ``MemoryTools`` is bound to one resource, or to any resource (``any_resource``: each call names
 it). A bound server refuses a call naming another resource and never reads another resource's
-threads: every thread is checked against its owner with the one ownership rule for callers from
+threads (its resource's delegations, ``delegation:<resource>:<agent>``, are its resource's memory: a call
+may name one, as a token of a resource may name its delegations, ``Caller.check(..., delegations=True)``): every thread is checked against its owner with the one ownership rule for callers from
 outside (``check_caller_owns``: a thread without an owner is nobody's). Every call is traced like an
 agent turn: an ``agent_run`` root span named ``mcp: '<tool>'`` on the thread and resource it touched,
 with a ``memory_operation`` child holding the arguments and what was read or written, so the Studio's
@@ -11,8 +12,9 @@ Traces pane shows what an MCP client read and wrote.
 Over HTTP each call also has a ``Caller`` (``core.gateway.access``): the request guard's verdict on its
 token. A tokens file's token reaches only the resources its entry lists: a call about another is
 refused (403's message, as a tool error), a call naming none is about the token's only resource when
-it has one, the transcripts listed are its resources' only, and the span names the token's entry as
-who called (``caller``).
+it has one, the transcripts listed are its resources' only (with their delegations' threads, named as
+delegations, so a client finds them: ``transcripts``, and ``list_threads``' ``delegations``), and the span
+names the token's entry as who called (``caller``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from core.gateway.turns import CONVERSATION_PREFIX, anothers_conversation, clien
 from core.ids import shown
 from core.memory import Memory
 from core.messages import Message
-from core.scopes import ThreadOwnershipError, check_caller_owns, check_client_resource, is_delegation_resource
+from core.scopes import (
+    ThreadOwnershipError,
+    check_caller_owns,
+    check_client_resource,
+    delegation_label,
+    delegation_root,
+    is_delegation_resource,
+)
 from core.storage import InvalidArgumentError, NotFoundError
 from core.storage.memory_store import check_text
 from core.stored_text import utf8_problem
@@ -71,19 +80,22 @@ class Binding:
             check_client_resource(self.resource)
 
     def resolve(self, asked: str | None, caller: Caller = ANYONE) -> str:
-        """The resource a call is about, which ``caller`` (the call's token) must be allowed to use."""
+        """The resource a call is about, which ``caller`` (the call's token) must be allowed to use. A
+        delegation of a resource the server and token serve (``delegation:<resource>:<agent>``) is that
+        resource's memory too (``Caller.check(..., delegations=True)``)."""
         if self.resource is not None:
-            if asked and asked != self.resource:
+            if asked and asked != self.resource and delegation_root(asked) != self.resource:
+                if is_delegation_resource(asked):  # (a malformed one: the refusal every server gives)
+                    caller.check(asked, param="resource", delegations=True)
                 raise ResourceNotAllowed(
                     f"This MCP server is bound to resource {self.resource!r}; it cannot read or write {shown(asked)}. "
                     "Start another server with --resource for that user, or one with --any-resource and a token.")
-            return caller.check(self.resource, param="resource")
-        if asked:
-            check_client_resource(asked)  # (before the token's list: the same refusal for every caller)
+            caller.check(self.resource, param="resource")
+            return caller.check(asked or self.resource, param="resource", delegations=True)
         asked = asked or caller.only_resource
         if not asked:
             raise ResourceNotAllowed("This MCP server serves any resource: name one with the 'resource' argument.")
-        return caller.check(asked, param="resource")
+        return caller.check(asked, param="resource", delegations=True)
 
 
 class MemoryTools:
@@ -163,15 +175,24 @@ class MemoryTools:
     def list_threads(self, resource: str | None = None, *,
                  caller: Caller = ANYONE) -> dict[str, Any]:
         """The resource's threads, newest activity first, with message counts."""
+        def row(s: Any) -> dict[str, Any]:
+            return {"id": s.thread.id, "title": s.thread.title, "messageCount": s.message_count,
+                    "lastActivity": s.last_activity.isoformat() if s.last_activity else None,
+                    "uri": transcript_uri(s.thread.id)}
+
         def run(owner: str) -> dict[str, Any]:
             rows = self.memory.store.memory.thread_summaries(owner)
-            return {"resource": owner, "threads": [
-                {"id": s.thread.id, "title": s.thread.title, "messageCount": s.message_count,
-                 "lastActivity": s.last_activity.isoformat() if s.last_activity else None,
-                 "uri": transcript_uri(s.thread.id)} for s in rows]}
+            # Its delegations' threads too (read them with resource=<the delegation's resource>), newest first.
+            delegations: dict[str, list[dict[str, Any]]] = {}
+            for s in self.memory.delegation_threads(owner):
+                delegations.setdefault(s.thread.resource_id, []).append(row(s))
+            return {"resource": owner, "threads": [row(s) for s in rows], "delegations": [
+                {"resource": delegated, "label": delegation_label(delegated), "threads": threads}
+                for delegated, threads in delegations.items()]}
 
         return self._traced("list_threads", "read", {}, resource, None, run,
-                            lambda r: {"threads": [t["id"] for t in r["threads"]]}, caller)
+                            lambda r: {"threads": [t["id"] for t in r["threads"]] + [
+                                t["id"] for d in r["delegations"] for t in d["threads"]]}, caller)
 
     def read_thread(self, thread: str, last: int = DEFAULT_READ, resource: str | None = None, *,
                  caller: Caller = ANYONE) -> dict[str, Any]:
@@ -283,19 +304,27 @@ class MemoryTools:
 
     # -- resources -------------------------------------------------------------------------------
     def transcripts(self, caller: Caller = ANYONE) -> list[dict[str, Any]]:
-        """The thread transcripts this server offers ``caller`` as resources (newest activity first, at most 500)."""
+        """The thread transcripts this server offers ``caller`` as resources (newest activity first, at most 500):
+        its resources' threads and their delegations' (``Memory.delegation_threads``: what the caller may read,
+        listed so it need not know their ids), each delegation's named as one (``delegation``)."""
         if self.binding.resource is not None:
             owners: list[str | None] = [self.binding.resource] if caller.allows(self.binding.resource) else []
         else:
             owners = [None] if caller.resources is None else [*sorted(caller.resources)]  # None: any resource
         store = self.memory.store.memory
-        rows = [s for owner in owners for s in store.thread_summaries(owner)
-                if owner is not None or not is_delegation_resource(s.thread.resource_id or "")]  # (refused if read)
-        if len(owners) > 1:
+        sources: list[list[Any]] = []
+        for owner in owners:
+            if owner is None:  # every thread whose resource the caller reaches (a malformed delegation's: none)
+                sources.append([s for s in store.thread_summaries(None) if caller.reaches(s.thread.resource_id or "")])
+            else:
+                sources += [store.thread_summaries(owner), self.memory.delegation_threads(owner)]
+        rows = [s for found in sources for s in found]
+        if len(sources) > 1:
             rows.sort(key=lambda s: s.last_activity.timestamp() if s.last_activity else float("-inf"), reverse=True)
         rows = rows[:500]
         return [{"uri": transcript_uri(s.thread.id), "threadId": s.thread.id,
-                 "name": s.thread.title or s.thread.id, "resource": s.thread.resource_id,
+                 "name": _transcript_name(s.thread.title or s.thread.id, s.thread.resource_id),
+                 "resource": s.thread.resource_id, "delegation": delegation_label(s.thread.resource_id or ""),
                  "messageCount": s.message_count} for s in rows]
 
     def transcript(self, thread: str, *, caller: Caller = ANYONE) -> str:
@@ -306,8 +335,12 @@ class MemoryTools:
         found = self.memory.get_thread(thread)
         if found is None:
             raise NotFoundError(f"No thread {shown(thread)} in this memory.")
-        asked = found.resource_id if self.binding.any_resource else None  # the token holder reads any thread
-        if asked is not None and not caller.allows(asked):
+        # The token holder reads any thread (of its resources and their delegations); a server bound to a
+        # resource reads that resource's delegations' threads too.
+        asked = found.resource_id if self.binding.any_resource or (
+            self.binding.resource is not None and delegation_root(found.resource_id or "") == self.binding.resource
+        ) else None
+        if asked is not None and not caller.reaches(asked):
             # Refused as a thread of another resource is, without naming the resource (another user's id).
             raise ThreadOwnershipError(thread, asked, caller.only_resource or f"token {caller.name}")
 
@@ -339,7 +372,7 @@ class MemoryTools:
         """Run ``run(owner)`` as a traced call; a refused resource is a traced run with an error too."""
         tracer = self.tracer
         traced_as = self.binding.resource or asked or caller.only_resource
-        if traced_as is not None and not caller.allows(traced_as):
+        if traced_as is not None and not caller.reaches(traced_as):
             # Refused below: traced as the caller's own, never under a resource its token may not use (its
             # arguments would land in that user's traces and export).
             traced_as = caller.only_resource
@@ -362,6 +395,13 @@ class MemoryTools:
                 span.set_output(summary(result))
             root.set_output(summary(result))
         return result
+
+
+def _transcript_name(name: str, resource: str | None) -> str:
+    """A transcript's name in the resource list: its thread's title (or id), and for a delegation's thread what
+    it is ("… (delegation of alice to helper)"), so it does not read as one of the user's own conversations."""
+    label = delegation_label(resource or "")
+    return f"{name} ({label})" if label else name
 
 
 def _traceable(value: Any) -> Any:

@@ -16,6 +16,7 @@ from datetime import date, datetime, timezone
 from core.messages import Message
 from core.observational.records import OMRecord
 from core.observational.store import ThreadHints
+from core.timeutil import month_number
 
 TAG = "observational-memory"
 CONTINUATION_ID = "om-continuation"
@@ -126,8 +127,9 @@ def gap_label(before: date, after: date) -> str | None:
 
 def _month_day(month: str, day: str, year: str) -> date | None:
     """A date from a month name (its first three letters count, as JavaScript's parser reads them)."""
+    number = month_number(month)
     try:
-        return datetime.strptime(f"{month[:3]} {int(day)} {year}", "%b %d %Y").date()
+        return date(int(year), number, int(day)) if number is not None else None
     except ValueError:
         return None
 
@@ -181,10 +183,10 @@ _MASTRA_HEADER_RE = re.compile(r"^(Date:\s*)([A-Z][a-z]+) (\d{1,2}), (\d{4})$", 
 
 def _with_relative_date(match: re.Match[str], now: datetime) -> str:
     prefix, month, day, year = match.groups()
-    try:
-        when = datetime.strptime(f"{month[:3]} {day} {year}", "%b %d %Y").replace(tzinfo=timezone.utc)
-    except ValueError:
+    found = _month_day(month, day, year)
+    if found is None:
         return match.group(0)
+    when = datetime(found.year, found.month, found.day, tzinfo=timezone.utc)
     return f"{prefix}{month} {day}, {year} ({relative_label(when, now, LEGACY_DATES)})"
 
 

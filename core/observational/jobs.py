@@ -105,7 +105,7 @@ class OMJob:
             text = self.generate(self.observer, messages, role="observer", temperature=opts.observer_temperature)
         except Exception as exc:  # noqa: BLE001 - a provider failure must not lose the messages
             return None, f"observer call failed: {type(exc).__name__}: {exc}"
-        parsed = parse_observer_output(text)
+        parsed = parse_observer_output(text, copied_from=[str(m["content"]) for m in messages])
         if not parsed.ok:
             return None, f"observer reply unusable: {parsed.problem}"
         return parsed, None

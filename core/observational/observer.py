@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
 from core.observational.tokens import count_text, observer_lines
+from core.timeutil import clock_12h, month_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.messages import Message
@@ -141,7 +142,7 @@ _ROLE_NAMES = {"user": "User", "assistant": "Assistant", "signal": "User", "syst
 
 
 def _time_label(dt: datetime) -> str:
-    return dt.strftime("%I:%M %p").lstrip("0")
+    return clock_12h(dt)
 
 
 def format_history(messages: Sequence["Message"]) -> str:
@@ -152,7 +153,7 @@ def format_history(messages: Sequence["Message"]) -> str:
     last_time: str | None = None
     for msg in messages:
         when = msg.created_at.astimezone(timezone.utc)
-        day_label = f"{when.strftime('%b')} {when.day} {when.year}:"
+        day_label = f"{month_name(when)} {when.day} {when.year}:"
         if day_label != day:
             if day is not None:
                 out.append("")

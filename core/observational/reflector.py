@@ -8,6 +8,7 @@ nothing changes and the next turn tries again.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -109,18 +110,22 @@ def reflect(
     not be fixed by asking for more compression). Garbage replies move on to the next level.
     """
     original = count_text(tokenizer, observations)
+    own_text = [REFLECTOR_SYSTEM_PROMPT, build_reflector_prompt("", guidance=guidance), *COMPRESSION_GUIDANCE]
     best: tuple[str, int] | None = None
     attempts: list[Attempt] = []
     for level in range(0, max_level + 1):
+        messages = build_reflector_messages(observations, level=level, guidance=guidance)
         try:
-            reply = generate(build_reflector_messages(observations, level=level, guidance=guidance), level)
+            reply = generate(messages, level)
         except ReplyCutOff as exc:  # a stronger compression level asks for a shorter rewrite: try it
             attempts.append(Attempt(level, problem=str(exc)))
             continue
         except Exception as exc:  # noqa: BLE001 - reported in the result; the log is left as it was
             attempts.append(Attempt(level, problem=f"{type(exc).__name__}: {exc}"))
             break
-        parsed = parse_observer_output(reply)
+        # The request's own text copied back (the instructions' example, "Rewrite these notes…", the
+        # compression guidance) is no rewrite; the log's lines may be kept, of course.
+        parsed = parse_observer_output(reply, copied_from=own_text)
         if not parsed.ok:
             attempts.append(Attempt(level, problem=parsed.problem))
             continue
@@ -133,8 +138,28 @@ def reflect(
     if best is not None:
         return Reflection(best[0], best[1], attempts,
                           problem=f"no rewrite got under {threshold} tokens; kept the smallest ({best[1]})")
-    reasons = "; ".join(a.problem or f"level {a.level}: {a.tokens} tokens, not smaller" for a in attempts)
-    return Reflection(None, original, attempts, problem=f"no usable rewrite ({reasons})")
+    return Reflection(None, original, attempts, problem=f"no usable rewrite ({_reasons(attempts)})")
+
+
+_LEVEL_RE = re.compile(r" \(level \d+\)")
+
+
+def _levels(levels: list[int]) -> str:
+    if len(levels) == 1:
+        return f"level {levels[0]}"
+    if levels == list(range(levels[0], levels[-1] + 1)):
+        return f"levels {levels[0]}–{levels[-1]}"
+    return "levels " + ", ".join(str(n) for n in levels)
+
+
+def _reasons(attempts: list[Attempt]) -> str:
+    """Why each attempt failed, a reason said once with the levels it stopped (five levels cut off at
+    the cap were five copies of one long sentence): "levels 0–4: the reflector reply was cut off …"."""
+    grouped: dict[str, list[int]] = {}
+    for a in attempts:
+        reason = _LEVEL_RE.sub("", a.problem) if a.problem else f"{a.tokens} tokens, not smaller"
+        grouped.setdefault(reason, []).append(a.level)
+    return "; ".join(f"{_levels(levels)}: {reason}" for reason, levels in grouped.items())
 
 
 __all__ = [

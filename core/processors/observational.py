@@ -168,9 +168,11 @@ class ObservationalMemory(BaseProcessor):
                 ctx.note(self.id, observation="the new input alone reaches the threshold; it is observed "
                          "once it has been saved (next turn)")
             elif not may_write:
-                why = "read-only turn" if req.read_only else "preview"
-                ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
-                         f"tokens ≥ {opts.message_tokens:,}")
+                # A turn backing off observes nothing: the note says so (``observationError``), not "would run".
+                if not self._backing_off(ctx, turn, "observer", now):
+                    why = "read-only turn" if req.read_only else "preview"
+                    ctx.note(self.id, observation=f"{why}: an observation would run now: {pending:,} unobserved "
+                             f"tokens ≥ {opts.message_tokens:,}")
             else:
                 turn = self._observe(ctx, job, turn, input_tokens, now)
         turn = self._reflection(ctx, job, turn, now, may_write)
@@ -191,11 +193,11 @@ class ObservationalMemory(BaseProcessor):
                 n = activation_count(turn.chunks, pending, opts.retained_tokens)
                 ctx.note(self.id, activation=f"{n} buffered observation chunk(s) would be activated now")
         if pending >= opts.block_after_tokens:
-            if not may_write:
+            if self._backing_off(ctx, turn, "observer", now):
+                pass  # noted: no turn waits for an observer that backs off, a previewed one neither
+            elif not may_write:
                 ctx.note(self.id, observation=f"a turn would wait for the observer now: {pending:,} unobserved "
                          f"tokens ≥ {opts.block_after_tokens:,} (block_after)")
-            elif self._backing_off(ctx, turn, "observer", now):
-                pass
             elif ctx.services.observer_model is not None:
                 blocked = True
                 # A background observer may be about to deliver: wait for it, take everything ready,
@@ -344,7 +346,8 @@ class ObservationalMemory(BaseProcessor):
         size = record.observation_token_count
         due = size >= opts.observation_tokens
         if not may_write:
-            if due:
+            # A reflector backing off reflects nothing: the note says so (``reflectionError``), not "would run".
+            if due and (record.buffered_reflection or not self._backing_off(ctx, turn, "reflector", now)):
                 what = "the buffered reflection would be swapped in" if record.buffered_reflection else \
                     "a reflection would run now"
                 ctx.note(self.id, reflection=f"{what}: {size:,} observation tokens ≥ {opts.observation_tokens:,}")

@@ -21,6 +21,7 @@ from core.processors.base import BaseProcessor, ProcessorContext
 from core.processors.message_history import turn_failed
 from core.storage.memory_store import Include
 from core.recall.text import message_text
+from core.timeutil import clock_12h, month_name, weekday_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
@@ -264,17 +265,12 @@ def format_other_threads(messages: list[Message]) -> str:
         when = when.astimezone(timezone.utc)
         day = when.date()
         if day != current_day:
-            lines.append(f"-- {when.strftime('%a %d %b %Y')} (UTC) --")
+            lines.append(f"-- {weekday_name(when)} {when.day:02d} {month_name(when)} {when.year} (UTC) --")
             current_day = day
         text = " ".join(message_text(m).split())
-        lines.append(f"[{_clock(when)}] {m.role.capitalize()}: {text}")
+        lines.append(f"[{clock_12h(when)}] {m.role.capitalize()}: {text}")
     lines.append(BLOCK_CLOSE)
     return "\n".join(lines)
-
-
-def _clock(when: datetime) -> str:
-    hour = when.hour % 12 or 12
-    return f"{hour}:{when.minute:02d} {'AM' if when.hour < 12 else 'PM'}"
 
 
 def _order_key(m: Message) -> tuple[Any, ...]:

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 
 from core.recall.schema import PACKS_MIGRATION, ensure_pack_triggers, quoted
 from core.recall.tables import IVF_PACKS, IVF_ROWS, IVF_TABLE
-from core.recall.vector_table import RawRow, TableInfo, decode, inspect, row_columns
+from core.recall.vector_table import RawRow, TableInfo, decode_stored, inspect, row_columns, unit_rows
 from core.storage import catalog, migrations
 
 MAX_CHUNKS = 8  # a list with more chunks than this is merged into one
@@ -82,12 +82,13 @@ def usable(rows: Iterable[RawRow], model_id: str, dim: int, resource_id: str) ->
             continue
         if not row.message_id or row.resource_id != resource_id:
             continue
-        vec = decode(row.blob, dim)
+        vec = decode_stored(row.blob, dim)
         if vec is not None:
             keep.append((row, vec))
     if not keep:
         return PackRows.concat([], dim)
-    return PackRows(np.fromiter((r.rowid for r, _ in keep), np.int64, len(keep)), np.stack([v for _, v in keep]),
+    return PackRows(np.fromiter((r.rowid for r, _ in keep), np.int64, len(keep)),
+                    unit_rows(np.stack([v for _, v in keep])),  # another program's rows scaled to unit length
                     [r.message_id or "" for r, _ in keep], [r.thread_id for r, _ in keep],
                     [r.created_at for r, _ in keep], [r.model_id is None for r, _ in keep])
 

@@ -29,7 +29,7 @@ from core.recall.hybrid import Ranked
 from core.recall.matrix import DEFAULT_NPROBE_SHARE, SkipCounts, VectorSet
 from core.recall.schema import quoted
 from core.recall.tables import IVF_ROWS, IVF_TABLE
-from core.recall.vector_table import RawRow, TableInfo, decode, load_rows, row_columns
+from core.recall.vector_table import RawRow, TableInfo, decode_stored, load_rows, row_columns, unit_rows
 from core.timeutil import iso_now
 
 REBUILD_GROWTH = 4.0  # rebuild a partition once its scope holds this many times the rows it was built on
@@ -269,15 +269,19 @@ class IvfScope:
         q = np.asarray(qvec, dtype=np.float32).reshape(-1)
         model = "model_id" if self.info.has_model_id else "NULL"
         marks = ",".join("?" * len(message_ids))
+        found: list[tuple[str, np.ndarray]] = []
         for mid, blob, model_of in conn.exec_driver_sql(
             f"SELECT json_extract(metadata, '$.message_id'), embedding, {model} FROM {quoted(self.info.name)} "
             f"INDEXED BY {quoted(self.info.name + '_message_id')} WHERE json_extract(metadata, '$.message_id') IN ({marks})",
             tuple(message_ids),
         ):
-            vec = decode(blob, self.info.dim)
+            vec = decode_stored(blob, self.info.dim)
             if vec is None or (model_of is not None and model_of != self.model_id):
                 continue
-            score = float(vec @ q)
-            if mid not in out or score > out[mid]:
-                out[mid] = score
+            found.append((mid, vec))
+        if found:  # scaled to unit length together (``unit_rows``): each score is a cosine
+            for (mid, _), vec in zip(found, unit_rows(np.stack([v for _, v in found]))):
+                score = float(vec @ q)
+                if mid not in out or score > out[mid]:
+                    out[mid] = score
         return out

@@ -1,9 +1,10 @@
 """In-process vectors of one scope (a resource, or a thread), answering exact top-k by dot product.
 
 libSQL is the store of record; this is a cache of it: loaded lazily, extended with rows newer than the
-last load, dropped when rows were updated or deleted (see ``RecallIndex``). Vectors are unit length,
-so cosine similarity is a dot product. A resource of ``IVF_MIN_ROWS`` rows or more gets an IVF partition
-stored with its rows (``ivf_store``), searched list by list; a set this large held here is scanned whole.
+last load, dropped when rows were updated or deleted (see ``RecallIndex``). Vectors are unit length
+(another program's rows are scaled to it on load, ``vector_table.unit_rows``), so cosine similarity is a
+dot product. A resource of ``IVF_MIN_ROWS`` rows or more gets an IVF partition stored with its rows
+(``ivf_store``), searched list by list; a set this large held here is scanned whole.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from core.recall import ivf
 from core.recall.hybrid import Ranked
 from core.recall.types import ranked_of
-from core.recall.vector_table import RawRow
+from core.recall.vector_table import UNIT_TOLERANCE, RawRow, unit_rows
 
 IVF_MIN_ROWS = 100_000  # a resource this large is partitioned on disk; below it an exact scan is within ~2 ms
 # From this many rows an unfiltered search scans a dimension-major copy of the matrix first (``_scan``):
@@ -200,7 +201,8 @@ class VectorSet:
             self.thread_ids.append(row.thread_id)
             self.resource_ids.append(row.resource_id)
             self.created_at.append(row.created_at)
-        self.append_vectors(vecs if len(kept) == len(sized) else vecs[ok], self.thread_ids[start:])
+        # Another program's rows may not be of unit length: scaled to it, so a dot product is their cosine.
+        self.append_vectors(unit_rows(vecs if len(kept) == len(sized) else vecs[ok]), self.thread_ids[start:])
 
     @classmethod
     def of_rows(cls, dim: int, model_id: str, vectors: np.ndarray, message_ids: list[str], thread_ids: list[str | None],
@@ -214,6 +216,9 @@ class VectorSet:
         index = vset._thread_index
         vset._thread_codes = np.array([index.setdefault(t, len(index)) for t in thread_ids], dtype=np.int32)
         vset._max_norm = _max_norm(vectors)
+        if vset._max_norm > 1 + UNIT_TOLERANCE:  # a pack written before rows were scaled on load (``unit_rows``)
+            vset._matrix = unit_rows(vectors)
+            vset._max_norm = _max_norm(vset._matrix)
         return vset
 
     def append_vectors(self, vecs: np.ndarray, thread_ids: list[str | None]) -> None:

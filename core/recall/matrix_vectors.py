@@ -150,10 +150,11 @@ class MatrixVectors:
                 newer = [r for r in vector_table.load_rows(conn, self.info, resource_id=resource, thread_id=None,
                                                            after_rowid=max_rowid)
                          if r.model_id in (None, self.model_id)]
-                vecs = [(r.rowid, vector_table.decode(r.blob, self.dim)) for r in newer]
+                vecs = [(r.rowid, vector_table.decode_stored(r.blob, self.dim)) for r in newer]
                 kept = [(rid, v) for rid, v in vecs if v is not None]
                 if kept:
-                    ivf_store.assign(conn, meta, [r for r, _ in kept], np.stack([v for _, v in kept]), self.info, resource)
+                    vecs_kept = vector_table.unit_rows(np.stack([v for _, v in kept]))
+                    ivf_store.assign(conn, meta, [r for r, _ in kept], vecs_kept, self.info, resource)
             self._metas.pop(resource, None)
             self._sizes[resource] = partition.size + len(kept)
             done.append(resource)

@@ -101,8 +101,12 @@ def as_of(
     cutoff = to_iso(before[0])
     unknowns: list[str] = []
     rows = _generations(store, key)
-    # A reflection started a new generation when its row was written; later ones did not exist yet.
-    usable = [r for i, r in enumerate(rows) if i == 0 or r.created_at < cutoff]
+    # A reflection started a new generation when its row was written; later ones did not exist yet. A
+    # turn reflects (or swaps a buffered reflection in) in its own input phase, after its input was
+    # stamped and before its reply, so a generation written before the turn's end is the one it was shown.
+    shared_end = resource_id if rows and rows[-1].scope == "resource" else None
+    end = _turn_end(store, thread_id, shared_end, turn_input or before) or "\uffff"
+    usable = [r for i, r in enumerate(rows) if i == 0 or r.created_at < end]
     record = usable[-1] if usable else None
     previous = usable[-2] if len(usable) > 1 else None
     cursor: str | None = None

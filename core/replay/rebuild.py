@@ -38,7 +38,8 @@ from core.replay import frozen as frozen_mod
 from core.replay import store as records
 from core.replay import tools as tool_defs
 from core.replay import verbatim
-from core.replay.record import CallRecord, CallReplay, RecordState, ReplayInfo, TurnRecord, request_hash
+from core.replay.record import (CallRecord, CallReplay, RecordState, ReplayInfo, TurnRecord, request_hash,
+                                with_facts_checked)
 from core.storage.memory_store import InvalidArgumentError, MessageQuery, NotFoundError
 from core.timeutil import FixedClock
 from core.working_memory import TOOL_NAME as WM_TOOL_NAME
@@ -229,7 +230,7 @@ def rebuild(
     else:
         matches = record.sent_messages(prompt.messages)
     prompt.request = calls[0].request
-    prompt.replay = ReplayInfo(
+    prompt.replay = with_facts_checked(ReplayInfo(
         kind="recorded" if use_record else "reconstructed",
         matches=matches,
         record=record,
@@ -240,7 +241,7 @@ def rebuild(
         record_error=damage,
         differences=(*(d for c in calls for d in c.differences), *((missed,) if missed else ())),
         changed_since=_shown_changes(past.changed, calls, record, [m.id for m in inputs]) if past is not None else {},
-    )
+    ))
     return prompt
 
 

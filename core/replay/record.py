@@ -18,6 +18,12 @@ A record also names how its model put each body on the wire (``wire``, key ``wf`
 call's bytes hash (``CallRecord.wire_hash``, ``wb``): ``core.replay.wire`` gives the exact bytes the
 server received when the rebuilt body makes them again. Records without ``wf`` came before.
 
+What the body hashes do not cover, the endpoint, the model label and what the server reported about
+each reply (usage, finish reason), has hashes of its own (``FACTS``, key ``fh``): Replay says which no
+longer match (``with_facts_checked``). Records without ``fh`` came before; they are shown as before,
+those facts unchecked. A record read back and written again (a fork's copy) keeps the ``fh`` it was read
+with, none when it had none (``TurnRecord.read_back``).
+
 Version 1 records (before issue 16) hold no calls: their tools and settings are unknown.
 
 A turn whose prompts another framework built (an OpenAI Agents SDK run: ``TurnRecord.framework``)
@@ -180,6 +186,13 @@ class TurnRecord:
     # client's bytes as sent were not this form's). "": not knowable (a custom or scripted model); None:
     # a record from before records said (both: only the body as JSON).
     wire: str | None = None
+    # The facts hashes the stored record was written with (``fh``: one per ``FACTS``, set by ``decode``),
+    # checked by ``facts_changed``. None: a record written before records covered those facts, or one not
+    # read back from the database (a live turn's). Not part of a record's equality: it says how it was stored.
+    facts: tuple[str, ...] | None = field(default=None, compare=False)
+    # Read back from the database (``decode``): written again (a fork's copy), it keeps the facts hashes it
+    # was read with, none when it had none, so a copy never claims more than its original (``encode``).
+    read_back: bool = field(default=False, compare=False)
 
     def budget(self) -> "PromptBudget | None":
         """The context window this turn's prompts were fitted into, with its first call's ``max_tokens``
@@ -202,6 +215,54 @@ class TurnRecord:
     def sent_messages(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether these are exactly the messages of the turn's first model call (by hash)."""
         return bool(self.messages_hash) and messages_hash(messages).startswith(self.messages_hash)
+
+    def facts_changed(self) -> tuple[str, ...] | None:
+        """Which of ``FACTS`` no longer hash as when the record was written (a hand-edited or damaged
+        record file); None when the record keeps no facts hashes (``facts``: written before them)."""
+        if self.facts is None:
+            return None
+        kept = (*self.facts, *(None,) * (len(FACTS) - len(self.facts)))  # one cut off: changed too
+        return tuple(name for name, was, now in zip(FACTS, kept, facts_hashes(self)) if was != now)
+
+
+#: What a record keeps outside its calls' body hashes, covered since records keep ``fh`` (one hash of
+#: each, ``facts_hashes``): the base URL the model was reached at, the model's label (``provider/model``),
+#: and what the server reported about each reply (usage, finish reason). Records without ``fh`` came
+#: before (versions 1 to 3 alike): they still read, and Replay says these are shown unchecked.
+FACTS = ("endpoint", "model label", "usage", "finish reason")
+FACT_HEX = 8  # each fact's hash: 32 bits tell a hand edit or a damaged byte from what was written
+
+
+def facts_hashes(record: "TurnRecord") -> tuple[str, ...]:
+    """The hash of each of ``FACTS`` as ``record`` holds it (an empty endpoint or label is none, as stored;
+    usage and finish reason: every call's, in order; usage as stored, prompt and completion tokens)."""
+    values = (record.endpoint or None, record.model or None, [_usage_pair(c.usage) for c in record.calls],
+              [c.finish_reason for c in record.calls])
+    return tuple(hashlib.sha256(json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+                 .hexdigest()[:FACT_HEX] for v in values)
+
+
+def _usage_pair(usage: Mapping[str, int] | None) -> list[int] | None:
+    """A call's usage as a record stores it: ``[prompt tokens, completion tokens]``, or None (not reported)."""
+    return [int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))] if usage else None
+
+
+def facts_check(record: "TurnRecord") -> tuple[str | None, str | None]:
+    """What Replay says of a record's ``FACTS``: (a difference, when some no longer match the hashes the
+    record was written with; a note, when it has no such hashes and shows them unchecked)."""
+    changed = record.facts_changed()
+    if changed is None:
+        return None, (f"This record's {_names(FACTS)} are not covered by its hashes (it was written before "
+                      "records covered them): they are shown as stored, unchecked.")
+    if not changed:
+        return None, None
+    return (f"the record's {_names(changed)} no longer {'matches' if len(changed) == 1 else 'match'} what it was "
+            "written with (the record was edited or damaged since): what it shows of "
+            f"{'it' if len(changed) == 1 else 'them'} is not what the turn had"), None
+
+
+def _names(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def canonical_json(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -346,8 +407,7 @@ def unpack_id(value: str) -> str:
 def _call_entry(call: CallRecord, first: CallRecord | None, text_keys: Mapping[str, str]) -> list[Any]:
     """``[body hash, [prompt, completion tokens] | null, finish reason?, {what differs from call 1}?]``;
     a call that kept what it sent names that text (``sm``) there, and a partial one says so (``p``)."""
-    usage = [int(call.usage.get("prompt_tokens", 0)), int(call.usage.get("completion_tokens", 0))] \
-        if call.usage else None
+    usage = _usage_pair(call.usage)
     delta: dict[str, Any] = {}
     if first is not None:
         if call.wire_model != first.wire_model:
@@ -447,6 +507,12 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
     if record.wire is not None:
         data["wf"] = record.wire  # "": the bytes are not knowable (a key absent: a record from before)
     data["od"] = record.om_dates  # every record: a record without it was written before these rules
+    # A record without it was written before records covered ``FACTS``. One read back (a fork's copy) keeps the
+    # hashes it was read with: made again from its values, an edited fact would be "recorded (exact)" in the copy.
+    if record.facts is not None:
+        data["fh"] = list(record.facts)
+    elif not record.read_back:
+        data["fh"] = list(facts_hashes(record))
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -558,6 +624,8 @@ def _check(data: Any) -> dict[str, Any]:
     _need(data.get("cw") is None or (isinstance(data["cw"], int) and not isinstance(data["cw"], bool)),
           "'cw' (context window) must be an integer")
     _need(data.get("st") is None or isinstance(data["st"], dict), "'st' (stream options) must be an object")
+    _need(data.get("fh") is None or (isinstance(data["fh"], list) and all(isinstance(h, str) for h in data["fh"])),
+          "'fh' (the facts hashes) must be a list of strings")
     _need(data.get("od") in (None, *OM_DATE_STYLES), f"'od' (observation dates) must be one of {OM_DATE_STYLES}")
     _need(isinstance(data.get("hp", []), list), "'hp' (hidden reply parts) must be a list")
     for part in data.get("hp", []):
@@ -648,6 +716,8 @@ def decode(
         version=int(data["v"]),
         framework=data.get("b"),
         wire=data.get("wf"),
+        facts=tuple(data["fh"]) if "fh" in data else None,
+        read_back=True,
     )
     if missing:
         record = _with_unresolved(record, tuple(missing))
@@ -747,7 +817,9 @@ class ReplayInfo:
     """How a rebuilt prompt came about.
 
     ``matches``: every model call's rebuilt request body hashes as the record's (for a version-1
-    record, which kept no bodies: its messages do); None without a record. ``unknowns``: what could
+    record, which kept no bodies: its messages do), and the record's ``FACTS`` hash as when it was
+    written (``with_facts_checked``; a record written before they were covered: not checked, said in
+    ``unchecked``); None without a record. ``unknowns``: what could
     not be known. ``calls``: every model call of the turn, in order (``CallReplay``). ``record_state``:
     ``present``, ``missing`` (never written, or a database without records), ``damaged``
     (``record_error`` says why: not JSON, an unknown version, wrong types, another thread) or
@@ -766,6 +838,9 @@ class ReplayInfo:
     # Stored messages the rebuild took from their version history (``core.replay.edited``): message id
     # -> "edited since" / "deleted since". The rebuilt prompt shows what the model saw then.
     changed_since: Mapping[str, str] = field(default_factory=dict)
+    # What the record shows that no hash of it covers (a record written before its ``FACTS`` were
+    # covered: ``facts_check``): said beside it, unchecked; it changes nothing of how the record is labelled.
+    unchecked: tuple[str, ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -789,10 +864,25 @@ class ReplayInfo:
         return "reconstructed (damaged record)" if self.record_state == "damaged" else "reconstructed"
 
 
+def with_facts_checked(info: ReplayInfo) -> ReplayInfo:
+    """``info`` with its record's ``FACTS`` checked (``facts_check``): one that no longer matches what the
+    record was written with is a difference (the turn is then no longer "recorded (exact)"), and a record
+    without their hashes says they are unchecked."""
+    if info.record is None:
+        return info
+    from dataclasses import replace
+
+    changed, unchecked = facts_check(info.record)
+    return replace(info, matches=False if changed and info.matches is not None else info.matches,
+                   differences=(*info.differences, *((changed,) if changed else ())),
+                   unchecked=(unchecked,) if unchecked else ())
+
+
 __all__ = [
     "CallRecord",
     "CallReplay",
     "DamagedRecordError",
+    "FACTS",
     "RecallHitRecord",
     "ReplayInfo",
     "TOKEN_SECTIONS",
@@ -806,8 +896,11 @@ __all__ = [
     "encode",
     "parse",
     "expand_options",
+    "facts_check",
+    "facts_hashes",
     "long_texts",
     "messages_hash",
     "options_delta",
     "text_key",
+    "with_facts_checked",
 ]

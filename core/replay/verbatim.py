@@ -14,7 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from core.prompt import AssembledPrompt, Fragment
-from core.replay.record import CallRecord, CallReplay, ReplayInfo, TurnRecord, request_hash
+from core.replay.record import CallRecord, CallReplay, ReplayInfo, TurnRecord, request_hash, with_facts_checked
 from core.tokens import count_message_tokens
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -116,10 +116,10 @@ def replay(record: TurnRecord, tokenizer: "Tokenizer") -> AssembledPrompt:
         calls.append(CallReplay(0, empty, {}, None))
         unknowns.append(f"what the turn's model calls sent ({framework} made none that was recorded)")
     first: AssembledPrompt = calls[0].prompt
-    first.replay = ReplayInfo(
+    first.replay = with_facts_checked(ReplayInfo(
         kind="recorded", matches=all(c.matches for c in calls) if record.calls else None, record=record,
         unknowns=tuple(dict.fromkeys(unknowns)), calls=tuple(calls), record_state="present",
-        differences=tuple(d for c in calls for d in c.differences))
+        differences=tuple(d for c in calls for d in c.differences)))
     return first
 
 

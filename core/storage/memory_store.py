@@ -692,7 +692,14 @@ class MemoryStore:
         with self.db.read() as conn:
             return self._thread_summaries(conn, resource_id)
 
-    def _thread_summaries(self, conn: sa.Connection, resource_id: str | None) -> list[ThreadSummary]:
+    def thread_summaries_starting(self, prefix: str) -> list[ThreadSummary]:
+        """``thread_summaries`` of the threads whose resource id begins with ``prefix``, compared exactly (no
+        LIKE, which folds case and reads ``%`` and ``_``): the candidates a caller then checks one by one."""
+        with self.db.read() as conn:
+            return self._thread_summaries(conn, None, prefix)
+
+    def _thread_summaries(self, conn: sa.Connection, resource_id: str | None,
+                          prefix: str | None = None) -> list[ThreadSummary]:
         counts = (
             sa.select(
                 t.messages.c.thread_id, sa.func.count().label("n"), sa.func.max(t.messages.c.createdAt).label("last")
@@ -703,6 +710,8 @@ class MemoryStore:
         )
         if resource_id is not None:
             stmt = stmt.where(t.threads.c.resourceId == resource_id)
+        if prefix is not None:
+            stmt = stmt.where(sa.func.substr(t.threads.c.resourceId, 1, len(prefix)) == prefix)
         stmt = stmt.order_by(sa.func.coalesce(counts.c.last, t.threads.c.updatedAt).desc(), t.threads.c.id)
         rows = conn.execute(stmt).all()
         return [ThreadSummary(_thread(r), int(r.n or 0), parse_iso(r.last) if r.last else None) for r in rows]

@@ -296,6 +296,42 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
                         max_working_memory_bytes=max_working_memory_bytes)
 
 
+def check_one_resource(data: Mapping[str, Any], name: str = "the file") -> None:
+    """An export is the memory of one resource: the resource its ``scope`` names (a thread export: that
+    thread's owner). A file whose resources or threads name another resource would write into that
+    user's memory (a new thread there, which their resource-scoped recall finds, their resource row),
+    while the import's confirmation names the file's scope; such a file is refused, naming the row. The
+    importer asks it once the file's resources and threads have passed the rule for new ids (a new thread
+    of an owner no client could create is refused for that first)."""
+    scope = data.get("scope")
+    expected: str | None = None
+    said = ""
+    if scope is not None:
+        if not isinstance(scope, dict) or scope.get("kind") not in ("thread", "resource") \
+                or not isinstance(scope.get("id"), str):
+            raise ExportFormatError(f'{name}: "scope" must be {{"kind": "thread" or "resource", "id": "..."}} as '
+                                    "'memory-studio export' writes it. Nothing was imported.")
+        if scope["kind"] == "resource":
+            expected, said = scope["id"], f"the export of resource {scope['id']!r}"
+        else:
+            expected = next((t["resourceId"] for t in data.get("threads", []) if t["id"] == scope["id"]), None)
+            if expected is None:
+                raise ExportFormatError(printable(
+                    f"{name} is the export of thread {scope['id']!r}, which it does not hold. Nothing was imported; "
+                    "choose the file 'memory-studio export' wrote."))
+            said = f"the export of thread {scope['id']!r} of resource {expected!r}"
+    named = [(f"resources[{i}]", r["id"]) for i, r in enumerate(data.get("resources", []))]
+    named += [(f"threads[{i}] (id {t['id']!r})", t["resourceId"]) for i, t in enumerate(data.get("threads", []))]
+    for where, owner in named:
+        if expected is None:
+            expected, said = owner, f"about resource {owner!r} (its {where})"
+        elif owner != expected:
+            raise ExportFormatError(printable(
+                f"{name}: {where} belongs to resource {owner!r}, but the file is {said}. An export holds the memory "
+                f"of one resource; importing this one would write into the memory of resource {owner!r}. Nothing was "
+                "imported; export each resource to a file of its own."))
+
+
 def _require(data: Mapping[str, Any], key: str, fields: tuple[str, ...], name: str) -> None:
     for i, item in enumerate(data.get(key, [])):
         if not isinstance(item, dict):

@@ -48,7 +48,7 @@ from core.transfer import rows as R
 from core.transfer import sections as S
 from core.transfer.edit_sections import import_versions
 from core.transfer.errors import ExportFormatError, TransferError
-from core.transfer.format import validate
+from core.transfer.format import check_one_resource, validate
 from core.transfer.replay_sections import import_sections, import_traces
 from core.transfer.report import Conflict, ImportReport
 from core.terminal_text import printable
@@ -148,6 +148,7 @@ class _Importer:
             self._resource(row)
         for row in self.data.get("threads", []):
             self._thread(row)
+        check_one_resource(self.data)  # one resource's memory, never another user's (a bad file: nothing written)
         self._messages(self.data.get("messages", []))
         self._versions(self.data.get("workingMemory", []))
         self._observations(self.data.get("observations", []))

@@ -269,6 +269,8 @@ def _format2_problem(content: str) -> str | None:
         value = json.loads(content)
     except ValueError as exc:
         return f"its content is not valid JSON ({exc})"
+    except RecursionError:  # (the file itself parsed: the content is JSON text inside it)
+        return "its content nests lists or objects too deeply to be read"
     if not isinstance(value, dict) or value.get("format") != 2 or not isinstance(value.get("parts"), list):
         return 'its content is not format 2 (a JSON object with "format": 2 and a "parts" list)'
     for part in value["parts"]:

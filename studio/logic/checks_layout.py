@@ -155,6 +155,32 @@ def summary(rows: Sequence[CheckRow]) -> str:
     return f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} could not run"
 
 
+DETAIL_CAPTION = "The selected check"
+
+
+def detail_caption(row: CheckRow | None) -> str:
+    """The caption above the detail of the selected check, saying what the detail holds for its state:
+    it said "what did not hold" for a passing check too."""
+    if row is None:
+        return f"{DETAIL_CAPTION}: none selected (pick one above to see its result)"
+    now, after = row.result, row.what_if
+    if now is None:
+        return f"{DETAIL_CAPTION}: not run yet (Run Checks to test it); what it asserts, and where"
+    if after is None:
+        if now.passed:
+            return f"{DETAIL_CAPTION}: it held (what it asserts, and the turn it was checked on)"
+        if now.status == ERROR:
+            return f"{DETAIL_CAPTION}: why it could not run"
+        return f"{DETAIL_CAPTION}: what did not hold, with the relevant part of the prompt"
+    if now.passed and after.passed:
+        return f"{DETAIL_CAPTION}: it held, as it stands and with the what-if"
+    if row.breaks:
+        return f"{DETAIL_CAPTION}: what the what-if would break, with the relevant part of the prompt"
+    if after.passed:
+        return f"{DETAIL_CAPTION}: what does not hold as it stands (the what-if would fix it)"
+    return f"{DETAIL_CAPTION}: what did not hold, as it stands and with the what-if"
+
+
 def result_text(row: CheckRow) -> str:
     """The detail below the table: every failure with the relevant part of the prompt."""
     lines = [f"{row.name}", f"  thread {row.check.thread}, {row.check.turn_label}: {row.asserts}"]
@@ -175,5 +201,5 @@ def result_text(row: CheckRow) -> str:
 
 __all__ = [
     "COLOURS", "CheckRow", "PIN_KINDS", "PIN_TEXT_CHARS", "PinKind", "PinTarget", "check_rows", "default_pin",
-    "describe", "pin_check", "pin_name", "pin_text", "result_text", "summary",
+    "DETAIL_CAPTION", "describe", "detail_caption", "pin_check", "pin_name", "pin_text", "result_text", "summary",
 ]

@@ -57,6 +57,11 @@ class EditHistory:
         self.done = [r for r in self.done if r.resource_id != resource_id]
         self.undone = [r for r in self.undone if r.resource_id != resource_id]
 
+    def forget_thread(self, thread_id: str) -> None:
+        """A deleted thread's edits (its messages and their versions are gone) can be neither undone nor redone."""
+        self.done = [r for r in self.done if r.thread_id != thread_id]
+        self.undone = [r for r in self.undone if r.thread_id != thread_id]
+
     def clear(self) -> None:
         self.done.clear()
         self.undone.clear()

@@ -174,17 +174,16 @@ def turn_activity(records: list[OMRecord], at: str | None) -> str:
 
 
 def prompt_buffer_note(notes: Mapping[str, Any]) -> str | None:
-    """The inspector's line about buffering for a previewed turn (None when there is nothing to say):
-    what waits in the buffer, outside this prompt, and what the turn would activate."""
+    """The inspector's line about observational memory for a previewed turn (None when there is nothing
+    to say): what waits in the buffer, outside this prompt, what the turn would activate or observe, and
+    why it would not (an observer or reflector backing off after a failure), buffered or not."""
     om = _section(notes, "observational-memory")
-    if not om.get("buffering"):
-        return None
-    buffer = _section(om, "buffer")
+    buffer = _section(om, "buffer") if om.get("buffering") else {}
     parts = []
     if buffer.get("chunks"):
         parts.append(f"{buffer['chunks']} observation chunk(s) buffered in the background "
                      f"({int(buffer.get('messageTokens') or 0):,} message tokens), not in this prompt")
-    for key in ("activation", "observation", "reflection"):
+    for key in ("activation", "observation", "reflection", "observationError", "reflectionError"):
         if isinstance(om.get(key), str):
             parts.append(om[key])
     if not parts:

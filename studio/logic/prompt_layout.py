@@ -17,6 +17,7 @@ from core import AssembledPrompt, Fragment, Memory, MemoryOptions, Message
 from core.agent_configs import AgentConfig
 from core.storage import Store
 from studio.logic.dates import format_datetime
+from studio.logic.om_buffer_layout import plain_marks
 from studio.logic.short_ids import short_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -281,9 +282,13 @@ class FragmentRow:
         return "" if self.score is None else f"score {self.score:.6f}"
 
 
-def _preview(text: str, limit: int = 140) -> str:
-    flat = " ".join(text.split())
+def text_preview(text: str | None, limit: int = 140) -> str:
+    """A fragment's text on one line for a table cell (the inspector's and Replay's): observational
+    memory's priority emoji as words, since a cell has no colour-emoji font to draw them (they showed
+    as empty boxes: "Date: Sep 14, 2026 * □ (15:32) …")."""
+    flat = plain_marks(" ".join((text or "").split()))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
 
 
 def input_stored_ids(prompt: AssembledPrompt, inputs: Sequence[str]) -> dict[int, tuple[str, ...]]:
@@ -323,7 +328,7 @@ def _row(f: Fragment, total: int, stored: tuple[str, ...] | None = None) -> Frag
     return FragmentRow(
         index=f.index, role=ROLE_LABELS.get(f.role, f.role), source=f.source, kind=f.kind,
         stored_ids=stored if stored is not None else tuple(f.stored_ids), score=f.score, tokens=f.tokens, share=f.tokens / total,
-        preview=_preview(f.text), text=f.text, created_at=f.created_at, color=source_color(f.source),
+        preview=text_preview(f.text), text=f.text, created_at=f.created_at, color=source_color(f.source),
         detail=dict(f.detail),
     )
 

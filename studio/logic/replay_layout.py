@@ -20,7 +20,13 @@ from studio.logic.column_fit import fit_columns as fit_columns  # (where Replay 
 from studio.logic.dates import format_datetime
 from studio.logic.diffing import DiffLine, line_diff
 from studio.logic.edit_marks import changed_since
-from studio.logic.prompt_layout import ROLE_LABELS, input_stored_ids, recorded_input_ids, source_color
+from studio.logic.prompt_layout import (
+    ROLE_LABELS,
+    input_stored_ids,
+    recorded_input_ids,
+    source_color,
+    text_preview,
+)
 from studio.logic.short_ids import short_id
 
 Change = Literal["entered", "left", "changed"]
@@ -134,9 +140,6 @@ class StepRow:
         return first if len(self.stored_ids) == 1 else f"{first} +{len(self.stored_ids) - 1}"
 
 
-def _preview(text: str, limit: int = 140) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def input_ids(turn: Turn) -> tuple[str, ...]:
@@ -193,7 +196,7 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
         rows.append(StepRow(
             f.index, ROLE_LABELS.get(f.role, f.role), f.source, input_stored.get(f.index, tuple(f.stored_ids)),
             f.tokens, f.text,
-            _preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
+            text_preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
             change.text_before if change else None, source_color(f.source)))
     for rest in placed.values():
         rows.extend(_left_row(c) for c in rest)
@@ -202,7 +205,7 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
 
 def _left_row(c: FragmentChange) -> StepRow:
     text = c.text_before or ""
-    return StepRow(None, "", c.source, tuple(c.stored_ids), c.tokens_before, text, _preview(text), None, "left",
+    return StepRow(None, "", c.source, tuple(c.stored_ids), c.tokens_before, text, text_preview(text), None, "left",
                    c.reason, text, source_color(c.source))
 
 
@@ -499,7 +502,7 @@ def what_if_rows(rows: Sequence[Any], turns: Sequence[Turn]) -> list[WhatIfTable
         for c in r.changes:
             reasons[c.reason] = reasons.get(c.reason, 0) + 1
         out.append(WhatIfTableRow(
-            number.get(r.input_message_id, 0), r.input_message_id, _preview(text.get(r.input_message_id, ""), 80),
+            number.get(r.input_message_id, 0), r.input_message_id, text_preview(text.get(r.input_message_id, ""), 80),
             int(r.tokens_real), int(r.tokens_what_if), int(r.entered), int(r.left),
             sum(c.kind == "changed" for c in r.changes),
             ", ".join(reason_label(k) for k in reasons)))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from studio.logic.replay_layout import clamp_step
+from studio.logic.replay_layout import clamp_step, turn_index_for
 from studio.selection import Selection
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class ReplayState:
     stale: bool = False  # the file changed while the pane was hidden: read the thread again when shown
     loading_step: bool = False  # a turn was asked for and its rebuild has not arrived
     rerun_detail: WhatIfDetail | None = None  # a what-if prompt to re-run once its turn is shown
+    notice: str = ""  # said beside the turn shown until the next step (a re-read lost the turn asked for)
 
     # -- what the commands may do ----------------------------------------------------------------
     @property
@@ -90,6 +91,10 @@ class ReplayState:
         if selection.thread_id is None:
             return SelectionEffect(reload_threads, None, self.source is None)
         wanted = selection.thread_id if self.thread_id != selection.thread_id else None
+        if wanted is None and self.pending is not None and self.pending[0] != selection.thread_id:
+            # Back to the open thread before the hidden pane opened the one picked in between: that one
+            # is not wanted any more (it opened when the pane was shown, beside a tree showing this one).
+            self.pending = None
         return SelectionEffect(reload_threads, wanted, False)
 
     def ask_open(self, thread_id: str, message_id: str | None = None) -> None:
@@ -115,6 +120,23 @@ class ReplayState:
         """A re-read thread replaces the open one only when its turns changed."""
         return (self.source is not None and fresh.thread_id == self.source.thread_id
                 and not self.source.same_turns(fresh))
+
+    def reread_turn(self, fresh: ReplayThread) -> tuple[int, int]:
+        """The turn and model call of ``fresh`` (the open thread read again) to show: the turn asked for
+        *now*, which the user may have stepped to while the re-read was on its way (never the one shown
+        when it was asked for). When that turn is gone (another program deleted its message), the nearest
+        turn started before it (else the first), and ``notice`` says so. Call before ``opened(fresh)``."""
+        self.notice = ""
+        if self.source is None or not self.source.turns or not fresh.turns:
+            return fresh.start, 0
+        turn = self.source.turns[self.index]
+        for i, t in enumerate(fresh.turns):
+            if t.input_message_id == turn.input_message_id:
+                return i, self.call
+        index = turn_index_for(fresh.turns, None, turn.created_at)
+        self.notice = (f"Turn {self.index + 1} is not in this thread any more (its message was deleted "
+                       f"elsewhere); showing turn {index + 1}, the nearest one")
+        return index, 0
 
     # -- stepping --------------------------------------------------------------------------------
     def go_to(self, index: int, call: int = 0) -> bool:

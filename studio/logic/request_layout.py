@@ -194,6 +194,7 @@ def call_view(prompt: AssembledPrompt, tokenizer: Tokenizer, index: int = 0) -> 
     if info is not None:
         # What the turn's calls do not say (a record that lost its later calls): beside every call shown.
         notes += [d for d in info.differences if not any(d in c.differences for c in calls)]
+        notes += info.unchecked  # a record written before its endpoint, model, usage... were covered
     usage = call.usage if call is not None else None
     total = len(calls) or 1
     return RequestView(

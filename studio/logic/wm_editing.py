@@ -129,6 +129,26 @@ def size_label(text: str, tokens: int) -> str:
     return f"{len(text):,} chars · {tokens:,} tokens"
 
 
+# Schema mode shows the value formatted (indented, one key a line) while the store keeps it compact:
+# the editor said "188 chars" beside a status line's "154 chars stored" with nothing saying why. Each
+# count says which form it counts.
+def editor_size_label(text: str, tokens: int, fmt: str) -> str:
+    """The editor's live count (its title line): in schema mode, of the formatted text there."""
+    return size_label(text, tokens) + (" as formatted here" if fmt == "json" else "")
+
+
+def stored_size_label(text: str, tokens: int, fmt: str) -> str:
+    """The status line's count of the stored value: in schema mode, of its compact JSON."""
+    return size_label(text, tokens) + (" stored (compact JSON)" if fmt == "json" else " stored")
+
+
+def editor_size_tip(fmt: str) -> str:
+    if fmt == "json":
+        return ("Characters and tokens (the prompt's tokenizer) of the JSON as formatted in the editor. It is "
+                "stored compact (no indents or line breaks): the status line below counts that form.")
+    return "Characters and tokens (the prompt's tokenizer) of the text in the editor"
+
+
 # -- the staged draft ----------------------------------------------------------------------------
 def parse_json_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """Parse editor text as a JSON object; the problem names line and column, as editors do."""

@@ -29,6 +29,7 @@ from studio import reads as queries
 from studio.logic.dates import relative_time
 from studio.logic.message_format import MessageRow, format_time
 from studio.logic.row_cache import PageCache
+from studio.widgets.plain_tip import plain_tip
 
 if TYPE_CHECKING:  # pragma: no cover
     from core import Store
@@ -115,7 +116,8 @@ class MessageListModel(QAbstractListModel):
         if role == MessageRoles.TIME:
             return format_time(row.created_at)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{row.role} · {format_time(row.created_at)} ({relative_time(row.created_at)}) · {row.id}"
+            when = f"{format_time(row.created_at)} ({relative_time(row.created_at)})"
+            return plain_tip(f"{row.role} · {when} · {row.id}")
         return None
 
     # -- loading -----------------------------------------------------------------------------

@@ -25,8 +25,17 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont
 
 from studio.logic.dates import date_tooltip, format_datetime
-from studio.logic.thread_labels import UNTITLED, repeated_titles, shared_id_prefix, thread_label
+from studio.logic.thread_labels import (
+    UNTITLED,
+    delegation_note,
+    is_delegation,
+    repeated_titles,
+    resource_label,
+    shared_id_prefix,
+    thread_label,
+)
 from studio.reads import TreeData
+from studio.widgets.plain_tip import plain_tip
 
 if TYPE_CHECKING:  # pragma: no cover - loaded with the tree's data, on a worker
     from core.storage.memory_store import ResourceSummary, ThreadSummary
@@ -111,6 +120,9 @@ class ResourceTreeModel(QAbstractItemModel):
         self._keys = itertools.count(1)
         self._bold = QFont()
         self._bold.setBold(True)
+        # A delegation's resource in italics, not bold: its label can be any resource's id too.
+        self._delegation = QFont()
+        self._delegation.setItalic(True)
 
     # -- plain state ---------------------------------------------------------------------------
     def resource_ids(self) -> list[str]:
@@ -296,7 +308,7 @@ class ResourceTreeModel(QAbstractItemModel):
     def _resource_data(self, node: _ResourceNode, col: int, role: int) -> Any:
         s = node.summary
         if role == Qt.ItemDataRole.DisplayRole:
-            return (s.id, f"{s.message_count:,}", _short_time(s.last_activity))[col]
+            return (resource_label(s.id), f"{s.message_count:,}", _short_time(s.last_activity))[col]
         if role == TreeRoles.KIND:
             return "resource"
         if role == TreeRoles.RESOURCE_ID:
@@ -304,13 +316,15 @@ class ResourceTreeModel(QAbstractItemModel):
         if role == TreeRoles.SORT:
             return _epoch(s.last_activity)
         if role == TreeRoles.FILTER:
-            return s.id
+            label = resource_label(s.id)
+            return s.id if label == s.id else f"{s.id} {label}"
         if role == Qt.ItemDataRole.FontRole and col == 0:
-            return self._bold
+            return self._delegation if is_delegation(s.id) else self._bold
         if role == Qt.ItemDataRole.ToolTipRole:
             wm = "has working memory" if s.has_working_memory else "no working memory"
-            return (f"Resource {s.id}\n{s.thread_count} threads · {s.message_count:,} messages · {wm}\n"
-                    f"last activity: {date_tooltip(s.last_activity)}")
+            note = delegation_note(s.id)
+            return plain_tip(f"Resource {s.id}\n{s.thread_count} threads · {s.message_count:,} messages · {wm}\n"
+                             f"last activity: {date_tooltip(s.last_activity)}" + (f"\n{note}" if note else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
@@ -335,9 +349,9 @@ class ResourceTreeModel(QAbstractItemModel):
             from studio.logic.replay_layout import fork_source  # warmed on a worker after first paint (studio.app)
 
             fork = fork_source(s.thread.metadata)
-            return (f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages\n"
-                    f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}"
-                    + (f"\n{fork}" if fork else ""))
+            return plain_tip(f"{title}\nthread {s.thread.id}\n{s.message_count:,} messages\n"
+                             f"last activity: {date_tooltip(s.last_activity or s.thread.updated_at)}"
+                             + (f"\n{fork}" if fork else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None

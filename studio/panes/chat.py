@@ -3,8 +3,9 @@
 The agent is one registered in the database (its memory options, its memory name so Studio overrides
 apply, its instructions when it recorded them, the model settings of its newest recorded turn on the
 thread) or a plain default agent; the model is one from Preferences, or the offline scripted model. The
-agent's own tools are not offered (the Studio cannot run its code; the pane says so), and every reply is
-capped by the Reply cap control. Each turn runs on a worker (``studio.chat_runner``) and
+agent's own tools are not offered (the Studio cannot run its code; the pane says so), every reply is
+capped by the Reply cap control, and Temperature and Top-p, at "default" the agent's own, send a value set
+here instead. Each turn runs on a worker (``studio.chat_runner``) and
 the reply streams in: every text delta crosses to the UI thread by a queued signal and is painted
 within a frame. When the turn is saved the session is told, so the tree, the message view, working
 memory and traces follow at once. Every turn links to its prompt in the inspector (``as_of`` its user
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QRadioButton,
     QSizePolicy,
+    QDoubleSpinBox,
     QSpinBox,
     QTextBrowser,
     QWidget,
@@ -42,11 +44,13 @@ from studio.chat_runner import AgentRun, ChatRequest, ModelOption, TurnOutcome
 from studio.commands import Command, CommandRegistry
 from studio.logic import chat_layout as lay
 from studio.logic.prompt_layout import EmbedderHolder
+from studio.logic.thread_labels import delegation_refusal
 from studio.reads import last_messages
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
+from studio.widgets.plain_tip import plain_tip
 
 TRANSCRIPT_MESSAGES = 60  # the newest messages of the thread shown above the conversation
 PAINT_MS = 30  # deltas arriving faster than this are painted together
@@ -152,9 +156,24 @@ class ChatPane(QWidget):
             "the model.")
         self.cap_spin.valueChanged.connect(lambda _v: setattr(self, "_cap_picked", True))
         self._cap_picked = False  # the user set the cap here: keep it when the agent changes
-        where.addWidget(QLabel("Reply cap"))
-        where.addWidget(self.cap_spin)
         root.addLayout(where)
+        sampling = QHBoxLayout()  # a row of its own, so a narrow pane never squeezes the resource field
+        sampling.addWidget(QLabel("Reply cap"))
+        sampling.addWidget(self.cap_spin)
+        # Sampling: "default" (the lowest value) sends the agent's own setting, else none (the model's default).
+        self.temperature_spin = _sampling_spin(
+            "chatTemperature", 2.0, 0.1,
+            "Sampling temperature sent with each turn. At \"default\" the agent's own (from its recorded turn on "
+            "this thread, or its registration) is sent, else none, so the model's default applies.")
+        self.top_p_spin = _sampling_spin(
+            "chatTopP", 1.0, 0.05,
+            "Nucleus sampling (top_p) sent with each turn. At \"default\" the agent's own is sent, else none.")
+        for spin, title in ((self.temperature_spin, "Temperature"), (self.top_p_spin, "Top-p")):
+            spin.valueChanged.connect(lambda _v: self._show_run())
+            sampling.addWidget(QLabel(title))
+            sampling.addWidget(spin)
+        sampling.addStretch(1)
+        root.addLayout(sampling)
 
         self.memory_label = QLabel("")
         self.memory_label.setWordWrap(True)
@@ -246,7 +265,7 @@ class ChatPane(QWidget):
         self.model_combo.clear()
         for i, m in enumerate(self._models):
             self.model_combo.addItem(m.label, m.name)
-            self.model_combo.setItemData(i, m.label, Qt.ItemDataRole.ToolTipRole)  # the label may be cut
+            self.model_combo.setItemData(i, plain_tip(m.label), Qt.ItemDataRole.ToolTipRole)  # the label may be cut
         index = self.model_combo.findData(current) if current is not None else -1
         self.model_combo.setCurrentIndex(max(index, 0))
         self.model_combo.blockSignals(False)
@@ -335,7 +354,7 @@ class ChatPane(QWidget):
 
     def _show_run(self) -> None:
         agent, run = self.agent(), self.run()
-        self.settings_label.setText(chat_runner.settings_summary(run, agent))
+        self.settings_label.setText(chat_runner.settings_summary(run, agent, self._sampling()))
         self.tools_label.setText(chat_runner.tools_summary(run, agent))
 
     # -- selection -------------------------------------------------------------------------------
@@ -392,6 +411,8 @@ class ChatPane(QWidget):
         self.agent_combo.setEnabled(not self.busy)
         self.model_combo.setEnabled(not self.busy)
         self.cap_spin.setEnabled(not self.busy)
+        self.temperature_spin.setEnabled(not self.busy)
+        self.top_p_spin.setEnabled(not self.busy)
 
     # -- a turn ----------------------------------------------------------------------------------
     def request(self, text: str) -> ChatRequest | str:
@@ -408,18 +429,33 @@ class ChatPane(QWidget):
                 resource = self.selection.resource_id or ""
             if not resource:
                 return "The selected thread's resource is not known yet; wait a moment and send again."
+            refused = delegation_refusal(resource)
+            if refused is not None:
+                return refused
             return ChatRequest(self.selection.thread_id, resource, text, self.agent(),
                                self.instructions_edit.toPlainText(), new_id(), **self._settings())
         resource = self.resource_edit.text().strip()
         if not resource:
             return "Name the resource (the user) the new thread belongs to."
+        refused = delegation_refusal(resource)
+        if refused is not None:
+            return refused
         return ChatRequest(f"thread_{new_id().replace('-', '')[:16]}", resource, text, self.agent(),
                            self.instructions_edit.toPlainText(), new_id(), new_thread=True, **self._settings())
 
+    def _sampling(self) -> dict[str, float]:
+        """Temperature and top_p set here (a spin box at "default" gives nothing)."""
+        chosen = {}
+        for key, spin in (("temperature", self.temperature_spin), ("top_p", self.top_p_spin)):
+            if spin.value() > spin.minimum():
+                chosen[key] = round(spin.value(), 2)
+        return chosen
+
     def _settings(self) -> dict[str, Any]:
-        """The reply cap, and the model settings the agent's recorded turn ran with."""
+        """The reply cap, and the model settings the agent's recorded turn ran with, under those set here."""
         run = self.run()
-        return {"max_tokens": self.cap_spin.value(), "model_settings": run.sampling() if run is not None else {}}
+        own = run.sampling() if run is not None else {}
+        return {"max_tokens": self.cap_spin.value(), "model_settings": {**own, **self._sampling()}}
 
     def send(self) -> None:
         if self.busy:
@@ -551,3 +587,16 @@ class ChatPane(QWidget):
         resource, thread_id = self._turn_scope.get(message_id) or (
             thread.resource_id if thread is not None else self.selection.resource_id, self.selection.thread_id)
         self.open_prompt.emit(Selection(resource, thread_id, message_id))
+
+
+def _sampling_spin(name: str, top: float, step: float, tip: str) -> QDoubleSpinBox:
+    """A sampling setting from 0 to ``top``, with "default" (sending none of its own) one step below 0."""
+    spin = QDoubleSpinBox()
+    spin.setObjectName(name)
+    spin.setDecimals(2)
+    spin.setRange(-step, top)
+    spin.setSingleStep(step)
+    spin.setSpecialValueText("default")
+    spin.setValue(-step)
+    spin.setToolTip(tip)
+    return spin

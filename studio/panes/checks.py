@@ -32,22 +32,24 @@ from core.checks import CheckFileError
 from core.checks.cli import parse_options
 from studio import checks_jobs
 from studio.commands import Command
-from studio.logic.checks_layout import CheckRow, PinTarget, check_rows, result_text, summary
+from studio.logic.checks_layout import CheckRow, PinTarget, check_rows, detail_caption, result_text, summary
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.pin_dialog import PinDialog
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.record_table import Column, RecordTableModel, record_table_view
 
 CHECKS_FILTER = "Memory checks (*.json *.yaml *.yml);;All files (*)"
 SETTING = "checks/file:"  # + the database's display path
 UNUSABLE_FILE = "No checks shown: this checks file cannot be used as it is;"
 
+CHECK_SAMPLES = {"State": "pass → FAIL (would break)", "Turn": "ada-party · turn -1"}
 CHECK_COLUMNS: list[Column[CheckRow]] = [
     Column("State", lambda r: r.state, foreground=lambda r: r.colour, tooltip=lambda r: r.detail),
     Column("Check", lambda r: r.name, tooltip=lambda r: r.name),
-    Column("Turn", lambda r: r.where),
+    Column("Turn", lambda r: r.where, tooltip=lambda r: r.where),
     Column("What must hold", lambda r: r.asserts, tooltip=lambda r: r.asserts),
     Column("Why not", lambda r: r.detail, tooltip=lambda r: r.detail),
 ]
@@ -110,11 +112,18 @@ class ChecksPane(QWidget):
         self.model: RecordTableModel[CheckRow] = RecordTableModel(CHECK_COLUMNS, self)
         self.table = record_table_view(self.model)
         self.table.setObjectName("checksTable")
+        # Fitted to the pane (fixed widths ran ~250 px past it at a 1,100 px window: What must hold and
+        # Why not, what a failed check is about, were out of sight); a cut cell ends in "…", whole on hover.
+        self.fit = FitToPane(self.table, CHECK_SAMPLES, {"Check": 0.35, "What must hold": 0.65}, last="Why not",
+                             floors={"Check": "allergy re", "What must hold": "contains 'pe"},
+                             rest_sample="'allergic to pe", pad=16, last_share=0.2)
         split.addWidget(self.table)
         lower = QWidget()
         ll = QVBoxLayout(lower)
         ll.setContentsMargins(0, 0, 0, 0)
-        ll.addWidget(caption("The selected check: what did not hold, with the relevant part of the prompt"))
+        # What the detail holds, for the selected check's state ("what did not hold" showed for a pass too).
+        self.detail_caption = caption(detail_caption(None))
+        ll.addWidget(self.detail_caption)
         self.detail = CodeEditor("", read_only=True)
         self.detail.setObjectName("checkDetail")
         ll.addWidget(self.detail)
@@ -224,13 +233,13 @@ class ChecksPane(QWidget):
     def _show_rows(self, rows: list[CheckRow]) -> None:
         self.model.set_rows(rows)
         self.summary.setText(summary(rows))
-        for col, width in ((0, 200), (1, 260), (2, 220), (3, 260)):
-            self.table.setColumnWidth(col, width)
+        self.fit.fit()
         if rows:
             self.table.selectRow(next((i for i, r in enumerate(rows) if r.breaks or (r.result and not r.result.passed)),
                                       0))
         else:
             self.detail.load("")
+            self.detail_caption.setText(detail_caption(None))
 
     def _on_error(self, exc: BaseException) -> None:
         self._busy = False
@@ -254,6 +263,7 @@ class ChecksPane(QWidget):
     def _show(self, row: int) -> None:
         rec = self.model.row_at(row)
         self.detail.load(result_text(rec) if rec is not None else "")
+        self.detail_caption.setText(detail_caption(rec))
 
     def _open(self, row: int) -> None:
         rec = self.model.row_at(row)

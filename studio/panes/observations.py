@@ -41,6 +41,7 @@ from studio.logic.dates import date_tooltip
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
 from studio.session import StudioSession
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.observation_editor import ObservationLinesEditor
 from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
@@ -50,11 +51,13 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTabl
 PAGE_EMPTY, PAGE_CONTENT = range(2)
 
 
+GENERATION_SAMPLES = {"Gen": "00", "Created": "2026-09-14 15:39:00", "Updated": "2026-09-14 15:39:00",
+                      "Tokens": "000,000"}
 GENERATION_COLUMNS: list[Column[GenerationRow]] = [
     Column("Gen", lambda g: str(g.number), RIGHT,
            tooltip=lambda g: "current generation" if g.current else "an earlier generation"),
     Column("Origin", lambda g: g.origin),
-    Column("Created", lambda g: g.created, tooltip=lambda g: date_tooltip(g.created_at)),
+    Column("Created", lambda g: g.created, tooltip=lambda g: f"{date_tooltip(g.created_at)}\nupdated {g.updated}"),
     Column("Updated", lambda g: g.updated, tooltip=lambda g: date_tooltip(g.updated_at)),
     Column("Tokens", lambda g: f"{g.tokens:,}", RIGHT),
 ]
@@ -141,6 +144,10 @@ class ObservationsPane(QWidget):
         self.gen_table.setAlternatingRowColors(True)
         self.gen_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.gen_table.horizontalHeader().setStretchLastSection(True)
+        # Fitted to its side: at a 1,100 px window Updated and Tokens were behind a sideways scroll bar.
+        # Dates stay whole; Updated gives way first (Created's tooltip says it).
+        self.gen_fit = FitToPane(self.gen_table, GENERATION_SAMPLES, {}, last="Origin", rest_sample="reflection",
+                                 pad=12, optional=("Updated",))
         ll.addWidget(self.gen_table)
         # Background buffering: what waits to be activated, and what happened lately.
         ll.addWidget(caption("Buffer"))
@@ -161,9 +168,9 @@ class ObservationsPane(QWidget):
         log_split.addWidget(self.line_editor)
         rl.addWidget(log_split)
         split.addWidget(right)
-        split.setStretchFactor(0, 2)
-        split.setStretchFactor(1, 3)
-        split.setSizes([480, 600])
+        split.setStretchFactor(0, 1)  # (2 : 3 left the generations and the buffer ~300 px at 1,100 px)
+        split.setStretchFactor(1, 1)
+        split.setSizes([540, 540])
         cl.addWidget(split, 1)
         self.stack.addWidget(content)
         root.addWidget(self.stack, 1)

@@ -66,6 +66,7 @@ from studio.logic.edit_marks import changed_since, edited_note, sources_note
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.fitted_label import FittedLabel
 from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.code_editor import CodeEditor
@@ -95,6 +96,8 @@ FRAGMENT_COLUMNS: list[Column[FragmentRow]] = [
     Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
 ]
 
+RECALLED_SAMPLES = {"Message": "…2d46ecda", "Score": "0.000", "Vector": "0.000", "Keyword": "00.000",
+                    "Role": "assistant"}
 RECALLED_COLUMNS: list[Column[RecalledRow]] = [
     Column("Message", lambda r: short_id(r.message_id),
            tooltip=lambda r: f"message {r.message_id}\nthread {r.thread_id or '?'}"),
@@ -103,7 +106,8 @@ RECALLED_COLUMNS: list[Column[RecalledRow]] = [
     Column("Score", lambda r: fmt_score(r.score), RIGHT),
     Column("Vector", lambda r: fmt_score(r.vector), RIGHT, tooltip=lambda r: "cosine similarity to the query"),
     Column("Keyword", lambda r: fmt_score(r.keyword), RIGHT, tooltip=lambda r: "keyword score (BM25 on libSQL, ts_rank on Postgres)"),
-    Column("Thread", lambda r: short_id(r.thread_id) if r.thread_id else "this thread"),
+    Column("Thread", lambda r: short_id(r.thread_id) if r.thread_id else "this thread",
+           tooltip=lambda r: r.thread_id or "this thread"),
     Column("Role", lambda r: r.role),
 ]
 
@@ -230,6 +234,11 @@ class PromptInspectorPane(QWidget):
         self.detail_text = CodeEditor("markdown", read_only=True)
         self.recalled_model: RecordTableModel[RecalledRow] = RecordTableModel(RECALLED_COLUMNS, self)
         self.recalled_table = record_table_view(self.recalled_model)
+        # Fitted to the fragment's side (at a 1,440 px window Thread and Role were past its edge); the
+        # neighbour's "Found as" gives way first, ending in "…", whole on hover.
+        self.recalled_fit = FitToPane(self.recalled_table, RECALLED_SAMPLES, {"Thread": 1.0}, last="Found as",
+                                      floors={"Thread": "liwei-l"}, caps={"Thread": "a-thread-id-of-some"},
+                                      rest_sample="neighbour", pad=16)
         self.recalled_table.hide()
         actions = QHBoxLayout()
         self.edit_btn = QToolButton(self)

@@ -50,6 +50,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
+from studio.widgets.plain_tip import plain_tip
 
 DEBOUNCE_MS = 300
 # What a failure banner says failed (the search, or a read around it).
@@ -205,6 +206,7 @@ class RecallPlaygroundPane(QWidget):
         # Which settings the controls started from: the thread's agent's (what it really recalls).
         self.start_label = QLabel("")
         self.start_label.setObjectName("recallStart")
+        self.start_label.setTextFormat(Qt.TextFormat.PlainText)  # it names the agent (a registration's data)
         self.start_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.start_label.setStyleSheet("color: palette(placeholder-text);")
         self.reset_btn = QPushButton("Reset to Agent")
@@ -454,7 +456,7 @@ class RecallPlaygroundPane(QWidget):
         changed = (req.top_k, req.threshold, req.before, req.after, req.scope) != (
             start.top_k, start.threshold, start.before, start.after, start.scope)
         self.start_label.setText(start.label + (" · changed here" if changed else ""))
-        self.start_label.setToolTip(start.label)
+        self.start_label.setToolTip(plain_tip(start.label))
         self.reset_btn.setEnabled(changed)
 
     def _scope_text(self) -> str:
@@ -484,7 +486,7 @@ class RecallPlaygroundPane(QWidget):
         for r in rows:
             item = QListWidgetItem(f"{r.role}: {' '.join(r.preview.split())[:120]}")
             item.setData(Qt.ItemDataRole.UserRole, r.id)
-            item.setToolTip(f"{r.id}\n{r.preview if len(r.preview) <= 400 else r.preview[:399] + '…'}")
+            item.setToolTip(plain_tip(f"{r.id}\n{r.preview if len(r.preview) <= 400 else r.preview[:399] + '…'}"))
             self.thread_list.addItem(item)
 
     # -- searching -------------------------------------------------------------------------------

@@ -306,14 +306,20 @@ class ReplayPane(QWidget):
             return
         store = self.session.store
         factory = self._memory_factory()
-        current = self.state.shown_message_id
-        self.session.run(lambda: ReplayThread.open(store, factory, source.thread_id, current),
+        # Not tied to the turn shown now: the user may step while this runs, and the answer then stays on
+        # the turn they are on when it lands (``ReplayState.reread_turn``), even one deleted meanwhile.
+        self.session.run(lambda: ReplayThread.open(store, factory, source.thread_id),
                          key=self._key + "-open", on_result=alive_only(self, self._on_reread),
                          on_error=lambda _e: None)  # the thread may be gone: the tree says so
 
     def _on_reread(self, fresh: ReplayThread) -> None:
         if self.state.reread_differs(fresh):
-            self._on_opened(fresh)
+            index, call = self.state.reread_turn(fresh)
+            notice = self.state.notice
+            self._on_opened(fresh, index, call)
+            self.state.notice = notice  # (the step above cleared it: it stays until the user steps)
+            if notice:
+                self.status.setText(notice + ".")
 
     def _memory_factory(self) -> Callable[[Any, str], Any]:
         session = self.session
@@ -331,7 +337,7 @@ class ReplayPane(QWidget):
                          on_result=alive_only(self, self._on_opened),
                          on_error=alive_only(self, lambda exc: self._on_open_error(thread_id, exc)))
 
-    def _on_opened(self, source: ReplayThread) -> None:
+    def _on_opened(self, source: ReplayThread, index: int | None = None, call: int = 0) -> None:
         self.state.opened(source)
         thread = source.thread
         name = thread.title or thread.id
@@ -351,11 +357,12 @@ class ReplayPane(QWidget):
         if not n:
             self._show_empty(f"Thread {thread.title or thread.id} has no user turns to replay yet.")
             return
-        self.go_to(source.start)
+        self.go_to(source.start if index is None else index, call)
 
     # -- stepping --------------------------------------------------------------------------------
     def go_to(self, index: int, call: int = 0) -> None:
         state = self.state
+        state.notice = ""
         if not state.go_to(index, call) or state.source is None:
             return
         self._syncing = True
@@ -437,7 +444,8 @@ class ReplayPane(QWidget):
         self.rerun.set_call(self.state.call)
         shown = step.calls[self.state.call]
         calls = f" · model call {self.state.call + 1} of {len(step.calls)}" if len(step.calls) > 1 else ""
-        self.status.setText(f"{len(shown.fragments)} fragments · {len(shown.messages)} messages · "
+        self.status.setText((f"{self.state.notice} · " if self.state.notice else "")
+                            + f"{len(shown.fragments)} fragments · {len(shown.messages)} messages · "
                             f"{shown.total_tokens:,} tokens (o200k estimate){calls} · "
                             f"{cmp.text if cmp.same else 'differs now'}")
         self.commands.refresh_enabled()

@@ -33,7 +33,9 @@ from studio.models.resource_tree import ResourceTreeModel, TreeRoles, make_tree_
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.banner import Banner
+from studio.widgets.elided_lines import fit_rows_to_width
 from studio.widgets.pane_header import elastic
+from studio.widgets.plain_tip import plain_tip
 
 AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
 NO_THREADS = ("No threads in this database yet. An agent's first turn here starts one (or the Chat Playground, "
@@ -61,13 +63,17 @@ class SearchResultsModel(QAbstractListModel):
             return None
         hit = self.hits[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
-            title = thread_label(hit.thread_title, hit.thread_id, frozenset())  # (untitled: its short id too)
-            return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
+            return self._text(hit)
         if role == self.HIT:
             return hit
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return f"resource {hit.resource_id}\nthread {hit.thread_id}\nmessage {hit.message_id}"
+        if role == Qt.ItemDataRole.ToolTipRole:  # the row's text whole (the list cuts its lines with "…")
+            return plain_tip(f"{self._text(hit)}\n\nresource {hit.resource_id}\nthread {hit.thread_id}\n"
+                             f"message {hit.message_id}")
         return None
+
+    def _text(self, hit: SearchHit) -> str:
+        title = thread_label(hit.thread_title, hit.thread_id, frozenset())  # (untitled: its short id too)
+        return f"{title}  ·  {hit.role}  ·  {format_time(hit.created_at)}\n{snippet(hit.text, self.query)}"
 
 
 class ResourcesPane(QWidget):
@@ -111,9 +117,12 @@ class ResourcesPane(QWidget):
         self.results_view = QListView(self)
         self.results_view.setObjectName("searchResults")
         self.results_view.setModel(self.results)
-        self.results_view.setWordWrap(False)
+        # Rows as wide as the pane, each line cut with "…" (whole in the tooltip): a long snippet made the
+        # list scroll sideways, cut at the edge with nothing saying so.
+        self.results_delegate = fit_rows_to_width(self.results_view)
         self.results_view.setUniformItemSizes(True)
         self.results_label = elastic(QLabel(self))
+        self.results_label.setTextFormat(Qt.TextFormat.PlainText)  # it quotes the query and the database's errors
         self.results_label.setObjectName("searchSummary")
         back = QToolButton(self)
         back.setText("✕ Back to Threads")
@@ -274,12 +283,12 @@ class ResourcesPane(QWidget):
         """Say so where "Searching…" was, instead of leaving it there."""
         self.results.set_hits(query, [])
         self.results_label.setText(f"The search for “{query}” failed: {str(exc) or type(exc).__name__}")
-        self.results_label.setToolTip(self.results_label.text())
+        self.results_label.setToolTip(plain_tip(self.results_label.text()))
 
     def _show_hits(self, query: str, found: SearchFound) -> None:
         self.results.set_hits(query, found.hits)
         self.results_label.setText(search_summary(query, found))
-        self.results_label.setToolTip(self.results_label.text())
+        self.results_label.setToolTip(plain_tip(self.results_label.text()))
         note = search_note(found)
         self.results_note.setText(note)
         self.results_note.setVisible(bool(note))

@@ -68,6 +68,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor, mono_font
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.fit_to_pane import FitToPane
+from studio.widgets.fitted_tabs import FittedTabs
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.price_editor import PriceEditor
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
@@ -121,6 +122,12 @@ SPAN_SHARES = {"Span": 1.0}
 SPAN_FLOORS = {"Span": "processor: working-m…"}  # below this, the Type column goes first
 SPAN_OPTIONAL = ("Type",)
 SPAN_TIMELINE_SHARE, SPAN_TIMELINE_PX = 0.3, 110  # the waterfall: at least this share of the tree and this wide
+# The span detail's tabs: title, the shorter one used while the titles don't fit, tooltip.
+SPAN_TABS = (("Messages", "Msgs", "Messages: the chat messages a model call was sent"),
+             ("Input", "In", "Input: the span's input"), ("Output", "Out", "Output: the span's output"),
+             ("Attributes", "Attrs", "Attributes: the span's attributes"),
+             ("Error", "Err", "Error: the span's error, if it failed"),
+             ("Span JSON", "JSON", "Span JSON: the whole span as stored"))
 PRICES_KEY = "modelPrices"  # in the Studio's settings (QSettings), never in the memory database
 
 
@@ -261,10 +268,11 @@ class TracesPane(QWidget):
         self.error_view = QTextBrowser(self)
         self.error_view.setFont(mono_font())
         self.span_json_view = CodeEditor("json", read_only=True)
-        for widget, title in ((self.chat_view, "Messages"), (self.input_view, "Input"),
-                              (self.output_view, "Output"), (self.attributes_view, "Attributes"),
-                              (self.error_view, "Error"), (self.span_json_view, "Span JSON")):
+        for widget, (title, _short, _tip) in zip((self.chat_view, self.input_view, self.output_view,
+                                                  self.attributes_view, self.error_view, self.span_json_view),
+                                                 SPAN_TABS):
             self.tabs.addTab(widget, title)
+        self.tab_fit = FittedTabs(self.tabs, SPAN_TABS)  # (at 1,100 px three tabs hid behind scroll arrows)
         dl.addWidget(self.span_title)
         dl.addWidget(self.span_facts)
         dl.addWidget(self.tabs, 1)
@@ -657,6 +665,10 @@ class TracesPane(QWidget):
     def _show_span(self, span: SpanRecord | None, empty_text: str = "Pick a trace, then a span.") -> None:
         if hasattr(self, "commands"):
             self.commands.refresh_enabled()
+        self._fill_span(span, empty_text)
+        self.tab_fit.fit()  # (the Messages and Error tabs come and go with the span)
+
+    def _fill_span(self, span: SpanRecord | None, empty_text: str) -> None:
         if span is None:
             self.span_title.setText("Span")
             self.span_facts.setText(f"<span style='color:#7d8590'>{empty_text}</span>")

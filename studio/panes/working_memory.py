@@ -40,9 +40,11 @@ from studio.logic.wm_editing import (
     WmSnapshot,
     WmTarget,
     changed_paths,
+    editor_size_label,
+    editor_size_tip,
     pretty_json,
     save_wm,
-    size_label,
+    stored_size_label,
     switch_json_mode,
 )
 from studio.reads import load_wm
@@ -55,6 +57,7 @@ from studio.widgets.pane_header import alive_only, elastic, pane_header, pane_la
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.template_editor import TemplateEditor
 from studio.widgets.version_history import VersionHistory
+from studio.widgets.plain_tip import plain_tip
 
 AUTO = "__auto__"
 # The rendered preview of a Markdown document longer than this follows the editor PREVIEW_DELAY_MS after the
@@ -187,7 +190,7 @@ class WorkingMemoryPane(QWidget):
         bar.addStretch(1)
         self.size_label = elastic(QLabel(""))  # the editor's text: characters and tokens, live
         self.size_label.setStyleSheet("color: palette(placeholder-text);")
-        self.size_label.setToolTip("Characters and tokens (the prompt's tokenizer) of the text in the editor")
+        self.size_label.setToolTip(editor_size_tip("markdown"))
         self.dirty_label = elastic(QLabel(""))
         bar.addWidget(self.dirty_label)
         layout.addLayout(bar)
@@ -404,7 +407,8 @@ class WorkingMemoryPane(QWidget):
         self._update_history_banner()
         self._update_actions()
         if snap.target is not None:
-            stored = "nothing stored yet" if snap.text is None else f"{size_label(snap.text, snap.tokens)} stored"
+            stored = ("nothing stored yet" if snap.text is None
+                      else stored_size_label(snap.text, snap.tokens, snap.fmt))
             history = f"{len(snap.versions)} saved version(s)" if snap.history_available else "no version history"
             self.status.setText(f"{history} · {stored}")
         self.loaded.emit(snap)
@@ -547,7 +551,8 @@ class WorkingMemoryPane(QWidget):
         text = self.editor.toPlainText()
         check = self.draft.check(text)
         self._check = check
-        self.size_label.setText(size_label(text, default_tokenizer().count(text)))
+        self.size_label.setText(editor_size_label(text, default_tokenizer().count(text), self.draft.fmt))
+        self.size_label.setToolTip(editor_size_tip(self.draft.fmt))
         self.problem_label.setText("✖ " + check.problems[0] if check.problems else "")
         self.problem_label.setVisible(bool(check.problems))
         self.warning_label.setText("⚠ " + " ".join(check.warnings) if check.warnings else "")
@@ -597,8 +602,8 @@ class WorkingMemoryPane(QWidget):
         self.dirty_label.setText("● unsaved changes" if dirty else ("no unsaved changes" if self.draft is not None else ""))
         self.dirty_label.setStyleSheet("color: #D9A441;" if dirty else "color: palette(placeholder-text);")
         reason = self._read_only_reason()
-        self.save_btn.setToolTip(reason or (self._check.problems[0] if self._check and self._check.problems
-                                            else "Save working memory (Ctrl+S)"))
+        self.save_btn.setToolTip(plain_tip(reason or (self._check.problems[0] if self._check and self._check.problems
+                                                      else "Save working memory (Ctrl+S)")))
 
     def revert(self) -> None:
         if self.draft is not None:

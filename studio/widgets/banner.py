@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 _STYLE = {
@@ -23,6 +24,7 @@ class Banner(QFrame):
         self.setObjectName("banner")
         self.label = QLabel(self)
         self.label.setWordWrap(True)
+        self.label.setTextFormat(Qt.TextFormat.PlainText)  # its messages quote paths, ids and errors: never markup
         self.label.setTextInteractionFlags(self.label.textInteractionFlags())
         self._layout = QHBoxLayout(self)
         self._layout.setContentsMargins(10, 6, 8, 6)

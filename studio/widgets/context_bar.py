@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor, QPainter, QPainterPath, QPaintEvent, QMouseEve
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from studio.logic.prompt_layout import ContextUsage
+from studio.widgets.plain_tip import plain_tip
 
 STRIP = 10
 GAP = 6
@@ -39,7 +40,8 @@ class ContextBar(QWidget):
     def set_usage(self, usage: ContextUsage | None) -> None:
         self._usage = usage
         self._fit_height()  # the legend may need another row (or one fewer) for the new sources
-        self.setToolTip(f"{usage.summary}\n{usage.window_owner}\ntokenizer: {usage.tokenizer}" if usage else "")
+        self.setToolTip(plain_tip(f"{usage.summary}\n{usage.window_owner}\ntokenizer: {usage.tokenizer}")
+                        if usage else "")
         self.updateGeometry()
         self.update()
 

@@ -10,6 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import QLabel, QWidget
 
+from studio.widgets.plain_tip import plain_tip
+
 
 class ElidedLabel(QLabel):
     def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
@@ -36,13 +38,13 @@ class ElidedLabel(QLabel):
     def setToolTip(self, tip: str) -> None:  # noqa: N802 - Qt's name
         """A tooltip of the caller's own (a trace file's path) wins; an empty one gives the place back."""
         self._own_tip = bool(tip)
-        super().setToolTip(tip)
+        super().setToolTip(plain_tip(tip))
         self._update_tip()
 
     def _update_tip(self) -> None:
         """The whole text on hover while it is cut; a tooltip set by the caller is left alone."""
         if not self._own_tip:
-            super().setToolTip(self.text() if self.elided() else "")
+            super().setToolTip(plain_tip(self.text()) if self.elided() else "")
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt's name
         if not self.elided():

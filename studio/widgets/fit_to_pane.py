@@ -55,7 +55,8 @@ class FitToPane(QObject):
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = header_of(table)
         header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
-        header.setSectionResizeMode(titles_of(table)[last], QHeaderView.ResizeMode.Interactive)
+        for column in titles_of(table).values():  # (a section sized to its contents ignored the widths set)
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
         table.viewport().installEventFilter(self)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
@@ -106,6 +107,17 @@ class FitToPane(QObject):
         if over > 0 and rest > least:  # (the last column's share gives way, down to its least, before the edge)
             widths = fit_columns(total, fixed, self.shares, minimum, last=self.last, rest=max(least, rest - over),
                                  maximum=caps, optional=optional)
+        over = sum(widths.values()) - total
+        if over > 0:  # even the minima don't fit (a larger font): the shared columns, then the last one (not
+            # below its share of the table nor its least in pixels), give way to a few characters, ending in "…"
+            floor = metrics.horizontalAdvance("Mm…") + pad
+            floors = {t: floor for t in self.shares}
+            floors[self.last] = max(floor, self.last_least, int(total * self.last_share))
+            for title in (*self.shares, self.last):
+                if title in widths and over > 0:
+                    give = min(over, max(0, widths[title] - floors[title]))
+                    widths[title] -= give
+                    over -= give
         for title, column in titles.items():
             hidden = title not in widths
             if table.isColumnHidden(column) != hidden:

@@ -8,6 +8,8 @@ freed pages stop holding the deleted bytes.
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
@@ -44,6 +46,7 @@ class ForgetDialog(QDialog):
         self.table.setObjectName("forgetPlaces")
         layout.addWidget(self.table, 1)
         self.detail = elastic(QLabel(""), wrap=True)
+        self.detail.setTextFormat(Qt.TextFormat.PlainText)  # notes and errors name ids and paths: data
         self.detail.setObjectName("forgetDetail")
         layout.addWidget(self.detail)
         self.understood = QCheckBox("I understand: this deletes it everywhere, and it cannot be undone")
@@ -67,10 +70,12 @@ class ForgetDialog(QDialog):
         self.cancel_btn.clicked.connect(self.reject)
         self.vacuum_btn.clicked.connect(self._vacuum)
         extra = preview.resources[1:]
+        # Rich text for the bold id: the ids and the path are data (a folder may be named "<b>…"), escaped.
         self.headline.setText(
-            f"Forget resource <b>{preview.resource_id}</b> in <code>{where}</code>: "
+            f"Forget resource <b>{html.escape(preview.resource_id)}</b> in <code>{html.escape(where)}</code>: "
             f"{len(preview.threads)} thread(s) and {preview.total:,} row(s) would go"
-            + (f", with its agent-scoped resources {', '.join(extra)}" if extra else "") + ".")
+            + (f", with the resources of its delegations to sub-agents {html.escape(', '.join(extra))}" if extra
+               else "") + ".")
         self.detail.setText("Threads, messages and their versions, recall vectors and keyword docs, working memory "
                             "and its versions, observations, turn records and traces naming it are deleted; other "
                             "resources are not touched.")
@@ -83,7 +88,7 @@ class ForgetDialog(QDialog):
         self.forget_requested.emit()
 
     def show_done(self, report: ForgetReport) -> None:
-        self.headline.setText(f"Forgot resource <b>{report.resource_id}</b>: removed {report.total:,} row(s) from "
+        self.headline.setText(f"Forgot resource <b>{html.escape(report.resource_id)}</b>: removed {report.total:,} row(s) from "
                               f"{len(place_rows(report))} place(s).")
         self.model.set_rows(place_rows(report))
         lines = []

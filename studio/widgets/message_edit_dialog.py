@@ -8,6 +8,7 @@ offers to undo the newest change.
 
 from __future__ import annotations
 
+import html
 import json
 from typing import Any
 
@@ -53,9 +54,10 @@ class MessageEditDialog(QDialog):
         msg = target.message
         self.resize(720, 480)
         layout = QVBoxLayout(self)
-        head = elastic(QLabel(f"<b>{msg.role}</b> · {format_datetime(msg.created_at)} · thread "
-                              f"<code>{target.thread_id}</code> · resource <code>{target.resource_id}</code> · "
-                              f"<code>{msg.id}</code>"), wrap=True)
+        esc = html.escape  # ids are data: shown as written
+        head = elastic(QLabel(f"<b>{esc(msg.role)}</b> · {format_datetime(msg.created_at)} · thread "
+                              f"<code>{esc(target.thread_id)}</code> · resource "
+                              f"<code>{esc(target.resource_id)}</code> · <code>{esc(msg.id)}</code>"), wrap=True)
         head.setTextFormat(Qt.TextFormat.RichText)
         layout.addWidget(head)
         modes = QHBoxLayout()
@@ -146,8 +148,10 @@ class MessageHistoryDialog(QDialog):
         self.resize(760, 480)
         self.target = target
         layout = QVBoxLayout(self)
-        layout.addWidget(elastic(QLabel(f"Message <code>{target.message.id}</code> · thread "
-                                        f"<code>{target.thread_id}</code>"), wrap=True))
+        head = QLabel(f"Message <code>{html.escape(target.message.id)}</code> · thread "
+                      f"<code>{html.escape(target.thread_id)}</code>")
+        head.setTextFormat(Qt.TextFormat.RichText)  # (ids are data, escaped above)
+        layout.addWidget(elastic(head, wrap=True))
         split = QSplitter(Qt.Orientation.Vertical)
         self.model: RecordTableModel[tuple[int, MessageVersion]] = RecordTableModel(VERSION_COLUMNS, self)
         self.table = record_table_view(self.model)

@@ -38,6 +38,7 @@ from studio.logic.observations_layout import PRIORITY_MARKS, observation_lines
 from studio.widgets.code_editor import unview_marks, view_marks
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
+from studio.widgets.plain_tip import plain_tip
 from studio.widgets.priority_marks import marker_image
 
 
@@ -57,7 +58,7 @@ def _shown(line: str) -> tuple[str, QIcon | None, str]:
             text = text.replace(emoji, "").replace("*  ", "* ")
             break
     text = text.lstrip("*- ").strip()
-    return text, icon, f"{text}\n({meaning})" if meaning else text
+    return text, icon, plain_tip(f"{text}\n({meaning})" if meaning else text)
 
 
 class _OneLine(QStyledItemDelegate):

@@ -9,13 +9,16 @@ from PySide6.QtWidgets import QAbstractItemView, QLabel, QTabWidget, QVBoxLayout
 from core.observational import OMRecord
 from studio.logic.dates import date_tooltip
 from studio.logic.om_buffer_layout import BufferView, ChunkRow, EventRow, buffer_view
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
+DATE_SAMPLE = "2026-09-14 19:30:00"
+CHUNK_SAMPLES = {"#": "00", "Until": DATE_SAMPLE, "Tokens": "0,000"}
 CHUNK_COLUMNS: list[Column[ChunkRow]] = [
     Column("#", lambda c: c.number, RIGHT),
-    Column("Covers", lambda c: c.covers),
-    Column("Until", lambda c: c.until),
+    Column("Covers", lambda c: c.covers, tooltip=lambda c: c.covers),
+    Column("Until", lambda c: c.until, tooltip=lambda c: f"covers {c.covers}"),  # (Covers gives way first)
     Column("Tokens", lambda c: f"{c.tokens:,}", RIGHT),
     Column("Observations", lambda c: c.preview, tooltip=lambda c: c.text),
 ]
@@ -44,6 +47,14 @@ class BufferPanel(QWidget):
         self.event_model: RecordTableModel[EventRow] = RecordTableModel(EVENT_COLUMNS, self)
         self.event_table = record_table_view(self.event_model, widths={"When": 140},
                                              selection=QAbstractItemView.SelectionMode.SingleSelection)
+        # Fitted to the panel (at a 1,100 px window Tokens and Observations were past its edge, and the
+        # activity's times cut to "2026-09-14 19:30…"): dates whole, Covers gives way first (Until's tooltip
+        # says it), the observations end in "…".
+        self.chunk_fit = FitToPane(self.chunk_table, CHUNK_SAMPLES, {"Covers": 1.0}, last="Observations",
+                                   floors={"Covers": "2 messages"}, caps={"Covers": "12 messages · 1,234 tokens"},
+                                   rest_sample="(15:32) Sam", pad=16, optional=("Covers",))
+        self.event_fit = FitToPane(self.event_table, {"When": DATE_SAMPLE}, {}, last="What", rest_sample="buffered",
+                                   pad=12)
         self.tabs.addTab(self.chunk_table, "Buffered")
         self.tabs.addTab(self.event_table, "Activity")
         layout.addWidget(self.tabs, 1)

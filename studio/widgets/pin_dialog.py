@@ -8,6 +8,8 @@ the checks file (which lives in the user's repository, never in the database).
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -40,8 +42,9 @@ class PinDialog(QDialog):
         self.target = target
         layout = QVBoxLayout(self)
         turn = f"turn {target.turn_number}" if target.turn_number else "its turn"
-        intro = elastic(QLabel(f"Pin what the model reads at {turn} of thread <code>{target.thread_id}</code> "
-                               f"(fragment from <b>{target.source}</b>). <code>memory-studio test</code> rebuilds that "
+        thread, source = html.escape(target.thread_id), html.escape(target.source)  # data: shown as written
+        intro = elastic(QLabel(f"Pin what the model reads at {turn} of thread <code>{thread}</code> "
+                               f"(fragment from <b>{source}</b>). <code>memory-studio test</code> rebuilds that "
                                "turn's prompt offline and checks it, in CI too."), wrap=True)
         intro.setTextFormat(Qt.TextFormat.RichText)
         layout.addWidget(intro)
@@ -57,6 +60,7 @@ class PinDialog(QDialog):
         self.name_edit.setObjectName("pinName")
         self.input_label = elastic(QLabel(target.input_text or "(the turn's input has no text: pinned by number)"),
                                    wrap=True)
+        self.input_label.setTextFormat(Qt.TextFormat.PlainText)  # the stored input, as written
         # (beside its row's title, from the top: the dialog's spare height goes below the form, not into a gap here)
         self.input_label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         file_row = QHBoxLayout()

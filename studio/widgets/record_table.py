@@ -12,6 +12,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QObject, Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
+from studio.widgets.plain_tip import plain_tip
 
 
 class RowTableView(QTableView):
@@ -121,7 +122,8 @@ class RecordTableModel(QAbstractTableModel, Generic[R]):
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return int(col.align)
         if role == Qt.ItemDataRole.ToolTipRole and col.tooltip is not None:
-            return col.tooltip(rec)
+            tip = col.tooltip(rec)
+            return plain_tip(tip) if isinstance(tip, str) else tip
         if role == Qt.ItemDataRole.DecorationRole and col.color is not None:
             colour = col.color(rec)
             return QColor(colour) if colour else None

@@ -42,18 +42,19 @@ from studio.replay_jobs import StepData, WhatIfDetail, rerun_prompt
 from studio.session import StudioSession
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.record_table import Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
 
-FIGURE_COLUMNS: list[Column[tuple[str, str, str]]] = [
-    Column("", lambda r: r[0]),
-    Column("Original call", lambda r: r[1]),
-    Column("Re-run", lambda r: r[2]),
+FIGURE_COLUMNS: list[Column[tuple[str, str, str]]] = [  # (a cell cut short ends in "…", whole on hover)
+    Column("", lambda r: r[0], tooltip=lambda r: r[0]),
+    Column("Original call", lambda r: r[1], tooltip=lambda r: r[1]),
+    Column("Re-run", lambda r: r[2], tooltip=lambda r: r[2]),
 ]
 DIFFERENCE_COLUMNS: list[Column[tuple[str, str, str]]] = [
-    Column("Differs from the original request", lambda r: r[0]),
+    Column("Differs from the original request", lambda r: r[0], tooltip=lambda r: r[0]),
     Column("Original", lambda r: r[1], tooltip=lambda r: r[1]),
     Column("Re-run", lambda r: r[2], tooltip=lambda r: r[2]),
 ]
@@ -159,6 +160,15 @@ class RerunPanel(QWidget):
         self.difference_model: RecordTableModel[tuple[str, str, str]] = RecordTableModel(DIFFERENCE_COLUMNS, self)
         self.differences = table_for(self.difference_model)
         self.differences.setObjectName("rerunDifferences")
+        # Both fitted to their side (at a 1,100 px window the Re-run column was past the edge of each)
+        self.figure_fit = FitToPane(self.figures, {}, {"": 0.6, "Original call": 0.4}, last="Re-run",
+                                    floors={"": "Prompt tokens, server", "Original call": "scripted/offline"},
+                                    caps={"": "Prompt tokens, our o200k estimate"},
+                                    rest_sample="scripted/offline", pad=16)
+        self.difference_fit = FitToPane(self.differences, {}, {"Differs from the original request": 0.5,
+                                                               "Original": 0.5}, last="Re-run",
+                                        floors={"Differs from the original request": "temperature"},
+                                        rest_sample="Re-run ·", pad=16)
         tables = QSplitter(Qt.Orientation.Vertical)
         tables.addWidget(self.figures)
         tables.addWidget(self.differences)

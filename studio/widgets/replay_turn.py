@@ -10,6 +10,7 @@ Widgets only: it shows a ``StepData`` (``studio.replay_jobs``) through the layou
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, Signal
@@ -45,11 +46,13 @@ from studio.logic.replay_layout import (
 )
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, edited_note, fragment_mark, sources_note
+from studio.logic.short_ids import short_id
 from studio.replay_jobs import StepData
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.fitted_label import FittedLabel
+from studio.widgets.fitted_tabs import FittedTabs
 from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
@@ -68,14 +71,24 @@ STEP_COLUMNS: list[Column[StepRow]] = [
 ]
 STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 176, "Tokens": 60, "Why": 190}  # (until the first resize)
 RECALL_COLUMNS: list[Column[RecallRow]] = [
-    Column("Rank", lambda r: r.rank, RIGHT),
-    Column("Message", lambda r: r.message_id, tooltip=lambda r: "Double-click to open this message"),
-    Column("Thread", lambda r: r.thread_id + ("  (other thread)" if r.other_thread else "")),
-    Column("Vector", lambda r: r.score(r.vector), RIGHT),
-    Column("Keyword", lambda r: r.score(r.keyword), RIGHT),
+    Column("#", lambda r: r.rank, RIGHT, tooltip=lambda r: f"rank {r.rank} of the recall hits"),
+    Column("Message", lambda r: short_id(r.message_id),
+           tooltip=lambda r: f"message {r.message_id} (with {r.window} messages around it)\n"
+                             "Double-click to open this message"),
+    Column("Thread", lambda r: r.thread_id + ("  (other thread)" if r.other_thread else ""),
+           tooltip=lambda r: r.thread_id + ("\n(another thread than the one replayed)" if r.other_thread else "")),
+    Column("Vector", lambda r: r.score(r.vector), RIGHT, tooltip=lambda r: "cosine similarity to the query"),
+    Column("Keyword", lambda r: r.score(r.keyword), RIGHT,
+           tooltip=lambda r: "keyword score (BM25 on libSQL, ts_rank on Postgres)"),
     Column("Fused", lambda r: r.score(r.fused), RIGHT),
-    Column("Window", lambda r: f"{r.window} msg", RIGHT),
+    Column("Window", lambda r: f"{r.window} msg", RIGHT, tooltip=lambda r: f"{r.window} messages around the hit"),
 ]
+# Fitted to the request side (at a 1,440 px window the whole message ids pushed Keyword, Fused and Window
+# past its edge; at that width the request side is ~450 px): short message ids, the rank as "#", the scores
+# whole, the thread the rest, cut with "…", whole on hover. Window is left out while the thread would have less
+# than a usual thread id (the message's tooltip says the window).
+RECALL_SAMPLES = {"#": "00", "Message": "…2d46ecda", "Vector": "0.000", "Keyword": "00.000", "Fused": "0.000",
+                  "Window": "00 msg"}
 TOKEN_COLUMNS: list[Column[TokenRow]] = [
     Column("Section", lambda r: r.label),
     Column("At the turn (o200k)", lambda r: f"{r.at_turn:,}", RIGHT),
@@ -133,6 +146,13 @@ def _ignored_width(label: QLabel) -> QLabel:
     return label
 
 
+# The request side's tabs: title, the shorter one used while the titles don't fit, tooltip.
+REQUEST_TABS = (("Request", "Request", "Request: the whole request of this model call"),
+                ("Received vs Rebuilt Now", "vs Now", "Received vs Rebuilt Now: what the model received beside "
+                 "the prompt rebuilt from the database now, and their diff"),
+                ("Reply", "Reply", "Reply: what the model answered"),
+                ("Recall", "Recall", "Recall: the messages semantic recall brought into this prompt"),
+                ("Tokens", "Tokens", "Tokens: the prompt's tokens by source"))
 STACK_BELOW = 860  # px: a view narrower than this puts its tabs under the context table, not beside it
 
 
@@ -212,9 +232,12 @@ class TurnView(QSplitter):
         self.recall_model: RecordTableModel[RecallRow] = RecordTableModel(RECALL_COLUMNS, self)
         self.recall_table = table_for(self.recall_model)
         self.recall_table.doubleClicked.connect(self._open_recall)
+        self.recall_fit = FitToPane(self.recall_table, RECALL_SAMPLES, {}, last="Thread",
+                                rest_sample="liwei-shanghai", optional=("Window",))
         self.tabs.addTab(self.recall_table, "Recall")
         self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
         self.tabs.addTab(table_for(self.token_model), "Tokens")
+        self.tab_fit = FittedTabs(self.tabs, REQUEST_TABS)  # (Tokens and Recall hid behind scroll arrows)
         self.addWidget(self.tabs)
         self.setSizes([660, 520])  # the context table's eight columns get the larger part
         self.setChildrenCollapsible(False)
@@ -302,7 +325,7 @@ class TurnView(QSplitter):
         if rec.reason:
             bits.append(f"why: {reason_label(rec.reason)}")
         self.fragment_header.setText(" · ".join(bits))
-        links = ", ".join(f'<a href="{i}">{esc(i)}</a>' for i in rec.stored_ids[:12])
+        links = ", ".join(f'<a href="{esc(i)}">{esc(i)}</a>' for i in rec.stored_ids[:12])
         note = sources_note(changed, rec.stored_ids)
         self.fragment_sources.setText((f"From stored messages: {links}" if links else "Not from a stored message")
                                       + (f"<br><i>{esc(note)}</i>" if note else ""))
@@ -346,4 +369,5 @@ class TurnView(QSplitter):
 
 
 def esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """``text`` for rich text, an attribute's value included (a stored id in a link's ``href``)."""
+    return html.escape(text)

@@ -45,6 +45,7 @@ from studio.session import StudioSession
 from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
 AS_RECORDED = "as recorded"
@@ -54,13 +55,18 @@ WHAT_IF_COLUMNS: list[Column[WhatIfTableRow]] = [
     Column("Input", lambda r: r.input_preview, tooltip=lambda r: f"{r.input_preview}\n{r.input_message_id}"),
     Column("Tokens real", lambda r: f"{r.tokens_real:,}", RIGHT),
     Column("Tokens what-if", lambda r: f"{r.tokens_what_if:,}", RIGHT),
-    Column("Δ", lambda r: r.delta_label, RIGHT),
+    Column("Δ", lambda r: r.delta_label, RIGHT, tooltip=lambda r: f"{r.delta_label} tokens: +{r.entered} entering · "
+           f"−{r.left} leaving · ~{r.changed} changed"),  # (the three columns after it give way in a narrow pane)
     Column("Entering", lambda r: f"+{r.entered}" if r.entered else "", RIGHT),
     Column("Leaving", lambda r: f"−{r.left}" if r.left else "", RIGHT),
     Column("Changed", lambda r: f"~{r.changed}" if r.changed else "", RIGHT),
     Column("Why", lambda r: r.reasons, tooltip=lambda r: r.reasons),
 ]
 
+# The narrow columns' usual widest text (the what-if table's and the changes' table's ``FitToPane``).
+WHAT_IF_SAMPLES = {"#": "00", "Tokens real": "00,000", "Tokens what-if": "00,000", "Δ": "-0,000", "Entering": "+00",
+                   "Leaving": "−00", "Changed": "~00"}
+CHANGE_SAMPLES = {"Change": "~ changed", "Tokens": "0,000 → 0,000"}
 CHANGE_COLUMNS: list[Column[FragmentChange]] = [
     Column("Change", lambda c: CHANGE_MARKS.get(c.kind, c.kind)),
     Column("Source", lambda c: c.source),
@@ -173,6 +179,10 @@ class WhatIfPanel(QWidget):
         self.model: RecordTableModel[WhatIfTableRow] = RecordTableModel(WHAT_IF_COLUMNS, self)
         self.table = table_for(self.model)
         _wrap_last_column(self.table)  # "Why" reads whole, on as many lines as it needs
+        # (at a 1,100 px window the columns ran ~100 px past the table's edge: Changed and Why out of sight)
+        self.fit = FitToPane(self.table, WHAT_IF_SAMPLES, {"Input": 1.0}, last="Why", floors={"Input": "Great, add rice"},
+                             rest_sample="options changed", pad=20,
+                             optional=("Changed", "Leaving", "Entering"))
         split.addWidget(self.table)
         lower = QWidget()
         ll = QVBoxLayout(lower)
@@ -189,6 +199,9 @@ class WhatIfPanel(QWidget):
         self.change_model: RecordTableModel[FragmentChange] = RecordTableModel(CHANGE_COLUMNS, self)
         self.change_table = table_for(self.change_model)
         _wrap_last_column(self.change_table)
+        self.change_fit = FitToPane(self.change_table, CHANGE_SAMPLES, {"Source": 0.6, "Stored": 0.4}, last="Why",
+                                    floors={"Source": "message-hist", "Stored": "…7d6abd61"}, rest_sample="new message",
+                                    pad=12, optional=("Stored",))
         self.diff = DiffView()
         self.diff.setObjectName("whatIfDiff")
         inner.addWidget(self.change_table)

@@ -35,6 +35,7 @@ from studio.logic.request_layout import (
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+from studio.widgets.plain_tip import plain_tip
 
 USAGE_COLUMNS: list[Column[UsageRow]] = [
     Column("", lambda r: r.what),
@@ -83,8 +84,11 @@ class RequestPanel(QWidget):
         self.copy_readable_action.triggered.connect(self.copy_readable)
         self.copy_btn.setMenu(menu)
         self.copy_btn.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup)
-        head.addWidget(self.title, 1)
+        # The title on its own line, the button under it: beside the button, in the inspector's panel at a
+        # 1,100 px window, the title wrapped a word a line in a ~45 px column.
+        root.addWidget(self.title)
         head.addWidget(self.copy_btn)
+        head.addStretch(1)
         root.addLayout(head)
         self.header = QLabel("")
         self.header.setObjectName("requestHeader")
@@ -168,9 +172,9 @@ class RequestPanel(QWidget):
         for tool in view.tools:
             item = QTreeWidgetItem([tool.name, f"{tool.tokens:,}"])
             item.setTextAlignment(1, RIGHT)
-            item.setToolTip(0, tool.description)
+            item.setToolTip(0, plain_tip(tool.description))  # a turn record's (an imported file's) text
             description = QTreeWidgetItem([f"description: {tool.description}", ""])
-            description.setToolTip(0, tool.description)
+            description.setToolTip(0, plain_tip(tool.description))
             item.addChild(description)
             params = QTreeWidgetItem(["parameters (JSON schema)", ""])
             for line in tool.parameters.splitlines():

@@ -21,6 +21,7 @@ from studio.logic.traces_layout import (
     span_label,
     time_ticks,
 )
+from studio.widgets.plain_tip import plain_tip
 
 ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the TimelineRow
 SPAN_ID_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -120,7 +121,7 @@ class SpanTreeModel(QAbstractItemModel):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
             when = f"+{format_duration(node.start_ms)}"
-            return f"{span.name}\n{span.span_type} · starts {when} · {node.duration_text}"
+            return plain_tip(f"{span.name}\n{span.span_type} · starts {when} · {node.duration_text}")
         return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from PySide6.QtCore import QItemSelectionModel, Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -27,6 +28,7 @@ from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.diffing import line_diff, normalize_for_diff
 from studio.logic.wm_editing import VersionRow
 from studio.widgets.diff_view import DiffView
+from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import caption, elastic
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 
@@ -43,6 +45,13 @@ VERSION_COLUMNS: list[Column[VersionRow]] = [
     Column("Reason", lambda r: reason_of(r.version.note) or "", tooltip=lambda r: r.version.note or ""),
     Column("Note", lambda r: _note_text(r.version.note), tooltip=lambda r: r.version.note or ""),
 ]
+
+VERSION_SAMPLES = {"#": "000", "Saved": "2026-09-14 10:03:00", "Author": "studio"}
+VERSION_SHARES = {"Size": 0.6, "Reason": 0.4}
+VERSION_FLOORS = {"Size": "0,000 chars · 000 tokens"}
+VERSION_CAPS = {"Size": "00,000 chars · 0,000 tokens", "Reason": "Reason · clarify"}
+VERSION_WIDTHS = {"#": 40, "Saved": 160, "Author": 64, "Size": 170, "Reason": 70}  # (until the first resize)
+STACK_BELOW = 1100  # px: a history narrower than this puts the diff under the versions, not beside them
 
 
 def _note_text(note: str | None) -> str:
@@ -61,7 +70,8 @@ class VersionHistory(QWidget):
         self._editor_value = editor_value
         self.model: RecordTableModel[VersionRow] = RecordTableModel(VERSION_COLUMNS, self)
         # One version: compared with the one before it, or with the editor; two: with each other.
-        self.table = record_table_view(self.model, selection=QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table = record_table_view(self.model, selection=QAbstractItemView.SelectionMode.ExtendedSelection,
+                                       widths=VERSION_WIDTHS)  # (sized by ``fit`` below, not by their contents)
         self.compare_combo = QComboBox()
         self.compare_combo.addItem("the version before it", COMPARE_PREVIOUS)
         self.compare_combo.addItem("the editor", COMPARE_EDITOR)
@@ -92,15 +102,32 @@ class VersionHistory(QWidget):
         rl.addLayout(compare)
         rl.addWidget(self.diff_label)
         rl.addWidget(self.diff, 1)
-        split = QSplitter(Qt.Orientation.Horizontal)
+        self.split = split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(left)
         split.addWidget(right)
         split.setSizes([520, 640])
+        split.setChildrenCollapsible(False)
+        self._sized = False  # (the first resize sets the two sides' sizes)
+        # Each column gets what its text needs; the note gives way first (it ends in "…", whole on hover).
+        self.fit = FitToPane(self.table, VERSION_SAMPLES, VERSION_SHARES, last="Note", floors=VERSION_FLOORS,
+                             caps=VERSION_CAPS, rest_sample="Note…", pad=14, optional=("Reason",))
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 6, 0, 0)
         layout.addWidget(split)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._selection_changed())
         self.compare_combo.currentIndexChanged.connect(lambda _i: self.compare())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        """Side by side from ``STACK_BELOW`` px wide, else the diff under the versions: side by side at a
+        1,100 or 1,360 px window the table had ~275 / ~420 px, and its Size, Reason and Note columns
+        sat behind a sideways scroll bar."""
+        want = Qt.Orientation.Horizontal if event.size().width() >= STACK_BELOW else Qt.Orientation.Vertical
+        if want != self.split.orientation() or not self._sized:
+            self._sized = True
+            self.split.setOrientation(want)
+            whole = event.size().width() if want == Qt.Orientation.Horizontal else event.size().height()
+            self.split.setSizes([whole * 45 // 100, whole - whole * 45 // 100])
+        super().resizeEvent(event)
 
     # -- data in / selection ---------------------------------------------------------------------
     def set_rows(self, rows: list[VersionRow]) -> None:

@@ -21,6 +21,8 @@ BAD_ROWS = {
     "unknown-shape": '{"hello": "world"}',
     "part-not-an-object": '{"format": 2, "parts": ["a string, not a part"]}',
     "call-not-an-object": '{"format": 2, "parts": [{"type": "tool-invocation", "toolInvocation": "oops"}]}',
+    # Nested past Python's JSON parser: every turn of the thread failed ("maximum recursion depth exceeded").
+    "too-deep": '{"format": 2, "parts": [{"type": "text", "text": "x", "d": ' + "[" * 100_000 + "]" * 100_000 + "}]}",
 }
 
 

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import select
 import shutil
 import sqlite3
@@ -436,6 +437,36 @@ def test_control_characters_in_stored_text_are_shown_as_escapes_in_tables_and_pr
     assert code == 1 and "hi \\x1b[31mRED" in out and "\x1b" not in out  # the failure's excerpt
     code, out, _ = run("threads", "--db", str(db), "--json")
     assert json.loads(out)[0]["title"] == "Line one\nline two\x1b[2J"  # machine output keeps the text as stored
+
+
+
+def test_threads_keeps_its_columns_when_an_id_is_longer_than_the_column(tmp_path: Path) -> None:
+    # A delegation's thread (`helper-<uuid>`, 43 characters) on resource `delegation:alice:helper` pushed the
+    # count, the date and the title of its row right of everyone else's: the table no longer read as one.
+    from core.terminal_text import display_width
+
+    db = tmp_path / "m.db"
+    long_thread = "helper-01a24570-9882-7d62-9820-3a0f9ce7fc04"
+    with open_store(db) as store:
+        memory = Memory(store)
+        memory.save_messages([Message.user("hi", thread_id="trip", resource_id="alice")])
+        memory.save_messages([Message.user("weather?", thread_id=long_thread, resource_id="delegation:alice:helper")])
+        memory.save_messages([Message.user("旅行", thread_id="上海出差的长长的线程名字很长很长很长", resource_id="李")])
+    code, out, _ = run("threads", "--db", str(db))
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert len(rows) == 3 and any(long_thread in r for r in rows)
+
+    def column_of(line: str, text: str) -> int:  # the terminal column where ``text`` ends in ``line``
+        return display_width(line[:line.index(text) + len(text)])
+
+    msgs_end = column_of(header, "MSGS")
+    activity = column_of(header, "LAST ACTIVITY") - len("LAST ACTIVITY")
+    for row in rows:
+        count = row.split()[2]
+        assert column_of(row, " " + count + "  ") - 2 == msgs_end, row
+        date = re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", row)
+        assert date is not None and display_width(row[:date.start()]) == activity, row  # under its heading
 
 
 UNWRITABLE_TRACES = """

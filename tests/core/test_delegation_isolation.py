@@ -22,13 +22,15 @@ import pytest
 
 from core import Memory
 from core.agent import Agent
+from core.integrations.openai_agents import MemorySession
 from core.cli import main
 from core.gateway import GatewayServer, create_app
 from core.gateway.access import ANYONE, Caller
+from core.gateway.errors import GatewayError
 from core.gateway.guard import GuardPolicy
 from core.gateway.tokens import TokensFile, TokensFileError, entry_for, new_token, parse_entries
 from core.llm import ScriptedModel, ScriptedReply, tool_call
-from core.mcp_server.tools import Binding, MemoryTools
+from core.mcp_server.tools import Binding, MemoryTools, ResourceNotAllowed
 from core.messages import Message, text_part, tool_invocation_part
 from core.scopes import ReservedResourceError, delegation_resource
 # The gateway tokens test's pieces: its HTTP call, client, echoing model and resource-scoped memory fixture.
@@ -38,6 +40,7 @@ SHARED = "shared-secret-token"
 HELPER_SECRET = "my locker code is heron-5512"
 HELPER_WM = "# alice-helper\n- Locker: heron-5512\n"
 ALICE_SECRET = "falcon-0427"
+AL_SECRET = "osprey-8810"
 
 
 def supervisor(messages: list[Message], tools: Any) -> Any:
@@ -61,9 +64,11 @@ def sub_agent(messages: list[Message], tools: Any) -> Any:
 
 class Users:
     def __init__(self) -> None:
-        self.alice, self.helper = new_token(), new_token()
+        # ``al``: a user whose id begins alice's (``delegation:alice:helper`` begins ``delegation:al``).
+        self.alice, self.helper, self.al, self.admin = new_token(), new_token(), new_token(), new_token()
         self.file = TokensFile(None, (entry_for("alice-app", ["alice"], self.alice),
-                                      entry_for("helper-app", ["alice-helper"], self.helper)))
+                                      entry_for("helper-app", ["alice-helper"], self.helper),
+                                      entry_for("al-app", ["al"], self.al), entry_for("admin", ["*"], self.admin)))
 
 
 @pytest.fixture
@@ -140,26 +145,42 @@ def test_no_client_may_name_a_delegations_resource(server, users, memory, tmp_pa
                                    ("GET", f"/api/memory/threads/{quote(child.id)}/working-memory", None),
                                    ("PUT", f"/api/memory/threads/{quote(child.id)}/working-memory",
                                     {"workingMemory": "# taken\n"})):
-            status, data = call(server, token, method, f"{path}?resourceId={quote(delegated)}", body)
-            assert (status, data["error"]["code"]) == (400, "reserved_resource"), (method, path)
-            assert ALICE_SECRET not in json.dumps(data)
+            # The memory API reads a delegation for its resource's tokens only (the next test), and a delegation
+            # id the engine never writes (another encoding of alice, a turn without a resource) for nobody.
+            for named in ((delegated,) if token == users.helper else ()) + ("delegation:ali%63e:helper",
+                                                                             "delegation::helper"):
+                status, data = call(server, token, method, f"{path}?resourceId={quote(named)}", body)
+                expected = (403, "resource_not_allowed") if named == delegated else (400, "reserved_resource")
+                assert (status, data["error"]["code"]) == expected, (method, path, named)
+                assert ALICE_SECRET not in json.dumps(data)
     # The delegation's thread under a client's own resource: another resource's thread.
     status, data = call(server, users.alice, "GET", f"/api/memory/threads/{quote(child.id)}/messages")
     assert (status, data["error"]["code"]) == (403, "thread_ownership")
     assert memory.get_working_memory(resource_id=delegated) == f"# Notes\n- {ALICE_SECRET}\n"  # nothing written
 
-    # The MCP tools: a call naming it is refused, whoever calls; a server cannot be bound to it; a listing of
-    # every resource's transcripts leaves the delegations out.
+    # The MCP tools: a call naming it is refused to another resource's token (its own read it: the next test),
+    # and one naming an id the engine never writes to everyone; a server cannot be bound to it.
     tools = MemoryTools(memory, Binding(None, any_resource=True))
-    for caller in (ANYONE, Caller("alice-app", frozenset({"alice"}))):
-        with pytest.raises(ReservedResourceError):
-            tools.read_thread(child.id, resource=delegated, caller=caller)
-        with pytest.raises(ReservedResourceError):
-            tools.get_working_memory(resource=delegated, caller=caller)
-        with pytest.raises(PermissionError):  # (a scoped token: another resource's thread, unnamed)
-            tools.transcript(child.id, caller=caller)
-    assert child.id not in {t["threadId"] for t in tools.transcripts(ANYONE)}
-    assert "alice-main" in {t["threadId"] for t in tools.transcripts(ANYONE)}
+    for caller in (ANYONE, Caller("alice-app", frozenset({"alice"})), Caller("helper-app", frozenset({"alice-helper"}))):
+        for named in ("delegation:ali%63e:helper", "delegation::helper"):
+            with pytest.raises(GatewayError, match="not a delegation resource as the engine names them") as refused:
+                tools.read_thread(child.id, resource=named, caller=caller)
+            assert refused.value.code == "reserved_resource"
+    helper_caller = Caller("helper-app", frozenset({"alice-helper"}))
+    with pytest.raises(PermissionError, match="may not use resource"):
+        tools.read_thread(child.id, resource=delegated, caller=helper_caller)
+    with pytest.raises(PermissionError, match="may not use resource"):
+        tools.get_working_memory(resource=delegated, caller=helper_caller)
+    with pytest.raises(PermissionError):  # (a scoped token: another resource's thread, unnamed)
+        tools.transcript(child.id, caller=helper_caller)
+    # A listing of every resource's transcripts (the shared token's, which reads every delegation) names the
+    # delegation's thread as alice's delegation; a scoped token of another resource is not offered it, and a
+    # thread under an id the engine never writes is offered to no one (reading it is refused).
+    memory.save_messages([Message.user("not alice's", thread_id="unwritten", resource_id="delegation::helper")])
+    offered = {t["threadId"]: t for t in tools.transcripts(ANYONE)}
+    assert offered[child.id]["delegation"] == "delegation of alice to helper" and "unwritten" not in offered
+    assert "alice-main" in offered and offered["alice-main"]["delegation"] is None
+    assert child.id not in {t["threadId"] for t in tools.transcripts(helper_caller)}
     with pytest.raises(ReservedResourceError):
         Binding(delegated)
     # A tokens file cannot give a token a delegation's resource.
@@ -173,6 +194,227 @@ def test_no_client_may_name_a_delegations_resource(server, users, memory, tmp_pa
     with pytest.raises(ValueError, match="agents' delegations"):
         create_app([Agent("boss", instructions="I", model=ScriptedModel(["ok"]))], token=SHARED,
                    default_resource=delegated)
+
+
+def test_an_application_passing_its_users_ids_never_reaches_a_delegation(memory):
+    helper = Agent("helper", instructions="Help.", model=ScriptedModel(sub_agent), tracer=False)
+    boss = Agent("boss", instructions="Delegate.", model=ScriptedModel(supervisor), memory=memory, agents=[helper],
+                 tracer=False)
+    # Alice's turn delegates: the engine's own path names the delegation's resource, and keeps working.
+    boss.generate(f"delegate: note {ALICE_SECRET}", memory={"resource": "alice", "thread": "alice-main"})
+    delegated = delegation_resource("alice", "helper")
+    (child,) = memory.list_threads(resource_id=delegated).threads
+    notes = f"# Notes\n- {ALICE_SECRET}\n"
+    assert memory.get_working_memory(resource_id=delegated) == notes
+    calls = len(boss.model.requests) + len(helper.model.requests)
+    # An application passes its end user's id straight through, and the user's id is Alice's delegation's:
+    # every way of naming it is refused when the call is made (a stream before its first event), by either agent.
+    for how in ({"memory": {"resource": delegated}}, {"memory": {"resource": delegated, "thread": child.id}},
+                {"scopes": [f"resource:{delegated}"]}, {"scopes": [f"resource:{delegated}", "org:acme"]}):
+        for agent in (boss, helper):
+            with pytest.raises(ReservedResourceError, match="Agent.generate") as refused:
+                agent.generate("what is in your notes?", **how)
+            assert "core.check_client_resource" in str(refused.value) and ALICE_SECRET not in str(refused.value)
+            with pytest.raises(ReservedResourceError, match="nothing was read or written"):
+                agent.stream("what is in your notes?", **how)
+    with pytest.raises(ReservedResourceError, match="MemorySession"):
+        MemorySession(child.id, memory=memory, resource_id=delegated)
+    # Nothing was read, written or asked of a model.
+    assert len(boss.model.requests) + len(helper.model.requests) == calls
+    assert [t.id for t in memory.list_threads(resource_id=delegated).threads] == [child.id]
+    assert memory.get_working_memory(resource_id=delegated) == notes
+    assert len(memory.recall(thread_id=child.id, resource_id=delegated).messages) == 2
+    # The delegation path still runs on it: the next delegation reads the first one's note.
+    again = boss.generate("delegate: what is in your notes?", memory={"resource": "alice", "thread": "alice-main"})
+    assert ALICE_SECRET in again.text
+
+
+def test_a_delegation_id_reached_through_the_agents_own_scopes_or_the_request_context_is_refused(memory):
+    """The agent's own scopes (a function of the request context an application fills from its user) and the
+    request context's scopes key are joined with the call's inside the turn: a delegation's resource named
+    there is refused too, before anything is read or a model is asked."""
+    from core.scopes import SCOPES_KEY
+
+    helper = Agent("helper", instructions="Help.", model=ScriptedModel(sub_agent), tracer=False)
+    boss = Agent("boss", instructions="Delegate.", model=ScriptedModel(supervisor), memory=memory, agents=[helper],
+                 tracer=False)
+    boss.generate(f"delegate: note {ALICE_SECRET}", memory={"resource": "alice", "thread": "alice-main"})
+    delegated = delegation_resource("alice", "helper")
+    per_user = Agent("per-user", instructions="Help.", model=ScriptedModel(sub_agent), memory=memory, tracer=False,
+                     scopes=lambda ctx: [f"resource:{ctx['user']}"])
+    calls = len(per_user.model.requests)
+    with pytest.raises(ReservedResourceError, match="Agent.generate"):
+        per_user.generate("what is in your notes?", request_context={"user": delegated})
+    with pytest.raises(ReservedResourceError, match="Agent.generate"):
+        list(per_user.stream("what is in your notes?", request_context={"user": delegated}))
+    with pytest.raises(ReservedResourceError, match="Agent.generate"):
+        boss.generate("what is in your notes?", request_context={SCOPES_KEY: [f"resource:{delegated}"]})
+    assert len(per_user.model.requests) == calls
+    assert memory.get_working_memory(resource_id=delegated) == f"# Notes\n- {ALICE_SECRET}\n"
+    # The same agent on its user's own resource runs.
+    per_user.generate("hello", request_context={"user": "bob"})
+    assert len(per_user.model.requests) == calls + 1
+
+
+def test_a_token_reads_and_writes_its_own_resources_delegations_and_no_one_elses(server, users, memory):
+    chat(server, users.alice, f"delegate: note {ALICE_SECRET}", metadata={"thread_id": "alice-main"})
+    chat(server, users.al, f"delegate: note {AL_SECRET}", metadata={"thread_id": "al-main"})
+    alices, als = delegation_resource("alice", "helper"), delegation_resource("al", "helper")
+    (child,) = memory.list_threads(resource_id=alices).threads
+    (al_child,) = memory.list_threads(resource_id=als).threads
+
+    def api(token: str, method: str, thread: str | None, named: str, body: Any = None) -> tuple[int, Any]:
+        path = "/api/memory/threads" + ("" if thread is None else f"/{quote(thread, safe='')}/{method.split()[1]}")
+        return call(server, token, method.split()[0], f"{path}?resourceId={quote(named, safe='')}", body)
+
+    # Alice's token (and the "*" token, and the shared one) reads her delegation: its threads, messages, notes.
+    for token in (users.alice, users.admin, SHARED):
+        status, data = api(token, "GET", None, alices)
+        assert status == 200 and [t["id"] for t in data["threads"]] == [child.id]
+        status, data = api(token, "GET messages", child.id, alices)
+        assert status == 200 and any(ALICE_SECRET in m["text"] for m in data["messages"])
+        status, data = api(token, "GET working-memory", child.id, alices)
+        assert (status, data["workingMemory"], data["resourceId"]) == (200, f"# Notes\n- {ALICE_SECRET}\n", alices)
+    # She writes its working memory, and her sub-agent's next delegation reads what she wrote.
+    moved = f"# Notes\n- {ALICE_SECRET}, moved to locker 9\n"
+    status, data = api(users.alice, "PUT working-memory", child.id, alices, {"workingMemory": moved})
+    assert (status, data["workingMemory"]) == (200, moved)
+    assert "locker 9" in chat(server, users.alice, "delegate: what is in your notes?", metadata={"thread_id": "alice-main"})
+
+    # Never another resource's delegation: al's token on alice's (whose id begins with "delegation:al"), alice's
+    # on al's, alice-helper's on alice's; an id naming another resource that merely begins like alice's; and ids
+    # no delegation is written under (another encoding of alice, a lower-case escape, a turn without a
+    # resource), or an ordinary resource id that reads like one once decoded again.
+    refused = [(users.al, alices, 403), (users.alice, als, 403), (users.helper, alices, 403),
+               (users.alice, "delegation:alice%3Ahelper:x", 403), (users.alice, "delegation:alice2:helper", 403),
+               (users.alice, "delegation:ali%63e:helper", 400), (users.alice, "delegation:alice%3ahelper:x", 400),
+               (users.alice, "delegation:alice:helper:x", 400), (users.alice, "delegation::helper", 400),
+               (users.admin, "delegation:ali%63e:helper", 400), (users.alice, quote(alices, safe=""), 403)]
+    for token, named, status_ in refused:
+        for method, thread in (("GET", None), ("GET messages", child.id), ("GET messages", al_child.id),
+                               ("GET working-memory", child.id), ("PUT working-memory", child.id),
+                               ("PUT working-memory", al_child.id)):
+            status, data = api(token, method, thread, named, {"workingMemory": "# taken\n"})
+            code = "resource_not_allowed" if status_ == 403 else "reserved_resource"
+            assert (status, data["error"]["code"]) == (status_, code), (named, method, thread)
+            assert ALICE_SECRET not in json.dumps(data) and AL_SECRET not in json.dumps(data)
+    # Alice's delegation id with al's delegation's thread: another resource's thread.
+    status, data = api(users.alice, "GET messages", al_child.id, alices)
+    assert (status, data["error"]["code"]) == (403, "thread_ownership") and AL_SECRET not in json.dumps(data)
+    assert memory.get_working_memory(resource_id=alices) == moved
+    assert memory.get_working_memory(resource_id=als) == f"# Notes\n- {AL_SECRET}\n"
+    # The chat route still runs no turn on a delegation's resource, its own resource's token's either.
+    with pytest.raises(openai.BadRequestError) as chat_refused:
+        chat(server, users.alice, "notes?", metadata={"resource_id": alices})
+    assert chat_refused.value.code == "reserved_resource"
+
+    # The MCP tools: the same rule for a token, and a server bound to alice reads her delegations too.
+    tools = MemoryTools(memory, Binding(None, any_resource=True))
+    alice, al = Caller("alice-app", frozenset({"alice"})), Caller("al-app", frozenset({"al"}))
+    for caller in (alice, ANYONE):
+        assert any(ALICE_SECRET in m["text"] for m in tools.read_thread(child.id, resource=alices,
+                                                                        caller=caller)["messages"])
+        assert ALICE_SECRET in tools.transcript(child.id, caller=caller)
+    assert tools.get_working_memory(resource=alices, caller=alice)["workingMemory"] == moved
+    assert tools.update_working_memory(moved + "- and a key\n", resource=alices, caller=alice)["resource"] == alices
+    for call_ in (lambda: tools.read_thread(child.id, resource=alices, caller=al),
+                  lambda: tools.get_working_memory(resource=alices, caller=al),
+                  lambda: tools.update_working_memory("# taken\n", resource=alices, caller=al),
+                  lambda: tools.transcript(child.id, caller=al),
+                  lambda: tools.read_thread(al_child.id, resource=als, caller=alice)):
+        with pytest.raises(PermissionError) as mcp_refused:
+            call_()
+        assert ALICE_SECRET not in str(mcp_refused.value) and AL_SECRET not in str(mcp_refused.value)
+    bound = MemoryTools(memory, Binding("alice"))
+    assert bound.read_thread(child.id, resource=alices)["resource"] == alices
+    assert ALICE_SECRET in bound.transcript(child.id)
+    with pytest.raises(ResourceNotAllowed):
+        bound.read_thread(al_child.id, resource=als)
+    with pytest.raises(PermissionError):
+        MemoryTools(memory, Binding("al")).read_thread(child.id, resource=alices)
+    assert memory.get_working_memory(resource_id=alices) == moved + "- and a key\n"
+    assert memory.get_working_memory(resource_id=als) == f"# Notes\n- {AL_SECRET}\n"
+
+
+def test_a_token_lists_its_own_resources_delegations_and_no_one_elses(server, users, memory):
+    """``GET /api/memory/delegations``: a client that may use alice finds her delegations' threads (nested ones
+    too) without knowing their ids, and reads one with the resource it is listed under; al (whose delegation's
+    id begins like alice's) finds only his own, and neither is listed a thread stored under an id that only
+    reads like one of alice's delegations."""
+    import httpx2 as httpx
+
+    chat(server, users.alice, f"delegate: note {ALICE_SECRET}", metadata={"thread_id": "alice-main"})
+    chat(server, users.al, f"delegate: note {AL_SECRET}", metadata={"thread_id": "al-main"})
+    alices, als = delegation_resource("alice", "helper"), delegation_resource("al", "helper")
+    nested = delegation_resource(alices, "checker")
+    (child,) = memory.list_threads(resource_id=alices).threads
+    (al_child,) = memory.list_threads(resource_id=als).threads
+    lookalikes = {"delegation:ali%63e:helper": "lookalike-1", "delegation:alice:helper:x": "lookalike-2",
+                  "Delegation:alice:helper": "lookalike-3", "delegation:alice2:helper": "lookalike-4",
+                  "delegation::helper": "lookalike-5", "alice-helper": "lookalike-6"}
+    memory.save_messages([Message.user("checked twice", thread_id="alice-nested", resource_id=nested)] + [
+        Message.user("not alice's", thread_id=thread, resource_id=resource) for resource, thread in lookalikes.items()])
+
+    def listed(token: str, resource: str | None) -> httpx.Response:
+        params = {} if resource is None else {"resourceId": resource}
+        return httpx.get(f"{server.url}/api/memory/delegations", params=params,
+                         headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    def found(response: httpx.Response) -> dict[str, tuple[str, list[str], list[str]]]:
+        assert response.status_code == 200, response.text
+        return {d["resourceId"]: (d["label"], d["agents"], [t["id"] for t in d["threads"]])
+                for d in response.json()["delegations"]}
+
+    alice_sees = {alices: ("delegation of alice to helper", ["helper"], [child.id]),
+                  nested: ("delegation of alice to helper, then to checker", ["helper", "checker"], ["alice-nested"])}
+    for token, named in ((users.alice, "alice"), (users.alice, None), (users.admin, "alice"), (SHARED, "alice")):
+        assert found(listed(token, named)) == alice_sees
+    assert found(listed(users.al, None)) == {als: ("delegation of al to helper", ["helper"], [al_child.id])}
+    assert found(listed(users.alice, alices)) == {nested: alice_sees[nested]}  # a delegation's own delegations
+    assert found(listed(users.helper, None)) == {}  # alice-helper's: none of alice's
+    # What is listed is read with the resource it is listed under (the official client, over the same HTTP).
+    (thread,) = [d for d in listed(users.alice, None).json()["delegations"] if d["resourceId"] == alices][0]["threads"]
+    messages = client(server, users.alice).get(
+        f"{server.url}/api/memory/threads/{quote(thread['id'], safe='')}/messages", cast_to=httpx.Response,
+        options={"params": {"resourceId": alices}})
+    assert ALICE_SECRET in messages.text and thread["resourceId"] == alices and thread["messageCount"] >= 1
+
+    # Never another resource's: al's token on alice, alice's on al (and on al's delegation), alice-helper's on
+    # alice; malformed ids; a "*" token that names no resource.
+    refused = [(users.al, "alice", 403, "resource_not_allowed"), (users.alice, "al", 403, "resource_not_allowed"),
+               (users.alice, als, 403, "resource_not_allowed"), (users.helper, "alice", 403, "resource_not_allowed"),
+               (users.alice, "alice2", 403, "resource_not_allowed"),
+               (users.alice, "delegation:ali%63e:helper", 400, "reserved_resource"),
+               (users.admin, "delegation::helper", 400, "reserved_resource"),
+               (users.admin, None, 400, "invalid_request")]
+    for token, named, status, code in refused:
+        response = listed(token, named)
+        assert (response.status_code, response.json()["error"]["code"]) == (status, code), (named, response.text)
+        assert ALICE_SECRET not in response.text and AL_SECRET not in response.text and child.id not in response.text
+    everything = " ".join(listed(t, n).text for t, n in ((users.alice, "alice"), (users.al, "al"), (SHARED, "alice")))
+    assert not any(thread in everything for thread in lookalikes.values())
+
+
+@pytest.mark.backends
+def test_a_resources_delegations_are_found_by_parsing_their_ids_never_by_prefix(memory):
+    """``Memory.delegation_threads`` (what the memory API's and the MCP server's listings use), on both
+    backends: alice's delegations and theirs, never al's, nor an id that only reads like one of hers (another
+    case, another encoding, three parts, a LIKE wildcard, the old ``<resource>-<agent>`` naming)."""
+    alices = delegation_resource("alice", "helper")
+    nested = delegation_resource(alices, "checker")
+    owners = {"t-alice": alices, "t-nested": nested, "t-al": delegation_resource("al", "helper"),
+              "t-case": "Delegation:alice:helper", "t-encoded": "delegation:ali%63e:helper",
+              "t-three": "delegation:alice:helper:x", "t-like": "delegation:alic_:helper",
+              "t-like2": "delegation%alice:helper", "t-old": "alice-helper", "t-none": "delegation::helper",
+              "t-own": "alice"}
+    memory.save_messages([Message.user("hi", thread_id=thread, resource_id=resource)
+                          for thread, resource in owners.items()])
+    assert sorted(s.thread.id for s in memory.delegation_threads("alice")) == ["t-alice", "t-nested"]
+    assert [s.thread.id for s in memory.delegation_threads(alices)] == ["t-nested"]
+    assert [s.thread.id for s in memory.delegation_threads("al")] == ["t-al"]
+    assert [s.thread.id for s in memory.delegation_threads("alic_")] == ["t-like"]  # its own, a literal "_"
+    assert memory.delegation_threads("alic%") == [] and memory.delegation_threads("") == []
+    assert all(s.message_count == 1 for s in memory.delegation_threads("alice"))
 
 
 def test_delegation_resources_are_one_per_resource_and_agent():
@@ -228,3 +470,48 @@ def test_forgetting_a_resource_never_takes_a_user_whose_id_reads_like_its_old_de
     assert report.resources == ["bob", "bob-helper"] and sorted(report.threads) == ["bob-main", "helper-old2"]
     assert memory.get_working_memory(resource_id="bob-helper") is None
     assert memory.list_threads(resource_id="bob-helper").total == 0
+
+
+def test_a_memory_factory_serves_a_delegations_memory_api_calls_with_the_memory_its_turns_ran_on(tmp_path, users):
+    # A memory factory keyed on the request context's resourceId (one database per user, the session-memory
+    # write-up's pattern): the delegation of alice's turn ran on alice's memory, so the memory API reads and
+    # writes `delegation:alice:helper` there, never in a memory the factory would make for that id.
+    from core import MemoryOptions, open_store
+    from core.embedding import HashingEmbedder
+
+    made: dict[str, Memory] = {}
+
+    def per_user(ctx: dict[str, Any]) -> Memory:
+        rid = str(ctx.get("resourceId") or "default")
+        if rid not in made:
+            made[rid] = Memory(open_store(tmp_path / f"{quote(rid, safe='')}.db"),
+                               MemoryOptions(last_messages=20, working_memory={"enabled": True, "scope": "resource"}),
+                               embedder=HashingEmbedder(64))
+        return made[rid]
+
+    helper = Agent("helper", instructions="Help.", model=ScriptedModel(sub_agent), tracer=False)
+    boss = Agent("boss", instructions="Delegate.", model=ScriptedModel(supervisor), memory=per_user, agents=[helper],
+                 tracer=False)
+    app = create_app([boss], policy=GuardPolicy(token=SHARED, tokens=users.file), default_resource="default")
+    try:
+        with GatewayServer(app) as server:
+            chat(server, users.alice, f"delegate: note {ALICE_SECRET}", metadata={"thread_id": "alice-main"})
+            alices = delegation_resource("alice", "helper")
+            (child,) = made["alice"].list_threads(resource_id=alices).threads
+            named = quote(alices, safe="")
+            status, data = call(server, users.alice, "GET", f"/api/memory/threads?resourceId={named}")
+            assert status == 200 and [t["id"] for t in data["threads"]] == [child.id]
+            path = f"/api/memory/threads/{quote(child.id, safe='')}"
+            status, data = call(server, users.alice, "GET", f"{path}/messages?resourceId={named}")
+            assert status == 200 and any(ALICE_SECRET in m["text"] for m in data["messages"])
+            moved = f"# Notes\n- {ALICE_SECRET}, moved to locker 9\n"
+            status, data = call(server, users.alice, "PUT", f"{path}/working-memory?resourceId={named}",
+                                {"workingMemory": moved})
+            assert status == 200
+            assert made["alice"].get_working_memory(resource_id=alices) == moved
+            assert "locker 9" in chat(server, users.alice, "delegate: what is in your notes?",
+                                      metadata={"thread_id": "alice-main"})
+            assert sorted(made) == ["alice"]  # no memory made for the delegation's id
+    finally:
+        for m in made.values():
+            m.store.close()

@@ -811,3 +811,199 @@ def test_a_server_served_over_http_refuses_a_request_that_comes_without_its_http
         assert "bob-thread" not in str(refused.value)
         error, text = anyio.run(call, served)
         assert error and "without its HTTP request" in text and "zebra" not in text
+
+
+def _delegated(db: Path, embedder: Any, secrets: dict[str, str]) -> dict[str, str]:
+    """Each resource's turn delegates ``note <its secret>`` to the sub-agent ``helper``: the id of the thread the
+    delegation wrote, per resource."""
+    from core.agent import Agent
+    from core.llm import ScriptedModel, ScriptedReply, tool_call
+    from core.scopes import delegation_resource
+
+    def delegate(messages: Any, tools: Any) -> Any:
+        last = messages[-1]
+        if last.get("role") == "user":
+            return ScriptedReply(tool_calls=(tool_call("agent-helper", {"prompt": str(last["content"])}),))
+        return "Handed over."
+
+    children: dict[str, str] = {}
+    with open_store(db) as store:
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "scope": "resource",
+                                                             "template": TEMPLATE}), embedder=embedder)
+        for resource, secret in secrets.items():
+            helper = Agent("helper", instructions="Help.", model=ScriptedModel([f"Noted: {secret}."]), tracer=False,
+                           register=False)
+            boss = Agent("boss", instructions="Delegate.", model=ScriptedModel(delegate), memory=memory,
+                         agents=[helper], tracer=False, register=False)
+            boss.generate(f"note {secret}", memory={"resource": resource, "thread": f"{resource}-main"})
+            (child,) = memory.list_threads(resource_id=delegation_resource(resource, "helper")).threads
+            children[resource] = child.id
+    return children
+
+
+def _ada_and_ad_tokens(tmp_path: Path) -> tuple[str, str, Path]:
+    """A tokens file with one token for ``ada`` and one for ``ad`` (whose id begins Ada's)."""
+    from core.gateway.tokens import add_entry, entry_for, new_token
+
+    ada, ad = new_token(), new_token()
+    tokens_file = tmp_path / "tokens.json"
+    add_entry(tokens_file, entry_for("ada-app", ["ada"], ada))
+    add_entry(tokens_file, entry_for("ad-app", ["ad"], ad))
+    return ada, ad, tokens_file
+
+
+def test_http_a_token_reads_its_own_resources_delegations_and_no_one_elses(db: Path, tmp_path: Path,
+                                                                          embedder: Any) -> None:
+    """`mcp --http --any-resource --tokens-file`: a delegation's memory (``delegation:ada:helper``, what Ada's
+    sub-agent keeps of her turns) is Ada's: her token reads its thread, transcript and working memory with the
+    SDK's client; the token of ``ad`` (whose id begins Ada's delegation's ``delegation:ad``) gets none of it,
+    nor Ada's token ``ad``'s."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from core.scopes import delegation_resource
+
+    secrets = {"ada": "falcon-0427", "ad": "osprey-8810"}
+    children = _delegated(db, embedder, secrets)
+    ada, ad, tokens_file = _ada_and_ad_tokens(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    adas = delegation_resource("ada", "helper")
+
+    async def seen_by(token: str, own: str, other: str) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                mine, theirs = delegation_resource(own, "helper"), delegation_resource(other, "helper")
+                seen["read"] = _data(await client.call_tool("read_thread", {"thread": children[own],
+                                                                            "resource": mine}))
+                seen["threads"] = _data(await client.call_tool("list_threads", {"resource": mine}))
+                transcript = await client.read_resource(f"memory://threads/{children[own]}")
+                seen["transcript"] = " ".join(getattr(c, "text", "") for c in transcript.contents)
+                seen["refused"] = [_error(await client.call_tool(tool, args)) for tool, args in (
+                    ("read_thread", {"thread": children[other], "resource": theirs}),
+                    ("list_threads", {"resource": theirs}),
+                    ("get_working_memory", {"resource": theirs}),
+                    ("update_working_memory", {"working_memory": "# taken\n", "resource": theirs}),
+                    ("read_thread", {"thread": children[other], "resource": mine}),
+                    ("read_thread", {"thread": children[own], "resource": "delegation:ad%61:helper"}))]
+                try:
+                    await client.read_resource(f"memory://threads/{children[other]}")
+                    seen["transcript_other"] = "read"
+                except Exception as exc:  # the SDK raises the server's error
+                    seen["transcript_other"] = str(exc)
+        return seen
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+        return await seen_by(ada, "ada", "ad"), await seen_by(ad, "ad", "ada")
+
+    try:
+        as_ada, as_ad = anyio.run(main)
+    finally:
+        server.stop()
+    for seen, own, other in ((as_ada, "ada", "ad"), (as_ad, "ad", "ada")):
+        assert seen["read"]["resource"] == delegation_resource(own, "helper")
+        assert secrets[own] in json.dumps(seen["read"]) and secrets[own] in seen["transcript"]
+        assert [t["id"] for t in seen["threads"]["threads"]] == [children[own]]
+        assert secrets[other] not in json.dumps(seen) and seen["transcript_other"] != "read"
+        assert all("may not use resource" in r for r in seen["refused"][:4]), seen["refused"]
+        assert "belongs to another resource" in seen["refused"][4]
+        assert "not a delegation resource as the engine names them" in seen["refused"][5]
+    with open_store(db, read_only=True) as store:  # nothing written by the refused update
+        memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": TEMPLATE}))
+        assert memory.get_working_memory(resource_id=adas) is None
+
+
+def test_http_a_client_finds_its_own_resources_delegations_and_no_one_elses(db: Path, tmp_path: Path,
+                                                                           embedder: Any) -> None:
+    """The transcripts a client is offered (``resources/list``) and the ``list_threads`` tool name Ada's
+    delegations' threads, as delegations of hers, to Ada's token, so a client finds them without knowing their
+    ids; the token of ``ad`` (whose delegation's id begins like Ada's) is offered only its own, and neither is
+    offered a thread stored under an id that only reads like a delegation of Ada's. A server bound to Ada offers
+    hers too."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from core.scopes import delegation_resource
+
+    secrets = {"ada": "falcon-0427", "ad": "osprey-8810"}
+    children = _delegated(db, embedder, secrets)
+    nested = delegation_resource(delegation_resource("ada", "helper"), "checker")
+    lookalikes = {"delegation:ad%61:helper": "lookalike-1", "delegation:ada:helper:x": "lookalike-2",
+                  "Delegation:ada:helper": "lookalike-3", "delegation:ada2:helper": "lookalike-4",
+                  "delegation::helper": "lookalike-5"}
+    with open_store(db) as store:
+        memory = Memory(store, MemoryOptions())
+        memory.save_messages([Message.user("checked twice", thread_id="ada-nested", resource_id=nested)] + [
+            Message.user("not Ada's", thread_id=thread, resource_id=resource) for resource, thread in lookalikes.items()])
+    ada, ad, tokens_file = _ada_and_ad_tokens(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+
+    async def offered(url: str, token: str) -> dict[str, Any]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                listed = (await client.list_resources()).resources
+                threads = _data(await client.call_tool("list_threads", {}))
+        return {"resources": {str(r.uri).rsplit("/", 1)[1]: (r.name, r.description or "") for r in listed},
+                "threads": threads}
+
+    any_resource = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    try:
+        as_ada, as_ad = anyio.run(offered, any_resource.url, ada), anyio.run(offered, any_resource.url, ad)
+    finally:
+        any_resource.stop()
+    bound = HttpServer(db, "--resource", "ada", env={**env, "MEMORY_STUDIO_MCP_TOKEN": "s3cret-token-value"})
+    try:
+        as_bound = anyio.run(offered, bound.url, "s3cret-token-value")
+    finally:
+        bound.stop()
+
+    for seen in (as_ada, as_bound):
+        assert set(seen["resources"]) == {"ada-main", children["ada"], "ada-nested"}, seen["resources"]
+        name, description = seen["resources"][children["ada"]]
+        assert name.endswith("(delegation of ada to helper)") and delegation_resource("ada", "helper") in description
+        assert seen["resources"]["ada-nested"][0].endswith("(delegation of ada to helper, then to checker)")
+        assert "delegation" not in seen["resources"]["ada-main"][0]
+        assert [t["id"] for t in seen["threads"]["threads"]] == ["ada-main"]
+        delegations = {d["resource"]: (d["label"], [t["id"] for t in d["threads"]])
+                       for d in seen["threads"]["delegations"]}
+        assert delegations == {delegation_resource("ada", "helper"): ("delegation of ada to helper",
+                                                                      [children["ada"]]),
+                               nested: ("delegation of ada to helper, then to checker", ["ada-nested"])}
+    assert set(as_ad["resources"]) == {"ad-main", children["ad"]}
+    assert [(d["resource"], [t["id"] for t in d["threads"]]) for d in as_ad["threads"]["delegations"]] == [
+        (delegation_resource("ad", "helper"), [children["ad"]])]
+    for seen, other in ((as_ada, "ad"), (as_ad, "ada"), (as_bound, "ad")):
+        shown_ = json.dumps(seen)
+        assert children[other] not in shown_ and f"{other}-main" not in shown_
+        assert not any(thread in shown_ for thread in lookalikes.values())
+
+
+def test_the_server_says_at_start_which_memory_configuration_it_serves(tmp_path: Path) -> None:
+    """Unnamed (no --agent), the server serves the one agent's configuration a database registered, or the
+    engine's defaults: a client's model is asked to fill that template, so the start says which (on the demo
+    database, with several agents, it served the defaults without a word)."""
+    import io
+
+    from core import Memory, MemoryOptions, open_store
+    from core.agent import Agent
+    from core.llm import ScriptedModel
+    from core.mcp_server.cli import _memory
+
+    with open_store(tmp_path / "m.db") as store:
+        err = io.StringIO()
+        _memory(store, None, err)
+        assert "no agent registered its memory configuration here: serving the engine's defaults" in err.getvalue()
+        for name, tea in (("tea", "- Favourite tea:\n"), ("coffee", "- Favourite coffee:\n")):
+            memory = Memory(store, MemoryOptions(working_memory={"enabled": True, "template": "# User\n" + tea}),
+                            name=name)
+            Agent(name, instructions="x", model=ScriptedModel(["ok"]), memory=memory, tracer=False).generate(
+                "hi", memory={"thread": f"t-{name}", "resource": "ada"})
+            err = io.StringIO()
+            served = _memory(store, None, err).effective_options().working_memory.template
+            if name == "tea":
+                assert served == "# User\n" + tea
+                assert "serving the memory configuration agent 'tea' registered" in err.getvalue()
+        assert "2 agents registered their memory configuration here ('tea', 'coffee')" in err.getvalue() \
+            or "2 agents registered their memory configuration here ('coffee', 'tea')" in err.getvalue()
+        assert "serving the engine's defaults" in err.getvalue() and "--agent NAME" in err.getvalue()

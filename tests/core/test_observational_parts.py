@@ -74,6 +74,19 @@ def test_degenerate_repetition_is_refused_and_duplicates_dropped() -> None:
     assert dupes.observations == "* 🔴 (09:00) A\nDate: Jan 3, 2025\n* 🟢 (10:00) B"
 
 
+
+def test_one_line_repeated_with_a_new_time_each_time_is_degenerate() -> None:
+    """Regression (SmolLM2-135M as observer on llama.cpp, read on the wire): "🟡 (09:40 AM) I'm Bo, I
+    live in Porto." then the same at 09:41, 09:42, …: each line differs by its time only, so the loop
+    check, which compared whole lines, took a reply that ended within its cap as 25 observations."""
+    lines = "\n\n".join(f"🟡 (09:{40 + i:02d} AM) I'm Bo, I live in Porto." for i in range(25))
+    looped = parse_observer_output(f"<observations>\n{lines}\n</observations>")
+    assert not looped.ok and "degenerate" in (looped.problem or "")
+    # Lines that differ by more than their time stay: a long, real log of one day is no loop.
+    real = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i}." for i in range(40))
+    assert parse_observer_output(f"<observations>\n{real}\n</observations>").ok
+
+
 # -- actor view --------------------------------------------------------------------------------------
 def test_context_view_trims_priorities_tags_arrows_and_adds_relative_dates() -> None:
     raw = ("Date: Jan 2, 2025\n* 🔴 (09:00) User [bio] owns a  bakery.\n* 🟡 (09:05) Asked -> ovens\n"

@@ -15,6 +15,7 @@ from core.llm import ModelError, ScriptedModel
 from core.observational import CONTINUATION_TEXT, TAG, load_current, load_history, messages_tokens
 from core.observational.context import CONTEXT_PROMPT
 from core.observational.tokens import count_text
+from core.observational.observer import OBSERVER_SYSTEM_PROMPT
 from core.observational.reflector import COMPRESSION_GUIDANCE, REFLECTOR_SYSTEM_PROMPT
 from core.storage import Store, open_store
 from core.storage import schema as t
@@ -480,3 +481,170 @@ def test_a_reply_cut_off_at_the_length_cap_is_not_used(db_path: Path | str) -> N
     current = load_current(h.store, thread_id="t1")
     assert current is not None
     assert current.active_observations.startswith("Date: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds")
+
+
+# What a small model may write as observer (SmolLM2-135M on llama.cpp copies its request back): its
+# instructions' example copied into the tags, with the example's placeholder task and response.
+_EXAMPLE = OBSERVER_SYSTEM_PROMPT[OBSERVER_SYSTEM_PROMPT.index("<observations>\nDate: Mar 3"):]
+EXAMPLE_ECHO = "\n".join(  # its first two observations, the example's placeholder task and response
+    line for line in _EXAMPLE[: _EXAMPLE.index("</suggested-response>") + len("</suggested-response>")].splitlines()
+    if not line.lstrip().startswith(("* 🟢", "* ✅", "* ->")))
+
+
+def test_an_observer_reply_that_copies_its_instructions_example_is_not_used(db_path: Path | str) -> None:
+    """Regression: the example of the observer's instructions, copied back by a small model, was taken
+    as the observations of the garden conversation: the messages left the context and the agent
+    "remembered" a talk on tide pools, with the example's placeholder as the thread's current task."""
+    h = Harness(db_path, [EXAMPLE_ECHO, OBSERVED])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    stored = h.stored()
+    prompt, _ = h.turn("What wood should I buy?", "Cedar.")
+    assert len(h.observer.requests) == 1
+    error = prompt.notes["observational-memory"]["observationError"]
+    assert "copies lines of its instructions or of the messages it was given" in error
+    system = "\n".join(m["content"] for m in prompt.messages if m["role"] == "system")
+    assert "tide pools" not in system
+    assert {m.id for m in stored} <= set(prompt_ids(prompt))  # nothing observed: the messages stay raw
+    assert "currentTask" not in h.metadata().get("mastra", {}).get("om", {})
+    row = load_current(h.store, thread_id="t1")
+    assert row is None or not row.active_observations
+
+    prompt, _ = h.turn("And the screws?", "Brass.")  # past the back-off: a real observation is taken
+    row = load_current(h.store, thread_id="t1")
+    assert row is not None and "raised beds" in row.active_observations
+
+
+def test_an_observer_reply_that_repeats_the_log_adds_only_its_new_lines(db_path: Path | str) -> None:
+    """Regression: a small model given "## Previous Observations" wrote them back with one new line;
+    the log gained a second copy of every earlier line each time it observed (and reached the
+    reflector twice as fast). Copied lines are left out; a reply of copies alone is not used."""
+    again = OBSERVED.replace("</observations>",
+                             "* 🟡 (09:10) User asked about brass screws for the beds.\n</observations>")
+    only_copies = OBSERVED.replace("<observations>", "<observations>\n## Previous Observations\n")
+    h = Harness(db_path, [OBSERVED, only_copies, again], observation_tokens=5000)
+    for i in range(3):
+        h.turn(long_text(f"alpha{i}"), long_text(f"beta{i}"))
+    row = load_current(h.store, thread_id="t1")
+    assert row is not None and row.active_observations.count("raised beds") == 1
+    first = row.active_observations
+    for i in range(2):
+        prompt, _ = h.turn(long_text(f"gamma{i}"), long_text(f"delta{i}"))
+    assert len(h.observer.requests) == 2
+    assert "copies lines of its instructions or of the messages it was given" in \
+        prompt.notes["observational-memory"]["observationError"]
+    row = load_current(h.store, thread_id="t1")
+    assert row is not None and row.active_observations == first
+    for i in range(2):
+        h.turn(long_text(f"eps{i}"), long_text(f"zeta{i}"))
+    row = load_current(h.store, thread_id="t1")
+    assert row is not None and len(h.observer.requests) == 3
+    log = row.active_observations
+    assert log.count("User is planning a garden with raised beds") == 1
+    assert log.count("brass screws") == 1 and "Previous Observations" not in log
+
+
+def test_a_preview_while_the_observer_backs_off_says_so_and_promises_no_observation(db_path: Path | str) -> None:
+    """Regression (the Prompt Inspector over a thread whose small-model observer had just failed): the
+    preview of the next turn said "preview: an observation would run now", but the turn, backing off,
+    observes nothing; the back-off and its cause were not among the preview's notes at all."""
+    h = Harness(db_path, ["not observations at all", OBSERVED])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    h.clock._step_ms = 1000  # from here the clock moves a second a reading: the preview is inside the back-off
+    h.turn("What wood should I buy?", "Cedar.")  # the observer's reply is refused: a 30 s back-off
+    assert len(h.observer.requests) == 1
+    prompt = h.memory.assemble(thread_id="t1", resource_id="u1", input=long_text("epsilon"))
+    notes = prompt.notes["observational-memory"]
+    assert "observation" not in notes
+    assert "backing off until" in notes["observationError"] and "observer reply unusable" in notes["observationError"]
+    assert len(h.observer.requests) == 1
+
+
+def test_a_rewrite_that_copies_the_reflectors_request_keeps_only_the_notes(db_path: Path | str) -> None:
+    """Regression (SmolLM2-135M as reflector on llama.cpp, read on the wire): its rewrite ended with the
+    request's own sentence, "Rewrite these notes into a shorter, better organised version. …", which a
+    rewrite small enough to be taken carried into the new generation, the agent's whole memory."""
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    echo = ("Date: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds; soil notes recorded per bed.\n\n"
+            "Rewrite these notes into a shorter, better organised version. It will become the assistant's "
+            "entire memory from now on.\n\n## COMPRESSION NEEDED")
+    h = Harness(db_path, [big, echo])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Summarise my beds.", "Done.")
+    assert prompt.notes["observational-memory"]["reflected"]
+    current = load_current(h.store, thread_id="t1")
+    assert current is not None and current.generation_count == 1
+    assert "User is building 40 garden beds" in current.active_observations
+    assert "Rewrite these notes" not in current.active_observations
+    assert "COMPRESSION" not in current.active_observations
+
+
+def test_stray_tags_of_our_own_in_an_observer_reply_stay_out_of_the_log(db_path: Path | str) -> None:
+    """Regression (a small model as observer, SmolLM2-135M, its replies tried on the parser): a stray
+    closing tag the section reader did not consume (a misspelt ``</observation>``, another section's
+    ``</current-task>``, one at a line's end) stayed in the observation log, the agent's memory, and
+    in every later prompt. Our own tags at a line's edges are dropped; the lines, and a tag inside a
+    line's text, stay."""
+    reply = """<observations>
+Date: Jan 2, 2025
+* 🔴 (09:00) User is planning a garden with raised beds [garden].</observation>
+</observation>
+* 🟡 (09:01) User asked why their web page ends with </observation> in its source.
+</current-task>
+<observations>
+* 🟢 (09:02) User likes the smell of cedar.
+</observations >
+<current-task>
+Primary: choosing materials for raised beds.
+</current-task></current-task>
+</observations>"""
+    h = Harness(db_path, [reply])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("What wood should I buy?", "Cedar.")
+    assert len(h.observer.requests) == 1 and "observationError" not in prompt.notes["observational-memory"]
+    row = load_current(h.store, thread_id="t1")
+    assert row is not None
+    assert row.active_observations == (
+        "Date: Jan 2, 2025\n"
+        "* 🔴 (09:00) User is planning a garden with raised beds [garden].\n"
+        "* 🟡 (09:01) User asked why their web page ends with </observation> in its source.\n\n"
+        "* 🟢 (09:02) User likes the smell of cedar.")
+    assert h.metadata()["mastra"]["om"]["currentTask"] == "Primary: choosing materials for raised beds."
+    system = "\n".join(m["content"] for m in prompt.messages if m["role"] == "system")
+    assert "</current-task></current-task>" not in system and "raised beds [garden].</observation>" not in system
+
+
+def test_a_reflection_that_fails_at_every_level_says_each_reason_once_with_its_levels(db_path: Path | str) -> None:
+    """Regression (SmolLM2-135M as reflector on llama.cpp): every compression level's rewrite ended at
+    the cap, and the reflection error repeated the same cut-off sentence once per level (~1,900
+    characters in the turn's notes, the row's events and the trace). Each reason is said once, with
+    the levels it stopped."""
+    from core.llm import ScriptedReply
+
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    cut = ScriptedReply("<observations>\nDate: Jan 2, 2025\n* 🟡 (09:00) User described garden bed number 0 in",
+                        finish_reason="length")
+    h = Harness(db_path, [big, cut, cut, "no notes here", cut, big], max_output_tokens=300)
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Summarise my beds.", "Done.")
+    assert len(h.observer.requests) == 6  # the observer, then the reflector's levels 0-4
+    error = prompt.notes["observational-memory"]["reflectionError"]
+    cut_off = ("the reflector reply was cut off at observational_memory max_output_tokens (300) (finish reason "
+               "'length'), so its last lines are missing and none of it was used; raise "
+               "observational_memory={'max_output_tokens': ...}")
+    assert error.startswith(
+        f"no usable rewrite (levels 0, 1, 3: {cut_off}; level 2: the reply has no <observations> section and no "
+        "observation lines; level 4: ")
+    assert error.count("was cut off") == 1 and "not smaller" in error, error
+    attempts = prompt.notes["observational-memory"]["reflectionAttempts"]  # each level's own reason stays
+    assert [a["level"] for a in attempts] == [0, 1, 2, 3, 4]
+    assert "the reflector (level 3) reply was cut off" in attempts[3]["problem"] and attempts[4]["tokens"]
+    assert load_current(h.store, thread_id="t1").generation_count == 0  # type: ignore[union-attr]

@@ -124,6 +124,41 @@ def test_without_records_an_observational_turn_still_shows_no_later_observations
         assert "Task number" not in shown or shown.split("Task number")[1][:2] in sent
 
 
+def test_without_records_a_turn_that_reflected_shows_the_generation_it_was_sent(store: Any) -> None:
+    """Regression (the Prompt Inspector over turns of a synchronous observer, their records gone): a turn
+    that observed and then reflected in its own input phase was sent the new generation, but its rebuild
+    took the generation before (the new row is written after the turn's input), so it showed observations
+    the model never saw, with nothing in ``unknowns`` to say so."""
+    calls = {"n": 0}
+
+    def observer(messages: Any, tools: Any) -> str:
+        if "grown too long" in messages[0]["content"]:
+            return "<observations>\nDate: Apr 1, 2026\n* 🔴 (08:00) Condensed garden notes.\n</observations>"
+        calls["n"] += 1
+        return OBSERVATION.format(n=calls["n"])
+
+    memory = Memory(store, MemoryOptions(observational_memory={"message_tokens": 40, "observation_tokens": 20,
+                                                               "buffer_tokens": False}),
+                    clock=FixedClock(T0, step_ms=1000), observer_model=ScriptedModel(observer, name="observer"))
+    model = ScriptedModel([f"Answer {i} about the raised garden beds and compost." for i in range(6)])
+    agent = Agent("gardener", instructions="Garden help.", model=model, memory=memory, tracer=False)
+    inputs, reflected = [], []
+    for i in range(6):
+        result = agent.generate(f"Question {i}: how do I build raised beds with cedar planks?",
+                                memory={"resource": "u", "thread": "g"})
+        inputs.append(next(m.id for m in result.messages if m.role == "user"))
+        reflected.append(bool(result.prompts[0].notes["observational-memory"].get("reflected")))
+    assert any(reflected)
+    with sqlite3.connect(store.location.path) as con:
+        con.execute("DELETE FROM memory_studio_turns")
+    for i, input_id in enumerate(inputs):
+        shown = _observations(memory.assemble(as_of=input_id))
+        sent = "\n".join(m["content"] for m in model.requests[i].messages if m["role"] == "system")
+        assert ("Condensed garden notes" in shown) == ("Condensed garden notes" in sent), i
+        for n in range(1, 7):
+            assert (f"Observation number {n}" in shown) <= (f"Observation number {n}" in sent), (i, n)
+
+
 @pytest.mark.parametrize("rebuild", ["record", "now"])
 def test_rebuild_modes_report_whether_they_match(store: Any, rebuild: str) -> None:
     memory = Memory(store, MemoryOptions(last_messages=3))

@@ -187,6 +187,9 @@ def test_a_turn_record_never_takes_the_key_of_another_threads_message(exported, 
 # -- item 3: the API's rules --------------------------------------------------------------------
 
 
+DEEP_CONTENT = '{"format": 2, "parts": [{"type": "text", "text": "x", "d": ' + "[" * 100_000 + "]" * 100_000 + "}]}"
+
+
 def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
     for row in data["threads"]:
         row["id"] = new if row["id"] == old else row["id"]
@@ -211,6 +214,12 @@ def rename_thread(data: dict[str, Any], old: str, new: str) -> None:
     (lambda d: d["messages"][1].update(content='{"hello": "world"}', type="v1"), "content of an unknown shape"),
     (lambda d: d["messages"][1].update(content='[{"type": "text"', type="v1"), "malformed content JSON"),
     (lambda d: d["messages"][1].update(content="not json at all", type="v2"), "its content is not valid JSON"),
+    # Nested past Python's parser (the file's own JSON is read, the content is JSON text inside it): the line was
+    # "maximum recursion depth exceeded while decoding a JSON array from a unicode string".
+    (lambda d: d["messages"][1].update(content=DEEP_CONTENT, type="v2"),
+     r"messages\[1\] \(id 'g1'\) is refused: its content nests lists or objects too deeply to be read"),
+    (lambda d: d["messages"][1].update(content="[" * 100_000 + "]" * 100_000, type="v1"),
+     r"messages\[1\] \(id 'g1'\) is refused: .*nests lists or objects too deeply to be read"),
     (lambda d: d["messages"][1].update(content='{"format": 2, "parts": [{"text": "no type"}]}'),
      'a part without a string "type"'),
     (lambda d: d["messages"][1].update(content=json.dumps({"format": 2, "parts": [{"type": "text",
@@ -547,3 +556,41 @@ def test_a_refused_request_for_anothers_thread_never_reaches_that_threads_export
     with open_store(fresh) as store:
         report = import_data(store, data)
     assert report.written["threads"] == 1 and report.written["traces"] == len(data["traces"])
+
+
+@pytest.mark.parametrize("change, match", [
+    # A thread of bob's, who has memory in the target: his resource-scoped recall would find its messages.
+    (lambda d: _with_new_thread(d, "t-planted", resource_id="bob", message_id="m-planted"),
+     r"threads\[\d\] \(id 't-planted'\) belongs to resource 'bob', but the file is the export of resource 'ada'"),
+    # A new resource beside the file's own: a user the target does not know yet.
+    (lambda d: _with_new_thread(d, "t-eve", resource_id="eve"),
+     r"threads\[\d\] \(id 't-eve'\) belongs to resource 'eve', but the file is the export of resource 'ada'"),
+    # Bob's resource row (his working memory, his metadata) riding along with ada's.
+    (lambda d: {**d, "resources": [*d["resources"], {**d["resources"][0], "id": "bob", "workingMemory": "# Bob\n"}]},
+     r"resources\[1\] belongs to resource 'bob', but the file is the export of resource 'ada'"),
+    # The scope rewritten to name another user than the rows are about.
+    (lambda d: {**d, "scope": {"kind": "resource", "id": "bob"}},
+     r"resources\[0\] belongs to resource 'ada', but the file is the export of resource 'bob'"),
+    (lambda d: {**d, "scope": {"kind": "thread", "id": "t-nowhere"}},
+     r"the export of thread 't-nowhere', which it does not hold"),
+    # No scope at all: the rows still belong to one resource.
+    (lambda d: _with_new_thread({k: v for k, v in d.items() if k != "scope"}, "t-planted", resource_id="bob"),
+     r"belongs to resource 'bob', but the file is about resource 'ada'"),
+])
+def test_a_file_never_writes_into_a_resource_other_than_the_one_it_exports(exported, target, tmp_path, change, match):
+    """A file that says it is the export of resource ada (the Studio's confirmation reads "Import resource
+    ada from …") carried a thread of bob's: it was imported into bob's memory, where his resource-scoped recall
+    found its messages, and the report named no resource. An export is one resource's memory; a file naming
+    another is refused, naming the row (import, overwrite, preview and the command line); nothing is written."""
+    data = change(exported)
+    refused(target, data, match)
+    refused(target, data, match, overwrite=True)
+    with open_store(target, read_only=True) as store, pytest.raises(ExportFormatError, match=match):
+        preview_import(store, data)
+    path = tmp_path / "two-resources.json"
+    path.write_text(json.dumps(data))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["import", "--db", str(target), str(path)], out=out, err=err) == 1
+    assert "Nothing was imported; export each resource to a file of its own" in err.getvalue() \
+        or "which it does not hold" in err.getvalue()
+

@@ -131,6 +131,21 @@ def test_optional_null_from_tool_does_not_delete(schema_memory):
     assert m.get_working_memory(resource_id="u") == {"prefs": {"food": "rice", "color": "blue"}, "tags": ["c"]}
 
 
+def test_the_schema_tool_never_tells_the_model_that_null_deletes(schema_memory):
+    """Mastra #14424: the tool description promised null-deletes that the tool (which drops a null for a
+    field the schema does not require, #20992) never makes, so a model "deleted" a field and believed it."""
+    m = schema_memory
+    description = m.working_memory_tool()["function"]["description"]
+    m.update_working_memory(resource_id="u", working_memory={"name": "Ada", "city": "Oslo"})
+    assert m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": {"city": None}}).success
+    assert m.get_working_memory(resource_id="u") == {"name": "Ada", "city": "Oslo"}  # what the tool does
+    lowered = description.lower()
+    assert "null to delete" not in lowered and "null deletes" not in lowered
+    assert "null never deletes" in lowered and "empty string" in lowered  # what it says instead
+    assert m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": {"city": ""}}).success
+    assert m.get_working_memory(resource_id="u") == {"name": "Ada", "city": ""}  # and that advice works
+
+
 @pytest.mark.parametrize("raw", ['{"memory": {"score": NaN, "name": "Bo"}}', '{"memory": {"score": Infinity}}',
                                  '{"score": 1e400}', '{"memory": {"extra": {"x": -Infinity}}}'])
 def test_non_json_numbers_from_a_model_are_refused(store, raw):
@@ -206,6 +221,89 @@ def test_markdown_template_guard(md_memory):
     assert m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": "# User\n- Name: Bo\n"}).success
     assert m.get_working_memory(resource_id="u") == "# User\n- Name: Bo\n"
     assert not m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": {"x": 1}}).success
+
+
+@pytest.mark.parametrize("blank", ["", "   \n\n", "\t"])
+def test_a_blank_memory_from_the_model_does_not_erase_the_stored_one(md_memory, blank):
+    """Regression (a small model's update calls, SmolLM2-135M): ``{"memory": ""}`` replaced the stored
+    memory with nothing and the model was told "Working memory updated."; the empty-template guard
+    caught only the template. A blank memory is refused like the template, in a turn (staged) too."""
+    from core import Agent
+    from core.llm import ScriptedModel, ScriptedReply, tool_call
+
+    m = md_memory
+    stored = "# User\n- Name: Ada\n- City: Lisbon\n"
+    m.update_working_memory(resource_id="u", working_memory=stored)
+    result = m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": blank})
+    assert not result.success and "erase" in result.message and "Nothing changed" in result.message
+    assert m.get_working_memory(resource_id="u") == stored
+
+    model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {"memory": blank}),)), "Noted."])
+    agent = Agent("a", instructions="Help.", model=model, memory=m, tracer=False)
+    reply = agent.generate("hi", memory={"resource": "u", "thread": "t"})
+    assert reply.text == "Noted."
+    told = next(msg for msg in model.requests[-1].messages if msg["role"] == "tool")
+    assert "erase" in told["content"]
+    assert m.get_working_memory(resource_id="u") == stored
+    # With nothing stored yet there is nothing to erase: a blank memory is written as before.
+    assert m.apply_working_memory_tool(thread_id=None, resource_id="v", args={"memory": blank}).success
+
+
+@pytest.mark.parametrize("tag", ["working_memory", "working_memory_data"])
+def test_our_own_tags_echoed_around_the_models_memory_are_not_stored(md_memory, schema_memory, tag):
+    """Regression (a small model's update calls, SmolLM2-135M): a Markdown memory the model wrapped in
+    ``<working_memory>…</working_memory>`` (our prompt's tags, echoed back) was stored with them, so
+    the next prompt showed the tags nested inside its own ``<working_memory_data>``; in schema mode the
+    same wrapping around JSON text was refused as "not valid JSON". One enclosing pair is dropped;
+    text that only mentions a tag, or a nested pair, stays as written."""
+    from core import Agent
+    from core.llm import ScriptedModel, ScriptedReply, tool_call
+
+    m = md_memory
+    m.update_working_memory(resource_id="u", working_memory="# User\n- Name: Bo\n")
+    wrapped = f"<{tag}>\n# User\n- Name: Ada\n- City: Lisbon\n</{tag}>\n"
+    assert m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": wrapped}).success
+    assert m.get_working_memory(resource_id="u") == "# User\n- Name: Ada\n- City: Lisbon"
+    # In a turn (the update is staged and written with the turn's messages), and in the next prompt.
+    model = ScriptedModel([ScriptedReply(tool_calls=(tool_call("updateWorkingMemory", {
+        "memory": f"<{tag}># User\n- Name: Cy\n</{tag}>"}),)), "Noted.", "Hello."])
+    agent = Agent("a", instructions="Help.", model=model, memory=m, tracer=False)
+    agent.generate("I am Cy.", memory={"resource": "u", "thread": "t"})
+    assert m.get_working_memory(resource_id="u") == "# User\n- Name: Cy"
+    agent.generate("hi", memory={"resource": "u", "thread": "t"})
+    system = "\n".join(msg["content"] for msg in model.requests[-1].messages if msg["role"] == "system")
+    assert "<working_memory_data>\n# User\n- Name: Cy\n</working_memory_data>" in system
+    assert system.count(f"<{tag}>") == (1 if tag == "working_memory_data" else 0)
+
+    # Only one enclosing pair goes; a memory that merely mentions the tag, or holds two elements, stays.
+    kept = [
+        "# User\n- Asked what <working_memory> means\n",
+        f"<{tag}>a</{tag}>\n<{tag}>b</{tag}>",
+        f"<{tag}>unclosed\n# User",
+        f"Notes:\n<{tag}>x</{tag}>",
+    ]
+    for text in kept:
+        assert m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": text}).success
+        assert m.get_working_memory(resource_id="u") == text
+    nested = f"<{tag}><{tag}>x</{tag}></{tag}>"
+    assert m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": nested}).success
+    assert m.get_working_memory(resource_id="u") == f"<{tag}>x</{tag}>"
+    # An empty pair is an empty memory: refused, the stored one kept.
+    result = m.apply_working_memory_tool(thread_id=None, resource_id="u", args={"memory": f"<{tag}>\n</{tag}>"})
+    assert not result.success and "erase" in result.message
+    assert m.get_working_memory(resource_id="u") == f"<{tag}>x</{tag}>"
+
+    # Schema mode: JSON text wrapped in the tags is the JSON inside, merged as usual.
+    s = schema_memory
+    s.update_working_memory(resource_id="s", working_memory={"city": "Porto"})
+    result = s.apply_working_memory_tool(thread_id=None, resource_id="s",
+                                         args={"memory": f"<{tag}>{{\"name\": \"Ada\"}}</{tag}>"})
+    assert result.success, result.message
+    assert s.get_working_memory(resource_id="s") == {"city": "Porto", "name": "Ada"}
+    # A tag inside a field's value is the user's data, kept.
+    assert s.apply_working_memory_tool(thread_id=None, resource_id="s",
+                                       args={"memory": {"tone": f"<{tag}>calm</{tag}>"}}).success
+    assert s.get_working_memory(resource_id="s")["tone"] == f"<{tag}>calm</{tag}>"
 
 
 def test_concurrent_updates_never_corrupt(md_memory):

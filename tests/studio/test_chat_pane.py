@@ -109,6 +109,8 @@ def test_a_new_thread_with_the_offline_model_streams_and_saves(qtbot, pane, sess
     assert "".join(p for p, _ in pieces) == outcome.text
     assert [shown for _, shown in pieces] == ["".join(p for p, _ in pieces[: i + 1]) for i in range(len(pieces))]
     assert "Offline scripted reply" in outcome.text and "Plan a picnic" in outcome.text
+    # The size the reply names is the prompt's tokens the footer shows (the model's usage), tools included.
+    assert f"about {outcome.prompt_tokens:,} tokens" in outcome.text
     # Saved in a new thread of resource zoe, named after the message; the session heard of the write.
     req = outcome.request
     assert req.new_thread and started == [Selection("zoe", req.thread_id)]
@@ -449,3 +451,21 @@ def test_another_threads_recorded_settings_never_apply_here(qtbot, pane, session
     run = pane.run()
     assert (run is None or (run.registered and run.input_id == "")) and "on this thread" not in pane.settings_label.text()
     assert pane._settings()["model_settings"] == (run.sampling() if run is not None else {})
+
+
+def test_a_delegations_thread_says_why_chat_runs_no_turn_there(qtbot, pane, session):
+    # The thread tree shows "ada → helper (delegation)": a sub-agent's memory of Ada's turns, where the engine
+    # runs no turn an application starts. The pane says so, in the Studio's words, before anything is sent.
+    from core.scopes import delegation_resource
+
+    helper = delegation_resource("ada", "helper")
+    Memory(session.store).create_thread(thread_id="helper-1", resource_id=helper, title="")
+    select(qtbot, pane, Selection(helper, "helper-1"))
+    pane.thread_radio.setChecked(True)
+    said = pane.request("hello")
+    assert isinstance(said, str) and "ada" in said and "helper" in said and "delegation" in said
+    assert "Agent.generate" not in said and "ada's own threads" in said
+    pane.new_radio.setChecked(True)
+    pane.resource_edit.setText(helper)
+    said = pane.request("hello")
+    assert isinstance(said, str) and "ada's own threads" in said

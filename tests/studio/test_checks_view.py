@@ -47,20 +47,31 @@ def _ran(qtbot: Any, pane: Any, what_if: bool = False) -> Any:
     return pane.run_data
 
 
-def test_checks_tab_lists_states_and_what_if_breaks(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+def _run_checks(qtbot: Any, make_window: Any, tmp_path: Path, checks: list[Check], width: int | None = None
+                ) -> tuple[Any, Any]:
+    """A window on the seeded database (``width`` px wide, if given) whose Checks tab ran ``checks`` from a
+    checks file: (the window, the pane)."""
     db = tmp_path / "memory.db"
     seed(db)
     checks_file = tmp_path / "repo" / "checks.json"
-    save_checks(checks_file, [
+    save_checks(checks_file, checks)
+    window = _open(qtbot, make_window, db)
+    if width is not None:
+        window.resize(width, 800)
+    pane = window.panes["checks"]
+    window.show_tab("checks")
+    pane.set_path(checks_file, run=True)
+    _ran(qtbot, pane)
+    return window, pane
+
+
+def test_checks_tab_lists_states_and_what_if_breaks(qtbot: Any, make_window: Any, tmp_path: Path) -> None:
+    window, pane = _run_checks(qtbot, make_window, tmp_path, [
         Check("allergy reaches dessert", "food", resource="ada", input=DESSERT, prompt_contains=("peanut",)),
         Check("never a pirate", "food", turn=1, prompt_excludes=("pirate",)),
         Check("no such turn", "food", turn=7, prompt_contains=("x",)),
     ])
-    window = _open(qtbot, make_window, db)
-    pane = window.panes["checks"]
-    window.show_tab("checks")
-    pane.set_path(checks_file, run=True)
-    run = _ran(qtbot, pane)
+    run = pane.run_data
     states = [r.state for r in pane.model.rows()]
     assert states == ["pass", "pass", "error"]
     assert "1 could not run" in pane.summary.text() and "2 passed" in pane.summary.text()
@@ -325,3 +336,57 @@ def test_the_pin_dialog_shows_the_turn_input_beside_its_title_without_a_gap(qtbo
     lines = label.heightForWidth(label.width())
     assert label.height() <= lines + 4  # no empty band around the text
     assert label.alignment() & Qt.AlignmentFlag.AlignTop
+
+
+def test_at_a_1100_px_window_the_checks_table_shows_why_a_check_would_break(qtbot: Any, make_window: Any,
+                                                                           tmp_path: Path) -> None:
+    """The table's columns had fixed widths (200, 260, 220, 260 px and the rest): at a 1,100 px window they
+    ran ~250 px past the pane, and What must hold and Why not, what a breaking check is about, were out of
+    sight. They are fitted to the pane now; a cut cell ends in "…", whole on hover."""
+    from PySide6.QtCore import Qt
+
+    window, pane = _run_checks(qtbot, make_window, tmp_path, [
+        Check("allergy reaches dessert", "food", resource="ada", input=DESSERT, prompt_contains=("peanut",)),
+        Check("never a pirate", "food", turn=1, prompt_excludes=("pirate",)),
+    ], width=1100)
+    pane.options_edit.setText('{"semantic_recall": false}')
+    pane.what_if_btn.click()
+    _ran(qtbot, pane, what_if=True)
+    qtbot.wait(50)  # (laid out)
+    table = pane.table
+    assert table.horizontalHeader().length() <= table.viewport().width()
+    assert table.horizontalScrollBar().maximum() == 0
+    last = pane.model.columnCount() - 1
+    assert table.columnWidth(last) >= 80 and table.columnViewportPosition(last) + 80 <= table.viewport().width()
+    why = pane.model.index(0, last)
+    assert why.data() and why.data(Qt.ItemDataRole.ToolTipRole) == why.data()
+    state = pane.model.index(0, 0).data()
+    assert table.columnWidth(0) >= table.fontMetrics().horizontalAdvance(state)  # (the state whole)
+
+
+def test_the_detail_caption_says_what_the_detail_holds_for_the_selected_checks_state(qtbot: Any, make_window: Any,
+                                                                                   tmp_path: Path) -> None:
+    """The caption above the detail read "The selected check: what did not hold, with the relevant part of the
+    prompt" for every check, a passing one too (checks-view.png: a pass selected). It says what the detail
+    holds for the selected check's state: it held, it did not, it could not run, the what-if would break it."""
+    window, pane = _run_checks(qtbot, make_window, tmp_path, [
+        Check("allergy reaches dessert", "food", resource="ada", input=DESSERT, prompt_contains=("peanut",)),
+        Check("a pirate", "food", turn=1, prompt_contains=("pirate",)),
+        Check("no such turn", "food", turn=7, prompt_contains=("x",)),
+    ])
+    assert [r.state for r in pane.model.rows()] == ["pass", "fail", "error"]
+    captions = []
+    for row in range(3):
+        pane.table.selectRow(row)
+        captions.append(pane.detail_caption.text())
+    held, failed, error = captions
+    assert "did not hold" not in held and "held" in held
+    assert "what did not hold" in failed and "relevant part of the prompt" in failed
+    assert "could not run" in error and "did not hold" not in error
+
+    pane.options_edit.setText('{"semantic_recall": false}')
+    pane.what_if_btn.click()
+    _ran(qtbot, pane, what_if=True)
+    assert pane.model.rows()[0].breaks
+    pane.table.selectRow(0)
+    assert "would break" in pane.detail_caption.text()

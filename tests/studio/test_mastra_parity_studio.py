@@ -166,6 +166,9 @@ def test_the_inspector_note_and_the_replay_activity_line() -> None:
     note = prompt_buffer_note(notes)
     assert note is not None and "2 observation chunk(s) buffered" in note and "would be activated" in note
     assert prompt_buffer_note({"observational-memory": {"buffering": False}}) is None
+    # Synchronous observation, the observer backing off: the inspector says why nothing is observed.
+    failing = {"observational-memory": {"buffering": False, "observationError": "the observer failed (x); backing off"}}
+    assert prompt_buffer_note(failing) == "Observational memory: the observer failed (x); backing off."
 
 
 def test_replay_says_what_buffering_did_at_each_turn(demo_db: Path) -> None:

@@ -295,3 +295,35 @@ def test_forget_never_deletes_from_another_database(qtbot: Any, make_window: Any
                                 for d in window.presenter.open), timeout=5_000)
     with open_store(copy, read_only=True) as store:
         assert [t.id for t in store.memory.list_threads(resource_id="ada")] != []
+
+
+def test_the_forget_dialog_shows_a_resource_id_and_a_path_as_written_never_as_markup(
+        qtbot: Any, no_leaked_widgets: None, tmp_path: Path) -> None:
+    """The headline is rich text (the id in bold): a resource id, a delegation's id or a folder name holding
+    markup was drawn as markup (an image read from the disk, a link), and "a<b" lost its end."""
+    from core import Message
+    from core.edits.forget import forget_resource
+
+    folder = tmp_path / "<i>shared"
+    folder.mkdir()
+    db = folder / "m.db"
+    rid = '<img src="file:///etc/hostname">ada&amp;<b'
+    with open_store(db) as store:
+        Memory(store).save_messages([Message.user("hi", thread_id="t1", resource_id=rid)])
+        preview = forget_resource(store, rid, dry_run=True)
+    dialog = ForgetDialog(preview, str(db))
+    qtbot.addWidget(dialog)
+    shown = dialog.headline.text()
+    assert "<img" not in shown and "<i>" not in shown and "&amp;amp;" in shown  # escaped: drawn as written
+    from PySide6.QtGui import QTextDocument
+
+    doc = QTextDocument()
+    doc.setHtml(shown)
+    assert f"Forget resource {rid} in {db}:" in doc.toPlainText()  # what the user reads: the id and path whole
+    with open_store(db) as store:
+        dialog.show_done(forget_resource(store, rid))
+    assert "<img" not in dialog.headline.text()
+    doc.setHtml(dialog.headline.text())
+    assert doc.toPlainText().startswith(f"Forgot resource {rid}: removed")
+    dialog.show_failed(f"Could not forget {rid}")
+    assert dialog.detail.textFormat() == Qt.TextFormat.PlainText

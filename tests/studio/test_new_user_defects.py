@@ -278,3 +278,32 @@ def test_one_date_format_with_the_relative_form_on_hover(qtbot: Any, make_window
     thread = proxy.index(0, 2, resource)
     assert stamp.match(thread.data()) and stamp.match(proxy.index(0, 2).data())
     assert "ago · " in proxy.index(0, 0, resource).data(Qt.ItemDataRole.ToolTipRole)
+
+
+# -- the status bar ----------------------------------------------------------------------------------
+
+def test_a_long_status_message_ends_in_an_ellipsis_with_the_whole_text_on_hover(
+        qtbot: Any, make_window: Any, small_db: Path) -> None:
+    """The first launch's summary ends with what to do ("… run `memory-studio models install`, then …"):
+    it was cut at the path's edge with no mark, the command lost, and nothing showed the rest."""
+    from PySide6.QtCore import Qt
+
+    from core.demo import DemoReport
+
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.resize(1000, 700)
+    label = ("hashing (model not installed: run `memory-studio models install`, "
+             "then `memory-studio reindex --model use`)")
+    text = "Created " + DemoReport(["ada", "li-wei", "sam"], ["t"] * 7, 17, label).summary()
+    window.show_status(text)
+    qtbot.waitUntil(lambda: window.status_text.width() < window.status_text.fontMetrics().horizontalAdvance(text),
+                    timeout=WAIT)
+    status, path = window.status_text, window.path_label
+    assert status.geometry().right() < path.geometry().left()  # the path is whole beside it
+    assert status.toolTip() == text  # the whole message on hover
+    assert status.elided()  # drawn cut with "…", not at the edge
+    # A status names data (a thread id, a file): it is shown as written, never as markup.
+    window.show_status("Deleted thread <b>t-1</b> and its 3 message(s).")
+    assert status.textFormat() == Qt.TextFormat.PlainText

@@ -205,3 +205,37 @@ def test_a_log_of_thousands_of_observations_is_shown_in_slices_and_its_lines_mad
     shown = pane.log_view.toPlainText()
     rows = [ln for ln in shown.splitlines() if "observation " in ln]
     assert len(rows) == 5000 and last in rows[-1]  # one paragraph each: no slice joined the one before
+
+
+def test_at_a_1100_px_window_the_generations_and_buffer_tables_fit_with_their_dates_whole(
+        no_leaked_widgets, qtbot, make_session, demo_db):
+    """The pane's width in a 1,100 px window (~700 px): the generations table (~300 px) had Updated and
+    Tokens behind a sideways scroll bar, the buffered chunks their Tokens and Observations, and the
+    activity's times were cut ("2026-09-14 19:30…"). Each table fits now, its dates whole: Updated and
+    Covers give way first (Created's and Until's tooltips say them), the rest ends in "…"."""
+    from PySide6.QtCore import Qt
+
+    pane = open_pane(qtbot, make_session, demo_db)
+    pane.resize(690, 700)
+    panel = pane.buffer_panel
+    qtbot.waitUntil(lambda: panel.chunk_model.rowCount() > 0 and panel.event_model.rowCount() > 0, timeout=WAIT)
+    for index in (0, 1):
+        panel.tabs.setCurrentIndex(index)
+        qtbot.wait(50)  # (laid out)
+        for table in (pane.gen_table, panel.chunk_table, panel.event_table):
+            if not table.isVisible():
+                continue
+            header = table.horizontalHeader()
+            assert header.length() <= table.viewport().width(), (header.length(), table.viewport().width())
+            assert table.horizontalScrollBar().maximum() == 0
+            model, metrics = table.model(), table.fontMetrics()
+            titles = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(model.columnCount())]
+            for title in ("Created", "Until", "When", "Tokens"):
+                if title in titles:
+                    column = titles.index(title)
+                    text = model.index(0, column).data()
+                    assert not table.isColumnHidden(column)
+                    assert table.columnWidth(column) >= metrics.horizontalAdvance(text), (title, text)
+    gen_titles = [pane.gen_model.headerData(c, Qt.Orientation.Horizontal) for c in range(pane.gen_model.columnCount())]
+    if pane.gen_table.isColumnHidden(gen_titles.index("Updated")):
+        assert "updated" in pane.gen_model.index(0, gen_titles.index("Created")).data(Qt.ItemDataRole.ToolTipRole)

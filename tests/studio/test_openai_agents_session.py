@@ -374,6 +374,36 @@ def test_another_resources_thread_is_refused_before_anything_is_written(memory: 
     assert [m.text for m in memory.recall(thread_id="private", resource_id="ada", per_page=False)] == ["my secret"]
 
 
+def test_a_thread_another_run_makes_between_the_look_and_the_create_is_taken_not_an_error(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two runs of one session side by side (``asyncio.gather``): both look for the thread, find none, and
+    # make it; the second found "already exists" and its items were lost. The other run's create is made
+    # here, for real, in that window.
+    look = memory.get_thread
+    made: list[bool] = []
+
+    def look_then_another_run_makes_it(thread_id: str) -> Any:
+        found = look(thread_id)
+        if thread_id == "trip" and not made:
+            made.append(True)
+            memory.create_thread(resource_id="ada", thread_id="trip", metadata={"framework": "openai-agents"})
+        return found
+
+    monkeypatch.setattr(memory, "get_thread", look_then_another_run_makes_it)
+    session = MemorySession("trip", memory=memory, resource_id="ada")
+    asyncio.run(session.add_items([{"role": "user", "content": "Book the ferry."}]))
+    assert made and [m.text for m in memory.recall(thread_id="trip", resource_id="ada", per_page=False)] == [
+        "Book the ferry."]
+    # Made by another resource in that window: still refused, nothing written (the save checks the owner).
+    made.clear()
+    monkeypatch.setattr(memory, "get_thread", lambda thread_id: None if thread_id == "taken" else look(thread_id))
+    memory.create_thread(resource_id="mallory", thread_id="taken")
+    with pytest.raises(ThreadOwnershipError):
+        asyncio.run(MemorySession("taken", memory=memory, resource_id="ada").add_items(
+            [{"role": "user", "content": "hello"}]))
+    assert memory.recall(thread_id="taken", resource_id="mallory", per_page=False).messages == []
+
+
 def _user(memory: Memory, thread: str, text: str) -> Any:
     from core.messages import Message
 

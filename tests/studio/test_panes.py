@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 
 from core import Message, open_store
 from studio.models.messages_model import MessageRoles
+from studio.models.resource_tree import TreeRoles
 from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
 from studio.selection import Selection
@@ -582,3 +583,124 @@ def test_a_tree_of_thousands_of_threads_is_not_sorted_on_the_ui_thread(
     assert pane.current_selection() == Selection("many", "t0700")
     assert pane.tree.currentIndex().data() == "Thread 700"
     assert asked == []  # nothing sorted the rows by asking the model, row by row
+
+
+def test_a_delegations_resource_is_labelled_as_one_not_shown_as_another_user(qtbot: Any, make_session: Any,
+                                                                            small_db: Path, tmp_path: Path) -> None:
+    """A sub-agent's delegations run on ``delegation:<resource>:<agent>``: the tree showed
+    "delegation:ada:helper" as one more resource beside "ada", with nothing saying what it was. It reads
+    "ada → helper (delegation)", its tooltip says what it holds, and the filter finds it by either name."""
+    from core import Memory
+    from core.agent import Agent
+    from core.llm import ScriptedModel, ScriptedReply, tool_call
+    from core.scopes import delegation_resource
+
+    def boss_model(messages: Any, tools: Any) -> Any:
+        if messages[-1].get("role") == "user":
+            return ScriptedReply(tool_calls=(tool_call("agent-helper", {"prompt": "plan the party"}),))
+        return "Helper is on it."
+
+    writer = open_store(small_db)
+    helper = Agent("helper", instructions="Help.", model=ScriptedModel(["Cake at four."]), tracer=False)
+    boss = Agent("boss", instructions="Delegate.", model=ScriptedModel(boss_model), memory=Memory(writer),
+                 agents=[helper], tracer=False, register=False)
+    boss.generate("help with the party", memory={"resource": "ada", "thread": "t-party"})
+    writer.close()
+    delegated = delegation_resource("ada", "helper")
+    pane = _resources(qtbot, make_session(small_db))
+    qtbot.waitUntil(lambda: any(r[0] == delegated for r in pane.thread_rows()), timeout=10_000)
+    rows = {pane.proxy.index(r, 0).data(TreeRoles.RESOURCE_ID): pane.proxy.index(r, 0)
+            for r in range(pane.proxy.rowCount())}
+    assert set(rows) == {"ada", "li", delegated}  # (the data is as stored: its own resource)
+    assert rows[delegated].data() == "ada → helper (delegation)" and rows["ada"].data() == "ada"
+    tip = rows[delegated].data(Qt.ItemDataRole.ToolTipRole)
+    assert f"Resource {delegated}" in tip and "sub-agent 'helper'" in tip and "Forgetting ada" in tip
+    pane.tree.expandAll()
+    pane.grab().save(str(tmp_path / "tree-delegation.png"))  # (looked at when this was written)
+    for text in ("helper", "delegation", "ada →"):
+        pane.filter.setText(text)
+        qtbot.waitUntil(lambda: any(r[0] == delegated for r in pane.thread_rows()), timeout=10_000)
+    pane.filter.setText("li")  # (li's threads only: ada's delegation is not li's)
+    qtbot.waitUntil(lambda: all(r[0] == "li" for r in pane.thread_rows()), timeout=10_000)
+
+
+def test_a_resource_named_like_a_delegations_label_does_not_look_like_the_delegation(qtbot: Any, make_session: Any,
+                                                                                    tmp_path: Path) -> None:
+    """A resource id can be any text: one spelled "alice → helper (delegation)" had the very label of Alice's
+    delegation ``delegation:alice:helper`` in the tree, in the same bold, and only the tooltip told them
+    apart. A delegation is drawn in italics (not bold), which no id can produce: the two rows differ on
+    screen."""
+    from core import Memory
+    from core.scopes import delegation_resource
+
+    delegated, lookalike = delegation_resource("alice", "helper"), "alice → helper (delegation)"
+    db = tmp_path / "lookalike.db"
+    store = open_store(db)
+    memory = Memory(store)
+    for resource, thread in ((delegated, "t-delegated"), (lookalike, "t-lookalike"), ("alice", "t-alice")):
+        memory.create_thread(resource_id=resource, thread_id=thread, title="Plan")
+    store.close()
+    pane = _resources(qtbot, make_session(db))
+    rows = {pane.proxy.index(r, 0).data(TreeRoles.RESOURCE_ID): pane.proxy.index(r, 0)
+            for r in range(pane.proxy.rowCount())}
+    assert set(rows) == {delegated, lookalike, "alice"}
+    assert rows[delegated].data() == rows[lookalike].data() == lookalike  # the same words
+    fonts = {rid: index.data(Qt.ItemDataRole.FontRole) for rid, index in rows.items()}
+    assert fonts[delegated].italic() and not fonts[delegated].bold()
+    assert fonts[lookalike].bold() and not fonts[lookalike].italic() and fonts["alice"] == fonts[lookalike]
+    pane.tree.selectionModel().clearSelection()
+    pane.tree.setCurrentIndex(pane.proxy.index(0, 0, rows["alice"]))  # (neither row current nor selected)
+    pane.tree.collapseAll()
+    qtbot.wait(50)
+    shot = pane.tree.viewport().grab().toImage()
+
+    def cell(rid: str) -> Any:
+        return shot.copy(pane.tree.visualRect(rows[rid]))
+
+    assert cell(delegated) != cell(lookalike)  # what is on screen, not only the font asked for
+
+
+def test_search_results_fit_the_pane_and_cut_a_long_line_with_an_ellipsis(qtbot: Any, make_session: Any,
+                                                                          small_db: Path) -> None:
+    """The search results were as wide as their longest line: the list scrolled sideways and a long snippet
+    was cut at the pane's edge with no "…" (search.png). Each row is the list's width now, a line longer
+    than that ends in "…", and the row's tooltip has its text whole, as plain text."""
+    from PySide6.QtGui import Qt as GuiQt  # (mightBeRichText is QtGui's)
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    writer = open_store(small_db)
+    long_text = ("Reminder for <b>the cook</b>: peanuts are out, and so are sesame, cashews, pine nuts and every "
+                 "sauce made with them, at home, at the party and at every restaurant we book this year.")
+    writer.memory.save_messages([Message.user(long_text, thread_id="t-party", resource_id="ada", created_at=at(9))])
+    writer.close()
+    pane = _resources(qtbot, make_session(small_db))
+    pane.resize(320, 500)
+    pane.filter.setText("peanuts")
+    pane.search()
+    qtbot.waitUntil(lambda: pane.results.rowCount() == 2, timeout=10_000)
+    view = pane.results_view
+    row = next(i for i in range(2) if "sesame" in pane.results.index(i).data())
+    index = pane.results.index(row)
+    qtbot.waitUntil(lambda: view.visualRect(index).isValid(), timeout=5_000)  # (laid out)
+    qtbot.wait(50)
+    width = view.viewport().width()
+    rect = view.visualRect(index)
+    assert view.horizontalScrollBar().maximum() == 0, (view.horizontalScrollBar().maximum(), rect, width)
+    assert rect.left() >= 0 and rect.right() < width
+    # No row asks for more than the list's width (the list is as wide as its rows' widest hint: with a
+    # long snippet first it scrolled sideways, search.png).
+    assert all(view.sizeHintForIndex(pane.results.index(i)).width() <= width for i in range(2))
+    option = QStyleOptionViewItem()
+    option.initFrom(view)
+    option.rect = rect
+    option.widget = view
+    lines = pane.results_delegate.shown_lines(option, index)
+    title, text = index.data().split("\n")
+    assert len(lines) == 2 and lines[1].endswith("…") and lines[1] != text
+    assert all(view.fontMetrics().horizontalAdvance(line) <= rect.width() for line in lines)
+    tip = index.data(Qt.ItemDataRole.ToolTipRole)
+    assert tip.startswith(f"{title}\n{text}\n")  # the row's lines whole
+    assert not GuiQt.mightBeRichText(tip)  # shown as written (its "<b>" not as markup)
+    pane.resize(900, 500)  # wider: the rows follow, the short one whole
+    qtbot.waitUntil(lambda: view.visualRect(index).width() > rect.width(), timeout=5_000)
+    assert view.horizontalScrollBar().maximum() == 0

@@ -363,3 +363,41 @@ def test_in_a_narrow_pane_the_instructions_show_their_start_and_a_change_says_mo
         assert label.toolTip() == label.text() and getattr(label, "elided", lambda: False)()  # cut with "…"
     finally:
         s.close()
+
+
+def test_the_recalled_messages_table_fits_beside_the_request_panel(qtbot, no_leaked_widgets, tmp_path):
+    """Under a semantic-recall fragment the table of its recalled messages (Message, Found as, Score, Vector,
+    Keyword, Thread, Role) ran past its edge at a 1,440 px window (~530 px): Thread and Role were behind a
+    sideways scroll bar (docs/screenshots/prompt-inspector-recall.png). It is fitted now; "Found as" gives
+    way first, ending in "…", whole on hover."""
+    from PySide6.QtWidgets import QApplication
+
+    from studio.logic.recall_detail import RecalledRow
+
+    store = open_store(tmp_path / "memory.db")
+    s = StudioSession(store)
+    try:
+        pane = PromptInspectorPane(s)
+        qtbot.addWidget(pane)
+        pane.resize(1040, 800)  # (the pane in a 1,440 px window)
+        pane.show()
+        qtbot.waitExposed(pane)
+        hit = "01a24540-1850-7b5e-a4e9-4a082d46ecda"
+        rows = [RecalledRow(hit, "liwei-lisbon", "user", True, hit, 0.621, 0.842, 8.607, None, "hybrid"),
+                RecalledRow("01a24540-1882-789f-b6f3-f52f1a2229b1", "liwei-lisbon", "assistant", False, hit, None,
+                            None, None, 0.621, "hybrid")]
+        pane.recalled_model.set_rows(rows)
+        pane.recalled_table.show()
+        QApplication.processEvents()
+        table = pane.recalled_table
+        assert table.isVisible() and table.viewport().width() < 600
+        assert table.horizontalHeader().length() <= table.viewport().width()
+        assert table.horizontalScrollBar().maximum() == 0
+        model, metrics = table.model(), table.fontMetrics()
+        for column in range(model.columnCount()):
+            assert not table.isColumnHidden(column)
+            text = model.index(1, column).data() or ""
+            if metrics.horizontalAdvance(text) > table.columnWidth(column) - 8:  # cut: said on hover
+                assert model.index(1, column).data(3), (text, column)
+    finally:
+        s.close()

@@ -468,26 +468,76 @@ def test_other_threads_are_in_the_thread_list(qtbot: Any, pane: ReplayPane) -> N
 
 def test_new_turns_written_by_an_agent_appear_and_the_view_stays(qtbot: Any, pane: ReplayPane, db: Path,
                                                                  session: StudioSession) -> None:
+    open_thread(qtbot, pane)
+    pane.go_to(5)
+    wait_step(qtbot, pane, 5)
+    another_agent_turn(db)
+    session.notify_local_write()
+    qtbot.waitUntil(lambda: pane.source is not None and len(pane.source.turns) == len(TURNS) + 1, timeout=20_000)
+    wait_step(qtbot, pane, 5)
+    assert pane.slider.maximum() == len(TURNS)
+    assert pane.step.turn.input_text == TURNS[5]
+
+
+def another_agent_turn(db: Path) -> None:
+    """One more turn of the open thread, written through another connection, as an agent process would."""
     from core import Agent
     from core.llm.scripted import ScriptedModel
 
     from .replay_data import reply
 
-    open_thread(qtbot, pane)
-    pane.go_to(5)
-    wait_step(qtbot, pane, 5)
-    store = open_store(db)  # another writer, as an agent process would be
+    store = open_store(db)
     memory = Memory(store, MemoryOptions(last_messages=4, working_memory={"enabled": True, "scope": "thread"}),
                     name="travel")
     Agent("travel-agent", instructions="You plan trips. Be brief.", model=ScriptedModel(reply), memory=memory,
           tracer=False).generate(
         "One more question about trams.", memory={"resource": RESOURCE, "thread": THREAD})
     store.close()
-    session.notify_local_write()
-    qtbot.waitUntil(lambda: pane.source is not None and len(pane.source.turns) == len(TURNS) + 1, timeout=20_000)
+
+
+def reread_landed(pane: ReplayPane, turns: int) -> bool:
+    return (pane.source is not None and len(pane.source.turns) == turns and pane.session.pool.running == 0
+            and not pane.busy and pane.step is not None)
+
+
+def test_a_step_taken_while_the_changed_thread_is_read_again_wins(qtbot: Any, pane: ReplayPane, db: Path,
+                                                                   session: StudioSession) -> None:
+    """Another writer adds a turn while turn 6 is shown; the pane reads the thread again, and the user steps
+    to turn 3 before that read lands. The pane stays on turn 3: the re-read put it back on turn 6, the turn
+    shown when the re-read was asked for."""
+    open_thread(qtbot, pane)
+    pane.go_to(5)
     wait_step(qtbot, pane, 5)
+    another_agent_turn(db)
+    session.notify_local_write()  # the re-read starts on a worker ...
+    pane.go_to(2)  # ... and its answer can only land through this thread's event loop, after this step
+    qtbot.waitUntil(lambda: reread_landed(pane, len(TURNS) + 1), timeout=30_000)
+    assert pane.index == 2 and pane.step.index == 2 and pane.slider.value() == 2
+    assert pane.step.turn.input_text == TURNS[2] and TURNS[2] in pane.step_label.text() + pane.input_label.text()
     assert pane.slider.maximum() == len(TURNS)
-    assert pane.step.turn.input_text == TURNS[5]
+    assert "not in this thread" not in pane.status.text()
+
+
+def test_a_turn_deleted_elsewhere_while_shown_says_so_and_shows_the_nearest(
+        qtbot: Any, pane: ReplayPane, session: StudioSession, template: tuple[Path, dict[str, Any]]) -> None:
+    """Another program deletes the user message of the turn shown: the re-read failed on it (the pane kept
+    the old turns, stepping onto a turn that is gone). Now it shows the turn before, and says why."""
+    from .conftest import another_program
+
+    open_thread(qtbot, pane)
+    pane.go_to(5)
+    wait_step(qtbot, pane, 5)
+    gone = template[1]["turns"][5]
+    another_program(session.store.location.path, f"DELETE FROM mastra_messages WHERE id = '{gone}'")
+    session.notify_local_write()
+    qtbot.waitUntil(lambda: reread_landed(pane, len(TURNS) - 1), timeout=30_000)
+    assert gone not in [t.input_message_id for t in pane.source.turns]
+    assert pane.index == 4 and pane.step.index == 4 and pane.step.turn.input_text == TURNS[4]
+    assert "Turn 6 is not in this thread any more" in pane.status.text()
+    assert "showing turn 5, the nearest one" in pane.status.text()
+    pane.go_to(3)  # the next step is the user's own: the notice goes
+    wait_step(qtbot, pane, 3)
+    assert "not in this thread" not in pane.status.text()
 
 
 def test_a_mastra_database_replays_reconstructed_and_read_only(qtbot: Any, tmp_path: Path, prefs: Preferences,

@@ -137,3 +137,30 @@ def test_the_mode_tab_is_part_of_the_state() -> None:
     state = ReplayState()
     assert state.mode is ReplayMode.TURN
     assert [m.value for m in ReplayMode] == ["Turn", "What-If", "Re-Run"]  # the pane's tab titles, in order
+
+
+def test_picking_the_open_thread_again_while_hidden_drops_the_other_threads_pending_open(store: Store) -> None:
+    """Replay hidden with a thread open; another thread picked in the tree (its open waits for the pane to be
+    shown); then the open thread picked again. Shown, the pane opened the other thread, beside a tree that
+    showed this one (replay-edited-since.png: "Weekly groceries" selected, Replay on "Weekend plans")."""
+    state = ReplayState()
+    state.select(Selection(RESOURCE, THREAD))
+    state.opened(open_thread(store))
+    other = state.select(Selection(RESOURCE, OTHER))
+    assert other.open_thread == OTHER
+    state.ask_open(OTHER)  # (the pane, hidden: opens it once shown)
+    back = state.select(Selection(RESOURCE, THREAD, "a-message"))
+    assert back.open_thread is None and state.thread_id == THREAD
+    assert state.take_pending() is None  # shown now: it stays on the thread the tree shows
+
+
+def test_a_reread_stays_on_the_turn_asked_for_when_it_lands(store: Store) -> None:
+    """The user steps while the re-read of a changed thread is on its way: its answer keeps that turn (and
+    its model call), not the one shown when it was asked for."""
+    state = ReplayState()
+    source = open_thread(store)
+    state.opened(source)
+    state.go_to(5)
+    fresh = open_thread(store)  # read again (as the pane does on a change on disk) ...
+    state.go_to(2, call=1)  # ... and the user steps before it lands
+    assert state.reread_turn(fresh) == (2, 1) and state.notice == ""

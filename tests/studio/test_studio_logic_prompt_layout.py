@@ -233,3 +233,17 @@ def test_short_ids_keep_names_readable():
     assert short_id("ada-weekend") == "ada-weekend"
     assert short_id("a-very-long-thread-name") == "a-very-lon…"
     assert short_id("01a24241-7e4b-7126-b608-840c0eded229") == "…0eded229"
+
+
+def test_a_fragments_table_text_says_observational_memorys_priority_marks_in_words(store):
+    """The inspector's and Replay's Text cells showed observational memory's priority emoji as empty boxes
+    ("Date: Sep 14, 2026 * □ (15:32) Sam finished …": a table cell has no colour-emoji font); the one-line
+    preview says them in words, as the Observations pane's buffer table does. The fragment's text, what
+    the model reads, is unchanged."""
+    start = starting_point(list_agents(store)[0], "test")
+    req = PreviewRequest("t1", "alice", start.base, start.options, "assistant", text="Hi",
+                         instructions="* 🔴 (15:32) allergic to peanuts\n* ✅ booked")
+    prompt = assemble_preview(store, req, factory(store), EmbedderHolder(no_embedder)).prompt
+    (row,) = [r for r in fragment_rows(prompt) if r.source == "instructions"]
+    assert row.preview == "* [high] (15:32) allergic to peanuts * [done] booked"
+    assert "🔴 (15:32)" in row.text  # (the text itself as the model reads it)

@@ -32,3 +32,21 @@ def test_ids_that_share_a_head_are_told_apart_by_what_follows_it() -> None:
     assert shared_id_prefix(["a-1", "a-1-x"]) == "a-"  # never a whole id
     assert shared_id_prefix(["only-one"]) == ""
     assert shared_id_prefix([UUID, "0195f3c2-7a1b-7c3d-8e4f-000000000000"]) == "0195f3c2-7a1b-7c3d-8e4f-"
+
+
+def test_a_delegations_resource_reads_as_who_delegated_to_whom() -> None:
+    """A delegation's resource (``delegation:alice:helper``) stood in the tree as a resource of its own
+    beside ``alice``, unexplained; it reads "alice → helper (delegation)", nested ones their whole chain."""
+    from core.scopes import delegation_resource
+    from studio.logic.thread_labels import delegation_note, resource_label
+
+    alices = delegation_resource("alice", "helper")
+    assert resource_label(alices) == "alice → helper (delegation)"
+    assert resource_label(delegation_resource(alices, "checker")) == "alice → helper → checker (delegation)"
+    assert resource_label(delegation_resource("a:b%c", "x:y")) == "a:b%c → x:y (delegation)"
+    assert resource_label(delegation_resource(None, "helper")) == "(no resource) → helper (delegation)"
+    # Any other id as it is: a user's, the older naming (which may be a user's own id), a malformed one.
+    for other in ("alice", "alice-helper", "delegation:ali%63e:helper", "delegation:a:b:c", "delegation:"):
+        assert resource_label(other) == other and delegation_note(other) is None
+    note = delegation_note(alices)
+    assert note is not None and "'helper'" in note and "alice" in note and "Forgetting alice" in note

@@ -21,18 +21,24 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def _opened(template: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int, height: int = 800) -> Any:
+    """A window of ``width`` × ``height`` on a copy of the replay template, its thread tree loaded."""
+    folder = tmp_path / "data"
+    shutil.copytree(template, folder)
+    window = make_window()
+    window.resize(width, height)
+    window.open_database(str(folder / "replay.db"))
+    qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()), timeout=20_000)
+    return window
+
+
 @pytest.mark.parametrize("width", [1100, 1500])
 def test_the_prompt_inspector_keeps_its_fragment_table_in_sight(template: Path, tmp_path: Path, make_window: Any,
                                                                 qtbot: Any, width: int) -> None:
     """In a window 800 px high the request side (usage, settings and tool tables) asked ~350 px, and the
     splitter left the prompt's own table one row of a turn's eight fragments: the pane's reason to be was
     behind a scroll bar. The request scrolls in its tab now, and the table keeps four rows."""
-    folder = tmp_path / "data"
-    shutil.copytree(template, folder)
-    window = make_window()
-    window.resize(width, 800)
-    window.open_database(str(folder / "replay.db"))
-    qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()), timeout=20_000)
+    window = _opened(template, tmp_path, make_window, qtbot, width)
     window.resources.set_selection(Selection(RESOURCE, THREAD))
     window.show_tab("prompt")
     pane = window.panes["prompt"]
@@ -50,9 +56,10 @@ def test_the_prompt_inspector_keeps_its_fragment_table_in_sight(template: Path, 
 @pytest.mark.parametrize("theme", ["dark", "light"])
 def test_the_tab_bars_scroll_buttons_show_their_arrows(template: Path, tmp_path: Path, qtbot: Any, qapp: Any,
                                                         make_window: Any, theme: str) -> None:
-    """In a 1,100 px window the nine tabs do not fit: Recall Playground, Replay and Checks are behind the tab
-    bar's scroll buttons, which the theme drew as two blank boxes (its ``QToolButton`` padding, 8 px a
-    side, left a 16 px button no room for its arrow), so nothing said more tabs were there."""
+    """In a 1,100 px window the nine tabs did not fit: Recall Playground, Replay and Checks were behind the
+    tab bar's scroll buttons, which the theme drew as two blank boxes (its ``QToolButton`` padding, 8 px a
+    side, left a 16 px button no room for its arrow), so nothing said more tabs were there. (Their short
+    titles fit at 1,100 px now; the scroll buttons are still the last resort of a narrower window.)"""
     from PySide6.QtWidgets import QToolButton
 
     from studio.theme import apply_theme
@@ -63,7 +70,7 @@ def test_the_tab_bars_scroll_buttons_show_their_arrows(template: Path, tmp_path:
         folder = tmp_path / "data"
         shutil.copytree(template, folder)
         window = make_window()
-        window.resize(1100, 800)
+        window.resize(900, 800)  # (the short titles don't fit either)
         window.open_database(str(folder / "replay.db"))
         qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()),
                         timeout=20_000)
@@ -136,12 +143,7 @@ def test_status_lines_captions_and_replays_input_end_in_an_ellipsis_when_cut(tem
     from studio.widgets.elided_label import ElidedLabel
     from studio.widgets.pane_header import caption
 
-    folder = tmp_path / "data"
-    shutil.copytree(template, folder)
-    window = make_window()
-    window.resize(1100, 800)
-    window.open_database(str(folder / "replay.db"))
-    qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()), timeout=20_000)
+    window = _opened(template, tmp_path, make_window, qtbot, 1100)
     replay = window.panes["replay"]
     labels = {"replay status": replay.status, "replay input": replay.input_label,
               "chat status": window.panes["chat"].status, "recall status": window.panes["recall"].status,
@@ -165,12 +167,7 @@ def test_ctrl_f_in_the_traces_pane_filters_traces_and_elsewhere_the_threads(temp
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
-    folder = tmp_path / "data"
-    shutil.copytree(template, folder)
-    window = make_window()
-    window.resize(1100, 800)
-    window.open_database(str(folder / "replay.db"))
-    qtbot.waitUntil(lambda: window.resources is not None and bool(window.resources.thread_rows()), timeout=20_000)
+    window = _opened(template, tmp_path, make_window, qtbot, 1100)
     window.activateWindow()
     window.show_tab("traces")
     traces = window.panes["traces"]
@@ -236,3 +233,198 @@ def test_the_template_tabs_no_versions_line_wraps_instead_of_being_cut(qtbot: An
     assert label.text().startswith("No Studio versions yet")
     assert label.fontMetrics().horizontalAdvance(label.text()) > label.width()  # (longer than its place)
     assert label.wordWrap() and label.height() >= label.heightForWidth(label.width())  # on as many lines as it needs
+
+
+def _tabs_in_sight(tabs: Any) -> None:
+    """Every shown tab of ``tabs`` lies inside its tab bar, with its whole title (no scroll arrows, no
+    "…"), and its tooltip names it in full."""
+    from PySide6.QtWidgets import QToolButton
+
+    bar = tabs.tabBar()
+    assert not [b for b in bar.findChildren(QToolButton) if b.isVisible()], tabs.objectName()  # no arrows
+    metrics = bar.fontMetrics()
+    for index in range(bar.count()):
+        if not bar.isTabVisible(index):
+            continue
+        rect, text = bar.tabRect(index), bar.tabText(index)
+        assert rect.left() >= 0 and rect.right() < bar.width() <= tabs.width(), (text, rect, bar.width())
+        assert rect.width() >= metrics.horizontalAdvance(text) + 6, (text, rect.width())  # not cut
+        assert bar.tabToolTip(index).startswith(text) or len(bar.tabToolTip(index)) > len(text), text
+
+
+@pytest.mark.parametrize("width", [1100, 1360, 1800])
+def test_every_tab_is_in_sight_at_ordinary_window_widths(template: Path, tmp_path: Path, make_window: Any,
+                                                         qtbot: Any, width: int) -> None:
+    """At a 1,100 px window the Traces pane's span detail showed "Messages, Input, Outp" and hid Attributes,
+    Error and Span JSON behind the tab bar's scroll arrows; Replay's request side hid Recall and Tokens
+    the same way up to ~1,450 px, and so did the window's own tabs (Recall Playground, Replay, Checks).
+    While the full titles don't fit, the tabs show shorter ones ("Attrs", "Recall"), the full title
+    on hover."""
+    from PySide6.QtWidgets import QApplication
+
+    window = _opened(template, tmp_path, make_window, qtbot, width)
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    QApplication.processEvents()
+    _tabs_in_sight(window.tabs)
+    assert window.tabs.tabBar().tabToolTip(6) == "Recall Playground (Ctrl+7)"
+
+    window.show_tab("traces")
+    traces = window.panes["traces"]
+    qtbot.waitUntil(lambda: not traces.loading and bool(traces.traces) and bool(traces.spans), timeout=20_000)
+    llm = next(r.span.span_id for r in traces.layout_model.rows if r.span.span_type == "model_generation")
+    assert traces.select_span(llm)
+    qtbot.wait(50)  # (laid out)
+    assert traces.tabs.isTabVisible(0)  # (a model call: its Messages tab too)
+    _tabs_in_sight(traces.tabs)
+    assert traces.tabs.tabToolTip(3).startswith("Attributes")
+
+    window.show_tab("replay")
+    replay = window.panes["replay"]
+    qtbot.waitUntil(lambda: replay.step is not None and not replay.busy, timeout=30_000)
+    qtbot.wait(50)
+    _tabs_in_sight(replay.view.tabs)
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("width", [1100, 1360, 1440, 1800])
+def test_working_memory_versions_fit_their_table_at_ordinary_window_widths(template: Path, tmp_path: Path,
+                                                                           make_window: Any, qtbot: Any,
+                                                                           width: int) -> None:
+    """Working Memory > History at a 1,100 px window: the versions' table had ~275 px beside the diff, and
+    its Size ("123 chars · 41 tokens"), Reason and Note columns sat behind a sideways scroll bar (~420 px
+    at 1,360 px, Note and Reason still out of sight). Below 1,100 px the diff goes under the versions,
+    and the columns are fitted to the table (the note gives way first, ending in "…")."""
+    from PySide6.QtCore import Qt
+
+    window = _opened(template, tmp_path, make_window, qtbot, width)
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    window.show_tab("working_memory")
+    wm = window.panes["working_memory"]
+    qtbot.waitUntil(lambda: wm.snapshot is not None and wm.version_model.rowCount() > 0, timeout=30_000)
+    wm.tabs.setCurrentIndex(1)
+    qtbot.wait(50)  # (laid out)
+    table = wm.history.table
+    header = table.horizontalHeader()
+    assert header.length() <= table.viewport().width(), (header.length(), table.viewport().width())
+    assert table.horizontalScrollBar().maximum() == 0
+    metrics = table.fontMetrics()
+    titles = [table.model().headerData(c, Qt.Orientation.Horizontal) for c in range(header.count())]
+    for row in wm.version_model.rows():
+        for title, text in (("Saved", table.model().index(0, 1).data()), ("Size", row.size), ("Author", row.author)):
+            column = titles.index(title)
+            assert not table.isColumnHidden(column) and table.columnWidth(column) >= metrics.horizontalAdvance(text), \
+                (title, text, table.columnWidth(column))
+    assert not table.isColumnHidden(titles.index("Note"))
+    window.session.pool.wait(20_000)
+
+
+def test_replays_what_if_and_rerun_tables_fit_a_1100_px_window(template: Path, tmp_path: Path, make_window: Any,
+                                                               qtbot: Any) -> None:
+    """At a 1,100 px window What-If's turn table ran ~100 px past its edge (Changed and Why behind a sideways
+    scroll bar) and Re-Run's figures ("Prompt tokens, our o200k estimate" sized to its text) pushed the
+    Re-run column out of sight. Both are fitted to their place now: What-If's Entering / Leaving /
+    Changed give way first (Δ's tooltip counts them), a cut cell ends in "…" with its whole on hover."""
+    from PySide6.QtCore import Qt
+
+    window = _opened(template, tmp_path, make_window, qtbot, 1100)
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    window.show_tab("replay")
+    pane = window.panes["replay"]
+    qtbot.waitUntil(lambda: pane.step is not None and not pane.busy, timeout=30_000)
+    panel = pane.what_if
+    pane.tabs.setCurrentWidget(panel)
+    panel.last_spin.setValue(1)
+    with qtbot.waitSignal(panel.finished, timeout=60_000):
+        panel.run()
+    rerun = pane.rerun
+    pane.tabs.setCurrentWidget(rerun)
+    rerun.model_combo.setCurrentIndex(0)
+    with qtbot.waitSignal(rerun.finished, timeout=60_000):
+        rerun.run()
+    for holder, table in ((panel, panel.table), (rerun, rerun.figures), (rerun, rerun.differences)):
+        pane.tabs.setCurrentWidget(holder)
+        qtbot.wait(50)  # (laid out)
+        header = table.horizontalHeader()
+        assert table.model().rowCount() > 0
+        assert header.length() <= table.viewport().width(), (table.objectName(), header.length(),
+                                                             table.viewport().width())
+        assert table.horizontalScrollBar().maximum() == 0
+        last = table.model().columnCount() - 1
+        assert not table.isColumnHidden(last) and table.columnWidth(last) >= 40
+        for row in range(table.model().rowCount()):
+            for column in range(table.model().columnCount()):
+                index = table.model().index(row, column)
+                cut = table.fontMetrics().horizontalAdvance(index.data() or "") > table.columnWidth(column) - 8
+                if not table.isColumnHidden(column) and cut:
+                    assert index.data(Qt.ItemDataRole.ToolTipRole), (index.data(), column)  # (whole on hover)
+    titles = [panel.model.headerData(c, Qt.Orientation.Horizontal) for c in range(panel.model.columnCount())]
+    assert "entering" in panel.model.index(0, titles.index("Δ")).data(Qt.ItemDataRole.ToolTipRole)
+    window.session.pool.wait(20_000)
+
+
+def test_the_request_panels_title_has_the_panels_width_not_a_column_beside_its_button(qtbot: Any) -> None:
+    """In the Prompt Inspector's request panel at a 1,100 px window (~320 px), "Model call 1 of 1 · preview:
+    what the engine would send now" sat beside the Copy Request Body button and wrapped a word a line in a
+    ~45 px column. The title has its own line now, the button under it."""
+    from PySide6.QtWidgets import QApplication
+
+    from studio.widgets.request_view import RequestPanel
+
+    panel = RequestPanel()
+    qtbot.addWidget(panel)
+    panel.title.setText("Model call 1 of 1 · preview: what the engine would send now")
+    panel.resize(320, 600)
+    panel.show()
+    QApplication.processEvents()
+    assert panel.title.width() >= panel.width() - 12, (panel.title.width(), panel.width())
+    assert panel.copy_btn.geometry().top() >= panel.title.geometry().bottom()  # (under it)
+    line = panel.title.fontMetrics().lineSpacing()
+    assert panel.title.heightForWidth(panel.title.width()) <= 3 * line
+
+
+@pytest.mark.parametrize("width", [1100, 1440, 1800])
+def test_replays_recall_table_fits_with_its_scores_in_sight(template: Path, tmp_path: Path, make_window: Any,
+                                                            qtbot: Any, width: int) -> None:
+    """Replay's Recall tab at a 1,440 px window: the whole message ids pushed Keyword, Fused and Window past the
+    table's edge, behind a sideways scroll bar (docs/screenshots/replay-recall.png). It is fitted now: short
+    message ids (whole on hover, with how to open them), every score whole, the thread taking the rest; the
+    message window is left out while the thread would be cut short (the message's tooltip says it)."""
+    from PySide6.QtCore import Qt
+
+    from studio.logic.replay_layout import RecallRow
+
+    window = _opened(template, tmp_path, make_window, qtbot, width, height=900)
+    window.resources.set_selection(Selection(RESOURCE, THREAD))
+    window.show_tab("replay")
+    pane = window.panes["replay"]
+    qtbot.waitUntil(lambda: pane.step is not None and not pane.busy, timeout=30_000)
+    view = pane.view
+    rows = [RecallRow(1, "01a24563-ebfa-7304-beba-4a082d46ecda", "liwei-shanghai", 0.434, 12.607, 0.0328, 3, False),
+            RecallRow(2, "01a24563-ebf3-7a69-bb46-f52f1a2229b1", "liwei-lisbon-restaurants", 0.397, None, 0.0161, 3,
+                      True)]
+    view.recall_model.set_rows(rows)
+    table = view.recall_table
+    view.tabs.setCurrentWidget(table)
+    qtbot.waitUntil(lambda: table.isVisible() and table.viewport().width() > 0, timeout=10_000)
+    qtbot.wait(50)  # (laid out)
+    model, metrics = table.model(), table.fontMetrics()
+    titles = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(model.columnCount())]
+    assert table.horizontalHeader().length() <= table.viewport().width(), (table.horizontalHeader().length(),
+                                                                            table.viewport().width())
+    assert table.horizontalScrollBar().maximum() == 0
+    for title in ("Vector", "Keyword", "Fused"):
+        column = titles.index(title)
+        assert not table.isColumnHidden(column)
+        for row in range(len(rows)):
+            text = model.index(row, column).data() or ""
+            assert metrics.horizontalAdvance(text) <= table.columnWidth(column) - 8, (title, text)  # whole
+    for row in range(len(rows)):
+        for column in range(model.columnCount()):
+            index = model.index(row, column)
+            if metrics.horizontalAdvance(index.data() or "") > table.columnWidth(column) - 8:
+                assert index.data(Qt.ItemDataRole.ToolTipRole), (index.data(), column)  # (whole on hover)
+    message = model.index(0, titles.index("Message")).data(Qt.ItemDataRole.ToolTipRole)
+    assert rows[0].message_id in message and "3 messages around it" in message  # (the window, when left out)
+    assert table.isColumnHidden(titles.index("Window")) == (width == 1440)  # (the request side ~450 px there)
+    assert table.columnWidth(titles.index("Thread")) >= metrics.horizontalAdvance("liwei-shanghai") + 8
+    window.session.pool.wait(20_000)

@@ -421,3 +421,44 @@ def test_an_import_takes_the_files_memory_overrides_only_when_asked(qtbot: Any, 
     assert configs is not None and configs is not box.checkBox() and not configs.isChecked()
     qtbot.waitUntil(configs.isVisible, timeout=5_000)
     box.reject()
+
+
+def test_the_status_bar_follows_the_import_in_hand_not_the_one_before(qtbot: Any, make_window: Any, small_db: Path,
+                                                                       tmp_path: Path) -> None:
+    """A refused file, then a file whose rows are all here already: the dialog said "Nothing to import"
+    while the status bar still said "Import failed" (and kept saying it after a cancelled import)."""
+    from core.transfer import dumps, export_resource
+
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"format": "something-else"}', encoding="utf-8")
+    with open_store(small_db, read_only=True) as store:
+        same = tmp_path / "ada.json"
+        same.write_text(dumps(export_resource(store, "ada")), encoding="utf-8")
+    window = make_window()
+    window.open_database(str(small_db))
+    _wait_open(qtbot, window, 3)
+    window.transfer.choose_open_path = Chooser(str(bad)).open
+    window.commands.run("file.import")
+    _box(qtbot, window, "Cannot import").accept()
+    assert window.status_text.text() == "Import failed"
+
+    window.transfer.choose_open_path = Chooser(str(same)).open
+    window.commands.run("file.import")
+    _box(qtbot, window, "Nothing to import").accept()
+    assert "failed" not in window.status_text.text()
+    assert "Nothing to import" in window.status_text.text() and "ada.json" in window.status_text.text()
+
+    window.transfer.choose_open_path = Chooser(str(bad)).open  # failed again, then a file that would write
+    window.commands.run("file.import")
+    _box(qtbot, window, "Cannot import").accept()
+    data = json.loads(same.read_text(encoding="utf-8"))
+    data["threads"][0]["title"] = "Edited elsewhere"
+    export = tmp_path / "ada-elsewhere.json"
+    export.write_text(json.dumps(data), encoding="utf-8")
+    window.transfer.choose_open_path = Chooser(str(export)).open
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Import?")
+    assert "failed" not in window.status_text.text()
+    box.reject()  # cancelled: nothing was written, and the status bar does not say it failed
+    qtbot.waitUntil(lambda: not box.isVisible(), timeout=15_000)
+    assert "failed" not in window.status_text.text()

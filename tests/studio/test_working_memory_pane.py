@@ -333,3 +333,22 @@ def test_a_long_document_renders_its_preview_once_typing_pauses_not_on_every_key
     assert renders == [], "no key rendered the preview by itself"
     qtbot.waitUntil(lambda: "Berlin" in pane.preview.toPlainText(), timeout=10_000)
     assert 0 < len(renders) <= 3, "rendered once when typing paused"
+
+
+def test_schema_modes_two_sizes_say_which_form_each_counts(qtbot, pane):
+    """Schema mode shows the value formatted while the store keeps it compact: the editor said "188 chars"
+    and the status line "154 chars stored" (working-memory-schema.png), two sizes of one value that read
+    as a contradiction. Each says which form it counts; Markdown, stored as written, has one size."""
+    snap = load(qtbot, pane, Selection("bob", "t2"))
+    editor, stored = pane.editor.toPlainText(), snap.text
+    assert len(editor) != len(stored) and json.loads(editor) == json.loads(stored)
+    shown, status = pane.size_label.text(), pane.status.text()
+    assert shown.startswith(f"{len(editor):,} chars") and "formatted" in shown
+    assert f"{len(stored):,} chars" in status and "stored (compact JSON)" in status
+    assert "compact" in pane.size_label.toolTip() and "status line" in pane.size_label.toolTip()
+    pane.editor.replace_all('{"name": "Bo"}')  # (live, as typed)
+    assert pane.size_label.text().startswith("14 chars") and "formatted" in pane.size_label.text()
+    md = load(qtbot, pane, Selection("alice", "t1"))
+    assert md.fmt == "markdown"
+    assert "formatted" not in pane.size_label.text() and "compact" not in pane.status.text()
+    assert f"{len(md.text):,} chars" in pane.status.text() and "stored" in pane.status.text()

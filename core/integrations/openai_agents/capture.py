@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from agents.tracing import get_current_trace
 
 from core.llm.http import safe_url
+from core.llm.request_hook import RequestWatch, http_client
 from core.llm.wire import OPENAI_PYTHON_WIRE, wire_bytes
 from core.processors.base import SavedAwareWrite
 from core.replay import store as records
@@ -77,9 +78,33 @@ class PendingCall:
     def known(self) -> bool:
         return self.body is not None or self.messages is not None
 
+    def takes(self, http: Any) -> bool:
+        """A request of ``http`` is this call's while it has no body yet and goes through its model's
+        client (a request of another client, e.g. a guardrail's or a tool's own run while a call whose
+        model has no hook is armed, is not this call's)."""
+        return self.body is None and (self.client is ANY or self.client is http)
+
+    def sent(self, request: Any, raw: bytes, path: str) -> None:
+        """The whole body of this call's request (the wire hook, ``_WATCH``)."""
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            return
+        if self.instructions is not None and _instructions(body) != self.instructions:
+            return  # another agent's request on this client (a run a hook started): not this call's
+        base = str(request.url).split("?", 1)[0]
+        self.endpoint = safe_url(base[: len(base) - len(path)])
+        self.transport = {k: body.pop(k) for k in _TRANSPORT if k in body}
+        self.raw = raw
+        self.body = body
+
+    def unread(self) -> None:
+        """Its request could not be read: the call keeps what its trace saw."""
+
 
 #: The model call about to be made in this task (set by the memory filter, filled by the hook and span).
 ARMED: contextvars.ContextVar[PendingCall | None] = contextvars.ContextVar("memory_studio_sdk_call", default=None)
+_WATCH = RequestWatch(ARMED, _PATHS, "could not read the Agents SDK's request to %s: its turn record keeps what "
+                                     "the trace saw")
 #: The run going on in this task: the run context (``RunContextWrapper``) the Runner passed the session
 #: (one per ``Runner.run``; set when the Runner first calls the session, before any model call). Two
 #: runs inside one trace of the caller's (``with trace(...)``), one after the other or side by side,
@@ -97,12 +122,7 @@ _RESOLVED: contextvars.ContextVar[Any] = contextvars.ContextVar("memory_studio_s
 def http_of(model: Any) -> Any:
     """The ``httpx`` client of an SDK model's OpenAI client (``OpenAIChatCompletionsModel``,
     ``OpenAIResponsesModel``); None for a model that has none (LiteLLM, a wrapped client...)."""
-    client = getattr(model, "_client", None)  # the SDK's models keep their AsyncOpenAI here
-    http = getattr(client, "_client", None)  # ...and AsyncOpenAI its httpx client
-    hooks = getattr(http, "event_hooks", None)
-    if not isinstance(hooks, Mapping) or not isinstance(hooks.get("request"), list):
-        return None
-    return http
+    return http_client(getattr(model, "_client", None))  # the SDK's models keep their AsyncOpenAI here
 
 
 def expect(pending: PendingCall, model: Any) -> None:
@@ -126,48 +146,6 @@ def resolved(model: Any) -> None:
         pending.client = http_of(model)
 
 
-class _Hook:
-    """The ``httpx`` request hook of one client: the whole body of a model call this task armed for
-    that client (a request of another client, e.g. a guardrail's or a tool's own run while a call whose
-    model has no hook is armed, is not that call's)."""
-
-    def __init__(self, http: Any) -> None:
-        self.http = http
-
-    async def __call__(self, request: Any) -> None:
-        pending = ARMED.get()
-        if pending is None or (pending.client is not ANY and pending.client is not self.http):
-            return
-        await _on_request(request)
-
-
-async def _on_request(request: Any) -> None:
-    """The whole body of a model call this task armed."""
-    pending = ARMED.get()
-    if pending is None or pending.body is not None or request.method != "POST":
-        return
-    path = request.url.path
-    suffix = next((p for p in _PATHS if path.endswith(p)), None)
-    if suffix is None:
-        return
-    try:
-        raw = await request.aread()
-        body = json.loads(raw)
-    except Exception:  # noqa: BLE001 - the record never fails the request it watches
-        log.warning("could not read the Agents SDK's request to %s: its turn record keeps what the trace saw", path,
-                    exc_info=True)
-        return
-    if not isinstance(body, dict):
-        return
-    if pending.instructions is not None and _instructions(body) != pending.instructions:
-        return  # another agent's request on this client (a run a hook started): not this call's
-    base = str(request.url).split("?", 1)[0]
-    pending.endpoint = safe_url(base[: len(base) - len(suffix)])
-    pending.transport = {k: body.pop(k) for k in _TRANSPORT if k in body}
-    pending.raw = bytes(raw)
-    pending.body = body
-
-
 def _instructions(body: Mapping[str, Any]) -> Any:
     """The instructions a request body sends: a Responses body's ``instructions``, a chat body's
     leading system message (the SDK puts them there)."""
@@ -182,13 +160,7 @@ def watch(model: Any) -> bool:
     """Add the request hook to the OpenAI client of an SDK model (``OpenAIChatCompletionsModel``,
     ``OpenAIResponsesModel``), once; False when the model has no such client (its calls are then taken
     from their trace). The hook reads a body only for a call a ``MemorySession`` armed."""
-    http = http_of(model)
-    if http is None:
-        return False
-    hooks = http.event_hooks
-    if not any(isinstance(h, _Hook) for h in hooks["request"]):
-        hooks["request"].append(_Hook(http))
-    return True
+    return _WATCH.watch(getattr(model, "_client", None)) is not None
 
 
 def from_span(pending: PendingCall, model: str | None, messages: Any, usage: dict[str, int] | None) -> None:

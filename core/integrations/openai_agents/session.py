@@ -55,7 +55,8 @@ from core.memory import Memory
 from core.messages import Message
 from core.prompt import AssembledPrompt
 from core.replay import store as records
-from core.storage import InvalidArgumentError, NotFoundError
+from core.scopes import check_client_resource
+from core.storage import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from core.traces.tracer import NOOP_TRACER, SpanType
 from core.working_memory import TOOL_NAMES as WM_TOOL_NAMES
 
@@ -97,6 +98,10 @@ class MemorySession:
     ) -> None:
         if not session_id or not resource_id:
             raise InvalidArgumentError("MemorySession needs a session id (the thread) and a resource id (its owner).")
+        # An application's user id passed through must not reach a delegation's memory (``Agent.generate`` too).
+        check_client_resource(resource_id, advice=(
+            "An application passing its users' ids as MemorySession's resource_id should refuse such an id where it "
+            "takes it (core.check_client_resource does the check), or pass its own id for the user."))
         self.session_id = session_id
         self.resource_id = resource_id
         self.memory = memory
@@ -347,8 +352,13 @@ class MemorySession:
         names = call_names(recent) | call_names(items)
         args = call_arguments(recent) | call_arguments(items)
         if self.memory.get_thread(self.session_id) is None:
-            self.memory.create_thread(resource_id=self.resource_id, thread_id=self.session_id, title=self.title,
-                                      metadata={"framework": "openai-agents"})
+            try:
+                self.memory.create_thread(resource_id=self.resource_id, thread_id=self.session_id, title=self.title,
+                                          metadata={"framework": "openai-agents"})
+            except AlreadyExistsError:
+                # Another run of this session (runs side by side, another process) made it since the look: its
+                # owner is checked when the messages are saved, as for a thread made earlier.
+                pass
         messages = [item_to_message(i, thread_id=self.session_id, resource_id=self.resource_id, tool_names=names,
                                     tool_args=args)
                     for i in items]
