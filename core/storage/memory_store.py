@@ -698,13 +698,47 @@ class MemoryStore:
         with self.db.read() as conn:
             return self._thread_summaries(conn, None, prefix)
 
+    def thread_summaries_of(self, thread_ids: Sequence[str]) -> list[ThreadSummary]:
+        """``thread_summaries`` of the named threads (those still stored; at most a few hundred: one ``IN``
+        list), in ``thread_summaries``' order; their messages alone are counted."""
+        if not thread_ids:
+            return []
+        with self.db.read() as conn:
+            return self._thread_summaries(conn, None, ids=thread_ids)
+
+    def thread_keys(self, *, resource_ids: Sequence[str] | None = None, prefixes: Sequence[str] | None = None,
+                    after: tuple[str, str] | None = None, limit: int) -> list[tuple[str, str, str]]:
+        """``(createdAt as stored, id, resourceId)`` of at most ``limit`` threads in a keyset order: newest
+        created first, then by id (``list_threads``' order; a thread's creation time and id never change, so
+        threads written meanwhile never move a listed one). Only those after the thread keyed ``after``
+        (``(createdAt, id)``, as this returned them) in that order, and whose resource is one of
+        ``resource_ids`` or begins with one of ``prefixes`` (compared exactly, as ``thread_summaries_starting``);
+        both None: every thread. Rows only, no messages counted: what a caller filters, then pages."""
+        if limit < 1:
+            raise InvalidArgumentError("limit must be at least 1.")
+        stmt = sa.select(t.threads.c.createdAt, t.threads.c.id, t.threads.c.resourceId)
+        wanted: list[sa.ColumnElement[bool]] = []
+        if resource_ids is not None:
+            wanted.append(t.threads.c.resourceId.in_(list(resource_ids)))
+        wanted += [sa.func.substr(t.threads.c.resourceId, 1, len(prefix)) == prefix for prefix in prefixes or ()]
+        if wanted:
+            stmt = stmt.where(sa.or_(*wanted))
+        if after is not None:
+            created, thread_id = after
+            stmt = stmt.where(sa.or_(t.threads.c.createdAt < created,
+                                     sa.and_(t.threads.c.createdAt == created, t.threads.c.id > thread_id)))
+        stmt = stmt.order_by(t.threads.c.createdAt.desc(), t.threads.c.id).limit(limit)
+        with self.db.read() as conn:
+            return [(str(r[0]), str(r[1]), str(r[2])) for r in conn.execute(stmt).all()]
+
     def _thread_summaries(self, conn: sa.Connection, resource_id: str | None,
-                          prefix: str | None = None) -> list[ThreadSummary]:
-        counts = (
-            sa.select(
-                t.messages.c.thread_id, sa.func.count().label("n"), sa.func.max(t.messages.c.createdAt).label("last")
-            ).group_by(t.messages.c.thread_id).subquery()
+                          prefix: str | None = None, ids: Sequence[str] | None = None) -> list[ThreadSummary]:
+        counted = sa.select(
+            t.messages.c.thread_id, sa.func.count().label("n"), sa.func.max(t.messages.c.createdAt).label("last")
         )
+        if ids is not None:
+            counted = counted.where(t.messages.c.thread_id.in_(list(ids)))
+        counts = counted.group_by(t.messages.c.thread_id).subquery()
         stmt = sa.select(*_THREAD_COLS, counts.c.n, counts.c.last).select_from(
             t.threads.outerjoin(counts, counts.c.thread_id == t.threads.c.id)
         )
@@ -712,6 +746,8 @@ class MemoryStore:
             stmt = stmt.where(t.threads.c.resourceId == resource_id)
         if prefix is not None:
             stmt = stmt.where(sa.func.substr(t.threads.c.resourceId, 1, len(prefix)) == prefix)
+        if ids is not None:
+            stmt = stmt.where(t.threads.c.id.in_(list(ids)))
         stmt = stmt.order_by(sa.func.coalesce(counts.c.last, t.threads.c.updatedAt).desc(), t.threads.c.id)
         rows = conn.execute(stmt).all()
         return [ThreadSummary(_thread(r), int(r.n or 0), parse_iso(r.last) if r.last else None) for r in rows]
