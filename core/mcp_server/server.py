@@ -2,9 +2,9 @@
 
 Tools: ``search_memory``, ``list_threads``, ``read_thread``, ``get_working_memory``,
 ``update_working_memory``, ``remember``. Resources: each thread's transcript
-(``memory://threads/<id>``, Markdown), listed per call (threads come and go) and read through a
-template. Every call runs on a worker thread, so the event loop (and the other client requests)
-never waits on the database or an embedding. Our errors reach the client as tool errors whose
+(``memory://threads/<id>``, Markdown), listed per call (threads come and go), 500 a page with the
+spec's cursor (``nextCursor``), and read through a template. Every call runs on a worker thread, so the
+event loop (and the other client requests) never waits on the database or an embedding. Our errors reach the client as tool errors whose
 message says what to do; anything else is logged here and reported as a failure of the tool.
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
@@ -34,7 +34,7 @@ from pydantic import Field
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
 from core.ids import lone_surrogate
-from core.mcp_server.tools import DEFAULT_READ, URI_PREFIX, MemoryTools, transcript_uri
+from core.mcp_server.tools import DEFAULT_READ, URI_PREFIX, CursorError, MemoryTools, transcript_uri
 from core.scopes import ThreadOwnershipError
 from core.version import __version__
 
@@ -80,19 +80,34 @@ class MemoryMCPServer(MCPServer):
         _register(self, tools)
 
     async def _handle_list_resources(self, ctx: Any, params: Any) -> Any:
-        # The SDK's handler calls list_resources() without the request; a tokens file's caller lists only its own.
-        from mcp_types import ListResourcesResult
+        # The SDK's handler calls list_resources() without the request; a tokens file's caller lists only its own,
+        # a page at a time (``MemoryTools.transcripts``), the next page named by the answer's ``nextCursor``.
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import INVALID_PARAMS, ListResourcesResult
 
-        return ListResourcesResult(resources=await self.list_resources(_caller(self, ctx, ResourceError)))
+        caller = _caller(self, ctx, ResourceError)
+        cursor = getattr(params, "cursor", None)
+        try:
+            page = await _call(lambda: self.memory_tools.transcripts(caller, cursor), ResourceError)
+        except ResourceError as exc:
+            if isinstance(exc.__cause__, CursorError):  # the spec's answer to a cursor it cannot take
+                raise MCPError(code=INVALID_PARAMS, message=str(exc)) from exc
+            raise
+        return ListResourcesResult(resources=_resources(page.rows), next_cursor=page.next_cursor)
 
     async def list_resources(self, caller: Caller | None = None) -> list[MCPResource]:
-        rows = await _call(lambda: self.memory_tools.transcripts(caller or ANYONE), ResourceError)
-        return [MCPResource(uri=transcript_uri(r["threadId"]), name=str(r["name"]), mime_type="text/markdown",
-                            description=(f"Transcript of thread {r['threadId']}: "
-                                         + (f"the {r['delegation']}, what the sub-agent keeps of that resource's turns "
-                                            if r["delegation"] else "")
-                                         + f"(resource {r['resource']}, {r['messageCount']} messages)"))
-                for r in rows]
+        """The first page of the transcripts offered to ``caller`` (``resources/list`` answers the others)."""
+        page = await _call(lambda: self.memory_tools.transcripts(caller or ANYONE), ResourceError)
+        return _resources(page.rows)
+
+
+def _resources(rows: list[dict[str, Any]]) -> list[MCPResource]:
+    return [MCPResource(uri=transcript_uri(r["threadId"]), name=str(r["name"]), mime_type="text/markdown",
+                        description=(f"Transcript of thread {r['threadId']}: "
+                                     + (f"the {r['delegation']}, what the sub-agent keeps of that resource's turns "
+                                        if r["delegation"] else "")
+                                     + f"(resource {r['resource']}, {r['messageCount']} messages)"))
+            for r in rows]
 
 
 def _caller(server: Any, request_context: Any, failure: type[Exception] = ToolError) -> Caller:

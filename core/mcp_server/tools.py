@@ -19,6 +19,11 @@ names the token's entry as who called (``caller``).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -31,11 +36,14 @@ from core.ids import shown
 from core.memory import Memory
 from core.messages import Message
 from core.scopes import (
+    DELEGATION_PREFIX,
     ThreadOwnershipError,
     check_caller_owns,
     check_client_resource,
     delegation_label,
+    delegation_resource,
     delegation_root,
+    is_delegation_of,
     is_delegation_resource,
 )
 from core.storage import InvalidArgumentError, NotFoundError
@@ -54,6 +62,8 @@ MAX_TOP_K = 50
 MAX_TITLE = 1000
 #: Where thread transcripts live: ``memory://threads/<percent-encoded thread id>``.
 URI_PREFIX = "memory://threads/"
+#: How many transcripts one ``resources/list`` answer holds; its ``nextCursor`` continues the listing.
+PAGE_SIZE = 500
 
 
 def transcript_uri(thread_id: str) -> str:
@@ -63,6 +73,87 @@ def transcript_uri(thread_id: str) -> str:
 
 class ResourceNotAllowed(MemoryStudioError, PermissionError):
     """A call named a resource this server is not bound to, or named none when it must."""
+
+
+class CursorError(MemoryStudioError, ValueError):
+    """A transcript list's cursor this server did not issue, or issued for another caller's listing."""
+
+
+@dataclass(frozen=True)
+class TranscriptPage:
+    """One page of the transcripts offered to a caller, and the cursor of the next (None: the last page)."""
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+class _Cursors:
+    """The transcript list's cursors: a page's last (creation time, thread id) and a digest of the listing it
+    continues (whose threads: ``scope``), signed with this server's key (HMAC-SHA256, a key made at start).
+
+    A client cannot make one (nor change one to start elsewhere, or continue another caller's listing): what
+    it did not get from this server run, or got for another token's listing, is refused, and it lists again
+    from the start. A cursor names no resource; it carries a thread id of the caller's own listing."""
+
+    VERSION = 1
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    def issue(self, scope: str, position: tuple[str, str]) -> str:
+        payload = json.dumps([self.VERSION, "transcripts", scope, *position], ensure_ascii=False,
+                             separators=(",", ":")).encode("utf-8", "surrogatepass")
+        return f"{_b64(payload)}.{_b64(self._sign(payload))}"
+
+    def read(self, cursor: str, scope: str) -> tuple[str, str]:
+        """The position ``cursor`` continues from; ``CursorError`` saying what to do when it is not one this
+        server issued for the listing of ``scope``."""
+        payload = self._payload(cursor)
+        if payload is None:
+            raise CursorError("This cursor was not issued by this server (it is cut short, changed, made up, or "
+                              "from before the server restarted), so it says nowhere to continue from: list the "
+                              "resources again from the start, without a cursor.")
+        _version, _kind, issued_for, created, thread_id = payload
+        if issued_for != scope:
+            raise CursorError("This cursor continues the resource list of another token (other resources); a "
+                              "cursor continues only the listing it came with: list the resources again from the "
+                              "start, without a cursor.")
+        return created, thread_id
+
+    def _payload(self, cursor: Any) -> list[Any] | None:
+        if not isinstance(cursor, str) or cursor.count(".") != 1 or len(cursor) > 4096:
+            return None
+        body, tag = cursor.split(".")
+        try:
+            payload, signature = _unb64(body), _unb64(tag)
+        except ValueError:
+            return None
+        if not hmac.compare_digest(signature, self._sign(payload)):
+            return None
+        try:
+            value = json.loads(payload.decode("utf-8", "surrogatepass"))
+        except ValueError:  # (signed by this server: never happens)
+            return None
+        if not (isinstance(value, list) and len(value) == 5 and value[:2] == [self.VERSION, "transcripts"]
+                and all(isinstance(v, str) for v in value[2:])):
+            return None
+        return value
+
+    def _sign(self, payload: bytes) -> bytes:
+        return hmac.new(self._key, payload, hashlib.sha256).digest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    if not text or not text.isascii():
+        raise ValueError("not base64")
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, TypeError) as exc:
+        raise ValueError("not base64") from exc
 
 
 @dataclass(frozen=True)
@@ -105,6 +196,7 @@ class MemoryTools:
         self.memory = memory
         self.binding = binding
         self._tracer = tracer
+        self._cursors = _Cursors()
 
     @property
     def tracer(self) -> SpanTracer:
@@ -303,29 +395,57 @@ class MemoryTools:
                             resource, thread, run, lambda r: {"saved": [r["messageId"]]}, caller)
 
     # -- resources -------------------------------------------------------------------------------
-    def transcripts(self, caller: Caller = ANYONE) -> list[dict[str, Any]]:
-        """The thread transcripts this server offers ``caller`` as resources (newest activity first, at most 500):
-        its resources' threads and their delegations' (``Memory.delegation_threads``: what the caller may read,
-        listed so it need not know their ids), each delegation's named as one (``delegation``)."""
+    def transcripts(self, caller: Caller = ANYONE, cursor: str | None = None) -> TranscriptPage:
+        """A page (``PAGE_SIZE``) of the thread transcripts this server offers ``caller`` as resources: its
+        resources' threads and their delegations' (``Memory.delegation_threads``' rule: what the caller may read,
+        listed so it need not know their ids), each delegation's named as one (``delegation``). Newest created
+        first, then by id (``MemoryStore.thread_keys``): a thread's place never changes, so threads written
+        while a client pages are never listed twice nor skipped. ``cursor``: a page's ``next_cursor``, which
+        only this caller's listing (its resources) continues (``CursorError`` otherwise)."""
         if self.binding.resource is not None:
             owners: list[str | None] = [self.binding.resource] if caller.allows(self.binding.resource) else []
         else:
             owners = [None] if caller.resources is None else [*sorted(caller.resources)]  # None: any resource
+        scope = hashlib.sha256(json.dumps([self.binding.resource, owners], ensure_ascii=False)
+                               .encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        after = self._cursors.read(cursor, scope) if cursor is not None else None
+        if not owners:
+            return TranscriptPage([], None)
+        own = {o for o in owners if o is not None}
+
+        def offered(resource: str) -> bool:
+            if not own:  # every thread whose resource the caller reaches (a malformed delegation's: none)
+                return caller.reaches(resource)
+            return resource in own or (is_delegation_resource(resource)
+                                       and any(is_delegation_of(resource, o) for o in own))
+
+        # Candidates: the owners' threads, their direct delegations' (``delegation:<owner>:``), and every nested
+        # delegation's (``delegation:delegation%3A…``, rare); ``offered`` parses each id.
+        nested = DELEGATION_PREFIX + DELEGATION_PREFIX.replace(":", "%3A")
+        prefixes = [delegation_resource(o, "") for o in sorted(own)] + [nested]
         store = self.memory.store.memory
-        sources: list[list[Any]] = []
-        for owner in owners:
-            if owner is None:  # every thread whose resource the caller reaches (a malformed delegation's: none)
-                sources.append([s for s in store.thread_summaries(None) if caller.reaches(s.thread.resource_id or "")])
-            else:
-                sources += [store.thread_summaries(owner), self.memory.delegation_threads(owner)]
-        rows = [s for found in sources for s in found]
-        if len(sources) > 1:
-            rows.sort(key=lambda s: s.last_activity.timestamp() if s.last_activity else float("-inf"), reverse=True)
-        rows = rows[:500]
-        return [{"uri": transcript_uri(s.thread.id), "threadId": s.thread.id,
-                 "name": _transcript_name(s.thread.title or s.thread.id, s.thread.resource_id),
-                 "resource": s.thread.resource_id, "delegation": delegation_label(s.thread.resource_id or ""),
-                 "messageCount": s.message_count} for s in rows]
+        page: list[tuple[str, str, str]] = []
+        more, position = False, after
+        while not more:
+            batch = store.thread_keys(resource_ids=sorted(own) if own else None, prefixes=prefixes if own else None,
+                                      after=position, limit=PAGE_SIZE + 1)
+            for key in batch:
+                if offered(key[2]):
+                    more = len(page) == PAGE_SIZE
+                    if more:
+                        break
+                    page.append(key)
+            if len(batch) <= PAGE_SIZE:
+                break
+            position = batch[-1][:2]
+        found = {s.thread.id: s for s in store.thread_summaries_of([key[1] for key in page])}
+        rows = [found[key[1]] for key in page if key[1] in found]  # (one deleted meanwhile: left out)
+        return TranscriptPage(
+            [{"uri": transcript_uri(s.thread.id), "threadId": s.thread.id,
+              "name": _transcript_name(s.thread.title or s.thread.id, s.thread.resource_id),
+              "resource": s.thread.resource_id, "delegation": delegation_label(s.thread.resource_id or ""),
+              "messageCount": s.message_count} for s in rows],
+            self._cursors.issue(scope, (page[-1][0], page[-1][1])) if more else None)
 
     def transcript(self, thread: str, *, caller: Caller = ANYONE) -> str:
         """A thread's transcript as Markdown (``memory-studio export --format markdown``'s rendering)."""

@@ -177,10 +177,10 @@ def test_no_client_may_name_a_delegations_resource(server, users, memory, tmp_pa
     # delegation's thread as alice's delegation; a scoped token of another resource is not offered it, and a
     # thread under an id the engine never writes is offered to no one (reading it is refused).
     memory.save_messages([Message.user("not alice's", thread_id="unwritten", resource_id="delegation::helper")])
-    offered = {t["threadId"]: t for t in tools.transcripts(ANYONE)}
+    offered = {t["threadId"]: t for t in tools.transcripts(ANYONE).rows}
     assert offered[child.id]["delegation"] == "delegation of alice to helper" and "unwritten" not in offered
     assert "alice-main" in offered and offered["alice-main"]["delegation"] is None
-    assert child.id not in {t["threadId"] for t in tools.transcripts(helper_caller)}
+    assert child.id not in {t["threadId"] for t in tools.transcripts(helper_caller).rows}
     with pytest.raises(ReservedResourceError):
         Binding(delegated)
     # A tokens file cannot give a token a delegation's resource.

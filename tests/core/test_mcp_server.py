@@ -1007,3 +1007,179 @@ def test_the_server_says_at_start_which_memory_configuration_it_serves(tmp_path:
         assert "2 agents registered their memory configuration here ('tea', 'coffee')" in err.getvalue() \
             or "2 agents registered their memory configuration here ('coffee', 'tea')" in err.getvalue()
         assert "serving the engine's defaults" in err.getvalue() and "--agent NAME" in err.getvalue()
+
+
+# -- the transcript list in pages (resources/list's cursor) -------------------------------------------------------
+
+def _many_threads(db: Path, resource: str, count: int, prefix: str) -> list[str]:
+    """``count`` threads of ``resource``, one message each, saved at once through the storage API: their ids."""
+    ids = [f"{prefix}-{i:04d}" for i in range(count)]
+    with open_store(db) as store:
+        Memory(store, MemoryOptions()).save_messages([Message.user(f"note {t}", thread_id=t, resource_id=resource)
+                                                      for t in ids])
+    return ids
+
+
+def _writing_between_pages(db: Path, resource: str, initial: list[str]) -> Callable[[int], None]:
+    """What runs after each page of a listing: new threads of ``resource`` (a listing by OFFSET would repeat
+    threads), and a message added to an already listed thread and to the oldest threads, still to be listed (a
+    listing by latest activity would repeat the first and skip the others)."""
+    def write(pages_done: int) -> None:
+        with open_store(db) as store:
+            Memory(store, MemoryOptions()).save_messages(
+                [Message.user("arrived meanwhile", thread_id=f"new-{pages_done}-{i}", resource_id=resource)
+                 for i in range(40)]
+                + [Message.user(f"later word {pages_done}", thread_id=t, resource_id=resource)
+                   for t in (*initial[:5 * pages_done], initial[-1 - pages_done])])
+    return write
+
+
+async def _every_page(client: Client, between: Callable[[int], None] | None = None) -> list[list[str]]:
+    """The transcript list, page by page (each page's thread ids), following ``nextCursor`` to the end;
+    ``between(pages so far)`` runs before each next page is asked for."""
+    pages: list[list[str]] = []
+    cursor = None
+    while True:
+        listed = await client.list_resources(cursor=cursor)
+        pages.append([str(r.uri).removeprefix("memory://threads/") for r in listed.resources])
+        cursor = listed.next_cursor
+        if cursor is None:
+            return pages
+        if between is not None:
+            between(len(pages))
+
+
+def _listed_once(pages: list[list[str]], expected: set[str]) -> None:
+    listed = [thread for page in pages for thread in page]
+    assert len(listed) == len(set(listed)), sorted(t for t in set(listed) if listed.count(t) > 1)[:10]
+    assert expected <= set(listed), sorted(expected - set(listed))[:10]
+    assert all(len(page) <= 500 for page in pages)
+
+
+def test_stdio_resource_list_pages_through_every_thread_once_while_threads_are_written(db: Path) -> None:
+    """The transcript list held the 500 threads of latest activity, and nothing reached the rest: a user with
+    1,203 threads could list 500. It now answers 500 a page with the spec's ``nextCursor``; the pages list every
+    thread exactly once though threads are created and written to between them (threads are ordered by creation,
+    which never changes), and bob's never."""
+    adas = _many_threads(db, "ada", 1203, "ada")
+
+    async def main() -> list[list[str]]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            return await _every_page(client, _writing_between_pages(db, "ada", adas))
+
+    pages = anyio.run(main)
+    assert len(pages) == 3 and [len(p) for p in pages[:2]] == [500, 500]
+    _listed_once(pages, set(adas))
+    assert not any(t.startswith("bob") for page in pages for t in page)
+
+
+def test_http_resource_list_pages_keep_each_token_to_its_own_listing(db: Path, tmp_path: Path, embedder: Any) -> None:
+    """`mcp --http --any-resource --tokens-file`: Ada's token pages through her 1,203 threads and her delegations'
+    (named as delegations), each once while threads arrive; a cursor is refused with the spec's invalid-params
+    error when another token replays it (it continues Ada's listing only), when it was changed or made up, and
+    when another server issued it; the token of ``ad`` lists none of Ada's."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    secrets = {"ada": "falcon-0427", "ad": "osprey-8810"}
+    children = _delegated(db, embedder, secrets)
+    adas = _many_threads(db, "ada", 1203, "ada")
+    ada, ad, tokens_file = _ada_and_ad_tokens(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+
+    def client(url: str, token: str) -> tuple[Any, Any]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        return http, Client(streamable_http_client(url, http_client=http))
+
+    async def refusal(url: str, token: str, cursor: str) -> tuple[int, str]:
+        http, mcp = client(url, token)
+        async with http, mcp:
+            try:
+                await mcp.list_resources(cursor=cursor)
+            except MCPError as exc:
+                return exc.code, exc.message
+        return 0, "listed"
+
+    async def main(url: str) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        http, mcp = client(url, ada)
+        async with http, mcp:
+            seen["ada"] = await _every_page(mcp, _writing_between_pages(db, "ada", adas))
+            seen["cursor"] = (await mcp.list_resources()).next_cursor
+        http, mcp = client(url, ad)
+        async with http, mcp:
+            seen["ad"] = await _every_page(mcp)
+        cursor = seen["cursor"]
+        body, tag = cursor.split(".")
+        seen["replayed"] = await refusal(url, ad, cursor)
+        seen["changed"] = await refusal(url, ada, body[:-2] + ("A" if body[-2] != "A" else "B") + body[-1] + "." + tag)
+        seen["made up"] = await refusal(url, ada, "eyJwYWdlIjogM30=")
+        seen["own"] = await refusal(url, ada, cursor)  # still good for the listing it came with
+        return seen
+
+    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    try:
+        seen = anyio.run(main, server.url)
+    finally:
+        server.stop()
+    other = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    try:
+        from_elsewhere = anyio.run(refusal, other.url, ada, seen["cursor"])
+    finally:
+        other.stop()
+
+    assert len(seen["ada"]) == 3
+    _listed_once(seen["ada"], {*adas, "ada-main", children["ada"]})
+    assert not {"ad-main", children["ad"]} & {t for page in seen["ada"] for t in page}
+    assert [sorted(page) for page in seen["ad"]] == [sorted(["ad-main", children["ad"]])]
+    assert seen["replayed"][0] == -32602 and "continues the resource list of another token" in seen["replayed"][1]
+    for refused in (seen["changed"], seen["made up"], from_elsewhere):
+        assert refused[0] == -32602 and "was not issued by this server" in refused[1], refused
+        assert "list the resources again from the start, without a cursor" in refused[1]
+    assert seen["own"] == (0, "listed")
+    assert secrets["ada"] not in json.dumps(seen["replayed"])
+
+
+@pytest.mark.backends
+def test_transcript_pages_follow_creation_order_with_ties_on_both_backends(store: Any) -> None:
+    """``MemoryTools.transcripts`` in process, on libSQL and Postgres: threads created in the same millisecond
+    (ties of the creation time, ordered by id) split across pages, a bound server's delegations, threads written
+    between pages; every thread listed once, newest created first; another caller's cursor refused."""
+    from datetime import datetime, timezone
+
+    from core.gateway.access import Caller
+    from core.mcp_server.tools import CursorError, MemoryTools, Binding, PAGE_SIZE
+    from core.scopes import delegation_resource
+
+    same = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    ids = [f"tie-{i:04d}" for i in range(PAGE_SIZE + 30)]  # one creation time: the page's cut falls in the tie
+    for thread in ids:
+        store.memory.create_thread(thread_id=thread, resource_id="ada", created_at=same)
+    older = [f"old-{i}" for i in range(3)]
+    for i, thread in enumerate(older):
+        store.memory.create_thread(thread_id=thread, resource_id=delegation_resource("ada", "helper"),
+                                   created_at=datetime(2025, 1, 1 + i, tzinfo=timezone.utc))
+    store.memory.create_thread(thread_id="bob-1", resource_id="bob", created_at=same)
+    memory = Memory(store, MemoryOptions())
+    tools = MemoryTools(memory, Binding("ada"))
+
+    first = tools.transcripts()
+    assert [r["threadId"] for r in first.rows] == ids[:PAGE_SIZE] and first.next_cursor is not None
+    memory.save_messages([Message.user("new", thread_id="newest", resource_id="ada")]
+                         + [Message.user("touched", thread_id=t, resource_id="ada") for t in (ids[0], ids[-1])])
+    second = tools.transcripts(cursor=first.next_cursor)
+    assert [r["threadId"] for r in second.rows] == ids[PAGE_SIZE:] + older[::-1] and second.next_cursor is None
+    assert all(r["delegation"] == "delegation of ada to helper" for r in second.rows[-3:])
+    assert second.rows[-(len(older) + 1)]["messageCount"] == 1  # ids[-1], written to between the pages
+
+    anyone = MemoryTools(memory, Binding(None, any_resource=True))
+    page = anyone.transcripts(Caller("ada-app", frozenset({"ada"})))
+    assert page.next_cursor is not None
+    with pytest.raises(CursorError, match="another token"):
+        anyone.transcripts(Caller("bob-app", frozenset({"bob"})), page.next_cursor)
+    with pytest.raises(CursorError, match="not issued by this server"):
+        tools.transcripts(cursor=page.next_cursor)  # another server (binding) issued it
+    assert [r["threadId"] for r in page.rows] == ["newest", *ids[:PAGE_SIZE - 1]]
+    rest = anyone.transcripts(Caller("ada-app", frozenset({"ada"})), page.next_cursor)
+    assert [r["threadId"] for r in rest.rows] == ids[PAGE_SIZE - 1:] + older[::-1] and rest.next_cursor is None
