@@ -4,8 +4,9 @@ Tools: ``search_memory``, ``list_threads``, ``read_thread``, ``get_working_memor
 ``update_working_memory``, ``remember``. Resources: each thread's transcript
 (``memory://threads/<id>``, Markdown), listed per call (threads come and go), 500 a page with the
 spec's cursor (``nextCursor``), and read through a template. Every call runs on a worker thread, so the
-event loop (and the other client requests) never waits on the database or an embedding. Our errors reach the client as tool errors whose
-message says what to do; anything else is logged here and reported as a failure of the tool.
+event loop (and the other client requests) never waits on the database or an embedding. Our errors reach
+the client as tool errors whose message says what to do; anything else is logged here and reported as a
+failure of the tool.
 
 Transports: ``run_stdio`` (what desktop assistants and IDEs launch), or ``http_app`` for streamable
 HTTP, wrapped in the gateway's ``RequestGuard`` (the same Host, Origin, token and body rules as
