@@ -56,7 +56,27 @@ class StoreBusy(MemoryStudioError):
 
 
 class StoreMissing(MemoryStudioError):
-    """A read-only open found no file: there is no trace store yet."""
+    """A read-only open found no file, or a file shorter than DuckDB's headers that it cannot open (one
+    being created this instant, or an empty one a crash left, which the next writer replaces): there is no
+    trace store yet."""
+
+
+#: DuckDB's file starts with three 4 KiB headers (the main one and two database headers): a new file is
+#: 12,288 bytes once DuckDB has written them, and shorter only while it is being created or when its
+#: creation was cut short (checked with DuckDB 2.0).
+HEADERS_BYTES = 3 * 4096
+
+
+def _unborn(path: Path, exc: BaseException) -> bool:
+    """Whether a read-only open failed because the file is not yet a database: DuckDB says it is not a
+    valid database file and it is shorter than the headers (a writer in another process creates it
+    between ``open`` and the headers' write; the file's creation takes no lock a reader could wait on)."""
+    if "not a valid duckdb database file" not in str(exc).lower():
+        return False
+    try:
+        return path.stat().st_size < HEADERS_BYTES
+    except OSError:
+        return True  # gone meanwhile: nothing to read either
 
 
 @dataclass
@@ -301,6 +321,8 @@ def open_duckdb(
                         con = duckdb.connect(str(path), read_only=read_only,
                                              config={"threads": threads} if threads else {})
                     except duckdb.IOException as exc:
+                        if read_only and _unborn(path, exc):
+                            raise StoreMissing(str(path)) from exc
                         if not is_lock_conflict(exc):
                             raise
                     else:

@@ -55,3 +55,30 @@ def test_a_locked_or_healthy_file_is_never_set_aside(tmp_path: Path) -> None:
     store.write_spans(agent_trace("two"))
     assert not list(tmp_path.glob("*.broken-*"))
     assert store.count_traces() == 2
+
+
+@pytest.mark.parametrize("start", [b"", b"\0" * 100, b"\0" * 8192], ids=["empty", "100 bytes", "two headers"])
+def test_a_reader_takes_a_file_shorter_than_duckdbs_headers_for_no_store_yet(tmp_path: Path, start: bytes) -> None:
+    # A writer in another process creates the file and then writes DuckDB's three 4 KiB headers; a reader
+    # (the Studio's Traces pane) opening it in between got DuckDB's "not a valid DuckDB database file" as
+    # an error of the read (found by the agent-writes-while-Studio-reads test on a loaded machine). It is no
+    # store yet: nothing to show and nothing wrong; looking changes nothing, and the writer then goes on.
+    path = tmp_path / "observability.duckdb"
+    path.write_bytes(start)
+    reader = DuckDBObservabilityStore(path, read_only=True)
+    page = reader.list_traces()
+    assert page.missing and list(page) == [] and not page.busy
+    assert reader.get_trace("any").missing and reader.count_traces() == 0
+    assert reader.pending_migrations() == DuckDBObservabilityStore(tmp_path / "none.duckdb").pending_migrations()
+    assert path.read_bytes() == start
+    DuckDBObservabilityStore(path).write_spans(agent_trace("after"))
+    assert [t.trace_id for t in reader.list_traces()] == ["after"]
+
+
+def test_a_reader_still_reports_a_broken_file_of_full_size(tmp_path: Path) -> None:
+    # A file as long as the headers or longer that DuckDB cannot open is broken, not being created: the
+    # read says so (the writer sets it aside, above), it is not shown as "no traces yet".
+    path = tmp_path / "observability.duckdb"
+    path.write_bytes(b"\0" * 16384)
+    with pytest.raises(Exception, match="not a valid DuckDB database file"):
+        DuckDBObservabilityStore(path, read_only=True).list_traces()
