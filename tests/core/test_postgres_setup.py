@@ -357,3 +357,29 @@ def test_a_statement_the_servers_timeout_cancels_names_the_setting(pg_url: str) 
     opening = psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
     said = explain_connect_error("postgresql://agent@db/memory", opening)
     assert "statement_timeout" in said and "Cannot reach" not in said
+
+
+def test_a_connection_waits_a_moment_for_a_slot_being_freed(one_connection_url: str, monkeypatch: Any) -> None:
+    """A connection just closed holds its slot until its server process exits, a moment later; the open's
+    own first connection, closed before the pool's, was refused for a role limited to one connection on a
+    loaded machine ("too many connections for role"). A new connection now waits up to SLOT_WAIT_S for a
+    slot: here another connection of the role holds the only one and lets go shortly after the call began."""
+    import threading
+
+    import psycopg
+
+    from core.storage.pg.database import SLOT_WAIT_S
+
+    monkeypatch.delenv("MEMORY_STUDIO_PG_POOL_SIZE", raising=False)
+    with open_store(one_connection_url) as store:
+        store.db.engine.dispose()  # the pool lets go of the role's one slot
+        other = psycopg.connect(one_connection_url, autocommit=True)
+        releaser = threading.Timer(SLOT_WAIT_S / 5, other.close)
+        releaser.start()
+        try:
+            conn = store.db.dedicated_connection()  # asked while the slot is taken
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+            conn.close()
+        finally:
+            releaser.join(30)
+            other.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, ClassVar, Iterator, Sequence
 from urllib.parse import unquote, urlsplit
@@ -41,6 +42,11 @@ log = logging.getLogger(__name__)
 POOL_SIZE_ENV = "MEMORY_STUDIO_PG_POOL_SIZE"
 DEFAULT_POOL_SIZE = 5
 CONNECT_TIMEOUT_S = 10
+#: How long a new connection waits for a slot when the server or the role is at its connection limit. A
+#: connection this process just closed still holds its slot until its server process has exited, a moment
+#: later: the open's own first connection, closed just before the pool's, was refused for a role limited to
+#: one connection on a loaded machine. Past this wait the refusal is the caller's (``_what_to_do``).
+SLOT_WAIT_S = 1.0
 MIGRATION_LOCK = "memory-studio:migrations"
 
 # ``change_fingerprint``: counting a large messages table every second would cost a scan. The recall
@@ -118,7 +124,16 @@ class PgDatabase(Database):
         kwargs: dict[str, Any] = {"options": options, "prepare_threshold": None, **self._connect_defaults, **libpq}
         if self._password is not None:
             kwargs["password"] = self._password
-        conn = psycopg.connect(self.location.url, **kwargs)
+        deadline, pause = time.monotonic() + SLOT_WAIT_S, 0.01
+        while True:
+            try:
+                conn = psycopg.connect(self.location.url, **kwargs)
+                break
+            except psycopg.OperationalError as exc:
+                if not _no_free_slot(exc) or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.2)
         adapt.configure(conn)
         return conn
 
@@ -398,6 +413,14 @@ def translate_pg_error(display: str, exc: BaseException) -> StorageError | None:
         f"was committed. {_what_to_do(first)}")
     error.sqlstate = state  # type: ignore[attr-defined]
     return error
+
+
+def _no_free_slot(exc: BaseException) -> bool:
+    """Whether the server refused a new connection for want of a slot (SQLSTATE 53300; libpq reports a
+    refused connection without the SQLSTATE, so its text is read too)."""
+    low = str(exc).lower()
+    return (getattr(exc, "sqlstate", None) == "53300" or "too many connections" in low
+            or "connection slots are reserved" in low or "too many clients" in low)
 
 
 def _what_to_do(first: str) -> str:
