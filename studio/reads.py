@@ -45,14 +45,20 @@ if TYPE_CHECKING:  # pragma: no cover
 class TreeData:
     resources: list[ResourceSummary]
     threads: dict[str, list[ThreadSummary]]  # resource id -> its threads
+    # The delegations Mastra wrote (``<resource>-<agent>``) that the stored tool results prove, resource id ->
+    # (the resource that delegated, the sub-agent): labelled as delegations (``thread_labels.resource_label``).
+    delegations: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def load_tree(store: Store) -> TreeData:
+    from core.delegation_results import mastra_delegations
+
     resources, summaries = store.memory.tree_summaries()
     threads: dict[str, list[ThreadSummary]] = {}
     for summary in summaries:
         threads.setdefault(summary.thread.resource_id, []).append(summary)
-    return TreeData(resources, threads)
+    proven = mastra_delegations(store, {rid: [s.thread.id for s in listed] for rid, listed in threads.items()})
+    return TreeData(resources, threads, proven)
 
 
 # -- messages ---------------------------------------------------------------------------------------

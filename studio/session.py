@@ -186,6 +186,10 @@ class StudioSession(QObject):
         self._timer.timeout.connect(self.poll)
         self._polling = False
         self.unreachable: str | None = None  # why the server does not answer, while it does not
+        # The Mastra-written delegations the data proves, as the thread tree last loaded them
+        # (``TreeData.delegations``): every pane's header names a resource as the tree does
+        # (``thread_labels.resource_label``).
+        self.delegations: Mapping[str, tuple[str, str]] = {}
 
     # -- identity --------------------------------------------------------------------------------
     @property

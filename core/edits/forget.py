@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 
+from core.delegation_results import delegations_in
 from core.edits.schema import MESSAGE_VERSIONS, OBSERVATION_VERSIONS
 from core.ids import check_id
 from core.scopes import delegation_resource, is_delegation_resource
@@ -168,38 +169,7 @@ def _pairs(conn: sa.Connection, sql: str, values: Sequence[Any]) -> list[tuple[A
 
 def _delegations(conn: sa.Connection, threads: Sequence[str]) -> list[tuple[str, str, str | None]]:
     """The delegations these threads' turns made: (the thread, the resource the sub-agent ran on, its thread)."""
-    found: list[tuple[str, str, str | None]] = []
-    content = dialect.stored_text_sql(conn, '"content"')
-    for start in range(0, len(threads), _CHUNK):
-        chunk = list(threads[start:start + _CHUNK])
-        rows = conn.exec_driver_sql(
-            f"SELECT thread_id, {content} FROM mastra_messages WHERE thread_id IN ({','.join('?' * len(chunk))}) "
-            "AND content LIKE '%agent-%'", tuple(chunk))
-        for thread, raw in rows:
-            found += [(thread, resource, child) for resource, child in _delegated_resources(raw)]
-    return found
-
-
-def _delegated_resources(raw: Any) -> set[tuple[str, str | None]]:
-    if isinstance(raw, (bytes, bytearray)):
-        raw = raw.decode("utf-8", errors="replace")
-    try:
-        content = json.loads(raw)
-    except (TypeError, ValueError):
-        return set()
-    out: set[tuple[str, str | None]] = set()
-    for part in (content.get("parts") or []) if isinstance(content, dict) else []:
-        inv = part.get("toolInvocation") if isinstance(part, dict) else None
-        if not isinstance(inv, dict) or not str(inv.get("toolName") or "").startswith("agent-"):
-            continue
-        result = inv.get("result")
-        if not isinstance(result, dict):
-            continue
-        for resource_key, thread_key in (("resource", "thread"), ("subAgentResourceId", "subAgentThreadId")):
-            if isinstance(result.get(resource_key), str):  # ours, then Mastra's (a delegation Mastra ran)
-                child = result.get(thread_key)
-                out.add((result[resource_key], child if isinstance(child, str) else None))
-    return out
+    return [(thread, resource, child) for thread, _agent, resource, child in delegations_in(conn, threads)]
 
 
 def _targets(conn: sa.Connection, resource_id: str) -> Targets:

@@ -21,6 +21,7 @@ from core.observational.records import split_chunks
 from core.observational.resource_scope import chunk_thread
 from core.timeutil import parse_iso
 from studio.logic.dates import format_datetime
+from studio.logic.thread_labels import NO_DELEGATIONS, Delegations, resource_label
 from studio.selection import Selection
 
 EMPTY_TEXT = ("No observational memory for this thread: the agent that writes it runs with observational memory "
@@ -272,10 +273,12 @@ def generation_rows(history: Sequence[OMRecord]) -> list[GenerationRow]:
             for i, r in enumerate(history)]
 
 
-def subtitle(lookup: Lookup | None, history: Sequence[OMRecord]) -> str:
+def subtitle(lookup: Lookup | None, history: Sequence[OMRecord], known: Delegations = NO_DELEGATIONS) -> str:
+    """The pane's header line; a delegation's resource named as the tree names it (``resource_label``)."""
     if lookup is None or not history:
         return ""
-    what = f"thread {lookup.thread_id}" if lookup.scope == "thread" else f"resource {lookup.resource_id}"
+    what = (f"thread {lookup.thread_id}" if lookup.scope == "thread"
+            else f"resource {resource_label(lookup.resource_id or '', known)}")
     n = len(history)
     return f"{what} · {lookup.scope} scope · {n} generation{'s' if n != 1 else ''}"
 

@@ -20,13 +20,20 @@ A resource is shown by its id, except a delegation's (``delegation:alice:helper`
 so it does not look like a user of its own beside ``alice``. The id stays what is stored and filtered on.
 A resource id can be any text, "alice → helper (delegation)" too, so the words alone did not tell that
 resource from Alice's delegation: the tree draws a delegation's row in italics, not bold as every other
-resource (``is_delegation``), which no id can do.
+resource (``is_delegation``), which no id can do. A delegation Mastra wrote (``<resource>-<agent>``, which a
+user's own id can equal) is labelled so only where the data proves it (``known``: ``Delegations``, loaded with
+the tree by ``core.delegation_results.mastra_delegations``), never from the id's shape.
+
+The same ``resource_label`` names the resource in every pane's header, the stored id on hover (``header_tip``);
+an untitled delegation thread is titled by its delegation (``header_title``). In the narrow tree a delegation's
+label is fitted to its cell (``fit_resource_label``) so who delegated and to which agent stay on screen.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping
 
 from core.scopes import DELEGATION_PREFIX, delegation_parent
 from studio.logic.short_ids import short_id
@@ -86,41 +93,140 @@ def thread_label(title: str | None, thread_id: str, repeated: frozenset[str], sh
 
 
 DELEGATION = "(delegation)"
+SHORT_DELEGATION = "(deleg.)"  # the mark where the whole one does not fit (``fit_resource_label``)
 ARROW = " → "
+#: The delegations Mastra wrote that the data proves (``core.delegation_results.mastra_delegations``):
+#: resource id -> (the resource that delegated, the sub-agent). Loaded with the tree (``TreeData``).
+Delegations = Mapping[str, tuple[str, str]]
+NO_DELEGATIONS: Delegations = MappingProxyType({})
+_MAX_DEPTH = 64  # (a chain of proven Mastra delegations cannot loop, ids being distinct; a guard all the same)
 
 
-def _delegation_chain(resource_id: str) -> list[str] | None:
+def _delegation_chain(resource_id: str, known: Delegations = NO_DELEGATIONS, depth: int = 0) -> list[str] | None:
     """``["alice", "helper"]`` for ``delegation:alice:helper``; a nested delegation's whole chain
-    (``["alice", "helper", "checker"]``); None for any other id, a malformed delegation one included."""
+    (``["alice", "helper", "checker"]``); the same for a delegation Mastra wrote that ``known`` proves
+    (``alice-helper``: ``known["alice-helper"] == ("alice", "helper")``); None for any other id, a malformed
+    delegation one included."""
     pair = delegation_parent(resource_id)
-    if pair is None:
+    if pair is None and not resource_id.startswith(DELEGATION_PREFIX):
+        pair = known.get(resource_id)
+    if pair is None or depth > _MAX_DEPTH:
         return None
     parent, agent = pair
-    above = _delegation_chain(parent) if parent.startswith("delegation:") else [parent or "(no resource)"]
+    nested = parent.startswith(DELEGATION_PREFIX) or parent in known
+    above = _delegation_chain(parent, known, depth + 1) if nested else [parent or "(no resource)"]
     return None if above is None else [*above, agent]
 
 
-def resource_label(resource_id: str) -> str:
-    """The tree's text for a resource: its id, or for a delegation's resource who delegated to whom:
-    "alice → helper (delegation)" (a nested one: "alice → helper → checker (delegation)")."""
-    chain = _delegation_chain(resource_id)
+def resource_label(resource_id: str, known: Delegations = NO_DELEGATIONS) -> str:
+    """How the Studio names a resource, in the tree and in every pane's header: its id, or for a delegation's
+    resource who delegated to whom: "alice → helper (delegation)" (a nested one: "alice → helper → checker
+    (delegation)"); a Mastra-written one (``alice-helper``) only when ``known`` proves it."""
+    chain = _delegation_chain(resource_id, known)
     return resource_id if chain is None else f"{ARROW.join(chain)} {DELEGATION}"
 
 
-def is_delegation(resource_id: str) -> bool:
-    """Whether the tree labels ``resource_id`` as a delegation's (and draws it as one: in italics)."""
-    return _delegation_chain(resource_id) is not None
+def resource_tip(resource_id: str, known: Delegations = NO_DELEGATIONS) -> str:
+    """What a header that names a resource by ``resource_label`` says on hover: the stored id (what filters,
+    the CLI and the API take); "" when the label is the id."""
+    return "" if resource_label(resource_id, known) == resource_id else f"resource id: {resource_id}"
 
 
-def delegation_note(resource_id: str) -> str | None:
+def header_title(title: str | None, thread_id: str, resource_id: str | None,
+                 known: Delegations = NO_DELEGATIONS) -> str:
+    """How a pane's header names a thread: its title; an untitled thread of a delegation (the engine and
+    Mastra name none) by the delegation ("ada → helper (delegation)"), not by its raw id; else its id."""
+    if (title or "").strip():
+        return str(title)
+    return resource_label(resource_id, known) if resource_id and is_delegation(resource_id, known) else thread_id
+
+
+def header_tip(text: str, resource_id: str | None, known: Delegations = NO_DELEGATIONS) -> str:
+    """The tooltip of a pane's header line ``text`` that names ``resource_id`` by ``resource_label``: the line
+    and the stored id (``resource_tip``); "" when the label is the id (an ``ElidedLabel`` then shows the
+    line whole on hover when it is cut)."""
+    tip = resource_tip(resource_id or "", known)
+    return f"{text}\n{tip}" if tip else ""
+
+
+def _cut(name: str, keep: int) -> str:
+    """``name`` with its middle cut so ``keep`` of its characters stay, the head one longer ("cust…ers")."""
+    if keep >= len(name):
+        return name
+    tail = keep // 2
+    return name[:keep - tail] + "…" + (name[-tail:] if tail else "")
+
+
+MIN_KEPT = 4  # characters a cut name keeps at least ("cu…rs"): fewer would name no one
+
+
+def fit_resource_label(resource_id: str, width: int, advance: Callable[[str], int],
+                       known: Delegations = NO_DELEGATIONS) -> str:
+    """``resource_label`` for a place ``width`` wide (``advance``: a text's width in the font it is drawn in),
+    keeping what tells a delegation apart: who delegated and to which agent. Cut first, in this order: a nested
+    chain's middle agents ("alice → … → checker"), the middle of the delegating resource's id (to ``MIN_KEPT``
+    characters), the mark (to "(deleg.)", then away: the tree draws a delegation's row in italics, which no
+    id can be, and its tooltip says what it is), the middle of the agent's name, and last a nested chain's
+    "…". Any other
+    resource, and a label that fits, comes back whole (a view cuts it as it cuts any text); so does the
+    tightest form when even that does not fit."""
+    chain = _delegation_chain(resource_id, known)
+    whole = resource_label(resource_id, known)
+    if chain is None or advance(whole) <= width:
+        return whole
+    root, *agents = chain
+    middle = ["…"] if len(agents) > 1 else []
+
+    def text(root_kept: int, mark: str, agent_kept: int | None = None) -> str:
+        last = agents[-1] if agent_kept is None else _cut(agents[-1], agent_kept)
+        return ARROW.join([_cut(root, root_kept), *middle, last]) + (f" {mark}" if mark else "")
+
+    def longest(fits: Callable[[int], bool], low: int, high: int) -> int | None:
+        """The largest ``n`` in ``low..high`` with ``fits(n)`` (true for all below any true one), or None."""
+        if high < low or not fits(low):
+            return None
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        return low
+
+    floor = min(MIN_KEPT, len(root))
+    for mark in (DELEGATION, SHORT_DELEGATION, ""):
+        def fits(n: int, m: str = mark) -> bool:
+            return advance(text(n, m)) <= width
+
+        kept = longest(fits, floor, len(root))
+        if kept is not None:
+            return text(kept, mark)
+    agent = agents[-1]
+    agent_floor = min(MIN_KEPT, len(agent))
+    kept = longest(lambda n: advance(text(floor, "", n)) <= width, agent_floor, len(agent))
+    if kept is None and middle:  # (a nested chain's "…" goes last: the tooltip has the whole chain)
+        middle = []
+        kept = longest(lambda n: advance(text(floor, "", n)) <= width, agent_floor, len(agent))
+    return text(floor, "", agent_floor if kept is None else kept)
+
+
+def is_delegation(resource_id: str, known: Delegations = NO_DELEGATIONS) -> bool:
+    """Whether the Studio labels ``resource_id`` as a delegation's (and the tree draws it as one: in italics)."""
+    return _delegation_chain(resource_id, known) is not None
+
+
+def delegation_note(resource_id: str, known: Delegations = NO_DELEGATIONS) -> str | None:
     """What a delegation's resource is, for its tooltip; None for any other resource."""
-    chain = _delegation_chain(resource_id)
+    chain = _delegation_chain(resource_id, known)
     if chain is None:
         return None
     *above, agent = chain
-    return (f"The memory sub-agent {agent!r} keeps of the turns of {ARROW.join(above)} that delegated to it: each "
+    note = (f"The memory sub-agent {agent!r} keeps of the turns of {ARROW.join(above)} that delegated to it: each "
             f"thread is one delegation (its prompt and reply; the reply is also in the delegating thread). "
             f"Forgetting {above[0]} forgets it too.")
+    if resource_id in known and not resource_id.startswith(DELEGATION_PREFIX):
+        parent, _ = known[resource_id]
+        note += (f"\nMastra named it <resource>-<agent>, as a user's own id could be named: it is shown as a "
+                 f"delegation because {parent}'s threads hold the results of its agent-{agent} calls, which name "
+                 "this resource and each of its threads.")
+    return note
 
 
 def delegation_refusal(resource_id: str) -> str | None:
@@ -138,6 +244,7 @@ def delegation_refusal(resource_id: str) -> str | None:
             "instead; this thread's messages stay readable in the Messages pane.")
 
 
-__all__ = ["ARROW", "DELEGATION", "SEPARATOR", "UNTITLED", "delegation_note", "delegation_refusal", "is_delegation",
-           "repeated_titles", "resource_label",
+__all__ = ["ARROW", "DELEGATION", "MIN_KEPT", "NO_DELEGATIONS", "SEPARATOR", "SHORT_DELEGATION", "UNTITLED",
+           "Delegations", "delegation_note", "delegation_refusal", "fit_resource_label", "header_tip", "header_title", "is_delegation",
+           "repeated_titles", "resource_label", "resource_tip",
            "shared_id_prefix", "thread_label", "title_key"]

@@ -26,6 +26,7 @@ from core.working_memory import (
 )
 from core.working_memory_schema import load_stored, validate, working_memory_merge
 from studio.logic.memory_config import ConfigState
+from studio.logic.thread_labels import NO_DELEGATIONS, Delegations, resource_label
 from studio.selection import Selection
 
 JsonMode = Literal["merge", "replace"]
@@ -43,6 +44,13 @@ class WmTarget:
     @property
     def label(self) -> str:
         return f"{'Resource' if self.scope == 'resource' else 'Thread'} {self.owner_id}"
+
+    def title(self, known: Delegations = NO_DELEGATIONS) -> str:
+        """``label`` for the pane's header: a delegation's resource named as the tree names it
+        (``thread_labels.resource_label``; ``known``: the Mastra-written delegations the data proves)."""
+        if self.scope == "resource":
+            return f"Resource {resource_label(self.owner_id, known)}"
+        return self.label
 
 
 def target_for(selection: Selection, opts: WorkingMemoryOptions) -> tuple[WmTarget | None, str]:

@@ -26,7 +26,9 @@ from PySide6.QtGui import QFont
 
 from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.thread_labels import (
+    NO_DELEGATIONS,
     UNTITLED,
+    Delegations,
     delegation_note,
     is_delegation,
     repeated_titles,
@@ -123,6 +125,8 @@ class ResourceTreeModel(QAbstractItemModel):
         # A delegation's resource in italics, not bold: its label can be any resource's id too.
         self._delegation = QFont()
         self._delegation.setItalic(True)
+        # The delegations Mastra wrote that the data proves (``TreeData.delegations``): labelled as ours are.
+        self.delegations: Delegations = NO_DELEGATIONS
 
     # -- plain state ---------------------------------------------------------------------------
     def resource_ids(self) -> list[str]:
@@ -175,6 +179,9 @@ class ResourceTreeModel(QAbstractItemModel):
                 self._by_key[node.key] = node
             self._reindex()
             self.endInsertRows()
+        if dict(data.delegations) != dict(self.delegations):  # (rare: a proof came or went; a nested label may
+            self.delegations = data.delegations              # change with its parent's, so every resource row)
+            changed = list(self._nodes)
         self._reorder()
         # (signalled after the reorder, at the rows they have now)
         self._changed(QModelIndex(), sorted(self._row_of[n.key] for n in changed))
@@ -308,7 +315,7 @@ class ResourceTreeModel(QAbstractItemModel):
     def _resource_data(self, node: _ResourceNode, col: int, role: int) -> Any:
         s = node.summary
         if role == Qt.ItemDataRole.DisplayRole:
-            return (resource_label(s.id), f"{s.message_count:,}", _short_time(s.last_activity))[col]
+            return (resource_label(s.id, self.delegations), f"{s.message_count:,}", _short_time(s.last_activity))[col]
         if role == TreeRoles.KIND:
             return "resource"
         if role == TreeRoles.RESOURCE_ID:
@@ -316,13 +323,13 @@ class ResourceTreeModel(QAbstractItemModel):
         if role == TreeRoles.SORT:
             return _epoch(s.last_activity)
         if role == TreeRoles.FILTER:
-            label = resource_label(s.id)
+            label = resource_label(s.id, self.delegations)
             return s.id if label == s.id else f"{s.id} {label}"
         if role == Qt.ItemDataRole.FontRole and col == 0:
-            return self._delegation if is_delegation(s.id) else self._bold
+            return self._delegation if is_delegation(s.id, self.delegations) else self._bold
         if role == Qt.ItemDataRole.ToolTipRole:
             wm = "has working memory" if s.has_working_memory else "no working memory"
-            note = delegation_note(s.id)
+            note = delegation_note(s.id, self.delegations)
             return plain_tip(f"Resource {s.id}\n{s.thread_count} threads · {s.message_count:,} messages · {wm}\n"
                              f"last activity: {date_tooltip(s.last_activity)}" + (f"\n{note}" if note else ""))
         if role == Qt.ItemDataRole.TextAlignmentRole and col == 1:

@@ -44,7 +44,7 @@ from studio.chat_runner import AgentRun, ChatRequest, ModelOption, TurnOutcome
 from studio.commands import Command, CommandRegistry
 from studio.logic import chat_layout as lay
 from studio.logic.prompt_layout import EmbedderHolder
-from studio.logic.thread_labels import delegation_refusal
+from studio.logic.thread_labels import delegation_refusal, header_tip, resource_label
 from studio.reads import last_messages
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -391,9 +391,12 @@ class ChatPane(QWidget):
         if on_thread:
             title = (thread.title if thread is not None and thread.id == sel.thread_id else "") or sel.thread_id
             resource = thread.resource_id if thread is not None and thread.id == sel.thread_id else sel.resource_id
-            self.subtitle.setText(f"{title} · thread {sel.thread_id} · resource {resource or '?'}")
+            named = resource_label(resource, self.session.delegations) if resource else "?"
+            self.subtitle.setText(f"{title} · thread {sel.thread_id} · resource {named}")
+            self.subtitle.setToolTip(header_tip(self.subtitle.text(), resource, self.session.delegations))
         else:
             self.subtitle.setText(f"a new thread for resource {self.resource_edit.text().strip() or '?'}")
+            self.subtitle.setToolTip("")
         read_only = bool(self.session.read_only)
         if read_only:
             refusal = self.session.write_refusal  # its folder cannot be written: Allow Writes would not help

@@ -33,11 +33,13 @@ from PySide6.QtWidgets import (
 from studio import reads as queries
 from studio.commands import Command
 from studio.logic.message_format import DETAIL_CSS, ROLE_COLOURS, MessageRow, format_time, message_html
+from studio.logic.thread_labels import resource_label
 from studio.models.messages_model import MessageListModel, MessageRoles
 from studio.selection import Selection
 from studio.session import StudioSession
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
+from studio.widgets.plain_tip import plain_tip
 from studio.widgets.record_table import RowTableView
 
 KIND_LABELS = {"text": "", "tool-invocation": "tool", "reasoning": "reasoning", "file": "file", "data": "data",
@@ -233,6 +235,7 @@ class MessagesPane(QWidget):
             self.detail.clear()
             self.stack.setCurrentIndex(1 if selection.thread_id else 0)
             self.header.setText("Loading…" if selection.thread_id else "Pick a thread on the left.")
+            self.header.setToolTip("")
             self._opening = True
             self.model.open_thread(selection.thread_id)
         elif selection.message_id and self._opening:
@@ -270,9 +273,13 @@ class MessagesPane(QWidget):
         if not tid:
             return
         n = self.model.rowCount()
-        # (ids are user data: escaped, so one cannot restyle the header)
+        resource = self._selection.resource_id or ""
+        label = resource_label(resource, self.session.delegations)  # (a delegation's as the tree names it)
+        named = f"<code>{html.escape(resource)}</code>" if label == resource else f"<i>{html.escape(label)}</i>"
+        # (ids are user data: escaped, so one cannot restyle the header; the stored ids whole on hover)
         self.header.setText(f"<b>{n:,}</b> message{'s' if n != 1 else ''}  ·  thread <code>{html.escape(tid)}</code>  ·  "
-                            f"resource <code>{html.escape(self._selection.resource_id or '')}</code>")
+                            f"resource {named}")
+        self.header.setToolTip(plain_tip(f"thread {tid}\nresource {resource}"))
 
     def jump_to(self, message_id: str) -> None:
         row = self.model.find_loaded(message_id)

@@ -38,6 +38,7 @@ from studio.logic.observations_layout import (
     token_bars,
 )
 from studio.logic.dates import date_tooltip
+from studio.logic.thread_labels import header_tip, resource_label
 from studio.reads import OMView, load_observations
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -224,7 +225,8 @@ class ObservationsPane(QWidget):
         # Edit… / Delete… would act on that selection's lines.
         self._apply(OMView(self.selection))
         sel = self.selection
-        owner = f"thread {sel.thread_id}" if sel.thread_id else f"resource {sel.resource_id}"
+        owner = (f"thread {sel.thread_id}" if sel.thread_id
+                 else f"resource {resource_label(sel.resource_id or '', self.session.delegations)}")
         self.empty_label.setText(f"The observational memory of {owner} could not be read (the reason is below). "
                                  "Nothing was changed; Reload (F5) reads it again.")
         self.status.setText(f"Could not read observational memory: {exc}")
@@ -233,7 +235,11 @@ class ObservationsPane(QWidget):
         self.view = view
         self._shown = None
         self.status.setText("")
-        self.subtitle.setText(subtitle(view.lookup, view.history))
+        known = self.session.delegations  # (a delegation's resource as the tree names it; the stored id on hover)
+        self.subtitle.setText(subtitle(view.lookup, view.history, known))
+        scoped = view.lookup is not None and view.lookup.scope != "thread"
+        self.subtitle.setToolTip(header_tip(self.subtitle.text(), view.lookup.resource_id, known)
+                                 if scoped and view.lookup is not None else "")
         if not view.history:
             self.empty_label.setText(empty_text(view.selection))
             self.stack.setCurrentIndex(PAGE_EMPTY)

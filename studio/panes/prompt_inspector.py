@@ -60,6 +60,7 @@ from studio.logic.dates import format_datetime
 from studio.logic.replay_layout import call_labels
 from studio.logic.recall_detail import RecalledRow, fmt_score, recalled_rows
 from studio.logic.short_ids import short_id
+from studio.logic.thread_labels import header_tip, header_title, resource_label, resource_tip
 from studio.reads import assemble_preview
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, edited_note, sources_note
@@ -393,7 +394,9 @@ class PromptInspectorPane(QWidget):
         self._context = None
         self._start = None
         self.title.setText(thread_id or "No thread selected")
+        self.title.setToolTip("")
         self.subtitle.setText(f"thread {thread_id} could not be read; Reassemble (F5) reads it again")
+        self.subtitle.setToolTip("")
         self.options_bar.set_origin("")
         self._on_error(exc)
 
@@ -403,9 +406,15 @@ class PromptInspectorPane(QWidget):
         previous_agent = self.agent_combo.currentData() if not reset_options else None
         self._context = ctx
         thread = ctx.thread
-        self.title.setText((thread.title if thread else "") or thread_id or "")
         resource = thread.resource_id if thread else self.selection.resource_id
-        self.subtitle.setText(f"thread {thread_id} · resource {resource or '?'}")
+        # (a delegation's resource as the tree names it, an untitled delegation thread too; the stored ids on hover)
+        known = self.session.delegations
+        self.title.setText(header_title(thread.title if thread else None, thread_id or "", resource, known))
+        named = resource_label(resource, known) if resource else "?"
+        self.subtitle.setText(f"thread {thread_id} · resource {named}")
+        self.subtitle.setToolTip(header_tip(self.subtitle.text(), resource, known))
+        tip = resource_tip(resource or "", known)
+        self.title.setToolTip(f"{self.title.text()}\nthread id: {thread_id}\n{tip}" if tip else "")
         items: list[tuple[str, Any]] = [(f"Agent '{a.name}'", a.name) for a in ctx.agents] + [(DEFAULTS_LABEL, None)]
         wanted = previous_agent if previous_agent is not None else (ctx.agent.name if ctx.agent else None)
         names = [data for _text, data in items]
@@ -649,7 +658,9 @@ class PromptInspectorPane(QWidget):
 
     def _show_empty(self, text: str) -> None:
         self.title.setText("No thread selected")
+        self.title.setToolTip("")
         self.subtitle.setText("")
+        self.subtitle.setToolTip("")
         self._clear_prompt()
         self.status.setText(text)
 

@@ -43,6 +43,7 @@ from studio.commands import Command
 from studio.logic import recall_layout as lay
 from studio.logic.message_format import MessageRow
 from studio.logic.prompt_layout import EmbedderHolder
+from studio.logic.thread_labels import header_tip, resource_label
 from studio.reads import RecallView, explain_recall, inspect_recall, last_messages
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -401,7 +402,7 @@ class RecallPlaygroundPane(QWidget):
         if selection.message_id is not None and selection.message_id != previous.message_id:
             self._show_id(selection.message_id)
         if (selection.resource_id, selection.thread_id) != (previous.resource_id, previous.thread_id):
-            self.subtitle.setText(self._scope_text())
+            self._show_scope()
             self.schedule()
 
     # -- the agent's registered recall options -------------------------------------------------------
@@ -459,11 +460,16 @@ class RecallPlaygroundPane(QWidget):
         self.start_label.setToolTip(plain_tip(start.label))
         self.reset_btn.setEnabled(changed)
 
+    def _show_scope(self) -> None:
+        text = self._scope_text()
+        self.subtitle.setText(text)
+        self.subtitle.setToolTip(header_tip(text, self.resource_id, self.session.delegations))
+
     def _scope_text(self) -> str:
         sel = self.selection
         parts = []
-        if self.resource_id:
-            parts.append(f"resource {self.resource_id}")
+        if self.resource_id:  # (a delegation's as the tree names it; the stored id on hover)
+            parts.append(f"resource {resource_label(self.resource_id, self.session.delegations)}")
         if sel.thread_id:
             parts.append(f"thread {sel.thread_id}")
         return " · ".join(parts) or "pick a resource or thread in the tree"
@@ -480,7 +486,7 @@ class RecallPlaygroundPane(QWidget):
             return
         if self.resource_id is None and thread is not None:
             self.resource_id = thread.resource_id  # a thread picked alone still names its resource
-            self.subtitle.setText(self._scope_text())
+            self._show_scope()
             self.schedule()
         self.thread_list.clear()
         for r in rows:

@@ -52,6 +52,7 @@ from studio.logic.replay_layout import (
     turn_facts,
 )
 from studio.logic.replay_state import ReplayMode, ReplayState
+from studio.logic.thread_labels import header_tip, header_title, resource_label
 from studio.preferences import Preferences, preferences_for
 from studio.reads import SourceResolver, load_tree
 from studio.replay_jobs import ReplayThread, StepData, TraceMatch, WhatIfDetail, find_trace
@@ -340,12 +341,13 @@ class ReplayPane(QWidget):
     def _on_opened(self, source: ReplayThread, index: int | None = None, call: int = 0) -> None:
         self.state.opened(source)
         thread = source.thread
-        name = thread.title or thread.id
+        known = self.session.delegations  # (a delegation's resource as the tree names it; the stored id on hover)
+        name = header_title(thread.title, thread.id, thread.resource_id, known)
         self.title.setText(f"Replay · {name if len(name) <= 40 else name[:39] + '…'}")  # never widens the pane
         fork = fork_source(thread.metadata)
-        self.subtitle.setText(f"thread {thread.id} · resource {thread.resource_id} · options from {source.agent}"
-                              + (f" · {fork}" if fork else ""))
-        self.subtitle.setToolTip(self.subtitle.text())
+        self.subtitle.setText(f"thread {thread.id} · resource {resource_label(thread.resource_id, known)} · "
+                              f"options from {source.agent}" + (f" · {fork}" if fork else ""))
+        self.subtitle.setToolTip(header_tip(self.subtitle.text(), thread.resource_id, known) or self.subtitle.text())
         self._select_thread_in_list(thread.id)
         self.what_if.set_source(source)
         self.rerun.set_step(None)  # a summary of another thread's turn must not stay

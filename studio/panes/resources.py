@@ -36,6 +36,7 @@ from studio.widgets.banner import Banner
 from studio.widgets.elided_lines import fit_rows_to_width
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
+from studio.widgets.resource_label_delegate import ResourceLabelDelegate
 
 AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
 NO_THREADS = ("No threads in this database yet. An agent's first turn here starts one (or the Chat Playground, "
@@ -103,6 +104,8 @@ class ResourcesPane(QWidget):
         # A long title is cut in the middle: a series of alike titles differs at the end ("… day 2"), which
         # a cut at the right hid (``studio.logic.thread_labels``).
         self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # ... except a delegation's row, fitted so who delegated, to which agent, and the mark all stay.
+        self.tree.setItemDelegateForColumn(0, ResourceLabelDelegate(self.model, self.tree))
         self.tree.setAlternatingRowColors(False)
         self.tree.setSortingEnabled(False)
         header = self.tree.header()
@@ -178,6 +181,7 @@ class ResourcesPane(QWidget):
         else:  # an empty tree alone looked like a list still loading, or a filter hiding everything
             self.banner.show_message(NO_THREADS, "info")
         self.model.apply(data)
+        self.session.delegations = data.delegations  # (the panes' headers name resources as the tree does)
         self._size_columns(data)
         if not self._loaded_once and data.resources:  # the first load with data (not an empty file)
             self._loaded_once = True

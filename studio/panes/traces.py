@@ -61,6 +61,7 @@ from studio.logic.traces_layout import (
 )
 from studio.logic.dates import date_tooltip, format_datetime
 from studio.logic.pricing import CostEstimate, Price, dump_prices, estimate, load_prices, usage_summary
+from studio.logic.thread_labels import header_tip, resource_label, resource_tip
 from studio.reads import SourceResolver, TracePage, TraceSource, load_traces_page, load_usage, traces_fingerprint
 from studio.selection import Selection
 from studio.session import StudioSession
@@ -397,8 +398,8 @@ class TracesPane(QWidget):
         f = self.filters()
         if f.thread_id:
             return f"thread {f.thread_id}"
-        if f.resource_id:
-            return f"resource {f.resource_id}"
+        if f.resource_id:  # (a delegation's as the tree names it; the stored id on hover)
+            return f"resource {resource_label(f.resource_id, self.session.delegations)}"
         return "all threads"
 
     # -- loading ---------------------------------------------------------------------------------
@@ -431,7 +432,9 @@ class TracesPane(QWidget):
         self._clear_trace("")
         self.count_label.setText("")
         self.subtitle.setText(self._scope_text())
-        self.subtitle.setToolTip("")
+        f = self.filters()
+        self.subtitle.setToolTip(header_tip(self.subtitle.text(), None if f.thread_id else f.resource_id,
+                                            self.session.delegations))
         self._on_error(exc)
 
     def load_more(self) -> None:
@@ -524,7 +527,9 @@ class TracesPane(QWidget):
                  "postgres": "spans table"}.get(
             source.kind if source else "", "")
         self.subtitle.setText(f"{self._scope_text()} · {where} {source.location if source else ''}".rstrip())
-        self.subtitle.setToolTip(source.location if source else "")
+        f = self.filters()
+        named = resource_tip("" if f.thread_id else f.resource_id or "", self.session.delegations)
+        self.subtitle.setToolTip("\n".join(t for t in (source.location if source else "", named) if t))
         follows = {"postgres": "reloads when new spans arrive", "memory": "nothing to follow"}.get(
             source.kind if source else "", "reloads when the trace file changes")
         self.status.setText(f"Read at {format_datetime(datetime.now(timezone.utc))} · {follows}")

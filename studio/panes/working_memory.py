@@ -33,6 +33,7 @@ from core.agent_configs import AgentConfig, save_override
 from core.tokens import default_tokenizer
 from studio.commands import Command, CommandRegistry
 from studio.logic.dates import date_tooltip, format_datetime
+from studio.logic.thread_labels import header_tip
 from studio.logic.wm_editing import (
     DraftCheck,
     VersionRow,
@@ -367,7 +368,10 @@ class WorkingMemoryPane(QWidget):
         fmt = snap.fmt
         scope = snap.target.scope if snap.target else snap.options.scope
         mode_badge = "JSON · schema" if fmt == "json" else "Markdown · template"
-        self.title.setText(snap.target.label if snap.target else "Working memory")
+        known = self.session.delegations  # (a delegation's resource as the tree names it; the stored id on hover)
+        self.title.setText(snap.target.title(known) if snap.target else "Working memory")
+        self.title.setToolTip(header_tip(self.title.text(), snap.target.owner_id, known)
+                              if snap.target is not None and snap.target.scope == "resource" else "")
         self.badges.setText(
             f'&nbsp;<span style="background:#2F4A66;color:#DDE;">&nbsp;{scope} scope&nbsp;</span>'
             f'&nbsp;<span style="background:#4A3A12;color:#EED;">&nbsp;{mode_badge}&nbsp;</span>'
@@ -843,6 +847,7 @@ class WorkingMemoryPane(QWidget):
             self.agent_combo.setItemText(0, "Automatic")  # "Automatic (<the previous owner's agent>)"
         self.tabs.setTabText(1, "History")
         self.title.setText("Working memory")
+        self.title.setToolTip("")
         self.badges.setText("")
         self.editor.load("")
         self.editor.setReadOnly(True)

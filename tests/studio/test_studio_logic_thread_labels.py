@@ -50,3 +50,70 @@ def test_a_delegations_resource_reads_as_who_delegated_to_whom() -> None:
         assert resource_label(other) == other and delegation_note(other) is None
     note = delegation_note(alices)
     assert note is not None and "'helper'" in note and "alice" in note and "Forgetting alice" in note
+
+
+def _width(text: str) -> int:
+    """A stand-in for a font's advance: 7 px a character, the ellipsis and the arrow as wide as in the
+    Studio's font ("…" 13 px, " → " 19 px)."""
+    return 7 * len(text.replace(" → ", "").replace("…", "")) + 19 * text.count(" → ") + 13 * text.count("…")
+
+
+def test_a_delegation_label_fitted_to_a_narrow_place_keeps_who_delegated_and_to_whom() -> None:
+    """The tree cut a delegation's label in the middle like any title: "ada → he…egation)" in a 1,100 px
+    window, the agent's name gone. Fitted, the least telling part goes first: a nested chain's middle, the
+    middle of the delegating resource's id, then the mark, and the agent's name last."""
+    from core.scopes import delegation_resource
+    from studio.logic.thread_labels import fit_resource_label, resource_label
+
+    ada = delegation_resource("ada", "helper")
+    long_root = delegation_resource("customer-0291-northwind-traders", "research-assistant")
+    nested = delegation_resource(long_root, "fact-checker")
+
+    def fit(resource_id: str, width: int) -> str:
+        text = fit_resource_label(resource_id, width, _width)
+        assert _width(text) <= width, text  # (it fits: the view has nothing left to cut)
+        return text
+
+    assert fit(ada, 500) == resource_label(ada) == "ada → helper (delegation)"
+    assert fit(ada, 150) == "ada → helper (deleg.)"
+    assert fit(ada, 122) == "ada → helper"  # (the row is in italics: still a delegation on screen)
+    assert fit(nested, 500) == "customer-0291-northwind-traders → … → fact-checker (delegation)"
+    assert fit(nested, 400) == "customer-029…ind-traders → … → fact-checker (delegation)"
+    assert fit(long_root, 300) == "cust…ers → research-assistant (delegation)"
+    assert fit(long_root, 260) == "cus…rs → research-assistant (deleg.)"
+    assert fit(long_root, 200) == "cus…ers → research-assistant"
+    assert fit(long_root, 122) == "cu…rs → rese…ant"
+    assert fit(nested, 122) == "cu…rs → fact…ker"  # (the chain's "…" goes last)
+    assert fit_resource_label("alice-helper", 40, _width) == "alice-helper"  # another resource: the view cuts it
+
+
+def test_a_resource_mastra_wrote_for_a_delegation_is_labelled_only_with_proof() -> None:
+    """Mastra names a sub-agent's resource ``<resource>-<agent>``, which a user's own id can equal: it is
+    labelled a delegation only when the data proves it (``known``: what the stored tool results prove), and
+    its tooltip says why; its shape alone proves nothing."""
+    from core.scopes import delegation_resource
+    from studio.logic.thread_labels import (
+        delegation_note,
+        header_tip,
+        header_title,
+        is_delegation,
+        resource_label,
+        resource_tip,
+    )
+
+    known = {"user-42-researcher": ("user-42", "researcher")}
+    assert resource_label("user-42-researcher") == "user-42-researcher" and not is_delegation("user-42-researcher")
+    assert resource_label("user-42-researcher", known) == "user-42 → researcher (delegation)"
+    assert is_delegation("user-42-researcher", known) and resource_label("alice-helper", known) == "alice-helper"
+    note = delegation_note("user-42-researcher", known)
+    assert note is not None and "Mastra" in note and "agent-researcher" in note
+    nested = delegation_resource("user-42-researcher", "checker")  # (ours, of Mastra's)
+    assert resource_label(nested, known) == "user-42 → researcher → checker (delegation)"
+    # pane headers: the same label, the stored id on hover
+    assert resource_tip("user-42-researcher", known) == "resource id: user-42-researcher"
+    assert resource_tip("alice-helper", known) == "" and header_tip("x", "alice-helper", known) == ""
+    assert header_tip("resource ada → helper (delegation)", delegation_resource("ada", "helper")) == (
+        "resource ada → helper (delegation)\nresource id: delegation:ada:helper")
+    assert header_title(None, "th-sub-1", "user-42-researcher", known) == "user-42 → researcher (delegation)"
+    assert header_title("Sources", "th-sub-1", "user-42-researcher", known) == "Sources"
+    assert header_title(None, "t-ah", "alice-helper", known) == "t-ah"

@@ -1,0 +1,41 @@
+"""The thread tree's first column: a delegation's row keeps who delegated, to which agent, and that it is one.
+
+The tree cuts a long text in the middle (``Qt.ElideMiddle``: a series of alike titles differs at its end).
+"ada → helper (delegation)" in the ~165 px a 1,100 px window gives the column was cut to "ada → he…egation)":
+the agent's name and the mark were gone. A delegation's row is fitted here instead, before Qt draws it,
+to the width its text has (``thread_labels.fit_resource_label``: the least telling part goes first). Every
+other row is drawn as the view draws it; the tooltip keeps the whole label and the stored id."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex
+from PySide6.QtWidgets import QApplication, QStyle, QStyledItemDelegate, QStyleOptionViewItem, QWidget
+
+from studio.logic.thread_labels import fit_resource_label, is_delegation
+from studio.models.resource_tree import ResourceTreeModel, TreeRoles
+
+
+class ResourceLabelDelegate(QStyledItemDelegate):
+    def __init__(self, model: ResourceTreeModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._model = model  # (its ``delegations``: the Mastra-written ones the data proves)
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:  # noqa: N802
+        super().initStyleOption(option, index)
+        if index.column() != 0 or index.data(TreeRoles.KIND) != "resource":
+            return
+        resource_id = index.data(TreeRoles.RESOURCE_ID)
+        known = self._model.delegations
+        if not isinstance(resource_id, str) or not is_delegation(resource_id, known):
+            return
+        widget = option.widget
+        style = widget.style() if widget is not None else QApplication.style()
+        text_rect = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, widget)
+        # (the style draws the text inside a margin on either side of that rectangle)
+        margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1
+        metrics = option.fontMetrics  # (the row's italic font, set above)
+        option.text = fit_resource_label(resource_id, text_rect.width() - 2 * margin,
+                                         metrics.horizontalAdvance, known)
+
+
+__all__ = ["ResourceLabelDelegate"]
