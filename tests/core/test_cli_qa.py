@@ -681,3 +681,18 @@ def test_display_width_counts_terminal_columns() -> None:
 
     assert [display_width(t) for t in ("abc", "日本語", "ada😀", "❤️", "e\u0301", "ｱﾚﾙｷﾞｰ", "👍🏽", "")] == [3, 6, 5, 2, 1, 6, 2, 0]
     assert pad("会議", 6) == "会議  " and pad("7", 3, right=True) == "  7" and pad("toolong", 3) == "toolong"
+
+
+def test_a_misspelt_flag_names_the_command_and_the_flag_it_meant() -> None:
+    # argparse alone said "memory-studio: unrecognized arguments: --resourse ada": no command, no hint.
+    code, out, err = run("threads", "--resourse", "ada")
+    assert code == 2 and out == ""
+    assert err.strip() == ("memory-studio threads: unrecognized arguments: --resourse ada (did you mean --resource?). "
+                           "`memory-studio threads --help` lists what it takes.")
+    code, _out, err = run("reindex", "--modle=e5")
+    assert code == 2 and "memory-studio reindex:" in err and "did you mean --model?" in err
+    # A missing action names the choices, never an internal name (`tokens_action`).
+    for argv, choices in ((("tokens",), "{new,hash,check}"), (("models",), "{install,status}"),
+                          (("traces",), "{prune}")):
+        code, _out, err = run(*argv)
+        assert code == 2 and err.strip().endswith(f"the following arguments are required: {choices}"), err
