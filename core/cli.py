@@ -427,7 +427,8 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
         out.write("  exists: a folder, not a database file; choose a file inside it\n")
         return 0  # no database here, so no trace file beside one either
     elif path is not None:
-        out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
+        missing = "no (made by an agent's first turn, or by `memory-studio demo`)"
+        out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else missing}\n")
     from core.traces.home import trace_home
     from core.traces.spans import SPANS_TABLE
 

@@ -696,3 +696,16 @@ def test_a_misspelt_flag_names_the_command_and_the_flag_it_meant() -> None:
                           (("traces",), "{prune}")):
         code, _out, err = run(*argv)
         assert code == 2 and err.strip().endswith(f"the following arguments are required: {choices}"), err
+
+
+def test_a_missing_database_says_what_makes_one_not_that_a_writing_command_would(tmp_path: Path) -> None:
+    # `where` said "created by the first command that writes" and the refusal "only commands that write create
+    # a new database", yet reindex, vacuum, migrate and forget write and refuse it: a new user ran one after another.
+    missing = tmp_path / "memory.db"
+    for argv in (("threads",), ("reindex",), ("vacuum",), ("forget", "--resource", "ada", "--yes")):
+        code, _out, err = run(*argv, "--db", str(missing))
+        assert code == 1 and "does not exist" in err and "command that writes" not in err and "commands that write" not in err
+        assert "`memory-studio where`" in err and "`memory-studio demo`" in err and "first turn" in err
+    code, out, _err = run("where", "--db", str(missing))
+    assert code == 0 and "exists: no (made by an agent's first turn, or by `memory-studio demo`)" in out
+    assert not missing.exists()
