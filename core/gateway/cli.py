@@ -50,7 +50,7 @@ def add_serve_parser(sub: Any) -> None:
 
 def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_serve_extra()
-    from core.gateway.app import create_app
+    from core.gateway.app import check_settings, create_app
     from core.gateway.registry import load_agents
     from core.gateway.server import serve
 
@@ -68,6 +68,8 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                              f"module gives it. Drop {' and '.join(given)}, or set them in {args.agents.split(':')[0]}.")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be a positive number of tokens, got {args.max_tokens}.")
+    check_settings(default_resource=args.default_resource, max_concurrency=args.max_concurrency,
+                   stream_write_timeout=args.stream_write_timeout, flags=True)
     policy = policy_from_args(args, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
     for warning in policy.tokens.warnings if policy.tokens is not None else ():
         err.write(f"warning: {warning}\n")
@@ -101,6 +103,14 @@ def model_agent(model: str, *, name: str, instructions: str, db: str | None,
     from core.cli_store import open_cli_store
     from core.memory import Memory
 
+    from core.llm.providers import resolve_model
+
+    # An unknown provider or a missing key is refused before the database is opened: a misspelt name
+    # left a new, empty database file behind.
+    probe = resolve_model(model, what=f"model of agent {name!r}")
+    close = getattr(probe, "close", None)
+    if callable(close):
+        close()
     # As every command opens it: another program's database is refused before the server starts (each
     # request failed with 500 on its first read of a table it does not have).
     agent = Agent(name, instructions=instructions, model=model, memory=Memory(open_cli_store(db, create=True)),

@@ -222,6 +222,24 @@ def test_serve_refuses_a_reply_cap_that_is_not_a_positive_number(tmp_path, monke
     assert not (tmp_path / "m.db").exists()  # refused before anything was opened
 
 
+def test_serve_refuses_a_misspelt_model_or_setting_by_its_flag_before_making_a_database(tmp_path, monkeypatch):
+    # A misspelt provider left a new database file behind, and --max-concurrency 0 was refused as
+    # "max_concurrency must be at least 1" (the keyword argument, not the flag the user typed), after the file.
+    require_serve_extra()
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "m.db"
+    for args, said in ((("--model", "vlm/echo"), "Did you mean 'vllm/echo'?"),
+                       (("--model", "echo"), "provider/model"),
+                       (("--model", "ollama/llama3.1", "--max-concurrency", "0"), "--max-concurrency must be at least 1, got 0"),
+                       (("--model", "ollama/llama3.1", "--stream-write-timeout", "0"),
+                        "--stream-write-timeout must be a positive number of seconds"),
+                       (("--model", "ollama/llama3.1", "--default-resource", "delegation:a:b"),
+                        "--default-resource 'delegation:a:b'")):
+        code, err = serve_cli(*args, "--db", str(db), "--port", "0")
+        assert code == 1 and said in err, err
+        assert not db.exists(), args
+
+
 def test_serve_without_the_extra_names_the_pip_command(monkeypatch):
     import importlib.util
 
