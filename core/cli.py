@@ -282,6 +282,10 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.last_messages is not None and args.last_messages < 0:
         raise CliError("--last-messages must be 0 or more")
     _check_ids(args, ("resource", "thread"))
+    for flag in ("resource", "thread"):  # empty: no owner to check, so another user's thread would be shown
+        if not getattr(args, flag):
+            raise CliError(f"memory-studio prompt: --{flag} is empty; give the {'user' if flag == 'resource' else 'thread'}"
+                           " id (`memory-studio threads` lists each thread with its resource).")
     for name, what in (("message", "the message"), ("instructions", "--instructions")):
         problem = lone_surrogate(getattr(args, name))  # bytes of argv that are not UTF-8 (surrogateescape)
         if problem is not None:
@@ -464,6 +468,9 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from core.recall import reindex
     from core.recall.models import store_embedder
 
+    if args.resource == "":  # it matched no message and said "Nothing new", as if all were indexed
+        raise CliError("memory-studio reindex: --resource is empty; give a resource id, or leave it out to index "
+                       "the whole database.")
     if args.model is not None:
         local_model(args.model)  # an unknown name fails before the database is opened
         if args.resource is not None:

@@ -709,3 +709,16 @@ def test_a_missing_database_says_what_makes_one_not_that_a_writing_command_would
     code, out, _err = run("where", "--db", str(missing))
     assert code == 0 and "exists: no (made by an agent's first turn, or by `memory-studio demo`)" in out
     assert not missing.exists()
+
+
+def test_an_empty_resource_or_thread_id_is_refused_not_read_as_no_owner(tmp_path: Path) -> None:
+    # `prompt --resource ''` showed ada's thread without its owner check (and without her working memory and
+    # recall); `reindex --resource ''` said "Nothing new ... all 0 message(s)" as if the index were complete.
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, err = run("prompt", "--db", str(db), "--resource", "", "--thread", "t1", "hi")
+    assert code == 2 and out == "" and "--resource is empty" in err and "memory-studio threads" in err
+    code, out, err = run("prompt", "--db", str(db), "--resource", "ada", "--thread", "", "hi")
+    assert code == 2 and out == "" and "--thread is empty" in err
+    code, out, err = run("reindex", "--db", str(db), "--resource", "")
+    assert code == 2 and out == "" and "--resource is empty" in err
