@@ -52,7 +52,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_serve_extra()
     from core.gateway.app import check_settings, create_app
     from core.gateway.registry import load_agents
-    from core.gateway.server import serve
+    from core.gateway.server import bind, serve
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
@@ -73,13 +73,24 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     policy = policy_from_args(args, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
     for warning in policy.tokens.warnings if policy.tokens is not None else ():
         err.write(f"warning: {warning}\n")
-    agents = load_agents(args.agents) if args.agents else model_agent(
-        args.model, name=args.name if args.name is not None else "assistant",
-        instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
-        db=args.db, max_tokens=args.max_tokens)
+    sock = None
+    try:
+        if args.agents:  # the module's own code opens its database: a bad spec is said before the port is tried
+            agents = load_agents(args.agents)
+            sock = bind(args.host, args.port)
+        else:  # the port first: one in use is refused before the database is opened (or made, for nothing)
+            sock = bind(args.host, args.port)
+            agents = model_agent(
+                args.model, name=args.name if args.name is not None else "assistant",
+                instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
+                db=args.db, max_tokens=args.max_tokens)
+        app = create_app(agents, policy=policy, default_resource=args.default_resource,
+                         max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        raise
     token = policy.needs_token
-    app = create_app(agents, policy=policy, default_resource=args.default_resource,
-                     max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
     if not token and not is_loopback(args.host):
         err.write(f"warning: serving on {args.host} without a token: anyone who can reach it can read and write "
                   f"every resource's memory. Set {TOKEN_ENV}, or give each user a token (--tokens-file).\n")
@@ -90,7 +101,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(f"memory-studio gateway: {len(agents)} agent(s) ({', '.join(agents)}) on {url} ({auth})\n")
         out.flush()
 
-    serve(app, host=args.host, port=args.port, log_level=args.log_level, on_ready=ready)
+    serve(app, host=args.host, port=args.port, log_level=args.log_level, on_ready=ready, sock=sock)
     return 0
 
 

@@ -240,6 +240,24 @@ def test_serve_refuses_a_misspelt_model_or_setting_by_its_flag_before_making_a_d
         assert not db.exists(), args
 
 
+def test_serve_on_a_port_in_use_is_refused_before_making_a_database(tmp_path, monkeypatch):
+    # The port was bound after the agent's database had been opened: a new file was left behind.
+    import socket
+
+    require_serve_extra()
+    monkeypatch.chdir(tmp_path)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        db = tmp_path / "m.db"
+        code, err = serve_cli("--model", "ollama/llama3.1", "--db", str(db), "--port", str(taken.getsockname()[1]))
+        assert code == 1 and "Cannot listen on 127.0.0.1:" in err and "choose another --port" in err
+        assert not db.exists()
+    finally:
+        taken.close()
+
+
 def test_serve_without_the_extra_names_the_pip_command(monkeypatch):
     import importlib.util
 
