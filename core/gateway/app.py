@@ -142,7 +142,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths and wrong methods answer in the same OpenAI error shape as everything else."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     what = {404: "No such endpoint", 405: "Method not allowed"}.get(status, "Request failed")
-    body = {"error": {"message": f"{what}: {request.method} {request.url.path}.", "type": "invalid_request_error",
+    message = f"{what}: {request.method} {request.url.path}."
+    if status == 404 and request.url.path.rstrip("/") in ("/chat/completions", "/models"):
+        # The commonest client mistake: base_url without /v1.
+        message += (f" The OpenAI routes are under /v1: give the client base_url=\"{request.base_url}v1\" "
+                    f"({request.method} /v1{request.url.path.rstrip('/')}).")
+    body = {"error": {"message": message, "type": "invalid_request_error",
                       "code": {404: "not_found", 405: "method_not_allowed"}.get(status), "param": None}}
     return JSONResponse(body, status_code=status)
 

@@ -159,6 +159,19 @@ def test_unknown_paths_and_methods_answer_as_json(server):
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
 
 
+def test_a_client_without_v1_in_its_base_url_is_told_the_base_url_to_give(server):
+    # OpenAI(base_url="http://127.0.0.1:8787") answered "No such endpoint: POST /chat/completions." and no more.
+    bare = openai.OpenAI(base_url=server.url, api_key="-", max_retries=0, timeout=60)
+    with pytest.raises(openai.NotFoundError) as caught:
+        bare.chat.completions.create(model="echo", messages=[user("hi")])
+    assert f'base_url="{server.url}/v1"' in str(caught.value) and "POST /v1/chat/completions" in str(caught.value)
+    with pytest.raises(openai.NotFoundError) as caught:
+        bare.models.list()
+    assert f'base_url="{server.url}/v1"' in str(caught.value)
+    status, body = raw(server, "GET", "/v1/nothing-here")  # other unknown paths keep the plain answer
+    assert status == 404 and "/v1" not in body["error"]["message"].replace("/v1/nothing-here", "")
+
+
 def test_token_is_required_when_set(agents, monkeypatch):
     monkeypatch.setenv("MEMORY_STUDIO_GATEWAY_TOKEN", "s3cret-token")
     with GatewayServer(create_app(agents)) as server:  # token taken from the environment
