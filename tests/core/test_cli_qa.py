@@ -722,3 +722,13 @@ def test_an_empty_resource_or_thread_id_is_refused_not_read_as_no_owner(tmp_path
     assert code == 2 and out == "" and "--thread is empty" in err
     code, out, err = run("reindex", "--db", str(db), "--resource", "")
     assert code == 2 and out == "" and "--resource is empty" in err
+
+
+def test_a_remote_url_that_is_not_postgres_is_refused_without_its_secrets_and_names_what_works() -> None:
+    # `--db libsql://…turso.io?authToken=…` (Mastra's remote libSQL) printed the whole URL, token included, and
+    # said to give "a local file path" only, though a postgresql:// URL works too.
+    for url, secret in (("libsql://mydb-org.turso.io?authToken=eyJ-secret-token", "eyJ-secret-token"),
+                        ("mysql://root:hunter2@db.internal/app", "hunter2")):
+        code, out, err = run("threads", "--db", url)
+        assert code == 1 and out == "" and secret not in err and "root" not in err
+        assert "not supported" in err and "postgresql://" in err and "local file path" in err
