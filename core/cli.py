@@ -92,12 +92,12 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
                         "vectors of other models; without it, the model that indexed the database")
 
     p = sub.add_parser("models", help="install or check the local embedding model")
-    p.add_argument("action", choices=("install", "status"))
+    p.add_argument("action", choices=("install", "status"), metavar="{install,status}")
     p.add_argument("--force", action="store_true", help="install: reinstall even if a verified model file is present")
 
     p = sub.add_parser("traces", help="manage the trace store")
     db_arg(p)
-    p.add_argument("action", choices=("prune",))
+    p.add_argument("action", choices=("prune",), metavar="{prune}")
     p.add_argument("--keep-days", type=_finite, default=None, help="delete traces older than this (0: no age limit)")
     p.add_argument("--keep-mb", type=_finite, default=None, help="shrink the file to about this size (0: no size limit)")
 
@@ -134,7 +134,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     err = err or sys.stderr
     parser = build_parser()
     try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
+        args, extra = parser.parse_known_args(list(argv) if argv is not None else None)
+        if extra:
+            raise CliError(_unrecognized(parser, args.command, extra))
         if not args.command:
             parser.print_help(out)
             return 2
@@ -154,6 +156,24 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a killed writer would
         _quiet_closed_stdout(out)
         return 141
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: Sequence[str]) -> str:
+    """argparse names the top program for an unknown flag of a command (``memory-studio: unrecognized
+    arguments: --resourse ada``): say which command, the flag it most likely meant, and where its flags are."""
+    import difflib
+
+    prog = f"{parser.prog} {command}" if command else parser.prog
+    message = f"{prog}: unrecognized arguments: {' '.join(extra)}"
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    known = list(sub.choices[command]._option_string_actions) if sub is not None and command in sub.choices else []
+    for word in extra:
+        if word.startswith("-"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.7)
+            if close:
+                message += f" (did you mean {close[0]}?)"
+                break
+    return f"{message}. `{prog} --help` lists what it takes."
 
 
 def _quiet_closed_stdout(out: TextIO) -> None:
@@ -262,6 +282,10 @@ def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.last_messages is not None and args.last_messages < 0:
         raise CliError("--last-messages must be 0 or more")
     _check_ids(args, ("resource", "thread"))
+    for flag in ("resource", "thread"):  # empty: no owner to check, so another user's thread would be shown
+        if not getattr(args, flag):
+            raise CliError(f"memory-studio prompt: --{flag} is empty; give the {'user' if flag == 'resource' else 'thread'}"
+                           " id (`memory-studio threads` lists each thread with its resource).")
     for name, what in (("message", "the message"), ("instructions", "--instructions")):
         problem = lone_surrogate(getattr(args, name))  # bytes of argv that are not UTF-8 (surrogateescape)
         if problem is not None:
@@ -407,7 +431,8 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
         out.write("  exists: a folder, not a database file; choose a file inside it\n")
         return 0  # no database here, so no trace file beside one either
     elif path is not None:
-        out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else 'no (created by the first command that writes)'}\n")
+        missing = "no (made by an agent's first turn, or by `memory-studio demo`)"
+        out.write(f"  exists: {'yes, ' + format(path.stat().st_size, ',') + ' bytes' if path.exists() else missing}\n")
     from core.traces.home import trace_home
     from core.traces.spans import SPANS_TABLE
 
@@ -443,6 +468,9 @@ def _reindex(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from core.recall import reindex
     from core.recall.models import store_embedder
 
+    if args.resource == "":  # it matched no message and said "Nothing new", as if all were indexed
+        raise CliError("memory-studio reindex: --resource is empty; give a resource id, or leave it out to index "
+                       "the whole database.")
     if args.model is not None:
         local_model(args.model)  # an unknown name fails before the database is opened
         if args.resource is not None:

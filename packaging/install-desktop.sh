@@ -6,7 +6,8 @@
 #
 # Files go under ${XDG_DATA_HOME:-~/.local/share}: applications/memory-studio.desktop and
 # icons/hicolor/<size>/apps/memory-studio.{png,svg}. Without --exec the entry starts the bundle this
-# script sits in (<bundle>/memory-studio), else the `memory-studio` found on PATH.
+# script sits in (<bundle>/memory-studio), else the checkout's .venv/bin/memory-studio, else the
+# `memory-studio` found on PATH.
 set -eu
 
 APP_ID=memory-studio
@@ -60,6 +61,9 @@ fi
 if [ -z "$EXEC" ]; then
     if [ -x "$HERE/$APP_ID" ] && [ -f "$HERE/$APP_ID" ]; then
         EXEC="$HERE/$APP_ID"
+    elif [ -x "$HERE/../.venv/bin/$APP_ID" ] && [ -f "$HERE/../.venv/bin/$APP_ID" ]; then
+        # A source checkout after `make install`: its venv, which is rarely on PATH.
+        EXEC="$(CDPATH= cd -- "$HERE/../.venv/bin" && pwd)/$APP_ID"
     elif command -v "$APP_ID" >/dev/null 2>&1; then
         EXEC=$(command -v "$APP_ID")
     else

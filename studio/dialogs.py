@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from PySide6.QtCore import Qt
@@ -50,7 +50,21 @@ def _is_server(path: str | None) -> bool:
 
 
 def explain(exc: BaseException, path: str | None = None) -> Problem:
+    """What to show for ``exc``. A mistake the message explains in full (a path that is missing or a folder,
+    a file that is not a database, a lock, a read-only file) carries no traceback: it would only tell the
+    user that something in the program broke. A damaged file and anything unexpected keep theirs, for a report."""
     from core.storage.paths import DatabaseLocationError  # loaded by whatever raised it, after first paint
+
+    problem = _explain(exc, path)
+    said_in_full = (DatabaseOpenError, SchemaError, ReadOnlyError, DiskFullError, DatabaseBusyError,
+                    DatabaseLocationError)
+    if isinstance(exc, said_in_full) and not isinstance(exc, CorruptDatabaseError):
+        return replace(problem, details="")
+    return problem
+
+
+def _explain(exc: BaseException, path: str | None) -> Problem:
+    from core.storage.paths import DatabaseLocationError
 
     where = path or "the database"
     message = str(exc) or type(exc).__name__

@@ -71,8 +71,8 @@ def notice(scripts: list[str]) -> str:
     """What the window says when it shows text of ``scripts`` that no installed font draws."""
     names = _names(scripts)
     return (f"No font on this machine can draw {names} text, so it shows as empty boxes (the data itself is "
-            "fine). Install a CJK font and restart the Studio: Debian/Ubuntu <code>sudo apt-get install "
-            "fonts-noto-cjk</code>, Fedora <code>sudo dnf install google-noto-sans-cjk-fonts</code>.")
+            "fine). Install a CJK font and restart the Studio: Debian/Ubuntu: sudo apt-get install "
+            "fonts-noto-cjk; Fedora: sudo dnf install google-noto-sans-cjk-fonts.")  # the banner shows plain text
 
 
 __all__ = ["SAMPLES", "SCRIPTS", "installed_font_for", "machine_note", "notice", "undrawable"]

@@ -72,6 +72,24 @@ class Gateway:
         return self._memory_limiter
 
 
+def check_settings(*, default_resource: str, max_concurrency: int, stream_write_timeout: float,
+                   flags: bool = False) -> None:
+    """``create_app``'s checks of its settings; ``flags``: name them as ``memory-studio serve``'s options, which
+    checks them before it opens a database (a refused start leaves no new file behind)."""
+    def name(keyword: str) -> str:
+        return "--" + keyword.replace("_", "-") if flags else keyword
+
+    if not default_resource:
+        raise ValueError(f"{name('default_resource')} must be a non-empty resource id.")
+    if is_delegation_resource(default_resource):
+        raise ValueError(f"{name('default_resource')} {default_resource!r}: ids starting with {DELEGATION_PREFIX!r} "
+                         "belong to the agents' delegations, which no request may use; give a resource of its own.")
+    if max_concurrency < 1:
+        raise ValueError(f"{name('max_concurrency')} must be at least 1, got {max_concurrency}.")
+    if not 0 < stream_write_timeout < float("inf"):
+        raise ValueError(f"{name('stream_write_timeout')} must be a positive number of seconds, got {stream_write_timeout}.")
+
+
 def create_app(
     agents: Mapping[str, Agent] | Sequence[Agent],
     *,
@@ -94,17 +112,10 @@ def create_app(
     least 4). ``stream_write_timeout``: seconds a streamed reply waits for a client to read before
     dropping it.
     """
-    if not default_resource:
-        raise ValueError("default_resource must be a non-empty resource id.")
-    if is_delegation_resource(default_resource):
-        raise ValueError(f"default_resource {default_resource!r}: ids starting with {DELEGATION_PREFIX!r} belong to "
-                         "the agents' delegations, which no request may use; give a resource of its own.")
-    if max_concurrency < 1:
-        raise ValueError("max_concurrency must be at least 1.")
+    check_settings(default_resource=default_resource, max_concurrency=max_concurrency,
+                   stream_write_timeout=stream_write_timeout)
     if memory_workers is not None and memory_workers < 1:
         raise ValueError("memory_workers must be at least 1.")
-    if not stream_write_timeout > 0:
-        raise ValueError("stream_write_timeout must be a positive number of seconds.")
     gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency,
                       memory_workers=memory_workers, stream_write_timeout=stream_write_timeout)
     routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
@@ -131,7 +142,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths and wrong methods answer in the same OpenAI error shape as everything else."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     what = {404: "No such endpoint", 405: "Method not allowed"}.get(status, "Request failed")
-    body = {"error": {"message": f"{what}: {request.method} {request.url.path}.", "type": "invalid_request_error",
+    message = f"{what}: {request.method} {request.url.path}."
+    if status == 404 and request.url.path.rstrip("/") in ("/chat/completions", "/models"):
+        # The commonest client mistake: base_url without /v1.
+        message += (f" The OpenAI routes are under /v1: give the client base_url=\"{request.base_url}v1\" "
+                    f"({request.method} /v1{request.url.path.rstrip('/')}).")
+    body = {"error": {"message": message, "type": "invalid_request_error",
                       "code": {404: "not_found", 405: "method_not_allowed"}.get(status), "param": None}}
     return JSONResponse(body, status_code=status)
 

@@ -50,9 +50,9 @@ def add_serve_parser(sub: Any) -> None:
 
 def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     require_serve_extra()
-    from core.gateway.app import create_app
+    from core.gateway.app import check_settings, create_app
     from core.gateway.registry import load_agents
-    from core.gateway.server import serve
+    from core.gateway.server import bind, serve
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}.")
@@ -68,16 +68,29 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                              f"module gives it. Drop {' and '.join(given)}, or set them in {args.agents.split(':')[0]}.")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be a positive number of tokens, got {args.max_tokens}.")
+    check_settings(default_resource=args.default_resource, max_concurrency=args.max_concurrency,
+                   stream_write_timeout=args.stream_write_timeout, flags=True)
     policy = policy_from_args(args, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
     for warning in policy.tokens.warnings if policy.tokens is not None else ():
         err.write(f"warning: {warning}\n")
-    agents = load_agents(args.agents) if args.agents else model_agent(
-        args.model, name=args.name if args.name is not None else "assistant",
-        instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
-        db=args.db, max_tokens=args.max_tokens)
+    sock = None
+    try:
+        if args.agents:  # the module's own code opens its database: a bad spec is said before the port is tried
+            agents = load_agents(args.agents)
+            sock = bind(args.host, args.port)
+        else:  # the port first: one in use is refused before the database is opened (or made, for nothing)
+            sock = bind(args.host, args.port)
+            agents = model_agent(
+                args.model, name=args.name if args.name is not None else "assistant",
+                instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
+                db=args.db, max_tokens=args.max_tokens)
+        app = create_app(agents, policy=policy, default_resource=args.default_resource,
+                         max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        raise
     token = policy.needs_token
-    app = create_app(agents, policy=policy, default_resource=args.default_resource,
-                     max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
     if not token and not is_loopback(args.host):
         err.write(f"warning: serving on {args.host} without a token: anyone who can reach it can read and write "
                   f"every resource's memory. Set {TOKEN_ENV}, or give each user a token (--tokens-file).\n")
@@ -88,7 +101,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(f"memory-studio gateway: {len(agents)} agent(s) ({', '.join(agents)}) on {url} ({auth})\n")
         out.flush()
 
-    serve(app, host=args.host, port=args.port, log_level=args.log_level, on_ready=ready)
+    serve(app, host=args.host, port=args.port, log_level=args.log_level, on_ready=ready, sock=sock)
     return 0
 
 
@@ -101,6 +114,14 @@ def model_agent(model: str, *, name: str, instructions: str, db: str | None,
     from core.cli_store import open_cli_store
     from core.memory import Memory
 
+    from core.llm.providers import resolve_model
+
+    # An unknown provider or a missing key is refused before the database is opened: a misspelt name
+    # left a new, empty database file behind.
+    probe = resolve_model(model, what=f"model of agent {name!r}")
+    close = getattr(probe, "close", None)
+    if callable(close):
+        close()
     # As every command opens it: another program's database is refused before the server starts (each
     # request failed with 500 on its first read of a table it does not have).
     agent = Agent(name, instructions=instructions, model=model, memory=Memory(open_cli_store(db, create=True)),

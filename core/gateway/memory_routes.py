@@ -203,7 +203,10 @@ async def put_working_memory(request: Request) -> Response:
 def _wm_options(memory: Memory) -> Any:
     opts = memory.effective_options().working_memory
     if not opts.enabled:
-        raise WorkingMemoryError("Working memory is not enabled for this agent's memory.")
+        raise WorkingMemoryError(
+            "Working memory is not enabled for this agent's memory, so there is none to read or write (a memory's "
+            "default, and what `memory-studio serve --model` serves). Serve agents whose memory enables it "
+            "(`--agents`, MemoryOptions(working_memory={\"enabled\": True})), or name one with agentId=<agent>.")
     return opts
 
 

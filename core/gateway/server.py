@@ -45,9 +45,10 @@ def url_of(sock: socket.socket) -> str:
 
 
 def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8787, log_level: str = "info",
-          on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve ``app`` until interrupted (Ctrl+C / SIGTERM finish the requests in flight first)."""
-    sock = bind(host, port)
+          on_ready: Callable[[str], None] | None = None, sock: socket.socket | None = None) -> None:
+    """Serve ``app`` until interrupted (Ctrl+C / SIGTERM finish the requests in flight first); ``sock``: a
+    socket ``bind`` made already (``host`` and ``port`` are then not used)."""
+    sock = sock if sock is not None else bind(host, port)
     if on_ready is not None:
         on_ready(url_of(sock))
     # Keep idle connections longer than a load balancer's usual 60 s idle timeout, so the balancer

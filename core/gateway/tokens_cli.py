@@ -19,7 +19,7 @@ from core.gateway.tokens import add_entry, entry_for, load_tokens_file, new_toke
 
 def add_tokens_parser(sub: Any) -> None:
     p = sub.add_parser("tokens", help="make API tokens that reach only some resources (the servers' --tokens-file)")
-    actions = p.add_subparsers(dest="tokens_action", required=True)
+    actions = p.add_subparsers(dest="tokens_action", required=True, metavar="{new,hash,check}")
     new = actions.add_parser("new", help="make a random token; print it once and its tokens file entry")
     new.add_argument("--name", required=True, help="who uses it (an app, a user); traces and logs show this name")
     new.add_argument("--resource", action="append", required=True, metavar="ID",

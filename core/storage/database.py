@@ -710,7 +710,8 @@ def _check_file(path: Path, *, create: bool) -> None:
                 )
         return
     if not create:
-        raise DatabaseOpenError(f"{path} does not exist. Check the path (only commands that write create a new database).")
+        raise DatabaseOpenError(f"{path} does not exist. Check the path (`memory-studio where` shows which file is "
+                                "used); a new database is made by an agent's first turn, or by `memory-studio demo`.")
     try:
         ensure_parent(path)
     except DatabaseLocationError:

@@ -45,9 +45,24 @@ def strip_url(target: str) -> str:
             return target[len(prefix):] or MEMORY_URL
     if "://" in target:
         raise DatabaseLocationError(
-            f"Remote database URLs are not supported: {target!r}. Give a local file path instead."
+            f"Remote database URLs are not supported: {_without_secrets(target)!r}. Give a local file path, or a "
+            "postgresql:// URL for a PostgreSQL server."
         )
     return target
+
+
+def _without_secrets(url: str) -> str:
+    """``url`` for a message: no user, password or query (a Turso URL carries its token as ``?authToken=``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+    except ValueError:  # a port that is not a number, brackets that do not close
+        return url.split("://", 1)[0] + "://…"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def find_project_root(start: Path) -> Path | None:

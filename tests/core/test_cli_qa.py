@@ -681,3 +681,54 @@ def test_display_width_counts_terminal_columns() -> None:
 
     assert [display_width(t) for t in ("abc", "日本語", "ada😀", "❤️", "e\u0301", "ｱﾚﾙｷﾞｰ", "👍🏽", "")] == [3, 6, 5, 2, 1, 6, 2, 0]
     assert pad("会議", 6) == "会議  " and pad("7", 3, right=True) == "  7" and pad("toolong", 3) == "toolong"
+
+
+def test_a_misspelt_flag_names_the_command_and_the_flag_it_meant() -> None:
+    # argparse alone said "memory-studio: unrecognized arguments: --resourse ada": no command, no hint.
+    code, out, err = run("threads", "--resourse", "ada")
+    assert code == 2 and out == ""
+    assert err.strip() == ("memory-studio threads: unrecognized arguments: --resourse ada (did you mean --resource?). "
+                           "`memory-studio threads --help` lists what it takes.")
+    code, _out, err = run("reindex", "--modle=e5")
+    assert code == 2 and "memory-studio reindex:" in err and "did you mean --model?" in err
+    # A missing action names the choices, never an internal name (`tokens_action`).
+    for argv, choices in ((("tokens",), "{new,hash,check}"), (("models",), "{install,status}"),
+                          (("traces",), "{prune}")):
+        code, _out, err = run(*argv)
+        assert code == 2 and err.strip().endswith(f"the following arguments are required: {choices}"), err
+
+
+def test_a_missing_database_says_what_makes_one_not_that_a_writing_command_would(tmp_path: Path) -> None:
+    # `where` said "created by the first command that writes" and the refusal "only commands that write create
+    # a new database", yet reindex, vacuum, migrate and forget write and refuse it: a new user ran one after another.
+    missing = tmp_path / "memory.db"
+    for argv in (("threads",), ("reindex",), ("vacuum",), ("forget", "--resource", "ada", "--yes")):
+        code, _out, err = run(*argv, "--db", str(missing))
+        assert code == 1 and "does not exist" in err and "command that writes" not in err and "commands that write" not in err
+        assert "`memory-studio where`" in err and "`memory-studio demo`" in err and "first turn" in err
+    code, out, _err = run("where", "--db", str(missing))
+    assert code == 0 and "exists: no (made by an agent's first turn, or by `memory-studio demo`)" in out
+    assert not missing.exists()
+
+
+def test_an_empty_resource_or_thread_id_is_refused_not_read_as_no_owner(tmp_path: Path) -> None:
+    # `prompt --resource ''` showed ada's thread without its owner check (and without her working memory and
+    # recall); `reindex --resource ''` said "Nothing new ... all 0 message(s)" as if the index were complete.
+    db = tmp_path / "m.db"
+    seed(db)
+    code, out, err = run("prompt", "--db", str(db), "--resource", "", "--thread", "t1", "hi")
+    assert code == 2 and out == "" and "--resource is empty" in err and "memory-studio threads" in err
+    code, out, err = run("prompt", "--db", str(db), "--resource", "ada", "--thread", "", "hi")
+    assert code == 2 and out == "" and "--thread is empty" in err
+    code, out, err = run("reindex", "--db", str(db), "--resource", "")
+    assert code == 2 and out == "" and "--resource is empty" in err
+
+
+def test_a_remote_url_that_is_not_postgres_is_refused_without_its_secrets_and_names_what_works() -> None:
+    # `--db libsql://…turso.io?authToken=…` (Mastra's remote libSQL) printed the whole URL, token included, and
+    # said to give "a local file path" only, though a postgresql:// URL works too.
+    for url, secret in (("libsql://mydb-org.turso.io?authToken=eyJ-secret-token", "eyJ-secret-token"),
+                        ("mysql://root:hunter2@db.internal/app", "hunter2")):
+        code, out, err = run("threads", "--db", url)
+        assert code == 1 and out == "" and secret not in err and "root" not in err
+        assert "not supported" in err and "postgresql://" in err and "local file path" in err

@@ -159,6 +159,19 @@ def test_unknown_paths_and_methods_answer_as_json(server):
     assert status == 405 and body["error"]["code"] == "method_not_allowed"
 
 
+def test_a_client_without_v1_in_its_base_url_is_told_the_base_url_to_give(server):
+    # OpenAI(base_url="http://127.0.0.1:8787") answered "No such endpoint: POST /chat/completions." and no more.
+    bare = openai.OpenAI(base_url=server.url, api_key="-", max_retries=0, timeout=60)
+    with pytest.raises(openai.NotFoundError) as caught:
+        bare.chat.completions.create(model="echo", messages=[user("hi")])
+    assert f'base_url="{server.url}/v1"' in str(caught.value) and "POST /v1/chat/completions" in str(caught.value)
+    with pytest.raises(openai.NotFoundError) as caught:
+        bare.models.list()
+    assert f'base_url="{server.url}/v1"' in str(caught.value)
+    status, body = raw(server, "GET", "/v1/nothing-here")  # other unknown paths keep the plain answer
+    assert status == 404 and "/v1" not in body["error"]["message"].replace("/v1/nothing-here", "")
+
+
 def test_token_is_required_when_set(agents, monkeypatch):
     monkeypatch.setenv("MEMORY_STUDIO_GATEWAY_TOKEN", "s3cret-token")
     with GatewayServer(create_app(agents)) as server:  # token taken from the environment
@@ -220,6 +233,42 @@ def test_serve_refuses_a_reply_cap_that_is_not_a_positive_number(tmp_path, monke
     code, err = serve_cli("--model", "ollama/llama3.1", "--max-tokens", "0", "--db", str(tmp_path / "m.db"))
     assert code == 1 and "--max-tokens must be a positive number of tokens, got 0" in err
     assert not (tmp_path / "m.db").exists()  # refused before anything was opened
+
+
+def test_serve_refuses_a_misspelt_model_or_setting_by_its_flag_before_making_a_database(tmp_path, monkeypatch):
+    # A misspelt provider left a new database file behind, and --max-concurrency 0 was refused as
+    # "max_concurrency must be at least 1" (the keyword argument, not the flag the user typed), after the file.
+    require_serve_extra()
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "m.db"
+    for args, said in ((("--model", "vlm/echo"), "Did you mean 'vllm/echo'?"),
+                       (("--model", "echo"), "provider/model"),
+                       (("--model", "ollama/llama3.1", "--max-concurrency", "0"), "--max-concurrency must be at least 1, got 0"),
+                       (("--model", "ollama/llama3.1", "--stream-write-timeout", "0"),
+                        "--stream-write-timeout must be a positive number of seconds"),
+                       (("--model", "ollama/llama3.1", "--default-resource", "delegation:a:b"),
+                        "--default-resource 'delegation:a:b'")):
+        code, err = serve_cli(*args, "--db", str(db), "--port", "0")
+        assert code == 1 and said in err, err
+        assert not db.exists(), args
+
+
+def test_serve_on_a_port_in_use_is_refused_before_making_a_database(tmp_path, monkeypatch):
+    # The port was bound after the agent's database had been opened: a new file was left behind.
+    import socket
+
+    require_serve_extra()
+    monkeypatch.chdir(tmp_path)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        db = tmp_path / "m.db"
+        code, err = serve_cli("--model", "ollama/llama3.1", "--db", str(db), "--port", str(taken.getsockname()[1]))
+        assert code == 1 and "Cannot listen on 127.0.0.1:" in err and "choose another --port" in err
+        assert not db.exists()
+    finally:
+        taken.close()
 
 
 def test_serve_without_the_extra_names_the_pip_command(monkeypatch):

@@ -166,3 +166,15 @@ def test_ids_with_unusual_characters_round_trip(server):
     chat(server, "hi", thread, "ada")
     status, data = call(server, "GET", f"/api/memory/threads/{quote(thread, safe='')}/messages?resourceId=ada")
     assert status == 200 and data["messages"][0]["threadId"] == thread
+
+
+def test_working_memory_of_an_agent_without_it_says_how_to_get_it(store):
+    # `memory-studio serve --model` serves a default memory, whose working memory is off: the route said only
+    # "not enabled for this agent's memory", with nothing on what to do.
+    agents = [Agent("plain", instructions="Chat.", model=ScriptedModel(["ok"]), memory=Memory(store), tracer=False)]
+    with GatewayServer(create_app(agents)) as server:
+        for method, body in (("GET", None), ("PUT", {"workingMemory": "# Profile\n- Name: Ada\n"})):
+            status, data = call(server, method, "/api/memory/threads/t1/working-memory?resourceId=ada", body)
+            message = data["error"]["message"]
+            assert status == 400 and "not enabled" in message, data
+            assert "serve --model" in message and "--agents" in message and '"enabled": True' in message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -165,3 +166,22 @@ def test_self_check_without_the_model_fails_with_the_remedy(tmp_path: Path) -> N
     assert "FAILED" in proc.stdout
     assert "Self-check failed at step 2 of 6" in proc.stderr
     assert "memory-studio models install" in proc.stderr
+
+
+def test_desktop_installer_in_a_checkout_takes_the_checkouts_venv_without_exec(tmp_path: Path) -> None:
+    # The README: "From a checkout, packaging/install-desktop.sh installs the same desktop entry for the venv's
+    # memory-studio". It looked only beside itself and on PATH, where a venv rarely is: "no memory-studio program found".
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "packaging", checkout / "packaging")
+    shutil.copytree(ROOT / "resources", checkout / "resources")
+    program = checkout / ".venv" / "bin" / "memory-studio"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    data_home = tmp_path / "share"
+    env = {**os.environ, "XDG_DATA_HOME": str(data_home), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(["sh", str(checkout / "packaging" / "install-desktop.sh")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    entry = (data_home / "applications" / f"{APP_ID}.desktop").read_text(encoding="utf-8")
+    assert f'Exec="{program}"' in entry and f"TryExec={program}" in entry

@@ -71,6 +71,8 @@ def test_a_chinese_thread_title_on_a_machine_without_cjk_fonts_is_explained(
     window = _open(qtbot, make_window, path)
     qtbot.waitUntil(lambda: window.font_banner.isVisible(), timeout=15_000)
     assert "draw Chinese text" in window.font_banner.text() and "fonts-noto-cjk" in window.font_banner.text()
+    # The banner shows plain text (it quotes paths and errors too): markup in the notice would show as tags.
+    assert "<" not in window.font_banner.text() and ">" not in window.font_banner.text()
     window.font_banner.buttons[0].click()  # Dismiss
     assert not window.font_banner.isVisible()
     window.resources.refresh()  # said once: another load does not bring it back

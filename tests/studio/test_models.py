@@ -307,3 +307,20 @@ def test_invalid_utf8_row_is_shown_and_marked(tmp_path: Path) -> None:
     html = message_html(rows[1])
     assert "PARTLY UNREADABLE" in html and "caf\ufffd" in html
     store.close()
+
+
+def test_a_mistake_the_message_explains_shows_no_traceback_and_a_fault_keeps_it() -> None:
+    # --db missing.db / a folder / another program's file: the dialog says what to do; a "Show Details…" with a
+    # traceback under it would read as a crash. A damaged file or an unexpected error keeps it, for a report.
+    def raised(exc: Exception) -> Exception:
+        try:
+            raise exc
+        except Exception as caught:  # noqa: BLE001 - the traceback is what is tested
+            return caught
+
+    for exc in (DatabaseOpenError("/x.db does not exist. Check the path"),
+                DatabaseOpenError("/tmp is a folder, not a database file. Choose a file inside it."),
+                SchemaError("/x.db has no memory tables"), ReadOnlyFileError("/x.db is read-only for this user")):
+        assert explain(raised(exc), "/x.db").details == "", exc
+    assert "Traceback" in explain(raised(CorruptDatabaseError("/x.db is damaged")), "/x.db").details
+    assert "Traceback" in explain(raised(KeyError("surprise")), "/x.db").details
