@@ -275,7 +275,12 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_not_json)
+    except _NotJson as exc:
+        raise ExportFormatError(
+            f"{name} holds {exc.args[0]}, which is not JSON: 'memory-studio export' never writes it, and Mastra "
+            "cannot read such a value back from the database. Replace it (with null, or a number) and import again."
+        ) from None
     except json.JSONDecodeError as exc:
         if _cut_off(text, exc):
             raise ExportFormatError(
@@ -299,6 +304,14 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
         ) from None
     validate(data, name=name)
     return data  # type: ignore[no-any-return]
+
+
+class _NotJson(ValueError):
+    """A constant Python's parser takes and JSON has not (``NaN``, ``Infinity``, ``-Infinity``)."""
+
+
+def _not_json(constant: str) -> Any:
+    raise _NotJson(constant)
 
 
 def _cut_off(text: str, exc: json.JSONDecodeError) -> bool:
