@@ -289,10 +289,13 @@ class TransferActions(QObject):
                 "Nothing to import", f"Everything in {shown(path)} is already in {session.display_path}.",
                 "Importing it again would change nothing.", warning_only=True))
             return
+        # (The checks held ``scope`` to its shape; ``source`` is only shown, so it may be anything a file holds.)
         scope = data.get("scope") or {}
-        source = (data.get("source") or {}).get("database", "?")
-        text = (f"Import {scope.get('kind', '?')} {scope.get('id', '?')} from {shown(path)} "
-                f"(exported from {source}) into {session.display_path}?")
+        source = data.get("source")
+        database = source.get("database") if isinstance(source, dict) else None
+        origin = f" (exported from {printable(database)})" if isinstance(database, str) and database else ""
+        text = (f"Import {scope.get('kind', '?')} {printable(str(scope.get('id', '?')))} from {shown(path)}{origin} "
+                f"into {session.display_path}?")
         self.window.show_status(f"Checked {shown(path)}: nothing is written unless you choose Import")
         needs_choice = any(c.replaceable for c in preview.conflicts)
         check = QCheckBox("Replace the rows that differ (overwrite)") if needs_choice else None

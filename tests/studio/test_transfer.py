@@ -530,3 +530,26 @@ def test_the_export_dialog_shows_a_title_and_an_error_as_written_never_as_markup
     # a label in Qt's automatic format draws text that looks like markup as markup: the tags would vanish
     assert dialog.details.textFormat() == Qt.TextFormat.PlainText
     assert dialog.error.textFormat() == Qt.TextFormat.PlainText
+
+
+def test_a_files_source_of_any_shape_is_shown_or_left_out_never_breaks_the_confirmation(
+        qtbot: Any, make_window: Any, small_db: Path, tmp_path: Path) -> None:
+    """``source`` is not checked (nothing is written from it); the confirmation read ``source["database"]`` of it,
+    so a file whose ``source`` was a string raised in the UI thread and the import never asked (session 22)."""
+    from core.transfer import dumps
+
+    data = export_resource_of(small_db)
+    target = tmp_path / "target.db"
+    seed_small_other(target)
+    window = make_window()
+    window.open_database(str(target))
+    _wait_open(qtbot, window, 1)
+    for source, says in (("laptop", " from {path} into "), ({"database": "a\x1b[2Jb"}, " (exported from a\\x1b[2Jb) ")):
+        export = tmp_path / "ada.json"
+        export.write_text(dumps({**data, "source": source}), encoding="utf-8")
+        window.transfer.choose_open_path = Chooser(str(export)).open
+        window.commands.run("file.import")
+        box = _box(qtbot, window, "Import?")
+        assert says.format(path=export) in box.text()
+        box.reject()
+        qtbot.waitUntil(lambda: not box.isVisible(), timeout=15_000)
