@@ -306,7 +306,7 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
     return data  # type: ignore[no-any-return]
 
 
-class _NotJson(ValueError):
+class _NotJson(ExportFormatError):
     """A constant Python's parser takes and JSON has not (``NaN``, ``Infinity``, ``-Infinity``)."""
 
 
