@@ -17,6 +17,7 @@ import shiboken6
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QCheckBox, QDialog, QDialogButtonBox, QFileDialog, QGridLayout, QMessageBox, QWidget
 
+from core.terminal_text import printable
 from studio.commands import CommandRegistry
 from studio.dialogs import Problem, explain
 from studio.widgets.pane_header import alive_only
@@ -116,10 +117,17 @@ def _position(grid: QGridLayout, widget: QWidget) -> tuple[int, int, int, int]:
     return int(found[0]), int(found[1]), int(found[2]), int(found[3])
 
 
-def run_import(store: Store, data: dict[str, Any], overwrite: bool, with_configs: bool = False) -> Imported:
+def shown(path: str) -> str:
+    """The import file as every message about it names it: the path as chosen (``core.transfer.shown_path``,
+    without loading ``core.transfer`` on the UI thread)."""
+    return printable(path)
+
+
+def run_import(store: Store, data: dict[str, Any], overwrite: bool, with_configs: bool = False,
+               name: str = "the file") -> Imported:
     from core.transfer import import_data, recall_after_import
 
-    report = import_data(store, data, overwrite=overwrite, with_configs=with_configs)
+    report = import_data(store, data, overwrite=overwrite, with_configs=with_configs, name=name)
     note = recall_after_import(store, report.message_ids) if report.message_ids else ""
     return Imported(report, note)
 
@@ -223,13 +231,13 @@ class TransferActions(QObject):
         self._remember_folder(Path(path))
         self._pending = (session, path, None)
         # The status bar follows this file from now on (it said "Import failed" of the file before).
-        self.window.show_status(f"Checking {Path(path).name}: nothing is written yet…")
+        self.window.show_status(f"Checking {shown(path)}: nothing is written yet…")
 
         def job() -> tuple[dict[str, Any], ImportReport]:
             from core.transfer import load, preview_import
 
-            data = load(path)
-            return data, preview_import(session.store, data)
+            data = load(path)  # (its errors and the preview's name the file as ``shown`` does)
+            return data, preview_import(session.store, data, name=shown(path))
 
         session.run(job, on_result=lambda r: self._confirm(session, path, r[0], r[1]),
                     on_error=lambda exc: self._preview_failed(session, path, exc))
@@ -237,7 +245,7 @@ class TransferActions(QObject):
     def _preview_failed(self, session: StudioSession, path: str, exc: BaseException) -> None:
         if self._pending is not None and self._pending[0] is session:
             self._pending = None
-        self._import_failed(path, exc)
+        self._import_failed(session, exc)
 
     def _still_open(self, session: StudioSession, path: str) -> bool:
         """Whether ``session`` (the database the import was previewed on) is still the one open; if not,
@@ -247,7 +255,7 @@ class TransferActions(QObject):
         current = self.window.session
         self.window.show_status("Import not started")
         self.window.presenter.error(self.window, Problem(
-            "Not imported", f"{Path(path).name} was previewed on {session.display_path}, which is no longer the "
+            "Not imported", f"{shown(path)} was previewed on {session.display_path}, which is no longer the "
             "open database, so nothing was imported.",
             "Nothing was written to either database. Choose File > Import… again to preview the file "
             + (f"on {current.display_path}." if current is not None else "on the database you open.")))
@@ -276,16 +284,19 @@ class TransferActions(QObject):
             return
         if not preview.changed and not preview.conflicts and not preview.notes:
             self._pending = None
-            self.window.show_status(f"Nothing to import: everything in {Path(path).name} is already here")
+            self.window.show_status(f"Nothing to import: everything in {shown(path)} is already here")
             self.window.presenter.error(self.window, Problem(
-                "Nothing to import", f"Everything in {Path(path).name} is already in {session.display_path}.",
+                "Nothing to import", f"Everything in {shown(path)} is already in {session.display_path}.",
                 "Importing it again would change nothing.", warning_only=True))
             return
+        # (The checks held ``scope`` to its shape; ``source`` is only shown, so it may be anything a file holds.)
         scope = data.get("scope") or {}
-        source = (data.get("source") or {}).get("database", "?")
-        text = (f"Import {scope.get('kind', '?')} {scope.get('id', '?')} from {Path(path).name} "
-                f"(exported from {source}) into {session.display_path}?")
-        self.window.show_status(f"Checked {Path(path).name}: nothing is written unless you choose Import")
+        source = data.get("source")
+        database = source.get("database") if isinstance(source, dict) else None
+        origin = f" (exported from {printable(database)})" if isinstance(database, str) and database else ""
+        text = (f"Import {scope.get('kind', '?')} {printable(str(scope.get('id', '?')))} from {shown(path)}{origin} "
+                f"into {session.display_path}?")
+        self.window.show_status(f"Checked {shown(path)}: nothing is written unless you choose Import")
         needs_choice = any(c.replaceable for c in preview.conflicts)
         check = QCheckBox("Replace the rows that differ (overwrite)") if needs_choice else None
         # A file's memory overrides set what every user of that memory is asked to keep: taken only when asked.
@@ -329,18 +340,20 @@ class TransferActions(QObject):
                     warning_only=True))
             self.imported.emit(result)
 
-        session.run(lambda: run_import(session.store, data, overwrite, with_configs), on_result=done,
-                    on_error=lambda exc: self._import_failed(None, exc))
+        session.run(lambda: run_import(session.store, data, overwrite, with_configs, shown(path)), on_result=done,
+                    on_error=lambda exc: self._import_failed(session, exc))
 
-    def _import_failed(self, path: str | None, exc: BaseException) -> None:
+    def _import_failed(self, session: StudioSession, exc: BaseException) -> None:
+        """A refused file (``TransferError``: its message names the file as chosen, what is wrong and what to do)
+        or a database that could not take the import (``explain``, naming the database, not the file)."""
         from core.transfer import TransferError
 
         self.window.show_status("Import failed")
         if isinstance(exc, TransferError):
-            problem = Problem("Cannot import", str(exc), "Nothing was written to the database.",
+            problem = Problem("Cannot import", str(exc), f"Nothing was written to {session.display_path}.",
                               getattr(exc, "__traceback_text__", ""))
         else:
-            problem = explain(exc, path)
+            problem = explain(exc, session.display_path)
         self.window.presenter.error(self.window, problem)
 
     # -- files -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from core.transfer.format import (
     Streamed,
     render,
     render_chunks,
+    shown_path,
     validate,
     write_atomically,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "recall_in_use",
     "render",
     "render_chunks",
+    "shown_path",
     "to_markdown",
     "validate",
     "write_atomically",

@@ -12,7 +12,7 @@ from core.storage import open_store
 from core.storage.paths import caller_file, resolve_db_path
 from core.terminal_text import visible
 from core.transfer.export import ExportOptions, export_data
-from core.transfer.format import load, render, render_chunks, write_atomically, write_whole
+from core.transfer.format import load, render, render_chunks, shown_path, write_atomically, write_whole
 from core.transfer.importer import import_data, preview_import
 from core.transfer.report import ImportReport
 from core.transfer.recall import recall_after_import
@@ -76,7 +76,7 @@ def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # (``--output``) keeps the text exactly.
             out.write(visible(render(data, args.format), keep="\n\t"))
             return 0
-        write_atomically(Path(args.output), render_chunks(data, args.format))
+        write_atomically(Path(args.output), render_chunks(data, args.format), name=shown_path(args.output))
     err.write(f"exported {describe_counts(data['counts'])} to {args.output}\n")
     return 0
 
@@ -91,18 +91,21 @@ def describe_counts(counts: dict[str, int]) -> str:
 
 def _import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     data = load(args.file)
+    name = shown_path(args.file)  # every error names the file as given, as ``load``'s do
     if args.dry_run:
-        _print_report(_preview(args.db, data, overwrite=args.overwrite, with_configs=args.with_configs), out, err)
+        _print_report(_preview(args.db, data, overwrite=args.overwrite, with_configs=args.with_configs, name=name),
+                      out, err)
         return 0
     with open_store(args.db) as store:
-        report = import_data(store, data, overwrite=args.overwrite, with_configs=args.with_configs)
+        report = import_data(store, data, overwrite=args.overwrite, with_configs=args.with_configs, name=name)
         _print_report(report, out, err)
         if report.message_ids:
             out.write("note: " + recall_after_import(store, report.message_ids, embed=not args.no_index) + "\n")
     return 0
 
 
-def _preview(db: str | None, data: dict[str, Any], *, overwrite: bool, with_configs: bool = False) -> ImportReport:
+def _preview(db: str | None, data: dict[str, Any], *, overwrite: bool, with_configs: bool = False,
+             name: str = "the file") -> ImportReport:
     """What an import would do, looking only: the target is opened read-only, never created or migrated.
     A database that does not exist yet or has no tables (an import would make it a memory database) is
     previewed as that new database: a scratch one in a temporary folder."""
@@ -112,10 +115,10 @@ def _preview(db: str | None, data: dict[str, Any], *, overwrite: bool, with_conf
     if not missing:
         with open_store(db, read_only=True, create=False) as store:
             if not store.db.is_empty:
-                return preview_import(store, data, overwrite=overwrite, with_configs=with_configs)
+                return preview_import(store, data, overwrite=overwrite, with_configs=with_configs, name=name)
     with tempfile.TemporaryDirectory(prefix="memory-studio-preview-") as scratch, \
             open_store(Path(scratch) / "new.db") as store:
-        report = preview_import(store, data, overwrite=overwrite, with_configs=with_configs)
+        report = preview_import(store, data, overwrite=overwrite, with_configs=with_configs, name=name)
     report.target = location.display
     report.notes.insert(0, f"{location.display} {'does not exist yet' if missing else 'is empty'}: the import would "
                            "make it a memory database and write every row of the file.")

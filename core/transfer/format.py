@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
@@ -126,20 +127,23 @@ def render(data: Mapping[str, Any], fmt: str) -> str:
     raise ValueError(f"Unknown export format {fmt!r}; use json or markdown.")
 
 
-def write_atomically(path: Path, text: str | Iterable[str]) -> None:
+def write_atomically(path: Path, text: str | Iterable[str], *, name: str | None = None) -> None:
     """Write beside the target, then rename: a failed export never leaves half a file behind (nor does
     one whose text, given in pieces, fails halfway). A write
     the system refuses is an ``ExportWriteError`` naming the user's path (the system's error names the
-    temporary file beside it) and what to do."""
+    temporary file beside it) and what to do. ``name``: the path as the user gave it (``shown_path``), which
+    every error names; ``path`` by default."""
+    shown = name if name is not None else shown_path(path)
     path = path.expanduser()
     if path.is_dir():
-        raise ValueError(f"{path} is a folder; give a file name for the export.")
+        raise ExportWriteError(f"{shown} is a folder; give a file name for the export.")
     if not path.parent.exists() and not any(p.exists() and not p.is_dir() for p in path.parents):
-        raise ValueError(f"The folder {path.parent} does not exist; create it or choose another path.")
+        raise ExportWriteError(f"Cannot write {shown}: the folder {path.parent} does not exist; create it or "
+                               "choose another path.")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise ExportWriteError(write_failure(exc, path)) from exc
+        raise ExportWriteError(write_failure(exc, path, shown)) from exc
     pieces = iter([text] if isinstance(text, str) else text)
     reading = False  # an error while the pieces are made (reading the trace store) is not the write's
     try:
@@ -155,7 +159,7 @@ def write_atomically(path: Path, text: str | Iterable[str]) -> None:
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError) and not reading:
-            raise ExportWriteError(write_failure(exc, path)) from exc
+            raise ExportWriteError(write_failure(exc, path, shown)) from exc
         raise
 
 
@@ -191,36 +195,99 @@ def _spool_failure(exc: OSError) -> str:
             f"{reason}. Write it to a file with -o PATH, or free space there (or set TMPDIR to another folder).")
 
 
-def write_failure(exc: OSError, path: Path) -> str:
-    """What a failed write of ``path`` means, naming the user's path and what to do."""
+def write_failure(exc: OSError, path: Path, name: str | None = None) -> str:
+    """What a failed write of ``path`` means, naming the user's path (``name``, as given) and what to do."""
+    shown = name if name is not None else shown_path(path)
     if isinstance(exc, NotADirectoryError) or (isinstance(exc, FileNotFoundError)
                                                and any(p.exists() and not p.is_dir() for p in path.parents)):
         blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
-        return f"Cannot write {path}: {blocker} is a file, not a folder. Choose another folder."
+        return f"Cannot write {shown}: {blocker} is a file, not a folder. Choose another folder."
     if isinstance(exc, PermissionError):
-        return f"Cannot write {path}: permission denied. Choose a folder you can write to."
+        return f"Cannot write {shown}: permission denied. Choose a folder you can write to."
     reason = exc.strerror or str(exc) or type(exc).__name__
-    return f"Cannot write {path}: {reason}. Choose another file name or folder."
+    return f"Cannot write {shown}: {reason}. Choose another file name or folder."
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """Read and check an export file."""
-    p = Path(path)
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A file's path as the user gave it (``./x.json`` stays ``./x.json``, ``~/x.json`` is not expanded, a
+    folder keeps its trailing slash), every non-printable character written as its escape: how every error
+    and report line about an export or import file names it (``load``, ``import_data``'s ``name``, the
+    Studio's dialogs and status bar), so one file is never named two ways."""
+    return printable(os.fspath(path))
+
+
+# What a file starts with when it is one of the files a careless pick lands on instead of an export.
+_NOT_AN_EXPORT = (
+    (b"\x1f\x8b", "is gzip-compressed. Decompress it first (gunzip), then import the .json file inside"),
+    (b"PK\x03\x04", "is a zip archive. Extract the .json file from it first, then import that file"),
+    (b"SQLite format 3\x00", "is a SQLite database, not an export file. To copy memory out of it, export it "
+                             "first ('memory-studio export --db FILE --resource ID -o FILE.json', or open it in "
+                             "the Studio and choose File > Export Resource…), then import that file"),
+    (b"\xff\xfe", "is UTF-16 text; import reads UTF-8, as 'memory-studio export' writes it. Save it as UTF-8 "
+                  "and import again"),
+    (b"\xfe\xff", "is UTF-16 text; import reads UTF-8, as 'memory-studio export' writes it. Save it as UTF-8 "
+                  "and import again"),
+)
+_CHOOSE = "Choose the .json file written by 'memory-studio export'."
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check an export file. Every error names it as given (``shown_path``), says what is wrong
+    and what to do: a missing file, a folder, a device, an unreadable file, an empty or cut-off one, a
+    gzip, zip, SQLite or UTF-16 file, bytes that are not UTF-8, and what ``loads`` refuses."""
+    name = shown_path(path)
+    p = Path(path).expanduser()
     try:
-        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (an editor on Windows) is not content
+        mode = p.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise ExportFormatError(f"{name} is a folder. {_CHOOSE}")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a pipe is read (process substitution); a device never ends
+            raise ExportFormatError(f"{name} is not a regular file (a device or a socket). {_CHOOSE}")
+        raw = p.read_bytes()
     except FileNotFoundError:
-        raise ExportFormatError(f"{p} does not exist. Check the path of the export file.") from None
+        raise ExportFormatError(f"{name} does not exist. Check the path of the export file.") from None
     except IsADirectoryError:
-        raise ExportFormatError(f"{p} is a folder. Choose the .json file written by 'memory-studio export'.") from None
-    except UnicodeDecodeError:
-        raise ExportFormatError(f"{p} is not a text file. Choose the .json file written by 'memory-studio export'.") from None
-    return loads(text, name=str(p))
+        raise ExportFormatError(f"{name} is a folder. {_CHOOSE}") from None
+    except PermissionError:
+        raise ExportFormatError(f"{name} cannot be read: permission denied. Check the file's permissions "
+                                "(it must be readable by you), then import again.") from None
+    except OSError as exc:  # a name too long, an input/output error, a folder on the path that is a file
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ExportFormatError(f"{name} cannot be read: {reason}. Check the path of the export file.") from None
+    for magic, what in _NOT_AN_EXPORT:
+        if raw.startswith(magic):
+            raise ExportFormatError(f"{name} {what}.")
+    if not raw.strip():
+        raise ExportFormatError(f"{name} is empty{'' if not raw else ' (white space only)'}. {_CHOOSE} If this "
+                                "copy was cut short, copy or export it again.")
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark (an editor on Windows) is not content
+    except UnicodeDecodeError as exc:
+        if b"\x00" in raw[:8192]:
+            raise ExportFormatError(f"{name} is not a text file (it holds binary data). {_CHOOSE}") from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ExportFormatError(
+            f"{name} is not valid UTF-8: byte {exc.start + 1:,} (line {line:,}) is 0x{raw[exc.start]:02X}. "
+            "'memory-studio export' writes UTF-8; an editor that saved the file in another encoding changed it. "
+            "Save it as UTF-8, or export it again.") from None
+    return loads(text, name=name)
 
 
 def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_not_json)
+    except _NotJson as exc:
+        raise ExportFormatError(
+            f"{name} holds {exc.args[0]}, which is not JSON: 'memory-studio export' never writes it, and Mastra "
+            "cannot read such a value back from the database. Replace it (with null, or a number) and import again."
+        ) from None
     except json.JSONDecodeError as exc:
+        if _cut_off(text, exc):
+            raise ExportFormatError(
+                f"{name} ends before its JSON does ({exc.msg} at line {exc.lineno}, column {exc.colno}): it was "
+                "cut off, perhaps by a copy or download that did not finish. Nothing was imported; copy or export "
+                "it again."
+            ) from None
         raise ExportFormatError(
             f"{name} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}). "
             "Import reads the JSON export; a Markdown transcript cannot be imported."
@@ -237,6 +304,23 @@ def loads(text: str, *, name: str = "the file") -> dict[str, Any]:
         ) from None
     validate(data, name=name)
     return data  # type: ignore[no-any-return]
+
+
+class _NotJson(ExportFormatError):
+    """A constant Python's parser takes and JSON has not (``NaN``, ``Infinity``, ``-Infinity``)."""
+
+
+def _not_json(constant: str) -> Any:
+    raise _NotJson(constant)
+
+
+def _cut_off(text: str, exc: json.JSONDecodeError) -> bool:
+    """Whether a JSON object's text stops before it ends: the parser ran out at its end, or in a string
+    that no line break closes (an export is indented, one value a line, its strings never span lines)."""
+    if not text.lstrip().startswith("{"):
+        return False
+    end = len(text.rstrip())
+    return exc.pos >= end or (exc.msg.startswith("Unterminated string") and "\n" not in text[exc.pos:].rstrip())
 
 
 def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
@@ -284,6 +368,18 @@ def validate(data: Any, *, name: str = "the file", max_message_bytes: int | None
         if not isinstance(entry, dict) or entry.get("scope") not in ("resource", "thread") \
                 or not isinstance(entry.get("ownerId"), str) or not isinstance(entry.get("versions", []), list):
             raise ExportFormatError(f"{name}: a \"workingMemory\" entry needs scope, ownerId and a versions list.")
+    # Version ids are the database's, one id a version: a turn record names the version its prompt had by id, so a
+    # second version under an id would take the first one's place in every record that names it.
+    version_ids: set[int] = set()
+    for entry in data.get("workingMemory", []):
+        for v in entry.get("versions", []):
+            vid = v.get("id") if isinstance(v, dict) else None
+            if isinstance(vid, int) and not isinstance(vid, bool):
+                if vid in version_ids:
+                    raise ExportFormatError(
+                        f"{name}: \"workingMemory\" lists working-memory version id {vid} twice; a turn record names "
+                        "its version by id, so keep one of them. Nothing was imported.")
+                version_ids.add(vid)
     for row in data.get("observations", []):
         if not isinstance(row, dict) or not isinstance(row.get("id"), str):
             raise ExportFormatError(f"{name}: every observation row needs a string \"id\".")

@@ -69,24 +69,25 @@ _REPLACE_MESSAGE = _INSERT_MESSAGE + (
 
 
 def preview_import(store: Store, data: Mapping[str, Any], *, overwrite: bool = False, with_configs: bool = False,
-                   max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+                   name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
                    max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> ImportReport:
     """What ``import_data`` would do, without writing (works on a read-only database). A database a newer
-    Memory Studio wrote is refused as the import refuses it (``SchemaError``)."""
-    validate(data, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
+    Memory Studio wrote is refused as the import refuses it (``SchemaError``). ``name``: as ``import_data``'s."""
+    validate(data, name=name, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
     newer = store.db.unknown_migrations()
     if newer:
         raise SchemaError(f"{store.location.display} was written by a newer Memory Studio (migrations "
                           f"{', '.join(newer)}). Upgrade Memory Studio before importing into it.")
     with store.db.read() as conn:
-        importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True, with_configs=with_configs)
+        importer = _Importer(conn, data, overwrite, store.location.display, dry_run=True, with_configs=with_configs,
+                             name=name)
         report = importer.run()
     import_traces(store, data, report, importer.blocked)
     return report
 
 
 def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = False, with_configs: bool = False,
-                max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+                name: str = "the file", max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
                 max_working_memory_bytes: int | None = DEFAULT_MAX_WORKING_MEMORY_BYTES) -> ImportReport:
     """Import a checked export document in one transaction. Raises ``ReadOnlyError`` on a read-only
     store, ``ExportFormatError`` naming the row when a row breaks a rule (``sections``), and
@@ -94,13 +95,15 @@ def import_data(store: Store, data: Mapping[str, Any], *, overwrite: bool = Fals
     ``max_working_memory_bytes``: the limits the file's messages and working memories are held to
     (the engine's defaults; None: none). ``with_configs``: also take the file's memory overrides (its
     ``configs``: working-memory templates and schemas, which change what every user of that memory is asked
-    to keep); without it they are left out and the report says so."""
-    validate(data, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
+    to keep); without it they are left out and the report says so. ``name``: the file as its errors name it,
+    the path as the user gave it (``format.shown_path``), as ``load``'s errors did."""
+    validate(data, name=name, max_message_bytes=max_message_bytes, max_working_memory_bytes=max_working_memory_bytes)
     try:
         with store.db.write() as conn:
             # Postgres runs writers side by side: hold what an agent's read-modify-write would hold.
             store.db.lock(conn, *_lock_keys(data))
-            importer = _Importer(conn, data, overwrite, store.location.display, dry_run=False, with_configs=with_configs)
+            importer = _Importer(conn, data, overwrite, store.location.display, dry_run=False,
+                                 with_configs=with_configs, name=name)
             report = importer.run()
     except (sa.exc.DBAPIError, ValueError) as exc:
         if isinstance(exc, TransferError):
@@ -127,8 +130,9 @@ def _db_message(exc: BaseException) -> str:
 
 class _Importer:
     def __init__(self, conn: sa.Connection, data: Mapping[str, Any], overwrite: bool, target: str,
-                 *, dry_run: bool, with_configs: bool = False) -> None:
+                 *, dry_run: bool, with_configs: bool = False, name: str = "the file") -> None:
         self.conn = conn
+        self.name = name  # the file, as its errors name it
         R.forget_columns(conn)
         self.data = data
         self.overwrite = overwrite
@@ -148,7 +152,7 @@ class _Importer:
             self._resource(row)
         for row in self.data.get("threads", []):
             self._thread(row)
-        check_one_resource(self.data)  # one resource's memory, never another user's (a bad file: nothing written)
+        check_one_resource(self.data, self.name)  # one resource's memory, never another user's (a bad file: nothing written)
         self._messages(self.data.get("messages", []))
         self._versions(self.data.get("workingMemory", []))
         self._observations(self.data.get("observations", []))
@@ -178,7 +182,7 @@ class _Importer:
             return
         shown = row_id if len(row_id) <= 80 else row_id[:60] + "…"
         raise ExportFormatError(printable(
-            f"The file's {kind} {shown!r} would be new in {self.report.target}, and its {field} cannot be a new id: "
+            f"{self.name}: its {kind} {shown!r} would be new in {self.report.target}, and its {field} cannot be a new id: "
             f"{problem}. Nothing was imported; give it an id of printable text of at most 256 characters in the "
             "file (rows already in the database keep their ids and are imported as before)."))
 
@@ -470,7 +474,7 @@ class _Importer:
         unknown = sorted({k for r in rows for k in r} - have)
         if unknown:
             raise TransferError(
-                f"The file's {what} have columns that {self.report.target}'s {table} table lacks "
+                f"{self.name}: its {what} have columns that {self.report.target}'s {table} table lacks "
                 f"({', '.join(unknown)}): the file comes from a newer schema. Run 'memory-studio migrate' on the "
                 "target or upgrade Memory Studio, then import again. Nothing was written.")
         return have

@@ -68,6 +68,7 @@ class ExportDialog(QDialog):
         self.heading.setTextFormat(Qt.TextFormat.RichText)
         self.details = QLabel("Reading…")  # filled in by ``set_details`` from a worker read
         self.details.setObjectName("exportDetails")
+        self.details.setTextFormat(Qt.TextFormat.PlainText)  # a thread's title, as stored: never markup
         self.details.setWordWrap(True)
         self.details.setStyleSheet("color: palette(placeholder-text);")
 
@@ -111,6 +112,7 @@ class ExportDialog(QDialog):
 
         self.error = QLabel("")
         self.error.setObjectName("exportError")
+        self.error.setTextFormat(Qt.TextFormat.PlainText)  # it quotes a path and the system's error: never markup
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #e5534b;")
         self.error.hide()

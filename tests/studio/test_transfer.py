@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QMessageBox
 
 from core import open_store
@@ -172,7 +173,7 @@ def test_import_previews_asks_then_imports_and_refreshes_the_tree(qtbot: Any, ma
     seed_small_other(target)
     window = make_window()
     box = _import_box(qtbot, window, target, 1, export)
-    assert "Import resource ada from ada.json" in box.text()
+    assert f"Import resource ada from {export} (exported from" in box.text()  # the path as chosen, as errors name it
     assert "It would write 2 threads, 4 messages" in box.informativeText()
     assert box.checkBox() is None  # no conflicts: nothing to overwrite
     with qtbot.waitSignal(window.transfer.imported, timeout=15_000) as sig:
@@ -462,3 +463,93 @@ def test_the_status_bar_follows_the_import_in_hand_not_the_one_before(qtbot: Any
     box.reject()  # cancelled: nothing was written, and the status bar does not say it failed
     qtbot.waitUntil(lambda: not box.isVisible(), timeout=15_000)
     assert "failed" not in window.status_text.text()
+
+
+def test_a_file_refused_in_the_preview_is_named_as_chosen_in_plain_text_and_nothing_changes(
+        qtbot: Any, make_window: Any, small_db: Path, tmp_path: Path) -> None:
+    """Errors about the file named it two ways: the reading's by its path, the import's own checks as "the file"
+    (a thread of another resource, an id no client could create) and the Studio's status and boxes by its bare
+    name (session 22). Now by the path as chosen, everywhere, as plain text (a folder may be named like markup)."""
+    import hashlib
+
+    from core.transfer import dumps, export_resource
+
+    folder = tmp_path / "<i>exports"
+    folder.mkdir()
+    with open_store(small_db, read_only=True) as store:
+        data = export_resource(store, "ada")
+    data["threads"].append({"id": "t-planted", "resourceId": "bob", "title": "", "metadata": None,
+                            "createdAt": "2026-03-01T09:00:00.000Z", "updatedAt": "2026-03-01T09:00:00.000Z"})
+    planted = folder / "ada.json"
+    planted.write_text(dumps(data), encoding="utf-8")
+    target = tmp_path / "target.db"
+    seed_small_other(target)
+    window = make_window()
+    window.open_database(str(target))
+    _wait_open(qtbot, window, 1)
+
+    def fingerprint() -> tuple[str | None, ...]:
+        return tuple(hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None
+                     for p in (target, target.with_name(target.name + "-wal")))
+
+    before = fingerprint()
+    window.transfer.choose_open_path = Chooser(str(planted)).open
+    window.commands.run("file.import")
+    assert window.status_text.text() == f"Checking {planted}: nothing is written yet…"  # (the worker reads the file)
+    box = _box(qtbot, window, "Cannot import")
+    assert box.textFormat() == Qt.TextFormat.PlainText
+    assert box.text().startswith(f"{planted}: threads[")
+    assert "belongs to resource 'bob'" in box.text() and "the file:" not in box.text()
+    assert box.informativeText() == f"Nothing was written to {window.session.display_path}."
+    assert window.status_text.text() == "Import failed"
+    box.accept()
+    # a file the reading refuses: named the same way
+    cut = folder / "cut.json"
+    cut.write_text(dumps(export_resource_of(small_db))[:400], encoding="utf-8")
+    window.transfer.choose_open_path = Chooser(str(cut)).open
+    window.commands.run("file.import")
+    box = _box(qtbot, window, "Cannot import")
+    assert box.text().startswith(f"{cut} ends before its JSON does")
+    box.accept()
+    assert fingerprint() == before
+
+
+def export_resource_of(db: Path) -> dict[str, Any]:
+    from core.transfer import export_resource
+
+    with open_store(db, read_only=True) as store:
+        return export_resource(store, "ada")
+
+
+def test_the_export_dialog_shows_a_title_and_an_error_as_written_never_as_markup(
+        qtbot: Any, no_leaked_widgets: None, tmp_path: Path) -> None:
+    dialog = ExportDialog("thread", "t-1", str(tmp_path), Chooser(str(tmp_path / "x.json")).save)
+    qtbot.addWidget(dialog)
+    dialog.set_details("“<b>Plans</b> <img src='x'>” · resource ada · 2 messages")
+    dialog.failed(f"Cannot write {tmp_path}/<i>out/x.json: the folder <i>out does not exist; create it.")
+    # a label in Qt's automatic format draws text that looks like markup as markup: the tags would vanish
+    assert dialog.details.textFormat() == Qt.TextFormat.PlainText
+    assert dialog.error.textFormat() == Qt.TextFormat.PlainText
+
+
+def test_a_files_source_of_any_shape_is_shown_or_left_out_never_breaks_the_confirmation(
+        qtbot: Any, make_window: Any, small_db: Path, tmp_path: Path) -> None:
+    """``source`` is not checked (nothing is written from it); the confirmation read ``source["database"]`` of it,
+    so a file whose ``source`` was a string raised in the UI thread and the import never asked (session 22)."""
+    from core.transfer import dumps
+
+    data = export_resource_of(small_db)
+    target = tmp_path / "target.db"
+    seed_small_other(target)
+    window = make_window()
+    window.open_database(str(target))
+    _wait_open(qtbot, window, 1)
+    for source, says in (("laptop", " from {path} into "), ({"database": "a\x1b[2Jb"}, " (exported from a\\x1b[2Jb) ")):
+        export = tmp_path / "ada.json"
+        export.write_text(dumps({**data, "source": source}), encoding="utf-8")
+        window.transfer.choose_open_path = Chooser(str(export)).open
+        window.commands.run("file.import")
+        box = _box(qtbot, window, "Import?")
+        assert says.format(path=export) in box.text()
+        box.reject()
+        qtbot.waitUntil(lambda: not box.isVisible(), timeout=15_000)
