@@ -240,11 +240,15 @@ def commit_generation(store: "Store", *, record: OMRecord, active: str, tokens: 
 # -- failures and events -----------------------------------------------------------------------------
 def record_failure(store: "Store", *, key: str, scope: str, thread_id: str, resource_id: str | None,
                    config: Mapping[str, Any], which: str, error: str, now: str, retry: "Backoff") -> None:
-    """Remember a failed observer / reflector call and when to try again (creating the row if needed)."""
+    """Remember a failed observer / reflector call and when to try again (creating the row if needed, unless
+    the thread is gone: a background call that failed after its thread was deleted writes nothing, or the
+    thread's log would come back, holding the back-off, for a new thread given the same id)."""
     with store.db.write() as conn:
-        store.db.lock(conn, locks.om_key(key))
+        store.db.lock(conn, locks.om_key(key), locks.thread_key(thread_id))
         head = _head(conn, key)
         if head is None:
+            if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first() is None:
+                return
             head = _new_row(key, scope, thread_id, resource_id, config, now)
             conn.execute(OM.insert().values(**head))
         studio = _studio(head)

@@ -275,12 +275,15 @@ def update_pending(
     resource_id: str | None, config: Mapping[str, Any], pending: int, now: str | None = None,
 ) -> None:
     """Keep ``pendingMessageTokens`` current so the Studio's progress bar is true between turns.
-    Creates the ``initial`` row on first use, as Mastra does."""
+    Creates the ``initial`` row on first use, as Mastra does, while the thread exists (a turn that ends
+    after its thread was deleted writes no log for it)."""
     now = now or iso_now()
     with store.db.write() as conn:
-        store.db.lock(conn, locks.om_key(key))
+        store.db.lock(conn, locks.om_key(key), locks.thread_key(thread_id))
         if record_id is None:
             if conn.execute(sa.select(OM.c.id).where(OM.c.lookupKey == key).limit(1)).first() is None:
+                if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first() is None:
+                    return
                 row = _new_row(key, scope, thread_id, resource_id, config, now)
                 row["pendingMessageTokens"] = pending
                 conn.execute(OM.insert().values(**row))

@@ -303,6 +303,33 @@ def test_deleting_a_thread_deletes_its_observations(observed: Any, store: Any) -
     assert "peanuts" not in "\n".join(str(m["content"]) for m in fresh.messages)
 
 
+def test_a_late_observer_failure_or_turn_end_writes_no_log_for_a_deleted_thread(observed: Any, store: Any) -> None:
+    """The observer runs in the background after a turn; when its call failed after the thread was deleted,
+    its back-off created the thread's log row again (found when the test above failed once on a loaded
+    machine: the scripted observer's fourth call failed after ``delete_thread``), so a new thread given the
+    same id started with an old row holding a back-off. Nor does a turn ending after the delete write one."""
+    from core.observational import buffer_store, store as om_store
+    from core.observational.buffer import Backoff
+    from core.observational.records import lookup_key
+
+    memory, _model = observed
+    memory.wait_idle(timeout=30)  # the background observer of the last turn has ended
+    memory.delete_thread("om")
+    key = lookup_key("thread", thread_id="om", resource_id=None)
+    buffer_store.record_failure(store, key=key, scope="thread", thread_id="om", resource_id="ada", config={},
+                                which="observer", error="the model server is down", now="2026-03-02T09:40:00.000Z",
+                                retry=Backoff(failures=1, retry_at="2026-03-02T09:41:00.000Z", error="down"))
+    om_store.update_pending(store, record_id=None, key=key, scope="thread", thread_id="om", resource_id="ada",
+                            config={}, pending=12, now="2026-03-02T09:40:00.000Z")
+    assert _rows(store, 'SELECT count(*) FROM mastra_observational_memory WHERE "lookupKey" = ?', key)[0][0] == 0
+    # While the thread exists, both still write (the back-off on a new row, the progress on the initial row).
+    memory.create_thread(thread_id="om", resource_id="ada")
+    buffer_store.record_failure(store, key=key, scope="thread", thread_id="om", resource_id="ada", config={},
+                                which="observer", error="the model server is down", now="2026-03-02T09:40:00.000Z",
+                                retry=Backoff(failures=1, retry_at="2026-03-02T09:41:00.000Z", error="down"))
+    assert _rows(store, 'SELECT count(*) FROM mastra_observational_memory WHERE "lookupKey" = ?', key)[0][0] == 1
+
+
 def test_an_edit_that_would_leave_a_message_empty_is_refused_and_changes_nothing(chat: Any, store: Any) -> None:
     # Found by the Studio's QA pass: Edit Message saved a user message with empty text, which many model
     # servers refuse, so every later turn of the thread could fail. Delete is the way to remove one.
