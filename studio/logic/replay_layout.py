@@ -651,6 +651,12 @@ def fork_source(metadata: Mapping[str, Any] | None) -> str | None:
 # -- the context table's columns ------------------------------------------------------------------------
 # Each column's widest usual text (the width it gets when the pane has room for it), and the share of
 # the width left after the narrow columns that each wider one takes when it has not. The Text column,
-# the last, stretches into whatever remains.
+# the last, stretches into whatever remains. The source is never cut below its usual name (the widest one
+# of the rows shown: ``TurnView`` raises the floor to it), the reason and the text keep a few words (at a
+# 1,440 px window they read "mess…", "working …" and "You ar…"): Role gives way first (the source's
+# tooltip says the role), then Stored (the fragment's details below link its stored messages).
 STEP_SAMPLES = {"#": "00", "Change": "+ entered", "Role": "assistant", "Stored": "…00000000", "Tokens": "00,000"}
 STEP_SHARES = {"Source": 0.45, "Why": 0.45}
+STEP_FLOORS = {"Source": "message-history", "Why": "new message"}
+STEP_OPTIONAL = ("Role", "Stored")
+STEP_TEXT_LEAST = "You are a"  # the Text column's least

@@ -104,7 +104,9 @@ RECALLED_COLUMNS: list[Column[RecalledRow]] = [
            tooltip=lambda r: f"message {r.message_id}\nthread {r.thread_id or '?'}"),
     Column("Found as", lambda r: r.found_as, tooltip=lambda r: r.found_tip,
            foreground=lambda r: None if r.hit else "#8A8F98"),
-    Column("Score", lambda r: fmt_score(r.score), RIGHT),
+    Column("Score", lambda r: fmt_score(r.score), RIGHT,
+           tooltip=lambda r: f"score {fmt_score(r.score) or '(none)'} · vector {fmt_score(r.vector) or '(none)'}"
+                             f" · keyword {fmt_score(r.keyword) or '(none)'} · role {r.role}"),
     Column("Vector", lambda r: fmt_score(r.vector), RIGHT, tooltip=lambda r: "cosine similarity to the query"),
     Column("Keyword", lambda r: fmt_score(r.keyword), RIGHT, tooltip=lambda r: "keyword score (BM25 on libSQL, ts_rank on Postgres)"),
     Column("Thread", lambda r: short_id(r.thread_id) if r.thread_id else "this thread",
@@ -236,10 +238,12 @@ class PromptInspectorPane(QWidget):
         self.recalled_model: RecordTableModel[RecalledRow] = RecordTableModel(RECALLED_COLUMNS, self)
         self.recalled_table = record_table_view(self.recalled_model)
         # Fitted to the fragment's side (at a 1,440 px window Thread and Role were past its edge); the
-        # neighbour's "Found as" gives way first, ending in "…", whole on hover.
+        # neighbour's "Found as" gives way first, ending in "…", whole on hover. In a narrower side (a
+        # 1,100 px window, ~360 px) Role, then Keyword are left out rather than scrolled to (Score's
+        # tooltip says both).
         self.recalled_fit = FitToPane(self.recalled_table, RECALLED_SAMPLES, {"Thread": 1.0}, last="Found as",
                                       floors={"Thread": "liwei-l"}, caps={"Thread": "a-thread-id-of-some"},
-                                      rest_sample="neighbour", pad=16)
+                                      rest_sample="neighbour", pad=16, optional=("Role", "Keyword"))
         self.recalled_table.hide()
         actions = QHBoxLayout()
         self.edit_btn = QToolButton(self)

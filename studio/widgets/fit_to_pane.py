@@ -38,12 +38,13 @@ class FitToPane(QObject):
     sample, when given);
     ``last``: the column that takes the rest (at least its title, or ``rest_sample``); ``optional``:
     columns hidden, in this order, while the table cannot hold the others (what they show is said
-    elsewhere; settable: what is said elsewhere may change)."""
+    elsewhere; settable: what is said elsewhere may change); ``decorated``: columns that draw a swatch
+    before their text (their sample or floor gets the swatch's width as well)."""
 
     def __init__(self, table: FitView, samples: Mapping[str, str], shares: Mapping[str, float], last: str,
                  *, pad: int = 16, caps: Mapping[str, str] | None = None, floors: Mapping[str, str] | None = None,
                  rest_sample: str | None = None, optional: Sequence[str] = (), last_share: float = 0.0,
-                 last_least: int = 0) -> None:
+                 last_least: int = 0, decorated: Sequence[str] = ()) -> None:
         super().__init__(table)
         self.table = table
         self.samples, self.shares, self.last, self.pad = dict(samples), dict(shares), last, pad
@@ -52,6 +53,7 @@ class FitToPane(QObject):
         # The last column's least also as a share of the table's width and in pixels (the recall lists'
         # message: at least half of its list, at least ``last_least``): the others give way first.
         self.last_share, self.last_least = last_share, last_least
+        self.decorated = tuple(decorated)
         table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = header_of(table)
         header.setStretchLastSection(False)  # (a stretched section never went below 100 px: set here instead)
@@ -66,16 +68,22 @@ class FitToPane(QObject):
 
     def _widths(self) -> tuple[dict[str, int], dict[str, int], dict[str, int], int]:
         """The fixed columns' widths, the shared ones' minima and caps, and the last column's least."""
-        metrics, pad, titles = self.table.fontMetrics(), self.pad, titles_of(self.table)
+        metrics, titles = self.table.fontMetrics(), titles_of(self.table)
+        swatch = self.table.iconSize().width() if self.table.iconSize().isValid() else 0
+        swatch = max(swatch, self.table.style().pixelMetric(self.table.style().PixelMetric.PM_SmallIconSize)) + 6
+
+        def pad_of(title: str) -> int:
+            return self.pad + (swatch if title in self.decorated else 0)
+
         bold = QFont(header_of(self.table).font())
         bold.setWeight(QFont.Weight.DemiBold)  # (the themes draw the headings at weight 600)
         heading = QFontMetrics(bold)
-        fixed = {t: max(metrics.horizontalAdvance(sample), heading.horizontalAdvance(t)) + pad
+        fixed = {t: max(metrics.horizontalAdvance(sample), heading.horizontalAdvance(t)) + pad_of(t)
                  for t, sample in self.samples.items() if t in titles}
-        minimum = {t: max(heading.horizontalAdvance(t), metrics.horizontalAdvance(self.floors.get(t, ""))) + pad
+        minimum = {t: max(heading.horizontalAdvance(t), metrics.horizontalAdvance(self.floors.get(t, ""))) + pad_of(t)
                    for t in self.shares}
-        caps = {t: metrics.horizontalAdvance(sample) + pad for t, sample in self.caps.items()}
-        rest = metrics.horizontalAdvance(self.rest_sample or self.last) + pad  # the last column's least
+        caps = {t: metrics.horizontalAdvance(sample) + pad_of(t) for t, sample in self.caps.items()}
+        rest = metrics.horizontalAdvance(self.rest_sample or self.last) + pad_of(self.last)  # the last column's least
         return fixed, minimum, caps, rest
 
     def least(self) -> int:

@@ -27,8 +27,11 @@ from PySide6.QtWidgets import (
 
 from studio.logic.replay_layout import (
     CHANGE_TINTS,
+    STEP_FLOORS,
+    STEP_OPTIONAL,
     STEP_SAMPLES,
     STEP_SHARES,
+    STEP_TEXT_LEAST,
     Comparison,
     RecallRow,
     StepRow,
@@ -63,7 +66,7 @@ STEP_COLUMNS: list[Column[StepRow]] = [
     Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
     Column("Change", lambda r: r.mark, tooltip=lambda r: r.mark),
     Column("Role", lambda r: r.role, tooltip=lambda r: r.role),
-    Column("Source", lambda r: r.source, color=lambda r: r.color, tooltip=lambda r: r.source),
+    Column("Source", lambda r: r.source, color=lambda r: r.color, tooltip=lambda r: f"{r.source} · role {r.role}"),
     Column("Stored", lambda r: r.stored_label, tooltip=lambda r: "\n".join(r.stored_ids)),
     Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
     Column("Why", lambda r: r.why, tooltip=lambda r: r.why),
@@ -73,7 +76,7 @@ STEP_WIDTHS = {"#": 34, "Change": 92, "Role": 70, "Source": 176, "Tokens": 60, "
 RECALL_COLUMNS: list[Column[RecallRow]] = [
     Column("#", lambda r: r.rank, RIGHT, tooltip=lambda r: f"rank {r.rank} of the recall hits"),
     Column("Message", lambda r: short_id(r.message_id),
-           tooltip=lambda r: f"message {r.message_id} (with {r.window} messages around it)\n"
+           tooltip=lambda r: f"message {r.message_id} (rank {r.rank}, with {r.window} messages around it)\n"
                              "Double-click to open this message"),
     Column("Thread", lambda r: r.thread_id + ("  (other thread)" if r.other_thread else ""),
            tooltip=lambda r: r.thread_id + ("\n(another thread than the one replayed)" if r.other_thread else "")),
@@ -84,9 +87,10 @@ RECALL_COLUMNS: list[Column[RecallRow]] = [
     Column("Window", lambda r: f"{r.window} msg", RIGHT, tooltip=lambda r: f"{r.window} messages around the hit"),
 ]
 # Fitted to the request side (at a 1,440 px window the whole message ids pushed Keyword, Fused and Window
-# past its edge; at that width the request side is ~450 px): short message ids, the rank as "#", the scores
-# whole, the thread the rest, cut with "…", whole on hover. Window is left out while the thread would have less
-# than a usual thread id (the message's tooltip says the window).
+# past its edge; at that width the request side is ~450 px): short message ids, the scores and the window
+# whole, the thread the rest, cut with "…", whole on hover. The rank ("#") is left out while the thread would
+# have less than a usual thread id: the rows are in rank order, and the message's tooltip says the rank.
+# (The window was the one left out before, and a user at 1,440 px never saw how much context a hit brought.)
 RECALL_SAMPLES = {"#": "00", "Message": "…2d46ecda", "Vector": "0.000", "Keyword": "00.000", "Fused": "0.000",
                   "Window": "00 msg"}
 TOKEN_COLUMNS: list[Column[TokenRow]] = [
@@ -174,7 +178,8 @@ class TurnView(QSplitter):
         self.step_table = table_for(self.step_model, STEP_WIDTHS)
         self.step_table.setObjectName("replayFragments")
         self.step_table.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text")
+        self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
+                              optional=STEP_OPTIONAL, decorated=("Source",), rest_sample=STEP_TEXT_LEAST)
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
@@ -233,7 +238,7 @@ class TurnView(QSplitter):
         self.recall_table = table_for(self.recall_model)
         self.recall_table.doubleClicked.connect(self._open_recall)
         self.recall_fit = FitToPane(self.recall_table, RECALL_SAMPLES, {}, last="Thread",
-                                rest_sample="liwei-shanghai", optional=("Window",))
+                                rest_sample="liwei-shanghai", optional=("#",))
         self.tabs.addTab(self.recall_table, "Recall")
         self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
         self.tabs.addTab(table_for(self.token_model), "Tokens")
@@ -279,6 +284,7 @@ class TurnView(QSplitter):
             self.change_label.setText("First turn: nothing to compare with." if step.previous_index is None else
                                       f"Since turn {step.index}: {change_summary(changes)}")
         self.step_model.set_rows(step_rows(received, changes, input_ids(step.turn)))
+        self._fit_sources()
         info = step.received.replay
         if info is not None and info.record is not None and info.kind == "recorded":
             edited = f"; {edited_note(info.changed_since)}" if info.changed_since else ""
@@ -303,6 +309,17 @@ class TurnView(QSplitter):
         first = next((i for i, r in enumerate(self.step_model.rows()) if r.change), 0)
         if self.step_model.rowCount():
             self.step_table.selectRow(first)
+
+    def _fit_sources(self) -> None:
+        """The Source column's floor: the widest source of the rows shown ("observational-memory" was cut
+        to "observational-…" at a 1,440 px window), at least the usual one."""
+        metrics = self.step_table.fontMetrics()
+        widest = max((r.source for r in self.step_model.rows()), key=metrics.horizontalAdvance,
+                     default=STEP_FLOORS["Source"])
+        floor = max(widest, STEP_FLOORS["Source"], key=metrics.horizontalAdvance)
+        if self._fit.floors.get("Source") != floor:
+            self._fit.floors["Source"] = floor
+            self._fit.fit()
 
     def clear(self) -> None:
         for model in (self.step_model, self.recall_model, self.token_model):

@@ -387,8 +387,8 @@ def test_replays_recall_table_fits_with_its_scores_in_sight(template: Path, tmp_
                                                             qtbot: Any, width: int) -> None:
     """Replay's Recall tab at a 1,440 px window: the whole message ids pushed Keyword, Fused and Window past the
     table's edge, behind a sideways scroll bar (docs/screenshots/replay-recall.png). It is fitted now: short
-    message ids (whole on hover, with how to open them), every score whole, the thread taking the rest; the
-    message window is left out while the thread would be cut short (the message's tooltip says it)."""
+    message ids (whole on hover, with how to open them), every score and the window whole, the thread taking
+    the rest; the rank is left out while the thread would be cut short (the message's tooltip says it)."""
     from PySide6.QtCore import Qt
 
     from studio.logic.replay_layout import RecallRow
@@ -424,7 +424,9 @@ def test_replays_recall_table_fits_with_its_scores_in_sight(template: Path, tmp_
             if metrics.horizontalAdvance(index.data() or "") > table.columnWidth(column) - 8:
                 assert index.data(Qt.ItemDataRole.ToolTipRole), (index.data(), column)  # (whole on hover)
     message = model.index(0, titles.index("Message")).data(Qt.ItemDataRole.ToolTipRole)
-    assert rows[0].message_id in message and "3 messages around it" in message  # (the window, when left out)
-    assert table.isColumnHidden(titles.index("Window")) == (width == 1440)  # (the request side ~450 px there)
-    assert table.columnWidth(titles.index("Thread")) >= metrics.horizontalAdvance("liwei-shanghai") + 8
+    assert rows[0].message_id in message and "rank 1, with 3 messages around it" in message  # (the rank, when left out)
+    assert not table.isColumnHidden(titles.index("Window"))  # (it was left out at 1,440 px: the request side ~450 px)
+    assert table.isColumnHidden(titles.index("#")) == (width == 1440)
+    # the thread takes the rest: a few characters at least (it ends in "…", whole on hover, checked above)
+    assert table.columnWidth(titles.index("Thread")) >= metrics.horizontalAdvance("liwei-s…") + 8
     window.session.pool.wait(20_000)
