@@ -56,27 +56,42 @@ class StoreBusy(MemoryStudioError):
 
 
 class StoreMissing(MemoryStudioError):
-    """A read-only open found no file, or a file shorter than DuckDB's headers that it cannot open (one
-    being created this instant, or an empty one a crash left, which the next writer replaces): there is no
-    trace store yet."""
+    """A read-only open found no file, or one another process is creating this moment (``_unborn``):
+    there is no trace store yet."""
 
 
 #: DuckDB's file starts with three 4 KiB headers (the main one and two database headers): a new file is
 #: 12,288 bytes once DuckDB has written them, and shorter only while it is being created or when its
 #: creation was cut short (checked with DuckDB 2.0).
 HEADERS_BYTES = 3 * 4096
+#: How recently a short file must have been written to be taken for one being created: DuckDB writes the
+#: headers within milliseconds of creating the file.
+BEING_CREATED_S = 2.0
+_MAGIC = b"DUCK"  # at offset 8 of the main header, after its checksum
 
 
 def _unborn(path: Path, exc: BaseException) -> bool:
-    """Whether a read-only open failed because the file is not yet a database: DuckDB says it is not a
-    valid database file and it is shorter than the headers (a writer in another process creates it
-    between ``open`` and the headers' write; the file's creation takes no lock a reader could wait on)."""
-    if "not a valid duckdb database file" not in str(exc).lower():
+    """Whether a read-only open failed because another process is creating the file this moment: DuckDB
+    says it is not a valid database file (or could not read a header), and the file is shorter than the
+    headers by whole 4 KiB blocks, was written in the last ``BEING_CREATED_S`` and holds nothing but zeros
+    or the start of DuckDB's headers (the writer's ``open`` makes the file before it writes them, and no lock
+    covers the gap). An older short file, one cut elsewhere or one holding other bytes is a broken file,
+    reported as such (a crash while creating it or a full disk; the writer sets it aside,
+    ``core.traces.recovery``)."""
+    said = str(exc).lower()
+    if "not a valid duckdb database file" not in said and "could not read enough bytes" not in said:
         return False
     try:
-        return path.stat().st_size < HEADERS_BYTES
-    except OSError:
+        with path.open("rb") as f:
+            info = os.fstat(f.fileno())
+            head = f.read(HEADERS_BYTES)
+    except FileNotFoundError:
         return True  # gone meanwhile: nothing to read either
+    except OSError:
+        return False
+    if info.st_size >= HEADERS_BYTES or info.st_size % 4096 or time.time() - info.st_mtime > BEING_CREATED_S:
+        return False  # (DuckDB writes whole 4 KiB blocks: a file cut elsewhere was cut, not being written)
+    return not head.strip(b"\0") or head[8:12] == _MAGIC
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -57,13 +58,20 @@ def test_a_locked_or_healthy_file_is_never_set_aside(tmp_path: Path) -> None:
     assert store.count_traces() == 2
 
 
-@pytest.mark.parametrize("start", [b"", b"\0" * 100, b"\0" * 8192], ids=["empty", "100 bytes", "two headers"])
-def test_a_reader_takes_a_file_shorter_than_duckdbs_headers_for_no_store_yet(tmp_path: Path, start: bytes) -> None:
+@pytest.mark.parametrize("start", [b"", b"\0" * 4096, b"\0" * 8192, "main header"],
+                         ids=["empty", "a block of zeros", "two blocks of zeros", "main header written"])
+def test_a_reader_takes_a_file_being_created_for_no_store_yet(tmp_path: Path, start: bytes | str) -> None:
     # A writer in another process creates the file and then writes DuckDB's three 4 KiB headers; a reader
     # (the Studio's Traces pane) opening it in between got DuckDB's "not a valid DuckDB database file" as
     # an error of the read (found by the agent-writes-while-Studio-reads test on a loaded machine). It is no
     # store yet: nothing to show and nothing wrong; looking changes nothing, and the writer then goes on.
     path = tmp_path / "observability.duckdb"
+    if start == "main header":  # the first of DuckDB's three header blocks, as a new file has it
+        import duckdb
+
+        duckdb.connect(str(tmp_path / "whole.duckdb")).close()
+        start = (tmp_path / "whole.duckdb").read_bytes()[:4096]
+    assert isinstance(start, bytes)
     path.write_bytes(start)
     reader = DuckDBObservabilityStore(path, read_only=True)
     page = reader.list_traces()
@@ -75,10 +83,16 @@ def test_a_reader_takes_a_file_shorter_than_duckdbs_headers_for_no_store_yet(tmp
     assert [t.trace_id for t in reader.list_traces()] == ["after"]
 
 
-def test_a_reader_still_reports_a_broken_file_of_full_size(tmp_path: Path) -> None:
-    # A file as long as the headers or longer that DuckDB cannot open is broken, not being created: the
-    # read says so (the writer sets it aside, above), it is not shown as "no traces yet".
+@pytest.mark.parametrize("case", ["full length", "other bytes", "written minutes ago", "cut off a block"])
+def test_a_reader_still_reports_a_broken_file(tmp_path: Path, case: str) -> None:
+    # A file DuckDB cannot open that is not one being created this moment (as long as the headers or longer,
+    # holding bytes that are not DuckDB's, or short but old: a crash or a full disk) is broken: the read
+    # says so (the Studio explains it; the writer sets it aside, above), it is not "no traces yet".
     path = tmp_path / "observability.duckdb"
-    path.write_bytes(b"\0" * 16384)
+    path.write_bytes({"full length": b"\0" * 16384, "other bytes": b"not a duckdb file " * 100,
+                      "written minutes ago": b"", "cut off a block": b"\0" * 5000}[case])
+    if case == "written minutes ago":
+        old = time.time() - 300
+        os.utime(path, (old, old))
     with pytest.raises(Exception, match="not a valid DuckDB database file"):
         DuckDBObservabilityStore(path, read_only=True).list_traces()
