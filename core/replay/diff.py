@@ -115,7 +115,7 @@ def _why_missing(frag: "Fragment", present: "AssembledPrompt", missing: "Assembl
                  entering: bool = False) -> str:
     """Why ``frag`` (in ``present``) is not in ``missing``; the same reasons serve both directions
     (``entering``: ``present`` is the later prompt)."""
-    edited = edit_reason(frag, present, missing)
+    edited = edit_reason(frag, present, missing, differing=True)
     if edited is not None:
         return edited
     if frag.kind == "input" or frag.source in ("input", "context"):

@@ -118,18 +118,30 @@ def as_of(source: "ReplaySource", when: datetime) -> SourceAsOf:
     return SourceAsOf(source, when)
 
 
-def edit_reason(fragment: Any, *prompts: Any) -> str | None:
+def edit_reason(fragment: Any, *prompts: Any, differing: bool = False) -> str | None:
     """``"message-edited"`` / ``"message-deleted"`` when a fragment differs between two prompts because
-    one of its stored messages changed after the earlier turn (``prompt_diff``'s reason), else None."""
+    one of its stored messages changed after the earlier turn (``prompt_diff``'s reason), else None.
+
+    An input fragment names no stored message; its messages are the record's input messages of the prompt
+    that holds it (not the other prompt's: the previous turn's input, edited since, is not this turn's).
+    ``differing``: for a fragment in one prompt only, count a message only when the two prompts answered
+    it differently (changed since one turn and not the other, or one edited and one deleted); a message
+    edited after both turns explains no difference between them."""
     ids = set(getattr(fragment, "stored_ids", ()) or ())
     if not ids and getattr(fragment, "source", None) == "input":
         # An input fragment names no stored message (a new input is not stored yet); a stored turn's input
         # is its record's input messages, which may have been edited since.
-        for prompt in prompts:
+        home = [p for p in prompts if any(f is fragment for f in getattr(p, "fragments", ()) or ())] or prompts
+        for prompt in home:
             record = getattr(getattr(prompt, "replay", None), "record", None)
             ids.update(getattr(record, "input_ids", ()) or ())
-    kinds = {str(changed[i]) for p in prompts for changed in [getattr(getattr(p, "replay", None), "changed_since", None)
-                                                              or {}] for i in ids if i in changed}
+    answers = [getattr(getattr(p, "replay", None), "changed_since", None) or {} for p in prompts]
+    kinds: set[str] = set()
+    for i in ids:
+        seen = [changed.get(i) for changed in answers]
+        if differing and len(set(seen)) <= 1:
+            continue  # the same answer on both sides: not why the fragment is in one prompt only
+        kinds.update(str(k) for k in seen if k)
     if DELETED in kinds:
         return "message-deleted"
     return "message-edited" if EDITED in kinds else None
