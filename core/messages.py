@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
 
-from core.stored_text import decode_stored_text, is_invalid_utf8
+from core.stored_text import decode_stored_text, is_invalid_utf8, stored_json
 from core.errors import MemoryStudioError
 from core.ids import check_ids
 from core.timeutil import SystemClock, parse_iso, range_problem, to_iso, to_ms
@@ -230,7 +230,7 @@ class Message:
         return {
             "id": self.id,
             "thread_id": self.thread_id,
-            "content": json.dumps(self.content, ensure_ascii=False, separators=(",", ":")),
+            "content": stored_json(self.content),
             "role": self.role,
             "type": self.type or "v2",
             "createdAt": to_iso(self.created_at),
@@ -268,7 +268,16 @@ class Message:
         return out
 
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def _dumps(content: Any) -> str:
+    """The content column's text on the save path (one encoder made once); a content holding a float that is
+    not finite goes through ``stored_json``, which writes it ``null`` (NaN is not JSON)."""
+    try:
+        return _encode(content)
+    except ValueError:
+        return stored_json(content)
 
 
 def _require_text(text: str) -> None:

@@ -11,8 +11,10 @@ No imports from the rest of the engine: both ``core.messages`` and ``core.storag
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Any
+import math
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +49,28 @@ def utf8_problem(text: str) -> str | None:
     except UnicodeEncodeError as exc:
         return f"a lone surrogate (U+{ord(text[exc.start]):04X} at character {exc.start})"
     return None
+
+
+def stored_json(value: Any, *, default: Callable[[Any], Any] | None = None,
+                separators: tuple[str, str] = (",", ":")) -> str:
+    """``value`` as the JSON text a row stores. A float that is not finite (NaN, Infinity: a tool's result,
+    an API caller's metadata) is written ``null``, as JavaScript's ``JSON.stringify`` writes it: Python's
+    ``json`` would write the bare word ``NaN``, which is not JSON, and Mastra's ``JSON.parse`` of the row, an
+    export of it and our own import then all fail."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=separators, default=default, allow_nan=False)
+    except ValueError:  # (rare: only a value holding such a float pays for the walk)
+        return json.dumps(_finite(value, default), ensure_ascii=False, separators=separators, default=default,
+                          allow_nan=False)
+
+
+def _finite(value: Any, default: Callable[[Any], Any] | None) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v, default) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, default) for v in value]
+    if default is not None and not isinstance(value, (str, int, bool, type(None))):
+        return _finite(default(value), None)
+    return value

@@ -21,7 +21,7 @@ from core.storage import bulk, catalog, dialect, driver_sql, locks, message_page
 from core.storage import schema as t
 from core.storage.database import Database, StorageError
 from core.storage.message_pages import MessageRows, UnreadableMessage
-from core.stored_text import decode_stored_text, utf8_problem
+from core.stored_text import decode_stored_text, stored_json, utf8_problem
 from core.timeutil import iso_now, parse_iso, to_iso
 
 
@@ -185,7 +185,7 @@ def _check_rows(rows: list[tuple[Any, ...]]) -> None:
 def dump_json(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return stored_json(value, default=str)
 
 
 _MESSAGE_FIELDS = ("id", "thread_id", "content", "role", "type", "createdAt", "resourceId")
