@@ -13,6 +13,7 @@ import sqlite3
 import sys
 import threading
 from datetime import datetime, timedelta, timezone
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -355,3 +356,31 @@ def make_window(no_leaked_widgets: None, qtbot: Any, settings: QSettings) -> Cal
         return window
 
     return make
+
+
+def seeded_demo_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A new folder holding the demo database (``seed_demo``: the demo's real agent runs) and its traces,
+    flushed: what a module's ``demo_dir`` fixture makes once for its tests to copy."""
+    from core.demo import seed_demo
+
+    folder = tmp_path_factory.mktemp(name)
+    store = open_store(folder / "memory.db")
+    seed_demo(store)
+    assert store.tracer().flush(10)
+    store.close()
+    return folder
+
+
+@contextmanager
+def theme_restored(app: QApplication) -> Iterator[None]:
+    """The application's palette, style sheet, theme, style and font as they were, after the block (a test
+    that applies a theme leaves the next test the application it found)."""
+    saved = (app.palette(), app.styleSheet(), app.property("studioTheme"), app.style().name(), app.font())
+    try:
+        yield
+    finally:
+        app.setPalette(saved[0])
+        app.setStyleSheet(saved[1])
+        app.setProperty("studioTheme", saved[2])
+        app.setStyle(saved[3])
+        app.setFont(saved[4])

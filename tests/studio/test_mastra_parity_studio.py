@@ -24,19 +24,15 @@ from studio.preferences import Preferences, endpoint_from_model_string
 from studio.selection import Selection
 from studio.widgets.preferences_dialog import PreferencesDialog
 
+from .conftest import seeded_demo_folder
+
 WAIT = 20_000
 STANDUP = Selection("sam", "sam-standup")
 
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from core.demo import seed_demo
-
-    folder = tmp_path_factory.mktemp("demo-parity")
-    store = open_store(folder / "memory.db")
-    seed_demo(store)
-    store.close()
-    return folder
+    return seeded_demo_folder(tmp_path_factory, "demo-parity")
 
 
 @pytest.fixture

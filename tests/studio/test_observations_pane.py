@@ -17,7 +17,7 @@ from studio.main_window import OBSERVATIONS, PANES
 from studio.panes.observations import PAGE_CONTENT, PAGE_EMPTY, ObservationsPane
 from studio.selection import Selection
 
-from .conftest import another_program, file_state
+from .conftest import another_program, file_state, seeded_demo_folder
 
 WAIT = 20_000
 STANDUP = Selection("sam", "sam-standup")
@@ -25,14 +25,7 @@ STANDUP = Selection("sam", "sam-standup")
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from core.demo import seed_demo
-
-    folder = tmp_path_factory.mktemp("demo-om")
-    store = open_store(folder / "memory.db")
-    seed_demo(store)
-    store.tracer().flush(10)
-    store.close()
-    return folder
+    return seeded_demo_folder(tmp_path_factory, "demo-om")
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from PySide6.QtCore import Qt
 
 from studio.selection import Selection
 
+from .conftest import seeded_demo_folder, theme_restored
+
 WIDTHS = [1100, 1440]
 THEMES = ["dark", "light"]
 TIP = Qt.ItemDataRole.ToolTipRole
@@ -20,15 +22,7 @@ TIP = Qt.ItemDataRole.ToolTipRole
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from core import open_store
-    from core.demo import seed_demo
-
-    folder = tmp_path_factory.mktemp("demo-columns")
-    store = open_store(folder / "memory.db")
-    seed_demo(store)
-    store.tracer().flush(10)
-    store.close()
-    return folder
+    return seeded_demo_folder(tmp_path_factory, "demo-columns")
 
 
 @pytest.fixture
@@ -36,15 +30,8 @@ def themed(qapp: Any, request: pytest.FixtureRequest) -> Iterator[str]:
     """The theme of the test's ``theme`` parameter, the application's own restored after it."""
     from studio.theme import apply_theme
 
-    saved = (qapp.palette(), qapp.styleSheet(), qapp.property("studioTheme"), qapp.style().name(), qapp.font())
-    try:
+    with theme_restored(qapp):
         yield apply_theme(qapp, request.node.callspec.params["theme"])
-    finally:
-        qapp.setPalette(saved[0])
-        qapp.setStyleSheet(saved[1])
-        qapp.setProperty("studioTheme", saved[2])
-        qapp.setStyle(saved[3])
-        qapp.setFont(saved[4])
 
 
 def _window(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int) -> Any:

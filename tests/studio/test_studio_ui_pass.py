@@ -11,6 +11,7 @@ import pytest
 
 from studio.selection import Selection
 
+from .conftest import theme_restored
 from .replay_data import RESOURCE, THREAD, build_replay_db
 
 
@@ -64,8 +65,7 @@ def test_the_tab_bars_scroll_buttons_show_their_arrows(template: Path, tmp_path:
 
     from studio.theme import apply_theme
 
-    saved = (qapp.palette(), qapp.styleSheet(), qapp.property("studioTheme"), qapp.style().name(), qapp.font())
-    try:
+    with theme_restored(qapp):
         apply_theme(qapp, theme)
         folder = tmp_path / "data"
         shutil.copytree(template, folder)
@@ -84,12 +84,6 @@ def test_the_tab_bars_scroll_buttons_show_their_arrows(template: Path, tmp_path:
             drawn = [image.pixelColor(x, y).lightness() for x in range(image.width()) for y in range(image.height())]
             assert max(abs(v - back) for v in drawn) > 60, (button.objectName(), sorted(set(drawn)))
         window.session.pool.wait(20_000)
-    finally:
-        qapp.setPalette(saved[0])
-        qapp.setStyleSheet(saved[1])
-        qapp.setProperty("studioTheme", saved[2])
-        qapp.setStyle(saved[3])
-        qapp.setFont(saved[4])
 
 
 def test_model_text_wraps_so_a_long_reply_is_read_without_scrolling_sideways(qtbot: Any) -> None:

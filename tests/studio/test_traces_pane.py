@@ -23,7 +23,7 @@ from studio.panes.traces import PAGE, TAB_ERROR, TAB_MESSAGES, TracesPane
 from studio.selection import Selection
 from studio.widgets.timeline import COL_DURATION
 
-from .conftest import file_state, make_mastra_db
+from .conftest import file_state, make_mastra_db, seeded_demo_folder
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -33,14 +33,7 @@ WAIT = 20_000
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo's real agent runs, seeded once; each test browses its own copy."""
-    from core.demo import seed_demo
-
-    folder = tmp_path_factory.mktemp("demo")
-    store = open_store(folder / "memory.db")
-    seed_demo(store)
-    assert store.tracer().flush(10)
-    store.close()
-    return folder
+    return seeded_demo_folder(tmp_path_factory, "demo")
 
 
 @pytest.fixture
