@@ -93,8 +93,11 @@ def _test(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
               "temporary database), so --db would be ignored.", file=err)
         return EXIT_BAD_FILE
     if not checks:
-        print(f"{args.file}: no checks in the file; nothing to run", file=err)
-        return 0
+        # Not a pass: a CI job over a file emptied by mistake would go green without checking anything
+        # (as pytest fails a run that collects no test).
+        print(f"error: {args.file} holds no checks, so nothing was checked. Add checks to it (the Studio's Checks "
+              "tab, or Pin in the Prompt Inspector), or stop running it.", file=err)
+        return EXIT_BAD_FILE
     if args.export:
         with tempfile.TemporaryDirectory(prefix="memory-checks-") as folder:
             target = Path(folder) / "fixture.db"

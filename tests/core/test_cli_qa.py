@@ -140,6 +140,21 @@ def test_checks_refuse_a_sqlite_file_of_another_program(tmp_path: Path) -> None:
     assert code == 1 and "has no memory tables" in err
 
 
+@pytest.mark.parametrize("text", ["[]", '{"checks": []}', "[]\n"])
+def test_a_checks_file_with_no_checks_fails_instead_of_passing(tmp_path: Path, text: str) -> None:
+    # A CI job over a checks file emptied by mistake went green (exit 0, "nothing to run") without checking
+    # anything; like a misspelt key it is now an unusable file (exit 2), as pytest fails a run of no tests.
+    from core.checks.cli import EXIT_BAD_FILE
+
+    checks = tmp_path / "checks.json"
+    checks.write_text(text, encoding="utf-8")
+    junit = tmp_path / "report.xml"
+    code, out, err = run("test", str(checks), "--db", str(tmp_path / "none.db"), "--junit", str(junit))
+    assert code == EXIT_BAD_FILE and out == ""
+    assert f"{checks} holds no checks, so nothing was checked" in err and "Add checks" in err
+    assert not junit.exists() and not (tmp_path / "none.db").exists()
+
+
 def test_an_empty_file_says_it_holds_nothing_instead_of_a_missing_table(tmp_path: Path) -> None:
     db = tmp_path / "new.db"
     db.touch()
