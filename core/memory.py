@@ -622,7 +622,7 @@ class Memory:
         claims: dict[str, list[str]] = {}
         for m in messages:
             names = claims.setdefault(m.thread_id or "", [])
-            if m.resource_id and m.resource_id not in names:
+            if m.resource_id is not None and m.resource_id not in names:  # ("" too: see below)
                 names.append(m.resource_id)
         # Two processes saving to a new thread at once: the second waits, then sees the first's thread.
         self.store.db.lock(conn, *(locks.thread_key(tid) for tid in claims))
@@ -633,10 +633,14 @@ class Memory:
                     f"Thread {thread_id} was deleted while this turn ran (the thread was deleted, or its resource "
                     "forgotten), so nothing of the turn was saved: saving it would have brought the thread back. "
                     "Start a new conversation to go on.")
-            new_owner = resource_ids[0] if resource_ids else thread_id
+            new_owner = next((r for r in resource_ids if r), thread_id)
             owner = stored[0] if stored is not None else new_owner
             for resource_id in resource_ids:
-                check_thread_owner(thread_id, owner, resource_id)
+                # An empty resource id is checked against a stored thread's owner (a message of an app whose
+                # user id came out empty was written into another user's thread, and reached that user's
+                # prompt); a new thread it claims nothing of, as before.
+                if resource_id or stored is not None:
+                    check_thread_owner(thread_id, owner, resource_id)
             if stored is None:
                 self.store.memory.create_thread(thread_id=thread_id, resource_id=new_owner, title="", metadata={},
                                                 conn=conn)

@@ -163,9 +163,11 @@ def check_thread_owner(thread_id: str, owner: str | None, resource_id: str | Non
     """The one ownership rule: a thread owned by ``owner`` may only be used with that resource.
 
     Nothing to check when either side is unknown (a thread without a stored owner, a call that
-    names no resource). Raises ``ThreadOwnershipError`` before anything is written.
+    names no resource: None). An empty resource id is a resource, not "none named": an app whose user id
+    came out empty otherwise read another user's thread and wrote its turns into it. Raises
+    ``ThreadOwnershipError`` before anything is written.
     """
-    if owner and resource_id and owner != resource_id:
+    if owner and resource_id is not None and owner != resource_id:
         raise ThreadOwnershipError(thread_id, owner, resource_id)
 
 
