@@ -79,7 +79,7 @@ def commit_chunk(
     thread is gone (deleted, its resource forgotten): nothing about it is written again."""
     with store.db.write() as conn:
         store.db.lock(conn, locks.om_key(key), locks.thread_key(thread_id))
-        if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first() is None:
+        if store.memory.thread_owner(thread_id, conn) is None:
             return None  # the thread was deleted (or its resource forgotten) while the observer ran
         head = _head(conn, key)
         if head is None:
@@ -247,7 +247,7 @@ def record_failure(store: "Store", *, key: str, scope: str, thread_id: str, reso
         store.db.lock(conn, locks.om_key(key), locks.thread_key(thread_id))
         head = _head(conn, key)
         if head is None:
-            if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first() is None:
+            if store.memory.thread_owner(thread_id, conn) is None:
                 return
             head = _new_row(key, scope, thread_id, resource_id, config, now)
             conn.execute(OM.insert().values(**head))

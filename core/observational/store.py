@@ -198,7 +198,7 @@ def commit_observation(
         if record is None:
             if latest is not None:
                 return None
-            if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first() is None:
+            if store.memory.thread_owner(thread_id, conn) is None:
                 return None  # the thread was deleted (or its resource forgotten) while the observer ran
             row = _new_row(key, scope, thread_id, resource_id, config, now)
             conn.execute(OM.insert().values(**row))
@@ -282,7 +282,7 @@ def update_pending(
         store.db.lock(conn, locks.om_key(key), locks.thread_key(thread_id))
         if record_id is None:
             if conn.execute(sa.select(OM.c.id).where(OM.c.lookupKey == key).limit(1)).first() is None:
-                if conn.execute(sa.select(t.threads.c.id).where(t.threads.c.id == thread_id)).first() is None:
+                if store.memory.thread_owner(thread_id, conn) is None:
                     return
                 row = _new_row(key, scope, thread_id, resource_id, config, now)
                 row["pendingMessageTokens"] = pending
