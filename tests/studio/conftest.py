@@ -375,12 +375,13 @@ def seeded_demo_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> P
 def theme_restored(app: QApplication) -> Iterator[None]:
     """The application's palette, style sheet, theme, style and font as they were, after the block (a test
     that applies a theme leaves the next test the application it found)."""
-    saved = (app.palette(), app.styleSheet(), app.property("studioTheme"), app.style().name(), app.font())
+    style, palette, font, sheet, name = (app.style().name(), app.palette(), app.font(), app.styleSheet(),
+                                         app.property("studioTheme"))
     try:
         yield
     finally:
-        app.setPalette(saved[0])
-        app.setStyleSheet(saved[1])
-        app.setProperty("studioTheme", saved[2])
-        app.setStyle(saved[3])
-        app.setFont(saved[4])
+        app.setStyle(style)  # (first: a new style brings its own palette, which the saved one then replaces)
+        app.setPalette(palette)
+        app.setFont(font)
+        app.setStyleSheet(sheet)
+        app.setProperty("studioTheme", name)

@@ -20,6 +20,8 @@ from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
 from studio.selection import Selection
 
+from .conftest import theme_restored
+
 DELEGATED = delegation_resource("ada", "helper")
 TREE_WIDTH_AT_1100 = 380  # the thread list's width in a 1,100 px window (the splitter's first size)
 
@@ -95,8 +97,7 @@ def test_a_delegation_row_keeps_who_delegated_and_to_whom_at_the_width_of_a_1100
 
     db = tmp_path / "d.db"
     _seed(db)
-    before = (qapp.style().name(), qapp.palette(), qapp.font(), qapp.styleSheet(), qapp.property("studioTheme"))
-    try:
+    with theme_restored(qapp):
         for theme in ("light", "dark"):
             apply_theme(qapp, theme)
             window = make_window()
@@ -115,13 +116,6 @@ def test_a_delegation_row_keeps_who_delegated_and_to_whom_at_the_width_of_a_1100
             assert f"Resource {DELEGATED}" in index.data(Qt.ItemDataRole.ToolTipRole)
             window.grab().save(str(tmp_path / f"window-1100-{theme}.png"))  # (looked at when this was written)
             window.close()
-    finally:
-        style, palette, font, sheet, name = before
-        qapp.setStyle(style)
-        qapp.setPalette(palette)
-        qapp.setFont(font)
-        qapp.setStyleSheet(sheet)
-        qapp.setProperty("studioTheme", name)
 
 
 def test_a_wide_tree_shows_a_delegations_whole_label(qtbot: Any, make_session: Any, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from studio.panes.messages import MessagesPane
 from studio.panes.resources import ResourcesPane
 from studio.selection import Selection
 
-from .conftest import at, seed_many
+from .conftest import at, seed_many, theme_restored
 
 pytestmark = pytest.mark.usefixtures("no_leaked_widgets")
 
@@ -199,19 +199,10 @@ def test_a_table_title_longer_than_its_column_is_cut_at_its_end(qtbot: Any) -> N
 
     app = QApplication.instance()
     assert isinstance(app, QApplication)
-    # (the application as it was, put back after: other tests see the theme only when they set it)
-    before = (app.style().name(), app.palette(), app.font(), app.styleSheet(), app.property("studioTheme"))
-    try:
+    with theme_restored(app):  # (other tests see the theme only when they set it)
         for theme in ("light", "dark"):
             apply_theme(app, theme)
             _title_is_cut_at_its_end(qtbot, Column, RecordTableModel, record_table_view, QFontMetrics)
-    finally:
-        style, palette, font, sheet, name = before
-        app.setStyle(style)
-        app.setPalette(palette)
-        app.setFont(font)
-        app.setStyleSheet(sheet)
-        app.setProperty("studioTheme", name)
 
 
 def _title_is_cut_at_its_end(qtbot: Any, Column: Any, RecordTableModel: Any, record_table_view: Any,  # noqa: N803
