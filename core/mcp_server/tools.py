@@ -82,7 +82,8 @@ class ResourceNotAllowed(MemoryStudioError, PermissionError):
 
 
 class CursorError(MemoryStudioError, ValueError):
-    """A transcript list's cursor this server did not issue, or issued for another caller's listing."""
+    """A list's cursor (the transcripts', list_threads') this server did not issue for that list, or issued for another
+    caller's listing."""
 
 
 @dataclass(frozen=True)
