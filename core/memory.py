@@ -29,6 +29,7 @@ from core.scopes import (
     ScopeConflictError,
     ThreadOwnershipError,
     check_thread_owner,
+    delegation_resource,
     is_delegation_of,
     parse_scopes,
 )
@@ -387,6 +388,27 @@ class Memory:
         return [s for s in self.store.memory.thread_summaries_starting(DELEGATION_PREFIX)
                 if is_delegation_of(s.thread.resource_id or "", resource_id)]
 
+    def delegation_thread_page(self, resource_id: str, *, page: int, per_page: int) -> tuple[list[ThreadSummary], int]:
+        """A page of ``delegation_threads(resource_id)`` in a fixed order, newest created first, then by id
+        (``MemoryStore.thread_keys``), and how many there are: the candidates' keys are read (rows, no messages
+        counted), those of ``resource_id``'s delegations kept, and only the page's threads summarised."""
+        check_ids(((resource_id, "resource id"),), InvalidArgumentError)
+        if page < 0 or per_page < 1:
+            raise InvalidArgumentError("page must be 0 or more and per_page 1 or more.")
+        store = self.store.memory
+        prefixes = [delegation_resource(resource_id, ""), DELEGATION_PREFIX + DELEGATION_PREFIX.replace(":", "%3A")]
+        keys: list[tuple[str, str, str]] = []
+        after: tuple[str, str] | None = None
+        while True:
+            batch = store.thread_keys(prefixes=prefixes, after=after, limit=5000)
+            keys += [k for k in batch if is_delegation_of(k[2], resource_id)]
+            if len(batch) < 5000:
+                break
+            after = batch[-1][:2]
+        wanted = [k[1] for k in keys[page * per_page:(page + 1) * per_page]]
+        found = {s.thread.id: s for s in store.thread_summaries_of(wanted)}
+        return [found[t] for t in wanted if t in found], len(keys)
+
     def update_thread(
         self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
     ) -> Thread:
@@ -706,7 +728,10 @@ class Memory:
         if limit <= 0:
             return RecallResult([], total, page, 0, total > 0)
         if page:
-            msgs = self.store.memory.list_messages_page(thread_id, max(total - (page + 1) * limit, 0), limit)
+            # Page ``page`` counted from the newest: the oldest page holds what is left (it overlapped the one
+            # before it, whole ``limit`` from the start), a page past the start none (Mastra's offset from the end).
+            start = total - (page + 1) * limit
+            msgs = self.store.memory.list_messages_page(thread_id, max(start, 0), max(limit + min(start, 0), 0))
         else:
             msgs = self.store.memory.list_messages(MessageQuery(thread_id=thread_id, last=limit))
         return RecallResult(msgs, total, page, limit, total > (page + 1) * limit)

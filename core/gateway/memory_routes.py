@@ -20,10 +20,11 @@ delegation's tool result names, ``core.scopes.delegation_resource``) reads and w
 keeps of that resource's turns, for a caller that may use ``<resource>`` (``Caller.check(...,
 delegations=True)``); another resource's delegation is 403, a malformed one 400 ``reserved_resource``.
 
-- ``GET /api/memory/delegations?resourceId=`` → ``{resourceId, delegations: [{resourceId, label, agents,
-  threads}]}``: the resource's delegations (nested ones too), newest activity first, each with its threads
-  (a thread's fields as in the thread list, with ``messageCount`` and ``lastActivity``), so a client finds
-  them without knowing their ids. The same ``resourceId`` rule as every route: a token lists its own
+- ``GET /api/memory/delegations?resourceId=&page=&perPage=`` → ``{resourceId, delegations: [{resourceId, label,
+  agents, threads}], total, page, perPage, hasMore}``: a page (``perPage`` threads, 100 unless said, at most
+  1,000) of the threads of the resource's delegations (nested ones too), newest created first, grouped per
+  delegation (a thread's fields as in the thread list, with ``messageCount`` and ``lastActivity``), so a
+  client finds them without knowing their ids; ``total`` counts the threads. The same ``resourceId`` rule as every route: a token lists its own
   resources' delegations only (403 for another's), the shared and ``"*"`` tokens any resource's.
 """
 
@@ -108,12 +109,17 @@ async def list_threads(request: Request) -> Response:
 
 async def list_delegations(request: Request) -> Response:
     """The resource's delegations (``Memory.delegation_threads``), each with its threads, so a caller that may
-    use the resource finds what its sub-agents keep without knowing their ids; never another resource's."""
+    use the resource finds what its sub-agents keep without knowing their ids; never another resource's. A page
+    (``page``, ``perPage``) of their threads at a time, newest created first (``Memory.delegation_thread_page``),
+    grouped per delegation, with ``total`` threads and ``hasMore``."""
     resource_id = _resource(request, "delegations")
+    page = _int(request, "page", 0, 0, 1_000_000)
+    per_page = _int(request, "perPage", 100, 1, MAX_PER_PAGE)
     memory = _memory(request, resource_id)
-    rows = await _run(request, lambda: memory.delegation_threads(resource_id))
+    rows, total = await _run(request, lambda: memory.delegation_thread_page(resource_id, page=page,
+                                                                            per_page=per_page))
     grouped: dict[str, list[dict[str, Any]]] = {}
-    for s in rows:  # newest activity first, a delegation where its newest thread is
+    for s in rows:  # a delegation where its newest thread of the page is
         grouped.setdefault(s.thread.resource_id, []).append(
             {**s.thread.to_dict(), "messageCount": s.message_count,
              "lastActivity": to_iso(s.last_activity) if s.last_activity else None})
@@ -122,7 +128,8 @@ async def list_delegations(request: Request) -> Response:
         chain = delegation_chain(delegated)
         delegations.append({"resourceId": delegated, "label": delegation_label(delegated),
                             "agents": list(chain[1]) if chain else [], "threads": threads})
-    return JSONResponse({"resourceId": resource_id, "delegations": delegations})
+    return JSONResponse({"resourceId": resource_id, "delegations": delegations, "total": total, "page": page,
+                         "perPage": per_page, "hasMore": (page + 1) * per_page < total})
 
 
 async def list_messages(request: Request) -> Response:

@@ -3,7 +3,9 @@
 Tools: ``search_memory``, ``list_threads``, ``read_thread``, ``get_working_memory``,
 ``update_working_memory``, ``remember``. Resources: each thread's transcript
 (``memory://threads/<id>``, Markdown), listed per call (threads come and go), 500 a page with the
-spec's cursor (``nextCursor``), and read through a template. Every call runs on a worker thread, so the
+spec's cursor (``nextCursor``), and read through a template (the newest ``TRANSCRIPT_MESSAGES``
+messages). ``list_threads`` pages too (``THREADS_PAGE`` threads, its ``cursor`` argument taking back an answer's
+``nextCursor``), and ``read_thread`` reads older messages by ``page``. Every call runs on a worker thread, so the
 event loop (and the other client requests) never waits on the database or an embedding. Our errors reach
 the client as tool errors whose message says what to do; anything else is logged here and reported as a
 failure of the tool.
@@ -35,7 +37,15 @@ from pydantic import Field
 from core.errors import MemoryStudioError
 from core.gateway.access import ANYONE, Caller, caller_of
 from core.ids import lone_surrogate
-from core.mcp_server.tools import DEFAULT_READ, URI_PREFIX, CursorError, MemoryTools, transcript_uri
+from core.mcp_server.tools import (
+    DEFAULT_READ,
+    MAX_READ,
+    THREADS_PAGE,
+    URI_PREFIX,
+    CursorError,
+    MemoryTools,
+    transcript_uri,
+)
 from core.scopes import ThreadOwnershipError
 from core.version import __version__
 
@@ -54,6 +64,10 @@ INSTRUCTIONS = (
 ResourceArg = Annotated[str | None, Field(
     description="Whose memory: only on a server started with --any-resource (a bound server refuses others), or a "
                 "delegation of the resource (delegation:<resource>:<agent>, as a delegation's result names it).")]
+
+#: ``list_threads``' optional ``cursor`` argument.
+CursorArg = Annotated[str | None, Field(
+    description="Leave out for the first page; for the next, the nextCursor of the previous list_threads answer.")]
 
 
 async def _call(fn: Callable[[], T], failure: type[Exception]) -> T:
@@ -134,16 +148,21 @@ def _register(server: MCPServer, tools: MemoryTools) -> None:
         caller = _caller(server, ctx.request_context)
         return await run(lambda: tools.search_memory(query, top_k, thread, resource, caller=caller))
 
-    @server.tool(description="List this user's threads (conversations), newest activity first, with message counts.")
-    async def list_threads(ctx: Context, resource: ResourceArg = None) -> dict[str, Any]:
+    @server.tool(description="List this user's threads (conversations) and its delegations' threads, "
+                             f"{THREADS_PAGE} a page, newest created first, with message counts and last activity. "
+                             "When the answer's nextCursor is not null, more follow: call list_threads again with "
+                             "cursor=<that nextCursor> for the next page.")
+    async def list_threads(ctx: Context, cursor: CursorArg = None, resource: ResourceArg = None) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
-        return await run(lambda: tools.list_threads(resource, caller=caller))
+        return await run(lambda: tools.list_threads(resource, cursor, caller=caller))
 
-    @server.tool(description=f"Read a thread: its newest messages (default {DEFAULT_READ}), oldest first.")
+    @server.tool(description=f"Read a thread: its newest messages ('last' of them, default {DEFAULT_READ}, at most "
+                             f"{MAX_READ}), oldest first. page=1 reads the 'last' messages before those, page=2 the "
+                             "ones before, and so on; hasMore says whether older messages remain.")
     async def read_thread(ctx: Context, thread: str, last: int = DEFAULT_READ,
-                          resource: ResourceArg = None) -> dict[str, Any]:
+                          resource: ResourceArg = None, page: int = 0) -> dict[str, Any]:
         caller = _caller(server, ctx.request_context)
-        return await run(lambda: tools.read_thread(thread, last, resource, caller=caller))
+        return await run(lambda: tools.read_thread(thread, last, resource, page, caller=caller))
 
     @server.tool(description="The working memory kept about this user (Markdown following a template, or JSON "
                              "following a schema), with the template or schema it follows.")

@@ -57,6 +57,8 @@ T = TypeVar("T")
 #: How many messages ``read_thread`` returns when the client does not say.
 DEFAULT_READ = 50
 MAX_READ = 1000
+#: The deepest ``read_thread`` page (0 is the newest): a million pages of ``MAX_READ`` reach any thread's start.
+MAX_PAGE = 1_000_000
 MAX_TOP_K = 50
 #: The longest title ``remember`` gives a new thread (a generated title is at most 80 characters).
 MAX_TITLE = 1000
@@ -64,6 +66,10 @@ MAX_TITLE = 1000
 URI_PREFIX = "memory://threads/"
 #: How many transcripts one ``resources/list`` answer holds; its ``nextCursor`` continues the listing.
 PAGE_SIZE = 500
+#: How many messages a transcript resource holds at most (the newest; ``read_thread`` pages reach the others).
+TRANSCRIPT_MESSAGES = MAX_READ
+#: How many threads (its own and its delegations') one ``list_threads`` answer holds; its ``nextCursor`` continues.
+THREADS_PAGE = 100
 
 
 def transcript_uri(thread_id: str) -> str:
@@ -76,7 +82,8 @@ class ResourceNotAllowed(MemoryStudioError, PermissionError):
 
 
 class CursorError(MemoryStudioError, ValueError):
-    """A transcript list's cursor this server did not issue, or issued for another caller's listing."""
+    """A list's cursor (the transcripts', list_threads') this server did not issue for that list, or issued for another
+    caller's listing."""
 
 
 @dataclass(frozen=True)
@@ -88,36 +95,37 @@ class TranscriptPage:
 
 
 class _Cursors:
-    """The transcript list's cursors: a page's last (creation time, thread id) and a digest of the listing it
-    continues (whose threads: ``scope``), signed with this server's key (HMAC-SHA256, a key made at start).
+    """The cursors of the lists a caller pages through (``resources/list``'s transcripts, ``list_threads``): a
+    page's last (creation time, thread id), which list it continues (``kind``) and a digest of whose listing
+    (``scope``), signed with this server's key (HMAC-SHA256, a key made at start).
 
     A client cannot make one (nor change one to start elsewhere, or continue another caller's listing): what
-    it did not get from this server run, or got for another token's listing, is refused, and it lists again
-    from the start. A cursor names no resource; it carries a thread id of the caller's own listing."""
+    it did not get from this server run for this list, or got for another token's listing, is refused, and it
+    lists again from the start. A cursor names no resource; it carries a thread id of the caller's own listing."""
 
     VERSION = 1
 
     def __init__(self) -> None:
         self._key = secrets.token_bytes(32)
 
-    def issue(self, scope: str, position: tuple[str, str]) -> str:
-        payload = json.dumps([self.VERSION, "transcripts", scope, *position], ensure_ascii=False,
+    def issue(self, kind: str, scope: str, position: tuple[str, str]) -> str:
+        payload = json.dumps([self.VERSION, kind, scope, *position], ensure_ascii=False,
                              separators=(",", ":")).encode("utf-8", "surrogatepass")
         return f"{_b64(payload)}.{_b64(self._sign(payload))}"
 
-    def read(self, cursor: str, scope: str) -> tuple[str, str]:
+    def read(self, cursor: str, kind: str, scope: str) -> tuple[str, str]:
         """The position ``cursor`` continues from; ``CursorError`` saying what to do when it is not one this
-        server issued for the listing of ``scope``."""
+        server issued for the ``kind`` list of ``scope``."""
+        what, again = _LISTS[kind]
         payload = self._payload(cursor)
-        if payload is None:
-            raise CursorError("This cursor was not issued by this server (it is cut short, changed, made up, or "
-                              "from before the server restarted), so it says nowhere to continue from: list the "
-                              "resources again from the start, without a cursor.")
+        if payload is None or payload[1] != kind:
+            raise CursorError(f"This cursor was not issued by this server for the {what} (it is cut short, changed, "
+                              "made up, from another list, or from before the server restarted), so it says nowhere "
+                              f"to continue from: {again}")
         _version, _kind, issued_for, created, thread_id = payload
         if issued_for != scope:
-            raise CursorError("This cursor continues the resource list of another token (other resources); a "
-                              "cursor continues only the listing it came with: list the resources again from the "
-                              "start, without a cursor.")
+            raise CursorError(f"This cursor continues the {what} of another token (other resources) or of another "
+                              f"resource; a cursor continues only the listing it came with: {again}")
         return created, thread_id
 
     def _payload(self, cursor: Any) -> list[Any] | None:
@@ -134,13 +142,25 @@ class _Cursors:
             value = json.loads(payload.decode("utf-8", "surrogatepass"))
         except ValueError:  # (signed by this server: never happens)
             return None
-        if not (isinstance(value, list) and len(value) == 5 and value[:2] == [self.VERSION, "transcripts"]
-                and all(isinstance(v, str) for v in value[2:])):
+        if not (isinstance(value, list) and len(value) == 5 and value[0] == self.VERSION
+                and all(isinstance(v, str) for v in value[1:])):
             return None
         return value
 
     def _sign(self, payload: bytes) -> bytes:
         return hmac.new(self._key, payload, hashlib.sha256).digest()
+
+
+#: Each list's name in a refused cursor's message, and what to do then.
+_LISTS = {
+    "transcripts": ("resource list", "list the resources again from the start, without a cursor."),
+    "threads": ("list_threads listing", "call list_threads again without a cursor, which starts from the first page."),
+}
+
+
+def _scope(*parts: Any) -> str:
+    """A digest of whose listing a cursor continues."""
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _b64(data: bytes) -> str:
@@ -264,42 +284,69 @@ class MemoryTools:
                 f"`memory-studio reindex --resource {owner}` on this database, then search again; meanwhile "
                 "read_thread reads them.")
 
-    def list_threads(self, resource: str | None = None, *,
-                 caller: Caller = ANYONE) -> dict[str, Any]:
-        """The resource's threads, newest activity first, with message counts."""
+    def list_threads(self, resource: str | None = None, cursor: str | None = None, *,
+                     caller: Caller = ANYONE) -> dict[str, Any]:
+        """A page (``THREADS_PAGE``) of the resource's threads and of its delegations' (grouped per delegation,
+        named as one), newest created first, then by id (``MemoryStore.thread_keys``), with message counts and
+        last activity. A thread's place never changes, so threads written or created while a client pages are
+        never listed twice nor skipped (a thread created meanwhile is newer than the listing's start: the next
+        listing from the start has it). ``nextCursor`` (None on the last page) continues the listing; a cursor
+        continues only the listing of the resource and caller it was issued for (``CursorError`` otherwise)."""
         def row(s: Any) -> dict[str, Any]:
             return {"id": s.thread.id, "title": s.thread.title, "messageCount": s.message_count,
                     "lastActivity": s.last_activity.isoformat() if s.last_activity else None,
                     "uri": transcript_uri(s.thread.id)}
 
         def run(owner: str) -> dict[str, Any]:
-            rows = self.memory.store.memory.thread_summaries(owner)
-            # Its delegations' threads too (read them with resource=<the delegation's resource>), newest first.
-            delegations: dict[str, list[dict[str, Any]]] = {}
-            for s in self.memory.delegation_threads(owner):
-                delegations.setdefault(s.thread.resource_id, []).append(row(s))
-            return {"resource": owner, "threads": [row(s) for s in rows], "delegations": [
-                {"resource": delegated, "label": delegation_label(delegated), "threads": threads}
-                for delegated, threads in delegations.items()]}
+            scope = _scope(self.binding.resource, owner, caller.name,
+                           sorted(caller.resources) if caller.resources is not None else None)
+            after = self._cursors.read(cursor, "threads", scope) if cursor is not None else None
 
-        return self._traced("list_threads", "read", {}, resource, None, run,
-                            lambda r: {"threads": [t["id"] for t in r["threads"]] + [
+            def offered(resource: str) -> bool:
+                return resource == owner or (is_delegation_resource(resource) and is_delegation_of(resource, owner))
+
+            page, more = self._keyset_page([owner], offered, after, THREADS_PAGE)
+            found = {s.thread.id: s for s in self.memory.store.memory.thread_summaries_of([k[1] for k in page])}
+            threads: list[dict[str, Any]] = []
+            # Its delegations' threads too (read them with resource=<the delegation's resource>).
+            delegations: dict[str, list[dict[str, Any]]] = {}
+            for key in page:
+                s = found.get(key[1])
+                if s is None:  # deleted meanwhile: left out
+                    continue
+                if s.thread.resource_id == owner:
+                    threads.append(row(s))
+                else:
+                    delegations.setdefault(s.thread.resource_id, []).append(row(s))
+            return {"resource": owner, "threads": threads, "delegations": [
+                {"resource": delegated, "label": delegation_label(delegated), "threads": rows}
+                for delegated, rows in delegations.items()],
+                "nextCursor": self._cursors.issue("threads", scope, (page[-1][0], page[-1][1])) if more else None}
+
+        return self._traced("list_threads", "read", {"cursor": cursor} if cursor is not None else {}, resource,
+                            None, run, lambda r: {"threads": [t["id"] for t in r["threads"]] + [
                                 t["id"] for d in r["delegations"] for t in d["threads"]]}, caller)
 
-    def read_thread(self, thread: str, last: int = DEFAULT_READ, resource: str | None = None, *,
-                 caller: Caller = ANYONE) -> dict[str, Any]:
-        """The newest ``last`` messages of a thread of this resource, oldest first."""
+    def read_thread(self, thread: str, last: int = DEFAULT_READ, resource: str | None = None, page: int = 0, *,
+                    caller: Caller = ANYONE) -> dict[str, Any]:
+        """``last`` messages of a thread of this resource, oldest first: the newest (``page`` 0), or the ``last``
+        before those (``page`` 1), and so on (the gateway's ``page``/``perPage``); ``hasMore``: older ones remain,
+        so every message of a long thread can be read, ``MAX_READ`` at most an answer."""
         def run(owner: str) -> dict[str, Any]:
             if not 1 <= last <= MAX_READ:
                 raise InvalidArgumentError(f"last must be between 1 and {MAX_READ}, got {last}.")
+            if not 0 <= page <= MAX_PAGE:
+                raise InvalidArgumentError(f"page must be between 0 (the newest messages) and {MAX_PAGE:,}, got "
+                                           f"{page}.")
             found = self._owned(thread, owner)
-            page = self.memory.recall(thread_id=thread, resource_id=owner, per_page=last)
-            return {"thread": thread, "title": found.title, "resource": owner, "total": page.total,
+            read = self.memory.recall(thread_id=thread, resource_id=owner, page=page, per_page=last)
+            return {"thread": thread, "title": found.title, "resource": owner, "total": read.total, "page": page,
+                    "hasMore": read.has_more,
                     "messages": [{"id": m.id, "role": m.role, "text": m.text,
-                                  "createdAt": m.to_dict().get("createdAt")} for m in page.messages]}
+                                  "createdAt": m.to_dict().get("createdAt")} for m in read.messages]}
 
-        return self._traced("read_thread", "read", {"thread": thread, "last": last}, resource, thread, run,
-                            lambda r: {"messages": [m["id"] for m in r["messages"]]}, caller)
+        return self._traced("read_thread", "read", {"thread": thread, "last": last, **({"page": page} if page else {})},
+                            resource, thread, run, lambda r: {"messages": [m["id"] for m in r["messages"]]}, caller)
 
     def get_working_memory(self, thread: str | None = None, resource: str | None = None, *,
                  caller: Caller = ANYONE) -> dict[str, Any]:
@@ -406,9 +453,8 @@ class MemoryTools:
             owners: list[str | None] = [self.binding.resource] if caller.allows(self.binding.resource) else []
         else:
             owners = [None] if caller.resources is None else [*sorted(caller.resources)]  # None: any resource
-        scope = hashlib.sha256(json.dumps([self.binding.resource, owners], ensure_ascii=False)
-                               .encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        after = self._cursors.read(cursor, scope) if cursor is not None else None
+        scope = _scope(self.binding.resource, owners)
+        after = self._cursors.read(cursor, "transcripts", scope) if cursor is not None else None
         if not owners:
             return TranscriptPage([], None)
         own = {o for o in owners if o is not None}
@@ -419,25 +465,8 @@ class MemoryTools:
             return resource in own or (is_delegation_resource(resource)
                                        and any(is_delegation_of(resource, o) for o in own))
 
-        # Candidates: the owners' threads, their direct delegations' (``delegation:<owner>:``), and every nested
-        # delegation's (``delegation:delegation%3A…``, rare); ``offered`` parses each id.
-        nested = DELEGATION_PREFIX + DELEGATION_PREFIX.replace(":", "%3A")
-        prefixes = [delegation_resource(o, "") for o in sorted(own)] + [nested]
+        page, more = self._keyset_page(sorted(own) if own else None, offered, after, PAGE_SIZE)
         store = self.memory.store.memory
-        page: list[tuple[str, str, str]] = []
-        more, position = False, after
-        while not more:
-            batch = store.thread_keys(resource_ids=sorted(own) if own else None, prefixes=prefixes if own else None,
-                                      after=position, limit=PAGE_SIZE + 1)
-            for key in batch:
-                if offered(key[2]):
-                    more = len(page) == PAGE_SIZE
-                    if more:
-                        break
-                    page.append(key)
-            if len(batch) <= PAGE_SIZE:
-                break
-            position = batch[-1][:2]
         found = {s.thread.id: s for s in store.thread_summaries_of([key[1] for key in page])}
         rows = [found[key[1]] for key in page if key[1] in found]  # (one deleted meanwhile: left out)
         return TranscriptPage(
@@ -445,10 +474,11 @@ class MemoryTools:
               "name": _transcript_name(s.thread.title or s.thread.id, s.thread.resource_id),
               "resource": s.thread.resource_id, "delegation": delegation_label(s.thread.resource_id or ""),
               "messageCount": s.message_count} for s in rows],
-            self._cursors.issue(scope, (page[-1][0], page[-1][1])) if more else None)
+            self._cursors.issue("transcripts", scope, (page[-1][0], page[-1][1])) if more else None)
 
     def transcript(self, thread: str, *, caller: Caller = ANYONE) -> str:
-        """A thread's transcript as Markdown (``memory-studio export --format markdown``'s rendering)."""
+        """A thread's transcript as Markdown (``memory-studio export --format markdown``'s rendering): its newest
+        ``TRANSCRIPT_MESSAGES`` messages, with a note saying how to read the older ones when there are more."""
         from core.transfer.export import export_thread
         from core.transfer.markdown import to_markdown
 
@@ -466,12 +496,45 @@ class MemoryTools:
 
         def run(owner: str) -> str:
             check_caller_owns(thread, found.resource_id or "", owner)
-            return to_markdown(export_thread(self.memory.store, thread))
+            data = export_thread(self.memory.store, thread)
+            messages = list(data.get("messages") or [])
+            if len(messages) <= TRANSCRIPT_MESSAGES:
+                return to_markdown(data)
+            # A resource read has no pages: the newest messages, and where the rest are read.
+            text = to_markdown({**data, "messages": messages[-TRANSCRIPT_MESSAGES:]})
+            title, _, rest = text.partition("\n")
+            return (f"{title}\n\n> This transcript holds the newest {TRANSCRIPT_MESSAGES:,} of the thread's "
+                    f"{len(messages):,} messages. Read the older ones with the read_thread tool: last={MAX_READ}, "
+                    f"page=1, 2, … (page 0 is the newest {MAX_READ:,}).\n{rest}")
 
         return self._traced("read_resource", "read", {"uri": transcript_uri(thread)}, asked, thread, run,
                             lambda r: {"characters": len(r)}, caller)
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _keyset_page(self, own: list[str] | None, offered: Callable[[str], bool], after: tuple[str, str] | None,
+                     size: int) -> tuple[list[tuple[str, str, str]], bool]:
+        """The next ``size`` thread keys (``MemoryStore.thread_keys``: newest created first, then by id) after
+        ``after`` whose resource is ``offered``, and whether more follow. Candidates: the threads of ``own``'s
+        resources, their direct delegations' (``delegation:<owner>:``) and every nested delegation's
+        (``delegation:delegation%3A…``, rare), which ``offered`` parses one by one; ``own`` None: every thread."""
+        nested = DELEGATION_PREFIX + DELEGATION_PREFIX.replace(":", "%3A")
+        prefixes = [delegation_resource(o, "") for o in own] + [nested] if own is not None else None
+        store = self.memory.store.memory
+        page: list[tuple[str, str, str]] = []
+        more, position = False, after
+        while not more:
+            batch = store.thread_keys(resource_ids=own, prefixes=prefixes, after=position, limit=size + 1)
+            for key in batch:
+                if offered(key[2]):
+                    more = len(page) == size
+                    if more:
+                        break
+                    page.append(key)
+            if len(batch) <= size:
+                break
+            position = batch[-1][:2]
+        return page, more
+
     def _owned(self, thread: str, owner: str, *, must_exist: bool = True) -> Any:
         found = self.memory.get_thread(thread)
         if found is None:

@@ -15,6 +15,7 @@ from core import Memory, MemoryOptions
 from core.agent import Agent
 from core.gateway import GatewayServer, create_app
 from core.llm import ScriptedModel
+from core.messages import Message
 
 TEMPLATE = "# Profile\n- Name:\n- Likes:\n"
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
@@ -178,3 +179,57 @@ def test_working_memory_of_an_agent_without_it_says_how_to_get_it(store):
             message = data["error"]["message"]
             assert status == 400 and "not enabled" in message, data
             assert "serve --model" in message and "--agents" in message and '"enabled": True' in message
+
+
+def test_message_pages_reach_a_long_threads_start_each_message_once(server, memory):
+    """Paging a thread's messages from the newest (page 0) to the oldest: the last page repeated the one before
+    it (it held ``perPage`` messages from the start, not what was left), so a client reading 250 messages 100 a
+    page got 300, 50 of them twice. It now holds the 50 left, and a page past the start none."""
+    texts = [f"message {i:03d}" for i in range(250)]
+    memory.save_messages([Message.user(text, thread_id="long", resource_id="ada") for text in texts])
+    pages = []
+    for page in range(4):
+        status, data = call(server, "GET", f"/api/memory/threads/long/messages?resourceId=ada&perPage=100&page={page}")
+        assert status == 200 and data["total"] == 250 and data["page"] == page
+        pages.append(data)
+    assert [len(p["messages"]) for p in pages] == [100, 100, 50, 0]
+    assert [p["hasMore"] for p in pages] == [True, True, False, False]
+    assert [m["text"] for p in reversed(pages) for m in p["messages"]] == texts
+    status, data = call(server, "GET", "/api/memory/threads/long/messages?resourceId=ada&perPage=1001")
+    assert status == 400 and "perPage must be between 1 and 1000" in data["error"]["message"]
+
+
+def test_delegations_are_listed_by_page_each_thread_once(server, memory):
+    """``GET /api/memory/delegations`` answered every thread of every delegation of the resource at once (a
+    resource whose turns delegated 10,000 times: one answer of megabytes). It now answers a page (``page``,
+    ``perPage``, Mastra's thread list shapes, with ``total`` and ``hasMore``), newest created first and grouped
+    per delegation, and a client following ``hasMore`` gets each thread once; another resource's never."""
+    from core.scopes import delegation_resource
+
+    helper, checker = delegation_resource("ada", "helper"), delegation_resource(delegation_resource("ada", "helper"),
+                                                                                "checker")
+    expected = {f"h-{i:03d}": helper for i in range(130)} | {f"c-{i}": checker for i in range(7)}
+    memory.save_messages([Message.user("kept", thread_id=thread, resource_id=resource)
+                          for thread, resource in expected.items()]
+                         + [Message.user("bob's", thread_id="bob-h", resource_id=delegation_resource("bob", "helper"))])
+    listed: dict[str, str] = {}
+    page, answers = 0, []
+    while True:
+        status, data = call(server, "GET", f"/api/memory/delegations?resourceId=ada&perPage=50&page={page}")
+        assert status == 200, data
+        answers.append(data)
+        for delegation in data["delegations"]:
+            for thread in delegation["threads"]:
+                assert thread["id"] not in listed
+                listed[thread["id"]] = delegation["resourceId"]
+                assert thread["messageCount"] == 1
+        if not data["hasMore"]:
+            break
+        page += 1
+    assert listed == expected
+    assert [sum(len(d["threads"]) for d in a["delegations"]) for a in answers] == [50, 50, 37]
+    assert all(a["total"] == 137 and a["perPage"] == 50 for a in answers)
+    labels = {d["resourceId"]: d["label"] for a in answers for d in a["delegations"]}
+    assert labels == {helper: "delegation of ada to helper", checker: "delegation of ada to helper, then to checker"}
+    status, data = call(server, "GET", "/api/memory/delegations?resourceId=ada&perPage=1001")
+    assert status == 400 and data["error"]["param"] == "perPage"

@@ -1183,3 +1183,187 @@ def test_transcript_pages_follow_creation_order_with_ties_on_both_backends(store
     assert [r["threadId"] for r in page.rows] == ["newest", *ids[:PAGE_SIZE - 1]]
     rest = anyone.transcripts(Caller("ada-app", frozenset({"ada"})), page.next_cursor)
     assert [r["threadId"] for r in rest.rows] == ids[PAGE_SIZE - 1:] + older[::-1] and rest.next_cursor is None
+
+
+# -- the list_threads tool in pages (its cursor argument) ----------------------------------------------------------
+
+async def _every_threads_page(client: Client, between: Callable[[int], None] | None = None,
+                              **arguments: Any) -> list[dict[str, Any]]:
+    """``list_threads``' answers, page by page, following ``nextCursor`` to the end; ``between(pages so far)``
+    runs before each next page is asked for."""
+    pages: list[dict[str, Any]] = []
+    while True:
+        answer = _data(await client.call_tool("list_threads", arguments))
+        pages.append(answer)
+        if answer["nextCursor"] is None:
+            return pages
+        arguments = {**arguments, "cursor": answer["nextCursor"]}
+        if between is not None:
+            between(len(pages))
+
+
+def _thread_ids(answer: dict[str, Any]) -> list[str]:
+    return [t["id"] for t in answer["threads"]] + [t["id"] for d in answer["delegations"] for t in d["threads"]]
+
+
+def test_stdio_list_threads_pages_through_every_thread_once_while_threads_are_written(db: Path, embedder: Any) -> None:
+    """``list_threads`` answered every thread of the user in one answer (10,000 threads: one answer of
+    megabytes, into the client model's context). It now answers ``THREADS_PAGE`` threads with a signed
+    ``nextCursor``: a client following it gets each of Ada's 522 threads and her delegation's exactly once
+    (the delegation's named as one, under ``delegations``), though threads are created and written to between
+    pages, and never Bob's; a changed, made-up or resources/list cursor is a tool error saying to list again
+    from the start."""
+    from core.mcp_server.tools import PAGE_SIZE, THREADS_PAGE
+    from core.scopes import delegation_resource
+
+    children = _delegated(db, embedder, {"ada": "falcon-0427"})
+    adas = _many_threads(db, "ada", PAGE_SIZE + 20, "ada")  # more than a transcript page: resources/list's cursor
+    helper = delegation_resource("ada", "helper")
+    helpers = _many_threads(db, helper, 5, "helper")
+
+    async def main() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with Client(_params(db, "--resource", "ada")) as client:
+            seen["pages"] = await _every_threads_page(client, _writing_between_pages(db, "ada", adas))
+            first = _data(await client.call_tool("list_threads", {}))
+            body, tag = first["nextCursor"].split(".")
+            changed = body[:-2] + ("A" if body[-2] != "A" else "B") + body[-1] + "." + tag
+            transcripts = (await client.list_resources()).next_cursor
+            assert transcripts is not None
+            seen["refused"] = [_error(await client.call_tool("list_threads", {"cursor": cursor}))
+                               for cursor in (changed, "eyJwYWdlIjogM30=", transcripts)]
+            seen["other resource"] = _error(await client.call_tool(
+                "list_threads", {"cursor": first["nextCursor"], "resource": helper}))
+            seen["own"] = _data(await client.call_tool("list_threads", {"cursor": first["nextCursor"]}))
+        return seen
+
+    seen = anyio.run(main)
+    pages = seen["pages"]
+    assert len(pages) >= 3 and all(len(_thread_ids(p)) == THREADS_PAGE for p in pages[:-1])
+    _listed_once([_thread_ids(p) for p in pages], {*adas, "ada-main", children["ada"], *helpers})
+    assert all(p["resource"] == "ada" for p in pages)
+    delegated = [t["id"] for p in pages for d in p["delegations"] for t in d["threads"]]
+    assert sorted(delegated) == sorted([children["ada"], *helpers])
+    assert all(d["resource"] == helper and d["label"] == "delegation of ada to helper"
+               for p in pages for d in p["delegations"])
+    assert not any(t.startswith("bob") for p in pages for t in _thread_ids(p))
+    assert all(isinstance(t["messageCount"], int) for p in pages for t in p["threads"])
+    for refused in seen["refused"]:
+        assert "was not issued by this server for the list_threads listing" in refused, refused
+        assert "call list_threads again without a cursor" in refused
+    assert "continues the list_threads listing of another token (other resources) or of another resource" in \
+        seen["other resource"]
+    assert _thread_ids(seen["own"])  # the cursor still continues the listing it came with
+
+
+def test_http_list_threads_cursor_continues_only_its_own_tokens_listing(db: Path, tmp_path: Path) -> None:
+    """`mcp --http --any-resource --tokens-file`: Ada's token pages through her threads with ``list_threads``;
+    the token of ``ad`` replaying Ada's cursor (on its own resource) gets a tool error, not a page, and no
+    thread of Ada's; a cursor from another server run is refused as not issued by this server."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from core.mcp_server.tools import THREADS_PAGE
+
+    adas = _many_threads(db, "ada", THREADS_PAGE + 20, "ada")
+    _many_threads(db, "ad", 3, "ad")
+    ada, ad, tokens_file = _ada_and_ad_tokens(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
+
+    def client(url: str, token: str) -> tuple[Any, Any]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        return http, Client(streamable_http_client(url, http_client=http))
+
+    async def call(url: str, token: str, arguments: dict[str, Any]) -> Any:
+        http, mcp = client(url, token)
+        async with http, mcp:
+            return await mcp.call_tool("list_threads", arguments)
+
+    async def main(url: str) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        http, mcp = client(url, ada)
+        async with http, mcp:
+            seen["ada"] = await _every_threads_page(mcp)
+        cursor = seen["ada"][0]["nextCursor"]
+        seen["cursor"] = cursor
+        seen["replayed"] = _error(await call(url, ad, {"cursor": cursor}))
+        seen["replayed, naming ad"] = _error(await call(url, ad, {"cursor": cursor, "resource": "ad"}))
+        seen["ad"] = _data(await call(url, ad, {}))
+        return seen
+
+    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    try:
+        seen = anyio.run(main, server.url)
+    finally:
+        server.stop()
+    other = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    try:
+        elsewhere = _error(anyio.run(call, other.url, ada, {"cursor": seen["cursor"]}))
+    finally:
+        other.stop()
+
+    assert len(seen["ada"]) == 2
+    _listed_once([_thread_ids(p) for p in seen["ada"]], set(adas))
+    for refused in (seen["replayed"], seen["replayed, naming ad"]):
+        assert "continues the list_threads listing of another token" in refused, refused
+        assert "call list_threads again without a cursor" in refused
+        assert "ada-0" not in refused
+    assert sorted(_thread_ids(seen["ad"])) == ["ad-0000", "ad-0001", "ad-0002"]
+    assert "was not issued by this server" in elsewhere
+
+
+def test_read_thread_pages_reach_a_long_threads_first_message(db: Path) -> None:
+    """read_thread answered the newest ``last`` messages (at most 1,000) and nothing older: the start of a thread
+    of 2,500 messages was out of any client's reach. ``page`` now reads the ``last`` before those, and so on,
+    ``hasMore`` saying whether older ones remain; a page out of range is a tool error."""
+    texts = [f"message {i:04d}" for i in range(2500)]
+    with open_store(db) as store:
+        Memory(store, MemoryOptions()).save_messages(
+            [Message.user(text, thread_id="ada-long", resource_id="ada") for text in texts])
+
+    async def main() -> tuple[list[dict[str, Any]], str]:
+        answers = []
+        async with Client(_params(db, "--resource", "ada")) as client:
+            page = 0
+            while True:
+                answer = _data(await client.call_tool("read_thread", {"thread": "ada-long", "last": 1000,
+                                                                      "page": page}))
+                answers.append(answer)
+                if not answer["hasMore"]:
+                    break
+                page += 1
+            bad = _error(await client.call_tool("read_thread", {"thread": "ada-long", "page": -1}))
+        return answers, bad
+
+    answers, bad = anyio.run(main)
+    assert [len(a["messages"]) for a in answers] == [1000, 1000, 500]
+    read = [m["text"] for a in reversed(answers) for m in a["messages"]]
+    assert read == texts
+    assert all(a["total"] == 2500 for a in answers)
+    assert "page must be between 0" in bad
+
+
+def test_a_long_threads_transcript_holds_its_newest_messages_and_says_where_the_rest_are(db: Path) -> None:
+    """A transcript resource held every message of the thread (resources/read has no pages: a thread of 100,000
+    messages was one answer of all of them). It now holds the newest ``TRANSCRIPT_MESSAGES``, and says how many
+    there are and that read_thread's pages read the older ones; a shorter thread's transcript is whole."""
+    from core.mcp_server.tools import TRANSCRIPT_MESSAGES
+
+    texts = [f"line {i:04d}" for i in range(TRANSCRIPT_MESSAGES + 200)]
+    with open_store(db) as store:
+        Memory(store, MemoryOptions()).save_messages(
+            [Message.user(text, thread_id="ada-long", resource_id="ada") for text in texts]
+            + [Message.user("short and whole", thread_id="ada-short", resource_id="ada")])
+
+    async def main() -> tuple[str, str]:
+        async with Client(_params(db, "--resource", "ada")) as client:
+            long = (await client.read_resource("memory://threads/ada-long")).contents[0].text
+            short = (await client.read_resource("memory://threads/ada-short")).contents[0].text
+        return long, short
+
+    long, short = anyio.run(main)
+    assert f"line {len(texts) - 1:04d}" in long and f"line {len(texts) - TRANSCRIPT_MESSAGES:04d}" in long
+    assert f"line {len(texts) - TRANSCRIPT_MESSAGES - 1:04d}" not in long and "line 0000" not in long
+    assert f"newest {TRANSCRIPT_MESSAGES:,} of the thread's {len(texts):,} messages" in long
+    assert "read_thread" in long and long.startswith("# ")
+    assert "short and whole" in short and "newest" not in short
