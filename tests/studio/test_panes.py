@@ -189,6 +189,27 @@ def test_home_and_end_go_to_the_first_and_last_message(qtbot: Any, make_session:
     assert table.currentIndex().row() == 0
 
 
+def test_tab_leaves_the_message_list_for_the_next_control(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    """Tab in the message list (and every table of the Studio, ``RowTableView``) moved from cell to cell,
+    which with whole rows selected showed nothing, row after row: a keyboard user could not Tab out of a
+    thread's list to its Edit… button or the message below (found 2026-12-06 walking the Tab order)."""
+    pane = _messages(qtbot, make_session(small_db))
+    with qtbot.waitSignal(pane.model.loaded):
+        pane.set_selection(Selection("ada", "t-groceries"))
+    pane.activateWindow()
+    qtbot.waitUntil(pane.isActiveWindow, timeout=5_000)
+    view = pane.view
+    view.setFocus()
+    pane._select_row(0)
+    qtbot.waitUntil(view.hasFocus, timeout=5_000)
+    qtbot.keyClick(view, Qt.Key.Key_Tab)
+    assert not view.hasFocus() and pane.isAncestorOf(pane.focusWidget())
+    assert view.currentIndex().row() == 0  # the row stays as it was
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Backtab)
+    assert not view.hasFocus()
+
+
 def test_a_table_title_longer_than_its_column_is_cut_at_its_end(qtbot: Any) -> None:
     """A right-aligned title wider than its column lost its start ("Our estimate (o200k_base)" showed as
     ":imate (o200k_base)" in Replay's usage table at a 1,360 px window): Qt's header elided nothing, and the
