@@ -73,6 +73,7 @@ from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
 from studio.widgets.inspector_options import InspectorOptionsBar
+from studio.widgets.plain_tip import rich_tip
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.request_view import RequestPanel
@@ -463,6 +464,8 @@ class PromptInspectorPane(QWidget):
     def _mode_changed(self, *, schedule: bool = True) -> None:
         turn = self.turn_radio.isChecked()
         self.message_edit.setEnabled(not turn)
+        if not turn:
+            self.message_edit.setToolTip("")  # (the stored turn's text, while it was shown)
         if schedule and not self._syncing:
             self.schedule()
 
@@ -558,6 +561,10 @@ class PromptInspectorPane(QWidget):
             if preview.turn.input is not None:
                 self._syncing = True
                 self.message_edit.setText(preview.turn.input.text)
+                # From its start (the field is off for a stored turn, so its tail was all one could see),
+                # and whole in the tooltip.
+                self.message_edit.setCursorPosition(0)
+                self.message_edit.setToolTip(rich_tip(preview.turn.input.text[:2000]))
                 self._syncing = False
         self.status.setText(self._prompt_status(prompt))
         self.commands.refresh_enabled()

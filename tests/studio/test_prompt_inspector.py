@@ -152,6 +152,18 @@ def test_stored_turn_is_reassembled_as_of_that_turn(qtbot, pane):
     assert pane.message_edit.text() == TURNS[2][1] and not pane.message_edit.isEnabled()
 
 
+def test_a_stored_turns_message_is_shown_from_its_start_and_whole_in_its_tooltip(qtbot, pane):
+    """The stored turn's message filled the (disabled) message field scrolled to its end, so a message
+    longer than the field showed its tail only, cut mid-letter at the left, and nothing showed the rest
+    (found 2026-12-06 walking the Studio under Xvfb at 1,440 px)."""
+    select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))
+    edit = pane.message_edit
+    assert edit.text() == TURNS[2][1] and edit.cursorPosition() == 0
+    assert TURNS[2][1] in edit.toolTip()
+    pane.use_new_message()
+    assert edit.isEnabled() and edit.toolTip() == ""
+
+
 
 def test_a_stored_turns_input_names_its_stored_message(qtbot, pane, session):
     """A stored turn's input fragment said "Not from a stored message: the new input (not stored yet)", with
