@@ -137,6 +137,7 @@ class PromptInspectorPane(QWidget):
         self.selection = Selection()
         self.preview: Preview | None = None
         self._shown: AssembledPrompt | None = None  # the prompt of the model call on screen
+        self._rows_thread: str | None = None  # the thread whose prompt the fragment table shows
         self._context: AgentChoice | None = None
         self._start: StartingPoint | None = None
         self._key = f"prompt-inspector-{id(self)}"
@@ -531,6 +532,10 @@ class PromptInspectorPane(QWidget):
 
     def _on_preview(self, preview: Preview) -> None:
         self._busy = False
+        # The same thread assembled again (another program wrote to it, an option changed): the fragment
+        # the user was reading stays selected when the new prompt still has it.
+        kept = self.selected_fragment() if self._rows_thread == self.selection.thread_id else None
+        self._rows_thread = self.selection.thread_id
         self.preview = preview
         prompt = preview.prompt
         self._shown = prompt
@@ -569,8 +574,25 @@ class PromptInspectorPane(QWidget):
         self.status.setText(self._prompt_status(prompt))
         self.commands.refresh_enabled()
         if self.fragment_model.rowCount():
-            self.fragment_table.selectRow(self._first_interesting_row())
+            self.fragment_table.selectRow(self._row_like(kept))
         self.assembled.emit(preview)
+
+    def _row_like(self, kept: FragmentRow | None) -> int:
+        """The row of the fragment ``kept`` names in the rows shown now: the same text from the same source
+        and stored messages, else the same stored messages (an edited message), else the same source when
+        the fragment names no stored message (working memory updated); else the first memory fragment."""
+        rows = self.fragment_model.rows()
+        if kept is not None:
+            tests = [lambda r: (r.source, r.stored_ids, r.text) == (kept.source, kept.stored_ids, kept.text)]
+            if kept.stored_ids:
+                tests.append(lambda r: (r.source, r.stored_ids) == (kept.source, kept.stored_ids))
+            else:
+                tests.append(lambda r: r.source == kept.source and not r.stored_ids)
+            for test in tests:
+                found = next((i for i, r in enumerate(rows) if test(r)), None)
+                if found is not None:
+                    return found
+        return self._first_interesting_row()
 
     def _ran_with_note(self, preview: Preview) -> str:
         """For a turn rebuilt from its record: what it ran with that differs from the options and
