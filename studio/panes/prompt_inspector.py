@@ -73,6 +73,7 @@ from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
 from studio.widgets.inspector_options import InspectorOptionsBar
+from studio.logic.row_match import same_fragment
 from studio.widgets.plain_tip import rich_tip
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
@@ -578,20 +579,11 @@ class PromptInspectorPane(QWidget):
         self.assembled.emit(preview)
 
     def _row_like(self, kept: FragmentRow | None) -> int:
-        """The row of the fragment ``kept`` names in the rows shown now: the same text from the same source
-        and stored messages, else the same stored messages (an edited message), else the same source when
-        the fragment names no stored message (working memory updated); else the first memory fragment."""
-        rows = self.fragment_model.rows()
-        if kept is not None:
-            tests = [lambda r: (r.source, r.stored_ids, r.text) == (kept.source, kept.stored_ids, kept.text)]
-            if kept.stored_ids:
-                tests.append(lambda r: (r.source, r.stored_ids) == (kept.source, kept.stored_ids))
-            else:
-                tests.append(lambda r: r.source == kept.source and not r.stored_ids)
-            for test in tests:
-                found = next((i for i, r in enumerate(rows) if test(r)), None)
-                if found is not None:
-                    return found
+        """The row of the fragment ``kept`` names in the rows shown now (``row_match.same_fragment``), else
+        the first memory fragment."""
+        found = same_fragment(self.fragment_model.rows(), kept) if kept is not None else None
+        if found is not None:
+            return found
         return self._first_interesting_row()
 
     def _ran_with_note(self, preview: Preview) -> str:

@@ -49,6 +49,7 @@ from studio.logic.replay_layout import (
 )
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, edited_note, fragment_mark, sources_note
+from studio.logic.row_match import same_fragment
 from studio.logic.short_ids import short_id
 from studio.replay_jobs import StepData
 from studio.widgets.code_editor import CodeEditor
@@ -312,12 +313,8 @@ class TurnView(QSplitter):
         self.token_model.set_rows(token_rows(received, now) if call > 0 else token_rows(step.received, step.now))
         rows = self.step_model.rows()
         first = next((i for i, r in enumerate(rows) if r.change), 0)
-        if kept is not None:  # the same fragment, else the same stored messages, else the same source
-            like = [lambda r: (r.source, r.stored_ids, r.text, r.change) == (kept.source, kept.stored_ids, kept.text,
-                                                                               kept.change),
-                    (lambda r: (r.source, r.stored_ids) == (kept.source, kept.stored_ids)) if kept.stored_ids else
-                    (lambda r: r.source == kept.source and not r.stored_ids)]
-            first = next((i for test in like for i, r in enumerate(rows) if test(r)), first)
+        found = same_fragment(rows, kept) if kept is not None else None  # (``row_match``)
+        first = first if found is None else found
         if self.step_model.rowCount():
             self.step_table.selectRow(first)
 
