@@ -110,8 +110,29 @@ def message_history(store: Store, message_id: str, thread_id: str, resource_id: 
     return Memory(store, MemoryOptions()).message_versions(message_id, resource_id=resource_id)
 
 
+def _as_shown(store: Store, target: MessageTarget, nothing: str, again: str) -> None:
+    """Refuse when the message is no longer what the dialog showed: another program (or another window)
+    edited or deleted it meanwhile, and saving over it or deleting it would drop that change unseen."""
+    from core.edits.messages import EditConflictError
+
+    found = store.memory.get_messages([target.message.id])
+    if not found:
+        from core import NotFoundError
+
+        raise NotFoundError(f"Message {target.message.id} is no longer stored (another program deleted it); "
+                            f"{nothing}.")
+    if found[0].content != target.message.content or found[0].role != target.message.role:
+        raise EditConflictError(
+            f"Message {short_id(target.message.id)} changed since it was shown (another program edited it "
+            f"meanwhile): {nothing}. {again}")
+
+
 def edit_message(store: Store, factory: MemoryFactory, target: MessageTarget, *, text: str | None = None,
                  content: Any = None) -> EditOutcome:
+    """Save the edit, unless the message changed since the dialog read it (``_as_shown``)."""
+    _as_shown(store, target, "your edit was not saved",
+              "Your text is still here: copy it, Cancel, and choose Edit Message… again to start from the message "
+              "as it is now (History… shows the other change).")
     memory, note = memory_for_thread(store, factory, target.thread_id)
     before = len(memory.message_versions(target.message.id, resource_id=target.resource_id))
     message = memory.edit_message(target.message.id, resource_id=target.resource_id, text=text, content=content,
@@ -123,6 +144,9 @@ def edit_message(store: Store, factory: MemoryFactory, target: MessageTarget, *,
 
 
 def delete_message(store: Store, factory: MemoryFactory, target: MessageTarget) -> EditOutcome:
+    """Delete the message the confirmation named, not what another program changed it to meanwhile."""
+    _as_shown(store, target, "nothing was deleted",
+              "Choose Delete Message… again to see it as it is now (History… shows the change).")
     memory, note = memory_for_thread(store, factory, target.thread_id)
     memory.delete_messages([target.message.id], resource_id=target.resource_id, author="studio")
     return EditOutcome(EditRecord("message", target.message.id, target.resource_id, target.thread_id,

@@ -298,6 +298,10 @@ def open_duckdb(
     def spent() -> float:
         return time.monotonic() - start - queued
 
+    if read_only and not path.exists() and not path.with_name(path.name + _GATE).exists():
+        # No file and no writer ever here (one leaves its gate file; so does a recovery that moves a
+        # broken file aside): nothing to wait for, and looking leaves no lock files beside the database.
+        raise StoreMissing(str(path))
     try:
         while True:
             remaining = budget_s - spent()

@@ -147,7 +147,9 @@ def summarize(message: Message) -> MessageRow:
     pieces = [s for s in (summarize_part(p) for p in parts) if s]
     if not pieces and message.text:
         pieces = [message.text]
-    preview = " · ".join(" ".join(p.split()) for p in pieces)[:PREVIEW_CHARS]
+    preview = " · ".join(" ".join(p.split()) for p in pieces)
+    if len(preview) > PREVIEW_CHARS:  # cut here: the list's "…" says so even where two lines hold it all
+        preview = preview[:PREVIEW_CHARS - 1].rstrip() + "…"
     kinds = tuple(part_kind(p) for p in parts if p.get("type") != "step-start")
     if message.invalid_utf8:  # readable, but not as stored: say so in the list and the detail
         return MessageRow(message.id, message.role, message.created_at, f"[partly unreadable] {preview}",

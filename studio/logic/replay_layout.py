@@ -212,13 +212,17 @@ def _left_row(c: FragmentChange) -> StepRow:
 def change_summary(changes: Sequence[FragmentChange]) -> str:
     if not changes:
         return "no change in the context"
-    counts = {k: sum(c.kind == k for c in changes) for k in ("entered", "left", "changed")}
-    parts = [f"{CHANGE_MARKS[k].split()[0]}{n} {k}" for k, n in counts.items() if n]
-    reasons: dict[str, int] = {}
-    for c in changes:
-        reasons[c.reason] = reasons.get(c.reason, 0) + 1
-    why = ", ".join(f"{reason_label(r)} ×{n}" if n > 1 else reason_label(r) for r, n in reasons.items())
-    return f"{' · '.join(parts)} ({why})"
+    parts = []
+    for kind in ("entered", "left", "changed"):  # each count with its own reasons: one list after them all
+        of_kind = [c for c in changes if c.kind == kind]  # read as the reasons of the last count
+        if not of_kind:
+            continue
+        reasons: dict[str, int] = {}
+        for c in of_kind:
+            reasons[c.reason] = reasons.get(c.reason, 0) + 1
+        why = ", ".join(f"{reason_label(r)} ×{n}" if n > 1 else reason_label(r) for r, n in reasons.items())
+        parts.append(f"{CHANGE_MARKS[kind].split()[0]}{len(of_kind)} {kind} ({why})")
+    return " · ".join(parts)
 
 
 # -- received vs rebuilt now ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from studio import reads as queries
 from studio.logic.dates import relative_time
 from studio.logic.message_format import MessageRow, format_time
 from studio.logic.row_cache import PageCache
-from studio.widgets.plain_tip import plain_tip
+from studio.widgets.plain_tip import rich_tip
 
 if TYPE_CHECKING:  # pragma: no cover
     from core import Store
@@ -117,7 +117,8 @@ class MessageListModel(QAbstractListModel):
             return format_time(row.created_at)
         if role == Qt.ItemDataRole.ToolTipRole:
             when = f"{format_time(row.created_at)} ({relative_time(row.created_at)})"
-            return plain_tip(f"{row.role} · {when} · {row.id}")
+            # the text too: the row shows two lines of it (the whole message is in the view below)
+            return rich_tip(f"{row.role} · {when} · {row.id}\n{row.preview}")
         return None
 
     # -- loading -----------------------------------------------------------------------------

@@ -191,6 +191,7 @@ class ChatPane(QWidget):
         self.instructions_edit.setObjectName("chatInstructions")
         self.instructions_edit.setPlaceholderText("Instructions (the system message); not saved")
         self.instructions_edit.setMaximumHeight(64)
+        self.instructions_edit.setTabChangesFocus(True)  # prose: Tab moves on, it types no tab character
         instructions = QHBoxLayout()
         label = QLabel("Instructions")
         label.setAlignment(Qt.AlignmentFlag.AlignTop)
@@ -211,6 +212,7 @@ class ChatPane(QWidget):
         self.input.setObjectName("chatInput")
         self.input.setPlaceholderText("Message the agent (Ctrl+Enter sends)")
         self.input.setMaximumHeight(80)
+        self.input.setTabChangesFocus(True)
         self.send_btn = QPushButton("Send")
         self.send_btn.setDefault(True)
         self.stop_btn = QPushButton("Stop")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen, QTextLayout, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -128,10 +128,39 @@ class MessageDelegate(QStyledItemDelegate):
         # preview
         painter.setFont(option.font)
         painter.setPen(text_colour)
-        body = QRect(r.left(), r.top() + line + 4, r.width(), line * 2)
-        painter.drawText(body, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap),
-                         row.preview or "(no text)")
+        for i, text in enumerate(preview_lines(row.preview or "(no text)", option.font, r.width())):
+            painter.drawText(QRect(r.left(), r.top() + line * (i + 1) + 4, r.width(), line),
+                             int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop), text)
         painter.restore()
+
+
+def preview_lines(text: str, font: QFont, width: int, count: int = 2) -> list[str]:
+    """``text`` broken into at most ``count`` lines of ``width`` pixels, at word boundaries (anywhere in
+    a run without one: CJK, a long URL). When more follows, the last line ends in "…" (a preview cut at
+    a fixed length ends in one already)."""
+    layout = QTextLayout(text, font)
+    wrap = QTextOption()
+    wrap.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+    layout.setTextOption(wrap)
+    starts: list[int] = []
+    layout.beginLayout()
+    while len(starts) < count:
+        line = layout.createLine()
+        if not line.isValid():
+            break
+        line.setLineWidth(width)
+        starts.append(line.textStart())
+    layout.endLayout()
+    units = text.encode("utf-16-le")  # Qt's offsets count UTF-16 units: an emoji is two
+    ends = [*starts[1:], len(units) // 2]
+    lines = [units[2 * a:2 * b].decode("utf-16-le", "replace").rstrip() for a, b in zip(starts, ends)]
+    if lines:
+        fm = QFontMetrics(font)
+        last = " ".join(units[2 * starts[-1]:].decode("utf-16-le", "replace").split())
+        if fm.horizontalAdvance(last) > width:  # more than the last line holds
+            last = fm.elidedText(last, Qt.TextElideMode.ElideRight, width)
+        lines[-1] = last
+    return lines
 
 
 class MessagesPane(QWidget):

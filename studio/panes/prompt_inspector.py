@@ -73,6 +73,8 @@ from studio.widgets.fragment_actions import fragment_menu, popup
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.context_bar import ContextBar
 from studio.widgets.inspector_options import InspectorOptionsBar
+from studio.logic.row_match import same_fragment
+from studio.widgets.plain_tip import rich_tip
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.request_view import RequestPanel
@@ -136,6 +138,7 @@ class PromptInspectorPane(QWidget):
         self.selection = Selection()
         self.preview: Preview | None = None
         self._shown: AssembledPrompt | None = None  # the prompt of the model call on screen
+        self._rows_thread: str | None = None  # the thread whose prompt the fragment table shows
         self._context: AgentChoice | None = None
         self._start: StartingPoint | None = None
         self._key = f"prompt-inspector-{id(self)}"
@@ -463,6 +466,8 @@ class PromptInspectorPane(QWidget):
     def _mode_changed(self, *, schedule: bool = True) -> None:
         turn = self.turn_radio.isChecked()
         self.message_edit.setEnabled(not turn)
+        if not turn:
+            self.message_edit.setToolTip("")  # (the stored turn's text, while it was shown)
         if schedule and not self._syncing:
             self.schedule()
 
@@ -528,6 +533,10 @@ class PromptInspectorPane(QWidget):
 
     def _on_preview(self, preview: Preview) -> None:
         self._busy = False
+        # The same thread assembled again (another program wrote to it, an option changed): the fragment
+        # the user was reading stays selected when the new prompt still has it.
+        kept = self.selected_fragment() if self._rows_thread == self.selection.thread_id else None
+        self._rows_thread = self.selection.thread_id
         self.preview = preview
         prompt = preview.prompt
         self._shown = prompt
@@ -558,12 +567,24 @@ class PromptInspectorPane(QWidget):
             if preview.turn.input is not None:
                 self._syncing = True
                 self.message_edit.setText(preview.turn.input.text)
+                # From its start (the field is off for a stored turn, so its tail was all one could see),
+                # and whole in the tooltip.
+                self.message_edit.setCursorPosition(0)
+                self.message_edit.setToolTip(rich_tip(preview.turn.input.text[:2000]))
                 self._syncing = False
         self.status.setText(self._prompt_status(prompt))
         self.commands.refresh_enabled()
         if self.fragment_model.rowCount():
-            self.fragment_table.selectRow(self._first_interesting_row())
+            self.fragment_table.selectRow(self._row_like(kept))
         self.assembled.emit(preview)
+
+    def _row_like(self, kept: FragmentRow | None) -> int:
+        """The row of the fragment ``kept`` names in the rows shown now (``row_match.same_fragment``), else
+        the first memory fragment."""
+        found = same_fragment(self.fragment_model.rows(), kept) if kept is not None else None
+        if found is not None:
+            return found
+        return self._first_interesting_row()
 
     def _ran_with_note(self, preview: Preview) -> str:
         """For a turn rebuilt from its record: what it ran with that differs from the options and

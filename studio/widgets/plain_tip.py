@@ -20,3 +20,9 @@ def plain_tip(text: str) -> str:
     if not text or not Qt.mightBeRichText(text):
         return text
     return "<p style='white-space:pre-wrap'>" + html.escape(text, quote=False) + "</p>"
+
+
+def rich_tip(text: str) -> str:
+    """``text`` as written, in a tooltip Qt wraps to its width (a plain one is a single line as wide as
+    the text): for stored text of any length."""
+    return "<p style='white-space:pre-wrap'>" + html.escape(text, quote=False) + "</p>"

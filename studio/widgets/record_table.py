@@ -11,7 +11,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QObject, Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
 from studio.widgets.plain_tip import plain_tip
 
 
@@ -20,7 +20,13 @@ class RowTableView(QTableView):
     row. A plain QTableView moves them along the columns of the current row, which with whole-row
     selection changes nothing the user can see (only Ctrl+Home / Ctrl+End reached the ends). With no
     current row yet, a key starts from the rows on screen: Qt jumps to the first row of the model, which
-    for a message list opened at its newest message is the oldest one, hundreds of rows away."""
+    for a message list opened at its newest message is the oldest one, hundreds of rows away.
+    Tab and Shift+Tab move the focus on, as everywhere else: a QTableView moves them from cell to cell,
+    which with whole rows selected shows nothing and kept a keyboard user in a 20,000-message list."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTabKeyNavigation(False)
 
     def moveCursor(self, cursorAction: QAbstractItemView.CursorAction,  # noqa: N802, N803 - Qt's names
                    modifiers: Qt.KeyboardModifier) -> QModelIndex:

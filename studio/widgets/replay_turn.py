@@ -49,6 +49,7 @@ from studio.logic.replay_layout import (
 )
 from studio.logic.checks_layout import PinTarget
 from studio.logic.edit_marks import changed_since, edited_note, fragment_mark, sources_note
+from studio.logic.row_match import same_fragment
 from studio.logic.short_ids import short_id
 from studio.replay_jobs import StepData
 from studio.widgets.code_editor import CodeEditor
@@ -268,10 +269,14 @@ class TurnView(QSplitter):
         super().resizeEvent(event)
 
     def show_step(self, step: StepData, thread_id: str, cmp: Comparison, call: int = 0) -> None:
-        """Turn ``step``'s model call ``call`` (0: the first)."""
-        self._step, self._thread_id = step, thread_id
+        """Turn ``step``'s model call ``call`` (0: the first). The same call shown again (the thread read
+        again after another program wrote to it) keeps the fragment selected when it is still there."""
         calls = step.calls
         call = max(0, min(call, len(calls) - 1))
+        same = self._step is not None and (self._thread_id, self._step.index, self._call) == (thread_id, step.index,
+                                                                                             call)
+        kept = self.step_model.row_at(self.step_table.currentIndex().row()) if same else None
+        self._step, self._thread_id = step, thread_id
         received, now = calls[call], step.now_call(call)
         self._call = call
         of = f", model call {call + 1} of {len(calls)}" if len(calls) > 1 else ""
@@ -306,7 +311,10 @@ class TurnView(QSplitter):
         self.reply_view.load(reply_text(step.reply) or "(no stored reply: the turn failed or was not saved)")
         self.recall_model.set_rows(recall_rows(step.received, thread_id))
         self.token_model.set_rows(token_rows(received, now) if call > 0 else token_rows(step.received, step.now))
-        first = next((i for i, r in enumerate(self.step_model.rows()) if r.change), 0)
+        rows = self.step_model.rows()
+        first = next((i for i, r in enumerate(rows) if r.change), 0)
+        found = same_fragment(rows, kept) if kept is not None else None  # (``row_match``)
+        first = first if found is None else found
         if self.step_model.rowCount():
             self.step_table.selectRow(first)
 

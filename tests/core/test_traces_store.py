@@ -172,6 +172,19 @@ def test_reading_a_missing_store_says_so_and_creates_nothing(store: DuckDBObserv
     assert store.pending_migrations() == []
 
 
+def test_reading_a_store_no_one_wrote_leaves_no_lock_files_beside_it(store: DuckDBObservabilityStore) -> None:
+    """Reading a trace file that does not exist made its sidecar locks (``<file>.lock``,
+    ``<file>.write-intent``): the Studio browsing a database Mastra wrote (no traces of ours) left two
+    empty files beside the user's database (found 2026-12-06 walking the Studio on a Mastra database).
+    Once a writer has been there its gate file is there, and a read waits on it as before."""
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    assert store.list_traces().missing and store.count_traces().missing
+    assert not store.get_trace("t1")
+    assert list(store.path.parent.iterdir()) == []
+    store.write_spans(agent_trace("t1"))
+    assert [t.trace_id for t in store.list_traces()] == ["t1"]
+
+
 def test_deleting_the_file_starts_over(store: DuckDBObservabilityStore) -> None:
     store.write_spans(agent_trace("old"))
     assert store.count_traces() == 1

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import Qt, QUrl
 
 from core import Agent, Memory, MemoryOptions, Message, open_store
 from core.agent_configs import named_agent
@@ -147,6 +147,19 @@ def test_a_registered_agent_over_http_streams_on_the_selected_thread(qtbot, pane
     assert stored[1].content["metadata"]["modelId"] == "openai-compatible/loopback-chat"
     # Borrowing the agent did not re-register it (its record is the agent process's, not the Studio's).
     assert named_agent(session.store, "chef") == before
+
+
+def test_tab_in_the_instructions_and_the_message_moves_on_and_types_nothing(qtbot, pane):
+    """Tab in the Instructions box or the message box typed a tab character into the text the model gets
+    and kept the focus there (found 2026-12-06 walking the Tab order): it moves to the next control."""
+    pane.activateWindow()
+    qtbot.waitUntil(pane.isActiveWindow, timeout=5_000)
+    for edit, text in ((pane.instructions_edit, "Be brief."), (pane.input, "hello")):
+        edit.setPlainText(text)
+        edit.setFocus()
+        qtbot.waitUntil(edit.hasFocus, timeout=5_000)
+        qtbot.keyClick(edit, Qt.Key.Key_Tab)
+        assert edit.toPlainText() == text and not edit.hasFocus()
 
 
 def test_each_turn_links_to_its_prompt(qtbot, pane):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
@@ -96,6 +97,46 @@ def test_a_refused_edit_keeps_the_dialog_and_the_text(qtbot: Any, make_window: A
     assert dialog.editor.toPlainText() == '"just a string"' and dialog.isVisible()
     assert _texts(small_db, "t-groceries", "ada")[0] == "I am allergic to peanuts. Plan dinner."
     dialog.reject()
+
+
+def test_an_edit_or_delete_never_drops_a_change_another_program_made_meanwhile(qtbot: Any, make_window: Any,
+                                                                              small_db: Path) -> None:
+    """Edit Message… saved over the message as it was when the dialog opened, and Delete Message… deleted
+    whatever it held when the job ran: a change another program made in between (an API edit, another
+    window) was overwritten or deleted unseen, the status saying all was well (found 2026-12-06 walking
+    edits beside a writing process). Both are refused now, saying what happened; the user's text stays
+    in the dialog."""
+    window = _open(qtbot, make_window, small_db)
+    message_id = _select_message(qtbot, window, "ada", "t-groceries", 0)
+
+    def other_program_edits(text: str) -> None:
+        with open_store(small_db) as store:
+            Memory(store).edit_message(message_id, resource_id="ada", text=text)
+
+    window.commands.run("message.edit")
+    dialog = _dialog(qtbot, window, MessageEditDialog)
+    dialog.editor.setPlainText("I am allergic to sesame. Plan dinner.")
+    other_program_edits("I am allergic to peanuts and shellfish. Plan dinner.")
+    dialog.save_btn.click()
+    qtbot.waitUntil(lambda: not shiboken6.isValid(dialog) or dialog.error.isVisible(), timeout=15_000)
+    assert shiboken6.isValid(dialog), "the dialog closed: the edit was saved over the other program's change"
+    assert "changed since it was shown" in dialog.error.text() and "not saved" in dialog.error.text()
+    assert dialog.isVisible() and dialog.editor.toPlainText() == "I am allergic to sesame. Plan dinner."
+    assert _texts(small_db, "t-groceries", "ada")[0] == "I am allergic to peanuts and shellfish. Plan dinner."
+    dialog.reject()
+
+    window.commands.run("message.delete")
+    box = _dialog(qtbot, window, QMessageBox)
+    assert "shellfish" in box.text()
+    other_program_edits("I am allergic to peanuts, shellfish and kiwi. Plan dinner.")
+    box.property("yesButton").click()
+    qtbot.waitUntil(lambda: any(isinstance(d, QMessageBox) and d.isVisible() and "changed since" in d.text()
+                                for d in window.presenter.open), timeout=15_000)
+    error = next(d for d in window.presenter.open if isinstance(d, QMessageBox) and "changed since" in d.text())
+    assert "nothing was deleted" in error.text()
+    assert _texts(small_db, "t-groceries", "ada")[0] == "I am allergic to peanuts, shellfish and kiwi. Plan dinner."
+    assert not window.commands.command("edit.undo").is_enabled  # nothing of this window's to undo
+    error.accept()
 
 
 def test_delete_asks_first_and_undo_brings_the_message_back(qtbot: Any, make_window: Any, small_db: Path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetrics
 
 from core import Message, open_store
 from studio.models.messages_model import MessageRoles
@@ -185,6 +187,27 @@ def test_home_and_end_go_to_the_first_and_last_message(qtbot: Any, make_session:
     assert table.currentIndex().row() == 4
     qtbot.keyClick(table, Qt.Key.Key_Home)
     assert table.currentIndex().row() == 0
+
+
+def test_tab_leaves_the_message_list_for_the_next_control(qtbot: Any, make_session: Any, small_db: Path) -> None:
+    """Tab in the message list (and every table of the Studio, ``RowTableView``) moved from cell to cell,
+    which with whole rows selected showed nothing, row after row: a keyboard user could not Tab out of a
+    thread's list to its Edit… button or the message below (found 2026-12-06 walking the Tab order)."""
+    pane = _messages(qtbot, make_session(small_db))
+    with qtbot.waitSignal(pane.model.loaded):
+        pane.set_selection(Selection("ada", "t-groceries"))
+    pane.activateWindow()
+    qtbot.waitUntil(pane.isActiveWindow, timeout=5_000)
+    view = pane.view
+    view.setFocus()
+    pane._select_row(0)
+    qtbot.waitUntil(view.hasFocus, timeout=5_000)
+    qtbot.keyClick(view, Qt.Key.Key_Tab)
+    assert not view.hasFocus() and pane.isAncestorOf(pane.focusWidget())
+    assert view.currentIndex().row() == 0  # the row stays as it was
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Backtab)
+    assert not view.hasFocus()
 
 
 def test_a_table_title_longer_than_its_column_is_cut_at_its_end(qtbot: Any) -> None:
@@ -695,3 +718,55 @@ def test_search_results_fit_the_pane_and_cut_a_long_line_with_an_ellipsis(qtbot:
     pane.resize(900, 500)  # wider: the rows follow, the short one whole
     qtbot.waitUntil(lambda: view.visualRect(index).width() > rect.width(), timeout=5_000)
     assert view.horizontalScrollBar().maximum() == 0
+
+
+def test_a_message_longer_than_its_two_lines_ends_in_an_ellipsis_and_its_tooltip_has_the_text(
+        qtbot: Any, make_session: Any, tmp_path: Path) -> None:
+    """The list's rows showed two lines of a message and cut the rest at the second line's end with no
+    "…" (a 200 kB message, a 20,000-message thread's long rows: found walking the Studio on a large
+    database); the preview was also cut at 400 characters unmarked, and the row's tooltip held only its
+    role, time and id. A row now ends in "…" when more follows, a run with no spaces (Chinese) is broken
+    inside the row, a line is never wider than the row nor broken inside a word (Qt counts an emoji as two
+    characters), and the tooltip has the text, escaped and wrapped."""
+    from PySide6.QtGui import Qt as GuiQt  # (mightBeRichText is QtGui's)
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    from studio.panes.messages import preview_lines
+
+    path = tmp_path / "long.db"
+    store = open_store(path)
+    long_words = "the <b>cook</b> said the plans for the party are done " * 30  # ~1,600 chars
+    chinese = "我们讨论了项目的计划和进度" * 40
+    mixed = "lorem ipsum dolor sit amet 🎉🎂 العربية 中文 " * 30  # Qt counts an emoji as two (UTF-16)
+    texts = [long_words, chinese, mixed, "short and whole"]
+    store.memory.save_messages([Message.user(t, thread_id="t", resource_id="r", created_at=at(i))
+                                for i, t in enumerate(texts)])
+    store.close()
+    pane = _messages(qtbot, make_session(path))
+    pane.resize(520, 600)
+    with qtbot.waitSignal(pane.model.loaded, timeout=10_000):
+        pane.set_selection(Selection("r", "t"))
+    model, view = pane.model, pane.view
+    qtbot.waitUntil(lambda: all(model.index(i).data(MessageRoles.LOADED) for i in range(4)), timeout=10_000)
+    preview = model.index(0).data(MessageRoles.PREVIEW)
+    assert len(preview) <= 400 and preview.endswith("…")  # cut, and marked as cut
+    delegate = view.itemDelegate()
+    for i, text in enumerate(texts):
+        index = model.index(i)
+        option = QStyleOptionViewItem()
+        option.initFrom(view)
+        rect = view.visualRect(index)
+        width = rect.width() - 2 * delegate.PAD
+        lines = preview_lines(index.data(MessageRoles.PREVIEW), option.font, width)
+        fm = QFontMetrics(option.font)
+        assert all(fm.horizontalAdvance(line) <= width for line in lines), (i, lines)
+        if i < 3:
+            assert len(lines) == 2 and lines[1].endswith("…"), (i, lines)
+            words = lines[0].split()
+            assert text.startswith(lines[0]) and (i == 1 or words[-1] == text.split()[len(words) - 1]), (i, lines)
+        else:
+            assert lines == ["short and whole"]
+        tip = index.data(Qt.ItemDataRole.ToolTipRole)
+        assert "r" in tip and html.escape(index.data(MessageRoles.PREVIEW), quote=False) in tip
+        assert GuiQt.mightBeRichText(tip) and "<b>" not in tip  # wrapped by Qt; the text's markup escaped
+    pane.grab().save(str(tmp_path / "rows.png"))

@@ -152,6 +152,18 @@ def test_stored_turn_is_reassembled_as_of_that_turn(qtbot, pane):
     assert pane.message_edit.text() == TURNS[2][1] and not pane.message_edit.isEnabled()
 
 
+def test_a_stored_turns_message_is_shown_from_its_start_and_whole_in_its_tooltip(qtbot, pane):
+    """The stored turn's message filled the (disabled) message field scrolled to its end, so a message
+    longer than the field showed its tail only, cut mid-letter at the left, and nothing showed the rest
+    (found 2026-12-06 walking the Studio under Xvfb at 1,440 px)."""
+    select(qtbot, pane, Selection("alice", "t-lisbon", "m3"))
+    edit = pane.message_edit
+    assert edit.text() == TURNS[2][1] and edit.cursorPosition() == 0
+    assert TURNS[2][1] in edit.toolTip()
+    pane.use_new_message()
+    assert edit.isEnabled() and edit.toolTip() == ""
+
+
 
 def test_a_stored_turns_input_names_its_stored_message(qtbot, pane, session):
     """A stored turn's input fragment said "Not from a stored message: the new input (not stored yet)", with
@@ -255,6 +267,36 @@ def test_new_turns_written_by_the_agent_are_picked_up(qtbot, pane, session):
         session.changed.emit()  # what the session's file poll emits when another process wrote
     history = [f.stored_ids[0] for f in blocker.args[0].prompt.fragments_from("message-history")]
     assert history[-1] == "m-new" and pane.last_spin.value() == 4
+
+
+def test_the_fragment_being_read_stays_selected_when_the_prompt_is_assembled_again(qtbot, pane, session):
+    """Each assembly selected the first memory fragment, so when another program wrote to the thread (or an
+    option changed) the fragment the user was reading was swapped for working memory under them (found
+    2026-12-06 browsing the Prompt Inspector while an agent loop wrote turns). The same fragment stays
+    selected when the new prompt still has it; a fragment gone from it gives way to the first memory one."""
+    select(qtbot, pane, Selection("alice", "t-lisbon"))
+    rows = pane.fragment_model.rows()
+    pane.fragment_table.selectRow(next(i for i, r in enumerate(rows) if r.stored_ids == ("m4",)))
+    agent = Memory(session.store, MemoryOptions(last_messages=4, working_memory={"enabled": True}), name="assistant")
+    agent.save_messages([Message.user("Also book a fado show.", thread_id="t-lisbon", resource_id="alice",
+                                      created_at=T0 + timedelta(minutes=10), id="m-new")])
+    with qtbot.waitSignal(pane.assembled, timeout=15_000):
+        session.changed.emit()  # what the session's file poll emits when another process wrote
+    assert pane.selected_fragment().stored_ids == ("m4",)
+    assert [r.stored_ids for r in pane.fragment_model.rows()].index(("m4",)) != rows.index(  # (it moved up)
+        next(r for r in rows if r.stored_ids == ("m4",)))
+    wm = next(i for i, r in enumerate(pane.fragment_model.rows()) if r.source == "working-memory")
+    pane.fragment_table.selectRow(wm)
+    agent.update_working_memory(thread_id="t-lisbon", resource_id="alice",
+                                working_memory="# User Information\n- **First Name**: Alice\n- **Location**: Porto")
+    with qtbot.waitSignal(pane.assembled, timeout=15_000):
+        session.changed.emit()
+    assert pane.selected_fragment().source == "working-memory" and "Porto" in pane.selected_fragment().text
+    history = [i for i, r in enumerate(pane.fragment_model.rows()) if r.source == "message-history"]
+    pane.fragment_table.selectRow(history[0])  # the oldest message shown: the window leaves it behind
+    with qtbot.waitSignal(pane.assembled, timeout=15_000):
+        pane.last_spin.setValue(1)
+    assert pane.selected_fragment() == pane.fragment_model.rows()[pane._first_interesting_row()]
 
 
 def test_an_agent_with_a_history_budget_shows_the_trim(qtbot, no_leaked_widgets, tmp_path):

@@ -479,6 +479,26 @@ def test_new_turns_written_by_an_agent_appear_and_the_view_stays(qtbot: Any, pan
     assert pane.step.turn.input_text == TURNS[5]
 
 
+def test_the_fragment_being_read_stays_selected_when_new_turns_arrive(qtbot: Any, pane: ReplayPane, db: Path,
+                                                                     session: StudioSession) -> None:
+    """The turn shown stayed when another program wrote turns, but it was shown again with the first changed
+    fragment selected, so the fragment the user was reading in its context table was swapped under them
+    (found 2026-12-06 browsing Replay while an agent loop wrote turns)."""
+    open_thread(qtbot, pane)
+    pane.go_to(5)
+    wait_step(qtbot, pane, 5)
+    table, model = pane.view.step_table, pane.view.step_model
+    first = table.currentIndex().row()
+    reading = next(i for i, r in enumerate(model.rows()) if i != first and r.index is not None)
+    table.selectRow(reading)
+    kept = model.row_at(reading)
+    another_agent_turn(db)
+    session.notify_local_write()
+    qtbot.waitUntil(lambda: reread_landed(pane, len(TURNS) + 1), timeout=20_000)
+    wait_step(qtbot, pane, 5)
+    assert model.row_at(table.currentIndex().row()) == kept
+
+
 def another_agent_turn(db: Path) -> None:
     """One more turn of the open thread, written through another connection, as an agent process would."""
     from core import Agent

@@ -72,7 +72,9 @@ def test_rows_mark_what_entered_left_and_changed_in_prompt_order(source: ReplayT
     assert rows[first_left + len(left)].source == "message-history"
     assert sum(r.change == "entered" for r in rows) == sum(c.kind == "entered" for c in changes)
     assert all(r.mark == "+ entered" and r.why == "new message" for r in rows if r.change == "entered")
-    assert change_summary(changes) == "+2 entered · −2 left (outside the history window ×2, new message ×2)"
+    # Each count with its own reasons: "−2 left (outside the history window ×2, new message ×2)" read as four
+    # reasons for two fragments that left (found 2026-12-06 walking Replay on a 20,000-message thread).
+    assert change_summary(changes) == "+2 entered (new message ×2) · −2 left (outside the history window ×2)"
     assert change_summary([]) == "no change in the context"
     assert step_rows(cur) and all(r.change is None for r in step_rows(cur))
 
