@@ -41,6 +41,7 @@ from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
 from core.transfer.errors import ExportFormatError, ExportWriteError, TransferError
 from core.terminal_text import printable
+from core.stored_text import json_text
 
 FORMAT = "memory-studio-export"
 VERSION = 1
@@ -73,7 +74,7 @@ class Streamed:
 def dumps(data: Mapping[str, Any]) -> str:
     if any(isinstance(v, Streamed) for v in data.values()):
         return "".join(_json_chunks(data))
-    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    return json_text(data, ensure_ascii=False, indent=2) + "\n"
 
 
 def _json_chunks(data: Mapping[str, Any]) -> Iterator[str]:
@@ -104,7 +105,7 @@ def _json_chunks(data: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _nested(value: Any, newline: str) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2).replace("\n", newline)
+    return json_text(value, ensure_ascii=False, indent=2).replace("\n", newline)
 
 
 def render_chunks(data: Mapping[str, Any], fmt: str) -> Iterator[str]:
