@@ -19,13 +19,15 @@ import json
 import re
 from typing import IO, Any, Callable
 
+from core.errors import MemoryStudioError
+
 CHUNK = 1 << 20  # bytes read and decoded at a time
 _NUMBER_TAIL = 8  # a value ending this close to the piece's end is parsed again with more (a number's
 # prefix parses: "1" of "1e+21"; what it leaves unread before the piece's end is at most "e+")
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's white space, no more (``str.isspace`` takes others)
 
 
-class _NotTaken(Exception):
+class _NotTaken(MemoryStudioError):
     """The file needs the whole-text reader (which says what is wrong with it)."""
 
 
