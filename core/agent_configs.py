@@ -40,6 +40,7 @@ from core.storage import schema as t
 from core.storage.memory_store import Thread
 from core.timeutil import iso_now, parse_iso
 from core.working_memory_schema import WorkingMemoryError, check_schema
+from core.stored_text import json_text
 
 logger = logging.getLogger(__name__)
 
@@ -243,7 +244,7 @@ def register_agent(store: Store, name: str, config: Mapping[str, Any]) -> bool:
     if store.read_only or not _has_table(store, t.agent_registry.name):
         return False
     values = {
-        "name": name, "config": json.dumps(dict(config), default=str),
+        "name": name, "config": json_text(dict(config), default=str),
         "process": f"{socket.gethostname()}:{os.getpid()}", "updatedAt": iso_now(),
     }
     with store.db.write() as conn:
@@ -331,7 +332,7 @@ def save_override(
         key = conn.execute(
             t.memory_configs.insert().values(
                 name=name, template=template,
-                schema=json.dumps(dict(schema), ensure_ascii=False) if schema is not None else None,
+                schema=json_text(dict(schema), ensure_ascii=False) if schema is not None else None,
                 author=author, createdAt=now,
             )
         ).inserted_primary_key

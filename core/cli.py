@@ -7,7 +7,6 @@ non-zero exit; nothing here opens a window (the Studio's entry point dispatches 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -29,6 +28,7 @@ from core.transfer.commands import COMMANDS as TRANSFER_COMMANDS
 from core.transfer.commands import add_parsers as add_transfer_parsers
 from core.checks import cli as checks_cli
 from core.edits import commands as edit_commands
+from core.stored_text import json_text
 
 COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo", "serve",
             "mcp", "tokens", *TRANSFER_COMMANDS, *checks_cli.COMMANDS, *edit_commands.COMMANDS)
@@ -380,7 +380,7 @@ def _threads(args: argparse.Namespace, out: TextIO) -> int:
     with open_cli_store(args.db, read_only=True) as store:
         rows = store.memory.thread_summaries(args.resource)
     if args.json:
-        out.write(json.dumps([{**s.thread.to_dict(), "messageCount": s.message_count,
+        out.write(json_text([{**s.thread.to_dict(), "messageCount": s.message_count,
                                "lastActivity": s.last_activity.isoformat() if s.last_activity else None}
                               for s in rows], ensure_ascii=False, indent=2) + "\n")
         return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, Mapping, TypeVar
 
@@ -251,7 +252,8 @@ class ObservationalMemoryOptions:
         for name in ("observer_model", "reflector_model"):
             _keep_model(self, name, f"observational_memory.{name}")
         bt = self.buffer_tokens
-        if bt is not False and (isinstance(bt, bool) or not isinstance(bt, (int, float)) or bt <= 0):
+        if bt is not False and (isinstance(bt, bool) or not isinstance(bt, (int, float)) or not bt > 0
+                                or not math.isfinite(bt)):
             raise OptionsError("observational_memory.buffer_tokens must be a fraction of message_tokens (0.2), a "
                                f"token count, or False to observe synchronously; got {bt!r}.")
         if bt is not False and bt >= 1 and bt >= self.message_tokens:
@@ -267,7 +269,8 @@ class ObservationalMemoryOptions:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1 \
+                    or not math.isfinite(value):  # NaN and infinity passed, then int() of them raised in a turn
                 raise OptionsError(f"observational_memory.{name} must be a multiplier of the threshold (1.2) or a "
                                    f"token count of at least 100, got {value!r}.")
             if value >= 100 and value < threshold:

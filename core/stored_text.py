@@ -57,20 +57,33 @@ def stored_json(value: Any, *, default: Callable[[Any], Any] | None = None,
     an API caller's metadata) is written ``null``, as JavaScript's ``JSON.stringify`` writes it: Python's
     ``json`` would write the bare word ``NaN``, which is not JSON, and Mastra's ``JSON.parse`` of the row, an
     export of it and our own import then all fail."""
+    return json_text(value, ensure_ascii=False, separators=separators, default=default)
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``json.dumps(value, **options)``, byte for byte, when every float in ``value`` is finite; a float that
+    is not (NaN, Infinity) is written ``null``, and such a float as a key ``"NaN"`` / ``"Infinity"``, as
+    ``JSON.stringify`` writes them. Every JSON the engine stores or writes to a file goes through here (or
+    ``stored_json``), so no reader (Mastra's ``JSON.parse``, Postgres, our import) meets a bare ``NaN``."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=separators, default=default, allow_nan=False)
-    except ValueError:  # (rare: only a value holding such a float pays for the walk)
-        return json.dumps(_finite(value, default), ensure_ascii=False, separators=separators, default=default,
-                          allow_nan=False)
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:  # (rare: only a value holding such a float pays for the walk; a cycle raises again)
+        return json.dumps(_finite(value, options.get("default")), allow_nan=False, **options)
 
 
 def _finite(value: Any, default: Callable[[Any], Any] | None) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v, default) for k, v in value.items()}
+        return {_finite_key(k): _finite(v, default) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_finite(v, default) for v in value]
     if default is not None and not isinstance(value, (str, int, bool, type(None))):
         return _finite(default(value), None)
     return value
+
+
+def _finite_key(key: Any) -> Any:
+    if isinstance(key, float) and not math.isfinite(key):
+        return "NaN" if math.isnan(key) else "Infinity" if key > 0 else "-Infinity"
+    return key

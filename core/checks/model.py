@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from core.errors import MemoryStudioError
+from core.stored_text import json_text
 
 TEXT_ASSERTIONS = ("prompt_contains", "prompt_excludes", "recalled", "working_memory_contains")
 ASSERTIONS = (*TEXT_ASSERTIONS, "max_tokens")
@@ -197,7 +198,7 @@ def save_checks(path: str | os.PathLike[str], checks: Sequence[Check]) -> None:
     if _is_yaml(where):
         text = _yaml().safe_dump(records, allow_unicode=True, sort_keys=False)
     else:
-        text = json.dumps(records, ensure_ascii=False, indent=2) + "\n"
+        text = json_text(records, ensure_ascii=False, indent=2) + "\n"
     tmp = where.with_name(where.name + ".tmp")
     where.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(text, encoding="utf-8")

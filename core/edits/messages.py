@@ -26,7 +26,7 @@ from core.messages import Message, MessageFormatError, normalize_content
 from core.scopes import check_thread_owner
 from core.storage import catalog, dialect, locks
 from core.storage.memory_store import InvalidArgumentError, NotFoundError, check_text
-from core.stored_text import decode_stored_text
+from core.stored_text import decode_stored_text, json_text
 from core.timeutil import Clock, iso_now, parse_iso
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,7 +89,7 @@ def _select(conn: sa.Connection, ids: Sequence[str]) -> dict[str, dict[str, Any]
 
 
 def _dump_row(row: Mapping[str, Any] | None) -> str | None:
-    return None if row is None else json.dumps({k: row.get(k) for k in _FIELDS}, ensure_ascii=False,
+    return None if row is None else json_text({k: row.get(k) for k in _FIELDS}, ensure_ascii=False,
                                                separators=(",", ":"))
 
 
@@ -201,7 +201,7 @@ def _new_content(current: dict[str, Any], message_id: str, text: str | None, con
         raise InvalidArgumentError("content must be a format-2 content object (a dict with 'format': 2 and "
                                    "'parts'); to change only the words, pass text=... instead.")
     try:
-        return normalize_content(json.dumps(dict(content), ensure_ascii=False), message_id=message_id)
+        return normalize_content(json_text(dict(content), ensure_ascii=False), message_id=message_id)
     except (TypeError, ValueError, MessageFormatError) as exc:
         raise InvalidArgumentError(f"The new content of message {message_id} is not usable: {exc}") from None
 
@@ -232,7 +232,7 @@ def edit(store: "Store", message_id: str, *, resource_id: str, text: str | None 
                     f"The new content of message {message_id} holds only working-memory traffic, which is never "
                     "stored in messages. Nothing was changed; edit working memory in its own editor.")
             new = hidden
-        stored = json.dumps(new, ensure_ascii=False, separators=(",", ":"))
+        stored = json_text(new, ensure_ascii=False, separators=(",", ":"))
         check_text(stored, f"The new content of message {message_id!r}")
         check_rows([(message_id, row["thread_id"], stored)], max_bytes)
         if new == current:

@@ -8,6 +8,7 @@ vLLM, llama.cpp) accepts, so the engine never needs a per-provider translation l
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -119,6 +120,14 @@ def parse_tool_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
+def _count(value: Any) -> int:
+    """A token count a server reported: a number that is not finite (Python's parser takes ``NaN`` and
+    ``Infinity`` from a reply; ``int()`` of them raised and ended the turn) counts as not reported (0)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return int(value or 0)
+
+
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int
@@ -129,9 +138,9 @@ class Usage:
     def from_dict(cls, data: dict[str, Any] | None) -> Usage | None:
         if not data:
             return None
-        prompt = int(data.get("prompt_tokens") or 0)
-        completion = int(data.get("completion_tokens") or 0)
-        total = int(data.get("total_tokens") or (prompt + completion))
+        prompt = _count(data.get("prompt_tokens"))
+        completion = _count(data.get("completion_tokens"))
+        total = _count(data.get("total_tokens")) or prompt + completion
         return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
 
     def to_dict(self) -> dict[str, int]:

@@ -11,7 +11,6 @@ chunk is appended only when it starts where the list (or the cursor) ends.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -25,6 +24,7 @@ from core.observational.store import row_studio as _studio
 from core.storage import locks
 from core.storage import schema as t
 from core.storage.memory_store import json_col, load_json
+from core.stored_text import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
@@ -95,9 +95,9 @@ def commit_chunk(
             "messageTokens": chunk.message_tokens, "tokens": chunk.token_count})
         studio.pop("observerBackoff", None)
         conn.execute(OM.update().where(OM.c.id == head["id"]).values(
-            bufferedObservationChunks=json.dumps([c.to_json() for c in chunks], ensure_ascii=False),
+            bufferedObservationChunks=json_text([c.to_json() for c in chunks], ensure_ascii=False),
             bufferedObservationTokens=sum(c.token_count for c in chunks),
-            bufferedMessageIds=json.dumps([i for c in chunks for i in c.message_ids]),
+            bufferedMessageIds=json_text([i for c in chunks for i in c.message_ids]),
             lastBufferedAtTokens=sum(c.message_tokens for c in chunks), lastBufferedAtTime=chunk.last_observed_at,
             isBufferingObservation=0, metadata=_metadata_with(head, studio), updatedAt=now,
         ))
@@ -140,10 +140,10 @@ def commit_activation(store: "Store", *, record: OMRecord, thread_id: str, activ
             lastObservedAt=last.last_observed_at, pendingMessageTokens=activation.pending_after,
             totalTokensObserved=int(head.get("totalTokensObserved") or 0)
             + sum(c.message_tokens for c in activation.chunks),
-            observedMessageIds=json.dumps(merge_observed_ids(record.observed_message_ids, observed)),
-            bufferedObservationChunks=json.dumps([c.to_json() for c in left], ensure_ascii=False) if left else None,
+            observedMessageIds=json_text(merge_observed_ids(record.observed_message_ids, observed)),
+            bufferedObservationChunks=json_text([c.to_json() for c in left], ensure_ascii=False) if left else None,
             bufferedObservationTokens=sum(c.token_count for c in left) or None,
-            bufferedMessageIds=json.dumps([i for c in left for i in c.message_ids]) if left else None,
+            bufferedMessageIds=json_text([i for c in left for i in c.message_ids]) if left else None,
             lastBufferedAtTokens=sum(c.message_tokens for c in left),
             metadata=_metadata_with(head, studio), updatedAt=now,
         ))
@@ -224,14 +224,14 @@ def commit_generation(store: "Store", *, record: OMRecord, active: str, tokens: 
             originType="reflection", generationCount=record.generation_count + 1, activeObservations=active,
             observationTokenCount=tokens, lastObservedAt=record.last_observed_at, lastReflectionAt=now,
             totalTokensObserved=record.total_tokens_observed, pendingMessageTokens=record.pending_message_tokens,
-            observedMessageIds=json.dumps(record.observed_message_ids),
+            observedMessageIds=json_text(record.observed_message_ids),
             observedTimezone=record.observed_timezone or "UTC",
             bufferedObservationChunks=head.get("bufferedObservationChunks"),
             bufferedObservationTokens=head.get("bufferedObservationTokens"),
             bufferedMessageIds=head.get("bufferedMessageIds"),
             lastBufferedAtTokens=int(head.get("lastBufferedAtTokens") or 0),
             lastBufferedAtTime=head.get("lastBufferedAtTime"),
-            metadata=json.dumps({STUDIO_KEY: studio}, ensure_ascii=False),
+            metadata=json_text({STUDIO_KEY: studio}, ensure_ascii=False),
         )
         conn.execute(OM.insert().values(**row))
         return _fresh(conn, row["id"])

@@ -9,7 +9,6 @@ messages are "unobserved" can never run ahead of the observations that cover the
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +23,7 @@ from core.storage import locks
 from core.storage import schema as t
 from core.storage.memory_store import MessageQuery, dump_json, json_col, load_json
 from core.timeutil import iso_now, parse_iso, to_iso
+from core.stored_text import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
@@ -141,7 +141,7 @@ def _new_row(key: str, scope: str, thread_id: str | None, resource_id: str | Non
     return {
         "id": str(uuid.uuid4()), "lookupKey": key, "scope": scope, "resourceId": resource_id,
         "threadId": thread_id if scope == "thread" else None, "activeObservations": "",
-        "activeObservationsPendingUpdate": None, "originType": "initial", "config": json.dumps(dict(config)),
+        "activeObservationsPendingUpdate": None, "originType": "initial", "config": json_text(dict(config)),
         "generationCount": 0, "lastObservedAt": None, "lastReflectionAt": None, "pendingMessageTokens": 0,
         "totalTokensObserved": 0, "observationTokenCount": 0, "isObserving": 0, "isReflecting": 0,
         "observedMessageIds": None, "observedTimezone": "UTC", "bufferedObservations": None,
@@ -180,7 +180,7 @@ def metadata_with(row: Mapping[str, Any], studio: Mapping[str, Any]) -> str:
     meta = load_json(row.get("metadata")) if row.get("metadata") not in (None, "") else None
     meta = dict(meta) if isinstance(meta, Mapping) else {}
     meta[STUDIO_KEY] = dict(studio)
-    return json.dumps(meta, ensure_ascii=False)
+    return json_text(meta, ensure_ascii=False)
 
 
 def commit_observation(
@@ -216,7 +216,7 @@ def commit_observation(
             activeObservations=obs.active_observations, observationTokenCount=obs.observation_tokens,
             lastObservedAt=obs.cursor.created_at, pendingMessageTokens=obs.pending_after,
             totalTokensObserved=total + obs.tokens_observed,
-            observedMessageIds=json.dumps(merge_observed_ids(old_ids, obs.observed_ids)),
+            observedMessageIds=json_text(merge_observed_ids(old_ids, obs.observed_ids)),
             metadata=metadata_with(row, studio), updatedAt=now,
         ))
         hints: dict[str, Any] = {"lastObservedAt": obs.cursor.created_at,
@@ -262,7 +262,7 @@ def commit_reflection(store: "Store", *, record: OMRecord, reflection: str, toke
             originType="reflection", generationCount=record.generation_count + 1, activeObservations=reflection,
             observationTokenCount=tokens, lastObservedAt=record.last_observed_at, lastReflectionAt=now,
             totalTokensObserved=record.total_tokens_observed, pendingMessageTokens=0,
-            observedMessageIds=json.dumps(record.observed_message_ids),
+            observedMessageIds=json_text(record.observed_message_ids),
             observedTimezone=record.observed_timezone or "UTC",
         )
         conn.execute(OM.insert().values(**row))

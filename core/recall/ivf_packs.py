@@ -35,6 +35,7 @@ from core.recall.schema import PACKS_MIGRATION, ensure_pack_triggers, quoted
 from core.recall.tables import IVF_PACKS, IVF_ROWS, IVF_TABLE
 from core.recall.vector_table import RawRow, TableInfo, decode_stored, inspect, row_columns, unit_rows
 from core.storage import catalog, migrations
+from core.stored_text import json_text
 
 MAX_CHUNKS = 8  # a list with more chunks than this is merged into one
 DELTA_SHARE = 1 / 50  # pack a partition's unpacked entries once they are this share of its rows
@@ -97,7 +98,7 @@ def write_pack(conn: sa.Connection, ivf_id: int, list_no: int, chunk: int, rows:
     """Store one chunk of a list (``rows`` sorted by row id); ``mark``: point the rows' list entries
     at it (the caller inserted them pointing there already otherwise)."""
     # Flat arrays: parsed three times faster than one array per row (the pack is read on a search).
-    meta = json.dumps({"message_ids": rows.message_ids, "thread_ids": rows.thread_ids, "created_at": rows.created_at,
+    meta = json_text({"message_ids": rows.message_ids, "thread_ids": rows.thread_ids, "created_at": rows.created_at,
                        "unknown_model": [i for i, u in enumerate(rows.unknown) if u]}, ensure_ascii=False)
     conn.exec_driver_sql(
         f"INSERT INTO {IVF_PACKS} (ivf_id, list, chunk, n, row_ids, meta, vectors) VALUES (?, ?, ?, ?, ?, ?, ?)",

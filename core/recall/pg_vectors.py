@@ -12,7 +12,6 @@ so every process of a fleet sees every other's vectors at once.
 
 from __future__ import annotations
 
-import json
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from core.recall.vector_table import VectorState
 from core.storage import catalog
 from core.storage.pg import cursor
 from core.storage.pg.adapt import HNSW_SESSION
+from core.stored_text import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage.database import Database
@@ -100,7 +100,7 @@ def _jsonb(meta: dict[str, Any]) -> str:
     itself keeps its NUL, and the row's ``content_hash`` is of the text as it is."""
     if any(type(v) is str and "\x00" in v for v in meta.values()):
         meta = {k: v.replace("\x00", "\ufffd") if type(v) is str else v for k, v in meta.items()}
-    return json.dumps(meta, ensure_ascii=False)
+    return json_text(meta, ensure_ascii=False)
 
 
 def delete_where(conn: sa.Connection, table: str, key: str, values: list[str]) -> int:

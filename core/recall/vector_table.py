@@ -18,6 +18,7 @@ from core.recall.schema import STATE_TABLE, columns, quoted
 from core.storage import bulk, driver_sql
 from core.storage.bulk import json_rows_param, plain_text
 from core.storage.catalog import has_table
+from core.stored_text import json_text
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,6 @@ def unit_rows(vecs: np.ndarray) -> np.ndarray:
     return out
 
 
-_encode = json.JSONEncoder(ensure_ascii=False).encode
 _quote = json.encoder.encode_basestring  # json's own string quoting (C)
 
 
@@ -198,7 +198,7 @@ def _metadata_json(meta: dict[str, Any]) -> str:
         templates = _TEMPLATES.get(keys) or _templates(keys)
         return templates[0] % tuple(map(_quote, meta.values()))
     except TypeError:  # a value or key that is not a string (None, a number): the encoder says it
-        return _encode(meta)
+        return json_text(meta, ensure_ascii=False)
 
 
 def _metadata_texts(metas: Sequence[dict[str, Any]]) -> list[str]:

@@ -50,6 +50,7 @@ from core.errors import MemoryStudioError
 from core.options import MemoryOptions, options_merge
 from core.timeutil import to_iso
 from core.tokens import REPLY_PRIMER
+from core.stored_text import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.context_window import PromptBudget
@@ -513,7 +514,7 @@ def encode(record: TurnRecord, text_keys: Mapping[str, str], options_json: str |
         data["fh"] = list(record.facts)
     elif not record.read_back:
         data["fh"] = list(facts_hashes(record))
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return json_text(data, separators=(",", ":"), ensure_ascii=False)
 
 
 def _short_model(model: str | None) -> str | None:
@@ -522,7 +523,7 @@ def _short_model(model: str | None) -> str | None:
 
 
 def _format_text(fmt: Any) -> str:
-    return json.dumps(fmt, ensure_ascii=False, separators=(",", ":"))
+    return json_text(fmt, ensure_ascii=False, separators=(",", ":"))
 
 
 def sent_texts(sent: Mapping[str, Any]) -> dict[str, str | list[str]]:

@@ -18,6 +18,7 @@ from core.replay import tools as tool_defs
 from core.replay.record import DamagedRecordError, TurnRecord, decode, encode, long_texts, parse, text_key
 from core.storage import schema as t
 from core.timeutil import parse_iso, to_iso
+from core.stored_text import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
@@ -96,7 +97,7 @@ def write(conn: sa.Connection, store: "Store", record: TurnRecord, *, options_js
         'thread_id = excluded.thread_id, resource_id = excluded.resource_id, wm_version_id = excluded.wm_version_id, '
         'record = excluded.record, texts = excluded.texts, "createdAt" = excluded."createdAt"',
         (record.input_message_id, record.thread_id, record.resource_id, record.wm_version_id,
-         encode(record, keys, options_json), json.dumps(new, ensure_ascii=False) if new else None, to_iso(record.created_at)),
+         encode(record, keys, options_json), json_text(new, ensure_ascii=False) if new else None, to_iso(record.created_at)),
     )
     return True
 

@@ -23,6 +23,7 @@ from core.storage import catalog
 from core.storage.schema import TOOL_DEFS_TABLE as DEFS_TABLE
 from core.storage.schema import TOOL_SETS_TABLE as SETS_TABLE
 from core.timeutil import iso_now
+from core.stored_text import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
@@ -35,7 +36,7 @@ _HAS = "tool_definition_tables"
 def definition_text(definition: Mapping[str, Any]) -> str:
     """A definition's stored text: compact JSON in the order it was sent (a schema's property order
     is part of what the model reads)."""
-    return json.dumps(definition, ensure_ascii=False, separators=(",", ":"))
+    return json_text(definition, ensure_ascii=False, separators=(",", ":"))
 
 
 def key_of(text: str) -> str:
@@ -79,7 +80,7 @@ def write_rows(conn: sa.Connection, definitions: Mapping[str, str], sets: Mappin
     for key, text in definitions.items():
         written += _insert(conn, DEFS_TABLE, "definition", key, text, now)
     for key, members in sets.items():
-        written += _insert(conn, SETS_TABLE, "members", key, json.dumps(list(members)), now)
+        written += _insert(conn, SETS_TABLE, "members", key, json_text(list(members)), now)
     return written
 
 

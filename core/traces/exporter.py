@@ -54,6 +54,7 @@ from core.traces.store import DuckDBObservabilityStore, RetentionSettings
 from core.traces.live import Lease, WriterLease, running_writer
 from core.traces.locking import StoreBusy
 from core.traces.spans import PruneResult, SpanRecord
+from core.stored_text import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.traces.tracer import Span
@@ -464,7 +465,7 @@ class DuckDBSpanExporter:
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
             with open(target, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(span.to_json_dict(), ensure_ascii=True, default=str) + "\n")
+                fh.write(json_text(span.to_json_dict(), ensure_ascii=True, default=str) + "\n")
             kept = f"kept in {target.name}"
         except OSError as err:
             kept = f"not kept ({err})"
@@ -554,11 +555,11 @@ def _spill_line(span: SpanRecord) -> str:
     """One span as a JSONL line; text that has no UTF-8 form (a lone surrogate) is escaped, so a
     spill never fails on a span (importing it back then sets it aside)."""
     data = span.to_json_dict()
-    line = json.dumps(data, ensure_ascii=False, default=str) + "\n"
+    line = json_text(data, ensure_ascii=False, default=str) + "\n"
     try:
         line.encode("utf-8")
     except UnicodeEncodeError:
-        line = json.dumps(data, ensure_ascii=True, default=str) + "\n"
+        line = json_text(data, ensure_ascii=True, default=str) + "\n"
     return line
 
 

@@ -19,7 +19,6 @@ The record has already been redacted by the tracer: this module never sees a sec
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from opentelemetry.semconv.attributes import error_attributes
 from opentelemetry.trace import SpanKind
 
 from core.traces.spans import SpanRecord, SpanType, decode_json
+from core.stored_text import json_text
 
 AttributeValue = str | bool | int | float | Sequence[str]
 
@@ -209,7 +209,7 @@ def _content_parts(content: Any) -> list[dict[str, Any]]:
 
 
 def _json(value: Any, max_chars: int) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    text = json_text(value, ensure_ascii=False, default=str)
     return text if len(text) <= max_chars else text[:max_chars] + _CUT
 
 

@@ -24,7 +24,6 @@ keepalives, set on the session to about a minute). Readers look at ``pg_locks``,
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import threading
@@ -44,6 +43,7 @@ from core.traces.locking import StoreBusy
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
 from core.traces.spans import COLUMNS, SPANS_TABLE, PruneResult, SpanRecord
 from core.traces.store import RetentionSettings, TraceStoreReadOnlyError, age_cutoff, one_per_span, retention_limit
+from core.stored_text import json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage.database import Database
@@ -532,7 +532,7 @@ def _row(span: SpanRecord, columns: tuple[str, ...], now: datetime) -> tuple[Any
             values[column] = _naive_utc(value)
             values[f"{column}Z"] = as_utc(value).isoformat()
         elif kind == "json":
-            values[column] = _text(_JSON_NUL.sub(r"\1\\ufffd", json.dumps(value, ensure_ascii=False, default=str)))
+            values[column] = _text(_JSON_NUL.sub(r"\1\\ufffd", json_text(value, ensure_ascii=False, default=str)))
         elif kind == "bool":
             values[column] = bool(value)
         else:

@@ -10,7 +10,6 @@ microsecond (Mastra's text has milliseconds), ``isEvent`` is ``BOOLEAN``. Every 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -52,6 +51,7 @@ from core.traces.live import writer_alive
 from core.traces.reader import DEFAULT_READ_BUDGET_S, SpanReader, iter_chunks
 from core.timeutil import as_utc, utc_now_ms
 from core.traces.recovery import is_broken_file_error, set_aside_if_broken
+from core.stored_text import json_text
 
 DEFAULT_OBSERVABILITY_PATH = Path(".temp") / "observability.duckdb"
 SCHEMA_VERSION_TABLE = "observability_schema_version"
@@ -176,7 +176,7 @@ def _column_values(spans: Sequence[SpanRecord], column: str, attr: str, kind: st
     if kind == "ts":
         return [None if v is None else _ts_param(v) for v in values]
     if kind == "json":
-        dumps = json.dumps
+        dumps = json_text
         return [None if v is None else dumps(v, ensure_ascii=False, default=str) for v in values]
     if kind == "bool":
         return [None if v is None else bool(v) for v in values]
@@ -196,7 +196,7 @@ def _row_params(span: SpanRecord, now: datetime) -> list[object]:
         elif kind == "ts":
             params.append(_ts_param(value))
         elif kind == "json":
-            params.append(json.dumps(value, ensure_ascii=False, default=str))
+            params.append(json_text(value, ensure_ascii=False, default=str))
         elif kind == "bool":
             params.append(bool(value))
         else:

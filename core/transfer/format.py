@@ -39,8 +39,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TextIO
 from core.message_size import DEFAULT_MAX_MESSAGE_BYTES
 from core.working_memory import DEFAULT_MAX_WORKING_MEMORY_BYTES
 from core.transfer import sections
+from core.transfer.stream_json import load_pieces
 from core.transfer.errors import ExportFormatError, ExportWriteError, TransferError
 from core.terminal_text import printable
+from core.stored_text import json_text
 
 FORMAT = "memory-studio-export"
 VERSION = 1
@@ -73,7 +75,7 @@ class Streamed:
 def dumps(data: Mapping[str, Any]) -> str:
     if any(isinstance(v, Streamed) for v in data.values()):
         return "".join(_json_chunks(data))
-    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    return json_text(data, ensure_ascii=False, indent=2) + "\n"
 
 
 def _json_chunks(data: Mapping[str, Any]) -> Iterator[str]:
@@ -104,7 +106,7 @@ def _json_chunks(data: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _nested(value: Any, newline: str) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2).replace("\n", newline)
+    return json_text(value, ensure_ascii=False, indent=2).replace("\n", newline)
 
 
 def render_chunks(data: Mapping[str, Any], fmt: str) -> Iterator[str]:
@@ -231,19 +233,80 @@ _NOT_AN_EXPORT = (
 _CHOOSE = "Choose the .json file written by 'memory-studio export'."
 
 
+#: What import holds at its peak, as a multiple of the file's size: the rows parsed from it and a piece of its
+#: text (measured: 1.14 for a 1.0 GB export; docs/ARCHITECTURE.md, Figures), with a margin.
+MEMORY_PER_FILE_BYTE = 1.5
+#: The same for a file read whole (one the piece reader does not take, to say what is wrong with it; a pipe):
+#: its text and the rows parsed from it (measured: 2.06).
+WHOLE_TEXT_PER_FILE_BYTE = 2.5
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can give without swapping (Linux's ``MemAvailable``); None elsewhere."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_fits(size: int, name: str = "the file", available: int | None = None) -> None:
+    """Refuse, before reading a byte, a file whose import needs more memory than the machine has available
+    (``available``: default ``available_memory()``; not known: no check). Import holds every row of the
+    file at once (one transaction writes them all)."""
+    available = available_memory() if available is None else available
+    need = int(size * MEMORY_PER_FILE_BYTE)
+    if available is None or need <= available:
+        return
+    raise ExportFormatError(
+        f"{name} is {_size(size)}; importing it needs about {_size(need)} of memory (import holds all of its rows "
+        f"at once, about {MEMORY_PER_FILE_BYTE:g} times the file's size), and this machine has {_size(available)} "
+        "available. Nothing was imported. Close other programs and import again, or export the resource's threads "
+        "one at a time ('memory-studio export --thread ID -o FILE') and import each file.")
+
+
+def _check_whole_fits(size: int, name: str, available: int | None = None) -> None:
+    """A file the piece reader did not take is read whole to say what is wrong with it: refuse that too when
+    it needs more memory than is available, saying the file is not a readable export."""
+    available = available_memory() if available is None else available
+    if available is None or int(size * WHOLE_TEXT_PER_FILE_BYTE) <= available:
+        return
+    raise ExportFormatError(
+        f"{name} is not an export import can read (not UTF-8 JSON holding one object, cut off, or holding a value "
+        f"such as NaN that JSON has not), and at {_size(size)} it is too large to be read whole to say where "
+        f"({_size(int(size * WHOLE_TEXT_PER_FILE_BYTE))} of memory; {_size(available)} available). Nothing was "
+        "imported. Check it with 'python -m json.tool FILE > /dev/null', or export it again.")
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and check an export file. Every error names it as given (``shown_path``), says what is wrong
     and what to do: a missing file, a folder, a device, an unreadable file, an empty or cut-off one, a
     gzip, zip, SQLite or UTF-16 file, bytes that are not UTF-8, and what ``loads`` refuses."""
     name = shown_path(path)
     p = Path(path).expanduser()
+    data: dict[str, Any] | None = None
     try:
         mode = p.stat().st_mode
         if stat.S_ISDIR(mode):
             raise ExportFormatError(f"{name} is a folder. {_CHOOSE}")
         if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a pipe is read (process substitution); a device never ends
             raise ExportFormatError(f"{name} is not a regular file (a device or a socket). {_CHOOSE}")
-        raw = p.read_bytes()
+        if stat.S_ISREG(mode):
+            check_fits(p.stat().st_size, name)
+            # In pieces: the text is never held whole beside the rows. A file it does not take (any problem)
+            # is read whole below, whose errors say what is wrong; a pipe cannot be read twice, so it is too.
+            with p.open("rb") as fh:
+                data = load_pieces(fh, _not_json)
+            if data is None:
+                _check_whole_fits(p.stat().st_size, name)
+        raw = p.read_bytes() if data is None else b""
     except FileNotFoundError:
         raise ExportFormatError(f"{name} does not exist. Check the path of the export file.") from None
     except IsADirectoryError:
@@ -254,6 +317,9 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     except OSError as exc:  # a name too long, an input/output error, a folder on the path that is a file
         reason = exc.strerror or str(exc) or type(exc).__name__
         raise ExportFormatError(f"{name} cannot be read: {reason}. Check the path of the export file.") from None
+    if data is not None:
+        validate(data, name=name)
+        return data
     for magic, what in _NOT_AN_EXPORT:
         if raw.startswith(magic):
             raise ExportFormatError(f"{name} {what}.")
@@ -262,6 +328,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
                                 "copy was cut short, copy or export it again.")
     try:
         text = raw.decode("utf-8-sig")  # a byte-order mark (an editor on Windows) is not content
+        del raw  # the bytes are not held while the text is parsed: a copy of the file's size less at the peak
     except UnicodeDecodeError as exc:
         if b"\x00" in raw[:8192]:
             raise ExportFormatError(f"{name} is not a text file (it holds binary data). {_CHOOSE}") from None

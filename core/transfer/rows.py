@@ -12,7 +12,6 @@ them), and values are bound as each column's type wants them (a 0/1 flag as a bo
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
@@ -20,6 +19,7 @@ import sqlalchemy as sa
 from core.storage import catalog
 from core.storage.capabilities import capabilities_of
 from core.storage.errors import UnreadableValueError
+from core.stored_text import json_text
 
 BLOB_KEY = "$base64"
 _CACHE_KEY = "memory-studio:transfer-columns"
@@ -150,7 +150,7 @@ def _for_postgres(value: Any, declared: str) -> Any:
     if "BOOL" in declared:
         return value.strip().lower() in ("1", "true", "t") if isinstance(value, str) else bool(value)
     if "JSON" in declared:
-        return json.dumps(value, ensure_ascii=False)
+        return json_text(value, ensure_ascii=False)
     if ("TEXT" in declared or "CHAR" in declared) and not isinstance(value, (bytes, str)):
         return str(value)
     return value
