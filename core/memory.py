@@ -542,26 +542,32 @@ class Memory:
     # -- edits (core/edits): versioned, owner-checked, followed by recall ------------------------
     def edit_message(
         self, message_id: str, *, resource_id: str, text: str | None = None, content: Any = None,
-        author: str = "api",
+        author: str = "api", expected: Any = None,
     ) -> Message:
         """Change a stored message's text (``text=``) or whole content (``content=``), keeping a version
         (who, when, before, after) that ``undo_message_edit`` can revert. Recall follows: the message
-        gets a new vector and keyword doc. Turns that ran before the edit still rebuild as they were."""
+        gets a new vector and keyword doc. Turns that ran before the edit still rebuild as they were.
+        ``expected``: the content the caller read (``Message.content``); if the message holds something else
+        by the time the edit writes (another program changed it), ``EditConflictError`` and nothing changes."""
         from core.edits import messages as edits
 
         message, changed = edits.edit(self.store, message_id, resource_id=resource_id, text=text, content=content,
                                       author=author, clock=self.clock, max_bytes=self.options.max_message_bytes,
-                                      hide=hide_working_memory)
+                                      hide=hide_working_memory, expected=expected)
         if changed:
             self._recall_follow([message_id])
         return message
 
-    def delete_messages(self, ids: Sequence[str], *, resource_id: str, author: str = "api") -> int:
+    def delete_messages(self, ids: Sequence[str], *, resource_id: str, author: str = "api",
+                        expected: Mapping[str, Any] | None = None) -> int:
         """Delete stored messages of ``resource_id`` (all or none, each kept as a version), with their
-        vectors, keyword docs and passages; the neighbours' passages are rebuilt. Returns how many went."""
+        vectors, keyword docs and passages; the neighbours' passages are rebuilt. Returns how many went.
+        ``expected``: the content the caller read of messages, by id; none is deleted if one of those
+        holds something else by then (``EditConflictError``)."""
         from core.edits import messages as edits
 
-        gone = edits.delete(self.store, ids, resource_id=resource_id, author=author, clock=self.clock)
+        gone = edits.delete(self.store, ids, resource_id=resource_id, author=author, clock=self.clock,
+                            expected=expected)
         if gone:
             self._recall_follow([m.id for m in gone])
         return len(gone)

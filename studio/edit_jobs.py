@@ -135,8 +135,9 @@ def edit_message(store: Store, factory: MemoryFactory, target: MessageTarget, *,
               "as it is now (History… shows the other change).")
     memory, note = memory_for_thread(store, factory, target.thread_id)
     before = len(memory.message_versions(target.message.id, resource_id=target.resource_id))
+    # (checked again in the edit's own transaction: a change in the moment since ``_as_shown`` read it)
     message = memory.edit_message(target.message.id, resource_id=target.resource_id, text=text, content=content,
-                                  author="studio")
+                                  author="studio", expected=target.message.content)
     changed = len(memory.message_versions(target.message.id, resource_id=target.resource_id)) > before
     record = EditRecord("message", target.message.id, target.resource_id, target.thread_id,
                         f"edit of message {short_id(target.message.id)}") if changed else None
@@ -148,7 +149,8 @@ def delete_message(store: Store, factory: MemoryFactory, target: MessageTarget) 
     _as_shown(store, target, "nothing was deleted",
               "Choose Delete Message… again to see it as it is now (History… shows the change).")
     memory, note = memory_for_thread(store, factory, target.thread_id)
-    memory.delete_messages([target.message.id], resource_id=target.resource_id, author="studio")
+    memory.delete_messages([target.message.id], resource_id=target.resource_id, author="studio",
+                           expected={target.message.id: target.message.content})
     return EditOutcome(EditRecord("message", target.message.id, target.resource_id, target.thread_id,
                                   f"delete of message {short_id(target.message.id)}"), None, note)
 

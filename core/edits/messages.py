@@ -209,10 +209,12 @@ def _new_content(current: dict[str, Any], message_id: str, text: str | None, con
 # -- the operations -----------------------------------------------------------------------------------
 def edit(store: "Store", message_id: str, *, resource_id: str, text: str | None = None, content: Any = None,
          author: str = "api", clock: Clock | None = None, max_bytes: int | None = None,
-         hide: Any = None) -> tuple[Message, bool]:
+         hide: Any = None, expected: Any = None) -> tuple[Message, bool]:
     """Change one stored message; returns (the message as stored now, whether anything changed).
 
-    ``hide``: the facade's rule for what may be persisted (working-memory tags); None keeps content as given."""
+    ``hide``: the facade's rule for what may be persisted (working-memory tags); None keeps content as given.
+    ``expected``: the content the caller read and edited (``Message.content``); checked in the edit's own
+    transaction, so a change another program made since is never saved over (``EditConflictError``)."""
     check_id(message_id, "message id", InvalidArgumentError)
     resource_id = _require_resource(resource_id)
     with store.db.write() as conn:
@@ -221,8 +223,14 @@ def edit(store: "Store", message_id: str, *, resource_id: str, text: str | None 
         if row is None:
             raise NotFoundError(f"Message {message_id} not found; it may have been deleted. Nothing was changed.")
         store.db.lock(conn, locks.thread_key(str(row["thread_id"])))
+        # Read again under the thread's lock: on Postgres another writer may have committed a change of it
+        # between the first read and the lock (the first read only names the thread to lock).
+        row = _select(conn, [message_id]).get(message_id)
+        if row is None:
+            raise NotFoundError(f"Message {message_id} not found; it may have been deleted. Nothing was changed.")
         owners = _thread_owners(conn, [str(row["thread_id"])])
         check_owner(row, owners, resource_id)
+        _check_expected(row, expected, "Nothing was changed")
         current = normalize_content(row["content"], message_id=message_id)
         new = _new_content(current, message_id, text, content)
         if hide is not None:
@@ -247,8 +255,9 @@ def edit(store: "Store", message_id: str, *, resource_id: str, text: str | None 
 
 
 def delete(store: "Store", ids: Iterable[str], *, resource_id: str, author: str = "api",
-           clock: Clock | None = None) -> list[Message]:
-    """Delete stored messages (all or none); returns them as they were."""
+           clock: Clock | None = None, expected: Mapping[str, Any] | None = None) -> list[Message]:
+    """Delete stored messages (all or none); returns them as they were. ``expected``: the content the caller
+    read of some of them, by id (as ``edit``'s): none is deleted if one of those changed since."""
     wanted = list(dict.fromkeys(ids if not isinstance(ids, str) else [ids]))
     if not wanted:
         return []
@@ -256,16 +265,14 @@ def delete(store: "Store", ids: Iterable[str], *, resource_id: str, author: str 
     resource_id = _require_resource(resource_id)
     with store.db.write() as conn:
         _require_versions(conn, store.location.display)
-        rows = _select(conn, wanted)
-        missing = [i for i in wanted if i not in rows]
-        if missing:
-            raise NotFoundError(f"Message(s) not found: {', '.join(missing[:5])}{'…' if len(missing) > 5 else ''}. "
-                                "Nothing was deleted; refresh and pick messages that exist.")
-        threads = {str(r["thread_id"]) for r in rows.values()}
+        threads = {str(r["thread_id"]) for r in _all_of(conn, wanted).values()}
         store.db.lock(conn, *(locks.thread_key(t) for t in sorted(threads)))
+        rows = _all_of(conn, wanted)  # again, under the locks (as ``edit``'s)
         owners = _thread_owners(conn, threads)
         for row in rows.values():
             check_owner(row, owners, resource_id)
+            if expected is not None and row["id"] in expected:
+                _check_expected(row, expected[row["id"]], "Nothing was deleted")
         now = iso_now(clock)
         for mid in wanted:
             row = rows[mid]
@@ -319,6 +326,24 @@ def undo(store: "Store", message_id: str, *, resource_id: str, author: str = "ap
                  owner=owners.get(thread_id), now=now, note=f"undid version {last['id']} ({last['op']})")
         _touch(conn, [thread_id], now)
     return row_message(current), row_message(before)
+
+
+def _all_of(conn: sa.Connection, wanted: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``_select`` of every id in ``wanted``, or ``NotFoundError`` naming the missing ones."""
+    rows = _select(conn, wanted)
+    missing = [i for i in wanted if i not in rows]
+    if missing:
+        raise NotFoundError(f"Message(s) not found: {', '.join(missing[:5])}{'…' if len(missing) > 5 else ''}. "
+                            "Nothing was deleted; refresh and pick messages that exist.")
+    return rows
+
+
+def _check_expected(row: Mapping[str, Any], expected: Any, nothing: str) -> None:
+    """``EditConflictError`` when ``expected`` (content a caller read) is given and the stored row's differs."""
+    if expected is not None and Message.from_row(row).content != expected:
+        raise EditConflictError(
+            f"Message {row['id']} changed since it was read (another program edited it meanwhile). {nothing}; "
+            "read it again and make the change on what it holds now.")
 
 
 def _same(current: Mapping[str, Any] | None, expected: Mapping[str, Any] | None) -> bool:

@@ -154,6 +154,29 @@ def test_a_delete_is_all_or_nothing(chat: Any, store: Any) -> None:
     assert _stored(memory)[0].id == first.id and memory.message_versions(first.id, resource_id="ada") == []
 
 
+def test_an_edit_or_delete_of_what_was_read_is_refused_when_another_program_changed_it_since(chat: Any,
+                                                                                             store: Any) -> None:
+    """``expected``: the content a caller read (the Studio's dialog). Another writer's change since is never saved
+    over or deleted unseen: refused in the edit's own transaction, nothing written, no version added."""
+    from core.edits.messages import EditConflictError
+
+    memory, _ = chat
+    first = _stored(memory)[0]
+    read = first.content  # what the dialog showed
+    memory.edit_message(first.id, resource_id="ada", text="I love grilled sardines.", author="other")
+    versions = len(memory.message_versions(first.id, resource_id="ada"))
+    with pytest.raises(EditConflictError, match="changed since it was read"):
+        memory.edit_message(first.id, resource_id="ada", text="Mine.", expected=read)
+    with pytest.raises(EditConflictError, match="Nothing was deleted"):
+        memory.delete_messages([first.id, _stored(memory)[1].id], resource_id="ada", expected={first.id: read})
+    now = _stored(memory)
+    assert now[0].id == first.id and "grilled sardines." in str(now[0].content) and len(now) == 6
+    assert len(memory.message_versions(first.id, resource_id="ada")) == versions
+    # What it holds now is what the caller read: both go through.
+    memory.edit_message(first.id, resource_id="ada", text="Sardines, always.", expected=now[0].content)
+    assert memory.delete_messages([first.id], resource_id="ada", expected={first.id: _stored(memory)[0].content}) == 1
+
+
 def test_earlier_turns_rebuild_as_they_were_and_a_prompt_rebuilt_now_has_the_new_text(chat: Any, store: Any) -> None:
     memory, model = chat
     messages = _stored(memory)
