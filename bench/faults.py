@@ -349,7 +349,11 @@ class Gateway:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(120)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:  # requests stuck in it: said in the report (its log)
+                self.proc.kill()
+                self.proc.wait(60)
 
 
 def _fleet_tokens(folder: Path) -> tuple[Path, dict[str, str]]:
@@ -377,7 +381,8 @@ def _client_turns(gateways: list[Gateway], user: str, token: str, thread: str, t
         content = f"{MARK.format(user)} {thread} q{n} k{rng.randrange(10**9)}"
         meta = {"thread_id": thread, **({"resource_id": user} if n % 2 else {})}
         how = rng.choice(("plain", "stream", "stream", "leave"))
-        record: dict[str, Any] = {"user": user, "thread": thread, "content": content, "how": how, "n": n}
+        record: dict[str, Any] = {"user": user, "thread": thread, "content": content, "how": how, "n": n,
+                                  "began": time.monotonic()}
         try:
             if how == "plain":
                 reply = client.chat.completions.create(model="fleet", messages=[{"role": "user", "content": content}],
@@ -402,6 +407,7 @@ def _client_turns(gateways: list[Gateway], user: str, token: str, thread: str, t
             record.update(status="connection", error=str(exc)[:300])
         except Exception as exc:  # noqa: BLE001 - a stream cut by the kill, for one: recorded, the run goes on
             record.update(status="broken", error=f"{type(exc).__name__}: {exc}"[:300])
+        record["ended"] = time.monotonic()
         log.append(record)
     # Another user's thread, with this user's token: refused before anything is read or written.
     other = FLEET_USERS[(FLEET_USERS.index(user) + 1) % len(FLEET_USERS)]
@@ -547,12 +553,17 @@ def run_fleet(folder: Path, backend: str, threads_per_user: int, turns: int, see
                      ("import", str(exported))):
             began = time.monotonic() - t0
             side["cli"].append((args[0], *_cli(url, *args), began, time.monotonic() - t0))
-        for thread, t in clients.items():
-            if thread.startswith(f"{FORGOTTEN}-") or thread == DELETED_THREAD:
-                t.join()
+        # zed is forgotten while zed's clients still write (a user's erasure request does not wait for their
+        # app to go quiet): once half of zed's turns are answered.
+        while sum(1 for r in log if r.get("user") == FORGOTTEN and "n" in r) < threads_per_user * turns // 2 and \
+                any(clients[f"{FORGOTTEN}-t{k}"].is_alive() for k in range(threads_per_user)):
+            time.sleep(0.05)
         began = time.monotonic() - t0
+        side["forget"] = (time.monotonic(), 0.0)
         side["cli"].append(("forget", *_cli(url, "forget", "--resource", FORGOTTEN, "--yes"), began,
                             time.monotonic() - t0))
+        side["forget"] = (side["forget"][0], time.monotonic())
+        clients[DELETED_THREAD].join()
         began = time.monotonic() - t0
         deleted = subprocess.run([sys.executable, "-c", "import os, sys; from fleet_worker import fleet_memory; "
                                   f"fleet_memory(os.environ['FLEET_URL']).delete_thread({DELETED_THREAD!r})"],
@@ -582,14 +593,16 @@ def run_fleet(folder: Path, backend: str, threads_per_user: int, turns: int, see
         g.stop()
     side["gateway logs"] = {g.log.name: g.log.read_text()[-3000:] for g in gateways}
     (folder / "clients.json").write_text(json.dumps(log))  # (for check_fleet again: --fleet-check)
-    found = check_fleet(url, log, _read_acks(embedded_acks))
+    found = check_fleet(url, log, _read_acks(embedded_acks), side["forget"])
     if server is not None:
         server.stop()
     return {"log": log, "side": side, "found": found, "url": url}
 
 
-def check_fleet(url: str, log: list[dict[str, Any]], embedded: list[dict[str, Any]]) -> dict[str, Any]:
-    """The invariants, from the database alone (through the engine's reads)."""
+def check_fleet(url: str, log: list[dict[str, Any]], embedded: list[dict[str, Any]],
+                forget: tuple[float, float]) -> dict[str, Any]:
+    """The invariants, from the database alone (through the engine's reads). ``forget``: when the forget of
+    zed began and ended (zed's requests answered before it must be gone; those begun after it, kept)."""
     from fleet_worker import fleet_memory, marks, wm_field
 
     found: Counter[str] = Counter()
@@ -624,9 +637,22 @@ def check_fleet(url: str, log: list[dict[str, Any]], embedded: list[dict[str, An
         for i, m in enumerate(msgs):
             if m.role == "user":
                 where.setdefault(m.text, []).append((thread, i))
-    for r in answered:
+    # zed's requests that ended before the forget began are gone; those that began after it ended are kept.
+    before = [r for r in log if r.get("user") == FORGOTTEN and "n" in r and r["ended"] < forget[0]]
+    after = [r for r in answered if r["user"] != FORGOTTEN or r.get("began", 0) > forget[1]]
+    for r in before:
+        if r["content"] in where:
+            bad("a forgotten user's message kept", r["content"])
+        label = " ".join(r["content"].split()[:3])
+        for thread in (t for t, owner in owners.items() if owner == FORGOTTEN):
+            for hit in memory.search(r["content"].split()[-1], resource_id=FORGOTTEN, thread_id=thread,
+                                     mode="keyword", top_k=5):
+                if hit.message_id not in {m.id for m in by_thread[thread]}:
+                    bad("recall finds a forgotten user's message", f"{label}: {hit.message_id}")
+        r["label"] = label
+    for r in after:
         user, thread = r["user"], r["thread"]
-        if user == FORGOTTEN or thread == DELETED_THREAD:
+        if thread == DELETED_THREAD:
             continue
         places = where.get(r["content"], [])
         if len(places) != 1:
@@ -645,14 +671,17 @@ def check_fleet(url: str, log: list[dict[str, Any]], embedded: list[dict[str, An
     # answered turn and every acknowledged edit present, and only the user's own fields.
     opts = memory.effective_options().working_memory
     service = memory.working_memory_service
+    gone = {wm_field(r["content"]) for r in before} - {None}
+    for version in service.versions("resource", FORGOTTEN):
+        kept = gone & set(json.loads(version.text or "{}"))
+        if kept:
+            bad("a forgotten user's working memory kept", f"v{version.id}: {sorted(kept)[:5]}")
     for user in FLEET_USERS:
-        if user == FORGOTTEN:
-            continue
         current = service.get(opts, thread_id=None, resource_id=user).data or {}
         for key in current:
             if not (key.startswith(f"{user}-") or key.startswith("edit_")):
                 bad("another user's field in working memory", f"{user}: {key}")
-        wanted = {wm_field(r["content"]) for r in answered if r["user"] == user} - {None}
+        wanted = {wm_field(r["content"]) for r in after if r["user"] == user} - {None}
         wanted |= {r["edit"] for r in embedded if r.get("user") == user and "edit" in r}
         for key in sorted(wanted - set(current)):
             bad("working-memory update lost", f"{user}: {key}")
@@ -667,18 +696,19 @@ def check_fleet(url: str, log: list[dict[str, Any]], embedded: list[dict[str, An
         rows = conn.exec_driver_sql('SELECT "resourceId", "threadId", "activeObservations" FROM '
                                     'mastra_observational_memory').fetchall()
     for resource, thread, text in rows:
-        if resource == FORGOTTEN or thread == DELETED_THREAD:
-            bad("observations of a forgotten user or deleted thread kept", f"{resource} {thread}")
+        if thread == DELETED_THREAD:
+            bad("observations of the deleted thread kept", f"{resource} {thread}")
         elif not marks(text or "") <= {resource}:
             bad("another user's mark in observations", f"{resource}/{thread}: {(text or '')[:200]}")
-    if store.memory.thread_summaries(FORGOTTEN) or store.memory.get_thread(DELETED_THREAD) is not None:
-        bad("forgotten user's or deleted thread's threads kept", FORGOTTEN)
-    for query_user in (FORGOTTEN, "bob"):
-        for mode in ("keyword", "vector"):
-            hits = memory.search(f"{FORGOTTEN} {DELETED_THREAD} q1 q2", resource_id=query_user, mode=mode, top_k=50)
-            for hit in hits:
-                if hit.thread_id == DELETED_THREAD or query_user == FORGOTTEN:
-                    bad("recall finds a forgotten user's or deleted thread's message", f"{mode}: {hit.message_id}")
+        for r in before:
+            if resource == FORGOTTEN and r["label"] + "." in (text or ""):
+                bad("observations of a forgotten user's message kept", f"{thread}: {r['label']}")
+    if store.memory.get_thread(DELETED_THREAD) is not None:
+        bad("the deleted thread kept", DELETED_THREAD)
+    for mode in ("keyword", "vector"):
+        for hit in memory.search(f"bob {DELETED_THREAD} q1 q2", resource_id="bob", mode=mode, top_k=50):
+            if hit.thread_id == DELETED_THREAD:
+                bad("recall finds a deleted thread's message", f"{mode}: {hit.message_id}")
     # Recall: every stored message has its vector (no reindex ran after the kill), and every user message is
     # found by its own keyword (the k... word no other message holds).
     index = memory.recall_index

@@ -82,10 +82,12 @@ def fleet_reply(messages: list[dict[str, object]], tools: object) -> object:
 
 
 def fleet_observer(messages: list[dict[str, object]], tools: object) -> str:
-    seen = set().union(*(marks(str(m.get("content") or "")) for m in messages))
-    # Only the marks of the conversation observed: the observer's prompt holds the messages to observe.
-    lines = "".join(f"* 🔴 (09:00) The user wrote as {MARK.format(name)}.\n" for name in sorted(seen))
-    lines = lines or "* 🔴 (09:00) Nothing new.\n"
+    """One observation per user message the observer was shown: its mark, thread and number."""
+    import re
+
+    said = sorted(set(re.findall(r"<<u:[a-z0-9_-]+>> [a-z0-9_-]+ q[0-9]+",
+                                 "\n".join(str(m.get("content") or "") for m in messages))))
+    lines = "".join(f"* 🔴 (09:00) The user wrote {s}.\n" for s in said) or "* 🔴 (09:00) Nothing new.\n"
     return f"<observations>\nDate: Jan 2, 2025\n{lines}</observations>"
 
 
