@@ -553,6 +553,14 @@ def run_fleet(folder: Path, backend: str, threads_per_user: int, turns: int, see
                      ("import", str(exported))):
             began = time.monotonic() - t0
             side["cli"].append((args[0], *_cli(url, *args), began, time.monotonic() - t0))
+        clients[DELETED_THREAD].join()
+        began = time.monotonic() - t0
+        deleted = subprocess.run([sys.executable, "-c", "import os, sys; from fleet_worker import fleet_memory; "
+                                  f"fleet_memory(os.environ['FLEET_URL']).delete_thread({DELETED_THREAD!r})"],
+                                 cwd=REPO, env=_fleet_env(url), capture_output=True, text=True)
+        side["cli"].append(("delete thread", deleted.returncode, deleted.stderr[-1000:], began, time.monotonic() - t0))
+
+    def forgetting() -> None:
         # zed is forgotten while zed's clients still write (a user's erasure request does not wait for their
         # app to go quiet): once half of zed's turns are answered.
         while sum(1 for r in log if r.get("user") == FORGOTTEN and "n" in r) < threads_per_user * turns // 2 and \
@@ -563,15 +571,11 @@ def run_fleet(folder: Path, backend: str, threads_per_user: int, turns: int, see
         side["cli"].append(("forget", *_cli(url, "forget", "--resource", FORGOTTEN, "--yes"), began,
                             time.monotonic() - t0))
         side["forget"] = (side["forget"][0], time.monotonic())
-        clients[DELETED_THREAD].join()
-        began = time.monotonic() - t0
-        deleted = subprocess.run([sys.executable, "-c", "import os, sys; from fleet_worker import fleet_memory; "
-                                  f"fleet_memory(os.environ['FLEET_URL']).delete_thread({DELETED_THREAD!r})"],
-                                 cwd=REPO, env=_fleet_env(url), capture_output=True, text=True)
-        side["cli"].append(("delete thread", deleted.returncode, deleted.stderr[-1000:], began, time.monotonic() - t0))
 
     keeper = threading.Thread(target=maintenance)
     keeper.start()
+    forgetter = threading.Thread(target=forgetting)
+    forgetter.start()
     # The kill: once a third of the turns are answered, gateway 0 dies (turns are in flight on it: 15
     # clients at once over three processes) and is started again on a new port.
     total = len(clients) * turns
@@ -582,6 +586,7 @@ def run_fleet(folder: Path, backend: str, threads_per_user: int, turns: int, see
     side["killed after"] = time.monotonic() - t0
     gateways[0].start()
     keeper.join()
+    forgetter.join()
     for t in clients.values():
         t.join()
     out, err = embedded.communicate()
