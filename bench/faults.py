@@ -410,7 +410,9 @@ def _client_turns(gateways: list[Gateway], user: str, token: str, thread: str, t
         record["ended"] = time.monotonic()
         log.append(record)
     # Another user's thread, with this user's token: refused before anything is read or written.
-    other = FLEET_USERS[(FLEET_USERS.index(user) + 1) % len(FLEET_USERS)]
+    # (Not zed's: once zed is forgotten, its thread ids are free, and a turn with another token may start one.)
+    others = [u for u in FLEET_USERS if u not in (user, FORGOTTEN)]
+    other = others[FLEET_USERS.index(user) % len(others)]
     client = openai.OpenAI(base_url=f"{gateways[seed % len(gateways)].url}/v1", api_key=token, max_retries=0,
                            timeout=120)
     for meta in ({"thread_id": f"{other}-t0"}, {"thread_id": f"{other}-t0", "resource_id": other}):
