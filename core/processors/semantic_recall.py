@@ -17,16 +17,18 @@ from typing import TYPE_CHECKING, Any, Sequence
 from core.message_list import Provenance
 from core.messages import Message
 from core.options import SemanticRecallOptions
-from core.processors.base import BaseProcessor, ProcessorContext
+from core.processors.base import BaseProcessor, ProcessorContext, SavedAwareWrite
 from core.processors.message_history import turn_failed
 from core.storage.memory_store import Include
 from core.recall.text import message_text
 from core.timeutil import clock_12h, month_name, weekday_name
+from core.working_memory import hide_working_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.embedding import Embedder
     from core.storage import Store
     from core.recall import RecallIndex, SearchHit
+    from core.recall.index import StagedIndex
 
 log = logging.getLogger(__name__)
 
@@ -235,25 +237,61 @@ class SemanticRecall(BaseProcessor):
             ctx.note(self.id, index_skipped="no recall index: this Memory was built with semantic recall off")
             return
         # Mastra's order runs this before the turn is saved; indexing then would leave vector and
-        # keyword rows for an input that a failed turn never stored. Index what was saved, once saved.
-        ctx.after_output.append(lambda: self._index_saved(ctx, index))
-
-    def _index_saved(self, ctx: ProcessorContext, index: "RecallIndex") -> None:
-        req = ctx.request
+        # keyword rows for an input that a failed turn never stored. The rows are staged now (contexts
+        # read, passages embedded: no lock held) and written in the save's own transaction
+        # (``RecallRows``), so what a turn saved is indexed even if its process dies right after the save
+        # (a separate write after it left such messages out of recall until a ``reindex``).
         try:
-            new = [m for m in ctx.saved if m.role in ("user", "assistant")]
+            new = [m for m in ctx.messages.new_messages() if m.role in ("user", "assistant")]
             if req.resource_id:
                 new = [m if m.resource_id else m.copy(resource_id=req.resource_id) for m in new]
-            todo = index.unindexed(new)  # the facade's save path may have indexed them already
-            report = index.index_messages(todo)
+            prepared = []
+            for m in new:  # as the save stores them: working-memory tool traffic hidden
+                content = hide_working_memory(m.content)
+                if content is not None:
+                    prepared.append(m if content is m.content else m.copy(content=content))
+            staged = index.stage(prepared)
         except Exception as exc:  # indexing must never fail the turn
             log.warning("indexing the turn of thread %s for recall failed", req.thread_id, exc_info=True)
+            ctx.note(self.id, index_failed={"*": f"{type(exc).__name__}: {exc}"})
+            return
+        ctx.pending_writes.append(RecallRows(staged))
+        ctx.after_output.append(lambda: self._indexed(ctx, staged))
+
+    def _indexed(self, ctx: ProcessorContext, staged: "StagedIndex") -> None:
+        """After the save: what follows the rows' commit (partition upkeep), and the turn record's notes.
+        A save that did not take the staged rows (a save function of services built without a ``Memory``
+        commits no staged writes) is indexed here, after it, as before."""
+        try:
+            if staged.pending:
+                new = [m for m in ctx.saved if m.role in ("user", "assistant")]
+                if ctx.request.resource_id:
+                    new = [m if m.resource_id else m.copy(resource_id=ctx.request.resource_id) for m in new]
+                report = staged.index.index_messages(staged.index.unindexed(new))
+            else:
+                report = staged.finish()
+        except Exception as exc:  # indexing must never fail the turn
+            log.warning("indexing the turn of thread %s for recall failed", ctx.request.thread_id, exc_info=True)
             ctx.note(self.id, index_failed={"*": f"{type(exc).__name__}: {exc}"})
             return
         ctx.note(self.id, indexed=len(report.indexed), index_failed=dict(report.failed))
         if report.failed and not report.indexed:
             first = next(iter(report.failed.values()))
             ctx.note(self.id, index_error=f"{len(report.failed)} new message(s) not indexed: {first}")
+
+
+class RecallRows(SavedAwareWrite):
+    """A turn's recall rows (vectors, keyword documents), staged before its save and written in the save's
+    transaction, under a savepoint: a failed index write is reported and never takes the save with it."""
+
+    def __init__(self, staged: "StagedIndex") -> None:
+        self.staged = staged
+
+    def commit(self, conn: Any) -> None:
+        self.staged.commit(conn)
+
+    def commit_saved(self, conn: Any, saved: Sequence[Message]) -> None:
+        self.staged.commit(conn, saved)
 
 
 def format_other_threads(messages: list[Message]) -> str:

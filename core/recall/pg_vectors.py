@@ -49,26 +49,32 @@ META_KEYS = ("resource_id", "thread_id", "message_id")
 
 
 def ensure_table(conn: sa.Connection, table: str, dim: int) -> None:
+    """Make the vector table, or finish one made without our column and indexes (Mastra's), then have its
+    writes logged. Only what is missing is run: Postgres takes a table's lock before an ``IF NOT EXISTS``
+    finds there is nothing to do (``ALTER TABLE`` its strongest), and a process whose first write comes
+    after another process made the table would queue that lock behind every open read of the table,
+    with every later read and write of it queued behind the lock."""
     q = quoted(table)
     conn.exec_driver_sql(
         f"CREATE TABLE IF NOT EXISTS {q} (id SERIAL PRIMARY KEY, vector_id TEXT NOT NULL, "
         f"embedding vector({int(dim)}), metadata JSONB DEFAULT '{{}}'::jsonb, "
         f"namespace VARCHAR(255) NOT NULL DEFAULT '{NAMESPACE}')"
     )
-    conn.exec_driver_sql(f"ALTER TABLE {q} ADD COLUMN IF NOT EXISTS model_id TEXT")
-    conn.exec_driver_sql(
-        f"CREATE UNIQUE INDEX IF NOT EXISTS {quoted(table + '_namespace_vector_id_idx')} ON {q} (namespace, vector_id)"
-    )
+    if "model_id" not in {c[0] for c in catalog.table_columns(conn, table)}:
+        conn.exec_driver_sql(f"ALTER TABLE {q} ADD COLUMN IF NOT EXISTS model_id TEXT")
+    indexes = [(f"{table}_namespace_vector_id_idx", f"CREATE UNIQUE INDEX IF NOT EXISTS {{}} ON {q} (namespace, vector_id)")]
     if dim <= HNSW_MAX_DIM:
-        conn.exec_driver_sql(
-            f"CREATE INDEX IF NOT EXISTS {quoted(table + '_vector_idx')} ON {q} USING hnsw (embedding vector_cosine_ops) "
-            f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
-        )
+        indexes.append((f"{table}_vector_idx", f"CREATE INDEX IF NOT EXISTS {{}} ON {q} USING hnsw "
+                                               f"(embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
+                                               f"ef_construction = {HNSW_EF_CONSTRUCTION})"))
     else:  # an exact scan answers the same statements (as for a ranking deeper than HNSW lists)
         log.info("%s: %d dimensions are more than pgvector's HNSW index takes (%d); searches scan the table",
                  table, dim, HNSW_MAX_DIM)
-    for key in META_KEYS:
-        conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {quoted(table + '_' + key)} ON {q} ((metadata->>'{key}'))")
+    indexes += [(f"{table}_{key}", f"CREATE INDEX IF NOT EXISTS {{}} ON {q} ((metadata->>'{key}'))")
+                for key in META_KEYS]
+    for name, sql in indexes:
+        if cursor.rows(conn, "SELECT to_regclass(?) IS NULL", (quoted(name),))[0][0]:
+            conn.exec_driver_sql(sql.format(quoted(name)))
     log_table_writes(conn, table)
 
 

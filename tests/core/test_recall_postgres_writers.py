@@ -1,7 +1,7 @@
 """Several processes indexing for recall on one Postgres database at once.
 
-An agent's turn is saved in one transaction and indexed for recall in the next
-(``SemanticRecall._index_saved``); meanwhile any other writer's drain of the recall queue may find the
+An agent's turn was saved in one transaction and indexed for recall in the next (until
+``SemanticRecall``'s rows joined the save's transaction, ``RecallRows``); meanwhile any other writer's drain of the recall queue may find the
 turn's messages queued without a keyword doc. Two such writers each wrote their own docs and then the
 other's, and Postgres broke the deadlock by failing one index write: that turn's messages had no
 vector until ``memory-studio reindex``.
