@@ -497,6 +497,8 @@ class MemoryTools:
         def run(owner: str) -> str:
             check_caller_owns(thread, found.resource_id or "", owner)
             data = export_thread(self.memory.store, thread)
+            # Not the server's database path: a client (over HTTP, someone else's machine) has no use for it.
+            data["source"] = {k: v for k, v in (data.get("source") or {}).items() if k != "database"}
             messages = list(data.get("messages") or [])
             if len(messages) <= TRANSCRIPT_MESSAGES:
                 return to_markdown(data)

@@ -47,7 +47,8 @@ def to_markdown(data: Mapping[str, Any]) -> str:
         lines.append(f"- Threads: {len(threads)}")
     lines.append(f"- Messages: {len(data.get('messages') or [])}")
     source = data.get("source") or {}
-    lines.append(f"- Exported: {_when(data.get('exportedAt'))} from {source.get('database', '?')}")
+    database = source.get("database")  # (left out of what an MCP client reads: the server's file path)
+    lines.append(f"- Exported: {_when(data.get('exportedAt'))}" + (f" from {database}" if database else ""))
     for t in threads:
         msgs = by_thread.get(t["id"], [])
         lines.append("")

@@ -1367,3 +1367,5 @@ def test_a_long_threads_transcript_holds_its_newest_messages_and_says_where_the_
     assert f"newest {TRANSCRIPT_MESSAGES:,} of the thread's {len(texts):,} messages" in long
     assert "read_thread" in long and long.startswith("# ")
     assert "short and whole" in short and "newest" not in short
+    # The client reads the thread, not where the server keeps its database.
+    assert str(db) not in long and str(db) not in short and db.name not in short
