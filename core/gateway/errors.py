@@ -9,6 +9,7 @@ the memory API and the streaming path always agree.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,10 +36,13 @@ class GatewayError(MemoryStudioError):
     """An error the gateway raises itself, already knowing its status and OpenAI error type."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None, retry: bool | None = None) -> None:
+                 code: str | None = None, param: str | None = None, retry: bool | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         """``retry``: whether a client should send the request again by itself (the ``x-should-retry``
-        header, which OpenAI's SDKs obey before their own rule of retrying 5xx); None: their rule."""
+        header, which OpenAI's SDKs obey before their own rule of retrying 5xx); None: their rule.
+        ``headers``: more headers of the reply (a 412's ``ETag``)."""
         super().__init__(message)
+        self.headers = dict(headers or {})
         self.status = status
         self.message = message
         self.type = type
@@ -62,6 +66,7 @@ def classify(exc: BaseException) -> ErrorReply:
     """The HTTP status and OpenAI-style body for ``exc``. Unknown errors are logged, never shown."""
     if isinstance(exc, GatewayError):
         reply = _reply(exc.status, exc.message, exc.type, exc.code, exc.param)
+        reply.headers.update(exc.headers)
         if exc.retry is not None:
             reply.headers["x-should-retry"] = "true" if exc.retry else "false"
         return reply

@@ -9,6 +9,12 @@
 - ``PUT /api/memory/threads/{id}/working-memory?resourceId=`` with ``{"workingMemory": ...}``
   (Markdown text, or an object for schema working memory)
 
+Both answer an ``ETag`` naming the stored value (a hash of its text; ``"none"`` when there is none). A PUT
+with ``If-Match: <that ETag>`` writes only if the value is still the one read, and answers 412
+``precondition_failed`` (with the value's ETag now) when an agent or another client changed it meanwhile,
+so a read-edit-write client never overwrites a change it did not see; ``If-Match: *`` writes only over an
+existing value. Without ``If-Match`` a PUT replaces the value as Mastra's API does.
+
 ``agentId=`` picks whose memory is meant when the agents do not share one. Every route needs
 ``resourceId=`` (400 without it; a tokens file's token with one resource may leave it out): a call
 is always about one resource's memory, and a ``resourceId`` that does not own the thread gets 403,
@@ -30,6 +36,7 @@ delegations=True)``); another resource's delegation is 403, a malformed one 400 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,6 +54,7 @@ from core.memory import Memory
 from core.scopes import check_caller_owns, delegation_chain, delegation_label, delegation_root, is_delegation_resource
 from core.storage import NotFoundError
 from core.timeutil import to_iso
+from core.working_memory import ConcurrentUpdateError
 from core.working_memory_schema import WorkingMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -157,15 +165,16 @@ async def get_working_memory(request: Request) -> Response:
     asked = _resource(request, "working memory")
     memory = _memory(request, asked, working_memory=True)
 
-    def read() -> dict[str, Any]:
+    def read() -> tuple[dict[str, Any], str | None]:
         opts = _wm_options(memory)
         thread = memory.get_thread(thread_id)
         resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
         value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
         return {"workingMemory": value.data if value.text is not None else None, "format": value.format,
-                "scope": value.scope, "threadExists": thread is not None, "resourceId": resource_id}
+                "scope": value.scope, "threadExists": thread is not None, "resourceId": resource_id}, value.text
 
-    return JSONResponse(await _run(request, read))
+    data, text = await _run(request, read)
+    return JSONResponse(data, headers={"ETag": _etag(text)})
 
 
 async def put_working_memory(request: Request) -> Response:
@@ -190,7 +199,9 @@ async def put_working_memory(request: Request) -> Response:
     caller = caller_of(request.scope)
     author = "gateway" if caller.name is None else f"gateway: {caller.name}"
 
-    def write() -> dict[str, Any]:
+    if_match = request.headers.get("if-match")
+
+    def write() -> tuple[dict[str, Any], str | None]:
         opts = _wm_options(memory)
         thread = memory.get_thread(thread_id)
         resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
@@ -198,13 +209,47 @@ async def put_working_memory(request: Request) -> Response:
             raise GatewayError(404, f"There is no thread {shown(thread_id)}, and this memory keeps working memory per "
                                "thread: start the thread with a chat turn (metadata.thread_id) first, then write "
                                "its working memory. Nothing was written.", type="not_found_error", code="not_found")
-        memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,
-                                     working_memory=body["workingMemory"], author=author)
+        expected: str | None | object = ...
+        if if_match is not None:
+            # The value read now must be the one the client read; the write then checks that it still is, in
+            # its own transaction (``expected``), so a change in between is refused too.
+            current = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id).text
+            if not _matches(if_match, current):
+                raise _precondition_failed(current)
+            expected = current
+        try:
+            memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,
+                                         working_memory=body["workingMemory"], author=author, expected=expected)
+        except ConcurrentUpdateError as exc:
+            raise _precondition_failed(exc.current) from None
         value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
         return {"workingMemory": value.data, "format": value.format, "scope": value.scope,
-                "threadExists": thread is not None, "resourceId": resource_id}
+                "threadExists": thread is not None, "resourceId": resource_id}, value.text
 
-    return JSONResponse(await _run(request, write))
+    data, text = await _run(request, write)
+    return JSONResponse(data, headers={"ETag": _etag(text)})
+
+
+def _etag(text: str | None) -> str:
+    """The ETag of a stored working-memory text: a hash of its bytes, ``"none"`` when there is none."""
+    return '"none"' if text is None else '"' + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32] + '"'
+
+
+def _matches(if_match: str, current: str | None) -> bool:
+    """Whether an ``If-Match`` header holds the current value's ETag (a list of them, weak ones compared by
+    their tag; ``*``: any existing value)."""
+    tags = [t.strip() for t in if_match.split(",") if t.strip()]
+    if "*" in tags:
+        return current is not None
+    return _etag(current) in {t[2:] if t.startswith("W/") else t for t in tags}
+
+
+def _precondition_failed(current: str | None) -> GatewayError:
+    """412 with the value's ETag now, so the client can read it again and redo its change."""
+    return GatewayError(412, "The working memory changed since you read it (an agent or another client wrote it), so "
+                             "your value was not written. Read it again (GET gives its ETag), redo your change on what "
+                             "it holds now, and send it with that ETag in If-Match.",
+                        code="precondition_failed", param="If-Match", headers={"ETag": _etag(current)})
 
 
 def _wm_options(memory: Memory) -> Any:

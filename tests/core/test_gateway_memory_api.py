@@ -118,6 +118,48 @@ def test_working_memory_read_and_written_and_seen_by_the_next_turn(server):
         "workingMemory"] == profile
 
 
+def wm_call(server: GatewayServer, method: str, path: str, body: Any = None,
+            headers: dict[str, str] | None = None) -> tuple[int, Any, str | None]:
+    """``call`` with request headers, answering the reply's ETag too."""
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    conn.request(method, path, None if body is None else json.dumps(body),
+                 {"content-type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    status, data, etag = response.status, json.loads(response.read()), response.getheader("ETag")
+    conn.close()
+    return status, data, etag
+
+
+def test_a_read_edit_write_client_never_overwrites_a_change_it_did_not_see(server, memory):
+    """GET and PUT answer an ETag; a PUT with If-Match writes only over the value the client read: an agent's
+    (or another client's) change meanwhile gets 412 with the ETag of the value now, and is kept."""
+    chat(server, "hi", "t1", "ada")
+    path = "/api/memory/threads/t1/working-memory?resourceId=ada&agentId=chat"
+    status, data, none_tag = wm_call(server, "GET", path)
+    assert status == 200 and data["workingMemory"] is None and none_tag == '"none"'
+    # If-Match: * means "over an existing value": there is none yet.
+    status, data, _ = wm_call(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada\n"}, {"If-Match": "*"})
+    assert status == 412 and data["error"]["code"] == "precondition_failed"
+    status, data, first = wm_call(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada\n"},
+                                  {"If-Match": none_tag})
+    assert status == 200 and first not in (None, none_tag)
+    assert wm_call(server, "GET", path)[2] == first
+    # The agent writes while a client edits what it read.
+    memory.update_working_memory(resource_id="ada", working_memory="# Profile\n- Name: Ada\n- Likes: tea\n",
+                                 author="agent")
+    status, data, now = wm_call(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada L.\n"},
+                                {"If-Match": first})
+    assert status == 412 and data["error"]["code"] == "precondition_failed" and "Read it again" in data["error"]["message"]
+    assert now not in (None, first) and wm_call(server, "GET", path)[2] == now
+    assert wm_call(server, "GET", path)[1]["workingMemory"] == "# Profile\n- Name: Ada\n- Likes: tea\n"
+    # Redone on what it holds now (a weak tag and a list are read as such): written.
+    status, data, after = wm_call(server, "PUT", path, {"workingMemory": "# Profile\n- Name: Ada L.\n- Likes: tea\n"},
+                                  {"If-Match": f'"stale", W/{now}'})
+    assert status == 200 and data["workingMemory"] == "# Profile\n- Name: Ada L.\n- Likes: tea\n" and after != now
+    # Without If-Match a PUT replaces the value, as Mastra's API does.
+    assert wm_call(server, "PUT", path, {"workingMemory": "# Profile\n- Name: B\n"})[0] == 200
+
+
 def test_schema_working_memory_and_choosing_the_agent(server):
     path = "/api/memory/threads/f1/working-memory?resourceId=ada"
     status, data = call(server, "GET", path)
