@@ -22,19 +22,22 @@ class ChecksRun:
     results: list[CheckResult] | None = None
     what_if: list[CheckResult] | None = None
     options: Mapping[str, Any] | None = None
+    exists: bool = True  # False: no file at ``path`` (yet: pinning a check makes it)
 
 
 def read(path: Path) -> ChecksRun:
-    return ChecksRun(path, load_checks(path) if path.exists() else [])
+    exists = path.exists()
+    return ChecksRun(path, load_checks(path) if exists else [], exists=exists)
 
 
 def run(store: Store, factory: MemoryFactory, path: Path, options: Mapping[str, Any] | None = None,
         report: Callable[[int, int], None] | None = None) -> ChecksRun:
     """Every check of the file as things stand, and with ``options`` (a what-if) when given."""
-    checks = load_checks(path) if path.exists() else []
+    exists = path.exists()
+    checks = load_checks(path) if exists else []
     total = len(checks) * (2 if options else 1)
     done = 0
-    out = ChecksRun(path, checks, options=options)
+    out = ChecksRun(path, checks, options=options, exists=exists)
     for which in ((None, options) if options else (None,)):
         runner = CheckRunner(store, options=which, memory_factory=factory)
         results = []

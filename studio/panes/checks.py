@@ -224,7 +224,11 @@ class ChecksPane(QWidget):
         self.run_data = run
         self.subtitle.setText(str(run.path))
         self._show_rows(check_rows(run.checks, run.results, run.what_if))
-        if run.results is None:
+        if not run.exists:
+            # (a mistyped name, or a file not made yet: pinning a check makes it)
+            self.status.setText(f"No checks file at {run.path}: open another (Open Checks File…), or pin a fragment "
+                                "(Prompt Inspector or Replay: right-click > Pin…) to start this one.")
+        elif run.results is None:
             self.status.setText(f"{len(run.checks)} check(s) in {run.path.name}. Run Checks to test them.")
         else:
             self.status.setText(f"Ran {len(run.checks)} check(s) from {run.path.name}.")

@@ -321,6 +321,24 @@ def test_a_superseded_run_does_not_paint_its_progress_over_the_newer_runs_status
     assert pane.run_data is run_data
 
 
+def test_a_checks_file_that_is_not_there_is_said_not_run(qtbot: Any, no_leaked_widgets: None, make_session: Any,
+                                                          tmp_path: Path) -> None:
+    """A path with no file (a mistyped name, or one no check was pinned to yet) read "Ran 0 check(s) from
+    x.json.", as if an empty file had passed (found 2026-12-06 walking the Studio). It says there is no file
+    there and how to start one; nothing is created by looking."""
+    from studio.panes.checks import ChecksPane
+
+    db = tmp_path / "memory.db"
+    seed(db)
+    missing = tmp_path / "chekcs.json"
+    pane = ChecksPane(make_session(db))
+    qtbot.addWidget(pane)
+    pane.set_path(missing, run=True)
+    _ran(qtbot, pane)
+    assert pane.status.text().startswith(f"No checks file at {missing}") and "Pin…" in pane.status.text()
+    assert "Ran" not in pane.status.text() and not missing.exists()
+
+
 def test_the_pin_dialog_shows_the_turn_input_beside_its_title_without_a_gap(qtbot: Any) -> None:
     """The turn's input sat in the middle of a tall empty field ("Turn (its input)" with a gap of some
     hundred pixels above its text): the wrapped label took the dialog's spare height and centred its text
