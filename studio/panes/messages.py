@@ -341,6 +341,11 @@ class MessagesPane(QWidget):
         self._update_header()
         if self._follow:
             self.view.scrollToBottom()
+            # As far as the selected message stays in view: following must not push away the message the
+            # user picked (many new ones at once); the view then rests with it at the top, no longer following.
+            current = self.view.currentIndex()
+            if current.isValid() and not self.view.visualRect(current).intersects(self.view.viewport().rect()):
+                self.view.scrollTo(current, QAbstractItemView.ScrollHint.PositionAtTop)
 
     # -- detail --------------------------------------------------------------------------------
     def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:

@@ -291,6 +291,35 @@ def test_new_messages_appear_and_the_view_follows_the_end(qtbot: Any, make_sessi
     assert pane.current_message_id() == "m0000299"  # the selection stayed on its message
 
 
+def test_following_new_messages_never_pushes_the_selected_one_out_of_view(qtbot: Any, make_session: Any,
+                                                                          tmp_path: Path) -> None:
+    """At the end, the view follows new messages; when so many come at once that the selected message would
+    scroll out of view (an agent writing a long turn while the user reads one), it follows only as far as
+    the selected message stays in view (found 2026-12-06 walking the Studio beside a writing agent)."""
+    path = tmp_path / "live.db"
+    seed_many(path, "live", 300)
+    session = make_session(path)
+    pane = _messages(qtbot, session)
+    session.changed.connect(pane.refresh)
+    session.start()
+    with qtbot.waitSignal(pane.model.loaded, timeout=10_000):
+        pane.set_selection(Selection("bulk", "live"))
+    pane._select_row(299)
+    bar = pane.view.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=5_000)
+    before = bar.value()
+    writer = open_store(path)
+    writer.memory.save_messages([Message.user(f"new {i}", id=f"new{i:03d}", thread_id="live", resource_id="bulk",
+                                              created_at=at(600 + i)) for i in range(100)])
+    writer.close()
+    qtbot.waitUntil(lambda: pane.model.rowCount() == 400, timeout=10_000)
+    qtbot.waitUntil(lambda: pane.model.index(399).data(MessageRoles.ID) == "new099", timeout=10_000)
+    qtbot.wait(50)
+    selected = pane.view.visualRect(pane.model.index(299))
+    assert pane.current_message_id() == "m0000299" and selected.intersects(pane.view.viewport().rect())
+    assert before < bar.value() < bar.maximum()  # it followed the new ones, as far as that
+
+
 def test_jump_to_a_message_far_from_the_loaded_pages(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
     path = tmp_path / "jump.db"
     seed_many(path, "j", 5_000)
