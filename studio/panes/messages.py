@@ -5,7 +5,8 @@ parts, files) below it.
 Every row has the same height and the view is a one-column QTableView with fixed-size rows, so
 it asks the model only for the rows on screen (a QListView lays out every row, calling back into
 Python millions of times for 100,000 rows): a 100,000-message thread opens as fast as a short one. When the file changes the list grows in place;
-if the user was at the end it follows the new messages, otherwise it stays where it was.
+if the user was at the end it follows the new messages (as far as the selected one stays in view),
+otherwise it stays where it was.
 """
 
 from __future__ import annotations
