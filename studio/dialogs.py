@@ -222,5 +222,11 @@ class DialogPresenter:
         return dialog
 
     def close_all(self) -> None:
+        """Close every open dialog (the window closes), without their questions: a
+        dialog that asks before dropping typed text (``discard``) is closed by its ``discard``."""
         for dialog in list(self.open):
-            dialog.reject()
+            discard = getattr(dialog, "discard", None)
+            if callable(discard):
+                discard()
+            else:
+                dialog.reject()

@@ -12,13 +12,14 @@ import html
 import json
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QDialog,
     QDialogButtonBox,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QPushButton,
     QRadioButton,
     QSplitter,
@@ -26,7 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.edits.messages import MessageVersion
+from core.edits.messages import MessageVersion, content_with_text
+from core.messages import MessageFormatError, normalize_content
+from studio.dialogs import build_confirm_box
 from studio.edit_jobs import MessageTarget
 from studio.logic.dates import format_datetime
 from studio.logic.diffing import line_diff
@@ -76,6 +79,9 @@ class MessageEditDialog(QDialog):
         self.editor.setLineWrapMode(self.editor.LineWrapMode.WidgetWidth)
         self.editor.setObjectName("messageEditor")
         self.editor.setPlainText(msg.text)
+        self._loaded = msg.text  # what the editor showed before the user typed (``changed``)
+        self._discarding = False
+        self.confirm_box: QMessageBox | None = None
         layout.addWidget(self.editor, 1)
         self.note = elastic(QLabel(EDIT_NOTE), wrap=True)
         self.note.setStyleSheet("color: palette(placeholder-text);")
@@ -94,14 +100,57 @@ class MessageEditDialog(QDialog):
         self.text_radio.toggled.connect(self._mode_changed)
 
     def _mode_changed(self, text_mode: bool) -> None:
-        msg = self.target.message
+        """Show the other form of the message, carrying over what the user typed (the typed text as the
+        content's text; the typed JSON's text), so switching never drops an edit."""
+        msg, typed = self.target.message, self.editor.toPlainText()
+        edited = typed != self._loaded
         if text_mode:
+            text = msg.text
+            if edited:
+                try:
+                    text = msg.copy(content=normalize_content(json.loads(typed), message_id=msg.id)).text
+                except (ValueError, TypeError, MessageFormatError) as exc:
+                    # Not readable as content: stay on the JSON, with the user's text, and say why.
+                    with QSignalBlocker(self.json_radio), QSignalBlocker(self.text_radio):
+                        self.json_radio.setChecked(True)
+                    self.show_error(f"The JSON you typed is not a message's content ({exc}); fix it, or Cancel. "
+                                    "Nothing was saved.")
+                    return
             self.editor.set_language("")
-            self.editor.setPlainText(msg.text)
+            self._show(text, msg.text)
         else:
+            content = content_with_text(msg.content, typed) if edited else msg.content
             self.editor.set_language("json")
-            self.editor.setPlainText(json.dumps(msg.content, ensure_ascii=False, indent=2))
+            self._show(json.dumps(content, ensure_ascii=False, indent=2),
+                       json.dumps(msg.content, ensure_ascii=False, indent=2))
         self.error.hide()
+
+    def _show(self, text: str, loaded: str) -> None:
+        """``text`` in the editor; ``loaded``: the message as stored, in this form (``changed`` compares)."""
+        self.editor.setPlainText(text)
+        self._loaded = loaded
+
+    def changed(self) -> bool:
+        """Whether the editor holds something other than the message as stored."""
+        return self.editor.toPlainText() != self._loaded
+
+    def reject(self) -> None:
+        """Cancel, Escape or the close button: an edit typed and not saved is dropped only when the user says
+        so (a confirmation, window-modal, that leaves the text as it is on Cancel)."""
+        if self._discarding or not self.changed():
+            super().reject()
+            return
+        box = build_confirm_box(self, "Discard your edit?", "What you typed in this message is not saved.",
+                                "Discard it, or choose Cancel to go on editing.", "Discard Edit")
+        yes = box.property("yesButton")
+        box.finished.connect(lambda _r: self.discard() if box.clickedButton() is yes else None)
+        self.confirm_box = box
+        box.open()
+
+    def discard(self) -> None:
+        """Close without saving and without asking."""
+        self._discarding = True
+        super().reject()
 
     def request_save(self) -> None:
         body = self.editor.toPlainText()

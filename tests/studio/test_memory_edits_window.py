@@ -368,3 +368,46 @@ def test_the_forget_dialog_shows_a_resource_id_and_a_path_as_written_never_as_ma
     assert doc.toPlainText().startswith(f"Forgot resource {rid}: removed")
     dialog.show_failed(f"Could not forget {rid}")
     assert dialog.detail.textFormat() == Qt.TextFormat.PlainText
+
+
+def test_the_edit_dialog_never_drops_typed_text_unasked(qtbot: Any) -> None:
+    """Cancel, Escape or closing the edit dialog dropped what the user typed without a word, and switching
+    between Text and Whole content (JSON) put the stored message back in the editor (found 2026-12-06 walking
+    the Studio). A typed edit is now dropped only when the user confirms, and a switch carries it over."""
+    from datetime import datetime, timezone
+
+    from core.messages import Message as Stored
+    from studio.edit_jobs import MessageTarget
+
+    stored = Stored.user("I love tea.", id="m1", thread_id="t1", resource_id="ada",
+                         created_at=datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc))
+    dialog = MessageEditDialog(MessageTarget(stored, "t1", "ada"))
+    qtbot.addWidget(dialog)
+    dialog.open()
+    dialog.reject()  # nothing typed: closes at once
+    assert not dialog.isVisible() and dialog.confirm_box is None
+    dialog.open()
+    dialog.editor.setPlainText("I love green tea.")
+    # Text → JSON → Text carries the typed words; JSON typed by hand comes back as its text.
+    dialog.json_radio.setChecked(True)
+    assert '"text": "I love green tea."' in dialog.editor.toPlainText() and dialog.changed()
+    dialog.editor.setPlainText(dialog.editor.toPlainText().replace("green tea", "mint tea"))
+    dialog.text_radio.setChecked(True)
+    assert dialog.editor.toPlainText() == "I love mint tea." and dialog.changed()
+    # JSON that is not a message's content: the switch is refused, the typed JSON kept.
+    dialog.json_radio.setChecked(True)
+    dialog.editor.setPlainText("{not json")
+    dialog.text_radio.setChecked(True)
+    assert dialog.json_radio.isChecked() and dialog.editor.toPlainText() == "{not json"
+    assert dialog.error.isVisibleTo(dialog) and "not a message's content" in dialog.error.text()
+    # Escape (reject) asks; Cancel on the question keeps the dialog and the text.
+    qtbot.keyClick(dialog.editor, Qt.Key.Key_Escape)
+    box = dialog.confirm_box
+    assert box is not None and dialog.isVisible()
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    assert dialog.isVisible() and dialog.editor.toPlainText() == "{not json"
+    dialog.reject()
+    again = dialog.confirm_box
+    assert again is not None and again is not box
+    again.property("yesButton").click()
+    assert not dialog.isVisible() and dialog.result() == MessageEditDialog.DialogCode.Rejected
