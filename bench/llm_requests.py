@@ -98,7 +98,8 @@ class Proxy:
                 fault = None
                 with proxy.lock:
                     if self.command == "POST" and self.path.endswith("/chat/completions"):
-                        fault = proxy.faults.pop(0) if proxy.faults else None
+                        # Faults go to the agent's calls (they offer tools), never the observer's.
+                        fault = proxy.faults.pop(0) if proxy.faults and b'"tools":' in body else None
                         seen = Seen(len(proxy.seen), self.path, body, fault)
                         proxy.seen.append(seen)
                     else:
@@ -274,6 +275,7 @@ def check_background_calls(label: str, memory: Any, threads: list[tuple[str, str
                            tally: Tally) -> None:
     """The observer's, reflector's and title model's calls as the Studio shows them (the Traces pane's
     transcript of each ``model_generation`` span): their messages against the proxy's."""
+    from core.replay.record import request_hash
     from core.traces.reader import TraceFilters
 
     reader = memory.store.observability
@@ -299,9 +301,18 @@ def check_background_calls(label: str, memory: Any, threads: list[tuple[str, str
                 counts[kind] = counts.get(kind, 0) + 1
                 if found:
                     tally.matched.update(s.n for s in found)
-                    body = json.loads(found[0].body)
-                    tally.lines.append(f"{label} {thread} {role} call: messages equal to the server's; the trace "
-                                       f"does not show {sorted(k for k in body if k not in ('messages', 'model'))}")
+                    bodies = [json.loads(s.body) for s in found]
+                    shown = attributes.get("modelSettings")
+                    same = [b for b in bodies if shown == {k: v for k, v in without_stream(b).items()
+                                                          if k not in ("model", "messages")}
+                            and attributes.get("requestHash") == request_hash(b)]
+                    if same:
+                        tally.lines.append(f"{label} {thread} {role} call: messages, settings ({shown}) and request "
+                                           "hash equal to the server's")
+                    else:
+                        tally.problems.append(f"{label} {thread} {role} call: messages equal to the server's, but the "
+                                              f"trace shows settings {shown!r} (sent: "
+                                              f"{[{k: v for k, v in b.items() if k != 'messages'} for b in bodies]})")
                 else:
                     tally.problems.append(f"{label} {thread} {role} call: the trace's messages equal no request "
                                           "the server received")
