@@ -9,6 +9,7 @@ and returns the finished ``ChatResult``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Protocol, runtime_checkable
@@ -20,7 +21,9 @@ from core.llm.settings import ModelSettings, ModelSettingsError, ToolChoice
 from core.llm.wire import WIRE_FORMS, request_body
 from core.prompt import AssembledPrompt
 
-__all__ = ["ModelCall", "request_body_for", "stream_reply", "transport_for", "wire_form_of"]
+log = logging.getLogger(__name__)
+
+__all__ = ["ModelCall", "request_body_for", "sent_settings", "stream_reply", "transport_for", "wire_form_of"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,24 @@ def request_body_for(model: ChatModel, messages: list[Message], kwargs: dict[str
     name = getattr(model, "model", None)
     return request_body(name if isinstance(name, str) and name else model.model_id.split("/", 1)[-1], messages,
                         tools=kwargs.get("tools"), tool_choice=kwargs.get("tool_choice"), settings=settings)
+
+
+def sent_settings(model: ChatModel, messages: list[Message], temperature: float | None,
+                  max_tokens: int | None) -> dict[str, Any]:
+    """A span's account of what a call made outside a turn (an observer, a reflector, a title) sends besides
+    its messages, as the agent's own model spans say it: the settings in the request body
+    (``modelSettings``: temperature, and ``max_tokens`` when capped) and the hash of the whole body
+    (``requestHash``), so the Traces pane shows the call's whole request, not only its messages. Nothing
+    when the body cannot be made."""
+    from core.replay.record import request_hash
+
+    try:
+        body = request_body_for(model, messages, {"temperature": temperature, "max_tokens": max_tokens})
+    except Exception:  # noqa: BLE001 - a span's detail never fails the call
+        log.debug("could not make the request body of a call for its span", exc_info=True)
+        return {}
+    return {"modelSettings": {k: v for k, v in body.items() if k not in ("model", "messages", "tools", "tool_choice")},
+            "requestHash": request_hash(body)}
 
 
 def transport_for(model: ChatModel, streaming: bool) -> dict[str, Any]:

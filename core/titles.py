@@ -37,6 +37,9 @@ MAX_TITLE_CHARS = 80
 # Messages of the thread's start the title model reads, and how much of each.
 TITLE_MESSAGES = 4
 TITLE_MESSAGE_CHARS = 1500
+# The title call's settings: a little variety, and a reply no longer than a title.
+TITLE_TEMPERATURE = 0.3
+TITLE_MAX_TOKENS = 32
 
 # A title model that fails is asked again at the next turns, but not forever: per memory, per thread.
 MAX_ATTEMPTS = 2
@@ -120,7 +123,7 @@ def generate_title(store: "Store", thread_id: str, model: "ChatModel", *, instru
                            resource_id=resource_id,
                            attributes={"operationType": "generate-title", "model": model.model_id,
                                        "background": True}) as span:
-        result = model.generate(messages, temperature=0.3, max_tokens=32)
+        result = _title_call(tracer, model, messages, thread_id, resource_id)
         title = clean_title(result.text)
         span.set_output({"title": title})
         if not title:
@@ -132,6 +135,23 @@ def generate_title(store: "Store", thread_id: str, model: "ChatModel", *, instru
         written = set_title(store, thread_id, title, source="title-model", model_id=model.model_id)
         span.set_attributes({"written": written})
         return title if written else None
+
+
+def _title_call(tracer: "SpanTracer", model: "ChatModel", messages: list[dict[str, str]], thread_id: str,
+                resource_id: str | None) -> Any:
+    """The title model's call, under a model span of its own as an observer's (the Traces pane shows its
+    messages, settings, request hash, usage and reply: the one model call of ours it did not show)."""
+    from core.model_call import sent_settings  # (here: the call machinery imports much of the engine)
+
+    with tracer.start_span(f"title: {model.model_id}", "model_generation", input={"messages": messages},
+                           thread_id=thread_id, resource_id=resource_id,
+                           attributes={"model": model.model_id, "role": "title",
+                                       **sent_settings(model, messages, TITLE_TEMPERATURE, TITLE_MAX_TOKENS)}) as span:
+        result = model.generate(messages, temperature=TITLE_TEMPERATURE, max_tokens=TITLE_MAX_TOKENS)
+        span.set_attributes({"usage": result.usage.to_dict() if result.usage else None,
+                             "finishReason": result.finish_reason})
+        span.set_output(result.text)
+        return result
 
 
 def schedule_title(ctx: "ProcessorContext") -> bool:

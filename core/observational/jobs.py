@@ -68,12 +68,14 @@ class OMJob:
 
     # -- model calls ----------------------------------------------------------------------------------
     def generate(self, model: "ChatModel", messages: list[dict[str, Any]], *, role: str, temperature: float) -> str:
+        from core.model_call import sent_settings  # (here: the call machinery imports much of the engine)
+
         opts = self.options
         with self.tracer.start_span(f"{role}: {model.model_id}", "model_generation", input={"messages": messages},
                                     thread_id=self.thread_id, resource_id=self.resource_id,
                                     attributes={"model": model.model_id, "role": role,
-                                                **_sent_settings(model, messages, temperature,
-                                                                 opts.max_output_tokens)}) as span:
+                                                **sent_settings(model, messages, temperature,
+                                                                opts.max_output_tokens)}) as span:
             try:
                 result = model.generate(messages, temperature=temperature, max_tokens=opts.max_output_tokens,
                                         timeout=opts.timeout)
@@ -136,24 +138,6 @@ class OMJob:
         except Exception:  # noqa: BLE001 - the back-off is a courtesy; the failure is already logged
             log.warning("could not record the %s back-off of %s", which, self.key, exc_info=True)
         return retry.retry_at
-
-
-def _sent_settings(model: "ChatModel", messages: list[dict[str, Any]], temperature: float,
-                   max_tokens: int | None) -> dict[str, Any]:
-    """What an observer or reflector call sends besides its messages, for its span, as the agent's own
-    model spans say it: the settings in the request body (``modelSettings``: temperature, and
-    ``max_tokens`` when capped) and the hash of the whole body (``requestHash``), so the Traces pane shows
-    the call's whole request and not only its messages. Nothing when the body cannot be made."""
-    from core.model_call import request_body_for
-    from core.replay.record import request_hash
-
-    try:
-        body = request_body_for(model, messages, {"temperature": temperature, "max_tokens": max_tokens})
-    except Exception:  # noqa: BLE001 - a span's detail never fails the call
-        log.debug("could not make the request body of an observational-memory call", exc_info=True)
-        return {}
-    return {"modelSettings": {k: v for k, v in body.items() if k not in ("model", "messages", "tools", "tool_choice")},
-            "requestHash": request_hash(body)}
 
 
 #: What a model client's hint says when a call that set no reply length timed out.

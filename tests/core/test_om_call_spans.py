@@ -73,3 +73,37 @@ def test_observer_and_reflector_spans_carry_the_settings_and_hash_the_server_rec
         assert span.attributes["requestHash"] == request_hash(body)
     observer = spans[roles.index("observer")]
     assert observer.attributes["modelSettings"] == {"max_tokens": 300, "temperature": 0.4}
+
+
+def test_the_title_models_call_has_a_model_span_with_what_the_server_received(tmp_path: Path) -> None:
+    """A generated title's call was traced only as a memory operation with the title it gave: its messages,
+    settings, usage and reply were shown nowhere (found 2026-12-06 running a real model server: the one
+    model call of ours the Traces pane did not show). It has its own model span now, as the observer's."""
+    from core.agent import Agent
+
+    exporter = InMemorySpanExporter()
+    with LoopbackServer(ScriptedModel(lambda m, t: "Raised Garden Beds", name="server")) as server:
+        titler = OpenAICompatibleModel("title-model", base_url=server.base_url, api_key="k", api_key_env=None,
+                                       keyring_service=None, retry=RetryPolicy(max_retries=0))
+        store = open_store(tmp_path / "m.db")
+        try:
+            memory = Memory(store, MemoryOptions(generate_title={"model": titler}), tracer=Tracer(exporter))
+            agent = Agent("gardener", instructions="Help.", model=ScriptedModel(["Cedar lasts."]), memory=memory,
+                          tracer=Tracer(exporter))
+            agent.generate("How do I build raised garden beds?", memory={"resource": "u1", "thread": "t1"})
+            assert memory.wait_idle(30)
+            assert memory.get_thread("t1").title == "Raised Garden Beds"
+            received = server.chat_requests()
+        finally:
+            store.close()
+            titler.close()
+    [body] = received
+    [span] = [s for s in exporter.spans if s.span_type == "model_generation" and s.attributes.get("role") == "title"]
+    assert span.input == {"messages": body["messages"]} and span.output == "Raised Garden Beds"
+    assert span.attributes["model"] == titler.model_id == "openai-compatible/title-model"
+    assert span.attributes["modelSettings"] == {k: v for k, v in body.items() if k not in ("model", "messages")}
+    assert span.attributes["modelSettings"] == {"temperature": 0.3, "max_tokens": 32}
+    assert span.attributes["requestHash"] == request_hash(body) and span.attributes["finishReason"] == "stop"
+    # It sits under the memory operation that wrote the title, in the trace of the turn that asked for it.
+    [operation] = [s for s in exporter.spans if s.name == "memory: generate title"]
+    assert span.parent_span_id == operation.span_id and span.trace_id == operation.trace_id
