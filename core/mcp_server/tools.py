@@ -68,6 +68,8 @@ URI_PREFIX = "memory://threads/"
 PAGE_SIZE = 500
 #: How many messages a transcript resource holds at most (the newest; ``read_thread`` pages reach the others).
 TRANSCRIPT_MESSAGES = MAX_READ
+#: How many of the newest messages a search that found nothing checks for ones missing from the recall index.
+UNINDEXED_CHECKED = 2000
 #: How many threads (its own and its delegations') one ``list_threads`` answer holds; its ``nextCursor`` continues.
 THREADS_PAGE = 100
 
@@ -272,14 +274,25 @@ class MemoryTools:
             return None
         store = self.memory.store.memory
         threads = [thread] if thread is not None else [
-            t.id for t in store.list_threads(resource_id=owner, per_page=None).threads]
-        searchable = [m for tid in threads for m in store.list_messages(MessageQuery(thread_id=tid))
-                      if m.role in INDEXED_ROLES and recall_text(m).strip()]
+            t.id for t in store.list_threads(resource_id=owner, per_page=None).threads]  # newest first
+        # The newest ``UNINDEXED_CHECKED`` messages at most: a search that finds nothing is common, and a
+        # client's searches must not each read every message the user has (the note needs a sample only).
+        searchable: list[Any] = []
+        more = False
+        for tid in threads:
+            left = UNINDEXED_CHECKED - len(searchable)
+            if left <= 0:
+                more = True
+                break
+            rows = store.list_messages(MessageQuery(thread_id=tid, last=left + 1))
+            more = more or len(rows) > left
+            searchable += [m for m in rows[-left:] if m.role in INDEXED_ROLES and recall_text(m).strip()]
         missing = len(index.unindexed(searchable))
         if not missing:
             return None
         where = f"thread {shown(thread)}" if thread is not None else "this user's threads"
-        return (f"{missing} of the {len(searchable)} messages in {where} are not in the recall index (saved while "
+        of = f"the newest {len(searchable):,} messages checked" if more else f"the {len(searchable)} messages"
+        return (f"{missing} of {of} in {where} are not in the recall index (saved while "
                 f"semantic recall was off), so search_memory cannot find them. Ask the user to run "
                 f"`memory-studio reindex --resource {owner}` on this database, then search again; meanwhile "
                 "read_thread reads them.")

@@ -402,6 +402,35 @@ def test_a_search_that_finds_nothing_says_when_messages_are_not_indexed(tmp_path
     assert "note" not in after[0] and "note" not in after[1]
 
 
+def test_a_search_that_finds_nothing_reads_only_the_newest_messages_for_its_note(tmp_path: Path,
+                                                                                 monkeypatch: Any) -> None:
+    """That note read every message of the user on each search that found nothing (a common answer), so a
+    client's searches cost a read of the whole memory each. It checks the newest ``UNINDEXED_CHECKED`` now
+    and says so."""
+    from core.embedding.hashing import HashingEmbedder
+    from core.mcp_server import tools as mcp_tools
+    from core.mcp_server.tools import Binding, MemoryTools
+
+    monkeypatch.setattr(mcp_tools, "UNINDEXED_CHECKED", 3)
+    read: list[int] = []
+    with open_store(tmp_path / "memory.db") as store:
+        Memory(store, MemoryOptions()).save_messages(  # recall off: nothing indexed
+            [Message.user(f"note {i}", thread_id=f"t{i % 2}", resource_id="ada") for i in range(8)])
+        real = store.memory.list_messages
+
+        def counted(query: Any) -> Any:
+            rows = real(query)
+            read.append(len(rows))
+            return rows
+
+        monkeypatch.setattr(store.memory, "list_messages", counted)
+        tools = MemoryTools(Memory(store, MemoryOptions(), embedder=HashingEmbedder()), Binding("ada"))
+        answer = tools.search_memory("peanuts")
+    assert answer["results"] == [] and answer["note"].startswith(
+        "3 of the newest 3 messages checked in this user's threads are not in the recall index")
+    assert sum(read) <= 3 + 2  # (one row more per thread read, to know whether more are left)
+
+
 def test_a_database_path_with_a_typo_is_refused_or_said_to_be_new(tmp_path: Path) -> None:
     """An MCP client's configuration holds the database's absolute path. A typo in it served a new, empty
     memory without a word (folders included): the client saw no threads and no error. A folder that does
