@@ -513,14 +513,8 @@ def replay_pane_check(db: Path, threads: list[tuple[str, str]], proxy: Proxy, lo
     pane.resize(1440, 900)
     pane.show()
 
-    def wait(cond: Any, limit: float = 120) -> bool:
-        end = time.monotonic() + limit
-        while not cond():
-            app.processEvents()
-            if time.monotonic() > end:
-                return False
-            time.sleep(0.01)
-        return True
+    def wait(cond: Any) -> bool:
+        return qt_wait(app, cond, 120)
 
     try:
         for resource, thread in threads:
