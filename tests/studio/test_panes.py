@@ -273,8 +273,8 @@ def test_the_first_key_in_a_long_thread_starts_from_the_messages_on_screen(qtbot
     qtbot.keyClick(view, Qt.Key.Key_End)
     assert view.currentIndex().row() == 299
 
-def test_new_messages_appear_and_the_view_follows_the_end(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
-    path = tmp_path / "live.db"
+def _live_thread_with_its_last_message_selected(qtbot: Any, make_session: Any, path: Path) -> Any:
+    """A messages pane on a thread of 300 messages that follows the file's changes, its last row selected."""
     seed_many(path, "live", 300)
     session = make_session(path)
     pane = _messages(qtbot, session)
@@ -283,6 +283,12 @@ def test_new_messages_appear_and_the_view_follows_the_end(qtbot: Any, make_sessi
     with qtbot.waitSignal(pane.model.loaded, timeout=10_000):
         pane.set_selection(Selection("bulk", "live"))
     pane._select_row(299)
+    return pane
+
+
+def test_new_messages_appear_and_the_view_follows_the_end(qtbot: Any, make_session: Any, tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    pane = _live_thread_with_its_last_message_selected(qtbot, make_session, path)
     writer = open_store(path)
     writer.memory.save_messages([Message.user(f"new {i}", id=f"new{i}", thread_id="live", resource_id="bulk",
                                               created_at=at(600 + i)) for i in range(3)])
@@ -300,14 +306,7 @@ def test_following_new_messages_never_pushes_the_selected_one_out_of_view(qtbot:
     scroll out of view (an agent writing a long turn while the user reads one), it follows only as far as
     the selected message stays in view (found 2026-12-06 walking the Studio beside a writing agent)."""
     path = tmp_path / "live.db"
-    seed_many(path, "live", 300)
-    session = make_session(path)
-    pane = _messages(qtbot, session)
-    session.changed.connect(pane.refresh)
-    session.start()
-    with qtbot.waitSignal(pane.model.loaded, timeout=10_000):
-        pane.set_selection(Selection("bulk", "live"))
-    pane._select_row(299)
+    pane = _live_thread_with_its_last_message_selected(qtbot, make_session, path)
     bar = pane.view.verticalScrollBar()
     qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=5_000)
     before = bar.value()
