@@ -273,6 +273,7 @@ def test_the_first_key_in_a_long_thread_starts_from_the_messages_on_screen(qtbot
     qtbot.keyClick(view, Qt.Key.Key_End)
     assert view.currentIndex().row() == 299
 
+
 def _live_thread_with_its_last_message_selected(qtbot: Any, make_session: Any, path: Path) -> Any:
     """A messages pane on a thread of 300 messages that follows the file's changes, its last row selected."""
     seed_many(path, "live", 300)
