@@ -1102,13 +1102,30 @@ def test_stdio_resource_list_pages_through_every_thread_once_while_threads_are_w
     assert not any(t.startswith("bob") for page in pages for t in page)
 
 
+def _token_client(url: str, token: str) -> tuple[Any, Any]:
+    """An HTTP client sending ``token`` and the SDK's MCP client over it, for ``async with http, mcp``."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    return http, Client(streamable_http_client(url, http_client=http))
+
+
+def _on_a_new_server(db: Path, tokens_file: Path, env: dict[str, str], fn: Any, *args: Any) -> Any:
+    """``fn(url, *args)`` against an `mcp --http --any-resource --tokens-file` server started for it (its own
+    cursor key: a cursor another run issued is not its own), stopped after."""
+    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
+    try:
+        return anyio.run(fn, server.url, *args)
+    finally:
+        server.stop()
+
+
 def test_http_resource_list_pages_keep_each_token_to_its_own_listing(db: Path, tmp_path: Path, embedder: Any) -> None:
     """`mcp --http --any-resource --tokens-file`: Ada's token pages through her 1,203 threads and her delegations'
     (named as delegations), each once while threads arrive; a cursor is refused with the spec's invalid-params
     error when another token replays it (it continues Ada's listing only), when it was changed or made up, and
     when another server issued it; the token of ``ad`` lists none of Ada's."""
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
 
     secrets = {"ada": "falcon-0427", "ad": "osprey-8810"}
@@ -1117,12 +1134,8 @@ def test_http_resource_list_pages_keep_each_token_to_its_own_listing(db: Path, t
     ada, ad, tokens_file = _ada_and_ad_tokens(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
 
-    def client(url: str, token: str) -> tuple[Any, Any]:
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-        return http, Client(streamable_http_client(url, http_client=http))
-
     async def refusal(url: str, token: str, cursor: str) -> tuple[int, str]:
-        http, mcp = client(url, token)
+        http, mcp = _token_client(url, token)
         async with http, mcp:
             try:
                 await mcp.list_resources(cursor=cursor)
@@ -1132,11 +1145,11 @@ def test_http_resource_list_pages_keep_each_token_to_its_own_listing(db: Path, t
 
     async def main(url: str) -> dict[str, Any]:
         seen: dict[str, Any] = {}
-        http, mcp = client(url, ada)
+        http, mcp = _token_client(url, ada)
         async with http, mcp:
             seen["ada"] = await _every_page(mcp, _writing_between_pages(db, "ada", adas))
             seen["cursor"] = (await mcp.list_resources()).next_cursor
-        http, mcp = client(url, ad)
+        http, mcp = _token_client(url, ad)
         async with http, mcp:
             seen["ad"] = await _every_page(mcp)
         cursor = seen["cursor"]
@@ -1147,16 +1160,8 @@ def test_http_resource_list_pages_keep_each_token_to_its_own_listing(db: Path, t
         seen["own"] = await refusal(url, ada, cursor)  # still good for the listing it came with
         return seen
 
-    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
-    try:
-        seen = anyio.run(main, server.url)
-    finally:
-        server.stop()
-    other = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
-    try:
-        from_elsewhere = anyio.run(refusal, other.url, ada, seen["cursor"])
-    finally:
-        other.stop()
+    seen = _on_a_new_server(db, tokens_file, env, main)
+    from_elsewhere = _on_a_new_server(db, tokens_file, env, refusal, ada, seen["cursor"])
 
     assert len(seen["ada"]) == 3
     _listed_once(seen["ada"], {*adas, "ada-main", children["ada"]})
@@ -1289,9 +1294,6 @@ def test_http_list_threads_cursor_continues_only_its_own_tokens_listing(db: Path
     """`mcp --http --any-resource --tokens-file`: Ada's token pages through her threads with ``list_threads``;
     the token of ``ad`` replaying Ada's cursor (on its own resource) gets a tool error, not a page, and no
     thread of Ada's; a cursor from another server run is refused as not issued by this server."""
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
     from core.mcp_server.tools import THREADS_PAGE
 
     adas = _many_threads(db, "ada", THREADS_PAGE + 20, "ada")
@@ -1299,18 +1301,14 @@ def test_http_list_threads_cursor_continues_only_its_own_tokens_listing(db: Path
     ada, ad, tokens_file = _ada_and_ad_tokens(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "MEMORY_STUDIO_MCP_TOKEN"}
 
-    def client(url: str, token: str) -> tuple[Any, Any]:
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-        return http, Client(streamable_http_client(url, http_client=http))
-
     async def call(url: str, token: str, arguments: dict[str, Any]) -> Any:
-        http, mcp = client(url, token)
+        http, mcp = _token_client(url, token)
         async with http, mcp:
             return await mcp.call_tool("list_threads", arguments)
 
     async def main(url: str) -> dict[str, Any]:
         seen: dict[str, Any] = {}
-        http, mcp = client(url, ada)
+        http, mcp = _token_client(url, ada)
         async with http, mcp:
             seen["ada"] = await _every_threads_page(mcp)
         cursor = seen["ada"][0]["nextCursor"]
@@ -1320,16 +1318,8 @@ def test_http_list_threads_cursor_continues_only_its_own_tokens_listing(db: Path
         seen["ad"] = _data(await call(url, ad, {}))
         return seen
 
-    server = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
-    try:
-        seen = anyio.run(main, server.url)
-    finally:
-        server.stop()
-    other = HttpServer(db, "--any-resource", "--tokens-file", str(tokens_file), env=env)
-    try:
-        elsewhere = _error(anyio.run(call, other.url, ada, {"cursor": seen["cursor"]}))
-    finally:
-        other.stop()
+    seen = _on_a_new_server(db, tokens_file, env, main)
+    elsewhere = _error(_on_a_new_server(db, tokens_file, env, call, ada, {"cursor": seen["cursor"]}))
 
     assert len(seen["ada"]) == 2
     _listed_once([_thread_ids(p) for p in seen["ada"]], set(adas))
