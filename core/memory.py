@@ -423,10 +423,14 @@ class Memory:
 
             from core.observational.records import lookup_key
             from core.storage import catalog
+            from core.storage.schema import IDEMPOTENCY_TABLE
 
             with self.store.db.write() as conn:
                 records.delete_for_threads(conn, [thread_id], self.store)
                 delete_thread_versions(conn, thread_id)
+                # The gateway's kept answers of its turns (core.gateway.idempotency) held their text.
+                if catalog.has_table(conn, IDEMPOTENCY_TABLE):
+                    conn.exec_driver_sql(f"DELETE FROM {IDEMPOTENCY_TABLE} WHERE thread_id = ?", (thread_id,))
                 # Its own observation log (thread scope) holds what its messages said: a new thread given
                 # the same id must not start with it. A resource-scoped log stays with the resource.
                 if catalog.has_table(conn, "mastra_observational_memory"):

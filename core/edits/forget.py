@@ -40,6 +40,7 @@ from core.scopes import delegation_resource, is_delegation_resource
 from core.storage import catalog, dialect, locks
 from core.storage.capabilities import capabilities_of
 from core.storage.memory_store import InvalidArgumentError
+from core.storage.schema import IDEMPOTENCY_TABLE
 
 if TYPE_CHECKING:  # pragma: no cover
     from core.storage import Store
@@ -80,6 +81,7 @@ PLACES: list[Place] = [
     Place("working-memory versions", "memory_studio_wm_versions",
           (("scope = 'resource' AND owner_id", "resources"), ("scope = 'thread' AND owner_id", "threads"))),
     Place("turn records", "memory_studio_turns", (("thread_id", "threads"), ("resource_id", "resources"))),
+    Place("idempotency keys", IDEMPOTENCY_TABLE, (("thread_id", "threads"), ("resource_id", "resources"))),
     Place("observations", "mastra_observational_memory",
           (('"lookupKey"', "om_keys"), ('"resourceId"', "resources"), ('"threadId"', "threads"))),
     Place("keyword index", _FTS, (("rowid", "fts_rows"),), needs="fts5"),

@@ -64,6 +64,12 @@ MIGRATIONS: list[Migration] = [
         schema.TOOL_DEFS_DDL,
         postgres=schema.TOOL_DEFS_DDL,  # plain TEXT columns: the same on both
     ),
+    Migration(
+        "0029_gateway_idempotency_keys",
+        "The gateway's idempotency keys: a request's key, its lease while it runs, its kept outcome",
+        schema.IDEMPOTENCY_DDL,
+        postgres=pg_ddl.idempotency_ddl(),
+    ),
 ]
 
 

@@ -213,3 +213,24 @@ TOOL_DEFS_DDL = [
     f'CREATE TABLE IF NOT EXISTS {TOOL_SETS_TABLE} (hash TEXT NOT NULL PRIMARY KEY, members TEXT NOT NULL, '
     '"createdAt" TEXT NOT NULL)',
 ]
+
+# Idempotency keys of the gateway (``core.gateway.idempotency``): one row per (caller scope, key) while the
+# first request runs (``state`` 'running', leased to ``holder`` until ``locked_until``, ms since the epoch)
+# and then its kept outcome (``state`` 'done', ``outcome`` JSON) until ``expires_at``. Not exported.
+IDEMPOTENCY_TABLE = "memory_studio_idempotency"
+
+
+def idempotency_ddl(big_integer: str = "INTEGER") -> list[str]:
+    """The table and its indexes; ``big_integer``: the column type of millisecond times (Postgres: BIGINT)."""
+    return [
+        f"CREATE TABLE IF NOT EXISTS {IDEMPOTENCY_TABLE} (scope TEXT NOT NULL, idem_key TEXT NOT NULL, "
+        "request_hash TEXT NOT NULL, resource_id TEXT, thread_id TEXT, state TEXT NOT NULL, holder TEXT, "
+        f"locked_until {big_integer} NOT NULL, outcome TEXT, \"createdAt\" TEXT NOT NULL, "
+        f"expires_at {big_integer} NOT NULL, PRIMARY KEY (scope, idem_key))",
+        f"CREATE INDEX IF NOT EXISTS idx_idempotency_expires ON {IDEMPOTENCY_TABLE} (expires_at)",
+        f"CREATE INDEX IF NOT EXISTS idx_idempotency_thread ON {IDEMPOTENCY_TABLE} (thread_id)",
+        f"CREATE INDEX IF NOT EXISTS idx_idempotency_resource ON {IDEMPOTENCY_TABLE} (resource_id)",
+    ]
+
+
+IDEMPOTENCY_DDL = idempotency_ddl()

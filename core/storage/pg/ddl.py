@@ -86,3 +86,10 @@ STUDIO_DDL = [
     'CREATE TABLE IF NOT EXISTS memory_studio_agents (name TEXT NOT NULL PRIMARY KEY, config TEXT NOT NULL, '
     'process TEXT, "updatedAt" TEXT NOT NULL)',
 ]
+
+
+def idempotency_ddl() -> list[str]:
+    """The gateway's idempotency keys (``core.storage.schema.idempotency_ddl``), millisecond times as BIGINT."""
+    from core.storage.schema import idempotency_ddl as ddl
+
+    return ddl("BIGINT")
