@@ -28,6 +28,7 @@ from core.agent import Agent
 from core.gateway import memory_routes, openai_routes
 from core.gateway.errors import classify
 from core.gateway.guard import GuardPolicy, RequestGuard
+from core.gateway.idempotency import IdempotencySettings, Keeper
 from core.gateway.registry import AgentRegistry
 from core.gateway.settings import TOKEN_ENV, TOKENS_FILE_ENV
 from core.gateway.tokens import load_tokens_file
@@ -47,12 +48,15 @@ class Gateway:
     """
 
     def __init__(self, registry: AgentRegistry, *, default_resource: str, max_concurrency: int,
-                 memory_workers: int | None = None, stream_write_timeout: float = 30.0) -> None:
+                 memory_workers: int | None = None, stream_write_timeout: float = 30.0,
+                 idempotency: IdempotencySettings | None = None) -> None:
         self.registry = registry
         self.default_resource = default_resource
         self.max_concurrency = max_concurrency
         self.memory_workers = memory_workers if memory_workers is not None else max(4, max_concurrency // 4)
         self.stream_write_timeout = stream_write_timeout
+        # Idempotency keys (``core.gateway.idempotency``), kept in each memory's own database.
+        self.keeper = Keeper(idempotency)
         self.started = int(time.time())
         self._limiter: anyio.CapacityLimiter | None = None
         self._memory_limiter: anyio.CapacityLimiter | None = None
@@ -99,6 +103,7 @@ def create_app(
     policy: GuardPolicy | None = None,
     memory_workers: int | None = None,
     stream_write_timeout: float = 30.0,
+    idempotency: IdempotencySettings | None = None,
 ) -> Starlette:
     """The gateway for ``agents`` (name → Agent, or a list served under their names).
 
@@ -110,14 +115,16 @@ def create_app(
     ``max_concurrency``: turns running at once; more wait their turn. ``memory_workers``: memory API
     calls running at once, on workers of their own (default: a quarter of ``max_concurrency``, at
     least 4). ``stream_write_timeout``: seconds a streamed reply waits for a client to read before
-    dropping it.
+    dropping it. ``idempotency``: how long outcomes of requests with an ``Idempotency-Key`` are kept and
+    how long a running one holds its key (``IdempotencySettings``; default a day and a minute).
     """
     check_settings(default_resource=default_resource, max_concurrency=max_concurrency,
                    stream_write_timeout=stream_write_timeout)
     if memory_workers is not None and memory_workers < 1:
         raise ValueError("memory_workers must be at least 1.")
     gateway = Gateway(AgentRegistry(agents), default_resource=default_resource, max_concurrency=max_concurrency,
-                      memory_workers=memory_workers, stream_write_timeout=stream_write_timeout)
+                      memory_workers=memory_workers, stream_write_timeout=stream_write_timeout,
+                      idempotency=idempotency)
     routes: list[BaseRoute] = [Route("/health", health, methods=["GET"])]
     for route in [*openai_routes.routes(), *memory_routes.routes()]:
         assert isinstance(route, Route)

@@ -45,6 +45,12 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--stream-write-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="drop a streaming client that reads nothing for this long, releasing its turn's worker "
                         "(default 30)")
+    p.add_argument("--idempotency-ttl", type=float, default=24 * 3600.0, metavar="SECONDS",
+                   help="how long the outcome of a request sent with an Idempotency-Key header is kept, so a "
+                        "client's retry with that key gets it instead of running again (default 86400, a day)")
+    p.add_argument("--idempotency-lease", type=float, default=60.0, metavar="SECONDS",
+                   help="how long a running request holds its Idempotency-Key without renewing it: after a "
+                        "gateway process dies mid-request, a retry may run after this long (default 60)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
@@ -70,6 +76,7 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise ValueError(f"--max-tokens must be a positive number of tokens, got {args.max_tokens}.")
     check_settings(default_resource=args.default_resource, max_concurrency=args.max_concurrency,
                    stream_write_timeout=args.stream_write_timeout, flags=True)
+    idempotency = idempotency_from_args(args)
     policy = policy_from_args(args, token_env=TOKEN_ENV, tokens_file_env=TOKENS_FILE_ENV)
     for warning in policy.tokens.warnings if policy.tokens is not None else ():
         err.write(f"warning: {warning}\n")
@@ -85,7 +92,8 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 instructions=args.instructions if args.instructions is not None else "You are a helpful assistant.",
                 db=args.db, max_tokens=args.max_tokens)
         app = create_app(agents, policy=policy, default_resource=args.default_resource,
-                         max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout)
+                         max_concurrency=args.max_concurrency, stream_write_timeout=args.stream_write_timeout,
+                         idempotency=idempotency)
     except BaseException:
         if sock is not None:
             sock.close()
@@ -103,6 +111,19 @@ def run_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     serve(app, host=args.host, port=args.port, log_level=args.log_level, on_ready=ready, sock=sock)
     return 0
+
+
+def idempotency_from_args(args: argparse.Namespace) -> Any:
+    """``--idempotency-ttl`` and ``--idempotency-lease`` as settings, checked before anything opens."""
+    from core.gateway.idempotency import IdempotencySettings
+
+    ttl, lease = args.idempotency_ttl, args.idempotency_lease
+    for flag, value in (("--idempotency-ttl", ttl), ("--idempotency-lease", lease)):
+        if not 0 < value < float("inf"):
+            raise ValueError(f"{flag} must be a positive number of seconds, got {value}.")
+    if lease > ttl:
+        raise ValueError(f"--idempotency-lease ({lease:g}) must not be longer than --idempotency-ttl ({ttl:g}).")
+    return IdempotencySettings(ttl=ttl, lease=lease)
 
 
 def model_agent(model: str, *, name: str, instructions: str, db: str | None,

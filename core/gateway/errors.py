@@ -64,6 +64,15 @@ class ErrorReply:
 
 def classify(exc: BaseException) -> ErrorReply:
     """The HTTP status and OpenAI-style body for ``exc``. Unknown errors are logged, never shown."""
+    reply = known(exc)
+    if reply is not None:
+        return reply
+    log.error("unexpected error while serving a request", exc_info=exc)
+    return _reply(500, "The gateway failed on this request; its log has the details.", "server_error", "internal")
+
+
+def known(exc: BaseException) -> ErrorReply | None:
+    """``classify`` for the errors it recognises; None for the rest (a 500), without logging."""
     if isinstance(exc, GatewayError):
         reply = _reply(exc.status, exc.message, exc.type, exc.code, exc.param)
         reply.headers.update(exc.headers)
@@ -98,8 +107,7 @@ def classify(exc: BaseException) -> ErrorReply:
     if isinstance(exc, (ScopeConflictError, InvalidArgumentError, InvalidValueError, WorkingMemoryError,
                         MessageFormatError)):
         return _reply(400, str(exc), "invalid_request_error", "invalid_request")
-    log.error("unexpected error while serving a request", exc_info=exc)
-    return _reply(500, "The gateway failed on this request; its log has the details.", "server_error", "internal")
+    return None
 
 
 def _reply(status: int, message: str, type: str, code: str | None, param: str | None = None) -> ErrorReply:

@@ -7,7 +7,8 @@
 - ``GET /api/memory/threads/{id}/working-memory?resourceId=`` → ``{workingMemory, format, scope,
   threadExists}``
 - ``PUT /api/memory/threads/{id}/working-memory?resourceId=`` with ``{"workingMemory": ...}``
-  (Markdown text, or an object for schema working memory)
+  (Markdown text, or an object for schema working memory); an ``Idempotency-Key`` header makes a repeat
+  of the same write answer the first one's result (``core.gateway.idempotency``)
 
 Both answer an ``ETag`` naming the stored value (a hash of its text; ``"none"`` when there is none). A PUT
 with ``If-Match: <that ETag>`` writes only if the value is still the one read, and answers 412
@@ -47,7 +48,8 @@ from starlette.routing import Route
 
 from core.gateway.access import caller_of
 from core.gateway.errors import GatewayError, bad_request
-from core.gateway.openai_routes import read_json
+from core.gateway.idempotency import Claim, Replay, key_of, request_hash, scope_of
+from core.gateway.openai_routes import holding, read_json, replay_json, sweep_task
 from core.gateway.turns import client_id
 from core.ids import clipped, lone_surrogate, shown
 from core.memory import Memory
@@ -177,8 +179,13 @@ async def get_working_memory(request: Request) -> Response:
     return JSONResponse(data, headers={"ETag": _etag(text)})
 
 
+#: The working-memory write as idempotency keys are scoped to it.
+PUT_WM_ROUTE = "PUT /api/memory/threads/{thread_id}/working-memory"
+
+
 async def put_working_memory(request: Request) -> Response:
     thread_id = request.path_params["thread_id"]
+    key = key_of(request.headers)
     asked = _resource(request, "working memory")
     # A write may create the resource's row: its id follows the rule a chat turn's ids follow, so the
     # gateway never makes a resource that no chat request could name (control characters, 5,000 characters).
@@ -226,8 +233,34 @@ async def put_working_memory(request: Request) -> Response:
         return {"workingMemory": value.data, "format": value.format, "scope": value.scope,
                 "threadExists": thread is not None, "resourceId": resource_id}, value.text
 
-    data, text = await _run(request, write)
-    return JSONResponse(data, headers={"ETag": _etag(text)})
+    if key is None:
+        data, text = await _run(request, write)
+        return JSONResponse(data, headers={"ETag": _etag(text)})
+
+    # With an Idempotency-Key (core.gateway.idempotency): the same thread, resource, memory, value and If-Match
+    # are the same request; its answer (or a 4xx it met, as a 412) is kept and answered to repeats.
+    gateway: Gateway = request.app.state.gateway
+    digest = request_hash(route=PUT_WM_ROUTE, thread=thread_id, resource=asked, agent=request.query_params.get("agentId"),
+                          body=body, if_match=if_match)
+    scope = scope_of(caller, asked, PUT_WM_ROUTE)
+    got = await _run(request, lambda: gateway.keeper.claim(memory.store.db, scope=scope, key=key, digest=digest,
+                                                           resource_id=asked, thread_id=thread_id))
+    if isinstance(got, Replay):
+        return replay_json(got.outcome)
+    claim: Claim = got
+
+    def kept_write() -> tuple[dict[str, Any], str | None]:
+        try:
+            data, text = write()
+        except BaseException as exc:
+            gateway.keeper.fail(claim, exc)
+            raise
+        gateway.keeper.complete(claim, {"kind": "json", "status": 200, "body": data, "headers": {"ETag": _etag(text)}})
+        return data, text
+
+    async with holding(gateway.keeper, claim, gateway.memory_limiter):
+        data, text = await _run(request, kept_write)
+    return JSONResponse(data, headers={"ETag": _etag(text)}, background=sweep_task(gateway, claim))
 
 
 def _etag(text: str | None) -> str:

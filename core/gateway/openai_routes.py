@@ -16,20 +16,24 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Generator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Generator, Mapping, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from core.gateway.access import caller_of
 from core.gateway.errors import GatewayError, bad_request, classify
+from core.gateway.idempotency import REPLAYED_HEADER, Claim, Keeper, Replay, key_of, request_hash, scope_of
 from core.gateway.turns import (
     TextDelta,
     Turn,
@@ -41,6 +45,7 @@ from core.gateway.turns import (
     run_turn,
     turn_events,
 )
+from core.memory import resolve_memory
 from core.message_size import MessageTooLargeError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,29 +77,56 @@ async def read_json(request: Request) -> Any:
                           code="json_too_deep") from None
 
 
+#: The chat route as idempotency keys are scoped to it.
+CHAT_ROUTE = "POST /v1/chat/completions"
+#: Headers that choose where a turn is stored: part of what makes two requests with one key the same.
+_TURN_HEADERS = ("x-thread-id", "x-resource-id", "x-conversation-id")
+
+
 async def chat_completions(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
+    key = key_of(request.headers)
     body = await read_json(request)
     if not isinstance(body, Mapping):
         raise bad_request("The request body must be a JSON object.")
     agent = gateway.registry.get(body.get("model"))
     turn = parse_turn(body, request.headers, model=str(body["model"]), has_memory=agent.memory is not None,
                       default_resource=gateway.default_resource, caller=caller_of(request.scope))
+    claim: Claim | None = None
+    if key is not None:
+        got = await _claim_turn(request, gateway, agent, turn, body, key)
+        if isinstance(got, Replay):
+            return replay_completion(got.outcome, turn)
+        claim = got
+        if claim is not None and claim.thread_id and claim.thread_id != turn.thread_id:
+            # A key taken over from a request whose process died: its turn's thread, which it chose.
+            turn = replace(turn, thread_id=claim.thread_id)
     if turn.stream:
-        return TurnStream(gateway, agent, turn)
-    result, agent_ms, turn = await anyio.to_thread.run_sync(_timed_turn, agent, turn, limiter=gateway.limiter)
+        return TurnStream(gateway, agent, turn, claim=claim)
+    completion_id, created = _completion_id(), int(time.time())
+    if claim is None:
+        result, agent_ms, turn = await anyio.to_thread.run_sync(_timed_turn, agent, turn, limiter=gateway.limiter)
+    else:
+        async with holding(gateway.keeper, claim, gateway.memory_limiter):
+            result, agent_ms, turn = await anyio.to_thread.run_sync(
+                _kept_turn, gateway.keeper, claim, agent, turn, completion_id, created, limiter=gateway.limiter)
     done = finished(result)
-    completion_id = _completion_id()
+    payload = _completion(completion_id, created, turn, done)
+    # Server-Timing: how long the agent itself took, so what the gateway adds can be told apart.
+    return JSONResponse(payload, headers={**memory_headers(turn), "server-timing": f"agent;dur={agent_ms:.3f}"},
+                        background=sweep_task(gateway, claim))
+
+
+def _completion(completion_id: str, created: int, turn: Turn, done: TurnFinished) -> dict[str, Any]:
     payload: dict[str, Any] = {
-        "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": turn.agent,
+        "id": completion_id, "object": "chat.completion", "created": created, "model": turn.agent,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": done.text},
                      "finish_reason": done.finish_reason, "logprobs": None}],
         "memory": _memory_info(turn, done),
     }
     if done.usage is not None:
         payload["usage"] = done.usage.to_dict()
-    # Server-Timing: how long the agent itself took, so what the gateway adds can be told apart.
-    return JSONResponse(payload, headers={**memory_headers(turn), "server-timing": f"agent;dur={agent_ms:.3f}"})
+    return payload
 
 
 def _timed_turn(agent: Agent, turn: Turn) -> tuple[AgentResult, float, Turn]:
@@ -105,6 +137,143 @@ def _timed_turn(agent: Agent, turn: Turn) -> tuple[AgentResult, float, Turn]:
     except MessageTooLargeError as exc:
         raise reply_too_large(exc, turn) from exc
     return result, (time.perf_counter() - start) * 1000, turn
+
+
+# -- idempotency keys (core.gateway.idempotency) -------------------------------------------------------
+
+
+async def _claim_turn(request: Request, gateway: Gateway, agent: Agent, turn: Turn, body: Mapping[str, Any],
+                      key: str) -> Claim | Replay | None:
+    """Take the request's key in its memory's database, or its first request's kept outcome. None: the agent
+    has no memory, so the turn stores nothing and there is nothing to keep (the key is not used)."""
+    if agent.memory is None:
+        return None
+    # ``stream`` and ``stream_options`` only say how to answer: a repeat may ask otherwise and still get the turn.
+    digest = request_hash(route=CHAT_ROUTE, body={k: v for k, v in body.items() if k not in ("stream", "stream_options")},
+                          headers={h: request.headers.get(h) for h in _TURN_HEADERS})
+    scope = scope_of(caller_of(request.scope), turn.resource_id, CHAT_ROUTE)
+
+    def claim() -> Claim | Replay | None:
+        memory = resolve_memory(agent.memory, turn.request_context())
+        if memory is None:
+            return None
+        return gateway.keeper.claim(memory.store.db, scope=scope, key=key, digest=digest,
+                                    resource_id=turn.resource_id, thread_id=turn.thread_id)
+
+    return await anyio.to_thread.run_sync(claim, limiter=gateway.memory_limiter)
+
+
+def _kept_turn(keeper: Keeper, claim: Claim, agent: Agent, turn: Turn, completion_id: str,
+               created: int) -> tuple[AgentResult, float, Turn]:
+    """``_timed_turn``, and its outcome kept for the key on the same worker thread, so a request cancelled while
+    it waits never leaves a stored turn without its outcome."""
+    try:
+        result, agent_ms, turn = _timed_turn(agent, turn)
+    except BaseException as exc:
+        keeper.fail(claim, exc)
+        raise
+    keep_completion(keeper, claim, completion_id, created, turn, finished(result))
+    return result, agent_ms, turn
+
+
+def keep_completion(keeper: Keeper, claim: Claim, completion_id: str, created: int, turn: Turn,
+                    done: TurnFinished) -> None:
+    """Keep a stored turn's answer for its key: enough to answer a repeat as JSON or as a stream."""
+    outcome = {"kind": "completion", "id": completion_id, "created": created, "model": turn.agent,
+               "text": done.text, "finish_reason": done.finish_reason,
+               "usage": done.usage.to_dict() if done.usage is not None else None,
+               "memory": _memory_info(turn, done), "headers": memory_headers(turn)}
+    try:
+        keeper.complete(claim, outcome, thread_id=turn.thread_id)
+    except Exception:  # noqa: BLE001 - the turn is stored and answered; a repeat after the lease runs it again
+        log.error("a turn was stored but its outcome could not be kept for its idempotency key", exc_info=True)
+
+
+def replay_completion(outcome: Mapping[str, Any], turn: Turn) -> Response:
+    """A kept outcome answering a repeat: as JSON, or as a stream when the repeat asks for one."""
+    headers = {**outcome.get("headers", {}), REPLAYED_HEADER: "true"}
+    if outcome["kind"] != "completion":
+        return replay_json(outcome)
+    payload: dict[str, Any] = {
+        "id": outcome["id"], "object": "chat.completion", "created": outcome["created"], "model": outcome["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": outcome["text"]},
+                     "finish_reason": outcome["finish_reason"], "logprobs": None}],
+        "memory": outcome["memory"],
+    }
+    if outcome.get("usage") is not None:
+        payload["usage"] = outcome["usage"]
+    if not turn.stream:
+        return JSONResponse(payload, headers=headers)
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {"id": outcome["id"], "object": "chat.completion.chunk", "created": outcome["created"],
+                "model": outcome["model"],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    if outcome["text"]:
+        events.append(chunk({"content": outcome["text"]}))
+    last = chunk({}, outcome["finish_reason"])
+    last["memory"] = outcome["memory"]
+    events.append(last)
+    if turn.include_usage:
+        usage = chunk({})
+        usage["choices"] = []
+        usage["usage"] = outcome.get("usage")
+        events.append(usage)
+
+    async def lines() -> AsyncIterator[bytes]:
+        for event in events:
+            yield ("data: " + json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n\n").encode("utf-8")
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(lines(), media_type="text/event-stream; charset=utf-8",
+                             headers={**headers, "cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def replay_json(outcome: Mapping[str, Any]) -> Response:
+    """A kept JSON outcome (a memory API write's answer, a kept 4xx), with the header saying it is a replay."""
+    return JSONResponse(outcome["body"], status_code=int(outcome["status"]),
+                        headers={**outcome.get("headers", {}), REPLAYED_HEADER: "true"})
+
+
+@asynccontextmanager
+async def holding(keeper: Keeper, claim: Claim, limiter: anyio.CapacityLimiter) -> AsyncIterator[None]:
+    """Renew ``claim``'s lease every third of it while the block runs (a request slower than the lease keeps
+    its key; one whose process dies stops renewing, and its key is free once the lease runs out)."""
+
+    async def renew() -> None:
+        while True:
+            await anyio.sleep(keeper.settings.lease / 3)
+            try:
+                if not await anyio.to_thread.run_sync(keeper.renew, claim, limiter=limiter):
+                    return  # settled (or taken over): nothing more to hold
+            except Exception:  # noqa: BLE001 - the next renewal tries again
+                log.warning("renewing an idempotency key's lease failed", exc_info=True)
+
+    failed: Exception | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(renew)
+        try:
+            yield
+        except Exception as exc:  # raised after the group, as itself (not inside an exception group)
+            failed = exc
+        finally:
+            group.cancel_scope.cancel()
+    if failed is not None:
+        raise failed
+
+
+def sweep_task(gateway: Gateway, claim: Claim | None) -> BackgroundTask | None:
+    """After a response that used a key: delete the database's expired keys, when this process is due to."""
+    if claim is None or not gateway.keeper.sweep_due(claim.db):
+        return None
+    db = claim.db
+
+    async def sweep() -> None:
+        await anyio.to_thread.run_sync(gateway.keeper.sweep, db, limiter=gateway.memory_limiter)
+
+    return BackgroundTask(sweep)
 
 
 def reply_too_large(exc: MessageTooLargeError, turn: Turn) -> Exception:
@@ -181,13 +350,26 @@ class TurnStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, gateway: Gateway, agent: Agent, turn: Turn) -> None:
+    def __init__(self, gateway: Gateway, agent: Agent, turn: Turn, *, claim: Claim | None = None) -> None:
         super().__init__(status_code=200)
         self.gateway, self.agent, self.turn = gateway, agent, turn
         self.completion_id = _completion_id()
         self.created = int(time.time())
+        # The request's idempotency key: its outcome is kept once the turn is stored, before the client sees the
+        # end, so a client that leaves after that point gets the stored answer when it retries.
+        self.claim = claim
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.claim is None:
+            await self._respond(scope, receive, send)
+            return
+        async with holding(self.gateway.keeper, self.claim, self.gateway.memory_limiter):
+            await self._respond(scope, receive, send)
+        sweep = sweep_task(self.gateway, self.claim)
+        if sweep is not None:  # the reply is complete: the client waits for none of this
+            await sweep()
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
         # A small buffer: the producer is rarely more than a few deltas ahead of a live client, and
         # one that stops reading holds at most this much (plus the socket's buffers) in memory.
         sender, events = anyio.create_memory_object_stream[Any](max_buffer_size=64)
@@ -240,17 +422,25 @@ class TurnStream(Response):
     def _pump(self, sender: MemoryObjectSendStream[Any]) -> None:
         """On the worker thread: iterate the whole turn here, so it keeps one thread and context."""
         events: Generator[TurnEvent, None, None] | None = None
+        claim, settled = self.claim, self.claim is None
         try:
             # Before the first event is sent, so the reply's headers name the thread actually used.
             self.turn = resolve_thread(self.agent, self.turn)
             events = turn_events(self.agent, self.turn)
             for event in events:
+                if isinstance(event, TurnFinished) and claim is not None:
+                    # The turn is stored (``Agent.stream`` saves before ``finish``): keep its answer first.
+                    keep_completion(self.gateway.keeper, claim, self.completion_id, self.created, self.turn, event)
+                    settled = True
                 anyio.from_thread.run(sender.send, event)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             log.info("client left during a streamed reply; the turn was stopped at that point")
         except Exception as exc:  # noqa: BLE001 - reported to the client as an error response/event
             if isinstance(exc, MessageTooLargeError):
                 exc = reply_too_large(exc, self.turn)
+            if claim is not None and not settled:
+                self.gateway.keeper.fail(claim, exc)
+                settled = True
             try:
                 anyio.from_thread.run(sender.send, _Failed(exc))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -258,6 +448,8 @@ class TurnStream(Response):
         finally:
             if events is not None:
                 events.close()
+            if claim is not None and not settled:  # stopped before the turn was stored: a retry runs again
+                self.gateway.keeper.release(claim)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {"id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,

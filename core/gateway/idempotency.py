@@ -1,0 +1,271 @@
+"""Idempotency keys: a request sent again with the same ``Idempotency-Key`` header runs once.
+
+The official ``openai`` client sends a request again (twice by default) when its answer is lost: a
+timeout, a cut connection, a 5xx. Without a key each copy is a new turn, stored again. A client that
+passes ``extra_headers={"Idempotency-Key": key}`` sends the same key with every copy, and the gateway
+then runs the first and answers the others from what it kept (Stripe's semantics):
+
+- a key is 1 to 255 visible ASCII characters (400 ``invalid_idempotency_key`` otherwise);
+- it belongs to the caller (the tokens file entry, or the shared token), the resource the request is
+  about and the route (``scope_of``): another user's, resource's or route's equal key is another key;
+- the first request takes the key (a row of ``memory_studio_idempotency`` in the memory's own database,
+  so every gateway process on that database sees it) and holds it under a lease, renewed while it runs;
+- its outcome (status and body; for a chat turn its text, finish reason, usage and ids, enough to answer
+  as JSON or as a stream) is kept with the key; a repeat with the same request (``request_hash``: the
+  body, without ``stream``/``stream_options``, the route's path and the headers and query parameters
+  that choose what is written) gets it back with ``Idempotent-Replayed: true``, and nothing runs;
+- a repeat while the first still runs: 409 ``idempotency_key_in_use`` with ``Retry-After``; a first whose
+  process died leaves a lease that runs out (``IdempotencySettings.lease``), after which a repeat takes
+  the key over (a chat turn then keeps the thread the first one chose);
+- the same key with another request: 422 ``idempotency_key_reused``;
+- what is kept: a success, and a 4xx found while running (a thread of another resource, a message too
+  large, a working-memory ``If-Match`` that failed), which the same request would meet again. A failure
+  that stored nothing (a model error, a 5xx, 408/409/425/429, a client that left a stream before the turn
+  was stored) gives the key back, so the repeat runs again. A request refused before it ran (a malformed
+  body, a resource the token may not use) never takes the key;
+- kept outcomes expire (``ttl``, 24 hours unless set): an expired key is a new key. Expired rows are
+  deleted after a response has been sent, at most once per ``sweep_every`` per process and database,
+  so no separate job is needed and no request waits for it. ``forget`` deletes a resource's rows,
+  deleting a thread deletes the rows of its turns; export and import leave them out.
+
+Times are the gateway processes' clocks (milliseconds since the epoch): processes sharing a database
+should keep their clocks in step (NTP); a skew shortens or lengthens leases by as much.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.gateway.access import Caller
+from core.gateway.errors import GatewayError, known
+from core.storage import catalog
+from core.storage.schema import IDEMPOTENCY_TABLE
+from core.timeutil import iso_now
+
+log = logging.getLogger(__name__)
+
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_KEY_LENGTH = 255
+#: Statuses a repeat should meet again only if it runs again: never kept.
+_NOT_KEPT = frozenset({408, 409, 425, 429})
+
+
+@dataclass(frozen=True)
+class IdempotencySettings:
+    """``ttl``: seconds an outcome is kept; ``lease``: seconds a running request holds its key without
+    renewing it (renewed every third of that while it runs); ``sweep_every``: seconds between deletes of
+    expired rows, per process and database; ``retry_after``: the 409's ``Retry-After`` seconds."""
+
+    ttl: float = 24 * 3600.0
+    lease: float = 60.0
+    sweep_every: float = 60.0
+    retry_after: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("ttl", "lease", "sweep_every"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ValueError(f"idempotency {name} must be a positive number of seconds, got {value}.")
+        if self.lease > self.ttl:
+            raise ValueError(f"the idempotency lease ({self.lease:g}s) must not be longer than the time keys are "
+                             f"kept ({self.ttl:g}s).")
+
+
+def key_of(headers: Mapping[str, str]) -> str | None:
+    """The request's ``Idempotency-Key``, checked; None without one."""
+    raw = headers.get(HEADER.lower())
+    if raw is None:
+        return None
+    if not 0 < len(raw) <= MAX_KEY_LENGTH or not all("!" <= c <= "~" for c in raw):
+        raise GatewayError(
+            400, f"The {HEADER} header must be 1 to {MAX_KEY_LENGTH} visible ASCII characters (letters, digits, "
+            f"punctuation; no spaces), got {len(raw)} character(s){'' if raw.isascii() else ' with non-ASCII ones'}. "
+            "Send a random id such as a UUID, the same one with every retry of one request. Nothing was run.",
+            code="invalid_idempotency_key", param=HEADER)
+    return raw
+
+
+def scope_of(caller: Caller, resource_id: str | None, route: str) -> str:
+    """Where a key belongs: the caller (a tokens file entry by name, else the shared token), the resource
+    the request is about, and the route."""
+    who = f"token:{caller.name}" if caller.name is not None else "shared"
+    return "\x1f".join((who, resource_id or "", route))
+
+
+def request_hash(**parts: Any) -> str:
+    """A digest of what makes two requests the same request (canonical JSON of ``parts``)."""
+    text = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def kept_status(exc: BaseException) -> int | None:
+    """The status of a failure to keep for its key, or None when the key is given back (see the module)."""
+    reply = known(exc)
+    if reply is None or not 400 <= reply.status < 500 or reply.status in _NOT_KEPT:
+        return None
+    return reply.status
+
+
+def error_outcome(exc: BaseException) -> dict[str, Any]:
+    reply = known(exc)
+    assert reply is not None
+    return {"kind": "json", "status": reply.status, "body": reply.body, "headers": dict(reply.headers)}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A kept outcome (``outcome["kind"]``: ``"json"`` with status, body, headers; ``"completion"``)."""
+
+    outcome: dict[str, Any]
+
+
+@dataclass
+class Claim:
+    """A key this request holds. ``thread_id``: the thread a taken-over key's first request chose."""
+
+    db: Any
+    scope: str
+    key: str
+    holder: str
+    thread_id: str | None = None
+    took_over: bool = False
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Keeper:
+    """One per gateway: takes, renews, completes and gives back keys in a memory's database."""
+
+    def __init__(self, settings: IdempotencySettings | None = None) -> None:
+        self.settings = settings or IdempotencySettings()
+        self._swept: dict[int, float] = {}
+        self._sweep_lock = threading.Lock()
+
+    # -- on worker threads --------------------------------------------------------------------------
+    def claim(self, db: Any, *, scope: str, key: str, digest: str, resource_id: str | None,
+              thread_id: str | None) -> Claim | Replay:
+        """Take ``key`` for this request, or the kept outcome of its first request; 409 while another
+        request holds it, 422 when it was used for another request."""
+        now = _now_ms()
+        holder = uuid.uuid4().hex
+        lease = now + int(self.settings.lease * 1000)
+        expires = now + int(self.settings.ttl * 1000)
+        found: Any = None
+        with db.write() as conn:
+            if not catalog.has_table(conn, IDEMPOTENCY_TABLE):
+                raise GatewayError(
+                    400, f"This gateway's database has no table for idempotency keys ({IDEMPOTENCY_TABLE}): it was not "
+                    "created by Memory Studio or not migrated yet. Its operator can run `memory-studio migrate`; until "
+                    f"then send the request without {HEADER}. Nothing was run.",
+                    code="idempotency_unavailable", param=HEADER)
+            db.lock(conn, f"idempotency:{scope}:{key}")
+            conn.exec_driver_sql(f"DELETE FROM {IDEMPOTENCY_TABLE} WHERE scope = ? AND idem_key = ? AND expires_at <= ?",
+                                 (scope, key, now))
+            found = conn.exec_driver_sql(
+                f"SELECT request_hash, state, locked_until, outcome, thread_id FROM {IDEMPOTENCY_TABLE} "
+                "WHERE scope = ? AND idem_key = ?", (scope, key)).first()
+            if found is None:
+                conn.exec_driver_sql(
+                    f"INSERT INTO {IDEMPOTENCY_TABLE} (scope, idem_key, request_hash, resource_id, thread_id, state, "
+                    'holder, locked_until, outcome, "createdAt", expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)',
+                    (scope, key, digest, resource_id, thread_id, "running", holder, lease, None,
+                     iso_now(), expires))
+                return Claim(db, scope, key, holder, thread_id)
+            stored_hash, state, locked_until, outcome, stored_thread = found
+            if stored_hash == digest and state == "running" and int(locked_until) <= now:
+                # Its holder stopped renewing (its process died): this request takes the key over.
+                conn.exec_driver_sql(
+                    f"UPDATE {IDEMPOTENCY_TABLE} SET holder = ?, locked_until = ?, expires_at = ? "
+                    "WHERE scope = ? AND idem_key = ?", (holder, lease, expires, scope, key))
+                log.warning("idempotency key taken over after its first request's lease ran out (its process "
+                            "stopped?); the request runs again")
+                return Claim(db, scope, key, holder, stored_thread or thread_id, took_over=True)
+        if stored_hash != digest:
+            raise GatewayError(
+                422, f"This {HEADER} was already used for a different request (another body, thread, resource or "
+                "route) within the time keys are kept. Use a new key for a new request; send exactly the same "
+                "request to get the first one's result. Nothing was run.",
+                code="idempotency_key_reused", param=HEADER, retry=False)
+        if state == "done":
+            return Replay(json.loads(outcome))
+        wait = self.settings.retry_after
+        raise GatewayError(
+            409, f"A request with this {HEADER} is still running. Send it again in {wait} second(s), with the same "
+            "key and body, to get its result (the openai client does so by itself); nothing was run twice.",
+            code="idempotency_key_in_use", param=HEADER, retry=True, headers={"Retry-After": str(wait)})
+
+    def renew(self, claim: Claim) -> bool:
+        """Extend the lease of a key this request still holds; False when it lost it."""
+        lease = _now_ms() + int(self.settings.lease * 1000)
+        with claim.db.write() as conn:
+            n = conn.exec_driver_sql(
+                f"UPDATE {IDEMPOTENCY_TABLE} SET locked_until = ? WHERE scope = ? AND idem_key = ? AND holder = ? "
+                "AND state = 'running'", (lease, claim.scope, claim.key, claim.holder)).rowcount
+        return bool(n)
+
+    def complete(self, claim: Claim, outcome: Mapping[str, Any], *, thread_id: str | None = None) -> None:
+        """Keep ``outcome`` for the key (its expiry counted from now)."""
+        now = _now_ms()
+        expires = now + int(self.settings.ttl * 1000)
+        text = json.dumps(outcome, ensure_ascii=False, separators=(",", ":"))
+        with claim.db.write() as conn:
+            n = conn.exec_driver_sql(
+                f"UPDATE {IDEMPOTENCY_TABLE} SET state = 'done', outcome = ?, holder = NULL, expires_at = ?, "
+                "thread_id = COALESCE(?, thread_id) WHERE scope = ? AND idem_key = ? AND holder = ?",
+                (text, expires, thread_id, claim.scope, claim.key, claim.holder)).rowcount
+        if not n:
+            log.warning("an idempotent request finished after another took its key over (its lease ran out); "
+                        "its outcome was not kept")
+
+    def fail(self, claim: Claim, exc: BaseException) -> None:
+        """A failure: kept when the same request would fail so again (``kept_status``), else the key is given back."""
+        if kept_status(exc) is not None:
+            self.complete(claim, error_outcome(exc))
+        else:
+            self.release(claim)
+
+    def release(self, claim: Claim) -> None:
+        """Give the key back (nothing was stored): the next request with it runs."""
+        try:
+            with claim.db.write() as conn:
+                conn.exec_driver_sql(f"DELETE FROM {IDEMPOTENCY_TABLE} WHERE scope = ? AND idem_key = ? AND holder = ?",
+                                     (claim.scope, claim.key, claim.holder))
+        except Exception:  # noqa: BLE001 - the lease runs out instead; the request's own error is the one to report
+            log.warning("could not give an idempotency key back; it is free again when its lease runs out",
+                        exc_info=True)
+
+    def sweep_due(self, db: Any) -> bool:
+        """Whether this process should delete ``db``'s expired rows now (and, if so, it counts as done)."""
+        now = time.monotonic()
+        with self._sweep_lock:
+            last = self._swept.get(id(db))
+            if last is not None and now - last < self.settings.sweep_every:
+                return False
+            self._swept[id(db)] = now
+            return True
+
+    def sweep(self, db: Any) -> int:
+        """Delete expired rows; returns how many."""
+        try:
+            with db.write() as conn:
+                return int(conn.exec_driver_sql(f"DELETE FROM {IDEMPOTENCY_TABLE} WHERE expires_at <= ?",
+                                                (_now_ms(),)).rowcount or 0)
+        except Exception:  # noqa: BLE001 - the next sweep tries again; expired rows are never answered anyway
+            log.warning("deleting expired idempotency keys failed; the next sweep tries again", exc_info=True)
+            return 0
+
+
+__all__ = ["HEADER", "MAX_KEY_LENGTH", "REPLAYED_HEADER", "Claim", "IdempotencySettings", "Keeper", "Replay",
+           "error_outcome", "kept_status", "key_of", "request_hash", "scope_of"]
