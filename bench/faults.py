@@ -34,10 +34,12 @@
    one chain with every acknowledged field; nothing left of the forgotten user and the deleted thread
    (threads, observations, recall hits); every stored message with its vector and found by keyword.
    Every user message carries ``<<u:NAME>>`` and the model answers with the marks its prompt held.
+   ``--fleet-retries N``: the clients retry lost answers as the ``openai`` client does (``max_retries=N``),
+   each turn with an ``Idempotency-Key``; "stored once" then also says no retry stored a turn twice.
 
     .venv/bin/python bench/faults.py [--kills 100] [--duration 180] [--seed 1]
     .venv/bin/python bench/faults.py --attacks-only
-    .venv/bin/python bench/faults.py --fleet libsql --fleet postgres [--fleet-turns 12] [--seed 1]
+    .venv/bin/python bench/faults.py --fleet libsql --fleet postgres [--fleet-turns 12] [--seed 1] [--fleet-retries 2]
 """
 
 from __future__ import annotations
@@ -368,8 +370,11 @@ def _fleet_tokens(folder: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _client_turns(gateways: list[Gateway], user: str, token: str, thread: str, turns: int, seed: int,
-                  log: list[dict[str, Any]]) -> None:
-    """One user's thread: ``turns`` turns through the gateways in turn, streamed or not, some left mid-stream."""
+                  log: list[dict[str, Any]], retries: int = 0) -> None:
+    """One user's thread: ``turns`` turns through the gateways in turn, streamed or not, some left mid-stream.
+    ``retries``: the client's own retries (``max_retries``), each turn with an ``Idempotency-Key`` of its own."""
+    import uuid
+
     import openai
 
     from fleet_worker import MARK
@@ -377,21 +382,27 @@ def _client_turns(gateways: list[Gateway], user: str, token: str, thread: str, t
     rng = random.Random(seed)
     for n in range(turns):
         gateway = gateways[(seed + n) % len(gateways)]
-        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=token, max_retries=0, timeout=120)
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=token, max_retries=retries, timeout=120)
         content = f"{MARK.format(user)} {thread} q{n} k{rng.randrange(10**9)}"
         meta = {"thread_id": thread, **({"resource_id": user} if n % 2 else {})}
         how = rng.choice(("plain", "stream", "stream", "leave"))
         record: dict[str, Any] = {"user": user, "thread": thread, "content": content, "how": how, "n": n,
                                   "began": time.monotonic()}
+        keyed = {"Idempotency-Key": f"{thread}-q{n}-{uuid.uuid4().hex}"} if retries else {}
         try:
             if how == "plain":
-                reply = client.chat.completions.create(model="fleet", messages=[{"role": "user", "content": content}],
-                                                       metadata=meta)
-                record.update(status=200, reply=reply.choices[0].message.content)
+                raw = client.chat.completions.with_raw_response.create(
+                    model="fleet", messages=[{"role": "user", "content": content}], metadata=meta, extra_headers=keyed)
+                reply = raw.parse()
+                record.update(status=200, reply=reply.choices[0].message.content,
+                              replayed=raw.headers.get("idempotent-replayed") == "true")
             else:
                 parts = []
-                with client.chat.completions.create(model="fleet", messages=[{"role": "user", "content": content}],
-                                                    metadata=meta, stream=True) as stream:
+                raw_stream = client.chat.completions.with_raw_response.create(
+                    model="fleet", messages=[{"role": "user", "content": content}], metadata=meta, stream=True,
+                    extra_headers=keyed)
+                record["replayed"] = raw_stream.headers.get("idempotent-replayed") == "true"
+                with raw_stream.parse() as stream:
                     for chunk in stream:
                         if chunk.choices and chunk.choices[0].delta.content:
                             parts.append(chunk.choices[0].delta.content)
@@ -502,7 +513,8 @@ def child_studio_reader(url: str) -> None:
     print(json.dumps({"shown": shown, "errors": errors[:20], "error_count": len(errors)}), flush=True)
 
 
-def run_fleet(folder: Path, backend: str, threads_per_user: int, turns: int, seed: int) -> dict[str, Any]:
+def run_fleet(folder: Path, backend: str, threads_per_user: int, turns: int, seed: int,
+              retries: int = 0) -> dict[str, Any]:
     """Three gateways, an embedded agent, the Studio and the maintenance commands on one database; one
     gateway killed mid-turn and restarted. Returns the client log, what the side processes said, and the
     invariants checked from the database alone (``check_fleet``)."""
@@ -539,7 +551,7 @@ def run_fleet(folder: Path, backend: str, threads_per_user: int, turns: int, see
         for k in range(threads_per_user):
             thread = f"{user}-t{k}"
             clients[thread] = threading.Thread(target=_client_turns, args=(
-                gateways, user, tokens[user], thread, turns, seed * 1000 + u * 10 + k, log))
+                gateways, user, tokens[user], thread, turns, seed * 1000 + u * 10 + k, log, retries))
     for t in clients.values():
         t.start()
 
@@ -740,6 +752,8 @@ def print_fleet(backend: str, result: dict[str, Any]) -> None:
     print(f"fleet on {backend}: 3 gateways (one killed with SIGKILL after {side['killed at']} requests and restarted), "
           f"an embedded agent, the Studio, {len(FLEET_USERS)} users")
     print(f"  requests by outcome     {dict(statuses)}")
+    if any("replayed" in r for r in log):
+        print(f"  answered from a kept outcome (Idempotent-Replayed) {sum(1 for r in log if r.get('replayed'))}")
     print(f"  threads / messages      {found['threads']} / {found['messages']} ({found['answered']} turns answered)")
     print(f"  the kill                {side['killed after']:.1f} s after the start")
     for name, rc, said, began, ended in side["cli"]:
@@ -768,6 +782,9 @@ def main() -> None:
     parser.add_argument("--fleet", choices=("libsql", "postgres"), action="append",
                         help="only the fleet section, on this backend (repeat for both)")
     parser.add_argument("--fleet-turns", type=int, default=12, help="turns per client thread in the fleet section")
+    parser.add_argument("--fleet-retries", type=int, default=0, metavar="N",
+                        help="fleet clients retry lost answers N times (the openai client's max_retries), each turn "
+                             "with an Idempotency-Key, so a retry must not store a turn twice (default 0: no retries)")
     parser.add_argument("--studio-reader", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--concurrent", choices=("agent", "editor", "reader"), help=argparse.SUPPRESS)
@@ -782,7 +799,7 @@ def main() -> None:
     if args.fleet:
         for backend in args.fleet:
             folder = Path(tempfile.mkdtemp(prefix=f"fleet-{backend}-"))
-            print_fleet(backend, run_fleet(folder, backend, 3, args.fleet_turns, args.seed))
+            print_fleet(backend, run_fleet(folder, backend, 3, args.fleet_turns, args.seed, args.fleet_retries))
             print(f"  (files in {folder})")
         return
     if args.child:
