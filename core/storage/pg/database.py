@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from psycopg import pq
 from sqlalchemy.engine.interfaces import BindTyping
 
-from core.storage import catalog, migrations
+from core.storage import catalog, locks, migrations
 from core.storage.capabilities import POSTGRES, Capabilities
 from core.storage.database import (Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError,
                                    no_memory_tables)
@@ -189,8 +189,9 @@ class PgDatabase(Database):
             raise ours from None
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:
-        """Hold these names until the transaction ends (sorted, so two writers never deadlock)."""
-        for key in sorted(set(keys)):
+        """Hold these names until the transaction ends, taken in one order (``locks.in_lock_order``), so two
+        writers never deadlock."""
+        for key in locks.in_lock_order(keys):
             conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (key,))
 
     def migrate(self, names: Sequence[str] | None = None) -> list[str]:

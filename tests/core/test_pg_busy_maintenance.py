@@ -1,0 +1,104 @@
+"""Postgres: ``forget`` and ``vacuum`` while writers write (``bench/pg_busy_maintenance.py`` measures them).
+
+- A turn's save takes its thread's lock, then its resource's (resource working memory written with the
+  turn). ``forget`` took the resource's, then the threads': with a turn of the user mid-save the two
+  waited for each other until the server ended one (seen by the bench: the forget failed with
+  "deadlock detected"; a turn could fail the same way).
+- ``forget`` matched the vector table's rows by a JSON expression no index has, so each of its three
+  statements there read and parsed every vector of every user, inside its write transaction.
+- ``vacuum`` asked for each table's exclusive lock with one wait of 30 s: while it waited behind any open
+  transaction, every reader and writer of the table queued behind its request, for up to those 30 s.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterator
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from core import Memory, MemoryOptions, Message, open_store
+from core.edits.forget import forget_resource
+from core.embedding import HashingEmbedder
+from core.storage import Store
+from core.working_memory_stage import StagedWorkingMemory
+
+
+WAITING_FOR_ADVISORY = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock' AND wait_event = 'advisory'")
+
+
+def _until(url: str, sql: str, stop: threading.Event | None = None) -> None:
+    """Poll the server until ``sql`` counts at least one row (no time limit of its own: the test's
+    threads are joined with one)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not (stop is not None and stop.is_set()):
+            row = conn.execute(sql).fetchone()
+            if row and row[0]:
+                return
+            threading.Event().wait(0.01)
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Store]:
+    s = open_store(pg_url)
+    yield s
+    s.close()
+
+
+class _HoldsTheThreadThen:
+    """A staged write of a turn's save: runs inside the save's transaction, after its thread lock, and
+    commits the turn's resource working memory only once ``ready`` is set."""
+
+    def __init__(self, staged: StagedWorkingMemory, ready: threading.Event, holding: threading.Event) -> None:
+        self.staged, self.ready, self.holding = staged, ready, holding
+
+    def commit(self, conn: sa.Connection) -> None:
+        self.holding.set()
+        self.ready.wait(60)
+        self.staged.commit(conn)
+
+
+def test_forget_while_a_turn_of_the_user_saves_does_not_deadlock_with_it(pg_url: str, store: Store) -> None:
+    opts = MemoryOptions(working_memory={"enabled": True, "scope": "resource"})
+    memory = Memory(store, opts)
+    memory.save_messages([Message.user("first", thread_id="zed-t0", resource_id="zed")])
+    wm = memory.effective_options().working_memory
+    staged = StagedWorkingMemory(memory.working_memory_service)
+    staged.add(wm, "zed-t0", "zed", "replace", "# Notes\n- likes tea\n")
+    holding, forget_waits = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def turn() -> None:
+        try:
+            memory.save_messages([Message.user("second", thread_id="zed-t0", resource_id="zed")],
+                                 _writes=[_HoldsTheThreadThen(staged, forget_waits, holding)])
+            outcome["turn"] = "saved"
+        except Exception as exc:  # noqa: BLE001 - the outcome asserted below
+            outcome["turn"] = f"{type(exc).__name__}: {exc}"
+
+    def forget() -> None:
+        other = open_store(pg_url)
+        try:
+            outcome["forget"] = forget_resource(other, "zed").total
+        except Exception as exc:  # noqa: BLE001
+            outcome["forget"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            other.close()
+
+    saving = threading.Thread(target=turn)
+    saving.start()
+    assert holding.wait(60)  # the turn holds its thread's lock, its resource's not yet
+    forgetting = threading.Thread(target=forget)
+    forgetting.start()
+    _until(pg_url, WAITING_FOR_ADVISORY)  # the forget waits for the turn's thread
+    forget_waits.set()  # now the turn takes its resource's lock and commits
+    saving.join(120)
+    forgetting.join(120)
+    assert outcome["turn"] == "saved"
+    assert isinstance(outcome["forget"], int) and outcome["forget"] > 0, outcome["forget"]
+    # The turn committed first, so the forget took it too: nothing of zed is left.
+    assert memory.get_thread("zed-t0") is None
+    assert memory.get_working_memory(resource_id="zed") in (None, "")
