@@ -102,3 +102,28 @@ def test_forget_while_a_turn_of_the_user_saves_does_not_deadlock_with_it(pg_url:
     # The turn committed first, so the forget took it too: nothing of zed is left.
     assert memory.get_thread("zed-t0") is None
     assert memory.get_working_memory(resource_id="zed") in (None, "")
+
+
+def test_forget_finds_a_users_vectors_through_the_vector_tables_indexes(store: Store) -> None:
+    memory = Memory(store, MemoryOptions(semantic_recall={"enabled": True}), embedder=HashingEmbedder(64))
+    for user in ("ann", "zed"):
+        memory.save_messages([Message.user(f"{user} says {i}", thread_id=f"{user}-t{i % 2}", resource_id=user)
+                              for i in range(20)])
+    statements: list[tuple[str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.startswith('DELETE FROM "memory_messages_'):
+            statements.append((statement, parameters))
+
+    sa.event.listen(store.db.engine, "before_cursor_execute", seen)
+    try:
+        report = forget_resource(store, "zed")
+    finally:
+        sa.event.remove(store.db.engine, "before_cursor_execute", seen)
+    assert report.removed["vectors (memory_messages_64)"] == 20 and not report.leftovers
+    assert len(statements) == 4  # by message id (both ways), thread, resource
+    with store.db.dedicated_connection() as conn:  # (the statements as the driver got them)
+        conn.execute("SET enable_seqscan = off")  # a tiny table: ask for the index if one matches
+        plans = {s: "\n".join(r[0] for r in conn.execute("EXPLAIN " + s, p).fetchall()) for s, p in statements}
+    for statement, plan in plans.items():
+        assert "Index" in plan and "Seq Scan" not in plan, f"{statement}\n{plan}"
