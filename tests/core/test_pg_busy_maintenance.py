@@ -40,6 +40,9 @@ def _until(url: str, sql: str, stop: threading.Event | None = None) -> None:
                 return
             threading.Event().wait(0.01)
 
+VACUUM_WAITS = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query LIKE 'VACUUM FULL \"mastra_messages\"%' AND wait_event_type = 'Lock'")
+
 
 @pytest.fixture
 def store(pg_url: str) -> Iterator[Store]:
@@ -127,3 +130,72 @@ def test_forget_finds_a_users_vectors_through_the_vector_tables_indexes(store: S
         plans = {s: "\n".join(r[0] for r in conn.execute("EXPLAIN " + s, p).fetchall()) for s, p in statements}
     for statement, plan in plans.items():
         assert "Index" in plan and "Seq Scan" not in plan, f"{statement}\n{plan}"
+
+
+def test_vacuum_waiting_for_a_busy_table_holds_no_writer_up_and_says_who_holds_the_table(
+        pg_url: str, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.storage.pg import database as pg_database
+
+    monkeypatch.setattr(pg_database, "VACUUM_LOCK_TIMEOUT_S", 600.0)  # the open transaction below outlasts it
+    memory = Memory(store)
+    memory.save_messages([Message.user(f"old {i}", thread_id="ann-t0", resource_id="ann") for i in range(50)])
+    memory.delete_thread("ann-t0")  # pages for the vacuum to give back
+    said: list[str] = []
+    outcome: dict[str, Any] = {}
+
+    def vacuum() -> None:
+        other = open_store(pg_url)
+        try:
+            outcome["vacuum"] = other.vacuum(said.append)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            outcome["vacuum"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            other.close()
+
+    def write() -> None:
+        writer = open_store(pg_url)
+        try:
+            Memory(writer).save_messages([Message.user("written meanwhile", thread_id="bob-t0", resource_id="bob")])
+            outcome["write"] = "saved"
+        finally:
+            writer.close()
+
+    with psycopg.connect(pg_url, application_name="report-reader") as reader:  # a reader left in a transaction
+        reader.execute("SELECT count(*) FROM mastra_messages").fetchone()
+        vacuuming = threading.Thread(target=vacuum)
+        vacuuming.start()
+        _until(pg_url, VACUUM_WAITS)  # its request for the table queues behind the reader
+        writing = threading.Thread(target=write)
+        writing.start()
+        writing.join(120)
+        assert outcome.get("write") == "saved"
+        assert vacuuming.is_alive() and "vacuum" not in outcome  # the writer did not wait for the vacuum's turn
+        reader.rollback()
+    vacuuming.join(120)
+    assert isinstance(outcome["vacuum"], int), outcome["vacuum"]
+    line = next(x for x in said if "mastra_messages" in x)
+    assert "(report-reader), idle in an open transaction for" in line, line
+    assert [m.text for m in Memory(store).recall(thread_id="bob-t0", resource_id="bob").messages] == ["written meanwhile"]
+
+
+def test_the_vacuum_command_says_what_it_waits_for(pg_url: str, store: Store) -> None:
+    import io
+
+    from core.cli import main
+
+    Memory(store).save_messages([Message.user("hello", thread_id="ann-t0", resource_id="ann")])
+    out, err = io.StringIO(), io.StringIO()
+    done: list[int] = []
+    with psycopg.connect(pg_url, application_name="nightly-export") as reader:
+        reader.execute("SELECT count(*) FROM mastra_threads").fetchone()
+        command = threading.Thread(target=lambda: done.append(main(["vacuum", "--db", pg_url], out=out, err=err)))
+        command.start()
+        _until(pg_url, VACUUM_WAITS.replace("mastra_messages", "mastra_threads"))
+        while "mastra_threads" not in err.getvalue() and command.is_alive():
+            threading.Event().wait(0.01)
+        reader.rollback()
+    command.join(120)
+    assert done == [0]
+    assert "vacuum: waiting for table mastra_threads: in use by session" in err.getvalue()
+    assert "(nightly-export), idle in an open transaction for" in err.getvalue()
+    assert "reclaimed" in out.getvalue()
