@@ -199,3 +199,31 @@ def test_the_vacuum_command_says_what_it_waits_for(pg_url: str, store: Store) ->
     assert "vacuum: waiting for table mastra_threads: in use by session" in err.getvalue()
     assert "(nightly-export), idle in an open transaction for" in err.getvalue()
     assert "reclaimed" in out.getvalue()
+
+
+def test_the_check_after_a_forget_reads_no_vector_number_or_time_column_and_still_finds_what_is_left(
+        store: Store) -> None:
+    from core.edits.forget import mentions
+
+    memory = Memory(store, MemoryOptions(semantic_recall={"enabled": True}), embedder=HashingEmbedder(64))
+    memory.save_messages([Message.user(f"ann says {i}", thread_id="ann-t0", resource_id="ann") for i in range(5)])
+    with store.db.transaction() as conn:  # another application's table beside ours, naming zed in its JSON
+        conn.exec_driver_sql("CREATE TABLE app_notes (id INTEGER, at TIMESTAMP, note JSONB)")
+        conn.exec_driver_sql("""INSERT INTO app_notes VALUES (1, now(), '{"who": "zed"}')""")
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        statements.append(statement)
+
+    sa.event.listen(store.db.engine, "before_cursor_execute", seen)
+    try:
+        found = mentions(store, ["zed", "ann-t0"])
+    finally:
+        sa.event.remove(store.db.engine, "before_cursor_execute", seen)
+    assert found["app_notes"] == 1 and found["mastra_messages"] == 5 and found["memory_messages_64"] == 5
+    checks = [s for s in statements if "strpos(" in s]
+    assert any('"memory_messages_64"' in s for s in checks)
+    for column in ('"embedding"', '"at"'):  # a vector, a time
+        assert not any(f"CAST({column} AS TEXT)" in s for s in checks), column
+    notes = next(s for s in checks if '"app_notes"' in s)
+    assert 'CAST("note" AS TEXT)' in notes and 'CAST("id" AS TEXT)' not in notes  # JSON read, a number not
