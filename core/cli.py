@@ -252,7 +252,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return int(prune_main(["--db", str(path), *extra]))
     if cmd == "vacuum":
         with open_cli_store(args.db) as store:
-            reclaimed = store.vacuum()
+            reclaimed = store.vacuum(progress=edit_commands.vacuum_progress(err))
             out.write(f"{store.location.display}: reclaimed {reclaimed / 1e6:.2f} MB\n")
         return 0
     if cmd == "where":

@@ -58,7 +58,7 @@ def _forget(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             vacuum = _ask("Vacuum now, so the freed pages no longer hold the deleted bytes? [y/N] ").strip().lower() \
                 in ("y", "yes")
         if vacuum:
-            out.write(vacuum_report(store) + "\n")
+            out.write(vacuum_report(store, vacuum_progress(err)) + "\n")
         elif report.total:
             out.write("run `memory-studio vacuum` to drop the freed pages\n")
     return 0 if report.complete and not report.leftovers else 1
@@ -73,9 +73,18 @@ def _ask(question: str) -> str:
         return ""
 
 
-def vacuum_report(store: Any) -> str:
-    """Vacuum the database and compact the trace file beside it; one line saying what came back."""
-    reclaimed = store.vacuum()
+def vacuum_progress(err: TextIO) -> Callable[[str], None]:
+    """Where a command's vacuum says what it waits for: a line on standard error, at once."""
+    def say(said: str) -> None:
+        err.write(f"vacuum: {said}\n")
+        err.flush()
+    return say
+
+
+def vacuum_report(store: Any, progress: Callable[[str], None] | None = None) -> str:
+    """Vacuum the database and compact the trace file beside it; one line saying what came back.
+    ``progress``: told what the vacuum waits for (``Store.vacuum``)."""
+    reclaimed = store.vacuum(progress)
     if store.capabilities.traces_in_database:  # the span table is one of the tables just rewritten
         return f"vacuumed: {reclaimed / 1e6:.2f} MB from the database (its traces included)"
     obs = store.observability
@@ -97,4 +106,4 @@ def vacuum_report(store: Any) -> str:
     return f"vacuumed: {reclaimed / 1e6:.2f} MB from the database, {traces / 1e6:.2f} MB from the trace file"
 
 
-__all__ = ["COMMANDS", "add_parsers", "run", "vacuum_report"]
+__all__ = ["COMMANDS", "add_parsers", "run", "vacuum_progress", "vacuum_report"]

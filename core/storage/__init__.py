@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from core.lazy_names import lazy_names
 from core.storage.errors import (
@@ -98,9 +98,10 @@ class Store:
     def migrate(self) -> list[str]:
         return self.db.migrate()
 
-    def vacuum(self) -> int:
-        """Give the space freed by deletes back to the disk; returns the bytes reclaimed."""
-        return self.db.vacuum()
+    def vacuum(self, progress: Callable[[str], None] | None = None) -> int:
+        """Give the space freed by deletes back to the disk; returns the bytes reclaimed. ``progress``
+        is told, in a sentence, what the vacuum waits for whenever it must wait (``Database.vacuum``)."""
+        return self.db.vacuum(progress)
 
     def register_background(self, work: _Closable) -> None:
         """A memory's background work (``Memory.background``); ``close`` finishes it first."""

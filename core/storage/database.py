@@ -16,7 +16,7 @@ import time
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
-from typing import ClassVar, Iterator, Sequence
+from typing import Callable, ClassVar, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
@@ -591,12 +591,13 @@ class Database:
         self._newer = None
         return done
 
-    def vacuum(self) -> int:
+    def vacuum(self, progress: Callable[[str], None] | None = None) -> int:
         """Rewrite the file without its free pages; returns the bytes given back to the disk.
 
         Deleting rows only marks pages free inside the file (SQLite reuses them, never returns them).
         VACUUM needs about the file's size again in free disk space while it runs; the WAL is
-        checkpointed and truncated afterwards so the space really leaves the folder.
+        checkpointed and truncated afterwards so the space really leaves the folder. ``progress``: told
+        what the vacuum waits for, and that writers wait for it, when they must.
         """
         if self.read_only:
             raise ReadOnlyError(f"{self.location.display} is open read-only; it cannot be vacuumed.")
@@ -606,14 +607,17 @@ class Database:
                 f"{self.location.display} was written by a newer Memory Studio (migrations {', '.join(newer)}). "
                 "Upgrade Memory Studio before vacuuming it."
             )
-        return self._reclaim()
+        return self._reclaim(progress)
 
-    def _reclaim(self) -> int:
+    def _reclaim(self, progress: Callable[[str], None] | None = None) -> int:
         """``vacuum``'s work once it may run: the file rewritten (a server database rewrites its tables)."""
         path = self.location.path
         if path is None:
             return 0
         before = _disk_bytes(path)
+        if progress is not None:
+            progress(f"rewriting {path.name} ({before / 1e6:.1f} MB): it waits for the writer in progress, and "
+                     "every other writer of the file waits until it ends")
         try:
             with self._lock, self.engine.connect() as conn:
                 conn.exec_driver_sql("VACUUM")

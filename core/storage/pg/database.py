@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 from urllib.parse import unquote, urlsplit
 
 import psycopg
@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from psycopg import pq
 from sqlalchemy.engine.interfaces import BindTyping
 
-from core.storage import catalog, migrations
+from core.storage import catalog, locks, migrations
 from core.storage.capabilities import POSTGRES, Capabilities
 from core.storage.database import (Database, DatabaseOpenError, ReadOnlyError, StorageError, StorageUnavailableError,
                                    no_memory_tables)
@@ -66,7 +66,8 @@ SELECT (SELECT max("updatedAt") FROM mastra_threads),
 
 #: The tables ``vacuum`` rewrites: Mastra's, ours, and the vector tables (Mastra's PgVector names).
 MEMORY_TABLE_PREFIXES = ("mastra_", "memory_studio_", "memory_messages")
-VACUUM_LOCK_TIMEOUT_S = 30.0
+VACUUM_LOCK_TIMEOUT_S = 30.0  # how long a vacuum waits for one table, in tries of:
+VACUUM_LOCK_TRY_S = 0.2  # the longest a reader or writer of a table queues behind the vacuum's request
 
 
 class PgDatabase(Database):
@@ -189,8 +190,9 @@ class PgDatabase(Database):
             raise ours from None
 
     def lock(self, conn: sa.Connection, *keys: str) -> None:
-        """Hold these names until the transaction ends (sorted, so two writers never deadlock)."""
-        for key in sorted(set(keys)):
+        """Hold these names until the transaction ends, taken in one order (``locks.in_lock_order``), so two
+        writers never deadlock."""
+        for key in locks.in_lock_order(keys):
             conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (key,))
 
     def migrate(self, names: Sequence[str] | None = None) -> list[str]:
@@ -216,43 +218,92 @@ class PgDatabase(Database):
         self._newer = None
         return done
 
-    def _reclaim(self) -> int:
+    def _reclaim(self, progress: Callable[[str], None] | None = None) -> int:
         """``VACUUM FULL`` of the memory tables (Mastra's, ours, the vector tables), one at a time; returns
         the bytes their files gave back. A plain delete leaves the rows' bytes in the tables' pages, which
         Postgres reuses and never returns (the note a forget ends with); only a rewrite drops them. Another
-        application's tables in the same database are not touched. Each table is locked while it is
-        rewritten (writers and readers of it wait): a lock not granted within ``VACUUM_LOCK_TIMEOUT_S``
-        stops the vacuum with what it already gave back kept, and says to try again."""
+        application's tables in the same database are not touched.
+
+        Each table is locked while it is rewritten (its readers and writers wait for that). The lock is
+        asked for in tries of ``VACUUM_LOCK_TRY_S``: a request that waits queues every later reader and
+        writer of the table behind it, so one wait as long as the longest open transaction on the table
+        held every writer for as long (up to 30 s, measured with an idle transaction open). Between tries
+        the writers run; ``progress`` is told who holds the table. A table still held after
+        ``VACUUM_LOCK_TIMEOUT_S`` stops the vacuum with what it already gave back kept, naming the holder."""
         with self.read() as conn:
             tables = [t for t in catalog.all_tables(conn) if t.startswith(MEMORY_TABLE_PREFIXES)]
         if not tables:
             return 0
         sizes = ("SELECT coalesce(sum(pg_total_relation_size(to_regclass(quote_ident(t)))), 0) "
                  "FROM unnest(CAST(? AS text[])) t")
+        held_by = ""
         try:
             with self._lock, self.engine.connect() as conn:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # VACUUM runs outside a transaction
                 before = int(conn.exec_driver_sql(sizes, (tables,)).scalar() or 0)
-                conn.exec_driver_sql(f"SET lock_timeout = '{int(VACUUM_LOCK_TIMEOUT_S * 1000)}ms'")
+                conn.exec_driver_sql(f"SET lock_timeout = '{int(VACUUM_LOCK_TRY_S * 1000)}ms'")
                 try:
                     for table in tables:
-                        conn.exec_driver_sql('VACUUM FULL "' + table.replace('"', '""') + '"')
+                        held_by = self._vacuum_table(conn, table, progress)
+                        if held_by:
+                            break
                 finally:
                     conn.exec_driver_sql("RESET lock_timeout")
                 after = int(conn.exec_driver_sql(sizes, (tables,)).scalar() or 0)
         except (sa.exc.DBAPIError, psycopg.Error) as exc:
-            if isinstance(getattr(exc, "orig", exc), psycopg.errors.LockNotAvailable):
-                raise StorageError(
-                    f"{self.location.display}: a memory table stayed in use for {VACUUM_LOCK_TIMEOUT_S:.0f} s, so the "
-                    "vacuum stopped there (the tables rewritten so far keep their gain). Try again when fewer agents "
-                    "are writing, or stop them for the vacuum."
-                ) from None
             self._raise_ours(exc)
             raise
+        if held_by:
+            raise StorageError(
+                f"{self.location.display}: {held_by} for {VACUUM_LOCK_TIMEOUT_S:.0f} s, so the vacuum stopped there "
+                f"(the tables rewritten so far keep their gain: {max(before - after, 0) / 1e6:.2f} MB). Try again "
+                "when that session has ended, or end it."
+            )
         return max(before - after, 0)
+
+    def _vacuum_table(self, conn: sa.Connection, table: str, progress: Callable[[str], None] | None) -> str:
+        """Rewrite one table, asking for its lock in short tries; "" when done, else who kept it."""
+        deadline = time.monotonic() + VACUUM_LOCK_TIMEOUT_S
+        pause, said = 0.05, ""
+        while True:
+            try:
+                conn.exec_driver_sql('VACUUM FULL "' + table.replace('"', '""') + '"')
+                return ""
+            except sa.exc.DBAPIError as exc:
+                if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+                    raise
+            holders = _table_holders(conn, table)
+            if time.monotonic() >= deadline:
+                return f"table {table} stayed in use by {holders}"
+            if progress is not None and holders != said:
+                progress(f"waiting for table {table}: in use by {holders}; its readers and writers go on "
+                         "meanwhile (the vacuum asks again every moment)")
+                said = holders
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _table_holders(conn: sa.Connection, table: str) -> str:
+    """The sessions holding a lock on ``table``, in words: what each is doing and for how long."""
+    rows = conn.exec_driver_sql(
+        "SELECT DISTINCT a.pid, a.state, coalesce(a.application_name, ''), "
+        "extract(epoch FROM now() - coalesce(a.xact_start, a.query_start)), left(a.query, 60) "
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.relation = to_regclass(quote_ident(?)) AND l.granted AND a.pid <> pg_backend_pid() "
+        "ORDER BY 4 DESC NULLS LAST", (table,)).fetchall()
+    if not rows:
+        return "another session (it ended meanwhile)"
+    parts = []
+    for pid, state, app, seconds, query in rows[:3]:
+        who = f"session {pid}" + (f" ({app})" if app else "")
+        what = ("idle in an open transaction" if state and state.startswith("idle in transaction")
+                else f"running {' '.join(str(query or '').split())[:60]!r}")
+        parts.append(f"{who}, {what} for {float(seconds or 0):.1f} s")
+    more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
+    return "; ".join(parts) + more
 
 
 def first_schema(search_path: str) -> str | None:
