@@ -79,6 +79,7 @@ from studio.widgets.timeline import (
     TimelineDelegate,
     TimelineLegend,
 )
+from studio.widgets.a11y import named
 
 PAGE = 50
 POLL_MS = 2000
@@ -186,12 +187,13 @@ class TracesPane(QWidget):
         self.filter_edit = QLineEdit()
         self.filter_edit.setPlaceholderText("Filter by trace or agent name…")
         self.filter_edit.setClearButtonEnabled(True)
+        named(self.filter_edit, "Filter traces by trace or agent name")
         self.status_combo = QComboBox()
         for text, value in STATUS_CHOICES:
             self.status_combo.addItem(text, value)
         self.all_threads_btn = QToolButton(self)
         bar.addWidget(self.filter_edit, 1)
-        bar.addWidget(self.status_combo)
+        bar.addWidget(named(self.status_combo, "Trace status"))
         bar.addWidget(self.all_threads_btn)
         root.addLayout(bar)
 
@@ -210,6 +212,7 @@ class TracesPane(QWidget):
         self.trace_model: RecordTableModel[TraceSummary] = RecordTableModel(columns, self)
         self.trace_table = RowTableView(self)
         self.trace_table.setModel(self.trace_model)
+        named(self.trace_table, "Traces")
         self.trace_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.trace_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.trace_table.verticalHeader().hide()
@@ -239,6 +242,7 @@ class TracesPane(QWidget):
         self.span_model = SpanTreeModel(self)
         self.tree = QTreeView(self)
         self.tree.setModel(self.span_model)
+        named(self.tree, "Spans")
         self.tree.setItemDelegate(TimelineDelegate(self.tree))
         self.tree.setUniformRowHeights(True)
         self.tree.setAlternatingRowColors(True)
@@ -272,7 +276,7 @@ class TracesPane(QWidget):
         for widget, (title, _short, _tip) in zip((self.chat_view, self.input_view, self.output_view,
                                                   self.attributes_view, self.error_view, self.span_json_view),
                                                  SPAN_TABS):
-            self.tabs.addTab(widget, title)
+            self.tabs.addTab(named(widget, title if title.startswith("Span") else f"Span {title.lower()}"), title)
         self.tab_fit = FittedTabs(self.tabs, SPAN_TABS)  # (at 1,100 px three tabs hid behind scroll arrows)
         dl.addWidget(self.span_title)
         dl.addWidget(self.span_facts)

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.transfer import ExportOptions
+from studio.widgets.a11y import named
 
 SUFFIXES = {"json": ".json", "markdown": ".md"}
 FILTERS = {"json": "Memory Studio export (*.json);;All files (*)", "markdown": "Markdown (*.md);;All files (*)"}
@@ -102,6 +103,7 @@ class ExportDialog(QDialog):
 
         self.path_edit = QLineEdit(str(Path(folder) / default_file_name(kind, item_id, "json")))
         self.path_edit.setObjectName("exportPath")
+        named(self.path_edit, "File")
         self.path_edit.setMinimumWidth(380)
         self.browse = QPushButton("Choose…")
         path_row = QHBoxLayout()

@@ -7,7 +7,9 @@ Its minimum width is its widest single item, not the sum of all of them.
 from __future__ import annotations
 
 from PySide6.QtCore import QMargins, QPoint, QRect, QSize, Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLayout, QLayoutItem, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLayout, QLayoutItem, QWidget
+
+from studio.widgets.a11y import label_for
 
 
 class FlowLayout(QLayout):
@@ -84,6 +86,6 @@ def labelled(label: str, widget: QWidget) -> QWidget:
     layout = QHBoxLayout(holder)
     layout.setContentsMargins(0, 0, 0, 0)
     layout.setSpacing(4)
-    layout.addWidget(QLabel(label))
+    layout.addWidget(label_for(label, widget))
     layout.addWidget(widget)
     return holder

@@ -35,6 +35,7 @@ class PriceEditor(QDialog):
         self.setWindowTitle("Model Prices")
         self.grid = QTableWidget(0, 3, self)
         self.grid.setHorizontalHeaderLabels(HEADERS)
+        self.grid.setAccessibleName("Model prices")
         self.grid.verticalHeader().hide()
         self.grid.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.grid.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
