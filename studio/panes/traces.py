@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtGui import QAction, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -680,7 +680,8 @@ class TracesPane(QWidget):
     def _fill_span(self, span: SpanRecord | None, empty_text: str) -> None:
         if span is None:
             self.span_title.setText("Span")
-            self.span_facts.setText(f"<span style='color:#7d8590'>{empty_text}</span>")
+            muted = self.span_facts.palette().color(QPalette.ColorRole.PlaceholderText).name()  # (the theme's)
+            self.span_facts.setText(f"<span style='color:{muted}'>{empty_text}</span>")
             for view in (self.input_view, self.output_view, self.attributes_view, self.span_json_view):
                 view.load("")
             self.chat_view.setHtml("")
@@ -691,7 +692,8 @@ class TracesPane(QWidget):
         self.span_title.setText(("⚠ " if span.error is not None else "") + span.name)
         row = self.layout_model.row_of(span.span_id)
         facts = span_facts(span, self.layout_model.start, unfinished=row is not None and row.unfinished)
-        cells = "".join(f"<tr><td style='color:#7d8590; padding-right:10px'>{label}</td><td>{_esc(value)}</td></tr>"
+        muted = self.span_facts.palette().color(QPalette.ColorRole.PlaceholderText).name()  # (the theme's)
+        cells = "".join(f"<tr><td style='color:{muted}; padding-right:10px'>{label}</td><td>{_esc(value)}</td></tr>"
                         for label, value in facts)
         self.span_facts.setText(f"<table cellspacing='0' cellpadding='1'>{cells}</table>")
         transcript = chat_transcript(span)

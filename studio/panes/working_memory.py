@@ -59,6 +59,7 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_
 from studio.widgets.template_editor import TemplateEditor
 from studio.widgets.version_history import VersionHistory
 from studio.widgets.plain_tip import plain_tip
+from studio.theme import set_tone
 from studio.widgets.a11y import label_for, named
 
 AUTO = "__auto__"
@@ -200,9 +201,9 @@ class WorkingMemoryPane(QWidget):
         self.editor = named(CodeEditor("markdown"), "Working memory editor")
         self.problem_label = elastic(QLabel(""), wrap=True)
         self.problem_label.setObjectName("problems")
-        self.problem_label.setStyleSheet("color: #E5534B;")
+        set_tone(self.problem_label, "error")
         self.warning_label = elastic(QLabel(""), wrap=True)
-        self.warning_label.setStyleSheet("color: #D9A441;")
+        set_tone(self.warning_label, "warning")
 
         # Markdown side panels: rendered preview and the template.
         self.preview = QTextBrowser()
@@ -607,7 +608,8 @@ class WorkingMemoryPane(QWidget):
         self.commands.refresh_enabled()
         dirty = self._is_dirty()
         self.dirty_label.setText("● unsaved changes" if dirty else ("no unsaved changes" if self.draft is not None else ""))
-        self.dirty_label.setStyleSheet("color: #D9A441;" if dirty else "color: palette(placeholder-text);")
+        self.dirty_label.setStyleSheet("" if dirty else "color: palette(placeholder-text);")
+        set_tone(self.dirty_label, "warning" if dirty else None)
         reason = self._read_only_reason()
         self.save_btn.setToolTip(plain_tip(reason or (self._check.problems[0] if self._check and self._check.problems
                                                       else "Save working memory (Ctrl+S)")))

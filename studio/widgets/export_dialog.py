@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.transfer import ExportOptions
+from studio.theme import set_tone
 from studio.widgets.a11y import named
 
 SUFFIXES = {"json": ".json", "markdown": ".md"}
@@ -116,7 +117,7 @@ class ExportDialog(QDialog):
         self.error.setObjectName("exportError")
         self.error.setTextFormat(Qt.TextFormat.PlainText)  # it quotes a path and the system's error: never markup
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #e5534b;")
+        set_tone(self.error, "error")
         self.error.hide()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.export_button = self.buttons.addButton("Export", QDialogButtonBox.ButtonRole.AcceptRole)

@@ -37,6 +37,7 @@ from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
 from studio.widgets.pane_header import caption, elastic
 from studio.widgets.record_table import Column, RecordTableModel, record_table_view
+from studio.theme import set_tone
 from studio.widgets.a11y import named
 
 EDIT_NOTE = ("Turns that ran before this edit keep what their model saw (Replay shows them as they were, marked "
@@ -90,7 +91,7 @@ class MessageEditDialog(QDialog):
         layout.addWidget(self.note)
         self.error = elastic(QLabel(""), wrap=True)
         self.error.setObjectName("editError")
-        self.error.setStyleSheet("color: #d9534f;")
+        set_tone(self.error, "error")
         self.error.hide()
         layout.addWidget(self.error)
         self.buttons = QDialogButtonBox()

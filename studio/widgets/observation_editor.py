@@ -40,6 +40,7 @@ from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.priority_marks import marker_image
+from studio.theme import set_tone
 from studio.widgets.a11y import named
 
 
@@ -123,7 +124,7 @@ class ObservationLineDialog(QDialog):
         named(self.edit, "Observation")
         layout.addWidget(self.edit)
         self.error = elastic(QLabel(""), wrap=True)  # why Save did not save (instead of a click that does nothing)
-        self.error.setStyleSheet("color: #d9534f;")
+        set_tone(self.error, "error")
         self.error.hide()
         self.edit.textEdited.connect(lambda _t: self.error.hide())
         layout.addWidget(self.error)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from core.checks import Check
 from studio.logic.checks_layout import PIN_KINDS, PinTarget, default_pin, pin_check, pin_name, pin_text
 from studio.widgets.pane_header import elastic
+from studio.theme import set_tone
 from studio.widgets.a11y import named
 
 
@@ -81,7 +82,7 @@ class PinDialog(QDialog):
         layout.addLayout(form)
         layout.addStretch(1)
         self.error = elastic(QLabel(""), wrap=True)
-        self.error.setStyleSheet("color: #d9534f;")
+        set_tone(self.error, "error")
         self.error.hide()
         layout.addWidget(self.error)
         self.buttons = QDialogButtonBox()

@@ -49,6 +49,7 @@ from studio.preferences import (
 )
 from studio.widgets.pane_header import alive_only
 from studio.workers import WorkerPool
+from studio.theme import set_tone
 from studio.widgets.a11y import named
 
 _DIM = "color: palette(placeholder-text);"
@@ -126,7 +127,7 @@ class PreferencesDialog(QDialog):
         self.problems = QLabel("")
         self.problems.setObjectName("preferencesProblems")
         self.problems.setWordWrap(True)
-        self.problems.setStyleSheet("color: #E5534B;")
+        set_tone(self.problems, "error")
         root.addWidget(self.problems)
         self.box = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         root.addWidget(self.box)
@@ -378,7 +379,7 @@ class PreferencesDialog(QDialog):
 
     def _on_tested(self, result: ConnectionResult) -> None:
         self.test_btn.setEnabled(True)
-        self.test_result.setStyleSheet("" if result.ok else "color: #E5534B;")
+        set_tone(self.test_result, None if result.ok else "error")
         self.test_result.setText(("✓ " if result.ok else "✗ ") + result.text)
 
     def save(self) -> None:

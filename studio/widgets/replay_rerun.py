@@ -47,6 +47,7 @@ from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.record_table import Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
+from studio.theme import set_tone
 from studio.widgets.a11y import label_for, named
 
 FIGURE_COLUMNS: list[Column[tuple[str, str, str]]] = [  # (a cell cut short ends in "…", whole on hover)
@@ -188,7 +189,7 @@ class RerunPanel(QWidget):
         self.model_combo.activated.connect(lambda _i: setattr(self, "_picked", self.model_combo.currentData()))
 
     def _idle_status(self) -> None:
-        self.status.setStyleSheet("")
+        set_tone(self.status, None)
         self.status.setText("Pick a model (File > Preferences… adds endpoints) and re-run this call with its recorded "
                             "tools, settings and tool choice (change any of them above). Nothing is written to any "
                             "thread, and no tool runs.")
@@ -307,12 +308,12 @@ class RerunPanel(QWidget):
         try:
             settings = settings_from_fields(self.fields())
         except ValueError as exc:
-            self.status.setStyleSheet("color: #E5534B;")
+            set_tone(self.status, "error")
             self.status.setText(f"Not sent: {exc}.")
             return
         tool_choice = self.tool_choice_combo.currentData()
         which = "what-if prompt" if prompt is not step.received else "request as received"
-        self.status.setStyleSheet("")
+        set_tone(self.status, None)
         self.status.setText(f"Sending turn {step.index + 1}'s {which} (model call {call + 1}) to {choice.name}…")
         self.run_btn.setEnabled(False)
         self.session.run(lambda: rerun_prompt(prompt, choice, tool_choice=tool_choice, call=call, settings=settings),
@@ -343,7 +344,7 @@ class RerunPanel(QWidget):
     def _on_error(self, exc: BaseException) -> None:
         self.run_btn.setEnabled(True)
         text = str(exc) or type(exc).__name__
-        self.status.setStyleSheet("color: #E5534B;")
+        set_tone(self.status, "error")
         self.status.setText(f"The re-run failed: {text}. Check the model in File > Preferences… (Test Connection).")
         self.failed.emit(text)
 

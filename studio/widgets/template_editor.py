@@ -31,6 +31,7 @@ from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout
 from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import Column, RecordTableModel, RowTableView
+from studio.theme import set_tone
 from studio.widgets.a11y import label_for, named
 
 KINDS = [("template", "Markdown template"), ("schema", "JSON schema")]
@@ -60,7 +61,7 @@ class TemplateEditor(QWidget):
             self.kind_combo.addItem(title, key)
         self.editor = named(CodeEditor("markdown"), "Template or schema editor")
         self.problem = elastic(QLabel(""), wrap=True)
-        self.problem.setStyleSheet("color: #E5534B;")
+        set_tone(self.problem, "error")
         self.effect = elastic(QLabel(""), wrap=True)
         self.effect.setStyleSheet("color: palette(placeholder-text);")
         self.save_btn = QPushButton("Save as New Version")
