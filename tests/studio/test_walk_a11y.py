@@ -198,3 +198,62 @@ def test_a_tables_state_colours_are_readable_on_either_theme(theme: str, qapp: A
         assert low == []
         # a colour that reads already is left as it is
         assert all(shown[c] == QColor(c) for c in wanted if min(contrast(QColor(c), bg) for bg in rows) >= 4.5)
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_the_keyboard_focus_is_visible_on_every_kind_of_control(theme: str, qapp: Any, qtbot: Any) -> None:
+    """Tabbing onto a tool button (Save, Revert, Undo in Working Memory, Replay's steps, Traces' Refresh)
+    changed no pixel: the theme's border for tool buttons hid Fusion's focus frame; a read-only text view
+    (a message's detail, a span's input, Recall's explanation) and a list changed none either (found
+    2026-12-06 by the walk, each control grabbed before and after a Tab)."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QStandardItem, QStandardItemModel
+    from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QListView, QPushButton, QRadioButton, QSpinBox, QTableView,
+                                   QTextBrowser, QToolButton, QTreeView)
+
+    from studio.theme import apply_theme
+
+    from .conftest import theme_restored
+
+    def build(kind: type) -> QWidget:
+        widget = kind()
+        if kind in (QToolButton, QPushButton, QCheckBox, QRadioButton):
+            widget.setText("Save")
+        if kind is QComboBox:
+            widget.addItems(["one", "two"])
+        if kind in (QTableView, QTreeView, QListView):
+            model = QStandardItemModel(3, 2, widget)
+            for row in range(3):
+                for col in range(2):
+                    model.setItem(row, col, QStandardItem(f"{row}{col}"))
+            widget.setModel(model)
+        if kind is QTextBrowser:
+            widget.setPlainText("A stored message, shown read-only.")
+        widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        return widget
+
+    kinds = (QToolButton, QPushButton, QCheckBox, QRadioButton, QComboBox, QSpinBox,
+             QLineEdit, QTableView, QTreeView, QListView, QTextBrowser, QPlainTextEdit)
+    unseen = []
+    with theme_restored(qapp):
+        apply_theme(qapp, theme)
+        for kind in kinds:
+            host = QWidget()
+            row = QHBoxLayout(host)
+            before = QLineEdit()
+            widget = build(kind)
+            row.addWidget(before)
+            row.addWidget(widget)
+            host.resize(360, 120)
+            qtbot.addWidget(host)
+            host.show()
+            qtbot.waitExposed(host)
+            before.setFocus()
+            qtbot.waitUntil(before.hasFocus)
+            unfocused = widget.grab().toImage()
+            qtbot.keyClick(before, Qt.Key.Key_Tab)  # (a Tab: Fusion draws some focus frames only after one)
+            qtbot.waitUntil(widget.hasFocus)
+            if widget.grab().toImage() == unfocused:
+                unseen.append(kind.__name__)
+            host.close()
+    assert unseen == []
