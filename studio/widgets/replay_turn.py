@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from studio.logic.replay_layout import (
     CHANGE_TINTS,
+    STEP_CAPS,
     STEP_FLOORS,
     STEP_OPTIONAL,
     STEP_SAMPLES,
@@ -182,7 +183,8 @@ class TurnView(QSplitter):
         named(self.step_table, "Context at this turn")
         self.step_table.setTextElideMode(Qt.TextElideMode.ElideRight)
         self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
-                              optional=STEP_OPTIONAL, decorated=("Source",), rest_sample=STEP_TEXT_LEAST)
+                              caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
+                              rest_sample=STEP_TEXT_LEAST)
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
