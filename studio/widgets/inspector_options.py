@@ -123,8 +123,10 @@ class InspectorOptionsBar(QFrame):
         for group in (
             _group("Last messages", self.last_spin, "Token budget", self.budget_spin),
             _group(self.recall_check, "Top-K", self.topk_spin, "Threshold", self.threshold_spin),
-            _group("Range", self.before_spin, "before", self.after_spin, "after", "Scope", self.scope_combo),
-            _group(self.wm_check, self.om_check, self.readonly_check),
+            _group("Range", self.before_spin, "before", self.after_spin, "after"), _group("Scope", self.scope_combo),
+            # (one item each: as one group, wider than the pane at a 900 px window, it ran past the bar's edge
+            # and "No writes from the agent" read "No writes from the ag" with no mark)
+            _group(self.wm_check), _group(self.om_check), _group(self.readonly_check),
         ):
             flow.addWidget(group)
         outer.addWidget(flow_box)
