@@ -238,9 +238,11 @@ class CommandPalette(QDialog):
         self.registry = registry
         self.input = QLineEdit(self)
         self.input.setPlaceholderText("Type a command…")
+        self.input.setAccessibleName("Command")
         self.model = CommandListModel(self)
         self.list = QListView(self)
         self.list.setModel(self.model)
+        self.list.setAccessibleName("Commands")
         self.list.setItemDelegate(_ShortcutDelegate(self.list))
         self.list.setUniformItemSizes(True)
         layout = QVBoxLayout(self)

@@ -65,7 +65,11 @@ def open_for_studio(path: str | Path | None, *, allow_writes: bool | None = None
         if probe is None:
             return open_store(path)  # a new file is ours
         owned = probe.db.owned
-        newer = probe.db.unknown_migrations()
+        try:
+            newer = probe.db.unknown_migrations()
+        except BaseException:
+            probe.close()  # (a damaged file: its -wal and -shm go with the connections, as after any look)
+            raise
         if owned and not newer and probe.db.refusal is None:  # (a refusal: its folder cannot be written)
             probe.close()
             return open_store(path)

@@ -230,6 +230,10 @@ class Database:
         except (sa.exc.DBAPIError, ValueError) as exc:  # libsql raises bare ValueErrors for some errors
             self.engine.dispose()
             ours = translate_driver_error(location, exc)
+            if isinstance(ours, CorruptDatabaseError) and path is not None and path.exists():
+                # Its header is SQLite's (``_check_file``), so a malformed image is a damaged (often cut
+                # short) database, not another kind of file: say so, and how to salvage what it holds.
+                raise ours from exc
             if isinstance(ours, CorruptDatabaseError) or ours is None:
                 raise DatabaseOpenError(_explain_open_error(location.display, exc)) from exc
             if not (read_only and isinstance(ours, ReadOnlyFileError) and path is not None

@@ -662,5 +662,8 @@ def fork_source(metadata: Mapping[str, Any] | None) -> str | None:
 STEP_SAMPLES = {"#": "00", "Change": "+ entered", "Role": "assistant", "Stored": "…00000000", "Tokens": "00,000"}
 STEP_SHARES = {"Source": 0.45, "Why": 0.45}
 STEP_FLOORS = {"Source": "message-history", "Why": "new message"}
+# ... and the most they take: beyond it the spare width goes to the fragment's text (at a 2,560 px window
+# the two shares gave Source and Why ~500 px each, mostly blank, and the text ~150 px, "You are a st…")
+STEP_CAPS = {"Source": "observational-memory", "Why": "a stored message was deleted since"}
 STEP_OPTIONAL = ("Role", "Stored")
 STEP_TEXT_LEAST = "You are a"  # the Text column's least

@@ -273,12 +273,17 @@ def store_notice(*, busy: bool, stale: bool, missing: bool, location: str, kind:
             return Notice("info", f"No traces yet: this database has no rows in mastra_ai_spans ({location}).")
         return Notice("info", f"No traces yet: agent runs write them to {location}.")
     if busy:
+        # An agent's writer lets go of the file within seconds when a reader waits (``core/traces/locking.py``);
+        # a program that does not know that (the duckdb shell, a notebook) holds it until closed, which
+        # "being written… Retrying…" left the user to wait out for ever.
+        held = ("Another process has the trace file open (an agent writing to it, or a program such as the "
+                "duckdb shell)")
+        advice = ("Retrying… If it stays busy, close the file in that program: an agent lets go of it within "
+                  "seconds of its last turn.")
         if stale:
             ago = f"{age_s:.0f} s ago" if age_s is not None else "earlier"
-            return Notice("warning", "The trace file is being written by another process; "
-                                     f"showing results from {ago}. Retrying…")
-        return Notice("warning", "The trace file is being written by another process; nothing could be read "
-                                 "yet. Retrying…")
+            return Notice("warning", f"{held}; showing results from {ago}. {advice}")
+        return Notice("warning", f"{held}; nothing could be read yet. {advice}")
     if empty and not filtered:
         return Notice("info", f"No traces yet: agent runs write them to {location}.")
     return None

@@ -51,6 +51,7 @@ from studio.session import StudioSession
 from studio.widgets.banner import Banner
 from studio.widgets.pane_header import alive_only, pane_header, pane_layout, status_label
 from studio.widgets.plain_tip import plain_tip
+from studio.widgets.a11y import label_for, named
 
 TRANSCRIPT_MESSAGES = 60  # the newest messages of the thread shown above the conversation
 PAINT_MS = 30  # deltas arriving faster than this are painted together
@@ -123,9 +124,9 @@ class ChatPane(QWidget):
         self.model_combo.activated.connect(lambda _i: setattr(self, "_model_picked", True))
         self.prefs_btn = QPushButton("Preferences…")
         self.prefs_btn.setToolTip("Add an OpenAI-compatible model (OpenAI, Ollama, LM Studio, vLLM)")
-        row.addWidget(QLabel("Agent"))
+        row.addWidget(label_for("Agent", self.agent_combo))
         row.addWidget(self.agent_combo, 1)
-        row.addWidget(QLabel("Model"))
+        row.addWidget(label_for("Model", self.model_combo))
         row.addWidget(self.model_combo, 2)
         row.addWidget(self.prefs_btn)
         root.addLayout(row)
@@ -139,6 +140,7 @@ class ChatPane(QWidget):
         self.new_radio.setChecked(True)
         self.resource_edit = QLineEdit(DEFAULT_RESOURCE)
         self.resource_edit.setMaximumWidth(260)
+        named(self.resource_edit, "Resource of the new thread")
         where.addWidget(self.thread_radio)
         where.addWidget(self.new_radio)
         where.addWidget(self.resource_edit)
@@ -158,7 +160,7 @@ class ChatPane(QWidget):
         self._cap_picked = False  # the user set the cap here: keep it when the agent changes
         root.addLayout(where)
         sampling = QHBoxLayout()  # a row of its own, so a narrow pane never squeezes the resource field
-        sampling.addWidget(QLabel("Reply cap"))
+        sampling.addWidget(label_for("Reply cap", self.cap_spin))
         sampling.addWidget(self.cap_spin)
         # Sampling: "default" (the lowest value) sends the agent's own setting, else none (the model's default).
         self.temperature_spin = _sampling_spin(
@@ -170,7 +172,7 @@ class ChatPane(QWidget):
             "Nucleus sampling (top_p) sent with each turn. At \"default\" the agent's own is sent, else none.")
         for spin, title in ((self.temperature_spin, "Temperature"), (self.top_p_spin, "Top-p")):
             spin.valueChanged.connect(lambda _v: self._show_run())
-            sampling.addWidget(QLabel(title))
+            sampling.addWidget(label_for(title, spin))
             sampling.addWidget(spin)
         sampling.addStretch(1)
         root.addLayout(sampling)
@@ -193,7 +195,7 @@ class ChatPane(QWidget):
         self.instructions_edit.setMaximumHeight(64)
         self.instructions_edit.setTabChangesFocus(True)  # prose: Tab moves on, it types no tab character
         instructions = QHBoxLayout()
-        label = QLabel("Instructions")
+        label = label_for("Instructions", self.instructions_edit)
         label.setAlignment(Qt.AlignmentFlag.AlignTop)
         instructions.addWidget(label)
         instructions.addWidget(self.instructions_edit, 1)
@@ -203,6 +205,7 @@ class ChatPane(QWidget):
         root.addWidget(self.banner)
         self.transcript = QTextBrowser(self)
         self.transcript.setObjectName("chatTranscript")
+        named(self.transcript, "Transcript")
         self.transcript.setOpenLinks(False)
         self.transcript.anchorClicked.connect(self._link)
         root.addWidget(self.transcript, 1)
@@ -210,6 +213,7 @@ class ChatPane(QWidget):
         send_row = QHBoxLayout()
         self.input = QPlainTextEdit()
         self.input.setObjectName("chatInput")
+        named(self.input, "Message to the agent")
         self.input.setPlaceholderText("Message the agent (Ctrl+Enter sends)")
         self.input.setMaximumHeight(80)
         self.input.setTabChangesFocus(True)

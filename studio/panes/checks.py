@@ -40,6 +40,7 @@ from studio.widgets.pane_header import alive_only, caption, elastic, pane_header
 from studio.widgets.pin_dialog import PinDialog
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.record_table import Column, RecordTableModel, record_table_view
+from studio.widgets.a11y import named
 
 CHECKS_FILTER = "Memory checks (*.json *.yaml *.yml);;All files (*)"
 SETTING = "checks/file:"  # + the database's display path
@@ -97,6 +98,7 @@ class ChecksPane(QWidget):
         self.run_btn.setObjectName("runChecks")
         self.options_edit = QLineEdit()
         self.options_edit.setObjectName("checksWhatIf")
+        named(self.options_edit, "What-if options (JSON)")
         self.options_edit.setPlaceholderText('What-if options as JSON, e.g. {"semantic_recall": false} or '
                                              '{"last_messages": 4}')
         self.what_if_btn = QPushButton("Run With What-If")
@@ -112,6 +114,7 @@ class ChecksPane(QWidget):
         self.model: RecordTableModel[CheckRow] = RecordTableModel(CHECK_COLUMNS, self)
         self.table = record_table_view(self.model)
         self.table.setObjectName("checksTable")
+        named(self.table, "Checks")
         # Fitted to the pane (fixed widths ran ~250 px past it at a 1,100 px window: What must hold and
         # Why not, what a failed check is about, were out of sight); a cut cell ends in "…", whole on hover.
         self.fit = FitToPane(self.table, CHECK_SAMPLES, {"Check": 0.35, "What must hold": 0.65}, last="Why not",
@@ -126,6 +129,7 @@ class ChecksPane(QWidget):
         ll.addWidget(self.detail_caption)
         self.detail = CodeEditor("", read_only=True)
         self.detail.setObjectName("checkDetail")
+        named(self.detail, "Selected check's detail")
         ll.addWidget(self.detail)
         split.addWidget(lower)
         split.setSizes([260, 220])

@@ -42,6 +42,7 @@ from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.record_table import RowTableView
+from studio.widgets.a11y import named
 
 KIND_LABELS = {"text": "", "tool-invocation": "tool", "reasoning": "reasoning", "file": "file", "data": "data",
                "error": "error", "source": "source", "source-url": "source", "source-document": "source",
@@ -187,6 +188,7 @@ class MessagesPane(QWidget):
         self.model = MessageListModel(session.run, session.store, parent=self)
         self.view = RowTableView(self)
         self.view.setObjectName("messageList")
+        named(self.view, "Messages")
         self.view.setModel(self.model)
         delegate = MessageDelegate(self.view)
         self.view.setItemDelegate(delegate)
@@ -205,6 +207,7 @@ class MessagesPane(QWidget):
 
         self.detail = QTextBrowser(self)
         self.detail.setObjectName("messageDetail")
+        named(self.detail, "Selected message")
         self.detail.document().setDefaultStyleSheet(DETAIL_CSS)
         self.detail.setOpenLinks(False)
         self.detail.setPlaceholderText("Select a message to see all of its parts.")

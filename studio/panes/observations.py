@@ -48,6 +48,7 @@ from studio.widgets.om_buffer import BufferPanel
 from studio.widgets.priority_marks import ObservationLogView
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
+from studio.widgets.a11y import named
 
 PAGE_EMPTY, PAGE_CONTENT = range(2)
 
@@ -138,6 +139,7 @@ class ObservationsPane(QWidget):
         self.gen_model: RecordTableModel[GenerationRow] = RecordTableModel(GENERATION_COLUMNS, self)
         self.gen_table = RowTableView(self)
         self.gen_table.setModel(self.gen_model)
+        named(self.gen_table, "Generations")
         self.gen_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.gen_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.gen_table.verticalHeader().hide()

@@ -78,6 +78,7 @@ from studio.widgets.plain_tip import rich_tip
 from studio.widgets.pane_header import alive_only, caption, elastic, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.request_view import RequestPanel
+from studio.widgets.a11y import label_for, named
 
 DEBOUNCE_MS = 250
 MAX_LINE_CHARS = 2**31 - 1  # QLineEdit's own limit is 32,767 characters
@@ -176,6 +177,7 @@ class PromptInspectorPane(QWidget):
         self.turn_label.setStyleSheet("color: palette(placeholder-text);")
         self.message_edit = QLineEdit()
         self.message_edit.setPlaceholderText("Type the next user message (empty: what memory alone contributes)")
+        named(self.message_edit, "Next user message")
         mode.addWidget(self.new_radio)
         mode.addWidget(self.message_edit, 1)
         mode.addWidget(self.turn_radio)
@@ -188,7 +190,7 @@ class PromptInspectorPane(QWidget):
         for edit in (self.message_edit, self.instructions_edit):
             edit.setMaxLength(MAX_LINE_CHARS)
         instr = QHBoxLayout()
-        instr_label = QLabel("Instructions")
+        instr_label = label_for("Instructions", self.instructions_edit)
         instr_label.setMinimumWidth(self.new_radio.sizeHint().width())
         instr.addWidget(instr_label)
         instr.addWidget(self.instructions_edit, 1)
@@ -215,7 +217,7 @@ class PromptInspectorPane(QWidget):
         ul.setContentsMargins(0, 0, 0, 0)
         ul.addWidget(caption("Prompt, in the order the model reads it"))
         self.fragment_model: RecordTableModel[FragmentRow] = RecordTableModel(FRAGMENT_COLUMNS, self)
-        self.fragment_table = record_table_view(self.fragment_model)
+        self.fragment_table = named(record_table_view(self.fragment_model), "Prompt fragments")
         ul.addWidget(self.fragment_table)
         # The prompt's fragments are what this pane is for: never squeezed below a few rows.
         self.fragment_table.setMinimumHeight(self.fragment_table.horizontalHeader().sizeHint().height()
@@ -237,9 +239,9 @@ class PromptInspectorPane(QWidget):
         self.detail_sources = elastic(QLabel(""), wrap=True)  # a long list of message ids wraps
         self.detail_sources.setTextFormat(Qt.TextFormat.RichText)
         self.detail_sources.linkActivated.connect(self.open_message.emit)
-        self.detail_text = CodeEditor("markdown", read_only=True)
+        self.detail_text = named(CodeEditor("markdown", read_only=True), "Selected fragment's text")
         self.recalled_model: RecordTableModel[RecalledRow] = RecordTableModel(RECALLED_COLUMNS, self)
-        self.recalled_table = record_table_view(self.recalled_model)
+        self.recalled_table = named(record_table_view(self.recalled_model), "Recalled messages")
         # Fitted to the fragment's side (at a 1,440 px window Thread and Role were past its edge); the
         # neighbour's "Found as" gives way first, ending in "…", whole on hover. In a narrower side (a
         # 1,100 px window, ~360 px) Role, then Keyword are left out rather than scrolled to (Score's
@@ -277,6 +279,7 @@ class PromptInspectorPane(QWidget):
         rl.setContentsMargins(0, 0, 0, 0)
         self.call_combo = QComboBox()
         self.call_combo.setObjectName("inspectorCall")
+        named(self.call_combo, "Model call")
         self.call_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.call_combo.setMinimumContentsLength(20)
         self.call_combo.currentIndexChanged.connect(self._call_chosen)
@@ -288,7 +291,7 @@ class PromptInspectorPane(QWidget):
         sl.setContentsMargins(0, 0, 0, 0)
         sl.addWidget(caption("Processors that added nothing"))
         self.skip_model: RecordTableModel[SkipRow] = RecordTableModel(SKIP_COLUMNS, self)
-        self.skip_table = record_table_view(self.skip_model)
+        self.skip_table = named(record_table_view(self.skip_model), "Processors that added nothing")
         self.skip_table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         self.processors_label = elastic(QLabel(""))
         self.processors_label.setWordWrap(True)

@@ -52,6 +52,7 @@ from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import alive_only, caption, pane_header, pane_layout, status_label
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, RowTableView
 from studio.widgets.plain_tip import plain_tip
+from studio.widgets.a11y import label_for, named
 
 DEBOUNCE_MS = 300
 # What a failure banner says failed (the search, or a read around it).
@@ -174,6 +175,7 @@ class RecallPlaygroundPane(QWidget):
         self.query_edit = QLineEdit()
         self.query_edit.setPlaceholderText("Type what a user might ask; recall searches the stored messages")
         self.query_edit.setClearButtonEnabled(True)
+        named(self.query_edit, "Search query")
         self.search_btn = QPushButton("Search")
         row.addWidget(self.query_edit, 1)
         row.addWidget(self.search_btn)
@@ -190,6 +192,7 @@ class RecallPlaygroundPane(QWidget):
         self.threshold_spin.setDecimals(2)
         self.threshold_spin.setValue(0.5)
         self.threshold_spin.setEnabled(False)
+        named(self.threshold_spin, "Threshold")
         self.topk_spin = QSpinBox()
         self.topk_spin.setRange(1, 200)
         self.topk_spin.setValue(4)
@@ -202,7 +205,7 @@ class RecallPlaygroundPane(QWidget):
                               ("Top-k", self.topk_spin), ("Range before", self.before_spin),
                               ("after", self.after_spin)):
             if label:
-                controls.addWidget(QLabel(label))
+                controls.addWidget(label_for(label, widget, "Range after" if label == "after" else None))
             controls.addWidget(widget)
         # Which settings the controls started from: the thread's agent's (what it really recalls).
         self.start_label = QLabel("")
@@ -257,6 +260,7 @@ class RecallPlaygroundPane(QWidget):
             model: RecordTableModel[Candidate] = RecordTableModel(_columns(self, name), self)
             table = RowTableView(self)
             table.setObjectName(f"recall-{name}")
+            named(table, f"{lay.list_title(name, self.keyword_scoring)} hits")
             table.setModel(model)
             table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
             table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -291,12 +295,14 @@ class RecallPlaygroundPane(QWidget):
         why_row = QHBoxLayout()
         self.why_edit = QLineEdit()
         self.why_edit.setPlaceholderText("message id, or pick one below / click a row above")
+        named(self.why_edit, "Why not this message? Message id")
         self.why_btn = QPushButton("Explain")
         why_row.addWidget(self.why_edit, 1)
         why_row.addWidget(self.why_btn)
         pl.addLayout(why_row)
         self.thread_list = QListWidget(self)
         self.thread_list.setObjectName("recallThreadMessages")
+        named(self.thread_list, "The thread's messages")
         self.thread_list.setUniformItemSizes(True)
         # As wide as the pane: a long message ends in "…" (its tooltip holds it), no sideways scrolling.
         self.thread_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -305,6 +311,7 @@ class RecallPlaygroundPane(QWidget):
         bottom.addWidget(picker)
         self.explain_view = QTextBrowser(self)
         self.explain_view.setObjectName("recallExplanation")
+        named(self.explain_view, "Why (not) recalled")
         self.explain_view.setOpenLinks(False)
         bottom.addWidget(self.explain_view)
         bottom.setSizes([420, 760])

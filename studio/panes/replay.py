@@ -65,6 +65,7 @@ from studio.widgets.pane_header import alive_only, pane_header, pane_layout, sta
 from studio.widgets.replay_rerun import RerunPanel
 from studio.widgets.replay_turn import TurnView, esc
 from studio.widgets.replay_what_if import WhatIfPanel
+from studio.widgets.a11y import label_for, named
 
 STEP_DEBOUNCE_MS = 10  # coalesces a dragged slider's burst of values into one rebuild
 
@@ -108,7 +109,7 @@ class ReplayPane(QWidget):
         self.thread_combo.setMinimumContentsLength(16)
         self.trace_btn = QToolButton()
         self.fork_btn = QToolButton()
-        head.addWidget(QLabel("Thread"))
+        head.addWidget(label_for("Thread", self.thread_combo))
         head.addWidget(self.thread_combo)
         head.addWidget(self.trace_btn)
         head.addWidget(self.fork_btn)
@@ -118,6 +119,7 @@ class ReplayPane(QWidget):
         self.first_btn, self.prev_btn, self.next_btn, self.last_btn = (QToolButton() for _ in range(4))
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setObjectName("replaySlider")
+        named(self.slider, "Turn")
         self.slider.setRange(0, 0)
         self.slider.setPageStep(1)
         self.step_label = QLabel("")
@@ -132,7 +134,7 @@ class ReplayPane(QWidget):
         self.call_combo.setObjectName("replayCall")
         self.call_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.call_combo.setMinimumContentsLength(28)
-        self.call_label = QLabel("Model call")
+        self.call_label = label_for("Model call", self.call_combo)
         calls.addWidget(self.call_label)
         calls.addWidget(self.prev_call_btn)
         calls.addWidget(self.call_combo)

@@ -37,6 +37,7 @@ from studio.widgets.elided_lines import fit_rows_to_width
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.resource_label_delegate import ResourceLabelDelegate
+from studio.widgets.a11y import named
 
 AUTO_EXPAND_LIMIT = 25  # expand every resource on first load when there are at most this many
 NO_THREADS = ("No threads in this database yet. An agent's first turn here starts one (or the Chat Playground, "
@@ -92,6 +93,7 @@ class ResourcesPane(QWidget):
 
         self.filter = QLineEdit(self)
         self.filter.setObjectName("treeFilter")
+        named(self.filter, "Filter threads")
         self.filter.setPlaceholderText("Filter threads…   ⏎ searches all messages")
         self.filter.setClearButtonEnabled(True)
 
@@ -99,6 +101,7 @@ class ResourcesPane(QWidget):
         self.proxy = make_tree_proxy(self.model, self)
         self.tree = QTreeView(self)
         self.tree.setObjectName("resourceTree")
+        named(self.tree, "Resources and threads")
         self.tree.setModel(self.proxy)
         self.tree.setUniformRowHeights(True)
         # A long title is cut in the middle: a series of alike titles differs at the end ("… day 2"), which

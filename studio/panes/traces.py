@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from PySide6.QtCore import QEvent, QItemSelection, QModelIndex, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtGui import QAction, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -79,6 +79,7 @@ from studio.widgets.timeline import (
     TimelineDelegate,
     TimelineLegend,
 )
+from studio.widgets.a11y import named
 
 PAGE = 50
 POLL_MS = 2000
@@ -186,12 +187,13 @@ class TracesPane(QWidget):
         self.filter_edit = QLineEdit()
         self.filter_edit.setPlaceholderText("Filter by trace or agent name…")
         self.filter_edit.setClearButtonEnabled(True)
+        named(self.filter_edit, "Filter traces by trace or agent name")
         self.status_combo = QComboBox()
         for text, value in STATUS_CHOICES:
             self.status_combo.addItem(text, value)
         self.all_threads_btn = QToolButton(self)
         bar.addWidget(self.filter_edit, 1)
-        bar.addWidget(self.status_combo)
+        bar.addWidget(named(self.status_combo, "Trace status"))
         bar.addWidget(self.all_threads_btn)
         root.addLayout(bar)
 
@@ -210,6 +212,7 @@ class TracesPane(QWidget):
         self.trace_model: RecordTableModel[TraceSummary] = RecordTableModel(columns, self)
         self.trace_table = RowTableView(self)
         self.trace_table.setModel(self.trace_model)
+        named(self.trace_table, "Traces")
         self.trace_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.trace_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.trace_table.verticalHeader().hide()
@@ -239,6 +242,7 @@ class TracesPane(QWidget):
         self.span_model = SpanTreeModel(self)
         self.tree = QTreeView(self)
         self.tree.setModel(self.span_model)
+        named(self.tree, "Spans")
         self.tree.setItemDelegate(TimelineDelegate(self.tree))
         self.tree.setUniformRowHeights(True)
         self.tree.setAlternatingRowColors(True)
@@ -272,7 +276,7 @@ class TracesPane(QWidget):
         for widget, (title, _short, _tip) in zip((self.chat_view, self.input_view, self.output_view,
                                                   self.attributes_view, self.error_view, self.span_json_view),
                                                  SPAN_TABS):
-            self.tabs.addTab(widget, title)
+            self.tabs.addTab(named(widget, title if title.startswith("Span") else f"Span {title.lower()}"), title)
         self.tab_fit = FittedTabs(self.tabs, SPAN_TABS)  # (at 1,100 px three tabs hid behind scroll arrows)
         dl.addWidget(self.span_title)
         dl.addWidget(self.span_facts)
@@ -676,7 +680,8 @@ class TracesPane(QWidget):
     def _fill_span(self, span: SpanRecord | None, empty_text: str) -> None:
         if span is None:
             self.span_title.setText("Span")
-            self.span_facts.setText(f"<span style='color:#7d8590'>{empty_text}</span>")
+            muted = self.span_facts.palette().color(QPalette.ColorRole.PlaceholderText).name()  # (the theme's)
+            self.span_facts.setText(f"<span style='color:{muted}'>{empty_text}</span>")
             for view in (self.input_view, self.output_view, self.attributes_view, self.span_json_view):
                 view.load("")
             self.chat_view.setHtml("")
@@ -687,7 +692,8 @@ class TracesPane(QWidget):
         self.span_title.setText(("⚠ " if span.error is not None else "") + span.name)
         row = self.layout_model.row_of(span.span_id)
         facts = span_facts(span, self.layout_model.start, unfinished=row is not None and row.unfinished)
-        cells = "".join(f"<tr><td style='color:#7d8590; padding-right:10px'>{label}</td><td>{_esc(value)}</td></tr>"
+        muted = self.span_facts.palette().color(QPalette.ColorRole.PlaceholderText).name()  # (the theme's)
+        cells = "".join(f"<tr><td style='color:{muted}; padding-right:10px'>{label}</td><td>{_esc(value)}</td></tr>"
                         for label, value in facts)
         self.span_facts.setText(f"<table cellspacing='0' cellpadding='1'>{cells}</table>")
         transcript = chat_transcript(span)

@@ -59,6 +59,8 @@ from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_
 from studio.widgets.template_editor import TemplateEditor
 from studio.widgets.version_history import VersionHistory
 from studio.widgets.plain_tip import plain_tip
+from studio.theme import set_tone
+from studio.widgets.a11y import label_for, named
 
 AUTO = "__auto__"
 # The rendered preview of a Markdown document longer than this follows the editor PREVIEW_DELAY_MS after the
@@ -140,8 +142,8 @@ class WorkingMemoryPane(QWidget):
         self.badges = QLabel("")
         self.badges.setTextFormat(Qt.TextFormat.RichText)
         head, self.title, _ = pane_header("Working memory", self.badges)
-        head.addWidget(QLabel("Agent config"))
         self.agent_combo = QComboBox()
+        head.addWidget(label_for("Agent config", self.agent_combo))
         self.agent_combo.setMinimumWidth(170)
         # A long agent name must not widen the pane: the combo keeps its width and the popup shows it all.
         self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
@@ -181,8 +183,8 @@ class WorkingMemoryPane(QWidget):
         self.save_btn, self.revert_btn, self.undo_btn, self.redo_btn = (QToolButton() for _ in range(4))
         for b in (self.save_btn, self.revert_btn, self.undo_btn, self.redo_btn):
             bar.addWidget(b)
-        self.json_mode_label = QLabel("Apply as")
         self.json_mode = QComboBox()
+        self.json_mode_label = label_for("Apply as", self.json_mode)
         self.json_mode.addItem("Whole value (replace)", "replace")
         self.json_mode.addItem("Patch (merge rules)", "merge")
         bar.addSpacing(12)
@@ -196,12 +198,12 @@ class WorkingMemoryPane(QWidget):
         bar.addWidget(self.dirty_label)
         layout.addLayout(bar)
 
-        self.editor = CodeEditor("markdown")
+        self.editor = named(CodeEditor("markdown"), "Working memory editor")
         self.problem_label = elastic(QLabel(""), wrap=True)
         self.problem_label.setObjectName("problems")
-        self.problem_label.setStyleSheet("color: #E5534B;")
+        set_tone(self.problem_label, "error")
         self.warning_label = elastic(QLabel(""), wrap=True)
-        self.warning_label.setStyleSheet("color: #D9A441;")
+        set_tone(self.warning_label, "warning")
 
         # Markdown side panels: rendered preview and the template.
         self.preview = QTextBrowser()
@@ -253,6 +255,8 @@ class WorkingMemoryPane(QWidget):
         bl = QVBoxLayout(box)
         bl.setContentsMargins(0, 0, 0, 0)
         bl.setSpacing(3)
+        if not widget.accessibleName():
+            widget.setAccessibleName(title)
         if beside_title is None:
             bl.addWidget(_bold(title))
         else:
@@ -604,7 +608,8 @@ class WorkingMemoryPane(QWidget):
         self.commands.refresh_enabled()
         dirty = self._is_dirty()
         self.dirty_label.setText("● unsaved changes" if dirty else ("no unsaved changes" if self.draft is not None else ""))
-        self.dirty_label.setStyleSheet("color: #D9A441;" if dirty else "color: palette(placeholder-text);")
+        self.dirty_label.setStyleSheet("" if dirty else "color: palette(placeholder-text);")
+        set_tone(self.dirty_label, "warning" if dirty else None)
         reason = self._read_only_reason()
         self.save_btn.setToolTip(plain_tip(reason or (self._check.problems[0] if self._check and self._check.problems
                                                       else "Save working memory (Ctrl+S)")))

@@ -13,6 +13,7 @@ from studio.logic.diffing import line_diff
 from studio.widgets.banner import Banner
 from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
+from studio.widgets.a11y import named
 
 
 class ConflictView(QWidget):
@@ -41,6 +42,7 @@ class ConflictView(QWidget):
             bl = QVBoxLayout(box)
             bl.setContentsMargins(0, 0, 0, 0)
             label = QLabel(title)
+            named(editor, title)
             font = label.font()
             font.setBold(True)
             label.setFont(font)

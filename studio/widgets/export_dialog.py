@@ -30,6 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from core.transfer import ExportOptions
+from studio.theme import set_tone
+from studio.widgets.a11y import named
 
 SUFFIXES = {"json": ".json", "markdown": ".md"}
 FILTERS = {"json": "Memory Studio export (*.json);;All files (*)", "markdown": "Markdown (*.md);;All files (*)"}
@@ -102,6 +104,7 @@ class ExportDialog(QDialog):
 
         self.path_edit = QLineEdit(str(Path(folder) / default_file_name(kind, item_id, "json")))
         self.path_edit.setObjectName("exportPath")
+        named(self.path_edit, "File")
         self.path_edit.setMinimumWidth(380)
         self.browse = QPushButton("Choose…")
         path_row = QHBoxLayout()
@@ -114,7 +117,7 @@ class ExportDialog(QDialog):
         self.error.setObjectName("exportError")
         self.error.setTextFormat(Qt.TextFormat.PlainText)  # it quotes a path and the system's error: never markup
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #e5534b;")
+        set_tone(self.error, "error")
         self.error.hide()
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.export_button = self.buttons.addButton("Export", QDialogButtonBox.ButtonRole.AcceptRole)

@@ -82,7 +82,9 @@ class FitToPane(QObject):
                  for t, sample in self.samples.items() if t in titles}
         minimum = {t: max(heading.horizontalAdvance(t), metrics.horizontalAdvance(self.floors.get(t, ""))) + pad_of(t)
                    for t in self.shares}
-        caps = {t: metrics.horizontalAdvance(sample) + pad_of(t) for t, sample in self.caps.items()}
+        # (never below the column's minimum: a floor that grew with the rows, Replay's widest source, wins)
+        caps = {t: max(metrics.horizontalAdvance(sample) + pad_of(t), minimum.get(t, 0))
+                for t, sample in self.caps.items()}
         rest = metrics.horizontalAdvance(self.rest_sample or self.last) + pad_of(self.last)  # the last column's least
         return fixed, minimum, caps, rest
 

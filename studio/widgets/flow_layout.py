@@ -6,8 +6,10 @@ Its minimum width is its widest single item, not the sum of all of them.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QMargins, QPoint, QRect, QSize, Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QLayout, QLayoutItem, QWidget
+from PySide6.QtCore import QMargins, QPoint, QRect, QSize, Qt, QTimer
+from PySide6.QtWidgets import QHBoxLayout, QLayout, QLayoutItem, QWidget
+
+from studio.widgets.a11y import label_for
 
 
 class FlowLayout(QLayout):
@@ -16,6 +18,7 @@ class FlowLayout(QLayout):
         self._items: list[QLayoutItem] = []
         self._spacing = spacing
         self._row_spacing = row_spacing
+        self._rows_height = 0  # the height of its rows at the width it was last given
 
     # -- QLayout ------------------------------------------------------------------------------------
     def addItem(self, item: QLayoutItem) -> None:  # noqa: N802 - Qt's name
@@ -41,7 +44,19 @@ class FlowLayout(QLayout):
 
     def setGeometry(self, rect: QRect) -> None:  # noqa: N802
         super().setGeometry(rect)
-        self._arrange(rect, move=True)
+        height = self._arrange(rect, move=True)
+        if height != self._rows_height:
+            # Its rows at this width are its least height: where the window was short of height the parent
+            # gave the bar one row's minimum, and a wrapped row (a 900 px window's last options) was drawn
+            # outside it, out of sight. Asked again once this layout pass is over.
+            self._rows_height = height
+            QTimer.singleShot(0, self, self._grown)  # (dropped if the layout is gone by then)
+
+    def _grown(self) -> None:
+        widget = self.parentWidget()
+        if widget is not None:
+            self.invalidate()
+            widget.updateGeometry()
 
     def sizeHint(self) -> QSize:  # noqa: N802
         """One row of everything: what the bar would like when there is room."""
@@ -53,7 +68,8 @@ class FlowLayout(QLayout):
         size = QSize()
         for item in self._items:
             size = size.expandedTo(item.minimumSize())
-        return size + self._margin_size()
+        size += self._margin_size()
+        return QSize(size.width(), max(size.height(), self._rows_height))
 
     # -- layout -------------------------------------------------------------------------------------
     def _margin_size(self) -> QSize:
@@ -84,6 +100,6 @@ def labelled(label: str, widget: QWidget) -> QWidget:
     layout = QHBoxLayout(holder)
     layout.setContentsMargins(0, 0, 0, 0)
     layout.setSpacing(4)
-    layout.addWidget(QLabel(label))
+    layout.addWidget(label_for(label, widget))
     layout.addWidget(widget)
     return holder

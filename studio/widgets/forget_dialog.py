@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QCheckBox, QDialog, QHBoxLayout, QLabel, QPushButt
 from core.edits.forget import ForgetReport
 from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+from studio.widgets.a11y import named
 
 PLACE_COLUMNS: list[Column[tuple[str, int]]] = [
     Column("Place", lambda r: r[0]),
@@ -44,6 +45,7 @@ class ForgetDialog(QDialog):
         self.model: RecordTableModel[tuple[str, int]] = RecordTableModel(PLACE_COLUMNS, self)
         self.table = record_table_view(self.model)
         self.table.setObjectName("forgetPlaces")
+        named(self.table, "What would be deleted")
         layout.addWidget(self.table, 1)
         self.detail = elastic(QLabel(""), wrap=True)
         self.detail.setTextFormat(Qt.TextFormat.PlainText)  # notes and errors name ids and paths: data

@@ -14,6 +14,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.theme import set_tone
+
 
 class ForkDialog(QDialog):
     def __init__(self, title: str, turn_label: str, thread_scoped_wm: bool, parent: QWidget | None = None) -> None:
@@ -55,7 +57,7 @@ class ForkDialog(QDialog):
         form.addRow("Working memory", column)
         root.addLayout(form)
         self.problem = QLabel("")
-        self.problem.setStyleSheet("color: #E5534B;")
+        set_tone(self.problem, "error")
         root.addWidget(self.problem)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Fork")

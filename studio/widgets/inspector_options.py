@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.logic.prompt_layout import InspectorOptions
+from studio.widgets.a11y import label_for, named
 from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.flow_layout import FlowLayout
 
@@ -37,8 +38,10 @@ def _group(*widgets: QWidget | str) -> QWidget:
     row = QHBoxLayout(box)
     row.setContentsMargins(0, 0, 10, 0)
     row.setSpacing(4)
-    for w in widgets:
-        row.addWidget(QLabel(w) if isinstance(w, str) else w)
+    for w, after in zip(widgets, (*widgets[1:], None)):
+        # a label names the control after it, unless that one is named already ("Range", "before")
+        row.addWidget(label_for(w, after) if isinstance(w, str) and isinstance(after, QWidget)
+                      and not after.accessibleName() else QLabel(w) if isinstance(w, str) else w)
     return box
 
 
@@ -69,8 +72,8 @@ class InspectorOptionsBar(QFrame):
         outer.setSpacing(4)
 
         top = QHBoxLayout()
-        top.addWidget(QLabel("Options from"))
         self.agent_combo = QComboBox()
+        top.addWidget(label_for("Options from", self.agent_combo, "Options from agent"))
         # A long agent name must not widen the pane: the combo keeps its width and the popup shows it all.
         self.agent_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.agent_combo.setMinimumContentsLength(16)
@@ -101,8 +104,10 @@ class InspectorOptionsBar(QFrame):
         self.threshold_spin.setMaximumWidth(SPIN_WIDTH - 8)
         self.threshold_spin.setToolTip("The minimum score a hit needs (hybrid: the fused score, 0–1). "
                                        "'none' keeps every hit.")
-        self.before_spin = _spin(0, 50, tip="Messages recalled before each hit (message_range.before).")
-        self.after_spin = _spin(0, 50, tip="Messages recalled after each hit (message_range.after).")
+        self.before_spin = named(_spin(0, 50, tip="Messages recalled before each hit (message_range.before)."),
+                                 "Range: messages before each hit")
+        self.after_spin = named(_spin(0, 50, tip="Messages recalled after each hit (message_range.after)."),
+                                "Range: messages after each hit")
         self.scope_combo = QComboBox()
         self.scope_combo.addItems(["resource", "thread"])
         self.wm_check = QCheckBox("Working memory")
@@ -118,8 +123,10 @@ class InspectorOptionsBar(QFrame):
         for group in (
             _group("Last messages", self.last_spin, "Token budget", self.budget_spin),
             _group(self.recall_check, "Top-K", self.topk_spin, "Threshold", self.threshold_spin),
-            _group("Range", self.before_spin, "before", self.after_spin, "after", "Scope", self.scope_combo),
-            _group(self.wm_check, self.om_check, self.readonly_check),
+            _group("Range", self.before_spin, "before", self.after_spin, "after"), _group("Scope", self.scope_combo),
+            # (one item each: as one group, wider than the pane at a 900 px window, it ran past the bar's edge
+            # and "No writes from the agent" read "No writes from the ag" with no mark)
+            _group(self.wm_check), _group(self.om_check), _group(self.readonly_check),
         ):
             flow.addWidget(group)
         outer.addWidget(flow_box)

@@ -37,6 +37,8 @@ from studio.widgets.code_editor import CodeEditor
 from studio.widgets.diff_view import DiffView
 from studio.widgets.pane_header import caption, elastic
 from studio.widgets.record_table import Column, RecordTableModel, record_table_view
+from studio.theme import set_tone
+from studio.widgets.a11y import named
 
 EDIT_NOTE = ("Turns that ran before this edit keep what their model saw (Replay shows them as they were, marked "
              "“edited since”); the next turn and every prompt rebuilt now use the new text. Recall re-indexes "
@@ -78,6 +80,7 @@ class MessageEditDialog(QDialog):
         self.editor = CodeEditor("")
         self.editor.setLineWrapMode(self.editor.LineWrapMode.WidgetWidth)
         self.editor.setObjectName("messageEditor")
+        named(self.editor, "Message")
         self.editor.setPlainText(msg.text)
         self._loaded = msg.text  # what the editor showed before the user typed (``changed``)
         self._discarding = False
@@ -88,7 +91,7 @@ class MessageEditDialog(QDialog):
         layout.addWidget(self.note)
         self.error = elastic(QLabel(""), wrap=True)
         self.error.setObjectName("editError")
-        self.error.setStyleSheet("color: #d9534f;")
+        set_tone(self.error, "error")
         self.error.hide()
         layout.addWidget(self.error)
         self.buttons = QDialogButtonBox()
@@ -205,6 +208,7 @@ class MessageHistoryDialog(QDialog):
         self.model: RecordTableModel[tuple[int, MessageVersion]] = RecordTableModel(VERSION_COLUMNS, self)
         self.table = record_table_view(self.model)
         self.table.setObjectName("messageVersions")
+        named(self.table, "Versions of the message")
         split.addWidget(self.table)
         holder = QWidget()
         hl = QVBoxLayout(holder)
@@ -212,6 +216,7 @@ class MessageHistoryDialog(QDialog):
         self.diff_caption = caption("Before → after")
         self.diff = DiffView()
         self.diff.setObjectName("messageVersionDiff")
+        named(self.diff, "Before → after")
         hl.addWidget(self.diff_caption)
         hl.addWidget(self.diff)
         split.addWidget(holder)

@@ -40,6 +40,8 @@ from studio.widgets.elided_label import ElidedLabel
 from studio.widgets.pane_header import elastic
 from studio.widgets.plain_tip import plain_tip
 from studio.widgets.priority_marks import marker_image
+from studio.theme import set_tone
+from studio.widgets.a11y import named
 
 
 LINE_ROLE = Qt.ItemDataRole.UserRole + 1  # the line exactly as stored
@@ -119,9 +121,10 @@ class ObservationLineDialog(QDialog):
                                         "the log of their time. Edit > Undo Memory Edit reverts it."), wrap=True))
         self.edit = QLineEdit(view_marks(line.strip()))  # priority emoji as marks any font can draw
         self.edit.setObjectName("observationLine")
+        named(self.edit, "Observation")
         layout.addWidget(self.edit)
         self.error = elastic(QLabel(""), wrap=True)  # why Save did not save (instead of a click that does nothing)
-        self.error.setStyleSheet("color: #d9534f;")
+        set_tone(self.error, "error")
         self.error.hide()
         self.edit.textEdited.connect(lambda _t: self.error.hide())
         layout.addWidget(self.error)

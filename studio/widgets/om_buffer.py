@@ -12,6 +12,7 @@ from studio.logic.om_buffer_layout import BufferView, ChunkRow, EventRow, buffer
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+from studio.widgets.a11y import named
 
 DATE_SAMPLE = "2026-09-14 19:30:00"
 CHUNK_SAMPLES = {"#": "00", "Until": DATE_SAMPLE, "Tokens": "0,000"}
@@ -55,8 +56,8 @@ class BufferPanel(QWidget):
                                    rest_sample="(15:32) Sam", pad=16, optional=("Covers",))
         self.event_fit = FitToPane(self.event_table, {"When": DATE_SAMPLE}, {}, last="What", rest_sample="buffered",
                                    pad=12)
-        self.tabs.addTab(self.chunk_table, "Buffered")
-        self.tabs.addTab(self.event_table, "Activity")
+        self.tabs.addTab(named(self.chunk_table, "Buffered observations"), "Buffered")
+        self.tabs.addTab(named(self.event_table, "Activity"), "Activity")
         layout.addWidget(self.tabs, 1)
         self.view: BufferView | None = None
 

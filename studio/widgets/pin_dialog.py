@@ -28,6 +28,8 @@ from PySide6.QtWidgets import (
 from core.checks import Check
 from studio.logic.checks_layout import PIN_KINDS, PinTarget, default_pin, pin_check, pin_name, pin_text
 from studio.widgets.pane_header import elastic
+from studio.theme import set_tone
+from studio.widgets.a11y import named
 
 
 class PinDialog(QDialog):
@@ -66,12 +68,13 @@ class PinDialog(QDialog):
         file_row = QHBoxLayout()
         self.path_edit = QLineEdit(path)
         self.path_edit.setObjectName("pinFile")
+        named(self.path_edit, "Checks file")
         self.path_edit.setPlaceholderText("checks.json in your repository")
         browse = QPushButton("Choose…")
         browse.clicked.connect(self.choose_file.emit)
         file_row.addWidget(self.path_edit, 1)
         file_row.addWidget(browse)
-        form.addRow("Kind", self.kind_combo)
+        form.addRow("Kind", named(self.kind_combo, "Kind"))
         form.addRow("Text or message", self.value_edit)
         form.addRow("Turn (its input)", self.input_label)
         form.addRow("Name", self.name_edit)
@@ -79,7 +82,7 @@ class PinDialog(QDialog):
         layout.addLayout(form)
         layout.addStretch(1)
         self.error = elastic(QLabel(""), wrap=True)
-        self.error.setStyleSheet("color: #d9534f;")
+        set_tone(self.error, "error")
         self.error.hide()
         layout.addWidget(self.error)
         self.buttons = QDialogButtonBox()

@@ -49,6 +49,8 @@ from studio.preferences import (
 )
 from studio.widgets.pane_header import alive_only
 from studio.workers import WorkerPool
+from studio.theme import set_tone
+from studio.widgets.a11y import named
 
 _DIM = "color: palette(placeholder-text);"
 
@@ -83,6 +85,7 @@ class PreferencesDialog(QDialog):
         left = QVBoxLayout()
         self.list = QListWidget(self)
         self.list.setObjectName("modelList")
+        named(self.list, "Models")
         self.list.setMinimumWidth(220)
         left.addWidget(self.list, 1)
         buttons = QHBoxLayout()
@@ -124,7 +127,7 @@ class PreferencesDialog(QDialog):
         self.problems = QLabel("")
         self.problems.setObjectName("preferencesProblems")
         self.problems.setWordWrap(True)
-        self.problems.setStyleSheet("color: #E5534B;")
+        set_tone(self.problems, "error")
         root.addWidget(self.problems)
         self.box = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         root.addWidget(self.box)
@@ -144,6 +147,7 @@ class PreferencesDialog(QDialog):
         # A model by name, as agents take it ("openai/gpt-4o-mini", "ollama/llama3.1"): fills in the rest.
         self.model_string_edit = QLineEdit()
         self.model_string_edit.setObjectName("modelString")
+        named(self.model_string_edit, "Model name")
         self.model_string_edit.setPlaceholderText("provider/model, e.g. groq/llama-3.1-8b-instant")
         self.model_string_btn = QPushButton("Fill In")
         self.model_string_btn.setToolTip("Set the base URL, model and key variable from a provider/model name, as "
@@ -160,13 +164,15 @@ class PreferencesDialog(QDialog):
         self.source_combo = QComboBox()
         for key, title in KEY_SOURCES.items():
             self.source_combo.addItem(title, key)
-        self.key_name_label = QLabel("Variable")
         self.key_name_edit = QLineEdit()
+        self.key_name_label = QLabel("Variable")  # (its text follows the key's source: its buddy's name too)
+        self.key_name_label.setBuddy(self.key_name_edit)
         self.key_status = QLabel("")
         self.key_status.setObjectName("keyStatus")
         self.key_status.setWordWrap(True)
         self.key_value_edit = QLineEdit()
         self.key_value_edit.setObjectName("keyValue")
+        named(self.key_value_edit, "Key to store in the OS keyring")
         self.key_value_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_value_edit.setPlaceholderText("paste a key to store it in the OS keyring")
         self.store_key_btn = QPushButton("Store in Keyring")
@@ -185,7 +191,7 @@ class PreferencesDialog(QDialog):
         form.addRow("Model name", string_row)
         form.addRow("Base URL", self.url_edit)
         form.addRow("Model", self.model_edit)
-        form.addRow("Key from", self.source_combo)
+        form.addRow("Key from", named(self.source_combo, "Key from"))
         form.addRow(self.key_name_label, self.key_name_edit)
         form.addRow("Key", self.key_status)
         form.addRow("", self.key_row)
@@ -373,7 +379,7 @@ class PreferencesDialog(QDialog):
 
     def _on_tested(self, result: ConnectionResult) -> None:
         self.test_btn.setEnabled(True)
-        self.test_result.setStyleSheet("" if result.ok else "color: #E5534B;")
+        set_tone(self.test_result, None if result.ok else "error")
         self.test_result.setText(("✓ " if result.ok else "✗ ") + result.text)
 
     def save(self) -> None:

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.logic.pricing import DEFAULT_PRICES, Price, check_rows
+from studio.theme import set_tone
 
 HEADERS = ("Model", "Input $ / 1M tokens", "Output $ / 1M tokens")
 HELP = ("A model matches its full id (openai/gpt-4o-mini) or its name alone (gpt-4o-mini). Local models — the "
@@ -35,6 +36,7 @@ class PriceEditor(QDialog):
         self.setWindowTitle("Model Prices")
         self.grid = QTableWidget(0, 3, self)
         self.grid.setHorizontalHeaderLabels(HEADERS)
+        self.grid.setAccessibleName("Model prices")
         self.grid.verticalHeader().hide()
         self.grid.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.grid.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
@@ -45,7 +47,7 @@ class PriceEditor(QDialog):
         self.help.setStyleSheet("color: palette(placeholder-text);")
         self.problem = QLabel("")
         self.problem.setWordWrap(True)
-        self.problem.setStyleSheet("color: #E5534B;")
+        set_tone(self.problem, "error")
         self.add_btn = QPushButton("Add Model")
         self.remove_btn = QPushButton("Remove")
         self.defaults_btn = QPushButton("Restore Defaults")

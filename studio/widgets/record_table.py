@@ -7,11 +7,14 @@ never does I/O: it reads the record the pane handed over.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QObject, Qt
-from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QWidget
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QHeaderView, QTableView, QWidget
+
+from studio.theme import readable
 from studio.widgets.plain_tip import plain_tip
 
 
@@ -135,8 +138,18 @@ class RecordTableModel(QAbstractTableModel, Generic[R]):
             return QColor(colour) if colour else None
         if role == Qt.ItemDataRole.ForegroundRole and col.foreground is not None:
             colour = col.foreground(rec)
-            return QColor(colour) if colour else None
+            if not colour:
+                return None
+            # (a colour chosen for both themes, shaded where it would be hard to read on this one's rows)
+            pal = QApplication.palette()
+            return QColor(_readable_rgb(QColor(colour).rgb(), pal.color(QPalette.ColorRole.Base).rgb(),
+                                        pal.color(QPalette.ColorRole.AlternateBase).rgb()))
         return None
+
+
+@lru_cache(maxsize=256)
+def _readable_rgb(colour: int, base: int, alternate: int) -> int:
+    return readable(QColor(colour), QColor(base), QColor(alternate)).rgb()
 
 
 def record_table_view(

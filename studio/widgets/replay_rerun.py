@@ -47,6 +47,8 @@ from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.record_table import Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
+from studio.theme import set_tone
+from studio.widgets.a11y import label_for, named
 
 FIGURE_COLUMNS: list[Column[tuple[str, str, str]]] = [  # (a cell cut short ends in "…", whole on hover)
     Column("", lambda r: r[0], tooltip=lambda r: r[0]),
@@ -87,14 +89,14 @@ class RerunPanel(QWidget):
         root = QVBoxLayout(self)
         root.setContentsMargins(0, 4, 0, 0)
         row = QHBoxLayout()
-        row.addWidget(QLabel("Model"))
         self.model_combo = QComboBox()
+        row.addWidget(label_for("Model", self.model_combo))
         self.model_combo.setObjectName("rerunModel")
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_combo.setMinimumContentsLength(12)
         row.addWidget(self.model_combo, 1)
-        row.addWidget(QLabel("Prompt"))
         self.prompt_combo = QComboBox()
+        row.addWidget(label_for("Prompt", self.prompt_combo))
         self.prompt_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.prompt_combo.setMinimumContentsLength(12)
         self.prompt_combo.addItem("As the model received it", "received")
@@ -144,6 +146,7 @@ class RerunPanel(QWidget):
         self.new_view = CodeEditor("prose", read_only=True)
         self.new_view.setObjectName("rerunReply")
         for title, view in (("Stored reply", self.stored_view), ("Re-run reply", self.new_view)):
+            named(view, title)
             holder = QWidget()
             hl = QVBoxLayout(holder)
             hl.setContentsMargins(0, 0, 0, 0)
@@ -154,12 +157,14 @@ class RerunPanel(QWidget):
         bottom = QSplitter(Qt.Orientation.Horizontal)
         self.diff = DiffView()
         self.diff.setObjectName("rerunDiff")
+        named(self.diff, "Stored reply against the re-run reply")
         self.figure_model: RecordTableModel[tuple[str, str, str]] = RecordTableModel(FIGURE_COLUMNS, self)
-        self.figures = table_for(self.figure_model)
+        self.figures = named(table_for(self.figure_model), "Original call and re-run: figures")
         self.figures.setMinimumWidth(320)
         self.difference_model: RecordTableModel[tuple[str, str, str]] = RecordTableModel(DIFFERENCE_COLUMNS, self)
         self.differences = table_for(self.difference_model)
         self.differences.setObjectName("rerunDifferences")
+        named(self.differences, "Differs from the original request")
         # Both fitted to their side (at a 1,100 px window the Re-run column was past the edge of each)
         self.figure_fit = FitToPane(self.figures, {}, {"": 0.6, "Original call": 0.4}, last="Re-run",
                                     floors={"": "Prompt tokens, server", "Original call": "scripted/offline"},
@@ -184,7 +189,7 @@ class RerunPanel(QWidget):
         self.model_combo.activated.connect(lambda _i: setattr(self, "_picked", self.model_combo.currentData()))
 
     def _idle_status(self) -> None:
-        self.status.setStyleSheet("")
+        set_tone(self.status, None)
         self.status.setText("Pick a model (File > Preferences… adds endpoints) and re-run this call with its recorded "
                             "tools, settings and tool choice (change any of them above). Nothing is written to any "
                             "thread, and no tool runs.")
@@ -303,12 +308,12 @@ class RerunPanel(QWidget):
         try:
             settings = settings_from_fields(self.fields())
         except ValueError as exc:
-            self.status.setStyleSheet("color: #E5534B;")
+            set_tone(self.status, "error")
             self.status.setText(f"Not sent: {exc}.")
             return
         tool_choice = self.tool_choice_combo.currentData()
         which = "what-if prompt" if prompt is not step.received else "request as received"
-        self.status.setStyleSheet("")
+        set_tone(self.status, None)
         self.status.setText(f"Sending turn {step.index + 1}'s {which} (model call {call + 1}) to {choice.name}…")
         self.run_btn.setEnabled(False)
         self.session.run(lambda: rerun_prompt(prompt, choice, tool_choice=tool_choice, call=call, settings=settings),
@@ -339,7 +344,7 @@ class RerunPanel(QWidget):
     def _on_error(self, exc: BaseException) -> None:
         self.run_btn.setEnabled(True)
         text = str(exc) or type(exc).__name__
-        self.status.setStyleSheet("color: #E5534B;")
+        set_tone(self.status, "error")
         self.status.setText(f"The re-run failed: {text}. Check the model in File > Preferences… (Test Connection).")
         self.failed.emit(text)
 

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from studio.logic.replay_layout import (
     CHANGE_TINTS,
+    STEP_CAPS,
     STEP_FLOORS,
     STEP_OPTIONAL,
     STEP_SAMPLES,
@@ -62,6 +63,7 @@ from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, ROW_ROLE, SORT_ROLE, Column, RecordTableModel
 from studio.widgets.replay_what_if import table_for
 from studio.widgets.request_view import RequestPanel
+from studio.widgets.a11y import named
 
 STEP_COLUMNS: list[Column[StepRow]] = [
     Column("#", lambda r: "" if r.index is None else r.index, RIGHT),
@@ -178,9 +180,11 @@ class TurnView(QSplitter):
         self.step_model = StepTableModel(STEP_COLUMNS, self)
         self.step_table = table_for(self.step_model, STEP_WIDTHS)
         self.step_table.setObjectName("replayFragments")
+        named(self.step_table, "Context at this turn")
         self.step_table.setTextElideMode(Qt.TextElideMode.ElideRight)
         self._fit = FitToPane(self.step_table, STEP_SAMPLES, STEP_SHARES, last="Text", floors=STEP_FLOORS,
-                              optional=STEP_OPTIONAL, decorated=("Source",), rest_sample=STEP_TEXT_LEAST)
+                              caps=STEP_CAPS, optional=STEP_OPTIONAL, decorated=("Source",),
+                              rest_sample=STEP_TEXT_LEAST)
         for w in (self.context_caption, self.change_label, self.step_table):
             ul.addWidget(w)
         left.addWidget(upper)
@@ -192,7 +196,7 @@ class TurnView(QSplitter):
         self.fragment_sources.setTextFormat(Qt.TextFormat.RichText)
         self.fragment_sources.setWordWrap(True)
         self.fragment_sources.linkActivated.connect(self.open_message.emit)
-        self.fragment_text = CodeEditor("prose", read_only=True)
+        self.fragment_text = named(CodeEditor("prose", read_only=True), "Selected fragment's text")
         for part in (self.fragment_header, self.fragment_sources, self.fragment_text):
             ll.addWidget(part)
         # A few lines of the fragment stay in sight when the view is crowded (stacked, with a banner above)
@@ -217,8 +221,8 @@ class TurnView(QSplitter):
         self.tabs.addTab(self.request_page, "Request")
         compare_tab = QSplitter(Qt.Orientation.Vertical)
         sides = QSplitter(Qt.Orientation.Horizontal)
-        self.received_view = CodeEditor("prose", read_only=True)
-        self.now_view = CodeEditor("prose", read_only=True)
+        self.received_view = named(CodeEditor("prose", read_only=True), "Received (the record)")
+        self.now_view = named(CodeEditor("prose", read_only=True), "Rebuilt now")
         self.received_caption = caption("Received (the record)")
         for head, view in ((self.received_caption, self.received_view), (caption("Rebuilt now"), self.now_view)):
             holder = QWidget()
@@ -233,16 +237,16 @@ class TurnView(QSplitter):
         compare_tab.addWidget(self.now_diff)
         compare_tab.setSizes([300, 160])
         self.tabs.addTab(compare_tab, "Received vs Rebuilt Now")
-        self.reply_view = CodeEditor("prose", read_only=True)
+        self.reply_view = named(CodeEditor("prose", read_only=True), "Reply")
         self.tabs.addTab(self.reply_view, "Reply")
         self.recall_model: RecordTableModel[RecallRow] = RecordTableModel(RECALL_COLUMNS, self)
-        self.recall_table = table_for(self.recall_model)
+        self.recall_table = named(table_for(self.recall_model), "Recall")
         self.recall_table.doubleClicked.connect(self._open_recall)
         self.recall_fit = FitToPane(self.recall_table, RECALL_SAMPLES, {}, last="Thread",
                                 rest_sample="liwei-shanghai", optional=("#",))
         self.tabs.addTab(self.recall_table, "Recall")
         self.token_model: RecordTableModel[TokenRow] = RecordTableModel(TOKEN_COLUMNS, self)
-        self.tabs.addTab(table_for(self.token_model), "Tokens")
+        self.tabs.addTab(named(table_for(self.token_model), "Tokens"), "Tokens")
         self.tab_fit = FittedTabs(self.tabs, REQUEST_TABS)  # (Tokens and Recall hid behind scroll arrows)
         self.addWidget(self.tabs)
         self.setSizes([660, 520])  # the context table's eight columns get the larger part

@@ -47,6 +47,7 @@ from studio.widgets.flow_layout import FlowLayout, labelled
 from studio.widgets.pane_header import alive_only, caption
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+from studio.widgets.a11y import named
 
 AS_RECORDED = "as recorded"
 
@@ -177,7 +178,7 @@ class WhatIfPanel(QWidget):
 
         split = QSplitter(Qt.Orientation.Vertical)
         self.model: RecordTableModel[WhatIfTableRow] = RecordTableModel(WHAT_IF_COLUMNS, self)
-        self.table = table_for(self.model)
+        self.table = named(table_for(self.model), "Turns rebuilt with the what-if options")
         _wrap_last_column(self.table)  # "Why" reads whole, on as many lines as it needs
         # (at a 1,100 px window the columns ran ~100 px past the table's edge: Changed and Why out of sight)
         self.fit = FitToPane(self.table, WHAT_IF_SAMPLES, {"Input": 1.0}, last="Why", floors={"Input": "Great, add rice"},
@@ -197,13 +198,14 @@ class WhatIfPanel(QWidget):
         ll.addLayout(head)
         inner = QSplitter(Qt.Orientation.Horizontal)
         self.change_model: RecordTableModel[FragmentChange] = RecordTableModel(CHANGE_COLUMNS, self)
-        self.change_table = table_for(self.change_model)
+        self.change_table = named(table_for(self.change_model), "What changed in the opened turn's prompt")
         _wrap_last_column(self.change_table)
         self.change_fit = FitToPane(self.change_table, CHANGE_SAMPLES, {"Source": 0.6, "Stored": 0.4}, last="Why",
                                     floors={"Source": "message-hist", "Stored": "…7d6abd61"}, rest_sample="new message",
                                     pad=12, optional=("Stored",))
         self.diff = DiffView()
         self.diff.setObjectName("whatIfDiff")
+        named(self.diff, "The what-if prompt against the real one")
         inner.addWidget(self.change_table)
         inner.addWidget(self.diff)
         inner.setSizes([560, 440])

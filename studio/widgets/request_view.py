@@ -36,6 +36,7 @@ from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import caption
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
 from studio.widgets.plain_tip import plain_tip
+from studio.widgets.a11y import named
 
 USAGE_COLUMNS: list[Column[UsageRow]] = [
     Column("", lambda r: r.what),
@@ -106,14 +107,17 @@ class RequestPanel(QWidget):
         self._usage_fit = FitToPane(self.usage_table, {"": "Finish reason", SERVER: "not reported"}, {},
                                     last=ESTIMATE, rest_sample="000,000")
         self.usage_table.setObjectName("requestUsage")
+        named(self.usage_table, "Token usage")
         self.usage_table.setFixedHeight(self.usage_table.verticalHeader().defaultSectionSize() * 4 + 6)
         root.addWidget(self.usage_table)
         split = QSplitter(Qt.Orientation.Vertical)
         self.settings_model: RecordTableModel[tuple[str, str]] = RecordTableModel(SETTING_COLUMNS, self)
         self.settings_table = record_table_view(self.settings_model, widths={"Setting": 140})
         self.settings_table.setObjectName("requestSettings")
+        named(self.settings_table, "Settings sent")
         self.tools = QTreeWidget()
         self.tools.setObjectName("requestTools")
+        named(self.tools, TOOLS_AS_SENT)
         self.tools.setColumnCount(2)
         self.tools.setHeaderLabels([TOOLS_AS_SENT, "Tokens (o200k)"])
         self.tools.header().setStretchLastSection(False)

@@ -31,6 +31,8 @@ from studio.widgets.diff_view import DiffView
 from studio.widgets.flow_layout import FlowLayout
 from studio.widgets.pane_header import elastic
 from studio.widgets.record_table import Column, RecordTableModel, RowTableView
+from studio.theme import set_tone
+from studio.widgets.a11y import label_for, named
 
 KINDS = [("template", "Markdown template"), ("schema", "JSON schema")]
 
@@ -57,9 +59,9 @@ class TemplateEditor(QWidget):
         self.kind_combo = QComboBox()
         for key, title in KINDS:
             self.kind_combo.addItem(title, key)
-        self.editor = CodeEditor("markdown")
+        self.editor = named(CodeEditor("markdown"), "Template or schema editor")
         self.problem = elastic(QLabel(""), wrap=True)
-        self.problem.setStyleSheet("color: #E5534B;")
+        set_tone(self.problem, "error")
         self.effect = elastic(QLabel(""), wrap=True)
         self.effect.setStyleSheet("color: palette(placeholder-text);")
         self.save_btn = QPushButton("Save as New Version")
@@ -73,7 +75,7 @@ class TemplateEditor(QWidget):
         kind = QWidget()
         kl = QHBoxLayout(kind)
         kl.setContentsMargins(0, 0, 12, 0)
-        kl.addWidget(QLabel("Kind"))
+        kl.addWidget(label_for("Kind", self.kind_combo))
         kl.addWidget(self.kind_combo)
         for w in (kind, self.reset_btn, self.revert_btn, self.save_btn):
             flow.addWidget(w)
@@ -87,7 +89,7 @@ class TemplateEditor(QWidget):
         ll.addWidget(self.effect)
 
         self.version_model: RecordTableModel[ConfigVersion] = RecordTableModel(VERSION_COLUMNS, self)
-        self.versions = RowTableView()
+        self.versions = named(RowTableView(), "Saved versions")
         self.versions.setModel(self.version_model)
         self.versions.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.versions.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -95,7 +97,7 @@ class TemplateEditor(QWidget):
         self.versions.setShowGrid(False)
         self.versions.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.versions.horizontalHeader().setStretchLastSection(True)
-        self.diff = DiffView()
+        self.diff = named(DiffView(), "What the version changed")
         # (wraps: "No Studio versions yet: the agent's own template or schema is in effect." and a
         # comparison's line were cut at the label's edge with no mark in a narrow pane)
         self.diff_label = elastic(QLabel("Select a version to see what it changed."), wrap=True)

@@ -31,6 +31,7 @@ from studio.widgets.diff_view import DiffView
 from studio.widgets.fit_to_pane import FitToPane
 from studio.widgets.pane_header import caption, elastic
 from studio.widgets.record_table import RIGHT, Column, RecordTableModel, record_table_view
+from studio.widgets.a11y import label_for, named
 
 COMPARE_PREVIOUS, COMPARE_EDITOR = "previous", "editor"
 
@@ -72,12 +73,13 @@ class VersionHistory(QWidget):
         # One version: compared with the one before it, or with the editor; two: with each other.
         self.table = record_table_view(self.model, selection=QAbstractItemView.SelectionMode.ExtendedSelection,
                                        widths=VERSION_WIDTHS)  # (sized by ``fit`` below, not by their contents)
+        named(self.table, "Saved versions, newest first")
         self.compare_combo = QComboBox()
         self.compare_combo.addItem("the version before it", COMPARE_PREVIOUS)
         self.compare_combo.addItem("the editor", COMPARE_EDITOR)
         self.compare_combo.setToolTip("What one selected version is compared with. Select two versions "
                                       "(Ctrl+click) to compare them with each other.")
-        self.diff = DiffView()
+        self.diff = named(DiffView(), "What the version changed")
         # (wraps: "No Studio versions yet: the agent's own template or schema is in effect." and a
         # comparison's line were cut at the label's edge with no mark in a narrow pane)
         self.diff_label = elastic(QLabel("Select a version to see what it changed."), wrap=True)
@@ -95,7 +97,7 @@ class VersionHistory(QWidget):
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         compare = QHBoxLayout()
-        compare.addWidget(QLabel("Compare with"))
+        compare.addWidget(label_for("Compare with", self.compare_combo))
         compare.addWidget(self.compare_combo)
         compare.addStretch(1)
         compare.addWidget(self.restore_btn)

@@ -184,9 +184,10 @@ def test_store_notices_say_what_state_the_trace_store_is_in() -> None:
     assert missing is not None and "No traces yet" in missing.text and "/x/observability.duckdb" in missing.text
     stale = store_notice(busy=True, stale=True, missing=False, age_s=3.2, **common)
     assert stale is not None and stale.level == "warning"
-    assert "being written by another process" in stale.text and "3 s ago" in stale.text
+    assert "Another process has the trace file open" in stale.text and "3 s ago" in stale.text
     busy = store_notice(busy=True, stale=False, missing=False, **common)
     assert busy is not None and "nothing could be read" in busy.text
+    assert all("close the file in that program" in n.text for n in (stale, busy))  # what to do if it lasts
     assert store_notice(busy=False, stale=False, missing=False, **common) is None
     assert store_notice(busy=False, stale=False, missing=False, empty=True, filtered=True, **common) is None
     memory = store_notice(busy=False, stale=False, missing=True, location=":memory:", kind="memory")

@@ -1,0 +1,96 @@
+"""The Studio in a large window (session 24's walk at 2,560 px): the spare width goes where the text is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import seeded_demo_folder, theme_restored
+from .test_replay_inspector_columns import _fits, _replay_at, _titles, _whole, _window
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return seeded_demo_folder(tmp_path_factory, "demo-wide")
+
+
+def test_replays_context_table_gives_a_wide_windows_room_to_the_fragments_text(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+    """At a 2,560 px window Source and Why took ~45 % each of the spare width, ~500 px, mostly blank, and
+    the fragment's text, what the table is read for, ~150 px: "You are a st…" (found 2026-12-06 by the
+    walk). Each now takes what its usual text needs, the text the rest."""
+    window = _window(demo_dir, tmp_path, make_window, qtbot, 2560)
+    pane = _replay_at(window, qtbot, "sam", "sam-standup", 2)
+    pane.tabs.setCurrentIndex(0)
+    table = pane.view.step_table
+    qtbot.waitUntil(lambda: table.isVisible() and table.model().rowCount() >= 6, timeout=10_000)
+    qtbot.wait(50)  # (laid out)
+    _fits(table)
+    titles, metrics = _titles(table), table.fontMetrics()
+    _whole(table, "Source", extra=max(table.iconSize().width(), 16))
+    why, text = table.columnWidth(titles.index("Why")), table.columnWidth(titles.index("Text"))
+    assert why >= metrics.horizontalAdvance("observed by observational memory") + 8
+    assert text >= table.viewport().width() // 3, (text, table.viewport().width())
+    assert text > why and text > table.columnWidth(titles.index("Source"))
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("width", [1100, 1440])
+def test_replays_context_table_at_ordinary_widths_keeps_its_columns(
+        demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any, width: int) -> None:
+    """The caps change nothing where the shares are below them: at 1,100 and 1,440 px the source reads
+    whole and the reason keeps its words as before."""
+    window = _window(demo_dir, tmp_path, make_window, qtbot, width)
+    pane = _replay_at(window, qtbot, "sam", "sam-standup", 2)
+    pane.tabs.setCurrentIndex(0)
+    table = pane.view.step_table
+    qtbot.waitUntil(lambda: table.isVisible() and table.model().rowCount() >= 6, timeout=10_000)
+    qtbot.wait(50)
+    _fits(table)
+    _whole(table, "Source", extra=max(table.iconSize().width(), 16))
+    titles, metrics = _titles(table), table.fontMetrics()
+    assert table.columnWidth(titles.index("Why")) >= metrics.horizontalAdvance("new message") + 8
+    window.session.pool.wait(20_000)
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_the_prompt_inspectors_options_wrap_inside_a_900_px_window(demo_dir: Path, tmp_path: Path, qapp: Any,
+                                                                    make_window: Any, qtbot: Any, theme: str) -> None:
+    """At a 900 px window the options' last row (Working memory, Observational memory, No writes from the
+    agent) was one item wider than the bar: it ran past the bar's edge, "No writes from the ag" cut with no
+    mark (found 2026-12-06 by the walk). Each option wraps on its own now, and every one is whole; and
+    a row wrapped in a window short of height is not drawn below the bar, out of sight (the bar's least
+    height was one row: ``FlowLayout`` now asks for its rows' height at its width)."""
+    from studio.theme import apply_theme
+
+    with theme_restored(qapp):
+        apply_theme(qapp, theme)  # (the app's font: at least 10 pt)
+        _options_whole_at_900(demo_dir, tmp_path, make_window, qtbot)
+
+
+def _options_whole_at_900(demo_dir: Path, tmp_path: Path, make_window: Any, qtbot: Any) -> None:
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QAbstractButton, QWidget
+
+    from studio.selection import Selection
+
+    window = _window(demo_dir, tmp_path, make_window, qtbot, 900)
+    window.resize(900, 700)  # (short too: the pane has less height than its parts would like)
+    window.resources.set_selection(Selection("sam", "sam-standup"))
+    window.show_tab("prompt")
+    pane = window.panes["prompt"]
+    qtbot.waitUntil(lambda: pane.preview is not None and not pane.busy, timeout=30_000)
+    qtbot.wait(50)  # (laid out)
+    bar = pane.options_bar
+    cut = []
+    for control in bar.findChildren(QWidget):
+        if not isinstance(control, QAbstractButton) or not control.isVisible():
+            continue
+        corner = control.mapTo(bar, QPoint(control.width(), control.height()))
+        # (squeezed below what its text needs, or past the bar's edge or below its bottom: cut or unseen)
+        if control.width() < control.sizeHint().width() or not bar.contentsRect().adjusted(0, 0, 1, 1).contains(corner):
+            cut.append((control.text(), control.width(), control.sizeHint().width(), corner))
+    assert cut == [], (cut, bar.contentsRect())
+    window.session.pool.wait(20_000)
