@@ -832,14 +832,20 @@ def form_routes(D: dict[str, Any], quick: bool = False) -> None:
         route("form: mix question, statement as a passage w 0.5",
               lambda q: cos(q, _unit(Q[q["query_id"]] + passage_r[q["query_id"]])))
     lower = slots["question lower-cased"]
-    low_lists = {q["query_id"]: as_list(D, q, cos(q, lower[q["query_id"]])) for q in qs}
+    grids = [("lower-cased", "question lower-cased")] if not quick else []
+    grids.append(("lower-cased, doubled", "question lower-cased, doubled"))
     for share in (0.6, 0.7, 0.75, 0.8, 0.85, 0.9):  # (a better vector list may earn a larger share)
         for depth in (30, 50, 80, 100, 120, 150):
-            score(D, lambda q: ranked_hybrid(D, q, vec=low_lists[q["query_id"]], cos=dict(low_lists[q["query_id"]]),
-                                             share=share, depth=depth),
-                  f"form: lower-cased: hybrid, keyword share {share} depth {depth}")
-            score(D, lambda q: ranked_hybrid(D, q, share=share, depth=depth),
-                  f"form: question (control): hybrid, keyword share {share} depth {depth}")
+            if quick and (share == 0.9 or depth == 30):
+                continue
+            for name, slot_name in grids:
+                low_lists = {q["query_id"]: as_list(D, q, cos(q, slots[slot_name][q["query_id"]])) for q in qs}
+                score(D, lambda q: ranked_hybrid(D, q, vec=low_lists[q["query_id"]], cos=dict(low_lists[q["query_id"]]),
+                                                 share=share, depth=depth),
+                      f"form: {name}: hybrid, keyword share {share} depth {depth}")
+            if not quick:
+                score(D, lambda q: ranked_hybrid(D, q, share=share, depth=depth),
+                      f"form: question (control): hybrid, keyword share {share} depth {depth}")
     if not quick:
         passage_routes(D, Q, lower)
     score(D, lambda q: [m for m, _ in D["q"][q["query_id"]]["k"]], "form: question: keyword")
