@@ -42,6 +42,12 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
 - within: the same expansion scoring only the candidates the two lists already hold
   (``expand_within_routes``);
 - peaked: a per-query keyword share in the fusion that follows how peaked each list is (``peaked_routes``);
+- form: the query's form (``form_routes``): the question rewritten toward its statement by English grammar
+  (``statement_form``), alone, mixed with the question, or the better of the two cosines; its keyword list;
+  one text in the passage's two-line shape ("question\\nquestion", "question\\nstatement"); the question
+  lower-cased (landed for USE) and its fusion grid, against passages lower-cased or without speaker labels;
+  ``--fusion-before`` scores it against USE's fusion before that change; ``form_cost``: what the extra
+  embedding costs;
 - cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
   keyword copy would run it; ``expansion_cost``).
 
