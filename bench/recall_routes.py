@@ -42,6 +42,12 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
 - within: the same expansion scoring only the candidates the two lists already hold
   (``expand_within_routes``);
 - peaked: a per-query keyword share in the fusion that follows how peaked each list is (``peaked_routes``);
+- form: the query's form (``form_routes``): the question rewritten toward its statement by English grammar
+  (``statement_form``), alone, mixed with the question, or the better of the two cosines; its keyword list;
+  one text in the passage's two-line shape ("question\\nquestion", "question\\nstatement"); the question
+  lower-cased (landed for USE) and its fusion grid, against passages lower-cased or without speaker labels;
+  ``--fusion-before`` scores it against USE's fusion before that change; ``form_cost``: what the extra
+  embedding costs;
 - cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
   keyword copy would run it; ``expansion_cost``).
 
@@ -74,8 +80,10 @@ from core.recall.text import SpeakerMatcher, query_dates  # noqa: E402
 CATEGORIES = ("multi-hop", "temporal", "open-domain", "single-hop")
 
 
-def collect(model: str, cache_dir: Path, bm25: list[tuple[float, float, float]] = ()) -> dict[str, Any]:
-    """``bm25``: (k1, b, context weight) settings whose keyword lists are read too (``k_bm25``)."""
+def collect(model: str, cache_dir: Path, bm25: list[tuple[float, float, float]] = (),
+            forms: dict[str, Callable[[str], str]] | None = None) -> dict[str, Any]:
+    """``bm25``: (k1, b, context weight) settings whose keyword lists are read too (``k_bm25``);
+    ``forms``: query rewrites whose keyword lists (and terms) are read too (``k_form``, ``terms_form``)."""
     data = rl.default_data()
     messages = rl.load_jsonl(data / "locomo_public_messages.jsonl")
     queries = [q for q in rl.load_jsonl(data / "locomo_public_queries.jsonl") if not q.get("adversarial")]
@@ -103,10 +111,17 @@ def collect(model: str, cache_dir: Path, bm25: list[tuple[float, float, float]] 
             kw = index.keywords.search(conn, q["query"], resource_id=q["conv_id"], thread_id=None, limit=100_000,
                                        terms=run.terms)
             df = {t: index.keywords.memory.frequency(conn, t) for t in run.terms}
+            k_form, terms_form = {}, {}
+            for name, form in (forms or {}).items():
+                text = form(q["query"])
+                terms_form[name] = index.keywords.terms(conn, text)[0]
+                k_form[name] = [(h.message_id, h.score) for h in index.keywords.search(
+                    conn, text, resource_id=q["conv_id"], thread_id=None, limit=100_000, terms=terms_form[name])]
         per_q[q["query_id"]] = {
             "v": [(h.message_id, h.score) for h in every], "k": [(h.message_id, h.score) for h in kw],
             "df": df, "rows": index.keywords.stats.rows, "qvec": run.qvec,
             "engine": [f.message_id for f in run.reranked], "terms": run.terms,
+            "k_form": k_form, "terms_form": terms_form,
         }
     for k1, b, weight in bm25:  # the in-process BM25 (``keyword_memory``) with other constants
         saved = keyword_memory._K1, keyword_memory._B, keyword.CONTEXT_WEIGHT
@@ -698,6 +713,222 @@ def expansion_cost(rows: int = 10_000, runs: int = 7, number: int = 2000) -> Non
     print(f"expansion step at {rows} rows, CPU us per search, {runs} runs of {number}: "
           f"{' '.join(f'{x:.1f}' for x in took)} (best {min(took):.1f})", flush=True)
 
+# --- the query's form: a question rewritten toward a statement (issue 20 item 2, session 24) ---------------
+
+_WH = frozenset("what when where which who whom whose why how".split())
+_AUX = frozenset("am is are was were be been do does did has have had will would shall should can could may might "
+                 "must".split())
+_HOW = frozenset("many much long often old far soon big large".split())  # "how many", "how long" ...
+_PREP = frozenset("in on at for from to with by of about during after before since until".split())
+_AUX_REACH = 5  # words between the wh-phrase and the inverted auxiliary ("what kind of music does ...")
+
+
+def statement_form(query: str, keep_aux: bool = False) -> str:
+    """A question in English turned toward the statement that answers it, by generic English grammar:
+    the leading wh-phrase dropped ("when", "how many (times)", "in which"; "what's" with its clitic), then
+    the inverted auxiliary within the next few words ("did", "is", "has", ...); a yes/no question loses
+    its leading auxiliary; the final "?" goes. "When did Caroline go to the support group?" gives
+    "Caroline go to the support group". Anything else (a statement, another language) comes back as is.
+    ``keep_aux``: only the wh-phrase dropped (a neighbour of the rule, for the plateau check)."""
+    words = query.split()
+    low = [w.lower().rstrip("?!.,;:") for w in words]
+    if not words or not all(c.isascii() for c in low[0]):
+        return query
+    i = 1 if len(words) > 1 and low[0] in _PREP and low[1] in _WH else 0
+    head = low[i]
+    if head.endswith("'s") and head[:-2] in _WH:  # "what's", "who's", "how's": the auxiliary goes with it
+        rest = words[i + 1:]
+    elif head in _WH:
+        j = i + 1
+        if head == "how" and j < len(words) and low[j] in _HOW:
+            j += 1
+            if low[j - 1] == "many" and j < len(words) and low[j] == "times":
+                j += 1
+        rest = words[j:]
+        if not keep_aux:
+            aux = next((k for k in range(j, min(j + _AUX_REACH + 1, len(words))) if low[k] in _AUX), None)
+            if aux is not None:
+                rest = words[j:aux] + words[aux + 1:]
+    elif low[0] in _AUX and not keep_aux:
+        rest = words[1:]
+    else:
+        return query
+    if rest:
+        rest[-1] = rest[-1].rstrip("?")
+    out = " ".join(w for w in rest if w)
+    return out if out else query
+
+
+FORMS: dict[str, Callable[[str], str]] = {
+    "statement": statement_form,
+    "wh only": lambda t: statement_form(t, keep_aux=True),
+}
+
+
+def _unit(M: np.ndarray) -> np.ndarray:
+    return M / np.linalg.norm(M, axis=-1, keepdims=True)
+
+
+QUICK_SLOTS = ("question lower-cased",)
+
+
+def form_routes(D: dict[str, Any], quick: bool = False) -> None:
+    """The query's form: each question's vector from its statement form alone, from the two mixed
+    (``normalise((1 - w) q + w r)``, one vector: a batch of 2 embedded, one scan), from the best of the two
+    cosines (two scans), and from one text that puts the question in the passage's previous-message slot
+    ("question\\nstatement", as a stored passage is "previous message\\nmessage"); the keyword list from
+    the statement form; hybrid with each (the speaker and date steps still read the question).
+    ``quick``: the statement form, ``QUICK_SLOTS`` and the lower-cased query's fusion grid only (no passage
+    re-embedded: for e5, which embeds 20-45 texts a second on a quiet machine)."""
+    qs = D["queries"]
+    emb = D["embedder"]
+    changed = [q for q in qs if statement_form(q["query"]) != q["query"]]
+    print(f"statement form: {len(changed)} of {len(qs)} questions rewritten; e.g.")
+    for q in changed[:: max(1, len(changed) // 6)][:6]:
+        print(f"    {q['query']!r} -> {statement_form(q['query'])!r}")
+    for t in ("卡罗琳什么时候去了支持小组？", "キャロラインはいつサポートグループに行きましたか？",
+              "Caroline went to the support group", "Wann ging Caroline zur Gruppe?"):
+        print(f"    unchanged: {t!r} -> {statement_form(t)!r}")
+    ids_q = [q["query_id"] for q in qs]
+
+    def vectors(texts: list[str], kind: str = "query") -> dict[str, np.ndarray]:
+        return dict(zip(ids_q, _unit(np.asarray(emb.embed(texts, kind=kind), dtype=np.float32))))
+
+    Q = vectors([q["query"] for q in qs])
+    drift = max(float(np.abs(Q[q["query_id"]] - _unit(np.asarray(D["q"][q["query_id"]]["qvec"], dtype=np.float32))).max())
+                for q in qs)
+    print(f"the questions' vectors against the engine's: max |difference| {drift:.2e}")
+    R = {name: vectors([f(q["query"]) for q in qs]) for name, f in FORMS.items() if not quick or name == "statement"}
+    slot = vectors([f"{q['query']}\n{statement_form(q['query'])}" for q in qs]) if not quick else None
+    slots = {label: vectors([form(q["query"]) for q in qs]) for label, form in [x for x in (
+        ("question\\nquestion", lambda t: f"{t}\n{t}"), ("question question", lambda t: f"{t} {t}"),
+        ("question\\nquestion\\nquestion", lambda t: f"{t}\n{t}\n{t}"), ("\\nquestion", lambda t: f"\n{t}"),
+        ("statement\\nquestion", lambda t: f"{statement_form(t)}\n{t}"),
+        ("statement\\nstatement", lambda t: f"{statement_form(t)}\n{statement_form(t)}"),
+        ("question without '?'", lambda t: t.rstrip().rstrip("?")), ("question lower-cased", lambda t: t.lower()),
+        ("question lower-cased, doubled", lambda t: f"{t.lower()}\n{t.lower()}"),
+        ("statement lower-cased", lambda t: statement_form(t).lower()),
+        ("question, first letter lower-cased", lambda t: t[:1].lower() + t[1:]),
+        ("question, names lower-cased", lambda t: t[:1] + t[1:].lower())) if not quick or x[0] in QUICK_SLOTS]}
+    passage_r = (vectors([statement_form(q["query"]) for q in qs], kind="passage")
+                 if emb.kind_sensitive and not quick else None)
+
+    def cos(q: dict[str, Any], v: np.ndarray) -> np.ndarray:
+        return D["mats"][q["conv_id"]][1] @ v
+
+    def route(label: str, cs_of: Callable[[dict[str, Any]], np.ndarray], kw_form: str | None = None) -> None:
+        lists = {q["query_id"]: as_list(D, q, cs_of(q)) for q in qs}
+        kw = (lambda q: D["q"][q["query_id"]]["k_form"][kw_form]) if kw_form else (lambda q: None)
+        score(D, lambda q: [m for m, _ in lists[q["query_id"]]], f"{label}: vector")
+        score(D, lambda q: ranked_hybrid(D, q, vec=lists[q["query_id"]], cos=dict(lists[q["query_id"]]), kw=kw(q)),
+              f"{label}: hybrid" + (f" (keyword: {kw_form})" if kw_form else ""))
+
+    route("form: question (as the engine)", lambda q: cos(q, Q[q["query_id"]]))
+    for name in R:
+        route(f"form: {name} alone", lambda q: cos(q, R[name][q["query_id"]]))
+    for name in R:
+        for w in (0.25, 0.33, 0.5, 0.67, 0.75):
+            route(f"form: mix {name} w {w}", lambda q: cos(q, _unit((1 - w) * Q[q["query_id"]] + w * R[name][q["query_id"]])))
+        route(f"form: max(question, {name})", lambda q: np.maximum(cos(q, Q[q["query_id"]]), cos(q, R[name][q["query_id"]])))
+    if slot is not None:
+        route("form: slot 'question\\nstatement'", lambda q: cos(q, slot[q["query_id"]]))
+    for label, vs in slots.items():
+        route(f"form: slot '{label}'", lambda q: cos(q, vs[q["query_id"]]))
+    if passage_r is not None:
+        route("form: statement as a passage", lambda q: cos(q, passage_r[q["query_id"]]))
+        route("form: mix question, statement as a passage w 0.5",
+              lambda q: cos(q, _unit(Q[q["query_id"]] + passage_r[q["query_id"]])))
+    lower = slots["question lower-cased"]
+    grids = [("lower-cased", "question lower-cased")]
+    if "question lower-cased, doubled" in slots:
+        grids.append(("lower-cased, doubled", "question lower-cased, doubled"))
+    for share in (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9):  # (a better vector list may earn a larger share)
+        for depth in (30, 50, 80, 100, 120, 150):
+            if quick and (share > 0.75 or depth not in (50, 80, 100, 150)):
+                continue
+            for name, slot_name in grids:
+                low_lists = {q["query_id"]: as_list(D, q, cos(q, slots[slot_name][q["query_id"]])) for q in qs}
+                score(D, lambda q: ranked_hybrid(D, q, vec=low_lists[q["query_id"]], cos=dict(low_lists[q["query_id"]]),
+                                                 share=share, depth=depth),
+                      f"form: {name}: hybrid, keyword share {share} depth {depth}")
+            if not quick:
+                score(D, lambda q: ranked_hybrid(D, q, share=share, depth=depth),
+                      f"form: question (control): hybrid, keyword share {share} depth {depth}")
+    if not quick:
+        passage_routes(D, Q, lower)
+    score(D, lambda q: [m for m, _ in D["q"][q["query_id"]]["k"]], "form: question: keyword")
+    for name in FORMS:  # the keyword side: stop words drop most wh-words and auxiliaries already
+        same = sum(D["q"][q["query_id"]]["terms_form"][name] == D["q"][q["query_id"]]["terms"] for q in qs)
+        print(f"keyword terms of the {name} form equal the question's for {same} of {len(qs)} questions")
+        score(D, lambda q: [m for m, _ in D["q"][q["query_id"]]["k_form"][name]], f"form: {name}: keyword")
+        score(D, lambda q: ranked_hybrid(D, q, kw=D["q"][q["query_id"]]["k_form"][name]),
+              f"form: {name}: hybrid (question's vector)")
+        if name in R:
+            route(f"form: mix {name} w 0.5", lambda q: cos(q, _unit(Q[q["query_id"]] + R[name][q["query_id"]])),
+                  kw_form=name)
+
+
+def passage_routes(D: dict[str, Any], Q: dict[str, np.ndarray], lower: dict[str, np.ndarray]) -> None:
+    """The question as typed and lower-cased against passages re-embedded: lower-cased, or without the
+    speaker labels LoCoMo's stored text starts with (as an agent's own messages are stored)."""
+    qs = D["queries"]
+    emb = D["embedder"]
+    # The passages lower-cased too (a stored-format change: every vector re-embedded), for comparison.
+    low_pass = {}
+    for c, msgs in D["by_conv"].items():
+        msgs = sorted(msgs, key=lambda m: (m["session"], m["seq"]))
+        M = _unit(np.asarray(emb.embed([t.lower() for t in passage_texts("ctx", msgs)], kind="passage"), dtype=np.float32))
+        low_pass[c] = ([m["id"] for m in msgs], M)
+    # The passages without their speaker labels ("Caroline: "), as an agent's messages are stored: is the
+    # lower-cased query's gain the speaker's name counting for less?
+    bare = {}
+    for c, msgs in D["by_conv"].items():
+        msgs = sorted(msgs, key=lambda m: (m["session"], m["seq"]))
+        texts = []
+        for i, m in enumerate(msgs):
+            own = m["text"] + (f' [image: {m["image_caption"]}]' if m.get("image_caption") else "")
+            prev = msgs[i - 1] if i and msgs[i - 1]["session"] == m["session"] else None
+            texts.append(f'{prev["text"]}\n{own}' if prev else own)
+        bare[c] = ([m["id"] for m in msgs], _unit(np.asarray(emb.embed(texts, kind="passage"), dtype=np.float32)))
+    for pname, mats, label, V in [(p, m, lb, v) for p, m in (("passages lower-cased", low_pass),
+                                                            ("passages without speaker labels", bare))
+                                  for lb, v in (("question", Q), ("question lower-cased", lower))]:
+        lists = {}
+        for q in qs:
+            ids, M = mats[q["conv_id"]]
+            cs = M @ V[q["query_id"]]
+            lists[q["query_id"]] = [(ids[i], float(cs[i])) for i in np.argsort(-cs, kind="stable")]
+        score(D, lambda q: [m for m, _ in lists[q["query_id"]]], f"form: {pname}, {label}: vector")
+        score(D, lambda q: ranked_hybrid(D, q, vec=lists[q["query_id"]], cos=dict(lists[q["query_id"]])),
+              f"form: {pname}, {label}: hybrid")
+
+
+def form_cost(model: str, runs: int = 5) -> None:
+    """Wall time of embedding a query (the model, no cache), one text against the question and its statement
+    form in one call (a batch of 2) and in two calls, and of the rewrite and the lower-casing alone; median
+    over the split's first 300 questions, per round."""
+    import time
+    data = rl.default_data()
+    qs = [q["query"] for q in rl.load_jsonl(data / "locomo_public_queries.jsonl") if not q.get("adversarial")][:300]
+    emb = rl.make_embedder(model, None)
+    emb = getattr(emb, "inner", emb)  # (the model itself: a cache would answer every round after the first)
+    emb.embed(["warm up"], kind="query")
+    for _ in range(runs):
+        t: dict[str, list[float]] = defaultdict(list)
+        for text in qs:
+            r = statement_form(text)
+            for label, call in (("one", lambda: emb.embed([text], kind="query")),
+                                ("batch of 2", lambda: emb.embed([text, r], kind="query")),
+                                ("two calls", lambda: (emb.embed([text], kind="query"), emb.embed([r], kind="query"))),
+                                ("rewrite only", lambda: statement_form(text)),
+                                ("lower-cased only", lambda: text.lower())):
+                t0 = time.perf_counter()
+                call()
+                t[label].append((time.perf_counter() - t0) * 1000)
+        print(f"{model} query embedding, median ms over {len(qs)} questions: "
+              + ", ".join(f"{k} {sorted(v)[len(v) // 2]:.3f}" for k, v in t.items()), flush=True)
+
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -706,7 +937,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
     ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
                     help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread, asked, "
-                         "expand, within, peaked, cost (cost alone: no LoCoMo pass) "
+                         "expand, within, peaked, form, cost, form_cost (cost / form_cost alone: no LoCoMo pass) "
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
@@ -714,18 +945,29 @@ def main() -> None:
                     help="hybrid.NEIGHBOUR_SHARE for the engine and the rebuilt base (0: the engine before it)")
     ap.add_argument("--thread-share", type=float, default=None,
                     help="hybrid.THREAD_SHARE for the engine and the rebuilt base (0: the engine before it)")
+    ap.add_argument("--fusion-before", action="store_true",
+                    help="USE's fusion as before session 24 (a=.85, depth 50, the query embedded as typed): the "
+                         "form section's routes against the engine they were measured on")
+    ap.add_argument("--form-quick", action="store_true", help="the form section without re-embedded passages "
+                    "and with fewer query forms (for e5)")
     args = ap.parse_args()
+    if args.fusion_before:
+        hybrid.MODEL_FUSION.pop("use-multilingual-v3-q", None)
     if args.neighbour_share is not None:
         hybrid.NEIGHBOUR_SHARE = args.neighbour_share
     if args.thread_share is not None:
         hybrid.THREAD_SHARE = args.thread_share
     only = set(args.only.split(","))
+    if "form_cost" in only:
+        form_cost(args.model)
+        if only == {"form_cost"}:
+            return
     if "cost" in only:
         expansion_cost()
         if only == {"cost"}:
             return
     settings = [tuple(float(x) for x in s.split(":")) for s in args.bm25.split(",") if s] if "bm25" in only else []
-    D = collect(args.model, args.cache_dir, settings)  # type: ignore[arg-type]
+    D = collect(args.model, args.cache_dir, settings, FORMS if "form" in only else None)  # type: ignore[arg-type]
     for d in D["q"].values():
         d["cos"] = dict(d["v"])
     print(f"model {D['model_id']}; recall@10 (public split), worst conversation, per conversation, per category")
@@ -734,6 +976,8 @@ def main() -> None:
     score(D, lambda q: D["q"][q["query_id"]]["engine"], "engine hybrid (search.run)")
     score(D, lambda q: ranked_hybrid(D, q), "base: rebuilt from the lists")
     score(D, lambda q: [m for m, _ in D["q"][q["query_id"]]["v"]], "vector")
+    if "form" in only:
+        form_routes(D, quick=args.form_quick)
     if "fusion" in only:
         for depth in (30, 50, 80, 100, 150):
             score(D, lambda q: ranked_hybrid(D, q, depth=depth), f"fusion: depth {depth}")

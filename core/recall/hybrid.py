@@ -86,6 +86,8 @@ class Fusion:
 
     keyword_share: float = KEYWORD_SHARE
     candidates: int = CANDIDATES
+    # Lower-case the query before it is embedded (the stored passages keep their case; ``search.run``).
+    lower_query: bool = False
 
 
 # Per embedding model family (the model id before '@'), tuned on LoCoMo's public split only.
@@ -97,8 +99,16 @@ class Fusion:
 # .65 .794 / .765, .6 .793 / .768, .55 .785; a=.65 at depth 30 / 80 / 150: .778 / .795 / .795 (a plateau
 # from .6 to .7 at depths 80-150). Next-message share .1-.4, speaker boost .2-.6 and date boost .2-.5
 # moved it by less than .01 either way, so those stay as tuned for USE.
+#
+# USE (the default model) embeds a query better lower-cased: vector-only recall@10 .485 -> .535 (worst
+# conversation .378 -> .507), with the passages as stored (lower-casing them too gave less). At USE's
+# old fusion (a=.85, depth 50) hybrid stays .789 / worst .745; the better vector list earns a larger
+# share and a deeper list: at depth 100, a=.6 / .7 / .75 / .8: .808 / .806 / .806 / .804, worst
+# .768-.774 (the question as typed there: .789-.798, worst .733-.760). Measured with
+# ``bench/recall_routes.py --model use --only form`` (ARCHITECTURE, Figures).
 MODEL_FUSION: dict[str, Fusion] = {
     "multilingual-e5-small-q4": Fusion(keyword_share=0.65, candidates=80),
+    "use-multilingual-v3-q": Fusion(keyword_share=0.75, candidates=100, lower_query=True),
 }
 
 

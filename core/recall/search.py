@@ -147,7 +147,9 @@ def run(
         started = time.perf_counter()
         vec = None
         try:
-            vec = np.asarray(index.embedder.embed([query_text(query)], kind="query"), dtype=np.float32)[0]
+            text = query_text(query)
+            vec = np.asarray(index.embedder.embed([text.lower() if fusion.lower_query else text], kind="query"),
+                             dtype=np.float32)[0]
         except Exception as exc:  # the embedder failing must not take keyword results down with it
             degrade(f"query embedding failed ({exc}); vector results missing")
         out.embed_ms = (time.perf_counter() - started) * 1000

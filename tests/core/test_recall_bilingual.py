@@ -86,3 +86,34 @@ def test_japanese_keywords_are_found_in_kanji_kana_and_half_width_katakana(store
     assert first("アレルギー") == "ja-allergy"  # full-width query, half-width text (NFKC on both sides)
     assert first("えび") == "ja-allergy"  # hiragana
     assert first("meeting 会議") in ("ja-meeting", "en-note")
+
+
+@pytest.mark.slow
+def test_use_embeds_the_query_lower_cased_and_cjk_as_typed(store, use_embedder):
+    """With USE (the default model) a search embeds its query lower-cased (``Fusion.lower_query``: the
+    passages keep their case; measured on LoCoMo, ``core/recall/hybrid.py``); Chinese and Japanese
+    queries have no case and are embedded as typed. e5 and every other model embed the query as typed."""
+    import numpy as np
+
+    from core.recall import hybrid, search
+
+    store.memory.create_thread(thread_id="t", resource_id="u")
+    msg = Message.user("Caroline went to the support group on Friday.", id="m", thread_id="t", resource_id="u",
+                       created_at=T0)
+    store.memory.save_messages([msg])
+    index = RecallIndex.for_store(store, use_embedder)
+    assert index.index_messages([msg]).ok
+
+    def vector(text: str) -> np.ndarray:
+        return np.asarray(use_embedder.embed([text], kind="query"), dtype=np.float32)[0]
+
+    asked = "When did Caroline go to the LGBTQ support group?"
+    for query in (asked, "卡罗琳什么时候去了支持小组？", "キャロラインはいつサポートグループに行きましたか？"):
+        for mode in ("vector", "hybrid"):
+            run = search.run(index, query, resource_id="u", thread_id=None, top_k=3, mode=mode)
+            assert np.array_equal(run.qvec, vector(query.lower())), (query, mode)
+    assert not np.array_equal(vector(asked), vector(asked.lower()))  # (so the check above can fail)
+    assert index.search(asked, resource_id="u", mode="hybrid", top_k=3).hits[0].message_id == "m"
+    assert hybrid.fusion_for(use_embedder.model_id).lower_query
+    assert not hybrid.fusion_for("multilingual-e5-small-q4@1571fc98").lower_query
+    assert not hybrid.fusion_for("hashing-64").lower_query
