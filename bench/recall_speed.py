@@ -4,6 +4,7 @@ resource's first query after a restart.
     .venv/bin/python bench/recall_speed.py                # everything (about 4 GB of disk for the 1M part)
     .venv/bin/python bench/recall_speed.py --skip-1m      # libSQL-backed 10k figures only
     .venv/bin/python bench/recall_speed.py --no-model     # without the USE model (synthetic vectors only)
+    .venv/bin/python bench/recall_speed.py --skip-1m --no-model --fusion use   # searched with USE's fusion settings
 
 Latency excludes query embedding (queries are embedded beforehand). The 10k figures go through the
 real path (libSQL file, change-counter check, in-process matrix). The 1M part writes synthetic
@@ -115,7 +116,12 @@ def time_searches(index: Any, queries: list[str], mode: str) -> tuple[list[float
     return times, cpu
 
 
-def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
+#: ``--fusion``: the model family whose fusion settings (``hybrid.MODEL_FUSION``: keyword share, candidate depth,
+#: the query lower-cased) the synthetic vectors are searched with; their id is that family's.
+FUSION_IDS = {"default": "synthetic@d512", "use": "use-multilingual-v3-q@d512", "e5": "multilingual-e5-small-q4@d512"}
+
+
+def bench_10k(n: int, with_model: bool, model_name: str = "use", fusion: str = "default") -> None:
     rng = np.random.default_rng(1)
     tmp = Path(tempfile.mkdtemp(prefix="recall-speed-"))
     path = tmp / "m.db"
@@ -127,8 +133,12 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use") -> None:
     with store.db.write() as conn:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     before = file_bytes(path)
-    emb = TableEmbedder()
+    emb = TableEmbedder(FUSION_IDS[fusion])
     index = RecallIndex.for_store(store, emb)
+    from core.recall.hybrid import fusion_for
+    settings = fusion_for(emb.model_id)
+    print(f"fusion: {fusion} (keyword share {settings.keyword_share}, depth {settings.candidates}"
+          f"{', query lower-cased' if settings.lower_query else ''})")
     t0, c0 = time.perf_counter(), time.process_time()
     for start in range(0, n, 256):
         index.index_messages(msgs[start : start + 256])
@@ -379,12 +389,14 @@ def main() -> None:
     ap.add_argument("--skip-1m", action="store_true")
     ap.add_argument("--no-model", action="store_true")
     ap.add_argument("--model", default="use", help="the local model for the ingest-with-model figure (use, e5)")
+    ap.add_argument("--fusion", choices=sorted(FUSION_IDS), default="default",
+                    help="search the 10k with this model's fusion settings (depth, keyword share); default: the defaults")
     ap.add_argument("--only-1m-restart", action="store_true", help="just the 1M first-query-after-restart part")
     args = ap.parse_args()
     if args.only_1m_restart:
         bench_1m_restart(args.big, args.queries)
         return
-    bench_10k(args.n, not args.no_model, args.model)
+    bench_10k(args.n, not args.no_model, args.model, args.fusion)
     if not args.skip_1m:
         bench_1m_restart(args.big, args.queries)
         bench_1m(args.big, args.queries)
