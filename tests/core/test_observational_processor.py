@@ -583,6 +583,27 @@ def test_a_rewrite_that_copies_the_reflectors_request_keeps_only_the_notes(db_pa
     assert "COMPRESSION" not in current.active_observations
 
 
+def test_a_rewrite_that_copies_the_reflectors_separator_leaves_it_out_of_the_log(db_path: Path | str) -> None:
+    """Regression (SmolLM2-135M as reflector on llama.cpp behind a recording proxy,
+    ``bench/om_reflector_llm.py``): its rewrite ended with the "---" that separates the log from the
+    request's instructions, and the new generation, the agent's whole memory, kept that line."""
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    echo = "Date: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds; soil notes recorded per bed.\n\n---"
+    h = Harness(db_path, [big, echo])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Summarise my beds.", "Done.")
+    assert prompt.notes["observational-memory"]["reflected"]
+    sent = [str(r.messages[-1]["content"]) for r in h.observer.requests]
+    assert "\n---\n" in sent[-1]  # the reflector's request: the separator its reply copied
+    current = load_current(h.store, thread_id="t1")
+    assert current is not None and current.generation_count == 1
+    assert "User is building 40 garden beds" in current.active_observations
+    assert "---" not in [ln.strip() for ln in current.active_observations.splitlines()]
+
+
 def test_stray_tags_of_our_own_in_an_observer_reply_stay_out_of_the_log(db_path: Path | str) -> None:
     """Regression (a small model as observer, SmolLM2-135M, its replies tried on the parser): a stray
     closing tag the section reader did not consume (a misspelt ``</observation>``, another section's
