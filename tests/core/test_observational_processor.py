@@ -50,9 +50,9 @@ def long_text(word: str, chars: int = 200) -> str:
 
 
 class Harness:
-    def __init__(self, db_path: Path | str, script: Sequence[Any], *, tracer: Any = None, **om: Any) -> None:
+    def __init__(self, db_path: Path | str, script: Any, *, tracer: Any = None, **om: Any) -> None:
         self.store: Store = open_store(db_path)
-        self.observer = ScriptedModel(list(script), name="observer")
+        self.observer = ScriptedModel(script if callable(script) else list(script), name="observer")
         # Synchronous observation (the mode before background buffering): tests of buffering are in
         # test_observational_buffering.py.
         settings = {"enabled": True, "message_tokens": 200, "observation_tokens": 300, "buffer_tokens": False, **om}
@@ -638,6 +638,41 @@ Primary: choosing materials for raised beds.
     assert h.metadata()["mastra"]["om"]["currentTask"] == "Primary: choosing materials for raised beds."
     system = "\n".join(m["content"] for m in prompt.messages if m["role"] == "system")
     assert "</current-task></current-task>" not in system and "raised beds [garden].</observation>" not in system
+
+
+def test_a_reflectors_back_off_counts_from_when_its_calls_failed_not_from_the_turns_start(
+        db_path: Path | str) -> None:
+    """Regression (SmolLM2-135M as reflector on llama.cpp behind a recording proxy,
+    ``bench/om_reflector_llm.py``): a reflection's two levels took 3.5 minutes and failed; the 30-second
+    back-off was counted from the turn's start, so it had expired before it was written, and the next
+    turn waited 3.5 minutes for the same failing calls again. It counts from the failure now."""
+    from core.observational.buffer import BACKOFF_BASE
+    from core.timeutil import parse_iso
+
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    failed_at: list[Any] = []
+
+    def model(messages: Any, _tools: Any) -> str:
+        if "OBSERVATIONS TO REFLECT ON" not in str(messages[-1]["content"]):
+            return big
+        for _ in range(10):  # the reflector's call takes ten minutes of the turn's clock
+            h.clock.now()
+        failed_at.append(h.clock.now())
+        return "no notes here"
+
+    h = Harness(db_path, model, max_compression_level=0)
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Summarise my beds.", "Done.")
+    assert "reflectionError" in prompt.notes["observational-memory"] and len(failed_at) == 1
+    current = load_current(h.store, thread_id="t1")
+    assert current is not None and current.generation_count == 0
+    backoff = current.studio["reflectorBackoff"]
+    assert parse_iso(backoff["retryAt"]) >= failed_at[0] + BACKOFF_BASE
+    event = [e for e in current.studio["events"] if e["kind"] == "reflector-failed"][-1]
+    assert parse_iso(event["at"]) >= failed_at[0]
 
 
 def test_a_reflection_that_fails_at_every_level_says_each_reason_once_with_its_levels(db_path: Path | str) -> None:
