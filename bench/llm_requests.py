@@ -77,6 +77,10 @@ class Proxy:
     # What the next chat requests get instead of llama.cpp's reply: "error" (500), "cut" (the connection
     # closed, no reply) or "toolcall" (a reply calling get_weather).
     faults: list[str] = field(default_factory=list)
+    # Which requests the faults go to (by body); default: the agent's calls (they offer tools).
+    fault_when: Any = None
+    # A reply the proxy gives itself instead of llama.cpp's: ``answer(body)`` -> (content type, bytes) or None.
+    answer: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
 
@@ -99,11 +103,22 @@ class Proxy:
                 with proxy.lock:
                     if self.command == "POST" and self.path.endswith("/chat/completions"):
                         # Faults go to the agent's calls (they offer tools), never the observer's.
-                        fault = proxy.faults.pop(0) if proxy.faults and b'"tools":' in body else None
+                        wanted = proxy.fault_when(body) if proxy.fault_when else b'"tools":' in body
+                        fault = proxy.faults.pop(0) if proxy.faults and wanted else None
                         seen = Seen(len(proxy.seen), self.path, body, fault)
                         proxy.seen.append(seen)
                     else:
                         seen = None
+                own = proxy.answer(body) if proxy.answer and self.command == "POST" else None
+                if own is not None:
+                    self.send_response(200)
+                    self.send_header("Content-Type", own[0])
+                    self.send_header("Content-Length", str(len(own[1])))
+                    self.end_headers()
+                    self.wfile.write(own[1])
+                    if seen:
+                        seen.status, seen.fault = 200, "answered"
+                    return
                 if fault == "cut":
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True

@@ -127,7 +127,11 @@ class OMJob:
                        max_level=opts.max_compression_level, guidance=opts.reflection_guidance)
 
     def failed(self, which: str, error: str, record: OMRecord | None, now: datetime) -> str:
-        """Back off after a failed call; returns when the next try may run (ISO text)."""
+        """Back off after a failed call; returns when the next try may run (ISO text). The back-off
+        counts from when the call failed, not from ``now`` (when the turn or job started): a slow model's
+        calls (a reflection's levels took minutes on a small local model) outlasted the first back-off,
+        which had then expired before it was written, and the next turn waited for the same calls again."""
+        now = max(now, self.clock.now())
         previous = buffer_store.current_backoff(record, which)
         retry = next_backoff(previous, error, now)
         log.warning("%s of %s failed (retry after %s): %s", which, self.key, retry.retry_at, error)

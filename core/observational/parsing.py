@@ -130,13 +130,19 @@ def _copy_key(line: str) -> str:
     return " ".join(line.split())
 
 
+#: A Markdown rule ("---"): the reflector's request puts one between the log and its instructions.
+_RULE_RE = re.compile(r"^\s*([-=_*])(?:\s*\1){2,}\s*$")
+
+
 def _copied_lines(sources: Sequence[str]) -> frozenset[str]:
     """The lines of ``sources`` (the request's texts) a reply line may not simply repeat: every line
-    that says something, date headers aside (a new observation may well open the same day)."""
+    that says something, date headers aside (a new observation may well open the same day), and the
+    request's rules (a small model copied the reflector's "---" separator into the new log)."""
     keys = set()
     for source in sources:
         for line in source.splitlines():
-            if line.strip() and not _DATE_RE.match(line) and re.search(r"\w", _FORM_RE.sub(" ", line)):
+            if line.strip() and not _DATE_RE.match(line) and (re.search(r"\w", _FORM_RE.sub(" ", line))
+                                                              or _RULE_RE.match(line)):
                 keys.add(_copy_key(line))
     return frozenset(keys)
 

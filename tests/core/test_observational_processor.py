@@ -50,9 +50,9 @@ def long_text(word: str, chars: int = 200) -> str:
 
 
 class Harness:
-    def __init__(self, db_path: Path | str, script: Sequence[Any], *, tracer: Any = None, **om: Any) -> None:
+    def __init__(self, db_path: Path | str, script: Any, *, tracer: Any = None, **om: Any) -> None:
         self.store: Store = open_store(db_path)
-        self.observer = ScriptedModel(list(script), name="observer")
+        self.observer = ScriptedModel(script if callable(script) else list(script), name="observer")
         # Synchronous observation (the mode before background buffering): tests of buffering are in
         # test_observational_buffering.py.
         settings = {"enabled": True, "message_tokens": 200, "observation_tokens": 300, "buffer_tokens": False, **om}
@@ -583,6 +583,27 @@ def test_a_rewrite_that_copies_the_reflectors_request_keeps_only_the_notes(db_pa
     assert "COMPRESSION" not in current.active_observations
 
 
+def test_a_rewrite_that_copies_the_reflectors_separator_leaves_it_out_of_the_log(db_path: Path | str) -> None:
+    """Regression (SmolLM2-135M as reflector on llama.cpp behind a recording proxy,
+    ``bench/om_reflector_llm.py``): its rewrite ended with the "---" that separates the log from the
+    request's instructions, and the new generation, the agent's whole memory, kept that line."""
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    echo = "Date: Jan 2, 2025\n* 🔴 (09:00) User is building 40 garden beds; soil notes recorded per bed.\n\n---"
+    h = Harness(db_path, [big, echo])
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Summarise my beds.", "Done.")
+    assert prompt.notes["observational-memory"]["reflected"]
+    sent = [str(r.messages[-1]["content"]) for r in h.observer.requests]
+    assert "\n---\n" in sent[-1]  # the reflector's request: the separator its reply copied
+    current = load_current(h.store, thread_id="t1")
+    assert current is not None and current.generation_count == 1
+    assert "User is building 40 garden beds" in current.active_observations
+    assert "---" not in [ln.strip() for ln in current.active_observations.splitlines()]
+
+
 def test_stray_tags_of_our_own_in_an_observer_reply_stay_out_of_the_log(db_path: Path | str) -> None:
     """Regression (a small model as observer, SmolLM2-135M, its replies tried on the parser): a stray
     closing tag the section reader did not consume (a misspelt ``</observation>``, another section's
@@ -617,6 +638,41 @@ Primary: choosing materials for raised beds.
     assert h.metadata()["mastra"]["om"]["currentTask"] == "Primary: choosing materials for raised beds."
     system = "\n".join(m["content"] for m in prompt.messages if m["role"] == "system")
     assert "</current-task></current-task>" not in system and "raised beds [garden].</observation>" not in system
+
+
+def test_a_reflectors_back_off_counts_from_when_its_calls_failed_not_from_the_turns_start(
+        db_path: Path | str) -> None:
+    """Regression (SmolLM2-135M as reflector on llama.cpp behind a recording proxy,
+    ``bench/om_reflector_llm.py``): a reflection's two levels took 3.5 minutes and failed; the 30-second
+    back-off was counted from the turn's start, so it had expired before it was written, and the next
+    turn waited 3.5 minutes for the same failing calls again. It counts from the failure now."""
+    from core.observational.buffer import BACKOFF_BASE
+    from core.timeutil import parse_iso
+
+    big_lines = "\n".join(f"* 🟡 (09:{i:02d}) User described garden bed number {i} in detail, with soil notes."
+                          for i in range(40))
+    big = f"<observations>\nDate: Jan 2, 2025\n{big_lines}\n</observations>"
+    failed_at: list[Any] = []
+
+    def model(messages: Any, _tools: Any) -> str:
+        if "OBSERVATIONS TO REFLECT ON" not in str(messages[-1]["content"]):
+            return big
+        for _ in range(10):  # the reflector's call takes ten minutes of the turn's clock
+            h.clock.now()
+        failed_at.append(h.clock.now())
+        return "no notes here"
+
+    h = Harness(db_path, model, max_compression_level=0)
+    h.turn(long_text("alpha"), long_text("beta"))
+    h.turn(long_text("gamma"), long_text("delta"))
+    prompt, _ = h.turn("Summarise my beds.", "Done.")
+    assert "reflectionError" in prompt.notes["observational-memory"] and len(failed_at) == 1
+    current = load_current(h.store, thread_id="t1")
+    assert current is not None and current.generation_count == 0
+    backoff = current.studio["reflectorBackoff"]
+    assert parse_iso(backoff["retryAt"]) >= failed_at[0] + BACKOFF_BASE
+    event = [e for e in current.studio["events"] if e["kind"] == "reflector-failed"][-1]
+    assert parse_iso(event["at"]) >= failed_at[0]
 
 
 def test_a_reflection_that_fails_at_every_level_says_each_reason_once_with_its_levels(db_path: Path | str) -> None:
