@@ -48,6 +48,9 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
   lower-cased (landed for USE) and its fusion grid, against passages lower-cased or without speaker labels;
   ``--fusion-before`` scores it against USE's fusion before that change; ``form_cost``: what the extra
   embedding costs;
+- depth: the fusion's cost side (``depth_routes``): the vector and the keyword list at separate depths
+  under keyword shares .6-.8 (the engine's query as it embeds it: lower-cased with USE), and only the best
+  N of the combination going on to the neighbours' share, the thread prior and the re-rank;
 - cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
   keyword copy would run it; ``expansion_cost``).
 
@@ -212,16 +215,19 @@ def ranked_hybrid(D: dict[str, Any], q: dict[str, Any], vec: list[tuple[str, flo
                   share: float | None = None,
                   propagate: Callable[[dict[str, float]], dict[str, float]] | None = None,
                   kw: list[tuple[str, float]] | None = None, neighbour_share: float | None = None,
-                  thread_share: float | None = None) -> list[str]:
+                  thread_share: float | None = None, kw_depth: int | None = None,
+                  reshaped: int | None = None) -> list[str]:
     """The engine's hybrid ranking rebuilt from the kept lists (``Combined`` + ``rerank``); ``propagate``
-    changes the fused scores before the re-rank."""
+    changes the fused scores before the re-rank. ``depth``: the vector list's (and the keyword list's
+    unless ``kw_depth`` says otherwise); ``reshaped``: only the best that many candidates of the
+    combination go on (the neighbours' share, the thread prior and the re-rank see no others)."""
     d = D["q"][q["query_id"]]
     fusion = hybrid.fusion_for(D["model_id"])
     depth = fusion.candidates if depth is None else depth
     share = fusion.keyword_share if share is None else share
     cos = cos if cos is not None else d["cos"]
     vec = (vec if vec is not None else d["v"])[:depth]
-    kw = (kw if kw is not None else d["k"])[:depth]
+    kw = (kw if kw is not None else d["k"])[:depth if kw_depth is None else kw_depth]
     if ceiling > 0 and kw:
         idf_sum = sum(_idf(d["rows"], n or 0) for n in d["df"].values())
         scores = _with_ceiling(vec, kw, cos, share, max(max(s for _, s in kw), ceiling * idf_sum))
@@ -229,6 +235,8 @@ def ranked_hybrid(D: dict[str, Any], q: dict[str, Any], vec: list[tuple[str, flo
         R = lambda m, s: hybrid.Ranked(m, None, None, s)  # noqa: E731
         scores = hybrid.Combined([R(*x) for x in vec], [R(*x) for x in kw], cos,
                                  keyword_share=share).scores()
+    if reshaped is not None:  # (``scores`` is best first)
+        scores = dict(list(scores.items())[:reshaped])
     neighbour_share = hybrid.NEIGHBOUR_SHARE if neighbour_share is None else neighbour_share
     if neighbour_share > 0:  # (the engine's ``Combined.propagate``)
         scores = propagated(D, q, neighbour_share, neighbour_share)(scores)
@@ -930,6 +938,22 @@ def form_cost(model: str, runs: int = 5) -> None:
 
 
 
+def depth_routes(D: dict[str, Any]) -> None:
+    """The cost side of the fusion (issue 20 items 2 and 4, session 24): separate depths for the vector
+    and the keyword list, the keyword share, and only the best N of the combination reshaped and
+    re-ranked, each against the engine's settings (``hybrid.fusion_for``)."""
+    for share in (0.6, 0.65, 0.7, 0.75, 0.8):
+        for vd in (50, 60, 70, 80, 90, 100, 120):
+            for kd in (30, 40, 50, 60, 70, 80, 100):
+                score(D, lambda q: ranked_hybrid(D, q, share=share, depth=vd, kw_depth=kd),
+                      f"depth: share {share} vector {vd} keyword {kd}")
+    for share in (0.7, 0.75, 0.8):
+        for vd, kd in ((100, 100), (100, 50), (80, 50), (100, 60)):
+            for n in (20, 30, 40, 60, 80):
+                score(D, lambda q: ranked_hybrid(D, q, share=share, depth=vd, kw_depth=kd, reshaped=n),
+                      f"depth: share {share} vector {vd} keyword {kd}, best {n} reshaped")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="use", help="use or e5")
@@ -937,7 +961,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
     ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
                     help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread, asked, "
-                         "expand, within, peaked, form, cost, form_cost (cost / form_cost alone: no LoCoMo pass) "
+                         "expand, within, peaked, form, depth, cost, form_cost (cost / form_cost alone: no LoCoMo pass) "
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
@@ -978,6 +1002,8 @@ def main() -> None:
     score(D, lambda q: [m for m, _ in D["q"][q["query_id"]]["v"]], "vector")
     if "form" in only:
         form_routes(D, quick=args.form_quick)
+    if "depth" in only:
+        depth_routes(D)
     if "fusion" in only:
         for depth in (30, 50, 80, 100, 150):
             score(D, lambda q: ranked_hybrid(D, q, depth=depth), f"fusion: depth {depth}")

@@ -121,7 +121,49 @@ def time_searches(index: Any, queries: list[str], mode: str) -> tuple[list[float
 FUSION_IDS = {"default": "synthetic@d512", "use": "use-multilingual-v3-q@d512", "e5": "multilingual-e5-small-q4@d512"}
 
 
-def bench_10k(n: int, with_model: bool, model_name: str = "use", fusion: str = "default") -> None:
+def parse_fusion(text: str) -> Any:
+    """``a:v:k`` (keyword share, vector depth, keyword depth) as a ``Fusion`` with the query lower-cased
+    (USE's)."""
+    from core.recall.hybrid import Fusion
+    parts = text.split(":")
+    return Fusion(keyword_share=float(parts[0]), candidates=int(parts[1]), keyword_candidates=int(parts[2]),
+                  lower_query=True)
+
+
+def compare_fusions(index: Any, model_id: str, queries: list[str], settings: list[str], rounds: int = 7) -> None:
+    """Hybrid searches of the same queries under each fusion setting in turn (``--compare-fusion``), ``rounds``
+    rounds, the order of the settings reversed every other round: per setting, the median of its rounds'
+    p50 (wall and CPU), its best round's, and the median over rounds of its p50 over the first setting's. Settings are set on the index's model family's
+    ``hybrid.MODEL_FUSION`` entry between batches (``fusion_for`` reads it at each search)."""
+    from core.recall import hybrid
+    family = model_id.split("@", 1)[0]
+    saved = hybrid.MODEL_FUSION.get(family)
+    fusions = {label: parse_fusion(label) if label != "current" else (saved or hybrid.Fusion()) for label in settings}
+    walls: dict[str, list[float]] = {label: [] for label in fusions}
+    cpus: dict[str, list[float]] = {label: [] for label in fusions}
+    try:
+        for r in range(rounds):
+            for label in (list(fusions) if r % 2 == 0 else list(reversed(fusions))):
+                hybrid.MODEL_FUSION[family] = fusions[label]
+                times, cpu = time_searches(index, queries, "hybrid")
+                walls[label].append(statistics.median(times))
+                cpus[label].append(statistics.median(cpu))
+    finally:
+        if saved is not None:
+            hybrid.MODEL_FUSION[family] = saved
+    first = next(iter(fusions))
+    for label in fusions:
+        f = fusions[label]
+        # (paired: each round's p50 over the first setting's in the same round, which the load moves alike)
+        ratio = statistics.median(w / w0 for w, w0 in zip(walls[label], walls[first]))
+        print(f"fusion a={f.keyword_share} vector {f.candidates} keyword {f.keyword_candidates or f.candidates}"
+              f" ({label}): hybrid p50 median of {rounds} rounds "
+              f"{statistics.median(walls[label]):.2f} ms (CPU {statistics.median(cpus[label]):.2f}), best round "
+              f"{min(walls[label]):.2f} (CPU {min(cpus[label]):.2f}); x{ratio:.2f} the first setting's, round by round")
+
+
+def bench_10k(n: int, with_model: bool, model_name: str = "use", fusion: str = "default",
+              compare: list[str] | None = None) -> None:
     rng = np.random.default_rng(1)
     tmp = Path(tempfile.mkdtemp(prefix="recall-speed-"))
     path = tmp / "m.db"
@@ -137,7 +179,8 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use", fusion: str = "
     index = RecallIndex.for_store(store, emb)
     from core.recall.hybrid import fusion_for
     settings = fusion_for(emb.model_id)
-    print(f"fusion: {fusion} (keyword share {settings.keyword_share}, depth {settings.candidates}"
+    vector_depth, keyword_depth = settings.depths(10)
+    print(f"fusion: {fusion} (keyword share {settings.keyword_share}, depth {vector_depth} vector / {keyword_depth} keyword"
           f"{', query lower-cased' if settings.lower_query else ''})")
     t0, c0 = time.perf_counter(), time.process_time()
     for start in range(0, n, 256):
@@ -159,6 +202,11 @@ def bench_10k(n: int, with_model: bool, model_name: str = "use", fusion: str = "
     qv = emb.embed(queries, "query")
     emb.fixed.update(zip(queries, qv))  # embedding excluded from the timed path
     index.search(queries[0], resource_id="u", mode="vector")  # loads the matrix once
+    if compare:
+        compare_fusions(index, emb.model_id, queries, compare)
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     p50: dict[str, float] = {}
     cpu50: dict[str, float] = {}
     for mode in ("vector", "keyword", "hybrid"):
@@ -391,12 +439,17 @@ def main() -> None:
     ap.add_argument("--model", default="use", help="the local model for the ingest-with-model figure (use, e5)")
     ap.add_argument("--fusion", choices=sorted(FUSION_IDS), default="default",
                     help="search the 10k with this model's fusion settings (depth, keyword share); default: the defaults")
+    ap.add_argument("--compare-fusion", default="",
+                    help="comma-separated fusion settings a:v:k (keyword share, vector depth, keyword depth; "
+                         "'current': the --fusion model's own) whose hybrid searches of the 10k take turns "
+                         "(7 rounds), instead of the 10k figures")
     ap.add_argument("--only-1m-restart", action="store_true", help="just the 1M first-query-after-restart part")
     args = ap.parse_args()
     if args.only_1m_restart:
         bench_1m_restart(args.big, args.queries)
         return
-    bench_10k(args.n, not args.no_model, args.model, args.fusion)
+    bench_10k(args.n, not args.no_model, args.model, args.fusion,
+              [x for x in args.compare_fusion.split(",") if x])
     if not args.skip_1m:
         bench_1m_restart(args.big, args.queries)
         bench_1m(args.big, args.queries)

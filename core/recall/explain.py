@@ -547,10 +547,11 @@ def _edited_since_indexed(index: "RecallIndex", message_id: str) -> bool:
 def _hybrid_placement(ins: Inspection, message_id: str, cand: Candidate | None) -> Placement:
     ranked = len(ins.lists["hybrid"])
     if cand is None:
-        depth = max(ins.top_k, fusion_for(ins.model_id).candidates)
+        vector_depth, keyword_depth = fusion_for(ins.model_id).depths(ins.top_k)
+        fused = (f"the best {vector_depth} of each list" if vector_depth == keyword_depth else
+                 f"the best {vector_depth} of the vector list and {keyword_depth} of the keyword list")
         return Placement("hybrid", "not-a-candidate",
-                         f"Hybrid fuses the best {depth} of each list; it is in neither, so it was never a "
-                         "candidate.", None, ranked)
+                         f"Hybrid fuses {fused}; it is in neither, so it was never a candidate.", None, ranked)
     status, why = _cut_reason(ins, cand, cand.rank, cand.score, "fused score")
     # (a candidate left out as edited since indexed was never fused: its score is its raw keyword score)
     return Placement("hybrid", status, why + thread_share_part(cand), cand.rank, ranked,
@@ -572,7 +573,8 @@ def _cut_reason(ins: Inspection, cand: Candidate | None, rank: int, score: float
                 threshold_applies: bool = True) -> tuple[str, str]:
     shown = score_text(score)
     if cand is None:  # ranked in the scope, but below the candidates a search looks at
-        depth = max(ins.top_k, fusion_for(ins.model_id).candidates)
+        vector_depth, keyword_depth = fusion_for(ins.model_id).depths(ins.top_k)
+        depth = vector_depth if what == "similarity" else keyword_depth
         return "outside-top-k", f"Rank {rank} ({what} {shown}): below the {depth} candidates a search keeps."
     if cand.status == "hit":
         return "hit", f"Rank {rank} ({what} {shown}): a hit."

@@ -82,12 +82,20 @@ THREAD_SHARE = 0.3
 @dataclass(frozen=True)
 class Fusion:
     """The fusion settings of one embedding model: its keyword share in ``combine`` and how many
-    candidates each list feeds the fusion (``candidates``)."""
+    candidates each list feeds the fusion (``candidates``; the keyword list ``keyword_candidates`` when
+    set)."""
 
     keyword_share: float = KEYWORD_SHARE
     candidates: int = CANDIDATES
     # Lower-case the query before it is embedded (the stored passages keep their case; ``search.run``).
     lower_query: bool = False
+    # The keyword list's depth when it differs from the vector list's (None: ``candidates`` for both).
+    keyword_candidates: int | None = None
+
+    def depths(self, top_k: int) -> tuple[int, int]:
+        """How many hits the vector and the keyword list give a hybrid search of ``top_k``."""
+        kw = self.candidates if self.keyword_candidates is None else self.keyword_candidates
+        return max(top_k, self.candidates), max(top_k, kw)
 
 
 # Per embedding model family (the model id before '@'), tuned on LoCoMo's public split only.
@@ -106,9 +114,18 @@ class Fusion:
 # share and a deeper list: at depth 100, a=.6 / .7 / .75 / .8: .808 / .806 / .806 / .804, worst
 # .768-.774 (the question as typed there: .789-.798, worst .733-.760). Measured with
 # ``bench/recall_routes.py --model use --only form`` (ARCHITECTURE, Figures).
+# Each candidate costs the fusion work (its cosine, its thread order, the neighbours' share, the thread
+# prior, the re-rank), so the two lists' depths were then tuned apart (``--only depth``, 245 settings):
+# a=.65 with the vector list 70 deep and the keyword list 50 gives .806 / worst .766, and every setting
+# next to it .800-.807 (a=.6 / .7, vector 60 / 80, keyword 40 / 60; at a=.65 every vector depth 60-120
+# with every keyword depth 30-100 is .800-.808), for 120 list places instead of 200: a hybrid search
+# x.76-.85 the time of a=.75 / 100 / 100's, round by round (``bench/recall_speed.py --skip-1m --no-model
+# --fusion use --compare-fusion``). Vector 50 stays below .80 at every share and keyword depth. Fusing
+# only the best N of the combination in the later steps lost (N=80 .795-.803, N=40 .783-.794): the
+# neighbours' share needs every candidate.
 MODEL_FUSION: dict[str, Fusion] = {
     "multilingual-e5-small-q4": Fusion(keyword_share=0.65, candidates=80),
-    "use-multilingual-v3-q": Fusion(keyword_share=0.75, candidates=100, lower_query=True),
+    "use-multilingual-v3-q": Fusion(keyword_share=0.65, candidates=70, keyword_candidates=50, lower_query=True),
 }
 
 

@@ -59,7 +59,7 @@ class HybridRead:
 
 def statement(vset: PgVectorSet, q: str, terms: list[str], *, resource_id: str | None, thread_id: str | None,
               depth: int, narrowed: str | None, labels: bool, config: str = CONFIG,
-              exclude_thread: str | None = None) -> tuple[str, list[Any], int] | None:
+              exclude_thread: str | None = None, keyword_depth: int | None = None) -> tuple[str, list[Any], int] | None:
     """(SQL, parameters, the ``hnsw.ef_search`` it needs); None when the vector list is an exact scan
     (a depth HNSW may not list: the general path reads it). ``config``: the keyword docs' text search
     configuration; ``exclude_thread``: neither list has a message of that thread."""
@@ -67,7 +67,8 @@ def statement(vset: PgVectorSet, q: str, terms: list[str], *, resource_id: str |
     if exact:
         return None
     if terms:
-        kw_sql, kparams = search_sql(terms, resource_id=resource_id, thread_id=thread_id, limit=depth, config=config,
+        kw_sql, kparams = search_sql(terms, resource_id=resource_id, thread_id=thread_id,
+                                     limit=depth if keyword_depth is None else keyword_depth, config=config,
                                      exclude_thread=exclude_thread)
     else:
         kw_sql, kparams = _NO_KEYWORDS, []
@@ -93,7 +94,8 @@ def statement(vset: PgVectorSet, q: str, terms: list[str], *, resource_id: str |
 
 def read(conn: sa.Connection, vset: PgVectorSet, qvec: np.ndarray, terms: list[str], *, resource_id: str | None,
          thread_id: str | None, depth: int, narrowed: str | None, labels: bool,
-         keywords: TsvectorKeywords | None = None, exclude_thread: str | None = None) -> HybridRead | None:
+         keywords: TsvectorKeywords | None = None, exclude_thread: str | None = None,
+         keyword_depth: int | None = None) -> HybridRead | None:
     """Every read of a hybrid search over this scope, in ``conn``'s transaction (None: not possible in
     one statement, see ``statement``, or the scope's vectors are kept in process: ``pg_vector_cache``).
     ``terms``: the selected quoted keyword terms (may be empty); ``keywords``: the index's keyword
@@ -103,7 +105,7 @@ def read(conn: sa.Connection, vset: PgVectorSet, qvec: np.ndarray, terms: list[s
     q = literal(qvec)
     built = statement(vset, q, terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
                       narrowed=narrowed, labels=labels, config=keywords.config if keywords is not None else CONFIG,
-                      exclude_thread=exclude_thread)
+                      exclude_thread=exclude_thread, keyword_depth=keyword_depth)
     if built is None:
         return None
     sql, params, ef_search = built

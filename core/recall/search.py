@@ -141,7 +141,7 @@ def run(
 
     until_iso = to_iso(until) if until is not None else None
     fusion = hybrid.fusion_for(index.model_id)  # per embedding model (its cosines' scale differs)
-    depth = max(top_k, fusion.candidates) if mode == "hybrid" else top_k
+    depth, kw_depth = fusion.depths(top_k) if mode == "hybrid" else (top_k, top_k)
 
     def embed() -> Any:
         started = time.perf_counter()
@@ -174,7 +174,7 @@ def run(
                 _note_long_query(out, degrade)
                 noted = True
                 got = one_read(conn, vset, qvec, out.terms, resource_id=resource_id, thread_id=thread_id, depth=depth,
-                               narrowed=thread_id if resource_id is not None else None,
+                               keyword_depth=kw_depth, narrowed=thread_id if resource_id is not None else None,
                                labels=hybrid.SPEAKER_BOOST > 0, exclude_thread=exclude_thread)
                 if got is not None:
                     if got.queued:
@@ -205,7 +205,7 @@ def run(
 
         def keyword_list() -> None:
             if mode in ("keyword", "hybrid") and index.has_fts:
-                kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=depth,
+                kw = index.keywords.search(conn, query, resource_id=resource_id, thread_id=thread_id, limit=kw_depth,
                                            until=until_iso, terms=out.terms, exclude_thread=exclude_thread)
                 _keyword_listed(index, conn, out, kw, degrade)  # (``KeywordHit`` is ``Ranked``: as they come)
 

@@ -152,3 +152,20 @@ def test_a_failed_query_embedding_still_answers_by_keyword(filled: tuple[Store, 
     run = pipeline.run(index, "garden", resource_id="u", thread_id=None, top_k=5, mode="hybrid")
     assert run.keyword and not run.vector and run.reranked
     assert run.notes == ["query embedding failed (embedder down); vector results missing"]
+
+
+@pytest.mark.parametrize("vector_depth,keyword_depth", [(30, 8), (8, 30)])
+def test_one_statement_reads_each_list_to_its_own_depth(filled: tuple[Store, RecallIndex], monkeypatch: pytest.MonkeyPatch,
+                                                       vector_depth: int, keyword_depth: int):
+    """A model's fusion may list the vector and the keyword side to different depths (``Fusion.keyword_candidates``,
+    USE's since session 24): the one statement reads each list to its own depth, as the reads one by one do."""
+    _, index = filled
+    monkeypatch.setitem(hybrid.MODEL_FUSION, index.model_id.split("@", 1)[0],
+                        hybrid.Fusion(keyword_share=0.65, candidates=vector_depth, keyword_candidates=keyword_depth))
+    for one in (True, False):
+        index.read_hybrid = pg_hybrid.read if one else None
+        run = pipeline.run(index, "garden tomatoes", resource_id="u", thread_id=None, top_k=5, mode="hybrid")
+        assert (len(run.vector), len(run.keyword)) == (vector_depth, keyword_depth), one
+    for scope in SCOPES[:2]:
+        for query in QUERIES:
+            assert _run(index, True, query, **scope) == _run(index, False, query, **scope), (query, scope)
