@@ -593,6 +593,15 @@ def replay_pane_check(db: Path, threads: list[tuple[str, str]], proxy: Proxy, lo
 
 # -- main ---------------------------------------------------------------------------------------------------
 
+def server_absent(llm_python: str, gguf: str) -> str | None:
+    """Why the llama.cpp server cannot run here (its interpreter, the model file or xllamacpp missing), or None."""
+    if not Path(llm_python).exists() or not Path(gguf).exists():
+        return f"{llm_python} or {gguf} is absent (see the docstring)"
+    if subprocess.run([llm_python, "-c", "import xllamacpp"], capture_output=True).returncode:
+        return f"xllamacpp is not installed for {llm_python}"
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--llm-python", default="/tmp/s23/llmvenv/bin/python")
@@ -600,11 +609,9 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated: markdown,schema,gateway,chat")
     parser.add_argument("--keep", default="", help="a folder to keep the databases and the proxy's bodies in")
     args = parser.parse_args()
-    if not Path(args.llm_python).exists() or not Path(args.gguf).exists():
-        print(f"skipped: {args.llm_python} or {args.gguf} is absent (see the docstring)")
-        return 0
-    if subprocess.run([args.llm_python, "-c", "import xllamacpp"], capture_output=True).returncode:
-        print(f"skipped: xllamacpp is not installed for {args.llm_python}")
+    absent = server_absent(args.llm_python, args.gguf)
+    if absent:
+        print(f"skipped: {absent}")
         return 0
     try:
         import openai  # noqa: F401

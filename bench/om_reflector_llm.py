@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 
@@ -42,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llm_requests import Proxy, Tally, check_background_calls, start_llama  # noqa: E402
+from llm_requests import Proxy, Tally, check_background_calls, server_absent, start_llama  # noqa: E402
 
 TOPICS = [
     "I'm Ada and I live in Lisbon.", "I'm planning a trip to Oslo in March.", "I am allergic to peanuts.",
@@ -290,11 +289,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--keep", default="", help="a folder to keep the databases and the proxy's bodies in")
     args = parser.parse_args()
-    if not Path(args.llm_python).exists() or not Path(args.gguf).exists():
-        print(f"skipped: {args.llm_python} or {args.gguf} is absent (see the docstring)")
-        return 0
-    if subprocess.run([args.llm_python, "-c", "import xllamacpp"], capture_output=True).returncode:
-        print(f"skipped: xllamacpp is not installed for {args.llm_python}")
+    absent = server_absent(args.llm_python, args.gguf)
+    if absent:
+        print(f"skipped: {absent}")
         return 0
     from core.llm.providers import resolve_model
 
