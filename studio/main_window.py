@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 APP_NAME = "Memory Studio"
 BUSY_DELAY_MS = 300  # show the busy bar only for work slower than a moment
 TAB_FRAME = 8  # px the tab widget adds around a page (at most; 4 with document mode)
+DEFAULT_SIZE = (1360, 860)  # the first launch's window, and when a saved geometry cannot be restored
 
 Seeder = Callable[..., Any]
 
@@ -301,10 +302,10 @@ class MainWindow(QMainWindow):
         self.menus: dict[str, QMenu] = {title: self.menuBar().addMenu(title) for title in MENUS}
         self._update_title()
         geometry = settings.value("geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1360, 860)
+        # A geometry saved under another screen setup (another monitor, another platform) can be refused:
+        # the window would then open at its size hint (a few hundred pixels), so it gets the default size.
+        if geometry is None or not self.restoreGeometry(geometry):
+            self.resize(*DEFAULT_SIZE)
         if not finish_later:
             self.finish_building()
 

@@ -373,3 +373,19 @@ def test_a_replaced_jobs_progress_reaches_nobody(qtbot: Any) -> None:
     qtbot.wait(50)  # a queued progress report would be delivered by now
     assert seen == [("new", 1, 2)] and results == ["new"]
     pool.deleteLater()
+
+
+def test_a_saved_geometry_qt_refuses_gives_the_default_size(qtbot: Any, make_window: Any,
+                                                              settings: Any) -> None:
+    """A geometry saved under another screen setup that ``restoreGeometry`` refuses (found 2026-12-06: one saved
+    on the offscreen platform reopened under X11 at the window's size hint, 652x299) gets the first launch's size."""
+    from studio.main_window import DEFAULT_SIZE
+
+    settings.setValue("geometry", b"\x01\xd9\xd0\xcb\x00\x09 not a geometry this Qt reads")
+    window = make_window()
+    assert (window.width(), window.height()) == DEFAULT_SIZE
+
+    window.resize(700, 500)  # (inside the offscreen screen) a geometry this Qt saved is still restored as it was
+    window.close()
+    again = make_window()
+    assert (again.width(), again.height()) == (700, 500)
