@@ -24,6 +24,7 @@ from core.storage.errors import (
     ReadOnlyFileError,
     SchemaError,
 )
+from studio.logic.edit_history import MessageGoneError
 
 DB_FILTER = "Databases (*.db *.sqlite *.sqlite3 *.libsql);;All files (*)"
 
@@ -126,6 +127,9 @@ def _explain(exc: BaseException, path: str | None) -> Problem:
                        "Choose another file with File > Open or --db PATH.", details)
     if isinstance(exc, ReadOnlyError):
         return Problem("Read-only", message, "Choose File > Allow Writes first.", details)
+    if isinstance(exc, MessageGoneError):
+        return Problem("Message not found", message,
+                       "File > Reload shows the database as it is now; a prompt shown before may still quote it.")
     if isinstance(exc, DatabaseBusyError):  # (its message names the file and says nothing was written)
         return Problem("Database is locked", message,
                        "Wait for the other program to finish its write (or close it), then File > Reload.", details)

@@ -17,7 +17,7 @@ from core import Memory, MemoryOptions, Message, Store
 from core.agent_configs import agent_for_thread
 from core.edits.forget import ForgetReport, forget_resource
 from core.edits.messages import MessageVersion
-from studio.logic.edit_history import EditRecord
+from studio.logic.edit_history import EditRecord, MessageGoneError
 from studio.logic.short_ids import short_id
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,8 @@ def delete_thread(store: Store, factory: MemoryFactory, target: ThreadTarget) ->
 def load_message(store: Store, message_id: str) -> MessageTarget:
     found = store.memory.get_messages([message_id])
     if not found or not found[0].thread_id:
-        raise LookupError(f"Message {message_id} is not in the database any more.")
+        raise MessageGoneError(f"Message {message_id} is not in the database any more: it was deleted since this view "
+                               "was read. Nothing was changed.")
     msg = found[0]
     thread = store.memory.get_thread(msg.thread_id or "")
     resource = msg.resource_id or (thread.resource_id if thread else "")

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.errors import MemoryStudioError
+
 Kind = Literal["message", "observation"]
+
+
+class MessageGoneError(MemoryStudioError, LookupError):
+    """The message an edit names is no longer stored (deleted, or its thread, since the view was read)."""
 
 
 @dataclass(frozen=True)

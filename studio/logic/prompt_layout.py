@@ -252,9 +252,12 @@ class FragmentRow:
     created_at: str | None
     color: str
     detail: Mapping[str, Any]
+    observation_record: str | None = None  # an observation block's record (its ``stored_ids`` are messages only)
 
     @property
     def stored_label(self) -> str:
+        if self.observation_record is not None:
+            return f"record {short_id(self.observation_record)}"
         if not self.stored_ids:
             return ""
         if len(self.stored_ids) == 1:
@@ -317,6 +320,24 @@ def turn_input_ids(prompt: AssembledPrompt, turn: "TurnRef | None") -> tuple[str
                               turn.input.id if turn is not None and turn.input is not None else None)
 
 
+OBSERVATIONAL_SOURCE = "observational-memory"
+
+
+def observation_record_of(f: Fragment) -> str | None:
+    """The observational-memory record an observation block (or its continuation reminder) was read from. The
+    engine names it among the fragment's stored ids, which for every other fragment are stored messages (so are
+    those of observational memory's unobserved messages and its other-conversations block): Edit Stored Message…
+    on the record's id found no message."""
+    if f.source != OBSERVATIONAL_SOURCE or not f.stored_ids or f.detail.get("part") in (None, "other-conversations"):
+        return None
+    return f.stored_ids[0]
+
+
+def message_ids(f: Fragment) -> tuple[str, ...]:
+    """The stored messages behind fragment ``f`` (none for an observation block: its record is not a message)."""
+    return () if observation_record_of(f) is not None else tuple(f.stored_ids)
+
+
 def fragment_rows(prompt: AssembledPrompt, inputs: Sequence[str] = ()) -> list[FragmentRow]:
     """One row per fragment. ``inputs``: a stored turn's input message ids, which its input fragments hold."""
     total = max(prompt.total_tokens, 1)
@@ -327,9 +348,9 @@ def fragment_rows(prompt: AssembledPrompt, inputs: Sequence[str] = ()) -> list[F
 def _row(f: Fragment, total: int, stored: tuple[str, ...] | None = None) -> FragmentRow:
     return FragmentRow(
         index=f.index, role=ROLE_LABELS.get(f.role, f.role), source=f.source, kind=f.kind,
-        stored_ids=stored if stored is not None else tuple(f.stored_ids), score=f.score, tokens=f.tokens, share=f.tokens / total,
+        stored_ids=stored if stored is not None else message_ids(f), score=f.score, tokens=f.tokens, share=f.tokens / total,
         preview=text_preview(f.text), text=f.text, created_at=f.created_at, color=source_color(f.source),
-        detail=dict(f.detail),
+        detail=dict(f.detail), observation_record=observation_record_of(f),
     )
 
 

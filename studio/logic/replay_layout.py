@@ -23,6 +23,7 @@ from studio.logic.edit_marks import changed_since
 from studio.logic.prompt_layout import (
     ROLE_LABELS,
     input_stored_ids,
+    message_ids,
     recorded_input_ids,
     source_color,
     text_preview,
@@ -194,7 +195,7 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
             rows.append(_left_row(c))
         change = marked.get(f.index)
         rows.append(StepRow(
-            f.index, ROLE_LABELS.get(f.role, f.role), f.source, input_stored.get(f.index, tuple(f.stored_ids)),
+            f.index, ROLE_LABELS.get(f.role, f.role), f.source, input_stored.get(f.index, message_ids(f)),
             f.tokens, f.text,
             text_preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
             change.text_before if change else None, source_color(f.source)))

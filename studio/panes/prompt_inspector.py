@@ -84,6 +84,7 @@ DEBOUNCE_MS = 250
 MAX_LINE_CHARS = 2**31 - 1  # QLineEdit's own limit is 32,767 characters
 MIN_FRAGMENT_ROWS = 4  # the fragment table keeps at least this many rows in sight
 MIGRATE_COMMAND = "file.migrate"
+OBSERVATIONS_COMMAND = "view.tab.observations"  # an observation block's record is edited there
 MIGRATE_HINT_TEXT = "memory-studio migrate"  # recall errors that only a migration fixes say this
 EMBEDDERS = EmbedderHolder()  # one embedding model per process, loaded on the first recall preview
 DEFAULTS_LABEL = "Defaults (no agent)"
@@ -238,7 +239,7 @@ class PromptInspectorPane(QWidget):
         self.detail_header.setFont(bold)
         self.detail_sources = elastic(QLabel(""), wrap=True)  # a long list of message ids wraps
         self.detail_sources.setTextFormat(Qt.TextFormat.RichText)
-        self.detail_sources.linkActivated.connect(self.open_message.emit)
+        self.detail_sources.linkActivated.connect(self._source_link)
         self.detail_text = named(CodeEditor("markdown", read_only=True), "Selected fragment's text")
         self.recalled_model: RecordTableModel[RecalledRow] = RecordTableModel(RECALLED_COLUMNS, self)
         self.recalled_table = named(record_table_view(self.recalled_model), "Recalled messages")
@@ -745,6 +746,13 @@ class PromptInspectorPane(QWidget):
         self.fragment_menu_shown = menu
         popup(menu, self.fragment_table.viewport(), pos)
 
+    def _source_link(self, link: str) -> None:
+        row = self.selected_fragment()
+        if row is not None and row.observation_record is not None:  # its one link: the Observations pane
+            self.request_command.emit(OBSERVATIONS_COMMAND)
+        else:
+            self.open_message.emit(link)
+
     def _fragment_selected(self, selected: QItemSelection, _deselected: QItemSelection) -> None:
         indexes = selected.indexes()
         row = self.fragment_model.row_at(indexes[0].row()) if indexes else None
@@ -757,7 +765,11 @@ class PromptInspectorPane(QWidget):
         if row is None:
             return
         self.detail_header.setText(fragment_header(row))
-        if row.stored_ids:
+        if row.observation_record is not None:
+            self.detail_sources.setText(
+                f"From the observational-memory record {html.escape(row.observation_record)}, not a stored message: "
+                f'edit its observations in the <a href="observations">Observations pane</a>')
+        elif row.stored_ids:
             links = ", ".join(f'<a href="{html.escape(i)}">{html.escape(i)}</a>' for i in row.stored_ids[:12])
             more = f" and {len(row.stored_ids) - 12} more" if len(row.stored_ids) > 12 else ""
             note = sources_note(changed_since(self.preview.prompt) if self.preview else {}, row.stored_ids)
