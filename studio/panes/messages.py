@@ -176,6 +176,8 @@ class MessagesPane(QWidget):
         self._selection = Selection()
         self._follow = True
         self._jump_to: str | None = None
+        self._selecting: str | None = None  # the message a jump selects (its row may not be read yet)
+        self._unread_current: int | None = None  # a current row not read yet: its id is said once it is
         self._opening = False  # a thread was asked for and its rows have not arrived yet
 
         self.header = elastic(QLabel("Pick a thread on the left.", self))
@@ -323,14 +325,21 @@ class MessagesPane(QWidget):
         if thread_id is None:
             return
         self.session.run(lambda: queries.message_position(store, thread_id, message_id),
-                         on_result=lambda pos: self._select_row(pos) if pos is not None else None,
+                         on_result=lambda pos: self._select_row(pos, message_id) if pos is not None else None,
                          key=f"jump:{id(self)}")
 
-    def _select_row(self, row: int) -> None:
+    def _select_row(self, row: int, message_id: str | None = None) -> None:
+        """Make ``row`` current. ``message_id``: the message a jump found there, said to the window even while
+        the row's page is still being read (the window's selection kept its message: a chat turn's prompt
+        link opened the inspector on the new turn's thread without it, found 2026-12-06)."""
         if not 0 <= row < self.model.rowCount():
             return
         index = self.model.index(row)
-        self.view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        self._selecting = message_id
+        try:
+            self.view.selectionModel().setCurrentIndex(index, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        finally:
+            self._selecting = None
         self.view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
 
     def _on_scrolled(self, value: int) -> None:
@@ -354,12 +363,21 @@ class MessagesPane(QWidget):
     # -- detail --------------------------------------------------------------------------------
     def _on_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
         self._render_detail()
-        self.message_selected.emit(self.current_message_id())
+        message_id = self.current_message_id() or self._selecting
+        if message_id is None and current.isValid():
+            self._unread_current = current.row()  # its page is on its way: "no message" would be untrue
+            return
+        self._unread_current = None
+        self.message_selected.emit(message_id)
 
     def _on_data_changed(self, top: QModelIndex, bottom: QModelIndex, *_roles: object) -> None:
         cur = self.view.currentIndex()
         if cur.isValid() and top.row() <= cur.row() <= bottom.row():
             self._render_detail()
+            message_id = self.current_message_id()
+            if self._unread_current == cur.row() and message_id is not None:
+                self._unread_current = None
+                self.message_selected.emit(message_id)
 
     def _render_detail(self) -> None:
         cur = self.view.currentIndex()

@@ -1,7 +1,8 @@
 """An observation block in a prompt comes from the observational-memory record, not from a stored message
 (found 2026-12-06 walking the debugging story on the demo: the Prompt Inspector listed the record's id under
-"Stored messages", offered Edit Stored Message… for it, and that said "LookupError … report it"). And a message
-deleted since a view was read is said to be gone, not reported as a failure of the program."""
+"Stored messages", offered Edit Stored Message… for it, and that said "LookupError … report it"). A message
+deleted since a view was read is said to be gone, not reported as a failure of the program. A Chat turn's prompt
+link opens that turn."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QMessageBox
 
 from studio.selection import Selection
@@ -71,3 +73,30 @@ def test_editing_a_message_deleted_since_says_it_is_gone(qtbot: Any, make_window
     assert box.windowTitle() == "Message not found"
     assert "a-message-deleted-since" in box.text() and "deleted" in box.text()
     assert "report it" not in box.informativeText() and not box.detailedText()  # not a failure of the program
+
+
+def test_a_chat_turns_prompt_link_opens_that_stored_turn(qtbot: Any, make_window: Any, demo_dir: Path,
+                                                         tmp_path: Path) -> None:
+    """Found 2026-12-06 (same walk): after a Chat turn, its "prompt" link opened the inspector on the thread's
+    next turn ("New message"), not on the turn: the message view's jump to the new message selected its row
+    before that row was read, and said "no message" to the window, which dropped the turn."""
+    window = _window(demo_dir, tmp_path, make_window, qtbot)
+    window.resources.set_selection(STANDUP)
+    window.show_tab("chat")
+    chat = window.panes["chat"]
+    qtbot.waitUntil(lambda: chat.selection.thread_id == "sam-standup" and not chat.busy, timeout=20_000)
+    with qtbot.waitSignal(chat.turn_finished, timeout=30_000) as blocker:
+        chat.input.setPlainText("What is my blocker?")
+        chat.send_btn.click()
+    turn_id = blocker.args[0].request.input_id
+    assert turn_id
+    with qtbot.waitSignal(chat.open_prompt, timeout=5_000):
+        chat._link(QUrl(f"prompt:{turn_id}"))  # the link under the reply
+    inspector = window.panes["prompt"]
+    qtbot.waitUntil(lambda: inspector.preview is not None and inspector.preview.turn is not None
+                    and inspector.preview.turn.input is not None and not inspector.busy, timeout=30_000)
+    qtbot.wait(500)  # the message view's read of the new row lands after the jump: the turn must stay shown
+    assert window.selection.message_id == turn_id
+    assert inspector.turn_radio.isChecked()
+    assert inspector.preview.turn.input.id == turn_id
+    assert inspector.preview.prompt.replay is not None and inspector.preview.prompt.replay.exact
