@@ -180,6 +180,19 @@ def _expand_inline_dates(text: str, now: datetime) -> str:
 
 _MASTRA_HEADER_RE = re.compile(r"^(Date:\s*)([A-Z][a-z]+) (\d{1,2}), (\d{4})$", re.M)
 
+# What ``relative_label`` writes in either style, and where the actor's view puts it (after a date header,
+# inside an inline estimate with a past intention's tail): the only text of a block that depends on ``now``.
+_LABEL = (r"(?:today|yesterday|tomorrow|in the future|\d+ (?:days?|weeks?|months?|years?) ago"
+          r"|in \d+ (?:days?|weeks?|months?|years?))")
+_HEADER_LABEL_RE = re.compile(r"^(Date:\s*[A-Z][a-z]+ \d{1,2}, \d{4}) \(" + _LABEL + r"\)$", re.M)
+_INLINE_LABEL_RE = re.compile(r" - " + _LABEL + r"(?:, likely already happened)?\)")
+
+
+def without_relative_dates(text: str) -> str:
+    """A block of the actor's view without its "(3 days ago)"-style labels: two blocks equal this way hold the
+    same observations, shown on different days (Replay says "time passed", not "observed")."""
+    return _INLINE_LABEL_RE.sub(")", _HEADER_LABEL_RE.sub(r"\1", text))
+
 
 def _with_relative_date(match: re.Match[str], now: datetime) -> str:
     prefix, month, day, year = match.groups()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from core.observational.context import without_relative_dates
 from core.replay.edited import edit_reason
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 REASONS = ("outside-history-window", "below-recall-threshold", "outside-recall-top-k", "recalled-for-input",
            "observed", "token-budget", "working-memory-changed", "new-message", "options-changed", "message-edited",
-           "message-deleted", "recall-ranked-differently", "other")
+           "message-deleted", "recall-ranked-differently", "time-passed", "other")
 
 ChangeKind = Literal["entered", "left", "changed"]
 HISTORY = ("message-history",)
@@ -154,7 +155,10 @@ def _changed_reason(before: "Fragment", after: "Fragment", a: "AssembledPrompt",
     if source == "working-memory" or before.source == "working-memory":
         return "working-memory-changed"
     if source == OM:
-        return "observed"
+        # The same observations dated from another day ("(today)" then, "(2 months ago)" now): nothing was
+        # observed between the two prompts, the clock moved.
+        same = before.source == OM and without_relative_dates(before.text) == without_relative_dates(after.text)
+        return "time-passed" if same else "observed"
     if source == RECALL and before.source == RECALL:
         gone = set(before.stored_ids) - set(after.stored_ids)
         came = set(after.stored_ids) - set(before.stored_ids)

@@ -24,6 +24,7 @@ from studio.logic.prompt_layout import (
     ROLE_LABELS,
     input_stored_ids,
     message_ids,
+    observation_record_of,
     recorded_input_ids,
     source_color,
     text_preview,
@@ -45,6 +46,7 @@ REASON_LABELS: dict[str, str] = {
     "message-edited": "a stored message was edited since",
     "message-deleted": "a stored message was deleted since",
     "recall-ranked-differently": "recall ranks differently now (same input and options)",
+    "time-passed": "time passed (the same observations, dated from a later day)",
     "other": "other",
 }
 # A text marker beside every colour, so the change is readable without telling colours apart.
@@ -124,6 +126,7 @@ class StepRow:
     reason: str | None
     text_before: str | None
     color: str
+    observation_record: str | None = None  # an observation block's record (its ``stored_ids`` are messages only)
 
     @property
     def mark(self) -> str:
@@ -135,6 +138,8 @@ class StepRow:
 
     @property
     def stored_label(self) -> str:
+        if self.observation_record is not None:
+            return f"record {short_id(self.observation_record)}"
         if not self.stored_ids:
             return ""
         first = short_id(self.stored_ids[0])
@@ -198,7 +203,7 @@ def step_rows(prompt: AssembledPrompt, changes: Sequence[FragmentChange] = (),
             f.index, ROLE_LABELS.get(f.role, f.role), f.source, input_stored.get(f.index, message_ids(f)),
             f.tokens, f.text,
             text_preview(f.text), f.score, change.kind if change else None, change.reason if change else None,
-            change.text_before if change else None, source_color(f.source)))
+            change.text_before if change else None, source_color(f.source), observation_record_of(f)))
     for rest in placed.values():
         rows.extend(_left_row(c) for c in rest)
     return rows

@@ -70,7 +70,9 @@ STEP_COLUMNS: list[Column[StepRow]] = [
     Column("Change", lambda r: r.mark, tooltip=lambda r: r.mark),
     Column("Role", lambda r: r.role, tooltip=lambda r: r.role),
     Column("Source", lambda r: r.source, color=lambda r: r.color, tooltip=lambda r: f"{r.source} · role {r.role}"),
-    Column("Stored", lambda r: r.stored_label, tooltip=lambda r: "\n".join(r.stored_ids)),
+    Column("Stored", lambda r: r.stored_label,
+           tooltip=lambda r: (f"observational-memory record {r.observation_record}" if r.observation_record
+                              else "\n".join(r.stored_ids))),
     Column("Tokens", lambda r: f"{r.tokens:,}", RIGHT),
     Column("Why", lambda r: r.why, tooltip=lambda r: r.why),
     Column("Text", lambda r: r.preview, tooltip=lambda r: r.preview),
@@ -356,8 +358,10 @@ class TurnView(QSplitter):
         self.fragment_header.setText(" · ".join(bits))
         links = ", ".join(f'<a href="{esc(i)}">{esc(i)}</a>' for i in rec.stored_ids[:12])
         note = sources_note(changed, rec.stored_ids)
-        self.fragment_sources.setText((f"From stored messages: {links}" if links else "Not from a stored message")
-                                      + (f"<br><i>{esc(note)}</i>" if note else ""))
+        where = (f"From the observational-memory record {esc(rec.observation_record)}, not a stored message"
+                 if rec.observation_record is not None else
+                 f"From stored messages: {links}" if links else "Not from a stored message")
+        self.fragment_sources.setText(where + (f"<br><i>{esc(note)}</i>" if note else ""))
         if rec.change == "changed" and rec.text_before is not None:
             self.fragment_text.load(f"— before —\n{rec.text_before}\n\n— now —\n{rec.text}")
         else:

@@ -230,3 +230,35 @@ def test_a_recall_block_that_todays_search_answers_otherwise_says_so(store: Any)
     changes = prompt_diff(recorded, memory.assemble(as_of=turn, rebuild="now"))
     assert [(c.kind, c.source, c.reason) for c in changes] == [
         ("changed", "semantic-recall", "recall-ranked-differently")]
+
+
+def test_observations_only_dated_from_a_later_day_say_time_passed(store: Any) -> None:
+    """Found 2026-12-06 walking Replay on the demo: a turn two months after the previous one showed every
+    observation block "changed · observed by observational memory" though nothing was observed between them:
+    only the "(today)" → "(2 months ago)" labels differed."""
+    def observer(messages: Any, tools: Any) -> str:
+        return ("<observations>\nDate: May 1, 2026\n* 🔴 (10:01) User keeps a Boston fern on the balcony and "
+                "intends to move it into a larger clay pot (estimated May 3, 2026).\n</observations>")
+
+    first = Memory(store, MemoryOptions(observational_memory={"message_tokens": 40, "observation_tokens": 90_000}),
+                   observer_model=ScriptedModel(observer, name="observer"),
+                   clock=FixedClock(datetime(2026, 5, 1, 10, tzinfo=timezone.utc)))
+    answer = ScriptedModel(lambda m, t: "A fairly long answer about ferns and their pots.")
+    ids = []
+    for i in range(3):
+        result = Agent("om", instructions="Hi.", model=answer, memory=first, tracer=False).generate(
+            f"Question {i} about ferns and pots", memory={"resource": "u", "thread": "o"})
+        ids.append(next(m.id for m in result.messages if m.role == "user"))
+    # Two months later, with a threshold no turn reaches: nothing more is observed.
+    later = Memory(store, MemoryOptions(observational_memory={"message_tokens": 90_000, "observation_tokens": 90_000}),
+                   observer_model=ScriptedModel(observer, name="observer"),
+                   clock=FixedClock(datetime(2026, 7, 1, 10, tzinfo=timezone.utc)))
+    result = Agent("om", instructions="Hi.", model=answer, memory=later, tracer=False).generate(
+        "Anything else about ferns?", memory={"resource": "u", "thread": "o"})
+    ids.append(next(m.id for m in result.messages if m.role == "user"))
+
+    changes = prompt_diff(later.assemble(as_of=ids[2]), later.assemble(as_of=ids[3]))
+    blocks = [c for c in changes if c.source == "observational-memory" and c.kind == "changed"]
+    assert blocks and all(c.reason == "time-passed" for c in blocks), [(c.reason, c.text_before) for c in blocks]
+    assert any("(today)" in (c.text_before or "") and "months ago" in (c.text_after or "") for c in blocks)
+    # An observation between two turns is still "observed" (test_observed_by_observational_memory).

@@ -52,6 +52,12 @@ def test_an_observation_block_names_its_record_and_leads_to_the_observations_pan
         assert rows[i].observation_record == record_id
         assert rows[i].stored_ids == ()  # no stored message is behind it
         assert rows[i].stored_label.startswith("record ")
+    from studio.logic.replay_layout import step_rows  # Replay's rows of the same prompt say the same
+
+    replay_rows = {r.index: r for r in step_rows(pane.shown_prompt)}
+    for i in blocks:
+        assert replay_rows[rows[i].index].observation_record == record_id
+        assert replay_rows[rows[i].index].stored_ids == ()
     pane.fragment_table.selectRow(blocks[0])
     assert not pane.edit_btn.isEnabled()  # Edit Stored Message… has no message to open
     assert "observational-memory record" in pane.detail_sources.text() and record_id in pane.detail_sources.text()
