@@ -97,6 +97,8 @@ class ChatPane(QWidget):
         self._paint.setSingleShot(True)
         self._paint.setInterval(PAINT_MS)
         self._paint.timeout.connect(self._render)
+        self._follow_end = True  # the transcript shows its end: kept there when its text reflows or grows
+        self._replacing = False  # the transcript's text is being replaced
         self._build()
         self._delta.connect(self._on_delta)
         self._tools.connect(self._on_tools)
@@ -208,6 +210,9 @@ class ChatPane(QWidget):
         named(self.transcript, "Transcript")
         self.transcript.setOpenLinks(False)
         self.transcript.anchorClicked.connect(self._link)
+        bar = self.transcript.verticalScrollBar()
+        bar.valueChanged.connect(self._transcript_scrolled)
+        bar.rangeChanged.connect(self._transcript_range)
         root.addWidget(self.transcript, 1)
 
         send_row = QHBoxLayout()
@@ -579,10 +584,24 @@ class ChatPane(QWidget):
     def _render(self) -> None:
         self._paint.stop()
         bar = self.transcript.verticalScrollBar()
-        at_end = bar.value() >= bar.maximum() - 4
-        self.transcript.setHtml(lay.transcript_html(self.entries, busy=self.busy))
-        if at_end or self.busy:
-            bar.setValue(bar.maximum())
+        at_end, was = self._follow_end or self.busy, bar.value()
+        self._replacing = True  # (the range and value the new text passes through are not the user's scrolling)
+        try:
+            self.transcript.setHtml(lay.transcript_html(self.entries, busy=self.busy))
+        finally:
+            self._replacing = False
+        self._follow_end = at_end
+        bar.setValue(bar.maximum() if at_end else was)  # the end, or where the user had scrolled to
+
+    def _transcript_scrolled(self, value: int) -> None:
+        if not self._replacing:
+            self._follow_end = value >= self.transcript.verticalScrollBar().maximum() - 4
+
+    def _transcript_range(self, _minimum: int, maximum: int) -> None:
+        # The text reflowed (the pane narrowed, its tab was first shown) or grew: a transcript showing its end
+        # keeps showing it (it was left a few lines above the newest reply, found 2026-12-06 on a tab's first show).
+        if self._follow_end and not self._replacing:
+            self.transcript.verticalScrollBar().setValue(maximum)
 
     def transcript_text(self) -> str:
         return self.transcript.toPlainText()
