@@ -57,9 +57,10 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
   figure, or a fixed set of 80 written questions, ``GENERIC_QUESTIONS``); per-thread normalisation
   (the thread's mean cosine subtracted, a z-score); a hubness penalty (CSLS: a passage's mean cosine
   to its k nearest passages); neighbour smoothing (cosine + lambda x the next and / or the previous
-  message's cosine); the message embedded in pieces (its sentences and image caption, each as
-  "speaker: sentence", score = the passage's cosine mixed with the best piece's or the better of the
-  two; only the best N passages re-scored); pieces and smoothing together.
+  message's cosine); the message embedded in pieces (its sentences, or clauses of long sentences, and
+  its image caption, each as "speaker: piece", score = the passage's cosine mixed with the best piece's
+  or a soft maximum over them, or the better of the two; only the best N passages re-scored); pieces
+  and smoothing together; the query in pieces; passage variants (the image caption).
 - cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
   keyword copy would run it; ``expansion_cost``).
 
@@ -1183,34 +1184,55 @@ def vec_routes(D: dict[str, Any]) -> None:
                 texts.append(f"{text(before)}\n{text(m)}" if before else text(m))
             mats[c] = _unit(np.asarray(emb.embed(texts, kind="passage"), dtype=np.float32))
         route(f"passages re-embedded, {variant}", lambda q: mats[q["conv_id"]] @ Q[q["query_id"]])
-    # The message in pieces: its sentences (split after . ! ?) and its image caption, each embedded as
-    # "speaker: piece" (no context), for messages of two pieces or more; the best piece's cosine.
-    split = re.compile(r"(?<=[.!?])\s+")
-    pieces: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    count = 0
-    for c in convs:
-        msgs = {m["id"]: m for m in D["by_conv"][c]}
-        at, texts = [], []
-        for i, mid in enumerate(D["mats"][c][0]):
-            m = msgs[mid]
-            parts = [s for s in split.split(m["text"].strip()) if s]
-            if m.get("image_caption"):
-                parts.append(f'[image: {m["image_caption"]}]')
-            if len(parts) > 1:
-                at += [i] * len(parts)
-                texts += [f'{m["speaker"]}: {s}' for s in parts]
-        pieces[c] = (np.array(at), _unit(np.asarray(emb.embed(texts, kind="passage"), dtype=np.float32)))
-        count += len(texts)
-    print(f"vec: {count} pieces for {sum(len(np.unique(a)) for a, _ in pieces.values())} of {len(every)} messages")
+    # The message in pieces: its sentences (split after . ! ?), or its clauses (a sentence of more than 12
+    # words also split at ", ", "; " and " - ", parts of 3 words or more), and its image caption, each
+    # embedded as "speaker: piece" (no context), for messages of two pieces or more; the best piece's
+    # cosine (or a soft maximum over the pieces: t log mean exp(cosine / t)).
+    sentences = re.compile(r"(?<=[.!?])\s+")
 
-    def best_piece(q: dict[str, Any]) -> np.ndarray:
+    def split(text: str, clauses: bool) -> list[str]:
+        out = []
+        for s in (x for x in sentences.split(text.strip()) if x):
+            if clauses and len(s.split()) > 12:
+                out += [y for y in re.split(r"[,;]\s+|\s+-\s+", s) if len(y.split()) >= 3]
+            else:
+                out.append(s)
+        return out
+
+    def embedded_pieces(clauses: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        got: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for c in convs:
+            msgs = {m["id"]: m for m in D["by_conv"][c]}
+            at: list[int] = []
+            texts: list[str] = []
+            for i, mid in enumerate(D["mats"][c][0]):
+                m = msgs[mid]
+                parts = split(m["text"], clauses)
+                if m.get("image_caption"):
+                    parts.append(f'[image: {m["image_caption"]}]')
+                if len(parts) > 1:
+                    at += [i] * len(parts)
+                    texts += [f'{m["speaker"]}: {s}' for s in parts]
+            got[c] = (np.array(at), _unit(np.asarray(emb.embed(texts, kind="passage"), dtype=np.float32)))
+        print(f"vec: {'clauses' if clauses else 'sentences'}: {sum(len(a) for a, _ in got.values())} pieces for "
+              f"{sum(len(np.unique(a)) for a, _ in got.values())} of {len(every)} messages")
+        return got
+
+    def best_piece(q: dict[str, Any], pieces: dict[str, tuple[np.ndarray, np.ndarray]], t: float = 0.0) -> np.ndarray:
         at, V = pieces[q["conv_id"]]
+        pc = V @ Q[q["query_id"]]
         best = np.full(len(rows[q["conv_id"]]), -2.0)
-        np.maximum.at(best, at, V @ Q[q["query_id"]])
+        np.maximum.at(best, at, pc)
+        if t > 0:  # (the soft maximum, from the best piece down)
+            total, n = np.zeros(len(best)), np.zeros(len(best))
+            np.add.at(total, at, np.exp((pc - best[at]) / t))
+            np.add.at(n, at, 1.0)
+            best = np.where(n > 0, best + t * np.log(np.maximum(total, 1e-30) / np.maximum(n, 1.0)), -2.0)
         return best
 
-    def mixed(q: dict[str, Any], w: float, top: int | None = None) -> np.ndarray:
-        cs, best = raw(q), best_piece(q)
+    def mixed(q: dict[str, Any], pieces: dict[str, tuple[np.ndarray, np.ndarray]], w: float, top: int | None = None,
+              t: float = 0.0) -> np.ndarray:
+        cs, best = raw(q), best_piece(q, pieces, t)
         out = np.where(best > -2, (1 - w) * cs + w * best, cs) if w < 1 else np.maximum(cs, best)
         if top is None:
             return out
@@ -1219,15 +1241,21 @@ def vec_routes(D: dict[str, Any]) -> None:
         cut[keep] = out[keep]
         return cut
 
-    route("pieces: the better of passage and best piece", lambda q: mixed(q, 1.0))
-    for w in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
-        route(f"pieces: passage x{1 - w:.1f} + best piece x{w}", lambda q: mixed(q, w), with_hybrid=w in (0.3, 0.5))
-    for top in (30, 50, 100, 200):  # (vector only: the scores below the cut are not cosines for the fusion)
-        route(f"pieces x0.5, only the passage list's best {top} re-scored", lambda q: mixed(q, 0.5, top), with_hybrid=False)
-    for w in (0.3, 0.5):
-        for ln in (0.2, 0.4, 0.6):
-            route(f"pieces x{w} then smoothed, next {ln}", lambda q: smooth(mixed(q, w), q["conv_id"], ln),
-                  with_hybrid=ln == 0.4)
+    for name, P in (("sentences", embedded_pieces(False)), ("clauses", embedded_pieces(True))):
+        route(f"{name}: the better of passage and best piece", lambda q: mixed(q, P, 1.0))
+        for w in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
+            route(f"{name}: passage x{1 - w:.1f} + best piece x{w}", lambda q: mixed(q, P, w), with_hybrid=w in (0.3, 0.5))
+        for t in (0.02, 0.05, 0.1):
+            for w in (0.3, 0.5):
+                route(f"{name}: passage x{1 - w:.1f} + soft maximum (t {t}) x{w}", lambda q: mixed(q, P, w, t=t),
+                      with_hybrid=False)
+        for top in (30, 50, 100, 200):  # (vector only: the scores below the cut are not cosines for the fusion)
+            route(f"{name} x0.5, only the passage list's best {top} re-scored", lambda q: mixed(q, P, 0.5, top),
+                  with_hybrid=False)
+        for w in (0.3, 0.5):
+            for ln in (0.2, 0.4, 0.6):
+                route(f"{name} x{w} then smoothed, next {ln}", lambda q: smooth(mixed(q, P, w), q["conv_id"], ln),
+                      with_hybrid=ln in (0.2, 0.4))
 
 
 def vec_cost(rows: int = 10_000, runs: int = 7, number: int = 2000) -> None:
