@@ -51,6 +51,16 @@ The hybrid ranking is then rebuilt from those lists with the engine's own ``hybr
 - depth: the fusion's cost side (``depth_routes``): the vector and the keyword list at separate depths
   under keyword shares .6-.8 (the engine's query as it embeds it: lower-cased with USE), and only the best
   N of the combination going on to the neighbours' share, the thread prior and the re-rank;
+- vec: USE's vector-only list (``vec_routes``, session 25): the corpus mean vector subtracted from the
+  passages and / or the query (the conversation's, all five conversations', the other four's); the
+  mean question vector subtracted from the query (the split's other conversations' questions, a lab
+  figure, or a fixed set of 80 written questions, ``GENERIC_QUESTIONS``); per-thread normalisation
+  (the thread's mean cosine subtracted, a z-score); a hubness penalty (CSLS: a passage's mean cosine
+  to its k nearest passages); neighbour smoothing (cosine + lambda x the next and / or the previous
+  message's cosine); the message embedded in pieces (its sentences, or clauses of long sentences, and
+  its image caption, each as "speaker: piece", score = the passage's cosine mixed with the best piece's
+  or a soft maximum over them, or the better of the two; only the best N passages re-scored); pieces
+  and smoothing together; the query in pieces; passage variants (the image caption).
 - cost: the CPU time of the expansion step on a synthetic 10k-row index (numpy, as the in-process
   keyword copy would run it; ``expansion_cost``).
 
@@ -78,6 +88,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import recall_locomo as rl  # noqa: E402
 from core.recall import hybrid, keyword, keyword_memory, search  # noqa: E402
+from core.recall.matrix import single_blas_thread  # noqa: E402
 from core.recall.text import SpeakerMatcher, query_dates  # noqa: E402
 
 CATEGORIES = ("multi-hop", "temporal", "open-domain", "single-hop")
@@ -938,6 +949,361 @@ def form_cost(model: str, runs: int = 5) -> None:
 
 
 
+# 80 questions written for ``vec_routes`` (session 25) without reading LoCoMo's: a question mean that is
+# not the split's own.
+GENERIC_QUESTIONS = (
+    'What time does the meeting start tomorrow?',
+    'Where did I put the spare keys?',
+    'Who is in charge of the budget this quarter?',
+    'Why did the build fail last night?',
+    'How do I reset my password?',
+    'How much does the subscription cost per month?',
+    'How many people signed up for the workshop?',
+    'When is the next dentist appointment?',
+    'Which restaurant did we book for Friday?',
+    'What is the name of my landlord?',
+    'Did I already pay the electricity bill?',
+    'Is the library open on Sundays?',
+    "Can you remind me what my sister's address is?",
+    'What was the error message from the database?',
+    'What did the doctor say about my knee?',
+    'Where are we going on holiday this summer?',
+    'Who recommended that book to me?',
+    'Why was the flight delayed?',
+    'How long does it take to drive to the airport?',
+    'How often should I water the tomato plants?',
+    'When did we last update the server?',
+    'Which version of Python does the project use?',
+    "What are my kids' favourite foods?",
+    'What did I tell you about my allergies?',
+    'Do I have any plans for the weekend?',
+    'Have we discussed the new marketing plan before?',
+    'Was the package delivered yesterday?',
+    'What is the wifi password at the office?',
+    'Who was at the party on Saturday?',
+    'How did the job interview go?',
+    'What hobbies have I mentioned?',
+    'Where does my brother work now?',
+    "What's the deadline for the tax return?",
+    'What was the score of the match?',
+    'How old is my grandmother?',
+    'Which of my friends lives in Berlin?',
+    'What did we decide about the kitchen renovation?',
+    'When does the lease end?',
+    'Why did my manager cancel the review?',
+    'How can I speed up the tests?',
+    'What are the side effects of this medication?',
+    'Who should I call if the heating breaks?',
+    'What book am I reading at the moment?',
+    'How much did I spend on groceries last week?',
+    'Is there anything I need to buy for the trip?',
+    'Did my colleague send the report?',
+    'What was the first thing I asked you today?',
+    'Where did we have dinner on my birthday?',
+    'How far is the nearest pharmacy?',
+    'What kind of music do I like?',
+    'Which movies have I watched recently?',
+    'When was the last time I went running?',
+    'What pet do I have and what is its name?',
+    'Who is my favourite author?',
+    'What language am I learning?',
+    'How is my project going?',
+    'What did I say about moving to another city?',
+    'Which bank do I use?',
+    "What is my daughter's teacher called?",
+    'Why do I feel tired in the afternoons?',
+    'How many hours did I work on Monday?',
+    'What should I cook tonight?',
+    'What is the plan for the product launch?',
+    'Can you summarise what we talked about yesterday?',
+    'Where was I born?',
+    'What car do I drive?',
+    'Who fixed the leak in the bathroom?',
+    "When is my partner's birthday?",
+    'What gift did I buy for my mother?',
+    'How do I configure the proxy settings?',
+    'What happened at the conference last month?',
+    'Did I mention any concerns about the contract?',
+    'What sport did I play as a child?',
+    'How did I meet my best friend?',
+    'What are my goals for this year?',
+    'Which doctor did I see in March?',
+    'Is the concert still happening?',
+    'What did the customer complain about?',
+    'How much rent do I pay?',
+    'What are the opening hours of the gym?',
+)
+
+
+
+def vec_routes(D: dict[str, Any]) -> None:
+    """USE's vector-only list (issue 20 item 2, session 25): each route re-scores every message of the
+    conversation from the kept row vectors (``D["mats"]``: one vector a message, the stored passage
+    "previous message\ntext") and the engine's query vector (lower-cased with USE); vector recall@10 and
+    the hybrid rebuilt with that list (``ranked_hybrid``, against "base")."""
+    import re
+
+    qs = D["queries"]
+    convs = sorted(D["mats"])
+    emb = D["embedder"]
+    Q = {q["query_id"]: _unit(np.asarray(D["q"][q["query_id"]]["qvec"], dtype=np.float32)) for q in qs}
+    rows = {c: D["mats"][c][1] for c in convs}
+
+    def route(label: str, cs_of: Callable[[dict[str, Any]], np.ndarray], with_hybrid: bool = True) -> None:
+        lists = {}
+        for q in qs:
+            ids = D["mats"][q["conv_id"]][0]
+            cs = cs_of(q)
+            lists[q["query_id"]] = [(ids[i], float(cs[i])) for i in np.argsort(-cs, kind="stable")]
+        score(D, lambda q: [m for m, _ in lists[q["query_id"]]], f"vec: {label}: vector")
+        if with_hybrid:
+            score(D, lambda q: ranked_hybrid(D, q, vec=lists[q["query_id"]], cos=dict(lists[q["query_id"]])),
+                  f"vec: {label}: hybrid")
+
+    raw = lambda q: rows[q["conv_id"]] @ Q[q["query_id"]]  # noqa: E731
+    route("as stored (control)", raw)
+    # Centring: the corpus mean subtracted from the passages (and the query), both re-normalised.
+    every = np.concatenate([rows[c] for c in convs])
+    means = {"conversation": {c: rows[c].mean(0) for c in convs}, "all": {c: every.mean(0) for c in convs},
+             "other conversations": {c: np.concatenate([rows[o] for o in convs if o != c]).mean(0) for c in convs}}
+    print(f"vec: the mean row vector's norm {np.linalg.norm(every.mean(0)):.3f} (mean cosine between rows "
+          f"{float(np.linalg.norm(every.mean(0))) ** 2:.3f})")
+    for name, mu in means.items():
+        for a in (0.5, 1.0):
+            for qside in (False, True):
+                route(f"centred, {name} mean x{a}, query {'centred too' if qside else 'as is'}",
+                      lambda q: _unit(rows[q["conv_id"]] - a * mu[q["conv_id"]])
+                      @ _unit(Q[q["query_id"]] - (a * mu[q["conv_id"]] if qside else 0)), with_hybrid=a == 1.0)
+    # The mean question subtracted from the query: the split's other conversations' questions (a lab
+    # figure: fitted to LoCoMo's questions), and 80 questions written apart from the split.
+    of = {q["query_id"]: q["conv_id"] for q in qs}
+    mq = {c: np.stack([Q[k] for k in Q if of[k] != c]).mean(0) for c in convs}
+    G = _unit(np.asarray(emb.embed([t.lower() for t in GENERIC_QUESTIONS], kind="query"), dtype=np.float32)).mean(0)
+    print(f"vec: the written questions' mean against the split's: cosine {float(_unit(G) @ _unit(mq[convs[0]])):.3f}")
+    for b in (0.25, 0.5, 0.75, 1.0, 1.25):
+        route(f"query - {b} x the other conversations' question mean",
+              lambda q: rows[q["conv_id"]] @ _unit(Q[q["query_id"]] - b * mq[q["conv_id"]]), with_hybrid=b in (0.5, 1.0))
+        route(f"query - {b} x the written questions' mean",
+              lambda q: rows[q["conv_id"]] @ _unit(Q[q["query_id"]] - b * G), with_hybrid=b in (0.5, 1.0))
+    # Per thread (LoCoMo: a session): the thread's mean cosine subtracted, or each thread's z-score.
+    thread = {}
+    for c in convs:
+        sess = {m["id"]: m["session"] for m in D["by_conv"][c]}
+        thread[c] = np.unique([sess[m] for m in D["mats"][c][0]], return_inverse=True)[1]
+
+    def per_thread(cs: np.ndarray, c: str, g: float | None) -> np.ndarray:
+        t = thread[c]
+        k = int(t.max()) + 1
+        n = np.bincount(t, minlength=k)
+        mean = np.bincount(t, cs, k) / n
+        if g is not None:
+            return cs - g * mean[t]
+        sd = np.sqrt(np.bincount(t, (cs - mean[t]) ** 2, k) / n)
+        return (cs - mean[t]) / np.maximum(sd[t], 1e-3)
+
+    for g in (0.25, 0.5, 1.0):
+        route(f"thread's mean cosine x{g} subtracted", lambda q: per_thread(raw(q), q["conv_id"], g), with_hybrid=g == 0.5)
+    route("thread z-score", lambda q: per_thread(raw(q), q["conv_id"], None), with_hybrid=False)
+    # Hubness (CSLS): a passage's mean cosine to its k nearest other passages, a share of it subtracted.
+    for k in (5, 10, 30):
+        hub = {}
+        for c in convs:
+            S = rows[c] @ rows[c].T
+            np.fill_diagonal(S, -1.0)
+            hub[c] = np.sort(S, axis=1)[:, -k:].mean(1)
+        for g in (0.25, 0.5, 1.0):
+            route(f"hubness k {k} x{g} subtracted", lambda q: raw(q) - g * hub[q["conv_id"]], with_hybrid=(k, g) == (10, 0.5))
+    # Neighbour smoothing: + lambda x the next (whose passage holds this message as its context) and / or
+    # the previous message's cosine in the same thread (a thread's end adds nothing), over 1 + the lambdas.
+    nxt, prv = {}, {}
+    for c in convs:
+        ids, _, idx = D["mats"][c]
+        n = np.full(len(ids), -1)
+        p = np.full(len(ids), -1)
+        for i, m in enumerate(ids):
+            x = D["order"][c].get(m, (None,))[0]
+            if x and x in idx:
+                n[i], p[idx[x]] = idx[x], i
+        nxt[c], prv[c] = n, p
+
+    def smooth(cs: np.ndarray, c: str, ln: float, lp: float = 0.0) -> np.ndarray:
+        out = cs + ln * np.where(nxt[c] >= 0, cs[np.maximum(nxt[c], 0)], 0.0)
+        out += lp * np.where(prv[c] >= 0, cs[np.maximum(prv[c], 0)], 0.0)
+        return out / (1.0 + ln + lp)
+
+    for ln, lp in ((0.2, 0), (0.4, 0), (0.6, 0), (0.8, 0), (1.0, 0), (0, 0.2), (0, 0.4), (0.2, 0.2), (0.4, 0.2),
+                   (0.4, 0.4), (0.6, 0.3), (0.4, -0.1), (0.4, -0.2), (0.6, -0.1), (0.6, -0.2)):
+        route(f"smoothed, next {ln} previous {lp}", lambda q: smooth(raw(q), q["conv_id"], ln, lp),
+              with_hybrid=(ln, lp) in ((0.4, 0), (0.6, 0), (0.4, 0.2)))
+    for ln, l2 in ((0.4, 0.1), (0.4, 0.2), (0.6, 0.1)):  # (+ the next message's next)
+        route(f"smoothed, next {ln} and the one after it {l2}",
+              lambda q: (lambda cs, n: cs + ln * np.where(n >= 0, cs[np.maximum(n, 0)], 0.0)
+                         + l2 * np.where((n >= 0) & (nxt[q["conv_id"]][np.maximum(n, 0)] >= 0),
+                                         cs[np.maximum(nxt[q["conv_id"]][np.maximum(n, 0)], 0)], 0.0))(raw(q), nxt[q["conv_id"]]),
+              with_hybrid=False)
+    # The query in pieces: split at ", " and " and " (141 of 760 questions), each piece embedded as the
+    # query is (lower-cased); the whole query's cosine mixed with the pieces' mean or best.
+    splitq = re.compile(r",\s+|\s+and\s+")
+    qparts = {q["query_id"]: [x for x in splitq.split(q["query"].strip().lower()) if len(x.split()) > 1] for q in qs}
+    many = [k for k, v in qparts.items() if len(v) > 1]
+    flat = [t for k in many for t in qparts[k]]
+    got = _unit(np.asarray(emb.embed(flat, kind="query"), dtype=np.float32)) if flat else np.zeros((0, 1))
+    qpiece, off = {}, 0
+    for k in many:
+        qpiece[k] = got[off: off + len(qparts[k])]
+        off += len(qparts[k])
+    print(f"vec: {len(many)} of {len(qs)} questions in two or more pieces")
+
+    def query_pieces(q: dict[str, Any], kind: str, w: float) -> np.ndarray:
+        cs = raw(q)
+        if q["query_id"] not in qpiece:
+            return cs
+        pc = rows[q["conv_id"]] @ qpiece[q["query_id"]].T
+        return (1 - w) * cs + w * (pc.mean(1) if kind == "mean" else pc.max(1))
+
+    for kind in ("mean", "max"):
+        for w in (0.25, 0.5):
+            route(f"query pieces ({kind}) x{w}", lambda q: query_pieces(q, kind, w), with_hybrid=w == 0.5)
+    # Passage text variants, re-embedded: the image caption left out, or on its own line after the text.
+    for variant in ("no caption", "caption on its own line"):
+        mats = {}
+        for c in convs:
+            msgs = {m["id"]: m for m in D["by_conv"][c]}
+
+            def text(m: dict[str, Any]) -> str:
+                own = f'{m["speaker"]}: {m["text"]}'
+                if m.get("image_caption") and variant != "no caption":
+                    own += f'\n[image: {m["image_caption"]}]'
+                return own
+
+            texts = []
+            for mid in D["mats"][c][0]:
+                m = msgs[mid]
+                prev = [x for x in D["by_conv"][c] if x["session"] == m["session"] and x["seq"] < m["seq"]]
+                before = max(prev, key=lambda x: x["seq"]) if prev else None
+                texts.append(f"{text(before)}\n{text(m)}" if before else text(m))
+            mats[c] = _unit(np.asarray(emb.embed(texts, kind="passage"), dtype=np.float32))
+        route(f"passages re-embedded, {variant}", lambda q: mats[q["conv_id"]] @ Q[q["query_id"]])
+    # The message in pieces: its sentences (split after . ! ?), or its clauses (a sentence of more than 12
+    # words also split at ", ", "; " and " - ", parts of 3 words or more), and its image caption, each
+    # embedded as "speaker: piece" (no context), for messages of two pieces or more; the best piece's
+    # cosine (or a soft maximum over the pieces: t log mean exp(cosine / t)).
+    sentences = re.compile(r"(?<=[.!?])\s+")
+
+    def split(text: str, clauses: bool) -> list[str]:
+        out = []
+        for s in (x for x in sentences.split(text.strip()) if x):
+            if clauses and len(s.split()) > 12:
+                out += [y for y in re.split(r"[,;]\s+|\s+-\s+", s) if len(y.split()) >= 3]
+            else:
+                out.append(s)
+        return out
+
+    def embedded_pieces(clauses: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        got: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for c in convs:
+            msgs = {m["id"]: m for m in D["by_conv"][c]}
+            at: list[int] = []
+            texts: list[str] = []
+            for i, mid in enumerate(D["mats"][c][0]):
+                m = msgs[mid]
+                parts = split(m["text"], clauses)
+                if m.get("image_caption"):
+                    parts.append(f'[image: {m["image_caption"]}]')
+                if len(parts) > 1:
+                    at += [i] * len(parts)
+                    texts += [f'{m["speaker"]}: {s}' for s in parts]
+            got[c] = (np.array(at), _unit(np.asarray(emb.embed(texts, kind="passage"), dtype=np.float32)))
+        print(f"vec: {'clauses' if clauses else 'sentences'}: {sum(len(a) for a, _ in got.values())} pieces for "
+              f"{sum(len(np.unique(a)) for a, _ in got.values())} of {len(every)} messages")
+        return got
+
+    def best_piece(q: dict[str, Any], pieces: dict[str, tuple[np.ndarray, np.ndarray]], t: float = 0.0) -> np.ndarray:
+        at, V = pieces[q["conv_id"]]
+        pc = V @ Q[q["query_id"]]
+        best = np.full(len(rows[q["conv_id"]]), -2.0)
+        np.maximum.at(best, at, pc)
+        if t > 0:  # (the soft maximum, from the best piece down)
+            total, n = np.zeros(len(best)), np.zeros(len(best))
+            np.add.at(total, at, np.exp((pc - best[at]) / t))
+            np.add.at(n, at, 1.0)
+            best = np.where(n > 0, best + t * np.log(np.maximum(total, 1e-30) / np.maximum(n, 1.0)), -2.0)
+        return best
+
+    def mixed(q: dict[str, Any], pieces: dict[str, tuple[np.ndarray, np.ndarray]], w: float, top: int | None = None,
+              t: float = 0.0) -> np.ndarray:
+        cs, best = raw(q), best_piece(q, pieces, t)
+        out = np.where(best > -2, (1 - w) * cs + w * best, cs) if w < 1 else np.maximum(cs, best)
+        if top is None:
+            return out
+        keep = np.argsort(-cs, kind="stable")[:top]  # only the passage list's best re-scored, the rest after them
+        cut = cs - 2.0
+        cut[keep] = out[keep]
+        return cut
+
+    for name, P in (("sentences", embedded_pieces(False)), ("clauses", embedded_pieces(True))):
+        route(f"{name}: the better of passage and best piece", lambda q: mixed(q, P, 1.0))
+        for w in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
+            route(f"{name}: passage x{1 - w:.1f} + best piece x{w}", lambda q: mixed(q, P, w), with_hybrid=w in (0.3, 0.5))
+        for t in (0.02, 0.05, 0.1):
+            for w in (0.3, 0.5):
+                route(f"{name}: passage x{1 - w:.1f} + soft maximum (t {t}) x{w}", lambda q: mixed(q, P, w, t=t),
+                      with_hybrid=False)
+        for top in (30, 50, 100, 200):  # (vector only: the scores below the cut are not cosines for the fusion)
+            route(f"{name} x0.5, only the passage list's best {top} re-scored", lambda q: mixed(q, P, 0.5, top),
+                  with_hybrid=False)
+        for w in (0.3, 0.5):
+            for ln in (0.2, 0.4, 0.6):
+                route(f"{name} x{w} then smoothed, next {ln}", lambda q: smooth(mixed(q, P, w), q["conv_id"], ln),
+                      with_hybrid=ln in (0.2, 0.4))
+
+
+def vec_cost(rows: int = 10_000, runs: int = 7, number: int = 2000) -> None:
+    """CPU time at 10k rows (numpy, USE's 512 dimensions, synthetic vectors) of the steps ``vec_routes``'
+    two routes add to a vector scan that already has every row's cosine: neighbour smoothing with a kept
+    next-row array (one gather and a masked add), and the best piece's cosine for the scan's best 100 rows
+    from a kept piece matrix (3.2 pieces a message, LoCoMo's mean: their rows gathered, one product, the
+    maximum per message); the scan's own product for scale. Median per run, microseconds."""
+    import time
+    rng = np.random.default_rng(5)
+    M = _unit(rng.standard_normal((rows, 512)).astype(np.float32))
+    q = _unit(rng.standard_normal(512).astype(np.float32))
+    nxt = np.arange(1, rows + 1)
+    nxt[rng.random(rows) < 0.05] = -1  # (a thread's last message: no next)
+    nxt[-1] = -1
+    has = nxt >= 0
+    safe = np.where(has, nxt, 0)
+    per = rng.integers(1, 6, rows)
+    start = np.concatenate([[0], np.cumsum(per)])
+    P = _unit(rng.standard_normal((int(start[-1]), 512)).astype(np.float32))
+    cs = M @ q
+    top = np.argpartition(-cs, 100)[:100]
+
+    def scan() -> None:
+        M @ q
+
+    def smooth() -> None:
+        cs + 0.4 * np.where(has, cs[safe], 0.0)
+
+    def pieces() -> None:
+        counts = per[top]
+        first = np.cumsum(counts) - counts
+        idx = np.repeat(start[top] - first, counts) + np.arange(int(counts.sum()))
+        pc = P[idx] @ q
+        np.maximum.reduceat(pc, first)
+
+    for label, step in (("scan (M @ q)", scan), ("smoothing", smooth), ("best piece of the best 100", pieces)):
+        took = []
+        for _ in range(runs):
+            with single_blas_thread():  # (as the engine's scan runs)
+                t0 = time.process_time()
+                for _ in range(number):
+                    step()
+                took.append((time.process_time() - t0) / number * 1e6)
+        print(f"vec cost at {rows} rows: {label}: {sorted(took)[runs // 2]:.1f} us (runs {' '.join(f'{t:.1f}' for t in took)})",
+              flush=True)
+
+
 def depth_routes(D: dict[str, Any]) -> None:
     """The cost side of the fusion (issue 20 items 2 and 4, session 24): separate depths for the vector
     and the keyword list, the keyword share, and only the best N of the combination reshaped and
@@ -961,7 +1327,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "memory-studio-embcache")
     ap.add_argument("--only", default="fusion,window,prf,propagate,bm25,prompt",
                     help="comma-separated sections: fusion, window, prf, propagate, bm25, prompt, variants, boosts, prev, thread, asked, "
-                         "expand, within, peaked, form, depth, cost, form_cost (cost / form_cost alone: no LoCoMo pass) "
+                         "expand, within, peaked, form, depth, vec, vec_cost, cost, form_cost (cost / vec_cost / form_cost alone: no LoCoMo pass) "
                          "(none: the engine, base and vector lines only)")
     ap.add_argument("--bm25", default="1.2:0.75:0.5,0.9:0.4:0.5,0.9:0.75:0.5,1.2:0.5:0.5,1.2:0.9:0.5,1.5:0.75:0.5,2.0:0.75:0.5,"
                     "1.2:0.75:0.25,1.2:0.75:1.0", help="k1:b:context weight settings of the bm25 section")
@@ -986,6 +1352,10 @@ def main() -> None:
         form_cost(args.model)
         if only == {"form_cost"}:
             return
+    if "vec_cost" in only:
+        vec_cost()
+        if only == {"vec_cost"}:
+            return
     if "cost" in only:
         expansion_cost()
         if only == {"cost"}:
@@ -1004,6 +1374,8 @@ def main() -> None:
         form_routes(D, quick=args.form_quick)
     if "depth" in only:
         depth_routes(D)
+    if "vec" in only:
+        vec_routes(D)
     if "fusion" in only:
         for depth in (30, 50, 80, 100, 150):
             score(D, lambda q: ranked_hybrid(D, q, depth=depth), f"fusion: depth {depth}")
