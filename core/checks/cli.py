@@ -132,7 +132,9 @@ def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.
     from core.checks.runner import ERROR, FAIL, PASS, CheckRunner
     from core.terminal_text import visible
 
-    what_if = f" with {json.dumps(options)}" if options else ""
+    from core.stored_text import json_text
+
+    what_if = f" with {json_text(options)}" if options else ""
     if not args.quiet:
         out.write(f"memory checks: {len(checks)} from {args.file} against {where}{what_if}\n")
     results = CheckRunner(store, options=options, where=where).run_all(checks)
@@ -146,7 +148,7 @@ def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.
     if args.junit:
         from core.checks.junit import write_junit
 
-        props = {"database": where, **({"options": json.dumps(options)} if options else {})}
+        props = {"database": where, **({"options": json_text(options)} if options else {})}
         try:
             write_junit(args.junit, results, suite=Path(args.file).name, properties=props)
         except OSError as exc:  # the checks ran; only the report could not be written
