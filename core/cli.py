@@ -52,17 +52,24 @@ def _finite(text: str) -> float:
 
 
 # ``serve``'s and ``mcp``'s flags come from the gateway (``core.gateway.guard``), whose import loads the
-# gateway's error mapping and with it most of the engine (half a second): their parsers are filled in when
-# they are the command being parsed. Their one-line helps are needed for ``memory-studio --help``; a test
-# checks them against the gateway's and the MCP server's own.
+# gateway's error mapping and with it most of the engine (half a second), ``tokens``' from its tokens files
+# (asyncio): their parsers are filled in when they are the command being parsed. Their one-line helps are
+# needed for ``memory-studio --help``; a test checks them against the gateway's and the MCP server's own.
 SERVE_HELP = "serve agents over HTTP (OpenAI-compatible chat completions + memory API)"
 MCP_HELP = "serve this memory to MCP clients (desktop assistants, IDEs): stdio, or --http"
+TOKENS_HELP = "make API tokens that reach only some resources (the servers' --tokens-file)"
 
 
 def _fill_serve(parser: argparse.ArgumentParser) -> None:
     from core.gateway.cli import add_serve_parser
 
     add_serve_parser(_ThisParser(parser))
+
+
+def _fill_tokens(parser: argparse.ArgumentParser) -> None:
+    from core.gateway.tokens_cli import add_tokens_parser
+
+    add_tokens_parser(_ThisParser(parser))
 
 
 def _fill_mcp(parser: argparse.ArgumentParser, db_arg: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -163,9 +170,8 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     sub.add_parser("serve", help=SERVE_HELP)
     sub.fill_later["mcp"] = lambda p: _fill_mcp(p, db_arg)
     sub.add_parser("mcp", help=MCP_HELP)
-    from core.gateway.tokens_cli import add_tokens_parser
-
-    add_tokens_parser(sub)
+    sub.fill_later["tokens"] = _fill_tokens
+    sub.add_parser("tokens", help=TOKENS_HELP)
     return parser
 
 

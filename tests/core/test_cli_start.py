@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # command's own machinery.
 HEAVY = ("sqlalchemy", "numpy", "duckdb", "jsonschema", "core.memory", "core.agent_configs", "core.assembly",
          "core.transfer.export", "core.transfer.importer", "core.checks.model", "core.checks.runner",
-         "core.gateway.guard", "core.gateway.cli", "core.edits.forget", "core.storage.memory_store")
+         "core.gateway.guard", "core.gateway.cli", "core.gateway.tokens", "core.edits.forget",
+         "core.storage.memory_store", "asyncio")
 
 LOADED = """
 import json, sys
@@ -77,8 +79,10 @@ def test_a_command_still_loads_what_it_runs(tmp_path: Path) -> None:
 
 
 def reference_subparsers() -> dict[str, argparse.ArgumentParser]:
-    """``serve`` and ``mcp`` built by their own modules, as ``build_parser`` did before it filled them late."""
+    """``serve``, ``mcp`` and ``tokens`` built by their own modules, as ``build_parser`` did before it filled
+    them late."""
     from core.gateway.cli import add_serve_parser
+    from core.gateway.tokens_cli import add_tokens_parser
     from core.mcp_server.cli import add_mcp_parser
 
     parser = cli._Parser(prog="memory-studio")
@@ -87,21 +91,22 @@ def reference_subparsers() -> dict[str, argparse.ArgumentParser]:
     add_mcp_parser(sub, lambda p: p.add_argument("--db", help="database path (default: $MEMORY_STUDIO_DB, else "
                                                               "<project>/.temp/memory.db; `memory-studio where` "
                                                               "shows which)"))
+    add_tokens_parser(sub)
     helps = {a.dest: a.help for a in sub._choices_actions}
-    assert helps == {"serve": cli.SERVE_HELP, "mcp": cli.MCP_HELP}  # the one-line helps `--help` lists
+    # the one-line helps `memory-studio --help` lists
+    assert helps == {"serve": cli.SERVE_HELP, "mcp": cli.MCP_HELP, "tokens": cli.TOKENS_HELP}
     return dict(sub.choices)
 
 
-@pytest.mark.parametrize("command", ["serve", "mcp"])
-def test_a_command_filled_in_late_has_the_help_and_flags_its_module_gives(command: str) -> None:
-    reference = reference_subparsers()[command].format_help()
+@pytest.mark.parametrize("argv", [["serve"], ["mcp"], ["tokens"], ["tokens", "new"]])
+def test_a_command_filled_in_late_has_the_help_and_flags_its_module_gives(argv: list[str]) -> None:
+    reference = reference_subparsers()[argv[0]]
+    for word in argv[1:]:  # a command's own subcommand (`tokens new`)
+        reference = next(a for a in reference._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
     out = io.StringIO()
-    with pytest.raises(SystemExit):
-        from contextlib import redirect_stdout
-
-        with redirect_stdout(out):
-            build_parser().parse_args([command, "--help"])
-    assert out.getvalue() == reference
+    with pytest.raises(SystemExit), redirect_stdout(out):
+        build_parser().parse_args([*argv, "--help"])
+    assert out.getvalue() == reference.format_help()
 
 
 def test_a_command_filled_in_late_parses_its_flags() -> None:
@@ -109,6 +114,8 @@ def test_a_command_filled_in_late_parses_its_flags() -> None:
     assert (args.command, args.model, args.port) == ("serve", "ollama/llama3.1", 0)
     args = build_parser().parse_args(["mcp", "--resource", "ada", "--db", "x.db"])
     assert (args.command, args.resource, args.db) == ("mcp", "ada", "x.db")
+    args = build_parser().parse_args(["tokens", "new", "--name", "app", "--resource", "ada"])
+    assert (args.command, args.tokens_action, args.name, args.resource) == ("tokens", "new", "app", ["ada"])
     err = io.StringIO()
     assert cli_main(["serve", "--model", "a/b", "--prot", "1"], out=io.StringIO(), err=err) == 2
     assert "(did you mean --port?)" in err.getvalue()
