@@ -11,24 +11,21 @@ import math
 import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
-from typing import Any, NoReturn, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence, TextIO
 
-from core.agent_configs import DEFAULT_MEMORY_NAME
 from core.cli_store import open_cli_store
-from core.terminal_text import display_width, pad, visible
 from core.errors import MemoryStudioError
-from core.ids import lone_surrogate
-from core.memory import Memory, ThreadOwnershipError
-from core.messages import Message
-from core.options import MemoryOptions, OptionsError
-from core.prompt import AssembledPrompt
-from core.storage import StorageError, open_store
-from core.storage.paths import DatabaseLocationError, caller_file, resolve_db_path
 from core.transfer.commands import COMMANDS as TRANSFER_COMMANDS
 from core.transfer.commands import add_parsers as add_transfer_parsers
 from core.checks import cli as checks_cli
 from core.edits import commands as edit_commands
-from core.stored_text import json_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.prompt import AssembledPrompt
+
+# What a command needs (SQLAlchemy, the memory, the transfer and check machinery, the gateway) is imported
+# when that command runs, not here: building the parser costs every command, `where` and `--help` included,
+# and importing it all took longer than most commands' own work. tests/core/test_cli_start.py holds the list.
 
 COMMANDS = ("prompt", "threads", "reindex", "models", "traces", "migrate", "vacuum", "where", "demo", "serve",
             "mcp", "tokens", *TRANSFER_COMMANDS, *checks_cli.COMMANDS, *edit_commands.COMMANDS)
@@ -54,9 +51,61 @@ def _finite(text: str) -> float:
     return value
 
 
+# ``serve``'s and ``mcp``'s flags come from the gateway (``core.gateway.guard``), whose import loads the
+# gateway's error mapping and with it most of the engine (half a second), ``tokens``' from its tokens files
+# (asyncio): their parsers are filled in when they are the command being parsed. Their one-line helps are
+# needed for ``memory-studio --help``; a test checks them against the gateway's and the MCP server's own.
+SERVE_HELP = "serve agents over HTTP (OpenAI-compatible chat completions + memory API)"
+MCP_HELP = "serve this memory to MCP clients (desktop assistants, IDEs): stdio, or --http"
+TOKENS_HELP = "make API tokens that reach only some resources (the servers' --tokens-file)"
+
+
+def _fill_serve(parser: argparse.ArgumentParser) -> None:
+    from core.gateway.cli import add_serve_parser
+
+    add_serve_parser(_ThisParser(parser))
+
+
+def _fill_tokens(parser: argparse.ArgumentParser) -> None:
+    from core.gateway.tokens_cli import add_tokens_parser
+
+    add_tokens_parser(_ThisParser(parser))
+
+
+def _fill_mcp(parser: argparse.ArgumentParser, db_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+    from core.mcp_server.cli import add_mcp_parser
+
+    add_mcp_parser(_ThisParser(parser), db_arg)
+
+
+class _ThisParser:
+    """Stands for a subparsers action whose ``add_parser`` hands back one parser made already."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return self.parser
+
+
+class _Subcommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands some of whose parsers get their arguments only when they are the command parsed."""
+
+    fill_later: dict[str, Callable[[argparse.ArgumentParser], None]]
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        fill = self.fill_later.pop(values[0], None) if values else None
+        if fill is not None and values[0] in self.choices:
+            fill(self.choices[values[0]])
+        super().__call__(parser, namespace, values, option_string)
+
+
 def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="Memory Studio: inspect and fix what an agent remembers.")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, action=_Subcommands)
+    assert isinstance(sub, _Subcommands)
+    sub.fill_later = {}
 
     def db_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("--db", help="database path (default: $MEMORY_STUDIO_DB, else <project>/.temp/memory.db; "
@@ -117,15 +166,12 @@ def build_parser(prog: str = "memory-studio") -> argparse.ArgumentParser:
     checks_cli.add_parsers(sub, db_arg)
     edit_commands.add_parsers(sub, db_arg)
 
-    from core.gateway.cli import add_serve_parser
-
-    add_serve_parser(sub)
-    from core.mcp_server.cli import add_mcp_parser
-
-    add_mcp_parser(sub, db_arg)
-    from core.gateway.tokens_cli import add_tokens_parser
-
-    add_tokens_parser(sub)
+    sub.fill_later["serve"] = _fill_serve
+    sub.add_parser("serve", help=SERVE_HELP)
+    sub.fill_later["mcp"] = lambda p: _fill_mcp(p, db_arg)
+    sub.add_parser("mcp", help=MCP_HELP)
+    sub.fill_later["tokens"] = _fill_tokens
+    sub.add_parser("tokens", help=TOKENS_HELP)
     return parser
 
 
@@ -146,8 +192,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except CliError as exc:
         print(str(exc), file=err)
         return 2
-    except (StorageError, DatabaseLocationError, OptionsError, ThreadOwnershipError, LookupError, ValueError,
-            RuntimeError) as exc:  # our errors carry a message that says what to do; no traceback
+    except _expected_errors() as exc:  # our errors carry a message that says what to do; no traceback
         print(f"error: {exc}", file=err)
         return 1
     except KeyboardInterrupt:
@@ -156,6 +201,18 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a killed writer would
         _quiet_closed_stdout(out)
         return 141
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """The errors whose message is the whole report. Imported only when an error reaches ``main`` (an
+    ``except`` clause's tuple is evaluated then), so a command does not load what it did not use."""
+    from core.options import OptionsError
+    from core.scopes import ThreadOwnershipError
+    from core.storage import StorageError
+    from core.storage.paths import DatabaseLocationError
+
+    return (StorageError, DatabaseLocationError, OptionsError, ThreadOwnershipError, LookupError, ValueError,
+            RuntimeError)
 
 
 def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: Sequence[str]) -> str:
@@ -277,7 +334,11 @@ def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _prompt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from core.agent_configs import agent_for_thread, named_agent
+    from core.agent_configs import DEFAULT_MEMORY_NAME, agent_for_thread, named_agent
+    from core.ids import lone_surrogate
+    from core.memory import Memory
+    from core.messages import Message
+    from core.options import MemoryOptions
 
     if args.last_messages is not None and args.last_messages < 0:
         raise CliError("--last-messages must be 0 or more")
@@ -350,6 +411,8 @@ def _check_ids(args: argparse.Namespace, names: Sequence[str]) -> None:
 
 
 def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
+    from core.terminal_text import visible
+
     lines = [
         f"Prompt for thread {prompt.thread_id} (resource {prompt.resource_id})",
         f"{len(prompt.messages)} messages, {prompt.total_tokens} tokens ({prompt.tokenizer}) "
@@ -375,6 +438,8 @@ def render_prompt(prompt: AssembledPrompt, *, origin: str | None = None) -> str:
 
 def _threads(args: argparse.Namespace, out: TextIO) -> int:
     from core.ids import check_optional_id
+    from core.stored_text import json_text
+    from core.terminal_text import display_width, pad, visible
 
     check_optional_id(args.resource, "resource id")  # bytes that are not UTF-8 in argv become lone surrogates
     with open_cli_store(args.db, read_only=True) as store:
@@ -423,6 +488,8 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 def _where(args: argparse.Namespace, out: TextIO) -> int:
     """The file ``open_store`` resolves from here (the same rules, without opening it)."""
+    from core.storage.paths import caller_file, resolve_db_path
+
     location = resolve_db_path(args.db, caller=caller_file() if not args.db else None)
     out.write(f"{location.display}\n")
     out.write(f"  why: {location.reason} ({location.how})\n")
@@ -445,6 +512,8 @@ def _where(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _migrate(args: argparse.Namespace, out: TextIO) -> int:
+    from core.storage import open_store
+
     # What is pending is read first, read-only: opening an empty file to write makes it a memory database
     # (every migration applied as it opens), which a later look would report as "nothing pending".
     with open_store(args.db, read_only=True, create=False) as store:

@@ -7,7 +7,6 @@ recomputes the prompt another way (Mastra #17797: the panel showed recall the mo
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.message_list import MessageList
 from core.messages import Message
+from core.stored_text import json_text
 from core.timeutil import to_iso
 from core.tokens import REPLY_PRIMER, Tokenizer, count_message_tokens
 
@@ -122,10 +122,11 @@ class AssembledPrompt:
         }
 
     def to_json(self, **kw: Any) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, indent=kw.pop("indent", 2), default=str, **kw)
+        # Strict JSON (``jq``, ``JSON.parse``): a non-finite float in a message or a tool result is null.
+        return json_text(self.to_dict(), ensure_ascii=False, indent=kw.pop("indent", 2), default=str, **kw)
 
     def openai_messages_json(self) -> str:
-        return json.dumps(self.messages, ensure_ascii=False, indent=2)
+        return json_text(self.messages, ensure_ascii=False, indent=2)
 
 
 def build_prompt(
@@ -176,7 +177,7 @@ def build_prompt(
         )
 
     if tools:
-        text = json.dumps(tools, ensure_ascii=False)
+        text = json_text(tools, ensure_ascii=False)
         fragments.append(
             Fragment(
                 index=len(fragments), role="tools", text=text, source=_tool_source(tools, notes), kind="tools",
@@ -218,7 +219,7 @@ def _counted_text(message: dict[str, Any]) -> str:
     else:
         text = content or ""
     if message.get("tool_calls"):
-        calls = json.dumps(message["tool_calls"], ensure_ascii=False)
+        calls = json_text(message["tool_calls"], ensure_ascii=False)
         text = f"{text}\n{calls}" if text else calls
     return text
 
@@ -263,13 +264,15 @@ def to_openai(message: Message, *, complete_calls_only: bool = False) -> list[di
             call_id = str(inv.get("toolCallId"))
             calls.append({
                 "id": call_id, "type": "function",
-                "function": {"name": inv.get("toolName"), "arguments": json.dumps(inv.get("args") or {}, ensure_ascii=False)},
+                "function": {"name": inv.get("toolName"), "arguments": json_text(inv.get("args") or {}, ensure_ascii=False)},
             })
             if inv.get("state") == "result":
+                # A result's NaN or Infinity is null, as its stored row holds it: a live turn's call and
+                # its rebuild from the database send the same text (and the model reads JSON).
                 result = inv.get("result")
                 results.append({
                     "role": "tool", "tool_call_id": call_id,
-                    "content": result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str),
+                    "content": result if isinstance(result, str) else json_text(result, ensure_ascii=False, default=str),
                 })
     flush()
     if not out and message.content.get("content"):

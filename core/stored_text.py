@@ -71,6 +71,24 @@ def json_text(value: Any, **options: Any) -> str:
         return json.dumps(_finite(value, options.get("default")), allow_nan=False, **options)
 
 
+def finite_json(value: Any) -> Any:
+    """``value`` itself when every float in it is finite; else a copy in which each NaN or Infinity is None
+    (as a key, ``"NaN"`` / ``"Infinity"``): the value ``json_text`` writes, for JSON another library
+    serialises (a model call's request body, which the ``openai`` client dumps with ``allow_nan=False``).
+    Objects JSON cannot hold are left as they are, for the serialiser to refuse."""
+    try:
+        json.dumps(value, allow_nan=False, default=_as_null)
+    except ValueError as exc:  # a non-finite float (or a cycle, which the serialiser will refuse itself)
+        if "Circular" in str(exc):
+            return value
+        return _finite(value, None)
+    return value
+
+
+def _as_null(value: Any) -> None:
+    return None
+
+
 def _finite(value: Any, default: Callable[[Any], Any] | None) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None

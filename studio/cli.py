@@ -8,7 +8,7 @@ and ``--self-check`` (``studio.self_check``) need no display.
 
 The desktop app's own options are all flags, so a first argument that is not one names a subcommand
 and goes to ``core.cli`` (which lists the valid ones if it is not). The app's start imports neither
-``core.cli`` nor the engine it loads (SQLAlchemy, the memory, the transfer and check commands): that
+``core.cli`` nor the engine a command loads (SQLAlchemy, the memory, the transfer and check machinery): that
 would cost more than everything up to the window's first paint (``studio/app.py``). Qt is loaded
 through ``studio.qt_boot`` (shiboken's signature module compiled from a cache).
 """

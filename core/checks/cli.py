@@ -11,14 +11,16 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from core.checks.model import CheckFileError, load_checks
-from core.checks.runner import ERROR, FAIL, PASS, CheckResult, CheckRunner
-from core.options import MemoryOptions, OptionsError
 from core.cli_store import open_cli_store
 from core.storage import open_store
-from core.terminal_text import visible
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.checks.runner import CheckResult
+
+# The checks' model and runner (the memory engine, SQLAlchemy) load when ``test`` runs: ``core.cli`` imports
+# this module to build its parser for every command.
 
 COMMANDS = ("test",)
 EXIT_BAD_FILE = 2
@@ -43,6 +45,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # -- test ----------------------------------------------------------------------------------------------
 def parse_options(text: str | None) -> dict[str, Any]:
     """``--options``: JSON text or ``@path``; checked against the memory options now (exit 2 if bad)."""
+    from core.checks.model import CheckFileError
+    from core.options import MemoryOptions, OptionsError
+
     if not text:
         return {}
     source = text
@@ -66,6 +71,8 @@ def parse_options(text: str | None) -> dict[str, Any]:
 
 
 def format_result(result: CheckResult, *, quiet: bool = False) -> list[str]:
+    from core.checks.runner import ERROR, FAIL, PASS
+
     check = result.check
     label = {PASS: "PASS ", FAIL: "FAIL ", ERROR: "ERROR"}[result.status]
     where = f"{check.thread}, turn {result.turn_number}" if result.turn_number else check.thread
@@ -82,6 +89,8 @@ def format_result(result: CheckResult, *, quiet: bool = False) -> list[str]:
 
 
 def _test(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from core.checks.model import CheckFileError, load_checks
+
     try:
         checks = load_checks(args.file)
         options = parse_options(args.options)
@@ -120,7 +129,12 @@ def _test(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.Namespace, where: str,
          out: TextIO, err: TextIO) -> int:
-    what_if = f" with {json.dumps(options)}" if options else ""
+    from core.checks.runner import ERROR, FAIL, PASS, CheckRunner
+    from core.terminal_text import visible
+
+    from core.stored_text import json_text
+
+    what_if = f" with {json_text(options)}" if options else ""
     if not args.quiet:
         out.write(f"memory checks: {len(checks)} from {args.file} against {where}{what_if}\n")
     results = CheckRunner(store, options=options, where=where).run_all(checks)
@@ -134,7 +148,7 @@ def _run(store: Any, checks: list[Any], options: dict[str, Any], args: argparse.
     if args.junit:
         from core.checks.junit import write_junit
 
-        props = {"database": where, **({"options": json.dumps(options)} if options else {})}
+        props = {"database": where, **({"options": json_text(options)} if options else {})}
         try:
             write_junit(args.junit, results, suite=Path(args.file).name, properties=props)
         except OSError as exc:  # the checks ran; only the report could not be written

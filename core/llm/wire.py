@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from core.stored_text import finite_json, json_text
 from core.llm.base import (
     ChatChunk,
     ChatResult,
@@ -54,7 +55,7 @@ def result_from_completion(data: dict[str, Any], *, model_id: str) -> ChatResult
 
 
 def _json_dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return json_text(value, ensure_ascii=False)
 
 
 class StreamAssembler:
@@ -168,7 +169,11 @@ def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict
     (``stream`` and ``stream_options`` left out): the model's name, the messages, the tools and the
     tool choice (only with tools), and every setting that is set (``ModelSettings``: sampling
     settings by their wire names, ``top_k`` at the top level as local servers read it, and
-    ``response_format``). ``OpenAICompatibleModel`` sends exactly this; a turn record keeps it."""
+    ``response_format``). ``OpenAICompatibleModel`` sends exactly this; a turn record keeps it.
+
+    A float that is not finite (NaN, Infinity: in a tool's schema, a response format) is ``null``, as
+    ``core.stored_text.json_text`` writes it: the client refuses to send such a float (a body with a bare
+    ``NaN`` is not JSON), and the rows a turn's rebuild reads hold ``null`` there too."""
     body: dict[str, Any] = {"model": model, "messages": messages}
     if tools:
         body["tools"] = tools
@@ -176,7 +181,7 @@ def request_body(model: str, messages: list[dict[str, Any]], *, tools: list[dict
             body["tool_choice"] = tool_choice
     if settings is not None:
         body.update(settings.to_dict())
-    return body
+    return finite_json(body)  # type: ignore[no-any-return]
 
 
 def without_transport(body: dict[str, Any]) -> dict[str, Any]:

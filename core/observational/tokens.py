@@ -7,10 +7,10 @@ messages are measured again on every turn until they are observed.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterable
 
+from core.stored_text import json_text
 from core.tokens import CACHE_TEXT_CHARS, MESSAGE_OVERHEAD
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,7 +27,7 @@ def _clip(text: str, limit: int = TOOL_PAYLOAD_CHARS) -> str:
 
 
 def _dump(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return value if isinstance(value, str) else json_text(value, ensure_ascii=False, default=str)
 
 
 def observer_lines(msg: "Message") -> list[str]:

@@ -5,17 +5,16 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from core.cli_store import open_cli_store
 from core.storage import open_store
-from core.storage.paths import caller_file, resolve_db_path
-from core.terminal_text import visible
-from core.transfer.export import ExportOptions, export_data
-from core.transfer.format import load, render, render_chunks, shown_path, write_atomically, write_whole
-from core.transfer.importer import import_data, preview_import
-from core.transfer.report import ImportReport
-from core.transfer.recall import recall_after_import
+
+if TYPE_CHECKING:  # pragma: no cover
+    from core.transfer.report import ImportReport
+
+# The export and import machinery (SQLAlchemy, the memory engine) loads when ``export`` or ``import`` runs:
+# ``core.cli`` imports this module to build its parser for every command.
 
 COMMANDS = ("export", "import")
 
@@ -54,6 +53,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _export(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from core.terminal_text import visible
+    from core.transfer.export import ExportOptions, export_data
+    from core.transfer.format import render, render_chunks, shown_path, write_atomically, write_whole
+
     # A transcript shows no spans: reading every one of them only to leave them out cost the JSON's time.
     traces = args.with_traces and args.format == "json"
     if args.with_traces and not traces:
@@ -90,6 +93,10 @@ def describe_counts(counts: dict[str, int]) -> str:
 
 
 def _import(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from core.transfer.format import load, shown_path
+    from core.transfer.importer import import_data
+    from core.transfer.recall import recall_after_import
+
     data = load(args.file)
     name = shown_path(args.file)  # every error names the file as given, as ``load``'s do
     if args.dry_run:
@@ -109,6 +116,9 @@ def _preview(db: str | None, data: dict[str, Any], *, overwrite: bool, with_conf
     """What an import would do, looking only: the target is opened read-only, never created or migrated.
     A database that does not exist yet or has no tables (an import would make it a memory database) is
     previewed as that new database: a scratch one in a temporary folder."""
+    from core.storage.paths import caller_file, resolve_db_path
+    from core.transfer.importer import preview_import
+
     location = resolve_db_path(db, caller=caller_file() if not db else None)
     path = location.path
     missing = path is not None and not path.exists()

@@ -227,3 +227,35 @@ def test_the_check_after_a_forget_reads_no_vector_number_or_time_column_and_stil
         assert not any(f"CAST({column} AS TEXT)" in s for s in checks), column
     notes = next(s for s in checks if '"app_notes"' in s)
     assert 'CAST("note" AS TEXT)' in notes and 'CAST("id" AS TEXT)' not in notes  # JSON read, a number not
+
+
+def test_the_vacuum_command_says_each_holder_once_and_when_it_got_the_table(pg_url: str, store: Store) -> None:
+    # Each try of the lock (several a second) printed the waiting line again, because the holder's seconds
+    # in it had changed: a transaction left open for a minute wrote a line a second.
+    import io
+
+    from core.cli import main
+
+    Memory(store).save_messages([Message.user("hello", thread_id="ann-t0", resource_id="ann")])
+    out, err = io.StringIO(), io.StringIO()
+    done: list[int] = []
+    tries = ("SELECT query_start FROM pg_stat_activity WHERE datname = current_database() "
+             "AND query LIKE 'VACUUM FULL \"mastra_threads\"%' AND wait_event_type = 'Lock'")
+    with psycopg.connect(pg_url, application_name="nightly-export") as reader, \
+            psycopg.connect(pg_url, autocommit=True) as watcher:
+        reader.execute("SELECT count(*) FROM mastra_threads").fetchone()
+        command = threading.Thread(target=lambda: done.append(main(["vacuum", "--db", pg_url], out=out, err=err)))
+        command.start()
+        seen: set[Any] = set()
+        while len(seen) < 4 and command.is_alive():  # the vacuum asked for the table four times, each refused
+            seen.update(row[0] for row in watcher.execute(tries).fetchall())
+            threading.Event().wait(0.01)
+        reader.rollback()
+    command.join(120)
+    assert done == [0] and len(seen) >= 4
+    lines = [line for line in err.getvalue().splitlines() if "mastra_threads" in line]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("vacuum: waiting for table mastra_threads: in use by session")
+    assert "(nightly-export), idle in an open transaction for" in lines[0]
+    assert lines[1].startswith("vacuum: table mastra_threads rewritten after waiting ") and lines[1].endswith(" s for it")
+    assert "reclaimed" in out.getvalue()

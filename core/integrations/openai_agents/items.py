@@ -28,6 +28,7 @@ from typing import Any
 
 from core.messages import Message, data_part, text_part, tool_invocation_part
 from core.prompt import to_openai
+from core.stored_text import json_text
 from core.working_memory import hide_working_memory
 
 #: Where the SDK's own item is kept in a message's metadata.
@@ -262,11 +263,11 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
         call = part.get("toolInvocation") or {}
         call_id = str(call.get("toolCallId") or "")
         items.append({"type": "function_call", "call_id": call_id, "name": str(call.get("toolName") or ""),
-                      "arguments": json.dumps(call.get("args") or {}, ensure_ascii=False)})
+                      "arguments": json_text(call.get("args") or {}, ensure_ascii=False)})
         if call.get("state") == "result":
             result = call.get("result")
             items.append({"type": "function_call_output", "call_id": call_id,
-                          "output": result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)})
+                          "output": result if isinstance(result, str) else json_text(result, ensure_ascii=False)})
     if text:
         items.append({"role": "assistant", "content": text})
     return items

@@ -262,23 +262,30 @@ class PgDatabase(Database):
         return max(before - after, 0)
 
     def _vacuum_table(self, conn: sa.Connection, table: str, progress: Callable[[str], None] | None) -> str:
-        """Rewrite one table, asking for its lock in short tries; "" when done, else who kept it."""
-        deadline = time.monotonic() + VACUUM_LOCK_TIMEOUT_S
-        pause, said = 0.05, ""
+        """Rewrite one table, asking for its lock in short tries; "" when done, else who kept it.
+
+        ``progress`` hears of each holder once (the sessions, not their seconds, which change on every
+        try: a line a second while one transaction stayed open), and after a wait that the table was
+        rewritten and how long the wait was."""
+        start = time.monotonic()
+        deadline = start + VACUUM_LOCK_TIMEOUT_S
+        pause, said = 0.05, None
         while True:
             try:
                 conn.exec_driver_sql('VACUUM FULL "' + table.replace('"', '""') + '"')
+                if progress is not None and said is not None:
+                    progress(f"table {table} rewritten after waiting {time.monotonic() - start:.1f} s for it")
                 return ""
             except sa.exc.DBAPIError as exc:
                 if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
                     raise
-            holders = _table_holders(conn, table)
+            sessions, holders = _table_holders(conn, table)
             if time.monotonic() >= deadline:
                 return f"table {table} stayed in use by {holders}"
-            if progress is not None and holders != said:
+            if progress is not None and sessions != said:
                 progress(f"waiting for table {table}: in use by {holders}; its readers and writers go on "
                          "meanwhile (the vacuum asks again every moment)")
-                said = holders
+                said = sessions
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
 
@@ -286,8 +293,9 @@ class PgDatabase(Database):
         self.engine.dispose()
 
 
-def _table_holders(conn: sa.Connection, table: str) -> str:
-    """The sessions holding a lock on ``table``, in words: what each is doing and for how long."""
+def _table_holders(conn: sa.Connection, table: str) -> tuple[frozenset[int], str]:
+    """The sessions holding a lock on ``table`` (their process ids) and, in words, what each is doing and
+    for how long."""
     rows = conn.exec_driver_sql(
         "SELECT DISTINCT a.pid, a.state, coalesce(a.application_name, ''), "
         "extract(epoch FROM now() - coalesce(a.xact_start, a.query_start)), left(a.query, 60) "
@@ -295,7 +303,7 @@ def _table_holders(conn: sa.Connection, table: str) -> str:
         "WHERE l.relation = to_regclass(quote_ident(?)) AND l.granted AND a.pid <> pg_backend_pid() "
         "ORDER BY 4 DESC NULLS LAST", (table,)).fetchall()
     if not rows:
-        return "another session (it ended meanwhile)"
+        return frozenset(), "another session (it ended meanwhile)"
     parts = []
     for pid, state, app, seconds, query in rows[:3]:
         who = f"session {pid}" + (f" ({app})" if app else "")
@@ -303,7 +311,7 @@ def _table_holders(conn: sa.Connection, table: str) -> str:
                 else f"running {' '.join(str(query or '').split())[:60]!r}")
         parts.append(f"{who}, {what} for {float(seconds or 0):.1f} s")
     more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
-    return "; ".join(parts) + more
+    return frozenset(int(row[0]) for row in rows), "; ".join(parts) + more
 
 
 def first_schema(search_path: str) -> str | None:
