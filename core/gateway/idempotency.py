@@ -11,12 +11,15 @@ then runs the first and answers the others from what it kept (Stripe's semantics
 - the first request takes the key (a row of ``memory_studio_idempotency`` in the memory's own database,
   so every gateway process on that database sees it) and holds it under a lease, renewed while it runs;
 - its outcome (status and body; for a chat turn its text, finish reason, usage and ids, enough to answer
-  as JSON or as a stream) is kept with the key; a repeat with the same request (``request_hash``: the
+  as JSON or as a stream) is kept with the key. A chat turn's outcome is written in the transaction that
+  saves the turn (``Keeper.saved_with``, given to ``Agent.generate``/``stream`` as ``save_with``), so a
+  process that dies at any point leaves either no turn and a leased key, or the turn and its outcome; a
+  request whose key was taken over meanwhile (its lease ran out while it ran) saves nothing (409). A repeat with the same request (``request_hash``: the
   body, without ``stream``/``stream_options``, the route's path and the headers and query parameters
   that choose what is written) gets it back with ``Idempotent-Replayed: true``, and nothing runs;
 - a repeat while the first still runs: 409 ``idempotency_key_in_use`` with ``Retry-After``; a first whose
   process died leaves a lease that runs out (``IdempotencySettings.lease``), after which a repeat takes
-  the key over (a chat turn then keeps the thread the first one chose);
+  the key over (a chat turn then keeps the thread the first one chose; it ran nothing that was stored);
 - the same key with another request: 422 ``idempotency_key_reused``;
 - what is kept: a success, and a 4xx found while running (a thread of another resource, a message too
   large, a working-memory ``If-Match`` that failed), which the same request would meet again. A failure
@@ -41,9 +44,9 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from core.gateway.access import Caller
 from core.gateway.errors import GatewayError, known
@@ -52,6 +55,7 @@ from core.storage.schema import IDEMPOTENCY_TABLE
 from core.timeutil import iso_now
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -217,17 +221,42 @@ class Keeper:
 
     def complete(self, claim: Claim, outcome: Mapping[str, Any], *, thread_id: str | None = None) -> None:
         """Keep ``outcome`` for the key (its expiry counted from now)."""
-        now = _now_ms()
-        expires = now + int(self.settings.ttl * 1000)
-        text = json.dumps(outcome, ensure_ascii=False, separators=(",", ":"))
         with claim.db.write() as conn:
-            n = conn.exec_driver_sql(
-                f"UPDATE {IDEMPOTENCY_TABLE} SET state = 'done', outcome = ?, holder = NULL, expires_at = ?, "
-                "thread_id = COALESCE(?, thread_id) WHERE scope = ? AND idem_key = ? AND holder = ?",
-                (text, expires, thread_id, claim.scope, claim.key, claim.holder)).rowcount
+            n = self._complete(conn, claim, outcome, thread_id)
         if not n:
             log.warning("an idempotent request finished after another took its key over (its lease ran out); "
                         "its outcome was not kept")
+
+    def _complete(self, conn: Any, claim: Claim, outcome: Mapping[str, Any], thread_id: str | None) -> int:
+        expires = _now_ms() + int(self.settings.ttl * 1000)
+        text = json.dumps(outcome, ensure_ascii=False, separators=(",", ":"))
+        return int(conn.exec_driver_sql(
+            f"UPDATE {IDEMPOTENCY_TABLE} SET state = 'done', outcome = ?, holder = NULL, expires_at = ?, "
+            "thread_id = COALESCE(?, thread_id) WHERE scope = ? AND idem_key = ? AND holder = ?",
+            (text, expires, thread_id, claim.scope, claim.key, claim.holder)).rowcount or 0)
+
+    def saved_with(self, claim: Claim, outcome: Mapping[str, Any], *, thread_id: str | None = None) -> SavedOutcome:
+        """A staged write keeping ``outcome`` for the key in the transaction that saves what the request did
+        (``Agent.generate``'s ``save_with``): both are stored, or neither."""
+        return SavedOutcome(self, claim, outcome, thread_id)
+
+    def run(self, claim: Claim, work: Callable[[], T], outcome: Callable[[T], Mapping[str, Any] | None]) -> T:
+        """Run ``work`` under ``claim`` on this (worker) thread: a failure is kept or gives the key back (``fail``),
+        a result's ``outcome(result)`` is kept (None: nothing to keep, the work kept it in its own transaction).
+        On the worker thread, so a request cancelled while it waits never leaves its work done and its key leased."""
+        try:
+            result = work()
+        except BaseException as exc:
+            self.fail(claim, exc)
+            raise
+        kept = outcome(result)
+        if kept is not None:
+            try:
+                self.complete(claim, kept)
+            except Exception:  # noqa: BLE001 - the work is done and answered; a repeat after the lease runs it again
+                log.error("a request's work was done but its outcome could not be kept for its idempotency key",
+                          exc_info=True)
+        return result
 
     def fail(self, claim: Claim, exc: BaseException) -> None:
         """A failure: kept when the same request would fail so again (``kept_status``), else the key is given back."""
@@ -267,5 +296,28 @@ class Keeper:
             return 0
 
 
+class SavedOutcome:
+    """``Keeper.saved_with``'s staged write: ``commit(conn)`` keeps the outcome in the caller's transaction, and
+    raises (so nothing of that transaction is stored) when another request took the key over meanwhile, which is
+    then running the same request itself. ``committed``: whether ``commit`` ran (false: the turn saved nothing)."""
+
+    def __init__(self, keeper: Keeper, claim: Claim, outcome: Mapping[str, Any], thread_id: str | None) -> None:
+        self.keeper, self.claim, self.outcome, self.thread_id = keeper, claim, outcome, thread_id
+        self.committed = False
+
+    def commit(self, conn: Any) -> None:
+        if not self.keeper._complete(conn, self.claim, self.outcome, self.thread_id):
+            raise taken_over(self.keeper.settings.retry_after)
+        self.committed = True
+
+
+def taken_over(wait: int) -> GatewayError:
+    return GatewayError(
+        409, f"This request's {HEADER} was taken over by a repeat of it while it ran (this request held it longer than "
+        "its lease without renewing it), so this request saved nothing; the repeat's result is the one kept. Send the "
+        f"request again with the same key in {wait} second(s) to get that result.",
+        code="idempotency_key_in_use", param=HEADER, retry=True, headers={"Retry-After": str(wait)})
+
+
 __all__ = ["HEADER", "MAX_KEY_LENGTH", "REPLAYED_HEADER", "Claim", "IdempotencySettings", "Keeper", "Replay",
-           "error_outcome", "kept_status", "key_of", "request_hash", "scope_of"]
+           "SavedOutcome", "error_outcome", "kept_status", "key_of", "request_hash", "scope_of"]

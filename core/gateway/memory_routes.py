@@ -249,17 +249,11 @@ async def put_working_memory(request: Request) -> Response:
         return replay_json(got.outcome)
     claim: Claim = got
 
-    def kept_write() -> tuple[dict[str, Any], str | None]:
-        try:
-            data, text = write()
-        except BaseException as exc:
-            gateway.keeper.fail(claim, exc)
-            raise
-        gateway.keeper.complete(claim, {"kind": "json", "status": 200, "body": data, "headers": {"ETag": _etag(text)}})
-        return data, text
+    def outcome(got: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
+        return {"kind": "json", "status": 200, "body": got[0], "headers": {"ETag": _etag(got[1])}}
 
     async with holding(gateway.keeper, claim, gateway.memory_limiter):
-        data, text = await _run(request, kept_write)
+        data, text = await _run(request, lambda: gateway.keeper.run(claim, write, outcome))
     return JSONResponse(data, headers={"ETag": _etag(text)}, background=sweep_task(gateway, claim))
 
 

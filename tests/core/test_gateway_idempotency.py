@@ -23,7 +23,8 @@ from core import Memory, MemoryOptions
 from core.agent import Agent
 from core.gateway import GatewayServer, create_app
 from core.gateway.guard import GuardPolicy
-from core.gateway.idempotency import IdempotencySettings
+from core.gateway.errors import GatewayError
+from core.gateway.idempotency import Claim, IdempotencySettings, Keeper
 from core.gateway.tokens import TokensFile, entry_for, new_token
 from core.llm import ModelError, ScriptedModel
 from core.storage.schema import IDEMPOTENCY_TABLE
@@ -374,3 +375,33 @@ def test_an_unknown_key_header_without_memory_runs_as_before(memory):
             reply = client(server).chat.completions.with_raw_response.create(
                 model="plain", messages=[user("hi")], extra_headers={KEY: str(uuid.uuid4())})
             assert reply.parse().choices[0].message.content == "ok" and "idempotent-replayed" not in reply.headers
+
+
+def test_a_turn_whose_key_was_taken_over_while_it_ran_saves_nothing(memory, model):
+    """A request that held its key past the lease (a stalled process) and finishes after a repeat took the key over
+    saves nothing: its outcome is written in the turn's own transaction, which refuses (409) when the key is no
+    longer its own, so only the repeat's turn is stored."""
+    keeper = Keeper(IdempotencySettings(lease=0.05))
+    db = memory.store.db
+    stale = keeper.claim(db, scope="s", key="k-stall", digest="d", resource_id="ada", thread_id="t-stall")
+    assert isinstance(stale, Claim)
+    while True:  # 409 until the stale request's lease runs out
+        try:
+            repeat = keeper.claim(db, scope="s", key="k-stall", digest="d", resource_id="ada", thread_id="t-stall")
+            break
+        except GatewayError as exc:
+            assert exc.status == 409
+            time.sleep(0.02)
+    assert isinstance(repeat, Claim)
+    assert repeat.took_over
+    agent = Agent("echo", instructions="Echo.", model=ScriptedModel(model), memory=memory, tracer=False)
+    where = {"thread": "t-stall", "resource": "ada"}
+    with pytest.raises(GatewayError) as refused:
+        agent.generate("hello", memory=where, save_with=lambda o: keeper.saved_with(stale, {"text": o.text}))
+    assert refused.value.status == 409 and refused.value.code == "idempotency_key_in_use"
+    assert memory.get_thread("t-stall") is None  # nothing of the stale turn was saved
+    agent.generate("hello", memory=where, save_with=lambda o: keeper.saved_with(repeat, {"text": o.text}))
+    assert [m.role for m in memory.recall(thread_id="t-stall", resource_id="ada").messages] == ["user", "assistant"]
+    with db.read() as conn:
+        assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT state, outcome FROM {IDEMPOTENCY_TABLE}")] == \
+            [("done", '{"text":"1 user message(s); last: hello"}')]
