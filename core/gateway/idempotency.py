@@ -44,18 +44,22 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from core.gateway.access import Caller
 from core.gateway.errors import GatewayError, known
+from core.messages import Message
+from core.processors.base import SavedAwareWrite
 from core.storage import catalog
 from core.storage.schema import IDEMPOTENCY_TABLE
 from core.timeutil import iso_now
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: What ``Keeper.saved_with`` keeps: the outcome, or a function of the messages saved with it.
+Outcome = Mapping[str, Any] | Callable[[Sequence[Message]], Mapping[str, Any]]
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -90,12 +94,19 @@ def key_of(headers: Mapping[str, str]) -> str | None:
     raw = headers.get(HEADER.lower())
     if raw is None:
         return None
-    if not 0 < len(raw) <= MAX_KEY_LENGTH or not all("!" <= c <= "~" for c in raw):
+    return checked_key(raw, f"The {HEADER} header", HEADER)
+
+
+def checked_key(raw: Any, what: str, param: str) -> str:
+    """A key as sent (``what``: where, for the message), checked: 1 to 255 visible ASCII characters."""
+    if not isinstance(raw, str) or not 0 < len(raw) <= MAX_KEY_LENGTH or not all("!" <= c <= "~" for c in raw):
+        got = (f"{len(raw)} character(s){'' if raw.isascii() else ' with non-ASCII ones'}" if isinstance(raw, str)
+               else type(raw).__name__)
         raise GatewayError(
-            400, f"The {HEADER} header must be 1 to {MAX_KEY_LENGTH} visible ASCII characters (letters, digits, "
-            f"punctuation; no spaces), got {len(raw)} character(s){'' if raw.isascii() else ' with non-ASCII ones'}. "
+            400, f"{what} must be 1 to {MAX_KEY_LENGTH} visible ASCII characters (letters, digits, "
+            f"punctuation; no spaces), got {got}. "
             "Send a random id such as a UUID, the same one with every retry of one request. Nothing was run.",
-            code="invalid_idempotency_key", param=HEADER)
+            code="invalid_idempotency_key", param=param)
     return raw
 
 
@@ -159,9 +170,10 @@ class Keeper:
 
     # -- on worker threads --------------------------------------------------------------------------
     def claim(self, db: Any, *, scope: str, key: str, digest: str, resource_id: str | None,
-              thread_id: str | None) -> Claim | Replay:
+              thread_id: str | None, named: str = HEADER) -> Claim | Replay:
         """Take ``key`` for this request, or the kept outcome of its first request; 409 while another
-        request holds it, 422 when it was used for another request."""
+        request holds it, 422 when it was used for another request. ``named``: what the client calls the key
+        (the header, or the MCP tool's argument), for the messages."""
         now = _now_ms()
         holder = uuid.uuid4().hex
         lease = now + int(self.settings.lease * 1000)
@@ -172,8 +184,8 @@ class Keeper:
                 raise GatewayError(
                     400, f"This gateway's database has no table for idempotency keys ({IDEMPOTENCY_TABLE}): it was not "
                     "created by Memory Studio or not migrated yet. Its operator can run `memory-studio migrate`; until "
-                    f"then send the request without {HEADER}. Nothing was run.",
-                    code="idempotency_unavailable", param=HEADER)
+                    f"then send the request without {named}. Nothing was run.",
+                    code="idempotency_unavailable", param=named)
             db.lock(conn, f"idempotency:{scope}:{key}")
             conn.exec_driver_sql(f"DELETE FROM {IDEMPOTENCY_TABLE} WHERE scope = ? AND idem_key = ? AND expires_at <= ?",
                                  (scope, key, now))
@@ -198,17 +210,17 @@ class Keeper:
                 return Claim(db, scope, key, holder, stored_thread or thread_id, took_over=True)
         if stored_hash != digest:
             raise GatewayError(
-                422, f"This {HEADER} was already used for a different request (another body, thread, resource or "
+                422, f"This {named} was already used for a different request (another body, thread, resource or "
                 "route) within the time keys are kept. Use a new key for a new request; send exactly the same "
                 "request to get the first one's result. Nothing was run.",
-                code="idempotency_key_reused", param=HEADER, retry=False)
+                code="idempotency_key_reused", param=named, retry=False)
         if state == "done":
             return Replay(json.loads(outcome))
         wait = self.settings.retry_after
         raise GatewayError(
-            409, f"A request with this {HEADER} is still running. Send it again in {wait} second(s), with the same "
+            409, f"A request with this {named} is still running. Send it again in {wait} second(s), with the same "
             "key and body, to get its result (the openai client does so by itself); nothing was run twice.",
-            code="idempotency_key_in_use", param=HEADER, retry=True, headers={"Retry-After": str(wait)})
+            code="idempotency_key_in_use", param=named, retry=True, headers={"Retry-After": str(wait)})
 
     def renew(self, claim: Claim) -> bool:
         """Extend the lease of a key this request still holds; False when it lost it."""
@@ -235,9 +247,10 @@ class Keeper:
             "thread_id = COALESCE(?, thread_id) WHERE scope = ? AND idem_key = ? AND holder = ?",
             (text, expires, thread_id, claim.scope, claim.key, claim.holder)).rowcount or 0)
 
-    def saved_with(self, claim: Claim, outcome: Mapping[str, Any], *, thread_id: str | None = None) -> SavedOutcome:
+    def saved_with(self, claim: Claim, outcome: Outcome, *, thread_id: str | None = None) -> SavedOutcome:
         """A staged write keeping ``outcome`` for the key in the transaction that saves what the request did
-        (``Agent.generate``'s ``save_with``): both are stored, or neither."""
+        (``Agent.generate``'s ``save_with``, ``Memory.save_messages``' writes): both are stored, or neither.
+        ``outcome`` may be a function of the messages that transaction saved (their ids and times)."""
         return SavedOutcome(self, claim, outcome, thread_id)
 
     def run(self, claim: Claim, work: Callable[[], T], outcome: Callable[[T], Mapping[str, Any] | None]) -> T:
@@ -296,17 +309,21 @@ class Keeper:
             return 0
 
 
-class SavedOutcome:
+class SavedOutcome(SavedAwareWrite):
     """``Keeper.saved_with``'s staged write: ``commit(conn)`` keeps the outcome in the caller's transaction, and
     raises (so nothing of that transaction is stored) when another request took the key over meanwhile, which is
     then running the same request itself. ``committed``: whether ``commit`` ran (false: the turn saved nothing)."""
 
-    def __init__(self, keeper: Keeper, claim: Claim, outcome: Mapping[str, Any], thread_id: str | None) -> None:
+    def __init__(self, keeper: Keeper, claim: Claim, outcome: Outcome, thread_id: str | None) -> None:
         self.keeper, self.claim, self.outcome, self.thread_id = keeper, claim, outcome, thread_id
         self.committed = False
 
     def commit(self, conn: Any) -> None:
-        if not self.keeper._complete(conn, self.claim, self.outcome, self.thread_id):
+        self.commit_saved(conn, ())
+
+    def commit_saved(self, conn: Any, saved: Sequence[Message]) -> None:
+        outcome = self.outcome(saved) if callable(self.outcome) else self.outcome
+        if not self.keeper._complete(conn, self.claim, outcome, self.thread_id):
             raise taken_over(self.keeper.settings.retry_after)
         self.committed = True
 
@@ -320,4 +337,4 @@ def taken_over(wait: int) -> GatewayError:
 
 
 __all__ = ["HEADER", "MAX_KEY_LENGTH", "REPLAYED_HEADER", "Claim", "IdempotencySettings", "Keeper", "Replay",
-           "SavedOutcome", "error_outcome", "kept_status", "key_of", "request_hash", "scope_of"]
+           "SavedOutcome", "checked_key", "error_outcome", "kept_status", "key_of", "request_hash", "scope_of"]

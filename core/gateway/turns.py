@@ -238,7 +238,7 @@ def run_turn(agent: Agent, turn: Turn, save_with: SaveWith | None = None) -> Age
     """The whole turn, synchronously (the gateway calls this on a worker thread). ``save_with``: as
     ``Agent.generate``'s (an idempotency key's outcome, saved with the turn)."""
     return agent.generate(turn.message, memory=turn.memory_arg(), request_context=turn.request_context(),
-                          save_with=save_with)
+                          **_saving(save_with))
 
 
 def finished(result: AgentResult | TurnOutcome) -> TurnFinished:
@@ -254,7 +254,13 @@ def turn_events(agent: Agent, turn: Turn, save_with: SaveWith | None = None) -> 
     """The turn as text deltas and a final ``TurnFinished``; runs on a worker thread."""
     yield from _from_agent_stream(
         agent.stream(turn.message, memory=turn.memory_arg(), request_context=turn.request_context(),
-                     save_with=save_with))
+                     **_saving(save_with)))
+
+
+def _saving(save_with: SaveWith | None) -> dict[str, Any]:
+    """``save_with`` only when there is one: an ``Agent`` subclass whose ``generate``/``stream`` predates it (or
+    takes no such argument) still serves requests without a key."""
+    return {} if save_with is None else {"save_with": save_with}
 
 
 def _from_agent_stream(stream: AgentStream) -> Generator[TurnEvent, None, None]:
