@@ -822,15 +822,16 @@ class Memory:
 
     def update_working_memory(
         self, *, thread_id: str | None = None, resource_id: str | None = None, working_memory: Any,
-        author: str = "api", expected: str | None | object = ...,
+        author: str = "api", expected: str | None | object = ..., _writes: Sequence[Any] = (),
     ) -> Any:
         """Replace the working memory. ``expected``: the stored text the caller read (None: there was none);
-        when given, the write happens only if it is still that (``ConcurrentUpdateError`` otherwise)."""
+        when given, the write happens only if it is still that (``ConcurrentUpdateError`` otherwise).
+        ``_writes``: staged writes committed in the write's transaction (``WorkingMemoryService.write``)."""
         opts = self._wm_options()
         self._check_wm_thread(opts, thread_id, resource_id)
         value = self.working_memory_service.write(
             opts, thread_id=thread_id, resource_id=resource_id, value=working_memory, author=author,
-            expected=expected,
+            expected=expected, writes=_writes,
         )
         return value.data
 

@@ -58,8 +58,9 @@ from core.timeutil import iso_now
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-#: What ``Keeper.saved_with`` keeps: the outcome, or a function of the messages saved with it.
-Outcome = Mapping[str, Any] | Callable[[Sequence[Message]], Mapping[str, Any]]
+#: What ``Keeper.saved_with`` keeps: the outcome, or a function of what was saved with it (the messages a save
+#: stored, ``commit_saved``; the working-memory value written, ``commit_value``).
+Outcome = Mapping[str, Any] | Callable[[Any], Mapping[str, Any]]
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -253,16 +254,18 @@ class Keeper:
         ``outcome`` may be a function of the messages that transaction saved (their ids and times)."""
         return SavedOutcome(self, claim, outcome, thread_id)
 
-    def run(self, claim: Claim, work: Callable[[], T], outcome: Callable[[T], Mapping[str, Any] | None]) -> T:
+    def run(self, claim: Claim, work: Callable[[], T],
+            outcome: Callable[[T], Mapping[str, Any] | None] | None = None) -> T:
         """Run ``work`` under ``claim`` on this (worker) thread: a failure is kept or gives the key back (``fail``),
-        a result's ``outcome(result)`` is kept (None: nothing to keep, the work kept it in its own transaction).
+        a result's ``outcome(result)`` is kept (None, or no ``outcome``: the work kept it itself, in the transaction
+        of what it wrote: ``saved_with``).
         On the worker thread, so a request cancelled while it waits never leaves its work done and its key leased."""
         try:
             result = work()
         except BaseException as exc:
             self.fail(claim, exc)
             raise
-        kept = outcome(result)
+        kept = outcome(result) if outcome is not None else None
         if kept is not None:
             try:
                 self.complete(claim, kept)
@@ -319,10 +322,13 @@ class SavedOutcome(SavedAwareWrite):
         self.committed = False
 
     def commit(self, conn: Any) -> None:
-        self.commit_saved(conn, ())
+        self.commit_value(conn, ())
 
     def commit_saved(self, conn: Any, saved: Sequence[Message]) -> None:
-        outcome = self.outcome(saved) if callable(self.outcome) else self.outcome
+        self.commit_value(conn, saved)
+
+    def commit_value(self, conn: Any, value: Any) -> None:
+        outcome = self.outcome(value) if callable(self.outcome) else self.outcome
         if not self.keeper._complete(conn, self.claim, outcome, self.thread_id):
             raise taken_over(self.keeper.settings.retry_after)
         self.committed = True

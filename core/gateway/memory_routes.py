@@ -245,8 +245,10 @@ async def put_working_memory(request: Request) -> Response:
     author = "gateway" if caller.name is None else f"gateway: {caller.name}"
 
     if_match = request.headers.get("if-match")
+    gateway: Gateway = request.app.state.gateway
 
-    def write() -> tuple[dict[str, Any], str | None]:
+    def write(claim: Claim | None = None) -> tuple[dict[str, Any], str | None]:
+        """The write; with ``claim``, its answer is kept for the key in the write's own transaction."""
         opts = _wm_options(memory)
         thread = memory.get_thread(thread_id)
         resource_id = _owner(thread_id, (thread.resource_id or "") if thread else None, asked)
@@ -262,22 +264,31 @@ async def put_working_memory(request: Request) -> Response:
             if not _matches(if_match, current):
                 raise _precondition_failed(current)
             expected = current
+
+        def answer(value: Any) -> tuple[dict[str, Any], str | None]:
+            return {"workingMemory": value.data, "format": value.format, "scope": value.scope,
+                    "threadExists": thread is not None, "resourceId": resource_id}, value.text
+
+        def kept(value: Any) -> dict[str, Any]:
+            data, text = answer(value)
+            return {"kind": "json", "status": 200, "body": data, "headers": {"ETag": _etag(text)}}
+
+        writes = [] if claim is None else [gateway.keeper.saved_with(claim, kept, thread_id=thread_id)]
         try:
             memory.update_working_memory(thread_id=thread_id, resource_id=resource_id,
-                                         working_memory=body["workingMemory"], author=author, expected=expected)
+                                         working_memory=body["workingMemory"], author=author, expected=expected,
+                                         _writes=writes)
         except ConcurrentUpdateError as exc:
             raise _precondition_failed(exc.current) from None
-        value = memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id)
-        return {"workingMemory": value.data, "format": value.format, "scope": value.scope,
-                "threadExists": thread is not None, "resourceId": resource_id}, value.text
+        return answer(memory.working_memory_service.get(opts, thread_id=thread_id, resource_id=resource_id))
 
     if key is None:
         data, text = await _run(request, write)
         return JSONResponse(data, headers={"ETag": _etag(text)})
 
     # With an Idempotency-Key (core.gateway.idempotency): the same thread, resource, memory, value and If-Match
-    # are the same request; its answer (or a 4xx it met, as a 412) is kept and answered to repeats.
-    gateway: Gateway = request.app.state.gateway
+    # are the same request; its answer (or a 4xx it met, as a 412) is kept and answered to repeats. The answer is
+    # kept in the write's own transaction, so a process that dies after the write has kept it too.
     digest = request_hash(route=PUT_WM_ROUTE, thread=thread_id, resource=asked, agent=request.query_params.get("agentId"),
                           body=body, if_match=if_match)
     scope = scope_of(caller, asked, PUT_WM_ROUTE)
@@ -287,11 +298,8 @@ async def put_working_memory(request: Request) -> Response:
         return replay_json(got.outcome)
     claim: Claim = got
 
-    def outcome(got: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
-        return {"kind": "json", "status": 200, "body": got[0], "headers": {"ETag": _etag(got[1])}}
-
     async with holding(gateway.keeper, claim, gateway.memory_limiter):
-        data, text = await _run(request, lambda: gateway.keeper.run(claim, write, outcome))
+        data, text = await _run(request, lambda: gateway.keeper.run(claim, lambda: write(claim)))
     return JSONResponse(data, headers={"ETag": _etag(text)}, background=sweep_task(gateway, claim))
 
 

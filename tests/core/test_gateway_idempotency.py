@@ -27,6 +27,7 @@ from core.gateway.errors import GatewayError
 from core.gateway.idempotency import Claim, IdempotencySettings, Keeper
 from core.gateway.tokens import TokensFile, entry_for, new_token
 from core.llm import ModelError, ScriptedModel
+from core.messages import Message
 from core.storage.schema import IDEMPOTENCY_TABLE
 
 pytestmark = pytest.mark.backends
@@ -405,3 +406,35 @@ def test_a_turn_whose_key_was_taken_over_while_it_ran_saves_nothing(memory, mode
     with db.read() as conn:
         assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT state, outcome FROM {IDEMPOTENCY_TABLE}")] == \
             [("done", '{"text":"1 user message(s); last: hello"}')]
+
+
+def test_a_working_memory_write_and_its_keys_outcome_are_one_transaction(memory):
+    """The working-memory PUT kept its answer for its key in a second transaction after the write, so a process
+    that died between the two left the key leased and the retry wrote again (with If-Match, a 412 for its own
+    write). The answer is now kept in the write's transaction: a key no longer held undoes the write (409), and a
+    held one is done exactly when the value is written."""
+    keeper = Keeper(IdempotencySettings(lease=0.05))
+    db = memory.store.db
+    memory.save_messages([Message.user("hi", thread_id="t-wm", resource_id="ada")])
+    stale = keeper.claim(db, scope="s", key="k-wm", digest="d", resource_id="ada", thread_id="t-wm")
+    assert isinstance(stale, Claim)
+    while True:  # 409 until the stale request's lease runs out
+        try:
+            repeat = keeper.claim(db, scope="s", key="k-wm", digest="d", resource_id="ada", thread_id="t-wm")
+            break
+        except GatewayError as exc:
+            assert exc.status == 409
+            time.sleep(0.02)
+    assert isinstance(repeat, Claim)
+
+    def kept(claim: Claim) -> Any:
+        return keeper.saved_with(claim, lambda value: {"kind": "json", "status": 200, "body": value.text, "headers": {}})
+
+    with pytest.raises(GatewayError) as refused:
+        memory.update_working_memory(thread_id="t-wm", resource_id="ada", working_memory="# stale", _writes=[kept(stale)])
+    assert refused.value.status == 409
+    assert memory.get_working_memory(thread_id="t-wm", resource_id="ada") is None  # the stale write was undone
+    memory.update_working_memory(thread_id="t-wm", resource_id="ada", working_memory="# fresh", _writes=[kept(repeat)])
+    with db.read() as conn:
+        assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT state, outcome FROM {IDEMPOTENCY_TABLE}")] == \
+            [("done", '{"kind":"json","status":200,"body":"# fresh","headers":{}}')]
