@@ -11,11 +11,11 @@ then runs the first and answers the others from what it kept (Stripe's semantics
 - the first request takes the key (a row of ``memory_studio_idempotency`` in the memory's own database,
   so every gateway process on that database sees it) and holds it under a lease, renewed while it runs;
 - its outcome (status and body; for a chat turn its text, finish reason, usage and ids, enough to answer
-  as JSON or as a stream) is kept with the key. A chat turn's outcome is written in the transaction that
-  saves the turn (``Keeper.saved_with``, given to ``Agent.generate``/``stream`` as ``save_with``), so a
-  process that dies at any point leaves either no turn and a leased key, or the turn and its outcome; a
-  request whose key was taken over meanwhile (its lease ran out while it ran) saves nothing (409). A repeat with the same request (``request_hash``: the
-  body, without ``stream``/``stream_options``, the route's path and the headers and query parameters
+  as JSON or as a stream) is kept with the key, in the transaction that writes what the request did
+  (``Keeper.saved_with``: given to ``Agent.generate``/``stream`` as ``save_with``, to the working-memory
+  write, to the MCP ``remember``'s save), so a process that dies at any point leaves either nothing written
+  and a leased key, or both; a request whose key was taken over meanwhile (its lease ran out while it ran)
+  writes nothing (409). A repeat with the same request (``request_hash``: the body, without ``stream``/``stream_options``, the route's path and the headers and query parameters
   that choose what is written) gets it back with ``Idempotent-Replayed: true``, and nothing runs;
 - a repeat while the first still runs: 409 ``idempotency_key_in_use`` with ``Retry-After``; a first whose
   process died leaves a lease that runs out (``IdempotencySettings.lease``), after which a repeat takes
