@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,9 @@ from core.gateway.errors import GatewayError
 
 VERSION = 1
 MAX_CURSOR = 4096
+#: A key's time as either engine stores it (libSQL ``...T...Z`` text, Postgres' ``... ...+00:00``): nothing else is
+#: sent to the database (Python reads more ISO forms than Postgres does, such as week dates).
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})?")
 
 
 def _scope(kind: str, parts: tuple[Any, ...]) -> str:
@@ -57,9 +61,11 @@ def _decode(cursor: str) -> list[Any] | None:
     if not (isinstance(value, list) and len(value) == 5 and value[0] == VERSION
             and all(isinstance(v, str) and v for v in value[1:])):
         return None
+    if not _TIME.fullmatch(value[3]):
+        return None
     try:
         datetime.fromisoformat(value[3].replace("Z", "+00:00"))
-    except ValueError:
+    except ValueError:  # (a 13th month)
         return None
     return value
 

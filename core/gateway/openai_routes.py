@@ -58,7 +58,7 @@ from core.memory import resolve_memory
 from core.message_size import MessageTooLargeError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from core.agent import Agent, AgentResult, SaveWith, TurnOutcome
+    from core.agent import Agent, AgentResult, TurnOutcome
     from core.gateway.app import Gateway
 
 log = logging.getLogger(__name__)
@@ -138,11 +138,13 @@ def _completion(completion_id: str, created: int, turn: Turn, done: TurnFinished
     return payload
 
 
-def _timed_turn(agent: Agent, turn: Turn, save_with: SaveWith | None = None) -> tuple[AgentResult, float, Turn]:
+def _timed_turn(agent: Agent, turn: Turn, kept: KeptTurn | None = None) -> tuple[AgentResult, float, Turn]:
     start = time.perf_counter()
     turn = resolve_thread(agent, turn)
+    if kept is not None:
+        kept.turn = turn  # the thread its answer names
     try:
-        result = run_turn(agent, turn, save_with)
+        result = run_turn(agent, turn, kept)
     except MessageTooLargeError as exc:
         raise reply_too_large(exc, turn) from exc
     return result, (time.perf_counter() - start) * 1000, turn
@@ -175,8 +177,8 @@ async def _claim_turn(request: Request, gateway: Gateway, agent: Agent, turn: Tu
 def _kept_turn(keeper: Keeper, claim: Claim, agent: Agent, turn: Turn, completion_id: str,
                created: int) -> tuple[AgentResult, float, Turn]:
     """``_timed_turn`` under the key (``Keeper.run``): its outcome is saved with the turn (``KeptTurn``)."""
-    kept = KeptTurn(keeper, claim, completion_id, created, resolve_thread(agent, turn))
-    return keeper.run(claim, lambda: _timed_turn(agent, kept.turn, kept),
+    kept = KeptTurn(keeper, claim, completion_id, created, turn)
+    return keeper.run(claim, lambda: _timed_turn(agent, turn, kept),
                       lambda got: kept.left_to_keep(got[2], finished(got[0])))
 
 

@@ -438,3 +438,20 @@ def test_a_working_memory_write_and_its_keys_outcome_are_one_transaction(memory)
     with db.read() as conn:
         assert [tuple(r) for r in conn.exec_driver_sql(f"SELECT state, outcome FROM {IDEMPOTENCY_TABLE}")] == \
             [("done", '{"kind":"json","status":200,"body":"# fresh","headers":{}}')]
+
+
+def test_a_keyed_turn_refused_before_it_runs_gives_its_key_back(server, memory, model):
+    """A keyed turn into a thread without an owner is refused (403) when its thread is looked up, before the model
+    runs; that refusal is kept for the key like any 4xx found while running, and the key is never left leased."""
+    memory.save_messages([Message.user("someone's", thread_id="orphan", resource_id="victim")])
+    with memory.store.db.write() as conn:  # another program stored it without an owner
+        conn.exec_driver_sql('UPDATE mastra_threads SET "resourceId" = ? WHERE id = ?', ("", "orphan"))
+    for n in range(2):
+        with pytest.raises(openai.PermissionDeniedError) as refused:
+            client(server).chat.completions.with_raw_response.create(
+                model="echo", messages=[user("hello")], metadata={"thread_id": "orphan", "resource_id": "ada"},
+                extra_headers={KEY: "k-orphan"})
+        assert refused.value.response.headers.get("idempotent-replayed") == (None if n == 0 else "true")
+    assert model.calls == 0
+    with memory.store.db.read() as conn:
+        assert [r[0] for r in conn.exec_driver_sql(f"SELECT state FROM {IDEMPOTENCY_TABLE}")] == ["done"]
